@@ -1,0 +1,95 @@
+//! The admin port: liveness, readiness and Prometheus metrics. It has its own listener so
+//! probes and scrapes never queue behind data traffic.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use deadpool_postgres::Pool;
+use http::{Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+
+use crate::metrics::Metrics;
+use crate::pg::migrate::{LAYOUT_VERSION, current_version};
+
+#[derive(Clone)]
+pub struct AdminService {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    metrics: Metrics,
+}
+
+impl AdminService {
+    pub fn new(pool: Pool, metrics: Metrics) -> AdminService {
+        AdminService {
+            inner: Arc::new(Inner { pool, metrics }),
+        }
+    }
+
+    async fn handle(self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+        match request.uri().path() {
+            "/healthz" => text(StatusCode::OK, "text/plain", "ok\n".into()),
+            "/readyz" => self.ready().await,
+            "/metrics" => text(
+                StatusCode::OK,
+                "text/plain; version=0.0.4",
+                self.inner.metrics.render(&self.inner.pool),
+            ),
+            _ => text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
+        }
+    }
+
+    /// Ready = the database answers, its layout is the one this gateway speaks, and its role is known.
+    async fn ready(&self) -> Response<Full<Bytes>> {
+        let checked = async {
+            let layout = current_version(&self.inner.pool).await?;
+            let standby = crate::pg::is_standby(&self.inner.pool).await?;
+            anyhow::Ok((layout, standby))
+        }
+        .await;
+        let (status, body) = match checked {
+            Ok((layout, standby)) => {
+                let role = if standby { "standby" } else { "primary" };
+                let ready = layout == LAYOUT_VERSION;
+                let status = if ready {
+                    StatusCode::OK
+                } else {
+                    StatusCode::SERVICE_UNAVAILABLE
+                };
+                (
+                    status,
+                    serde_json::json!({ "ready": ready, "layout": layout, "expected_layout": LAYOUT_VERSION, "role": role }),
+                )
+            }
+            Err(err) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                serde_json::json!({ "ready": false, "error": err.to_string() }),
+            ),
+        };
+        text(status, "application/json", format!("{body}\n"))
+    }
+}
+
+fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
+    response
+}
+
+impl hyper::service::Service<Request<Incoming>> for AdminService {
+    type Response = Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let service = self.clone();
+        Box::pin(async move { Ok(service.handle(request).await) })
+    }
+}

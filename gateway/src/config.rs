@@ -1,0 +1,116 @@
+//! One configuration, from flags and their `PGVS3_*` environment twins.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+/// Where the gateway's PostgreSQL is: an explicit URL, or the embedded default in a data dir.
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseArgs {
+    /// PostgreSQL connection URL (postgres://user:pass@host:port/db). Without it, pgvs3 starts
+    /// (or, for admin commands, reaches) an embedded PostgreSQL in --data-dir.
+    #[arg(long, env = "PGVS3_DATABASE_URL")]
+    pub database_url: Option<String>,
+
+    /// Data directory of the embedded PostgreSQL (cluster, master key, logs).
+    #[arg(long, env = "PGVS3_DATA_DIR", default_value = ".pgvs3")]
+    pub data_dir: PathBuf,
+
+    /// Directory holding the PostgreSQL server binaries (initdb, postgres).
+    #[arg(long, env = "PGVS3_PG_BIN")]
+    pub pg_bin: Option<PathBuf>,
+
+    /// Master key that encrypts access-key secrets in the catalog. The embedded default
+    /// generates one and keeps it in the data dir.
+    #[arg(long, env = "PGVS3_MASTER_KEY", hide_env_values = true)]
+    pub master_key: Option<String>,
+
+    /// Maximum PostgreSQL connections in this gateway's pool.
+    #[arg(long, env = "PGVS3_POOL_SIZE", default_value_t = 32)]
+    pub pool_size: usize,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+
+    /// Listen address of the S3 endpoint.
+    #[arg(long, env = "PGVS3_S3_ADDR", default_value = "127.0.0.1:9000")]
+    pub s3_addr: SocketAddr,
+
+    /// Listen address of /healthz, /readyz and /metrics.
+    #[arg(long, env = "PGVS3_ADMIN_ADDR", default_value = "127.0.0.1:9090")]
+    pub admin_addr: SocketAddr,
+
+    /// Region reported by GetBucketLocation and accepted in signatures.
+    #[arg(long, env = "PGVS3_REGION", default_value = "us-east-1")]
+    pub region: String,
+
+    /// Base domain(s) for virtual-host-style requests (`<bucket>.<domain>`); path style always works.
+    #[arg(long = "s3-domain", env = "PGVS3_S3_DOMAINS", value_delimiter = ',')]
+    pub s3_domains: Vec<String>,
+
+    /// Access key of the root key, created on first start (generated when unset).
+    #[arg(long, env = "PGVS3_ROOT_ACCESS_KEY")]
+    pub root_access_key: Option<String>,
+
+    /// Secret of the root key, used on first start (generated when unset).
+    #[arg(long, env = "PGVS3_ROOT_SECRET_KEY", hide_env_values = true)]
+    pub root_secret_key: Option<String>,
+
+    /// How long a retired (overwritten or deleted) body stays readable before it is reaped.
+    #[arg(long, env = "PGVS3_BODY_GRACE", default_value = "10m", value_parser = parse_duration)]
+    pub body_grace: Duration,
+
+    /// How often the maintenance leader runs the reaper.
+    #[arg(long, env = "PGVS3_MAINTENANCE_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub maintenance_interval: Duration,
+
+    /// How long shutdown waits for in-flight requests.
+    #[arg(long, env = "PGVS3_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, Default)]
+pub enum LogFormat {
+    #[default]
+    Human,
+    Json,
+}
+
+/// Parses durations written as `<n>ms`, `<n>s`, `<n>m` or `<n>h`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| format!("invalid duration: {text:?}"))?;
+    let seconds = match unit {
+        "ms" => return Ok(Duration::from_millis(number)),
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => {
+            return Err(format!("invalid duration unit in {text:?} (use ms, s, m or h)"));
+        }
+    };
+    Ok(Duration::from_secs(number * seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert!(parse_duration("5d").is_err());
+        assert!(parse_duration("m").is_err());
+    }
+}

@@ -1,0 +1,15 @@
+//! pgvs3 gateway: S3 on PostgreSQL.
+//!
+//! The binary (`src/main.rs`) is only the command line; everything it runs lives here so the
+//! integration tests can start a gateway in-process.
+
+pub mod admin;
+pub mod config;
+pub mod http_server;
+pub mod maintenance;
+pub mod master_key;
+pub mod metrics;
+pub mod pg;
+pub mod s3;
+pub mod serve;
+pub mod store;

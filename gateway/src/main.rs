@@ -1,0 +1,163 @@
+//! The `pgvs3` command line.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use pgvs3_gateway::config::{DatabaseArgs, LogFormat, ServeArgs, parse_duration};
+use pgvs3_gateway::master_key::random_token;
+use pgvs3_gateway::pg::{Database, migrate};
+use pgvs3_gateway::serve::{self, generate_access_key};
+use pgvs3_gateway::store::{Catalog, NewAccessKey, Store};
+
+#[derive(Parser)]
+#[command(name = "pgvs3", version, about = "S3 on PostgreSQL")]
+struct Cli {
+    /// Log format.
+    #[arg(long, env = "PGVS3_LOG_FORMAT", value_enum, default_value_t, global = true)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway (with an embedded PostgreSQL unless --database-url is given).
+    Serve(Box<ServeArgs>),
+    /// Create or upgrade the storage layout, then exit.
+    Migrate(DatabaseArgs),
+    /// Manage access keys and run maintenance by hand.
+    Admin {
+        #[command(flatten)]
+        database: DatabaseArgs,
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Access keys.
+    #[command(subcommand)]
+    Key(KeyCommand),
+    /// Run the maintenance reaper once and report what it removed.
+    Maintenance {
+        #[arg(long, required = true)]
+        run_once: bool,
+        /// Reap bodies retired longer ago than this.
+        #[arg(long, default_value = "10m", value_parser = parse_duration)]
+        grace: Duration,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeyCommand {
+    /// Create (or update) an access key; it owns the buckets it creates.
+    Create {
+        #[arg(long)]
+        access_key: Option<String>,
+        #[arg(long)]
+        secret_key: Option<String>,
+        /// The key may read but not write.
+        #[arg(long)]
+        read_only: bool,
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+    /// List access keys (secrets are not shown).
+    List,
+    /// Delete an access key; its buckets pass to the root key.
+    Delete { access_key: String },
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PGVS3_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Human => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    if let Err(err) = run(cli.command).await {
+        eprintln!("pgvs3: {err:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Serve(args) => serve::run(*args).await,
+        Command::Migrate(args) => {
+            let database = Database::open(&args).await?;
+            let version = migrate::migrate(&database.pool).await?;
+            println!("layout v{version}");
+            database.close().await
+        }
+        Command::Admin { database, command } => {
+            let master_key = serve::master_key(&database)?;
+            let db = Database::open(&database).await?;
+            let catalog = Catalog::load(db.pool.clone(), master_key)
+                .await
+                .context("reading the catalog (has `pgvs3 serve` or `pgvs3 migrate` run on this database?)")?;
+            let result = admin(&catalog, db.pool.clone(), command).await;
+            db.close().await?;
+            result
+        }
+    }
+}
+
+async fn admin(catalog: &Arc<Catalog>, pool: deadpool_postgres::Pool, command: AdminCommand) -> anyhow::Result<()> {
+    match command {
+        AdminCommand::Key(KeyCommand::Create {
+            access_key,
+            secret_key,
+            read_only,
+            description,
+        }) => {
+            let key = NewAccessKey {
+                access_key: access_key.unwrap_or_else(generate_access_key),
+                secret: secret_key.unwrap_or_else(|| random_token(30)),
+                is_root: false,
+                read_only,
+                description,
+            };
+            catalog.put_access_key(&key).await?;
+            println!("AWS_ACCESS_KEY_ID={}", key.access_key);
+            println!("AWS_SECRET_ACCESS_KEY={}", key.secret);
+        }
+        AdminCommand::Key(KeyCommand::List) => {
+            println!("{:<24} {:<6} {:<10} DESCRIPTION", "ACCESS KEY", "ROOT", "READ-ONLY");
+            for key in catalog.list_access_keys().await? {
+                println!(
+                    "{:<24} {:<6} {:<10} {}",
+                    key.access_key, key.is_root, key.read_only, key.description
+                );
+            }
+        }
+        AdminCommand::Key(KeyCommand::Delete { access_key }) => {
+            anyhow::ensure!(
+                catalog.delete_access_key(&access_key).await?,
+                "no such access key, or it is the root key: {access_key}"
+            );
+            println!("deleted {access_key}");
+        }
+        AdminCommand::Maintenance { run_once: _, grace } => {
+            let store = Store::new(pool, Arc::clone(catalog));
+            let stats = pgvs3_gateway::maintenance::run_once(&store, grace).await?;
+            println!(
+                "reaped {} retired bodies ({} chunks) and {} expired objects",
+                stats.bodies, stats.chunks, stats.expired_objects
+            );
+        }
+    }
+    Ok(())
+}

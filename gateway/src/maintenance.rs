@@ -1,0 +1,134 @@
+//! The maintenance reaper: one leader per database (an advisory lock) deletes retired bodies
+//! after their grace period and expired objects, in small batches that never hold long locks.
+
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+
+use crate::metrics::Metrics;
+use crate::store::Store;
+
+/// Any fixed number works; it only has to be the same for every gateway of one database.
+const LEADER_LOCK: i64 = 0x7067_7673_335f_6d74; // "pgvs3_mt"
+/// Retired bodies handled per statement, and chunks deleted per statement.
+const BODY_BATCH: i64 = 16;
+const CHUNK_BATCH: i32 = 4096;
+const EXPIRED_BATCH: i64 = 1000;
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ReapStats {
+    pub bodies: u64,
+    pub chunks: u64,
+    pub expired_objects: u64,
+}
+
+/// One full pass: repeats batches until nothing old enough is left, so a pass ends drained.
+pub async fn run_once(store: &Store, grace: Duration) -> anyhow::Result<ReapStats> {
+    let mut stats = ReapStats::default();
+    let client = store.pool().get().await?;
+    for ns in store.catalog().namespaces().await? {
+        loop {
+            let rows = client
+                .query(&ns.retired_bodies, &[&grace.as_secs_f64(), &BODY_BATCH])
+                .await?;
+            for row in &rows {
+                let body_id: i64 = row.get(0);
+                // Chunks are numbered from 0 without gaps, so a short batch is the last one.
+                let mut from = 0i32;
+                loop {
+                    let deleted = client
+                        .execute(&ns.delete_retired_chunks, &[&body_id, &from, &(from + CHUNK_BATCH)])
+                        .await?;
+                    stats.chunks += deleted;
+                    if deleted < CHUNK_BATCH as u64 {
+                        break;
+                    }
+                    from += CHUNK_BATCH;
+                }
+                stats.bodies += client.execute(&ns.forget_retired_body, &[&body_id]).await?;
+            }
+            if (rows.len() as i64) < BODY_BATCH {
+                break;
+            }
+        }
+        loop {
+            let deleted = client.execute(&ns.delete_expired, &[&EXPIRED_BATCH]).await?;
+            stats.expired_objects += deleted;
+            if (deleted as i64) < EXPIRED_BATCH {
+                break;
+            }
+        }
+    }
+    Ok(stats)
+}
+
+/// Runs the reaper every `interval` while this gateway holds the leader lock; gateways that do
+/// not hold it keep trying, so a new leader takes over when the old one goes away.
+pub fn spawn_leader_loop(
+    store: Store,
+    pool: Pool,
+    metrics: Metrics,
+    grace: Duration,
+    interval: Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The session-level lock lives as long as this dedicated connection.
+        let mut leader_connection: Option<deadpool_postgres::ClientWrapper> = None;
+        loop {
+            ticker.tick().await;
+            if leader_connection.as_ref().is_none_or(|client| client.is_closed()) {
+                leader_connection = try_lead(&pool).await;
+            }
+            if leader_connection.is_none() {
+                continue;
+            }
+            match run_once(&store, grace).await {
+                Ok(stats) => {
+                    metrics
+                        .maintenance_reaped
+                        .with_label_values(&["bodies"])
+                        .inc_by(stats.bodies);
+                    metrics
+                        .maintenance_reaped
+                        .with_label_values(&["chunks"])
+                        .inc_by(stats.chunks);
+                    metrics
+                        .maintenance_reaped
+                        .with_label_values(&["expired_objects"])
+                        .inc_by(stats.expired_objects);
+                    metrics.maintenance_last_run.set(
+                        std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .unwrap_or_default()
+                            .as_secs() as i64,
+                    );
+                    if stats != ReapStats::default() {
+                        tracing::info!(?stats, "maintenance pass");
+                    }
+                }
+                Err(err) => tracing::warn!(error = %err, "maintenance pass failed"),
+            }
+        }
+    })
+}
+
+async fn try_lead(pool: &Pool) -> Option<deadpool_postgres::ClientWrapper> {
+    let client = pool.get().await.ok()?;
+    let standby: bool = client.query_one("SELECT pg_is_in_recovery()", &[]).await.ok()?.get(0);
+    if standby {
+        return None;
+    }
+    let won: bool = client
+        .query_one("SELECT pg_try_advisory_lock($1)", &[&LEADER_LOCK])
+        .await
+        .ok()?
+        .get(0);
+    if !won {
+        return None;
+    }
+    tracing::info!("this gateway is the maintenance leader");
+    // Taken out of the pool: the session lock must not be shared with, or released by, requests.
+    Some(deadpool_postgres::Object::take(client))
+}

@@ -1,0 +1,122 @@
+//! Prometheus metrics shared by every front.
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    pub requests: IntCounterVec,
+    pub request_seconds: HistogramVec,
+    pub bytes_received: IntCounterVec,
+    pub bytes_sent: IntCounterVec,
+    pool_connections: IntGaugeVec,
+    pool_max: IntGauge,
+    pub maintenance_reaped: IntCounterVec,
+    pub maintenance_last_run: IntGauge,
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        let requests = IntCounterVec::new(
+            Opts::new("pgvs3_requests_total", "Requests by protocol, operation and status"),
+            &["protocol", "operation", "status"],
+        )
+        .expect("metric");
+        let request_seconds = HistogramVec::new(
+            HistogramOpts::new(
+                "pgvs3_request_duration_seconds",
+                "Request latency until the response head",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+            ]),
+            &["protocol", "operation"],
+        )
+        .expect("metric");
+        let bytes_received = IntCounterVec::new(
+            Opts::new("pgvs3_bytes_received_total", "Request body bytes"),
+            &["protocol"],
+        )
+        .expect("metric");
+        let bytes_sent = IntCounterVec::new(
+            Opts::new("pgvs3_bytes_sent_total", "Response body bytes"),
+            &["protocol"],
+        )
+        .expect("metric");
+        let pool_connections = IntGaugeVec::new(
+            Opts::new("pgvs3_db_pool_connections", "PostgreSQL pool connections by state"),
+            &["state"],
+        )
+        .expect("metric");
+        let pool_max = IntGauge::new("pgvs3_db_pool_max_connections", "PostgreSQL pool size limit").expect("metric");
+        let maintenance_reaped = IntCounterVec::new(
+            Opts::new(
+                "pgvs3_maintenance_reaped_total",
+                "Rows removed by the maintenance reaper",
+            ),
+            &["kind"],
+        )
+        .expect("metric");
+        let maintenance_last_run = IntGauge::new(
+            "pgvs3_maintenance_last_run_timestamp_seconds",
+            "When this gateway last completed a maintenance pass as leader",
+        )
+        .expect("metric");
+        let build_info =
+            IntGaugeVec::new(Opts::new("pgvs3_build_info", "Build information"), &["version"]).expect("metric");
+        build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        for collector in [
+            Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(request_seconds.clone()),
+            Box::new(bytes_received.clone()),
+            Box::new(bytes_sent.clone()),
+            Box::new(pool_connections.clone()),
+            Box::new(pool_max.clone()),
+            Box::new(maintenance_reaped.clone()),
+            Box::new(maintenance_last_run.clone()),
+            Box::new(build_info),
+        ] {
+            registry.register(collector).expect("metric names are unique");
+        }
+        Metrics {
+            registry,
+            requests,
+            request_seconds,
+            bytes_received,
+            bytes_sent,
+            pool_connections,
+            pool_max,
+            maintenance_reaped,
+            maintenance_last_run,
+        }
+    }
+
+    /// Renders the text exposition, sampling the pool first so its gauges are current.
+    pub fn render(&self, pool: &deadpool_postgres::Pool) -> String {
+        let status = pool.status();
+        self.pool_connections
+            .with_label_values(&["idle"])
+            .set(status.available as i64);
+        self.pool_connections
+            .with_label_values(&["in_use"])
+            .set((status.size - status.available) as i64);
+        self.pool_connections
+            .with_label_values(&["waiting"])
+            .set(status.waiting as i64);
+        self.pool_max.set(status.max_size as i64);
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("text encoding cannot fail");
+        String::from_utf8(out).expect("prometheus text is UTF-8")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}

@@ -1,0 +1,67 @@
+//! Numbered SQL migrations that build the storage layout, and the layout version they record.
+
+use anyhow::Context;
+use deadpool_postgres::Pool;
+
+/// Layout version this gateway reads and writes.
+pub const LAYOUT_VERSION: i32 = 1;
+
+const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql"))];
+
+/// Any fixed number works; it only has to be the same for every gateway of one database.
+const MIGRATION_LOCK: i64 = 0x7067_7673_335f_6d67; // "pgvs3_mg"
+
+/// Brings the layout to [`LAYOUT_VERSION`]. Idempotent, and safe when many gateways start at
+/// once: they serialize on an advisory lock, and each migration commits with its version row.
+pub async fn migrate(pool: &Pool) -> anyhow::Result<i32> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await?;
+    tx.batch_execute(
+        "CREATE SCHEMA IF NOT EXISTS pgvs3;
+         CREATE TABLE IF NOT EXISTS pgvs3.layout (
+             version    int PRIMARY KEY,
+             name       text NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT now()
+         );",
+    )
+    .await?;
+    let current: i32 = tx
+        .query_one("SELECT coalesce(max(version), 0) FROM pgvs3.layout", &[])
+        .await?
+        .get(0);
+    anyhow::ensure!(
+        current <= LAYOUT_VERSION,
+        "the database has layout v{current}, newer than this gateway's v{LAYOUT_VERSION}: upgrade the gateway"
+    );
+    for (version, name, sql) in MIGRATIONS.iter().filter(|(version, ..)| *version > current) {
+        tx.batch_execute(sql)
+            .await
+            .with_context(|| format!("migration {version:04} ({name})"))?;
+        tx.execute(
+            "INSERT INTO pgvs3.layout (version, name) VALUES ($1, $2)",
+            &[version, name],
+        )
+        .await?;
+        tracing::info!(version, name, "applied migration");
+    }
+    tx.commit().await?;
+    Ok(LAYOUT_VERSION)
+}
+
+/// The layout version recorded in the database (0 when none).
+pub async fn current_version(pool: &Pool) -> anyhow::Result<i32> {
+    let client = pool.get().await?;
+    let exists: bool = client
+        .query_one("SELECT to_regclass('pgvs3.layout') IS NOT NULL", &[])
+        .await?
+        .get(0);
+    if !exists {
+        return Ok(0);
+    }
+    Ok(client
+        .query_one("SELECT coalesce(max(version), 0) FROM pgvs3.layout", &[])
+        .await?
+        .get(0))
+}

@@ -1,0 +1,217 @@
+//! Verifying what S3 clients declare about an upload: Content-MD5, the signed payload hash, and
+//! `x-amz-checksum-*` values sent as headers or as trailers after an aws-chunked body.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use http::HeaderMap;
+use s3s::TrailingHeaders;
+use s3s::crypto::{Checksum, Crc32, Crc32c, Crc64Nvme, Sha1, Sha256};
+
+use crate::store::{BodyObserver, StoreError, StoreResult, StoredChecksum};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    Crc32,
+    Crc32c,
+    Crc64Nvme,
+    Sha1,
+    Sha256,
+}
+
+impl Algorithm {
+    pub const ALL: [Algorithm; 5] = [
+        Algorithm::Crc32,
+        Algorithm::Crc32c,
+        Algorithm::Crc64Nvme,
+        Algorithm::Sha1,
+        Algorithm::Sha256,
+    ];
+
+    /// The name S3 uses in `x-amz-checksum-algorithm` and in listings.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Crc32 => "CRC32",
+            Algorithm::Crc32c => "CRC32C",
+            Algorithm::Crc64Nvme => "CRC64NVME",
+            Algorithm::Sha1 => "SHA1",
+            Algorithm::Sha256 => "SHA256",
+        }
+    }
+
+    pub fn header(self) -> &'static str {
+        match self {
+            Algorithm::Crc32 => "x-amz-checksum-crc32",
+            Algorithm::Crc32c => "x-amz-checksum-crc32c",
+            Algorithm::Crc64Nvme => "x-amz-checksum-crc64nvme",
+            Algorithm::Sha1 => "x-amz-checksum-sha1",
+            Algorithm::Sha256 => "x-amz-checksum-sha256",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Algorithm> {
+        Algorithm::ALL
+            .into_iter()
+            .find(|alg| alg.name().eq_ignore_ascii_case(name))
+    }
+
+    fn from_header(name: &str) -> Option<Algorithm> {
+        Algorithm::ALL
+            .into_iter()
+            .find(|alg| alg.header().eq_ignore_ascii_case(name.trim()))
+    }
+}
+
+enum Hasher {
+    Crc32(Crc32),
+    Crc32c(Crc32c),
+    Crc64Nvme(Crc64Nvme),
+    Sha1(Sha1),
+    Sha256(Sha256),
+}
+
+impl Hasher {
+    fn new(algorithm: Algorithm) -> Hasher {
+        match algorithm {
+            Algorithm::Crc32 => Hasher::Crc32(Crc32::new()),
+            Algorithm::Crc32c => Hasher::Crc32c(Crc32c::new()),
+            Algorithm::Crc64Nvme => Hasher::Crc64Nvme(Crc64Nvme::new()),
+            Algorithm::Sha1 => Hasher::Sha1(Sha1::new()),
+            Algorithm::Sha256 => Hasher::Sha256(Sha256::new()),
+        }
+    }
+
+    fn update(&mut self, data: &[u8]) {
+        match self {
+            Hasher::Crc32(h) => h.update(data),
+            Hasher::Crc32c(h) => h.update(data),
+            Hasher::Crc64Nvme(h) => h.update(data),
+            Hasher::Sha1(h) => h.update(data),
+            Hasher::Sha256(h) => h.update(data),
+        }
+    }
+
+    fn finish(self) -> Vec<u8> {
+        match self {
+            Hasher::Crc32(h) => h.finalize().as_ref().to_vec(),
+            Hasher::Crc32c(h) => h.finalize().as_ref().to_vec(),
+            Hasher::Crc64Nvme(h) => h.finalize().as_ref().to_vec(),
+            Hasher::Sha1(h) => h.finalize().as_ref().to_vec(),
+            Hasher::Sha256(h) => h.finalize().as_ref().to_vec(),
+        }
+    }
+}
+
+/// Where the declared checksum value comes from.
+enum Declared {
+    /// Only the algorithm is known (`x-amz-sdk-checksum-algorithm`): compute and store it.
+    Nothing,
+    Header(String),
+    /// Sent after the body; read once the stream has ended.
+    Trailer(TrailingHeaders),
+}
+
+/// Checks an upload against everything its request declared; see [`BodyObserver`].
+pub struct UploadCheck {
+    checksum: Option<(Algorithm, Hasher, Declared)>,
+    content_md5: Option<Vec<u8>>,
+    payload_sha256: Option<(Sha256, Vec<u8>)>,
+}
+
+impl UploadCheck {
+    /// Reads the request's declarations. Malformed ones are the client's error, reported now.
+    pub fn from_request(headers: &HeaderMap, trailers: Option<TrailingHeaders>) -> Result<UploadCheck, s3s::S3Error> {
+        let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+        let content_md5 = match text("content-md5") {
+            Some(value) => Some(
+                BASE64
+                    .decode(value)
+                    .ok()
+                    .filter(|md5| md5.len() == 16)
+                    .ok_or_else(|| s3s::s3_error!(InvalidDigest, "The Content-MD5 you specified was invalid."))?,
+            ),
+            None => None,
+        };
+        let payload_sha256 = match text("x-amz-content-sha256") {
+            Some(value) if value.len() == 64 && value.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                Some((Sha256::new(), hex::decode(value).expect("checked hex")))
+            }
+            _ => None,
+        };
+        let in_header = Algorithm::ALL
+            .into_iter()
+            .find_map(|alg| text(alg.header()).map(|v| (alg, v.to_owned())));
+        let in_trailer = text("x-amz-trailer").and_then(|names| names.split(',').find_map(Algorithm::from_header));
+        let named = text("x-amz-sdk-checksum-algorithm").or(text("x-amz-checksum-algorithm"));
+        let checksum = match (in_header, in_trailer, trailers) {
+            (Some((alg, value)), _, _) => Some((alg, Declared::Header(value))),
+            (None, Some(alg), Some(trailers)) => Some((alg, Declared::Trailer(trailers))),
+            _ => match named {
+                Some(name) => Some((
+                    Algorithm::from_name(name).ok_or_else(|| {
+                        s3s::s3_error!(InvalidRequest, "Value for x-amz-checksum-algorithm header is invalid.")
+                    })?,
+                    Declared::Nothing,
+                )),
+                None => None,
+            },
+        };
+        Ok(UploadCheck {
+            checksum: checksum.map(|(alg, declared)| (alg, Hasher::new(alg), declared)),
+            content_md5,
+            payload_sha256,
+        })
+    }
+}
+
+impl BodyObserver for UploadCheck {
+    fn update(&mut self, data: &[u8]) {
+        if let Some((_, hasher, _)) = &mut self.checksum {
+            hasher.update(data);
+        }
+        if let Some((hasher, _)) = &mut self.payload_sha256 {
+            hasher.update(data);
+        }
+    }
+
+    fn finish(self: Box<Self>, _size: u64, md5: &[u8; 16]) -> StoreResult<Option<StoredChecksum>> {
+        if let Some((hasher, expected)) = self.payload_sha256
+            && hasher.finalize().as_ref() != expected.as_slice()
+        {
+            return Err(StoreError::BadDigest(PAYLOAD_SHA256_MISMATCH.into()));
+        }
+        if self.content_md5.is_some_and(|expected| expected != md5) {
+            return Err(StoreError::BadDigest(
+                "The Content-MD5 you specified did not match what we received.".into(),
+            ));
+        }
+        let Some((algorithm, hasher, declared)) = self.checksum else {
+            return Ok(None);
+        };
+        let value = BASE64.encode(hasher.finish());
+        let expected = match declared {
+            Declared::Nothing => None,
+            Declared::Header(value) => Some(value),
+            Declared::Trailer(trailers) => trailers
+                .read(|map| {
+                    map.get(algorithm.header())
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned)
+                })
+                .flatten(),
+        };
+        if expected.is_some_and(|expected| expected.trim() != value) {
+            return Err(StoreError::BadDigest(format!(
+                "The {} you specified did not match the calculated checksum.",
+                algorithm.name()
+            )));
+        }
+        Ok(Some(StoredChecksum {
+            algorithm: algorithm.name().to_owned(),
+            value,
+        }))
+    }
+}
+
+/// Marks the signed-payload mismatch so the S3 error mapping can give it S3's own code.
+pub const PAYLOAD_SHA256_MISMATCH: &str =
+    "The provided 'x-amz-content-sha256' header does not match what was computed.";

@@ -1,0 +1,44 @@
+//! Store errors as S3 errors: the codes and statuses S3 itself returns.
+
+use s3s::{S3Error, S3ErrorCode};
+
+use super::checksum::PAYLOAD_SHA256_MISMATCH;
+use crate::store::StoreError;
+
+/// A request id, stamped on every response header and on errors raised by the front.
+#[derive(Clone, Debug)]
+pub struct RequestId(pub String);
+
+pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
+    let message = err.to_string();
+    let code = match &err {
+        StoreError::NoSuchBucket => S3ErrorCode::NoSuchBucket,
+        StoreError::NoSuchKey => S3ErrorCode::NoSuchKey,
+        StoreError::BucketAlreadyExists => S3ErrorCode::BucketAlreadyExists,
+        StoreError::BucketAlreadyOwnedByYou => S3ErrorCode::BucketAlreadyOwnedByYou,
+        StoreError::BucketNotEmpty => S3ErrorCode::BucketNotEmpty,
+        StoreError::InvalidBucketName => S3ErrorCode::InvalidBucketName,
+        StoreError::KeyTooLong => S3ErrorCode::KeyTooLongError,
+        StoreError::InvalidArgument(_) => S3ErrorCode::InvalidArgument,
+        StoreError::AccessDenied | StoreError::ReadOnly => S3ErrorCode::AccessDenied,
+        StoreError::InvalidRange { .. } => S3ErrorCode::InvalidRange,
+        StoreError::BadDigest(msg) if msg == PAYLOAD_SHA256_MISMATCH => {
+            S3ErrorCode::Custom("XAmzContentSHA256Mismatch".into())
+        }
+        StoreError::BadDigest(_) => S3ErrorCode::BadDigest,
+        StoreError::IncompleteBody { .. } | StoreError::Body(_) => S3ErrorCode::IncompleteBody,
+        StoreError::Unavailable(_) => S3ErrorCode::ServiceUnavailable,
+        StoreError::Corrupt(_) | StoreError::Database(_) => {
+            tracing::error!(error = %err, "internal error");
+            S3ErrorCode::InternalError
+        }
+    };
+    let mut error = S3Error::with_message(code.clone(), message);
+    if let S3ErrorCode::Custom(_) = code {
+        error.set_status_code(http::StatusCode::BAD_REQUEST);
+    }
+    if let Some(RequestId(id)) = request_id {
+        error.set_request_id(id.clone());
+    }
+    error
+}

@@ -1,0 +1,102 @@
+//! The S3 REST front: s3s does routing, SigV4 and XML; `front` maps operations onto the store.
+
+mod auth;
+mod checksum;
+mod errors;
+mod front;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use http::{HeaderValue, Request, Response};
+use hyper::body::Incoming;
+use s3s::service::{S3Service, S3ServiceBuilder};
+
+use crate::metrics::Metrics;
+use crate::store::Store;
+use auth::{CatalogAuth, OperationSlot, SignedOnly};
+use errors::RequestId;
+
+/// The S3 endpoint as a hyper service: s3s plus request ids and metrics.
+#[derive(Clone)]
+pub struct S3Endpoint {
+    service: S3Service,
+    metrics: Metrics,
+    next_request: Arc<AtomicU64>,
+    id_prefix: Arc<str>,
+}
+
+impl S3Endpoint {
+    pub fn new(store: Store, region: String, domains: &[String], metrics: Metrics) -> anyhow::Result<S3Endpoint> {
+        let catalog = Arc::clone(store.catalog());
+        let mut builder = S3ServiceBuilder::new(front::S3Front::new(store, region));
+        builder.set_auth(CatalogAuth { catalog });
+        builder.set_access(SignedOnly);
+        if !domains.is_empty() {
+            builder.set_host(s3s::host::MultiDomain::new(domains)?);
+        }
+        Ok(S3Endpoint {
+            service: builder.build(),
+            metrics,
+            next_request: Arc::new(AtomicU64::new(1)),
+            id_prefix: crate::master_key::random_token(6).into(),
+        })
+    }
+
+    async fn handle(self, mut request: Request<Incoming>) -> Response<s3s::Body> {
+        let started = Instant::now();
+        let request_id = format!(
+            "{}{:010X}",
+            self.id_prefix,
+            self.next_request.fetch_add(1, Ordering::Relaxed)
+        );
+        let operation = OperationSlot::default();
+        request.extensions_mut().insert(RequestId(request_id.clone()));
+        request.extensions_mut().insert(operation.clone());
+        let received = content_length(request.headers(), "x-amz-decoded-content-length")
+            .or_else(|| content_length(request.headers(), "content-length"));
+        let mut response = match hyper::service::Service::call(&self.service, request).await {
+            Ok(response) => response,
+            Err(err) => {
+                tracing::error!(error = ?err, "S3 request failed inside the service");
+                let mut response = Response::new(s3s::Body::empty());
+                *response.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+                response
+            }
+        };
+        if let Ok(value) = HeaderValue::from_str(&request_id) {
+            response.headers_mut().insert("x-amz-request-id", value);
+        }
+        let name = operation.0.get().copied().unwrap_or("Unknown");
+        let status = response.status().as_u16().to_string();
+        self.metrics.requests.with_label_values(&["s3", name, &status]).inc();
+        self.metrics
+            .request_seconds
+            .with_label_values(&["s3", name])
+            .observe(started.elapsed().as_secs_f64());
+        if let Some(bytes) = received {
+            self.metrics.bytes_received.with_label_values(&["s3"]).inc_by(bytes);
+        }
+        if let Some(bytes) = content_length(response.headers(), "content-length") {
+            self.metrics.bytes_sent.with_label_values(&["s3"]).inc_by(bytes);
+        }
+        response
+    }
+}
+
+fn content_length(headers: &http::HeaderMap, name: &str) -> Option<u64> {
+    headers.get(name)?.to_str().ok()?.parse().ok()
+}
+
+impl hyper::service::Service<Request<Incoming>> for S3Endpoint {
+    type Response = Response<s3s::Body>;
+    type Error = Infallible;
+    type Future = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let endpoint = self.clone();
+        Box::pin(async move { Ok(endpoint.handle(request).await) })
+    }
+}

@@ -1,0 +1,201 @@
+//! `pgvs3 serve`: database, layout, catalog, then the S3 and admin listeners, until a signal.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::admin::AdminService;
+use crate::config::{DatabaseArgs, ServeArgs};
+use crate::http_server::{self, ShutdownTrigger};
+use crate::master_key::{MasterKey, random_token};
+use crate::metrics::Metrics;
+use crate::pg::{Database, migrate};
+use crate::s3::S3Endpoint;
+use crate::store::{Catalog, NewAccessKey, Store};
+
+const CATALOG_POLL: Duration = Duration::from_secs(1);
+
+/// A gateway that is up: its bound addresses, and what it needs to stop cleanly.
+pub struct RunningGateway {
+    pub s3_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub store: Store,
+    shutdown: ShutdownTrigger,
+    servers: Vec<JoinHandle<()>>,
+    background: Vec<JoinHandle<()>>,
+    database: Database,
+}
+
+/// The master key for a database: given explicitly, or the embedded default's own.
+pub fn master_key(args: &DatabaseArgs) -> anyhow::Result<MasterKey> {
+    match (&args.master_key, &args.database_url) {
+        (Some(text), _) => Ok(MasterKey::from_text(text)),
+        (None, None) => MasterKey::load_or_create(&args.data_dir),
+        (None, Some(_)) => anyhow::bail!(
+            "PGVS3_MASTER_KEY (or --master-key) is required with --database-url: it encrypts access-key secrets"
+        ),
+    }
+}
+
+impl RunningGateway {
+    pub async fn start(args: &ServeArgs) -> anyhow::Result<RunningGateway> {
+        let master_key = master_key(&args.database)?;
+        let database = Database::open(&args.database).await?;
+        let pool = database.pool.clone();
+        if crate::pg::is_standby(&pool).await? {
+            wait_for_layout(&pool).await?;
+        } else {
+            migrate::migrate(&pool).await?;
+        }
+        let catalog = Catalog::load(pool.clone(), master_key).await?;
+        ensure_root_key(&catalog, args).await?;
+        let store = Store::new(pool.clone(), Arc::clone(&catalog));
+        let metrics = Metrics::new();
+
+        let s3_listener = TcpListener::bind(args.s3_addr)
+            .await
+            .with_context(|| format!("binding S3 on {}", args.s3_addr))?;
+        let admin_listener = TcpListener::bind(args.admin_addr)
+            .await
+            .with_context(|| format!("binding admin on {}", args.admin_addr))?;
+        let s3_addr = s3_listener.local_addr()?;
+        let admin_addr = admin_listener.local_addr()?;
+        let (shutdown, signal) = http_server::shutdown_channel();
+        let endpoint = S3Endpoint::new(store.clone(), args.region.clone(), &args.s3_domains, metrics.clone())?;
+        let admin = AdminService::new(pool.clone(), metrics.clone());
+        let servers = vec![
+            tokio::spawn(http_server::serve(
+                s3_listener,
+                endpoint,
+                signal.clone(),
+                args.shutdown_timeout,
+                "s3",
+            )),
+            tokio::spawn(http_server::serve(
+                admin_listener,
+                admin,
+                signal,
+                args.shutdown_timeout,
+                "admin",
+            )),
+        ];
+        let background = vec![
+            catalog.spawn_refresher(CATALOG_POLL),
+            crate::maintenance::spawn_leader_loop(
+                store.clone(),
+                pool,
+                metrics,
+                args.body_grace,
+                args.maintenance_interval,
+            ),
+        ];
+        tracing::info!(%s3_addr, %admin_addr, "pgvs3 gateway ready");
+        Ok(RunningGateway {
+            s3_addr,
+            admin_addr,
+            store,
+            shutdown,
+            servers,
+            background,
+            database,
+        })
+    }
+
+    /// Stops accepting, drains in-flight requests, then stops the embedded PostgreSQL if any.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.shutdown.trigger();
+        for server in self.servers {
+            let _ = server.await;
+        }
+        for task in self.background {
+            task.abort();
+        }
+        self.database.close().await
+    }
+}
+
+/// Serves until SIGINT or SIGTERM.
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let gateway = RunningGateway::start(&args).await?;
+    println!(
+        "pgvs3 S3 endpoint: http://{}  (metrics: http://{}/metrics)",
+        gateway.s3_addr, gateway.admin_addr
+    );
+    wait_for_signal().await?;
+    tracing::info!("shutting down");
+    gateway.shutdown().await
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+    Ok(())
+}
+
+/// A standby cannot migrate; it waits until the primary's migration has replayed.
+async fn wait_for_layout(pool: &deadpool_postgres::Pool) -> anyhow::Result<()> {
+    loop {
+        let version = migrate::current_version(pool).await?;
+        anyhow::ensure!(
+            version <= migrate::LAYOUT_VERSION,
+            "the database has layout v{version}, newer than this gateway's v{}",
+            migrate::LAYOUT_VERSION
+        );
+        if version == migrate::LAYOUT_VERSION {
+            return Ok(());
+        }
+        tracing::info!(version, "standby: waiting for the primary to migrate the layout");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// Creates the root key on first start so the endpoint is usable at once. A generated secret is
+/// printed this once; it is kept (encrypted) in the catalog.
+async fn ensure_root_key(catalog: &Catalog, args: &ServeArgs) -> anyhow::Result<()> {
+    if catalog.root_key().await?.is_some() {
+        return Ok(());
+    }
+    let generated = args.root_access_key.is_none() || args.root_secret_key.is_none();
+    let key = NewAccessKey {
+        access_key: args.root_access_key.clone().unwrap_or_else(generate_access_key),
+        secret: args.root_secret_key.clone().unwrap_or_else(|| random_token(30)),
+        is_root: true,
+        read_only: false,
+        description: "root".into(),
+    };
+    match catalog.put_access_key(&key).await {
+        Ok(()) => {
+            if generated {
+                println!("Created the root access key (shown once; keep it):");
+                println!("  AWS_ACCESS_KEY_ID={}", key.access_key);
+                println!("  AWS_SECRET_ACCESS_KEY={}", key.secret);
+            } else {
+                tracing::info!(access_key = %key.access_key, "created the root access key");
+            }
+            Ok(())
+        }
+        // Another gateway created the root key at the same moment.
+        Err(_) if catalog.root_key().await?.is_some() => Ok(()),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// An access key id in AWS's shape: 20 upper-case letters and digits.
+pub fn generate_access_key() -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+    let mut rng = rand::rng();
+    let tail: String = (0..15)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect();
+    format!("PGVS3{tail}")
+}

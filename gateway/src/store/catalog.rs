@@ -1,0 +1,386 @@
+//! Buckets and access keys: the catalog, cached in memory and reloaded when its version moves.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use deadpool_postgres::Pool;
+use tokio_postgres::Row;
+use tokio_postgres::error::SqlState;
+
+use super::{Principal, StoreError, StoreResult};
+use crate::master_key::MasterKey;
+
+#[derive(Debug)]
+pub struct BucketInfo {
+    pub id: i64,
+    pub name: String,
+    pub namespace: String,
+    /// `None`: owned by the root key (created by an admin or the operator).
+    pub owner: Option<String>,
+    pub created_at: SystemTime,
+    pub(super) sql: Arc<super::objects::NamespaceSql>,
+}
+
+#[derive(Debug, Clone)]
+pub struct BucketSummary {
+    pub name: String,
+    pub created_at: SystemTime,
+}
+
+pub struct AccessKey {
+    pub access_key: String,
+    pub secret: String,
+    pub is_root: bool,
+    pub read_only: bool,
+    pub description: String,
+    pub created_at: SystemTime,
+}
+
+impl AccessKey {
+    pub fn principal(&self) -> Principal {
+        Principal {
+            access_key: self.access_key.clone(),
+            is_root: self.is_root,
+            read_only: self.read_only,
+        }
+    }
+}
+
+pub struct NewAccessKey {
+    pub access_key: String,
+    pub secret: String,
+    pub is_root: bool,
+    pub read_only: bool,
+    pub description: String,
+}
+
+#[derive(Default)]
+struct Cached {
+    version: i64,
+    buckets: HashMap<String, Arc<BucketInfo>>,
+    keys: HashMap<String, Arc<AccessKey>>,
+    namespaces: HashMap<String, Arc<super::objects::NamespaceSql>>,
+}
+
+pub struct Catalog {
+    pool: Pool,
+    master_key: MasterKey,
+    cached: RwLock<Cached>,
+}
+
+const BUCKET_COLUMNS: &str = "id, name, namespace, owner, created_at";
+
+impl Catalog {
+    pub async fn load(pool: Pool, master_key: MasterKey) -> anyhow::Result<Arc<Catalog>> {
+        let catalog = Arc::new(Catalog {
+            pool,
+            master_key,
+            cached: RwLock::default(),
+        });
+        catalog.reload().await?;
+        Ok(catalog)
+    }
+
+    pub fn master_key(&self) -> &MasterKey {
+        &self.master_key
+    }
+
+    /// Reloads everything when the catalog version moved since the last load.
+    pub async fn refresh(&self) -> anyhow::Result<bool> {
+        let client = self.pool.get().await?;
+        let version: i64 = client
+            .query_one("SELECT version FROM pgvs3.catalog_version", &[])
+            .await?
+            .get(0);
+        drop(client);
+        if version == self.cached.read().expect("catalog lock").version {
+            return Ok(false);
+        }
+        self.reload().await?;
+        Ok(true)
+    }
+
+    async fn reload(&self) -> anyhow::Result<()> {
+        let mut client = self.pool.get().await?;
+        // One snapshot, so the version matches the rows read with it.
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await?;
+        let version: i64 = tx
+            .query_one("SELECT version FROM pgvs3.catalog_version", &[])
+            .await?
+            .get(0);
+        let bucket_rows = tx
+            .query(&format!("SELECT {BUCKET_COLUMNS} FROM pgvs3.buckets"), &[])
+            .await?;
+        let key_rows = tx
+            .query("SELECT access_key, secret_encrypted, is_root, read_only, description, created_at FROM pgvs3.access_keys", &[])
+            .await?;
+        tx.commit().await?;
+
+        let mut keys = HashMap::with_capacity(key_rows.len());
+        for row in key_rows {
+            let key = self.decode_key(&row)?;
+            keys.insert(key.access_key.clone(), Arc::new(key));
+        }
+        let mut cached = self.cached.write().expect("catalog lock");
+        let buckets = bucket_rows
+            .iter()
+            .map(|row| {
+                let bucket = bucket_from_row(row, &mut cached.namespaces);
+                (bucket.name.clone(), Arc::new(bucket))
+            })
+            .collect();
+        cached.version = version;
+        cached.buckets = buckets;
+        cached.keys = keys;
+        Ok(())
+    }
+
+    fn decode_key(&self, row: &Row) -> anyhow::Result<AccessKey> {
+        let access_key: String = row.get(0);
+        let sealed: Vec<u8> = row.get(1);
+        let secret = self
+            .master_key
+            .open(&sealed)
+            .map_err(|err| anyhow::anyhow!("access key {access_key}: {err}"))?;
+        Ok(AccessKey {
+            access_key,
+            secret,
+            is_root: row.get(2),
+            read_only: row.get(3),
+            description: row.get(4),
+            created_at: row.get(5),
+        })
+    }
+
+    /// Keeps the cache fresh until the returned task is aborted. Polling works on primaries and
+    /// standbys alike (a standby cannot LISTEN).
+    pub fn spawn_refresher(self: &Arc<Self>, every: Duration) -> tokio::task::JoinHandle<()> {
+        let catalog = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(every);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                if let Err(err) = catalog.refresh().await {
+                    tracing::warn!(error = %err, "catalog refresh failed");
+                }
+            }
+        })
+    }
+
+    /// Looks up a bucket: from the cache, else from the database (a bucket created through
+    /// another gateway is usable at once, before the next refresh).
+    pub async fn bucket(&self, name: &str) -> StoreResult<Arc<BucketInfo>> {
+        if let Some(bucket) = self.cached.read().expect("catalog lock").buckets.get(name) {
+            return Ok(Arc::clone(bucket));
+        }
+        let client = self.pool.get().await?;
+        let row = client
+            .query_opt(
+                &format!("SELECT {BUCKET_COLUMNS} FROM pgvs3.buckets WHERE name = $1"),
+                &[&name],
+            )
+            .await?
+            .ok_or(StoreError::NoSuchBucket)?;
+        Ok(self.remember(&row))
+    }
+
+    fn remember(&self, row: &Row) -> Arc<BucketInfo> {
+        let mut cached = self.cached.write().expect("catalog lock");
+        let bucket = Arc::new(bucket_from_row(row, &mut cached.namespaces));
+        cached.buckets.insert(bucket.name.clone(), Arc::clone(&bucket));
+        bucket
+    }
+
+    /// Drops a cached bucket whose row turned out to be gone.
+    pub(super) fn forget_bucket(&self, name: &str) {
+        self.cached.write().expect("catalog lock").buckets.remove(name);
+    }
+
+    pub async fn access_key(&self, access_key: &str) -> StoreResult<Option<Arc<AccessKey>>> {
+        if let Some(key) = self.cached.read().expect("catalog lock").keys.get(access_key) {
+            return Ok(Some(Arc::clone(key)));
+        }
+        let client = self.pool.get().await?;
+        let row = client
+            .query_opt(
+                "SELECT access_key, secret_encrypted, is_root, read_only, description, created_at
+                   FROM pgvs3.access_keys WHERE access_key = $1",
+                &[&access_key],
+            )
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let key = Arc::new(
+            self.decode_key(&row)
+                .map_err(|err| StoreError::Corrupt(err.to_string()))?,
+        );
+        self.cached
+            .write()
+            .expect("catalog lock")
+            .keys
+            .insert(key.access_key.clone(), Arc::clone(&key));
+        Ok(Some(key))
+    }
+
+    pub async fn list_buckets(&self, principal: &Principal) -> StoreResult<Vec<BucketSummary>> {
+        let client = self.pool.get().await?;
+        let rows = client
+            .query(
+                "SELECT name, created_at FROM pgvs3.buckets WHERE $1 OR owner = $2 ORDER BY name",
+                &[&principal.is_root, &principal.access_key],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|row| BucketSummary {
+                name: row.get(0),
+                created_at: row.get(1),
+            })
+            .collect())
+    }
+
+    pub async fn create_bucket(&self, principal: &Principal, name: &str) -> StoreResult<Arc<BucketInfo>> {
+        if principal.read_only {
+            return Err(StoreError::AccessDenied);
+        }
+        // The root key's buckets have no owner row, so that root keys can be rotated.
+        let owner = (!principal.is_root).then_some(principal.access_key.as_str());
+        let client = self.pool.get().await?;
+        let row = client
+            .query_one(
+                "SELECT bucket_id, created FROM pgvs3.ensure_bucket($1, $2)",
+                &[&name, &owner],
+            )
+            .await
+            .map_err(|err| match err.code() {
+                Some(code) if *code == SqlState::INVALID_PARAMETER_VALUE => StoreError::InvalidBucketName,
+                _ => StoreError::from(err),
+            })?;
+        let created: bool = row.get(1);
+        let row = client
+            .query_one(
+                &format!("SELECT {BUCKET_COLUMNS} FROM pgvs3.buckets WHERE name = $1"),
+                &[&name],
+            )
+            .await?;
+        let bucket = self.remember(&row);
+        if !created {
+            let mine = principal.is_root && bucket.owner.is_none()
+                || bucket.owner.as_deref() == Some(principal.access_key.as_str());
+            return Err(if mine {
+                StoreError::BucketAlreadyOwnedByYou
+            } else {
+                StoreError::BucketAlreadyExists
+            });
+        }
+        Ok(bucket)
+    }
+
+    pub async fn delete_bucket(&self, principal: &Principal, name: &str) -> StoreResult<()> {
+        let bucket = self.bucket(name).await?;
+        if principal.read_only || !principal.is_root && bucket.owner.as_deref() != Some(principal.access_key.as_str()) {
+            return Err(StoreError::AccessDenied);
+        }
+        let client = self.pool.get().await?;
+        let dropped: bool = client
+            .query_one("SELECT pgvs3.drop_bucket($1, false)", &[&name])
+            .await
+            .map_err(|err| match err.as_db_error() {
+                Some(db) if db.hint() == Some("BucketNotEmpty") => StoreError::BucketNotEmpty,
+                _ => StoreError::from(err),
+            })?
+            .get(0);
+        self.forget_bucket(name);
+        if dropped { Ok(()) } else { Err(StoreError::NoSuchBucket) }
+    }
+
+    pub async fn put_access_key(&self, key: &NewAccessKey) -> StoreResult<()> {
+        let sealed = self.master_key.seal(&key.secret);
+        let client = self.pool.get().await?;
+        client
+            .execute(
+                "SELECT pgvs3.put_access_key($1, $2, $3, $4, $5)",
+                &[&key.access_key, &sealed, &key.is_root, &key.read_only, &key.description],
+            )
+            .await?;
+        self.cached.write().expect("catalog lock").keys.remove(&key.access_key);
+        Ok(())
+    }
+
+    pub async fn delete_access_key(&self, access_key: &str) -> StoreResult<bool> {
+        let client = self.pool.get().await?;
+        let deleted: bool = client
+            .query_one("SELECT pgvs3.delete_access_key($1)", &[&access_key])
+            .await?
+            .get(0);
+        self.cached.write().expect("catalog lock").keys.remove(access_key);
+        Ok(deleted)
+    }
+
+    pub async fn list_access_keys(&self) -> StoreResult<Vec<AccessKey>> {
+        let client = self.pool.get().await?;
+        let rows = client
+            .query(
+                "SELECT access_key, secret_encrypted, is_root, read_only, description, created_at
+                   FROM pgvs3.access_keys ORDER BY access_key",
+                &[],
+            )
+            .await?;
+        rows.iter()
+            .map(|row| self.decode_key(row).map_err(|err| StoreError::Corrupt(err.to_string())))
+            .collect()
+    }
+
+    pub async fn root_key(&self) -> StoreResult<Option<String>> {
+        let client = self.pool.get().await?;
+        let row = client
+            .query_opt("SELECT access_key FROM pgvs3.access_keys WHERE is_root", &[])
+            .await?;
+        Ok(row.map(|row| row.get(0)))
+    }
+
+    /// Every namespace's SQL, for the maintenance reaper.
+    pub(crate) async fn namespaces(&self) -> StoreResult<Vec<Arc<super::objects::NamespaceSql>>> {
+        let client = self.pool.get().await?;
+        let names: Vec<String> = client
+            .query("SELECT name FROM pgvs3.namespaces", &[])
+            .await?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        let mut cached = self.cached.write().expect("catalog lock");
+        Ok(names
+            .iter()
+            .map(|name| namespace_sql(&mut cached.namespaces, name))
+            .collect())
+    }
+}
+
+fn namespace_sql(
+    known: &mut HashMap<String, Arc<super::objects::NamespaceSql>>,
+    namespace: &str,
+) -> Arc<super::objects::NamespaceSql> {
+    Arc::clone(
+        known
+            .entry(namespace.to_owned())
+            .or_insert_with(|| Arc::new(super::objects::NamespaceSql::new(namespace))),
+    )
+}
+
+fn bucket_from_row(row: &Row, namespaces: &mut HashMap<String, Arc<super::objects::NamespaceSql>>) -> BucketInfo {
+    let namespace: String = row.get(2);
+    BucketInfo {
+        id: row.get(0),
+        name: row.get(1),
+        sql: namespace_sql(namespaces, &namespace),
+        namespace,
+        owner: row.get(3),
+        created_at: row.get(4),
+    }
+}

@@ -1,0 +1,82 @@
+use std::fmt;
+
+/// What can go wrong in the store, in terms every protocol front can map to its own errors.
+#[derive(Debug)]
+pub enum StoreError {
+    NoSuchBucket,
+    NoSuchKey,
+    BucketAlreadyExists,
+    BucketAlreadyOwnedByYou,
+    BucketNotEmpty,
+    InvalidBucketName,
+    KeyTooLong,
+    InvalidArgument(String),
+    AccessDenied,
+    /// The server is a hot standby: writes are refused.
+    ReadOnly,
+    InvalidRange {
+        size: u64,
+    },
+    /// The body's digest differs from the one the client declared.
+    BadDigest(String),
+    /// The body ended before (or ran past) its declared length.
+    IncompleteBody {
+        expected: u64,
+        received: u64,
+    },
+    /// The client's body stream failed (disconnect, bad framing, bad chunk signature).
+    Body(String),
+    /// A stored body is damaged (missing or undecodable chunk).
+    Corrupt(String),
+    Database(tokio_postgres::Error),
+    Unavailable(String),
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::NoSuchBucket => f.write_str("the specified bucket does not exist"),
+            StoreError::NoSuchKey => f.write_str("the specified key does not exist"),
+            StoreError::BucketAlreadyExists => f.write_str("the requested bucket name is not available"),
+            StoreError::BucketAlreadyOwnedByYou => f.write_str("you already own this bucket"),
+            StoreError::BucketNotEmpty => f.write_str("the bucket you tried to delete is not empty"),
+            StoreError::InvalidBucketName => f.write_str("the specified bucket is not valid"),
+            StoreError::KeyTooLong => f.write_str("your key is too long (the limit is 1024 bytes)"),
+            StoreError::AccessDenied => f.write_str("access denied"),
+            StoreError::ReadOnly => f.write_str("this gateway is bound to a read-only (standby) database"),
+            StoreError::InvalidRange { size } => {
+                write!(f, "the requested range is not satisfiable (object size {size})")
+            }
+            StoreError::InvalidArgument(msg)
+            | StoreError::BadDigest(msg)
+            | StoreError::Body(msg)
+            | StoreError::Corrupt(msg) => f.write_str(msg),
+            StoreError::IncompleteBody { expected, received } => {
+                write!(f, "the body had {received} bytes but {expected} were declared")
+            }
+            StoreError::Database(err) => write!(f, "database error: {err}"),
+            StoreError::Unavailable(msg) => write!(f, "database unavailable: {msg}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(err: tokio_postgres::Error) -> Self {
+        // 25006: read_only_sql_transaction — what a hot standby answers to any write.
+        if err.code() == Some(&tokio_postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION) {
+            return StoreError::ReadOnly;
+        }
+        StoreError::Database(err)
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for StoreError {
+    fn from(err: deadpool_postgres::PoolError) -> Self {
+        match err {
+            deadpool_postgres::PoolError::Backend(err) => StoreError::from(err),
+            other => StoreError::Unavailable(other.to_string()),
+        }
+    }
+}

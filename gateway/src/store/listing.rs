@@ -1,0 +1,218 @@
+//! Listing keys in UTF-8 byte order with prefix, delimiter and resumable pages.
+
+use std::time::SystemTime;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+use super::{Access, Principal, Store, StoreError, StoreResult};
+
+pub const MAX_KEYS: usize = 1000;
+
+#[derive(Debug, Clone, Default)]
+pub struct ListRequest {
+    pub prefix: String,
+    pub delimiter: Option<String>,
+    /// Start after this key (S3's `start-after` / `marker`).
+    pub start_after: Option<String>,
+    /// An opaque token from a previous page's [`ListPage::next_token`].
+    pub continuation: Option<String>,
+    pub max_keys: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct ListedObject {
+    pub key: String,
+    pub size: u64,
+    pub etag: String,
+    pub last_modified: SystemTime,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ListPage {
+    pub objects: Vec<ListedObject>,
+    pub common_prefixes: Vec<String>,
+    /// Set when the listing was cut at `max_keys`: where the next page starts.
+    pub next_token: Option<String>,
+    /// The last key or common prefix returned (S3's `NextMarker`).
+    pub last_entry: Option<String>,
+}
+
+/// Where a page resumes: after a key, or after every key under a common prefix.
+enum Resume {
+    AfterKey(String),
+    AfterPrefix(String),
+}
+
+impl Resume {
+    fn encode(&self) -> String {
+        let (tag, text) = match self {
+            Resume::AfterKey(key) => ('k', key),
+            Resume::AfterPrefix(prefix) => ('p', prefix),
+        };
+        URL_SAFE_NO_PAD.encode(format!("{tag}{text}"))
+    }
+
+    fn decode(token: &str) -> StoreResult<Resume> {
+        let invalid = || StoreError::InvalidArgument("the continuation token provided is incorrect".into());
+        let raw = URL_SAFE_NO_PAD.decode(token).map_err(|_| invalid())?;
+        let text = String::from_utf8(raw).map_err(|_| invalid())?;
+        let mut chars = text.chars();
+        match chars.next() {
+            Some('k') => Ok(Resume::AfterKey(chars.as_str().to_owned())),
+            Some('p') => Ok(Resume::AfterPrefix(chars.as_str().to_owned())),
+            _ => Err(invalid()),
+        }
+    }
+}
+
+/// The smallest string greater than every string that starts with `prefix` (in byte order),
+/// or `None` when there is none.
+fn prefix_successor(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = (last as u32 + 1..=char::MAX as u32).find_map(char::from_u32);
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+impl Store {
+    pub async fn list_objects(
+        &self,
+        principal: &Principal,
+        bucket: &str,
+        request: &ListRequest,
+    ) -> StoreResult<ListPage> {
+        let bucket = self.bucket(principal, bucket, Access::Read).await?;
+        let mut page = ListPage::default();
+        if request.max_keys == 0 {
+            return Ok(page);
+        }
+        let max_keys = request.max_keys.min(MAX_KEYS);
+        let delimiter = request.delimiter.as_deref().filter(|d| !d.is_empty());
+        // Bounds of the next query: key > after AND key >= from (AND key < below).
+        let mut after = request.start_after.clone().unwrap_or_default();
+        let mut from = request.prefix.clone();
+        match request.continuation.as_deref().map(Resume::decode).transpose()? {
+            Some(Resume::AfterKey(key)) => after = after.max(key),
+            Some(Resume::AfterPrefix(prefix)) => match prefix_successor(&prefix) {
+                Some(next) => from = from.max(next),
+                None => return Ok(page),
+            },
+            None => {}
+        }
+        let below = (!request.prefix.is_empty())
+            .then(|| prefix_successor(&request.prefix))
+            .flatten();
+        let batch = (max_keys + 1).clamp(64, MAX_KEYS + 1) as i64;
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(if below.is_some() {
+                &bucket.sql.list_below
+            } else {
+                &bucket.sql.list
+            })
+            .await?;
+        let mut last_prefix: Option<String> = None;
+        let mut entries = 0usize;
+        'pages: loop {
+            let rows = match &below {
+                Some(below) => {
+                    client
+                        .query(&statement, &[&bucket.id, &after, &from, &batch, below])
+                        .await?
+                }
+                None => client.query(&statement, &[&bucket.id, &after, &from, &batch]).await?,
+            };
+            let exhausted = (rows.len() as i64) < batch;
+            for row in &rows {
+                let key: String = row.get(0);
+                if !key.starts_with(request.prefix.as_str()) {
+                    break 'pages;
+                }
+                let rolled_up = delimiter.and_then(|d| {
+                    let rest = &key[request.prefix.len()..];
+                    rest.find(d)
+                        .map(|at| key[..request.prefix.len() + at + d.len()].to_owned())
+                });
+                if let Some(common) = rolled_up {
+                    if last_prefix.as_deref() == Some(common.as_str()) {
+                        continue;
+                    }
+                    if entries == max_keys {
+                        page.next_token = Some(last_resume(&page, &last_prefix).encode());
+                        break 'pages;
+                    }
+                    entries += 1;
+                    page.last_entry = Some(common.clone());
+                    page.common_prefixes.push(common.clone());
+                    last_prefix = Some(common);
+                    continue;
+                }
+                if entries == max_keys {
+                    page.next_token = Some(last_resume(&page, &last_prefix).encode());
+                    break 'pages;
+                }
+                entries += 1;
+                page.last_entry = Some(key.clone());
+                page.objects.push(ListedObject {
+                    size: row.get::<_, i64>(1) as u64,
+                    etag: row.get(2),
+                    last_modified: row.get(3),
+                    key,
+                });
+            }
+            if exhausted {
+                break;
+            }
+            // Resume after the last row; skip the rest of a common prefix in one jump.
+            let last_key: String = rows.last().map(|row| row.get(0)).unwrap_or_default();
+            match &last_prefix {
+                Some(common) if last_key.starts_with(common.as_str()) => match prefix_successor(common) {
+                    Some(next) => from = from.max(next),
+                    None => break,
+                },
+                _ => after = last_key,
+            }
+        }
+        Ok(page)
+    }
+}
+
+/// The resume point after the last entry of a page.
+fn last_resume(page: &ListPage, last_prefix: &Option<String>) -> Resume {
+    let last = page.last_entry.clone().unwrap_or_default();
+    if last_prefix.as_deref() == Some(last.as_str()) {
+        Resume::AfterPrefix(last)
+    } else {
+        Resume::AfterKey(last)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_successor_bounds_every_extension() {
+        assert_eq!(prefix_successor("a/").as_deref(), Some("a0"));
+        assert_eq!(prefix_successor("abc").as_deref(), Some("abd"));
+        assert_eq!(prefix_successor("a\u{D7FF}").as_deref(), Some("a\u{E000}"));
+        assert_eq!(prefix_successor("a\u{10FFFF}").as_deref(), Some("b"));
+        assert_eq!(prefix_successor("\u{10FFFF}"), None);
+        let successor = prefix_successor("photos/é").unwrap();
+        assert!("photos/é\u{10FFFF}zzz".as_bytes() < successor.as_bytes());
+    }
+
+    #[test]
+    fn resume_tokens_round_trip_and_reject_garbage() {
+        let token = Resume::AfterPrefix("dir/ü/".into()).encode();
+        assert!(matches!(Resume::decode(&token), Ok(Resume::AfterPrefix(p)) if p == "dir/ü/"));
+        assert!(Resume::decode("!!!").is_err());
+        assert!(Resume::decode(&URL_SAFE_NO_PAD.encode("xabc")).is_err());
+    }
+}

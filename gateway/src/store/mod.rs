@@ -1,0 +1,73 @@
+//! The only module that knows the storage layout: buckets, objects, chunks, expiry.
+//! Protocol fronts call it and never write SQL for objects themselves.
+
+mod catalog;
+mod chunks;
+mod error;
+mod listing;
+mod objects;
+
+use std::sync::Arc;
+
+use deadpool_postgres::Pool;
+
+pub use catalog::{AccessKey, BucketInfo, BucketSummary, Catalog, NewAccessKey};
+pub use chunks::CHUNK_SIZE;
+pub use error::StoreError;
+pub use listing::{ListPage, ListRequest, ListedObject, MAX_KEYS as LIST_MAX_KEYS};
+pub use objects::{
+    BodyObserver, BodyStream, ByteRange, INLINE_LIMIT, ObjectHead, ObjectMeta, ObjectRead, PutOutcome, StoredChecksum,
+    Upload,
+};
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Who is asking: the access key that signed the request.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    pub access_key: String,
+    pub is_root: bool,
+    pub read_only: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+}
+
+#[derive(Clone)]
+pub struct Store {
+    pool: Pool,
+    catalog: Arc<Catalog>,
+}
+
+impl Store {
+    pub fn new(pool: Pool, catalog: Arc<Catalog>) -> Store {
+        Store { pool, catalog }
+    }
+
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    async fn client(&self) -> StoreResult<deadpool_postgres::Object> {
+        self.pool.get().await.map_err(StoreError::from)
+    }
+
+    /// Resolves a bucket the principal may use in the given way.
+    pub async fn bucket(&self, principal: &Principal, name: &str, access: Access) -> StoreResult<Arc<BucketInfo>> {
+        if access == Access::Write && principal.read_only {
+            return Err(StoreError::AccessDenied);
+        }
+        let bucket = self.catalog.bucket(name).await?;
+        if !principal.is_root && bucket.owner.as_deref() != Some(principal.access_key.as_str()) {
+            return Err(StoreError::AccessDenied);
+        }
+        Ok(bucket)
+    }
+}

@@ -1,0 +1,214 @@
+//! Shared test harness: one throwaway PostgreSQL per test binary (started by the same launcher
+//! as the embedded default), a fresh database per test, and gateways started in-process.
+
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::{Credentials, Region};
+use clap::Parser;
+use pgvs3_gateway::config::ServeArgs;
+use pgvs3_gateway::pg::embedded::{EmbeddedOptions, EmbeddedPostgres};
+use pgvs3_gateway::serve::RunningGateway;
+
+pub const ROOT_ACCESS_KEY: &str = "PGVS3TESTROOTKEY0001";
+pub const ROOT_SECRET_KEY: &str = "test-root-secret-key-0123456789";
+const MASTER_KEY: &str = "integration-test-master-key";
+
+struct Cluster {
+    socket_dir: String,
+    port: u16,
+}
+
+/// The cluster lives on a thread of its own that never ends: the server is tied to the thread
+/// that started it and stops when the test process exits.
+fn cluster() -> &'static Cluster {
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        remove_stale_clusters();
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let data_dir: PathBuf = std::env::temp_dir().join(format!(
+                "pgvs3-test-{}-{}",
+                std::process::id(),
+                env!("CARGO_CRATE_NAME")
+            ));
+            let _ = std::fs::remove_dir_all(&data_dir);
+            let server = runtime
+                .block_on(EmbeddedPostgres::start(EmbeddedOptions {
+                    data_dir,
+                    pg_bin: None,
+                    memory_budget: Some(1 << 30),
+                }))
+                .expect("start the test PostgreSQL");
+            let config = server.connect_config();
+            let socket_dir = match &config.get_hosts()[0] {
+                tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+                tokio_postgres::config::Host::Tcp(host) => host.clone(),
+            };
+            sender
+                .send(Cluster {
+                    socket_dir,
+                    port: server.port(),
+                })
+                .unwrap();
+            // Keep the server (and the runtime that owns its child handle) for the process's life.
+            let _keep = (server, runtime);
+            loop {
+                std::thread::park();
+            }
+        });
+        receiver.recv().expect("test PostgreSQL thread")
+    })
+}
+
+/// Data dirs of earlier test processes: their servers stopped when those processes ended.
+fn remove_stale_clusters() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("pgvs3-test-").and_then(|rest| rest.split('-').next()) else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<i32>() else { continue };
+        // SAFETY: kill with signal 0 only checks whether the process exists.
+        let alive = unsafe { libc::kill(pid, 0) } == 0;
+        if !alive && pgvs3_gateway::pg::embedded::running_cluster(&entry.path()).is_none() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// A new empty database on the test cluster; returns its connection string.
+pub async fn fresh_database() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let cluster = cluster();
+    let name = format!("t{}_{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+    let admin = format!(
+        "host={} port={} user=pgvs3 dbname=postgres",
+        cluster.socket_dir, cluster.port
+    );
+    let (client, connection) = tokio_postgres::connect(&admin, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client.batch_execute(&format!("CREATE DATABASE {name}")).await.unwrap();
+    format!(
+        "host={} port={} user=pgvs3 dbname={name}",
+        cluster.socket_dir, cluster.port
+    )
+}
+
+#[derive(Parser)]
+struct TestCli {
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+pub fn serve_args(database_url: &str, extra: &[&str]) -> ServeArgs {
+    let mut argv = vec![
+        "pgvs3",
+        "--database-url",
+        database_url,
+        "--master-key",
+        MASTER_KEY,
+        "--s3-addr",
+        "127.0.0.1:0",
+        "--admin-addr",
+        "127.0.0.1:0",
+        "--root-access-key",
+        ROOT_ACCESS_KEY,
+        "--root-secret-key",
+        ROOT_SECRET_KEY,
+        "--maintenance-interval",
+        "1h",
+        "--pool-size",
+        "16",
+    ];
+    argv.extend_from_slice(extra);
+    TestCli::parse_from(argv).serve
+}
+
+pub struct TestGateway {
+    pub gateway: RunningGateway,
+    pub database_url: String,
+    pub client: Client,
+}
+
+impl TestGateway {
+    pub async fn start() -> TestGateway {
+        TestGateway::on(fresh_database().await).await
+    }
+
+    pub async fn on(database_url: String) -> TestGateway {
+        let gateway = RunningGateway::start(&serve_args(&database_url, &[]))
+            .await
+            .expect("gateway starts");
+        let client = s3_client(&gateway, ROOT_ACCESS_KEY, ROOT_SECRET_KEY);
+        TestGateway {
+            gateway,
+            database_url,
+            client,
+        }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.gateway.s3_addr)
+    }
+
+    pub fn client_for(&self, access_key: &str, secret_key: &str) -> Client {
+        s3_client(&self.gateway, access_key, secret_key)
+    }
+
+    pub async fn stop(self) -> String {
+        self.gateway.shutdown().await.expect("clean shutdown");
+        self.database_url
+    }
+
+    /// A direct connection to the gateway's database, to look at the layout underneath.
+    pub async fn sql(&self) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(&self.database_url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+    }
+}
+
+pub fn s3_client(gateway: &RunningGateway, access_key: &str, secret_key: &str) -> Client {
+    let config = aws_sdk_s3::Config::builder()
+        .behavior_version_latest()
+        .region(Region::new("us-east-1"))
+        .endpoint_url(format!("http://{}", gateway.s3_addr))
+        .credentials_provider(Credentials::new(access_key, secret_key, None, None, "test"))
+        .force_path_style(true)
+        .http_client(aws_smithy_http_client::Builder::new().build_http())
+        .build();
+    Client::from_conf(config)
+}
+
+/// Deterministic bytes that do not compress (so chunks are stored raw).
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        out.extend_from_slice(&state.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+pub fn sha256(data: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(data))
+}
