@@ -525,7 +525,7 @@ async fn checksums_are_verified_stored_and_returned_for_whole_objects_only() {
         (ChecksumAlgorithm::Sha1, 10),
         (ChecksumAlgorithm::Sha256, 9000),
     ] {
-        let key = format!("{}", algorithm.as_str());
+        let key = algorithm.as_str().to_owned();
         let body = noise(size, 3);
         let put = gw
             .client

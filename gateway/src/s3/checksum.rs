@@ -1,5 +1,6 @@
-//! Verifying what S3 clients declare about an upload: Content-MD5, the signed payload hash, and
-//! `x-amz-checksum-*` values sent as headers or as trailers after an aws-chunked body.
+//! Verifying what S3 clients declare about an upload: Content-MD5 and `x-amz-checksum-*`
+//! values sent as headers or as trailers after an aws-chunked body. (The signed payload hash
+//! is checked by s3s while the body streams.)
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -114,7 +115,6 @@ enum Declared {
 pub struct UploadCheck {
     checksum: Option<(Algorithm, Hasher, Declared)>,
     content_md5: Option<Vec<u8>>,
-    payload_sha256: Option<(Sha256, Vec<u8>)>,
 }
 
 impl UploadCheck {
@@ -130,12 +130,6 @@ impl UploadCheck {
                     .ok_or_else(|| s3s::s3_error!(InvalidDigest, "The Content-MD5 you specified was invalid."))?,
             ),
             None => None,
-        };
-        let payload_sha256 = match text("x-amz-content-sha256") {
-            Some(value) if value.len() == 64 && value.bytes().all(|b| b.is_ascii_hexdigit()) => {
-                Some((Sha256::new(), hex::decode(value).expect("checked hex")))
-            }
-            _ => None,
         };
         let in_header = Algorithm::ALL
             .into_iter()
@@ -158,7 +152,6 @@ impl UploadCheck {
         Ok(UploadCheck {
             checksum: checksum.map(|(alg, declared)| (alg, Hasher::new(alg), declared)),
             content_md5,
-            payload_sha256,
         })
     }
 }
@@ -168,17 +161,9 @@ impl BodyObserver for UploadCheck {
         if let Some((_, hasher, _)) = &mut self.checksum {
             hasher.update(data);
         }
-        if let Some((hasher, _)) = &mut self.payload_sha256 {
-            hasher.update(data);
-        }
     }
 
     fn finish(self: Box<Self>, _size: u64, md5: &[u8; 16]) -> StoreResult<Option<StoredChecksum>> {
-        if let Some((hasher, expected)) = self.payload_sha256
-            && hasher.finalize().as_ref() != expected.as_slice()
-        {
-            return Err(StoreError::BadDigest(PAYLOAD_SHA256_MISMATCH.into()));
-        }
         if self.content_md5.is_some_and(|expected| expected != md5) {
             return Err(StoreError::BadDigest(
                 "The Content-MD5 you specified did not match what we received.".into(),
@@ -215,3 +200,14 @@ impl BodyObserver for UploadCheck {
 /// Marks the signed-payload mismatch so the S3 error mapping can give it S3's own code.
 pub const PAYLOAD_SHA256_MISMATCH: &str =
     "The provided 'x-amz-content-sha256' header does not match what was computed.";
+
+/// An error from the request body stream, as the store sees it. s3s reports a body whose
+/// SHA-256 differs from the signed `x-amz-content-sha256` only through its error text.
+pub fn body_error(err: &(dyn std::error::Error + Send + Sync)) -> StoreError {
+    let text = err.to_string();
+    if text.contains("Sha256Mismatch") {
+        StoreError::BadDigest(PAYLOAD_SHA256_MISMATCH.into())
+    } else {
+        StoreError::Body(text)
+    }
+}

@@ -6,7 +6,7 @@ use futures::TryStreamExt;
 use s3s::dto::*;
 use s3s::{S3, S3Error, S3Request, S3Response, S3Result};
 
-use super::checksum::{Algorithm, UploadCheck};
+use super::checksum::{Algorithm, UploadCheck, body_error};
 use super::errors::{RequestId, s3_error};
 use crate::store::{self, ListRequest, ObjectHead, ObjectMeta, Principal, Store, StoreError};
 
@@ -178,7 +178,7 @@ impl S3 for S3Front {
         let principal = self.principal(&req).await?;
         let check = UploadCheck::from_request(&req.headers, req.trailing_headers.clone())?;
         let body: store::BodyStream = match req.input.body.take() {
-            Some(blob) => Box::pin(blob.map_err(|err| StoreError::Body(err.to_string()))),
+            Some(blob) => Box::pin(blob.map_err(|err| body_error(err.as_ref()))),
             None => Box::pin(futures::stream::empty()),
         };
         let input = &req.input;

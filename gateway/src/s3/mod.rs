@@ -57,7 +57,21 @@ impl S3Endpoint {
         request.extensions_mut().insert(operation.clone());
         let received = content_length(request.headers(), "x-amz-decoded-content-length")
             .or_else(|| content_length(request.headers(), "content-length"));
-        let mut response = match hyper::service::Service::call(&self.service, request).await {
+        let undated = request.headers().contains_key(http::header::AUTHORIZATION)
+            && !request.headers().contains_key("x-amz-date")
+            && !request.headers().contains_key(http::header::DATE);
+        let outcome = if undated {
+            // S3's answer; s3s would call it a 400 InvalidRequest.
+            Ok(error_response(
+                http::StatusCode::FORBIDDEN,
+                "AccessDenied",
+                "AWS authentication requires a valid Date or x-amz-date header",
+                &request_id,
+            ))
+        } else {
+            hyper::service::Service::call(&self.service, request).await
+        };
+        let mut response = match outcome {
             Ok(response) => response,
             Err(err) => {
                 tracing::error!(error = ?err, "S3 request failed inside the service");
@@ -84,6 +98,19 @@ impl S3Endpoint {
         }
         response
     }
+}
+
+/// An S3 XML error for requests answered before s3s sees them.
+fn error_response(status: http::StatusCode, code: &str, message: &str, request_id: &str) -> Response<s3s::Body> {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Message>{message}</Message><RequestId>{request_id}</RequestId></Error>"
+    );
+    let mut response = Response::new(s3s::Body::from(body));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/xml"));
+    response
 }
 
 fn content_length(headers: &http::HeaderMap, name: &str) -> Option<u64> {

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod raw;
+
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -1,0 +1,328 @@
+//! Bad input gets the error S3 returns, and loses nothing: no partial object is ever visible.
+
+mod common;
+
+use std::time::{Duration, SystemTime};
+
+use aws_sdk_s3::primitives::ByteStream;
+use common::raw::{RawResponse, Signer, send, sha256_hex};
+use common::{ROOT_ACCESS_KEY, ROOT_SECRET_KEY, TestGateway};
+use tokio::io::AsyncWriteExt;
+
+fn signer(gw: &TestGateway, secret: &str) -> Signer {
+    Signer {
+        access_key: ROOT_ACCESS_KEY.into(),
+        secret_key: secret.into(),
+        host: gw.gateway.s3_addr.to_string(),
+    }
+}
+
+async fn signed(gw: &TestGateway, method: &str, path: &str, extra: &[(&str, String)], body: &[u8]) -> RawResponse {
+    let headers = signer(gw, ROOT_SECRET_KEY).sign(method, path, extra, &sha256_hex(body), SystemTime::now());
+    send(
+        gw.gateway.s3_addr,
+        method,
+        path,
+        &with_length(headers, body.len()),
+        body,
+    )
+    .await
+}
+
+fn with_length(mut headers: Vec<(String, String)>, len: usize) -> Vec<(String, String)> {
+    headers.push(("content-length".into(), len.to_string()));
+    headers
+}
+
+async fn exists(gw: &TestGateway, bucket: &str, key: &str) -> bool {
+    gw.client.head_object().bucket(bucket).key(key).send().await.is_ok()
+}
+
+async fn setup() -> TestGateway {
+    let gw = TestGateway::start().await;
+    gw.client.create_bucket().bucket("bkt").send().await.unwrap();
+    gw.client
+        .put_object()
+        .bucket("bkt")
+        .key("there")
+        .body(ByteStream::from_static(b"0123456789"))
+        .send()
+        .await
+        .unwrap();
+    gw
+}
+
+#[tokio::test]
+async fn unsigned_and_badly_signed_requests_are_refused() {
+    let gw = setup().await;
+    let anonymous = send(
+        gw.gateway.s3_addr,
+        "GET",
+        "/bkt/there",
+        &[("host".into(), "x".into())],
+        b"",
+    )
+    .await;
+    assert_eq!((anonymous.status, anonymous.code()), (403, Some("AccessDenied")));
+    assert!(anonymous.header("x-amz-request-id").is_some_and(|id| !id.is_empty()));
+
+    let headers = signer(&gw, "wrong-secret").sign("GET", "/bkt/there", &[], &sha256_hex(b""), SystemTime::now());
+    let forged = send(gw.gateway.s3_addr, "GET", "/bkt/there", &headers, b"").await;
+    assert_eq!((forged.status, forged.code()), (403, Some("SignatureDoesNotMatch")));
+
+    let stale = SystemTime::now() - Duration::from_secs(3600);
+    let headers = signer(&gw, ROOT_SECRET_KEY).sign("GET", "/bkt/there", &[], &sha256_hex(b""), stale);
+    let late = send(gw.gateway.s3_addr, "GET", "/bkt/there", &headers, b"").await;
+    assert_eq!((late.status, late.code()), (403, Some("RequestTimeTooSkewed")));
+
+    let mut headers = signer(&gw, ROOT_SECRET_KEY).sign("GET", "/bkt/there", &[], &sha256_hex(b""), SystemTime::now());
+    headers.retain(|(name, _)| name != "x-amz-date");
+    let undated = send(gw.gateway.s3_addr, "GET", "/bkt/there", &headers, b"").await;
+    assert_eq!(
+        (undated.status, undated.code()),
+        (403, Some("AccessDenied")),
+        "{}",
+        undated.body
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_payload_that_does_not_match_its_signed_hash_is_not_stored() {
+    let gw = setup().await;
+    let headers = signer(&gw, ROOT_SECRET_KEY).sign(
+        "PUT",
+        "/bkt/tampered",
+        &[],
+        &sha256_hex(b"what was signed"),
+        SystemTime::now(),
+    );
+    let response = send(
+        gw.gateway.s3_addr,
+        "PUT",
+        "/bkt/tampered",
+        &with_length(headers, 13),
+        b"what was sent",
+    )
+    .await;
+    assert_eq!(
+        (response.status, response.code()),
+        (400, Some("XAmzContentSHA256Mismatch")),
+        "{}",
+        response.body
+    );
+    assert!(!exists(&gw, "bkt", "tampered").await);
+
+    // The same over the chunked path (a body larger than the inline limit).
+    let big = vec![7u8; 200_000];
+    let headers =
+        signer(&gw, ROOT_SECRET_KEY).sign("PUT", "/bkt/tampered-big", &[], &sha256_hex(b"x"), SystemTime::now());
+    let response = send(
+        gw.gateway.s3_addr,
+        "PUT",
+        "/bkt/tampered-big",
+        &with_length(headers, big.len()),
+        &big,
+    )
+    .await;
+    assert_eq!(response.code(), Some("XAmzContentSHA256Mismatch"));
+    assert!(!exists(&gw, "bkt", "tampered-big").await);
+    let chunks: i64 = gw
+        .sql()
+        .await
+        .query_one("SELECT count(*) FROM s3p.chunks", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(chunks, 0, "the rejected body's chunks were rolled back");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn bad_content_md5_and_checksums_are_rejected() {
+    let gw = setup().await;
+    let wrong_md5 = base64_md5(b"something else");
+    let response = signed(&gw, "PUT", "/bkt/md5", &[("content-md5", wrong_md5)], b"payload").await;
+    assert_eq!((response.status, response.code()), (400, Some("BadDigest")));
+    let response = signed(
+        &gw,
+        "PUT",
+        "/bkt/md5",
+        &[("content-md5", "not base64!".into())],
+        b"payload",
+    )
+    .await;
+    assert_eq!((response.status, response.code()), (400, Some("InvalidDigest")));
+    let right = base64_md5(b"payload");
+    assert_eq!(
+        signed(&gw, "PUT", "/bkt/md5", &[("content-md5", right)], b"payload")
+            .await
+            .status,
+        200
+    );
+    let response = signed(
+        &gw,
+        "PUT",
+        "/bkt/sha",
+        &[("x-amz-checksum-sha256", base64_md5(b"x"))],
+        b"payload",
+    )
+    .await;
+    assert_eq!((response.status, response.code()), (400, Some("BadDigest")));
+    assert!(!exists(&gw, "bkt", "sha").await);
+    gw.stop().await;
+}
+
+fn base64_md5(data: &[u8]) -> String {
+    use base64::Engine;
+    use md5::Digest;
+    base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(data))
+}
+
+#[tokio::test]
+async fn malformed_requests_get_s3_errors() {
+    let gw = setup().await;
+    let long_key = "k".repeat(1025);
+    let response = signed(&gw, "PUT", &format!("/bkt/{long_key}"), &[], b"x").await;
+    assert_eq!((response.status, response.code()), (400, Some("KeyTooLongError")));
+    let ok_key = "k".repeat(1024);
+    assert_eq!(
+        signed(&gw, "PUT", &format!("/bkt/{ok_key}"), &[], b"x").await.status,
+        200
+    );
+
+    let response = signed(
+        &gw,
+        "POST",
+        "/bkt?delete",
+        &[],
+        b"<Delete><Object><Key>there</Key></Object>",
+    )
+    .await;
+    assert_eq!(
+        (response.status, response.code()),
+        (400, Some("MalformedXML")),
+        "{}",
+        response.body
+    );
+    assert!(exists(&gw, "bkt", "there").await, "a malformed batch deletes nothing");
+
+    let response = signed(&gw, "PUT", "/Bad_Bucket", &[], b"").await;
+    assert_eq!((response.status, response.code()), (400, Some("InvalidBucketName")));
+
+    // S3 ignores a Range header it cannot parse; pgvs3 (through s3s) refuses it instead, which
+    // no client relies on either way (docs/s3-compatibility.md).
+    for malformed in ["bytes=7-3", "bytes=abc", "lines=1-2"] {
+        let response = signed(&gw, "GET", "/bkt/there", &[("range", malformed.into())], b"").await;
+        assert_eq!(
+            (response.status, response.code()),
+            (400, Some("InvalidArgument")),
+            "{malformed}"
+        );
+    }
+    let response = signed(&gw, "GET", "/bkt/there", &[("range", "bytes=20-".into())], b"").await;
+    assert_eq!((response.status, response.code()), (416, Some("InvalidRange")));
+    let response = signed(&gw, "GET", "/bkt/missing", &[], b"").await;
+    assert_eq!((response.status, response.code()), (404, Some("NoSuchKey")));
+    assert!(response.body.contains("<RequestId>"), "{}", response.body);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_body_shorter_than_its_content_length_stores_nothing() {
+    let gw = setup().await;
+    for (key, declared, sent) in [
+        ("short-inline", 1000usize, 400usize),
+        ("short-chunked", 500_000, 300_000),
+    ] {
+        let body = vec![1u8; sent];
+        let path = format!("/bkt/{key}");
+        let headers = signer(&gw, ROOT_SECRET_KEY).sign("PUT", &path, &[], "UNSIGNED-PAYLOAD", SystemTime::now());
+        let mut stream = tokio::net::TcpStream::connect(gw.gateway.s3_addr).await.unwrap();
+        let mut request = format!("PUT {path} HTTP/1.1\r\ncontent-length: {declared}\r\n");
+        for (name, value) in &headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        stream.write_all(&body).await.unwrap();
+        stream.shutdown().await.unwrap();
+        let response = common::raw::read_response(&mut stream).await;
+        assert!(
+            response.status == 0 || response.status == 400,
+            "{key}: {}",
+            response.status
+        );
+        assert!(!exists(&gw, "bkt", key).await, "{key} must not exist");
+    }
+    let sql = gw.sql().await;
+    let (objects, chunks) = wait_for_rollback(&sql).await;
+    assert_eq!(
+        (objects, chunks),
+        (1, 0),
+        "only the setup object; no chunk of the cut body"
+    );
+    gw.stop().await;
+}
+
+/// The server notices a dead client asynchronously; wait (bounded) for its transaction to end.
+async fn wait_for_rollback(sql: &tokio_postgres::Client) -> (i64, i64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let busy: i64 = sql
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%' OR query LIKE 'COPY%' AND state = 'active' AND datname = current_database()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if busy == 0 || tokio::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let objects: i64 = sql
+        .query_one("SELECT count(*) FROM s3p.objects", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let chunks: i64 = sql
+        .query_one("SELECT count(*) FROM s3p.chunks", &[])
+        .await
+        .unwrap()
+        .get(0);
+    (objects, chunks)
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_mid_upload_leaves_nothing_behind() {
+    let gw = setup().await;
+    let headers = signer(&gw, ROOT_SECRET_KEY).sign("PUT", "/bkt/cut", &[], "UNSIGNED-PAYLOAD", SystemTime::now());
+    let mut stream = tokio::net::TcpStream::connect(gw.gateway.s3_addr).await.unwrap();
+    let mut request = format!("PUT /bkt/cut HTTP/1.1\r\ncontent-length: {}\r\n", 10 << 20);
+    for (name, value) in &headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    stream.write_all(&vec![9u8; 3 << 20]).await.unwrap();
+    drop(stream);
+    let sql = gw.sql().await;
+    let (objects, chunks) = wait_for_rollback(&sql).await;
+    assert_eq!((objects, chunks), (1, 0));
+    assert!(!exists(&gw, "bkt", "cut").await);
+    // The gateway is still healthy and its pool is not poisoned by the aborted COPY.
+    for i in 0..20 {
+        gw.client
+            .put_object()
+            .bucket("bkt")
+            .key(format!("after-{i}"))
+            .body(ByteStream::from(vec![1u8; 100_000]))
+            .send()
+            .await
+            .unwrap();
+    }
+    gw.stop().await;
+}
