@@ -1,0 +1,242 @@
+//! The `pgvs3` binary as a user runs it: the embedded default, admin commands next to a running
+//! server, health and metrics endpoints, signals, and a clear error without PostgreSQL.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use aws_sdk_s3::primitives::ByteStream;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+
+const BIN: &str = env!("CARGO_BIN_EXE_pgvs3");
+
+fn data_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pgvs3-test-{}-cli-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+struct Served {
+    child: Child,
+    s3: String,
+    admin: String,
+}
+
+/// Starts `pgvs3 serve` on ephemeral ports and reads the addresses it prints.
+async fn serve(data_dir: &Path) -> Served {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--s3-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env("PGVS3_ROOT_ACCESS_KEY", common::ROOT_ACCESS_KEY)
+        .env("PGVS3_ROOT_SECRET_KEY", common::ROOT_SECRET_KEY)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let line = lines.next_line().await.unwrap().expect("serve printed its endpoint");
+            if line.starts_with("pgvs3 S3 endpoint:") {
+                return line;
+            }
+        }
+    })
+    .await
+    .expect("serve starts within a minute");
+    let mut urls = line.split_whitespace().filter(|w| w.starts_with("http://"));
+    let s3 = urls.next().unwrap().trim_end_matches(')').to_owned();
+    let admin = urls
+        .next()
+        .unwrap()
+        .trim_end_matches(')')
+        .trim_end_matches("/metrics")
+        .to_owned();
+    Served { child, s3, admin }
+}
+
+fn client(endpoint: &str, access_key: &str, secret_key: &str) -> aws_sdk_s3::Client {
+    let config = aws_sdk_s3::Config::builder()
+        .behavior_version_latest()
+        .region(aws_sdk_s3::config::Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(aws_sdk_s3::config::Credentials::new(
+            access_key, secret_key, None, None, "test",
+        ))
+        .force_path_style(true)
+        .http_client(aws_smithy_http_client::Builder::new().build_http())
+        .build();
+    aws_sdk_s3::Client::from_conf(config)
+}
+
+async fn http_get(base: &str, path: &str) -> (u16, String) {
+    let addr = base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).await.unwrap();
+    let status = raw.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (
+        status,
+        raw.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default(),
+    )
+}
+
+async fn pgvs3(args: &[&str]) -> std::process::Output {
+    Command::new(BIN).args(args).output().await.unwrap()
+}
+
+async fn terminate(mut served: Served) {
+    let pid = served.child.id().unwrap() as i32;
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let status = tokio::time::timeout(Duration::from_secs(60), served.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "serve exits cleanly on SIGTERM: {status}");
+}
+
+#[tokio::test]
+async fn the_embedded_default_serves_s3_and_admin_commands_work_beside_it() {
+    let dir = data_dir("embedded");
+    let served = serve(&dir).await;
+    let root = client(&served.s3, common::ROOT_ACCESS_KEY, common::ROOT_SECRET_KEY);
+    root.create_bucket().bucket("laptop").send().await.unwrap();
+    root.put_object()
+        .bucket("laptop")
+        .key("hello.txt")
+        .body(ByteStream::from_static(b"hello"))
+        .send()
+        .await
+        .unwrap();
+
+    let (status, body) = http_get(&served.admin, "/healthz").await;
+    assert_eq!((status, body.trim()), (200, "ok"));
+    let (status, body) = http_get(&served.admin, "/readyz").await;
+    assert_eq!(status, 200, "{body}");
+    let ready: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (ready["ready"].as_bool(), ready["role"].as_str()),
+        (Some(true), Some("primary"))
+    );
+    let (_, metrics) = http_get(&served.admin, "/metrics").await;
+    assert!(
+        metrics.contains(r#"pgvs3_requests_total{operation="PutObject",protocol="s3",status="200"} 1"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains("pgvs3_request_duration_seconds_bucket"));
+    assert!(metrics.contains("pgvs3_db_pool_connections{state=\"idle\"}"));
+
+    // Admin commands reach the running server's database through the data dir.
+    let dir_arg = dir.to_str().unwrap();
+    let created = pgvs3(&[
+        "admin",
+        "--data-dir",
+        dir_arg,
+        "key",
+        "create",
+        "--access-key",
+        "CLIKEY",
+        "--secret-key",
+        "cli-secret",
+    ])
+    .await;
+    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    let listed = pgvs3(&["admin", "--data-dir", dir_arg, "key", "list"]).await;
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    assert!(
+        listed.contains("CLIKEY") && listed.contains(common::ROOT_ACCESS_KEY),
+        "{listed}"
+    );
+    let cli = client(&served.s3, "CLIKEY", "cli-secret");
+    assert!(cli.list_buckets().send().await.unwrap().buckets().is_empty());
+    let denied = cli
+        .get_object()
+        .bucket("laptop")
+        .key("hello.txt")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(denied.into_service_error().meta().code(), Some("AccessDenied"));
+    let deleted = pgvs3(&["admin", "--data-dir", dir_arg, "key", "delete", "CLIKEY"]).await;
+    assert!(deleted.status.success());
+    // The gateway notices the catalog change on its next poll (about a second).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let refused = loop {
+        match cli.list_buckets().send().await {
+            Err(err) => break err,
+            Ok(_) if tokio::time::Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+            Ok(_) => panic!("a deleted key still works after 10 s"),
+        }
+    };
+    assert_eq!(refused.into_service_error().meta().code(), Some("InvalidAccessKeyId"));
+    let maintenance = pgvs3(&["admin", "--data-dir", dir_arg, "maintenance", "--run-once"]).await;
+    assert!(
+        maintenance.status.success(),
+        "{}",
+        String::from_utf8_lossy(&maintenance.stderr)
+    );
+
+    terminate(served).await;
+    assert!(
+        pgvs3_gateway::pg::embedded::running_cluster(&dir).is_none(),
+        "PostgreSQL stopped with the gateway"
+    );
+
+    // A second start on the same data dir keeps the data and the root key.
+    let served = serve(&dir).await;
+    let root = client(&served.s3, common::ROOT_ACCESS_KEY, common::ROOT_SECRET_KEY);
+    let out = root
+        .get_object()
+        .bucket("laptop")
+        .key("hello.txt")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.body.collect().await.unwrap().into_bytes().as_ref(), b"hello");
+    terminate(served).await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn version_and_a_missing_postgresql_give_one_line_answers() {
+    let version = pgvs3(&["--version"]).await;
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout).trim(),
+        format!("pgvs3 {}", env!("CARGO_PKG_VERSION"))
+    );
+    let dir = data_dir("nopg");
+    let missing = pgvs3(&[
+        "serve",
+        "--pg-bin",
+        "/nonexistent/bin",
+        "--data-dir",
+        dir.to_str().unwrap(),
+    ])
+    .await;
+    assert!(!missing.status.success());
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("pgvs3: ") && last.contains("apt-get install postgresql"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn an_explicit_database_needs_a_master_key() {
+    let out = pgvs3(&["serve", "--database-url", "postgres://nobody@127.0.0.1:1/x"]).await;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("PGVS3_MASTER_KEY"));
+}
