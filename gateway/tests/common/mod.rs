@@ -150,7 +150,11 @@ impl TestGateway {
     }
 
     pub async fn on(database_url: String) -> TestGateway {
-        let gateway = RunningGateway::start(&serve_args(&database_url, &[]))
+        TestGateway::with_args(database_url, &[]).await
+    }
+
+    pub async fn with_args(database_url: String, extra: &[&str]) -> TestGateway {
+        let gateway = RunningGateway::start(&serve_args(&database_url, extra))
             .await
             .expect("gateway starts");
         let client = s3_client(&gateway, ROOT_ACCESS_KEY, ROOT_SECRET_KEY);
