@@ -331,16 +331,30 @@ async fn a_client_that_disconnects_mid_upload_leaves_nothing_behind() {
 async fn virtual_host_style_requests_address_the_bucket_by_host_name() {
     let gw = TestGateway::with_args(common::fresh_database().await, &["--s3-domain", "s3.pgvs3.test"]).await;
     gw.client.create_bucket().bucket("vhost").send().await.unwrap();
-    let signer = Signer { access_key: ROOT_ACCESS_KEY.into(), secret_key: ROOT_SECRET_KEY.into(), host: "vhost.s3.pgvs3.test".into() };
+    let signer = Signer {
+        access_key: ROOT_ACCESS_KEY.into(),
+        secret_key: ROOT_SECRET_KEY.into(),
+        host: "vhost.s3.pgvs3.test".into(),
+    };
     let body = b"by host name";
-    let headers = with_length(signer.sign("PUT", "/dir/file.txt", &[], &sha256_hex(body), SystemTime::now()), body.len());
+    let headers = with_length(
+        signer.sign("PUT", "/dir/file.txt", &[], &sha256_hex(body), SystemTime::now()),
+        body.len(),
+    );
     let put = send(gw.gateway.s3_addr, "PUT", "/dir/file.txt", &headers, body).await;
     assert_eq!(put.status, 200, "{}", put.body);
     let headers = signer.sign("GET", "/dir/file.txt", &[], &sha256_hex(b""), SystemTime::now());
     let got = send(gw.gateway.s3_addr, "GET", "/dir/file.txt", &headers, b"").await;
     assert_eq!((got.status, got.body.as_str()), (200, "by host name"));
     // Path style keeps working on the same gateway.
-    let out = gw.client.get_object().bucket("vhost").key("dir/file.txt").send().await.unwrap();
+    let out = gw
+        .client
+        .get_object()
+        .bucket("vhost")
+        .key("dir/file.txt")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(out.body.collect().await.unwrap().into_bytes().as_ref(), body);
     gw.stop().await;
 }

@@ -279,3 +279,41 @@ async fn retired_bodies_wait_out_their_grace_period_then_go() {
     assert_eq!(left, 0);
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn shutdown_lets_an_in_flight_download_finish() {
+    let gw = TestGateway::start().await;
+    gw.client.create_bucket().bucket("drain").send().await.unwrap();
+    let body = noise(16 << 20, 9);
+    gw.client
+        .put_object()
+        .bucket("drain")
+        .key("obj")
+        .body(ByteStream::from(body.clone()))
+        .send()
+        .await
+        .unwrap();
+    let out = gw.client.get_object().bucket("drain").key("obj").send().await.unwrap();
+    let mut reader = out.body.into_async_read();
+    let mut received = vec![0u8; 1 << 20];
+    tokio::io::AsyncReadExt::read_exact(&mut reader, &mut received)
+        .await
+        .unwrap();
+
+    let client = gw.client.clone();
+    let stopping = tokio::spawn(gw.stop());
+    // New connections are refused once shutdown has begun...
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while client.list_buckets().send().await.is_ok() {
+        assert!(tokio::time::Instant::now() < deadline, "the listener should close");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // ...while the open download runs to its end.
+    let mut rest = Vec::new();
+    tokio::io::AsyncReadExt::read_to_end(&mut reader, &mut rest)
+        .await
+        .unwrap();
+    received.extend_from_slice(&rest);
+    assert!(received == body);
+    stopping.await.unwrap();
+}

@@ -1,0 +1,414 @@
+//! 4 KiB and 64 MiB GET/PUT through the gateway, next to the same SQL statements issued
+//! directly with tokio-postgres on the same PostgreSQL, run side by side; prints the ratios.
+//!
+//! `cargo bench -p pgvs3-gateway --bench gateway_vs_direct -- [--seconds N] [--clients N]`
+
+#[allow(dead_code)]
+#[path = "../tests/common/raw.rs"]
+mod raw;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use clap::Parser;
+use futures::StreamExt;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use pgvs3_gateway::pg::embedded::{EmbeddedOptions, EmbeddedPostgres};
+use pgvs3_gateway::serve::RunningGateway;
+use tokio_postgres::types::{Json, ToSql, Type};
+
+const ACCESS_KEY: &str = "BENCHROOTKEY00000001";
+const SECRET_KEY: &str = "bench-secret";
+const SMALL: usize = 4096;
+const LARGE: usize = 64 << 20;
+const SMALL_KEYS: usize = 1000;
+
+#[derive(Parser)]
+struct Args {
+    /// Seconds measured per case (after one second of warm-up).
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// Concurrent clients for 4 KiB cases.
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// Concurrent clients for 64 MiB cases.
+    #[arg(long, default_value_t = 2)]
+    large_clients: usize,
+    /// `cargo bench` passes this; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+struct Sample {
+    ops: usize,
+    latencies: Vec<Duration>,
+    elapsed: Duration,
+}
+
+impl Sample {
+    fn rate(&self) -> f64 {
+        self.ops as f64 / self.elapsed.as_secs_f64()
+    }
+    fn percentile(&self, p: f64) -> Duration {
+        let mut sorted = self.latencies.clone();
+        sorted.sort();
+        sorted
+            .get(((sorted.len() as f64 - 1.0) * p) as usize)
+            .copied()
+            .unwrap_or_default()
+    }
+}
+
+/// Runs `op` in `clients` closed loops: one warm-up second, then `seconds` measured.
+async fn measure<F, Fut>(clients: usize, seconds: u64, op: F) -> Sample
+where
+    F: Fn(usize, usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let op = Arc::new(op);
+    let warm_until = Instant::now() + Duration::from_secs(1);
+    let stop_at = warm_until + Duration::from_secs(seconds);
+    let workers = (0..clients).map(|client| {
+        let op = Arc::clone(&op);
+        tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut i = 0;
+            loop {
+                let started = Instant::now();
+                if started >= stop_at {
+                    break;
+                }
+                op(client, i).await;
+                i += 1;
+                if started >= warm_until {
+                    latencies.push(started.elapsed());
+                }
+            }
+            latencies
+        })
+    });
+    let mut latencies = Vec::new();
+    for worker in futures::future::join_all(workers).await {
+        latencies.extend(worker.unwrap());
+    }
+    Sample {
+        ops: latencies.len(),
+        latencies,
+        elapsed: Duration::from_secs(seconds),
+    }
+}
+
+struct Gateway {
+    http: Client<HttpConnector, Full<Bytes>>,
+    base: String,
+    signer: raw::Signer,
+}
+
+impl Gateway {
+    fn request(&self, method: &str, path: &str, body: Bytes) -> hyper::Request<Full<Bytes>> {
+        // Signatures stay valid for the whole run, so one per request shape keeps the client cheap.
+        let hash = if method == "PUT" {
+            "UNSIGNED-PAYLOAD".to_owned()
+        } else {
+            raw::sha256_hex(b"")
+        };
+        let mut builder = hyper::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base));
+        for (name, value) in self.signer.sign(method, path, &[], &hash, SystemTime::now()) {
+            if name != "host" {
+                builder = builder.header(name, value);
+            }
+        }
+        builder.body(Full::new(body)).unwrap()
+    }
+
+    async fn send(&self, request: hyper::Request<Full<Bytes>>) -> usize {
+        let response = self.http.request(request).await.expect("gateway answers");
+        assert!(response.status().is_success(), "{}", response.status());
+        let mut body = response.into_body();
+        let mut bytes = 0;
+        while let Some(frame) = body.frame().await {
+            bytes += frame.unwrap().data_ref().map_or(0, |d| d.len());
+        }
+        bytes
+    }
+}
+
+fn payload(len: usize) -> Bytes {
+    let mut state = 0x2545_F491_4F6C_DD1D_u64;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        out.extend_from_slice(&state.to_le_bytes());
+    }
+    out.truncate(len);
+    Bytes::from(out)
+}
+
+fn report(name: &str, bytes: usize, gateway: &Sample, direct: &Sample) {
+    let mib = |s: &Sample| s.rate() * bytes as f64 / (1 << 20) as f64;
+    println!(
+        "{name:<14} {:>10.0} {:>10.0} {:>7.2} {:>9.1} {:>9.1} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
+        gateway.rate(),
+        direct.rate(),
+        gateway.rate() / direct.rate(),
+        mib(gateway),
+        mib(direct),
+        gateway.percentile(0.5).as_secs_f64() * 1e3,
+        direct.percentile(0.5).as_secs_f64() * 1e3,
+        gateway.percentile(0.99).as_secs_f64() * 1e3,
+        direct.percentile(0.99).as_secs_f64() * 1e3,
+    );
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let data_dir = std::env::temp_dir().join(format!("pgvs3-bench-{}", std::process::id()));
+    let mut server = EmbeddedPostgres::start(EmbeddedOptions {
+        data_dir: data_dir.clone(),
+        pg_bin: None,
+        memory_budget: None,
+    })
+    .await?;
+    let config = server.connect_config();
+    let socket = match &config.get_hosts()[0] {
+        tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+        tokio_postgres::config::Host::Tcp(host) => host.clone(),
+    };
+    let url = format!("host={socket} port={} user=pgvs3 dbname=postgres", server.port());
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: pgvs3_gateway::config::ServeArgs,
+    }
+    let pool_size = (args.clients * 2).to_string();
+    let serve = Cli::parse_from([
+        "pgvs3",
+        "--database-url",
+        &url,
+        "--master-key",
+        "bench",
+        "--s3-addr",
+        "127.0.0.1:0",
+        "--admin-addr",
+        "127.0.0.1:0",
+        "--root-access-key",
+        ACCESS_KEY,
+        "--root-secret-key",
+        SECRET_KEY,
+        "--pool-size",
+        &pool_size,
+    ])
+    .serve;
+    let gateway_handle = RunningGateway::start(&serve).await?;
+    let addr = gateway_handle.s3_addr;
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    let gateway = Arc::new(Gateway {
+        http: Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(64)
+            .build(connector),
+        base: format!("http://{addr}"),
+        signer: raw::Signer {
+            access_key: ACCESS_KEY.into(),
+            secret_key: SECRET_KEY.into(),
+            host: addr.to_string(),
+        },
+    });
+    gateway.send(gateway.request("PUT", "/bench", Bytes::new())).await;
+    let small = payload(SMALL);
+    let large = payload(LARGE);
+    for i in 0..SMALL_KEYS {
+        gateway
+            .send(gateway.request("PUT", &format!("/bench/small-{i}"), small.clone()))
+            .await;
+    }
+    gateway
+        .send(gateway.request("PUT", "/bench/large-0", large.clone()))
+        .await;
+
+    // The direct baseline: the gateway's own statements, on a pool of the same size.
+    let direct = Arc::new(pgvs3_gateway::pg::pool(url.parse()?, args.clients * 2)?);
+    let bucket_id: i64 = direct
+        .get()
+        .await?
+        .query_one("SELECT id FROM pgvs3.buckets WHERE name = 'bench'", &[])
+        .await?
+        .get(0);
+    let get_sql = "SELECT o.size, o.etag, o.last_modified, o.meta, o.inline, o.body_id, o.key IS NOT NULL
+                     FROM pgvs3.buckets b LEFT JOIN s3p.objects o ON o.bucket_id = b.id AND o.key = $2
+                          AND (o.expires_at IS NULL OR o.expires_at > now()) WHERE b.id = $1";
+    let put_sql = "INSERT INTO s3p.objects AS o (bucket_id, key, size, etag, last_modified, meta, inline, body_id)
+                   SELECT $1, $2, $3, $4, clock_timestamp(), $5, $6, $7 FROM pgvs3.buckets WHERE id = $1
+                   ON CONFLICT (bucket_id, key) DO UPDATE SET size = EXCLUDED.size, etag = EXCLUDED.etag,
+                      last_modified = EXCLUDED.last_modified, meta = EXCLUDED.meta, inline = EXCLUDED.inline,
+                      body_id = EXCLUDED.body_id, expires_at = NULL RETURNING last_modified";
+    let meta = serde_json::json!({});
+
+    println!(
+        "{:<14} {:>10} {:>10} {:>7} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8}",
+        "case", "gw op/s", "sql op/s", "ratio", "gw MiB/s", "sql MiB/s", "gw p50", "sql p50", "gw p99", "sql p99"
+    );
+    let (seconds, clients) = (args.seconds, args.clients);
+
+    let gw = Arc::clone(&gateway);
+    let gw_get = measure(clients, seconds, move |c, i| {
+        let gw = Arc::clone(&gw);
+        async move {
+            let n = gw
+                .send(gw.request(
+                    "GET",
+                    &format!("/bench/small-{}", (c * 7919 + i) % SMALL_KEYS),
+                    Bytes::new(),
+                ))
+                .await;
+            assert_eq!(n, SMALL);
+        }
+    })
+    .await;
+    let pool = Arc::clone(&direct);
+    let sql_get = measure(clients, seconds, move |c, i| {
+        let pool = Arc::clone(&pool);
+        async move {
+            let client = pool.get().await.unwrap();
+            let statement = client.prepare_cached(get_sql).await.unwrap();
+            let key = format!("small-{}", (c * 7919 + i) % SMALL_KEYS);
+            let row = client.query_one(&statement, &[&bucket_id, &key]).await.unwrap();
+            assert_eq!(row.get::<_, Option<&[u8]>>(4).map(<[u8]>::len), Some(SMALL));
+        }
+    })
+    .await;
+    report("GET 4 KiB", SMALL, &gw_get, &sql_get);
+
+    let gw = Arc::clone(&gateway);
+    let body = small.clone();
+    let gw_put = measure(clients, seconds, move |c, i| {
+        let (gw, body) = (Arc::clone(&gw), body.clone());
+        async move {
+            gw.send(gw.request("PUT", &format!("/bench/put-{c}-{}", i % 100), body))
+                .await;
+        }
+    })
+    .await;
+    let pool = Arc::clone(&direct);
+    let body = small.clone();
+    let etag = "0123456789abcdef0123456789abcdef";
+    let meta_for_put = meta.clone();
+    let sql_put = measure(clients, seconds, move |c, i| {
+        let (pool, body, meta) = (Arc::clone(&pool), body.clone(), meta_for_put.clone());
+        async move {
+            let client = pool.get().await.unwrap();
+            let statement = client.prepare_cached(put_sql).await.unwrap();
+            let key = format!("sqlput-{c}-{}", i % 100);
+            let params: [&(dyn ToSql + Sync); 7] = [
+                &bucket_id,
+                &key,
+                &(SMALL as i64),
+                &etag,
+                &Json(&meta),
+                &Some(&body[..]),
+                &None::<i64>,
+            ];
+            client.query_one(&statement, &params).await.unwrap();
+        }
+    })
+    .await;
+    report("PUT 4 KiB", SMALL, &gw_put, &sql_put);
+
+    let large_clients = args.large_clients;
+    let gw = Arc::clone(&gateway);
+    let gw_large_get = measure(large_clients, seconds, move |_, _| {
+        let gw = Arc::clone(&gw);
+        async move {
+            assert_eq!(gw.send(gw.request("GET", "/bench/large-0", Bytes::new())).await, LARGE);
+        }
+    })
+    .await;
+    let pool = Arc::clone(&direct);
+    let sql_large_get = measure(large_clients, seconds, move |_, _| {
+        let pool = Arc::clone(&pool);
+        async move {
+            let client = pool.get().await.unwrap();
+            let row = client.query_one(get_sql, &[&bucket_id, &"large-0"]).await.unwrap();
+            let body_id: i64 = row.get(5);
+            let params: [&(dyn ToSql + Sync); 3] = [&body_id, &0i32, &i32::MAX];
+            let rows = client
+                .query_raw(
+                    "SELECT seq, data FROM s3p.chunks WHERE body_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq",
+                    params,
+                )
+                .await
+                .unwrap();
+            let bytes = rows
+                .map(|row| row.unwrap().get::<_, &[u8]>(1).len())
+                .fold(0, |a, b| async move { a + b })
+                .await;
+            assert_eq!(bytes, LARGE);
+        }
+    })
+    .await;
+    report("GET 64 MiB", LARGE, &gw_large_get, &sql_large_get);
+
+    let gw = Arc::clone(&gateway);
+    let body = large.clone();
+    let gw_large_put = measure(large_clients, seconds, move |c, _| {
+        let (gw, body) = (Arc::clone(&gw), body.clone());
+        async move {
+            gw.send(gw.request("PUT", &format!("/bench/large-put-{c}"), body)).await;
+        }
+    })
+    .await;
+    let pool = Arc::clone(&direct);
+    let body = large.clone();
+    let sql_large_put = measure(large_clients, seconds, move |c, _| {
+        let (pool, body, meta) = (Arc::clone(&pool), body.clone(), meta.clone());
+        async move {
+            let mut client = pool.get().await.unwrap();
+            let tx = client.transaction().await.unwrap();
+            let body_id: i64 = tx
+                .query_one("SELECT nextval('s3p.body_ids')", &[])
+                .await
+                .unwrap()
+                .get(0);
+            let sink = tx
+                .copy_in("COPY s3p.chunks (body_id, seq, data) FROM STDIN (FORMAT binary)")
+                .await
+                .unwrap();
+            let writer =
+                tokio_postgres::binary_copy::BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT4, Type::BYTEA]);
+            futures::pin_mut!(writer);
+            for (seq, chunk) in body.chunks(8120).enumerate() {
+                writer.as_mut().write(&[&body_id, &(seq as i32), &chunk]).await.unwrap();
+            }
+            writer.finish().await.unwrap();
+            let key = format!("sql-large-put-{c}");
+            let params: [&(dyn ToSql + Sync); 7] = [
+                &bucket_id,
+                &key,
+                &(LARGE as i64),
+                &etag,
+                &Json(&meta),
+                &None::<&[u8]>,
+                &Some(body_id),
+            ];
+            tx.query_one(put_sql, &params).await.unwrap();
+            tx.commit().await.unwrap();
+        }
+    })
+    .await;
+    report("PUT 64 MiB", LARGE, &gw_large_put, &sql_large_put);
+    println!("({clients} clients for 4 KiB, {large_clients} for 64 MiB; {seconds} s each; latencies in ms)");
+
+    gateway_handle.shutdown().await?;
+    server.stop().await?;
+    std::fs::remove_dir_all(&data_dir)?;
+    Ok(())
+}
