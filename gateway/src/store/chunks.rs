@@ -139,7 +139,8 @@ impl ChunkStream {
         }
     }
 
-    fn decode(&mut self, seq: i64, stored: &[u8]) -> Result<Bytes, StoreError> {
+    /// Appends the wanted part of chunk `seq` to `frame`.
+    fn decode_into(&mut self, seq: i64, stored: &[u8], frame: &mut BytesMut) -> Result<(), StoreError> {
         if seq != self.next_seq {
             return Err(StoreError::Corrupt(format!(
                 "chunk {} missing (found {seq})",
@@ -148,52 +149,69 @@ impl ChunkStream {
         }
         self.next_seq += 1;
         let logical = chunk_len(self.body_size, seq);
-        let mut data = if stored.len() == logical {
-            Bytes::copy_from_slice(stored)
+        let unpacked;
+        let data = if stored.len() == logical {
+            stored
         } else {
-            let raw = zstd::bulk::decompress(stored, CHUNK_SIZE)
+            unpacked = zstd::bulk::decompress(stored, CHUNK_SIZE)
                 .map_err(|err| StoreError::Corrupt(format!("chunk {seq}: {err}")))?;
-            if raw.len() != logical {
+            if unpacked.len() != logical {
                 return Err(StoreError::Corrupt(format!(
                     "chunk {seq} has {} bytes, expected {logical}",
-                    raw.len()
+                    unpacked.len()
                 )));
             }
-            Bytes::from(raw)
+            &unpacked[..]
         };
-        if self.skip > 0 {
-            let _ = data.split_to(self.skip.min(data.len()));
-            self.skip = 0;
-        }
-        data.truncate(self.remaining.min(data.len() as u64) as usize);
-        self.remaining -= data.len() as u64;
-        Ok(data)
+        let skip = std::mem::take(&mut self.skip).min(data.len());
+        let take = (self.remaining.min((data.len() - skip) as u64)) as usize;
+        frame.extend_from_slice(&data[skip..skip + take]);
+        self.remaining -= take as u64;
+        Ok(())
     }
 }
+
+/// Rows already received are handed on together, up to this many bytes per frame: one write
+/// per frame instead of one per 8 KiB chunk.
+const MAX_FRAME: usize = 256 * 1024;
 
 impl Stream for ChunkStream {
     type Item = Result<Bytes, StoreError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if self.remaining == 0 {
-            self.client = None;
-            return Poll::Ready(None);
+        let mut frame = BytesMut::new();
+        while self.remaining > 0 && frame.len() < MAX_FRAME {
+            match self.rows.as_mut().poll_next(cx) {
+                Poll::Pending if frame.is_empty() => return Poll::Pending,
+                Poll::Pending => break,
+                Poll::Ready(Some(Ok(row))) => {
+                    let seq: i32 = row.get(0);
+                    if let Err(err) = self.decode_into(i64::from(seq), row.get(1), &mut frame) {
+                        self.remaining = 0;
+                        return Poll::Ready(Some(Err(err)));
+                    }
+                }
+                Poll::Ready(Some(Err(err))) => {
+                    self.remaining = 0;
+                    return Poll::Ready(Some(Err(StoreError::from(err))));
+                }
+                Poll::Ready(None) => {
+                    let missing = self.next_seq;
+                    self.remaining = 0;
+                    return Poll::Ready(Some(Err(StoreError::Corrupt(format!(
+                        "body ends before chunk {missing}"
+                    )))));
+                }
+            }
         }
-        match self.rows.as_mut().poll_next(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Some(Ok(row))) => {
-                let seq: i32 = row.get(0);
-                let item = self.decode(i64::from(seq), row.get(1));
-                Poll::Ready(Some(item))
-            }
-            Poll::Ready(Some(Err(err))) => Poll::Ready(Some(Err(StoreError::from(err)))),
-            Poll::Ready(None) => {
-                let missing = self.next_seq;
-                self.remaining = 0;
-                Poll::Ready(Some(Err(StoreError::Corrupt(format!(
-                    "body ends before chunk {missing}"
-                )))))
-            }
+        if self.remaining == 0 {
+            // Back to the pool as soon as the last byte is read, not when the client is done.
+            self.client = None;
+        }
+        if frame.is_empty() {
+            Poll::Ready(None)
+        } else {
+            Poll::Ready(Some(Ok(frame.freeze())))
         }
     }
 }
