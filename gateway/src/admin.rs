@@ -10,6 +10,7 @@ use http::{Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
 
+use crate::config::RequiredRole;
 use crate::metrics::Metrics;
 use crate::pg::migrate::{LAYOUT_VERSION, current_version};
 
@@ -21,12 +22,17 @@ pub struct AdminService {
 struct Inner {
     pool: Pool,
     metrics: Metrics,
+    require_role: RequiredRole,
 }
 
 impl AdminService {
-    pub fn new(pool: Pool, metrics: Metrics) -> AdminService {
+    pub fn new(pool: Pool, metrics: Metrics, require_role: RequiredRole) -> AdminService {
         AdminService {
-            inner: Arc::new(Inner { pool, metrics }),
+            inner: Arc::new(Inner {
+                pool,
+                metrics,
+                require_role,
+            }),
         }
     }
 
@@ -34,16 +40,41 @@ impl AdminService {
         match request.uri().path() {
             "/healthz" => text(StatusCode::OK, "text/plain", "ok\n".into()),
             "/readyz" => self.ready().await,
-            "/metrics" => text(
-                StatusCode::OK,
-                "text/plain; version=0.0.4",
-                self.inner.metrics.render(&self.inner.pool),
-            ),
+            "/metrics" => {
+                self.sample_replication_lag().await;
+                text(
+                    StatusCode::OK,
+                    "text/plain; version=0.0.4",
+                    self.inner.metrics.render(&self.inner.pool),
+                )
+            }
             _ => text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
         }
     }
 
-    /// Ready = the database answers, its layout is the one this gateway speaks, and its role is known.
+    /// On a standby: seconds since the last replayed transaction's commit (0 on a primary).
+    async fn sample_replication_lag(&self) {
+        let lag = async {
+            let client = self.inner.pool.get().await.ok()?;
+            let row = client
+                .query_one(
+                    "SELECT CASE WHEN pg_is_in_recovery()
+                            THEN coalesce(extract(epoch FROM now() - pg_last_xact_replay_timestamp()), 0)::float8
+                            ELSE 0 END",
+                    &[],
+                )
+                .await
+                .ok()?;
+            Some(row.get::<_, f64>(0))
+        }
+        .await;
+        if let Some(lag) = lag {
+            self.inner.metrics.replication_lag_seconds.set(lag);
+        }
+    }
+
+    /// Ready = the database answers, its layout is the one this gateway speaks, and its role is
+    /// known (and the one required, if any).
     async fn ready(&self) -> Response<Full<Bytes>> {
         let checked = async {
             let layout = current_version(&self.inner.pool).await?;
@@ -54,7 +85,12 @@ impl AdminService {
         let (status, body) = match checked {
             Ok((layout, standby)) => {
                 let role = if standby { "standby" } else { "primary" };
-                let ready = layout == LAYOUT_VERSION;
+                let role_ok = match self.inner.require_role {
+                    RequiredRole::Any => true,
+                    RequiredRole::Primary => !standby,
+                    RequiredRole::Standby => standby,
+                };
+                let ready = layout == LAYOUT_VERSION && role_ok;
                 let status = if ready {
                     StatusCode::OK
                 } else {
@@ -62,7 +98,13 @@ impl AdminService {
                 };
                 (
                     status,
-                    serde_json::json!({ "ready": ready, "layout": layout, "expected_layout": LAYOUT_VERSION, "role": role }),
+                    serde_json::json!({
+                        "ready": ready,
+                        "layout": layout,
+                        "expected_layout": LAYOUT_VERSION,
+                        "role": role,
+                        "required_role": format!("{:?}", self.inner.require_role).to_lowercase(),
+                    }),
                 )
             }
             Err(err) => (

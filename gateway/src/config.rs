@@ -45,6 +45,11 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_ADMIN_ADDR", default_value = "127.0.0.1:9090")]
     pub admin_addr: SocketAddr,
 
+    /// Report unready unless the database has this role: a gateway meant for the primary must
+    /// not quietly serve from a standby, nor the other way round.
+    #[arg(long, env = "PGVS3_REQUIRE_ROLE", value_enum, default_value_t)]
+    pub require_role: RequiredRole,
+
     /// Region reported by GetBucketLocation and accepted in signatures.
     #[arg(long, env = "PGVS3_REGION", default_value = "us-east-1")]
     pub region: String,
@@ -72,6 +77,14 @@ pub struct ServeArgs {
     /// How long shutdown waits for in-flight requests.
     #[arg(long, env = "PGVS3_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub shutdown_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, Default, PartialEq, Eq)]
+pub enum RequiredRole {
+    #[default]
+    Any,
+    Primary,
+    Standby,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, Default)]

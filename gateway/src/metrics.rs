@@ -1,7 +1,7 @@
 //! Prometheus metrics shared by every front.
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 #[derive(Clone)]
@@ -15,6 +15,7 @@ pub struct Metrics {
     pool_max: IntGauge,
     pub maintenance_reaped: IntCounterVec,
     pub maintenance_last_run: IntGauge,
+    pub replication_lag_seconds: Gauge,
 }
 
 impl Metrics {
@@ -65,6 +66,11 @@ impl Metrics {
             "When this gateway last completed a maintenance pass as leader",
         )
         .expect("metric");
+        let replication_lag_seconds = Gauge::new(
+            "pgvs3_replication_lag_seconds",
+            "On a hot standby, seconds since the last replayed transaction committed on the primary",
+        )
+        .expect("metric");
         let build_info =
             IntGaugeVec::new(Opts::new("pgvs3_build_info", "Build information"), &["version"]).expect("metric");
         build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
@@ -77,6 +83,7 @@ impl Metrics {
             Box::new(pool_max.clone()),
             Box::new(maintenance_reaped.clone()),
             Box::new(maintenance_last_run.clone()),
+            Box::new(replication_lag_seconds.clone()),
             Box::new(build_info),
         ] {
             registry.register(collector).expect("metric names are unique");
@@ -91,6 +98,7 @@ impl Metrics {
             pool_max,
             maintenance_reaped,
             maintenance_last_run,
+            replication_lag_seconds,
         }
     }
 

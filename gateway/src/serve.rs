@@ -66,7 +66,7 @@ impl RunningGateway {
         let admin_addr = admin_listener.local_addr()?;
         let (shutdown, signal) = http_server::shutdown_channel();
         let endpoint = S3Endpoint::new(store.clone(), args.region.clone(), &args.s3_domains, metrics.clone())?;
-        let admin = AdminService::new(pool.clone(), metrics.clone());
+        let admin = AdminService::new(pool.clone(), metrics.clone(), args.require_role);
         let servers = vec![
             tokio::spawn(http_server::serve(
                 s3_listener,

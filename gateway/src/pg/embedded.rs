@@ -137,6 +137,40 @@ impl EmbeddedPostgres {
         }
     }
 
+    /// Starts a hot standby of `primary`: on first use the cluster is a `pg_basebackup -R` copy
+    /// (which writes `standby.signal` and `primary_conninfo`), so it streams from the primary
+    /// and serves reads only until promoted.
+    pub async fn start_standby(opts: EmbeddedOptions, primary: &EmbeddedPostgres) -> Result<EmbeddedPostgres> {
+        let bin = find_pg_bin(opts.pg_bin.as_deref())?;
+        let account = ServerAccount::resolve()?;
+        let data_dir = prepare_data_dir(&opts.data_dir, &account)?;
+        let cluster_dir = data_dir.join("pg");
+        if !cluster_dir.join("PG_VERSION").exists() {
+            let mut command = account.command(&bin.join("pg_basebackup"));
+            command
+                .arg("-D")
+                .arg(&cluster_dir)
+                .arg("-h")
+                .arg(&primary.socket_dir)
+                .args([
+                    "-p",
+                    &primary.port.to_string(),
+                    "-U",
+                    SUPERUSER,
+                    "-R",
+                    "-X",
+                    "stream",
+                    "--checkpoint=fast",
+                ])
+                .stdin(Stdio::null());
+            if let Err(failure) = run_to_completion(command).await? {
+                bail!("pg_basebackup into {} failed:\n{failure}", cluster_dir.display());
+            }
+            tracing::info!("created standby cluster at {}", cluster_dir.display());
+        }
+        EmbeddedPostgres::start(opts).await
+    }
+
     /// Connects over the Unix socket because local connections use trust authentication and
     /// the socket directory is private to the server account (and root).
     pub fn connect_config(&self) -> tokio_postgres::Config {

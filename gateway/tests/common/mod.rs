@@ -71,6 +71,65 @@ fn cluster() -> &'static Cluster {
     })
 }
 
+/// Where a test cluster listens: its Unix socket directory and port.
+pub struct ClusterAddress {
+    pub socket_dir: String,
+    pub port: u16,
+}
+
+impl ClusterAddress {
+    fn of(server: &EmbeddedPostgres) -> ClusterAddress {
+        let socket_dir = match &server.connect_config().get_hosts()[0] {
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+            tokio_postgres::config::Host::Tcp(host) => host.clone(),
+        };
+        ClusterAddress {
+            socket_dir,
+            port: server.port(),
+        }
+    }
+
+    pub fn url(&self, database: &str) -> String {
+        format!(
+            "host={} port={} user=pgvs3 dbname={database}",
+            self.socket_dir, self.port
+        )
+    }
+}
+
+/// A dedicated primary and its hot standby (`pg_basebackup -R`), kept on a thread of their own
+/// like the shared cluster.
+pub fn primary_and_standby(name: &str) -> (ClusterAddress, ClusterAddress) {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let base = std::env::temp_dir().join(format!("pgvs3-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let options = |dir: &str| EmbeddedOptions {
+            data_dir: base.join(dir),
+            pg_bin: None,
+            memory_budget: Some(1 << 30),
+        };
+        let primary = runtime
+            .block_on(EmbeddedPostgres::start(options("primary")))
+            .expect("start the primary");
+        let standby = runtime
+            .block_on(EmbeddedPostgres::start_standby(options("standby"), &primary))
+            .expect("start the standby");
+        sender
+            .send((ClusterAddress::of(&primary), ClusterAddress::of(&standby)))
+            .unwrap();
+        let _keep = (primary, standby, runtime);
+        loop {
+            std::thread::park();
+        }
+    });
+    receiver.recv().expect("cluster pair thread")
+}
+
 /// Data dirs of earlier test processes: their servers stopped when those processes ended.
 fn remove_stale_clusters() {
     let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {

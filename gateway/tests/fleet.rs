@@ -1,0 +1,137 @@
+//! Gateways on a primary and on its hot standby: the standby gateway serves reads, refuses
+//! writes with S3's AccessDenied, reports its role, and accepts writes after a promotion
+//! without a restart.
+
+mod common;
+
+use std::time::Duration;
+
+use aws_sdk_s3::primitives::ByteStream;
+use common::{TestGateway, noise, primary_and_standby};
+
+async fn admin_get(gw: &TestGateway, path: &str) -> common::raw::RawResponse {
+    let host = gw.gateway.admin_addr.to_string();
+    common::raw::send(gw.gateway.admin_addr, "GET", path, &[("host".into(), host)], b"").await
+}
+
+/// Polls `check` until it yields a value, for at most `limit`: replication and promotion are
+/// asynchronous, and this bounds how long they may take.
+async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what} within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_standby_gateway_serves_reads_refuses_writes_and_takes_writes_after_promotion() {
+    let (primary, standby) = primary_and_standby("fleet");
+    let writer = TestGateway::on(primary.url("postgres")).await;
+    let reader = TestGateway::with_args(standby.url("postgres"), &["--require-role", "standby"]).await;
+
+    writer.client.create_bucket().bucket("shared").send().await.unwrap();
+    let small = noise(1000, 1);
+    let large = noise(300_000, 2);
+    for (key, body) in [("small", &small), ("large", &large)] {
+        writer
+            .client
+            .put_object()
+            .bucket("shared")
+            .key(key)
+            .body(ByteStream::from(body.clone()))
+            .send()
+            .await
+            .unwrap();
+    }
+
+    // Reads on the standby see the primary's writes once replayed.
+    for (key, body) in [("small", &small), ("large", &large)] {
+        let got = eventually(Duration::from_secs(20), "replication of the object", || async {
+            let out = reader.client.get_object().bucket("shared").key(key).send().await.ok()?;
+            Some(out.body.collect().await.ok()?.into_bytes())
+        })
+        .await;
+        assert!(got.as_ref() == body.as_slice(), "{key}");
+    }
+    let listed = reader.client.list_objects_v2().bucket("shared").send().await.unwrap();
+    assert_eq!(listed.key_count(), Some(2));
+
+    // Writes are refused with S3's error, and nothing hangs or half-writes.
+    let refused = reader
+        .client
+        .put_object()
+        .bucket("shared")
+        .key("new")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await;
+    let refused = refused.unwrap_err().into_service_error();
+    assert_eq!(refused.meta().code(), Some("AccessDenied"));
+    assert!(
+        refused.meta().message().unwrap_or_default().contains("read-only"),
+        "{refused:?}"
+    );
+    let big = reader
+        .client
+        .put_object()
+        .bucket("shared")
+        .key("new-big")
+        .body(ByteStream::from(large.clone()))
+        .send()
+        .await;
+    assert_eq!(
+        big.unwrap_err().into_service_error().meta().code(),
+        Some("AccessDenied")
+    );
+    let delete = reader.client.delete_object().bucket("shared").key("small").send().await;
+    assert_eq!(
+        delete.unwrap_err().into_service_error().meta().code(),
+        Some("AccessDenied")
+    );
+    let create = reader.client.create_bucket().bucket("another").send().await;
+    assert_eq!(
+        create.unwrap_err().into_service_error().meta().code(),
+        Some("AccessDenied")
+    );
+
+    let ready = admin_get(&reader, "/readyz").await;
+    assert_eq!(ready.status, 200, "{}", ready.body);
+    assert!(ready.body.contains(r#""role":"standby""#), "{}", ready.body);
+    let metrics = admin_get(&reader, "/metrics").await;
+    assert!(
+        metrics.body.contains("pgvs3_replication_lag_seconds"),
+        "{}",
+        metrics.body
+    );
+    let primary_ready = admin_get(&writer, "/readyz").await;
+    assert!(primary_ready.body.contains(r#""role":"primary""#));
+
+    // Promote the standby: the same gateway takes writes without a restart, and since it was
+    // required to sit on a standby it now reports itself unready.
+    let sql = reader.sql().await;
+    sql.execute("SELECT pg_promote()", &[]).await.unwrap();
+    eventually(Duration::from_secs(30), "writes after promotion", || async {
+        let put = reader
+            .client
+            .put_object()
+            .bucket("shared")
+            .key("after")
+            .body(ByteStream::from_static(b"promoted"));
+        put.send().await.ok()
+    })
+    .await;
+    let ready = admin_get(&reader, "/readyz").await;
+    assert_eq!(ready.status, 503, "{}", ready.body);
+    assert!(ready.body.contains(r#""role":"primary""#), "{}", ready.body);
+
+    reader.stop().await;
+    writer.stop().await;
+}
