@@ -27,6 +27,8 @@ const SECRET_KEY: &str = "bench-secret";
 const SMALL: usize = 4096;
 const LARGE: usize = 64 << 20;
 const SMALL_KEYS: usize = 1000;
+/// The direct baseline skips hashing: it stores a fixed ETag.
+const ETAG: &str = "0123456789abcdef0123456789abcdef";
 
 #[derive(Parser)]
 struct Args {
@@ -39,6 +41,9 @@ struct Args {
     /// Concurrent clients for 64 MiB cases.
     #[arg(long, default_value_t = 2)]
     large_clients: usize,
+    /// Run only the cases whose name contains this (e.g. "GET 4"), for profiling one path.
+    #[arg(long)]
+    only: Option<String>,
     /// `cargo bench` passes this; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -273,153 +278,161 @@ async fn main() -> anyhow::Result<()> {
         "case", "gw op/s", "sql op/s", "ratio", "gw MiB/s", "sql MiB/s", "gw p50", "sql p50", "gw p99", "sql p99"
     );
     let (seconds, clients) = (args.seconds, args.clients);
+    let wanted = |case: &str| args.only.as_deref().is_none_or(|only| case.contains(only));
 
-    let gw = Arc::clone(&gateway);
-    let gw_get = measure(clients, seconds, move |c, i| {
-        let gw = Arc::clone(&gw);
-        async move {
-            let n = gw
-                .send(gw.request(
-                    "GET",
-                    &format!("/bench/small-{}", (c * 7919 + i) % SMALL_KEYS),
-                    Bytes::new(),
-                ))
-                .await;
-            assert_eq!(n, SMALL);
-        }
-    })
-    .await;
-    let pool = Arc::clone(&direct);
-    let sql_get = measure(clients, seconds, move |c, i| {
-        let pool = Arc::clone(&pool);
-        async move {
-            let client = pool.get().await.unwrap();
-            let statement = client.prepare_cached(get_sql).await.unwrap();
-            let key = format!("small-{}", (c * 7919 + i) % SMALL_KEYS);
-            let row = client.query_one(&statement, &[&bucket_id, &key]).await.unwrap();
-            assert_eq!(row.get::<_, Option<&[u8]>>(4).map(<[u8]>::len), Some(SMALL));
-        }
-    })
-    .await;
-    report("GET 4 KiB", SMALL, &gw_get, &sql_get);
+    if wanted("GET 4 KiB") {
+        let gw = Arc::clone(&gateway);
+        let gw_get = measure(clients, seconds, move |c, i| {
+            let gw = Arc::clone(&gw);
+            async move {
+                let n = gw
+                    .send(gw.request(
+                        "GET",
+                        &format!("/bench/small-{}", (c * 7919 + i) % SMALL_KEYS),
+                        Bytes::new(),
+                    ))
+                    .await;
+                assert_eq!(n, SMALL);
+            }
+        })
+        .await;
+        let pool = Arc::clone(&direct);
+        let sql_get = measure(clients, seconds, move |c, i| {
+            let pool = Arc::clone(&pool);
+            async move {
+                let client = pool.get().await.unwrap();
+                let statement = client.prepare_cached(get_sql).await.unwrap();
+                let key = format!("small-{}", (c * 7919 + i) % SMALL_KEYS);
+                let row = client.query_one(&statement, &[&bucket_id, &key]).await.unwrap();
+                assert_eq!(row.get::<_, Option<&[u8]>>(4).map(<[u8]>::len), Some(SMALL));
+            }
+        })
+        .await;
+        report("GET 4 KiB", SMALL, &gw_get, &sql_get);
+    }
 
-    let gw = Arc::clone(&gateway);
-    let body = small.clone();
-    let gw_put = measure(clients, seconds, move |c, i| {
-        let (gw, body) = (Arc::clone(&gw), body.clone());
-        async move {
-            gw.send(gw.request("PUT", &format!("/bench/put-{c}-{}", i % 100), body))
-                .await;
-        }
-    })
-    .await;
-    let pool = Arc::clone(&direct);
-    let body = small.clone();
-    let etag = "0123456789abcdef0123456789abcdef";
-    let meta_for_put = meta.clone();
-    let sql_put = measure(clients, seconds, move |c, i| {
-        let (pool, body, meta) = (Arc::clone(&pool), body.clone(), meta_for_put.clone());
-        async move {
-            let client = pool.get().await.unwrap();
-            let statement = client.prepare_cached(put_sql).await.unwrap();
-            let key = format!("sqlput-{c}-{}", i % 100);
-            let params: [&(dyn ToSql + Sync); 7] = [
-                &bucket_id,
-                &key,
-                &(SMALL as i64),
-                &etag,
-                &Json(&meta),
-                &Some(&body[..]),
-                &None::<i64>,
-            ];
-            client.query_one(&statement, &params).await.unwrap();
-        }
-    })
-    .await;
-    report("PUT 4 KiB", SMALL, &gw_put, &sql_put);
+    if wanted("PUT 4 KiB") {
+        let gw = Arc::clone(&gateway);
+        let body = small.clone();
+        let gw_put = measure(clients, seconds, move |c, i| {
+            let (gw, body) = (Arc::clone(&gw), body.clone());
+            async move {
+                gw.send(gw.request("PUT", &format!("/bench/put-{c}-{}", i % 100), body))
+                    .await;
+            }
+        })
+        .await;
+        let pool = Arc::clone(&direct);
+        let body = small.clone();
+        let meta_for_put = meta.clone();
+        let sql_put = measure(clients, seconds, move |c, i| {
+            let (pool, body, meta) = (Arc::clone(&pool), body.clone(), meta_for_put.clone());
+            async move {
+                let client = pool.get().await.unwrap();
+                let statement = client.prepare_cached(put_sql).await.unwrap();
+                let key = format!("sqlput-{c}-{}", i % 100);
+                let params: [&(dyn ToSql + Sync); 7] = [
+                    &bucket_id,
+                    &key,
+                    &(SMALL as i64),
+                    &ETAG,
+                    &Json(&meta),
+                    &Some(&body[..]),
+                    &None::<i64>,
+                ];
+                client.query_one(&statement, &params).await.unwrap();
+            }
+        })
+        .await;
+        report("PUT 4 KiB", SMALL, &gw_put, &sql_put);
+    }
 
     let large_clients = args.large_clients;
-    let gw = Arc::clone(&gateway);
-    let gw_large_get = measure(large_clients, seconds, move |_, _| {
-        let gw = Arc::clone(&gw);
-        async move {
-            assert_eq!(gw.send(gw.request("GET", "/bench/large-0", Bytes::new())).await, LARGE);
-        }
-    })
-    .await;
-    let pool = Arc::clone(&direct);
-    let sql_large_get = measure(large_clients, seconds, move |_, _| {
-        let pool = Arc::clone(&pool);
-        async move {
-            let client = pool.get().await.unwrap();
-            let row = client.query_one(get_sql, &[&bucket_id, &"large-0"]).await.unwrap();
-            let body_id: i64 = row.get(5);
-            let params: [&(dyn ToSql + Sync); 3] = [&body_id, &0i32, &i32::MAX];
-            let rows = client
-                .query_raw(
-                    "SELECT seq, data FROM s3p.chunks WHERE body_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq",
-                    params,
-                )
-                .await
-                .unwrap();
-            let bytes = rows
-                .map(|row| row.unwrap().get::<_, &[u8]>(1).len())
-                .fold(0, |a, b| async move { a + b })
-                .await;
-            assert_eq!(bytes, LARGE);
-        }
-    })
-    .await;
-    report("GET 64 MiB", LARGE, &gw_large_get, &sql_large_get);
-
-    let gw = Arc::clone(&gateway);
-    let body = large.clone();
-    let gw_large_put = measure(large_clients, seconds, move |c, _| {
-        let (gw, body) = (Arc::clone(&gw), body.clone());
-        async move {
-            gw.send(gw.request("PUT", &format!("/bench/large-put-{c}"), body)).await;
-        }
-    })
-    .await;
-    let pool = Arc::clone(&direct);
-    let body = large.clone();
-    let sql_large_put = measure(large_clients, seconds, move |c, _| {
-        let (pool, body, meta) = (Arc::clone(&pool), body.clone(), meta.clone());
-        async move {
-            let mut client = pool.get().await.unwrap();
-            let tx = client.transaction().await.unwrap();
-            let body_id: i64 = tx
-                .query_one("SELECT nextval('s3p.body_ids')", &[])
-                .await
-                .unwrap()
-                .get(0);
-            let sink = tx
-                .copy_in("COPY s3p.chunks (body_id, seq, data) FROM STDIN (FORMAT binary)")
-                .await
-                .unwrap();
-            let writer =
-                tokio_postgres::binary_copy::BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT4, Type::BYTEA]);
-            futures::pin_mut!(writer);
-            for (seq, chunk) in body.chunks(8120).enumerate() {
-                writer.as_mut().write(&[&body_id, &(seq as i32), &chunk]).await.unwrap();
+    if wanted("GET 64 MiB") {
+        let gw = Arc::clone(&gateway);
+        let gw_large_get = measure(large_clients, seconds, move |_, _| {
+            let gw = Arc::clone(&gw);
+            async move {
+                assert_eq!(gw.send(gw.request("GET", "/bench/large-0", Bytes::new())).await, LARGE);
             }
-            writer.finish().await.unwrap();
-            let key = format!("sql-large-put-{c}");
-            let params: [&(dyn ToSql + Sync); 7] = [
-                &bucket_id,
-                &key,
-                &(LARGE as i64),
-                &etag,
-                &Json(&meta),
-                &None::<&[u8]>,
-                &Some(body_id),
-            ];
-            tx.query_one(put_sql, &params).await.unwrap();
-            tx.commit().await.unwrap();
-        }
-    })
-    .await;
-    report("PUT 64 MiB", LARGE, &gw_large_put, &sql_large_put);
+        })
+        .await;
+        let pool = Arc::clone(&direct);
+        let sql_large_get = measure(large_clients, seconds, move |_, _| {
+            let pool = Arc::clone(&pool);
+            async move {
+                let client = pool.get().await.unwrap();
+                let row = client.query_one(get_sql, &[&bucket_id, &"large-0"]).await.unwrap();
+                let body_id: i64 = row.get(5);
+                let params: [&(dyn ToSql + Sync); 3] = [&body_id, &0i32, &i32::MAX];
+                let rows = client
+                    .query_raw(
+                        "SELECT seq, data FROM s3p.chunks WHERE body_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq",
+                        params,
+                    )
+                    .await
+                    .unwrap();
+                let bytes = rows
+                    .map(|row| row.unwrap().get::<_, &[u8]>(1).len())
+                    .fold(0, |a, b| async move { a + b })
+                    .await;
+                assert_eq!(bytes, LARGE);
+            }
+        })
+        .await;
+        report("GET 64 MiB", LARGE, &gw_large_get, &sql_large_get);
+    }
+
+    if wanted("PUT 64 MiB") {
+        let gw = Arc::clone(&gateway);
+        let body = large.clone();
+        let gw_large_put = measure(large_clients, seconds, move |c, _| {
+            let (gw, body) = (Arc::clone(&gw), body.clone());
+            async move {
+                gw.send(gw.request("PUT", &format!("/bench/large-put-{c}"), body)).await;
+            }
+        })
+        .await;
+        let pool = Arc::clone(&direct);
+        let body = large.clone();
+        let sql_large_put = measure(large_clients, seconds, move |c, _| {
+            let (pool, body, meta) = (Arc::clone(&pool), body.clone(), meta.clone());
+            async move {
+                let mut client = pool.get().await.unwrap();
+                let tx = client.transaction().await.unwrap();
+                let body_id: i64 = tx
+                    .query_one("SELECT nextval('s3p.body_ids')", &[])
+                    .await
+                    .unwrap()
+                    .get(0);
+                let sink = tx
+                    .copy_in("COPY s3p.chunks (body_id, seq, data) FROM STDIN (FORMAT binary)")
+                    .await
+                    .unwrap();
+                let writer =
+                    tokio_postgres::binary_copy::BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT4, Type::BYTEA]);
+                futures::pin_mut!(writer);
+                for (seq, chunk) in body.chunks(8120).enumerate() {
+                    writer.as_mut().write(&[&body_id, &(seq as i32), &chunk]).await.unwrap();
+                }
+                writer.finish().await.unwrap();
+                let key = format!("sql-large-put-{c}");
+                let params: [&(dyn ToSql + Sync); 7] = [
+                    &bucket_id,
+                    &key,
+                    &(LARGE as i64),
+                    &ETAG,
+                    &Json(&meta),
+                    &None::<&[u8]>,
+                    &Some(body_id),
+                ];
+                tx.query_one(put_sql, &params).await.unwrap();
+                tx.commit().await.unwrap();
+            }
+        })
+        .await;
+        report("PUT 64 MiB", LARGE, &gw_large_put, &sql_large_put);
+    }
     println!("({clients} clients for 4 KiB, {large_clients} for 64 MiB; {seconds} s each; latencies in ms)");
 
     gateway_handle.shutdown().await?;
