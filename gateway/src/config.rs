@@ -50,6 +50,19 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_REQUIRE_ROLE", value_enum, default_value_t)]
     pub require_role: RequiredRole,
 
+    /// S3 requests served at once (0: twice the pool size); beyond it requests wait.
+    #[arg(long, env = "PGVS3_S3_MAX_ACTIVE", default_value_t = 0)]
+    pub s3_max_active: usize,
+
+    /// S3 requests that may wait for a slot (0: twice the active limit); beyond it they get
+    /// 503 SlowDown at once.
+    #[arg(long, env = "PGVS3_S3_MAX_WAITING", default_value_t = 0)]
+    pub s3_max_waiting: usize,
+
+    /// How long a request waits for a slot before 503 SlowDown.
+    #[arg(long, env = "PGVS3_ADMISSION_WAIT", default_value = "1s", value_parser = parse_duration)]
+    pub admission_wait: Duration,
+
     /// Region reported by GetBucketLocation and accepted in signatures.
     #[arg(long, env = "PGVS3_REGION", default_value = "us-east-1")]
     pub region: String,
@@ -92,6 +105,27 @@ pub enum LogFormat {
     #[default]
     Human,
     Json,
+}
+
+impl ServeArgs {
+    /// The S3 admission limits, with the automatic defaults filled in.
+    pub fn s3_limits(&self) -> crate::admission::Limits {
+        let max_active = if self.s3_max_active == 0 {
+            self.database.pool_size * 2
+        } else {
+            self.s3_max_active
+        };
+        let max_waiting = if self.s3_max_waiting == 0 {
+            max_active * 2
+        } else {
+            self.s3_max_waiting
+        };
+        crate::admission::Limits {
+            max_active,
+            max_waiting,
+            max_wait: self.admission_wait,
+        }
+    }
 }
 
 /// Parses durations written as `<n>ms`, `<n>s`, `<n>m` or `<n>h`.

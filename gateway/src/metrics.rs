@@ -16,6 +16,10 @@ pub struct Metrics {
     pub maintenance_reaped: IntCounterVec,
     pub maintenance_last_run: IntGauge,
     pub replication_lag_seconds: Gauge,
+    pub admission_active: IntGaugeVec,
+    pub admission_waiting: IntGaugeVec,
+    pub admitted_after_wait: IntCounterVec,
+    pub admission_rejected: IntCounterVec,
 }
 
 impl Metrics {
@@ -71,6 +75,32 @@ impl Metrics {
             "On a hot standby, seconds since the last replayed transaction committed on the primary",
         )
         .expect("metric");
+        let admission_active = IntGaugeVec::new(
+            Opts::new("pgvs3_admission_active", "Requests being served"),
+            &["protocol"],
+        )
+        .expect("metric");
+        let admission_waiting = IntGaugeVec::new(
+            Opts::new("pgvs3_admission_waiting", "Requests waiting for a slot"),
+            &["protocol"],
+        )
+        .expect("metric");
+        let admitted_after_wait = IntCounterVec::new(
+            Opts::new(
+                "pgvs3_admission_admitted_after_wait_total",
+                "Requests admitted after waiting",
+            ),
+            &["protocol"],
+        )
+        .expect("metric");
+        let admission_rejected = IntCounterVec::new(
+            Opts::new(
+                "pgvs3_admission_rejected_total",
+                "Requests turned away (queue full or deadline passed)",
+            ),
+            &["protocol", "reason"],
+        )
+        .expect("metric");
         let build_info =
             IntGaugeVec::new(Opts::new("pgvs3_build_info", "Build information"), &["version"]).expect("metric");
         build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
@@ -84,6 +114,10 @@ impl Metrics {
             Box::new(maintenance_reaped.clone()),
             Box::new(maintenance_last_run.clone()),
             Box::new(replication_lag_seconds.clone()),
+            Box::new(admission_active.clone()),
+            Box::new(admission_waiting.clone()),
+            Box::new(admitted_after_wait.clone()),
+            Box::new(admission_rejected.clone()),
             Box::new(build_info),
         ] {
             registry.register(collector).expect("metric names are unique");
@@ -99,6 +133,10 @@ impl Metrics {
             maintenance_reaped,
             maintenance_last_run,
             replication_lag_seconds,
+            admission_active,
+            admission_waiting,
+            admitted_after_wait,
+            admission_rejected,
         }
     }
 

@@ -65,7 +65,14 @@ impl RunningGateway {
         let s3_addr = s3_listener.local_addr()?;
         let admin_addr = admin_listener.local_addr()?;
         let (shutdown, signal) = http_server::shutdown_channel();
-        let endpoint = S3Endpoint::new(store.clone(), args.region.clone(), &args.s3_domains, metrics.clone())?;
+        let s3_admission = crate::admission::Admission::new("s3", args.s3_limits(), metrics.clone());
+        let endpoint = S3Endpoint::new(
+            store.clone(),
+            args.region.clone(),
+            &args.s3_domains,
+            metrics.clone(),
+            s3_admission,
+        )?;
         let admin = AdminService::new(pool.clone(), metrics.clone(), args.require_role);
         let servers = vec![
             tokio::spawn(http_server::serve(

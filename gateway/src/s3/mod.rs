@@ -14,6 +14,7 @@ use http::{HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use s3s::service::{S3Service, S3ServiceBuilder};
 
+use crate::admission::{Admission, Admitted};
 use crate::metrics::Metrics;
 use crate::store::Store;
 use auth::{CatalogAuth, OperationSlot, SignedOnly};
@@ -24,12 +25,19 @@ use errors::RequestId;
 pub struct S3Endpoint {
     service: S3Service,
     metrics: Metrics,
+    admission: Admission,
     next_request: Arc<AtomicU64>,
     id_prefix: Arc<str>,
 }
 
 impl S3Endpoint {
-    pub fn new(store: Store, region: String, domains: &[String], metrics: Metrics) -> anyhow::Result<S3Endpoint> {
+    pub fn new(
+        store: Store,
+        region: String,
+        domains: &[String],
+        metrics: Metrics,
+        admission: Admission,
+    ) -> anyhow::Result<S3Endpoint> {
         let catalog = Arc::clone(store.catalog());
         let mut builder = S3ServiceBuilder::new(front::S3Front::new(store, region));
         builder.set_auth(CatalogAuth { catalog });
@@ -40,18 +48,47 @@ impl S3Endpoint {
         Ok(S3Endpoint {
             service: builder.build(),
             metrics,
+            admission,
             next_request: Arc::new(AtomicU64::new(1)),
             id_prefix: crate::master_key::random_token(6).into(),
         })
     }
 
-    async fn handle(self, mut request: Request<Incoming>) -> Response<s3s::Body> {
+    async fn handle(self, request: Request<Incoming>) -> Response<AdmittedBody> {
         let started = Instant::now();
         let request_id = format!(
             "{}{:010X}",
             self.id_prefix,
             self.next_request.fetch_add(1, Ordering::Relaxed)
         );
+        // Admitted before the body is read or a database connection is taken.
+        let admitted = match self.admission.admit().await {
+            Ok(admitted) => admitted,
+            Err(_) => {
+                let mut response = error_response(
+                    http::StatusCode::SERVICE_UNAVAILABLE,
+                    "SlowDown",
+                    "Please reduce your request rate.",
+                    &request_id,
+                );
+                response
+                    .headers_mut()
+                    .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+                self.record(started, "Unknown", &response, None);
+                return response.map(|body| AdmittedBody {
+                    inner: body,
+                    admitted: None,
+                });
+            }
+        };
+        let response = self.serve(request, started, request_id).await;
+        response.map(|body| AdmittedBody {
+            inner: body,
+            admitted: Some(admitted),
+        })
+    }
+
+    async fn serve(&self, mut request: Request<Incoming>, started: Instant, request_id: String) -> Response<s3s::Body> {
         let operation = OperationSlot::default();
         request.extensions_mut().insert(RequestId(request_id.clone()));
         request.extensions_mut().insert(operation.clone());
@@ -83,12 +120,24 @@ impl S3Endpoint {
         if let Ok(value) = HeaderValue::from_str(&request_id) {
             response.headers_mut().insert("x-amz-request-id", value);
         }
-        let name = operation.0.get().copied().unwrap_or("Unknown");
+        self.record(
+            started,
+            operation.0.get().copied().unwrap_or("Unknown"),
+            &response,
+            received,
+        );
+        response
+    }
+
+    fn record(&self, started: Instant, operation: &str, response: &Response<s3s::Body>, received: Option<u64>) {
         let status = response.status().as_u16().to_string();
-        self.metrics.requests.with_label_values(&["s3", name, &status]).inc();
+        self.metrics
+            .requests
+            .with_label_values(&["s3", operation, &status])
+            .inc();
         self.metrics
             .request_seconds
-            .with_label_values(&["s3", name])
+            .with_label_values(&["s3", operation])
             .observe(started.elapsed().as_secs_f64());
         if let Some(bytes) = received {
             self.metrics.bytes_received.with_label_values(&["s3"]).inc_by(bytes);
@@ -96,7 +145,6 @@ impl S3Endpoint {
         if let Some(bytes) = content_length(response.headers(), "content-length") {
             self.metrics.bytes_sent.with_label_values(&["s3"]).inc_by(bytes);
         }
-        response
     }
 }
 
@@ -117,8 +165,39 @@ fn content_length(headers: &http::HeaderMap, name: &str) -> Option<u64> {
     headers.get(name)?.to_str().ok()?.parse().ok()
 }
 
+/// A response body that keeps its request's admission slot until the last byte is sent.
+pub struct AdmittedBody {
+    inner: s3s::Body,
+    admitted: Option<Admitted>,
+}
+
+impl http_body::Body for AdmittedBody {
+    type Data = bytes::Bytes;
+    type Error = <s3s::Body as http_body::Body>::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        let frame = std::pin::Pin::new(&mut this.inner).poll_frame(cx);
+        if let std::task::Poll::Ready(None) = frame {
+            this.admitted = None;
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 impl hyper::service::Service<Request<Incoming>> for S3Endpoint {
-    type Response = Response<s3s::Body>;
+    type Response = Response<AdmittedBody>;
     type Error = Infallible;
     type Future = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Infallible>> + Send>>;
 

@@ -1,0 +1,187 @@
+//! Admission control: a bounded number of requests active per protocol, a bounded queue waiting
+//! for at most a deadline, and a clear "slow down" beyond that — instead of unbounded queueing
+//! that turns a burst into timeouts for everyone.
+//!
+//! The uncontended path is one `try_acquire`. Waiters queue fairly (FIFO) and a waiter that
+//! gives up (client gone, deadline passed) leaves the queue at once. Callers admit a request
+//! before reading its body or taking a database connection.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::metrics::Metrics;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_active: usize,
+    pub max_waiting: usize,
+    pub max_wait: Duration,
+}
+
+#[derive(Clone)]
+pub struct Admission {
+    protocol: &'static str,
+    limits: Limits,
+    active: Arc<Semaphore>,
+    waiting: Arc<AtomicUsize>,
+    metrics: Metrics,
+}
+
+/// Why a request was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejected {
+    /// The waiting queue was full: rejected without waiting.
+    QueueFull,
+    /// Waited the whole deadline without a slot.
+    TimedOut,
+}
+
+/// Held for as long as the request does work (including streaming its response body).
+pub struct Admitted {
+    _permit: OwnedSemaphorePermit,
+    active: Arc<Semaphore>,
+    metrics: Metrics,
+    protocol: &'static str,
+    max_active: usize,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        // The permit is released right after this; count it as gone already.
+        let active = self.max_active - self.active.available_permits() - 1;
+        self.metrics
+            .admission_active
+            .with_label_values(&[self.protocol])
+            .set(active as i64);
+    }
+}
+
+/// Decrements the waiting count however the wait ends, including cancellation.
+struct Waiting<'a>(&'a AtomicUsize, &'a Metrics, &'static str);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let now = self.0.fetch_sub(1, Ordering::AcqRel) - 1;
+        self.1.admission_waiting.with_label_values(&[self.2]).set(now as i64);
+    }
+}
+
+impl Admission {
+    pub fn new(protocol: &'static str, limits: Limits, metrics: Metrics) -> Admission {
+        let limits = Limits {
+            max_active: limits.max_active.max(1),
+            ..limits
+        };
+        Admission {
+            protocol,
+            limits,
+            active: Arc::new(Semaphore::new(limits.max_active)),
+            waiting: Arc::new(AtomicUsize::new(0)),
+            metrics,
+        }
+    }
+
+    pub async fn admit(&self) -> Result<Admitted, Rejected> {
+        if let Ok(permit) = Arc::clone(&self.active).try_acquire_owned() {
+            return Ok(self.admitted(permit));
+        }
+        let queued = self.waiting.fetch_add(1, Ordering::AcqRel) + 1;
+        let _waiting = Waiting(&self.waiting, &self.metrics, self.protocol);
+        self.metrics
+            .admission_waiting
+            .with_label_values(&[self.protocol])
+            .set(queued as i64);
+        if queued > self.limits.max_waiting {
+            return Err(self.reject(Rejected::QueueFull));
+        }
+        match tokio::time::timeout(self.limits.max_wait, Arc::clone(&self.active).acquire_owned()).await {
+            Ok(Ok(permit)) => {
+                self.metrics
+                    .admitted_after_wait
+                    .with_label_values(&[self.protocol])
+                    .inc();
+                Ok(self.admitted(permit))
+            }
+            // The semaphore is never closed; treat it like a timeout all the same.
+            Ok(Err(_)) | Err(_) => Err(self.reject(Rejected::TimedOut)),
+        }
+    }
+
+    fn admitted(&self, permit: OwnedSemaphorePermit) -> Admitted {
+        let active = self.limits.max_active - self.active.available_permits();
+        self.metrics
+            .admission_active
+            .with_label_values(&[self.protocol])
+            .set(active as i64);
+        Admitted {
+            _permit: permit,
+            active: Arc::clone(&self.active),
+            metrics: self.metrics.clone(),
+            protocol: self.protocol,
+            max_active: self.limits.max_active,
+        }
+    }
+
+    fn reject(&self, why: Rejected) -> Rejected {
+        let reason = match why {
+            Rejected::QueueFull => "queue_full",
+            Rejected::TimedOut => "timed_out",
+        };
+        self.metrics
+            .admission_rejected
+            .with_label_values(&[self.protocol, reason])
+            .inc();
+        why
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admission(max_active: usize, max_waiting: usize, max_wait: Duration) -> Admission {
+        Admission::new(
+            "test",
+            Limits {
+                max_active,
+                max_waiting,
+                max_wait,
+            },
+            Metrics::new(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_rejects_at_once_and_a_waiter_gets_the_next_slot() {
+        let admission = admission(1, 1, Duration::from_secs(30));
+        let first = admission.admit().await.unwrap();
+        let queued = {
+            let admission = admission.clone();
+            tokio::spawn(async move { admission.admit().await.map(|_| ()) })
+        };
+        while admission.waiting.load(Ordering::Acquire) == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(admission.admit().await.err(), Some(Rejected::QueueFull));
+        drop(first);
+        assert_eq!(queued.await.unwrap(), Ok(()));
+        assert_eq!(admission.waiting.load(Ordering::Acquire), 0);
+    }
+
+    #[tokio::test]
+    async fn waiting_ends_at_the_deadline_and_cancelled_waiters_leave_the_queue() {
+        let admission = admission(1, 4, Duration::from_millis(50));
+        let _held = admission.admit().await.unwrap();
+        assert_eq!(admission.admit().await.err(), Some(Rejected::TimedOut));
+        let cancelled = tokio::time::timeout(Duration::from_millis(10), admission.admit()).await;
+        assert!(cancelled.is_err());
+        assert_eq!(
+            admission.waiting.load(Ordering::Acquire),
+            0,
+            "the cancelled waiter left the queue"
+        );
+    }
+}

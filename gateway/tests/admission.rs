@@ -1,0 +1,154 @@
+//! S3 admission control: a bounded number active, a bounded queue that waits up to a deadline,
+//! then 503 SlowDown with Retry-After; health stays reachable while data traffic is saturated.
+
+mod common;
+
+use std::time::{Duration, SystemTime};
+
+use aws_sdk_s3::primitives::ByteStream;
+use common::raw::{RawResponse, Signer, send, sha256_hex};
+use common::{ROOT_ACCESS_KEY, ROOT_SECRET_KEY, TestGateway, noise};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn signed_get(gw: &TestGateway, path: &str) -> Vec<(String, String)> {
+    let signer = Signer {
+        access_key: ROOT_ACCESS_KEY.into(),
+        secret_key: ROOT_SECRET_KEY.into(),
+        host: gw.gateway.s3_addr.to_string(),
+    };
+    signer.sign("GET", path, &[], &sha256_hex(b""), SystemTime::now())
+}
+
+/// Starts downloading a large object and stops reading: the request keeps its slot.
+async fn hold_slot(gw: &TestGateway) -> TcpStream {
+    let mut stream = TcpStream::connect(gw.gateway.s3_addr).await.unwrap();
+    let mut request = "GET /adm/big HTTP/1.1\r\n".to_owned();
+    for (name, value) in signed_get(gw, "/adm/big") {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut first = vec![0u8; 64 * 1024];
+    stream.read_exact(&mut first).await.unwrap();
+    assert!(first.starts_with(b"HTTP/1.1 200"));
+    stream
+}
+
+async fn release(mut stream: TcpStream) {
+    let mut rest = Vec::new();
+    stream.shutdown().await.unwrap();
+    stream.read_to_end(&mut rest).await.unwrap();
+}
+
+async fn metric(gw: &TestGateway, line_start: &str) -> Option<f64> {
+    let host = gw.gateway.admin_addr.to_string();
+    let response = send(gw.gateway.admin_addr, "GET", "/metrics", &[("host".into(), host)], b"").await;
+    response
+        .body
+        .lines()
+        .find(|l| l.starts_with(line_start))?
+        .rsplit(' ')
+        .next()?
+        .parse()
+        .ok()
+}
+
+async fn small_get(gw: &TestGateway) -> RawResponse {
+    send(
+        gw.gateway.s3_addr,
+        "GET",
+        "/adm/small",
+        &signed_get(gw, "/adm/small"),
+        b"",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn bursts_wait_briefly_then_get_slow_down() {
+    let args = [
+        "--s3-max-active",
+        "1",
+        "--s3-max-waiting",
+        "1",
+        "--admission-wait",
+        "2s",
+    ];
+    let gw = TestGateway::with_args(common::fresh_database().await, &args).await;
+    gw.client.create_bucket().bucket("adm").send().await.unwrap();
+    gw.client
+        .put_object()
+        .bucket("adm")
+        .key("small")
+        .body(ByteStream::from_static(b"tiny"))
+        .send()
+        .await
+        .unwrap();
+    gw.client
+        .put_object()
+        .bucket("adm")
+        .key("big")
+        .body(ByteStream::from(noise(24 << 20, 1)))
+        .send()
+        .await
+        .unwrap();
+
+    let held = hold_slot(&gw).await;
+    let waiter = {
+        let (addr, headers) = (gw.gateway.s3_addr, signed_get(&gw, "/adm/small"));
+        tokio::spawn(async move { send(addr, "GET", "/adm/small", &headers, b"").await })
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while metric(&gw, "pgvs3_admission_waiting{protocol=\"s3\"}").await != Some(1.0) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the second request should be waiting"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The queue is full: the next request is turned away at once, with S3's SlowDown.
+    let turned_away = small_get(&gw).await;
+    assert_eq!((turned_away.status, turned_away.code()), (503, Some("SlowDown")));
+    assert_eq!(turned_away.header("retry-after"), Some("1"));
+    // Health is served on its own listener, never behind data traffic.
+    let host = gw.gateway.admin_addr.to_string();
+    assert_eq!(
+        send(gw.gateway.admin_addr, "GET", "/healthz", &[("host".into(), host)], b"")
+            .await
+            .status,
+        200
+    );
+
+    release(held).await;
+    let waited = waiter.await.unwrap();
+    assert_eq!((waited.status, waited.body.as_str()), (200, "tiny"));
+    assert_eq!(
+        metric(&gw, "pgvs3_admission_admitted_after_wait_total{protocol=\"s3\"}").await,
+        Some(1.0)
+    );
+
+    // A waiter whose deadline passes is turned away too.
+    let held = hold_slot(&gw).await;
+    let timed_out = small_get(&gw).await;
+    assert_eq!((timed_out.status, timed_out.code()), (503, Some("SlowDown")));
+    release(held).await;
+    assert_eq!(
+        metric(
+            &gw,
+            "pgvs3_admission_rejected_total{protocol=\"s3\",reason=\"timed_out\"}"
+        )
+        .await,
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(
+            &gw,
+            "pgvs3_admission_rejected_total{protocol=\"s3\",reason=\"queue_full\"}"
+        )
+        .await,
+        Some(1.0)
+    );
+    assert_eq!(small_get(&gw).await.status, 200, "slots are all returned");
+    gw.stop().await;
+}
