@@ -3,9 +3,10 @@
 //!
 //! `cargo bench -p pgvs3-gateway --bench gateway_vs_direct -- [--seconds N] [--clients N]`
 
-#[allow(dead_code)]
-#[path = "../tests/common/raw.rs"]
-mod raw;
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::raw;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -159,16 +160,7 @@ impl Gateway {
 }
 
 fn payload(len: usize) -> Bytes {
-    let mut state = 0x2545_F491_4F6C_DD1D_u64;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        out.extend_from_slice(&state.to_le_bytes());
-    }
-    out.truncate(len);
-    Bytes::from(out)
+    Bytes::from(common::noise(len, 0x2545_F491_4F6C_DD1D))
 }
 
 fn report(name: &str, bytes: usize, gateway: &Sample, direct: &Sample) {
