@@ -17,3 +17,7 @@ ci:
 # Gateway vs direct PostgreSQL: 4 KiB and 64 MiB GET/PUT (see docs/benchmarks.md).
 bench *ARGS:
     cargo run --release -p pgvs3-gateway --example bench -- {{ARGS}}
+
+# Load against a fresh release gateway: `just load --ops get,put --sizes 4KiB,64MiB --duration 10`.
+load *ARGS:
+    e2e/scripts/load.sh {{ARGS}}

@@ -1,3 +1,3 @@
-//! pgvs3-e2e: fleet tests (primary + standby + gateways), the load generator and the kind suite.
-//!
-//! They arrive with the load generator and operator issues.
+//! pgvs3-e2e: the load generator (`pgvs3-loadgen`), and fleet and kind end-to-end suites.
+
+pub mod loadgen;

@@ -1,0 +1,330 @@
+//! S3 cases for the load generator: a keep-alive HTTP client that signs every request with
+//! SigV4 (as real clients do), and the operations with their verification.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use aws_sigv4::http_request::{PayloadChecksumKind, SignableBody, SignableRequest, SigningSettings, sign};
+use aws_smithy_runtime_api::client::identity::Identity;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use sha2::{Digest, Sha256};
+
+use super::Outcome;
+
+/// Where the load goes.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Target {
+    pub endpoint: String,
+    pub region: String,
+    pub access_key: String,
+    #[serde(skip)]
+    pub secret_key: String,
+    pub bucket: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Operation {
+    Get,
+    Head,
+    Range,
+    Put,
+    Overwrite,
+    Delete,
+    List,
+}
+
+/// One case: an operation on objects of one size.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Case {
+    pub operation: Operation,
+    pub size: u64,
+    /// Distinct keys the case cycles through.
+    pub keys: u64,
+    /// Every request hits key 0.
+    pub shared_key: bool,
+    /// Reads walk the keys in order, so no key is read twice until all have been.
+    pub unique_reads: bool,
+    /// Bytes per ranged read.
+    pub range_size: u64,
+    pub prefix: String,
+}
+
+pub struct S3Client {
+    http: Client<HttpConnector, Full<Bytes>>,
+    target: Target,
+    identity: Identity,
+}
+
+/// The deterministic, incompressible bytes every object of a run holds.
+pub fn payload(size: u64) -> Bytes {
+    let mut state = 0x9E37_79B9_7F4A_7C15_u64 ^ size;
+    let mut out = Vec::with_capacity(size as usize + 8);
+    while (out.len() as u64) < size {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        out.extend_from_slice(&state.to_le_bytes());
+    }
+    out.truncate(size as usize);
+    Bytes::from(out)
+}
+
+impl S3Client {
+    pub fn new(target: Target) -> S3Client {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let http = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(1024)
+            .build(connector);
+        let credentials =
+            aws_credential_types::Credentials::new(&target.access_key, &target.secret_key, None, None, "pgvs3-loadgen");
+        S3Client {
+            http,
+            identity: credentials.into(),
+            target,
+        }
+    }
+
+    fn object_path(&self, key: &str) -> String {
+        format!("/{}/{key}", self.target.bucket)
+    }
+
+    /// Sends one signed request and reads the whole response body, hashing it when asked.
+    async fn send(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        body: Bytes,
+        headers: &[(&str, String)],
+    ) -> Result<(http::StatusCode, http::HeaderMap, Bytes), String> {
+        let uri = format!("{}{path_and_query}", self.target.endpoint);
+        let mut request = http::Request::builder().method(method).uri(&uri);
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        let mut request = request
+            .body(Full::new(body.clone()))
+            .map_err(|e| format!("request: {e}"))?;
+        let mut settings = SigningSettings::default();
+        settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+        let params = aws_sigv4::sign::v4::SigningParams::builder()
+            .identity(&self.identity)
+            .region(&self.target.region)
+            .name("s3")
+            .time(SystemTime::now())
+            .settings(settings)
+            .build()
+            .map_err(|e| format!("signing: {e}"))?
+            .into();
+        let signed_headers: Vec<(String, String)> = request
+            .headers()
+            .iter()
+            .filter_map(|(n, v)| Some((n.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+            .collect();
+        let signable_body = if body.is_empty() {
+            SignableBody::Bytes(&[])
+        } else {
+            SignableBody::UnsignedPayload
+        };
+        let signable = SignableRequest::new(
+            method,
+            uri.as_str(),
+            signed_headers.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+            signable_body,
+        )
+        .map_err(|e| format!("signing: {e}"))?;
+        let (instructions, _) = sign(signable, &params)
+            .map_err(|e| format!("signing: {e}"))?
+            .into_parts();
+        instructions.apply_to_request_http1x(&mut request);
+        let response = self
+            .http
+            .request(request)
+            .await
+            .map_err(|e| format!("connection: {e}"))?;
+        let (parts, incoming) = response.into_parts();
+        let bytes = incoming.collect().await.map_err(|e| format!("body: {e}"))?.to_bytes();
+        Ok((parts.status, parts.headers, bytes))
+    }
+
+    /// Creates the bucket; one that already exists is fine.
+    pub async fn ensure_bucket(&self) -> anyhow::Result<()> {
+        let path = format!("/{}", self.target.bucket);
+        let (status, _, body) = self
+            .send("PUT", &path, Bytes::new(), &[])
+            .await
+            .map_err(anyhow::Error::msg)?;
+        let owned = String::from_utf8_lossy(&body).contains("BucketAlreadyOwnedByYou");
+        anyhow::ensure!(
+            status.is_success() || owned,
+            "creating bucket {path}: {status} {}",
+            String::from_utf8_lossy(&body)
+        );
+        Ok(())
+    }
+
+    pub async fn put(&self, key: &str, body: Bytes) -> Outcome {
+        let len = body.len() as u64;
+        match self.send("PUT", &self.object_path(key), body, &[]).await {
+            Ok((status, ..)) if status.is_success() => Outcome::Ok { bytes: len },
+            Ok((status, _, body)) => status_error(status, &body),
+            Err(kind) => Outcome::Error(kind),
+        }
+    }
+}
+
+fn status_error(status: http::StatusCode, body: &[u8]) -> Outcome {
+    let text = String::from_utf8_lossy(body);
+    let code = text
+        .split("<Code>")
+        .nth(1)
+        .and_then(|rest| rest.split("</Code>").next())
+        .unwrap_or("");
+    Outcome::Error(format!("{} {code}", status.as_u16()).trim().to_owned())
+}
+
+/// A case bound to a client and its expected bytes.
+pub struct Runner {
+    client: Arc<S3Client>,
+    case: Case,
+    payload: Bytes,
+    digest: [u8; 32],
+}
+
+impl Runner {
+    pub fn new(client: Arc<S3Client>, case: Case) -> Runner {
+        let payload = payload(case.size);
+        let digest = Sha256::digest(&payload).into();
+        Runner {
+            client,
+            case,
+            payload,
+            digest,
+        }
+    }
+
+    pub fn key(&self, index: u64) -> String {
+        format!("{}{index:08}", self.case.prefix)
+    }
+
+    /// Writes the objects a read case needs, `concurrency` at a time.
+    pub async fn prepare(&self, concurrency: usize) -> anyhow::Result<()> {
+        self.client.ensure_bucket().await?;
+        if matches!(self.case.operation, Operation::Put | Operation::Overwrite) {
+            return Ok(());
+        }
+        use futures::StreamExt;
+        let keys = if self.case.shared_key { 1 } else { self.case.keys };
+        let results: Vec<Outcome> = futures::stream::iter(0..keys)
+            .map(|index| async move { self.client.put(&self.key(index), self.payload.clone()).await })
+            .buffer_unordered(concurrency.max(1))
+            .collect()
+            .await;
+        if let Some(Outcome::Error(kind)) = results.into_iter().find(|o| matches!(o, Outcome::Error(_))) {
+            anyhow::bail!("preparing {keys} objects: {kind}");
+        }
+        Ok(())
+    }
+
+    fn pick(&self, worker: usize, sequence: u64) -> u64 {
+        if self.case.shared_key {
+            0
+        } else if self.case.unique_reads {
+            sequence % self.case.keys
+        } else {
+            (worker as u64 * 7919 + sequence * 104_729) % self.case.keys
+        }
+    }
+
+    pub async fn once(&self, worker: usize, sequence: u64) -> Outcome {
+        let key = self.key(self.pick(worker, sequence));
+        let client = &self.client;
+        match self.case.operation {
+            Operation::Put => {
+                client
+                    .put(&self.key(sequence % self.case.keys.max(1)), self.payload.clone())
+                    .await
+            }
+            Operation::Overwrite => client.put(&key, self.payload.clone()).await,
+            Operation::Get => match client.send("GET", &client.object_path(&key), Bytes::new(), &[]).await {
+                Ok((status, _, body)) if status.is_success() => self.verify(&body, &self.payload, Some(&self.digest)),
+                Ok((status, _, body)) => status_error(status, &body),
+                Err(kind) => Outcome::Error(kind),
+            },
+            Operation::Range => {
+                let length = self.case.range_size.min(self.case.size).max(1);
+                let start = (sequence * 7_368_787) % (self.case.size - length + 1);
+                let range = format!("bytes={start}-{}", start + length - 1);
+                match client
+                    .send("GET", &client.object_path(&key), Bytes::new(), &[("range", range)])
+                    .await
+                {
+                    Ok((status, _, body)) if status.as_u16() == 206 => self.verify(
+                        &body,
+                        &self.payload.slice(start as usize..(start + length) as usize),
+                        None,
+                    ),
+                    Ok((status, _, body)) => status_error(status, &body),
+                    Err(kind) => Outcome::Error(kind),
+                }
+            }
+            Operation::Head => match client.send("HEAD", &client.object_path(&key), Bytes::new(), &[]).await {
+                Ok((status, headers, _)) if status.is_success() => {
+                    let length = headers
+                        .get("content-length")
+                        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+                    if length == Some(self.case.size) {
+                        Outcome::Ok { bytes: 0 }
+                    } else {
+                        Outcome::Error("wrong content-length".into())
+                    }
+                }
+                Ok((status, _, body)) => status_error(status, &body),
+                Err(kind) => Outcome::Error(kind),
+            },
+            Operation::Delete => match client
+                .send("DELETE", &client.object_path(&key), Bytes::new(), &[])
+                .await
+            {
+                Ok((status, ..)) if status.is_success() => Outcome::Ok { bytes: 0 },
+                Ok((status, _, body)) => status_error(status, &body),
+                Err(kind) => Outcome::Error(kind),
+            },
+            Operation::List => {
+                let query = format!(
+                    "/{}?list-type=2&prefix={}&max-keys=1000",
+                    client.target.bucket, self.case.prefix
+                );
+                match client.send("GET", &query, Bytes::new(), &[]).await {
+                    Ok((status, _, body)) if status.is_success() && body.starts_with(b"<?xml") => Outcome::Ok {
+                        bytes: body.len() as u64,
+                    },
+                    Ok((status, _, body)) => status_error(status, &body),
+                    Err(kind) => Outcome::Error(kind),
+                }
+            }
+        }
+    }
+
+    fn verify(&self, body: &[u8], expected: &[u8], digest: Option<&[u8; 32]>) -> Outcome {
+        if body.len() != expected.len() {
+            return Outcome::Error("wrong size".into());
+        }
+        let same = match digest {
+            Some(digest) => Sha256::digest(body).as_slice() == digest,
+            None => body == expected,
+        };
+        if same {
+            Outcome::Ok {
+                bytes: body.len() as u64,
+            }
+        } else {
+            Outcome::Error("wrong bytes".into())
+        }
+    }
+}
