@@ -54,11 +54,29 @@ struct Sample {
     ops: usize,
     latencies: Vec<Duration>,
     elapsed: Duration,
+    /// CPU this process (client, and the gateway when it is in the path) spent while measuring.
+    cpu: Duration,
+}
+
+/// User + system CPU time of this process so far. Unlike wall-clock rates it is barely moved by
+/// other load on the machine, so it shows what the gateway itself costs per request.
+fn process_cpu() -> Duration {
+    // SAFETY: getrusage fills the struct it is given.
+    let usage = unsafe {
+        let mut usage = std::mem::zeroed::<libc::rusage>();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    time(usage.ru_utime) + time(usage.ru_stime)
 }
 
 impl Sample {
     fn rate(&self) -> f64 {
         self.ops as f64 / self.elapsed.as_secs_f64()
+    }
+    fn cpu_us_per_op(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e6 / self.ops.max(1) as f64
     }
     fn percentile(&self, p: f64) -> Duration {
         let mut sorted = self.latencies.clone();
@@ -79,6 +97,10 @@ where
     let op = Arc::new(op);
     let warm_until = Instant::now() + Duration::from_secs(1);
     let stop_at = warm_until + Duration::from_secs(seconds);
+    let cpu_at_start = tokio::spawn(async move {
+        tokio::time::sleep_until(warm_until.into()).await;
+        process_cpu()
+    });
     let workers = (0..clients).map(|client| {
         let op = Arc::clone(&op);
         tokio::spawn(async move {
@@ -102,10 +124,12 @@ where
     for worker in futures::future::join_all(workers).await {
         latencies.extend(worker.unwrap());
     }
+    let cpu = process_cpu().saturating_sub(cpu_at_start.await.unwrap());
     Sample {
         ops: latencies.len(),
         latencies,
         elapsed: Duration::from_secs(seconds),
+        cpu,
     }
 }
 
@@ -166,7 +190,7 @@ fn payload(len: usize) -> Bytes {
 fn report(name: &str, bytes: usize, gateway: &Sample, direct: &Sample) {
     let mib = |s: &Sample| s.rate() * bytes as f64 / (1 << 20) as f64;
     println!(
-        "{name:<14} {:>10.0} {:>10.0} {:>7.2} {:>9.1} {:>9.1} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
+        "{name:<14} {:>10.0} {:>10.0} {:>7.2} {:>9.1} {:>9.1} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>9.1} {:>9.1}",
         gateway.rate(),
         direct.rate(),
         gateway.rate() / direct.rate(),
@@ -176,6 +200,8 @@ fn report(name: &str, bytes: usize, gateway: &Sample, direct: &Sample) {
         direct.percentile(0.5).as_secs_f64() * 1e3,
         gateway.percentile(0.99).as_secs_f64() * 1e3,
         direct.percentile(0.99).as_secs_f64() * 1e3,
+        gateway.cpu_us_per_op(),
+        direct.cpu_us_per_op(),
     );
 }
 
@@ -266,8 +292,19 @@ async fn main() -> anyhow::Result<()> {
     let meta = serde_json::json!({});
 
     println!(
-        "{:<14} {:>10} {:>10} {:>7} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8}",
-        "case", "gw op/s", "sql op/s", "ratio", "gw MiB/s", "sql MiB/s", "gw p50", "sql p50", "gw p99", "sql p99"
+        "{:<14} {:>10} {:>10} {:>7} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9}",
+        "case",
+        "gw op/s",
+        "sql op/s",
+        "ratio",
+        "gw MiB/s",
+        "sql MiB/s",
+        "gw p50",
+        "sql p50",
+        "gw p99",
+        "sql p99",
+        "gw cpuµs",
+        "sql cpuµs"
     );
     let (seconds, clients) = (args.seconds, args.clients);
     let wanted = |case: &str| args.only.as_deref().is_none_or(|only| case.contains(only));
@@ -425,7 +462,11 @@ async fn main() -> anyhow::Result<()> {
         .await;
         report("PUT 64 MiB", LARGE, &gw_large_put, &sql_large_put);
     }
-    println!("({clients} clients for 4 KiB, {large_clients} for 64 MiB; {seconds} s each; latencies in ms)");
+    println!(
+        "({clients} clients for 4 KiB, {} for 64 MiB; {seconds} s each; latencies in ms; cpuµs = CPU of this \
+         process (client + in-process gateway) per op, PostgreSQL's own CPU not included)",
+        args.large_clients
+    );
 
     gateway_handle.shutdown().await?;
     server.stop().await?;
