@@ -68,8 +68,26 @@ impl From<tokio_postgres::Error> for StoreError {
         if err.code() == Some(&tokio_postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION) {
             return StoreError::ReadOnly;
         }
+        if is_connection_loss(&err) {
+            return StoreError::Unavailable(err.to_string());
+        }
         StoreError::Database(err)
     }
+}
+
+/// The database went away (restart, failover, network): the request may be retried, unlike a
+/// genuine error in it. The pool replaces closed connections on their next use.
+fn is_connection_loss(err: &tokio_postgres::Error) -> bool {
+    if err.is_closed() {
+        return true;
+    }
+    if let Some(code) = err.code() {
+        // Class 08: connection exception; 57P01-57P03: admin/crash shutdown, cannot connect now.
+        let code = code.code();
+        return code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03");
+    }
+    // No SQLSTATE: the failure happened below the protocol (connect refused, socket closed).
+    std::error::Error::source(err).is_some_and(|source| source.is::<std::io::Error>())
 }
 
 impl From<deadpool_postgres::PoolError> for StoreError {
