@@ -83,6 +83,10 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_BODY_GRACE", default_value = "10m", value_parser = parse_duration)]
     pub body_grace: Duration,
 
+    /// How often the catalog version is polled (standbys rely on it; primaries also LISTEN).
+    #[arg(long, env = "PGVS3_CATALOG_POLL", default_value = "1s", value_parser = parse_duration)]
+    pub catalog_poll: Duration,
+
     /// How often the maintenance leader runs the reaper.
     #[arg(long, env = "PGVS3_MAINTENANCE_INTERVAL", default_value = "30s", value_parser = parse_duration)]
     pub maintenance_interval: Duration,

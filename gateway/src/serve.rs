@@ -17,8 +17,6 @@ use crate::pg::{Database, migrate};
 use crate::s3::S3Endpoint;
 use crate::store::{Catalog, NewAccessKey, Store};
 
-const CATALOG_POLL: Duration = Duration::from_secs(1);
-
 /// A gateway that is up: its bound addresses, and what it needs to stop cleanly.
 pub struct RunningGateway {
     pub s3_addr: SocketAddr,
@@ -46,7 +44,8 @@ impl RunningGateway {
         let master_key = master_key(&args.database)?;
         let database = Database::open(&args.database).await?;
         let pool = database.pool.clone();
-        if crate::pg::is_standby(&pool).await? {
+        let standby = crate::pg::is_standby(&pool).await?;
+        if standby {
             wait_for_layout(&pool).await?;
         } else {
             migrate::migrate(&pool).await?;
@@ -90,8 +89,8 @@ impl RunningGateway {
                 "admin",
             )),
         ];
-        let background = vec![
-            catalog.spawn_refresher(CATALOG_POLL),
+        let mut background = vec![
+            catalog.spawn_refresher(args.catalog_poll),
             crate::maintenance::spawn_leader_loop(
                 store.clone(),
                 pool,
@@ -100,6 +99,9 @@ impl RunningGateway {
                 args.maintenance_interval,
             ),
         ];
+        if !standby {
+            background.push(catalog.spawn_listener(database.config.clone()));
+        }
         tracing::info!(%s3_addr, %admin_addr, "pgvs3 gateway ready");
         Ok(RunningGateway {
             s3_addr,

@@ -170,7 +170,7 @@ async fn the_embedded_default_serves_s3_and_admin_commands_work_beside_it() {
     assert_eq!(denied.into_service_error().meta().code(), Some("AccessDenied"));
     let deleted = pgvs3(&["admin", "--data-dir", dir_arg, "key", "delete", "CLIKEY"]).await;
     assert!(deleted.status.success());
-    // The gateway notices the catalog change on its next poll (about a second).
+    // The gateway hears of the catalog change by NOTIFY (and would by its poll, within a second).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let refused = loop {
         match cli.list_buckets().send().await {

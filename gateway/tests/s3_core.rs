@@ -685,3 +685,43 @@ async fn data_survives_a_gateway_restart() {
     assert!(get(&gw, "keep", "large").await == large);
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn catalog_changes_reach_a_primary_gateway_by_notify() {
+    // With polling effectively off, only LISTEN/NOTIFY can tell the gateway a key was deleted.
+    let gw = TestGateway::with_args(common::fresh_database().await, &["--catalog-poll", "1h"]).await;
+    gw.gateway
+        .store
+        .catalog()
+        .put_access_key(&pgvs3_gateway::store::NewAccessKey {
+            access_key: "SHORTLIVED".into(),
+            secret: "short-secret".into(),
+            is_root: false,
+            read_only: false,
+            description: String::new(),
+        })
+        .await
+        .unwrap();
+    let client = gw.client_for("SHORTLIVED", "short-secret");
+    client.list_buckets().send().await.unwrap();
+    // Deleted behind the gateway's back, straight in SQL (as the operator or another gateway would).
+    gw.sql()
+        .await
+        .execute("SELECT pgvs3.delete_access_key('SHORTLIVED')", &[])
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        match client.list_buckets().send().await {
+            Err(err) => {
+                assert_eq!(err.into_service_error().meta().code(), Some("InvalidAccessKeyId"));
+                break;
+            }
+            Ok(_) => {
+                assert!(tokio::time::Instant::now() < deadline, "the deletion was not heard");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+    }
+    gw.stop().await;
+}

@@ -15,6 +15,8 @@ use embedded::{EmbeddedOptions, EmbeddedPostgres};
 /// The database a command works on, and the embedded server behind it when pgvs3 started one.
 pub struct Database {
     pub pool: Pool,
+    /// How to reach the server outside the pool (e.g. a dedicated LISTEN connection).
+    pub config: tokio_postgres::Config,
     pub embedded: Option<EmbeddedPostgres>,
 }
 
@@ -37,9 +39,9 @@ impl Database {
                 }
             },
         };
-        let pool = pool(config, args.pool_size)?;
+        let pool = pool(config.clone(), args.pool_size)?;
         wait_until_reachable(&pool).await?;
-        Ok(Database { pool, embedded })
+        Ok(Database { pool, config, embedded })
     }
 
     /// Stops the embedded PostgreSQL, if this process started it.

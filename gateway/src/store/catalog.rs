@@ -174,6 +174,45 @@ impl Catalog {
         })
     }
 
+    /// On a primary, reloads as soon as the catalog changes (NOTIFY `pgvs3_catalog`), so a
+    /// deleted key or bucket stops working within milliseconds instead of at the next poll.
+    /// Standbys cannot LISTEN; they rely on polling.
+    pub fn spawn_listener(self: &Arc<Self>, config: tokio_postgres::Config) -> tokio::task::JoinHandle<()> {
+        let catalog = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                if let Err(err) = catalog.listen(&config).await {
+                    tracing::warn!(error = %err, "catalog LISTEN connection lost; reconnecting");
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    }
+
+    async fn listen(&self, config: &tokio_postgres::Config) -> anyhow::Result<()> {
+        use futures::StreamExt;
+        let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
+        let (notify, mut notified) = tokio::sync::mpsc::channel::<()>(1);
+        let driver = tokio::spawn(async move {
+            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(message) = messages.next().await {
+                if let tokio_postgres::AsyncMessage::Notification(_) = message? {
+                    // A full channel already means "reload": changes coalesce.
+                    let _ = notify.try_send(());
+                }
+            }
+            anyhow::Ok(())
+        });
+        client.batch_execute("LISTEN pgvs3_catalog").await?;
+        // Changes made before LISTEN took effect would otherwise wait for the next poll.
+        self.refresh().await?;
+        while notified.recv().await.is_some() {
+            self.refresh().await?;
+        }
+        driver.await??;
+        Ok(())
+    }
+
     /// Looks up a bucket: from the cache, else from the database (a bucket created through
     /// another gateway is usable at once, before the next refresh).
     pub async fn bucket(&self, name: &str) -> StoreResult<Arc<BucketInfo>> {
