@@ -8,6 +8,8 @@ cargo build --release --locked --bin pgvs3 --bin pgvs3-loadgen
 bin="$CARGO_TARGET_DIR/release"
 
 data_dir=$(mktemp -d /tmp/pgvs3-load-XXXXXX)
+# As root, PostgreSQL runs as `postgres`, which must be able to enter the directory.
+chmod 755 "$data_dir"
 log="$data_dir/serve.log"
 export PGVS3_ROOT_ACCESS_KEY=LOADGENROOTKEY000001 PGVS3_ROOT_SECRET_KEY=loadgen-secret-key
 "$bin/pgvs3" serve --data-dir "$data_dir/data" --s3-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 >"$log" 2>&1 &
