@@ -725,3 +725,39 @@ async fn catalog_changes_reach_a_primary_gateway_by_notify() {
     }
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn http2_clients_are_served_too() {
+    use http_body_util::BodyExt;
+    let gw = TestGateway::start().await;
+    gw.client.create_bucket().bucket("http2").send().await.unwrap();
+    put(&gw, "http2", "obj", b"over h2".to_vec()).await;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let signer = common::raw::Signer {
+        access_key: common::ROOT_ACCESS_KEY.into(),
+        secret_key: common::ROOT_SECRET_KEY.into(),
+        host: gw.gateway.s3_addr.to_string(),
+    };
+    let mut request = http::Request::builder().uri(format!("{}/http2/obj", gw.endpoint()));
+    for (name, value) in signer.sign(
+        "GET",
+        "/http2/obj",
+        &[],
+        &common::raw::sha256_hex(b""),
+        std::time::SystemTime::now(),
+    ) {
+        if name != "host" {
+            request = request.header(name, value);
+        }
+    }
+    let response = client.request(request.body(Default::default()).unwrap()).await.unwrap();
+    assert_eq!(response.version(), http::Version::HTTP_2);
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.into_body().collect().await.unwrap().to_bytes().as_ref(),
+        b"over h2"
+    );
+    gw.stop().await;
+}
