@@ -101,7 +101,7 @@ impl ClusterAddress {
 /// like the shared cluster.
 pub fn primary_and_standby(name: &str) -> (ClusterAddress, ClusterAddress) {
     let (sender, receiver) = std::sync::mpsc::channel();
-    let base = std::env::temp_dir().join(format!("pgvs3-test-{}-{name}", std::process::id()));
+    let base = std::env::temp_dir().join(format!("pgvs3-test-{}-pair-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
