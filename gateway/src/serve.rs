@@ -91,6 +91,7 @@ impl RunningGateway {
                 metrics,
                 args.body_grace,
                 args.maintenance_interval,
+                args.multipart_max_age,
             ),
         ];
         tracing::info!(%s3_addr, %admin_addr, "pgvs3 gateway ready");

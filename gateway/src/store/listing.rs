@@ -105,6 +105,17 @@ impl Store {
             },
             None => {}
         }
+        // A marker that is itself a common prefix (what S3 hands out as NextMarker) resumes
+        // after every key under it.
+        if let (Some(d), Some(marker)) = (delimiter, request.start_after.as_deref())
+            && let Some(rest) = marker.strip_prefix(request.prefix.as_str())
+            && rest.find(d).is_some_and(|at| at + d.len() == rest.len())
+        {
+            match prefix_successor(marker) {
+                Some(next) => from = from.max(next),
+                None => return Ok(page),
+            }
+        }
         let below = (!request.prefix.is_empty())
             .then(|| prefix_successor(&request.prefix))
             .flatten();
