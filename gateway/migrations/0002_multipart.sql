@@ -84,3 +84,6 @@ BEGIN
 END $$;
 
 SELECT pgvs3.ensure_namespace(name, purpose) FROM pgvs3.namespaces;
+
+-- Bucket tags (S3 Get/Put/DeleteBucketTagging); object tags live in the objects' metadata.
+ALTER TABLE pgvs3.buckets ADD COLUMN IF NOT EXISTS tags jsonb;

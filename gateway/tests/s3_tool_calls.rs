@@ -6,7 +6,7 @@ mod common;
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{ObjectAttributes, Permission};
+use aws_sdk_s3::types::{ObjectAttributes, Permission, Tag, Tagging};
 use common::TestGateway;
 
 async fn put(s3: &Client, key: &str, body: &'static [u8]) {
@@ -164,4 +164,124 @@ async fn an_unversioned_bucket_answers_versioning_acl_and_attribute_calls() {
     let raw_status = policy.raw_response().map(|r| r.status().as_u16());
     assert_eq!(policy.into_service_error().meta().code(), Some("NotImplemented"));
     assert_eq!(raw_status, Some(501));
+}
+
+#[tokio::test]
+async fn object_and_bucket_tags_are_kept_apart_from_the_body() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("tools").send().await.unwrap();
+    let put = s3
+        .put_object()
+        .bucket("tools")
+        .key("k")
+        .tagging("team=data&note=a%20b")
+        .body(ByteStream::from_static(b"body"))
+        .send()
+        .await
+        .unwrap();
+    let pairs = |set: &[Tag]| -> Vec<(String, String)> {
+        set.iter().map(|t| (t.key().to_owned(), t.value().to_owned())).collect()
+    };
+    let tags = s3.get_object_tagging().bucket("tools").key("k").send().await.unwrap();
+    assert_eq!(
+        pairs(tags.tag_set()),
+        [
+            ("note".to_owned(), "a b".to_owned()),
+            ("team".to_owned(), "data".to_owned())
+        ]
+    );
+    let got = s3.get_object().bucket("tools").key("k").send().await.unwrap();
+    assert_eq!(got.tag_count, Some(2));
+    let before = got.last_modified;
+
+    let one = Tagging::builder()
+        .tag_set(Tag::builder().key("stage").value("gold").build().unwrap())
+        .build()
+        .unwrap();
+    s3.put_object_tagging()
+        .bucket("tools")
+        .key("k")
+        .tagging(one)
+        .send()
+        .await
+        .unwrap();
+    let tags = s3.get_object_tagging().bucket("tools").key("k").send().await.unwrap();
+    assert_eq!(pairs(tags.tag_set()), [("stage".to_owned(), "gold".to_owned())]);
+    let head = s3.head_object().bucket("tools").key("k").send().await.unwrap();
+    assert_eq!(
+        (head.e_tag, head.last_modified),
+        (put.e_tag, before),
+        "tags leave ETag and date alone"
+    );
+
+    s3.copy_object()
+        .bucket("tools")
+        .key("copy")
+        .copy_source("tools/k")
+        .send()
+        .await
+        .unwrap();
+    let copied = s3
+        .get_object_tagging()
+        .bucket("tools")
+        .key("copy")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pairs(copied.tag_set()), [("stage".to_owned(), "gold".to_owned())]);
+
+    s3.delete_object_tagging()
+        .bucket("tools")
+        .key("k")
+        .send()
+        .await
+        .unwrap();
+    let tags = s3.get_object_tagging().bucket("tools").key("k").send().await.unwrap();
+    assert!(tags.tag_set().is_empty());
+    assert_eq!(
+        s3.get_object().bucket("tools").key("k").send().await.unwrap().tag_count,
+        None
+    );
+
+    let duplicate = Tagging::builder()
+        .tag_set(Tag::builder().key("a").value("1").build().unwrap())
+        .tag_set(Tag::builder().key("a").value("2").build().unwrap())
+        .build()
+        .unwrap();
+    let err = s3
+        .put_object_tagging()
+        .bucket("tools")
+        .key("k")
+        .tagging(duplicate)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.into_service_error().meta().code(), Some("InvalidTag"));
+    let missing = s3
+        .get_object_tagging()
+        .bucket("tools")
+        .key("nope")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(missing.into_service_error().meta().code(), Some("NoSuchKey"));
+
+    let none = s3.get_bucket_tagging().bucket("tools").send().await.unwrap_err();
+    assert_eq!(none.into_service_error().meta().code(), Some("NoSuchTagSet"));
+    let bucket_tags = Tagging::builder()
+        .tag_set(Tag::builder().key("cost-centre").value("42").build().unwrap())
+        .build()
+        .unwrap();
+    s3.put_bucket_tagging()
+        .bucket("tools")
+        .tagging(bucket_tags)
+        .send()
+        .await
+        .unwrap();
+    let tags = s3.get_bucket_tagging().bucket("tools").send().await.unwrap();
+    assert_eq!(pairs(tags.tag_set()), [("cost-centre".to_owned(), "42".to_owned())]);
+    s3.delete_bucket_tagging().bucket("tools").send().await.unwrap();
+    let none = s3.get_bucket_tagging().bucket("tools").send().await.unwrap_err();
+    assert_eq!(none.into_service_error().meta().code(), Some("NoSuchTagSet"));
 }

@@ -35,6 +35,8 @@ pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
         StoreError::InvalidPartNumber => S3ErrorCode::Custom("InvalidPartNumber".into()),
         StoreError::PreconditionFailed => S3ErrorCode::PreconditionFailed,
         StoreError::NotModified => S3ErrorCode::NotModified,
+        StoreError::InvalidTag(_) => S3ErrorCode::InvalidTag,
+        StoreError::NoSuchTagSet => S3ErrorCode::NoSuchTagSet,
         StoreError::Corrupt(_) | StoreError::Database(_) => {
             tracing::error!(error = %err, "internal error");
             S3ErrorCode::InternalError

@@ -143,8 +143,36 @@ macro_rules! meta_from_input {
                 .collect(),
             checksum: None,
             parts: None,
+            tags: Default::default(),
         }
     }};
+}
+
+/// The tags of `x-amz-tagging` (a URL-encoded query string).
+fn header_tags(header: &Option<String>) -> Result<store::Tags, StoreError> {
+    let pairs = header
+        .iter()
+        .flat_map(|text| form_urlencoded::parse(text.as_bytes()).into_owned());
+    store::tag_set(pairs, store::MAX_OBJECT_TAGS)
+}
+
+fn tags_from(tagging: &Tagging, max: usize) -> Result<store::Tags, StoreError> {
+    let pairs = tagging.tag_set.iter().map(|tag| {
+        (
+            tag.key.clone().unwrap_or_default(),
+            tag.value.clone().unwrap_or_default(),
+        )
+    });
+    store::tag_set(pairs, max)
+}
+
+fn tag_list(tags: store::Tags) -> Vec<Tag> {
+    tags.into_iter()
+        .map(|(key, value)| Tag {
+            key: Some(key),
+            value: Some(value),
+        })
+        .collect()
 }
 
 /// The preconditions on a copy's source, from its `x-amz-copy-source-if-*` fields.
@@ -344,7 +372,8 @@ impl S3 for S3Front {
             None => Box::pin(futures::stream::empty()),
         };
         let input = &req.input;
-        let meta = meta_from_input!(input, req.headers);
+        let mut meta = meta_from_input!(input, req.headers);
+        meta.tags = header_tags(&input.tagging).map_err(|e| fail(&req, e))?;
         let condition = write_condition(&input.if_match, &input.if_none_match)?;
         let declared_len = input.content_length.map(|len| len.max(0) as u64);
         let upload = store::Upload {
@@ -385,6 +414,7 @@ impl S3 for S3Front {
         if options.part_number.is_some() {
             output.parts_count = read.head.meta.parts.map(|n| n as i32);
         }
+        output.tag_count = (!read.head.meta.tags.is_empty()).then_some(read.head.meta.tags.len() as i32);
         let (start, end) = read.span;
         output.content_length = Some((end - start) as i64);
         if read.partial {
@@ -687,9 +717,17 @@ impl S3 for S3Front {
             conditions: &conditions,
         };
         let meta = replace.then(|| meta_from_input!(input, req.headers));
+        let replace_tags = input
+            .tagging_directive
+            .as_ref()
+            .is_some_and(|d| d.as_str() == TaggingDirective::REPLACE);
+        let tags = match replace_tags {
+            true => Some(header_tags(&input.tagging).map_err(|e| fail(&req, e))?),
+            false => None,
+        };
         let outcome = self
             .store
-            .copy_object(&principal, &source, &input.bucket, &input.key, meta)
+            .copy_object(&principal, &source, &input.bucket, &input.key, meta, tags)
             .await
             .map_err(|e| fail(&req, e))?;
         let mut result = CopyObjectResult {
@@ -742,13 +780,97 @@ impl S3 for S3Front {
         }))
     }
 
+    async fn get_object_tagging(
+        &self,
+        req: S3Request<GetObjectTaggingInput>,
+    ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
+        let principal = self.principal(&req).await?;
+        let tags = self
+            .store
+            .object_tags(&principal, &req.input.bucket, &req.input.key)
+            .await
+            .map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(GetObjectTaggingOutput {
+            tag_set: tag_list(tags),
+            version_id: None,
+        }))
+    }
+
+    async fn put_object_tagging(
+        &self,
+        req: S3Request<PutObjectTaggingInput>,
+    ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
+        let principal = self.principal(&req).await?;
+        let input = &req.input;
+        let tags = tags_from(&input.tagging, store::MAX_OBJECT_TAGS).map_err(|e| fail(&req, e))?;
+        self.store
+            .set_object_tags(&principal, &input.bucket, &input.key, &tags)
+            .await
+            .map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(PutObjectTaggingOutput::default()))
+    }
+
+    async fn delete_object_tagging(
+        &self,
+        req: S3Request<DeleteObjectTaggingInput>,
+    ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
+        let principal = self.principal(&req).await?;
+        self.store
+            .set_object_tags(&principal, &req.input.bucket, &req.input.key, &store::Tags::new())
+            .await
+            .map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(DeleteObjectTaggingOutput::default()))
+    }
+
+    async fn get_bucket_tagging(
+        &self,
+        req: S3Request<GetBucketTaggingInput>,
+    ) -> S3Result<S3Response<GetBucketTaggingOutput>> {
+        let principal = self.principal(&req).await?;
+        let tags = self
+            .store
+            .bucket_tags(&principal, &req.input.bucket)
+            .await
+            .and_then(|tags| tags.ok_or(StoreError::NoSuchTagSet))
+            .map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(GetBucketTaggingOutput {
+            tag_set: tag_list(tags),
+        }))
+    }
+
+    async fn put_bucket_tagging(
+        &self,
+        req: S3Request<PutBucketTaggingInput>,
+    ) -> S3Result<S3Response<PutBucketTaggingOutput>> {
+        let principal = self.principal(&req).await?;
+        let tags = tags_from(&req.input.tagging, store::MAX_BUCKET_TAGS).map_err(|e| fail(&req, e))?;
+        self.store
+            .set_bucket_tags(&principal, &req.input.bucket, Some(&tags))
+            .await
+            .map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(PutBucketTaggingOutput::default()))
+    }
+
+    async fn delete_bucket_tagging(
+        &self,
+        req: S3Request<DeleteBucketTaggingInput>,
+    ) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
+        let principal = self.principal(&req).await?;
+        self.store
+            .set_bucket_tags(&principal, &req.input.bucket, None)
+            .await
+            .map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(DeleteBucketTaggingOutput::default()))
+    }
+
     async fn create_multipart_upload(
         &self,
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let principal = self.principal(&req).await?;
         let input = &req.input;
-        let meta = meta_from_input!(input, req.headers);
+        let mut meta = meta_from_input!(input, req.headers);
+        meta.tags = header_tags(&input.tagging).map_err(|e| fail(&req, e))?;
         let upload_id = self
             .store
             .create_multipart_upload(&principal, &input.bucket, &input.key, &meta)

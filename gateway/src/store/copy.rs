@@ -18,8 +18,8 @@ pub struct CopySource<'a> {
 }
 
 impl Store {
-    /// Copies an object. `meta` replaces the source's metadata when given (S3's REPLACE
-    /// directive); a copy keeps the source's ETag, since it has the same bytes.
+    /// Copies an object. `meta` and `tags` replace the source's when given (S3's REPLACE
+    /// directives); a copy keeps the source's ETag, since it has the same bytes.
     pub async fn copy_object(
         &self,
         principal: &Principal,
@@ -27,6 +27,7 @@ impl Store {
         bucket: &str,
         key: &str,
         meta: Option<ObjectMeta>,
+        tags: Option<super::Tags>,
     ) -> StoreResult<PutOutcome> {
         check_key(source.key)?;
         check_key(key)?;
@@ -50,6 +51,7 @@ impl Store {
         let mut meta = meta.unwrap_or_else(|| head.meta.clone());
         meta.parts = head.meta.parts;
         meta.checksum = head.meta.checksum.clone();
+        meta.tags = tags.unwrap_or_else(|| head.meta.tags.clone());
         let inline: Option<&[u8]> = row.get(4);
         let body_id = match row.get::<_, Option<i64>>(5) {
             None => None,

@@ -43,6 +43,9 @@ pub enum StoreError {
     PreconditionFailed,
     /// A conditional read's object has not changed (HTTP 304).
     NotModified,
+    InvalidTag(String),
+    /// The bucket has no tags.
+    NoSuchTagSet,
 }
 
 impl fmt::Display for StoreError {
@@ -73,7 +76,8 @@ impl fmt::Display for StoreError {
                 "the specified multipart upload does not exist: the upload ID may be invalid, \
                  or the upload may have been aborted or completed",
             ),
-            StoreError::InvalidPart(msg) => f.write_str(msg),
+            StoreError::InvalidPart(msg) | StoreError::InvalidTag(msg) => f.write_str(msg),
+            StoreError::NoSuchTagSet => f.write_str("the TagSet does not exist"),
             StoreError::InvalidPartOrder => f.write_str("the list of parts was not in ascending order"),
             StoreError::EntityTooSmall => f.write_str("your proposed upload is smaller than the minimum allowed size"),
             StoreError::InvalidPartNumber => f.write_str("the requested partnumber is not satisfiable"),

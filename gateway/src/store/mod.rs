@@ -9,6 +9,7 @@ mod error;
 mod listing;
 mod multipart;
 mod objects;
+mod tagging;
 
 use std::sync::Arc;
 
@@ -25,6 +26,7 @@ pub use objects::{
     BodyObserver, BodyStream, ByteRange, INLINE_LIMIT, ObjectHead, ObjectMeta, ObjectRead, PutOutcome, ReadOptions,
     StoredChecksum, Upload,
 };
+pub use tagging::{MAX_BUCKET_TAGS, MAX_OBJECT_TAGS, Tags, tag_set};
 
 pub type StoreResult<T> = Result<T, StoreError>;
 

@@ -45,6 +45,8 @@ pub struct ObjectMeta {
     /// How many parts a multipart object has; its body is then a manifest of part bodies.
     #[serde(rename = "pc", default, skip_serializing_if = "Option::is_none")]
     pub parts: Option<u32>,
+    #[serde(rename = "tg", default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
 }
 
 /// A full-object checksum the client asked for (e.g. `CRC32`, base64 value as S3 returns it).
@@ -152,6 +154,7 @@ pub struct NamespaceSql {
     pub(super) list_parts: String,
     pub(super) list_uploads: String,
     pub(super) copy_body: String,
+    pub(super) set_tags: String,
     pub(super) copy_parts: String,
     pub(crate) drop_parts: String,
     pub(crate) drop_abandoned_uploads: String,
@@ -268,6 +271,11 @@ impl NamespaceSql {
                 "SELECT key, upload_id, initiated FROM {ns}.uploads
                   WHERE bucket_id = $1 AND starts_with(key, $2) AND (key, upload_id) > ($3, $4)
                   ORDER BY key, upload_id LIMIT $5"
+            ),
+            set_tags: format!(
+                "UPDATE {ns}.objects SET meta = CASE WHEN $3 = '{{}}'::jsonb THEN meta - 'tg'
+                                                     ELSE jsonb_set(meta, '{{tg}}', $3) END
+                  WHERE bucket_id = $1 AND key = $2 AND (expires_at IS NULL OR expires_at > now())"
             ),
             copy_body: format!(
                 "INSERT INTO {ns}.chunks (body_id, seq, data) SELECT $2, seq, data FROM {ns}.chunks WHERE body_id = $1"
