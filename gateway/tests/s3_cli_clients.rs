@@ -1,7 +1,7 @@
 //! Real third-party clients against the gateway: the AWS CLI (`aws s3 cp/sync/ls/rm`, crossing
-//! the multipart threshold: 64 MiB with 8 MiB parts) and boto3 (put/get, managed multipart
-//! transfers, ranged GETs, copy, listing), each verified byte for byte.
-//! `.ci/run` installs both (PyPI `awscli`, `boto3`) when they are missing.
+//! the multipart threshold: 64 MiB with 8 MiB parts), boto3 (put/get, managed multipart
+//! transfers, ranged GETs, copy, listing), pyarrow and DuckDB (Parquet over S3), each verified
+//! byte for byte or by content. `.ci/run` installs them from PyPI when they are missing.
 
 mod common;
 
@@ -173,5 +173,60 @@ print("boto3 ok")
     ];
     let out = run(&gw, &dir, "python3", args).await;
     assert!(out.contains("boto3 ok"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The primary workload: Parquet written and read by engines over S3. pyarrow's S3FileSystem
+/// writes with streamed multipart parts; DuckDB's httpfs reads with parallel range GETs and
+/// writes with multipart uploads of its own.
+#[tokio::test]
+async fn pyarrow_and_duckdb_write_and_read_parquet_over_s3() {
+    let gw = TestGateway::start().await;
+    gw.client.create_bucket().bucket("lake").send().await.unwrap();
+    let dir = scratch("parquet");
+    let script = r#"
+import os, pathlib
+import duckdb, pyarrow as pa, pyarrow.compute as pc, pyarrow.fs as pafs, pyarrow.parquet as pq
+import duckdb_ext
+
+endpoint = os.environ["AWS_ENDPOINT_URL"].removeprefix("http://")
+fs = pafs.S3FileSystem(access_key=os.environ["AWS_ACCESS_KEY_ID"], secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+                       endpoint_override=endpoint, scheme="http", region="us-east-1")
+n = 3_000_000
+table = pa.table({"id": pa.array(range(n), pa.int64()),
+                  "noise": pc.random(n), "label": pc.cast(pc.floor(pc.multiply(pc.random(n), 1e9)), pa.int64())})
+pq.write_table(table, "lake/arrow.parquet", filesystem=fs, row_group_size=250_000, compression="none")
+info = fs.get_file_info("lake/arrow.parquet")
+assert info.size > 16 * 1024 * 1024, info.size
+back = pq.read_table("lake/arrow.parquet", filesystem=fs)
+assert back.equals(table)
+
+con = duckdb.connect()
+con.execute(f"SET extension_directory = '{pathlib.Path(list(duckdb_ext.__path__)[0]) / 'extensions'}'")
+con.execute("LOAD httpfs")
+con.execute(f"""CREATE SECRET (TYPE s3, KEY_ID '{os.environ["AWS_ACCESS_KEY_ID"]}',
+    SECRET '{os.environ["AWS_SECRET_ACCESS_KEY"]}', ENDPOINT '{endpoint}', URL_STYLE 'path',
+    USE_SSL false, REGION 'us-east-1')""")
+count, ids, labels = con.execute(
+    "SELECT count(*), sum(id), sum(label) FROM read_parquet('s3://lake/arrow.parquet')").fetchone()
+assert (count, ids, labels) == (n, n * (n - 1) // 2, pc.sum(table["label"]).as_py()), (count, ids, labels)
+hits = con.execute("SELECT count(*) FROM read_parquet('s3://lake/arrow.parquet') WHERE id % 1000 = 7").fetchone()[0]
+assert hits == n // 1000, hits
+
+con.execute("""COPY (SELECT range AS id, md5(range::VARCHAR) AS digest FROM range(1500000))
+               TO 's3://lake/duck.parquet' (FORMAT parquet)""")
+count, ids, digests = con.execute(
+    "SELECT count(*), sum(id), count(DISTINCT digest) FROM read_parquet('s3://lake/duck.parquet')").fetchone()
+assert (count, ids, digests) == (1500000, 1500000 * 1499999 // 2, 1500000), (count, ids, digests)
+duck = pq.read_table("lake/duck.parquet", filesystem=fs)
+assert duck.num_rows == 1500000 and pc.sum(duck["id"]).as_py() == 1500000 * 1499999 // 2
+print("parquet ok")
+"#;
+    std::fs::write(dir.join("parquet.py"), script).unwrap();
+    let out = run(&gw, &dir, "python3", vec![dir.join("parquet.py").display().to_string()]).await;
+    assert!(out.contains("parquet ok"), "{out}");
+    let listed = gw.client.list_objects_v2().bucket("lake").send().await.unwrap();
+    let keys: Vec<&str> = listed.contents().iter().filter_map(|o| o.key.as_deref()).collect();
+    assert_eq!(keys, ["arrow.parquet", "duck.parquet"]);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -289,6 +289,29 @@ async fn completion_validates_the_part_list_and_leaves_nothing_on_refusal() {
             "part {bad}"
         );
     }
+    // A part whose declared checksum does not match its bytes is refused and not kept.
+    let corrupt = s3
+        .upload_part()
+        .bucket("mpu")
+        .key("k")
+        .upload_id(&upload_id)
+        .part_number(4)
+        .checksum_crc32("AAAAAA==")
+        .body(ByteStream::from(small.clone()))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(corrupt.into_service_error().meta().code(), Some("BadDigest"));
+    let listed = s3
+        .list_parts()
+        .bucket("mpu")
+        .key("k")
+        .upload_id(&upload_id)
+        .send()
+        .await
+        .unwrap();
+    let numbers: Vec<i32> = listed.parts().iter().filter_map(|p| p.part_number).collect();
+    assert_eq!(numbers, [1, 2, 3]);
     let wrong_key = complete(s3, "other", &upload_id, &[(3, e3.as_str())]).await;
     assert_eq!(wrong_key, Err(Some("NoSuchUpload".into())));
     let bogus = complete(s3, "k", "not-an-upload", &[(3, e3.as_str())]).await;
