@@ -571,3 +571,75 @@ async fn many_parallel_range_reads_of_a_multipart_object_are_exact() {
         assert!(got == whole[first..=last], "range {first}-{last}");
     }
 }
+
+/// A database laid out by v1 (before multipart) upgrades in place: every namespace, old or
+/// new, gets the upload tables, and objects written before the upgrade stay readable.
+#[tokio::test]
+async fn a_layout_v1_database_upgrades_to_multipart() {
+    let url = common::fresh_database().await;
+    let (sql, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    sql.batch_execute(
+        "CREATE SCHEMA pgvs3;
+         CREATE TABLE pgvs3.layout (version int PRIMARY KEY, name text NOT NULL,
+                                    applied_at timestamptz NOT NULL DEFAULT now());",
+    )
+    .await
+    .unwrap();
+    sql.batch_execute(include_str!("../migrations/0001_layout_v1.sql")).await.unwrap();
+    sql.batch_execute(
+        "INSERT INTO pgvs3.layout (version, name) VALUES (1, 'layout_v1');
+         SELECT pgvs3.ensure_namespace('older', 'objects');
+         SELECT pgvs3.ensure_bucket('before', NULL, 's3p');",
+    )
+    .await
+    .unwrap();
+
+    let gw = TestGateway::on(url).await;
+    let version: i32 = sql.query_one("SELECT max(version) FROM pgvs3.layout", &[]).await.unwrap().get(0);
+    assert_eq!(version, pgvs3_gateway::pg::migrate::LAYOUT_VERSION);
+    sql.batch_execute("SELECT pgvs3.ensure_namespace('newer', 'objects')").await.unwrap();
+    for ns in ["s3p", "older", "newer"] {
+        let tables: i64 = sql
+            .query_one(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename IN ('uploads', 'parts')",
+                &[&ns],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(tables, 2, "namespace {ns}");
+    }
+    let s3 = &gw.client;
+    let upload_id = s3
+        .create_multipart_upload()
+        .bucket("before")
+        .key("k")
+        .send()
+        .await
+        .unwrap()
+        .upload_id
+        .unwrap();
+    let etag = s3
+        .upload_part()
+        .bucket("before")
+        .key("k")
+        .upload_id(&upload_id)
+        .part_number(1)
+        .body(ByteStream::from_static(b"after the upgrade"))
+        .send()
+        .await
+        .unwrap()
+        .e_tag
+        .unwrap();
+    s3.complete_multipart_upload()
+        .bucket("before")
+        .key("k")
+        .upload_id(&upload_id)
+        .multipart_upload(completion(&[(1, etag.as_str())]))
+        .send()
+        .await
+        .unwrap();
+    let out = s3.get_object().bucket("before").key("k").send().await.unwrap();
+    assert_eq!(out.body.collect().await.unwrap().into_bytes().as_ref(), b"after the upgrade");
+}
