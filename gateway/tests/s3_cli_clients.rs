@@ -1,7 +1,8 @@
 //! Real third-party clients against the gateway: the AWS CLI (`aws s3 cp/sync/ls/rm`, crossing
 //! the multipart threshold: 64 MiB with 8 MiB parts), boto3 (put/get, managed multipart
-//! transfers, ranged GETs, copy, listing), pyarrow and DuckDB (Parquet over S3), each verified
-//! byte for byte or by content. `.ci/run` installs them from PyPI when they are missing.
+//! transfers, ranged GETs, copy, listing), rclone (copy/sync/check), pyarrow, DuckDB and
+//! polars (Parquet over S3), each verified byte for byte or by content. `.ci/run` installs them
+//! from PyPI when they are missing.
 
 mod common;
 
@@ -26,6 +27,14 @@ async fn run(gw: &TestGateway, dir: &Path, program: &str, args: Vec<String>) -> 
         .env("AWS_CONFIG_FILE", &config)
         .env("AWS_SHARED_CREDENTIALS_FILE", dir.join("no-credentials"))
         .env("AWS_ENDPOINT_URL", gw.endpoint())
+        .env("RCLONE_CONFIG_GW_TYPE", "s3")
+        .env("RCLONE_CONFIG_GW_PROVIDER", "Other")
+        .env("RCLONE_CONFIG_GW_ACCESS_KEY_ID", ROOT_ACCESS_KEY)
+        .env("RCLONE_CONFIG_GW_SECRET_ACCESS_KEY", ROOT_SECRET_KEY)
+        .env("RCLONE_CONFIG_GW_ENDPOINT", gw.endpoint())
+        .env("RCLONE_CONFIG_GW_REGION", "us-east-1")
+        .env("RCLONE_CONFIG_GW_FORCE_PATH_STYLE", "true")
+        .env("RCLONE_CONFIG", dir.join("rclone.conf"))
         .env_remove("AWS_CA_BUNDLE")
         .env_remove("AWS_PROFILE")
         .output()
@@ -178,9 +187,9 @@ print("boto3 ok")
 
 /// The primary workload: Parquet written and read by engines over S3. pyarrow's S3FileSystem
 /// writes with streamed multipart parts; DuckDB's httpfs reads with parallel range GETs and
-/// writes with multipart uploads of its own.
+/// writes with multipart uploads of its own; polars reads and writes through object_store.
 #[tokio::test]
-async fn pyarrow_and_duckdb_write_and_read_parquet_over_s3() {
+async fn pyarrow_duckdb_and_polars_write_and_read_parquet_over_s3() {
     let gw = TestGateway::start().await;
     gw.client.create_bucket().bucket("lake").send().await.unwrap();
     let dir = scratch("parquet");
@@ -220,6 +229,14 @@ count, ids, digests = con.execute(
 assert (count, ids, digests) == (1500000, 1500000 * 1499999 // 2, 1500000), (count, ids, digests)
 duck = pq.read_table("lake/duck.parquet", filesystem=fs)
 assert duck.num_rows == 1500000 and pc.sum(duck["id"]).as_py() == 1500000 * 1499999 // 2
+import polars as pl
+options = {"aws_access_key_id": os.environ["AWS_ACCESS_KEY_ID"],
+           "aws_secret_access_key": os.environ["AWS_SECRET_ACCESS_KEY"],
+           "aws_endpoint_url": os.environ["AWS_ENDPOINT_URL"], "aws_region": "us-east-1", "aws_allow_http": "true"}
+frame = pl.read_parquet("s3://lake/arrow.parquet", storage_options=options)
+assert frame.height == n and frame["id"].sum() == n * (n - 1) // 2
+pl.DataFrame({"x": list(range(200_000))}).write_parquet("s3://lake/polars.parquet", storage_options=options)
+assert pl.read_parquet("s3://lake/polars.parquet", storage_options=options)["x"].sum() == 200_000 * 199_999 // 2
 print("parquet ok")
 "#;
     std::fs::write(dir.join("parquet.py"), script).unwrap();
@@ -227,6 +244,72 @@ print("parquet ok")
     assert!(out.contains("parquet ok"), "{out}");
     let listed = gw.client.list_objects_v2().bucket("lake").send().await.unwrap();
     let keys: Vec<&str> = listed.contents().iter().filter_map(|o| o.key.as_deref()).collect();
-    assert_eq!(keys, ["arrow.parquet", "duck.parquet"]);
+    assert_eq!(keys, ["arrow.parquet", "duck.parquet", "polars.parquet"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn rclone_copies_syncs_and_checks_byte_exact() {
+    let gw = TestGateway::start().await;
+    let dir = scratch("rclone");
+    let tree = dir.join("tree");
+    std::fs::create_dir_all(tree.join("nested/deeper")).unwrap();
+    // 40 MiB crosses the 16 MiB upload cutoff set below: rclone uploads it in 8 MiB parts.
+    let files = [
+        ("big.bin", noise(40 * MIB + 3, 5)),
+        ("nested/a.txt", b"alpha".to_vec()),
+        ("nested/deeper/b.bin", noise(200_000, 6)),
+        ("empty", Vec::new()),
+    ];
+    for (name, data) in &files {
+        std::fs::write(tree.join(name), data).unwrap();
+    }
+    let rclone = |args: &[&str]| {
+        let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        all.extend(["--s3-upload-cutoff", "16M", "--s3-chunk-size", "8M"].map(str::to_owned));
+        all
+    };
+    let tree_arg = tree.display().to_string();
+    run(&gw, &dir, "rclone", rclone(&["mkdir", "gw:rcl"])).await;
+    run(&gw, &dir, "rclone", rclone(&["copy", &tree_arg, "gw:rcl/tree"])).await;
+    let head = gw
+        .client
+        .head_object()
+        .bucket("rcl")
+        .key("tree/big.bin")
+        .send()
+        .await
+        .unwrap();
+    assert!(head.e_tag.unwrap().ends_with("-6\""), "40 MiB in 8 MiB parts");
+    run(&gw, &dir, "rclone", rclone(&["check", &tree_arg, "gw:rcl/tree"])).await;
+    // --download makes check compare the bytes, not only sizes and hashes.
+    run(
+        &gw,
+        &dir,
+        "rclone",
+        rclone(&["check", "--download", &tree_arg, "gw:rcl/tree"]),
+    )
+    .await;
+
+    std::fs::remove_file(tree.join("nested/a.txt")).unwrap();
+    std::fs::write(tree.join("new.txt"), b"fresh").unwrap();
+    run(&gw, &dir, "rclone", rclone(&["sync", &tree_arg, "gw:rcl/tree"])).await;
+    let listed = run(&gw, &dir, "rclone", rclone(&["lsf", "-R", "gw:rcl/tree"])).await;
+    let mut names: Vec<&str> = listed.lines().filter(|l| !l.ends_with('/')).collect();
+    names.sort();
+    assert_eq!(names, ["big.bin", "empty", "nested/deeper/b.bin", "new.txt"]);
+    let copy = dir.join("copy");
+    run(
+        &gw,
+        &dir,
+        "rclone",
+        rclone(&["copy", "gw:rcl/tree", &copy.display().to_string()]),
+    )
+    .await;
+    assert_eq!(
+        sha256(&std::fs::read(copy.join("big.bin")).unwrap()),
+        sha256(&files[0].1)
+    );
+    assert_eq!(std::fs::read(copy.join("new.txt")).unwrap(), b"fresh");
     let _ = std::fs::remove_dir_all(&dir);
 }

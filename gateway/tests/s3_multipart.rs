@@ -586,7 +586,9 @@ async fn a_layout_v1_database_upgrades_to_multipart() {
     )
     .await
     .unwrap();
-    sql.batch_execute(include_str!("../migrations/0001_layout_v1.sql")).await.unwrap();
+    sql.batch_execute(include_str!("../migrations/0001_layout_v1.sql"))
+        .await
+        .unwrap();
     sql.batch_execute(
         "INSERT INTO pgvs3.layout (version, name) VALUES (1, 'layout_v1');
          SELECT pgvs3.ensure_namespace('older', 'objects');
@@ -596,9 +598,15 @@ async fn a_layout_v1_database_upgrades_to_multipart() {
     .unwrap();
 
     let gw = TestGateway::on(url).await;
-    let version: i32 = sql.query_one("SELECT max(version) FROM pgvs3.layout", &[]).await.unwrap().get(0);
+    let version: i32 = sql
+        .query_one("SELECT max(version) FROM pgvs3.layout", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(version, pgvs3_gateway::pg::migrate::LAYOUT_VERSION);
-    sql.batch_execute("SELECT pgvs3.ensure_namespace('newer', 'objects')").await.unwrap();
+    sql.batch_execute("SELECT pgvs3.ensure_namespace('newer', 'objects')")
+        .await
+        .unwrap();
     for ns in ["s3p", "older", "newer"] {
         let tables: i64 = sql
             .query_one(
@@ -641,5 +649,8 @@ async fn a_layout_v1_database_upgrades_to_multipart() {
         .await
         .unwrap();
     let out = s3.get_object().bucket("before").key("k").send().await.unwrap();
-    assert_eq!(out.body.collect().await.unwrap().into_bytes().as_ref(), b"after the upgrade");
+    assert_eq!(
+        out.body.collect().await.unwrap().into_bytes().as_ref(),
+        b"after the upgrade"
+    );
 }
