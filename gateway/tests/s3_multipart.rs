@@ -424,6 +424,30 @@ async fn uploads_are_listed_and_every_part_body_is_reaped_in_the_end() {
         .filter_map(|p| p.prefix.clone())
         .collect();
     assert_eq!(prefixes, ["logs/", "other/"]);
+    let first = s3
+        .list_multipart_uploads()
+        .bucket("mpu")
+        .delimiter("/")
+        .max_uploads(1)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.next_key_marker.as_deref(), Some("logs/"));
+    let second = s3
+        .list_multipart_uploads()
+        .bucket("mpu")
+        .delimiter("/")
+        .max_uploads(1)
+        .key_marker("logs/")
+        .send()
+        .await
+        .unwrap();
+    let prefixes: Vec<String> = second
+        .common_prefixes()
+        .iter()
+        .filter_map(|p| p.prefix.clone())
+        .collect();
+    assert_eq!(prefixes, ["other/"], "paging goes past a rolled-up prefix");
 
     // Part 2 is uploaded twice (the first body is retired), then left out of the completion.
     let big = noise(5 * MIB, 7);
@@ -653,4 +677,56 @@ async fn a_layout_v1_database_upgrades_to_multipart() {
         out.body.collect().await.unwrap().into_bytes().as_ref(),
         b"after the upgrade"
     );
+}
+
+#[tokio::test]
+async fn upload_listings_page_through_more_than_a_thousand_uploads() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("mpu").send().await.unwrap();
+    let keys: Vec<String> = (0..1005)
+        .map(|i| format!("many/{i:04}"))
+        .chain(["z/last".to_owned()])
+        .collect();
+    let started: Vec<String> = futures::stream::iter(keys.iter())
+        .map(|key| start(s3, key))
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    assert_eq!(started.len(), keys.len());
+
+    // Rolled up, the 1,005 uploads under many/ fill more than one window of rows.
+    let rolled = s3
+        .list_multipart_uploads()
+        .bucket("mpu")
+        .delimiter("/")
+        .send()
+        .await
+        .unwrap();
+    let prefixes: Vec<String> = rolled
+        .common_prefixes()
+        .iter()
+        .filter_map(|p| p.prefix.clone())
+        .collect();
+    assert_eq!(prefixes, ["many/", "z/"]);
+    assert_eq!(rolled.is_truncated, Some(false));
+
+    let first = s3.list_multipart_uploads().bucket("mpu").send().await.unwrap();
+    assert_eq!((first.uploads().len(), first.is_truncated), (1000, Some(true)));
+    let rest = s3
+        .list_multipart_uploads()
+        .bucket("mpu")
+        .key_marker(first.next_key_marker.clone().unwrap())
+        .upload_id_marker(first.next_upload_id_marker.clone().unwrap())
+        .send()
+        .await
+        .unwrap();
+    let listed: Vec<String> = first
+        .uploads()
+        .iter()
+        .chain(rest.uploads())
+        .filter_map(|u| u.key.clone())
+        .collect();
+    assert_eq!(listed, keys);
+    assert_eq!(rest.is_truncated, Some(false));
 }

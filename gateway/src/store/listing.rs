@@ -68,7 +68,7 @@ impl Resume {
 
 /// The smallest string greater than every string that starts with `prefix` (in byte order),
 /// or `None` when there is none.
-fn prefix_successor(prefix: &str) -> Option<String> {
+pub(super) fn prefix_successor(prefix: &str) -> Option<String> {
     let mut chars: Vec<char> = prefix.chars().collect();
     while let Some(last) = chars.pop() {
         let next = (last as u32 + 1..=char::MAX as u32).find_map(char::from_u32);

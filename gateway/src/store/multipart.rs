@@ -384,50 +384,74 @@ impl Store {
         if max_uploads == 0 {
             return Ok(page);
         }
-        let key_marker = key_marker.as_deref().unwrap_or("");
+        let mut key_marker = key_marker.clone().unwrap_or_default();
         // Without an upload-id marker, every upload of the marker key is skipped.
-        let id_marker = match upload_id_marker.as_deref() {
+        let mut id_marker = match upload_id_marker.as_deref() {
             Some(id) if !key_marker.is_empty() => id.parse().unwrap_or(i64::MAX),
             _ if key_marker.is_empty() => -1,
             _ => i64::MAX,
         };
         let delimiter = delimiter.as_deref().filter(|d| !d.is_empty());
+        // A key marker that is a common prefix (the NextKeyMarker of a rolled-up page) skips
+        // every upload under it.
+        if let Some(d) = delimiter
+            && let Some(rest) = key_marker.strip_prefix(prefix)
+            && rest.find(d).is_some_and(|at| at + d.len() == rest.len())
+        {
+            match super::listing::prefix_successor(&key_marker) {
+                Some(next) => (key_marker, id_marker) = (next, -1),
+                None => return Ok(page),
+            }
+        }
         let client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.list_uploads).await?;
-        let rows = client
-            .query(
-                &statement,
-                &[&bucket.id, &prefix, &key_marker, &id_marker, &(MAX_LISTED as i64 + 1)],
-            )
-            .await?;
+        let window = MAX_LISTED as i64 + 1;
         let mut last = None;
-        for row in &rows {
-            let key: String = row.get(0);
-            let upload_id: i64 = row.get(1);
-            let common = delimiter.and_then(|d| {
-                key[prefix.len()..]
-                    .find(d)
-                    .map(|at| key[..prefix.len() + at + d.len()].to_owned())
-            });
-            if common.is_some() && page.common_prefixes.last() == common.as_ref() {
-                continue;
+        loop {
+            let rows = client
+                .query(&statement, &[&bucket.id, &prefix, &key_marker, &id_marker, &window])
+                .await?;
+            let mut rolled_up_last = None;
+            for row in &rows {
+                let key: String = row.get(0);
+                let upload_id: i64 = row.get(1);
+                (key_marker, id_marker) = (key.clone(), upload_id);
+                let common = delimiter.and_then(|d| {
+                    key[prefix.len()..]
+                        .find(d)
+                        .map(|at| key[..prefix.len() + at + d.len()].to_owned())
+                });
+                rolled_up_last = common.clone();
+                if common.is_some() && page.common_prefixes.last() == common.as_ref() {
+                    continue;
+                }
+                if page.uploads.len() + page.common_prefixes.len() == max_uploads {
+                    page.next_marker = last;
+                    return Ok(page);
+                }
+                match common {
+                    Some(common) => {
+                        last = Some((common.clone(), String::new()));
+                        page.common_prefixes.push(common);
+                    }
+                    None => {
+                        last = Some((key.clone(), upload_id.to_string()));
+                        page.uploads.push(MultipartUpload {
+                            key,
+                            upload_id: upload_id.to_string(),
+                            initiated: row.get(2),
+                        });
+                    }
+                }
             }
-            if page.uploads.len() + page.common_prefixes.len() == max_uploads {
-                page.next_marker = last;
+            if (rows.len() as i64) < window {
                 break;
             }
-            match common {
-                Some(common) => {
-                    last = Some((common.clone(), String::new()));
-                    page.common_prefixes.push(common);
-                }
-                None => {
-                    last = Some((key.clone(), upload_id.to_string()));
-                    page.uploads.push(MultipartUpload {
-                        key,
-                        upload_id: upload_id.to_string(),
-                        initiated: row.get(2),
-                    });
+            // The window filled up: go on after its last row, past all of a rolled-up prefix.
+            if let Some(common) = rolled_up_last {
+                match super::listing::prefix_successor(&common) {
+                    Some(next) => (key_marker, id_marker) = (next, -1),
+                    None => break,
                 }
             }
         }
