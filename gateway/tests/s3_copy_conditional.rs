@@ -126,6 +126,22 @@ async fn read_preconditions_answer_304_and_412_as_s3_does() {
     }
     let failed = s3.get_object().bucket("cond").key("k").if_match(other).send().await;
     assert_eq!(error_code(failed).as_deref(), Some("PreconditionFailed"));
+    // A 304 still names the version the client has.
+    let cached = s3
+        .get_object()
+        .bucket("cond")
+        .key("k")
+        .if_none_match(&etag)
+        .send()
+        .await
+        .unwrap_err();
+    let headers = cached.raw_response().unwrap().headers();
+    assert_eq!(headers.get("etag"), Some(etag.as_str()));
+    let date = DateTime::from_str(
+        headers.get("last-modified").unwrap(),
+        aws_sdk_s3::primitives::DateTimeFormat::HttpDate,
+    );
+    assert_eq!(date.unwrap(), modified);
     let missing = s3.get_object().bucket("cond").key("nope").if_match(&etag).send().await;
     assert_eq!(error_code(missing).as_deref(), Some("NoSuchKey"));
 }

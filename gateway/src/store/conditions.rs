@@ -41,9 +41,13 @@ impl Preconditions {
             (None, Some(since)) if modified > whole_seconds(since) => return Err(StoreError::PreconditionFailed),
             _ => {}
         }
+        let not_modified = || StoreError::NotModified {
+            etag: head.etag.clone(),
+            last_modified: head.last_modified,
+        };
         match (&self.if_none_match, self.if_modified_since) {
-            (Some(condition), _) if condition.matches(&head.etag) => Err(StoreError::NotModified),
-            (None, Some(since)) if modified <= whole_seconds(since) => Err(StoreError::NotModified),
+            (Some(condition), _) if condition.matches(&head.etag) => Err(not_modified()),
+            (None, Some(since)) if modified <= whole_seconds(since) => Err(not_modified()),
             _ => Ok(()),
         }
     }
@@ -52,7 +56,7 @@ impl Preconditions {
 /// A copy answers every failed source precondition with 412, never 304.
 pub(super) fn as_copy_source_error(err: StoreError) -> StoreError {
     match err {
-        StoreError::NotModified => StoreError::PreconditionFailed,
+        StoreError::NotModified { .. } => StoreError::PreconditionFailed,
         other => other,
     }
 }
@@ -135,14 +139,14 @@ mod tests {
                 if_none_match: Some(EtagCondition::Any),
                 ..Default::default()
             }),
-            Err(StoreError::NotModified)
+            Err(StoreError::NotModified { .. })
         ));
         assert!(matches!(
             check(Preconditions {
                 if_modified_since: at(100),
                 ..Default::default()
             }),
-            Err(StoreError::NotModified)
+            Err(StoreError::NotModified { .. })
         ));
         assert!(
             check(Preconditions {

@@ -41,8 +41,11 @@ pub enum StoreError {
     InvalidPartNumber,
     /// A conditional request's precondition does not hold (HTTP 412).
     PreconditionFailed,
-    /// A conditional read's object has not changed (HTTP 304).
-    NotModified,
+    /// A conditional read's object has not changed (HTTP 304, which still names the version).
+    NotModified {
+        etag: String,
+        last_modified: std::time::SystemTime,
+    },
     InvalidTag(String),
     /// The bucket has no tags.
     NoSuchTagSet,
@@ -84,7 +87,7 @@ impl fmt::Display for StoreError {
             StoreError::PreconditionFailed => {
                 f.write_str("at least one of the preconditions you specified did not hold")
             }
-            StoreError::NotModified => f.write_str("not modified"),
+            StoreError::NotModified { .. } => f.write_str("not modified"),
         }
     }
 }
