@@ -94,6 +94,12 @@ pub struct ServeArgs {
     /// How long shutdown waits for in-flight requests.
     #[arg(long, env = "PGVS3_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub shutdown_timeout: Duration,
+
+    // --- S3 multipart ---
+    /// Multipart uploads neither completed nor aborted this long after they started are
+    /// aborted by the maintenance reaper.
+    #[arg(long, env = "PGVS3_MULTIPART_MAX_AGE", default_value = "168h", value_parser = parse_duration)]
+    pub multipart_max_age: Duration,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, Default, PartialEq, Eq)]

@@ -45,6 +45,8 @@ pub async fn run_once(store: &Store, grace: Duration) -> anyhow::Result<ReapStat
                     }
                     from += CHUNK_BATCH;
                 }
+                // A multipart object's body is a manifest: its parts' bodies retire with it.
+                client.execute(&ns.drop_parts, &[&vec![body_id]]).await?;
                 stats.bodies += client.execute(&ns.forget_retired_body, &[&body_id]).await?;
             }
             if (rows.len() as i64) < BODY_BATCH {
@@ -62,6 +64,31 @@ pub async fn run_once(store: &Store, grace: Duration) -> anyhow::Result<ReapStat
     Ok(stats)
 }
 
+/// Aborts multipart uploads started more than `max_age` ago, retiring their parts' bodies.
+/// Returns how many uploads went.
+pub async fn reap_abandoned_uploads(store: &Store, max_age: Duration) -> anyhow::Result<u64> {
+    let mut reaped = 0;
+    let client = store.pool().get().await?;
+    for ns in store.catalog().namespaces().await? {
+        loop {
+            // Two statements: the second one's snapshot sees every part that committed while
+            // the first waited for the upload rows (parts commit under a share lock on them).
+            let uploads: Vec<i64> = client
+                .query(&ns.drop_abandoned_uploads, &[&max_age.as_secs_f64(), &EXPIRED_BATCH])
+                .await?
+                .iter()
+                .map(|row| row.get(0))
+                .collect();
+            client.execute(&ns.drop_parts, &[&uploads]).await?;
+            reaped += uploads.len() as u64;
+            if (uploads.len() as i64) < EXPIRED_BATCH {
+                break;
+            }
+        }
+    }
+    Ok(reaped)
+}
+
 /// Runs the reaper every `interval` while this gateway holds the leader lock; gateways that do
 /// not hold it keep trying, so a new leader takes over when the old one goes away.
 pub fn spawn_leader_loop(
@@ -70,6 +97,7 @@ pub fn spawn_leader_loop(
     metrics: Metrics,
     grace: Duration,
     interval: Duration,
+    upload_max_age: Duration,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut ticker = tokio::time::interval(interval);
@@ -83,6 +111,17 @@ pub fn spawn_leader_loop(
             }
             if leader_connection.is_none() {
                 continue;
+            }
+            match reap_abandoned_uploads(&store, upload_max_age).await {
+                Ok(0) => {}
+                Ok(uploads) => {
+                    metrics
+                        .maintenance_reaped
+                        .with_label_values(&["abandoned_uploads"])
+                        .inc_by(uploads);
+                    tracing::info!(uploads, "aborted abandoned multipart uploads");
+                }
+                Err(err) => tracing::warn!(error = %err, "reaping abandoned uploads failed"),
             }
             match run_once(&store, grace).await {
                 Ok(stats) => {

@@ -97,6 +97,7 @@ impl RunningGateway {
                 metrics,
                 args.body_grace,
                 args.maintenance_interval,
+                args.multipart_max_age,
             ),
         ];
         if !standby {

@@ -28,6 +28,15 @@ pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
         StoreError::BadDigest(_) => S3ErrorCode::BadDigest,
         StoreError::IncompleteBody { .. } | StoreError::Body(_) => S3ErrorCode::IncompleteBody,
         StoreError::Unavailable(_) => S3ErrorCode::ServiceUnavailable,
+        StoreError::NoSuchUpload => S3ErrorCode::NoSuchUpload,
+        StoreError::InvalidPart(_) => S3ErrorCode::InvalidPart,
+        StoreError::InvalidPartOrder => S3ErrorCode::InvalidPartOrder,
+        StoreError::EntityTooSmall => S3ErrorCode::EntityTooSmall,
+        StoreError::InvalidPartNumber => S3ErrorCode::Custom("InvalidPartNumber".into()),
+        StoreError::PreconditionFailed => S3ErrorCode::PreconditionFailed,
+        StoreError::NotModified { .. } => S3ErrorCode::NotModified,
+        StoreError::InvalidTag(_) => S3ErrorCode::InvalidTag,
+        StoreError::NoSuchTagSet => S3ErrorCode::NoSuchTagSet,
         StoreError::Corrupt(_) | StoreError::Database(_) => {
             tracing::error!(error = %err, "internal error");
             S3ErrorCode::InternalError
@@ -35,7 +44,26 @@ pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
     };
     let mut error = S3Error::with_message(code.clone(), message);
     if let S3ErrorCode::Custom(_) = code {
-        error.set_status_code(http::StatusCode::BAD_REQUEST);
+        error.set_status_code(match err {
+            StoreError::InvalidPartNumber => http::StatusCode::RANGE_NOT_SATISFIABLE,
+            _ => http::StatusCode::BAD_REQUEST,
+        });
+    }
+    // A 304 carries no body, but names the version the client already has, as S3 does.
+    if let StoreError::NotModified { etag, last_modified } = &err {
+        let mut headers = http::HeaderMap::new();
+        if let Ok(value) = http::HeaderValue::from_str(&format!("\"{etag}\"")) {
+            headers.insert(http::header::ETAG, value);
+        }
+        let mut date = Vec::new();
+        if s3s::dto::Timestamp::from(*last_modified)
+            .format(s3s::dto::TimestampFormat::HttpDate, &mut date)
+            .is_ok()
+            && let Ok(value) = http::HeaderValue::from_bytes(&date)
+        {
+            headers.insert(http::header::LAST_MODIFIED, value);
+        }
+        error.set_headers(headers);
     }
     if let Some(RequestId(id)) = request_id {
         error.set_request_id(id.clone());

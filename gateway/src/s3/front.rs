@@ -8,7 +8,7 @@ use s3s::{S3, S3Error, S3Request, S3Response, S3Result};
 
 use super::checksum::{Algorithm, UploadCheck, body_error};
 use super::errors::{RequestId, s3_error};
-use crate::store::{self, ListRequest, ObjectHead, ObjectMeta, Principal, Store, StoreError};
+use crate::store::{self, ListRequest, ObjectHead, ObjectMeta, Principal, Store, StoreError, WriteCondition};
 
 pub struct S3Front {
     store: Store,
@@ -74,6 +74,175 @@ fn checksum_requested(mode: &Option<ChecksumMode>) -> bool {
         .is_some_and(|mode| mode.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED))
 }
 
+fn to_system_time(time: &Option<Timestamp>) -> Option<SystemTime> {
+    time.clone().map(|time| time::OffsetDateTime::from(time).into())
+}
+
+fn to_etag_condition(condition: &Option<ETagCondition>) -> Option<store::EtagCondition> {
+    condition.as_ref().map(|condition| match condition.as_etag() {
+        Some(etag) => store::EtagCondition::Tag(etag.value().to_owned()),
+        None => store::EtagCondition::Any,
+    })
+}
+
+/// S3 accepts `If-None-Match: *` (create only) and `If-Match: <etag>` (compare and swap) on
+/// writes; any other If-None-Match is refused as S3 refuses it.
+fn write_condition(
+    if_match: &Option<ETagCondition>,
+    if_none_match: &Option<ETagCondition>,
+) -> S3Result<WriteCondition> {
+    match (if_match, if_none_match) {
+        (None, None) => Ok(WriteCondition::Always),
+        (None, Some(condition)) if condition.is_any() => Ok(WriteCondition::IfAbsent),
+        (Some(condition), None) => Ok(match condition.as_etag() {
+            Some(etag) => WriteCondition::if_match(etag.value()),
+            None => WriteCondition::Always,
+        }),
+        (None, Some(_)) => Err(s3s::s3_error!(
+            NotImplemented,
+            "If-None-Match on writes accepts only '*'"
+        )),
+        (Some(_), Some(_)) => Err(s3s::s3_error!(
+            NotImplemented,
+            "If-Match and If-None-Match cannot both be set on a write"
+        )),
+    }
+}
+
+/// The part number of a read, as S3 checks it.
+fn part_number(number: Option<i32>) -> S3Result<Option<u32>> {
+    match number {
+        None => Ok(None),
+        Some(n) if (1..=10_000).contains(&n) => Ok(Some(n as u32)),
+        Some(_) => Err(s3s::s3_error!(
+            InvalidArgument,
+            "Part number must be an integer between 1 and 10000, inclusive"
+        )),
+    }
+}
+
+/// The metadata a write declares (PutObject, CreateMultipartUpload, CopyObject's REPLACE).
+macro_rules! meta_from_input {
+    ($input:expr, $headers:expr) => {{
+        let input = &$input;
+        ObjectMeta {
+            content_type: input.content_type.clone(),
+            content_encoding: input.content_encoding.clone().filter(|enc| enc != "aws-chunked"),
+            content_disposition: input.content_disposition.clone(),
+            content_language: input.content_language.clone(),
+            cache_control: input.cache_control.clone(),
+            expires: $headers
+                .get(http::header::EXPIRES)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            user: input
+                .metadata
+                .iter()
+                .flatten()
+                .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+                .collect(),
+            checksum: None,
+            parts: None,
+            tags: Default::default(),
+        }
+    }};
+}
+
+/// The tags of `x-amz-tagging` (a URL-encoded query string).
+fn header_tags(header: &Option<String>) -> Result<store::Tags, StoreError> {
+    let pairs = header
+        .iter()
+        .flat_map(|text| form_urlencoded::parse(text.as_bytes()).into_owned());
+    store::tag_set(pairs, store::MAX_OBJECT_TAGS)
+}
+
+fn tags_from(tagging: &Tagging, max: usize) -> Result<store::Tags, StoreError> {
+    let pairs = tagging.tag_set.iter().map(|tag| {
+        (
+            tag.key.clone().unwrap_or_default(),
+            tag.value.clone().unwrap_or_default(),
+        )
+    });
+    store::tag_set(pairs, max)
+}
+
+fn tag_list(tags: store::Tags) -> Vec<Tag> {
+    tags.into_iter()
+        .map(|(key, value)| Tag {
+            key: Some(key),
+            value: Some(value),
+        })
+        .collect()
+}
+
+/// The preconditions on a copy's source, from its `x-amz-copy-source-if-*` fields.
+macro_rules! copy_source_conditions {
+    ($input:expr) => {{
+        let input = &$input;
+        store::Preconditions {
+            if_match: to_etag_condition(&input.copy_source_if_match),
+            if_none_match: to_etag_condition(&input.copy_source_if_none_match),
+            if_modified_since: to_system_time(&input.copy_source_if_modified_since),
+            if_unmodified_since: to_system_time(&input.copy_source_if_unmodified_since),
+        }
+    }};
+}
+
+/// The bucket and key of `x-amz-copy-source`; only the unversioned object ("null") exists.
+fn copy_source(source: &CopySource) -> S3Result<(&str, &str)> {
+    let CopySource::Bucket {
+        bucket,
+        key,
+        version_id,
+    } = source
+    else {
+        return Err(s3s::s3_error!(
+            NotImplemented,
+            "copying from an access point is not supported"
+        ));
+    };
+    if version_id.as_deref().is_some_and(|v| v != "null") {
+        return Err(s3s::s3_error!(NoSuchVersion, "The specified version does not exist."));
+    }
+    Ok((bucket, key))
+}
+
+/// `x-amz-copy-source-range`: `bytes=first-last`, both ends required.
+fn copy_source_range(text: &str) -> S3Result<store::ByteRange> {
+    let invalid = || {
+        s3s::s3_error!(
+            InvalidArgument,
+            "The x-amz-copy-source-range value must be of the form bytes=first-last"
+        )
+    };
+    let (first, last) = text
+        .strip_prefix("bytes=")
+        .and_then(|r| r.split_once('-'))
+        .ok_or_else(invalid)?;
+    let first: u64 = first.parse().map_err(|_| invalid())?;
+    let last: u64 = last.parse().map_err(|_| invalid())?;
+    if last < first {
+        return Err(invalid());
+    }
+    Ok(store::ByteRange::From {
+        first,
+        last: Some(last),
+    })
+}
+
+/// The preconditions of a read, from its If-* fields.
+macro_rules! read_conditions {
+    ($input:expr) => {{
+        let input = &$input;
+        store::Preconditions {
+            if_match: to_etag_condition(&input.if_match),
+            if_none_match: to_etag_condition(&input.if_none_match),
+            if_modified_since: to_system_time(&input.if_modified_since),
+            if_unmodified_since: to_system_time(&input.if_unmodified_since),
+        }
+    }};
+}
+
 macro_rules! describe_object {
     ($output:expr, $head:expr, $checksums:expr) => {{
         let head: &ObjectHead = $head;
@@ -94,6 +263,27 @@ macro_rules! describe_object {
         $output.checksum_crc64nvme = crc64nvme;
         $output.checksum_sha1 = sha1;
         $output.checksum_sha256 = sha256;
+    }};
+}
+
+/// Sets the checksum field of a write's answer; yields the checksum type to report with it.
+macro_rules! set_checksum {
+    ($output:expr, $checksum:expr) => {{
+        let mut kind = None;
+        if let Some(stored) = $checksum
+            && let Some(alg) = Algorithm::from_name(&stored.algorithm)
+        {
+            let value = Some(stored.value);
+            match alg {
+                Algorithm::Crc32 => $output.checksum_crc32 = value,
+                Algorithm::Crc32c => $output.checksum_crc32c = value,
+                Algorithm::Crc64Nvme => $output.checksum_crc64nvme = value,
+                Algorithm::Sha1 => $output.checksum_sha1 = value,
+                Algorithm::Sha256 => $output.checksum_sha256 = value,
+            }
+            kind = Some(ChecksumType::from_static(ChecksumType::FULL_OBJECT));
+        }
+        kind
     }};
 }
 
@@ -182,77 +372,53 @@ impl S3 for S3Front {
             None => Box::pin(futures::stream::empty()),
         };
         let input = &req.input;
-        let meta = ObjectMeta {
-            content_type: input.content_type.clone(),
-            content_encoding: input.content_encoding.clone().filter(|enc| enc != "aws-chunked"),
-            content_disposition: input.content_disposition.clone(),
-            content_language: input.content_language.clone(),
-            cache_control: input.cache_control.clone(),
-            expires: req
-                .headers
-                .get(http::header::EXPIRES)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned),
-            user: input
-                .metadata
-                .iter()
-                .flatten()
-                .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
-                .collect(),
-            checksum: None,
-        };
+        let mut meta = meta_from_input!(input, req.headers);
+        meta.tags = header_tags(&input.tagging).map_err(|e| fail(&req, e))?;
+        let condition = write_condition(&input.if_match, &input.if_none_match)?;
         let declared_len = input.content_length.map(|len| len.max(0) as u64);
+        let upload = store::Upload {
+            meta,
+            body,
+            declared_len,
+            observer: Box::new(check),
+        };
         let outcome = self
             .store
-            .put_object(
-                &principal,
-                &req.input.bucket,
-                &req.input.key,
-                store::Upload {
-                    meta,
-                    body,
-                    declared_len,
-                    observer: Box::new(check),
-                },
-            )
+            .put_object_if(&principal, &req.input.bucket, &req.input.key, upload, &condition)
             .await
             .map_err(|e| fail(&req, e))?;
         let mut output = PutObjectOutput {
             e_tag: Some(ETag::Strong(outcome.etag)),
             ..Default::default()
         };
-        if let Some(stored) = outcome.checksum
-            && let Some(alg) = Algorithm::from_name(&stored.algorithm)
-        {
-            let value = Some(stored.value);
-            match alg {
-                Algorithm::Crc32 => output.checksum_crc32 = value,
-                Algorithm::Crc32c => output.checksum_crc32c = value,
-                Algorithm::Crc64Nvme => output.checksum_crc64nvme = value,
-                Algorithm::Sha1 => output.checksum_sha1 = value,
-                Algorithm::Sha256 => output.checksum_sha256 = value,
-            }
-            output.checksum_type = Some(ChecksumType::from_static(ChecksumType::FULL_OBJECT));
-        }
+        output.checksum_type = set_checksum!(output, outcome.checksum);
         Ok(S3Response::new(output))
     }
 
     async fn get_object(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
         let principal = self.principal(&req).await?;
         let input = &req.input;
-        let range = input.range.map(to_range);
+        let options = store::ReadOptions {
+            range: input.range.map(to_range),
+            part_number: part_number(input.part_number)?,
+            conditions: read_conditions!(input),
+        };
         let read = self
             .store
-            .get_object(&principal, &input.bucket, &input.key, range)
+            .get_object_with(&principal, &input.bucket, &input.key, &options)
             .await
             .map_err(|e| fail(&req, e))?;
         let mut output = GetObjectOutput::default();
         let wants_checksum = checksum_requested(&input.checksum_mode) && !read.partial;
         describe_object!(output, &read.head, checksum_fields(&read.head, wants_checksum));
+        if options.part_number.is_some() {
+            output.parts_count = read.head.meta.parts.map(|n| n as i32);
+        }
+        output.tag_count = (!read.head.meta.tags.is_empty()).then_some(read.head.meta.tags.len() as i32);
         let (start, end) = read.span;
         output.content_length = Some((end - start) as i64);
         if read.partial {
-            output.content_range = Some(format!("bytes {start}-{}/{}", end - 1, read.head.size));
+            output.content_range = Some(format!("bytes {start}-{}/{}", end.max(1) - 1, read.head.size));
         }
         output.body = Some(StreamingBlob::wrap(read.body));
         Ok(S3Response::new(output))
@@ -261,23 +427,27 @@ impl S3 for S3Front {
     async fn head_object(&self, req: S3Request<HeadObjectInput>) -> S3Result<S3Response<HeadObjectOutput>> {
         let principal = self.principal(&req).await?;
         let input = &req.input;
-        let head = self
+        let options = store::ReadOptions {
+            range: input.range.map(to_range),
+            part_number: part_number(input.part_number)?,
+            conditions: read_conditions!(input),
+        };
+        let read = self
             .store
-            .head_object(&principal, &input.bucket, &input.key)
+            .head_object_with(&principal, &input.bucket, &input.key, &options)
             .await
             .map_err(|e| fail(&req, e))?;
         let mut output = HeadObjectOutput::default();
-        let (length, partial) = match input.range.map(to_range) {
-            Some(range) => {
-                let (start, end) = range.resolve(head.size).map_err(|e| fail(&req, e))?;
-                output.content_range = Some(format!("bytes {start}-{}/{}", end - 1, head.size));
-                (end - start, true)
-            }
-            None => (head.size, false),
-        };
-        let wants_checksum = checksum_requested(&input.checksum_mode) && !partial;
-        describe_object!(output, &head, checksum_fields(&head, wants_checksum));
-        output.content_length = Some(length as i64);
+        let (start, end) = read.span;
+        if read.partial {
+            output.content_range = Some(format!("bytes {start}-{}/{}", end.max(1) - 1, read.head.size));
+        }
+        let wants_checksum = checksum_requested(&input.checksum_mode) && !read.partial;
+        describe_object!(output, &read.head, checksum_fields(&read.head, wants_checksum));
+        if options.part_number.is_some() {
+            output.parts_count = read.head.meta.parts.map(|n| n as i32);
+        }
+        output.content_length = Some((end - start) as i64);
         Ok(S3Response::new(output))
     }
 
@@ -334,72 +504,674 @@ impl S3 for S3Front {
     async fn list_objects_v2(&self, req: S3Request<ListObjectsV2Input>) -> S3Result<S3Response<ListObjectsV2Output>> {
         let principal = self.principal(&req).await?;
         let input = &req.input;
-        let max_keys = match input.max_keys {
-            Some(n) if n < 0 => {
-                return Err(s3s::s3_error!(
-                    InvalidArgument,
-                    "Argument maxKeys must be an integer between 0 and 2147483647"
-                ));
-            }
-            Some(n) => n as usize,
-            None => store::LIST_MAX_KEYS,
-        };
         let request = ListRequest {
             prefix: input.prefix.clone().unwrap_or_default(),
             delimiter: input.delimiter.clone(),
             start_after: input.start_after.clone(),
             continuation: input.continuation_token.clone(),
-            max_keys,
+            max_keys: max_keys(input.max_keys)?,
+        };
+        let fetch_owner = input.fetch_owner.unwrap_or(false);
+        let listing = self
+            .listing(&principal, &input.bucket, &request, &input.encoding_type, fetch_owner)
+            .await
+            .map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(ListObjectsV2Output {
+            name: Some(input.bucket.clone()),
+            prefix: Some(listing.encode(request.prefix)),
+            delimiter: request.delimiter.map(|d| listing.encode(d)),
+            start_after: request.start_after.map(|s| listing.encode(s)),
+            max_keys: Some(request.max_keys.min(i32::MAX as usize) as i32),
+            key_count: Some(listing.key_count),
+            continuation_token: input.continuation_token.clone(),
+            is_truncated: Some(listing.truncated),
+            next_continuation_token: listing.next_token,
+            contents: Some(listing.contents),
+            common_prefixes: Some(listing.common_prefixes),
+            encoding_type: input.encoding_type.clone(),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_objects(&self, req: S3Request<ListObjectsInput>) -> S3Result<S3Response<ListObjectsOutput>> {
+        let principal = self.principal(&req).await?;
+        let input = &req.input;
+        let request = ListRequest {
+            prefix: input.prefix.clone().unwrap_or_default(),
+            delimiter: input.delimiter.clone(),
+            start_after: input.marker.clone(),
+            continuation: None,
+            max_keys: max_keys(input.max_keys)?,
+        };
+        let listing = self
+            .listing(&principal, &input.bucket, &request, &input.encoding_type, true)
+            .await
+            .map_err(|e| fail(&req, e))?;
+        // S3 sends NextMarker only with a delimiter; without one, clients resume after the last key.
+        let next_marker = listing
+            .next_marker
+            .clone()
+            .filter(|_| request.delimiter.as_deref().is_some_and(|d| !d.is_empty()));
+        Ok(S3Response::new(ListObjectsOutput {
+            name: Some(input.bucket.clone()),
+            prefix: Some(listing.encode(request.prefix)),
+            marker: Some(input.marker.clone().map(|m| listing.encode(m)).unwrap_or_default()),
+            delimiter: request.delimiter.map(|d| listing.encode(d)),
+            max_keys: Some(request.max_keys.min(i32::MAX as usize) as i32),
+            is_truncated: Some(listing.truncated),
+            next_marker,
+            contents: Some(listing.contents),
+            common_prefixes: Some(listing.common_prefixes),
+            encoding_type: input.encoding_type.clone(),
+            ..Default::default()
+        }))
+    }
+
+    /// An unversioned bucket, as S3 lists it: every object is its only version, "null".
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        let principal = self.principal(&req).await?;
+        let input = &req.input;
+        let request = ListRequest {
+            prefix: input.prefix.clone().unwrap_or_default(),
+            delimiter: input.delimiter.clone(),
+            start_after: input.key_marker.clone(),
+            continuation: None,
+            max_keys: max_keys(input.max_keys)?,
+        };
+        let listing = self
+            .listing(&principal, &input.bucket, &request, &input.encoding_type, true)
+            .await
+            .map_err(|e| fail(&req, e))?;
+        let versions = listing
+            .contents
+            .into_iter()
+            .map(|object| ObjectVersion {
+                e_tag: object.e_tag,
+                is_latest: Some(true),
+                key: object.key,
+                last_modified: object.last_modified,
+                owner: object.owner,
+                size: object.size,
+                storage_class: Some(ObjectVersionStorageClass::from_static(
+                    ObjectVersionStorageClass::STANDARD,
+                )),
+                version_id: Some("null".into()),
+                ..Default::default()
+            })
+            .collect();
+        Ok(S3Response::new(ListObjectVersionsOutput {
+            name: Some(input.bucket.clone()),
+            prefix: Some(request.prefix),
+            delimiter: request.delimiter,
+            key_marker: input.key_marker.clone(),
+            max_keys: Some(request.max_keys.min(i32::MAX as usize) as i32),
+            is_truncated: Some(listing.truncated),
+            next_key_marker: listing.next_marker,
+            next_version_id_marker: listing.truncated.then(|| "null".into()),
+            versions: Some(versions),
+            common_prefixes: Some(listing.common_prefixes),
+            encoding_type: input.encoding_type.clone(),
+            ..Default::default()
+        }))
+    }
+
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        let principal = self.principal(&req).await?;
+        self.store
+            .bucket(&principal, &req.input.bucket, store::Access::Read)
+            .await
+            .map_err(|e| fail(&req, e))?;
+        // A bucket that never had versioning enabled has no Status at all.
+        Ok(S3Response::new(GetBucketVersioningOutput::default()))
+    }
+
+    async fn get_bucket_acl(&self, req: S3Request<GetBucketAclInput>) -> S3Result<S3Response<GetBucketAclOutput>> {
+        let principal = self.principal(&req).await?;
+        self.store
+            .bucket(&principal, &req.input.bucket, store::Access::Read)
+            .await
+            .map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(GetBucketAclOutput {
+            grants: Some(owner_full_control(&principal)),
+            owner: Some(owner(&principal)),
+        }))
+    }
+
+    async fn get_object_acl(&self, req: S3Request<GetObjectAclInput>) -> S3Result<S3Response<GetObjectAclOutput>> {
+        let principal = self.principal(&req).await?;
+        self.store
+            .head_object(&principal, &req.input.bucket, &req.input.key)
+            .await
+            .map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(GetObjectAclOutput {
+            grants: Some(owner_full_control(&principal)),
+            owner: Some(owner(&principal)),
+            ..Default::default()
+        }))
+    }
+
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        let principal = self.principal(&req).await?;
+        let input = &req.input;
+        let head = self
+            .store
+            .head_object(&principal, &input.bucket, &input.key)
+            .await
+            .map_err(|e| fail(&req, e))?;
+        let wanted = |name: &str| input.object_attributes.iter().any(|a| a.as_str() == name);
+        let [crc32, crc32c, crc64nvme, sha1, sha256] = checksum_fields(&head, true);
+        let has_checksum = head.meta.checksum.is_some();
+        Ok(S3Response::new(GetObjectAttributesOutput {
+            e_tag: wanted(ObjectAttributes::ETAG).then(|| ETag::Strong(head.etag.clone())),
+            last_modified: Some(timestamp(head.last_modified)),
+            object_size: wanted(ObjectAttributes::OBJECT_SIZE).then_some(head.size as i64),
+            storage_class: wanted(ObjectAttributes::STORAGE_CLASS)
+                .then(|| StorageClass::from_static(StorageClass::STANDARD)),
+            object_parts: wanted(ObjectAttributes::OBJECT_PARTS)
+                .then_some(head.meta.parts)
+                .flatten()
+                .map(|count| GetObjectAttributesParts {
+                    total_parts_count: Some(count as i32),
+                    ..Default::default()
+                }),
+            checksum: (wanted(ObjectAttributes::CHECKSUM) && has_checksum).then(|| Checksum {
+                checksum_crc32: crc32,
+                checksum_crc32c: crc32c,
+                checksum_crc64nvme: crc64nvme,
+                checksum_sha1: sha1,
+                checksum_sha256: sha256,
+                checksum_type: Some(ChecksumType::from_static(ChecksumType::FULL_OBJECT)),
+            }),
+            ..Default::default()
+        }))
+    }
+
+    async fn copy_object(&self, req: S3Request<CopyObjectInput>) -> S3Result<S3Response<CopyObjectOutput>> {
+        let principal = self.principal(&req).await?;
+        let input = &req.input;
+        let (source_bucket, source_key) = copy_source(&input.copy_source)?;
+        let replace = input
+            .metadata_directive
+            .as_ref()
+            .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+        if !replace && source_bucket == input.bucket && source_key == input.key {
+            return Err(s3s::s3_error!(
+                InvalidRequest,
+                "This copy request is illegal because it is trying to copy an object to itself without \
+                 changing the object's metadata, storage class, website redirect location or encryption attributes."
+            ));
+        }
+        let conditions = copy_source_conditions!(input);
+        let source = store::CopySource {
+            bucket: source_bucket,
+            key: source_key,
+            conditions: &conditions,
+        };
+        let meta = replace.then(|| meta_from_input!(input, req.headers));
+        let replace_tags = input
+            .tagging_directive
+            .as_ref()
+            .is_some_and(|d| d.as_str() == TaggingDirective::REPLACE);
+        let tags = match replace_tags {
+            true => Some(header_tags(&input.tagging).map_err(|e| fail(&req, e))?),
+            false => None,
+        };
+        let outcome = self
+            .store
+            .copy_object(&principal, &source, &input.bucket, &input.key, meta, tags)
+            .await
+            .map_err(|e| fail(&req, e))?;
+        let mut result = CopyObjectResult {
+            e_tag: Some(ETag::Strong(outcome.etag)),
+            last_modified: Some(timestamp(outcome.last_modified)),
+            ..Default::default()
+        };
+        result.checksum_type = set_checksum!(result, outcome.checksum);
+        Ok(S3Response::new(CopyObjectOutput {
+            copy_object_result: Some(result),
+            ..Default::default()
+        }))
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        let principal = self.principal(&req).await?;
+        let input = &req.input;
+        let (source_bucket, source_key) = copy_source(&input.copy_source)?;
+        let range = input.copy_source_range.as_deref().map(copy_source_range).transpose()?;
+        let conditions = copy_source_conditions!(input);
+        let source = store::CopySource {
+            bucket: source_bucket,
+            key: source_key,
+            conditions: &conditions,
+        };
+        let part_number = part_number(Some(input.part_number))?.unwrap_or_default();
+        let outcome = self
+            .store
+            .upload_part_copy(
+                &principal,
+                &source,
+                range,
+                &input.bucket,
+                &input.key,
+                &input.upload_id,
+                part_number,
+            )
+            .await
+            .map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(UploadPartCopyOutput {
+            copy_part_result: Some(CopyPartResult {
+                e_tag: Some(ETag::Strong(outcome.etag)),
+                last_modified: Some(timestamp(outcome.last_modified)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))
+    }
+
+    async fn get_object_tagging(
+        &self,
+        req: S3Request<GetObjectTaggingInput>,
+    ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
+        let principal = self.principal(&req).await?;
+        let tags = self
+            .store
+            .object_tags(&principal, &req.input.bucket, &req.input.key)
+            .await
+            .map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(GetObjectTaggingOutput {
+            tag_set: tag_list(tags),
+            version_id: None,
+        }))
+    }
+
+    async fn put_object_tagging(
+        &self,
+        req: S3Request<PutObjectTaggingInput>,
+    ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
+        let principal = self.principal(&req).await?;
+        let input = &req.input;
+        let tags = tags_from(&input.tagging, store::MAX_OBJECT_TAGS).map_err(|e| fail(&req, e))?;
+        self.store
+            .set_object_tags(&principal, &input.bucket, &input.key, &tags)
+            .await
+            .map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(PutObjectTaggingOutput::default()))
+    }
+
+    async fn delete_object_tagging(
+        &self,
+        req: S3Request<DeleteObjectTaggingInput>,
+    ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
+        let principal = self.principal(&req).await?;
+        self.store
+            .set_object_tags(&principal, &req.input.bucket, &req.input.key, &store::Tags::new())
+            .await
+            .map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(DeleteObjectTaggingOutput::default()))
+    }
+
+    async fn get_bucket_tagging(
+        &self,
+        req: S3Request<GetBucketTaggingInput>,
+    ) -> S3Result<S3Response<GetBucketTaggingOutput>> {
+        let principal = self.principal(&req).await?;
+        let tags = self
+            .store
+            .bucket_tags(&principal, &req.input.bucket)
+            .await
+            .and_then(|tags| tags.ok_or(StoreError::NoSuchTagSet))
+            .map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(GetBucketTaggingOutput {
+            tag_set: tag_list(tags),
+        }))
+    }
+
+    async fn put_bucket_tagging(
+        &self,
+        req: S3Request<PutBucketTaggingInput>,
+    ) -> S3Result<S3Response<PutBucketTaggingOutput>> {
+        let principal = self.principal(&req).await?;
+        let tags = tags_from(&req.input.tagging, store::MAX_BUCKET_TAGS).map_err(|e| fail(&req, e))?;
+        self.store
+            .set_bucket_tags(&principal, &req.input.bucket, Some(&tags))
+            .await
+            .map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(PutBucketTaggingOutput::default()))
+    }
+
+    async fn delete_bucket_tagging(
+        &self,
+        req: S3Request<DeleteBucketTaggingInput>,
+    ) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
+        let principal = self.principal(&req).await?;
+        self.store
+            .set_bucket_tags(&principal, &req.input.bucket, None)
+            .await
+            .map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(DeleteBucketTaggingOutput::default()))
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        let principal = self.principal(&req).await?;
+        let input = &req.input;
+        let mut meta = meta_from_input!(input, req.headers);
+        meta.tags = header_tags(&input.tagging).map_err(|e| fail(&req, e))?;
+        let upload_id = self
+            .store
+            .create_multipart_upload(&principal, &input.bucket, &input.key, &meta)
+            .await
+            .map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(CreateMultipartUploadOutput {
+            bucket: Some(input.bucket.clone()),
+            key: Some(input.key.clone()),
+            upload_id: Some(upload_id),
+            ..Default::default()
+        }))
+    }
+
+    async fn upload_part(&self, mut req: S3Request<UploadPartInput>) -> S3Result<S3Response<UploadPartOutput>> {
+        let principal = self.principal(&req).await?;
+        let check = UploadCheck::from_request(&req.headers, req.trailing_headers.clone())?;
+        let body: store::BodyStream = match req.input.body.take() {
+            Some(blob) => Box::pin(blob.map_err(|err| body_error(err.as_ref()))),
+            None => Box::pin(futures::stream::empty()),
+        };
+        let input = &req.input;
+        let upload = store::Upload {
+            meta: ObjectMeta::default(),
+            body,
+            declared_len: input.content_length.map(|len| len.max(0) as u64),
+            observer: Box::new(check),
+        };
+        let part_number = part_number(Some(input.part_number))?.unwrap_or_default();
+        let outcome = self
+            .store
+            .upload_part(
+                &principal,
+                &input.bucket,
+                &input.key,
+                &input.upload_id,
+                part_number,
+                upload,
+            )
+            .await
+            .map_err(|e| fail(&req, e))?;
+        let mut output = UploadPartOutput {
+            e_tag: Some(ETag::Strong(outcome.etag)),
+            ..Default::default()
+        };
+        let _ = set_checksum!(output, outcome.checksum);
+        Ok(S3Response::new(output))
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let principal = self.principal(&req).await?;
+        let input = &req.input;
+        let listed = input
+            .multipart_upload
+            .as_ref()
+            .and_then(|upload| upload.parts.as_ref())
+            .filter(|parts| !parts.is_empty())
+            .ok_or_else(|| {
+                s3s::s3_error!(
+                    MalformedXML,
+                    "The XML you provided was not well-formed or did not validate against our published schema."
+                )
+            })?;
+        let parts: Vec<store::CompletedPart> = listed
+            .iter()
+            .map(|part| store::CompletedPart {
+                part_number: part.part_number.unwrap_or(0).max(0) as u32,
+                etag: part
+                    .e_tag
+                    .as_ref()
+                    .map(|etag| etag.value().to_owned())
+                    .unwrap_or_default(),
+            })
+            .collect();
+        let condition = write_condition(&input.if_match, &input.if_none_match)?;
+        let outcome = self
+            .store
+            .complete_multipart_upload(
+                &principal,
+                &input.bucket,
+                &input.key,
+                &input.upload_id,
+                &parts,
+                &condition,
+            )
+            .await
+            .map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(CompleteMultipartUploadOutput {
+            bucket: Some(input.bucket.clone()),
+            key: Some(input.key.clone()),
+            location: Some(format!("/{}/{}", input.bucket, input.key)),
+            e_tag: Some(ETag::Strong(outcome.etag)),
+            ..Default::default()
+        }))
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        let principal = self.principal(&req).await?;
+        let input = &req.input;
+        self.store
+            .abort_multipart_upload(&principal, &input.bucket, &input.key, &input.upload_id)
+            .await
+            .map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(AbortMultipartUploadOutput::default()))
+    }
+
+    async fn list_parts(&self, req: S3Request<ListPartsInput>) -> S3Result<S3Response<ListPartsOutput>> {
+        let principal = self.principal(&req).await?;
+        let input = &req.input;
+        let max_parts = input.max_parts.unwrap_or(1000).clamp(0, 1000);
+        let marker = input.part_number_marker.unwrap_or(0).max(0);
+        let page = self
+            .store
+            .list_parts(
+                &principal,
+                &input.bucket,
+                &input.key,
+                &input.upload_id,
+                marker as u32,
+                max_parts as usize,
+            )
+            .await
+            .map_err(|e| fail(&req, e))?;
+        let parts = page
+            .parts
+            .into_iter()
+            .map(|part| Part {
+                e_tag: Some(ETag::Strong(part.etag)),
+                last_modified: Some(timestamp(part.last_modified)),
+                part_number: Some(part.part_number as i32),
+                size: Some(part.size as i64),
+                ..Default::default()
+            })
+            .collect();
+        Ok(S3Response::new(ListPartsOutput {
+            bucket: Some(input.bucket.clone()),
+            key: Some(input.key.clone()),
+            upload_id: Some(input.upload_id.clone()),
+            max_parts: Some(max_parts),
+            part_number_marker: Some(marker),
+            is_truncated: Some(page.next_marker.is_some()),
+            next_part_number_marker: page.next_marker.map(|n| n as i32),
+            parts: Some(parts),
+            owner: Some(owner(&principal)),
+            initiator: Some(Initiator {
+                id: Some(principal.access_key.clone()),
+                display_name: Some(principal.access_key.clone()),
+            }),
+            storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        let principal = self.principal(&req).await?;
+        let input = &req.input;
+        let max_uploads = input.max_uploads.unwrap_or(1000).clamp(0, 1000);
+        let request = store::UploadsRequest {
+            prefix: input.prefix.clone().unwrap_or_default(),
+            delimiter: input.delimiter.clone(),
+            key_marker: input.key_marker.clone(),
+            upload_id_marker: input.upload_id_marker.clone(),
+            max_uploads: max_uploads as usize,
         };
         let page = self
             .store
-            .list_objects(&principal, &input.bucket, &request)
+            .list_multipart_uploads(&principal, &input.bucket, &request)
             .await
             .map_err(|e| fail(&req, e))?;
-        let url_encode = input
-            .encoding_type
-            .as_ref()
-            .is_some_and(|e| e.as_str() == EncodingType::URL);
-        let encode = |text: String| {
-            if url_encode { url_encode_key(&text) } else { text }
-        };
-        let fetch_owner = input.fetch_owner.unwrap_or(false);
-        let key_count = (page.objects.len() + page.common_prefixes.len()) as i32;
-        let contents = page
-            .objects
+        let uploads = page
+            .uploads
             .into_iter()
-            .map(|object| Object {
-                key: Some(encode(object.key)),
-                size: Some(object.size as i64),
-                e_tag: Some(ETag::Strong(object.etag)),
-                last_modified: Some(timestamp(object.last_modified)),
-                storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
-                owner: fetch_owner.then(|| owner(&principal)),
+            .map(|upload| MultipartUpload {
+                key: Some(upload.key),
+                upload_id: Some(upload.upload_id),
+                initiated: Some(timestamp(upload.initiated)),
+                owner: Some(owner(&principal)),
+                storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
                 ..Default::default()
             })
             .collect();
         let common_prefixes = page
             .common_prefixes
             .into_iter()
-            .map(|prefix| CommonPrefix {
-                prefix: Some(encode(prefix)),
-            })
+            .map(|prefix| CommonPrefix { prefix: Some(prefix) })
             .collect();
-        Ok(S3Response::new(ListObjectsV2Output {
-            name: Some(input.bucket.clone()),
-            prefix: Some(encode(request.prefix)),
-            delimiter: request.delimiter.map(encode),
-            start_after: request.start_after.map(encode),
-            max_keys: Some(max_keys.min(i32::MAX as usize) as i32),
-            key_count: Some(key_count),
-            continuation_token: input.continuation_token.clone(),
-            is_truncated: Some(page.next_token.is_some()),
-            next_continuation_token: page.next_token,
-            contents: Some(contents),
+        let (next_key_marker, next_upload_id_marker) = page.next_marker.unzip();
+        Ok(S3Response::new(ListMultipartUploadsOutput {
+            bucket: Some(input.bucket.clone()),
+            prefix: Some(request.prefix),
+            delimiter: input.delimiter.clone(),
+            key_marker: input.key_marker.clone(),
+            upload_id_marker: input.upload_id_marker.clone(),
+            max_uploads: Some(max_uploads),
+            is_truncated: Some(next_key_marker.is_some()),
+            next_key_marker,
+            next_upload_id_marker,
+            uploads: Some(uploads),
             common_prefixes: Some(common_prefixes),
-            encoding_type: input.encoding_type.clone(),
             ..Default::default()
         }))
+    }
+}
+
+/// `max-keys` as S3 checks it; absent means 1,000.
+fn max_keys(max_keys: Option<i32>) -> S3Result<usize> {
+    match max_keys {
+        Some(n) if n < 0 => Err(s3s::s3_error!(
+            InvalidArgument,
+            "Argument maxKeys must be an integer between 0 and 2147483647"
+        )),
+        Some(n) => Ok(n as usize),
+        None => Ok(store::LIST_MAX_KEYS),
+    }
+}
+
+fn owner_full_control(principal: &Principal) -> Vec<Grant> {
+    vec![Grant {
+        grantee: Some(Grantee {
+            display_name: Some(principal.access_key.clone()),
+            id: Some(principal.access_key.clone()),
+            type_: Type::from_static(Type::CANONICAL_USER),
+            email_address: None,
+            uri: None,
+        }),
+        permission: Some(Permission::from_static(Permission::FULL_CONTROL)),
+    }]
+}
+
+/// One page of a listing in wire types, shared by ListObjects, ListObjectsV2 and
+/// ListObjectVersions.
+struct Listing {
+    contents: Vec<Object>,
+    common_prefixes: Vec<CommonPrefix>,
+    key_count: i32,
+    truncated: bool,
+    next_token: Option<String>,
+    /// The last key or common prefix of a cut page (encoded like the keys).
+    next_marker: Option<String>,
+    url_encode: bool,
+}
+
+impl Listing {
+    fn encode(&self, text: String) -> String {
+        if self.url_encode { url_encode_key(&text) } else { text }
+    }
+}
+
+impl S3Front {
+    async fn listing(
+        &self,
+        principal: &Principal,
+        bucket: &str,
+        request: &ListRequest,
+        encoding_type: &Option<EncodingType>,
+        fetch_owner: bool,
+    ) -> Result<Listing, StoreError> {
+        let page = self.store.list_objects(principal, bucket, request).await?;
+        let mut listing = Listing {
+            contents: Vec::new(),
+            common_prefixes: Vec::new(),
+            key_count: (page.objects.len() + page.common_prefixes.len()) as i32,
+            truncated: page.next_token.is_some(),
+            next_token: page.next_token.clone(),
+            next_marker: None,
+            url_encode: encoding_type.as_ref().is_some_and(|e| e.as_str() == EncodingType::URL),
+        };
+        listing.next_marker = page
+            .next_token
+            .is_some()
+            .then(|| page.last_entry.clone().map(|last| listing.encode(last)))
+            .flatten();
+        listing.contents = page
+            .objects
+            .into_iter()
+            .map(|object| Object {
+                key: Some(listing.encode(object.key)),
+                size: Some(object.size as i64),
+                e_tag: Some(ETag::Strong(object.etag)),
+                last_modified: Some(timestamp(object.last_modified)),
+                storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
+                owner: fetch_owner.then(|| owner(principal)),
+                ..Default::default()
+            })
+            .collect();
+        listing.common_prefixes = page
+            .common_prefixes
+            .into_iter()
+            .map(|prefix| CommonPrefix {
+                prefix: Some(listing.encode(prefix)),
+            })
+            .collect();
+        Ok(listing)
     }
 }
 

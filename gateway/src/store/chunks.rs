@@ -1,6 +1,7 @@
 //! Chunked bodies: splitting a request stream into 8,120-byte chunks for binary COPY, and
 //! streaming them back in order, with per-chunk zstd where it pays.
 
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -109,11 +110,33 @@ pub fn worth_compressing(content_type: Option<&str>) -> bool {
         ))
 }
 
-/// Streams the chunks of one body (or of a byte range of it), holding its pooled connection
-/// until the last byte so no other request queues behind the stream on that connection.
+/// The bytes `start..end` of one body of `size` bytes: a whole object's body, or one part of
+/// a multipart object.
+#[derive(Debug, Clone, Copy)]
+pub struct Segment {
+    pub body_id: i64,
+    pub size: u64,
+    pub start: u64,
+    pub end: u64,
+}
+
+impl Segment {
+    pub fn first_seq(&self) -> i32 {
+        (self.start / CHUNK_SIZE as u64) as i32
+    }
+
+    pub fn last_seq(&self) -> i32 {
+        ((self.end - 1) / CHUNK_SIZE as u64) as i32
+    }
+}
+
+/// Streams the chunks of a run of segments (one per body, in order) from one statement,
+/// holding its pooled connection until the last byte so no other request queues behind the
+/// stream on that connection.
 pub struct ChunkStream {
     client: Option<deadpool_postgres::Object>,
     rows: Pin<Box<RowStream>>,
+    segments: VecDeque<Segment>,
     body_size: u64,
     next_seq: i64,
     skip: usize,
@@ -121,22 +144,42 @@ pub struct ChunkStream {
 }
 
 impl ChunkStream {
-    pub fn new(
-        client: deadpool_postgres::Object,
-        rows: RowStream,
-        body_size: u64,
-        start: u64,
-        end: u64,
-    ) -> ChunkStream {
-        let first_seq = (start / CHUNK_SIZE as u64) as i64;
-        ChunkStream {
+    /// `rows` yields `(seq, data)` for the chunks of `segments`, segment after segment.
+    pub fn new(client: deadpool_postgres::Object, rows: RowStream, segments: Vec<Segment>) -> ChunkStream {
+        let mut stream = ChunkStream {
             client: Some(client),
             rows: Box::pin(rows),
-            body_size,
-            next_seq: first_seq,
-            skip: (start - first_seq as u64 * CHUNK_SIZE as u64) as usize,
-            remaining: end - start,
+            segments: segments.into(),
+            body_size: 0,
+            next_seq: 0,
+            skip: 0,
+            remaining: 0,
+        };
+        stream.next_segment();
+        stream
+    }
+
+    /// Moves on to the next non-empty segment; false when none is left.
+    fn next_segment(&mut self) -> bool {
+        while let Some(segment) = self.segments.pop_front() {
+            if segment.start == segment.end {
+                continue;
+            }
+            let first_seq = segment.first_seq() as i64;
+            self.body_size = segment.size;
+            self.next_seq = first_seq;
+            self.skip = (segment.start - first_seq as u64 * CHUNK_SIZE as u64) as usize;
+            self.remaining = segment.end - segment.start;
+            return true;
         }
+        false
+    }
+
+    /// Ends the stream with `err`: nothing more is read after a failure.
+    fn fail(&mut self, err: StoreError) -> Poll<Option<Result<Bytes, StoreError>>> {
+        self.remaining = 0;
+        self.segments.clear();
+        Poll::Ready(Some(Err(err)))
     }
 
     /// Appends the wanted part of chunk `seq` to `frame`.
@@ -180,31 +223,27 @@ impl Stream for ChunkStream {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut frame = BytesMut::new();
-        while self.remaining > 0 && frame.len() < MAX_FRAME {
+        while frame.len() < MAX_FRAME {
+            if self.remaining == 0 && !self.next_segment() {
+                break;
+            }
             match self.rows.as_mut().poll_next(cx) {
                 Poll::Pending if frame.is_empty() => return Poll::Pending,
                 Poll::Pending => break,
                 Poll::Ready(Some(Ok(row))) => {
                     let seq: i32 = row.get(0);
                     if let Err(err) = self.decode_into(i64::from(seq), row.get(1), &mut frame) {
-                        self.remaining = 0;
-                        return Poll::Ready(Some(Err(err)));
+                        return self.fail(err);
                     }
                 }
-                Poll::Ready(Some(Err(err))) => {
-                    self.remaining = 0;
-                    return Poll::Ready(Some(Err(StoreError::from(err))));
-                }
+                Poll::Ready(Some(Err(err))) => return self.fail(StoreError::from(err)),
                 Poll::Ready(None) => {
                     let missing = self.next_seq;
-                    self.remaining = 0;
-                    return Poll::Ready(Some(Err(StoreError::Corrupt(format!(
-                        "body ends before chunk {missing}"
-                    )))));
+                    return self.fail(StoreError::Corrupt(format!("body ends before chunk {missing}")));
                 }
             }
         }
-        if self.remaining == 0 {
+        if self.remaining == 0 && self.segments.is_empty() {
             // Back to the pool as soon as the last byte is read, not when the client is done.
             self.client = None;
         }

@@ -30,6 +30,25 @@ pub enum StoreError {
     Corrupt(String),
     Database(tokio_postgres::Error),
     Unavailable(String),
+    NoSuchUpload,
+    /// A part named in a completion is missing or has another ETag.
+    InvalidPart(String),
+    /// The part list of a completion is not in ascending order.
+    InvalidPartOrder,
+    /// A part other than the last is smaller than the 5 MiB minimum.
+    EntityTooSmall,
+    /// A `partNumber` read names a part the object does not have.
+    InvalidPartNumber,
+    /// A conditional request's precondition does not hold (HTTP 412).
+    PreconditionFailed,
+    /// A conditional read's object has not changed (HTTP 304, which still names the version).
+    NotModified {
+        etag: String,
+        last_modified: std::time::SystemTime,
+    },
+    InvalidTag(String),
+    /// The bucket has no tags.
+    NoSuchTagSet,
 }
 
 impl fmt::Display for StoreError {
@@ -56,6 +75,19 @@ impl fmt::Display for StoreError {
             }
             StoreError::Database(err) => write!(f, "database error: {err}"),
             StoreError::Unavailable(msg) => write!(f, "database unavailable: {msg}"),
+            StoreError::NoSuchUpload => f.write_str(
+                "the specified multipart upload does not exist: the upload ID may be invalid, \
+                 or the upload may have been aborted or completed",
+            ),
+            StoreError::InvalidPart(msg) | StoreError::InvalidTag(msg) => f.write_str(msg),
+            StoreError::NoSuchTagSet => f.write_str("the TagSet does not exist"),
+            StoreError::InvalidPartOrder => f.write_str("the list of parts was not in ascending order"),
+            StoreError::EntityTooSmall => f.write_str("your proposed upload is smaller than the minimum allowed size"),
+            StoreError::InvalidPartNumber => f.write_str("the requested partnumber is not satisfiable"),
+            StoreError::PreconditionFailed => {
+                f.write_str("at least one of the preconditions you specified did not hold")
+            }
+            StoreError::NotModified { .. } => f.write_str("not modified"),
         }
     }
 }

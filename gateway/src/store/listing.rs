@@ -68,7 +68,7 @@ impl Resume {
 
 /// The smallest string greater than every string that starts with `prefix` (in byte order),
 /// or `None` when there is none.
-fn prefix_successor(prefix: &str) -> Option<String> {
+pub(super) fn prefix_successor(prefix: &str) -> Option<String> {
     let mut chars: Vec<char> = prefix.chars().collect();
     while let Some(last) = chars.pop() {
         let next = (last as u32 + 1..=char::MAX as u32).find_map(char::from_u32);
@@ -104,6 +104,17 @@ impl Store {
                 None => return Ok(page),
             },
             None => {}
+        }
+        // A marker that is itself a common prefix (what S3 hands out as NextMarker) resumes
+        // after every key under it.
+        if let (Some(d), Some(marker)) = (delimiter, request.start_after.as_deref())
+            && let Some(rest) = marker.strip_prefix(request.prefix.as_str())
+            && rest.find(d).is_some_and(|at| at + d.len() == rest.len())
+        {
+            match prefix_successor(marker) {
+                Some(next) => from = from.max(next),
+                None => return Ok(page),
+            }
         }
         let below = (!request.prefix.is_empty())
             .then(|| prefix_successor(&request.prefix))

@@ -3,9 +3,13 @@
 
 mod catalog;
 mod chunks;
+mod conditions;
+mod copy;
 mod error;
 mod listing;
+mod multipart;
 mod objects;
+mod tagging;
 
 use std::sync::Arc;
 
@@ -13,12 +17,16 @@ use deadpool_postgres::Pool;
 
 pub use catalog::{AccessKey, BucketInfo, BucketSummary, Catalog, NewAccessKey};
 pub use chunks::CHUNK_SIZE;
+pub use conditions::{EtagCondition, Preconditions, WriteCondition};
+pub use copy::CopySource;
 pub use error::StoreError;
 pub use listing::{ListPage, ListRequest, ListedObject, MAX_KEYS as LIST_MAX_KEYS};
+pub use multipart::{CompletedPart, MultipartUpload, PartInfo, PartsPage, UploadsPage, UploadsRequest};
 pub use objects::{
-    BodyObserver, BodyStream, ByteRange, INLINE_LIMIT, ObjectHead, ObjectMeta, ObjectRead, PutOutcome, StoredChecksum,
-    Upload,
+    BodyObserver, BodyStream, ByteRange, INLINE_LIMIT, ObjectHead, ObjectMeta, ObjectRead, PutOutcome, ReadOptions,
+    StoredChecksum, Upload,
 };
+pub use tagging::{MAX_BUCKET_TAGS, MAX_OBJECT_TAGS, Tags, tag_set};
 
 pub type StoreResult<T> = Result<T, StoreError>;
 

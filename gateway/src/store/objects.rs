@@ -5,13 +5,15 @@ use std::pin::Pin;
 use std::time::SystemTime;
 
 use bytes::{Bytes, BytesMut};
+use deadpool_postgres::GenericClient;
 use futures::{Stream, StreamExt};
 use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{Json, Type};
 
-use super::chunks::{ChunkStream, Chunker, worth_compressing};
+use super::chunks::{ChunkStream, Chunker, Segment, worth_compressing};
+use super::conditions::{Preconditions, WriteCondition};
 use super::{Access, Principal, Store, StoreError, StoreResult};
 
 /// Bodies up to this size live in the object row itself: a small GET is one index lookup.
@@ -40,6 +42,11 @@ pub struct ObjectMeta {
     pub user: BTreeMap<String, String>,
     #[serde(rename = "ck", default, skip_serializing_if = "Option::is_none")]
     pub checksum: Option<StoredChecksum>,
+    /// How many parts a multipart object has; its body is then a manifest of part bodies.
+    #[serde(rename = "pc", default, skip_serializing_if = "Option::is_none")]
+    pub parts: Option<u32>,
+    #[serde(rename = "tg", default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
 }
 
 /// A full-object checksum the client asked for (e.g. `CRC32`, base64 value as S3 returns it).
@@ -131,6 +138,26 @@ pub struct NamespaceSql {
     pub(super) get: String,
     pub(super) head: String,
     pub(super) put: String,
+    pub(super) put_if_absent: String,
+    pub(super) put_if_match: String,
+    pub(super) part_span: String,
+    pub(super) part_segments: String,
+    pub(super) read_segments: String,
+    pub(super) create_upload: String,
+    pub(super) lock_upload: String,
+    pub(super) put_part: String,
+    pub(super) take_upload: String,
+    pub(super) upload_parts: String,
+    pub(super) drop_unlisted_parts: String,
+    pub(super) place_parts: String,
+    pub(super) find_upload: String,
+    pub(super) list_parts: String,
+    pub(super) list_uploads: String,
+    pub(super) copy_body: String,
+    pub(super) set_tags: String,
+    pub(super) copy_parts: String,
+    pub(crate) drop_parts: String,
+    pub(crate) drop_abandoned_uploads: String,
     pub(super) next_body_id: String,
     pub(super) copy_chunks: String,
     pub(super) read_chunks: String,
@@ -164,17 +191,113 @@ impl NamespaceSql {
               WHERE bucket_id = $1 AND key > $2 AND key >= $3
                 AND (expires_at IS NULL OR expires_at > now())"
         );
+        let insert = format!(
+            "INSERT INTO {ns}.objects AS o (bucket_id, key, size, etag, last_modified, meta, inline, body_id)
+             SELECT $1, $2, $3, $4, clock_timestamp(), $5, $6, $7 FROM pgvs3.buckets WHERE id = $1
+             ON CONFLICT (bucket_id, key) DO UPDATE
+                SET size = EXCLUDED.size, etag = EXCLUDED.etag, last_modified = EXCLUDED.last_modified,
+                    meta = EXCLUDED.meta, inline = EXCLUDED.inline, body_id = EXCLUDED.body_id,
+                    expires_at = NULL"
+        );
         NamespaceSql {
             get: lookup("o.inline"),
             head: lookup("NULL::bytea"),
-            put: format!(
-                "INSERT INTO {ns}.objects AS o (bucket_id, key, size, etag, last_modified, meta, inline, body_id)
-                 SELECT $1, $2, $3, $4, clock_timestamp(), $5, $6, $7 FROM pgvs3.buckets WHERE id = $1
-                 ON CONFLICT (bucket_id, key) DO UPDATE
-                    SET size = EXCLUDED.size, etag = EXCLUDED.etag, last_modified = EXCLUDED.last_modified,
-                        meta = EXCLUDED.meta, inline = EXCLUDED.inline, body_id = EXCLUDED.body_id,
-                        expires_at = NULL
+            put: format!("{insert} RETURNING last_modified"),
+            // The conflict arbiter makes the check atomic: of concurrent creators one inserts,
+            // the others find its row and (it being live) update nothing.
+            put_if_absent: format!(
+                "{insert} WHERE o.expires_at IS NOT NULL AND o.expires_at <= now() RETURNING last_modified"
+            ),
+            // Under READ COMMITTED a concurrent update makes PostgreSQL re-check the WHERE on the
+            // newest row version, so of writers that read the same ETag only the first wins.
+            put_if_match: format!(
+                "UPDATE {ns}.objects SET size = $3, etag = $4, last_modified = clock_timestamp(), meta = $5,
+                        inline = $6, body_id = $7, expires_at = NULL
+                  WHERE bucket_id = $1 AND key = $2 AND etag = $8 AND (expires_at IS NULL OR expires_at > now())
                  RETURNING last_modified"
+            ),
+            part_span: format!("SELECT start_offset, size FROM {ns}.parts WHERE owner_id = $1 AND part_number = $2"),
+            part_segments: format!(
+                "SELECT body_id, size, start_offset FROM {ns}.parts
+                  WHERE owner_id = $1 AND start_offset < $3 AND start_offset + size > $2 ORDER BY part_number"
+            ),
+            // One statement (one snapshot) for all parts. A function scan yields the arrays in
+            // order and a nested loop runs the (ordered, not pulled-up) inner query per part, so
+            // rows arrive part by part without a sort that would buffer a whole part.
+            read_segments: format!(
+                "SELECT c.seq, c.data
+                   FROM unnest($1::bigint[], $2::int[], $3::int[]) AS s(body_id, first_seq, last_seq)
+                  CROSS JOIN LATERAL (SELECT seq, data FROM {ns}.chunks
+                                       WHERE body_id = s.body_id AND seq >= s.first_seq AND seq <= s.last_seq
+                                       ORDER BY seq) c"
+            ),
+            create_upload: format!(
+                "INSERT INTO {ns}.uploads (upload_id, bucket_id, key, meta)
+                 SELECT nextval('{ns}.body_ids'), $1, $2, $3 FROM pgvs3.buckets WHERE id = $1
+                 RETURNING upload_id"
+            ),
+            // A part commits under a share lock on its upload, so completion and abort (which
+            // delete the upload row) wait for parts in flight and then see them.
+            lock_upload: format!(
+                "SELECT 1 FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3 FOR SHARE"
+            ),
+            put_part: format!(
+                "INSERT INTO {ns}.parts (owner_id, part_number, size, etag, body_id) VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (owner_id, part_number) DO UPDATE
+                    SET size = EXCLUDED.size, etag = EXCLUDED.etag, body_id = EXCLUDED.body_id,
+                        last_modified = clock_timestamp()
+                 RETURNING last_modified"
+            ),
+            take_upload: format!(
+                "DELETE FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3 RETURNING meta"
+            ),
+            upload_parts: format!(
+                "SELECT part_number, size, etag FROM {ns}.parts WHERE owner_id = $1 ORDER BY part_number"
+            ),
+            drop_unlisted_parts: format!("DELETE FROM {ns}.parts WHERE owner_id = $1 AND part_number <> ALL($2)"),
+            place_parts: format!(
+                "UPDATE {ns}.parts p SET start_offset = v.start_offset
+                   FROM unnest($2::int[], $3::bigint[]) AS v(part_number, start_offset)
+                  WHERE p.owner_id = $1 AND p.part_number = v.part_number"
+            ),
+            find_upload: format!(
+                "SELECT initiated, meta FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3"
+            ),
+            list_parts: format!(
+                "SELECT part_number, size, etag, last_modified FROM {ns}.parts
+                  WHERE owner_id = $1 AND part_number > $2 ORDER BY part_number LIMIT $3"
+            ),
+            list_uploads: format!(
+                "SELECT key, upload_id, initiated FROM {ns}.uploads
+                  WHERE bucket_id = $1 AND starts_with(key, $2) AND (key, upload_id) > ($3, $4)
+                  ORDER BY key, upload_id LIMIT $5"
+            ),
+            set_tags: format!(
+                "UPDATE {ns}.objects SET meta = CASE WHEN $3 = '{{}}'::jsonb THEN meta - 'tg'
+                                                     ELSE jsonb_set(meta, '{{tg}}', $3) END
+                  WHERE bucket_id = $1 AND key = $2 AND (expires_at IS NULL OR expires_at > now())"
+            ),
+            copy_body: format!(
+                "INSERT INTO {ns}.chunks (body_id, seq, data) SELECT $2, seq, data FROM {ns}.chunks WHERE body_id = $1"
+            ),
+            // Each part gets a copy of its chunks under a new body id; the new parts belong to
+            // the new manifest `$2`.
+            copy_parts: format!(
+                "WITH source AS (
+                     SELECT part_number, size, etag, body_id, start_offset, nextval('{ns}.body_ids') AS new_body
+                       FROM {ns}.parts WHERE owner_id = $1),
+                 new_parts AS (
+                     INSERT INTO {ns}.parts (owner_id, part_number, size, etag, body_id, start_offset)
+                     SELECT $2, part_number, size, etag, new_body, start_offset FROM source)
+                 INSERT INTO {ns}.chunks (body_id, seq, data)
+                 SELECT s.new_body, c.seq, c.data FROM source s JOIN {ns}.chunks c ON c.body_id = s.body_id"
+            ),
+            drop_parts: format!("DELETE FROM {ns}.parts WHERE owner_id = ANY($1)"),
+            drop_abandoned_uploads: format!(
+                "DELETE FROM {ns}.uploads WHERE upload_id = ANY(ARRAY(
+                    SELECT upload_id FROM {ns}.uploads
+                     WHERE initiated < now() - make_interval(secs => $1) LIMIT $2))
+                 RETURNING upload_id"
             ),
             next_body_id: format!("SELECT nextval('{ns}.body_ids')"),
             copy_chunks: format!("COPY {ns}.chunks (body_id, seq, data) FROM STDIN (FORMAT binary)"),
@@ -202,27 +325,54 @@ impl NamespaceSql {
     }
 }
 
-fn check_key(key: &str) -> StoreResult<()> {
+pub(super) fn check_key(key: &str) -> StoreResult<()> {
     if key.len() > MAX_KEY_BYTES {
         return Err(StoreError::KeyTooLong);
     }
     Ok(())
 }
 
+/// What a read asks for besides the key.
+#[derive(Debug, Clone, Default)]
+pub struct ReadOptions {
+    pub range: Option<ByteRange>,
+    /// S3's `partNumber`: one part of a multipart object (part 1 is the whole of any other).
+    pub part_number: Option<u32>,
+    pub conditions: Preconditions,
+}
+
 impl Store {
     pub async fn head_object(&self, principal: &Principal, bucket: &str, key: &str) -> StoreResult<ObjectHead> {
+        let read = self
+            .head_object_with(principal, bucket, key, &ReadOptions::default())
+            .await?;
+        Ok(read.head)
+    }
+
+    /// The head of an object and the span a GET with the same options would serve (the body
+    /// of the answer is empty).
+    pub async fn head_object_with(
+        &self,
+        principal: &Principal,
+        bucket: &str,
+        key: &str,
+        options: &ReadOptions,
+    ) -> StoreResult<ObjectRead> {
         check_key(key)?;
         let bucket = self.bucket(principal, bucket, Access::Read).await?;
         let client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.head).await?;
         let row = client.query_opt(&statement, &[&bucket.id, &key]).await?;
         let row = self.found(&bucket, row)?;
-        Ok(head_from_row(&row))
+        let (head, span, partial) = locate(&client, &bucket, &row, options).await?;
+        Ok(ObjectRead {
+            head,
+            span,
+            partial,
+            body: Box::pin(futures::stream::empty()),
+        })
     }
 
-    /// Reads an object, or the range of it the caller asked for. A small object costs one round
-    /// trip; a chunked one streams its chunks from one statement (one snapshot), so an
-    /// overwrite racing the read can never mix old and new bytes.
     pub async fn get_object(
         &self,
         principal: &Principal,
@@ -230,18 +380,31 @@ impl Store {
         key: &str,
         range: Option<ByteRange>,
     ) -> StoreResult<ObjectRead> {
+        let options = ReadOptions {
+            range,
+            ..ReadOptions::default()
+        };
+        self.get_object_with(principal, bucket, key, &options).await
+    }
+
+    /// Reads an object, or the range or part of it the caller asked for. A small object costs
+    /// one round trip; a chunked one streams its chunks from one statement (one snapshot), so
+    /// an overwrite racing the read can never mix old and new bytes. A multipart object costs
+    /// one more round trip, to find the parts that hold the span.
+    pub async fn get_object_with(
+        &self,
+        principal: &Principal,
+        bucket: &str,
+        key: &str,
+        options: &ReadOptions,
+    ) -> StoreResult<ObjectRead> {
         check_key(key)?;
         let bucket = self.bucket(principal, bucket, Access::Read).await?;
         let client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.get).await?;
         let row = client.query_opt(&statement, &[&bucket.id, &key]).await?;
         let row = self.found(&bucket, row)?;
-        let head = head_from_row(&row);
-        let span = match range {
-            Some(range) => range.resolve(head.size)?,
-            None => (0, head.size),
-        };
-        let partial = range.is_some();
+        let (head, span, partial) = locate(&client, &bucket, &row, options).await?;
         let inline: Option<&[u8]> = row.get(4);
         if let Some(inline) = inline {
             let bytes = Bytes::copy_from_slice(&inline[span.0 as usize..span.1 as usize]);
@@ -262,12 +425,45 @@ impl Store {
                 body: Box::pin(futures::stream::empty()),
             });
         }
-        let first = (span.0 / super::CHUNK_SIZE as u64) as i32;
-        let last = ((span.1 - 1) / super::CHUNK_SIZE as u64) as i32;
-        let statement = client.prepare_cached(&bucket.sql.read_chunks).await?;
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&body_id, &first, &last];
-        let rows = client.query_raw(&statement, params).await?;
-        let body = ChunkStream::new(client, rows, head.size, span.0, span.1);
+        let (segments, rows) = if head.meta.parts.is_some() {
+            let statement = client.prepare_cached(&bucket.sql.part_segments).await?;
+            let (start, end) = (span.0 as i64, span.1 as i64);
+            let segments: Vec<Segment> = client
+                .query(&statement, &[&body_id, &start, &end])
+                .await?
+                .iter()
+                .map(|row| {
+                    let size = row.get::<_, i64>(1) as u64;
+                    let offset = row.get::<_, i64>(2) as u64;
+                    Segment {
+                        body_id: row.get(0),
+                        size,
+                        start: span.0.max(offset) - offset,
+                        end: span.1.min(offset + size) - offset,
+                    }
+                })
+                .collect();
+            let ids: Vec<i64> = segments.iter().map(|s| s.body_id).collect();
+            let firsts: Vec<i32> = segments.iter().map(Segment::first_seq).collect();
+            let lasts: Vec<i32> = segments.iter().map(Segment::last_seq).collect();
+            let statement = client.prepare_cached(&bucket.sql.read_segments).await?;
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&ids, &firsts, &lasts];
+            let rows = client.query_raw(&statement, params).await?;
+            (segments, rows)
+        } else {
+            let segment = Segment {
+                body_id,
+                size: head.size,
+                start: span.0,
+                end: span.1,
+            };
+            let statement = client.prepare_cached(&bucket.sql.read_chunks).await?;
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+                [&body_id, &segment.first_seq(), &segment.last_seq()];
+            let rows = client.query_raw(&statement, params).await?;
+            (vec![segment], rows)
+        };
+        let body = ChunkStream::new(client, rows, segments);
         Ok(ObjectRead {
             head,
             span,
@@ -276,7 +472,11 @@ impl Store {
         })
     }
 
-    fn found(&self, bucket: &super::BucketInfo, row: Option<tokio_postgres::Row>) -> StoreResult<tokio_postgres::Row> {
+    pub(super) fn found(
+        &self,
+        bucket: &super::BucketInfo,
+        row: Option<tokio_postgres::Row>,
+    ) -> StoreResult<tokio_postgres::Row> {
         let Some(row) = row else {
             self.catalog.forget_bucket(&bucket.name);
             return Err(StoreError::NoSuchBucket);
@@ -287,15 +487,28 @@ impl Store {
         Ok(row)
     }
 
-    /// Stores an object from a stream. Bodies up to [`INLINE_LIMIT`] go into the object row in
-    /// one statement; larger ones are copied chunk by chunk in one transaction that also flips
-    /// the object row, so nothing is visible until the whole body is in and verified.
     pub async fn put_object(
         &self,
         principal: &Principal,
         bucket: &str,
         key: &str,
         upload: Upload,
+    ) -> StoreResult<PutOutcome> {
+        self.put_object_if(principal, bucket, key, upload, &WriteCondition::Always)
+            .await
+    }
+
+    /// Stores an object from a stream, if `condition` holds when it commits. Bodies up to
+    /// [`INLINE_LIMIT`] go into the object row in one statement; larger ones are copied chunk
+    /// by chunk in one transaction that also flips the object row, so nothing is visible until
+    /// the whole body is in and verified.
+    pub async fn put_object_if(
+        &self,
+        principal: &Principal,
+        bucket: &str,
+        key: &str,
+        upload: Upload,
+        condition: &WriteCondition,
     ) -> StoreResult<PutOutcome> {
         let Upload {
             mut meta,
@@ -327,97 +540,81 @@ impl Store {
             meta.checksum = observer.finish(size, &digest)?;
             let etag = hex::encode(digest);
             let client = self.client().await?;
-            let statement = client.prepare_cached(&bucket.sql.put).await?;
-            let row = client
-                .query_opt(
-                    &statement,
-                    &[
-                        &bucket.id,
-                        &key,
-                        &(size as i64),
-                        &etag,
-                        &Json(&meta),
-                        &Some(&head[..]),
-                        &None::<i64>,
-                    ],
-                )
-                .await?;
-            return self.stored(&bucket, row, etag, size, meta.checksum);
+            let row = NewObjectRow {
+                key,
+                size,
+                etag: &etag,
+                meta: &meta,
+                inline: Some(&head[..]),
+                body_id: None,
+            };
+            let last_modified = self.write_object_row(&client, &bucket, &row, condition).await?;
+            return Ok(PutOutcome {
+                etag,
+                size,
+                last_modified,
+                checksum: meta.checksum,
+            });
         }
 
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        let body_id: i64 = tx.query_one(&bucket.sql.next_body_id, &[]).await?.get(0);
-        let sink = tx.copy_in(&bucket.sql.copy_chunks).await?;
-        let writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT4, Type::BYTEA]);
-        futures::pin_mut!(writer);
-        let mut chunker = Chunker::new(worth_compressing(meta.content_type.as_deref()));
-        let mut seq: i32 = 0;
-        let mut size = head.len() as u64;
-        chunker.push(&head);
-        drop(head);
-        loop {
-            while let Some(chunk) = chunker.next_full() {
-                writer.as_mut().write(&[&body_id, &seq, &&chunk[..]]).await?;
-                seq += 1;
-            }
-            let Some(piece) = body.next().await else {
-                break;
-            };
-            let piece = piece?;
-            md5.update(&piece);
-            observer.update(&piece);
-            size += piece.len() as u64;
-            chunker.push(&piece);
-        }
-        if let Some(chunk) = chunker.finish() {
-            writer.as_mut().write(&[&body_id, &seq, &&chunk[..]]).await?;
-        }
-        writer.finish().await?;
+        let compress = worth_compressing(meta.content_type.as_deref());
+        let (body_id, size) =
+            write_chunks(&tx, &bucket.sql, compress, head, &mut body, &mut md5, &mut *observer).await?;
         check_length(declared_len, size)?;
         let digest: [u8; 16] = md5.finalize().into();
         meta.checksum = observer.finish(size, &digest)?;
         let etag = hex::encode(digest);
-        let statement = tx.prepare_cached(&bucket.sql.put).await?;
-        let row = tx
-            .query_opt(
-                &statement,
-                &[
-                    &bucket.id,
-                    &key,
-                    &(size as i64),
-                    &etag,
-                    &Json(&meta),
-                    &None::<&[u8]>,
-                    &Some(body_id),
-                ],
-            )
-            .await?;
-        let outcome = self.stored(&bucket, row, etag, size, meta.checksum)?;
-        tx.commit().await?;
-        Ok(outcome)
-    }
-
-    fn stored(
-        &self,
-        bucket: &super::BucketInfo,
-        row: Option<tokio_postgres::Row>,
-        etag: String,
-        size: u64,
-        checksum: Option<StoredChecksum>,
-    ) -> StoreResult<PutOutcome> {
-        let Some(row) = row else {
-            self.catalog.forget_bucket(&bucket.name);
-            return Err(StoreError::NoSuchBucket);
+        let row = NewObjectRow {
+            key,
+            size,
+            etag: &etag,
+            meta: &meta,
+            inline: None,
+            body_id: Some(body_id),
         };
+        let last_modified = self.write_object_row(&tx, &bucket, &row, condition).await?;
+        tx.commit().await?;
         Ok(PutOutcome {
             etag,
             size,
-            last_modified: row.get(0),
-            checksum,
+            last_modified,
+            checksum: meta.checksum,
         })
     }
 
+    /// Writes (or replaces) an object row if `condition` holds; the one place that decides
+    /// which SQL a conditional write runs and what its refusal means.
+    pub(super) async fn write_object_row(
+        &self,
+        db: &impl GenericClient,
+        bucket: &super::BucketInfo,
+        row: &NewObjectRow<'_>,
+        condition: &WriteCondition,
+    ) -> StoreResult<SystemTime> {
+        let size = row.size as i64;
+        let meta = Json(row.meta);
+        let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+            vec![&bucket.id, &row.key, &size, &row.etag, &meta, &row.inline, &row.body_id];
+        let sql = match condition {
+            WriteCondition::Always => &bucket.sql.put,
+            WriteCondition::IfAbsent => &bucket.sql.put_if_absent,
+            WriteCondition::IfMatch(etag) => {
+                params.push(etag);
+                &bucket.sql.put_if_match
+            }
+        };
+        let statement = db.prepare_cached(sql).await?;
+        if let Some(written) = db.query_opt(&statement, &params).await? {
+            return Ok(written.get(0));
+        }
+        // Refused: tell a missing bucket or key from a precondition that did not hold.
+        let statement = db.prepare_cached(&bucket.sql.head).await?;
+        let current = db.query_opt(&statement, &[&bucket.id, &row.key]).await?;
+        self.found(bucket, current)?;
+        Err(StoreError::PreconditionFailed)
+    }
     /// Deletes an object; deleting a missing key succeeds, as in S3.
     pub async fn delete_object(&self, principal: &Principal, bucket: &str, key: &str) -> StoreResult<()> {
         check_key(key)?;
@@ -438,14 +635,104 @@ impl Store {
     }
 }
 
-fn check_length(declared: Option<u64>, received: u64) -> StoreResult<()> {
+/// An object row about to be written.
+pub(super) struct NewObjectRow<'a> {
+    pub key: &'a str,
+    pub size: u64,
+    pub etag: &'a str,
+    pub meta: &'a ObjectMeta,
+    pub inline: Option<&'a [u8]>,
+    pub body_id: Option<i64>,
+}
+
+/// The head of a found object, after its preconditions, and the span `options` select, and
+/// whether that is part of the object (a 206 answer).
+async fn locate(
+    client: &deadpool_postgres::Object,
+    bucket: &super::BucketInfo,
+    row: &tokio_postgres::Row,
+    options: &ReadOptions,
+) -> StoreResult<(ObjectHead, (u64, u64), bool)> {
+    let head = head_from_row(row);
+    options.conditions.check(&head)?;
+    let Some(part_number) = options.part_number else {
+        let span = match options.range {
+            Some(range) => range.resolve(head.size)?,
+            None => (0, head.size),
+        };
+        return Ok((head, span, options.range.is_some()));
+    };
+    if options.range.is_some() {
+        return Err(StoreError::InvalidArgument(
+            "cannot specify both Range header and partNumber query parameter".into(),
+        ));
+    }
+    if head.meta.parts.is_none() {
+        return match part_number {
+            1 => Ok((head.clone(), (0, head.size), false)),
+            _ => Err(StoreError::InvalidPartNumber),
+        };
+    }
+    let body_id: i64 = row.get(5);
+    let statement = client.prepare_cached(&bucket.sql.part_span).await?;
+    let part = client
+        .query_opt(&statement, &[&body_id, &(part_number.min(i32::MAX as u32) as i32)])
+        .await?
+        .ok_or(StoreError::InvalidPartNumber)?;
+    let start = part.get::<_, i64>(0) as u64;
+    let end = start + part.get::<_, i64>(1) as u64;
+    Ok((head, (start, end), true))
+}
+
+/// Streams the rest of a body into the chunks of a new body inside `tx`, after `head` (bytes
+/// already read and seen by `md5` and `observer`). Returns the body id and the total size.
+pub(super) async fn write_chunks(
+    tx: &tokio_postgres::Transaction<'_>,
+    sql: &NamespaceSql,
+    compress: bool,
+    head: BytesMut,
+    body: &mut BodyStream,
+    md5: &mut Md5,
+    observer: &mut dyn BodyObserver,
+) -> StoreResult<(i64, u64)> {
+    let body_id: i64 = tx.query_one(&sql.next_body_id, &[]).await?.get(0);
+    let sink = tx.copy_in(&sql.copy_chunks).await?;
+    let writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT4, Type::BYTEA]);
+    futures::pin_mut!(writer);
+    let mut chunker = Chunker::new(compress);
+    let mut seq: i32 = 0;
+    let mut size = head.len() as u64;
+    chunker.push(&head);
+    drop(head);
+    loop {
+        while let Some(chunk) = chunker.next_full() {
+            writer.as_mut().write(&[&body_id, &seq, &&chunk[..]]).await?;
+            seq += 1;
+        }
+        let Some(piece) = body.next().await else {
+            break;
+        };
+        let piece = piece?;
+        md5.update(&piece);
+        observer.update(&piece);
+        size += piece.len() as u64;
+        chunker.push(&piece);
+    }
+    if let Some(chunk) = chunker.finish() {
+        writer.as_mut().write(&[&body_id, &seq, &&chunk[..]]).await?;
+    }
+    writer.finish().await?;
+    Ok((body_id, size))
+}
+
+pub(super) fn check_length(declared: Option<u64>, received: u64) -> StoreResult<()> {
     match declared {
         Some(expected) if expected != received => Err(StoreError::IncompleteBody { expected, received }),
         _ => Ok(()),
     }
 }
 
-fn head_from_row(row: &tokio_postgres::Row) -> ObjectHead {
+pub(super) fn head_from_row(row: &tokio_postgres::Row) -> ObjectHead {
     let Json(meta): Json<ObjectMeta> = row.get(3);
     ObjectHead {
         size: row.get::<_, i64>(0) as u64,

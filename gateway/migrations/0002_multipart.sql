@@ -1,0 +1,89 @@
+-- Layout v2: multipart uploads. Namespaces gain `uploads` and `parts` tables; the function
+-- that creates a namespace is replaced so future namespaces get them too, and it is re-run
+-- for every existing namespace (every statement in it is idempotent).
+
+-- A namespace is a schema with objects, chunks, multipart uploads and their parts.
+CREATE OR REPLACE FUNCTION pgvs3.ensure_namespace(ns text, ns_purpose text DEFAULT 'objects') RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO pgvs3.namespaces (name, purpose) VALUES (ns, ns_purpose) ON CONFLICT (name) DO NOTHING;
+    EXECUTE format('CREATE SCHEMA IF NOT EXISTS %I', ns);
+    EXECUTE format('CREATE SEQUENCE IF NOT EXISTS %I.body_ids AS bigint', ns);
+    -- `key` sorts in byte order (COLLATE "C") because S3 lists keys in UTF-8 byte order.
+    -- `inline` holds bodies up to 64 KiB so a small GET is one index lookup; EXTERNAL storage
+    -- skips pglz, which rarely pays on object payloads and costs CPU on every write.
+    EXECUTE format($f$
+        CREATE TABLE IF NOT EXISTS %I.objects (
+            bucket_id     bigint NOT NULL,
+            key           text COLLATE "C" NOT NULL,
+            size          bigint NOT NULL,
+            etag          text NOT NULL,
+            last_modified timestamptz NOT NULL DEFAULT now(),
+            expires_at    timestamptz,
+            meta          jsonb NOT NULL DEFAULT '{}',
+            inline        bytea,
+            body_id       bigint,
+            PRIMARY KEY (bucket_id, key),
+            CHECK ((inline IS NULL) <> (body_id IS NULL))
+        )$f$, ns);
+    EXECUTE format('ALTER TABLE %I.objects ALTER COLUMN inline SET STORAGE EXTERNAL', ns);
+    -- 8,120-byte chunks with PLAIN storage: one chunk row fills one heap page exactly
+    -- (24 B tuple header + 8 + 4 + 4-byte varlena header + 8,120 = 8,160 = MaxHeapTupleSize),
+    -- with no TOAST indirection. A chunk stored shorter than its logical length is zstd.
+    EXECUTE format($f$
+        CREATE TABLE IF NOT EXISTS %I.chunks (
+            body_id bigint NOT NULL,
+            seq     int NOT NULL,
+            data    bytea NOT NULL,
+            PRIMARY KEY (body_id, seq)
+        )$f$, ns);
+    EXECUTE format('ALTER TABLE %I.chunks ALTER COLUMN data SET STORAGE PLAIN', ns);
+    EXECUTE format($f$
+        CREATE TABLE IF NOT EXISTS %I.retired_bodies (
+            body_id    bigint PRIMARY KEY,
+            retired_at timestamptz NOT NULL DEFAULT now()
+        )$f$, ns);
+    EXECUTE format('CREATE INDEX IF NOT EXISTS retired_bodies_age ON %I.retired_bodies (retired_at)', ns);
+    -- Multipart uploads. `upload_id` is drawn from body_ids because it becomes the completed
+    -- object's body: a manifest with no chunks of its own whose parts (rows of `parts` with
+    -- owner_id = upload_id) are bodies in their own right. Completion only deletes the upload
+    -- row, drops unlisted parts and fixes each listed part's offset: O(parts), no byte copied.
+    EXECUTE format($f$
+        CREATE TABLE IF NOT EXISTS %I.uploads (
+            upload_id bigint PRIMARY KEY,
+            bucket_id bigint NOT NULL,
+            key       text COLLATE "C" NOT NULL,
+            meta      jsonb NOT NULL DEFAULT '{}',
+            initiated timestamptz NOT NULL DEFAULT clock_timestamp()
+        )$f$, ns);
+    EXECUTE format('CREATE INDEX IF NOT EXISTS uploads_by_key ON %I.uploads (bucket_id, key, upload_id)', ns);
+    EXECUTE format('CREATE INDEX IF NOT EXISTS uploads_age ON %I.uploads (initiated)', ns);
+    -- `start_offset` is NULL while the upload is in progress and the part's place in the
+    -- object once completed, so a ranged read finds its parts by offset.
+    EXECUTE format($f$
+        CREATE TABLE IF NOT EXISTS %I.parts (
+            owner_id      bigint NOT NULL,
+            part_number   int NOT NULL CHECK (part_number BETWEEN 1 AND 10000),
+            size          bigint NOT NULL,
+            etag          text NOT NULL,
+            body_id       bigint NOT NULL,
+            start_offset  bigint,
+            last_modified timestamptz NOT NULL DEFAULT clock_timestamp(),
+            PRIMARY KEY (owner_id, part_number)
+        )$f$, ns);
+    -- A replaced or deleted part retires its body like an object does (same trigger function).
+    EXECUTE format('DROP TRIGGER IF EXISTS parts_retire_body ON %I.parts', ns);
+    EXECUTE format($f$
+        CREATE TRIGGER parts_retire_body AFTER UPDATE OR DELETE ON %I.parts
+            FOR EACH ROW EXECUTE FUNCTION pgvs3.retire_body()$f$, ns);
+    EXECUTE format('DROP TRIGGER IF EXISTS objects_retire_body ON %I.objects', ns);
+    EXECUTE format($f$
+        CREATE TRIGGER objects_retire_body AFTER UPDATE OR DELETE ON %I.objects
+            FOR EACH ROW WHEN (OLD.body_id IS NOT NULL)
+            EXECUTE FUNCTION pgvs3.retire_body()$f$, ns);
+END $$;
+
+SELECT pgvs3.ensure_namespace(name, purpose) FROM pgvs3.namespaces;
+
+-- Bucket tags (S3 Get/Put/DeleteBucketTagging); object tags live in the objects' metadata.
+ALTER TABLE pgvs3.buckets ADD COLUMN IF NOT EXISTS tags jsonb;

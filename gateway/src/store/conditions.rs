@@ -1,0 +1,168 @@
+//! Conditional requests: the HTTP preconditions of reads (RFC 7232, as S3 applies them) and
+//! the compare-and-swap conditions of writes.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::{ObjectHead, StoreError, StoreResult};
+
+/// An entity-tag condition: `*` or one ETag (compared without quotes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EtagCondition {
+    Any,
+    Tag(String),
+}
+
+impl EtagCondition {
+    fn matches(&self, etag: &str) -> bool {
+        match self {
+            EtagCondition::Any => true,
+            EtagCondition::Tag(tag) => tag.trim_matches('"') == etag,
+        }
+    }
+}
+
+/// The preconditions of a GET or HEAD.
+#[derive(Debug, Clone, Default)]
+pub struct Preconditions {
+    pub if_match: Option<EtagCondition>,
+    pub if_none_match: Option<EtagCondition>,
+    pub if_modified_since: Option<SystemTime>,
+    pub if_unmodified_since: Option<SystemTime>,
+}
+
+impl Preconditions {
+    /// S3's order: a passing If-Match overrides If-Unmodified-Since, and a failing
+    /// If-None-Match (the ETag differs) overrides If-Modified-Since. Dates compare at the
+    /// one-second resolution of Last-Modified.
+    pub fn check(&self, head: &ObjectHead) -> StoreResult<()> {
+        let modified = whole_seconds(head.last_modified);
+        match (&self.if_match, self.if_unmodified_since) {
+            (Some(condition), _) if !condition.matches(&head.etag) => return Err(StoreError::PreconditionFailed),
+            (None, Some(since)) if modified > whole_seconds(since) => return Err(StoreError::PreconditionFailed),
+            _ => {}
+        }
+        let not_modified = || StoreError::NotModified {
+            etag: head.etag.clone(),
+            last_modified: head.last_modified,
+        };
+        match (&self.if_none_match, self.if_modified_since) {
+            (Some(condition), _) if condition.matches(&head.etag) => Err(not_modified()),
+            (None, Some(since)) if modified <= whole_seconds(since) => Err(not_modified()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A copy answers every failed source precondition with 412, never 304.
+pub(super) fn as_copy_source_error(err: StoreError) -> StoreError {
+    match err {
+        StoreError::NotModified { .. } => StoreError::PreconditionFailed,
+        other => other,
+    }
+}
+
+fn whole_seconds(time: SystemTime) -> Duration {
+    Duration::from_secs(time.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs())
+}
+
+/// When a write may replace what is stored under its key; checked atomically with the write.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum WriteCondition {
+    #[default]
+    Always,
+    /// `If-None-Match: *`: only when no object exists under the key.
+    IfAbsent,
+    /// `If-Match: <etag>`: only when the stored object has this ETag.
+    IfMatch(String),
+}
+
+impl WriteCondition {
+    pub fn if_match(etag: &str) -> WriteCondition {
+        WriteCondition::IfMatch(etag.trim_matches('"').to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::ObjectMeta;
+
+    fn head(etag: &str, at: u64) -> ObjectHead {
+        ObjectHead {
+            size: 1,
+            etag: etag.into(),
+            last_modified: UNIX_EPOCH + Duration::from_millis(at * 1000 + 500),
+            meta: ObjectMeta::default(),
+        }
+    }
+
+    #[test]
+    fn preconditions_follow_s3_precedence() {
+        let object = head("abc", 100);
+        let at = |secs| Some(UNIX_EPOCH + Duration::from_secs(secs));
+        let tag = |t: &str| Some(EtagCondition::Tag(format!("\"{t}\"")));
+        let check = |p: Preconditions| p.check(&object);
+        assert!(check(Preconditions::default()).is_ok());
+        assert!(matches!(
+            check(Preconditions {
+                if_match: tag("zzz"),
+                ..Default::default()
+            }),
+            Err(StoreError::PreconditionFailed)
+        ));
+        // If-Match true wins over a failing If-Unmodified-Since.
+        assert!(
+            check(Preconditions {
+                if_match: tag("abc"),
+                if_unmodified_since: at(50),
+                ..Default::default()
+            })
+            .is_ok()
+        );
+        assert!(matches!(
+            check(Preconditions {
+                if_unmodified_since: at(99),
+                ..Default::default()
+            }),
+            Err(StoreError::PreconditionFailed)
+        ));
+        // Same second as Last-Modified counts as not modified since.
+        assert!(
+            check(Preconditions {
+                if_unmodified_since: at(100),
+                ..Default::default()
+            })
+            .is_ok()
+        );
+        assert!(matches!(
+            check(Preconditions {
+                if_none_match: Some(EtagCondition::Any),
+                ..Default::default()
+            }),
+            Err(StoreError::NotModified { .. })
+        ));
+        assert!(matches!(
+            check(Preconditions {
+                if_modified_since: at(100),
+                ..Default::default()
+            }),
+            Err(StoreError::NotModified { .. })
+        ));
+        assert!(
+            check(Preconditions {
+                if_modified_since: at(99),
+                ..Default::default()
+            })
+            .is_ok()
+        );
+        // If-None-Match false (ETag differs) wins over a true If-Modified-Since.
+        assert!(
+            check(Preconditions {
+                if_none_match: tag("zzz"),
+                if_modified_since: at(200),
+                ..Default::default()
+            })
+            .is_ok()
+        );
+    }
+}

@@ -1,0 +1,475 @@
+//! Multipart uploads: each part is a body of its own; completion turns the upload into an
+//! object whose body is a manifest of its parts (see migrations/0002_multipart.sql), in
+//! O(parts) statements' work and without touching a byte.
+
+use std::time::SystemTime;
+
+use bytes::BytesMut;
+use md5::{Digest, Md5};
+use tokio_postgres::types::Json;
+
+use super::objects::{NewObjectRow, check_length, write_chunks};
+use super::{
+    Access, BodyObserver, CopySource, ObjectMeta, Principal, PutOutcome, ReadOptions, Store, StoreError, StoreResult,
+    StoredChecksum, Upload, WriteCondition,
+};
+
+/// S3's limits: parts are numbered 1 to 10,000, and all but the last hold at least 5 MiB.
+pub const MAX_PART_NUMBER: u32 = 10_000;
+pub const MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
+const MAX_LISTED: usize = 1000;
+
+#[derive(Debug, Clone)]
+pub struct MultipartUpload {
+    pub key: String,
+    pub upload_id: String,
+    pub initiated: SystemTime,
+}
+
+#[derive(Debug, Clone)]
+pub struct PartInfo {
+    pub part_number: u32,
+    pub size: u64,
+    /// Hex MD5 of the part, without quotes.
+    pub etag: String,
+    pub last_modified: SystemTime,
+}
+
+/// A part as a completion request names it.
+#[derive(Debug, Clone)]
+pub struct CompletedPart {
+    pub part_number: u32,
+    pub etag: String,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct PartsPage {
+    pub parts: Vec<PartInfo>,
+    /// Set when the page was cut: the part number the next page starts after.
+    pub next_marker: Option<u32>,
+}
+
+/// A ListMultipartUploads request: S3's prefix, delimiter and markers.
+#[derive(Debug, Clone, Default)]
+pub struct UploadsRequest {
+    pub prefix: String,
+    pub delimiter: Option<String>,
+    pub key_marker: Option<String>,
+    pub upload_id_marker: Option<String>,
+    pub max_uploads: usize,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct UploadsPage {
+    pub uploads: Vec<MultipartUpload>,
+    pub common_prefixes: Vec<String>,
+    /// Set when the page was cut: the key and upload id the next page starts after.
+    pub next_marker: Option<(String, String)>,
+}
+
+/// Bytes copied from a stored object were verified when they were stored.
+struct StoredBytes;
+
+impl BodyObserver for StoredBytes {
+    fn update(&mut self, _data: &[u8]) {}
+
+    fn finish(self: Box<Self>, _size: u64, _md5: &[u8; 16]) -> StoreResult<Option<StoredChecksum>> {
+        Ok(None)
+    }
+}
+
+fn upload_number(upload_id: &str) -> StoreResult<i64> {
+    upload_id.parse().map_err(|_| StoreError::NoSuchUpload)
+}
+
+fn check_part_number(part_number: u32) -> StoreResult<i32> {
+    if !(1..=MAX_PART_NUMBER).contains(&part_number) {
+        return Err(StoreError::InvalidArgument(
+            "part number must be an integer between 1 and 10000, inclusive".into(),
+        ));
+    }
+    Ok(part_number as i32)
+}
+
+/// S3's multipart ETag: the MD5 of the parts' binary MD5s, then `-` and the part count.
+fn multipart_etag(part_etags: &[&str]) -> StoreResult<String> {
+    let mut md5 = Md5::new();
+    for etag in part_etags {
+        let digest = hex::decode(etag).map_err(|_| StoreError::Corrupt(format!("part ETag {etag:?}")))?;
+        md5.update(&digest);
+    }
+    Ok(format!("{}-{}", hex::encode(md5.finalize()), part_etags.len()))
+}
+
+impl Store {
+    pub async fn create_multipart_upload(
+        &self,
+        principal: &Principal,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+    ) -> StoreResult<String> {
+        super::objects::check_key(key)?;
+        let bucket = self.bucket(principal, bucket, Access::Write).await?;
+        let client = self.client().await?;
+        let statement = client.prepare_cached(&bucket.sql.create_upload).await?;
+        let Some(row) = client.query_opt(&statement, &[&bucket.id, &key, &Json(meta)]).await? else {
+            self.catalog.forget_bucket(&bucket.name);
+            return Err(StoreError::NoSuchBucket);
+        };
+        Ok(row.get::<_, i64>(0).to_string())
+    }
+
+    /// Stores one part, streamed into a body of its own; a part uploaded again under the same
+    /// number replaces the earlier one (whose body is retired).
+    pub async fn upload_part(
+        &self,
+        principal: &Principal,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part_number: u32,
+        upload: Upload,
+    ) -> StoreResult<PutOutcome> {
+        let part_number = check_part_number(part_number)?;
+        let upload_id = upload_number(upload_id)?;
+        let Upload {
+            mut body,
+            declared_len,
+            mut observer,
+            ..
+        } = upload;
+        let bucket = self.bucket(principal, bucket, Access::Write).await?;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let mut md5 = Md5::new();
+        let (body_id, size) = write_chunks(
+            &tx,
+            &bucket.sql,
+            true,
+            BytesMut::new(),
+            &mut body,
+            &mut md5,
+            &mut *observer,
+        )
+        .await?;
+        check_length(declared_len, size)?;
+        let digest: [u8; 16] = md5.finalize().into();
+        let checksum = observer.finish(size, &digest)?;
+        let etag = hex::encode(digest);
+        let statement = tx.prepare_cached(&bucket.sql.lock_upload).await?;
+        if tx
+            .query_opt(&statement, &[&upload_id, &bucket.id, &key])
+            .await?
+            .is_none()
+        {
+            return Err(StoreError::NoSuchUpload);
+        }
+        let statement = tx.prepare_cached(&bucket.sql.put_part).await?;
+        let row = tx
+            .query_one(&statement, &[&upload_id, &part_number, &(size as i64), &etag, &body_id])
+            .await?;
+        tx.commit().await?;
+        Ok(PutOutcome {
+            etag,
+            size,
+            last_modified: row.get(0),
+            checksum,
+        })
+    }
+
+    /// Fills a part with an existing object, or the byte range of it in `range`, streamed from
+    /// its chunks into the part's own body.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn upload_part_copy(
+        &self,
+        principal: &Principal,
+        source: &CopySource<'_>,
+        range: Option<super::ByteRange>,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part_number: u32,
+    ) -> StoreResult<PutOutcome> {
+        let options = ReadOptions {
+            range,
+            part_number: None,
+            conditions: source.conditions.clone(),
+        };
+        let read = self
+            .get_object_with(principal, source.bucket, source.key, &options)
+            .await
+            .map_err(super::conditions::as_copy_source_error)?;
+        let upload = Upload {
+            meta: ObjectMeta::default(),
+            declared_len: Some(read.span.1 - read.span.0),
+            body: read.body,
+            observer: Box::new(StoredBytes),
+        };
+        self.upload_part(principal, bucket, key, upload_id, part_number, upload)
+            .await
+    }
+
+    /// Turns an upload into its object, if `condition` holds. The listed parts must exist with
+    /// the given ETags, ascend, and all but the last hold at least [`MIN_PART_SIZE`]; parts
+    /// not listed are dropped. On any refusal the upload stays as it was.
+    pub async fn complete_multipart_upload(
+        &self,
+        principal: &Principal,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: &[CompletedPart],
+        condition: &WriteCondition,
+    ) -> StoreResult<PutOutcome> {
+        let upload_id = upload_number(upload_id)?;
+        let bucket = self.bucket(principal, bucket, Access::Write).await?;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        // Deleting the upload row first waits for parts still committing, and stops new ones.
+        let statement = tx.prepare_cached(&bucket.sql.take_upload).await?;
+        let upload = tx
+            .query_opt(&statement, &[&upload_id, &bucket.id, &key])
+            .await?
+            .ok_or(StoreError::NoSuchUpload)?;
+        let Json(mut meta): Json<ObjectMeta> = upload.get(0);
+        let statement = tx.prepare_cached(&bucket.sql.upload_parts).await?;
+        let stored: Vec<(i32, i64, String)> = tx
+            .query(&statement, &[&upload_id])
+            .await?
+            .iter()
+            .map(|row| (row.get(0), row.get(1), row.get(2)))
+            .collect();
+        if parts.windows(2).any(|pair| pair[0].part_number >= pair[1].part_number) {
+            return Err(StoreError::InvalidPartOrder);
+        }
+        let mut numbers = Vec::with_capacity(parts.len());
+        let mut offsets = Vec::with_capacity(parts.len());
+        let mut etags = Vec::with_capacity(parts.len());
+        let mut size = 0u64;
+        for (index, part) in parts.iter().enumerate() {
+            let number = check_part_number(part.part_number)?;
+            let found = stored
+                .binary_search_by_key(&number, |(n, ..)| *n)
+                .ok()
+                .map(|at| &stored[at])
+                .filter(|(_, _, etag)| *etag == part.etag.trim_matches('"'));
+            let Some((_, part_size, etag)) = found else {
+                return Err(StoreError::InvalidPart(
+                    "one or more of the specified parts could not be found: the part may not have been \
+                     uploaded, or the specified entity tag may not match the part's entity tag"
+                        .into(),
+                ));
+            };
+            let part_size = *part_size as u64;
+            if index + 1 < parts.len() && part_size < MIN_PART_SIZE {
+                return Err(StoreError::EntityTooSmall);
+            }
+            numbers.push(number);
+            offsets.push(size as i64);
+            etags.push(etag.as_str());
+            size += part_size;
+        }
+        let etag = multipart_etag(&etags)?;
+        tx.execute(&bucket.sql.drop_unlisted_parts, &[&upload_id, &numbers])
+            .await?;
+        tx.execute(&bucket.sql.place_parts, &[&upload_id, &numbers, &offsets])
+            .await?;
+        meta.parts = Some(parts.len() as u32);
+        meta.checksum = None;
+        let row = NewObjectRow {
+            key,
+            size,
+            etag: &etag,
+            meta: &meta,
+            inline: None,
+            body_id: Some(upload_id),
+        };
+        let last_modified = self.write_object_row(&tx, &bucket, &row, condition).await?;
+        tx.commit().await?;
+        Ok(PutOutcome {
+            etag,
+            size,
+            last_modified,
+            checksum: None,
+        })
+    }
+
+    /// Drops an upload and retires its parts' bodies.
+    pub async fn abort_multipart_upload(
+        &self,
+        principal: &Principal,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> StoreResult<()> {
+        let upload_id = upload_number(upload_id)?;
+        let bucket = self.bucket(principal, bucket, Access::Write).await?;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let statement = tx.prepare_cached(&bucket.sql.take_upload).await?;
+        if tx
+            .query_opt(&statement, &[&upload_id, &bucket.id, &key])
+            .await?
+            .is_none()
+        {
+            return Err(StoreError::NoSuchUpload);
+        }
+        tx.execute(&bucket.sql.drop_parts, &[&vec![upload_id]]).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn list_parts(
+        &self,
+        principal: &Principal,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        after_part: u32,
+        max_parts: usize,
+    ) -> StoreResult<PartsPage> {
+        let upload_id = upload_number(upload_id)?;
+        let bucket = self.bucket(principal, bucket, Access::Read).await?;
+        let client = self.client().await?;
+        let statement = client.prepare_cached(&bucket.sql.find_upload).await?;
+        if client
+            .query_opt(&statement, &[&upload_id, &bucket.id, &key])
+            .await?
+            .is_none()
+        {
+            return Err(StoreError::NoSuchUpload);
+        }
+        let max_parts = max_parts.min(MAX_LISTED);
+        let statement = client.prepare_cached(&bucket.sql.list_parts).await?;
+        let after = after_part.min(MAX_PART_NUMBER) as i32;
+        let rows = client
+            .query(&statement, &[&upload_id, &after, &(max_parts as i64 + 1)])
+            .await?;
+        let mut parts: Vec<PartInfo> = rows
+            .iter()
+            .map(|row| PartInfo {
+                part_number: row.get::<_, i32>(0) as u32,
+                size: row.get::<_, i64>(1) as u64,
+                etag: row.get(2),
+                last_modified: row.get(3),
+            })
+            .collect();
+        let next_marker = (parts.len() > max_parts).then(|| {
+            parts.truncate(max_parts);
+            parts.last().map_or(after_part, |part| part.part_number)
+        });
+        Ok(PartsPage { parts, next_marker })
+    }
+
+    /// Uploads in progress in key order (then by age), with S3's key and upload-id markers.
+    /// Keys rolled up under `delimiter` appear once, as a common prefix.
+    pub async fn list_multipart_uploads(
+        &self,
+        principal: &Principal,
+        bucket: &str,
+        request: &UploadsRequest,
+    ) -> StoreResult<UploadsPage> {
+        let UploadsRequest {
+            prefix,
+            delimiter,
+            key_marker,
+            upload_id_marker,
+            max_uploads,
+        } = request;
+        let (prefix, max_uploads) = (prefix.as_str(), *max_uploads);
+        let bucket = self.bucket(principal, bucket, Access::Read).await?;
+        let mut page = UploadsPage::default();
+        let max_uploads = max_uploads.min(MAX_LISTED);
+        if max_uploads == 0 {
+            return Ok(page);
+        }
+        let mut key_marker = key_marker.clone().unwrap_or_default();
+        // Without an upload-id marker, every upload of the marker key is skipped.
+        let mut id_marker = match upload_id_marker.as_deref() {
+            Some(id) if !key_marker.is_empty() => id.parse().unwrap_or(i64::MAX),
+            _ if key_marker.is_empty() => -1,
+            _ => i64::MAX,
+        };
+        let delimiter = delimiter.as_deref().filter(|d| !d.is_empty());
+        // A key marker that is a common prefix (the NextKeyMarker of a rolled-up page) skips
+        // every upload under it.
+        if let Some(d) = delimiter
+            && let Some(rest) = key_marker.strip_prefix(prefix)
+            && rest.find(d).is_some_and(|at| at + d.len() == rest.len())
+        {
+            match super::listing::prefix_successor(&key_marker) {
+                Some(next) => (key_marker, id_marker) = (next, -1),
+                None => return Ok(page),
+            }
+        }
+        let client = self.client().await?;
+        let statement = client.prepare_cached(&bucket.sql.list_uploads).await?;
+        let window = MAX_LISTED as i64 + 1;
+        let mut last = None;
+        loop {
+            let rows = client
+                .query(&statement, &[&bucket.id, &prefix, &key_marker, &id_marker, &window])
+                .await?;
+            let mut rolled_up_last = None;
+            for row in &rows {
+                let key: String = row.get(0);
+                let upload_id: i64 = row.get(1);
+                (key_marker, id_marker) = (key.clone(), upload_id);
+                let common = delimiter.and_then(|d| {
+                    key[prefix.len()..]
+                        .find(d)
+                        .map(|at| key[..prefix.len() + at + d.len()].to_owned())
+                });
+                rolled_up_last = common.clone();
+                if common.is_some() && page.common_prefixes.last() == common.as_ref() {
+                    continue;
+                }
+                if page.uploads.len() + page.common_prefixes.len() == max_uploads {
+                    page.next_marker = last;
+                    return Ok(page);
+                }
+                match common {
+                    Some(common) => {
+                        last = Some((common.clone(), String::new()));
+                        page.common_prefixes.push(common);
+                    }
+                    None => {
+                        last = Some((key.clone(), upload_id.to_string()));
+                        page.uploads.push(MultipartUpload {
+                            key,
+                            upload_id: upload_id.to_string(),
+                            initiated: row.get(2),
+                        });
+                    }
+                }
+            }
+            if (rows.len() as i64) < window {
+                break;
+            }
+            // The window filled up: go on after its last row, past all of a rolled-up prefix.
+            if let Some(common) = rolled_up_last {
+                match super::listing::prefix_successor(&common) {
+                    Some(next) => (key_marker, id_marker) = (next, -1),
+                    None => break,
+                }
+            }
+        }
+        Ok(page)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multipart_etag_is_md5_of_part_md5s() {
+        let a = hex::encode(Md5::digest(b"a"));
+        let b = hex::encode(Md5::digest(b"b"));
+        let mut joined = Md5::digest(b"a").to_vec();
+        joined.extend_from_slice(&Md5::digest(b"b"));
+        let expected = format!("{}-2", hex::encode(Md5::digest(&joined)));
+        assert_eq!(multipart_etag(&[&a, &b]).unwrap(), expected);
+    }
+}

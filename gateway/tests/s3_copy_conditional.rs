@@ -1,0 +1,590 @@
+//! CopyObject and conditional requests through aws-sdk-s3: read preconditions (304/412 as S3
+//! answers them), create-only and compare-and-swap writes under concurrency, and server-side
+//! copies of every body shape.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::primitives::{ByteStream, DateTime};
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, MetadataDirective};
+use common::{TestGateway, noise};
+
+async fn put(s3: &Client, bucket: &str, key: &str, body: Vec<u8>) -> String {
+    s3.put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(ByteStream::from(body))
+        .send()
+        .await
+        .unwrap_or_else(|err| panic!("put {key}: {err:?}"))
+        .e_tag
+        .unwrap()
+}
+
+async fn get(s3: &Client, bucket: &str, key: &str) -> Vec<u8> {
+    let out = s3
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .unwrap_or_else(|err| panic!("get {key}: {err:?}"));
+    out.body.collect().await.unwrap().into_bytes().to_vec()
+}
+
+/// The HTTP status of a failed request, or 200.
+fn status<O, E>(result: Result<O, aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>>) -> u16 {
+    match result {
+        Ok(_) => 200,
+        Err(err) => err.raw_response().map(|r| r.status().as_u16()).unwrap_or(0),
+    }
+}
+
+fn error_code<O, E: aws_sdk_s3::error::ProvideErrorMetadata>(
+    result: Result<O, aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>>,
+) -> Option<String> {
+    use aws_sdk_s3::error::ProvideErrorMetadata;
+    result.err().and_then(|err| err.code().map(str::to_owned))
+}
+
+#[tokio::test]
+async fn read_preconditions_answer_304_and_412_as_s3_does() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("cond").send().await.unwrap();
+    let etag = put(s3, "cond", "k", b"hello".to_vec()).await;
+    let modified = s3
+        .head_object()
+        .bucket("cond")
+        .key("k")
+        .send()
+        .await
+        .unwrap()
+        .last_modified
+        .unwrap();
+    let before = DateTime::from_secs(modified.secs() - 60);
+    let after = DateTime::from_secs(modified.secs() + 60);
+    let other = "\"0123456789abcdef0123456789abcdef\"";
+
+    // (If-Match, If-None-Match, If-Modified-Since, If-Unmodified-Since) -> status.
+    type Case<'a> = (
+        Option<&'a str>,
+        Option<&'a str>,
+        Option<DateTime>,
+        Option<DateTime>,
+        u16,
+    );
+    let cases: Vec<Case> = vec![
+        (Some(&etag), None, None, None, 200),
+        (Some("*"), None, None, None, 200),
+        (Some(other), None, None, None, 412),
+        (None, Some(&etag), None, None, 304),
+        (None, Some("*"), None, None, 304),
+        (None, Some(other), None, None, 200),
+        (None, None, Some(before), None, 200),
+        (None, None, Some(after), None, 304),
+        (None, None, Some(modified), None, 304),
+        (None, None, None, Some(before), 412),
+        (None, None, None, Some(after), 200),
+        (None, None, None, Some(modified), 200),
+        // A passing If-Match overrides a failing If-Unmodified-Since.
+        (Some(&etag), None, None, Some(before), 200),
+        // A failing If-None-Match (ETag differs) overrides If-Modified-Since.
+        (None, Some(other), Some(after), None, 200),
+        // 412 wins over 304.
+        (Some(other), Some(&etag), None, None, 412),
+    ];
+    for (if_match, if_none_match, modified_since, unmodified_since, expected) in cases {
+        let case = format!("{if_match:?} {if_none_match:?} {modified_since:?} {unmodified_since:?}");
+        let got = status(
+            s3.get_object()
+                .bucket("cond")
+                .key("k")
+                .set_if_match(if_match.map(str::to_owned))
+                .set_if_none_match(if_none_match.map(str::to_owned))
+                .set_if_modified_since(modified_since)
+                .set_if_unmodified_since(unmodified_since)
+                .send()
+                .await,
+        );
+        assert_eq!(got, expected, "GET {case}");
+        let got = status(
+            s3.head_object()
+                .bucket("cond")
+                .key("k")
+                .set_if_match(if_match.map(str::to_owned))
+                .set_if_none_match(if_none_match.map(str::to_owned))
+                .set_if_modified_since(modified_since)
+                .set_if_unmodified_since(unmodified_since)
+                .send()
+                .await,
+        );
+        assert_eq!(got, expected, "HEAD {case}");
+    }
+    let failed = s3.get_object().bucket("cond").key("k").if_match(other).send().await;
+    assert_eq!(error_code(failed).as_deref(), Some("PreconditionFailed"));
+    // A 304 still names the version the client has.
+    let cached = s3
+        .get_object()
+        .bucket("cond")
+        .key("k")
+        .if_none_match(&etag)
+        .send()
+        .await
+        .unwrap_err();
+    let headers = cached.raw_response().unwrap().headers();
+    assert_eq!(headers.get("etag"), Some(etag.as_str()));
+    let date = DateTime::from_str(
+        headers.get("last-modified").unwrap(),
+        aws_sdk_s3::primitives::DateTimeFormat::HttpDate,
+    );
+    assert_eq!(date.unwrap(), modified);
+    let missing = s3.get_object().bucket("cond").key("nope").if_match(&etag).send().await;
+    assert_eq!(error_code(missing).as_deref(), Some("NoSuchKey"));
+}
+
+#[tokio::test]
+async fn conditional_puts_create_only_and_compare_and_swap() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("cond").send().await.unwrap();
+    for (key, size) in [("inline", 100), ("chunked", 200_000)] {
+        let first = noise(size, 1);
+        let created = s3
+            .put_object()
+            .bucket("cond")
+            .key(key)
+            .if_none_match("*")
+            .body(ByteStream::from(first.clone()))
+            .send()
+            .await;
+        let etag = created.unwrap().e_tag.unwrap();
+        let again = s3
+            .put_object()
+            .bucket("cond")
+            .key(key)
+            .if_none_match("*")
+            .body(ByteStream::from(noise(size, 2)))
+            .send()
+            .await;
+        assert_eq!(error_code(again).as_deref(), Some("PreconditionFailed"), "{key}");
+        let stale = s3
+            .put_object()
+            .bucket("cond")
+            .key(key)
+            .if_match("\"0123456789abcdef0123456789abcdef\"")
+            .body(ByteStream::from(noise(size, 3)))
+            .send()
+            .await;
+        assert_eq!(error_code(stale).as_deref(), Some("PreconditionFailed"), "{key}");
+        assert!(get(s3, "cond", key).await == first, "{key} unchanged by refused writes");
+        let swapped = s3
+            .put_object()
+            .bucket("cond")
+            .key(key)
+            .if_match(&etag)
+            .body(ByteStream::from(noise(size, 4)))
+            .send()
+            .await
+            .unwrap();
+        assert_ne!(swapped.e_tag.unwrap(), etag);
+        assert!(get(s3, "cond", key).await == noise(size, 4), "{key} swapped");
+    }
+    let missing = s3
+        .put_object()
+        .bucket("cond")
+        .key("absent")
+        .if_match("\"0123456789abcdef0123456789abcdef\"")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await;
+    assert_eq!(error_code(missing).as_deref(), Some("NoSuchKey"));
+    let no_bucket = s3
+        .put_object()
+        .bucket("nobucket")
+        .key("k")
+        .if_none_match("*")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await;
+    assert_eq!(error_code(no_bucket).as_deref(), Some("NoSuchBucket"));
+    // Refused chunked writes left no chunks behind: only the two live bodies remain.
+    let sql = gw.sql().await;
+    let bodies: i64 = sql
+        .query_one("SELECT count(DISTINCT body_id) FROM s3p.chunks", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        bodies, 2,
+        "the first and the swapped chunked body (the first is only retired)"
+    );
+}
+
+#[tokio::test]
+async fn of_concurrent_conditional_writers_exactly_one_wins() {
+    let gw = TestGateway::start().await;
+    let s3 = Arc::new(gw.client.clone());
+    s3.create_bucket().bucket("cond").send().await.unwrap();
+    const WRITERS: u64 = 12;
+    for (round, size) in [(0u64, 1000usize), (1, 150_000)] {
+        let key = format!("race-{round}");
+        // Create-only: every writer tries to create the key at once.
+        let attempts = (0..WRITERS).map(|writer| {
+            let s3 = Arc::clone(&s3);
+            let key = key.clone();
+            tokio::spawn(async move {
+                let body = noise(size, round * 100 + writer);
+                let outcome = s3
+                    .put_object()
+                    .bucket("cond")
+                    .key(&key)
+                    .if_none_match("*")
+                    .body(ByteStream::from(body))
+                    .send()
+                    .await;
+                (writer, status(outcome))
+            })
+        });
+        let results: Vec<(u64, u16)> = futures::future::try_join_all(attempts).await.unwrap();
+        let winners: Vec<u64> = results.iter().filter(|(_, s)| *s == 200).map(|(w, _)| *w).collect();
+        assert_eq!(winners.len(), 1, "create-only, size {size}: {results:?}");
+        assert!(results.iter().all(|(_, s)| *s == 200 || *s == 412), "{results:?}");
+        assert!(get(&s3, "cond", &key).await == noise(size, round * 100 + winners[0]));
+
+        // Compare-and-swap: every writer read the same ETag and tries to replace it.
+        let etag = s3
+            .head_object()
+            .bucket("cond")
+            .key(&key)
+            .send()
+            .await
+            .unwrap()
+            .e_tag
+            .unwrap();
+        let attempts = (0..WRITERS).map(|writer| {
+            let s3 = Arc::clone(&s3);
+            let (key, etag) = (key.clone(), etag.clone());
+            tokio::spawn(async move {
+                let body = noise(size, round * 100 + 50 + writer);
+                let outcome = s3
+                    .put_object()
+                    .bucket("cond")
+                    .key(&key)
+                    .if_match(&etag)
+                    .body(ByteStream::from(body))
+                    .send()
+                    .await;
+                (writer, status(outcome))
+            })
+        });
+        let results: Vec<(u64, u16)> = futures::future::try_join_all(attempts).await.unwrap();
+        let winners: Vec<u64> = results.iter().filter(|(_, s)| *s == 200).map(|(w, _)| *w).collect();
+        assert_eq!(winners.len(), 1, "compare-and-swap, size {size}: {results:?}");
+        assert!(get(&s3, "cond", &key).await == noise(size, round * 100 + 50 + winners[0]));
+    }
+}
+
+#[tokio::test]
+async fn conditional_completion_refuses_an_existing_key_and_keeps_the_upload() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("cond").send().await.unwrap();
+    put(s3, "cond", "k", b"already here".to_vec()).await;
+    let upload_id = s3
+        .create_multipart_upload()
+        .bucket("cond")
+        .key("k")
+        .send()
+        .await
+        .unwrap()
+        .upload_id
+        .unwrap();
+    let body = noise(1234, 5);
+    let etag = s3
+        .upload_part()
+        .bucket("cond")
+        .key("k")
+        .upload_id(&upload_id)
+        .part_number(1)
+        .body(ByteStream::from(body.clone()))
+        .send()
+        .await
+        .unwrap()
+        .e_tag
+        .unwrap();
+    let parts = CompletedMultipartUpload::builder()
+        .parts(CompletedPart::builder().part_number(1).e_tag(&etag).build())
+        .build();
+    let refused = s3
+        .complete_multipart_upload()
+        .bucket("cond")
+        .key("k")
+        .upload_id(&upload_id)
+        .if_none_match("*")
+        .multipart_upload(parts.clone())
+        .send()
+        .await;
+    assert_eq!(error_code(refused).as_deref(), Some("PreconditionFailed"));
+    assert_eq!(get(s3, "cond", "k").await, b"already here");
+    let current = s3
+        .head_object()
+        .bucket("cond")
+        .key("k")
+        .send()
+        .await
+        .unwrap()
+        .e_tag
+        .unwrap();
+    s3.complete_multipart_upload()
+        .bucket("cond")
+        .key("k")
+        .upload_id(&upload_id)
+        .if_match(&current)
+        .multipart_upload(parts)
+        .send()
+        .await
+        .unwrap();
+    assert!(get(s3, "cond", "k").await == body);
+}
+
+#[tokio::test]
+async fn copies_share_nothing_but_bytes_and_follow_the_metadata_directive() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("src").send().await.unwrap();
+    s3.create_bucket().bucket("dst").send().await.unwrap();
+    let small = b"tiny".to_vec();
+    let large = noise(300_000, 9);
+    s3.put_object()
+        .bucket("src")
+        .key("small")
+        .content_type("text/plain")
+        .metadata("colour", "blue")
+        .body(ByteStream::from(small.clone()))
+        .send()
+        .await
+        .unwrap();
+    let large_etag = put(s3, "src", "large", large.clone()).await;
+    // A multipart source: one 5 MiB part and a short one.
+    let upload_id = s3
+        .create_multipart_upload()
+        .bucket("src")
+        .key("multi")
+        .send()
+        .await
+        .unwrap()
+        .upload_id
+        .unwrap();
+    let parts = [noise(5 * 1024 * 1024, 10), noise(4321, 11)];
+    let mut completed = CompletedMultipartUpload::builder();
+    for (i, part) in parts.iter().enumerate() {
+        let number = i as i32 + 1;
+        let etag = s3
+            .upload_part()
+            .bucket("src")
+            .key("multi")
+            .upload_id(&upload_id)
+            .part_number(number)
+            .body(ByteStream::from(part.clone()))
+            .send()
+            .await
+            .unwrap()
+            .e_tag
+            .unwrap();
+        completed = completed.parts(CompletedPart::builder().part_number(number).e_tag(etag).build());
+    }
+    let multi_etag = s3
+        .complete_multipart_upload()
+        .bucket("src")
+        .key("multi")
+        .upload_id(&upload_id)
+        .multipart_upload(completed.build())
+        .send()
+        .await
+        .unwrap()
+        .e_tag
+        .unwrap();
+    let multi = parts.concat();
+
+    for (key, bytes, etag) in [("large", &large, &large_etag), ("multi", &multi, &multi_etag)] {
+        let copied = s3
+            .copy_object()
+            .bucket("dst")
+            .key(format!("copy-of-{key}"))
+            .copy_source(format!("src/{key}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(copied.copy_object_result.unwrap().e_tag.as_ref(), Some(etag));
+        assert!(get(s3, "dst", &format!("copy-of-{key}")).await == *bytes, "{key}");
+    }
+    let ranged = s3
+        .get_object()
+        .bucket("dst")
+        .key("copy-of-multi")
+        .range("bytes=5242870-5242889")
+        .send()
+        .await
+        .unwrap();
+    let ranged = ranged.body.collect().await.unwrap().into_bytes();
+    assert_eq!(ranged.as_ref(), &multi[5_242_870..5_242_890]);
+
+    // UploadPartCopy: a 5 MiB part copied whole from the multipart source, then a range of
+    // the chunked one.
+    let upload_id = s3
+        .create_multipart_upload()
+        .bucket("dst")
+        .key("assembled")
+        .send()
+        .await
+        .unwrap()
+        .upload_id
+        .unwrap();
+    let mut completed = CompletedMultipartUpload::builder();
+    for (number, source, range) in [
+        (1, "src/multi", Some("bytes=0-5242879")),
+        (2, "src/large", Some("bytes=1000-8999")),
+    ] {
+        let copied = s3
+            .upload_part_copy()
+            .bucket("dst")
+            .key("assembled")
+            .upload_id(&upload_id)
+            .part_number(number)
+            .copy_source(source)
+            .set_copy_source_range(range.map(str::to_owned))
+            .send()
+            .await
+            .unwrap();
+        let etag = copied.copy_part_result.unwrap().e_tag.unwrap();
+        completed = completed.parts(CompletedPart::builder().part_number(number).e_tag(etag).build());
+    }
+    s3.complete_multipart_upload()
+        .bucket("dst")
+        .key("assembled")
+        .upload_id(&upload_id)
+        .multipart_upload(completed.build())
+        .send()
+        .await
+        .unwrap();
+    let assembled = [&multi[..5_242_880], &large[1000..9000]].concat();
+    assert!(get(s3, "dst", "assembled").await == assembled);
+    let bad_range = s3
+        .upload_part_copy()
+        .bucket("dst")
+        .key("assembled")
+        .upload_id(&upload_id)
+        .part_number(3)
+        .copy_source("src/large")
+        .copy_source_range("bytes=5-")
+        .send()
+        .await;
+    assert_eq!(error_code(bad_range).as_deref(), Some("InvalidArgument"));
+
+    // COPY keeps the metadata, REPLACE takes the request's.
+    s3.copy_object()
+        .bucket("dst")
+        .key("kept")
+        .copy_source("src/small")
+        .send()
+        .await
+        .unwrap();
+    let kept = s3.head_object().bucket("dst").key("kept").send().await.unwrap();
+    assert_eq!(kept.content_type.as_deref(), Some("text/plain"));
+    assert_eq!(kept.metadata.unwrap().get("colour").map(String::as_str), Some("blue"));
+    s3.copy_object()
+        .bucket("src")
+        .key("small")
+        .copy_source("src/small")
+        .metadata_directive(MetadataDirective::Replace)
+        .content_type("application/json")
+        .metadata("colour", "red")
+        .send()
+        .await
+        .unwrap();
+    let replaced = s3.head_object().bucket("src").key("small").send().await.unwrap();
+    assert_eq!(replaced.content_type.as_deref(), Some("application/json"));
+    assert_eq!(
+        replaced.metadata.unwrap().get("colour").map(String::as_str),
+        Some("red")
+    );
+    assert_eq!(get(s3, "src", "small").await, small);
+
+    // Bad sources and failed source preconditions.
+    let to_itself = s3
+        .copy_object()
+        .bucket("src")
+        .key("small")
+        .copy_source("src/small")
+        .send()
+        .await;
+    assert_eq!(error_code(to_itself).as_deref(), Some("InvalidRequest"));
+    let missing = s3
+        .copy_object()
+        .bucket("dst")
+        .key("x")
+        .copy_source("src/nope")
+        .send()
+        .await;
+    assert_eq!(error_code(missing).as_deref(), Some("NoSuchKey"));
+    let no_bucket = s3
+        .copy_object()
+        .bucket("dst")
+        .key("x")
+        .copy_source("nobucket/k")
+        .send()
+        .await;
+    assert_eq!(error_code(no_bucket).as_deref(), Some("NoSuchBucket"));
+    let malformed = s3
+        .copy_object()
+        .bucket("dst")
+        .key("x")
+        .copy_source("just-a-bucket")
+        .send()
+        .await;
+    assert_eq!(error_code(malformed).as_deref(), Some("InvalidArgument"));
+    let stale = s3
+        .copy_object()
+        .bucket("dst")
+        .key("x")
+        .copy_source("src/large")
+        .copy_source_if_match("\"0123456789abcdef0123456789abcdef\"")
+        .send()
+        .await;
+    assert_eq!(error_code(stale).as_deref(), Some("PreconditionFailed"));
+    let unchanged = s3
+        .copy_object()
+        .bucket("dst")
+        .key("x")
+        .copy_source("src/large")
+        .copy_source_if_none_match(&large_etag)
+        .send()
+        .await;
+    assert_eq!(error_code(unchanged).as_deref(), Some("PreconditionFailed"));
+    let fresh = s3
+        .copy_object()
+        .bucket("dst")
+        .key("x")
+        .copy_source("src/large")
+        .copy_source_if_modified_since(DateTime::from(SystemTime::now() - Duration::from_secs(3600)))
+        .send()
+        .await;
+    assert!(fresh.is_ok());
+
+    // The copies own their bodies: deleting the sources and reaping leaves them intact.
+    for key in ["small", "large", "multi"] {
+        s3.delete_object().bucket("src").key(key).send().await.unwrap();
+    }
+    for _ in 0..3 {
+        pgvs3_gateway::maintenance::run_once(&gw.gateway.store, Duration::ZERO)
+            .await
+            .unwrap();
+    }
+    assert!(get(s3, "dst", "copy-of-large").await == large);
+    assert!(get(s3, "dst", "copy-of-multi").await == multi);
+    assert_eq!(get(s3, "dst", "kept").await, small);
+}
