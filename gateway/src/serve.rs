@@ -23,6 +23,8 @@ const CATALOG_POLL: Duration = Duration::from_secs(1);
 pub struct RunningGateway {
     pub s3_addr: SocketAddr,
     pub admin_addr: SocketAddr,
+    /// The RESP endpoint, unless switched off.
+    pub resp_addr: Option<SocketAddr>,
     pub store: Store,
     shutdown: ShutdownTrigger,
     servers: Vec<JoinHandle<()>>,
@@ -46,7 +48,8 @@ impl RunningGateway {
         let master_key = master_key(&args.database)?;
         let database = Database::open(&args.database).await?;
         let pool = database.pool.clone();
-        if crate::pg::is_standby(&pool).await? {
+        let standby = crate::pg::is_standby(&pool).await?;
+        if standby {
             wait_for_layout(&pool).await?;
         } else {
             migrate::migrate(&pool).await?;
@@ -67,7 +70,7 @@ impl RunningGateway {
         let (shutdown, signal) = http_server::shutdown_channel();
         let endpoint = S3Endpoint::new(store.clone(), args.region.clone(), &args.s3_domains, metrics.clone())?;
         let admin = AdminService::new(pool.clone(), metrics.clone());
-        let servers = vec![
+        let mut servers = vec![
             tokio::spawn(http_server::serve(
                 s3_listener,
                 endpoint,
@@ -78,11 +81,28 @@ impl RunningGateway {
             tokio::spawn(http_server::serve(
                 admin_listener,
                 admin,
-                signal,
+                signal.clone(),
                 args.shutdown_timeout,
                 "admin",
             )),
         ];
+        // --- RESP ---
+        let mut resp_addr = None;
+        if let Some(addr) = args.resp_addr.0 {
+            let listener = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding RESP on {addr}"))?;
+            let bound = listener.local_addr()?;
+            let settings = crate::resp::RespSettings::from_args(args, bound, standby);
+            let server = crate::resp::RespServer::new(store.clone(), metrics.clone(), settings, bound.port()).await?;
+            servers.push(tokio::spawn(server.serve(
+                listener,
+                signal.clone(),
+                args.shutdown_timeout,
+            )));
+            resp_addr = Some(bound);
+        }
+        // --- end RESP ---
         let background = vec![
             catalog.spawn_refresher(CATALOG_POLL),
             crate::maintenance::spawn_leader_loop(
@@ -93,10 +113,11 @@ impl RunningGateway {
                 args.maintenance_interval,
             ),
         ];
-        tracing::info!(%s3_addr, %admin_addr, "pgvs3 gateway ready");
+        tracing::info!(%s3_addr, %admin_addr, ?resp_addr, "pgvs3 gateway ready");
         Ok(RunningGateway {
             s3_addr,
             admin_addr,
+            resp_addr,
             store,
             shutdown,
             servers,
@@ -125,6 +146,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         "pgvs3 S3 endpoint: http://{}  (metrics: http://{}/metrics)",
         gateway.s3_addr, gateway.admin_addr
     );
+    if let Some(resp_addr) = gateway.resp_addr {
+        println!("pgvs3 RESP endpoint: redis://{resp_addr}");
+    }
     wait_for_signal().await?;
     tracing::info!("shutting down");
     gateway.shutdown().await

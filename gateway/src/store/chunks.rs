@@ -109,29 +109,18 @@ pub fn worth_compressing(content_type: Option<&str>) -> bool {
         ))
 }
 
-/// Streams the chunks of one body (or of a byte range of it), holding its pooled connection
-/// until the last byte so no other request queues behind the stream on that connection.
-pub struct ChunkStream {
-    client: Option<deadpool_postgres::Object>,
-    rows: Pin<Box<RowStream>>,
+/// Turns stored chunks, arriving in order, back into the bytes of a span of one body.
+pub struct ChunkDecoder {
     body_size: u64,
     next_seq: i64,
     skip: usize,
     remaining: u64,
 }
 
-impl ChunkStream {
-    pub fn new(
-        client: deadpool_postgres::Object,
-        rows: RowStream,
-        body_size: u64,
-        start: u64,
-        end: u64,
-    ) -> ChunkStream {
+impl ChunkDecoder {
+    pub fn new(body_size: u64, start: u64, end: u64) -> ChunkDecoder {
         let first_seq = (start / CHUNK_SIZE as u64) as i64;
-        ChunkStream {
-            client: Some(client),
-            rows: Box::pin(rows),
+        ChunkDecoder {
             body_size,
             next_seq: first_seq,
             skip: (start - first_seq as u64 * CHUNK_SIZE as u64) as usize,
@@ -139,7 +128,12 @@ impl ChunkStream {
         }
     }
 
-    fn decode(&mut self, seq: i64, stored: &[u8]) -> Result<Bytes, StoreError> {
+    /// Whether every byte of the span has been decoded.
+    pub fn done(&self) -> bool {
+        self.remaining == 0
+    }
+
+    pub fn decode(&mut self, seq: i64, stored: &[u8]) -> Result<Bytes, StoreError> {
         if seq != self.next_seq {
             return Err(StoreError::Corrupt(format!(
                 "chunk {} missing (found {seq})",
@@ -169,13 +163,43 @@ impl ChunkStream {
         self.remaining -= data.len() as u64;
         Ok(data)
     }
+
+    /// The error for a body whose chunks ran out before the span was complete.
+    pub fn truncated(&mut self) -> StoreError {
+        self.remaining = 0;
+        StoreError::Corrupt(format!("body ends before chunk {}", self.next_seq))
+    }
+}
+
+/// Streams the chunks of one body (or of a byte range of it), holding its pooled connection
+/// until the last byte so no other request queues behind the stream on that connection.
+pub struct ChunkStream {
+    client: Option<deadpool_postgres::Object>,
+    rows: Pin<Box<RowStream>>,
+    decoder: ChunkDecoder,
+}
+
+impl ChunkStream {
+    pub fn new(
+        client: deadpool_postgres::Object,
+        rows: RowStream,
+        body_size: u64,
+        start: u64,
+        end: u64,
+    ) -> ChunkStream {
+        ChunkStream {
+            client: Some(client),
+            rows: Box::pin(rows),
+            decoder: ChunkDecoder::new(body_size, start, end),
+        }
+    }
 }
 
 impl Stream for ChunkStream {
     type Item = Result<Bytes, StoreError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if self.remaining == 0 {
+        if self.decoder.done() {
             self.client = None;
             return Poll::Ready(None);
         }
@@ -183,17 +207,11 @@ impl Stream for ChunkStream {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Some(Ok(row))) => {
                 let seq: i32 = row.get(0);
-                let item = self.decode(i64::from(seq), row.get(1));
+                let item = self.decoder.decode(i64::from(seq), row.get(1));
                 Poll::Ready(Some(item))
             }
             Poll::Ready(Some(Err(err))) => Poll::Ready(Some(Err(StoreError::from(err)))),
-            Poll::Ready(None) => {
-                let missing = self.next_seq;
-                self.remaining = 0;
-                Poll::Ready(Some(Err(StoreError::Corrupt(format!(
-                    "body ends before chunk {missing}"
-                )))))
-            }
+            Poll::Ready(None) => Poll::Ready(Some(Err(self.decoder.truncated()))),
         }
     }
 }

@@ -4,6 +4,7 @@
 mod catalog;
 mod chunks;
 mod error;
+mod kv;
 mod listing;
 mod objects;
 
@@ -14,6 +15,7 @@ use deadpool_postgres::Pool;
 pub use catalog::{AccessKey, BucketInfo, BucketSummary, Catalog, NewAccessKey};
 pub use chunks::CHUNK_SIZE;
 pub use error::StoreError;
+pub use kv::{KvBatch, KvEntry, KvValue};
 pub use listing::{ListPage, ListRequest, ListedObject, MAX_KEYS as LIST_MAX_KEYS};
 pub use objects::{
     BodyObserver, BodyStream, ByteRange, INLINE_LIMIT, ObjectHead, ObjectMeta, ObjectRead, PutOutcome, StoredChecksum,

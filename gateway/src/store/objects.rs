@@ -142,6 +142,7 @@ pub struct NamespaceSql {
     pub(crate) delete_retired_chunks: String,
     pub(crate) forget_retired_body: String,
     pub(crate) delete_expired: String,
+    pub(super) kv: super::kv::KvSql,
 }
 
 impl NamespaceSql {
@@ -198,11 +199,12 @@ impl NamespaceSql {
                 "DELETE FROM {ns}.objects WHERE ctid = ANY(ARRAY(
                     SELECT ctid FROM {ns}.objects WHERE expires_at <= now() LIMIT $1))"
             ),
+            kv: super::kv::KvSql::new(&ns),
         }
     }
 }
 
-fn check_key(key: &str) -> StoreResult<()> {
+pub(super) fn check_key(key: &str) -> StoreResult<()> {
     if key.len() > MAX_KEY_BYTES {
         return Err(StoreError::KeyTooLong);
     }
