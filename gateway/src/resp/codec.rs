@@ -12,6 +12,8 @@ pub const MAX_BULK_LEN: usize = 512 * 1024 * 1024;
 pub const MAX_INLINE_LEN: usize = 64 * 1024;
 /// Redis accepts up to 1,048,576 arguments per command as a multibulk length sanity bound.
 pub const MAX_ARGS: usize = 1024 * 1024;
+/// How far ahead of the received bytes the input buffer grows for a large bulk.
+const MAX_RESERVE: usize = 4 * 1024 * 1024;
 /// Headers (`*<n>`, `$<n>`) are short; a longer one is garbage.
 const MAX_HEADER_LEN: usize = 32;
 
@@ -91,8 +93,9 @@ fn parse_multibulk(buf: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtocolErr
         let start = end + 2;
         let stop = start + len as usize;
         if buf.len() < stop + 2 {
-            // Make room for the whole bulk at once instead of growing step by step.
-            buf.reserve(stop + 2 - buf.len());
+            // Room for the bulk in large steps, but never more than a step ahead of the bytes
+            // that actually arrived: a header alone does not get 512 MiB allocated.
+            buf.reserve((stop + 2 - buf.len()).min(MAX_RESERVE));
             return Ok(None);
         }
         if &buf[stop..stop + 2] != b"\r\n" {
