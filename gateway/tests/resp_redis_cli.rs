@@ -49,7 +49,7 @@ async fn one_shot_commands_and_errors() {
     assert_eq!(redis_cli(&gateway, &["DBSIZE"], b"").await, "2\n");
     assert_eq!(
         redis_cli(&gateway, &["-3", "HELLO", "3"], b"").await.lines().next(),
-        Some("server")
+        Some("server redis")
     );
     assert_eq!(redis_cli(&gateway, &["-3", "GET", "nope"], b"").await, "\n");
 }
