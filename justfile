@@ -17,3 +17,7 @@ ci:
 # Gateway vs direct PostgreSQL: 4 KiB and 64 MiB GET/PUT (see docs/benchmarks.md).
 bench *ARGS:
     cargo run --release -p pgvs3-gateway --example bench -- {{ARGS}}
+
+# redis-benchmark: the gateway's RESP vs redis-server (appendfsync always, and in-memory), 4 KiB GET/SET.
+resp-bench REQUESTS="20000":
+    bash scripts/resp-bench.sh {{REQUESTS}}

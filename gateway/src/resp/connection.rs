@@ -15,7 +15,7 @@ use super::codec::{Reply, parse_request};
 use super::command::{self, KeyCommand, Spec, syntax_error, wrong_arity};
 use super::{ClientInfo, RespServer, glob, keys};
 use crate::http_server::Shutdown;
-use crate::store::{KvEntry, Principal, StoreError};
+use crate::store::{Access, KvEntry, Principal, StoreError};
 
 /// Requests taken from the input buffer per batch: bounds the replies held in memory.
 const MAX_BATCH: usize = 1024;
@@ -282,6 +282,21 @@ impl Connection {
         write: bool,
         watched: &[(String, Fingerprint)],
     ) -> Result<Vec<Reply>, Reply> {
+        let store = &self.server.store;
+        if write && watched.is_empty() {
+            // Shares a transaction with other connections' writes; access is checked here.
+            store
+                .bucket(self.principal(), self.bucket(), Access::Write)
+                .await
+                .map_err(store_error)?;
+            let commands = commands.iter().map(|(command, _)| command.clone()).collect();
+            return self
+                .server
+                .group_commit
+                .submit(self.bucket(), commands)
+                .await
+                .map_err(store_error);
+        }
         let mut keys: Vec<String> = commands
             .iter()
             .flat_map(|(command, _)| command.keys())
@@ -290,7 +305,6 @@ impl Connection {
             .collect();
         keys.sort_unstable();
         keys.dedup();
-        let store = &self.server.store;
         let batch = if write {
             store.kv_write(self.principal(), self.bucket(), &keys).await
         } else {

@@ -8,6 +8,7 @@ pub mod codec;
 mod command;
 mod connection;
 mod glob;
+mod group_commit;
 mod keys;
 
 use std::collections::{BTreeMap, HashMap};
@@ -80,6 +81,7 @@ pub struct RespServer {
     settings: RespSettings,
     /// The root key, as which password-authenticated (and unauthenticated loopback) clients act.
     root: Principal,
+    group_commit: group_commit::GroupCommit,
     clients: Mutex<HashMap<u64, ClientInfo>>,
     next_client_id: AtomicU64,
     started: Instant,
@@ -114,6 +116,7 @@ impl RespServer {
             }
         }
         Ok(Arc::new(RespServer {
+            group_commit: group_commit::GroupCommit::new(store.clone(), root.clone()),
             store,
             metrics,
             settings,

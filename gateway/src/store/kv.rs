@@ -348,7 +348,7 @@ impl KvBatch {
         Ok(())
     }
 
-    /// Writes the changes and commits, in one round trip (plus one per chunked value).
+    /// Writes the changes and commits in one round trip (plus one per chunked value).
     pub async fn commit(mut self) -> StoreResult<()> {
         if !self.in_transaction {
             return Ok(());
@@ -404,12 +404,14 @@ impl KvBatch {
             &written.body_ids,
             &written.expires_at,
         ];
+        // COMMIT goes out with the writes. Should one of them fail, the server turns it into a
+        // rollback and the error comes back from the failed statement.
         futures::try_join!(
             execute_unless_empty(client, &delete, &delete_params, deleted.len()),
             execute_unless_empty(client, &set_expiry, &expiry_params, expiring.0.len()),
             execute_unless_empty(client, &upsert, &upsert_params, written.keys.len()),
+            client.batch_execute("COMMIT"),
         )?;
-        client.batch_execute("COMMIT").await?;
         self.in_transaction = false;
         Ok(())
     }
