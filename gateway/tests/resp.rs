@@ -246,6 +246,45 @@ async fn incr_from_16_connections_is_exact() {
     assert_eq!(query::<i64>(&mut con, &["GET", "counter"]).await, 16 * (100 + 50));
 }
 
+/// Batches over many keys lock the whole keyspace instead of each key; mixed with small batches
+/// on the same keys, every increment still counts exactly once.
+#[tokio::test]
+async fn large_and_small_batches_on_the_same_keys_stay_exact() {
+    let gateway = TestGateway::start().await;
+    let client = gateway.redis("");
+    let mut tasks = Vec::new();
+    for worker in 0..8 {
+        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        tasks.push(tokio::spawn(async move {
+            for round in 0..3 {
+                if worker % 2 == 0 {
+                    // 100 distinct keys in one pipeline: the keyspace-lock path.
+                    let mut pipe = redis::pipe();
+                    for key in 0..100 {
+                        pipe.cmd("INCR").arg(format!("k{key}"));
+                    }
+                    let _: Vec<i64> = pipe.query_async(&mut con).await.unwrap();
+                } else {
+                    for key in (round..100).step_by(3) {
+                        let _: i64 = command(&["INCR", &format!("k{key}")])
+                            .query_async(&mut con)
+                            .await
+                            .unwrap();
+                    }
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let mut con = connect(&gateway).await;
+    let keys: Vec<String> = (0..100).map(|key| format!("k{key}")).collect();
+    let values: Vec<i64> = redis::cmd("MGET").arg(&keys).query_async(&mut con).await.unwrap();
+    // 4 pipelining workers add 3 to every key; 4 single-command workers add 1 to every key.
+    assert!(values.iter().all(|value| *value == 4 * 3 + 4), "{values:?}");
+}
+
 #[tokio::test]
 async fn expiry_is_exact_on_read() {
     let gateway = TestGateway::start().await;

@@ -4,6 +4,11 @@
 //! transaction: its keys are locked in sorted order first (so concurrent batches never
 //! deadlock), their current state is loaded, the protocol front applies its commands to that
 //! state in memory, and the changes go back in one round trip that ends with COMMIT.
+//!
+//! Locks are advisory and transaction-scoped: every write batch holds its keyspace's lock
+//! shared plus one lock per key; a batch of more than [`FINE_LOCK_LIMIT`] keys holds the
+//! keyspace's lock exclusively instead, so no batch can exhaust PostgreSQL's lock table. The
+//! keyspace lock is always taken first, which keeps the order, and so deadlock freedom.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,11 +23,16 @@ use super::chunks::{ChunkDecoder, Chunker};
 use super::objects::{INLINE_LIMIT, check_key};
 use super::{Access, BucketInfo, CHUNK_SIZE, Principal, Store, StoreResult};
 
+/// Most keys a write batch locks one by one.
+pub const FINE_LOCK_LIMIT: usize = 64;
+
 /// The keyspace SQL of one namespace.
 #[derive(Debug)]
 pub(super) struct KvSql {
     load: String,
     lock: String,
+    lock_keyspace_shared: String,
+    lock_keyspace: String,
     upsert: String,
     set_expiry: String,
     scan: String,
@@ -48,6 +58,10 @@ impl KvSql {
             lock: "SELECT count(pg_advisory_xact_lock($1::int4, h))
                      FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k ORDER BY h) AS sorted"
                 .to_owned(),
+            // The single-bigint lock space, negated bucket ids: apart from the gateway's other
+            // (positive) advisory locks.
+            lock_keyspace_shared: "SELECT pg_advisory_xact_lock_shared(-$1::int8)".to_owned(),
+            lock_keyspace: "SELECT pg_advisory_xact_lock(-$1::int8)".to_owned(),
             upsert: format!(
                 "INSERT INTO {ns}.objects AS o (bucket_id, key, size, etag, last_modified, meta, inline, body_id, expires_at)
                  SELECT $1, u.key, u.size, u.etag, clock_timestamp(), '{{}}', u.inline, u.body_id, u.expires_at
@@ -210,16 +224,32 @@ impl KvBatch {
         let sql = &batch.bucket.sql.kv;
         let load = client.prepare_cached(&sql.load).await?;
         let rows = if write {
-            let lock = client.prepare_cached(&sql.lock).await?;
-            let lock_id = batch.bucket.id as i32;
-            let lock_params: [&(dyn ToSql + Sync); 2] = [&lock_id, &keys];
-            let load_params: [&(dyn ToSql + Sync); 2] = [&batch.bucket.id, &keys];
-            let (_, _, rows) = futures::try_join!(
-                client.batch_execute("BEGIN"),
-                client.query_one(&lock, &lock_params),
-                client.query(&load, &load_params),
-            )?;
-            rows
+            let id = &batch.bucket.id;
+            let load_params: [&(dyn ToSql + Sync); 2] = [id, &keys];
+            let keyspace_params: [&(dyn ToSql + Sync); 1] = [id];
+            if keys.len() <= FINE_LOCK_LIMIT {
+                let (keyspace, lock) = futures::try_join!(
+                    client.prepare_cached(&sql.lock_keyspace_shared),
+                    client.prepare_cached(&sql.lock)
+                )?;
+                let lock_id = *id as i32;
+                let lock_params: [&(dyn ToSql + Sync); 2] = [&lock_id, &keys];
+                let (_, _, _, rows) = futures::try_join!(
+                    client.batch_execute("BEGIN"),
+                    client.query_one(&keyspace, &keyspace_params),
+                    client.query_one(&lock, &lock_params),
+                    client.query(&load, &load_params),
+                )?;
+                rows
+            } else {
+                let keyspace = client.prepare_cached(&sql.lock_keyspace).await?;
+                let (_, _, rows) = futures::try_join!(
+                    client.batch_execute("BEGIN"),
+                    client.query_one(&keyspace, &keyspace_params),
+                    client.query(&load, &load_params),
+                )?;
+                rows
+            }
         } else {
             client.query(&load, &[&batch.bucket.id, &keys]).await?
         };
