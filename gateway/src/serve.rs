@@ -142,13 +142,16 @@ impl RunningGateway {
 /// Serves until SIGINT or SIGTERM.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let gateway = RunningGateway::start(&args).await?;
+    // Before the S3 line, which scripts (and the CLI tests) read as "ready" and then may stop
+    // reading stdout.
+    if let Some(resp_addr) = gateway.resp_addr {
+        println!("pgvs3 RESP endpoint: redis://{resp_addr}");
+    }
     println!(
         "pgvs3 S3 endpoint: http://{}  (metrics: http://{}/metrics)",
         gateway.s3_addr, gateway.admin_addr
     );
-    if let Some(resp_addr) = gateway.resp_addr {
-        println!("pgvs3 RESP endpoint: redis://{resp_addr}");
-    }
+
     wait_for_signal().await?;
     tracing::info!("shutting down");
     gateway.shutdown().await
