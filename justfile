@@ -21,3 +21,7 @@ bench *ARGS:
 # Load against a fresh release gateway: `just load --ops get,put --sizes 4KiB,64MiB --duration 10`.
 load *ARGS:
     e2e/scripts/load.sh {{ARGS}}
+
+# redis-benchmark: the gateway's RESP vs redis-server (appendfsync always, and in-memory), 4 KiB GET/SET.
+resp-bench REQUESTS="20000":
+    bash scripts/resp-bench.sh {{REQUESTS}}

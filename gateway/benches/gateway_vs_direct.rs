@@ -237,6 +237,8 @@ async fn main() -> anyhow::Result<()> {
         "127.0.0.1:0",
         "--admin-addr",
         "127.0.0.1:0",
+        "--resp-addr",
+        "off",
         "--root-access-key",
         ACCESS_KEY,
         "--root-secret-key",

@@ -100,6 +100,63 @@ pub struct ServeArgs {
     /// aborted by the maintenance reaper.
     #[arg(long, env = "PGVS3_MULTIPART_MAX_AGE", default_value = "168h", value_parser = parse_duration)]
     pub multipart_max_age: Duration,
+
+    // --- RESP ---
+    /// Listen address of the RESP (Redis protocol) endpoint, or `off`.
+    #[arg(long, env = "PGVS3_RESP_ADDR", default_value = "127.0.0.1:6380", value_parser = parse_listen_addr)]
+    pub resp_addr: ListenAddr,
+
+    /// Bucket that holds RESP database 0 (created on first start, owned by the root key).
+    #[arg(long, env = "PGVS3_RESP_BUCKET", default_value = "resp")]
+    pub resp_bucket: String,
+
+    /// Further RESP databases for SELECT, as `index=bucket` pairs: `1=cache,2=sessions`.
+    #[arg(long, env = "PGVS3_RESP_DATABASES", value_delimiter = ',', value_parser = parse_resp_database)]
+    pub resp_databases: Vec<(u32, String)>,
+
+    /// Password for `AUTH <password>`. Without it, clients on a loopback listener need no AUTH;
+    /// on any other listener they must AUTH with an access key and its secret.
+    #[arg(long, env = "PGVS3_RESP_PASSWORD", hide_env_values = true)]
+    pub resp_password: Option<String>,
+
+    /// Allow FLUSHDB (off by default: it deletes every object of the database's bucket).
+    #[arg(long, env = "PGVS3_RESP_FLUSHDB")]
+    pub resp_flushdb: bool,
+
+    /// Most RESP clients connected at once; more are refused with `-ERR max number of clients reached`.
+    #[arg(long, env = "PGVS3_RESP_MAX_CLIENTS", default_value_t = 10_000)]
+    pub resp_max_clients: usize,
+
+    /// Close RESP connections idle this long (`0s`: never, as Redis's default `timeout 0`).
+    #[arg(long, env = "PGVS3_RESP_IDLE_TIMEOUT", default_value = "0s", value_parser = parse_duration)]
+    pub resp_idle_timeout: Duration,
+}
+
+/// A listen address that can be switched off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenAddr(pub Option<SocketAddr>);
+
+fn parse_listen_addr(text: &str) -> Result<ListenAddr, String> {
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(ListenAddr(None));
+    }
+    text.parse()
+        .map(|addr| ListenAddr(Some(addr)))
+        .map_err(|err| format!("invalid address {text:?} (or `off`): {err}"))
+}
+
+fn parse_resp_database(text: &str) -> Result<(u32, String), String> {
+    let (index, bucket) = text
+        .split_once('=')
+        .ok_or_else(|| format!("expected index=bucket, got {text:?}"))?;
+    let index: u32 = index
+        .trim()
+        .parse()
+        .map_err(|_| format!("invalid database index in {text:?}"))?;
+    if index == 0 {
+        return Err("database 0 is --resp-bucket".into());
+    }
+    Ok((index, bucket.trim().to_owned()))
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, Default, PartialEq, Eq)]

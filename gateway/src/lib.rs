@@ -11,6 +11,7 @@ pub mod maintenance;
 pub mod master_key;
 pub mod metrics;
 pub mod pg;
+pub mod resp;
 pub mod s3;
 pub mod serve;
 pub mod store;

@@ -21,6 +21,8 @@ use crate::store::{Catalog, NewAccessKey, Store};
 pub struct RunningGateway {
     pub s3_addr: SocketAddr,
     pub admin_addr: SocketAddr,
+    /// The RESP endpoint, unless switched off.
+    pub resp_addr: Option<SocketAddr>,
     pub store: Store,
     shutdown: ShutdownTrigger,
     servers: Vec<JoinHandle<()>>,
@@ -73,7 +75,7 @@ impl RunningGateway {
             s3_admission,
         )?;
         let admin = AdminService::new(pool.clone(), metrics.clone(), args.require_role);
-        let servers = vec![
+        let mut servers = vec![
             tokio::spawn(http_server::serve(
                 s3_listener,
                 endpoint,
@@ -84,11 +86,28 @@ impl RunningGateway {
             tokio::spawn(http_server::serve(
                 admin_listener,
                 admin,
-                signal,
+                signal.clone(),
                 args.shutdown_timeout,
                 "admin",
             )),
         ];
+        // --- RESP ---
+        let mut resp_addr = None;
+        if let Some(addr) = args.resp_addr.0 {
+            let listener = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding RESP on {addr}"))?;
+            let bound = listener.local_addr()?;
+            let settings = crate::resp::RespSettings::from_args(args, bound, standby);
+            let server = crate::resp::RespServer::new(store.clone(), metrics.clone(), settings, bound.port()).await?;
+            servers.push(tokio::spawn(server.serve(
+                listener,
+                signal.clone(),
+                args.shutdown_timeout,
+            )));
+            resp_addr = Some(bound);
+        }
+        // --- end RESP ---
         let mut background = vec![
             catalog.spawn_refresher(args.catalog_poll),
             crate::maintenance::spawn_leader_loop(
@@ -103,10 +122,11 @@ impl RunningGateway {
         if !standby {
             background.push(catalog.spawn_listener(database.config.clone()));
         }
-        tracing::info!(%s3_addr, %admin_addr, "pgvs3 gateway ready");
+        tracing::info!(%s3_addr, %admin_addr, ?resp_addr, "pgvs3 gateway ready");
         Ok(RunningGateway {
             s3_addr,
             admin_addr,
+            resp_addr,
             store,
             shutdown,
             servers,
@@ -131,10 +151,16 @@ impl RunningGateway {
 /// Serves until SIGINT or SIGTERM.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let gateway = RunningGateway::start(&args).await?;
+    // Before the S3 line, which scripts (and the CLI tests) read as "ready" and then may stop
+    // reading stdout.
+    if let Some(resp_addr) = gateway.resp_addr {
+        println!("pgvs3 RESP endpoint: redis://{resp_addr}");
+    }
     println!(
         "pgvs3 S3 endpoint: http://{}  (metrics: http://{}/metrics)",
         gateway.s3_addr, gateway.admin_addr
     );
+
     wait_for_signal().await?;
     tracing::info!("shutting down");
     gateway.shutdown().await

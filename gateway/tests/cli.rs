@@ -28,7 +28,15 @@ struct Served {
 /// Starts `pgvs3 serve` on ephemeral ports and reads the addresses it prints.
 async fn serve(data_dir: &Path) -> Served {
     let mut child = Command::new(BIN)
-        .args(["serve", "--s3-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
+        .args([
+            "serve",
+            "--s3-addr",
+            "127.0.0.1:0",
+            "--admin-addr",
+            "127.0.0.1:0",
+            "--resp-addr",
+            "127.0.0.1:0",
+        ])
         .arg("--data-dir")
         .arg(data_dir)
         .env("PGVS3_ROOT_ACCESS_KEY", common::ROOT_ACCESS_KEY)

@@ -145,9 +145,11 @@ pub struct ChunkStream {
 
 impl ChunkStream {
     /// `rows` yields `(seq, data)` for the chunks of `segments`, segment after segment.
-    pub fn new(client: deadpool_postgres::Object, rows: RowStream, segments: Vec<Segment>) -> ChunkStream {
+    /// `client` is the connection `rows` come from, kept checked out until the stream ends
+    /// (`None` when the caller holds it).
+    pub fn new(client: Option<deadpool_postgres::Object>, rows: RowStream, segments: Vec<Segment>) -> ChunkStream {
         let mut stream = ChunkStream {
-            client: Some(client),
+            client,
             rows: Box::pin(rows),
             segments: segments.into(),
             body_size: 0,

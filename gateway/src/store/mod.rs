@@ -6,6 +6,7 @@ mod chunks;
 mod conditions;
 mod copy;
 mod error;
+mod kv;
 mod listing;
 mod multipart;
 mod objects;
@@ -20,6 +21,7 @@ pub use chunks::CHUNK_SIZE;
 pub use conditions::{EtagCondition, Preconditions, WriteCondition};
 pub use copy::CopySource;
 pub use error::StoreError;
+pub use kv::{KvBatch, KvEntry, KvValue};
 pub use listing::{ListPage, ListRequest, ListedObject, MAX_KEYS as LIST_MAX_KEYS};
 pub use multipart::{CompletedPart, MultipartUpload, PartInfo, PartsPage, UploadsPage, UploadsRequest};
 pub use objects::{

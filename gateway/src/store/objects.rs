@@ -169,6 +169,7 @@ pub struct NamespaceSql {
     pub(crate) delete_retired_chunks: String,
     pub(crate) forget_retired_body: String,
     pub(crate) delete_expired: String,
+    pub(super) kv: super::kv::KvSql,
 }
 
 impl NamespaceSql {
@@ -321,8 +322,58 @@ impl NamespaceSql {
                 "DELETE FROM {ns}.objects WHERE ctid = ANY(ARRAY(
                     SELECT ctid FROM {ns}.objects WHERE expires_at <= now() LIMIT $1))"
             ),
+            kv: super::kv::KvSql::new(&ns),
         }
     }
+}
+
+/// Starts the statement that streams bytes `span` of a chunked body: a plain body, or the
+/// manifest of a multipart object (one more round trip finds the parts holding the span).
+pub(super) async fn body_rows(
+    client: &deadpool_postgres::ClientWrapper,
+    bucket: &super::BucketInfo,
+    body_id: i64,
+    size: u64,
+    multipart: bool,
+    span: (u64, u64),
+) -> StoreResult<(Vec<Segment>, tokio_postgres::RowStream)> {
+    type Params<'a> = [&'a (dyn tokio_postgres::types::ToSql + Sync); 3];
+    if !multipart {
+        let segment = Segment {
+            body_id,
+            size,
+            start: span.0,
+            end: span.1,
+        };
+        let statement = client.prepare_cached(&bucket.sql.read_chunks).await?;
+        let params: Params = [&body_id, &segment.first_seq(), &segment.last_seq()];
+        let rows = client.query_raw(&statement, params).await?;
+        return Ok((vec![segment], rows));
+    }
+    let statement = client.prepare_cached(&bucket.sql.part_segments).await?;
+    let (start, end) = (span.0 as i64, span.1 as i64);
+    let segments: Vec<Segment> = client
+        .query(&statement, &[&body_id, &start, &end])
+        .await?
+        .iter()
+        .map(|row| {
+            let size = row.get::<_, i64>(1) as u64;
+            let offset = row.get::<_, i64>(2) as u64;
+            Segment {
+                body_id: row.get(0),
+                size,
+                start: span.0.max(offset) - offset,
+                end: span.1.min(offset + size) - offset,
+            }
+        })
+        .collect();
+    let ids: Vec<i64> = segments.iter().map(|s| s.body_id).collect();
+    let firsts: Vec<i32> = segments.iter().map(Segment::first_seq).collect();
+    let lasts: Vec<i32> = segments.iter().map(Segment::last_seq).collect();
+    let statement = client.prepare_cached(&bucket.sql.read_segments).await?;
+    let params: Params = [&ids, &firsts, &lasts];
+    let rows = client.query_raw(&statement, params).await?;
+    Ok((segments, rows))
 }
 
 pub(super) fn check_key(key: &str) -> StoreResult<()> {
@@ -425,45 +476,8 @@ impl Store {
                 body: Box::pin(futures::stream::empty()),
             });
         }
-        let (segments, rows) = if head.meta.parts.is_some() {
-            let statement = client.prepare_cached(&bucket.sql.part_segments).await?;
-            let (start, end) = (span.0 as i64, span.1 as i64);
-            let segments: Vec<Segment> = client
-                .query(&statement, &[&body_id, &start, &end])
-                .await?
-                .iter()
-                .map(|row| {
-                    let size = row.get::<_, i64>(1) as u64;
-                    let offset = row.get::<_, i64>(2) as u64;
-                    Segment {
-                        body_id: row.get(0),
-                        size,
-                        start: span.0.max(offset) - offset,
-                        end: span.1.min(offset + size) - offset,
-                    }
-                })
-                .collect();
-            let ids: Vec<i64> = segments.iter().map(|s| s.body_id).collect();
-            let firsts: Vec<i32> = segments.iter().map(Segment::first_seq).collect();
-            let lasts: Vec<i32> = segments.iter().map(Segment::last_seq).collect();
-            let statement = client.prepare_cached(&bucket.sql.read_segments).await?;
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&ids, &firsts, &lasts];
-            let rows = client.query_raw(&statement, params).await?;
-            (segments, rows)
-        } else {
-            let segment = Segment {
-                body_id,
-                size: head.size,
-                start: span.0,
-                end: span.1,
-            };
-            let statement = client.prepare_cached(&bucket.sql.read_chunks).await?;
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
-                [&body_id, &segment.first_seq(), &segment.last_seq()];
-            let rows = client.query_raw(&statement, params).await?;
-            (vec![segment], rows)
-        };
-        let body = ChunkStream::new(client, rows, segments);
+        let (segments, rows) = body_rows(&client, &bucket, body_id, head.size, head.meta.parts.is_some(), span).await?;
+        let body = ChunkStream::new(Some(client), rows, segments);
         Ok(ObjectRead {
             head,
             span,

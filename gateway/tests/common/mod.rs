@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod raw;
+pub mod resp;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -184,6 +185,8 @@ pub fn serve_args(database_url: &str, extra: &[&str]) -> ServeArgs {
         "127.0.0.1:0",
         "--admin-addr",
         "127.0.0.1:0",
+        "--resp-addr",
+        "127.0.0.1:0",
         "--root-access-key",
         ROOT_ACCESS_KEY,
         "--root-secret-key",
@@ -213,7 +216,8 @@ impl TestGateway {
     }
 
     pub async fn with_args(database_url: String, extra: &[&str]) -> TestGateway {
-        let gateway = RunningGateway::start(&serve_args(&database_url, extra))
+        // Boxed: the start future is large, and tests pin theirs on the stack.
+        let gateway = Box::pin(RunningGateway::start(&serve_args(&database_url, extra)))
             .await
             .expect("gateway starts");
         let client = s3_client(&gateway, ROOT_ACCESS_KEY, ROOT_SECRET_KEY);
@@ -226,6 +230,15 @@ impl TestGateway {
 
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.gateway.s3_addr)
+    }
+
+    pub fn resp_addr(&self) -> std::net::SocketAddr {
+        self.gateway.resp_addr.expect("the RESP endpoint is on")
+    }
+
+    /// A redis-rs client for the RESP endpoint (`query` like `?protocol=resp3`, or empty).
+    pub fn redis(&self, query: &str) -> redis::Client {
+        redis::Client::open(format!("redis://{}/{query}", self.resp_addr())).unwrap()
     }
 
     pub fn client_for(&self, access_key: &str, secret_key: &str) -> Client {

@@ -1,0 +1,600 @@
+//! The command table (names, arities, flags for COMMAND) and parsing of key commands into
+//! typed requests, with Redis's own error texts for bad arguments.
+
+use bytes::Bytes;
+
+use super::codec::{MAX_BULK_LEN, Reply};
+
+/// What COMMAND INFO reports, and what the arity check uses: a positive arity is exact, a
+/// negative one a minimum (both count the command name).
+pub struct Spec {
+    pub name: &'static str,
+    pub arity: i64,
+    pub flags: &'static [&'static str],
+    pub first_key: i64,
+    pub last_key: i64,
+    pub step: i64,
+}
+
+const fn spec(name: &'static str, arity: i64, flags: &'static [&'static str], keys: (i64, i64, i64)) -> Spec {
+    Spec {
+        name,
+        arity,
+        flags,
+        first_key: keys.0,
+        last_key: keys.1,
+        step: keys.2,
+    }
+}
+
+const R: &[&str] = &["readonly", "fast"];
+const W: &[&str] = &["write", "denyoom"];
+const C: &[&str] = &["fast", "loading", "stale"];
+const NONE: (i64, i64, i64) = (0, 0, 0);
+const ONE: (i64, i64, i64) = (1, 1, 1);
+const TWO: (i64, i64, i64) = (1, 2, 1);
+const ALL: (i64, i64, i64) = (1, -1, 1);
+const PAIRS: (i64, i64, i64) = (1, -1, 2);
+
+pub static COMMANDS: &[Spec] = &[
+    spec("get", 2, R, ONE),
+    spec("set", -3, W, ONE),
+    spec("mget", -2, R, ALL),
+    spec("mset", -3, W, PAIRS),
+    spec("msetnx", -3, W, PAIRS),
+    spec("setnx", 3, W, ONE),
+    spec("setex", 4, W, ONE),
+    spec("psetex", 4, W, ONE),
+    spec("getset", 3, W, ONE),
+    spec("getdel", 2, W, ONE),
+    spec("getex", -2, W, ONE),
+    spec("append", 3, W, ONE),
+    spec("strlen", 2, R, ONE),
+    spec("getrange", 4, R, ONE),
+    spec("substr", 4, R, ONE),
+    spec("setrange", 4, W, ONE),
+    spec("incr", 2, W, ONE),
+    spec("decr", 2, W, ONE),
+    spec("incrby", 3, W, ONE),
+    spec("decrby", 3, W, ONE),
+    spec("incrbyfloat", 3, W, ONE),
+    spec("del", -2, &["write"], ALL),
+    spec("unlink", -2, &["write", "fast"], ALL),
+    spec("exists", -2, R, ALL),
+    spec("expire", -3, &["write", "fast"], ONE),
+    spec("pexpire", -3, &["write", "fast"], ONE),
+    spec("expireat", -3, &["write", "fast"], ONE),
+    spec("pexpireat", -3, &["write", "fast"], ONE),
+    spec("expiretime", 2, R, ONE),
+    spec("pexpiretime", 2, R, ONE),
+    spec("ttl", 2, R, ONE),
+    spec("pttl", 2, R, ONE),
+    spec("persist", 2, &["write", "fast"], ONE),
+    spec("type", 2, R, ONE),
+    spec("rename", 3, &["write"], TWO),
+    spec("renamenx", 3, &["write", "fast"], TWO),
+    spec("copy", -3, W, TWO),
+    spec("scan", -2, &["readonly"], NONE),
+    spec("keys", 2, &["readonly"], NONE),
+    spec("randomkey", 1, &["readonly"], NONE),
+    spec("dbsize", 1, R, NONE),
+    spec("flushdb", -1, &["write"], NONE),
+    spec("ping", -1, C, NONE),
+    spec("echo", 2, C, NONE),
+    spec("auth", -2, &["noscript", "loading", "stale", "fast", "no_auth"], NONE),
+    spec("hello", -1, &["noscript", "loading", "stale", "fast", "no_auth"], NONE),
+    spec("select", 2, C, NONE),
+    spec("client", -2, &["noscript", "loading", "stale"], NONE),
+    spec("info", -1, &["loading", "stale"], NONE),
+    spec("config", -2, &["admin", "loading", "stale"], NONE),
+    spec("command", -1, &["loading", "stale"], NONE),
+    spec("time", 1, C, NONE),
+    spec("quit", -1, &["fast", "no_auth"], NONE),
+    spec("reset", 1, &["fast", "no_auth"], NONE),
+    spec("multi", 1, C, NONE),
+    spec("exec", 1, &["noscript", "loading", "stale"], NONE),
+    spec("discard", 1, C, NONE),
+    spec("watch", -2, C, ONE),
+    spec("unwatch", 1, C, NONE),
+];
+
+pub fn lookup(name: &str) -> Option<&'static Spec> {
+    COMMANDS.iter().find(|spec| spec.name == name)
+}
+
+impl Spec {
+    pub fn arity_ok(&self, args: usize) -> bool {
+        let args = args as i64;
+        if self.arity >= 0 {
+            args == self.arity
+        } else {
+            args >= -self.arity
+        }
+    }
+
+    pub fn is_write(&self) -> bool {
+        self.flags.contains(&"write")
+    }
+
+    pub fn info(&self) -> Reply {
+        Reply::Array(vec![
+            Reply::text(self.name),
+            Reply::Integer(self.arity),
+            Reply::Array(
+                self.flags
+                    .iter()
+                    .map(|flag| Reply::Status((*flag).to_owned()))
+                    .collect(),
+            ),
+            Reply::Integer(self.first_key),
+            Reply::Integer(self.last_key),
+            Reply::Integer(self.step),
+        ])
+    }
+}
+
+pub fn syntax_error() -> Reply {
+    Reply::error("ERR syntax error")
+}
+
+pub fn not_an_integer() -> Reply {
+    Reply::error("ERR value is not an integer or out of range")
+}
+
+pub fn wrong_arity(name: &str) -> Reply {
+    Reply::error(format!("ERR wrong number of arguments for '{name}' command"))
+}
+
+/// Redis's text for an unknown command: the name and the first arguments, each cut short.
+pub fn unknown_command(args: &[Bytes]) -> Reply {
+    let quoted = |arg: &Bytes| String::from_utf8_lossy(&arg[..arg.len().min(128)]).into_owned();
+    let mut text = format!("ERR unknown command '{}', with args beginning with: ", quoted(&args[0]));
+    for arg in &args[1..] {
+        text.push_str(&format!("'{}' ", quoted(arg)));
+    }
+    Reply::Error(text)
+}
+
+/// Integers as Redis reads them (`string2ll`): optional minus, no plus, no spaces, no leading
+/// zeros, within i64.
+pub fn parse_integer(arg: &[u8]) -> Option<i64> {
+    let digits = arg.strip_prefix(b"-").unwrap_or(arg);
+    let canonical = !digits.is_empty()
+        && digits.iter().all(u8::is_ascii_digit)
+        && (digits == b"0" && arg.len() == 1 || digits[0] != b'0');
+    if !canonical {
+        return None;
+    }
+    std::str::from_utf8(arg).ok()?.parse().ok()
+}
+
+pub fn integer(arg: &[u8]) -> Result<i64, Reply> {
+    parse_integer(arg).ok_or_else(not_an_integer)
+}
+
+/// Floats as INCRBYFLOAT accepts them: no spaces, no NaN or infinities.
+pub fn parse_float(arg: &[u8]) -> Option<f64> {
+    let text = std::str::from_utf8(arg).ok()?;
+    if text.is_empty() || text.trim() != text {
+        return None;
+    }
+    let value: f64 = text.parse().ok()?;
+    value.is_finite().then_some(value)
+}
+
+/// A key as the store holds it: UTF-8 text (an S3 key), at most 1024 bytes, no NUL.
+pub fn key(arg: &Bytes) -> Result<String, Reply> {
+    let text = std::str::from_utf8(arg)
+        .map_err(|_| Reply::error("ERR invalid key: pgvs3 keys are UTF-8 text (they are S3 object keys)"))?;
+    if text.len() > 1024 || text.contains('\0') {
+        return Err(Reply::error(
+            "ERR invalid key: pgvs3 keys are at most 1024 bytes and contain no NUL (they are S3 object keys)",
+        ));
+    }
+    Ok(text.to_owned())
+}
+
+fn keys(args: &[Bytes]) -> Result<Vec<String>, Reply> {
+    args.iter().map(key).collect()
+}
+
+/// When a key expires, as a command states it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// Milliseconds from now.
+    In(i64),
+    /// Unix time in milliseconds.
+    At(i64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetTtl {
+    /// Clear any expiry (the default of SET).
+    Clear,
+    Keep,
+    Expire(Expiry),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Condition {
+    /// Only if the key does not exist (NX).
+    Absent,
+    /// Only if it exists (XX).
+    Present,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpireCondition {
+    NoTtl,
+    HasTtl,
+    Greater,
+    Less,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GetExTtl {
+    Unchanged,
+    Persist,
+    Expire(Expiry),
+}
+
+/// A command on keys: runs against the keys of a batch (see `keys.rs`).
+#[derive(Debug, Clone)]
+pub enum KeyCommand {
+    Get(String),
+    Set {
+        key: String,
+        value: Bytes,
+        condition: Option<Condition>,
+        get: bool,
+        ttl: SetTtl,
+    },
+    SetNx(String, Bytes),
+    MGet(Vec<String>),
+    MSet(Vec<(String, Bytes)>),
+    MSetNx(Vec<(String, Bytes)>),
+    GetSet(String, Bytes),
+    GetDel(String),
+    GetEx(String, GetExTtl),
+    Append(String, Bytes),
+    Strlen(String),
+    GetRange(String, i64, i64),
+    SetRange(String, i64, Bytes),
+    IncrBy(String, i64),
+    IncrByFloat(String, f64),
+    Del(Vec<String>),
+    Exists(Vec<String>),
+    Expire {
+        key: String,
+        when: Expiry,
+        condition: Option<ExpireCondition>,
+    },
+    ExpireTime {
+        key: String,
+        millis: bool,
+    },
+    Ttl {
+        key: String,
+        millis: bool,
+    },
+    Persist(String),
+    Type(String),
+    Rename {
+        from: String,
+        to: String,
+        only_new: bool,
+    },
+    Copy {
+        from: String,
+        to: String,
+        replace: bool,
+    },
+}
+
+impl KeyCommand {
+    /// The keys the command reads or writes.
+    pub fn keys(&self) -> Vec<&String> {
+        use KeyCommand::*;
+        match self {
+            Get(key)
+            | Set { key, .. }
+            | SetNx(key, _)
+            | GetSet(key, _)
+            | GetDel(key)
+            | GetEx(key, _)
+            | Append(key, _)
+            | Strlen(key)
+            | GetRange(key, ..)
+            | SetRange(key, ..)
+            | IncrBy(key, _)
+            | IncrByFloat(key, _)
+            | Expire { key, .. }
+            | ExpireTime { key, .. }
+            | Ttl { key, .. }
+            | Persist(key)
+            | Type(key) => vec![key],
+            MGet(keys) | Del(keys) | Exists(keys) => keys.iter().collect(),
+            MSet(pairs) | MSetNx(pairs) => pairs.iter().map(|(key, _)| key).collect(),
+            Rename { from, to, .. } | Copy { from, to, .. } => vec![from, to],
+        }
+    }
+
+    /// Parses a key command; `Ok(None)` when `name` is not one. The arity is already checked.
+    pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<KeyCommand>, Reply> {
+        use KeyCommand::*;
+        let arg = |i: usize| &args[i];
+        let command = match name {
+            "get" => Get(key(arg(1))?),
+            "set" => parse_set(args)?,
+            "setnx" => SetNx(key(arg(1))?, arg(2).clone()),
+            "setex" | "psetex" => {
+                let amount = integer(arg(2))?;
+                let millis = if name == "setex" {
+                    amount.checked_mul(1000)
+                } else {
+                    Some(amount)
+                };
+                match millis {
+                    Some(millis) if amount > 0 => Set {
+                        key: key(arg(1))?,
+                        value: arg(3).clone(),
+                        condition: None,
+                        get: false,
+                        ttl: SetTtl::Expire(Expiry::In(millis)),
+                    },
+                    _ => return Err(Reply::error(format!("ERR invalid expire time in '{name}' command"))),
+                }
+            }
+            "mget" => MGet(keys(&args[1..])?),
+            "mset" | "msetnx" => {
+                if args.len().is_multiple_of(2) {
+                    return Err(wrong_arity(name));
+                }
+                let pairs = args[1..]
+                    .chunks(2)
+                    .map(|pair| Ok((key(&pair[0])?, pair[1].clone())))
+                    .collect::<Result<_, Reply>>()?;
+                if name == "mset" { MSet(pairs) } else { MSetNx(pairs) }
+            }
+            "getset" => GetSet(key(arg(1))?, arg(2).clone()),
+            "getdel" => GetDel(key(arg(1))?),
+            "getex" => GetEx(key(arg(1))?, parse_getex(&args[2..])?),
+            "append" => Append(key(arg(1))?, arg(2).clone()),
+            "strlen" => Strlen(key(arg(1))?),
+            "getrange" | "substr" => GetRange(key(arg(1))?, integer(arg(2))?, integer(arg(3))?),
+            "setrange" => SetRange(key(arg(1))?, integer(arg(2))?, arg(3).clone()),
+            "incr" => IncrBy(key(arg(1))?, 1),
+            "decr" => IncrBy(key(arg(1))?, -1),
+            "incrby" => IncrBy(key(arg(1))?, integer(arg(2))?),
+            "decrby" => {
+                let by = integer(arg(2))?
+                    .checked_neg()
+                    .ok_or_else(|| Reply::error("ERR decrement would overflow"))?;
+                IncrBy(key(arg(1))?, by)
+            }
+            "incrbyfloat" => IncrByFloat(
+                key(arg(1))?,
+                parse_float(arg(2)).ok_or_else(|| Reply::error("ERR value is not a valid float"))?,
+            ),
+            "del" | "unlink" => Del(keys(&args[1..])?),
+            "exists" => Exists(keys(&args[1..])?),
+            "expire" | "pexpire" | "expireat" | "pexpireat" => parse_expire(name, args)?,
+            "expiretime" | "pexpiretime" => ExpireTime {
+                key: key(arg(1))?,
+                millis: name == "pexpiretime",
+            },
+            "ttl" | "pttl" => Ttl {
+                key: key(arg(1))?,
+                millis: name == "pttl",
+            },
+            "persist" => Persist(key(arg(1))?),
+            "type" => Type(key(arg(1))?),
+            "rename" | "renamenx" => Rename {
+                from: key(arg(1))?,
+                to: key(arg(2))?,
+                only_new: name == "renamenx",
+            },
+            "copy" => {
+                let mut replace = false;
+                for option in &args[3..] {
+                    if option.eq_ignore_ascii_case(b"replace") {
+                        replace = true;
+                    } else {
+                        // COPY ... DB <n> would cross buckets; not supported (see the docs).
+                        return Err(syntax_error());
+                    }
+                }
+                Copy {
+                    from: key(arg(1))?,
+                    to: key(arg(2))?,
+                    replace,
+                }
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(command))
+    }
+}
+
+/// The expiry option of SET or GETEX at `args[0]` (with its amount at `args[1]`).
+fn parse_expiry(command: &str, option: &[u8], amount: Option<&Bytes>) -> Result<Option<Expiry>, Reply> {
+    let unit: Option<(bool, i64)> = match option.to_ascii_lowercase().as_slice() {
+        b"ex" => Some((false, 1000)),
+        b"px" => Some((false, 1)),
+        b"exat" => Some((true, 1000)),
+        b"pxat" => Some((true, 1)),
+        _ => None,
+    };
+    let Some((absolute, scale)) = unit else {
+        return Ok(None);
+    };
+    let amount = integer(amount.ok_or_else(syntax_error)?)?;
+    let invalid = || Reply::error(format!("ERR invalid expire time in '{command}' command"));
+    if amount <= 0 {
+        return Err(invalid());
+    }
+    let millis = amount.checked_mul(scale).ok_or_else(invalid)?;
+    Ok(Some(if absolute {
+        Expiry::At(millis)
+    } else {
+        Expiry::In(millis)
+    }))
+}
+
+fn parse_set(args: &[Bytes]) -> Result<KeyCommand, Reply> {
+    let mut condition = None;
+    let mut get = false;
+    let mut ttl = SetTtl::Clear;
+    let mut i = 3;
+    while i < args.len() {
+        let option = args[i].to_ascii_lowercase();
+        match option.as_slice() {
+            b"nx" | b"xx" if condition.is_none() => {
+                condition = Some(if option == b"nx" {
+                    Condition::Absent
+                } else {
+                    Condition::Present
+                });
+            }
+            b"get" => get = true,
+            b"keepttl" if ttl == SetTtl::Clear => ttl = SetTtl::Keep,
+            _ if ttl == SetTtl::Clear => match parse_expiry("set", &option, args.get(i + 1))? {
+                Some(expiry) => {
+                    ttl = SetTtl::Expire(expiry);
+                    i += 1;
+                }
+                None => return Err(syntax_error()),
+            },
+            _ => return Err(syntax_error()),
+        }
+        i += 1;
+    }
+    Ok(KeyCommand::Set {
+        key: key(&args[1])?,
+        value: args[2].clone(),
+        condition,
+        get,
+        ttl,
+    })
+}
+
+fn parse_getex(options: &[Bytes]) -> Result<GetExTtl, Reply> {
+    match options {
+        [] => Ok(GetExTtl::Unchanged),
+        [persist] if persist.eq_ignore_ascii_case(b"persist") => Ok(GetExTtl::Persist),
+        [option, amount] => parse_expiry("getex", option, Some(amount))?
+            .map(GetExTtl::Expire)
+            .ok_or_else(syntax_error),
+        _ => Err(syntax_error()),
+    }
+}
+
+fn parse_expire(name: &str, args: &[Bytes]) -> Result<KeyCommand, Reply> {
+    let amount = integer(&args[2])?;
+    let invalid = || Reply::error(format!("ERR invalid expire time in '{name}' command"));
+    let (absolute, scale) = match name {
+        "expire" => (false, 1000),
+        "pexpire" => (false, 1),
+        "expireat" => (true, 1000),
+        _ => (true, 1),
+    };
+    let millis = amount.checked_mul(scale).ok_or_else(invalid)?;
+    let when = if absolute {
+        Expiry::At(millis)
+    } else {
+        Expiry::In(millis)
+    };
+    let mut condition = None;
+    for option in &args[3..] {
+        let parsed = match option.to_ascii_lowercase().as_slice() {
+            b"nx" => ExpireCondition::NoTtl,
+            b"xx" => ExpireCondition::HasTtl,
+            b"gt" => ExpireCondition::Greater,
+            b"lt" => ExpireCondition::Less,
+            _ => {
+                return Err(Reply::error(format!(
+                    "ERR Unsupported option {}",
+                    String::from_utf8_lossy(option)
+                )));
+            }
+        };
+        condition = match (condition, parsed) {
+            (None, parsed) => Some(parsed),
+            (Some(same), parsed) if same == parsed => Some(same),
+            (
+                Some(ExpireCondition::Greater | ExpireCondition::Less),
+                ExpireCondition::Greater | ExpireCondition::Less,
+            ) => {
+                return Err(Reply::error(
+                    "ERR GT and LT options at the same time are not compatible",
+                ));
+            }
+            _ => {
+                return Err(Reply::error(
+                    "ERR NX and XX, GT or LT options at the same time are not compatible",
+                ));
+            }
+        };
+    }
+    Ok(KeyCommand::Expire {
+        key: key(&args[1])?,
+        when,
+        condition,
+    })
+}
+
+/// Whether a value of `len` bytes is within Redis's string limit.
+pub fn within_string_limit(len: u64) -> bool {
+    len <= MAX_BULK_LEN as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_are_read_as_redis_reads_them() {
+        assert_eq!(parse_integer(b"42"), Some(42));
+        assert_eq!(parse_integer(b"-7"), Some(-7));
+        assert_eq!(parse_integer(b"0"), Some(0));
+        for bad in [
+            &b"+1"[..],
+            b"01",
+            b"-0",
+            b" 1",
+            b"1.0",
+            b"",
+            b"-",
+            b"99999999999999999999",
+        ] {
+            assert_eq!(parse_integer(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn set_options_parse_and_conflicts_are_syntax_errors() {
+        let args = |text: &str| {
+            text.split(' ')
+                .map(|part| Bytes::from(part.to_owned()))
+                .collect::<Vec<_>>()
+        };
+        let parsed = parse_set(&args("set k v NX GET PX 1500")).unwrap();
+        assert!(matches!(
+            parsed,
+            KeyCommand::Set {
+                condition: Some(Condition::Absent),
+                get: true,
+                ttl: SetTtl::Expire(Expiry::In(1500)),
+                ..
+            }
+        ));
+        assert_eq!(parse_set(&args("set k v NX XX")).unwrap_err(), syntax_error());
+        assert_eq!(parse_set(&args("set k v EX 1 KEEPTTL")).unwrap_err(), syntax_error());
+        assert_eq!(parse_set(&args("set k v EX")).unwrap_err(), syntax_error());
+        assert_eq!(parse_set(&args("set k v EX x")).unwrap_err(), not_an_integer());
+        assert_eq!(
+            parse_set(&args("set k v EX 0")).unwrap_err(),
+            Reply::error("ERR invalid expire time in 'set' command")
+        );
+    }
+}

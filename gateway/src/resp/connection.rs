@@ -1,0 +1,880 @@
+//! One client connection: reads whatever requests have arrived, runs them in order — a run of
+//! key reads as one statement, a run of key writes as one transaction — and writes all their
+//! replies back in one go.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::codec::{Reply, parse_request};
+use super::command::{self, KeyCommand, Spec, syntax_error, wrong_arity};
+use super::{ClientInfo, RespServer, glob, keys};
+use crate::http_server::Shutdown;
+use crate::store::{Access, KvEntry, Principal, StoreError};
+
+/// Requests taken from the input buffer per batch: bounds the replies held in memory.
+const MAX_BATCH: usize = 1024;
+const SCAN_DEFAULT_COUNT: i64 = 10;
+const KEYS_PAGE: i64 = 1000;
+/// Open SCAN cursors kept per connection.
+const MAX_CURSORS: usize = 256;
+
+const READONLY: &str = "READONLY You can't write against a read only replica.";
+const NOAUTH: &str = "NOAUTH Authentication required.";
+const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+
+/// A WATCHed key as it was: its version (ETag, last modified) and expiry, or absent.
+type Fingerprint = Option<(Option<(String, SystemTime)>, Option<SystemTime>)>;
+
+fn fingerprint(entry: Option<&KvEntry>) -> Fingerprint {
+    entry.map(|entry| (entry.version.clone(), entry.expires_at))
+}
+
+enum Queued {
+    Key(KeyCommand, &'static Spec),
+    Other(Vec<Bytes>, &'static Spec),
+}
+
+/// A run of consecutive key commands, executed together: as one statement when all of them
+/// read, else as one transaction (reads then see the writes before them, as they would in
+/// Redis, and the whole run costs one commit).
+#[derive(Default)]
+struct Run {
+    write: bool,
+    commands: Vec<(KeyCommand, &'static Spec)>,
+}
+
+pub struct Connection {
+    server: Arc<RespServer>,
+    id: u64,
+    principal: Option<Principal>,
+    db: u32,
+    resp3: bool,
+    multi: Option<Vec<Queued>>,
+    multi_failed: bool,
+    watched: Vec<(u32, String, Fingerprint)>,
+    cursors: HashMap<u64, String>,
+    next_cursor: u64,
+    quit: bool,
+}
+
+impl Connection {
+    pub fn new(server: Arc<RespServer>, id: u64, peer: SocketAddr, stream: &TcpStream) -> Connection {
+        let now = Instant::now();
+        server.clients.lock().expect("clients lock").insert(
+            id,
+            ClientInfo {
+                addr: peer,
+                local_addr: stream.local_addr().unwrap_or(peer),
+                name: String::new(),
+                lib_name: String::new(),
+                lib_version: String::new(),
+                db: 0,
+                resp: 2,
+                connected: now,
+                last_active: now,
+                last_command: "NULL",
+            },
+        );
+        let principal = (!server.settings.require_auth).then(|| server.root.clone());
+        Connection {
+            server,
+            id,
+            principal,
+            db: 0,
+            resp3: false,
+            multi: None,
+            multi_failed: false,
+            watched: Vec::new(),
+            cursors: HashMap::new(),
+            next_cursor: 1,
+            quit: false,
+        }
+    }
+
+    pub async fn run(mut self, mut stream: TcpStream, mut shutdown: Shutdown) {
+        let mut input = BytesMut::with_capacity(16 * 1024);
+        let mut output = BytesMut::with_capacity(16 * 1024);
+        loop {
+            let mut requests = Vec::new();
+            let mut broken = None;
+            while requests.len() < MAX_BATCH {
+                match parse_request(&mut input) {
+                    Ok(Some(request)) => requests.push(request),
+                    Ok(None) => break,
+                    Err(err) => {
+                        broken = Some(err);
+                        break;
+                    }
+                }
+            }
+            if requests.is_empty() && broken.is_none() {
+                let read = async {
+                    match self.server.settings.idle_timeout {
+                        Some(limit) => tokio::time::timeout(limit, stream.read_buf(&mut input))
+                            .await
+                            .unwrap_or(Ok(0)),
+                        None => stream.read_buf(&mut input).await,
+                    }
+                };
+                let read = tokio::select! {
+                    read = read => read,
+                    _ = shutdown.wait() => break,
+                };
+                match read {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => continue,
+                }
+            }
+            if !requests.is_empty() {
+                self.handle(requests, &mut output).await;
+            }
+            // Redis answers the requests before a protocol error, then the error, then closes.
+            if let Some(err) = &broken {
+                Reply::Error(err.0.clone()).encode(self.resp3, &mut output);
+            }
+            if stream.write_all(&output).await.is_err() {
+                break;
+            }
+            output.clear();
+            if self.quit || broken.is_some() {
+                break;
+            }
+        }
+        self.server.clients.lock().expect("clients lock").remove(&self.id);
+    }
+
+    /// Runs a batch of requests, encoding their replies in order.
+    async fn handle(&mut self, requests: Vec<Vec<Bytes>>, out: &mut BytesMut) {
+        let mut run = Run::default();
+        let mut last_command = "NULL";
+        for args in requests {
+            if self.quit {
+                break;
+            }
+            let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
+            let spec = command::lookup(&name);
+            last_command = spec.map_or("unknown", |spec| spec.name);
+            let key_command = match self.admit(&name, spec, &args) {
+                Err(reply) => {
+                    self.flush(&mut run, out).await;
+                    self.finish(spec, reply, out);
+                    continue;
+                }
+                Ok(admitted) => admitted,
+            };
+            let spec = spec.expect("admitted commands are known");
+            let queueing = !matches!(spec.name, "exec" | "discard" | "multi" | "watch" | "quit" | "reset");
+            if let (true, Some(_)) = (queueing, &self.multi) {
+                let queued = match key_command {
+                    Some(command) => Queued::Key(command, spec),
+                    None if matches!(spec.name, "select" | "auth" | "hello" | "client") => {
+                        self.multi_failed = true;
+                        let reply = Reply::error(format!(
+                            "ERR {} inside MULTI is not supported",
+                            spec.name.to_uppercase()
+                        ));
+                        self.finish(Some(spec), reply, out);
+                        continue;
+                    }
+                    None => Queued::Other(args, spec),
+                };
+                if let Some(multi) = self.multi.as_mut() {
+                    multi.push(queued);
+                }
+                Reply::Simple("QUEUED").encode(self.resp3, out);
+                continue;
+            }
+            match key_command {
+                Some(command) => {
+                    run.write |= spec.is_write();
+                    run.commands.push((command, spec));
+                }
+                None => {
+                    self.flush(&mut run, out).await;
+                    let reply = Box::pin(self.other_command(spec, &args)).await;
+                    self.finish(Some(spec), reply, out);
+                }
+            }
+        }
+        self.flush(&mut run, out).await;
+        let mut clients = self.server.clients.lock().expect("clients lock");
+        if let Some(info) = clients.get_mut(&self.id) {
+            info.last_active = Instant::now();
+            info.last_command = last_command;
+            info.db = self.db;
+            info.resp = if self.resp3 { 3 } else { 2 };
+        }
+    }
+
+    /// Checks what every command needs before it runs (known, arity, auth, writable, parsable)
+    /// and parses key commands. An error marks an open MULTI as failed, as in Redis.
+    fn admit(&mut self, name: &str, spec: Option<&'static Spec>, args: &[Bytes]) -> Result<Option<KeyCommand>, Reply> {
+        let result = (|| {
+            let Some(spec) = spec else {
+                return Err(command::unknown_command(args));
+            };
+            if !spec.arity_ok(args.len()) {
+                return Err(wrong_arity(name));
+            }
+            if self.principal.is_none() && !spec.flags.contains(&"no_auth") {
+                return Err(Reply::error(NOAUTH));
+            }
+            if spec.is_write() && self.server.settings.read_only {
+                return Err(Reply::error(READONLY));
+            }
+            KeyCommand::parse(name, args)
+        })();
+        if result.is_err() && self.multi.is_some() {
+            self.multi_failed = true;
+        }
+        result
+    }
+
+    fn finish(&self, spec: Option<&'static Spec>, reply: Reply, out: &mut BytesMut) {
+        self.count(spec.map_or("unknown", |spec| spec.name), &reply);
+        reply.encode(self.resp3, out);
+    }
+
+    fn count(&self, operation: &str, reply: &Reply) {
+        let status = if reply.is_error() { "error" } else { "ok" };
+        self.server
+            .metrics
+            .requests
+            .with_label_values(&["resp", operation, status])
+            .inc();
+    }
+
+    fn bucket(&self) -> &str {
+        &self.server.settings.databases[&self.db]
+    }
+
+    fn principal(&self) -> &Principal {
+        self.principal.as_ref().expect("authenticated before any key command")
+    }
+
+    /// Executes a pending run of key commands and encodes their replies.
+    async fn flush(&mut self, run: &mut Run, out: &mut BytesMut) {
+        if run.commands.is_empty() {
+            return;
+        }
+        let commands = std::mem::take(&mut run.commands);
+        let write = std::mem::take(&mut run.write);
+        let replies = Box::pin(self.execute(&commands, write, &[]))
+            .await
+            .unwrap_or_else(|reply| vec![reply; commands.len()]);
+        for ((_, spec), reply) in commands.iter().zip(replies) {
+            self.finish(Some(spec), reply, out);
+        }
+    }
+
+    /// Runs key commands as one batch: one statement for reads, one transaction for writes.
+    /// When a `watched` key changed since WATCH, nothing runs and the error is the null array
+    /// EXEC answers with.
+    async fn execute(
+        &self,
+        commands: &[(KeyCommand, &'static Spec)],
+        write: bool,
+        watched: &[(String, Fingerprint)],
+    ) -> Result<Vec<Reply>, Reply> {
+        let store = &self.server.store;
+        if write && watched.is_empty() {
+            // Shares a transaction with other connections' writes; access is checked here.
+            store
+                .bucket(self.principal(), self.bucket(), Access::Write)
+                .await
+                .map_err(store_error)?;
+            let commands = commands.iter().map(|(command, _)| command.clone()).collect();
+            return self
+                .server
+                .group_commit
+                .submit(self.bucket(), commands)
+                .await
+                .map_err(store_error);
+        }
+        let mut keys: Vec<String> = commands
+            .iter()
+            .flat_map(|(command, _)| command.keys())
+            .chain(watched.iter().map(|(key, _)| key))
+            .cloned()
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let batch = if write {
+            store.kv_write(self.principal(), self.bucket(), &keys).await
+        } else {
+            store.kv_read(self.principal(), self.bucket(), &keys).await
+        };
+        let mut batch = batch.map_err(store_error)?;
+        if watched.iter().any(|(key, seen)| fingerprint(batch.get(key)) != *seen) {
+            batch.rollback().await.map_err(store_error)?;
+            return Err(Reply::NilArray);
+        }
+        let mut replies = Vec::with_capacity(commands.len());
+        for (command, _) in commands {
+            replies.push(keys::apply(command, &mut batch).await.map_err(store_error)?);
+        }
+        batch.commit().await.map_err(store_error)?;
+        Ok(replies)
+    }
+
+    /// Everything that is not a key command.
+    async fn other_command(&mut self, spec: &'static Spec, args: &[Bytes]) -> Reply {
+        match spec.name {
+            "ping" => match args.get(1) {
+                Some(message) => Reply::Bulk(message.clone()),
+                None => Reply::Simple("PONG"),
+            },
+            "echo" => Reply::Bulk(args[1].clone()),
+            "time" => {
+                let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+                Reply::Array(vec![
+                    Reply::text(&now.as_secs().to_string()),
+                    Reply::text(&now.subsec_micros().to_string()),
+                ])
+            }
+            "quit" => {
+                self.quit = true;
+                Reply::OK
+            }
+            "reset" => {
+                self.multi = None;
+                self.multi_failed = false;
+                self.watched.clear();
+                self.cursors.clear();
+                self.db = 0;
+                self.resp3 = false;
+                if self.server.settings.require_auth {
+                    self.principal = None;
+                }
+                self.set_client(|info| info.name.clear());
+                Reply::Simple("RESET")
+            }
+            "auth" => match args {
+                [_, password] => self.authenticate(None, password).await,
+                [_, user, password] => self.authenticate(Some(user), password).await,
+                _ => syntax_error(),
+            },
+            "hello" => self.hello(args).await,
+            "select" => match command::parse_integer(&args[1]) {
+                None => command::not_an_integer(),
+                Some(db) if u32::try_from(db).is_ok_and(|db| self.server.settings.databases.contains_key(&db)) => {
+                    self.db = db as u32;
+                    Reply::OK
+                }
+                Some(_) => Reply::error("ERR DB index is out of range"),
+            },
+            "client" => self.client(args),
+            "command" => command_command(args),
+            "config" => match args[1].to_ascii_lowercase().as_slice() {
+                // Clients (redis-benchmark among them) read settings; there are none to show.
+                b"get" if args.len() >= 3 => Reply::Map(Vec::new()),
+                b"get" => wrong_arity("config|get"),
+                _ => Reply::error("ERR CONFIG is not supported by pgvs3 except CONFIG GET"),
+            },
+            "info" => self.info(args).await,
+            "multi" => {
+                if self.multi.is_some() {
+                    return Reply::error("ERR MULTI calls can not be nested");
+                }
+                self.multi = Some(Vec::new());
+                self.multi_failed = false;
+                Reply::OK
+            }
+            "discard" => {
+                if self.multi.take().is_none() {
+                    return Reply::error("ERR DISCARD without MULTI");
+                }
+                self.watched.clear();
+                Reply::OK
+            }
+            "exec" => self.exec().await,
+            "watch" => {
+                if self.multi.is_some() {
+                    return Reply::error("ERR WATCH inside MULTI is not allowed");
+                }
+                let keys: Result<Vec<String>, Reply> = args[1..].iter().map(command::key).collect();
+                let keys = match keys {
+                    Ok(keys) => keys,
+                    Err(reply) => return reply,
+                };
+                match self.server.store.kv_read(self.principal(), self.bucket(), &keys).await {
+                    Ok(batch) => {
+                        for key in keys {
+                            let seen = fingerprint(batch.get(&key));
+                            self.watched.push((self.db, key, seen));
+                        }
+                        Reply::OK
+                    }
+                    Err(err) => store_error(err),
+                }
+            }
+            "unwatch" => {
+                self.watched.clear();
+                Reply::OK
+            }
+            "dbsize" => match self.server.store.kv_count(self.principal(), self.bucket()).await {
+                Ok((keys, _)) => Reply::Integer(keys),
+                Err(err) => store_error(err),
+            },
+            "randomkey" => match self.server.store.kv_random_key(self.principal(), self.bucket()).await {
+                Ok(key) => key.map_or(Reply::Nil, Reply::bulk),
+                Err(err) => store_error(err),
+            },
+            "flushdb" => {
+                if args.len() > 2
+                    || args
+                        .get(1)
+                        .is_some_and(|mode| !mode.eq_ignore_ascii_case(b"sync") && !mode.eq_ignore_ascii_case(b"async"))
+                {
+                    return syntax_error();
+                }
+                if !self.server.settings.flushdb {
+                    return Reply::error("ERR FLUSHDB is disabled on this server (start pgvs3 with --resp-flushdb)");
+                }
+                match self.server.store.kv_flush(self.principal(), self.bucket()).await {
+                    Ok(()) => Reply::OK,
+                    Err(err) => store_error(err),
+                }
+            }
+            "keys" => self.keys(&args[1]).await,
+            "scan" => self.scan(args).await,
+            other => unreachable!("{other} is in the command table but not handled"),
+        }
+    }
+
+    async fn exec(&mut self) -> Reply {
+        let Some(queued) = self.multi.take() else {
+            return Reply::error("ERR EXEC without MULTI");
+        };
+        let watched = std::mem::take(&mut self.watched);
+        if std::mem::take(&mut self.multi_failed) {
+            return Reply::error("EXECABORT Transaction discarded because of previous errors.");
+        }
+        // Keys watched in other databases are checked on their own (not under the batch's lock).
+        let mut here = Vec::new();
+        for (db, key, seen) in watched {
+            if db == self.db {
+                here.push((key, seen));
+                continue;
+            }
+            let bucket = &self.server.settings.databases[&db];
+            match self
+                .server
+                .store
+                .kv_read(self.principal(), bucket, std::slice::from_ref(&key))
+                .await
+            {
+                Ok(batch) if fingerprint(batch.get(&key)) == seen => {}
+                Ok(_) => return Reply::NilArray,
+                Err(err) => return store_error(err),
+            }
+        }
+        let commands: Vec<(KeyCommand, &'static Spec)> = queued
+            .iter()
+            .filter_map(|queued| match queued {
+                Queued::Key(command, spec) => Some((command.clone(), *spec)),
+                Queued::Other(..) => None,
+            })
+            .collect();
+        let write = commands.iter().any(|(_, spec)| spec.is_write());
+        let mut key_replies = if commands.is_empty() && here.is_empty() {
+            Vec::new()
+        } else {
+            match self.execute(&commands, write, &here).await {
+                Ok(replies) => replies,
+                Err(Reply::NilArray) => return Reply::NilArray,
+                Err(reply) => vec![reply; commands.len()],
+            }
+        }
+        .into_iter();
+        let mut replies = Vec::with_capacity(queued.len());
+        for queued in queued {
+            let reply = match queued {
+                Queued::Key(_, spec) => {
+                    let reply = key_replies.next().expect("one reply per key command");
+                    self.count(spec.name, &reply);
+                    reply
+                }
+                Queued::Other(args, spec) => {
+                    let reply = Box::pin(self.other_command(spec, &args)).await;
+                    self.count(spec.name, &reply);
+                    reply
+                }
+            };
+            replies.push(reply);
+        }
+        Reply::Array(replies)
+    }
+
+    async fn authenticate(&mut self, user: Option<&Bytes>, password: &Bytes) -> Reply {
+        match self.check_credentials(user, password).await {
+            Ok(principal) => {
+                self.principal = Some(principal);
+                Reply::OK
+            }
+            Err(reply) => reply,
+        }
+    }
+
+    async fn check_credentials(&self, user: Option<&Bytes>, password: &Bytes) -> Result<Principal, Reply> {
+        let configured = self.server.settings.password.as_deref();
+        match user.map(|user| &user[..]) {
+            None | Some(b"default") => match configured {
+                Some(configured) if constant_time_eq(configured.as_bytes(), password) => Ok(self.server.root.clone()),
+                None if user.is_none() => Err(Reply::error(
+                    "ERR AUTH <password> called without any password configured for the default user. \
+                     Are you sure your configuration is correct?",
+                )),
+                _ => Err(Reply::error(WRONGPASS)),
+            },
+            Some(access_key) => {
+                let access_key = String::from_utf8_lossy(access_key);
+                match self.server.store.catalog().access_key(&access_key).await {
+                    Ok(Some(key)) if constant_time_eq(key.secret.as_bytes(), password) => Ok(key.principal()),
+                    Ok(_) => Err(Reply::error(WRONGPASS)),
+                    Err(err) => Err(store_error(err)),
+                }
+            }
+        }
+    }
+
+    async fn hello(&mut self, args: &[Bytes]) -> Reply {
+        let mut protocol = if self.resp3 { 3 } else { 2 };
+        if let Some(version) = args.get(1) {
+            protocol = match command::parse_integer(version) {
+                Some(version @ (2 | 3)) => version,
+                Some(_) => return Reply::error("NOPROTO unsupported protocol version"),
+                None => return Reply::error("ERR Protocol version is not an integer or out of range"),
+            };
+        }
+        let mut name = None;
+        let mut i = 2;
+        while i < args.len() {
+            let option = args[i].to_ascii_lowercase();
+            match option.as_slice() {
+                b"auth" if i + 2 < args.len() => {
+                    match self.check_credentials(Some(&args[i + 1]), &args[i + 2]).await {
+                        Ok(principal) => self.principal = Some(principal),
+                        Err(reply) => return reply,
+                    }
+                    i += 3;
+                }
+                b"setname" if i + 1 < args.len() => {
+                    name = Some(args[i + 1].clone());
+                    i += 2;
+                }
+                _ => {
+                    return Reply::error(format!(
+                        "ERR Syntax error in HELLO option '{}'",
+                        String::from_utf8_lossy(&args[i])
+                    ));
+                }
+            }
+        }
+        if self.principal.is_none() {
+            return Reply::error(
+                "NOAUTH HELLO must be called with the client already authenticated, otherwise the \
+                 HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and \
+                 select the RESP protocol version at the same time",
+            );
+        }
+        if let Some(name) = name {
+            let reply = self.set_name(&name);
+            if reply.is_error() {
+                return reply;
+            }
+        }
+        self.resp3 = protocol == 3;
+        let role = if self.server.settings.read_only {
+            "replica"
+        } else {
+            "master"
+        };
+        Reply::Map(vec![
+            (Reply::text("server"), Reply::text("redis")),
+            (Reply::text("version"), Reply::text(REDIS_VERSION)),
+            (Reply::text("proto"), Reply::Integer(protocol)),
+            (Reply::text("id"), Reply::Integer(self.id as i64)),
+            (Reply::text("mode"), Reply::text("standalone")),
+            (Reply::text("role"), Reply::text(role)),
+            (Reply::text("modules"), Reply::Array(Vec::new())),
+        ])
+    }
+
+    fn set_client(&self, update: impl FnOnce(&mut ClientInfo)) {
+        if let Some(info) = self.server.clients.lock().expect("clients lock").get_mut(&self.id) {
+            update(info);
+        }
+    }
+
+    fn set_name(&self, name: &[u8]) -> Reply {
+        if name.iter().any(|&byte| !(b'!'..=b'~').contains(&byte)) {
+            return Reply::error("ERR Client names cannot contain spaces, newlines or special characters.");
+        }
+        let name = String::from_utf8_lossy(name).into_owned();
+        self.set_client(|info| info.name = name);
+        Reply::OK
+    }
+
+    fn client(&self, args: &[Bytes]) -> Reply {
+        let subcommand = args[1].to_ascii_lowercase();
+        match (subcommand.as_slice(), args.len()) {
+            (b"id", 2) => Reply::Integer(self.id as i64),
+            (b"setname", 3) => self.set_name(&args[2]),
+            (b"getname", 2) => {
+                let clients = self.server.clients.lock().expect("clients lock");
+                match clients.get(&self.id) {
+                    Some(info) if !info.name.is_empty() => Reply::text(&info.name),
+                    _ => Reply::Nil,
+                }
+            }
+            (b"list", _) => {
+                let clients = self.server.clients.lock().expect("clients lock");
+                let mut ids: Vec<&u64> = clients.keys().collect();
+                ids.sort();
+                let text: String = ids.into_iter().map(|id| client_line(*id, &clients[id])).collect();
+                Reply::text(&text)
+            }
+            (b"info", 2) => {
+                let clients = self.server.clients.lock().expect("clients lock");
+                clients
+                    .get(&self.id)
+                    .map_or(Reply::Nil, |info| Reply::text(&client_line(self.id, info)))
+            }
+            (b"setinfo", 4) => {
+                let value = String::from_utf8_lossy(&args[3]).into_owned();
+                match args[2].to_ascii_lowercase().as_slice() {
+                    b"lib-name" => self.set_client(|info| info.lib_name = value),
+                    b"lib-ver" => self.set_client(|info| info.lib_version = value),
+                    _ => {
+                        return Reply::error(format!(
+                            "ERR Unrecognized option '{}'",
+                            String::from_utf8_lossy(&args[2])
+                        ));
+                    }
+                }
+                Reply::OK
+            }
+            (b"no-evict" | b"no-touch", 3) => Reply::OK,
+            (b"id" | b"setname" | b"getname" | b"info" | b"setinfo" | b"no-evict" | b"no-touch", _) => {
+                wrong_arity(&format!("client|{}", String::from_utf8_lossy(&subcommand)))
+            }
+            _ => Reply::error(format!(
+                "ERR unknown subcommand '{}'. Try CLIENT HELP.",
+                String::from_utf8_lossy(&args[1])
+            )),
+        }
+    }
+
+    async fn info(&self, args: &[Bytes]) -> Reply {
+        let wanted: Vec<String> = args[1..]
+            .iter()
+            .map(|arg| String::from_utf8_lossy(arg).to_ascii_lowercase())
+            .collect();
+        let show = |section: &str| {
+            wanted.is_empty()
+                || wanted
+                    .iter()
+                    .any(|w| w == section || w == "all" || w == "everything" || w == "default")
+        };
+        let mut text = String::new();
+        if show("server") {
+            text.push_str(&format!(
+                "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_mode:standalone\r\npgvs3_version:{}\r\n\
+                 arch_bits:64\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\n\r\n",
+                env!("CARGO_PKG_VERSION"),
+                self.server.port,
+                self.server.started.elapsed().as_secs(),
+            ));
+        }
+        if show("clients") {
+            let connected = self.server.clients.lock().expect("clients lock").len();
+            text.push_str(&format!(
+                "# Clients\r\nconnected_clients:{connected}\r\nmaxclients:{}\r\n\r\n",
+                self.server.settings.max_clients
+            ));
+        }
+        if show("replication") {
+            let role = if self.server.settings.read_only {
+                "slave"
+            } else {
+                "master"
+            };
+            text.push_str(&format!("# Replication\r\nrole:{role}\r\n\r\n"));
+        }
+        if show("keyspace") {
+            text.push_str("# Keyspace\r\n");
+            for (db, bucket) in &self.server.settings.databases {
+                if let Ok((keys, expires)) = self.server.store.kv_count(self.principal(), bucket).await
+                    && keys > 0
+                {
+                    text.push_str(&format!("db{db}:keys={keys},expires={expires},avg_ttl=0\r\n"));
+                }
+            }
+        }
+        Reply::text(&text)
+    }
+
+    async fn keys(&self, pattern: &[u8]) -> Reply {
+        let prefix = glob::literal_prefix(pattern);
+        let mut after = String::new();
+        let mut found = Vec::new();
+        loop {
+            let page = self
+                .server
+                .store
+                .kv_scan(self.principal(), self.bucket(), &after, &prefix, KEYS_PAGE)
+                .await;
+            let page = match page {
+                Ok(page) => page,
+                Err(err) => return store_error(err),
+            };
+            let done = (page.len() as i64) < KEYS_PAGE;
+            if let Some(last) = page.last() {
+                after = last.clone();
+            }
+            found.extend(
+                page.into_iter()
+                    .filter(|key| glob::matches(pattern, key.as_bytes()))
+                    .map(Reply::bulk),
+            );
+            if done {
+                return Reply::Array(found);
+            }
+        }
+    }
+
+    /// SCAN walks keys in order; a cursor names where the previous page ended. Cursors are
+    /// numbers (clients parse them) kept per connection.
+    async fn scan(&mut self, args: &[Bytes]) -> Reply {
+        let after = match command::parse_integer(&args[1]) {
+            Some(0) => String::new(),
+            Some(cursor) => match self.cursors.remove(&(cursor as u64)) {
+                Some(after) => after,
+                None => return Reply::error("ERR invalid cursor"),
+            },
+            None => return Reply::error("ERR invalid cursor"),
+        };
+        let mut pattern: Option<&[u8]> = None;
+        let mut count = SCAN_DEFAULT_COUNT;
+        let mut strings = true;
+        let mut i = 2;
+        while i < args.len() {
+            let Some(value) = args.get(i + 1) else {
+                return syntax_error();
+            };
+            match args[i].to_ascii_lowercase().as_slice() {
+                b"match" => pattern = Some(value),
+                b"count" => match command::parse_integer(value) {
+                    Some(n) if n >= 1 => count = n.min(100_000),
+                    Some(_) => return syntax_error(),
+                    None => return command::not_an_integer(),
+                },
+                b"type" => strings = value.eq_ignore_ascii_case(b"string"),
+                _ => return syntax_error(),
+            }
+            i += 2;
+        }
+        let prefix = pattern.map(glob::literal_prefix).unwrap_or_default();
+        let page = match self
+            .server
+            .store
+            .kv_scan(self.principal(), self.bucket(), &after, &prefix, count)
+            .await
+        {
+            Ok(page) => page,
+            Err(err) => return store_error(err),
+        };
+        let next = match page.last() {
+            Some(last) if page.len() as i64 == count => {
+                if self.cursors.len() >= MAX_CURSORS {
+                    let oldest = *self.cursors.keys().min().expect("not empty");
+                    self.cursors.remove(&oldest);
+                }
+                let cursor = self.next_cursor;
+                self.next_cursor += 1;
+                self.cursors.insert(cursor, last.clone());
+                cursor
+            }
+            _ => 0,
+        };
+        let keys = page
+            .into_iter()
+            .filter(|key| strings && pattern.is_none_or(|pattern| glob::matches(pattern, key.as_bytes())))
+            .map(Reply::bulk)
+            .collect();
+        Reply::Array(vec![Reply::text(&next.to_string()), Reply::Array(keys)])
+    }
+}
+
+/// The Redis version pgvs3 reports: the command set it follows.
+const REDIS_VERSION: &str = "7.0.0";
+
+fn client_line(id: u64, info: &ClientInfo) -> String {
+    format!(
+        "id={id} addr={} laddr={} name={} age={} idle={} db={} resp={} lib-name={} lib-ver={} cmd={}\n",
+        info.addr,
+        info.local_addr,
+        info.name,
+        info.connected.elapsed().as_secs(),
+        info.last_active.elapsed().as_secs(),
+        info.db,
+        info.resp,
+        info.lib_name,
+        info.lib_version,
+        info.last_command,
+    )
+}
+
+fn command_command(args: &[Bytes]) -> Reply {
+    let Some(subcommand) = args.get(1) else {
+        return Reply::Array(command::COMMANDS.iter().map(Spec::info).collect());
+    };
+    let names = || {
+        args[2..]
+            .iter()
+            .map(|name| String::from_utf8_lossy(name).to_ascii_lowercase())
+    };
+    match subcommand.to_ascii_lowercase().as_slice() {
+        b"count" => Reply::Integer(command::COMMANDS.len() as i64),
+        b"list" => Reply::Array(command::COMMANDS.iter().map(|spec| Reply::text(spec.name)).collect()),
+        b"info" if args.len() == 2 => Reply::Array(command::COMMANDS.iter().map(Spec::info).collect()),
+        b"info" => Reply::Array(
+            names()
+                .map(|name| command::lookup(&name).map_or(Reply::Nil, Spec::info))
+                .collect(),
+        ),
+        // No documentation to offer; clients (redis-cli) only use it for hints.
+        b"docs" => Reply::Map(Vec::new()),
+        _ => Reply::error(format!(
+            "ERR unknown subcommand '{}'. Try COMMAND HELP.",
+            String::from_utf8_lossy(subcommand)
+        )),
+    }
+}
+
+fn constant_time_eq(expected: &[u8], given: &[u8]) -> bool {
+    expected.len() == given.len() && expected.iter().zip(given).fold(0u8, |diff, (a, b)| diff | (a ^ b)) == 0
+}
+
+/// Store failures as Redis error texts.
+fn store_error(err: StoreError) -> Reply {
+    match err {
+        StoreError::ReadOnly => Reply::error(READONLY),
+        StoreError::AccessDenied => {
+            Reply::error("NOPERM this user has no permissions to access this database's bucket")
+        }
+        StoreError::NoSuchBucket => Reply::error("ERR the bucket of this database does not exist"),
+        StoreError::KeyTooLong => Reply::error("ERR invalid key: pgvs3 keys are at most 1024 bytes"),
+        other => {
+            tracing::warn!(error = %other, "RESP command failed");
+            Reply::error(format!("ERR {other}"))
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! Key commands applied to the loaded state of a batch. Every value is a string (an object's
+//! bytes), so WRONGTYPE never arises; everything else answers as Redis does.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+
+use super::codec::{Reply, format_double};
+use super::command::{
+    Condition, ExpireCondition, Expiry, GetExTtl, KeyCommand, SetTtl, not_an_integer, parse_float, parse_integer,
+    within_string_limit,
+};
+use crate::store::{KvBatch, StoreResult};
+
+fn too_large() -> Reply {
+    Reply::error("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
+}
+
+fn at(now: SystemTime, expiry: Expiry) -> SystemTime {
+    match expiry {
+        Expiry::In(millis) if millis >= 0 => now + Duration::from_millis(millis as u64),
+        Expiry::In(millis) => now - Duration::from_millis(millis.unsigned_abs()),
+        Expiry::At(millis) if millis >= 0 => UNIX_EPOCH + Duration::from_millis(millis as u64),
+        Expiry::At(_) => UNIX_EPOCH,
+    }
+}
+
+fn unix_millis(time: SystemTime) -> i64 {
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(since) => since.as_millis() as i64,
+        Err(before) => -(before.duration().as_millis() as i64),
+    }
+}
+
+fn value_reply(value: Option<Bytes>) -> Reply {
+    value.map_or(Reply::Nil, Reply::Bulk)
+}
+
+/// Runs one key command against the batch. Store errors (the database failing) end the batch.
+pub async fn apply(command: &KeyCommand, batch: &mut KvBatch) -> StoreResult<Reply> {
+    use KeyCommand::*;
+    let now = batch.now;
+    let reply = match command {
+        Get(key) => value_reply(batch.value(key).await?),
+        MGet(keys) => {
+            let mut values = Vec::with_capacity(keys.len());
+            for key in keys {
+                values.push(value_reply(batch.value(key).await?));
+            }
+            Reply::Array(values)
+        }
+        Set {
+            key,
+            value,
+            condition,
+            get,
+            ttl,
+        } => {
+            let old = if *get { batch.value(key).await? } else { None };
+            let exists = batch.get(key).is_some();
+            let allowed = match condition {
+                Some(Condition::Absent) => !exists,
+                Some(Condition::Present) => exists,
+                None => true,
+            };
+            if allowed {
+                let expires_at = match ttl {
+                    SetTtl::Clear => None,
+                    SetTtl::Keep => batch.get(key).and_then(|entry| entry.expires_at),
+                    SetTtl::Expire(expiry) => Some(at(now, *expiry)),
+                };
+                batch.set(key, value.clone(), expires_at);
+            }
+            match (get, allowed) {
+                (true, _) => value_reply(old),
+                (false, true) => Reply::OK,
+                (false, false) => Reply::Nil,
+            }
+        }
+        SetNx(key, value) => {
+            let absent = batch.get(key).is_none();
+            if absent {
+                batch.set(key, value.clone(), None);
+            }
+            Reply::bool(absent)
+        }
+        MSet(pairs) => {
+            for (key, value) in pairs {
+                batch.set(key, value.clone(), None);
+            }
+            Reply::OK
+        }
+        MSetNx(pairs) => {
+            let none_exist = pairs.iter().all(|(key, _)| batch.get(key).is_none());
+            if none_exist {
+                for (key, value) in pairs {
+                    batch.set(key, value.clone(), None);
+                }
+            }
+            Reply::bool(none_exist)
+        }
+        GetSet(key, value) => {
+            let old = batch.value(key).await?;
+            batch.set(key, value.clone(), None);
+            value_reply(old)
+        }
+        GetDel(key) => {
+            let old = batch.value(key).await?;
+            batch.delete(key);
+            value_reply(old)
+        }
+        GetEx(key, ttl) => {
+            let old = batch.value(key).await?;
+            if old.is_some() {
+                match ttl {
+                    GetExTtl::Unchanged => {}
+                    GetExTtl::Persist => {
+                        batch.set_expiry(key, None);
+                    }
+                    GetExTtl::Expire(expiry) => expire_or_delete(batch, key, at(now, *expiry)),
+                }
+            }
+            value_reply(old)
+        }
+        Append(key, suffix) => {
+            let old = batch.value(key).await?.unwrap_or_default();
+            if !within_string_limit(old.len() as u64 + suffix.len() as u64) {
+                return Ok(too_large());
+            }
+            let mut joined = BytesMut::with_capacity(old.len() + suffix.len());
+            joined.extend_from_slice(&old);
+            joined.extend_from_slice(suffix);
+            let len = joined.len();
+            keep_ttl_set(batch, key, joined.freeze());
+            Reply::Integer(len as i64)
+        }
+        Strlen(key) => Reply::Integer(batch.get(key).map_or(0, |entry| entry.value.len() as i64)),
+        GetRange(key, start, end) => {
+            let value = batch.value(key).await?.unwrap_or_default();
+            Reply::Bulk(substring(&value, *start, *end))
+        }
+        SetRange(key, offset, piece) => {
+            if *offset < 0 {
+                return Ok(Reply::error("ERR offset is out of range"));
+            }
+            let old = batch.value(key).await?;
+            let offset = *offset as u64;
+            if piece.is_empty() {
+                return Ok(Reply::Integer(old.map_or(0, |old| old.len() as i64)));
+            }
+            if !within_string_limit(offset + piece.len() as u64) {
+                return Ok(too_large());
+            }
+            let mut value = BytesMut::from(&old.unwrap_or_default()[..]);
+            let end = offset as usize + piece.len();
+            if value.len() < end {
+                value.resize(end, 0);
+            }
+            value[offset as usize..end].copy_from_slice(piece);
+            let len = value.len();
+            keep_ttl_set(batch, key, value.freeze());
+            Reply::Integer(len as i64)
+        }
+        IncrBy(key, by) => {
+            let current = match batch.value(key).await? {
+                None => 0,
+                Some(value) => match parse_integer(&value) {
+                    Some(current) => current,
+                    None => return Ok(not_an_integer()),
+                },
+            };
+            let Some(next) = current.checked_add(*by) else {
+                return Ok(Reply::error("ERR increment or decrement would overflow"));
+            };
+            keep_ttl_set(batch, key, Bytes::from(next.to_string()));
+            Reply::Integer(next)
+        }
+        IncrByFloat(key, by) => {
+            let current = match batch.value(key).await? {
+                None => 0.0,
+                Some(value) => match parse_float(&value) {
+                    Some(current) => current,
+                    None => return Ok(Reply::error("ERR value is not a valid float")),
+                },
+            };
+            let next = current + by;
+            if !next.is_finite() {
+                return Ok(Reply::error("ERR increment would produce NaN or Infinity"));
+            }
+            let text = format_double(next);
+            keep_ttl_set(batch, key, Bytes::from(text.clone()));
+            Reply::Bulk(Bytes::from(text))
+        }
+        Del(keys) => Reply::Integer(keys.iter().filter(|key| batch.delete(key)).count() as i64),
+        Exists(keys) => Reply::Integer(keys.iter().filter(|key| batch.get(key).is_some()).count() as i64),
+        Expire { key, when, condition } => {
+            let Some(entry) = batch.get(key) else {
+                return Ok(Reply::Integer(0));
+            };
+            let new = at(now, *when);
+            let current = entry.expires_at;
+            let allowed = match condition {
+                None => true,
+                Some(ExpireCondition::NoTtl) => current.is_none(),
+                Some(ExpireCondition::HasTtl) => current.is_some(),
+                Some(ExpireCondition::Greater) => current.is_some_and(|current| new > current),
+                Some(ExpireCondition::Less) => current.is_none_or(|current| new < current),
+            };
+            if allowed {
+                expire_or_delete(batch, key, new);
+            }
+            Reply::bool(allowed)
+        }
+        ExpireTime { key, millis } => match batch.get(key) {
+            None => Reply::Integer(-2),
+            Some(entry) => match entry.expires_at {
+                None => Reply::Integer(-1),
+                Some(when) if *millis => Reply::Integer(unix_millis(when)),
+                Some(when) => Reply::Integer(unix_millis(when) / 1000),
+            },
+        },
+        Ttl { key, millis } => match batch.get(key) {
+            None => Reply::Integer(-2),
+            Some(entry) => match entry.expires_at {
+                None => Reply::Integer(-1),
+                Some(when) => {
+                    let left = unix_millis(when) - unix_millis(now);
+                    // Redis rounds TTL to the nearest second.
+                    Reply::Integer(if *millis {
+                        left.max(0)
+                    } else {
+                        ((left + 500) / 1000).max(0)
+                    })
+                }
+            },
+        },
+        Persist(key) => {
+            let has_ttl = batch.get(key).is_some_and(|entry| entry.expires_at.is_some());
+            if has_ttl {
+                batch.set_expiry(key, None);
+            }
+            Reply::bool(has_ttl)
+        }
+        Type(key) => Reply::Simple(if batch.get(key).is_some() { "string" } else { "none" }),
+        Rename { from, to, only_new } => {
+            let Some(expires_at) = batch.get(from).map(|entry| entry.expires_at) else {
+                return Ok(Reply::error("ERR no such key"));
+            };
+            if from == to {
+                return Ok(if *only_new { Reply::Integer(0) } else { Reply::OK });
+            }
+            if *only_new && batch.get(to).is_some() {
+                return Ok(Reply::Integer(0));
+            }
+            // The value is copied, not its body moved: a deleted row retires its body.
+            let value = batch.value(from).await?.unwrap_or_default();
+            batch.delete(from);
+            batch.set(to, value, expires_at);
+            if *only_new { Reply::Integer(1) } else { Reply::OK }
+        }
+        Copy { from, to, replace } => {
+            let Some(expires_at) = batch.get(from).map(|entry| entry.expires_at) else {
+                return Ok(Reply::Integer(0));
+            };
+            if from == to {
+                return Ok(Reply::error("ERR source and destination objects are the same"));
+            }
+            if !replace && batch.get(to).is_some() {
+                return Ok(Reply::Integer(0));
+            }
+            let value = batch.value(from).await?.unwrap_or_default();
+            batch.set(to, value, expires_at);
+            Reply::Integer(1)
+        }
+    };
+    Ok(reply)
+}
+
+/// Sets a new value and keeps the key's TTL (INCR, APPEND and SETRANGE do).
+fn keep_ttl_set(batch: &mut KvBatch, key: &str, value: Bytes) {
+    let expires_at = batch.get(key).and_then(|entry| entry.expires_at);
+    batch.set(key, value, expires_at);
+}
+
+/// An expiry in the past deletes the key at once, as in Redis.
+fn expire_or_delete(batch: &mut KvBatch, key: &str, when: SystemTime) {
+    if when <= batch.now {
+        batch.delete(key);
+    } else {
+        batch.set_expiry(key, Some(when));
+    }
+}
+
+/// GETRANGE's slice: negative indexes count from the end, out-of-range ends are clamped.
+fn substring(value: &Bytes, start: i64, end: i64) -> Bytes {
+    let len = value.len() as i64;
+    if len == 0 || start < 0 && end < 0 && start > end {
+        return Bytes::new();
+    }
+    let start = if start < 0 { (len + start).max(0) } else { start };
+    let end = if end < 0 { (len + end).max(0) } else { end.min(len - 1) };
+    if start > end || start >= len {
+        return Bytes::new();
+    }
+    value.slice(start as usize..=end as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn getrange_slices_as_redis_does() {
+        let value = Bytes::from("This is a string");
+        assert_eq!(substring(&value, 0, 3), "This");
+        assert_eq!(substring(&value, -3, -1), "ing");
+        assert_eq!(substring(&value, 0, -1), "This is a string");
+        assert_eq!(substring(&value, 10, 100), "string");
+        assert_eq!(substring(&value, 20, 30), "");
+        assert_eq!(substring(&value, -1, -5), "");
+        assert_eq!(substring(&Bytes::new(), 0, -1), "");
+    }
+}

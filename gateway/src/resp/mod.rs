@@ -1,0 +1,166 @@
+//! RESP2/RESP3 server: listener → connection task → frame codec → command table → store.
+//!
+//! A keyspace is a bucket: database 0 is `--resp-bucket`, `SELECT n` maps through
+//! `--resp-databases`. A key is an object of that bucket and its value the object's bytes, so
+//! what SET writes, S3 GET reads, and the other way round.
+
+pub mod codec;
+mod command;
+mod connection;
+mod glob;
+mod group_commit;
+mod keys;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+use crate::config::ServeArgs;
+use crate::http_server::Shutdown;
+use crate::metrics::Metrics;
+use crate::store::{Principal, Store, StoreError};
+
+/// How the RESP endpoint behaves, from the command line.
+#[derive(Debug, Clone)]
+pub struct RespSettings {
+    /// Database index → bucket.
+    pub databases: BTreeMap<u32, String>,
+    pub password: Option<String>,
+    /// Whether clients must AUTH before anything else.
+    pub require_auth: bool,
+    pub flushdb: bool,
+    /// The gateway is bound to a hot standby: every write gets -READONLY.
+    pub read_only: bool,
+    pub max_clients: usize,
+    pub idle_timeout: Option<Duration>,
+}
+
+impl RespSettings {
+    /// The defaults documented in docs/resp-compatibility.md: AUTH is needed unless no password
+    /// is set and the listener is on loopback.
+    pub fn from_args(args: &ServeArgs, addr: SocketAddr, read_only: bool) -> RespSettings {
+        let mut databases: BTreeMap<u32, String> = args.resp_databases.iter().cloned().collect();
+        databases.insert(0, args.resp_bucket.clone());
+        RespSettings {
+            databases,
+            password: args.resp_password.clone(),
+            require_auth: args.resp_password.is_some() || !addr.ip().is_loopback(),
+            flushdb: args.resp_flushdb,
+            read_only,
+            max_clients: args.resp_max_clients,
+            idle_timeout: (!args.resp_idle_timeout.is_zero()).then_some(args.resp_idle_timeout),
+        }
+    }
+}
+
+/// What CLIENT LIST shows about a connection.
+#[derive(Debug, Clone)]
+struct ClientInfo {
+    addr: SocketAddr,
+    local_addr: SocketAddr,
+    name: String,
+    lib_name: String,
+    lib_version: String,
+    db: u32,
+    resp: u8,
+    connected: Instant,
+    last_active: Instant,
+    last_command: &'static str,
+}
+
+/// What every connection shares.
+pub struct RespServer {
+    store: Store,
+    metrics: Metrics,
+    settings: RespSettings,
+    /// The root key, as which password-authenticated (and unauthenticated loopback) clients act.
+    root: Principal,
+    group_commit: group_commit::GroupCommit,
+    clients: Mutex<HashMap<u64, ClientInfo>>,
+    next_client_id: AtomicU64,
+    started: Instant,
+    port: u16,
+}
+
+impl RespServer {
+    /// Creates the databases' buckets when missing (on a primary) and returns the server.
+    pub async fn new(
+        store: Store,
+        metrics: Metrics,
+        settings: RespSettings,
+        port: u16,
+    ) -> anyhow::Result<Arc<RespServer>> {
+        let root_key = store
+            .catalog()
+            .root_key()
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("no root access key"))?;
+        let root = Principal {
+            access_key: root_key,
+            is_root: true,
+            read_only: false,
+        };
+        if !settings.read_only {
+            for bucket in settings.databases.values() {
+                match store.catalog().create_bucket(&root, bucket).await {
+                    Ok(_) => tracing::info!(bucket, "created the RESP keyspace bucket"),
+                    Err(StoreError::BucketAlreadyOwnedByYou) => {}
+                    Err(err) => anyhow::bail!("RESP bucket {bucket}: {err}"),
+                }
+            }
+        }
+        Ok(Arc::new(RespServer {
+            group_commit: group_commit::GroupCommit::new(store.clone(), root.clone()),
+            store,
+            metrics,
+            settings,
+            root,
+            clients: Mutex::default(),
+            next_client_id: AtomicU64::new(1),
+            started: Instant::now(),
+            port,
+        }))
+    }
+
+    /// Accepts connections until shutdown, then lets each finish the batch it is running.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, mut shutdown: Shutdown, drain: Duration) {
+        let mut connections = JoinSet::new();
+        loop {
+            let (mut stream, peer) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(err) => {
+                        tracing::warn!(error = %err, server = "resp", "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                _ = shutdown.wait() => break,
+                // Reap finished connection tasks so the set does not grow without bound.
+                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            };
+            if let Err(err) = stream.set_nodelay(true) {
+                tracing::debug!(error = %err, "TCP_NODELAY");
+            }
+            if self.clients.lock().expect("clients lock").len() >= self.settings.max_clients {
+                let _ = stream.write_all(b"-ERR max number of clients reached\r\n").await;
+                continue;
+            }
+            let id = self.next_client_id.fetch_add(1, Ordering::Relaxed);
+            let connection = connection::Connection::new(Arc::clone(&self), id, peer, &stream);
+            connections.spawn(connection.run(stream, shutdown.clone()));
+        }
+        drop(listener);
+        let drained = tokio::time::timeout(drain, async { while connections.join_next().await.is_some() {} }).await;
+        if drained.is_err() {
+            tracing::warn!(server = "resp", "drain timed out; closing open connections");
+        }
+        tracing::info!(server = "resp", "drained");
+    }
+}

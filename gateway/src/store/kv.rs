@@ -1,0 +1,520 @@
+//! Keys and values for RESP: a keyspace is a bucket, a key an object, a value its body.
+//!
+//! A run of reads loads every key it names in one statement. A run of writes is one
+//! transaction: its keys are locked in sorted order first (so concurrent batches never
+//! deadlock), their current state is loaded, the protocol front applies its commands to that
+//! state in memory, and the changes go back in one round trip that ends with COMMIT.
+//!
+//! Locks are advisory and transaction-scoped: every write batch holds its keyspace's lock
+//! shared plus one lock per key; a batch of more than [`FINE_LOCK_LIMIT`] keys holds the
+//! keyspace's lock exclusively instead, so no batch can exhaust PostgreSQL's lock table. The
+//! keyspace lock is always taken first, which keeps the order, and so deadlock freedom.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use md5::{Digest, Md5};
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::types::{ToSql, Type};
+
+use super::chunks::{ChunkStream, Chunker};
+use super::objects::{INLINE_LIMIT, check_key};
+use super::{Access, BucketInfo, Principal, Store, StoreResult};
+
+/// Most keys a write batch locks one by one.
+pub const FINE_LOCK_LIMIT: usize = 64;
+
+/// The keyspace SQL of one namespace.
+#[derive(Debug)]
+pub(super) struct KvSql {
+    load: String,
+    lock: String,
+    lock_keyspace_shared: String,
+    lock_keyspace: String,
+    upsert: String,
+    set_expiry: String,
+    scan: String,
+    count: String,
+    random: String,
+    flush: String,
+}
+
+impl KvSql {
+    pub(super) fn new(ns: &str) -> KvSql {
+        let live = "(expires_at IS NULL OR expires_at > clock_timestamp())";
+        KvSql {
+            // The clock row makes the statement answer even when no key exists, and gives the
+            // batch the database's notion of "now" for TTLs.
+            load: format!(
+                "SELECT o.key, o.size, o.etag, o.last_modified, o.expires_at, o.inline, o.body_id, t.now,
+                        o.meta ? 'pc'
+                   FROM (SELECT clock_timestamp() AS now) t
+                   LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND o.key = ANY($2)
+                        AND (o.expires_at IS NULL OR o.expires_at > t.now)"
+            ),
+            // Two-int advisory locks live apart from the single-bigint ones the gateway uses
+            // elsewhere. Hash collisions only serialize a little more.
+            lock: "SELECT count(pg_advisory_xact_lock($1::int4, h))
+                     FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k ORDER BY h) AS sorted"
+                .to_owned(),
+            // The single-bigint lock space, negated bucket ids: apart from the gateway's other
+            // (positive) advisory locks.
+            lock_keyspace_shared: "SELECT pg_advisory_xact_lock_shared(-$1::int8)".to_owned(),
+            lock_keyspace: "SELECT pg_advisory_xact_lock(-$1::int8)".to_owned(),
+            upsert: format!(
+                "INSERT INTO {ns}.objects AS o (bucket_id, key, size, etag, last_modified, meta, inline, body_id, expires_at)
+                 SELECT $1, u.key, u.size, u.etag, clock_timestamp(), '{{}}', u.inline, u.body_id, u.expires_at
+                   FROM unnest($2::text[], $3::int8[], $4::text[], $5::bytea[], $6::int8[], $7::timestamptz[])
+                        AS u(key, size, etag, inline, body_id, expires_at)
+                  WHERE EXISTS (SELECT 1 FROM pgvs3.buckets WHERE id = $1)
+                 ON CONFLICT (bucket_id, key) DO UPDATE
+                    SET size = EXCLUDED.size, etag = EXCLUDED.etag, last_modified = EXCLUDED.last_modified,
+                        meta = EXCLUDED.meta, inline = EXCLUDED.inline, body_id = EXCLUDED.body_id,
+                        expires_at = EXCLUDED.expires_at"
+            ),
+            set_expiry: format!(
+                "UPDATE {ns}.objects o SET expires_at = u.expires_at
+                   FROM unnest($2::text[], $3::timestamptz[]) AS u(key, expires_at)
+                  WHERE o.bucket_id = $1 AND o.key = u.key"
+            ),
+            scan: format!(
+                "SELECT key FROM {ns}.objects
+                  WHERE bucket_id = $1 AND key > $2 AND key >= $3 AND starts_with(key, $3) AND {live}
+                  ORDER BY key LIMIT $4"
+            ),
+            count: format!("SELECT count(*), count(expires_at) FROM {ns}.objects WHERE bucket_id = $1 AND {live}"),
+            random: format!("SELECT key FROM {ns}.objects WHERE bucket_id = $1 AND {live} ORDER BY random() LIMIT 1"),
+            flush: format!("DELETE FROM {ns}.objects WHERE bucket_id = $1"),
+        }
+    }
+}
+
+/// A value as loaded: small ones in full, chunked ones by reference until someone needs them.
+#[derive(Debug, Clone)]
+pub enum KvValue {
+    Bytes(Bytes),
+    /// A chunked body, or (`multipart`) the manifest of an object uploaded in parts over S3.
+    Chunked {
+        body_id: i64,
+        size: u64,
+        multipart: bool,
+    },
+}
+
+impl KvValue {
+    pub fn len(&self) -> u64 {
+        match self {
+            KvValue::Bytes(bytes) => bytes.len() as u64,
+            KvValue::Chunked { size, .. } => *size,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct KvEntry {
+    pub value: KvValue,
+    pub expires_at: Option<SystemTime>,
+    /// What the row looked like when loaded (ETag, last modified): WATCH compares it.
+    pub version: Option<(String, SystemTime)>,
+}
+
+/// What a write batch has done to a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    None,
+    Expiry,
+    Write,
+    Delete,
+}
+
+#[derive(Debug)]
+struct Slot {
+    current: Option<KvEntry>,
+    existed: bool,
+    change: Change,
+}
+
+/// The keys of one batch, loaded; changes are kept in memory until [`KvBatch::commit`].
+pub struct KvBatch {
+    bucket: Arc<BucketInfo>,
+    client: Option<deadpool_postgres::Object>,
+    in_transaction: bool,
+    /// The database's clock when the keys were loaded.
+    pub now: SystemTime,
+    slots: HashMap<String, Slot>,
+}
+
+impl Store {
+    /// Loads `keys` for reading, in one statement.
+    pub async fn kv_read(&self, principal: &Principal, bucket: &str, keys: &[String]) -> StoreResult<KvBatch> {
+        let bucket = self.bucket(principal, bucket, Access::Read).await?;
+        let client = self.client().await?;
+        KvBatch::load(bucket, client, keys, false).await
+    }
+
+    /// Begins a write batch on `keys`: one transaction, keys locked in sorted order, then loaded.
+    /// BEGIN, the locks and the load go out together (one round trip).
+    pub async fn kv_write(&self, principal: &Principal, bucket: &str, keys: &[String]) -> StoreResult<KvBatch> {
+        let bucket = self.bucket(principal, bucket, Access::Write).await?;
+        let client = self.client().await?;
+        KvBatch::load(bucket, client, keys, true).await
+    }
+
+    /// One page of keys after `after` that start with `prefix`; fewer than `count` means done.
+    pub async fn kv_scan(
+        &self,
+        principal: &Principal,
+        bucket: &str,
+        after: &str,
+        prefix: &str,
+        count: i64,
+    ) -> StoreResult<Vec<String>> {
+        let bucket = self.bucket(principal, bucket, Access::Read).await?;
+        let client = self.client().await?;
+        let statement = client.prepare_cached(&bucket.sql.kv.scan).await?;
+        let rows = client.query(&statement, &[&bucket.id, &after, &prefix, &count]).await?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
+    /// How many live keys the keyspace holds, and how many of them have a TTL.
+    pub async fn kv_count(&self, principal: &Principal, bucket: &str) -> StoreResult<(i64, i64)> {
+        let bucket = self.bucket(principal, bucket, Access::Read).await?;
+        let client = self.client().await?;
+        let statement = client.prepare_cached(&bucket.sql.kv.count).await?;
+        let row = client.query_one(&statement, &[&bucket.id]).await?;
+        Ok((row.get(0), row.get(1)))
+    }
+
+    pub async fn kv_random_key(&self, principal: &Principal, bucket: &str) -> StoreResult<Option<String>> {
+        let bucket = self.bucket(principal, bucket, Access::Read).await?;
+        let client = self.client().await?;
+        let statement = client.prepare_cached(&bucket.sql.kv.random).await?;
+        let row = client.query_opt(&statement, &[&bucket.id]).await?;
+        Ok(row.map(|row| row.get(0)))
+    }
+
+    /// Deletes every key of the keyspace (their chunked bodies are retired for the reaper).
+    pub async fn kv_flush(&self, principal: &Principal, bucket: &str) -> StoreResult<()> {
+        let bucket = self.bucket(principal, bucket, Access::Write).await?;
+        let client = self.client().await?;
+        let statement = client.prepare_cached(&bucket.sql.kv.flush).await?;
+        client.execute(&statement, &[&bucket.id]).await?;
+        Ok(())
+    }
+}
+
+impl KvBatch {
+    async fn load(
+        bucket: Arc<BucketInfo>,
+        client: deadpool_postgres::Object,
+        keys: &[String],
+        write: bool,
+    ) -> StoreResult<KvBatch> {
+        for key in keys {
+            check_key(key)?;
+        }
+        let mut batch = KvBatch {
+            bucket,
+            client: Some(client),
+            in_transaction: write,
+            now: SystemTime::now(),
+            slots: HashMap::with_capacity(keys.len()),
+        };
+        let client = batch.client.as_ref().expect("client until commit");
+        let sql = &batch.bucket.sql.kv;
+        let load = client.prepare_cached(&sql.load).await?;
+        let rows = if write {
+            let id = &batch.bucket.id;
+            let load_params: [&(dyn ToSql + Sync); 2] = [id, &keys];
+            let keyspace_params: [&(dyn ToSql + Sync); 1] = [id];
+            if keys.len() <= FINE_LOCK_LIMIT {
+                let (keyspace, lock) = futures::try_join!(
+                    client.prepare_cached(&sql.lock_keyspace_shared),
+                    client.prepare_cached(&sql.lock)
+                )?;
+                let lock_id = *id as i32;
+                let lock_params: [&(dyn ToSql + Sync); 2] = [&lock_id, &keys];
+                let (_, _, _, rows) = futures::try_join!(
+                    client.batch_execute("BEGIN"),
+                    client.query_one(&keyspace, &keyspace_params),
+                    client.query_one(&lock, &lock_params),
+                    client.query(&load, &load_params),
+                )?;
+                rows
+            } else {
+                let keyspace = client.prepare_cached(&sql.lock_keyspace).await?;
+                let (_, _, rows) = futures::try_join!(
+                    client.batch_execute("BEGIN"),
+                    client.query_one(&keyspace, &keyspace_params),
+                    client.query(&load, &load_params),
+                )?;
+                rows
+            }
+        } else {
+            client.query(&load, &[&batch.bucket.id, &keys]).await?
+        };
+        for row in &rows {
+            batch.now = row.get(7);
+            let Some(key) = row.get::<_, Option<String>>(0) else {
+                continue;
+            };
+            let inline: Option<&[u8]> = row.get(5);
+            let value = match inline {
+                Some(inline) => KvValue::Bytes(Bytes::copy_from_slice(inline)),
+                None => KvValue::Chunked {
+                    body_id: row.get(6),
+                    size: row.get::<_, i64>(1) as u64,
+                    multipart: row.get(8),
+                },
+            };
+            let entry = KvEntry {
+                value,
+                expires_at: row.get(4),
+                version: Some((row.get(2), row.get(3))),
+            };
+            batch.slots.insert(
+                key,
+                Slot {
+                    current: Some(entry),
+                    existed: true,
+                    change: Change::None,
+                },
+            );
+        }
+        for key in keys {
+            batch.slots.entry(key.clone()).or_insert(Slot {
+                current: None,
+                existed: false,
+                change: Change::None,
+            });
+        }
+        Ok(batch)
+    }
+
+    /// The key's entry, if it exists (and has not expired).
+    pub fn get(&self, key: &str) -> Option<&KvEntry> {
+        self.slots.get(key).and_then(|slot| slot.current.as_ref())
+    }
+
+    /// The key's value in full, reading a chunked body when it is one.
+    pub async fn value(&mut self, key: &str) -> StoreResult<Option<Bytes>> {
+        let Some(entry) = self.get(key) else {
+            return Ok(None);
+        };
+        let (body_id, size, multipart) = match &entry.value {
+            KvValue::Bytes(bytes) => return Ok(Some(bytes.clone())),
+            KvValue::Chunked {
+                body_id,
+                size,
+                multipart,
+            } => (*body_id, *size, *multipart),
+        };
+        let client = self.client.as_ref().expect("client until commit");
+        let (segments, rows) =
+            super::objects::body_rows(client, &self.bucket, body_id, size, multipart, (0, size)).await?;
+        let mut data = Vec::with_capacity(size as usize);
+        let mut stream = ChunkStream::new(None, rows, segments);
+        while let Some(piece) = futures::StreamExt::next(&mut stream).await {
+            data.extend_from_slice(&piece?);
+        }
+        let data = Bytes::from(data);
+        if let Some(slot) = self.slots.get_mut(key)
+            && let Some(entry) = slot.current.as_mut()
+        {
+            entry.value = KvValue::Bytes(data.clone());
+        }
+        Ok(Some(data))
+    }
+
+    fn slot(&mut self, key: &str) -> &mut Slot {
+        self.slots.entry(key.to_owned()).or_insert(Slot {
+            current: None,
+            existed: false,
+            change: Change::None,
+        })
+    }
+
+    /// Sets the key's value and expiry.
+    pub fn set(&mut self, key: &str, value: Bytes, expires_at: Option<SystemTime>) {
+        let slot = self.slot(key);
+        slot.current = Some(KvEntry {
+            value: KvValue::Bytes(value),
+            expires_at,
+            version: None,
+        });
+        slot.change = Change::Write;
+    }
+
+    /// Changes the expiry of an existing key; false when the key does not exist.
+    pub fn set_expiry(&mut self, key: &str, expires_at: Option<SystemTime>) -> bool {
+        let slot = self.slot(key);
+        let Some(entry) = slot.current.as_mut() else {
+            return false;
+        };
+        entry.expires_at = expires_at;
+        if slot.change == Change::None {
+            slot.change = Change::Expiry;
+        }
+        true
+    }
+
+    /// Deletes the key; true when it existed.
+    pub fn delete(&mut self, key: &str) -> bool {
+        let slot = self.slot(key);
+        let existed = slot.current.take().is_some();
+        if existed || slot.change != Change::None {
+            slot.change = Change::Delete;
+        }
+        existed
+    }
+
+    /// Ends a write batch without writing anything.
+    pub async fn rollback(mut self) -> StoreResult<()> {
+        if self.in_transaction {
+            let client = self.client.as_ref().expect("client until commit");
+            client.batch_execute("ROLLBACK").await?;
+            self.in_transaction = false;
+        }
+        Ok(())
+    }
+
+    /// Writes the changes and commits in one round trip (plus one per chunked value).
+    pub async fn commit(mut self) -> StoreResult<()> {
+        if !self.in_transaction {
+            return Ok(());
+        }
+        let mut keys: Vec<&String> = self
+            .slots
+            .iter()
+            .filter(|(_, slot)| slot.change != Change::None)
+            .map(|(key, _)| key)
+            .collect();
+        keys.sort();
+        let mut deleted = Vec::new();
+        let mut expiring: (Vec<&str>, Vec<Option<SystemTime>>) = Default::default();
+        let mut written = WrittenValues::default();
+        let client = self.client.as_ref().expect("client until commit");
+        for key in keys {
+            let slot = &self.slots[key];
+            match (slot.change, &slot.current) {
+                (Change::Delete, _) | (_, None) if slot.existed => deleted.push(key.as_str()),
+                (Change::Delete, _) | (_, None) => {}
+                (Change::Expiry, Some(entry)) => {
+                    expiring.0.push(key);
+                    expiring.1.push(entry.expires_at);
+                }
+                (_, Some(entry)) => {
+                    let KvValue::Bytes(value) = &entry.value else {
+                        unreachable!("a written value is always in memory");
+                    };
+                    let body_id = if value.len() > INLINE_LIMIT {
+                        Some(copy_body(client, &self.bucket, value).await?)
+                    } else {
+                        None
+                    };
+                    written.push(key, value, body_id, entry.expires_at);
+                }
+            }
+        }
+        let sql = &self.bucket.sql;
+        let id = &self.bucket.id;
+        let (delete, set_expiry, upsert) = futures::try_join!(
+            client.prepare_cached(&sql.delete_many),
+            client.prepare_cached(&sql.kv.set_expiry),
+            client.prepare_cached(&sql.kv.upsert),
+        )?;
+        let delete_params: [&(dyn ToSql + Sync); 2] = [id, &deleted];
+        let expiry_params: [&(dyn ToSql + Sync); 3] = [id, &expiring.0, &expiring.1];
+        let upsert_params: [&(dyn ToSql + Sync); 7] = [
+            id,
+            &written.keys,
+            &written.sizes,
+            &written.etags,
+            &written.inline,
+            &written.body_ids,
+            &written.expires_at,
+        ];
+        // COMMIT goes out with the writes. Should one of them fail, the server turns it into a
+        // rollback and the error comes back from the failed statement.
+        futures::try_join!(
+            execute_unless_empty(client, &delete, &delete_params, deleted.len()),
+            execute_unless_empty(client, &set_expiry, &expiry_params, expiring.0.len()),
+            execute_unless_empty(client, &upsert, &upsert_params, written.keys.len()),
+            client.batch_execute("COMMIT"),
+        )?;
+        self.in_transaction = false;
+        Ok(())
+    }
+}
+
+/// A batch that ends without commit (an error, a dropped connection) must not hand a
+/// connection inside an open transaction back to the pool: the connection is closed instead,
+/// which rolls the transaction back.
+impl Drop for KvBatch {
+    fn drop(&mut self) {
+        if self.in_transaction
+            && let Some(client) = self.client.take()
+        {
+            drop(deadpool_postgres::Object::take(client));
+        }
+    }
+}
+
+#[derive(Default)]
+struct WrittenValues<'a> {
+    keys: Vec<&'a str>,
+    sizes: Vec<i64>,
+    etags: Vec<String>,
+    inline: Vec<Option<&'a [u8]>>,
+    body_ids: Vec<Option<i64>>,
+    expires_at: Vec<Option<SystemTime>>,
+}
+
+impl<'a> WrittenValues<'a> {
+    fn push(&mut self, key: &'a str, value: &'a Bytes, body_id: Option<i64>, expires_at: Option<SystemTime>) {
+        self.keys.push(key);
+        self.sizes.push(value.len() as i64);
+        // The ETag S3 reports for the same bytes.
+        self.etags.push(hex::encode(Md5::digest(value)));
+        self.inline.push(body_id.is_none().then_some(&value[..]));
+        self.body_ids.push(body_id);
+        self.expires_at.push(expires_at);
+    }
+}
+
+/// Runs a statement over arrays of `rows` elements, skipping it when there are none. Several
+/// of these joined go out together on the connection (one round trip).
+async fn execute_unless_empty(
+    client: &deadpool_postgres::Object,
+    statement: &tokio_postgres::Statement,
+    params: &[&(dyn ToSql + Sync)],
+    rows: usize,
+) -> Result<u64, tokio_postgres::Error> {
+    if rows == 0 {
+        return Ok(0);
+    }
+    client.execute(statement, params).await
+}
+
+/// Stores a large value as a new chunked body, inside the batch's transaction.
+async fn copy_body(client: &deadpool_postgres::Object, bucket: &BucketInfo, value: &[u8]) -> StoreResult<i64> {
+    let body_id: i64 = client.query_one(&bucket.sql.next_body_id, &[]).await?.get(0);
+    let sink = client.copy_in(&bucket.sql.copy_chunks).await?;
+    let writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT4, Type::BYTEA]);
+    futures::pin_mut!(writer);
+    let mut chunker = Chunker::new(true);
+    chunker.push(value);
+    let mut seq: i32 = 0;
+    while let Some(chunk) = chunker.next_full().or_else(|| chunker.finish()) {
+        writer.as_mut().write(&[&body_id, &seq, &&chunk[..]]).await?;
+        seq += 1;
+    }
+    writer.finish().await?;
+    Ok(body_id)
+}
