@@ -36,7 +36,7 @@ fn unix_millis() -> i64 {
 
 #[tokio::test]
 async fn set_and_get_with_every_option() {
-    let gateway = TestGateway::start().await;
+    let gateway = TestGateway::with_resp(&[]).await;
     let mut con = connect(&gateway).await;
     let mut raw = RawResp::connect(gateway.resp_addr()).await;
 
@@ -106,7 +106,7 @@ async fn set_and_get_with_every_option() {
 
 #[tokio::test]
 async fn string_commands() {
-    let gateway = TestGateway::start().await;
+    let gateway = TestGateway::with_resp(&[]).await;
     let mut con = connect(&gateway).await;
     let mut raw = RawResp::connect(gateway.resp_addr()).await;
 
@@ -172,7 +172,7 @@ async fn string_commands() {
 
 #[tokio::test]
 async fn counters_are_exact_and_refuse_non_integers() {
-    let gateway = TestGateway::start().await;
+    let gateway = TestGateway::with_resp(&[]).await;
     let mut con = connect(&gateway).await;
     let mut raw = RawResp::connect(gateway.resp_addr()).await;
 
@@ -221,7 +221,7 @@ async fn counters_are_exact_and_refuse_non_integers() {
 
 #[tokio::test]
 async fn incr_from_16_connections_is_exact() {
-    let gateway = TestGateway::start().await;
+    let gateway = TestGateway::with_resp(&[]).await;
     let client = gateway.redis("");
     let mut tasks = Vec::new();
     for _ in 0..16 {
@@ -250,7 +250,7 @@ async fn incr_from_16_connections_is_exact() {
 /// on the same keys, every increment still counts exactly once.
 #[tokio::test]
 async fn large_and_small_batches_on_the_same_keys_stay_exact() {
-    let gateway = TestGateway::start().await;
+    let gateway = TestGateway::with_resp(&[]).await;
     let client = gateway.redis("");
     let mut tasks = Vec::new();
     for worker in 0..8 {
@@ -287,7 +287,7 @@ async fn large_and_small_batches_on_the_same_keys_stay_exact() {
 
 #[tokio::test]
 async fn expiry_is_exact_on_read() {
-    let gateway = TestGateway::start().await;
+    let gateway = TestGateway::with_resp(&[]).await;
     let mut con = connect(&gateway).await;
     let mut raw = RawResp::connect(gateway.resp_addr()).await;
 
@@ -356,7 +356,7 @@ async fn expiry_is_exact_on_read() {
 
 #[tokio::test]
 async fn keyspace_commands() {
-    let gateway = TestGateway::start().await;
+    let gateway = TestGateway::with_resp(&[]).await;
     let mut con = connect(&gateway).await;
     let mut raw = RawResp::connect(gateway.resp_addr()).await;
 
@@ -441,11 +441,7 @@ async fn keyspace_commands() {
 
 #[tokio::test]
 async fn flushdb_when_enabled_and_databases_map_to_buckets() {
-    let gateway = TestGateway::with_args(
-        common::fresh_database().await,
-        &["--resp-flushdb", "--resp-databases", "1=cache,2=sessions"],
-    )
-    .await;
+    let gateway = TestGateway::with_resp(&["--resp-flushdb", "--resp-databases", "1=cache,2=sessions"]).await;
     let mut raw = RawResp::connect(gateway.resp_addr()).await;
     assert_eq!(raw.command(&["SET", "k", "zero"]).await, Value::Simple("OK".into()));
     assert_eq!(raw.command(&["SELECT", "1"]).await, Value::Simple("OK".into()));
@@ -477,7 +473,7 @@ async fn flushdb_when_enabled_and_databases_map_to_buckets() {
 
 #[tokio::test]
 async fn resp_and_s3_see_the_same_objects() {
-    let gateway = TestGateway::start().await;
+    let gateway = TestGateway::with_resp(&[]).await;
     let mut con = connect(&gateway).await;
     let s3 = &gateway.client;
 
@@ -561,7 +557,7 @@ fn md5_digest(data: &[u8]) -> [u8; 16] {
 
 #[tokio::test]
 async fn pipelines_keep_request_order() {
-    let gateway = TestGateway::start().await;
+    let gateway = TestGateway::with_resp(&[]).await;
     let mut con = connect(&gateway).await;
     let mut pipe = redis::pipe();
     for i in 0..200 {
@@ -623,7 +619,7 @@ async fn pipelines_keep_request_order() {
 
 #[tokio::test]
 async fn transactions_with_multi_exec_and_watch() {
-    let gateway = TestGateway::start().await;
+    let gateway = TestGateway::with_resp(&[]).await;
     let mut con = connect(&gateway).await;
     // redis-rs atomic pipeline: MULTI ... EXEC.
     let (one, two, got): (i64, i64, String) = redis::pipe()
@@ -709,7 +705,7 @@ async fn transactions_with_multi_exec_and_watch() {
 
 #[tokio::test]
 async fn resp3_after_hello_3() {
-    let gateway = TestGateway::start().await;
+    let gateway = TestGateway::with_resp(&[]).await;
     let mut raw = RawResp::connect(gateway.resp_addr()).await;
     assert_eq!(raw.command(&["GET", "nope"]).await, Value::Nil);
     let Value::Map(hello) = raw.command(&["HELLO", "3"]).await else {
@@ -752,7 +748,7 @@ async fn resp3_after_hello_3() {
 
 #[tokio::test]
 async fn connection_commands() {
-    let gateway = TestGateway::start().await;
+    let gateway = TestGateway::with_resp(&[]).await;
     let mut raw = RawResp::connect(gateway.resp_addr()).await;
     assert_eq!(raw.command(&["PING"]).await, Value::Simple("PONG".into()));
     assert_eq!(raw.command(&["PING", "hi"]).await, Value::bulk("hi"));
@@ -835,7 +831,7 @@ async fn connection_commands() {
 
 #[tokio::test]
 async fn auth_with_password_or_access_key() {
-    let gateway = TestGateway::with_args(common::fresh_database().await, &["--resp-password", "sesame"]).await;
+    let gateway = TestGateway::with_resp(&["--resp-password", "sesame"]).await;
     let mut raw = RawResp::connect(gateway.resp_addr()).await;
     assert_eq!(
         raw.command(&["GET", "k"]).await.error(),
@@ -895,7 +891,7 @@ async fn auth_with_password_or_access_key() {
     assert_eq!(query::<String>(&mut con, &["GET", "k"]).await, "v");
 
     // Without a password on loopback, AUTH <password> is an error as in Redis.
-    let open = TestGateway::start().await;
+    let open = TestGateway::with_resp(&[]).await;
     let mut raw = RawResp::connect(open.resp_addr()).await;
     assert_eq!(
         raw.command(&["AUTH", "x"]).await.error(),
@@ -907,7 +903,7 @@ async fn auth_with_password_or_access_key() {
 
 #[tokio::test]
 async fn writes_on_a_read_only_database_get_readonly() {
-    let gateway = TestGateway::start().await;
+    let gateway = TestGateway::with_resp(&[]).await;
     let mut raw = RawResp::connect(gateway.resp_addr()).await;
     assert_eq!(raw.command(&["SET", "k", "v"]).await, Value::Simple("OK".into()));
     // What a hot standby does to every write: the database refuses it (SQLSTATE 25006).

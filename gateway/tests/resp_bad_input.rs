@@ -19,7 +19,7 @@ async fn refused(gateway: &TestGateway, bytes: &[u8]) -> (String, bool) {
 
 #[tokio::test]
 async fn protocol_errors_close_the_connection() {
-    let gateway = TestGateway::start().await;
+    let gateway = TestGateway::with_resp(&[]).await;
     let cases: [(&[u8], &str); 7] = [
         (b"*1\r\n$536870913\r\n", "ERR Protocol error: invalid bulk length"),
         (b"*1\r\n$-5\r\n", "ERR Protocol error: invalid bulk length"),
@@ -63,7 +63,7 @@ async fn protocol_errors_close_the_connection() {
 
 #[tokio::test]
 async fn inline_commands_and_split_frames_work() {
-    let gateway = TestGateway::start().await;
+    let gateway = TestGateway::with_resp(&[]).await;
     let mut raw = RawResp::connect(gateway.resp_addr()).await;
     raw.send(b"SET greeting \"hello world\"\r\nGET greeting\r\n\r\nEXISTS greeting\n")
         .await;
@@ -84,7 +84,7 @@ async fn inline_commands_and_split_frames_work() {
 
 #[tokio::test]
 async fn bad_arguments_get_redis_texts_and_keep_the_connection() {
-    let gateway = TestGateway::start().await;
+    let gateway = TestGateway::with_resp(&[]).await;
     let mut raw = RawResp::connect(gateway.resp_addr()).await;
     assert_eq!(
         raw.command(&["FOO", "a", "b"]).await.error(),
@@ -160,11 +160,7 @@ async fn bad_arguments_get_redis_texts_and_keep_the_connection() {
 
 #[tokio::test]
 async fn idle_and_total_client_limits() {
-    let gateway = TestGateway::with_args(
-        common::fresh_database().await,
-        &["--resp-idle-timeout", "300ms", "--resp-max-clients", "2"],
-    )
-    .await;
+    let gateway = TestGateway::with_resp(&["--resp-idle-timeout", "300ms", "--resp-max-clients", "2"]).await;
     let mut first = RawResp::connect(gateway.resp_addr()).await;
     let mut second = RawResp::connect(gateway.resp_addr()).await;
     assert_eq!(first.command(&["PING"]).await, Value::Simple("PONG".into()));

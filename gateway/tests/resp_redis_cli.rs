@@ -35,7 +35,7 @@ async fn redis_cli(gateway: &TestGateway, args: &[&str], stdin: &[u8]) -> String
 
 #[tokio::test]
 async fn one_shot_commands_and_errors() {
-    let gateway = TestGateway::start().await;
+    let gateway = TestGateway::with_resp(&[]).await;
     assert_eq!(redis_cli(&gateway, &["SET", "k", "v"], b"").await, "OK\n");
     assert_eq!(redis_cli(&gateway, &["GET", "k"], b"").await, "v\n");
     assert_eq!(redis_cli(&gateway, &["INCR", "n"], b"").await, "1\n");
@@ -56,7 +56,7 @@ async fn one_shot_commands_and_errors() {
 
 #[tokio::test]
 async fn commands_from_stdin_and_scan() {
-    let gateway = TestGateway::start().await;
+    let gateway = TestGateway::with_resp(&[]).await;
     let script =
         b"SET user:1 alice\nSET user:2 bob\nSET other x\nAPPEND user:1 !\nGET user:1\nEXPIRE other 100\nTTL other\n";
     assert_eq!(
@@ -71,7 +71,7 @@ async fn commands_from_stdin_and_scan() {
 
 #[tokio::test]
 async fn pipe_mode_mass_insert() {
-    let gateway = TestGateway::start().await;
+    let gateway = TestGateway::with_resp(&[]).await;
     let mut input = Vec::new();
     for i in 0..10_000 {
         let key = format!("mass:{i}");

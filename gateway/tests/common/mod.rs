@@ -185,8 +185,6 @@ pub fn serve_args(database_url: &str, extra: &[&str]) -> ServeArgs {
         "127.0.0.1:0",
         "--admin-addr",
         "127.0.0.1:0",
-        "--resp-addr",
-        "127.0.0.1:0",
         "--root-access-key",
         ROOT_ACCESS_KEY,
         "--root-secret-key",
@@ -196,6 +194,10 @@ pub fn serve_args(database_url: &str, extra: &[&str]) -> ServeArgs {
         "--pool-size",
         "16",
     ];
+    // RESP is off unless a test turns it on: its database-0 bucket would show in every listing.
+    if !extra.contains(&"--resp-addr") {
+        argv.extend_from_slice(&["--resp-addr", "off"]);
+    }
     argv.extend_from_slice(extra);
     TestCli::parse_from(argv).serve
 }
@@ -230,6 +232,13 @@ impl TestGateway {
 
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.gateway.s3_addr)
+    }
+
+    /// A gateway with the RESP endpoint on (an ephemeral port) and `extra` flags.
+    pub async fn with_resp(extra: &[&str]) -> TestGateway {
+        let mut args = vec!["--resp-addr", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        TestGateway::with_args(fresh_database().await, &args).await
     }
 
     pub fn resp_addr(&self) -> std::net::SocketAddr {
