@@ -27,6 +27,11 @@ BEGIN
             CHECK ((inline IS NULL) <> (body_id IS NULL))
         )$f$, ns);
     EXECUTE format('ALTER TABLE %I.objects ALTER COLUMN inline SET STORAGE EXTERNAL', ns);
+    -- A row that fits a page stays whole, so a small object's body is read with its row rather
+    -- than through TOAST; only bodies too big for a page go out of line (uncompressed).
+    EXECUTE format('ALTER TABLE %I.objects SET (toast_tuple_target = 8160)', ns);
+    -- The reaper finds expired objects (RESP TTLs, cache entries) without scanning every row.
+    EXECUTE format('CREATE INDEX IF NOT EXISTS objects_expiry ON %I.objects (expires_at) WHERE expires_at IS NOT NULL', ns);
     -- 8,120-byte chunks with PLAIN storage: one chunk row fills one heap page exactly
     -- (24 B tuple header + 8 + 4 + 4-byte varlena header + 8,120 = 8,160 = MaxHeapTupleSize),
     -- with no TOAST indirection. A chunk stored shorter than its logical length is zstd.

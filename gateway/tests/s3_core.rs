@@ -97,7 +97,18 @@ async fn buckets_are_created_listed_located_and_deleted() {
 async fn objects_of_every_size_class_round_trip_byte_exact() {
     let gw = TestGateway::start().await;
     gw.client.create_bucket().bucket("sizes").send().await.unwrap();
-    let sizes = [0usize, 1, 8119, 8120, 8121, 65_536, 65_537, 3 * 8120 + 17, 10 << 20];
+    let sizes = [
+        0usize,
+        1,
+        4096,
+        8119,
+        8120,
+        8121,
+        65_536,
+        65_537,
+        3 * 8120 + 17,
+        10 << 20,
+    ];
     for (i, size) in sizes.into_iter().enumerate() {
         let body = noise(size, i as u64);
         let key = format!("obj-{size}");
@@ -111,7 +122,23 @@ async fn objects_of_every_size_class_round_trip_byte_exact() {
         assert_eq!(head.e_tag(), Some(md5_hex(&body).as_str()));
     }
     // Bodies above 64 KiB are chunked; at or below they are inline in the object row.
+    // A body that fits a page with its row (4 KiB) is stored in the row itself, not in TOAST;
+    // only the larger inline bodies (8,119 B .. 64 KiB: five of them here) go out of line.
     let sql = gw.sql().await;
+    let toast: String = sql
+        .query_one(
+            "SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = 's3p.objects'::regclass",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let toasted: i64 = sql
+        .query_one(&format!("SELECT count(DISTINCT chunk_id) FROM {toast}"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(toasted, 5);
     let chunked: i64 = sql
         .query_one("SELECT count(*) FROM s3p.objects WHERE body_id IS NOT NULL", &[])
         .await
