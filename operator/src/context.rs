@@ -77,6 +77,29 @@ impl Error {
     }
 }
 
+/// Counts a failed reconcile and schedules its retry with the object's backoff.
+pub fn error_policy<K: kube::Resource>(
+    kind: &str,
+    object: &K,
+    error: &Error,
+    ctx: &Context,
+) -> kube::runtime::controller::Action {
+    let key = backoff_key(kind, object);
+    tracing::warn!(object = %key, %error, "reconcile failed");
+    ctx.metrics.failure(kind, error.reason());
+    kube::runtime::controller::Action::requeue(ctx.backoff(&key))
+}
+
+/// The backoff table's key of an object.
+pub fn backoff_key<K: kube::Resource>(kind: &str, object: &K) -> String {
+    let meta = object.meta();
+    format!(
+        "{kind}/{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    )
+}
+
 /// Delay before retrying after `failures` earlier consecutive failures.
 pub fn backoff_delay(failures: u32) -> Duration {
     FIRST_BACKOFF.saturating_mul(1 << failures.min(16)).min(MAX_BACKOFF)

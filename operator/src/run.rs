@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::Api;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use kube_lease_manager::LeaseManagerBuilder;
@@ -120,9 +120,8 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
     let config = ControllerConfig::default().concurrency(4);
     let pools = api::<GatewayPool>(&client, &namespace);
     // A Secret or database Service a pool refers to changes: reconcile the pools that use it.
-    let pool_store = Controller::new(pools.clone(), watcher::Config::default());
+    let pool_store = Controller::new(pools, watcher::Config::default());
     let pools_reader = pool_store.store();
-    let pools_for_secret = pools_reader.clone();
     let pool_controller = pool_store
         .with_config(config.clone())
         .owns(api::<Deployment>(&client, &namespace), watcher::Config::default())
@@ -139,37 +138,17 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
         .watches(
             api::<Secret>(&client, &namespace),
             watcher::Config::default(),
-            move |secret: Secret| {
-                let namespace = secret.namespace();
-                let name = secret.name_any();
-                pools_for_secret
-                    .state()
-                    .into_iter()
-                    .filter(|pool| {
-                        pool.namespace() == namespace
-                            && (pool.spec.postgres.credentials_secret() == name
-                                || pool.spec.master_key_ref(&pool.name_any()).name == name)
-                    })
-                    .map(|pool| ObjectRef::from_obj(&*pool))
-                    .collect::<Vec<_>>()
-            },
+            referrers(pools_reader.clone(), |pool: &GatewayPool, secret| {
+                pool.spec.postgres.credentials_secret() == secret
+                    || pool.spec.master_key_ref(&pool.name_any()).name == secret
+            }),
         )
         .watches(
             api::<Service>(&client, &namespace),
             watcher::Config::default(),
-            move |service: Service| {
-                let namespace = service.namespace();
-                let name = service.name_any();
-                pools_reader
-                    .state()
-                    .into_iter()
-                    .filter(|pool| {
-                        pool.namespace() == namespace
-                            && pool.spec.postgres.expected_service(pool.spec.role).as_ref() == Some(&name)
-                    })
-                    .map(|pool| ObjectRef::from_obj(&*pool))
-                    .collect::<Vec<_>>()
-            },
+            referrers(pools_reader, |pool: &GatewayPool, service| {
+                pool.spec.postgres.expected_service(pool.spec.role).as_deref() == Some(service)
+            }),
         )
         .run(gateway_pool::reconcile, gateway_pool::error_policy, ctx.clone())
         .for_each(|_| async {});
@@ -187,23 +166,36 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
         .watches(
             api::<Secret>(&client, &namespace),
             watcher::Config::default(),
-            move |secret: Secret| {
-                let namespace = secret.namespace();
-                let name = secret.name_any();
-                caches_reader
-                    .state()
-                    .into_iter()
-                    .filter(|cache| {
-                        cache.namespace() == namespace && cache.spec.credentials_secret_ref.as_ref() == Some(&name)
-                    })
-                    .map(|cache| ObjectRef::from_obj(&*cache))
-                    .collect::<Vec<_>>()
-            },
+            referrers(caches_reader, |cache: &OriginCache, secret| {
+                cache.spec.credentials_secret_ref.as_deref() == Some(secret)
+            }),
         )
         .run(origin_cache::reconcile, origin_cache::error_policy, ctx)
         .for_each(|_| async {});
 
     tokio::join!(pool_controller, bucket_controller, cache_controller);
+}
+
+/// Maps a changed object (a Secret, a Service) to the resources in its namespace that refer to
+/// it by name, so they are reconciled when it changes.
+fn referrers<K, W>(
+    store: Store<K>,
+    refers: impl Fn(&K, &str) -> bool + Send + Sync + 'static,
+) -> impl Fn(W) -> Vec<ObjectRef<K>> + Send + Sync + 'static
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    W: kube::Resource,
+{
+    move |changed: W| {
+        let namespace = changed.namespace();
+        let name = changed.name_any();
+        store
+            .state()
+            .into_iter()
+            .filter(|object| object.namespace() == namespace && refers(object, &name))
+            .map(|object| ObjectRef::from_obj(&*object))
+            .collect()
+    }
 }
 
 /// /healthz and /readyz: the process runs (a standby replica is ready to take over; the body

@@ -80,16 +80,7 @@ async fn reconcile(ctx: &Arc<Context>, fake: &FakeApi) -> Result<Action, pgvs3_o
 }
 
 fn condition(fake: &FakeApi, type_: &str) -> (String, String) {
-    let bucket = fake.get(BUCKET).unwrap();
-    let conditions = bucket["status"]["conditions"].as_array().cloned().unwrap_or_default();
-    let found = conditions
-        .iter()
-        .find(|c| c["type"] == type_)
-        .unwrap_or_else(|| panic!("no {type_} in {bucket}"));
-    (
-        found["status"].as_str().unwrap().into(),
-        found["reason"].as_str().unwrap().into(),
-    )
+    fake.condition(BUCKET, type_)
 }
 
 /// The first reconcile adds the finalizer, the second provisions.

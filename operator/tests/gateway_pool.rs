@@ -66,16 +66,7 @@ fn checksum(fake: &FakeApi) -> String {
 }
 
 fn condition(fake: &FakeApi, type_: &str) -> (String, String) {
-    let pool = fake.get(POOL).unwrap();
-    let conditions = pool["status"]["conditions"].as_array().cloned().unwrap_or_default();
-    let found = conditions
-        .iter()
-        .find(|c| c["type"] == type_)
-        .unwrap_or_else(|| panic!("no {type_} in {pool}"));
-    (
-        found["status"].as_str().unwrap().into(),
-        found["reason"].as_str().unwrap().into(),
-    )
+    fake.condition(POOL, type_)
 }
 
 #[tokio::test]

@@ -13,9 +13,10 @@ use pgvs3_secret::{MasterKey, random_token};
 
 use super::build::{self, FINALIZER, Target};
 use super::catalog::{self, Connection};
-use crate::context::{Context, Error, Result};
+use crate::context::{self, Context, Error, Result, backoff_key};
 use crate::crd::{
     AccessMode, Bucket, BucketStatus, DEGRADED, DeletionPolicy, GatewayPool, PROGRESSING, PoolRole, READY, Verdict,
+    waiting,
 };
 use crate::gateway_pool::apply::{RESYNC, WAIT_FOR_DEPENDENCY};
 use crate::gateway_pool::build::endpoints;
@@ -35,22 +36,12 @@ pub async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>) -> Result<Action>
     })
     .await
     .map_err(|err| Error::Finalizer(Box::new(err)))?;
-    ctx.succeeded(&key(&bucket));
+    ctx.succeeded(&backoff_key(KIND, &*bucket));
     Ok(action)
 }
 
 pub fn error_policy(bucket: Arc<Bucket>, error: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(bucket = %bucket.name_any(), %error, "reconcile failed");
-    ctx.metrics.failure(KIND, error.reason());
-    Action::requeue(ctx.backoff(&key(&bucket)))
-}
-
-fn key(bucket: &Bucket) -> String {
-    format!(
-        "{KIND}/{}/{}",
-        bucket.namespace().unwrap_or_default(),
-        bucket.name_any()
-    )
+    context::error_policy(KIND, &*bucket, error, &ctx)
 }
 
 /// The pool, its database connection and master key, or the reason they are not there yet.
@@ -102,14 +93,6 @@ async fn bind(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Result<
         connection,
         master_key,
     }))
-}
-
-fn waiting(reason: &str, message: &str) -> Vec<Verdict> {
-    vec![
-        Verdict::new(READY, false, reason, message),
-        Verdict::new(PROGRESSING, false, reason, message),
-        Verdict::new(DEGRADED, true, reason, message),
-    ]
 }
 
 async fn write_status(ctx: &Context, bucket: &Bucket, namespace: &str, status: BucketStatus) -> Result<()> {
@@ -178,12 +161,10 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
         ],
         Ok(ensured) => {
             let owner = ensured.owner.as_deref().unwrap_or("the root key");
-            let message = format!("bucket {bucket_name} already exists and belongs to {owner}");
-            vec![
-                Verdict::new(READY, false, "BucketOwnedElsewhere", &message),
-                Verdict::new(PROGRESSING, false, "BucketOwnedElsewhere", &message),
-                Verdict::new(DEGRADED, true, "BucketOwnedElsewhere", &message),
-            ]
+            waiting(
+                "BucketOwnedElsewhere",
+                &format!("bucket {bucket_name} already exists and belongs to {owner}"),
+            )
         }
         Err(err) => waiting("CatalogUnavailable", &err.to_string()),
     };

@@ -1,6 +1,10 @@
 //! The custom resources of API group `pgvs3.io/v1alpha1`: types, schema (with CEL rules and
 //! defaults) and the status conventions they share.
 
+// Each `printcolumn(...)` of `#[kube(...)]` repeats `type_ = "string"`; clippy reads those as
+// duplicated attributes although they belong to different columns.
+#![allow(clippy::duplicated_attributes)]
+
 mod bucket;
 mod gateway_pool;
 mod origin_cache;
@@ -53,6 +57,15 @@ impl Verdict {
             message: message.into(),
         }
     }
+}
+
+/// The three conditions of a resource that waits for something outside it.
+pub fn waiting(reason: &str, message: &str) -> Vec<Verdict> {
+    vec![
+        Verdict::new(READY, false, reason, message),
+        Verdict::new(PROGRESSING, false, reason, message),
+        Verdict::new(DEGRADED, true, reason, message),
+    ]
 }
 
 /// Merges verdicts into the previous conditions: a condition whose status is unchanged keeps its

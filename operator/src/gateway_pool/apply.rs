@@ -17,8 +17,8 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
 use super::build::{self, Inputs};
-use crate::context::{Context, Error, Result};
-use crate::crd::{DEFAULT_REPLICAS, DEGRADED, GatewayPool, GatewayPoolStatus, PROGRESSING, READY, Verdict};
+use crate::context::{self, Context, Error, Result, backoff_key};
+use crate::crd::{DEFAULT_REPLICAS, DEGRADED, GatewayPool, GatewayPoolStatus, PROGRESSING, READY, Verdict, waiting};
 use crate::kube_ops::{self, FIELD_MANAGER};
 
 pub const KIND: &str = "GatewayPool";
@@ -31,18 +31,12 @@ pub async fn reconcile(pool: Arc<GatewayPool>, ctx: Arc<Context>) -> Result<Acti
     let _timer = ctx.metrics.reconcile(KIND);
     let namespace = pool.namespace().ok_or(Error::NoNamespace)?;
     let action = reconcile_in(&pool, &ctx, &namespace).await?;
-    ctx.succeeded(&key(&pool));
+    ctx.succeeded(&backoff_key(KIND, &*pool));
     Ok(action)
 }
 
 pub fn error_policy(pool: Arc<GatewayPool>, error: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(pool = %pool.name_any(), %error, "reconcile failed");
-    ctx.metrics.failure(KIND, error.reason());
-    Action::requeue(ctx.backoff(&key(&pool)))
-}
-
-fn key(pool: &GatewayPool) -> String {
-    format!("{KIND}/{}/{}", pool.namespace().unwrap_or_default(), pool.name_any())
+    context::error_policy(KIND, &*pool, error, &ctx)
 }
 
 async fn reconcile_in(pool: &GatewayPool, ctx: &Context, namespace: &str) -> Result<Action> {
@@ -57,15 +51,7 @@ async fn reconcile_in(pool: &GatewayPool, ctx: &Context, namespace: &str) -> Res
         let services: Api<Service> = Api::namespaced(client.clone(), namespace);
         if services.get_opt(&service).await?.is_none() {
             let message = format!("PostgreSQL Service {service} does not exist");
-            let verdicts = waiting("DatabaseUnavailable", &message);
-            let status = GatewayPoolStatus {
-                database: Some(database),
-                conditions: kube_ops::conditions(ctx, pool, &previous.conditions, &verdicts).await,
-                observed_generation: pool.meta().generation,
-                ..previous.clone()
-            };
-            kube_ops::apply_status(&pools, pool, serde_json::to_value(status).expect("status serializes")).await?;
-            return Ok(Action::requeue(WAIT_FOR_DEPENDENCY));
+            return wait_for(ctx, pool, &pools, database, "DatabaseUnavailable", &message).await;
         }
     }
 
@@ -74,15 +60,7 @@ async fn reconcile_in(pool: &GatewayPool, ctx: &Context, namespace: &str) -> Res
     let credentials_name = pool.spec.postgres.credentials_secret();
     let Some(credentials) = secrets.get_opt(&credentials_name).await? else {
         let message = format!("database credentials Secret {credentials_name} does not exist");
-        let verdicts = waiting("CredentialsUnavailable", &message);
-        let status = GatewayPoolStatus {
-            database: Some(database),
-            conditions: kube_ops::conditions(ctx, pool, &previous.conditions, &verdicts).await,
-            observed_generation: pool.meta().generation,
-            ..previous.clone()
-        };
-        kube_ops::apply_status(&pools, pool, serde_json::to_value(status).expect("status serializes")).await?;
-        return Ok(Action::requeue(WAIT_FOR_DEPENDENCY));
+        return wait_for(ctx, pool, &pools, database, "CredentialsUnavailable", &message).await;
     };
 
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -182,12 +160,24 @@ async fn reconcile_in(pool: &GatewayPool, ctx: &Context, namespace: &str) -> Res
     Ok(Action::requeue(RESYNC))
 }
 
-fn waiting(reason: &str, message: &str) -> Vec<Verdict> {
-    vec![
-        Verdict::new(READY, false, reason, message),
-        Verdict::new(PROGRESSING, false, reason, message),
-        Verdict::new(DEGRADED, true, reason, message),
-    ]
+/// Reports what the pool waits for and looks again later; nothing is applied meanwhile.
+async fn wait_for(
+    ctx: &Context,
+    pool: &GatewayPool,
+    pools: &Api<GatewayPool>,
+    database: String,
+    reason: &str,
+    message: &str,
+) -> Result<Action> {
+    let previous = pool.status.clone().unwrap_or_default();
+    let status = GatewayPoolStatus {
+        database: Some(database),
+        conditions: kube_ops::conditions(ctx, pool, &previous.conditions, &waiting(reason, message)).await,
+        observed_generation: pool.meta().generation,
+        ..previous
+    };
+    kube_ops::apply_status(pools, pool, serde_json::to_value(status).expect("status serializes")).await?;
+    Ok(Action::requeue(WAIT_FOR_DEPENDENCY))
 }
 
 /// The master key Secret: created once with a random key when absent, never overwritten

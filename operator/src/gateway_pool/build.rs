@@ -648,8 +648,11 @@ mod tests {
         let hpa = objects.autoscaler.unwrap().spec.unwrap();
         assert_eq!((hpa.min_replicas, hpa.max_replicas), (Some(2), 7));
         assert_eq!(hpa.scale_target_ref.name, "p");
-        let target = &hpa.metrics.unwrap()[0].resource.as_ref().unwrap().target;
-        assert_eq!(target.average_utilization, Some(60));
+        let metrics = hpa.metrics.unwrap();
+        assert_eq!(
+            metrics[0].resource.as_ref().unwrap().target.average_utilization,
+            Some(60)
+        );
     }
 
     #[test]

@@ -9,8 +9,8 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
 use super::build::origin_row;
-use crate::context::{Context, Error, Result};
-use crate::crd::{DEGRADED, GatewayPool, OriginCache, OriginCacheStatus, PROGRESSING, READY, Verdict};
+use crate::context::{self, Context, Error, Result, backoff_key};
+use crate::crd::{GatewayPool, OriginCache, OriginCacheStatus, Verdict, waiting};
 use crate::gateway_pool::apply::{RESYNC, WAIT_FOR_DEPENDENCY};
 use crate::kube_ops;
 
@@ -59,24 +59,17 @@ pub async fn reconcile(cache: Arc<OriginCache>, ctx: Arc<Context>) -> Result<Act
         serde_json::to_value(status).expect("status serializes"),
     )
     .await?;
-    ctx.succeeded(&key(&cache));
+    ctx.succeeded(&backoff_key(KIND, &*cache));
     Ok(Action::requeue(requeue))
 }
 
 pub fn error_policy(cache: Arc<OriginCache>, error: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(cache = %cache.name_any(), %error, "reconcile failed");
-    ctx.metrics.failure(KIND, error.reason());
-    Action::requeue(ctx.backoff(&key(&cache)))
+    context::error_policy(KIND, &*cache, error, &ctx)
 }
 
-fn key(cache: &OriginCache) -> String {
-    format!("{KIND}/{}/{}", cache.namespace().unwrap_or_default(), cache.name_any())
-}
-
+/// Like `waiting`, but an unsupported feature is not a degradation of what exists.
 fn blocked(reason: &str, message: &str) -> Vec<Verdict> {
-    vec![
-        Verdict::new(READY, false, reason, message),
-        Verdict::new(PROGRESSING, false, reason, message),
-        Verdict::new(DEGRADED, reason != "OriginSupportUnavailable", reason, message),
-    ]
+    let mut verdicts = waiting(reason, message);
+    verdicts[2].status = reason != "OriginSupportUnavailable";
+    verdicts
 }

@@ -162,6 +162,20 @@ impl FakeApi {
             .collect()
     }
 
+    /// Status and reason of a condition in the stored object's status.
+    pub fn condition(&self, path: &str, type_: &str) -> (String, String) {
+        let object = self.get(path).unwrap_or_else(|| panic!("no object at {path}"));
+        let conditions = object["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        let found = conditions
+            .iter()
+            .find(|c| c["type"] == type_)
+            .unwrap_or_else(|| panic!("no {type_} condition in {object}"));
+        (
+            found["status"].as_str().unwrap().into(),
+            found["reason"].as_str().unwrap().into(),
+        )
+    }
+
     /// Events recorded for objects, as (type, reason).
     pub fn events(&self) -> Vec<(String, String)> {
         self.requests()
@@ -279,9 +293,17 @@ impl FakeApi {
                 let Some(object) = state.objects.get_mut(&object_path) else {
                     return status(404, "NotFound", "not found");
                 };
-                if body.is_array() {
-                    let patch: json_patch::Patch = serde_json::from_value(body).unwrap();
-                    if json_patch::patch(object, &patch).is_err() {
+                if let Value::Array(operations) = body {
+                    // Like the API server, a `test` for null passes when the path is absent.
+                    let operations: Vec<Value> = operations
+                        .into_iter()
+                        .filter(|op| {
+                            let path = op["path"].as_str().unwrap_or_default();
+                            !(op["op"] == "test" && op["value"].is_null() && object.pointer(path).is_none())
+                        })
+                        .collect();
+                    let patch: json_patch::Patch = serde_json::from_value(Value::Array(operations)).unwrap();
+                    if json_patch::patch(object, &patch.0).is_err() {
                         return status(422, "Invalid", "JSON patch test failed");
                     }
                 } else {
