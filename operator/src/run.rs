@@ -60,7 +60,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let client = Client::try_default().await.context("Kubernetes client configuration")?;
     let metrics = Metrics::default();
     let leading = Arc::new(AtomicBool::new(false));
-    let server = tokio::spawn(serve_health(args.metrics_addr, metrics.clone(), leading.clone()));
+    let listener = tokio::net::TcpListener::bind(args.metrics_addr)
+        .await
+        .with_context(|| format!("binding {}", args.metrics_addr))?;
+    let server = tokio::spawn(serve_health(listener, metrics.clone(), leading.clone()));
 
     let mut shutdown = std::pin::pin!(shutdown_signal());
     let mut leadership = if args.no_leader_election {
@@ -200,10 +203,11 @@ where
 
 /// /healthz and /readyz: the process runs (a standby replica is ready to take over; the body
 /// says which it is). /metrics: Prometheus text.
-async fn serve_health(addr: SocketAddr, metrics: Metrics, leading: Arc<AtomicBool>) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("binding {addr}"))?;
+pub async fn serve_health(
+    listener: tokio::net::TcpListener,
+    metrics: Metrics,
+    leading: Arc<AtomicBool>,
+) -> anyhow::Result<()> {
     loop {
         let (stream, _) = listener.accept().await?;
         let metrics = metrics.clone();
