@@ -16,7 +16,7 @@ ci:
 
 # Gateway vs direct PostgreSQL: 4 KiB and 64 MiB GET/PUT (see docs/benchmarks.md).
 bench *ARGS:
-    cargo run --release -p pgvs3-gateway --example bench -- {{ARGS}}
+    cargo bench -p pgvs3-gateway --bench gateway_vs_direct -- {{ARGS}}
 
 # Load against a fresh release gateway: `just load --ops get,put --sizes 4KiB,64MiB --duration 10`.
 load *ARGS:
@@ -25,3 +25,22 @@ load *ARGS:
 # redis-benchmark: the gateway's RESP vs redis-server (appendfsync always, and in-memory), 4 KiB GET/SET.
 resp-bench REQUESTS="20000":
     bash scripts/resp-bench.sh {{REQUESTS}}
+
+# Regenerate the CRDs (crds/ and the chart's copy) from the operator's types.
+crds:
+    cargo run -q -p pgvs3-operator --bin crdgen
+
+# Print what the operator would apply for the resources in a file.
+render FILE:
+    cargo run -q -p pgvs3-operator --bin pgvs3-operator -- render -f {{FILE}}
+
+# Lint and render the operator chart.
+chart:
+    helm lint --strict charts/pgvs3-operator
+    helm template pgvs3-operator charts/pgvs3-operator --namespace pgvs3-system --include-crds
+
+# The kind end-to-end suite (needs docker, kind, kubectl, helm): cluster up, then the tests.
+e2e-kind:
+    kind/up.sh
+    PGVS3_E2E_KIND=1 cargo test -p pgvs3-e2e --test kind_fleet -- --ignored --test-threads 1
+

@@ -8,7 +8,7 @@ pub mod admission;
 pub mod config;
 pub mod http_server;
 pub mod maintenance;
-pub mod master_key;
+pub use pgvs3_secret as master_key;
 pub mod metrics;
 pub mod pg;
 pub mod resp;

@@ -3,6 +3,19 @@
 
 mod common;
 
+/// redis-rs clients for a gateway's RESP endpoint. (Kept out of the shared harness, which other
+/// crates include without depending on redis-rs.)
+trait RedisClient {
+    /// `query` like `?protocol=resp3`, or empty.
+    fn redis(&self, query: &str) -> redis::Client;
+}
+
+impl RedisClient for common::TestGateway {
+    fn redis(&self, query: &str) -> redis::Client {
+        redis::Client::open(format!("redis://{}/{query}", self.resp_addr())).unwrap()
+    }
+}
+
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_s3::primitives::ByteStream;

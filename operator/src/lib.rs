@@ -1,4 +1,15 @@
-//! pgvs3-operator: reconciles `GatewayPool`, `Bucket` and `OriginCache` resources.
+//! pgvs3-operator: reconciles `GatewayPool`, `Bucket` and `OriginCache` resources into gateway
+//! fleets and catalog rows.
 //!
-//! The controllers arrive with the operator issue; this crate holds the workspace slot so the
-//! layout of DESIGN.md §2 is in place from the start.
+//! Each controller module has a pure `build` (spec → desired objects, rendered by
+//! `pgvs3-operator render`) and an `apply` (server-side apply, status, finalizers, events).
+
+pub mod bucket;
+pub mod context;
+pub mod crd;
+pub mod gateway_pool;
+pub mod kube_ops;
+pub mod metrics;
+pub mod origin_cache;
+pub mod render;
+pub mod run;

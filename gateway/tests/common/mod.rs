@@ -245,11 +245,6 @@ impl TestGateway {
         self.gateway.resp_addr.expect("the RESP endpoint is on")
     }
 
-    /// A redis-rs client for the RESP endpoint (`query` like `?protocol=resp3`, or empty).
-    pub fn redis(&self, query: &str) -> redis::Client {
-        redis::Client::open(format!("redis://{}/{query}", self.resp_addr())).unwrap()
-    }
-
     pub fn client_for(&self, access_key: &str, secret_key: &str) -> Client {
         s3_client(&self.gateway, access_key, secret_key)
     }

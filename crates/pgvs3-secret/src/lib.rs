@@ -1,4 +1,5 @@
-//! The master key that encrypts access-key secrets at rest in the catalog.
+//! The master key that encrypts access-key secrets at rest in the catalog. Gateways open
+//! secrets with it; the operator seals the keys it writes with it — one implementation for both.
 //!
 //! Secrets must be recoverable (SigV4 needs the plain secret to recompute signatures), so they
 //! are encrypted, not hashed: AES-256-GCM with a random nonce per secret.

@@ -1,0 +1,257 @@
+//! Reconciles a Bucket: catalog rows through the SQL control API, the credentials Secret, and
+//! cleanup under the deletion policy (behind a finalizer).
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ListParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event as KubeEvent, EventType};
+use kube::runtime::finalizer::{Event, finalizer};
+use kube::{Resource, ResourceExt};
+use pgvs3_secret::{MasterKey, random_token};
+
+use super::build::{self, FINALIZER, Target};
+use super::catalog::{self, Connection};
+use crate::context::{self, Context, Error, Result, backoff_key};
+use crate::crd::{
+    AccessMode, Bucket, BucketStatus, DEGRADED, DeletionPolicy, GatewayPool, PROGRESSING, PoolRole, READY, Verdict,
+    waiting,
+};
+use crate::gateway_pool::apply::{RESYNC, WAIT_FOR_DEPENDENCY};
+use crate::gateway_pool::build::endpoints;
+use crate::kube_ops;
+
+pub const KIND: &str = "Bucket";
+
+pub async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>) -> Result<Action> {
+    let _timer = ctx.metrics.reconcile(KIND);
+    let namespace = bucket.namespace().ok_or(Error::NoNamespace)?;
+    let buckets: Api<Bucket> = Api::namespaced(ctx.client.clone(), &namespace);
+    let action = finalizer(&buckets, FINALIZER, bucket.clone(), |event| async {
+        match event {
+            Event::Apply(bucket) => provision(&bucket, &ctx, &namespace).await,
+            Event::Cleanup(bucket) => cleanup(&bucket, &ctx, &namespace).await,
+        }
+    })
+    .await
+    .map_err(|err| Error::Finalizer(Box::new(err)))?;
+    ctx.succeeded(&backoff_key(KIND, &*bucket));
+    Ok(action)
+}
+
+pub fn error_policy(bucket: Arc<Bucket>, error: &Error, ctx: Arc<Context>) -> Action {
+    context::error_policy(KIND, &*bucket, error, &ctx)
+}
+
+/// The pool, its database connection and master key, or the reason they are not there yet.
+struct Binding {
+    pool: GatewayPool,
+    connection: Connection,
+    master_key: MasterKey,
+}
+
+async fn bind(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Result<Binding, Vec<Verdict>>> {
+    let pools: Api<GatewayPool> = Api::namespaced(ctx.client.clone(), namespace);
+    let pool_name = &bucket.spec.gateway_pool_ref;
+    let Some(pool) = pools.get_opt(pool_name).await? else {
+        return Ok(Err(waiting(
+            "PoolNotFound",
+            &format!("GatewayPool {pool_name} does not exist"),
+        )));
+    };
+    if pool.spec.role != PoolRole::Primary {
+        let message = format!("GatewayPool {pool_name} is a Standby pool; buckets are written through a Primary pool");
+        return Ok(Err(waiting("PoolNotPrimary", &message)));
+    }
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let credentials_name = pool.spec.postgres.credentials_secret();
+    let master_ref = pool.spec.master_key_ref(pool_name);
+    let (Some(credentials), Some(master)) = (
+        secrets.get_opt(&credentials_name).await?,
+        secrets.get_opt(&master_ref.name).await?,
+    ) else {
+        let message = format!("Secrets {credentials_name} and {} must exist", master_ref.name);
+        return Ok(Err(waiting("CredentialsUnavailable", &message)));
+    };
+    let postgres = &pool.spec.postgres;
+    // CloudNativePG Services live in the pool's namespace; the operator runs in its own.
+    let host = match &postgres.cluster_name {
+        Some(_) => format!("{}.{namespace}.svc", postgres.host(PoolRole::Primary)),
+        None => postgres.host(PoolRole::Primary),
+    };
+    let connection = Connection {
+        host,
+        port: u16::try_from(postgres.port()).unwrap_or(5432),
+        database: postgres.database().to_string(),
+        user: kube_ops::secret_text(&credentials, "username")?,
+        password: kube_ops::secret_text(&credentials, "password")?,
+    };
+    let master_key = MasterKey::from_text(&kube_ops::secret_text(&master, &master_ref.key)?);
+    Ok(Ok(Binding {
+        pool,
+        connection,
+        master_key,
+    }))
+}
+
+async fn write_status(ctx: &Context, bucket: &Bucket, namespace: &str, status: BucketStatus) -> Result<()> {
+    let buckets: Api<Bucket> = Api::namespaced(ctx.client.clone(), namespace);
+    kube_ops::apply_status(
+        &buckets,
+        bucket,
+        serde_json::to_value(status).expect("status serializes"),
+    )
+    .await
+}
+
+async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Action> {
+    let previous = bucket.status.clone().unwrap_or_default();
+    let bucket_name = bucket.bucket_name();
+    let binding = match bind(bucket, ctx, namespace).await? {
+        Ok(binding) => binding,
+        Err(verdicts) => {
+            let status = BucketStatus {
+                observed_generation: bucket.meta().generation,
+                conditions: kube_ops::conditions(ctx, bucket, &previous.conditions, &verdicts).await,
+                bucket_name: Some(bucket_name),
+                ..previous.clone()
+            };
+            write_status(ctx, bucket, namespace, status).await?;
+            return Ok(Action::requeue(WAIT_FOR_DEPENDENCY));
+        }
+    };
+    let target = target(ctx, &binding.pool, namespace, bucket_name.clone()).await?;
+
+    // The Secret is written before the catalog row so a crash in between never loses the key:
+    // the next reconcile reads the secret back and writes the same key.
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let key_id = build::access_key_id(bucket);
+    let secret_key = match secrets.get_opt(&build::secret_name(bucket)).await? {
+        Some(existing) => {
+            kube_ops::secret_text(&existing, "AWS_SECRET_ACCESS_KEY").unwrap_or_else(|_| random_token(30))
+        }
+        None => random_token(30),
+    };
+    kube_ops::apply(
+        &secrets,
+        &build::credentials_secret(bucket, &target, &key_id, &secret_key),
+    )
+    .await?;
+
+    let read_only = bucket.spec.access == AccessMode::ReadOnly;
+    let description = format!("Bucket {namespace}/{}", bucket.name_any());
+    let ensured = async {
+        let client = catalog::connect(&binding.connection).await?;
+        let sealed = binding.master_key.seal(&secret_key);
+        catalog::put_access_key(&client, &key_id, &sealed, read_only, &description).await?;
+        catalog::ensure_bucket(&client, &bucket_name, &key_id).await
+    }
+    .await;
+    let mut verdicts = match &ensured {
+        Ok(ensured) if ensured.owner.as_deref() == Some(key_id.as_str()) => vec![
+            Verdict::new(
+                READY,
+                true,
+                "Provisioned",
+                format!("bucket {bucket_name} is served by {}", target.endpoint),
+            ),
+            Verdict::new(PROGRESSING, false, "Provisioned", ""),
+            Verdict::new(DEGRADED, false, "Provisioned", ""),
+        ],
+        Ok(ensured) => {
+            let owner = ensured.owner.as_deref().unwrap_or("the root key");
+            waiting(
+                "BucketOwnedElsewhere",
+                &format!("bucket {bucket_name} already exists and belongs to {owner}"),
+            )
+        }
+        Err(err) => waiting("CatalogUnavailable", &err.to_string()),
+    };
+    if bucket.spec.quota.is_some() {
+        verdicts.push(Verdict::new(
+            "QuotaEnforced",
+            false,
+            "QuotaSupportUnavailable",
+            "the gateway's catalog has no quota function yet; the quota is recorded but not enforced",
+        ));
+    }
+    let status = BucketStatus {
+        observed_generation: bucket.meta().generation,
+        conditions: kube_ops::conditions(ctx, bucket, &previous.conditions, &verdicts).await,
+        bucket_name: Some(bucket_name),
+        bucket_id: ensured.as_ref().ok().map(|e| e.id).or(previous.bucket_id),
+        secret_name: Some(build::secret_name(bucket)),
+        access_key_id: Some(key_id),
+        endpoint: Some(target.endpoint),
+        read_endpoints: target.read_endpoints,
+    };
+    write_status(ctx, bucket, namespace, status).await?;
+    // A catalog failure is retried with backoff; its reason is already in the status.
+    ensured?;
+    Ok(Action::requeue(RESYNC))
+}
+
+/// The pool's S3 endpoint, plus those of Standby pools on the same CloudNativePG cluster.
+async fn target(ctx: &Context, pool: &GatewayPool, namespace: &str, bucket_name: String) -> Result<Target> {
+    let mut read_endpoints = Vec::new();
+    if let Some(cluster) = &pool.spec.postgres.cluster_name {
+        let pools: Api<GatewayPool> = Api::namespaced(ctx.client.clone(), namespace);
+        for standby in pools.list(&ListParams::default()).await? {
+            if standby.spec.role == PoolRole::Standby && standby.spec.postgres.cluster_name.as_ref() == Some(cluster) {
+                read_endpoints.extend(endpoints(&standby).s3);
+            }
+        }
+        read_endpoints.sort();
+    }
+    Ok(Target {
+        bucket_name,
+        endpoint: endpoints(pool).s3.unwrap_or_default(),
+        region: pool.spec.region.clone(),
+        read_endpoints,
+    })
+}
+
+async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Action> {
+    let bucket_name = bucket.bucket_name();
+    let key_id = build::access_key_id(bucket);
+    let binding = match bind(bucket, ctx, namespace).await? {
+        Ok(binding) => binding,
+        Err(verdicts) => {
+            // Without its pool the catalog is out of reach; holding the finalizer would block
+            // the namespace forever, so the data stays and the user is told.
+            let note = format!(
+                "catalog not reachable ({}); bucket {bucket_name} left in place",
+                verdicts[0].message
+            );
+            publish(ctx, bucket, EventType::Warning, "CleanupSkipped", note).await;
+            return Ok(Action::await_change());
+        }
+    };
+    let client = catalog::connect(&binding.connection).await?;
+    let ours = catalog::bucket_owner(&client, &bucket_name).await? == Some(Some(key_id.clone()));
+    let note = match bucket.spec.deletion_policy {
+        DeletionPolicy::Delete if ours => {
+            catalog::drop_bucket(&client, &bucket_name, true).await?;
+            format!("bucket {bucket_name} and its objects were dropped")
+        }
+        DeletionPolicy::Delete => format!("bucket {bucket_name} does not belong to this resource; not dropped"),
+        DeletionPolicy::Retain => format!("bucket {bucket_name} retained; its access key was revoked"),
+    };
+    catalog::delete_access_key(&client, &key_id).await?;
+    publish(ctx, bucket, EventType::Normal, "Cleanup", note).await;
+    Ok(Action::await_change())
+}
+
+async fn publish(ctx: &Context, bucket: &Bucket, type_: EventType, reason: &str, note: String) {
+    let event = KubeEvent {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Cleanup".into(),
+        secondary: None,
+    };
+    if let Err(err) = ctx.recorder.publish(&event, &bucket.object_ref(&())).await {
+        tracing::warn!(error = %err, "publishing event");
+    }
+}

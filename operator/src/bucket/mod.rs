@@ -1,0 +1,8 @@
+//! The Bucket controller: a bucket and an access key in the catalog of a Primary pool's
+//! database, and a credentials Secret for the applications that use it.
+
+pub mod apply;
+pub mod build;
+pub mod catalog;
+
+pub use apply::{error_policy, reconcile};

@@ -1,0 +1,123 @@
+//! What every reconcile shares: the client, the event reporter, metrics, per-object backoff.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+
+use crate::metrics::Metrics;
+
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub metrics: Metrics,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+/// The first retry after a failure, doubled per consecutive failure up to `MAX_BACKOFF`.
+pub const FIRST_BACKOFF: Duration = Duration::from_secs(2);
+pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+impl Context {
+    pub fn new(client: Client, metrics: Metrics) -> Context {
+        let reporter = Reporter {
+            controller: "pgvs3-operator".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            metrics,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Records one more failure of `key` and returns how long to wait before retrying it.
+    pub fn backoff(&self, key: &str) -> Duration {
+        let mut failures = self.failures.lock().expect("backoff table");
+        let count = failures.entry(key.to_string()).or_insert(0);
+        let delay = backoff_delay(*count);
+        *count += 1;
+        delay
+    }
+
+    /// A successful reconcile resets the object's backoff.
+    pub fn succeeded(&self, key: &str) {
+        self.failures.lock().expect("backoff table").remove(key);
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("catalog: {0}")]
+    Catalog(#[from] tokio_postgres::Error),
+    #[error("{0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    #[error("Secret {secret}: {problem}")]
+    Secret { secret: String, problem: String },
+    #[error("resource has no namespace")]
+    NoNamespace,
+}
+
+impl Error {
+    /// Short label for the failures metric.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(status)) if status.code == 409 => "Conflict",
+            Error::Kube(_) => "KubeApi",
+            Error::Catalog(_) => "Catalog",
+            Error::Finalizer(_) => "Finalizer",
+            Error::Secret { .. } => "Secret",
+            Error::NoNamespace => "NoNamespace",
+        }
+    }
+}
+
+/// Counts a failed reconcile and schedules its retry with the object's backoff.
+pub fn error_policy<K: kube::Resource>(
+    kind: &str,
+    object: &K,
+    error: &Error,
+    ctx: &Context,
+) -> kube::runtime::controller::Action {
+    let key = backoff_key(kind, object);
+    tracing::warn!(object = %key, %error, "reconcile failed");
+    ctx.metrics.failure(kind, error.reason());
+    kube::runtime::controller::Action::requeue(ctx.backoff(&key))
+}
+
+/// The backoff table's key of an object.
+pub fn backoff_key<K: kube::Resource>(kind: &str, object: &K) -> String {
+    let meta = object.meta();
+    format!(
+        "{kind}/{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// Delay before retrying after `failures` earlier consecutive failures.
+pub fn backoff_delay(failures: u32) -> Duration {
+    FIRST_BACKOFF.saturating_mul(1 << failures.min(16)).min(MAX_BACKOFF)
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        assert_eq!(backoff_delay(0), Duration::from_secs(2));
+        assert_eq!(backoff_delay(1), Duration::from_secs(4));
+        assert_eq!(backoff_delay(2), Duration::from_secs(8));
+        assert_eq!(backoff_delay(7), Duration::from_secs(256));
+        assert_eq!(backoff_delay(8), MAX_BACKOFF);
+        assert_eq!(backoff_delay(u32::MAX), MAX_BACKOFF);
+    }
+}

@@ -1,0 +1,114 @@
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// An S3 bucket in a GatewayPool's database, with an access key and a credentials Secret.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "pgvs3.io",
+    version = "v1alpha1",
+    kind = "Bucket",
+    namespaced,
+    status = "BucketStatus",
+    shortname = "pgb",
+    category = "pgvs3",
+    doc = "An S3 bucket served by a Primary GatewayPool, with its own access key and credentials Secret.",
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(name = "Bucket", type_ = "string", json_path = ".status.bucketName"),
+    printcolumn(name = "Pool", type_ = "string", json_path = ".spec.gatewayPoolRef"),
+    printcolumn(name = "Secret", type_ = "string", json_path = ".status.secretName", priority = 1),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("has(self.bucketName) == has(oldSelf.bucketName)").message("bucketName cannot be added or removed"))]
+#[serde(rename_all = "camelCase")]
+pub struct BucketSpec {
+    /// S3 bucket name (default: `<namespace>-<name>`). Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 3, max = 63), regex(pattern = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("bucketName is immutable"))]
+    pub bucket_name: Option<String>,
+
+    /// Name of the Primary GatewayPool (same namespace) whose database holds the bucket. Immutable.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("gatewayPoolRef is immutable"))]
+    pub gateway_pool_ref: String,
+
+    /// What happens to the bucket's data when this resource is deleted.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<Quota>,
+
+    /// What the generated access key may do.
+    #[serde(default)]
+    pub access: AccessMode,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeletionPolicy {
+    /// Keep the bucket and its objects; only the access key is revoked.
+    #[default]
+    Retain,
+    /// Drop the bucket and all its objects.
+    Delete,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AccessMode {
+    #[default]
+    ReadWrite,
+    ReadOnly,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Quota {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max_bytes: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max_objects: Option<i64>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BucketStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket_name: Option<String>,
+    #[serde(default, rename = "bucketID", skip_serializing_if = "Option::is_none")]
+    pub bucket_id: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_key_id: Option<String>,
+    /// S3 endpoint of the owning (Primary) pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// S3 endpoints of Standby pools on the same cluster (reads only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_endpoints: Vec<String>,
+}
+
+impl Bucket {
+    /// The S3 name: explicit, or `<namespace>-<name>` so two namespaces cannot collide.
+    pub fn bucket_name(&self) -> String {
+        match &self.spec.bucket_name {
+            Some(name) => name.clone(),
+            None => format!(
+                "{}-{}",
+                self.metadata.namespace.as_deref().unwrap_or("default"),
+                self.metadata.name.as_deref().unwrap_or_default()
+            ),
+        }
+    }
+}

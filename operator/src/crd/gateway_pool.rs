@@ -1,0 +1,347 @@
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A fleet of pgvs3 gateways bound to one PostgreSQL: a Primary pool serves reads and writes
+/// through the read-write Service, a Standby pool serves reads from hot standbys.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "pgvs3.io",
+    version = "v1alpha1",
+    kind = "GatewayPool",
+    namespaced,
+    status = "GatewayPoolStatus",
+    shortname = "gwp",
+    category = "pgvs3",
+    doc = "A pool of pgvs3 gateways (S3, RESP, OJS) bound to a PostgreSQL primary or standby.",
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(name = "Role", type_ = "string", json_path = ".spec.role"),
+    printcolumn(name = "Replicas", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Database", type_ = "string", json_path = ".status.database", priority = 1),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("!(has(self.replicas) && has(self.autoscaling))").message("set either replicas or autoscaling, not both"))]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayPoolSpec {
+    /// Primary binds to the read-write Service, Standby to the read-only one. Immutable.
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("role is immutable"))]
+    pub role: PoolRole,
+
+    /// The PostgreSQL this pool serves.
+    pub postgres: PostgresSpec,
+
+    /// Fixed number of gateways (default 2). Mutually exclusive with `autoscaling`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub replicas: Option<i32>,
+
+    /// Scale on CPU with a HorizontalPodAutoscaler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<Autoscaling>,
+
+    /// Gateway image.
+    #[serde(default = "default_image")]
+    pub image: String,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["Always", "IfNotPresent", "Never"]))]
+    pub image_pull_policy: Option<String>,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// Which protocols the gateways serve, and on which ports.
+    #[serde(default)]
+    pub protocols: Protocols,
+
+    /// Port of /healthz, /readyz and /metrics.
+    #[serde(default = "default_admin_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub admin_port: i32,
+
+    /// PostgreSQL connections per gateway.
+    #[serde(default = "default_pool_size")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub pool_size: i32,
+
+    /// Bounded concurrency per gateway; beyond it requests wait, then get the protocol's busy error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<Admission>,
+
+    /// Region the S3 endpoint reports and signs with.
+    #[serde(default = "default_region")]
+    pub region: String,
+
+    /// Secret holding the master key that seals access-key secrets in the catalog. Generated
+    /// once by the operator when absent and never overwritten; every pool on one database must
+    /// use the same key. Default: `<clusterName>-pgvs3-master-key`, or `<pool>-pgvs3-master-key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub master_key_secret_ref: Option<SecretKeySelector>,
+
+    /// Overrides for the gateway pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<PodOverrides>,
+
+    /// The Service in front of the gateways.
+    #[serde(default)]
+    pub service: ServiceSettings,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PoolRole {
+    #[default]
+    Primary,
+    Standby,
+}
+
+/// Either a CloudNativePG cluster (`clusterName`) or an explicit host.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(validation = Rule::new("has(self.clusterName) != has(self.host)").message("set exactly one of clusterName or host"))]
+#[x_kube(validation = Rule::new("has(self.clusterName) || has(self.secretRef)").message("an explicit host needs secretRef"))]
+#[serde(rename_all = "camelCase")]
+pub struct PostgresSpec {
+    /// CloudNativePG cluster: Services `<c>-rw` / `<c>-ro`, credentials in Secret `<c>-app`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: Option<i32>,
+    /// Database name (default `app`, CloudNativePG's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database: Option<String>,
+    /// Secret with `username` and `password` keys (default for a cluster: `<c>-app`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<String>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(validation = Rule::new("self.minReplicas <= self.maxReplicas").message("minReplicas must not exceed maxReplicas"))]
+#[serde(rename_all = "camelCase")]
+pub struct Autoscaling {
+    #[serde(default = "one")]
+    #[schemars(range(min = 1))]
+    pub min_replicas: i32,
+    #[schemars(range(min = 1))]
+    pub max_replicas: i32,
+    #[serde(default = "default_cpu_target", rename = "targetCPUUtilizationPercentage")]
+    #[schemars(range(min = 1, max = 100))]
+    pub target_cpu_utilization_percentage: i32,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Protocols {
+    #[serde(default = "s3_default")]
+    pub s3: Protocol,
+    #[serde(default = "resp_default")]
+    pub resp: Protocol,
+    #[serde(default = "ojs_default")]
+    pub ojs: Protocol,
+}
+
+impl Default for Protocols {
+    fn default() -> Protocols {
+        Protocols {
+            s3: s3_default(),
+            resp: resp_default(),
+            ojs: ojs_default(),
+        }
+    }
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Protocol {
+    pub enabled: bool,
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Admission {
+    /// Requests served at once, per protocol.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_active: Option<i32>,
+    /// Requests allowed to wait for a slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max_waiting: Option<i32>,
+    /// How long a request waits before it is turned away (e.g. `2s`, `500ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    #[x_kube(validation = Rule::new("self.matches('^[0-9]+(ms|s|m)$')").message("a duration like 500ms, 2s or 1m"))]
+    pub wait_timeout: Option<String>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeySelector {
+    pub name: String,
+    #[serde(default = "master_key_key")]
+    pub key: String,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodOverrides {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceSettings {
+    #[serde(default, rename = "type")]
+    pub type_: ServiceType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ServiceType {
+    #[default]
+    ClusterIP,
+    NodePort,
+    LoadBalancer,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayPoolStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+    /// The PostgreSQL Service (or host) the pool is bound to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoints: Option<Endpoints>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Endpoints {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resp: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ojs: Option<String>,
+}
+
+pub const DEFAULT_REPLICAS: i32 = 2;
+
+fn default_image() -> String {
+    format!("ghcr.io/pgvs3/pgvs3:{}", env!("CARGO_PKG_VERSION"))
+}
+fn default_admin_port() -> i32 {
+    9090
+}
+fn default_pool_size() -> i32 {
+    32
+}
+fn default_region() -> String {
+    "us-east-1".into()
+}
+fn one() -> i32 {
+    1
+}
+fn default_cpu_target() -> i32 {
+    70
+}
+fn master_key_key() -> String {
+    "masterKey".into()
+}
+fn s3_default() -> Protocol {
+    Protocol {
+        enabled: true,
+        port: 9000,
+    }
+}
+fn resp_default() -> Protocol {
+    Protocol {
+        enabled: false,
+        port: 6379,
+    }
+}
+fn ojs_default() -> Protocol {
+    Protocol {
+        enabled: false,
+        port: 8080,
+    }
+}
+
+impl GatewayPoolSpec {
+    pub fn master_key_ref(&self, pool_name: &str) -> SecretKeySelector {
+        self.master_key_secret_ref.clone().unwrap_or_else(|| SecretKeySelector {
+            name: match &self.postgres.cluster_name {
+                Some(cluster) => format!("{cluster}-pgvs3-master-key"),
+                None => format!("{pool_name}-pgvs3-master-key"),
+            },
+            key: master_key_key(),
+        })
+    }
+}
+
+impl PostgresSpec {
+    /// Host (Service name) the given role connects to.
+    pub fn host(&self, role: PoolRole) -> String {
+        match (&self.cluster_name, &self.host) {
+            (_, Some(host)) => host.clone(),
+            (Some(cluster), None) => match role {
+                PoolRole::Primary => format!("{cluster}-rw"),
+                PoolRole::Standby => format!("{cluster}-ro"),
+            },
+            (None, None) => String::new(),
+        }
+    }
+
+    pub fn port(&self) -> i32 {
+        self.port.unwrap_or(5432)
+    }
+
+    pub fn database(&self) -> &str {
+        self.database.as_deref().unwrap_or("app")
+    }
+
+    pub fn credentials_secret(&self) -> String {
+        match (&self.secret_ref, &self.cluster_name) {
+            (Some(secret), _) => secret.clone(),
+            (None, Some(cluster)) => format!("{cluster}-app"),
+            (None, None) => String::new(),
+        }
+    }
+
+    /// The Service the operator expects to exist before it binds (CloudNativePG clusters only).
+    pub fn expected_service(&self, role: PoolRole) -> Option<String> {
+        self.cluster_name.as_ref().map(|_| self.host(role))
+    }
+}

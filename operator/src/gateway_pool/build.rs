@@ -1,0 +1,698 @@
+//! GatewayPool → desired Kubernetes objects. Pure: no client, so every object can be unit
+//! tested, golden-filed and rendered by `pgvs3-operator render`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
+use k8s_openapi::api::autoscaling::v2::{
+    CrossVersionObjectReference, HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec, MetricSpec, MetricTarget,
+    ResourceMetricSource,
+};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMap, ConfigMapEnvSource, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, EnvVar,
+    EnvVarSource, HTTPGetAction, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
+    SeccompProfile, SecretKeySelector as CoreSecretKeySelector, SecurityContext, Service, ServicePort, ServiceSpec,
+    TopologySpreadConstraint, Volume, VolumeMount,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::Resource;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use sha2::{Digest, Sha256};
+
+use crate::crd::{DEFAULT_REPLICAS, Endpoints, GatewayPool, PoolRole};
+
+pub const CONTAINER: &str = "gateway";
+pub const CHECKSUM_ANNOTATION: &str = "pgvs3.io/config-checksum";
+pub const POOL_LABEL: &str = "pgvs3.io/pool";
+pub const ROLE_LABEL: &str = "pgvs3.io/role";
+/// Non-root user of the gateway image (distroless "nonroot").
+const GATEWAY_UID: i64 = 65532;
+
+/// What the pool's objects depend on besides its spec: facts the reconciler looked up.
+#[derive(Clone, Debug, Default)]
+pub struct Inputs {
+    /// Digest of the referenced Secrets (database credentials, master key): a rotation rolls pods.
+    pub secrets_digest: String,
+    /// The Prometheus operator's ServiceMonitor CRD exists in the cluster.
+    pub service_monitor_crd: bool,
+}
+
+/// Everything one GatewayPool turns into.
+#[derive(Clone, Debug)]
+pub struct Objects {
+    pub config_map: ConfigMap,
+    pub deployment: Deployment,
+    pub service: Service,
+    pub pod_disruption_budget: PodDisruptionBudget,
+    pub autoscaler: Option<HorizontalPodAutoscaler>,
+    pub service_monitor: Option<DynamicObject>,
+}
+
+impl Objects {
+    /// All objects as JSON values, in apply order (ConfigMap before the Deployment that reads it).
+    pub fn to_values(&self) -> Vec<serde_json::Value> {
+        let mut values = vec![
+            serde_json::to_value(&self.config_map),
+            serde_json::to_value(&self.service),
+            serde_json::to_value(&self.deployment),
+            serde_json::to_value(&self.pod_disruption_budget),
+        ];
+        values.extend(self.autoscaler.iter().map(serde_json::to_value));
+        values.extend(self.service_monitor.iter().map(serde_json::to_value));
+        values.into_iter().map(|v| v.expect("k8s objects serialize")).collect()
+    }
+}
+
+pub fn selector_labels(pool: &GatewayPool) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), "pgvs3-gateway".to_string()),
+        ("app.kubernetes.io/instance".to_string(), pool_name(pool)),
+    ])
+}
+
+fn labels(pool: &GatewayPool) -> BTreeMap<String, String> {
+    let mut labels = selector_labels(pool);
+    labels.insert("app.kubernetes.io/managed-by".into(), "pgvs3-operator".into());
+    labels.insert("app.kubernetes.io/component".into(), "gateway".into());
+    labels.insert(POOL_LABEL.into(), pool_name(pool));
+    labels.insert(ROLE_LABEL.into(), role_label(pool.spec.role).into());
+    labels
+}
+
+pub fn role_label(role: PoolRole) -> &'static str {
+    match role {
+        PoolRole::Primary => "primary",
+        PoolRole::Standby => "standby",
+    }
+}
+
+fn pool_name(pool: &GatewayPool) -> String {
+    pool.metadata.name.clone().unwrap_or_default()
+}
+
+pub fn config_map_name(pool: &GatewayPool) -> String {
+    format!("{}-config", pool_name(pool))
+}
+
+fn meta(pool: &GatewayPool, name: String) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: pool.metadata.namespace.clone(),
+        labels: Some(labels(pool)),
+        owner_references: owner(pool),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The owner reference that garbage-collects children with their pool (absent when rendering
+/// a manifest that was never stored, which has no uid yet).
+fn owner(pool: &GatewayPool) -> Option<Vec<OwnerReference>> {
+    pool.controller_owner_ref(&()).map(|reference| vec![reference])
+}
+
+/// Service endpoints, as clients inside the cluster reach them.
+pub fn endpoints(pool: &GatewayPool) -> Endpoints {
+    let host = format!(
+        "{}.{}.svc",
+        pool_name(pool),
+        pool.metadata.namespace.as_deref().unwrap_or("default")
+    );
+    let protocols = &pool.spec.protocols;
+    Endpoints {
+        s3: protocols
+            .s3
+            .enabled
+            .then(|| format!("http://{host}:{}", protocols.s3.port)),
+        resp: protocols
+            .resp
+            .enabled
+            .then(|| format!("redis://{host}:{}", protocols.resp.port)),
+        ojs: protocols
+            .ojs
+            .enabled
+            .then(|| format!("http://{host}:{}", protocols.ojs.port)),
+    }
+}
+
+/// Gateway settings (flags' `PGVS3_*` twins) that are not secret.
+fn settings(pool: &GatewayPool) -> BTreeMap<String, String> {
+    let spec = &pool.spec;
+    let mut env = BTreeMap::from([
+        ("PGVS3_ADMIN_ADDR".to_string(), format!("0.0.0.0:{}", spec.admin_port)),
+        ("PGVS3_REGION".to_string(), spec.region.clone()),
+        ("PGVS3_POOL_SIZE".to_string(), spec.pool_size.to_string()),
+        ("PGVS3_LOG_FORMAT".to_string(), "json".to_string()),
+    ]);
+    let protocols = [
+        ("PGVS3_S3_ADDR", &spec.protocols.s3),
+        ("PGVS3_RESP_ADDR", &spec.protocols.resp),
+        ("PGVS3_OJS_ADDR", &spec.protocols.ojs),
+    ];
+    for (name, protocol) in protocols {
+        // The gateway serves RESP and OJS by default, so a disabled protocol is switched off
+        // explicitly rather than left unset.
+        let value = match (protocol.enabled, name) {
+            (true, _) => format!("0.0.0.0:{}", protocol.port),
+            // S3 cannot be switched off; unexposed, it listens on loopback only.
+            (false, "PGVS3_S3_ADDR") => continue,
+            (false, _) => "off".to_string(),
+        };
+        env.insert(name.to_string(), value);
+    }
+    if let Some(admission) = &spec.admission {
+        let limits = [
+            ("PGVS3_S3_MAX_ACTIVE", admission.max_active.map(|v| v.to_string())),
+            ("PGVS3_S3_MAX_WAITING", admission.max_waiting.map(|v| v.to_string())),
+            ("PGVS3_ADMISSION_WAIT", admission.wait_timeout.clone()),
+        ];
+        env.extend(limits.into_iter().filter_map(|(k, v)| Some((k.to_string(), v?))));
+    }
+    env
+}
+
+pub fn checksum(config: &BTreeMap<String, String>, secrets_digest: &str) -> String {
+    let mut hasher = Sha256::new();
+    for (key, value) in config {
+        hasher.update(key.as_bytes());
+        hasher.update([0]);
+        hasher.update(value.as_bytes());
+        hasher.update([0]);
+    }
+    hasher.update(secrets_digest.as_bytes());
+    hex::encode(hasher.finalize())
+}
+
+pub fn build(pool: &GatewayPool, inputs: &Inputs) -> Objects {
+    let config = settings(pool);
+    let checksum = checksum(&config, &inputs.secrets_digest);
+    let config_map = ConfigMap {
+        metadata: meta(pool, config_map_name(pool)),
+        data: Some(config),
+        ..ConfigMap::default()
+    };
+    Objects {
+        config_map,
+        deployment: deployment(pool, checksum),
+        service: service(pool),
+        pod_disruption_budget: pod_disruption_budget(pool),
+        autoscaler: autoscaler(pool),
+        service_monitor: inputs.service_monitor_crd.then(|| service_monitor(pool)),
+    }
+}
+
+fn ports(pool: &GatewayPool) -> Vec<(&'static str, i32)> {
+    let protocols = &pool.spec.protocols;
+    let mut ports: Vec<(&'static str, i32)> = [
+        ("s3", &protocols.s3),
+        ("resp", &protocols.resp),
+        ("ojs", &protocols.ojs),
+    ]
+    .into_iter()
+    .filter(|(_, protocol)| protocol.enabled)
+    .map(|(name, protocol)| (name, protocol.port))
+    .collect();
+    ports.push(("admin", pool.spec.admin_port));
+    ports
+}
+
+fn secret_env(name: &str, secret: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(CoreSecretKeySelector {
+                name: secret.into(),
+                key: key.into(),
+                optional: Some(false),
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
+fn env(pool: &GatewayPool) -> Vec<EnvVar> {
+    let postgres = &pool.spec.postgres;
+    let credentials = postgres.credentials_secret();
+    let master_key = pool.spec.master_key_ref(&pool_name(pool));
+    // Kubernetes expands $(VAR) from variables defined earlier in the list, so the secret parts
+    // of the connection string never appear in the pod spec.
+    let url = format!(
+        "host={} port={} dbname={} user=$(PGVS3_DB_USER) password='$(PGVS3_DB_PASSWORD)' application_name=pgvs3-{}",
+        postgres.host(pool.spec.role),
+        postgres.port(),
+        postgres.database(),
+        pool_name(pool),
+    );
+    vec![
+        secret_env("PGVS3_DB_USER", &credentials, "username"),
+        secret_env("PGVS3_DB_PASSWORD", &credentials, "password"),
+        EnvVar {
+            name: "PGVS3_DATABASE_URL".into(),
+            value: Some(url),
+            ..EnvVar::default()
+        },
+        secret_env("PGVS3_MASTER_KEY", &master_key.name, &master_key.key),
+    ]
+}
+
+/// Probes use the admin port by name, so they follow `adminPort`.
+fn probe(path: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String("admin".into()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        timeout_seconds: Some(2),
+        ..Probe::default()
+    }
+}
+
+fn default_resources() -> ResourceRequirements {
+    // CPU requests are what an autoscaler's utilization target is measured against.
+    ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".to_string(), Quantity("250m".into())),
+            ("memory".to_string(), Quantity("256Mi".into())),
+        ])),
+        limits: Some(BTreeMap::from([("memory".to_string(), Quantity("1Gi".into()))])),
+        ..ResourceRequirements::default()
+    }
+}
+
+fn deployment(pool: &GatewayPool, checksum: String) -> Deployment {
+    let spec = &pool.spec;
+    let overrides = spec.pod_template.clone().unwrap_or_default();
+    let mut pod_labels = labels(pool);
+    pod_labels.extend(overrides.labels.unwrap_or_default());
+    let mut annotations = overrides.annotations.unwrap_or_default();
+    annotations.insert(CHECKSUM_ANNOTATION.into(), checksum);
+    let selector = LabelSelector {
+        match_labels: Some(selector_labels(pool)),
+        ..LabelSelector::default()
+    };
+    let spread = |topology_key: &str| TopologySpreadConstraint {
+        max_skew: 1,
+        topology_key: topology_key.into(),
+        when_unsatisfiable: "ScheduleAnyway".into(),
+        label_selector: Some(selector.clone()),
+        ..TopologySpreadConstraint::default()
+    };
+    let container = Container {
+        name: CONTAINER.into(),
+        image: Some(spec.image.clone()),
+        image_pull_policy: spec.image_pull_policy.clone(),
+        args: Some(vec!["serve".into()]),
+        ports: Some(
+            ports(pool)
+                .into_iter()
+                .map(|(name, port)| ContainerPort {
+                    name: Some(name.into()),
+                    container_port: port,
+                    protocol: Some("TCP".into()),
+                    ..ContainerPort::default()
+                })
+                .collect(),
+        ),
+        env_from: Some(vec![EnvFromSource {
+            config_map_ref: Some(ConfigMapEnvSource {
+                name: config_map_name(pool),
+                optional: Some(false),
+            }),
+            ..EnvFromSource::default()
+        }]),
+        env: Some(env(pool)),
+        readiness_probe: Some(probe("/readyz", 5, 3)),
+        liveness_probe: Some(probe("/healthz", 10, 6)),
+        resources: Some(spec.resources.clone().unwrap_or_else(default_resources)),
+        security_context: Some(SecurityContext {
+            run_as_non_root: Some(true),
+            read_only_root_filesystem: Some(true),
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                ..Capabilities::default()
+            }),
+            ..SecurityContext::default()
+        }),
+        volume_mounts: Some(vec![VolumeMount {
+            name: "tmp".into(),
+            mount_path: "/tmp".into(),
+            ..VolumeMount::default()
+        }]),
+        ..Container::default()
+    };
+    Deployment {
+        metadata: meta(pool, pool_name(pool)),
+        spec: Some(DeploymentSpec {
+            // With an autoscaler the HPA owns the replica count; leaving it out of the applied
+            // object keeps server-side apply from fighting it.
+            replicas: match spec.autoscaling {
+                Some(_) => None,
+                None => Some(spec.replicas.unwrap_or(DEFAULT_REPLICAS)),
+            },
+            selector: selector.clone(),
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_unavailable: Some(IntOrString::Int(0)),
+                    max_surge: Some(IntOrString::Int(1)),
+                }),
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: Some(annotations),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    automount_service_account_token: Some(false),
+                    enable_service_links: Some(false),
+                    // Longer than the gateway's drain (30 s) so in-flight requests finish.
+                    termination_grace_period_seconds: Some(45),
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        run_as_user: Some(GATEWAY_UID),
+                        run_as_group: Some(GATEWAY_UID),
+                        fs_group: Some(GATEWAY_UID),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".into(),
+                            ..SeccompProfile::default()
+                        }),
+                        ..PodSecurityContext::default()
+                    }),
+                    topology_spread_constraints: Some(vec![
+                        spread("topology.kubernetes.io/zone"),
+                        spread("kubernetes.io/hostname"),
+                    ]),
+                    node_selector: overrides.node_selector,
+                    tolerations: overrides.tolerations,
+                    affinity: overrides.affinity,
+                    priority_class_name: overrides.priority_class_name,
+                    volumes: Some(vec![Volume {
+                        name: "tmp".into(),
+                        empty_dir: Some(EmptyDirVolumeSource::default()),
+                        ..Volume::default()
+                    }]),
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        ..Deployment::default()
+    }
+}
+
+fn service(pool: &GatewayPool) -> Service {
+    let mut metadata = meta(pool, pool_name(pool));
+    metadata.annotations = pool.spec.service.annotations.clone();
+    Service {
+        metadata,
+        spec: Some(ServiceSpec {
+            type_: Some(format!("{:?}", pool.spec.service.type_)),
+            selector: Some(selector_labels(pool)),
+            ports: Some(
+                ports(pool)
+                    .into_iter()
+                    .map(|(name, port)| ServicePort {
+                        name: Some(name.into()),
+                        port,
+                        target_port: Some(IntOrString::String(name.into())),
+                        protocol: Some("TCP".into()),
+                        app_protocol: Some(if name == "resp" { "redis" } else { "http" }.into()),
+                        ..ServicePort::default()
+                    })
+                    .collect(),
+            ),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+fn pod_disruption_budget(pool: &GatewayPool) -> PodDisruptionBudget {
+    PodDisruptionBudget {
+        metadata: meta(pool, pool_name(pool)),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector_labels(pool)),
+                ..LabelSelector::default()
+            }),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        ..PodDisruptionBudget::default()
+    }
+}
+
+fn autoscaler(pool: &GatewayPool) -> Option<HorizontalPodAutoscaler> {
+    let autoscaling = pool.spec.autoscaling.as_ref()?;
+    Some(HorizontalPodAutoscaler {
+        metadata: meta(pool, pool_name(pool)),
+        spec: Some(HorizontalPodAutoscalerSpec {
+            scale_target_ref: CrossVersionObjectReference {
+                api_version: Some("apps/v1".into()),
+                kind: "Deployment".into(),
+                name: pool_name(pool),
+            },
+            min_replicas: Some(autoscaling.min_replicas),
+            max_replicas: autoscaling.max_replicas,
+            metrics: Some(vec![MetricSpec {
+                type_: "Resource".into(),
+                resource: Some(ResourceMetricSource {
+                    name: "cpu".into(),
+                    target: MetricTarget {
+                        type_: "Utilization".into(),
+                        average_utilization: Some(autoscaling.target_cpu_utilization_percentage),
+                        ..MetricTarget::default()
+                    },
+                }),
+                ..MetricSpec::default()
+            }]),
+            ..HorizontalPodAutoscalerSpec::default()
+        }),
+        ..HorizontalPodAutoscaler::default()
+    })
+}
+
+pub fn service_monitor_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("monitoring.coreos.com", "v1", "ServiceMonitor"),
+        "servicemonitors",
+    )
+}
+
+fn service_monitor(pool: &GatewayPool) -> DynamicObject {
+    let mut object = DynamicObject::new(&pool_name(pool), &service_monitor_resource());
+    object.metadata = meta(pool, pool_name(pool));
+    object.data = serde_json::json!({
+        "spec": {
+            "selector": { "matchLabels": selector_labels(pool) },
+            "endpoints": [{ "port": "admin", "path": "/metrics", "interval": "30s" }],
+        }
+    });
+    object
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{Autoscaling, PostgresSpec};
+
+    fn pool(yaml: &str) -> GatewayPool {
+        let mut pool: GatewayPool = serde_saphyr::from_str(yaml).unwrap();
+        pool.metadata.uid = Some("uid-1".into());
+        pool
+    }
+
+    fn primary() -> GatewayPool {
+        pool(
+            "apiVersion: pgvs3.io/v1alpha1\nkind: GatewayPool\nmetadata: {name: p, namespace: ns}\nspec: {postgres: {clusterName: db}}",
+        )
+    }
+
+    fn env_value(deployment: &Deployment, name: &str) -> Option<EnvVar> {
+        let container = &deployment.spec.as_ref()?.template.spec.as_ref()?.containers[0];
+        container.env.as_ref()?.iter().find(|e| e.name == name).cloned()
+    }
+
+    fn checksum_of(objects: &Objects) -> String {
+        objects
+            .deployment
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .as_ref()
+            .unwrap()[CHECKSUM_ANNOTATION]
+            .clone()
+    }
+
+    #[test]
+    fn defaults_give_two_s3_gateways_on_the_rw_service() {
+        let objects = build(&primary(), &Inputs::default());
+        let spec = objects.deployment.spec.as_ref().unwrap();
+        assert_eq!(spec.replicas, Some(DEFAULT_REPLICAS));
+        let url = env_value(&objects.deployment, "PGVS3_DATABASE_URL")
+            .unwrap()
+            .value
+            .unwrap();
+        assert!(url.starts_with("host=db-rw port=5432 dbname=app "), "{url}");
+        let user = env_value(&objects.deployment, "PGVS3_DB_USER").unwrap();
+        assert_eq!(user.value_from.unwrap().secret_key_ref.unwrap().name, "db-app");
+        let master = env_value(&objects.deployment, "PGVS3_MASTER_KEY").unwrap();
+        assert_eq!(
+            master.value_from.unwrap().secret_key_ref.unwrap().name,
+            "db-pgvs3-master-key"
+        );
+        let config = objects.config_map.data.as_ref().unwrap();
+        assert_eq!(config["PGVS3_S3_ADDR"], "0.0.0.0:9000");
+        assert_eq!(config["PGVS3_RESP_ADDR"], "off");
+        let ports: Vec<_> = objects
+            .service
+            .spec
+            .unwrap()
+            .ports
+            .unwrap()
+            .into_iter()
+            .map(|p| p.port)
+            .collect();
+        assert_eq!(ports, vec![9000, 9090]);
+        assert!(objects.autoscaler.is_none() && objects.service_monitor.is_none());
+        let owners = objects.deployment.metadata.owner_references.unwrap();
+        assert_eq!(owners[0].kind, "GatewayPool");
+        assert_eq!(owners[0].controller, Some(true));
+    }
+
+    #[test]
+    fn standby_binds_to_the_ro_service() {
+        let mut standby = primary();
+        standby.spec.role = PoolRole::Standby;
+        let objects = build(&standby, &Inputs::default());
+        let url = env_value(&objects.deployment, "PGVS3_DATABASE_URL")
+            .unwrap()
+            .value
+            .unwrap();
+        assert!(url.starts_with("host=db-ro "), "{url}");
+        assert_eq!(objects.deployment.metadata.labels.unwrap()[ROLE_LABEL], "standby");
+    }
+
+    #[test]
+    fn explicit_host_uses_its_secret_and_database() {
+        let mut pool = primary();
+        pool.spec.postgres = PostgresSpec {
+            host: Some("pg.example".into()),
+            port: Some(6432),
+            database: Some("objects".into()),
+            secret_ref: Some("pg-login".into()),
+            ..PostgresSpec::default()
+        };
+        let objects = build(&pool, &Inputs::default());
+        let url = env_value(&objects.deployment, "PGVS3_DATABASE_URL")
+            .unwrap()
+            .value
+            .unwrap();
+        assert!(url.starts_with("host=pg.example port=6432 dbname=objects "), "{url}");
+        let password = env_value(&objects.deployment, "PGVS3_DB_PASSWORD").unwrap();
+        assert_eq!(password.value_from.unwrap().secret_key_ref.unwrap().name, "pg-login");
+        assert_eq!(
+            env_value(&objects.deployment, "PGVS3_MASTER_KEY")
+                .unwrap()
+                .value_from
+                .unwrap()
+                .secret_key_ref
+                .unwrap()
+                .name,
+            "p-pgvs3-master-key"
+        );
+    }
+
+    #[test]
+    fn checksum_changes_with_settings_and_secrets_only() {
+        let base = build(&primary(), &Inputs::default());
+        assert_eq!(checksum_of(&base), checksum_of(&build(&primary(), &Inputs::default())));
+        let mut bigger = primary();
+        bigger.spec.pool_size = 64;
+        assert_ne!(checksum_of(&base), checksum_of(&build(&bigger, &Inputs::default())));
+        let rotated = Inputs {
+            secrets_digest: "new".into(),
+            ..Inputs::default()
+        };
+        assert_ne!(checksum_of(&base), checksum_of(&build(&primary(), &rotated)));
+        // Scaling is not a configuration change: no pod restarts.
+        let mut scaled = primary();
+        scaled.spec.replicas = Some(5);
+        assert_eq!(checksum_of(&base), checksum_of(&build(&scaled, &Inputs::default())));
+    }
+
+    #[test]
+    fn autoscaling_makes_an_hpa_and_leaves_replicas_to_it() {
+        let mut pool = primary();
+        pool.spec.autoscaling = Some(Autoscaling {
+            min_replicas: 2,
+            max_replicas: 7,
+            target_cpu_utilization_percentage: 60,
+        });
+        let objects = build(&pool, &Inputs::default());
+        assert_eq!(objects.deployment.spec.unwrap().replicas, None);
+        let hpa = objects.autoscaler.unwrap().spec.unwrap();
+        assert_eq!((hpa.min_replicas, hpa.max_replicas), (Some(2), 7));
+        assert_eq!(hpa.scale_target_ref.name, "p");
+        let metrics = hpa.metrics.unwrap();
+        assert_eq!(
+            metrics[0].resource.as_ref().unwrap().target.average_utilization,
+            Some(60)
+        );
+    }
+
+    #[test]
+    fn pods_run_non_root_on_a_read_only_root_spread_over_zones_and_hosts() {
+        let objects = build(&primary(), &Inputs::default());
+        let pod = objects.deployment.spec.unwrap().template.spec.unwrap();
+        assert_eq!(pod.security_context.unwrap().run_as_non_root, Some(true));
+        let container = &pod.containers[0].security_context.clone().unwrap();
+        assert_eq!(container.read_only_root_filesystem, Some(true));
+        assert_eq!(container.allow_privilege_escalation, Some(false));
+        let keys: Vec<_> = pod
+            .topology_spread_constraints
+            .unwrap()
+            .into_iter()
+            .map(|t| t.topology_key)
+            .collect();
+        assert_eq!(keys, vec!["topology.kubernetes.io/zone", "kubernetes.io/hostname"]);
+        let probe = pod.containers[0].readiness_probe.clone().unwrap().http_get.unwrap();
+        assert_eq!(probe.path.as_deref(), Some("/readyz"));
+        assert_eq!(probe.port, IntOrString::String("admin".into()));
+    }
+
+    #[test]
+    fn service_monitor_only_when_its_crd_exists() {
+        let inputs = Inputs {
+            service_monitor_crd: true,
+            ..Inputs::default()
+        };
+        let monitor = build(&primary(), &inputs).service_monitor.unwrap();
+        assert_eq!(monitor.types.unwrap().kind, "ServiceMonitor");
+        assert_eq!(monitor.data["spec"]["endpoints"][0]["port"], "admin");
+    }
+
+    #[test]
+    fn endpoints_follow_enabled_protocols() {
+        let mut pool = primary();
+        pool.spec.protocols.resp.enabled = true;
+        let endpoints = endpoints(&pool);
+        assert_eq!(endpoints.s3.as_deref(), Some("http://p.ns.svc:9000"));
+        assert_eq!(endpoints.resp.as_deref(), Some("redis://p.ns.svc:6379"));
+        assert_eq!(endpoints.ojs, None);
+    }
+}

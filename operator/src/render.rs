@@ -1,0 +1,86 @@
+//! `pgvs3-operator render -f resources.yaml`: the objects the operator would apply, from the
+//! same `build` functions the controllers use.
+
+use crate::bucket::build::{self as bucket_build, Target};
+use crate::crd::{Bucket, GatewayPool, OriginCache, PoolRole};
+use crate::gateway_pool::build::{self as pool_build, Inputs, endpoints};
+use crate::origin_cache::build::origin_row;
+
+/// Shown instead of the secret the operator generates at reconcile time.
+pub const GENERATED: &str = "<generated-by-the-operator>";
+
+/// Renders every pgvs3 resource in a multi-document YAML text. Pools referenced by Buckets are
+/// looked up in the same text (their endpoints go into the credentials Secret).
+pub fn render(text: &str, inputs: &Inputs) -> anyhow::Result<String> {
+    let documents: Vec<serde_json::Value> = serde_saphyr::from_multiple(text)?;
+    let documents: Vec<_> = documents.into_iter().filter(|d| !d.is_null()).collect();
+    let pools: Vec<GatewayPool> = documents
+        .iter()
+        .filter(|d| d["kind"] == "GatewayPool")
+        .map(|d| serde_json::from_value(d.clone()))
+        .collect::<Result<_, _>>()?;
+    let mut out = String::new();
+    for document in &documents {
+        let kind = document["kind"].as_str().unwrap_or_default();
+        let values: Vec<serde_json::Value> = match kind {
+            "GatewayPool" => pool_build::build(&serde_json::from_value(document.clone())?, inputs).to_values(),
+            "Bucket" => {
+                let bucket: Bucket = serde_json::from_value(document.clone())?;
+                let target = target(&bucket, &pools);
+                let secret = bucket_build::credentials_secret(
+                    &bucket,
+                    &target,
+                    &bucket_build::access_key_id(&bucket),
+                    GENERATED,
+                );
+                vec![serde_json::to_value(secret)?]
+            }
+            "OriginCache" => {
+                let cache: OriginCache = serde_json::from_value(document.clone())?;
+                let row = origin_row(&cache).map_err(anyhow::Error::msg)?;
+                out.push_str(&format!(
+                    "# OriginCache {}: catalog row (pgvs3.put_origin is not in the gateway yet)\n",
+                    cache.metadata.name.as_deref().unwrap_or_default()
+                ));
+                out.push_str(
+                    &serde_saphyr::to_string(&row)?
+                        .lines()
+                        .map(|l| format!("# {l}\n"))
+                        .collect::<String>(),
+                );
+                Vec::new()
+            }
+            other => anyhow::bail!("cannot render kind {other:?} (expected GatewayPool, Bucket or OriginCache)"),
+        };
+        for value in values {
+            out.push_str("---\n");
+            out.push_str(&serde_saphyr::to_string(&value)?);
+        }
+    }
+    Ok(out)
+}
+
+fn target(bucket: &Bucket, pools: &[GatewayPool]) -> Target {
+    let pool = pools
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(bucket.spec.gateway_pool_ref.as_str()));
+    let namespace = bucket.metadata.namespace.as_deref().unwrap_or("default");
+    let read_endpoints = pool
+        .and_then(|pool| pool.spec.postgres.cluster_name.as_ref())
+        .map(|cluster| {
+            pools
+                .iter()
+                .filter(|p| p.spec.role == PoolRole::Standby && p.spec.postgres.cluster_name.as_ref() == Some(cluster))
+                .filter_map(|p| endpoints(p).s3)
+                .collect()
+        })
+        .unwrap_or_default();
+    Target {
+        bucket_name: bucket.bucket_name(),
+        endpoint: pool
+            .and_then(|p| endpoints(p).s3)
+            .unwrap_or_else(|| format!("http://{}.{namespace}.svc:9000", bucket.spec.gateway_pool_ref)),
+        region: pool.map_or_else(|| "us-east-1".to_string(), |p| p.spec.region.clone()),
+        read_endpoints,
+    }
+}

@@ -1,0 +1,243 @@
+//! The operator process: health and metrics server, leader election, the three controllers,
+//! graceful shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::Api;
+use kube::runtime::controller::{Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use kube_lease_manager::LeaseManagerBuilder;
+
+use crate::context::Context;
+use crate::crd::{Bucket, GatewayPool, OriginCache};
+use crate::metrics::Metrics;
+use crate::{bucket, gateway_pool, origin_cache};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, env = "PGVS3_OPERATOR_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long, env = "PGVS3_OPERATOR_WATCH_NAMESPACE")]
+    pub watch_namespace: Option<String>,
+    /// Name of the Lease that elects the one active replica.
+    #[arg(long, env = "PGVS3_OPERATOR_LEASE_NAME", default_value = "pgvs3-operator")]
+    pub lease_name: String,
+    /// Namespace of the Lease (default: the client's namespace, i.e. the operator's own).
+    #[arg(long, env = "PGVS3_OPERATOR_LEASE_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// Run without leader election (a single replica).
+    #[arg(long, env = "PGVS3_OPERATOR_NO_LEADER_ELECTION")]
+    pub no_leader_election: bool,
+}
+
+fn api<K>(client: &Client, namespace: &Option<String>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    }
+}
+
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let client = Client::try_default().await.context("Kubernetes client configuration")?;
+    let metrics = Metrics::default();
+    let leading = Arc::new(AtomicBool::new(false));
+    let listener = tokio::net::TcpListener::bind(args.metrics_addr)
+        .await
+        .with_context(|| format!("binding {}", args.metrics_addr))?;
+    let server = tokio::spawn(serve_health(listener, metrics.clone(), leading.clone()));
+
+    let mut shutdown = std::pin::pin!(shutdown_signal());
+    let mut leadership = if args.no_leader_election {
+        None
+    } else {
+        let identity = std::env::var("POD_NAME").unwrap_or_else(|_| pgvs3_secret::random_token(9));
+        let mut builder = LeaseManagerBuilder::new(client.clone(), &args.lease_name)
+            .with_identity(identity)
+            .with_duration(15)
+            .with_grace(5);
+        if let Some(namespace) = &args.lease_namespace {
+            builder = builder.with_namespace(namespace);
+        }
+        let (mut changes, task) = builder.build().await?.watch().await;
+        tracing::info!(lease = %args.lease_name, "waiting for leadership");
+        loop {
+            if *changes.borrow_and_update() {
+                break;
+            }
+            tokio::select! {
+                changed = changes.changed() => changed.context("lease manager stopped")?,
+                () = &mut shutdown => return Ok(()),
+            }
+        }
+        Some((changes, task))
+    };
+    tracing::info!("leading: starting controllers");
+    leading.store(true, Ordering::SeqCst);
+
+    let ctx = Arc::new(Context::new(client.clone(), metrics));
+    let controllers = controllers(client, args.watch_namespace.clone(), ctx);
+    let lost = async {
+        match &mut leadership {
+            Some((changes, _)) => while changes.changed().await.is_ok() && *changes.borrow() {},
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = controllers => tracing::warn!("controllers ended"),
+        () = &mut shutdown => tracing::info!("shutting down"),
+        () = lost => {
+            // Another replica may already be reconciling; stopping at once is the safe answer.
+            anyhow::bail!("lost leadership");
+        }
+    }
+    leading.store(false, Ordering::SeqCst);
+    if let Some((changes, task)) = leadership {
+        // Closing the channel makes the lease manager release the lease for the next replica.
+        drop(changes);
+        let _ = task.await;
+    }
+    server.abort();
+    Ok(())
+}
+
+async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context>) {
+    let config = ControllerConfig::default().concurrency(4);
+    let pools = api::<GatewayPool>(&client, &namespace);
+    // A Secret or database Service a pool refers to changes: reconcile the pools that use it.
+    let pool_store = Controller::new(pools, watcher::Config::default());
+    let pools_reader = pool_store.store();
+    let pool_controller = pool_store
+        .with_config(config.clone())
+        .owns(api::<Deployment>(&client, &namespace), watcher::Config::default())
+        .owns(api::<Service>(&client, &namespace), watcher::Config::default())
+        .owns(api::<ConfigMap>(&client, &namespace), watcher::Config::default())
+        .owns(
+            api::<PodDisruptionBudget>(&client, &namespace),
+            watcher::Config::default(),
+        )
+        .owns(
+            api::<HorizontalPodAutoscaler>(&client, &namespace),
+            watcher::Config::default(),
+        )
+        .watches(
+            api::<Secret>(&client, &namespace),
+            watcher::Config::default(),
+            referrers(pools_reader.clone(), |pool: &GatewayPool, secret| {
+                pool.spec.postgres.credentials_secret() == secret
+                    || pool.spec.master_key_ref(&pool.name_any()).name == secret
+            }),
+        )
+        .watches(
+            api::<Service>(&client, &namespace),
+            watcher::Config::default(),
+            referrers(pools_reader, |pool: &GatewayPool, service| {
+                pool.spec.postgres.expected_service(pool.spec.role).as_deref() == Some(service)
+            }),
+        )
+        .run(gateway_pool::reconcile, gateway_pool::error_policy, ctx.clone())
+        .for_each(|_| async {});
+
+    let bucket_controller = Controller::new(api::<Bucket>(&client, &namespace), watcher::Config::default())
+        .with_config(config.clone())
+        .owns(api::<Secret>(&client, &namespace), watcher::Config::default())
+        .run(bucket::reconcile, bucket::error_policy, ctx.clone())
+        .for_each(|_| async {});
+
+    let caches = Controller::new(api::<OriginCache>(&client, &namespace), watcher::Config::default());
+    let caches_reader = caches.store();
+    let cache_controller = caches
+        .with_config(config)
+        .watches(
+            api::<Secret>(&client, &namespace),
+            watcher::Config::default(),
+            referrers(caches_reader, |cache: &OriginCache, secret| {
+                cache.spec.credentials_secret_ref.as_deref() == Some(secret)
+            }),
+        )
+        .run(origin_cache::reconcile, origin_cache::error_policy, ctx)
+        .for_each(|_| async {});
+
+    tokio::join!(pool_controller, bucket_controller, cache_controller);
+}
+
+/// Maps a changed object (a Secret, a Service) to the resources in its namespace that refer to
+/// it by name, so they are reconciled when it changes.
+fn referrers<K, W>(
+    store: Store<K>,
+    refers: impl Fn(&K, &str) -> bool + Send + Sync + 'static,
+) -> impl Fn(W) -> Vec<ObjectRef<K>> + Send + Sync + 'static
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    W: kube::Resource,
+{
+    move |changed: W| {
+        let namespace = changed.namespace();
+        let name = changed.name_any();
+        store
+            .state()
+            .into_iter()
+            .filter(|object| object.namespace() == namespace && refers(object, &name))
+            .map(|object| ObjectRef::from_obj(&*object))
+            .collect()
+    }
+}
+
+/// /healthz and /readyz: the process runs (a standby replica is ready to take over; the body
+/// says which it is). /metrics: Prometheus text.
+pub async fn serve_health(
+    listener: tokio::net::TcpListener,
+    metrics: Metrics,
+    leading: Arc<AtomicBool>,
+) -> anyhow::Result<()> {
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let metrics = metrics.clone();
+        let leading = leading.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+                let (status, body) = match request.uri().path() {
+                    "/healthz" => (StatusCode::OK, "ok\n".to_string()),
+                    "/readyz" if leading.load(Ordering::SeqCst) => (StatusCode::OK, "leading\n".to_string()),
+                    "/readyz" => (StatusCode::OK, "standing by\n".to_string()),
+                    "/metrics" => (StatusCode::OK, metrics.render()),
+                    _ => (StatusCode::NOT_FOUND, "not found\n".to_string()),
+                };
+                let mut response = Response::new(Full::new(Bytes::from(body)));
+                *response.status_mut() = status;
+                std::future::ready(Ok::<_, std::convert::Infallible>(response))
+            });
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, service)
+                .await;
+        });
+    }
+}
+
+async fn shutdown_signal() {
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+}
