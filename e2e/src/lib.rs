@@ -1,3 +1,4 @@
-//! pgvs3-e2e: fleet tests (primary + standby + gateways), the load generator and the kind suite.
-//!
-//! They arrive with the load generator and operator issues.
+//! pgvs3-e2e: end-to-end checks against live gateways. Today: the OJS conformance runner
+//! (`ojs_conformance`); fleet tests, the load generator and the kind suite arrive with their issues.
+
+pub mod ojs_conformance;

@@ -72,6 +72,37 @@ pub struct ServeArgs {
     /// How long shutdown waits for in-flight requests.
     #[arg(long, env = "PGVS3_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub shutdown_timeout: Duration,
+
+    // --- OJS ---
+    /// Listen address of the OJS (Open Job Spec) HTTP endpoint; `off` disables it.
+    #[arg(long, env = "PGVS3_OJS_ADDR", default_value = "127.0.0.1:8080", value_parser = parse_optional_addr)]
+    pub ojs_addr: OptionalAddr,
+
+    /// Serve POST /ojs/v1/admin/reset, which deletes every job (for conformance runs only).
+    #[arg(long, env = "PGVS3_OJS_ALLOW_RESET")]
+    pub ojs_allow_reset: bool,
+
+    /// Largest serialized `args` of one job, in bytes.
+    #[arg(long, env = "PGVS3_OJS_MAX_ARGS_BYTES", default_value_t = 1 << 20)]
+    pub ojs_max_args_bytes: usize,
+
+    /// Bearer token the OJS endpoint requires (manifest and health stay open); none by default.
+    #[arg(long, env = "PGVS3_OJS_TOKEN", hide_env_values = true)]
+    pub ojs_token: Option<String>,
+}
+
+/// A listen address, or `off`.
+#[derive(Debug, Clone, Copy)]
+pub struct OptionalAddr(pub Option<SocketAddr>);
+
+fn parse_optional_addr(text: &str) -> Result<OptionalAddr, String> {
+    match text {
+        "off" | "" => Ok(OptionalAddr(None)),
+        _ => text
+            .parse()
+            .map(|addr| OptionalAddr(Some(addr)))
+            .map_err(|err| format!("invalid address {text:?}: {err}")),
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, Default)]

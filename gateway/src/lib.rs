@@ -9,6 +9,7 @@ pub mod http_server;
 pub mod maintenance;
 pub mod master_key;
 pub mod metrics;
+pub mod ojs;
 pub mod pg;
 pub mod s3;
 pub mod serve;

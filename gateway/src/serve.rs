@@ -23,6 +23,8 @@ const CATALOG_POLL: Duration = Duration::from_secs(1);
 pub struct RunningGateway {
     pub s3_addr: SocketAddr,
     pub admin_addr: SocketAddr,
+    /// The OJS endpoint, unless disabled.
+    pub ojs_addr: Option<SocketAddr>,
     pub store: Store,
     shutdown: ShutdownTrigger,
     servers: Vec<JoinHandle<()>>,
@@ -78,11 +80,39 @@ impl RunningGateway {
             tokio::spawn(http_server::serve(
                 admin_listener,
                 admin,
-                signal,
+                signal.clone(),
                 args.shutdown_timeout,
                 "admin",
             )),
         ];
+        let mut servers = servers;
+
+        // --- OJS ---
+        let ojs_addr = match args.ojs_addr.0 {
+            Some(addr) => {
+                let listener = TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding OJS on {addr}"))?;
+                let bound = listener.local_addr()?;
+                let options = crate::ojs::OjsOptions {
+                    allow_reset: args.ojs_allow_reset,
+                    max_args_bytes: args.ojs_max_args_bytes,
+                    token: args.ojs_token.clone(),
+                };
+                let service = crate::ojs::OjsService::new(crate::ojs::queue::Queue::new(pool.clone()), options);
+                servers.push(tokio::spawn(http_server::serve(
+                    listener,
+                    service,
+                    signal.clone(),
+                    args.shutdown_timeout,
+                    "ojs",
+                )));
+                Some(bound)
+            }
+            None => None,
+        };
+        // --- end OJS ---
+
         let background = vec![
             catalog.spawn_refresher(CATALOG_POLL),
             crate::maintenance::spawn_leader_loop(
@@ -97,6 +127,7 @@ impl RunningGateway {
         Ok(RunningGateway {
             s3_addr,
             admin_addr,
+            ojs_addr,
             store,
             shutdown,
             servers,
@@ -121,8 +152,13 @@ impl RunningGateway {
 /// Serves until SIGINT or SIGTERM.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let gateway = RunningGateway::start(&args).await?;
+    // One line: whoever reads it may close the pipe right after.
+    let ojs = gateway
+        .ojs_addr
+        .map(|addr| format!("  OJS: http://{addr}/ojs/v1"))
+        .unwrap_or_default();
     println!(
-        "pgvs3 S3 endpoint: http://{}  (metrics: http://{}/metrics)",
+        "pgvs3 S3 endpoint: http://{}  (metrics: http://{}/metrics){ojs}",
         gateway.s3_addr, gateway.admin_addr
     );
     wait_for_signal().await?;

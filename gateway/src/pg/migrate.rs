@@ -4,9 +4,12 @@ use anyhow::Context;
 use deadpool_postgres::Pool;
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 1;
+pub const LAYOUT_VERSION: i32 = 4;
 
-const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql"))];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
+    (4, "ojs", include_str!("../../migrations/0004_ojs.sql")),
+];
 
 /// Any fixed number works; it only has to be the same for every gateway of one database.
 const MIGRATION_LOCK: i64 = 0x7067_7673_335f_6d67; // "pgvs3_mg"
