@@ -17,3 +17,7 @@ ci:
 # Gateway vs direct PostgreSQL: 4 KiB and 64 MiB GET/PUT (see docs/benchmarks.md).
 bench *ARGS:
     cargo run --release -p pgvs3-gateway --example bench -- {{ARGS}}
+
+# OJS vs the raw SKIP LOCKED claim: enqueue, batch enqueue, fetch+ack at 1 and 16 workers.
+bench-ojs *ARGS:
+    cargo bench -p pgvs3-gateway --bench ojs_vs_direct -- {{ARGS}}

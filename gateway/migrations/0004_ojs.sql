@@ -124,3 +124,15 @@ CREATE FUNCTION ojs.job_json(j ojs.jobs) RETURNS jsonb LANGUAGE sql STABLE AS $$
         'errors', CASE WHEN jsonb_array_length(j.errors) > 0 THEN j.errors END
     ))
 $$;
+
+CREATE FUNCTION ojs.cron_json(c ojs.cron) RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT c.definition || jsonb_strip_nulls(jsonb_build_object(
+        'name', c.name,
+        'enabled', true,
+        'timezone', coalesce(c.definition ->> 'timezone', 'UTC'),
+        'overlap_policy', coalesce(c.definition ->> 'overlap_policy', 'allow'),
+        'next_run_at', CASE WHEN c.next_run < 'infinity' THEN ojs.ts(c.next_run) END,
+        'last_run_at', ojs.ts(c.last_run),
+        'created_at', ojs.ts(c.created_at)
+    ))
+$$;

@@ -88,6 +88,7 @@ impl RunningGateway {
         let mut servers = servers;
 
         // --- OJS ---
+        let mut background_ojs = Vec::new();
         let ojs_addr = match args.ojs_addr.0 {
             Some(addr) => {
                 let listener = TcpListener::bind(addr)
@@ -99,7 +100,9 @@ impl RunningGateway {
                     max_args_bytes: args.ojs_max_args_bytes,
                     token: args.ojs_token.clone(),
                 };
-                let service = crate::ojs::OjsService::new(crate::ojs::queue::Queue::new(pool.clone()), options);
+                let queue = crate::ojs::queue::Queue::new(pool.clone());
+                background_ojs.push(crate::ojs::spawn_cron_ticker(queue.clone(), options.max_args_bytes));
+                let service = crate::ojs::OjsService::new(queue, options);
                 servers.push(tokio::spawn(http_server::serve(
                     listener,
                     service,
@@ -113,7 +116,7 @@ impl RunningGateway {
         };
         // --- end OJS ---
 
-        let background = vec![
+        let mut background = vec![
             catalog.spawn_refresher(CATALOG_POLL),
             crate::maintenance::spawn_leader_loop(
                 store.clone(),
@@ -123,6 +126,7 @@ impl RunningGateway {
                 args.maintenance_interval,
             ),
         ];
+        background.extend(background_ojs);
         tracing::info!(%s3_addr, %admin_addr, "pgvs3 gateway ready");
         Ok(RunningGateway {
             s3_addr,

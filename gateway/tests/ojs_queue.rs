@@ -297,3 +297,53 @@ async fn oversized_args_and_a_missing_token_get_ojs_errors() {
     assert_eq!(status, 404, "reset exists only behind --ojs-allow-reset: {body}");
     gateway.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_due_cron_tick_fires_once_across_three_gateways() {
+    let first = start().await;
+    let database_url = first.database_url.clone();
+    let others = [
+        TestGateway::on(database_url.clone()).await,
+        TestGateway::on(database_url.clone()).await,
+    ];
+    let ojs = Ojs::of(&first);
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/cron",
+            json!({ "name": "tick", "expression": "0 0 1 1 *", "job_template": { "type": "cron.tick", "args": [], "options": { "queue": "ticks" } } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    // Make the yearly schedule due now rather than waiting for New Year.
+    let sql = first.sql().await;
+    sql.execute("UPDATE ojs.cron SET next_run = now() - interval '1 second'", &[])
+        .await
+        .unwrap();
+    let count = || async {
+        sql.query_one("SELECT count(*) FROM ojs.jobs WHERE queue = 'ticks'", &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while count().await == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the due tick never fired");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Every gateway polls once a second: three more polls each, and still one job.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(count().await, 1, "the tick fired once across three gateways");
+    let advanced: bool = sql
+        .query_one(
+            "SELECT next_run > now() + interval '1 day' FROM ojs.cron WHERE name = 'tick'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(advanced, "the schedule moved on to next year");
+    for gateway in others {
+        gateway.stop().await;
+    }
+    first.stop().await;
+}

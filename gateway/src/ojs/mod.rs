@@ -4,6 +4,7 @@
 //! Auth: none by default (the listener binds to loopback); with `--ojs-token` every route except
 //! the manifest and health needs `Authorization: Bearer <token>`.
 
+pub mod cron;
 pub mod envelope;
 pub mod queue;
 
@@ -318,6 +319,15 @@ impl OjsService {
                 Ok((StatusCode::NO_CONTENT, Value::Null))
             }
             (&Method::GET, ["events"]) => self.events(&query).await,
+            (&Method::POST, ["cron"]) => self.register_cron(read_json(body).await?).await,
+            (&Method::GET, ["cron"]) => {
+                let crons = queue.list_crons().await?;
+                Ok((StatusCode::OK, listing("crons", crons)))
+            }
+            (&Method::DELETE, ["cron", name]) => {
+                Ok((StatusCode::OK, json!({ "cron": queue.delete_cron(name).await? })))
+            }
+            (&Method::POST, ["admin", "jobs", "bulk", "retry"]) => self.retry_in_bulk(read_json(body).await?).await,
             (&Method::GET, ["admin", "stats"]) => Ok((StatusCode::OK, queue.stats().await?)),
             (&Method::GET, ["admin", "workers"]) => {
                 let workers = queue.active_workers().await?;
@@ -359,14 +369,14 @@ impl OjsService {
             "ojs_version": "1.0",
             "implementation": { "name": "pgvs3", "version": env!("CARGO_PKG_VERSION"), "language": "rust",
                                 "homepage": "https://github.com/pgvs3/pgvs3" },
-            "conformance_level": 1,
+            "conformance_level": 2,
             "protocols": ["http"],
             "backend": "postgresql",
             "capabilities": {
                 "batch_enqueue": true, "unique_jobs": true, "scheduled_jobs": true, "priority": true,
-                "dead_letter": true, "events": true, "cron": false, "workflows": false,
+                "dead_letter": true, "events": true, "cron": true, "workflows": false,
             },
-            "extensions": ["dead-letter", "admin-api"],
+            "extensions": ["dead-letter", "admin-api", "observability"],
         })
     }
 
@@ -498,6 +508,46 @@ impl OjsService {
         ))
     }
 
+    /// Retrying many jobs at once is easy to regret, so the request must say `confirm: true`.
+    async fn retry_in_bulk(&self, body: Value) -> Reply {
+        if body.get("confirm").and_then(Value::as_bool) != Some(true) {
+            return Err(OjsError::invalid(
+                "bulk retry changes many jobs: send \"confirm\": true",
+            ));
+        }
+        let state = match body.pointer("/filter/state").and_then(Value::as_str) {
+            Some(state @ ("discarded" | "cancelled")) => state,
+            _ => return Err(OjsError::invalid("filter.state must be \"discarded\" or \"cancelled\"")),
+        };
+        let queue = body.pointer("/filter/queue").and_then(Value::as_str);
+        let retried = self.inner.queue.retry_in_bulk(state, queue).await?;
+        Ok((StatusCode::OK, json!({ "retried": retried, "count": retried })))
+    }
+
+    async fn register_cron(&self, body: Value) -> Reply {
+        let name = match body.get("name") {
+            Some(Value::String(name)) if !name.is_empty() && name.len() <= 255 => name.clone(),
+            _ => return Err(OjsError::invalid("a cron schedule needs a \"name\"")),
+        };
+        let expression = body
+            .get("expression")
+            .or_else(|| body.get("schedule"))
+            .and_then(Value::as_str)
+            .map(String::from)
+            .ok_or_else(|| OjsError::invalid("a cron schedule needs an \"expression\""))?;
+        let schedule = cron::Schedule::parse(&expression)?;
+        let template = body
+            .get("job_template")
+            .cloned()
+            .ok_or_else(|| OjsError::invalid("a cron schedule needs a \"job_template\""))?;
+        // Checked now so a bad template fails here rather than at every tick.
+        envelope::parse_job(template, self.inner.options.max_args_bytes)?;
+        let mut definition = body;
+        definition["expression"] = Value::String(expression);
+        let cron = self.inner.queue.put_cron(&name, &definition, &schedule).await?;
+        Ok((StatusCode::CREATED, json!({ "cron": cron })))
+    }
+
     async fn events(&self, query: &HashMap<String, String>) -> Reply {
         let list = |name: &str| -> Vec<String> {
             query
@@ -625,6 +675,27 @@ pub(crate) fn now_rfc3339() -> String {
         now.second(),
         now.microsecond()
     )
+}
+
+/// How often a gateway checks for due cron schedules. Ticks are minutes apart, so a second of
+/// lateness is the price of not needing a clock-synchronized scheduler.
+const CRON_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The cron ticker every gateway runs; the advisory lock in [`Queue::fire_due_crons`] makes one
+/// of them fire each tick. On a standby it finds nothing to do (writes fail) and keeps polling.
+pub fn spawn_cron_ticker(queue: Queue, max_args_bytes: usize) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(CRON_POLL);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            match queue.fire_due_crons(max_args_bytes).await {
+                Ok(0) => {}
+                Ok(fired) => tracing::debug!(fired, "cron jobs enqueued"),
+                Err(error) => tracing::debug!(?error, "cron tick failed"),
+            }
+        }
+    })
 }
 
 impl hyper::service::Service<Request<Incoming>> for OjsService {

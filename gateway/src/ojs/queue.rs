@@ -7,7 +7,8 @@ use serde_json::{Value, json};
 use tokio_postgres::error::SqlState;
 
 use super::OjsError;
-use super::envelope::{NewJob, OnConflict, RetryPolicy};
+use super::cron::Schedule;
+use super::envelope::{self, NewJob, OnConflict, RetryPolicy};
 
 #[derive(Clone)]
 pub struct Queue {
@@ -35,6 +36,9 @@ pub struct Failure {
     /// Put the job straight back (a worker releasing it), without spending the attempt's retry.
     pub requeue: bool,
 }
+
+/// Any fixed number works; it only has to be the same for every gateway of one database.
+const CRON_LOCK: i64 = 0x7067_7673_335f_6372; // "pgvs3_cr"
 
 /// Every state a job can be in.
 pub const STATES: [&str; 8] = [
@@ -468,6 +472,21 @@ impl Queue {
             .ok_or_else(|| OjsError::not_found(format!("no dead-letter job {id}")))
     }
 
+    /// Puts every discarded or cancelled job matching the filter back to available.
+    pub async fn retry_in_bulk(&self, state: &str, queue: Option<&str>) -> Result<u64, OjsError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE ojs.jobs SET state = 'available', dead_letter = false, attempt = 0, error = NULL,
+                        completed_at = NULL, started_at = NULL, cancelled_at = NULL, retry_delay_ms = NULL,
+                        run_at = now()
+                 WHERE state = $1 AND ($2::text IS NULL OR queue = $2)",
+                &[&state, &queue],
+            )
+            .await
+            .map_err(OjsError::sql)
+    }
+
     pub async fn delete_dead_letter(&self, id: &str) -> Result<(), OjsError> {
         let client = self.client().await?;
         let deleted = client
@@ -552,6 +571,103 @@ impl Queue {
                 |row| json!({ "id": row.get::<_, String>(0), "active_jobs": row.get::<_, i64>(1), "state": "running" }),
             )
             .collect())
+    }
+
+    /// Registers (or replaces) a cron schedule; `definition` is the request as sent.
+    pub async fn put_cron(&self, name: &str, definition: &Value, schedule: &Schedule) -> Result<Value, OjsError> {
+        let client = self.client().await?;
+        let offset = tz_offset(&client, definition).await?;
+        let next = schedule
+            .next_after(time::OffsetDateTime::now_utc(), offset)
+            .ok_or_else(|| OjsError::invalid("the cron expression never matches"))?;
+        let row = client
+            .query_one(
+                "INSERT INTO ojs.cron (name, definition, next_run) VALUES ($1, $2, to_timestamp($3))
+                 ON CONFLICT (name) DO UPDATE SET definition = excluded.definition, next_run = excluded.next_run
+                 RETURNING ojs.cron_json(cron)",
+                &[&name, definition, &(next.unix_timestamp() as f64)],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        Ok(row.get(0))
+    }
+
+    pub async fn list_crons(&self) -> Result<Vec<Value>, OjsError> {
+        let client = self.client().await?;
+        let rows = client
+            .query("SELECT ojs.cron_json(c) FROM ojs.cron c ORDER BY name", &[])
+            .await
+            .map_err(OjsError::sql)?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
+    pub async fn delete_cron(&self, name: &str) -> Result<Value, OjsError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "DELETE FROM ojs.cron c WHERE name = $1 RETURNING ojs.cron_json(c)",
+                &[&name],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        row.map(|row| row.get(0))
+            .ok_or_else(|| OjsError::not_found(format!("no cron schedule {name:?}")))
+    }
+
+    /// Enqueues the jobs of every cron schedule that is due, once: the schedule row is locked
+    /// and moved to its next run in the same transaction as the enqueue, and one gateway at a time
+    /// does it (advisory lock), so any number of gateways fire each tick once.
+    pub async fn fire_due_crons(&self, max_args_bytes: usize) -> Result<usize, OjsError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(OjsError::sql)?;
+        let leader: bool = tx
+            .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&CRON_LOCK])
+            .await
+            .map_err(OjsError::sql)?
+            .get(0);
+        if !leader {
+            return Ok(0);
+        }
+        let due = tx
+            .query(
+                "SELECT name, definition FROM ojs.cron WHERE next_run <= now() FOR UPDATE SKIP LOCKED",
+                &[],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        let mut fired = 0;
+        for row in &due {
+            let name: String = row.get(0);
+            let definition: Value = row.get(1);
+            let schedule = Schedule::parse(definition["expression"].as_str().unwrap_or_default())?;
+            let offset = tz_offset(&tx, &definition).await?;
+            let next = schedule
+                .next_after(time::OffsetDateTime::now_utc(), offset)
+                .map(|next| next.unix_timestamp() as f64);
+            let job = envelope::parse_job(definition["job_template"].clone(), max_args_bytes)?;
+            let overlapping = definition["overlap_policy"].as_str() == Some("skip")
+                && tx
+                    .query_one(
+                        "SELECT EXISTS (SELECT 1 FROM ojs.jobs WHERE queue = $1 AND type = $2
+                                        AND state IN ('scheduled', 'available', 'pending', 'active', 'retryable'))",
+                        &[&job.queue, &job.job_type],
+                    )
+                    .await
+                    .map_err(OjsError::sql)?
+                    .get::<_, bool>(0);
+            if !overlapping {
+                insert(&tx, std::slice::from_ref(&job)).await?;
+                fired += 1;
+            }
+            tx.execute(
+                "UPDATE ojs.cron SET last_run = now(), next_run = coalesce(to_timestamp($2), 'infinity') WHERE name = $1",
+                &[&name, &next],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        }
+        tx.commit().await.map_err(OjsError::sql)?;
+        Ok(fired)
     }
 
     pub async fn ping(&self) -> Result<(), OjsError> {
@@ -640,6 +756,24 @@ async fn record_event(
         .await
         .map_err(OjsError::sql)?;
     Ok(())
+}
+
+/// Seconds east of UTC of a schedule's `timezone` now (UTC when none); PostgreSQL knows the zones.
+async fn tz_offset(client: &impl deadpool_postgres::GenericClient, definition: &Value) -> Result<i64, OjsError> {
+    let Some(zone) = definition.get("timezone").and_then(Value::as_str) else {
+        return Ok(0);
+    };
+    let row = client
+        .query_one(
+            "SELECT extract(epoch FROM (now() AT TIME ZONE $1) - (now() AT TIME ZONE 'UTC'))::bigint",
+            &[&zone],
+        )
+        .await
+        .map_err(|err| match err.code() {
+            Some(&SqlState::INVALID_PARAMETER_VALUE) => OjsError::invalid(format!("unknown time zone {zone:?}")),
+            _ => OjsError::sql(err),
+        })?;
+    Ok(row.get(0))
 }
 
 /// The error a worker reported, as kept in the job's history.
