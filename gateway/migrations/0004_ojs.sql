@@ -65,6 +65,7 @@ CREATE TABLE ojs.events (
     data    jsonb NOT NULL
 );
 CREATE INDEX events_type ON ojs.events (type, seq);
+CREATE INDEX events_time ON ojs.events (time);
 
 CREATE TABLE ojs.cron (
     name       text PRIMARY KEY,

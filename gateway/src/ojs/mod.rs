@@ -680,15 +680,24 @@ pub(crate) fn now_rfc3339() -> String {
 /// How often a gateway checks for due cron schedules. Ticks are minutes apart, so a second of
 /// lateness is the price of not needing a clock-synchronized scheduler.
 const CRON_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+/// The event log is for pollers catching up, not an archive.
+const EVENT_RETENTION: std::time::Duration = std::time::Duration::from_secs(3600);
+const PRUNE_EVERY_TICKS: u64 = 60;
 
 /// The cron ticker every gateway runs; the advisory lock in [`Queue::fire_due_crons`] makes one
 /// of them fire each tick. On a standby it finds nothing to do (writes fail) and keeps polling.
+/// Once a minute it also prunes old events (idempotent, so every gateway may).
 pub fn spawn_cron_ticker(queue: Queue, max_args_bytes: usize) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut interval = tokio::time::interval(CRON_POLL);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
+        for tick in 0u64.. {
             interval.tick().await;
+            if tick % PRUNE_EVERY_TICKS == PRUNE_EVERY_TICKS - 1
+                && let Err(error) = queue.prune_events(EVENT_RETENTION).await
+            {
+                tracing::debug!(?error, "pruning OJS events failed");
+            }
             match queue.fire_due_crons(max_args_bytes).await {
                 Ok(0) => {}
                 Ok(fired) => tracing::debug!(fired, "cron jobs enqueued"),

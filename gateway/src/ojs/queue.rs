@@ -670,6 +670,19 @@ impl Queue {
         Ok(fired)
     }
 
+    /// Drops events older than `retention`, a bounded batch at a time.
+    pub async fn prune_events(&self, retention: std::time::Duration) -> Result<u64, OjsError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "DELETE FROM ojs.events WHERE seq IN (
+                     SELECT seq FROM ojs.events WHERE time < now() - $1 * interval '1 s' LIMIT 10000)",
+                &[&retention.as_secs_f64()],
+            )
+            .await
+            .map_err(OjsError::sql)
+    }
+
     pub async fn ping(&self) -> Result<(), OjsError> {
         let client = self.client().await?;
         client.query_one("SELECT 1", &[]).await.map_err(OjsError::sql)?;
