@@ -2,6 +2,10 @@
 //! a claim is an UPDATE of rows picked with `FOR UPDATE SKIP LOCKED` in index order, and the
 //! attempt number a claim sets is the fence that turns a stale worker's ack or nack away.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
 use deadpool_postgres::Pool;
 use serde_json::{Value, json};
 use tokio_postgres::error::SqlState;
@@ -13,6 +17,10 @@ use super::envelope::{self, NewJob, OnConflict, RetryPolicy};
 #[derive(Clone)]
 pub struct Queue {
     pool: Pool,
+    /// When this gateway last ran the promotion (ms since `started`), so that busy fetchers run
+    /// it a few times a second rather than on every fetch.
+    last_promote_ms: Arc<AtomicU64>,
+    started: Instant,
 }
 
 /// Who claims: the queues in preference order, how many jobs, and for how long.
@@ -52,8 +60,10 @@ pub const STATES: [&str; 8] = [
     "discarded",
 ];
 
-/// Jobs become due or lapse while nobody fetches; at most this many move per fetch.
+/// Jobs become due or lapse while nobody fetches; at most this many move per promotion.
 const PROMOTE_BATCH: i64 = 1000;
+/// How often a busy gateway promotes; a due job waits at most this long beyond its time.
+const PROMOTE_EVERY: Duration = Duration::from_millis(50);
 
 const INSERT_JOBS: &str = "
 WITH input AS (
@@ -143,7 +153,22 @@ SELECT body, workflow_id FROM done";
 
 impl Queue {
     pub fn new(pool: Pool) -> Queue {
-        Queue { pool }
+        Queue {
+            pool,
+            last_promote_ms: Arc::new(AtomicU64::new(0)),
+            started: Instant::now(),
+        }
+    }
+
+    /// Whether this fetch should also promote: true at most once per [`PROMOTE_EVERY`].
+    fn promotion_due(&self) -> bool {
+        let now = self.started.elapsed().as_millis() as u64 + PROMOTE_EVERY.as_millis() as u64;
+        let last = self.last_promote_ms.load(Ordering::Relaxed);
+        now - last >= PROMOTE_EVERY.as_millis() as u64
+            && self
+                .last_promote_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Client, OjsError> {
@@ -219,22 +244,25 @@ impl Queue {
         row.map(|row| row.get(0)).ok_or_else(|| OjsError::job_not_found(id))
     }
 
-    /// Promotion and claim go out together: one round trip, two statements.
+    /// When promotion is due, it goes out with the claim: one round trip, two statements.
     pub async fn fetch(&self, request: &FetchRequest) -> Result<Vec<Value>, OjsError> {
         let client = self.client().await?;
-        let promote_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&PROMOTE_BATCH];
         let claim_params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [
             &request.queues,
             &request.count,
             &request.worker_id,
             &request.visibility_ms,
         ];
-        let (promote, claim) = tokio::join!(
-            client.execute(PROMOTE, &promote_params),
-            client.query(CLAIM, &claim_params)
-        );
-        promote.map_err(OjsError::sql)?;
-        let mut rows = claim.map_err(OjsError::sql)?;
+        let claim = client.query(CLAIM, &claim_params);
+        let claimed = if self.promotion_due() {
+            let promote_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&PROMOTE_BATCH];
+            let (promote, claim) = tokio::join!(client.execute(PROMOTE, &promote_params), claim);
+            promote.map_err(OjsError::sql)?;
+            claim
+        } else {
+            claim.await
+        };
+        let mut rows = claimed.map_err(OjsError::sql)?;
         // RETURNING has no order of its own.
         rows.sort_by_key(|row| (row.get::<_, i64>(0), -row.get::<_, i32>(1), row.get::<_, i64>(2)));
         Ok(rows.iter().map(|row| row.get(3)).collect())
