@@ -44,3 +44,6 @@ e2e-kind:
     kind/up.sh
     PGVS3_E2E_KIND=1 cargo test -p pgvs3-e2e --test kind_fleet -- --ignored --test-threads 1
 
+# OJS vs the raw SKIP LOCKED claim: enqueue, batch enqueue, fetch+ack at 1 and 16 workers.
+bench-ojs *ARGS:
+    cargo bench -p pgvs3-gateway --bench ojs_vs_direct -- {{ARGS}}

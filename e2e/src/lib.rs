@@ -1,3 +1,5 @@
-//! pgvs3-e2e: the load generator (`pgvs3-loadgen`), and fleet and kind end-to-end suites.
+//! pgvs3-e2e: end-to-end checks against live gateways: the load generator (`pgvs3-loadgen`),
+//! the OJS conformance runner (`ojs_conformance`), and the kind suite (tests/kind_*.rs).
 
 pub mod loadgen;
+pub mod ojs_conformance;

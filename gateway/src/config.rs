@@ -130,6 +130,23 @@ pub struct ServeArgs {
     /// Close RESP connections idle this long (`0s`: never, as Redis's default `timeout 0`).
     #[arg(long, env = "PGVS3_RESP_IDLE_TIMEOUT", default_value = "0s", value_parser = parse_duration)]
     pub resp_idle_timeout: Duration,
+
+    // --- OJS ---
+    /// Listen address of the OJS (Open Job Spec) HTTP endpoint; `off` disables it.
+    #[arg(long, env = "PGVS3_OJS_ADDR", default_value = "127.0.0.1:8080", value_parser = parse_listen_addr)]
+    pub ojs_addr: ListenAddr,
+
+    /// Serve POST /ojs/v1/admin/reset, which deletes every job (for conformance runs only).
+    #[arg(long, env = "PGVS3_OJS_ALLOW_RESET")]
+    pub ojs_allow_reset: bool,
+
+    /// Largest serialized `args` of one job, in bytes.
+    #[arg(long, env = "PGVS3_OJS_MAX_ARGS_BYTES", default_value_t = 1 << 20)]
+    pub ojs_max_args_bytes: usize,
+
+    /// Bearer token the OJS endpoint requires (manifest and health stay open); none by default.
+    #[arg(long, env = "PGVS3_OJS_TOKEN", hide_env_values = true)]
+    pub ojs_token: Option<String>,
 }
 
 /// A listen address that can be switched off.

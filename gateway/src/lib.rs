@@ -10,6 +10,7 @@ pub mod http_server;
 pub mod maintenance;
 pub use pgvs3_secret as master_key;
 pub mod metrics;
+pub mod ojs;
 pub mod pg;
 pub mod resp;
 pub mod s3;

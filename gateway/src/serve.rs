@@ -23,6 +23,8 @@ pub struct RunningGateway {
     pub admin_addr: SocketAddr,
     /// The RESP endpoint, unless switched off.
     pub resp_addr: Option<SocketAddr>,
+    /// The OJS endpoint, unless disabled.
+    pub ojs_addr: Option<SocketAddr>,
     pub store: Store,
     shutdown: ShutdownTrigger,
     servers: Vec<JoinHandle<()>>,
@@ -108,6 +110,35 @@ impl RunningGateway {
             resp_addr = Some(bound);
         }
         // --- end RESP ---
+        // --- OJS ---
+        let mut background_ojs = Vec::new();
+        let ojs_addr = match args.ojs_addr.0 {
+            Some(addr) => {
+                let listener = TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding OJS on {addr}"))?;
+                let bound = listener.local_addr()?;
+                let options = crate::ojs::OjsOptions {
+                    allow_reset: args.ojs_allow_reset,
+                    max_args_bytes: args.ojs_max_args_bytes,
+                    token: args.ojs_token.clone(),
+                };
+                let queue = crate::ojs::queue::Queue::new(pool.clone());
+                background_ojs.push(crate::ojs::spawn_cron_ticker(queue.clone(), options.max_args_bytes));
+                let service = crate::ojs::OjsService::new(queue, options);
+                servers.push(tokio::spawn(http_server::serve(
+                    listener,
+                    service,
+                    signal.clone(),
+                    args.shutdown_timeout,
+                    "ojs",
+                )));
+                Some(bound)
+            }
+            None => None,
+        };
+        // --- end OJS ---
+
         let mut background = vec![
             catalog.spawn_refresher(args.catalog_poll),
             crate::maintenance::spawn_leader_loop(
@@ -122,11 +153,13 @@ impl RunningGateway {
         if !standby {
             background.push(catalog.spawn_listener(database.config.clone()));
         }
-        tracing::info!(%s3_addr, %admin_addr, ?resp_addr, "pgvs3 gateway ready");
+        background.extend(background_ojs);
+        tracing::info!(%s3_addr, %admin_addr, ?resp_addr, ?ojs_addr, "pgvs3 gateway ready");
         Ok(RunningGateway {
             s3_addr,
             admin_addr,
             resp_addr,
+            ojs_addr,
             store,
             shutdown,
             servers,
@@ -156,8 +189,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(resp_addr) = gateway.resp_addr {
         println!("pgvs3 RESP endpoint: redis://{resp_addr}");
     }
+    // One line: whoever reads it may close the pipe right after.
+    let ojs = gateway
+        .ojs_addr
+        .map(|addr| format!("  OJS: http://{addr}/ojs/v1"))
+        .unwrap_or_default();
     println!(
-        "pgvs3 S3 endpoint: http://{}  (metrics: http://{}/metrics)",
+        "pgvs3 S3 endpoint: http://{}  (metrics: http://{}/metrics){ojs}",
         gateway.s3_addr, gateway.admin_addr
     );
 

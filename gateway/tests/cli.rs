@@ -39,6 +39,7 @@ async fn serve(data_dir: &Path) -> Served {
         ])
         .arg("--data-dir")
         .arg(data_dir)
+        .env("PGVS3_OJS_ADDR", "127.0.0.1:0")
         .env("PGVS3_ROOT_ACCESS_KEY", common::ROOT_ACCESS_KEY)
         .env("PGVS3_ROOT_SECRET_KEY", common::ROOT_SECRET_KEY)
         .stdout(Stdio::piped())

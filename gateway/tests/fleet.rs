@@ -36,8 +36,11 @@ async fn a_standby_gateway_serves_reads_refuses_writes_and_takes_writes_after_pr
     let (primary, standby) = primary_and_standby("fleet");
     let resp_on = ["--resp-addr", "127.0.0.1:0"];
     let writer = TestGateway::with_args(primary.url("postgres"), &resp_on).await;
-    let reader =
-        TestGateway::with_args(standby.url("postgres"), &["--require-role", "standby", "--resp-addr", "127.0.0.1:0"]).await;
+    let reader = TestGateway::with_args(
+        standby.url("postgres"),
+        &["--require-role", "standby", "--resp-addr", "127.0.0.1:0"],
+    )
+    .await;
 
     writer.client.create_bucket().bucket("shared").send().await.unwrap();
     let small = noise(1000, 1);
@@ -106,17 +109,19 @@ async fn a_standby_gateway_serves_reads_refuses_writes_and_takes_writes_after_pr
 
     // RESP on the standby: reads replay from the primary, writes get Redis's READONLY.
     let mut primary_resp = common::resp::RawResp::connect(writer.resp_addr()).await;
-    assert_eq!(primary_resp.command(&["SET", "greeting", "hello"]).await, common::resp::Value::Simple("OK".into()));
+    assert_eq!(
+        primary_resp.command(&["SET", "greeting", "hello"]).await,
+        common::resp::Value::Simple("OK".into())
+    );
     let mut standby_resp = common::resp::RawResp::connect(reader.resp_addr()).await;
-    let greeting = eventually(Duration::from_secs(20), "replication of the RESP key", || {
-        let standby_resp = &mut standby_resp;
-        async move {
-            let value = standby_resp.command(&["GET", "greeting"]).await;
-            (value == common::resp::Value::bulk("hello")).then_some(value)
-        }
-    })
-    .await;
-    assert_eq!(greeting, common::resp::Value::bulk("hello"));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while standby_resp.command(&["GET", "greeting"]).await != common::resp::Value::bulk("hello") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "replication of the RESP key within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let refused = standby_resp.command(&["SET", "greeting", "changed"]).await;
     assert_eq!(refused.error(), "READONLY You can't write against a read only replica.");
 

@@ -185,6 +185,8 @@ pub fn serve_args(database_url: &str, extra: &[&str]) -> ServeArgs {
         "127.0.0.1:0",
         "--admin-addr",
         "127.0.0.1:0",
+        "--ojs-addr",
+        "127.0.0.1:0",
         "--root-access-key",
         ROOT_ACCESS_KEY,
         "--root-secret-key",

@@ -1,0 +1,171 @@
+//! The OJS conformance cases (read from disk, see `ojs_conformance::suites_dir`) against an
+//! in-process gateway on a fresh database. Every case runs; the ones known to fail are listed in
+//! `EXPECTED_FAILURES`, and the test fails when that list is not exact, so both progress and
+//! regressions show. Cases that wait for cron ticks run as a separate test.
+
+#[path = "../../gateway/tests/common/mod.rs"]
+mod common;
+
+use pgvs3_e2e::ojs_conformance::{Case, Outcome, Runner, load_cases, suites_dir, tally};
+
+/// Cases that sleep this long or longer (cron ticks) form the slow group.
+const SLOW_CASE_MS: u64 = 60_000;
+
+/// Known failures, by path under `suites/`, each with the reason.
+const EXPECTED_FAILURES: &[(&str, &str)] = &[
+    (
+        "ext-backpressure/backpressure-batch-partial-reject.json",
+        "no backpressure (queue limits) yet",
+    ),
+    (
+        "ext-backpressure/backpressure-headers-on-reject.json",
+        "no backpressure (queue limits) yet",
+    ),
+    (
+        "ext-backpressure/backpressure-queue-stats-depth.json",
+        "no backpressure (queue limits) yet",
+    ),
+    (
+        "ext-backpressure/backpressure-reject-when-full.json",
+        "no backpressure (queue limits) yet",
+    ),
+    (
+        "ext-backpressure/backpressure-warning-headers.json",
+        "no backpressure (queue limits) yet",
+    ),
+    (
+        "ext-graceful-shutdown/graceful-shutdown-health-degraded.json",
+        "worker states are not tracked",
+    ),
+    ("ext-rate-limiting/rate-limit-inspect.json", "no rate limits yet"),
+    (
+        "ext-rate-limiting/rate-limit-per-second-throttle.json",
+        "no rate limits yet",
+    ),
+    (
+        "level-1-reliable/retry/retry-error-history-tracked.json",
+        "expects error types the nack body does not carry",
+    ),
+    (
+        "level-1-reliable/worker/worker-graceful-shutdown.json",
+        "worker directives (terminate) are not sent",
+    ),
+    (
+        "level-1-reliable/worker/worker-quiet-signal.json",
+        "worker directives (quiet) are not sent",
+    ),
+    (
+        "level-2-scheduled/cron/cron-overlap-prevention.json",
+        "the first job's claim (30 s visibility, no heartbeat) lapses during the 65 s wait and is delivered again",
+    ),
+    (
+        "level-3-workflows/batch/batch-complete-always-fires.json",
+        "no workflows yet",
+    ),
+    (
+        "level-3-workflows/batch/batch-complete-callback.json",
+        "no workflows yet",
+    ),
+    (
+        "level-3-workflows/batch/batch-failure-callback.json",
+        "no workflows yet",
+    ),
+    (
+        "level-3-workflows/batch/batch-no-success-on-failure.json",
+        "no workflows yet",
+    ),
+    (
+        "level-3-workflows/batch/batch-success-callback.json",
+        "no workflows yet",
+    ),
+    ("level-3-workflows/chain/chain-cancel.json", "no workflows yet"),
+    ("level-3-workflows/chain/chain-passes-results.json", "no workflows yet"),
+    (
+        "level-3-workflows/chain/chain-sequential-execution.json",
+        "no workflows yet",
+    ),
+    ("level-3-workflows/chain/chain-single-step.json", "no workflows yet"),
+    (
+        "level-3-workflows/chain/chain-stops-on-failure.json",
+        "no workflows yet",
+    ),
+    ("level-3-workflows/group/group-all-complete.json", "no workflows yet"),
+    (
+        "level-3-workflows/group/group-independent-execution.json",
+        "no workflows yet",
+    ),
+    (
+        "level-3-workflows/group/group-parallel-execution.json",
+        "no workflows yet",
+    ),
+    ("level-3-workflows/group/group-partial-failure.json", "no workflows yet"),
+    (
+        "level-4-advanced/rate-limit/rate-limit-per-queue.json",
+        "no rate limits yet",
+    ),
+];
+
+async fn run_group(slow: bool) -> Vec<Outcome> {
+    let suites = suites_dir().expect("conformance cases");
+    let all = load_cases(&suites).expect("cases load");
+    for (path, _) in EXPECTED_FAILURES {
+        assert!(
+            all.iter().any(|case| case.path == *path),
+            "EXPECTED_FAILURES names no case: {path}"
+        );
+    }
+    let cases: Vec<Case> = all
+        .into_iter()
+        .filter(|case| (case.waits_ms() >= SLOW_CASE_MS) == slow)
+        .collect();
+    assert!(!cases.is_empty(), "no cases found under {}", suites.display());
+    let gateway = common::TestGateway::with_args(common::fresh_database().await, &["--ojs-allow-reset"]).await;
+    let base = format!("http://{}", gateway.gateway.ojs_addr.expect("OJS listener"));
+    let runner = Runner::new(base, Some("/ojs/v1/admin/reset".into()));
+    let mut outcomes = Vec::new();
+    for case in &cases {
+        outcomes.push(runner.run(case).await);
+    }
+    gateway.stop().await;
+    outcomes
+}
+
+fn check(outcomes: &[Outcome]) {
+    for (suite, (passed, total)) in tally(outcomes) {
+        println!("{suite:<24} {passed:>3}/{total}");
+    }
+    let mut unexpected = Vec::new();
+    let mut fixed = Vec::new();
+    for outcome in outcomes {
+        let expected = EXPECTED_FAILURES.iter().any(|(path, _)| *path == outcome.path);
+        match (outcome.passed(), expected) {
+            (false, false) => unexpected.push(format!("{}: {}", outcome.path, outcome.failures.join("; "))),
+            (true, true) => fixed.push(outcome.path.clone()),
+            _ => {}
+        }
+        if !outcome.passed() {
+            println!(
+                "FAIL {} ({}): {}",
+                outcome.path,
+                outcome.test_id,
+                outcome.failures.join("; ")
+            );
+        }
+    }
+    assert!(
+        unexpected.is_empty() && fixed.is_empty(),
+        "conformance changed.\nnew failures:\n  {}\nnow passing (remove from EXPECTED_FAILURES):\n  {}",
+        unexpected.join("\n  "),
+        fixed.join("\n  ")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_cases() {
+    check(&run_group(false).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_cron_cases() {
+    check(&run_group(true).await);
+}

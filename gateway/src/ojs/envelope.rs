@@ -1,0 +1,512 @@
+//! The job envelope as clients send it: validation, defaults, and the retry policy. Nothing here
+//! touches the database.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::OjsError;
+
+pub const DEFAULT_QUEUE: &str = "default";
+/// The spec's default visibility timeout for a claimed job.
+pub const DEFAULT_VISIBILITY_MS: i32 = 30_000;
+
+/// A validated job ready to insert.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub id: String,
+    pub queue: String,
+    pub job_type: String,
+    pub priority: i32,
+    pub max_attempts: i32,
+    /// What the client sent, unknown fields included, with `id` and `queue` filled in.
+    pub envelope: Value,
+    /// An absolute start time (RFC 3339), when the client gave one.
+    pub scheduled_at: Option<String>,
+    /// A start delay in milliseconds (relative `scheduled_at` such as `+PT5S`).
+    pub delay_ms: Option<f64>,
+    pub expires_at: Option<String>,
+    /// A time to live in milliseconds (relative `expires_at` such as `+PT1H`).
+    pub ttl_ms: Option<f64>,
+    pub visibility_ms: i32,
+    pub unique: Option<Unique>,
+}
+
+/// `options.unique`: which jobs count as duplicates of this one, and what to do about them.
+#[derive(Debug, Clone)]
+pub struct Unique {
+    pub key: String,
+    pub period_ms: Option<f64>,
+    pub states: Vec<String>,
+    pub on_conflict: OnConflict,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnConflict {
+    Reject,
+    Ignore,
+    Replace,
+}
+
+/// Validates one envelope. `max_args_bytes` bounds the serialized `args`.
+pub fn parse_job(value: Value, max_args_bytes: usize) -> Result<NewJob, OjsError> {
+    let Value::Object(mut fields) = value else {
+        return Err(OjsError::invalid("a job must be a JSON object"));
+    };
+    let job_type = match fields.get("type") {
+        Some(Value::String(text)) if is_valid_type(text) => text.clone(),
+        Some(Value::String(text)) => {
+            return Err(OjsError::invalid(format!(
+                "invalid job type {text:?}: use dot-separated lower-case segments such as \"email.send\""
+            )));
+        }
+        Some(_) => return Err(OjsError::invalid("\"type\" must be a string")),
+        None => return Err(OjsError::invalid("missing required field \"type\"")),
+    };
+    match fields.get("args") {
+        Some(Value::Array(_)) => {}
+        Some(_) => return Err(OjsError::invalid("\"args\" must be a JSON array")),
+        None => return Err(OjsError::invalid("missing required field \"args\"")),
+    }
+    let args_bytes = serde_json::to_vec(&fields["args"]).map_or(0, |bytes| bytes.len());
+    if args_bytes > max_args_bytes {
+        return Err(OjsError::invalid(format!(
+            "\"args\" is {args_bytes} bytes, over this server's limit of {max_args_bytes}"
+        )));
+    }
+    if let Some(meta) = fields.get("meta")
+        && !meta.is_object()
+    {
+        return Err(OjsError::invalid("\"meta\" must be a JSON object"));
+    }
+    let id = match fields.get("id") {
+        None | Some(Value::Null) => new_uuid_v7(),
+        Some(Value::String(text)) if is_uuid_v7(text) => text.clone(),
+        Some(_) => return Err(OjsError::invalid("\"id\" must be a lower-case UUIDv7")),
+    };
+    fields.insert("id".into(), Value::String(id.clone()));
+
+    let empty = Map::new();
+    let options = match fields.get("options") {
+        None | Some(Value::Null) => &empty,
+        Some(Value::Object(options)) => options,
+        Some(_) => return Err(OjsError::invalid("\"options\" must be a JSON object")),
+    };
+    // Options may also come at the top level (the spec's flat form); `options` wins.
+    let option = |name: &str| options.get(name).or_else(|| fields.get(name)).filter(|v| !v.is_null());
+
+    let queue = match option("queue") {
+        None => DEFAULT_QUEUE.to_string(),
+        Some(Value::String(name)) if is_valid_queue(name) => name.clone(),
+        Some(_) => {
+            return Err(OjsError::invalid(
+                "invalid queue name: use lower-case letters, digits, '-' and '.', starting with a letter or digit",
+            ));
+        }
+    };
+    let priority = match option("priority") {
+        None => 0,
+        Some(value) => parse_priority(value)?,
+    };
+    let retry = RetryPolicy::from_options(option("retry"))?;
+    let max_attempts = retry.max_attempts;
+    let visibility_ms = match option("visibility_timeout_ms").or_else(|| option("timeout_ms")) {
+        None => DEFAULT_VISIBILITY_MS,
+        Some(value) => match value.as_i64() {
+            Some(ms) if (1..=i32::MAX as i64).contains(&ms) => ms as i32,
+            _ => return Err(OjsError::invalid("timeouts must be positive integers of milliseconds")),
+        },
+    };
+    let (scheduled_at, delay_ms) = moment(option("scheduled_at").or_else(|| option("delay_until")), "scheduled_at")?;
+    let (expires_at, ttl_ms) = moment(option("expires_at"), "expires_at")?;
+    let unique = match option("unique") {
+        None => None,
+        Some(spec) => Some(parse_unique(spec, &job_type, &queue, &fields)?),
+    };
+    fields.insert("queue".into(), Value::String(queue.clone()));
+    Ok(NewJob {
+        id,
+        queue,
+        job_type,
+        priority,
+        max_attempts,
+        envelope: Value::Object(fields),
+        scheduled_at,
+        delay_ms,
+        expires_at,
+        ttl_ms,
+        visibility_ms,
+        unique,
+    })
+}
+
+/// A point in time given absolutely (RFC 3339) or relative to now (`+PT5S`, as milliseconds).
+fn moment(value: Option<&Value>, field: &str) -> Result<(Option<String>, Option<f64>), OjsError> {
+    match value {
+        None => Ok((None, None)),
+        Some(Value::String(text)) => match text.strip_prefix('+') {
+            Some(duration) => Ok((None, Some(parse_iso_duration(duration)?.as_secs_f64() * 1000.0))),
+            None => Ok((Some(timestamp(text, field)?), None)),
+        },
+        Some(_) => Err(OjsError::invalid(format!(
+            "\"{field}\" must be an RFC 3339 timestamp or +<ISO 8601 duration>"
+        ))),
+    }
+}
+
+fn parse_priority(value: &Value) -> Result<i32, OjsError> {
+    let named = value.as_str().and_then(|name| match name {
+        "critical" => Some(100),
+        "high" => Some(50),
+        "normal" | "default" => Some(0),
+        "low" => Some(-50),
+        "bulk" | "lowest" => Some(-100),
+        _ => None,
+    });
+    match named.or_else(|| value.as_i64().filter(|p| (-100..=100).contains(p)).map(|p| p as i32)) {
+        Some(priority) => Ok(priority),
+        None => Err(OjsError::invalid("\"priority\" must be an integer from -100 to 100")),
+    }
+}
+
+/// Checked for shape here; PostgreSQL parses it on insert.
+fn timestamp(text: &str, field: &str) -> Result<String, OjsError> {
+    let bytes = text.as_bytes();
+    let shaped = bytes.len() >= 20
+        && bytes[4] == b'-'
+        && bytes[7] == b'-'
+        && (bytes[10] == b'T' || bytes[10] == b't')
+        && (text.ends_with('Z')
+            || text.ends_with('z')
+            || bytes[bytes.len() - 6] == b'+'
+            || bytes[bytes.len() - 6] == b'-');
+    if shaped {
+        Ok(text.to_string())
+    } else {
+        Err(OjsError::invalid(format!(
+            "\"{field}\" must be an RFC 3339 timestamp with a time zone"
+        )))
+    }
+}
+
+fn parse_unique(spec: &Value, job_type: &str, queue: &str, fields: &Map<String, Value>) -> Result<Unique, OjsError> {
+    let Value::Object(spec) = spec else {
+        return Err(OjsError::invalid("\"unique\" must be a JSON object"));
+    };
+    let keys: Vec<&str> = match spec.get("keys") {
+        None => vec!["type", "args", "queue"],
+        Some(Value::Array(keys)) => keys.iter().filter_map(Value::as_str).collect(),
+        Some(_) => return Err(OjsError::invalid("\"unique.keys\" must be an array of field names")),
+    };
+    let mut identity = serde_json::Map::new();
+    for key in keys {
+        let value = match key {
+            "type" => Value::String(job_type.into()),
+            "queue" => Value::String(queue.into()),
+            other => fields.get(other).cloned().unwrap_or(Value::Null),
+        };
+        identity.insert(key.into(), value);
+    }
+    // serde_json keeps maps sorted, so equal identities serialize equally.
+    let key = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(Value::Object(identity).to_string().as_bytes()))
+    };
+    let period_ms = match spec.get("period") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) => Some(parse_iso_duration(text)?.as_secs_f64() * 1000.0),
+        Some(_) => return Err(OjsError::invalid("\"unique.period\" must be an ISO 8601 duration")),
+    };
+    let states = match spec.get("states") {
+        None => ["available", "active", "scheduled", "retryable", "pending"]
+            .map(String::from)
+            .to_vec(),
+        Some(Value::Array(states)) => states.iter().filter_map(Value::as_str).map(String::from).collect(),
+        Some(_) => return Err(OjsError::invalid("\"unique.states\" must be an array of states")),
+    };
+    let on_conflict = match spec.get("on_conflict").and_then(Value::as_str) {
+        None | Some("reject") => OnConflict::Reject,
+        Some("ignore") => OnConflict::Ignore,
+        Some("replace") => OnConflict::Replace,
+        Some(other) => return Err(OjsError::invalid(format!("unknown unique.on_conflict {other:?}"))),
+    };
+    Ok(Unique {
+        key,
+        period_ms,
+        states,
+        on_conflict,
+    })
+}
+
+/// `options.retry`, with the spec's defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    pub max_attempts: i32,
+    pub initial: Duration,
+    pub coefficient: f64,
+    pub max_interval: Duration,
+    pub jitter: bool,
+    pub strategy: Backoff,
+    pub non_retryable: Vec<String>,
+    pub dead_letter: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backoff {
+    Exponential,
+    Linear,
+    Constant,
+}
+
+impl RetryPolicy {
+    pub fn from_options(retry: Option<&Value>) -> Result<RetryPolicy, OjsError> {
+        let mut policy = RetryPolicy {
+            max_attempts: 3,
+            initial: Duration::from_secs(1),
+            coefficient: 2.0,
+            max_interval: Duration::from_secs(300),
+            jitter: true,
+            strategy: Backoff::Exponential,
+            non_retryable: Vec::new(),
+            dead_letter: false,
+        };
+        let Some(retry) = retry.filter(|v| !v.is_null()) else {
+            return Ok(policy);
+        };
+        let Value::Object(retry) = retry else {
+            return Err(OjsError::unprocessable("\"retry\" must be a JSON object"));
+        };
+        if let Some(value) = retry.get("max_attempts") {
+            policy.max_attempts = value
+                .as_i64()
+                .filter(|n| (1..=10_000).contains(n))
+                .ok_or_else(|| OjsError::unprocessable("retry.max_attempts must be an integer of at least 1"))?
+                as i32;
+        }
+        if let Some(value) = retry.get("initial_interval") {
+            policy.initial = iso_field(value, "retry.initial_interval")?;
+        }
+        if let Some(value) = retry.get("max_interval") {
+            policy.max_interval = iso_field(value, "retry.max_interval")?;
+        }
+        if let Some(value) = retry.get("backoff_coefficient") {
+            policy.coefficient = value
+                .as_f64()
+                .filter(|c| *c >= 1.0)
+                .ok_or_else(|| OjsError::unprocessable("retry.backoff_coefficient must be a number of at least 1"))?;
+        }
+        if let Some(value) = retry.get("jitter") {
+            policy.jitter = value
+                .as_bool()
+                .ok_or_else(|| OjsError::unprocessable("retry.jitter must be a boolean"))?;
+        }
+        if let Some(value) = retry.get("backoff_strategy").or_else(|| retry.get("backoff_type")) {
+            policy.strategy = match value.as_str() {
+                Some("exponential") => Backoff::Exponential,
+                Some("linear") => Backoff::Linear,
+                Some("constant") => Backoff::Constant,
+                _ => {
+                    return Err(OjsError::unprocessable(
+                        "retry.backoff_strategy must be exponential, linear or constant",
+                    ));
+                }
+            };
+        }
+        if let Some(Value::Array(errors)) = retry.get("non_retryable_errors") {
+            policy.non_retryable = errors.iter().filter_map(Value::as_str).map(String::from).collect();
+        }
+        policy.dead_letter = match retry.get("on_exhaustion").and_then(Value::as_str) {
+            None | Some("discard") => false,
+            Some("dead_letter") => true,
+            Some(other) => {
+                return Err(OjsError::unprocessable(format!(
+                    "unknown retry.on_exhaustion {other:?}"
+                )));
+            }
+        };
+        Ok(policy)
+    }
+
+    /// The wait before the attempt after `attempt` (1-based) failed.
+    pub fn delay(&self, attempt: i32) -> Duration {
+        let n = attempt.max(1) as f64;
+        let base = self.initial.as_secs_f64();
+        let seconds = match self.strategy {
+            Backoff::Exponential => base * self.coefficient.powf(n - 1.0),
+            Backoff::Linear => base * n,
+            Backoff::Constant => base,
+        };
+        let capped = seconds.min(self.max_interval.as_secs_f64());
+        let jittered = if self.jitter {
+            use rand::Rng;
+            capped * rand::rng().random_range(0.5..1.5)
+        } else {
+            capped
+        };
+        Duration::from_secs_f64(jittered.max(0.0))
+    }
+
+    /// Whether an error (by its type, code or class) is one the policy says never to retry. A
+    /// pattern ending in `.*` or `*` matches by prefix.
+    pub fn is_non_retryable(&self, names: &[&str]) -> bool {
+        self.non_retryable.iter().any(|pattern| {
+            let prefix = pattern.strip_suffix(".*").or_else(|| pattern.strip_suffix('*'));
+            names.iter().any(|name| match prefix {
+                Some(prefix) => name.starts_with(prefix),
+                None => name == pattern,
+            })
+        })
+    }
+}
+
+fn iso_field(value: &Value, field: &str) -> Result<Duration, OjsError> {
+    value
+        .as_str()
+        .and_then(|text| parse_iso_duration(text).ok())
+        .ok_or_else(|| OjsError::unprocessable(format!("{field} must be an ISO 8601 duration such as \"PT1S\"")))
+}
+
+/// An ISO 8601 duration (`P1DT2H3M4.5S`, weeks `P2W`); years and months are refused because
+/// their length varies.
+pub fn parse_iso_duration(text: &str) -> Result<Duration, OjsError> {
+    let bad = || OjsError::invalid(format!("invalid ISO 8601 duration {text:?}"));
+    let rest = text.strip_prefix('P').ok_or_else(bad)?;
+    let mut seconds = 0.0;
+    let mut in_time = false;
+    let mut number = String::new();
+    let mut any = false;
+    for c in rest.chars() {
+        match c {
+            'T' if !in_time && number.is_empty() => in_time = true,
+            '0'..='9' | '.' | ',' => number.push(if c == ',' { '.' } else { c }),
+            unit => {
+                let value: f64 = number.parse().map_err(|_| bad())?;
+                number.clear();
+                any = true;
+                seconds += value
+                    * match (in_time, unit) {
+                        (false, 'W') => 604_800.0,
+                        (false, 'D') => 86_400.0,
+                        (true, 'H') => 3_600.0,
+                        (true, 'M') => 60.0,
+                        (true, 'S') => 1.0,
+                        _ => return Err(bad()),
+                    };
+            }
+        }
+    }
+    if !number.is_empty() || !any {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// `^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$`
+fn is_valid_type(text: &str) -> bool {
+    text.len() <= 255
+        && text.split('.').all(|segment| {
+            let mut chars = segment.chars();
+            chars.next().is_some_and(|c| c.is_ascii_lowercase())
+                && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+        })
+}
+
+/// `^[a-z0-9][a-z0-9\-\.]*$`, at most 255 characters.
+pub fn is_valid_queue(text: &str) -> bool {
+    let mut chars = text.chars();
+    text.len() <= 255
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+}
+
+fn is_uuid_v7(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.len() == 36
+        && bytes.iter().enumerate().all(|(i, &b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            14 => b == b'7',
+            19 => matches!(b, b'8' | b'9' | b'a' | b'b'),
+            _ => b.is_ascii_digit() || (b'a'..=b'f').contains(&b),
+        })
+}
+
+/// Any UUID in canonical lower-case form (job ids in paths).
+pub fn is_uuid(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.len() == 36
+        && bytes.iter().enumerate().all(|(i, &b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        })
+}
+
+/// A UUIDv7: 48 bits of Unix milliseconds, then random bits, so ids sort by creation time.
+pub fn new_uuid_v7() -> String {
+    use rand::RngCore;
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as u64);
+    let mut bytes = [0u8; 16];
+    rand::rng().fill_bytes(&mut bytes[6..]);
+    bytes[..6].copy_from_slice(&millis.to_be_bytes()[2..]);
+    bytes[6] = 0x70 | (bytes[6] & 0x0f);
+    bytes[8] = 0x80 | (bytes[8] & 0x3f);
+    let hex = hex::encode(bytes);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_ids_are_uuid_v7() {
+        let id = new_uuid_v7();
+        assert!(is_uuid_v7(&id), "{id}");
+        assert!(!is_uuid_v7("550e8400-e29b-41d4-a716-446655440000"));
+        assert!(!is_uuid_v7("019461A8-1A2B-7C3D-8E4F-5A6B7C8D9E0F"));
+    }
+
+    #[test]
+    fn iso_durations_parse() {
+        assert_eq!(parse_iso_duration("PT1S").unwrap(), Duration::from_secs(1));
+        assert_eq!(parse_iso_duration("PT5M").unwrap(), Duration::from_secs(300));
+        assert_eq!(
+            parse_iso_duration("P1DT1H0.5S").unwrap(),
+            Duration::from_secs_f64(90_000.5)
+        );
+        assert!(parse_iso_duration("PT").is_err());
+        assert!(parse_iso_duration("1S").is_err());
+        assert!(parse_iso_duration("P1Y").is_err());
+    }
+
+    #[test]
+    fn backoff_follows_strategy_and_cap() {
+        let policy = |retry: Value| RetryPolicy::from_options(Some(&retry)).unwrap();
+        let exponential =
+            policy(serde_json::json!({"initial_interval": "PT1S", "backoff_coefficient": 2, "jitter": false}));
+        assert_eq!(exponential.delay(3), Duration::from_secs(4));
+        let capped = policy(serde_json::json!({"backoff_coefficient": 10, "max_interval": "PT2S", "jitter": false}));
+        assert_eq!(capped.delay(3), Duration::from_secs(2));
+        let linear = policy(serde_json::json!({"backoff_strategy": "linear", "jitter": false}));
+        assert_eq!(linear.delay(3), Duration::from_secs(3));
+        assert!(RetryPolicy::from_options(Some(&serde_json::json!({"backoff_coefficient": 0.5}))).is_err());
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(is_valid_type("email.send") && !is_valid_type("Email.Send") && !is_valid_type("1email"));
+        assert!(
+            is_valid_queue("default") && is_valid_queue("a.b-c") && !is_valid_queue("-x") && !is_valid_queue("my_q")
+        );
+    }
+}

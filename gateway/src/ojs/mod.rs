@@ -1,0 +1,719 @@
+//! OJS (Open Job Spec) over HTTP: the binding's routes under `/ojs/v1`, the manifest at
+//! `/ojs/manifest`, and OJS error objects. The queue engine underneath is [`queue::Queue`].
+//!
+//! Auth: none by default (the listener binds to loopback); with `--ojs-token` every route except
+//! the manifest and health needs `Authorization: Bearer <token>`.
+
+pub mod cron;
+pub mod envelope;
+pub mod queue;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use serde_json::{Value, json};
+use tokio_postgres::error::SqlState;
+
+use envelope::NewJob;
+use queue::{Claim, Failure, FetchRequest, Queue};
+
+const CONTENT_TYPE: &str = "application/openjobspec+json";
+const OJS_VERSION: &str = "1.0";
+const DOCS_URL: &str = "https://openjobspec.org/spec/ojs-http-binding";
+/// Request bodies larger than this are refused before parsing (batches included).
+const MAX_BODY_BYTES: usize = 64 << 20;
+const MAX_BATCH: usize = 10_000;
+const MAX_FETCH: i64 = 1_000;
+
+/// What an operator can tune (from `--ojs-*` flags).
+#[derive(Debug, Clone)]
+pub struct OjsOptions {
+    pub allow_reset: bool,
+    pub max_args_bytes: usize,
+    pub token: Option<String>,
+}
+
+#[derive(Clone)]
+pub struct OjsService {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    queue: Queue,
+    options: OjsOptions,
+}
+
+/// An OJS error object and its HTTP status.
+#[derive(Debug)]
+pub struct OjsError {
+    status: StatusCode,
+    code: &'static str,
+    kind: &'static str,
+    message: String,
+    retryable: bool,
+    details: Option<Value>,
+}
+
+impl OjsError {
+    fn new(status: StatusCode, code: &'static str, kind: &'static str, message: impl Into<String>) -> OjsError {
+        OjsError {
+            status,
+            code,
+            kind,
+            message: message.into(),
+            retryable: false,
+            details: None,
+        }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> OjsError {
+        OjsError::new(StatusCode::BAD_REQUEST, "invalid_request", "validation_error", message)
+    }
+
+    /// Well-formed but semantically refused (retry policy values).
+    pub fn unprocessable(message: impl Into<String>) -> OjsError {
+        OjsError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+            "validation_error",
+            message,
+        )
+    }
+
+    pub fn not_found(message: impl Into<String>) -> OjsError {
+        OjsError::new(StatusCode::NOT_FOUND, "not_found", "not_found", message)
+    }
+
+    pub fn job_not_found(id: &str) -> OjsError {
+        OjsError::not_found(format!("job {id} not found"))
+    }
+
+    pub fn conflict(message: impl Into<String>) -> OjsError {
+        OjsError::new(StatusCode::CONFLICT, "conflict", "conflict", message)
+    }
+
+    pub fn duplicate(message: impl Into<String>) -> OjsError {
+        OjsError::new(StatusCode::CONFLICT, "duplicate", "conflict", message)
+    }
+
+    pub fn with_details(mut self, details: Value) -> OjsError {
+        self.details = Some(details);
+        self
+    }
+
+    pub fn backend(err: impl std::fmt::Display) -> OjsError {
+        tracing::warn!(error = %err, "OJS backend unavailable");
+        let mut error = OjsError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "backend_error",
+            "backend_error",
+            "the job store is unavailable; retry later",
+        );
+        error.retryable = true;
+        error
+    }
+
+    pub fn sql(err: tokio_postgres::Error) -> OjsError {
+        match err.code() {
+            Some(&SqlState::READ_ONLY_SQL_TRANSACTION) => OjsError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "read_only",
+                "read_only",
+                "this gateway is bound to a read-only PostgreSQL standby: reads work, writes must go to a gateway on the primary",
+            ),
+            Some(&SqlState::INVALID_DATETIME_FORMAT)
+            | Some(&SqlState::DATETIME_FIELD_OVERFLOW)
+            | Some(&SqlState::INVALID_TIME_ZONE_DISPLACEMENT_VALUE) => OjsError::invalid(format!(
+                "invalid timestamp: {}",
+                err.as_db_error().map_or("", |db| db.message())
+            )),
+            _ => OjsError::backend(err),
+        }
+    }
+
+    fn response(&self) -> Response<Full<Bytes>> {
+        let mut error = json!({
+            "code": self.code,
+            "type": self.kind,
+            "message": self.message,
+            "retryable": self.retryable,
+            "hint": hint(self.code),
+            "docs_url": DOCS_URL,
+        });
+        if let Some(details) = &self.details {
+            error["details"] = details.clone();
+        }
+        json_response(self.status, &json!({ "error": error }))
+    }
+}
+
+fn hint(code: &str) -> &'static str {
+    match code {
+        "invalid_request" => "fix the request body as the message says and send it again",
+        "not_found" => "check the id; jobs are found by the id enqueue returned",
+        "conflict" => "the job's state does not allow this; GET the job to see its state",
+        "duplicate" => "use a new id, or GET the existing job",
+        "read_only" => "send writes to a gateway bound to the primary",
+        "unauthenticated" => "send Authorization: Bearer <token>",
+        _ => "retry with backoff",
+    }
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
+    let text = if status == StatusCode::NO_CONTENT {
+        String::new()
+    } else {
+        body.to_string()
+    };
+    let mut response = Response::new(Full::new(Bytes::from(text)));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(CONTENT_TYPE));
+    response
+}
+
+type Reply = Result<(StatusCode, Value), OjsError>;
+
+impl OjsService {
+    pub fn new(queue: Queue, options: OjsOptions) -> OjsService {
+        OjsService {
+            inner: Arc::new(Inner { queue, options }),
+        }
+    }
+
+    async fn handle(self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+        let request_id = request
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(String::from)
+            .unwrap_or_else(envelope::new_uuid_v7);
+        let mut response = if request.uri().path() == "/metrics" {
+            self.metrics().await
+        } else {
+            match self.route(request).await {
+                Ok((status, body)) => json_response(status, &body),
+                Err(error) => error.response(),
+            }
+        };
+
+        if let Ok(value) = header::HeaderValue::from_str(&request_id) {
+            response.headers_mut().insert("x-request-id", value);
+        }
+        response
+            .headers_mut()
+            .insert("ojs-version", header::HeaderValue::from_static(OJS_VERSION));
+        response
+    }
+
+    /// Job counts by state, in the Prometheus text format (the gateway's own metrics are on the
+    /// admin port).
+    async fn metrics(&self) -> Response<Full<Bytes>> {
+        let (status, text) = match self.inner.queue.stats().await {
+            Ok(stats) => {
+                let mut text = String::from("# HELP ojs_jobs Jobs by state.\n# TYPE ojs_jobs gauge\n");
+                for state in queue::STATES {
+                    let count = stats["jobs"][state].as_i64().unwrap_or(0);
+                    text.push_str(&format!("ojs_jobs{{state=\"{state}\"}} {count}\n"));
+                }
+                (StatusCode::OK, text)
+            }
+            Err(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "# the job store is unavailable\n".to_string(),
+            ),
+        };
+        let mut response = Response::new(Full::new(Bytes::from(text)));
+        *response.status_mut() = status;
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("text/plain; version=0.0.4"),
+        );
+        response
+    }
+
+    async fn route(&self, request: Request<Incoming>) -> Reply {
+        let (parts, body) = request.into_parts();
+        let path = parts.uri.path().trim_end_matches('/').to_string();
+        let query = parse_query(parts.uri.query().unwrap_or(""));
+        match path.as_str() {
+            "/ojs/manifest" => return Ok((StatusCode::OK, self.manifest())),
+            "/health" => return Ok(self.health().await),
+            "/ready" => {
+                let (status, body) = self.health().await;
+                let ready = if status == StatusCode::OK { "ready" } else { "not_ready" };
+                return Ok((status, json!({ "status": ready, "backend": body["backend"] })));
+            }
+            _ => {}
+        }
+        let Some(route) = path.strip_prefix("/ojs/v1") else {
+            return Err(OjsError::not_found(format!("no OJS route {path}")));
+        };
+        if route != "/health" {
+            self.authorize(&parts.headers)?;
+        }
+        let segments: Vec<&str> = route.split('/').filter(|s| !s.is_empty()).collect();
+        let queue = &self.inner.queue;
+        let method = parts.method.clone();
+        match (&method, segments.as_slice()) {
+            (&Method::GET, ["health"]) => Ok(self.health().await),
+            (&Method::POST, ["jobs"]) => self.enqueue(read_json(body).await?).await,
+            (&Method::POST, ["jobs", "batch"]) => self.enqueue_batch(read_json(body).await?).await,
+            (&Method::GET, ["jobs", id]) => Ok((StatusCode::OK, json!({ "job": queue.get(job_id(id)?).await? }))),
+            (&Method::GET, ["admin", "jobs", id]) => Ok((StatusCode::OK, queue.get(job_id(id)?).await?)),
+            (&Method::DELETE, ["jobs", id]) | (&Method::POST, ["jobs", id, "cancel"]) => {
+                Ok((StatusCode::OK, json!({ "job": queue.cancel(job_id(id)?).await? })))
+            }
+            (&Method::POST, ["workers", "fetch"]) => self.fetch(read_json(body).await?).await,
+            (&Method::POST, ["workers", "ack"]) => self.ack(read_json(body).await?).await,
+            (&Method::POST, ["workers", "nack"]) => self.nack(read_json(body).await?).await,
+            (&Method::POST, ["workers", "heartbeat"]) | (&Method::POST, ["workers", "beat"]) => {
+                self.heartbeat(read_json(body).await?).await
+            }
+            (&Method::GET, ["queues"]) | (&Method::GET, ["admin", "queues"]) => {
+                let queues = queue.list_queues().await?;
+                Ok((StatusCode::OK, listing("queues", queues)))
+            }
+            (&Method::GET, ["queues", name, "stats"]) | (&Method::GET, ["admin", "queues", name, "stats"]) => {
+                Ok((StatusCode::OK, queue.queue_stats(queue_name(name)?).await?))
+            }
+            (&Method::POST, ["queues", name, action]) if *action == "pause" || *action == "resume" => {
+                queue.set_paused(queue_name(name)?, *action == "pause").await?;
+                Ok((StatusCode::OK, queue.queue_stats(name).await?))
+            }
+            (&Method::POST, ["admin", "queues", name, action]) if *action == "pause" || *action == "resume" => {
+                queue.set_paused(queue_name(name)?, *action == "pause").await?;
+                Ok((StatusCode::OK, queue.queue_stats(name).await?["queue"].take()))
+            }
+            (&Method::GET, ["dead-letter"]) | (&Method::GET, ["admin", "dead-letter"]) => {
+                let limit = query
+                    .get("limit")
+                    .and_then(|l| l.parse().ok())
+                    .unwrap_or(100)
+                    .clamp(1, 1000);
+                let jobs = queue.dead_letter(query.get("queue").map(String::as_str), limit).await?;
+                Ok((StatusCode::OK, listing("jobs", jobs)))
+            }
+            (&Method::GET, ["admin", "dead-letter", "stats"]) => {
+                let total = queue.dead_letter_count().await?;
+                Ok((StatusCode::OK, json!({ "total": total, "count": total })))
+            }
+            (&Method::POST, ["dead-letter", id, "retry"]) | (&Method::POST, ["admin", "dead-letter", id, "retry"]) => {
+                Ok((
+                    StatusCode::OK,
+                    json!({ "job": queue.retry_dead_letter(job_id(id)?).await? }),
+                ))
+            }
+            (&Method::DELETE, ["dead-letter", id]) => {
+                queue.delete_dead_letter(job_id(id)?).await?;
+                Ok((StatusCode::OK, json!({ "deleted": true, "job_id": id })))
+            }
+            (&Method::DELETE, ["admin", "dead-letter", id]) => {
+                queue.delete_dead_letter(job_id(id)?).await?;
+                Ok((StatusCode::NO_CONTENT, Value::Null))
+            }
+            (&Method::GET, ["events"]) => self.events(&query).await,
+            (&Method::POST, ["cron"]) => self.register_cron(read_json(body).await?).await,
+            (&Method::GET, ["cron"]) => {
+                let crons = queue.list_crons().await?;
+                Ok((StatusCode::OK, listing("crons", crons)))
+            }
+            (&Method::DELETE, ["cron", name]) => {
+                Ok((StatusCode::OK, json!({ "cron": queue.delete_cron(name).await? })))
+            }
+            (&Method::POST, ["admin", "jobs", "bulk", "retry"]) => self.retry_in_bulk(read_json(body).await?).await,
+            (&Method::GET, ["admin", "stats"]) => Ok((StatusCode::OK, queue.stats().await?)),
+            (&Method::GET, ["admin", "workers"]) => {
+                let workers = queue.active_workers().await?;
+                let mut body = listing("workers", workers);
+                body["summary"] = json!({ "total": body["pagination"]["total"] });
+                Ok((StatusCode::OK, body))
+            }
+            (&Method::POST, ["admin", "reset"]) if self.inner.options.allow_reset => {
+                queue.reset().await?;
+                Ok((StatusCode::OK, json!({ "reset": true })))
+            }
+            _ => Err(OjsError::not_found(format!("no OJS route {method} {path}"))),
+        }
+    }
+
+    fn authorize(&self, headers: &http::HeaderMap) -> Result<(), OjsError> {
+        let Some(token) = &self.inner.options.token else {
+            return Ok(());
+        };
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if presented.is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes())) {
+            Ok(())
+        } else {
+            Err(OjsError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                "unauthenticated",
+                "missing or wrong bearer token",
+            ))
+        }
+    }
+
+    fn manifest(&self) -> Value {
+        json!({
+            "specversion": "1.0",
+            "ojs_version": "1.0",
+            "implementation": { "name": "pgvs3", "version": env!("CARGO_PKG_VERSION"), "language": "rust",
+                                "homepage": "https://github.com/pgvs3/pgvs3" },
+            "conformance_level": 2,
+            "protocols": ["http"],
+            "backend": "postgresql",
+            "capabilities": {
+                "batch_enqueue": true, "unique_jobs": true, "scheduled_jobs": true, "priority": true,
+                "dead_letter": true, "events": true, "cron": true, "workflows": false,
+            },
+            "extensions": ["dead-letter", "admin-api", "observability"],
+        })
+    }
+
+    async fn health(&self) -> (StatusCode, Value) {
+        match self.inner.queue.ping().await {
+            Ok(()) => (
+                StatusCode::OK,
+                json!({ "status": "ok", "backend": { "type": "postgresql", "status": "ok" } }),
+            ),
+            Err(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({ "status": "degraded", "backend": { "type": "postgresql", "status": "unreachable" } }),
+            ),
+        }
+    }
+
+    async fn enqueue(&self, body: Value) -> Reply {
+        let job = envelope::parse_job(body, self.inner.options.max_args_bytes)?;
+        let mut jobs = self.inner.queue.enqueue(std::slice::from_ref(&job)).await?;
+        let job = jobs.pop().ok_or_else(|| OjsError::backend("enqueue returned no job"))?;
+        let status = if job.get("duplicate").is_some() {
+            StatusCode::OK
+        } else {
+            StatusCode::CREATED
+        };
+        Ok((status, json!({ "job": job })))
+    }
+
+    async fn enqueue_batch(&self, body: Value) -> Reply {
+        let list = match body {
+            Value::Object(mut fields) => fields.remove("jobs"),
+            array @ Value::Array(_) => Some(array),
+            _ => None,
+        };
+        let Some(Value::Array(list)) = list else {
+            return Err(OjsError::invalid("a batch is {\"jobs\": [...]}"));
+        };
+        if list.is_empty() || list.len() > MAX_BATCH {
+            return Err(OjsError::invalid(format!("a batch holds 1 to {MAX_BATCH} jobs")));
+        }
+        let jobs = list
+            .into_iter()
+            .enumerate()
+            .map(|(index, job)| {
+                envelope::parse_job(job, self.inner.options.max_args_bytes).map_err(|mut error| {
+                    error.message = format!("jobs[{index}]: {}", error.message);
+                    error
+                })
+            })
+            .collect::<Result<Vec<NewJob>, _>>()?;
+        if jobs.iter().any(|job| job.unique.is_some()) {
+            return Err(OjsError::invalid(
+                "unique options are not supported in batches; enqueue such jobs singly",
+            ));
+        }
+        let stored = self.inner.queue.enqueue(&jobs).await?;
+        let count = stored.len();
+        Ok((StatusCode::CREATED, json!({ "jobs": stored, "count": count })))
+    }
+
+    async fn fetch(&self, body: Value) -> Reply {
+        let queues: Vec<String> = match body.get("queues") {
+            None => vec![envelope::DEFAULT_QUEUE.to_string()],
+            Some(Value::Array(names)) => names
+                .iter()
+                .map(|name| match name.as_str() {
+                    Some(name) if envelope::is_valid_queue(name) => Ok(name.to_string()),
+                    _ => Err(OjsError::invalid("\"queues\" must be an array of valid queue names")),
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err(OjsError::invalid("\"queues\" must be an array of queue names")),
+        };
+        let count = match body.get("count").or_else(|| body.get("max_jobs")) {
+            None => 1,
+            Some(count) => count
+                .as_i64()
+                .filter(|n| (1..=MAX_FETCH).contains(n))
+                .ok_or_else(|| OjsError::invalid(format!("\"count\" must be from 1 to {MAX_FETCH}")))?,
+        };
+        let request = FetchRequest {
+            queues,
+            count,
+            worker_id: optional_string(&body, "worker_id")?,
+            visibility_ms: optional_ms(&body, "visibility_timeout_ms")?,
+        };
+        let jobs = self.inner.queue.fetch(&request).await?;
+        Ok((StatusCode::OK, json!({ "jobs": jobs })))
+    }
+
+    async fn ack(&self, body: Value) -> Reply {
+        let claim = claim(&body)?;
+        let result = body.get("result").cloned();
+        let mut job = self.inner.queue.ack(&claim, result).await?;
+        job["acknowledged"] = Value::Bool(true);
+        Ok((StatusCode::OK, job))
+    }
+
+    async fn nack(&self, body: Value) -> Reply {
+        let claim = claim(&body)?;
+        let error = match body.get("error") {
+            Some(error @ (Value::Object(_) | Value::String(_))) => error.clone(),
+            None => json!({ "message": "the worker reported a failure" }),
+            Some(_) => return Err(OjsError::invalid("\"error\" must be an object")),
+        };
+        let requeue = body.get("requeue").and_then(Value::as_bool).unwrap_or(false);
+        let job = self.inner.queue.nack(&claim, Failure { error, requeue }).await?;
+        Ok((StatusCode::OK, job))
+    }
+
+    async fn heartbeat(&self, body: Value) -> Reply {
+        let worker_id = optional_string(&body, "worker_id")?;
+        let mut ids: Vec<String> = match body.get("active_jobs").or_else(|| body.get("job_ids")) {
+            Some(Value::Array(ids)) => ids.iter().filter_map(Value::as_str).map(String::from).collect(),
+            _ => Vec::new(),
+        };
+        if let Some(id) = optional_string(&body, "job_id")? {
+            ids.push(id);
+        }
+        let visibility = optional_ms(&body, "visibility_timeout_ms")?;
+        let extended = self
+            .inner
+            .queue
+            .heartbeat(worker_id.as_deref(), &ids, visibility)
+            .await?;
+        Ok((
+            StatusCode::OK,
+            json!({ "acknowledged": true, "state": "running", "directive": "continue", "jobs_extended": extended,
+                    "server_time": now_rfc3339() }),
+        ))
+    }
+
+    /// Retrying many jobs at once is easy to regret, so the request must say `confirm: true`.
+    async fn retry_in_bulk(&self, body: Value) -> Reply {
+        if body.get("confirm").and_then(Value::as_bool) != Some(true) {
+            return Err(OjsError::invalid(
+                "bulk retry changes many jobs: send \"confirm\": true",
+            ));
+        }
+        let state = match body.pointer("/filter/state").and_then(Value::as_str) {
+            Some(state @ ("discarded" | "cancelled")) => state,
+            _ => return Err(OjsError::invalid("filter.state must be \"discarded\" or \"cancelled\"")),
+        };
+        let queue = body.pointer("/filter/queue").and_then(Value::as_str);
+        let retried = self.inner.queue.retry_in_bulk(state, queue).await?;
+        Ok((StatusCode::OK, json!({ "retried": retried, "count": retried })))
+    }
+
+    async fn register_cron(&self, body: Value) -> Reply {
+        let name = match body.get("name") {
+            Some(Value::String(name)) if !name.is_empty() && name.len() <= 255 => name.clone(),
+            _ => return Err(OjsError::invalid("a cron schedule needs a \"name\"")),
+        };
+        let expression = body
+            .get("expression")
+            .or_else(|| body.get("schedule"))
+            .and_then(Value::as_str)
+            .map(String::from)
+            .ok_or_else(|| OjsError::invalid("a cron schedule needs an \"expression\""))?;
+        let schedule = cron::Schedule::parse(&expression)?;
+        let template = body
+            .get("job_template")
+            .cloned()
+            .ok_or_else(|| OjsError::invalid("a cron schedule needs a \"job_template\""))?;
+        // Checked now so a bad template fails here rather than at every tick.
+        envelope::parse_job(template, self.inner.options.max_args_bytes)?;
+        let mut definition = body;
+        definition["expression"] = Value::String(expression);
+        let cron = self.inner.queue.put_cron(&name, &definition, &schedule).await?;
+        Ok((StatusCode::CREATED, json!({ "cron": cron })))
+    }
+
+    async fn events(&self, query: &HashMap<String, String>) -> Reply {
+        let list = |name: &str| -> Vec<String> {
+            query
+                .get(name)
+                .map(|v| v.split(',').filter(|s| !s.is_empty()).map(String::from).collect())
+                .unwrap_or_default()
+        };
+        let after = query.get("after").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let limit = query
+            .get("limit")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100)
+            .clamp(1, 1000);
+        let events = self
+            .inner
+            .queue
+            .events(&list("types"), &list("queues"), after, limit)
+            .await?;
+        Ok((StatusCode::OK, json!({ "events": events })))
+    }
+}
+
+/// A list under its own name and, as the admin API reads it, under `items` with pagination.
+fn listing(name: &str, items: Vec<Value>) -> Value {
+    let total = items.len();
+    let mut body = json!({ "items": items, "pagination": { "total": total, "page": 1, "per_page": total.max(1) } });
+    body[name] = body["items"].clone();
+    body
+}
+
+fn claim(body: &Value) -> Result<Claim, OjsError> {
+    let job_id = optional_string(body, "job_id")?
+        .or(optional_string(body, "id")?)
+        .ok_or_else(|| OjsError::invalid("missing \"job_id\""))?;
+    let attempt = match body.get("attempt") {
+        None | Some(Value::Null) => None,
+        Some(value) => Some(
+            value
+                .as_i64()
+                .and_then(|n| i32::try_from(n).ok())
+                .ok_or_else(|| OjsError::invalid("\"attempt\" must be an integer"))?,
+        ),
+    };
+    Ok(Claim {
+        job_id,
+        attempt,
+        worker_id: optional_string(body, "worker_id")?,
+    })
+}
+
+fn optional_string(body: &Value, field: &str) -> Result<Option<String>, OjsError> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => Ok(Some(text.clone())),
+        Some(_) => Err(OjsError::invalid(format!("\"{field}\" must be a string"))),
+    }
+}
+
+fn optional_ms(body: &Value, field: &str) -> Result<Option<i32>, OjsError> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => value
+            .as_i64()
+            .filter(|ms| (1..=i32::MAX as i64).contains(ms))
+            .map(|ms| Some(ms as i32))
+            .ok_or_else(|| OjsError::invalid(format!("\"{field}\" must be a positive integer"))),
+    }
+}
+
+fn job_id(text: &str) -> Result<&str, OjsError> {
+    if envelope::is_uuid(text) {
+        Ok(text)
+    } else {
+        Err(OjsError::not_found(format!("job {text} not found (ids are UUIDs)")))
+    }
+}
+
+fn queue_name(text: &str) -> Result<&str, OjsError> {
+    if envelope::is_valid_queue(text) {
+        Ok(text)
+    } else {
+        Err(OjsError::invalid(format!("invalid queue name {text:?}")))
+    }
+}
+
+async fn read_json(body: Incoming) -> Result<Value, OjsError> {
+    let bytes = Limited::new(body, MAX_BODY_BYTES)
+        .collect()
+        .await
+        .map_err(|_| OjsError::invalid(format!("request body over {MAX_BODY_BYTES} bytes or cut off")))?
+        .to_bytes();
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(invalid_payload("the request body is empty; send a JSON object"));
+    }
+    serde_json::from_slice(&bytes).map_err(|err| invalid_payload(&format!("the request body is not valid JSON: {err}")))
+}
+
+fn invalid_payload(message: &str) -> OjsError {
+    OjsError::new(StatusCode::BAD_REQUEST, "invalid_payload", "validation_error", message)
+}
+
+fn parse_query(query: &str) -> HashMap<String, String> {
+    query
+        .split('&')
+        .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
+        .filter(|(key, _)| !key.is_empty())
+        .map(|(key, value)| (key.to_string(), value.replace("%2C", ",").replace("%2c", ",")))
+        .collect()
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The current time in RFC 3339 (UTC, microseconds), as job timestamps read.
+pub(crate) fn now_rfc3339() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+        now.year(),
+        now.month() as u8,
+        now.day(),
+        now.hour(),
+        now.minute(),
+        now.second(),
+        now.microsecond()
+    )
+}
+
+/// How often a gateway checks for due cron schedules. Ticks are minutes apart, so a second of
+/// lateness is the price of not needing a clock-synchronized scheduler.
+const CRON_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+/// The event log is for pollers catching up, not an archive.
+const EVENT_RETENTION: std::time::Duration = std::time::Duration::from_secs(3600);
+const PRUNE_EVERY_TICKS: u64 = 60;
+
+/// The cron ticker every gateway runs; the advisory lock in [`Queue::fire_due_crons`] makes one
+/// of them fire each tick. On a standby it finds nothing to do (writes fail) and keeps polling.
+/// Once a minute it also prunes old events (idempotent, so every gateway may).
+pub fn spawn_cron_ticker(queue: Queue, max_args_bytes: usize) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(CRON_POLL);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        for tick in 0u64.. {
+            interval.tick().await;
+            if tick % PRUNE_EVERY_TICKS == PRUNE_EVERY_TICKS - 1
+                && let Err(error) = queue.prune_events(EVENT_RETENTION).await
+            {
+                tracing::debug!(?error, "pruning OJS events failed");
+            }
+            match queue.fire_due_crons(max_args_bytes).await {
+                Ok(0) => {}
+                Ok(fired) => tracing::debug!(fired, "cron jobs enqueued"),
+                Err(error) => tracing::debug!(?error, "cron tick failed"),
+            }
+        }
+    })
+}
+
+impl hyper::service::Service<Request<Incoming>> for OjsService {
+    type Response = Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let service = self.clone();
+        Box::pin(async move { Ok(service.handle(request).await) })
+    }
+}

@@ -1,0 +1,849 @@
+//! The job queue engine: every SQL statement about jobs lives here. Jobs are rows of `ojs.jobs`;
+//! a claim is an UPDATE of rows picked with `FOR UPDATE SKIP LOCKED` in index order, and the
+//! attempt number a claim sets is the fence that turns a stale worker's ack or nack away.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use deadpool_postgres::Pool;
+use serde_json::{Value, json};
+use tokio_postgres::error::SqlState;
+
+use super::OjsError;
+use super::cron::Schedule;
+use super::envelope::{self, NewJob, OnConflict, RetryPolicy};
+
+#[derive(Clone)]
+pub struct Queue {
+    pool: Pool,
+    /// When this gateway last ran the promotion (ms since `started`), so that busy fetchers run
+    /// it a few times a second rather than on every fetch.
+    last_promote_ms: Arc<AtomicU64>,
+    started: Instant,
+}
+
+/// Who claims: the queues in preference order, how many jobs, and for how long.
+pub struct FetchRequest {
+    pub queues: Vec<String>,
+    pub count: i64,
+    pub worker_id: Option<String>,
+    pub visibility_ms: Option<i32>,
+}
+
+/// Which claim an ack or nack speaks for. Both fields are optional; given ones must match the
+/// job's current claim.
+pub struct Claim {
+    pub job_id: String,
+    pub attempt: Option<i32>,
+    pub worker_id: Option<String>,
+}
+
+pub struct Failure {
+    pub error: Value,
+    /// Put the job straight back (a worker releasing it), without spending the attempt's retry.
+    pub requeue: bool,
+}
+
+/// Any fixed number works; it only has to be the same for every gateway of one database.
+const CRON_LOCK: i64 = 0x7067_7673_335f_6372; // "pgvs3_cr"
+
+/// Every state a job can be in.
+pub const STATES: [&str; 8] = [
+    "scheduled",
+    "available",
+    "pending",
+    "active",
+    "completed",
+    "retryable",
+    "cancelled",
+    "discarded",
+];
+
+/// Jobs become due or lapse while nobody fetches; at most this many move per promotion.
+const PROMOTE_BATCH: i64 = 1000;
+/// How often a busy gateway promotes; a due job waits at most this long beyond its time.
+const PROMOTE_EVERY: Duration = Duration::from_millis(50);
+
+const INSERT_JOBS: &str = "
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::jsonb[],
+                         $7::text[], $8::float8[], $9::text[], $10::float8[], $11::int[], $12::text[])
+        AS t(id, queue, type, priority, max_attempts, envelope, scheduled_at, delay_ms, expires_at, ttl_ms,
+             visibility_ms, unique_key)
+), timed AS (
+    SELECT input.*, coalesce(scheduled_at::timestamptz, now() + coalesce(delay_ms, 0) * interval '1 ms') AS run_at,
+           coalesce(expires_at::timestamptz, now() + ttl_ms * interval '1 ms') AS expires
+    FROM input
+), job AS (
+    INSERT INTO ojs.jobs AS j (id, queue, type, state, priority, max_attempts, envelope, run_at, expires_at,
+                               visibility_ms, unique_key)
+    SELECT id, queue, type, CASE WHEN run_at > now() THEN 'scheduled' ELSE 'available' END, priority,
+           max_attempts, envelope, run_at, expires, visibility_ms, unique_key
+    FROM timed
+    RETURNING j.id, j.queue, j.type, j.seq, ojs.job_json(j) AS body
+), event AS (
+    INSERT INTO ojs.events (id, type, queue, job_id, data)
+    SELECT gen_random_uuid()::text, 'job.enqueued', queue, id,
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue)
+    FROM job
+)
+SELECT body FROM job ORDER BY seq";
+
+/// Moves due scheduled/retryable jobs to available, lapsed claims back to available, and expired
+/// jobs to discarded. Cheap when there is nothing to move: three partial-index range scans.
+const PROMOTE: &str = "
+WITH due AS (
+    UPDATE ojs.jobs SET state = 'available'
+    WHERE id IN (SELECT id FROM ojs.jobs WHERE state IN ('scheduled', 'retryable') AND run_at <= now()
+                 LIMIT $1 FOR UPDATE SKIP LOCKED)
+), lapsed AS (
+    UPDATE ojs.jobs SET state = 'available', visible_until = NULL,
+        error = jsonb_build_object('code', 'visibility_timeout', 'type', 'visibility_timeout',
+                                   'message', 'the claim lapsed before an ack, nack or heartbeat')
+    WHERE id IN (SELECT id FROM ojs.jobs WHERE state = 'active' AND visible_until < now()
+                 LIMIT $1 FOR UPDATE SKIP LOCKED)
+), expired AS (
+    UPDATE ojs.jobs SET state = 'discarded',
+        error = jsonb_build_object('code', 'expired', 'type', 'expired', 'message', 'expires_at passed before the job ran')
+    WHERE id IN (SELECT id FROM ojs.jobs WHERE expires_at <= now() AND state IN ('available', 'scheduled')
+                 LIMIT $1 FOR UPDATE SKIP LOCKED)
+)
+SELECT 1";
+
+/// Claims up to $2 jobs: queues in the order given, then priority, then FIFO, each queue read
+/// along the `jobs_claim` index.
+const CLAIM: &str = "
+WITH claimed AS (
+    SELECT c.id, q.ord, c.priority, c.seq
+    FROM unnest($1::text[]) WITH ORDINALITY AS q(name, ord)
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.seq FROM ojs.jobs j
+        WHERE j.state = 'available' AND j.queue = q.name
+        ORDER BY j.priority DESC, j.seq
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED
+    ) c
+    WHERE NOT EXISTS (SELECT 1 FROM ojs.queues p WHERE p.name = q.name AND p.paused)
+    ORDER BY q.ord, c.priority DESC, c.seq
+    LIMIT $2
+)
+UPDATE ojs.jobs j
+SET state = 'active', attempt = j.attempt + 1, started_at = now(), worker_id = $3,
+    visible_until = now() + coalesce($4, j.visibility_ms) * interval '1 ms'
+FROM claimed
+WHERE j.id = claimed.id
+RETURNING claimed.ord, j.priority, j.seq, ojs.job_json(j)";
+
+const ACK: &str = "
+WITH done AS (
+    UPDATE ojs.jobs j
+    SET state = 'completed', completed_at = now(), result = $2, error = NULL, visible_until = NULL
+    WHERE j.id = $1 AND j.state = 'active'
+      AND ($3::int IS NULL OR j.attempt = $3) AND ($4::text IS NULL OR j.worker_id IS NULL OR j.worker_id = $4)
+    RETURNING j.id, j.queue, j.type, j.attempt, j.started_at, j.workflow_id, ojs.job_json(j) AS body
+), event AS (
+    INSERT INTO ojs.events (id, type, queue, job_id, data)
+    SELECT gen_random_uuid()::text, 'job.completed', queue, id,
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'attempt', attempt,
+                              'duration_ms', round(extract(epoch FROM now() - started_at) * 1000))
+    FROM done
+)
+SELECT body, workflow_id FROM done";
+
+impl Queue {
+    pub fn new(pool: Pool) -> Queue {
+        Queue {
+            pool,
+            last_promote_ms: Arc::new(AtomicU64::new(0)),
+            started: Instant::now(),
+        }
+    }
+
+    /// Whether this fetch should also promote: true at most once per [`PROMOTE_EVERY`].
+    fn promotion_due(&self) -> bool {
+        let now = self.started.elapsed().as_millis() as u64 + PROMOTE_EVERY.as_millis() as u64;
+        let last = self.last_promote_ms.load(Ordering::Relaxed);
+        now - last >= PROMOTE_EVERY.as_millis() as u64
+            && self
+                .last_promote_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Client, OjsError> {
+        self.pool.get().await.map_err(OjsError::backend)
+    }
+
+    /// Inserts jobs all-or-nothing; returns them as stored, in order. Jobs with unique options
+    /// go through [`Queue::enqueue_unique`].
+    pub async fn enqueue(&self, jobs: &[NewJob]) -> Result<Vec<Value>, OjsError> {
+        if let [job] = jobs
+            && job.unique.is_some()
+        {
+            return self.enqueue_unique(job).await;
+        }
+        let client = self.client().await?;
+        insert(&client, jobs).await
+    }
+
+    async fn enqueue_unique(&self, job: &NewJob) -> Result<Vec<Value>, OjsError> {
+        let unique = job.unique.as_ref().expect("unique options");
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(OjsError::sql)?;
+        // One enqueuer per key at a time, so two duplicates cannot both see "no duplicate".
+        tx.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", &[&unique.key])
+            .await
+            .map_err(OjsError::sql)?;
+        let existing = tx
+            .query_opt(
+                "SELECT j.id, ojs.job_json(j) FROM ojs.jobs j
+                 WHERE j.unique_key = $1 AND j.state = ANY($2)
+                   AND ($3::float8 IS NULL OR j.created_at > now() - $3 * interval '1 ms')
+                 ORDER BY j.created_at DESC LIMIT 1",
+                &[&unique.key, &unique.states, &unique.period_ms],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        if let Some(row) = existing {
+            let existing_id: String = row.get(0);
+            match unique.on_conflict {
+                OnConflict::Reject => {
+                    return Err(
+                        OjsError::duplicate(format!("a job with the same unique key exists: {existing_id}"))
+                            .with_details(json!({ "existing_job_id": existing_id })),
+                    );
+                }
+                OnConflict::Ignore => {
+                    let mut body: Value = row.get(1);
+                    body["duplicate"] = Value::Bool(true);
+                    body["existing_job_id"] = Value::String(existing_id);
+                    return Ok(vec![body]);
+                }
+                OnConflict::Replace => {
+                    tx.execute(
+                        "UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now(), unique_key = NULL WHERE id = $1",
+                        &[&existing_id],
+                    )
+                    .await
+                    .map_err(OjsError::sql)?;
+                }
+            }
+        }
+        let inserted = insert(&tx, std::slice::from_ref(job)).await?;
+        tx.commit().await.map_err(OjsError::sql)?;
+        Ok(inserted)
+    }
+
+    pub async fn get(&self, id: &str) -> Result<Value, OjsError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt("SELECT ojs.job_json(j) FROM ojs.jobs j WHERE j.id = $1", &[&id])
+            .await
+            .map_err(OjsError::sql)?;
+        row.map(|row| row.get(0)).ok_or_else(|| OjsError::job_not_found(id))
+    }
+
+    /// When promotion is due, it goes out with the claim: one round trip, two statements.
+    pub async fn fetch(&self, request: &FetchRequest) -> Result<Vec<Value>, OjsError> {
+        let client = self.client().await?;
+        let claim_params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [
+            &request.queues,
+            &request.count,
+            &request.worker_id,
+            &request.visibility_ms,
+        ];
+        let claim = client.query(CLAIM, &claim_params);
+        let claimed = if self.promotion_due() {
+            let promote_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&PROMOTE_BATCH];
+            let (promote, claim) = tokio::join!(client.execute(PROMOTE, &promote_params), claim);
+            promote.map_err(OjsError::sql)?;
+            claim
+        } else {
+            claim.await
+        };
+        let mut rows = claimed.map_err(OjsError::sql)?;
+        // RETURNING has no order of its own.
+        rows.sort_by_key(|row| (row.get::<_, i64>(0), -row.get::<_, i32>(1), row.get::<_, i64>(2)));
+        Ok(rows.iter().map(|row| row.get(3)).collect())
+    }
+
+    pub async fn ack(&self, claim: &Claim, result: Option<Value>) -> Result<Value, OjsError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(ACK, &[&claim.job_id, &result, &claim.attempt, &claim.worker_id])
+            .await
+            .map_err(OjsError::sql)?;
+        match row {
+            Some(row) => Ok(row.get(0)),
+            None => Err(self.explain_refusal(&client, &claim.job_id, "acknowledged").await),
+        }
+    }
+
+    /// A failed attempt: retry after the policy's backoff, or discard (to the dead letter when
+    /// the policy says so).
+    pub async fn nack(&self, claim: &Claim, failure: Failure) -> Result<Value, OjsError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(OjsError::sql)?;
+        let row = tx
+            .query_opt(
+                "SELECT state, attempt, worker_id, envelope #> '{options,retry}', max_attempts
+                 FROM ojs.jobs WHERE id = $1 FOR UPDATE",
+                &[&claim.job_id],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        let Some(row) = row else {
+            return Err(OjsError::job_not_found(&claim.job_id));
+        };
+        let state: String = row.get(0);
+        let attempt: i32 = row.get(1);
+        let worker_id: Option<String> = row.get(2);
+        let fenced_out = claim.attempt.is_some_and(|a| a != attempt)
+            || matches!((&claim.worker_id, &worker_id), (Some(mine), Some(theirs)) if mine != theirs);
+        if state != "active" || fenced_out {
+            return Err(refusal(&claim.job_id, &state, "failed"));
+        }
+        let policy = RetryPolicy::from_options(row.get::<_, Option<Value>>(3).as_ref())
+            .unwrap_or_else(|_| RetryPolicy::from_options(None).expect("the default policy is valid"));
+        let max_attempts: i32 = row.get(4);
+        let error = error_record(&failure.error, attempt);
+        let names: Vec<&str> = ["type", "code"]
+            .iter()
+            .filter_map(|field| error.get(*field).and_then(Value::as_str))
+            .chain(failure.error.pointer("/details/error_class").and_then(Value::as_str))
+            .collect();
+        let retryable =
+            failure.error.get("retryable").and_then(Value::as_bool).unwrap_or(true) && !policy.is_non_retryable(&names);
+        let (next_state, delay_ms, dead_letter, event) = if failure.requeue {
+            ("available", None, false, "job.requeued")
+        } else if retryable && attempt < max_attempts {
+            (
+                "retryable",
+                Some(policy.delay(attempt).as_millis() as i64),
+                false,
+                "job.retrying",
+            )
+        } else {
+            ("discarded", None, policy.dead_letter, "job.discarded")
+        };
+        let row = tx
+            .query_one(
+                "UPDATE ojs.jobs j
+                 SET state = $2, error = $3, errors = errors || jsonb_build_array($3::jsonb), visible_until = NULL,
+                     retry_delay_ms = coalesce($4, retry_delay_ms),
+                     run_at = CASE WHEN $4::bigint IS NULL THEN run_at ELSE now() + $4 * interval '1 ms' END,
+                     completed_at = CASE WHEN $2 = 'discarded' THEN now() END,
+                     dead_letter = $5
+                 WHERE id = $1
+                 RETURNING j.queue, j.type, j.workflow_id, ojs.job_json(j)",
+                &[&claim.job_id, &next_state, &error, &delay_ms, &dead_letter],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        let queue: String = row.get(0);
+        let job_type: String = row.get(1);
+        let data =
+            json!({ "job_id": claim.job_id, "job_type": job_type, "queue": queue, "attempt": attempt, "error": error });
+        record_event(&tx, "job.failed", &queue, &claim.job_id, &data).await?;
+        record_event(&tx, event, &queue, &claim.job_id, &data).await?;
+        tx.commit().await.map_err(OjsError::sql)?;
+        let mut body: Value = row.get(3);
+        if let Some(delay) = delay_ms {
+            body["retry_delay_ms"] = json!(delay);
+        }
+        Ok(body)
+    }
+
+    pub async fn cancel(&self, id: &str) -> Result<Value, OjsError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "UPDATE ojs.jobs j SET state = 'cancelled', cancelled_at = now(), visible_until = NULL
+                 WHERE j.id = $1 AND j.state IN ('scheduled', 'available', 'pending', 'active', 'retryable')
+                 RETURNING ojs.job_json(j)",
+                &[&id],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        match row {
+            Some(row) => Ok(row.get(0)),
+            None => Err(self.explain_refusal(&client, id, "cancelled").await),
+        }
+    }
+
+    /// Extends the claims a worker still holds; returns the ids it extended.
+    pub async fn heartbeat(
+        &self,
+        worker_id: Option<&str>,
+        job_ids: &[String],
+        visibility_ms: Option<i32>,
+    ) -> Result<Vec<String>, OjsError> {
+        if job_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "UPDATE ojs.jobs SET visible_until = now() + coalesce($3, visibility_ms) * interval '1 ms'
+                 WHERE id = ANY($1) AND state = 'active' AND ($2::text IS NULL OR worker_id IS NULL OR worker_id = $2)
+                 RETURNING id",
+                &[&job_ids, &worker_id, &visibility_ms],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
+    pub async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), OjsError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO ojs.queues (name, paused) VALUES ($1, $2)
+                 ON CONFLICT (name) DO UPDATE SET paused = excluded.paused",
+                &[&queue, &paused],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        Ok(())
+    }
+
+    pub async fn queue_stats(&self, queue: &str) -> Result<Value, OjsError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT coalesce((SELECT paused FROM ojs.queues WHERE name = $1), false),
+                        coalesce((SELECT jsonb_object_agg(state, n) FROM
+                            (SELECT state, count(*) AS n FROM ojs.jobs WHERE queue = $1 GROUP BY state) s), '{}')",
+                &[&queue],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        let paused: bool = row.get(0);
+        let counts: Value = row.get(1);
+        let count = |state: &str| counts.get(state).and_then(Value::as_i64).unwrap_or(0);
+        let depth = count("available") + count("scheduled") + count("retryable");
+        let mut summary = json!({
+            "name": queue,
+            "paused": paused,
+            "status": if paused { "paused" } else { "active" },
+            "depth": depth,
+        });
+        for state in STATES {
+            summary[state] = json!(count(state));
+        }
+        Ok(json!({ "queue": summary.clone(), "name": queue, "stats": summary }))
+    }
+
+    pub async fn list_queues(&self) -> Result<Vec<Value>, OjsError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT n.name, q.paused,
+                        jsonb_build_object('available', count(*) FILTER (WHERE j.state = 'available'),
+                                           'active', count(*) FILTER (WHERE j.state = 'active'),
+                                           'scheduled', count(*) FILTER (WHERE j.state = 'scheduled'),
+                                           'retryable', count(*) FILTER (WHERE j.state = 'retryable'))
+                 FROM (SELECT DISTINCT queue AS name FROM ojs.jobs UNION SELECT name FROM ojs.queues) n
+                 LEFT JOIN ojs.queues q USING (name)
+                 LEFT JOIN ojs.jobs j ON j.queue = n.name AND j.state IN ('available', 'active', 'scheduled', 'retryable')
+                 GROUP BY n.name, q.paused ORDER BY n.name",
+                &[],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                let paused = row.get::<_, Option<bool>>(1).unwrap_or(false);
+                json!({ "name": row.get::<_, String>(0), "paused": paused, "status": if paused { "paused" } else { "active" },
+                        "counts": row.get::<_, Value>(2) })
+            })
+            .collect())
+    }
+
+    pub async fn dead_letter(&self, queue: Option<&str>, limit: i64) -> Result<Vec<Value>, OjsError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT ojs.job_json(j) FROM ojs.jobs j WHERE j.dead_letter AND ($1::text IS NULL OR j.queue = $1)
+                 ORDER BY j.completed_at DESC LIMIT $2",
+                &[&queue, &limit],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
+    pub async fn dead_letter_count(&self) -> Result<i64, OjsError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one("SELECT count(*) FROM ojs.jobs WHERE dead_letter", &[])
+            .await
+            .map_err(OjsError::sql)?;
+        Ok(row.get(0))
+    }
+
+    /// A dead-lettered job goes back to available with a fresh attempt count.
+    pub async fn retry_dead_letter(&self, id: &str) -> Result<Value, OjsError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "UPDATE ojs.jobs j SET state = 'available', dead_letter = false, attempt = 0, error = NULL,
+                        completed_at = NULL, started_at = NULL, retry_delay_ms = NULL, run_at = now()
+                 WHERE j.id = $1 AND j.dead_letter RETURNING ojs.job_json(j)",
+                &[&id],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        row.map(|row| row.get(0))
+            .ok_or_else(|| OjsError::not_found(format!("no dead-letter job {id}")))
+    }
+
+    /// Puts every discarded or cancelled job matching the filter back to available.
+    pub async fn retry_in_bulk(&self, state: &str, queue: Option<&str>) -> Result<u64, OjsError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE ojs.jobs SET state = 'available', dead_letter = false, attempt = 0, error = NULL,
+                        completed_at = NULL, started_at = NULL, cancelled_at = NULL, retry_delay_ms = NULL,
+                        run_at = now()
+                 WHERE state = $1 AND ($2::text IS NULL OR queue = $2)",
+                &[&state, &queue],
+            )
+            .await
+            .map_err(OjsError::sql)
+    }
+
+    pub async fn delete_dead_letter(&self, id: &str) -> Result<(), OjsError> {
+        let client = self.client().await?;
+        let deleted = client
+            .execute("DELETE FROM ojs.jobs WHERE id = $1 AND dead_letter", &[&id])
+            .await
+            .map_err(OjsError::sql)?;
+        if deleted == 0 {
+            return Err(OjsError::not_found(format!("no dead-letter job {id}")));
+        }
+        Ok(())
+    }
+
+    /// Events after `after` (a sequence number), oldest first.
+    pub async fn events(
+        &self,
+        types: &[String],
+        queues: &[String],
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<Value>, OjsError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT jsonb_build_object('id', id, 'seq', seq, 'type', type, 'specversion', '1.0',
+                        'source', 'pgvs3', 'time', ojs.ts(time), 'subject', job_id, 'data', data)
+                 FROM ojs.events
+                 WHERE seq > $1 AND (cardinality($2::text[]) = 0 OR type = ANY($2))
+                   AND (cardinality($3::text[]) = 0 OR queue = ANY($3))
+                 ORDER BY seq LIMIT $4",
+                &[&after, &types, &queues, &limit],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
+    /// Counts over all queues: jobs by state, queues, workers holding claims, and the last
+    /// minute's completions and failures (from the event log).
+    pub async fn stats(&self) -> Result<Value, OjsError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT coalesce((SELECT jsonb_object_agg(state, n) FROM
+                    (SELECT state, count(*) AS n FROM ojs.jobs GROUP BY state) s), '{}'),
+                        (SELECT count(DISTINCT queue) FROM ojs.jobs),
+                        (SELECT count(DISTINCT worker_id) FROM ojs.jobs WHERE state = 'active'),
+                        (SELECT count(*) FILTER (WHERE type = 'job.completed') FROM ojs.events
+                          WHERE time > now() - interval '1 minute'),
+                        (SELECT count(*) FILTER (WHERE type = 'job.failed') FROM ojs.events
+                          WHERE time > now() - interval '1 minute')",
+                &[],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        let counts: Value = row.get(0);
+        let mut jobs = json!({});
+        for state in STATES {
+            jobs[state] = json!(counts.get(state).and_then(Value::as_i64).unwrap_or(0));
+        }
+        Ok(json!({
+            "jobs": jobs,
+            "queues": row.get::<_, i64>(1),
+            "workers": row.get::<_, i64>(2),
+            "throughput": { "processed_per_minute": row.get::<_, i64>(3), "failed_per_minute": row.get::<_, i64>(4) },
+        }))
+    }
+
+    /// Workers seen holding claims now.
+    pub async fn active_workers(&self) -> Result<Vec<Value>, OjsError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT worker_id, count(*) FROM ojs.jobs WHERE state = 'active' AND worker_id IS NOT NULL
+                 GROUP BY worker_id ORDER BY worker_id",
+                &[],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        Ok(rows
+            .iter()
+            .map(
+                |row| json!({ "id": row.get::<_, String>(0), "active_jobs": row.get::<_, i64>(1), "state": "running" }),
+            )
+            .collect())
+    }
+
+    /// Registers (or replaces) a cron schedule; `definition` is the request as sent.
+    pub async fn put_cron(&self, name: &str, definition: &Value, schedule: &Schedule) -> Result<Value, OjsError> {
+        let client = self.client().await?;
+        let offset = tz_offset(&client, definition).await?;
+        let next = schedule
+            .next_after(time::OffsetDateTime::now_utc(), offset)
+            .ok_or_else(|| OjsError::invalid("the cron expression never matches"))?;
+        let row = client
+            .query_one(
+                "INSERT INTO ojs.cron (name, definition, next_run) VALUES ($1, $2, to_timestamp($3))
+                 ON CONFLICT (name) DO UPDATE SET definition = excluded.definition, next_run = excluded.next_run
+                 RETURNING ojs.cron_json(cron)",
+                &[&name, definition, &(next.unix_timestamp() as f64)],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        Ok(row.get(0))
+    }
+
+    pub async fn list_crons(&self) -> Result<Vec<Value>, OjsError> {
+        let client = self.client().await?;
+        let rows = client
+            .query("SELECT ojs.cron_json(c) FROM ojs.cron c ORDER BY name", &[])
+            .await
+            .map_err(OjsError::sql)?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
+    pub async fn delete_cron(&self, name: &str) -> Result<Value, OjsError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "DELETE FROM ojs.cron c WHERE name = $1 RETURNING ojs.cron_json(c)",
+                &[&name],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        row.map(|row| row.get(0))
+            .ok_or_else(|| OjsError::not_found(format!("no cron schedule {name:?}")))
+    }
+
+    /// Enqueues the jobs of every cron schedule that is due, once: the schedule row is locked
+    /// and moved to its next run in the same transaction as the enqueue, and one gateway at a time
+    /// does it (advisory lock), so any number of gateways fire each tick once.
+    pub async fn fire_due_crons(&self, max_args_bytes: usize) -> Result<usize, OjsError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(OjsError::sql)?;
+        let leader: bool = tx
+            .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&CRON_LOCK])
+            .await
+            .map_err(OjsError::sql)?
+            .get(0);
+        if !leader {
+            return Ok(0);
+        }
+        let due = tx
+            .query(
+                "SELECT name, definition FROM ojs.cron WHERE next_run <= now() FOR UPDATE SKIP LOCKED",
+                &[],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        let mut fired = 0;
+        for row in &due {
+            let name: String = row.get(0);
+            let definition: Value = row.get(1);
+            let schedule = Schedule::parse(definition["expression"].as_str().unwrap_or_default())?;
+            let offset = tz_offset(&tx, &definition).await?;
+            let next = schedule
+                .next_after(time::OffsetDateTime::now_utc(), offset)
+                .map(|next| next.unix_timestamp() as f64);
+            let job = envelope::parse_job(definition["job_template"].clone(), max_args_bytes)?;
+            let overlapping = definition["overlap_policy"].as_str() == Some("skip")
+                && tx
+                    .query_one(
+                        "SELECT EXISTS (SELECT 1 FROM ojs.jobs WHERE queue = $1 AND type = $2
+                                        AND state IN ('scheduled', 'available', 'pending', 'active', 'retryable'))",
+                        &[&job.queue, &job.job_type],
+                    )
+                    .await
+                    .map_err(OjsError::sql)?
+                    .get::<_, bool>(0);
+            if !overlapping {
+                insert(&tx, std::slice::from_ref(&job)).await?;
+                fired += 1;
+            }
+            tx.execute(
+                "UPDATE ojs.cron SET last_run = now(), next_run = coalesce(to_timestamp($2), 'infinity') WHERE name = $1",
+                &[&name, &next],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        }
+        tx.commit().await.map_err(OjsError::sql)?;
+        Ok(fired)
+    }
+
+    /// Drops events older than `retention`, a bounded batch at a time.
+    pub async fn prune_events(&self, retention: std::time::Duration) -> Result<u64, OjsError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "DELETE FROM ojs.events WHERE seq IN (
+                     SELECT seq FROM ojs.events WHERE time < now() - $1 * interval '1 s' LIMIT 10000)",
+                &[&retention.as_secs_f64()],
+            )
+            .await
+            .map_err(OjsError::sql)
+    }
+
+    pub async fn ping(&self) -> Result<(), OjsError> {
+        let client = self.client().await?;
+        client.query_one("SELECT 1", &[]).await.map_err(OjsError::sql)?;
+        Ok(())
+    }
+
+    /// Empties every OJS table (conformance runs only; the HTTP route exists behind a flag).
+    pub async fn reset(&self) -> Result<(), OjsError> {
+        let client = self.client().await?;
+        client
+            .batch_execute("TRUNCATE ojs.jobs, ojs.queues, ojs.events, ojs.cron, ojs.workflows")
+            .await
+            .map_err(OjsError::sql)
+    }
+
+    /// Why an ack/nack/cancel changed nothing: no such job (404) or the wrong state or claim (409).
+    async fn explain_refusal(&self, client: &tokio_postgres::Client, id: &str, verb: &str) -> OjsError {
+        match client
+            .query_opt("SELECT state FROM ojs.jobs WHERE id = $1", &[&id])
+            .await
+        {
+            Ok(Some(row)) => refusal(id, &row.get::<_, String>(0), verb),
+            Ok(None) => OjsError::job_not_found(id),
+            Err(err) => OjsError::sql(err),
+        }
+    }
+}
+
+async fn insert(client: &impl deadpool_postgres::GenericClient, jobs: &[NewJob]) -> Result<Vec<Value>, OjsError> {
+    let column = |f: fn(&NewJob) -> String| jobs.iter().map(f).collect::<Vec<_>>();
+    let ids = column(|job| job.id.clone());
+    let queues = column(|job| job.queue.clone());
+    let types = column(|job| job.job_type.clone());
+    let priorities: Vec<i32> = jobs.iter().map(|job| job.priority).collect();
+    let max_attempts: Vec<i32> = jobs.iter().map(|job| job.max_attempts).collect();
+    let envelopes: Vec<&Value> = jobs.iter().map(|job| &job.envelope).collect();
+    let scheduled: Vec<Option<&str>> = jobs.iter().map(|job| job.scheduled_at.as_deref()).collect();
+    let delays: Vec<Option<f64>> = jobs.iter().map(|job| job.delay_ms).collect();
+    let expires: Vec<Option<&str>> = jobs.iter().map(|job| job.expires_at.as_deref()).collect();
+    let ttls: Vec<Option<f64>> = jobs.iter().map(|job| job.ttl_ms).collect();
+    let visibility: Vec<i32> = jobs.iter().map(|job| job.visibility_ms).collect();
+    let unique: Vec<Option<&str>> = jobs
+        .iter()
+        .map(|job| job.unique.as_ref().map(|u| u.key.as_str()))
+        .collect();
+    let rows = client
+        .query(
+            INSERT_JOBS,
+            &[
+                &ids,
+                &queues,
+                &types,
+                &priorities,
+                &max_attempts,
+                &envelopes,
+                &scheduled,
+                &delays,
+                &expires,
+                &ttls,
+                &visibility,
+                &unique,
+            ],
+        )
+        .await
+        .map_err(|err| match err.code() {
+            Some(&SqlState::UNIQUE_VIOLATION) => OjsError::duplicate("a job with this id already exists"),
+            _ => OjsError::sql(err),
+        })?;
+    Ok(rows.iter().map(|row| row.get(0)).collect())
+}
+
+async fn record_event(
+    client: &impl deadpool_postgres::GenericClient,
+    event_type: &str,
+    queue: &str,
+    job_id: &str,
+    data: &Value,
+) -> Result<(), OjsError> {
+    client
+        .execute(
+            "INSERT INTO ojs.events (id, type, queue, job_id, data) VALUES (gen_random_uuid()::text, $1, $2, $3, $4)",
+            &[&event_type, &queue, &job_id, data],
+        )
+        .await
+        .map_err(OjsError::sql)?;
+    Ok(())
+}
+
+/// Seconds east of UTC of a schedule's `timezone` now (UTC when none); PostgreSQL knows the zones.
+async fn tz_offset(client: &impl deadpool_postgres::GenericClient, definition: &Value) -> Result<i64, OjsError> {
+    let Some(zone) = definition.get("timezone").and_then(Value::as_str) else {
+        return Ok(0);
+    };
+    let row = client
+        .query_one(
+            "SELECT extract(epoch FROM (now() AT TIME ZONE $1) - (now() AT TIME ZONE 'UTC'))::bigint",
+            &[&zone],
+        )
+        .await
+        .map_err(|err| match err.code() {
+            Some(&SqlState::INVALID_PARAMETER_VALUE) => OjsError::invalid(format!("unknown time zone {zone:?}")),
+            _ => OjsError::sql(err),
+        })?;
+    Ok(row.get(0))
+}
+
+/// The error a worker reported, as kept in the job's history.
+fn error_record(error: &Value, attempt: i32) -> Value {
+    let mut record = match error {
+        Value::Object(fields) => fields.clone(),
+        Value::String(message) => [("message".to_string(), Value::String(message.clone()))]
+            .into_iter()
+            .collect(),
+        _ => serde_json::Map::new(),
+    };
+    if !record.contains_key("type") {
+        let kind = error
+            .pointer("/details/error_class")
+            .or_else(|| error.get("code"))
+            .cloned()
+            .unwrap_or_else(|| Value::String("error".into()));
+        record.insert("type".into(), kind);
+    }
+    record
+        .entry("message")
+        .or_insert_with(|| Value::String("the worker reported a failure".into()));
+    record.insert("attempt".into(), json!(attempt));
+    record.insert("occurred_at".into(), Value::String(super::now_rfc3339()));
+    Value::Object(record)
+}
+
+fn refusal(id: &str, state: &str, verb: &str) -> OjsError {
+    OjsError::conflict(format!(
+        "job {id} is {state} (or claimed by another worker): it cannot be {verb} now"
+    ))
+}

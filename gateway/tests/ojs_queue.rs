@@ -1,0 +1,349 @@
+//! OJS queue properties over plain HTTP against a real PostgreSQL: exactly-once completion under
+//! 16 concurrent workers, fencing of stale workers, durability across a restart, read-only mode,
+//! size limits and the bearer token.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::TestGateway;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+
+#[derive(Clone)]
+struct Ojs {
+    addr: SocketAddr,
+    client: Client<HttpConnector, Full<Bytes>>,
+    token: Option<String>,
+}
+
+impl Ojs {
+    fn of(gateway: &TestGateway) -> Ojs {
+        Ojs {
+            addr: gateway.gateway.ojs_addr.expect("OJS listener"),
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            token: None,
+        }
+    }
+
+    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut request = http::Request::builder()
+            .method(method)
+            .uri(format!("http://{}{path}", self.addr))
+            .header("content-type", "application/openjobspec+json");
+        if let Some(token) = &self.token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let payload = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
+        let response = self
+            .client
+            .request(request.body(Full::new(payload)).unwrap())
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.call("POST", path, Some(body)).await
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        self.call("GET", path, None).await
+    }
+
+    async fn fetch(&self, queue: &str, worker: &str) -> Option<Value> {
+        let (status, body) = self
+            .post(
+                "/ojs/v1/workers/fetch",
+                json!({ "queues": [queue], "worker_id": worker }),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body["jobs"].as_array().and_then(|jobs| jobs.first().cloned())
+    }
+}
+
+async fn start() -> TestGateway {
+    TestGateway::start().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_workers_complete_ten_thousand_jobs_exactly_once() {
+    const JOBS: usize = 10_000;
+    const WORKERS: usize = 16;
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let mut enqueued = Vec::with_capacity(JOBS);
+    for batch in 0..JOBS / 100 {
+        let jobs: Vec<Value> = (0..100)
+            .map(|i| json!({ "type": "load.item", "args": [batch * 100 + i], "options": { "queue": "load" } }))
+            .collect();
+        let (status, body) = ojs.post("/ojs/v1/jobs/batch", json!({ "jobs": jobs })).await;
+        assert_eq!(status, 201, "{body}");
+        enqueued.extend(
+            body["jobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|job| job["id"].as_str().unwrap().to_string()),
+        );
+    }
+    assert_eq!(enqueued.len(), JOBS);
+
+    let completions: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|w| {
+            let ojs = ojs.clone();
+            let completions = Arc::clone(&completions);
+            tokio::spawn(async move {
+                let worker = format!("worker-{w}");
+                while let Some(job) = ojs.fetch("load", &worker).await {
+                    let id = job["id"].as_str().unwrap().to_string();
+                    let (status, body) = ojs
+                        .post(
+                            "/ojs/v1/workers/ack",
+                            json!({ "job_id": id, "attempt": job["attempt"], "worker_id": worker }),
+                        )
+                        .await;
+                    assert_eq!(status, 200, "{body}");
+                    *completions.lock().unwrap().entry(id).or_default() += 1;
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    let completions = std::mem::take(&mut *completions.lock().unwrap());
+    assert_eq!(completions.len(), JOBS, "every job completed");
+    assert!(completions.values().all(|&n| n == 1), "no job completed twice");
+    assert!(enqueued.iter().all(|id| completions.contains_key(id)));
+    let sql = gateway.sql().await;
+    let row = sql
+        .query_one(
+            "SELECT count(*) FILTER (WHERE state = 'completed'), count(*), max(attempt) FROM ojs.jobs",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (JOBS as i64, JOBS as i64));
+    assert_eq!(row.get::<_, i32>(2), 1, "no job was claimed twice");
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_stale_workers_ack_and_nack_are_refused() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "slow.task", "args": [], "options": { "queue": "fence", "visibility_timeout_ms": 200 } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["job"]["id"].as_str().unwrap().to_string();
+    let first = ojs.fetch("fence", "worker-a").await.expect("worker A claims");
+    assert_eq!(first["attempt"], 1);
+
+    // Worker A stalls past its visibility timeout; the job reads as available again.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, body) = ojs.get(&format!("/ojs/v1/jobs/{id}")).await;
+        if body["job"]["state"] == "available" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the claim never lapsed: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let second = ojs
+        .fetch("fence", "worker-b")
+        .await
+        .expect("worker B claims the lapsed job");
+    assert_eq!(second["id"], id.as_str());
+    assert_eq!(second["attempt"], 2);
+
+    for (path, body) in [
+        ("/ojs/v1/workers/ack", json!({ "job_id": id, "attempt": 1 })),
+        ("/ojs/v1/workers/ack", json!({ "job_id": id, "worker_id": "worker-a" })),
+        (
+            "/ojs/v1/workers/nack",
+            json!({ "job_id": id, "attempt": 1, "error": { "message": "late" } }),
+        ),
+    ] {
+        let (status, reply) = ojs.post(path, body).await;
+        assert_eq!(status, 409, "{path}: {reply}");
+        assert_eq!(reply["error"]["code"], "conflict");
+    }
+    let (status, reply) = ojs
+        .post(
+            "/ojs/v1/workers/ack",
+            json!({ "job_id": id, "attempt": 2, "worker_id": "worker-b" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["state"], "completed");
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn jobs_and_claims_survive_a_gateway_restart() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let jobs: Vec<Value> = (0..3)
+        .map(|i| json!({ "type": "durable.task", "args": [i], "options": { "queue": "durable" } }))
+        .collect();
+    let (status, body) = ojs.post("/ojs/v1/jobs/batch", json!({ "jobs": jobs })).await;
+    assert_eq!(status, 201, "{body}");
+    let claimed = ojs.fetch("durable", "worker-1").await.unwrap();
+    let database_url = gateway.stop().await;
+
+    let gateway = TestGateway::on(database_url).await;
+    let ojs = Ojs::of(&gateway);
+    let (status, body) = ojs
+        .get(&format!("/ojs/v1/jobs/{}", claimed["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(body["job"]["state"], "active", "the claim outlives the gateway");
+    let (status, body) = ojs
+        .post("/ojs/v1/workers/ack", json!({ "job_id": claimed["id"], "attempt": 1 }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let mut rest = Vec::new();
+    while let Some(job) = ojs.fetch("durable", "worker-2").await {
+        rest.push(job["args"][0].as_i64().unwrap());
+    }
+    assert_eq!(rest, [1, 2], "the unclaimed jobs are still there, in order");
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_read_only_database_serves_reads_and_refuses_writes() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let (_, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "ro.task", "args": [], "options": { "queue": "ro" } }),
+        )
+        .await;
+    let id = body["job"]["id"].as_str().unwrap().to_string();
+    // A hot standby refuses writes with SQLSTATE 25006, as a read-only default does. The gateway
+    // migrated at start; its connections are cut so the pool reconnects under the new default.
+    let sql = gateway.sql().await;
+    sql.batch_execute(
+        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_read_only = on', current_database()); END $$;
+         SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid();",
+    )
+    .await
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while ojs.get(&format!("/ojs/v1/jobs/{id}")).await.0 != 200 {
+        assert!(tokio::time::Instant::now() < deadline, "reads never recovered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, body) = ojs.get(&format!("/ojs/v1/jobs/{id}")).await;
+    assert_eq!((status, body["job"]["state"].as_str()), (200, Some("available")));
+    let (status, body) = ojs.get("/ojs/v1/queues/ro/stats").await;
+    assert_eq!((status, body["stats"]["available"].as_i64()), (200, Some(1)));
+    let (status, _) = ojs.get("/ojs/manifest").await;
+    assert_eq!(status, 200);
+    for (path, request) in [
+        ("/ojs/v1/jobs", json!({ "type": "ro.task", "args": [] })),
+        ("/ojs/v1/workers/fetch", json!({ "queues": ["ro"] })),
+    ] {
+        let (status, body) = ojs.post(path, request).await;
+        assert_eq!(status, 503, "{path}: {body}");
+        assert_eq!(body["error"]["code"], "read_only");
+        assert!(body["error"]["message"].as_str().unwrap().contains("standby"));
+    }
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn oversized_args_and_a_missing_token_get_ojs_errors() {
+    let gateway = TestGateway::with_args(
+        common::fresh_database().await,
+        &["--ojs-max-args-bytes", "1024", "--ojs-token", "s3cret"],
+    )
+    .await;
+    let mut ojs = Ojs::of(&gateway);
+    let job = json!({ "type": "big.task", "args": ["x".repeat(2000)] });
+    let (status, body) = ojs.post("/ojs/v1/jobs", job.clone()).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (401, Some("unauthenticated")));
+    let (status, _) = ojs.get("/ojs/manifest").await;
+    assert_eq!(status, 200, "the manifest needs no token");
+
+    ojs.token = Some("s3cret".into());
+    let (status, body) = ojs.post("/ojs/v1/jobs", job).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_request");
+    assert!(body["error"]["message"].as_str().unwrap().contains("1024"));
+    let (status, _) = ojs
+        .post("/ojs/v1/jobs", json!({ "type": "big.task", "args": ["x".repeat(900)] }))
+        .await;
+    assert_eq!(status, 201);
+    let (status, body) = ojs.post("/ojs/v1/admin/reset", json!({})).await;
+    assert_eq!(status, 404, "reset exists only behind --ojs-allow-reset: {body}");
+    gateway.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_due_cron_tick_fires_once_across_three_gateways() {
+    let first = start().await;
+    let database_url = first.database_url.clone();
+    let others = [
+        TestGateway::on(database_url.clone()).await,
+        TestGateway::on(database_url.clone()).await,
+    ];
+    let ojs = Ojs::of(&first);
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/cron",
+            json!({ "name": "tick", "expression": "0 0 1 1 *", "job_template": { "type": "cron.tick", "args": [], "options": { "queue": "ticks" } } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    // Make the yearly schedule due now rather than waiting for New Year.
+    let sql = first.sql().await;
+    sql.execute("UPDATE ojs.cron SET next_run = now() - interval '1 second'", &[])
+        .await
+        .unwrap();
+    let count = || async {
+        sql.query_one("SELECT count(*) FROM ojs.jobs WHERE queue = 'ticks'", &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while count().await == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the due tick never fired");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Every gateway polls once a second: three more polls each, and still one job.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(count().await, 1, "the tick fired once across three gateways");
+    let advanced: bool = sql
+        .query_one(
+            "SELECT next_run > now() + interval '1 day' FROM ojs.cron WHERE name = 'tick'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(advanced, "the schedule moved on to next year");
+    for gateway in others {
+        gateway.stop().await;
+    }
+    first.stop().await;
+}
