@@ -128,6 +128,11 @@ impl Catalog {
             keys.insert(key.access_key.clone(), Arc::new(key));
         }
         let mut cached = self.cached.write().expect("catalog lock");
+        // Reloads can overlap (poller, listener); one that read an older snapshot must not
+        // overwrite a newer one, or a deleted key could stay cached until the next change.
+        if version < cached.version {
+            return Ok(());
+        }
         let buckets = bucket_rows
             .iter()
             .map(|row| {
@@ -246,6 +251,7 @@ impl Catalog {
         if let Some(key) = self.cached.read().expect("catalog lock").keys.get(access_key) {
             return Ok(Some(Arc::clone(key)));
         }
+        let seen_version = self.cached.read().expect("catalog lock").version;
         let client = self.pool.get().await?;
         let row = client
             .query_opt(
@@ -259,11 +265,12 @@ impl Catalog {
             self.decode_key(&row)
                 .map_err(|err| StoreError::Corrupt(err.to_string()))?,
         );
-        self.cached
-            .write()
-            .expect("catalog lock")
-            .keys
-            .insert(key.access_key.clone(), Arc::clone(&key));
+        // Cached only if no reload happened meanwhile: the row read may predate that reload
+        // (e.g. the key was deleted since), and a stale entry would outlive it.
+        let mut cached = self.cached.write().expect("catalog lock");
+        if cached.version == seen_version {
+            cached.keys.insert(key.access_key.clone(), Arc::clone(&key));
+        }
         Ok(Some(key))
     }
 
