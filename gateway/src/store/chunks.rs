@@ -224,7 +224,8 @@ impl Stream for ChunkStream {
     type Item = Result<Bytes, StoreError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let mut frame = BytesMut::new();
+        // Sized up front: growing a buffer to 256 KiB by doubling would copy it several times.
+        let mut frame = BytesMut::with_capacity(MAX_FRAME.min(self.remaining as usize + CHUNK_SIZE));
         while frame.len() < MAX_FRAME {
             if self.remaining == 0 && !self.next_segment() {
                 break;
