@@ -147,6 +147,24 @@ pub struct ServeArgs {
     /// Bearer token the OJS endpoint requires (manifest and health stay open); none by default.
     #[arg(long, env = "PGVS3_OJS_TOKEN", hide_env_values = true)]
     pub ojs_token: Option<String>,
+
+    // --- cache tier ---
+    /// Origin fills running at once in this gateway over all cache buckets (each cache bucket
+    /// also has its own limit, set with its origin).
+    #[arg(long, env = "PGVS3_FILL_CONCURRENCY", default_value_t = 8)]
+    pub fill_concurrency: usize,
+
+    /// Bounds connecting to an origin and waiting for each of its answers to begin.
+    #[arg(long, env = "PGVS3_ORIGIN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub origin_timeout: Duration,
+
+    /// How often the write-back worker looks for due uploads (writes also wake it).
+    #[arg(long, env = "PGVS3_WRITE_BACK_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub write_back_interval: Duration,
+
+    /// Write-back uploads running at once (on the one gateway that runs the worker).
+    #[arg(long, env = "PGVS3_WRITE_BACK_CONCURRENCY", default_value_t = 4)]
+    pub write_back_concurrency: usize,
 }
 
 /// A listen address that can be switched off.
@@ -192,6 +210,15 @@ pub enum LogFormat {
 }
 
 impl ServeArgs {
+    pub fn cache_settings(&self) -> crate::cache::CacheSettings {
+        crate::cache::CacheSettings {
+            fill_concurrency: self.fill_concurrency,
+            origin_timeout: self.origin_timeout,
+            upload_interval: self.write_back_interval,
+            upload_concurrency: self.write_back_concurrency,
+        }
+    }
+
     /// The S3 admission limits, with the automatic defaults filled in.
     pub fn s3_limits(&self) -> crate::admission::Limits {
         let max_active = if self.s3_max_active == 0 {
@@ -210,6 +237,26 @@ impl ServeArgs {
             max_wait: self.admission_wait,
         }
     }
+}
+
+/// Parses byte sizes written as `<n>`, `<n>KiB`, `<n>MiB`, `<n>GiB` or `<n>TiB` (also `K`,
+/// `M`, `G`, `T`, and `KB`... as the same binary multiples).
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| format!("invalid size: {text:?}"))?;
+    let shift = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        _ => return Err(format!("invalid size unit in {text:?} (use KiB, MiB, GiB or TiB)")),
+    };
+    number
+        .checked_mul(1 << shift)
+        .ok_or_else(|| format!("size too large: {text:?}"))
 }
 
 /// Parses durations written as `<n>ms`, `<n>s`, `<n>m` or `<n>h`.
@@ -243,5 +290,16 @@ mod tests {
         assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
         assert!(parse_duration("5d").is_err());
         assert!(parse_duration("m").is_err());
+    }
+
+    #[test]
+    fn sizes_parse_with_binary_units() {
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("64KiB"), Ok(64 << 10));
+        assert_eq!(parse_bytes("8MiB"), Ok(8 << 20));
+        assert_eq!(parse_bytes("2G"), Ok(2 << 30));
+        assert!(parse_bytes("1PiB").is_err());
+        assert!(parse_bytes("MiB").is_err());
+        assert!(parse_bytes("99999999999TiB").is_err());
     }
 }

@@ -4,6 +4,7 @@
 //! integration tests can start a gateway in-process.
 
 pub mod admin;
+pub mod cache;
 pub mod admission;
 pub mod config;
 pub mod http_server;

@@ -5,11 +5,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use pgvs3_gateway::config::{DatabaseArgs, LogFormat, ServeArgs, parse_duration};
+use pgvs3_gateway::cache::CacheTier;
+use pgvs3_gateway::config::{DatabaseArgs, LogFormat, ServeArgs, parse_bytes, parse_duration};
 use pgvs3_gateway::master_key::random_token;
 use pgvs3_gateway::pg::{Database, migrate};
 use pgvs3_gateway::serve::{self, generate_access_key};
-use pgvs3_gateway::store::{Catalog, NewAccessKey, Store};
+use pgvs3_gateway::store::{CacheMode, Catalog, NewAccessKey, Origin, Store};
 
 #[derive(Parser)]
 #[command(name = "pgvs3", version, about = "S3 on PostgreSQL")]
@@ -41,6 +42,9 @@ enum AdminCommand {
     /// Access keys.
     #[command(subcommand)]
     Key(KeyCommand),
+    /// Cache buckets in front of remote S3 origins.
+    #[command(subcommand)]
+    Origin(OriginCommand),
     /// Run the maintenance reaper once and report what it removed.
     Maintenance {
         #[arg(long, required = true)]
@@ -69,6 +73,61 @@ enum KeyCommand {
     List,
     /// Delete an access key; its buckets pass to the root key.
     Delete { access_key: String },
+}
+
+#[derive(Subcommand)]
+enum OriginCommand {
+    /// Create or update the cache bucket BUCKET in front of an origin bucket. Checks that the
+    /// origin answers with these credentials first.
+    Put {
+        /// The cache bucket (created when absent).
+        #[arg(long)]
+        bucket: String,
+        /// The origin's S3 endpoint, e.g. https://s3.eu-west-1.amazonaws.com.
+        #[arg(long)]
+        endpoint: String,
+        #[arg(long)]
+        origin_bucket: String,
+        #[arg(long, default_value = "us-east-1")]
+        region: String,
+        #[arg(long, env = "PGVS3_ORIGIN_ACCESS_KEY")]
+        access_key: String,
+        #[arg(long, env = "PGVS3_ORIGIN_SECRET_KEY", hide_env_values = true)]
+        secret_key: String,
+        #[arg(long, default_value = "write-back")]
+        mode: CacheMode,
+        /// Address the origin bucket virtual-host style (bucket.endpoint) instead of by path.
+        #[arg(long)]
+        virtual_host: bool,
+        /// How long a cached entry is served without asking the origin.
+        #[arg(long, default_value = "1h", value_parser = parse_duration)]
+        ttl: Duration,
+        /// How long a 404 from the origin is remembered (`0s`: not at all).
+        #[arg(long, default_value = "0s", value_parser = parse_duration)]
+        negative_ttl: Duration,
+        /// Fills of this cache running at once in each gateway.
+        #[arg(long, default_value_t = Origin::DEFAULT_FILL_CONCURRENCY)]
+        fill_concurrency: u32,
+        /// Most bytes of cached bodies; least recently used entries are evicted beyond it.
+        #[arg(long, value_parser = parse_bytes)]
+        size_limit: Option<u64>,
+        /// In write-back mode, bodies this large or larger are acknowledged before their upload.
+        #[arg(long, default_value = "8MiB", value_parser = parse_bytes)]
+        write_back_threshold: u64,
+        /// Save without checking that the origin answers.
+        #[arg(long)]
+        no_verify: bool,
+    },
+    /// List cache buckets and their origins (secrets are not shown).
+    List,
+    /// Drop a cache bucket and what it cached (the origin is untouched).
+    Delete {
+        #[arg(long)]
+        bucket: String,
+        /// Drop even bodies still waiting for their upload (they are lost).
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 fn init_logging(format: LogFormat) {
@@ -150,6 +209,7 @@ async fn admin(catalog: &Arc<Catalog>, pool: deadpool_postgres::Pool, command: A
             );
             println!("deleted {access_key}");
         }
+        AdminCommand::Origin(command) => admin_origin(catalog, command).await?,
         AdminCommand::Maintenance { run_once: _, grace } => {
             let store = Store::new(pool, Arc::clone(catalog));
             let stats = pgvs3_gateway::maintenance::run_once(&store, grace).await?;
@@ -157,6 +217,67 @@ async fn admin(catalog: &Arc<Catalog>, pool: deadpool_postgres::Pool, command: A
                 "reaped {} retired bodies ({} chunks) and {} expired objects",
                 stats.bodies, stats.chunks, stats.expired_objects
             );
+        }
+    }
+    Ok(())
+}
+
+async fn admin_origin(catalog: &Catalog, command: OriginCommand) -> anyhow::Result<()> {
+    match command {
+        OriginCommand::Put {
+            bucket,
+            endpoint,
+            origin_bucket,
+            region,
+            access_key,
+            secret_key,
+            mode,
+            virtual_host,
+            ttl,
+            negative_ttl,
+            fill_concurrency,
+            size_limit,
+            write_back_threshold,
+            no_verify,
+        } => {
+            let origin = Origin {
+                endpoint,
+                region,
+                origin_bucket,
+                access_key,
+                secret_key,
+                path_style: !virtual_host,
+                mode,
+                ttl,
+                negative_ttl,
+                fill_concurrency,
+                size_limit,
+                write_back_threshold,
+            };
+            if !no_verify {
+                CacheTier::verify(&origin, Duration::from_secs(10))
+                    .await
+                    .with_context(|| format!("checking origin bucket {} at {}", origin.origin_bucket, origin.endpoint))?;
+            }
+            catalog.put_origin(&bucket, &origin).await?;
+            println!("{bucket} -> {}/{} ({})", origin.endpoint, origin.origin_bucket, origin.mode);
+        }
+        OriginCommand::List => {
+            println!("{:<24} {:<14} {:<8} ORIGIN", "BUCKET", "MODE", "TTL");
+            for entry in catalog.list_origins().await? {
+                println!(
+                    "{:<24} {:<14} {:<8} {}/{}",
+                    entry.bucket,
+                    entry.origin.mode,
+                    format!("{}s", entry.origin.ttl.as_secs()),
+                    entry.origin.endpoint.trim_end_matches('/'),
+                    entry.origin.origin_bucket
+                );
+            }
+        }
+        OriginCommand::Delete { bucket, force } => {
+            anyhow::ensure!(catalog.drop_origin(&bucket, force).await?, "no cache bucket named {bucket}");
+            println!("deleted cache bucket {bucket}");
         }
     }
     Ok(())

@@ -107,7 +107,7 @@ pub fn spawn_leader_loop(
         loop {
             ticker.tick().await;
             if leader_connection.as_ref().is_none_or(|client| client.is_closed()) {
-                leader_connection = try_lead(&pool).await;
+                leader_connection = try_lead(&pool, LEADER_LOCK, "maintenance").await;
             }
             if leader_connection.is_none() {
                 continue;
@@ -153,21 +153,23 @@ pub fn spawn_leader_loop(
     })
 }
 
-async fn try_lead(pool: &Pool) -> Option<deadpool_postgres::ClientWrapper> {
+/// Tries to become the one gateway of the database (a primary) that holds `lock`; the returned
+/// connection holds it for as long as it lives.
+pub(crate) async fn try_lead(pool: &Pool, lock: i64, role: &str) -> Option<deadpool_postgres::ClientWrapper> {
     let client = pool.get().await.ok()?;
     let standby: bool = client.query_one("SELECT pg_is_in_recovery()", &[]).await.ok()?.get(0);
     if standby {
         return None;
     }
     let won: bool = client
-        .query_one("SELECT pg_try_advisory_lock($1)", &[&LEADER_LOCK])
+        .query_one("SELECT pg_try_advisory_lock($1)", &[&lock])
         .await
         .ok()?
         .get(0);
     if !won {
         return None;
     }
-    tracing::info!("this gateway is the maintenance leader");
+    tracing::info!("this gateway is the {role} leader");
     // Taken out of the pool: the session lock must not be shared with, or released by, requests.
     Some(deadpool_postgres::Object::take(client))
 }

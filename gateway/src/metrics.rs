@@ -140,6 +140,11 @@ impl Metrics {
         }
     }
 
+    /// Registers a component's own metrics next to these.
+    pub fn register(&self, collector: Box<dyn prometheus::core::Collector>) {
+        self.registry.register(collector).expect("metric names are unique");
+    }
+
     /// Renders the text exposition, sampling the pool first so its gauges are current.
     pub fn render(&self, pool: &deadpool_postgres::Pool) -> String {
         let status = pool.status();

@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::admin::AdminService;
+use crate::cache::CacheTier;
 use crate::config::{DatabaseArgs, ServeArgs};
 use crate::http_server::{self, ShutdownTrigger};
 use crate::master_key::{MasterKey, random_token};
@@ -69,12 +70,14 @@ impl RunningGateway {
         let admin_addr = admin_listener.local_addr()?;
         let (shutdown, signal) = http_server::shutdown_channel();
         let s3_admission = crate::admission::Admission::new("s3", args.s3_limits(), metrics.clone());
+        let cache = CacheTier::new(store.clone(), args.cache_settings(), &metrics);
         let endpoint = S3Endpoint::new(
             store.clone(),
             args.region.clone(),
             &args.s3_domains,
             metrics.clone(),
             s3_admission,
+            cache.clone(),
         )?;
         let admin = AdminService::new(pool.clone(), metrics.clone(), args.require_role);
         let mut servers = vec![
@@ -141,6 +144,7 @@ impl RunningGateway {
 
         let mut background = vec![
             catalog.spawn_refresher(args.catalog_poll),
+            crate::cache::spawn_uploader(cache, pool.clone()),
             crate::maintenance::spawn_leader_loop(
                 store.clone(),
                 pool,

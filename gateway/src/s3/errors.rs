@@ -37,6 +37,10 @@ pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
         StoreError::NotModified { .. } => S3ErrorCode::NotModified,
         StoreError::InvalidTag(_) => S3ErrorCode::InvalidTag,
         StoreError::NoSuchTagSet => S3ErrorCode::NoSuchTagSet,
+        StoreError::OriginThrottled(_) => S3ErrorCode::SlowDown,
+        StoreError::OriginTimeout(_) => S3ErrorCode::Custom("GatewayTimeout".into()),
+        StoreError::OriginDenied(_) => S3ErrorCode::AccessDenied,
+        StoreError::OriginFailed(_) => S3ErrorCode::Custom("BadGateway".into()),
         StoreError::Corrupt(_) | StoreError::Database(_) => {
             tracing::error!(error = %err, "internal error");
             S3ErrorCode::InternalError
@@ -46,6 +50,8 @@ pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
     if let S3ErrorCode::Custom(_) = code {
         error.set_status_code(match err {
             StoreError::InvalidPartNumber => http::StatusCode::RANGE_NOT_SATISFIABLE,
+            StoreError::OriginTimeout(_) => http::StatusCode::GATEWAY_TIMEOUT,
+            StoreError::OriginFailed(_) => http::StatusCode::BAD_GATEWAY,
             _ => http::StatusCode::BAD_REQUEST,
         });
     }

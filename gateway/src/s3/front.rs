@@ -1,5 +1,6 @@
 //! The S3 operations: wire types in, store calls, wire types out.
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use futures::TryStreamExt;
@@ -8,16 +9,36 @@ use s3s::{S3, S3Error, S3Request, S3Response, S3Result};
 
 use super::checksum::{Algorithm, UploadCheck, body_error};
 use super::errors::{RequestId, s3_error};
-use crate::store::{self, ListRequest, ObjectHead, ObjectMeta, Principal, Store, StoreError, WriteCondition};
+use crate::cache::CacheTier;
+use crate::store::{
+    self, Access, BucketInfo, ListRequest, ObjectHead, ObjectMeta, Principal, Store, StoreError, WriteCondition,
+};
 
 pub struct S3Front {
     store: Store,
+    cache: CacheTier,
     region: String,
 }
 
 impl S3Front {
-    pub fn new(store: Store, region: String) -> S3Front {
-        S3Front { store, region }
+    pub fn new(store: Store, cache: CacheTier, region: String) -> S3Front {
+        S3Front { store, cache, region }
+    }
+
+    /// The bucket if it is a cache bucket, whose objects the cache tier serves.
+    async fn cache_bucket<T>(
+        &self,
+        req: &S3Request<T>,
+        principal: &Principal,
+        bucket: &str,
+        access: Access,
+    ) -> S3Result<Option<Arc<BucketInfo>>> {
+        let bucket = self
+            .store
+            .bucket(principal, bucket, access)
+            .await
+            .map_err(|e| fail(req, e))?;
+        Ok(bucket.origin.is_some().then_some(bucket))
     }
 
     async fn principal<T>(&self, req: &S3Request<T>) -> S3Result<Principal> {
@@ -382,11 +403,22 @@ impl S3 for S3Front {
             declared_len,
             observer: Box::new(check),
         };
-        let outcome = self
-            .store
-            .put_object_if(&principal, &req.input.bucket, &req.input.key, upload, &condition)
-            .await
-            .map_err(|e| fail(&req, e))?;
+        let outcome = match self
+            .cache_bucket(&req, &principal, &req.input.bucket, Access::Write)
+            .await?
+        {
+            Some(bucket) => {
+                self.cache
+                    .put(&principal, &bucket, &req.input.key, upload, &condition)
+                    .await
+            }
+            None => {
+                self.store
+                    .put_object_if(&principal, &req.input.bucket, &req.input.key, upload, &condition)
+                    .await
+            }
+        }
+        .map_err(|e| fail(&req, e))?;
         let mut output = PutObjectOutput {
             e_tag: Some(ETag::Strong(outcome.etag)),
             ..Default::default()
@@ -403,11 +435,15 @@ impl S3 for S3Front {
             part_number: part_number(input.part_number)?,
             conditions: read_conditions!(input),
         };
-        let read = self
-            .store
-            .get_object_with(&principal, &input.bucket, &input.key, &options)
-            .await
-            .map_err(|e| fail(&req, e))?;
+        let read = match self.cache_bucket(&req, &principal, &input.bucket, Access::Read).await? {
+            Some(bucket) => self.cache.read(&bucket, &input.key, &options, true).await,
+            None => {
+                self.store
+                    .get_object_with(&principal, &input.bucket, &input.key, &options)
+                    .await
+            }
+        }
+        .map_err(|e| fail(&req, e))?;
         let mut output = GetObjectOutput::default();
         let wants_checksum = checksum_requested(&input.checksum_mode) && !read.partial;
         describe_object!(output, &read.head, checksum_fields(&read.head, wants_checksum));
@@ -432,11 +468,15 @@ impl S3 for S3Front {
             part_number: part_number(input.part_number)?,
             conditions: read_conditions!(input),
         };
-        let read = self
-            .store
-            .head_object_with(&principal, &input.bucket, &input.key, &options)
-            .await
-            .map_err(|e| fail(&req, e))?;
+        let read = match self.cache_bucket(&req, &principal, &input.bucket, Access::Read).await? {
+            Some(bucket) => self.cache.read(&bucket, &input.key, &options, false).await,
+            None => {
+                self.store
+                    .head_object_with(&principal, &input.bucket, &input.key, &options)
+                    .await
+            }
+        }
+        .map_err(|e| fail(&req, e))?;
         let mut output = HeadObjectOutput::default();
         let (start, end) = read.span;
         if read.partial {
@@ -453,10 +493,18 @@ impl S3 for S3Front {
 
     async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
         let principal = self.principal(&req).await?;
-        self.store
-            .delete_object(&principal, &req.input.bucket, &req.input.key)
-            .await
-            .map_err(|e| fail(&req, e))?;
+        match self
+            .cache_bucket(&req, &principal, &req.input.bucket, Access::Write)
+            .await?
+        {
+            Some(bucket) => self.cache.delete(&bucket, &req.input.key).await,
+            None => {
+                self.store
+                    .delete_object(&principal, &req.input.bucket, &req.input.key)
+                    .await
+            }
+        }
+        .map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(DeleteObjectOutput::default()))
     }
 
@@ -472,10 +520,21 @@ impl S3 for S3Front {
         let (valid, too_long): (Vec<&ObjectIdentifier>, Vec<&ObjectIdentifier>) =
             identifiers.iter().partition(|id| id.key.len() <= 1024);
         let keys: Vec<String> = valid.iter().map(|id| id.key.clone()).collect();
-        self.store
-            .delete_objects(&principal, &req.input.bucket, &keys)
-            .await
-            .map_err(|e| fail(&req, e))?;
+        match self
+            .cache_bucket(&req, &principal, &req.input.bucket, Access::Write)
+            .await?
+        {
+            Some(bucket) => {
+                for key in &keys {
+                    self.cache.delete(&bucket, key).await.map_err(|e| fail(&req, e))?;
+                }
+            }
+            None => self
+                .store
+                .delete_objects(&principal, &req.input.bucket, &keys)
+                .await
+                .map_err(|e| fail(&req, e))?,
+        }
         let quiet = req.input.delete.quiet.unwrap_or(false);
         let deleted = (!quiet).then(|| {
             keys.into_iter()
@@ -1136,7 +1195,11 @@ impl S3Front {
         encoding_type: &Option<EncodingType>,
         fetch_owner: bool,
     ) -> Result<Listing, StoreError> {
-        let page = self.store.list_objects(principal, bucket, request).await?;
+        let info = self.store.bucket(principal, bucket, Access::Read).await?;
+        let page = match info.origin {
+            Some(_) => self.cache.list(&info, request).await?,
+            None => self.store.list_objects(principal, bucket, request).await?,
+        };
         let mut listing = Listing {
             contents: Vec::new(),
             common_prefixes: Vec::new(),

@@ -15,6 +15,7 @@ use hyper::body::Incoming;
 use s3s::service::{S3Service, S3ServiceBuilder};
 
 use crate::admission::{Admission, Admitted};
+use crate::cache::CacheTier;
 use crate::metrics::Metrics;
 use crate::store::Store;
 use auth::{CatalogAuth, OperationSlot, SignedOnly};
@@ -37,9 +38,10 @@ impl S3Endpoint {
         domains: &[String],
         metrics: Metrics,
         admission: Admission,
+        cache: CacheTier,
     ) -> anyhow::Result<S3Endpoint> {
         let catalog = Arc::clone(store.catalog());
-        let mut builder = S3ServiceBuilder::new(front::S3Front::new(store, region));
+        let mut builder = S3ServiceBuilder::new(front::S3Front::new(store, cache, region));
         builder.set_auth(CatalogAuth { catalog });
         builder.set_access(SignedOnly);
         if !domains.is_empty() {

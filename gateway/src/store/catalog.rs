@@ -8,6 +8,7 @@ use deadpool_postgres::Pool;
 use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
 
+use super::origins::{ORIGIN_COLUMNS, Origin, origin_from_row};
 use super::{Principal, StoreError, StoreResult};
 use crate::master_key::MasterKey;
 
@@ -19,6 +20,8 @@ pub struct BucketInfo {
     /// `None`: owned by the root key (created by an admin or the operator).
     pub owner: Option<String>,
     pub created_at: SystemTime,
+    /// For a cache bucket: the remote bucket it fronts.
+    pub origin: Option<Arc<Origin>>,
     pub(super) sql: Arc<super::objects::NamespaceSql>,
 }
 
@@ -69,7 +72,13 @@ pub struct Catalog {
     cached: RwLock<Cached>,
 }
 
-const BUCKET_COLUMNS: &str = "id, name, namespace, owner, created_at";
+/// A bucket row with its origin, if it is a cache bucket; callers append a `WHERE`.
+fn bucket_select() -> String {
+    format!(
+        "SELECT b.id, b.name, b.namespace, b.owner, b.created_at, {ORIGIN_COLUMNS}
+           FROM pgvs3.buckets b LEFT JOIN pgvs3.origins o ON o.bucket_id = b.id"
+    )
+}
 
 impl Catalog {
     pub async fn load(pool: Pool, master_key: MasterKey) -> anyhow::Result<Arc<Catalog>> {
@@ -84,6 +93,10 @@ impl Catalog {
 
     pub fn master_key(&self) -> &MasterKey {
         &self.master_key
+    }
+
+    pub(super) fn pool(&self) -> &Pool {
+        &self.pool
     }
 
     /// Reloads everything when the catalog version moved since the last load.
@@ -114,9 +127,7 @@ impl Catalog {
             .query_one("SELECT version FROM pgvs3.catalog_version", &[])
             .await?
             .get(0);
-        let bucket_rows = tx
-            .query(&format!("SELECT {BUCKET_COLUMNS} FROM pgvs3.buckets"), &[])
-            .await?;
+        let bucket_rows = tx.query(&bucket_select(), &[]).await?;
         let key_rows = tx
             .query("SELECT access_key, secret_encrypted, is_root, read_only, description, created_at FROM pgvs3.access_keys", &[])
             .await?;
@@ -133,13 +144,11 @@ impl Catalog {
         if version < cached.version {
             return Ok(());
         }
-        let buckets = bucket_rows
-            .iter()
-            .map(|row| {
-                let bucket = bucket_from_row(row, &mut cached.namespaces);
-                (bucket.name.clone(), Arc::new(bucket))
-            })
-            .collect();
+        let mut buckets = HashMap::with_capacity(bucket_rows.len());
+        for row in &bucket_rows {
+            let bucket = bucket_from_row(row, &mut cached.namespaces, &self.master_key)?;
+            buckets.insert(bucket.name.clone(), Arc::new(bucket));
+        }
         cached.version = version;
         cached.buckets = buckets;
         cached.keys = keys;
@@ -225,21 +234,53 @@ impl Catalog {
             return Ok(Arc::clone(bucket));
         }
         let client = self.pool.get().await?;
+        let seen_version = self.cached.read().expect("catalog lock").version;
         let row = client
-            .query_opt(
-                &format!("SELECT {BUCKET_COLUMNS} FROM pgvs3.buckets WHERE name = $1"),
-                &[&name],
-            )
+            .query_opt(&format!("{} WHERE b.name = $1", bucket_select()), &[&name])
             .await?
             .ok_or(StoreError::NoSuchBucket)?;
-        Ok(self.remember(&row))
+        self.remember(&row, seen_version)
     }
 
-    fn remember(&self, row: &Row) -> Arc<BucketInfo> {
+    /// The cache buckets known to this gateway.
+    pub fn cache_buckets(&self) -> Vec<Arc<BucketInfo>> {
+        let cached = self.cached.read().expect("catalog lock");
+        cached
+            .buckets
+            .values()
+            .filter(|bucket| bucket.origin.is_some())
+            .cloned()
+            .collect()
+    }
+
+    /// Looks a bucket up by id (background work holds ids, requests hold names).
+    pub async fn bucket_by_id(&self, id: i64) -> StoreResult<Arc<BucketInfo>> {
+        let seen_version = {
+            let cached = self.cached.read().expect("catalog lock");
+            if let Some(bucket) = cached.buckets.values().find(|bucket| bucket.id == id) {
+                return Ok(Arc::clone(bucket));
+            }
+            cached.version
+        };
+        let client = self.pool.get().await?;
+        let row = client
+            .query_opt(&format!("{} WHERE b.id = $1", bucket_select()), &[&id])
+            .await?
+            .ok_or(StoreError::NoSuchBucket)?;
+        self.remember(&row, seen_version)
+    }
+
+    /// Caches a bucket row read outside a reload, unless a reload happened since `seen_version`:
+    /// the row may predate it (e.g. the bucket was dropped since), and would outlive it.
+    fn remember(&self, row: &Row, seen_version: i64) -> StoreResult<Arc<BucketInfo>> {
         let mut cached = self.cached.write().expect("catalog lock");
-        let bucket = Arc::new(bucket_from_row(row, &mut cached.namespaces));
-        cached.buckets.insert(bucket.name.clone(), Arc::clone(&bucket));
-        bucket
+        let bucket = bucket_from_row(row, &mut cached.namespaces, &self.master_key)
+            .map_err(|err| StoreError::Corrupt(err.to_string()))?;
+        let bucket = Arc::new(bucket);
+        if cached.version == seen_version {
+            cached.buckets.insert(bucket.name.clone(), Arc::clone(&bucket));
+        }
+        Ok(bucket)
     }
 
     /// Drops a cached bucket whose row turned out to be gone.
@@ -297,6 +338,7 @@ impl Catalog {
         }
         // The root key's buckets have no owner row, so that root keys can be rotated.
         let owner = (!principal.is_root).then_some(principal.access_key.as_str());
+        let seen_version = self.cached.read().expect("catalog lock").version;
         let client = self.pool.get().await?;
         let row = client
             .query_one(
@@ -310,12 +352,9 @@ impl Catalog {
             })?;
         let created: bool = row.get(1);
         let row = client
-            .query_one(
-                &format!("SELECT {BUCKET_COLUMNS} FROM pgvs3.buckets WHERE name = $1"),
-                &[&name],
-            )
+            .query_one(&format!("{} WHERE b.name = $1", bucket_select()), &[&name])
             .await?;
-        let bucket = self.remember(&row);
+        let bucket = self.remember(&row, seen_version)?;
         if !created {
             let mine = principal.is_root && bucket.owner.is_none()
                 || bucket.owner.as_deref() == Some(principal.access_key.as_str());
@@ -419,14 +458,19 @@ fn namespace_sql(
     )
 }
 
-fn bucket_from_row(row: &Row, namespaces: &mut HashMap<String, Arc<super::objects::NamespaceSql>>) -> BucketInfo {
+fn bucket_from_row(
+    row: &Row,
+    namespaces: &mut HashMap<String, Arc<super::objects::NamespaceSql>>,
+    master_key: &MasterKey,
+) -> anyhow::Result<BucketInfo> {
     let namespace: String = row.get(2);
-    BucketInfo {
+    Ok(BucketInfo {
         id: row.get(0),
         name: row.get(1),
         sql: namespace_sql(namespaces, &namespace),
         namespace,
         owner: row.get(3),
         created_at: row.get(4),
-    }
+        origin: origin_from_row(row, 5, master_key)?.map(Arc::new),
+    })
 }

@@ -49,6 +49,14 @@ pub enum StoreError {
     InvalidTag(String),
     /// The bucket has no tags.
     NoSuchTagSet,
+    /// A cache bucket's origin throttled the request.
+    OriginThrottled(String),
+    /// A cache bucket's origin did not answer in time.
+    OriginTimeout(String),
+    /// A cache bucket's origin refused the cache's credentials.
+    OriginDenied(String),
+    /// A cache bucket's origin could not be reached or failed.
+    OriginFailed(String),
 }
 
 impl fmt::Display for StoreError {
@@ -88,6 +96,10 @@ impl fmt::Display for StoreError {
                 f.write_str("at least one of the preconditions you specified did not hold")
             }
             StoreError::NotModified { .. } => f.write_str("not modified"),
+            StoreError::OriginThrottled(msg)
+            | StoreError::OriginTimeout(msg)
+            | StoreError::OriginDenied(msg)
+            | StoreError::OriginFailed(msg) => f.write_str(msg),
         }
     }
 }

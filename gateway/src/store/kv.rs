@@ -317,7 +317,7 @@ impl KvBatch {
         };
         let client = self.client.as_ref().expect("client until commit");
         let (segments, rows) =
-            super::objects::body_rows(client, &self.bucket, body_id, size, multipart, (0, size)).await?;
+            super::objects::body_rows(client, &self.bucket.sql, body_id, size, multipart, (0, size)).await?;
         let mut data = Vec::with_capacity(size as usize);
         let mut stream = ChunkStream::new(None, rows, segments);
         while let Some(piece) = futures::StreamExt::next(&mut stream).await {

@@ -1,6 +1,7 @@
 //! The only module that knows the storage layout: buckets, objects, chunks, expiry.
 //! Protocol fronts call it and never write SQL for objects themselves.
 
+mod cache;
 mod catalog;
 mod chunks;
 mod conditions;
@@ -10,12 +11,14 @@ mod kv;
 mod listing;
 mod multipart;
 mod objects;
+mod origins;
 mod tagging;
 
 use std::sync::Arc;
 
 use deadpool_postgres::Pool;
 
+pub use cache::{CacheEntry, DueUpload, EntryHead, FillLock, UploadLock};
 pub use catalog::{AccessKey, BucketInfo, BucketSummary, Catalog, NewAccessKey};
 pub use chunks::CHUNK_SIZE;
 pub use conditions::{EtagCondition, Preconditions, WriteCondition};
@@ -24,10 +27,12 @@ pub use error::StoreError;
 pub use kv::{KvBatch, KvEntry, KvValue};
 pub use listing::{ListPage, ListRequest, ListedObject, MAX_KEYS as LIST_MAX_KEYS};
 pub use multipart::{CompletedPart, MultipartUpload, PartInfo, PartsPage, UploadsPage, UploadsRequest};
+pub use objects::check_length as check_declared_length;
 pub use objects::{
     BodyObserver, BodyStream, ByteRange, INLINE_LIMIT, ObjectHead, ObjectMeta, ObjectRead, PutOutcome, ReadOptions,
     StoredChecksum, Upload,
 };
+pub use origins::{CacheMode, Origin, OriginEntry};
 pub use tagging::{MAX_BUCKET_TAGS, MAX_OBJECT_TAGS, Tags, tag_set};
 
 pub type StoreResult<T> = Result<T, StoreError>;

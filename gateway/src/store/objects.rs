@@ -331,7 +331,7 @@ impl NamespaceSql {
 /// manifest of a multipart object (one more round trip finds the parts holding the span).
 pub(super) async fn body_rows(
     client: &deadpool_postgres::ClientWrapper,
-    bucket: &super::BucketInfo,
+    sql: &NamespaceSql,
     body_id: i64,
     size: u64,
     multipart: bool,
@@ -345,12 +345,12 @@ pub(super) async fn body_rows(
             start: span.0,
             end: span.1,
         };
-        let statement = client.prepare_cached(&bucket.sql.read_chunks).await?;
+        let statement = client.prepare_cached(&sql.read_chunks).await?;
         let params: Params = [&body_id, &segment.first_seq(), &segment.last_seq()];
         let rows = client.query_raw(&statement, params).await?;
         return Ok((vec![segment], rows));
     }
-    let statement = client.prepare_cached(&bucket.sql.part_segments).await?;
+    let statement = client.prepare_cached(&sql.part_segments).await?;
     let (start, end) = (span.0 as i64, span.1 as i64);
     let segments: Vec<Segment> = client
         .query(&statement, &[&body_id, &start, &end])
@@ -370,7 +370,7 @@ pub(super) async fn body_rows(
     let ids: Vec<i64> = segments.iter().map(|s| s.body_id).collect();
     let firsts: Vec<i32> = segments.iter().map(Segment::first_seq).collect();
     let lasts: Vec<i32> = segments.iter().map(Segment::last_seq).collect();
-    let statement = client.prepare_cached(&bucket.sql.read_segments).await?;
+    let statement = client.prepare_cached(&sql.read_segments).await?;
     let params: Params = [&ids, &firsts, &lasts];
     let rows = client.query_raw(&statement, params).await?;
     Ok((segments, rows))
@@ -415,7 +415,7 @@ impl Store {
         let statement = client.prepare_cached(&bucket.sql.head).await?;
         let row = client.query_opt(&statement, &[&bucket.id, &key]).await?;
         let row = self.found(&bucket, row)?;
-        let (head, span, partial) = locate(&client, &bucket, &row, options).await?;
+        let (head, span, partial) = locate(&client, &bucket.sql, head_from_row(&row), row.get(5), options).await?;
         Ok(ObjectRead {
             head,
             span,
@@ -455,7 +455,7 @@ impl Store {
         let statement = client.prepare_cached(&bucket.sql.get).await?;
         let row = client.query_opt(&statement, &[&bucket.id, &key]).await?;
         let row = self.found(&bucket, row)?;
-        let (head, span, partial) = locate(&client, &bucket, &row, options).await?;
+        let (head, span, partial) = locate(&client, &bucket.sql, head_from_row(&row), row.get(5), options).await?;
         let inline: Option<&[u8]> = row.get(4);
         if let Some(inline) = inline {
             let bytes = Bytes::copy_from_slice(&inline[span.0 as usize..span.1 as usize]);
@@ -476,7 +476,7 @@ impl Store {
                 body: Box::pin(futures::stream::empty()),
             });
         }
-        let (segments, rows) = body_rows(&client, &bucket, body_id, head.size, head.meta.parts.is_some(), span).await?;
+        let (segments, rows) = body_rows(&client, &bucket.sql, body_id, head.size, head.meta.parts.is_some(), span).await?;
         let body = ChunkStream::new(Some(client), rows, segments);
         Ok(ObjectRead {
             head,
@@ -661,13 +661,13 @@ pub(super) struct NewObjectRow<'a> {
 
 /// The head of a found object, after its preconditions, and the span `options` select, and
 /// whether that is part of the object (a 206 answer).
-async fn locate(
+pub(super) async fn locate(
     client: &deadpool_postgres::Object,
-    bucket: &super::BucketInfo,
-    row: &tokio_postgres::Row,
+    sql: &NamespaceSql,
+    head: ObjectHead,
+    body_id: Option<i64>,
     options: &ReadOptions,
 ) -> StoreResult<(ObjectHead, (u64, u64), bool)> {
-    let head = head_from_row(row);
     options.conditions.check(&head)?;
     let Some(part_number) = options.part_number else {
         let span = match options.range {
@@ -687,8 +687,7 @@ async fn locate(
             _ => Err(StoreError::InvalidPartNumber),
         };
     }
-    let body_id: i64 = row.get(5);
-    let statement = client.prepare_cached(&bucket.sql.part_span).await?;
+    let statement = client.prepare_cached(&sql.part_span).await?;
     let part = client
         .query_opt(&statement, &[&body_id, &(part_number.min(i32::MAX as u32) as i32)])
         .await?
@@ -739,7 +738,7 @@ pub(super) async fn write_chunks(
     Ok((body_id, size))
 }
 
-pub(super) fn check_length(declared: Option<u64>, received: u64) -> StoreResult<()> {
+pub fn check_length(declared: Option<u64>, received: u64) -> StoreResult<()> {
     match declared {
         Some(expected) if expected != received => Err(StoreError::IncompleteBody { expected, received }),
         _ => Ok(()),

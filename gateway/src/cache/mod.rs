@@ -1,0 +1,581 @@
+//! The origin cache tier: cache buckets in front of buckets of remote S3 origins.
+//!
+//! Reads are served from PostgreSQL when the entry is fresh; a miss makes one origin GET that
+//! streams to the client while it fills the cache, and concurrent misses on a key share that
+//! GET (in-process through a per-key mutex, across gateways through an advisory lock). Ranges
+//! of uncached objects pass through. Writes below the write-back threshold reach the origin
+//! before they are acknowledged; larger ones (in write-back mode) are acknowledged once stored,
+//! and the outbox worker uploads them. Deletes go to the origin and invalidate the entry.
+
+mod metrics;
+pub mod origin;
+mod outbox;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use md5::{Digest, Md5};
+use tokio::sync::{Notify, OwnedMutexGuard, OwnedSemaphorePermit, Semaphore, mpsc};
+
+pub use metrics::CacheMetrics;
+use origin::{ChannelBody, Fetch, OriginClient, OriginError, PutCondition};
+pub use outbox::spawn_uploader;
+
+use crate::store::{
+    BodyStream, BucketInfo, CacheEntry, CacheMode, EntryHead, FillLock, ListPage, ListRequest, ObjectHead, ObjectRead,
+    Origin, Principal, PutOutcome, ReadOptions, Store, StoreError, StoreResult, Upload, WriteCondition,
+};
+
+#[derive(Debug, Clone)]
+pub struct CacheSettings {
+    /// Fills running at once in this process, over all cache buckets (each bucket also has
+    /// its own limit in the catalog).
+    pub fill_concurrency: usize,
+    /// Bounds connecting to an origin and waiting for each answer's head.
+    pub origin_timeout: Duration,
+    /// How often the upload worker looks for due write-backs (it is also woken by writes).
+    pub upload_interval: Duration,
+    /// Uploads the worker runs at once.
+    pub upload_concurrency: usize,
+}
+
+/// A cache bucket's origin client and fill limit, rebuilt when its catalog row changes.
+struct Remote {
+    origin: Arc<Origin>,
+    client: OriginClient,
+    fills: Arc<Semaphore>,
+}
+
+#[derive(Clone)]
+pub struct CacheTier {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    settings: CacheSettings,
+    metrics: CacheMetrics,
+    remotes: Mutex<HashMap<i64, Arc<Remote>>>,
+    process_fills: Arc<Semaphore>,
+    /// In-process single flight: one fill per key at a time.
+    flights: Mutex<HashMap<(i64, String), Weak<tokio::sync::Mutex<()>>>>,
+    /// Keys read since the last flush of their last-use times.
+    touched: Mutex<HashMap<i64, HashSet<String>>>,
+    uploads_due: Notify,
+}
+
+/// Touched keys remembered between flushes; beyond this, reads are not recorded (eviction
+/// order is an approximation anyway).
+const MAX_TOUCHED: usize = 100_000;
+
+impl CacheTier {
+    pub fn new(store: Store, settings: CacheSettings, metrics: &crate::metrics::Metrics) -> CacheTier {
+        CacheTier {
+            inner: Arc::new(Inner {
+                process_fills: Arc::new(Semaphore::new(settings.fill_concurrency.max(1))),
+                store,
+                settings,
+                metrics: CacheMetrics::new(metrics),
+                remotes: Mutex::default(),
+                flights: Mutex::default(),
+                touched: Mutex::default(),
+                uploads_due: Notify::new(),
+            }),
+        }
+    }
+
+    fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    fn metrics(&self) -> &CacheMetrics {
+        &self.inner.metrics
+    }
+
+    fn remote(&self, bucket: &BucketInfo) -> StoreResult<Arc<Remote>> {
+        let origin = bucket.origin.as_ref().ok_or(StoreError::NoSuchBucket)?;
+        let mut remotes = self.inner.remotes.lock().expect("remotes lock");
+        if let Some(remote) = remotes.get(&bucket.id)
+            && remote.origin == *origin
+        {
+            return Ok(Arc::clone(remote));
+        }
+        let remote = Arc::new(Remote {
+            origin: Arc::clone(origin),
+            client: OriginClient::new(origin, self.inner.settings.origin_timeout),
+            fills: Arc::new(Semaphore::new(origin.fill_concurrency.max(1) as usize)),
+        });
+        remotes.insert(bucket.id, Arc::clone(&remote));
+        Ok(remote)
+    }
+
+    fn origin_error(&self, err: OriginError) -> StoreError {
+        if !matches!(err, OriginError::Missing | OriginError::PreconditionFailed) {
+            self.metrics().origin_errors.with_label_values(&[err.kind()]).inc();
+        }
+        err.into()
+    }
+
+    /// GET (`with_body`) or HEAD of a key of a cache bucket.
+    pub async fn read(
+        &self,
+        bucket: &Arc<BucketInfo>,
+        key: &str,
+        options: &ReadOptions,
+        with_body: bool,
+    ) -> StoreResult<ObjectRead> {
+        let entry = self.store().cache_lookup(bucket, key, with_body).await?;
+        let stale = match entry {
+            Some(entry) if entry.fresh => return self.serve(bucket, key, entry, options, with_body).await,
+            Some(_) => "stale",
+            None => "miss",
+        };
+        self.metrics().lookups.with_label_values(&[stale]).inc();
+        let remote = self.remote(bucket)?;
+        if !with_body {
+            return self.head_from_origin(&remote, key, options).await;
+        }
+        if options.range.is_some() || options.part_number.is_some() {
+            return self.pass_through(&remote, key, options, "range").await;
+        }
+        self.fill(bucket, &remote, key, options).await
+    }
+
+    async fn serve(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        entry: CacheEntry,
+        options: &ReadOptions,
+        with_body: bool,
+    ) -> StoreResult<ObjectRead> {
+        if entry.absent() {
+            self.metrics().lookups.with_label_values(&["negative"]).inc();
+            return Err(StoreError::NoSuchKey);
+        }
+        let result = if entry.pending { "pending" } else { "hit" };
+        self.metrics().lookups.with_label_values(&[result]).inc();
+        if !entry.pending {
+            self.touch(bucket.id, key);
+        }
+        self.store().cache_read(bucket, entry, options, with_body).await
+    }
+
+    /// Serves a fresh entry found after a fill or revalidation.
+    async fn serve_cached(&self, bucket: &BucketInfo, key: &str, options: &ReadOptions) -> StoreResult<ObjectRead> {
+        match self.store().cache_lookup(bucket, key, true).await? {
+            Some(entry) => self.serve(bucket, key, entry, options, true).await,
+            None => Err(StoreError::NoSuchKey),
+        }
+    }
+
+    async fn head_from_origin(&self, remote: &Remote, key: &str, options: &ReadOptions) -> StoreResult<ObjectRead> {
+        self.metrics().passthrough.with_label_values(&["head"]).inc();
+        let head = remote.client.head(key).await.map_err(|err| self.origin_error(err))?;
+        let head = object_head(head);
+        options.conditions.check(&head)?;
+        let (span, partial) = match (options.range, options.part_number) {
+            (Some(range), _) => (range.resolve(head.size)?, true),
+            (None, Some(1) | None) => ((0, head.size), false),
+            (None, Some(_)) => return Err(StoreError::InvalidPartNumber),
+        };
+        Ok(ObjectRead {
+            head,
+            span,
+            partial,
+            body: Box::pin(futures::stream::empty()),
+        })
+    }
+
+    /// Serves a read straight from the origin, without filling.
+    async fn pass_through(
+        &self,
+        remote: &Remote,
+        key: &str,
+        options: &ReadOptions,
+        kind: &str,
+    ) -> StoreResult<ObjectRead> {
+        if options.part_number.is_some_and(|n| n != 1) {
+            return Err(StoreError::InvalidPartNumber);
+        }
+        self.metrics().passthrough.with_label_values(&[kind]).inc();
+        let fetched = match remote.client.get(key, options.range, None).await {
+            Ok(Fetch::Body(fetched)) => fetched,
+            Ok(Fetch::NotModified) => return Err(StoreError::OriginFailed("unexpected 304 from the origin".into())),
+            Err(err) => return Err(self.origin_error(err)),
+        };
+        let head = object_head(fetched.head);
+        options.conditions.check(&head)?;
+        Ok(ObjectRead {
+            partial: options.range.is_some(),
+            head,
+            span: fetched.span,
+            body: fetched.body,
+        })
+    }
+
+    /// Waits until no other task of this process fills `key`.
+    async fn flight(&self, bucket_id: i64, key: &str) -> OwnedMutexGuard<()> {
+        let mutex = {
+            let mut flights = self.inner.flights.lock().expect("flights lock");
+            flights.retain(|_, flight| flight.strong_count() > 0);
+            let slot = flights.entry((bucket_id, key.to_owned())).or_default();
+            match slot.upgrade() {
+                Some(mutex) => mutex,
+                None => {
+                    let mutex = Arc::new(tokio::sync::Mutex::new(()));
+                    *slot = Arc::downgrade(&mutex);
+                    mutex
+                }
+            }
+        };
+        mutex.lock_owned().await
+    }
+
+    async fn fill(
+        &self,
+        bucket: &Arc<BucketInfo>,
+        remote: &Arc<Remote>,
+        key: &str,
+        options: &ReadOptions,
+    ) -> StoreResult<ObjectRead> {
+        let flight = self.flight(bucket.id, key).await;
+        // Another task of this process may have filled it while this one waited.
+        if let Some(entry) = self.store().cache_lookup(bucket, key, true).await?
+            && entry.fresh
+        {
+            return self.serve(bucket, key, entry, options, true).await;
+        }
+        let permits = FillPermits::acquire(remote, &self.inner.process_fills).await;
+        let mut lock = match FillLock::acquire(self.store().pool(), bucket.id, key).await {
+            Ok(lock) => lock,
+            Err(StoreError::ReadOnly) => return self.standby_read(bucket, remote, key, options).await,
+            Err(err) => return Err(err),
+        };
+        let current = lock.lookup(bucket, key).await?;
+        if current.as_ref().is_some_and(|entry| entry.fresh) {
+            // Another gateway filled it while this one waited for the lock.
+            lock.release().await;
+            return self.serve_cached(bucket, key, options).await;
+        }
+        let known_etag = current
+            .filter(|entry| !entry.absent() && !entry.pending)
+            .map(|entry| entry.head.etag);
+        let started = Instant::now();
+        let fetched = match remote.client.get(key, None, known_etag.as_deref()).await {
+            Ok(Fetch::Body(fetched)) => fetched,
+            Ok(Fetch::NotModified) => {
+                self.metrics().revalidations.with_label_values(&["unchanged"]).inc();
+                let etag = known_etag.expect("only a conditional GET answers 304");
+                let validated = lock.mark_validated(bucket.id, key, &etag).await;
+                lock.release().await;
+                validated?;
+                return self.serve_cached(bucket, key, options).await;
+            }
+            Err(OriginError::Missing) => {
+                if known_etag.is_some() {
+                    self.metrics().revalidations.with_label_values(&["gone"]).inc();
+                }
+                let recorded = if remote.origin.negative_ttl.is_zero() {
+                    lock.forget(bucket.id, key).await
+                } else {
+                    lock.remember_absent(bucket.id, key).await
+                };
+                lock.release().await;
+                recorded?;
+                return Err(StoreError::NoSuchKey);
+            }
+            Err(err) => {
+                lock.release().await;
+                return Err(self.origin_error(err));
+            }
+        };
+        if known_etag.is_some() {
+            self.metrics().revalidations.with_label_values(&["changed"]).inc();
+        }
+        let head = object_head(fetched.head.clone());
+        let refused = options.conditions.check(&head).err();
+        let (client_side, client_body) = mpsc::channel(4);
+        let tier = self.clone();
+        let bucket_id = bucket.id;
+        let key = key.to_owned();
+        tokio::spawn(async move {
+            // The fill goes on if the client leaves: the next reader gets a warm entry.
+            let outcome = tier
+                .store_fill(&mut lock, bucket_id, &key, fetched, &client_side)
+                .await;
+            lock.release().await;
+            drop((flight, permits));
+            let metrics = tier.metrics();
+            match outcome {
+                Ok(size) => {
+                    metrics.fills.with_label_values(&["ok"]).inc();
+                    metrics.fill_bytes.inc_by(size);
+                    metrics.fill_seconds.observe(started.elapsed().as_secs_f64());
+                }
+                Err(err) => {
+                    metrics.fills.with_label_values(&["failed"]).inc();
+                    tracing::warn!(bucket_id, key, error = %err, "cache fill failed");
+                    let _ = client_side.send(Err(err)).await;
+                }
+            }
+        });
+        if let Some(refused) = refused {
+            return Err(refused);
+        }
+        Ok(ObjectRead {
+            span: (0, head.size),
+            partial: false,
+            head,
+            body: Box::pin(ChannelBody(client_body)),
+        })
+    }
+
+    /// Copies an origin body into the cache and to the client at once. Returns the size.
+    async fn store_fill(
+        &self,
+        lock: &mut FillLock,
+        bucket_id: i64,
+        key: &str,
+        fetched: origin::Fetched,
+        client: &mpsc::Sender<StoreResult<Bytes>>,
+    ) -> StoreResult<u64> {
+        let origin::Fetched { head, mut body, .. } = fetched;
+        let (to_store, store_body) = mpsc::channel(4);
+        let write = lock.store(bucket_id, key, &head, Box::pin(ChannelBody(store_body)));
+        let pump = async move {
+            while let Some(piece) = body.next().await {
+                let piece = match piece {
+                    Ok(bytes) => bytes,
+                    Err(err) => {
+                        let _ = to_store.send(Err(err)).await;
+                        return;
+                    }
+                };
+                // A client that went away does not stop the fill.
+                let _ = client.send(Ok(piece.clone())).await;
+                if to_store.send(Ok(piece)).await.is_err() {
+                    return;
+                }
+            }
+        };
+        let (written, ()) = tokio::join!(write, pump);
+        written.map(|()| head.size)
+    }
+
+    /// On a hot standby nothing can be filled: a stale entry is revalidated (and served if
+    /// unchanged), anything else comes from the origin.
+    async fn standby_read(
+        &self,
+        bucket: &Arc<BucketInfo>,
+        remote: &Remote,
+        key: &str,
+        options: &ReadOptions,
+    ) -> StoreResult<ObjectRead> {
+        let current = self.store().cache_lookup(bucket, key, false).await?;
+        let known_etag = current
+            .filter(|entry| !entry.absent() && !entry.pending)
+            .map(|entry| entry.head.etag);
+        if let Some(etag) = known_etag {
+            match remote.client.get(key, None, Some(&etag)).await {
+                Ok(Fetch::NotModified) => {
+                    self.metrics().revalidations.with_label_values(&["unchanged"]).inc();
+                    return self.serve_cached(bucket, key, options).await;
+                }
+                Ok(Fetch::Body(fetched)) => {
+                    self.metrics().passthrough.with_label_values(&["standby"]).inc();
+                    let head = object_head(fetched.head);
+                    options.conditions.check(&head)?;
+                    return Ok(ObjectRead {
+                        span: (0, head.size),
+                        partial: false,
+                        head,
+                        body: fetched.body,
+                    });
+                }
+                Err(err) => return Err(self.origin_error(err)),
+            }
+        }
+        self.pass_through(remote, key, options, "standby").await
+    }
+
+    fn touch(&self, bucket_id: i64, key: &str) {
+        let mut touched = self.inner.touched.lock().expect("touched lock");
+        if touched.values().map(HashSet::len).sum::<usize>() < MAX_TOUCHED {
+            touched.entry(bucket_id).or_default().insert(key.to_owned());
+        }
+    }
+
+    /// Records last-use times of entries read since the last call.
+    pub async fn flush_touched(&self) -> StoreResult<()> {
+        let touched = std::mem::take(&mut *self.inner.touched.lock().expect("touched lock"));
+        for (bucket_id, keys) in touched {
+            let keys: Vec<String> = keys.into_iter().collect();
+            self.store().cache_touch(bucket_id, &keys).await?;
+        }
+        Ok(())
+    }
+
+    /// PUT to a cache bucket.
+    pub async fn put(
+        &self,
+        principal: &Principal,
+        bucket: &Arc<BucketInfo>,
+        key: &str,
+        upload: Upload,
+        condition: &WriteCondition,
+    ) -> StoreResult<PutOutcome> {
+        let remote = self.remote(bucket)?;
+        let origin = &remote.origin;
+        if self.store().cache_pending(bucket.id, key).await? {
+            // A body for this key waits for its upload: this one queues behind it, so the
+            // origin receives them in order.
+            return self.stage(principal, bucket, key, upload, condition, false).await;
+        }
+        let Upload {
+            mut meta,
+            mut body,
+            declared_len,
+            mut observer,
+        } = upload;
+        let threshold = origin.write_back_threshold.max(1);
+        let mut buffered = BytesMut::new();
+        let mut ended = false;
+        if declared_len.is_none_or(|len| len < threshold) {
+            while (buffered.len() as u64) < threshold {
+                match body.next().await {
+                    Some(piece) => buffered.extend_from_slice(&piece?),
+                    None => {
+                        ended = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if !ended {
+            let first = buffered.freeze();
+            let rest = futures::stream::once(async move { Ok(first) }).chain(body);
+            let upload = Upload {
+                meta,
+                body: Box::pin(rest),
+                declared_len,
+                observer,
+            };
+            let wait_for_origin = origin.mode != CacheMode::WriteBack;
+            return self
+                .stage(principal, bucket, key, upload, condition, wait_for_origin)
+                .await;
+        }
+        let body = buffered.freeze();
+        let size = body.len() as u64;
+        crate::store::check_declared_length(declared_len, size)?;
+        observer.update(&body);
+        let digest: [u8; 16] = Md5::digest(&body).into();
+        meta.checksum = observer.finish(size, &digest)?;
+        let condition = match condition {
+            WriteCondition::Always => PutCondition::Always,
+            WriteCondition::IfAbsent => PutCondition::IfAbsent,
+            WriteCondition::IfMatch(etag) => PutCondition::IfMatch(etag.clone()),
+        };
+        let etag = remote
+            .client
+            .put(key, &meta, body.clone(), condition)
+            .await
+            .map_err(|err| self.origin_error(err))?;
+        let last_modified = SystemTime::now();
+        if origin.mode == CacheMode::ReadThrough {
+            self.store().cache_forget(bucket.id, key).await?;
+        } else {
+            let head = EntryHead {
+                size,
+                etag: etag.clone(),
+                last_modified,
+                meta: meta.clone(),
+            };
+            let body: BodyStream = Box::pin(futures::stream::once(async move { Ok(body) }));
+            self.store().cache_store(bucket.id, key, &head, body).await?;
+        }
+        Ok(PutOutcome {
+            etag,
+            size,
+            last_modified,
+            checksum: meta.checksum,
+        })
+    }
+
+    /// Stores a body in the bucket's write-back namespace (which queues its upload in the same
+    /// transaction), then either acknowledges it or uploads it first.
+    async fn stage(
+        &self,
+        principal: &Principal,
+        bucket: &Arc<BucketInfo>,
+        key: &str,
+        upload: Upload,
+        condition: &WriteCondition,
+        wait_for_origin: bool,
+    ) -> StoreResult<PutOutcome> {
+        let outcome = self
+            .store()
+            .put_object_if(principal, &bucket.name, key, upload, condition)
+            .await?;
+        if !wait_for_origin {
+            self.inner.uploads_due.notify_one();
+            return Ok(outcome);
+        }
+        if let Some(due) = self.store().outbox_row(bucket.id, key).await? {
+            self.upload(&due).await?;
+        }
+        Ok(outcome)
+    }
+
+    /// DELETE from a cache bucket: the origin's copy goes first, then the cached one.
+    pub async fn delete(&self, bucket: &Arc<BucketInfo>, key: &str) -> StoreResult<()> {
+        let remote = self.remote(bucket)?;
+        if self.store().cache_pending(bucket.id, key).await? {
+            self.store().cache_drop_pending(bucket.id, key).await?;
+        }
+        match remote.client.delete(key).await {
+            Ok(()) | Err(OriginError::Missing) => {}
+            Err(err) => return Err(self.origin_error(err)),
+        }
+        self.store().cache_forget(bucket.id, key).await
+    }
+
+    /// Lists the origin bucket (pending write-backs appear once uploaded).
+    pub async fn list(&self, bucket: &BucketInfo, request: &ListRequest) -> StoreResult<ListPage> {
+        let remote = self.remote(bucket)?;
+        remote.client.list(request).await.map_err(|err| self.origin_error(err))
+    }
+
+    /// Checks that an origin is reachable with its credentials, for `admin origin put`.
+    pub async fn verify(origin: &Origin, timeout: Duration) -> StoreResult<()> {
+        OriginClient::new(origin, timeout).verify().await.map_err(StoreError::from)
+    }
+}
+
+/// A fill slot of the bucket and of the process, held until the fill ends.
+struct FillPermits {
+    _bucket: OwnedSemaphorePermit,
+    _process: OwnedSemaphorePermit,
+}
+
+impl FillPermits {
+    async fn acquire(remote: &Remote, process: &Arc<Semaphore>) -> FillPermits {
+        FillPermits {
+            _bucket: Arc::clone(&remote.fills).acquire_owned().await.expect("never closed"),
+            _process: Arc::clone(process).acquire_owned().await.expect("never closed"),
+        }
+    }
+}
+
+fn object_head(head: EntryHead) -> ObjectHead {
+    ObjectHead {
+        size: head.size,
+        etag: head.etag,
+        last_modified: head.last_modified,
+        meta: head.meta,
+    }
+}

@@ -1,0 +1,567 @@
+//! The cache tier's tables: entries filled from an origin (`s3c`), bodies waiting for their
+//! upload (the cache bucket's own namespace `s3w`, plus `pgvs3.origin_outbox`), freshness,
+//! fill locks and eviction. `crate::cache` decides what to do; this module knows the layout.
+
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, SystemTime};
+
+use bytes::{Bytes, BytesMut};
+use deadpool_postgres::{GenericClient, Object, Pool};
+use futures::StreamExt;
+use md5::{Digest, Md5};
+use tokio_postgres::types::Json;
+
+use super::chunks::{ChunkStream, worth_compressing};
+use super::objects::{
+    BodyObserver, BodyStream, INLINE_LIMIT, NamespaceSql, ObjectHead, ObjectMeta, ObjectRead, ReadOptions,
+    StoredChecksum, body_rows, check_length, locate, write_chunks,
+};
+use super::{BucketInfo, Store, StoreError, StoreResult};
+
+/// The namespace that holds filled and uploaded entries of every cache bucket.
+const FILLED: &str = "s3c";
+
+struct CacheSql {
+    filled: NamespaceSql,
+    lookup_get: String,
+    lookup_head: String,
+    upsert_entry: String,
+    mark_validated: String,
+    forget: String,
+    touch: String,
+    cached_bytes: String,
+    evict: String,
+    pending: String,
+    queued: String,
+    due: String,
+    retry_later: String,
+    settle: String,
+    move_chunks: String,
+    drop_pending: String,
+    outbox_depth: String,
+}
+
+static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
+    // A pending body (s3w) is newer than anything at the origin, so it is looked at first.
+    // A filled entry is fresh while the origin vouched for it within the TTL; an entry with an
+    // empty ETag records that the origin had no such key (negative caching).
+    let lookup = |body: &str| {
+        format!(
+            "SELECT size, etag, last_modified, meta, {body}, body_id, true, true
+               FROM s3w.objects WHERE bucket_id = $1 AND key = $2
+             UNION ALL
+             SELECT size, etag, last_modified, meta, {body}, body_id, false,
+                    validated_at > now() - make_interval(secs => CASE WHEN etag = '' THEN $4 ELSE $3 END)
+               FROM s3c.objects WHERE bucket_id = $1 AND key = $2
+             LIMIT 1"
+        )
+    };
+    CacheSql {
+        filled: NamespaceSql::new(FILLED),
+        lookup_get: lookup("inline"),
+        lookup_head: lookup("NULL::bytea"),
+        upsert_entry: "INSERT INTO s3c.objects (bucket_id, key, size, etag, last_modified, meta, inline, body_id)
+                       VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                       ON CONFLICT (bucket_id, key) DO UPDATE
+                          SET size = EXCLUDED.size, etag = EXCLUDED.etag, last_modified = EXCLUDED.last_modified,
+                              meta = EXCLUDED.meta, inline = EXCLUDED.inline, body_id = EXCLUDED.body_id,
+                              validated_at = now(), accessed_at = now()"
+            .into(),
+        mark_validated: "UPDATE s3c.objects SET validated_at = now() WHERE bucket_id = $1 AND key = $2 AND etag = $3"
+            .into(),
+        forget: "DELETE FROM s3c.objects WHERE bucket_id = $1 AND key = $2".into(),
+        touch: "UPDATE s3c.objects SET accessed_at = now() WHERE bucket_id = $1 AND key = ANY($2)".into(),
+        cached_bytes: "SELECT coalesce(sum(size), 0)::bigint FROM s3c.objects WHERE bucket_id = $1".into(),
+        evict: "DELETE FROM s3c.objects WHERE ctid = ANY(ARRAY(
+                    SELECT ctid FROM s3c.objects WHERE bucket_id = $1 ORDER BY accessed_at LIMIT $2))
+                RETURNING size"
+            .into(),
+        pending: "SELECT EXISTS (SELECT 1 FROM pgvs3.origin_outbox WHERE bucket_id = $1 AND key = $2),
+                         pg_is_in_recovery()"
+            .into(),
+        queued: "SELECT bucket_id, key, generation, attempts FROM pgvs3.origin_outbox WHERE bucket_id = $1 AND key = $2"
+            .into(),
+        due: "SELECT bucket_id, key, generation, attempts FROM pgvs3.origin_outbox
+               WHERE next_attempt_at <= now() ORDER BY next_attempt_at LIMIT $1"
+            .into(),
+        retry_later: "UPDATE pgvs3.origin_outbox
+                         SET attempts = attempts + 1, next_attempt_at = now() + make_interval(secs => $4),
+                             last_error = $5
+                       WHERE bucket_id = $1 AND key = $2 AND generation = $3"
+            .into(),
+        // The body that was uploaded becomes a filled entry (ETag as the origin knows it); a
+        // newer generation stays queued. Multipart bodies are not moved (their chunks are laid
+        // out per part): the next read fills from the origin.
+        settle: "WITH done AS (
+                     DELETE FROM pgvs3.origin_outbox WHERE bucket_id = $1 AND key = $2 AND generation = $3
+                     RETURNING bucket_id, key),
+                 body AS (
+                     DELETE FROM s3w.objects w USING done
+                      WHERE w.bucket_id = done.bucket_id AND w.key = done.key
+                     RETURNING w.size, w.last_modified, w.meta, w.inline, w.body_id)
+                 SELECT size, last_modified, meta, inline, body_id, meta ? 'pc' FROM body"
+            .into(),
+        move_chunks: "INSERT INTO s3c.chunks (body_id, seq, data) SELECT $2, seq, data FROM s3w.chunks WHERE body_id = $1"
+            .into(),
+        drop_pending: "WITH queued AS (DELETE FROM pgvs3.origin_outbox WHERE bucket_id = $1 AND key = $2 RETURNING 1)
+                       DELETE FROM s3w.objects WHERE bucket_id = $1 AND key = $2"
+            .into(),
+        outbox_depth: "SELECT count(*), coalesce(extract(epoch FROM now() - min(enqueued_at)), 0)::float8
+                         FROM pgvs3.origin_outbox"
+            .into(),
+    }
+});
+
+/// What the cache holds for a key.
+pub struct CacheEntry {
+    pub head: ObjectHead,
+    /// In `s3w`: acknowledged, not yet at the origin. Always served, never revalidated.
+    pub pending: bool,
+    /// Within the TTL (or pending).
+    pub fresh: bool,
+    inline: Option<Bytes>,
+    body_id: Option<i64>,
+}
+
+impl CacheEntry {
+    /// A negative entry: the origin answered 404 for this key.
+    pub fn absent(&self) -> bool {
+        !self.pending && self.head.etag.is_empty()
+    }
+}
+
+/// The head of a body fetched from an origin, as it will be cached.
+#[derive(Debug, Clone)]
+pub struct EntryHead {
+    pub size: u64,
+    pub etag: String,
+    pub last_modified: SystemTime,
+    pub meta: ObjectMeta,
+}
+
+/// An outbox row due for upload.
+#[derive(Debug, Clone)]
+pub struct DueUpload {
+    pub bucket_id: i64,
+    pub key: String,
+    pub generation: i64,
+    pub attempts: i32,
+}
+
+fn due_from_row(row: &tokio_postgres::Row) -> DueUpload {
+    DueUpload {
+        bucket_id: row.get(0),
+        key: row.get(1),
+        generation: row.get(2),
+        attempts: row.get(3),
+    }
+}
+
+fn secs(duration: Duration) -> f64 {
+    duration.as_secs_f64()
+}
+
+fn entry_from_row(row: &tokio_postgres::Row) -> CacheEntry {
+    let Json(meta): Json<ObjectMeta> = row.get(3);
+    CacheEntry {
+        head: ObjectHead {
+            size: row.get::<_, i64>(0) as u64,
+            etag: row.get(1),
+            last_modified: row.get(2),
+            meta,
+        },
+        inline: row.get::<_, Option<&[u8]>>(4).map(Bytes::copy_from_slice),
+        body_id: row.get(5),
+        pending: row.get(6),
+        fresh: row.get(7),
+    }
+}
+
+async fn lookup(
+    db: &impl GenericClient,
+    bucket: &BucketInfo,
+    key: &str,
+    with_body: bool,
+) -> StoreResult<Option<CacheEntry>> {
+    let origin = bucket.origin.as_ref().ok_or(StoreError::NoSuchBucket)?;
+    let sql = if with_body { &SQL.lookup_get } else { &SQL.lookup_head };
+    let statement = db.prepare_cached(sql).await?;
+    let row = db
+        .query_opt(
+            &statement,
+            &[&bucket.id, &key, &secs(origin.ttl), &secs(origin.negative_ttl)],
+        )
+        .await?;
+    Ok(row.as_ref().map(entry_from_row))
+}
+
+/// Accepts any body: a cache entry is checked by its length, not a client checksum.
+struct NoObserver;
+
+impl BodyObserver for NoObserver {
+    fn update(&mut self, _data: &[u8]) {}
+    fn finish(self: Box<Self>, _size: u64, _md5: &[u8; 16]) -> StoreResult<Option<StoredChecksum>> {
+        Ok(None)
+    }
+}
+
+/// Writes a filled entry from `body` in one transaction: nothing is visible unless the whole
+/// body arrived with the length the origin declared.
+async fn write_entry(
+    client: &mut Object,
+    bucket_id: i64,
+    key: &str,
+    head: &EntryHead,
+    mut body: BodyStream,
+) -> StoreResult<()> {
+    let mut first = BytesMut::new();
+    let mut ended = false;
+    while first.len() <= INLINE_LIMIT {
+        match body.next().await {
+            Some(piece) => first.extend_from_slice(&piece?),
+            None => {
+                ended = true;
+                break;
+            }
+        }
+    }
+    let size = head.size as i64;
+    let meta = Json(&head.meta);
+    let tx = client.transaction().await?;
+    let (inline, body_id) = if ended {
+        check_length(Some(head.size), first.len() as u64)?;
+        (Some(first.freeze()), None)
+    } else {
+        let compress = worth_compressing(head.meta.content_type.as_deref());
+        let mut md5 = Md5::new();
+        let (body_id, received) =
+            write_chunks(&tx, &SQL.filled, compress, first, &mut body, &mut md5, &mut NoObserver).await?;
+        check_length(Some(head.size), received)?;
+        (None, Some(body_id))
+    };
+    let statement = tx.prepare_cached(&SQL.upsert_entry).await?;
+    tx.execute(
+        &statement,
+        &[&bucket_id, &key, &size, &head.etag, &head.last_modified, &meta, &inline.as_deref(), &body_id],
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// A session-level advisory lock on one cache key for one purpose, with the connection that
+/// holds it. Dropped without `release`, it closes its connection, which releases the lock.
+struct KeyLock {
+    client: Option<Object>,
+    key: i64,
+}
+
+impl KeyLock {
+    async fn acquire(client: Object, purpose: &str, bucket_id: i64, key: &str) -> StoreResult<KeyLock> {
+        let key = lock_key(purpose, bucket_id, key);
+        client.execute("SELECT pg_advisory_lock($1)", &[&key]).await?;
+        Ok(KeyLock {
+            client: Some(client),
+            key,
+        })
+    }
+
+    fn client(&mut self) -> &mut Object {
+        self.client.as_mut().expect("held until release")
+    }
+
+    async fn release(mut self) {
+        let client = self.client.take().expect("held until release");
+        if client.execute("SELECT pg_advisory_unlock($1)", &[&self.key]).await.is_err() {
+            // Unsure whether the lock is still held: do not hand the session to anyone else.
+            let _ = Object::take(client);
+        }
+    }
+}
+
+impl Drop for KeyLock {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            let _ = Object::take(client);
+        }
+    }
+}
+
+/// A 64-bit advisory lock key for one purpose on one cache key.
+fn lock_key(purpose: &str, bucket_id: i64, key: &str) -> i64 {
+    let mut md5 = Md5::new();
+    md5.update(purpose.as_bytes());
+    md5.update(bucket_id.to_le_bytes());
+    md5.update(key.as_bytes());
+    let digest = md5.finalize();
+    i64::from_le_bytes(digest[..8].try_into().expect("8 bytes"))
+}
+
+/// Held by the one gateway that fills a key, so concurrent misses on that key from every
+/// gateway of the database wait for one origin GET instead of making their own. The fill
+/// commits in its own transaction while the lock stays held.
+pub struct FillLock(KeyLock);
+
+impl FillLock {
+    /// Waits for any other fill of the key to end. A hot standby cannot fill: `ReadOnly`.
+    pub async fn acquire(pool: &Pool, bucket_id: i64, key: &str) -> StoreResult<FillLock> {
+        let client = pool.get().await?;
+        let standby: bool = client.query_one("SELECT pg_is_in_recovery()", &[]).await?.get(0);
+        if standby {
+            return Err(StoreError::ReadOnly);
+        }
+        Ok(FillLock(KeyLock::acquire(client, "fill", bucket_id, key).await?))
+    }
+
+    /// Looks again, now that no other fill of this key is running.
+    pub async fn lookup(&mut self, bucket: &BucketInfo, key: &str) -> StoreResult<Option<CacheEntry>> {
+        lookup(&*self.0.client(), bucket, key, false).await
+    }
+
+    pub async fn store(&mut self, bucket_id: i64, key: &str, head: &EntryHead, body: BodyStream) -> StoreResult<()> {
+        write_entry(self.0.client(), bucket_id, key, head, body).await
+    }
+
+    /// The origin confirmed that the cached body (with `etag`) is still current.
+    pub async fn mark_validated(&mut self, bucket_id: i64, key: &str, etag: &str) -> StoreResult<()> {
+        let client = self.0.client();
+        let statement = client.prepare_cached(&SQL.mark_validated).await?;
+        client.execute(&statement, &[&bucket_id, &key, &etag]).await?;
+        Ok(())
+    }
+
+    /// Remembers that the origin has no such key (until the negative TTL passes).
+    pub async fn remember_absent(&mut self, bucket_id: i64, key: &str) -> StoreResult<()> {
+        let head = EntryHead {
+            size: 0,
+            etag: String::new(),
+            last_modified: SystemTime::now(),
+            meta: ObjectMeta::default(),
+        };
+        self.store(bucket_id, key, &head, Box::pin(futures::stream::empty())).await
+    }
+
+    pub async fn forget(&mut self, bucket_id: i64, key: &str) -> StoreResult<()> {
+        forget(&*self.0.client(), bucket_id, key).await
+    }
+
+    pub async fn release(self) {
+        self.0.release().await
+    }
+}
+
+async fn forget(db: &impl GenericClient, bucket_id: i64, key: &str) -> StoreResult<()> {
+    let statement = db.prepare_cached(&SQL.forget).await?;
+    db.execute(&statement, &[&bucket_id, &key]).await?;
+    Ok(())
+}
+
+impl Store {
+    /// Looks a key up in a cache bucket: its pending body, else its filled entry.
+    pub async fn cache_lookup(&self, bucket: &BucketInfo, key: &str, with_body: bool) -> StoreResult<Option<CacheEntry>> {
+        super::objects::check_key(key)?;
+        let client = self.client().await?;
+        lookup(&client, bucket, key, with_body).await
+    }
+
+    /// Serves a read from a cached entry (found by [`Store::cache_lookup`]).
+    pub async fn cache_read(
+        &self,
+        bucket: &BucketInfo,
+        entry: CacheEntry,
+        options: &ReadOptions,
+        with_body: bool,
+    ) -> StoreResult<ObjectRead> {
+        let sql: &NamespaceSql = if entry.pending { &bucket.sql } else { &SQL.filled };
+        let client = self.client().await?;
+        let multipart = entry.head.meta.parts.is_some();
+        let (head, span, partial) = locate(&client, sql, entry.head, entry.body_id, options).await?;
+        let body: BodyStream = match (with_body, entry.inline, entry.body_id) {
+            (false, ..) => Box::pin(futures::stream::empty()),
+            (true, Some(inline), _) => {
+                let bytes = inline.slice(span.0 as usize..span.1 as usize);
+                Box::pin(futures::stream::once(async move { Ok(bytes) }))
+            }
+            (true, None, Some(body_id)) if span.0 < span.1 => {
+                let (segments, rows) = body_rows(&client, sql, body_id, head.size, multipart, span).await?;
+                Box::pin(ChunkStream::new(Some(client), rows, segments))
+            }
+            (true, None, _) => Box::pin(futures::stream::empty()),
+        };
+        Ok(ObjectRead {
+            head,
+            span,
+            partial,
+            body,
+        })
+    }
+
+    /// Caches a body the origin just accepted (write-through).
+    pub async fn cache_store(&self, bucket_id: i64, key: &str, head: &EntryHead, body: BodyStream) -> StoreResult<()> {
+        let mut client = self.client().await?;
+        write_entry(&mut client, bucket_id, key, head, body).await
+    }
+
+    pub async fn cache_forget(&self, bucket_id: i64, key: &str) -> StoreResult<()> {
+        let client = self.client().await?;
+        forget(&client, bucket_id, key).await
+    }
+
+    /// Whether a body for this key still waits for its upload. Asked before any write to a
+    /// cache bucket, so it also refuses writes on a hot standby (before the origin sees them).
+    pub async fn cache_pending(&self, bucket_id: i64, key: &str) -> StoreResult<bool> {
+        super::objects::check_key(key)?;
+        let client = self.client().await?;
+        let statement = client.prepare_cached(&SQL.pending).await?;
+        let row = client.query_one(&statement, &[&bucket_id, &key]).await?;
+        if row.get::<_, bool>(1) {
+            return Err(StoreError::ReadOnly);
+        }
+        Ok(row.get(0))
+    }
+
+    /// The outbox row of a key, if its body waits for an upload.
+    pub async fn outbox_row(&self, bucket_id: i64, key: &str) -> StoreResult<Option<DueUpload>> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(&SQL.queued).await?;
+        let row = client.query_opt(&statement, &[&bucket_id, &key]).await?;
+        Ok(row.as_ref().map(due_from_row))
+    }
+
+    /// Drops a key's pending body and its outbox row, after waiting for an upload of it in
+    /// progress (so that upload cannot land at the origin after the caller's delete).
+    pub async fn cache_drop_pending(&self, bucket_id: i64, key: &str) -> StoreResult<()> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock_key("upload", bucket_id, key)])
+            .await?;
+        tx.execute(&SQL.drop_pending, &[&bucket_id, &key]).await?;
+        forget(&tx, bucket_id, key).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Refreshes the last-use time of entries that were read, for eviction.
+    pub async fn cache_touch(&self, bucket_id: i64, keys: &[String]) -> StoreResult<()> {
+        let client = self.client().await?;
+        client.execute(&SQL.touch, &[&bucket_id, &keys]).await?;
+        Ok(())
+    }
+
+    /// Evicts least recently used entries until the bucket's filled entries fit `limit` bytes.
+    /// Pending bodies live in another table, so they are never evicted. Returns the number of
+    /// entries evicted.
+    pub async fn cache_evict(&self, bucket_id: i64, limit: u64) -> StoreResult<u64> {
+        const BATCH: i64 = 100;
+        let client = self.client().await?;
+        let mut cached: i64 = client.query_one(&SQL.cached_bytes, &[&bucket_id]).await?.get(0);
+        let mut evicted = 0;
+        while cached as u64 > limit {
+            let rows = client.query(&SQL.evict, &[&bucket_id, &BATCH]).await?;
+            if rows.is_empty() {
+                break;
+            }
+            evicted += rows.len() as u64;
+            cached -= rows.iter().map(|row| row.get::<_, i64>(0)).sum::<i64>();
+        }
+        Ok(evicted)
+    }
+
+    /// Outbox rows whose upload is due, oldest first.
+    pub async fn outbox_due(&self, limit: i64) -> StoreResult<Vec<DueUpload>> {
+        let client = self.client().await?;
+        let rows = client.query(&SQL.due, &[&limit]).await?;
+        Ok(rows.iter().map(due_from_row).collect())
+    }
+
+    /// Rows waiting in the outbox and the age of the oldest, in seconds.
+    pub async fn outbox_depth(&self) -> StoreResult<(i64, f64)> {
+        let client = self.client().await?;
+        let row = client.query_one(&SQL.outbox_depth, &[]).await?;
+        Ok((row.get(0), row.get(1)))
+    }
+
+    /// Takes the key's upload lock, which a delete of the key waits for.
+    pub async fn upload_lock(&self, due: &DueUpload) -> StoreResult<UploadLock> {
+        let client = self.client().await?;
+        Ok(UploadLock(KeyLock::acquire(client, "upload", due.bucket_id, &due.key).await?))
+    }
+
+    pub async fn retry_later(&self, due: &DueUpload, after: Duration, error: &str) -> StoreResult<()> {
+        let client = self.client().await?;
+        client
+            .execute(
+                &SQL.retry_later,
+                &[&due.bucket_id, &due.key, &due.generation, &after.as_secs_f64(), &error],
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+/// Held while one pending body is uploaded; see [`Store::upload_lock`].
+pub struct UploadLock(KeyLock);
+
+impl UploadLock {
+    /// The pending body of `due`, if it is still the generation that was queued.
+    pub async fn read_pending(
+        &mut self,
+        store: &Store,
+        bucket: &Arc<BucketInfo>,
+        due: &DueUpload,
+    ) -> StoreResult<Option<ObjectRead>> {
+        let client = self.0.client();
+        let statement = client
+            .prepare_cached("SELECT generation FROM pgvs3.origin_outbox WHERE bucket_id = $1 AND key = $2")
+            .await?;
+        let current = client.query_opt(&statement, &[&due.bucket_id, &due.key]).await?;
+        if current.map(|row| row.get::<_, i64>(0)) != Some(due.generation) {
+            return Ok(None);
+        }
+        match lookup(&*client, bucket, &due.key, true).await? {
+            Some(entry) if entry.pending => store
+                .cache_read(bucket, entry, &ReadOptions::default(), true)
+                .await
+                .map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// The upload of `due` succeeded with `origin_etag`: the body becomes a filled entry and
+    /// leaves the outbox, unless a newer body was queued meanwhile.
+    pub async fn settle(&mut self, due: &DueUpload, origin_etag: &str) -> StoreResult<()> {
+        let tx = self.0.client().transaction().await?;
+        let Some(row) = tx
+            .query_opt(&SQL.settle, &[&due.bucket_id, &due.key, &due.generation])
+            .await?
+        else {
+            return Ok(());
+        };
+        let multipart: bool = row.get(5);
+        if multipart {
+            forget(&tx, due.bucket_id, &due.key).await?;
+        } else {
+            let inline: Option<&[u8]> = row.get(3);
+            let mut body_id: Option<i64> = None;
+            if let Some(pending_body) = row.get::<_, Option<i64>>(4) {
+                let filled_body: i64 = tx.query_one(&SQL.filled.next_body_id, &[]).await?.get(0);
+                tx.execute(&SQL.move_chunks, &[&pending_body, &filled_body]).await?;
+                body_id = Some(filled_body);
+            }
+            let meta: Json<ObjectMeta> = row.get(2);
+            let size: i64 = row.get(0);
+            let last_modified: SystemTime = row.get(1);
+            tx.execute(
+                &SQL.upsert_entry,
+                &[&due.bucket_id, &due.key, &size, &origin_etag, &last_modified, &meta, &inline, &body_id],
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn release(self) {
+        self.0.release().await
+    }
+}

@@ -1,0 +1,215 @@
+//! Origins: which cache buckets front which remote S3 buckets, and how. Catalog rows written
+//! only through `pgvs3.put_origin` / `pgvs3.drop_origin`, the contract shared with the operator.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::{Duration, SystemTime};
+
+use tokio_postgres::Row;
+
+use super::catalog::Catalog;
+use super::{StoreError, StoreResult};
+use crate::master_key::MasterKey;
+
+/// What a cache bucket does with writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheMode {
+    /// Writes go to the origin and invalidate the cached copy.
+    ReadThrough,
+    /// Writes reach the origin before they are acknowledged, and the cache keeps the body.
+    WriteThrough,
+    /// Like write-through below the threshold; bodies at or above it are acknowledged once
+    /// stored, and uploaded by a background worker.
+    WriteBack,
+}
+
+impl CacheMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheMode::ReadThrough => "read-through",
+            CacheMode::WriteThrough => "write-through",
+            CacheMode::WriteBack => "write-back",
+        }
+    }
+}
+
+impl fmt::Display for CacheMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for CacheMode {
+    type Err = String;
+    fn from_str(text: &str) -> Result<CacheMode, String> {
+        match text {
+            "read-through" => Ok(CacheMode::ReadThrough),
+            "write-through" => Ok(CacheMode::WriteThrough),
+            "write-back" => Ok(CacheMode::WriteBack),
+            other => Err(format!(
+                "unknown cache mode {other:?} (read-through, write-through or write-back)"
+            )),
+        }
+    }
+}
+
+/// A cache bucket's origin and policy.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub endpoint: String,
+    pub region: String,
+    pub origin_bucket: String,
+    pub access_key: String,
+    pub secret_key: String,
+    pub path_style: bool,
+    pub mode: CacheMode,
+    pub ttl: Duration,
+    pub negative_ttl: Duration,
+    pub fill_concurrency: u32,
+    pub size_limit: Option<u64>,
+    pub write_back_threshold: u64,
+}
+
+impl fmt::Debug for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Origin")
+            .field("endpoint", &self.endpoint)
+            .field("origin_bucket", &self.origin_bucket)
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Origin {
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
+    pub const DEFAULT_FILL_CONCURRENCY: u32 = 8;
+    pub const DEFAULT_WRITE_BACK_THRESHOLD: u64 = 8 * 1024 * 1024;
+}
+
+/// An origin as listed: the bucket it serves and when it last changed.
+pub struct OriginEntry {
+    pub bucket: String,
+    pub origin: Origin,
+    pub updated_at: SystemTime,
+}
+
+/// The origin columns, as joined onto a bucket row (all NULL for an ordinary bucket).
+pub(super) const ORIGIN_COLUMNS: &str = "o.endpoint, o.region, o.origin_bucket, o.access_key, o.secret_encrypted, \
+     o.path_style, o.mode, o.ttl_seconds, o.negative_ttl_seconds, o.fill_concurrency, o.size_limit_bytes, \
+     o.write_back_threshold";
+
+/// Decodes the origin columns starting at `first`; `None` when the bucket has no origin.
+pub(super) fn origin_from_row(row: &Row, first: usize, master_key: &MasterKey) -> anyhow::Result<Option<Origin>> {
+    let Some(endpoint) = row.get::<_, Option<String>>(first) else {
+        return Ok(None);
+    };
+    let sealed: Vec<u8> = row.get(first + 4);
+    let secret_key = master_key
+        .open(&sealed)
+        .map_err(|err| anyhow::anyhow!("origin secret of {endpoint}: {err}"))?;
+    let mode: String = row.get(first + 6);
+    Ok(Some(Origin {
+        endpoint,
+        region: row.get(first + 1),
+        origin_bucket: row.get(first + 2),
+        access_key: row.get(first + 3),
+        secret_key,
+        path_style: row.get(first + 5),
+        mode: mode.parse().map_err(anyhow::Error::msg)?,
+        ttl: Duration::from_secs(row.get::<_, i32>(first + 7) as u64),
+        negative_ttl: Duration::from_secs(row.get::<_, i32>(first + 8) as u64),
+        fill_concurrency: row.get::<_, i32>(first + 9) as u32,
+        size_limit: row.get::<_, Option<i64>>(first + 10).map(|n| n as u64),
+        write_back_threshold: row.get::<_, i64>(first + 11) as u64,
+    }))
+}
+
+impl Catalog {
+    /// Creates or updates the cache bucket `bucket` in front of `origin`.
+    pub async fn put_origin(&self, bucket: &str, origin: &Origin) -> StoreResult<()> {
+        let sealed = self.master_key().seal(&origin.secret_key);
+        let ttl = secs(origin.ttl);
+        let negative_ttl = secs(origin.negative_ttl);
+        let fill_concurrency = origin.fill_concurrency.min(1024) as i32;
+        let size_limit = origin.size_limit.map(|n| n.min(i64::MAX as u64) as i64);
+        let threshold = origin.write_back_threshold.min(i64::MAX as u64) as i64;
+        let client = self.pool().get().await?;
+        client
+            .execute(
+                "SELECT pgvs3.put_origin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                &[
+                    &bucket,
+                    &origin.endpoint,
+                    &origin.origin_bucket,
+                    &origin.region,
+                    &origin.access_key,
+                    &sealed,
+                    &origin.mode.as_str(),
+                    &origin.path_style,
+                    &ttl,
+                    &negative_ttl,
+                    &fill_concurrency,
+                    &size_limit,
+                    &threshold,
+                ],
+            )
+            .await
+            .map_err(|err| match err.as_db_error() {
+                Some(db) if db.code().code() == "22023" => StoreError::InvalidArgument(db.message().to_owned()),
+                Some(db) if db.code().code() == "23514" => {
+                    StoreError::InvalidArgument(format!("invalid origin setting: {}", db.message()))
+                }
+                _ => StoreError::from(err),
+            })?;
+        self.forget_bucket(bucket);
+        Ok(())
+    }
+
+    /// Drops a cache bucket with its cached entries. Refused while write-backs are pending,
+    /// unless `force` (which loses them).
+    pub async fn drop_origin(&self, bucket: &str, force: bool) -> StoreResult<bool> {
+        let client = self.pool().get().await?;
+        let dropped: bool = client
+            .query_one("SELECT pgvs3.drop_origin($1, $2)", &[&bucket, &force])
+            .await
+            .map_err(|err| match err.as_db_error() {
+                Some(db) if db.hint() == Some("PendingWriteBack") => StoreError::InvalidArgument(format!(
+                    "{}: wait for the uploads to drain, or force the drop to lose them",
+                    db.message()
+                )),
+                _ => StoreError::from(err),
+            })?
+            .get(0);
+        self.forget_bucket(bucket);
+        Ok(dropped)
+    }
+
+    pub async fn list_origins(&self) -> StoreResult<Vec<OriginEntry>> {
+        let client = self.pool().get().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT b.name, o.updated_at, {ORIGIN_COLUMNS}
+                       FROM pgvs3.origins o JOIN pgvs3.buckets b ON b.id = o.bucket_id ORDER BY b.name"
+                ),
+                &[],
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let origin = origin_from_row(row, 2, self.master_key())
+                    .map_err(|err| StoreError::Corrupt(err.to_string()))?
+                    .expect("joined rows have an origin");
+                Ok(OriginEntry {
+                    bucket: row.get(0),
+                    updated_at: row.get(1),
+                    origin,
+                })
+            })
+            .collect()
+    }
+}
+
+fn secs(duration: Duration) -> i32 {
+    duration.as_secs().min(i32::MAX as u64) as i32
+}
