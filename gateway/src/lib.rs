@@ -4,8 +4,8 @@
 //! integration tests can start a gateway in-process.
 
 pub mod admin;
-pub mod cache;
 pub mod admission;
+pub mod cache;
 pub mod config;
 pub mod http_server;
 pub mod maintenance;

@@ -79,45 +79,7 @@ enum KeyCommand {
 enum OriginCommand {
     /// Create or update the cache bucket BUCKET in front of an origin bucket. Checks that the
     /// origin answers with these credentials first.
-    Put {
-        /// The cache bucket (created when absent).
-        #[arg(long)]
-        bucket: String,
-        /// The origin's S3 endpoint, e.g. https://s3.eu-west-1.amazonaws.com.
-        #[arg(long)]
-        endpoint: String,
-        #[arg(long)]
-        origin_bucket: String,
-        #[arg(long, default_value = "us-east-1")]
-        region: String,
-        #[arg(long, env = "PGVS3_ORIGIN_ACCESS_KEY")]
-        access_key: String,
-        #[arg(long, env = "PGVS3_ORIGIN_SECRET_KEY", hide_env_values = true)]
-        secret_key: String,
-        #[arg(long, default_value = "write-back")]
-        mode: CacheMode,
-        /// Address the origin bucket virtual-host style (bucket.endpoint) instead of by path.
-        #[arg(long)]
-        virtual_host: bool,
-        /// How long a cached entry is served without asking the origin.
-        #[arg(long, default_value = "1h", value_parser = parse_duration)]
-        ttl: Duration,
-        /// How long a 404 from the origin is remembered (`0s`: not at all).
-        #[arg(long, default_value = "0s", value_parser = parse_duration)]
-        negative_ttl: Duration,
-        /// Fills of this cache running at once in each gateway.
-        #[arg(long, default_value_t = Origin::DEFAULT_FILL_CONCURRENCY)]
-        fill_concurrency: u32,
-        /// Most bytes of cached bodies; least recently used entries are evicted beyond it.
-        #[arg(long, value_parser = parse_bytes)]
-        size_limit: Option<u64>,
-        /// In write-back mode, bodies this large or larger are acknowledged before their upload.
-        #[arg(long, default_value = "8MiB", value_parser = parse_bytes)]
-        write_back_threshold: u64,
-        /// Save without checking that the origin answers.
-        #[arg(long)]
-        no_verify: bool,
-    },
+    Put(Box<OriginPut>),
     /// List cache buckets and their origins (secrets are not shown).
     List,
     /// Drop a cache bucket and what it cached (the origin is untouched).
@@ -128,6 +90,47 @@ enum OriginCommand {
         #[arg(long)]
         force: bool,
     },
+}
+
+#[derive(clap::Args)]
+struct OriginPut {
+    /// The cache bucket (created when absent).
+    #[arg(long)]
+    bucket: String,
+    /// The origin's S3 endpoint, e.g. https://s3.eu-west-1.amazonaws.com.
+    #[arg(long)]
+    endpoint: String,
+    #[arg(long)]
+    origin_bucket: String,
+    #[arg(long, default_value = "us-east-1")]
+    region: String,
+    #[arg(long, env = "PGVS3_ORIGIN_ACCESS_KEY")]
+    access_key: String,
+    #[arg(long, env = "PGVS3_ORIGIN_SECRET_KEY", hide_env_values = true)]
+    secret_key: String,
+    #[arg(long, default_value = "write-back")]
+    mode: CacheMode,
+    /// Address the origin bucket virtual-host style (bucket.endpoint) instead of by path.
+    #[arg(long)]
+    virtual_host: bool,
+    /// How long a cached entry is served without asking the origin.
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    ttl: Duration,
+    /// How long a 404 from the origin is remembered (`0s`: not at all).
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    negative_ttl: Duration,
+    /// Fills of this cache running at once in each gateway.
+    #[arg(long, default_value_t = Origin::DEFAULT_FILL_CONCURRENCY)]
+    fill_concurrency: u32,
+    /// Most bytes of cached bodies; least recently used entries are evicted beyond it.
+    #[arg(long, value_parser = parse_bytes)]
+    size_limit: Option<u64>,
+    /// In write-back mode, bodies this large or larger are acknowledged before their upload.
+    #[arg(long, default_value = "8MiB", value_parser = parse_bytes)]
+    write_back_threshold: u64,
+    /// Save without checking that the origin answers.
+    #[arg(long)]
+    no_verify: bool,
 }
 
 fn init_logging(format: LogFormat) {
@@ -224,22 +227,23 @@ async fn admin(catalog: &Arc<Catalog>, pool: deadpool_postgres::Pool, command: A
 
 async fn admin_origin(catalog: &Catalog, command: OriginCommand) -> anyhow::Result<()> {
     match command {
-        OriginCommand::Put {
-            bucket,
-            endpoint,
-            origin_bucket,
-            region,
-            access_key,
-            secret_key,
-            mode,
-            virtual_host,
-            ttl,
-            negative_ttl,
-            fill_concurrency,
-            size_limit,
-            write_back_threshold,
-            no_verify,
-        } => {
+        OriginCommand::Put(put) => {
+            let OriginPut {
+                bucket,
+                endpoint,
+                origin_bucket,
+                region,
+                access_key,
+                secret_key,
+                mode,
+                virtual_host,
+                ttl,
+                negative_ttl,
+                fill_concurrency,
+                size_limit,
+                write_back_threshold,
+                no_verify,
+            } = *put;
             let origin = Origin {
                 endpoint,
                 region,
@@ -257,10 +261,15 @@ async fn admin_origin(catalog: &Catalog, command: OriginCommand) -> anyhow::Resu
             if !no_verify {
                 CacheTier::verify(&origin, Duration::from_secs(10))
                     .await
-                    .with_context(|| format!("checking origin bucket {} at {}", origin.origin_bucket, origin.endpoint))?;
+                    .with_context(|| {
+                        format!("checking origin bucket {} at {}", origin.origin_bucket, origin.endpoint)
+                    })?;
             }
             catalog.put_origin(&bucket, &origin).await?;
-            println!("{bucket} -> {}/{} ({})", origin.endpoint, origin.origin_bucket, origin.mode);
+            println!(
+                "{bucket} -> {}/{} ({})",
+                origin.endpoint, origin.origin_bucket, origin.mode
+            );
         }
         OriginCommand::List => {
             println!("{:<24} {:<14} {:<8} ORIGIN", "BUCKET", "MODE", "TTL");
@@ -276,7 +285,10 @@ async fn admin_origin(catalog: &Catalog, command: OriginCommand) -> anyhow::Resu
             }
         }
         OriginCommand::Delete { bucket, force } => {
-            anyhow::ensure!(catalog.drop_origin(&bucket, force).await?, "no cache bucket named {bucket}");
+            anyhow::ensure!(
+                catalog.drop_origin(&bucket, force).await?,
+                "no cache bucket named {bucket}"
+            );
             println!("deleted cache bucket {bucket}");
         }
     }

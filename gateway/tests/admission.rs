@@ -41,19 +41,6 @@ async fn release(mut stream: TcpStream) {
     stream.read_to_end(&mut rest).await.unwrap();
 }
 
-async fn metric(gw: &TestGateway, line_start: &str) -> Option<f64> {
-    let host = gw.gateway.admin_addr.to_string();
-    let response = send(gw.gateway.admin_addr, "GET", "/metrics", &[("host".into(), host)], b"").await;
-    response
-        .body
-        .lines()
-        .find(|l| l.starts_with(line_start))?
-        .rsplit(' ')
-        .next()?
-        .parse()
-        .ok()
-}
-
 async fn small_get(gw: &TestGateway) -> RawResponse {
     send(
         gw.gateway.s3_addr,
@@ -100,7 +87,7 @@ async fn bursts_wait_briefly_then_get_slow_down() {
         tokio::spawn(async move { send(addr, "GET", "/adm/small", &headers, b"").await })
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while metric(&gw, "pgvs3_admission_waiting{protocol=\"s3\"}").await != Some(1.0) {
+    while gw.metric("pgvs3_admission_waiting{protocol=\"s3\"}").await != Some(1.0) {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the second request should be waiting"
@@ -124,7 +111,8 @@ async fn bursts_wait_briefly_then_get_slow_down() {
     let waited = waiter.await.unwrap();
     assert_eq!((waited.status, waited.body.as_str()), (200, "tiny"));
     assert_eq!(
-        metric(&gw, "pgvs3_admission_admitted_after_wait_total{protocol=\"s3\"}").await,
+        gw.metric("pgvs3_admission_admitted_after_wait_total{protocol=\"s3\"}")
+            .await,
         Some(1.0)
     );
 
@@ -134,19 +122,13 @@ async fn bursts_wait_briefly_then_get_slow_down() {
     assert_eq!((timed_out.status, timed_out.code()), (503, Some("SlowDown")));
     release(held).await;
     assert_eq!(
-        metric(
-            &gw,
-            "pgvs3_admission_rejected_total{protocol=\"s3\",reason=\"timed_out\"}"
-        )
-        .await,
+        gw.metric("pgvs3_admission_rejected_total{protocol=\"s3\",reason=\"timed_out\"}")
+            .await,
         Some(1.0)
     );
     assert_eq!(
-        metric(
-            &gw,
-            "pgvs3_admission_rejected_total{protocol=\"s3\",reason=\"queue_full\"}"
-        )
-        .await,
+        gw.metric("pgvs3_admission_rejected_total{protocol=\"s3\",reason=\"queue_full\"}")
+            .await,
         Some(1.0)
     );
     assert_eq!(small_get(&gw).await.status, 200, "slots are all returned");

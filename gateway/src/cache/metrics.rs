@@ -47,7 +47,11 @@ impl CacheMetrics {
                 "Conditional revalidations of stale entries by outcome",
                 "outcome",
             ),
-            origin_errors: counter_vec("pgvs3_cache_origin_errors_total", "Failed origin requests by kind", "kind"),
+            origin_errors: counter_vec(
+                "pgvs3_cache_origin_errors_total",
+                "Failed origin requests by kind",
+                "kind",
+            ),
             uploads: counter_vec("pgvs3_cache_uploads_total", "Write-back uploads by outcome", "outcome"),
             outbox_depth: IntGauge::new("pgvs3_cache_outbox_depth", "Write-back bodies not yet at their origin")
                 .expect("metric"),

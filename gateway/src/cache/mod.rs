@@ -61,11 +61,14 @@ struct Inner {
     remotes: Mutex<HashMap<i64, Arc<Remote>>>,
     process_fills: Arc<Semaphore>,
     /// In-process single flight: one fill per key at a time.
-    flights: Mutex<HashMap<(i64, String), Weak<tokio::sync::Mutex<()>>>>,
+    flights: Mutex<HashMap<FlightKey, Weak<tokio::sync::Mutex<()>>>>,
     /// Keys read since the last flush of their last-use times.
     touched: Mutex<HashMap<i64, HashSet<String>>>,
     uploads_due: Notify,
 }
+
+/// A bucket id and a key.
+type FlightKey = (i64, String);
 
 /// Touched keys remembered between flushes; beyond this, reads are not recorded (eviction
 /// order is an approximation anyway).
@@ -305,7 +308,7 @@ impl CacheTier {
         tokio::spawn(async move {
             // The fill goes on if the client leaves: the next reader gets a warm entry.
             let outcome = tier
-                .store_fill(&mut lock, bucket_id, &key, fetched, &client_side)
+                .store_fill(&mut lock, bucket_id, &key, *fetched, &client_side)
                 .await;
             lock.release().await;
             drop((flight, permits));
@@ -552,7 +555,10 @@ impl CacheTier {
 
     /// Checks that an origin is reachable with its credentials, for `admin origin put`.
     pub async fn verify(origin: &Origin, timeout: Duration) -> StoreResult<()> {
-        OriginClient::new(origin, timeout).verify().await.map_err(StoreError::from)
+        OriginClient::new(origin, timeout)
+            .verify()
+            .await
+            .map_err(StoreError::from)
     }
 }
 

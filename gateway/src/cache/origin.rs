@@ -139,7 +139,7 @@ macro_rules! with_meta {
 
 /// A GET's outcome.
 pub enum Fetch {
-    Body(Fetched),
+    Body(Box<Fetched>),
     /// The entity tag sent as If-None-Match still matches.
     NotModified,
 }
@@ -228,11 +228,19 @@ impl OriginClient {
     }
 
     /// GETs a key (or a range of it), unless `if_none_match` still matches.
-    pub async fn get(&self, key: &str, range: Option<ByteRange>, if_none_match: Option<&str>) -> Result<Fetch, OriginError> {
+    pub async fn get(
+        &self,
+        key: &str,
+        range: Option<ByteRange>,
+        if_none_match: Option<&str>,
+    ) -> Result<Fetch, OriginError> {
         let mut request = self.client.get_object().bucket(&self.bucket).key(key);
         if let Some(range) = range {
             request = request.range(match range {
-                ByteRange::From { first, last: Some(last) } => format!("bytes={first}-{last}"),
+                ByteRange::From {
+                    first,
+                    last: Some(last),
+                } => format!("bytes={first}-{last}"),
                 ByteRange::From { first, last: None } => format!("bytes={first}-"),
                 ByteRange::Suffix { length } => format!("bytes=-{length}"),
             });
@@ -252,11 +260,11 @@ impl OriginClient {
             None => ((0, length), length),
         };
         let head = entry_head!(output, size);
-        Ok(Fetch::Body(Fetched {
+        Ok(Fetch::Body(Box::new(Fetched {
             head,
             span,
             body: body_stream(output.body),
-        }))
+        })))
     }
 
     pub async fn head(&self, key: &str) -> Result<EntryHead, OriginError> {
@@ -269,8 +277,17 @@ impl OriginClient {
     }
 
     /// PUTs a body held in memory; returns the origin's ETag.
-    pub async fn put(&self, key: &str, meta: &ObjectMeta, body: Bytes, condition: PutCondition) -> Result<String, OriginError> {
-        let mut request = self.put_request(key, meta).content_length(body.len() as i64).body(ByteStream::from(body));
+    pub async fn put(
+        &self,
+        key: &str,
+        meta: &ObjectMeta,
+        body: Bytes,
+        condition: PutCondition,
+    ) -> Result<String, OriginError> {
+        let mut request = self
+            .put_request(key, meta)
+            .content_length(body.len() as i64)
+            .body(ByteStream::from(body));
         match condition {
             PutCondition::Always => {}
             PutCondition::IfAbsent => request = request.if_none_match("*"),
@@ -283,13 +300,23 @@ impl OriginClient {
         Ok(output.e_tag.as_deref().map(unquote).unwrap_or_default())
     }
 
-    fn put_request(&self, key: &str, meta: &ObjectMeta) -> aws_sdk_s3::operation::put_object::builders::PutObjectFluentBuilder {
+    fn put_request(
+        &self,
+        key: &str,
+        meta: &ObjectMeta,
+    ) -> aws_sdk_s3::operation::put_object::builders::PutObjectFluentBuilder {
         with_meta!(self.client.put_object().bucket(&self.bucket).key(key), meta)
     }
 
     /// Uploads a stored body of `size` bytes: one streamed PUT, or a multipart upload for
     /// large bodies. Returns the origin's ETag.
-    pub async fn upload(&self, key: &str, meta: &ObjectMeta, size: u64, body: BodyStream) -> Result<String, OriginError> {
+    pub async fn upload(
+        &self,
+        key: &str,
+        meta: &ObjectMeta,
+        size: u64,
+        body: BodyStream,
+    ) -> Result<String, OriginError> {
         if size <= MULTIPART_ABOVE {
             let request = self
                 .put_request(key, meta)
@@ -306,7 +333,12 @@ impl OriginClient {
         self.upload_multipart(key, meta, body).await
     }
 
-    async fn upload_multipart(&self, key: &str, meta: &ObjectMeta, mut body: BodyStream) -> Result<String, OriginError> {
+    async fn upload_multipart(
+        &self,
+        key: &str,
+        meta: &ObjectMeta,
+        mut body: BodyStream,
+    ) -> Result<String, OriginError> {
         use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
         use futures::StreamExt;
         let create = with_meta!(
@@ -441,7 +473,9 @@ impl OriginClient {
         Ok(ListPage {
             objects,
             common_prefixes,
-            next_token: output.next_continuation_token.filter(|_| output.is_truncated == Some(true)),
+            next_token: output
+                .next_continuation_token
+                .filter(|_| output.is_truncated == Some(true)),
             last_entry,
         })
     }

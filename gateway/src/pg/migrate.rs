@@ -10,7 +10,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
     (2, "multipart", include_str!("../../migrations/0002_multipart.sql")),
     (3, "ojs", include_str!("../../migrations/0003_ojs.sql")),
-    (4, "origin_cache", include_str!("../../migrations/0004_origin_cache.sql")),
+    (
+        4,
+        "origin_cache",
+        include_str!("../../migrations/0004_origin_cache.sql"),
+    ),
 ];
 
 /// Any fixed number works; it only has to be the same for every gateway of one database.

@@ -42,7 +42,7 @@ pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
         StoreError::OriginDenied(_) => S3ErrorCode::AccessDenied,
         StoreError::OriginFailed(_) => S3ErrorCode::Custom("BadGateway".into()),
         StoreError::Corrupt(_) | StoreError::Database(_) => {
-            tracing::error!(error = %err, "internal error");
+            tracing::error!(error = ?err, "internal error");
             S3ErrorCode::InternalError
         }
     };

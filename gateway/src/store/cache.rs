@@ -51,7 +51,7 @@ static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
                FROM s3w.objects WHERE bucket_id = $1 AND key = $2
              UNION ALL
              SELECT size, etag, last_modified, meta, {body}, body_id, false,
-                    validated_at > now() - make_interval(secs => CASE WHEN etag = '' THEN $4 ELSE $3 END)
+                    validated_at > now() - make_interval(secs => CASE WHEN etag = '' THEN $4::float8 ELSE $3::float8 END)
                FROM s3c.objects WHERE bucket_id = $1 AND key = $2
              LIMIT 1"
         )
@@ -72,8 +72,12 @@ static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
         forget: "DELETE FROM s3c.objects WHERE bucket_id = $1 AND key = $2".into(),
         touch: "UPDATE s3c.objects SET accessed_at = now() WHERE bucket_id = $1 AND key = ANY($2)".into(),
         cached_bytes: "SELECT coalesce(sum(size), 0)::bigint FROM s3c.objects WHERE bucket_id = $1".into(),
+        // The least recently used entries whose sizes add up to the excess `$2`, at most `$3`.
         evict: "DELETE FROM s3c.objects WHERE ctid = ANY(ARRAY(
-                    SELECT ctid FROM s3c.objects WHERE bucket_id = $1 ORDER BY accessed_at LIMIT $2))
+                    SELECT ctid FROM (
+                        SELECT ctid, size, sum(size) OVER (ORDER BY accessed_at, key ROWS UNBOUNDED PRECEDING) AS running
+                          FROM s3c.objects WHERE bucket_id = $1 ORDER BY accessed_at, key LIMIT $3) oldest
+                     WHERE running - size < $2::bigint))
                 RETURNING size"
             .into(),
         pending: "SELECT EXISTS (SELECT 1 FROM pgvs3.origin_outbox WHERE bucket_id = $1 AND key = $2),
@@ -242,7 +246,16 @@ async fn write_entry(
     let statement = tx.prepare_cached(&SQL.upsert_entry).await?;
     tx.execute(
         &statement,
-        &[&bucket_id, &key, &size, &head.etag, &head.last_modified, &meta, &inline.as_deref(), &body_id],
+        &[
+            &bucket_id,
+            &key,
+            &size,
+            &head.etag,
+            &head.last_modified,
+            &meta,
+            &inline.as_deref(),
+            &body_id,
+        ],
     )
     .await?;
     tx.commit().await?;
@@ -272,7 +285,11 @@ impl KeyLock {
 
     async fn release(mut self) {
         let client = self.client.take().expect("held until release");
-        if client.execute("SELECT pg_advisory_unlock($1)", &[&self.key]).await.is_err() {
+        if client
+            .execute("SELECT pg_advisory_unlock($1)", &[&self.key])
+            .await
+            .is_err()
+        {
             // Unsure whether the lock is still held: do not hand the session to anyone else.
             let _ = Object::take(client);
         }
@@ -338,7 +355,8 @@ impl FillLock {
             last_modified: SystemTime::now(),
             meta: ObjectMeta::default(),
         };
-        self.store(bucket_id, key, &head, Box::pin(futures::stream::empty())).await
+        self.store(bucket_id, key, &head, Box::pin(futures::stream::empty()))
+            .await
     }
 
     pub async fn forget(&mut self, bucket_id: i64, key: &str) -> StoreResult<()> {
@@ -358,7 +376,12 @@ async fn forget(db: &impl GenericClient, bucket_id: i64, key: &str) -> StoreResu
 
 impl Store {
     /// Looks a key up in a cache bucket: its pending body, else its filled entry.
-    pub async fn cache_lookup(&self, bucket: &BucketInfo, key: &str, with_body: bool) -> StoreResult<Option<CacheEntry>> {
+    pub async fn cache_lookup(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        with_body: bool,
+    ) -> StoreResult<Option<CacheEntry>> {
         super::objects::check_key(key)?;
         let client = self.client().await?;
         lookup(&client, bucket, key, with_body).await
@@ -433,8 +456,11 @@ impl Store {
     pub async fn cache_drop_pending(&self, bucket_id: i64, key: &str) -> StoreResult<()> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock_key("upload", bucket_id, key)])
-            .await?;
+        tx.execute(
+            "SELECT pg_advisory_xact_lock($1)",
+            &[&lock_key("upload", bucket_id, key)],
+        )
+        .await?;
         tx.execute(&SQL.drop_pending, &[&bucket_id, &key]).await?;
         forget(&tx, bucket_id, key).await?;
         tx.commit().await?;
@@ -457,7 +483,8 @@ impl Store {
         let mut cached: i64 = client.query_one(&SQL.cached_bytes, &[&bucket_id]).await?.get(0);
         let mut evicted = 0;
         while cached as u64 > limit {
-            let rows = client.query(&SQL.evict, &[&bucket_id, &BATCH]).await?;
+            let excess = cached - limit.min(i64::MAX as u64) as i64;
+            let rows = client.query(&SQL.evict, &[&bucket_id, &excess, &BATCH]).await?;
             if rows.is_empty() {
                 break;
             }
@@ -484,7 +511,9 @@ impl Store {
     /// Takes the key's upload lock, which a delete of the key waits for.
     pub async fn upload_lock(&self, due: &DueUpload) -> StoreResult<UploadLock> {
         let client = self.client().await?;
-        Ok(UploadLock(KeyLock::acquire(client, "upload", due.bucket_id, &due.key).await?))
+        Ok(UploadLock(
+            KeyLock::acquire(client, "upload", due.bucket_id, &due.key).await?,
+        ))
     }
 
     pub async fn retry_later(&self, due: &DueUpload, after: Duration, error: &str) -> StoreResult<()> {
@@ -553,7 +582,16 @@ impl UploadLock {
             let last_modified: SystemTime = row.get(1);
             tx.execute(
                 &SQL.upsert_entry,
-                &[&due.bucket_id, &due.key, &size, &origin_etag, &last_modified, &meta, &inline, &body_id],
+                &[
+                    &due.bucket_id,
+                    &due.key,
+                    &size,
+                    &origin_etag,
+                    &last_modified,
+                    &meta,
+                    &inline,
+                    &body_id,
+                ],
             )
             .await?;
         }

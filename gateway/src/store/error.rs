@@ -81,7 +81,10 @@ impl fmt::Display for StoreError {
             StoreError::IncompleteBody { expected, received } => {
                 write!(f, "the body had {received} bytes but {expected} were declared")
             }
-            StoreError::Database(err) => write!(f, "database error: {err}"),
+            StoreError::Database(err) => match err.as_db_error() {
+                Some(db) => write!(f, "database error: {} ({})", db.message(), db.code().code()),
+                None => write!(f, "database error: {err}"),
+            },
             StoreError::Unavailable(msg) => write!(f, "database unavailable: {msg}"),
             StoreError::NoSuchUpload => f.write_str(
                 "the specified multipart upload does not exist: the upload ID may be invalid, \

@@ -476,7 +476,15 @@ impl Store {
                 body: Box::pin(futures::stream::empty()),
             });
         }
-        let (segments, rows) = body_rows(&client, &bucket.sql, body_id, head.size, head.meta.parts.is_some(), span).await?;
+        let (segments, rows) = body_rows(
+            &client,
+            &bucket.sql,
+            body_id,
+            head.size,
+            head.meta.parts.is_some(),
+            span,
+        )
+        .await?;
         let body = ChunkStream::new(Some(client), rows, segments);
         Ok(ObjectRead {
             head,

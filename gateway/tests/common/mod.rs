@@ -181,8 +181,6 @@ pub fn serve_args(database_url: &str, extra: &[&str]) -> ServeArgs {
         database_url,
         "--master-key",
         MASTER_KEY,
-        "--s3-addr",
-        "127.0.0.1:0",
         "--admin-addr",
         "127.0.0.1:0",
         "--ojs-addr",
@@ -196,6 +194,9 @@ pub fn serve_args(database_url: &str, extra: &[&str]) -> ServeArgs {
         "--pool-size",
         "16",
     ];
+    if !extra.contains(&"--s3-addr") {
+        argv.extend_from_slice(&["--s3-addr", "127.0.0.1:0"]);
+    }
     // RESP is off unless a test turns it on: its database-0 bucket would show in every listing.
     if !extra.contains(&"--resp-addr") {
         argv.extend_from_slice(&["--resp-addr", "off"]);
@@ -230,6 +231,27 @@ impl TestGateway {
             database_url,
             client,
         }
+    }
+
+    /// The value of the first line of the gateway's /metrics starting with `line_start`.
+    pub async fn metric(&self, line_start: &str) -> Option<f64> {
+        let host = self.gateway.admin_addr.to_string();
+        let response = raw::send(
+            self.gateway.admin_addr,
+            "GET",
+            "/metrics",
+            &[("host".into(), host)],
+            b"",
+        )
+        .await;
+        response
+            .body
+            .lines()
+            .find(|l| l.starts_with(line_start))?
+            .rsplit(' ')
+            .next()?
+            .parse()
+            .ok()
     }
 
     pub fn endpoint(&self) -> String {

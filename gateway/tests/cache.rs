@@ -1,0 +1,625 @@
+//! The origin cache tier against a real origin (another pgvs3 gateway on its own database):
+//! read-through fills, single flight, ranges, freshness, negative caching, write-through and
+//! write-back, deletes, listing, eviction, origin failures and bad credentials. Origin requests
+//! are counted from the origin's own metrics.
+
+mod common;
+
+use std::time::Duration;
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::primitives::ByteStream;
+use common::{ROOT_ACCESS_KEY, ROOT_SECRET_KEY, TestGateway, noise};
+use pgvs3_gateway::store::{CacheMode, Origin};
+
+const ORIGIN_BUCKET: &str = "origin-data";
+const CACHE: &str = "cached";
+
+/// An origin gateway with its bucket, and a cache gateway (own database) in front of it.
+struct Pair {
+    origin: TestGateway,
+    cache: TestGateway,
+}
+
+fn origin_settings(origin: &TestGateway, mode: CacheMode) -> Origin {
+    Origin {
+        endpoint: origin.endpoint(),
+        region: "us-east-1".into(),
+        origin_bucket: ORIGIN_BUCKET.into(),
+        access_key: ROOT_ACCESS_KEY.into(),
+        secret_key: ROOT_SECRET_KEY.into(),
+        path_style: true,
+        mode,
+        ttl: Duration::from_secs(3600),
+        negative_ttl: Duration::ZERO,
+        fill_concurrency: 8,
+        size_limit: None,
+        write_back_threshold: 1 << 20,
+    }
+}
+
+impl Pair {
+    async fn start(mode: CacheMode) -> Pair {
+        Pair::start_with(|origin| origin_settings(origin, mode)).await
+    }
+
+    async fn start_with(settings: impl FnOnce(&TestGateway) -> Origin) -> Pair {
+        let origin = TestGateway::start().await;
+        origin
+            .client
+            .create_bucket()
+            .bucket(ORIGIN_BUCKET)
+            .send()
+            .await
+            .unwrap();
+        let cache = TestGateway::start().await;
+        let settings = settings(&origin);
+        cache
+            .gateway
+            .store
+            .catalog()
+            .put_origin(CACHE, &settings)
+            .await
+            .unwrap();
+        Pair { origin, cache }
+    }
+
+    /// Successful GETs the origin has served so far.
+    async fn origin_gets(&self) -> f64 {
+        origin_requests(&self.origin, "GetObject", 200).await
+    }
+
+    async fn put_at_origin(&self, key: &str, body: Vec<u8>) {
+        put(&self.origin.client, ORIGIN_BUCKET, key, body).await;
+    }
+
+    async fn origin_has(&self, key: &str) -> Option<Vec<u8>> {
+        get(&self.origin.client, ORIGIN_BUCKET, key).await
+    }
+
+    async fn stop(self) {
+        self.cache.stop().await;
+        self.origin.stop().await;
+    }
+}
+
+async fn origin_requests(origin: &TestGateway, operation: &str, status: u16) -> f64 {
+    origin
+        .metric(&format!(
+            "pgvs3_requests_total{{operation=\"{operation}\",protocol=\"s3\",status=\"{status}\"}}"
+        ))
+        .await
+        .unwrap_or(0.0)
+}
+
+async fn raw_metrics(gw: &TestGateway) -> String {
+    let host = gw.gateway.admin_addr.to_string();
+    common::raw::send(gw.gateway.admin_addr, "GET", "/metrics", &[("host".into(), host)], b"")
+        .await
+        .body
+}
+
+async fn put(client: &Client, bucket: &str, key: &str, body: Vec<u8>) -> String {
+    client
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(ByteStream::from(body))
+        .send()
+        .await
+        .unwrap()
+        .e_tag
+        .unwrap()
+}
+
+async fn get(client: &Client, bucket: &str, key: &str) -> Option<Vec<u8>> {
+    match client.get_object().bucket(bucket).key(key).send().await {
+        Ok(output) => Some(output.body.collect().await.unwrap().to_vec()),
+        Err(err) if err.raw_response().map(|r| r.status().as_u16()) == Some(404) => None,
+        Err(err) => panic!("GET {bucket}/{key}: {err:?}"),
+    }
+}
+
+async fn status_of_get(client: &Client, bucket: &str, key: &str) -> (u16, Option<String>) {
+    match client.get_object().bucket(bucket).key(key).send().await {
+        Ok(output) => {
+            output.body.collect().await.unwrap();
+            (200, None)
+        }
+        Err(err) => {
+            use aws_sdk_s3::error::ProvideErrorMetadata;
+            let status = err.raw_response().map(|r| r.status().as_u16()).unwrap_or(0);
+            (status, err.code().map(str::to_owned))
+        }
+    }
+}
+
+/// Waits (bounded) until `check` holds; the condition is what the test asserts.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    for _ in 0..300 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_miss_fills_once_and_warm_reads_never_reach_the_origin() {
+    let pair = Pair::start(CacheMode::WriteBack).await;
+    let small = noise(3000, 1);
+    let large = noise(3 << 20, 2);
+    pair.put_at_origin("small.bin", small.clone()).await;
+    pair.put_at_origin("dir/large.parquet", large.clone()).await;
+    let client = &pair.cache.client;
+
+    assert_eq!(get(client, CACHE, "small.bin").await.unwrap(), small);
+    assert_eq!(get(client, CACHE, "dir/large.parquet").await.unwrap(), large);
+    assert_eq!(pair.origin_gets().await, 2.0, "one origin GET per miss, no HEAD first");
+    assert_eq!(origin_requests(&pair.origin, "HeadObject", 200).await, 0.0);
+
+    for _ in 0..3 {
+        assert_eq!(get(client, CACHE, "small.bin").await.unwrap(), small);
+        assert_eq!(get(client, CACHE, "dir/large.parquet").await.unwrap(), large);
+        let head = client
+            .head_object()
+            .bucket(CACHE)
+            .key("dir/large.parquet")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(head.content_length, Some(large.len() as i64));
+    }
+    // A whole-object entry serves ranges locally.
+    let range = client
+        .get_object()
+        .bucket(CACHE)
+        .key("dir/large.parquet")
+        .range("bytes=1000000-1000099")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        range.content_range.as_deref(),
+        Some(&*format!("bytes 1000000-1000099/{}", large.len()))
+    );
+    assert_eq!(
+        range.body.collect().await.unwrap().to_vec(),
+        &large[1_000_000..1_000_100]
+    );
+    assert_eq!(pair.origin_gets().await, 2.0, "warm reads make no origin request");
+    assert_eq!(origin_requests(&pair.origin, "HeadObject", 200).await, 0.0);
+
+    // The origin's ETag is the cache's, so clients see one identity for the object.
+    let at_origin = pair
+        .origin
+        .client
+        .head_object()
+        .bucket(ORIGIN_BUCKET)
+        .key("small.bin")
+        .send()
+        .await
+        .unwrap();
+    let cached = client
+        .head_object()
+        .bucket(CACHE)
+        .key("small.bin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cached.e_tag, at_origin.e_tag);
+    assert_eq!(
+        pair.cache.metric("pgvs3_cache_fills_total{outcome=\"ok\"}").await,
+        Some(2.0)
+    );
+    pair.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_misses_on_two_gateways_share_one_origin_get() {
+    let pair = Pair::start(CacheMode::WriteBack).await;
+    let body = noise(2 << 20, 3);
+    pair.put_at_origin("hot.bin", body.clone()).await;
+    // A second cache gateway on the same database: single flight must hold across gateways.
+    let second = TestGateway::on(pair.cache.database_url.clone()).await;
+    let mut readers = Vec::new();
+    for i in 0..16 {
+        let client = if i % 2 == 0 {
+            pair.cache.client.clone()
+        } else {
+            second.client.clone()
+        };
+        readers.push(tokio::spawn(
+            async move { get(&client, CACHE, "hot.bin").await.unwrap() },
+        ));
+    }
+    for reader in readers {
+        assert_eq!(reader.await.unwrap(), body);
+    }
+    assert_eq!(
+        pair.origin_gets().await,
+        1.0,
+        "16 concurrent cold readers, one origin GET"
+    );
+    second.stop().await;
+    pair.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cold_range_passes_through_without_filling() {
+    let pair = Pair::start(CacheMode::WriteBack).await;
+    let body = noise(1 << 20, 4);
+    pair.put_at_origin("table.parquet", body.clone()).await;
+    let client = &pair.cache.client;
+    let tail = client
+        .get_object()
+        .bucket(CACHE)
+        .key("table.parquet")
+        .range("bytes=-8")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        tail.content_range.as_deref(),
+        Some(&*format!("bytes {}-{}/{}", body.len() - 8, body.len() - 1, body.len()))
+    );
+    assert_eq!(tail.body.collect().await.unwrap().to_vec(), &body[body.len() - 8..]);
+    assert_eq!(
+        pair.cache.metric("pgvs3_cache_passthrough_total{kind=\"range\"}").await,
+        Some(1.0)
+    );
+    assert_eq!(
+        pair.cache.metric("pgvs3_cache_fills_total{outcome=\"ok\"}").await,
+        None,
+        "nothing filled"
+    );
+    assert_eq!(
+        origin_requests(&pair.origin, "GetObject", 206).await,
+        1.0,
+        "a ranged origin GET"
+    );
+    // The next whole read is still a miss that fills.
+    assert_eq!(get(client, CACHE, "table.parquet").await.unwrap(), body);
+    assert_eq!(pair.origin_gets().await, 1.0);
+    pair.stop().await;
+}
+
+/// Ages every entry of the cache bucket past its TTL.
+async fn expire_entries(cache: &TestGateway) {
+    cache
+        .sql()
+        .await
+        .execute("UPDATE s3c.objects SET validated_at = now() - interval '1 day'", &[])
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stale_entry_is_revalidated_without_a_body_when_unchanged() {
+    let pair = Pair::start(CacheMode::WriteBack).await;
+    let body = noise(200_000, 5);
+    pair.put_at_origin("doc.json", body.clone()).await;
+    let client = &pair.cache.client;
+    assert_eq!(get(client, CACHE, "doc.json").await.unwrap(), body);
+
+    expire_entries(&pair.cache).await;
+    assert_eq!(get(client, CACHE, "doc.json").await.unwrap(), body);
+    let metrics = raw_metrics(&pair.origin).await;
+    assert_eq!(
+        origin_requests(&pair.origin, "GetObject", 304).await,
+        1.0,
+        "a conditional GET: {metrics}"
+    );
+    assert_eq!(pair.origin_gets().await, 1.0, "no second body transfer");
+    assert_eq!(
+        pair.cache
+            .metric("pgvs3_cache_revalidations_total{outcome=\"unchanged\"}")
+            .await,
+        Some(1.0)
+    );
+    // Fresh again: no origin request at all.
+    assert_eq!(get(client, CACHE, "doc.json").await.unwrap(), body);
+    assert_eq!(origin_requests(&pair.origin, "GetObject", 304).await, 1.0);
+
+    // Changed at the origin: within the TTL the cache still serves its copy; after it, the new one.
+    let changed = noise(1000, 6);
+    pair.put_at_origin("doc.json", changed.clone()).await;
+    assert_eq!(get(client, CACHE, "doc.json").await.unwrap(), body);
+    expire_entries(&pair.cache).await;
+    assert_eq!(get(client, CACHE, "doc.json").await.unwrap(), changed);
+    assert_eq!(
+        pair.cache
+            .metric("pgvs3_cache_revalidations_total{outcome=\"changed\"}")
+            .await,
+        Some(1.0)
+    );
+    assert_eq!(pair.origin_gets().await, 2.0);
+    pair.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_404_is_remembered_for_the_negative_ttl() {
+    let pair = Pair::start_with(|origin| Origin {
+        negative_ttl: Duration::from_secs(600),
+        ..origin_settings(origin, CacheMode::WriteBack)
+    })
+    .await;
+    let client = &pair.cache.client;
+    assert_eq!(
+        status_of_get(client, CACHE, "later.txt").await,
+        (404, Some("NoSuchKey".into()))
+    );
+    pair.put_at_origin("later.txt", b"now here".to_vec()).await;
+    assert_eq!(
+        status_of_get(client, CACHE, "later.txt").await.0,
+        404,
+        "the miss is cached"
+    );
+    assert_eq!(origin_requests(&pair.origin, "GetObject", 404).await, 1.0);
+    assert_eq!(
+        pair.cache
+            .metric("pgvs3_cache_lookups_total{result=\"negative\"}")
+            .await,
+        Some(1.0)
+    );
+    expire_entries(&pair.cache).await;
+    assert_eq!(get(client, CACHE, "later.txt").await.unwrap(), b"now here");
+    pair.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn small_writes_reach_the_origin_before_they_are_acknowledged() {
+    let pair = Pair::start(CacheMode::WriteBack).await;
+    let client = &pair.cache.client;
+    let body = noise(100_000, 7);
+    let etag = put(client, CACHE, "written.bin", body.clone()).await;
+    // Straight after the 200, without waiting for anything.
+    assert_eq!(pair.origin_has("written.bin").await.unwrap(), body);
+    let at_origin = pair
+        .origin
+        .client
+        .head_object()
+        .bucket(ORIGIN_BUCKET)
+        .key("written.bin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(at_origin.e_tag.as_deref(), Some(&*etag));
+    // ... and the cache holds it: reading it back makes no origin request.
+    assert_eq!(get(client, CACHE, "written.bin").await.unwrap(), body);
+    assert_eq!(pair.origin_gets().await, 1.0, "only the check above read the origin");
+
+    // A conditional write is decided by the origin.
+    let refused = client
+        .put_object()
+        .bucket(CACHE)
+        .key("written.bin")
+        .if_none_match("*")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(refused.raw_response().unwrap().status().as_u16(), 412);
+    assert_eq!(pair.origin_has("written.bin").await.unwrap(), body);
+
+    // Deletes go to the origin and invalidate the entry.
+    client
+        .delete_object()
+        .bucket(CACHE)
+        .key("written.bin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pair.origin_has("written.bin").await, None);
+    assert_eq!(get(client, CACHE, "written.bin").await, None);
+    pair.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn large_writes_are_acknowledged_first_and_uploaded_by_the_worker() {
+    let pair = Pair::start(CacheMode::WriteBack).await;
+    let client = &pair.cache.client;
+    let body = noise(3 << 20, 8);
+    put(client, CACHE, "big/part-0.parquet", body.clone()).await;
+    // Readable through the cache at once, whether or not the upload has happened yet.
+    assert_eq!(get(client, CACHE, "big/part-0.parquet").await.unwrap(), body);
+    eventually("the upload", || async {
+        pair.origin_has("big/part-0.parquet").await.as_deref() == Some(&body[..])
+    })
+    .await;
+    let sql = pair.cache.sql().await;
+    eventually("the outbox to drain", || async {
+        let row = sql
+            .query_one("SELECT count(*) FROM pgvs3.origin_outbox", &[])
+            .await
+            .unwrap();
+        row.get::<_, i64>(0) == 0
+    })
+    .await;
+    let pending: i64 = sql
+        .query_one("SELECT count(*) FROM s3w.objects", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(pending, 0, "the body left s3w once the origin had it");
+    // The uploaded body became a cache entry: reading it makes no origin request.
+    let gets = pair.origin_gets().await;
+    assert_eq!(get(client, CACHE, "big/part-0.parquet").await.unwrap(), body);
+    assert_eq!(pair.origin_gets().await, gets);
+    assert_eq!(
+        pair.cache.metric("pgvs3_cache_uploads_total{outcome=\"ok\"}").await,
+        Some(1.0)
+    );
+    pair.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn listing_passes_through_to_the_origin() {
+    let pair = Pair::start(CacheMode::WriteBack).await;
+    for key in ["a/1", "a/2", "b/1", "c"] {
+        pair.put_at_origin(key, key.as_bytes().to_vec()).await;
+    }
+    let listed = pair
+        .cache
+        .client
+        .list_objects_v2()
+        .bucket(CACHE)
+        .delimiter("/")
+        .max_keys(2)
+        .send()
+        .await
+        .unwrap();
+    let prefixes: Vec<_> = listed.common_prefixes().iter().filter_map(|p| p.prefix()).collect();
+    assert_eq!(prefixes, ["a/", "b/"]);
+    assert_eq!(listed.is_truncated, Some(true));
+    let rest = pair
+        .cache
+        .client
+        .list_objects_v2()
+        .bucket(CACHE)
+        .delimiter("/")
+        .continuation_token(listed.next_continuation_token.unwrap())
+        .send()
+        .await
+        .unwrap();
+    let keys: Vec<_> = rest.contents().iter().filter_map(|o| o.key()).collect();
+    assert_eq!(keys, ["c"]);
+    assert_eq!(rest.name.as_deref(), Some(CACHE));
+    pair.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn origin_failures_are_errors_and_warm_entries_still_serve() {
+    let pair = Pair::start(CacheMode::WriteBack).await;
+    pair.put_at_origin("warm", b"kept".to_vec()).await;
+    pair.put_at_origin("cold", b"not yet".to_vec()).await;
+    let client = &pair.cache.client;
+    assert_eq!(get(client, CACHE, "warm").await.unwrap(), b"kept");
+    let origin_addr = pair.origin.gateway.s3_addr;
+    let origin_db = pair.origin.stop().await;
+
+    assert_eq!(
+        get(client, CACHE, "warm").await.unwrap(),
+        b"kept",
+        "a warm hit needs no origin"
+    );
+    let (status, code) = status_of_get(client, CACHE, "cold").await;
+    assert_eq!((status, code.as_deref()), (502, Some("BadGateway")));
+    // (The client retries a 502 itself: each attempt is one origin error.)
+    let unreachable = pair
+        .cache
+        .metric("pgvs3_cache_origin_errors_total{kind=\"unreachable\"}")
+        .await;
+    assert!(unreachable.is_some_and(|n| n >= 1.0), "{unreachable:?}");
+    let failed_put = client
+        .put_object()
+        .bucket(CACHE)
+        .key("new")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        failed_put.raw_response().unwrap().status().as_u16(),
+        502,
+        "not acknowledged"
+    );
+
+    // The origin comes back where it was: the cache recovers by itself.
+    let origin_addr = origin_addr.to_string();
+    let origin = TestGateway::with_args(origin_db, &["--s3-addr", &origin_addr]).await;
+    assert_eq!(get(client, CACHE, "cold").await.unwrap(), b"not yet");
+    origin.stop().await;
+    pair.cache.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_origin_credentials_are_refused_at_configuration_and_request_time() {
+    let origin = TestGateway::start().await;
+    origin
+        .client
+        .create_bucket()
+        .bucket(ORIGIN_BUCKET)
+        .send()
+        .await
+        .unwrap();
+    let mut settings = origin_settings(&origin, CacheMode::WriteBack);
+    settings.secret_key = "not-the-secret".into();
+    let refused = pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, pgvs3_gateway::store::StoreError::OriginDenied(_)),
+        "{refused:?}"
+    );
+
+    let cache = TestGateway::start().await;
+    cache
+        .gateway
+        .store
+        .catalog()
+        .put_origin(CACHE, &settings)
+        .await
+        .unwrap();
+    put(&origin.client, ORIGIN_BUCKET, "k", b"v".to_vec()).await;
+    let err = cache
+        .client
+        .get_object()
+        .bucket(CACHE)
+        .key("k")
+        .send()
+        .await
+        .unwrap_err();
+    use aws_sdk_s3::error::ProvideErrorMetadata;
+    assert_eq!(err.code(), Some("AccessDenied"));
+    assert!(err.message().unwrap_or_default().contains("origin"), "{err:?}");
+    cache.stop().await;
+    origin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eviction_keeps_recent_entries_and_never_drops_a_pending_body() {
+    let pair = Pair::start(CacheMode::WriteBack).await;
+    let client = &pair.cache.client;
+    for i in 0..6 {
+        pair.put_at_origin(&format!("e{i}"), noise(100_000, 20 + i)).await;
+        get(client, CACHE, &format!("e{i}")).await.unwrap();
+    }
+    // A write-back body that cannot reach its origin (pointed at a closed port) stays pending.
+    let mut dead = origin_settings(&pair.origin, CacheMode::WriteBack);
+    dead.endpoint = "http://127.0.0.1:9".into();
+    let store = &pair.cache.gateway.store;
+    store.catalog().put_origin(CACHE, &dead).await.unwrap();
+    let pending = noise(2 << 20, 30);
+    put(client, CACHE, "pending.bin", pending.clone()).await;
+    let sql = pair.cache.sql().await;
+    // e5 was used last; e0 longest ago.
+    sql.execute(
+        "UPDATE s3c.objects SET accessed_at = now() - make_interval(secs => 100 - substr(key, 2)::int)",
+        &[],
+    )
+    .await
+    .unwrap();
+    let bucket = store.catalog().bucket(CACHE).await.unwrap();
+    let evicted = store.cache_evict(bucket.id, 250_000).await.unwrap();
+    assert!(evicted >= 4, "evicted {evicted}");
+    let kept: Vec<String> = sql
+        .query("SELECT key FROM s3c.objects ORDER BY key", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(kept, ["e4", "e5"], "the most recently used entries stay");
+    assert_eq!(
+        get(client, CACHE, "pending.bin").await.unwrap(),
+        pending,
+        "the pending body is still served"
+    );
+    pair.stop().await;
+}
