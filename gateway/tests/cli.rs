@@ -249,3 +249,115 @@ async fn an_explicit_database_needs_a_master_key() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("PGVS3_MASTER_KEY"));
 }
+
+/// `admin origin` manages cache buckets beside a running serve; a write-back acknowledged just
+/// before a kill -9 (its origin unreachable, so it cannot have been uploaded yet) reaches the
+/// origin after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn origin_commands_work_and_a_write_back_survives_kill_9() {
+    let origin = common::TestGateway::start().await;
+    origin
+        .client
+        .create_bucket()
+        .bucket("origin-data")
+        .send()
+        .await
+        .unwrap();
+    let dir = data_dir("origin");
+    let dir_arg = dir.display().to_string();
+    let mut served = serve(&dir).await;
+    let put_origin = |endpoint: String, verify: bool| {
+        let dir_arg = dir_arg.clone();
+        async move {
+            let mut args = vec![
+                "admin".to_owned(),
+                "--data-dir".into(),
+                dir_arg,
+                "origin".into(),
+                "put".into(),
+                "--bucket".into(),
+                "cached".into(),
+                "--endpoint".into(),
+                endpoint,
+                "--origin-bucket".into(),
+                "origin-data".into(),
+                "--access-key".into(),
+                common::ROOT_ACCESS_KEY.into(),
+                "--secret-key".into(),
+                common::ROOT_SECRET_KEY.into(),
+                "--write-back-threshold".into(),
+                "1MiB".into(),
+            ];
+            if !verify {
+                args.push("--no-verify".into());
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            pgvs3(&args).await
+        }
+    };
+    let dead = "http://127.0.0.1:9".to_owned();
+    let refused = put_origin(dead.clone(), true).await;
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("checking origin bucket origin-data"), "{stderr}");
+    assert!(put_origin(dead, false).await.status.success());
+    let listed = pgvs3(&["admin", "--data-dir", &dir_arg, "origin", "list"]).await;
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains("cached") && listed.contains("write-back") && listed.contains("127.0.0.1:9/origin-data"),
+        "{listed}"
+    );
+
+    let body = common::noise(2 << 20, 9);
+    let cache = client(&served.s3, common::ROOT_ACCESS_KEY, common::ROOT_SECRET_KEY);
+    cache
+        .put_object()
+        .bucket("cached")
+        .key("late.bin")
+        .body(aws_sdk_s3::primitives::ByteStream::from(body.clone()))
+        .send()
+        .await
+        .unwrap();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(served.child.id().unwrap() as i32, libc::SIGKILL) };
+    served.child.wait().await.unwrap();
+
+    let served = serve(&dir).await;
+    assert!(put_origin(origin.endpoint(), true).await.status.success());
+    let mut uploaded = None;
+    for _ in 0..300 {
+        if let Ok(output) = origin
+            .client
+            .get_object()
+            .bucket("origin-data")
+            .key("late.bin")
+            .send()
+            .await
+        {
+            uploaded = Some(output.body.collect().await.unwrap().to_vec());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        uploaded.as_deref(),
+        Some(&body[..]),
+        "the acknowledged body reached the origin"
+    );
+
+    let deleted = pgvs3(&[
+        "admin",
+        "--data-dir",
+        &dir_arg,
+        "origin",
+        "delete",
+        "--bucket",
+        "cached",
+    ])
+    .await;
+    assert!(deleted.status.success(), "{}", String::from_utf8_lossy(&deleted.stderr));
+    let listed = pgvs3(&["admin", "--data-dir", &dir_arg, "origin", "list"]).await;
+    assert!(!String::from_utf8_lossy(&listed.stdout).contains("cached"));
+    terminate(served).await;
+    origin.stop().await;
+}

@@ -240,6 +240,21 @@ pub fn running_cluster(data_dir: &Path) -> Option<tokio_postgres::Config> {
     alive.then(|| socket_config(Path::new(socket_dir), port))
 }
 
+/// Waits until the server recorded in `data_dir` has exited.
+pub async fn wait_for_shutdown(data_dir: &Path, limit: Duration) -> Result<()> {
+    let deadline = Instant::now() + limit;
+    while running_cluster(data_dir).is_some() {
+        if Instant::now() >= deadline {
+            bail!(
+                "a PostgreSQL server still runs in {} but does not accept connections",
+                data_dir.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
 /// Settings derived from the memory budget, plus fixed ones that suit an object store: large
 /// WAL between checkpoints for bulk writes, replication enabled so a standby can be attached
 /// later without a restart, SSD-friendly planner costs. Durability settings are spelled out so a

@@ -27,8 +27,13 @@ impl Database {
         let (config, embedded) = match &args.database_url {
             Some(url) => (url.parse().context("invalid --database-url")?, None),
             None => match embedded::running_cluster(&args.data_dir) {
-                Some(config) => (config, None),
-                None => {
+                Some(config) if answers(&config).await => (config, None),
+                running => {
+                    if running.is_some() {
+                        // A server orphaned by a killed gateway is still shutting down (it
+                        // refuses connections meanwhile): let it finish, then start afresh.
+                        embedded::wait_for_shutdown(&args.data_dir, Duration::from_secs(60)).await?;
+                    }
                     let server = EmbeddedPostgres::start(EmbeddedOptions {
                         data_dir: args.data_dir.clone(),
                         pg_bin: args.pg_bin.clone(),
@@ -51,6 +56,19 @@ impl Database {
             server.stop().await?;
         }
         Ok(())
+    }
+}
+
+/// Whether a server accepts a connection now.
+async fn answers(config: &tokio_postgres::Config) -> bool {
+    let mut config = config.clone();
+    config.connect_timeout(Duration::from_secs(2));
+    match config.connect(tokio_postgres::NoTls).await {
+        Ok((client, connection)) => {
+            tokio::spawn(connection);
+            client.simple_query("SELECT 1").await.is_ok()
+        }
+        Err(_) => false,
     }
 }
 
