@@ -33,6 +33,8 @@ CREATE TABLE pgvs3.origins (
     size_limit_bytes     bigint CHECK (size_limit_bytes > 0),
     -- In write-back mode, bodies of at least this size are acknowledged before the upload.
     write_back_threshold bigint NOT NULL CHECK (write_back_threshold > 0),
+    -- A range read of an object not cached whole fills the aligned chunks of this size it touches.
+    range_chunk_bytes    integer NOT NULL CHECK (range_chunk_bytes BETWEEN 65536 AND 67108864),
     updated_at           timestamptz NOT NULL DEFAULT now()
 );
 CREATE TRIGGER origins_catalog_version AFTER INSERT OR UPDATE OR DELETE ON pgvs3.origins
@@ -87,7 +89,8 @@ CREATE FUNCTION pgvs3.put_origin(
     negative_ttl_seconds integer DEFAULT 0,
     fill_concurrency integer DEFAULT 8,
     size_limit_bytes bigint DEFAULT NULL,
-    write_back_threshold bigint DEFAULT 8388608
+    write_back_threshold bigint DEFAULT 8388608,
+    range_chunk_bytes integer DEFAULT 1048576
 ) RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
     cache_id bigint;
@@ -104,25 +107,26 @@ BEGIN
     SELECT * INTO previous FROM pgvs3.origins o WHERE o.bucket_id = cache_id;
     INSERT INTO pgvs3.origins AS o (bucket_id, endpoint, region, origin_bucket, access_key, secret_encrypted,
                                     path_style, mode, ttl_seconds, negative_ttl_seconds, fill_concurrency,
-                                    size_limit_bytes, write_back_threshold)
+                                    size_limit_bytes, write_back_threshold, range_chunk_bytes)
     VALUES (cache_id, endpoint, region, origin_bucket, access_key, secret_encrypted, path_style, cache_mode,
-            ttl_seconds, negative_ttl_seconds, fill_concurrency, size_limit_bytes, write_back_threshold)
+            ttl_seconds, negative_ttl_seconds, fill_concurrency, size_limit_bytes, write_back_threshold,
+            range_chunk_bytes)
     ON CONFLICT ON CONSTRAINT origins_pkey DO UPDATE
         SET endpoint = EXCLUDED.endpoint, region = EXCLUDED.region, origin_bucket = EXCLUDED.origin_bucket,
             access_key = EXCLUDED.access_key, secret_encrypted = EXCLUDED.secret_encrypted,
             path_style = EXCLUDED.path_style, mode = EXCLUDED.mode, ttl_seconds = EXCLUDED.ttl_seconds,
             negative_ttl_seconds = EXCLUDED.negative_ttl_seconds, fill_concurrency = EXCLUDED.fill_concurrency,
             size_limit_bytes = EXCLUDED.size_limit_bytes, write_back_threshold = EXCLUDED.write_back_threshold,
-            updated_at = now()
+            range_chunk_bytes = EXCLUDED.range_chunk_bytes, updated_at = now()
         -- Re-applying the same settings (as a reconciling operator does) changes nothing.
         WHERE (o.endpoint, o.region, o.origin_bucket, o.access_key, o.secret_encrypted, o.path_style, o.mode,
                o.ttl_seconds, o.negative_ttl_seconds, o.fill_concurrency, o.size_limit_bytes,
-               o.write_back_threshold)
+               o.write_back_threshold, o.range_chunk_bytes)
               IS DISTINCT FROM
               (EXCLUDED.endpoint, EXCLUDED.region, EXCLUDED.origin_bucket, EXCLUDED.access_key,
                EXCLUDED.secret_encrypted, EXCLUDED.path_style, EXCLUDED.mode, EXCLUDED.ttl_seconds,
                EXCLUDED.negative_ttl_seconds, EXCLUDED.fill_concurrency, EXCLUDED.size_limit_bytes,
-               EXCLUDED.write_back_threshold);
+               EXCLUDED.write_back_threshold, EXCLUDED.range_chunk_bytes);
     -- Entries cached from another origin must be fetched again.
     IF previous.endpoint IS DISTINCT FROM endpoint OR previous.origin_bucket IS DISTINCT FROM origin_bucket THEN
         UPDATE s3c.objects SET validated_at = '-infinity' WHERE bucket_id = cache_id;

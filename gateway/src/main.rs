@@ -128,6 +128,9 @@ struct OriginPut {
     /// In write-back mode, bodies this large or larger are acknowledged before their upload.
     #[arg(long, default_value = "8MiB", value_parser = parse_bytes)]
     write_back_threshold: u64,
+    /// Range reads of objects not cached whole fill aligned chunks of this size (64KiB..64MiB).
+    #[arg(long, default_value = "1MiB", value_parser = parse_bytes)]
+    range_chunk_size: u64,
     /// Save without checking that the origin answers.
     #[arg(long)]
     no_verify: bool,
@@ -242,6 +245,7 @@ async fn admin_origin(catalog: &Catalog, command: OriginCommand) -> anyhow::Resu
                 fill_concurrency,
                 size_limit,
                 write_back_threshold,
+                range_chunk_size,
                 no_verify,
             } = *put;
             let origin = Origin {
@@ -257,6 +261,7 @@ async fn admin_origin(catalog: &Catalog, command: OriginCommand) -> anyhow::Resu
                 fill_concurrency,
                 size_limit,
                 write_back_threshold,
+                range_chunk: range_chunk_size.min(u32::MAX as u64) as u32,
             };
             if !no_verify {
                 CacheTier::verify(&origin, Duration::from_secs(10))

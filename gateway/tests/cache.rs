@@ -35,6 +35,7 @@ fn origin_settings(origin: &TestGateway, mode: CacheMode) -> Origin {
         fill_concurrency: 8,
         size_limit: None,
         write_back_threshold: 1 << 20,
+        range_chunk: 64 << 10,
     }
 }
 
@@ -767,6 +768,7 @@ async fn an_rclone_origin_fills_takes_writes_through_and_back_and_lists() {
         fill_concurrency: 8,
         size_limit: None,
         write_back_threshold: 1 << 20,
+        range_chunk: 64 << 10,
     };
     pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(5))
         .await

@@ -68,6 +68,8 @@ pub struct Origin {
     pub fill_concurrency: u32,
     pub size_limit: Option<u64>,
     pub write_back_threshold: u64,
+    /// Range reads of objects not cached whole fill the aligned chunks of this size they touch.
+    pub range_chunk: u32,
 }
 
 impl fmt::Debug for Origin {
@@ -84,6 +86,7 @@ impl Origin {
     pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
     pub const DEFAULT_FILL_CONCURRENCY: u32 = 8;
     pub const DEFAULT_WRITE_BACK_THRESHOLD: u64 = 8 * 1024 * 1024;
+    pub const DEFAULT_RANGE_CHUNK: u32 = 1024 * 1024;
 }
 
 /// An origin as listed: the bucket it serves and when it last changed.
@@ -96,7 +99,7 @@ pub struct OriginEntry {
 /// The origin columns, as joined onto a bucket row (all NULL for an ordinary bucket).
 pub(super) const ORIGIN_COLUMNS: &str = "o.endpoint, o.region, o.origin_bucket, o.access_key, o.secret_encrypted, \
      o.path_style, o.mode, o.ttl_seconds, o.negative_ttl_seconds, o.fill_concurrency, o.size_limit_bytes, \
-     o.write_back_threshold";
+     o.write_back_threshold, o.range_chunk_bytes";
 
 /// Decodes the origin columns starting at `first`; `None` when the bucket has no origin.
 pub(super) fn origin_from_row(row: &Row, first: usize, master_key: &MasterKey) -> anyhow::Result<Option<Origin>> {
@@ -121,6 +124,7 @@ pub(super) fn origin_from_row(row: &Row, first: usize, master_key: &MasterKey) -
         fill_concurrency: row.get::<_, i32>(first + 9) as u32,
         size_limit: row.get::<_, Option<i64>>(first + 10).map(|n| n as u64),
         write_back_threshold: row.get::<_, i64>(first + 11) as u64,
+        range_chunk: row.get::<_, i32>(first + 12) as u32,
     }))
 }
 
@@ -133,10 +137,11 @@ impl Catalog {
         let fill_concurrency = origin.fill_concurrency.min(1024) as i32;
         let size_limit = origin.size_limit.map(|n| n.min(i64::MAX as u64) as i64);
         let threshold = origin.write_back_threshold.min(i64::MAX as u64) as i64;
+        let range_chunk = origin.range_chunk.min(i32::MAX as u32) as i32;
         let client = self.pool().get().await?;
         client
             .execute(
-                "SELECT pgvs3.put_origin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                "SELECT pgvs3.put_origin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
                 &[
                     &bucket,
                     &origin.endpoint,
@@ -151,6 +156,7 @@ impl Catalog {
                     &fill_concurrency,
                     &size_limit,
                     &threshold,
+                    &range_chunk,
                 ],
             )
             .await
