@@ -22,6 +22,10 @@ bench *ARGS:
 load *ARGS:
     e2e/scripts/load.sh {{ARGS}}
 
+# The origin cache against a constrained origin (20 ms one-way, 50 MiB/s): direct, cold, warm, write-back.
+cache-bench SIZES="10MiB,100MiB" REQUESTS="5":
+    e2e/scripts/cache-bench.sh {{SIZES}} {{REQUESTS}}
+
 # redis-benchmark: the gateway's RESP vs redis-server (appendfsync always, and in-memory), 4 KiB GET/SET.
 resp-bench REQUESTS="20000":
     bash scripts/resp-bench.sh {{REQUESTS}}

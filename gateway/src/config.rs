@@ -165,6 +165,19 @@ pub struct ServeArgs {
     /// Write-back uploads running at once (on the one gateway that runs the worker).
     #[arg(long, env = "PGVS3_WRITE_BACK_CONCURRENCY", default_value_t = 4)]
     pub write_back_concurrency: usize,
+
+    // --- simulated remote endpoint (benchmarks) ---
+    /// Make the S3 endpoint answer like a remote store: this one-way latency each way.
+    #[arg(long, env = "PGVS3_SIMULATE_LATENCY", default_value = "0ms", value_parser = parse_duration)]
+    pub simulate_latency: Duration,
+
+    /// ... and this bandwidth per request, in bytes per second (uploads and answers; 0: unlimited).
+    #[arg(long, env = "PGVS3_SIMULATE_BANDWIDTH", default_value_t = 0)]
+    pub simulate_bandwidth: u64,
+
+    /// ... and at most this many requests started per second (0: unlimited).
+    #[arg(long, env = "PGVS3_SIMULATE_RPS", default_value_t = 0)]
+    pub simulate_rps: u32,
 }
 
 /// A listen address that can be switched off.
@@ -210,6 +223,14 @@ pub enum LogFormat {
 }
 
 impl ServeArgs {
+    pub fn simulated(&self) -> crate::simulate::Constraints {
+        crate::simulate::Constraints {
+            latency: self.simulate_latency,
+            bandwidth: self.simulate_bandwidth,
+            rps: self.simulate_rps,
+        }
+    }
+
     pub fn cache_settings(&self) -> crate::cache::CacheSettings {
         crate::cache::CacheSettings {
             fill_concurrency: self.fill_concurrency,

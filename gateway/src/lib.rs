@@ -16,4 +16,5 @@ pub mod pg;
 pub mod resp;
 pub mod s3;
 pub mod serve;
+pub mod simulate;
 pub mod store;

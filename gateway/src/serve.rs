@@ -80,14 +80,27 @@ impl RunningGateway {
             cache.clone(),
         )?;
         let admin = AdminService::new(pool.clone(), metrics.clone(), args.require_role);
-        let mut servers = vec![
+        let simulated = args.simulated();
+        let s3_server = if simulated.any() {
+            tracing::warn!(?simulated, "the S3 endpoint simulates a constrained remote store");
+            tokio::spawn(http_server::serve(
+                s3_listener,
+                crate::simulate::Constrained::new(endpoint, simulated),
+                signal.clone(),
+                args.shutdown_timeout,
+                "s3",
+            ))
+        } else {
             tokio::spawn(http_server::serve(
                 s3_listener,
                 endpoint,
                 signal.clone(),
                 args.shutdown_timeout,
                 "s3",
-            )),
+            ))
+        };
+        let mut servers = vec![
+            s3_server,
             tokio::spawn(http_server::serve(
                 admin_listener,
                 admin,

@@ -825,3 +825,61 @@ async fn an_rclone_origin_fills_takes_writes_through_and_back_and_lists() {
     rclone.child.kill().await.unwrap();
     let _ = std::fs::remove_dir_all(&rclone.root);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_simulated_remote_origin_is_at_least_as_slow_as_configured() {
+    // 100 ms each way, 4 MiB/s per request, 5 requests per second.
+    let origin = TestGateway::with_args(
+        common::fresh_database().await,
+        &[
+            "--simulate-latency",
+            "100ms",
+            "--simulate-bandwidth",
+            "4194304",
+            "--simulate-rps",
+            "5",
+        ],
+    )
+    .await;
+    origin
+        .client
+        .create_bucket()
+        .bucket(ORIGIN_BUCKET)
+        .send()
+        .await
+        .unwrap();
+    let body = noise(1 << 20, 60);
+    let started = std::time::Instant::now();
+    put(&origin.client, ORIGIN_BUCKET, "slow", body.clone()).await;
+    // Lower bounds only: two latencies plus the upload at 4 MiB/s.
+    assert!(
+        started.elapsed() >= Duration::from_millis(200 + 250),
+        "{:?}",
+        started.elapsed()
+    );
+    let started = std::time::Instant::now();
+    assert_eq!(get(&origin.client, ORIGIN_BUCKET, "slow").await.unwrap(), body);
+    assert!(
+        started.elapsed() >= Duration::from_millis(200 + 250),
+        "{:?}",
+        started.elapsed()
+    );
+    // Five requests at five per second cannot all start within 0.8 s.
+    let started = std::time::Instant::now();
+    for _ in 0..5 {
+        origin
+            .client
+            .head_object()
+            .bucket(ORIGIN_BUCKET)
+            .key("slow")
+            .send()
+            .await
+            .unwrap();
+    }
+    assert!(
+        started.elapsed() >= Duration::from_millis(800),
+        "{:?}",
+        started.elapsed()
+    );
+    origin.stop().await;
+}

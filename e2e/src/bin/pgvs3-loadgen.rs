@@ -64,6 +64,13 @@ struct S3Args {
     warmup: Duration,
     #[arg(long, default_value = "60", value_parser = seconds)]
     timeout: Duration,
+    /// Write the objects that read cases read through this endpoint instead (e.g. a cache's
+    /// origin, so that the cache's first reads are cold).
+    #[arg(long)]
+    seed_endpoint: Option<String>,
+    /// The bucket to seed at --seed-endpoint (default: --bucket).
+    #[arg(long)]
+    seed_bucket: Option<String>,
     /// Append one JSON object per case to this file (NDJSON).
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -87,6 +94,13 @@ async fn main() -> anyhow::Result<()> {
         bucket: args.bucket.clone(),
     };
     let client = Arc::new(s3::S3Client::new(target.clone()));
+    let seeder = args.seed_endpoint.as_ref().map(|endpoint| {
+        s3::S3Client::new(s3::Target {
+            endpoint: endpoint.trim_end_matches('/').to_owned(),
+            bucket: args.seed_bucket.clone().unwrap_or_else(|| args.bucket.clone()),
+            ..target.clone()
+        })
+    });
     let budget = Budget {
         workers: args.workers,
         warmup: if args.requests.is_some() {
@@ -117,7 +131,10 @@ async fn main() -> anyhow::Result<()> {
             };
             let name = format!("s3 {} {}", format!("{operation:?}").to_lowercase(), human_size(size));
             let runner = Arc::new(s3::Runner::new(Arc::clone(&client), case.clone()));
-            runner.prepare(args.workers).await?;
+            match &seeder {
+                Some(seeder) => runner.prepare_via(seeder, args.workers).await?,
+                None => runner.prepare(args.workers).await?,
+            }
             let summary = loadgen::run(budget, {
                 let runner = Arc::clone(&runner);
                 move |worker, sequence| {

@@ -213,15 +213,22 @@ impl Runner {
     }
 
     /// Writes the objects a read case needs, `concurrency` at a time.
+    /// Writes the objects a read case reads, through this runner's endpoint.
     pub async fn prepare(&self, concurrency: usize) -> anyhow::Result<()> {
-        self.client.ensure_bucket().await?;
+        self.prepare_via(&self.client, concurrency).await
+    }
+
+    /// Writes the objects a read case reads through `seeder`, another endpoint: e.g. straight
+    /// to a cache's origin, so that the cache's reads of them start cold.
+    pub async fn prepare_via(&self, seeder: &S3Client, concurrency: usize) -> anyhow::Result<()> {
         if matches!(self.case.operation, Operation::Put | Operation::Overwrite) {
-            return Ok(());
+            return self.client.ensure_bucket().await;
         }
+        seeder.ensure_bucket().await?;
         use futures::StreamExt;
         let keys = if self.case.shared_key { 1 } else { self.case.keys };
         let results: Vec<Outcome> = futures::stream::iter(0..keys)
-            .map(|index| async move { self.client.put(&self.key(index), self.payload.clone()).await })
+            .map(|index| async move { seeder.put(&self.key(index), self.payload.clone()).await })
             .buffer_unordered(concurrency.max(1))
             .collect()
             .await;

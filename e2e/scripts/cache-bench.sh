@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The origin cache against a constrained origin (the seed's latency-proxy table):
+#   e2e/scripts/cache-bench.sh [SIZES] [REQUESTS]      e.g. 10MiB,100MiB 5
+# Origin: a pgvs3 gateway answering with 20 ms one-way latency and 50 MiB/s per request.
+# Cache: a second pgvs3 gateway (own embedded PostgreSQL) whose bucket fronts the origin's.
+# Cases per size, one worker: direct origin GET, cold cache GET (each key read once through the
+# cache after it was written straight to the origin), warm cache GET, direct origin PUT, and the
+# cache's write-back PUT acknowledgement. Prints p50s and the ratios the cache issue targets.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+sizes="${1:-10MiB,100MiB}"
+requests="${2:-5}"
+latency="${PGVS3_BENCH_ORIGIN_LATENCY:-20ms}"
+bandwidth="${PGVS3_BENCH_ORIGIN_BANDWIDTH:-52428800}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/pgvs3-target}"
+cargo build --release --locked --bin pgvs3 --bin pgvs3-loadgen
+bin="$CARGO_TARGET_DIR/release"
+
+work=$(mktemp -d /tmp/pgvs3-cache-bench-XXXXXX)
+chmod 755 "$work"
+export PGVS3_ROOT_ACCESS_KEY=BENCHROOTKEY00000001 PGVS3_ROOT_SECRET_KEY=bench-secret-key
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Starts a gateway on its own data dir; prints its S3 endpoint.
+start() {
+    local name=$1
+    shift
+    "$bin/pgvs3" serve --data-dir "$work/$name" --s3-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 \
+        --resp-addr off --ojs-addr off "$@" >"$work/$name.log" 2>&1 &
+    pids+=($!)
+    local endpoint=""
+    for _ in $(seq 1 600); do
+        endpoint=$(sed -n 's/^pgvs3 S3 endpoint: \(http:[^ ]*\).*/\1/p' "$work/$name.log")
+        [ -n "$endpoint" ] && break
+        sleep 0.1
+    done
+    [ -n "$endpoint" ] || { cat "$work/$name.log" >&2; exit 1; }
+    echo "$endpoint"
+}
+
+origin=$(start origin --simulate-latency "$latency" --simulate-bandwidth "$bandwidth")
+cache=$(start cache)
+keys=(--access-key "$PGVS3_ROOT_ACCESS_KEY" --secret-key "$PGVS3_ROOT_SECRET_KEY")
+"$bin/pgvs3-loadgen" s3 --endpoint "$origin" "${keys[@]}" --bucket bench --ops put --sizes 4KiB \
+    --requests 1 --workers 1 >/dev/null
+"$bin/pgvs3" admin --data-dir "$work/cache" origin put --bucket bench-cache --endpoint "$origin" \
+    --origin-bucket bench "${keys[@]}" --mode write-back >/dev/null
+
+json="$work/cases.ndjson"
+run() {
+    local label=$1 endpoint=$2 bucket=$3
+    shift 3
+    echo "# $label" >&2
+    "$bin/pgvs3-loadgen" s3 --endpoint "$endpoint" "${keys[@]}" --bucket "$bucket" --sizes "$sizes" \
+        --workers 1 --keys "$requests" --requests "$requests" --timeout 600 --json "$work/$label.ndjson" "$@" >&2
+}
+run direct-get "$origin" bench --ops get
+# Seeded straight at the origin, then each key read once through the cache: every read is a miss.
+run cold-get "$cache" bench-cache --ops get --unique-reads --seed-endpoint "$origin" --seed-bucket bench
+# The same keys again: all warm.
+run warm-get "$cache" bench-cache --ops get --unique-reads --seed-endpoint "$origin" --seed-bucket bench
+run direct-put "$origin" bench --ops put
+run write-back-put "$cache" bench-cache --ops put
+
+python3 - "$work" "$sizes" <<'PY'
+import json, sys, pathlib
+work, sizes = pathlib.Path(sys.argv[1]), sys.argv[2].split(",")
+p50 = {}
+for label in ["direct-get", "cold-get", "warm-get", "direct-put", "write-back-put"]:
+    for line in (work / f"{label}.ndjson").read_text().splitlines():
+        record = json.loads(line)
+        p50[(label, record["case"].split()[-1])] = record["result"]["p50_ms"]
+print(f"{'size':<8} {'direct GET':>11} {'cold GET':>10} {'warm GET':>10} {'direct PUT':>11} {'write-back':>11}"
+      f" {'warm x':>8} {'cold/direct':>12} {'put x':>7}")
+for size in sizes:
+    g = lambda label: p50[(label, size)]
+    print(f"{size:<8} {g('direct-get'):>9.1f}ms {g('cold-get'):>8.1f}ms {g('warm-get'):>8.1f}ms"
+          f" {g('direct-put'):>9.1f}ms {g('write-back-put'):>9.1f}ms"
+          f" {g('direct-get') / g('warm-get'):>7.1f}x {g('cold-get') / g('direct-get'):>12.2f}"
+          f" {g('direct-put') / g('write-back-put'):>6.1f}x")
+PY
