@@ -15,6 +15,25 @@ ALTER TABLE s3c.objects ADD COLUMN validated_at timestamptz NOT NULL DEFAULT now
 ALTER TABLE s3c.objects ADD COLUMN accessed_at timestamptz NOT NULL DEFAULT now();
 CREATE INDEX objects_lru ON s3c.objects (bucket_id, accessed_at);
 
+-- Aligned chunks of objects not cached whole, filled by range reads (Parquet footers and
+-- column chunks), so a small range never fetches a whole large object. Every chunk carries the
+-- object's head; the chunks of one key all have one ETag (a fill with a new one drops the rest).
+CREATE TABLE s3c.ranges (
+    bucket_id     bigint NOT NULL,
+    key           text COLLATE "C" NOT NULL,
+    chunk         integer NOT NULL,
+    chunk_size    integer NOT NULL,
+    size          bigint NOT NULL,
+    etag          text NOT NULL,
+    last_modified timestamptz NOT NULL,
+    meta          jsonb NOT NULL,
+    data          bytea NOT NULL,
+    validated_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (bucket_id, key, chunk)
+);
+ALTER TABLE s3c.ranges ALTER COLUMN data SET STORAGE EXTERNAL;
+CREATE INDEX ranges_age ON s3c.ranges (bucket_id, validated_at);
+
 CREATE TABLE pgvs3.origins (
     bucket_id            bigint PRIMARY KEY REFERENCES pgvs3.buckets (id) ON DELETE CASCADE,
     endpoint             text NOT NULL CHECK (endpoint ~ '^https?://'),
@@ -72,6 +91,7 @@ BEGIN
     DELETE FROM pgvs3.origin_outbox WHERE bucket_id = OLD.bucket_id;
     DELETE FROM s3w.objects WHERE bucket_id = OLD.bucket_id;
     DELETE FROM s3c.objects WHERE bucket_id = OLD.bucket_id;
+    DELETE FROM s3c.ranges WHERE bucket_id = OLD.bucket_id;
     RETURN NULL;
 END $$;
 CREATE TRIGGER origins_forget AFTER DELETE ON pgvs3.origins
@@ -130,6 +150,7 @@ BEGIN
     -- Entries cached from another origin must be fetched again.
     IF previous.endpoint IS DISTINCT FROM endpoint OR previous.origin_bucket IS DISTINCT FROM origin_bucket THEN
         UPDATE s3c.objects SET validated_at = '-infinity' WHERE bucket_id = cache_id;
+        DELETE FROM s3c.ranges WHERE bucket_id = cache_id;
     END IF;
     RETURN cache_id;
 END $$;

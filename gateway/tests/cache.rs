@@ -251,43 +251,120 @@ async fn concurrent_misses_on_two_gateways_share_one_origin_get() {
     pair.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_cold_range_passes_through_without_filling() {
-    let pair = Pair::start(CacheMode::WriteBack).await;
-    let body = noise(1 << 20, 4);
-    pair.put_at_origin("table.parquet", body.clone()).await;
-    let client = &pair.cache.client;
-    let tail = client
+async fn range(client: &Client, key: &str, range: &str) -> (Option<String>, Vec<u8>) {
+    let output = client
         .get_object()
         .bucket(CACHE)
-        .key("table.parquet")
-        .range("bytes=-8")
+        .key(key)
+        .range(range)
         .send()
         .await
         .unwrap();
+    (
+        output.content_range.clone(),
+        output.body.collect().await.unwrap().to_vec(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ranges_fill_aligned_chunks_and_never_fetch_a_whole_large_object() {
+    let pair = Pair::start(CacheMode::WriteBack).await; // 64 KiB range chunks
+    let body = noise(1 << 20, 4);
+    let len = body.len();
+    pair.put_at_origin("table.parquet", body.clone()).await;
+    let client = &pair.cache.client;
+    let ranged_gets = || origin_requests(&pair.origin, "GetObject", 206);
+
+    // A footer read before anything is known of the object: passed through as asked.
+    let (content_range, bytes) = range(client, "table.parquet", "bytes=-8").await;
     assert_eq!(
-        tail.content_range.as_deref(),
-        Some(&*format!("bytes {}-{}/{}", body.len() - 8, body.len() - 1, body.len()))
+        content_range.as_deref(),
+        Some(&*format!("bytes {}-{}/{len}", len - 8, len - 1))
     );
-    assert_eq!(tail.body.collect().await.unwrap().to_vec(), &body[body.len() - 8..]);
+    assert_eq!(bytes, &body[len - 8..]);
     assert_eq!(
         pair.cache.metric("pgvs3_cache_passthrough_total{kind=\"range\"}").await,
         Some(1.0)
     );
-    assert_eq!(
-        pair.cache.metric("pgvs3_cache_fills_total{outcome=\"ok\"}").await,
-        None,
-        "nothing filled"
-    );
-    assert_eq!(
-        origin_requests(&pair.origin, "GetObject", 206).await,
-        1.0,
-        "a ranged origin GET"
-    );
-    // The next whole read is still a miss that fills.
+
+    // An explicit range fills the one 64 KiB chunk it touches, and is then served locally.
+    let (content_range, bytes) = range(client, "table.parquet", "bytes=100000-100099").await;
+    assert_eq!(content_range.as_deref(), Some(&*format!("bytes 100000-100099/{len}")));
+    assert_eq!(bytes, &body[100_000..100_100]);
+    assert_eq!(ranged_gets().await, 2.0);
+    let (_, bytes) = range(client, "table.parquet", "bytes=70000-131071").await;
+    assert_eq!(bytes, &body[70_000..131_072]);
+    assert_eq!(ranged_gets().await, 2.0, "inside the cached chunk: no origin request");
+    let sql = pair.cache.sql().await;
+    let chunks: Vec<i32> = sql
+        .query("SELECT chunk FROM s3c.ranges ORDER BY chunk", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(chunks, [1], "only the aligned chunk, not the object");
+
+    // With the size known, the footer read fills the last chunk too; a range spanning two
+    // chunks is then served from both.
+    range(client, "table.parquet", "bytes=-8").await;
+    assert_eq!(ranged_gets().await, 3.0);
+    let (_, bytes) = range(client, "table.parquet", "bytes=-8").await;
+    assert_eq!(bytes, &body[len - 8..]);
+    assert_eq!(ranged_gets().await, 3.0, "the footer is cached now");
+    range(client, "table.parquet", "bytes=131072-131100").await;
+    assert_eq!(ranged_gets().await, 4.0);
+    let (_, bytes) = range(client, "table.parquet", "bytes=65000-131100").await;
+    assert_eq!(bytes, &body[65_000..131_101]);
+    // One fill for chunk 2, one for the span of chunks 0..=2 (chunk 0 was cold).
+    assert_eq!(ranged_gets().await, 5.0);
+    assert_eq!(pair.origin_gets().await, 0.0, "never the whole object");
+
+    // A whole read fills the whole object, which replaces the chunks.
     assert_eq!(get(client, CACHE, "table.parquet").await.unwrap(), body);
-    assert_eq!(pair.origin_gets().await, 1.0);
+    filled(&pair.cache, "table.parquet").await;
+    let left: i64 = sql
+        .query_one("SELECT count(*) FROM s3c.ranges", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+
+    // A small object comes whole with its first chunk and is cached whole.
+    pair.put_at_origin("small.json", b"{\"a\": 1}".to_vec()).await;
+    let (content_range, bytes) = range(client, "small.json", "bytes=0-3").await;
+    assert_eq!(
+        (content_range.as_deref(), &bytes[..]),
+        (Some("bytes 0-3/8"), &b"{\"a\""[..])
+    );
+    let gets = pair.origin_gets().await + ranged_gets().await;
+    assert_eq!(get(client, CACHE, "small.json").await.unwrap(), b"{\"a\": 1}");
+    assert_eq!(pair.origin_gets().await + ranged_gets().await, gets, "cached whole");
+
+    // A range past the end is S3's InvalidRange.
+    let err = client
+        .get_object()
+        .bucket(CACHE)
+        .key("small.json")
+        .range("bytes=100-200")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.raw_response().unwrap().status().as_u16(), 416);
     pair.stop().await;
+}
+
+/// Waits for the fill of `key` to commit (it finishes after the client has its bytes).
+async fn filled(cache: &TestGateway, key: &str) {
+    let sql = cache.sql().await;
+    eventually("the fill to commit", || async {
+        let row = sql
+            .query_one("SELECT count(*) FROM s3c.objects WHERE key = $1", &[&key])
+            .await
+            .unwrap();
+        row.get::<_, i64>(0) == 1
+    })
+    .await;
 }
 
 /// Ages every entry of the cache bucket past its TTL.
@@ -307,6 +384,7 @@ async fn a_stale_entry_is_revalidated_without_a_body_when_unchanged() {
     pair.put_at_origin("doc.json", body.clone()).await;
     let client = &pair.cache.client;
     assert_eq!(get(client, CACHE, "doc.json").await.unwrap(), body);
+    filled(&pair.cache, "doc.json").await;
 
     expire_entries(&pair.cache).await;
     assert_eq!(get(client, CACHE, "doc.json").await.unwrap(), body);
@@ -590,6 +668,7 @@ async fn eviction_keeps_recent_entries_and_never_drops_a_pending_body() {
     for i in 0..6 {
         pair.put_at_origin(&format!("e{i}"), noise(100_000, 20 + i)).await;
         get(client, CACHE, &format!("e{i}")).await.unwrap();
+        filled(&pair.cache, &format!("e{i}")).await;
     }
     // A write-back body that cannot reach its origin (pointed at a closed port) stays pending.
     let mut dead = origin_settings(&pair.origin, CacheMode::WriteBack);

@@ -25,8 +25,9 @@ use origin::{ChannelBody, Fetch, OriginClient, OriginError, PutCondition};
 pub use outbox::spawn_uploader;
 
 use crate::store::{
-    BodyStream, BucketInfo, CacheEntry, CacheMode, EntryHead, FillLock, ListPage, ListRequest, ObjectHead, ObjectRead,
-    Origin, Principal, PutOutcome, ReadOptions, Store, StoreError, StoreResult, Upload, WriteCondition,
+    BodyStream, BucketInfo, ByteRange, CacheEntry, CacheMode, EntryHead, FillLock, ListPage, ListRequest, ObjectHead,
+    ObjectRead, Origin, Principal, PutOutcome, RangeLookup, ReadOptions, Store, StoreError, StoreResult, Upload,
+    WriteCondition,
 };
 
 #[derive(Debug, Clone)]
@@ -66,6 +67,12 @@ struct Inner {
     touched: Mutex<HashMap<i64, HashSet<String>>>,
     uploads_due: Notify,
 }
+
+/// Range chunks are at least this large (the catalog allows 64 KiB..64 MiB).
+const MIN_RANGE_CHUNK: u32 = 64 * 1024;
+/// A range needing more aligned bytes than this passes through instead of filling chunks
+/// (they are buffered while they are stored).
+const MAX_RANGE_FILL: u64 = 64 * 1024 * 1024;
 
 /// A bucket id and a key.
 type FlightKey = (i64, String);
@@ -116,7 +123,10 @@ impl CacheTier {
     }
 
     fn origin_error(&self, err: OriginError) -> StoreError {
-        if !matches!(err, OriginError::Missing | OriginError::PreconditionFailed) {
+        if !matches!(
+            err,
+            OriginError::Missing | OriginError::PreconditionFailed | OriginError::InvalidRange
+        ) {
             self.metrics().origin_errors.with_label_values(&[err.kind()]).inc();
         }
         err.into()
@@ -141,8 +151,10 @@ impl CacheTier {
         if !with_body {
             return self.head_from_origin(&remote, key, options).await;
         }
-        if options.range.is_some() || options.part_number.is_some() {
-            return self.pass_through(&remote, key, options, "range").await;
+        match (options.range, options.part_number) {
+            (Some(range), None) => return self.range_read(bucket, &remote, key, range, options).await,
+            (None, None) => {}
+            _ => return self.pass_through(&remote, key, options, "part").await,
         }
         self.fill(bucket, &remote, key, options).await
     }
@@ -217,6 +229,104 @@ impl CacheTier {
             head,
             span: fetched.span,
             body: fetched.body,
+        })
+    }
+
+    /// A range read of an object not cached whole: served from its aligned chunks when they
+    /// are cached, else one origin GET of the aligned chunks it touches fills them (never the
+    /// whole object for a small range). Open and suffix ranges of an object whose size is not
+    /// known yet, and very large ranges, pass through.
+    async fn range_read(
+        &self,
+        bucket: &Arc<BucketInfo>,
+        remote: &Remote,
+        key: &str,
+        range: ByteRange,
+        options: &ReadOptions,
+    ) -> StoreResult<ObjectRead> {
+        let chunk_size = remote.origin.range_chunk.max(MIN_RANGE_CHUNK);
+        let size = match self
+            .store()
+            .cache_range(bucket, key, range, chunk_size, &options.conditions)
+            .await?
+        {
+            RangeLookup::Hit(read) => {
+                self.metrics().lookups.with_label_values(&["range_hit"]).inc();
+                return Ok(read);
+            }
+            RangeLookup::Miss { size } => size,
+        };
+        let chunk = u64::from(chunk_size);
+        let (first, last) = match (range, size) {
+            (
+                ByteRange::From {
+                    first,
+                    last: Some(last),
+                },
+                size,
+            ) => (first, size.map_or(last, |size| last.min(size.saturating_sub(1)))),
+            (_, Some(size)) => {
+                let span = range.resolve(size)?;
+                (span.0, span.1 - 1)
+            }
+            (_, None) => return self.pass_through(remote, key, options, "range").await,
+        };
+        let (first_chunk, last_chunk) = (first / chunk, last / chunk);
+        if last < first || (last_chunk - first_chunk + 1) * chunk > MAX_RANGE_FILL {
+            return self.pass_through(remote, key, options, "range").await;
+        }
+        let aligned = ByteRange::From {
+            first: first_chunk * chunk,
+            last: Some((last_chunk + 1) * chunk - 1),
+        };
+        let fetched = match remote.client.get(key, Some(aligned), None).await {
+            Ok(Fetch::Body(fetched)) => fetched,
+            Ok(Fetch::NotModified) => return Err(StoreError::OriginFailed("unexpected 304 from the origin".into())),
+            Err(err) => return Err(self.origin_error(err)),
+        };
+        let origin::Fetched {
+            head,
+            span: fetched,
+            mut body,
+        } = *fetched;
+        let mut data = BytesMut::with_capacity((fetched.1 - fetched.0) as usize);
+        while let Some(piece) = body.next().await {
+            data.extend_from_slice(&piece?);
+        }
+        crate::store::check_declared_length(Some(fetched.1 - fetched.0), data.len() as u64)?;
+        let data = data.freeze();
+        let stored = if fetched == (0, head.size) {
+            let whole: BodyStream = Box::pin(futures::stream::once({
+                let data = data.clone();
+                async move { Ok(data) }
+            }));
+            self.store().cache_store(bucket.id, key, &head, whole).await
+        } else {
+            self.store()
+                .cache_store_ranges(bucket.id, key, &head, chunk_size, first_chunk, &data)
+                .await
+        };
+        match stored {
+            // A standby serves what it fetched without keeping it.
+            Ok(()) | Err(StoreError::ReadOnly) => {}
+            Err(err) => return Err(err),
+        }
+        self.metrics().fills.with_label_values(&["range"]).inc();
+        self.metrics().fill_bytes.inc_by(data.len() as u64);
+        let head = object_head(head);
+        options.conditions.check(&head)?;
+        let span = range.resolve(head.size)?;
+        if span.0 < fetched.0 || span.1 > fetched.1 {
+            return Err(StoreError::OriginFailed(
+                "the origin answered another range than asked".into(),
+            ));
+        }
+        let bytes = data.slice((span.0 - fetched.0) as usize..(span.1 - fetched.0) as usize);
+        Ok(ObjectRead {
+            head,
+            span,
+            partial: true,
+            body: Box::pin(futures::stream::once(async move { Ok(bytes) })),
         })
     }
 
@@ -310,20 +420,23 @@ impl CacheTier {
             let outcome = tier
                 .store_fill(&mut lock, bucket_id, &key, *fetched, &client_side)
                 .await;
-            lock.release().await;
-            drop((flight, permits));
+            // Counted before the lock goes, so whoever waited for this fill sees it counted.
             let metrics = tier.metrics();
-            match outcome {
+            match &outcome {
                 Ok(size) => {
                     metrics.fills.with_label_values(&["ok"]).inc();
-                    metrics.fill_bytes.inc_by(size);
+                    metrics.fill_bytes.inc_by(*size);
                     metrics.fill_seconds.observe(started.elapsed().as_secs_f64());
                 }
                 Err(err) => {
                     metrics.fills.with_label_values(&["failed"]).inc();
                     tracing::warn!(bucket_id, key, error = %err, "cache fill failed");
-                    let _ = client_side.send(Err(err)).await;
                 }
+            }
+            lock.release().await;
+            drop((flight, permits));
+            if let Err(err) = outcome {
+                let _ = client_side.send(Err(err)).await;
             }
         });
         if let Some(refused) = refused {

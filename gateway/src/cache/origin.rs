@@ -34,6 +34,8 @@ pub enum OriginError {
     PreconditionFailed,
     /// 304 to a conditional GET.
     NotModified,
+    /// 416: the range starts past the object's end.
+    InvalidRange,
     Failed(String),
 }
 
@@ -47,6 +49,7 @@ impl From<OriginError> for StoreError {
             OriginError::Denied(msg) => StoreError::OriginDenied(msg),
             OriginError::Unreachable(msg) | OriginError::Failed(msg) => StoreError::OriginFailed(msg),
             OriginError::NotModified => StoreError::OriginFailed("unexpected 304 from the origin".into()),
+            OriginError::InvalidRange => StoreError::InvalidRange { size: 0 },
         }
     }
 }
@@ -62,6 +65,7 @@ impl OriginError {
             OriginError::Unreachable(_) => "unreachable",
             OriginError::PreconditionFailed => "precondition",
             OriginError::NotModified => "not_modified",
+            OriginError::InvalidRange => "invalid_range",
             OriginError::Failed(_) => "failed",
         }
     }
@@ -94,6 +98,7 @@ fn classify<E: ProvideErrorMetadata + std::error::Error + 'static>(
     match status {
         Some(304) => OriginError::NotModified,
         Some(404) => OriginError::Missing,
+        Some(416) => OriginError::InvalidRange,
         Some(412) => OriginError::PreconditionFailed,
         Some(401 | 403) => OriginError::Denied(message),
         Some(429 | 503) => OriginError::Throttled(message),

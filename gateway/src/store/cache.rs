@@ -12,8 +12,9 @@ use md5::{Digest, Md5};
 use tokio_postgres::types::Json;
 
 use super::chunks::{ChunkStream, worth_compressing};
+use super::conditions::Preconditions;
 use super::objects::{
-    BodyObserver, BodyStream, INLINE_LIMIT, NamespaceSql, ObjectHead, ObjectMeta, ObjectRead, ReadOptions,
+    BodyObserver, BodyStream, ByteRange, INLINE_LIMIT, NamespaceSql, ObjectHead, ObjectMeta, ObjectRead, ReadOptions,
     StoredChecksum, body_rows, check_length, locate, write_chunks,
 };
 use super::{BucketInfo, Store, StoreError, StoreResult};
@@ -39,6 +40,12 @@ struct CacheSql {
     move_chunks: String,
     drop_pending: String,
     outbox_depth: String,
+    range_size: String,
+    range_chunks: String,
+    store_ranges: String,
+    drop_other_ranges: String,
+    forget_ranges: String,
+    evict_ranges: String,
 }
 
 static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
@@ -69,9 +76,13 @@ static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
             .into(),
         mark_validated: "UPDATE s3c.objects SET validated_at = now() WHERE bucket_id = $1 AND key = $2 AND etag = $3"
             .into(),
-        forget: "DELETE FROM s3c.objects WHERE bucket_id = $1 AND key = $2".into(),
+        forget: "WITH chunks AS (DELETE FROM s3c.ranges WHERE bucket_id = $1 AND key = $2)
+                 DELETE FROM s3c.objects WHERE bucket_id = $1 AND key = $2"
+            .into(),
         touch: "UPDATE s3c.objects SET accessed_at = now() WHERE bucket_id = $1 AND key = ANY($2)".into(),
-        cached_bytes: "SELECT coalesce(sum(size), 0)::bigint FROM s3c.objects WHERE bucket_id = $1".into(),
+        cached_bytes: "SELECT ((SELECT coalesce(sum(size), 0) FROM s3c.objects WHERE bucket_id = $1)
+                             + (SELECT coalesce(sum(length(data)), 0) FROM s3c.ranges WHERE bucket_id = $1))::bigint"
+            .into(),
         // The least recently used entries whose sizes add up to the excess `$2`, at most `$3`.
         evict: "DELETE FROM s3c.objects WHERE ctid = ANY(ARRAY(
                     SELECT ctid FROM (
@@ -113,8 +124,41 @@ static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
         outbox_depth: "SELECT count(*), coalesce(extract(epoch FROM now() - min(enqueued_at)), 0)::float8
                          FROM pgvs3.origin_outbox"
             .into(),
+        range_size: "SELECT size FROM s3c.ranges WHERE bucket_id = $1 AND key = $2 AND chunk_size = $3 LIMIT 1".into(),
+        range_chunks: "SELECT chunk, size, etag, last_modified, meta, data,
+                              validated_at > now() - make_interval(secs => $5::float8)
+                         FROM s3c.ranges
+                        WHERE bucket_id = $1 AND key = $2 AND chunk_size = $3 AND chunk = ANY($4)
+                        ORDER BY chunk"
+            .into(),
+        store_ranges: "INSERT INTO s3c.ranges (bucket_id, key, chunk, chunk_size, size, etag, last_modified, meta, data)
+                       SELECT $1, $2, c.chunk, $3, $4, $5, $6, $7, c.data
+                         FROM unnest($8::int[], $9::bytea[]) AS c(chunk, data)
+                       ON CONFLICT (bucket_id, key, chunk) DO UPDATE
+                          SET chunk_size = EXCLUDED.chunk_size, size = EXCLUDED.size, etag = EXCLUDED.etag,
+                              last_modified = EXCLUDED.last_modified, meta = EXCLUDED.meta, data = EXCLUDED.data,
+                              validated_at = now()"
+            .into(),
+        drop_other_ranges: "DELETE FROM s3c.ranges WHERE bucket_id = $1 AND key = $2 AND (etag <> $3 OR chunk_size <> $4)"
+            .into(),
+        forget_ranges: "DELETE FROM s3c.ranges WHERE bucket_id = $1 AND key = $2".into(),
+        evict_ranges: "DELETE FROM s3c.ranges WHERE ctid = ANY(ARRAY(
+                           SELECT ctid FROM (
+                               SELECT ctid, length(data) AS len,
+                                      sum(length(data)) OVER (ORDER BY validated_at, key, chunk ROWS UNBOUNDED PRECEDING)
+                                          AS running
+                                 FROM s3c.ranges WHERE bucket_id = $1 ORDER BY validated_at, key, chunk LIMIT $3) oldest
+                            WHERE running - len < $2::bigint))
+                       RETURNING length(data)::bigint"
+            .into(),
     }
 });
+
+/// The answer of [`Store::cache_range`].
+pub enum RangeLookup {
+    Hit(ObjectRead),
+    Miss { size: Option<u64> },
+}
 
 /// What the cache holds for a key.
 pub struct CacheEntry {
@@ -258,6 +302,8 @@ async fn write_entry(
         ],
     )
     .await?;
+    // Chunks filled by range reads are superseded by the whole object.
+    tx.execute(&SQL.forget_ranges, &[&bucket_id, &key]).await?;
     tx.commit().await?;
     Ok(())
 }
@@ -474,24 +520,157 @@ impl Store {
         Ok(())
     }
 
-    /// Evicts least recently used entries until the bucket's filled entries fit `limit` bytes.
-    /// Pending bodies live in another table, so they are never evicted. Returns the number of
-    /// entries evicted.
+    /// Evicts until the bucket's filled entries fit `limit` bytes: range chunks first, oldest
+    /// fill first, then whole entries, least recently used first. Pending bodies live in
+    /// another table, so they are never evicted. Returns the number of rows evicted.
     pub async fn cache_evict(&self, bucket_id: i64, limit: u64) -> StoreResult<u64> {
         const BATCH: i64 = 100;
+        let limit = limit.min(i64::MAX as u64) as i64;
         let client = self.client().await?;
         let mut cached: i64 = client.query_one(&SQL.cached_bytes, &[&bucket_id]).await?.get(0);
         let mut evicted = 0;
-        while cached as u64 > limit {
-            let excess = cached - limit.min(i64::MAX as u64) as i64;
-            let rows = client.query(&SQL.evict, &[&bucket_id, &excess, &BATCH]).await?;
-            if rows.is_empty() {
-                break;
+        for sql in [&SQL.evict_ranges, &SQL.evict] {
+            while cached > limit {
+                let rows = client.query(sql, &[&bucket_id, &(cached - limit), &BATCH]).await?;
+                if rows.is_empty() {
+                    break;
+                }
+                evicted += rows.len() as u64;
+                cached -= rows.iter().map(|row| row.get::<_, i64>(0)).sum::<i64>();
             }
-            evicted += rows.len() as u64;
-            cached -= rows.iter().map(|row| row.get::<_, i64>(0)).sum::<i64>();
         }
         Ok(evicted)
+    }
+
+    /// A range read served from aligned chunks, if every chunk it needs is cached and fresh.
+    /// On a miss, tells the object's size when a chunk of it is cached.
+    pub async fn cache_range(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        range: ByteRange,
+        chunk_size: u32,
+        conditions: &Preconditions,
+    ) -> StoreResult<RangeLookup> {
+        let origin = bucket.origin.as_ref().ok_or(StoreError::NoSuchBucket)?;
+        let client = self.client().await?;
+        let chunk = u64::from(chunk_size);
+        let chunk_size = chunk_size as i32;
+        let ttl = secs(origin.ttl);
+        // An explicit range names its chunks; other forms need the size first.
+        let guess: Vec<i32> = match range {
+            ByteRange::From {
+                first,
+                last: Some(last),
+            } if last >= first => (first / chunk..=last / chunk)
+                .map(|c| c.min(i32::MAX as u64) as i32)
+                .take(4096)
+                .collect(),
+            _ => Vec::new(),
+        };
+        let statement = client.prepare_cached(&SQL.range_chunks).await?;
+        let (rows, known_size) = if guess.is_empty() {
+            let sized = client.prepare_cached(&SQL.range_size).await?;
+            let Some(row) = client.query_opt(&sized, &[&bucket.id, &key, &chunk_size]).await? else {
+                return Ok(RangeLookup::Miss { size: None });
+            };
+            let size = row.get::<_, i64>(0) as u64;
+            let span = range.resolve(size)?;
+            let needed: Vec<i32> = (span.0 / chunk..=(span.1 - 1) / chunk).map(|c| c as i32).collect();
+            let rows = client
+                .query(&statement, &[&bucket.id, &key, &chunk_size, &needed, &ttl])
+                .await?;
+            (rows, Some(size))
+        } else {
+            let rows = client
+                .query(&statement, &[&bucket.id, &key, &chunk_size, &guess, &ttl])
+                .await?;
+            (rows, None)
+        };
+        let Some(first) = rows.first() else {
+            return Ok(RangeLookup::Miss { size: known_size });
+        };
+        let size = first.get::<_, i64>(1) as u64;
+        let etag: String = first.get(2);
+        let span = range.resolve(size)?;
+        let (first_chunk, last_chunk) = (span.0 / chunk, (span.1 - 1) / chunk);
+        let mut data = BytesMut::new();
+        let mut expected = first_chunk;
+        for row in &rows {
+            let index = row.get::<_, i32>(0) as u64;
+            if index < first_chunk || index > last_chunk {
+                continue;
+            }
+            let fresh: bool = row.get(6);
+            if index != expected || !fresh || row.get::<_, &str>(2) != etag {
+                return Ok(RangeLookup::Miss { size: Some(size) });
+            }
+            data.extend_from_slice(row.get::<_, &[u8]>(5));
+            expected += 1;
+        }
+        if expected != last_chunk + 1 {
+            return Ok(RangeLookup::Miss { size: Some(size) });
+        }
+        let Json(meta): Json<ObjectMeta> = first.get(4);
+        let head = ObjectHead {
+            size,
+            etag,
+            last_modified: first.get(3),
+            meta,
+        };
+        conditions.check(&head)?;
+        let offset = first_chunk * chunk;
+        let bytes = data
+            .freeze()
+            .slice((span.0 - offset) as usize..(span.1 - offset) as usize);
+        Ok(RangeLookup::Hit(ObjectRead {
+            head,
+            span,
+            partial: true,
+            body: Box::pin(futures::stream::once(async move { Ok(bytes) })),
+        }))
+    }
+
+    /// Caches the aligned chunks in `data`, which starts at chunk `first_chunk`; chunks of any
+    /// other version of the object go.
+    pub async fn cache_store_ranges(
+        &self,
+        bucket_id: i64,
+        key: &str,
+        head: &EntryHead,
+        chunk_size: u32,
+        first_chunk: u64,
+        data: &Bytes,
+    ) -> StoreResult<()> {
+        let chunk = chunk_size as usize;
+        let indexes: Vec<i32> = (0..data.len().div_ceil(chunk))
+            .map(|i| (first_chunk + i as u64) as i32)
+            .collect();
+        let pieces: Vec<&[u8]> = data.chunks(chunk).collect();
+        let size = head.size as i64;
+        let chunk_size = chunk_size as i32;
+        let meta = Json(&head.meta);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        tx.execute(&SQL.drop_other_ranges, &[&bucket_id, &key, &head.etag, &chunk_size])
+            .await?;
+        tx.execute(
+            &SQL.store_ranges,
+            &[
+                &bucket_id,
+                &key,
+                &chunk_size,
+                &size,
+                &head.etag,
+                &head.last_modified,
+                &meta,
+                &indexes,
+                &pieces,
+            ],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     /// Outbox rows whose upload is due, oldest first.

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use deadpool_postgres::Pool;
 
-pub use cache::{CacheEntry, DueUpload, EntryHead, FillLock, UploadLock};
+pub use cache::{CacheEntry, DueUpload, EntryHead, FillLock, RangeLookup, UploadLock};
 pub use catalog::{AccessKey, BucketInfo, BucketSummary, Catalog, NewAccessKey};
 pub use chunks::CHUNK_SIZE;
 pub use conditions::{EtagCondition, Preconditions, WriteCondition};
