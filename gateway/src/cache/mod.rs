@@ -252,7 +252,7 @@ impl CacheTier {
         {
             RangeLookup::Hit(read) => {
                 self.metrics().lookups.with_label_values(&["range_hit"]).inc();
-                return Ok(read);
+                return Ok(*read);
             }
             RangeLookup::Miss { size } => size,
         };

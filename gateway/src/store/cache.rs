@@ -156,7 +156,7 @@ static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
 
 /// The answer of [`Store::cache_range`].
 pub enum RangeLookup {
-    Hit(ObjectRead),
+    Hit(Box<ObjectRead>),
     Miss { size: Option<u64> },
 }
 
@@ -623,12 +623,12 @@ impl Store {
         let bytes = data
             .freeze()
             .slice((span.0 - offset) as usize..(span.1 - offset) as usize);
-        Ok(RangeLookup::Hit(ObjectRead {
+        Ok(RangeLookup::Hit(Box::new(ObjectRead {
             head,
             span,
             partial: true,
             body: Box::pin(futures::stream::once(async move { Ok(bytes) })),
-        }))
+        })))
     }
 
     /// Caches the aligned chunks in `data`, which starts at chunk `first_chunk`; chunks of any
