@@ -27,7 +27,7 @@ pub use outbox::spawn_uploader;
 use crate::store::{
     BodyStream, BucketInfo, ByteRange, CacheEntry, CacheMode, EntryHead, FillLock, ListPage, ListRequest, ObjectHead,
     ObjectRead, Origin, Principal, PutOutcome, RangeLookup, ReadOptions, Store, StoreError, StoreResult, Upload,
-    WriteCondition,
+    WriteCondition, check_declared_length, read_prefix,
 };
 
 #[derive(Debug, Clone)]
@@ -293,7 +293,7 @@ impl CacheTier {
         while let Some(piece) = body.next().await {
             data.extend_from_slice(&piece?);
         }
-        crate::store::check_declared_length(Some(fetched.1 - fetched.0), data.len() as u64)?;
+        check_declared_length(Some(fetched.1 - fetched.0), data.len() as u64)?;
         let data = data.freeze();
         let stored = if fetched == (0, head.size) {
             let whole: BodyStream = Box::pin(futures::stream::once({
@@ -558,19 +558,12 @@ impl CacheTier {
             mut observer,
         } = upload;
         let threshold = origin.write_back_threshold.max(1);
-        let mut buffered = BytesMut::new();
-        let mut ended = false;
-        if declared_len.is_none_or(|len| len < threshold) {
-            while (buffered.len() as u64) < threshold {
-                match body.next().await {
-                    Some(piece) => buffered.extend_from_slice(&piece?),
-                    None => {
-                        ended = true;
-                        break;
-                    }
-                }
-            }
-        }
+        // Below the threshold the body is held in memory for the origin PUT.
+        let (buffered, ended) = if declared_len.is_none_or(|len| len < threshold) {
+            read_prefix(&mut body, threshold - 1).await?
+        } else {
+            (BytesMut::new(), false)
+        };
         if !ended {
             let first = buffered.freeze();
             let rest = futures::stream::once(async move { Ok(first) }).chain(body);
@@ -587,7 +580,7 @@ impl CacheTier {
         }
         let body = buffered.freeze();
         let size = body.len() as u64;
-        crate::store::check_declared_length(declared_len, size)?;
+        check_declared_length(declared_len, size)?;
         observer.update(&body);
         let digest: [u8; 16] = Md5::digest(&body).into();
         meta.checksum = observer.finish(size, &digest)?;

@@ -7,7 +7,6 @@ use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use deadpool_postgres::{GenericClient, Object, Pool};
-use futures::StreamExt;
 use md5::{Digest, Md5};
 use tokio_postgres::types::Json;
 
@@ -15,7 +14,7 @@ use super::chunks::{ChunkStream, worth_compressing};
 use super::conditions::Preconditions;
 use super::objects::{
     BodyObserver, BodyStream, ByteRange, INLINE_LIMIT, NamespaceSql, ObjectHead, ObjectMeta, ObjectRead, ReadOptions,
-    StoredChecksum, body_rows, check_length, locate, write_chunks,
+    StoredChecksum, body_rows, check_length, locate, read_prefix, write_chunks,
 };
 use super::{BucketInfo, Store, StoreError, StoreResult};
 
@@ -262,17 +261,7 @@ async fn write_entry(
     head: &EntryHead,
     mut body: BodyStream,
 ) -> StoreResult<()> {
-    let mut first = BytesMut::new();
-    let mut ended = false;
-    while first.len() <= INLINE_LIMIT {
-        match body.next().await {
-            Some(piece) => first.extend_from_slice(&piece?),
-            None => {
-                ended = true;
-                break;
-            }
-        }
-    }
+    let (first, ended) = read_prefix(&mut body, INLINE_LIMIT as u64).await?;
     let size = head.size as i64;
     let meta = Json(&head.meta);
     let tx = client.transaction().await?;

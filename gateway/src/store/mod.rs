@@ -27,11 +27,11 @@ pub use error::StoreError;
 pub use kv::{KvBatch, KvEntry, KvValue};
 pub use listing::{ListPage, ListRequest, ListedObject, MAX_KEYS as LIST_MAX_KEYS};
 pub use multipart::{CompletedPart, MultipartUpload, PartInfo, PartsPage, UploadsPage, UploadsRequest};
-pub use objects::check_length as check_declared_length;
 pub use objects::{
     BodyObserver, BodyStream, ByteRange, INLINE_LIMIT, ObjectHead, ObjectMeta, ObjectRead, PutOutcome, ReadOptions,
     StoredChecksum, Upload,
 };
+pub use objects::{check_length as check_declared_length, read_prefix};
 pub use origins::{CacheMode, Origin, OriginEntry};
 pub use tagging::{MAX_BUCKET_TAGS, MAX_OBJECT_TAGS, Tags, tag_set};
 

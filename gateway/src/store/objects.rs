@@ -541,18 +541,11 @@ impl Store {
         check_key(key)?;
         let bucket = self.bucket(principal, bucket, Access::Write).await?;
         let mut md5 = Md5::new();
-        let mut head = BytesMut::new();
-        let small_enough = declared_len.is_none_or(|len| len <= INLINE_LIMIT as u64);
-        let mut ended = false;
-        while small_enough && head.len() <= INLINE_LIMIT {
-            match body.next().await {
-                Some(piece) => head.extend_from_slice(&piece?),
-                None => {
-                    ended = true;
-                    break;
-                }
-            }
-        }
+        let (head, ended) = if declared_len.is_none_or(|len| len <= INLINE_LIMIT as u64) {
+            read_prefix(&mut body, INLINE_LIMIT as u64).await?
+        } else {
+            (BytesMut::new(), false)
+        };
         md5.update(&head);
         observer.update(&head);
         if ended {
@@ -744,6 +737,19 @@ pub(super) async fn write_chunks(
     }
     writer.finish().await?;
     Ok((body_id, size))
+}
+
+/// Reads `body` until more than `max` bytes are in (or it ends); returns them and whether the
+/// body ended.
+pub async fn read_prefix(body: &mut BodyStream, max: u64) -> StoreResult<(BytesMut, bool)> {
+    let mut prefix = BytesMut::new();
+    while prefix.len() as u64 <= max {
+        match body.next().await {
+            Some(piece) => prefix.extend_from_slice(&piece?),
+            None => return Ok((prefix, true)),
+        }
+    }
+    Ok((prefix, false))
 }
 
 pub fn check_length(declared: Option<u64>, received: u64) -> StoreResult<()> {
