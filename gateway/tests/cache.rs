@@ -962,3 +962,42 @@ async fn a_simulated_remote_origin_is_at_least_as_slow_as_configured() {
     );
     origin.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_origin_slower_than_the_timeout_is_a_504() {
+    let origin = TestGateway::with_args(common::fresh_database().await, &["--simulate-latency", "3s"]).await;
+    origin
+        .client
+        .create_bucket()
+        .bucket(ORIGIN_BUCKET)
+        .send()
+        .await
+        .unwrap();
+    let cache = TestGateway::with_args(common::fresh_database().await, &["--origin-timeout", "500ms"]).await;
+    cache
+        .gateway
+        .store
+        .catalog()
+        .put_origin(CACHE, &origin_settings(&origin, CacheMode::WriteBack))
+        .await
+        .unwrap();
+    let no_retry = cache
+        .client
+        .get_object()
+        .bucket(CACHE)
+        .key("slow")
+        .customize()
+        .config_override(
+            aws_sdk_s3::config::Config::builder().retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled()),
+        );
+    let err = no_retry.send().await.unwrap_err();
+    use aws_sdk_s3::error::ProvideErrorMetadata;
+    assert_eq!(err.raw_response().map(|r| r.status().as_u16()), Some(504));
+    assert_eq!(err.code(), Some("GatewayTimeout"));
+    assert_eq!(
+        cache.metric("pgvs3_cache_origin_errors_total{kind=\"timeout\"}").await,
+        Some(1.0)
+    );
+    cache.stop().await;
+    origin.stop().await;
+}
