@@ -5,7 +5,8 @@
 # Cache: a second pgvs3 gateway (own embedded PostgreSQL) whose bucket fronts the origin's.
 # Cases per size, one worker: direct origin GET, cold cache GET (each key read once through the
 # cache after it was written straight to the origin), warm cache GET, direct origin PUT, and the
-# cache's write-back PUT acknowledgement. Prints p50s and the ratios the cache issue targets.
+# cache's write-back PUT acknowledgement; plus reads of an ordinary bucket of the cache's gateway
+# (the local limit for warm reads). Prints p50s and the ratios the cache issue targets.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 sizes="${1:-10MiB,100MiB}"
@@ -65,6 +66,8 @@ run direct-get "$origin" bench --ops get
 run cold-get "$cache" bench-cache --ops get --unique-reads --seed-endpoint "$origin" --seed-bucket bench
 # The same keys again: all warm.
 run warm-get "$cache" bench-cache --ops get --unique-reads --seed-endpoint "$origin" --seed-bucket bench
+# The same reads from an ordinary bucket of the cache's gateway: the local limit warm reads approach.
+run local-get "$cache" plain --ops get
 run direct-put "$origin" bench --ops put
 run write-back-put "$cache" bench-cache --ops put
 
@@ -72,16 +75,16 @@ python3 - "$work" "$sizes" <<'PY'
 import json, sys, pathlib
 work, sizes = pathlib.Path(sys.argv[1]), sys.argv[2].split(",")
 p50 = {}
-for label in ["direct-get", "cold-get", "warm-get", "direct-put", "write-back-put"]:
+for label in ["direct-get", "cold-get", "warm-get", "local-get", "direct-put", "write-back-put"]:
     for line in (work / f"{label}.ndjson").read_text().splitlines():
         record = json.loads(line)
         p50[(label, record["case"].split()[-1])] = record["result"]["p50_ms"]
-print(f"{'size':<8} {'direct GET':>11} {'cold GET':>10} {'warm GET':>10} {'direct PUT':>11} {'write-back':>11}"
-      f" {'warm x':>8} {'cold/direct':>12} {'put x':>7}")
+print(f"{'size':<8} {'direct GET':>11} {'cold GET':>10} {'warm GET':>10} {'local GET':>10} {'direct PUT':>11}"
+      f" {'write-back':>11} {'warm x':>8} {'cold/direct':>12} {'put x':>7}")
 for size in sizes:
     g = lambda label: p50[(label, size)]
     print(f"{size:<8} {g('direct-get'):>9.1f}ms {g('cold-get'):>8.1f}ms {g('warm-get'):>8.1f}ms"
-          f" {g('direct-put'):>9.1f}ms {g('write-back-put'):>9.1f}ms"
+          f" {g('local-get'):>8.1f}ms {g('direct-put'):>9.1f}ms {g('write-back-put'):>9.1f}ms"
           f" {g('direct-get') / g('warm-get'):>7.1f}x {g('cold-get') / g('direct-get'):>12.2f}"
           f" {g('direct-put') / g('write-back-put'):>6.1f}x")
 PY
