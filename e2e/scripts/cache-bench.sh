@@ -23,30 +23,32 @@ export PGVS3_ROOT_ACCESS_KEY=BENCHROOTKEY00000001 PGVS3_ROOT_SECRET_KEY=bench-se
 pids=()
 cleanup() {
     for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
     rm -rf "$work"
 }
 trap cleanup EXIT
 
-# Starts a gateway on its own data dir; prints its S3 endpoint.
+# Starts a gateway on its own data dir and sets `endpoint` to its S3 endpoint (not in a
+# subshell: cleanup must know its pid).
 start() {
     local name=$1
     shift
     "$bin/pgvs3" serve --data-dir "$work/$name" --s3-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 \
         --resp-addr off --ojs-addr off "$@" >"$work/$name.log" 2>&1 &
     pids+=($!)
-    local endpoint=""
+    endpoint=""
     for _ in $(seq 1 600); do
         endpoint=$(sed -n 's/^pgvs3 S3 endpoint: \(http:[^ ]*\).*/\1/p' "$work/$name.log")
         [ -n "$endpoint" ] && break
         sleep 0.1
     done
     [ -n "$endpoint" ] || { cat "$work/$name.log" >&2; exit 1; }
-    echo "$endpoint"
 }
 
-origin=$(start origin --simulate-latency "$latency" --simulate-bandwidth "$bandwidth")
-cache=$(start cache)
+start origin --simulate-latency "$latency" --simulate-bandwidth "$bandwidth"
+origin=$endpoint
+start cache
+cache=$endpoint
 keys=(--access-key "$PGVS3_ROOT_ACCESS_KEY" --secret-key "$PGVS3_ROOT_SECRET_KEY")
 "$bin/pgvs3-loadgen" s3 --endpoint "$origin" "${keys[@]}" --bucket bench --ops put --sizes 4KiB \
     --requests 1 --workers 1 >/dev/null
