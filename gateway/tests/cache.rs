@@ -1001,3 +1001,97 @@ async fn an_origin_slower_than_the_timeout_is_a_504() {
     cache.stop().await;
     origin.stop().await;
 }
+
+/// A TCP proxy in front of an origin whose connections can all be cut at once.
+struct CuttableProxy {
+    addr: std::net::SocketAddr,
+    cut: tokio::sync::watch::Sender<bool>,
+}
+
+impl CuttableProxy {
+    async fn start(target: std::net::SocketAddr) -> CuttableProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (cut, watch) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let mut watch = watch.clone();
+                tokio::spawn(async move {
+                    let mut outbound = tokio::net::TcpStream::connect(target).await.unwrap();
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = watch.wait_for(|cut| *cut) => {}
+                    }
+                });
+            }
+        });
+        CuttableProxy { addr, cut }
+    }
+
+    fn cut(&self) {
+        self.cut.send_replace(true);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fill_cut_off_by_the_origin_leaves_no_entry() {
+    // A slow origin (1 MiB/s) behind a proxy that can cut the transfer.
+    let origin = TestGateway::with_args(common::fresh_database().await, &["--simulate-bandwidth", "1048576"]).await;
+    origin
+        .client
+        .create_bucket()
+        .bucket(ORIGIN_BUCKET)
+        .send()
+        .await
+        .unwrap();
+    put(&origin.client, ORIGIN_BUCKET, "cut.bin", noise(4 << 20, 70)).await;
+    let proxy = CuttableProxy::start(origin.gateway.s3_addr).await;
+    let cache = TestGateway::start().await;
+    let mut settings = origin_settings(&origin, CacheMode::WriteBack);
+    settings.endpoint = format!("http://{}", proxy.addr);
+    cache
+        .gateway
+        .store
+        .catalog()
+        .put_origin(CACHE, &settings)
+        .await
+        .unwrap();
+    let reading = cache
+        .client
+        .get_object()
+        .bucket(CACHE)
+        .key("cut.bin")
+        .send()
+        .await
+        .unwrap();
+    // The fill is under way once the first bytes reach the client.
+    let mut body = reading.body;
+    let first = body.next().await.expect("a first piece").unwrap();
+    assert!(!first.is_empty());
+    proxy.cut();
+    let mut received = first.len();
+    let failed = loop {
+        match body.next().await {
+            Some(Ok(piece)) => received += piece.len(),
+            Some(Err(_)) => break true,
+            None => break false,
+        }
+    };
+    assert!(
+        failed && received < 4 << 20,
+        "the client sees the failure ({received} bytes)"
+    );
+    eventually("the fill to be counted as failed", || async {
+        cache.metric("pgvs3_cache_fills_total{outcome=\"failed\"}").await == Some(1.0)
+    })
+    .await;
+    let sql = cache.sql().await;
+    let entries: i64 = sql
+        .query_one("SELECT count(*) FROM s3c.objects", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(entries, 0, "no entry from a truncated fill");
+    cache.stop().await;
+    origin.stop().await;
+}

@@ -197,11 +197,7 @@ pub struct Runner {
 impl Runner {
     pub fn new(client: Arc<S3Client>, case: Case) -> Runner {
         let payload = payload(case.size);
-        Runner {
-            client,
-            case,
-            payload,
-        }
+        Runner { client, case, payload }
     }
 
     pub fn key(&self, index: u64) -> String {
@@ -267,10 +263,9 @@ impl Runner {
                     .send("GET", &client.object_path(&key), Bytes::new(), &[("range", range)])
                     .await
                 {
-                    Ok((status, _, body)) if status.as_u16() == 206 => self.verify(
-                        &body,
-                        &self.payload.slice(start as usize..(start + length) as usize),
-                    ),
+                    Ok((status, _, body)) if status.as_u16() == 206 => {
+                        self.verify(&body, &self.payload.slice(start as usize..(start + length) as usize))
+                    }
                     Ok((status, _, body)) => status_error(status, &body),
                     Err(kind) => Outcome::Error(kind),
                 }
