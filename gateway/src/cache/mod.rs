@@ -173,7 +173,7 @@ impl CacheTier {
         }
         let result = if entry.pending { "pending" } else { "hit" };
         self.metrics().lookups.with_label_values(&[result]).inc();
-        if !entry.pending {
+        if entry.use_unrecorded {
             self.touch(bucket.id, key);
         }
         self.store().cache_read(bucket, entry, options, with_body).await
@@ -634,8 +634,12 @@ impl CacheTier {
             self.inner.uploads_due.notify_one();
             return Ok(outcome);
         }
-        if let Some(due) = self.store().outbox_row(bucket.id, key).await? {
-            self.upload(&due).await?;
+        if let Some(due) = self.store().outbox_row(bucket.id, key).await?
+            && let Err(err) = self.upload(&due).await
+        {
+            // The client hears that the write failed, so it must not happen later either.
+            self.store().cache_drop_pending(bucket.id, key).await?;
+            return Err(err);
         }
         Ok(outcome)
     }

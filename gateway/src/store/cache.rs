@@ -53,11 +53,12 @@ static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
     // empty ETag records that the origin had no such key (negative caching).
     let lookup = |body: &str| {
         format!(
-            "SELECT size, etag, last_modified, meta, {body}, body_id, true, true
+            "SELECT size, etag, last_modified, meta, {body}, body_id, true, true, false
                FROM s3w.objects WHERE bucket_id = $1 AND key = $2
              UNION ALL
              SELECT size, etag, last_modified, meta, {body}, body_id, false,
-                    validated_at > now() - make_interval(secs => CASE WHEN etag = '' THEN $4::float8 ELSE $3::float8 END)
+                    validated_at > now() - make_interval(secs => CASE WHEN etag = '' THEN $4::float8 ELSE $3::float8 END),
+                    accessed_at < now() - interval '1 minute'
                FROM s3c.objects WHERE bucket_id = $1 AND key = $2
              LIMIT 1"
         )
@@ -166,6 +167,9 @@ pub struct CacheEntry {
     pub pending: bool,
     /// Within the TTL (or pending).
     pub fresh: bool,
+    /// A filled entry whose recorded last use is over a minute old: worth recording this one
+    /// (a hot key is not rewritten on every read).
+    pub use_unrecorded: bool,
     inline: Option<Bytes>,
     body_id: Option<i64>,
 }
@@ -221,6 +225,7 @@ fn entry_from_row(row: &tokio_postgres::Row) -> CacheEntry {
         body_id: row.get(5),
         pending: row.get(6),
         fresh: row.get(7),
+        use_unrecorded: row.get(8),
     }
 }
 
