@@ -1,39 +1,8 @@
 //! The catalog side of a Bucket, through the gateway's SQL control API (`pgvs3.*` functions).
 
-use std::time::Duration;
-
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::Client;
 
 use crate::context::Result;
-
-/// Where and as whom the operator reaches a pool's database.
-#[derive(Clone, Debug)]
-pub struct Connection {
-    pub host: String,
-    pub port: u16,
-    pub database: String,
-    pub user: String,
-    pub password: String,
-}
-
-pub async fn connect(connection: &Connection) -> Result<Client> {
-    let (client, driver) = Config::new()
-        .host(&connection.host)
-        .port(connection.port)
-        .dbname(&connection.database)
-        .user(&connection.user)
-        .password(&connection.password)
-        .application_name("pgvs3-operator")
-        .connect_timeout(Duration::from_secs(5))
-        .connect(NoTls)
-        .await?;
-    tokio::spawn(async move {
-        if let Err(err) = driver.await {
-            tracing::debug!(error = %err, "catalog connection ended");
-        }
-    });
-    Ok(client)
-}
 
 /// Creates or updates an access key whose secret is already sealed with the master key.
 pub async fn put_access_key(
