@@ -39,8 +39,9 @@ pub fn render(text: &str, inputs: &Inputs) -> anyhow::Result<String> {
                 let cache: OriginCache = serde_json::from_value(document.clone())?;
                 let row = origin_row(&cache).map_err(anyhow::Error::msg)?;
                 out.push_str(&format!(
-                    "# OriginCache {}: catalog row (pgvs3.put_origin is not in the gateway yet)\n",
-                    cache.metadata.name.as_deref().unwrap_or_default()
+                    "# OriginCache {}: the arguments of pgvs3.put_origin (with the credentials of Secret {})\n",
+                    cache.metadata.name.as_deref().unwrap_or_default(),
+                    cache.spec.credentials_secret_ref
                 ));
                 out.push_str(
                     &serde_saphyr::to_string(&row)?

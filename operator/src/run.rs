@@ -170,7 +170,7 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
             api::<Secret>(&client, &namespace),
             watcher::Config::default(),
             referrers(caches_reader, |cache: &OriginCache, secret| {
-                cache.spec.credentials_secret_ref.as_deref() == Some(secret)
+                cache.spec.credentials_secret_ref == secret
             }),
         )
         .run(origin_cache::reconcile, origin_cache::error_policy, ctx)
