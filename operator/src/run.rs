@@ -166,6 +166,7 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
     let caches_reader = caches.store();
     let cache_controller = caches
         .with_config(config)
+        .owns(api::<Secret>(&client, &namespace), watcher::Config::default())
         .watches(
             api::<Secret>(&client, &namespace),
             watcher::Config::default(),

@@ -24,6 +24,8 @@ use serde_json::{Value, json};
 const HARNESS_MASTER_KEY: &str = "integration-test-master-key";
 const CACHE: &str = "/apis/pgvs3.io/v1alpha1/namespaces/team/origincaches/datasets";
 const SECRET: &str = "/api/v1/namespaces/team/secrets/origin";
+/// The cache bucket's own credentials, written by the operator.
+const CACHE_SECRET: &str = "/api/v1/namespaces/team/secrets/datasets-credentials";
 const CACHE_BUCKET: &str = "datasets-cache";
 const ORIGIN_BUCKET: &str = "datasets";
 
@@ -71,6 +73,17 @@ fn mark_deleted(fake: &FakeApi) {
     fake.update(CACHE, |c| {
         c["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z")
     });
+}
+
+/// The access key and secret in the cache's credentials Secret.
+fn cache_credentials(fake: &FakeApi) -> (String, String) {
+    use base64::Engine;
+    let secret = fake.get(CACHE_SECRET).expect("the cache's credentials Secret");
+    let text = |key: &str| {
+        let encoded = secret["data"][key].as_str().unwrap_or_else(|| panic!("no {key}"));
+        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(encoded).unwrap()).unwrap()
+    };
+    (text("AWS_ACCESS_KEY_ID"), text("AWS_SECRET_ACCESS_KEY"))
 }
 
 fn status(fake: &FakeApi) -> Value {
@@ -240,6 +253,17 @@ impl Setup {
         })
     }
 
+    async fn access_keys_named(&self, key_id: &str) -> i64 {
+        let sql = self.cache.sql().await;
+        sql.query_one(
+            "SELECT count(*) FROM pgvs3.access_keys WHERE access_key = $1",
+            &[&key_id],
+        )
+        .await
+        .unwrap()
+        .get(0)
+    }
+
     async fn bucket_exists(&self) -> bool {
         let sql = self.cache.sql().await;
         let rows = sql
@@ -367,11 +391,21 @@ async fn the_row_is_written_served_and_follows_spec_and_secret_changes_until_del
     assert_eq!(configured["observedGeneration"], 1);
     let secret_version = configured["credentialsVersion"].clone();
     assert!(secret_version.is_string());
+    let (key_id, secret_key) = cache_credentials(&setup.fake);
+    assert_eq!(configured["accessKeyId"], key_id.as_str());
+    assert_eq!(configured["secretName"], "datasets-credentials");
+    let owner = &setup.fake.get(CACHE_SECRET).unwrap()["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (owner["kind"].as_str(), owner["name"].as_str()),
+        (Some("OriginCache"), Some("datasets"))
+    );
 
-    // The gateway picks the row up from the catalog and fills from the origin.
+    // The gateway picks the row up from the catalog and fills from the origin, for the
+    // applications that hold the cache's own key.
+    let application = setup.cache.client_for(&key_id, &secret_key);
     let mut served = Err(String::new());
     eventually("the cache bucket serves the origin's object", async || {
-        served = get(&setup.cache.client, CACHE_BUCKET, "hello.txt").await;
+        served = get(&application, CACHE_BUCKET, "hello.txt").await;
         served.is_ok()
     })
     .await;
@@ -423,6 +457,7 @@ async fn the_row_is_written_served_and_follows_spec_and_secret_changes_until_del
     assert!(setup.fake.get(CACHE).is_none(), "finalizer removed, object gone");
     assert!(setup.origin_row().await.is_none(), "drop_origin removed the row");
     assert!(!setup.bucket_exists().await, "and the cache bucket");
+    assert_eq!(setup.access_keys_named(&key_id).await, 0, "the cache's key is revoked");
     assert!(
         setup
             .fake
@@ -438,7 +473,7 @@ async fn the_row_is_written_served_and_follows_spec_and_secret_changes_until_del
 }
 
 #[tokio::test]
-async fn an_ordinary_bucket_of_the_same_name_is_rejected_not_taken_over() {
+async fn a_bucket_that_is_not_ours_is_never_taken_over_or_dropped() {
     let setup = Setup::start(json!({})).await;
     setup
         .cache
@@ -454,14 +489,52 @@ async fn an_ordinary_bucket_of_the_same_name_is_rejected_not_taken_over() {
         setup.reconcile().await.unwrap(),
         Action::requeue(Duration::from_secs(30))
     );
-    let (status, reason) = setup.fake.condition(CACHE, "Ready");
-    assert_eq!((status.as_str(), reason.as_str()), ("False", "OriginRejected"));
+    assert_eq!(
+        setup.fake.condition(CACHE, "Ready"),
+        ("False".into(), "BucketOwnedElsewhere".into())
+    );
     assert_eq!(setup.fake.condition(CACHE, "Degraded").0, "True");
     assert!(setup.origin_row().await.is_none());
+    let (key_id, _) = cache_credentials(&setup.fake);
+    assert_eq!(
+        setup.access_keys_named(&key_id).await,
+        0,
+        "the transaction was rolled back"
+    );
+
+    mark_deleted(&setup.fake);
+    setup.reconcile().await.unwrap();
+    assert!(setup.fake.get(CACHE).is_none());
     assert_eq!(
         get(&setup.cache.client, CACHE_BUCKET, "mine.txt").await.unwrap(),
-        b"not a cache"
+        b"not a cache",
+        "deleting the OriginCache leaves the other bucket alone"
     );
+    setup.stop().await;
+}
+
+#[tokio::test]
+async fn settings_the_catalog_refuses_leave_nothing_behind() {
+    // The CRD schema would refuse it; an API server without validation would not.
+    let setup = Setup::start(json!({"fillConcurrency": 0})).await;
+    assert_eq!(
+        setup.reconcile().await.unwrap(),
+        Action::requeue(Duration::from_secs(30))
+    );
+    let (status, reason) = setup.fake.condition(CACHE, "Ready");
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "OriginRejected"));
+    assert!(!setup.bucket_exists().await, "no cache bucket without its origin");
+    let (key_id, _) = cache_credentials(&setup.fake);
+    assert_eq!(setup.access_keys_named(&key_id).await, 0);
+
+    // Fixing the spec configures the cache.
+    setup.fake.update(CACHE, |c| c["spec"]["fillConcurrency"] = json!(8));
+    setup.reconcile().await.unwrap();
+    assert_eq!(
+        setup.fake.condition(CACHE, "Ready"),
+        ("True".into(), "Configured".into())
+    );
+    assert_eq!(setup.origin_row().await.unwrap().fill_concurrency, 8);
     setup.stop().await;
 }
 

@@ -73,21 +73,8 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
     };
     let target = target(ctx, &binding.pool, namespace, bucket_name.clone()).await?;
 
-    // The Secret is written before the catalog row so a crash in between never loses the key:
-    // the next reconcile reads the secret back and writes the same key.
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     let key_id = build::access_key_id(bucket);
-    let secret_key = match secrets.get_opt(&build::secret_name(bucket)).await? {
-        Some(existing) => {
-            kube_ops::secret_text(&existing, "AWS_SECRET_ACCESS_KEY").unwrap_or_else(|_| random_token(30))
-        }
-        None => random_token(30),
-    };
-    kube_ops::apply(
-        &secrets,
-        &build::credentials_secret(bucket, &target, &key_id, &secret_key),
-    )
-    .await?;
+    let secret_key = write_credentials(ctx, namespace, bucket, &target, &key_id).await?;
 
     let read_only = bucket.spec.access == AccessMode::ReadOnly;
     let description = format!("Bucket {namespace}/{}", bucket.name_any());
@@ -95,7 +82,7 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
         let client = database::connect(&binding.connection).await?;
         let sealed = binding.master_key.seal(&secret_key);
         catalog::put_access_key(&client, &key_id, &sealed, read_only, &description).await?;
-        catalog::ensure_bucket(&client, &bucket_name, &key_id).await
+        catalog::ensure_bucket(&client, &bucket_name, &key_id, catalog::ORDINARY_NAMESPACE).await
     }
     .await;
     let mut verdicts = match &ensured {
@@ -142,8 +129,32 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
     Ok(Action::requeue(RESYNC))
 }
 
+/// Writes `owner`'s credentials Secret for the key `key_id` and returns the key's secret: the
+/// one already in the Secret, or a new one. The Secret is written before the catalog's key so a
+/// crash in between never loses it: the next reconcile reads it back and writes the same key.
+pub(crate) async fn write_credentials<K>(
+    ctx: &Context,
+    namespace: &str,
+    owner: &K,
+    target: &Target,
+    key_id: &str,
+) -> Result<String>
+where
+    K: Resource<DynamicType = ()>,
+{
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let secret_key = match secrets.get_opt(&build::secret_name(owner)).await? {
+        Some(existing) => {
+            kube_ops::secret_text(&existing, "AWS_SECRET_ACCESS_KEY").unwrap_or_else(|_| random_token(30))
+        }
+        None => random_token(30),
+    };
+    kube_ops::apply(&secrets, &build::credentials_secret(owner, target, key_id, &secret_key)).await?;
+    Ok(secret_key)
+}
+
 /// The pool's S3 endpoint, plus those of Standby pools on the same CloudNativePG cluster.
-async fn target(ctx: &Context, pool: &GatewayPool, namespace: &str, bucket_name: String) -> Result<Target> {
+pub(crate) async fn target(ctx: &Context, pool: &GatewayPool, namespace: &str, bucket_name: String) -> Result<Target> {
     let mut read_endpoints = Vec::new();
     if let Some(cluster) = &pool.spec.postgres.cluster_name {
         let pools: Api<GatewayPool> = Api::namespaced(ctx.client.clone(), namespace);

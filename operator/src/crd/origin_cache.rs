@@ -113,6 +113,11 @@ pub struct OriginCacheStatus {
     /// Id of the cache bucket in the pool's catalog.
     #[serde(default, rename = "bucketID", skip_serializing_if = "Option::is_none")]
     pub bucket_id: Option<i64>,
+    /// Secret with the cache bucket's own access key (owned by this resource).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_key_id: Option<String>,
     /// S3 endpoint of the pool that serves the cache bucket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,

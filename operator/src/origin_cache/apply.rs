@@ -1,6 +1,7 @@
 //! Reconciles an OriginCache: the cache bucket's origin row in the catalog of a Primary pool's
-//! database (through `pgvs3.put_origin`), re-applied when the spec or the credentials Secret
-//! changes, and dropped behind a finalizer once no write-back body is left to upload.
+//! database (through `pgvs3.put_origin`), re-applied when the spec or the origin's credentials
+//! Secret changes, an access key of the cache bucket's own with its credentials Secret (as a
+//! Bucket has), and cleanup behind a finalizer once no write-back body is left to upload.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,8 +13,11 @@ use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Resource, ResourceExt};
 
-use super::build::{FINALIZER, origin_row};
+use super::build::{self, FINALIZER, origin_row};
 use super::catalog;
+use crate::bucket::apply as bucket_apply;
+use crate::bucket::build as bucket_build;
+use crate::bucket::catalog as bucket_catalog;
 use crate::context::{self, Context, Error, Result, backoff_key};
 use crate::crd::{DEGRADED, OriginCache, OriginCacheStatus, PROGRESSING, READY, Verdict, waiting};
 use crate::database::{self, bind};
@@ -120,14 +124,42 @@ async fn configure(
         }
     };
 
+    // The cache bucket's own key, for the applications that use the cache.
+    let target = bucket_apply::target(ctx, &binding.pool, namespace, row.bucket.clone()).await?;
+    let key_id = build::access_key_id(cache);
+    let own_secret = bucket_apply::write_credentials(ctx, namespace, cache, &target, &key_id).await?;
+    status.secret_name = Some(bucket_build::secret_name(cache));
+    status.access_key_id = Some(key_id.clone());
+    let description = format!("OriginCache {namespace}/{}", cache.name_any());
+
+    // One transaction: a refused origin leaves neither a key nor a bucket behind.
     let written = async {
-        let client = database::connect(&binding.connection).await?;
-        let sealed = catalog::sealed_secret(&client, &row.bucket, &binding.master_key, &secret_key).await?;
-        catalog::put_origin(&client, &row, &access_key, &sealed).await
+        let mut client = database::connect(&binding.connection).await?;
+        let transaction = client.transaction().await?;
+        let sealed_key = binding.master_key.seal(&own_secret);
+        bucket_catalog::put_access_key(&transaction, &key_id, &sealed_key, false, &description).await?;
+        // Created owned by this resource's key, so a bucket that belongs to anybody else
+        // (an ordinary one, or another cache) is never taken over.
+        let ensured = bucket_catalog::ensure_bucket(&transaction, &row.bucket, &key_id, build::CACHE_NAMESPACE).await?;
+        if ensured.owner.as_deref() != Some(key_id.as_str()) {
+            let owner = ensured.owner.unwrap_or_else(|| "the root key".into());
+            return Ok(Written::OwnedElsewhere(format!(
+                "bucket {} already exists and belongs to {owner}",
+                row.bucket
+            )));
+        }
+        let sealed = catalog::sealed_secret(&transaction, &row.bucket, &binding.master_key, &secret_key).await?;
+        match catalog::put_origin(&transaction, &row, &access_key, &sealed).await? {
+            Ok(bucket_id) => {
+                transaction.commit().await?;
+                Ok(Written::Configured(bucket_id))
+            }
+            Err(refusal) => Ok(Written::Rejected(refusal)),
+        }
     }
     .await;
     Ok(match written {
-        Ok(Ok(bucket_id)) => {
+        Ok(Written::Configured(bucket_id)) => {
             status.bucket_id = Some(bucket_id);
             status.credentials_version = secret.resource_version();
             let message = format!(
@@ -144,15 +176,23 @@ async fn configure(
                 requeue: RESYNC,
             }
         }
-        // The bucket exists as an ordinary bucket, or a setting is out of the catalog's range:
-        // the user has to change something.
-        Ok(Err(refusal)) => Outcome::waiting("OriginRejected", &refusal, WAIT_FOR_DEPENDENCY),
+        // Only the user can resolve these: another name, or the other bucket gone.
+        Ok(Written::OwnedElsewhere(message)) => Outcome::waiting("BucketOwnedElsewhere", &message, WAIT_FOR_DEPENDENCY),
+        Ok(Written::Rejected(refusal)) => Outcome::waiting("OriginRejected", &refusal, WAIT_FOR_DEPENDENCY),
         Err(failure) => Outcome {
             verdicts: waiting(catalog::failure_reason(&failure), &failure.to_string()),
             failure: Some(failure),
             requeue: RESYNC,
         },
     })
+}
+
+/// What the catalog made of the cache.
+enum Written {
+    Configured(i64),
+    OwnedElsewhere(String),
+    /// `pgvs3.put_origin` refused the settings.
+    Rejected(String),
 }
 
 async fn write_status(ctx: &Context, cache: &OriginCache, namespace: &str, status: OriginCacheStatus) -> Result<()> {
@@ -179,13 +219,18 @@ async fn cleanup(cache: &OriginCache, ctx: &Context, namespace: &str) -> Result<
         }
     };
     let client = database::connect(&binding.connection).await?;
-    match catalog::drop_origin(&client, bucket).await? {
-        Ok(dropped) => {
-            let note = if dropped {
-                format!("cache bucket {bucket} and its cached entries were dropped")
-            } else {
-                format!("cache bucket {bucket} was not in the catalog")
-            };
+    let key_id = build::access_key_id(cache);
+    let dropped = match bucket_catalog::bucket_owner(&client, bucket).await? {
+        Some(owner) if owner.as_deref() == Some(key_id.as_str()) => catalog::drop_origin(&client, bucket)
+            .await?
+            .map(|_| format!("cache bucket {bucket} and its cached entries were dropped")),
+        Some(_) => Ok(format!("bucket {bucket} does not belong to this resource; not dropped")),
+        None => Ok(format!("cache bucket {bucket} was not in the catalog")),
+    };
+    match dropped {
+        Ok(what) => {
+            bucket_catalog::delete_access_key(&client, &key_id).await?;
+            let note = format!("{what}; the cache's access key was revoked");
             kube_ops::publish(ctx, cache, "Cleanup", EventType::Normal, "Cleanup", note).await;
             Ok(Action::await_change())
         }

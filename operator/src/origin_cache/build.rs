@@ -1,11 +1,20 @@
 //! OriginCache → the arguments of `pgvs3.put_origin` (all but the origin's credentials, which
-//! come from a Secret at reconcile time). Pure.
+//! come from a Secret at reconcile time) and the id of the cache bucket's own key. Pure.
 
 use serde::Serialize;
 
+use crate::bucket::build::key_id_of;
 use crate::crd::{AddressingStyle, CacheMode, OriginCache};
 
 pub const FINALIZER: &str = "pgvs3.io/origincache-cleanup";
+
+/// The catalog namespace of cache buckets' objects (as `pgvs3.put_origin` creates them).
+pub const CACHE_NAMESPACE: &str = "s3w";
+
+/// The access key id of the cache bucket's own key.
+pub fn access_key_id(cache: &OriginCache) -> String {
+    key_id_of(cache, "PGVS3C")
+}
 
 /// The catalog row of a cache bucket, as `pgvs3.put_origin` takes it: durations in seconds,
 /// sizes in bytes, widths as the catalog's columns. Serialized (by `render`) with the SQL

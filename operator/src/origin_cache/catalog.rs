@@ -2,7 +2,7 @@
 //! `pgvs3.put_origin` and `pgvs3.drop_origin` (gateway/migrations/0004_origin_cache.sql).
 
 use pgvs3_secret::MasterKey;
-use tokio_postgres::Client;
+use tokio_postgres::GenericClient;
 use tokio_postgres::error::SqlState;
 
 use super::build::OriginRow;
@@ -11,7 +11,12 @@ use crate::context::Result;
 /// The origin secret to write, sealed under the master key. When the catalog's sealed secret
 /// still opens to `secret_key` it is reused: a fresh seal differs on every call (random nonce),
 /// and writing it would make each resync an update that every gateway reloads.
-pub async fn sealed_secret(client: &Client, bucket: &str, master_key: &MasterKey, secret_key: &str) -> Result<Vec<u8>> {
+pub async fn sealed_secret(
+    client: &impl GenericClient,
+    bucket: &str,
+    master_key: &MasterKey,
+    secret_key: &str,
+) -> Result<Vec<u8>> {
     let current = client
         .query_opt(
             "SELECT o.secret_encrypted FROM pgvs3.origins o JOIN pgvs3.buckets b ON b.id = o.bucket_id
@@ -29,7 +34,7 @@ pub async fn sealed_secret(client: &Client, bucket: &str, master_key: &MasterKey
 /// Creates or updates the cache bucket's origin; its bucket id, or why the catalog refused
 /// the settings (the bucket exists and is no cache bucket, or a value is out of range).
 pub async fn put_origin(
-    client: &Client,
+    client: &impl GenericClient,
     row: &OriginRow,
     access_key: &str,
     sealed_secret: &[u8],
@@ -68,7 +73,7 @@ pub async fn put_origin(
 
 /// Drops the cache bucket and its cached entries (false: it was not in the catalog), or the
 /// catalog's refusal while write-back bodies have not reached the origin yet.
-pub async fn drop_origin(client: &Client, bucket: &str) -> Result<Result<bool, String>> {
+pub async fn drop_origin(client: &impl GenericClient, bucket: &str) -> Result<Result<bool, String>> {
     match client.query_one("SELECT pgvs3.drop_origin($1)", &[&bucket]).await {
         Ok(row) => Ok(Ok(row.get(0))),
         Err(err) => match err.as_db_error() {
