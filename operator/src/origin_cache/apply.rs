@@ -14,7 +14,7 @@ use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Resource, ResourceExt};
 
 use super::build::{self, FINALIZER, origin_row};
-use super::catalog;
+use super::catalog::{self, CacheKey, OriginKey, Written};
 use crate::bucket::apply as bucket_apply;
 use crate::bucket::build as bucket_build;
 use crate::bucket::catalog as bucket_catalog;
@@ -81,7 +81,8 @@ async fn provision(cache: &OriginCache, ctx: &Context, namespace: &str) -> Resul
     }
 }
 
-/// Writes the origin row; fills in what `status` learns on the way.
+/// Writes the cache's credentials Secret and its catalog rows; fills in what `status` learns
+/// on the way.
 async fn configure(
     cache: &OriginCache,
     ctx: &Context,
@@ -130,34 +131,17 @@ async fn configure(
     let own_secret = bucket_apply::write_credentials(ctx, namespace, cache, &target, &key_id).await?;
     status.secret_name = Some(bucket_build::secret_name(cache));
     status.access_key_id = Some(key_id.clone());
-    let description = format!("OriginCache {namespace}/{}", cache.name_any());
 
-    // One transaction: a refused origin leaves neither a key nor a bucket behind.
-    let written = async {
-        let mut client = database::connect(&binding.connection).await?;
-        let transaction = client.transaction().await?;
-        let sealed_key = binding.master_key.seal(&own_secret);
-        bucket_catalog::put_access_key(&transaction, &key_id, &sealed_key, false, &description).await?;
-        // Created owned by this resource's key, so a bucket that belongs to anybody else
-        // (an ordinary one, or another cache) is never taken over.
-        let ensured = bucket_catalog::ensure_bucket(&transaction, &row.bucket, &key_id, build::CACHE_NAMESPACE).await?;
-        if ensured.owner.as_deref() != Some(key_id.as_str()) {
-            let owner = ensured.owner.unwrap_or_else(|| "the root key".into());
-            return Ok(Written::OwnedElsewhere(format!(
-                "bucket {} already exists and belongs to {owner}",
-                row.bucket
-            )));
-        }
-        let sealed = catalog::sealed_secret(&transaction, &row.bucket, &binding.master_key, &secret_key).await?;
-        match catalog::put_origin(&transaction, &row, &access_key, &sealed).await? {
-            Ok(bucket_id) => {
-                transaction.commit().await?;
-                Ok(Written::Configured(bucket_id))
-            }
-            Err(refusal) => Ok(Written::Rejected(refusal)),
-        }
-    }
-    .await;
+    let cache_key = CacheKey {
+        id: &key_id,
+        secret: &own_secret,
+        description: &format!("OriginCache {namespace}/{}", cache.name_any()),
+    };
+    let origin_key = OriginKey {
+        access_key: &access_key,
+        secret_key: &secret_key,
+    };
+    let written = catalog::write_cache(&binding, &row, &cache_key, &origin_key).await;
     Ok(match written {
         Ok(Written::Configured(bucket_id)) => {
             status.bucket_id = Some(bucket_id);
@@ -185,14 +169,6 @@ async fn configure(
             requeue: RESYNC,
         },
     })
-}
-
-/// What the catalog made of the cache.
-enum Written {
-    Configured(i64),
-    OwnedElsewhere(String),
-    /// `pgvs3.put_origin` refused the settings.
-    Rejected(String),
 }
 
 async fn write_status(ctx: &Context, cache: &OriginCache, namespace: &str, status: OriginCacheStatus) -> Result<()> {

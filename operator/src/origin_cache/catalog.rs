@@ -5,8 +5,66 @@ use pgvs3_secret::MasterKey;
 use tokio_postgres::GenericClient;
 use tokio_postgres::error::SqlState;
 
-use super::build::OriginRow;
+use super::build::{CACHE_NAMESPACE, OriginRow};
+use crate::bucket::catalog as bucket_catalog;
 use crate::context::Result;
+use crate::database::{self, Binding};
+
+/// The cache bucket's own access key (applications use the cache with it).
+pub struct CacheKey<'a> {
+    pub id: &'a str,
+    pub secret: &'a str,
+    pub description: &'a str,
+}
+
+/// The key the gateways sign origin requests with.
+pub struct OriginKey<'a> {
+    pub access_key: &'a str,
+    pub secret_key: &'a str,
+}
+
+/// What the catalog made of a cache.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Written {
+    /// The cache bucket's id.
+    Configured(i64),
+    /// A bucket of that name belongs to another key: never taken over.
+    OwnedElsewhere(String),
+    /// `pgvs3.put_origin` refused the settings.
+    Rejected(String),
+}
+
+/// Writes the cache's key, its bucket (owned by the key) and its origin in one transaction, so
+/// that a refusal leaves neither a key nor a bucket behind.
+pub async fn write_cache(
+    binding: &Binding,
+    row: &OriginRow,
+    cache_key: &CacheKey<'_>,
+    origin_key: &OriginKey<'_>,
+) -> Result<Written> {
+    let mut client = database::connect(&binding.connection).await?;
+    let transaction = client.transaction().await?;
+    let sealed_key = binding.master_key.seal(cache_key.secret);
+    bucket_catalog::put_access_key(&transaction, cache_key.id, &sealed_key, false, cache_key.description).await?;
+    let ensured = bucket_catalog::ensure_bucket(&transaction, &row.bucket, cache_key.id, CACHE_NAMESPACE).await?;
+    if ensured.owner.as_deref() != Some(cache_key.id) {
+        let owner = ensured.owner.unwrap_or_else(|| "the root key".into());
+        return Ok(Written::OwnedElsewhere(format!(
+            "bucket {} already exists and belongs to {owner}",
+            row.bucket
+        )));
+    }
+    let sealed = sealed_secret(&transaction, &row.bucket, &binding.master_key, origin_key.secret_key).await?;
+    Ok(
+        match put_origin(&transaction, row, origin_key.access_key, &sealed).await? {
+            Ok(bucket_id) => {
+                transaction.commit().await?;
+                Written::Configured(bucket_id)
+            }
+            Err(refusal) => Written::Rejected(refusal),
+        },
+    )
+}
 
 /// The origin secret to write, sealed under the master key. When the catalog's sealed secret
 /// still opens to `secret_key` it is reused: a fresh seal differs on every call (random nonce),
