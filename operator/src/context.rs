@@ -61,6 +61,10 @@ pub enum Error {
     Secret { secret: String, problem: String },
     #[error("resource has no namespace")]
     NoNamespace,
+    /// A cache bucket cannot be dropped yet: bodies acknowledged in write-back mode have not
+    /// reached the origin. Retried with backoff until the uploads drain.
+    #[error("{0}")]
+    PendingWriteBack(String),
 }
 
 impl Error {
@@ -70,9 +74,14 @@ impl Error {
             Error::Kube(kube::Error::Api(status)) if status.code == 409 => "Conflict",
             Error::Kube(_) => "KubeApi",
             Error::Catalog(_) => "Catalog",
-            Error::Finalizer(_) => "Finalizer",
+            Error::Finalizer(inner) => match &**inner {
+                kube::runtime::finalizer::Error::ApplyFailed(err)
+                | kube::runtime::finalizer::Error::CleanupFailed(err) => err.reason(),
+                _ => "Finalizer",
+            },
             Error::Secret { .. } => "Secret",
             Error::NoNamespace => "NoNamespace",
+            Error::PendingWriteBack(_) => "PendingWriteBack",
         }
     }
 }

@@ -50,23 +50,39 @@ where
     K: Resource<DynamicType = ()>,
 {
     if let Some(changed) = transition(previous, verdicts) {
-        let event = Event {
-            type_: if changed.type_ == crate::crd::READY && !changed.status && changed.reason != "Progressing" {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: changed.reason.clone(),
-            note: Some(changed.message.chars().take(1000).collect()),
-            action: "Reconcile".into(),
-            secondary: None,
+        let type_ = if changed.type_ == crate::crd::READY && !changed.status && changed.reason != "Progressing" {
+            EventType::Warning
+        } else {
+            EventType::Normal
         };
-        // An event that cannot be published must not fail the reconcile that changed state.
-        if let Err(err) = ctx.recorder.publish(&event, &object.object_ref(&())).await {
-            tracing::warn!(error = %err, "publishing event");
-        }
+        publish(
+            ctx,
+            object,
+            "Reconcile",
+            type_,
+            &changed.reason,
+            changed.message.clone(),
+        )
+        .await;
     }
     merge_conditions(previous, verdicts, object.meta().generation, Time(Timestamp::now()))
+}
+
+/// Publishes an Event about `object`; failing to publish must not fail the reconcile.
+pub async fn publish<K>(ctx: &Context, object: &K, action: &str, type_: EventType, reason: &str, note: String)
+where
+    K: Resource<DynamicType = ()>,
+{
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: action.into(),
+        secondary: None,
+    };
+    if let Err(err) = ctx.recorder.publish(&event, &object.object_ref(&())).await {
+        tracing::warn!(error = %err, "publishing event");
+    }
 }
 
 /// A digest of Secrets' contents: a change in any of them changes the digest.

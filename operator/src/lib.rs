@@ -7,6 +7,7 @@
 pub mod bucket;
 pub mod context;
 pub mod crd;
+pub mod database;
 pub mod gateway_pool;
 pub mod kube_ops;
 pub mod metrics;

@@ -4,13 +4,14 @@
 use crate::bucket::build::{self as bucket_build, Target};
 use crate::crd::{Bucket, GatewayPool, OriginCache, PoolRole};
 use crate::gateway_pool::build::{self as pool_build, Inputs, endpoints};
-use crate::origin_cache::build::origin_row;
+use crate::origin_cache::build::{access_key_id, origin_row};
+use kube::Resource;
 
 /// Shown instead of the secret the operator generates at reconcile time.
 pub const GENERATED: &str = "<generated-by-the-operator>";
 
-/// Renders every pgvs3 resource in a multi-document YAML text. Pools referenced by Buckets are
-/// looked up in the same text (their endpoints go into the credentials Secret).
+/// Renders every pgvs3 resource in a multi-document YAML text. Pools referenced by Buckets and
+/// OriginCaches are looked up in the same text (their endpoints go into the credentials Secret).
 pub fn render(text: &str, inputs: &Inputs) -> anyhow::Result<String> {
     let documents: Vec<serde_json::Value> = serde_saphyr::from_multiple(text)?;
     let documents: Vec<_> = documents.into_iter().filter(|d| !d.is_null()).collect();
@@ -26,7 +27,7 @@ pub fn render(text: &str, inputs: &Inputs) -> anyhow::Result<String> {
             "GatewayPool" => pool_build::build(&serde_json::from_value(document.clone())?, inputs).to_values(),
             "Bucket" => {
                 let bucket: Bucket = serde_json::from_value(document.clone())?;
-                let target = target(&bucket, &pools);
+                let target = target(&bucket, &bucket.spec.gateway_pool_ref, bucket.bucket_name(), &pools);
                 let secret = bucket_build::credentials_secret(
                     &bucket,
                     &target,
@@ -38,9 +39,11 @@ pub fn render(text: &str, inputs: &Inputs) -> anyhow::Result<String> {
             "OriginCache" => {
                 let cache: OriginCache = serde_json::from_value(document.clone())?;
                 let row = origin_row(&cache).map_err(anyhow::Error::msg)?;
+                let target = target(&cache, &cache.spec.gateway_pool_ref, row.bucket.clone(), &pools);
                 out.push_str(&format!(
-                    "# OriginCache {}: catalog row (pgvs3.put_origin is not in the gateway yet)\n",
-                    cache.metadata.name.as_deref().unwrap_or_default()
+                    "# OriginCache {}: the arguments of pgvs3.put_origin (with the credentials of Secret {})\n",
+                    cache.metadata.name.as_deref().unwrap_or_default(),
+                    cache.spec.credentials_secret_ref
                 ));
                 out.push_str(
                     &serde_saphyr::to_string(&row)?
@@ -48,7 +51,8 @@ pub fn render(text: &str, inputs: &Inputs) -> anyhow::Result<String> {
                         .map(|l| format!("# {l}\n"))
                         .collect::<String>(),
                 );
-                Vec::new()
+                let secret = bucket_build::credentials_secret(&cache, &target, &access_key_id(&cache), GENERATED);
+                vec![serde_json::to_value(secret)?]
             }
             other => anyhow::bail!("cannot render kind {other:?} (expected GatewayPool, Bucket or OriginCache)"),
         };
@@ -60,11 +64,10 @@ pub fn render(text: &str, inputs: &Inputs) -> anyhow::Result<String> {
     Ok(out)
 }
 
-fn target(bucket: &Bucket, pools: &[GatewayPool]) -> Target {
-    let pool = pools
-        .iter()
-        .find(|p| p.metadata.name.as_deref() == Some(bucket.spec.gateway_pool_ref.as_str()));
-    let namespace = bucket.metadata.namespace.as_deref().unwrap_or("default");
+/// Where `owner`'s bucket is served: by the pool `pool_ref` when it is in the same text.
+fn target<K: Resource>(owner: &K, pool_ref: &str, bucket_name: String, pools: &[GatewayPool]) -> Target {
+    let pool = pools.iter().find(|p| p.metadata.name.as_deref() == Some(pool_ref));
+    let namespace = owner.meta().namespace.as_deref().unwrap_or("default");
     let read_endpoints = pool
         .and_then(|pool| pool.spec.postgres.cluster_name.as_ref())
         .map(|cluster| {
@@ -76,10 +79,10 @@ fn target(bucket: &Bucket, pools: &[GatewayPool]) -> Target {
         })
         .unwrap_or_default();
     Target {
-        bucket_name: bucket.bucket_name(),
+        bucket_name,
         endpoint: pool
             .and_then(|p| endpoints(p).s3)
-            .unwrap_or_else(|| format!("http://{}.{namespace}.svc:9000", bucket.spec.gateway_pool_ref)),
+            .unwrap_or_else(|| format!("http://{pool_ref}.{namespace}.svc:9000")),
         region: pool.map_or_else(|| "us-east-1".to_string(), |p| p.spec.region.clone()),
         read_endpoints,
     }

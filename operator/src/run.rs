@@ -166,11 +166,12 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
     let caches_reader = caches.store();
     let cache_controller = caches
         .with_config(config)
+        .owns(api::<Secret>(&client, &namespace), watcher::Config::default())
         .watches(
             api::<Secret>(&client, &namespace),
             watcher::Config::default(),
             referrers(caches_reader, |cache: &OriginCache, secret| {
-                cache.spec.credentials_secret_ref.as_deref() == Some(secret)
+                cache.spec.credentials_secret_ref == secret
             }),
         )
         .run(origin_cache::reconcile, origin_cache::error_policy, ctx)

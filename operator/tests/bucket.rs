@@ -12,7 +12,7 @@ use std::time::Duration;
 use aws_sdk_s3::primitives::ByteStream;
 use http::Method;
 use kube::runtime::controller::Action;
-use mock::FakeApi;
+use mock::{FakeApi, b64};
 use pgvs3_operator::bucket;
 use pgvs3_operator::context::Context;
 use pgvs3_operator::crd::Bucket;
@@ -24,11 +24,6 @@ const HARNESS_MASTER_KEY: &str = "integration-test-master-key";
 const BUCKET: &str = "/apis/pgvs3.io/v1alpha1/namespaces/team/buckets/photos";
 const SECRET: &str = "/api/v1/namespaces/team/secrets/photos-credentials";
 
-fn b64(text: &str) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(text)
-}
-
 fn secret_text(fake: &FakeApi, key: &str) -> String {
     use base64::Engine;
     let secret = fake.get(SECRET).expect("credentials Secret");
@@ -36,35 +31,14 @@ fn secret_text(fake: &FakeApi, key: &str) -> String {
     String::from_utf8(base64::engine::general_purpose::STANDARD.decode(encoded).unwrap()).unwrap()
 }
 
-/// A pool bound to the test database by explicit host (the cluster's socket directory).
+/// The Primary pool on the test database, a Standby pool elsewhere, and the Bucket.
 fn setup(database_url: &str, bucket_spec: Value) -> (Arc<Context>, FakeApi) {
-    let config: tokio_postgres::Config = database_url.parse().unwrap();
-    let host = match &config.get_hosts()[0] {
-        tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
-        tokio_postgres::config::Host::Tcp(host) => host.clone(),
-    };
     let (client, fake) = FakeApi::start();
-    fake.insert(json!({
-        "apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool",
-        "metadata": {"name": "objects", "namespace": "team"},
-        "spec": {
-            "role": "Primary",
-            "postgres": {"host": host, "port": config.get_ports()[0], "database": config.get_dbname().unwrap(), "secretRef": "login"},
-            "masterKeySecretRef": {"name": "master"},
-        },
-    }));
+    fake.insert_primary_pool(database_url, HARNESS_MASTER_KEY);
     fake.insert(json!({
         "apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool",
         "metadata": {"name": "reader", "namespace": "team"},
-        "spec": {"role": "Standby", "postgres": {"host": host, "secretRef": "login"}},
-    }));
-    fake.insert(json!({
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "login", "namespace": "team"},
-        "data": {"username": b64(config.get_user().unwrap()), "password": b64("unused-with-trust-auth")},
-    }));
-    fake.insert(json!({
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "master", "namespace": "team"},
-        "data": {"masterKey": b64(HARNESS_MASTER_KEY)},
+        "spec": {"role": "Standby", "postgres": {"host": "standby.example", "secretRef": "login"}},
     }));
     fake.insert(json!({
         "apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket",

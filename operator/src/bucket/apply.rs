@@ -6,18 +6,19 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event as KubeEvent, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Resource, ResourceExt};
-use pgvs3_secret::{MasterKey, random_token};
+use pgvs3_secret::random_token;
 
 use super::build::{self, FINALIZER, Target};
-use super::catalog::{self, Connection};
+use super::catalog;
 use crate::context::{self, Context, Error, Result, backoff_key};
 use crate::crd::{
     AccessMode, Bucket, BucketStatus, DEGRADED, DeletionPolicy, GatewayPool, PROGRESSING, PoolRole, READY, Verdict,
     waiting,
 };
+use crate::database::{self, bind};
 use crate::gateway_pool::apply::{RESYNC, WAIT_FOR_DEPENDENCY};
 use crate::gateway_pool::build::endpoints;
 use crate::kube_ops;
@@ -44,57 +45,6 @@ pub fn error_policy(bucket: Arc<Bucket>, error: &Error, ctx: Arc<Context>) -> Ac
     context::error_policy(KIND, &*bucket, error, &ctx)
 }
 
-/// The pool, its database connection and master key, or the reason they are not there yet.
-struct Binding {
-    pool: GatewayPool,
-    connection: Connection,
-    master_key: MasterKey,
-}
-
-async fn bind(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Result<Binding, Vec<Verdict>>> {
-    let pools: Api<GatewayPool> = Api::namespaced(ctx.client.clone(), namespace);
-    let pool_name = &bucket.spec.gateway_pool_ref;
-    let Some(pool) = pools.get_opt(pool_name).await? else {
-        return Ok(Err(waiting(
-            "PoolNotFound",
-            &format!("GatewayPool {pool_name} does not exist"),
-        )));
-    };
-    if pool.spec.role != PoolRole::Primary {
-        let message = format!("GatewayPool {pool_name} is a Standby pool; buckets are written through a Primary pool");
-        return Ok(Err(waiting("PoolNotPrimary", &message)));
-    }
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    let credentials_name = pool.spec.postgres.credentials_secret();
-    let master_ref = pool.spec.master_key_ref(pool_name);
-    let (Some(credentials), Some(master)) = (
-        secrets.get_opt(&credentials_name).await?,
-        secrets.get_opt(&master_ref.name).await?,
-    ) else {
-        let message = format!("Secrets {credentials_name} and {} must exist", master_ref.name);
-        return Ok(Err(waiting("CredentialsUnavailable", &message)));
-    };
-    let postgres = &pool.spec.postgres;
-    // CloudNativePG Services live in the pool's namespace; the operator runs in its own.
-    let host = match &postgres.cluster_name {
-        Some(_) => format!("{}.{namespace}.svc", postgres.host(PoolRole::Primary)),
-        None => postgres.host(PoolRole::Primary),
-    };
-    let connection = Connection {
-        host,
-        port: u16::try_from(postgres.port()).unwrap_or(5432),
-        database: postgres.database().to_string(),
-        user: kube_ops::secret_text(&credentials, "username")?,
-        password: kube_ops::secret_text(&credentials, "password")?,
-    };
-    let master_key = MasterKey::from_text(&kube_ops::secret_text(&master, &master_ref.key)?);
-    Ok(Ok(Binding {
-        pool,
-        connection,
-        master_key,
-    }))
-}
-
 async fn write_status(ctx: &Context, bucket: &Bucket, namespace: &str, status: BucketStatus) -> Result<()> {
     let buckets: Api<Bucket> = Api::namespaced(ctx.client.clone(), namespace);
     kube_ops::apply_status(
@@ -108,7 +58,7 @@ async fn write_status(ctx: &Context, bucket: &Bucket, namespace: &str, status: B
 async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Action> {
     let previous = bucket.status.clone().unwrap_or_default();
     let bucket_name = bucket.bucket_name();
-    let binding = match bind(bucket, ctx, namespace).await? {
+    let binding = match bind(ctx, namespace, &bucket.spec.gateway_pool_ref).await? {
         Ok(binding) => binding,
         Err(verdicts) => {
             let status = BucketStatus {
@@ -123,29 +73,16 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
     };
     let target = target(ctx, &binding.pool, namespace, bucket_name.clone()).await?;
 
-    // The Secret is written before the catalog row so a crash in between never loses the key:
-    // the next reconcile reads the secret back and writes the same key.
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     let key_id = build::access_key_id(bucket);
-    let secret_key = match secrets.get_opt(&build::secret_name(bucket)).await? {
-        Some(existing) => {
-            kube_ops::secret_text(&existing, "AWS_SECRET_ACCESS_KEY").unwrap_or_else(|_| random_token(30))
-        }
-        None => random_token(30),
-    };
-    kube_ops::apply(
-        &secrets,
-        &build::credentials_secret(bucket, &target, &key_id, &secret_key),
-    )
-    .await?;
+    let secret_key = write_credentials(ctx, namespace, bucket, &target, &key_id).await?;
 
     let read_only = bucket.spec.access == AccessMode::ReadOnly;
     let description = format!("Bucket {namespace}/{}", bucket.name_any());
     let ensured = async {
-        let client = catalog::connect(&binding.connection).await?;
+        let client = database::connect(&binding.connection).await?;
         let sealed = binding.master_key.seal(&secret_key);
         catalog::put_access_key(&client, &key_id, &sealed, read_only, &description).await?;
-        catalog::ensure_bucket(&client, &bucket_name, &key_id).await
+        catalog::ensure_bucket(&client, &bucket_name, &key_id, catalog::ORDINARY_NAMESPACE).await
     }
     .await;
     let mut verdicts = match &ensured {
@@ -192,8 +129,32 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
     Ok(Action::requeue(RESYNC))
 }
 
+/// Writes `owner`'s credentials Secret for the key `key_id` and returns the key's secret: the
+/// one already in the Secret, or a new one. The Secret is written before the catalog's key so a
+/// crash in between never loses it: the next reconcile reads it back and writes the same key.
+pub(crate) async fn write_credentials<K>(
+    ctx: &Context,
+    namespace: &str,
+    owner: &K,
+    target: &Target,
+    key_id: &str,
+) -> Result<String>
+where
+    K: Resource<DynamicType = ()>,
+{
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let secret_key = match secrets.get_opt(&build::secret_name(owner)).await? {
+        Some(existing) => {
+            kube_ops::secret_text(&existing, "AWS_SECRET_ACCESS_KEY").unwrap_or_else(|_| random_token(30))
+        }
+        None => random_token(30),
+    };
+    kube_ops::apply(&secrets, &build::credentials_secret(owner, target, key_id, &secret_key)).await?;
+    Ok(secret_key)
+}
+
 /// The pool's S3 endpoint, plus those of Standby pools on the same CloudNativePG cluster.
-async fn target(ctx: &Context, pool: &GatewayPool, namespace: &str, bucket_name: String) -> Result<Target> {
+pub(crate) async fn target(ctx: &Context, pool: &GatewayPool, namespace: &str, bucket_name: String) -> Result<Target> {
     let mut read_endpoints = Vec::new();
     if let Some(cluster) = &pool.spec.postgres.cluster_name {
         let pools: Api<GatewayPool> = Api::namespaced(ctx.client.clone(), namespace);
@@ -215,7 +176,7 @@ async fn target(ctx: &Context, pool: &GatewayPool, namespace: &str, bucket_name:
 async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Action> {
     let bucket_name = bucket.bucket_name();
     let key_id = build::access_key_id(bucket);
-    let binding = match bind(bucket, ctx, namespace).await? {
+    let binding = match bind(ctx, namespace, &bucket.spec.gateway_pool_ref).await? {
         Ok(binding) => binding,
         Err(verdicts) => {
             // Without its pool the catalog is out of reach; holding the finalizer would block
@@ -224,11 +185,11 @@ async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Acti
                 "catalog not reachable ({}); bucket {bucket_name} left in place",
                 verdicts[0].message
             );
-            publish(ctx, bucket, EventType::Warning, "CleanupSkipped", note).await;
+            kube_ops::publish(ctx, bucket, "Cleanup", EventType::Warning, "CleanupSkipped", note).await;
             return Ok(Action::await_change());
         }
     };
-    let client = catalog::connect(&binding.connection).await?;
+    let client = database::connect(&binding.connection).await?;
     let ours = catalog::bucket_owner(&client, &bucket_name).await? == Some(Some(key_id.clone()));
     let note = match bucket.spec.deletion_policy {
         DeletionPolicy::Delete if ours => {
@@ -239,19 +200,6 @@ async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Acti
         DeletionPolicy::Retain => format!("bucket {bucket_name} retained; its access key was revoked"),
     };
     catalog::delete_access_key(&client, &key_id).await?;
-    publish(ctx, bucket, EventType::Normal, "Cleanup", note).await;
+    kube_ops::publish(ctx, bucket, "Cleanup", EventType::Normal, "Cleanup", note).await;
     Ok(Action::await_change())
-}
-
-async fn publish(ctx: &Context, bucket: &Bucket, type_: EventType, reason: &str, note: String) {
-    let event = KubeEvent {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: "Cleanup".into(),
-        secondary: None,
-    };
-    if let Err(err) = ctx.recorder.publish(&event, &bucket.object_ref(&())).await {
-        tracing::warn!(error = %err, "publishing event");
-    }
 }

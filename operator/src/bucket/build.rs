@@ -1,4 +1,5 @@
-//! Bucket → its access key id and credentials Secret. Pure.
+//! Bucket → its access key id and credentials Secret. Pure. An OriginCache gets its key and
+//! Secret from the same functions.
 
 use std::collections::BTreeMap;
 
@@ -23,16 +24,23 @@ pub struct Target {
     pub read_endpoints: Vec<String>,
 }
 
-pub fn secret_name(bucket: &Bucket) -> String {
-    format!("{}-credentials", bucket.metadata.name.as_deref().unwrap_or_default())
+/// `<name>-credentials`, the Secret of the resource that owns the key.
+pub fn secret_name<K: Resource>(owner: &K) -> String {
+    format!("{}-credentials", owner.meta().name.as_deref().unwrap_or_default())
 }
 
-/// The access key id, derived from the resource's uid: stable across reconciles and rotations
-/// of the secret, and distinct for a re-created resource of the same name.
+/// The access key id of a Bucket.
 pub fn access_key_id(bucket: &Bucket) -> String {
-    let uid = bucket.metadata.uid.as_deref().unwrap_or_default();
+    key_id_of(bucket, "PGVS3B")
+}
+
+/// An access key id derived from the resource's uid: stable across reconciles and rotations
+/// of the secret, and distinct for a re-created resource of the same name. The prefix (six
+/// characters) tells the kinds apart.
+pub fn key_id_of<K: Resource>(owner: &K, prefix: &str) -> String {
+    let uid = owner.meta().uid.as_deref().unwrap_or_default();
     let digest = Sha256::digest(uid.as_bytes());
-    format!("PGVS3B{}", hex::encode_upper(&digest[..7]))
+    format!("{prefix}{}", hex::encode_upper(&digest[..7]))
 }
 
 /// Host and port of an `http://host:port` endpoint.
@@ -45,8 +53,14 @@ fn host_port(endpoint: &str) -> (String, String) {
     }
 }
 
-/// The credentials Secret: the AWS SDKs' variables, plain `BUCKET_*` ones and COSI's.
-pub fn credentials_secret(bucket: &Bucket, target: &Target, access_key_id: &str, secret_access_key: &str) -> Secret {
+/// The credentials Secret of `owner` (a Bucket or an OriginCache), owned by it: the AWS SDKs'
+/// variables, plain `BUCKET_*` ones and COSI's.
+pub fn credentials_secret<K: Resource<DynamicType = ()>>(
+    owner: &K,
+    target: &Target,
+    access_key_id: &str,
+    secret_access_key: &str,
+) -> Secret {
     let (host, port) = host_port(&target.endpoint);
     let read_endpoints = target.read_endpoints.join(",");
     let data = BTreeMap::from([
@@ -69,16 +83,17 @@ pub fn credentials_secret(bucket: &Bucket, target: &Target, access_key_id: &str,
     ]);
     Secret {
         metadata: ObjectMeta {
-            name: Some(secret_name(bucket)),
-            namespace: bucket.metadata.namespace.clone(),
+            name: Some(secret_name(owner)),
+            namespace: owner.meta().namespace.clone(),
             labels: Some(BTreeMap::from([
                 ("app.kubernetes.io/managed-by".to_string(), "pgvs3-operator".to_string()),
                 (
-                    "pgvs3.io/bucket".to_string(),
-                    bucket.metadata.name.clone().unwrap_or_default(),
+                    // pgvs3.io/bucket or pgvs3.io/origincache: the resource's name.
+                    format!("pgvs3.io/{}", K::kind(&()).to_lowercase()),
+                    owner.meta().name.clone().unwrap_or_default(),
                 ),
             ])),
-            owner_references: bucket.controller_owner_ref(&()).map(|reference| vec![reference]),
+            owner_references: owner.controller_owner_ref(&()).map(|reference| vec![reference]),
             ..ObjectMeta::default()
         },
         type_: Some("Opaque".into()),

@@ -1,43 +1,12 @@
 //! The catalog side of a Bucket, through the gateway's SQL control API (`pgvs3.*` functions).
 
-use std::time::Duration;
-
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::GenericClient;
 
 use crate::context::Result;
 
-/// Where and as whom the operator reaches a pool's database.
-#[derive(Clone, Debug)]
-pub struct Connection {
-    pub host: String,
-    pub port: u16,
-    pub database: String,
-    pub user: String,
-    pub password: String,
-}
-
-pub async fn connect(connection: &Connection) -> Result<Client> {
-    let (client, driver) = Config::new()
-        .host(&connection.host)
-        .port(connection.port)
-        .dbname(&connection.database)
-        .user(&connection.user)
-        .password(&connection.password)
-        .application_name("pgvs3-operator")
-        .connect_timeout(Duration::from_secs(5))
-        .connect(NoTls)
-        .await?;
-    tokio::spawn(async move {
-        if let Err(err) = driver.await {
-            tracing::debug!(error = %err, "catalog connection ended");
-        }
-    });
-    Ok(client)
-}
-
 /// Creates or updates an access key whose secret is already sealed with the master key.
 pub async fn put_access_key(
-    client: &Client,
+    client: &impl GenericClient,
     key_id: &str,
     sealed: &[u8],
     read_only: bool,
@@ -52,6 +21,9 @@ pub async fn put_access_key(
     Ok(())
 }
 
+/// The catalog namespace of ordinary buckets' objects.
+pub const ORDINARY_NAMESPACE: &str = "s3p";
+
 /// A bucket as the catalog has it after `ensure_bucket`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EnsuredBucket {
@@ -61,11 +33,18 @@ pub struct EnsuredBucket {
     pub owner: Option<String>,
 }
 
-pub async fn ensure_bucket(client: &Client, name: &str, owner: &str) -> Result<EnsuredBucket> {
+/// Creates the bucket owned by `owner` when absent (`namespace`: where its objects live, `s3p`
+/// for an ordinary bucket, `s3w` for a cache bucket); an existing bucket is left as it is.
+pub async fn ensure_bucket(
+    client: &impl GenericClient,
+    name: &str,
+    owner: &str,
+    namespace: &str,
+) -> Result<EnsuredBucket> {
     let row = client
         .query_one(
-            "SELECT bucket_id, created FROM pgvs3.ensure_bucket($1, $2)",
-            &[&name, &owner],
+            "SELECT bucket_id, created FROM pgvs3.ensure_bucket($1, $2, $3)",
+            &[&name, &owner, &namespace],
         )
         .await?;
     let id: i64 = row.get(0);
@@ -78,7 +57,7 @@ pub async fn ensure_bucket(client: &Client, name: &str, owner: &str) -> Result<E
 }
 
 /// `None` when there is no such bucket; `Some(None)` when the root key owns it.
-pub async fn bucket_owner(client: &Client, name: &str) -> Result<Option<Option<String>>> {
+pub async fn bucket_owner(client: &impl GenericClient, name: &str) -> Result<Option<Option<String>>> {
     let row = client
         .query_opt("SELECT owner FROM pgvs3.buckets WHERE name = $1", &[&name])
         .await?;
@@ -86,14 +65,14 @@ pub async fn bucket_owner(client: &Client, name: &str) -> Result<Option<Option<S
 }
 
 /// Drops the bucket and, with `force`, its objects. False when there was no such bucket.
-pub async fn drop_bucket(client: &Client, name: &str, force: bool) -> Result<bool> {
+pub async fn drop_bucket(client: &impl GenericClient, name: &str, force: bool) -> Result<bool> {
     let row = client
         .query_one("SELECT pgvs3.drop_bucket($1, $2)", &[&name, &force])
         .await?;
     Ok(row.get(0))
 }
 
-pub async fn delete_access_key(client: &Client, key_id: &str) -> Result<bool> {
+pub async fn delete_access_key(client: &impl GenericClient, key_id: &str) -> Result<bool> {
     let row = client
         .query_one("SELECT pgvs3.delete_access_key($1)", &[&key_id])
         .await?;

@@ -24,17 +24,20 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "Mode", type_ = "string", json_path = ".spec.mode", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
-#[x_kube(validation = Rule::new("self.mode != 'WriteBack' || has(self.writeBackThreshold)").message("WriteBack needs writeBackThreshold"))]
 #[serde(rename_all = "camelCase")]
 pub struct OriginCacheSpec {
     pub origin: Origin,
-    /// Secret with `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` for the origin.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub credentials_secret_ref: Option<String>,
+    /// Secret (same namespace) with `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` for the
+    /// origin; the gateways sign every origin request with them. A change is applied at once.
+    pub credentials_secret_ref: String,
     /// The cache bucket in pgvs3. Immutable.
     #[schemars(regex(pattern = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"))]
     #[x_kube(validation = Rule::new("self == oldSelf").message("bucket is immutable"))]
     pub bucket: String,
+    /// `ReadThrough`: writes go to the origin and invalidate the cached copy; `WriteThrough`:
+    /// writes reach the origin before they are acknowledged and stay cached; `WriteBack`: like
+    /// `WriteThrough` below `writeBackThreshold`, larger bodies are acknowledged once stored and
+    /// uploaded in the background.
     #[serde(default)]
     pub mode: CacheMode,
     /// How long a filled object is served without asking the origin (e.g. `1h`).
@@ -42,26 +45,29 @@ pub struct OriginCacheSpec {
     #[schemars(length(max = 16))]
     #[x_kube(validation = Rule::new("self.matches('^[0-9]+(s|m|h)$')").message("a duration like 30s, 10m or 1h"))]
     pub ttl: String,
-    /// How long an origin 404 is remembered.
+    /// How long an origin 404 is remembered (`0s`: not at all).
     #[serde(default = "default_negative_ttl")]
     #[schemars(length(max = 16))]
     #[x_kube(validation = Rule::new("self.matches('^[0-9]+(s|m|h)$')").message("a duration like 30s, 10m or 1h"))]
     pub negative_ttl: String,
-    /// Range reads fill aligned chunks of this many bytes.
+    /// A range read of an object not cached whole fills the aligned chunks of this many bytes
+    /// it touches.
     #[serde(default = "default_range_chunk")]
-    #[schemars(range(min = 65536))]
+    #[schemars(range(min = 65536, max = 67108864))]
     pub range_chunk_size: i64,
     /// Origin fills in flight per gateway.
     #[serde(default = "default_fill_concurrency")]
     #[schemars(range(min = 1, max = 1024))]
     pub fill_concurrency: i32,
-    /// Writes at or above this size are written back (acknowledged before the origin has them).
+    /// In `WriteBack` mode, writes at or above this size are acknowledged before the origin has
+    /// them (smaller ones are written through).
+    #[serde(default = "default_write_back_threshold")]
+    #[schemars(range(min = 1))]
+    pub write_back_threshold: i64,
+    /// Upper bound of the cached bodies' size; least recently used entries are evicted beyond it
+    /// (never a body not yet at the origin). Default: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub write_back_threshold: Option<i64>,
-    /// Upper bound of the cache's size; least recently used objects are evicted beyond it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 1))]
     pub max_bytes: Option<i64>,
     /// The Primary GatewayPool whose database holds the cache.
     #[x_kube(validation = Rule::new("self == oldSelf").message("gatewayPoolRef is immutable"))]
@@ -104,6 +110,17 @@ pub struct OriginCacheStatus {
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// Id of the cache bucket in the pool's catalog.
+    #[serde(default, rename = "bucketID", skip_serializing_if = "Option::is_none")]
+    pub bucket_id: Option<i64>,
+    /// Secret with the cache bucket's own access key (owned by this resource).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_key_id: Option<String>,
+    /// S3 endpoint of the pool that serves the cache bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
     /// resourceVersion of the credentials Secret last written to the catalog.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_version: Option<String>,
@@ -115,12 +132,17 @@ fn default_region() -> String {
 fn default_ttl() -> String {
     "1h".into()
 }
+// The defaults are the gateway's own (`pgvs3.put_origin`, `pgvs3 admin origin put`), so a cache
+// behaves the same whichever way it was configured.
 fn default_negative_ttl() -> String {
-    "1m".into()
+    "0s".into()
 }
 fn default_range_chunk() -> i64 {
-    8 << 20
+    1 << 20
 }
 fn default_fill_concurrency() -> i32 {
-    16
+    8
+}
+fn default_write_back_threshold() -> i64 {
+    8 << 20
 }

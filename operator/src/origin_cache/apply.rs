@@ -1,17 +1,28 @@
-//! Reconciles an OriginCache as far as the gateway allows today: validates it, follows its
-//! credentials Secret and says plainly that the catalog cannot hold origins yet.
+//! Reconciles an OriginCache: the cache bucket's origin row in the catalog of a Primary pool's
+//! database (through `pgvs3.put_origin`), re-applied when the spec or the origin's credentials
+//! Secret changes, an access key of the cache bucket's own with its credentials Secret (as a
+//! Bucket has), and cleanup behind a finalizer once no write-back body is left to upload.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Resource, ResourceExt};
 
-use super::build::origin_row;
+use super::build::{self, FINALIZER, origin_row};
+use super::catalog::{self, CacheKey, OriginKey, Written};
+use crate::bucket::apply as bucket_apply;
+use crate::bucket::build as bucket_build;
+use crate::bucket::catalog as bucket_catalog;
 use crate::context::{self, Context, Error, Result, backoff_key};
-use crate::crd::{GatewayPool, OriginCache, OriginCacheStatus, Verdict, waiting};
+use crate::crd::{DEGRADED, OriginCache, OriginCacheStatus, PROGRESSING, READY, Verdict, waiting};
+use crate::database::{self, bind};
 use crate::gateway_pool::apply::{RESYNC, WAIT_FOR_DEPENDENCY};
+use crate::gateway_pool::build::endpoints;
 use crate::kube_ops;
 
 pub const KIND: &str = "OriginCache";
@@ -19,57 +30,200 @@ pub const KIND: &str = "OriginCache";
 pub async fn reconcile(cache: Arc<OriginCache>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile(KIND);
     let namespace = cache.namespace().ok_or(Error::NoNamespace)?;
-    let previous = cache.status.clone().unwrap_or_default();
-    let pools: Api<GatewayPool> = Api::namespaced(ctx.client.clone(), &namespace);
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-
-    let mut credentials_version = None;
-    let (verdicts, requeue) = if let Err(problem) = origin_row(&cache) {
-        (blocked("InvalidSpec", &problem), RESYNC)
-    } else if pools.get_opt(&cache.spec.gateway_pool_ref).await?.is_none() {
-        let message = format!("GatewayPool {} does not exist", cache.spec.gateway_pool_ref);
-        (blocked("PoolNotFound", &message), WAIT_FOR_DEPENDENCY)
-    } else {
-        let secret = match &cache.spec.credentials_secret_ref {
-            Some(name) => secrets.get_opt(name).await?.map(Some).ok_or(name),
-            None => Ok(None),
-        };
-        match secret {
-            Err(name) => (
-                blocked("CredentialsUnavailable", &format!("Secret {name} does not exist")),
-                WAIT_FOR_DEPENDENCY,
-            ),
-            Ok(secret) => {
-                credentials_version = secret.and_then(|s| s.resource_version());
-                let message = "the gateway's catalog has no pgvs3.put_origin yet (cache tier issue); \
-                               the origin is validated but not served";
-                (blocked("OriginSupportUnavailable", message), RESYNC)
-            }
-        }
-    };
-    let status = OriginCacheStatus {
-        observed_generation: cache.meta().generation,
-        conditions: kube_ops::conditions(&ctx, &*cache, &previous.conditions, &verdicts).await,
-        credentials_version,
-    };
     let caches: Api<OriginCache> = Api::namespaced(ctx.client.clone(), &namespace);
-    kube_ops::apply_status(
-        &caches,
-        &*cache,
-        serde_json::to_value(status).expect("status serializes"),
-    )
-    .await?;
+    let action = finalizer(&caches, FINALIZER, cache.clone(), |event| async {
+        match event {
+            Event::Apply(cache) => provision(&cache, &ctx, &namespace).await,
+            Event::Cleanup(cache) => cleanup(&cache, &ctx, &namespace).await,
+        }
+    })
+    .await
+    .map_err(|err| Error::Finalizer(Box::new(err)))?;
     ctx.succeeded(&backoff_key(KIND, &*cache));
-    Ok(Action::requeue(requeue))
+    Ok(action)
 }
 
 pub fn error_policy(cache: Arc<OriginCache>, error: &Error, ctx: Arc<Context>) -> Action {
     context::error_policy(KIND, &*cache, error, &ctx)
 }
 
-/// Like `waiting`, but an unsupported feature is not a degradation of what exists.
-fn blocked(reason: &str, message: &str) -> Vec<Verdict> {
-    let mut verdicts = waiting(reason, message);
-    verdicts[2].status = reason != "OriginSupportUnavailable";
-    verdicts
+/// What one attempt to write the origin row came to.
+struct Outcome {
+    verdicts: Vec<Verdict>,
+    /// A failure to retry with backoff (its reason is also in the verdicts).
+    failure: Option<Error>,
+    requeue: Duration,
+}
+
+impl Outcome {
+    /// Waiting for something outside the resource: checked again after `requeue`.
+    fn waiting(reason: &str, message: &str, requeue: Duration) -> Outcome {
+        Outcome {
+            verdicts: waiting(reason, message),
+            failure: None,
+            requeue,
+        }
+    }
+}
+
+async fn provision(cache: &OriginCache, ctx: &Context, namespace: &str) -> Result<Action> {
+    let previous = cache.status.clone().unwrap_or_default();
+    let mut status = OriginCacheStatus {
+        observed_generation: cache.meta().generation,
+        ..previous.clone()
+    };
+    let outcome = configure(cache, ctx, namespace, &mut status).await?;
+    status.conditions = kube_ops::conditions(ctx, cache, &previous.conditions, &outcome.verdicts).await;
+    write_status(ctx, cache, namespace, status).await?;
+    match outcome.failure {
+        Some(failure) => Err(failure),
+        None => Ok(Action::requeue(outcome.requeue)),
+    }
+}
+
+/// Writes the cache's credentials Secret and its catalog rows; fills in what `status` learns
+/// on the way.
+async fn configure(
+    cache: &OriginCache,
+    ctx: &Context,
+    namespace: &str,
+    status: &mut OriginCacheStatus,
+) -> Result<Outcome> {
+    let row = match origin_row(cache) {
+        Ok(row) => row,
+        // Only a change of the spec helps, and that triggers a reconcile of its own.
+        Err(problem) => return Ok(Outcome::waiting("InvalidSpec", &problem, RESYNC)),
+    };
+    let binding = match bind(ctx, namespace, &cache.spec.gateway_pool_ref).await? {
+        Ok(binding) => binding,
+        Err(verdicts) => {
+            return Ok(Outcome {
+                verdicts,
+                failure: None,
+                requeue: WAIT_FOR_DEPENDENCY,
+            });
+        }
+    };
+    status.endpoint = endpoints(&binding.pool).s3;
+
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let secret_name = &cache.spec.credentials_secret_ref;
+    let Some(secret) = secrets.get_opt(secret_name).await? else {
+        let message = format!("Secret {secret_name} with the origin's credentials does not exist");
+        return Ok(Outcome::waiting("SecretNotFound", &message, WAIT_FOR_DEPENDENCY));
+    };
+    let credentials = kube_ops::secret_text(&secret, "AWS_ACCESS_KEY_ID")
+        .and_then(|access_key| Ok((access_key, kube_ops::secret_text(&secret, "AWS_SECRET_ACCESS_KEY")?)));
+    let (access_key, secret_key) = match credentials {
+        Ok(credentials) => credentials,
+        Err(problem) => {
+            return Ok(Outcome::waiting(
+                "SecretInvalid",
+                &problem.to_string(),
+                WAIT_FOR_DEPENDENCY,
+            ));
+        }
+    };
+
+    // The cache bucket's own key, for the applications that use the cache.
+    let target = bucket_apply::target(ctx, &binding.pool, namespace, row.bucket.clone()).await?;
+    let key_id = build::access_key_id(cache);
+    let own_secret = bucket_apply::write_credentials(ctx, namespace, cache, &target, &key_id).await?;
+    status.secret_name = Some(bucket_build::secret_name(cache));
+    status.access_key_id = Some(key_id.clone());
+
+    let cache_key = CacheKey {
+        id: &key_id,
+        secret: &own_secret,
+        description: &format!("OriginCache {namespace}/{}", cache.name_any()),
+    };
+    let origin_key = OriginKey {
+        access_key: &access_key,
+        secret_key: &secret_key,
+    };
+    let written = catalog::write_cache(&binding, &row, &cache_key, &origin_key).await;
+    Ok(match written {
+        Ok(Written::Configured(bucket_id)) => {
+            status.bucket_id = Some(bucket_id);
+            status.credentials_version = secret.resource_version();
+            let message = format!(
+                "cache bucket {} ({}) in front of {}/{}",
+                row.bucket, row.cache_mode, row.endpoint, row.origin_bucket
+            );
+            Outcome {
+                verdicts: vec![
+                    Verdict::new(READY, true, "Configured", message),
+                    Verdict::new(PROGRESSING, false, "Configured", ""),
+                    Verdict::new(DEGRADED, false, "Configured", ""),
+                ],
+                failure: None,
+                requeue: RESYNC,
+            }
+        }
+        // Only the user can resolve these: another name, or the other bucket gone.
+        Ok(Written::OwnedElsewhere(message)) => Outcome::waiting("BucketOwnedElsewhere", &message, WAIT_FOR_DEPENDENCY),
+        Ok(Written::Rejected(refusal)) => Outcome::waiting("OriginRejected", &refusal, WAIT_FOR_DEPENDENCY),
+        Err(failure) => Outcome {
+            verdicts: waiting(catalog::failure_reason(&failure), &failure.to_string()),
+            failure: Some(failure),
+            requeue: RESYNC,
+        },
+    })
+}
+
+async fn write_status(ctx: &Context, cache: &OriginCache, namespace: &str, status: OriginCacheStatus) -> Result<()> {
+    let caches: Api<OriginCache> = Api::namespaced(ctx.client.clone(), namespace);
+    kube_ops::apply_status(&caches, cache, serde_json::to_value(status).expect("status serializes")).await
+}
+
+/// Drops the cache bucket. Bodies acknowledged in write-back mode exist nowhere else until the
+/// gateways' worker has uploaded them, so the drop is never forced: while they are pending the
+/// resource says so and the drop is retried with backoff.
+async fn cleanup(cache: &OriginCache, ctx: &Context, namespace: &str) -> Result<Action> {
+    let bucket = &cache.spec.bucket;
+    let binding = match bind(ctx, namespace, &cache.spec.gateway_pool_ref).await? {
+        Ok(binding) => binding,
+        Err(verdicts) => {
+            // Without its pool the catalog is out of reach; holding the finalizer would block
+            // the namespace forever, so the cache bucket stays and the user is told.
+            let note = format!(
+                "catalog not reachable ({}); cache bucket {bucket} left in place",
+                verdicts[0].message
+            );
+            kube_ops::publish(ctx, cache, "Cleanup", EventType::Warning, "CleanupSkipped", note).await;
+            return Ok(Action::await_change());
+        }
+    };
+    let client = database::connect(&binding.connection).await?;
+    let key_id = build::access_key_id(cache);
+    let dropped = match bucket_catalog::bucket_owner(&client, bucket).await? {
+        Some(owner) if owner.as_deref() == Some(key_id.as_str()) => catalog::drop_origin(&client, bucket)
+            .await?
+            .map(|_| format!("cache bucket {bucket} and its cached entries were dropped")),
+        Some(_) => Ok(format!("bucket {bucket} does not belong to this resource; not dropped")),
+        None => Ok(format!("cache bucket {bucket} was not in the catalog")),
+    };
+    match dropped {
+        Ok(what) => {
+            bucket_catalog::delete_access_key(&client, &key_id).await?;
+            let note = format!("{what}; the cache's access key was revoked");
+            kube_ops::publish(ctx, cache, "Cleanup", EventType::Normal, "Cleanup", note).await;
+            Ok(Action::await_change())
+        }
+        Err(pending) => {
+            let message = format!("{pending}; the drop is retried once they are uploaded");
+            let verdicts = [
+                Verdict::new(READY, false, "PendingWriteBack", &message),
+                Verdict::new(PROGRESSING, true, "PendingWriteBack", &message),
+                Verdict::new(DEGRADED, false, "PendingWriteBack", ""),
+            ];
+            let previous = cache.status.clone().unwrap_or_default();
+            let status = OriginCacheStatus {
+                conditions: kube_ops::conditions(ctx, cache, &previous.conditions, &verdicts).await,
+                ..previous
+            };
+            write_status(ctx, cache, namespace, status).await?;
+            Err(Error::PendingWriteBack(pending))
+        }
+    }
 }

@@ -1,8 +1,8 @@
-//! The OriginCache controller. The gateway's catalog has no `pgvs3.put_origin` yet (it comes
-//! with the cache tier), so the controller validates the resource, builds the catalog row it
-//! will write, follows the credentials Secret, and reports `OriginSupportUnavailable`.
+//! The OriginCache controller: a cache bucket in a Primary pool's catalog in front of a remote
+//! S3 bucket, with the origin's credentials sealed under the pool's master key.
 
 pub mod apply;
 pub mod build;
+pub mod catalog;
 
 pub use apply::{error_policy, reconcile};

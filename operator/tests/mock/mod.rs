@@ -327,6 +327,41 @@ impl FakeApi {
     }
 }
 
+pub fn b64(text: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+impl FakeApi {
+    /// A Primary GatewayPool `objects` in namespace `team` bound by explicit host to the
+    /// database at `database_url` (the test cluster's socket directory), with its login Secret
+    /// and a master key Secret holding `master_key`.
+    pub fn insert_primary_pool(&self, database_url: &str, master_key: &str) {
+        let config: tokio_postgres::Config = database_url.parse().unwrap();
+        let host = match &config.get_hosts()[0] {
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+            tokio_postgres::config::Host::Tcp(host) => host.clone(),
+        };
+        self.insert(json!({
+            "apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool",
+            "metadata": {"name": "objects", "namespace": "team"},
+            "spec": {
+                "role": "Primary",
+                "postgres": {"host": host, "port": config.get_ports()[0], "database": config.get_dbname().unwrap(), "secretRef": "login"},
+                "masterKeySecretRef": {"name": "master"},
+            },
+        }));
+        self.insert(json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "login", "namespace": "team"},
+            "data": {"username": b64(config.get_user().unwrap()), "password": b64("unused-with-trust-auth")},
+        }));
+        self.insert(json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "master", "namespace": "team"},
+            "data": {"masterKey": b64(master_key)},
+        }));
+    }
+}
+
 fn is_collection(path: &str) -> bool {
     let segments: Vec<_> = path.trim_start_matches('/').split('/').collect();
     // /api/v1/<plural>, /api/v1/namespaces/<ns>/<plural>, /apis/<g>/<v>/..., with no name.

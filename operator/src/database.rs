@@ -1,0 +1,96 @@
+//! A Primary pool's database as the operator reaches it to write catalog rows through the SQL
+//! control API: the pool's address and credentials, and the master key that seals secrets.
+//! Shared by the Bucket and OriginCache controllers.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use pgvs3_secret::MasterKey;
+use tokio_postgres::{Client, Config, NoTls};
+
+use crate::context::{Context, Result};
+use crate::crd::{GatewayPool, PoolRole, Verdict, waiting};
+use crate::kube_ops;
+
+/// Where and as whom the operator reaches a pool's database.
+#[derive(Clone, Debug)]
+pub struct Connection {
+    pub host: String,
+    pub port: u16,
+    pub database: String,
+    pub user: String,
+    pub password: String,
+}
+
+/// The pool, its database connection and master key.
+pub struct Binding {
+    pub pool: GatewayPool,
+    pub connection: Connection,
+    pub master_key: MasterKey,
+}
+
+/// Binds to the Primary pool `pool_name` of `namespace`, or says (as conditions) what is
+/// missing: the pool, its primary role, its credentials or master key Secret.
+pub async fn bind(ctx: &Context, namespace: &str, pool_name: &str) -> Result<Result<Binding, Vec<Verdict>>> {
+    let pools: Api<GatewayPool> = Api::namespaced(ctx.client.clone(), namespace);
+    let Some(pool) = pools.get_opt(pool_name).await? else {
+        return Ok(Err(waiting(
+            "PoolNotFound",
+            &format!("GatewayPool {pool_name} does not exist"),
+        )));
+    };
+    if pool.spec.role != PoolRole::Primary {
+        let message =
+            format!("GatewayPool {pool_name} is a Standby pool; the catalog is written through a Primary pool");
+        return Ok(Err(waiting("PoolNotPrimary", &message)));
+    }
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let credentials_name = pool.spec.postgres.credentials_secret();
+    let master_ref = pool.spec.master_key_ref(pool_name);
+    let (Some(credentials), Some(master)) = (
+        secrets.get_opt(&credentials_name).await?,
+        secrets.get_opt(&master_ref.name).await?,
+    ) else {
+        let message = format!("Secrets {credentials_name} and {} must exist", master_ref.name);
+        return Ok(Err(waiting("CredentialsUnavailable", &message)));
+    };
+    let postgres = &pool.spec.postgres;
+    // CloudNativePG Services live in the pool's namespace; the operator runs in its own.
+    let host = match &postgres.cluster_name {
+        Some(_) => format!("{}.{namespace}.svc", postgres.host(PoolRole::Primary)),
+        None => postgres.host(PoolRole::Primary),
+    };
+    let connection = Connection {
+        host,
+        port: u16::try_from(postgres.port()).unwrap_or(5432),
+        database: postgres.database().to_string(),
+        user: kube_ops::secret_text(&credentials, "username")?,
+        password: kube_ops::secret_text(&credentials, "password")?,
+    };
+    let master_key = MasterKey::from_text(&kube_ops::secret_text(&master, &master_ref.key)?);
+    Ok(Ok(Binding {
+        pool,
+        connection,
+        master_key,
+    }))
+}
+
+pub async fn connect(connection: &Connection) -> Result<Client> {
+    let (client, driver) = Config::new()
+        .host(&connection.host)
+        .port(connection.port)
+        .dbname(&connection.database)
+        .user(&connection.user)
+        .password(&connection.password)
+        .application_name("pgvs3-operator")
+        .connect_timeout(Duration::from_secs(5))
+        .connect(NoTls)
+        .await?;
+    tokio::spawn(async move {
+        if let Err(err) = driver.await {
+            tracing::debug!(error = %err, "catalog connection ended");
+        }
+    });
+    Ok(client)
+}

@@ -1,0 +1,154 @@
+//! The catalog side of an OriginCache, through the gateway's SQL control API:
+//! `pgvs3.put_origin` and `pgvs3.drop_origin` (gateway/migrations/0004_origin_cache.sql).
+
+use pgvs3_secret::MasterKey;
+use tokio_postgres::GenericClient;
+use tokio_postgres::error::SqlState;
+
+use super::build::{CACHE_NAMESPACE, OriginRow};
+use crate::bucket::catalog as bucket_catalog;
+use crate::context::Result;
+use crate::database::{self, Binding};
+
+/// The cache bucket's own access key (applications use the cache with it).
+pub struct CacheKey<'a> {
+    pub id: &'a str,
+    pub secret: &'a str,
+    pub description: &'a str,
+}
+
+/// The key the gateways sign origin requests with.
+pub struct OriginKey<'a> {
+    pub access_key: &'a str,
+    pub secret_key: &'a str,
+}
+
+/// What the catalog made of a cache.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Written {
+    /// The cache bucket's id.
+    Configured(i64),
+    /// A bucket of that name belongs to another key: never taken over.
+    OwnedElsewhere(String),
+    /// `pgvs3.put_origin` refused the settings.
+    Rejected(String),
+}
+
+/// Writes the cache's key, its bucket (owned by the key) and its origin in one transaction, so
+/// that a refusal leaves neither a key nor a bucket behind.
+pub async fn write_cache(
+    binding: &Binding,
+    row: &OriginRow,
+    cache_key: &CacheKey<'_>,
+    origin_key: &OriginKey<'_>,
+) -> Result<Written> {
+    let mut client = database::connect(&binding.connection).await?;
+    let transaction = client.transaction().await?;
+    let sealed_key = binding.master_key.seal(cache_key.secret);
+    bucket_catalog::put_access_key(&transaction, cache_key.id, &sealed_key, false, cache_key.description).await?;
+    let ensured = bucket_catalog::ensure_bucket(&transaction, &row.bucket, cache_key.id, CACHE_NAMESPACE).await?;
+    if ensured.owner.as_deref() != Some(cache_key.id) {
+        let owner = ensured.owner.unwrap_or_else(|| "the root key".into());
+        return Ok(Written::OwnedElsewhere(format!(
+            "bucket {} already exists and belongs to {owner}",
+            row.bucket
+        )));
+    }
+    let sealed = sealed_secret(&transaction, &row.bucket, &binding.master_key, origin_key.secret_key).await?;
+    Ok(
+        match put_origin(&transaction, row, origin_key.access_key, &sealed).await? {
+            Ok(bucket_id) => {
+                transaction.commit().await?;
+                Written::Configured(bucket_id)
+            }
+            Err(refusal) => Written::Rejected(refusal),
+        },
+    )
+}
+
+/// The origin secret to write, sealed under the master key. When the catalog's sealed secret
+/// still opens to `secret_key` it is reused: a fresh seal differs on every call (random nonce),
+/// and writing it would make each resync an update that every gateway reloads.
+pub async fn sealed_secret(
+    client: &impl GenericClient,
+    bucket: &str,
+    master_key: &MasterKey,
+    secret_key: &str,
+) -> Result<Vec<u8>> {
+    let current = client
+        .query_opt(
+            "SELECT o.secret_encrypted FROM pgvs3.origins o JOIN pgvs3.buckets b ON b.id = o.bucket_id
+              WHERE b.name = $1",
+            &[&bucket],
+        )
+        .await?
+        .map(|row| row.get::<_, Vec<u8>>(0));
+    Ok(match current {
+        Some(sealed) if master_key.open(&sealed).is_ok_and(|open| open == secret_key) => sealed,
+        _ => master_key.seal(secret_key),
+    })
+}
+
+/// Creates or updates the cache bucket's origin; its bucket id, or why the catalog refused
+/// the settings (the bucket exists and is no cache bucket, or a value is out of range).
+pub async fn put_origin(
+    client: &impl GenericClient,
+    row: &OriginRow,
+    access_key: &str,
+    sealed_secret: &[u8],
+) -> Result<Result<i64, String>> {
+    let put = client
+        .query_one(
+            "SELECT pgvs3.put_origin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+            &[
+                &row.bucket,
+                &row.endpoint,
+                &row.origin_bucket,
+                &row.region,
+                &access_key,
+                &sealed_secret,
+                &row.cache_mode,
+                &row.path_style,
+                &row.ttl_seconds,
+                &row.negative_ttl_seconds,
+                &row.fill_concurrency,
+                &row.size_limit_bytes,
+                &row.write_back_threshold,
+                &row.range_chunk_bytes,
+            ],
+        )
+        .await;
+    match put {
+        Ok(result) => Ok(Ok(result.get(0))),
+        Err(err) => match err.as_db_error() {
+            Some(db) if [SqlState::INVALID_PARAMETER_VALUE, SqlState::CHECK_VIOLATION].contains(db.code()) => {
+                Ok(Err(db.message().to_string()))
+            }
+            _ => Err(err.into()),
+        },
+    }
+}
+
+/// Drops the cache bucket and its cached entries (false: it was not in the catalog), or the
+/// catalog's refusal while write-back bodies have not reached the origin yet.
+pub async fn drop_origin(client: &impl GenericClient, bucket: &str) -> Result<Result<bool, String>> {
+    match client.query_one("SELECT pgvs3.drop_origin($1)", &[&bucket]).await {
+        Ok(row) => Ok(Ok(row.get(0))),
+        Err(err) => match err.as_db_error() {
+            Some(db) if db.hint() == Some("PendingWriteBack") => Ok(Err(db.message().to_string())),
+            _ => Err(err.into()),
+        },
+    }
+}
+
+/// The condition reason of a failed catalog call: a catalog without the origin functions
+/// (gateways older than layout v4 migrated it) or a database that could not be used.
+pub fn failure_reason(error: &crate::context::Error) -> &'static str {
+    let outdated = [SqlState::UNDEFINED_FUNCTION, SqlState::UNDEFINED_TABLE];
+    match error {
+        crate::context::Error::Catalog(err) if err.code().is_some_and(|code| outdated.contains(code)) => {
+            "CatalogOutdated"
+        }
+        _ => "DatabaseUnavailable",
+    }
+}
