@@ -56,8 +56,33 @@ CREATE TABLE pgvs3.origins (
     range_chunk_bytes    integer NOT NULL CHECK (range_chunk_bytes BETWEEN 65536 AND 67108864),
     updated_at           timestamptz NOT NULL DEFAULT now()
 );
+-- Row-level, unlike layout v1's statement-level triggers (replaced below): a reconciling
+-- operator re-applies unchanged settings all the time, and an upsert that changes no row must
+-- not make every gateway reload its catalog.
 CREATE TRIGGER origins_catalog_version AFTER INSERT OR UPDATE OR DELETE ON pgvs3.origins
-    FOR EACH STATEMENT EXECUTE FUNCTION pgvs3.bump_catalog_version();
+    FOR EACH ROW EXECUTE FUNCTION pgvs3.bump_catalog_version();
+DROP TRIGGER buckets_catalog_version ON pgvs3.buckets;
+CREATE TRIGGER buckets_catalog_version AFTER INSERT OR UPDATE OR DELETE ON pgvs3.buckets
+    FOR EACH ROW EXECUTE FUNCTION pgvs3.bump_catalog_version();
+DROP TRIGGER access_keys_catalog_version ON pgvs3.access_keys;
+CREATE TRIGGER access_keys_catalog_version AFTER INSERT OR UPDATE OR DELETE ON pgvs3.access_keys
+    FOR EACH ROW EXECUTE FUNCTION pgvs3.bump_catalog_version();
+DROP TRIGGER namespaces_catalog_version ON pgvs3.namespaces;
+CREATE TRIGGER namespaces_catalog_version AFTER INSERT OR UPDATE OR DELETE ON pgvs3.namespaces
+    FOR EACH ROW EXECUTE FUNCTION pgvs3.bump_catalog_version();
+
+-- Re-putting a key with the same settings (and the same sealed secret) changes nothing.
+CREATE OR REPLACE FUNCTION pgvs3.put_access_key(key_id text, secret_encrypted bytea, key_is_root boolean DEFAULT false,
+                                                key_read_only boolean DEFAULT false, key_description text DEFAULT '')
+RETURNS void LANGUAGE sql AS $$
+    INSERT INTO pgvs3.access_keys AS k (access_key, secret_encrypted, is_root, read_only, description)
+    VALUES (key_id, secret_encrypted, key_is_root, key_read_only, key_description)
+    ON CONFLICT (access_key) DO UPDATE
+        SET secret_encrypted = EXCLUDED.secret_encrypted, read_only = EXCLUDED.read_only,
+            description = EXCLUDED.description
+        WHERE (k.secret_encrypted, k.read_only, k.description)
+              IS DISTINCT FROM (EXCLUDED.secret_encrypted, EXCLUDED.read_only, EXCLUDED.description)
+$$;
 
 -- One row per key whose newest body waits in s3w for its upload. `generation` changes with every
 -- new body, so an uploader can tell that the body it sent has been superseded meanwhile.

@@ -1095,3 +1095,32 @@ async fn a_fill_cut_off_by_the_origin_leaves_no_entry() {
     cache.stop().await;
     origin.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn re_applying_unchanged_origin_settings_does_not_move_the_catalog_version() {
+    let pair = Pair::start(CacheMode::WriteBack).await;
+    let sql = pair.cache.sql().await;
+    let version = || async {
+        sql.query_one("SELECT version FROM pgvs3.catalog_version", &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    let catalog = pair.cache.gateway.store.catalog();
+    let settings = origin_settings(&pair.origin, CacheMode::WriteBack);
+    let before = version().await;
+    catalog.put_origin(CACHE, &settings).await.unwrap();
+    assert_eq!(version().await, before, "unchanged settings: gateways need not reload");
+    catalog
+        .put_origin(
+            CACHE,
+            &Origin {
+                ttl: Duration::from_secs(60),
+                ..settings
+            },
+        )
+        .await
+        .unwrap();
+    assert!(version().await > before, "a change is announced");
+    pair.stop().await;
+}

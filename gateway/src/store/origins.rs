@@ -131,14 +131,34 @@ pub(super) fn origin_from_row(row: &Row, first: usize, master_key: &MasterKey) -
 impl Catalog {
     /// Creates or updates the cache bucket `bucket` in front of `origin`.
     pub async fn put_origin(&self, bucket: &str, origin: &Origin) -> StoreResult<()> {
-        let sealed = self.master_key().seal(&origin.secret_key);
+        let client = self.pool().get().await?;
+        // The stored ciphertext is kept while it still holds this secret (sealing draws a new
+        // nonce), so re-applying unchanged settings changes no row.
+        let stored: Option<Vec<u8>> = client
+            .query_opt(
+                "SELECT o.secret_encrypted FROM pgvs3.origins o JOIN pgvs3.buckets b ON b.id = o.bucket_id
+                  WHERE b.name = $1",
+                &[&bucket],
+            )
+            .await?
+            .map(|row| row.get(0));
+        let sealed = match stored {
+            Some(sealed)
+                if self
+                    .master_key()
+                    .open(&sealed)
+                    .is_ok_and(|secret| secret == origin.secret_key) =>
+            {
+                sealed
+            }
+            _ => self.master_key().seal(&origin.secret_key),
+        };
         let ttl = secs(origin.ttl);
         let negative_ttl = secs(origin.negative_ttl);
         let fill_concurrency = origin.fill_concurrency.min(1024) as i32;
         let size_limit = origin.size_limit.map(|n| n.min(i64::MAX as u64) as i64);
         let threshold = origin.write_back_threshold.min(i64::MAX as u64) as i64;
         let range_chunk = origin.range_chunk.min(i32::MAX as u32) as i32;
-        let client = self.pool().get().await?;
         client
             .execute(
                 "SELECT pgvs3.put_origin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
