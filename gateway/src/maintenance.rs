@@ -64,6 +64,19 @@ pub async fn run_once(store: &Store, grace: Duration) -> anyhow::Result<ReapStat
     Ok(stats)
 }
 
+/// What is left for the reaper: retired bodies still in their grace period, and multipart
+/// uploads in progress, over all namespaces.
+pub async fn backlog(store: &Store) -> anyhow::Result<(i64, i64)> {
+    let client = store.pool().get().await?;
+    let (mut bodies, mut uploads) = (0, 0);
+    for ns in store.catalog().namespaces().await? {
+        let row = client.query_one(&ns.backlog, &[]).await?;
+        bodies += row.get::<_, i64>(0);
+        uploads += row.get::<_, i64>(1);
+    }
+    Ok((bodies, uploads))
+}
+
 /// Aborts multipart uploads started more than `max_age` ago, retiring their parts' bodies.
 /// Returns how many uploads went.
 pub async fn reap_abandoned_uploads(store: &Store, max_age: Duration) -> anyhow::Result<u64> {
@@ -145,6 +158,19 @@ pub fn spawn_leader_loop(
                     );
                     if stats != ReapStats::default() {
                         tracing::info!(?stats, "maintenance pass");
+                    }
+                    match backlog(&store).await {
+                        Ok((bodies, uploads)) => {
+                            metrics
+                                .maintenance_backlog
+                                .with_label_values(&["retired_bodies"])
+                                .set(bodies);
+                            metrics
+                                .maintenance_backlog
+                                .with_label_values(&["uploads_in_progress"])
+                                .set(uploads);
+                        }
+                        Err(err) => tracing::warn!(error = %err, "measuring the maintenance backlog failed"),
                     }
                 }
                 Err(err) => tracing::warn!(error = %err, "maintenance pass failed"),

@@ -15,6 +15,7 @@ pub struct Metrics {
     pool_max: IntGauge,
     pub maintenance_reaped: IntCounterVec,
     pub maintenance_last_run: IntGauge,
+    pub maintenance_backlog: IntGaugeVec,
     pub replication_lag_seconds: Gauge,
     pub admission_active: IntGaugeVec,
     pub admission_waiting: IntGaugeVec,
@@ -70,6 +71,15 @@ impl Metrics {
             "When this gateway last completed a maintenance pass as leader",
         )
         .expect("metric");
+        let maintenance_backlog = IntGaugeVec::new(
+            Opts::new(
+                "pgvs3_maintenance_backlog",
+                "Rows left for the reaper after its last pass (retired bodies still in their grace period, \
+                 multipart uploads in progress)",
+            ),
+            &["kind"],
+        )
+        .expect("metric");
         let replication_lag_seconds = Gauge::new(
             "pgvs3_replication_lag_seconds",
             "On a hot standby, seconds since the last replayed transaction committed on the primary",
@@ -113,6 +123,7 @@ impl Metrics {
             Box::new(pool_max.clone()),
             Box::new(maintenance_reaped.clone()),
             Box::new(maintenance_last_run.clone()),
+            Box::new(maintenance_backlog.clone()),
             Box::new(replication_lag_seconds.clone()),
             Box::new(admission_active.clone()),
             Box::new(admission_waiting.clone()),
@@ -132,6 +143,7 @@ impl Metrics {
             pool_max,
             maintenance_reaped,
             maintenance_last_run,
+            maintenance_backlog,
             replication_lag_seconds,
             admission_active,
             admission_waiting,

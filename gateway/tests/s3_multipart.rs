@@ -730,3 +730,41 @@ async fn upload_listings_page_through_more_than_a_thousand_uploads() {
     assert_eq!(listed, keys);
     assert_eq!(rest.is_truncated, Some(false));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_maintenance_leader_reports_what_it_left() {
+    let gw = TestGateway::with_args(common::fresh_database().await, &["--maintenance-interval", "100ms"]).await;
+    gw.client.create_bucket().bucket("backlog").send().await.unwrap();
+    for seed in [1, 2] {
+        gw.client
+            .put_object()
+            .bucket("backlog")
+            .key("overwritten")
+            .body(ByteStream::from(noise(200_000, seed)))
+            .send()
+            .await
+            .unwrap();
+    }
+    gw.client
+        .create_multipart_upload()
+        .bucket("backlog")
+        .key("open")
+        .send()
+        .await
+        .unwrap();
+    // The first body is retired (in its 10-minute grace period) and the upload is open.
+    let mut seen = (None, None);
+    for _ in 0..200 {
+        seen = (
+            gw.metric("pgvs3_maintenance_backlog{kind=\"retired_bodies\"}").await,
+            gw.metric("pgvs3_maintenance_backlog{kind=\"uploads_in_progress\"}")
+                .await,
+        );
+        if seen == (Some(1.0), Some(1.0)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(seen, (Some(1.0), Some(1.0)));
+    gw.stop().await;
+}

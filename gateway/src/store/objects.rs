@@ -169,6 +169,7 @@ pub struct NamespaceSql {
     pub(crate) delete_retired_chunks: String,
     pub(crate) forget_retired_body: String,
     pub(crate) delete_expired: String,
+    pub(crate) backlog: String,
     pub(super) kv: super::kv::KvSql,
 }
 
@@ -322,6 +323,7 @@ impl NamespaceSql {
                 "DELETE FROM {ns}.objects WHERE ctid = ANY(ARRAY(
                     SELECT ctid FROM {ns}.objects WHERE expires_at <= now() LIMIT $1))"
             ),
+            backlog: format!("SELECT (SELECT count(*) FROM {ns}.retired_bodies), (SELECT count(*) FROM {ns}.uploads)"),
             kv: super::kv::KvSql::new(&ns),
         }
     }

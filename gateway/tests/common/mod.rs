@@ -189,13 +189,13 @@ pub fn serve_args(database_url: &str, extra: &[&str]) -> ServeArgs {
         ROOT_ACCESS_KEY,
         "--root-secret-key",
         ROOT_SECRET_KEY,
-        "--maintenance-interval",
-        "1h",
         "--pool-size",
         "16",
     ];
-    if !extra.contains(&"--s3-addr") {
-        argv.extend_from_slice(&["--s3-addr", "127.0.0.1:0"]);
+    for (flag, default) in [("--s3-addr", "127.0.0.1:0"), ("--maintenance-interval", "1h")] {
+        if !extra.contains(&flag) {
+            argv.extend_from_slice(&[flag, default]);
+        }
     }
     // RESP is off unless a test turns it on: its database-0 bucket would show in every listing.
     if !extra.contains(&"--resp-addr") {
