@@ -13,6 +13,7 @@ use hyper::body::Incoming;
 use crate::config::RequiredRole;
 use crate::metrics::Metrics;
 use crate::pg::migrate::{LAYOUT_VERSION, current_version};
+use crate::replica_lag::ReplicaLag;
 
 #[derive(Clone)]
 pub struct AdminService {
@@ -23,15 +24,17 @@ struct Inner {
     pool: Pool,
     metrics: Metrics,
     require_role: RequiredRole,
+    lag: ReplicaLag,
 }
 
 impl AdminService {
-    pub fn new(pool: Pool, metrics: Metrics, require_role: RequiredRole) -> AdminService {
+    pub fn new(pool: Pool, metrics: Metrics, require_role: RequiredRole, lag: ReplicaLag) -> AdminService {
         AdminService {
             inner: Arc::new(Inner {
                 pool,
                 metrics,
                 require_role,
+                lag,
             }),
         }
     }
@@ -40,36 +43,12 @@ impl AdminService {
         match request.uri().path() {
             "/healthz" => text(StatusCode::OK, "text/plain", "ok\n".into()),
             "/readyz" => self.ready().await,
-            "/metrics" => {
-                self.sample_replication_lag().await;
-                text(
-                    StatusCode::OK,
-                    "text/plain; version=0.0.4",
-                    self.inner.metrics.render(&self.inner.pool),
-                )
-            }
+            "/metrics" => text(
+                StatusCode::OK,
+                "text/plain; version=0.0.4",
+                self.inner.metrics.render(&self.inner.pool),
+            ),
             _ => text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
-        }
-    }
-
-    /// On a standby: seconds since the last replayed transaction's commit (0 on a primary).
-    async fn sample_replication_lag(&self) {
-        let lag = async {
-            let client = self.inner.pool.get().await.ok()?;
-            let row = client
-                .query_one(
-                    "SELECT CASE WHEN pg_is_in_recovery()
-                            THEN coalesce(extract(epoch FROM now() - pg_last_xact_replay_timestamp()), 0)::float8
-                            ELSE 0 END",
-                    &[],
-                )
-                .await
-                .ok()?;
-            Some(row.get::<_, f64>(0))
-        }
-        .await;
-        if let Some(lag) = lag {
-            self.inner.metrics.replication_lag_seconds.set(lag);
         }
     }
 
@@ -90,7 +69,8 @@ impl AdminService {
                     RequiredRole::Primary => !standby,
                     RequiredRole::Standby => standby,
                 };
-                let ready = layout == LAYOUT_VERSION && role_ok;
+                let current = self.inner.lag.too_far_behind().is_none();
+                let ready = layout == LAYOUT_VERSION && role_ok && current;
                 let status = if ready {
                     StatusCode::OK
                 } else {
@@ -104,6 +84,8 @@ impl AdminService {
                         "expected_layout": LAYOUT_VERSION,
                         "role": role,
                         "required_role": format!("{:?}", self.inner.require_role).to_lowercase(),
+                        "replication_lag_seconds": self.inner.lag.current().as_secs_f64(),
+                        "max_replication_lag_seconds": self.inner.lag.limit().map(|limit| limit.as_secs_f64()),
                     }),
                 )
             }

@@ -83,6 +83,11 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_BODY_GRACE", default_value = "10m", value_parser = parse_duration)]
     pub body_grace: Duration,
 
+    /// On a hot standby, refuse S3 reads (503) and report unready while replay trails what the
+    /// primary sent by more than this (`0s`: never).
+    #[arg(long, env = "PGVS3_MAX_REPLICATION_LAG", default_value = "0s", value_parser = parse_duration)]
+    pub max_replication_lag: Duration,
+
     /// How often the catalog version is polled (standbys rely on it; primaries also LISTEN).
     #[arg(long, env = "PGVS3_CATALOG_POLL", default_value = "1s", value_parser = parse_duration)]
     pub catalog_poll: Duration,

@@ -13,6 +13,7 @@ pub use pgvs3_secret as master_key;
 pub mod metrics;
 pub mod ojs;
 pub mod pg;
+pub mod replica_lag;
 pub mod resp;
 pub mod s3;
 pub mod serve;

@@ -15,6 +15,7 @@ use crate::http_server::{self, ShutdownTrigger};
 use crate::master_key::{MasterKey, random_token};
 use crate::metrics::Metrics;
 use crate::pg::{Database, migrate};
+use crate::replica_lag::ReplicaLag;
 use crate::s3::S3Endpoint;
 use crate::store::{Catalog, NewAccessKey, Store};
 
@@ -71,6 +72,7 @@ impl RunningGateway {
         let (shutdown, signal) = http_server::shutdown_channel();
         let s3_admission = crate::admission::Admission::new("s3", args.s3_limits(), metrics.clone());
         let cache = CacheTier::new(store.clone(), args.cache_settings(), &metrics);
+        let lag = ReplicaLag::new((!args.max_replication_lag.is_zero()).then_some(args.max_replication_lag));
         let endpoint = S3Endpoint::new(
             store.clone(),
             args.region.clone(),
@@ -78,8 +80,9 @@ impl RunningGateway {
             metrics.clone(),
             s3_admission,
             cache.clone(),
+            lag.clone(),
         )?;
-        let admin = AdminService::new(pool.clone(), metrics.clone(), args.require_role);
+        let admin = AdminService::new(pool.clone(), metrics.clone(), args.require_role, lag.clone());
         let simulated = args.simulated();
         let s3_server = if simulated.any() {
             tracing::warn!(?simulated, "the S3 endpoint simulates a constrained remote store");
@@ -158,6 +161,7 @@ impl RunningGateway {
         let mut background = vec![
             catalog.spawn_refresher(args.catalog_poll),
             crate::cache::spawn_uploader(cache, pool.clone()),
+            lag.spawn_sampler(pool.clone(), metrics.clone(), Duration::from_millis(500)),
             crate::maintenance::spawn_leader_loop(
                 store.clone(),
                 pool,

@@ -223,3 +223,62 @@ async fn lost_database_connections_fail_cleanly_and_are_replaced() {
     assert!(out.body.collect().await.unwrap().into_bytes().as_ref() == body.as_slice());
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_standby_too_far_behind_refuses_reads_until_replay_catches_up() {
+    let (primary, standby) = primary_and_standby("lag");
+    let writer = TestGateway::on(primary.url("postgres")).await;
+    let reader = TestGateway::with_args(standby.url("postgres"), &["--max-replication-lag", "1s"]).await;
+    writer.client.create_bucket().bucket("lagging").send().await.unwrap();
+    let put = |key: &'static str| {
+        writer
+            .client
+            .put_object()
+            .bucket("lagging")
+            .key(key)
+            .body(ByteStream::from_static(b"v"))
+            .send()
+    };
+    put("first").await.unwrap();
+    let read = || async {
+        match reader.client.get_object().bucket("lagging").key("first").send().await {
+            Ok(_) => 200,
+            Err(err) => err.raw_response().map(|r| r.status().as_u16()).unwrap_or(0),
+        }
+    };
+    eventually(Duration::from_secs(30), "the standby to serve the object", || async {
+        (read().await == 200).then_some(())
+    })
+    .await;
+
+    // Replay stops while the primary goes on writing: the standby falls further behind every
+    // moment, measured from the last commit it replayed.
+    let (replica, connection) = tokio_postgres::connect(&standby.url("postgres"), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    replica.execute("SELECT pg_wal_replay_pause()", &[]).await.unwrap();
+    put("second").await.unwrap();
+    eventually(Duration::from_secs(30), "reads to be refused", || async {
+        (read().await == 503).then_some(())
+    })
+    .await;
+    let err = reader.client.head_bucket().bucket("lagging").send().await.unwrap_err();
+    assert_eq!(err.raw_response().map(|r| r.status().as_u16()), Some(503));
+    let ready = admin_get(&reader, "/readyz").await;
+    assert_eq!(ready.status, 503, "{}", ready.body);
+    assert!(
+        ready.body.contains("\"max_replication_lag_seconds\":1.0"),
+        "{}",
+        ready.body
+    );
+
+    replica.execute("SELECT pg_wal_replay_resume()", &[]).await.unwrap();
+    eventually(Duration::from_secs(30), "reads once replay caught up", || async {
+        (read().await == 200).then_some(())
+    })
+    .await;
+    assert_eq!(admin_get(&reader, "/readyz").await.status, 200);
+    reader.stop().await;
+    writer.stop().await;
+}

@@ -17,6 +17,7 @@ use s3s::service::{S3Service, S3ServiceBuilder};
 use crate::admission::{Admission, Admitted};
 use crate::cache::CacheTier;
 use crate::metrics::Metrics;
+use crate::replica_lag::ReplicaLag;
 use crate::store::Store;
 use auth::{CatalogAuth, OperationSlot, SignedOnly};
 use errors::RequestId;
@@ -27,6 +28,7 @@ pub struct S3Endpoint {
     service: S3Service,
     metrics: Metrics,
     admission: Admission,
+    lag: ReplicaLag,
     next_request: Arc<AtomicU64>,
     id_prefix: Arc<str>,
 }
@@ -39,6 +41,7 @@ impl S3Endpoint {
         metrics: Metrics,
         admission: Admission,
         cache: CacheTier,
+        lag: ReplicaLag,
     ) -> anyhow::Result<S3Endpoint> {
         let catalog = Arc::clone(store.catalog());
         let mut builder = S3ServiceBuilder::new(front::S3Front::new(store, cache, region));
@@ -51,6 +54,7 @@ impl S3Endpoint {
             service: builder.build(),
             metrics,
             admission,
+            lag,
             next_request: Arc::new(AtomicU64::new(1)),
             id_prefix: crate::master_key::random_token(6).into(),
         })
@@ -63,6 +67,27 @@ impl S3Endpoint {
             self.id_prefix,
             self.next_request.fetch_add(1, Ordering::Relaxed)
         );
+        if let Some(lag) = self.lag.too_far_behind() {
+            let message = format!(
+                "this gateway's standby is {:.1} s behind its primary (limit {:.1} s); read from another replica",
+                lag.as_secs_f64(),
+                self.lag.limit().unwrap_or_default().as_secs_f64()
+            );
+            let mut response = error_response(
+                http::StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                &message,
+                &request_id,
+            );
+            response
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+            self.record(started, "Unknown", &response, None);
+            return response.map(|body| AdmittedBody {
+                inner: body,
+                admitted: None,
+            });
+        }
         // Admitted before the body is read or a database connection is taken.
         let admitted = match self.admission.admit().await {
             Ok(admitted) => admitted,

@@ -1,0 +1,84 @@
+//! How far a hot standby's replay trails what it received from its primary, sampled in the
+//! background, and the optional refusal of reads beyond a limit (`--max-replication-lag`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+
+use crate::metrics::Metrics;
+
+#[derive(Clone)]
+pub struct ReplicaLag {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The last sample, in milliseconds (0 on a primary).
+    millis: AtomicU64,
+    limit: Option<Duration>,
+}
+
+/// Replay is behind when the standby has received WAL it has not replayed yet; then the lag is
+/// the age of the last replayed commit. A standby that replayed all it received counts as
+/// current, so an idle primary does not look like lag.
+const LAG_SQL: &str = "SELECT CASE
+        WHEN NOT pg_is_in_recovery() THEN 0
+        WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
+        ELSE coalesce(extract(epoch FROM now() - pg_last_xact_replay_timestamp()), 0)
+    END::float8";
+
+impl ReplicaLag {
+    /// `limit`: refuse reads while the lag exceeds it (`None`: never).
+    pub fn new(limit: Option<Duration>) -> ReplicaLag {
+        ReplicaLag {
+            inner: Arc::new(Inner {
+                millis: AtomicU64::new(0),
+                limit,
+            }),
+        }
+    }
+
+    pub fn current(&self) -> Duration {
+        Duration::from_millis(self.inner.millis.load(Ordering::Relaxed))
+    }
+
+    /// The lag, when it is beyond the limit and reads must be refused.
+    pub fn too_far_behind(&self) -> Option<Duration> {
+        let limit = self.inner.limit?;
+        let lag = self.current();
+        (lag > limit).then_some(lag)
+    }
+
+    pub fn limit(&self) -> Option<Duration> {
+        self.inner.limit
+    }
+
+    /// Samples every `every` until the task is aborted; a failed sample keeps the last value.
+    pub fn spawn_sampler(&self, pool: Pool, metrics: Metrics, every: Duration) -> tokio::task::JoinHandle<()> {
+        let lag = self.clone();
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(every);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                let sample = async {
+                    let client = pool.get().await.ok()?;
+                    client
+                        .query_one(LAG_SQL, &[])
+                        .await
+                        .ok()
+                        .map(|row| row.get::<_, f64>(0))
+                }
+                .await;
+                if let Some(seconds) = sample {
+                    lag.inner
+                        .millis
+                        .store((seconds.max(0.0) * 1000.0) as u64, Ordering::Relaxed);
+                    metrics.replication_lag_seconds.set(seconds.max(0.0));
+                }
+            }
+        })
+    }
+}
