@@ -19,6 +19,7 @@ bench *ARGS:
     cargo bench -p pgvs3-gateway --bench gateway_vs_direct -- {{ARGS}}
 
 # Load against a fresh release gateway: `just load --ops get,put --sizes 4KiB,64MiB --duration 10`.
+# With `--before-bin A --after-bin B [--repeats 3]`: the paired regression gate (e2e/scripts/paired.sh).
 load *ARGS:
     e2e/scripts/load.sh {{ARGS}}
 

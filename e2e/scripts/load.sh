@@ -3,6 +3,8 @@
 #   e2e/scripts/load.sh [loadgen s3 flags...]     e.g. --ops get,put --sizes 4KiB,64MiB --duration 10
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# `--before-bin A --after-bin B`: the paired regression gate instead of one run.
+case " $* " in *" --before-bin "*|*" --after-bin "*) exec e2e/scripts/paired.sh "$@" ;; esac
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/pgvs3-target}"
 cargo build --release --locked --bin pgvs3 --bin pgvs3-loadgen
 bin="$CARGO_TARGET_DIR/release"
