@@ -132,6 +132,15 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_RESP_MAX_CLIENTS", default_value_t = 10_000)]
     pub resp_max_clients: usize,
 
+    /// Batches of RESP commands served at once (0: twice the pool size); beyond it they wait.
+    #[arg(long, env = "PGVS3_RESP_MAX_ACTIVE", default_value_t = 0)]
+    pub resp_max_active: usize,
+
+    /// RESP batches that may wait for a slot (0: twice the active limit); beyond it, and after
+    /// --admission-wait, every command of the batch gets `-BUSY`.
+    #[arg(long, env = "PGVS3_RESP_MAX_WAITING", default_value_t = 0)]
+    pub resp_max_waiting: usize,
+
     /// Close RESP connections idle this long (`0s`: never, as Redis's default `timeout 0`).
     #[arg(long, env = "PGVS3_RESP_IDLE_TIMEOUT", default_value = "0s", value_parser = parse_duration)]
     pub resp_idle_timeout: Duration,
@@ -247,19 +256,24 @@ impl ServeArgs {
 
     /// The S3 admission limits, with the automatic defaults filled in.
     pub fn s3_limits(&self) -> crate::admission::Limits {
-        let max_active = if self.s3_max_active == 0 {
+        self.admission_limits(self.s3_max_active, self.s3_max_waiting)
+    }
+
+    /// The RESP admission limits (per batch of pipelined commands), defaults filled in.
+    pub fn resp_limits(&self) -> crate::admission::Limits {
+        self.admission_limits(self.resp_max_active, self.resp_max_waiting)
+    }
+
+    /// 0 active: twice the pool size; 0 waiting: twice the active limit.
+    fn admission_limits(&self, max_active: usize, max_waiting: usize) -> crate::admission::Limits {
+        let max_active = if max_active == 0 {
             self.database.pool_size * 2
         } else {
-            self.s3_max_active
-        };
-        let max_waiting = if self.s3_max_waiting == 0 {
-            max_active * 2
-        } else {
-            self.s3_max_waiting
+            max_active
         };
         crate::admission::Limits {
             max_active,
-            max_waiting,
+            max_waiting: if max_waiting == 0 { max_active * 2 } else { max_waiting },
             max_wait: self.admission_wait,
         }
     }

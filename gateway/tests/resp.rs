@@ -19,7 +19,7 @@ impl RedisClient for common::TestGateway {
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_s3::primitives::ByteStream;
-use common::resp::{RawResp, Value};
+use common::resp::{RawResp, Value, encode};
 use common::{TestGateway, noise};
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
@@ -946,4 +946,40 @@ async fn writes_on_a_read_only_database_get_readonly() {
     assert_eq!(raw.command(&["INCR", "n"]).await.error(), readonly);
     assert_eq!(raw.command(&["DEL", "k"]).await.error(), readonly);
     assert_eq!(raw.command(&["GET", "k"]).await, Value::bulk("v"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_beyond_the_admission_limit_gets_busy_and_nothing_is_lost() {
+    let gateway = TestGateway::with_resp(&["--resp-max-active", "1", "--admission-wait", "0ms"]).await;
+    let mut slow = RawResp::connect(gateway.resp_addr()).await;
+    let mut other = RawResp::connect(gateway.resp_addr()).await;
+    // A 64 MiB SET holds the only slot for a while.
+    let value = vec![b'v'; 64 << 20];
+    slow.send(&encode(&[b"SET", b"big", &value])).await;
+    let mut active = None;
+    for _ in 0..400 {
+        active = gateway.metric("pgvs3_admission_active{protocol=\"resp\"}").await;
+        if active == Some(1.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(active, Some(1.0), "the big SET is being served");
+    // Both commands of a pipelined batch are answered, in order, with the error.
+    other
+        .send(&[encode(&[b"PING"]), encode(&[b"GET", b"big"])].concat())
+        .await;
+    for _ in 0..2 {
+        let reply = other.reply().await.unwrap();
+        assert!(reply.error().starts_with("BUSY"), "{reply:?}");
+    }
+    assert_eq!(slow.reply().await.unwrap(), Value::Simple("OK".into()));
+    assert_eq!(other.command(&["STRLEN", "big"]).await, Value::Int(64 << 20));
+    assert_eq!(
+        gateway
+            .metric("pgvs3_admission_rejected_total{protocol=\"resp\",reason=\"timed_out\"}")
+            .await,
+        Some(1.0)
+    );
+    gateway.stop().await;
 }

@@ -132,7 +132,16 @@ impl Connection {
                 }
             }
             if !requests.is_empty() {
-                self.handle(requests, &mut output).await;
+                match self.server.admission.admit().await {
+                    Ok(_admitted) => self.handle(requests, &mut output).await,
+                    // Every command of the batch gets an answer, so replies stay paired.
+                    Err(_) => {
+                        for _ in &requests {
+                            Reply::error("BUSY the server is overloaded, try again later")
+                                .encode(self.resp3, &mut output);
+                        }
+                    }
+                }
             }
             // Redis answers the requests before a protocol error, then the error, then closes.
             if let Some(err) = &broken {

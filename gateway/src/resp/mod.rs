@@ -39,6 +39,7 @@ pub struct RespSettings {
     pub read_only: bool,
     pub max_clients: usize,
     pub idle_timeout: Option<Duration>,
+    pub admission: crate::admission::Limits,
 }
 
 impl RespSettings {
@@ -54,6 +55,7 @@ impl RespSettings {
             flushdb: args.resp_flushdb,
             read_only,
             max_clients: args.resp_max_clients,
+            admission: args.resp_limits(),
             idle_timeout: (!args.resp_idle_timeout.is_zero()).then_some(args.resp_idle_timeout),
         }
     }
@@ -82,6 +84,8 @@ pub struct RespServer {
     /// The root key, as which password-authenticated (and unauthenticated loopback) clients act.
     root: Principal,
     group_commit: group_commit::GroupCommit,
+    /// Batches are admitted before they touch the database, as S3 requests are.
+    admission: crate::admission::Admission,
     clients: Mutex<HashMap<u64, ClientInfo>>,
     next_client_id: AtomicU64,
     started: Instant,
@@ -117,6 +121,7 @@ impl RespServer {
         }
         Ok(Arc::new(RespServer {
             group_commit: group_commit::GroupCommit::new(store.clone(), root.clone()),
+            admission: crate::admission::Admission::new("resp", settings.admission, metrics.clone()),
             store,
             metrics,
             settings,
