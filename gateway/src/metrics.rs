@@ -1,7 +1,8 @@
 //! Prometheus metrics shared by every front.
 
 use prometheus::{
-    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 #[derive(Clone)]
@@ -16,6 +17,8 @@ pub struct Metrics {
     pub maintenance_reaped: IntCounterVec,
     pub maintenance_last_run: IntGauge,
     pub maintenance_backlog: IntGaugeVec,
+    pub resp_group_commits: IntCounter,
+    pub resp_group_committed_batches: IntCounter,
     pub replication_lag_seconds: Gauge,
     pub admission_active: IntGaugeVec,
     pub admission_waiting: IntGaugeVec,
@@ -80,6 +83,16 @@ impl Metrics {
             &["kind"],
         )
         .expect("metric");
+        let resp_group_commits = IntCounter::new(
+            "pgvs3_resp_group_commits_total",
+            "RESP write transactions committed (each may carry many connections' batches)",
+        )
+        .expect("metric");
+        let resp_group_committed_batches = IntCounter::new(
+            "pgvs3_resp_group_committed_batches_total",
+            "RESP write batches (one connection's pipelined writes) carried by those commits",
+        )
+        .expect("metric");
         let replication_lag_seconds = Gauge::new(
             "pgvs3_replication_lag_seconds",
             "On a hot standby, seconds since the last replayed transaction committed on the primary",
@@ -124,6 +137,8 @@ impl Metrics {
             Box::new(maintenance_reaped.clone()),
             Box::new(maintenance_last_run.clone()),
             Box::new(maintenance_backlog.clone()),
+            Box::new(resp_group_commits.clone()),
+            Box::new(resp_group_committed_batches.clone()),
             Box::new(replication_lag_seconds.clone()),
             Box::new(admission_active.clone()),
             Box::new(admission_waiting.clone()),
@@ -144,6 +159,8 @@ impl Metrics {
             maintenance_reaped,
             maintenance_last_run,
             maintenance_backlog,
+            resp_group_commits,
+            resp_group_committed_batches,
             replication_lag_seconds,
             admission_active,
             admission_waiting,

@@ -983,3 +983,31 @@ async fn a_batch_beyond_the_admission_limit_gets_busy_and_nothing_is_lost() {
     );
     gateway.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_arriving_together_from_many_connections_share_commits() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut connections = Vec::new();
+    for _ in 0..32 {
+        connections.push(RawResp::connect(gateway.resp_addr()).await);
+    }
+    // Every connection's SET goes out before any reply is read.
+    for (i, connection) in connections.iter_mut().enumerate() {
+        connection
+            .send(&encode(&[b"SET", format!("k{i}").as_bytes(), b"v"]))
+            .await;
+    }
+    for connection in &mut connections {
+        assert_eq!(connection.reply().await.unwrap(), Value::Simple("OK".into()));
+    }
+    let batches = gateway
+        .metric("pgvs3_resp_group_committed_batches_total")
+        .await
+        .unwrap();
+    let commits = gateway.metric("pgvs3_resp_group_commits_total").await.unwrap();
+    assert_eq!(batches, 32.0);
+    assert!(commits < batches, "32 connections' writes took {commits} commits");
+    let mut check = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(check.command(&["DBSIZE"]).await, Value::Int(32));
+    gateway.stop().await;
+}

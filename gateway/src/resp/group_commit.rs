@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::codec::Reply;
 use super::command::KeyCommand;
 use super::keys;
+use crate::metrics::Metrics;
 use crate::store::{Principal, Store, StoreError};
 
 /// Batches in flight per keyspace: enough to keep PostgreSQL's WAL flushes overlapping.
@@ -28,15 +29,17 @@ struct Job {
 
 pub struct GroupCommit {
     store: Store,
+    metrics: Metrics,
     /// Acts for every connection: each checked its own access to the bucket before submitting.
     committer: Principal,
     queues: Mutex<HashMap<String, mpsc::Sender<Job>>>,
 }
 
 impl GroupCommit {
-    pub fn new(store: Store, committer: Principal) -> GroupCommit {
+    pub fn new(store: Store, committer: Principal, metrics: Metrics) -> GroupCommit {
         GroupCommit {
             store,
+            metrics,
             committer,
             queues: Mutex::default(),
         }
@@ -65,6 +68,7 @@ impl GroupCommit {
         for _ in 0..COMMITTERS {
             tokio::spawn(commit_loop(
                 self.store.clone(),
+                self.metrics.clone(),
                 self.committer.clone(),
                 bucket.to_owned(),
                 Arc::clone(&receiver),
@@ -78,6 +82,7 @@ impl GroupCommit {
 /// Ends when every sender is gone (the server stopped).
 async fn commit_loop(
     store: Store,
+    metrics: Metrics,
     principal: Principal,
     bucket: String,
     receiver: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>,
@@ -101,7 +106,11 @@ async fn commit_loop(
             }
             jobs
         };
-        match run(&store, &principal, &bucket, &jobs).await {
+        let outcome = run(&store, &principal, &bucket, &jobs).await;
+        // How many connections' batches each commit carried: the gain of grouping.
+        metrics.resp_group_commits.inc();
+        metrics.resp_group_committed_batches.inc_by(jobs.len() as u64);
+        match outcome {
             Ok(replies) => {
                 for (job, replies) in jobs.into_iter().zip(replies) {
                     let _ = job.done.send(Ok(replies));

@@ -120,7 +120,7 @@ impl RespServer {
             }
         }
         Ok(Arc::new(RespServer {
-            group_commit: group_commit::GroupCommit::new(store.clone(), root.clone()),
+            group_commit: group_commit::GroupCommit::new(store.clone(), root.clone(), metrics.clone()),
             admission: crate::admission::Admission::new("resp", settings.admission, metrics.clone()),
             store,
             metrics,
