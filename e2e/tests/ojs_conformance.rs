@@ -59,47 +59,6 @@ const EXPECTED_FAILURES: &[(&str, &str)] = &[
         "the first job's claim (30 s visibility, no heartbeat) lapses during the 65 s wait and is delivered again",
     ),
     (
-        "level-3-workflows/batch/batch-complete-always-fires.json",
-        "no workflows yet",
-    ),
-    (
-        "level-3-workflows/batch/batch-complete-callback.json",
-        "no workflows yet",
-    ),
-    (
-        "level-3-workflows/batch/batch-failure-callback.json",
-        "no workflows yet",
-    ),
-    (
-        "level-3-workflows/batch/batch-no-success-on-failure.json",
-        "no workflows yet",
-    ),
-    (
-        "level-3-workflows/batch/batch-success-callback.json",
-        "no workflows yet",
-    ),
-    ("level-3-workflows/chain/chain-cancel.json", "no workflows yet"),
-    ("level-3-workflows/chain/chain-passes-results.json", "no workflows yet"),
-    (
-        "level-3-workflows/chain/chain-sequential-execution.json",
-        "no workflows yet",
-    ),
-    ("level-3-workflows/chain/chain-single-step.json", "no workflows yet"),
-    (
-        "level-3-workflows/chain/chain-stops-on-failure.json",
-        "no workflows yet",
-    ),
-    ("level-3-workflows/group/group-all-complete.json", "no workflows yet"),
-    (
-        "level-3-workflows/group/group-independent-execution.json",
-        "no workflows yet",
-    ),
-    (
-        "level-3-workflows/group/group-parallel-execution.json",
-        "no workflows yet",
-    ),
-    ("level-3-workflows/group/group-partial-failure.json", "no workflows yet"),
-    (
         "level-4-advanced/rate-limit/rate-limit-per-queue.json",
         "no rate limits yet",
     ),

@@ -147,6 +147,12 @@ pub struct ServeArgs {
     /// Bearer token the OJS endpoint requires (manifest and health stay open); none by default.
     #[arg(long, env = "PGVS3_OJS_TOKEN", hide_env_values = true)]
     pub ojs_token: Option<String>,
+
+    /// How long completed, discarded and cancelled OJS jobs (and settled workflows) stay
+    /// readable before the maintenance leader deletes them; dead-lettered jobs stay until
+    /// deleted or retried.
+    #[arg(long, env = "PGVS3_OJS_JOB_RETENTION", default_value = "24h", value_parser = parse_duration)]
+    pub ojs_job_retention: Duration,
 }
 
 /// A listen address that can be switched off.

@@ -148,6 +148,7 @@ impl RunningGateway {
                 args.body_grace,
                 args.maintenance_interval,
                 args.multipart_max_age,
+                args.ojs_job_retention,
             ),
         ];
         if !standby {

@@ -7,6 +7,7 @@
 pub mod cron;
 pub mod envelope;
 pub mod queue;
+pub mod workflow;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -154,7 +155,7 @@ impl OjsError {
 
 fn hint(code: &str) -> &'static str {
     match code {
-        "invalid_request" => "fix the request body as the message says and send it again",
+        "invalid_request" | "invalid_workflow" => "fix the request body as the message says and send it again",
         "not_found" => "check the id; jobs are found by the id enqueue returned",
         "conflict" => "the job's state does not allow this; GET the job to see its state",
         "duplicate" => "use a new id, or GET the existing job",
@@ -318,6 +319,19 @@ impl OjsService {
                 queue.delete_dead_letter(job_id(id)?).await?;
                 Ok((StatusCode::NO_CONTENT, Value::Null))
             }
+            (&Method::POST, ["workflows"]) => {
+                let workflow = workflow::parse_workflow(read_json(body).await?, self.inner.options.max_args_bytes)?;
+                let workflow = queue.create_workflow(&workflow).await?;
+                Ok((StatusCode::CREATED, json!({ "workflow": workflow })))
+            }
+            (&Method::GET, ["workflows", id]) => Ok((
+                StatusCode::OK,
+                json!({ "workflow": queue.get_workflow(workflow_id(id)?).await? }),
+            )),
+            (&Method::DELETE, ["workflows", id]) | (&Method::POST, ["workflows", id, "cancel"]) => Ok((
+                StatusCode::OK,
+                json!({ "workflow": queue.cancel_workflow(workflow_id(id)?).await? }),
+            )),
             (&Method::GET, ["events"]) => self.events(&query).await,
             (&Method::POST, ["cron"]) => self.register_cron(read_json(body).await?).await,
             (&Method::GET, ["cron"]) => {
@@ -374,7 +388,7 @@ impl OjsService {
             "backend": "postgresql",
             "capabilities": {
                 "batch_enqueue": true, "unique_jobs": true, "scheduled_jobs": true, "priority": true,
-                "dead_letter": true, "events": true, "cron": true, "workflows": false,
+                "dead_letter": true, "events": true, "cron": true, "workflows": true,
             },
             "extensions": ["dead-letter", "admin-api", "observability"],
         })
@@ -622,6 +636,16 @@ fn job_id(text: &str) -> Result<&str, OjsError> {
         Ok(text)
     } else {
         Err(OjsError::not_found(format!("job {text} not found (ids are UUIDs)")))
+    }
+}
+
+fn workflow_id(text: &str) -> Result<&str, OjsError> {
+    if envelope::is_uuid(text) {
+        Ok(text)
+    } else {
+        Err(OjsError::not_found(format!(
+            "workflow {text} not found (ids are UUIDs)"
+        )))
     }
 }
 

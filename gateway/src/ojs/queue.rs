@@ -13,6 +13,7 @@ use tokio_postgres::error::SqlState;
 use super::OjsError;
 use super::cron::Schedule;
 use super::envelope::{self, NewJob, OnConflict, RetryPolicy};
+use super::workflow::{Kind, NewWorkflow};
 
 #[derive(Clone)]
 pub struct Queue {
@@ -68,41 +69,58 @@ const PROMOTE_EVERY: Duration = Duration::from_millis(50);
 const INSERT_JOBS: &str = "
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::jsonb[],
-                         $7::text[], $8::float8[], $9::text[], $10::float8[], $11::int[], $12::text[])
+                         $7::text[], $8::float8[], $9::text[], $10::float8[], $11::int[], $12::text[],
+                         $14::int[], $15::text[], $16::bool[])
         AS t(id, queue, type, priority, max_attempts, envelope, scheduled_at, delay_ms, expires_at, ttl_ms,
-             visibility_ms, unique_key)
+             visibility_ms, unique_key, workflow_step, workflow_callback, held)
 ), timed AS (
     SELECT input.*, coalesce(scheduled_at::timestamptz, now() + coalesce(delay_ms, 0) * interval '1 ms') AS run_at,
            coalesce(expires_at::timestamptz, now() + ttl_ms * interval '1 ms') AS expires
     FROM input
 ), job AS (
     INSERT INTO ojs.jobs AS j (id, queue, type, state, priority, max_attempts, envelope, run_at, expires_at,
-                               visibility_ms, unique_key)
-    SELECT id, queue, type, CASE WHEN run_at > now() THEN 'scheduled' ELSE 'available' END, priority,
-           max_attempts, envelope, run_at, expires, visibility_ms, unique_key
+                               visibility_ms, unique_key, workflow_id, workflow_step, workflow_callback)
+    SELECT id, queue, type,
+           CASE WHEN held THEN 'pending' WHEN run_at > now() THEN 'scheduled' ELSE 'available' END, priority,
+           max_attempts, envelope, run_at, expires, visibility_ms, unique_key, $13, workflow_step, workflow_callback
     FROM timed
-    RETURNING j.id, j.queue, j.type, j.seq, ojs.job_json(j) AS body
+    RETURNING j.id, j.queue, j.type, j.seq, j.state, ojs.job_json(j) AS body
 ), event AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
     SELECT gen_random_uuid()::text, 'job.enqueued', queue, id,
            jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue)
-    FROM job
+    FROM job WHERE state <> 'pending'
 )
 SELECT body FROM job ORDER BY seq";
 
-/// Moves due scheduled/retryable jobs to available, lapsed claims back to available, and expired
-/// jobs to discarded. Cheap when there is nothing to move: three partial-index range scans.
+/// Moves due scheduled/retryable jobs to available, lapsed claims back to available (discarded on
+/// their last attempt), and expired jobs to discarded. Cheap when there is nothing to move: three partial-index range scans.
 const PROMOTE: &str = "
 WITH due AS (
     UPDATE ojs.jobs SET state = 'available'
     WHERE id IN (SELECT id FROM ojs.jobs WHERE state IN ('scheduled', 'retryable') AND run_at <= now()
                  LIMIT $1 FOR UPDATE SKIP LOCKED)
+), lapse AS (
+    SELECT id, attempt >= max_attempts AS exhausted,
+           jsonb_build_object('code', 'visibility_timeout', 'type', 'visibility_timeout', 'attempt', attempt,
+                              'message', 'the claim lapsed before an ack, nack or heartbeat',
+                              'occurred_at', ojs.ts(now())) AS error
+    FROM ojs.jobs WHERE state = 'active' AND visible_until < now()
+    LIMIT $1 FOR UPDATE SKIP LOCKED
 ), lapsed AS (
-    UPDATE ojs.jobs SET state = 'available', visible_until = NULL,
-        error = jsonb_build_object('code', 'visibility_timeout', 'type', 'visibility_timeout',
-                                   'message', 'the claim lapsed before an ack, nack or heartbeat')
-    WHERE id IN (SELECT id FROM ojs.jobs WHERE state = 'active' AND visible_until < now()
-                 LIMIT $1 FOR UPDATE SKIP LOCKED)
+    -- A lapsed claim spent its attempt: on the last one the job is discarded (or dead-lettered)
+    -- as a nack would, rather than offered again forever.
+    UPDATE ojs.jobs j SET visible_until = NULL, error = lapse.error, errors = j.errors || jsonb_build_array(lapse.error),
+        state = CASE WHEN lapse.exhausted THEN 'discarded' ELSE 'available' END,
+        completed_at = CASE WHEN lapse.exhausted THEN now() END,
+        dead_letter = lapse.exhausted AND coalesce(j.envelope #>> '{options,retry,on_exhaustion}' = 'dead_letter', false)
+    FROM lapse WHERE j.id = lapse.id
+    RETURNING j.id, j.queue, j.type, j.attempt, lapse.exhausted, lapse.error
+), lapse_events AS (
+    INSERT INTO ojs.events (id, type, queue, job_id, data)
+    SELECT gen_random_uuid()::text, 'job.discarded', queue, id,
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'attempt', attempt, 'error', error)
+    FROM lapsed WHERE exhausted
 ), expired AS (
     UPDATE ojs.jobs SET state = 'discarded',
         error = jsonb_build_object('code', 'expired', 'type', 'expired', 'message', 'expires_at passed before the job ran')
@@ -527,6 +545,140 @@ impl Queue {
         Ok(())
     }
 
+    /// Stores a workflow and its jobs in one transaction: a group's or batch's jobs and a chain's
+    /// first step are enqueued now; later steps and callbacks wait as `pending` for the trigger
+    /// `ojs.workflow_job_settled` to release them.
+    pub async fn create_workflow(&self, workflow: &NewWorkflow) -> Result<Value, OjsError> {
+        let members = workflow.jobs.len();
+        let mut jobs = workflow.jobs.clone();
+        jobs.extend(workflow.callbacks.iter().map(|(_, job)| job.clone()));
+        let placement = Placement {
+            workflow_id: Some(&workflow.id),
+            steps: (0..members as i32)
+                .map(Some)
+                .chain(workflow.callbacks.iter().map(|_| None))
+                .collect(),
+            callbacks: std::iter::repeat_n(None, members)
+                .chain(workflow.callbacks.iter().map(|(hook, _)| Some(*hook)))
+                .collect(),
+            held: (0..jobs.len())
+                .map(|index| index >= members || (workflow.kind == Kind::Chain && index > 0))
+                .collect(),
+        };
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(OjsError::sql)?;
+        tx.execute(
+            "INSERT INTO ojs.workflows (id, type, name, state, jobs_total) VALUES ($1, $2, $3, 'running', $4)",
+            &[&workflow.id, &workflow.kind.as_str(), &workflow.name, &(members as i32)],
+        )
+        .await
+        .map_err(|err| match err.code() {
+            Some(&SqlState::UNIQUE_VIOLATION) => OjsError::duplicate("a workflow with this id already exists"),
+            _ => OjsError::sql(err),
+        })?;
+        insert_placed(&tx, &jobs, &placement).await?;
+        let row = tx
+            .query_one(
+                "SELECT ojs.workflow_json(w) FROM ojs.workflows w WHERE w.id = $1",
+                &[&workflow.id],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        tx.commit().await.map_err(OjsError::sql)?;
+        Ok(row.get(0))
+    }
+
+    pub async fn get_workflow(&self, id: &str) -> Result<Value, OjsError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT ojs.workflow_json(w) FROM ojs.workflows w WHERE w.id = $1",
+                &[&id],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        row.map(|row| row.get(0)).ok_or_else(|| workflow_not_found(id))
+    }
+
+    /// Cancels a running workflow: its jobs that have not started are cancelled; active ones may
+    /// finish, but release nothing further.
+    pub async fn cancel_workflow(&self, id: &str) -> Result<Value, OjsError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(OjsError::sql)?;
+        let state: Option<String> = tx
+            .query_opt("SELECT state FROM ojs.workflows WHERE id = $1 FOR UPDATE", &[&id])
+            .await
+            .map_err(OjsError::sql)?
+            .map(|row| row.get(0));
+        match state.as_deref() {
+            None => return Err(workflow_not_found(id)),
+            Some("running") => {}
+            Some(state) => {
+                return Err(OjsError::conflict(format!(
+                    "workflow {id} is already in terminal state {state:?}"
+                )));
+            }
+        }
+        // The workflow goes first, so the trigger sees it cancelled and releases nothing.
+        tx.execute(
+            "UPDATE ojs.workflows SET state = 'cancelled', cancelled_at = now(), completed_at = now() WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .map_err(OjsError::sql)?;
+        tx.execute(
+            "UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now()
+             WHERE workflow_id = $1 AND state IN ('pending', 'available', 'scheduled', 'retryable')",
+            &[&id],
+        )
+        .await
+        .map_err(OjsError::sql)?;
+        let row = tx
+            .query_one(
+                "SELECT ojs.workflow_json(w) FROM ojs.workflows w WHERE w.id = $1",
+                &[&id],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        tx.commit().await.map_err(OjsError::sql)?;
+        Ok(row.get(0))
+    }
+
+    /// Deletes up to `limit` jobs that finished (completed, discarded, cancelled) more than
+    /// `retention` ago, and workflows settled that long ago with their jobs. Dead-lettered jobs
+    /// stay until deleted or retried, and jobs of running workflows stay (later steps read their
+    /// results). Returns how many jobs and workflows went.
+    pub async fn reap_finished(&self, retention: Duration, limit: i64) -> Result<(u64, u64), OjsError> {
+        let client = self.client().await?;
+        let seconds = retention.as_secs_f64();
+        let jobs = client
+            .execute(
+                "DELETE FROM ojs.jobs WHERE id IN (
+                     SELECT j.id FROM ojs.jobs j
+                     WHERE j.state IN ('completed', 'discarded', 'cancelled')
+                       AND coalesce(j.completed_at, j.cancelled_at) < now() - $1 * interval '1 s'
+                       AND NOT j.dead_letter
+                       AND (j.workflow_id IS NULL OR NOT EXISTS (
+                            SELECT 1 FROM ojs.workflows w WHERE w.id = j.workflow_id AND w.state = 'running'))
+                     ORDER BY coalesce(j.completed_at, j.cancelled_at)
+                     LIMIT $2
+                     FOR UPDATE SKIP LOCKED)",
+                &[&seconds, &limit],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        let workflows = client
+            .execute(
+                "DELETE FROM ojs.workflows WHERE id IN (
+                     SELECT id FROM ojs.workflows WHERE state <> 'running' AND completed_at < now() - $1 * interval '1 s'
+                     ORDER BY completed_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                &[&seconds, &limit],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        Ok((jobs, workflows))
+    }
+
     /// Events after `after` (a sequence number), oldest first.
     pub async fn events(
         &self,
@@ -739,7 +891,25 @@ impl Queue {
     }
 }
 
+/// Where inserted jobs sit in a workflow, one entry per job; empty for plain enqueues.
+#[derive(Default)]
+struct Placement<'a> {
+    workflow_id: Option<&'a str>,
+    steps: Vec<Option<i32>>,
+    callbacks: Vec<Option<&'static str>>,
+    /// Inserted as `pending`, for the workflow to release later.
+    held: Vec<bool>,
+}
+
 async fn insert(client: &impl deadpool_postgres::GenericClient, jobs: &[NewJob]) -> Result<Vec<Value>, OjsError> {
+    insert_placed(client, jobs, &Placement::default()).await
+}
+
+async fn insert_placed(
+    client: &impl deadpool_postgres::GenericClient,
+    jobs: &[NewJob],
+    placement: &Placement<'_>,
+) -> Result<Vec<Value>, OjsError> {
     let column = |f: fn(&NewJob) -> String| jobs.iter().map(f).collect::<Vec<_>>();
     let ids = column(|job| job.id.clone());
     let queues = column(|job| job.queue.clone());
@@ -772,6 +942,10 @@ async fn insert(client: &impl deadpool_postgres::GenericClient, jobs: &[NewJob])
                 &ttls,
                 &visibility,
                 &unique,
+                &placement.workflow_id,
+                &placement.steps,
+                &placement.callbacks,
+                &placement.held,
             ],
         )
         .await
@@ -840,6 +1014,10 @@ fn error_record(error: &Value, attempt: i32) -> Value {
     record.insert("attempt".into(), json!(attempt));
     record.insert("occurred_at".into(), Value::String(super::now_rfc3339()));
     Value::Object(record)
+}
+
+fn workflow_not_found(id: &str) -> OjsError {
+    OjsError::not_found(format!("workflow {id} not found"))
 }
 
 fn refusal(id: &str, state: &str, verb: &str) -> OjsError {

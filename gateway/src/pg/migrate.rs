@@ -4,12 +4,17 @@ use anyhow::Context;
 use deadpool_postgres::Pool;
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 3;
+pub const LAYOUT_VERSION: i32 = 5;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
     (2, "multipart", include_str!("../../migrations/0002_multipart.sql")),
     (3, "ojs", include_str!("../../migrations/0003_ojs.sql")),
+    (
+        5,
+        "ojs_workflows",
+        include_str!("../../migrations/0005_ojs_workflows.sql"),
+    ),
 ];
 
 /// Any fixed number works; it only has to be the same for every gateway of one database.
