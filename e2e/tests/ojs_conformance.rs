@@ -13,30 +13,6 @@ const SLOW_CASE_MS: u64 = 60_000;
 
 /// Known failures, by path under `suites/`, each with the reason.
 const EXPECTED_FAILURES: &[(&str, &str)] = &[
-    (
-        "ext-backpressure/backpressure-batch-partial-reject.json",
-        "no backpressure (queue limits) yet",
-    ),
-    (
-        "ext-backpressure/backpressure-headers-on-reject.json",
-        "no backpressure (queue limits) yet",
-    ),
-    (
-        "ext-backpressure/backpressure-queue-stats-depth.json",
-        "no backpressure (queue limits) yet",
-    ),
-    (
-        "ext-backpressure/backpressure-reject-when-full.json",
-        "no backpressure (queue limits) yet",
-    ),
-    (
-        "ext-backpressure/backpressure-warning-headers.json",
-        "no backpressure (queue limits) yet",
-    ),
-    (
-        "ext-graceful-shutdown/graceful-shutdown-health-degraded.json",
-        "worker states are not tracked",
-    ),
     ("ext-rate-limiting/rate-limit-inspect.json", "no rate limits yet"),
     (
         "ext-rate-limiting/rate-limit-per-second-throttle.json",
@@ -44,15 +20,15 @@ const EXPECTED_FAILURES: &[(&str, &str)] = &[
     ),
     (
         "level-1-reliable/retry/retry-error-history-tracked.json",
-        "expects error types the nack body does not carry",
+        "expects error types (ConnectionTimeout, ...) that its nack bodies never send",
     ),
     (
         "level-1-reliable/worker/worker-graceful-shutdown.json",
-        "worker directives (terminate) are not sent",
+        "the case expects the terminate directive from a test hook (the job's options.metadata.test_directive); directives come from POST /admin/workers/:id/terminate",
     ),
     (
         "level-1-reliable/worker/worker-quiet-signal.json",
-        "worker directives (quiet) are not sent",
+        "the case expects the quiet directive from a test hook (the job's options.metadata.test_directive); directives come from POST /admin/workers/:id/quiet",
     ),
     (
         "level-2-scheduled/cron/cron-overlap-prevention.json",

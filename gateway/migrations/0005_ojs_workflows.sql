@@ -1,5 +1,5 @@
--- OJS workflows (chain, group, batch), claims that use up their attempts by lapsing, and the
--- retention of finished jobs. Runs once, inside the migration transaction.
+-- OJS workflows (chain, group, batch), claims that use up their attempts by lapsing, the
+-- retention of finished jobs, and worker states. Runs once, inside the migration transaction.
 
 -- Every job of a workflow is a row of ojs.jobs from the start: chain steps after the first and
 -- batch callbacks wait in state 'pending' until the workflow releases them, so the workflow's
@@ -220,4 +220,22 @@ CREATE OR REPLACE FUNCTION ojs.job_json(j ojs.jobs) RETURNS jsonb LANGUAGE sql S
                       ELSE j.error END,
         'errors', CASE WHEN jsonb_array_length(j.errors) > 0 THEN j.errors END
     ))
+$$;
+
+-- Workers as their heartbeats describe them (worker protocol, ext-graceful-shutdown): a worker
+-- that is not running (quiet, drain, terminate), or that an operator told to quiet or terminate,
+-- is given no new jobs.
+CREATE TABLE ojs.workers (
+    id          text PRIMARY KEY,
+    state       text NOT NULL CHECK (state IN ('running', 'quiet', 'drain', 'terminate')),
+    directive   text CHECK (directive IN ('quiet', 'terminate')),
+    active_jobs int,
+    last_beat   timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX workers_last_beat ON ojs.workers (last_beat);
+
+CREATE FUNCTION ojs.worker_json(w ojs.workers) RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT jsonb_strip_nulls(jsonb_build_object(
+        'id', w.id, 'worker_id', w.id, 'state', w.state, 'directive', coalesce(w.directive, 'continue'),
+        'active_jobs', w.active_jobs, 'last_heartbeat_at', ojs.ts(w.last_beat)))
 $$;

@@ -34,6 +34,11 @@ impl Ojs {
     }
 
     async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let (status, _, body) = self.exchange(method, path, body).await;
+        (status, body)
+    }
+
+    async fn exchange(&self, method: &str, path: &str, body: Option<Value>) -> (u16, http::HeaderMap, Value) {
         let mut request = http::Request::builder()
             .method(method)
             .uri(format!("http://{}{path}", self.addr))
@@ -48,8 +53,9 @@ impl Ojs {
             .await
             .unwrap();
         let status = response.status().as_u16();
+        let headers = response.headers().clone();
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        (status, headers, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
     }
 
     async fn post(&self, path: &str, body: Value) -> (u16, Value) {
@@ -682,5 +688,151 @@ async fn finished_jobs_are_reaped_after_their_retention_in_batches() {
         .get(&format!("/ojs/v1/workflows/{}", workflow["id"].as_str().unwrap()))
         .await;
     assert_eq!(status, 404);
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_bounded_queue_refuses_enqueues_past_its_depth_and_warns_before() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let (status, body) = ojs
+        .call(
+            "PUT",
+            "/ojs/v1/admin/queues/bounded/config",
+            Some(json!({ "backpressure": { "max_depth": 3, "warning_threshold": 0.5 } })),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = ojs
+        .call(
+            "PUT",
+            "/ojs/v1/admin/queues/bounded/config",
+            Some(json!({ "backpressure": { "max_depth": 3, "strategy": "drop_oldest" } })),
+        )
+        .await;
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_request")));
+    let job = || json!({ "type": "bounded.task", "args": [], "options": { "queue": "bounded" } });
+    let header = |headers: &http::HeaderMap, name: &str| headers.get(name).map(|v| v.to_str().unwrap().to_string());
+
+    let (status, headers, _) = ojs.exchange("POST", "/ojs/v1/jobs", Some(job())).await;
+    assert_eq!(status, 201);
+    assert_eq!(
+        header(&headers, "x-ojs-queue-pressure"),
+        None,
+        "1 of 3 is below the warning"
+    );
+    let (status, headers, _) = ojs.exchange("POST", "/ojs/v1/jobs", Some(job())).await;
+    assert_eq!(status, 201);
+    assert_eq!(header(&headers, "x-ojs-queue-pressure").as_deref(), Some("0.67"));
+    assert_eq!(header(&headers, "x-ojs-queue-bound").as_deref(), Some("3"));
+    // A batch that does not fit is refused whole.
+    let (status, headers, body) = ojs
+        .exchange("POST", "/ojs/v1/jobs/batch", Some(json!({ "jobs": [job(), job()] })))
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (429, Some("QUEUE_FULL")),
+        "{body}"
+    );
+    assert!(header(&headers, "retry-after").is_some());
+    assert_eq!(header(&headers, "x-ojs-queue-depth").as_deref(), Some("2"));
+    let (status, body) = ojs.post("/ojs/v1/jobs", job()).await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = ojs.post("/ojs/v1/jobs", job()).await;
+    assert_eq!(
+        (status, body["error"]["details"]["bound"].as_i64()),
+        (429, Some(3)),
+        "{body}"
+    );
+    let (_, stats) = ojs.get("/ojs/v1/queues/bounded/stats").await;
+    assert_eq!(
+        (stats["stats"]["depth"].as_i64(), stats["stats"]["max_depth"].as_i64()),
+        (Some(3), Some(3))
+    );
+    let (_, events) = ojs.get("/ojs/v1/events?types=backpressure.rejected").await;
+    assert_eq!(events["events"].as_array().map(Vec::len), Some(2), "{events}");
+
+    // A claimed job no longer waits in the queue: there is room again.
+    ojs.fetch("bounded", "w").await.unwrap();
+    let (status, body) = ojs.post("/ojs/v1/jobs", job()).await;
+    assert_eq!(status, 201, "{body}");
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_quiet_or_draining_worker_gets_no_new_jobs() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let (status, _) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "shift.task", "args": [], "options": { "queue": "shift" } }),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let beat = |body: Value| {
+        let ojs = ojs.clone();
+        async move {
+            let (status, reply) = ojs.post("/ojs/v1/workers/heartbeat", body).await;
+            assert_eq!(status, 200, "{reply}");
+            reply
+        }
+    };
+    let reply = beat(json!({ "worker_id": "w1", "state": "drain", "active_jobs": 0 })).await;
+    assert_eq!(reply["state"], "drain");
+    assert!(
+        ojs.fetch("shift", "w1").await.is_none(),
+        "a draining worker gets nothing"
+    );
+    let (status, health) = ojs.get("/ojs/v1/workers/w1/health").await;
+    assert_eq!((status, health["state"].as_str()), (200, Some("drain")));
+    beat(json!({ "worker_id": "w1", "state": "running" })).await;
+    let job = ojs.fetch("shift", "w1").await.expect("running again, it gets the job");
+
+    // An operator quiets a worker: its next heartbeat says so, and it gets no new jobs.
+    let (status, body) = ojs.post("/ojs/v1/admin/workers/w1/quiet", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let reply = beat(json!({ "worker_id": "w1", "active_jobs": [job["id"]] })).await;
+    assert_eq!(
+        (reply["state"].as_str(), reply["directive"].as_str()),
+        (Some("quiet"), Some("quiet"))
+    );
+    assert_eq!(
+        reply["jobs_extended"],
+        json!([job["id"]]),
+        "its claims are still extended"
+    );
+    ojs.ack(&job, json!(null)).await;
+    ojs.post(
+        "/ojs/v1/jobs",
+        json!({ "type": "shift.task", "args": [], "options": { "queue": "shift" } }),
+    )
+    .await;
+    assert!(
+        ojs.fetch("shift", "w1").await.is_none(),
+        "a quieted worker gets nothing"
+    );
+    assert!(ojs.fetch("shift", "w2").await.is_some(), "other workers still do");
+    let (status, _) = ojs.post("/ojs/v1/admin/workers/w1/resume", json!({})).await;
+    assert_eq!(status, 200);
+    assert_eq!(beat(json!({ "worker_id": "w1" })).await["directive"], "continue");
+
+    let (_, workers) = ojs.get("/ojs/v1/admin/workers").await;
+    let listed: Vec<&str> = workers["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["w1", "w2"]);
+    let (status, _) = ojs.get("/ojs/v1/workers/nobody/health").await;
+    assert_eq!(status, 404);
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/workers/heartbeat",
+            json!({ "worker_id": "w1", "state": "asleep" }),
+        )
+        .await;
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_request")));
     gateway.stop().await;
 }

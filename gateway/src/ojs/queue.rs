@@ -10,10 +10,10 @@ use deadpool_postgres::Pool;
 use serde_json::{Value, json};
 use tokio_postgres::error::SqlState;
 
-use super::OjsError;
 use super::cron::Schedule;
 use super::envelope::{self, NewJob, OnConflict, RetryPolicy};
 use super::workflow::{Kind, NewWorkflow};
+use super::{OjsError, QUEUE_FULL};
 
 #[derive(Clone)]
 pub struct Queue {
@@ -30,6 +30,23 @@ pub struct FetchRequest {
     pub count: i64,
     pub worker_id: Option<String>,
     pub visibility_ms: Option<i32>,
+}
+
+/// A worker's heartbeat: the claims it extends and, when it names itself, its state.
+pub struct Beat<'a> {
+    pub worker_id: Option<&'a str>,
+    pub job_ids: &'a [String],
+    pub visibility_ms: Option<i32>,
+    /// running, quiet, drain or terminate; unchanged when absent.
+    pub state: Option<&'a str>,
+    pub active_jobs: Option<i32>,
+}
+
+pub struct BeatReply {
+    pub extended: Vec<String>,
+    pub state: String,
+    /// What an operator asked the worker to do: quiet or terminate.
+    pub directive: Option<String>,
 }
 
 /// Which claim an ack or nack speaks for. Both fields are optional; given ones must match the
@@ -77,13 +94,32 @@ WITH input AS (
     SELECT input.*, coalesce(scheduled_at::timestamptz, now() + coalesce(delay_ms, 0) * interval '1 ms') AS run_at,
            coalesce(expires_at::timestamptz, now() + ttl_ms * interval '1 ms') AS expires
     FROM input
+), bounded AS (
+    -- Queues with a depth bound (ext-backpressure); one primary-key probe per queue otherwise.
+    SELECT q.name, (q.config #>> '{backpressure,max_depth}')::bigint AS bound,
+           coalesce((q.config #>> '{backpressure,warning_threshold}')::float8, 0.8) AS warning,
+           (SELECT count(*) FROM input i WHERE i.queue = q.name AND NOT coalesce(i.held, false)) AS incoming
+    FROM ojs.queues q
+    WHERE q.name IN (SELECT queue FROM input) AND (q.config #>> '{backpressure,max_depth}')::bigint > 0
+), pressure AS (
+    -- Counting stops at the bound: a full queue costs no more than that to check.
+    SELECT b.*, (SELECT count(*) FROM (SELECT 1 FROM ojs.jobs j WHERE j.queue = b.name
+                 AND j.state IN ('available', 'scheduled', 'retryable') LIMIT b.bound) d) AS depth
+    FROM bounded b
+), full_queue AS (
+    SELECT * FROM pressure WHERE depth + incoming > bound
+), rejection AS (
+    INSERT INTO ojs.events (id, type, queue, data)
+    SELECT gen_random_uuid()::text, 'backpressure.rejected', name,
+           jsonb_build_object('queue', name, 'depth', depth, 'bound', bound)
+    FROM full_queue
 ), job AS (
     INSERT INTO ojs.jobs AS j (id, queue, type, state, priority, max_attempts, envelope, run_at, expires_at,
                                visibility_ms, unique_key, workflow_id, workflow_step, workflow_callback)
     SELECT id, queue, type,
            CASE WHEN held THEN 'pending' WHEN run_at > now() THEN 'scheduled' ELSE 'available' END, priority,
            max_attempts, envelope, run_at, expires, visibility_ms, unique_key, $13, workflow_step, workflow_callback
-    FROM timed
+    FROM timed WHERE NOT EXISTS (SELECT 1 FROM full_queue)
     RETURNING j.id, j.queue, j.type, j.seq, j.state, ojs.job_json(j) AS body
 ), event AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
@@ -91,7 +127,10 @@ WITH input AS (
            jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue)
     FROM job WHERE state <> 'pending'
 )
-SELECT body FROM job ORDER BY seq";
+SELECT body, seq, NULL, NULL::bigint, NULL::bigint, NULL::bigint, NULL::float8 FROM job
+UNION ALL
+SELECT NULL, NULL, name, depth, bound, incoming, warning FROM pressure
+ORDER BY 2";
 
 /// Moves due scheduled/retryable jobs to available, lapsed claims back to available (discarded on
 /// their last attempt), and expired jobs to discarded. Cheap when there is nothing to move: three partial-index range scans.
@@ -143,6 +182,7 @@ WITH claimed AS (
         FOR UPDATE SKIP LOCKED
     ) c
     WHERE NOT EXISTS (SELECT 1 FROM ojs.queues p WHERE p.name = q.name AND p.paused)
+      AND NOT EXISTS (SELECT 1 FROM ojs.workers w WHERE w.id = $3 AND (w.state <> 'running' OR w.directive IS NOT NULL))
     ORDER BY q.ord, c.priority DESC, c.seq
     LIMIT $2
 )
@@ -194,8 +234,8 @@ impl Queue {
     }
 
     /// Inserts jobs all-or-nothing; returns them as stored, in order. Jobs with unique options
-    /// go through [`Queue::enqueue_unique`].
-    pub async fn enqueue(&self, jobs: &[NewJob]) -> Result<Vec<Value>, OjsError> {
+    /// go through [`Queue::enqueue_unique`]. A queue at its depth bound refuses the lot.
+    pub async fn enqueue(&self, jobs: &[NewJob]) -> Result<Inserted, OjsError> {
         if let [job] = jobs
             && job.unique.is_some()
         {
@@ -205,7 +245,7 @@ impl Queue {
         insert(&client, jobs).await
     }
 
-    async fn enqueue_unique(&self, job: &NewJob) -> Result<Vec<Value>, OjsError> {
+    async fn enqueue_unique(&self, job: &NewJob) -> Result<Inserted, OjsError> {
         let unique = job.unique.as_ref().expect("unique options");
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(OjsError::sql)?;
@@ -236,7 +276,10 @@ impl Queue {
                     let mut body: Value = row.get(1);
                     body["duplicate"] = Value::Bool(true);
                     body["existing_job_id"] = Value::String(existing_id);
-                    return Ok(vec![body]);
+                    return Ok(Inserted {
+                        jobs: vec![body],
+                        pressure: None,
+                    });
                 }
                 OnConflict::Replace => {
                     tx.execute(
@@ -390,27 +433,74 @@ impl Queue {
         }
     }
 
-    /// Extends the claims a worker still holds; returns the ids it extended.
-    pub async fn heartbeat(
-        &self,
-        worker_id: Option<&str>,
-        job_ids: &[String],
-        visibility_ms: Option<i32>,
-    ) -> Result<Vec<String>, OjsError> {
-        if job_ids.is_empty() {
-            return Ok(Vec::new());
-        }
+    /// Extends the claims a worker still holds and records the worker's state (both statements
+    /// in one round trip). Returns the ids it extended and the worker's state and directive.
+    pub async fn heartbeat(&self, beat: &Beat<'_>) -> Result<BeatReply, OjsError> {
         let client = self.client().await?;
-        let rows = client
-            .query(
-                "UPDATE ojs.jobs SET visible_until = now() + coalesce($3, visibility_ms) * interval '1 ms'
-                 WHERE id = ANY($1) AND state = 'active' AND ($2::text IS NULL OR worker_id IS NULL OR worker_id = $2)
-                 RETURNING id",
-                &[&job_ids, &worker_id, &visibility_ms],
+        let extend = async {
+            if beat.job_ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            client
+                .query(
+                    "UPDATE ojs.jobs SET visible_until = now() + coalesce($3, visibility_ms) * interval '1 ms'
+                     WHERE id = ANY($1) AND state = 'active' AND ($2::text IS NULL OR worker_id IS NULL OR worker_id = $2)
+                     RETURNING id",
+                    &[&beat.job_ids, &beat.worker_id, &beat.visibility_ms],
+                )
+                .await
+        };
+        let record = async {
+            let Some(worker_id) = beat.worker_id else {
+                return Ok(None);
+            };
+            client
+                .query_one(
+                    "INSERT INTO ojs.workers AS w (id, state, active_jobs) VALUES ($1, coalesce($2, 'running'), $3)
+                     ON CONFLICT (id) DO UPDATE SET state = coalesce($2, w.state),
+                         active_jobs = coalesce($3, w.active_jobs), last_beat = now()
+                     RETURNING w.state, w.directive",
+                    &[&worker_id, &beat.state, &beat.active_jobs],
+                )
+                .await
+                .map(Some)
+        };
+        let (extended, worker) = tokio::join!(extend, record);
+        let worker = worker.map_err(OjsError::sql)?;
+        Ok(BeatReply {
+            extended: extended.map_err(OjsError::sql)?.iter().map(|row| row.get(0)).collect(),
+            state: worker.as_ref().map_or_else(|| "running".into(), |row| row.get(0)),
+            directive: worker.and_then(|row| row.get(1)),
+        })
+    }
+
+    /// Tells a worker, at its next heartbeat, to quiet or terminate (`None` clears the directive);
+    /// either way it is given no new jobs from now on.
+    pub async fn direct_worker(&self, worker_id: &str, directive: Option<&str>) -> Result<Value, OjsError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "INSERT INTO ojs.workers AS w (id, state, directive) VALUES ($1, 'running', $2)
+                 ON CONFLICT (id) DO UPDATE SET directive = $2
+                 RETURNING ojs.worker_json(w)",
+                &[&worker_id, &directive],
             )
             .await
             .map_err(OjsError::sql)?;
-        Ok(rows.iter().map(|row| row.get(0)).collect())
+        Ok(row.get(0))
+    }
+
+    pub async fn worker(&self, worker_id: &str) -> Result<Value, OjsError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT ojs.worker_json(w) FROM ojs.workers w WHERE w.id = $1",
+                &[&worker_id],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        row.map(|row| row.get(0))
+            .ok_or_else(|| OjsError::not_found(format!("no worker {worker_id:?} has sent a heartbeat")))
     }
 
     pub async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), OjsError> {
@@ -426,13 +516,38 @@ impl Queue {
         Ok(())
     }
 
+    /// Replaces a queue's settings named in `settings` (today: `backpressure`); returns them all.
+    pub async fn configure_queue(&self, queue: &str, settings: &Value) -> Result<Value, OjsError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "INSERT INTO ojs.queues (name, config) VALUES ($1, $2)
+                 ON CONFLICT (name) DO UPDATE SET config = ojs.queues.config || excluded.config
+                 RETURNING config",
+                &[&queue, settings],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        Ok(row.get(0))
+    }
+
+    pub async fn queue_config(&self, queue: &str) -> Result<Value, OjsError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt("SELECT config FROM ojs.queues WHERE name = $1", &[&queue])
+            .await
+            .map_err(OjsError::sql)?;
+        Ok(row.map_or_else(|| json!({}), |row| row.get(0)))
+    }
+
     pub async fn queue_stats(&self, queue: &str) -> Result<Value, OjsError> {
         let client = self.client().await?;
         let row = client
             .query_one(
                 "SELECT coalesce((SELECT paused FROM ojs.queues WHERE name = $1), false),
                         coalesce((SELECT jsonb_object_agg(state, n) FROM
-                            (SELECT state, count(*) AS n FROM ojs.jobs WHERE queue = $1 GROUP BY state) s), '{}')",
+                            (SELECT state, count(*) AS n FROM ojs.jobs WHERE queue = $1 GROUP BY state) s), '{}'),
+                        (SELECT (config #>> '{backpressure,max_depth}')::bigint FROM ojs.queues WHERE name = $1)",
                 &[&queue],
             )
             .await
@@ -441,8 +556,11 @@ impl Queue {
         let counts: Value = row.get(1);
         let count = |state: &str| counts.get(state).and_then(Value::as_i64).unwrap_or(0);
         let depth = count("available") + count("scheduled") + count("retryable");
+        let bound = row.get::<_, Option<i64>>(2).filter(|bound| *bound > 0);
         let mut summary = json!({
             "name": queue,
+            "queue": queue,
+            "max_depth": bound,
             "paused": paused,
             "status": if paused { "paused" } else { "active" },
             "depth": depth,
@@ -645,7 +763,7 @@ impl Queue {
     }
 
     /// Deletes up to `limit` jobs that finished (completed, discarded, cancelled) more than
-    /// `retention` ago, and workflows settled that long ago with their jobs. Dead-lettered jobs
+    /// `retention` ago, workflows settled that long ago, and workers silent that long. Dead-lettered jobs
     /// stay until deleted or retried, and jobs of running workflows stay (later steps read their
     /// results). Returns how many jobs and workflows went.
     pub async fn reap_finished(&self, retention: Duration, limit: i64) -> Result<(u64, u64), OjsError> {
@@ -672,6 +790,15 @@ impl Queue {
                 "DELETE FROM ojs.workflows WHERE id IN (
                      SELECT id FROM ojs.workflows WHERE state <> 'running' AND completed_at < now() - $1 * interval '1 s'
                      ORDER BY completed_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                &[&seconds, &limit],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        client
+            .execute(
+                "DELETE FROM ojs.workers WHERE id IN (
+                     SELECT id FROM ojs.workers WHERE last_beat < now() - $1 * interval '1 s'
+                     ORDER BY last_beat LIMIT $2 FOR UPDATE SKIP LOCKED)",
                 &[&seconds, &limit],
             )
             .await
@@ -734,23 +861,24 @@ impl Queue {
         }))
     }
 
-    /// Workers seen holding claims now.
+    /// Workers that sent heartbeats or hold claims now, with the claims they hold.
     pub async fn active_workers(&self) -> Result<Vec<Value>, OjsError> {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT worker_id, count(*) FROM ojs.jobs WHERE state = 'active' AND worker_id IS NOT NULL
-                 GROUP BY worker_id ORDER BY worker_id",
+                "SELECT CASE WHEN w.id IS NULL THEN jsonb_build_object('id', a.worker_id, 'state', 'running')
+                             ELSE ojs.worker_json(w) END
+                        || jsonb_build_object('active_jobs', coalesce(a.claims, 0))
+                 FROM ojs.workers w
+                 FULL JOIN (SELECT worker_id, count(*) AS claims FROM ojs.jobs
+                            WHERE state = 'active' AND worker_id IS NOT NULL GROUP BY worker_id) a
+                   ON a.worker_id = w.id
+                 ORDER BY coalesce(w.id, a.worker_id)",
                 &[],
             )
             .await
             .map_err(OjsError::sql)?;
-        Ok(rows
-            .iter()
-            .map(
-                |row| json!({ "id": row.get::<_, String>(0), "active_jobs": row.get::<_, i64>(1), "state": "running" }),
-            )
-            .collect())
+        Ok(rows.iter().map(|row| row.get(0)).collect())
     }
 
     /// Registers (or replaces) a cron schedule; `definition` is the request as sent.
@@ -836,8 +964,13 @@ impl Queue {
                     .map_err(OjsError::sql)?
                     .get::<_, bool>(0);
             if !overlapping {
-                insert(&tx, std::slice::from_ref(&job)).await?;
-                fired += 1;
+                match insert(&tx, std::slice::from_ref(&job)).await {
+                    Ok(_) => fired += 1,
+                    // A full queue misses this tick, as an overlapping run does; the event log
+                    // has the rejection.
+                    Err(error) if error.code == QUEUE_FULL => {}
+                    Err(error) => return Err(error),
+                }
             }
             tx.execute(
                 "UPDATE ojs.cron SET last_run = now(), next_run = coalesce(to_timestamp($2), 'infinity') WHERE name = $1",
@@ -873,7 +1006,7 @@ impl Queue {
     pub async fn reset(&self) -> Result<(), OjsError> {
         let client = self.client().await?;
         client
-            .batch_execute("TRUNCATE ojs.jobs, ojs.queues, ojs.events, ojs.cron, ojs.workflows")
+            .batch_execute("TRUNCATE ojs.jobs, ojs.queues, ojs.events, ojs.cron, ojs.workflows, ojs.workers")
             .await
             .map_err(OjsError::sql)
     }
@@ -891,6 +1024,27 @@ impl Queue {
     }
 }
 
+/// Jobs as stored, and how close to its bound the fullest bounded queue they went to now is
+/// (when over its warning threshold).
+#[derive(Default)]
+pub struct Inserted {
+    pub jobs: Vec<Value>,
+    pub pressure: Option<Pressure>,
+}
+
+/// A bounded queue's depth against its bound (ext-backpressure).
+#[derive(Debug, Clone, Copy)]
+pub struct Pressure {
+    pub depth: i64,
+    pub bound: i64,
+}
+
+impl Pressure {
+    pub fn ratio(&self) -> f64 {
+        self.depth as f64 / self.bound as f64
+    }
+}
+
 /// Where inserted jobs sit in a workflow, one entry per job; empty for plain enqueues.
 #[derive(Default)]
 struct Placement<'a> {
@@ -901,7 +1055,7 @@ struct Placement<'a> {
     held: Vec<bool>,
 }
 
-async fn insert(client: &impl deadpool_postgres::GenericClient, jobs: &[NewJob]) -> Result<Vec<Value>, OjsError> {
+async fn insert(client: &impl deadpool_postgres::GenericClient, jobs: &[NewJob]) -> Result<Inserted, OjsError> {
     insert_placed(client, jobs, &Placement::default()).await
 }
 
@@ -909,7 +1063,7 @@ async fn insert_placed(
     client: &impl deadpool_postgres::GenericClient,
     jobs: &[NewJob],
     placement: &Placement<'_>,
-) -> Result<Vec<Value>, OjsError> {
+) -> Result<Inserted, OjsError> {
     let column = |f: fn(&NewJob) -> String| jobs.iter().map(f).collect::<Vec<_>>();
     let ids = column(|job| job.id.clone());
     let queues = column(|job| job.queue.clone());
@@ -953,7 +1107,28 @@ async fn insert_placed(
             Some(&SqlState::UNIQUE_VIOLATION) => OjsError::duplicate("a job with this id already exists"),
             _ => OjsError::sql(err),
         })?;
-    Ok(rows.iter().map(|row| row.get(0)).collect())
+    let mut inserted = Inserted::default();
+    for row in &rows {
+        match row.get::<_, Option<Value>>(0) {
+            Some(job) => inserted.jobs.push(job),
+            None => {
+                let queue: String = row.get(2);
+                let (depth, bound, incoming): (i64, i64, i64) = (row.get(3), row.get(4), row.get(5));
+                if depth + incoming > bound {
+                    return Err(OjsError::queue_full(&queue, depth, bound));
+                }
+                let pressure = Pressure {
+                    depth: depth + incoming,
+                    bound,
+                };
+                let warning: f64 = row.get(6);
+                if pressure.ratio() >= warning && inserted.pressure.is_none_or(|p| p.ratio() < pressure.ratio()) {
+                    inserted.pressure = Some(pressure);
+                }
+            }
+        }
+    }
+    Ok(inserted)
 }
 
 async fn record_event(
