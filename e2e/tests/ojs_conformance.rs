@@ -13,11 +13,6 @@ const SLOW_CASE_MS: u64 = 60_000;
 
 /// Known failures, by path under `suites/`, each with the reason.
 const EXPECTED_FAILURES: &[(&str, &str)] = &[
-    ("ext-rate-limiting/rate-limit-inspect.json", "no rate limits yet"),
-    (
-        "ext-rate-limiting/rate-limit-per-second-throttle.json",
-        "no rate limits yet",
-    ),
     (
         "level-1-reliable/retry/retry-error-history-tracked.json",
         "expects error types (ConnectionTimeout, ...) that its nack bodies never send",
@@ -33,10 +28,6 @@ const EXPECTED_FAILURES: &[(&str, &str)] = &[
     (
         "level-2-scheduled/cron/cron-overlap-prevention.json",
         "the first job's claim (30 s visibility, no heartbeat) lapses during the 65 s wait and is delivered again",
-    ),
-    (
-        "level-4-advanced/rate-limit/rate-limit-per-queue.json",
-        "no rate limits yet",
     ),
 ];
 

@@ -239,3 +239,70 @@ CREATE FUNCTION ojs.worker_json(w ojs.workers) RETURNS jsonb LANGUAGE sql STABLE
         'id', w.id, 'worker_id', w.id, 'state', w.state, 'directive', coalesce(w.directive, 'continue'),
         'active_jobs', w.active_jobs, 'last_heartbeat_at', ojs.ts(w.last_beat)))
 $$;
+
+-- Rate limits (ext-rate-limiting): jobs that name a key share its limits on starts. A claim
+-- takes its starts from the key's row with one UPDATE whose WHERE and SET see the row's latest
+-- version, so concurrent fetchers never start more than the limits allow; finishing (or losing)
+-- a claim gives the slot back in the same transaction (trigger below).
+ALTER TABLE ojs.jobs ADD COLUMN rate_key text;
+CREATE INDEX jobs_rate_key ON ojs.jobs (rate_key, state) WHERE rate_key IS NOT NULL;
+CREATE TABLE ojs.rate_limits (
+    key            text PRIMARY KEY,
+    concurrency    int,                 -- most active jobs at once; NULL: no limit
+    rate           int,                 -- most starts per window; NULL: no limit
+    rate_period_ms bigint,
+    throttle_ms    bigint,              -- least time between starts; NULL: none
+    active         int NOT NULL DEFAULT 0,
+    -- A fixed window that opens at the first start after the previous one closed.
+    window_start   timestamptz NOT NULL DEFAULT '-infinity',
+    window_count   int NOT NULL DEFAULT 0,
+    next_start     timestamptz NOT NULL DEFAULT '-infinity',
+    -- Starts the last claim took (set and read back by the claim's UPDATE).
+    granted        int NOT NULL DEFAULT 0
+);
+
+-- How many more jobs of the key may start now.
+CREATE FUNCTION ojs.rate_room(r ojs.rate_limits) RETURNS int LANGUAGE sql STABLE AS $$
+    SELECT greatest(0, least(
+        coalesce(r.concurrency - r.active, 2147483647),
+        CASE WHEN r.rate IS NULL THEN 2147483647
+             WHEN now() >= r.window_start + r.rate_period_ms * interval '1 ms' THEN r.rate
+             ELSE r.rate - r.window_count END,
+        CASE WHEN r.throttle_ms IS NULL THEN 2147483647 WHEN now() >= r.next_start THEN 1 ELSE 0 END))
+$$;
+
+CREATE FUNCTION ojs.rate_limit_released() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE ojs.rate_limits SET active = greatest(active - 1, 0) WHERE key = old.rate_key;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER rate_limit_released
+    AFTER UPDATE OF state ON ojs.jobs
+    FOR EACH ROW
+    WHEN (old.rate_key IS NOT NULL AND old.state = 'active' AND new.state <> 'active')
+    EXECUTE FUNCTION ojs.rate_limit_released();
+CREATE TRIGGER rate_limit_released_by_delete
+    AFTER DELETE ON ojs.jobs
+    FOR EACH ROW
+    WHEN (old.rate_key IS NOT NULL AND old.state = 'active')
+    EXECUTE FUNCTION ojs.rate_limit_released();
+
+CREATE FUNCTION ojs.rate_limit_json(r ojs.rate_limits) RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT jsonb_strip_nulls(jsonb_build_object(
+        'key', r.key,
+        'concurrency', CASE WHEN r.concurrency IS NOT NULL THEN jsonb_build_object(
+            'limit', r.concurrency, 'active', r.active, 'available', greatest(r.concurrency - r.active, 0)) END,
+        'rate', CASE WHEN r.rate IS NOT NULL THEN jsonb_build_object(
+            'limit', r.rate, 'period_ms', r.rate_period_ms,
+            'current_count', CASE WHEN now() >= r.window_start + r.rate_period_ms * interval '1 ms' THEN 0
+                                  ELSE r.window_count END,
+            'window_resets_at', CASE WHEN now() < r.window_start + r.rate_period_ms * interval '1 ms'
+                                     THEN ojs.ts(r.window_start + r.rate_period_ms * interval '1 ms') END,
+            'window_resets_unix', ceil(extract(epoch FROM greatest(now(),
+                                       r.window_start + r.rate_period_ms * interval '1 ms')))::bigint) END,
+        'throttle', CASE WHEN r.throttle_ms IS NOT NULL THEN jsonb_build_object(
+            'interval_ms', r.throttle_ms, 'next_allowed_at', ojs.ts(greatest(r.next_start, now()))) END,
+        'room', ojs.rate_room(r),
+        'waiting_count', (SELECT count(*) FROM ojs.jobs j WHERE j.rate_key = r.key AND j.state = 'available')))
+$$;

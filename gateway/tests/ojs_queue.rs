@@ -836,3 +836,105 @@ async fn a_quiet_or_draining_worker_gets_no_new_jobs() {
     assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_request")));
     gateway.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rate_limits_hold_concurrent_fetchers_to_the_keys_limits_and_skip_to_other_jobs() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let limited = |n: i64| {
+        json!({ "type": "api.call", "args": [n], "options": { "queue": "api",
+                "rate_limit": { "key": "partner-api", "concurrency": 3 } } })
+    };
+    let (status, headers, body) = ojs.exchange("POST", "/ojs/v1/jobs", Some(limited(0))).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(headers.get("x-ratelimit-limit").map(|v| v.to_str().unwrap()), Some("3"));
+    let jobs: Vec<Value> = (1..20).map(limited).collect();
+    let (status, body) = ojs.post("/ojs/v1/jobs/batch", json!({ "jobs": jobs })).await;
+    assert_eq!(status, 201, "{body}");
+
+    // Eight fetchers at once: the key's row admits exactly three starts.
+    let fetchers: Vec<_> = (0..8)
+        .map(|w| {
+            let ojs = ojs.clone();
+            tokio::spawn(async move { ojs.fetch("api", &format!("worker-{w}")).await })
+        })
+        .collect();
+    let mut started = Vec::new();
+    for fetcher in fetchers {
+        started.extend(fetcher.await.unwrap());
+    }
+    assert_eq!(started.len(), 3, "concurrency 3 admits three of eight fetchers");
+    assert!(ojs.fetch("api", "late").await.is_none(), "the key is full");
+
+    // Jobs without a limit (or with a key that has room) are not held up behind a full key.
+    let (status, _) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "api.free", "args": [], "options": { "queue": "api" } }),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let free = ojs.fetch("api", "late").await.expect("an unlimited job is skipped to");
+    assert_eq!(free["type"], "api.free");
+    let (status, state) = ojs.get("/ojs/v1/rate-limits/partner-api").await;
+    assert_eq!(status, 200, "{state}");
+    assert_eq!(state["concurrency"], json!({ "limit": 3, "active": 3, "available": 0 }));
+    assert_eq!(state["waiting_count"], 17);
+
+    // Settling a claim either way gives its slot back, in the same transaction.
+    ojs.ack(&started[0], json!(null)).await;
+    ojs.fail(&started[1]).await;
+    let next: Vec<Value> = [
+        ojs.fetch("api", "w").await,
+        ojs.fetch("api", "w").await,
+        ojs.fetch("api", "w").await,
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    assert_eq!(next.len(), 2, "two slots came back");
+    let (_, state) = ojs.get("/ojs/v1/rate-limits/partner-api").await;
+    assert_eq!(state["concurrency"]["active"], 3);
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_rate_window_holds_further_starts_until_it_closes() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    for n in 0..2 {
+        let (status, body) = ojs
+            .post(
+                "/ojs/v1/jobs",
+                json!({ "type": "tick.task", "args": [n], "options": { "queue": "ticks",
+                        "rate_limit": { "key": "ticker", "rate": { "limit": 1, "period": "PT1S" } } } }),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let first = ojs.fetch("ticks", "w").await.expect("the window has room for one");
+    ojs.ack(&first, json!(null)).await;
+    assert!(
+        ojs.fetch("ticks", "w").await.is_none(),
+        "one start per window, finished or not"
+    );
+    let (_, state) = ojs.get("/ojs/v1/rate-limits/ticker").await;
+    assert_eq!(state["rate"]["current_count"], 1, "{state}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let second = loop {
+        if let Some(job) = ojs.fetch("ticks", "w").await {
+            break job;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the window never closed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(second["args"], json!([1]));
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "tick.task", "args": [], "options": { "rate_limit": { "key": "ticker", "on_limit": "drop" } } }),
+        )
+        .await;
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_request")));
+    gateway.stop().await;
+}

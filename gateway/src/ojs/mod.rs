@@ -380,6 +380,8 @@ impl OjsService {
                 StatusCode::OK,
                 json!({ "workflow": queue.cancel_workflow(workflow_id(id)?).await? }),
             )),
+            (&Method::GET, ["rate-limits"]) => Ok((StatusCode::OK, listing("items", queue.rate_limits().await?))),
+            (&Method::GET, ["rate-limits", key]) => Ok((StatusCode::OK, queue.rate_limit(key).await?)),
             (&Method::GET, ["events"]) => self.events(&query).await,
             (&Method::POST, ["cron"]) => self.register_cron(read_json(body).await?).await,
             (&Method::GET, ["cron"]) => {
@@ -453,7 +455,7 @@ impl OjsService {
                 "batch_enqueue": true, "unique_jobs": true, "scheduled_jobs": true, "priority": true,
                 "dead_letter": true, "events": true, "cron": true, "workflows": true,
             },
-            "extensions": ["dead-letter", "admin-api", "observability", "backpressure", "graceful-shutdown"],
+            "extensions": ["dead-letter", "admin-api", "observability", "backpressure", "graceful-shutdown", "rate-limiting"],
         })
     }
 
@@ -474,6 +476,9 @@ impl OjsService {
         let job = envelope::parse_job(body, self.inner.options.max_args_bytes)?;
         let mut inserted = self.inner.queue.enqueue(std::slice::from_ref(&job)).await?;
         pressure_headers(&inserted, headers);
+        if let Some(limit) = &job.rate_limit {
+            self.rate_limit_headers(&limit.key, headers).await?;
+        }
         let job = inserted
             .jobs
             .pop()
@@ -670,6 +675,31 @@ impl OjsService {
             .events(&list("types"), &list("queues"), after, limit)
             .await?;
         Ok((StatusCode::OK, json!({ "events": events })))
+    }
+}
+
+impl OjsService {
+    /// What the job's rate limit key allows now, in the X-RateLimit-* headers' terms: the limit
+    /// (the window's count, else the concurrency), the starts left, and when one more frees up.
+    async fn rate_limit_headers(&self, key: &str, headers: &mut Vec<(&'static str, String)>) -> Result<(), OjsError> {
+        let state = self.inner.queue.rate_limit(key).await?;
+        let limit = state
+            .pointer("/rate/limit")
+            .or_else(|| state.pointer("/concurrency/limit"))
+            .and_then(Value::as_i64);
+        if let Some(limit) = limit {
+            let reset = state
+                .pointer("/rate/window_resets_unix")
+                .and_then(Value::as_i64)
+                .unwrap_or_else(|| time::OffsetDateTime::now_utc().unix_timestamp());
+            headers.push(("x-ratelimit-limit", limit.to_string()));
+            headers.push((
+                "x-ratelimit-remaining",
+                state["room"].as_i64().unwrap_or(0).min(limit).to_string(),
+            ));
+            headers.push(("x-ratelimit-reset", reset.to_string()));
+        }
+        Ok(())
     }
 }
 

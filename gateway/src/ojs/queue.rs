@@ -87,9 +87,9 @@ const INSERT_JOBS: &str = "
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::jsonb[],
                          $7::text[], $8::float8[], $9::text[], $10::float8[], $11::int[], $12::text[],
-                         $14::int[], $15::text[], $16::bool[])
+                         $14::int[], $15::text[], $16::bool[], $17::text[], $18::jsonb[])
         AS t(id, queue, type, priority, max_attempts, envelope, scheduled_at, delay_ms, expires_at, ttl_ms,
-             visibility_ms, unique_key, workflow_step, workflow_callback, held)
+             visibility_ms, unique_key, workflow_step, workflow_callback, held, rate_key, rate_policy)
 ), timed AS (
     SELECT input.*, coalesce(scheduled_at::timestamptz, now() + coalesce(delay_ms, 0) * interval '1 ms') AS run_at,
            coalesce(expires_at::timestamptz, now() + ttl_ms * interval '1 ms') AS expires
@@ -113,12 +113,24 @@ WITH input AS (
     SELECT gen_random_uuid()::text, 'backpressure.rejected', name,
            jsonb_build_object('queue', name, 'depth', depth, 'bound', bound)
     FROM full_queue
+), rate_policy AS (
+    -- A key's limits are the ones its latest job named.
+    INSERT INTO ojs.rate_limits AS r (key, concurrency, rate, rate_period_ms, throttle_ms)
+    SELECT DISTINCT ON (rate_key) rate_key, (rate_policy ->> 'concurrency')::int, (rate_policy ->> 'rate')::int,
+           (rate_policy ->> 'rate_period_ms')::bigint, (rate_policy ->> 'throttle_ms')::bigint
+    FROM input WHERE rate_key IS NOT NULL
+    ORDER BY rate_key
+    ON CONFLICT (key) DO UPDATE SET concurrency = excluded.concurrency, rate = excluded.rate,
+        rate_period_ms = excluded.rate_period_ms, throttle_ms = excluded.throttle_ms
+    WHERE (r.concurrency, r.rate, r.rate_period_ms, r.throttle_ms)
+          IS DISTINCT FROM (excluded.concurrency, excluded.rate, excluded.rate_period_ms, excluded.throttle_ms)
 ), job AS (
     INSERT INTO ojs.jobs AS j (id, queue, type, state, priority, max_attempts, envelope, run_at, expires_at,
-                               visibility_ms, unique_key, workflow_id, workflow_step, workflow_callback)
+                               visibility_ms, unique_key, workflow_id, workflow_step, workflow_callback, rate_key)
     SELECT id, queue, type,
            CASE WHEN held THEN 'pending' WHEN run_at > now() THEN 'scheduled' ELSE 'available' END, priority,
-           max_attempts, envelope, run_at, expires, visibility_ms, unique_key, $13, workflow_step, workflow_callback
+           max_attempts, envelope, run_at, expires, visibility_ms, unique_key, $13, workflow_step, workflow_callback,
+           rate_key
     FROM timed WHERE NOT EXISTS (SELECT 1 FROM full_queue)
     RETURNING j.id, j.queue, j.type, j.seq, j.state, ojs.job_json(j) AS body
 ), event AS (
@@ -170,13 +182,17 @@ SELECT 1";
 
 /// Claims up to $2 jobs: queues in the order given, then priority, then FIFO, each queue read
 /// along the `jobs_claim` index.
+/// Rate-limited jobs whose key has no room are passed over; those picked then take their starts
+/// from the key's row atomically (`admitted`), and any the key cannot take now stay available.
 const CLAIM: &str = "
 WITH claimed AS (
-    SELECT c.id, q.ord, c.priority, c.seq
+    SELECT c.id, q.ord, c.priority, c.seq, c.rate_key
     FROM unnest($1::text[]) WITH ORDINALITY AS q(name, ord)
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.seq FROM ojs.jobs j
+        SELECT j.id, j.priority, j.seq, j.rate_key FROM ojs.jobs j
         WHERE j.state = 'available' AND j.queue = q.name
+          AND (j.rate_key IS NULL
+               OR EXISTS (SELECT 1 FROM ojs.rate_limits r WHERE r.key = j.rate_key AND ojs.rate_room(r) > 0))
         ORDER BY j.priority DESC, j.seq
         LIMIT $2
         FOR UPDATE SKIP LOCKED
@@ -185,13 +201,35 @@ WITH claimed AS (
       AND NOT EXISTS (SELECT 1 FROM ojs.workers w WHERE w.id = $3 AND (w.state <> 'running' OR w.directive IS NOT NULL))
     ORDER BY q.ord, c.priority DESC, c.seq
     LIMIT $2
+), wanted AS (
+    SELECT rate_key, count(*)::int AS n FROM claimed WHERE rate_key IS NOT NULL GROUP BY rate_key
+), admitted AS (
+    UPDATE ojs.rate_limits r
+    SET granted = least(w.n, ojs.rate_room(r)),
+        active = r.active + least(w.n, ojs.rate_room(r)),
+        window_count = CASE WHEN now() >= r.window_start + r.rate_period_ms * interval '1 ms' THEN 0
+                            ELSE r.window_count END + least(w.n, ojs.rate_room(r)),
+        window_start = CASE WHEN now() >= r.window_start + r.rate_period_ms * interval '1 ms'
+                                 AND least(w.n, ojs.rate_room(r)) > 0 THEN now() ELSE r.window_start END,
+        next_start = CASE WHEN r.throttle_ms IS NOT NULL AND least(w.n, ojs.rate_room(r)) > 0
+                          THEN now() + r.throttle_ms * interval '1 ms' ELSE r.next_start END
+    FROM wanted w
+    WHERE r.key = w.rate_key
+    RETURNING r.key, r.granted
+), started AS (
+    SELECT c.id, c.ord FROM (
+        SELECT claimed.*, row_number() OVER (PARTITION BY rate_key ORDER BY ord, priority DESC, seq) AS turn
+        FROM claimed
+    ) c
+    LEFT JOIN admitted a ON a.key = c.rate_key
+    WHERE c.rate_key IS NULL OR c.turn <= a.granted
 )
 UPDATE ojs.jobs j
 SET state = 'active', attempt = j.attempt + 1, started_at = now(), worker_id = $3,
     visible_until = now() + coalesce($4, j.visibility_ms) * interval '1 ms'
-FROM claimed
-WHERE j.id = claimed.id
-RETURNING claimed.ord, j.priority, j.seq, ojs.job_json(j)";
+FROM started
+WHERE j.id = started.id
+RETURNING started.ord, j.priority, j.seq, ojs.job_json(j)";
 
 const ACK: &str = "
 WITH done AS (
@@ -538,6 +576,32 @@ impl Queue {
             .await
             .map_err(OjsError::sql)?;
         Ok(row.map_or_else(|| json!({}), |row| row.get(0)))
+    }
+
+    /// A rate limit key's limits and what they allow now (ext-rate-limiting inspection).
+    pub async fn rate_limit(&self, key: &str) -> Result<Value, OjsError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT ojs.rate_limit_json(r) FROM ojs.rate_limits r WHERE r.key = $1",
+                &[&key],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        row.map(|row| row.get(0))
+            .ok_or_else(|| OjsError::not_found(format!("no job has named rate limit key {key:?}")))
+    }
+
+    pub async fn rate_limits(&self) -> Result<Vec<Value>, OjsError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT ojs.rate_limit_json(r) FROM ojs.rate_limits r ORDER BY key LIMIT 1000",
+                &[],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
     }
 
     pub async fn queue_stats(&self, queue: &str) -> Result<Value, OjsError> {
@@ -1006,7 +1070,9 @@ impl Queue {
     pub async fn reset(&self) -> Result<(), OjsError> {
         let client = self.client().await?;
         client
-            .batch_execute("TRUNCATE ojs.jobs, ojs.queues, ojs.events, ojs.cron, ojs.workflows, ojs.workers")
+            .batch_execute(
+                "TRUNCATE ojs.jobs, ojs.queues, ojs.events, ojs.cron, ojs.workflows, ojs.workers, ojs.rate_limits",
+            )
             .await
             .map_err(OjsError::sql)
     }
@@ -1080,6 +1146,16 @@ async fn insert_placed(
         .iter()
         .map(|job| job.unique.as_ref().map(|u| u.key.as_str()))
         .collect();
+    // Empty unless some job is rate-limited: unnest pads a shorter array with NULLs.
+    let rate_limited = jobs.iter().any(|job| job.rate_limit.is_some());
+    let (rate_keys, rate_policies): (Vec<Option<&str>>, Vec<Option<Value>>) = jobs
+        .iter()
+        .filter(|_| rate_limited)
+        .map(|job| match &job.rate_limit {
+            Some(limit) => (Some(limit.key.as_str()), Some(limit.policy())),
+            None => (None, None),
+        })
+        .unzip();
     let rows = client
         .query(
             INSERT_JOBS,
@@ -1100,6 +1176,8 @@ async fn insert_placed(
                 &placement.steps,
                 &placement.callbacks,
                 &placement.held,
+                &rate_keys,
+                &rate_policies,
             ],
         )
         .await
