@@ -525,6 +525,29 @@ impl OjsService {
         Ok((StatusCode::CREATED, json!({ "jobs": stored, "count": count })))
     }
 
+    /// What the job's rate limit key allows now, in the X-RateLimit-* headers' terms: the limit
+    /// (the window's count, else the concurrency), the starts left, and when one more frees up.
+    async fn rate_limit_headers(&self, key: &str, headers: &mut Vec<(&'static str, String)>) -> Result<(), OjsError> {
+        let state = self.inner.queue.rate_limit(key).await?;
+        let limit = state
+            .pointer("/rate/limit")
+            .or_else(|| state.pointer("/concurrency/limit"))
+            .and_then(Value::as_i64);
+        if let Some(limit) = limit {
+            let reset = state
+                .pointer("/rate/window_resets_unix")
+                .and_then(Value::as_i64)
+                .unwrap_or_else(|| time::OffsetDateTime::now_utc().unix_timestamp());
+            headers.push(("x-ratelimit-limit", limit.to_string()));
+            headers.push((
+                "x-ratelimit-remaining",
+                state["room"].as_i64().unwrap_or(0).min(limit).to_string(),
+            ));
+            headers.push(("x-ratelimit-reset", reset.to_string()));
+        }
+        Ok(())
+    }
+
     async fn fetch(&self, body: Value) -> Reply {
         let queues: Vec<String> = match body.get("queues") {
             None => vec![envelope::DEFAULT_QUEUE.to_string()],
@@ -675,31 +698,6 @@ impl OjsService {
             .events(&list("types"), &list("queues"), after, limit)
             .await?;
         Ok((StatusCode::OK, json!({ "events": events })))
-    }
-}
-
-impl OjsService {
-    /// What the job's rate limit key allows now, in the X-RateLimit-* headers' terms: the limit
-    /// (the window's count, else the concurrency), the starts left, and when one more frees up.
-    async fn rate_limit_headers(&self, key: &str, headers: &mut Vec<(&'static str, String)>) -> Result<(), OjsError> {
-        let state = self.inner.queue.rate_limit(key).await?;
-        let limit = state
-            .pointer("/rate/limit")
-            .or_else(|| state.pointer("/concurrency/limit"))
-            .and_then(Value::as_i64);
-        if let Some(limit) = limit {
-            let reset = state
-                .pointer("/rate/window_resets_unix")
-                .and_then(Value::as_i64)
-                .unwrap_or_else(|| time::OffsetDateTime::now_utc().unix_timestamp());
-            headers.push(("x-ratelimit-limit", limit.to_string()));
-            headers.push((
-                "x-ratelimit-remaining",
-                state["room"].as_i64().unwrap_or(0).min(limit).to_string(),
-            ));
-            headers.push(("x-ratelimit-reset", reset.to_string()));
-        }
-        Ok(())
     }
 }
 

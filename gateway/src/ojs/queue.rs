@@ -193,6 +193,8 @@ WITH claimed AS (
         WHERE j.state = 'available' AND j.queue = q.name
           AND (j.rate_key IS NULL
                OR EXISTS (SELECT 1 FROM ojs.rate_limits r WHERE r.key = j.rate_key AND ojs.rate_room(r) > 0))
+          AND (j.workflow_id IS NULL
+               OR NOT EXISTS (SELECT 1 FROM ojs.workflows w WHERE w.id = j.workflow_id AND w.state = 'cancelled'))
         ORDER BY j.priority DESC, j.seq
         LIMIT $2
         FOR UPDATE SKIP LOCKED
@@ -203,6 +205,9 @@ WITH claimed AS (
     LIMIT $2
 ), wanted AS (
     SELECT rate_key, count(*)::int AS n FROM claimed WHERE rate_key IS NOT NULL GROUP BY rate_key
+), locked AS (
+    -- Keys are locked in key order, so two claims that span the same keys cannot deadlock.
+    SELECT r.key FROM ojs.rate_limits r WHERE r.key IN (SELECT rate_key FROM wanted) ORDER BY r.key FOR UPDATE
 ), admitted AS (
     UPDATE ojs.rate_limits r
     SET granted = least(w.n, ojs.rate_room(r)),
@@ -213,7 +218,7 @@ WITH claimed AS (
                                  AND least(w.n, ojs.rate_room(r)) > 0 THEN now() ELSE r.window_start END,
         next_start = CASE WHEN r.throttle_ms IS NOT NULL AND least(w.n, ojs.rate_room(r)) > 0
                           THEN now() + r.throttle_ms * interval '1 ms' ELSE r.next_start END
-    FROM wanted w
+    FROM wanted w JOIN locked l ON l.key = w.rate_key
     WHERE r.key = w.rate_key
     RETURNING r.key, r.granted
 ), started AS (
@@ -808,9 +813,14 @@ impl Queue {
         )
         .await
         .map_err(OjsError::sql)?;
+        // Jobs another transaction holds are left to it (a claim, a job's own cancel or expiry):
+        // waiting for them could deadlock with its trigger waiting for the workflow row, and a
+        // cancelled workflow's jobs are not claimed anyway.
         tx.execute(
             "UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now()
-             WHERE workflow_id = $1 AND state IN ('pending', 'available', 'scheduled', 'retryable')",
+             WHERE id IN (SELECT id FROM ojs.jobs
+                          WHERE workflow_id = $1 AND state IN ('pending', 'available', 'scheduled', 'retryable')
+                          FOR UPDATE SKIP LOCKED)",
             &[&id],
         )
         .await
