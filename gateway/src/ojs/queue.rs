@@ -348,7 +348,9 @@ impl Queue {
         row.map(|row| row.get(0)).ok_or_else(|| OjsError::job_not_found(id))
     }
 
-    /// When promotion is due, it goes out with the claim: one round trip, two statements.
+    /// When promotion is due, it goes out with the claim: one round trip, two statements. The
+    /// hot statements are prepared once per connection (a plain query would prepare it again
+    /// each time: one more round trip and a fresh plan).
     pub async fn fetch(&self, request: &FetchRequest) -> Result<Vec<Value>, OjsError> {
         let client = self.client().await?;
         let claim_params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [
@@ -357,10 +359,12 @@ impl Queue {
             &request.worker_id,
             &request.visibility_ms,
         ];
-        let claim = client.query(CLAIM, &claim_params);
+        let claim_statement = client.prepare_cached(CLAIM).await.map_err(OjsError::sql)?;
+        let claim = client.query(&claim_statement, &claim_params);
         let claimed = if self.promotion_due() {
+            let promote_statement = client.prepare_cached(PROMOTE).await.map_err(OjsError::sql)?;
             let promote_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&PROMOTE_BATCH];
-            let (promote, claim) = tokio::join!(client.execute(PROMOTE, &promote_params), claim);
+            let (promote, claim) = tokio::join!(client.execute(&promote_statement, &promote_params), claim);
             promote.map_err(OjsError::sql)?;
             claim
         } else {
@@ -374,8 +378,9 @@ impl Queue {
 
     pub async fn ack(&self, claim: &Claim, result: Option<Value>) -> Result<Value, OjsError> {
         let client = self.client().await?;
+        let statement = client.prepare_cached(ACK).await.map_err(OjsError::sql)?;
         let row = client
-            .query_opt(ACK, &[&claim.job_id, &result, &claim.attempt, &claim.worker_id])
+            .query_opt(&statement, &[&claim.job_id, &result, &claim.attempt, &claim.worker_id])
             .await
             .map_err(OjsError::sql)?;
         match row {
@@ -1166,9 +1171,10 @@ async fn insert_placed(
             None => (None, None),
         })
         .unzip();
+    let statement = client.prepare_cached(INSERT_JOBS).await.map_err(OjsError::sql)?;
     let rows = client
         .query(
-            INSERT_JOBS,
+            &statement,
             &[
                 &ids,
                 &queues,
