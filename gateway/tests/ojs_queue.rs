@@ -513,6 +513,22 @@ async fn a_batch_fans_in_once_under_concurrent_workers_and_fires_the_callbacks_t
     ojs.ack(&on_failure, json!(null)).await;
     assert_eq!(ojs.workflow(&workflow["id"]).await["state"], "completed");
 
+    // When every job succeeds, on_success fires and on_failure does not.
+    let jobs: Vec<Value> = (0..2).map(|i| job_in("fine", "fine.item", json!([i]))).collect();
+    let batch = ojs
+        .create_workflow(json!({ "type": "batch", "jobs": jobs, "callbacks": {
+            "on_success": job_in("fine-ok", "fine.ok", json!([])), "on_failure": job_in("fine-bad", "fine.bad", json!([])) } }))
+        .await;
+    for _ in 0..2 {
+        let job = ojs.fetch("fine", "w").await.unwrap();
+        ojs.ack(&job, json!({ "ok": job["args"][0] })).await;
+    }
+    let on_success = ojs.fetch("fine-ok", "w").await.expect("on_success fires");
+    assert_eq!(on_success["parent_results"], json!([{ "ok": 0 }, { "ok": 1 }]));
+    assert!(ojs.fetch("fine-bad", "w").await.is_none(), "on_failure does not");
+    ojs.ack(&on_success, json!(null)).await;
+    assert_eq!(ojs.workflow(&batch["id"]).await["state"], "completed");
+
     // A group has no callbacks: it settles with its last job, failed if any job failed.
     let jobs: Vec<Value> = (0..3).map(|i| job_in("group", "group.item", json!([i]))).collect();
     let group = ojs.create_workflow(json!({ "type": "group", "jobs": jobs })).await;
