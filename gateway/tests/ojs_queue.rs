@@ -243,6 +243,9 @@ async fn a_read_only_database_serves_reads_and_refuses_writes() {
         )
         .await;
     let id = body["job"]["id"].as_str().unwrap().to_string();
+    let workflow = ojs
+        .create_workflow(json!({ "type": "chain", "steps": [job_in("ro-flow", "ro.step", json!([]))] }))
+        .await;
     // A hot standby refuses writes with SQLSTATE 25006, as a read-only default does. The gateway
     // migrated at start; its connections are cut so the pool reconnects under the new default.
     let sql = gateway.sql().await;
@@ -264,9 +267,14 @@ async fn a_read_only_database_serves_reads_and_refuses_writes() {
     assert_eq!((status, body["stats"]["available"].as_i64()), (200, Some(1)));
     let (status, _) = ojs.get("/ojs/manifest").await;
     assert_eq!(status, 200);
+    assert_eq!(ojs.workflow(&workflow["id"]).await["state"], "running");
     for (path, request) in [
         ("/ojs/v1/jobs", json!({ "type": "ro.task", "args": [] })),
         ("/ojs/v1/workers/fetch", json!({ "queues": ["ro"] })),
+        (
+            "/ojs/v1/workflows",
+            json!({ "type": "group", "jobs": [job_in("ro-flow", "ro.step", json!([]))] }),
+        ),
     ] {
         let (status, body) = ojs.post(path, request).await;
         assert_eq!(status, 503, "{path}: {body}");
