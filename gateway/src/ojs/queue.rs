@@ -252,6 +252,39 @@ WITH done AS (
 )
 SELECT body, workflow_id FROM done";
 
+/// The failing half of a nack: the job's claim, locked, for the retry decision.
+const NACK_LOCK: &str = "
+SELECT state, attempt, worker_id, envelope #> '{options,retry}', max_attempts FROM ojs.jobs WHERE id = $1 FOR UPDATE";
+
+/// The other half: the decided state, the error kept in the history, and the events.
+const NACK: &str = "
+WITH failed AS (
+    UPDATE ojs.jobs j
+    SET state = $2, error = $3, errors = errors || jsonb_build_array($3::jsonb), visible_until = NULL,
+        retry_delay_ms = coalesce($4, retry_delay_ms),
+        run_at = CASE WHEN $4::bigint IS NULL THEN run_at ELSE now() + $4 * interval '1 ms' END,
+        completed_at = CASE WHEN $2 = 'discarded' THEN now() END,
+        dead_letter = $5
+    WHERE id = $1
+    RETURNING j.id, j.queue, j.type, ojs.job_json(j) AS body
+), event AS (
+    INSERT INTO ojs.events (id, type, queue, job_id, data)
+    SELECT gen_random_uuid()::text, kind, queue, id,
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'attempt', $7::int, 'error', $3::jsonb)
+    FROM failed CROSS JOIN unnest(ARRAY['job.failed', $6::text]) AS kind
+)
+SELECT body FROM failed";
+
+const EXTEND_CLAIMS: &str = "
+UPDATE ojs.jobs SET visible_until = now() + coalesce($3, visibility_ms) * interval '1 ms'
+WHERE id = ANY($1) AND state = 'active' AND ($2::text IS NULL OR worker_id IS NULL OR worker_id = $2)
+RETURNING id";
+
+const RECORD_WORKER: &str = "
+INSERT INTO ojs.workers AS w (id, state, active_jobs) VALUES ($1, coalesce($2, 'running'), $3)
+ON CONFLICT (id) DO UPDATE SET state = coalesce($2, w.state), active_jobs = coalesce($3, w.active_jobs), last_beat = now()
+RETURNING w.state, w.directive";
+
 impl Queue {
     pub fn new(pool: Pool) -> Queue {
         Queue {
@@ -341,10 +374,11 @@ impl Queue {
 
     pub async fn get(&self, id: &str) -> Result<Value, OjsError> {
         let client = self.client().await?;
-        let row = client
-            .query_opt("SELECT ojs.job_json(j) FROM ojs.jobs j WHERE j.id = $1", &[&id])
+        let statement = client
+            .prepare_cached("SELECT ojs.job_json(j) FROM ojs.jobs j WHERE j.id = $1")
             .await
             .map_err(OjsError::sql)?;
+        let row = client.query_opt(&statement, &[&id]).await.map_err(OjsError::sql)?;
         row.map(|row| row.get(0)).ok_or_else(|| OjsError::job_not_found(id))
     }
 
@@ -394,12 +428,9 @@ impl Queue {
     pub async fn nack(&self, claim: &Claim, failure: Failure) -> Result<Value, OjsError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(OjsError::sql)?;
+        let statement = tx.prepare_cached(NACK_LOCK).await.map_err(OjsError::sql)?;
         let row = tx
-            .query_opt(
-                "SELECT state, attempt, worker_id, envelope #> '{options,retry}', max_attempts
-                 FROM ojs.jobs WHERE id = $1 FOR UPDATE",
-                &[&claim.job_id],
-            )
+            .query_opt(&statement, &[&claim.job_id])
             .await
             .map_err(OjsError::sql)?;
         let Some(row) = row else {
@@ -436,28 +467,24 @@ impl Queue {
         } else {
             ("discarded", None, policy.dead_letter, "job.discarded")
         };
+        let statement = tx.prepare_cached(NACK).await.map_err(OjsError::sql)?;
         let row = tx
             .query_one(
-                "UPDATE ojs.jobs j
-                 SET state = $2, error = $3, errors = errors || jsonb_build_array($3::jsonb), visible_until = NULL,
-                     retry_delay_ms = coalesce($4, retry_delay_ms),
-                     run_at = CASE WHEN $4::bigint IS NULL THEN run_at ELSE now() + $4 * interval '1 ms' END,
-                     completed_at = CASE WHEN $2 = 'discarded' THEN now() END,
-                     dead_letter = $5
-                 WHERE id = $1
-                 RETURNING j.queue, j.type, j.workflow_id, ojs.job_json(j)",
-                &[&claim.job_id, &next_state, &error, &delay_ms, &dead_letter],
+                &statement,
+                &[
+                    &claim.job_id,
+                    &next_state,
+                    &error,
+                    &delay_ms,
+                    &dead_letter,
+                    &event,
+                    &attempt,
+                ],
             )
             .await
             .map_err(OjsError::sql)?;
-        let queue: String = row.get(0);
-        let job_type: String = row.get(1);
-        let data =
-            json!({ "job_id": claim.job_id, "job_type": job_type, "queue": queue, "attempt": attempt, "error": error });
-        record_event(&tx, "job.failed", &queue, &claim.job_id, &data).await?;
-        record_event(&tx, event, &queue, &claim.job_id, &data).await?;
         tx.commit().await.map_err(OjsError::sql)?;
-        let mut body: Value = row.get(3);
+        let mut body: Value = row.get(0);
         if let Some(delay) = delay_ms {
             body["retry_delay_ms"] = json!(delay);
         }
@@ -489,27 +516,18 @@ impl Queue {
             if beat.job_ids.is_empty() {
                 return Ok(Vec::new());
             }
+            let statement = client.prepare_cached(EXTEND_CLAIMS).await?;
             client
-                .query(
-                    "UPDATE ojs.jobs SET visible_until = now() + coalesce($3, visibility_ms) * interval '1 ms'
-                     WHERE id = ANY($1) AND state = 'active' AND ($2::text IS NULL OR worker_id IS NULL OR worker_id = $2)
-                     RETURNING id",
-                    &[&beat.job_ids, &beat.worker_id, &beat.visibility_ms],
-                )
+                .query(&statement, &[&beat.job_ids, &beat.worker_id, &beat.visibility_ms])
                 .await
         };
         let record = async {
             let Some(worker_id) = beat.worker_id else {
                 return Ok(None);
             };
+            let statement = client.prepare_cached(RECORD_WORKER).await?;
             client
-                .query_one(
-                    "INSERT INTO ojs.workers AS w (id, state, active_jobs) VALUES ($1, coalesce($2, 'running'), $3)
-                     ON CONFLICT (id) DO UPDATE SET state = coalesce($2, w.state),
-                         active_jobs = coalesce($3, w.active_jobs), last_beat = now()
-                     RETURNING w.state, w.directive",
-                    &[&worker_id, &beat.state, &beat.active_jobs],
-                )
+                .query_one(&statement, &[&worker_id, &beat.state, &beat.active_jobs])
                 .await
                 .map(Some)
         };
@@ -1223,23 +1241,6 @@ async fn insert_placed(
         }
     }
     Ok(inserted)
-}
-
-async fn record_event(
-    client: &impl deadpool_postgres::GenericClient,
-    event_type: &str,
-    queue: &str,
-    job_id: &str,
-    data: &Value,
-) -> Result<(), OjsError> {
-    client
-        .execute(
-            "INSERT INTO ojs.events (id, type, queue, job_id, data) VALUES (gen_random_uuid()::text, $1, $2, $3, $4)",
-            &[&event_type, &queue, &job_id, data],
-        )
-        .await
-        .map_err(OjsError::sql)?;
-    Ok(())
 }
 
 /// Seconds east of UTC of a schedule's `timezone` now (UTC when none); PostgreSQL knows the zones.
