@@ -14,94 +14,20 @@ const SLOW_CASE_MS: u64 = 60_000;
 /// Known failures, by path under `suites/`, each with the reason.
 const EXPECTED_FAILURES: &[(&str, &str)] = &[
     (
-        "ext-backpressure/backpressure-batch-partial-reject.json",
-        "no backpressure (queue limits) yet",
-    ),
-    (
-        "ext-backpressure/backpressure-headers-on-reject.json",
-        "no backpressure (queue limits) yet",
-    ),
-    (
-        "ext-backpressure/backpressure-queue-stats-depth.json",
-        "no backpressure (queue limits) yet",
-    ),
-    (
-        "ext-backpressure/backpressure-reject-when-full.json",
-        "no backpressure (queue limits) yet",
-    ),
-    (
-        "ext-backpressure/backpressure-warning-headers.json",
-        "no backpressure (queue limits) yet",
-    ),
-    (
-        "ext-graceful-shutdown/graceful-shutdown-health-degraded.json",
-        "worker states are not tracked",
-    ),
-    ("ext-rate-limiting/rate-limit-inspect.json", "no rate limits yet"),
-    (
-        "ext-rate-limiting/rate-limit-per-second-throttle.json",
-        "no rate limits yet",
-    ),
-    (
         "level-1-reliable/retry/retry-error-history-tracked.json",
-        "expects error types the nack body does not carry",
+        "expects error types (ConnectionTimeout, ...) that its nack bodies never send",
     ),
     (
         "level-1-reliable/worker/worker-graceful-shutdown.json",
-        "worker directives (terminate) are not sent",
+        "the case expects the terminate directive from a test hook (the job's options.metadata.test_directive); directives come from POST /admin/workers/:id/terminate",
     ),
     (
         "level-1-reliable/worker/worker-quiet-signal.json",
-        "worker directives (quiet) are not sent",
+        "the case expects the quiet directive from a test hook (the job's options.metadata.test_directive); directives come from POST /admin/workers/:id/quiet",
     ),
     (
         "level-2-scheduled/cron/cron-overlap-prevention.json",
         "the first job's claim (30 s visibility, no heartbeat) lapses during the 65 s wait and is delivered again",
-    ),
-    (
-        "level-3-workflows/batch/batch-complete-always-fires.json",
-        "no workflows yet",
-    ),
-    (
-        "level-3-workflows/batch/batch-complete-callback.json",
-        "no workflows yet",
-    ),
-    (
-        "level-3-workflows/batch/batch-failure-callback.json",
-        "no workflows yet",
-    ),
-    (
-        "level-3-workflows/batch/batch-no-success-on-failure.json",
-        "no workflows yet",
-    ),
-    (
-        "level-3-workflows/batch/batch-success-callback.json",
-        "no workflows yet",
-    ),
-    ("level-3-workflows/chain/chain-cancel.json", "no workflows yet"),
-    ("level-3-workflows/chain/chain-passes-results.json", "no workflows yet"),
-    (
-        "level-3-workflows/chain/chain-sequential-execution.json",
-        "no workflows yet",
-    ),
-    ("level-3-workflows/chain/chain-single-step.json", "no workflows yet"),
-    (
-        "level-3-workflows/chain/chain-stops-on-failure.json",
-        "no workflows yet",
-    ),
-    ("level-3-workflows/group/group-all-complete.json", "no workflows yet"),
-    (
-        "level-3-workflows/group/group-independent-execution.json",
-        "no workflows yet",
-    ),
-    (
-        "level-3-workflows/group/group-parallel-execution.json",
-        "no workflows yet",
-    ),
-    ("level-3-workflows/group/group-partial-failure.json", "no workflows yet"),
-    (
-        "level-4-advanced/rate-limit/rate-limit-per-queue.json",
-        "no rate limits yet",
     ),
 ];
 

@@ -162,6 +162,12 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_OJS_TOKEN", hide_env_values = true)]
     pub ojs_token: Option<String>,
 
+    /// How long completed, discarded and cancelled OJS jobs (and settled workflows) stay
+    /// readable before the maintenance leader deletes them; dead-lettered jobs stay until
+    /// deleted or retried.
+    #[arg(long, env = "PGVS3_OJS_JOB_RETENTION", default_value = "24h", value_parser = parse_duration)]
+    pub ojs_job_retention: Duration,
+
     // --- cache tier ---
     /// Origin fills running at once in this gateway over all cache buckets (each cache bucket
     /// also has its own limit, set with its origin).

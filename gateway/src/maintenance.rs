@@ -1,5 +1,6 @@
 //! The maintenance reaper: one leader per database (an advisory lock) deletes retired bodies
-//! after their grace period and expired objects, in small batches that never hold long locks.
+//! after their grace period, expired objects and finished OJS jobs past their retention, in
+//! small batches that never hold long locks.
 
 use std::time::Duration;
 
@@ -14,6 +15,8 @@ const LEADER_LOCK: i64 = 0x7067_7673_335f_6d74; // "pgvs3_mt"
 const BODY_BATCH: i64 = 16;
 const CHUNK_BATCH: i32 = 4096;
 const EXPIRED_BATCH: i64 = 1000;
+/// Finished OJS jobs (and settled workflows) deleted per statement.
+const JOB_BATCH: i64 = 1000;
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct ReapStats {
@@ -102,6 +105,24 @@ pub async fn reap_abandoned_uploads(store: &Store, max_age: Duration) -> anyhow:
     Ok(reaped)
 }
 
+/// Deletes OJS jobs that finished more than `retention` ago (see
+/// [`crate::ojs::queue::Queue::reap_finished`]), a batch at a time until none is left. Returns
+/// how many jobs went.
+pub async fn reap_finished_jobs(pool: &Pool, retention: Duration) -> anyhow::Result<u64> {
+    let queue = crate::ojs::queue::Queue::new(pool.clone());
+    let mut reaped = 0;
+    loop {
+        let (jobs, workflows) = queue
+            .reap_finished(retention, JOB_BATCH)
+            .await
+            .map_err(|error| anyhow::anyhow!("{error:?}"))?;
+        reaped += jobs;
+        if (jobs as i64) < JOB_BATCH && (workflows as i64) < JOB_BATCH {
+            return Ok(reaped);
+        }
+    }
+}
+
 /// Runs the reaper every `interval` while this gateway holds the leader lock; gateways that do
 /// not hold it keep trying, so a new leader takes over when the old one goes away.
 pub fn spawn_leader_loop(
@@ -111,6 +132,7 @@ pub fn spawn_leader_loop(
     grace: Duration,
     interval: Duration,
     upload_max_age: Duration,
+    job_retention: Duration,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut ticker = tokio::time::interval(interval);
@@ -135,6 +157,14 @@ pub fn spawn_leader_loop(
                     tracing::info!(uploads, "aborted abandoned multipart uploads");
                 }
                 Err(err) => tracing::warn!(error = %err, "reaping abandoned uploads failed"),
+            }
+            match reap_finished_jobs(&pool, job_retention).await {
+                Ok(0) => {}
+                Ok(jobs) => {
+                    metrics.maintenance_reaped.with_label_values(&["ojs_jobs"]).inc_by(jobs);
+                    tracing::info!(jobs, "deleted finished OJS jobs past their retention");
+                }
+                Err(err) => tracing::warn!(error = %err, "reaping finished OJS jobs failed"),
             }
             match run_once(&store, grace).await {
                 Ok(stats) => {

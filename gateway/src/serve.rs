@@ -169,6 +169,7 @@ impl RunningGateway {
                 args.body_grace,
                 args.maintenance_interval,
                 args.multipart_max_age,
+                args.ojs_job_retention,
             ),
         ];
         if !standby {

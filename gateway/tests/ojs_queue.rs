@@ -34,6 +34,11 @@ impl Ojs {
     }
 
     async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let (status, _, body) = self.exchange(method, path, body).await;
+        (status, body)
+    }
+
+    async fn exchange(&self, method: &str, path: &str, body: Option<Value>) -> (u16, http::HeaderMap, Value) {
         let mut request = http::Request::builder()
             .method(method)
             .uri(format!("http://{}{path}", self.addr))
@@ -48,8 +53,9 @@ impl Ojs {
             .await
             .unwrap();
         let status = response.status().as_u16();
+        let headers = response.headers().clone();
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        (status, headers, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
     }
 
     async fn post(&self, path: &str, body: Value) -> (u16, Value) {
@@ -237,6 +243,9 @@ async fn a_read_only_database_serves_reads_and_refuses_writes() {
         )
         .await;
     let id = body["job"]["id"].as_str().unwrap().to_string();
+    let workflow = ojs
+        .create_workflow(json!({ "type": "chain", "steps": [job_in("ro-flow", "ro.step", json!([]))] }))
+        .await;
     // A hot standby refuses writes with SQLSTATE 25006, as a read-only default does. The gateway
     // migrated at start; its connections are cut so the pool reconnects under the new default.
     let sql = gateway.sql().await;
@@ -258,9 +267,14 @@ async fn a_read_only_database_serves_reads_and_refuses_writes() {
     assert_eq!((status, body["stats"]["available"].as_i64()), (200, Some(1)));
     let (status, _) = ojs.get("/ojs/manifest").await;
     assert_eq!(status, 200);
+    assert_eq!(ojs.workflow(&workflow["id"]).await["state"], "running");
     for (path, request) in [
         ("/ojs/v1/jobs", json!({ "type": "ro.task", "args": [] })),
         ("/ojs/v1/workers/fetch", json!({ "queues": ["ro"] })),
+        (
+            "/ojs/v1/workflows",
+            json!({ "type": "group", "jobs": [job_in("ro-flow", "ro.step", json!([]))] }),
+        ),
     ] {
         let (status, body) = ojs.post(path, request).await;
         assert_eq!(status, 503, "{path}: {body}");
@@ -346,4 +360,605 @@ async fn a_due_cron_tick_fires_once_across_three_gateways() {
         gateway.stop().await;
     }
     first.stop().await;
+}
+
+impl Ojs {
+    async fn ack(&self, job: &Value, result: Value) -> Value {
+        let (status, body) = self
+            .post(
+                "/ojs/v1/workers/ack",
+                json!({ "job_id": job["id"], "attempt": job["attempt"], "result": result }),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    async fn fail(&self, job: &Value) -> Value {
+        let (status, body) = self
+            .post(
+                "/ojs/v1/workers/nack",
+                json!({ "job_id": job["id"], "attempt": job["attempt"], "error": { "code": "boom", "message": "failed" } }),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    async fn create_workflow(&self, definition: Value) -> Value {
+        let (status, body) = self.post("/ojs/v1/workflows", definition).await;
+        assert_eq!(status, 201, "{body}");
+        body["workflow"].clone()
+    }
+
+    async fn workflow(&self, id: &Value) -> Value {
+        let (status, body) = self.get(&format!("/ojs/v1/workflows/{}", id.as_str().unwrap())).await;
+        assert_eq!(status, 200, "{body}");
+        body["workflow"].clone()
+    }
+}
+
+fn job_in(queue: &str, job_type: &str, args: Value) -> Value {
+    json!({ "type": job_type, "args": args, "options": { "queue": queue, "retry": { "max_attempts": 1 } } })
+}
+
+#[tokio::test]
+async fn a_chain_runs_its_steps_in_order_with_earlier_results_and_stops_on_failure() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let steps: Vec<Value> = (0..3).map(|i| job_in("chain", "chain.step", json!([i]))).collect();
+    let workflow = ojs.create_workflow(json!({ "type": "chain", "steps": steps })).await;
+    assert_eq!(
+        (workflow["state"].as_str(), workflow["steps_total"].as_i64()),
+        (Some("running"), Some(3))
+    );
+    assert_eq!(workflow["steps"][1]["state"], "waiting");
+    assert!(
+        workflow["steps"][1]["job_id"].is_null(),
+        "a waiting step has no job yet"
+    );
+
+    for step in 0..3 {
+        let job = ojs.fetch("chain", "w").await.expect("the next step is available");
+        assert_eq!(job["args"], json!([step]), "steps run in order");
+        assert!(ojs.fetch("chain", "w").await.is_none(), "one step at a time");
+        let expected: Vec<Value> = (0..step).map(|i| json!({ "step": i })).collect();
+        if step == 0 {
+            assert!(job.get("parent_results").is_none());
+        } else {
+            assert_eq!(job["parent_results"], json!(expected), "every earlier result, by step");
+        }
+        ojs.ack(&job, json!({ "step": step })).await;
+    }
+    let done = ojs.workflow(&workflow["id"]).await;
+    assert_eq!(
+        (done["state"].as_str(), done["steps_completed"].as_i64()),
+        (Some("completed"), Some(3))
+    );
+    assert_eq!(done["steps"][2]["result"], json!({ "step": 2 }));
+
+    // A step that fails for good stops the chain; the steps after it are cancelled, never run.
+    let steps: Vec<Value> = (0..3).map(|i| job_in("broken", "chain.step", json!([i]))).collect();
+    let workflow = ojs.create_workflow(json!({ "type": "chain", "steps": steps })).await;
+    let first = ojs.fetch("broken", "w").await.unwrap();
+    ojs.ack(&first, json!(null)).await;
+    let second = ojs.fetch("broken", "w").await.unwrap();
+    assert_eq!(ojs.fail(&second).await["state"], "discarded");
+    assert!(ojs.fetch("broken", "w").await.is_none(), "no step runs after a failure");
+    let failed = ojs.workflow(&workflow["id"]).await;
+    assert_eq!(failed["state"], "failed");
+    assert_eq!(failed["steps_completed"], 1);
+    assert_eq!(failed["failed_step_index"], 1);
+    assert_eq!(failed["failed_job_ids"], json!([second["id"]]));
+    assert_eq!(failed["steps"][2]["state"], "cancelled");
+    gateway.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_fans_in_once_under_concurrent_workers_and_fires_the_callbacks_that_apply() {
+    const JOBS: usize = 40;
+    const FAILING: i64 = 7;
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let jobs: Vec<Value> = (0..JOBS).map(|i| job_in("fan", "fan.item", json!([i]))).collect();
+    let callback = |name: &str| job_in(&format!("cb-{name}"), "fan.callback", json!([name]));
+    let workflow = ojs
+        .create_workflow(json!({ "type": "batch", "jobs": jobs, "callbacks": {
+            "on_complete": callback("complete"), "on_success": callback("success"), "on_failure": callback("failure") } }))
+        .await;
+    assert_eq!(workflow["jobs_total"], JOBS);
+
+    // Eight workers settle the jobs at once; the last of them, whichever it is, fires the callbacks.
+    let workers: Vec<_> = (0..8)
+        .map(|w| {
+            let ojs = ojs.clone();
+            tokio::spawn(async move {
+                while let Some(job) = ojs.fetch("fan", &format!("worker-{w}")).await {
+                    let index = job["args"][0].as_i64().unwrap();
+                    if index == FAILING {
+                        ojs.fail(&job).await;
+                    } else {
+                        ojs.ack(&job, json!({ "index": index })).await;
+                    }
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    let settled = ojs.workflow(&workflow["id"]).await;
+    assert_eq!(
+        (settled["jobs_completed"].as_u64(), settled["jobs_failed"].as_u64()),
+        (Some(JOBS as u64 - 1), Some(1))
+    );
+    assert_eq!(settled["state"], "running", "a batch runs until its callbacks have");
+
+    let on_complete = ojs.fetch("cb-complete", "w").await.expect("on_complete fires");
+    let on_failure = ojs.fetch("cb-failure", "w").await.expect("on_failure fires");
+    assert!(ojs.fetch("cb-success", "w").await.is_none(), "on_success does not");
+    for callback in [&on_complete, &on_failure] {
+        let results = callback["parent_results"].as_array().expect("every job's result");
+        assert_eq!(results.len(), JOBS);
+        assert_eq!(results[3], json!({ "index": 3 }));
+        assert!(results[FAILING as usize].is_null(), "the failed job has no result");
+    }
+    assert!(
+        ojs.fetch("cb-complete", "w").await.is_none(),
+        "each callback fires once"
+    );
+    assert!(ojs.fetch("cb-failure", "w").await.is_none(), "each callback fires once");
+    let sql = gateway.sql().await;
+    let callbacks: i64 = sql
+        .query_one("SELECT count(*) FROM ojs.jobs WHERE queue LIKE 'cb-%'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(callbacks, 2, "the callback whose condition failed was never enqueued");
+
+    ojs.ack(&on_complete, json!(null)).await;
+    assert_eq!(ojs.workflow(&workflow["id"]).await["state"], "running");
+    ojs.ack(&on_failure, json!(null)).await;
+    assert_eq!(ojs.workflow(&workflow["id"]).await["state"], "completed");
+
+    // When every job succeeds, on_success fires and on_failure does not.
+    let jobs: Vec<Value> = (0..2).map(|i| job_in("fine", "fine.item", json!([i]))).collect();
+    let batch = ojs
+        .create_workflow(json!({ "type": "batch", "jobs": jobs, "callbacks": {
+            "on_success": job_in("fine-ok", "fine.ok", json!([])), "on_failure": job_in("fine-bad", "fine.bad", json!([])) } }))
+        .await;
+    for _ in 0..2 {
+        let job = ojs.fetch("fine", "w").await.unwrap();
+        ojs.ack(&job, json!({ "ok": job["args"][0] })).await;
+    }
+    let on_success = ojs.fetch("fine-ok", "w").await.expect("on_success fires");
+    assert_eq!(on_success["parent_results"], json!([{ "ok": 0 }, { "ok": 1 }]));
+    assert!(ojs.fetch("fine-bad", "w").await.is_none(), "on_failure does not");
+    ojs.ack(&on_success, json!(null)).await;
+    assert_eq!(ojs.workflow(&batch["id"]).await["state"], "completed");
+
+    // A group has no callbacks: it settles with its last job, failed if any job failed.
+    let jobs: Vec<Value> = (0..3).map(|i| job_in("group", "group.item", json!([i]))).collect();
+    let group = ojs.create_workflow(json!({ "type": "group", "jobs": jobs })).await;
+    let claimed = [
+        ojs.fetch("group", "w").await.unwrap(),
+        ojs.fetch("group", "w").await.unwrap(),
+        ojs.fetch("group", "w").await.unwrap(),
+    ];
+    ojs.ack(&claimed[0], json!(null)).await;
+    ojs.fail(&claimed[1]).await;
+    assert_eq!(ojs.workflow(&group["id"]).await["state"], "running");
+    ojs.ack(&claimed[2], json!(null)).await;
+    assert_eq!(ojs.workflow(&group["id"]).await["state"], "failed");
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn cancelling_a_workflow_cancels_its_waiting_jobs_and_releases_nothing_more() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let steps: Vec<Value> = (0..3).map(|i| job_in("halt", "halt.step", json!([i]))).collect();
+    let workflow = ojs.create_workflow(json!({ "type": "chain", "steps": steps })).await;
+    let path = format!("/ojs/v1/workflows/{}", workflow["id"].as_str().unwrap());
+    let running = ojs.fetch("halt", "w").await.unwrap();
+    let (status, body) = ojs.call("DELETE", &path, None).await;
+    assert_eq!(
+        (status, body["workflow"]["state"].as_str()),
+        (200, Some("cancelled")),
+        "{body}"
+    );
+    // The active step may finish, but the chain goes no further.
+    assert_eq!(ojs.ack(&running, json!(null)).await["state"], "completed");
+    assert!(ojs.fetch("halt", "w").await.is_none());
+    let cancelled = ojs.workflow(&workflow["id"]).await;
+    assert_eq!(cancelled["state"], "cancelled");
+    assert_eq!(cancelled["steps"][1]["state"], "cancelled");
+    let (status, body) = ojs.call("DELETE", &path, None).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("conflict")));
+    let (status, _) = ojs.get("/ojs/v1/workflows/019539a4-0000-7000-8000-000000000000").await;
+    assert_eq!(status, 404);
+    let (status, body) = ojs
+        .post("/ojs/v1/workflows", json!({ "type": "chain", "steps": [] }))
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_workflow"))
+    );
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_claim_that_lapses_on_the_last_attempt_discards_the_job() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "stuck.task", "args": [], "options": { "queue": "stuck", "visibility_timeout_ms": 100,
+                    "retry": { "max_attempts": 2, "on_exhaustion": "dead_letter" } } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["job"]["id"].as_str().unwrap().to_string();
+    let wait_for = |state: &'static str| {
+        let ojs = ojs.clone();
+        let id = id.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let (_, body) = ojs.get(&format!("/ojs/v1/jobs/{id}")).await;
+                if body["job"]["state"] == state {
+                    return body["job"].clone();
+                }
+                assert!(tokio::time::Instant::now() < deadline, "never {state}: {body}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert_eq!(ojs.fetch("stuck", "w").await.unwrap()["attempt"], 1);
+    wait_for("available").await;
+    assert_eq!(ojs.fetch("stuck", "w").await.unwrap()["attempt"], 2);
+    let job = wait_for("discarded").await;
+    assert_eq!(job["error"]["code"], "visibility_timeout");
+    // The promotion makes it so in the table too: never offered again, and dead-lettered.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(
+            ojs.fetch("stuck", "w").await.is_none(),
+            "a spent job is not offered again"
+        );
+        let (_, listing) = ojs.get("/ojs/v1/dead-letter?queue=stuck").await;
+        if listing["jobs"].as_array().is_some_and(|jobs| jobs.len() == 1) {
+            assert_eq!(listing["jobs"][0]["id"], id.as_str());
+            assert_eq!(listing["jobs"][0]["errors"].as_array().map(Vec::len), Some(2));
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never dead-lettered: {listing}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn finished_jobs_are_reaped_after_their_retention_in_batches() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let pool = gateway.gateway.store.pool().clone();
+    // More finished jobs than one reaper batch.
+    let jobs: Vec<Value> = (0..2500).map(|i| job_in("old", "old.task", json!([i]))).collect();
+    let (status, body) = ojs.post("/ojs/v1/jobs/batch", json!({ "jobs": jobs })).await;
+    assert_eq!(status, 201, "{body}");
+    let sql = gateway.sql().await;
+    sql.execute(
+        "UPDATE ojs.jobs SET state = 'completed', completed_at = now() WHERE queue = 'old'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let mut keep = Vec::new();
+    for queue in ["waiting", "dead"] {
+        let (_, body) = ojs
+            .post(
+                "/ojs/v1/jobs",
+                json!({ "type": "kept.task", "args": [], "options": { "queue": queue,
+                        "retry": { "max_attempts": 1, "on_exhaustion": "dead_letter" } } }),
+            )
+            .await;
+        keep.push(body["job"]["id"].as_str().unwrap().to_string());
+    }
+    let dead = ojs.fetch("dead", "w").await.unwrap();
+    ojs.fail(&dead).await;
+    // A running chain keeps its finished steps: the next step reads their results.
+    let steps: Vec<Value> = (0..2).map(|i| job_in("flow", "flow.step", json!([i]))).collect();
+    let workflow = ojs.create_workflow(json!({ "type": "chain", "steps": steps })).await;
+    let step = ojs.fetch("flow", "w").await.unwrap();
+    ojs.ack(&step, json!({ "kept": true })).await;
+    keep.push(step["id"].as_str().unwrap().to_string());
+    let (_, cancelled) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "gone.task", "args": [], "options": { "queue": "gone" } }),
+        )
+        .await;
+    let cancelled_id = cancelled["job"]["id"].as_str().unwrap().to_string();
+    let (status, _) = ojs
+        .post(&format!("/ojs/v1/jobs/{cancelled_id}/cancel"), json!({}))
+        .await;
+    assert_eq!(status, 200);
+
+    let young = pgvs3_gateway::maintenance::reap_finished_jobs(&pool, Duration::from_secs(3600))
+        .await
+        .unwrap();
+    assert_eq!(young, 0, "nothing is older than an hour");
+    let reaped = pgvs3_gateway::maintenance::reap_finished_jobs(&pool, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(reaped, 2501, "the completed and the cancelled jobs");
+    let (status, _) = ojs.get(&format!("/ojs/v1/jobs/{cancelled_id}")).await;
+    assert_eq!(status, 404);
+    for id in &keep {
+        let (status, body) = ojs.get(&format!("/ojs/v1/jobs/{id}")).await;
+        assert_eq!(status, 200, "{id} stays: {body}");
+    }
+    let next = ojs.fetch("flow", "w").await.unwrap();
+    assert_eq!(next["parent_results"], json!([{ "kept": true }]));
+    ojs.ack(&next, json!(null)).await;
+    assert_eq!(ojs.workflow(&workflow["id"]).await["state"], "completed");
+    // Once settled, the workflow goes with its jobs.
+    pgvs3_gateway::maintenance::reap_finished_jobs(&pool, Duration::ZERO)
+        .await
+        .unwrap();
+    let (status, _) = ojs
+        .get(&format!("/ojs/v1/workflows/{}", workflow["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(status, 404);
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_bounded_queue_refuses_enqueues_past_its_depth_and_warns_before() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let (status, body) = ojs
+        .call(
+            "PUT",
+            "/ojs/v1/admin/queues/bounded/config",
+            Some(json!({ "backpressure": { "max_depth": 3, "warning_threshold": 0.5 } })),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = ojs
+        .call(
+            "PUT",
+            "/ojs/v1/admin/queues/bounded/config",
+            Some(json!({ "backpressure": { "max_depth": 3, "strategy": "drop_oldest" } })),
+        )
+        .await;
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_request")));
+    let job = || json!({ "type": "bounded.task", "args": [], "options": { "queue": "bounded" } });
+    let header = |headers: &http::HeaderMap, name: &str| headers.get(name).map(|v| v.to_str().unwrap().to_string());
+
+    let (status, headers, _) = ojs.exchange("POST", "/ojs/v1/jobs", Some(job())).await;
+    assert_eq!(status, 201);
+    assert_eq!(
+        header(&headers, "x-ojs-queue-pressure"),
+        None,
+        "1 of 3 is below the warning"
+    );
+    let (status, headers, _) = ojs.exchange("POST", "/ojs/v1/jobs", Some(job())).await;
+    assert_eq!(status, 201);
+    assert_eq!(header(&headers, "x-ojs-queue-pressure").as_deref(), Some("0.67"));
+    assert_eq!(header(&headers, "x-ojs-queue-bound").as_deref(), Some("3"));
+    // A batch that does not fit is refused whole.
+    let (status, headers, body) = ojs
+        .exchange("POST", "/ojs/v1/jobs/batch", Some(json!({ "jobs": [job(), job()] })))
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (429, Some("QUEUE_FULL")),
+        "{body}"
+    );
+    assert!(header(&headers, "retry-after").is_some());
+    assert_eq!(header(&headers, "x-ojs-queue-depth").as_deref(), Some("2"));
+    let (status, body) = ojs.post("/ojs/v1/jobs", job()).await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = ojs.post("/ojs/v1/jobs", job()).await;
+    assert_eq!(
+        (status, body["error"]["details"]["bound"].as_i64()),
+        (429, Some(3)),
+        "{body}"
+    );
+    let (_, stats) = ojs.get("/ojs/v1/queues/bounded/stats").await;
+    assert_eq!(
+        (stats["stats"]["depth"].as_i64(), stats["stats"]["max_depth"].as_i64()),
+        (Some(3), Some(3))
+    );
+    let (_, events) = ojs.get("/ojs/v1/events?types=backpressure.rejected").await;
+    assert_eq!(events["events"].as_array().map(Vec::len), Some(2), "{events}");
+
+    // A claimed job no longer waits in the queue: there is room again.
+    ojs.fetch("bounded", "w").await.unwrap();
+    let (status, body) = ojs.post("/ojs/v1/jobs", job()).await;
+    assert_eq!(status, 201, "{body}");
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_quiet_or_draining_worker_gets_no_new_jobs() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let (status, _) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "shift.task", "args": [], "options": { "queue": "shift" } }),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let beat = |body: Value| {
+        let ojs = ojs.clone();
+        async move {
+            let (status, reply) = ojs.post("/ojs/v1/workers/heartbeat", body).await;
+            assert_eq!(status, 200, "{reply}");
+            reply
+        }
+    };
+    let reply = beat(json!({ "worker_id": "w1", "state": "drain", "active_jobs": 0 })).await;
+    assert_eq!(reply["state"], "drain");
+    assert!(
+        ojs.fetch("shift", "w1").await.is_none(),
+        "a draining worker gets nothing"
+    );
+    let (status, health) = ojs.get("/ojs/v1/workers/w1/health").await;
+    assert_eq!((status, health["state"].as_str()), (200, Some("drain")));
+    beat(json!({ "worker_id": "w1", "state": "running" })).await;
+    let job = ojs.fetch("shift", "w1").await.expect("running again, it gets the job");
+
+    // An operator quiets a worker: its next heartbeat says so, and it gets no new jobs.
+    let (status, body) = ojs.post("/ojs/v1/admin/workers/w1/quiet", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let reply = beat(json!({ "worker_id": "w1", "active_jobs": [job["id"]] })).await;
+    assert_eq!(
+        (reply["state"].as_str(), reply["directive"].as_str()),
+        (Some("quiet"), Some("quiet"))
+    );
+    assert_eq!(
+        reply["jobs_extended"],
+        json!([job["id"]]),
+        "its claims are still extended"
+    );
+    ojs.ack(&job, json!(null)).await;
+    ojs.post(
+        "/ojs/v1/jobs",
+        json!({ "type": "shift.task", "args": [], "options": { "queue": "shift" } }),
+    )
+    .await;
+    assert!(
+        ojs.fetch("shift", "w1").await.is_none(),
+        "a quieted worker gets nothing"
+    );
+    assert!(ojs.fetch("shift", "w2").await.is_some(), "other workers still do");
+    let (status, _) = ojs.post("/ojs/v1/admin/workers/w1/resume", json!({})).await;
+    assert_eq!(status, 200);
+    assert_eq!(beat(json!({ "worker_id": "w1" })).await["directive"], "continue");
+
+    let (_, workers) = ojs.get("/ojs/v1/admin/workers").await;
+    let listed: Vec<&str> = workers["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["w1", "w2"]);
+    let (status, _) = ojs.get("/ojs/v1/workers/nobody/health").await;
+    assert_eq!(status, 404);
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/workers/heartbeat",
+            json!({ "worker_id": "w1", "state": "asleep" }),
+        )
+        .await;
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_request")));
+    gateway.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rate_limits_hold_concurrent_fetchers_to_the_keys_limits_and_skip_to_other_jobs() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let limited = |n: i64| {
+        json!({ "type": "api.call", "args": [n], "options": { "queue": "api",
+                "rate_limit": { "key": "partner-api", "concurrency": 3 } } })
+    };
+    let (status, headers, body) = ojs.exchange("POST", "/ojs/v1/jobs", Some(limited(0))).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(headers.get("x-ratelimit-limit").map(|v| v.to_str().unwrap()), Some("3"));
+    let jobs: Vec<Value> = (1..20).map(limited).collect();
+    let (status, body) = ojs.post("/ojs/v1/jobs/batch", json!({ "jobs": jobs })).await;
+    assert_eq!(status, 201, "{body}");
+
+    // Eight fetchers at once: the key's row admits exactly three starts.
+    let fetchers: Vec<_> = (0..8)
+        .map(|w| {
+            let ojs = ojs.clone();
+            tokio::spawn(async move { ojs.fetch("api", &format!("worker-{w}")).await })
+        })
+        .collect();
+    let mut started = Vec::new();
+    for fetcher in fetchers {
+        started.extend(fetcher.await.unwrap());
+    }
+    assert_eq!(started.len(), 3, "concurrency 3 admits three of eight fetchers");
+    assert!(ojs.fetch("api", "late").await.is_none(), "the key is full");
+
+    // Jobs without a limit (or with a key that has room) are not held up behind a full key.
+    let (status, _) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "api.free", "args": [], "options": { "queue": "api" } }),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let free = ojs.fetch("api", "late").await.expect("an unlimited job is skipped to");
+    assert_eq!(free["type"], "api.free");
+    let (status, state) = ojs.get("/ojs/v1/rate-limits/partner-api").await;
+    assert_eq!(status, 200, "{state}");
+    assert_eq!(state["concurrency"], json!({ "limit": 3, "active": 3, "available": 0 }));
+    assert_eq!(state["waiting_count"], 17);
+
+    // Settling a claim either way gives its slot back, in the same transaction.
+    ojs.ack(&started[0], json!(null)).await;
+    ojs.fail(&started[1]).await;
+    let next: Vec<Value> = [
+        ojs.fetch("api", "w").await,
+        ojs.fetch("api", "w").await,
+        ojs.fetch("api", "w").await,
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    assert_eq!(next.len(), 2, "two slots came back");
+    let (_, state) = ojs.get("/ojs/v1/rate-limits/partner-api").await;
+    assert_eq!(state["concurrency"]["active"], 3);
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_rate_window_holds_further_starts_until_it_closes() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    for n in 0..2 {
+        let (status, body) = ojs
+            .post(
+                "/ojs/v1/jobs",
+                json!({ "type": "tick.task", "args": [n], "options": { "queue": "ticks",
+                        "rate_limit": { "key": "ticker", "rate": { "limit": 1, "period": "PT1S" } } } }),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let first = ojs.fetch("ticks", "w").await.expect("the window has room for one");
+    ojs.ack(&first, json!(null)).await;
+    assert!(
+        ojs.fetch("ticks", "w").await.is_none(),
+        "one start per window, finished or not"
+    );
+    let (_, state) = ojs.get("/ojs/v1/rate-limits/ticker").await;
+    assert_eq!(state["rate"]["current_count"], 1, "{state}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let second = loop {
+        if let Some(job) = ojs.fetch("ticks", "w").await {
+            break job;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the window never closed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(second["args"], json!([1]));
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "tick.task", "args": [], "options": { "rate_limit": { "key": "ticker", "on_limit": "drop" } } }),
+        )
+        .await;
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_request")));
+    gateway.stop().await;
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::OjsError;
 
@@ -30,6 +30,31 @@ pub struct NewJob {
     pub ttl_ms: Option<f64>,
     pub visibility_ms: i32,
     pub unique: Option<Unique>,
+    pub rate_limit: Option<RateLimit>,
+}
+
+/// `options.rate_limit` (ext-rate-limiting): the partition key and its limits on job starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateLimit {
+    pub key: String,
+    /// Most jobs of the key active at once.
+    pub concurrency: Option<i32>,
+    /// Most starts per window: (count, window length in ms).
+    pub rate: Option<(i32, i64)>,
+    /// Least time between two starts, in ms.
+    pub throttle_ms: Option<i64>,
+}
+
+impl RateLimit {
+    /// The limits as `ojs.rate_limits` stores them.
+    pub fn policy(&self) -> Value {
+        json!({
+            "concurrency": self.concurrency,
+            "rate": self.rate.map(|(count, _)| count),
+            "rate_period_ms": self.rate.map(|(_, period)| period),
+            "throttle_ms": self.throttle_ms,
+        })
+    }
 }
 
 /// `options.unique`: which jobs count as duplicates of this one, and what to do about them.
@@ -123,6 +148,10 @@ pub fn parse_job(value: Value, max_args_bytes: usize) -> Result<NewJob, OjsError
         None => None,
         Some(spec) => Some(parse_unique(spec, &job_type, &queue, &fields)?),
     };
+    let rate_limit = match option("rate_limit") {
+        None => None,
+        Some(spec) => Some(parse_rate_limit(spec, &queue)?),
+    };
     fields.insert("queue".into(), Value::String(queue.clone()));
     Ok(NewJob {
         id,
@@ -137,7 +166,85 @@ pub fn parse_job(value: Value, max_args_bytes: usize) -> Result<NewJob, OjsError
         ttl_ms,
         visibility_ms,
         unique,
+        rate_limit,
     })
+}
+
+/// Accepts the spec's form (`rate: {limit, period}`, `throttle: {limit, period}`) and the short
+/// ones the conformance cases use (`rate: 1, period: "second"`, `max_per_second: 1`). Without a
+/// key the limit is the queue's. Only `on_limit: "wait"` (the default) is supported.
+fn parse_rate_limit(spec: &Value, queue: &str) -> Result<RateLimit, OjsError> {
+    let Value::Object(spec) = spec else {
+        return Err(OjsError::invalid("\"rate_limit\" must be a JSON object"));
+    };
+    let key = match spec.get("key") {
+        None => format!("queue:{queue}"),
+        Some(Value::String(key)) if is_valid_rate_key(key) => key.clone(),
+        Some(_) => {
+            return Err(OjsError::invalid(
+                "rate_limit.key must be letters, digits and . _ : - (starting with a letter or digit)",
+            ));
+        }
+    };
+    let count = |value: &Value, field: &str| {
+        value
+            .as_i64()
+            .and_then(|n| i32::try_from(n).ok())
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| OjsError::invalid(format!("rate_limit.{field} must be a non-negative integer")))
+    };
+    let period = |value: Option<&Value>, field: &str| -> Result<i64, OjsError> {
+        let millis = match value.and_then(Value::as_str) {
+            Some("second") => 1_000,
+            Some("minute") => 60_000,
+            Some("hour") => 3_600_000,
+            Some("day") => 86_400_000,
+            Some(text) => parse_iso_duration(text)?.as_millis() as i64,
+            None => return Err(OjsError::invalid(format!("rate_limit.{field} needs a period"))),
+        };
+        if millis == 0 {
+            return Err(OjsError::invalid(format!("rate_limit.{field} period must be positive")));
+        }
+        Ok(millis)
+    };
+    let concurrency = spec.get("concurrency").map(|v| count(v, "concurrency")).transpose()?;
+    let rate = match (spec.get("rate"), spec.get("max_per_second")) {
+        (Some(Value::Object(rate)), _) => Some((
+            count(rate.get("limit").unwrap_or(&Value::Null), "rate.limit")?,
+            period(rate.get("period"), "rate.period")?,
+        )),
+        (Some(limit), _) => Some((count(limit, "rate")?, period(spec.get("period"), "period")?)),
+        (None, Some(limit)) => Some((count(limit, "max_per_second")?, 1_000)),
+        (None, None) => None,
+    };
+    let throttle_ms = match spec.get("throttle") {
+        None => None,
+        Some(Value::Object(throttle)) => {
+            let limit = count(throttle.get("limit").unwrap_or(&Value::Null), "throttle.limit")?.max(1);
+            Some(period(throttle.get("period"), "throttle.period")? / i64::from(limit))
+        }
+        Some(_) => return Err(OjsError::invalid("rate_limit.throttle must be {\"limit\", \"period\"}")),
+    };
+    match spec.get("on_limit").and_then(Value::as_str) {
+        None | Some("wait") => {}
+        Some(other) => {
+            return Err(OjsError::invalid(format!(
+                "rate_limit.on_limit {other:?} is not supported (supported: wait)"
+            )));
+        }
+    }
+    Ok(RateLimit {
+        key,
+        concurrency,
+        rate,
+        throttle_ms,
+    })
+}
+
+pub fn is_valid_rate_key(key: &str) -> bool {
+    key.len() <= 255
+        && key.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && key.chars().all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c))
 }
 
 /// A point in time given absolutely (RFC 3339) or relative to now (`+PT5S`, as milliseconds).
@@ -467,6 +574,43 @@ pub fn new_uuid_v7() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rate_limits_parse_in_the_specs_and_the_short_forms() {
+        let limit = |spec: Value| parse_rate_limit(&spec, "mail");
+        let full = limit(
+            json!({ "key": "stripe", "concurrency": 5, "rate": { "limit": 100, "period": "PT1M" },
+                                 "throttle": { "limit": 10, "period": "PT1S" } }),
+        )
+        .unwrap();
+        assert_eq!(
+            full,
+            RateLimit {
+                key: "stripe".into(),
+                concurrency: Some(5),
+                rate: Some((100, 60_000)),
+                throttle_ms: Some(100)
+            }
+        );
+        assert_eq!(
+            limit(json!({ "rate": 2, "period": "second" })).unwrap().rate,
+            Some((2, 1_000))
+        );
+        let per_queue = limit(json!({ "max_per_second": 1 })).unwrap();
+        assert_eq!(
+            (per_queue.key.as_str(), per_queue.rate),
+            ("queue:mail", Some((1, 1_000)))
+        );
+        for bad in [
+            json!({ "key": "no spaces" }),
+            json!({ "concurrency": -1 }),
+            json!({ "rate": 5 }),
+            json!({ "rate": { "limit": 1, "period": "PT0S" } }),
+            json!({ "on_limit": "drop" }),
+        ] {
+            assert!(limit(bad.clone()).is_err(), "accepted {bad}");
+        }
+    }
 
     #[test]
     fn generated_ids_are_uuid_v7() {

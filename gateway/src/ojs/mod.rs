@@ -7,6 +7,7 @@
 pub mod cron;
 pub mod envelope;
 pub mod queue;
+pub mod workflow;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -29,6 +30,10 @@ const DOCS_URL: &str = "https://openjobspec.org/spec/ojs-http-binding";
 const MAX_BODY_BYTES: usize = 64 << 20;
 const MAX_BATCH: usize = 10_000;
 const MAX_FETCH: i64 = 1_000;
+/// The error code of an enqueue refused by a queue's depth bound (ext-backpressure).
+pub(crate) const QUEUE_FULL: &str = "QUEUE_FULL";
+/// What a refused producer is told to wait, in seconds: a full queue drains at its workers' pace.
+const QUEUE_FULL_RETRY_AFTER: &str = "5";
 
 /// What an operator can tune (from `--ojs-*` flags).
 #[derive(Debug, Clone)]
@@ -57,6 +62,7 @@ pub struct OjsError {
     message: String,
     retryable: bool,
     details: Option<Value>,
+    headers: Vec<(&'static str, String)>,
 }
 
 impl OjsError {
@@ -68,7 +74,26 @@ impl OjsError {
             message: message.into(),
             retryable: false,
             details: None,
+            headers: Vec::new(),
         }
+    }
+
+    /// A queue at its depth bound refuses an enqueue (the reject strategy of ext-backpressure).
+    pub fn queue_full(queue: &str, depth: i64, bound: i64) -> OjsError {
+        let mut error = OjsError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            QUEUE_FULL,
+            "backpressure",
+            format!("queue {queue:?} has reached its depth bound ({bound})"),
+        )
+        .with_details(json!({ "queue": queue, "depth": depth, "bound": bound, "strategy": "reject" }));
+        error.retryable = true;
+        error.headers = vec![
+            ("retry-after", QUEUE_FULL_RETRY_AFTER.to_string()),
+            ("x-ojs-queue-depth", depth.to_string()),
+            ("x-ojs-queue-bound", bound.to_string()),
+        ];
+        error
     }
 
     pub fn invalid(message: impl Into<String>) -> OjsError {
@@ -148,19 +173,30 @@ impl OjsError {
         if let Some(details) = &self.details {
             error["details"] = details.clone();
         }
-        json_response(self.status, &json!({ "error": error }))
+        let mut response = json_response(self.status, &json!({ "error": error }));
+        add_headers(response.headers_mut(), &self.headers);
+        response
     }
 }
 
 fn hint(code: &str) -> &'static str {
     match code {
-        "invalid_request" => "fix the request body as the message says and send it again",
+        "invalid_request" | "invalid_workflow" => "fix the request body as the message says and send it again",
         "not_found" => "check the id; jobs are found by the id enqueue returned",
         "conflict" => "the job's state does not allow this; GET the job to see its state",
         "duplicate" => "use a new id, or GET the existing job",
         "read_only" => "send writes to a gateway bound to the primary",
+        QUEUE_FULL => "wait Retry-After seconds and enqueue again, or raise the queue's max_depth",
         "unauthenticated" => "send Authorization: Bearer <token>",
         _ => "retry with backoff",
+    }
+}
+
+fn add_headers(headers: &mut http::HeaderMap, extra: &[(&'static str, String)]) {
+    for (name, value) in extra {
+        if let Ok(value) = header::HeaderValue::from_str(value) {
+            headers.insert(*name, value);
+        }
     }
 }
 
@@ -197,10 +233,13 @@ impl OjsService {
         let mut response = if request.uri().path() == "/metrics" {
             self.metrics().await
         } else {
-            match self.route(request).await {
+            let mut extra = Vec::new();
+            let mut response = match self.route(request, &mut extra).await {
                 Ok((status, body)) => json_response(status, &body),
                 Err(error) => error.response(),
-            }
+            };
+            add_headers(response.headers_mut(), &extra);
+            response
         };
 
         if let Ok(value) = header::HeaderValue::from_str(&request_id) {
@@ -238,7 +277,8 @@ impl OjsService {
         response
     }
 
-    async fn route(&self, request: Request<Incoming>) -> Reply {
+    /// Serves one request; `headers` collects response headers beyond the usual ones.
+    async fn route(&self, request: Request<Incoming>, headers: &mut Vec<(&'static str, String)>) -> Reply {
         let (parts, body) = request.into_parts();
         let path = parts.uri.path().trim_end_matches('/').to_string();
         let query = parse_query(parts.uri.query().unwrap_or(""));
@@ -263,8 +303,8 @@ impl OjsService {
         let method = parts.method.clone();
         match (&method, segments.as_slice()) {
             (&Method::GET, ["health"]) => Ok(self.health().await),
-            (&Method::POST, ["jobs"]) => self.enqueue(read_json(body).await?).await,
-            (&Method::POST, ["jobs", "batch"]) => self.enqueue_batch(read_json(body).await?).await,
+            (&Method::POST, ["jobs"]) => self.enqueue(read_json(body).await?, headers).await,
+            (&Method::POST, ["jobs", "batch"]) => self.enqueue_batch(read_json(body).await?, headers).await,
             (&Method::GET, ["jobs", id]) => Ok((StatusCode::OK, json!({ "job": queue.get(job_id(id)?).await? }))),
             (&Method::GET, ["admin", "jobs", id]) => Ok((StatusCode::OK, queue.get(job_id(id)?).await?)),
             (&Method::DELETE, ["jobs", id]) | (&Method::POST, ["jobs", id, "cancel"]) => {
@@ -290,6 +330,15 @@ impl OjsService {
             (&Method::POST, ["admin", "queues", name, action]) if *action == "pause" || *action == "resume" => {
                 queue.set_paused(queue_name(name)?, *action == "pause").await?;
                 Ok((StatusCode::OK, queue.queue_stats(name).await?["queue"].take()))
+            }
+            (&Method::PUT, ["admin", "queues", name, "config"]) => {
+                let settings = queue_settings(read_json(body).await?)?;
+                let config = queue.configure_queue(queue_name(name)?, &settings).await?;
+                Ok((StatusCode::OK, json!({ "queue": name, "config": config })))
+            }
+            (&Method::GET, ["admin", "queues", name, "config"]) => {
+                let config = queue.queue_config(queue_name(name)?).await?;
+                Ok((StatusCode::OK, json!({ "queue": name, "config": config })))
             }
             (&Method::GET, ["dead-letter"]) | (&Method::GET, ["admin", "dead-letter"]) => {
                 let limit = query
@@ -318,6 +367,21 @@ impl OjsService {
                 queue.delete_dead_letter(job_id(id)?).await?;
                 Ok((StatusCode::NO_CONTENT, Value::Null))
             }
+            (&Method::POST, ["workflows"]) => {
+                let workflow = workflow::parse_workflow(read_json(body).await?, self.inner.options.max_args_bytes)?;
+                let workflow = queue.create_workflow(&workflow).await?;
+                Ok((StatusCode::CREATED, json!({ "workflow": workflow })))
+            }
+            (&Method::GET, ["workflows", id]) => Ok((
+                StatusCode::OK,
+                json!({ "workflow": queue.get_workflow(workflow_id(id)?).await? }),
+            )),
+            (&Method::DELETE, ["workflows", id]) | (&Method::POST, ["workflows", id, "cancel"]) => Ok((
+                StatusCode::OK,
+                json!({ "workflow": queue.cancel_workflow(workflow_id(id)?).await? }),
+            )),
+            (&Method::GET, ["rate-limits"]) => Ok((StatusCode::OK, listing("items", queue.rate_limits().await?))),
+            (&Method::GET, ["rate-limits", key]) => Ok((StatusCode::OK, queue.rate_limit(key).await?)),
             (&Method::GET, ["events"]) => self.events(&query).await,
             (&Method::POST, ["cron"]) => self.register_cron(read_json(body).await?).await,
             (&Method::GET, ["cron"]) => {
@@ -329,6 +393,21 @@ impl OjsService {
             }
             (&Method::POST, ["admin", "jobs", "bulk", "retry"]) => self.retry_in_bulk(read_json(body).await?).await,
             (&Method::GET, ["admin", "stats"]) => Ok((StatusCode::OK, queue.stats().await?)),
+            (&Method::GET, ["workers", id, "health"]) | (&Method::GET, ["admin", "workers", id]) => {
+                Ok((StatusCode::OK, queue.worker(id).await?))
+            }
+            (&Method::POST, ["admin", "workers", id, action]) => {
+                let directive = match *action {
+                    "quiet" => Some("quiet"),
+                    "terminate" => Some("terminate"),
+                    "resume" => None,
+                    _ => return Err(OjsError::not_found(format!("no OJS route POST {path}"))),
+                };
+                Ok((
+                    StatusCode::OK,
+                    json!({ "worker": queue.direct_worker(id, directive).await? }),
+                ))
+            }
             (&Method::GET, ["admin", "workers"]) => {
                 let workers = queue.active_workers().await?;
                 let mut body = listing("workers", workers);
@@ -374,9 +453,9 @@ impl OjsService {
             "backend": "postgresql",
             "capabilities": {
                 "batch_enqueue": true, "unique_jobs": true, "scheduled_jobs": true, "priority": true,
-                "dead_letter": true, "events": true, "cron": true, "workflows": false,
+                "dead_letter": true, "events": true, "cron": true, "workflows": true,
             },
-            "extensions": ["dead-letter", "admin-api", "observability"],
+            "extensions": ["dead-letter", "admin-api", "observability", "backpressure", "graceful-shutdown", "rate-limiting"],
         })
     }
 
@@ -393,10 +472,17 @@ impl OjsService {
         }
     }
 
-    async fn enqueue(&self, body: Value) -> Reply {
+    async fn enqueue(&self, body: Value, headers: &mut Vec<(&'static str, String)>) -> Reply {
         let job = envelope::parse_job(body, self.inner.options.max_args_bytes)?;
-        let mut jobs = self.inner.queue.enqueue(std::slice::from_ref(&job)).await?;
-        let job = jobs.pop().ok_or_else(|| OjsError::backend("enqueue returned no job"))?;
+        let mut inserted = self.inner.queue.enqueue(std::slice::from_ref(&job)).await?;
+        pressure_headers(&inserted, headers);
+        if let Some(limit) = &job.rate_limit {
+            self.rate_limit_headers(&limit.key, headers).await?;
+        }
+        let job = inserted
+            .jobs
+            .pop()
+            .ok_or_else(|| OjsError::backend("enqueue returned no job"))?;
         let status = if job.get("duplicate").is_some() {
             StatusCode::OK
         } else {
@@ -405,7 +491,7 @@ impl OjsService {
         Ok((status, json!({ "job": job })))
     }
 
-    async fn enqueue_batch(&self, body: Value) -> Reply {
+    async fn enqueue_batch(&self, body: Value, headers: &mut Vec<(&'static str, String)>) -> Reply {
         let list = match body {
             Value::Object(mut fields) => fields.remove("jobs"),
             array @ Value::Array(_) => Some(array),
@@ -432,9 +518,34 @@ impl OjsService {
                 "unique options are not supported in batches; enqueue such jobs singly",
             ));
         }
-        let stored = self.inner.queue.enqueue(&jobs).await?;
+        let inserted = self.inner.queue.enqueue(&jobs).await?;
+        pressure_headers(&inserted, headers);
+        let stored = inserted.jobs;
         let count = stored.len();
         Ok((StatusCode::CREATED, json!({ "jobs": stored, "count": count })))
+    }
+
+    /// What the job's rate limit key allows now, in the X-RateLimit-* headers' terms: the limit
+    /// (the window's count, else the concurrency), the starts left, and when one more frees up.
+    async fn rate_limit_headers(&self, key: &str, headers: &mut Vec<(&'static str, String)>) -> Result<(), OjsError> {
+        let state = self.inner.queue.rate_limit(key).await?;
+        let limit = state
+            .pointer("/rate/limit")
+            .or_else(|| state.pointer("/concurrency/limit"))
+            .and_then(Value::as_i64);
+        if let Some(limit) = limit {
+            let reset = state
+                .pointer("/rate/window_resets_unix")
+                .and_then(Value::as_i64)
+                .unwrap_or_else(|| time::OffsetDateTime::now_utc().unix_timestamp());
+            headers.push(("x-ratelimit-limit", limit.to_string()));
+            headers.push((
+                "x-ratelimit-remaining",
+                state["room"].as_i64().unwrap_or(0).min(limit).to_string(),
+            ));
+            headers.push(("x-ratelimit-reset", reset.to_string()));
+        }
+        Ok(())
     }
 
     async fn fetch(&self, body: Value) -> Reply {
@@ -495,16 +606,36 @@ impl OjsService {
         if let Some(id) = optional_string(&body, "job_id")? {
             ids.push(id);
         }
-        let visibility = optional_ms(&body, "visibility_timeout_ms")?;
-        let extended = self
-            .inner
-            .queue
-            .heartbeat(worker_id.as_deref(), &ids, visibility)
-            .await?;
+        let state = match optional_string(&body, "state")?.as_deref() {
+            None => None,
+            Some(state @ ("running" | "quiet" | "drain" | "terminate")) => Some(state.to_string()),
+            Some("draining") => Some("drain".to_string()),
+            Some(other) => {
+                return Err(OjsError::invalid(format!(
+                    "unknown worker state {other:?} (running, quiet, drain or terminate)"
+                )));
+            }
+        };
+        // A count, or the list of jobs the worker holds.
+        let active_jobs = match body.get("active_jobs") {
+            Some(Value::Array(jobs)) => Some(jobs.len() as i32),
+            Some(count) => count.as_i64().and_then(|n| i32::try_from(n).ok()),
+            None => None,
+        };
+        let beat = queue::Beat {
+            worker_id: worker_id.as_deref(),
+            job_ids: &ids,
+            visibility_ms: optional_ms(&body, "visibility_timeout_ms")?,
+            state: state.as_deref(),
+            active_jobs,
+        };
+        let reply = self.inner.queue.heartbeat(&beat).await?;
+        // A directive overrides what the worker reported: it is what the worker should become.
+        let state = reply.directive.clone().unwrap_or(reply.state);
         Ok((
             StatusCode::OK,
-            json!({ "acknowledged": true, "state": "running", "directive": "continue", "jobs_extended": extended,
-                    "server_time": now_rfc3339() }),
+            json!({ "acknowledged": true, "state": state, "directive": reply.directive.as_deref().unwrap_or("continue"),
+                    "jobs_extended": reply.extended, "server_time": now_rfc3339() }),
         ))
     }
 
@@ -570,12 +701,70 @@ impl OjsService {
     }
 }
 
+/// Tells a producer that a bounded queue is past its warning threshold (ext-backpressure).
+fn pressure_headers(inserted: &queue::Inserted, headers: &mut Vec<(&'static str, String)>) {
+    if let Some(pressure) = inserted.pressure {
+        headers.push(("x-ojs-queue-depth", pressure.depth.to_string()));
+        headers.push(("x-ojs-queue-bound", pressure.bound.to_string()));
+        headers.push(("x-ojs-queue-pressure", format!("{:.2}", pressure.ratio())));
+    }
+}
+
 /// A list under its own name and, as the admin API reads it, under `items` with pagination.
 fn listing(name: &str, items: Vec<Value>) -> Value {
     let total = items.len();
     let mut body = json!({ "items": items, "pagination": { "total": total, "page": 1, "per_page": total.max(1) } });
     body[name] = body["items"].clone();
     body
+}
+
+/// Checks `PUT /admin/queues/:name/config`. Of ext-backpressure, depth bounds with the reject
+/// strategy are supported; size bounds and the block and drop-oldest strategies are refused
+/// rather than silently ignored.
+fn queue_settings(body: Value) -> Result<Value, OjsError> {
+    let Value::Object(mut fields) = body else {
+        return Err(OjsError::invalid("queue settings are a JSON object"));
+    };
+    if let Some(unknown) = fields.keys().find(|key| *key != "backpressure") {
+        return Err(OjsError::invalid(format!(
+            "unsupported queue setting {unknown:?} (supported: backpressure)"
+        )));
+    }
+    let Some(Value::Object(backpressure)) = fields.remove("backpressure") else {
+        return Err(OjsError::invalid("\"backpressure\" must be an object"));
+    };
+    let max_depth = match backpressure.get("max_depth") {
+        None => 0,
+        Some(value) => value
+            .as_i64()
+            .filter(|depth| *depth >= 0)
+            .ok_or_else(|| OjsError::invalid("backpressure.max_depth must be a non-negative integer"))?,
+    };
+    match backpressure.get("strategy").and_then(Value::as_str) {
+        None | Some("reject") => {}
+        Some(other) => {
+            return Err(OjsError::invalid(format!(
+                "backpressure strategy {other:?} is not supported (supported: reject)"
+            )));
+        }
+    }
+    if backpressure
+        .get("max_size_bytes")
+        .and_then(Value::as_i64)
+        .is_some_and(|size| size != 0)
+    {
+        return Err(OjsError::invalid(
+            "backpressure.max_size_bytes is not supported; bound max_depth",
+        ));
+    }
+    let warning = match backpressure.get("warning_threshold") {
+        None => 0.8,
+        Some(value) => value
+            .as_f64()
+            .filter(|fraction| (0.0..=1.0).contains(fraction))
+            .ok_or_else(|| OjsError::invalid("backpressure.warning_threshold must be from 0 to 1"))?,
+    };
+    Ok(json!({ "backpressure": { "max_depth": max_depth, "strategy": "reject", "warning_threshold": warning } }))
 }
 
 fn claim(body: &Value) -> Result<Claim, OjsError> {
@@ -622,6 +811,16 @@ fn job_id(text: &str) -> Result<&str, OjsError> {
         Ok(text)
     } else {
         Err(OjsError::not_found(format!("job {text} not found (ids are UUIDs)")))
+    }
+}
+
+fn workflow_id(text: &str) -> Result<&str, OjsError> {
+    if envelope::is_uuid(text) {
+        Ok(text)
+    } else {
+        Err(OjsError::not_found(format!(
+            "workflow {text} not found (ids are UUIDs)"
+        )))
     }
 }
 

@@ -10,9 +10,10 @@ use deadpool_postgres::Pool;
 use serde_json::{Value, json};
 use tokio_postgres::error::SqlState;
 
-use super::OjsError;
 use super::cron::Schedule;
 use super::envelope::{self, NewJob, OnConflict, RetryPolicy};
+use super::workflow::{Kind, NewWorkflow};
+use super::{OjsError, QUEUE_FULL};
 
 #[derive(Clone)]
 pub struct Queue {
@@ -29,6 +30,23 @@ pub struct FetchRequest {
     pub count: i64,
     pub worker_id: Option<String>,
     pub visibility_ms: Option<i32>,
+}
+
+/// A worker's heartbeat: the claims it extends and, when it names itself, its state.
+pub struct Beat<'a> {
+    pub worker_id: Option<&'a str>,
+    pub job_ids: &'a [String],
+    pub visibility_ms: Option<i32>,
+    /// running, quiet, drain or terminate; unchanged when absent.
+    pub state: Option<&'a str>,
+    pub active_jobs: Option<i32>,
+}
+
+pub struct BeatReply {
+    pub extended: Vec<String>,
+    pub state: String,
+    /// What an operator asked the worker to do: quiet or terminate.
+    pub directive: Option<String>,
 }
 
 /// Which claim an ack or nack speaks for. Both fields are optional; given ones must match the
@@ -68,41 +86,92 @@ const PROMOTE_EVERY: Duration = Duration::from_millis(50);
 const INSERT_JOBS: &str = "
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::jsonb[],
-                         $7::text[], $8::float8[], $9::text[], $10::float8[], $11::int[], $12::text[])
+                         $7::text[], $8::float8[], $9::text[], $10::float8[], $11::int[], $12::text[],
+                         $14::int[], $15::text[], $16::bool[], $17::text[], $18::jsonb[])
         AS t(id, queue, type, priority, max_attempts, envelope, scheduled_at, delay_ms, expires_at, ttl_ms,
-             visibility_ms, unique_key)
+             visibility_ms, unique_key, workflow_step, workflow_callback, held, rate_key, rate_policy)
 ), timed AS (
     SELECT input.*, coalesce(scheduled_at::timestamptz, now() + coalesce(delay_ms, 0) * interval '1 ms') AS run_at,
            coalesce(expires_at::timestamptz, now() + ttl_ms * interval '1 ms') AS expires
     FROM input
+), bounded AS (
+    -- Queues with a depth bound (ext-backpressure); one primary-key probe per queue otherwise.
+    SELECT q.name, (q.config #>> '{backpressure,max_depth}')::bigint AS bound,
+           coalesce((q.config #>> '{backpressure,warning_threshold}')::float8, 0.8) AS warning,
+           (SELECT count(*) FROM input i WHERE i.queue = q.name AND NOT coalesce(i.held, false)) AS incoming
+    FROM ojs.queues q
+    WHERE q.name IN (SELECT queue FROM input) AND (q.config #>> '{backpressure,max_depth}')::bigint > 0
+), pressure AS (
+    -- Counting stops at the bound: a full queue costs no more than that to check.
+    SELECT b.*, (SELECT count(*) FROM (SELECT 1 FROM ojs.jobs j WHERE j.queue = b.name
+                 AND j.state IN ('available', 'scheduled', 'retryable') LIMIT b.bound) d) AS depth
+    FROM bounded b
+), full_queue AS (
+    SELECT * FROM pressure WHERE depth + incoming > bound
+), rejection AS (
+    INSERT INTO ojs.events (id, type, queue, data)
+    SELECT gen_random_uuid()::text, 'backpressure.rejected', name,
+           jsonb_build_object('queue', name, 'depth', depth, 'bound', bound)
+    FROM full_queue
+), rate_policy AS (
+    -- A key's limits are the ones its latest job named.
+    INSERT INTO ojs.rate_limits AS r (key, concurrency, rate, rate_period_ms, throttle_ms)
+    SELECT DISTINCT ON (rate_key) rate_key, (rate_policy ->> 'concurrency')::int, (rate_policy ->> 'rate')::int,
+           (rate_policy ->> 'rate_period_ms')::bigint, (rate_policy ->> 'throttle_ms')::bigint
+    FROM input WHERE rate_key IS NOT NULL
+    ORDER BY rate_key
+    ON CONFLICT (key) DO UPDATE SET concurrency = excluded.concurrency, rate = excluded.rate,
+        rate_period_ms = excluded.rate_period_ms, throttle_ms = excluded.throttle_ms
+    WHERE (r.concurrency, r.rate, r.rate_period_ms, r.throttle_ms)
+          IS DISTINCT FROM (excluded.concurrency, excluded.rate, excluded.rate_period_ms, excluded.throttle_ms)
 ), job AS (
     INSERT INTO ojs.jobs AS j (id, queue, type, state, priority, max_attempts, envelope, run_at, expires_at,
-                               visibility_ms, unique_key)
-    SELECT id, queue, type, CASE WHEN run_at > now() THEN 'scheduled' ELSE 'available' END, priority,
-           max_attempts, envelope, run_at, expires, visibility_ms, unique_key
-    FROM timed
-    RETURNING j.id, j.queue, j.type, j.seq, ojs.job_json(j) AS body
+                               visibility_ms, unique_key, workflow_id, workflow_step, workflow_callback, rate_key)
+    SELECT id, queue, type,
+           CASE WHEN held THEN 'pending' WHEN run_at > now() THEN 'scheduled' ELSE 'available' END, priority,
+           max_attempts, envelope, run_at, expires, visibility_ms, unique_key, $13, workflow_step, workflow_callback,
+           rate_key
+    FROM timed WHERE NOT EXISTS (SELECT 1 FROM full_queue)
+    RETURNING j.id, j.queue, j.type, j.seq, j.state, ojs.job_json(j) AS body
 ), event AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
     SELECT gen_random_uuid()::text, 'job.enqueued', queue, id,
            jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue)
-    FROM job
+    FROM job WHERE state <> 'pending'
 )
-SELECT body FROM job ORDER BY seq";
+SELECT body, seq, NULL, NULL::bigint, NULL::bigint, NULL::bigint, NULL::float8 FROM job
+UNION ALL
+SELECT NULL, NULL, name, depth, bound, incoming, warning FROM pressure
+ORDER BY 2";
 
-/// Moves due scheduled/retryable jobs to available, lapsed claims back to available, and expired
-/// jobs to discarded. Cheap when there is nothing to move: three partial-index range scans.
+/// Moves due scheduled/retryable jobs to available, lapsed claims back to available (discarded on
+/// their last attempt), and expired jobs to discarded. Cheap when there is nothing to move: three partial-index range scans.
 const PROMOTE: &str = "
 WITH due AS (
     UPDATE ojs.jobs SET state = 'available'
     WHERE id IN (SELECT id FROM ojs.jobs WHERE state IN ('scheduled', 'retryable') AND run_at <= now()
                  LIMIT $1 FOR UPDATE SKIP LOCKED)
+), lapse AS (
+    SELECT id, attempt >= max_attempts AS exhausted,
+           jsonb_build_object('code', 'visibility_timeout', 'type', 'visibility_timeout', 'attempt', attempt,
+                              'message', 'the claim lapsed before an ack, nack or heartbeat',
+                              'occurred_at', ojs.ts(now())) AS error
+    FROM ojs.jobs WHERE state = 'active' AND visible_until < now()
+    LIMIT $1 FOR UPDATE SKIP LOCKED
 ), lapsed AS (
-    UPDATE ojs.jobs SET state = 'available', visible_until = NULL,
-        error = jsonb_build_object('code', 'visibility_timeout', 'type', 'visibility_timeout',
-                                   'message', 'the claim lapsed before an ack, nack or heartbeat')
-    WHERE id IN (SELECT id FROM ojs.jobs WHERE state = 'active' AND visible_until < now()
-                 LIMIT $1 FOR UPDATE SKIP LOCKED)
+    -- A lapsed claim spent its attempt: on the last one the job is discarded (or dead-lettered)
+    -- as a nack would, rather than offered again forever.
+    UPDATE ojs.jobs j SET visible_until = NULL, error = lapse.error, errors = j.errors || jsonb_build_array(lapse.error),
+        state = CASE WHEN lapse.exhausted THEN 'discarded' ELSE 'available' END,
+        completed_at = CASE WHEN lapse.exhausted THEN now() END,
+        dead_letter = lapse.exhausted AND coalesce(j.envelope #>> '{options,retry,on_exhaustion}' = 'dead_letter', false)
+    FROM lapse WHERE j.id = lapse.id
+    RETURNING j.id, j.queue, j.type, j.attempt, lapse.exhausted, lapse.error
+), lapse_events AS (
+    INSERT INTO ojs.events (id, type, queue, job_id, data)
+    SELECT gen_random_uuid()::text, 'job.discarded', queue, id,
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'attempt', attempt, 'error', error)
+    FROM lapsed WHERE exhausted
 ), expired AS (
     UPDATE ojs.jobs SET state = 'discarded',
         error = jsonb_build_object('code', 'expired', 'type', 'expired', 'message', 'expires_at passed before the job ran')
@@ -113,27 +182,59 @@ SELECT 1";
 
 /// Claims up to $2 jobs: queues in the order given, then priority, then FIFO, each queue read
 /// along the `jobs_claim` index.
+/// Rate-limited jobs whose key has no room are passed over; those picked then take their starts
+/// from the key's row atomically (`admitted`), and any the key cannot take now stay available.
 const CLAIM: &str = "
 WITH claimed AS (
-    SELECT c.id, q.ord, c.priority, c.seq
+    SELECT c.id, q.ord, c.priority, c.seq, c.rate_key
     FROM unnest($1::text[]) WITH ORDINALITY AS q(name, ord)
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.seq FROM ojs.jobs j
+        SELECT j.id, j.priority, j.seq, j.rate_key FROM ojs.jobs j
         WHERE j.state = 'available' AND j.queue = q.name
+          AND (j.rate_key IS NULL
+               OR EXISTS (SELECT 1 FROM ojs.rate_limits r WHERE r.key = j.rate_key AND ojs.rate_room(r) > 0))
+          AND (j.workflow_id IS NULL
+               OR NOT EXISTS (SELECT 1 FROM ojs.workflows w WHERE w.id = j.workflow_id AND w.state = 'cancelled'))
         ORDER BY j.priority DESC, j.seq
         LIMIT $2
         FOR UPDATE SKIP LOCKED
     ) c
     WHERE NOT EXISTS (SELECT 1 FROM ojs.queues p WHERE p.name = q.name AND p.paused)
+      AND NOT EXISTS (SELECT 1 FROM ojs.workers w WHERE w.id = $3 AND (w.state <> 'running' OR w.directive IS NOT NULL))
     ORDER BY q.ord, c.priority DESC, c.seq
     LIMIT $2
+), wanted AS (
+    SELECT rate_key, count(*)::int AS n FROM claimed WHERE rate_key IS NOT NULL GROUP BY rate_key
+), locked AS (
+    -- Keys are locked in key order, so two claims that span the same keys cannot deadlock.
+    SELECT r.key FROM ojs.rate_limits r WHERE r.key IN (SELECT rate_key FROM wanted) ORDER BY r.key FOR UPDATE
+), admitted AS (
+    UPDATE ojs.rate_limits r
+    SET granted = least(w.n, ojs.rate_room(r)),
+        active = r.active + least(w.n, ojs.rate_room(r)),
+        window_count = CASE WHEN now() >= r.window_start + r.rate_period_ms * interval '1 ms' THEN 0
+                            ELSE r.window_count END + least(w.n, ojs.rate_room(r)),
+        window_start = CASE WHEN now() >= r.window_start + r.rate_period_ms * interval '1 ms'
+                                 AND least(w.n, ojs.rate_room(r)) > 0 THEN now() ELSE r.window_start END,
+        next_start = CASE WHEN r.throttle_ms IS NOT NULL AND least(w.n, ojs.rate_room(r)) > 0
+                          THEN now() + r.throttle_ms * interval '1 ms' ELSE r.next_start END
+    FROM wanted w JOIN locked l ON l.key = w.rate_key
+    WHERE r.key = w.rate_key
+    RETURNING r.key, r.granted
+), started AS (
+    SELECT c.id, c.ord FROM (
+        SELECT claimed.*, row_number() OVER (PARTITION BY rate_key ORDER BY ord, priority DESC, seq) AS turn
+        FROM claimed
+    ) c
+    LEFT JOIN admitted a ON a.key = c.rate_key
+    WHERE c.rate_key IS NULL OR c.turn <= a.granted
 )
 UPDATE ojs.jobs j
 SET state = 'active', attempt = j.attempt + 1, started_at = now(), worker_id = $3,
     visible_until = now() + coalesce($4, j.visibility_ms) * interval '1 ms'
-FROM claimed
-WHERE j.id = claimed.id
-RETURNING claimed.ord, j.priority, j.seq, ojs.job_json(j)";
+FROM started
+WHERE j.id = started.id
+RETURNING started.ord, j.priority, j.seq, ojs.job_json(j)";
 
 const ACK: &str = "
 WITH done AS (
@@ -150,6 +251,39 @@ WITH done AS (
     FROM done
 )
 SELECT body, workflow_id FROM done";
+
+/// The failing half of a nack: the job's claim, locked, for the retry decision.
+const NACK_LOCK: &str = "
+SELECT state, attempt, worker_id, envelope #> '{options,retry}', max_attempts FROM ojs.jobs WHERE id = $1 FOR UPDATE";
+
+/// The other half: the decided state, the error kept in the history, and the events.
+const NACK: &str = "
+WITH failed AS (
+    UPDATE ojs.jobs j
+    SET state = $2, error = $3, errors = errors || jsonb_build_array($3::jsonb), visible_until = NULL,
+        retry_delay_ms = coalesce($4, retry_delay_ms),
+        run_at = CASE WHEN $4::bigint IS NULL THEN run_at ELSE now() + $4 * interval '1 ms' END,
+        completed_at = CASE WHEN $2 = 'discarded' THEN now() END,
+        dead_letter = $5
+    WHERE id = $1
+    RETURNING j.id, j.queue, j.type, ojs.job_json(j) AS body
+), event AS (
+    INSERT INTO ojs.events (id, type, queue, job_id, data)
+    SELECT gen_random_uuid()::text, kind, queue, id,
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'attempt', $7::int, 'error', $3::jsonb)
+    FROM failed CROSS JOIN unnest(ARRAY['job.failed', $6::text]) AS kind
+)
+SELECT body FROM failed";
+
+const EXTEND_CLAIMS: &str = "
+UPDATE ojs.jobs SET visible_until = now() + coalesce($3, visibility_ms) * interval '1 ms'
+WHERE id = ANY($1) AND state = 'active' AND ($2::text IS NULL OR worker_id IS NULL OR worker_id = $2)
+RETURNING id";
+
+const RECORD_WORKER: &str = "
+INSERT INTO ojs.workers AS w (id, state, active_jobs) VALUES ($1, coalesce($2, 'running'), $3)
+ON CONFLICT (id) DO UPDATE SET state = coalesce($2, w.state), active_jobs = coalesce($3, w.active_jobs), last_beat = now()
+RETURNING w.state, w.directive";
 
 impl Queue {
     pub fn new(pool: Pool) -> Queue {
@@ -176,8 +310,8 @@ impl Queue {
     }
 
     /// Inserts jobs all-or-nothing; returns them as stored, in order. Jobs with unique options
-    /// go through [`Queue::enqueue_unique`].
-    pub async fn enqueue(&self, jobs: &[NewJob]) -> Result<Vec<Value>, OjsError> {
+    /// go through [`Queue::enqueue_unique`]. A queue at its depth bound refuses the lot.
+    pub async fn enqueue(&self, jobs: &[NewJob]) -> Result<Inserted, OjsError> {
         if let [job] = jobs
             && job.unique.is_some()
         {
@@ -187,7 +321,7 @@ impl Queue {
         insert(&client, jobs).await
     }
 
-    async fn enqueue_unique(&self, job: &NewJob) -> Result<Vec<Value>, OjsError> {
+    async fn enqueue_unique(&self, job: &NewJob) -> Result<Inserted, OjsError> {
         let unique = job.unique.as_ref().expect("unique options");
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(OjsError::sql)?;
@@ -218,7 +352,10 @@ impl Queue {
                     let mut body: Value = row.get(1);
                     body["duplicate"] = Value::Bool(true);
                     body["existing_job_id"] = Value::String(existing_id);
-                    return Ok(vec![body]);
+                    return Ok(Inserted {
+                        jobs: vec![body],
+                        pressure: None,
+                    });
                 }
                 OnConflict::Replace => {
                     tx.execute(
@@ -237,14 +374,17 @@ impl Queue {
 
     pub async fn get(&self, id: &str) -> Result<Value, OjsError> {
         let client = self.client().await?;
-        let row = client
-            .query_opt("SELECT ojs.job_json(j) FROM ojs.jobs j WHERE j.id = $1", &[&id])
+        let statement = client
+            .prepare_cached("SELECT ojs.job_json(j) FROM ojs.jobs j WHERE j.id = $1")
             .await
             .map_err(OjsError::sql)?;
+        let row = client.query_opt(&statement, &[&id]).await.map_err(OjsError::sql)?;
         row.map(|row| row.get(0)).ok_or_else(|| OjsError::job_not_found(id))
     }
 
-    /// When promotion is due, it goes out with the claim: one round trip, two statements.
+    /// When promotion is due, it goes out with the claim: one round trip, two statements. The
+    /// hot statements are prepared once per connection (a plain query would prepare it again
+    /// each time: one more round trip and a fresh plan).
     pub async fn fetch(&self, request: &FetchRequest) -> Result<Vec<Value>, OjsError> {
         let client = self.client().await?;
         let claim_params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [
@@ -253,10 +393,12 @@ impl Queue {
             &request.worker_id,
             &request.visibility_ms,
         ];
-        let claim = client.query(CLAIM, &claim_params);
+        let claim_statement = client.prepare_cached(CLAIM).await.map_err(OjsError::sql)?;
+        let claim = client.query(&claim_statement, &claim_params);
         let claimed = if self.promotion_due() {
+            let promote_statement = client.prepare_cached(PROMOTE).await.map_err(OjsError::sql)?;
             let promote_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&PROMOTE_BATCH];
-            let (promote, claim) = tokio::join!(client.execute(PROMOTE, &promote_params), claim);
+            let (promote, claim) = tokio::join!(client.execute(&promote_statement, &promote_params), claim);
             promote.map_err(OjsError::sql)?;
             claim
         } else {
@@ -270,8 +412,9 @@ impl Queue {
 
     pub async fn ack(&self, claim: &Claim, result: Option<Value>) -> Result<Value, OjsError> {
         let client = self.client().await?;
+        let statement = client.prepare_cached(ACK).await.map_err(OjsError::sql)?;
         let row = client
-            .query_opt(ACK, &[&claim.job_id, &result, &claim.attempt, &claim.worker_id])
+            .query_opt(&statement, &[&claim.job_id, &result, &claim.attempt, &claim.worker_id])
             .await
             .map_err(OjsError::sql)?;
         match row {
@@ -285,12 +428,9 @@ impl Queue {
     pub async fn nack(&self, claim: &Claim, failure: Failure) -> Result<Value, OjsError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(OjsError::sql)?;
+        let statement = tx.prepare_cached(NACK_LOCK).await.map_err(OjsError::sql)?;
         let row = tx
-            .query_opt(
-                "SELECT state, attempt, worker_id, envelope #> '{options,retry}', max_attempts
-                 FROM ojs.jobs WHERE id = $1 FOR UPDATE",
-                &[&claim.job_id],
-            )
+            .query_opt(&statement, &[&claim.job_id])
             .await
             .map_err(OjsError::sql)?;
         let Some(row) = row else {
@@ -327,28 +467,24 @@ impl Queue {
         } else {
             ("discarded", None, policy.dead_letter, "job.discarded")
         };
+        let statement = tx.prepare_cached(NACK).await.map_err(OjsError::sql)?;
         let row = tx
             .query_one(
-                "UPDATE ojs.jobs j
-                 SET state = $2, error = $3, errors = errors || jsonb_build_array($3::jsonb), visible_until = NULL,
-                     retry_delay_ms = coalesce($4, retry_delay_ms),
-                     run_at = CASE WHEN $4::bigint IS NULL THEN run_at ELSE now() + $4 * interval '1 ms' END,
-                     completed_at = CASE WHEN $2 = 'discarded' THEN now() END,
-                     dead_letter = $5
-                 WHERE id = $1
-                 RETURNING j.queue, j.type, j.workflow_id, ojs.job_json(j)",
-                &[&claim.job_id, &next_state, &error, &delay_ms, &dead_letter],
+                &statement,
+                &[
+                    &claim.job_id,
+                    &next_state,
+                    &error,
+                    &delay_ms,
+                    &dead_letter,
+                    &event,
+                    &attempt,
+                ],
             )
             .await
             .map_err(OjsError::sql)?;
-        let queue: String = row.get(0);
-        let job_type: String = row.get(1);
-        let data =
-            json!({ "job_id": claim.job_id, "job_type": job_type, "queue": queue, "attempt": attempt, "error": error });
-        record_event(&tx, "job.failed", &queue, &claim.job_id, &data).await?;
-        record_event(&tx, event, &queue, &claim.job_id, &data).await?;
         tx.commit().await.map_err(OjsError::sql)?;
-        let mut body: Value = row.get(3);
+        let mut body: Value = row.get(0);
         if let Some(delay) = delay_ms {
             body["retry_delay_ms"] = json!(delay);
         }
@@ -372,27 +508,65 @@ impl Queue {
         }
     }
 
-    /// Extends the claims a worker still holds; returns the ids it extended.
-    pub async fn heartbeat(
-        &self,
-        worker_id: Option<&str>,
-        job_ids: &[String],
-        visibility_ms: Option<i32>,
-    ) -> Result<Vec<String>, OjsError> {
-        if job_ids.is_empty() {
-            return Ok(Vec::new());
-        }
+    /// Extends the claims a worker still holds and records the worker's state (both statements
+    /// in one round trip). Returns the ids it extended and the worker's state and directive.
+    pub async fn heartbeat(&self, beat: &Beat<'_>) -> Result<BeatReply, OjsError> {
         let client = self.client().await?;
-        let rows = client
-            .query(
-                "UPDATE ojs.jobs SET visible_until = now() + coalesce($3, visibility_ms) * interval '1 ms'
-                 WHERE id = ANY($1) AND state = 'active' AND ($2::text IS NULL OR worker_id IS NULL OR worker_id = $2)
-                 RETURNING id",
-                &[&job_ids, &worker_id, &visibility_ms],
+        let extend = async {
+            if beat.job_ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            let statement = client.prepare_cached(EXTEND_CLAIMS).await?;
+            client
+                .query(&statement, &[&beat.job_ids, &beat.worker_id, &beat.visibility_ms])
+                .await
+        };
+        let record = async {
+            let Some(worker_id) = beat.worker_id else {
+                return Ok(None);
+            };
+            let statement = client.prepare_cached(RECORD_WORKER).await?;
+            client
+                .query_one(&statement, &[&worker_id, &beat.state, &beat.active_jobs])
+                .await
+                .map(Some)
+        };
+        let (extended, worker) = tokio::join!(extend, record);
+        let worker = worker.map_err(OjsError::sql)?;
+        Ok(BeatReply {
+            extended: extended.map_err(OjsError::sql)?.iter().map(|row| row.get(0)).collect(),
+            state: worker.as_ref().map_or_else(|| "running".into(), |row| row.get(0)),
+            directive: worker.and_then(|row| row.get(1)),
+        })
+    }
+
+    /// Tells a worker, at its next heartbeat, to quiet or terminate (`None` clears the directive);
+    /// either way it is given no new jobs from now on.
+    pub async fn direct_worker(&self, worker_id: &str, directive: Option<&str>) -> Result<Value, OjsError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "INSERT INTO ojs.workers AS w (id, state, directive) VALUES ($1, 'running', $2)
+                 ON CONFLICT (id) DO UPDATE SET directive = $2
+                 RETURNING ojs.worker_json(w)",
+                &[&worker_id, &directive],
             )
             .await
             .map_err(OjsError::sql)?;
-        Ok(rows.iter().map(|row| row.get(0)).collect())
+        Ok(row.get(0))
+    }
+
+    pub async fn worker(&self, worker_id: &str) -> Result<Value, OjsError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT ojs.worker_json(w) FROM ojs.workers w WHERE w.id = $1",
+                &[&worker_id],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        row.map(|row| row.get(0))
+            .ok_or_else(|| OjsError::not_found(format!("no worker {worker_id:?} has sent a heartbeat")))
     }
 
     pub async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), OjsError> {
@@ -408,13 +582,64 @@ impl Queue {
         Ok(())
     }
 
+    /// Replaces a queue's settings named in `settings` (today: `backpressure`); returns them all.
+    pub async fn configure_queue(&self, queue: &str, settings: &Value) -> Result<Value, OjsError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "INSERT INTO ojs.queues (name, config) VALUES ($1, $2)
+                 ON CONFLICT (name) DO UPDATE SET config = ojs.queues.config || excluded.config
+                 RETURNING config",
+                &[&queue, settings],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        Ok(row.get(0))
+    }
+
+    pub async fn queue_config(&self, queue: &str) -> Result<Value, OjsError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt("SELECT config FROM ojs.queues WHERE name = $1", &[&queue])
+            .await
+            .map_err(OjsError::sql)?;
+        Ok(row.map_or_else(|| json!({}), |row| row.get(0)))
+    }
+
+    /// A rate limit key's limits and what they allow now (ext-rate-limiting inspection).
+    pub async fn rate_limit(&self, key: &str) -> Result<Value, OjsError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT ojs.rate_limit_json(r) FROM ojs.rate_limits r WHERE r.key = $1",
+                &[&key],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        row.map(|row| row.get(0))
+            .ok_or_else(|| OjsError::not_found(format!("no job has named rate limit key {key:?}")))
+    }
+
+    pub async fn rate_limits(&self) -> Result<Vec<Value>, OjsError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT ojs.rate_limit_json(r) FROM ojs.rate_limits r ORDER BY key LIMIT 1000",
+                &[],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
     pub async fn queue_stats(&self, queue: &str) -> Result<Value, OjsError> {
         let client = self.client().await?;
         let row = client
             .query_one(
                 "SELECT coalesce((SELECT paused FROM ojs.queues WHERE name = $1), false),
                         coalesce((SELECT jsonb_object_agg(state, n) FROM
-                            (SELECT state, count(*) AS n FROM ojs.jobs WHERE queue = $1 GROUP BY state) s), '{}')",
+                            (SELECT state, count(*) AS n FROM ojs.jobs WHERE queue = $1 GROUP BY state) s), '{}'),
+                        (SELECT (config #>> '{backpressure,max_depth}')::bigint FROM ojs.queues WHERE name = $1)",
                 &[&queue],
             )
             .await
@@ -423,8 +648,11 @@ impl Queue {
         let counts: Value = row.get(1);
         let count = |state: &str| counts.get(state).and_then(Value::as_i64).unwrap_or(0);
         let depth = count("available") + count("scheduled") + count("retryable");
+        let bound = row.get::<_, Option<i64>>(2).filter(|bound| *bound > 0);
         let mut summary = json!({
             "name": queue,
+            "queue": queue,
+            "max_depth": bound,
             "paused": paused,
             "status": if paused { "paused" } else { "active" },
             "depth": depth,
@@ -527,6 +755,154 @@ impl Queue {
         Ok(())
     }
 
+    /// Stores a workflow and its jobs in one transaction: a group's or batch's jobs and a chain's
+    /// first step are enqueued now; later steps and callbacks wait as `pending` for the trigger
+    /// `ojs.workflow_job_settled` to release them.
+    pub async fn create_workflow(&self, workflow: &NewWorkflow) -> Result<Value, OjsError> {
+        let members = workflow.jobs.len();
+        let mut jobs = workflow.jobs.clone();
+        jobs.extend(workflow.callbacks.iter().map(|(_, job)| job.clone()));
+        let placement = Placement {
+            workflow_id: Some(&workflow.id),
+            steps: (0..members as i32)
+                .map(Some)
+                .chain(workflow.callbacks.iter().map(|_| None))
+                .collect(),
+            callbacks: std::iter::repeat_n(None, members)
+                .chain(workflow.callbacks.iter().map(|(hook, _)| Some(*hook)))
+                .collect(),
+            held: (0..jobs.len())
+                .map(|index| index >= members || (workflow.kind == Kind::Chain && index > 0))
+                .collect(),
+        };
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(OjsError::sql)?;
+        tx.execute(
+            "INSERT INTO ojs.workflows (id, type, name, state, jobs_total) VALUES ($1, $2, $3, 'running', $4)",
+            &[&workflow.id, &workflow.kind.as_str(), &workflow.name, &(members as i32)],
+        )
+        .await
+        .map_err(|err| match err.code() {
+            Some(&SqlState::UNIQUE_VIOLATION) => OjsError::duplicate("a workflow with this id already exists"),
+            _ => OjsError::sql(err),
+        })?;
+        insert_placed(&tx, &jobs, &placement).await?;
+        let row = tx
+            .query_one(
+                "SELECT ojs.workflow_json(w) FROM ojs.workflows w WHERE w.id = $1",
+                &[&workflow.id],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        tx.commit().await.map_err(OjsError::sql)?;
+        Ok(row.get(0))
+    }
+
+    pub async fn get_workflow(&self, id: &str) -> Result<Value, OjsError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT ojs.workflow_json(w) FROM ojs.workflows w WHERE w.id = $1",
+                &[&id],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        row.map(|row| row.get(0)).ok_or_else(|| workflow_not_found(id))
+    }
+
+    /// Cancels a running workflow: its jobs that have not started are cancelled; active ones may
+    /// finish, but release nothing further.
+    pub async fn cancel_workflow(&self, id: &str) -> Result<Value, OjsError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(OjsError::sql)?;
+        let state: Option<String> = tx
+            .query_opt("SELECT state FROM ojs.workflows WHERE id = $1 FOR UPDATE", &[&id])
+            .await
+            .map_err(OjsError::sql)?
+            .map(|row| row.get(0));
+        match state.as_deref() {
+            None => return Err(workflow_not_found(id)),
+            Some("running") => {}
+            Some(state) => {
+                return Err(OjsError::conflict(format!(
+                    "workflow {id} is already in terminal state {state:?}"
+                )));
+            }
+        }
+        // The workflow goes first, so the trigger sees it cancelled and releases nothing.
+        tx.execute(
+            "UPDATE ojs.workflows SET state = 'cancelled', cancelled_at = now(), completed_at = now() WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .map_err(OjsError::sql)?;
+        // Jobs another transaction holds are left to it (a claim, a job's own cancel or expiry):
+        // waiting for them could deadlock with its trigger waiting for the workflow row, and a
+        // cancelled workflow's jobs are not claimed anyway.
+        tx.execute(
+            "UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now()
+             WHERE id IN (SELECT id FROM ojs.jobs
+                          WHERE workflow_id = $1 AND state IN ('pending', 'available', 'scheduled', 'retryable')
+                          FOR UPDATE SKIP LOCKED)",
+            &[&id],
+        )
+        .await
+        .map_err(OjsError::sql)?;
+        let row = tx
+            .query_one(
+                "SELECT ojs.workflow_json(w) FROM ojs.workflows w WHERE w.id = $1",
+                &[&id],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        tx.commit().await.map_err(OjsError::sql)?;
+        Ok(row.get(0))
+    }
+
+    /// Deletes up to `limit` jobs that finished (completed, discarded, cancelled) more than
+    /// `retention` ago, workflows settled that long ago, and workers silent that long. Dead-lettered jobs
+    /// stay until deleted or retried, and jobs of running workflows stay (later steps read their
+    /// results). Returns how many jobs and workflows went.
+    pub async fn reap_finished(&self, retention: Duration, limit: i64) -> Result<(u64, u64), OjsError> {
+        let client = self.client().await?;
+        let seconds = retention.as_secs_f64();
+        let jobs = client
+            .execute(
+                "DELETE FROM ojs.jobs WHERE id IN (
+                     SELECT j.id FROM ojs.jobs j
+                     WHERE j.state IN ('completed', 'discarded', 'cancelled')
+                       AND coalesce(j.completed_at, j.cancelled_at) < now() - $1 * interval '1 s'
+                       AND NOT j.dead_letter
+                       AND (j.workflow_id IS NULL OR NOT EXISTS (
+                            SELECT 1 FROM ojs.workflows w WHERE w.id = j.workflow_id AND w.state = 'running'))
+                     ORDER BY coalesce(j.completed_at, j.cancelled_at)
+                     LIMIT $2
+                     FOR UPDATE SKIP LOCKED)",
+                &[&seconds, &limit],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        let workflows = client
+            .execute(
+                "DELETE FROM ojs.workflows WHERE id IN (
+                     SELECT id FROM ojs.workflows WHERE state <> 'running' AND completed_at < now() - $1 * interval '1 s'
+                     ORDER BY completed_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                &[&seconds, &limit],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        client
+            .execute(
+                "DELETE FROM ojs.workers WHERE id IN (
+                     SELECT id FROM ojs.workers WHERE last_beat < now() - $1 * interval '1 s'
+                     ORDER BY last_beat LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                &[&seconds, &limit],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        Ok((jobs, workflows))
+    }
+
     /// Events after `after` (a sequence number), oldest first.
     pub async fn events(
         &self,
@@ -582,23 +958,24 @@ impl Queue {
         }))
     }
 
-    /// Workers seen holding claims now.
+    /// Workers that sent heartbeats or hold claims now, with the claims they hold.
     pub async fn active_workers(&self) -> Result<Vec<Value>, OjsError> {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT worker_id, count(*) FROM ojs.jobs WHERE state = 'active' AND worker_id IS NOT NULL
-                 GROUP BY worker_id ORDER BY worker_id",
+                "SELECT CASE WHEN w.id IS NULL THEN jsonb_build_object('id', a.worker_id, 'state', 'running')
+                             ELSE ojs.worker_json(w) END
+                        || jsonb_build_object('active_jobs', coalesce(a.claims, 0))
+                 FROM ojs.workers w
+                 FULL JOIN (SELECT worker_id, count(*) AS claims FROM ojs.jobs
+                            WHERE state = 'active' AND worker_id IS NOT NULL GROUP BY worker_id) a
+                   ON a.worker_id = w.id
+                 ORDER BY coalesce(w.id, a.worker_id)",
                 &[],
             )
             .await
             .map_err(OjsError::sql)?;
-        Ok(rows
-            .iter()
-            .map(
-                |row| json!({ "id": row.get::<_, String>(0), "active_jobs": row.get::<_, i64>(1), "state": "running" }),
-            )
-            .collect())
+        Ok(rows.iter().map(|row| row.get(0)).collect())
     }
 
     /// Registers (or replaces) a cron schedule; `definition` is the request as sent.
@@ -684,8 +1061,13 @@ impl Queue {
                     .map_err(OjsError::sql)?
                     .get::<_, bool>(0);
             if !overlapping {
-                insert(&tx, std::slice::from_ref(&job)).await?;
-                fired += 1;
+                match insert(&tx, std::slice::from_ref(&job)).await {
+                    Ok(_) => fired += 1,
+                    // A full queue misses this tick, as an overlapping run does; the event log
+                    // has the rejection.
+                    Err(error) if error.code == QUEUE_FULL => {}
+                    Err(error) => return Err(error),
+                }
             }
             tx.execute(
                 "UPDATE ojs.cron SET last_run = now(), next_run = coalesce(to_timestamp($2), 'infinity') WHERE name = $1",
@@ -721,7 +1103,9 @@ impl Queue {
     pub async fn reset(&self) -> Result<(), OjsError> {
         let client = self.client().await?;
         client
-            .batch_execute("TRUNCATE ojs.jobs, ojs.queues, ojs.events, ojs.cron, ojs.workflows")
+            .batch_execute(
+                "TRUNCATE ojs.jobs, ojs.queues, ojs.events, ojs.cron, ojs.workflows, ojs.workers, ojs.rate_limits",
+            )
             .await
             .map_err(OjsError::sql)
     }
@@ -739,7 +1123,46 @@ impl Queue {
     }
 }
 
-async fn insert(client: &impl deadpool_postgres::GenericClient, jobs: &[NewJob]) -> Result<Vec<Value>, OjsError> {
+/// Jobs as stored, and how close to its bound the fullest bounded queue they went to now is
+/// (when over its warning threshold).
+#[derive(Default)]
+pub struct Inserted {
+    pub jobs: Vec<Value>,
+    pub pressure: Option<Pressure>,
+}
+
+/// A bounded queue's depth against its bound (ext-backpressure).
+#[derive(Debug, Clone, Copy)]
+pub struct Pressure {
+    pub depth: i64,
+    pub bound: i64,
+}
+
+impl Pressure {
+    pub fn ratio(&self) -> f64 {
+        self.depth as f64 / self.bound as f64
+    }
+}
+
+/// Where inserted jobs sit in a workflow, one entry per job; empty for plain enqueues.
+#[derive(Default)]
+struct Placement<'a> {
+    workflow_id: Option<&'a str>,
+    steps: Vec<Option<i32>>,
+    callbacks: Vec<Option<&'static str>>,
+    /// Inserted as `pending`, for the workflow to release later.
+    held: Vec<bool>,
+}
+
+async fn insert(client: &impl deadpool_postgres::GenericClient, jobs: &[NewJob]) -> Result<Inserted, OjsError> {
+    insert_placed(client, jobs, &Placement::default()).await
+}
+
+async fn insert_placed(
+    client: &impl deadpool_postgres::GenericClient,
+    jobs: &[NewJob],
+    placement: &Placement<'_>,
+) -> Result<Inserted, OjsError> {
     let column = |f: fn(&NewJob) -> String| jobs.iter().map(f).collect::<Vec<_>>();
     let ids = column(|job| job.id.clone());
     let queues = column(|job| job.queue.clone());
@@ -756,9 +1179,20 @@ async fn insert(client: &impl deadpool_postgres::GenericClient, jobs: &[NewJob])
         .iter()
         .map(|job| job.unique.as_ref().map(|u| u.key.as_str()))
         .collect();
+    // Empty unless some job is rate-limited: unnest pads a shorter array with NULLs.
+    let rate_limited = jobs.iter().any(|job| job.rate_limit.is_some());
+    let (rate_keys, rate_policies): (Vec<Option<&str>>, Vec<Option<Value>>) = jobs
+        .iter()
+        .filter(|_| rate_limited)
+        .map(|job| match &job.rate_limit {
+            Some(limit) => (Some(limit.key.as_str()), Some(limit.policy())),
+            None => (None, None),
+        })
+        .unzip();
+    let statement = client.prepare_cached(INSERT_JOBS).await.map_err(OjsError::sql)?;
     let rows = client
         .query(
-            INSERT_JOBS,
+            &statement,
             &[
                 &ids,
                 &queues,
@@ -772,6 +1206,12 @@ async fn insert(client: &impl deadpool_postgres::GenericClient, jobs: &[NewJob])
                 &ttls,
                 &visibility,
                 &unique,
+                &placement.workflow_id,
+                &placement.steps,
+                &placement.callbacks,
+                &placement.held,
+                &rate_keys,
+                &rate_policies,
             ],
         )
         .await
@@ -779,24 +1219,28 @@ async fn insert(client: &impl deadpool_postgres::GenericClient, jobs: &[NewJob])
             Some(&SqlState::UNIQUE_VIOLATION) => OjsError::duplicate("a job with this id already exists"),
             _ => OjsError::sql(err),
         })?;
-    Ok(rows.iter().map(|row| row.get(0)).collect())
-}
-
-async fn record_event(
-    client: &impl deadpool_postgres::GenericClient,
-    event_type: &str,
-    queue: &str,
-    job_id: &str,
-    data: &Value,
-) -> Result<(), OjsError> {
-    client
-        .execute(
-            "INSERT INTO ojs.events (id, type, queue, job_id, data) VALUES (gen_random_uuid()::text, $1, $2, $3, $4)",
-            &[&event_type, &queue, &job_id, data],
-        )
-        .await
-        .map_err(OjsError::sql)?;
-    Ok(())
+    let mut inserted = Inserted::default();
+    for row in &rows {
+        match row.get::<_, Option<Value>>(0) {
+            Some(job) => inserted.jobs.push(job),
+            None => {
+                let queue: String = row.get(2);
+                let (depth, bound, incoming): (i64, i64, i64) = (row.get(3), row.get(4), row.get(5));
+                if depth + incoming > bound {
+                    return Err(OjsError::queue_full(&queue, depth, bound));
+                }
+                let pressure = Pressure {
+                    depth: depth + incoming,
+                    bound,
+                };
+                let warning: f64 = row.get(6);
+                if pressure.ratio() >= warning && inserted.pressure.is_none_or(|p| p.ratio() < pressure.ratio()) {
+                    inserted.pressure = Some(pressure);
+                }
+            }
+        }
+    }
+    Ok(inserted)
 }
 
 /// Seconds east of UTC of a schedule's `timezone` now (UTC when none); PostgreSQL knows the zones.
@@ -840,6 +1284,10 @@ fn error_record(error: &Value, attempt: i32) -> Value {
     record.insert("attempt".into(), json!(attempt));
     record.insert("occurred_at".into(), Value::String(super::now_rfc3339()));
     Value::Object(record)
+}
+
+fn workflow_not_found(id: &str) -> OjsError {
+    OjsError::not_found(format!("workflow {id} not found"))
 }
 
 fn refusal(id: &str, state: &str, verb: &str) -> OjsError {

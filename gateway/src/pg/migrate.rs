@@ -4,7 +4,7 @@ use anyhow::Context;
 use deadpool_postgres::Pool;
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 4;
+pub const LAYOUT_VERSION: i32 = 5;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -14,6 +14,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         4,
         "origin_cache",
         include_str!("../../migrations/0004_origin_cache.sql"),
+    ),
+    (
+        5,
+        "ojs_workflows",
+        include_str!("../../migrations/0005_ojs_workflows.sql"),
     ),
 ];
 
