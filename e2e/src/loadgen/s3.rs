@@ -93,7 +93,7 @@ impl S3Client {
         format!("/{}/{key}", self.target.bucket)
     }
 
-    /// Sends one signed request and reads the whole response body, hashing it when asked.
+    /// Sends one signed request and reads the whole response body.
     async fn send(
         &self,
         method: &str,
@@ -101,6 +101,53 @@ impl S3Client {
         body: Bytes,
         headers: &[(&str, String)],
     ) -> Result<(http::StatusCode, http::HeaderMap, Bytes), String> {
+        let response = self.request(method, path_and_query, body, headers).await?;
+        let (parts, incoming) = response.into_parts();
+        let bytes = incoming.collect().await.map_err(|e| format!("body: {e}"))?.to_bytes();
+        Ok((parts.status, parts.headers, bytes))
+    }
+
+    /// GETs an object (or a range of it, answered with `status`) and compares the body with
+    /// `expected` frame by frame as it arrives: nothing is copied, so the client's own cost
+    /// stays out of the latency of large reads.
+    async fn get_verified(&self, path: &str, headers: &[(&str, String)], status: u16, expected: &[u8]) -> Outcome {
+        let response = match self.request("GET", path, Bytes::new(), headers).await {
+            Ok(response) => response,
+            Err(kind) => return Outcome::Error(kind),
+        };
+        let (parts, mut incoming) = response.into_parts();
+        if parts.status.as_u16() != status {
+            let body = incoming.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+            return status_error(parts.status, &body);
+        }
+        let mut offset = 0;
+        while let Some(frame) = incoming.frame().await {
+            let frame = match frame {
+                Ok(frame) => frame,
+                Err(e) => return Outcome::Error(format!("body: {e}")),
+            };
+            if let Ok(data) = frame.into_data() {
+                let end = offset + data.len();
+                if expected.get(offset..end) != Some(&data[..]) {
+                    return Outcome::Error("wrong bytes".into());
+                }
+                offset = end;
+            }
+        }
+        if offset != expected.len() {
+            return Outcome::Error("wrong size".into());
+        }
+        Outcome::Ok { bytes: offset as u64 }
+    }
+
+    /// Signs and sends one request; the answer's body is left to the caller.
+    async fn request(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        body: Bytes,
+        headers: &[(&str, String)],
+    ) -> Result<http::Response<hyper::body::Incoming>, String> {
         let uri = format!("{}{path_and_query}", self.target.endpoint);
         let mut request = http::Request::builder().method(method).uri(&uri);
         for (name, value) in headers {
@@ -141,14 +188,7 @@ impl S3Client {
             .map_err(|e| format!("signing: {e}"))?
             .into_parts();
         instructions.apply_to_request_http1x(&mut request);
-        let response = self
-            .http
-            .request(request)
-            .await
-            .map_err(|e| format!("connection: {e}"))?;
-        let (parts, incoming) = response.into_parts();
-        let bytes = incoming.collect().await.map_err(|e| format!("body: {e}"))?.to_bytes();
-        Ok((parts.status, parts.headers, bytes))
+        self.http.request(request).await.map_err(|e| format!("connection: {e}"))
     }
 
     /// Creates the bucket; one that already exists is fine.
@@ -250,25 +290,19 @@ impl Runner {
                     .await
             }
             Operation::Overwrite => client.put(&key, self.payload.clone()).await,
-            Operation::Get => match client.send("GET", &client.object_path(&key), Bytes::new(), &[]).await {
-                Ok((status, _, body)) if status.is_success() => self.verify(&body, &self.payload),
-                Ok((status, _, body)) => status_error(status, &body),
-                Err(kind) => Outcome::Error(kind),
-            },
+            Operation::Get => {
+                client
+                    .get_verified(&client.object_path(&key), &[], 200, &self.payload)
+                    .await
+            }
             Operation::Range => {
                 let length = self.case.range_size.min(self.case.size).max(1);
                 let start = (sequence * 7_368_787) % (self.case.size - length + 1);
                 let range = format!("bytes={start}-{}", start + length - 1);
-                match client
-                    .send("GET", &client.object_path(&key), Bytes::new(), &[("range", range)])
+                let expected = &self.payload[start as usize..(start + length) as usize];
+                client
+                    .get_verified(&client.object_path(&key), &[("range", range)], 206, expected)
                     .await
-                {
-                    Ok((status, _, body)) if status.as_u16() == 206 => {
-                        self.verify(&body, &self.payload.slice(start as usize..(start + length) as usize))
-                    }
-                    Ok((status, _, body)) => status_error(status, &body),
-                    Err(kind) => Outcome::Error(kind),
-                }
             }
             Operation::Head => match client.send("HEAD", &client.object_path(&key), Bytes::new(), &[]).await {
                 Ok((status, headers, _)) if status.is_success() => {
@@ -305,21 +339,6 @@ impl Runner {
                     Err(kind) => Outcome::Error(kind),
                 }
             }
-        }
-    }
-
-    /// Compares the bytes themselves: as strict as a hash, and cheap enough (a hash of a large
-    /// body would be timed as part of the request).
-    fn verify(&self, body: &[u8], expected: &[u8]) -> Outcome {
-        if body.len() != expected.len() {
-            return Outcome::Error("wrong size".into());
-        }
-        if body == expected {
-            Outcome::Ok {
-                bytes: body.len() as u64,
-            }
-        } else {
-            Outcome::Error("wrong bytes".into())
         }
     }
 }
