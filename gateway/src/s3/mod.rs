@@ -73,45 +73,30 @@ impl S3Endpoint {
                 lag.as_secs_f64(),
                 self.lag.limit().unwrap_or_default().as_secs_f64()
             );
-            let mut response = error_response(
-                http::StatusCode::SERVICE_UNAVAILABLE,
-                "ServiceUnavailable",
-                &message,
-                &request_id,
-            );
-            response
-                .headers_mut()
-                .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
-            self.record(started, "Unknown", &response, None);
-            return response.map(|body| AdmittedBody {
-                inner: body,
-                admitted: None,
-            });
+            return self.turn_away(started, "ServiceUnavailable", &message, &request_id);
         }
         // Admitted before the body is read or a database connection is taken.
         let admitted = match self.admission.admit().await {
             Ok(admitted) => admitted,
-            Err(_) => {
-                let mut response = error_response(
-                    http::StatusCode::SERVICE_UNAVAILABLE,
-                    "SlowDown",
-                    "Please reduce your request rate.",
-                    &request_id,
-                );
-                response
-                    .headers_mut()
-                    .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
-                self.record(started, "Unknown", &response, None);
-                return response.map(|body| AdmittedBody {
-                    inner: body,
-                    admitted: None,
-                });
-            }
+            Err(_) => return self.turn_away(started, "SlowDown", "Please reduce your request rate.", &request_id),
         };
         let response = self.serve(request, started, request_id).await;
         response.map(|body| AdmittedBody {
             inner: body,
             admitted: Some(admitted),
+        })
+    }
+
+    /// A 503 with Retry-After, before anything of the request was read.
+    fn turn_away(&self, started: Instant, code: &str, message: &str, request_id: &str) -> Response<AdmittedBody> {
+        let mut response = error_response(http::StatusCode::SERVICE_UNAVAILABLE, code, message, request_id);
+        response
+            .headers_mut()
+            .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+        self.record(started, "Unknown", &response, None);
+        response.map(|body| AdmittedBody {
+            inner: body,
+            admitted: None,
         })
     }
 
