@@ -19,3 +19,4 @@ pub mod s3;
 pub mod serve;
 pub mod simulate;
 pub mod store;
+pub mod telemetry;

@@ -11,6 +11,7 @@ use pgvs3_gateway::master_key::random_token;
 use pgvs3_gateway::pg::{Database, migrate};
 use pgvs3_gateway::serve::{self, generate_access_key};
 use pgvs3_gateway::store::{CacheMode, Catalog, NewAccessKey, Origin, Store};
+use pgvs3_gateway::telemetry;
 
 #[derive(Parser)]
 #[command(name = "pgvs3", version, about = "S3 on PostgreSQL")]
@@ -136,23 +137,13 @@ struct OriginPut {
     no_verify: bool,
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("PGVS3_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Human => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
-}
-
 #[tokio::main]
 async fn main() {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
-    if let Err(err) = run(cli.command).await {
+    let telemetry = telemetry::init(cli.log_format);
+    let outcome = run(cli.command).await;
+    telemetry.shutdown().await;
+    if let Err(err) = outcome {
         eprintln!("pgvs3: {err:#}");
         std::process::exit(1);
     }

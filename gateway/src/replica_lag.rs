@@ -1,8 +1,10 @@
-//! How far a hot standby's replay trails what it received from its primary, sampled in the
-//! background, and the optional refusal of reads beyond a limit (`--max-replication-lag`).
+//! Where this gateway's database stands in replication, sampled in the background: whether it is
+//! a hot standby (it changes when a standby is promoted), how far its replay trails what it
+//! received from its primary, and the optional refusal of reads beyond a limit
+//! (`--max-replication-lag`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
@@ -15,6 +17,7 @@ pub struct ReplicaLag {
 }
 
 struct Inner {
+    standby: AtomicBool,
     /// The last sample, in milliseconds (0 on a primary).
     millis: AtomicU64,
     limit: Option<Duration>,
@@ -23,21 +26,28 @@ struct Inner {
 /// Replay is behind when the standby has received WAL it has not replayed yet; then the lag is
 /// the age of the last replayed commit. A standby that replayed all it received counts as
 /// current, so an idle primary does not look like lag.
-const LAG_SQL: &str = "SELECT CASE
+const SAMPLE_SQL: &str = "SELECT pg_is_in_recovery(), CASE
         WHEN NOT pg_is_in_recovery() THEN 0
         WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
         ELSE coalesce(extract(epoch FROM now() - pg_last_xact_replay_timestamp()), 0)
     END::float8";
 
 impl ReplicaLag {
-    /// `limit`: refuse reads while the lag exceeds it (`None`: never).
-    pub fn new(limit: Option<Duration>) -> ReplicaLag {
+    /// `standby`: the role found at start. `limit`: refuse reads while the lag exceeds it
+    /// (`None`: never).
+    pub fn new(standby: bool, limit: Option<Duration>) -> ReplicaLag {
         ReplicaLag {
             inner: Arc::new(Inner {
+                standby: AtomicBool::new(standby),
                 millis: AtomicU64::new(0),
                 limit,
             }),
         }
+    }
+
+    /// Whether the database was a hot standby at the last sample: writes would be refused.
+    pub fn is_standby(&self) -> bool {
+        self.inner.standby.load(Ordering::Relaxed)
     }
 
     pub fn current(&self) -> Duration {
@@ -65,18 +75,15 @@ impl ReplicaLag {
                 ticker.tick().await;
                 let sample = async {
                     let client = pool.get().await.ok()?;
-                    client
-                        .query_one(LAG_SQL, &[])
-                        .await
-                        .ok()
-                        .map(|row| row.get::<_, f64>(0))
+                    let row = client.query_one(SAMPLE_SQL, &[]).await.ok()?;
+                    Some((row.get::<_, bool>(0), row.get::<_, f64>(1)))
                 }
                 .await;
-                if let Some(seconds) = sample {
-                    lag.inner
-                        .millis
-                        .store((seconds.max(0.0) * 1000.0) as u64, Ordering::Relaxed);
-                    metrics.replication_lag_seconds.set(seconds.max(0.0));
+                if let Some((standby, seconds)) = sample {
+                    let seconds = seconds.max(0.0);
+                    lag.inner.standby.store(standby, Ordering::Relaxed);
+                    lag.inner.millis.store((seconds * 1000.0) as u64, Ordering::Relaxed);
+                    metrics.replication_lag_seconds.set(seconds);
                 }
             }
         })

@@ -72,7 +72,10 @@ impl RunningGateway {
         let (shutdown, signal) = http_server::shutdown_channel();
         let s3_admission = crate::admission::Admission::new("s3", args.s3_limits(), metrics.clone());
         let cache = CacheTier::new(store.clone(), args.cache_settings(), &metrics);
-        let lag = ReplicaLag::new((!args.max_replication_lag.is_zero()).then_some(args.max_replication_lag));
+        let lag = ReplicaLag::new(
+            standby,
+            (!args.max_replication_lag.is_zero()).then_some(args.max_replication_lag),
+        );
         let endpoint = S3Endpoint::new(
             store.clone(),
             args.region.clone(),
@@ -119,8 +122,10 @@ impl RunningGateway {
                 .await
                 .with_context(|| format!("binding RESP on {addr}"))?;
             let bound = listener.local_addr()?;
-            let settings = crate::resp::RespSettings::from_args(args, bound, standby);
-            let server = crate::resp::RespServer::new(store.clone(), metrics.clone(), settings, bound.port()).await?;
+            let settings = crate::resp::RespSettings::from_args(args, bound);
+            let server =
+                crate::resp::RespServer::new(store.clone(), metrics.clone(), settings, bound.port(), lag.clone())
+                    .await?;
             servers.push(tokio::spawn(server.serve(
                 listener,
                 signal.clone(),

@@ -27,6 +27,10 @@ struct Served {
 
 /// Starts `pgvs3 serve` on ephemeral ports and reads the addresses it prints.
 async fn serve(data_dir: &Path) -> Served {
+    serve_with_env(data_dir, &[]).await
+}
+
+async fn serve_with_env(data_dir: &Path, env: &[(&str, &str)]) -> Served {
     let mut child = Command::new(BIN)
         .args([
             "serve",
@@ -42,6 +46,7 @@ async fn serve(data_dir: &Path) -> Served {
         .env("PGVS3_OJS_ADDR", "127.0.0.1:0")
         .env("PGVS3_ROOT_ACCESS_KEY", common::ROOT_ACCESS_KEY)
         .env("PGVS3_ROOT_SECRET_KEY", common::ROOT_SECRET_KEY)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -360,4 +365,155 @@ async fn origin_commands_work_and_a_write_back_survives_kill_9() {
     assert!(!String::from_utf8_lossy(&listed.stdout).contains("cached"));
     terminate(served).await;
     origin.stop().await;
+}
+
+/// A stand-in OpenTelemetry collector: accepts OTLP/HTTP JSON exports and keeps every span.
+struct Collector {
+    url: String,
+    spans: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+}
+
+impl Collector {
+    async fn start() -> Collector {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let spans = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = std::sync::Arc::clone(&spans);
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let kept = std::sync::Arc::clone(&kept);
+                let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                    let kept = std::sync::Arc::clone(&kept);
+                    async move {
+                        use http_body_util::BodyExt;
+                        assert_eq!(request.uri().path(), "/v1/traces");
+                        let body = request.into_body().collect().await.unwrap().to_bytes();
+                        let export: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                        let mut kept = kept.lock().unwrap();
+                        for resource in export["resourceSpans"].as_array().into_iter().flatten() {
+                            for scope in resource["scopeSpans"].as_array().into_iter().flatten() {
+                                kept.extend(scope["spans"].as_array().into_iter().flatten().cloned());
+                            }
+                        }
+                        Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
+                            bytes::Bytes::from_static(b"{}"),
+                        )))
+                    }
+                });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service),
+                );
+            }
+        });
+        Collector { url, spans }
+    }
+
+    /// Waits (bounded) until a span of `trace_id` named `name` has arrived.
+    async fn span(&self, trace_id: &str, name: &str) -> serde_json::Value {
+        tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                let found = self
+                    .spans
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .find(|span| span["traceId"] == trace_id && span["name"] == name)
+                    .cloned();
+                if let Some(span) = found {
+                    return span;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "span {name} of trace {trace_id} within 30 s: got {:#?}",
+                self.spans.lock().unwrap()
+            )
+        })
+    }
+}
+
+/// An attribute's value as text, whatever its OTLP JSON type.
+fn attribute(span: &serde_json::Value, key: &str) -> Option<String> {
+    let value = &span["attributes"].as_array()?.iter().find(|kv| kv["key"] == key)?["value"];
+    let value = value.as_object()?.values().next()?;
+    Some(value.as_str().map_or_else(|| value.to_string(), str::to_owned))
+}
+
+#[tokio::test]
+async fn traces_reach_an_otlp_collector_under_the_clients_trace() {
+    let collector = Collector::start().await;
+    let dir = data_dir("otlp");
+    let served = serve_with_env(
+        &dir,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url.as_str()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    )
+    .await;
+    let s3 = client(&served.s3, common::ROOT_ACCESS_KEY, common::ROOT_SECRET_KEY);
+    s3.create_bucket().bucket("traced").send().await.unwrap();
+
+    // The client's own trace (W3C traceparent): the gateway's spans must join it.
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let client_span = "00f067aa0ba902b7";
+    let body = vec![7u8; 100_000];
+    s3.put_object()
+        .bucket("traced")
+        .key("object")
+        .body(ByteStream::from(body.clone()))
+        .customize()
+        .mutate_request(move |request| {
+            request
+                .headers_mut()
+                .insert("traceparent", format!("00-{trace_id}-{client_span}-01"));
+        })
+        .send()
+        .await
+        .unwrap();
+
+    let request = collector.span(trace_id, "S3 PutObject").await;
+    assert_eq!(request["parentSpanId"], client_span, "{request:#}");
+    assert_eq!(attribute(&request, "protocol").as_deref(), Some("s3"), "{request:#}");
+    assert_eq!(attribute(&request, "operation").as_deref(), Some("PutObject"));
+    assert_eq!(attribute(&request, "bucket").as_deref(), Some("traced"));
+    assert_eq!(attribute(&request, "status").as_deref(), Some("200"));
+    assert_eq!(attribute(&request, "bytes_in"), Some(body.len().to_string()));
+    // A server span (OTLP's SPAN_KIND_SERVER is 2).
+    assert_eq!(request["kind"], 2, "{request:#}");
+
+    let store = collector.span(trace_id, "store put_object_if").await;
+    assert_eq!(store["parentSpanId"], request["spanId"], "{store:#}");
+    assert_eq!(attribute(&store, "db.system").as_deref(), Some("postgresql"));
+
+    // A request without trace context starts a trace of its own.
+    s3.head_object().bucket("traced").key("object").send().await.unwrap();
+    let head = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let found = collector
+                .spans
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|span| span["name"] == "S3 HeadObject")
+                .cloned();
+            if let Some(span) = found {
+                return span;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the HEAD's span arrives");
+    assert_ne!(head["traceId"], trace_id);
+    assert!(head["parentSpanId"].as_str().is_none_or(str::is_empty), "{head:#}");
+
+    terminate(served).await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

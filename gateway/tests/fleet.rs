@@ -154,6 +154,19 @@ async fn a_standby_gateway_serves_reads_refuses_writes_and_takes_writes_after_pr
     let ready = admin_get(&reader, "/readyz").await;
     assert_eq!(ready.status, 503, "{}", ready.body);
     assert!(ready.body.contains(r#""role":"primary""#), "{}", ready.body);
+    // RESP on the same gateway takes writes too, on the connection it already had.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while standby_resp.command(&["SET", "greeting", "promoted"]).await != common::resp::Value::Simple("OK".into()) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "RESP writes after promotion within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        standby_resp.command(&["GET", "greeting"]).await,
+        common::resp::Value::bulk("promoted")
+    );
 
     reader.stop().await;
     writer.stop().await;
@@ -227,8 +240,18 @@ async fn lost_database_connections_fail_cleanly_and_are_replaced() {
 #[tokio::test]
 async fn a_standby_too_far_behind_refuses_reads_until_replay_catches_up() {
     let (primary, standby) = primary_and_standby("lag");
-    let writer = TestGateway::on(primary.url("postgres")).await;
-    let reader = TestGateway::with_args(standby.url("postgres"), &["--max-replication-lag", "1s"]).await;
+    let writer = TestGateway::with_args(primary.url("postgres"), &["--resp-addr", "127.0.0.1:0"]).await;
+    let reader = TestGateway::with_args(
+        standby.url("postgres"),
+        &["--max-replication-lag", "1s", "--resp-addr", "127.0.0.1:0"],
+    )
+    .await;
+    // Written before the object below, so it has replayed once the object has.
+    let mut primary_resp = common::resp::RawResp::connect(writer.resp_addr()).await;
+    assert_eq!(
+        primary_resp.command(&["SET", "first", "v"]).await,
+        common::resp::Value::Simple("OK".into())
+    );
     writer.client.create_bucket().bucket("lagging").send().await.unwrap();
     let put = |key: &'static str| {
         writer
@@ -265,6 +288,15 @@ async fn a_standby_too_far_behind_refuses_reads_until_replay_catches_up() {
     .await;
     let err = reader.client.head_bucket().bucket("lagging").send().await.unwrap_err();
     assert_eq!(err.raw_response().map(|r| r.status().as_u16()), Some(503));
+    // RESP refuses reads the way a Redis replica with replica-serve-stale-data off does, while
+    // commands that touch no data still answer.
+    let mut resp = common::resp::RawResp::connect(reader.resp_addr()).await;
+    let stale = resp.command(&["GET", "first"]).await;
+    assert!(stale.error().starts_with("MASTERDOWN "), "{stale:?}");
+    assert_eq!(
+        resp.command(&["PING"]).await,
+        common::resp::Value::Simple("PONG".into())
+    );
     let ready = admin_get(&reader, "/readyz").await;
     assert_eq!(ready.status, 503, "{}", ready.body);
     assert!(
@@ -279,6 +311,7 @@ async fn a_standby_too_far_behind_refuses_reads_until_replay_catches_up() {
     })
     .await;
     assert_eq!(admin_get(&reader, "/readyz").await.status, 200);
+    assert_eq!(resp.command(&["GET", "first"]).await, common::resp::Value::bulk("v"));
     reader.stop().await;
     writer.stop().await;
 }

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use tracing::Instrument;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -133,7 +134,10 @@ impl Connection {
             }
             if !requests.is_empty() {
                 match self.server.admission.admit().await {
-                    Ok(_admitted) => self.handle(requests, &mut output).await,
+                    Ok(_admitted) => {
+                        let span = self.batch_span(&requests);
+                        self.handle(requests, &mut output).instrument(span).await
+                    }
                     // Every command of the batch gets an answer, so replies stay paired.
                     Err(_) => {
                         for _ in &requests {
@@ -156,6 +160,20 @@ impl Connection {
             }
         }
         self.server.clients.lock().expect("clients lock").remove(&self.id);
+    }
+
+    /// One span per batch (a round trip of pipelined commands), named after its command when
+    /// it holds one.
+    fn batch_span(&self, requests: &[Vec<Bytes>]) -> tracing::Span {
+        let span = crate::telemetry::request_span("resp", None);
+        let operation = match requests {
+            [only] => String::from_utf8_lossy(&only[0]).to_ascii_uppercase(),
+            _ => "PIPELINE".to_owned(),
+        };
+        crate::telemetry::name_operation(&span, "RESP", &operation);
+        span.record("bucket", self.bucket());
+        span.record("status", "ok");
+        span
     }
 
     /// Runs a batch of requests, encoding their replies in order.
@@ -234,8 +252,18 @@ impl Connection {
             if self.principal.is_none() && !spec.flags.contains(&"no_auth") {
                 return Err(Reply::error(NOAUTH));
             }
-            if spec.is_write() && self.server.settings.read_only {
+            if spec.is_write() && self.server.replica.is_standby() {
                 return Err(Reply::error(READONLY));
+            }
+            if spec.flags.contains(&"readonly")
+                && let Some(lag) = self.server.replica.too_far_behind()
+            {
+                // Redis's own refusal of stale reads (replica-serve-stale-data no).
+                return Err(Reply::error(format!(
+                    "MASTERDOWN this replica is {:.1} s behind its primary (limit {:.1} s); read from another replica",
+                    lag.as_secs_f64(),
+                    self.server.replica.limit().unwrap_or_default().as_secs_f64()
+                )));
             }
             KeyCommand::parse(name, args)
         })();
@@ -252,6 +280,9 @@ impl Connection {
 
     fn count(&self, operation: &str, reply: &Reply) {
         let status = if reply.is_error() { "error" } else { "ok" };
+        if reply.is_error() {
+            tracing::Span::current().record("status", status);
+        }
         self.server
             .metrics
             .requests
@@ -600,7 +631,7 @@ impl Connection {
             }
         }
         self.resp3 = protocol == 3;
-        let role = if self.server.settings.read_only {
+        let role = if self.server.replica.is_standby() {
             "replica"
         } else {
             "master"
@@ -710,7 +741,7 @@ impl Connection {
             ));
         }
         if show("replication") {
-            let role = if self.server.settings.read_only {
+            let role = if self.server.replica.is_standby() {
                 "slave"
             } else {
                 "master"

@@ -129,6 +129,8 @@ async fn commit_loop(
     }
 }
 
+/// A shared commit serves many connections' requests, so its span is a trace of its own.
+#[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_group_commit", otel.kind = "client", db.system = "postgresql", batches = jobs.len()))]
 async fn run(store: &Store, principal: &Principal, bucket: &str, jobs: &[Job]) -> Result<Vec<Vec<Reply>>, StoreError> {
     let mut keys: Vec<String> = jobs
         .iter()

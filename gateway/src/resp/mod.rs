@@ -24,6 +24,7 @@ use tokio::task::JoinSet;
 use crate::config::ServeArgs;
 use crate::http_server::Shutdown;
 use crate::metrics::Metrics;
+use crate::replica_lag::ReplicaLag;
 use crate::store::{Principal, Store, StoreError};
 
 /// How the RESP endpoint behaves, from the command line.
@@ -35,8 +36,6 @@ pub struct RespSettings {
     /// Whether clients must AUTH before anything else.
     pub require_auth: bool,
     pub flushdb: bool,
-    /// The gateway is bound to a hot standby: every write gets -READONLY.
-    pub read_only: bool,
     pub max_clients: usize,
     pub idle_timeout: Option<Duration>,
     pub admission: crate::admission::Limits,
@@ -45,7 +44,7 @@ pub struct RespSettings {
 impl RespSettings {
     /// The defaults documented in docs/resp-compatibility.md: AUTH is needed unless no password
     /// is set and the listener is on loopback.
-    pub fn from_args(args: &ServeArgs, addr: SocketAddr, read_only: bool) -> RespSettings {
+    pub fn from_args(args: &ServeArgs, addr: SocketAddr) -> RespSettings {
         let mut databases: BTreeMap<u32, String> = args.resp_databases.iter().cloned().collect();
         databases.insert(0, args.resp_bucket.clone());
         RespSettings {
@@ -53,7 +52,6 @@ impl RespSettings {
             password: args.resp_password.clone(),
             require_auth: args.resp_password.is_some() || !addr.ip().is_loopback(),
             flushdb: args.resp_flushdb,
-            read_only,
             max_clients: args.resp_max_clients,
             admission: args.resp_limits(),
             idle_timeout: (!args.resp_idle_timeout.is_zero()).then_some(args.resp_idle_timeout),
@@ -86,6 +84,8 @@ pub struct RespServer {
     group_commit: group_commit::GroupCommit,
     /// Batches are admitted before they touch the database, as S3 requests are.
     admission: crate::admission::Admission,
+    /// On a hot standby every write gets -READONLY, and reads may be refused while replay lags.
+    replica: ReplicaLag,
     clients: Mutex<HashMap<u64, ClientInfo>>,
     next_client_id: AtomicU64,
     started: Instant,
@@ -99,6 +99,7 @@ impl RespServer {
         metrics: Metrics,
         settings: RespSettings,
         port: u16,
+        replica: ReplicaLag,
     ) -> anyhow::Result<Arc<RespServer>> {
         let root_key = store
             .catalog()
@@ -110,7 +111,7 @@ impl RespServer {
             is_root: true,
             read_only: false,
         };
-        if !settings.read_only {
+        if !replica.is_standby() {
             for bucket in settings.databases.values() {
                 match store.catalog().create_bucket(&root, bucket).await {
                     Ok(_) => tracing::info!(bucket, "created the RESP keyspace bucket"),
@@ -125,6 +126,7 @@ impl RespServer {
             store,
             metrics,
             settings,
+            replica,
             root,
             clients: Mutex::default(),
             next_client_id: AtomicU64::new(1),

@@ -26,9 +26,25 @@ impl S3Auth for CatalogAuth {
     }
 }
 
-/// Filled in during routing with the S3 operation's name, for metrics and logs.
+/// Filled in during routing with what s3s parsed, for metrics and the request's span.
 #[derive(Clone, Default)]
-pub struct OperationSlot(pub Arc<OnceLock<&'static str>>);
+pub struct RequestFacts(Arc<Facts>);
+
+#[derive(Default)]
+struct Facts {
+    operation: OnceLock<&'static str>,
+    bucket: OnceLock<String>,
+}
+
+impl RequestFacts {
+    pub fn operation(&self) -> Option<&'static str> {
+        self.0.operation.get().copied()
+    }
+
+    pub fn bucket(&self) -> Option<&str> {
+        self.0.bucket.get().map(String::as_str)
+    }
+}
 
 pub struct SignedOnly;
 
@@ -36,8 +52,12 @@ pub struct SignedOnly;
 impl S3Access for SignedOnly {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
         let name = operation_name(cx.s3_op().name());
-        if let Some(slot) = cx.extensions_mut().get::<OperationSlot>() {
-            let _ = slot.0.set(name);
+        let bucket = cx.s3_path().get_bucket_name().map(str::to_owned);
+        if let Some(facts) = cx.extensions_mut().get::<RequestFacts>() {
+            let _ = facts.0.operation.set(name);
+            if let Some(bucket) = bucket {
+                let _ = facts.0.bucket.set(bucket);
+            }
         }
         if cx.credentials().is_none() {
             return Err(s3s::s3_error!(AccessDenied, "Anonymous access is not allowed."));

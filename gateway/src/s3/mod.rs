@@ -13,13 +13,14 @@ use std::time::Instant;
 use http::{HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use s3s::service::{S3Service, S3ServiceBuilder};
+use tracing::Instrument;
 
 use crate::admission::{Admission, Admitted};
 use crate::cache::CacheTier;
 use crate::metrics::Metrics;
 use crate::replica_lag::ReplicaLag;
 use crate::store::Store;
-use auth::{CatalogAuth, OperationSlot, SignedOnly};
+use auth::{CatalogAuth, RequestFacts, SignedOnly};
 use errors::RequestId;
 
 /// The S3 endpoint as a hyper service: s3s plus request ids and metrics.
@@ -61,6 +62,11 @@ impl S3Endpoint {
     }
 
     async fn handle(self, request: Request<Incoming>) -> Response<AdmittedBody> {
+        let span = crate::telemetry::request_span("s3", Some(request.headers()));
+        self.handle_in_span(request).instrument(span).await
+    }
+
+    async fn handle_in_span(self, request: Request<Incoming>) -> Response<AdmittedBody> {
         let started = Instant::now();
         let request_id = format!(
             "{}{:010X}",
@@ -93,7 +99,7 @@ impl S3Endpoint {
         response
             .headers_mut()
             .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
-        self.record(started, "Unknown", &response, None);
+        self.record(started, &RequestFacts::default(), &response, None);
         response.map(|body| AdmittedBody {
             inner: body,
             admitted: None,
@@ -101,9 +107,9 @@ impl S3Endpoint {
     }
 
     async fn serve(&self, mut request: Request<Incoming>, started: Instant, request_id: String) -> Response<s3s::Body> {
-        let operation = OperationSlot::default();
+        let facts = RequestFacts::default();
         request.extensions_mut().insert(RequestId(request_id.clone()));
-        request.extensions_mut().insert(operation.clone());
+        request.extensions_mut().insert(facts.clone());
         let received = content_length(request.headers(), "x-amz-decoded-content-length")
             .or_else(|| content_length(request.headers(), "content-length"));
         let undated = request.headers().contains_key(http::header::AUTHORIZATION)
@@ -132,17 +138,23 @@ impl S3Endpoint {
         if let Ok(value) = HeaderValue::from_str(&request_id) {
             response.headers_mut().insert("x-amz-request-id", value);
         }
-        self.record(
-            started,
-            operation.0.get().copied().unwrap_or("Unknown"),
-            &response,
-            received,
-        );
+        self.record(started, &facts, &response, received);
         response
     }
 
-    fn record(&self, started: Instant, operation: &str, response: &Response<s3s::Body>, received: Option<u64>) {
+    /// Metrics and the request span's fields, once the response's head is known.
+    fn record(&self, started: Instant, facts: &RequestFacts, response: &Response<s3s::Body>, received: Option<u64>) {
+        let operation = facts.operation().unwrap_or("Unknown");
         let status = response.status().as_u16().to_string();
+        let sent = content_length(response.headers(), "content-length");
+        let span = tracing::Span::current();
+        crate::telemetry::name_operation(&span, "S3", operation);
+        if let Some(bucket) = facts.bucket() {
+            span.record("bucket", bucket);
+        }
+        span.record("bytes_in", received);
+        span.record("bytes_out", sent);
+        crate::telemetry::finish(&span, &status, response.status().is_server_error());
         self.metrics
             .requests
             .with_label_values(&["s3", operation, &status])
@@ -154,7 +166,7 @@ impl S3Endpoint {
         if let Some(bytes) = received {
             self.metrics.bytes_received.with_label_values(&["s3"]).inc_by(bytes);
         }
-        if let Some(bytes) = content_length(response.headers(), "content-length") {
+        if let Some(bytes) = sent {
             self.metrics.bytes_sent.with_label_values(&["s3"]).inc_by(bytes);
         }
     }

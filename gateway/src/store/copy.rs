@@ -20,6 +20,7 @@ pub struct CopySource<'a> {
 impl Store {
     /// Copies an object. `meta` and `tags` replace the source's when given (S3's REPLACE
     /// directives); a copy keeps the source's ETag, since it has the same bytes.
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store copy_object", otel.kind = "client", db.system = "postgresql"))]
     pub async fn copy_object(
         &self,
         principal: &Principal,

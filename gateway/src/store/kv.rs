@@ -161,6 +161,7 @@ pub struct KvBatch {
 
 impl Store {
     /// Loads `keys` for reading, in one statement.
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_read", otel.kind = "client", db.system = "postgresql"))]
     pub async fn kv_read(&self, principal: &Principal, bucket: &str, keys: &[String]) -> StoreResult<KvBatch> {
         let bucket = self.bucket(principal, bucket, Access::Read).await?;
         let client = self.client().await?;
@@ -169,6 +170,7 @@ impl Store {
 
     /// Begins a write batch on `keys`: one transaction, keys locked in sorted order, then loaded.
     /// BEGIN, the locks and the load go out together (one round trip).
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_write", otel.kind = "client", db.system = "postgresql"))]
     pub async fn kv_write(&self, principal: &Principal, bucket: &str, keys: &[String]) -> StoreResult<KvBatch> {
         let bucket = self.bucket(principal, bucket, Access::Write).await?;
         let client = self.client().await?;

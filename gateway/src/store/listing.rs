@@ -81,6 +81,7 @@ pub(super) fn prefix_successor(prefix: &str) -> Option<String> {
 }
 
 impl Store {
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store list_objects", otel.kind = "client", db.system = "postgresql"))]
     pub async fn list_objects(
         &self,
         principal: &Principal,

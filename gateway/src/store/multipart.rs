@@ -102,6 +102,7 @@ fn multipart_etag(part_etags: &[&str]) -> StoreResult<String> {
 }
 
 impl Store {
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store create_multipart_upload", otel.kind = "client", db.system = "postgresql"))]
     pub async fn create_multipart_upload(
         &self,
         principal: &Principal,
@@ -122,6 +123,7 @@ impl Store {
 
     /// Stores one part, streamed into a body of its own; a part uploaded again under the same
     /// number replaces the earlier one (whose body is retired).
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store upload_part", otel.kind = "client", db.system = "postgresql"))]
     pub async fn upload_part(
         &self,
         principal: &Principal,
@@ -181,6 +183,7 @@ impl Store {
     /// Fills a part with an existing object, or the byte range of it in `range`, streamed from
     /// its chunks into the part's own body.
     #[allow(clippy::too_many_arguments)]
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store upload_part_copy", otel.kind = "client", db.system = "postgresql"))]
     pub async fn upload_part_copy(
         &self,
         principal: &Principal,
@@ -213,6 +216,7 @@ impl Store {
     /// Turns an upload into its object, if `condition` holds. The listed parts must exist with
     /// the given ETags, ascend, and all but the last hold at least [`MIN_PART_SIZE`]; parts
     /// not listed are dropped. On any refusal the upload stays as it was.
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store complete_multipart_upload", otel.kind = "client", db.system = "postgresql"))]
     pub async fn complete_multipart_upload(
         &self,
         principal: &Principal,
@@ -296,6 +300,7 @@ impl Store {
     }
 
     /// Drops an upload and retires its parts' bodies.
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store abort_multipart_upload", otel.kind = "client", db.system = "postgresql"))]
     pub async fn abort_multipart_upload(
         &self,
         principal: &Principal,
@@ -320,6 +325,7 @@ impl Store {
         Ok(())
     }
 
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store list_parts", otel.kind = "client", db.system = "postgresql"))]
     pub async fn list_parts(
         &self,
         principal: &Principal,
@@ -364,6 +370,7 @@ impl Store {
 
     /// Uploads in progress in key order (then by age), with S3's key and upload-id markers.
     /// Keys rolled up under `delimiter` appear once, as a common prefix.
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store list_multipart_uploads", otel.kind = "client", db.system = "postgresql"))]
     pub async fn list_multipart_uploads(
         &self,
         principal: &Principal,

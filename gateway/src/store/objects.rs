@@ -404,6 +404,7 @@ impl Store {
 
     /// The head of an object and the span a GET with the same options would serve (the body
     /// of the answer is empty).
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store head_object_with", otel.kind = "client", db.system = "postgresql"))]
     pub async fn head_object_with(
         &self,
         principal: &Principal,
@@ -444,6 +445,7 @@ impl Store {
     /// one round trip; a chunked one streams its chunks from one statement (one snapshot), so
     /// an overwrite racing the read can never mix old and new bytes. A multipart object costs
     /// one more round trip, to find the parts that hold the span.
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store get_object_with", otel.kind = "client", db.system = "postgresql"))]
     pub async fn get_object_with(
         &self,
         principal: &Principal,
@@ -526,6 +528,7 @@ impl Store {
     /// [`INLINE_LIMIT`] go into the object row in one statement; larger ones are copied chunk
     /// by chunk in one transaction that also flips the object row, so nothing is visible until
     /// the whole body is in and verified.
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store put_object_if", otel.kind = "client", db.system = "postgresql"))]
     pub async fn put_object_if(
         &self,
         principal: &Principal,
@@ -633,6 +636,7 @@ impl Store {
         Err(StoreError::PreconditionFailed)
     }
     /// Deletes an object; deleting a missing key succeeds, as in S3.
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store delete_object", otel.kind = "client", db.system = "postgresql"))]
     pub async fn delete_object(&self, principal: &Principal, bucket: &str, key: &str) -> StoreResult<()> {
         check_key(key)?;
         let bucket = self.bucket(principal, bucket, Access::Write).await?;
@@ -643,6 +647,7 @@ impl Store {
     }
 
     /// Deletes many keys in one statement.
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store delete_objects", otel.kind = "client", db.system = "postgresql"))]
     pub async fn delete_objects(&self, principal: &Principal, bucket: &str, keys: &[String]) -> StoreResult<()> {
         let bucket = self.bucket(principal, bucket, Access::Write).await?;
         let client = self.client().await?;

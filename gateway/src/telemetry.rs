@@ -1,0 +1,168 @@
+//! Logs and traces. Logs go to stderr (human or JSON, filtered by `PGVS3_LOG`). Traces are
+//! exported over OTLP/HTTP only when `OTEL_EXPORTER_OTLP_ENDPOINT` (or the traces-only
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set; the exporter reads the other standard `OTEL_*`
+//! variables itself (`OTEL_EXPORTER_OTLP_PROTOCOL` = `http/protobuf` or `http/json`, headers,
+//! timeout, `OTEL_BSP_*` batching, `OTEL_SERVICE_NAME`).
+//!
+//! Every request of every protocol runs in one span made by [`request_span`]: a W3C
+//! `traceparent` sent by the client becomes its parent, and the store's database spans nest
+//! beneath it.
+
+use std::sync::OnceLock;
+
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing::Span;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+use crate::config::LogFormat;
+
+/// Set when traces are exported: only then is a client's `traceparent` worth parsing.
+static PROPAGATOR: OnceLock<TraceContextPropagator> = OnceLock::new();
+
+/// Keeps the trace exporter alive; [`Telemetry::shutdown`] flushes what is still buffered.
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+/// Installs the global subscriber. Must run inside the Tokio runtime (the exporter uses it).
+pub fn init(format: LogFormat) -> Telemetry {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PGVS3_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = match format {
+        LogFormat::Human => logs.boxed(),
+        LogFormat::Json => logs.json().boxed(),
+    };
+    let (provider, setup_error) = match exporter_configured().then(tracer_provider) {
+        Some(Ok(provider)) => (Some(provider), None),
+        Some(Err(err)) => (None, Some(err)),
+        None => (None, None),
+    };
+    let traces = provider.as_ref().map(|provider| {
+        let _ = PROPAGATOR.set(TraceContextPropagator::new());
+        tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer("pgvs3"))
+            .with_filter(tracing_subscriber::filter::filter_fn(|metadata| {
+                let target = metadata.target();
+                // The exporter's own HTTP client must not trace itself into a feedback loop, and
+                // s3s's spans (signature checks) would only bury the request's own.
+                !(target.starts_with("opentelemetry")
+                    || target.starts_with("hyper")
+                    || (target.starts_with("s3s") && metadata.is_span()))
+            }))
+    });
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(logs)
+        .with(traces)
+        .init();
+    if let Some(err) = setup_error {
+        tracing::error!(error = %err, "OTLP trace export is configured but could not start; traces are off");
+    }
+    Telemetry { provider }
+}
+
+fn exporter_configured() -> bool {
+    ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+        .iter()
+        .any(|name| std::env::var_os(name).is_some_and(|value| !value.is_empty()))
+}
+
+fn tracer_provider() -> anyhow::Result<SdkTracerProvider> {
+    use opentelemetry_otlp::WithExportConfig as _;
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(protocol()?)
+        .build()?;
+    // Exports run on Tokio: the HTTP client (hyper) needs its reactor.
+    let processor = opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor::builder(
+        exporter,
+        opentelemetry_sdk::runtime::Tokio,
+    )
+    .build();
+    let mut resource = opentelemetry_sdk::Resource::builder();
+    if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
+        resource = resource.with_service_name("pgvs3");
+    }
+    Ok(SdkTracerProvider::builder()
+        .with_span_processor(processor)
+        .with_resource(resource.build())
+        .build())
+}
+
+/// The OTLP encoding asked for; protobuf unless told otherwise, as the specification says.
+fn protocol() -> anyhow::Result<opentelemetry_otlp::Protocol> {
+    let asked = ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok().filter(|value| !value.is_empty()));
+    match asked.as_deref() {
+        None | Some("http/protobuf") => Ok(opentelemetry_otlp::Protocol::HttpBinary),
+        Some("http/json") => Ok(opentelemetry_otlp::Protocol::HttpJson),
+        Some(other) => anyhow::bail!(
+            "OTLP protocol {other:?} is not supported: use http/protobuf or http/json (the collector's port 4318)"
+        ),
+    }
+}
+
+impl Telemetry {
+    /// Exports the spans still buffered; call once, on the way out.
+    pub async fn shutdown(self) {
+        if let Some(provider) = self.provider {
+            // Shutdown blocks until the export task has flushed, and that task needs a worker.
+            let flushed = tokio::task::spawn_blocking(move || provider.shutdown()).await;
+            if let Ok(Err(err)) = flushed {
+                eprintln!("pgvs3: flushing traces: {err}");
+            }
+        }
+    }
+}
+
+/// The span one request of `protocol` runs in. The protocol front fills in `operation`,
+/// `bucket`, `bytes_in`, `bytes_out` and `status` as it learns them (see [`finish`]).
+pub fn request_span(protocol: &'static str, headers: Option<&http::HeaderMap>) -> Span {
+    let span = tracing::info_span!(
+        "request",
+        otel.name = protocol,
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        protocol,
+        operation = tracing::field::Empty,
+        bucket = tracing::field::Empty,
+        bytes_in = tracing::field::Empty,
+        bytes_out = tracing::field::Empty,
+        status = tracing::field::Empty,
+    );
+    if let (Some(propagator), Some(headers)) = (PROPAGATOR.get(), headers) {
+        let parent = propagator.extract(&opentelemetry_http::HeaderExtractor(headers));
+        // Fails only for a span no subscriber records; then there is nothing to parent.
+        let _ = span.set_parent(parent);
+    }
+    span
+}
+
+/// Names the request's span after its operation (`S3 GetObject`, `RESP SET`, ...).
+pub fn name_operation(span: &Span, protocol_title: &str, operation: &str) {
+    span.record("operation", operation);
+    if PROPAGATOR.get().is_some() {
+        // The layer fixes a span's name once it has started; the OpenTelemetry span itself
+        // can still be renamed.
+        span.context()
+            .span()
+            .update_name(format!("{protocol_title} {operation}"));
+    }
+}
+
+/// Records the outcome; `failed` marks the span as an error (a server-side failure, not a
+/// client's mistake).
+pub fn finish(span: &Span, status: &str, failed: bool) {
+    span.record("status", status);
+    if failed {
+        span.record("otel.status_code", "ERROR");
+    }
+}
