@@ -138,6 +138,80 @@ impl Admission {
     }
 }
 
+/// Bytes the process may hold in memory for requests at once: bodies kept for an origin PUT
+/// and range chunks being filled. A reservation never waits: when the budget is spent, the
+/// caller takes its unbuffered path at once (staging through PostgreSQL, passing the range
+/// through), so a burst of large requests cannot run the gateway out of memory.
+#[derive(Clone)]
+pub struct BufferBudget {
+    bytes: Arc<Semaphore>,
+    in_use: prometheus::IntGauge,
+    exhausted: prometheus::IntCounterVec,
+}
+
+/// Memory reserved from a [`BufferBudget`], given back on drop.
+pub struct Reservation {
+    _permit: OwnedSemaphorePermit,
+    in_use: prometheus::IntGauge,
+    bytes: i64,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.in_use.sub(self.bytes);
+    }
+}
+
+impl BufferBudget {
+    pub fn new(total_bytes: u64, metrics: &Metrics) -> BufferBudget {
+        let in_use = prometheus::IntGauge::new(
+            "pgvs3_buffer_bytes_in_use",
+            "Bytes held in memory for requests (origin PUT bodies, range fills)",
+        )
+        .expect("metric");
+        let total = prometheus::IntGauge::new("pgvs3_buffer_bytes_budget", "The buffer budget (--buffer-budget)")
+            .expect("metric");
+        let exhausted = prometheus::IntCounterVec::new(
+            prometheus::Opts::new(
+                "pgvs3_buffer_budget_exhausted_total",
+                "Requests that took their unbuffered path because the buffer budget was spent",
+            ),
+            &["use"],
+        )
+        .expect("metric");
+        let permits = usize::try_from(total_bytes)
+            .unwrap_or(usize::MAX)
+            .min(Semaphore::MAX_PERMITS);
+        total.set(permits as i64);
+        metrics.register(Box::new(in_use.clone()));
+        metrics.register(Box::new(total));
+        metrics.register(Box::new(exhausted.clone()));
+        BufferBudget {
+            bytes: Arc::new(Semaphore::new(permits)),
+            in_use,
+            exhausted,
+        }
+    }
+
+    /// Reserves `bytes` for `purpose` (a metric label), or `None` at once when they are not free.
+    pub fn try_reserve(&self, bytes: u64, purpose: &str) -> Option<Reservation> {
+        let permit = u32::try_from(bytes)
+            .ok()
+            .and_then(|bytes| Arc::clone(&self.bytes).try_acquire_many_owned(bytes).ok());
+        let Some(permit) = permit else {
+            self.exhausted.with_label_values(&[purpose]).inc();
+            return None;
+        };
+        let bytes = bytes as i64;
+        self.in_use.add(bytes);
+        Some(Reservation {
+            _permit: permit,
+            in_use: self.in_use.clone(),
+            bytes,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,6 +243,24 @@ mod tests {
         drop(first);
         assert_eq!(queued.await.unwrap(), Ok(()));
         assert_eq!(admission.waiting.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn buffer_reservations_fail_at_once_when_spent_and_return_on_drop() {
+        let budget = BufferBudget::new(10, &Metrics::new());
+        let seven = budget.try_reserve(7, "test").expect("7 of 10 bytes");
+        assert!(budget.try_reserve(4, "test").is_none(), "only 3 bytes are left");
+        assert_eq!(budget.in_use.get(), 7);
+        let three = budget.try_reserve(3, "test").expect("the last 3 bytes");
+        drop(seven);
+        assert_eq!(budget.in_use.get(), 3);
+        assert!(budget.try_reserve(7, "test").is_some());
+        drop(three);
+        assert_eq!(budget.exhausted.with_label_values(&["test"]).get(), 1);
+        assert!(
+            budget.try_reserve(u64::from(u32::MAX) + 1, "test").is_none(),
+            "beyond one reservation's size"
+        );
     }
 
     #[tokio::test]

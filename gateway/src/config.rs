@@ -63,6 +63,11 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_ADMISSION_WAIT", default_value = "1s", value_parser = parse_duration)]
     pub admission_wait: Duration,
 
+    /// Memory the gateway may hold for request bodies it must buffer (cache write-through
+    /// bodies, range fills); requests beyond it take their unbuffered path instead of waiting.
+    #[arg(long, env = "PGVS3_BUFFER_BUDGET", default_value = "256MiB", value_parser = parse_bytes)]
+    pub buffer_budget: u64,
+
     /// Region reported by GetBucketLocation and accepted in signatures.
     #[arg(long, env = "PGVS3_REGION", default_value = "us-east-1")]
     pub region: String,

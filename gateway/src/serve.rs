@@ -71,7 +71,8 @@ impl RunningGateway {
         let admin_addr = admin_listener.local_addr()?;
         let (shutdown, signal) = http_server::shutdown_channel();
         let s3_admission = crate::admission::Admission::new("s3", args.s3_limits(), metrics.clone());
-        let cache = CacheTier::new(store.clone(), args.cache_settings(), &metrics);
+        let buffers = crate::admission::BufferBudget::new(args.buffer_budget, &metrics);
+        let cache = CacheTier::new(store.clone(), args.cache_settings(), &metrics, buffers);
         let lag = ReplicaLag::new(
             standby,
             (!args.max_replication_lag.is_zero()).then_some(args.max_replication_lag),

@@ -45,6 +45,11 @@ impl Pair {
     }
 
     async fn start_with(settings: impl FnOnce(&TestGateway) -> Origin) -> Pair {
+        Pair::start_with_args(settings, &[]).await
+    }
+
+    /// `cache_args`: further flags of the cache gateway.
+    async fn start_with_args(settings: impl FnOnce(&TestGateway) -> Origin, cache_args: &[&str]) -> Pair {
         let origin = TestGateway::start().await;
         origin
             .client
@@ -53,7 +58,7 @@ impl Pair {
             .send()
             .await
             .unwrap();
-        let cache = TestGateway::start().await;
+        let cache = TestGateway::with_args(common::fresh_database().await, cache_args).await;
         let settings = settings(&origin);
         cache
             .gateway
@@ -1114,5 +1119,54 @@ async fn re_applying_unchanged_origin_settings_does_not_move_the_catalog_version
         .await
         .unwrap();
     assert!(version().await > before, "a change is announced");
+    pair.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_spent_buffer_budget_sends_requests_down_their_unbuffered_paths() {
+    // 64 KiB: one range chunk fits, a 100 KB write-through body does not.
+    let pair = Pair::start_with_args(
+        |origin| origin_settings(origin, CacheMode::WriteThrough),
+        &["--buffer-budget", "64KiB"],
+    )
+    .await;
+    let client = &pair.cache.client;
+    let exhausted = |purpose: &'static str| {
+        let cache = &pair.cache;
+        async move {
+            cache
+                .metric(&format!("pgvs3_buffer_budget_exhausted_total{{use=\"{purpose}\"}}"))
+                .await
+                .unwrap_or(0.0)
+        }
+    };
+
+    // Too large to hold in memory: staged in PostgreSQL, and still at the origin before the 200.
+    let body = noise(100_000, 31);
+    put(client, CACHE, "staged.bin", body.clone()).await;
+    assert_eq!(exhausted("write_through").await, 1.0);
+    assert_eq!(pair.origin_has("staged.bin").await.unwrap(), body);
+    assert_eq!(get(client, CACHE, "staged.bin").await.unwrap(), body);
+
+    // A range needing two chunks passes through, every time; one needing a single chunk fills.
+    let table = noise(1 << 20, 32);
+    pair.put_at_origin("table.bin", table.clone()).await;
+    let ranged_gets = || origin_requests(&pair.origin, "GetObject", 206);
+    for expected_gets in [1.0, 2.0] {
+        let (_, bytes) = range(client, "table.bin", "bytes=60000-70000").await;
+        assert_eq!(bytes, &table[60_000..70_001]);
+        assert_eq!(ranged_gets().await, expected_gets);
+    }
+    assert_eq!(exhausted("range_fill").await, 2.0);
+    for _ in 0..2 {
+        let (_, bytes) = range(client, "table.bin", "bytes=0-999").await;
+        assert_eq!(bytes, &table[..1000]);
+    }
+    assert_eq!(
+        ranged_gets().await,
+        3.0,
+        "the single chunk was filled once, then served locally"
+    );
+    assert_eq!(pair.cache.metric("pgvs3_buffer_bytes_in_use").await, Some(0.0));
     pair.stop().await;
 }

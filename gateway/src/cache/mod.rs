@@ -24,6 +24,8 @@ pub use metrics::CacheMetrics;
 use origin::{ChannelBody, Fetch, OriginClient, OriginError, PutCondition};
 pub use outbox::spawn_uploader;
 
+use crate::admission::BufferBudget;
+
 use crate::store::{
     BodyStream, BucketInfo, ByteRange, CacheEntry, CacheMode, EntryHead, FillLock, ListPage, ListRequest, ObjectHead,
     ObjectRead, Origin, Principal, PutOutcome, RangeLookup, ReadOptions, Store, StoreError, StoreResult, Upload,
@@ -58,6 +60,8 @@ pub struct CacheTier {
 struct Inner {
     store: Store,
     settings: CacheSettings,
+    /// Bounds the bodies and range chunks held in memory at once.
+    buffers: BufferBudget,
     metrics: CacheMetrics,
     remotes: Mutex<HashMap<i64, Arc<Remote>>>,
     process_fills: Arc<Semaphore>,
@@ -82,9 +86,15 @@ type FlightKey = (i64, String);
 const MAX_TOUCHED: usize = 100_000;
 
 impl CacheTier {
-    pub fn new(store: Store, settings: CacheSettings, metrics: &crate::metrics::Metrics) -> CacheTier {
+    pub fn new(
+        store: Store,
+        settings: CacheSettings,
+        metrics: &crate::metrics::Metrics,
+        buffers: BufferBudget,
+    ) -> CacheTier {
         CacheTier {
             inner: Arc::new(Inner {
+                buffers,
                 process_fills: Arc::new(Semaphore::new(settings.fill_concurrency.max(1))),
                 store,
                 settings,
@@ -272,9 +282,13 @@ impl CacheTier {
             (_, None) => return self.pass_through(remote, key, options, "range").await,
         };
         let (first_chunk, last_chunk) = (first / chunk, last / chunk);
-        if last < first || (last_chunk - first_chunk + 1) * chunk > MAX_RANGE_FILL {
+        let fill_bytes = (last_chunk - first_chunk + 1) * chunk;
+        if last < first || fill_bytes > MAX_RANGE_FILL {
             return self.pass_through(remote, key, options, "range").await;
         }
+        let Some(_buffer) = self.inner.buffers.try_reserve(fill_bytes, "range_fill") else {
+            return self.pass_through(remote, key, options, "range").await;
+        };
         let aligned = ByteRange::From {
             first: first_chunk * chunk,
             last: Some((last_chunk + 1) * chunk - 1),
@@ -558,11 +572,16 @@ impl CacheTier {
             mut observer,
         } = upload;
         let threshold = origin.write_back_threshold.max(1);
-        // Below the threshold the body is held in memory for the origin PUT.
-        let (buffered, ended) = if declared_len.is_none_or(|len| len < threshold) {
-            read_prefix(&mut body, threshold - 1).await?
-        } else {
-            (BytesMut::new(), false)
+        // Below the threshold the body is held in memory for the origin PUT, when memory is
+        // free; else it goes the way of a large body, staged in PostgreSQL.
+        let most = declared_len.map_or(threshold - 1, |len| len.min(threshold - 1));
+        let buffer = declared_len
+            .is_none_or(|len| len < threshold)
+            .then(|| self.inner.buffers.try_reserve(most, "write_through"))
+            .flatten();
+        let (buffered, ended) = match buffer {
+            Some(_) => read_prefix(&mut body, most).await?,
+            None => (BytesMut::new(), false),
         };
         if !ended {
             let first = buffered.freeze();
