@@ -19,6 +19,8 @@ pub struct Metrics {
     pub maintenance_backlog: IntGaugeVec,
     pub resp_group_commits: IntCounter,
     pub resp_group_committed_batches: IntCounter,
+    pub resp_group_reads: IntCounter,
+    pub resp_group_read_batches: IntCounter,
     pub replication_lag_seconds: Gauge,
     pub admission_active: IntGaugeVec,
     pub admission_waiting: IntGaugeVec,
@@ -93,6 +95,16 @@ impl Metrics {
             "RESP write batches (one connection's pipelined writes) carried by those commits",
         )
         .expect("metric");
+        let resp_group_reads = IntCounter::new(
+            "pgvs3_resp_group_reads_total",
+            "RESP read statements (each may carry many connections' batches)",
+        )
+        .expect("metric");
+        let resp_group_read_batches = IntCounter::new(
+            "pgvs3_resp_group_read_batches_total",
+            "RESP read batches (one connection's pipelined reads) carried by those statements",
+        )
+        .expect("metric");
         let replication_lag_seconds = Gauge::new(
             "pgvs3_replication_lag_seconds",
             "On a hot standby, seconds since the last replayed transaction committed on the primary",
@@ -139,6 +151,8 @@ impl Metrics {
             Box::new(maintenance_backlog.clone()),
             Box::new(resp_group_commits.clone()),
             Box::new(resp_group_committed_batches.clone()),
+            Box::new(resp_group_reads.clone()),
+            Box::new(resp_group_read_batches.clone()),
             Box::new(replication_lag_seconds.clone()),
             Box::new(admission_active.clone()),
             Box::new(admission_waiting.clone()),
@@ -161,6 +175,8 @@ impl Metrics {
             maintenance_backlog,
             resp_group_commits,
             resp_group_committed_batches,
+            resp_group_reads,
+            resp_group_read_batches,
             replication_lag_seconds,
             admission_active,
             admission_waiting,

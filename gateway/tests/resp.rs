@@ -985,7 +985,7 @@ async fn a_batch_beyond_the_admission_limit_gets_busy_and_nothing_is_lost() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn writes_arriving_together_from_many_connections_share_commits() {
+async fn writes_and_reads_arriving_together_from_many_connections_share_round_trips() {
     let gateway = TestGateway::with_resp(&[]).await;
     let mut connections = Vec::new();
     for _ in 0..32 {
@@ -1009,5 +1009,23 @@ async fn writes_arriving_together_from_many_connections_share_commits() {
     assert!(commits < batches, "32 connections' writes took {commits} commits");
     let mut check = RawResp::connect(gateway.resp_addr()).await;
     assert_eq!(check.command(&["DBSIZE"]).await, Value::Int(32));
+
+    // Reads that arrive together share statements the same way, and each gets its own keys.
+    for (i, connection) in connections.iter_mut().enumerate() {
+        let other = (i + 1) % 32;
+        connection
+            .send(&encode(&[b"MGET", format!("k{i}").as_bytes(), format!("k{other}").as_bytes(), b"absent"]))
+            .await;
+    }
+    for connection in &mut connections {
+        assert_eq!(
+            connection.reply().await.unwrap(),
+            Value::Array(vec![Value::bulk("v"), Value::bulk("v"), Value::Nil])
+        );
+    }
+    let read_batches = gateway.metric("pgvs3_resp_group_read_batches_total").await.unwrap();
+    let reads = gateway.metric("pgvs3_resp_group_reads_total").await.unwrap();
+    assert_eq!(read_batches, 32.0);
+    assert!(reads < read_batches, "32 connections' reads took {reads} statements");
     gateway.stop().await;
 }

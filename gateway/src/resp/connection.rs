@@ -347,6 +347,13 @@ impl Connection {
         keys.dedup();
         let batch = if write {
             store.kv_write(self.principal(), self.bucket(), &keys).await
+        } else if watched.is_empty() {
+            // Shares a statement with other connections' reads; access is checked here.
+            store
+                .bucket(self.principal(), self.bucket(), Access::Read)
+                .await
+                .map_err(store_error)?;
+            self.server.group_commit.load(self.bucket(), keys).await
         } else {
             store.kv_read(self.principal(), self.bucket(), &keys).await
         };

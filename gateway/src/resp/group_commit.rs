@@ -1,7 +1,8 @@
-//! Group commit: write batches from many connections that arrive together share one
-//! transaction and one commit. Each keyspace has a queue and a few committers; a committer
-//! takes everything waiting, runs it as one batch (keys locked in sorted order), and hands
-//! each connection its replies. While one batch commits, the next one gathers.
+//! Group commit and group reads: batches from many connections that arrive together share one
+//! round trip. Write batches share one transaction and one commit; read batches share one
+//! statement. Each keyspace has a queue per kind and a few workers; a worker takes everything
+//! waiting, runs it as one batch (writes lock their keys in sorted order), and hands each
+//! connection its result. While one batch runs, the next one gathers.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -12,27 +13,37 @@ use super::codec::Reply;
 use super::command::KeyCommand;
 use super::keys;
 use crate::metrics::Metrics;
-use crate::store::{Principal, Store, StoreError};
+use crate::store::{KvBatch, Principal, Store, StoreError};
 
-/// Batches in flight per keyspace: enough to keep PostgreSQL's WAL flushes overlapping.
-const COMMITTERS: usize = 4;
-/// Commands per shared batch: bounds the locks held and the memory of one transaction.
-const MAX_BATCH_COMMANDS: usize = 4096;
+/// Batches in flight per keyspace and kind: enough to keep PostgreSQL's WAL flushes (and its
+/// two cores' worth of reads) overlapping.
+const WORKERS: usize = 4;
+/// Commands (or keys) per shared batch: bounds the locks held and the memory of one batch.
+const MAX_BATCH: usize = 4096;
 const QUEUE_DEPTH: usize = 1024;
 
 type Outcome = Result<Vec<Reply>, StoreError>;
 
-struct Job {
+struct WriteJob {
     commands: Vec<KeyCommand>,
     done: oneshot::Sender<Outcome>,
 }
+
+struct ReadJob {
+    keys: Vec<String>,
+    done: oneshot::Sender<Result<KvBatch, StoreError>>,
+}
+
+type Queues<J> = Mutex<HashMap<String, mpsc::Sender<J>>>;
+type SharedReceiver<J> = Arc<tokio::sync::Mutex<mpsc::Receiver<J>>>;
 
 pub struct GroupCommit {
     store: Store,
     metrics: Metrics,
     /// Acts for every connection: each checked its own access to the bucket before submitting.
     committer: Principal,
-    queues: Mutex<HashMap<String, mpsc::Sender<Job>>>,
+    writes: Queues<WriteJob>,
+    reads: Queues<ReadJob>,
 }
 
 impl GroupCommit {
@@ -41,71 +52,91 @@ impl GroupCommit {
             store,
             metrics,
             committer,
-            queues: Mutex::default(),
+            writes: Mutex::default(),
+            reads: Mutex::default(),
         }
     }
 
     /// Runs the commands in a shared write transaction on `bucket`; replies in order.
     pub async fn submit(&self, bucket: &str, commands: Vec<KeyCommand>) -> Outcome {
-        let queue = self.queue(bucket);
-        let (done, outcome) = oneshot::channel();
-        queue
-            .send(Job { commands, done })
-            .await
-            .map_err(|_| StoreError::Unavailable("the committer stopped".into()))?;
-        outcome
-            .await
-            .map_err(|_| StoreError::Unavailable("the committer stopped".into()))?
-    }
-
-    fn queue(&self, bucket: &str) -> mpsc::Sender<Job> {
-        let mut queues = self.queues.lock().expect("queues lock");
-        if let Some(queue) = queues.get(bucket) {
-            return queue.clone();
-        }
-        let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
-        let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
-        for _ in 0..COMMITTERS {
+        let queue = queue(&self.writes, bucket, |receiver| {
             tokio::spawn(commit_loop(
                 self.store.clone(),
                 self.metrics.clone(),
                 self.committer.clone(),
                 bucket.to_owned(),
-                Arc::clone(&receiver),
+                receiver,
             ));
-        }
-        queues.insert(bucket.to_owned(), sender.clone());
-        sender
+        });
+        let (done, outcome) = oneshot::channel();
+        queue.send(WriteJob { commands, done }).await.map_err(|_| stopped())?;
+        outcome.await.map_err(|_| stopped())?
+    }
+
+    /// Loads `keys` of `bucket` for reading, in a statement shared with other connections'
+    /// reads that arrive at the same time.
+    pub async fn load(&self, bucket: &str, keys: Vec<String>) -> Result<KvBatch, StoreError> {
+        let queue = queue(&self.reads, bucket, |receiver| {
+            tokio::spawn(read_loop(
+                self.store.clone(),
+                self.metrics.clone(),
+                self.committer.clone(),
+                bucket.to_owned(),
+                receiver,
+            ));
+        });
+        let (done, outcome) = oneshot::channel();
+        queue.send(ReadJob { keys, done }).await.map_err(|_| stopped())?;
+        outcome.await.map_err(|_| stopped())?
     }
 }
 
-/// Ends when every sender is gone (the server stopped).
+fn stopped() -> StoreError {
+    StoreError::Unavailable("the batch worker stopped".into())
+}
+
+/// The keyspace's queue, made (with its workers) on first use.
+fn queue<J>(queues: &Queues<J>, bucket: &str, spawn_worker: impl Fn(SharedReceiver<J>)) -> mpsc::Sender<J> {
+    let mut queues = queues.lock().expect("queues lock");
+    if let Some(queue) = queues.get(bucket) {
+        return queue.clone();
+    }
+    let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
+    let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
+    for _ in 0..WORKERS {
+        spawn_worker(Arc::clone(&receiver));
+    }
+    queues.insert(bucket.to_owned(), sender.clone());
+    sender
+}
+
+/// Waits for one job, then takes what else is already waiting, up to [`MAX_BATCH`] by `size`.
+/// `None` when every sender is gone (the server stopped).
+async fn take_waiting<J>(receiver: &SharedReceiver<J>, size: impl Fn(&J) -> usize) -> Option<Vec<J>> {
+    let mut receiver = receiver.lock().await;
+    let first = receiver.recv().await?;
+    let mut total = size(&first);
+    let mut jobs = vec![first];
+    while total < MAX_BATCH {
+        match receiver.try_recv() {
+            Ok(job) => {
+                total += size(&job);
+                jobs.push(job);
+            }
+            Err(_) => break,
+        }
+    }
+    Some(jobs)
+}
+
 async fn commit_loop(
     store: Store,
     metrics: Metrics,
     principal: Principal,
     bucket: String,
-    receiver: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>,
+    receiver: SharedReceiver<WriteJob>,
 ) {
-    loop {
-        let jobs = {
-            let mut receiver = receiver.lock().await;
-            let Some(first) = receiver.recv().await else {
-                return;
-            };
-            let mut size = first.commands.len();
-            let mut jobs = vec![first];
-            while size < MAX_BATCH_COMMANDS {
-                match receiver.try_recv() {
-                    Ok(job) => {
-                        size += job.commands.len();
-                        jobs.push(job);
-                    }
-                    Err(_) => break,
-                }
-            }
-            jobs
-        };
+    while let Some(jobs) = take_waiting(&receiver, |job| job.commands.len()).await {
         let outcome = run(&store, &principal, &bucket, &jobs).await;
         // How many connections' batches each commit carried: the gain of grouping.
         metrics.resp_group_commits.inc();
@@ -117,21 +148,58 @@ async fn commit_loop(
                 }
             }
             Err(err) => {
-                let text = err.to_string();
                 for job in jobs {
-                    let _ = job.done.send(Err(match &err {
-                        StoreError::ReadOnly => StoreError::ReadOnly,
-                        _ => StoreError::Unavailable(text.clone()),
-                    }));
+                    let _ = job.done.send(Err(shared_error(&err)));
                 }
             }
         }
     }
 }
 
+async fn read_loop(
+    store: Store,
+    metrics: Metrics,
+    principal: Principal,
+    bucket: String,
+    receiver: SharedReceiver<ReadJob>,
+) {
+    while let Some(jobs) = take_waiting(&receiver, |job| job.keys.len()).await {
+        let requests: Vec<&[String]> = jobs.iter().map(|job| job.keys.as_slice()).collect();
+        let outcome = store.kv_read_many(&principal, &bucket, &requests).await;
+        metrics.resp_group_reads.inc();
+        metrics.resp_group_read_batches.inc_by(jobs.len() as u64);
+        match outcome {
+            Ok(batches) => {
+                for (job, batch) in jobs.into_iter().zip(batches) {
+                    let _ = job.done.send(Ok(batch));
+                }
+            }
+            Err(err) => {
+                for job in jobs {
+                    let _ = job.done.send(Err(shared_error(&err)));
+                }
+            }
+        }
+    }
+}
+
+/// One batch's error, for each of the connections that shared it.
+fn shared_error(err: &StoreError) -> StoreError {
+    match err {
+        StoreError::ReadOnly => StoreError::ReadOnly,
+        StoreError::NoSuchBucket => StoreError::NoSuchBucket,
+        _ => StoreError::Unavailable(err.to_string()),
+    }
+}
+
 /// A shared commit serves many connections' requests, so its span is a trace of its own.
 #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_group_commit", otel.kind = "client", db.system = "postgresql", batches = jobs.len()))]
-async fn run(store: &Store, principal: &Principal, bucket: &str, jobs: &[Job]) -> Result<Vec<Vec<Reply>>, StoreError> {
+async fn run(
+    store: &Store,
+    principal: &Principal,
+    bucket: &str,
+    jobs: &[WriteJob],
+) -> Result<Vec<Vec<Reply>>, StoreError> {
     let mut keys: Vec<String> = jobs
         .iter()
         .flat_map(|job| job.commands.iter().flat_map(KeyCommand::keys))

@@ -142,7 +142,7 @@ enum Change {
     Delete,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Slot {
     current: Option<KvEntry>,
     existed: bool,
@@ -152,7 +152,10 @@ struct Slot {
 /// The keys of one batch, loaded; changes are kept in memory until [`KvBatch::commit`].
 pub struct KvBatch {
     bucket: Arc<BucketInfo>,
+    /// Taken from `pool` when a chunked value must be read, for batches loaded together with
+    /// others (see [`Store::kv_read_many`]).
     client: Option<deadpool_postgres::Object>,
+    pool: deadpool_postgres::Pool,
     in_transaction: bool,
     /// The database's clock when the keys were loaded.
     pub now: SystemTime,
@@ -165,7 +168,37 @@ impl Store {
     pub async fn kv_read(&self, principal: &Principal, bucket: &str, keys: &[String]) -> StoreResult<KvBatch> {
         let bucket = self.bucket(principal, bucket, Access::Read).await?;
         let client = self.client().await?;
-        KvBatch::load(bucket, client, keys, false).await
+        KvBatch::load(bucket, client, self.pool.clone(), keys, false).await
+    }
+
+    /// Loads the keys of several read batches in one statement, as `principal`: reads from many
+    /// connections that arrive together share it. One batch per request, in order.
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_read_many", otel.kind = "client", db.system = "postgresql", batches = requests.len()))]
+    pub async fn kv_read_many(
+        &self,
+        principal: &Principal,
+        bucket: &str,
+        requests: &[&[String]],
+    ) -> StoreResult<Vec<KvBatch>> {
+        let mut keys: Vec<String> = requests.iter().flat_map(|keys| keys.iter()).cloned().collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let mut all = self.kv_read(principal, bucket, &keys).await?;
+        all.client = None;
+        Ok(requests
+            .iter()
+            .map(|keys| KvBatch {
+                bucket: Arc::clone(&all.bucket),
+                client: None,
+                pool: self.pool.clone(),
+                in_transaction: false,
+                now: all.now,
+                slots: keys
+                    .iter()
+                    .filter_map(|key| Some((key.clone(), all.slots.get(key)?.clone())))
+                    .collect(),
+            })
+            .collect())
     }
 
     /// Begins a write batch on `keys`: one transaction, keys locked in sorted order, then loaded.
@@ -174,7 +207,7 @@ impl Store {
     pub async fn kv_write(&self, principal: &Principal, bucket: &str, keys: &[String]) -> StoreResult<KvBatch> {
         let bucket = self.bucket(principal, bucket, Access::Write).await?;
         let client = self.client().await?;
-        KvBatch::load(bucket, client, keys, true).await
+        KvBatch::load(bucket, client, self.pool.clone(), keys, true).await
     }
 
     /// One page of keys after `after` that start with `prefix`; fewer than `count` means done.
@@ -224,6 +257,7 @@ impl KvBatch {
     async fn load(
         bucket: Arc<BucketInfo>,
         client: deadpool_postgres::Object,
+        pool: deadpool_postgres::Pool,
         keys: &[String],
         write: bool,
     ) -> StoreResult<KvBatch> {
@@ -233,6 +267,7 @@ impl KvBatch {
         let mut batch = KvBatch {
             bucket,
             client: Some(client),
+            pool,
             in_transaction: write,
             now: SystemTime::now(),
             slots: HashMap::with_capacity(keys.len()),
@@ -328,7 +363,10 @@ impl KvBatch {
                 multipart,
             } => (*body_id, *size, *multipart),
         };
-        let client = self.client.as_ref().expect("client until commit");
+        if self.client.is_none() {
+            self.client = Some(self.pool.get().await?);
+        }
+        let client = self.client.as_ref().expect("taken above");
         let (segments, rows) =
             super::objects::body_rows(client, &self.bucket.sql, body_id, size, multipart, (0, size)).await?;
         let mut data = Vec::with_capacity(size as usize);
