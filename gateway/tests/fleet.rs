@@ -315,3 +315,87 @@ async fn a_standby_too_far_behind_refuses_reads_until_replay_catches_up() {
     reader.stop().await;
     writer.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_reaper_drains_a_backlog_larger_than_its_batches() {
+    let gw = TestGateway::with_args(
+        common::fresh_database().await,
+        &["--resp-addr", "127.0.0.1:0", "--maintenance-interval", "1h"],
+    )
+    .await;
+    let store = &gw.gateway.store;
+    // 40 chunked bodies retired by overwrites: more than the 16 a reaper batch takes.
+    gw.client.create_bucket().bucket("churn").send().await.unwrap();
+    let puts = (0..40).map(|i| {
+        let client = gw.client.clone();
+        async move {
+            for seed in [i, i + 1000] {
+                client
+                    .put_object()
+                    .bucket("churn")
+                    .key(format!("object-{i}"))
+                    .body(ByteStream::from(noise(100_000, seed)))
+                    .send()
+                    .await
+                    .unwrap();
+            }
+        }
+    });
+    futures::future::join_all(puts).await;
+    // 2,500 RESP keys with a 1 ms expiry, pipelined: more than the 1,000 a batch deletes.
+    let mut resp = common::resp::RawResp::connect(gw.resp_addr()).await;
+    let mut pipeline = Vec::new();
+    for i in 0..2500 {
+        let key = format!("session:{i}");
+        pipeline.extend_from_slice(
+            format!(
+                "*5\r\n$3\r\nSET\r\n${}\r\n{key}\r\n$1\r\nv\r\n$2\r\nPX\r\n$1\r\n1\r\n",
+                key.len()
+            )
+            .as_bytes(),
+        );
+    }
+    resp.send(&pipeline).await;
+    for _ in 0..2500 {
+        assert_eq!(resp.reply().await, Some(common::resp::Value::Simple("OK".into())));
+    }
+    assert_eq!(
+        resp.command(&["DBSIZE"]).await,
+        common::resp::Value::Int(0),
+        "expired at once"
+    );
+    let (retired, _) = pgvs3_gateway::maintenance::backlog(store).await.unwrap();
+    assert_eq!(retired, 40);
+
+    let reaped = pgvs3_gateway::maintenance::run_once(store, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(reaped.bodies, 40, "{reaped:?}");
+    assert!(reaped.chunks >= 40 * 12, "every chunk of every body: {reaped:?}");
+    assert_eq!(reaped.expired_objects, 2500, "{reaped:?}");
+    // Drained in one pass: nothing is left, and the live objects are whole.
+    assert_eq!(pgvs3_gateway::maintenance::backlog(store).await.unwrap(), (0, 0));
+    let again = pgvs3_gateway::maintenance::run_once(store, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(again, Default::default());
+    let sql = gw.sql().await;
+    let expired_rows: i64 = sql
+        .query_one("SELECT count(*) FROM s3p.objects WHERE expires_at IS NOT NULL", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(expired_rows, 0);
+    for i in [0, 39] {
+        let object = gw
+            .client
+            .get_object()
+            .bucket("churn")
+            .key(format!("object-{i}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(object.body.collect().await.unwrap().to_vec(), noise(100_000, i + 1000));
+    }
+    gw.stop().await;
+}

@@ -1014,7 +1014,12 @@ async fn writes_and_reads_arriving_together_from_many_connections_share_round_tr
     for (i, connection) in connections.iter_mut().enumerate() {
         let other = (i + 1) % 32;
         connection
-            .send(&encode(&[b"MGET", format!("k{i}").as_bytes(), format!("k{other}").as_bytes(), b"absent"]))
+            .send(&encode(&[
+                b"MGET",
+                format!("k{i}").as_bytes(),
+                format!("k{other}").as_bytes(),
+                b"absent",
+            ]))
             .await;
     }
     for connection in &mut connections {
