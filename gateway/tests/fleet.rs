@@ -399,3 +399,142 @@ async fn the_reaper_drains_a_backlog_larger_than_its_batches() {
     }
     gw.stop().await;
 }
+
+/// The postmaster's pid, from the data dir of a server started by `primary_and_standby`.
+fn postmaster_pid(pair: &str, server: &str) -> i32 {
+    let pid_file = std::env::temp_dir()
+        .join(format!("pgvs3-test-{}-pair-{pair}", std::process::id()))
+        .join(server)
+        .join("pg")
+        .join("postmaster.pid");
+    let text = std::fs::read_to_string(&pid_file).unwrap();
+    text.lines().next().unwrap().trim().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_primary_lost_mid_put_leaves_no_partial_object_anywhere() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let (primary, standby) = primary_and_standby("crash");
+    let writer = TestGateway::on(primary.url("postgres")).await;
+    let reader = TestGateway::on(standby.url("postgres")).await;
+    writer.client.create_bucket().bucket("torn").send().await.unwrap();
+    let whole = noise(300_000, 5);
+    writer
+        .client
+        .put_object()
+        .bucket("torn")
+        .key("whole")
+        .body(ByteStream::from(whole.clone()))
+        .send()
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(20), "replication of the whole object", || async {
+        reader
+            .client
+            .head_object()
+            .bucket("torn")
+            .key("whole")
+            .send()
+            .await
+            .ok()
+    })
+    .await;
+
+    // A 32 MiB upload of which only the first 8 MiB arrive before the primary goes down.
+    let total = 32 << 20;
+    let body = noise(total, 6);
+    let signer = common::raw::Signer {
+        access_key: common::ROOT_ACCESS_KEY.into(),
+        secret_key: common::ROOT_SECRET_KEY.into(),
+        host: writer.gateway.s3_addr.to_string(),
+    };
+    let headers = signer.sign(
+        "PUT",
+        "/torn/partial",
+        &[("content-length", total.to_string())],
+        "UNSIGNED-PAYLOAD",
+        std::time::SystemTime::now(),
+    );
+    let mut upload = tokio::net::TcpStream::connect(writer.gateway.s3_addr).await.unwrap();
+    let mut head = "PUT /torn/partial HTTP/1.1\r\n".to_owned();
+    for (name, value) in &headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    upload.write_all(head.as_bytes()).await.unwrap();
+    upload.write_all(&body[..8 << 20]).await.unwrap();
+    // Wait until the body is streaming into PostgreSQL (its COPY is running).
+    let primary_sql = writer.sql().await;
+    eventually(Duration::from_secs(20), "the upload's COPY to begin", || async {
+        let copying: i64 = primary_sql
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'COPY%'",
+                &[],
+            )
+            .await
+            .ok()?
+            .get(0);
+        (copying > 0).then_some(())
+    })
+    .await;
+
+    // Immediate shutdown: what PostgreSQL sees when its host is lost.
+    // SAFETY: signalling a server process this test started.
+    unsafe { libc::kill(postmaster_pid("crash", "primary"), libc::SIGQUIT) };
+
+    // The client hears an error, or the connection closes: never a 200, never a hang.
+    let answer = tokio::time::timeout(Duration::from_secs(60), async {
+        let _ = upload.write_all(&body[8 << 20..]).await;
+        let mut answer = Vec::new();
+        let _ = upload.read_to_end(&mut answer).await;
+        String::from_utf8_lossy(&answer).into_owned()
+    })
+    .await
+    .expect("the interrupted upload ends within a minute");
+    assert!(!answer.starts_with("HTTP/1.1 2"), "{answer}");
+
+    // The standby never saw the object, only the one committed before.
+    let status = match reader.client.head_object().bucket("torn").key("partial").send().await {
+        Ok(_) => 200,
+        Err(err) => err.raw_response().map(|r| r.status().as_u16()).unwrap_or(0),
+    };
+    assert_eq!(status, 404);
+    // Promoted, it has no trace of the body either: no chunk belongs to no object.
+    let standby_sql = reader.sql().await;
+    standby_sql.execute("SELECT pg_promote()", &[]).await.unwrap();
+    eventually(Duration::from_secs(30), "promotion", || async {
+        let in_recovery: bool = standby_sql
+            .query_one("SELECT pg_is_in_recovery()", &[])
+            .await
+            .ok()?
+            .get(0);
+        (!in_recovery).then_some(())
+    })
+    .await;
+    let orphans: i64 = standby_sql
+        .query_one(
+            "SELECT count(*) FROM s3p.chunks c WHERE NOT EXISTS (SELECT 1 FROM s3p.objects o WHERE o.body_id = c.body_id)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(orphans, 0);
+    let listed = reader.client.list_objects_v2().bucket("torn").send().await.unwrap();
+    let keys: Vec<&str> = listed.contents().iter().filter_map(|o| o.key()).collect();
+    assert_eq!(keys, ["whole"]);
+    let got = reader
+        .client
+        .get_object()
+        .bucket("torn")
+        .key("whole")
+        .send()
+        .await
+        .unwrap();
+    assert!(got.body.collect().await.unwrap().into_bytes().as_ref() == whole.as_slice());
+    reader.stop().await;
+    tokio::time::timeout(Duration::from_secs(60), writer.stop())
+        .await
+        .expect("a gateway whose database is gone still stops");
+}
