@@ -5,78 +5,12 @@
 mod common;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use common::TestGateway;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use common::ojs::Ojs;
 use serde_json::{Value, json};
-
-#[derive(Clone)]
-struct Ojs {
-    addr: SocketAddr,
-    client: Client<HttpConnector, Full<Bytes>>,
-    token: Option<String>,
-}
-
-impl Ojs {
-    fn of(gateway: &TestGateway) -> Ojs {
-        Ojs {
-            addr: gateway.gateway.ojs_addr.expect("OJS listener"),
-            client: Client::builder(TokioExecutor::new()).build_http(),
-            token: None,
-        }
-    }
-
-    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        let (status, _, body) = self.exchange(method, path, body).await;
-        (status, body)
-    }
-
-    async fn exchange(&self, method: &str, path: &str, body: Option<Value>) -> (u16, http::HeaderMap, Value) {
-        let mut request = http::Request::builder()
-            .method(method)
-            .uri(format!("http://{}{path}", self.addr))
-            .header("content-type", "application/openjobspec+json");
-        if let Some(token) = &self.token {
-            request = request.header("authorization", format!("Bearer {token}"));
-        }
-        let payload = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
-        let response = self
-            .client
-            .request(request.body(Full::new(payload)).unwrap())
-            .await
-            .unwrap();
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        (status, headers, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
-    }
-
-    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        self.call("POST", path, Some(body)).await
-    }
-
-    async fn get(&self, path: &str) -> (u16, Value) {
-        self.call("GET", path, None).await
-    }
-
-    async fn fetch(&self, queue: &str, worker: &str) -> Option<Value> {
-        let (status, body) = self
-            .post(
-                "/ojs/v1/workers/fetch",
-                json!({ "queues": [queue], "worker_id": worker }),
-            )
-            .await;
-        assert_eq!(status, 200, "{body}");
-        body["jobs"].as_array().and_then(|jobs| jobs.first().cloned())
-    }
-}
 
 async fn start() -> TestGateway {
     TestGateway::start().await

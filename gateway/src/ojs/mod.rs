@@ -12,6 +12,7 @@ pub mod workflow;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
@@ -20,6 +21,8 @@ use hyper::body::Incoming;
 use serde_json::{Value, json};
 use tokio_postgres::error::SqlState;
 
+use crate::admission::Admission;
+use crate::replica_lag::ReplicaLag;
 use envelope::NewJob;
 use queue::{Claim, Failure, FetchRequest, Queue};
 
@@ -34,6 +37,12 @@ const MAX_FETCH: i64 = 1_000;
 pub(crate) const QUEUE_FULL: &str = "QUEUE_FULL";
 /// What a refused producer is told to wait, in seconds: a full queue drains at its workers' pace.
 const QUEUE_FULL_RETRY_AFTER: &str = "5";
+
+/// What a client turned away by admission control is told to wait, in seconds.
+const OVERLOADED_RETRY_AFTER_SECONDS: i64 = 1;
+/// Routes served without admission or the replication-lag check: probes and discovery must
+/// answer while data traffic is saturated.
+const ALWAYS_SERVED: [&str; 4] = ["/ojs/manifest", "/health", "/ready", "/ojs/v1/health"];
 
 /// What an operator can tune (from `--ojs-*` flags).
 #[derive(Debug, Clone)]
@@ -51,6 +60,8 @@ pub struct OjsService {
 struct Inner {
     queue: Queue,
     options: OjsOptions,
+    admission: Admission,
+    lag: ReplicaLag,
 }
 
 /// An OJS error object and its HTTP status.
@@ -93,6 +104,40 @@ impl OjsError {
             ("x-ojs-queue-depth", depth.to_string()),
             ("x-ojs-queue-bound", bound.to_string()),
         ];
+        error
+    }
+
+    /// Admission control turned the request away before reading it (more requests than the
+    /// gateway serves at once, and its waiting line full or too slow).
+    fn overloaded() -> OjsError {
+        let mut error = OjsError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            "rate_limited",
+            "this gateway is serving as many OJS requests as it can; retry after a second",
+        )
+        .with_details(json!({ "retry_after_seconds": OVERLOADED_RETRY_AFTER_SECONDS }));
+        error.retryable = true;
+        error.headers = vec![("retry-after", OVERLOADED_RETRY_AFTER_SECONDS.to_string())];
+        error
+    }
+
+    /// A standby whose replay trails its primary by more than `--max-replication-lag` serves
+    /// no reads: they could be arbitrarily stale.
+    fn lagging(lag: Duration, limit: Duration) -> OjsError {
+        let mut error = OjsError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "backend_error",
+            "backend_error",
+            format!(
+                "this gateway's standby is {:.1} s behind its primary (limit {:.1} s); read from another replica",
+                lag.as_secs_f64(),
+                limit.as_secs_f64()
+            ),
+        )
+        .with_details(json!({ "lag_seconds": lag.as_secs_f64(), "limit_seconds": limit.as_secs_f64() }));
+        error.retryable = true;
+        error.headers = vec![("retry-after", "1".to_string())];
         error
     }
 
@@ -188,6 +233,7 @@ fn hint(code: &str) -> &'static str {
         "read_only" => "send writes to a gateway bound to the primary",
         QUEUE_FULL => "wait Retry-After seconds and enqueue again, or raise the queue's max_depth",
         "unauthenticated" => "send Authorization: Bearer <token>",
+        "rate_limited" => "wait Retry-After seconds and send the request again",
         _ => "retry with backoff",
     }
 }
@@ -217,9 +263,14 @@ fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
 type Reply = Result<(StatusCode, Value), OjsError>;
 
 impl OjsService {
-    pub fn new(queue: Queue, options: OjsOptions) -> OjsService {
+    pub fn new(queue: Queue, options: OjsOptions, admission: Admission, lag: ReplicaLag) -> OjsService {
         OjsService {
-            inner: Arc::new(Inner { queue, options }),
+            inner: Arc::new(Inner {
+                queue,
+                options,
+                admission,
+                lag,
+            }),
         }
     }
 
@@ -230,16 +281,20 @@ impl OjsService {
             .and_then(|v| v.to_str().ok())
             .map(String::from)
             .unwrap_or_else(envelope::new_uuid_v7);
-        let mut response = if request.uri().path() == "/metrics" {
+        let path = request.uri().path().trim_end_matches('/');
+        let mut response = if path == "/metrics" {
             self.metrics().await
+        } else if ALWAYS_SERVED.contains(&path) {
+            self.serve(request).await
+        } else if let Some(lag) = self.inner.lag.too_far_behind() {
+            OjsError::lagging(lag, self.inner.lag.limit().unwrap_or_default()).response()
         } else {
-            let mut extra = Vec::new();
-            let mut response = match self.route(request, &mut extra).await {
-                Ok((status, body)) => json_response(status, &body),
-                Err(error) => error.response(),
-            };
-            add_headers(response.headers_mut(), &extra);
-            response
+            // Admitted before the body is read or a database connection is taken; the slot is
+            // held until the whole answer is built (bodies are never streamed).
+            match self.inner.admission.admit().await {
+                Ok(_admitted) => self.serve(request).await,
+                Err(_) => OjsError::overloaded().response(),
+            }
         };
 
         if let Ok(value) = header::HeaderValue::from_str(&request_id) {
@@ -248,6 +303,16 @@ impl OjsService {
         response
             .headers_mut()
             .insert("ojs-version", header::HeaderValue::from_static(OJS_VERSION));
+        response
+    }
+
+    async fn serve(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+        let mut extra = Vec::new();
+        let mut response = match self.route(request, &mut extra).await {
+            Ok((status, body)) => json_response(status, &body),
+            Err(error) => error.response(),
+        };
+        add_headers(response.headers_mut(), &extra);
         response
     }
 

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod ojs;
 pub mod raw;
 pub mod resp;
 
