@@ -150,7 +150,8 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_OJS_ADDR", default_value = "127.0.0.1:8080", value_parser = parse_listen_addr)]
     pub ojs_addr: ListenAddr,
 
-    /// Serve POST /ojs/v1/admin/reset, which deletes every job (for conformance runs only).
+    /// Conformance mode, for conformance runs only: serve POST /ojs/v1/admin/reset (it deletes
+    /// every job) and honour the suite's test hook (`options.metadata.test_directive`).
     #[arg(long, env = "PGVS3_OJS_ALLOW_RESET")]
     pub ojs_allow_reset: bool,
 

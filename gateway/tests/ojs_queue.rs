@@ -896,3 +896,90 @@ async fn a_rate_window_holds_further_starts_until_it_closes() {
     assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_request")));
     gateway.stop().await;
 }
+
+#[tokio::test]
+async fn the_conformance_suites_directive_hook_works_only_in_conformance_mode() {
+    let gateway = start().await;
+    let conformance = TestGateway::with_args(gateway.database_url.clone(), &["--ojs-allow-reset"]).await;
+    let ojs = Ojs::of(&gateway);
+    let (status, _) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "hooked.task", "args": [], "options": { "queue": "hooked",
+                    "metadata": { "test_directive": "terminate" } } }),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let job = ojs.fetch("hooked", "w-hook").await.expect("the job");
+    let beat = json!({ "worker_id": "w-hook", "active_jobs": [job["id"]] });
+    let (_, plain) = ojs.post("/ojs/v1/workers/heartbeat", beat.clone()).await;
+    assert_eq!(
+        (plain["state"].as_str(), plain["directive"].as_str()),
+        (Some("running"), Some("continue"))
+    );
+    let (_, hooked) = Ojs::of(&conformance).post("/ojs/v1/workers/heartbeat", beat).await;
+    assert_eq!(
+        (hooked["state"].as_str(), hooked["directive"].as_str()),
+        (Some("terminate"), Some("terminate"))
+    );
+    assert_eq!(hooked["jobs_extended"], json!([job["id"]]));
+    conformance.stop().await;
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn every_failure_is_kept_with_its_type_message_and_attempt() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "flaky.task", "args": [], "options": { "queue": "flaky",
+                    "retry": { "max_attempts": 4, "initial_interval": "PT0.01S", "jitter": false } } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let failures = [
+        ("ConnectionTimeout", "Database connection timed out"),
+        ("RateLimitExceeded", "API rate limit reached"),
+        ("InternalServerError", "Unexpected null reference"),
+    ];
+    for (kind, message) in failures {
+        let job = loop {
+            if let Some(job) = ojs.fetch("flaky", "w").await {
+                break job;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let (status, body) = ojs
+            .post(
+                "/ojs/v1/workers/nack",
+                json!({ "job_id": job["id"], "error": { "type": kind, "message": message } }),
+            )
+            .await;
+        assert_eq!((status, body["state"].as_str()), (200, Some("retryable")), "{body}");
+    }
+    let id = body["job"]["id"].as_str().unwrap();
+    let (_, body) = ojs.get(&format!("/ojs/v1/jobs/{id}")).await;
+    let history: Vec<(&str, &str, i64)> = body["job"]["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap(),
+                e["message"].as_str().unwrap(),
+                e["attempt"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        history,
+        failures
+            .iter()
+            .zip(1..)
+            .map(|((kind, message), attempt)| (*kind, *message, attempt))
+            .collect::<Vec<_>>()
+    );
+    gateway.stop().await;
+}

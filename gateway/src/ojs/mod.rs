@@ -47,6 +47,9 @@ const ALWAYS_SERVED: [&str; 4] = ["/ojs/manifest", "/health", "/ready", "/ojs/v1
 /// What an operator can tune (from `--ojs-*` flags).
 #[derive(Debug, Clone)]
 pub struct OjsOptions {
+    /// Conformance mode (`--ojs-allow-reset`): serves the reset endpoint and honours the
+    /// conformance suite's test hook (a job's `options.metadata.test_directive` becomes the
+    /// directive of a heartbeat that extends it). Never on by default.
     pub allow_reset: bool,
     pub max_args_bytes: usize,
     pub token: Option<String>,
@@ -513,7 +516,7 @@ impl OjsService {
             "ojs_version": "1.0",
             "implementation": { "name": "pgvs3", "version": env!("CARGO_PKG_VERSION"), "language": "rust",
                                 "homepage": "https://github.com/pgvs3/pgvs3" },
-            "conformance_level": 2,
+            "conformance_level": 4,
             "protocols": ["http"],
             "backend": "postgresql",
             "capabilities": {
@@ -694,7 +697,12 @@ impl OjsService {
             state: state.as_deref(),
             active_jobs,
         };
-        let reply = self.inner.queue.heartbeat(&beat).await?;
+        let mut reply = self.inner.queue.heartbeat(&beat).await?;
+        if self.inner.options.allow_reset && reply.directive.is_none() {
+            reply.directive = reply
+                .test_directive
+                .filter(|directive| matches!(directive.as_str(), "quiet" | "terminate"));
+        }
         // A directive overrides what the worker reported: it is what the worker should become.
         let state = reply.directive.clone().unwrap_or(reply.state);
         Ok((

@@ -47,6 +47,9 @@ pub struct BeatReply {
     pub state: String,
     /// What an operator asked the worker to do: quiet or terminate.
     pub directive: Option<String>,
+    /// The conformance suite's test hook: a directive named by an extended job's
+    /// `options.metadata.test_directive` (honoured only in conformance mode).
+    pub test_directive: Option<String>,
 }
 
 /// Which claim an ack or nack speaks for. Both fields are optional; given ones must match the
@@ -278,7 +281,7 @@ SELECT body FROM failed";
 const EXTEND_CLAIMS: &str = "
 UPDATE ojs.jobs SET visible_until = now() + coalesce($3, visibility_ms) * interval '1 ms'
 WHERE id = ANY($1) AND state = 'active' AND ($2::text IS NULL OR worker_id IS NULL OR worker_id = $2)
-RETURNING id";
+RETURNING id, envelope #>> '{options,metadata,test_directive}'";
 
 const RECORD_WORKER: &str = "
 INSERT INTO ojs.workers AS w (id, state, active_jobs) VALUES ($1, coalesce($2, 'running'), $3)
@@ -533,8 +536,10 @@ impl Queue {
         };
         let (extended, worker) = tokio::join!(extend, record);
         let worker = worker.map_err(OjsError::sql)?;
+        let extended = extended.map_err(OjsError::sql)?;
         Ok(BeatReply {
-            extended: extended.map_err(OjsError::sql)?.iter().map(|row| row.get(0)).collect(),
+            test_directive: extended.iter().find_map(|row| row.get(1)),
+            extended: extended.iter().map(|row| row.get(0)).collect(),
             state: worker.as_ref().map_or_else(|| "running".into(), |row| row.get(0)),
             directive: worker.and_then(|row| row.get(1)),
         })
