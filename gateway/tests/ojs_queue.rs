@@ -983,3 +983,137 @@ async fn every_failure_is_kept_with_its_type_message_and_attempt() {
     );
     gateway.stop().await;
 }
+
+/// An open server-sent-events response, read frame by frame as a plain HTTP client does.
+struct EventReader {
+    body: hyper::body::Incoming,
+    pending: String,
+}
+
+impl EventReader {
+    async fn open(ojs: &Ojs, query: &str, last_event_id: Option<&str>) -> EventReader {
+        let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http::<http_body_util::Empty<bytes::Bytes>>();
+        let mut request = http::Request::get(format!("http://{}/ojs/v1/events/stream?{query}", ojs.addr))
+            .header("accept", "text/event-stream");
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id);
+        }
+        let response = client.request(request.body(Default::default()).unwrap()).await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        let mut reader = EventReader {
+            body: response.into_body(),
+            pending: String::new(),
+        };
+        // The stream opens with the reconnection delay: from here on, events are live.
+        assert_eq!(reader.next_block().await.as_deref(), Some("retry: 1000"));
+        reader
+    }
+
+    /// The next blank-line-terminated block, or None when the stream ends.
+    async fn next_block(&mut self) -> Option<String> {
+        use http_body_util::BodyExt;
+        loop {
+            if let Some(end) = self.pending.find("\n\n") {
+                let block = self.pending[..end].to_string();
+                self.pending.drain(..end + 2);
+                return Some(block);
+            }
+            let frame = tokio::time::timeout(Duration::from_secs(20), self.body.frame())
+                .await
+                .expect("an event within 20 s")?
+                .unwrap();
+            if let Ok(data) = frame.into_data() {
+                self.pending.push_str(std::str::from_utf8(&data).unwrap());
+            }
+        }
+    }
+
+    /// The next event as (id, event name, data).
+    async fn next_event(&mut self) -> (String, String, Value) {
+        loop {
+            let block = self.next_block().await.expect("the stream stays open");
+            let field = |name: &str| {
+                block
+                    .lines()
+                    .find_map(|line| line.strip_prefix(name))
+                    .map(|value| value.trim().to_string())
+            };
+            if let (Some(id), Some(event), Some(data)) = (field("id:"), field("event:"), field("data:")) {
+                return (id, event, serde_json::from_str(&data).unwrap());
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_event_stream_pushes_matching_events_live_and_resumes_after_the_last_id() {
+    let gateway = TestGateway::with_args(common::fresh_database().await, &["--shutdown-timeout", "60s"]).await;
+    let ojs = Ojs::of(&gateway);
+    let mut mail = EventReader::open(&ojs, "queues=mail", None).await;
+    let mut everything = EventReader::open(&ojs, "types=job.*", None).await;
+
+    let enqueue = |queue: &'static str| {
+        let ojs = ojs.clone();
+        async move {
+            let (status, body) = ojs
+                .post(
+                    "/ojs/v1/jobs",
+                    json!({ "type": "sse.task", "args": [queue], "options": { "queue": queue } }),
+                )
+                .await;
+            assert_eq!(status, 201, "{body}");
+            body["job"]["id"].as_str().unwrap().to_string()
+        }
+    };
+    let other = enqueue("sms").await;
+    let id = enqueue("mail").await;
+    let job = ojs.fetch("mail", "w").await.unwrap();
+    ojs.ack(&job, json!({ "sent": true })).await;
+
+    let (enqueued_id, name, enqueued) = mail.next_event().await;
+    assert_eq!(
+        (name.as_str(), enqueued["subject"].as_str()),
+        ("job.enqueued", Some(id.as_str()))
+    );
+    let (completed_id, name, completed) = mail.next_event().await;
+    assert_eq!(
+        (name.as_str(), completed["subject"].as_str()),
+        ("job.completed", Some(id.as_str()))
+    );
+    assert_eq!(completed["data"]["queue"], "mail", "{completed}");
+    assert!(completed_id.parse::<i64>().unwrap() > enqueued_id.parse::<i64>().unwrap());
+    // The unfiltered stream saw the other queue's job too, in log order.
+    let seen: Vec<(String, Option<String>)> = [
+        everything.next_event().await,
+        everything.next_event().await,
+        everything.next_event().await,
+    ]
+    .into_iter()
+    .map(|(_, name, event)| (name, event["subject"].as_str().map(String::from)))
+    .collect();
+    assert_eq!(
+        seen,
+        [
+            ("job.enqueued".to_string(), Some(other.clone())),
+            ("job.enqueued".to_string(), Some(id.clone())),
+            ("job.completed".to_string(), Some(id.clone())),
+        ]
+    );
+
+    // A client that reconnects with the last id it got is replayed what came after, and only
+    // the job it asks for.
+    let mut resumed = EventReader::open(&ojs, &format!("channel=job%3A{id}"), Some(&enqueued_id)).await;
+    let (replayed_id, name, _) = resumed.next_event().await;
+    assert_eq!((replayed_id, name.as_str()), (completed_id, "job.completed"));
+
+    let (status, body) = ojs.get("/ojs/v1/events/stream?channel=worker%3Aw").await;
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_request")));
+
+    // Shutdown ends open streams instead of waiting out the 60 s drain.
+    tokio::time::timeout(Duration::from_secs(20), gateway.stop())
+        .await
+        .expect("open event streams end at shutdown");
+    assert_eq!(mail.next_block().await, None, "the stream ended");
+}

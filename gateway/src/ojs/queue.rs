@@ -15,6 +15,17 @@ use super::envelope::{self, NewJob, OnConflict, RetryPolicy};
 use super::workflow::{Kind, NewWorkflow};
 use super::{OjsError, QUEUE_FULL};
 
+/// One row of the event log, with what stream filters look at.
+#[derive(Debug, Clone)]
+pub struct LoggedEvent {
+    pub seq: i64,
+    pub kind: String,
+    pub queue: Option<String>,
+    pub job_id: Option<String>,
+    /// The event, serialized (one line).
+    pub json: String,
+}
+
 #[derive(Clone)]
 pub struct Queue {
     pool: Pool,
@@ -282,6 +293,10 @@ const EXTEND_CLAIMS: &str = "
 UPDATE ojs.jobs SET visible_until = now() + coalesce($3, visibility_ms) * interval '1 ms'
 WHERE id = ANY($1) AND state = 'active' AND ($2::text IS NULL OR worker_id IS NULL OR worker_id = $2)
 RETURNING id, envelope #>> '{options,metadata,test_directive}'";
+
+/// An event as the polled and streamed event APIs show it (CloudEvents-like envelope).
+const EVENT_JSON: &str = "jsonb_build_object('id', id, 'seq', seq, 'type', type, 'specversion', '1.0',
+    'source', 'pgvs3', 'time', ojs.ts(time), 'subject', job_id, 'data', data)";
 
 const RECORD_WORKER: &str = "
 INSERT INTO ojs.workers AS w (id, state, active_jobs) VALUES ($1, coalesce($2, 'running'), $3)
@@ -919,17 +934,57 @@ impl Queue {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT jsonb_build_object('id', id, 'seq', seq, 'type', type, 'specversion', '1.0',
-                        'source', 'pgvs3', 'time', ojs.ts(time), 'subject', job_id, 'data', data)
-                 FROM ojs.events
-                 WHERE seq > $1 AND (cardinality($2::text[]) = 0 OR type = ANY($2))
-                   AND (cardinality($3::text[]) = 0 OR queue = ANY($3))
-                 ORDER BY seq LIMIT $4",
+                &format!(
+                    "SELECT {EVENT_JSON} FROM ojs.events
+                     WHERE seq > $1 AND (cardinality($2::text[]) = 0 OR type = ANY($2))
+                       AND (cardinality($3::text[]) = 0 OR queue = ANY($3))
+                     ORDER BY seq LIMIT $4"
+                ),
                 &[&after, &types, &queues, &limit],
             )
             .await
             .map_err(OjsError::sql)?;
         Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
+    /// Events after `after` in log order, unfiltered, serialized for the event stream.
+    pub async fn events_since(&self, after: i64, limit: i64) -> Result<Vec<LoggedEvent>, OjsError> {
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(&format!(
+                "SELECT seq, type, queue, job_id, ({EVENT_JSON})::text FROM ojs.events
+                 WHERE seq > $1 ORDER BY seq LIMIT $2"
+            ))
+            .await
+            .map_err(OjsError::sql)?;
+        let rows = client
+            .query(&statement, &[&after, &limit])
+            .await
+            .map_err(OjsError::sql)?;
+        Ok(rows
+            .iter()
+            .map(|row| LoggedEvent {
+                seq: row.get(0),
+                kind: row.get(1),
+                queue: row.get(2),
+                job_id: row.get(3),
+                json: row.get(4),
+            })
+            .collect())
+    }
+
+    /// Where a new event stream starts: the last event logged `settled_for` ago or earlier, so
+    /// that events of transactions still committing then are read as new.
+    pub async fn event_floor(&self, settled_for: Duration) -> Result<i64, OjsError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT coalesce(max(seq), 0) FROM ojs.events WHERE time < now() - $1::float8 * interval '1 s'",
+                &[&settled_for.as_secs_f64()],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        Ok(row.get(0))
     }
 
     /// Counts over all queues: jobs by state, queues, workers holding claims, and the last
