@@ -7,26 +7,10 @@ mod common;
 use std::time::Duration;
 
 use common::ojs::Ojs;
-use common::{TestGateway, primary_and_standby};
+use common::{TestGateway, eventually, primary_and_standby};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-/// Polls `check` until it yields a value, for at most `limit`.
-async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{what} within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// An enqueue whose headers are sent but whose body is held back: admitted before its body is
 /// read, it keeps its slot until [`finish`] sends the rest.
