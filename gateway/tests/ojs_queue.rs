@@ -1117,3 +1117,30 @@ async fn an_event_stream_pushes_matching_events_live_and_resumes_after_the_last_
         .expect("open event streams end at shutdown");
     assert_eq!(mail.next_block().await, None, "the stream ended");
 }
+
+#[tokio::test]
+async fn a_batch_answers_with_each_jobs_summary_and_reads_show_the_whole_job() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let jobs = json!({ "jobs": [
+        { "type": "report.build", "args": [{ "big": "x".repeat(2048) }], "meta": { "team": "ops" },
+          "options": { "queue": "reports" } },
+        { "type": "report.mail", "args": [], "options": { "queue": "reports", "delay_until": "+PT1H" } },
+    ] });
+    let (status, body) = ojs.post("/ojs/v1/jobs/batch", jobs).await;
+    assert_eq!((status, body["count"].as_i64()), (201, Some(2)), "{body}");
+    let first = &body["jobs"][0];
+    assert_eq!(
+        (first["type"].as_str(), first["queue"].as_str(), first["state"].as_str()),
+        (Some("report.build"), Some("reports"), Some("available"))
+    );
+    assert!(first["created_at"].is_string() && first["args"].is_null(), "{first}");
+    assert_eq!(body["jobs"][1]["state"], "scheduled");
+    assert!(body["jobs"][1]["scheduled_at"].is_string());
+    let (_, read) = ojs
+        .get(&format!("/ojs/v1/jobs/{}", first["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(read["job"]["args"][0]["big"].as_str().map(str::len), Some(2048));
+    assert_eq!(read["job"]["meta"]["team"], "ops");
+    gateway.stop().await;
+}

@@ -26,7 +26,7 @@ use crate::admission::Admission;
 use crate::http_server::Shutdown;
 use crate::replica_lag::ReplicaLag;
 use envelope::NewJob;
-use queue::{Claim, Failure, FetchRequest, Queue};
+use queue::{Answer, Claim, Failure, FetchRequest, Queue};
 use stream::EventHub;
 
 const CONTENT_TYPE: &str = "application/openjobspec+json";
@@ -618,7 +618,11 @@ impl OjsService {
 
     async fn enqueue(&self, body: Value, headers: &mut Vec<(&'static str, String)>) -> Reply {
         let job = envelope::parse_job(body, self.inner.options.max_args_bytes)?;
-        let mut inserted = self.inner.queue.enqueue(std::slice::from_ref(&job)).await?;
+        let mut inserted = self
+            .inner
+            .queue
+            .enqueue(std::slice::from_ref(&job), Answer::Job)
+            .await?;
         pressure_headers(&inserted, headers);
         if let Some(limit) = &job.rate_limit {
             self.rate_limit_headers(&limit.key, headers).await?;
@@ -662,7 +666,7 @@ impl OjsService {
                 "unique options are not supported in batches; enqueue such jobs singly",
             ));
         }
-        let inserted = self.inner.queue.enqueue(&jobs).await?;
+        let inserted = self.inner.queue.enqueue(&jobs, Answer::Summary).await?;
         pressure_headers(&inserted, headers);
         let stored = inserted.jobs;
         let count = stored.len();

@@ -146,7 +146,14 @@ WITH input AS (
            max_attempts, envelope, run_at, expires, visibility_ms, unique_key, $13, workflow_step, workflow_callback,
            rate_key
     FROM timed WHERE NOT EXISTS (SELECT 1 FROM full_queue)
-    RETURNING j.id, j.queue, j.type, j.seq, j.state, ojs.job_json(j) AS body
+    RETURNING j.id, j.queue, j.type, j.seq, j.state,
+        CASE WHEN $19::bool
+             THEN jsonb_build_object('id', j.id, 'type', j.type, 'queue', j.queue, 'state', j.state,
+                      'priority', j.priority, 'attempt', j.attempt, 'max_attempts', j.max_attempts,
+                      'created_at', ojs.ts(j.created_at), 'enqueued_at', ojs.ts(j.created_at))
+                  || CASE WHEN j.state = 'scheduled' THEN jsonb_build_object('scheduled_at', ojs.ts(j.run_at))
+                          ELSE '{}' END
+             ELSE ojs.job_json(j) END AS body
 ), event AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
     SELECT gen_random_uuid()::text, 'job.enqueued', queue, id,
@@ -327,16 +334,17 @@ impl Queue {
         self.pool.get().await.map_err(OjsError::backend)
     }
 
-    /// Inserts jobs all-or-nothing; returns them as stored, in order. Jobs with unique options
-    /// go through [`Queue::enqueue_unique`]. A queue at its depth bound refuses the lot.
-    pub async fn enqueue(&self, jobs: &[NewJob]) -> Result<Inserted, OjsError> {
+    /// Inserts jobs all-or-nothing; returns them as stored (or summed up), in order. Jobs with
+    /// unique options go through [`Queue::enqueue_unique`]. A queue at its depth bound refuses
+    /// the lot.
+    pub async fn enqueue(&self, jobs: &[NewJob], answer: Answer) -> Result<Inserted, OjsError> {
         if let [job] = jobs
             && job.unique.is_some()
         {
             return self.enqueue_unique(job).await;
         }
         let client = self.client().await?;
-        insert(&client, jobs).await
+        insert_placed(&client, jobs, &Placement::default(), answer).await
     }
 
     async fn enqueue_unique(&self, job: &NewJob) -> Result<Inserted, OjsError> {
@@ -806,7 +814,7 @@ impl Queue {
             Some(&SqlState::UNIQUE_VIOLATION) => OjsError::duplicate("a workflow with this id already exists"),
             _ => OjsError::sql(err),
         })?;
-        insert_placed(&tx, &jobs, &placement).await?;
+        insert_placed(&tx, &jobs, &placement, Answer::Job).await?;
         let row = tx
             .query_one(
                 "SELECT ojs.workflow_json(w) FROM ojs.workflows w WHERE w.id = $1",
@@ -1214,15 +1222,28 @@ struct Placement<'a> {
     held: Vec<bool>,
 }
 
+/// How much of each inserted job an enqueue answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// The whole job, as a read shows it.
+    Job,
+    /// Id, type, queue, state, priority, attempts and timestamps: the HTTP binding's batch
+    /// answer, which does not echo the args and options the client just sent (for a batch of
+    /// large jobs, writing them out again was most of the statement's work).
+    Summary,
+}
+
 async fn insert(client: &impl deadpool_postgres::GenericClient, jobs: &[NewJob]) -> Result<Inserted, OjsError> {
-    insert_placed(client, jobs, &Placement::default()).await
+    insert_placed(client, jobs, &Placement::default(), Answer::Job).await
 }
 
 async fn insert_placed(
     client: &impl deadpool_postgres::GenericClient,
     jobs: &[NewJob],
     placement: &Placement<'_>,
+    answer: Answer,
 ) -> Result<Inserted, OjsError> {
+    let summary = answer == Answer::Summary;
     let column = |f: fn(&NewJob) -> String| jobs.iter().map(f).collect::<Vec<_>>();
     let ids = column(|job| job.id.clone());
     let queues = column(|job| job.queue.clone());
@@ -1272,6 +1293,7 @@ async fn insert_placed(
                 &placement.held,
                 &rate_keys,
                 &rate_policies,
+                &summary,
             ],
         )
         .await
