@@ -139,6 +139,9 @@ async fn main() -> anyhow::Result<()> {
         "127.0.0.1:0",
         "--ojs-addr",
         "127.0.0.1:0",
+        // Its default port may be taken by another gateway on the machine.
+        "--resp-addr",
+        "off",
         "--pool-size",
         "32",
     ])

@@ -88,7 +88,7 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_BODY_GRACE", default_value = "10m", value_parser = parse_duration)]
     pub body_grace: Duration,
 
-    /// On a hot standby, refuse S3 reads (503) and report unready while replay trails what the
+    /// On a hot standby, refuse S3 and OJS reads (503) and report unready while replay trails what the
     /// primary sent by more than this (`0s`: never).
     #[arg(long, env = "PGVS3_MAX_REPLICATION_LAG", default_value = "0s", value_parser = parse_duration)]
     pub max_replication_lag: Duration,
@@ -155,7 +155,8 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_OJS_ADDR", default_value = "127.0.0.1:8080", value_parser = parse_listen_addr)]
     pub ojs_addr: ListenAddr,
 
-    /// Serve POST /ojs/v1/admin/reset, which deletes every job (for conformance runs only).
+    /// Conformance mode, for conformance runs only: serve POST /ojs/v1/admin/reset (it deletes
+    /// every job) and honour the suite's test hook (`options.metadata.test_directive`).
     #[arg(long, env = "PGVS3_OJS_ALLOW_RESET")]
     pub ojs_allow_reset: bool,
 
@@ -172,6 +173,16 @@ pub struct ServeArgs {
     /// deleted or retried.
     #[arg(long, env = "PGVS3_OJS_JOB_RETENTION", default_value = "24h", value_parser = parse_duration)]
     pub ojs_job_retention: Duration,
+
+    /// OJS requests served at once (0: twice the pool size); beyond it requests wait.
+    /// Health, readiness and the manifest never wait.
+    #[arg(long, env = "PGVS3_OJS_MAX_ACTIVE", default_value_t = 0)]
+    pub ojs_max_active: usize,
+
+    /// OJS requests that may wait for a slot (0: twice the active limit); beyond it, and after
+    /// --admission-wait, they get 429 `rate_limited` with Retry-After.
+    #[arg(long, env = "PGVS3_OJS_MAX_WAITING", default_value_t = 0)]
+    pub ojs_max_waiting: usize,
 
     // --- cache tier ---
     /// Origin fills running at once in this gateway over all cache buckets (each cache bucket
@@ -273,6 +284,11 @@ impl ServeArgs {
     /// The RESP admission limits (per batch of pipelined commands), defaults filled in.
     pub fn resp_limits(&self) -> crate::admission::Limits {
         self.admission_limits(self.resp_max_active, self.resp_max_waiting)
+    }
+
+    /// The OJS admission limits, defaults filled in.
+    pub fn ojs_limits(&self) -> crate::admission::Limits {
+        self.admission_limits(self.ojs_max_active, self.ojs_max_waiting)
     }
 
     /// 0 active: twice the pool size; 0 waiting: twice the active limit.

@@ -150,7 +150,8 @@ impl RunningGateway {
                 };
                 let queue = crate::ojs::queue::Queue::new(pool.clone());
                 background_ojs.push(crate::ojs::spawn_cron_ticker(queue.clone(), options.max_args_bytes));
-                let service = crate::ojs::OjsService::new(queue, options);
+                let admission = crate::admission::Admission::new("ojs", args.ojs_limits(), metrics.clone());
+                let service = crate::ojs::OjsService::new(queue, options, admission, lag.clone(), signal.clone());
                 servers.push(tokio::spawn(http_server::serve(
                     listener,
                     service,

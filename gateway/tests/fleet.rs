@@ -7,28 +7,11 @@ mod common;
 use std::time::Duration;
 
 use aws_sdk_s3::primitives::ByteStream;
-use common::{TestGateway, noise, primary_and_standby};
+use common::{TestGateway, eventually, noise, primary_and_standby};
 
 async fn admin_get(gw: &TestGateway, path: &str) -> common::raw::RawResponse {
     let host = gw.gateway.admin_addr.to_string();
     common::raw::send(gw.gateway.admin_addr, "GET", path, &[("host".into(), host)], b"").await
-}
-
-/// Polls `check` until it yields a value, for at most `limit`: replication and promotion are
-/// asynchronous, and this bounds how long they may take.
-async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{what} within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test]

@@ -5,78 +5,12 @@
 mod common;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use common::TestGateway;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use common::ojs::Ojs;
 use serde_json::{Value, json};
-
-#[derive(Clone)]
-struct Ojs {
-    addr: SocketAddr,
-    client: Client<HttpConnector, Full<Bytes>>,
-    token: Option<String>,
-}
-
-impl Ojs {
-    fn of(gateway: &TestGateway) -> Ojs {
-        Ojs {
-            addr: gateway.gateway.ojs_addr.expect("OJS listener"),
-            client: Client::builder(TokioExecutor::new()).build_http(),
-            token: None,
-        }
-    }
-
-    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        let (status, _, body) = self.exchange(method, path, body).await;
-        (status, body)
-    }
-
-    async fn exchange(&self, method: &str, path: &str, body: Option<Value>) -> (u16, http::HeaderMap, Value) {
-        let mut request = http::Request::builder()
-            .method(method)
-            .uri(format!("http://{}{path}", self.addr))
-            .header("content-type", "application/openjobspec+json");
-        if let Some(token) = &self.token {
-            request = request.header("authorization", format!("Bearer {token}"));
-        }
-        let payload = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
-        let response = self
-            .client
-            .request(request.body(Full::new(payload)).unwrap())
-            .await
-            .unwrap();
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        (status, headers, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
-    }
-
-    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        self.call("POST", path, Some(body)).await
-    }
-
-    async fn get(&self, path: &str) -> (u16, Value) {
-        self.call("GET", path, None).await
-    }
-
-    async fn fetch(&self, queue: &str, worker: &str) -> Option<Value> {
-        let (status, body) = self
-            .post(
-                "/ojs/v1/workers/fetch",
-                json!({ "queues": [queue], "worker_id": worker }),
-            )
-            .await;
-        assert_eq!(status, 200, "{body}");
-        body["jobs"].as_array().and_then(|jobs| jobs.first().cloned())
-    }
-}
 
 async fn start() -> TestGateway {
     TestGateway::start().await
@@ -960,5 +894,253 @@ async fn a_rate_window_holds_further_starts_until_it_closes() {
         )
         .await;
     assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_request")));
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn the_conformance_suites_directive_hook_works_only_in_conformance_mode() {
+    let gateway = start().await;
+    let conformance = TestGateway::with_args(gateway.database_url.clone(), &["--ojs-allow-reset"]).await;
+    let ojs = Ojs::of(&gateway);
+    let (status, _) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "hooked.task", "args": [], "options": { "queue": "hooked",
+                    "metadata": { "test_directive": "terminate" } } }),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let job = ojs.fetch("hooked", "w-hook").await.expect("the job");
+    let beat = json!({ "worker_id": "w-hook", "active_jobs": [job["id"]] });
+    let (_, plain) = ojs.post("/ojs/v1/workers/heartbeat", beat.clone()).await;
+    assert_eq!(
+        (plain["state"].as_str(), plain["directive"].as_str()),
+        (Some("running"), Some("continue"))
+    );
+    let (_, hooked) = Ojs::of(&conformance).post("/ojs/v1/workers/heartbeat", beat).await;
+    assert_eq!(
+        (hooked["state"].as_str(), hooked["directive"].as_str()),
+        (Some("terminate"), Some("terminate"))
+    );
+    assert_eq!(hooked["jobs_extended"], json!([job["id"]]));
+    conformance.stop().await;
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn every_failure_is_kept_with_its_type_message_and_attempt() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "flaky.task", "args": [], "options": { "queue": "flaky",
+                    "retry": { "max_attempts": 4, "initial_interval": "PT0.01S", "jitter": false } } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let failures = [
+        ("ConnectionTimeout", "Database connection timed out"),
+        ("RateLimitExceeded", "API rate limit reached"),
+        ("InternalServerError", "Unexpected null reference"),
+    ];
+    for (kind, message) in failures {
+        let job = loop {
+            if let Some(job) = ojs.fetch("flaky", "w").await {
+                break job;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let (status, body) = ojs
+            .post(
+                "/ojs/v1/workers/nack",
+                json!({ "job_id": job["id"], "error": { "type": kind, "message": message } }),
+            )
+            .await;
+        assert_eq!((status, body["state"].as_str()), (200, Some("retryable")), "{body}");
+    }
+    let id = body["job"]["id"].as_str().unwrap();
+    let (_, body) = ojs.get(&format!("/ojs/v1/jobs/{id}")).await;
+    let history: Vec<(&str, &str, i64)> = body["job"]["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap(),
+                e["message"].as_str().unwrap(),
+                e["attempt"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        history,
+        failures
+            .iter()
+            .zip(1..)
+            .map(|((kind, message), attempt)| (*kind, *message, attempt))
+            .collect::<Vec<_>>()
+    );
+    gateway.stop().await;
+}
+
+/// An open server-sent-events response, read frame by frame as a plain HTTP client does.
+struct EventReader {
+    body: hyper::body::Incoming,
+    pending: String,
+}
+
+impl EventReader {
+    async fn open(ojs: &Ojs, query: &str, last_event_id: Option<&str>) -> EventReader {
+        let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http::<http_body_util::Empty<bytes::Bytes>>();
+        let mut request = http::Request::get(format!("http://{}/ojs/v1/events/stream?{query}", ojs.addr))
+            .header("accept", "text/event-stream");
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id);
+        }
+        let response = client.request(request.body(Default::default()).unwrap()).await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        let mut reader = EventReader {
+            body: response.into_body(),
+            pending: String::new(),
+        };
+        // The stream opens with the reconnection delay: from here on, events are live.
+        assert_eq!(reader.next_block().await.as_deref(), Some("retry: 1000"));
+        reader
+    }
+
+    /// The next blank-line-terminated block, or None when the stream ends.
+    async fn next_block(&mut self) -> Option<String> {
+        use http_body_util::BodyExt;
+        loop {
+            if let Some(end) = self.pending.find("\n\n") {
+                let block = self.pending[..end].to_string();
+                self.pending.drain(..end + 2);
+                return Some(block);
+            }
+            let frame = tokio::time::timeout(Duration::from_secs(20), self.body.frame())
+                .await
+                .expect("an event within 20 s")?
+                .unwrap();
+            if let Ok(data) = frame.into_data() {
+                self.pending.push_str(std::str::from_utf8(&data).unwrap());
+            }
+        }
+    }
+
+    /// The next event as (id, event name, data).
+    async fn next_event(&mut self) -> (String, String, Value) {
+        loop {
+            let block = self.next_block().await.expect("the stream stays open");
+            let field = |name: &str| {
+                block
+                    .lines()
+                    .find_map(|line| line.strip_prefix(name))
+                    .map(|value| value.trim().to_string())
+            };
+            if let (Some(id), Some(event), Some(data)) = (field("id:"), field("event:"), field("data:")) {
+                return (id, event, serde_json::from_str(&data).unwrap());
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_event_stream_pushes_matching_events_live_and_resumes_after_the_last_id() {
+    let gateway = TestGateway::with_args(common::fresh_database().await, &["--shutdown-timeout", "60s"]).await;
+    let ojs = Ojs::of(&gateway);
+    let mut mail = EventReader::open(&ojs, "queues=mail", None).await;
+    let mut everything = EventReader::open(&ojs, "types=job.*", None).await;
+
+    let enqueue = |queue: &'static str| {
+        let ojs = ojs.clone();
+        async move {
+            let (status, body) = ojs
+                .post(
+                    "/ojs/v1/jobs",
+                    json!({ "type": "sse.task", "args": [queue], "options": { "queue": queue } }),
+                )
+                .await;
+            assert_eq!(status, 201, "{body}");
+            body["job"]["id"].as_str().unwrap().to_string()
+        }
+    };
+    let other = enqueue("sms").await;
+    let id = enqueue("mail").await;
+    let job = ojs.fetch("mail", "w").await.unwrap();
+    ojs.ack(&job, json!({ "sent": true })).await;
+
+    let (enqueued_id, name, enqueued) = mail.next_event().await;
+    assert_eq!(
+        (name.as_str(), enqueued["subject"].as_str()),
+        ("job.enqueued", Some(id.as_str()))
+    );
+    let (completed_id, name, completed) = mail.next_event().await;
+    assert_eq!(
+        (name.as_str(), completed["subject"].as_str()),
+        ("job.completed", Some(id.as_str()))
+    );
+    assert_eq!(completed["data"]["queue"], "mail", "{completed}");
+    assert!(completed_id.parse::<i64>().unwrap() > enqueued_id.parse::<i64>().unwrap());
+    // The unfiltered stream saw the other queue's job too, in log order.
+    let seen: Vec<(String, Option<String>)> = [
+        everything.next_event().await,
+        everything.next_event().await,
+        everything.next_event().await,
+    ]
+    .into_iter()
+    .map(|(_, name, event)| (name, event["subject"].as_str().map(String::from)))
+    .collect();
+    assert_eq!(
+        seen,
+        [
+            ("job.enqueued".to_string(), Some(other.clone())),
+            ("job.enqueued".to_string(), Some(id.clone())),
+            ("job.completed".to_string(), Some(id.clone())),
+        ]
+    );
+
+    // A client that reconnects with the last id it got is replayed what came after, and only
+    // the job it asks for.
+    let mut resumed = EventReader::open(&ojs, &format!("channel=job%3A{id}"), Some(&enqueued_id)).await;
+    let (replayed_id, name, _) = resumed.next_event().await;
+    assert_eq!((replayed_id, name.as_str()), (completed_id, "job.completed"));
+
+    let (status, body) = ojs.get("/ojs/v1/events/stream?channel=worker%3Aw").await;
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_request")));
+
+    // Shutdown ends open streams instead of waiting out the 60 s drain.
+    tokio::time::timeout(Duration::from_secs(20), gateway.stop())
+        .await
+        .expect("open event streams end at shutdown");
+    assert_eq!(mail.next_block().await, None, "the stream ended");
+}
+
+#[tokio::test]
+async fn a_batch_answers_with_each_jobs_summary_and_reads_show_the_whole_job() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let jobs = json!({ "jobs": [
+        { "type": "report.build", "args": [{ "big": "x".repeat(2048) }], "meta": { "team": "ops" },
+          "options": { "queue": "reports" } },
+        { "type": "report.mail", "args": [], "options": { "queue": "reports", "delay_until": "+PT1H" } },
+    ] });
+    let (status, body) = ojs.post("/ojs/v1/jobs/batch", jobs).await;
+    assert_eq!((status, body["count"].as_i64()), (201, Some(2)), "{body}");
+    let first = &body["jobs"][0];
+    assert_eq!(
+        (first["type"].as_str(), first["queue"].as_str(), first["state"].as_str()),
+        (Some("report.build"), Some("reports"), Some("available"))
+    );
+    assert!(first["created_at"].is_string() && first["args"].is_null(), "{first}");
+    assert_eq!(body["jobs"][1]["state"], "scheduled");
+    assert!(body["jobs"][1]["scheduled_at"].is_string());
+    let (_, read) = ojs
+        .get(&format!("/ojs/v1/jobs/{}", first["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(read["job"]["args"][0]["big"].as_str().map(str::len), Some(2048));
+    assert_eq!(read["job"]["meta"]["team"], "ops");
     gateway.stop().await;
 }

@@ -8,8 +8,9 @@ use serde_json::{Map, Value, json};
 use super::OjsError;
 
 pub const DEFAULT_QUEUE: &str = "default";
-/// The spec's default visibility timeout for a claimed job.
-pub const DEFAULT_VISIBILITY_MS: i32 = 30_000;
+/// The spec's default visibility timeout for a claimed job: 30 minutes (ojs-worker-protocol
+/// §5.2), long enough for most jobs; shorter ones say so per job, longer ones heartbeat.
+pub const DEFAULT_VISIBILITY_MS: i32 = 1_800_000;
 
 /// A validated job ready to insert.
 #[derive(Debug, Clone)]

@@ -7,21 +7,27 @@
 pub mod cron;
 pub mod envelope;
 pub mod queue;
+pub mod stream;
 pub mod workflow;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
 use serde_json::{Value, json};
 use tokio_postgres::error::SqlState;
 
+use crate::admission::Admission;
+use crate::http_server::Shutdown;
+use crate::replica_lag::ReplicaLag;
 use envelope::NewJob;
-use queue::{Claim, Failure, FetchRequest, Queue};
+use queue::{Answer, Claim, Failure, FetchRequest, Queue};
+use stream::EventHub;
 
 const CONTENT_TYPE: &str = "application/openjobspec+json";
 const OJS_VERSION: &str = "1.0";
@@ -30,14 +36,24 @@ const DOCS_URL: &str = "https://openjobspec.org/spec/ojs-http-binding";
 const MAX_BODY_BYTES: usize = 64 << 20;
 const MAX_BATCH: usize = 10_000;
 const MAX_FETCH: i64 = 1_000;
+const EVENT_STREAM_PATH: &str = "/ojs/v1/events/stream";
 /// The error code of an enqueue refused by a queue's depth bound (ext-backpressure).
 pub(crate) const QUEUE_FULL: &str = "QUEUE_FULL";
 /// What a refused producer is told to wait, in seconds: a full queue drains at its workers' pace.
 const QUEUE_FULL_RETRY_AFTER: &str = "5";
 
+/// What a client turned away by admission control is told to wait, in seconds.
+const OVERLOADED_RETRY_AFTER_SECONDS: i64 = 1;
+/// Routes served without admission or the replication-lag check: probes and discovery must
+/// answer while data traffic is saturated.
+const ALWAYS_SERVED: [&str; 4] = ["/ojs/manifest", "/health", "/ready", "/ojs/v1/health"];
+
 /// What an operator can tune (from `--ojs-*` flags).
 #[derive(Debug, Clone)]
 pub struct OjsOptions {
+    /// Conformance mode (`--ojs-allow-reset`): serves the reset endpoint and honours the
+    /// conformance suite's test hook (a job's `options.metadata.test_directive` becomes the
+    /// directive of a heartbeat that extends it). Never on by default.
     pub allow_reset: bool,
     pub max_args_bytes: usize,
     pub token: Option<String>,
@@ -51,7 +67,14 @@ pub struct OjsService {
 struct Inner {
     queue: Queue,
     options: OjsOptions,
+    admission: Admission,
+    lag: ReplicaLag,
+    events: EventHub,
+    shutdown: Shutdown,
 }
+
+/// A JSON answer, or an event stream.
+type OjsBody = Either<Full<Bytes>, stream::EventStream>;
 
 /// An OJS error object and its HTTP status.
 #[derive(Debug)]
@@ -93,6 +116,40 @@ impl OjsError {
             ("x-ojs-queue-depth", depth.to_string()),
             ("x-ojs-queue-bound", bound.to_string()),
         ];
+        error
+    }
+
+    /// Admission control turned the request away before reading it (more requests than the
+    /// gateway serves at once, and its waiting line full or too slow).
+    fn overloaded() -> OjsError {
+        let mut error = OjsError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            "rate_limited",
+            "this gateway is serving as many OJS requests as it can; retry after a second",
+        )
+        .with_details(json!({ "retry_after_seconds": OVERLOADED_RETRY_AFTER_SECONDS }));
+        error.retryable = true;
+        error.headers = vec![("retry-after", OVERLOADED_RETRY_AFTER_SECONDS.to_string())];
+        error
+    }
+
+    /// A standby whose replay trails its primary by more than `--max-replication-lag` serves
+    /// no reads: they could be arbitrarily stale.
+    fn lagging(lag: Duration, limit: Duration) -> OjsError {
+        let mut error = OjsError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "backend_error",
+            "backend_error",
+            format!(
+                "this gateway's standby is {:.1} s behind its primary (limit {:.1} s); read from another replica",
+                lag.as_secs_f64(),
+                limit.as_secs_f64()
+            ),
+        )
+        .with_details(json!({ "lag_seconds": lag.as_secs_f64(), "limit_seconds": limit.as_secs_f64() }));
+        error.retryable = true;
+        error.headers = vec![("retry-after", "1".to_string())];
         error
     }
 
@@ -188,6 +245,7 @@ fn hint(code: &str) -> &'static str {
         "read_only" => "send writes to a gateway bound to the primary",
         QUEUE_FULL => "wait Retry-After seconds and enqueue again, or raise the queue's max_depth",
         "unauthenticated" => "send Authorization: Bearer <token>",
+        "rate_limited" => "wait Retry-After seconds and send the request again",
         _ => "retry with backoff",
     }
 }
@@ -217,29 +275,50 @@ fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
 type Reply = Result<(StatusCode, Value), OjsError>;
 
 impl OjsService {
-    pub fn new(queue: Queue, options: OjsOptions) -> OjsService {
+    /// `shutdown` ends open event streams, which would otherwise hold a graceful stop for its
+    /// whole drain timeout.
+    pub fn new(
+        queue: Queue,
+        options: OjsOptions,
+        admission: Admission,
+        lag: ReplicaLag,
+        shutdown: Shutdown,
+    ) -> OjsService {
         OjsService {
-            inner: Arc::new(Inner { queue, options }),
+            inner: Arc::new(Inner {
+                events: EventHub::new(queue.clone()),
+                queue,
+                options,
+                admission,
+                lag,
+                shutdown,
+            }),
         }
     }
 
-    async fn handle(self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    async fn handle(self, request: Request<Incoming>) -> Response<OjsBody> {
         let request_id = request
             .headers()
             .get("x-request-id")
             .and_then(|v| v.to_str().ok())
             .map(String::from)
             .unwrap_or_else(envelope::new_uuid_v7);
-        let mut response = if request.uri().path() == "/metrics" {
-            self.metrics().await
+        let path = request.uri().path().trim_end_matches('/');
+        let mut response = if path == "/metrics" {
+            self.metrics().await.map(Either::Left)
+        } else if ALWAYS_SERVED.contains(&path) {
+            self.serve(request).await
+        } else if let Some(lag) = self.inner.lag.too_far_behind() {
+            OjsError::lagging(lag, self.inner.lag.limit().unwrap_or_default())
+                .response()
+                .map(Either::Left)
         } else {
-            let mut extra = Vec::new();
-            let mut response = match self.route(request, &mut extra).await {
-                Ok((status, body)) => json_response(status, &body),
-                Err(error) => error.response(),
-            };
-            add_headers(response.headers_mut(), &extra);
-            response
+            // Admitted before the body is read or a database connection is taken; the slot is
+            // held until the answer is built (an event stream's replay included, not its life).
+            match self.inner.admission.admit().await {
+                Ok(_admitted) => self.serve(request).await,
+                Err(_) => OjsError::overloaded().response().map(Either::Left),
+            }
         };
 
         if let Ok(value) = header::HeaderValue::from_str(&request_id) {
@@ -249,6 +328,71 @@ impl OjsService {
             .headers_mut()
             .insert("ojs-version", header::HeaderValue::from_static(OJS_VERSION));
         response
+    }
+
+    async fn serve(&self, request: Request<Incoming>) -> Response<OjsBody> {
+        if request.method() == Method::GET && request.uri().path().trim_end_matches('/') == EVENT_STREAM_PATH {
+            return match self.event_stream(&request) {
+                Ok(response) => response,
+                Err(error) => error.response().map(Either::Left),
+            };
+        }
+        let mut extra = Vec::new();
+        let mut response = match self.route(request, &mut extra).await {
+            Ok((status, body)) => json_response(status, &body),
+            Err(error) => error.response(),
+        };
+        add_headers(response.headers_mut(), &extra);
+        response.map(Either::Left)
+    }
+
+    /// `GET /ojs/v1/events/stream`: server-sent events. Filters: `types` (names or `job.*`
+    /// prefixes), `queues`, and the SDKs' `channel=job:<id>` or `channel=queue:<name>`; a
+    /// stream resumes after `Last-Event-ID` (or `?after=<seq>`).
+    fn event_stream(&self, request: &Request<Incoming>) -> Result<Response<OjsBody>, OjsError> {
+        self.authorize(request.headers())?;
+        let query = parse_query(request.uri().query().unwrap_or(""));
+        let mut filter = stream::Filter {
+            types: list_param(&query, "types"),
+            queues: list_param(&query, "queues"),
+            job_id: None,
+        };
+        match query.get("channel") {
+            None => {}
+            Some(channel) => match channel.split_once(':') {
+                Some(("job", id)) => filter.job_id = Some(job_id(id)?.to_string()),
+                Some(("queue", name)) => filter.queues.push(queue_name(name)?.to_string()),
+                _ => {
+                    return Err(OjsError::invalid(format!(
+                        "unknown channel {channel:?} (job:<id> or queue:<name>)"
+                    )));
+                }
+            },
+        }
+        let resume = request
+            .headers()
+            .get("last-event-id")
+            .and_then(|v| v.to_str().ok())
+            .or(query.get("after").map(String::as_str));
+        let after = match resume {
+            None => None,
+            Some(text) => Some(
+                text.trim()
+                    .parse::<i64>()
+                    .map_err(|_| OjsError::invalid(format!("event ids are integers, not {text:?}")))?,
+            ),
+        };
+        let body = self.inner.events.open(filter, after, self.inner.shutdown.clone());
+        let mut response = Response::new(Either::Right(body));
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("text/event-stream"),
+        );
+        headers.insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-cache"));
+        // Proxies that buffer (nginx) would hold events back.
+        headers.insert("x-accel-buffering", header::HeaderValue::from_static("no"));
+        Ok(response)
     }
 
     /// Job counts by state, in the Prometheus text format (the gateway's own metrics are on the
@@ -448,7 +592,7 @@ impl OjsService {
             "ojs_version": "1.0",
             "implementation": { "name": "pgvs3", "version": env!("CARGO_PKG_VERSION"), "language": "rust",
                                 "homepage": "https://github.com/pgvs3/pgvs3" },
-            "conformance_level": 2,
+            "conformance_level": 4,
             "protocols": ["http"],
             "backend": "postgresql",
             "capabilities": {
@@ -474,7 +618,11 @@ impl OjsService {
 
     async fn enqueue(&self, body: Value, headers: &mut Vec<(&'static str, String)>) -> Reply {
         let job = envelope::parse_job(body, self.inner.options.max_args_bytes)?;
-        let mut inserted = self.inner.queue.enqueue(std::slice::from_ref(&job)).await?;
+        let mut inserted = self
+            .inner
+            .queue
+            .enqueue(std::slice::from_ref(&job), Answer::Job)
+            .await?;
         pressure_headers(&inserted, headers);
         if let Some(limit) = &job.rate_limit {
             self.rate_limit_headers(&limit.key, headers).await?;
@@ -518,7 +666,7 @@ impl OjsService {
                 "unique options are not supported in batches; enqueue such jobs singly",
             ));
         }
-        let inserted = self.inner.queue.enqueue(&jobs).await?;
+        let inserted = self.inner.queue.enqueue(&jobs, Answer::Summary).await?;
         pressure_headers(&inserted, headers);
         let stored = inserted.jobs;
         let count = stored.len();
@@ -629,7 +777,12 @@ impl OjsService {
             state: state.as_deref(),
             active_jobs,
         };
-        let reply = self.inner.queue.heartbeat(&beat).await?;
+        let mut reply = self.inner.queue.heartbeat(&beat).await?;
+        if self.inner.options.allow_reset && reply.directive.is_none() {
+            reply.directive = reply
+                .test_directive
+                .filter(|directive| matches!(directive.as_str(), "quiet" | "terminate"));
+        }
         // A directive overrides what the worker reported: it is what the worker should become.
         let state = reply.directive.clone().unwrap_or(reply.state);
         Ok((
@@ -680,12 +833,6 @@ impl OjsService {
     }
 
     async fn events(&self, query: &HashMap<String, String>) -> Reply {
-        let list = |name: &str| -> Vec<String> {
-            query
-                .get(name)
-                .map(|v| v.split(',').filter(|s| !s.is_empty()).map(String::from).collect())
-                .unwrap_or_default()
-        };
         let after = query.get("after").and_then(|v| v.parse().ok()).unwrap_or(0);
         let limit = query
             .get("limit")
@@ -695,7 +842,7 @@ impl OjsService {
         let events = self
             .inner
             .queue
-            .events(&list("types"), &list("queues"), after, limit)
+            .events(&list_param(query, "types"), &list_param(query, "queues"), after, limit)
             .await?;
         Ok((StatusCode::OK, json!({ "events": events })))
     }
@@ -853,8 +1000,41 @@ fn parse_query(query: &str) -> HashMap<String, String> {
         .split('&')
         .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
         .filter(|(key, _)| !key.is_empty())
-        .map(|(key, value)| (key.to_string(), value.replace("%2C", ",").replace("%2c", ",")))
+        .map(|(key, value)| (key.to_string(), percent_decode(value)))
         .collect()
+}
+
+/// Decodes `%XX` escapes (query values are ids, names and lists: `,` and `:` arrive escaped);
+/// a malformed escape is kept as it is.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| bytes.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok());
+        match escaped {
+            Some(byte) => {
+                decoded.push(byte);
+                i += 3;
+            }
+            None => {
+                decoded.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&decoded).into_owned()
+}
+
+/// A comma-separated query parameter as a list (absent: empty).
+fn list_param(query: &HashMap<String, String>, name: &str) -> Vec<String> {
+    query
+        .get(name)
+        .map(|v| v.split(',').filter(|s| !s.is_empty()).map(String::from).collect())
+        .unwrap_or_default()
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -907,7 +1087,7 @@ pub fn spawn_cron_ticker(queue: Queue, max_args_bytes: usize) -> tokio::task::Jo
 }
 
 impl hyper::service::Service<Request<Incoming>> for OjsService {
-    type Response = Response<Full<Bytes>>;
+    type Response = Response<OjsBody>;
     type Error = Infallible;
     type Future = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Infallible>> + Send>>;
 

@@ -15,6 +15,17 @@ use super::envelope::{self, NewJob, OnConflict, RetryPolicy};
 use super::workflow::{Kind, NewWorkflow};
 use super::{OjsError, QUEUE_FULL};
 
+/// One row of the event log, with what stream filters look at.
+#[derive(Debug, Clone)]
+pub struct LoggedEvent {
+    pub seq: i64,
+    pub kind: String,
+    pub queue: Option<String>,
+    pub job_id: Option<String>,
+    /// The event, serialized (one line).
+    pub json: String,
+}
+
 #[derive(Clone)]
 pub struct Queue {
     pool: Pool,
@@ -47,6 +58,9 @@ pub struct BeatReply {
     pub state: String,
     /// What an operator asked the worker to do: quiet or terminate.
     pub directive: Option<String>,
+    /// The conformance suite's test hook: a directive named by an extended job's
+    /// `options.metadata.test_directive` (honoured only in conformance mode).
+    pub test_directive: Option<String>,
 }
 
 /// Which claim an ack or nack speaks for. Both fields are optional; given ones must match the
@@ -132,7 +146,14 @@ WITH input AS (
            max_attempts, envelope, run_at, expires, visibility_ms, unique_key, $13, workflow_step, workflow_callback,
            rate_key
     FROM timed WHERE NOT EXISTS (SELECT 1 FROM full_queue)
-    RETURNING j.id, j.queue, j.type, j.seq, j.state, ojs.job_json(j) AS body
+    RETURNING j.id, j.queue, j.type, j.seq, j.state,
+        CASE WHEN $19::bool
+             THEN jsonb_build_object('id', j.id, 'type', j.type, 'queue', j.queue, 'state', j.state,
+                      'priority', j.priority, 'attempt', j.attempt, 'max_attempts', j.max_attempts,
+                      'created_at', ojs.ts(j.created_at), 'enqueued_at', ojs.ts(j.created_at))
+                  || CASE WHEN j.state = 'scheduled' THEN jsonb_build_object('scheduled_at', ojs.ts(j.run_at))
+                          ELSE '{}' END
+             ELSE ojs.job_json(j) END AS body
 ), event AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
     SELECT gen_random_uuid()::text, 'job.enqueued', queue, id,
@@ -278,7 +299,11 @@ SELECT body FROM failed";
 const EXTEND_CLAIMS: &str = "
 UPDATE ojs.jobs SET visible_until = now() + coalesce($3, visibility_ms) * interval '1 ms'
 WHERE id = ANY($1) AND state = 'active' AND ($2::text IS NULL OR worker_id IS NULL OR worker_id = $2)
-RETURNING id";
+RETURNING id, envelope #>> '{options,metadata,test_directive}'";
+
+/// An event as the polled and streamed event APIs show it (CloudEvents-like envelope).
+const EVENT_JSON: &str = "jsonb_build_object('id', id, 'seq', seq, 'type', type, 'specversion', '1.0',
+    'source', 'pgvs3', 'time', ojs.ts(time), 'subject', job_id, 'data', data)";
 
 const RECORD_WORKER: &str = "
 INSERT INTO ojs.workers AS w (id, state, active_jobs) VALUES ($1, coalesce($2, 'running'), $3)
@@ -309,16 +334,17 @@ impl Queue {
         self.pool.get().await.map_err(OjsError::backend)
     }
 
-    /// Inserts jobs all-or-nothing; returns them as stored, in order. Jobs with unique options
-    /// go through [`Queue::enqueue_unique`]. A queue at its depth bound refuses the lot.
-    pub async fn enqueue(&self, jobs: &[NewJob]) -> Result<Inserted, OjsError> {
+    /// Inserts jobs all-or-nothing; returns them as stored (or summed up), in order. Jobs with
+    /// unique options go through [`Queue::enqueue_unique`]. A queue at its depth bound refuses
+    /// the lot.
+    pub async fn enqueue(&self, jobs: &[NewJob], answer: Answer) -> Result<Inserted, OjsError> {
         if let [job] = jobs
             && job.unique.is_some()
         {
             return self.enqueue_unique(job).await;
         }
         let client = self.client().await?;
-        insert(&client, jobs).await
+        insert_placed(&client, jobs, &Placement::default(), answer).await
     }
 
     async fn enqueue_unique(&self, job: &NewJob) -> Result<Inserted, OjsError> {
@@ -533,8 +559,10 @@ impl Queue {
         };
         let (extended, worker) = tokio::join!(extend, record);
         let worker = worker.map_err(OjsError::sql)?;
+        let extended = extended.map_err(OjsError::sql)?;
         Ok(BeatReply {
-            extended: extended.map_err(OjsError::sql)?.iter().map(|row| row.get(0)).collect(),
+            test_directive: extended.iter().find_map(|row| row.get(1)),
+            extended: extended.iter().map(|row| row.get(0)).collect(),
             state: worker.as_ref().map_or_else(|| "running".into(), |row| row.get(0)),
             directive: worker.and_then(|row| row.get(1)),
         })
@@ -786,7 +814,7 @@ impl Queue {
             Some(&SqlState::UNIQUE_VIOLATION) => OjsError::duplicate("a workflow with this id already exists"),
             _ => OjsError::sql(err),
         })?;
-        insert_placed(&tx, &jobs, &placement).await?;
+        insert_placed(&tx, &jobs, &placement, Answer::Job).await?;
         let row = tx
             .query_one(
                 "SELECT ojs.workflow_json(w) FROM ojs.workflows w WHERE w.id = $1",
@@ -914,17 +942,57 @@ impl Queue {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT jsonb_build_object('id', id, 'seq', seq, 'type', type, 'specversion', '1.0',
-                        'source', 'pgvs3', 'time', ojs.ts(time), 'subject', job_id, 'data', data)
-                 FROM ojs.events
-                 WHERE seq > $1 AND (cardinality($2::text[]) = 0 OR type = ANY($2))
-                   AND (cardinality($3::text[]) = 0 OR queue = ANY($3))
-                 ORDER BY seq LIMIT $4",
+                &format!(
+                    "SELECT {EVENT_JSON} FROM ojs.events
+                     WHERE seq > $1 AND (cardinality($2::text[]) = 0 OR type = ANY($2))
+                       AND (cardinality($3::text[]) = 0 OR queue = ANY($3))
+                     ORDER BY seq LIMIT $4"
+                ),
                 &[&after, &types, &queues, &limit],
             )
             .await
             .map_err(OjsError::sql)?;
         Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
+    /// Events after `after` in log order, unfiltered, serialized for the event stream.
+    pub async fn events_since(&self, after: i64, limit: i64) -> Result<Vec<LoggedEvent>, OjsError> {
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(&format!(
+                "SELECT seq, type, queue, job_id, ({EVENT_JSON})::text FROM ojs.events
+                 WHERE seq > $1 ORDER BY seq LIMIT $2"
+            ))
+            .await
+            .map_err(OjsError::sql)?;
+        let rows = client
+            .query(&statement, &[&after, &limit])
+            .await
+            .map_err(OjsError::sql)?;
+        Ok(rows
+            .iter()
+            .map(|row| LoggedEvent {
+                seq: row.get(0),
+                kind: row.get(1),
+                queue: row.get(2),
+                job_id: row.get(3),
+                json: row.get(4),
+            })
+            .collect())
+    }
+
+    /// Where a new event stream starts: the last event logged `settled_for` ago or earlier, so
+    /// that events of transactions still committing then are read as new.
+    pub async fn event_floor(&self, settled_for: Duration) -> Result<i64, OjsError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT coalesce(max(seq), 0) FROM ojs.events WHERE time < now() - $1::float8 * interval '1 s'",
+                &[&settled_for.as_secs_f64()],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        Ok(row.get(0))
     }
 
     /// Counts over all queues: jobs by state, queues, workers holding claims, and the last
@@ -1154,15 +1222,28 @@ struct Placement<'a> {
     held: Vec<bool>,
 }
 
+/// How much of each inserted job an enqueue answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// The whole job, as a read shows it.
+    Job,
+    /// Id, type, queue, state, priority, attempts and timestamps: the HTTP binding's batch
+    /// answer, which does not echo the args and options the client just sent (for a batch of
+    /// large jobs, writing them out again was most of the statement's work).
+    Summary,
+}
+
 async fn insert(client: &impl deadpool_postgres::GenericClient, jobs: &[NewJob]) -> Result<Inserted, OjsError> {
-    insert_placed(client, jobs, &Placement::default()).await
+    insert_placed(client, jobs, &Placement::default(), Answer::Job).await
 }
 
 async fn insert_placed(
     client: &impl deadpool_postgres::GenericClient,
     jobs: &[NewJob],
     placement: &Placement<'_>,
+    answer: Answer,
 ) -> Result<Inserted, OjsError> {
+    let summary = answer == Answer::Summary;
     let column = |f: fn(&NewJob) -> String| jobs.iter().map(f).collect::<Vec<_>>();
     let ids = column(|job| job.id.clone());
     let queues = column(|job| job.queue.clone());
@@ -1212,6 +1293,7 @@ async fn insert_placed(
                 &placement.held,
                 &rate_keys,
                 &rate_policies,
+                &summary,
             ],
         )
         .await

@@ -4,7 +4,7 @@ use anyhow::Context;
 use deadpool_postgres::Pool;
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 5;
+pub const LAYOUT_VERSION: i32 = 6;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -19,6 +19,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         5,
         "ojs_workflows",
         include_str!("../../migrations/0005_ojs_workflows.sql"),
+    ),
+    (
+        6,
+        "ojs_inline_timestamps",
+        include_str!("../../migrations/0006_ojs_inline_timestamps.sql"),
     ),
 ];
 

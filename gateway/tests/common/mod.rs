@@ -3,12 +3,14 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod ojs;
 pub mod raw;
 pub mod resp;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::{Credentials, Region};
@@ -147,6 +149,23 @@ fn remove_stale_clusters() {
         if !alive && pgvs3_gateway::pg::embedded::running_cluster(&entry.path()).is_none() {
             let _ = std::fs::remove_dir_all(entry.path());
         }
+    }
+}
+
+/// Polls `check` until it yields a value, for at most `limit`: replication and promotion are
+/// asynchronous, and this bounds how long they may take.
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what} within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
