@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
@@ -258,6 +259,23 @@ fn add_headers(headers: &mut http::HeaderMap, extra: &[(&'static str, String)]) 
     }
 }
 
+/// A path with its ids (UUIDs, numbers) replaced by `:id`, to name a request's span after its
+/// route rather than after one job.
+fn route_template(path: &str) -> String {
+    path.trim_end_matches('/')
+        .split('/')
+        .map(|segment| {
+            let id = uuid_like(segment) || (!segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit()));
+            if id { ":id" } else { segment }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+fn uuid_like(segment: &str) -> bool {
+    segment.len() == 36 && segment.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+}
+
 fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
     let text = if status == StatusCode::NO_CONTENT {
         String::new()
@@ -297,6 +315,15 @@ impl OjsService {
     }
 
     async fn handle(self, request: Request<Incoming>) -> Response<OjsBody> {
+        let span = crate::telemetry::request_span("ojs", Some(request.headers()));
+        let operation = format!("{} {}", request.method(), route_template(request.uri().path()));
+        crate::telemetry::name_operation(&span, "OJS", &operation);
+        let response = self.handle_in_span(request).instrument(span.clone()).await;
+        crate::telemetry::finish(&span, response.status().as_str(), response.status().is_server_error());
+        response
+    }
+
+    async fn handle_in_span(self, request: Request<Incoming>) -> Response<OjsBody> {
         let request_id = request
             .headers()
             .get("x-request-id")
@@ -1094,5 +1121,24 @@ impl hyper::service::Service<Request<Incoming>> for OjsService {
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         let service = self.clone();
         Box::pin(async move { Ok(service.handle(request).await) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::route_template;
+
+    #[test]
+    fn span_names_follow_routes_not_jobs() {
+        assert_eq!(
+            route_template("/ojs/v1/jobs/0190b1d2-5c4e-7a3b-9c1d-2e3f4a5b6c7d/"),
+            "/ojs/v1/jobs/:id"
+        );
+        assert_eq!(route_template("/ojs/v1/workers/fetch"), "/ojs/v1/workers/fetch");
+        assert_eq!(route_template("/ojs/v1/events/42"), "/ojs/v1/events/:id");
+        assert_eq!(
+            route_template("/ojs/v1/queues/emails/pause"),
+            "/ojs/v1/queues/emails/pause"
+        );
     }
 }
