@@ -257,13 +257,7 @@ async fn a_standby_too_far_behind_refuses_reads_until_replay_catches_up() {
     })
     .await;
 
-    // Replay stops while the primary goes on writing: the standby falls further behind every
-    // moment, measured from the last commit it replayed.
-    let (replica, connection) = tokio_postgres::connect(&standby.url("postgres"), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    replica.execute("SELECT pg_wal_replay_pause()", &[]).await.unwrap();
+    let replay = standby.pause_replay().await;
     put("second").await.unwrap();
     eventually(Duration::from_secs(30), "reads to be refused", || async {
         (read().await == 503).then_some(())
@@ -288,7 +282,7 @@ async fn a_standby_too_far_behind_refuses_reads_until_replay_catches_up() {
         ready.body
     );
 
-    replica.execute("SELECT pg_wal_replay_resume()", &[]).await.unwrap();
+    replay.resume().await;
     eventually(Duration::from_secs(30), "reads once replay caught up", || async {
         (read().await == 200).then_some(())
     })

@@ -192,13 +192,7 @@ async fn a_standby_too_far_behind_refuses_ojs_reads_until_replay_catches_up() {
     })
     .await;
 
-    // Replay stops while the primary goes on writing: the standby falls further behind every
-    // moment, measured from the last commit it replayed.
-    let (replica, connection) = tokio_postgres::connect(&standby.url("postgres"), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    replica.execute("SELECT pg_wal_replay_pause()", &[]).await.unwrap();
+    let replay = standby.pause_replay().await;
     let second = enqueue(2).await;
     let refusal = eventually(Duration::from_secs(30), "reads to be refused", || async {
         let (status, body) = read(first.clone()).await;
@@ -221,7 +215,7 @@ async fn a_standby_too_far_behind_refuses_ojs_reads_until_replay_catches_up() {
         assert_eq!(from_standby.get(path).await.0, 200, "{path} still answers");
     }
 
-    replica.execute("SELECT pg_wal_replay_resume()", &[]).await.unwrap();
+    replay.resume().await;
     let caught_up = eventually(Duration::from_secs(30), "reads once replay caught up", || async {
         let (status, body) = read(second.clone()).await;
         (status == 200).then_some(body)

@@ -341,7 +341,7 @@ impl OjsService {
                 .map(Either::Left)
         } else {
             // Admitted before the body is read or a database connection is taken; the slot is
-            // held until the answer is built (an event stream's replay included, not its life).
+            // held until the answer is built (for an event stream: until it opens).
             match self.inner.admission.admit().await {
                 Ok(_admitted) => self.serve(request).await,
                 Err(_) => OjsError::overloaded().response().map(Either::Left),

@@ -98,6 +98,26 @@ impl ClusterAddress {
             self.socket_dir, self.port
         )
     }
+
+    /// Stops WAL replay on this standby: while the primary goes on writing, the standby falls
+    /// further behind every moment, measured from the last commit it replayed.
+    pub async fn pause_replay(&self) -> PausedReplay {
+        let (client, connection) = tokio_postgres::connect(&self.url("postgres"), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client.execute("SELECT pg_wal_replay_pause()", &[]).await.unwrap();
+        PausedReplay(client)
+    }
+}
+
+/// A standby whose replay [`ClusterAddress::pause_replay`] stopped.
+pub struct PausedReplay(tokio_postgres::Client);
+
+impl PausedReplay {
+    pub async fn resume(self) {
+        self.0.execute("SELECT pg_wal_replay_resume()", &[]).await.unwrap();
+    }
 }
 
 /// A dedicated primary and its hot standby (`pg_basebackup -R`), kept on a thread of their own
