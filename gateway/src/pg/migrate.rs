@@ -20,6 +20,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "ojs_workflows",
         include_str!("../../migrations/0005_ojs_workflows.sql"),
     ),
+    (
+        7,
+        "bucket_quotas",
+        include_str!("../../migrations/0007_bucket_quotas.sql"),
+    ),
 ];
 
 /// Any fixed number works; it only has to be the same for every gateway of one database.

@@ -121,6 +121,7 @@ async fn commit_loop(
                 for job in jobs {
                     let _ = job.done.send(Err(match &err {
                         StoreError::ReadOnly => StoreError::ReadOnly,
+                        StoreError::QuotaExceeded(usage) => StoreError::QuotaExceeded(usage.clone()),
                         _ => StoreError::Unavailable(text.clone()),
                     }));
                 }
