@@ -269,3 +269,168 @@ async fn one_namespace_and_no_election_watch_only_that_namespace_without_a_lease
     assert!(fake.get(LEASE).is_none(), "no election, no Lease");
     replica.stop().await.unwrap();
 }
+
+/// One permission a request needs: API group, resource (with `/subresource`), verb.
+type Permission = (String, String, String);
+
+/// The permission the recorded request needed, and a second one when a server-side apply may
+/// create the object (`create` as well as `patch`).
+fn permissions(request: &mock::Recorded) -> Vec<Permission> {
+    let segments: Vec<&str> = request.path.trim_start_matches('/').split('/').collect();
+    let (group, rest) = match segments[0] {
+        "api" => ("", &segments[2..]),
+        _ => (segments[1], &segments[3..]),
+    };
+    let rest = match rest {
+        ["namespaces", _, rest @ ..] => rest,
+        rest => rest,
+    };
+    let (resource, named) = match rest {
+        [plural] => (plural.to_string(), false),
+        [plural, _] => (plural.to_string(), true),
+        [plural, _, sub] => (format!("{plural}/{sub}"), true),
+        other => panic!("unexpected path {other:?}"),
+    };
+    let verb = match (request.method.as_str(), named) {
+        ("GET", false) if request.query.contains("watch=true") => "watch",
+        ("GET", false) => "list",
+        ("GET", true) => "get",
+        ("POST", _) => "create",
+        ("PATCH", _) => "patch",
+        ("PUT", _) => "update",
+        ("DELETE", _) => "delete",
+        (method, _) => panic!("unexpected method {method}"),
+    };
+    let mut needed = vec![(group.to_string(), resource.clone(), verb.to_string())];
+    let applies = verb == "patch" && request.query.contains("force=true") && !resource.contains('/');
+    if applies {
+        needed.push((group.to_string(), resource, "create".to_string()));
+    }
+    needed
+}
+
+/// The rules of the chart's ClusterRole and leader-election Role, read from the template
+/// (its Helm directives only touch names and labels, so dropping those lines leaves the rules).
+fn chart_rules() -> Vec<Permission> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../charts/pgvs3-operator/templates/rbac.yaml"
+    );
+    let text: String = std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|line| !line.contains("{{"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let documents: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let mut granted = Vec::new();
+    for document in documents
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
+    {
+        for rule in document["rules"].as_array().unwrap() {
+            for group in rule["apiGroups"].as_array().unwrap() {
+                for resource in rule["resources"].as_array().unwrap() {
+                    for verb in rule["verbs"].as_array().unwrap() {
+                        granted.push((
+                            group.as_str().unwrap().to_string(),
+                            resource.as_str().unwrap().to_string(),
+                            verb.as_str().unwrap().to_string(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    granted
+}
+
+/// Grants no request in the scenario below makes, each for a reason outside the requests:
+/// setting an owner reference with `blockOwnerDeletion` needs `update` on the owner's
+/// finalizers, and kube's event recorder patches an Event that repeats.
+const GRANTED_BEYOND_REQUESTS: [(&str, &str, &str); 4] = [
+    ("pgvs3.io", "gatewaypools/finalizers", "update"),
+    ("pgvs3.io", "buckets/finalizers", "update"),
+    ("pgvs3.io", "origincaches/finalizers", "update"),
+    ("events.k8s.io", "events", "patch"),
+];
+
+#[tokio::test]
+async fn the_chart_grants_exactly_the_verbs_the_operator_uses() {
+    let fake = fake_with_pool();
+    // Every optional child: an autoscaled pool, and the Prometheus operator's CRD present.
+    fake.update("/apis/pgvs3.io/v1alpha1/namespaces/team/gatewaypools/objects", |pool| {
+        pool["spec"]["autoscaling"] = json!({"minReplicas": 2, "maxReplicas": 4});
+    });
+    fake.insert(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+    }));
+    fake.insert(json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "origin", "namespace": "team"},
+        "data": {"AWS_ACCESS_KEY_ID": b64("AKIA"), "AWS_SECRET_ACCESS_KEY": b64("secret")},
+    }));
+    let replica = Replica::start(&fake, "replica-a", args(&[])).await;
+    eventually("the ServiceMonitor", async || {
+        fake.get("/apis/monitoring.coreos.com/v1/namespaces/team/servicemonitors/objects")
+            .is_some()
+    })
+    .await;
+    let hpa = "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers/objects";
+    eventually("the HPA", async || fake.get(hpa).is_some()).await;
+    fake.update("/apis/pgvs3.io/v1alpha1/namespaces/team/gatewaypools/objects", |pool| {
+        pool["spec"].as_object_mut().unwrap().remove("autoscaling");
+    });
+    eventually("the HPA removed", async || fake.get(hpa).is_none()).await;
+    // A Bucket and an OriginCache on the pool (their database is unreachable here, so they
+    // stop at the catalog after writing their Secrets), and one of each without a pool, deleted.
+    for (kind, plural, name, pool) in [
+        ("Bucket", "buckets", "photos", "objects"),
+        ("OriginCache", "origincaches", "datasets", "objects"),
+        ("Bucket", "buckets", "orphan", "missing"),
+        ("OriginCache", "origincaches", "orphan-cache", "missing"),
+    ] {
+        fake.insert(json!({
+            "apiVersion": "pgvs3.io/v1alpha1", "kind": kind,
+            "metadata": {"name": name, "namespace": "team"},
+            "spec": {"gatewayPoolRef": pool, "bucket": "cache-bucket", "credentialsSecretRef": "origin",
+                     "origin": {"endpoint": "http://origin.example", "bucket": "remote"}},
+        }));
+        let path = format!("/apis/pgvs3.io/v1alpha1/namespaces/team/{plural}/{name}");
+        eventually(&format!("{name}'s status"), async || {
+            fake.get(&path).is_some_and(|o| !o["status"]["conditions"].is_null())
+        })
+        .await;
+    }
+    for credentials in ["photos-credentials", "datasets-credentials"] {
+        let path = format!("/api/v1/namespaces/team/secrets/{credentials}");
+        eventually(&path, async || fake.get(&path).is_some()).await;
+    }
+    for (plural, name) in [("buckets", "orphan"), ("origincaches", "orphan-cache")] {
+        let path = format!("/apis/pgvs3.io/v1alpha1/namespaces/team/{plural}/{name}");
+        fake.update(&path, |o| {
+            o["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z")
+        });
+        eventually(&format!("{name} gone"), async || fake.get(&path).is_none()).await;
+    }
+    replica.stop().await.unwrap();
+
+    let granted = chart_rules();
+    let mut used: Vec<Permission> = fake.requests().iter().flat_map(permissions).collect();
+    used.sort();
+    used.dedup();
+    let missing: Vec<_> = used.iter().filter(|p| !granted.contains(p)).collect();
+    assert!(missing.is_empty(), "the chart does not grant {missing:?}");
+    let beyond: Vec<Permission> = GRANTED_BEYOND_REQUESTS
+        .iter()
+        .map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()))
+        .collect();
+    let unused: Vec<_> = granted
+        .iter()
+        .filter(|p| !used.contains(p) && !beyond.contains(p))
+        .collect();
+    assert!(
+        unused.is_empty(),
+        "the chart grants verbs the operator never uses: {unused:?}"
+    );
+}
