@@ -146,24 +146,17 @@ async fn copies_and_multipart_completions_past_the_limit_are_refused() {
     put(s3, "source", "big", noise(200_000, 1)).await.unwrap();
     set_quota(&gw, "capped", Some(12 << 20), None).await;
 
-    let copy = s3
-        .copy_object()
-        .bucket("capped")
-        .key("copied")
-        .copy_source("source/big")
-        .send()
-        .await;
-    assert!(copy.is_ok(), "a copy within the limit succeeds: {copy:?}");
+    let copy = |key: &'static str| {
+        s3.copy_object()
+            .bucket("capped")
+            .key(key)
+            .copy_source("source/big")
+            .send()
+    };
+    copy("copied").await.expect("a copy within the limit succeeds");
     set_quota(&gw, "capped", Some(300_000), None).await;
-    let copy = s3
-        .copy_object()
-        .bucket("capped")
-        .key("copied-again")
-        .copy_source("source/big")
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(refusal(&copy), (400, QUOTA_ERROR.to_string()));
+    let refused = copy("copied-again").await.unwrap_err();
+    assert_eq!(refusal(&refused), (400, QUOTA_ERROR.to_string()));
     assert!(!exists(s3, "capped", "copied-again").await);
 
     // Parts are not counted until completion; the completion is what gets refused, and the
@@ -193,16 +186,16 @@ async fn copies_and_multipart_completions_past_the_limit_are_refused() {
     let completion = CompletedMultipartUpload::builder()
         .parts(CompletedPart::builder().part_number(1).e_tag(&etag).build())
         .build();
-    let complete = s3
-        .complete_multipart_upload()
-        .bucket("capped")
-        .key("assembled")
-        .upload_id(&upload_id)
-        .multipart_upload(completion.clone())
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(refusal(&complete), (400, QUOTA_ERROR.to_string()));
+    let complete = || {
+        s3.complete_multipart_upload()
+            .bucket("capped")
+            .key("assembled")
+            .upload_id(&upload_id)
+            .multipart_upload(completion.clone())
+            .send()
+    };
+    let refused = complete().await.unwrap_err();
+    assert_eq!(refusal(&refused), (400, QUOTA_ERROR.to_string()));
     assert!(!exists(s3, "capped", "assembled").await);
     let parts = s3
         .list_parts()
@@ -215,14 +208,7 @@ async fn copies_and_multipart_completions_past_the_limit_are_refused() {
     assert_eq!(parts.parts().len(), 1, "the refused upload keeps its parts");
 
     set_quota(&gw, "capped", Some(6 << 20), None).await;
-    s3.complete_multipart_upload()
-        .bucket("capped")
-        .key("assembled")
-        .upload_id(&upload_id)
-        .multipart_upload(completion)
-        .send()
-        .await
-        .unwrap();
+    complete().await.unwrap();
     assert_eq!(counted(&gw, "capped").await, (200_000 + (5 << 20), 2));
     let usage = quota(&gw, "capped").await;
     assert_eq!((usage.used_bytes, usage.used_objects), counted(&gw, "capped").await);

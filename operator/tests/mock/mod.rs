@@ -134,9 +134,9 @@ impl Collection {
 
 fn split_prefix(path: &str) -> Option<(String, Vec<&str>)> {
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    match segments.first()? {
-        &"api" if segments.len() > 2 => Some((format!("/api/{}", segments[1]), segments[2..].to_vec())),
-        &"apis" if segments.len() > 3 => {
+    match *segments.first()? {
+        "api" if segments.len() > 2 => Some((format!("/api/{}", segments[1]), segments[2..].to_vec())),
+        "apis" if segments.len() > 3 => {
             Some((format!("/apis/{}/{}", segments[1], segments[2]), segments[3..].to_vec()))
         }
         _ => None,
