@@ -45,7 +45,7 @@ enum AdminCommand {
     /// Cache buckets in front of remote S3 origins.
     #[command(subcommand)]
     Origin(OriginCommand),
-    /// A bucket's quota: set it (or remove it, with neither limit) and show its usage.
+    /// A bucket's quota and usage: shown, set (either limit or both) or removed.
     Quota {
         #[arg(long)]
         bucket: String,
@@ -55,9 +55,9 @@ enum AdminCommand {
         /// Most objects the bucket may hold.
         #[arg(long)]
         max_objects: Option<u64>,
-        /// Only show the quota and usage; change nothing.
+        /// Remove the bucket's quota.
         #[arg(long, conflicts_with_all = ["max_bytes", "max_objects"])]
-        show: bool,
+        remove: bool,
     },
     /// Run the maintenance reaper once and report what it removed.
     Maintenance {
@@ -234,9 +234,9 @@ async fn admin(catalog: &Arc<Catalog>, pool: deadpool_postgres::Pool, command: A
             bucket,
             max_bytes,
             max_objects,
-            show,
+            remove,
         } => {
-            if !show {
+            if remove || max_bytes.is_some() || max_objects.is_some() {
                 let limit = |value: Option<u64>| value.map(|v| i64::try_from(v).unwrap_or(i64::MAX));
                 catalog
                     .set_bucket_quota(&bucket, limit(max_bytes), limit(max_objects))
