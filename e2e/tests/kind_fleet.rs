@@ -289,13 +289,22 @@ fn standby_pool_scales() {
 #[ignore = "needs a kind cluster from kind/up.sh"]
 fn resp_and_ojs_answer_through_their_services() {
     require_kind();
+    // An enabled OJS endpoint needs its bearer token Secret (the CRD refuses one without).
+    let _ = kubectl(&["delete", "secret", "e2e-ojs-token", "--ignore-not-found"]);
+    kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "e2e-ojs-token",
+        "--from-literal=token=e2e-ojs-secret-token",
+    ]);
     kubectl(&[
         "patch",
         "gatewaypool",
         "demo-primary",
         "--type=merge",
         "-p",
-        r#"{"spec":{"protocols":{"ojs":{"enabled":true,"port":8080}}}}"#,
+        r#"{"spec":{"protocols":{"ojs":{"enabled":true,"port":8080},"ojsTokenSecretRef":"e2e-ojs-token"}}}"#,
     ]);
     eventually("primary pool rolled out", Duration::from_secs(180), || {
         get_json("gatewaypool/demo-primary").filter(|p| ready(p) && p["status"]["endpoints"]["ojs"].is_string())
@@ -337,6 +346,27 @@ fn resp_and_ojs_answer_through_their_services() {
         "http://demo-primary:8080/ojs/v1/health",
     ]);
     assert!(health.contains("ok"), "{health}");
+    let status_of = |name: &str, auth: &str| {
+        kubectl(&[
+            "run",
+            name,
+            "--rm",
+            "-i",
+            "--restart=Never",
+            "--image=curlimages/curl:8.10.1",
+            "--",
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-H",
+            auth,
+            "http://demo-primary:8080/ojs/v1/queues",
+        ])
+    };
+    assert!(status_of("e2e-curl-anonymous", "X-None: 1").starts_with("401"));
+    assert!(status_of("e2e-curl-token", "Authorization: Bearer e2e-ojs-secret-token").starts_with("200"));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -171,6 +171,7 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
             referrers(pools_reader.clone(), |pool: &GatewayPool, secret| {
                 pool.spec.postgres.credentials_secret() == secret
                     || pool.spec.master_key_ref(&pool.name_any()).name == secret
+                    || pool.spec.protocols.ojs_token_secret() == Some(secret)
             }),
         )
         .watches(
