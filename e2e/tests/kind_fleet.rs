@@ -148,15 +148,20 @@ fn s3(port: u16, secret: &str) -> Client {
     Client::from_conf(config)
 }
 
-fn bucket_manifest(name: &str, policy: &str) -> String {
+/// A Bucket on the Primary pool; `extra` is more of its spec in YAML flow style (`quota: {...}`).
+fn bucket_manifest(name: &str, policy: &str, extra: &str) -> String {
     format!(
         "apiVersion: pgvs3.io/v1alpha1\nkind: Bucket\nmetadata: {{name: {name}, namespace: {NAMESPACE}}}\n\
-         spec: {{gatewayPoolRef: demo-primary, deletionPolicy: {policy}}}\n"
+         spec: {{gatewayPoolRef: demo-primary, deletionPolicy: {policy}{extra}}}\n"
     )
 }
 
 fn create_bucket(name: &str, policy: &str) -> Value {
-    kubectl_apply(&bucket_manifest(name, policy));
+    create_bucket_with(name, policy, "")
+}
+
+fn create_bucket_with(name: &str, policy: &str, extra: &str) -> Value {
+    kubectl_apply(&bucket_manifest(name, policy, extra));
     eventually(&format!("Bucket {name} Ready"), Duration::from_secs(120), || {
         get_json(&format!("bucket/{name}")).filter(ready)
     })
@@ -284,17 +289,30 @@ fn standby_pool_scales() {
 #[ignore = "needs a kind cluster from kind/up.sh"]
 fn resp_and_ojs_answer_through_their_services() {
     require_kind();
+    // An enabled OJS endpoint needs its bearer token Secret (the CRD refuses one without).
+    let _ = kubectl(&["delete", "secret", "e2e-ojs-token", "--ignore-not-found"]);
+    kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "e2e-ojs-token",
+        "--from-literal=token=e2e-ojs-secret-token",
+    ]);
     kubectl(&[
         "patch",
         "gatewaypool",
         "demo-primary",
         "--type=merge",
         "-p",
-        r#"{"spec":{"protocols":{"ojs":{"enabled":true,"port":8080}}}}"#,
+        r#"{"spec":{"protocols":{"ojs":{"enabled":true,"port":8080},"ojsTokenSecretRef":"e2e-ojs-token"}}}"#,
     ]);
     eventually("primary pool rolled out", Duration::from_secs(180), || {
         get_json("gatewaypool/demo-primary").filter(|p| ready(p) && p["status"]["endpoints"]["ojs"].is_string())
     });
+    // RESP clients authenticate with an access key of the catalog: a Bucket's will do.
+    create_bucket("e2e-resp", "Delete");
+    let user = secret_value("e2e-resp-credentials", "AWS_ACCESS_KEY_ID");
+    let pass = secret_value("e2e-resp-credentials", "AWS_SECRET_ACCESS_KEY");
     let pong = kubectl(&[
         "run",
         "e2e-redis-cli",
@@ -308,9 +326,14 @@ fn resp_and_ojs_answer_through_their_services() {
         "demo-primary",
         "-p",
         "6379",
+        "--user",
+        &user,
+        "--pass",
+        &pass,
         "PING",
     ]);
     assert!(pong.contains("PONG"), "{pong}");
+    kubectl(&["delete", "bucket", "e2e-resp", "--wait=true"]);
     let health = kubectl(&[
         "run",
         "e2e-curl",
@@ -323,4 +346,77 @@ fn resp_and_ojs_answer_through_their_services() {
         "http://demo-primary:8080/ojs/v1/health",
     ]);
     assert!(health.contains("ok"), "{health}");
+    let status_of = |name: &str, auth: &str| {
+        kubectl(&[
+            "run",
+            name,
+            "--rm",
+            "-i",
+            "--restart=Never",
+            "--image=curlimages/curl:8.10.1",
+            "--",
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-H",
+            auth,
+            "http://demo-primary:8080/ojs/v1/queues",
+        ])
+    };
+    assert!(status_of("e2e-curl-anonymous", "X-None: 1").starts_with("401"));
+    assert!(status_of("e2e-curl-token", "Authorization: Bearer e2e-ojs-secret-token").starts_with("200"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs a kind cluster from kind/up.sh"]
+async fn a_bucket_quota_refuses_writes_past_it() {
+    require_kind();
+    let bucket = create_bucket_with("e2e-quota", "Delete", ", quota: {maxObjects: 1}");
+    let enforced = bucket["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["type"] == "QuotaEnforced" && c["status"] == "True");
+    assert!(enforced, "{bucket}");
+    let primary = PortForward::service("demo-primary", 9000);
+    let client = s3(primary.port, "e2e-quota-credentials");
+    let name = secret_value("e2e-quota-credentials", "BUCKET_NAME");
+    let put = |key: &'static str| {
+        client
+            .put_object()
+            .bucket(&name)
+            .key(key)
+            .body(ByteStream::from_static(b"x"))
+            .send()
+    };
+    put("first").await.unwrap();
+    let refused = put("second").await.unwrap_err().into_service_error();
+    assert_eq!(
+        aws_sdk_s3::error::ProvideErrorMetadata::code(&refused),
+        Some("XMinioAdminBucketQuotaExceeded")
+    );
+    kubectl(&["delete", "bucket", "e2e-quota", "--wait=true"]);
+}
+
+#[test]
+#[ignore = "needs a kind cluster from kind/up.sh"]
+fn a_retained_bucket_is_adopted_by_a_new_resource() {
+    require_kind();
+    let first = create_bucket_with("e2e-adopt", "Retain", ", bucketName: e2e-adopted-data");
+    let query = "SELECT count(*) FROM pgvs3.buckets WHERE name = 'e2e-adopted-data' AND owner IS NULL";
+    kubectl(&["delete", "bucket", "e2e-adopt", "--wait=true"]);
+    assert_eq!(catalog_count(query), 1, "retained and unowned");
+    let second = create_bucket_with("e2e-adopt", "Delete", ", bucketName: e2e-adopted-data");
+    assert_ne!(first["metadata"]["uid"], second["metadata"]["uid"]);
+    let key = secret_value("e2e-adopt-credentials", "AWS_ACCESS_KEY_ID");
+    let owned = format!("SELECT count(*) FROM pgvs3.buckets WHERE name = 'e2e-adopted-data' AND owner = '{key}'");
+    assert_eq!(catalog_count(&owned), 1, "adopted by the new resource's key");
+    kubectl(&["delete", "bucket", "e2e-adopt", "--wait=true"]);
+    assert_eq!(
+        catalog_count("SELECT count(*) FROM pgvs3.buckets WHERE name = 'e2e-adopted-data'"),
+        0,
+        "the adopter's Delete policy drops it"
+    );
 }

@@ -45,9 +45,21 @@ struct Args {
     /// Run only the cases whose name contains this (e.g. "GET 4"), for profiling one path.
     #[arg(long)]
     only: Option<String>,
+    /// Bucket quotas in play: `none`; `elsewhere` (another bucket of the namespace has one, so
+    /// every write runs the usage trigger but finds no usage row); `bench` (the bench bucket has
+    /// one: every write also updates its usage row).
+    #[arg(long, value_enum, default_value_t = QuotaCase::None)]
+    quota: QuotaCase,
     /// `cargo bench` passes this; ignored.
     #[arg(long, hide = true)]
     bench: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum QuotaCase {
+    None,
+    Elsewhere,
+    Bench,
 }
 
 struct Sample {
@@ -239,6 +251,8 @@ async fn main() -> anyhow::Result<()> {
         "127.0.0.1:0",
         "--resp-addr",
         "off",
+        "--ojs-addr",
+        "off",
         "--root-access-key",
         ACCESS_KEY,
         "--root-secret-key",
@@ -264,6 +278,15 @@ async fn main() -> anyhow::Result<()> {
         signed: Default::default(),
     });
     gateway.send(gateway.request("PUT", "/bench", Bytes::new())).await;
+    let catalog = gateway_handle.store.catalog();
+    match args.quota {
+        QuotaCase::None => {}
+        QuotaCase::Elsewhere => {
+            gateway.send(gateway.request("PUT", "/bench-other", Bytes::new())).await;
+            catalog.set_bucket_quota("bench-other", Some(1 << 40), None).await?;
+        }
+        QuotaCase::Bench => catalog.set_bucket_quota("bench", Some(1 << 40), None).await?,
+    }
     let small = payload(SMALL);
     let large = payload(LARGE);
     for i in 0..SMALL_KEYS {

@@ -46,6 +46,20 @@ enum AdminCommand {
     /// Cache buckets in front of remote S3 origins.
     #[command(subcommand)]
     Origin(OriginCommand),
+    /// A bucket's quota and usage: shown, set (either limit or both) or removed.
+    Quota {
+        #[arg(long)]
+        bucket: String,
+        /// Most bytes the bucket's objects may hold (e.g. 10GiB).
+        #[arg(long, value_parser = parse_bytes)]
+        max_bytes: Option<u64>,
+        /// Most objects the bucket may hold.
+        #[arg(long)]
+        max_objects: Option<u64>,
+        /// Remove the bucket's quota.
+        #[arg(long, conflicts_with_all = ["max_bytes", "max_objects"])]
+        remove: bool,
+    },
     /// Run the maintenance reaper once and report what it removed.
     Maintenance {
         #[arg(long, required = true)]
@@ -207,6 +221,32 @@ async fn admin(catalog: &Arc<Catalog>, pool: deadpool_postgres::Pool, command: A
             println!("deleted {access_key}");
         }
         AdminCommand::Origin(command) => admin_origin(catalog, command).await?,
+        AdminCommand::Quota {
+            bucket,
+            max_bytes,
+            max_objects,
+            remove,
+        } => {
+            if remove || max_bytes.is_some() || max_objects.is_some() {
+                let limit = |value: Option<u64>| value.map(|v| i64::try_from(v).unwrap_or(i64::MAX));
+                catalog
+                    .set_bucket_quota(&bucket, limit(max_bytes), limit(max_objects))
+                    .await?;
+            }
+            match catalog.bucket_quota(&bucket).await? {
+                Some(quota) => {
+                    let limit = |value: Option<i64>| value.map_or("unlimited".to_string(), |v| v.to_string());
+                    println!(
+                        "{bucket}: {} of {} bytes, {} of {} objects",
+                        quota.used_bytes,
+                        limit(quota.max_bytes),
+                        quota.used_objects,
+                        limit(quota.max_objects)
+                    );
+                }
+                None => println!("{bucket}: no quota"),
+            }
+        }
         AdminCommand::Maintenance { run_once: _, grace } => {
             let store = Store::new(pool, Arc::clone(catalog));
             let stats = pgvs3_gateway::maintenance::run_once(&store, grace).await?;

@@ -194,6 +194,52 @@ async fn the_embedded_default_serves_s3_and_admin_commands_work_beside_it() {
         }
     };
     assert_eq!(refused.into_service_error().meta().code(), Some("InvalidAccessKeyId"));
+    // A quota set from the command line binds the running server at once.
+    let quota = pgvs3(&[
+        "admin",
+        "--data-dir",
+        dir_arg,
+        "quota",
+        "--bucket",
+        "laptop",
+        "--max-bytes",
+        "1KiB",
+    ])
+    .await;
+    assert!(quota.status.success(), "{}", String::from_utf8_lossy(&quota.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&quota.stdout),
+        "laptop: 5 of 1024 bytes, 1 of unlimited objects\n"
+    );
+    let over = root
+        .put_object()
+        .bucket("laptop")
+        .key("big.bin")
+        .body(ByteStream::from(vec![0u8; 1020]))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        over.into_service_error().meta().code(),
+        Some("XMinioAdminBucketQuotaExceeded")
+    );
+    let shown = pgvs3(&["admin", "--data-dir", dir_arg, "quota", "--bucket", "laptop"]).await;
+    assert_eq!(
+        String::from_utf8_lossy(&shown.stdout),
+        String::from_utf8_lossy(&quota.stdout),
+        "without limits the command only shows"
+    );
+    let lifted = pgvs3(&[
+        "admin",
+        "--data-dir",
+        dir_arg,
+        "quota",
+        "--bucket",
+        "laptop",
+        "--remove",
+    ])
+    .await;
+    assert_eq!(String::from_utf8_lossy(&lifted.stdout), "laptop: no quota\n");
     let maintenance = pgvs3(&["admin", "--data-dir", dir_arg, "maintenance", "--run-once"]).await;
     assert!(
         maintenance.status.success(),

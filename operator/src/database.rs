@@ -7,9 +7,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use pgvs3_secret::MasterKey;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, NoTls};
 
-use crate::context::{Context, Result};
+use crate::context::{Context, Error, Result};
 use crate::crd::{GatewayPool, PoolRole, Verdict, waiting};
 use crate::kube_ops;
 
@@ -93,4 +94,11 @@ pub async fn connect(connection: &Connection) -> Result<Client> {
         }
     });
     Ok(client)
+}
+
+/// Whether a catalog call failed because the catalog lacks a control function or table the
+/// operator uses: the pool's gateways have not migrated it to their layout yet.
+pub fn catalog_outdated(error: &Error) -> bool {
+    let outdated = [SqlState::UNDEFINED_FUNCTION, SqlState::UNDEFINED_TABLE];
+    matches!(error, Error::Catalog(err) if err.code().is_some_and(|code| outdated.contains(code)))
 }

@@ -43,6 +43,10 @@ pub struct RunArgs {
     /// Run without leader election (a single replica).
     #[arg(long, env = "PGVS3_OPERATOR_NO_LEADER_ELECTION")]
     pub no_leader_election: bool,
+    /// Seconds a leader's Lease lasts without renewal: how long a crashed leader's replica
+    /// waits before it takes over. The leader renews a third of that before it expires.
+    #[arg(long, env = "PGVS3_OPERATOR_LEASE_DURATION", default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..))]
+    pub lease_duration: u64,
 }
 
 fn api<K>(client: &Client, namespace: &Option<String>) -> Api<K>
@@ -58,22 +62,50 @@ where
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let client = Client::try_default().await.context("Kubernetes client configuration")?;
-    let metrics = Metrics::default();
-    let leading = Arc::new(AtomicBool::new(false));
     let listener = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
         .with_context(|| format!("binding {}", args.metrics_addr))?;
-    let server = tokio::spawn(serve_health(listener, metrics.clone(), leading.clone()));
+    let identity = std::env::var("POD_NAME").unwrap_or_else(|_| pgvs3_secret::random_token(9));
+    run_on(client, listener, identity, &args, shutdown_signal()).await
+}
 
-    let mut shutdown = std::pin::pin!(shutdown_signal());
+/// The operator on an API client and a listener for its health and metrics endpoints, as
+/// replica `identity`: waits for leadership (unless election is off), then runs the controllers
+/// until `shutdown` resolves (releasing the Lease) or the Lease is lost (an error: another
+/// replica may already be reconciling, so this one must stop at once).
+pub async fn run_on(
+    client: Client,
+    listener: tokio::net::TcpListener,
+    identity: String,
+    args: &RunArgs,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let metrics = Metrics::default();
+    let leading = Arc::new(AtomicBool::new(false));
+    let server = tokio::spawn(serve_health(listener, metrics.clone(), leading.clone()));
+    let outcome = lead(client, identity, args, shutdown, metrics, &leading).await;
+    leading.store(false, Ordering::SeqCst);
+    server.abort();
+    outcome
+}
+
+async fn lead(
+    client: Client,
+    identity: String,
+    args: &RunArgs,
+    shutdown: impl Future<Output = ()>,
+    metrics: Metrics,
+    leading: &AtomicBool,
+) -> anyhow::Result<()> {
+    let mut shutdown = std::pin::pin!(shutdown);
     let mut leadership = if args.no_leader_election {
         None
     } else {
-        let identity = std::env::var("POD_NAME").unwrap_or_else(|_| pgvs3_secret::random_token(9));
+        let duration = args.lease_duration;
         let mut builder = LeaseManagerBuilder::new(client.clone(), &args.lease_name)
             .with_identity(identity)
-            .with_duration(15)
-            .with_grace(5);
+            .with_duration(duration)
+            .with_grace(duration / 3);
         if let Some(namespace) = &args.lease_namespace {
             builder = builder.with_namespace(namespace);
         }
@@ -104,18 +136,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     tokio::select! {
         () = controllers => tracing::warn!("controllers ended"),
         () = &mut shutdown => tracing::info!("shutting down"),
-        () = lost => {
-            // Another replica may already be reconciling; stopping at once is the safe answer.
-            anyhow::bail!("lost leadership");
-        }
+        () = lost => anyhow::bail!("lost leadership"),
     }
-    leading.store(false, Ordering::SeqCst);
     if let Some((changes, task)) = leadership {
         // Closing the channel makes the lease manager release the lease for the next replica.
         drop(changes);
         let _ = task.await;
     }
-    server.abort();
     Ok(())
 }
 
@@ -144,6 +171,7 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
             referrers(pools_reader.clone(), |pool: &GatewayPool, secret| {
                 pool.spec.postgres.credentials_secret() == secret
                     || pool.spec.master_key_ref(&pool.name_any()).name == secret
+                    || pool.spec.protocols.ojs_token_secret() == Some(secret)
             }),
         )
         .watches(

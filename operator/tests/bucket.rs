@@ -81,6 +81,17 @@ async fn delete(ctx: &Arc<Context>, fake: &FakeApi) {
 /// S3 client with the Secret's credentials; the gateway learns new keys from the catalog by
 /// notification, so the first request is retried for a bounded time.
 async fn put_with_secret(gateway: &common::TestGateway, fake: &FakeApi, bucket: &str, key: &str) -> Result<(), String> {
+    put_until_accepted(gateway, fake, bucket, key, |_| true).await
+}
+
+/// Like [`put_with_secret`], but stops retrying at the first refusal `retry` says is final.
+async fn put_until_accepted(
+    gateway: &common::TestGateway,
+    fake: &FakeApi,
+    bucket: &str,
+    key: &str,
+    retry: impl Fn(&str) -> bool,
+) -> Result<(), String> {
     let client = gateway.client_for(
         &secret_text(fake, "AWS_ACCESS_KEY_ID"),
         &secret_text(fake, "AWS_SECRET_ACCESS_KEY"),
@@ -97,6 +108,9 @@ async fn put_with_secret(gateway: &common::TestGateway, fake: &FakeApi, bucket: 
         {
             Ok(_) => return Ok(()),
             Err(err) => last = format!("{:?}", err.into_service_error()),
+        }
+        if !retry(&last) {
+            break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -279,9 +293,218 @@ async fn unreachable_database_is_a_condition_and_a_retried_error() {
     assert_eq!(condition(&fake, "Ready"), ("False".into(), "CatalogUnavailable".into()));
     assert_eq!(
         condition(&fake, "QuotaEnforced"),
-        ("False".into(), "QuotaSupportUnavailable".into())
+        ("False".into(), "CatalogUnavailable".into())
     );
     // The Secret was written before the catalog was tried, so the key survives the retry.
     assert!(fake.get(SECRET).is_some());
     assert_eq!(fake.requests_to(Method::PATCH, "/secrets/photos-credentials").len(), 1);
+}
+
+fn bucket_at(name: &str) -> String {
+    format!("/apis/pgvs3.io/v1alpha1/namespaces/team/buckets/{name}")
+}
+
+#[tokio::test]
+async fn the_quota_is_enforced_by_the_gateway_and_follows_the_spec() {
+    let gateway = common::TestGateway::start().await;
+    let (ctx, fake) = setup(
+        &gateway.database_url,
+        json!({"gatewayPoolRef": "objects", "quota": {"maxObjects": 1, "maxBytes": 1000000}}),
+    );
+    provision(&ctx, &fake).await;
+    assert_eq!(condition(&fake, "QuotaEnforced"), ("True".into(), "QuotaSet".into()));
+    let quota_row = |sql: tokio_postgres::Client| async move {
+        sql.query_opt(
+            "SELECT q.max_bytes, q.max_objects FROM pgvs3.bucket_quotas q
+               JOIN pgvs3.buckets b ON b.id = q.bucket_id WHERE b.name = 'team-photos'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .map(|row| (row.get::<_, Option<i64>>(0), row.get::<_, Option<i64>>(1)))
+    };
+    assert_eq!(quota_row(gateway.sql().await).await, Some((Some(1_000_000), Some(1))));
+
+    put_with_secret(&gateway, &fake, "team-photos", "first").await.unwrap();
+    let refused = put_until_accepted(&gateway, &fake, "team-photos", "second", |err| {
+        !err.contains("XMinioAdminBucketQuotaExceeded")
+    })
+    .await
+    .unwrap_err();
+    assert!(refused.contains("XMinioAdminBucketQuotaExceeded"), "{refused}");
+
+    // Lifting the quota in the spec lifts it in the catalog.
+    fake.update(BUCKET, |b| {
+        b["spec"].as_object_mut().unwrap().remove("quota");
+    });
+    reconcile(&ctx, &fake).await.unwrap();
+    assert_eq!(quota_row(gateway.sql().await).await, None);
+    put_with_secret(&gateway, &fake, "team-photos", "second").await.unwrap();
+    let conditions = fake.get(BUCKET).unwrap()["status"]["conditions"].clone();
+    assert!(
+        !conditions
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "QuotaEnforced"),
+        "no quota, no QuotaEnforced condition: {conditions}"
+    );
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_quota_the_catalog_refuses_is_a_condition_and_nothing_is_written() {
+    let gateway = common::TestGateway::start().await;
+    // The CRD's schema refuses negative limits; a resource written before it (or with
+    // validation off) still must not get a half-provisioned bucket.
+    let (ctx, fake) = setup(
+        &gateway.database_url,
+        json!({"gatewayPoolRef": "objects", "quota": {"maxBytes": -5}}),
+    );
+    reconcile(&ctx, &fake).await.unwrap();
+    reconcile(&ctx, &fake).await.unwrap();
+    assert_eq!(condition(&fake, "Ready"), ("False".into(), "QuotaRejected".into()));
+    assert_eq!(bucket_row(&gateway.sql().await, "team-photos").await, None);
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_retained_or_hand_made_bucket_is_adopted_with_its_objects() {
+    let gateway = common::TestGateway::start().await;
+    let (ctx, fake) = setup(
+        &gateway.database_url,
+        json!({"gatewayPoolRef": "objects", "bucketName": "shared-data"}),
+    );
+    provision(&ctx, &fake).await;
+    put_with_secret(&gateway, &fake, "shared-data", "old.txt")
+        .await
+        .unwrap();
+    delete(&ctx, &fake).await;
+    let sql = gateway.sql().await;
+    assert_eq!(bucket_row(&sql, "shared-data").await, Some(None), "retained, unowned");
+
+    // A new resource (a new uid, so a new key) naming the same bucket adopts it.
+    fake.insert(json!({
+        "apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket",
+        "metadata": {"name": "photos", "namespace": "team"},
+        "spec": {"gatewayPoolRef": "objects", "bucketName": "shared-data", "deletionPolicy": "Delete"},
+    }));
+    provision(&ctx, &fake).await;
+    assert_eq!(condition(&fake, "Ready"), ("True".into(), "Provisioned".into()));
+    assert!(fake.events().contains(&("Normal".to_string(), "Adopted".to_string())));
+    let key_id = secret_text(&fake, "AWS_ACCESS_KEY_ID");
+    assert_eq!(bucket_row(&sql, "shared-data").await, Some(Some(key_id.clone())));
+    let adopter = gateway.client_for(&key_id, &secret_text(&fake, "AWS_SECRET_ACCESS_KEY"));
+    let mut old = None;
+    for _ in 0..50 {
+        if let Ok(object) = adopter.get_object().bucket("shared-data").key("old.txt").send().await {
+            old = Some(object.body.collect().await.unwrap().into_bytes());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        old.as_deref(),
+        Some(&b"hello"[..]),
+        "the adopter reads the retained objects"
+    );
+    // Adopted means governed: Delete now drops it.
+    delete(&ctx, &fake).await;
+    assert_eq!(bucket_row(&sql, "shared-data").await, None);
+
+    // A bucket made by hand with the root key is unowned too.
+    gateway.client.create_bucket().bucket("hand-made").send().await.unwrap();
+    fake.insert(json!({
+        "apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket",
+        "metadata": {"name": "photos", "namespace": "team"},
+        "spec": {"gatewayPoolRef": "objects", "bucketName": "hand-made"},
+    }));
+    provision(&ctx, &fake).await;
+    assert_eq!(
+        bucket_row(&sql, "hand-made").await,
+        Some(Some(secret_text(&fake, "AWS_ACCESS_KEY_ID")))
+    );
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_bucket_of_another_key_or_a_cache_bucket_is_never_taken_over() {
+    let gateway = common::TestGateway::start().await;
+    let catalog = gateway.gateway.store.catalog();
+    catalog
+        .put_access_key(&pgvs3_gateway::store::NewAccessKey {
+            access_key: "OTHERTEAMKEY0001".into(),
+            secret: "other-secret".into(),
+            is_root: false,
+            read_only: false,
+            description: String::new(),
+        })
+        .await
+        .unwrap();
+    let other = gateway.client_for("OTHERTEAMKEY0001", "other-secret");
+    other.create_bucket().bucket("theirs").send().await.unwrap();
+    other
+        .put_object()
+        .bucket("theirs")
+        .key("private.txt")
+        .body(ByteStream::from_static(b"theirs"))
+        .send()
+        .await
+        .unwrap();
+    let sql = gateway.sql().await;
+    sql.execute("SELECT pgvs3.ensure_bucket('a-cache', NULL, 's3w')", &[])
+        .await
+        .unwrap();
+
+    let (ctx, fake) = setup(
+        &gateway.database_url,
+        json!({"gatewayPoolRef": "objects", "bucketName": "theirs", "deletionPolicy": "Delete", "quota": {"maxObjects": 0}}),
+    );
+    provision(&ctx, &fake).await;
+    let (status, reason) = condition(&fake, "Ready");
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "BucketOwnedElsewhere"));
+    let message = fake.get(BUCKET).unwrap()["status"]["conditions"][0]["message"].clone();
+    assert!(message.as_str().unwrap().contains("OTHERTEAMKEY0001"), "{message}");
+    assert_eq!(bucket_row(&sql, "theirs").await, Some(Some("OTHERTEAMKEY0001".into())));
+    let untouched: i64 = sql
+        .query_one(
+            "SELECT count(*) FROM pgvs3.bucket_quotas q JOIN pgvs3.buckets b ON b.id = q.bucket_id WHERE b.name = 'theirs'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(untouched, 0, "no quota lands on a bucket that is not the resource's");
+    // Deleting the resource under Delete leaves their bucket and objects alone.
+    delete(&ctx, &fake).await;
+    let kept = other
+        .get_object()
+        .bucket("theirs")
+        .key("private.txt")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(kept.body.collect().await.unwrap().into_bytes().as_ref(), b"theirs");
+
+    fake.insert(json!({
+        "apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket",
+        "metadata": {"name": "cache-name", "namespace": "team"},
+        "spec": {"gatewayPoolRef": "objects", "bucketName": "a-cache"},
+    }));
+    let cache_named: Bucket = fake.typed(&bucket_at("cache-name"));
+    bucket::reconcile(Arc::new(cache_named.clone()), ctx.clone())
+        .await
+        .unwrap();
+    let cache_named: Bucket = fake.typed(&bucket_at("cache-name"));
+    bucket::reconcile(Arc::new(cache_named), ctx.clone()).await.unwrap();
+    assert_eq!(
+        fake.condition(&bucket_at("cache-name"), "Ready"),
+        ("False".into(), "BucketOwnedElsewhere".into())
+    );
+    assert_eq!(
+        bucket_row(&sql, "a-cache").await,
+        Some(None),
+        "the cache bucket stays unowned"
+    );
+    gateway.stop().await;
 }

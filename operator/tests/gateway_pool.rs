@@ -167,6 +167,33 @@ async fn secret_rotation_rolls_pods() {
 }
 
 #[tokio::test]
+async fn an_ojs_endpoint_waits_for_its_token_secret_and_rolls_when_it_rotates() {
+    let (ctx, fake) = setup("Primary");
+    fake.update(
+        POOL,
+        |p| p["spec"]["protocols"] = json!({"ojs": {"enabled": true, "port": 8080}, "ojsTokenSecretRef": "jobs-token"}),
+    );
+    reconcile(&ctx, &fake).await.unwrap();
+    assert_eq!(
+        condition(&fake, "Ready"),
+        ("False".into(), "CredentialsUnavailable".into())
+    );
+    assert!(fake.get(DEPLOYMENT).is_none(), "no open OJS endpoint without its token");
+
+    let token = json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "jobs-token", "namespace": "team"},
+        "data": {"token": b64("first-token")},
+    });
+    fake.insert(token);
+    reconcile(&ctx, &fake).await.unwrap();
+    let first = checksum(&fake);
+    let token_path = "/api/v1/namespaces/team/secrets/jobs-token";
+    fake.update(token_path, |s| s["data"]["token"] = json!(b64("second-token")));
+    reconcile(&ctx, &fake).await.unwrap();
+    assert_ne!(checksum(&fake), first, "a rotated token rolls the gateways");
+}
+
+#[tokio::test]
 async fn missing_ro_service_is_reported_not_crash_looped() {
     let (ctx, fake) = setup("Standby");
     let action = reconcile(&ctx, &fake).await.unwrap();

@@ -323,7 +323,8 @@ impl Queue {
     fn promotion_due(&self) -> bool {
         let now = self.started.elapsed().as_millis() as u64 + PROMOTE_EVERY.as_millis() as u64;
         let last = self.last_promote_ms.load(Ordering::Relaxed);
-        now - last >= PROMOTE_EVERY.as_millis() as u64
+        // Another fetch may have stored a later `now` since this one read the clock.
+        now.saturating_sub(last) >= PROMOTE_EVERY.as_millis() as u64
             && self
                 .last_promote_ms
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)

@@ -4,7 +4,7 @@ use anyhow::Context;
 use deadpool_postgres::Pool;
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 6;
+pub const LAYOUT_VERSION: i32 = 7;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -24,6 +24,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         6,
         "ojs_inline_timestamps",
         include_str!("../../migrations/0006_ojs_inline_timestamps.sql"),
+    ),
+    (
+        7,
+        "bucket_quotas",
+        include_str!("../../migrations/0007_bucket_quotas.sql"),
     ),
 ];
 

@@ -919,6 +919,10 @@ fn store_error(err: StoreError) -> Reply {
         }
         StoreError::NoSuchBucket => Reply::error("ERR the bucket of this database does not exist"),
         StoreError::KeyTooLong => Reply::error("ERR invalid key: pgvs3 keys are at most 1024 bytes"),
+        // Redis's own answer when a write would go past `maxmemory`.
+        StoreError::QuotaExceeded(_) => {
+            Reply::error("OOM command not allowed: the bucket of this database is at its quota")
+        }
         other => {
             tracing::warn!(error = %other, "RESP command failed");
             Reply::error(format!("ERR {other}"))

@@ -188,6 +188,7 @@ fn shared_error(err: &StoreError) -> StoreError {
     match err {
         StoreError::ReadOnly => StoreError::ReadOnly,
         StoreError::NoSuchBucket => StoreError::NoSuchBucket,
+        StoreError::QuotaExceeded(usage) => StoreError::QuotaExceeded(usage.clone()),
         _ => StoreError::Unavailable(err.to_string()),
     }
 }

@@ -41,6 +41,8 @@ pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
         StoreError::OriginTimeout(_) => S3ErrorCode::Custom("GatewayTimeout".into()),
         StoreError::OriginDenied(_) => S3ErrorCode::AccessDenied,
         StoreError::OriginFailed(_) => S3ErrorCode::Custom("BadGateway".into()),
+        // What MinIO answers (400) for a write beyond a bucket's hard quota; S3 has no quotas.
+        StoreError::QuotaExceeded(_) => S3ErrorCode::Custom("XMinioAdminBucketQuotaExceeded".into()),
         StoreError::Corrupt(_) | StoreError::Database(_) => {
             tracing::error!(error = ?err, "internal error");
             S3ErrorCode::InternalError

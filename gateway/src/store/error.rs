@@ -57,6 +57,8 @@ pub enum StoreError {
     OriginDenied(String),
     /// A cache bucket's origin could not be reached or failed.
     OriginFailed(String),
+    /// The write would take the bucket past its quota (bytes or objects); nothing was written.
+    QuotaExceeded(String),
 }
 
 impl fmt::Display for StoreError {
@@ -103,6 +105,7 @@ impl fmt::Display for StoreError {
             | StoreError::OriginTimeout(msg)
             | StoreError::OriginDenied(msg)
             | StoreError::OriginFailed(msg) => f.write_str(msg),
+            StoreError::QuotaExceeded(usage) => write!(f, "bucket quota exceeded ({usage})"),
         }
     }
 }
@@ -114,6 +117,12 @@ impl From<tokio_postgres::Error> for StoreError {
         // 25006: read_only_sql_transaction — what a hot standby answers to any write.
         if err.code() == Some(&tokio_postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION) {
             return StoreError::ReadOnly;
+        }
+        // The usage trigger of a bucket with a quota refuses the statement that would exceed it.
+        if let Some(db) = err.as_db_error()
+            && db.hint() == Some("QuotaExceeded")
+        {
+            return StoreError::QuotaExceeded(db.detail().unwrap_or_default().to_string());
         }
         if is_connection_loss(&err) {
             return StoreError::Unavailable(err.to_string());

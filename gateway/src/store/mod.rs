@@ -12,6 +12,7 @@ mod listing;
 mod multipart;
 mod objects;
 mod origins;
+mod quotas;
 mod tagging;
 
 use std::sync::Arc;
@@ -33,6 +34,7 @@ pub use objects::{
 };
 pub use objects::{check_length as check_declared_length, read_prefix};
 pub use origins::{CacheMode, Origin, OriginEntry};
+pub use quotas::BucketQuota;
 pub use tagging::{MAX_BUCKET_TAGS, MAX_OBJECT_TAGS, Tags, tag_set};
 
 pub type StoreResult<T> = Result<T, StoreError>;

@@ -12,11 +12,11 @@ use kube::{Resource, ResourceExt};
 use pgvs3_secret::random_token;
 
 use super::build::{self, FINALIZER, Target};
-use super::catalog;
+use super::catalog::{self, BucketKey, Provisioned};
 use crate::context::{self, Context, Error, Result, backoff_key};
 use crate::crd::{
-    AccessMode, Bucket, BucketStatus, DEGRADED, DeletionPolicy, GatewayPool, PROGRESSING, PoolRole, READY, Verdict,
-    waiting,
+    AccessMode, Bucket, BucketStatus, DEGRADED, DeletionPolicy, GatewayPool, PROGRESSING, PoolRole, Quota, READY,
+    Verdict, waiting,
 };
 use crate::database::{self, bind};
 use crate::gateway_pool::apply::{RESYNC, WAIT_FOR_DEPENDENCY};
@@ -76,17 +76,21 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
     let key_id = build::access_key_id(bucket);
     let secret_key = write_credentials(ctx, namespace, bucket, &target, &key_id).await?;
 
-    let read_only = bucket.spec.access == AccessMode::ReadOnly;
     let description = format!("Bucket {namespace}/{}", bucket.name_any());
-    let ensured = async {
-        let client = database::connect(&binding.connection).await?;
-        let sealed = binding.master_key.seal(&secret_key);
-        catalog::put_access_key(&client, &key_id, &sealed, read_only, &description).await?;
-        catalog::ensure_bucket(&client, &bucket_name, &key_id, catalog::ORDINARY_NAMESPACE).await
+    let key = BucketKey {
+        id: &key_id,
+        secret: &secret_key,
+        read_only: bucket.spec.access == AccessMode::ReadOnly,
+        description: &description,
+    };
+    let quota = bucket.spec.quota.as_ref();
+    let provisioned = catalog::provision(&binding, &bucket_name, &key, quota).await;
+    if let Ok(Provisioned::Ready { adopted: true, .. }) = &provisioned {
+        let note = format!("bucket {bucket_name} had no owner; it is now this resource's, with its objects");
+        kube_ops::publish(ctx, bucket, "Provision", EventType::Normal, "Adopted", note).await;
     }
-    .await;
-    let mut verdicts = match &ensured {
-        Ok(ensured) if ensured.owner.as_deref() == Some(key_id.as_str()) => vec![
+    let mut verdicts = match &provisioned {
+        Ok(Provisioned::Ready { .. }) => vec![
             Verdict::new(
                 READY,
                 true,
@@ -96,28 +100,31 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
             Verdict::new(PROGRESSING, false, "Provisioned", ""),
             Verdict::new(DEGRADED, false, "Provisioned", ""),
         ],
-        Ok(ensured) => {
-            let owner = ensured.owner.as_deref().unwrap_or("the root key");
-            waiting(
-                "BucketOwnedElsewhere",
-                &format!("bucket {bucket_name} already exists and belongs to {owner}"),
-            )
-        }
+        Ok(Provisioned::OwnedElsewhere(message)) => waiting("BucketOwnedElsewhere", message),
+        Ok(Provisioned::QuotaRejected(message)) => waiting("QuotaRejected", message),
+        Err(err) if database::catalog_outdated(err) => waiting("CatalogOutdated", &err.to_string()),
         Err(err) => waiting("CatalogUnavailable", &err.to_string()),
     };
-    if bucket.spec.quota.is_some() {
-        verdicts.push(Verdict::new(
-            "QuotaEnforced",
-            false,
-            "QuotaSupportUnavailable",
-            "the gateway's catalog has no quota function yet; the quota is recorded but not enforced",
-        ));
+    if let Some(quota) = quota {
+        let enforced = matches!(provisioned, Ok(Provisioned::Ready { .. }));
+        let (reason, message) = if enforced {
+            ("QuotaSet".to_string(), describe_quota(quota))
+        } else {
+            (
+                verdicts[0].reason.clone(),
+                "the quota is not in the catalog yet".to_string(),
+            )
+        };
+        verdicts.push(Verdict::new(QUOTA_ENFORCED, enforced, &reason, message));
     }
     let status = BucketStatus {
         observed_generation: bucket.meta().generation,
         conditions: kube_ops::conditions(ctx, bucket, &previous.conditions, &verdicts).await,
         bucket_name: Some(bucket_name),
-        bucket_id: ensured.as_ref().ok().map(|e| e.id).or(previous.bucket_id),
+        bucket_id: match &provisioned {
+            Ok(Provisioned::Ready { id, .. }) => Some(*id),
+            _ => previous.bucket_id,
+        },
         secret_name: Some(build::secret_name(bucket)),
         access_key_id: Some(key_id),
         endpoint: Some(target.endpoint),
@@ -125,8 +132,21 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
     };
     write_status(ctx, bucket, namespace, status).await?;
     // A catalog failure is retried with backoff; its reason is already in the status.
-    ensured?;
+    provisioned?;
     Ok(Action::requeue(RESYNC))
+}
+
+/// The condition type that says whether the catalog enforces the Bucket's quota.
+pub const QUOTA_ENFORCED: &str = "QuotaEnforced";
+
+fn describe_quota(quota: &Quota) -> String {
+    let limit =
+        |value: Option<i64>, unit: &str| value.map_or(format!("any number of {unit}"), |v| format!("{v} {unit}"));
+    format!(
+        "writes are refused beyond {} and {}",
+        limit(quota.max_bytes, "bytes"),
+        limit(quota.max_objects, "objects")
+    )
 }
 
 /// Writes `owner`'s credentials Secret for the key `key_id` and returns the key's secret: the

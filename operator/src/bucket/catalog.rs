@@ -1,8 +1,11 @@
 //! The catalog side of a Bucket, through the gateway's SQL control API (`pgvs3.*` functions).
 
 use tokio_postgres::GenericClient;
+use tokio_postgres::error::SqlState;
 
 use crate::context::Result;
+use crate::crd::Quota;
+use crate::database::{self, Binding};
 
 /// Creates or updates an access key whose secret is already sealed with the master key.
 pub async fn put_access_key(
@@ -62,6 +65,92 @@ pub async fn bucket_owner(client: &impl GenericClient, name: &str) -> Result<Opt
         .query_opt("SELECT owner FROM pgvs3.buckets WHERE name = $1", &[&name])
         .await?;
     Ok(row.map(|row| row.get(0)))
+}
+
+/// How the catalog took a Bucket's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Provisioned {
+    /// The bucket belongs to the resource's key; `adopted`: it was unowned until this call.
+    Ready { id: i64, adopted: bool },
+    /// The name is taken by another key's bucket, or by a cache bucket: never taken over.
+    OwnedElsewhere(String),
+    /// The catalog refused the quota.
+    QuotaRejected(String),
+}
+
+/// The key's secret sealed under the master key, and how the key is described in the catalog.
+pub struct BucketKey<'a> {
+    pub id: &'a str,
+    pub secret: &'a str,
+    pub read_only: bool,
+    pub description: &'a str,
+}
+
+/// Writes the Bucket's key, its bucket (created, or adopted when unowned) and its quota in one
+/// transaction: a bucket that is somebody else's is left exactly as it was.
+pub async fn provision(
+    binding: &Binding,
+    name: &str,
+    key: &BucketKey<'_>,
+    quota: Option<&Quota>,
+) -> Result<Provisioned> {
+    let mut client = database::connect(&binding.connection).await?;
+    let transaction = client.transaction().await?;
+    let sealed = binding.master_key.seal(key.secret);
+    put_access_key(&transaction, key.id, &sealed, key.read_only, key.description).await?;
+    let ensured = ensure_bucket(&transaction, name, key.id, ORDINARY_NAMESPACE).await?;
+    let adopted = if ensured.owner.as_deref() == Some(key.id) {
+        false
+    } else if adopt_bucket(&transaction, name, key.id).await? {
+        true
+    } else {
+        let holder = match ensured.owner {
+            Some(owner) => format!("belongs to access key {owner}"),
+            None => "is a cache bucket".to_string(),
+        };
+        return Ok(Provisioned::OwnedElsewhere(format!(
+            "bucket {name} already exists and {holder}"
+        )));
+    };
+    let (max_bytes, max_objects) = quota.map_or((None, None), |q| (q.max_bytes, q.max_objects));
+    if let Err(refusal) = set_bucket_quota(&transaction, name, max_bytes, max_objects).await? {
+        return Ok(Provisioned::QuotaRejected(refusal));
+    }
+    transaction.commit().await?;
+    Ok(Provisioned::Ready {
+        id: ensured.id,
+        adopted,
+    })
+}
+
+/// Gives an unowned ordinary bucket to `owner`; true when it is `owner`'s now.
+pub async fn adopt_bucket(client: &impl GenericClient, name: &str, owner: &str) -> Result<bool> {
+    let row = client
+        .query_one("SELECT pgvs3.adopt_bucket($1, $2)", &[&name, &owner])
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Sets the bucket's quota (both `None`: none). `Err` holds the catalog's refusal.
+pub async fn set_bucket_quota(
+    client: &impl GenericClient,
+    name: &str,
+    max_bytes: Option<i64>,
+    max_objects: Option<i64>,
+) -> Result<std::result::Result<(), String>> {
+    match client
+        .execute(
+            "SELECT pgvs3.set_bucket_quota($1, $2, $3)",
+            &[&name, &max_bytes, &max_objects],
+        )
+        .await
+    {
+        Ok(_) => Ok(Ok(())),
+        Err(err) => match err.as_db_error() {
+            Some(db) if *db.code() == SqlState::INVALID_PARAMETER_VALUE => Ok(Err(db.message().to_string())),
+            _ => Err(err.into()),
+        },
+    }
 }
 
 /// Drops the bucket and, with `force`, its objects. False when there was no such bucket.

@@ -140,6 +140,7 @@ pub struct Autoscaling {
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(validation = Rule::new("!self.ojs.enabled || has(self.ojsTokenSecretRef)").message("an enabled OJS endpoint needs ojsTokenSecretRef: the Service makes it reachable from the whole cluster"))]
 #[serde(rename_all = "camelCase")]
 pub struct Protocols {
     #[serde(default = "s3_default")]
@@ -148,6 +149,21 @@ pub struct Protocols {
     pub resp: Protocol,
     #[serde(default = "ojs_default")]
     pub ojs: Protocol,
+    /// Secret whose key `token` is the bearer token OJS clients must send
+    /// (`Authorization: Bearer <token>`); required when OJS is enabled. S3 and RESP clients
+    /// authenticate with access keys instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ojs_token_secret_ref: Option<String>,
+}
+
+/// The key of the OJS token in the Secret `ojsTokenSecretRef` names.
+pub const OJS_TOKEN_KEY: &str = "token";
+
+impl Protocols {
+    /// The OJS token's Secret, when OJS is served.
+    pub fn ojs_token_secret(&self) -> Option<&str> {
+        self.ojs_token_secret_ref.as_deref().filter(|_| self.ojs.enabled)
+    }
 }
 
 impl Default for Protocols {
@@ -156,6 +172,7 @@ impl Default for Protocols {
             s3: s3_default(),
             resp: resp_default(),
             ojs: ojs_default(),
+            ojs_token_secret_ref: None,
         }
     }
 }

@@ -137,6 +137,15 @@ mod tests {
     }
 
     #[test]
+    fn an_enabled_ojs_endpoint_must_name_its_token() {
+        let schema = serde_json::to_string(&GatewayPool::crd()).unwrap();
+        assert!(
+            schema.contains("!self.ojs.enabled || has(self.ojsTokenSecretRef)"),
+            "{schema}"
+        );
+    }
+
+    #[test]
     fn every_crd_is_in_group_pgvs3_and_category_pgvs3() {
         for crd in all() {
             assert_eq!(crd.spec.group, GROUP);

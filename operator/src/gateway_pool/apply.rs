@@ -63,9 +63,18 @@ async fn reconcile_in(pool: &GatewayPool, ctx: &Context, namespace: &str) -> Res
         return wait_for(ctx, pool, &pools, database, "CredentialsUnavailable", &message).await;
     };
 
+    let mut referenced = vec![credentials, master_key];
+    if let Some(token_name) = pool.spec.protocols.ojs_token_secret() {
+        let Some(token) = secrets.get_opt(token_name).await? else {
+            let message = format!("OJS token Secret {token_name} does not exist");
+            return wait_for(ctx, pool, &pools, database, "CredentialsUnavailable", &message).await;
+        };
+        referenced.push(token);
+    }
+
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let inputs = Inputs {
-        secrets_digest: kube_ops::secrets_digest([&credentials, &master_key]),
+        secrets_digest: kube_ops::secrets_digest(&referenced),
         service_monitor_crd: crds.get_opt(SERVICE_MONITOR_CRD).await?.is_some(),
     };
     let objects = build::build(pool, &inputs);

@@ -22,7 +22,7 @@ use kube::Resource;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use sha2::{Digest, Sha256};
 
-use crate::crd::{DEFAULT_REPLICAS, Endpoints, GatewayPool, PoolRole};
+use crate::crd::{DEFAULT_REPLICAS, Endpoints, GatewayPool, OJS_TOKEN_KEY, PoolRole};
 
 pub const CONTAINER: &str = "gateway";
 pub const CHECKSUM_ANNOTATION: &str = "pgvs3.io/config-checksum";
@@ -246,7 +246,7 @@ fn env(pool: &GatewayPool) -> Vec<EnvVar> {
         postgres.database(),
         pool_name(pool),
     );
-    vec![
+    let mut env = vec![
         secret_env("PGVS3_DB_USER", &credentials, "username"),
         secret_env("PGVS3_DB_PASSWORD", &credentials, "password"),
         EnvVar {
@@ -255,7 +255,11 @@ fn env(pool: &GatewayPool) -> Vec<EnvVar> {
             ..EnvVar::default()
         },
         secret_env("PGVS3_MASTER_KEY", &master_key.name, &master_key.key),
-    ]
+    ];
+    if let Some(secret) = pool.spec.protocols.ojs_token_secret() {
+        env.push(secret_env("PGVS3_OJS_TOKEN", secret, OJS_TOKEN_KEY));
+    }
+    env
 }
 
 /// Probes use the admin port by name, so they follow `adminPort`.
@@ -515,6 +519,25 @@ mod tests {
         pool(
             "apiVersion: pgvs3.io/v1alpha1\nkind: GatewayPool\nmetadata: {name: p, namespace: ns}\nspec: {postgres: {clusterName: db}}",
         )
+    }
+
+    #[test]
+    fn an_enabled_ojs_endpoint_takes_its_token_from_the_secret() {
+        let mut pool = primary();
+        pool.spec.protocols.ojs_token_secret_ref = Some("jobs-token".into());
+        let deployment = |pool: &GatewayPool| build(pool, &Inputs::default()).deployment;
+        assert!(
+            env_value(&deployment(&pool), "PGVS3_OJS_TOKEN").is_none(),
+            "OJS off: no token"
+        );
+        pool.spec.protocols.ojs.enabled = true;
+        let token = env_value(&deployment(&pool), "PGVS3_OJS_TOKEN").unwrap();
+        let reference = token.value_from.unwrap().secret_key_ref.unwrap();
+        assert_eq!(
+            (reference.name.as_str(), reference.key.as_str()),
+            ("jobs-token", "token")
+        );
+        assert_eq!(token.value, None, "the token never appears in the pod spec");
     }
 
     fn env_value(deployment: &Deployment, name: &str) -> Option<EnvVar> {

@@ -144,11 +144,9 @@ pub async fn drop_origin(client: &impl GenericClient, bucket: &str) -> Result<Re
 /// The condition reason of a failed catalog call: a catalog without the origin functions
 /// (gateways older than layout v4 migrated it) or a database that could not be used.
 pub fn failure_reason(error: &crate::context::Error) -> &'static str {
-    let outdated = [SqlState::UNDEFINED_FUNCTION, SqlState::UNDEFINED_TABLE];
-    match error {
-        crate::context::Error::Catalog(err) if err.code().is_some_and(|code| outdated.contains(code)) => {
-            "CatalogOutdated"
-        }
-        _ => "DatabaseUnavailable",
+    if database::catalog_outdated(error) {
+        "CatalogOutdated"
+    } else {
+        "DatabaseUnavailable"
     }
 }

@@ -1,17 +1,25 @@
 //! A fake Kubernetes API server behind `tower-test`'s mock service: enough of the REST
-//! semantics (get/list/create/apply/status/JSON patch/delete, 404 and 409) for the operator's
-//! reconcilers, with every request recorded and faults injectable.
+//! semantics (get/list/watch/create/apply/status/merge and JSON patch/delete, 404 and 409) for
+//! the operator's reconcilers, its controllers and its lease, with every request recorded and
+//! faults injectable. Watches stream every later change of a matching object.
 
 #![allow(dead_code)] // each test binary uses a different part of the fake
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::channel::mpsc;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::BodyExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
 use kube::Client;
 use kube::client::Body;
 use serde_json::{Value, json};
+
+type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
 
 #[derive(Clone, Debug)]
 pub struct Recorded {
@@ -28,12 +36,123 @@ struct Fault {
     remaining: u32,
 }
 
+/// An open watch: the collection it covers and where its events go.
+struct Watch {
+    collection: Collection,
+    events: mpsc::UnboundedSender<Bytes>,
+}
+
 #[derive(Default)]
 struct State {
     objects: BTreeMap<String, Value>,
     requests: Vec<Recorded>,
     faults: Vec<Fault>,
+    watches: Vec<Watch>,
     next_uid: u64,
+}
+
+impl State {
+    /// Sends a watch event about the object at `path` to every watch that covers it.
+    fn notify(&mut self, type_: &str, path: &str, object: &Value) {
+        let mut line = serde_json::to_vec(&json!({"type": type_, "object": object})).unwrap();
+        line.push(b'\n');
+        let line = Bytes::from(line);
+        self.watches
+            .retain(|watch| !watch.collection.covers(path) || watch.events.unbounded_send(line.clone()).is_ok());
+    }
+
+    /// Stores `object` at `path` with a new resourceVersion and tells the watches, unless it
+    /// equals what is stored: like the API server, a no-op write changes nothing and sends no
+    /// event (otherwise every status write would trigger the next reconcile, forever).
+    fn store(&mut self, path: String, mut object: Value) -> Value {
+        let type_ = match self.objects.get(&path) {
+            Some(old) => {
+                object["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+                if &object == old {
+                    return object;
+                }
+                "MODIFIED"
+            }
+            None => "ADDED",
+        };
+        bump_resource_version(&mut object);
+        self.notify(type_, &path, &object);
+        self.objects.insert(path, object.clone());
+        object
+    }
+
+    fn delete(&mut self, path: &str) -> Option<Value> {
+        let object = self.objects.remove(path)?;
+        self.notify("DELETED", path, &object);
+        Some(object)
+    }
+}
+
+/// A collection's REST path, split: `/api/v1` or `/apis/<group>/<version>`, the namespace
+/// (`None`: all namespaces), and the plural.
+#[derive(Clone, Debug, PartialEq)]
+struct Collection {
+    prefix: String,
+    namespace: Option<String>,
+    plural: String,
+}
+
+impl Collection {
+    /// The collection a request path names (`None` when it names an object).
+    fn parse(path: &str) -> Option<Collection> {
+        let (prefix, rest) = split_prefix(path)?;
+        match rest.as_slice() {
+            [plural] => Some(Collection {
+                prefix,
+                namespace: None,
+                plural: plural.to_string(),
+            }),
+            ["namespaces", namespace, plural] => Some(Collection {
+                prefix,
+                namespace: Some(namespace.to_string()),
+                plural: plural.to_string(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// Whether the object stored at `path` belongs to this collection.
+    fn covers(&self, path: &str) -> bool {
+        let Some((prefix, rest)) = split_prefix(path) else {
+            return false;
+        };
+        let (namespace, plural) = match rest.as_slice() {
+            [plural, _name] => (None, *plural),
+            ["namespaces", namespace, plural, _name] => (Some(*namespace), *plural),
+            _ => return false,
+        };
+        prefix == self.prefix
+            && plural == self.plural
+            && self.namespace.as_deref().is_none_or(|wanted| Some(wanted) == namespace)
+    }
+}
+
+fn split_prefix(path: &str) -> Option<(String, Vec<&str>)> {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match *segments.first()? {
+        "api" if segments.len() > 2 => Some((format!("/api/{}", segments[1]), segments[2..].to_vec())),
+        "apis" if segments.len() > 3 => {
+            Some((format!("/apis/{}/{}", segments[1], segments[2]), segments[3..].to_vec()))
+        }
+        _ => None,
+    }
+}
+
+/// What the fake answers: a JSON document, or the event stream of a watch.
+enum Reply {
+    Json(StatusCode, Value),
+    Watch(mpsc::UnboundedReceiver<Bytes>),
+}
+
+impl From<(StatusCode, Value)> for Reply {
+    fn from((code, value): (StatusCode, Value)) -> Reply {
+        Reply::Json(code, value)
+    }
 }
 
 #[derive(Clone)]
@@ -78,11 +197,16 @@ fn status(code: u16, reason: &str, message: &str) -> (StatusCode, Value) {
 impl FakeApi {
     /// A client talking to a new fake API server.
     pub fn start() -> (Client, FakeApi) {
-        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let fake = FakeApi {
             state: Arc::new(Mutex::new(State::default())),
         };
-        let server = fake.clone();
+        (fake.client(), fake)
+    }
+
+    /// Another client of the same fake API server (e.g. for a second operator replica).
+    pub fn client(&self) -> Client {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<ResponseBody>>();
+        let server = self.clone();
         tokio::spawn(async move {
             while let Some((request, send)) = handle.next_request().await {
                 let (parts, body) = request.into_parts();
@@ -92,21 +216,33 @@ impl FakeApi {
                 } else {
                     serde_json::from_slice(&bytes).unwrap_or(Value::Null)
                 };
-                let (code, value) = server.handle(
+                let content_type = parts
+                    .headers
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
+                let reply = server.handle(
                     parts.method,
                     parts.uri.path().to_string(),
                     parts.uri.query().unwrap_or_default().to_string(),
+                    &content_type,
                     body,
                 );
-                let response = Response::builder()
-                    .status(code)
-                    .header("content-type", "application/json")
-                    .body(Body::from(serde_json::to_vec(&value).unwrap()))
-                    .unwrap();
-                send.send_response(response);
+                let response = match reply {
+                    Reply::Json(code, value) => Response::builder()
+                        .status(code)
+                        .header("content-type", "application/json")
+                        .body(Full::new(Bytes::from(serde_json::to_vec(&value).unwrap())).boxed_unsync()),
+                    Reply::Watch(events) => Response::builder()
+                        .status(StatusCode::OK)
+                        .header("content-type", "application/json")
+                        .body(StreamBody::new(events.map(|line| Ok(hyper::body::Frame::data(line)))).boxed_unsync()),
+                };
+                send.send_response(response.unwrap());
             }
         });
-        (Client::new(service, "default"), fake)
+        Client::new(service, "default")
     }
 
     /// Stores an object as if it had been created earlier (uid and generation filled in).
@@ -118,9 +254,7 @@ impl FakeApi {
         let metadata = value["metadata"].as_object_mut().unwrap();
         metadata.entry("uid").or_insert(json!(uid));
         metadata.entry("generation").or_insert(json!(1));
-        metadata.entry("resourceVersion").or_insert(json!("1"));
-        state.objects.insert(path_of(&value), value.clone());
-        value
+        state.store(path_of(&value), value)
     }
 
     pub fn get(&self, path: &str) -> Option<Value> {
@@ -134,16 +268,27 @@ impl FakeApi {
 
     pub fn update(&self, path: &str, change: impl FnOnce(&mut Value)) {
         let mut state = self.state.lock().unwrap();
-        let object = state
+        let mut object = state
             .objects
-            .get_mut(path)
+            .get(path)
+            .cloned()
             .unwrap_or_else(|| panic!("no object at {path}"));
-        change(object);
-        bump_resource_version(object);
+        change(&mut object);
+        state.store(path.to_string(), object);
     }
 
     pub fn remove(&self, path: &str) {
-        self.state.lock().unwrap().objects.remove(path);
+        self.state.lock().unwrap().delete(path);
+    }
+
+    /// Whether a watch is open on the collection at `path` (e.g. `/api/v1/secrets`).
+    pub fn watched(&self, path: &str) -> bool {
+        let collection = Collection::parse(path).expect("a collection path");
+        let state = self.state.lock().unwrap();
+        state
+            .watches
+            .iter()
+            .any(|watch| watch.collection == collection && !watch.events.is_closed())
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
@@ -200,7 +345,7 @@ impl FakeApi {
         });
     }
 
-    fn handle(&self, method: Method, path: String, query: String, body: Value) -> (StatusCode, Value) {
+    fn handle(&self, method: Method, path: String, query: String, content_type: &str, body: Value) -> Reply {
         let mut state = self.state.lock().unwrap();
         state.requests.push(Recorded {
             method: method.clone(),
@@ -215,21 +360,30 @@ impl FakeApi {
         {
             fault.remaining -= 1;
             let reason = if fault.code == 409 { "Conflict" } else { "InternalError" };
-            return status(fault.code, reason, "injected fault");
+            return status(fault.code, reason, "injected fault").into();
         }
+        let collection = Collection::parse(&path);
+        if method == Method::GET
+            && let Some(collection) = collection.clone()
+            && query.split('&').any(|pair| pair == "watch=true" || pair == "watch=1")
+        {
+            let (events, stream) = mpsc::unbounded();
+            state.watches.push(Watch { collection, events });
+            return Reply::Watch(stream);
+        }
+        let apply = content_type.starts_with("application/apply-patch");
         let (object_path, subresource) = match path.strip_suffix("/status") {
             Some(object) if state.objects.contains_key(object) => (object.to_string(), Some("status")),
             _ => (path.clone(), None),
         };
-        match method {
-            Method::GET => match state.objects.get(&object_path) {
-                Some(object) => (StatusCode::OK, object.clone()),
-                None if is_collection(&path) => {
-                    let prefix = format!("{path}/");
+        let reply = match method {
+            Method::GET => match (state.objects.get(&object_path), collection) {
+                (Some(object), _) => (StatusCode::OK, object.clone()),
+                (None, Some(collection)) => {
                     let items: Vec<Value> = state
                         .objects
                         .iter()
-                        .filter(|(p, _)| p.starts_with(&prefix) && !p[prefix.len()..].contains('/'))
+                        .filter(|(path, _)| collection.covers(path))
                         .map(|(_, o)| o.clone())
                         .collect();
                     (
@@ -237,7 +391,7 @@ impl FakeApi {
                         json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": items}),
                     )
                 }
-                None => status(404, "NotFound", &format!("{path} not found")),
+                (None, None) => status(404, "NotFound", &format!("{path} not found")),
             },
             Method::POST => {
                 let mut object = body;
@@ -252,22 +406,19 @@ impl FakeApi {
                 }
                 let object_path = format!("{path}/{}", object["metadata"]["name"].as_str().unwrap());
                 if state.objects.contains_key(&object_path) {
-                    return status(409, "AlreadyExists", "already exists");
+                    return status(409, "AlreadyExists", "already exists").into();
                 }
                 state.next_uid += 1;
                 object["metadata"]["uid"] = json!(format!("created-{}", state.next_uid));
-                object["metadata"]["resourceVersion"] = json!("1");
                 object["metadata"]["generation"] = json!(1);
-                state.objects.insert(object_path, object.clone());
-                (StatusCode::CREATED, object)
+                (StatusCode::CREATED, state.store(object_path, object))
             }
-            Method::PATCH if query.contains("fieldManager") && subresource == Some("status") => {
-                let object = state.objects.get_mut(&object_path).unwrap();
+            Method::PATCH if apply && subresource == Some("status") => {
+                let mut object = state.objects.get(&object_path).unwrap().clone();
                 object["status"] = body["status"].clone();
-                bump_resource_version(object);
-                (StatusCode::OK, object.clone())
+                (StatusCode::OK, state.store(object_path, object))
             }
-            Method::PATCH if query.contains("fieldManager") => {
+            Method::PATCH if apply => {
                 // Server-side apply: the applied object replaces our fields; status, uid and
                 // generation are the server's.
                 let mut object = body;
@@ -281,17 +432,16 @@ impl FakeApi {
                 };
                 if let Some(old) = &previous {
                     object["status"] = old["status"].clone();
-                    object["metadata"]["uid"] = old["metadata"]["uid"].clone();
-                    object["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+                    for field in ["name", "namespace", "uid", "resourceVersion"] {
+                        object["metadata"][field] = old["metadata"][field].clone();
+                    }
                 }
                 object["metadata"]["generation"] = json!(generation);
-                bump_resource_version(&mut object);
-                state.objects.insert(object_path, object.clone());
-                (StatusCode::OK, object)
+                (StatusCode::OK, state.store(object_path, object))
             }
             Method::PATCH => {
-                let Some(object) = state.objects.get_mut(&object_path) else {
-                    return status(404, "NotFound", "not found");
+                let Some(mut object) = state.objects.get(&object_path).cloned() else {
+                    return status(404, "NotFound", "not found").into();
                 };
                 if let Value::Array(operations) = body {
                     // Like the API server, a `test` for null passes when the path is absent.
@@ -303,27 +453,28 @@ impl FakeApi {
                         })
                         .collect();
                     let patch: json_patch::Patch = serde_json::from_value(Value::Array(operations)).unwrap();
-                    if json_patch::patch(object, &patch.0).is_err() {
-                        return status(422, "Invalid", "JSON patch test failed");
+                    if json_patch::patch(&mut object, &patch.0).is_err() {
+                        return status(422, "Invalid", "JSON patch test failed").into();
                     }
                 } else {
-                    json_patch::merge(object, &body);
+                    // Merge and strategic merge patches: maps merge, null removes.
+                    json_patch::merge(&mut object, &body);
                 }
-                bump_resource_version(object);
-                let object = object.clone();
                 // The API server removes an object being deleted once its last finalizer goes.
                 let finalizers_gone = object["metadata"]["finalizers"].as_array().is_none_or(|f| f.is_empty());
+                let object = state.store(object_path.clone(), object);
                 if !object["metadata"]["deletionTimestamp"].is_null() && finalizers_gone {
-                    state.objects.remove(&object_path);
+                    state.delete(&object_path);
                 }
                 (StatusCode::OK, object)
             }
-            Method::DELETE => match state.objects.remove(&object_path) {
+            Method::DELETE => match state.delete(&object_path) {
                 Some(object) => (StatusCode::OK, object),
                 None => status(404, "NotFound", "not found"),
             },
             _ => status(405, "MethodNotAllowed", "unsupported"),
-        }
+        };
+        reply.into()
     }
 }
 
@@ -360,17 +511,6 @@ impl FakeApi {
             "data": {"masterKey": b64(master_key)},
         }));
     }
-}
-
-fn is_collection(path: &str) -> bool {
-    let segments: Vec<_> = path.trim_start_matches('/').split('/').collect();
-    // /api/v1/<plural>, /api/v1/namespaces/<ns>/<plural>, /apis/<g>/<v>/..., with no name.
-    let rest = if segments[0] == "api" {
-        &segments[2..]
-    } else {
-        &segments[3.min(segments.len())..]
-    };
-    matches!(rest.len(), 1) || (rest.len() == 3 && rest[0] == "namespaces")
 }
 
 fn bump_resource_version(object: &mut Value) {

@@ -1,0 +1,61 @@
+//! Bucket quotas: limits on a bucket's bytes and objects, enforced by the catalog's usage
+//! trigger inside every write statement (see migration 0007), so a write past a limit fails
+//! as [`StoreError::QuotaExceeded`] with nothing written.
+
+use tokio_postgres::error::SqlState;
+
+use super::{Catalog, StoreError, StoreResult};
+
+/// A bucket's limits (`None`: unlimited) and its usage as the trigger keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BucketQuota {
+    pub max_bytes: Option<i64>,
+    pub max_objects: Option<i64>,
+    pub used_bytes: i64,
+    pub used_objects: i64,
+}
+
+impl Catalog {
+    /// Sets (or, with both limits `None`, removes) the quota of `bucket`.
+    pub async fn set_bucket_quota(
+        &self,
+        bucket: &str,
+        max_bytes: Option<i64>,
+        max_objects: Option<i64>,
+    ) -> StoreResult<()> {
+        let client = self.pool().get().await?;
+        client
+            .execute(
+                "SELECT pgvs3.set_bucket_quota($1, $2, $3)",
+                &[&bucket, &max_bytes, &max_objects],
+            )
+            .await
+            .map_err(|err| match err.code() {
+                Some(code) if *code == SqlState::NO_DATA_FOUND => StoreError::NoSuchBucket,
+                Some(code) if *code == SqlState::INVALID_PARAMETER_VALUE => StoreError::InvalidArgument(
+                    err.as_db_error().map(|db| db.message().to_string()).unwrap_or_default(),
+                ),
+                _ => StoreError::from(err),
+            })?;
+        Ok(())
+    }
+
+    /// The quota of `bucket`, or `None` when it has none.
+    pub async fn bucket_quota(&self, bucket: &str) -> StoreResult<Option<BucketQuota>> {
+        let client = self.pool().get().await?;
+        let row = client
+            .query_opt(
+                "SELECT q.max_bytes, q.max_objects, q.used_bytes, q.used_objects
+                   FROM pgvs3.bucket_quotas q JOIN pgvs3.buckets b ON b.id = q.bucket_id
+                  WHERE b.name = $1",
+                &[&bucket],
+            )
+            .await?;
+        Ok(row.map(|row| BucketQuota {
+            max_bytes: row.get(0),
+            max_objects: row.get(1),
+            used_bytes: row.get(2),
+            used_objects: row.get(3),
+        }))
+    }
+}
