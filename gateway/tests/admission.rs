@@ -134,3 +134,81 @@ async fn bursts_wait_briefly_then_get_slow_down() {
     assert_eq!(small_get(&gw).await.status, 200, "slots are all returned");
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_of_two_hundred_with_eight_slots_is_served_or_told_to_slow_down() {
+    let args = [
+        "--s3-max-active",
+        "8",
+        "--s3-max-waiting",
+        "16",
+        "--admission-wait",
+        "30s",
+    ];
+    let gw = TestGateway::with_args(common::fresh_database().await, &args).await;
+    gw.client.create_bucket().bucket("adm").send().await.unwrap();
+    for (key, body) in [("small", b"tiny".to_vec()), ("big", noise(24 << 20, 2))] {
+        gw.client
+            .put_object()
+            .bucket("adm")
+            .key(key)
+            .body(ByteStream::from(body))
+            .send()
+            .await
+            .unwrap();
+    }
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        held.push(hold_slot(&gw).await);
+    }
+    let burst: Vec<_> = (0..200)
+        .map(|_| {
+            let (addr, headers) = (gw.gateway.s3_addr, signed_get(&gw, "/adm/small"));
+            tokio::spawn(async move { send(addr, "GET", "/adm/small", &headers, b"").await })
+        })
+        .collect();
+    // Sixteen wait in the queue; everyone else is turned away without waiting.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while gw
+        .metric("pgvs3_admission_rejected_total{protocol=\"s3\",reason=\"queue_full\"}")
+        .await
+        != Some(184.0)
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "184 requests turned away at once"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(gw.metric("pgvs3_admission_waiting{protocol=\"s3\"}").await, Some(16.0));
+    for stream in held {
+        release(stream).await;
+    }
+    // Every request ends (none lost, none hung): the waiters served, the rest told to retry.
+    let answers = tokio::time::timeout(Duration::from_secs(60), futures::future::join_all(burst))
+        .await
+        .expect("the whole burst is answered");
+    let mut served = 0;
+    for answer in answers {
+        let answer = answer.unwrap();
+        match answer.status {
+            200 => {
+                assert_eq!(answer.body, "tiny");
+                served += 1;
+            }
+            503 => {
+                assert_eq!(answer.code(), Some("SlowDown"));
+                assert_eq!(answer.header("retry-after"), Some("1"));
+            }
+            other => panic!("status {other}: {}", answer.body),
+        }
+    }
+    assert_eq!(served, 16);
+    assert_eq!(
+        gw.metric("pgvs3_admission_admitted_after_wait_total{protocol=\"s3\"}")
+            .await,
+        Some(16.0)
+    );
+    assert_eq!(gw.metric("pgvs3_admission_waiting{protocol=\"s3\"}").await, Some(0.0));
+    gw.stop().await;
+}
