@@ -40,9 +40,14 @@ impl Runner {
     /// Opens `workers` connections to `url` (`redis://host:port`).
     pub async fn connect(url: &str, workers: usize, case: Case) -> anyhow::Result<Runner> {
         let client = redis::Client::open(url)?;
+        // No response timeout of the client's own (its default is 500 ms): the load generator
+        // times requests out itself, as an error of its own kind.
+        let config = redis::AsyncConnectionConfig::new()
+            .set_response_timeout(None)
+            .set_connection_timeout(Some(std::time::Duration::from_secs(10)));
         let mut connections = Vec::with_capacity(workers);
         for _ in 0..workers.max(1) {
-            connections.push(client.get_multiplexed_async_connection().await?);
+            connections.push(client.get_multiplexed_async_connection_with_config(&config).await?);
         }
         let value = super::payload(case.size);
         Ok(Runner {

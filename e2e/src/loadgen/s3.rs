@@ -184,11 +184,14 @@ impl S3Client {
             .send("PUT", &path, Bytes::new(), &[])
             .await
             .map_err(anyhow::Error::msg)?;
-        let owned = String::from_utf8_lossy(&body).contains("BucketAlreadyOwnedByYou");
+        // Some servers (rclone) answer BucketAlreadyExists for a bucket of the same owner; a bucket
+        // that really is someone else's fails the case's first request instead.
+        let text = String::from_utf8_lossy(&body);
+        let owned = text.contains("BucketAlreadyOwnedByYou") || text.contains("BucketAlreadyExists");
         anyhow::ensure!(
             status.is_success() || owned,
             "creating bucket {path}: {status} {}",
-            String::from_utf8_lossy(&body)
+            text
         );
         Ok(())
     }
