@@ -3,8 +3,8 @@
 # machine, then a table of ratios and a chart.
 #   e2e/scripts/bench.sh [--smoke] [--seconds N] [--only s3,resp,ojs,direct] [--out DIR]
 # - S3 (pgvs3-loadgen, the same flags for both): pgvs3 and `rclone serve s3` over a local
-#   directory; 4 KiB put/get/head/list at 16 workers, 64 MiB put/get at 2, the Parquet and binary
-#   fixtures (100 MiB at 2 workers, 1 GiB at 1).
+#   directory; 4 KiB put/get/head/list at 16 workers, 64 MiB (incompressible) put/get at 2, the
+#   100 MiB Parquet fixture put/get at 2.
 # - direct: the statements pgvs3 issues, sent straight to PostgreSQL (the gateway_vs_direct and
 #   ojs_vs_direct cargo benches, which measure the in-process gateway next to them).
 # - RESP: pgvs3-loadgen and redis-benchmark against pgvs3, redis-server with appendfsync always,
@@ -36,18 +36,19 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/pgvs3-target}"
 if [ "$smoke" = yes ]; then
     # The binaries `cargo test --workspace` builds (nothing to build after CI's test run), and the
     # cargo benches in the same dev profile, through their harness-less main.
-    profile=debug fixture_set=smoke seconds=0.5 warmup=0 bench_seconds=1
+    profile=debug fixtures=events-1MiB.parquet,binary-1MiB.bin seconds=0.5 warmup=0 bench_seconds=1
     cargo test --workspace --locked --no-run -q
     cargo_bench() { cargo test --workspace --locked -q --bench "$@"; }
 else
-    profile=release fixture_set=full warmup=2 bench_seconds=$seconds
+    profile=release fixtures=events-100MiB.parquet warmup=2 bench_seconds=$seconds
     cargo build --release --locked --bin pgvs3 --bin pgvs3-loadgen
+    cargo bench --locked -q -p pgvs3-gateway --bench gateway_vs_direct --bench ojs_vs_direct --no-run
     cargo_bench() { cargo bench --locked -q -p pgvs3-gateway --bench "$@"; }
 fi
 bin="$CARGO_TARGET_DIR/$profile"
 python=$(e2e/scripts/bench-venv.sh)
 declare -A fixture
-while read -r name path; do fixture[$name]=$path; done < <("$python" e2e/scripts/fixtures.py --set "$fixture_set")
+while read -r name path; do fixture[$name]=$path; done < <("$python" e2e/scripts/fixtures.py --names "$fixtures")
 
 work=$(mktemp -d /tmp/pgvs3-bench-XXXXXX)
 # As root, the embedded PostgreSQL runs as an unprivileged user that must reach its data dir.
@@ -73,23 +74,11 @@ wait_for() { # description, command...
 }
 
 # pgvs3: every protocol on, on its own embedded PostgreSQL.
-PGVS3_ROOT_ACCESS_KEY=$AWS_ACCESS_KEY_ID PGVS3_ROOT_SECRET_KEY=$AWS_SECRET_ACCESS_KEY \
-    "$bin/pgvs3" serve --data-dir "$work/pgvs3" --s3-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 \
-    --resp-addr 127.0.0.1:0 --ojs-addr 127.0.0.1:0 --pool-size 64 >"$work/pgvs3.log" 2>&1 &
-pgvs3_pid=$!
-pids+=("$pgvs3_pid")
-wait_for pgvs3 grep -q '^pgvs3 S3 endpoint:' "$work/pgvs3.log"
-s3_line=$(grep '^pgvs3 S3 endpoint:' "$work/pgvs3.log")
-pgvs3_s3=$(sed 's/^pgvs3 S3 endpoint: \(http:[^ ]*\).*/\1/' <<<"$s3_line")
-pgvs3_metrics=$(sed 's/.*(metrics: \(http:[^)]*\)).*/\1/' <<<"$s3_line")
-pgvs3_ojs=$(sed 's/.*OJS: \(http:[^ ]*\).*/\1/' <<<"$s3_line")
-pgvs3_resp=$(sed -n 's/^pgvs3 RESP endpoint: \(redis:[^ ]*\).*/\1/p' "$work/pgvs3.log")
-# The cluster's port and socket directory, from its postmaster.pid (lines 4 and 5).
-pg_port=$(sed -n 4p "$work/pgvs3/pg/postmaster.pid")
-pg_socket=$(sed -n 5p "$work/pgvs3/pg/postmaster.pid")
-capacity=(--capacity --capacity-database-url "host=$pg_socket port=$pg_port user=pgvs3 dbname=postgres"
-    --capacity-metrics-url "$pgvs3_metrics" --capacity-gateway-pid "$pgvs3_pid"
-    --capacity-drain "'$bin/pgvs3' admin --data-dir '$work/pgvs3' maintenance --run-once --grace 0s")
+source e2e/scripts/gateway.sh
+export PGVS3_ROOT_ACCESS_KEY=$AWS_ACCESS_KEY_ID PGVS3_ROOT_SECRET_KEY=$AWS_SECRET_ACCESS_KEY
+start_gateway "$bin" "$work/pgvs3" --pool-size 64
+pids+=("$gw_pid")
+capacity=("${gw_capacity[@]}")
 
 # rclone serve s3 over a local directory.
 rclone_port=$(free_port)
@@ -110,14 +99,14 @@ redis-server --port "$memory_port" --dir "$work/memory" --appendonly no --save "
     >"$work/memory.log" 2>&1 &
 pids+=($!)
 for port in "$durable_port" "$memory_port"; do wait_for "redis-server :$port" redis-cli -p "$port" PING; done
-declare -A resp_url=([pgvs3]=$pgvs3_resp [redis-always]="redis://127.0.0.1:$durable_port"
+declare -A resp_url=([pgvs3]=$gw_resp [redis-always]="redis://127.0.0.1:$durable_port"
     [redis-memory]="redis://127.0.0.1:$memory_port")
 
 run=(--duration "$seconds" --warmup "$warmup")
 loadgen() { "$bin/pgvs3-loadgen" "$@"; }
 # One S3 case group against pgvs3 (in capacity mode) and rclone, same flags.
 s3_pair() {
-    loadgen s3 --endpoint "$pgvs3_s3" --json "$out/s3-pgvs3.ndjson" "${capacity[@]}" "$@"
+    loadgen s3 --endpoint "$gw_s3" --json "$out/s3-pgvs3.ndjson" "${capacity[@]}" "$@"
     loadgen s3 --endpoint "$rclone_s3" --json "$out/s3-rclone.ndjson" "$@"
 }
 
@@ -129,11 +118,11 @@ if wants s3; then
             --workers 2 --keys 4
     else
         s3_pair "${run[@]}" --ops put,get,head,list --sizes 4KiB --workers 16 --keys 1000
-        s3_pair "${run[@]}" --ops put,get --sizes 64MiB --workers 2 --keys 4
-        s3_pair "${run[@]}" --ops put,get --workers 2 --keys 4 \
-            --payload-file "${fixture[events-100MiB.parquet]},${fixture[binary-100MiB.bin]}"
-        s3_pair --requests 3 --ops put,get --workers 1 --keys 2 --timeout 300 \
-            --payload-file "${fixture[events-1GiB.parquet]}"
+        # Few keys for large objects: every byte is stored three times over (pgvs3's tables, its
+        # WAL, rclone's directory) on a shared disk. The 1 GiB fixtures run by hand:
+        # `just load --ops put,get --payload-file ~/.cache/pgvs3-fixtures/events-1GiB.parquet`.
+        s3_pair "${run[@]}" --ops put,get --sizes 64MiB --workers 2 --keys 2
+        s3_pair "${run[@]}" --ops put,get --workers 2 --keys 2 --payload-file "${fixture[events-100MiB.parquet]}"
     fi
 fi
 
@@ -170,7 +159,7 @@ if wants ojs; then
     echo "## OJS: pgvs3 (${SECONDS}s in)" >&2
     workers=16
     [ "$smoke" = yes ] && workers=4
-    loadgen ojs --url "$pgvs3_ojs" --json "$out/ojs-pgvs3.ndjson" "${run[@]}" "${capacity[@]}" \
+    loadgen ojs --url "$gw_ojs" --json "$out/ojs-pgvs3.ndjson" "${run[@]}" "${capacity[@]}" \
         --ops enqueue,batch,cycle --workers "$workers"
 fi
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Deterministic benchmark fixtures, checked against e2e/fixtures/manifest.json.
 
-    fixtures.py [--out DIR] [--set smoke|full] [--record]
+    fixtures.py [--out DIR] [--set smoke|full] [--names A,B] [--record]
 
 Parquet files (an events table: ids, timestamps, a dictionary-encoded category, floats and a
 short random string, Snappy-compressed, written by the pinned pyarrow) and incompressible binary
@@ -85,12 +85,19 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=os.path.expanduser("~/.cache/pgvs3-fixtures"))
     parser.add_argument("--set", choices=["smoke", "full"], default="full")
+    parser.add_argument("--names", help="only these fixtures (comma-separated)")
     parser.add_argument("--record", action="store_true")
     args = parser.parse_args()
     manifest = json.loads(MANIFEST.read_text())
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     wanted = [f for f in manifest["fixtures"] if args.set == "full" or f["set"] == "smoke"]
+    if args.names:
+        names = args.names.split(",")
+        unknown = set(names) - {f["name"] for f in manifest["fixtures"]}
+        if unknown:
+            sys.exit(f"no such fixtures: {', '.join(sorted(unknown))}")
+        wanted = [f for f in manifest["fixtures"] if f["name"] in names]
     for fixture in wanted:
         path = out / fixture["name"]
         if not (path.exists() and sha256(path) == fixture.get("sha256")):
