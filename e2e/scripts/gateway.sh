@@ -14,7 +14,7 @@ start_gateway() {
     gw_pid=$!
     local line=""
     for _ in $(seq 1 600); do
-        line=$(grep -m1 '^pgvs3 S3 endpoint:' "$data/serve.log" || true)
+        line=$(grep -s -m1 '^pgvs3 S3 endpoint:' "$data/serve.log" || true)
         [ -n "$line" ] && break
         kill -0 "$gw_pid" 2>/dev/null || break
         sleep 0.1

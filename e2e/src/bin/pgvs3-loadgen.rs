@@ -381,8 +381,7 @@ async fn run_cache(args: CacheArgs) -> anyhow::Result<Session> {
         for &operation in &args.ops {
             let runner = cache::Runner::new(Arc::clone(&cache_client), operation, size, args.keys.max(1));
             let budget = runner.prepare(&origin, args.run.budget()).await?;
-            let op_name = serde_json::to_value(operation)?;
-            let name = format!("cache {} {}", op_name.as_str().unwrap_or_default(), human_size(size));
+            let name = format!("cache {} {}", operation.name(), human_size(size));
             let config = json!({ "target": target, "origin_bucket": args.origin_bucket, "operation": operation,
                                  "size": size, "keys": args.keys, "budget": budget });
             session.case(&name, config, budget, runner.op()).await?;

@@ -16,6 +16,16 @@ pub enum Operation {
     WriteBackPut,
 }
 
+impl Operation {
+    pub fn name(self) -> &'static str {
+        match self {
+            Operation::ColdGet => "cold-get",
+            Operation::WarmGet => "warm-get",
+            Operation::WriteBackPut => "write-back-put",
+        }
+    }
+}
+
 /// A cache case: the S3 case it runs through the cache, and how it is prepared.
 pub struct Runner {
     operation: Operation,
@@ -29,7 +39,6 @@ impl Runner {
             Operation::ColdGet | Operation::WarmGet => s3::Operation::Get,
             Operation::WriteBackPut => s3::Operation::Put,
         };
-        let name = serde_json::to_value(operation).ok();
         let case = s3::Case {
             operation: s3_operation,
             size,
@@ -37,7 +46,7 @@ impl Runner {
             shared_key: false,
             unique_reads: true,
             range_size: size,
-            prefix: format!("{}-{size}/", name.as_ref().and_then(|n| n.as_str()).unwrap_or("cache")),
+            prefix: format!("{}-{size}/", operation.name()),
         };
         Runner {
             operation,
