@@ -55,13 +55,8 @@ work=$(mktemp -d /tmp/pgvs3-bench-XXXXXX)
 chmod 755 "$work"
 out=${out:-/tmp/pgvs3-bench-$(date -u +%Y%m%dT%H%M%S)}
 mkdir -p "$out"
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
+source e2e/scripts/gateway.sh
+trap stop_all EXIT
 export AWS_ACCESS_KEY_ID=BENCHROOTKEY00000001 AWS_SECRET_ACCESS_KEY=bench-secret-key
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 wait_for() { # description, command...
@@ -76,7 +71,6 @@ wait_for() { # description, command...
 # pgvs3: every protocol on, on an embedded PostgreSQL of its own, fresh for each group of cases
 # so that one group's writes (a checkpoint of the large objects' gigabytes, autovacuum) do not
 # slow the next; the previous gateway and its data go first.
-source e2e/scripts/gateway.sh
 export PGVS3_ROOT_ACCESS_KEY=$AWS_ACCESS_KEY_ID PGVS3_ROOT_SECRET_KEY=$AWS_SECRET_ACCESS_KEY
 round=0
 fresh_gateway() {
@@ -87,7 +81,6 @@ fresh_gateway() {
     fi
     round=$((round + 1))
     start_gateway "$bin" "$work/pgvs3-$round" --pool-size 64
-    pids+=("$gw_pid")
     capacity=("${gw_capacity[@]}")
 }
 

@@ -21,39 +21,17 @@ bin="$CARGO_TARGET_DIR/release"
 work=$(mktemp -d /tmp/pgvs3-cache-bench-XXXXXX)
 chmod 755 "$work"
 export PGVS3_ROOT_ACCESS_KEY=BENCHROOTKEY00000001 PGVS3_ROOT_SECRET_KEY=bench-secret-key
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
+source e2e/scripts/gateway.sh
+trap stop_all EXIT
 
-# Starts a gateway on its own data dir and sets `endpoint` to its S3 endpoint (not in a
-# subshell: cleanup must know its pid).
-start() {
-    local name=$1
-    shift
-    "$bin/pgvs3" serve --data-dir "$work/$name" --s3-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 \
-        --resp-addr off --ojs-addr off "$@" >"$work/$name.log" 2>&1 &
-    pids+=($!)
-    endpoint=""
-    for _ in $(seq 1 600); do
-        endpoint=$(sed -n 's/^pgvs3 S3 endpoint: \(http:[^ ]*\).*/\1/p' "$work/$name.log")
-        [ -n "$endpoint" ] && break
-        sleep 0.1
-    done
-    [ -n "$endpoint" ] || { cat "$work/$name.log" >&2; exit 1; }
-}
-
-start origin --simulate-latency "$latency" --simulate-bandwidth "$bandwidth"
-origin=$endpoint
-start cache
-cache=$endpoint
+start_gateway "$bin" "$work/origin" --simulate-latency "$latency" --simulate-bandwidth "$bandwidth"
+origin=$gw_s3
+start_gateway "$bin" "$work/cache"
+cache=$gw_s3
 keys=(--access-key "$PGVS3_ROOT_ACCESS_KEY" --secret-key "$PGVS3_ROOT_SECRET_KEY")
 "$bin/pgvs3-loadgen" s3 --endpoint "$origin" "${keys[@]}" --bucket bench --ops put --sizes 4KiB \
     --requests 1 --workers 1 >/dev/null
-"$bin/pgvs3" admin --data-dir "$work/cache" origin put --bucket bench-cache --endpoint "$origin" \
+"$bin/pgvs3" admin --data-dir "$work/cache/data" origin put --bucket bench-cache --endpoint "$origin" \
     --origin-bucket bench "${keys[@]}" --mode write-back >/dev/null
 
 run() {

@@ -1,8 +1,18 @@
-# Sourced by the load and bench scripts: starts a pgvs3 gateway on a fresh embedded PostgreSQL.
+# Sourced by the load and bench scripts: gateways on fresh embedded PostgreSQL clusters, and the
+# clean-up of what a script started.
+
+# Processes to stop when the script exits (`trap stop_all EXIT`), then the directory $work.
+pids=()
+stop_all() {
+    for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    rm -rf "${work:?}"
+}
+
 #   start_gateway BIN DATA_DIR [serve flags...]
-# Every listener on an ephemeral loopback port. Sets gw_pid, gw_s3, gw_metrics, gw_ojs, gw_resp
-# (empty when off) and gw_capacity (the loadgen's --capacity flags for this gateway: its
-# database, metrics, pid, and a reaper drain). The caller stops gw_pid.
+# Every listener on an ephemeral loopback port. Sets gw_pid (also in pids), gw_s3, gw_metrics,
+# gw_ojs, gw_resp and gw_capacity (the loadgen's --capacity flags for this gateway: its
+# database, metrics, pid, and a reaper drain).
 start_gateway() {
     local bin=$1 data=$2
     shift 2
@@ -12,6 +22,7 @@ start_gateway() {
     "$bin/pgvs3" serve --data-dir "$data/data" --s3-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 \
         --resp-addr 127.0.0.1:0 --ojs-addr 127.0.0.1:0 "$@" >"$data/serve.log" 2>&1 &
     gw_pid=$!
+    pids+=("$gw_pid")
     local line=""
     for _ in $(seq 1 600); do
         line=$(grep -s -m1 '^pgvs3 S3 endpoint:' "$data/serve.log" || true)

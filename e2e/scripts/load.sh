@@ -27,9 +27,9 @@ for flag in "$@"; do
 done
 
 work=$(mktemp -d /tmp/pgvs3-load-XXXXXX)
-trap 'kill -TERM ${gw_pid:-} 2>/dev/null; wait ${gw_pid:-} 2>/dev/null; rm -rf "$work"' EXIT
-export PGVS3_ROOT_ACCESS_KEY=LOADGENROOTKEY000001 PGVS3_ROOT_SECRET_KEY=loadgen-secret-key
 source e2e/scripts/gateway.sh
+trap stop_all EXIT
+export PGVS3_ROOT_ACCESS_KEY=LOADGENROOTKEY000001 PGVS3_ROOT_SECRET_KEY=loadgen-secret-key
 start_gateway "$bin" "$work"
 [ "$capacity" = yes ] && flags+=("${gw_capacity[@]}")
 case $protocol in
