@@ -14,22 +14,33 @@ test *ARGS:
 ci:
     bash .ci/run
 
-# Gateway vs direct PostgreSQL: 4 KiB and 64 MiB GET/PUT (see docs/benchmarks.md).
+# pgvs3 side by side with rclone, redis-server and the direct statements, in one run; a table of
+# ratios and a chart (docs/benchmarks.md). `just bench --smoke` for a quick check of the harness.
 bench *ARGS:
+    e2e/scripts/bench.sh {{ARGS}}
+
+# Gateway vs direct PostgreSQL, in-process: 4 KiB and 64 MiB GET/PUT (the direct column of `just bench`).
+bench-direct *ARGS:
     cargo bench -p pgvs3-gateway --bench gateway_vs_direct -- {{ARGS}}
 
-# Load against a fresh release gateway: `just load --ops get,put --sizes 4KiB,64MiB --duration 10`.
+# Load against a fresh release gateway: `just load --ops get,put --sizes 4KiB,64MiB --duration 10`,
+# `just load resp --pipeline 1,16`, `just load ojs --capacity`.
 # With `--before-bin A --after-bin B [--repeats 3]`: the paired regression gate (e2e/scripts/paired.sh).
 load *ARGS:
     e2e/scripts/load.sh {{ARGS}}
+
+# The benchmark fixtures (Parquet and binary; SET is smoke or full), checked against e2e/fixtures/manifest.json.
+fixtures SET="full":
+    "$(e2e/scripts/bench-venv.sh)" e2e/scripts/fixtures.py --set {{SET}}
 
 # The origin cache against a constrained origin (20 ms one-way, 50 MiB/s): direct, cold, warm, write-back.
 cache-bench SIZES="10MiB,100MiB" REQUESTS="5":
     e2e/scripts/cache-bench.sh {{SIZES}} {{REQUESTS}}
 
-# redis-benchmark: the gateway's RESP vs redis-server (appendfsync always, and in-memory), 4 KiB GET/SET.
-resp-bench REQUESTS="20000":
-    bash scripts/resp-bench.sh {{REQUESTS}}
+# The RESP part of `just bench`: pgvs3-loadgen and redis-benchmark against the gateway and
+# redis-server (appendfsync always, and in memory).
+resp-bench *ARGS:
+    e2e/scripts/bench.sh --only resp {{ARGS}}
 
 # Regenerate the CRDs (crds/ and the chart's copy) from the operator's types.
 crds:

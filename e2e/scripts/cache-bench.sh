@@ -3,10 +3,11 @@
 #   e2e/scripts/cache-bench.sh [SIZES] [REQUESTS]      e.g. 10MiB,100MiB 5
 # Origin: a pgvs3 gateway answering with 20 ms one-way latency and 50 MiB/s per request.
 # Cache: a second pgvs3 gateway (own embedded PostgreSQL) whose bucket fronts the origin's.
-# Cases per size, one worker: direct origin GET, cold cache GET (each key read once through the
-# cache after it was written straight to the origin), warm cache GET, direct origin PUT, and the
-# cache's write-back PUT acknowledgement; plus reads of an ordinary bucket of the cache's gateway
-# (the local limit for warm reads). Prints p50s and the ratios the cache issue targets.
+# Cases per size, one worker: direct origin GET, the loadgen's cache cases (cold GET: each key
+# read once through the cache after it was written straight to the origin; warm GET; the cache's
+# write-back PUT acknowledgement), direct origin PUT; plus reads of an ordinary bucket of the
+# cache's gateway (the local limit for warm reads). Prints p50s and the ratios the cache issue
+# targets.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 sizes="${1:-10MiB,100MiB}"
@@ -20,42 +21,19 @@ bin="$CARGO_TARGET_DIR/release"
 work=$(mktemp -d /tmp/pgvs3-cache-bench-XXXXXX)
 chmod 755 "$work"
 export PGVS3_ROOT_ACCESS_KEY=BENCHROOTKEY00000001 PGVS3_ROOT_SECRET_KEY=bench-secret-key
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
+source e2e/scripts/gateway.sh
+trap stop_all EXIT
 
-# Starts a gateway on its own data dir and sets `endpoint` to its S3 endpoint (not in a
-# subshell: cleanup must know its pid).
-start() {
-    local name=$1
-    shift
-    "$bin/pgvs3" serve --data-dir "$work/$name" --s3-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 \
-        --resp-addr off --ojs-addr off "$@" >"$work/$name.log" 2>&1 &
-    pids+=($!)
-    endpoint=""
-    for _ in $(seq 1 600); do
-        endpoint=$(sed -n 's/^pgvs3 S3 endpoint: \(http:[^ ]*\).*/\1/p' "$work/$name.log")
-        [ -n "$endpoint" ] && break
-        sleep 0.1
-    done
-    [ -n "$endpoint" ] || { cat "$work/$name.log" >&2; exit 1; }
-}
-
-start origin --simulate-latency "$latency" --simulate-bandwidth "$bandwidth"
-origin=$endpoint
-start cache
-cache=$endpoint
+start_gateway "$bin" "$work/origin" --simulate-latency "$latency" --simulate-bandwidth "$bandwidth"
+origin=$gw_s3
+start_gateway "$bin" "$work/cache"
+cache=$gw_s3
 keys=(--access-key "$PGVS3_ROOT_ACCESS_KEY" --secret-key "$PGVS3_ROOT_SECRET_KEY")
 "$bin/pgvs3-loadgen" s3 --endpoint "$origin" "${keys[@]}" --bucket bench --ops put --sizes 4KiB \
     --requests 1 --workers 1 >/dev/null
-"$bin/pgvs3" admin --data-dir "$work/cache" origin put --bucket bench-cache --endpoint "$origin" \
+"$bin/pgvs3" admin --data-dir "$work/cache/data" origin put --bucket bench-cache --endpoint "$origin" \
     --origin-bucket bench "${keys[@]}" --mode write-back >/dev/null
 
-json="$work/cases.ndjson"
 run() {
     local label=$1 endpoint=$2 bucket=$3
     shift 3
@@ -64,23 +42,27 @@ run() {
         --workers 1 --keys "$requests" --requests "$requests" --timeout 600 --json "$work/$label.ndjson" "$@" >&2
 }
 run direct-get "$origin" bench --ops get
-# Seeded straight at the origin, then each key read once through the cache: every read is a miss.
-run cold-get "$cache" bench-cache --ops get --unique-reads --seed-endpoint "$origin" --seed-bucket bench
-# The same keys again: all warm.
-run warm-get "$cache" bench-cache --ops get --unique-reads --seed-endpoint "$origin" --seed-bucket bench
+# The cache tier's own cases: cold reads (written straight to the origin, each key read once
+# through the cache: every read is a miss), warm reads (the same after one pass), write-back PUTs.
+echo "# cache" >&2
+"$bin/pgvs3-loadgen" cache --endpoint "$cache" "${keys[@]}" --bucket bench-cache --origin-endpoint "$origin" \
+    --origin-bucket bench --ops cold-get,warm-get,write-back-put --sizes "$sizes" --keys "$requests" \
+    --requests "$requests" --workers 1 --timeout 600 --json "$work/cache.ndjson" >&2
 # The same reads from an ordinary bucket of the cache's gateway: the local limit warm reads approach.
 run local-get "$cache" plain --ops get
 run direct-put "$origin" bench --ops put
-run write-back-put "$cache" bench-cache --ops put
 
 python3 - "$work" "$sizes" <<'PY'
 import json, sys, pathlib
 work, sizes = pathlib.Path(sys.argv[1]), sys.argv[2].split(",")
 p50 = {}
-for label in ["direct-get", "cold-get", "warm-get", "local-get", "direct-put", "write-back-put"]:
-    for line in (work / f"{label}.ndjson").read_text().splitlines():
+for file in ["direct-get", "cache", "local-get", "direct-put"]:
+    for line in (work / f"{file}.ndjson").read_text().splitlines():
         record = json.loads(line)
-        p50[(label, record["case"].split()[-1])] = record["result"]["p50_ms"]
+        # "s3 get 10MiB" or "cache cold-get 10MiB": label by operation for the cache's cases.
+        words = record["case"].split()
+        label = words[1] if words[0] == "cache" else file
+        p50[(label, words[-1])] = record["result"]["p50_ms"]
 print(f"{'size':<8} {'direct GET':>11} {'cold GET':>10} {'warm GET':>10} {'local GET':>10} {'direct PUT':>11}"
       f" {'write-back':>11} {'warm x':>8} {'cold/direct':>12} {'put x':>7}")
 for size in sizes:

@@ -1,7 +1,7 @@
 //! 4 KiB and 64 MiB GET/PUT through the gateway, next to the same SQL statements issued
 //! directly with tokio-postgres on the same PostgreSQL, run side by side; prints the ratios.
 //!
-//! `cargo bench -p pgvs3-gateway --bench gateway_vs_direct -- [--seconds N] [--clients N]`
+//! `cargo bench -p pgvs3-gateway --bench gateway_vs_direct -- [--seconds N] [--clients N] [--json FILE]`
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -50,6 +50,10 @@ struct Args {
     /// one: every write also updates its usage row).
     #[arg(long, value_enum, default_value_t = QuotaCase::None)]
     quota: QuotaCase,
+    /// Append one JSON object per case to this file (NDJSON): `just bench` reads the direct
+    /// column from it.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
     /// `cargo bench` passes this; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -199,8 +203,29 @@ fn payload(len: usize) -> Bytes {
     Bytes::from(common::noise(len, 0x2545_F491_4F6C_DD1D))
 }
 
-fn report(name: &str, bytes: usize, gateway: &Sample, direct: &Sample) {
+fn report(args: &Args, name: &str, bytes: usize, gateway: &Sample, direct: &Sample) -> anyhow::Result<()> {
     let mib = |s: &Sample| s.rate() * bytes as f64 / (1 << 20) as f64;
+    if let Some(path) = &args.json {
+        use std::io::Write;
+        let side = |s: &Sample| {
+            serde_json::json!({
+                "rate": s.rate(),
+                "mib_per_second": mib(s),
+                "p50_ms": s.percentile(0.5).as_secs_f64() * 1e3,
+                "p99_ms": s.percentile(0.99).as_secs_f64() * 1e3,
+                "cpu_us_per_op": s.cpu_us_per_op(),
+            })
+        };
+        let clients = if bytes == LARGE {
+            args.large_clients
+        } else {
+            args.clients
+        };
+        let record = serde_json::json!({ "case": name, "bytes": bytes, "clients": clients, "seconds": args.seconds,
+                                         "gateway": side(gateway), "direct": side(direct) });
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        writeln!(file, "{record}")?;
+    }
     println!(
         "{name:<14} {:>10.0} {:>10.0} {:>7.2} {:>9.1} {:>9.1} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>9.1} {:>9.1}",
         gateway.rate(),
@@ -215,6 +240,7 @@ fn report(name: &str, bytes: usize, gateway: &Sample, direct: &Sample) {
         gateway.cpu_us_per_op(),
         direct.cpu_us_per_op(),
     );
+    Ok(())
 }
 
 #[tokio::main]
@@ -362,7 +388,7 @@ async fn main() -> anyhow::Result<()> {
             }
         })
         .await;
-        report("GET 4 KiB", SMALL, &gw_get, &sql_get);
+        report(&args, "GET 4 KiB", SMALL, &gw_get, &sql_get)?;
     }
 
     if wanted("PUT 4 KiB") {
@@ -398,7 +424,7 @@ async fn main() -> anyhow::Result<()> {
             }
         })
         .await;
-        report("PUT 4 KiB", SMALL, &gw_put, &sql_put);
+        report(&args, "PUT 4 KiB", SMALL, &gw_put, &sql_put)?;
     }
 
     let large_clients = args.large_clients;
@@ -434,7 +460,7 @@ async fn main() -> anyhow::Result<()> {
             }
         })
         .await;
-        report("GET 64 MiB", LARGE, &gw_large_get, &sql_large_get);
+        report(&args, "GET 64 MiB", LARGE, &gw_large_get, &sql_large_get)?;
     }
 
     if wanted("PUT 64 MiB") {
@@ -485,7 +511,7 @@ async fn main() -> anyhow::Result<()> {
             }
         })
         .await;
-        report("PUT 64 MiB", LARGE, &gw_large_put, &sql_large_put);
+        report(&args, "PUT 64 MiB", LARGE, &gw_large_put, &sql_large_put)?;
     }
     println!(
         "({clients} clients for 4 KiB, {} for 64 MiB; {seconds} s each; latencies in ms; cpuµs = CPU of this \

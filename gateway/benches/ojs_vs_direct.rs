@@ -3,7 +3,7 @@
 //! fetch+ack cycle at 1 and 16 workers against a `FOR UPDATE SKIP LOCKED` claim-and-complete
 //! loop on the same table. Prints rates side by side.
 //!
-//! `cargo bench -p pgvs3-gateway --bench ojs_vs_direct -- [--jobs N]`
+//! `cargo bench -p pgvs3-gateway --bench ojs_vs_direct -- [--jobs N] [--seconds N] [--json FILE]`
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,6 +27,10 @@ struct Args {
     /// Seconds per enqueue case.
     #[arg(long, default_value_t = 5)]
     seconds: u64,
+    /// Append one JSON object per case to this file (NDJSON): `just bench` reads the direct
+    /// column from it.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
     /// `cargo bench` passes this; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -169,7 +173,9 @@ async fn main() -> anyhow::Result<()> {
             }
         })
         .await;
-        println!("{:<34} {rate:>12.0}", format!("enqueue, {clients} client(s)"));
+        let case = format!("enqueue, {clients} client(s)");
+        println!("{case:<34} {rate:>12.0}");
+        record(&args, &case, rate, None)?;
     }
     for clients in [1, 16] {
         let (ojs, payload) = (ojs.clone(), args_1k.clone());
@@ -182,10 +188,9 @@ async fn main() -> anyhow::Result<()> {
             }
         })
         .await;
-        println!(
-            "{:<34} {rate:>12.0}",
-            format!("batch enqueue x100, {clients} client(s)")
-        );
+        let case = format!("batch enqueue x100, {clients} client(s)");
+        println!("{case:<34} {rate:>12.0}");
+        record(&args, &case, rate, None)?;
     }
 
     for workers in [1, 16] {
@@ -240,15 +245,29 @@ async fn main() -> anyhow::Result<()> {
             }
         })
         .await;
+        let case = format!("fetch+ack, {workers} worker(s)");
         println!(
-            "{:<34} {gateway_rate:>12.0}   raw SKIP LOCKED {raw_rate:>8.0}   ratio {:.2}",
-            format!("fetch+ack, {workers} worker(s)"),
+            "{case:<34} {gateway_rate:>12.0}   raw SKIP LOCKED {raw_rate:>8.0}   ratio {:.2}",
             gateway_rate / raw_rate
         );
+        record(&args, &case, gateway_rate, Some(raw_rate))?;
     }
     gateway.shutdown().await?;
     server.stop().await?;
     let _ = std::fs::remove_dir_all(data_dir);
+    Ok(())
+}
+
+/// Appends `{case, gateway: {rate}, direct: {rate}}` to the --json file, if any.
+fn record(args: &Args, case: &str, gateway_rate: f64, direct_rate: Option<f64>) -> anyhow::Result<()> {
+    let Some(path) = &args.json else { return Ok(()) };
+    use std::io::Write;
+    let mut record = json!({ "case": case, "gateway": { "rate": gateway_rate } });
+    if let Some(rate) = direct_rate {
+        record["direct"] = json!({ "rate": rate });
+    }
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    writeln!(file, "{record}")?;
     Ok(())
 }
 

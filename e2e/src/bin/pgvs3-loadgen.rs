@@ -1,11 +1,14 @@
-//! `pgvs3-loadgen`: closed-loop load against any S3 endpoint (pgvs3 or a peer).
+//! `pgvs3-loadgen`: closed-loop load against any S3, RESP or OJS endpoint (pgvs3 or a peer).
 
-use std::io::Write;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use pgvs3_e2e::loadgen::{self, Budget, report, s3};
+use pgvs3_e2e::loadgen::session::Session;
+use pgvs3_e2e::loadgen::{self, Budget, cache, capacity, human_size, ojs, requests, resp, s3};
+use serde_json::json;
 
 #[derive(Parser)]
 #[command(
@@ -20,38 +23,19 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// S3 load: one or more operations on objects of one or more sizes.
+    /// S3 load: one or more operations on objects of one or more sizes (or a payload file).
     S3(S3Args),
+    /// RESP load: GET, SET, MGET, INCR, with a pipeline depth.
+    Resp(RespArgs),
+    /// OJS load: enqueue, batch enqueue, fetch+ack.
+    Ojs(OjsArgs),
+    /// The origin cache tier: cold and warm GETs through a cache bucket, PUTs acknowledged by it.
+    Cache(CacheArgs),
 }
 
+/// How each case runs, and what is recorded: shared by every protocol.
 #[derive(Args)]
-struct S3Args {
-    #[arg(long, env = "AWS_ENDPOINT_URL", default_value = "http://127.0.0.1:9000")]
-    endpoint: String,
-    #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
-    region: String,
-    #[arg(long, env = "AWS_ACCESS_KEY_ID")]
-    access_key: String,
-    #[arg(long, env = "AWS_SECRET_ACCESS_KEY", hide_env_values = true)]
-    secret_key: String,
-    #[arg(long, default_value = "loadgen")]
-    bucket: String,
-    /// Operations to run, one case each (comma-separated).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "put,get")]
-    ops: Vec<s3::Operation>,
-    /// Object sizes, one case each (comma-separated: 4KiB,64MiB,...).
-    #[arg(long, value_delimiter = ',', default_value = "4KiB", value_parser = loadgen::parse_size)]
-    sizes: Vec<u64>,
-    /// Distinct keys per case.
-    #[arg(long, default_value_t = 1000)]
-    keys: u64,
-    #[arg(long)]
-    shared_key: bool,
-    #[arg(long)]
-    unique_reads: bool,
-    /// Bytes per ranged read.
-    #[arg(long, default_value = "1MiB", value_parser = loadgen::parse_size)]
-    range_size: u64,
+struct RunArgs {
     #[arg(long, default_value_t = 16)]
     workers: usize,
     /// Measured time per case (ignored with --requests).
@@ -64,6 +48,84 @@ struct S3Args {
     warmup: Duration,
     #[arg(long, default_value = "60", value_parser = seconds)]
     timeout: Duration,
+    /// Append one JSON object per case to this file (NDJSON).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    #[command(flatten)]
+    capacity: CapacityArgs,
+}
+
+#[derive(Args)]
+struct CapacityArgs {
+    /// Per case, snapshot PostgreSQL (relation sizes, WAL, checkpoints) and the gateway (RSS,
+    /// pool) before and after, and after --capacity-drain.
+    #[arg(long, requires = "capacity_database_url")]
+    capacity: bool,
+    /// The gateway's database, as a libpq connection string.
+    #[arg(long, env = "PGVS3_LOADGEN_DATABASE_URL")]
+    capacity_database_url: Option<String>,
+    /// The gateway's Prometheus endpoint (http://ADMIN/metrics), for its pool gauges.
+    #[arg(long)]
+    capacity_metrics_url: Option<String>,
+    /// The gateway's process id, for its resident memory.
+    #[arg(long)]
+    capacity_gateway_pid: Option<u32>,
+    /// A shell command run after each case, before the last snapshot (e.g.
+    /// `pgvs3 admin --data-dir D maintenance --run-once --grace 0s`).
+    #[arg(long)]
+    capacity_drain: Option<String>,
+}
+
+#[derive(Args)]
+struct S3Connection {
+    #[arg(long, env = "AWS_ENDPOINT_URL", default_value = "http://127.0.0.1:9000")]
+    endpoint: String,
+    #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
+    region: String,
+    #[arg(long, env = "AWS_ACCESS_KEY_ID")]
+    access_key: String,
+    #[arg(long, env = "AWS_SECRET_ACCESS_KEY", hide_env_values = true)]
+    secret_key: String,
+    #[arg(long, default_value = "loadgen")]
+    bucket: String,
+}
+
+impl S3Connection {
+    fn target(&self) -> s3::Target {
+        s3::Target {
+            endpoint: self.endpoint.trim_end_matches('/').to_owned(),
+            region: self.region.clone(),
+            access_key: self.access_key.clone(),
+            secret_key: self.secret_key.clone(),
+            bucket: self.bucket.clone(),
+        }
+    }
+}
+
+#[derive(Args)]
+struct S3Args {
+    #[command(flatten)]
+    connection: S3Connection,
+    /// Operations to run, one case each (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "put,get")]
+    ops: Vec<s3::Operation>,
+    /// Object sizes, one case each (comma-separated: 4KiB,64MiB,...).
+    #[arg(long, value_delimiter = ',', default_value = "4KiB", value_parser = loadgen::parse_size)]
+    sizes: Vec<u64>,
+    /// Objects hold these files' bytes instead (e.g. the Parquet fixtures): one case per file
+    /// and operation, in place of --sizes.
+    #[arg(long, value_delimiter = ',')]
+    payload_file: Vec<PathBuf>,
+    /// Distinct keys per case.
+    #[arg(long, default_value_t = 1000)]
+    keys: u64,
+    #[arg(long)]
+    shared_key: bool,
+    #[arg(long)]
+    unique_reads: bool,
+    /// Bytes per ranged read.
+    #[arg(long, default_value = "1MiB", value_parser = loadgen::parse_size)]
+    range_size: u64,
     /// Write the objects that read cases read through this endpoint instead (e.g. a cache's
     /// origin, so that the cache's first reads are cold).
     #[arg(long)]
@@ -71,9 +133,75 @@ struct S3Args {
     /// The bucket to seed at --seed-endpoint (default: --bucket).
     #[arg(long)]
     seed_bucket: Option<String>,
-    /// Append one JSON object per case to this file (NDJSON).
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Args)]
+struct RespArgs {
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    url: String,
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "set,get")]
+    ops: Vec<resp::Operation>,
+    /// Value sizes, one case each.
+    #[arg(long, value_delimiter = ',', default_value = "4KiB", value_parser = loadgen::parse_size)]
+    sizes: Vec<u64>,
+    /// Pipeline depths (commands per round trip), one case each.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pipeline: Vec<u64>,
+    #[arg(long, default_value_t = 10_000)]
+    keys: u64,
+    /// Keys per MGET.
+    #[arg(long, default_value_t = 10)]
+    mget_keys: u64,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Args)]
+struct OjsArgs {
+    /// The OJS base URL (what `pgvs3 serve` prints: http://HOST:PORT/ojs/v1).
+    #[arg(long, default_value = "http://127.0.0.1:8080/ojs/v1")]
+    url: String,
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "enqueue,batch,cycle")]
+    ops: Vec<ojs::Operation>,
+    /// Bytes of each job's argument.
+    #[arg(long, default_value = "1KiB", value_parser = loadgen::parse_size)]
+    args_size: u64,
+    /// Jobs per batch enqueue.
+    #[arg(long, default_value_t = 100)]
+    batch: u64,
+    /// Jobs queued before a fetch+ack case (default: the request budget, else 20000).
     #[arg(long)]
-    json: Option<std::path::PathBuf>,
+    prefill: Option<u64>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Args)]
+struct CacheArgs {
+    /// The cache gateway, and (--bucket) its cache bucket.
+    #[command(flatten)]
+    connection: S3Connection,
+    /// The origin the cache bucket fronts (same credentials).
+    #[arg(long)]
+    origin_endpoint: String,
+    #[arg(long)]
+    origin_bucket: String,
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "cold-get,warm-get,write-back-put"
+    )]
+    ops: Vec<cache::Operation>,
+    #[arg(long, value_delimiter = ',', default_value = "10MiB", value_parser = loadgen::parse_size)]
+    sizes: Vec<u64>,
+    /// Distinct keys per case (a cold case reads each exactly once).
+    #[arg(long, default_value_t = 5)]
+    keys: u64,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 fn seconds(text: &str) -> Result<Duration, String> {
@@ -83,42 +211,85 @@ fn seconds(text: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{text}: {e}"))
 }
 
+impl RunArgs {
+    fn budget(&self) -> Budget {
+        Budget {
+            workers: self.workers,
+            warmup: if self.requests.is_some() {
+                Duration::ZERO
+            } else {
+                self.warmup
+            },
+            duration: self.requests.is_none().then_some(self.duration),
+            requests: self.requests,
+            timeout: self.timeout,
+        }
+    }
+
+    async fn session(&self) -> anyhow::Result<Session> {
+        let capacity = &self.capacity;
+        let probe = match (&capacity.capacity_database_url, capacity.capacity) {
+            (Some(database_url), true) => Some(
+                capacity::Probe::connect(capacity::Sources {
+                    database_url: database_url.clone(),
+                    metrics_url: capacity.capacity_metrics_url.clone(),
+                    gateway_pid: capacity.capacity_gateway_pid,
+                    drain_command: capacity.capacity_drain.clone(),
+                })
+                .await
+                .context("connecting to the gateway's database for --capacity")?,
+            ),
+            _ => None,
+        };
+        Session::open(self.json.as_deref(), probe)
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let Command::S3(args) = Cli::parse().command;
-    let target = s3::Target {
-        endpoint: args.endpoint.trim_end_matches('/').to_owned(),
-        region: args.region.clone(),
-        access_key: args.access_key.clone(),
-        secret_key: args.secret_key.clone(),
-        bucket: args.bucket.clone(),
+    let session = match Cli::parse().command {
+        Command::S3(args) => run_s3(args).await?,
+        Command::Resp(args) => run_resp(args).await?,
+        Command::Ojs(args) => run_ojs(args).await?,
+        Command::Cache(args) => run_cache(args).await?,
     };
+    if session.failed() {
+        std::process::exit(2);
+    }
+    Ok(())
+}
+
+async fn run_s3(args: S3Args) -> anyhow::Result<Session> {
+    let target = args.connection.target();
     let client = Arc::new(s3::S3Client::new(target.clone()));
     let seeder = args.seed_endpoint.as_ref().map(|endpoint| {
         s3::S3Client::new(s3::Target {
             endpoint: endpoint.trim_end_matches('/').to_owned(),
-            bucket: args.seed_bucket.clone().unwrap_or_else(|| args.bucket.clone()),
+            bucket: args
+                .seed_bucket
+                .clone()
+                .unwrap_or_else(|| args.connection.bucket.clone()),
             ..target.clone()
         })
     });
-    let budget = Budget {
-        workers: args.workers,
-        warmup: if args.requests.is_some() {
-            Duration::ZERO
-        } else {
-            args.warmup
-        },
-        duration: args.requests.is_none().then_some(args.duration),
-        requests: args.requests,
-        timeout: args.timeout,
-    };
-    let mut json = match &args.json {
-        Some(path) => Some(std::fs::OpenOptions::new().create(true).append(true).open(path)?),
-        None => None,
-    };
-    println!("{}", report::HEADER);
-    let mut failed = false;
-    for &size in &args.sizes {
+    // One payload per case: generated of each size, or read from each file.
+    let mut payloads = Vec::new();
+    if args.payload_file.is_empty() {
+        payloads.extend(
+            args.sizes
+                .iter()
+                .map(|&size| (human_size(size), loadgen::payload(size))),
+        );
+    }
+    for path in &args.payload_file {
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        payloads.push((name, bytes.into()));
+    }
+    let budget = args.run.budget();
+    let mut session = args.run.session().await?;
+    for (label, payload) in payloads {
+        let size = payload.len() as u64;
         for &operation in &args.ops {
             let case = s3::Case {
                 operation,
@@ -127,44 +298,94 @@ async fn main() -> anyhow::Result<()> {
                 shared_key: args.shared_key,
                 unique_reads: args.unique_reads,
                 range_size: args.range_size,
-                prefix: format!("{operation:?}-{size}/").to_lowercase(),
+                prefix: format!("{operation:?}-{label}/").to_lowercase(),
             };
-            let name = format!("s3 {} {}", format!("{operation:?}").to_lowercase(), human_size(size));
-            let runner = Arc::new(s3::Runner::new(Arc::clone(&client), case.clone()));
+            let name = format!("s3 {} {label}", format!("{operation:?}").to_lowercase());
+            let runner = Arc::new(s3::Runner::with_payload(
+                Arc::clone(&client),
+                case.clone(),
+                payload.clone(),
+            ));
             match &seeder {
-                Some(seeder) => runner.prepare_via(seeder, args.workers).await?,
-                None => runner.prepare(args.workers).await?,
+                Some(seeder) => runner.prepare_via(seeder, args.run.workers).await?,
+                None => runner.prepare(args.run.workers).await?,
             }
-            let summary = loadgen::run(budget, {
-                let runner = Arc::clone(&runner);
-                move |worker, sequence| {
-                    let runner = Arc::clone(&runner);
-                    async move { runner.once(worker, sequence).await }
-                }
-            })
-            .await;
-            println!("{}", report::row(&name, &summary));
-            for (kind, count) in &summary.errors {
-                println!("    {count} × {kind}");
-            }
-            failed |= !summary.errors.is_empty();
-            if let Some(file) = json.as_mut() {
-                let config = serde_json::json!({ "target": target, "case": case, "budget": budget });
-                writeln!(file, "{}", report::record(&name, &config, &summary))?;
+            let config = json!({ "target": target, "case": case, "budget": budget, "payload": label });
+            session.case(&name, config, budget, requests(runner)).await?;
+        }
+    }
+    Ok(session)
+}
+
+async fn run_resp(args: RespArgs) -> anyhow::Result<Session> {
+    let budget = args.run.budget();
+    let mut session = args.run.session().await?;
+    for &size in &args.sizes {
+        for &pipeline in &args.pipeline {
+            for &operation in &args.ops {
+                let op_name = format!("{operation:?}").to_lowercase();
+                let case = resp::Case {
+                    operation,
+                    size,
+                    keys: args.keys.max(1),
+                    pipeline: pipeline.max(1),
+                    mget_keys: args.mget_keys.max(1),
+                    prefix: format!("loadgen:{op_name}-{size}:"),
+                };
+                let runner = resp::Runner::connect(&args.url, args.run.workers, case.clone()).await?;
+                runner.prepare().await?;
+                let name = format!("resp {op_name} {} P{pipeline}", human_size(size));
+                let config = json!({ "url": args.url, "case": case, "budget": budget });
+                session.case(&name, config, budget, requests(Arc::new(runner))).await?;
             }
         }
     }
-    if failed {
-        std::process::exit(2);
-    }
-    Ok(())
+    Ok(session)
 }
 
-fn human_size(bytes: u64) -> String {
-    match bytes {
-        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{}GiB", b >> 30),
-        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}MiB", b >> 20),
-        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}KiB", b >> 10),
-        b => format!("{b}B"),
+async fn run_ojs(args: OjsArgs) -> anyhow::Result<Session> {
+    let budget = args.run.budget();
+    let mut session = args.run.session().await?;
+    for &operation in &args.ops {
+        let op_name = format!("{operation:?}").to_lowercase();
+        let case = ojs::Case {
+            operation,
+            args_size: args.args_size,
+            batch: args.batch.max(1),
+            prefill: args.prefill.or(args.run.requests).unwrap_or(20_000),
+            // A queue per case and run, so a cycle drains only what it filled.
+            queue: format!("loadgen-{op_name}-{}", std::process::id()),
+        };
+        let runner = ojs::Runner::new(&args.url, case.clone());
+        runner.prepare().await?;
+        let name = match operation {
+            ojs::Operation::Batch => format!("ojs batch x{}", case.batch),
+            _ => format!("ojs {op_name}"),
+        };
+        let config = json!({ "url": args.url, "case": case, "budget": budget });
+        session.case(&name, config, budget, requests(Arc::new(runner))).await?;
     }
+    Ok(session)
+}
+
+async fn run_cache(args: CacheArgs) -> anyhow::Result<Session> {
+    let target = args.connection.target();
+    let cache_client = Arc::new(s3::S3Client::new(target.clone()));
+    let origin = s3::S3Client::new(s3::Target {
+        endpoint: args.origin_endpoint.trim_end_matches('/').to_owned(),
+        bucket: args.origin_bucket.clone(),
+        ..target.clone()
+    });
+    let mut session = args.run.session().await?;
+    for &size in &args.sizes {
+        for &operation in &args.ops {
+            let runner = cache::Runner::new(Arc::clone(&cache_client), operation, size, args.keys.max(1));
+            let budget = runner.prepare(&origin, args.run.budget()).await?;
+            let name = format!("cache {} {}", operation.name(), human_size(size));
+            let config = json!({ "target": target, "origin_bucket": args.origin_bucket, "operation": operation,
+                                 "size": size, "keys": args.keys, "budget": budget });
+            session.case(&name, config, budget, runner.op()).await?;
+        }
+    }
+    Ok(session)
 }

@@ -1,9 +1,15 @@
 //! A closed-loop load generator: N workers each issue requests back to back for a duration (or
-//! a request budget), after a warm-up whose samples are discarded. Reads are verified (size and
-//! SHA-256); errors are counted by kind and never counted as samples.
+//! a request budget), after a warm-up whose samples are discarded. Reads are verified (every
+//! byte); errors are counted by kind and never counted as samples. Protocols: S3 (`s3`), RESP
+//! (`resp`), OJS (`ojs`) and the origin cache tier (`cache`, S3 requests to a cache bucket).
 
+pub mod cache;
+pub mod capacity;
+pub mod ojs;
 pub mod report;
+pub mod resp;
 pub mod s3;
+pub mod session;
 pub mod stats;
 
 use std::future::Future;
@@ -21,6 +27,21 @@ pub struct Budget {
     pub duration: Option<Duration>,
     pub requests: Option<u64>,
     pub timeout: Duration,
+}
+
+/// A case's request, as `run` issues it: the `sequence`-th request overall, sent by `worker`.
+pub trait Request: Send + Sync + 'static {
+    fn once(&self, worker: usize, sequence: u64) -> impl Future<Output = Outcome> + Send;
+}
+
+pub type RequestFuture = std::pin::Pin<Box<dyn Future<Output = Outcome> + Send>>;
+
+/// The `op` for `run` that sends `runner`'s requests.
+pub fn requests<R: Request>(runner: Arc<R>) -> impl Fn(usize, u64) -> RequestFuture + Send + Sync + 'static {
+    move |worker, sequence| {
+        let runner = Arc::clone(&runner);
+        Box::pin(async move { runner.once(worker, sequence).await })
+    }
 }
 
 /// Runs `op(worker, sequence)` in `budget.workers` closed loops and summarises the samples.
@@ -64,6 +85,30 @@ where
     }
     let elapsed = Instant::now().saturating_duration_since(measured_from);
     total.summary(elapsed)
+}
+
+/// The deterministic, incompressible bytes every object (or value) of a given size holds.
+pub fn payload(size: u64) -> bytes::Bytes {
+    let mut state = 0x9E37_79B9_7F4A_7C15_u64 ^ size;
+    let mut out = Vec::with_capacity(size as usize + 8);
+    while (out.len() as u64) < size {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        out.extend_from_slice(&state.to_le_bytes());
+    }
+    out.truncate(size as usize);
+    bytes::Bytes::from(out)
+}
+
+/// `1GiB`, `64MiB`, `4KiB` or `17B`: the largest binary unit that divides the size.
+pub fn human_size(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{}GiB", b >> 30),
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}KiB", b >> 10),
+        b => format!("{b}B"),
+    }
 }
 
 /// Parses sizes like `4KiB`, `64MiB`, `1GiB`, `1000` (bytes).

@@ -2,13 +2,20 @@
 
 use super::Summary;
 
-pub const HEADER: &str = "case                          rate/s     MiB/s   p50 ms   p90 ms   p99 ms   max ms  errors";
+pub const HEADER: &str =
+    "case                           rate/s   items/s     MiB/s   p50 ms   p90 ms   p99 ms   max ms  errors";
 
 pub fn row(name: &str, summary: &Summary) -> String {
     let errors: u64 = summary.errors.values().sum();
     format!(
-        "{name:<28} {:>8.0} {:>9.1} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {errors:>7}",
-        summary.rate, summary.mib_per_second, summary.p50_ms, summary.p90_ms, summary.p99_ms, summary.max_ms
+        "{name:<28} {:>9.0} {:>9.0} {:>9.1} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {errors:>7}",
+        summary.rate,
+        summary.items_per_second,
+        summary.mib_per_second,
+        summary.p50_ms,
+        summary.p90_ms,
+        summary.p99_ms,
+        summary.max_ms
     )
 }
 

@@ -59,20 +59,6 @@ pub struct S3Client {
     identity: Identity,
 }
 
-/// The deterministic, incompressible bytes every object of a run holds.
-pub fn payload(size: u64) -> Bytes {
-    let mut state = 0x9E37_79B9_7F4A_7C15_u64 ^ size;
-    let mut out = Vec::with_capacity(size as usize + 8);
-    while (out.len() as u64) < size {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        out.extend_from_slice(&state.to_le_bytes());
-    }
-    out.truncate(size as usize);
-    Bytes::from(out)
-}
-
 impl S3Client {
     pub fn new(target: Target) -> S3Client {
         let mut connector = HttpConnector::new();
@@ -198,11 +184,14 @@ impl S3Client {
             .send("PUT", &path, Bytes::new(), &[])
             .await
             .map_err(anyhow::Error::msg)?;
-        let owned = String::from_utf8_lossy(&body).contains("BucketAlreadyOwnedByYou");
+        // Some servers (rclone) answer BucketAlreadyExists for a bucket of the same owner; a bucket
+        // that really is someone else's fails the case's first request instead.
+        let text = String::from_utf8_lossy(&body);
+        let owned = text.contains("BucketAlreadyOwnedByYou") || text.contains("BucketAlreadyExists");
         anyhow::ensure!(
             status.is_success() || owned,
             "creating bucket {path}: {status} {}",
-            String::from_utf8_lossy(&body)
+            text
         );
         Ok(())
     }
@@ -235,8 +224,16 @@ pub struct Runner {
 }
 
 impl Runner {
+    /// A runner whose objects hold the generated payload of the case's size.
     pub fn new(client: Arc<S3Client>, case: Case) -> Runner {
-        let payload = payload(case.size);
+        let payload = super::payload(case.size);
+        Runner::with_payload(client, case, payload)
+    }
+
+    /// A runner whose objects hold `payload` (e.g. a fixture file's bytes); `case.size` must be
+    /// its length.
+    pub fn with_payload(client: Arc<S3Client>, case: Case, payload: Bytes) -> Runner {
+        debug_assert_eq!(case.size, payload.len() as u64);
         Runner { client, case, payload }
     }
 
@@ -244,7 +241,6 @@ impl Runner {
         format!("{}{index:08}", self.case.prefix)
     }
 
-    /// Writes the objects a read case needs, `concurrency` at a time.
     /// Writes the objects a read case reads, through this runner's endpoint.
     pub async fn prepare(&self, concurrency: usize) -> anyhow::Result<()> {
         self.prepare_via(&self.client, concurrency).await
@@ -279,8 +275,10 @@ impl Runner {
             (worker as u64 * 7919 + sequence * 104_729) % self.case.keys
         }
     }
+}
 
-    pub async fn once(&self, worker: usize, sequence: u64) -> Outcome {
+impl super::Request for Runner {
+    async fn once(&self, worker: usize, sequence: u64) -> Outcome {
         let key = self.key(self.pick(worker, sequence));
         let client = &self.client;
         match self.case.operation {

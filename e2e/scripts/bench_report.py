@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""The tables and chart of a `just bench` run: bench_report.py DIR.
+
+Reads DIR/*.ndjson (written by e2e/scripts/bench.sh) and writes DIR/bench.md (Markdown tables of
+rates and ratios, the capacity figures of pgvs3's cases, the machine) and DIR/bench.png (every
+ratio on one chart). Prints the Markdown.
+"""
+import json
+import pathlib
+import sys
+
+MIB = 1 << 20
+
+
+def load(path):
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def by_case(records):
+    return {r["case"]: r for r in records}
+
+
+def fmt(value, digits=0):
+    if value is None:
+        return "–"
+    if isinstance(value, str):
+        return value
+    return f"{value:,.{digits}f}"
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# loadgen case → the gateway_vs_direct case measuring the same request directly.
+DIRECT_S3 = {"s3 get 4KiB": "GET 4 KiB", "s3 put 4KiB": "PUT 4 KiB", "s3 get 64MiB": "GET 64 MiB",
+             "s3 put 64MiB": "PUT 64 MiB"}
+
+
+def main():
+    out = pathlib.Path(sys.argv[1])
+    ratios = []  # (label, value) for the chart
+    sections = ["# pgvs3 side by side", "", "```", (out / "machine.txt").read_text().strip(), "```", ""]
+
+    pgvs3, rclone = by_case(load(out / "s3-pgvs3.ndjson")), by_case(load(out / "s3-rclone.ndjson"))
+    direct_s3 = by_case(load(out / "direct-s3.ndjson"))
+    if pgvs3:
+        rows = []
+        for case, mine in pgvs3.items():
+            peer = rclone.get(case, {}).get("result")
+            direct = direct_s3.get(DIRECT_S3.get(case, ""), {}).get("direct")
+            m = mine["result"]
+            workers = mine["config"]["budget"]["workers"]
+            rows.append([case, str(workers), fmt(m["rate"], 1), fmt(m["mib_per_second"], 1), fmt(m["p50_ms"], 2),
+                         fmt(peer and peer["rate"], 1), fmt(peer and peer["p50_ms"], 2),
+                         fmt(ratio(m["rate"], peer and peer["rate"]), 2),
+                         fmt(direct and direct["rate"], 1), fmt(ratio(m["rate"], direct and direct["rate"]), 2),
+                         str(sum(m["errors"].values()) + sum((peer or {}).get("errors", {}).values()))])
+            ratios.append((f"S3 {case[3:]} / rclone", ratio(m["rate"], peer and peer["rate"])))
+            ratios.append((f"S3 {case[3:]} / direct SQL", ratio(m["rate"], direct and direct["rate"])))
+        sections += ["## S3: pgvs3 vs rclone serve s3 vs the direct statements", "",
+                     table(["case", "workers", "pgvs3 op/s", "pgvs3 MiB/s", "pgvs3 p50 ms", "rclone op/s",
+                            "rclone p50 ms", "pgvs3 / rclone", "direct op/s", "pgvs3 / direct", "errors"], rows), ""]
+    if direct_s3:
+        rows = [[case, fmt(r["gateway"]["rate"]), fmt(r["direct"]["rate"]), fmt(ratio(r["gateway"]["rate"], r["direct"]["rate"]), 2),
+                 fmt(r["gateway"]["p50_ms"], 2), fmt(r["direct"]["p50_ms"], 2), str(r["clients"])]
+                for case, r in direct_s3.items()]
+        sections += ["### In-process gateway vs the direct statements (gateway_vs_direct)", "",
+                     table(["case", "gateway op/s", "direct op/s", "ratio", "gateway p50 ms", "direct p50 ms",
+                            "clients"], rows), ""]
+
+    resp = {t: by_case(load(out / f"resp-{t}.ndjson")) for t in ["pgvs3", "redis-always", "redis-memory"]}
+    if resp["pgvs3"]:
+        rows = []
+        for case, mine in resp["pgvs3"].items():
+            m = mine["result"]["items_per_second"]
+            always = resp["redis-always"].get(case, {}).get("result", {}).get("items_per_second")
+            memory = resp["redis-memory"].get(case, {}).get("result", {}).get("items_per_second")
+            rows.append([case, fmt(m), fmt(mine["result"]["p50_ms"], 2), fmt(always), fmt(memory),
+                         fmt(ratio(m, always), 2), fmt(ratio(m, memory), 2)])
+            ratios.append((f"RESP {case[5:]} / redis always", ratio(m, always)))
+        sections += ["## RESP (pgvs3-loadgen, commands/s)", "",
+                     table(["case", "pgvs3", "pgvs3 p50 ms", "redis appendfsync always", "redis in memory",
+                            "pgvs3 / always", "pgvs3 / in memory"], rows), ""]
+    bench = load(out / "redis-benchmark.ndjson")
+    if bench:
+        rates = {(r["target"], r["case"]): r["rate"] for r in bench}
+        rows = []
+        for case in dict.fromkeys(r["case"] for r in bench):
+            m, a, mem = (rates.get((t, case)) for t in ["pgvs3", "redis-always", "redis-memory"])
+            rows.append([case, fmt(m), fmt(a), fmt(mem), fmt(ratio(m, a), 2), fmt(ratio(m, mem), 2)])
+            ratios.append((f"redis-benchmark {case} / redis always", ratio(m, a)))
+        sections += ["## RESP (redis-benchmark, requests/s)", "",
+                     table(["case", "pgvs3", "redis appendfsync always", "redis in memory", "pgvs3 / always",
+                            "pgvs3 / in memory"], rows), ""]
+
+    ojs, direct_ojs = by_case(load(out / "ojs-pgvs3.ndjson")), by_case(load(out / "direct-ojs.ndjson"))
+    if ojs:
+        rows = []
+        for case, mine in ojs.items():
+            workers = mine["config"]["budget"]["workers"]
+            raw = direct_ojs.get(f"fetch+ack, {workers} worker(s)", {}).get("direct") if case == "ojs cycle" else None
+            m = mine["result"]["items_per_second"]
+            rows.append([case, str(workers), fmt(m), fmt(mine["result"]["p50_ms"], 2), fmt(raw and raw["rate"]),
+                         fmt(ratio(m, raw and raw["rate"]), 2)])
+            if raw:
+                ratios.append((f"OJS fetch+ack / raw SKIP LOCKED", ratio(m, raw["rate"])))
+        sections += ["## OJS (pgvs3-loadgen, jobs/s)", "",
+                     table(["case", "workers", "pgvs3 jobs/s", "p50 ms", "raw SKIP LOCKED jobs/s", "pgvs3 / raw"], rows),
+                     ""]
+
+    rows = []
+    for name in ["s3-pgvs3", "resp-pgvs3", "ojs-pgvs3"]:
+        for record in load(out / f"{name}.ndjson"):
+            capacity = record.get("capacity")
+            if not capacity:
+                continue
+            before, after, drained = capacity["before"], capacity["after"], capacity.get("after_drain")
+            wal = after["wal_position"] - before["wal_position"]
+            rows.append([record["case"], fmt((after["database_bytes"] - before["database_bytes"]) / MIB, 1),
+                         fmt(wal / MIB, 1), str(after["checkpoints"] - before["checkpoints"]),
+                         fmt((after.get("gateway_rss_bytes") or 0) / MIB),
+                         fmt(drained and (drained["database_bytes"] - before["database_bytes"]) / MIB, 1)])
+    if rows:
+        sections += ["## Capacity (pgvs3's cases)", "",
+                     "Each case's warm-up and measured seconds, on a gateway fresh for each group of cases.", "",
+                     table(["case", "database Δ MiB", "WAL MiB", "checkpoints", "gateway RSS after MiB",
+                            "database Δ after drain MiB"], rows), ""]
+
+    chart = [(label, value) for label, value in ratios if value]
+    if chart:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(9, 0.32 * len(chart) + 1.2))
+        labels, values = zip(*reversed(chart))
+        bars = ax.barh(labels, values, color=["#2a7" if v >= 1 else "#c54" for v in values])
+        ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=2)
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.set_xscale("log")
+        ax.set_xlabel("pgvs3 rate / peer rate (log scale; right of 1 = pgvs3 faster)")
+        ax.tick_params(axis="y", labelsize=8)
+        ax.set_title("pgvs3 side by side (one run, same machine)")
+        fig.tight_layout()
+        fig.savefig(out / "bench.png", dpi=110)
+        sections += ["![ratios](bench.png)", ""]
+    text = "\n".join(sections)
+    (out / "bench.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
