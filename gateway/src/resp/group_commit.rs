@@ -141,18 +141,7 @@ async fn commit_loop(
         // How many connections' batches each commit carried: the gain of grouping.
         metrics.resp_group_commits.inc();
         metrics.resp_group_committed_batches.inc_by(jobs.len() as u64);
-        match outcome {
-            Ok(replies) => {
-                for (job, replies) in jobs.into_iter().zip(replies) {
-                    let _ = job.done.send(Ok(replies));
-                }
-            }
-            Err(err) => {
-                for job in jobs {
-                    let _ = job.done.send(Err(shared_error(&err)));
-                }
-            }
-        }
+        answer(jobs.into_iter().map(|job| job.done), outcome);
     }
 }
 
@@ -168,16 +157,21 @@ async fn read_loop(
         let outcome = store.kv_read_many(&principal, &bucket, &requests).await;
         metrics.resp_group_reads.inc();
         metrics.resp_group_read_batches.inc_by(jobs.len() as u64);
-        match outcome {
-            Ok(batches) => {
-                for (job, batch) in jobs.into_iter().zip(batches) {
-                    let _ = job.done.send(Ok(batch));
-                }
+        answer(jobs.into_iter().map(|job| job.done), outcome);
+    }
+}
+
+/// Hands each job its share of a batch's outcome: its own result, or the batch's error.
+fn answer<T>(done: impl Iterator<Item = oneshot::Sender<Result<T, StoreError>>>, outcome: Result<Vec<T>, StoreError>) {
+    match outcome {
+        Ok(results) => {
+            for (done, result) in done.zip(results) {
+                let _ = done.send(Ok(result));
             }
-            Err(err) => {
-                for job in jobs {
-                    let _ = job.done.send(Err(shared_error(&err)));
-                }
+        }
+        Err(err) => {
+            for done in done {
+                let _ = done.send(Err(shared_error(&err)));
             }
         }
     }
