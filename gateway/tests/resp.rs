@@ -1034,3 +1034,61 @@ async fn writes_and_reads_arriving_together_from_many_connections_share_round_tr
     assert!(reads < read_batches, "32 connections' reads took {reads} statements");
     gateway.stop().await;
 }
+
+/// Batches that only overwrite (plain SET, MSET) skip loading and send BEGIN, their locks and
+/// their writes in one go. Large values among them still become chunked bodies inside the
+/// transaction, and overwritten bodies are replaced whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overwrites_arriving_together_keep_large_and_small_values_whole() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let value = |i: usize, round: usize| -> Vec<u8> {
+        // Every third value is chunked (beyond the 64 KiB inline limit).
+        let size = if i.is_multiple_of(3) { 200 * 1024 + i } else { 100 + i };
+        (0..size).map(|at| (at * 7 + i * 13 + round * 31) as u8).collect()
+    };
+    let mut connections = Vec::new();
+    for _ in 0..24 {
+        connections.push(RawResp::connect(gateway.resp_addr()).await);
+    }
+    for round in 0..2 {
+        for (i, connection) in connections.iter_mut().enumerate() {
+            let key = format!("k{}", i % 12);
+            let request = if i.is_multiple_of(2) {
+                encode(&[b"SET", key.as_bytes(), &value(i, round)])
+            } else {
+                encode(&[
+                    b"MSET",
+                    key.as_bytes(),
+                    &value(i, round),
+                    format!("m{i}").as_bytes(),
+                    b"x",
+                ])
+            };
+            connection.send(&request).await;
+        }
+        for connection in &mut connections {
+            assert_eq!(connection.reply().await.unwrap(), Value::Simple("OK".into()));
+        }
+    }
+    let mut check = RawResp::connect(gateway.resp_addr()).await;
+    // 12 shared keys plus the 12 MSET-only keys.
+    assert_eq!(check.command(&["DBSIZE"]).await, Value::Int(24));
+    for key in 0..12 {
+        // Two connections wrote each key in each round; the last round's value of one of them
+        // is what the key holds, whole.
+        let got = check.command(&["GET", &format!("k{key}")]).await;
+        let candidates = [value(key, 1), value(key + 12, 1)];
+        assert!(
+            candidates.iter().any(|candidate| got == Value::Bulk(candidate.clone())),
+            "k{key} holds neither of the values written last"
+        );
+    }
+    let commits = gateway.metric("pgvs3_resp_group_commits_total").await.unwrap();
+    let batches = gateway
+        .metric("pgvs3_resp_group_committed_batches_total")
+        .await
+        .unwrap();
+    assert_eq!(batches, 48.0);
+    assert!(commits < batches, "48 overwrites took {commits} commits");
+    gateway.stop().await;
+}

@@ -319,6 +319,20 @@ impl KeyCommand {
         }
     }
 
+    /// Whether the command only overwrites its keys, never looking at what they hold or held:
+    /// a batch of such commands needs nothing loaded before it runs.
+    pub fn overwrites_blindly(&self) -> bool {
+        matches!(
+            self,
+            KeyCommand::Set {
+                condition: None,
+                get: false,
+                ttl: SetTtl::Clear,
+                ..
+            } | KeyCommand::MSet(_)
+        )
+    }
+
     /// Parses a key command; `Ok(None)` when `name` is not one. The arity is already checked.
     pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<KeyCommand>, Reply> {
         use KeyCommand::*;

@@ -202,7 +202,14 @@ async fn run(
         .collect();
     keys.sort_unstable();
     keys.dedup();
-    let mut batch = store.kv_write(principal, bucket, &keys).await?;
+    let overwrites_only = jobs
+        .iter()
+        .all(|job| job.commands.iter().all(KeyCommand::overwrites_blindly));
+    let mut batch = if overwrites_only {
+        store.kv_overwrite(principal, bucket, keys).await?
+    } else {
+        store.kv_write(principal, bucket, &keys).await?
+    };
     let mut replies = Vec::with_capacity(jobs.len());
     for job in jobs {
         let mut job_replies = Vec::with_capacity(job.commands.len());

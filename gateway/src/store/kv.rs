@@ -3,7 +3,9 @@
 //! A run of reads loads every key it names in one statement. A run of writes is one
 //! transaction: its keys are locked in sorted order first (so concurrent batches never
 //! deadlock), their current state is loaded, the protocol front applies its commands to that
-//! state in memory, and the changes go back in one round trip that ends with COMMIT.
+//! state in memory, and the changes go back in one round trip that ends with COMMIT. A run that
+//! only overwrites (plain SET, MSET) loads nothing: its BEGIN and locks go out with its writes,
+//! so the whole run is one round trip.
 //!
 //! Locks are advisory and transaction-scoped: every write batch holds its keyspace's lock
 //! shared plus one lock per key; a batch of more than [`FINE_LOCK_LIMIT`] keys holds the
@@ -157,6 +159,9 @@ pub struct KvBatch {
     client: Option<deadpool_postgres::Object>,
     pool: deadpool_postgres::Pool,
     in_transaction: bool,
+    /// The keys of a batch that only overwrites: its BEGIN and locks wait to go out with the
+    /// writes at commit.
+    deferred_locks: Option<Vec<String>>,
     /// The database's clock when the keys were loaded.
     pub now: SystemTime,
     slots: HashMap<String, Slot>,
@@ -192,6 +197,7 @@ impl Store {
                 client: None,
                 pool: self.pool.clone(),
                 in_transaction: false,
+                deferred_locks: None,
                 now: all.now,
                 slots: keys
                     .iter()
@@ -208,6 +214,27 @@ impl Store {
         let bucket = self.bucket(principal, bucket, Access::Write).await?;
         let client = self.client().await?;
         KvBatch::load(bucket, client, self.pool.clone(), keys, true).await
+    }
+
+    /// Begins a write batch whose commands only overwrite `keys`, never reading them: nothing
+    /// is loaded, and BEGIN and the locks go out with the writes at commit (one round trip in
+    /// all, where [`Store::kv_write`] takes two).
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_overwrite", otel.kind = "client", db.system = "postgresql"))]
+    pub async fn kv_overwrite(&self, principal: &Principal, bucket: &str, keys: Vec<String>) -> StoreResult<KvBatch> {
+        let bucket = self.bucket(principal, bucket, Access::Write).await?;
+        for key in &keys {
+            check_key(key)?;
+        }
+        let client = self.client().await?;
+        Ok(KvBatch {
+            bucket,
+            client: Some(client),
+            pool: self.pool.clone(),
+            in_transaction: true,
+            deferred_locks: Some(keys),
+            now: SystemTime::now(),
+            slots: HashMap::new(),
+        })
     }
 
     /// One page of keys after `after` that start with `prefix`; fewer than `count` means done.
@@ -269,6 +296,7 @@ impl KvBatch {
             client: Some(client),
             pool,
             in_transaction: write,
+            deferred_locks: None,
             now: SystemTime::now(),
             slots: HashMap::with_capacity(keys.len()),
         };
@@ -280,30 +308,9 @@ impl KvBatch {
             _ => (client.prepare_cached(&sql.load).await?, [id, &keys]),
         };
         let rows = if write {
-            let keyspace_params: [&(dyn ToSql + Sync); 1] = [id];
-            if keys.len() <= FINE_LOCK_LIMIT {
-                let (keyspace, lock) = futures::try_join!(
-                    client.prepare_cached(&sql.lock_keyspace_shared),
-                    client.prepare_cached(&sql.lock)
-                )?;
-                let lock_id = *id as i32;
-                let lock_params: [&(dyn ToSql + Sync); 2] = [&lock_id, &keys];
-                let (_, _, _, rows) = futures::try_join!(
-                    client.batch_execute("BEGIN"),
-                    client.query_one(&keyspace, &keyspace_params),
-                    client.query_one(&lock, &lock_params),
-                    client.query(&load, &load_params),
-                )?;
-                rows
-            } else {
-                let keyspace = client.prepare_cached(&sql.lock_keyspace).await?;
-                let (_, _, rows) = futures::try_join!(
-                    client.batch_execute("BEGIN"),
-                    client.query_one(&keyspace, &keyspace_params),
-                    client.query(&load, &load_params),
-                )?;
-                rows
-            }
+            let begin = BeginLocked::prepare(client, sql, keys.len()).await?;
+            let (_, rows) = futures::try_join!(begin.send(client, *id, keys), client.query(&load, &load_params))?;
+            rows
         } else {
             client.query(&load, &load_params).await?
         };
@@ -427,6 +434,10 @@ impl KvBatch {
 
     /// Ends a write batch without writing anything.
     pub async fn rollback(mut self) -> StoreResult<()> {
+        if self.deferred_locks.take().is_some() {
+            // Nothing was sent.
+            self.in_transaction = false;
+        }
         if self.in_transaction {
             let client = self.client.as_ref().expect("client until commit");
             client.batch_execute("ROLLBACK").await?;
@@ -451,6 +462,12 @@ impl KvBatch {
         let mut expiring: (Vec<&str>, Vec<Option<SystemTime>>) = Default::default();
         let mut written = WrittenValues::default();
         let client = self.client.as_ref().expect("client until commit");
+        let sql = &self.bucket.sql;
+        let id = &self.bucket.id;
+        let mut begin = match self.deferred_locks.take() {
+            Some(locked) => Some((BeginLocked::prepare(client, &sql.kv, locked.len()).await?, locked)),
+            None => None,
+        };
         for key in keys {
             let slot = &self.slots[key];
             match (slot.change, &slot.current) {
@@ -465,6 +482,10 @@ impl KvBatch {
                         unreachable!("a written value is always in memory");
                     };
                     let body_id = if value.len() > INLINE_LIMIT {
+                        // COPY cannot queue behind statements; the transaction must be open.
+                        if let Some((statements, locked)) = begin.take() {
+                            statements.send(client, *id, &locked).await?;
+                        }
                         Some(copy_body(client, &self.bucket, value).await?)
                     } else {
                         None
@@ -473,8 +494,6 @@ impl KvBatch {
                 }
             }
         }
-        let sql = &self.bucket.sql;
-        let id = &self.bucket.id;
         let (delete, set_expiry, upsert) = futures::try_join!(
             client.prepare_cached(&sql.delete_many),
             client.prepare_cached(&sql.kv.set_expiry),
@@ -494,6 +513,12 @@ impl KvBatch {
         // COMMIT goes out with the writes. Should one of them fail, the server turns it into a
         // rollback and the error comes back from the failed statement.
         futures::try_join!(
+            async {
+                match &begin {
+                    Some((statements, locked)) => statements.send(client, *id, locked).await,
+                    None => Ok(()),
+                }
+            },
             execute_unless_empty(client, &delete, &delete_params, deleted.len()),
             execute_unless_empty(client, &set_expiry, &expiry_params, expiring.0.len()),
             execute_unless_empty(client, &upsert, &upsert_params, written.keys.len()),
@@ -514,6 +539,67 @@ impl Drop for KvBatch {
         {
             drop(deadpool_postgres::Object::take(client));
         }
+    }
+}
+
+/// The statements that begin a write batch: BEGIN, its keyspace lock, and (for a batch of few
+/// keys) its key locks. Prepared before anything is sent, so that sending them together with the
+/// statements queued behind them is one round trip.
+struct BeginLocked {
+    keyspace: tokio_postgres::Statement,
+    keys: Option<tokio_postgres::Statement>,
+}
+
+impl BeginLocked {
+    async fn prepare(
+        client: &deadpool_postgres::Object,
+        sql: &KvSql,
+        key_count: usize,
+    ) -> Result<BeginLocked, tokio_postgres::Error> {
+        if key_count <= FINE_LOCK_LIMIT {
+            let (keyspace, keys) = futures::try_join!(
+                client.prepare_cached(&sql.lock_keyspace_shared),
+                client.prepare_cached(&sql.lock)
+            )?;
+            Ok(BeginLocked {
+                keyspace,
+                keys: Some(keys),
+            })
+        } else {
+            Ok(BeginLocked {
+                keyspace: client.prepare_cached(&sql.lock_keyspace).await?,
+                keys: None,
+            })
+        }
+    }
+
+    /// Sends BEGIN and the locks. Statements the caller polls after this one's first poll queue
+    /// behind them and run inside the transaction, after the locks are held.
+    async fn send(
+        &self,
+        client: &deadpool_postgres::Object,
+        bucket_id: i64,
+        keys: &[String],
+    ) -> Result<(), tokio_postgres::Error> {
+        let keyspace_params: [&(dyn ToSql + Sync); 1] = [&bucket_id];
+        match &self.keys {
+            Some(lock) => {
+                let lock_id = bucket_id as i32;
+                let lock_params: [&(dyn ToSql + Sync); 2] = [&lock_id, &keys];
+                futures::try_join!(
+                    client.batch_execute("BEGIN"),
+                    client.query_one(&self.keyspace, &keyspace_params),
+                    client.query_one(lock, &lock_params),
+                )?;
+            }
+            None => {
+                futures::try_join!(
+                    client.batch_execute("BEGIN"),
+                    client.query_one(&self.keyspace, &keyspace_params)
+                )?;
+            }
+        }
+        Ok(())
     }
 }
 
