@@ -64,7 +64,8 @@ pub struct ServeArgs {
     pub admission_wait: Duration,
 
     /// Memory the gateway may hold for request bodies it must buffer (cache write-through
-    /// bodies, range fills); requests beyond it take their unbuffered path instead of waiting.
+    /// bodies, range fills, large RESP requests); requests beyond it take their unbuffered path
+    /// instead of waiting, and a RESP request that cannot fit gets -OOM.
     #[arg(long, env = "PGVS3_BUFFER_BUDGET", default_value = "256MiB", value_parser = parse_bytes)]
     pub buffer_budget: u64,
 

@@ -72,7 +72,7 @@ impl RunningGateway {
         let (shutdown, signal) = http_server::shutdown_channel();
         let s3_admission = crate::admission::Admission::new("s3", args.s3_limits(), metrics.clone());
         let buffers = crate::admission::BufferBudget::new(args.buffer_budget, &metrics);
-        let cache = CacheTier::new(store.clone(), args.cache_settings(), &metrics, buffers);
+        let cache = CacheTier::new(store.clone(), args.cache_settings(), &metrics, buffers.clone());
         let lag = ReplicaLag::new(
             standby,
             (!args.max_replication_lag.is_zero()).then_some(args.max_replication_lag),
@@ -124,9 +124,15 @@ impl RunningGateway {
                 .with_context(|| format!("binding RESP on {addr}"))?;
             let bound = listener.local_addr()?;
             let settings = crate::resp::RespSettings::from_args(args, bound);
-            let server =
-                crate::resp::RespServer::new(store.clone(), metrics.clone(), settings, bound.port(), lag.clone())
-                    .await?;
+            let server = crate::resp::RespServer::new(
+                store.clone(),
+                metrics.clone(),
+                settings,
+                bound.port(),
+                lag.clone(),
+                buffers,
+            )
+            .await?;
             servers.push(tokio::spawn(server.serve(
                 listener,
                 signal.clone(),

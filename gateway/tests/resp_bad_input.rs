@@ -187,3 +187,46 @@ async fn idle_and_total_client_limits() {
     }
     assert_eq!(answer, Value::Simple("PONG".into()));
 }
+
+/// A request that does not fit in the buffer budget is refused with -OOM and the connection
+/// closes, writing nothing; requests that fit go through, and the budget is given back.
+#[tokio::test]
+async fn a_request_beyond_the_buffer_budget_gets_oom_and_writes_nothing() {
+    let gateway = TestGateway::with_resp(&["--buffer-budget", "16MiB"]).await;
+    let big = vec![b'x'; 40 * 1024 * 1024];
+    let stream = tokio::net::TcpStream::connect(gateway.resp_addr()).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    // The server may close while the value is still being sent: writing errors are expected.
+    let sender = tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        let _ = write.write_all(&encode(&[b"SET", b"big", &big])).await;
+    });
+    let mut reply = Vec::new();
+    tokio::io::AsyncReadExt::read_to_end(&mut read, &mut reply)
+        .await
+        .unwrap();
+    let reply = String::from_utf8(reply).unwrap();
+    assert!(reply.starts_with("-OOM "), "{reply:?}");
+    assert!(
+        reply.ends_with("\r\n") && reply.matches("\r\n").count() == 1,
+        "one error, then close: {reply:?}"
+    );
+    sender.await.unwrap();
+    assert!(
+        gateway
+            .metric("pgvs3_buffer_budget_exhausted_total{use=\"resp_request\"}")
+            .await
+            .unwrap()
+            >= 1.0
+    );
+
+    // A value of a few MiB fits, is stored whole, and leaves the budget as it found it.
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let value = vec![b'y'; 3 * 1024 * 1024];
+    raw.send(&encode(&[b"SET", b"fits", &value])).await;
+    assert_eq!(raw.reply().await, Some(Value::Simple("OK".into())));
+    assert_eq!(raw.command(&["STRLEN", "fits"]).await, Value::Int(value.len() as i64));
+    assert_eq!(raw.command(&["EXISTS", "big"]).await, Value::Int(0));
+    assert_eq!(gateway.metric("pgvs3_buffer_bytes_in_use").await, Some(0.0));
+    gateway.stop().await;
+}

@@ -24,6 +24,15 @@ const SCAN_DEFAULT_COUNT: i64 = 10;
 const KEYS_PAGE: i64 = 1000;
 /// Open SCAN cursors kept per connection.
 const MAX_CURSORS: usize = 256;
+/// The input buffer's initial size, and the room it gets when full.
+const READ_SIZE: usize = 16 * 1024;
+/// Input a connection may buffer without drawing on the buffer budget: ordinary requests and
+/// pipelines never reach it.
+const UNBUDGETED_INPUT: usize = 1024 * 1024;
+/// What a client whose request does not fit the buffer budget gets before the connection is
+/// closed (as Redis closes a client beyond its query buffer limit).
+const INPUT_OVER_BUDGET: &str =
+    "OOM command not allowed: the request does not fit in the server's buffer budget now, retry later";
 
 const READONLY: &str = "READONLY You can't write against a read only replica.";
 const NOAUTH: &str = "NOAUTH Authentication required.";
@@ -99,8 +108,9 @@ impl Connection {
     }
 
     pub async fn run(mut self, mut stream: TcpStream, mut shutdown: Shutdown) {
-        let mut input = BytesMut::with_capacity(16 * 1024);
+        let mut input = BytesMut::with_capacity(READ_SIZE);
         let mut output = BytesMut::with_capacity(16 * 1024);
+        let mut input_budget = InputBudget::new(self.server.buffers.clone());
         loop {
             let mut requests = Vec::new();
             let mut broken = None;
@@ -115,6 +125,19 @@ impl Connection {
                 }
             }
             if requests.is_empty() && broken.is_none() {
+                // The parser grows the buffer ahead of a large request's bytes; that memory must
+                // be in the budget before the bytes are read.
+                if input.len() == input.capacity() {
+                    // Room for the read, so that reading never grows the buffer unaccounted.
+                    input.reserve(READ_SIZE);
+                }
+                if !input_budget.cover(input.capacity()) {
+                    Reply::error(INPUT_OVER_BUDGET).encode(self.resp3, &mut output);
+                    if stream.write_all(&output).await.is_ok() {
+                        close_after_error(&mut stream).await;
+                    }
+                    break;
+                }
                 let read = async {
                     match self.server.settings.idle_timeout {
                         Some(limit) => tokio::time::timeout(limit, stream.read_buf(&mut input))
@@ -155,9 +178,19 @@ impl Connection {
                 break;
             }
             output.clear();
-            if self.quit || broken.is_some() {
+            if broken.is_some() {
+                close_after_error(&mut stream).await;
                 break;
             }
+            if self.quit {
+                break;
+            }
+            // The batch's requests are gone; what the buffer still holds is all the input there
+            // is. A large buffer left empty is let go, so an idle connection holds no budget.
+            if input.is_empty() && input.capacity() > UNBUDGETED_INPUT {
+                input = BytesMut::with_capacity(READ_SIZE);
+            }
+            input_budget.release_beyond(input.capacity());
         }
         self.server.clients.lock().expect("clients lock").remove(&self.id);
     }
@@ -926,6 +959,65 @@ fn store_error(err: StoreError) -> Reply {
         other => {
             tracing::warn!(error = %other, "RESP command failed");
             Reply::error(format!("ERR {other}"))
+        }
+    }
+}
+
+/// How long a connection closing on an error keeps reading what the client still sends.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Closes a connection whose error reply was just written without losing that reply: closing a
+/// socket with unread input makes the kernel reset the connection, and a client still sending
+/// (a large request) would see the reset instead of the error. So: end our side, then read and
+/// drop the client's remaining input until it ends its side, for a short while at most.
+async fn close_after_error(stream: &mut TcpStream) {
+    if stream.shutdown().await.is_err() {
+        return;
+    }
+    let mut sink = vec![0u8; 64 * 1024];
+    let drain = async { while matches!(stream.read(&mut sink).await, Ok(read) if read > 0) {} };
+    let _ = tokio::time::timeout(LINGER, drain).await;
+}
+
+/// The share of a connection's input buffer that is held against the process's buffer budget:
+/// everything beyond [`UNBUDGETED_INPUT`].
+struct InputBudget {
+    budget: crate::admission::BufferBudget,
+    held: Vec<crate::admission::Reservation>,
+    reserved: usize,
+}
+
+impl InputBudget {
+    fn new(budget: crate::admission::BufferBudget) -> InputBudget {
+        InputBudget {
+            budget,
+            held: Vec::new(),
+            reserved: 0,
+        }
+    }
+
+    /// Makes sure an input buffer of `capacity` bytes is covered; false when the budget cannot
+    /// cover it now.
+    fn cover(&mut self, capacity: usize) -> bool {
+        let needed = capacity.saturating_sub(UNBUDGETED_INPUT);
+        if needed <= self.reserved {
+            return true;
+        }
+        match self.budget.try_reserve((needed - self.reserved) as u64, "resp_request") {
+            Some(reservation) => {
+                self.held.push(reservation);
+                self.reserved = needed;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Gives the budget back once the buffer is within the allowance again.
+    fn release_beyond(&mut self, capacity: usize) {
+        if capacity <= UNBUDGETED_INPUT {
+            self.held.clear();
+            self.reserved = 0;
         }
     }
 }

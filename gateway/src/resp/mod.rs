@@ -86,6 +86,9 @@ pub struct RespServer {
     admission: crate::admission::Admission,
     /// On a hot standby every write gets -READONLY, and reads may be refused while replay lags.
     replica: ReplicaLag,
+    /// Large requests (values up to 512 MiB) are held in memory whole; beyond a small allowance
+    /// per connection, their input comes out of the process's buffer budget.
+    buffers: crate::admission::BufferBudget,
     clients: Mutex<HashMap<u64, ClientInfo>>,
     next_client_id: AtomicU64,
     started: Instant,
@@ -100,6 +103,7 @@ impl RespServer {
         settings: RespSettings,
         port: u16,
         replica: ReplicaLag,
+        buffers: crate::admission::BufferBudget,
     ) -> anyhow::Result<Arc<RespServer>> {
         let root_key = store
             .catalog()
@@ -127,6 +131,7 @@ impl RespServer {
             metrics,
             settings,
             replica,
+            buffers,
             root,
             clients: Mutex::default(),
             next_client_id: AtomicU64::new(1),
