@@ -260,8 +260,11 @@ impl CacheTier {
             .cache_range(bucket, key, range, chunk_size, &options.conditions)
             .await?
         {
-            RangeLookup::Hit(read) => {
+            RangeLookup::Hit { read, use_unrecorded } => {
                 self.metrics().lookups.with_label_values(&["range_hit"]).inc();
+                if use_unrecorded {
+                    self.touch(bucket.id, key);
+                }
                 return Ok(*read);
             }
             RangeLookup::Miss { size } => size,

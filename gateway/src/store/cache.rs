@@ -44,7 +44,6 @@ struct CacheSql {
     store_ranges: String,
     drop_other_ranges: String,
     forget_ranges: String,
-    evict_ranges: String,
 }
 
 static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
@@ -79,23 +78,41 @@ static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
         forget: "WITH chunks AS (DELETE FROM s3c.ranges WHERE bucket_id = $1 AND key = $2)
                  DELETE FROM s3c.objects WHERE bucket_id = $1 AND key = $2"
             .into(),
-        touch: "UPDATE s3c.objects SET accessed_at = now() WHERE bucket_id = $1 AND key = ANY($2)".into(),
+        // A key's range chunks are used together (a footer, then the column chunks it points
+        // at), so a read of any of them counts as a use of all.
+        touch: "WITH ranges AS (UPDATE s3c.ranges SET accessed_at = now() WHERE bucket_id = $1 AND key = ANY($2))
+                UPDATE s3c.objects SET accessed_at = now() WHERE bucket_id = $1 AND key = ANY($2)"
+            .into(),
         cached_bytes: "SELECT ((SELECT coalesce(sum(size), 0) FROM s3c.objects WHERE bucket_id = $1)
                              + (SELECT coalesce(sum(length(data)), 0) FROM s3c.ranges WHERE bucket_id = $1))::bigint"
             .into(),
-        // The least recently used entries whose sizes add up to the excess `$2`, at most `$3`.
-        evict: "DELETE FROM s3c.objects WHERE ctid = ANY(ARRAY(
-                    SELECT ctid FROM (
-                        SELECT ctid, size, sum(size) OVER (ORDER BY accessed_at, key ROWS UNBOUNDED PRECEDING) AS running
-                          FROM s3c.objects WHERE bucket_id = $1 ORDER BY accessed_at, key LIMIT $3) oldest
-                     WHERE running - size < $2::bigint))
-                RETURNING size"
+        // The least recently used whole entries and range chunks, in one order, whose sizes add
+        // up to the excess `$2`; at most `$3` rows.
+        evict: "WITH oldest AS (
+                    SELECT object_row, range_row, len,
+                           sum(len) OVER (ORDER BY accessed_at, key, chunk ROWS UNBOUNDED PRECEDING) AS running
+                      FROM (SELECT ctid AS object_row, NULL::tid AS range_row, size AS len, accessed_at, key,
+                                   -1 AS chunk
+                              FROM s3c.objects WHERE bucket_id = $1
+                            UNION ALL
+                            SELECT NULL::tid, ctid, length(data)::bigint, accessed_at, key, chunk
+                              FROM s3c.ranges WHERE bucket_id = $1
+                            ORDER BY accessed_at, key, chunk LIMIT $3) candidates),
+                victims AS (SELECT object_row, range_row FROM oldest WHERE running - len < $2::bigint),
+                objects AS (DELETE FROM s3c.objects
+                             WHERE ctid = ANY(ARRAY(SELECT object_row FROM victims WHERE object_row IS NOT NULL))
+                            RETURNING size),
+                ranges AS (DELETE FROM s3c.ranges
+                            WHERE ctid = ANY(ARRAY(SELECT range_row FROM victims WHERE range_row IS NOT NULL))
+                           RETURNING length(data)::bigint AS len)
+                SELECT size FROM objects UNION ALL SELECT len FROM ranges"
             .into(),
         pending: "SELECT EXISTS (SELECT 1 FROM pgvs3.origin_outbox WHERE bucket_id = $1 AND key = $2),
                          pg_is_in_recovery()"
             .into(),
-        queued: "SELECT bucket_id, key, generation, attempts FROM pgvs3.origin_outbox WHERE bucket_id = $1 AND key = $2"
-            .into(),
+        queued:
+            "SELECT bucket_id, key, generation, attempts FROM pgvs3.origin_outbox WHERE bucket_id = $1 AND key = $2"
+                .into(),
         due: "SELECT bucket_id, key, generation, attempts FROM pgvs3.origin_outbox
                WHERE next_attempt_at <= now() ORDER BY next_attempt_at LIMIT $1"
             .into(),
@@ -116,8 +133,8 @@ static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
                      RETURNING w.size, w.last_modified, w.meta, w.inline, w.body_id)
                  SELECT size, last_modified, meta, inline, body_id, meta ? 'pc' FROM body"
             .into(),
-        move_chunks: "INSERT INTO s3c.chunks (body_id, seq, data) SELECT $2, seq, data FROM s3w.chunks WHERE body_id = $1"
-            .into(),
+        move_chunks:
+            "INSERT INTO s3c.chunks (body_id, seq, data) SELECT $2, seq, data FROM s3w.chunks WHERE body_id = $1".into(),
         drop_pending: "WITH queued AS (DELETE FROM pgvs3.origin_outbox WHERE bucket_id = $1 AND key = $2 RETURNING 1)
                        DELETE FROM s3w.objects WHERE bucket_id = $1 AND key = $2"
             .into(),
@@ -126,38 +143,38 @@ static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
             .into(),
         range_size: "SELECT size FROM s3c.ranges WHERE bucket_id = $1 AND key = $2 AND chunk_size = $3 LIMIT 1".into(),
         range_chunks: "SELECT chunk, size, etag, last_modified, meta, data,
-                              validated_at > now() - make_interval(secs => $5::float8)
+                              validated_at > now() - make_interval(secs => $5::float8),
+                              accessed_at < now() - interval '1 minute'
                          FROM s3c.ranges
                         WHERE bucket_id = $1 AND key = $2 AND chunk_size = $3 AND chunk = ANY($4)
                         ORDER BY chunk"
             .into(),
-        store_ranges: "INSERT INTO s3c.ranges (bucket_id, key, chunk, chunk_size, size, etag, last_modified, meta, data)
+        store_ranges:
+            "INSERT INTO s3c.ranges (bucket_id, key, chunk, chunk_size, size, etag, last_modified, meta, data)
                        SELECT $1, $2, c.chunk, $3, $4, $5, $6, $7, c.data
                          FROM unnest($8::int[], $9::bytea[]) AS c(chunk, data)
                        ON CONFLICT (bucket_id, key, chunk) DO UPDATE
                           SET chunk_size = EXCLUDED.chunk_size, size = EXCLUDED.size, etag = EXCLUDED.etag,
                               last_modified = EXCLUDED.last_modified, meta = EXCLUDED.meta, data = EXCLUDED.data,
-                              validated_at = now()"
-            .into(),
-        drop_other_ranges: "DELETE FROM s3c.ranges WHERE bucket_id = $1 AND key = $2 AND (etag <> $3 OR chunk_size <> $4)"
-            .into(),
+                              validated_at = now(), accessed_at = now()"
+                .into(),
+        drop_other_ranges:
+            "DELETE FROM s3c.ranges WHERE bucket_id = $1 AND key = $2 AND (etag <> $3 OR chunk_size <> $4)".into(),
         forget_ranges: "DELETE FROM s3c.ranges WHERE bucket_id = $1 AND key = $2".into(),
-        evict_ranges: "DELETE FROM s3c.ranges WHERE ctid = ANY(ARRAY(
-                           SELECT ctid FROM (
-                               SELECT ctid, length(data) AS len,
-                                      sum(length(data)) OVER (ORDER BY validated_at, key, chunk ROWS UNBOUNDED PRECEDING)
-                                          AS running
-                                 FROM s3c.ranges WHERE bucket_id = $1 ORDER BY validated_at, key, chunk LIMIT $3) oldest
-                            WHERE running - len < $2::bigint))
-                       RETURNING length(data)::bigint"
-            .into(),
     }
 });
 
 /// The answer of [`Store::cache_range`].
 pub enum RangeLookup {
-    Hit(Box<ObjectRead>),
-    Miss { size: Option<u64> },
+    /// `use_unrecorded`: the chunks' last use is over a minute old, so this one should be
+    /// recorded (eviction goes by last use).
+    Hit {
+        read: Box<ObjectRead>,
+        use_unrecorded: bool,
+    },
+    Miss {
+        size: Option<u64>,
+    },
 }
 
 /// What the cache holds for a key.
@@ -514,24 +531,24 @@ impl Store {
         Ok(())
     }
 
-    /// Evicts until the bucket's filled entries fit `limit` bytes: range chunks first, oldest
-    /// fill first, then whole entries, least recently used first. Pending bodies live in
-    /// another table, so they are never evicted. Returns the number of rows evicted.
+    /// Evicts until the bucket's filled entries fit `limit` bytes: whole entries and range chunks
+    /// alike, least recently used first. Pending bodies live in another table, so they are never
+    /// evicted. Returns the number of rows evicted.
     pub async fn cache_evict(&self, bucket_id: i64, limit: u64) -> StoreResult<u64> {
         const BATCH: i64 = 100;
         let limit = limit.min(i64::MAX as u64) as i64;
         let client = self.client().await?;
         let mut cached: i64 = client.query_one(&SQL.cached_bytes, &[&bucket_id]).await?.get(0);
         let mut evicted = 0;
-        for sql in [&SQL.evict_ranges, &SQL.evict] {
-            while cached > limit {
-                let rows = client.query(sql, &[&bucket_id, &(cached - limit), &BATCH]).await?;
-                if rows.is_empty() {
-                    break;
-                }
-                evicted += rows.len() as u64;
-                cached -= rows.iter().map(|row| row.get::<_, i64>(0)).sum::<i64>();
+        while cached > limit {
+            let rows = client
+                .query(&SQL.evict, &[&bucket_id, &(cached - limit), &BATCH])
+                .await?;
+            if rows.is_empty() {
+                break;
             }
+            evicted += rows.len() as u64;
+            cached -= rows.iter().map(|row| row.get::<_, i64>(0)).sum::<i64>();
         }
         Ok(evicted)
     }
@@ -590,6 +607,7 @@ impl Store {
         let (first_chunk, last_chunk) = (span.0 / chunk, (span.1 - 1) / chunk);
         let mut data = BytesMut::new();
         let mut expected = first_chunk;
+        let mut use_unrecorded = false;
         for row in &rows {
             let index = row.get::<_, i32>(0) as u64;
             if index < first_chunk || index > last_chunk {
@@ -600,6 +618,7 @@ impl Store {
                 return Ok(RangeLookup::Miss { size: Some(size) });
             }
             data.extend_from_slice(row.get::<_, &[u8]>(5));
+            use_unrecorded |= row.get::<_, bool>(7);
             expected += 1;
         }
         if expected != last_chunk + 1 {
@@ -617,12 +636,15 @@ impl Store {
         let bytes = data
             .freeze()
             .slice((span.0 - offset) as usize..(span.1 - offset) as usize);
-        Ok(RangeLookup::Hit(Box::new(ObjectRead {
-            head,
-            span,
-            partial: true,
-            body: Box::pin(futures::stream::once(async move { Ok(bytes) })),
-        })))
+        Ok(RangeLookup::Hit {
+            read: Box::new(ObjectRead {
+                head,
+                span,
+                partial: true,
+                body: Box::pin(futures::stream::once(async move { Ok(bytes) })),
+            }),
+            use_unrecorded,
+        })
     }
 
     /// Caches the aligned chunks in `data`, which starts at chunk `first_chunk`; chunks of any
