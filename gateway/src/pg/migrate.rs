@@ -4,7 +4,7 @@ use anyhow::Context;
 use deadpool_postgres::Pool;
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 7;
+pub const LAYOUT_VERSION: i32 = 8;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -29,6 +29,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         7,
         "bucket_quotas",
         include_str!("../../migrations/0007_bucket_quotas.sql"),
+    ),
+    (
+        8,
+        "ojs_events_nested_workflows",
+        include_str!("../../migrations/0008_ojs_events_nested_workflows.sql"),
     ),
 ];
 
