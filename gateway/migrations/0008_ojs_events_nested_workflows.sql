@@ -3,11 +3,11 @@
 -- Runs once, inside the migration transaction.
 
 -- ojs-events §8.3: every event of a job whose meta carries trace context has its trace_id.
-CREATE FUNCTION ojs.traced(data jsonb, envelope jsonb) RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
+CREATE FUNCTION ojs.trace_of(envelope jsonb) RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE WHEN envelope -> 'meta' ?| ARRAY['trace_id', 'traceparent']
-                THEN data || jsonb_build_object('trace_id', coalesce(envelope #>> '{meta,trace_id}',
-                                                split_part(envelope #>> '{meta,traceparent}', '-', 2)))
-                ELSE data END
+                THEN jsonb_build_object('trace_id', coalesce(envelope #>> '{meta,trace_id}',
+                                                              split_part(envelope #>> '{meta,traceparent}', '-', 2)))
+                ELSE '{}' END
 $$;
 
 -- job.cancelled, however a job gets cancelled: its own cancel, its workflow's, a chain that
@@ -16,9 +16,9 @@ CREATE FUNCTION ojs.job_cancelled() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO ojs.events (id, type, queue, job_id, data)
     VALUES (gen_random_uuid()::text, 'job.cancelled', new.queue, new.id,
-            ojs.traced(jsonb_strip_nulls(jsonb_build_object(
+            jsonb_strip_nulls(jsonb_build_object(
                 'job_id', new.id, 'job_type', new.type, 'queue', new.queue, 'previous_state', old.state,
-                'workflow_id', new.workflow_id)), new.envelope));
+                'workflow_id', new.workflow_id)) || ojs.trace_of(new.envelope));
     RETURN NULL;
 END $$;
 
@@ -68,8 +68,8 @@ BEGIN
     ), event AS (
         INSERT INTO ojs.events (id, type, queue, job_id, data)
         SELECT gen_random_uuid()::text, 'job.enqueued', queue, id,
-               ojs.traced(jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'workflow_id', wid),
-                          envelope)
+               jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'workflow_id', wid)
+               || ojs.trace_of(envelope)
         FROM job
     )
     SELECT count(*) INTO released FROM job;
@@ -174,8 +174,8 @@ BEGIN
         ), event AS (
             INSERT INTO ojs.events (id, type, queue, job_id, data)
             SELECT gen_random_uuid()::text, 'job.enqueued', queue, id,
-                   ojs.traced(jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'workflow_id', w.id),
-                              envelope)
+                   jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'workflow_id', w.id)
+                   || ojs.trace_of(envelope)
             FROM fired
         )
         SELECT count(*) INTO released FROM fired;
@@ -265,6 +265,20 @@ BEGIN
     END IF;
     RETURN NULL;
 END $$;
+
+-- A workflow starts with its first claimed job; the workflow_settled trigger then logs workflow.started.
+-- A trigger rather than part of the claim, so that claims of jobs outside workflows pay nothing.
+CREATE FUNCTION ojs.workflow_job_started() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE ojs.workflows SET started_at = now() WHERE id = new.workflow_id AND started_at IS NULL;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER workflow_job_started
+    AFTER UPDATE OF state ON ojs.jobs
+    FOR EACH ROW
+    WHEN (new.workflow_id IS NOT NULL AND new.state = 'active' AND old.state <> 'active')
+    EXECUTE FUNCTION ojs.workflow_job_started();
 
 CREATE TRIGGER workflow_settled
     AFTER UPDATE OF state, started_at ON ojs.workflows

@@ -147,29 +147,25 @@ WITH input AS (
            rate_key
     FROM timed WHERE NOT EXISTS (SELECT 1 FROM full_queue)
     RETURNING j.id, j.queue, j.type, j.seq, j.state, j.priority, j.run_at, j.envelope,
-        CASE WHEN $19::bool
-             THEN jsonb_build_object('id', j.id, 'type', j.type, 'queue', j.queue, 'state', j.state,
-                      'priority', j.priority, 'attempt', j.attempt, 'max_attempts', j.max_attempts,
-                      'created_at', ojs.ts(j.created_at), 'enqueued_at', ojs.ts(j.created_at))
-                  || CASE WHEN j.state = 'scheduled' THEN jsonb_build_object('scheduled_at', ojs.ts(j.run_at))
-                          ELSE '{}' END
-             ELSE ojs.job_json(j) END AS body
+        CASE WHEN NOT $19::bool THEN ojs.job_json(j) END AS body
 ), event AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
     SELECT gen_random_uuid()::text, 'job.enqueued', queue, id,
-           ojs.traced(jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'priority', priority)
-                      || CASE WHEN state = 'scheduled' THEN jsonb_build_object('scheduled_at', ojs.ts(run_at))
-                              ELSE '{}' END, envelope)
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'priority', priority)
+           || CASE WHEN state = 'scheduled' THEN jsonb_build_object('scheduled_at', ojs.ts(run_at)) ELSE '{}' END
+           || ojs.trace_of(envelope)
     FROM job WHERE state <> 'pending'
     UNION ALL
     SELECT gen_random_uuid()::text, 'job.scheduled', queue, id,
-           ojs.traced(jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue,
-                                         'scheduled_at', ojs.ts(run_at)), envelope)
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue,
+                              'scheduled_at', ojs.ts(run_at)) || ojs.trace_of(envelope)
     FROM job WHERE state = 'scheduled'
 )
-SELECT body, seq, NULL, NULL::bigint, NULL::bigint, NULL::bigint, NULL::float8 FROM job
+SELECT body, seq, state, CASE WHEN state = 'scheduled' THEN ojs.ts(run_at) END, (SELECT ojs.ts(now())),
+       NULL, NULL::bigint, NULL::bigint, NULL::bigint, NULL::float8
+FROM job
 UNION ALL
-SELECT NULL, NULL, name, depth, bound, incoming, warning FROM pressure
+SELECT NULL, NULL, NULL, NULL, NULL, name, depth, bound, incoming, warning FROM pressure
 ORDER BY 2";
 
 /// Moves due scheduled/retryable jobs to available, lapsed claims back to available (discarded on
@@ -198,9 +194,9 @@ WITH due AS (
 ), lapse_events AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
     SELECT gen_random_uuid()::text, 'job.discarded', queue, id,
-           ojs.traced(jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'attempt', attempt,
-                                         'total_attempts', attempt, 'error', error,
-                                         'last_error', error - 'occurred_at' - 'attempt'), envelope)
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'attempt', attempt,
+                              'total_attempts', attempt, 'error', error,
+                              'last_error', error - 'occurred_at' - 'attempt') || ojs.trace_of(envelope)
     FROM lapsed WHERE exhausted
 ), expired AS (
     UPDATE ojs.jobs SET state = 'discarded',
@@ -211,9 +207,9 @@ WITH due AS (
 ), expired_events AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
     SELECT gen_random_uuid()::text, 'job.expired', queue, id,
-           ojs.traced(jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue,
-                                         'created_at', ojs.ts(created_at), 'expired_at', ojs.ts(now()),
-                                         'ttl_ms', round(extract(epoch FROM expires_at - created_at) * 1000)), envelope)
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue,
+                              'created_at', ojs.ts(created_at), 'expired_at', ojs.ts(now()),
+                              'ttl_ms', round(extract(epoch FROM expires_at - created_at) * 1000)) || ojs.trace_of(envelope)
     FROM expired
 )
 SELECT 1";
@@ -272,18 +268,13 @@ WITH claimed AS (
         visible_until = now() + coalesce($4, j.visibility_ms) * interval '1 ms'
     FROM started
     WHERE j.id = started.id
-    RETURNING started.ord, j.priority, j.seq, j.id, j.queue, j.type, j.attempt, j.workflow_id, j.envelope,
-              ojs.job_json(j) AS body
+    RETURNING started.ord, j.priority, j.seq, j.id, j.queue, j.type, j.attempt, j.envelope, ojs.job_json(j) AS body
 ), event AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
     SELECT gen_random_uuid()::text, 'job.started', queue, id,
-           ojs.traced(jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'worker_id', $3::text,
-                                         'attempt', attempt), envelope)
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'worker_id', $3::text,
+                              'attempt', attempt) || ojs.trace_of(envelope)
     FROM running
-), workflow_started AS (
-    -- The trigger on workflows logs workflow.started (and starts the parents of a nested one).
-    UPDATE ojs.workflows SET started_at = now()
-    WHERE id IN (SELECT workflow_id FROM running) AND started_at IS NULL
 )
 SELECT ord, priority, seq, body FROM running";
 
@@ -297,9 +288,9 @@ WITH done AS (
 ), event AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
     SELECT gen_random_uuid()::text, 'job.completed', queue, id,
-           ojs.traced(jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'attempt', attempt,
-                                         'duration_ms', round(extract(epoch FROM now() - started_at) * 1000),
-                                         'result', $2::jsonb), envelope)
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'attempt', attempt,
+                              'duration_ms', round(extract(epoch FROM now() - started_at) * 1000),
+                              'result', $2::jsonb) || ojs.trace_of(envelope)
     FROM done
 )
 SELECT body, workflow_id FROM done";
@@ -326,7 +317,7 @@ WITH failed AS (
            AS error
 ), event AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
-    SELECT gen_random_uuid()::text, e.kind, f.queue, f.id, ojs.traced(e.data, f.envelope)
+    SELECT gen_random_uuid()::text, e.kind, f.queue, f.id, e.data || ojs.trace_of(f.envelope)
     FROM failed f CROSS JOIN said CROSS JOIN LATERAL (VALUES
         ('job.failed', jsonb_build_object('job_id', f.id, 'job_type', f.type, 'queue', f.queue, 'attempt', $7::int,
                                           'error', said.error,
@@ -351,9 +342,9 @@ WITH extended AS (
 ), event AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
     SELECT gen_random_uuid()::text, 'job.heartbeat', queue, id,
-           ojs.traced(jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue,
-                                         'worker_id', coalesce(worker_id, $2), 'attempt', attempt,
-                                         'visible_until', ojs.ts(visible_until)), envelope)
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue,
+                              'worker_id', coalesce(worker_id, $2), 'attempt', attempt,
+                              'visible_until', ojs.ts(visible_until)) || ojs.trace_of(envelope)
     FROM extended
 )
 SELECT id, envelope #>> '{options,metadata,test_directive}' FROM extended";
@@ -1447,27 +1438,53 @@ async fn insert_placed(
             _ => OjsError::sql(err),
         })?;
     let mut inserted = Inserted::default();
+    // Job rows come first, in the order of `jobs` (seq is taken in insert order).
+    let mut sent = jobs.iter();
     for row in &rows {
-        match row.get::<_, Option<Value>>(0) {
-            Some(job) => inserted.jobs.push(job),
-            None => {
-                let queue: String = row.get(2);
-                let (depth, bound, incoming): (i64, i64, i64) = (row.get(3), row.get(4), row.get(5));
-                if depth + incoming > bound {
-                    return Err(OjsError::queue_full(&queue, depth, bound));
-                }
-                let pressure = Pressure {
-                    depth: depth + incoming,
-                    bound,
-                };
-                let warning: f64 = row.get(6);
-                if pressure.ratio() >= warning && inserted.pressure.is_none_or(|p| p.ratio() < pressure.ratio()) {
-                    inserted.pressure = Some(pressure);
-                }
+        if row.get::<_, Option<i64>>(1).is_some() {
+            let job = sent.next().expect("a row per job");
+            inserted.jobs.push(match row.get::<_, Option<Value>>(0) {
+                Some(stored) => stored,
+                None => job_summary(job, row.get(2), row.get(3), row.get(4)),
+            });
+        } else {
+            let queue: String = row.get(5);
+            let (depth, bound, incoming): (i64, i64, i64) = (row.get(6), row.get(7), row.get(8));
+            if depth + incoming > bound {
+                return Err(OjsError::queue_full(&queue, depth, bound));
+            }
+            let pressure = Pressure {
+                depth: depth + incoming,
+                bound,
+            };
+            let warning: f64 = row.get(9);
+            if pressure.ratio() >= warning && inserted.pressure.is_none_or(|p| p.ratio() < pressure.ratio()) {
+                inserted.pressure = Some(pressure);
             }
         }
     }
     Ok(inserted)
+}
+
+/// A batch's answer for one job (the HTTP binding's batch example): what the client sent about
+/// it, and the state and times the insert gave it. Built here rather than in the statement,
+/// where one JSON object per job was a good part of a batch's work.
+fn job_summary(job: &NewJob, state: String, scheduled_at: Option<String>, created_at: String) -> Value {
+    let mut summary = json!({
+        "id": job.id,
+        "type": job.job_type,
+        "queue": job.queue,
+        "state": state,
+        "priority": job.priority,
+        "attempt": 0,
+        "max_attempts": job.max_attempts,
+        "created_at": created_at,
+        "enqueued_at": created_at,
+    });
+    if let Some(at) = scheduled_at {
+        summary["scheduled_at"] = Value::String(at);
+    }
+    summary
 }
 
 /// Seconds east of UTC of a schedule's `timezone` now (UTC when none); PostgreSQL knows the zones.
