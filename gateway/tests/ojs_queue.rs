@@ -290,6 +290,21 @@ async fn a_due_cron_tick_fires_once_across_three_gateways() {
         .unwrap()
         .get(0);
     assert!(advanced, "the schedule moved on to next year");
+    let events = events_of(&ojs, "tick", 1).await;
+    assert_eq!(kinds(&events), ["cron.triggered"], "one tick, one event");
+    let job: String = sql
+        .query_one("SELECT id FROM ojs.jobs WHERE queue = 'ticks'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        (
+            events[0]["data"]["job_id"].as_str(),
+            events[0]["data"]["cron_expr"].as_str()
+        ),
+        (Some(job.as_str()), Some("0 0 1 1 *"))
+    );
+    assert!(events[0]["data"]["scheduled_at"].is_string());
     for gateway in others {
         gateway.stop().await;
     }
@@ -1077,15 +1092,22 @@ async fn an_event_stream_pushes_matching_events_live_and_resumes_after_the_last_
         (name.as_str(), enqueued["subject"].as_str()),
         ("job.enqueued", Some(id.as_str()))
     );
+    let (started_id, name, started) = mail.next_event().await;
+    assert_eq!(
+        (name.as_str(), started["data"]["worker_id"].as_str()),
+        ("job.started", Some("w"))
+    );
     let (completed_id, name, completed) = mail.next_event().await;
     assert_eq!(
         (name.as_str(), completed["subject"].as_str()),
         ("job.completed", Some(id.as_str()))
     );
     assert_eq!(completed["data"]["queue"], "mail", "{completed}");
+    assert_eq!(completed["data"]["result"], json!({ "sent": true }), "{completed}");
     assert!(completed_id.parse::<i64>().unwrap() > enqueued_id.parse::<i64>().unwrap());
     // The unfiltered stream saw the other queue's job too, in log order.
     let seen: Vec<(String, Option<String>)> = [
+        everything.next_event().await,
         everything.next_event().await,
         everything.next_event().await,
         everything.next_event().await,
@@ -1098,6 +1120,7 @@ async fn an_event_stream_pushes_matching_events_live_and_resumes_after_the_last_
         [
             ("job.enqueued".to_string(), Some(other.clone())),
             ("job.enqueued".to_string(), Some(id.clone())),
+            ("job.started".to_string(), Some(id.clone())),
             ("job.completed".to_string(), Some(id.clone())),
         ]
     );
@@ -1105,6 +1128,8 @@ async fn an_event_stream_pushes_matching_events_live_and_resumes_after_the_last_
     // A client that reconnects with the last id it got is replayed what came after, and only
     // the job it asks for.
     let mut resumed = EventReader::open(&ojs, &format!("channel=job%3A{id}"), Some(&enqueued_id)).await;
+    let (replayed_id, name, _) = resumed.next_event().await;
+    assert_eq!((replayed_id, name.as_str()), (started_id, "job.started"));
     let (replayed_id, name, _) = resumed.next_event().await;
     assert_eq!((replayed_id, name.as_str()), (completed_id, "job.completed"));
 
@@ -1142,5 +1167,415 @@ async fn a_batch_answers_with_each_jobs_summary_and_reads_show_the_whole_job() {
         .await;
     assert_eq!(read["job"]["args"][0]["big"].as_str().map(str::len), Some(2048));
     assert_eq!(read["job"]["meta"]["team"], "ops");
+    gateway.stop().await;
+}
+
+/// Every logged event about `subject` (a job, workflow or queue), oldest first, once at least
+/// `expect` of them are there (polling: some come from background work such as promotion).
+async fn events_of(ojs: &Ojs, subject: &str, expect: usize) -> Vec<Value> {
+    for _ in 0..100 {
+        let (status, body) = ojs.get("/ojs/v1/events?limit=1000").await;
+        assert_eq!(status, 200, "{body}");
+        let events: Vec<Value> = body["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|event| event["subject"] == subject)
+            .cloned()
+            .collect();
+        if events.len() >= expect {
+            return events;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("fewer than {expect} events about {subject}");
+}
+
+fn kinds(events: &[Value]) -> Vec<&str> {
+    events.iter().map(|event| event["type"].as_str().unwrap()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_jobs_life_is_logged_in_order_with_the_data_the_spec_names() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let mut stream = EventReader::open(&ojs, "types=job.*", None).await;
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "life.task", "args": [1], "meta": { "trace_id": trace },
+                    "options": { "queue": "life", "retry": { "max_attempts": 2, "initial_interval": "PT1S", "jitter": false } } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["job"]["id"].as_str().unwrap().to_string();
+
+    let first = ojs.fetch("life", "worker-1").await.unwrap();
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/workers/heartbeat",
+            json!({ "worker_id": "worker-1", "active_jobs": [id] }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(ojs.fail(&first).await["state"], "retryable");
+    let second = loop {
+        if let Some(job) = ojs.fetch("life", "worker-2").await {
+            break job;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let result = json!({ "message_id": "msg_abc123", "count": 3 });
+    ojs.ack(&second, result.clone()).await;
+
+    let events = events_of(&ojs, &id, 7).await;
+    assert_eq!(
+        kinds(&events),
+        [
+            "job.enqueued",
+            "job.started",
+            "job.heartbeat",
+            "job.failed",
+            "job.retrying",
+            "job.started",
+            "job.completed"
+        ]
+    );
+    for event in &events {
+        assert_eq!(
+            (event["data"]["job_type"].as_str(), event["data"]["queue"].as_str()),
+            (Some("life.task"), Some("life")),
+            "{event}"
+        );
+        assert_eq!(
+            event["data"]["trace_id"], trace,
+            "the job's trace is in every event: {event}"
+        );
+        assert_eq!(event["specversion"], "1.0");
+        assert!(event["source"].as_str().unwrap().starts_with("ojs://"), "{event}");
+    }
+    let data = |index: usize| &events[index]["data"];
+    assert_eq!(
+        (data(1)["worker_id"].as_str(), data(1)["attempt"].as_i64()),
+        (Some("worker-1"), Some(1))
+    );
+    assert_eq!(data(2)["worker_id"], "worker-1");
+    assert!(data(2)["visible_until"].is_string());
+    assert_eq!(data(3)["attempt"], 1);
+    assert_eq!(
+        (
+            data(3)["error"]["code"].as_str(),
+            data(3)["error"]["retryable"].as_bool()
+        ),
+        (Some("boom"), Some(true))
+    );
+    assert!(data(3)["duration_ms"].is_number());
+    assert_eq!(data(4)["max_attempts"], 2);
+    assert!(data(4)["next_retry_at"].is_string());
+    assert_eq!(
+        (data(5)["worker_id"].as_str(), data(5)["attempt"].as_i64()),
+        (Some("worker-2"), Some(2))
+    );
+    assert_eq!(data(6)["attempt"], 2);
+    assert!(data(6)["duration_ms"].is_number());
+    assert_eq!(data(6)["result"], result, "job.completed carries what the ack sent");
+    let (_, job) = ojs.get(&format!("/ojs/v1/jobs/{id}")).await;
+    assert_eq!(job["job"]["result"], result, "and so does the job");
+
+    // The stream delivers the same life, in the same order.
+    let mut streamed = Vec::new();
+    while streamed.len() < events.len() {
+        let (_, name, event) = stream.next_event().await;
+        if event["subject"] == id.as_str() {
+            streamed.push(name);
+        }
+    }
+    assert_eq!(streamed, kinds(&events));
+
+    // A last attempt's failure discards: job.failed, then job.discarded with the final error.
+    let (_, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "life.doomed", "args": [], "options": { "queue": "doomed", "retry": { "max_attempts": 1 } } }),
+        )
+        .await;
+    let doomed = body["job"]["id"].as_str().unwrap().to_string();
+    let job = ojs.fetch("doomed", "w").await.unwrap();
+    assert_eq!(ojs.fail(&job).await["state"], "discarded");
+    let events = events_of(&ojs, &doomed, 4).await;
+    assert_eq!(
+        kinds(&events),
+        ["job.enqueued", "job.started", "job.failed", "job.discarded"]
+    );
+    assert_eq!(events[3]["data"]["total_attempts"], 1);
+    assert_eq!(
+        (
+            events[3]["data"]["last_error"]["code"].as_str(),
+            events[3]["data"]["last_error"]["message"].as_str()
+        ),
+        (Some("boom"), Some("failed"))
+    );
+
+    // Scheduled, cancelled and expired jobs, and a paused queue.
+    let (_, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "life.later", "args": [], "options": { "queue": "later", "delay_until": "+PT1H" } }),
+        )
+        .await;
+    let later = body["job"]["id"].as_str().unwrap().to_string();
+    let (status, _) = ojs.call("DELETE", &format!("/ojs/v1/jobs/{later}"), None).await;
+    assert_eq!(status, 200);
+    let events = events_of(&ojs, &later, 3).await;
+    assert_eq!(kinds(&events), ["job.enqueued", "job.scheduled", "job.cancelled"]);
+    assert_eq!(events[1]["data"]["scheduled_at"], body["job"]["scheduled_at"]);
+    assert_eq!(events[2]["data"]["previous_state"], "scheduled");
+
+    let (_, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "life.stale", "args": [], "options": { "queue": "stale", "expires_at": "+PT1S" } }),
+        )
+        .await;
+    let stale = body["job"]["id"].as_str().unwrap().to_string();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // A fetch runs the promotion that finds it expired.
+    assert!(ojs.fetch("stale", "w").await.is_none());
+    let events = events_of(&ojs, &stale, 2).await;
+    assert_eq!(kinds(&events), ["job.enqueued", "job.expired"]);
+    assert!(events[1]["data"]["ttl_ms"].as_i64().unwrap() >= 900, "{}", events[1]);
+    assert!(events[1]["data"]["created_at"].is_string() && events[1]["data"]["expired_at"].is_string());
+
+    for action in ["pause", "resume"] {
+        let (status, body) = ojs.post(&format!("/ojs/v1/queues/later/{action}"), json!({})).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let events = events_of(&ojs, "later", 2).await;
+    assert_eq!(kinds(&events), ["queue.paused", "queue.resumed"]);
+    assert_eq!(events[0]["data"]["queue"], "later");
+    gateway.stop().await;
+}
+
+/// Claims every job available in `queue` now, keyed by its first argument.
+async fn claim_all(ojs: &Ojs, queue: &str) -> HashMap<String, Value> {
+    let mut claimed = HashMap::new();
+    while let Some(job) = ojs.fetch(queue, "w").await {
+        claimed.insert(job["args"][0].as_str().unwrap().to_string(), job);
+    }
+    claimed
+}
+
+fn step(queue: &str, name: &str) -> Value {
+    job_in(queue, "nest.step", json!([name]))
+}
+
+#[tokio::test]
+async fn nested_workflows_run_as_steps_and_jobs_of_their_parents_and_pass_results_up() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    // A chain whose middle step fans out to a job and a chain of two (three levels).
+    let workflow = ojs
+        .create_workflow(json!({ "type": "chain", "name": "etl", "steps": [
+            step("nest", "extract"),
+            { "type": "group", "name": "transforms", "jobs": [
+                step("nest", "t0"),
+                { "type": "chain", "steps": [step("nest", "c0"), step("nest", "c1")] } ] },
+            step("nest", "load") ] }))
+        .await;
+    assert_eq!(workflow["steps"][1]["state"], "waiting", "{workflow}");
+    assert_eq!(workflow["steps"][1]["workflow"]["type"], "group");
+    assert_eq!(
+        workflow["steps"][1]["workflow"]["jobs"][1]["workflow"]["state"],
+        "pending"
+    );
+    let group_id = workflow["steps"][1]["workflow_id"].clone();
+
+    let claimed = claim_all(&ojs, "nest").await;
+    assert_eq!(
+        claimed.keys().collect::<Vec<_>>(),
+        ["extract"],
+        "only the first step runs"
+    );
+    ojs.ack(&claimed["extract"], json!({ "rows": 10 })).await;
+
+    // The group's job and the nested chain's first step start, with the chain's results so far.
+    let mut claimed = claim_all(&ojs, "nest").await;
+    let mut names: Vec<&String> = claimed.keys().collect();
+    names.sort();
+    assert_eq!(names, ["c0", "t0"]);
+    for job in claimed.values() {
+        assert_eq!(job["parent_results"], json!([{ "rows": 10 }]), "{job}");
+    }
+    let running = ojs.workflow(&workflow["id"]).await;
+    assert_eq!(running["steps"][1]["state"], "active");
+    ojs.ack(&claimed.remove("t0").unwrap(), json!({ "t": 0 })).await;
+    ojs.ack(&claimed.remove("c0").unwrap(), json!({ "c": 0 })).await;
+    assert_eq!(
+        ojs.workflow(&group_id).await["state"],
+        "running",
+        "the nested chain has a step to go"
+    );
+    let c1 = claim_all(&ojs, "nest")
+        .await
+        .remove("c1")
+        .expect("the nested chain's next step");
+    assert_eq!(c1["parent_results"], json!([{ "c": 0 }]));
+    ojs.ack(&c1, json!({ "c": 1 })).await;
+
+    // The group settled with its chain, so the outer chain moves on with every result so far.
+    let load = claim_all(&ojs, "nest").await.remove("load").expect("the last step");
+    assert_eq!(
+        load["parent_results"],
+        json!([{ "rows": 10 }, [{ "t": 0 }, [{ "c": 0 }, { "c": 1 }]]])
+    );
+    ojs.ack(&load, json!({ "loaded": true })).await;
+    let done = ojs.workflow(&workflow["id"]).await;
+    assert_eq!(
+        (done["state"].as_str(), done["steps_completed"].as_i64()),
+        (Some("completed"), Some(3))
+    );
+    assert_eq!(done["steps"][1]["state"], "completed");
+    assert_eq!(ojs.workflow(&group_id).await["parent_workflow_id"], workflow["id"]);
+
+    // Workflow events, nested ones included.
+    let root = workflow["id"].as_str().unwrap();
+    let events = events_of(&ojs, root, 5).await;
+    assert_eq!(
+        kinds(&events),
+        [
+            "workflow.started",
+            "workflow.step_completed",
+            "workflow.step_completed",
+            "workflow.step_completed",
+            "workflow.completed"
+        ]
+    );
+    assert_eq!(
+        (
+            events[0]["data"]["workflow_name"].as_str(),
+            events[0]["data"]["total_steps"].as_i64()
+        ),
+        (Some("etl"), Some(3))
+    );
+    let remaining: Vec<i64> = events[1..4]
+        .iter()
+        .map(|e| e["data"]["steps_remaining"].as_i64().unwrap())
+        .collect();
+    assert_eq!(remaining, [2, 1, 0]);
+    assert_eq!(events[2]["data"]["step_type"], "group");
+    let group_events = events_of(&ojs, group_id.as_str().unwrap(), 4).await;
+    assert_eq!(
+        kinds(&group_events),
+        [
+            "workflow.started",
+            "workflow.step_completed",
+            "workflow.step_completed",
+            "workflow.completed"
+        ]
+    );
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_failed_or_cancelled_nested_workflow_settles_its_parent_and_nothing_after_it_runs() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    // A group step that fails (one job fails for good) fails the chain; the step after it is cancelled.
+    let workflow = ojs
+        .create_workflow(json!({ "type": "chain", "steps": [
+            { "type": "group", "jobs": [step("sad", "a"), step("sad", "b")] },
+            step("sad", "after") ] }))
+        .await;
+    let mut claimed = claim_all(&ojs, "sad").await;
+    ojs.ack(&claimed.remove("a").unwrap(), json!(null)).await;
+    ojs.fail(&claimed.remove("b").unwrap()).await;
+    assert!(
+        claim_all(&ojs, "sad").await.is_empty(),
+        "nothing runs after the failed step"
+    );
+    let failed = ojs.workflow(&workflow["id"]).await;
+    assert_eq!(failed["state"], "failed");
+    assert_eq!(failed["steps"][0]["state"], "failed");
+    assert_eq!(failed["steps"][1]["state"], "cancelled");
+    assert_eq!(failed["failed_step_index"], 0);
+    let events = events_of(&ojs, workflow["id"].as_str().unwrap(), 2).await;
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "workflow.failed");
+    assert_eq!(
+        (
+            last["data"]["failed_step_id"].as_str(),
+            last["data"]["failed_step_type"].as_str()
+        ),
+        (Some("0"), Some("group"))
+    );
+    assert_eq!(last["data"]["error"]["code"], "workflow_failed");
+
+    // Cancelling the outer workflow cancels the nested one that waits, with its jobs.
+    let workflow = ojs
+        .create_workflow(json!({ "type": "chain", "steps": [
+            step("halted", "first"),
+            { "type": "group", "jobs": [step("halted", "x"), step("halted", "y")] } ] }))
+        .await;
+    let first = claim_all(&ojs, "halted").await.remove("first").unwrap();
+    let (status, body) = ojs
+        .call(
+            "DELETE",
+            &format!("/ojs/v1/workflows/{}", workflow["id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, body["workflow"]["state"].as_str()),
+        (200, Some("cancelled")),
+        "{body}"
+    );
+    ojs.ack(&first, json!(null)).await;
+    assert!(claim_all(&ojs, "halted").await.is_empty());
+    let cancelled = ojs.workflow(&workflow["id"]).await;
+    assert_eq!(cancelled["steps"][1]["state"], "cancelled");
+    let inner = &cancelled["steps"][1]["workflow"];
+    assert_eq!(inner["state"], "cancelled");
+    assert_eq!(inner["jobs"][0]["state"], "cancelled");
+
+    // A batch as a chain step: the chain moves on once the batch's callbacks have run.
+    let workflow = ojs
+        .create_workflow(json!({ "type": "chain", "steps": [
+            { "type": "batch", "jobs": [step("cb", "item")],
+              "callbacks": { "on_success": step("cb", "celebrate"), "on_failure": step("cb", "alert") } },
+            step("cb", "next") ] }))
+        .await;
+    let item = claim_all(&ojs, "cb").await.remove("item").unwrap();
+    ojs.ack(&item, json!({ "ok": 1 })).await;
+    let mut claimed = claim_all(&ojs, "cb").await;
+    let names: Vec<&String> = claimed.keys().collect();
+    assert_eq!(
+        names,
+        ["celebrate"],
+        "on_success alone fires, and the next step waits for it"
+    );
+    ojs.ack(&claimed.remove("celebrate").unwrap(), json!({ "party": true }))
+        .await;
+    let next = claim_all(&ojs, "cb")
+        .await
+        .remove("next")
+        .expect("the step after the batch");
+    assert_eq!(next["parent_results"], json!([[{ "ok": 1 }]]));
+    ojs.ack(&next, json!(null)).await;
+    assert_eq!(ojs.workflow(&workflow["id"]).await["state"], "completed");
+
+    // Deeper than the limit is refused at creation, with the spec's error.
+    let too_deep = (0..4).fold(
+        json!({ "type": "chain", "steps": [step("deep", "leaf")] }),
+        |inner, _| json!({ "type": "group", "jobs": [inner] }),
+    );
+    let (status, body) = ojs.post("/ojs/v1/workflows", too_deep).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_workflow")),
+        "{body}"
+    );
+    let (_, body) = ojs.get("/ojs/v1/events?types=job.enqueued&queues=deep").await;
+    assert_eq!(body["events"], json!([]), "nothing of it was stored");
     gateway.stop().await;
 }

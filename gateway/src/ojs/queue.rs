@@ -12,7 +12,7 @@ use tokio_postgres::error::SqlState;
 
 use super::cron::Schedule;
 use super::envelope::{self, NewJob, OnConflict, RetryPolicy};
-use super::workflow::{Kind, NewWorkflow};
+use super::workflow::{Kind, Member, NewWorkflow};
 use super::{OjsError, QUEUE_FULL};
 
 /// One row of the event log, with what stream filters look at.
@@ -146,23 +146,26 @@ WITH input AS (
            max_attempts, envelope, run_at, expires, visibility_ms, unique_key, $13, workflow_step, workflow_callback,
            rate_key
     FROM timed WHERE NOT EXISTS (SELECT 1 FROM full_queue)
-    RETURNING j.id, j.queue, j.type, j.seq, j.state,
-        CASE WHEN $19::bool
-             THEN jsonb_build_object('id', j.id, 'type', j.type, 'queue', j.queue, 'state', j.state,
-                      'priority', j.priority, 'attempt', j.attempt, 'max_attempts', j.max_attempts,
-                      'created_at', ojs.ts(j.created_at), 'enqueued_at', ojs.ts(j.created_at))
-                  || CASE WHEN j.state = 'scheduled' THEN jsonb_build_object('scheduled_at', ojs.ts(j.run_at))
-                          ELSE '{}' END
-             ELSE ojs.job_json(j) END AS body
+    RETURNING j.id, j.queue, j.type, j.seq, j.state, j.priority, j.run_at, j.envelope,
+        CASE WHEN NOT $19::bool THEN ojs.job_json(j) END AS body
 ), event AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
     SELECT gen_random_uuid()::text, 'job.enqueued', queue, id,
-           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue)
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'priority', priority)
+           || CASE WHEN state = 'scheduled' THEN jsonb_build_object('scheduled_at', ojs.ts(run_at)) ELSE '{}' END
+           || ojs.trace_of(envelope)
     FROM job WHERE state <> 'pending'
+    UNION ALL
+    SELECT gen_random_uuid()::text, 'job.scheduled', queue, id,
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue,
+                              'scheduled_at', ojs.ts(run_at)) || ojs.trace_of(envelope)
+    FROM job WHERE state = 'scheduled'
 )
-SELECT body, seq, NULL, NULL::bigint, NULL::bigint, NULL::bigint, NULL::float8 FROM job
+SELECT body, seq, state, CASE WHEN state = 'scheduled' THEN ojs.ts(run_at) END, (SELECT ojs.ts(now())),
+       NULL, NULL::bigint, NULL::bigint, NULL::bigint, NULL::float8
+FROM job
 UNION ALL
-SELECT NULL, NULL, name, depth, bound, incoming, warning FROM pressure
+SELECT NULL, NULL, NULL, NULL, NULL, name, depth, bound, incoming, warning FROM pressure
 ORDER BY 2";
 
 /// Moves due scheduled/retryable jobs to available, lapsed claims back to available (discarded on
@@ -187,17 +190,27 @@ WITH due AS (
         completed_at = CASE WHEN lapse.exhausted THEN now() END,
         dead_letter = lapse.exhausted AND coalesce(j.envelope #>> '{options,retry,on_exhaustion}' = 'dead_letter', false)
     FROM lapse WHERE j.id = lapse.id
-    RETURNING j.id, j.queue, j.type, j.attempt, lapse.exhausted, lapse.error
+    RETURNING j.id, j.queue, j.type, j.attempt, j.envelope, lapse.exhausted, lapse.error
 ), lapse_events AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
     SELECT gen_random_uuid()::text, 'job.discarded', queue, id,
-           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'attempt', attempt, 'error', error)
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'attempt', attempt,
+                              'total_attempts', attempt, 'error', error,
+                              'last_error', error - 'occurred_at' - 'attempt') || ojs.trace_of(envelope)
     FROM lapsed WHERE exhausted
 ), expired AS (
     UPDATE ojs.jobs SET state = 'discarded',
         error = jsonb_build_object('code', 'expired', 'type', 'expired', 'message', 'expires_at passed before the job ran')
     WHERE id IN (SELECT id FROM ojs.jobs WHERE expires_at <= now() AND state IN ('available', 'scheduled')
                  LIMIT $1 FOR UPDATE SKIP LOCKED)
+    RETURNING id, queue, type, created_at, expires_at, envelope
+), expired_events AS (
+    INSERT INTO ojs.events (id, type, queue, job_id, data)
+    SELECT gen_random_uuid()::text, 'job.expired', queue, id,
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue,
+                              'created_at', ojs.ts(created_at), 'expired_at', ojs.ts(now()),
+                              'ttl_ms', round(extract(epoch FROM expires_at - created_at) * 1000)) || ojs.trace_of(envelope)
+    FROM expired
 )
 SELECT 1";
 
@@ -249,13 +262,21 @@ WITH claimed AS (
     ) c
     LEFT JOIN admitted a ON a.key = c.rate_key
     WHERE c.rate_key IS NULL OR c.turn <= a.granted
+), running AS (
+    UPDATE ojs.jobs j
+    SET state = 'active', attempt = j.attempt + 1, started_at = now(), worker_id = $3,
+        visible_until = now() + coalesce($4, j.visibility_ms) * interval '1 ms'
+    FROM started
+    WHERE j.id = started.id
+    RETURNING started.ord, j.priority, j.seq, j.id, j.queue, j.type, j.attempt, j.envelope, ojs.job_json(j) AS body
+), event AS (
+    INSERT INTO ojs.events (id, type, queue, job_id, data)
+    SELECT gen_random_uuid()::text, 'job.started', queue, id,
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'worker_id', $3::text,
+                              'attempt', attempt) || ojs.trace_of(envelope)
+    FROM running
 )
-UPDATE ojs.jobs j
-SET state = 'active', attempt = j.attempt + 1, started_at = now(), worker_id = $3,
-    visible_until = now() + coalesce($4, j.visibility_ms) * interval '1 ms'
-FROM started
-WHERE j.id = started.id
-RETURNING started.ord, j.priority, j.seq, ojs.job_json(j)";
+SELECT ord, priority, seq, body FROM running";
 
 const ACK: &str = "
 WITH done AS (
@@ -263,12 +284,13 @@ WITH done AS (
     SET state = 'completed', completed_at = now(), result = $2, error = NULL, visible_until = NULL
     WHERE j.id = $1 AND j.state = 'active'
       AND ($3::int IS NULL OR j.attempt = $3) AND ($4::text IS NULL OR j.worker_id IS NULL OR j.worker_id = $4)
-    RETURNING j.id, j.queue, j.type, j.attempt, j.started_at, j.workflow_id, ojs.job_json(j) AS body
+    RETURNING j.id, j.queue, j.type, j.attempt, j.started_at, j.workflow_id, j.envelope, ojs.job_json(j) AS body
 ), event AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
     SELECT gen_random_uuid()::text, 'job.completed', queue, id,
            jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'attempt', attempt,
-                              'duration_ms', round(extract(epoch FROM now() - started_at) * 1000))
+                              'duration_ms', round(extract(epoch FROM now() - started_at) * 1000),
+                              'result', $2::jsonb) || ojs.trace_of(envelope)
     FROM done
 )
 SELECT body, workflow_id FROM done";
@@ -287,23 +309,50 @@ WITH failed AS (
         completed_at = CASE WHEN $2 = 'discarded' THEN now() END,
         dead_letter = $5
     WHERE id = $1
-    RETURNING j.id, j.queue, j.type, ojs.job_json(j) AS body
+    RETURNING j.id, j.queue, j.type, j.max_attempts, j.run_at, j.started_at, j.envelope, ojs.job_json(j) AS body
+), said AS (
+    -- The error as events carry it: the spec's code, message and retryable, and what else the worker sent.
+    SELECT $3::jsonb - 'occurred_at' - 'attempt'
+           || jsonb_build_object('code', coalesce($3::jsonb ->> 'code', $3::jsonb ->> 'type'), 'retryable', $8::bool)
+           AS error
 ), event AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
-    SELECT gen_random_uuid()::text, kind, queue, id,
-           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'attempt', $7::int, 'error', $3::jsonb)
-    FROM failed CROSS JOIN unnest(ARRAY['job.failed', $6::text]) AS kind
+    SELECT gen_random_uuid()::text, e.kind, f.queue, f.id, e.data || ojs.trace_of(f.envelope)
+    FROM failed f CROSS JOIN said CROSS JOIN LATERAL (VALUES
+        ('job.failed', jsonb_build_object('job_id', f.id, 'job_type', f.type, 'queue', f.queue, 'attempt', $7::int,
+                                          'error', said.error,
+                                          'duration_ms', round(extract(epoch FROM now() - f.started_at) * 1000))),
+        ($6::text, jsonb_build_object('job_id', f.id, 'job_type', f.type, 'queue', f.queue, 'attempt', $7::int,
+                                      'error', said.error)
+                   || CASE $6::text
+                      WHEN 'job.retrying' THEN jsonb_build_object('max_attempts', f.max_attempts,
+                                                                  'next_retry_at', ojs.ts(f.run_at))
+                      WHEN 'job.discarded' THEN jsonb_build_object('total_attempts', $7::int,
+                                                                   'last_error', said.error)
+                      ELSE '{}' END)
+    ) AS e(kind, data)
 )
 SELECT body FROM failed";
 
 const EXTEND_CLAIMS: &str = "
-UPDATE ojs.jobs SET visible_until = now() + coalesce($3, visibility_ms) * interval '1 ms'
-WHERE id = ANY($1) AND state = 'active' AND ($2::text IS NULL OR worker_id IS NULL OR worker_id = $2)
-RETURNING id, envelope #>> '{options,metadata,test_directive}'";
+WITH extended AS (
+    UPDATE ojs.jobs SET visible_until = now() + coalesce($3, visibility_ms) * interval '1 ms'
+    WHERE id = ANY($1) AND state = 'active' AND ($2::text IS NULL OR worker_id IS NULL OR worker_id = $2)
+    RETURNING id, queue, type, attempt, worker_id, visible_until, envelope
+), event AS (
+    INSERT INTO ojs.events (id, type, queue, job_id, data)
+    SELECT gen_random_uuid()::text, 'job.heartbeat', queue, id,
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue,
+                              'worker_id', coalesce(worker_id, $2), 'attempt', attempt,
+                              'visible_until', ojs.ts(visible_until)) || ojs.trace_of(envelope)
+    FROM extended
+)
+SELECT id, envelope #>> '{options,metadata,test_directive}' FROM extended";
 
 /// An event as the polled and streamed event APIs show it (CloudEvents-like envelope).
 const EVENT_JSON: &str = "jsonb_build_object('id', id, 'seq', seq, 'type', type, 'specversion', '1.0',
-    'source', 'pgvs3', 'time', ojs.ts(time), 'subject', job_id, 'data', data)";
+    'source', 'ojs://pgvs3/gateway', 'time', ojs.ts(time),
+    'subject', coalesce(job_id, data ->> 'workflow_id', data ->> 'cron_name', queue), 'data', data)";
 
 const RECORD_WORKER: &str = "
 INSERT INTO ojs.workers AS w (id, state, active_jobs) VALUES ($1, coalesce($2, 'running'), $3)
@@ -506,6 +555,7 @@ impl Queue {
                     &dead_letter,
                     &event,
                     &attempt,
+                    &retryable,
                 ],
             )
             .await
@@ -602,8 +652,15 @@ impl Queue {
         let client = self.client().await?;
         client
             .execute(
-                "INSERT INTO ojs.queues (name, paused) VALUES ($1, $2)
-                 ON CONFLICT (name) DO UPDATE SET paused = excluded.paused",
+                "WITH queue AS (
+                     INSERT INTO ojs.queues (name, paused) VALUES ($1, $2)
+                     ON CONFLICT (name) DO UPDATE SET paused = excluded.paused
+                     RETURNING name
+                 )
+                 INSERT INTO ojs.events (id, type, queue, data)
+                 SELECT gen_random_uuid()::text, CASE WHEN $2 THEN 'queue.paused' ELSE 'queue.resumed' END, name,
+                        jsonb_build_object('queue', name)
+                 FROM queue",
                 &[&queue, &paused],
             )
             .await
@@ -784,38 +841,14 @@ impl Queue {
         Ok(())
     }
 
-    /// Stores a workflow and its jobs in one transaction: a group's or batch's jobs and a chain's
-    /// first step are enqueued now; later steps and callbacks wait as `pending` for the trigger
-    /// `ojs.workflow_job_settled` to release them.
+    /// Stores a workflow, its nested workflows and all their jobs in one transaction: what runs
+    /// first is enqueued now (a group's or batch's jobs, a chain's first step, and so on down the
+    /// nested workflows among them); later steps, callbacks and nested workflows whose turn has
+    /// not come wait as `pending` for the triggers of the layout to release them.
     pub async fn create_workflow(&self, workflow: &NewWorkflow) -> Result<Value, OjsError> {
-        let members = workflow.jobs.len();
-        let mut jobs = workflow.jobs.clone();
-        jobs.extend(workflow.callbacks.iter().map(|(_, job)| job.clone()));
-        let placement = Placement {
-            workflow_id: Some(&workflow.id),
-            steps: (0..members as i32)
-                .map(Some)
-                .chain(workflow.callbacks.iter().map(|_| None))
-                .collect(),
-            callbacks: std::iter::repeat_n(None, members)
-                .chain(workflow.callbacks.iter().map(|(hook, _)| Some(*hook)))
-                .collect(),
-            held: (0..jobs.len())
-                .map(|index| index >= members || (workflow.kind == Kind::Chain && index > 0))
-                .collect(),
-        };
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(OjsError::sql)?;
-        tx.execute(
-            "INSERT INTO ojs.workflows (id, type, name, state, jobs_total) VALUES ($1, $2, $3, 'running', $4)",
-            &[&workflow.id, &workflow.kind.as_str(), &workflow.name, &(members as i32)],
-        )
-        .await
-        .map_err(|err| match err.code() {
-            Some(&SqlState::UNIQUE_VIOLATION) => OjsError::duplicate("a workflow with this id already exists"),
-            _ => OjsError::sql(err),
-        })?;
-        insert_placed(&tx, &jobs, &placement, Answer::Job).await?;
+        store_workflow(&tx, workflow, None, true).await?;
         let row = tx
             .query_one(
                 "SELECT ojs.workflow_json(w) FROM ojs.workflows w WHERE w.id = $1",
@@ -839,59 +872,29 @@ impl Queue {
         row.map(|row| row.get(0)).ok_or_else(|| workflow_not_found(id))
     }
 
-    /// Cancels a running workflow: its jobs that have not started are cancelled; active ones may
-    /// finish, but release nothing further.
+    /// Cancels a running (or, nested, still waiting) workflow: its jobs that have not started
+    /// are cancelled, and so are its nested workflows with theirs; active ones may finish, but
+    /// release nothing further.
     pub async fn cancel_workflow(&self, id: &str) -> Result<Value, OjsError> {
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(OjsError::sql)?;
-        let state: Option<String> = tx
-            .query_opt("SELECT state FROM ojs.workflows WHERE id = $1 FOR UPDATE", &[&id])
-            .await
-            .map_err(OjsError::sql)?
-            .map(|row| row.get(0));
-        match state.as_deref() {
-            None => return Err(workflow_not_found(id)),
-            Some("running") => {}
-            Some(state) => {
-                return Err(OjsError::conflict(format!(
-                    "workflow {id} is already in terminal state {state:?}"
-                )));
+        // Cancelling walks down the tree while a settling nested workflow walks up it, so the
+        // two can deadlock; PostgreSQL then aborts one of them, and a cancel tries again.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match cancel_workflow_once(&mut client, id).await {
+                Err(CancelError::Sql(err)) if err.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) && attempts < 3 => {}
+                Err(CancelError::Sql(err)) => return Err(OjsError::sql(err)),
+                Err(CancelError::Ojs(error)) => return Err(error),
+                Ok(workflow) => return Ok(workflow),
             }
         }
-        // The workflow goes first, so the trigger sees it cancelled and releases nothing.
-        tx.execute(
-            "UPDATE ojs.workflows SET state = 'cancelled', cancelled_at = now(), completed_at = now() WHERE id = $1",
-            &[&id],
-        )
-        .await
-        .map_err(OjsError::sql)?;
-        // Jobs another transaction holds are left to it (a claim, a job's own cancel or expiry):
-        // waiting for them could deadlock with its trigger waiting for the workflow row, and a
-        // cancelled workflow's jobs are not claimed anyway.
-        tx.execute(
-            "UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now()
-             WHERE id IN (SELECT id FROM ojs.jobs
-                          WHERE workflow_id = $1 AND state IN ('pending', 'available', 'scheduled', 'retryable')
-                          FOR UPDATE SKIP LOCKED)",
-            &[&id],
-        )
-        .await
-        .map_err(OjsError::sql)?;
-        let row = tx
-            .query_one(
-                "SELECT ojs.workflow_json(w) FROM ojs.workflows w WHERE w.id = $1",
-                &[&id],
-            )
-            .await
-            .map_err(OjsError::sql)?;
-        tx.commit().await.map_err(OjsError::sql)?;
-        Ok(row.get(0))
     }
 
     /// Deletes up to `limit` jobs that finished (completed, discarded, cancelled) more than
     /// `retention` ago, workflows settled that long ago, and workers silent that long. Dead-lettered jobs
-    /// stay until deleted or retried, and jobs of running workflows stay (later steps read their
-    /// results). Returns how many jobs and workflows went.
+    /// stay until deleted or retried, and jobs and nested workflows of running workflows stay
+    /// (later steps read their results). Returns how many jobs and workflows went.
     pub async fn reap_finished(&self, retention: Duration, limit: i64) -> Result<(u64, u64), OjsError> {
         let client = self.client().await?;
         let seconds = retention.as_secs_f64();
@@ -903,7 +906,8 @@ impl Queue {
                        AND coalesce(j.completed_at, j.cancelled_at) < now() - $1 * interval '1 s'
                        AND NOT j.dead_letter
                        AND (j.workflow_id IS NULL OR NOT EXISTS (
-                            SELECT 1 FROM ojs.workflows w WHERE w.id = j.workflow_id AND w.state = 'running'))
+                            SELECT 1 FROM ojs.workflows w LEFT JOIN ojs.workflows p ON p.id = w.parent_id
+                            WHERE w.id = j.workflow_id AND (w.state = 'running' OR p.state = 'running')))
                      ORDER BY coalesce(j.completed_at, j.cancelled_at)
                      LIMIT $2
                      FOR UPDATE SKIP LOCKED)",
@@ -914,8 +918,11 @@ impl Queue {
         let workflows = client
             .execute(
                 "DELETE FROM ojs.workflows WHERE id IN (
-                     SELECT id FROM ojs.workflows WHERE state <> 'running' AND completed_at < now() - $1 * interval '1 s'
-                     ORDER BY completed_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                     SELECT w.id FROM ojs.workflows w
+                     WHERE w.state NOT IN ('running', 'pending') AND w.completed_at < now() - $1 * interval '1 s'
+                       AND NOT EXISTS (SELECT 1 FROM ojs.workflows p WHERE p.id = w.parent_id
+                                       AND p.state IN ('running', 'pending'))
+                     ORDER BY w.completed_at LIMIT $2 FOR UPDATE OF w SKIP LOCKED)",
                 &[&seconds, &limit],
             )
             .await
@@ -1104,7 +1111,7 @@ impl Queue {
         }
         let due = tx
             .query(
-                "SELECT name, definition FROM ojs.cron WHERE next_run <= now() FOR UPDATE SKIP LOCKED",
+                "SELECT name, definition, ojs.ts(next_run) FROM ojs.cron WHERE next_run <= now() FOR UPDATE SKIP LOCKED",
                 &[],
             )
             .await
@@ -1113,31 +1120,52 @@ impl Queue {
         for row in &due {
             let name: String = row.get(0);
             let definition: Value = row.get(1);
+            let tick: String = row.get(2);
             let schedule = Schedule::parse(definition["expression"].as_str().unwrap_or_default())?;
             let offset = tz_offset(&tx, &definition).await?;
             let next = schedule
                 .next_after(time::OffsetDateTime::now_utc(), offset)
                 .map(|next| next.unix_timestamp() as f64);
             let job = envelope::parse_job(definition["job_template"].clone(), max_args_bytes)?;
-            let overlapping = definition["overlap_policy"].as_str() == Some("skip")
-                && tx
-                    .query_one(
-                        "SELECT EXISTS (SELECT 1 FROM ojs.jobs WHERE queue = $1 AND type = $2
-                                        AND state IN ('scheduled', 'available', 'pending', 'active', 'retryable'))",
-                        &[&job.queue, &job.job_type],
-                    )
-                    .await
-                    .map_err(OjsError::sql)?
-                    .get::<_, bool>(0);
-            if !overlapping {
-                match insert(&tx, std::slice::from_ref(&job)).await {
-                    Ok(_) => fired += 1,
+            let overlapping: Option<String> = if definition["overlap_policy"].as_str() == Some("skip") {
+                tx.query_opt(
+                    "SELECT id FROM ojs.jobs WHERE queue = $1 AND type = $2
+                     AND state IN ('scheduled', 'available', 'pending', 'active', 'retryable') LIMIT 1",
+                    &[&job.queue, &job.job_type],
+                )
+                .await
+                .map_err(OjsError::sql)?
+                .map(|row| row.get(0))
+            } else {
+                None
+            };
+            let (kind, mut data) = match overlapping {
+                Some(existing) => (
+                    "cron.skipped",
+                    json!({ "reason": "overlap_prevention", "existing_job_id": existing }),
+                ),
+                None => match insert(&tx, std::slice::from_ref(&job)).await {
+                    Ok(_) => {
+                        fired += 1;
+                        ("cron.triggered", json!({ "job_id": job.id }))
+                    }
                     // A full queue misses this tick, as an overlapping run does; the event log
                     // has the rejection.
-                    Err(error) if error.code == QUEUE_FULL => {}
+                    Err(error) if error.code == QUEUE_FULL => ("cron.skipped", json!({ "reason": "queue_full" })),
                     Err(error) => return Err(error),
-                }
-            }
+                },
+            };
+            data["cron_name"] = json!(name);
+            data["cron_expr"] = definition["expression"].clone();
+            data["job_type"] = json!(job.job_type);
+            data["scheduled_at"] = json!(tick);
+            // The event's subject is the schedule (the data names the job).
+            tx.execute(
+                "INSERT INTO ojs.events (id, type, queue, data) VALUES (gen_random_uuid()::text, $1, $2, $3)",
+                &[&kind, &job.queue, &data],
+            )
+            .await
+            .map_err(OjsError::sql)?;
             tx.execute(
                 "UPDATE ojs.cron SET last_run = now(), next_run = coalesce(to_timestamp($2), 'infinity') WHERE name = $1",
                 &[&name, &next],
@@ -1238,6 +1266,113 @@ async fn insert(client: &impl deadpool_postgres::GenericClient, jobs: &[NewJob])
     insert_placed(client, jobs, &Placement::default(), Answer::Job).await
 }
 
+enum CancelError {
+    Sql(tokio_postgres::Error),
+    Ojs(OjsError),
+}
+
+impl From<tokio_postgres::Error> for CancelError {
+    fn from(err: tokio_postgres::Error) -> Self {
+        CancelError::Sql(err)
+    }
+}
+
+async fn cancel_workflow_once(client: &mut deadpool_postgres::Client, id: &str) -> Result<Value, CancelError> {
+    let tx = client.transaction().await?;
+    let state: Option<String> = tx
+        .query_opt("SELECT state FROM ojs.workflows WHERE id = $1 FOR UPDATE", &[&id])
+        .await?
+        .map(|row| row.get(0));
+    match state.as_deref() {
+        None => return Err(CancelError::Ojs(workflow_not_found(id))),
+        Some("running" | "pending") => {}
+        Some(state) => {
+            return Err(CancelError::Ojs(OjsError::conflict(format!(
+                "workflow {id} is already in terminal state {state:?}"
+            ))));
+        }
+    }
+    // The workflow goes first, so the triggers see it cancelled and release nothing. Jobs
+    // another transaction holds are left to it (a claim, a job's own cancel or expiry): waiting
+    // for them could deadlock with its trigger waiting for the workflow row, and a cancelled
+    // workflow's jobs are not claimed anyway.
+    tx.execute(
+        "UPDATE ojs.workflows SET state = 'cancelled', cancelled_at = now(), completed_at = now() WHERE id = $1",
+        &[&id],
+    )
+    .await?;
+    tx.execute("SELECT ojs.workflow_cancel_members($1)", &[&id]).await?;
+    let row = tx
+        .query_one(
+            "SELECT ojs.workflow_json(w) FROM ojs.workflows w WHERE w.id = $1",
+            &[&id],
+        )
+        .await?;
+    tx.commit().await?;
+    Ok(row.get(0))
+}
+
+/// One workflow of a tree and, recursively, the workflows nested in it. `parent` is the parent
+/// workflow and the member index this one takes in it; `now` says whether it runs from the start.
+fn store_workflow<'a>(
+    tx: &'a deadpool_postgres::Transaction<'a>,
+    workflow: &'a NewWorkflow,
+    parent: Option<(&'a str, i32)>,
+    now: bool,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), OjsError>> + Send + 'a>> {
+    Box::pin(async move {
+        let (parent_id, parent_step) = parent.unzip();
+        tx.execute(
+            "INSERT INTO ojs.workflows (id, type, name, state, jobs_total, parent_id, parent_step)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            &[
+                &workflow.id,
+                &workflow.kind.as_str(),
+                &workflow.name,
+                &if now { "running" } else { "pending" },
+                &(workflow.members.len() as i32),
+                &parent_id,
+                &parent_step,
+            ],
+        )
+        .await
+        .map_err(|err| match err.code() {
+            Some(&SqlState::UNIQUE_VIOLATION) => OjsError::duplicate("a workflow with this id already exists"),
+            _ => OjsError::sql(err),
+        })?;
+        // A chain runs its first member first; a group or batch all of them at once.
+        let runs_now = |index: usize| now && (workflow.kind != Kind::Chain || index == 0);
+        let mut placement = Placement {
+            workflow_id: Some(&workflow.id),
+            ..Placement::default()
+        };
+        let mut jobs = Vec::new();
+        for (index, member) in workflow.members.iter().enumerate() {
+            match member {
+                Member::Job(job) => {
+                    jobs.push(NewJob::clone(job));
+                    placement.steps.push(Some(index as i32));
+                    placement.callbacks.push(None);
+                    placement.held.push(!runs_now(index));
+                }
+                Member::Workflow(inner) => {
+                    store_workflow(tx, inner, Some((&workflow.id, index as i32)), runs_now(index)).await?;
+                }
+            }
+        }
+        for (hook, job) in &workflow.callbacks {
+            jobs.push(job.clone());
+            placement.steps.push(None);
+            placement.callbacks.push(Some(*hook));
+            placement.held.push(true);
+        }
+        if !jobs.is_empty() {
+            insert_placed(tx, &jobs, &placement, Answer::Job).await?;
+        }
+        Ok(())
+    })
+}
+
 async fn insert_placed(
     client: &impl deadpool_postgres::GenericClient,
     jobs: &[NewJob],
@@ -1303,27 +1438,53 @@ async fn insert_placed(
             _ => OjsError::sql(err),
         })?;
     let mut inserted = Inserted::default();
+    // Job rows come first, in the order of `jobs` (seq is taken in insert order).
+    let mut sent = jobs.iter();
     for row in &rows {
-        match row.get::<_, Option<Value>>(0) {
-            Some(job) => inserted.jobs.push(job),
-            None => {
-                let queue: String = row.get(2);
-                let (depth, bound, incoming): (i64, i64, i64) = (row.get(3), row.get(4), row.get(5));
-                if depth + incoming > bound {
-                    return Err(OjsError::queue_full(&queue, depth, bound));
-                }
-                let pressure = Pressure {
-                    depth: depth + incoming,
-                    bound,
-                };
-                let warning: f64 = row.get(6);
-                if pressure.ratio() >= warning && inserted.pressure.is_none_or(|p| p.ratio() < pressure.ratio()) {
-                    inserted.pressure = Some(pressure);
-                }
+        if row.get::<_, Option<i64>>(1).is_some() {
+            let job = sent.next().expect("a row per job");
+            inserted.jobs.push(match row.get::<_, Option<Value>>(0) {
+                Some(stored) => stored,
+                None => job_summary(job, row.get(2), row.get(3), row.get(4)),
+            });
+        } else {
+            let queue: String = row.get(5);
+            let (depth, bound, incoming): (i64, i64, i64) = (row.get(6), row.get(7), row.get(8));
+            if depth + incoming > bound {
+                return Err(OjsError::queue_full(&queue, depth, bound));
+            }
+            let pressure = Pressure {
+                depth: depth + incoming,
+                bound,
+            };
+            let warning: f64 = row.get(9);
+            if pressure.ratio() >= warning && inserted.pressure.is_none_or(|p| p.ratio() < pressure.ratio()) {
+                inserted.pressure = Some(pressure);
             }
         }
     }
     Ok(inserted)
+}
+
+/// A batch's answer for one job (the HTTP binding's batch example): what the client sent about
+/// it, and the state and times the insert gave it. Built here rather than in the statement,
+/// where one JSON object per job was a good part of a batch's work.
+fn job_summary(job: &NewJob, state: String, scheduled_at: Option<String>, created_at: String) -> Value {
+    let mut summary = json!({
+        "id": job.id,
+        "type": job.job_type,
+        "queue": job.queue,
+        "state": state,
+        "priority": job.priority,
+        "attempt": 0,
+        "max_attempts": job.max_attempts,
+        "created_at": created_at,
+        "enqueued_at": created_at,
+    });
+    if let Some(at) = scheduled_at {
+        summary["scheduled_at"] = Value::String(at);
+    }
+    summary
 }
 
 /// Seconds east of UTC of a schedule's `timezone` now (UTC when none); PostgreSQL knows the zones.

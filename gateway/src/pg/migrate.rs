@@ -31,6 +31,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("../../migrations/0007_bucket_quotas.sql"),
     ),
     (
+        8,
+        "ojs_events_nested_workflows",
+        include_str!("../../migrations/0008_ojs_events_nested_workflows.sql"),
+    ),
+    (
         9,
         "cache_range_lru",
         include_str!("../../migrations/0009_cache_range_lru.sql"),
