@@ -182,11 +182,19 @@ async fn a_read_only_database_serves_reads_and_refuses_writes() {
         .await;
     // A hot standby refuses writes with SQLSTATE 25006, as a read-only default does. The gateway
     // migrated at start; its connections are cut so the pool reconnects under the new default.
+    // Two statements, not one batch: a batch is one transaction, and a connection re-opened
+    // before it commits would still get the old default.
     let sql = gateway.sql().await;
-    sql.batch_execute(
-        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_read_only = on', current_database()); END $$;
-         SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-         WHERE datname = current_database() AND pid <> pg_backend_pid();",
+    sql.execute(
+        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_read_only = on', current_database()); END $$",
+        &[],
+    )
+    .await
+    .unwrap();
+    sql.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        &[],
     )
     .await
     .unwrap();
