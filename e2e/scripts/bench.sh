@@ -110,7 +110,7 @@ garage_s3=""
 if [ "$with_garage" = yes ] && wants s3; then
     tools="$HOME/.cache/pgvs3-tools"
     garage="$tools/bin/garage"
-    if ! "$garage" --version 2>/dev/null | grep -qF "v$garage_version"; then
+    if ! "$garage" --version 2>/dev/null | grep -qwF "$garage_version"; then
         echo "installing garage $garage_version into $tools (cargo install: a long build)" >&2
         nice -n 19 cargo install --locked --root "$tools" --target-dir "$work/garage-build" "garage@$garage_version"
         rm -rf "$work/garage-build"
@@ -180,7 +180,7 @@ s3_pair() {
 }
 
 if wants s3; then
-    echo "## S3: pgvs3 and rclone serve s3 (${SECONDS}s in)" >&2
+    echo "## S3: pgvs3, rclone serve s3${garage_s3:+ and Garage} (${SECONDS}s in)" >&2
     if [ "$smoke" = yes ]; then
         s3_pair "${run[@]}" --ops put,get,head,list --sizes 4KiB --workers 4 --keys 50
         s3_pair "${run[@]}" --ops put,get --payload-file "${fixture[events-1MiB.parquet]},${fixture[binary-1MiB.bin]}" \
@@ -194,9 +194,11 @@ if wants s3; then
         s3_pair --requests 8 --ops put,get --workers 2 --keys 4 --timeout 300 \
             --payload-file "${fixture[events-100MiB.parquet]}"
         if [ "$full" = yes ]; then
-            # One worker over two keys: at most 2 GiB of live objects per server at a time.
-            s3_pair --requests 3 --ops put,get --workers 1 --keys 2 --timeout 900 \
-                --payload-file "${fixture[events-1GiB.parquet]},${fixture[binary-1GiB.bin]}"
+            # One worker over one key, a fresh pgvs3 for each file: one live 1 GiB object per
+            # server, plus the bodies its overwrites retire until the reaper's grace has passed.
+            for name in events-1GiB.parquet binary-1GiB.bin; do
+                s3_pair --requests 3 --ops put,get --workers 1 --keys 1 --timeout 900 --payload-file "${fixture[$name]}"
+            done
         fi
     fi
 fi
