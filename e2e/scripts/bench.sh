@@ -50,7 +50,10 @@ else
     profile=release fixtures=events-100MiB.parquet warmup=2 bench_seconds=$seconds
     [ "$full" = yes ] && fixtures+=,events-1GiB.parquet,binary-1GiB.bin
     cargo build --release --locked --bin pgvs3 --bin pgvs3-loadgen
-    cargo bench --locked -q -p pgvs3-gateway --bench gateway_vs_direct --bench ojs_vs_direct --no-run
+    # The benches (and their dev-dependencies, in the release profile) only when they run.
+    if wants direct; then
+        cargo bench --locked -q -p pgvs3-gateway --bench gateway_vs_direct --bench ojs_vs_direct --no-run
+    fi
     cargo_bench() { cargo bench --locked -q -p pgvs3-gateway --bench "$@"; }
 fi
 bin="$CARGO_TARGET_DIR/$profile"

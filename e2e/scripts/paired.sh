@@ -2,7 +2,7 @@
 # The regression gate: the same loadgen cases against two gateway binaries, each run on fresh
 # embedded PostgreSQL clusters of its own, alternating which goes first, several times.
 #   e2e/scripts/paired.sh --before-bin A --after-bin B [--protocols s3,resp,ojs,cache]
-#       [--repeats 3] [--seconds 5] [--warmup 2] [--out DIR] [--smoke]
+#       [--repeats 4] [--seconds 5] [--warmup 2] [--out DIR] [--smoke]
 #       [--s3 FLAGS] [--resp FLAGS] [--ojs FLAGS] [--cache FLAGS]
 # Case groups per protocol (each group is one `just load PROTOCOL FLAGS` run: run_load in
 # gateway.sh, a fresh gateway, or for `cache` a cache gateway in front of a constrained origin
@@ -13,7 +13,7 @@
 #   cache: cold GET, warm GET, write-back PUT of 10 MiB, 8 requests each, one worker
 # `--s3 "FLAGS"` (and --resp, --ojs, --cache) replaces that protocol's groups with one group of
 # these loadgen flags. Each round runs every group on both sides back to back, the first side
-# alternating from round to round. Per case (path) it reports the median p50 and rate of each side
+# alternating from round to round (keep --repeats even: each side goes first equally often). Per case (path) it reports the median p50 and rate of each side
 # and their change, and fails a path whose median p50 rose more than 20% or whose median rate fell
 # more than 20%, that had any error, or that is missing from any run, naming each failing path.
 # Writes DIR/paired.json (binaries' and payloads' SHA-256, every group's flags, every run's
@@ -24,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 usage="usage: $0 --before-bin A --after-bin B [--protocols s3,resp,ojs,cache] [--repeats N] [--seconds S]
     [--warmup S] [--out DIR] [--smoke] [--s3|--resp|--ojs|--cache \"LOADGEN FLAGS\"]"
-before="" after="" repeats=3 seconds=5 warmup=2 out="" smoke=no protocols=s3,resp,ojs,cache
+before="" after="" repeats=4 seconds=5 warmup=2 out="" smoke=no protocols=s3,resp,ojs,cache
 declare -A override=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -48,23 +48,19 @@ if [ "$smoke" = yes ]; then
     # The loadgen `cargo test --workspace` builds (nothing to build after CI's test run).
     cargo test --workspace --locked --no-run -q
     loadgen="$CARGO_TARGET_DIR/debug/pgvs3-loadgen"
-    seconds=0.3 warmup=0
-    groups=("s3 --ops put,get,head,list --sizes 4KiB --workers 2 --keys 20"
-        "s3 --ops put,get --sizes 1MiB --workers 2 --keys 2"
-        "resp --ops set,get,mget,incr --sizes 4KiB --pipeline 1,16 --workers 2 --keys 100"
-        "ojs --ops enqueue,batch,cycle --workers 2 --prefill 1000"
-        "cache --ops cold-get,warm-get,write-back-put --sizes 1MiB --keys 2 --requests 2 --workers 1")
+    seconds=0.3 warmup=0 workers=2 keys=20 large=1MiB large_workers=2 large_keys=2 prefill=1000 cached=2
 else
     cargo build --release --locked --bin pgvs3-loadgen
     loadgen="$CARGO_TARGET_DIR/release/pgvs3-loadgen"
     # A fetch+ack cycle must not drain its queue: room for 4,000 jobs a second.
     prefill=$(awk -v s="$seconds" -v w="$warmup" 'BEGIN { n = int((s + w) * 4000); print (n > 20000 ? n : 20000) }')
-    groups=("s3 --ops put,get,head,list --sizes 4KiB --workers 16 --keys 1000"
-        "s3 --ops put,get --sizes 10MiB --workers 4 --keys 8 --timeout 300"
-        "resp --ops set,get,mget,incr --sizes 4KiB --pipeline 1,16 --workers 16 --keys 10000"
-        "ojs --ops enqueue,batch,cycle --workers 16 --prefill $prefill"
-        "cache --ops cold-get,warm-get,write-back-put --sizes 10MiB --keys 8 --requests 8 --workers 1 --timeout 600")
+    workers=16 keys=1000 large=10MiB large_workers=4 large_keys=8 cached=8
 fi
+groups=("s3 --ops put,get,head,list --sizes 4KiB --workers $workers --keys $keys"
+    "s3 --ops put,get --sizes $large --workers $large_workers --keys $large_keys --timeout 300"
+    "resp --ops set,get,mget,incr --sizes 4KiB --pipeline 1,16 --workers $workers --keys $((keys * 10))"
+    "ojs --ops enqueue,batch,cycle --workers $workers --prefill $prefill"
+    "cache --ops cold-get,warm-get,write-back-put --sizes $large --keys $cached --requests $cached --workers 1 --timeout 600")
 # Keep the chosen protocols' groups, each replaced by its override if one was given.
 chosen=()
 for protocol in ${protocols//,/ }; do
