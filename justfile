@@ -15,7 +15,8 @@ ci:
     bash .ci/run
 
 # pgvs3 side by side with rclone, redis-server and the direct statements, in one run; a table of
-# ratios and a chart (docs/benchmarks.md). `just bench --smoke` for a quick check of the harness.
+# ratios and a chart (docs/benchmarks.md). `just bench --smoke` for a quick check of the harness;
+# `--with-garage` adds Garage (built once with cargo install), `--full` the 1 GiB fixtures.
 bench *ARGS:
     e2e/scripts/bench.sh {{ARGS}}
 
@@ -24,8 +25,9 @@ bench-direct *ARGS:
     cargo bench -p pgvs3-gateway --bench gateway_vs_direct -- {{ARGS}}
 
 # Load against a fresh release gateway: `just load --ops get,put --sizes 4KiB,64MiB --duration 10`,
-# `just load resp --pipeline 1,16`, `just load ojs --capacity`.
-# With `--before-bin A --after-bin B [--repeats 3]`: the paired regression gate (e2e/scripts/paired.sh).
+# `just load resp --pipeline 1,16`, `just load ojs --capacity`, `just load cache --sizes 10MiB`.
+# With `--before-bin A --after-bin B [--protocols s3,resp,ojs,cache] [--repeats 3]`: the paired
+# regression gate over every protocol (e2e/scripts/paired.sh).
 load *ARGS:
     e2e/scripts/load.sh {{ARGS}}
 

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # `just bench`: pgvs3 side by side with its peers and its physical limit, in one run on this
 # machine, then a table of ratios and a chart.
-#   e2e/scripts/bench.sh [--smoke] [--seconds N] [--only s3,resp,ojs,direct] [--out DIR]
-# - S3 (pgvs3-loadgen, the same flags for both): pgvs3 and `rclone serve s3` over a local
+#   e2e/scripts/bench.sh [--smoke] [--full] [--with-garage] [--seconds N] [--only s3,resp,ojs,direct]
+#       [--out DIR]
+# - S3 (pgvs3-loadgen, the same flags for all): pgvs3 and `rclone serve s3` over a local
 #   directory; 4 KiB put/get/head/list at 16 workers for N seconds, 64 MiB (incompressible)
-#   put/get at 2 workers (10 requests), the 100 MiB Parquet fixture put/get at 2 (8 requests).
+#   put/get at 2 workers (10 requests), the 100 MiB Parquet fixture put/get at 2 (8 requests);
+#   --full adds the 1 GiB Parquet and binary fixtures put/get at 1 worker (3 requests).
+#   --with-garage adds Garage (one node on loopback ports with a generated configuration; built
+#   once with `cargo install --locked garage@2.5.0` into ~/.cache/pgvs3-tools) as a third column.
 # - direct: the statements pgvs3 issues, sent straight to PostgreSQL (the gateway_vs_direct and
 #   ojs_vs_direct cargo benches, which measure the in-process gateway next to them).
 # - RESP: pgvs3-loadgen and redis-benchmark against pgvs3, redis-server with appendfsync always,
@@ -16,14 +20,17 @@
 # and no performance claim (CI). Results: DIR/*.ndjson, DIR/bench.md, DIR/bench.png.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-smoke=no seconds=5 only="s3,resp,ojs,direct" out=""
+smoke=no full=no with_garage=no seconds=5 only="s3,resp,ojs,direct" out=""
+usage="usage: $0 [--smoke] [--full] [--with-garage] [--seconds N] [--only s3,resp,ojs,direct] [--out DIR]"
 while [ $# -gt 0 ]; do
     case "$1" in
         --smoke) smoke=yes; shift ;;
+        --full) full=yes; shift ;;
+        --with-garage) with_garage=yes; shift ;;
         --seconds) seconds=$2; shift 2 ;;
         --only) only=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
-        *) echo "usage: $0 [--smoke] [--seconds N] [--only s3,resp,ojs,direct] [--out DIR]" >&2; exit 2 ;;
+        *) echo "$usage" >&2; exit 2 ;;
     esac
 done
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -41,8 +48,12 @@ if [ "$smoke" = yes ]; then
     cargo_bench() { cargo test --workspace --locked -q --bench "$@"; }
 else
     profile=release fixtures=events-100MiB.parquet warmup=2 bench_seconds=$seconds
+    [ "$full" = yes ] && fixtures+=,events-1GiB.parquet,binary-1GiB.bin
     cargo build --release --locked --bin pgvs3 --bin pgvs3-loadgen
-    cargo bench --locked -q -p pgvs3-gateway --bench gateway_vs_direct --bench ojs_vs_direct --no-run
+    # The benches (and their dev-dependencies, in the release profile) only when they run.
+    if wants direct; then
+        cargo bench --locked -q -p pgvs3-gateway --bench gateway_vs_direct --bench ojs_vs_direct --no-run
+    fi
     cargo_bench() { cargo bench --locked -q -p pgvs3-gateway --bench "$@"; }
 fi
 bin="$CARGO_TARGET_DIR/$profile"
@@ -80,7 +91,7 @@ fresh_gateway() {
         rm -rf "$work/pgvs3-$round"
     fi
     round=$((round + 1))
-    start_gateway "$bin" "$work/pgvs3-$round" --pool-size 64
+    start_gateway "$bin/pgvs3" "$work/pgvs3-$round" --pool-size 64
     capacity=("${gw_capacity[@]}")
 }
 
@@ -92,6 +103,56 @@ rclone serve s3 --auth-key "$AWS_ACCESS_KEY_ID,$AWS_SECRET_ACCESS_KEY" --addr "1
 pids+=($!)
 rclone_s3="http://127.0.0.1:$rclone_port"
 wait_for rclone curl -s -o /dev/null "$rclone_s3/"
+
+# Garage (opt-in): built once into ~/.cache/pgvs3-tools, with a target dir of its own that is
+# deleted after (its dependencies would double the project's). One node on loopback ports, one
+# zone, a 10 GB layout; a key and the loadgen's bucket, made with its CLI. Its defaults stand:
+# no fsync of data or metadata (like rclone, unlike pgvs3, nothing is durable at the answer).
+garage_version=2.5.0
+garage_s3=""
+if [ "$with_garage" = yes ] && wants s3; then
+    tools="$HOME/.cache/pgvs3-tools"
+    garage="$tools/bin/garage"
+    if ! "$garage" --version 2>/dev/null | grep -qwF "$garage_version"; then
+        echo "installing garage $garage_version into $tools (cargo install: a long build)" >&2
+        nice -n 19 cargo install --locked --root "$tools" --target-dir "$work/garage-build" "garage@$garage_version"
+        rm -rf "$work/garage-build"
+    fi
+    mkdir -p "$work/garage"
+    garage_port=$(free_port) garage_rpc_port=$(free_port) garage_admin_port=$(free_port)
+    hex_secret() { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+    cat >"$work/garage/garage.toml" <<TOML
+metadata_dir = "$work/garage/meta"
+data_dir = "$work/garage/data"
+db_engine = "lmdb"
+replication_factor = 1
+rpc_bind_addr = "127.0.0.1:$garage_rpc_port"
+rpc_public_addr = "127.0.0.1:$garage_rpc_port"
+rpc_secret = "$(hex_secret)"
+
+[s3_api]
+s3_region = "us-east-1"
+api_bind_addr = "127.0.0.1:$garage_port"
+root_domain = ".s3.garage.localhost"
+
+[admin]
+api_bind_addr = "127.0.0.1:$garage_admin_port"
+admin_token = "$(hex_secret)"
+TOML
+    garage_cli() { "$garage" -c "$work/garage/garage.toml" "$@"; }
+    garage_cli server >"$work/garage.log" 2>&1 &
+    pids+=($!)
+    wait_for garage garage_cli status
+    garage_cli layout assign -z bench -c 10G "$(garage_cli node id -q | cut -d@ -f1)" >/dev/null
+    garage_cli layout apply --version 1 >/dev/null
+    garage_key=$(garage_cli key create bench)
+    garage_keys=(--access-key "$(sed -n 's/^Key ID: *//p' <<<"$garage_key")"
+        --secret-key "$(sed -n 's/^Secret key: *//p' <<<"$garage_key")")
+    garage_cli bucket create loadgen >/dev/null
+    garage_cli bucket allow --read --write --owner loadgen --key bench >/dev/null
+    garage_s3="http://127.0.0.1:$garage_port"
+    wait_for "garage S3" curl -s -o /dev/null "$garage_s3/"
+fi
 
 # redis-server: durable (appendfsync always) and in memory.
 durable_port=$(free_port) memory_port=$(free_port)
@@ -111,15 +172,18 @@ loadgen() { "$bin/pgvs3-loadgen" "$@"; }
 # A peer's failures (e.g. rclone's 500 InternalError to some large PUTs) are its behaviour: the
 # cases it completed are in its table, the others are missing; pgvs3's failures fail the run.
 peer_loadgen() { "$bin/pgvs3-loadgen" "$@" || echo "warning: a peer failed: pgvs3-loadgen $1 ${3:-}" >&2; }
-# One S3 case group against a fresh pgvs3 (in capacity mode) and rclone, same flags.
+# One S3 case group against a fresh pgvs3 (in capacity mode), rclone and Garage if on, same flags.
 s3_pair() {
     fresh_gateway
     loadgen s3 --endpoint "$gw_s3" --json "$out/s3-pgvs3.ndjson" "${capacity[@]}" "$@"
     peer_loadgen s3 --endpoint "$rclone_s3" --json "$out/s3-rclone.ndjson" "$@"
+    if [ -n "$garage_s3" ]; then
+        peer_loadgen s3 --endpoint "$garage_s3" "${garage_keys[@]}" --json "$out/s3-garage.ndjson" "$@"
+    fi
 }
 
 if wants s3; then
-    echo "## S3: pgvs3 and rclone serve s3 (${SECONDS}s in)" >&2
+    echo "## S3: pgvs3, rclone serve s3${garage_s3:+ and Garage} (${SECONDS}s in)" >&2
     if [ "$smoke" = yes ]; then
         s3_pair "${run[@]}" --ops put,get,head,list --sizes 4KiB --workers 4 --keys 50
         s3_pair "${run[@]}" --ops put,get --payload-file "${fixture[events-1MiB.parquet]},${fixture[binary-1MiB.bin]}" \
@@ -127,12 +191,18 @@ if wants s3; then
     else
         s3_pair "${run[@]}" --ops put,get,head,list --sizes 4KiB --workers 16 --keys 1000
         # Few keys for large objects: every byte is stored three times over (pgvs3's tables, its
-        # WAL, rclone's directory) on a shared disk. The 1 GiB fixtures run by hand:
-        # `just load --ops put,get --payload-file ~/.cache/pgvs3-fixtures/events-1GiB.parquet`.
+        # WAL, rclone's directory) on a shared disk; the 1 GiB fixtures only with --full.
         # A request budget rather than seconds: a few seconds hold only one or two large requests.
         s3_pair --requests 10 --ops put,get --sizes 64MiB --workers 2 --keys 4 --timeout 300
         s3_pair --requests 8 --ops put,get --workers 2 --keys 4 --timeout 300 \
             --payload-file "${fixture[events-100MiB.parquet]}"
+        if [ "$full" = yes ]; then
+            # One worker over one key, a fresh pgvs3 for each file: one live 1 GiB object per
+            # server, plus the bodies its overwrites retire until the reaper's grace has passed.
+            for name in events-1GiB.parquet binary-1GiB.bin; do
+                s3_pair --requests 3 --ops put,get --workers 1 --keys 1 --timeout 900 --payload-file "${fixture[$name]}"
+            done
+        fi
     fi
 fi
 
@@ -196,6 +266,7 @@ fi
     echo "pgvs3: $("$bin/pgvs3" --version) ($(git rev-parse --short HEAD))"
     echo "postgresql: $("$(ls -d /usr/lib/postgresql/*/bin/postgres | sort -V | tail -1)" --version)"
     echo "rclone: $(rclone version | head -1)"
+    [ -z "$garage_s3" ] || echo "garage: $("$garage" --version | head -1) (cargo install --locked, rustc 1.95)"
     echo "redis: $(redis-server --version)"
     echo "rustc: $(rustc --version)"
 } >"$out/machine.txt"

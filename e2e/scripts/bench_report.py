@@ -50,25 +50,30 @@ def main():
     ratios = []  # (label, value) for the chart
     sections = ["# pgvs3 side by side", "", "```", (out / "machine.txt").read_text().strip(), "```", ""]
 
-    pgvs3, rclone = by_case(load(out / "s3-pgvs3.ndjson")), by_case(load(out / "s3-rclone.ndjson"))
-    direct_s3 = by_case(load(out / "direct-s3.ndjson"))
+    pgvs3, direct_s3 = by_case(load(out / "s3-pgvs3.ndjson")), by_case(load(out / "direct-s3.ndjson"))
+    # The S3 peers that ran (Garage only with --with-garage), each with its own columns.
+    peers = {name: cases for name in ["rclone", "garage"] if (cases := by_case(load(out / f"s3-{name}.ndjson")))}
     if pgvs3:
         rows = []
         for case, mine in pgvs3.items():
-            peer = rclone.get(case, {}).get("result")
             direct = direct_s3.get(DIRECT_S3.get(case, ""), {}).get("direct")
             m = mine["result"]
             workers = mine["config"]["budget"]["workers"]
-            rows.append([case, str(workers), fmt(m["rate"], 1), fmt(m["mib_per_second"], 1), fmt(m["p50_ms"], 2),
-                         fmt(peer and peer["rate"], 1), fmt(peer and peer["p50_ms"], 2),
-                         fmt(ratio(m["rate"], peer and peer["rate"]), 2),
-                         fmt(direct and direct["rate"], 1), fmt(ratio(m["rate"], direct and direct["rate"]), 2),
-                         str(sum(m["errors"].values()) + sum((peer or {}).get("errors", {}).values()))])
-            ratios.append((f"S3 {case[3:]} / rclone", ratio(m["rate"], peer and peer["rate"])))
+            row, errors = [case, str(workers), fmt(m["rate"], 1), fmt(m["mib_per_second"], 1), fmt(m["p50_ms"], 2)], 0
+            for name, cases in peers.items():
+                peer = cases.get(case, {}).get("result")
+                row += [fmt(peer and peer["rate"], 1), fmt(peer and peer["p50_ms"], 2),
+                        fmt(ratio(m["rate"], peer and peer["rate"]), 2)]
+                errors += sum((peer or {}).get("errors", {}).values())
+                ratios.append((f"S3 {case[3:]} / {name}", ratio(m["rate"], peer and peer["rate"])))
+            rows.append(row + [fmt(direct and direct["rate"], 1), fmt(ratio(m["rate"], direct and direct["rate"]), 2),
+                               str(sum(m["errors"].values()) + errors)])
             ratios.append((f"S3 {case[3:]} / direct SQL", ratio(m["rate"], direct and direct["rate"])))
-        sections += ["## S3: pgvs3 vs rclone serve s3 vs the direct statements", "",
-                     table(["case", "workers", "pgvs3 op/s", "pgvs3 MiB/s", "pgvs3 p50 ms", "rclone op/s",
-                            "rclone p50 ms", "pgvs3 / rclone", "direct op/s", "pgvs3 / direct", "errors"], rows), ""]
+        peer_columns = [column for name in peers for column in [f"{name} op/s", f"{name} p50 ms", f"pgvs3 / {name}"]]
+        sections += [f"## S3: pgvs3 vs {' vs '.join(f'{name} serve s3' if name == 'rclone' else name for name in peers)}"
+                     " vs the direct statements", "",
+                     table(["case", "workers", "pgvs3 op/s", "pgvs3 MiB/s", "pgvs3 p50 ms", *peer_columns,
+                            "direct op/s", "pgvs3 / direct", "errors"], rows), ""]
     if direct_s3:
         rows = [[case, fmt(r["gateway"]["rate"]), fmt(r["direct"]["rate"]), fmt(ratio(r["gateway"]["rate"], r["direct"]["rate"]), 2),
                  fmt(r["gateway"]["p50_ms"], 2), fmt(r["direct"]["p50_ms"], 2), str(r["clients"])]

@@ -12,8 +12,6 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 sizes="${1:-10MiB,100MiB}"
 requests="${2:-5}"
-latency="${PGVS3_BENCH_ORIGIN_LATENCY:-20ms}"
-bandwidth="${PGVS3_BENCH_ORIGIN_BANDWIDTH:-52428800}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/pgvs3-target}"
 cargo build --release --locked --bin pgvs3 --bin pgvs3-loadgen
 bin="$CARGO_TARGET_DIR/release"
@@ -24,15 +22,10 @@ export PGVS3_ROOT_ACCESS_KEY=BENCHROOTKEY00000001 PGVS3_ROOT_SECRET_KEY=bench-se
 source e2e/scripts/gateway.sh
 trap stop_all EXIT
 
-start_gateway "$bin" "$work/origin" --simulate-latency "$latency" --simulate-bandwidth "$bandwidth"
-origin=$gw_s3
-start_gateway "$bin" "$work/cache"
+start_cache_pair "$bin/pgvs3" "$bin/pgvs3-loadgen" "$work" bench-cache bench
+origin=$cache_origin
 cache=$gw_s3
 keys=(--access-key "$PGVS3_ROOT_ACCESS_KEY" --secret-key "$PGVS3_ROOT_SECRET_KEY")
-"$bin/pgvs3-loadgen" s3 --endpoint "$origin" "${keys[@]}" --bucket bench --ops put --sizes 4KiB \
-    --requests 1 --workers 1 >/dev/null
-"$bin/pgvs3" admin --data-dir "$work/cache/data" origin put --bucket bench-cache --endpoint "$origin" \
-    --origin-bucket bench "${keys[@]}" --mode write-back >/dev/null
 
 run() {
     local label=$1 endpoint=$2 bucket=$3

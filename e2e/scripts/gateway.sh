@@ -1,5 +1,5 @@
-# Sourced by the load and bench scripts: gateways on fresh embedded PostgreSQL clusters, and the
-# clean-up of what a script started.
+# Sourced by the load, paired and bench scripts: gateways on fresh embedded PostgreSQL clusters,
+# the load generator against them, and the clean-up of what a script started.
 
 # Processes to stop when the script exits (`trap stop_all EXIT`), then the directory $work.
 pids=()
@@ -9,17 +9,17 @@ stop_all() {
     rm -rf "${work:?}"
 }
 
-#   start_gateway BIN DATA_DIR [serve flags...]
-# Every listener on an ephemeral loopback port. Sets gw_pid (also in pids), gw_s3, gw_metrics,
-# gw_ojs, gw_resp and gw_capacity (the loadgen's --capacity flags for this gateway: its
-# database, metrics, pid, and a reaper drain).
+#   start_gateway PGVS3 DATA_DIR [serve flags...]
+# PGVS3 is the gateway's executable. Every listener on an ephemeral loopback port. Sets gw_pid
+# (also in pids), gw_s3, gw_metrics, gw_ojs, gw_resp and gw_capacity (the loadgen's --capacity
+# flags for this gateway: its database, metrics, pid, and a reaper drain).
 start_gateway() {
-    local bin=$1 data=$2
+    local pgvs3=$1 data=$2
     shift 2
     mkdir -p "$data"
     # As root, PostgreSQL runs as an unprivileged user that must be able to enter the directory.
     chmod 755 "$data"
-    "$bin/pgvs3" serve --data-dir "$data/data" --s3-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 \
+    "$pgvs3" serve --data-dir "$data/data" --s3-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 \
         --resp-addr 127.0.0.1:0 --ojs-addr 127.0.0.1:0 "$@" >"$data/serve.log" 2>&1 &
     gw_pid=$!
     pids+=("$gw_pid")
@@ -40,5 +40,58 @@ start_gateway() {
     gw_capacity=(--capacity
         --capacity-database-url "host=$(sed -n 5p "$pid_file") port=$(sed -n 4p "$pid_file") user=pgvs3 dbname=postgres"
         --capacity-metrics-url "$gw_metrics" --capacity-gateway-pid "$gw_pid"
-        --capacity-drain "'$bin/pgvs3' admin --data-dir '$data/data' maintenance --run-once --grace 0s")
+        --capacity-drain "'$pgvs3' admin --data-dir '$data/data' maintenance --run-once --grace 0s")
 }
+
+#   start_cache_pair PGVS3 LOADGEN DIR CACHE_BUCKET ORIGIN_BUCKET [origin put flags...]
+# Two gateways of PGVS3, each on its own cluster: an origin in DIR/origin that answers like a
+# remote store (PGVS3_BENCH_ORIGIN_LATENCY each way, default 20ms; PGVS3_BENCH_ORIGIN_BANDWIDTH
+# bytes/s per request, default 50 MiB/s) holding ORIGIN_BUCKET, and a cache in DIR/cache whose
+# CACHE_BUCKET fronts it in write-back mode. Sets cache_origin (the origin's S3 endpoint) and
+# the gw_* of the cache gateway. Needs PGVS3_ROOT_ACCESS_KEY and PGVS3_ROOT_SECRET_KEY.
+start_cache_pair() {
+    local pgvs3=$1 loadgen=$2 dir=$3 cache_bucket=$4 origin_bucket=$5
+    shift 5
+    local keys=(--access-key "$PGVS3_ROOT_ACCESS_KEY" --secret-key "$PGVS3_ROOT_SECRET_KEY")
+    mkdir -p "$dir"
+    chmod 755 "$dir"
+    start_gateway "$pgvs3" "$dir/origin" --simulate-latency "${PGVS3_BENCH_ORIGIN_LATENCY:-20ms}" \
+        --simulate-bandwidth "${PGVS3_BENCH_ORIGIN_BANDWIDTH:-52428800}" || return 1
+    cache_origin=$gw_s3
+    # The origin bucket must exist before the cache verifies it: one small object creates it.
+    "$loadgen" s3 --endpoint "$cache_origin" "${keys[@]}" --bucket "$origin_bucket" --ops put --sizes 4KiB \
+        --requests 1 --workers 1 >/dev/null || return 1
+    start_gateway "$pgvs3" "$dir/cache" || return 1
+    "$pgvs3" admin --data-dir "$dir/cache/data" origin put --bucket "$cache_bucket" --endpoint "$cache_origin" \
+        --origin-bucket "$origin_bucket" "${keys[@]}" --mode write-back "$@" >/dev/null
+}
+
+#   run_load PGVS3 LOADGEN PROTOCOL DIR [loadgen flags...]
+# LOADGEN's PROTOCOL cases (s3, resp, ojs, or cache: cold/warm GETs and write-back PUTs of
+# 1 MiB and more through a cache bucket in front of a constrained origin, see start_cache_pair)
+# against fresh gateways of PGVS3 whose data lives in DIR, stopped and deleted on return. A
+# `--capacity` flag becomes the gateway's capacity flags (the cache's, for `cache`). Returns the
+# load generator's status (2: some request failed). Needs PGVS3_ROOT_ACCESS_KEY and _SECRET_KEY.
+run_load() (
+    pgvs3=$1 loadgen=$2 protocol=$3 work=$4
+    shift 4
+    pids=()
+    trap stop_all EXIT
+    local keys=(--access-key "$PGVS3_ROOT_ACCESS_KEY" --secret-key "$PGVS3_ROOT_SECRET_KEY")
+    case $protocol in
+        cache) start_cache_pair "$pgvs3" "$loadgen" "$work" loadgen origin --write-back-threshold 1MiB || exit 1 ;;
+        s3 | resp | ojs) start_gateway "$pgvs3" "$work" || exit 1 ;;
+        *) echo "run_load: unknown protocol $protocol" >&2; exit 2 ;;
+    esac
+    local flags=()
+    for flag in "$@"; do
+        if [ "$flag" = --capacity ]; then flags+=("${gw_capacity[@]}"); else flags+=("$flag"); fi
+    done
+    case $protocol in
+        s3) target=(--endpoint "$gw_s3" "${keys[@]}") ;;
+        cache) target=(--endpoint "$gw_s3" "${keys[@]}" --origin-endpoint "$cache_origin" --origin-bucket origin) ;;
+        resp) target=(--url "$gw_resp") ;;
+        ojs) target=(--url "$gw_ojs") ;;
+    esac
+    "$loadgen" "$protocol" "${target[@]}" "${flags[@]}"
+)

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use pgvs3_e2e::loadgen::{self, Budget, cache, capacity, ojs, requests, resp, s3};
 use pgvs3_gateway::store::{CacheMode, Origin};
+use sha2::Digest;
 
 fn budget(requests: u64) -> Budget {
     Budget {
@@ -334,9 +335,12 @@ async fn the_binary_puts_and_reads_back_a_payload_file_and_records_ndjson() {
         .collect();
     let cases: Vec<&str> = records.iter().map(|r| r["case"].as_str().unwrap()).collect();
     assert_eq!(cases, ["s3 put fixture.bin", "s3 get fixture.bin"]);
+    // The paired gate compares these hashes: they must be the file's.
+    let file_sha256 = hex::encode(sha2::Sha256::digest(&bytes));
     for record in &records {
         assert_eq!(record["result"]["bytes"], 6 * bytes.len() as u64, "{record}");
         assert_eq!(record["config"]["case"]["size"], bytes.len() as u64);
+        assert_eq!(record["config"]["payload_sha256"], file_sha256.as_str());
     }
     // The objects hold the file's bytes.
     let object = gw

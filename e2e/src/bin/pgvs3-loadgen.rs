@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use pgvs3_e2e::loadgen::session::Session;
-use pgvs3_e2e::loadgen::{self, Budget, cache, capacity, human_size, ojs, requests, resp, s3};
+use pgvs3_e2e::loadgen::{self, Budget, cache, capacity, human_size, ojs, requests, resp, s3, sha256_hex};
 use serde_json::json;
 
 #[derive(Parser)]
@@ -290,6 +290,7 @@ async fn run_s3(args: S3Args) -> anyhow::Result<Session> {
     let mut session = args.run.session().await?;
     for (label, payload) in payloads {
         let size = payload.len() as u64;
+        let payload_sha256 = sha256_hex(&payload);
         for &operation in &args.ops {
             let case = s3::Case {
                 operation,
@@ -310,7 +311,8 @@ async fn run_s3(args: S3Args) -> anyhow::Result<Session> {
                 Some(seeder) => runner.prepare_via(seeder, args.run.workers).await?,
                 None => runner.prepare(args.run.workers).await?,
             }
-            let config = json!({ "target": target, "case": case, "budget": budget, "payload": label });
+            let config = json!({ "target": target, "case": case, "budget": budget, "payload": label,
+                                 "payload_sha256": payload_sha256 });
             session.case(&name, config, budget, requests(runner)).await?;
         }
     }
@@ -321,6 +323,7 @@ async fn run_resp(args: RespArgs) -> anyhow::Result<Session> {
     let budget = args.run.budget();
     let mut session = args.run.session().await?;
     for &size in &args.sizes {
+        let payload_sha256 = sha256_hex(&loadgen::payload(size));
         for &pipeline in &args.pipeline {
             for &operation in &args.ops {
                 let op_name = format!("{operation:?}").to_lowercase();
@@ -335,7 +338,8 @@ async fn run_resp(args: RespArgs) -> anyhow::Result<Session> {
                 let runner = resp::Runner::connect(&args.url, args.run.workers, case.clone()).await?;
                 runner.prepare().await?;
                 let name = format!("resp {op_name} {} P{pipeline}", human_size(size));
-                let config = json!({ "url": args.url, "case": case, "budget": budget });
+                let config = json!({ "url": args.url, "case": case, "budget": budget,
+                                     "payload_sha256": payload_sha256 });
                 session.case(&name, config, budget, requests(Arc::new(runner))).await?;
             }
         }
@@ -378,12 +382,14 @@ async fn run_cache(args: CacheArgs) -> anyhow::Result<Session> {
     });
     let mut session = args.run.session().await?;
     for &size in &args.sizes {
+        let payload_sha256 = sha256_hex(&loadgen::payload(size));
         for &operation in &args.ops {
             let runner = cache::Runner::new(Arc::clone(&cache_client), operation, size, args.keys.max(1));
             let budget = runner.prepare(&origin, args.run.budget()).await?;
             let name = format!("cache {} {}", operation.name(), human_size(size));
             let config = json!({ "target": target, "origin_bucket": args.origin_bucket, "operation": operation,
-                                 "size": size, "keys": args.keys, "budget": budget });
+                                 "size": size, "keys": args.keys, "budget": budget,
+                                 "payload_sha256": payload_sha256 });
             session.case(&name, config, budget, runner.op()).await?;
         }
     }

@@ -101,6 +101,13 @@ pub fn payload(size: u64) -> bytes::Bytes {
     bytes::Bytes::from(out)
 }
 
+/// The SHA-256 of a payload, hex: recorded with each case so that a comparison knows both sides
+/// sent the same bytes.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
 /// `1GiB`, `64MiB`, `4KiB` or `17B`: the largest binary unit that divides the size.
 pub fn human_size(bytes: u64) -> String {
     match bytes {
