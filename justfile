@@ -26,7 +26,7 @@ bench-direct *ARGS:
 
 # Load against a fresh release gateway: `just load --ops get,put --sizes 4KiB,64MiB --duration 10`,
 # `just load resp --pipeline 1,16`, `just load ojs --capacity`, `just load cache --sizes 10MiB`.
-# With `--before-bin A --after-bin B [--protocols s3,resp,ojs,cache] [--repeats 3]`: the paired
+# With `--before-bin A --after-bin B [--protocols s3,resp,ojs,cache] [--repeats 4]`: the paired
 # regression gate over every protocol (e2e/scripts/paired.sh).
 load *ARGS:
     e2e/scripts/load.sh {{ARGS}}

@@ -66,32 +66,41 @@ start_cache_pair() {
         --origin-bucket "$origin_bucket" "${keys[@]}" --mode write-back "$@" >/dev/null
 }
 
-#   run_load PGVS3 LOADGEN PROTOCOL DIR [loadgen flags...]
-# LOADGEN's PROTOCOL cases (s3, resp, ojs, or cache: cold/warm GETs and write-back PUTs of
-# 1 MiB and more through a cache bucket in front of a constrained origin, see start_cache_pair)
-# against fresh gateways of PGVS3 whose data lives in DIR, stopped and deleted on return. A
-# `--capacity` flag becomes the gateway's capacity flags (the cache's, for `cache`). Returns the
-# load generator's status (2: some request failed). Needs PGVS3_ROOT_ACCESS_KEY and _SECRET_KEY.
-run_load() (
-    pgvs3=$1 loadgen=$2 protocol=$3 work=$4
-    shift 4
-    pids=()
-    trap stop_all EXIT
+#   start_target PGVS3 LOADGEN PROTOCOL DIR
+# Fresh gateways of PGVS3 for LOADGEN's PROTOCOL cases (s3, resp, ojs, or cache: cold/warm GETs
+# and write-back PUTs of 1 MiB and more through a cache bucket in front of a constrained origin,
+# see start_cache_pair), their data in DIR. Sets `target` (the loadgen flags that address them)
+# and gw_capacity (the cache's, for `cache`); the caller stops them (stop_all). Needs
+# PGVS3_ROOT_ACCESS_KEY and PGVS3_ROOT_SECRET_KEY.
+start_target() {
+    local pgvs3=$1 loadgen=$2 protocol=$3 dir=$4
     local keys=(--access-key "$PGVS3_ROOT_ACCESS_KEY" --secret-key "$PGVS3_ROOT_SECRET_KEY")
     case $protocol in
-        cache) start_cache_pair "$pgvs3" "$loadgen" "$work" loadgen origin --write-back-threshold 1MiB || exit 1 ;;
-        s3 | resp | ojs) start_gateway "$pgvs3" "$work" || exit 1 ;;
-        *) echo "run_load: unknown protocol $protocol" >&2; exit 2 ;;
+        cache) start_cache_pair "$pgvs3" "$loadgen" "$dir" loadgen origin --write-back-threshold 1MiB || return 1 ;;
+        s3 | resp | ojs) start_gateway "$pgvs3" "$dir" || return 1 ;;
+        *) echo "start_target: unknown protocol $protocol" >&2; return 2 ;;
     esac
-    local flags=()
-    for flag in "$@"; do
-        if [ "$flag" = --capacity ]; then flags+=("${gw_capacity[@]}"); else flags+=("$flag"); fi
-    done
     case $protocol in
         s3) target=(--endpoint "$gw_s3" "${keys[@]}") ;;
         cache) target=(--endpoint "$gw_s3" "${keys[@]}" --origin-endpoint "$cache_origin" --origin-bucket origin) ;;
         resp) target=(--url "$gw_resp") ;;
         ojs) target=(--url "$gw_ojs") ;;
     esac
+}
+
+#   run_load PGVS3 LOADGEN PROTOCOL DIR [loadgen flags...]
+# LOADGEN's PROTOCOL cases against fresh gateways of PGVS3 (start_target) whose data lives in DIR,
+# stopped and deleted on return. A `--capacity` flag becomes the gateway's capacity flags.
+# Returns the load generator's status (2: some request failed).
+run_load() (
+    pgvs3=$1 loadgen=$2 protocol=$3 work=$4
+    shift 4
+    pids=()
+    trap stop_all EXIT
+    start_target "$pgvs3" "$loadgen" "$protocol" "$work" || exit 1
+    local flags=()
+    for flag in "$@"; do
+        if [ "$flag" = --capacity ]; then flags+=("${gw_capacity[@]}"); else flags+=("$flag"); fi
+    done
     "$loadgen" "$protocol" "${target[@]}" "${flags[@]}"
 )

@@ -4,18 +4,21 @@
 #   e2e/scripts/paired.sh --before-bin A --after-bin B [--protocols s3,resp,ojs,cache]
 #       [--repeats 4] [--seconds 5] [--warmup 2] [--out DIR] [--smoke]
 #       [--s3 FLAGS] [--resp FLAGS] [--ojs FLAGS] [--cache FLAGS]
-# Case groups per protocol (each group is one `just load PROTOCOL FLAGS` run: run_load in
-# gateway.sh, a fresh gateway, or for `cache` a cache gateway in front of a constrained origin
-# gateway, both of the side's binary):
+# Case groups per protocol (a group's cases run on one pair of fresh gateways per round: each
+# side's gateways on clusters of their own, or for `cache` a cache gateway in front of a
+# constrained origin gateway, see start_target in gateway.sh):
 #   s3:    put, get, head, list of 4 KiB at 16 workers; put, get of 10 MiB at 4 workers
 #   resp:  set, get, mget, incr of 4 KiB at 16 connections, pipeline depth 1 and 16
 #   ojs:   enqueue, batch enqueue of 100, fetch+ack cycle at 16 workers
 #   cache: cold GET, warm GET, write-back PUT of 10 MiB, 8 requests each, one worker
 # `--s3 "FLAGS"` (and --resp, --ojs, --cache) replaces that protocol's groups with one group of
-# these loadgen flags. Each round runs every group on both sides back to back, the first side
-# alternating from round to round (keep --repeats even: each side goes first equally often). Per case (path) it reports the median p50 and rate of each side
-# and their change, and fails a path whose median p50 rose more than 20% or whose median rate fell
-# more than 20%, that had any error, or that is missing from any run, naming each failing path.
+# these loadgen flags. Both sides' gateways are up together; each case (path) runs on one side
+# and right after on the other, the first side alternating from case to case and round to round
+# (keep --repeats even: each side goes first equally often). So the two runs of a pair share the
+# machine's load of that moment, and a path is judged by its per-round after/before ratios: it
+# fails when the median ratio of p50 rose more than 20% or that of rate fell more than 20%, on any
+# error, or when it is missing from any run, naming each failing path. The spread of the ratios
+# is reported beside them.
 # Writes DIR/paired.json (binaries' and payloads' SHA-256, every group's flags, every run's
 # figures, failed gates).
 # --smoke: a second of debug-built load per protocol (CI): the harness and every path are checked,
@@ -79,25 +82,66 @@ mkdir -p "$out"
 export PGVS3_ROOT_ACCESS_KEY=PAIREDROOTKEY0000001 PGVS3_ROOT_SECRET_KEY=paired-secret-key
 source e2e/scripts/gateway.sh
 
-# One run: group $3 of binary $1's side ($2) in round $4, on fresh gateways; its status is kept
-# (a load generator that stopped early leaves paths missing, which the report fails).
-run_side() {
-    local pgvs3=$1 side=$2 index=$3 round=$4
-    local status=0 flags
-    read -r -a flags <<<"${chosen[$index]}"
-    echo "# round $round, $side: ${chosen[$index]}" >&2
-    run_load "$pgvs3" "$loadgen" "${flags[0]}" "$(mktemp -d /tmp/pgvs3-paired-run-XXXXXX)" "${flags[@]:1}" \
-        "${timing[@]}" --json "$out/$side-$round-$index.ndjson" >&2 || status=$?
-    printf '%s\t%s\t%s\t%s\n' "$side" "$round" "$index" "$status" >>"$out/runs.tsv"
-}
-for round in $(seq 1 "$repeats"); do
-    for index in "${!chosen[@]}"; do
-        if [ $((round % 2)) -eq 1 ]; then
-            run_side "$before" before "$index" "$round"; run_side "$after" after "$index" "$round"
-        else
-            run_side "$after" after "$index" "$round"; run_side "$before" before "$index" "$round"
-        fi
+# The single cases of a group's loadgen flags, one line each: every combination of its --sizes,
+# --pipeline and --ops values (ops innermost, the order one loadgen run takes them in).
+cases_of() {
+    local lines=("$1") option line value next
+    for option in --sizes --pipeline --ops; do
+        next=()
+        for line in "${lines[@]}"; do
+            if [[ " $line " =~ ^(.*\ $option\ )([^ ]+)(\ .*)$ ]]; then
+                local head=${BASH_REMATCH[1]# } values=${BASH_REMATCH[2]} tail=${BASH_REMATCH[3]% }
+                for value in ${values//,/ }; do next+=("$head$value$tail"); done
+            else
+                next+=("$line")
+            fi
+        done
+        lines=("${next[@]}")
     done
+    printf '%s\n' "${lines[@]}"
+}
+
+# One round of group $1: fresh gateways of both binaries side by side, then each case on one side
+# and at once on the other, the first side alternating from case to case and round to round, so
+# both sides of a case run seconds apart under the same machine load. Every run's status goes to
+# runs.tsv (a load generator that stopped early leaves paths missing, which the report fails; a
+# side whose gateways did not start is recorded as case "-").
+run_group() (
+    index=$1 round=$2
+    read -r -a flags <<<"${chosen[$index]}"
+    protocol=${flags[0]}
+    work=$(mktemp -d /tmp/pgvs3-paired-run-XXXXXX)
+    # As root, PostgreSQL runs as an unprivileged user that must be able to enter the directory.
+    chmod 755 "$work"
+    pids=()
+    trap stop_all EXIT
+    declare -A targets=()
+    for side in before after; do
+        pgvs3=$before
+        [ $side = after ] && pgvs3=$after
+        if ! start_target "$pgvs3" "$loadgen" "$protocol" "$work/$side" >&2; then
+            printf '%s\t%s\t%s\t-\t1\n' "$side" "$round" "$index" >>"$out/runs.tsv"
+            exit 0
+        fi
+        targets[$side]="${target[*]}"
+    done
+    mapfile -t cases < <(cases_of "${chosen[$index]#"$protocol "}")
+    for case in "${!cases[@]}"; do
+        order=(before after)
+        [ $(((round + case) % 2)) -eq 0 ] && order=(after before)
+        for side in "${order[@]}"; do
+            echo "# round $round, $side: $protocol ${cases[$case]}" >&2
+            read -r -a case_flags <<<"${cases[$case]}"
+            read -r -a side_target <<<"${targets[$side]}"
+            status=0
+            "$loadgen" "$protocol" "${side_target[@]}" "${case_flags[@]}" "${timing[@]}" \
+                --json "$out/$side-$round-$index-$case.ndjson" >&2 || status=$?
+            printf '%s\t%s\t%s\t%s\t%s\n' "$side" "$round" "$index" "$case" "$status" >>"$out/runs.tsv"
+        done
+    done
+)
+for round in $(seq 1 "$repeats"); do
+    for index in "${!chosen[@]}"; do run_group "$index" "$round"; done
 done
 
 python3 e2e/scripts/paired_report.py "$out" --before "$before" --after "$after" --loadgen "$loadgen" \
