@@ -95,6 +95,7 @@ impl EmbeddedPostgres {
         };
         let mut settings = tuning(memory);
         settings.extend([
+            ("wal_compression", wal_compression(&bin).to_owned()),
             ("listen_addresses", "127.0.0.1".to_owned()),
             ("unix_socket_directories", quote_list_item(&socket_dir)),
             ("unix_socket_permissions", "0700".to_owned()),
@@ -273,7 +274,6 @@ fn tuning(memory: u64) -> Vec<(&'static str, String)> {
         ("min_wal_size", fixed("256MB")),
         ("checkpoint_timeout", fixed("15min")),
         ("checkpoint_completion_target", fixed("0.9")),
-        ("wal_compression", fixed("on")),
         ("wal_level", fixed("replica")),
         ("max_wal_senders", fixed("10")),
         ("hot_standby", fixed("on")),
@@ -286,6 +286,39 @@ fn tuning(memory: u64) -> Vec<(&'static str, String)> {
         ("dynamic_shared_memory_type", fixed("posix")),
         ("huge_pages", fixed("try")),
     ]
+}
+
+/// The method that compresses full-page images in the WAL: lz4 where the server has it
+/// (PostgreSQL 15 or later built `--with-lz4`, as Debian's are), otherwise pglz (`on`). After
+/// every checkpoint the first change to each page logs the whole page; pglz compressing those
+/// images cost PostgreSQL about a fifth more CPU per 4 KiB SET than lz4 in a side-by-side run of
+/// two clusters (the WAL came out the same size). `pg_config` of the same installation says how
+/// the server was built; where it is missing, pglz is the choice every server accepts.
+fn wal_compression(bin: &Path) -> &'static str {
+    let built = std::process::Command::new(bin.join("pg_config"))
+        .args(["--version", "--configure"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output();
+    match built {
+        Ok(output) if output.status.success() => lz4_or_pglz(&String::from_utf8_lossy(&output.stdout)),
+        _ => "on",
+    }
+}
+
+/// Reads `pg_config --version --configure`: a version line ("PostgreSQL 15.18 (Debian ...)"),
+/// then the configure options.
+fn lz4_or_pglz(pg_config: &str) -> &'static str {
+    let major = pg_config
+        .split_whitespace()
+        .nth(1)
+        .and_then(|version| version.split('.').next())
+        .and_then(|major| major.parse::<u32>().ok());
+    let with_lz4 = pg_config.contains("'--with-lz4'");
+    match major {
+        Some(major) if major >= 15 && with_lz4 => "lz4",
+        _ => "on",
+    }
 }
 
 /// The identity PostgreSQL runs as: the current user, or `postgres` when pgvs3 runs as root.
@@ -896,6 +929,19 @@ mod tests {
     }
 
     #[test]
+    fn wal_compression_is_lz4_only_where_the_server_has_it() {
+        let debian = "PostgreSQL 15.18 (Debian 15.18-0+deb12u1)\n '--prefix=/usr' '--with-lz4' '--with-zstd'";
+        assert_eq!(lz4_or_pglz(debian), "lz4");
+        assert_eq!(lz4_or_pglz("PostgreSQL 16.4\n '--prefix=/usr/local/pgsql'"), "on");
+        // PostgreSQL 14 has lz4 for TOAST but not for the WAL.
+        assert_eq!(lz4_or_pglz("PostgreSQL 14.13\n '--with-lz4'"), "on");
+        assert_eq!(lz4_or_pglz(""), "on");
+        // This machine's server (the one the tests run on) is Debian's, built with lz4.
+        let bin = find_pg_bin(None).expect("PostgreSQL server binaries");
+        assert_eq!(wal_compression(&bin), "lz4");
+    }
+
+    #[test]
     fn explicit_pg_bin_without_binaries_is_rejected() {
         let error =
             find_pg_bin(Some(Path::new("/nonexistent/pgvs3/bin"))).expect_err("a missing directory must be rejected");
@@ -962,6 +1008,17 @@ mod tests {
             fs::canonicalize(&scratch.0).expect("canonicalize").join("pg")
         );
         assert_eq!(select_one(&pg.connect_config()).await, 1);
+        let (client, connection) = pg.connect_config().connect(NoTls).await.expect("connect");
+        let connection = tokio::spawn(connection);
+        let compression: String = client
+            .query_one("SHOW wal_compression", &[])
+            .await
+            .expect("SHOW wal_compression")
+            .get(0);
+        let chosen = wal_compression(&find_pg_bin(None).expect("PostgreSQL server binaries"));
+        assert_eq!(compression, if chosen == "on" { "pglz" } else { chosen });
+        drop(client);
+        connection.await.expect("join").expect("connection");
 
         let password = fs::read_to_string(scratch.0.join("pg-password")).expect("password file");
         assert_eq!(password.len(), 32);
