@@ -116,7 +116,10 @@ run_group() (
     pids=()
     trap stop_all EXIT
     declare -A targets=()
-    for side in before after; do
+    # The side whose cluster starts first alternates too (the second start finds less free memory).
+    starts=(before after)
+    [ $((round % 2)) -eq 0 ] && starts=(after before)
+    for side in "${starts[@]}"; do
         pgvs3=$before
         [ $side = after ] && pgvs3=$after
         if ! start_target "$pgvs3" "$loadgen" "$protocol" "$work/$side" >&2; then
