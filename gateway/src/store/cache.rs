@@ -14,8 +14,8 @@ use tokio_postgres::types::Json;
 use super::chunks::{ChunkStream, worth_compressing};
 use super::conditions::Preconditions;
 use super::objects::{
-    BodyObserver, BodyStream, ByteRange, INLINE_LIMIT, NamespaceSql, ObjectHead, ObjectMeta, ObjectRead, ReadOptions,
-    StoredChecksum, body_rows, check_length, locate, read_prefix, write_chunks,
+    BodyStream, ByteRange, INLINE_LIMIT, NamespaceSql, ObjectHead, ObjectMeta, ObjectRead, ReadOptions, body_rows,
+    check_length, locate, read_prefix, write_chunks,
 };
 use super::{BucketInfo, Store, StoreError, StoreResult};
 
@@ -291,16 +291,6 @@ async fn lookup(
     Ok(row.as_ref().map(entry_from_row))
 }
 
-/// Accepts any body: a cache entry is checked by its length, not a client checksum.
-struct NoObserver;
-
-impl BodyObserver for NoObserver {
-    fn update(&mut self, _data: &[u8]) {}
-    fn finish(self: Box<Self>, _size: u64, _md5: &[u8; 16]) -> StoreResult<Option<StoredChecksum>> {
-        Ok(None)
-    }
-}
-
 /// Writes a filled entry from `body` in one transaction: nothing is visible unless the whole
 /// body arrived with the length the origin declared.
 async fn write_entry(
@@ -319,9 +309,8 @@ async fn write_entry(
         (Some(first.freeze()), None)
     } else {
         let compress = worth_compressing(head.meta.content_type.as_deref());
-        let mut md5 = Md5::new();
-        let (body_id, received) =
-            write_chunks(&tx, &SQL.filled, compress, first, &mut body, &mut md5, &mut NoObserver).await?;
+        // The origin's ETag is the entry's: no digest of its own.
+        let (body_id, received) = write_chunks(&tx, &SQL.filled, compress, first, &mut body, None).await?;
         check_length(Some(head.size), received)?;
         (None, Some(body_id))
     };
