@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use common::{ROOT_ACCESS_KEY, ROOT_SECRET_KEY, TestGateway, noise};
 use pgvs3_gateway::store::{CacheMode, Origin};
 
@@ -656,6 +657,61 @@ async fn a_clean_write_back_body_is_overwritten_revalidated_and_deleted_like_any
         .unwrap()
         .get(0);
     assert_eq!(left, 0);
+    pair.stop().await;
+}
+
+/// A multipart upload is written back like a large PUT, and once uploaded it stays cached as it
+/// was stored (parts and all): whole and ranged reads across a part boundary need no origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_multipart_upload_is_written_back_and_stays_cached_once_uploaded() {
+    let pair = Pair::start(CacheMode::WriteBack).await;
+    let client = &pair.cache.client;
+    let parts = [noise(5 << 20, 90), noise(1 << 20, 91)];
+    let upload_id = client
+        .create_multipart_upload()
+        .bucket(CACHE)
+        .key("mpu.bin")
+        .send()
+        .await
+        .unwrap()
+        .upload_id
+        .unwrap();
+    let mut completed = Vec::new();
+    for (number, body) in (1..).zip(&parts) {
+        let etag = client
+            .upload_part()
+            .bucket(CACHE)
+            .key("mpu.bin")
+            .upload_id(&upload_id)
+            .part_number(number)
+            .body(ByteStream::from(body.clone()))
+            .send()
+            .await
+            .unwrap()
+            .e_tag
+            .unwrap();
+        completed.push(CompletedPart::builder().part_number(number).e_tag(etag).build());
+    }
+    client
+        .complete_multipart_upload()
+        .bucket(CACHE)
+        .key("mpu.bin")
+        .upload_id(&upload_id)
+        .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(completed)).build())
+        .send()
+        .await
+        .unwrap();
+    let whole = parts.concat();
+    uploaded(&pair.cache, "mpu.bin").await;
+    assert_eq!(pair.origin_has("mpu.bin").await.unwrap(), whole);
+
+    let origin_reads = async || pair.origin_gets().await + origin_requests(&pair.origin, "GetObject", 206).await;
+    let before = origin_reads().await;
+    assert_eq!(get(client, CACHE, "mpu.bin").await.unwrap(), whole);
+    let seam = (5 << 20) - 10;
+    let (_, bytes) = range(client, "mpu.bin", &format!("bytes={seam}-{}", seam + 19)).await;
+    assert_eq!(bytes, &whole[seam..seam + 20]);
+    assert_eq!(origin_reads().await, before, "served from the cache");
     pair.stop().await;
 }
 
