@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The origin cache against a constrained origin (the seed's latency-proxy table):
 #   e2e/scripts/cache-bench.sh [SIZES] [REQUESTS]      e.g. 10MiB,100MiB 5
+#   PGVS3_BIN_DIR=/path/to/release e2e/scripts/cache-bench.sh ...   (prebuilt binaries, no build)
 # Origin: a pgvs3 gateway answering with 20 ms one-way latency and 50 MiB/s per request.
 # Cache: a second pgvs3 gateway (own embedded PostgreSQL) whose bucket fronts the origin's.
 # Cases per size, one worker: direct origin GET, the loadgen's cache cases (cold GET: each key
@@ -13,8 +14,13 @@ cd "$(dirname "$0")/../.."
 sizes="${1:-10MiB,100MiB}"
 requests="${2:-5}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/pgvs3-target}"
-cargo build --release --locked --bin pgvs3 --bin pgvs3-loadgen
-bin="$CARGO_TARGET_DIR/release"
+# PGVS3_BIN_DIR: run prebuilt pgvs3 and pgvs3-loadgen from there instead (A/B of two builds).
+if [[ -n "${PGVS3_BIN_DIR:-}" ]]; then
+    bin=$PGVS3_BIN_DIR
+else
+    cargo build --release --locked --bin pgvs3 --bin pgvs3-loadgen
+    bin="$CARGO_TARGET_DIR/release"
+fi
 
 work=$(mktemp -d /tmp/pgvs3-cache-bench-XXXXXX)
 chmod 755 "$work"

@@ -4,7 +4,7 @@ use anyhow::Context;
 use deadpool_postgres::Pool;
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 9;
+pub const LAYOUT_VERSION: i32 = 10;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -39,6 +39,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         9,
         "cache_range_lru",
         include_str!("../../migrations/0009_cache_range_lru.sql"),
+    ),
+    (
+        10,
+        "cache_keep_uploaded_bodies",
+        include_str!("../../migrations/0010_cache_keep_uploaded_bodies.sql"),
     ),
 ];
 

@@ -1,6 +1,7 @@
-//! The cache tier's tables: entries filled from an origin (`s3c`), bodies waiting for their
-//! upload (the cache bucket's own namespace `s3w`, plus `pgvs3.origin_outbox`), freshness,
-//! fill locks and eviction. `crate::cache` decides what to do; this module knows the layout.
+//! The cache tier's tables: entries filled from an origin (`s3c`), bodies written to the cache
+//! bucket (its own namespace `s3w`: pending until `pgvs3.origin_outbox` has seen them uploaded,
+//! then clean cache entries where they are), freshness, fill locks and eviction. `crate::cache`
+//! decides what to do; this module knows the layout.
 
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime};
@@ -13,12 +14,12 @@ use tokio_postgres::types::Json;
 use super::chunks::{ChunkStream, worth_compressing};
 use super::conditions::Preconditions;
 use super::objects::{
-    BodyObserver, BodyStream, ByteRange, INLINE_LIMIT, NamespaceSql, ObjectHead, ObjectMeta, ObjectRead, ReadOptions,
-    StoredChecksum, body_rows, check_length, locate, read_prefix, write_chunks,
+    BodyStream, ByteRange, INLINE_LIMIT, NamespaceSql, ObjectHead, ObjectMeta, ObjectRead, ReadOptions, body_rows,
+    check_length, locate, read_prefix, write_chunks,
 };
 use super::{BucketInfo, Store, StoreError, StoreResult};
 
-/// The namespace that holds filled and uploaded entries of every cache bucket.
+/// The namespace that holds the entries of every cache bucket filled from its origin.
 const FILLED: &str = "s3c";
 
 struct CacheSql {
@@ -36,28 +37,31 @@ struct CacheSql {
     due: String,
     retry_later: String,
     settle: String,
-    move_chunks: String,
     drop_pending: String,
     outbox_depth: String,
     range_size: String,
     range_chunks: String,
     store_ranges: String,
     drop_other_ranges: String,
-    forget_ranges: String,
+    supersede: String,
 }
 
 static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
-    // A pending body (s3w) is newer than anything at the origin, so it is looked at first.
-    // A filled entry is fresh while the origin vouched for it within the TTL; an entry with an
-    // empty ETag records that the origin had no such key (negative caching).
+    // A body written here (s3w) is newer than anything filled from the origin, so it is looked
+    // at first: pending, it is always served; clean (uploaded, `origin_etag` set), it is an
+    // entry like a filled one. An entry is fresh while the origin vouched for it within the TTL;
+    // a filled entry with an empty ETag records that the origin had no such key (negative
+    // caching).
     let lookup = |body: &str| {
         format!(
-            "SELECT size, etag, last_modified, meta, {body}, body_id, true, true, false
+            "SELECT size, coalesce(origin_etag, etag), last_modified, meta, {body}, body_id, origin_etag IS NULL,
+                    origin_etag IS NULL OR validated_at > now() - make_interval(secs => $3::float8),
+                    origin_etag IS NOT NULL AND accessed_at < now() - interval '1 minute', true
                FROM s3w.objects WHERE bucket_id = $1 AND key = $2
              UNION ALL
              SELECT size, etag, last_modified, meta, {body}, body_id, false,
                     validated_at > now() - make_interval(secs => CASE WHEN etag = '' THEN $4::float8 ELSE $3::float8 END),
-                    accessed_at < now() - interval '1 minute'
+                    accessed_at < now() - interval '1 minute', false
                FROM s3c.objects WHERE bucket_id = $1 AND key = $2
              LIMIT 1"
         )
@@ -73,39 +77,54 @@ static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
                               meta = EXCLUDED.meta, inline = EXCLUDED.inline, body_id = EXCLUDED.body_id,
                               validated_at = now(), accessed_at = now()"
             .into(),
-        mark_validated: "UPDATE s3c.objects SET validated_at = now() WHERE bucket_id = $1 AND key = $2 AND etag = $3"
+        mark_validated: "WITH clean AS (UPDATE s3w.objects SET validated_at = now()
+                                           WHERE bucket_id = $1 AND key = $2 AND origin_etag = $3)
+                         UPDATE s3c.objects SET validated_at = now() WHERE bucket_id = $1 AND key = $2 AND etag = $3"
             .into(),
-        forget: "WITH chunks AS (DELETE FROM s3c.ranges WHERE bucket_id = $1 AND key = $2)
+        // A pending body is not the cache's to forget: it exists nowhere else.
+        forget: "WITH chunks AS (DELETE FROM s3c.ranges WHERE bucket_id = $1 AND key = $2),
+                      clean AS (DELETE FROM s3w.objects WHERE bucket_id = $1 AND key = $2 AND origin_etag IS NOT NULL)
                  DELETE FROM s3c.objects WHERE bucket_id = $1 AND key = $2"
             .into(),
         // A key's range chunks are used together (a footer, then the column chunks it points
         // at), so a read of any of them counts as a use of all.
-        touch: "WITH ranges AS (UPDATE s3c.ranges SET accessed_at = now() WHERE bucket_id = $1 AND key = ANY($2))
+        touch: "WITH ranges AS (UPDATE s3c.ranges SET accessed_at = now() WHERE bucket_id = $1 AND key = ANY($2)),
+                     clean AS (UPDATE s3w.objects SET accessed_at = now()
+                                WHERE bucket_id = $1 AND key = ANY($2) AND origin_etag IS NOT NULL)
                 UPDATE s3c.objects SET accessed_at = now() WHERE bucket_id = $1 AND key = ANY($2)"
             .into(),
         cached_bytes: "SELECT ((SELECT coalesce(sum(size), 0) FROM s3c.objects WHERE bucket_id = $1)
+                             + (SELECT coalesce(sum(size), 0) FROM s3w.objects
+                                 WHERE bucket_id = $1 AND origin_etag IS NOT NULL)
                              + (SELECT coalesce(sum(length(data)), 0) FROM s3c.ranges WHERE bucket_id = $1))::bigint"
             .into(),
-        // The least recently used whole entries and range chunks, in one order, whose sizes add
-        // up to the excess `$2`; at most `$3` rows.
+        // The least recently used filled entries, clean written-back bodies and range chunks,
+        // in one order, whose sizes add up to the excess `$2`; at most `$3` rows. A body that
+        // became pending again meanwhile is kept by the re-checked `origin_etag`.
         evict: "WITH oldest AS (
-                    SELECT object_row, range_row, len,
+                    SELECT source, victim, len,
                            sum(len) OVER (ORDER BY accessed_at, key, chunk ROWS UNBOUNDED PRECEDING) AS running
-                      FROM (SELECT ctid AS object_row, NULL::tid AS range_row, size AS len, accessed_at, key,
-                                   -1 AS chunk
+                      FROM (SELECT 'filled' AS source, ctid AS victim, size AS len, accessed_at, key, -1 AS chunk
                               FROM s3c.objects WHERE bucket_id = $1
                             UNION ALL
-                            SELECT NULL::tid, ctid, length(data)::bigint, accessed_at, key, chunk
+                            SELECT 'clean', ctid, size, accessed_at, key, -1
+                              FROM s3w.objects WHERE bucket_id = $1 AND origin_etag IS NOT NULL
+                            UNION ALL
+                            SELECT 'range', ctid, length(data)::bigint, accessed_at, key, chunk
                               FROM s3c.ranges WHERE bucket_id = $1
                             ORDER BY accessed_at, key, chunk LIMIT $3) candidates),
-                victims AS (SELECT object_row, range_row FROM oldest WHERE running - len < $2::bigint),
-                objects AS (DELETE FROM s3c.objects
-                             WHERE ctid = ANY(ARRAY(SELECT object_row FROM victims WHERE object_row IS NOT NULL))
-                            RETURNING size),
+                victims AS (SELECT source, victim FROM oldest WHERE running - len < $2::bigint),
+                filled AS (DELETE FROM s3c.objects
+                            WHERE ctid = ANY(ARRAY(SELECT victim FROM victims WHERE source = 'filled'))
+                           RETURNING size),
+                clean AS (DELETE FROM s3w.objects
+                           WHERE ctid = ANY(ARRAY(SELECT victim FROM victims WHERE source = 'clean'))
+                             AND origin_etag IS NOT NULL
+                          RETURNING size),
                 ranges AS (DELETE FROM s3c.ranges
-                            WHERE ctid = ANY(ARRAY(SELECT range_row FROM victims WHERE range_row IS NOT NULL))
+                            WHERE ctid = ANY(ARRAY(SELECT victim FROM victims WHERE source = 'range'))
                            RETURNING length(data)::bigint AS len)
-                SELECT size FROM objects UNION ALL SELECT len FROM ranges"
+                SELECT size FROM filled UNION ALL SELECT size FROM clean UNION ALL SELECT len FROM ranges"
             .into(),
         pending: "SELECT EXISTS (SELECT 1 FROM pgvs3.origin_outbox WHERE bucket_id = $1 AND key = $2),
                          pg_is_in_recovery()"
@@ -121,20 +140,20 @@ static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
                              last_error = $5
                        WHERE bucket_id = $1 AND key = $2 AND generation = $3"
             .into(),
-        // The body that was uploaded becomes a filled entry (ETag as the origin knows it); a
-        // newer generation stays queued. Multipart bodies are not moved (their chunks are laid
-        // out per part): the next read fills from the origin.
+        // The body that was uploaded stays where it is, now a clean entry with the ETag the
+        // origin gave it (not copied: its bytes are written once). A newer generation stays
+        // queued. An entry filled before the write goes: it would show again once this body
+        // is evicted.
         settle: "WITH done AS (
                      DELETE FROM pgvs3.origin_outbox WHERE bucket_id = $1 AND key = $2 AND generation = $3
                      RETURNING bucket_id, key),
-                 body AS (
-                     DELETE FROM s3w.objects w USING done
-                      WHERE w.bucket_id = done.bucket_id AND w.key = done.key
-                     RETURNING w.size, w.last_modified, w.meta, w.inline, w.body_id)
-                 SELECT size, last_modified, meta, inline, body_id, meta ? 'pc' FROM body"
+                 clean AS (
+                     UPDATE s3w.objects w SET origin_etag = $4, validated_at = now(), accessed_at = now()
+                       FROM done WHERE w.bucket_id = done.bucket_id AND w.key = done.key
+                     RETURNING w.key),
+                 chunks AS (DELETE FROM s3c.ranges r USING clean WHERE r.bucket_id = $1 AND r.key = clean.key)
+                 DELETE FROM s3c.objects c USING clean WHERE c.bucket_id = $1 AND c.key = clean.key"
             .into(),
-        move_chunks:
-            "INSERT INTO s3c.chunks (body_id, seq, data) SELECT $2, seq, data FROM s3w.chunks WHERE body_id = $1".into(),
         drop_pending: "WITH queued AS (DELETE FROM pgvs3.origin_outbox WHERE bucket_id = $1 AND key = $2 RETURNING 1)
                        DELETE FROM s3w.objects WHERE bucket_id = $1 AND key = $2"
             .into(),
@@ -160,7 +179,12 @@ static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
                 .into(),
         drop_other_ranges:
             "DELETE FROM s3c.ranges WHERE bucket_id = $1 AND key = $2 AND (etag <> $3 OR chunk_size <> $4)".into(),
-        forget_ranges: "DELETE FROM s3c.ranges WHERE bucket_id = $1 AND key = $2".into(),
+        // A whole body filled from the origin replaces its range chunks and a clean body
+        // written here (never a pending one).
+        supersede:
+            "WITH clean AS (DELETE FROM s3w.objects WHERE bucket_id = $1 AND key = $2 AND origin_etag IS NOT NULL)
+                    DELETE FROM s3c.ranges WHERE bucket_id = $1 AND key = $2"
+                .into(),
     }
 });
 
@@ -180,13 +204,15 @@ pub enum RangeLookup {
 /// What the cache holds for a key.
 pub struct CacheEntry {
     pub head: ObjectHead,
-    /// In `s3w`: acknowledged, not yet at the origin. Always served, never revalidated.
+    /// Written here and acknowledged, not yet at the origin. Always served, never revalidated.
     pub pending: bool,
     /// Within the TTL (or pending).
     pub fresh: bool,
     /// A filled entry whose recorded last use is over a minute old: worth recording this one
     /// (a hot key is not rewritten on every read).
     pub use_unrecorded: bool,
+    /// The body was written to the cache bucket (its own namespace), not filled from the origin.
+    written_here: bool,
     inline: Option<Bytes>,
     body_id: Option<i64>,
 }
@@ -243,6 +269,7 @@ fn entry_from_row(row: &tokio_postgres::Row) -> CacheEntry {
         pending: row.get(6),
         fresh: row.get(7),
         use_unrecorded: row.get(8),
+        written_here: row.get(9),
     }
 }
 
@@ -264,16 +291,6 @@ async fn lookup(
     Ok(row.as_ref().map(entry_from_row))
 }
 
-/// Accepts any body: a cache entry is checked by its length, not a client checksum.
-struct NoObserver;
-
-impl BodyObserver for NoObserver {
-    fn update(&mut self, _data: &[u8]) {}
-    fn finish(self: Box<Self>, _size: u64, _md5: &[u8; 16]) -> StoreResult<Option<StoredChecksum>> {
-        Ok(None)
-    }
-}
-
 /// Writes a filled entry from `body` in one transaction: nothing is visible unless the whole
 /// body arrived with the length the origin declared.
 async fn write_entry(
@@ -292,9 +309,8 @@ async fn write_entry(
         (Some(first.freeze()), None)
     } else {
         let compress = worth_compressing(head.meta.content_type.as_deref());
-        let mut md5 = Md5::new();
-        let (body_id, received) =
-            write_chunks(&tx, &SQL.filled, compress, first, &mut body, &mut md5, &mut NoObserver).await?;
+        // The origin's ETag is the entry's: no digest of its own.
+        let (body_id, received) = write_chunks(&tx, &SQL.filled, compress, first, &mut body, None).await?;
         check_length(Some(head.size), received)?;
         (None, Some(body_id))
     };
@@ -313,8 +329,7 @@ async fn write_entry(
         ],
     )
     .await?;
-    // Chunks filled by range reads are superseded by the whole object.
-    tx.execute(&SQL.forget_ranges, &[&bucket_id, &key]).await?;
+    tx.execute(&SQL.supersede, &[&bucket_id, &key]).await?;
     tx.commit().await?;
     Ok(())
 }
@@ -452,7 +467,7 @@ impl Store {
         options: &ReadOptions,
         with_body: bool,
     ) -> StoreResult<ObjectRead> {
-        let sql: &NamespaceSql = if entry.pending { &bucket.sql } else { &SQL.filled };
+        let sql: &NamespaceSql = if entry.written_here { &bucket.sql } else { &SQL.filled };
         let client = self.client().await?;
         let multipart = entry.head.meta.parts.is_some();
         let (head, span, partial) = locate(&client, sql, entry.head, entry.body_id, options).await?;
@@ -531,9 +546,9 @@ impl Store {
         Ok(())
     }
 
-    /// Evicts until the bucket's filled entries fit `limit` bytes: whole entries and range chunks
-    /// alike, least recently used first. Pending bodies live in another table, so they are never
-    /// evicted. Returns the number of rows evicted.
+    /// Evicts until the bucket's entries fit `limit` bytes: filled whole entries, clean
+    /// written-back bodies and range chunks alike, least recently used first. Pending bodies are
+    /// neither counted nor evicted. Returns the number of rows evicted.
     pub async fn cache_evict(&self, bucket_id: i64, limit: u64) -> StoreResult<u64> {
         const BATCH: i64 = 100;
         let limit = limit.min(i64::MAX as u64) as i64;
@@ -751,46 +766,14 @@ impl UploadLock {
         }
     }
 
-    /// The upload of `due` succeeded with `origin_etag`: the body becomes a filled entry and
-    /// leaves the outbox, unless a newer body was queued meanwhile.
+    /// The upload of `due` succeeded with `origin_etag`: the body becomes a clean cache entry
+    /// and leaves the outbox, unless a newer body was queued meanwhile.
     pub async fn settle(&mut self, due: &DueUpload, origin_etag: &str) -> StoreResult<()> {
-        let tx = self.0.client().transaction().await?;
-        let Some(row) = tx
-            .query_opt(&SQL.settle, &[&due.bucket_id, &due.key, &due.generation])
-            .await?
-        else {
-            return Ok(());
-        };
-        let multipart: bool = row.get(5);
-        if multipart {
-            forget(&tx, due.bucket_id, &due.key).await?;
-        } else {
-            let inline: Option<&[u8]> = row.get(3);
-            let mut body_id: Option<i64> = None;
-            if let Some(pending_body) = row.get::<_, Option<i64>>(4) {
-                let filled_body: i64 = tx.query_one(&SQL.filled.next_body_id, &[]).await?.get(0);
-                tx.execute(&SQL.move_chunks, &[&pending_body, &filled_body]).await?;
-                body_id = Some(filled_body);
-            }
-            let meta: Json<ObjectMeta> = row.get(2);
-            let size: i64 = row.get(0);
-            let last_modified: SystemTime = row.get(1);
-            tx.execute(
-                &SQL.upsert_entry,
-                &[
-                    &due.bucket_id,
-                    &due.key,
-                    &size,
-                    &origin_etag,
-                    &last_modified,
-                    &meta,
-                    &inline,
-                    &body_id,
-                ],
-            )
+        let client = self.0.client();
+        let statement = client.prepare_cached(&SQL.settle).await?;
+        client
+            .execute(&statement, &[&due.bucket_id, &due.key, &due.generation, &origin_etag])
             .await?;
-        }
-        tx.commit().await?;
         Ok(())
     }
 

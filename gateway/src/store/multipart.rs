@@ -8,7 +8,7 @@ use bytes::BytesMut;
 use md5::{Digest, Md5};
 use tokio_postgres::types::Json;
 
-use super::objects::{NewObjectRow, check_length, write_chunks};
+use super::objects::{BodyDigest, NewObjectRow, check_length, write_chunks};
 use super::{
     Access, BodyObserver, CopySource, ObjectMeta, Principal, PutOutcome, ReadOptions, Store, StoreError, StoreResult,
     StoredChecksum, Upload, WriteCondition,
@@ -138,27 +138,17 @@ impl Store {
         let Upload {
             mut body,
             declared_len,
-            mut observer,
+            observer,
             ..
         } = upload;
         let bucket = self.bucket(principal, bucket, Access::Write).await?;
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        let mut md5 = Md5::new();
-        let (body_id, size) = write_chunks(
-            &tx,
-            &bucket.sql,
-            true,
-            BytesMut::new(),
-            &mut body,
-            &mut md5,
-            &mut *observer,
-        )
-        .await?;
+        let digest = BodyDigest::start(observer);
+        let (body_id, size) = write_chunks(&tx, &bucket.sql, true, BytesMut::new(), &mut body, Some(&digest)).await?;
         check_length(declared_len, size)?;
-        let digest: [u8; 16] = md5.finalize().into();
-        let checksum = observer.finish(size, &digest)?;
-        let etag = hex::encode(digest);
+        let (md5, checksum) = digest.finish(size).await?;
+        let etag = hex::encode(md5);
         let statement = tx.prepare_cached(&bucket.sql.lock_upload).await?;
         if tx
             .query_opt(&statement, &[&upload_id, &bucket.id, &key])
