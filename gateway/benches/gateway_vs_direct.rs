@@ -2,6 +2,10 @@
 //! directly with tokio-postgres on the same PostgreSQL, run side by side; prints the ratios.
 //!
 //! `cargo bench -p pgvs3-gateway --bench gateway_vs_direct -- [--seconds N] [--clients N] [--json FILE]`
+//!
+//! For instruction counts per request (`valgrind --tool=callgrind`), `--requests N --side gateway`
+//! runs a fixed number of operations on one side: the difference between two runs with different
+//! N cancels the start-up and fixtures.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -45,6 +49,12 @@ struct Args {
     /// Run only the cases whose name contains this (e.g. "GET 4"), for profiling one path.
     #[arg(long)]
     only: Option<String>,
+    /// Run exactly this many operations per case and side (no warm-up) instead of timing them.
+    #[arg(long)]
+    requests: Option<usize>,
+    /// Measure only this side (for profiling one path); the other side's column reads 0.
+    #[arg(long, value_enum, default_value_t = Side::Both)]
+    side: Side,
     /// Bucket quotas in play: `none`; `elsewhere` (another bucket of the namespace has one, so
     /// every write runs the usage trigger but finds no usage row); `bench` (the bench bucket has
     /// one: every write also updates its usage row).
@@ -57,6 +67,13 @@ struct Args {
     /// `cargo bench` passes this; ignored.
     #[arg(long, hide = true)]
     bench: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Side {
+    Both,
+    Gateway,
+    Direct,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -104,27 +121,45 @@ impl Sample {
     }
 }
 
-/// Runs `op` in `clients` closed loops: one warm-up second, then `seconds` measured.
-async fn measure<F, Fut>(clients: usize, seconds: u64, op: F) -> Sample
+/// How long each side of a case runs.
+#[derive(Clone, Copy)]
+enum Budget {
+    /// One warm-up second, then this many measured seconds.
+    Seconds(u64),
+    /// Exactly this many operations, all measured.
+    Requests(usize),
+}
+
+/// Runs `op` in `clients` closed loops for `budget`.
+async fn measure<F, Fut>(clients: usize, budget: Budget, op: F) -> Sample
 where
     F: Fn(usize, usize) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send,
 {
     let op = Arc::new(op);
-    let warm_until = Instant::now() + Duration::from_secs(1);
-    let stop_at = warm_until + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let (warm_until, stop_at, count) = match budget {
+        Budget::Seconds(seconds) => {
+            let warm_until = started + Duration::from_secs(1);
+            (warm_until, Some(warm_until + Duration::from_secs(seconds)), None)
+        }
+        Budget::Requests(count) => (started, None, Some(count)),
+    };
+    let tickets = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let cpu_at_start = tokio::spawn(async move {
         tokio::time::sleep_until(warm_until.into()).await;
         process_cpu()
     });
     let workers = (0..clients).map(|client| {
-        let op = Arc::clone(&op);
+        let (op, tickets) = (Arc::clone(&op), Arc::clone(&tickets));
         tokio::spawn(async move {
             let mut latencies = Vec::new();
             let mut i = 0;
             loop {
                 let started = Instant::now();
-                if started >= stop_at {
+                if stop_at.is_some_and(|stop_at| started >= stop_at)
+                    || count.is_some_and(|count| tickets.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= count)
+                {
                     break;
                 }
                 op(client, i).await;
@@ -144,9 +179,30 @@ where
     Sample {
         ops: latencies.len(),
         latencies,
-        elapsed: Duration::from_secs(seconds),
+        elapsed: stop_at.map_or_else(|| started.elapsed(), |stop_at| stop_at - warm_until),
         cpu,
     }
+}
+
+/// [`measure`] on `side` of a case, or an empty sample when `--side` leaves that side out.
+async fn measure_side<F, Fut>(args: &Args, side: Side, clients: usize, op: F) -> Sample
+where
+    F: Fn(usize, usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    if args.side != Side::Both && args.side != side {
+        return Sample {
+            ops: 0,
+            latencies: Vec::new(),
+            elapsed: Duration::from_secs(1),
+            cpu: Duration::ZERO,
+        };
+    }
+    let budget = match args.requests {
+        Some(count) => Budget::Requests(count),
+        None => Budget::Seconds(args.seconds),
+    };
+    measure(clients, budget, op).await
 }
 
 type Headers = Vec<(String, String)>;
@@ -313,16 +369,24 @@ async fn main() -> anyhow::Result<()> {
         }
         QuotaCase::Bench => catalog.set_bucket_quota("bench", Some(1 << 40), None).await?,
     }
+    let wanted = |case: &str| args.only.as_deref().is_none_or(|only| case.contains(only));
     let small = payload(SMALL);
-    let large = payload(LARGE);
+    // Only made when a 64 MiB case runs: under valgrind it would dwarf a small case's requests.
+    let large = if wanted("GET 64 MiB") || wanted("PUT 64 MiB") {
+        payload(LARGE)
+    } else {
+        Bytes::new()
+    };
     for i in 0..SMALL_KEYS {
         gateway
             .send(gateway.request("PUT", &format!("/bench/small-{i}"), small.clone()))
             .await;
     }
-    gateway
-        .send(gateway.request("PUT", "/bench/large-0", large.clone()))
-        .await;
+    if wanted("GET 64 MiB") {
+        gateway
+            .send(gateway.request("PUT", "/bench/large-0", large.clone()))
+            .await;
+    }
 
     // The direct baseline: the gateway's own statements, on a pool of the same size.
     let direct = Arc::new(pgvs3_gateway::pg::pool(url.parse()?, args.clients * 2)?);
@@ -358,11 +422,10 @@ async fn main() -> anyhow::Result<()> {
         "sql cpuµs"
     );
     let (seconds, clients) = (args.seconds, args.clients);
-    let wanted = |case: &str| args.only.as_deref().is_none_or(|only| case.contains(only));
 
     if wanted("GET 4 KiB") {
         let gw = Arc::clone(&gateway);
-        let gw_get = measure(clients, seconds, move |c, i| {
+        let gw_get = measure_side(&args, Side::Gateway, clients, move |c, i| {
             let gw = Arc::clone(&gw);
             async move {
                 let n = gw
@@ -377,7 +440,7 @@ async fn main() -> anyhow::Result<()> {
         })
         .await;
         let pool = Arc::clone(&direct);
-        let sql_get = measure(clients, seconds, move |c, i| {
+        let sql_get = measure_side(&args, Side::Direct, clients, move |c, i| {
             let pool = Arc::clone(&pool);
             async move {
                 let client = pool.get().await.unwrap();
@@ -394,7 +457,7 @@ async fn main() -> anyhow::Result<()> {
     if wanted("PUT 4 KiB") {
         let gw = Arc::clone(&gateway);
         let body = small.clone();
-        let gw_put = measure(clients, seconds, move |c, i| {
+        let gw_put = measure_side(&args, Side::Gateway, clients, move |c, i| {
             let (gw, body) = (Arc::clone(&gw), body.clone());
             async move {
                 gw.send(gw.request("PUT", &format!("/bench/put-{c}-{}", i % 100), body))
@@ -405,7 +468,7 @@ async fn main() -> anyhow::Result<()> {
         let pool = Arc::clone(&direct);
         let body = small.clone();
         let meta_for_put = meta.clone();
-        let sql_put = measure(clients, seconds, move |c, i| {
+        let sql_put = measure_side(&args, Side::Direct, clients, move |c, i| {
             let (pool, body, meta) = (Arc::clone(&pool), body.clone(), meta_for_put.clone());
             async move {
                 let client = pool.get().await.unwrap();
@@ -430,7 +493,7 @@ async fn main() -> anyhow::Result<()> {
     let large_clients = args.large_clients;
     if wanted("GET 64 MiB") {
         let gw = Arc::clone(&gateway);
-        let gw_large_get = measure(large_clients, seconds, move |_, _| {
+        let gw_large_get = measure_side(&args, Side::Gateway, large_clients, move |_, _| {
             let gw = Arc::clone(&gw);
             async move {
                 assert_eq!(gw.send(gw.request("GET", "/bench/large-0", Bytes::new())).await, LARGE);
@@ -438,7 +501,7 @@ async fn main() -> anyhow::Result<()> {
         })
         .await;
         let pool = Arc::clone(&direct);
-        let sql_large_get = measure(large_clients, seconds, move |_, _| {
+        let sql_large_get = measure_side(&args, Side::Direct, large_clients, move |_, _| {
             let pool = Arc::clone(&pool);
             async move {
                 let client = pool.get().await.unwrap();
@@ -466,7 +529,7 @@ async fn main() -> anyhow::Result<()> {
     if wanted("PUT 64 MiB") {
         let gw = Arc::clone(&gateway);
         let body = large.clone();
-        let gw_large_put = measure(large_clients, seconds, move |c, _| {
+        let gw_large_put = measure_side(&args, Side::Gateway, large_clients, move |c, _| {
             let (gw, body) = (Arc::clone(&gw), body.clone());
             async move {
                 gw.send(gw.request("PUT", &format!("/bench/large-put-{c}"), body)).await;
@@ -475,7 +538,7 @@ async fn main() -> anyhow::Result<()> {
         .await;
         let pool = Arc::clone(&direct);
         let body = large.clone();
-        let sql_large_put = measure(large_clients, seconds, move |c, _| {
+        let sql_large_put = measure_side(&args, Side::Direct, large_clients, move |c, _| {
             let (pool, body, meta) = (Arc::clone(&pool), body.clone(), meta.clone());
             async move {
                 let mut client = pool.get().await.unwrap();
