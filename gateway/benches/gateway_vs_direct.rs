@@ -55,6 +55,10 @@ struct Args {
     /// Measure only this side (for profiling one path); the other side's column reads 0.
     #[arg(long, value_enum, default_value_t = Side::Both)]
     side: Side,
+    /// Install the log subscriber `pgvs3 serve` runs with (human format, `PGVS3_LOG`, default
+    /// info), so each request's span costs what it costs in production.
+    #[arg(long)]
+    logs: bool,
     /// Bucket quotas in play: `none`; `elsewhere` (another bucket of the namespace has one, so
     /// every write runs the usage trigger but finds no usage row); `bench` (the bench bucket has
     /// one: every write also updates its usage row).
@@ -205,42 +209,64 @@ where
     measure(clients, budget, op).await
 }
 
-type Headers = Vec<(String, String)>;
+/// A request shape signed once: its URI and headers, cloned for each request (both share
+/// their bytes, so a clone is a few reference counts).
+#[derive(Clone)]
+struct Signed {
+    uri: hyper::Uri,
+    headers: hyper::HeaderMap,
+}
 
 struct Gateway {
     http: Client<HttpConnector, Full<Bytes>>,
     base: String,
     signer: raw::Signer,
-    /// Signatures stay valid for the whole run: one per request shape keeps the client's CPU
+    /// Signatures stay valid for the whole run: one per method and path keeps the client's CPU
     /// (which shares the machine with the gateway) out of the comparison.
-    signed: std::sync::Mutex<HashMap<(String, String), Headers>>,
+    signed: std::sync::Mutex<HashMap<&'static str, HashMap<String, Signed>>>,
 }
 
 impl Gateway {
-    fn request(&self, method: &str, path: &str, body: Bytes) -> hyper::Request<Full<Bytes>> {
-        let headers = self
-            .signed
-            .lock()
-            .unwrap()
-            .entry((method.to_owned(), path.to_owned()))
-            .or_insert_with(|| {
-                let hash = if method == "PUT" {
-                    "UNSIGNED-PAYLOAD".to_owned()
-                } else {
-                    raw::sha256_hex(b"")
-                };
-                self.signer.sign(method, path, &[], &hash, SystemTime::now())
-            })
-            .clone();
-        let mut builder = hyper::Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.base));
-        for (name, value) in headers {
+    fn request(&self, method: &'static str, path: &str, body: Bytes) -> hyper::Request<Full<Bytes>> {
+        let signed = {
+            let mut signed = self.signed.lock().unwrap();
+            let by_path = signed.entry(method).or_default();
+            match by_path.get(path) {
+                Some(signed) => signed.clone(),
+                None => {
+                    let signed = self.sign(method, path);
+                    by_path.insert(path.to_owned(), signed.clone());
+                    signed
+                }
+            }
+        };
+        let mut request = hyper::Request::new(Full::new(body));
+        *request.method_mut() = hyper::Method::from_bytes(method.as_bytes()).unwrap();
+        *request.uri_mut() = signed.uri;
+        *request.headers_mut() = signed.headers;
+        request
+    }
+
+    fn sign(&self, method: &str, path: &str) -> Signed {
+        let hash = if method == "PUT" {
+            "UNSIGNED-PAYLOAD".to_owned()
+        } else {
+            raw::sha256_hex(b"")
+        };
+        let mut headers = hyper::HeaderMap::new();
+        for (name, value) in self.signer.sign(method, path, &[], &hash, SystemTime::now()) {
+            // hyper's client writes Host from the URI.
             if name != "host" {
-                builder = builder.header(name, value);
+                headers.insert(
+                    hyper::header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                    value.parse().unwrap(),
+                );
             }
         }
-        builder.body(Full::new(body)).unwrap()
+        Signed {
+            uri: format!("{}{path}", self.base).parse().unwrap(),
+            headers,
+        }
     }
 
     async fn send(&self, request: hyper::Request<Full<Bytes>>) -> usize {
@@ -302,6 +328,9 @@ fn report(args: &Args, name: &str, bytes: usize, gateway: &Sample, direct: &Samp
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let _telemetry = args
+        .logs
+        .then(|| pgvs3_gateway::telemetry::init(pgvs3_gateway::config::LogFormat::Human));
     let data_dir = std::env::temp_dir().join(format!("pgvs3-bench-{}", std::process::id()));
     let mut server = EmbeddedPostgres::start(EmbeddedOptions {
         data_dir: data_dir.clone(),

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use http::{HeaderValue, Request, Response};
 use hyper::body::Incoming;
+use prometheus::IntCounter;
 use s3s::service::{S3Service, S3ServiceBuilder};
 use tracing::Instrument;
 
@@ -28,6 +29,9 @@ use errors::RequestId;
 pub struct S3Endpoint {
     service: S3Service,
     metrics: Metrics,
+    /// This front's byte counters, resolved once instead of looked up by label per request.
+    bytes_received: IntCounter,
+    bytes_sent: IntCounter,
     admission: Admission,
     lag: ReplicaLag,
     next_request: Arc<AtomicU64>,
@@ -53,6 +57,8 @@ impl S3Endpoint {
         }
         Ok(S3Endpoint {
             service: builder.build(),
+            bytes_received: metrics.bytes_received.with_label_values(&["s3"]),
+            bytes_sent: metrics.bytes_sent.with_label_values(&["s3"]),
             metrics,
             admission,
             lag,
@@ -145,7 +151,8 @@ impl S3Endpoint {
     /// Metrics and the request span's fields, once the response's head is known.
     fn record(&self, started: Instant, facts: &RequestFacts, response: &Response<s3s::Body>, received: Option<u64>) {
         let operation = facts.operation().unwrap_or("Unknown");
-        let status = response.status().as_u16().to_string();
+        let status_code = response.status();
+        let status = status_code.as_str();
         let sent = content_length(response.headers(), "content-length");
         let span = tracing::Span::current();
         crate::telemetry::name_operation(&span, "S3", operation);
@@ -154,20 +161,20 @@ impl S3Endpoint {
         }
         span.record("bytes_in", received);
         span.record("bytes_out", sent);
-        crate::telemetry::finish(&span, &status, response.status().is_server_error());
+        crate::telemetry::finish(&span, status, status_code.is_server_error());
         self.metrics
             .requests
-            .with_label_values(&["s3", operation, &status])
+            .with_label_values(&["s3", operation, status])
             .inc();
         self.metrics
             .request_seconds
             .with_label_values(&["s3", operation])
             .observe(started.elapsed().as_secs_f64());
         if let Some(bytes) = received {
-            self.metrics.bytes_received.with_label_values(&["s3"]).inc_by(bytes);
+            self.bytes_received.inc_by(bytes);
         }
         if let Some(bytes) = sent {
-            self.metrics.bytes_sent.with_label_values(&["s3"]).inc_by(bytes);
+            self.bytes_sent.inc_by(bytes);
         }
     }
 }
