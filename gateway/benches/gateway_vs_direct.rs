@@ -27,6 +27,10 @@ use pgvs3_gateway::pg::embedded::{EmbeddedOptions, EmbeddedPostgres};
 use pgvs3_gateway::serve::RunningGateway;
 use tokio_postgres::types::{Json, ToSql, Type};
 
+/// The allocator `pgvs3` runs with (see src/main.rs), so the in-process gateway costs what it does there.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const ACCESS_KEY: &str = "BENCHROOTKEY00000001";
 const SECRET_KEY: &str = "bench-secret";
 const SMALL: usize = 4096;
