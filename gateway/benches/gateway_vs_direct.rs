@@ -2,6 +2,10 @@
 //! directly with tokio-postgres on the same PostgreSQL, run side by side; prints the ratios.
 //!
 //! `cargo bench -p pgvs3-gateway --bench gateway_vs_direct -- [--seconds N] [--clients N] [--json FILE]`
+//!
+//! For instruction counts per request (`valgrind --tool=callgrind`), `--requests N --side gateway`
+//! runs a fixed number of operations on one side: the difference between two runs with different
+//! N cancels the start-up and fixtures.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -22,6 +26,10 @@ use hyper_util::rt::TokioExecutor;
 use pgvs3_gateway::pg::embedded::{EmbeddedOptions, EmbeddedPostgres};
 use pgvs3_gateway::serve::RunningGateway;
 use tokio_postgres::types::{Json, ToSql, Type};
+
+/// The allocator `pgvs3` runs with (see src/main.rs), so the in-process gateway costs what it does there.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const ACCESS_KEY: &str = "BENCHROOTKEY00000001";
 const SECRET_KEY: &str = "bench-secret";
@@ -45,6 +53,16 @@ struct Args {
     /// Run only the cases whose name contains this (e.g. "GET 4"), for profiling one path.
     #[arg(long)]
     only: Option<String>,
+    /// Run exactly this many operations per case and side (no warm-up) instead of timing them.
+    #[arg(long)]
+    requests: Option<usize>,
+    /// Measure only this side (for profiling one path); the other side's column reads 0.
+    #[arg(long, value_enum, default_value_t = Side::Both)]
+    side: Side,
+    /// Install the log subscriber `pgvs3 serve` runs with (human format, `PGVS3_LOG`, default
+    /// info), so each request's span costs what it costs in production.
+    #[arg(long)]
+    logs: bool,
     /// Bucket quotas in play: `none`; `elsewhere` (another bucket of the namespace has one, so
     /// every write runs the usage trigger but finds no usage row); `bench` (the bench bucket has
     /// one: every write also updates its usage row).
@@ -57,6 +75,13 @@ struct Args {
     /// `cargo bench` passes this; ignored.
     #[arg(long, hide = true)]
     bench: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Side {
+    Both,
+    Gateway,
+    Direct,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -104,27 +129,45 @@ impl Sample {
     }
 }
 
-/// Runs `op` in `clients` closed loops: one warm-up second, then `seconds` measured.
-async fn measure<F, Fut>(clients: usize, seconds: u64, op: F) -> Sample
+/// How long each side of a case runs.
+#[derive(Clone, Copy)]
+enum Budget {
+    /// One warm-up second, then this many measured seconds.
+    Seconds(u64),
+    /// Exactly this many operations, all measured.
+    Requests(usize),
+}
+
+/// Runs `op` in `clients` closed loops for `budget`.
+async fn measure<F, Fut>(clients: usize, budget: Budget, op: F) -> Sample
 where
     F: Fn(usize, usize) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send,
 {
     let op = Arc::new(op);
-    let warm_until = Instant::now() + Duration::from_secs(1);
-    let stop_at = warm_until + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let (warm_until, stop_at, count) = match budget {
+        Budget::Seconds(seconds) => {
+            let warm_until = started + Duration::from_secs(1);
+            (warm_until, Some(warm_until + Duration::from_secs(seconds)), None)
+        }
+        Budget::Requests(count) => (started, None, Some(count)),
+    };
+    let tickets = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let cpu_at_start = tokio::spawn(async move {
         tokio::time::sleep_until(warm_until.into()).await;
         process_cpu()
     });
     let workers = (0..clients).map(|client| {
-        let op = Arc::clone(&op);
+        let (op, tickets) = (Arc::clone(&op), Arc::clone(&tickets));
         tokio::spawn(async move {
             let mut latencies = Vec::new();
             let mut i = 0;
             loop {
                 let started = Instant::now();
-                if started >= stop_at {
+                if stop_at.is_some_and(|stop_at| started >= stop_at)
+                    || count.is_some_and(|count| tickets.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= count)
+                {
                     break;
                 }
                 op(client, i).await;
@@ -144,47 +187,90 @@ where
     Sample {
         ops: latencies.len(),
         latencies,
-        elapsed: Duration::from_secs(seconds),
+        elapsed: stop_at.map_or_else(|| started.elapsed(), |stop_at| stop_at - warm_until),
         cpu,
     }
 }
 
-type Headers = Vec<(String, String)>;
+/// [`measure`] on `side` of a case, or an empty sample when `--side` leaves that side out.
+async fn measure_side<F, Fut>(args: &Args, side: Side, clients: usize, op: F) -> Sample
+where
+    F: Fn(usize, usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    if args.side != Side::Both && args.side != side {
+        return Sample {
+            ops: 0,
+            latencies: Vec::new(),
+            elapsed: Duration::from_secs(1),
+            cpu: Duration::ZERO,
+        };
+    }
+    let budget = match args.requests {
+        Some(count) => Budget::Requests(count),
+        None => Budget::Seconds(args.seconds),
+    };
+    measure(clients, budget, op).await
+}
+
+/// A request shape signed once: its URI and headers, cloned for each request (both share
+/// their bytes, so a clone is a few reference counts).
+#[derive(Clone)]
+struct Signed {
+    uri: hyper::Uri,
+    headers: hyper::HeaderMap,
+}
 
 struct Gateway {
     http: Client<HttpConnector, Full<Bytes>>,
     base: String,
     signer: raw::Signer,
-    /// Signatures stay valid for the whole run: one per request shape keeps the client's CPU
+    /// Signatures stay valid for the whole run: one per method and path keeps the client's CPU
     /// (which shares the machine with the gateway) out of the comparison.
-    signed: std::sync::Mutex<HashMap<(String, String), Headers>>,
+    signed: std::sync::Mutex<HashMap<&'static str, HashMap<String, Signed>>>,
 }
 
 impl Gateway {
-    fn request(&self, method: &str, path: &str, body: Bytes) -> hyper::Request<Full<Bytes>> {
-        let headers = self
-            .signed
-            .lock()
-            .unwrap()
-            .entry((method.to_owned(), path.to_owned()))
-            .or_insert_with(|| {
-                let hash = if method == "PUT" {
-                    "UNSIGNED-PAYLOAD".to_owned()
-                } else {
-                    raw::sha256_hex(b"")
-                };
-                self.signer.sign(method, path, &[], &hash, SystemTime::now())
-            })
-            .clone();
-        let mut builder = hyper::Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.base));
-        for (name, value) in headers {
+    fn request(&self, method: &'static str, path: &str, body: Bytes) -> hyper::Request<Full<Bytes>> {
+        let signed = {
+            let mut signed = self.signed.lock().unwrap();
+            let by_path = signed.entry(method).or_default();
+            match by_path.get(path) {
+                Some(signed) => signed.clone(),
+                None => {
+                    let signed = self.sign(method, path);
+                    by_path.insert(path.to_owned(), signed.clone());
+                    signed
+                }
+            }
+        };
+        let mut request = hyper::Request::new(Full::new(body));
+        *request.method_mut() = hyper::Method::from_bytes(method.as_bytes()).unwrap();
+        *request.uri_mut() = signed.uri;
+        *request.headers_mut() = signed.headers;
+        request
+    }
+
+    fn sign(&self, method: &str, path: &str) -> Signed {
+        let hash = if method == "PUT" {
+            "UNSIGNED-PAYLOAD".to_owned()
+        } else {
+            raw::sha256_hex(b"")
+        };
+        let mut headers = hyper::HeaderMap::new();
+        for (name, value) in self.signer.sign(method, path, &[], &hash, SystemTime::now()) {
+            // hyper's client writes Host from the URI.
             if name != "host" {
-                builder = builder.header(name, value);
+                headers.insert(
+                    hyper::header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                    value.parse().unwrap(),
+                );
             }
         }
-        builder.body(Full::new(body)).unwrap()
+        Signed {
+            uri: format!("{}{path}", self.base).parse().unwrap(),
+            headers,
+        }
     }
 
     async fn send(&self, request: hyper::Request<Full<Bytes>>) -> usize {
@@ -246,6 +332,9 @@ fn report(args: &Args, name: &str, bytes: usize, gateway: &Sample, direct: &Samp
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let _telemetry = args
+        .logs
+        .then(|| pgvs3_gateway::telemetry::init(pgvs3_gateway::config::LogFormat::Human));
     let data_dir = std::env::temp_dir().join(format!("pgvs3-bench-{}", std::process::id()));
     let mut server = EmbeddedPostgres::start(EmbeddedOptions {
         data_dir: data_dir.clone(),
@@ -313,16 +402,24 @@ async fn main() -> anyhow::Result<()> {
         }
         QuotaCase::Bench => catalog.set_bucket_quota("bench", Some(1 << 40), None).await?,
     }
+    let wanted = |case: &str| args.only.as_deref().is_none_or(|only| case.contains(only));
     let small = payload(SMALL);
-    let large = payload(LARGE);
+    // Only made when a 64 MiB case runs: under valgrind it would dwarf a small case's requests.
+    let large = if wanted("GET 64 MiB") || wanted("PUT 64 MiB") {
+        payload(LARGE)
+    } else {
+        Bytes::new()
+    };
     for i in 0..SMALL_KEYS {
         gateway
             .send(gateway.request("PUT", &format!("/bench/small-{i}"), small.clone()))
             .await;
     }
-    gateway
-        .send(gateway.request("PUT", "/bench/large-0", large.clone()))
-        .await;
+    if wanted("GET 64 MiB") {
+        gateway
+            .send(gateway.request("PUT", "/bench/large-0", large.clone()))
+            .await;
+    }
 
     // The direct baseline: the gateway's own statements, on a pool of the same size.
     let direct = Arc::new(pgvs3_gateway::pg::pool(url.parse()?, args.clients * 2)?);
@@ -358,11 +455,10 @@ async fn main() -> anyhow::Result<()> {
         "sql cpuµs"
     );
     let (seconds, clients) = (args.seconds, args.clients);
-    let wanted = |case: &str| args.only.as_deref().is_none_or(|only| case.contains(only));
 
     if wanted("GET 4 KiB") {
         let gw = Arc::clone(&gateway);
-        let gw_get = measure(clients, seconds, move |c, i| {
+        let gw_get = measure_side(&args, Side::Gateway, clients, move |c, i| {
             let gw = Arc::clone(&gw);
             async move {
                 let n = gw
@@ -377,7 +473,7 @@ async fn main() -> anyhow::Result<()> {
         })
         .await;
         let pool = Arc::clone(&direct);
-        let sql_get = measure(clients, seconds, move |c, i| {
+        let sql_get = measure_side(&args, Side::Direct, clients, move |c, i| {
             let pool = Arc::clone(&pool);
             async move {
                 let client = pool.get().await.unwrap();
@@ -394,7 +490,7 @@ async fn main() -> anyhow::Result<()> {
     if wanted("PUT 4 KiB") {
         let gw = Arc::clone(&gateway);
         let body = small.clone();
-        let gw_put = measure(clients, seconds, move |c, i| {
+        let gw_put = measure_side(&args, Side::Gateway, clients, move |c, i| {
             let (gw, body) = (Arc::clone(&gw), body.clone());
             async move {
                 gw.send(gw.request("PUT", &format!("/bench/put-{c}-{}", i % 100), body))
@@ -405,7 +501,7 @@ async fn main() -> anyhow::Result<()> {
         let pool = Arc::clone(&direct);
         let body = small.clone();
         let meta_for_put = meta.clone();
-        let sql_put = measure(clients, seconds, move |c, i| {
+        let sql_put = measure_side(&args, Side::Direct, clients, move |c, i| {
             let (pool, body, meta) = (Arc::clone(&pool), body.clone(), meta_for_put.clone());
             async move {
                 let client = pool.get().await.unwrap();
@@ -430,7 +526,7 @@ async fn main() -> anyhow::Result<()> {
     let large_clients = args.large_clients;
     if wanted("GET 64 MiB") {
         let gw = Arc::clone(&gateway);
-        let gw_large_get = measure(large_clients, seconds, move |_, _| {
+        let gw_large_get = measure_side(&args, Side::Gateway, large_clients, move |_, _| {
             let gw = Arc::clone(&gw);
             async move {
                 assert_eq!(gw.send(gw.request("GET", "/bench/large-0", Bytes::new())).await, LARGE);
@@ -438,7 +534,7 @@ async fn main() -> anyhow::Result<()> {
         })
         .await;
         let pool = Arc::clone(&direct);
-        let sql_large_get = measure(large_clients, seconds, move |_, _| {
+        let sql_large_get = measure_side(&args, Side::Direct, large_clients, move |_, _| {
             let pool = Arc::clone(&pool);
             async move {
                 let client = pool.get().await.unwrap();
@@ -466,7 +562,7 @@ async fn main() -> anyhow::Result<()> {
     if wanted("PUT 64 MiB") {
         let gw = Arc::clone(&gateway);
         let body = large.clone();
-        let gw_large_put = measure(large_clients, seconds, move |c, _| {
+        let gw_large_put = measure_side(&args, Side::Gateway, large_clients, move |c, _| {
             let (gw, body) = (Arc::clone(&gw), body.clone());
             async move {
                 gw.send(gw.request("PUT", &format!("/bench/large-put-{c}"), body)).await;
@@ -475,7 +571,7 @@ async fn main() -> anyhow::Result<()> {
         .await;
         let pool = Arc::clone(&direct);
         let body = large.clone();
-        let sql_large_put = measure(large_clients, seconds, move |c, _| {
+        let sql_large_put = measure_side(&args, Side::Direct, large_clients, move |c, _| {
             let (pool, body, meta) = (Arc::clone(&pool), body.clone(), meta.clone());
             async move {
                 let mut client = pool.get().await.unwrap();

@@ -13,6 +13,12 @@ use pgvs3_gateway::serve::{self, generate_access_key};
 use pgvs3_gateway::store::{CacheMode, Catalog, NewAccessKey, Origin, Store};
 use pgvs3_gateway::telemetry;
 
+/// A small request makes dozens of short-lived allocations on whichever worker thread runs it;
+/// mimalloc's thread-local free lists serve them for fewer instructions than glibc's arenas
+/// (docs/benchmarks.md, "Where a small GET's CPU goes").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "pgvs3", version, about = "S3 on PostgreSQL")]
 struct Cli {

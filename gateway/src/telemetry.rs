@@ -8,6 +8,7 @@
 //! `traceparent` sent by the client becomes its parent, and the store's database spans nest
 //! beneath it.
 
+use std::io::IsTerminal as _;
 use std::sync::OnceLock;
 
 use opentelemetry::propagation::TextMapPropagator;
@@ -34,7 +35,12 @@ pub struct Telemetry {
 pub fn init(format: LogFormat) -> Telemetry {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PGVS3_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let mut logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only for a terminal (a terminal still honours NO_COLOR): escape codes are noise in
+    // a file or a log collector, and styling every span field costs each request's span.
+    if !std::io::stderr().is_terminal() {
+        logs = logs.with_ansi(false);
+    }
     let logs = match format {
         LogFormat::Human => logs.boxed(),
         LogFormat::Json => logs.json().boxed(),

@@ -407,11 +407,9 @@ impl S3 for S3Front {
             .cache_bucket(&req, &principal, &req.input.bucket, Access::Write)
             .await?
         {
-            Some(bucket) => {
-                self.cache
-                    .put(&principal, &bucket, &req.input.key, upload, &condition)
-                    .await
-            }
+            // Boxed, like every cache-tier call here: its future is tens of KiB, and inline it
+            // would be moved with every request's future, cache bucket or not.
+            Some(bucket) => Box::pin(self.cache.put(&principal, &bucket, &req.input.key, upload, &condition)).await,
             None => {
                 self.store
                     .put_object_if(&principal, &req.input.bucket, &req.input.key, upload, &condition)
@@ -436,7 +434,7 @@ impl S3 for S3Front {
             conditions: read_conditions!(input),
         };
         let read = match self.cache_bucket(&req, &principal, &input.bucket, Access::Read).await? {
-            Some(bucket) => self.cache.read(&bucket, &input.key, &options, true).await,
+            Some(bucket) => Box::pin(self.cache.read(&bucket, &input.key, &options, true)).await,
             None => {
                 self.store
                     .get_object_with(&principal, &input.bucket, &input.key, &options)
@@ -469,7 +467,7 @@ impl S3 for S3Front {
             conditions: read_conditions!(input),
         };
         let read = match self.cache_bucket(&req, &principal, &input.bucket, Access::Read).await? {
-            Some(bucket) => self.cache.read(&bucket, &input.key, &options, false).await,
+            Some(bucket) => Box::pin(self.cache.read(&bucket, &input.key, &options, false)).await,
             None => {
                 self.store
                     .head_object_with(&principal, &input.bucket, &input.key, &options)
@@ -497,7 +495,7 @@ impl S3 for S3Front {
             .cache_bucket(&req, &principal, &req.input.bucket, Access::Write)
             .await?
         {
-            Some(bucket) => self.cache.delete(&bucket, &req.input.key).await,
+            Some(bucket) => Box::pin(self.cache.delete(&bucket, &req.input.key)).await,
             None => {
                 self.store
                     .delete_object(&principal, &req.input.bucket, &req.input.key)
@@ -526,7 +524,9 @@ impl S3 for S3Front {
         {
             Some(bucket) => {
                 for key in &keys {
-                    self.cache.delete(&bucket, key).await.map_err(|e| fail(&req, e))?;
+                    Box::pin(self.cache.delete(&bucket, key))
+                        .await
+                        .map_err(|e| fail(&req, e))?;
                 }
             }
             None => self
@@ -1197,7 +1197,7 @@ impl S3Front {
     ) -> Result<Listing, StoreError> {
         let info = self.store.bucket(principal, bucket, Access::Read).await?;
         let page = match info.origin {
-            Some(_) => self.cache.list(&info, request).await?,
+            Some(_) => Box::pin(self.cache.list(&info, request)).await?,
             None => self.store.list_objects(principal, bucket, request).await?,
         };
         let mut listing = Listing {

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use http::{HeaderValue, Request, Response};
 use hyper::body::Incoming;
+use prometheus::IntCounter;
 use s3s::service::{S3Service, S3ServiceBuilder};
 use tracing::Instrument;
 
@@ -23,15 +24,21 @@ use crate::store::Store;
 use auth::{CatalogAuth, RequestFacts, SignedOnly};
 use errors::RequestId;
 
-/// The S3 endpoint as a hyper service: s3s plus request ids and metrics.
+/// The S3 endpoint as a hyper service: s3s plus request ids and metrics. One `Arc`, so the
+/// clone each request's future takes is one reference count, not one per metric.
 #[derive(Clone)]
-pub struct S3Endpoint {
+pub struct S3Endpoint(Arc<Endpoint>);
+
+struct Endpoint {
     service: S3Service,
     metrics: Metrics,
+    /// This front's byte counters, resolved once instead of looked up by label per request.
+    bytes_received: IntCounter,
+    bytes_sent: IntCounter,
     admission: Admission,
     lag: ReplicaLag,
-    next_request: Arc<AtomicU64>,
-    id_prefix: Arc<str>,
+    next_request: AtomicU64,
+    id_prefix: String,
 }
 
 impl S3Endpoint {
@@ -51,22 +58,26 @@ impl S3Endpoint {
         if !domains.is_empty() {
             builder.set_host(s3s::host::MultiDomain::new(domains)?);
         }
-        Ok(S3Endpoint {
+        Ok(S3Endpoint(Arc::new(Endpoint {
             service: builder.build(),
+            bytes_received: metrics.bytes_received.with_label_values(&["s3"]),
+            bytes_sent: metrics.bytes_sent.with_label_values(&["s3"]),
             metrics,
             admission,
             lag,
-            next_request: Arc::new(AtomicU64::new(1)),
-            id_prefix: crate::master_key::random_token(6).into(),
-        })
+            next_request: AtomicU64::new(1),
+            id_prefix: crate::master_key::random_token(6),
+        })))
     }
+}
 
-    async fn handle(self, request: Request<Incoming>) -> Response<AdmittedBody> {
+impl Endpoint {
+    async fn handle(&self, request: Request<Incoming>) -> Response<AdmittedBody> {
         let span = crate::telemetry::request_span("s3", Some(request.headers()));
         self.handle_in_span(request).instrument(span).await
     }
 
-    async fn handle_in_span(self, request: Request<Incoming>) -> Response<AdmittedBody> {
+    async fn handle_in_span(&self, request: Request<Incoming>) -> Response<AdmittedBody> {
         let started = Instant::now();
         let request_id = format!(
             "{}{:010X}",
@@ -145,7 +156,8 @@ impl S3Endpoint {
     /// Metrics and the request span's fields, once the response's head is known.
     fn record(&self, started: Instant, facts: &RequestFacts, response: &Response<s3s::Body>, received: Option<u64>) {
         let operation = facts.operation().unwrap_or("Unknown");
-        let status = response.status().as_u16().to_string();
+        let status_code = response.status();
+        let status = status_code.as_str();
         let sent = content_length(response.headers(), "content-length");
         let span = tracing::Span::current();
         crate::telemetry::name_operation(&span, "S3", operation);
@@ -154,20 +166,20 @@ impl S3Endpoint {
         }
         span.record("bytes_in", received);
         span.record("bytes_out", sent);
-        crate::telemetry::finish(&span, &status, response.status().is_server_error());
+        crate::telemetry::finish(&span, status, status_code.is_server_error());
         self.metrics
             .requests
-            .with_label_values(&["s3", operation, &status])
+            .with_label_values(&["s3", operation, status])
             .inc();
         self.metrics
             .request_seconds
             .with_label_values(&["s3", operation])
             .observe(started.elapsed().as_secs_f64());
         if let Some(bytes) = received {
-            self.metrics.bytes_received.with_label_values(&["s3"]).inc_by(bytes);
+            self.bytes_received.inc_by(bytes);
         }
         if let Some(bytes) = sent {
-            self.metrics.bytes_sent.with_label_values(&["s3"]).inc_by(bytes);
+            self.bytes_sent.inc_by(bytes);
         }
     }
 }
@@ -226,7 +238,7 @@ impl hyper::service::Service<Request<Incoming>> for S3Endpoint {
     type Future = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Infallible>> + Send>>;
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
-        let endpoint = self.clone();
+        let endpoint = Arc::clone(&self.0);
         Box::pin(async move { Ok(endpoint.handle(request).await) })
     }
 }
