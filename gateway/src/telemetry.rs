@@ -132,6 +132,19 @@ impl Telemetry {
 /// The span one request of `protocol` runs in. The protocol front fills in `operation`,
 /// `bucket`, `bytes_in`, `bytes_out` and `status` as it learns them (see [`finish`]).
 pub fn request_span(protocol: &'static str, headers: Option<&http::HeaderMap>) -> Span {
+    let Some(propagator) = PROPAGATOR.get() else {
+        // No traces: the `otel.*` fields would only be formatted into every request's log
+        // context and never read.
+        return tracing::info_span!(
+            "request",
+            protocol,
+            operation = tracing::field::Empty,
+            bucket = tracing::field::Empty,
+            bytes_in = tracing::field::Empty,
+            bytes_out = tracing::field::Empty,
+            status = tracing::field::Empty,
+        );
+    };
     let span = tracing::info_span!(
         "request",
         otel.name = protocol,
@@ -144,7 +157,7 @@ pub fn request_span(protocol: &'static str, headers: Option<&http::HeaderMap>) -
         bytes_out = tracing::field::Empty,
         status = tracing::field::Empty,
     );
-    if let (Some(propagator), Some(headers)) = (PROPAGATOR.get(), headers) {
+    if let Some(headers) = headers {
         let parent = propagator.extract(&opentelemetry_http::HeaderExtractor(headers));
         // Fails only for a span no subscriber records; then there is nothing to parent.
         let _ = span.set_parent(parent);
