@@ -129,33 +129,36 @@ impl Telemetry {
     }
 }
 
+/// A request span with the given leading fields, then the ones every request records. Each use
+/// is a call site of its own, because a span's field set is fixed where it is declared.
+macro_rules! request_span_with {
+    ($protocol:expr $(, $($leading:tt)+)?) => {
+        tracing::info_span!(
+            "request",
+            $($($leading)+,)?
+            protocol = $protocol,
+            operation = tracing::field::Empty,
+            bucket = tracing::field::Empty,
+            bytes_in = tracing::field::Empty,
+            bytes_out = tracing::field::Empty,
+            status = tracing::field::Empty,
+        )
+    };
+}
+
 /// The span one request of `protocol` runs in. The protocol front fills in `operation`,
 /// `bucket`, `bytes_in`, `bytes_out` and `status` as it learns them (see [`finish`]).
 pub fn request_span(protocol: &'static str, headers: Option<&http::HeaderMap>) -> Span {
     let Some(propagator) = PROPAGATOR.get() else {
         // No traces: the `otel.*` fields would only be formatted into every request's log
         // context and never read.
-        return tracing::info_span!(
-            "request",
-            protocol,
-            operation = tracing::field::Empty,
-            bucket = tracing::field::Empty,
-            bytes_in = tracing::field::Empty,
-            bytes_out = tracing::field::Empty,
-            status = tracing::field::Empty,
-        );
+        return request_span_with!(protocol);
     };
-    let span = tracing::info_span!(
-        "request",
+    let span = request_span_with!(
+        protocol,
         otel.name = protocol,
         otel.kind = "server",
-        otel.status_code = tracing::field::Empty,
-        protocol,
-        operation = tracing::field::Empty,
-        bucket = tracing::field::Empty,
-        bytes_in = tracing::field::Empty,
-        bytes_out = tracing::field::Empty,
-        status = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty
     );
     if let Some(headers) = headers {
         let parent = propagator.extract(&opentelemetry_http::HeaderExtractor(headers));
