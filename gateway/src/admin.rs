@@ -4,11 +4,11 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use crate::request_body::RequestBody;
 use bytes::Bytes;
 use deadpool_postgres::Pool;
 use http::{Request, Response, StatusCode, header};
 use http_body_util::Full;
-use hyper::body::Incoming;
 
 use crate::config::RequiredRole;
 use crate::metrics::Metrics;
@@ -39,7 +39,7 @@ impl AdminService {
         }
     }
 
-    async fn handle(self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    async fn handle(self, request: Request<RequestBody>) -> Response<Full<Bytes>> {
         match request.uri().path() {
             "/healthz" => text(StatusCode::OK, "text/plain", "ok\n".into()),
             "/readyz" => self.ready().await,
@@ -107,12 +107,12 @@ fn text(status: StatusCode, content_type: &'static str, body: String) -> Respons
     response
 }
 
-impl hyper::service::Service<Request<Incoming>> for AdminService {
+impl hyper::service::Service<Request<RequestBody>> for AdminService {
     type Response = Response<Full<Bytes>>;
     type Error = Infallible;
     type Future = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Infallible>> + Send>>;
 
-    fn call(&self, request: Request<Incoming>) -> Self::Future {
+    fn call(&self, request: Request<RequestBody>) -> Self::Future {
         let service = self.clone();
         Box::pin(async move { Ok(service.handle(request).await) })
     }

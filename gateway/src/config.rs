@@ -106,6 +106,45 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub shutdown_timeout: Duration,
 
+    // --- HTTP listeners (S3, OJS, admin) ---
+    /// A new HTTP connection must send its first request head within this, or it is closed.
+    #[arg(long, env = "PGVS3_HTTP_FIRST_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub http_first_request_timeout: Duration,
+
+    /// An idle HTTP/1.1 keep-alive connection must send its next request head within this, or it
+    /// is closed (HTTP/2: the PING interval that finds dead peers).
+    #[arg(long, env = "PGVS3_HTTP_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub http_idle_timeout: Duration,
+
+    /// A request body that sends nothing for this long fails (S3: 400 RequestTimeout), freeing its
+    /// slot and database connection.
+    #[arg(long, env = "PGVS3_HTTP_BODY_IDLE_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    pub http_body_idle_timeout: Duration,
+
+    /// S3 connections open at once; beyond it a connection is answered 503 SlowDown and closed.
+    #[arg(long, env = "PGVS3_S3_MAX_CONNECTIONS", default_value_t = 4096)]
+    pub s3_max_connections: usize,
+
+    /// OJS connections open at once; beyond it a connection is answered 503 and closed.
+    #[arg(long, env = "PGVS3_OJS_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub ojs_max_connections: usize,
+
+    /// Admin (/healthz, /readyz, /metrics) connections open at once: its own budget, so probes
+    /// are answered while the data ports are flooded.
+    #[arg(long, env = "PGVS3_ADMIN_MAX_CONNECTIONS", default_value_t = 64)]
+    pub admin_max_connections: usize,
+
+    /// S3 requests whose body is declared larger than this (or not declared) are admitted as
+    /// uploads, in their own class (--s3-max-active-uploads), so large bodies cannot take the
+    /// slots small requests need.
+    #[arg(long, env = "PGVS3_S3_UPLOAD_THRESHOLD", default_value = "1MiB", value_parser = parse_bytes)]
+    pub s3_upload_threshold: u64,
+
+    /// Uploads (see --s3-upload-threshold) streaming at once (0: a quarter of the pool size, at
+    /// least 1); beyond it they wait like other requests, then get 503 SlowDown.
+    #[arg(long, env = "PGVS3_S3_MAX_ACTIVE_UPLOADS", default_value_t = 0)]
+    pub s3_max_active_uploads: usize,
+
     // --- S3 multipart ---
     /// Multipart uploads neither completed nor aborted this long after they started are
     /// aborted by the maintenance reaper.
@@ -282,6 +321,27 @@ impl ServeArgs {
         self.admission_limits(self.s3_max_active, self.s3_max_waiting)
     }
 
+    /// The admission limits of S3 uploads (large or undeclared bodies), defaults filled in.
+    pub fn s3_upload_limits(&self) -> crate::admission::Limits {
+        let automatic = (self.database.pool_size / 4).max(1);
+        let max_active = if self.s3_max_active_uploads == 0 {
+            automatic
+        } else {
+            self.s3_max_active_uploads
+        };
+        self.admission_limits(max_active, 0)
+    }
+
+    /// The bounds of an HTTP listener that takes `max_connections` at once.
+    pub fn http_limits(&self, max_connections: usize) -> crate::http_server::HttpLimits {
+        crate::http_server::HttpLimits {
+            max_connections,
+            first_request_timeout: self.http_first_request_timeout,
+            idle_timeout: self.http_idle_timeout,
+            body_idle_timeout: self.http_body_idle_timeout,
+        }
+    }
+
     /// The RESP admission limits (per batch of pipelined commands), defaults filled in.
     pub fn resp_limits(&self) -> crate::admission::Limits {
         self.admission_limits(self.resp_max_active, self.resp_max_waiting)
@@ -342,7 +402,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             return Err(format!("invalid duration unit in {text:?} (use ms, s, m or h)"));
         }
     };
-    Ok(Duration::from_secs(number * seconds))
+    number
+        .checked_mul(seconds)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("duration too long: {text:?}"))
 }
 
 #[cfg(test)]
@@ -358,6 +421,10 @@ mod tests {
         assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
         assert!(parse_duration("5d").is_err());
         assert!(parse_duration("m").is_err());
+        assert!(
+            parse_duration("99999999999999999h").is_err(),
+            "overflow is an error, not a panic"
+        );
     }
 
     #[test]

@@ -1,16 +1,27 @@
-//! The accept loop every HTTP front shares: TCP_NODELAY on each socket, HTTP/1.1 keep-alive and
-//! HTTP/2 (by preface), and a graceful drain of in-flight requests on shutdown.
+//! The accept loop every HTTP front shares: a cap on open connections, deadlines for a client's
+//! first request, its idle keep-alive and its request bodies, TCP_NODELAY on each socket,
+//! HTTP/1.1 keep-alive and HTTP/2 (by preface), and a graceful drain of in-flight requests on
+//! shutdown.
+//!
+//! Everything here runs before a request is authenticated, so it spends only a file descriptor
+//! and a task per connection, both bounded by the cap and released when the connection ends
+//! (also when its task panics).
 
 use std::convert::Infallible;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::service::Service;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, Semaphore, watch};
+
+use crate::metrics::Metrics;
+use crate::request_body::RequestBody;
 
 /// A signal that flips once, when the process begins to shut down.
 #[derive(Clone)]
@@ -35,10 +46,49 @@ impl Shutdown {
     }
 }
 
+/// The bounds of one HTTP listener (flags `--http-*` and `--<protocol>-max-connections`).
+#[derive(Debug, Clone, Copy)]
+pub struct HttpLimits {
+    /// Connections open at once; the next one is answered 503 and closed.
+    pub max_connections: usize,
+    /// A new connection must deliver its first request head within this.
+    pub first_request_timeout: Duration,
+    /// HTTP/1.1: an idle keep-alive connection must deliver its next request head within this
+    /// (hyper's header-read timer covers the idle wait and the head alike). HTTP/2: the PING
+    /// interval that finds dead peers.
+    pub idle_timeout: Duration,
+    /// A request body that delivers no byte for this long fails (S3: 400 RequestTimeout).
+    pub body_idle_timeout: Duration,
+}
+
+/// One listener: its name (a metric label), its bounds, and the answer for a connection beyond
+/// the cap, in the protocol's own terms.
+pub struct Listener {
+    pub name: &'static str,
+    pub limits: HttpLimits,
+    /// A whole HTTP/1.1 response (status line to body), written once without waiting.
+    pub busy_response: Bytes,
+}
+
+/// A 503 with Retry-After and `Connection: close`, for [`Listener::busy_response`].
+pub fn busy_response(content_type: &str, body: &str) -> Bytes {
+    Bytes::from(format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: {content_type}\r\nretry-after: 1\r\n\
+         connection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    ))
+}
+
 /// Serves `service` on `listener` until shutdown, then waits up to `drain` for open requests.
-pub async fn serve<S, B>(listener: TcpListener, service: S, mut shutdown: Shutdown, drain: Duration, name: &'static str)
-where
-    S: Service<http::Request<Incoming>, Response = http::Response<B>, Error = Infallible>
+pub async fn serve<S, B>(
+    listener: TcpListener,
+    service: S,
+    mut shutdown: Shutdown,
+    drain: Duration,
+    settings: Listener,
+    metrics: Metrics,
+) where
+    S: Service<http::Request<RequestBody>, Response = http::Response<B>, Error = Infallible>
         + Clone
         + Send
         + Sync
@@ -48,6 +98,11 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let Listener {
+        name,
+        limits,
+        busy_response,
+    } = settings;
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // Small responses go out with their headers in one write; with Nagle off nothing waits for
     // the peer's delayed ACK (the ~40 ms stall of keep-alive clients).
@@ -55,32 +110,63 @@ where
         .http1()
         .writev(true)
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(60));
-    builder.http2().timer(hyper_util::rt::TokioTimer::new());
+        .header_read_timeout(limits.idle_timeout);
+    builder
+        .http2()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive_interval(limits.idle_timeout)
+        .keep_alive_timeout(limits.first_request_timeout);
     let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(limits.max_connections.clamp(1, Semaphore::MAX_PERMITS)));
+    let open = metrics.http_connections.with_label_values(&[name]);
+    let refused = metrics.http_connections_refused.with_label_values(&[name, "limit"]);
+    let timed_out = metrics
+        .http_connections_refused
+        .with_label_values(&[name, "first_request_timeout"]);
+    let mut accept_errors = AcceptErrors::default();
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(err) => {
+                    accept_errors.record(name, &err);
                     // Out of file descriptors and similar: back off instead of spinning.
-                    tracing::warn!(error = %err, server = name, "accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             },
             _ = shutdown.wait() => break,
         };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            refused.inc();
+            refuse(&stream, &busy_response);
+            continue;
+        };
         if let Err(err) = stream.set_nodelay(true) {
             tracing::debug!(error = %err, "TCP_NODELAY");
         }
-        let connection = builder
-            .serve_connection(TokioIo::new(stream), service.clone())
-            .into_owned();
+        let first_request = Arc::new(Notify::new());
+        let service = Requests {
+            inner: service.clone(),
+            first_request: Arc::clone(&first_request),
+            body_idle_timeout: limits.body_idle_timeout,
+        };
+        let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
         let connection = graceful.watch(connection);
+        let (open, timed_out) = (open.clone(), timed_out.clone());
+        open.inc();
         tokio::spawn(async move {
-            if let Err(err) = connection.await {
-                tracing::debug!(error = %err, %peer, "connection ended with an error");
+            // Dropped however the task ends, a panic included: the slot and the gauge follow.
+            let _open = OpenConnection { _slot: slot, open };
+            tokio::pin!(connection);
+            tokio::select! {
+                ended = &mut connection => if let Err(err) = ended {
+                    tracing::debug!(error = %err, %peer, "connection ended with an error");
+                },
+                () = first_request_deadline(&first_request, limits.first_request_timeout) => {
+                    timed_out.inc();
+                    tracing::debug!(%peer, "closed a connection that sent no request in time");
+                }
             }
         });
     }
@@ -89,4 +175,100 @@ where
         _ = graceful.shutdown() => tracing::info!(server = name, "drained"),
         _ = tokio::time::sleep(drain) => tracing::warn!(server = name, "drain timed out; closing open connections"),
     }
+}
+
+/// Completes when `limit` passes before the connection's first request; never, once it came.
+async fn first_request_deadline(first_request: &Notify, limit: Duration) {
+    if tokio::time::timeout(limit, first_request.notified()).await.is_ok() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Answers a connection beyond the cap without waiting: whatever fits in the socket buffer now.
+fn refuse(stream: &TcpStream, busy_response: &[u8]) {
+    let _ = stream.try_write(busy_response);
+}
+
+/// A connection's slot under the cap, and its count in the open-connections gauge.
+struct OpenConnection {
+    _slot: tokio::sync::OwnedSemaphorePermit,
+    open: prometheus::IntGauge,
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.open.dec();
+    }
+}
+
+/// Accept failures (EMFILE above all) are logged at most every ten seconds, with a count, so
+/// a descriptor shortage cannot fill the log.
+#[derive(Default)]
+struct AcceptErrors {
+    last_logged: Option<Instant>,
+    since: u64,
+}
+
+impl AcceptErrors {
+    fn record(&mut self, server: &'static str, err: &std::io::Error) {
+        self.since += 1;
+        if self
+            .last_logged
+            .is_some_and(|at| at.elapsed() < Duration::from_secs(10))
+        {
+            return;
+        }
+        tracing::warn!(error = %err, server, failures = self.since, "accept failed");
+        self.last_logged = Some(Instant::now());
+        self.since = 0;
+    }
+}
+
+/// The per-connection service: marks the first request and gives each request its body with
+/// the idle deadline.
+#[derive(Clone)]
+struct Requests<S> {
+    inner: S,
+    first_request: Arc<Notify>,
+    body_idle_timeout: Duration,
+}
+
+impl<S> Service<http::Request<Incoming>> for Requests<S>
+where
+    S: Service<http::Request<RequestBody>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn call(&self, request: http::Request<Incoming>) -> S::Future {
+        self.first_request.notify_one();
+        let idle = self.body_idle_timeout;
+        self.inner.call(request.map(|body| RequestBody::new(body, idle)))
+    }
+}
+
+/// Raises this process's open-file limit to its hard limit: every connection is a descriptor,
+/// and the soft default (often 1024) is far below the connection caps.
+pub fn raise_open_file_limit() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed to them.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 1024;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+    }
+    limit.rlim_cur
 }

@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod ojs;
 pub mod pg;
 pub mod replica_lag;
+pub mod request_body;
 pub mod resp;
 pub mod s3;
 pub mod serve;

@@ -26,6 +26,8 @@ pub struct Metrics {
     pub admission_waiting: IntGaugeVec,
     pub admitted_after_wait: IntCounterVec,
     pub admission_rejected: IntCounterVec,
+    pub http_connections: IntGaugeVec,
+    pub http_connections_refused: IntCounterVec,
 }
 
 impl Metrics {
@@ -136,6 +138,20 @@ impl Metrics {
             &["protocol", "reason"],
         )
         .expect("metric");
+        let http_connections = IntGaugeVec::new(
+            Opts::new("pgvs3_http_connections", "HTTP connections open, by listener"),
+            &["server"],
+        )
+        .expect("metric");
+        let http_connections_refused = IntCounterVec::new(
+            Opts::new(
+                "pgvs3_http_connections_refused_total",
+                "HTTP connections closed unserved: over the listener's cap (limit), or no request \
+                 within the first-request timeout (first_request_timeout)",
+            ),
+            &["server", "reason"],
+        )
+        .expect("metric");
         let build_info =
             IntGaugeVec::new(Opts::new("pgvs3_build_info", "Build information"), &["version"]).expect("metric");
         build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
@@ -158,6 +174,8 @@ impl Metrics {
             Box::new(admission_waiting.clone()),
             Box::new(admitted_after_wait.clone()),
             Box::new(admission_rejected.clone()),
+            Box::new(http_connections.clone()),
+            Box::new(http_connections_refused.clone()),
             Box::new(build_info),
         ] {
             registry.register(collector).expect("metric names are unique");
@@ -182,6 +200,8 @@ impl Metrics {
             admission_waiting,
             admitted_after_wait,
             admission_rejected,
+            http_connections,
+            http_connections_refused,
         }
     }
 

@@ -61,6 +61,8 @@ impl RunningGateway {
         let store = Store::new(pool.clone(), Arc::clone(&catalog));
         let metrics = Metrics::new();
 
+        let open_files = http_server::raise_open_file_limit();
+        warn_if_descriptors_short(args, open_files);
         let s3_listener = TcpListener::bind(args.s3_addr)
             .await
             .with_context(|| format!("binding S3 on {}", args.s3_addr))?;
@@ -70,7 +72,11 @@ impl RunningGateway {
         let s3_addr = s3_listener.local_addr()?;
         let admin_addr = admin_listener.local_addr()?;
         let (shutdown, signal) = http_server::shutdown_channel();
-        let s3_admission = crate::admission::Admission::new("s3", args.s3_limits(), metrics.clone());
+        let s3_admission = crate::s3::S3Admission {
+            requests: crate::admission::Admission::new("s3", args.s3_limits(), metrics.clone()),
+            uploads: crate::admission::Admission::new("s3_upload", args.s3_upload_limits(), metrics.clone()),
+            upload_threshold: args.s3_upload_threshold,
+        };
         let buffers = crate::admission::BufferBudget::new(args.buffer_budget, &metrics);
         let cache = CacheTier::new(store.clone(), args.cache_settings(), &metrics, buffers.clone());
         let lag = ReplicaLag::new(
@@ -88,6 +94,11 @@ impl RunningGateway {
         )?;
         let admin = AdminService::new(pool.clone(), metrics.clone(), args.require_role, lag.clone());
         let simulated = args.simulated();
+        let s3_settings = http_server::Listener {
+            name: "s3",
+            limits: args.http_limits(args.s3_max_connections),
+            busy_response: crate::s3::busy_response(),
+        };
         let s3_server = if simulated.any() {
             tracing::warn!(?simulated, "the S3 endpoint simulates a constrained remote store");
             tokio::spawn(http_server::serve(
@@ -95,7 +106,8 @@ impl RunningGateway {
                 crate::simulate::Constrained::new(endpoint, simulated),
                 signal.clone(),
                 args.shutdown_timeout,
-                "s3",
+                s3_settings,
+                metrics.clone(),
             ))
         } else {
             tokio::spawn(http_server::serve(
@@ -103,8 +115,14 @@ impl RunningGateway {
                 endpoint,
                 signal.clone(),
                 args.shutdown_timeout,
-                "s3",
+                s3_settings,
+                metrics.clone(),
             ))
+        };
+        let admin_settings = http_server::Listener {
+            name: "admin",
+            limits: args.http_limits(args.admin_max_connections),
+            busy_response: http_server::busy_response("text/plain", "too many connections\n"),
         };
         let mut servers = vec![
             s3_server,
@@ -113,7 +131,8 @@ impl RunningGateway {
                 admin,
                 signal.clone(),
                 args.shutdown_timeout,
-                "admin",
+                admin_settings,
+                metrics.clone(),
             )),
         ];
         // --- RESP ---
@@ -158,12 +177,18 @@ impl RunningGateway {
                 background_ojs.push(crate::ojs::spawn_cron_ticker(queue.clone(), options.max_args_bytes));
                 let admission = crate::admission::Admission::new("ojs", args.ojs_limits(), metrics.clone());
                 let service = crate::ojs::OjsService::new(queue, options, admission, lag.clone(), signal.clone());
+                let settings = http_server::Listener {
+                    name: "ojs",
+                    limits: args.http_limits(args.ojs_max_connections),
+                    busy_response: crate::ojs::busy_response(),
+                };
                 servers.push(tokio::spawn(http_server::serve(
                     listener,
                     service,
                     signal.clone(),
                     args.shutdown_timeout,
-                    "ojs",
+                    settings,
+                    metrics.clone(),
                 )));
                 Some(bound)
             }
@@ -213,6 +238,32 @@ impl RunningGateway {
             task.abort();
         }
         self.database.close().await
+    }
+}
+
+/// Every connection the gateway may hold at once is a descriptor: say so at start when the
+/// caps and the pool add up to more than the process may open, instead of failing later with
+/// `Too many open files`.
+fn warn_if_descriptors_short(args: &ServeArgs, open_files: u64) {
+    let resp = if args.resp_addr.0.is_some() {
+        args.resp_max_clients
+    } else {
+        0
+    };
+    let ojs = if args.ojs_addr.0.is_some() {
+        args.ojs_max_connections
+    } else {
+        0
+    };
+    // Listeners, PostgreSQL connections, logs, origin clients: a margin for the rest.
+    let wanted = args.s3_max_connections + args.admin_max_connections + resp + ojs + args.database.pool_size + 256;
+    if wanted as u64 > open_files {
+        tracing::warn!(
+            open_files,
+            wanted,
+            "the connection caps add up to more than this process may open (RLIMIT_NOFILE): lower \
+             --s3-max-connections, --ojs-max-connections or --resp-max-clients, or raise the limit"
+        );
     }
 }
 

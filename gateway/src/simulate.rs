@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::request_body::RequestBody;
 use http::{Request, Response};
 use http_body::{Body, Frame};
-use hyper::body::Incoming;
 use hyper::service::Service;
 use tokio::time::{Instant, Sleep};
 
@@ -69,9 +69,9 @@ impl<S> Constrained<S> {
     }
 }
 
-impl<S, B> Service<Request<Incoming>> for Constrained<S>
+impl<S, B> Service<Request<RequestBody>> for Constrained<S>
 where
-    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible> + Clone + Send + 'static,
+    S: Service<Request<RequestBody>, Response = Response<B>, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send + 'static,
     B: Body + Send + Unpin + 'static,
 {
@@ -79,7 +79,7 @@ where
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
 
-    fn call(&self, request: Request<Incoming>) -> Self::Future {
+    fn call(&self, request: Request<RequestBody>) -> Self::Future {
         let slot = self.start_slot();
         let constraints = self.constraints;
         let inner = self.inner.clone();

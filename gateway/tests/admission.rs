@@ -212,3 +212,177 @@ async fn a_burst_of_two_hundred_with_eight_slots_is_served_or_told_to_slow_down(
     assert_eq!(gw.metric("pgvs3_admission_waiting{protocol=\"s3\"}").await, Some(0.0));
     gw.stop().await;
 }
+
+/// Opens a signed PUT of `declared` bytes and sends only `sent` of them, then stalls: the
+/// request is authenticated (UNSIGNED-PAYLOAD) and admitted, and holds its slot while it stalls.
+async fn stalled_put(gw: &TestGateway, key: &str, declared: usize, sent: usize) -> TcpStream {
+    let signer = Signer {
+        access_key: ROOT_ACCESS_KEY.into(),
+        secret_key: ROOT_SECRET_KEY.into(),
+        host: gw.gateway.s3_addr.to_string(),
+    };
+    let path = format!("/adm/{key}");
+    let headers = signer.sign(
+        "PUT",
+        &path,
+        &[("content-length", declared.to_string())],
+        "UNSIGNED-PAYLOAD",
+        SystemTime::now(),
+    );
+    let mut stream = TcpStream::connect(gw.gateway.s3_addr).await.unwrap();
+    let mut request = format!("PUT {path} HTTP/1.1\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    stream.write_all(&noise(sent, 3)).await.unwrap();
+    stream
+}
+
+async fn admin_metric_eventually(gw: &TestGateway, line: &str, value: f64) {
+    common::eventually(Duration::from_secs(20), line, || async {
+        (gw.metric(line).await == Some(value)).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn unauthenticated_clients_that_stall_hold_no_slot() {
+    let args = [
+        "--s3-max-active",
+        "2",
+        "--s3-max-waiting",
+        "1",
+        "--admission-wait",
+        "100ms",
+    ];
+    let gw = TestGateway::with_args(common::fresh_database().await, &args).await;
+    gw.client.create_bucket().bucket("adm").send().await.unwrap();
+    // Browser-style POST uploads whose form never arrives, and unsigned PUTs whose body never
+    // does: none of them has shown a signature, so none may take a slot.
+    let mut stalled = Vec::new();
+    for i in 0..16 {
+        let mut stream = TcpStream::connect(gw.gateway.s3_addr).await.unwrap();
+        let head = if i % 2 == 0 {
+            format!(
+                "POST /adm HTTP/1.1\r\nhost: {}\r\ncontent-type: multipart/form-data; boundary=xyz\r\n\
+                 content-length: 100000\r\n\r\n--xyz\r\ncontent-disposition: form-data; name=\"key\"\r\n\r\n",
+                gw.gateway.s3_addr
+            )
+        } else {
+            format!(
+                "PUT /adm/k{i} HTTP/1.1\r\nhost: {}\r\ncontent-length: 100000\r\n\r\nabc",
+                gw.gateway.s3_addr
+            )
+        };
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stalled.push(stream);
+    }
+    for i in 0..10 {
+        gw.client
+            .put_object()
+            .bucket("adm")
+            .key(format!("served-{i}"))
+            .body(ByteStream::from_static(b"ok"))
+            .send()
+            .await
+            .expect("a signed request is served while unauthenticated ones stall");
+    }
+    assert_eq!(
+        gw.metric("pgvs3_admission_rejected_total{protocol=\"s3\"").await,
+        None,
+        "nobody was turned away"
+    );
+    drop(stalled);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_signed_put_that_stalls_its_body_times_out_and_frees_its_slot() {
+    let args = [
+        "--s3-max-active",
+        "1",
+        "--s3-max-waiting",
+        "4",
+        "--admission-wait",
+        "30s",
+        "--http-body-idle-timeout",
+        "1s",
+    ];
+    let gw = TestGateway::with_args(common::fresh_database().await, &args).await;
+    gw.client.create_bucket().bucket("adm").send().await.unwrap();
+    let mut stalled = stalled_put(&gw, "stalled", 1000, 10).await;
+    admin_metric_eventually(&gw, "pgvs3_admission_active{protocol=\"s3\"}", 1.0).await;
+    // The only slot is held; this request waits for it, and gets it once the stall times out.
+    let waiting = {
+        let client = gw.client.clone();
+        tokio::spawn(async move {
+            client
+                .put_object()
+                .bucket("adm")
+                .key("after")
+                .body(ByteStream::from_static(b"ok"))
+                .send()
+                .await
+        })
+    };
+    let answer = common::raw::read_response(&mut stalled).await;
+    assert_eq!(
+        (answer.status, answer.code()),
+        (400, Some("RequestTimeout")),
+        "{}",
+        answer.body
+    );
+    tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the waiter is served once the slot is free")
+        .unwrap()
+        .expect("served");
+    let missing = gw.client.head_object().bucket("adm").key("stalled").send().await;
+    assert!(missing.is_err(), "nothing of the stalled body became visible");
+    admin_metric_eventually(&gw, "pgvs3_admission_active{protocol=\"s3\"}", 0.0).await;
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn large_uploads_cannot_take_the_slots_small_requests_need() {
+    let args = [
+        "--s3-max-active",
+        "4",
+        "--s3-max-waiting",
+        "4",
+        "--s3-max-active-uploads",
+        "1",
+        "--admission-wait",
+        "200ms",
+    ];
+    let gw = TestGateway::with_args(common::fresh_database().await, &args).await;
+    gw.client.create_bucket().bucket("adm").send().await.unwrap();
+    gw.client
+        .put_object()
+        .bucket("adm")
+        .key("small")
+        .body(ByteStream::from_static(b"tiny"))
+        .send()
+        .await
+        .unwrap();
+    // Six 10 MiB uploads under way (each sent 1 MiB, then paused): one streams, the rest wait
+    // their turn in the upload class or are told to slow down.
+    let mut uploads = Vec::new();
+    for i in 0..6 {
+        uploads.push(stalled_put(&gw, &format!("large-{i}"), 10 << 20, 1 << 20).await);
+    }
+    admin_metric_eventually(&gw, "pgvs3_admission_active{protocol=\"s3_upload\"}", 1.0).await;
+    for _ in 0..20 {
+        let answer = small_get(&gw).await;
+        assert_eq!(
+            (answer.status, answer.body.as_str()),
+            (200, "tiny"),
+            "small requests keep flowing"
+        );
+    }
+    assert_eq!(gw.metric("pgvs3_admission_rejected_total{protocol=\"s3\",").await, None);
+    drop(uploads);
+    gw.stop().await;
+}

@@ -177,13 +177,22 @@ impl S3Client {
         self.http.request(request).await.map_err(|e| format!("connection: {e}"))
     }
 
-    /// Creates the bucket; one that already exists is fine.
+    /// Creates the bucket; one that already exists is fine. A server that says "slow down"
+    /// (503) is given time, as in [`S3Client::put_patiently`].
     pub async fn ensure_bucket(&self) -> anyhow::Result<()> {
         let path = format!("/{}", self.target.bucket);
-        let (status, _, body) = self
-            .send("PUT", &path, Bytes::new(), &[])
-            .await
-            .map_err(anyhow::Error::msg)?;
+        let mut attempt = 0;
+        let (status, _, body) = loop {
+            let answer = self
+                .send("PUT", &path, Bytes::new(), &[])
+                .await
+                .map_err(anyhow::Error::msg)?;
+            if answer.0 != http::StatusCode::SERVICE_UNAVAILABLE || attempt == SETUP_ATTEMPTS {
+                break answer;
+            }
+            attempt += 1;
+            tokio::time::sleep(setup_backoff(attempt)).await;
+        };
         // Some servers (rclone) answer BucketAlreadyExists for a bucket of the same owner; a bucket
         // that really is someone else's fails the case's first request instead.
         let text = String::from_utf8_lossy(&body);
@@ -202,6 +211,34 @@ impl S3Client {
             Ok((status, ..)) if status.is_success() => Outcome::Ok { bytes: len },
             Ok((status, _, body)) => status_error(status, &body),
             Err(kind) => Outcome::Error(kind),
+        }
+    }
+}
+
+/// Setup requests (bucket, seeded objects) retry a 503 this many times: a gateway that is
+/// shedding load must not fail a run before it starts measuring.
+const SETUP_ATTEMPTS: u32 = 8;
+
+/// 50 ms, 100 ms, ... at most 2 s: about 8 s in all.
+fn setup_backoff(attempt: u32) -> std::time::Duration {
+    std::time::Duration::from_millis((50u64 << attempt.min(6)).min(2000))
+}
+
+impl S3Client {
+    /// A PUT for setup: a 503 (SlowDown, a full connection cap) or a reset connection is retried
+    /// with backoff.
+    async fn put_patiently(&self, key: &str, body: Bytes) -> Outcome {
+        let mut attempt = 0;
+        loop {
+            let outcome = self.put(key, body.clone()).await;
+            // A connection beyond the server's cap may be reset before its 503 is read.
+            let shed =
+                matches!(&outcome, Outcome::Error(kind) if kind.starts_with("503") || kind.starts_with("connection"));
+            if !shed || attempt == SETUP_ATTEMPTS {
+                return outcome;
+            }
+            attempt += 1;
+            tokio::time::sleep(setup_backoff(attempt)).await;
         }
     }
 }
@@ -256,7 +293,7 @@ impl Runner {
         use futures::StreamExt;
         let keys = if self.case.shared_key { 1 } else { self.case.keys };
         let results: Vec<Outcome> = futures::stream::iter(0..keys)
-            .map(|index| async move { seeder.put(&self.key(index), self.payload.clone()).await })
+            .map(|index| async move { seeder.put_patiently(&self.key(index), self.payload.clone()).await })
             .buffer_unordered(concurrency.max(1))
             .collect()
             .await;

@@ -16,10 +16,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
+use crate::request_body::RequestBody;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Either, Full, Limited};
-use hyper::body::Incoming;
 use serde_json::{Value, json};
 use tokio_postgres::error::SqlState;
 
@@ -220,6 +220,13 @@ impl OjsError {
     }
 
     fn response(&self) -> Response<Full<Bytes>> {
+        let mut response = json_response(self.status, &self.object());
+        add_headers(response.headers_mut(), &self.headers);
+        response
+    }
+
+    /// The wire form: `{"error": {...}}`.
+    fn object(&self) -> Value {
         let mut error = json!({
             "code": self.code,
             "type": self.kind,
@@ -231,9 +238,7 @@ impl OjsError {
         if let Some(details) = &self.details {
             error["details"] = details.clone();
         }
-        let mut response = json_response(self.status, &json!({ "error": error }));
-        add_headers(response.headers_mut(), &self.headers);
-        response
+        json!({ "error": error })
     }
 }
 
@@ -276,6 +281,18 @@ fn uuid_like(segment: &str) -> bool {
     segment.len() == 36 && segment.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
 }
 
+/// The answer to a connection beyond `--ojs-max-connections`: an OJS error object.
+pub fn busy_response() -> Bytes {
+    let mut error = OjsError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "rate_limited",
+        "rate_limited",
+        "this gateway has as many OJS connections open as it takes; retry after a second",
+    );
+    error.retryable = true;
+    crate::http_server::busy_response(CONTENT_TYPE, &error.object().to_string())
+}
+
 fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
     let text = if status == StatusCode::NO_CONTENT {
         String::new()
@@ -314,7 +331,7 @@ impl OjsService {
         }
     }
 
-    async fn handle(self, request: Request<Incoming>) -> Response<OjsBody> {
+    async fn handle(self, request: Request<RequestBody>) -> Response<OjsBody> {
         let span = crate::telemetry::request_span("ojs", Some(request.headers()));
         let operation = format!("{} {}", request.method(), route_template(request.uri().path()));
         crate::telemetry::name_operation(&span, "OJS", &operation);
@@ -323,7 +340,7 @@ impl OjsService {
         response
     }
 
-    async fn handle_in_span(self, request: Request<Incoming>) -> Response<OjsBody> {
+    async fn handle_in_span(self, request: Request<RequestBody>) -> Response<OjsBody> {
         let request_id = request
             .headers()
             .get("x-request-id")
@@ -339,6 +356,9 @@ impl OjsService {
             OjsError::lagging(lag, self.inner.lag.limit().unwrap_or_default())
                 .response()
                 .map(Either::Left)
+        } else if let Err(error) = self.authorize_route(path, request.headers()) {
+            // Before a slot is taken: an unauthenticated client never holds one.
+            error.response().map(Either::Left)
         } else {
             // Admitted before the body is read or a database connection is taken; the slot is
             // held until the answer is built (for an event stream: until it opens).
@@ -357,7 +377,7 @@ impl OjsService {
         response
     }
 
-    async fn serve(&self, request: Request<Incoming>) -> Response<OjsBody> {
+    async fn serve(&self, request: Request<RequestBody>) -> Response<OjsBody> {
         if request.method() == Method::GET && request.uri().path().trim_end_matches('/') == EVENT_STREAM_PATH {
             return match self.event_stream(&request) {
                 Ok(response) => response,
@@ -376,7 +396,7 @@ impl OjsService {
     /// `GET /ojs/v1/events/stream`: server-sent events. Filters: `types` (names or `job.*`
     /// prefixes), `queues`, and the SDKs' `channel=job:<id>` or `channel=queue:<name>`; a
     /// stream resumes after `Last-Event-ID` (or `?after=<seq>`).
-    fn event_stream(&self, request: &Request<Incoming>) -> Result<Response<OjsBody>, OjsError> {
+    fn event_stream(&self, request: &Request<RequestBody>) -> Result<Response<OjsBody>, OjsError> {
         self.authorize(request.headers())?;
         let query = parse_query(request.uri().query().unwrap_or(""));
         let mut filter = stream::Filter {
@@ -449,7 +469,7 @@ impl OjsService {
     }
 
     /// Serves one request; `headers` collects response headers beyond the usual ones.
-    async fn route(&self, request: Request<Incoming>, headers: &mut Vec<(&'static str, String)>) -> Reply {
+    async fn route(&self, request: Request<RequestBody>, headers: &mut Vec<(&'static str, String)>) -> Reply {
         let (parts, body) = request.into_parts();
         let path = parts.uri.path().trim_end_matches('/').to_string();
         let query = parse_query(parts.uri.query().unwrap_or(""));
@@ -590,6 +610,15 @@ impl OjsService {
                 Ok((StatusCode::OK, json!({ "reset": true })))
             }
             _ => Err(OjsError::not_found(format!("no OJS route {method} {path}"))),
+        }
+    }
+
+    /// The bearer token check of the routes that need it (those under `/ojs/v1`).
+    fn authorize_route(&self, path: &str, headers: &http::HeaderMap) -> Result<(), OjsError> {
+        if path.starts_with("/ojs/v1") {
+            self.authorize(headers)
+        } else {
+            Ok(())
         }
     }
 
@@ -1006,7 +1035,7 @@ fn queue_name(text: &str) -> Result<&str, OjsError> {
     }
 }
 
-async fn read_json(body: Incoming) -> Result<Value, OjsError> {
+async fn read_json(body: RequestBody) -> Result<Value, OjsError> {
     let bytes = Limited::new(body, MAX_BODY_BYTES)
         .collect()
         .await
@@ -1113,12 +1142,12 @@ pub fn spawn_cron_ticker(queue: Queue, max_args_bytes: usize) -> tokio::task::Jo
     })
 }
 
-impl hyper::service::Service<Request<Incoming>> for OjsService {
+impl hyper::service::Service<Request<RequestBody>> for OjsService {
     type Response = Response<OjsBody>;
     type Error = Infallible;
     type Future = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Infallible>> + Send>>;
 
-    fn call(&self, request: Request<Incoming>) -> Self::Future {
+    fn call(&self, request: Request<RequestBody>) -> Self::Future {
         let service = self.clone();
         Box::pin(async move { Ok(service.handle(request).await) })
     }

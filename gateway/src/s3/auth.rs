@@ -1,11 +1,13 @@
-//! SigV4 secrets from the catalog, and the rule that every request is signed.
+//! SigV4 secrets from the catalog, the rule that every request is signed, and admission of
+//! signed requests (after the signature, before the body or the database).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use s3s::S3Result;
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::auth::{S3Auth, SecretKey};
 
+use crate::admission::{Admission, Admitted};
 use crate::store::Catalog;
 
 pub struct CatalogAuth {
@@ -34,9 +36,23 @@ pub struct RequestFacts(Arc<Facts>);
 struct Facts {
     operation: OnceLock<&'static str>,
     bucket: OnceLock<String>,
+    /// The request's admission slot, taken in [`SignedOnly::check`] and moved into the
+    /// response body so it is held until the last byte is sent.
+    admitted: Mutex<Option<Admitted>>,
+    /// Set when admission turned the request away (its 503 then carries Retry-After).
+    turned_away: OnceLock<()>,
 }
 
 impl RequestFacts {
+    /// The admission slot, if the request was admitted.
+    pub fn take_admitted(&self) -> Option<Admitted> {
+        self.0.admitted.lock().expect("admission slot").take()
+    }
+
+    pub fn turned_away(&self) -> bool {
+        self.0.turned_away.get().is_some()
+    }
+
     pub fn operation(&self) -> Option<&'static str> {
         self.0.operation.get().copied()
     }
@@ -46,23 +62,64 @@ impl RequestFacts {
     }
 }
 
-pub struct SignedOnly;
+/// Only signed requests pass; each is then admitted in its class. s3s calls this after it
+/// verified the signature (for a POST form: after reading the form's fields, bounded by s3s),
+/// and before the operation reads the body or takes a database connection, so an
+/// unauthenticated client never holds a slot.
+pub struct SignedOnly(pub S3Admission);
+
+/// The admission classes of signed S3 requests: uploads apart, so large bodies streaming in
+/// cannot take the slots small requests need.
+pub struct S3Admission {
+    /// Requests without a large body.
+    pub requests: Admission,
+    /// Requests whose body is declared larger than `upload_threshold`, or not declared.
+    pub uploads: Admission,
+    pub upload_threshold: u64,
+}
 
 #[async_trait::async_trait]
 impl S3Access for SignedOnly {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
         let name = operation_name(cx.s3_op().name());
         let bucket = cx.s3_path().get_bucket_name().map(str::to_owned);
-        if let Some(facts) = cx.extensions_mut().get::<RequestFacts>() {
-            let _ = facts.0.operation.set(name);
-            if let Some(bucket) = bucket {
-                let _ = facts.0.bucket.set(bucket);
-            }
+        let signed = cx.credentials().is_some();
+        let class = if self.0.is_upload(cx.headers()) {
+            &self.0.uploads
+        } else {
+            &self.0.requests
+        };
+        let Some(facts) = cx.extensions_mut().get::<RequestFacts>() else {
+            return Err(s3s::s3_error!(InternalError, "request facts missing"));
+        };
+        let _ = facts.0.operation.set(name);
+        if let Some(bucket) = bucket {
+            let _ = facts.0.bucket.set(bucket);
         }
-        if cx.credentials().is_none() {
+        if !signed {
             return Err(s3s::s3_error!(AccessDenied, "Anonymous access is not allowed."));
         }
-        Ok(())
+        match class.admit().await {
+            Ok(admitted) => {
+                *facts.0.admitted.lock().expect("admission slot") = Some(admitted);
+                Ok(())
+            }
+            Err(_) => {
+                let _ = facts.0.turned_away.set(());
+                Err(s3s::s3_error!(SlowDown, "Please reduce your request rate."))
+            }
+        }
+    }
+}
+
+impl S3Admission {
+    /// A body declared larger than the threshold, or streamed without a declared length.
+    fn is_upload(&self, headers: &http::HeaderMap) -> bool {
+        let declared = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        match declared("x-amz-decoded-content-length").or_else(|| declared("content-length")) {
+            Some(length) => length > self.upload_threshold,
+            None => headers.contains_key(http::header::TRANSFER_ENCODING),
+        }
     }
 }
 

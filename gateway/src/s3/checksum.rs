@@ -203,10 +203,14 @@ pub const PAYLOAD_SHA256_MISMATCH: &str =
 
 /// An error from the request body stream, as the store sees it. s3s reports a body whose
 /// SHA-256 differs from the signed `x-amz-content-sha256` only through its error text.
-pub fn body_error(err: &(dyn std::error::Error + Send + Sync)) -> StoreError {
+pub fn body_error(err: &(dyn std::error::Error + Send + Sync + 'static)) -> StoreError {
     let text = err.to_string();
     if text.contains("Sha256Mismatch") {
         StoreError::BadDigest(PAYLOAD_SHA256_MISMATCH.into())
+    } else if crate::request_body::BodyError::is_idle_timeout(err) {
+        StoreError::BodyTimeout(
+            "Your socket connection to the server was not read from or written to within the timeout period.".into(),
+        )
     } else {
         StoreError::Body(text)
     }

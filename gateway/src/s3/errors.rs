@@ -27,6 +27,7 @@ pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
         }
         StoreError::BadDigest(_) => S3ErrorCode::BadDigest,
         StoreError::IncompleteBody { .. } | StoreError::Body(_) => S3ErrorCode::IncompleteBody,
+        StoreError::BodyTimeout(_) => S3ErrorCode::RequestTimeout,
         StoreError::Unavailable(_) => S3ErrorCode::ServiceUnavailable,
         StoreError::NoSuchUpload => S3ErrorCode::NoSuchUpload,
         StoreError::InvalidPart(_) => S3ErrorCode::InvalidPart,

@@ -10,17 +10,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
-use hyper::body::Incoming;
 use prometheus::IntCounter;
 use s3s::service::{S3Service, S3ServiceBuilder};
 use tracing::Instrument;
 
-use crate::admission::{Admission, Admitted};
+use crate::admission::Admitted;
 use crate::cache::CacheTier;
 use crate::metrics::Metrics;
 use crate::replica_lag::ReplicaLag;
+use crate::request_body::RequestBody;
 use crate::store::Store;
+pub use auth::S3Admission;
 use auth::{CatalogAuth, RequestFacts, SignedOnly};
 use errors::RequestId;
 
@@ -35,7 +37,6 @@ struct Endpoint {
     /// This front's byte counters, resolved once instead of looked up by label per request.
     bytes_received: IntCounter,
     bytes_sent: IntCounter,
-    admission: Admission,
     lag: ReplicaLag,
     next_request: AtomicU64,
     id_prefix: String,
@@ -47,14 +48,14 @@ impl S3Endpoint {
         region: String,
         domains: &[String],
         metrics: Metrics,
-        admission: Admission,
+        admission: S3Admission,
         cache: CacheTier,
         lag: ReplicaLag,
     ) -> anyhow::Result<S3Endpoint> {
         let catalog = Arc::clone(store.catalog());
         let mut builder = S3ServiceBuilder::new(front::S3Front::new(store, cache, region));
         builder.set_auth(CatalogAuth { catalog });
-        builder.set_access(SignedOnly);
+        builder.set_access(SignedOnly(admission));
         if !domains.is_empty() {
             builder.set_host(s3s::host::MultiDomain::new(domains)?);
         }
@@ -63,7 +64,6 @@ impl S3Endpoint {
             bytes_received: metrics.bytes_received.with_label_values(&["s3"]),
             bytes_sent: metrics.bytes_sent.with_label_values(&["s3"]),
             metrics,
-            admission,
             lag,
             next_request: AtomicU64::new(1),
             id_prefix: crate::master_key::random_token(6),
@@ -72,12 +72,12 @@ impl S3Endpoint {
 }
 
 impl Endpoint {
-    async fn handle(&self, request: Request<Incoming>) -> Response<AdmittedBody> {
+    async fn handle(&self, request: Request<RequestBody>) -> Response<AdmittedBody> {
         let span = crate::telemetry::request_span("s3", Some(request.headers()));
         self.handle_in_span(request).instrument(span).await
     }
 
-    async fn handle_in_span(&self, request: Request<Incoming>) -> Response<AdmittedBody> {
+    async fn handle_in_span(&self, request: Request<RequestBody>) -> Response<AdmittedBody> {
         let started = Instant::now();
         let request_id = format!(
             "{}{:010X}",
@@ -92,16 +92,17 @@ impl Endpoint {
             );
             return self.turn_away(started, "ServiceUnavailable", &message, &request_id);
         }
-        // Admitted before the body is read or a database connection is taken.
-        let admitted = match self.admission.admit().await {
-            Ok(admitted) => admitted,
-            Err(_) => return self.turn_away(started, "SlowDown", "Please reduce your request rate.", &request_id),
-        };
-        let response = self.serve(request, started, request_id).await;
-        response.map(|body| AdmittedBody {
-            inner: body,
-            admitted: Some(admitted),
-        })
+        // Admitted in `SignedOnly::check`, once the signature holds and before the body is
+        // read or a database connection is taken; the slot then rides on the response body.
+        let facts = RequestFacts::default();
+        let mut response = self.serve(request, &facts, started, request_id).await;
+        if facts.turned_away() {
+            response
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        let admitted = facts.take_admitted();
+        response.map(|body| AdmittedBody { inner: body, admitted })
     }
 
     /// A 503 with Retry-After, before anything of the request was read.
@@ -117,8 +118,13 @@ impl Endpoint {
         })
     }
 
-    async fn serve(&self, mut request: Request<Incoming>, started: Instant, request_id: String) -> Response<s3s::Body> {
-        let facts = RequestFacts::default();
+    async fn serve(
+        &self,
+        mut request: Request<RequestBody>,
+        facts: &RequestFacts,
+        started: Instant,
+        request_id: String,
+    ) -> Response<s3s::Body> {
         request.extensions_mut().insert(RequestId(request_id.clone()));
         request.extensions_mut().insert(facts.clone());
         let received = content_length(request.headers(), "x-amz-decoded-content-length")
@@ -135,7 +141,7 @@ impl Endpoint {
                 &request_id,
             ))
         } else {
-            hyper::service::Service::call(&self.service, request).await
+            self.service.call(request.map(s3s_body)).await
         };
         let mut response = match outcome {
             Ok(response) => response,
@@ -149,7 +155,7 @@ impl Endpoint {
         if let Ok(value) = HeaderValue::from_str(&request_id) {
             response.headers_mut().insert("x-amz-request-id", value);
         }
-        self.record(started, &facts, &response, received);
+        self.record(started, facts, &response, received);
         response
     }
 
@@ -197,6 +203,25 @@ fn error_response(status: http::StatusCode, code: &str, message: &str, request_i
     response
 }
 
+/// The body as s3s reads it: an empty one as such (no box, no timer), others with their idle
+/// deadline.
+fn s3s_body(body: RequestBody) -> s3s::Body {
+    if http_body::Body::is_end_stream(&body) {
+        s3s::Body::empty()
+    } else {
+        s3s::Body::http_body(body)
+    }
+}
+
+/// The answer to a connection beyond `--s3-max-connections`.
+pub fn busy_response() -> Bytes {
+    crate::http_server::busy_response(
+        "application/xml",
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown</Code>\
+         <Message>Please reduce your request rate (too many connections).</Message></Error>",
+    )
+}
+
 fn content_length(headers: &http::HeaderMap, name: &str) -> Option<u64> {
     headers.get(name)?.to_str().ok()?.parse().ok()
 }
@@ -232,12 +257,12 @@ impl http_body::Body for AdmittedBody {
     }
 }
 
-impl hyper::service::Service<Request<Incoming>> for S3Endpoint {
+impl hyper::service::Service<Request<RequestBody>> for S3Endpoint {
     type Response = Response<AdmittedBody>;
     type Error = Infallible;
     type Future = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Infallible>> + Send>>;
 
-    fn call(&self, request: Request<Incoming>) -> Self::Future {
+    fn call(&self, request: Request<RequestBody>) -> Self::Future {
         let endpoint = Arc::clone(&self.0);
         Box::pin(async move { Ok(endpoint.handle(request).await) })
     }

@@ -26,6 +26,8 @@ pub enum StoreError {
     },
     /// The client's body stream failed (disconnect, bad framing, bad chunk signature).
     Body(String),
+    /// The client stopped sending its body for longer than the body idle timeout.
+    BodyTimeout(String),
     /// A stored body is damaged (missing or undecodable chunk).
     Corrupt(String),
     Database(tokio_postgres::Error),
@@ -79,6 +81,7 @@ impl fmt::Display for StoreError {
             StoreError::InvalidArgument(msg)
             | StoreError::BadDigest(msg)
             | StoreError::Body(msg)
+            | StoreError::BodyTimeout(msg)
             | StoreError::Corrupt(msg) => f.write_str(msg),
             StoreError::IncompleteBody { expected, received } => {
                 write!(f, "the body had {received} bytes but {expected} were declared")
