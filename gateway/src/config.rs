@@ -190,6 +190,16 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_RESP_IDLE_TIMEOUT", default_value = "0s", value_parser = parse_duration)]
     pub resp_idle_timeout: Duration,
 
+    /// Close RESP connections that send nothing this long after connecting (`0s`: never).
+    /// Clients write as soon as they connect; a silent connection only holds a descriptor.
+    #[arg(long, env = "PGVS3_RESP_FIRST_BYTE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub resp_first_byte_timeout: Duration,
+
+    /// Close RESP connections that must AUTH and have not this long after connecting (or
+    /// after RESET) (`0s`: never).
+    #[arg(long, env = "PGVS3_RESP_AUTH_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub resp_auth_timeout: Duration,
+
     // --- OJS ---
     /// Listen address of the OJS (Open Job Spec) HTTP endpoint; `off` disables it.
     #[arg(long, env = "PGVS3_OJS_ADDR", default_value = "127.0.0.1:8080", value_parser = parse_listen_addr)]

@@ -1,21 +1,30 @@
 //! RESP framing: requests in (arrays of bulk strings, or inline lines as telnet sends them) with
-//! strict limits, replies out in RESP2 or RESP3.
+//! Redis's limits and error texts, replies out in RESP2 or RESP3.
 //!
 //! Clients only ever send arrays of bulk strings, so the request side is a small parser that
-//! refuses anything oversized before allocating for it; replies are a handful of types.
+//! refuses anything oversized before allocating for it, and that remembers how far it got in a
+//! request still arriving, so every byte is looked at once however the request is split.
+//! Replies are a handful of types.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::command::parse_integer;
 
 /// Redis's `proto-max-bulk-len` default: the largest value a client may send.
 pub const MAX_BULK_LEN: usize = 512 * 1024 * 1024;
-/// Redis's limit on an inline (telnet-style) request line.
+/// Redis's `PROTO_INLINE_MAX_SIZE`: the longest inline request, and the longest header line
+/// (`*<n>`, `$<n>`) waited for.
 pub const MAX_INLINE_LEN: usize = 64 * 1024;
-/// Redis accepts up to 1,048,576 arguments per command as a multibulk length sanity bound.
+/// Arguments per command. Redis 7 allows up to INT_MAX; pgvs3 keeps the 1,048,576 of earlier
+/// Redis versions, so that the parsed arguments of one request (32 bytes each, beyond the
+/// input they came from) stay bounded.
 pub const MAX_ARGS: usize = 1024 * 1024;
+/// Before AUTH (when AUTH is required) Redis takes at most 10 arguments of 16 KiB each, so that
+/// a client without the password cannot make the server hold much.
+pub const UNAUTHENTICATED_MAX_ARGS: i64 = 10;
+pub const UNAUTHENTICATED_MAX_BULK_LEN: i64 = 16 * 1024;
 /// How far ahead of the received bytes the input buffer grows for a large bulk.
 const MAX_RESERVE: usize = 4 * 1024 * 1024;
-/// Headers (`*<n>`, `$<n>`) are short; a longer one is garbage.
-const MAX_HEADER_LEN: usize = 32;
 
 /// A request that breaks the protocol: Redis answers with this text and closes the connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,165 +36,272 @@ impl ProtocolError {
     }
 }
 
-/// Parses one complete request from the front of `buf`, consuming it. `Ok(None)` means more
-/// bytes are needed; `buf` is left untouched then.
-pub fn parse_request(buf: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtocolError> {
-    loop {
-        let Some(&first) = buf.first() else {
-            return Ok(None);
-        };
-        if first != b'*' {
-            match parse_inline(buf)? {
-                Some(args) if args.is_empty() => continue,
-                other => return Ok(other),
+/// A multibulk request of which only the first part has arrived. Offsets are into the input
+/// buffer, whose front stays put until the request is complete and taken out whole.
+#[derive(Debug)]
+struct Partial {
+    /// Arguments still to come.
+    remaining: usize,
+    /// Where the next argument's `$<len>` line starts.
+    at: usize,
+    /// Where the arguments found so far lie.
+    spans: Vec<(usize, usize)>,
+}
+
+/// Parses the requests of one connection from its input buffer, keeping its place in a
+/// request that has not fully arrived: a request split into many reads costs a scan of each
+/// byte once, not a scan from its start on every read.
+///
+/// The caller only appends to the buffer between calls; the parser alone consumes from it.
+#[derive(Debug, Default)]
+pub struct RequestParser {
+    partial: Option<Partial>,
+    /// Where the search for the end of the current line resumes: the bytes before it are
+    /// known not to end it.
+    scanned: usize,
+}
+
+impl RequestParser {
+    /// Memory the request in progress holds beyond the input buffer itself.
+    pub fn held_bytes(&self) -> usize {
+        self.partial
+            .as_ref()
+            .map_or(0, |partial| partial.spans.capacity() * size_of::<(usize, usize)>())
+    }
+
+    /// Parses the next request from the front of `buf` and consumes it. `Ok(None)` means more
+    /// bytes are needed. A request is never empty: empty ones (`*0`, `*-1`, a blank line) are
+    /// consumed and skipped, as Redis does. `unauthenticated` applies Redis's limits for a
+    /// client that must still AUTH.
+    pub fn parse(&mut self, buf: &mut BytesMut, unauthenticated: bool) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+        loop {
+            if self.partial.is_none() {
+                let Some(&first) = buf.first() else {
+                    return Ok(None);
+                };
+                let started = if first == b'*' {
+                    self.start_multibulk(buf, unauthenticated)?
+                } else {
+                    self.inline(buf)?
+                };
+                match started {
+                    Start::NeedMore => return Ok(None),
+                    Start::Empty => continue,
+                    Start::Inline(args) => return Ok(Some(args)),
+                    Start::Multibulk => {}
+                }
+            }
+            return self.continue_multibulk(buf, unauthenticated);
+        }
+    }
+
+    /// Consumes `len` bytes from the front of `buf`: every offset kept is reset.
+    fn consume(&mut self, buf: &mut BytesMut, len: usize) -> Bytes {
+        self.scanned = 0;
+        self.partial = None;
+        buf.split_to(len).freeze()
+    }
+
+    /// Where the line that starts at `from` has its `end` byte, if it has arrived; past
+    /// [`MAX_INLINE_LEN`] bytes without it, `too_long` is the error.
+    fn line_end(&mut self, buf: &[u8], from: usize, end: u8, too_long: &str) -> Result<Option<usize>, ProtocolError> {
+        let start = self.scanned.max(from);
+        match buf[start..].iter().position(|&byte| byte == end) {
+            Some(found) => Ok(Some(start + found)),
+            None if buf.len() - from > MAX_INLINE_LEN => Err(ProtocolError::new(too_long)),
+            None => {
+                self.scanned = buf.len();
+                Ok(None)
             }
         }
-        return parse_multibulk(buf);
     }
-}
 
-/// Where the line starting at `from` ends (the index of its `\r`), if it is complete.
-fn line_end(buf: &[u8], from: usize, limit: usize) -> Result<Option<usize>, ()> {
-    let window = &buf[from..buf.len().min(from + limit + 2)];
-    match window.windows(2).position(|pair| pair == b"\r\n") {
-        Some(at) => Ok(Some(from + at)),
-        None if window.len() >= limit + 2 => Err(()),
-        None => Ok(None),
+    /// A `<marker><number>\r\n` line at `from`, as Redis reads it: up to its `\r`, with one
+    /// more byte (the `\n`) arrived after it. Returns the number text's end and the next line's
+    /// start.
+    fn header(&mut self, buf: &[u8], from: usize, too_long: &str) -> Result<Option<(usize, usize)>, ProtocolError> {
+        match self.line_end(buf, from, b'\r', too_long)? {
+            Some(end) if end + 2 <= buf.len() => Ok(Some((end, end + 2))),
+            _ => Ok(None),
+        }
     }
-}
 
-fn parse_number(digits: &[u8]) -> Option<i64> {
-    std::str::from_utf8(digits).ok()?.parse().ok()
-}
-
-fn parse_multibulk(buf: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtocolError> {
-    let invalid_count = || ProtocolError::new("invalid multibulk length");
-    let Some(end) = line_end(buf, 1, MAX_HEADER_LEN).map_err(|()| invalid_count())? else {
-        return Ok(None);
-    };
-    let count = parse_number(&buf[1..end]).ok_or_else(invalid_count)?;
-    if count > MAX_ARGS as i64 {
-        return Err(invalid_count());
-    }
-    let mut at = end + 2;
-    if count <= 0 {
-        buf.advance(at);
-        return Ok(Some(Vec::new()));
-    }
-    // First pass: find where every argument lies without copying, so a half-arrived request
-    // costs nothing but the scan.
-    let mut spans = Vec::with_capacity((count as usize).min(1024));
-    for _ in 0..count {
-        let Some(&marker) = buf.get(at) else {
-            return Ok(None);
+    fn start_multibulk(&mut self, buf: &mut BytesMut, unauthenticated: bool) -> Result<Start, ProtocolError> {
+        let Some((end, next)) = self.header(buf, 0, "too big mbulk count string")? else {
+            return Ok(Start::NeedMore);
         };
-        if marker != b'$' {
-            return Err(ProtocolError::new(&format!("expected '$', got '{}'", marker as char)));
+        let count = parse_integer(&buf[1..end])
+            .filter(|&count| count <= MAX_ARGS as i64)
+            .ok_or_else(|| ProtocolError::new("invalid multibulk length"))?;
+        if unauthenticated && count > UNAUTHENTICATED_MAX_ARGS {
+            return Err(ProtocolError::new("unauthenticated multibulk length"));
         }
-        let invalid_len = || ProtocolError::new("invalid bulk length");
-        let Some(end) = line_end(buf, at + 1, MAX_HEADER_LEN).map_err(|()| invalid_len())? else {
-            return Ok(None);
-        };
-        let len = parse_number(&buf[at + 1..end]).ok_or_else(invalid_len)?;
-        if !(0..=MAX_BULK_LEN as i64).contains(&len) {
-            return Err(invalid_len());
+        if count <= 0 {
+            self.consume(buf, next);
+            return Ok(Start::Empty);
         }
-        let start = end + 2;
-        let stop = start + len as usize;
-        if buf.len() < stop + 2 {
-            // Room for the bulk in large steps, but never more than a step ahead of the bytes
-            // that actually arrived: a header alone does not get 512 MiB allocated.
-            buf.reserve((stop + 2 - buf.len()).min(MAX_RESERVE));
-            return Ok(None);
-        }
-        if &buf[stop..stop + 2] != b"\r\n" {
-            return Err(invalid_len());
-        }
-        spans.push((start, stop));
-        at = stop + 2;
+        self.partial = Some(Partial {
+            remaining: count as usize,
+            at: next,
+            spans: Vec::with_capacity((count as usize).min(1024)),
+        });
+        Ok(Start::Multibulk)
     }
-    let frame = buf.split_to(at).freeze();
-    Ok(Some(
-        spans
-            .into_iter()
-            .map(|(start, stop)| frame.slice(start..stop))
-            .collect(),
-    ))
-}
 
-fn parse_inline(buf: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtocolError> {
-    let newline = buf.iter().take(MAX_INLINE_LEN + 1).position(|&byte| byte == b'\n');
-    let Some(newline) = newline else {
-        if buf.len() > MAX_INLINE_LEN {
-            return Err(ProtocolError::new("too big inline request"));
+    fn continue_multibulk(
+        &mut self,
+        buf: &mut BytesMut,
+        unauthenticated: bool,
+    ) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+        loop {
+            let partial = self.partial.as_ref().expect("a multibulk request in progress");
+            let at = partial.at;
+            if partial.remaining == 0 {
+                break;
+            }
+            let Some((end, start)) = self.header(buf, at, "too big bulk count string")? else {
+                return Ok(None);
+            };
+            if buf[at] != b'$' {
+                return Err(ProtocolError::new(&format!("expected '$', got '{}'", buf[at] as char)));
+            }
+            let invalid_len = || ProtocolError::new("invalid bulk length");
+            let len = parse_integer(&buf[at + 1..end])
+                .filter(|len| (0..=MAX_BULK_LEN as i64).contains(len))
+                .ok_or_else(invalid_len)?;
+            if unauthenticated && len > UNAUTHENTICATED_MAX_BULK_LEN {
+                return Err(ProtocolError::new("unauthenticated bulk length"));
+            }
+            let stop = start + len as usize;
+            if buf.len() < stop + 2 {
+                // Room for the bulk in large steps, but never more than a step ahead of the
+                // bytes that actually arrived: a header alone does not get 512 MiB allocated.
+                buf.reserve((stop + 2 - buf.len()).min(MAX_RESERVE));
+                return Ok(None);
+            }
+            // Stricter than Redis, which skips the two bytes unseen: a bulk longer than it
+            // said is refused rather than read as the start of the next request.
+            if &buf[stop..stop + 2] != b"\r\n" {
+                return Err(invalid_len());
+            }
+            let partial = self.partial.as_mut().expect("a multibulk request in progress");
+            partial.spans.push((start, stop));
+            partial.remaining -= 1;
+            partial.at = stop + 2;
         }
-        return Ok(None);
-    };
-    let line = buf.split_to(newline + 1);
-    let line = line.strip_suffix(b"\n").unwrap_or(&line);
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    split_inline(line)
-        .map(Some)
-        .ok_or_else(|| ProtocolError::new("unbalanced quotes in request"))
+        let partial = self.partial.take().expect("a multibulk request in progress");
+        let frame = self.consume(buf, partial.at);
+        Ok(Some(
+            partial
+                .spans
+                .into_iter()
+                .map(|(start, stop)| frame.slice(start..stop))
+                .collect(),
+        ))
+    }
+
+    fn inline(&mut self, buf: &mut BytesMut) -> Result<Start, ProtocolError> {
+        let Some(newline) = self.line_end(buf, 0, b'\n', "too big inline request")? else {
+            return Ok(Start::NeedMore);
+        };
+        let line = self.consume(buf, newline + 1);
+        let line = &line[..newline];
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        match split_inline(line) {
+            None => Err(ProtocolError::new("unbalanced quotes in request")),
+            Some(args) if args.is_empty() => Ok(Start::Empty),
+            Some(args) => Ok(Start::Inline(args)),
+        }
+    }
 }
 
-/// Splits an inline line into arguments as redis-cli and Redis do: whitespace separates, and
-/// double or single quotes group (double quotes with `\"`, `\\`, `\n`, `\r`, `\t`, `\xHH`).
+/// How the start of a request went.
+enum Start {
+    NeedMore,
+    /// A request without arguments, consumed; Redis answers nothing.
+    Empty,
+    Inline(Vec<Bytes>),
+    /// A multibulk request is under way.
+    Multibulk,
+}
+
+/// Splits an inline line into arguments as Redis's `sdssplitargs` does: whitespace separates;
+/// double quotes group, with `\xHH`, `\n`, `\r`, `\t`, `\b`, `\a` and `\<any>` escapes; single
+/// quotes group, with `\'`; a quote may open mid-argument, and a closing quote must be followed
+/// by whitespace or the end. As in C, a NUL byte ends the line.
 fn split_inline(line: &[u8]) -> Option<Vec<Bytes>> {
+    let byte = |i: usize| line.get(i).copied().unwrap_or(0);
+    let space = |byte: u8| matches!(byte, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c);
     let mut args = Vec::new();
     let mut i = 0;
-    while i < line.len() {
-        if line[i].is_ascii_whitespace() {
+    loop {
+        while byte(i) != 0 && space(byte(i)) {
             i += 1;
-            continue;
+        }
+        if byte(i) == 0 {
+            return Some(args);
         }
         let mut arg = Vec::new();
-        match line[i] {
-            quote @ (b'"' | b'\'') => {
-                i += 1;
-                loop {
-                    let &byte = line.get(i)?;
-                    i += 1;
-                    if byte == quote {
-                        if line.get(i).is_some_and(|next| !next.is_ascii_whitespace()) {
-                            return None;
-                        }
-                        break;
+        let mut quote = None;
+        loop {
+            let current = byte(i);
+            match quote {
+                Some(b'"') => match current {
+                    0 => return None,
+                    b'\\'
+                        if byte(i + 1) == b'x'
+                            && byte(i + 2).is_ascii_hexdigit()
+                            && byte(i + 3).is_ascii_hexdigit() =>
+                    {
+                        let hex = |at: usize| (byte(at) as char).to_digit(16).unwrap_or(0) as u8;
+                        arg.push(hex(i + 2) * 16 + hex(i + 3));
+                        i += 3;
                     }
-                    if byte == b'\\' && quote == b'"' {
-                        let &escaped = line.get(i)?;
+                    b'\\' if byte(i + 1) != 0 => {
                         i += 1;
-                        arg.push(match escaped {
+                        arg.push(match byte(i) {
                             b'n' => b'\n',
                             b'r' => b'\r',
                             b't' => b'\t',
-                            b'x' if i + 1 < line.len() => {
-                                let hex = std::str::from_utf8(&line[i..i + 2]).ok();
-                                match hex.and_then(|hex| u8::from_str_radix(hex, 16).ok()) {
-                                    Some(value) => {
-                                        i += 2;
-                                        value
-                                    }
-                                    None => b'x',
-                                }
-                            }
+                            b'b' => 0x08,
+                            b'a' => 0x07,
                             other => other,
                         });
-                    } else {
-                        arg.push(byte);
                     }
-                }
+                    b'"' => {
+                        if byte(i + 1) != 0 && !space(byte(i + 1)) {
+                            return None;
+                        }
+                        i += 1;
+                        break;
+                    }
+                    other => arg.push(other),
+                },
+                Some(_) => match current {
+                    0 => return None,
+                    b'\\' if byte(i + 1) == b'\'' => {
+                        i += 1;
+                        arg.push(b'\'');
+                    }
+                    b'\'' => {
+                        if byte(i + 1) != 0 && !space(byte(i + 1)) {
+                            return None;
+                        }
+                        i += 1;
+                        break;
+                    }
+                    other => arg.push(other),
+                },
+                None => match current {
+                    b' ' | b'\n' | b'\r' | b'\t' | 0 => break,
+                    b'"' | b'\'' => quote = Some(current),
+                    other => arg.push(other),
+                },
             }
-            _ => {
-                while i < line.len() && !line[i].is_ascii_whitespace() {
-                    arg.push(line[i]);
-                    i += 1;
-                }
-            }
+            i += 1;
         }
         args.push(Bytes::from(arg));
     }
-    Some(args)
 }
 
 /// A reply. RESP2 flattens maps into arrays and doubles into bulk strings, as Redis does.
@@ -292,7 +408,11 @@ mod tests {
     use super::*;
 
     fn parse(input: &[u8]) -> Result<Option<Vec<Bytes>>, ProtocolError> {
-        parse_request(&mut BytesMut::from(input))
+        RequestParser::default().parse(&mut BytesMut::from(input), false)
+    }
+
+    fn text(input: &[u8]) -> String {
+        parse(input).unwrap_err().0
     }
 
     #[test]
@@ -304,15 +424,32 @@ mod tests {
         );
         for cut in 1..full.len() {
             let mut buf = BytesMut::from(&full[..cut]);
-            assert_eq!(parse_request(&mut buf).unwrap(), None, "cut at {cut}");
+            assert_eq!(
+                RequestParser::default().parse(&mut buf, false).unwrap(),
+                None,
+                "cut at {cut}"
+            );
             assert_eq!(buf.len(), cut);
         }
     }
 
     #[test]
+    fn empty_requests_are_skipped() {
+        for input in [&b"*0\r\n"[..], b"*-1\r\n", b"*-10\r\n", b"\r\n", b"  \n"] {
+            let mut buf = BytesMut::from(input);
+            assert_eq!(RequestParser::default().parse(&mut buf, false).unwrap(), None);
+            assert!(buf.is_empty(), "{input:?} is consumed");
+        }
+        assert_eq!(
+            parse(b"*0\r\n*-1\r\nPING\r\n").unwrap().unwrap(),
+            vec![Bytes::from("PING")]
+        );
+    }
+
+    #[test]
     fn malformed_and_oversized_frames_are_refused() {
-        let text = |input: &[u8]| parse(input).unwrap_err().0;
         assert_eq!(text(b"*x\r\n"), "ERR Protocol error: invalid multibulk length");
+        assert_eq!(text(b"*+1\r\n"), "ERR Protocol error: invalid multibulk length");
         assert_eq!(
             text(b"*99999999999\r\n"),
             "ERR Protocol error: invalid multibulk length"
@@ -325,22 +462,171 @@ mod tests {
             text(&vec![b'a'; MAX_INLINE_LEN + 1]),
             "ERR Protocol error: too big inline request"
         );
+        let mut count = b"*".to_vec();
+        count.resize(MAX_INLINE_LEN + 2, b'1');
+        assert_eq!(text(&count), "ERR Protocol error: too big mbulk count string");
+        let mut len = b"*1\r\n$".to_vec();
+        len.resize(MAX_INLINE_LEN + 8, b'1');
+        assert_eq!(text(&len), "ERR Protocol error: too big bulk count string");
         assert_eq!(text(b"GET \"k\n"), "ERR Protocol error: unbalanced quotes in request");
+        assert_eq!(
+            text(b"GET \"k\"x\n"),
+            "ERR Protocol error: unbalanced quotes in request"
+        );
+    }
+
+    #[test]
+    fn unauthenticated_clients_get_redis_limits() {
+        let unauthenticated = |input: &[u8]| RequestParser::default().parse(&mut BytesMut::from(input), true);
+        assert_eq!(
+            unauthenticated(b"*11\r\n").unwrap_err().0,
+            "ERR Protocol error: unauthenticated multibulk length"
+        );
+        assert_eq!(
+            unauthenticated(b"*1\r\n$16385\r\n").unwrap_err().0,
+            "ERR Protocol error: unauthenticated bulk length"
+        );
+        assert_eq!(unauthenticated(b"*10\r\n$16384\r\n").unwrap(), None);
+        assert_eq!(parse(b"*11\r\n$16385\r\n").unwrap(), None);
     }
 
     #[test]
     fn inline_requests_split_like_redis() {
-        let args = parse(b"SET \"a b\" 'c d' \"\\x41\\n\"\r\n").unwrap().unwrap();
+        let args = parse(b"SET \"a b\" 'c d' \"\\x41\\n\" 'it\\'s' x\"y z\"\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(
             args,
             vec![
                 Bytes::from("SET"),
                 Bytes::from("a b"),
                 Bytes::from("c d"),
-                Bytes::from("A\n")
+                Bytes::from("A\n"),
+                Bytes::from("it's"),
+                Bytes::from("xy z"),
             ]
         );
         assert_eq!(parse(b"\r\n\r\nPING\n").unwrap().unwrap(), vec![Bytes::from("PING")]);
+        assert_eq!(parse(b"\"\" ''\n").unwrap().unwrap(), vec![Bytes::new(), Bytes::new()]);
+    }
+
+    /// A large request fed a few bytes at a time is scanned once: the parser's place is kept.
+    #[test]
+    fn a_request_arriving_in_pieces_is_scanned_once() {
+        let keys: Vec<String> = (0..20_000).map(|i| format!("key{i}")).collect();
+        let frame = encode(&keys);
+        let mut parser = RequestParser::default();
+        let mut buf = BytesMut::new();
+        let mut parsed = None;
+        for piece in frame.chunks(16) {
+            assert!(parsed.is_none(), "complete before its last byte");
+            buf.extend_from_slice(piece);
+            parsed = parser.parse(&mut buf, false).unwrap();
+        }
+        let parsed = parsed.expect("complete at its last byte");
+        assert_eq!(parsed.len(), keys.len());
+        assert!(parsed.iter().zip(&keys).all(|(arg, key)| arg == key.as_bytes()));
+        assert!(buf.is_empty());
+        assert_eq!(parser.held_bytes(), 0);
+    }
+
+    fn encode(args: &[impl AsRef<[u8]>]) -> Vec<u8> {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for arg in args {
+            out.extend_from_slice(format!("${}\r\n", arg.as_ref().len()).as_bytes());
+            out.extend_from_slice(arg.as_ref());
+            out.extend_from_slice(b"\r\n");
+        }
+        out
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// Every request that can be parsed from `input` fed in `pieces`, and the error if
+        /// one ends it. Checks on the way that the parser never consumes more than it was given.
+        fn parse_all(input: &[u8], cuts: &[usize], unauthenticated: bool) -> (Vec<Vec<Bytes>>, Option<ProtocolError>) {
+            let mut parser = RequestParser::default();
+            let mut buf = BytesMut::new();
+            let mut requests = Vec::new();
+            let mut fed = 0;
+            let mut consumed = 0;
+            let mut cuts: Vec<usize> = cuts.iter().map(|cut| cut % (input.len() + 1)).collect();
+            cuts.push(input.len());
+            cuts.sort_unstable();
+            for cut in cuts {
+                buf.extend_from_slice(&input[fed..cut]);
+                fed = cut;
+                loop {
+                    let before = buf.len();
+                    let result = parser.parse(&mut buf, unauthenticated);
+                    assert!(buf.len() <= before, "the parser only consumes");
+                    consumed += before - buf.len();
+                    assert!(consumed <= fed, "consumed {consumed} of {fed} bytes");
+                    match result {
+                        Ok(Some(request)) => {
+                            assert!(!request.is_empty(), "no empty request is yielded");
+                            requests.push(request);
+                        }
+                        Ok(None) => break,
+                        Err(err) => return (requests, Some(err)),
+                    }
+                }
+            }
+            (requests, None)
+        }
+
+        fn command() -> impl Strategy<Value = Vec<Vec<u8>>> {
+            prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 1..8)
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+            /// Arbitrary bytes, in arbitrary pieces: no panic, and the outcome does not
+            /// depend on how the bytes were split.
+            #[test]
+            fn arbitrary_bytes_never_panic(
+                input in prop::collection::vec(any::<u8>(), 0..512),
+                cuts in prop::collection::vec(any::<usize>(), 0..16),
+                unauthenticated in any::<bool>(),
+            ) {
+                let whole = parse_all(&input, &[], unauthenticated);
+                let split = parse_all(&input, &cuts, unauthenticated);
+                prop_assert_eq!(whole, split);
+            }
+
+            /// Bytes that look like RESP (its markers, digits, CR and LF), where the parser's
+            /// interesting states are.
+            #[test]
+            fn resp_like_bytes_never_panic(
+                input in prop::collection::vec(prop::sample::select(&b"*$\r\n-0123456789 \"'xX"[..]), 0..256),
+                cuts in prop::collection::vec(any::<usize>(), 0..16),
+                unauthenticated in any::<bool>(),
+            ) {
+                let whole = parse_all(&input, &[], unauthenticated);
+                let split = parse_all(&input, &cuts, unauthenticated);
+                prop_assert_eq!(whole, split);
+            }
+
+            /// Valid commands, pipelined and split anywhere, parse to themselves.
+            #[test]
+            fn valid_frames_split_anywhere_parse_the_same(
+                commands in prop::collection::vec(command(), 1..6),
+                cuts in prop::collection::vec(any::<usize>(), 0..24),
+            ) {
+                let input: Vec<u8> = commands.iter().flat_map(|args| encode(args)).collect();
+                let (requests, error) = parse_all(&input, &cuts, false);
+                prop_assert_eq!(error, None);
+                let expected: Vec<Vec<Bytes>> = commands
+                    .iter()
+                    .map(|args| args.iter().map(|arg| Bytes::copy_from_slice(arg)).collect())
+                    .collect();
+                prop_assert_eq!(requests, expected);
+            }
+        }
     }
 
     #[test]

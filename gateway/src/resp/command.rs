@@ -172,14 +172,19 @@ pub fn integer(arg: &[u8]) -> Result<i64, Reply> {
     parse_integer(arg).ok_or_else(not_an_integer)
 }
 
-/// Floats as INCRBYFLOAT accepts them: no spaces, no NaN or infinities.
+/// Floats as INCRBYFLOAT reads them (Redis's `string2ld`): no spaces, no NaN, no number too
+/// large to represent; `inf` spelled out is a float (the increment then fails as infinite).
 pub fn parse_float(arg: &[u8]) -> Option<f64> {
     let text = std::str::from_utf8(arg).ok()?;
     if text.is_empty() || text.trim() != text {
         return None;
     }
     let value: f64 = text.parse().ok()?;
-    value.is_finite().then_some(value)
+    let spelled_infinite = || {
+        let unsigned = text.trim_start_matches(['+', '-']);
+        unsigned.eq_ignore_ascii_case("inf") || unsigned.eq_ignore_ascii_case("infinity")
+    };
+    (value.is_finite() || value.is_infinite() && spelled_infinite()).then_some(value)
 }
 
 /// A key as the store holds it: UTF-8 text (an S3 key), at most 1024 bytes, no NUL.
@@ -342,21 +347,14 @@ impl KeyCommand {
             "set" => parse_set(args)?,
             "setnx" => SetNx(key(arg(1))?, arg(2).clone()),
             "setex" | "psetex" => {
-                let amount = integer(arg(2))?;
-                let millis = if name == "setex" {
-                    amount.checked_mul(1000)
-                } else {
-                    Some(amount)
-                };
-                match millis {
-                    Some(millis) if amount > 0 => Set {
-                        key: key(arg(1))?,
-                        value: arg(3).clone(),
-                        condition: None,
-                        get: false,
-                        ttl: SetTtl::Expire(Expiry::In(millis)),
-                    },
-                    _ => return Err(Reply::error(format!("ERR invalid expire time in '{name}' command"))),
+                let scale = if name == "setex" { 1000 } else { 1 };
+                let expiry = positive_expiry(name, integer(arg(2))?, scale, false)?;
+                Set {
+                    key: key(arg(1))?,
+                    value: arg(3).clone(),
+                    condition: None,
+                    get: false,
+                    ttl: SetTtl::Expire(expiry),
                 }
             }
             "mget" => MGet(keys(&args[1..])?),
@@ -443,16 +441,35 @@ fn parse_expiry(command: &str, option: &[u8], amount: Option<&Bytes>) -> Result<
         return Ok(None);
     };
     let amount = integer(amount.ok_or_else(syntax_error)?)?;
-    let invalid = || Reply::error(format!("ERR invalid expire time in '{command}' command"));
+    positive_expiry(command, amount, scale, absolute).map(Some)
+}
+
+fn invalid_expire_time(command: &str) -> Reply {
+    Reply::error(format!("ERR invalid expire time in '{command}' command"))
+}
+
+/// Milliseconds since the Unix epoch, against which Redis checks that an expiry can be added
+/// to now.
+fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as i64)
+}
+
+/// The expiry of SET, GETEX, SETEX and PSETEX, checked as Redis's
+/// `getExpireMillisecondsOrReply` does: positive, and neither the conversion to milliseconds
+/// nor the addition of now (for a relative one) overflows.
+fn positive_expiry(command: &str, amount: i64, scale: i64, absolute: bool) -> Result<Expiry, Reply> {
+    let invalid = || invalid_expire_time(command);
     if amount <= 0 {
         return Err(invalid());
     }
     let millis = amount.checked_mul(scale).ok_or_else(invalid)?;
-    Ok(Some(if absolute {
-        Expiry::At(millis)
-    } else {
-        Expiry::In(millis)
-    }))
+    if absolute {
+        return Ok(Expiry::At(millis));
+    }
+    now_millis().checked_add(millis).ok_or_else(invalid)?;
+    Ok(Expiry::In(millis))
 }
 
 fn parse_set(args: &[Bytes]) -> Result<KeyCommand, Reply> {
@@ -503,9 +520,13 @@ fn parse_getex(options: &[Bytes]) -> Result<GetExTtl, Reply> {
     }
 }
 
+/// EXPIRE, PEXPIRE, EXPIREAT and PEXPIREAT, checked as Redis's `expireGenericCommand` does:
+/// options first, then the amount, which may be zero or negative (the key is deleted) but must
+/// not overflow when converted to milliseconds or, for a relative one, added to now.
 fn parse_expire(name: &str, args: &[Bytes]) -> Result<KeyCommand, Reply> {
+    let condition = parse_expire_condition(&args[3..])?;
     let amount = integer(&args[2])?;
-    let invalid = || Reply::error(format!("ERR invalid expire time in '{name}' command"));
+    let invalid = || invalid_expire_time(name);
     let (absolute, scale) = match name {
         "expire" => (false, 1000),
         "pexpire" => (false, 1),
@@ -516,10 +537,19 @@ fn parse_expire(name: &str, args: &[Bytes]) -> Result<KeyCommand, Reply> {
     let when = if absolute {
         Expiry::At(millis)
     } else {
+        now_millis().checked_add(millis).ok_or_else(invalid)?;
         Expiry::In(millis)
     };
+    Ok(KeyCommand::Expire {
+        key: key(&args[1])?,
+        when,
+        condition,
+    })
+}
+
+fn parse_expire_condition(options: &[Bytes]) -> Result<Option<ExpireCondition>, Reply> {
     let mut condition = None;
-    for option in &args[3..] {
+    for option in options {
         let parsed = match option.to_ascii_lowercase().as_slice() {
             b"nx" => ExpireCondition::NoTtl,
             b"xx" => ExpireCondition::HasTtl,
@@ -550,11 +580,7 @@ fn parse_expire(name: &str, args: &[Bytes]) -> Result<KeyCommand, Reply> {
             }
         };
     }
-    Ok(KeyCommand::Expire {
-        key: key(&args[1])?,
-        when,
-        condition,
-    })
+    Ok(condition)
 }
 
 /// Whether a value of `len` bytes is within Redis's string limit.

@@ -3,18 +3,19 @@
 //! replies back in one go.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
 use tracing::Instrument;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::codec::{Reply, parse_request};
+use super::clients::Registration;
+use super::codec::{Reply, RequestParser};
 use super::command::{self, KeyCommand, Spec, syntax_error, wrong_arity};
-use super::{ClientInfo, RespServer, glob, keys};
+use super::{RespServer, glob, keys};
 use crate::http_server::Shutdown;
 use crate::store::{Access, KvEntry, Principal, StoreError};
 
@@ -61,7 +62,12 @@ struct Run {
 
 pub struct Connection {
     server: Arc<RespServer>,
-    id: u64,
+    /// This client's CLIENT LIST entry and --resp-max-clients slot, freed when the connection
+    /// is dropped however its task ends.
+    registration: Registration,
+    accepted: Instant,
+    /// Since when the client has been without AUTH (accept, or its last RESET).
+    unauthenticated_since: Instant,
     principal: Option<Principal>,
     db: u32,
     resp3: bool,
@@ -74,27 +80,13 @@ pub struct Connection {
 }
 
 impl Connection {
-    pub fn new(server: Arc<RespServer>, id: u64, peer: SocketAddr, stream: &TcpStream) -> Connection {
-        let now = Instant::now();
-        server.clients.lock().expect("clients lock").insert(
-            id,
-            ClientInfo {
-                addr: peer,
-                local_addr: stream.local_addr().unwrap_or(peer),
-                name: String::new(),
-                lib_name: String::new(),
-                lib_version: String::new(),
-                db: 0,
-                resp: 2,
-                connected: now,
-                last_active: now,
-                last_command: "NULL",
-            },
-        );
+    pub fn new(server: Arc<RespServer>, registration: Registration) -> Connection {
         let principal = (!server.settings.require_auth).then(|| server.root.clone());
         Connection {
             server,
-            id,
+            registration,
+            accepted: Instant::now(),
+            unauthenticated_since: Instant::now(),
             principal,
             db: 0,
             resp3: false,
@@ -111,17 +103,25 @@ impl Connection {
         let mut input = BytesMut::with_capacity(READ_SIZE);
         let mut output = BytesMut::with_capacity(16 * 1024);
         let mut input_budget = InputBudget::new(self.server.buffers.clone());
+        let mut parser = RequestParser::default();
+        let mut received = false;
         loop {
             let mut requests = Vec::new();
             let mut broken = None;
             while requests.len() < MAX_BATCH {
-                match parse_request(&mut input) {
+                // Before AUTH, requests run one at a time, as in Redis: the one after AUTH is
+                // parsed with the limits of an authenticated client.
+                let unauthenticated = self.principal.is_none();
+                match parser.parse(&mut input, unauthenticated) {
                     Ok(Some(request)) => requests.push(request),
                     Ok(None) => break,
                     Err(err) => {
                         broken = Some(err);
                         break;
                     }
+                }
+                if unauthenticated {
+                    break;
                 }
             }
             if requests.is_empty() && broken.is_none() {
@@ -131,16 +131,21 @@ impl Connection {
                     // Room for the read, so that reading never grows the buffer unaccounted.
                     input.reserve(READ_SIZE);
                 }
-                if !input_budget.cover(input.capacity()) {
+                if !input_budget.cover(input.capacity() + parser.held_bytes()) {
                     Reply::error(INPUT_OVER_BUDGET).encode(self.resp3, &mut output);
                     if stream.write_all(&output).await.is_ok() {
                         close_after_error(&mut stream).await;
                     }
                     break;
                 }
+                let Some(deadline) = self.read_deadline(received) else {
+                    // Out of time to send the first byte or to AUTH: closed without a word,
+                    // as Redis closes a client past its `timeout`.
+                    break;
+                };
                 let read = async {
-                    match self.server.settings.idle_timeout {
-                        Some(limit) => tokio::time::timeout(limit, stream.read_buf(&mut input))
+                    match deadline {
+                        Some(deadline) => tokio::time::timeout_at(deadline.into(), stream.read_buf(&mut input))
                             .await
                             .unwrap_or(Ok(0)),
                         None => stream.read_buf(&mut input).await,
@@ -152,7 +157,10 @@ impl Connection {
                 };
                 match read {
                     Ok(0) | Err(_) => break,
-                    Ok(_) => continue,
+                    Ok(_) => {
+                        received = true;
+                        continue;
+                    }
                 }
             }
             if !requests.is_empty() {
@@ -190,9 +198,36 @@ impl Connection {
             if input.is_empty() && input.capacity() > UNBUDGETED_INPUT {
                 input = BytesMut::with_capacity(READ_SIZE);
             }
-            input_budget.release_beyond(input.capacity());
+            input_budget.release_beyond(input.capacity() + parser.held_bytes());
         }
-        self.server.clients.lock().expect("clients lock").remove(&self.id);
+    }
+
+    /// When the next read must have brought something: `Some(None)` for never, `None` when
+    /// that time is already past. A new connection has `--resp-first-byte-timeout` for its
+    /// first byte, and a client that must AUTH has `--resp-auth-timeout` for that (from accept
+    /// or RESET; checked before each read, so a client busy with refused commands is cut off
+    /// too); besides, `--resp-idle-timeout` (off by default, as Redis's `timeout`) per read.
+    fn read_deadline(&self, received: bool) -> Option<Option<Instant>> {
+        let settings = &self.server.settings;
+        let first_byte = settings
+            .first_byte_timeout
+            .filter(|_| !received)
+            .map(|limit| self.accepted + limit);
+        let auth = settings
+            .auth_timeout
+            .filter(|_| self.principal.is_none())
+            .map(|limit| self.unauthenticated_since + limit);
+        let now = Instant::now();
+        let fixed = first_byte.into_iter().chain(auth).min();
+        if fixed.is_some_and(|deadline| deadline <= now) {
+            return None;
+        }
+        let idle = settings.idle_timeout.map(|limit| now + limit);
+        Some(fixed.into_iter().chain(idle).min())
+    }
+
+    fn id(&self) -> u64 {
+        self.registration.id()
     }
 
     /// One span per batch (a round trip of pipelined commands), named after its command when
@@ -200,7 +235,7 @@ impl Connection {
     fn batch_span(&self, requests: &[Vec<Bytes>]) -> tracing::Span {
         let span = crate::telemetry::request_span("resp", None);
         let operation = match requests {
-            [only] => String::from_utf8_lossy(&only[0]).to_ascii_uppercase(),
+            [only] => String::from_utf8_lossy(only.first().map_or(&b""[..], |name| name)).to_ascii_uppercase(),
             _ => "PIPELINE".to_owned(),
         };
         crate::telemetry::name_operation(&span, "RESP", &operation);
@@ -217,7 +252,9 @@ impl Connection {
             if self.quit {
                 break;
             }
-            let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
+            // The parser never yields an empty request; nothing to answer if one came.
+            let Some(name) = args.first() else { continue };
+            let name = String::from_utf8_lossy(name).to_ascii_lowercase();
             let spec = command::lookup(&name);
             last_command = spec.map_or("unknown", |spec| spec.name);
             let key_command = match self.admit(&name, spec, &args) {
@@ -263,13 +300,13 @@ impl Connection {
             }
         }
         self.flush(&mut run, out).await;
-        let mut clients = self.server.clients.lock().expect("clients lock");
-        if let Some(info) = clients.get_mut(&self.id) {
+        let (db, resp) = (self.db, if self.resp3 { 3 } else { 2 });
+        self.set_client(|info| {
             info.last_active = Instant::now();
             info.last_command = last_command;
-            info.db = self.db;
-            info.resp = if self.resp3 { 3 } else { 2 };
-        }
+            info.db = db;
+            info.resp = resp;
+        });
     }
 
     /// Checks what every command needs before it runs (known, arity, auth, writable, parsable)
@@ -406,9 +443,10 @@ impl Connection {
     /// Everything that is not a key command.
     async fn other_command(&mut self, spec: &'static Spec, args: &[Bytes]) -> Reply {
         match spec.name {
-            "ping" => match args.get(1) {
-                Some(message) => Reply::Bulk(message.clone()),
-                None => Reply::Simple("PONG"),
+            "ping" => match args {
+                [_] => Reply::Simple("PONG"),
+                [_, message] => Reply::Bulk(message.clone()),
+                _ => wrong_arity("ping"),
             },
             "echo" => Reply::Bulk(args[1].clone()),
             "time" => {
@@ -431,6 +469,7 @@ impl Connection {
                 self.resp3 = false;
                 if self.server.settings.require_auth {
                     self.principal = None;
+                    self.unauthenticated_since = Instant::now();
                 }
                 self.set_client(|info| info.name.clear());
                 Reply::Simple("RESET")
@@ -680,17 +719,15 @@ impl Connection {
             (Reply::text("server"), Reply::text("redis")),
             (Reply::text("version"), Reply::text(REDIS_VERSION)),
             (Reply::text("proto"), Reply::Integer(protocol)),
-            (Reply::text("id"), Reply::Integer(self.id as i64)),
+            (Reply::text("id"), Reply::Integer(self.id() as i64)),
             (Reply::text("mode"), Reply::text("standalone")),
             (Reply::text("role"), Reply::text(role)),
             (Reply::text("modules"), Reply::Array(Vec::new())),
         ])
     }
 
-    fn set_client(&self, update: impl FnOnce(&mut ClientInfo)) {
-        if let Some(info) = self.server.clients.lock().expect("clients lock").get_mut(&self.id) {
-            update(info);
-        }
+    fn set_client(&self, update: impl FnOnce(&mut super::clients::ClientInfo)) {
+        self.server.clients.update(self.id(), update);
     }
 
     fn set_name(&self, name: &[u8]) -> Reply {
@@ -705,28 +742,19 @@ impl Connection {
     fn client(&self, args: &[Bytes]) -> Reply {
         let subcommand = args[1].to_ascii_lowercase();
         match (subcommand.as_slice(), args.len()) {
-            (b"id", 2) => Reply::Integer(self.id as i64),
+            (b"id", 2) => Reply::Integer(self.id() as i64),
             (b"setname", 3) => self.set_name(&args[2]),
-            (b"getname", 2) => {
-                let clients = self.server.clients.lock().expect("clients lock");
-                match clients.get(&self.id) {
-                    Some(info) if !info.name.is_empty() => Reply::text(&info.name),
-                    _ => Reply::Nil,
-                }
-            }
-            (b"list", _) => {
-                let clients = self.server.clients.lock().expect("clients lock");
-                let mut ids: Vec<&u64> = clients.keys().collect();
-                ids.sort();
-                let text: String = ids.into_iter().map(|id| client_line(*id, &clients[id])).collect();
-                Reply::text(&text)
-            }
-            (b"info", 2) => {
-                let clients = self.server.clients.lock().expect("clients lock");
-                clients
-                    .get(&self.id)
-                    .map_or(Reply::Nil, |info| Reply::text(&client_line(self.id, info)))
-            }
+            (b"getname", 2) => self
+                .server
+                .clients
+                .name(self.id())
+                .map_or(Reply::Nil, |name| Reply::text(&name)),
+            (b"list", _) => Reply::text(&self.server.clients.list()),
+            (b"info", 2) => self
+                .server
+                .clients
+                .line(self.id())
+                .map_or(Reply::Nil, |line| Reply::text(&line)),
             (b"setinfo", 4) => {
                 let value = String::from_utf8_lossy(&args[3]).into_owned();
                 match args[2].to_ascii_lowercase().as_slice() {
@@ -774,7 +802,7 @@ impl Connection {
             ));
         }
         if show("clients") {
-            let connected = self.server.clients.lock().expect("clients lock").len();
+            let connected = self.server.clients.len();
             text.push_str(&format!(
                 "# Clients\r\nconnected_clients:{connected}\r\nmaxclients:{}\r\n\r\n",
                 self.server.settings.max_clients
@@ -895,22 +923,6 @@ impl Connection {
 
 /// The Redis version pgvs3 reports: the command set it follows.
 const REDIS_VERSION: &str = "7.0.0";
-
-fn client_line(id: u64, info: &ClientInfo) -> String {
-    format!(
-        "id={id} addr={} laddr={} name={} age={} idle={} db={} resp={} lib-name={} lib-ver={} cmd={}\n",
-        info.addr,
-        info.local_addr,
-        info.name,
-        info.connected.elapsed().as_secs(),
-        info.last_active.elapsed().as_secs(),
-        info.db,
-        info.resp,
-        info.lib_name,
-        info.lib_version,
-        info.last_command,
-    )
-}
 
 fn command_command(args: &[Bytes]) -> Reply {
     let Some(subcommand) = args.get(1) else {

@@ -16,13 +16,23 @@ fn too_large() -> Reply {
     Reply::error("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
 }
 
+/// The latest expiry kept, about the year 287,000. Redis takes expiries up to the year 292
+/// million; PostgreSQL's timestamps end in the year 294,276, so later ones are kept as this.
+const LATEST_EXPIRY: Duration = Duration::from_secs(9_000_000_000_000);
+
+/// When an expiry falls, within what the store can hold: one before 1970 is in the past all
+/// the same, one past [`LATEST_EXPIRY`] is as good as never.
 fn at(now: SystemTime, expiry: Expiry) -> SystemTime {
-    match expiry {
-        Expiry::In(millis) if millis >= 0 => now + Duration::from_millis(millis as u64),
-        Expiry::In(millis) => now - Duration::from_millis(millis.unsigned_abs()),
-        Expiry::At(millis) if millis >= 0 => UNIX_EPOCH + Duration::from_millis(millis as u64),
-        Expiry::At(_) => UNIX_EPOCH,
-    }
+    let latest = UNIX_EPOCH + LATEST_EXPIRY;
+    let when = match expiry {
+        Expiry::In(millis) if millis >= 0 => now.checked_add(Duration::from_millis(millis as u64)),
+        Expiry::In(millis) => now.checked_sub(Duration::from_millis(millis.unsigned_abs())),
+        Expiry::At(millis) if millis >= 0 => UNIX_EPOCH.checked_add(Duration::from_millis(millis as u64)),
+        Expiry::At(_) => Some(UNIX_EPOCH),
+    };
+    let past = matches!(expiry, Expiry::In(millis) | Expiry::At(millis) if millis < 0);
+    when.unwrap_or(if past { UNIX_EPOCH } else { latest })
+        .clamp(UNIX_EPOCH, latest)
 }
 
 fn unix_millis(time: SystemTime) -> i64 {

@@ -4,6 +4,7 @@
 //! `--resp-databases`. A key is an object of that bucket and its value the object's bytes, so
 //! what SET writes, S3 GET reads, and the other way round.
 
+mod clients;
 pub mod codec;
 mod command;
 mod connection;
@@ -11,10 +12,9 @@ mod glob;
 mod group_commit;
 mod keys;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
@@ -38,6 +38,10 @@ pub struct RespSettings {
     pub flushdb: bool,
     pub max_clients: usize,
     pub idle_timeout: Option<Duration>,
+    /// How long a new connection may stay silent before its first byte.
+    pub first_byte_timeout: Option<Duration>,
+    /// How long a connection that must AUTH may go without.
+    pub auth_timeout: Option<Duration>,
     pub admission: crate::admission::Limits,
 }
 
@@ -55,23 +59,10 @@ impl RespSettings {
             max_clients: args.resp_max_clients,
             admission: args.resp_limits(),
             idle_timeout: (!args.resp_idle_timeout.is_zero()).then_some(args.resp_idle_timeout),
+            first_byte_timeout: (!args.resp_first_byte_timeout.is_zero()).then_some(args.resp_first_byte_timeout),
+            auth_timeout: (!args.resp_auth_timeout.is_zero()).then_some(args.resp_auth_timeout),
         }
     }
-}
-
-/// What CLIENT LIST shows about a connection.
-#[derive(Debug, Clone)]
-struct ClientInfo {
-    addr: SocketAddr,
-    local_addr: SocketAddr,
-    name: String,
-    lib_name: String,
-    lib_version: String,
-    db: u32,
-    resp: u8,
-    connected: Instant,
-    last_active: Instant,
-    last_command: &'static str,
 }
 
 /// What every connection shares.
@@ -89,8 +80,7 @@ pub struct RespServer {
     /// Large requests (values up to 512 MiB) are held in memory whole; beyond a small allowance
     /// per connection, their input comes out of the process's buffer budget.
     buffers: crate::admission::BufferBudget,
-    clients: Mutex<HashMap<u64, ClientInfo>>,
-    next_client_id: AtomicU64,
+    clients: Arc<clients::Clients>,
     started: Instant,
     port: u16,
 }
@@ -133,8 +123,7 @@ impl RespServer {
             replica,
             buffers,
             root,
-            clients: Mutex::default(),
-            next_client_id: AtomicU64::new(1),
+            clients: Arc::default(),
             started: Instant::now(),
             port,
         }))
@@ -155,17 +144,25 @@ impl RespServer {
                 },
                 _ = shutdown.wait() => break,
                 // Reap finished connection tasks so the set does not grow without bound.
-                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+                Some(finished) = connections.join_next(), if !connections.is_empty() => {
+                    if let Err(err) = finished
+                        && err.is_panic()
+                    {
+                        // Its registration was dropped with it: the slot is free again.
+                        tracing::error!(server = "resp", "a connection task panicked; its connection is closed");
+                    }
+                    continue;
+                }
             };
             if let Err(err) = stream.set_nodelay(true) {
                 tracing::debug!(error = %err, "TCP_NODELAY");
             }
-            if self.clients.lock().expect("clients lock").len() >= self.settings.max_clients {
+            let info = clients::ClientInfo::new(peer, stream.local_addr().unwrap_or(peer));
+            let Some(registration) = self.clients.register(self.settings.max_clients, info) else {
                 let _ = stream.write_all(b"-ERR max number of clients reached\r\n").await;
                 continue;
-            }
-            let id = self.next_client_id.fetch_add(1, Ordering::Relaxed);
-            let connection = connection::Connection::new(Arc::clone(&self), id, peer, &stream);
+            };
+            let connection = connection::Connection::new(Arc::clone(&self), registration);
             connections.spawn(connection.run(stream, shutdown.clone()));
         }
         drop(listener);

@@ -1,0 +1,170 @@
+//! The registry of connected clients: what CLIENT LIST and INFO show, and the count that
+//! `--resp-max-clients` bounds. A connection holds its entry as a guard that removes it on
+//! drop, so a connection task that ends in any way, a panic included, gives its slot back.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+/// What CLIENT LIST shows about a connection.
+#[derive(Debug, Clone)]
+pub struct ClientInfo {
+    pub addr: SocketAddr,
+    pub local_addr: SocketAddr,
+    pub name: String,
+    pub lib_name: String,
+    pub lib_version: String,
+    pub db: u32,
+    pub resp: u8,
+    pub connected: Instant,
+    pub last_active: Instant,
+    pub last_command: &'static str,
+}
+
+impl ClientInfo {
+    /// A client that just connected.
+    pub fn new(addr: SocketAddr, local_addr: SocketAddr) -> ClientInfo {
+        let now = Instant::now();
+        ClientInfo {
+            addr,
+            local_addr,
+            name: String::new(),
+            lib_name: String::new(),
+            lib_version: String::new(),
+            db: 0,
+            resp: 2,
+            connected: now,
+            last_active: now,
+            last_command: "NULL",
+        }
+    }
+
+    fn line(&self, id: u64) -> String {
+        format!(
+            "id={id} addr={} laddr={} name={} age={} idle={} db={} resp={} lib-name={} lib-ver={} cmd={}\n",
+            self.addr,
+            self.local_addr,
+            self.name,
+            self.connected.elapsed().as_secs(),
+            self.last_active.elapsed().as_secs(),
+            self.db,
+            self.resp,
+            self.lib_name,
+            self.lib_version,
+            self.last_command,
+        )
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Clients {
+    connected: Mutex<HashMap<u64, ClientInfo>>,
+    last_id: AtomicU64,
+}
+
+impl Clients {
+    /// The map, even if a thread panicked while holding it: the entries are plain data and
+    /// stay consistent, and one panic must not take every later connection down with it.
+    fn connected(&self) -> MutexGuard<'_, HashMap<u64, ClientInfo>> {
+        self.connected.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Registers a client unless `max` are connected already.
+    pub fn register(self: &Arc<Self>, max: usize, info: ClientInfo) -> Option<Registration> {
+        let mut connected = self.connected();
+        if connected.len() >= max {
+            return None;
+        }
+        let id = self.last_id.fetch_add(1, Ordering::Relaxed) + 1;
+        connected.insert(id, info);
+        Some(Registration {
+            clients: Arc::clone(self),
+            id,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.connected().len()
+    }
+
+    /// Changes what is shown about client `id`.
+    pub fn update(&self, id: u64, change: impl FnOnce(&mut ClientInfo)) {
+        if let Some(info) = self.connected().get_mut(&id) {
+            change(info);
+        }
+    }
+
+    pub fn name(&self, id: u64) -> Option<String> {
+        self.connected()
+            .get(&id)
+            .map(|info| info.name.clone())
+            .filter(|name| !name.is_empty())
+    }
+
+    /// CLIENT INFO's line for client `id`.
+    pub fn line(&self, id: u64) -> Option<String> {
+        self.connected().get(&id).map(|info| info.line(id))
+    }
+
+    /// CLIENT LIST's text: a line per client, in order of connection.
+    pub fn list(&self) -> String {
+        let connected = self.connected();
+        let mut ids: Vec<&u64> = connected.keys().collect();
+        ids.sort();
+        ids.into_iter().map(|id| connected[id].line(*id)).collect()
+    }
+}
+
+/// A client's entry in the registry, removed when this is dropped.
+#[derive(Debug)]
+pub struct Registration {
+    clients: Arc<Clients>,
+    id: u64,
+}
+
+impl Registration {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.clients.connected().remove(&self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info() -> ClientInfo {
+        let addr = "127.0.0.1:1".parse().unwrap();
+        ClientInfo::new(addr, addr)
+    }
+
+    #[tokio::test]
+    async fn a_panicking_connection_gives_its_slot_back() {
+        let clients = Arc::new(Clients::default());
+        let first = clients.register(2, info()).unwrap();
+        let second = clients.register(2, info()).unwrap();
+        assert!(clients.register(2, info()).is_none(), "at the limit");
+        assert_ne!(first.id(), second.id());
+        // A task that panics while holding its registration, and while holding the lock.
+        let holder = Arc::clone(&clients);
+        let panicked = tokio::spawn(async move {
+            let _registration = second;
+            let _locked = holder.connected();
+            panic!("a connection task panics");
+        })
+        .await;
+        assert!(panicked.unwrap_err().is_panic());
+        assert_eq!(clients.len(), 1);
+        assert!(clients.list().starts_with(&format!("id={} ", first.id())));
+        drop(first);
+        assert_eq!(clients.len(), 0);
+        assert!(clients.register(2, info()).is_some());
+    }
+}
