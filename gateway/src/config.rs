@@ -131,7 +131,6 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_PG_RESTART_ATTEMPTS", default_value_t = 8)]
     pub pg_restart_attempts: u32,
     // --- end database faults ---
-
     /// How long shutdown waits for in-flight requests.
     #[arg(long, env = "PGVS3_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub shutdown_timeout: Duration,

@@ -71,14 +71,14 @@ impl Connections {
         self.inner.drivers.lock().expect("connections lock").len()
     }
 
-    /// Connects with the gateway's socket settings and a tracked driver; for dedicated
+    /// Connects with the gateway's session settings and a tracked driver; for dedicated
     /// connections outside the pool.
     pub async fn connect(&self, config: &tokio_postgres::Config) -> Result<Client, tokio_postgres::Error> {
         Ok(self.open(config).await?.0)
     }
 
     async fn open(&self, config: &tokio_postgres::Config) -> Result<(Client, JoinHandle<()>), tokio_postgres::Error> {
-        let (client, connection) = with_socket_settings(config).connect(NoTls).await?;
+        let (client, connection) = session_settings(config).connect(NoTls).await?;
         let driver = self.spawn(async move {
             if let Err(error) = connection.await {
                 // The health probe reports an outage once; every connection repeating it adds
@@ -104,10 +104,14 @@ impl Drop for Forget {
     }
 }
 
-/// The settings every gateway connection gets: keepalives and a user timeout tuned to notice a
-/// dead peer in well under a minute instead of the kernel's two hours.
-pub fn with_socket_settings(config: &tokio_postgres::Config) -> tokio_postgres::Config {
+/// The settings every gateway connection gets: its name in `pg_stat_activity` (unless the URL
+/// names it), and keepalives and a user timeout tuned to notice a dead peer in well under a
+/// minute instead of the kernel's two hours.
+pub fn session_settings(config: &tokio_postgres::Config) -> tokio_postgres::Config {
     let mut config = config.clone();
+    if config.get_application_name().is_none() {
+        config.application_name("pgvs3");
+    }
     config
         .keepalives(true)
         .keepalives_idle(KEEPALIVE_IDLE)

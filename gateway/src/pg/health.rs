@@ -39,8 +39,11 @@ struct Inner {
 
 impl DatabaseHealth {
     pub fn new(pool: Pool, connections: Connections, metrics: &Metrics, probe_timeout: Duration) -> DatabaseHealth {
-        let up_gauge = IntGauge::new("pgvs3_database_up", "1 while PostgreSQL answers the health probe, else 0")
-            .expect("metric");
+        let up_gauge = IntGauge::new(
+            "pgvs3_database_up",
+            "1 while PostgreSQL answers the health probe, else 0",
+        )
+        .expect("metric");
         let restarts = IntCounter::new(
             "pgvs3_database_restarts_total",
             "Restarts of the embedded PostgreSQL after it exited on its own",

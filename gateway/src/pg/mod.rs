@@ -32,10 +32,10 @@ pub struct Database {
 enum Embedded {
     /// The database is someone else's (a URL, or a `serve` already running on the data dir).
     None,
-    Owned(EmbeddedPostgres),
+    /// Boxed: it is far larger than the others, and moves into its supervisor soon anyway.
+    Owned(Box<EmbeddedPostgres>),
     Supervised(Supervisor),
 }
-
 
 impl Database {
     /// Connects as `serve` does: the URL when given, else the embedded PostgreSQL in the data dir,
@@ -72,7 +72,7 @@ impl Database {
             connections.clone(),
         )?;
         wait_until_reachable(&pool).await?;
-        let embedded = embedded.map_or(Embedded::None, Embedded::Owned);
+        let embedded = embedded.map_or(Embedded::None, |server| Embedded::Owned(Box::new(server)));
         Ok(Database {
             pool,
             config,
@@ -87,7 +87,7 @@ impl Database {
     pub fn watch(&mut self, probe_timeout: Duration, restart_attempts: u32, metrics: &Metrics) -> DatabaseHealth {
         let health = DatabaseHealth::new(self.pool.clone(), self.connections.clone(), metrics, probe_timeout);
         if let Embedded::Owned(server) = std::mem::replace(&mut self.embedded, Embedded::None) {
-            self.embedded = Embedded::Supervised(Supervisor::start(server, restart_attempts, health.clone()));
+            self.embedded = Embedded::Supervised(Supervisor::start(*server, restart_attempts, health.clone()));
         }
         health
     }
@@ -128,14 +128,11 @@ pub fn pool(config: tokio_postgres::Config, size: usize) -> anyhow::Result<Pool>
 
 /// `timeouts`: for a free connection, and for opening one.
 fn build_pool(
-    mut config: tokio_postgres::Config,
+    config: tokio_postgres::Config,
     size: usize,
     (wait, create): (Duration, Duration),
     connections: Connections,
 ) -> anyhow::Result<Pool> {
-    if config.get_application_name().is_none() {
-        config.application_name("pgvs3");
-    }
     let manager = Manager::from_connect(
         config,
         connections,

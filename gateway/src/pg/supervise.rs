@@ -76,7 +76,12 @@ async fn supervise(
                     break;
                 }
                 Err(err) => {
-                    tracing::warn!(attempt, of = attempts, error = format!("{err:#}"), "PostgreSQL did not restart");
+                    tracing::warn!(
+                        attempt,
+                        of = attempts,
+                        error = format!("{err:#}"),
+                        "PostgreSQL did not restart"
+                    );
                     last_error = Some(err);
                 }
             }

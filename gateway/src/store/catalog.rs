@@ -9,9 +9,9 @@ use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
 
 use super::origins::{ORIGIN_COLUMNS, Origin, origin_from_row};
-use crate::pg::connections::{Connections, with_socket_settings};
 use super::{Principal, StoreError, StoreResult};
 use crate::master_key::MasterKey;
+use crate::pg::connections::{Connections, session_settings};
 
 /// Pause between attempts to (re)open the LISTEN connection, and between role checks on a
 /// standby.
@@ -186,10 +186,21 @@ impl Catalog {
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(every);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            // While the database is away every poll fails; saying so once is enough.
+            let mut failing = false;
             loop {
                 ticker.tick().await;
-                if let Err(err) = catalog.refresh().await {
-                    tracing::warn!(error = %err, "catalog refresh failed");
+                match catalog.refresh().await {
+                    Ok(_) if failing => {
+                        tracing::info!("catalog refresh works again");
+                        failing = false;
+                    }
+                    Ok(_) => {}
+                    Err(err) if failing => tracing::debug!(error = %err, "catalog refresh still failing"),
+                    Err(err) => {
+                        tracing::warn!(error = %err, "catalog refresh failed; retrying every poll");
+                        failing = true;
+                    }
                 }
             }
         })
@@ -212,10 +223,12 @@ impl Catalog {
             let mut lost = false;
             loop {
                 if let Err(err) = catalog.listen(&config, &connections, &mut lost).await {
+                    let error = format!("{err:#}");
                     if lost {
-                        tracing::debug!(error = %err, "catalog LISTEN connection: still reconnecting");
+                        tracing::debug!(error, "catalog LISTEN connection: still reconnecting");
                     } else {
-                        tracing::warn!(error = %err, "catalog LISTEN connection lost; reconnecting");
+                        // At info: a database outage has its own warning (the health probe's).
+                        tracing::info!(error, "catalog LISTEN connection lost; reconnecting");
                         lost = true;
                     }
                 }
@@ -232,12 +245,10 @@ impl Catalog {
     ) -> anyhow::Result<()> {
         use futures::StreamExt;
         let connect_timeout = config.get_connect_timeout().copied().unwrap_or(LISTEN_CONNECT_TIMEOUT);
-        let (client, mut connection) = tokio::time::timeout(
-            connect_timeout,
-            with_socket_settings(config).connect(tokio_postgres::NoTls),
-        )
-        .await
-        .map_err(|_| anyhow::anyhow!("no connection within {connect_timeout:?}"))??;
+        let (client, mut connection) =
+            tokio::time::timeout(connect_timeout, session_settings(config).connect(tokio_postgres::NoTls))
+                .await
+                .map_err(|_| anyhow::anyhow!("no connection within {connect_timeout:?}"))??;
         let (notify, mut notified) = tokio::sync::mpsc::channel::<()>(1);
         let driver = connections.spawn(async move {
             let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
@@ -250,7 +261,11 @@ impl Catalog {
             anyhow::Ok(())
         });
         // A standby refuses LISTEN; this session may LISTEN once its server is promoted.
-        while client.query_one("SELECT pg_is_in_recovery()", &[]).await?.get::<_, bool>(0) {
+        while client
+            .query_one("SELECT pg_is_in_recovery()", &[])
+            .await?
+            .get::<_, bool>(0)
+        {
             tokio::time::sleep(LISTEN_RETRY).await;
         }
         client.batch_execute("LISTEN pgvs3_catalog").await?;
