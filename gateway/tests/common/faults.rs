@@ -21,8 +21,9 @@ pub enum Route {
 }
 
 /// A TCP proxy on 127.0.0.1. A switch to another target closes the connections to the old
-/// one (as a failover does: the old server is gone); a blackhole keeps them open but silent
-/// until the route changes again.
+/// one (as a failover does: the old server is gone). A blackhole keeps them open but silent for
+/// as long as the proxy lives, even after the route is restored, as a partition that lost the
+/// path's state does: only the gateway can give up on them.
 pub struct Proxy {
     pub addr: SocketAddr,
     route: watch::Sender<Route>,
@@ -76,13 +77,9 @@ async fn relay(mut client: TcpStream, mut routes: watch::Receiver<Route>) {
     }
 }
 
-/// Keeps the sockets open, unread, until the route is no longer a blackhole.
+/// Keeps the sockets open and unread until the proxy goes away.
 async fn hold(mut routes: watch::Receiver<Route>, _sockets: (TcpStream, Option<TcpStream>)) {
-    while *routes.borrow_and_update() == Route::Blackhole {
-        if routes.changed().await.is_err() {
-            return;
-        }
-    }
+    while routes.changed().await.is_ok() {}
 }
 
 /// The TCP address of a test cluster and its superuser password (TCP connections authenticate;
