@@ -340,6 +340,7 @@ async fn main() -> anyhow::Result<()> {
         data_dir: data_dir.clone(),
         pg_bin: None,
         memory_budget: None,
+        shared_buffers: None,
     })
     .await?;
     let config = server.connect_config();

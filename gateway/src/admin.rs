@@ -12,6 +12,7 @@ use http_body_util::Full;
 
 use crate::config::RequiredRole;
 use crate::metrics::Metrics;
+use crate::pg::health::DatabaseHealth;
 use crate::pg::migrate::{LAYOUT_VERSION, current_version};
 use crate::replica_lag::ReplicaLag;
 
@@ -25,23 +26,31 @@ struct Inner {
     metrics: Metrics,
     require_role: RequiredRole,
     lag: ReplicaLag,
+    health: DatabaseHealth,
 }
 
 impl AdminService {
-    pub fn new(pool: Pool, metrics: Metrics, require_role: RequiredRole, lag: ReplicaLag) -> AdminService {
+    pub fn new(
+        pool: Pool,
+        metrics: Metrics,
+        require_role: RequiredRole,
+        lag: ReplicaLag,
+        health: DatabaseHealth,
+    ) -> AdminService {
         AdminService {
             inner: Arc::new(Inner {
                 pool,
                 metrics,
                 require_role,
                 lag,
+                health,
             }),
         }
     }
 
     async fn handle(self, request: Request<RequestBody>) -> Response<Full<Bytes>> {
         match request.uri().path() {
-            "/healthz" => text(StatusCode::OK, "text/plain", "ok\n".into()),
+            "/healthz" => self.live(),
             "/readyz" => self.ready().await,
             "/metrics" => text(
                 StatusCode::OK,
@@ -52,15 +61,35 @@ impl AdminService {
         }
     }
 
-    /// Ready = the database answers, its layout is the one this gateway speaks, and its role is
-    /// known (and the one required, if any).
-    async fn ready(&self) -> Response<Full<Bytes>> {
-        let checked = async {
-            let layout = current_version(&self.inner.pool).await?;
-            let standby = crate::pg::is_standby(&self.inner.pool).await?;
-            anyhow::Ok((layout, standby))
+    /// Live = the gateway can still recover by itself. A database that is away is no reason to
+    /// restart the gateway (it reconnects on its own), but an embedded one that could not be
+    /// restarted is.
+    fn live(&self) -> Response<Full<Bytes>> {
+        match self.inner.health.fatal() {
+            None => text(StatusCode::OK, "text/plain", "ok\n".into()),
+            Some(reason) => text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", format!("{reason}\n")),
         }
-        .await;
+    }
+
+    /// Ready = the database answers, its layout is the one this gateway speaks, and its role is
+    /// known (and the one required, if any). Asked each time, within the probe timeout; while
+    /// the health probe finds the database unreachable the answer is no without asking.
+    async fn ready(&self) -> Response<Full<Bytes>> {
+        let health = &self.inner.health;
+        let checked = match health.fatal().map(str::to_owned).or_else(|| health.outage()) {
+            Some(outage) => Err(anyhow::anyhow!("database unavailable: {outage}")),
+            None => {
+                let checks = async {
+                    let layout = current_version(&self.inner.pool).await?;
+                    let standby = crate::pg::is_standby(&self.inner.pool).await?;
+                    anyhow::Ok((layout, standby))
+                };
+                let timeout = health.probe_timeout();
+                tokio::time::timeout(timeout, checks)
+                    .await
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("the database did not answer within {timeout:?}")))
+            }
+        };
         let (status, body) = match checked {
             Ok((layout, standby)) => {
                 let role = if standby { "standby" } else { "primary" };
@@ -91,7 +120,7 @@ impl AdminService {
             }
             Err(err) => (
                 StatusCode::SERVICE_UNAVAILABLE,
-                serde_json::json!({ "ready": false, "error": err.to_string() }),
+                serde_json::json!({ "ready": false, "error": format!("{err:#}") }),
             ),
         };
         text(status, "application/json", format!("{body}\n"))

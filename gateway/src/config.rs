@@ -30,6 +30,20 @@ pub struct DatabaseArgs {
     /// Maximum PostgreSQL connections in this gateway's pool.
     #[arg(long, env = "PGVS3_POOL_SIZE", default_value_t = 32)]
     pub pool_size: usize,
+
+    // --- database faults ---
+    /// `shared_buffers` of the embedded PostgreSQL (default: a quarter of RAM, at most 1GiB).
+    #[arg(long, env = "PGVS3_PG_SHARED_BUFFERS", value_parser = parse_bytes)]
+    pub pg_shared_buffers: Option<u64>,
+
+    /// How long opening a PostgreSQL connection (socket, startup, authentication) may take.
+    #[arg(long, env = "PGVS3_PG_CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub pg_connect_timeout: Duration,
+
+    /// How long a request waits for a free pool connection before it fails (503).
+    #[arg(long, env = "PGVS3_PG_POOL_WAIT_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub pg_pool_wait_timeout: Duration,
+    // --- end database faults ---
 }
 
 #[derive(Debug, Clone, Args)]
@@ -102,6 +116,21 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_MAINTENANCE_INTERVAL", default_value = "30s", value_parser = parse_duration)]
     pub maintenance_interval: Duration,
 
+    // --- database faults ---
+    /// How often a dedicated connection checks that PostgreSQL answers.
+    #[arg(long, env = "PGVS3_PG_PROBE_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub pg_probe_interval: Duration,
+
+    /// A check unanswered this long counts as an outage: /readyz turns 503 and every
+    /// connection is dropped, so no request keeps waiting on a dead one.
+    #[arg(long, env = "PGVS3_PG_PROBE_TIMEOUT", default_value = "3s", value_parser = parse_duration)]
+    pub pg_probe_timeout: Duration,
+
+    /// Restarts of an embedded PostgreSQL that exited, with backoff, before the gateway gives
+    /// up and reports /healthz 503.
+    #[arg(long, env = "PGVS3_PG_RESTART_ATTEMPTS", default_value_t = 8)]
+    pub pg_restart_attempts: u32,
+    // --- end database faults ---
     /// How long shutdown waits for in-flight requests.
     #[arg(long, env = "PGVS3_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub shutdown_timeout: Duration,

@@ -48,7 +48,11 @@ pub fn master_key(args: &DatabaseArgs) -> anyhow::Result<MasterKey> {
 impl RunningGateway {
     pub async fn start(args: &ServeArgs) -> anyhow::Result<RunningGateway> {
         let master_key = master_key(&args.database)?;
-        let database = Database::open(&args.database).await?;
+        let mut database = Database::open(&args.database).await?;
+        let metrics = Metrics::new();
+        // An embedded server is supervised from here on, so one lost during the rest of the
+        // start is restarted too.
+        let health = database.watch(args.pg_probe_timeout, args.pg_restart_attempts, &metrics);
         let pool = database.pool.clone();
         let standby = crate::pg::is_standby(&pool).await?;
         if standby {
@@ -59,7 +63,6 @@ impl RunningGateway {
         let catalog = Catalog::load(pool.clone(), master_key).await?;
         ensure_root_key(&catalog, args).await?;
         let store = Store::new(pool.clone(), Arc::clone(&catalog));
-        let metrics = Metrics::new();
 
         let open_files = http_server::raise_open_file_limit();
         warn_if_descriptors_short(args, open_files);
@@ -92,7 +95,13 @@ impl RunningGateway {
             cache.clone(),
             lag.clone(),
         )?;
-        let admin = AdminService::new(pool.clone(), metrics.clone(), args.require_role, lag.clone());
+        let admin = AdminService::new(
+            pool.clone(),
+            metrics.clone(),
+            args.require_role,
+            lag.clone(),
+            health.clone(),
+        );
         let simulated = args.simulated();
         let s3_settings = http_server::Listener {
             name: "s3",
@@ -197,7 +206,10 @@ impl RunningGateway {
         // --- end OJS ---
 
         let mut background = vec![
+            health.spawn_probe(database.config.clone(), args.pg_probe_interval),
             catalog.spawn_refresher(args.catalog_poll),
+            // On a standby it waits for a promotion.
+            catalog.spawn_listener(database.config.clone(), database.connections.clone()),
             crate::cache::spawn_uploader(cache, pool.clone()),
             lag.spawn_sampler(pool.clone(), metrics.clone(), Duration::from_millis(500)),
             crate::maintenance::spawn_leader_loop(
@@ -210,9 +222,6 @@ impl RunningGateway {
                 args.ojs_job_retention,
             ),
         ];
-        if !standby {
-            background.push(catalog.spawn_listener(database.config.clone()));
-        }
         background.extend(background_ojs);
         tracing::info!(%s3_addr, %admin_addr, ?resp_addr, ?ojs_addr, "pgvs3 gateway ready");
         Ok(RunningGateway {

@@ -44,6 +44,8 @@ async fn serve_with_env(data_dir: &Path, env: &[(&str, &str)]) -> Served {
         .arg("--data-dir")
         .arg(data_dir)
         .env("PGVS3_OJS_ADDR", "127.0.0.1:0")
+        // Test binaries run side by side, each with clusters of its own.
+        .env("PGVS3_PG_SHARED_BUFFERS", "32MB")
         .env("PGVS3_ROOT_ACCESS_KEY", common::ROOT_ACCESS_KEY)
         .env("PGVS3_ROOT_SECRET_KEY", common::ROOT_SECRET_KEY)
         .envs(env.iter().copied())

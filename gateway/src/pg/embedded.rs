@@ -34,6 +34,9 @@ const SOCKET_FILE_MAX: &str = "/.s.PGSQL.65535";
 /// A freshly probed port can still be grabbed by someone else before postgres binds it.
 const PORT_ATTEMPTS: u32 = 5;
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// A server that says it is starting up is replaying WAL (crash recovery after a kill), which
+/// takes as long as the WAL since the last checkpoint; it is given this long instead.
+const RECOVERY_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 const READY_POLL: Duration = Duration::from_millis(100);
 /// Fast shutdown aborts transactions but still checkpoints, which can take a while on a
 /// large `shared_buffers`; after this we fall back to an immediate shutdown.
@@ -51,14 +54,24 @@ pub struct EmbeddedOptions {
     /// Bytes of memory PostgreSQL may be tuned for; `None` assumes the whole machine
     /// (MemTotal), which is right when pgvs3 is the host's only significant workload.
     pub memory_budget: Option<u64>,
+    /// `shared_buffers` in bytes (`--pg-shared-buffers`); `None`: a quarter of the memory
+    /// budget, capped at [`DEFAULT_SHARED_BUFFERS_CAP`].
+    pub shared_buffers: Option<u64>,
 }
+
+/// The default `shared_buffers` stops at 1 GiB: the embedded server is the single-host and
+/// development setup, where several gateways (or a test suite's many clusters) share one machine
+/// and a quarter of RAM each would over-commit it; the kernel's page cache still serves the
+/// rest of the working set. A host dedicated to one large embedded database raises it.
+pub const DEFAULT_SHARED_BUFFERS_CAP: u64 = 1024 * MB;
+/// PostgreSQL refuses less than 16 buffers; below a few MB it only thrashes.
+const MIN_SHARED_BUFFERS: u64 = 8 * MB;
 
 /// A running PostgreSQL child. Dropping it without [`EmbeddedPostgres::stop`] still asks the
 /// server to shut down, so a panicking gateway or test does not leak a postmaster.
 pub struct EmbeddedPostgres {
     child: Option<Child>,
-    cluster_dir: PathBuf,
-    socket_dir: PathBuf,
+    server: Server,
     port: u16,
 }
 
@@ -93,7 +106,7 @@ impl EmbeddedPostgres {
             Some(bytes) => bytes,
             None => total_memory()?,
         };
-        let mut settings = tuning(memory);
+        let mut settings = tuning(memory, opts.shared_buffers);
         settings.extend([
             ("wal_compression", wal_compression(&bin).to_owned()),
             ("listen_addresses", "127.0.0.1".to_owned()),
@@ -103,12 +116,12 @@ impl EmbeddedPostgres {
 
         let server = Server {
             postgres: bin.join("postgres"),
-            cluster_dir: &cluster_dir,
-            socket_dir: &socket_dir,
-            log: &log,
-            log_path: &log_path,
-            settings: &settings,
-            account: &account,
+            cluster_dir,
+            socket_dir,
+            log,
+            log_path,
+            settings,
+            account,
         };
         let mut attempt = 1;
         loop {
@@ -117,12 +130,11 @@ impl EmbeddedPostgres {
                 Launch::Ready(child, version) => {
                     tracing::info!(
                         "PostgreSQL {version} listening on 127.0.0.1:{port} and {}",
-                        socket_dir.display()
+                        server.socket_dir.display()
                     );
                     return Ok(EmbeddedPostgres {
                         child: Some(child),
-                        cluster_dir,
-                        socket_dir,
+                        server,
                         port,
                     });
                 }
@@ -132,7 +144,7 @@ impl EmbeddedPostgres {
                 }
                 Launch::PortTaken(tail) => bail!(
                     "PostgreSQL could not bind a loopback port after {PORT_ATTEMPTS} attempts; last log lines from {}:\n{tail}",
-                    log_path.display()
+                    server.log_path.display()
                 ),
             }
         }
@@ -152,7 +164,7 @@ impl EmbeddedPostgres {
                 .arg("-D")
                 .arg(&cluster_dir)
                 .arg("-h")
-                .arg(&primary.socket_dir)
+                .arg(&primary.server.socket_dir)
                 .args([
                     "-p",
                     &primary.port.to_string(),
@@ -175,7 +187,7 @@ impl EmbeddedPostgres {
     /// Connects over the Unix socket because local connections use trust authentication and
     /// the socket directory is private to the server account (and root).
     pub fn connect_config(&self) -> tokio_postgres::Config {
-        socket_config(&self.socket_dir, self.port)
+        socket_config(&self.server.socket_dir, self.port)
     }
 
     pub fn port(&self) -> u16 {
@@ -183,7 +195,37 @@ impl EmbeddedPostgres {
     }
 
     pub fn cluster_dir(&self) -> &Path {
-        &self.cluster_dir
+        &self.server.cluster_dir
+    }
+
+    /// The postmaster's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(Child::id)
+    }
+
+    /// Resolves when the postmaster exits by itself (killed, crashed); never while it runs or
+    /// after [`EmbeddedPostgres::stop`].
+    pub async fn exited(&mut self) -> io::Result<std::process::ExitStatus> {
+        let Some(child) = self.child.as_mut() else {
+            return std::future::pending().await;
+        };
+        let status = child.wait().await;
+        self.child = None;
+        status
+    }
+
+    /// Starts the server again after it exited, on the same port and socket so that every
+    /// connection string handed out stays valid. Crash recovery runs first if it died.
+    pub async fn restart(&mut self) -> Result<()> {
+        ensure!(self.child.is_none(), "PostgreSQL is still running");
+        match self.server.launch(self.port).await? {
+            Launch::Ready(child, version) => {
+                self.child = Some(child);
+                tracing::info!("PostgreSQL {version} restarted on port {}", self.port);
+                Ok(())
+            }
+            Launch::PortTaken(tail) => bail!("port {} is now taken by another process: {tail}", self.port),
+        }
     }
 
     /// Fast shutdown: committed data is safe and the next start needs no crash recovery. Safe
@@ -260,11 +302,14 @@ pub async fn wait_for_shutdown(data_dir: &Path, limit: Duration) -> Result<()> {
 /// WAL between checkpoints for bulk writes, replication enabled so a standby can be attached
 /// later without a restart, SSD-friendly planner costs. Durability settings are spelled out so a
 /// hand-edited postgresql.conf cannot silently weaken them.
-fn tuning(memory: u64) -> Vec<(&'static str, String)> {
+fn tuning(memory: u64, shared_buffers: Option<u64>) -> Vec<(&'static str, String)> {
     let mb = |bytes: u64| format!("{}MB", bytes / MB);
     let fixed = |value: &str| value.to_owned();
+    let shared_buffers = shared_buffers
+        .unwrap_or((memory / 4).clamp(128 * MB, DEFAULT_SHARED_BUFFERS_CAP))
+        .max(MIN_SHARED_BUFFERS);
     vec![
-        ("shared_buffers", mb((memory / 4).clamp(128 * MB, 8192 * MB))),
+        ("shared_buffers", mb(shared_buffers)),
         ("effective_cache_size", mb((memory / 2).max(256 * MB))),
         ("work_mem", mb((memory / 256).clamp(4 * MB, 64 * MB))),
         ("maintenance_work_mem", mb((memory / 32).clamp(64 * MB, 1024 * MB))),
@@ -736,15 +781,15 @@ fn socket_config(socket_dir: &Path, port: u16) -> tokio_postgres::Config {
     config
 }
 
-/// Everything needed to launch the postmaster, fixed across port retries.
-struct Server<'a> {
+/// Everything needed to launch the postmaster, fixed across port retries and restarts.
+struct Server {
     postgres: PathBuf,
-    cluster_dir: &'a Path,
-    socket_dir: &'a Path,
-    log: &'a File,
-    log_path: &'a Path,
-    settings: &'a [(&'static str, String)],
-    account: &'a ServerAccount,
+    cluster_dir: PathBuf,
+    socket_dir: PathBuf,
+    log: File,
+    log_path: PathBuf,
+    settings: Vec<(&'static str, String)>,
+    account: ServerAccount,
 }
 
 enum Launch {
@@ -753,7 +798,7 @@ enum Launch {
     PortTaken(String),
 }
 
-impl Server<'_> {
+impl Server {
     async fn launch(&self, port: u16) -> Result<Launch> {
         let log_start = self
             .log
@@ -766,8 +811,8 @@ impl Server<'_> {
                 .with_context(|| format!("duplicating log handle for {what}"))
         };
         let mut command = self.account.command(&self.postgres);
-        command.arg("-D").arg(self.cluster_dir).arg("-p").arg(port.to_string());
-        for (name, value) in self.settings {
+        command.arg("-D").arg(&self.cluster_dir).arg("-p").arg(port.to_string());
+        for (name, value) in &self.settings {
             command.arg("-c").arg(format!("{name}={value}"));
         }
         command
@@ -796,12 +841,12 @@ impl Server<'_> {
             .spawn()
             .with_context(|| format!("starting {}", self.postgres.display()))?;
 
-        let mut config = socket_config(self.socket_dir, port);
+        let mut config = socket_config(&self.socket_dir, port);
         config.connect_timeout(Duration::from_secs(2));
-        let deadline = Instant::now() + READY_TIMEOUT;
+        let started = Instant::now();
         loop {
             if let Some(status) = child.try_wait().context("checking on PostgreSQL")? {
-                let tail = log_tail(self.log_path, log_start);
+                let tail = log_tail(&self.log_path, log_start);
                 if is_port_conflict(&tail) {
                     return Ok(Launch::PortTaken(tail));
                 }
@@ -812,20 +857,29 @@ impl Server<'_> {
             }
             match server_version(&config).await {
                 Ok(version) => return Ok(Launch::Ready(child, version)),
-                Err(e) if Instant::now() >= deadline => {
+                Err(e) if started.elapsed() >= ready_timeout(&e) => {
                     if let Err(stop_error) = shut_down(&mut child).await {
                         tracing::warn!("stopping unresponsive PostgreSQL: {stop_error:#}");
                     }
                     bail!(
                         "PostgreSQL did not accept connections within {}s ({e}); last log lines from {}:\n{}",
-                        READY_TIMEOUT.as_secs(),
+                        started.elapsed().as_secs(),
                         self.log_path.display(),
-                        log_tail(self.log_path, log_start)
+                        log_tail(&self.log_path, log_start)
                     );
                 }
                 Err(_) => tokio::time::sleep(READY_POLL).await,
             }
         }
+    }
+}
+
+/// How long a launch may take, given the last reason the server refused a connection.
+fn ready_timeout(refusal: &tokio_postgres::Error) -> Duration {
+    if refusal.code() == Some(&tokio_postgres::error::SqlState::CANNOT_CONNECT_NOW) {
+        RECOVERY_TIMEOUT
+    } else {
+        READY_TIMEOUT
     }
 }
 
@@ -899,7 +953,11 @@ mod tests {
     use super::*;
 
     fn setting(memory: u64, name: &str) -> String {
-        tuning(memory)
+        setting_with(memory, None, name)
+    }
+
+    fn setting_with(memory: u64, shared_buffers: Option<u64>, name: &str) -> String {
+        tuning(memory, shared_buffers)
             .into_iter()
             .find_map(|(n, value)| (n == name).then_some(value))
             .unwrap_or_else(|| panic!("no setting {name}"))
@@ -912,8 +970,9 @@ mod tests {
             // memory, shared_buffers, effective_cache_size, work_mem, maintenance_work_mem
             (256 * MB, "128MB", "256MB", "4MB", "64MB"),
             (GB, "256MB", "512MB", "4MB", "64MB"),
-            (16 * GB, "4096MB", "8192MB", "64MB", "512MB"),
-            (64 * GB, "8192MB", "32768MB", "64MB", "1024MB"),
+            // shared_buffers stops at 1 GiB unless asked for more.
+            (16 * GB, "1024MB", "8192MB", "64MB", "512MB"),
+            (64 * GB, "1024MB", "32768MB", "64MB", "1024MB"),
             // Sizes that are not whole megabytes are rounded down.
             (3 * GB + 123_456, "768MB", "1536MB", "12MB", "96MB"),
         ];
@@ -923,6 +982,10 @@ mod tests {
             assert_eq!(setting(memory, "work_mem"), work, "memory {memory}");
             assert_eq!(setting(memory, "maintenance_work_mem"), maintenance, "memory {memory}");
         }
+        // An explicit size wins either way, within PostgreSQL's useful minimum.
+        assert_eq!(setting_with(64 * GB, Some(8 * GB), "shared_buffers"), "8192MB");
+        assert_eq!(setting_with(GB, Some(32 * MB), "shared_buffers"), "32MB");
+        assert_eq!(setting_with(GB, Some(1), "shared_buffers"), "8MB");
         for durability in ["fsync", "synchronous_commit", "full_page_writes"] {
             assert_eq!(setting(GB, durability), "on");
         }
@@ -978,6 +1041,7 @@ mod tests {
                 data_dir: self.0.clone(),
                 pg_bin: None,
                 memory_budget: Some(512 * MB),
+                shared_buffers: Some(32 * MB),
             }
         }
     }

@@ -1,23 +1,40 @@
-//! PostgreSQL plumbing: the connection pool, the migrations runner and the embedded launcher.
+//! PostgreSQL plumbing: the connection pool, the migrations runner, the embedded launcher and
+//! what keeps the gateway serving through database faults (health probe, supervision).
 
+pub mod connections;
 pub mod embedded;
+pub mod health;
 pub mod migrate;
+pub mod supervise;
 
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use tokio_postgres::NoTls;
 
 use crate::config::DatabaseArgs;
+use crate::metrics::Metrics;
+use connections::Connections;
 use embedded::{EmbeddedOptions, EmbeddedPostgres};
+use health::DatabaseHealth;
+use supervise::Supervisor;
 
 /// The database a command works on, and the embedded server behind it when pgvs3 started one.
 pub struct Database {
     pub pool: Pool,
     /// How to reach the server outside the pool (e.g. a dedicated LISTEN connection).
     pub config: tokio_postgres::Config,
-    pub embedded: Option<EmbeddedPostgres>,
+    /// Every connection to it, the pool's and the dedicated ones.
+    pub connections: Connections,
+    embedded: Embedded,
+}
+
+enum Embedded {
+    /// The database is someone else's (a URL, or a `serve` already running on the data dir).
+    None,
+    /// Boxed: it is far larger than the others, and moves into its supervisor soon anyway.
+    Owned(Box<EmbeddedPostgres>),
+    Supervised(Supervisor),
 }
 
 impl Database {
@@ -38,24 +55,51 @@ impl Database {
                         data_dir: args.data_dir.clone(),
                         pg_bin: args.pg_bin.clone(),
                         memory_budget: None,
+                        shared_buffers: args.pg_shared_buffers,
                     })
                     .await?;
                     (server.connect_config(), Some(server))
                 }
             },
         };
-        let pool = pool(config.clone(), args.pool_size)?;
+        let mut config = config;
+        config.connect_timeout(args.pg_connect_timeout);
+        let connections = Connections::default();
+        let pool = build_pool(
+            config.clone(),
+            args.pool_size,
+            (args.pg_pool_wait_timeout, args.pg_connect_timeout),
+            connections.clone(),
+        )?;
         wait_until_reachable(&pool).await?;
-        Ok(Database { pool, config, embedded })
+        let embedded = embedded.map_or(Embedded::None, |server| Embedded::Owned(Box::new(server)));
+        Ok(Database {
+            pool,
+            config,
+            connections,
+            embedded,
+        })
+    }
+
+    /// The database's health, as `serve` tracks it (see [`DatabaseHealth::spawn_probe`]); the
+    /// embedded server, if this process started it, is supervised from now on and restarted up
+    /// to `restart_attempts` times in a row when it exits.
+    pub fn watch(&mut self, probe_timeout: Duration, restart_attempts: u32, metrics: &Metrics) -> DatabaseHealth {
+        let health = DatabaseHealth::new(self.pool.clone(), self.connections.clone(), metrics, probe_timeout);
+        if let Embedded::Owned(server) = std::mem::replace(&mut self.embedded, Embedded::None) {
+            self.embedded = Embedded::Supervised(Supervisor::start(*server, restart_attempts, health.clone()));
+        }
+        health
     }
 
     /// Stops the embedded PostgreSQL, if this process started it.
-    pub async fn close(mut self) -> anyhow::Result<()> {
+    pub async fn close(self) -> anyhow::Result<()> {
         self.pool.close();
-        if let Some(server) = self.embedded.as_mut() {
-            server.stop().await?;
+        match self.embedded {
+            Embedded::None => Ok(()),
+            Embedded::Owned(mut server) => server.stop().await,
+            Embedded::Supervised(supervisor) => supervisor.stop().await,
         }
-        Ok(())
     }
 }
 
@@ -72,21 +116,36 @@ async fn answers(config: &tokio_postgres::Config) -> bool {
     }
 }
 
-pub fn pool(mut config: tokio_postgres::Config, size: usize) -> anyhow::Result<Pool> {
-    if config.get_application_name().is_none() {
-        config.application_name("pgvs3");
-    }
-    let manager = Manager::from_config(
+/// A pool for tools and benchmarks, with `serve`'s default timeouts.
+pub fn pool(config: tokio_postgres::Config, size: usize) -> anyhow::Result<Pool> {
+    build_pool(
         config,
-        NoTls,
+        size,
+        (Duration::from_secs(10), Duration::from_secs(5)),
+        Connections::default(),
+    )
+}
+
+/// `timeouts`: for a free connection, and for opening one.
+fn build_pool(
+    config: tokio_postgres::Config,
+    size: usize,
+    (wait, create): (Duration, Duration),
+    connections: Connections,
+) -> anyhow::Result<Pool> {
+    let manager = Manager::from_connect(
+        config,
+        connections,
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
     );
     Pool::builder(manager)
         .max_size(size.max(2))
-        .wait_timeout(Some(Duration::from_secs(30)))
-        .create_timeout(Some(Duration::from_secs(10)))
+        .wait_timeout(Some(wait))
+        // The whole of opening a connection; the socket-level connect_timeout alone would let
+        // a server that accepts and then says nothing hold a request forever.
+        .create_timeout(Some(create))
         .runtime(deadpool_postgres::Runtime::Tokio1)
         .build()
         .context("building the PostgreSQL pool")

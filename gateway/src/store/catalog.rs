@@ -11,6 +11,13 @@ use tokio_postgres::error::SqlState;
 use super::origins::{ORIGIN_COLUMNS, Origin, origin_from_row};
 use super::{Principal, StoreError, StoreResult};
 use crate::master_key::MasterKey;
+use crate::pg::connections::{Connections, session_settings};
+
+/// Pause between attempts to (re)open the LISTEN connection, and between role checks on a
+/// standby.
+const LISTEN_RETRY: Duration = Duration::from_secs(1);
+/// Used when the connection settings carry no connect timeout of their own.
+const LISTEN_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug)]
 pub struct BucketInfo {
@@ -179,10 +186,21 @@ impl Catalog {
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(every);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            // While the database is away every poll fails; saying so once is enough.
+            let mut failing = false;
             loop {
                 ticker.tick().await;
-                if let Err(err) = catalog.refresh().await {
-                    tracing::warn!(error = %err, "catalog refresh failed");
+                match catalog.refresh().await {
+                    Ok(_) if failing => {
+                        tracing::info!("catalog refresh works again");
+                        failing = false;
+                    }
+                    Ok(_) => {}
+                    Err(err) if failing => tracing::debug!(error = %err, "catalog refresh still failing"),
+                    Err(err) => {
+                        tracing::warn!(error = %err, "catalog refresh failed; retrying every poll");
+                        failing = true;
+                    }
                 }
             }
         })
@@ -190,24 +208,49 @@ impl Catalog {
 
     /// On a primary, reloads as soon as the catalog changes (NOTIFY `pgvs3_catalog`), so a
     /// deleted key or bucket stops working within milliseconds instead of at the next poll.
-    /// Standbys cannot LISTEN; they rely on polling.
-    pub fn spawn_listener(self: &Arc<Self>, config: tokio_postgres::Config) -> tokio::task::JoinHandle<()> {
+    /// Standbys cannot LISTEN; they rely on polling, and this starts listening once promoted.
+    /// A lost connection (the database restarted, failed over, or the health probe severed it)
+    /// is re-opened until the task is aborted.
+    pub fn spawn_listener(
+        self: &Arc<Self>,
+        config: tokio_postgres::Config,
+        connections: Connections,
+    ) -> tokio::task::JoinHandle<()> {
         let catalog = Arc::clone(self);
         tokio::spawn(async move {
+            // Whether the connection was lost and not yet re-opened: the loss is logged once,
+            // not once per attempt while the database is away.
+            let mut lost = false;
             loop {
-                if let Err(err) = catalog.listen(&config).await {
-                    tracing::warn!(error = %err, "catalog LISTEN connection lost; reconnecting");
+                if let Err(err) = catalog.listen(&config, &connections, &mut lost).await {
+                    let error = format!("{err:#}");
+                    if lost {
+                        tracing::debug!(error, "catalog LISTEN connection: still reconnecting");
+                    } else {
+                        // At info: a database outage has its own warning (the health probe's).
+                        tracing::info!(error, "catalog LISTEN connection lost; reconnecting");
+                        lost = true;
+                    }
                 }
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                tokio::time::sleep(LISTEN_RETRY).await;
             }
         })
     }
 
-    async fn listen(&self, config: &tokio_postgres::Config) -> anyhow::Result<()> {
+    async fn listen(
+        &self,
+        config: &tokio_postgres::Config,
+        connections: &Connections,
+        lost: &mut bool,
+    ) -> anyhow::Result<()> {
         use futures::StreamExt;
-        let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
+        let connect_timeout = config.get_connect_timeout().copied().unwrap_or(LISTEN_CONNECT_TIMEOUT);
+        let (client, mut connection) =
+            tokio::time::timeout(connect_timeout, session_settings(config).connect(tokio_postgres::NoTls))
+                .await
+                .map_err(|_| anyhow::anyhow!("no connection within {connect_timeout:?}"))??;
         let (notify, mut notified) = tokio::sync::mpsc::channel::<()>(1);
-        let driver = tokio::spawn(async move {
+        let driver = connections.spawn(async move {
             let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
             while let Some(message) = messages.next().await {
                 if let tokio_postgres::AsyncMessage::Notification(_) = message? {
@@ -217,7 +260,18 @@ impl Catalog {
             }
             anyhow::Ok(())
         });
+        // A standby refuses LISTEN; this session may LISTEN once its server is promoted.
+        while client
+            .query_one("SELECT pg_is_in_recovery()", &[])
+            .await?
+            .get::<_, bool>(0)
+        {
+            tokio::time::sleep(LISTEN_RETRY).await;
+        }
         client.batch_execute("LISTEN pgvs3_catalog").await?;
+        if std::mem::take(lost) {
+            tracing::info!("catalog LISTEN connection re-established");
+        }
         // Changes made before LISTEN took effect would otherwise wait for the next poll.
         self.refresh().await?;
         while notified.recv().await.is_some() {

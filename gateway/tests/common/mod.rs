@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod faults;
 pub mod ojs;
 pub mod raw;
 pub mod resp;
@@ -51,6 +52,8 @@ fn cluster() -> &'static Cluster {
                     data_dir,
                     pg_bin: None,
                     memory_budget: Some(1 << 30),
+                    // Test binaries run side by side, each with clusters of its own.
+                    shared_buffers: Some(32 << 20),
                 }))
                 .expect("start the test PostgreSQL");
             let config = server.connect_config();
@@ -135,6 +138,7 @@ pub fn primary_and_standby(name: &str) -> (ClusterAddress, ClusterAddress) {
             data_dir: base.join(dir),
             pg_bin: None,
             memory_budget: Some(1 << 30),
+            shared_buffers: Some(32 << 20),
         };
         let primary = runtime
             .block_on(EmbeddedPostgres::start(options("primary")))

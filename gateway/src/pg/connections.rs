@@ -1,0 +1,155 @@
+//! Every connection the gateway holds to PostgreSQL (the pool's and the dedicated ones), so that
+//! a detected outage can end them all at once.
+//!
+//! A connection whose server vanished without a word (a network cut, a frozen host, a proxy that
+//! stopped forwarding) looks alive to its client until TCP gives up, which can take minutes; a
+//! query on it would hang as long. When the health probe finds the database unreachable it
+//! severs every tracked connection: their drivers end, queries waiting on them fail at once, and
+//! the pool discards them and connects afresh.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use deadpool_postgres::Connect;
+use tokio::task::{AbortHandle, JoinHandle};
+use tokio_postgres::{Client, NoTls};
+
+/// TCP keepalives notice a peer that went away (a host or network gone) on connections that sit
+/// idle, such as the catalog's LISTEN connection; the health probe covers the rest.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_RETRIES: u32 = 3;
+/// Unacknowledged data this long ends the connection (Linux `TCP_USER_TIMEOUT`).
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Clone, Default)]
+pub struct Connections {
+    inner: Arc<Registry>,
+}
+
+#[derive(Default)]
+struct Registry {
+    next: AtomicU64,
+    drivers: Mutex<HashMap<u64, AbortHandle>>,
+}
+
+impl Connections {
+    /// Runs a connection's driver (the task doing its I/O) so that [`Connections::sever_all`]
+    /// can end it.
+    pub fn spawn<T: Send + 'static>(&self, driver: impl Future<Output = T> + Send + 'static) -> JoinHandle<T> {
+        let id = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        let forget = Forget {
+            id,
+            registry: Arc::downgrade(&self.inner),
+        };
+        // Held across the spawn so the task cannot deregister before it is registered.
+        let mut drivers = self.inner.drivers.lock().expect("connections lock");
+        let task = tokio::spawn(async move {
+            let _forget = forget;
+            driver.await
+        });
+        drivers.insert(id, task.abort_handle());
+        task
+    }
+
+    /// Ends every tracked connection; returns how many there were.
+    pub fn sever_all(&self) -> usize {
+        let drivers: Vec<AbortHandle> = {
+            let mut drivers = self.inner.drivers.lock().expect("connections lock");
+            drivers.drain().map(|(_, driver)| driver).collect()
+        };
+        for driver in &drivers {
+            driver.abort();
+        }
+        drivers.len()
+    }
+
+    pub fn count(&self) -> usize {
+        self.inner.drivers.lock().expect("connections lock").len()
+    }
+
+    /// Connects with the gateway's session settings and a tracked driver; for dedicated
+    /// connections outside the pool.
+    pub async fn connect(&self, config: &tokio_postgres::Config) -> Result<Client, tokio_postgres::Error> {
+        Ok(self.open(config).await?.0)
+    }
+
+    async fn open(&self, config: &tokio_postgres::Config) -> Result<(Client, JoinHandle<()>), tokio_postgres::Error> {
+        let (client, connection) = session_settings(config).connect(NoTls).await?;
+        let driver = self.spawn(async move {
+            if let Err(error) = connection.await {
+                // The health probe reports an outage once; every connection repeating it adds
+                // nothing.
+                tracing::debug!(%error, "PostgreSQL connection ended");
+            }
+        });
+        Ok((client, driver))
+    }
+}
+
+/// Deregisters a driver when its task ends, however it ends (finished, failed or aborted).
+struct Forget {
+    id: u64,
+    registry: std::sync::Weak<Registry>,
+}
+
+impl Drop for Forget {
+    fn drop(&mut self) {
+        if let Some(registry) = self.registry.upgrade() {
+            registry.drivers.lock().expect("connections lock").remove(&self.id);
+        }
+    }
+}
+
+/// The settings every gateway connection gets: its name in `pg_stat_activity` (unless the URL
+/// names it), and keepalives and a user timeout tuned to notice a dead peer in well under a
+/// minute instead of the kernel's two hours.
+pub fn session_settings(config: &tokio_postgres::Config) -> tokio_postgres::Config {
+    let mut config = config.clone();
+    if config.get_application_name().is_none() {
+        config.application_name("pgvs3");
+    }
+    config
+        .keepalives(true)
+        .keepalives_idle(KEEPALIVE_IDLE)
+        .keepalives_interval(KEEPALIVE_INTERVAL)
+        .keepalives_retries(KEEPALIVE_RETRIES)
+        .tcp_user_timeout(TCP_USER_TIMEOUT);
+    config
+}
+
+/// The pool's way to connect: the same settings and tracked drivers as dedicated connections.
+impl Connect for Connections {
+    fn connect(
+        &self,
+        config: &tokio_postgres::Config,
+    ) -> futures::future::BoxFuture<'_, Result<(Client, JoinHandle<()>), tokio_postgres::Error>> {
+        let config = config.clone();
+        Box::pin(async move { self.open(&config).await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn severing_ends_every_tracked_driver_and_forgets_it() {
+        let connections = Connections::default();
+        let hanging: Vec<_> = (0..3)
+            .map(|_| connections.spawn(std::future::pending::<()>()))
+            .collect();
+        let finished = connections.spawn(async {});
+        finished.await.expect("finishes");
+        assert_eq!(connections.count(), 3, "a finished driver is forgotten");
+        assert_eq!(connections.sever_all(), 3);
+        for driver in hanging {
+            assert!(driver.await.expect_err("aborted").is_cancelled());
+        }
+        assert_eq!(connections.count(), 0);
+        assert_eq!(connections.sever_all(), 0);
+    }
+}

@@ -1,0 +1,172 @@
+//! Whether the database answers: a background probe on a dedicated connection, what an outage
+//! does (one warning on loss, every connection severed, one line on recovery), and the verdict
+//! for /readyz and /healthz.
+//!
+//! Requests never wait for the probe: they use the pool as always, and the probe only changes
+//! what they find there (no connections to a dead server).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use deadpool_postgres::Pool;
+use prometheus::{IntCounter, IntGauge};
+use tokio_postgres::Client;
+
+use super::connections::Connections;
+use crate::metrics::Metrics;
+
+#[derive(Clone)]
+pub struct DatabaseHealth {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    up: AtomicBool,
+    /// Since when, and why, the database is unreachable; `None` while it answers.
+    outage: Mutex<Option<(Instant, String)>>,
+    /// Set once the gateway cannot recover by itself (the embedded server could not be
+    /// restarted): liveness fails so that the gateway is restarted.
+    fatal: OnceLock<String>,
+    probe_timeout: Duration,
+    connections: Connections,
+    pool: Pool,
+    /// `pgvs3_database_up`: 1 while the probe gets answers.
+    up_gauge: IntGauge,
+    /// `pgvs3_database_restarts_total`: restarts of the embedded server.
+    restarts: IntCounter,
+}
+
+impl DatabaseHealth {
+    pub fn new(pool: Pool, connections: Connections, metrics: &Metrics, probe_timeout: Duration) -> DatabaseHealth {
+        let up_gauge = IntGauge::new(
+            "pgvs3_database_up",
+            "1 while PostgreSQL answers the health probe, else 0",
+        )
+        .expect("metric");
+        let restarts = IntCounter::new(
+            "pgvs3_database_restarts_total",
+            "Restarts of the embedded PostgreSQL after it exited on its own",
+        )
+        .expect("metric");
+        metrics.register(Box::new(up_gauge.clone()));
+        metrics.register(Box::new(restarts.clone()));
+        up_gauge.set(1);
+        DatabaseHealth {
+            inner: Arc::new(Inner {
+                up: AtomicBool::new(true),
+                outage: Mutex::new(None),
+                fatal: OnceLock::new(),
+                probe_timeout,
+                connections,
+                pool,
+                up_gauge,
+                restarts,
+            }),
+        }
+    }
+
+    /// Why the database is unreachable, as of the last probe (at most one probe interval plus
+    /// the probe timeout old); `None` while it answers.
+    pub fn outage(&self) -> Option<String> {
+        if self.inner.up.load(Ordering::Relaxed) {
+            return None;
+        }
+        let outage = self.inner.outage.lock().expect("health lock");
+        outage.as_ref().map(|(_, reason)| reason.clone())
+    }
+
+    /// Why the gateway cannot recover by itself, once that is so.
+    pub fn fatal(&self) -> Option<&str> {
+        self.inner.fatal.get().map(String::as_str)
+    }
+
+    /// How long a readiness check may wait for the database.
+    pub fn probe_timeout(&self) -> Duration {
+        self.inner.probe_timeout
+    }
+
+    pub fn restarted(&self) {
+        self.inner.restarts.inc();
+    }
+
+    pub fn give_up(&self, reason: String) {
+        tracing::error!(%reason, "the gateway cannot recover its database; /healthz now reports 503");
+        let _ = self.inner.fatal.set(reason);
+    }
+
+    /// Records that the database is unreachable and drops every connection to it: idle ones
+    /// would fail their next request, busy ones could hang on a server that will never answer.
+    pub fn lost(&self, reason: String) {
+        {
+            let mut outage = self.inner.outage.lock().expect("health lock");
+            if self.inner.up.swap(false, Ordering::Relaxed) {
+                tracing::warn!(%reason, "PostgreSQL is unreachable; requests fail with 503 until it answers again");
+                *outage = Some((Instant::now(), reason));
+            } else if let Some((_, last)) = outage.as_mut() {
+                *last = reason;
+            }
+        }
+        self.inner.up_gauge.set(0);
+        self.inner.pool.retain(|_, _| false);
+        let severed = self.inner.connections.sever_all();
+        tracing::debug!(severed, "dropped every PostgreSQL connection");
+    }
+
+    fn answered(&self) {
+        if self.inner.up.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut outage = self.inner.outage.lock().expect("health lock");
+        if !self.inner.up.swap(true, Ordering::Relaxed) {
+            let lasted = outage.take().map(|(since, _)| since.elapsed()).unwrap_or_default();
+            tracing::info!(outage = ?lasted, "PostgreSQL answers again");
+            self.inner.up_gauge.set(1);
+        }
+    }
+
+    /// Probes every `every` until aborted.
+    pub fn spawn_probe(&self, config: tokio_postgres::Config, every: Duration) -> tokio::task::JoinHandle<()> {
+        let health = self.clone();
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(every);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut client: Option<Client> = None;
+            loop {
+                ticker.tick().await;
+                let timeout = health.inner.probe_timeout;
+                let probed = tokio::time::timeout(timeout, probe(&health.inner.connections, &config, &mut client))
+                    .await
+                    .unwrap_or_else(|_| Err(format!("no answer within {timeout:?}")));
+                match probed {
+                    Ok(()) => health.answered(),
+                    Err(reason) => {
+                        client = None;
+                        health.lost(reason);
+                    }
+                }
+            }
+        })
+    }
+}
+
+/// One round trip on the probe's own connection, so a busy pool cannot make a healthy database
+/// look dead.
+async fn probe(
+    connections: &Connections,
+    config: &tokio_postgres::Config,
+    client: &mut Option<Client>,
+) -> Result<(), String> {
+    let open = match client.take() {
+        Some(open) if !open.is_closed() => open,
+        _ => connections.connect(config).await.map_err(explain)?,
+    };
+    open.simple_query("SELECT 1").await.map_err(explain)?;
+    *client = Some(open);
+    Ok(())
+}
+
+/// The error with its causes: tokio-postgres says only "db error" at the top.
+fn explain(err: tokio_postgres::Error) -> String {
+    format!("{:#}", anyhow::Error::from(err))
+}
