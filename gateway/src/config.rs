@@ -165,6 +165,11 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_OJS_MAX_ARGS_BYTES", default_value_t = 1 << 20)]
     pub ojs_max_args_bytes: usize,
 
+    /// Largest OJS request body, checked against Content-Length and while it streams in, before
+    /// it is parsed (a batch's jobs share it); beyond it 413. At least the args limit plus 64 KiB.
+    #[arg(long, env = "PGVS3_OJS_MAX_BODY_BYTES", default_value = "4MiB", value_parser = parse_bytes)]
+    pub ojs_max_body_bytes: u64,
+
     /// Bearer token the OJS endpoint requires (manifest and health stay open); none by default.
     #[arg(long, env = "PGVS3_OJS_TOKEN", hide_env_values = true)]
     pub ojs_token: Option<String>,
