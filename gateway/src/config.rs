@@ -7,28 +7,29 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 /// Where the gateway's PostgreSQL is: an explicit URL, or the embedded default in a data dir.
+/// Global: `pgvs3 admin key list --data-dir D` works as well as `pgvs3 admin --data-dir D key list`.
 #[derive(Debug, Clone, Args)]
 pub struct DatabaseArgs {
     /// PostgreSQL connection URL (postgres://user:pass@host:port/db). Without it, pgvs3 starts
     /// (or, for admin commands, reaches) an embedded PostgreSQL in --data-dir.
-    #[arg(long, env = "PGVS3_DATABASE_URL")]
+    #[arg(long, global = true, env = "PGVS3_DATABASE_URL")]
     pub database_url: Option<String>,
 
     /// Data directory of the embedded PostgreSQL (cluster, master key, logs).
-    #[arg(long, env = "PGVS3_DATA_DIR", default_value = ".pgvs3")]
+    #[arg(long, global = true, env = "PGVS3_DATA_DIR", default_value = ".pgvs3")]
     pub data_dir: PathBuf,
 
     /// Directory holding the PostgreSQL server binaries (initdb, postgres).
-    #[arg(long, env = "PGVS3_PG_BIN")]
+    #[arg(long, global = true, env = "PGVS3_PG_BIN")]
     pub pg_bin: Option<PathBuf>,
 
     /// Master key that encrypts access-key secrets in the catalog. The embedded default
     /// generates one and keeps it in the data dir.
-    #[arg(long, env = "PGVS3_MASTER_KEY", hide_env_values = true)]
+    #[arg(long, global = true, env = "PGVS3_MASTER_KEY", hide_env_values = true)]
     pub master_key: Option<String>,
 
     /// Maximum PostgreSQL connections in this gateway's pool.
-    #[arg(long, env = "PGVS3_POOL_SIZE", default_value_t = 32)]
+    #[arg(long, global = true, env = "PGVS3_POOL_SIZE", default_value_t = 32)]
     pub pool_size: usize,
 }
 

@@ -130,7 +130,9 @@ async fn a_sixty_mib_enqueue_is_refused_before_it_is_read() {
     );
     // The endpoint still serves.
     let ojs = Ojs::of(&gateway);
-    let (status, body) = ojs.post("/ojs/v1/jobs", json!({ "type": "small.task", "args": [1] })).await;
+    let (status, body) = ojs
+        .post("/ojs/v1/jobs", json!({ "type": "small.task", "args": [1] }))
+        .await;
     assert_eq!(status, 201, "{body}");
     gateway.stop().await;
 }
@@ -161,7 +163,9 @@ async fn the_body_limit_is_a_flag_and_covers_meta_and_batches() {
     assert_too_large(status, &body, limit);
     // A batch shares one body: 200 jobs of 512-byte args fit, 400 do not.
     let batch = |n: usize| {
-        let jobs: Vec<Value> = (0..n).map(|i| json!({ "type": "a.b", "args": [i, "p".repeat(500)] })).collect();
+        let jobs: Vec<Value> = (0..n)
+            .map(|i| json!({ "type": "a.b", "args": [i, "p".repeat(500)] }))
+            .collect();
         json!({ "jobs": jobs })
     };
     let (status, body) = ojs.post("/ojs/v1/jobs/batch", batch(150)).await;
@@ -174,10 +178,7 @@ async fn the_body_limit_is_a_flag_and_covers_meta_and_batches() {
 /// Every answer here is a 400 (or 404) with an OJS error object: nothing the client sends may
 /// reach PostgreSQL and come back as "the job store is unavailable".
 fn assert_client_error(what: &str, status: u16, body: &Value) {
-    assert!(
-        (400..500).contains(&status),
-        "{what}: {status} {body}"
-    );
+    assert!((400..500).contains(&status), "{what}: {status} {body}");
     let error = &body["error"];
     assert!(
         error["code"].is_string() && error["message"].is_string() && error["retryable"] == false,
@@ -192,18 +193,54 @@ async fn values_postgresql_cannot_store_get_400s() {
     let nul = "a\u{0}b";
     let jobs = [
         ("NUL in args", json!({ "type": "a.b", "args": [nul] })),
-        ("NUL in a nested arg", json!({ "type": "a.b", "args": [{ "k": [nul] }] })),
-        ("NUL in a key", serde_json::from_str(r#"{"type": "a.b", "args": [{"a\u0000": 1}]}"#).unwrap()),
-        ("NUL in meta", json!({ "type": "a.b", "args": [], "meta": { "trace": nul } })),
-        ("NUL in an unknown field", json!({ "type": "a.b", "args": [], "extra": nul })),
-        ("a delay of 10^25 weeks", json!({ "type": "a.b", "args": [], "scheduled_at": "+P10000000000000000000000000W" })),
-        ("a delay of 20,000 years", json!({ "type": "a.b", "args": [], "scheduled_at": "+P1043000W" })),
-        ("year 0", json!({ "type": "a.b", "args": [], "scheduled_at": "0000-01-01T00:00:00Z" })),
-        ("30 February", json!({ "type": "a.b", "args": [], "expires_at": "2026-02-30T00:00:00Z" })),
-        ("hour 25", json!({ "type": "a.b", "args": [], "scheduled_at": "2026-01-01T25:00:00+00:00" })),
-        ("a huge priority", json!({ "type": "a.b", "args": [], "priority": 1e30 })),
-        ("a huge timeout", json!({ "type": "a.b", "args": [], "timeout_ms": 1e20 })),
-        ("a huge unique period", json!({ "type": "a.b", "args": [], "unique": { "period": "P99999999999999999999D" } })),
+        (
+            "NUL in a nested arg",
+            json!({ "type": "a.b", "args": [{ "k": [nul] }] }),
+        ),
+        (
+            "NUL in a key",
+            serde_json::from_str(r#"{"type": "a.b", "args": [{"a\u0000": 1}]}"#).unwrap(),
+        ),
+        (
+            "NUL in meta",
+            json!({ "type": "a.b", "args": [], "meta": { "trace": nul } }),
+        ),
+        (
+            "NUL in an unknown field",
+            json!({ "type": "a.b", "args": [], "extra": nul }),
+        ),
+        (
+            "a delay of 10^25 weeks",
+            json!({ "type": "a.b", "args": [], "scheduled_at": "+P10000000000000000000000000W" }),
+        ),
+        (
+            "a delay of 20,000 years",
+            json!({ "type": "a.b", "args": [], "scheduled_at": "+P1043000W" }),
+        ),
+        (
+            "year 0",
+            json!({ "type": "a.b", "args": [], "scheduled_at": "0000-01-01T00:00:00Z" }),
+        ),
+        (
+            "30 February",
+            json!({ "type": "a.b", "args": [], "expires_at": "2026-02-30T00:00:00Z" }),
+        ),
+        (
+            "hour 25",
+            json!({ "type": "a.b", "args": [], "scheduled_at": "2026-01-01T25:00:00+00:00" }),
+        ),
+        (
+            "a huge priority",
+            json!({ "type": "a.b", "args": [], "priority": 1e30 }),
+        ),
+        (
+            "a huge timeout",
+            json!({ "type": "a.b", "args": [], "timeout_ms": 1e20 }),
+        ),
+        (
+            "a huge unique period",
+            json!({ "type": "a.b", "args": [], "unique": { "period": "P99999999999999999999D" } }),
+        ),
     ];
     for (what, job) in jobs {
         let (status, body) = ojs.post("/ojs/v1/jobs", job.clone()).await;
@@ -226,12 +263,13 @@ async fn values_postgresql_cannot_store_get_400s() {
         .await;
     assert_client_error("NUL in a cron name", status, &body);
     let (status, body) = ojs
-        .post("/ojs/v1/workers/fetch", json!({ "queues": ["default"], "worker_id": nul }))
+        .post(
+            "/ojs/v1/workers/fetch",
+            json!({ "queues": ["default"], "worker_id": nul }),
+        )
         .await;
     assert_client_error("NUL in a worker id", status, &body);
-    let (status, body) = ojs
-        .post("/ojs/v1/workers/heartbeat", json!({ "worker_id": nul }))
-        .await;
+    let (status, body) = ojs.post("/ojs/v1/workers/heartbeat", json!({ "worker_id": nul })).await;
     assert_client_error("NUL in a heartbeat", status, &body);
     for path in [
         "/ojs/v1/dead-letter?queue=a%00b",
@@ -244,7 +282,11 @@ async fn values_postgresql_cannot_store_get_400s() {
         assert_client_error(path, status, &body);
     }
     // Not JSON at all, or not UTF-8: the spec's invalid_payload.
-    for raw in [&b"{\"type\":\"a.b\",\"args\":[\"\xff\xfe\"]}"[..], b"{\"type\":\"a.b\",\"args\":[\"\0\"]}", b"[1e999]"] {
+    for raw in [
+        &b"{\"type\":\"a.b\",\"args\":[\"\xff\xfe\"]}"[..],
+        b"{\"type\":\"a.b\",\"args\":[\"\0\"]}",
+        b"[1e999]",
+    ] {
         let host = gateway.gateway.ojs_addr.unwrap().to_string();
         let response = common::raw::send(
             gateway.gateway.ojs_addr.unwrap(),
@@ -259,7 +301,11 @@ async fn values_postgresql_cannot_store_get_400s() {
         )
         .await;
         let body: Value = serde_json::from_str(&response.body).unwrap();
-        assert_eq!((response.status, body["error"]["code"].as_str()), (400, Some("invalid_payload")), "{body}");
+        assert_eq!(
+            (response.status, body["error"]["code"].as_str()),
+            (400, Some("invalid_payload")),
+            "{body}"
+        );
     }
 
     // A claimed job: a result or error the store cannot hold is refused, and the job is still
@@ -272,13 +318,19 @@ async fn values_postgresql_cannot_store_get_400s() {
         body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
         body
     };
-    let (status, body) = ojs.post("/ojs/v1/workers/ack", claim(json!({ "result": { "r": nul } }))).await;
+    let (status, body) = ojs
+        .post("/ojs/v1/workers/ack", claim(json!({ "result": { "r": nul } })))
+        .await;
     assert_client_error("NUL in an ack's result", status, &body);
-    let (status, body) = ojs.post("/ojs/v1/workers/nack", claim(json!({ "error": { "message": nul } }))).await;
+    let (status, body) = ojs
+        .post("/ojs/v1/workers/nack", claim(json!({ "error": { "message": nul } })))
+        .await;
     assert_client_error("NUL in a nack's error", status, &body);
     let (status, body) = ojs.post("/ojs/v1/workers/ack", claim(json!({ "attempt": 1e20 }))).await;
     assert_client_error("a huge attempt", status, &body);
-    let (status, body) = ojs.post("/ojs/v1/workers/ack", claim(json!({ "result": { "r": 1 } }))).await;
+    let (status, body) = ojs
+        .post("/ojs/v1/workers/ack", claim(json!({ "result": { "r": 1 } })))
+        .await;
     assert_eq!(status, 200, "{body}");
     gateway.stop().await;
 }

@@ -18,7 +18,7 @@ use tracing::Instrument;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Either, Full, Limited, LengthLimitError};
+use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
 use hyper::body::{Body as _, Incoming};
 use serde_json::{Value, json};
 use tokio_postgres::error::SqlState;
@@ -275,7 +275,9 @@ impl OjsError {
 
 fn hint(code: &str) -> &'static str {
     match code {
-        "invalid_request" | "invalid_payload" | "invalid_workflow" => "fix the request body as the message says and send it again",
+        "invalid_request" | "invalid_payload" | "invalid_workflow" => {
+            "fix the request body as the message says and send it again"
+        }
         "not_found" => "check the id; jobs are found by the id enqueue returned",
         "conflict" => "the job's state does not allow this; GET the job to see its state",
         "duplicate" => "use a new id, or GET the existing job",
@@ -576,7 +578,8 @@ impl OjsService {
                 Ok((StatusCode::NO_CONTENT, Value::Null))
             }
             (&Method::POST, ["workflows"]) => {
-                let workflow = workflow::parse_workflow(read_json(body, limit).await?, self.inner.options.max_args_bytes)?;
+                let workflow =
+                    workflow::parse_workflow(read_json(body, limit).await?, self.inner.options.max_args_bytes)?;
                 let workflow = queue.create_workflow(&workflow).await?;
                 Ok((StatusCode::CREATED, json!({ "workflow": workflow })))
             }
@@ -599,7 +602,9 @@ impl OjsService {
             (&Method::DELETE, ["cron", name]) => {
                 Ok((StatusCode::OK, json!({ "cron": queue.delete_cron(name).await? })))
             }
-            (&Method::POST, ["admin", "jobs", "bulk", "retry"]) => self.retry_in_bulk(read_json(body, limit).await?).await,
+            (&Method::POST, ["admin", "jobs", "bulk", "retry"]) => {
+                self.retry_in_bulk(read_json(body, limit).await?).await
+            }
             (&Method::GET, ["admin", "stats"]) => Ok((StatusCode::OK, queue.stats().await?)),
             (&Method::GET, ["workers", id, "health"]) | (&Method::GET, ["admin", "workers", id]) => {
                 Ok((StatusCode::OK, queue.worker(id).await?))
