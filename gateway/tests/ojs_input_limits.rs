@@ -271,6 +271,12 @@ async fn values_postgresql_cannot_store_get_400s() {
     assert_client_error("NUL in a worker id", status, &body);
     let (status, body) = ojs.post("/ojs/v1/workers/heartbeat", json!({ "worker_id": nul })).await;
     assert_client_error("NUL in a heartbeat", status, &body);
+    // Too long for the workers' index, and not compressible below its limit.
+    let long_id: String = (0..200u8).map(|i| common::sha256(&[i])).collect();
+    let (status, body) = ojs
+        .post("/ojs/v1/workers/heartbeat", json!({ "worker_id": long_id }))
+        .await;
+    assert_client_error("a 12 KiB worker id", status, &body);
     for path in [
         "/ojs/v1/dead-letter?queue=a%00b",
         "/ojs/v1/events?types=job.%00&queues=x",

@@ -251,6 +251,11 @@ impl OjsError {
                 "a value in the request is out of range or malformed: {}",
                 err.as_db_error().map_or("", |db| db.message())
             )),
+            // A client string too long to index (a worker id of kilobytes, say).
+            Some(&SqlState::PROGRAM_LIMIT_EXCEEDED) => OjsError::invalid(format!(
+                "a value in the request is too large: {}",
+                err.as_db_error().map_or("", |db| db.message())
+            )),
             _ => OjsError::backend(err),
         }
     }
