@@ -6,9 +6,10 @@ export CARGO_TARGET_DIR := env_var_or_default("CARGO_TARGET_DIR", env_var("HOME"
 run *ARGS:
     cargo run --release --bin pgvs3 -- serve {{ARGS}}
 
-# All tests (each test binary starts its own throwaway PostgreSQL).
+# All tests (each test binary starts its own throwaway PostgreSQL); installs the clients they
+# drive on first use (scripts/test).
 test *ARGS:
-    cargo test --workspace {{ARGS}}
+    scripts/test {{ARGS}}
 
 # What CI runs.
 ci:

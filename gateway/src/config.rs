@@ -7,41 +7,42 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 /// Where the gateway's PostgreSQL is: an explicit URL, or the embedded default in a data dir.
+/// Global: `pgvs3 admin key list --data-dir D` works as well as `pgvs3 admin --data-dir D key list`.
 #[derive(Debug, Clone, Args)]
 pub struct DatabaseArgs {
     /// PostgreSQL connection URL (postgres://user:pass@host:port/db). Without it, pgvs3 starts
     /// (or, for admin commands, reaches) an embedded PostgreSQL in --data-dir.
-    #[arg(long, env = "PGVS3_DATABASE_URL")]
+    #[arg(long, global = true, env = "PGVS3_DATABASE_URL")]
     pub database_url: Option<String>,
 
     /// Data directory of the embedded PostgreSQL (cluster, master key, logs).
-    #[arg(long, env = "PGVS3_DATA_DIR", default_value = ".pgvs3")]
+    #[arg(long, global = true, env = "PGVS3_DATA_DIR", default_value = ".pgvs3")]
     pub data_dir: PathBuf,
 
     /// Directory holding the PostgreSQL server binaries (initdb, postgres).
-    #[arg(long, env = "PGVS3_PG_BIN")]
+    #[arg(long, global = true, env = "PGVS3_PG_BIN")]
     pub pg_bin: Option<PathBuf>,
 
     /// Master key that encrypts access-key secrets in the catalog. The embedded default
     /// generates one and keeps it in the data dir.
-    #[arg(long, env = "PGVS3_MASTER_KEY", hide_env_values = true)]
+    #[arg(long, global = true, env = "PGVS3_MASTER_KEY", hide_env_values = true)]
     pub master_key: Option<String>,
 
     /// Maximum PostgreSQL connections in this gateway's pool.
-    #[arg(long, env = "PGVS3_POOL_SIZE", default_value_t = 32)]
+    #[arg(long, global = true, env = "PGVS3_POOL_SIZE", default_value_t = 32)]
     pub pool_size: usize,
 
     // --- database faults ---
     /// `shared_buffers` of the embedded PostgreSQL (default: a quarter of RAM, at most 1GiB).
-    #[arg(long, env = "PGVS3_PG_SHARED_BUFFERS", value_parser = parse_bytes)]
+    #[arg(long, global = true, env = "PGVS3_PG_SHARED_BUFFERS", value_parser = parse_bytes)]
     pub pg_shared_buffers: Option<u64>,
 
     /// How long opening a PostgreSQL connection (socket, startup, authentication) may take.
-    #[arg(long, env = "PGVS3_PG_CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, global = true, env = "PGVS3_PG_CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub pg_connect_timeout: Duration,
 
     /// How long a request waits for a free pool connection before it fails (503).
-    #[arg(long, env = "PGVS3_PG_POOL_WAIT_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, global = true, env = "PGVS3_PG_POOL_WAIT_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub pg_pool_wait_timeout: Duration,
     // --- end database faults ---
 }
@@ -242,6 +243,11 @@ pub struct ServeArgs {
     /// Largest serialized `args` of one job, in bytes.
     #[arg(long, env = "PGVS3_OJS_MAX_ARGS_BYTES", default_value_t = 1 << 20)]
     pub ojs_max_args_bytes: usize,
+
+    /// Largest OJS request body, checked against Content-Length and while it streams in, before
+    /// it is parsed (a batch's jobs share it); beyond it 413. At least the args limit plus 64 KiB.
+    #[arg(long, env = "PGVS3_OJS_MAX_BODY_BYTES", default_value = "4MiB", value_parser = parse_bytes)]
+    pub ojs_max_body_bytes: u64,
 
     /// Bearer token the OJS endpoint requires (manifest and health stay open); none by default.
     #[arg(long, env = "PGVS3_OJS_TOKEN", hide_env_values = true)]

@@ -35,7 +35,8 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Create or upgrade the storage layout, then exit.
     Migrate(DatabaseArgs),
-    /// Manage access keys and run maintenance by hand.
+    /// Manage access keys and run maintenance by hand. The database flags (--data-dir,
+    /// --database-url...) go before or after the subcommand.
     Admin {
         #[command(flatten)]
         database: DatabaseArgs,
@@ -179,6 +180,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
             database.close().await
         }
         Command::Admin { database, command } => {
+            require_data_dir(&database)?;
             let master_key = serve::master_key(&database)?;
             let db = Database::open(&database).await?;
             let catalog = Catalog::load(db.pool.clone(), master_key)
@@ -189,6 +191,24 @@ async fn run(command: Command) -> anyhow::Result<()> {
             result
         }
     }
+}
+
+/// An admin command reaches an existing database: with the embedded default, it refuses a data
+/// dir that `pgvs3 serve` never initialized rather than create an empty one there.
+fn require_data_dir(database: &DatabaseArgs) -> anyhow::Result<()> {
+    if database.database_url.is_some() {
+        return Ok(());
+    }
+    let dir = &database.data_dir;
+    if dir.join("pg").join("PG_VERSION").is_file() {
+        return Ok(());
+    }
+    let shown = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
+    anyhow::bail!(
+        "no pgvs3 data dir at {} (from --data-dir or PGVS3_DATA_DIR, default ./.pgvs3): run the command \
+         where `pgvs3 serve` keeps its data, or pass --data-dir DIR or --database-url URL",
+        shown.display()
+    )
 }
 
 async fn admin(catalog: &Arc<Catalog>, pool: deadpool_postgres::Pool, command: AdminCommand) -> anyhow::Result<()> {

@@ -68,10 +68,10 @@ impl RunningGateway {
         warn_if_descriptors_short(args, open_files);
         let s3_listener = TcpListener::bind(args.s3_addr)
             .await
-            .with_context(|| format!("binding S3 on {}", args.s3_addr))?;
+            .with_context(|| format!("binding S3 on {} (change it with --s3-addr)", args.s3_addr))?;
         let admin_listener = TcpListener::bind(args.admin_addr)
             .await
-            .with_context(|| format!("binding admin on {}", args.admin_addr))?;
+            .with_context(|| format!("binding admin on {} (change it with --admin-addr)", args.admin_addr))?;
         let s3_addr = s3_listener.local_addr()?;
         let admin_addr = admin_listener.local_addr()?;
         let (shutdown, signal) = http_server::shutdown_channel();
@@ -149,7 +149,7 @@ impl RunningGateway {
         if let Some(addr) = args.resp_addr.0 {
             let listener = TcpListener::bind(addr)
                 .await
-                .with_context(|| format!("binding RESP on {addr}"))?;
+                .with_context(|| format!("binding RESP on {addr} (change it with --resp-addr, or --resp-addr off)"))?;
             let bound = listener.local_addr()?;
             let settings = crate::resp::RespSettings::from_args(args, bound);
             let server = crate::resp::RespServer::new(
@@ -175,11 +175,12 @@ impl RunningGateway {
             Some(addr) => {
                 let listener = TcpListener::bind(addr)
                     .await
-                    .with_context(|| format!("binding OJS on {addr}"))?;
+                    .with_context(|| format!("binding OJS on {addr} (change it with --ojs-addr, or --ojs-addr off)"))?;
                 let bound = listener.local_addr()?;
                 let options = crate::ojs::OjsOptions {
                     allow_reset: args.ojs_allow_reset,
                     max_args_bytes: args.ojs_max_args_bytes,
+                    max_body_bytes: args.ojs_max_body_bytes,
                     token: args.ojs_token.clone(),
                 };
                 let queue = crate::ojs::queue::Queue::new(pool.clone());
@@ -278,7 +279,11 @@ fn warn_if_descriptors_short(args: &ServeArgs, open_files: u64) {
 
 /// Serves until SIGINT or SIGTERM.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    crate::ojs::check_limits(args.ojs_max_args_bytes, args.ojs_max_body_bytes)?;
     let gateway = RunningGateway::start(&args).await?;
+    // Every listener is bound: only now can a generated secret be shown without the risk of a
+    // failed start having used up its one showing.
+    show_generated_root_key(gateway.store.catalog()).await?;
     // Before the S3 line, which scripts (and the CLI tests) read as "ready" and then may stop
     // reading stdout.
     if let Some(resp_addr) = gateway.resp_addr {
@@ -327,8 +332,14 @@ async fn wait_for_layout(pool: &deadpool_postgres::Pool) -> anyhow::Result<()> {
     }
 }
 
-/// Creates the root key on first start so the endpoint is usable at once. A generated secret is
-/// printed this once; it is kept (encrypted) in the catalog.
+/// The description of a generated root key whose secret has not been shown yet: it is shown
+/// (and the description becomes [`ROOT_DESCRIPTION`]) by the first `serve` that gets ready.
+const ROOT_NOT_SHOWN: &str = "root (secret not shown yet)";
+const ROOT_DESCRIPTION: &str = "root";
+
+/// Creates the root key on first start so the endpoint is usable at once; it is kept (its
+/// secret encrypted) in the catalog. A generated secret is not printed here, amid a start that
+/// may still fail: the key is marked not shown, for [`show_generated_root_key`].
 async fn ensure_root_key(catalog: &Catalog, args: &ServeArgs) -> anyhow::Result<()> {
     if catalog.root_key().await?.is_some() {
         return Ok(());
@@ -339,23 +350,49 @@ async fn ensure_root_key(catalog: &Catalog, args: &ServeArgs) -> anyhow::Result<
         secret: args.root_secret_key.clone().unwrap_or_else(|| random_token(30)),
         is_root: true,
         read_only: false,
-        description: "root".into(),
+        description: if generated { ROOT_NOT_SHOWN } else { ROOT_DESCRIPTION }.into(),
     };
     match catalog.put_access_key(&key).await {
         Ok(()) => {
-            if generated {
-                println!("Created the root access key (shown once; keep it):");
-                println!("  AWS_ACCESS_KEY_ID={}", key.access_key);
-                println!("  AWS_SECRET_ACCESS_KEY={}", key.secret);
-            } else {
-                tracing::info!(access_key = %key.access_key, "created the root access key");
-            }
+            tracing::info!(access_key = %key.access_key, generated, "created the root access key");
             Ok(())
         }
         // Another gateway created the root key at the same moment.
         Err(_) if catalog.root_key().await?.is_some() => Ok(()),
         Err(err) => Err(err.into()),
     }
+}
+
+/// Prints a generated root key whose secret no ready gateway has shown yet (the first start,
+/// or a later one after the first failed), framed apart from the log lines, then marks it shown.
+async fn show_generated_root_key(catalog: &Catalog) -> anyhow::Result<()> {
+    let Some(access_key) = catalog.root_key().await? else {
+        return Ok(());
+    };
+    let Some(root) = catalog.access_key(&access_key).await? else {
+        return Ok(());
+    };
+    if root.description != ROOT_NOT_SHOWN {
+        return Ok(());
+    }
+    let rule = "=".repeat(72);
+    println!("{rule}");
+    println!("pgvs3 created the root access key. Its secret is shown this once; keep it:");
+    println!("  AWS_ACCESS_KEY_ID={}", root.access_key);
+    println!("  AWS_SECRET_ACCESS_KEY={}", root.secret);
+    println!("More keys: pgvs3 admin key create (see `pgvs3 admin key --help`).");
+    println!("{rule}");
+    // Marked after printing: a crash in between shows the key again rather than never.
+    catalog
+        .put_access_key(&NewAccessKey {
+            access_key: root.access_key.clone(),
+            secret: root.secret.clone(),
+            is_root: true,
+            read_only: root.read_only,
+            description: ROOT_DESCRIPTION.into(),
+        })
+        .await?;
+    Ok(())
 }
 
 /// An access key id in AWS's shape: 20 upper-case letters and digits.

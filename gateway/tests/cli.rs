@@ -31,7 +31,15 @@ async fn serve(data_dir: &Path) -> Served {
 }
 
 async fn serve_with_env(data_dir: &Path, env: &[(&str, &str)]) -> Served {
-    let mut child = Command::new(BIN)
+    let mut command = serve_command(data_dir);
+    command.envs(env.iter().copied());
+    started(command).await.0
+}
+
+/// `pgvs3 serve` on ephemeral ports with the tests' root key.
+fn serve_command(data_dir: &Path) -> Command {
+    let mut command = Command::new(BIN);
+    command
         .args([
             "serve",
             "--s3-addr",
@@ -48,18 +56,24 @@ async fn serve_with_env(data_dir: &Path, env: &[(&str, &str)]) -> Served {
         .env("PGVS3_PG_SHARED_BUFFERS", "32MB")
         .env("PGVS3_ROOT_ACCESS_KEY", common::ROOT_ACCESS_KEY)
         .env("PGVS3_ROOT_SECRET_KEY", common::ROOT_SECRET_KEY)
-        .envs(env.iter().copied())
         .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+        .kill_on_drop(true);
+    command
+}
+
+/// Spawns a serve and reads its stdout up to the S3 endpoint line; returns the server and the
+/// lines printed before that one.
+async fn started(mut command: Command) -> (Served, Vec<String>) {
+    let mut child = command.spawn().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut before = Vec::new();
     let line = tokio::time::timeout(Duration::from_secs(60), async {
         loop {
             let line = lines.next_line().await.unwrap().expect("serve printed its endpoint");
             if line.starts_with("pgvs3 S3 endpoint:") {
                 return line;
             }
+            before.push(line);
         }
     })
     .await
@@ -72,7 +86,7 @@ async fn serve_with_env(data_dir: &Path, env: &[(&str, &str)]) -> Served {
         .trim_end_matches(')')
         .trim_end_matches("/metrics")
         .to_owned();
-    Served { child, s3, admin }
+    (Served { child, s3, admin }, before)
 }
 
 fn client(endpoint: &str, access_key: &str, secret_key: &str) -> aws_sdk_s3::Client {
@@ -174,6 +188,10 @@ async fn the_embedded_default_serves_s3_and_admin_commands_work_beside_it() {
         listed.contains("CLIKEY") && listed.contains(common::ROOT_ACCESS_KEY),
         "{listed}"
     );
+    // The database flags also go after the subcommand.
+    let after = pgvs3(&["admin", "key", "list", "--data-dir", dir_arg]).await;
+    assert!(after.status.success(), "{}", String::from_utf8_lossy(&after.stderr));
+    assert_eq!(String::from_utf8_lossy(&after.stdout), listed);
     let cli = client(&served.s3, "CLIKEY", "cli-secret");
     assert!(cli.list_buckets().send().await.unwrap().buckets().is_empty());
     let denied = cli
@@ -294,6 +312,110 @@ async fn version_and_a_missing_postgresql_give_one_line_answers() {
         "{stderr}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A first start that fails once its root key exists (here: the S3 port is taken) names the
+/// flag to change and shows no secret; the next start that gets ready shows the key, framed,
+/// once, and the key works.
+#[tokio::test]
+async fn a_generated_root_key_is_shown_once_the_gateway_is_ready() {
+    let dir = data_dir("rootkey");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_addr = taken.local_addr().unwrap().to_string();
+    let failed = Command::new(BIN)
+        .args([
+            "serve",
+            "--s3-addr",
+            &taken_addr,
+            "--admin-addr",
+            "127.0.0.1:0",
+            "--resp-addr",
+            "off",
+        ])
+        .args(["--ojs-addr", "off", "--data-dir"])
+        .arg(&dir)
+        .env_remove("PGVS3_ROOT_ACCESS_KEY")
+        .env_remove("PGVS3_ROOT_SECRET_KEY")
+        .output()
+        .await
+        .unwrap();
+    assert!(!failed.status.success());
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(
+        stderr.contains(&taken_addr) && stderr.contains("--s3-addr"),
+        "the error names the address and its flag: {stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&failed.stdout);
+    assert!(
+        !stdout.contains("AWS_SECRET_ACCESS_KEY"),
+        "a failed start showed the secret: {stdout}"
+    );
+    drop(taken);
+
+    let generated = |dir: &Path| {
+        let mut command = serve_command(dir);
+        command
+            .env_remove("PGVS3_ROOT_ACCESS_KEY")
+            .env_remove("PGVS3_ROOT_SECRET_KEY");
+        command
+    };
+    let (served, printed) = started(generated(&dir)).await;
+    let value = |name: &str| {
+        printed
+            .iter()
+            .find_map(|line| line.trim().strip_prefix(name))
+            .unwrap_or_else(|| panic!("{name} shown: {printed:#?}"))
+            .to_owned()
+    };
+    let (access_key, secret) = (value("AWS_ACCESS_KEY_ID="), value("AWS_SECRET_ACCESS_KEY="));
+    let framed = printed.iter().filter(|line| line.starts_with("=====")).count();
+    assert_eq!(framed, 2, "the key is framed apart from other lines: {printed:#?}");
+    let root = client(&served.s3, &access_key, &secret);
+    root.create_bucket().bucket("first").send().await.unwrap();
+    terminate(served).await;
+
+    let (served, printed) = started(generated(&dir)).await;
+    assert!(
+        !printed.iter().any(|line| line.contains("AWS_SECRET_ACCESS_KEY")),
+        "shown once only: {printed:#?}"
+    );
+    terminate(served).await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// An admin command where no data dir is says which one it looked for, and creates nothing.
+#[tokio::test]
+async fn admin_without_a_data_dir_names_it_and_creates_nothing() {
+    let dir = data_dir("nodir");
+    for args in [
+        vec!["admin", "key", "list", "--data-dir", dir.to_str().unwrap()],
+        vec!["admin", "--data-dir", dir.to_str().unwrap(), "key", "create"],
+    ] {
+        let out = pgvs3(&args).await;
+        assert!(!out.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!("no pgvs3 data dir at {}", dir.display())) && stderr.contains("--data-dir"),
+            "{args:?}: {stderr}"
+        );
+        assert!(!dir.exists(), "{args:?} created {}", dir.display());
+    }
+    // The default data dir is relative to where the command runs.
+    let cwd = data_dir("nodir-cwd");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let out = Command::new(BIN)
+        .args(["admin", "key", "list"])
+        .current_dir(&cwd)
+        .env_remove("PGVS3_DATA_DIR")
+        .env_remove("PGVS3_DATABASE_URL")
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&cwd.join(".pgvs3").display().to_string()), "{stderr}");
+    assert!(!cwd.join(".pgvs3").exists());
+    std::fs::remove_dir_all(&cwd).unwrap();
 }
 
 #[tokio::test]

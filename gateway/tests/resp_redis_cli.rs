@@ -20,7 +20,7 @@ async fn redis_cli(gateway: &TestGateway, args: &[&str], stdin: &[u8]) -> String
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("redis-cli is installed (Debian package redis-tools; .ci/run installs it)");
+        .expect("redis-cli is installed (scripts/test installs it; or apt-get install redis-tools)");
     let mut input = child.stdin.take().unwrap();
     input.write_all(stdin).await.unwrap();
     drop(input);

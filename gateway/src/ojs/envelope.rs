@@ -506,8 +506,18 @@ pub fn parse_iso_duration(text: &str) -> Result<Duration, OjsError> {
     if !number.is_empty() || !any {
         return Err(bad());
     }
+    if seconds > MAX_DURATION.as_secs_f64() {
+        return Err(OjsError::invalid(format!(
+            "ISO 8601 duration {text:?} is over 10000 years"
+        )));
+    }
     Ok(Duration::from_secs_f64(seconds))
 }
+
+/// The longest duration accepted: any real delay, period or interval fits, and a time this far
+/// ahead (or its milliseconds, or a retry interval with jitter) stays within PostgreSQL's
+/// timestamps and an i64.
+const MAX_DURATION: Duration = Duration::from_secs(10_000 * 31_557_600);
 
 /// `^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$`
 fn is_valid_type(text: &str) -> bool {
@@ -653,5 +663,101 @@ mod tests {
         assert!(
             is_valid_queue("default") && is_valid_queue("a.b-c") && !is_valid_queue("-x") && !is_valid_queue("my_q")
         );
+    }
+}
+
+/// Hostile and valid envelopes, generated: no input panics the parser, and what it accepts
+/// keeps what the client sent.
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// Any JSON value, a few levels deep, with the envelope's own field names likely as keys.
+    fn any_json() -> impl Strategy<Value = Value> {
+        let key = prop_oneof![
+            Just("type".to_string()),
+            Just("args".to_string()),
+            Just("id".to_string()),
+            Just("queue".to_string()),
+            Just("priority".to_string()),
+            Just("options".to_string()),
+            Just("meta".to_string()),
+            Just("retry".to_string()),
+            Just("unique".to_string()),
+            Just("rate_limit".to_string()),
+            Just("scheduled_at".to_string()),
+            Just("expires_at".to_string()),
+            Just("period".to_string()),
+            Just("max_interval".to_string()),
+            Just("timeout_ms".to_string()),
+            "[a-z_]{0,8}",
+        ];
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            "\\PC{0,12}".prop_map(Value::String),
+            "[+PTWDHMS0-9.,]{0,12}".prop_map(Value::String),
+            "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{8,12}(Z|[+-][0-9]{2}:[0-9]{2})".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 48, 6, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::btree_map(key.clone(), inner, 0..6)
+                    .prop_map(|map| Value::Object(map.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn no_envelope_panics_the_parser(value in any_json(), options in any_json(), flat in any_json()) {
+            let _ = parse_job(value.clone(), 1 << 10);
+            // The same values where the parser looks hardest: under `options` and at the top.
+            let mut job = json!({ "type": "a.b", "args": [], "options": options });
+            if let (Value::Object(job), Value::Object(flat)) = (&mut job, flat) {
+                job.extend(flat);
+            }
+            let _ = parse_job(job, 1 << 10);
+        }
+
+        #[test]
+        fn no_duration_text_panics(text in "\\PC{0,24}", digits in "P(T?[0-9]{1,30}(\\.[0-9]{0,5})?[WDHMS]){1,3}") {
+            let _ = parse_iso_duration(&text);
+            if let Ok(duration) = parse_iso_duration(&digits) {
+                prop_assert!(duration <= MAX_DURATION);
+            }
+        }
+
+        #[test]
+        fn valid_envelopes_keep_what_the_client_sent(
+            job_type in "[a-z][a-z0-9_-]{0,10}(\\.[a-z][a-z0-9_-]{0,10}){0,3}",
+            queue in "[a-z0-9][a-z0-9.-]{0,20}",
+            priority in -100i64..=100,
+            args in prop::collection::vec(any_json(), 0..4),
+            meta in prop::collection::btree_map("[a-z]{1,6}", any_json(), 0..4),
+        ) {
+            let meta: serde_json::Map<String, Value> = meta.into_iter().collect();
+            let sent = json!({ "type": job_type, "args": args, "meta": meta,
+                               "options": { "queue": queue, "priority": priority } });
+            let job = parse_job(sent.clone(), usize::MAX).expect("a valid envelope is accepted");
+            prop_assert_eq!(&job.job_type, &job_type);
+            prop_assert_eq!(&job.queue, &queue);
+            prop_assert_eq!(i64::from(job.priority), priority);
+            prop_assert!(is_uuid_v7(&job.id));
+            for field in ["type", "args", "meta", "options"] {
+                prop_assert_eq!(&job.envelope[field], &sent[field]);
+            }
+            // What was stored parses again to the same job: the id is kept, not regenerated.
+            let again = parse_job(job.envelope.clone(), usize::MAX).expect("a stored envelope is accepted");
+            prop_assert_eq!(&again.id, &job.id);
+            prop_assert_eq!(&again.envelope, &job.envelope);
+        }
     }
 }

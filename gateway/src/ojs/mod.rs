@@ -19,7 +19,8 @@ use tracing::Instrument;
 use crate::request_body::RequestBody;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Either, Full, Limited};
+use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
+use hyper::body::Body as _;
 use serde_json::{Value, json};
 use tokio_postgres::error::SqlState;
 
@@ -33,8 +34,9 @@ use stream::EventHub;
 const CONTENT_TYPE: &str = "application/openjobspec+json";
 const OJS_VERSION: &str = "1.0";
 const DOCS_URL: &str = "https://openjobspec.org/spec/ojs-http-binding";
-/// Request bodies larger than this are refused before parsing (batches included).
-const MAX_BODY_BYTES: usize = 64 << 20;
+/// What a request body needs beyond its job's `args`: the rest of the envelope (type, options,
+/// meta). `--ojs-max-body-bytes` must leave at least this much room over `--ojs-max-args-bytes`.
+const ENVELOPE_ROOM: u64 = 64 << 10;
 const MAX_BATCH: usize = 10_000;
 const MAX_FETCH: i64 = 1_000;
 const EVENT_STREAM_PATH: &str = "/ojs/v1/events/stream";
@@ -57,7 +59,21 @@ pub struct OjsOptions {
     /// directive of a heartbeat that extends it). Never on by default.
     pub allow_reset: bool,
     pub max_args_bytes: usize,
+    /// Largest request body (`--ojs-max-body-bytes`): bounds what one request makes the gateway
+    /// read and parse, `meta` and unknown fields included.
+    pub max_body_bytes: u64,
     pub token: Option<String>,
+}
+
+/// Refuses a body limit that could not carry a job with the largest `args` allowed.
+pub fn check_limits(max_args_bytes: usize, max_body_bytes: u64) -> anyhow::Result<()> {
+    let needed = max_args_bytes as u64 + ENVELOPE_ROOM;
+    anyhow::ensure!(
+        max_body_bytes >= needed,
+        "--ojs-max-body-bytes ({max_body_bytes}) must be at least --ojs-max-args-bytes + 64 KiB ({needed}): \
+         a job with the largest args allowed must fit in a request"
+    );
+    Ok(())
 }
 
 #[derive(Clone)]
@@ -154,6 +170,17 @@ impl OjsError {
         error
     }
 
+    /// A request body over `--ojs-max-body-bytes`, refused before the rest of it is read.
+    fn too_large(limit: u64) -> OjsError {
+        OjsError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_payload",
+            "validation_error",
+            format!("the request body is over this server's limit of {limit} bytes"),
+        )
+        .with_details(json!({ "max_body_bytes": limit }))
+    }
+
     pub fn invalid(message: impl Into<String>) -> OjsError {
         OjsError::new(StatusCode::BAD_REQUEST, "invalid_request", "validation_error", message)
     }
@@ -215,6 +242,21 @@ impl OjsError {
                 "invalid timestamp: {}",
                 err.as_db_error().map_or("", |db| db.message())
             )),
+            // jsonb refuses the escape \u0000, text columns the byte 0x00.
+            Some(&SqlState::UNTRANSLATABLE_CHARACTER) | Some(&SqlState::CHARACTER_NOT_IN_REPERTOIRE) => {
+                OjsError::invalid("strings cannot hold the NUL character (\\u0000)")
+            }
+            // Class 22 (data exception): a value from the request that PostgreSQL cannot hold,
+            // such as a time or number out of range. The client's to fix, never worth a retry.
+            Some(state) if state.code().starts_with("22") => OjsError::invalid(format!(
+                "a value in the request is out of range or malformed: {}",
+                err.as_db_error().map_or("", |db| db.message())
+            )),
+            // A client string too long to index (a worker id of kilobytes, say).
+            Some(&SqlState::PROGRAM_LIMIT_EXCEEDED) => OjsError::invalid(format!(
+                "a value in the request is too large: {}",
+                err.as_db_error().map_or("", |db| db.message())
+            )),
             _ => OjsError::backend(err),
         }
     }
@@ -244,7 +286,9 @@ impl OjsError {
 
 fn hint(code: &str) -> &'static str {
     match code {
-        "invalid_request" | "invalid_workflow" => "fix the request body as the message says and send it again",
+        "invalid_request" | "invalid_payload" | "invalid_workflow" => {
+            "fix the request body as the message says and send it again"
+        }
         "not_found" => "check the id; jobs are found by the id enqueue returned",
         "conflict" => "the job's state does not allow this; GET the job to see its state",
         "duplicate" => "use a new id, or GET the existing job",
@@ -492,20 +536,21 @@ impl OjsService {
         let segments: Vec<&str> = route.split('/').filter(|s| !s.is_empty()).collect();
         let queue = &self.inner.queue;
         let method = parts.method.clone();
+        let limit = self.inner.options.max_body_bytes;
         match (&method, segments.as_slice()) {
             (&Method::GET, ["health"]) => Ok(self.health().await),
-            (&Method::POST, ["jobs"]) => self.enqueue(read_json(body).await?, headers).await,
-            (&Method::POST, ["jobs", "batch"]) => self.enqueue_batch(read_json(body).await?, headers).await,
+            (&Method::POST, ["jobs"]) => self.enqueue(read_json(body, limit).await?, headers).await,
+            (&Method::POST, ["jobs", "batch"]) => self.enqueue_batch(read_json(body, limit).await?, headers).await,
             (&Method::GET, ["jobs", id]) => Ok((StatusCode::OK, json!({ "job": queue.get(job_id(id)?).await? }))),
             (&Method::GET, ["admin", "jobs", id]) => Ok((StatusCode::OK, queue.get(job_id(id)?).await?)),
             (&Method::DELETE, ["jobs", id]) | (&Method::POST, ["jobs", id, "cancel"]) => {
                 Ok((StatusCode::OK, json!({ "job": queue.cancel(job_id(id)?).await? })))
             }
-            (&Method::POST, ["workers", "fetch"]) => self.fetch(read_json(body).await?).await,
-            (&Method::POST, ["workers", "ack"]) => self.ack(read_json(body).await?).await,
-            (&Method::POST, ["workers", "nack"]) => self.nack(read_json(body).await?).await,
+            (&Method::POST, ["workers", "fetch"]) => self.fetch(read_json(body, limit).await?).await,
+            (&Method::POST, ["workers", "ack"]) => self.ack(read_json(body, limit).await?).await,
+            (&Method::POST, ["workers", "nack"]) => self.nack(read_json(body, limit).await?).await,
             (&Method::POST, ["workers", "heartbeat"]) | (&Method::POST, ["workers", "beat"]) => {
-                self.heartbeat(read_json(body).await?).await
+                self.heartbeat(read_json(body, limit).await?).await
             }
             (&Method::GET, ["queues"]) | (&Method::GET, ["admin", "queues"]) => {
                 let queues = queue.list_queues().await?;
@@ -523,7 +568,7 @@ impl OjsService {
                 Ok((StatusCode::OK, queue.queue_stats(name).await?["queue"].take()))
             }
             (&Method::PUT, ["admin", "queues", name, "config"]) => {
-                let settings = queue_settings(read_json(body).await?)?;
+                let settings = queue_settings(read_json(body, limit).await?)?;
                 let config = queue.configure_queue(queue_name(name)?, &settings).await?;
                 Ok((StatusCode::OK, json!({ "queue": name, "config": config })))
             }
@@ -559,7 +604,8 @@ impl OjsService {
                 Ok((StatusCode::NO_CONTENT, Value::Null))
             }
             (&Method::POST, ["workflows"]) => {
-                let workflow = workflow::parse_workflow(read_json(body).await?, self.inner.options.max_args_bytes)?;
+                let workflow =
+                    workflow::parse_workflow(read_json(body, limit).await?, self.inner.options.max_args_bytes)?;
                 let workflow = queue.create_workflow(&workflow).await?;
                 Ok((StatusCode::CREATED, json!({ "workflow": workflow })))
             }
@@ -574,7 +620,7 @@ impl OjsService {
             (&Method::GET, ["rate-limits"]) => Ok((StatusCode::OK, listing("items", queue.rate_limits().await?))),
             (&Method::GET, ["rate-limits", key]) => Ok((StatusCode::OK, queue.rate_limit(key).await?)),
             (&Method::GET, ["events"]) => self.events(&query).await,
-            (&Method::POST, ["cron"]) => self.register_cron(read_json(body).await?).await,
+            (&Method::POST, ["cron"]) => self.register_cron(read_json(body, limit).await?).await,
             (&Method::GET, ["cron"]) => {
                 let crons = queue.list_crons().await?;
                 Ok((StatusCode::OK, listing("crons", crons)))
@@ -582,7 +628,9 @@ impl OjsService {
             (&Method::DELETE, ["cron", name]) => {
                 Ok((StatusCode::OK, json!({ "cron": queue.delete_cron(name).await? })))
             }
-            (&Method::POST, ["admin", "jobs", "bulk", "retry"]) => self.retry_in_bulk(read_json(body).await?).await,
+            (&Method::POST, ["admin", "jobs", "bulk", "retry"]) => {
+                self.retry_in_bulk(read_json(body, limit).await?).await
+            }
             (&Method::GET, ["admin", "stats"]) => Ok((StatusCode::OK, queue.stats().await?)),
             (&Method::GET, ["workers", id, "health"]) | (&Method::GET, ["admin", "workers", id]) => {
                 Ok((StatusCode::OK, queue.worker(id).await?))
@@ -1035,11 +1083,24 @@ fn queue_name(text: &str) -> Result<&str, OjsError> {
     }
 }
 
-async fn read_json(body: RequestBody) -> Result<Value, OjsError> {
-    let bytes = Limited::new(body, MAX_BODY_BYTES)
+/// Reads a JSON body of at most `limit` bytes: a declared Content-Length over it is refused
+/// before any of the body is read, a chunked body as soon as it passes the limit.
+async fn read_json(body: RequestBody, limit: u64) -> Result<Value, OjsError> {
+    if body.size_hint().lower() > limit {
+        return Err(OjsError::too_large(limit));
+    }
+    let bytes = Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX))
         .collect()
         .await
-        .map_err(|_| OjsError::invalid(format!("request body over {MAX_BODY_BYTES} bytes or cut off")))?
+        .map_err(|err| {
+            if err.is::<LengthLimitError>() {
+                OjsError::too_large(limit)
+            } else if crate::request_body::BodyError::is_idle_timeout(err.as_ref()) {
+                invalid_payload("the request body stalled: nothing arrived within the body idle timeout")
+            } else {
+                invalid_payload("the request body was cut off")
+            }
+        })?
         .to_bytes();
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(invalid_payload("the request body is empty; send a JSON object"));

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Small requests beside large uploads, on one fresh gateway: do 4 KiB GETs keep flowing while
+# 10 MiB PUTs stream in? (the fairness of S3 admission, docs/operations.md "Admission control").
+#   e2e/scripts/mixed.sh PGVS3 LOADGEN [--get-workers 300] [--put-workers 50] [--seconds 10] [-- serve flags]
+# Prints each side's loadgen table (rate, latency, errors by kind: `503 SlowDown` is admission
+# turning requests away).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+pgvs3=$(realpath "$1") loadgen=$(realpath "$2")
+shift 2
+get_workers=300 put_workers=50 seconds=10
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --get-workers) get_workers=$2; shift 2 ;;
+        --put-workers) put_workers=$2; shift 2 ;;
+        --seconds) seconds=$2; shift 2 ;;
+        --) shift; break ;;
+        *) echo "unknown flag $1" >&2; exit 2 ;;
+    esac
+done
+source e2e/scripts/gateway.sh
+export PGVS3_ROOT_ACCESS_KEY=LOADGENROOTKEY000001 PGVS3_ROOT_SECRET_KEY=loadgen-secret-key
+export AWS_ACCESS_KEY_ID=$PGVS3_ROOT_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$PGVS3_ROOT_SECRET_KEY
+work=$(mktemp -d /tmp/pgvs3-mixed-XXXXXX) dir=$work
+trap stop_all EXIT
+start_gateway "$pgvs3" "$dir" "$@"
+# The PUTs run past both ends of the GETs' window (their seeding included).
+"$loadgen" s3 --endpoint "$gw_s3" --duration "$seconds" --warmup 1 --bucket small --ops get --sizes 4KiB --keys 1000 --workers "$get_workers" >"$dir/get.txt" 2>&1 &
+gets=$!
+"$loadgen" s3 --endpoint "$gw_s3" --duration "$((seconds + 10))" --warmup 0 --bucket large --ops put --sizes 10MiB --keys 50 --workers "$put_workers" >"$dir/put.txt" 2>&1 &
+puts=$!
+status=0
+wait "$gets" || status=$?
+wait "$puts" || status=$?
+echo "== 4 KiB GET, $get_workers workers, beside 10 MiB PUTs"; cat "$dir/get.txt"
+echo "== 10 MiB PUT, $put_workers workers"; cat "$dir/put.txt"
+exit "$status"
