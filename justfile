@@ -32,6 +32,11 @@ bench-direct *ARGS:
 load *ARGS:
     e2e/scripts/load.sh {{ARGS}}
 
+# Small GETs beside large PUTs on one fresh gateway (admission fairness): `just mixed A B` with
+# the pgvs3 and pgvs3-loadgen binaries, `--get-workers 300 --put-workers 50 --seconds 10`.
+mixed PGVS3 LOADGEN *ARGS:
+    e2e/scripts/mixed.sh {{PGVS3}} {{LOADGEN}} {{ARGS}}
+
 # The benchmark fixtures (Parquet and binary; SET is smoke or full), checked against e2e/fixtures/manifest.json.
 fixtures SET="full":
     "$(e2e/scripts/bench-venv.sh)" e2e/scripts/fixtures.py --set {{SET}}
