@@ -11,8 +11,8 @@ use futures::StreamExt;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::Api;
@@ -23,8 +23,8 @@ use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 
 use crate::context::Context;
-use crate::lease::Elector;
 use crate::crd::{Bucket, GatewayPool, OriginCache};
+use crate::lease::Elector;
 use crate::metrics::Metrics;
 use crate::{bucket, gateway_pool, origin_cache};
 

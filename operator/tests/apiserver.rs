@@ -11,12 +11,12 @@ mod control_plane;
 
 use std::time::Duration;
 
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::{Client, ResourceExt};
 use aws_sdk_s3::primitives::ByteStream;
+use control_plane::{ControlPlane, Gateway, Operator, eventually};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
-use control_plane::{ControlPlane, Gateway, Operator, eventually};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
 use pgvs3_operator::crd::{Bucket, GatewayPool};
 use serde_json::json;
 
@@ -52,7 +52,10 @@ async fn tier() {
     }
     if !failed.is_empty() {
         eprintln!("--- operator log ---\n{}", operator.process.log_text());
-        panic!("scenarios failed (control plane in {}): {failed:#?}", plane.run_dir.display());
+        panic!(
+            "scenarios failed (control plane in {}): {failed:#?}",
+            plane.run_dir.display()
+        );
     }
 }
 
@@ -183,7 +186,10 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
     .await;
     assert_eq!(deployment.spec.as_ref().unwrap().replicas, Some(2));
     let owner = &deployment.owner_references()[0];
-    assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("GatewayPool", pool.uid().unwrap().as_str()));
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("GatewayPool", pool.uid().unwrap().as_str())
+    );
     let services: Api<Service> = Api::namespaced(client.clone(), ns);
     let service = eventually(WAIT, "the pool's Service", || async {
         services.get_opt("objects").await.unwrap()
@@ -209,8 +215,14 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
     let catalog = sql(&url).await;
     let buckets: Api<Bucket> = Api::namespaced(client.clone(), ns);
     for (name, spec) in [
-        ("photos", json!({"gatewayPoolRef": "objects", "deletionPolicy": "Delete"})),
-        ("archive", json!({"gatewayPoolRef": "objects", "bucketName": "team-archive", "access": "ReadOnly"})),
+        (
+            "photos",
+            json!({"gatewayPoolRef": "objects", "deletionPolicy": "Delete"}),
+        ),
+        (
+            "archive",
+            json!({"gatewayPoolRef": "objects", "bucketName": "team-archive", "access": "ReadOnly"}),
+        ),
         (
             // `team-` and this name are 68 characters: no valid bucket name as they are.
             "a-bucket-name-long-enough-to-overflow-the-sixty-three-limit",
@@ -252,7 +264,10 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
     // Defect 2: the defaulted name is derived (valid, hashed), not refused by the catalog.
     let long = bucket_ready(&buckets, "a-bucket-name-long-enough-to-overflow-the-sixty-three-limit").await;
     let derived = long.status.unwrap().bucket_name.unwrap();
-    assert!(derived.len() <= 63 && derived.starts_with("team-a-bucket-name-long"), "{derived}");
+    assert!(
+        derived.len() <= 63 && derived.starts_with("team-a-bucket-name-long"),
+        "{derived}"
+    );
     assert!(pgvs3_operator::crd::valid_bucket_name(&derived), "{derived}");
     let long_secret = secrets
         .get("a-bucket-name-long-enough-to-overflow-the-sixty-three-limit-credentials")
@@ -266,11 +281,19 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
     buckets.delete("archive", &DeleteParams::default()).await.unwrap();
     eventually(WAIT, "both Buckets gone", || async {
         let left = buckets.list(&Default::default()).await.unwrap();
-        (!left.items.iter().any(|b| b.name_any() == "photos" || b.name_any() == "archive")).then_some(())
+        (!left
+            .items
+            .iter()
+            .any(|b| b.name_any() == "photos" || b.name_any() == "archive"))
+        .then_some(())
     })
     .await;
     assert_eq!(bucket_owner(&catalog, "team-photos").await, None, "Delete dropped it");
-    assert_eq!(bucket_owner(&catalog, "team-archive").await, Some(None), "Retain kept it, unowned");
+    assert_eq!(
+        bucket_owner(&catalog, "team-archive").await,
+        Some(None),
+        "Retain kept it, unowned"
+    );
     let keys: i64 = catalog
         .query_one(
             "SELECT count(*) FROM pgvs3.access_keys WHERE access_key = ANY($1)",
@@ -294,21 +317,34 @@ async fn cel_rejections(plane: std::sync::Arc<ControlPlane>) {
     let ns = "cel";
     namespace(&plane, ns).await;
     let refused = |manifest: serde_json::Value, expected: &str| {
-        let (ok, text) = plane.kubectl_status(
-            &["apply", "--server-side", "-n", ns, "-f", "-"],
-            &manifest.to_string(),
+        let (ok, text) = plane.kubectl_status(&["apply", "--server-side", "-n", ns, "-f", "-"], &manifest.to_string());
+        assert!(
+            !ok && text.contains(expected),
+            "{manifest}\nexpected {expected:?}, got: {text}"
         );
-        assert!(!ok && text.contains(expected), "{manifest}\nexpected {expected:?}, got: {text}");
     };
-    let bucket = |spec: serde_json::Value| {
-        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": "b"}, "spec": spec})
-    };
+    let bucket = |spec: serde_json::Value| json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": "b"}, "spec": spec});
     refused(bucket(json!({"gatewayPoolRef": ""})), "spec.gatewayPoolRef");
-    refused(bucket(json!({"gatewayPoolRef": "p", "bucketName": "a..b"})), "must not contain '..'");
-    refused(bucket(json!({"gatewayPoolRef": "p", "bucketName": "10.0.0.1"})), "nor be an IP address");
-    refused(bucket(json!({"gatewayPoolRef": "p", "bucketName": "xn--abc"})), "reserved prefix");
-    refused(bucket(json!({"gatewayPoolRef": "p", "bucketName": "UPPER"})), "spec.bucketName");
-    refused(bucket(json!({"gatewayPoolRef": "p", "quota": {"maxBytes": -1}})), "spec.quota.maxBytes");
+    refused(
+        bucket(json!({"gatewayPoolRef": "p", "bucketName": "a..b"})),
+        "must not contain '..'",
+    );
+    refused(
+        bucket(json!({"gatewayPoolRef": "p", "bucketName": "10.0.0.1"})),
+        "nor be an IP address",
+    );
+    refused(
+        bucket(json!({"gatewayPoolRef": "p", "bucketName": "xn--abc"})),
+        "reserved prefix",
+    );
+    refused(
+        bucket(json!({"gatewayPoolRef": "p", "bucketName": "UPPER"})),
+        "spec.bucketName",
+    );
+    refused(
+        bucket(json!({"gatewayPoolRef": "p", "quota": {"maxBytes": -1}})),
+        "spec.quota.maxBytes",
+    );
     let cache = |pool: &str, secret: &str| {
         json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "OriginCache", "metadata": {"name": "c"},
                "spec": {"gatewayPoolRef": pool, "credentialsSecretRef": secret, "bucket": "cache",
@@ -316,9 +352,7 @@ async fn cel_rejections(plane: std::sync::Arc<ControlPlane>) {
     };
     refused(cache("", "creds"), "spec.gatewayPoolRef");
     refused(cache("p", ""), "spec.credentialsSecretRef");
-    let pool = |spec: serde_json::Value| {
-        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool", "metadata": {"name": "p"}, "spec": spec})
-    };
+    let pool = |spec: serde_json::Value| json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool", "metadata": {"name": "p"}, "spec": spec});
     refused(
         pool(json!({"postgres": {"clusterName": "db"}, "replicas": 2,
                     "autoscaling": {"minReplicas": 1, "maxReplicas": 3}})),
@@ -337,8 +371,14 @@ async fn cel_rejections(plane: std::sync::Arc<ControlPlane>) {
         &["apply", "--server-side", "-n", ns, "-f", "-"],
         &bucket(json!({"gatewayPoolRef": "p", "bucketName": "first-name"})).to_string(),
     );
-    refused(bucket(json!({"gatewayPoolRef": "p", "bucketName": "second-name"})), "bucketName is immutable");
-    refused(bucket(json!({"gatewayPoolRef": "q", "bucketName": "first-name"})), "gatewayPoolRef is immutable");
+    refused(
+        bucket(json!({"gatewayPoolRef": "p", "bucketName": "second-name"})),
+        "bucketName is immutable",
+    );
+    refused(
+        bucket(json!({"gatewayPoolRef": "q", "bucketName": "first-name"})),
+        "gatewayPoolRef is immutable",
+    );
 }
 
 /// Defect 1: resources that can never be provisioned (their pool does not exist) carry the
@@ -391,11 +431,21 @@ async fn database_errors(plane: std::sync::Arc<ControlPlane>) {
                "stringData": {"username": user, "password": "x"}}),
     )
     .await;
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
     for (pool, postgres) in [
-        ("refused", json!({"host": "127.0.0.1", "port": closed, "secretRef": "login"})),
-        ("nodb", json!({"host": host, "port": port, "database": "no_such_db", "secretRef": "login"})),
+        (
+            "refused",
+            json!({"host": "127.0.0.1", "port": closed, "secretRef": "login"}),
+        ),
+        (
+            "nodb",
+            json!({"host": host, "port": port, "database": "no_such_db", "secretRef": "login"}),
+        ),
     ] {
         apply(
             &pools,

@@ -64,7 +64,9 @@ async fn fencing() {
     let killed = tokio::time::Instant::now();
     let fenced = eventually(Duration::from_secs(DURATION), "the leader stops leading", || async {
         let readiness = a.readiness().await?;
-        readiness.starts_with("standing by: stopped leading").then_some(readiness)
+        readiness
+            .starts_with("standing by: stopped leading")
+            .then_some(readiness)
     })
     .await;
     assert!(fenced.contains("not renewed"), "{fenced}");
@@ -73,7 +75,10 @@ async fn fencing() {
         "fenced before the Lease could expire"
     );
     while killed.elapsed() < Duration::from_secs(DURATION + 4) {
-        assert!(leaders(&replicas).await.is_empty(), "nobody leads without an API server");
+        assert!(
+            leaders(&replicas).await.is_empty(),
+            "nobody leads without an API server"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
@@ -84,10 +89,10 @@ async fn fencing() {
     while restarted.elapsed() < Duration::from_secs(3 * DURATION + 10) {
         let leading = leaders(&replicas).await;
         assert!(leading.len() <= 1, "two leaders at once: {leading:?}");
-        if let [leader] = &leading[..] {
-            if holder(&leases).await.as_ref() == Some(leader) {
-                new_leader.get_or_insert(leader.clone());
-            }
+        if let [leader] = &leading[..]
+            && holder(&leases).await.as_ref() == Some(leader)
+        {
+            new_leader.get_or_insert(leader.clone());
         }
         if new_leader.is_some() && restarted.elapsed() > Duration::from_secs(2 * DURATION) {
             break;
@@ -101,6 +106,10 @@ async fn fencing() {
             b.process.log_text()
         )
     });
-    assert_eq!(leaders(&replicas).await, [new_leader.clone()], "the leader keeps leading");
+    assert_eq!(
+        leaders(&replicas).await,
+        std::slice::from_ref(&new_leader),
+        "the leader keeps leading"
+    );
     assert_eq!(holder(&leases).await, Some(new_leader));
 }

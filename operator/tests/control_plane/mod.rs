@@ -107,7 +107,12 @@ impl ControlPlane {
         self.kubectl_stdin(&["apply", "-f", "-"], &rbac);
         for crd in pgvs3_operator::crd::all() {
             let name = crd.metadata.name.clone().unwrap();
-            self.kubectl(&["wait", "--for=condition=Established", "--timeout=60s", &format!("crd/{name}")]);
+            self.kubectl(&[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                &format!("crd/{name}"),
+            ]);
         }
     }
 
@@ -217,11 +222,17 @@ impl ControlPlane {
         std::mem::forget(child);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
         loop {
-            let ready = self.admin.request_text(http::Request::get("/readyz").body(vec![]).unwrap()).await;
+            let ready = self
+                .admin
+                .request_text(http::Request::get("/readyz").body(vec![]).unwrap())
+                .await;
             if ready.is_ok_and(|body| body.trim() == "ok") {
                 return;
             }
-            assert!(tokio::time::Instant::now() < deadline, "the API server is ready again within 90s");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the API server is ready again within 90s"
+            );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
@@ -253,9 +264,9 @@ fn chart_dir() -> PathBuf {
 
 /// helm: `PGVS3_HELM`, else where CI caches it.
 fn helm() -> PathBuf {
-    std::env::var_os("PGVS3_HELM").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/pgvs3-tools/helm")
-    })
+    std::env::var_os("PGVS3_HELM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/pgvs3-tools/helm"))
 }
 
 /// A child process killed (and reaped) when dropped; its output goes to `log`.
@@ -337,7 +348,10 @@ pub async fn http_get(port: u16, path: &str) -> Option<String> {
         stream.read_to_string(&mut response).await.ok()?;
         Some(response.split_once("\r\n\r\n")?.1.to_string())
     };
-    tokio::time::timeout(Duration::from_secs(2), attempt).await.ok().flatten()
+    tokio::time::timeout(Duration::from_secs(2), attempt)
+        .await
+        .ok()
+        .flatten()
 }
 
 /// A `pgvs3` gateway process on `database_url` with `master_key`; its S3 endpoint.
@@ -349,11 +363,17 @@ pub struct Gateway {
 impl Gateway {
     pub async fn start(run_dir: &Path, name: &str, database_url: &str, master_key: &str) -> Gateway {
         // The gateway crate's binary, built beside this test's (`cargo build -p pgvs3-gateway`).
-        let binary = std::env::var_os("PGVS3_GATEWAY_BIN").map(PathBuf::from).unwrap_or_else(|| {
-            let test = std::env::current_exe().unwrap();
-            test.parent().unwrap().parent().unwrap().join("pgvs3")
-        });
-        assert!(binary.exists(), "{} (cargo build -p pgvs3-gateway --bin pgvs3)", binary.display());
+        let binary = std::env::var_os("PGVS3_GATEWAY_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                let test = std::env::current_exe().unwrap();
+                test.parent().unwrap().parent().unwrap().join("pgvs3")
+            });
+        assert!(
+            binary.exists(),
+            "{} (cargo build -p pgvs3-gateway --bin pgvs3)",
+            binary.display()
+        );
         let s3_port = free_port();
         let admin_port = free_port();
         let mut command = Command::new(binary);
