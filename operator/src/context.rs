@@ -53,8 +53,19 @@ impl Context {
 pub enum Error {
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
-    #[error("catalog: {0}")]
+    /// A catalog statement failed; the text is the database's own message (see [`db_cause`]).
+    #[error("catalog: {}", db_cause(.0))]
     Catalog(#[from] tokio_postgres::Error),
+    /// The pool's database could not be reached: which server was tried, as whom, and why.
+    #[error("catalog at {target}: {}", db_cause(.source))]
+    CatalogConnect {
+        target: String,
+        source: tokio_postgres::Error,
+    },
+    /// The resource asks for something that can never work (a name the catalog refuses);
+    /// retrying cannot help, so it waits for the spec to change.
+    #[error("{0}")]
+    InvalidSpec(String),
     #[error("{0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
     #[error("Secret {secret}: {problem}")]
@@ -73,7 +84,8 @@ impl Error {
         match self {
             Error::Kube(kube::Error::Api(status)) if status.code == 409 => "Conflict",
             Error::Kube(_) => "KubeApi",
-            Error::Catalog(_) => "Catalog",
+            Error::Catalog(_) | Error::CatalogConnect { .. } => "Catalog",
+            Error::InvalidSpec(_) => "InvalidSpec",
             Error::Finalizer(inner) => match &**inner {
                 kube::runtime::finalizer::Error::ApplyFailed(err)
                 | kube::runtime::finalizer::Error::CleanupFailed(err) => err.reason(),
@@ -84,6 +96,29 @@ impl Error {
             Error::PendingWriteBack(_) => "PendingWriteBack",
         }
     }
+}
+
+/// What a PostgreSQL error says, with its cause: `tokio_postgres::Error`'s own text is only its
+/// kind ("db error", "error connecting to server"), so this adds the server's message (severity,
+/// SQLSTATE, detail, hint) or the chain of sources (refused, timed out, no such host).
+pub fn db_cause(error: &tokio_postgres::Error) -> String {
+    if let Some(db) = error.as_db_error() {
+        let mut text = format!("{}: {} (SQLSTATE {})", db.severity(), db.message(), db.code().code());
+        if let Some(detail) = db.detail() {
+            text.push_str(&format!("; {detail}"));
+        }
+        if let Some(hint) = db.hint() {
+            text.push_str(&format!("; hint: {hint}"));
+        }
+        return text;
+    }
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
 }
 
 /// Counts a failed reconcile and schedules its retry with the object's backoff.

@@ -24,6 +24,13 @@ pub struct Connection {
     pub password: String,
 }
 
+impl Connection {
+    /// Where the operator tried to connect, for errors: `host:port/database as user`.
+    pub fn describe(&self) -> String {
+        format!("{}:{}/{} as {}", self.host, self.port, self.database, self.user)
+    }
+}
+
 /// The pool, its database connection and master key.
 pub struct Binding {
     pub pool: GatewayPool,
@@ -34,6 +41,12 @@ pub struct Binding {
 /// Binds to the Primary pool `pool_name` of `namespace`, or says (as conditions) what is
 /// missing: the pool, its primary role, its credentials or master key Secret.
 pub async fn bind(ctx: &Context, namespace: &str, pool_name: &str) -> Result<Result<Binding, Vec<Verdict>>> {
+    if !valid_object_name(pool_name) {
+        // Resources admitted before the CRD's minLength rule (or with validation off): a GET of
+        // "" would be a LIST, and no such pool can ever exist.
+        let message = format!("gatewayPoolRef {pool_name:?} is not a valid GatewayPool name");
+        return Ok(Err(waiting(INVALID_SPEC, &message)));
+    }
     let pools: Api<GatewayPool> = Api::namespaced(ctx.client.clone(), namespace);
     let Some(pool) = pools.get_opt(pool_name).await? else {
         return Ok(Err(waiting(
@@ -77,6 +90,24 @@ pub async fn bind(ctx: &Context, namespace: &str, pool_name: &str) -> Result<Res
     }))
 }
 
+/// The reason of a resource whose spec can never be provisioned as written.
+pub const INVALID_SPEC: &str = "InvalidSpec";
+
+/// Whether `name` can name a Kubernetes object (a DNS-1123 subdomain).
+pub fn valid_object_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
 pub async fn connect(connection: &Connection) -> Result<Client> {
     let (client, driver) = Config::new()
         .host(&connection.host)
@@ -87,7 +118,11 @@ pub async fn connect(connection: &Connection) -> Result<Client> {
         .application_name("pgvs3-operator")
         .connect_timeout(Duration::from_secs(5))
         .connect(NoTls)
-        .await?;
+        .await
+        .map_err(|source| Error::CatalogConnect {
+            target: connection.describe(),
+            source,
+        })?;
     tokio::spawn(async move {
         if let Err(err) = driver.await {
             tracing::debug!(error = %err, "catalog connection ended");
@@ -101,4 +136,9 @@ pub async fn connect(connection: &Connection) -> Result<Client> {
 pub fn catalog_outdated(error: &Error) -> bool {
     let outdated = [SqlState::UNDEFINED_FUNCTION, SqlState::UNDEFINED_TABLE];
     matches!(error, Error::Catalog(err) if err.code().is_some_and(|code| outdated.contains(code)))
+}
+
+/// Whether the catalog refused a bucket name (`pgvs3.ensure_bucket` raises 22023).
+pub fn catalog_refused_name(error: &Error) -> bool {
+    matches!(error, Error::Catalog(err) if err.code() == Some(&SqlState::INVALID_PARAMETER_VALUE))
 }

@@ -10,6 +10,7 @@ pub mod crd;
 pub mod database;
 pub mod gateway_pool;
 pub mod kube_ops;
+pub mod lease;
 pub mod metrics;
 pub mod origin_cache;
 pub mod render;

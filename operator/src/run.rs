@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use bytes::Bytes;
@@ -12,6 +12,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::Api;
@@ -19,10 +20,11 @@ use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use kube_lease_manager::LeaseManagerBuilder;
+use tokio::sync::watch;
 
 use crate::context::Context;
 use crate::crd::{Bucket, GatewayPool, OriginCache};
+use crate::lease::Elector;
 use crate::metrics::Metrics;
 use crate::{bucket, gateway_pool, origin_cache};
 
@@ -71,8 +73,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
 /// The operator on an API client and a listener for its health and metrics endpoints, as
 /// replica `identity`: waits for leadership (unless election is off), then runs the controllers
-/// until `shutdown` resolves (releasing the Lease) or the Lease is lost (an error: another
-/// replica may already be reconciling, so this one must stop at once).
+/// until `shutdown` resolves (releasing the Lease). A leader that cannot renew its Lease in time
+/// stops its controllers at once (another replica may take over as soon as the Lease expires),
+/// says so on /readyz, and campaigns again.
 pub async fn run_on(
     client: Client,
     listener: tokio::net::TcpListener,
@@ -81,12 +84,31 @@ pub async fn run_on(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let metrics = Metrics::default();
-    let leading = Arc::new(AtomicBool::new(false));
-    let server = tokio::spawn(serve_health(listener, metrics.clone(), leading.clone()));
-    let outcome = lead(client, identity, args, shutdown, metrics, &leading).await;
-    leading.store(false, Ordering::SeqCst);
+    let (role, readiness) = watch::channel(Role::Standby);
+    let server = tokio::spawn(serve_health(listener, metrics.clone(), readiness));
+    let outcome = lead(client, identity, args, shutdown, metrics, &role).await;
+    role.send_replace(Role::Standby);
     server.abort();
     outcome
+}
+
+/// What /readyz reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Role {
+    Standby,
+    Leading,
+    /// Was leading, and stopped: the reason (the Lease not renewed in time, taken by another).
+    Fenced(String),
+}
+
+impl Role {
+    fn readiness(&self) -> String {
+        match self {
+            Role::Standby => "standing by\n".to_string(),
+            Role::Leading => "leading\n".to_string(),
+            Role::Fenced(reason) => format!("standing by: stopped leading ({reason})\n"),
+        }
+    }
 }
 
 async fn lead(
@@ -95,54 +117,51 @@ async fn lead(
     args: &RunArgs,
     shutdown: impl Future<Output = ()>,
     metrics: Metrics,
-    leading: &AtomicBool,
+    role: &watch::Sender<Role>,
 ) -> anyhow::Result<()> {
     let mut shutdown = std::pin::pin!(shutdown);
-    let mut leadership = if args.no_leader_election {
-        None
-    } else {
-        let duration = args.lease_duration;
-        let mut builder = LeaseManagerBuilder::new(client.clone(), &args.lease_name)
-            .with_identity(identity)
-            .with_duration(duration)
-            .with_grace(duration / 3);
-        if let Some(namespace) = &args.lease_namespace {
-            builder = builder.with_namespace(namespace);
+    let ctx = Arc::new(Context::new(client.clone(), metrics));
+    if args.no_leader_election {
+        tracing::info!("leader election off: starting controllers");
+        role.send_replace(Role::Leading);
+        tokio::select! {
+            () = controllers(client, args.watch_namespace.clone(), ctx) => tracing::warn!("controllers ended"),
+            () = &mut shutdown => tracing::info!("shutting down"),
         }
-        let (mut changes, task) = builder.build().await?.watch().await;
+        return Ok(());
+    }
+    let leases: Api<Lease> = match &args.lease_namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::default_namespaced(client.clone()),
+    };
+    let duration = Duration::from_secs(args.lease_duration);
+    let mut elector = Elector::new(leases, &args.lease_name, &identity, duration);
+    loop {
         tracing::info!(lease = %args.lease_name, "waiting for leadership");
-        loop {
-            if *changes.borrow_and_update() {
+        let renewed = tokio::select! {
+            renewed = elector.acquire() => renewed,
+            () = &mut shutdown => return Ok(()),
+        };
+        tracing::info!("leading: starting controllers");
+        role.send_replace(Role::Leading);
+        let controllers = controllers(client.clone(), args.watch_namespace.clone(), ctx.clone());
+        // Dropping the controllers' future (a lost Lease) cancels every watch and reconcile.
+        tokio::select! {
+            () = controllers => {
+                tracing::warn!("controllers ended");
                 break;
             }
-            tokio::select! {
-                changed = changes.changed() => changed.context("lease manager stopped")?,
-                () = &mut shutdown => return Ok(()),
+            () = &mut shutdown => {
+                tracing::info!("shutting down");
+                break;
+            }
+            lost = elector.hold(renewed) => {
+                tracing::error!(reason = %lost, "stopped leading: controllers stopped");
+                role.send_replace(Role::Fenced(lost));
             }
         }
-        Some((changes, task))
-    };
-    tracing::info!("leading: starting controllers");
-    leading.store(true, Ordering::SeqCst);
-
-    let ctx = Arc::new(Context::new(client.clone(), metrics));
-    let controllers = controllers(client, args.watch_namespace.clone(), ctx);
-    let lost = async {
-        match &mut leadership {
-            Some((changes, _)) => while changes.changed().await.is_ok() && *changes.borrow() {},
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        () = controllers => tracing::warn!("controllers ended"),
-        () = &mut shutdown => tracing::info!("shutting down"),
-        () = lost => anyhow::bail!("lost leadership"),
     }
-    if let Some((changes, task)) = leadership {
-        // Closing the channel makes the lease manager release the lease for the next replica.
-        drop(changes);
-        let _ = task.await;
-    }
+    elector.release().await;
     Ok(())
 }
 
@@ -231,22 +250,21 @@ where
 }
 
 /// /healthz and /readyz: the process runs (a standby replica is ready to take over; the body
-/// says which it is). /metrics: Prometheus text.
+/// says which it is, and why a former leader stopped). /metrics: Prometheus text.
 pub async fn serve_health(
     listener: tokio::net::TcpListener,
     metrics: Metrics,
-    leading: Arc<AtomicBool>,
+    role: watch::Receiver<Role>,
 ) -> anyhow::Result<()> {
     loop {
         let (stream, _) = listener.accept().await?;
         let metrics = metrics.clone();
-        let leading = leading.clone();
+        let role = role.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
                 let (status, body) = match request.uri().path() {
                     "/healthz" => (StatusCode::OK, "ok\n".to_string()),
-                    "/readyz" if leading.load(Ordering::SeqCst) => (StatusCode::OK, "leading\n".to_string()),
-                    "/readyz" => (StatusCode::OK, "standing by\n".to_string()),
+                    "/readyz" => (StatusCode::OK, role.borrow().readiness()),
                     "/metrics" => (StatusCode::OK, metrics.render()),
                     _ => (StatusCode::NOT_FOUND, "not found\n".to_string()),
                 };

@@ -508,3 +508,27 @@ async fn a_bucket_of_another_key_or_a_cache_bucket_is_never_taken_over() {
     );
     gateway.stop().await;
 }
+
+#[tokio::test]
+async fn an_empty_pool_reference_is_invalid_and_never_blocks_deletion() {
+    // Admitted before the CRD refused empty references (or with validation off).
+    let (client, fake) = FakeApi::start();
+    let ctx = Arc::new(Context::new(client, Metrics::default()));
+    fake.insert(json!({
+        "apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket",
+        "metadata": {"name": "photos", "namespace": "team", "finalizers": ["pgvs3.io/bucket-cleanup"]},
+        "spec": {"gatewayPoolRef": ""},
+    }));
+    assert_eq!(
+        reconcile(&ctx, &fake).await.unwrap(),
+        Action::await_change(),
+        "no retries"
+    );
+    assert_eq!(condition(&fake, "Ready"), ("False".into(), "InvalidSpec".into()));
+    assert!(fake.get(SECRET).is_none());
+    fake.update(BUCKET, |b| {
+        b["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z")
+    });
+    reconcile(&ctx, &fake).await.unwrap();
+    assert!(fake.get(BUCKET).is_none(), "the finalizer is released");
+}

@@ -1,11 +1,8 @@
 //! The operator's own HTTP endpoints: liveness, readiness (leading or standing by) and the
 //! controller metrics, over a real socket.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use pgvs3_operator::metrics::Metrics;
-use pgvs3_operator::run::serve_health;
+use pgvs3_operator::run::{Role, serve_health};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn get(port: u16, path: &str) -> String {
@@ -22,8 +19,8 @@ async fn health_readiness_and_metrics() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let metrics = Metrics::default();
-    let leading = Arc::new(AtomicBool::new(false));
-    tokio::spawn(serve_health(listener, metrics.clone(), leading.clone()));
+    let (role, readiness) = tokio::sync::watch::channel(Role::Standby);
+    tokio::spawn(serve_health(listener, metrics.clone(), readiness));
 
     assert!(get(port, "/healthz").await.starts_with("HTTP/1.1 200"));
     let standby = get(port, "/readyz").await;
@@ -31,8 +28,14 @@ async fn health_readiness_and_metrics() {
         standby.starts_with("HTTP/1.1 200") && standby.ends_with("standing by\n"),
         "{standby}"
     );
-    leading.store(true, Ordering::SeqCst);
-    assert!(get(port, "/readyz").await.ends_with("leading\n"));
+    role.send_replace(Role::Leading);
+    assert!(get(port, "/readyz").await.ends_with("\r\n\r\nleading\n"));
+    role.send_replace(Role::Fenced("lease not renewed within 10s".into()));
+    let fenced = get(port, "/readyz").await;
+    assert!(
+        fenced.ends_with("standing by: stopped leading (lease not renewed within 10s)\n"),
+        "{fenced}"
+    );
 
     drop(metrics.reconcile("Bucket"));
     metrics.failure("Bucket", "Catalog");

@@ -16,9 +16,9 @@ use super::catalog::{self, BucketKey, Provisioned};
 use crate::context::{self, Context, Error, Result, backoff_key};
 use crate::crd::{
     AccessMode, Bucket, BucketStatus, DEGRADED, DeletionPolicy, GatewayPool, PROGRESSING, PoolRole, Quota, READY,
-    Verdict, waiting,
+    Verdict, valid_bucket_name, waiting,
 };
-use crate::database::{self, bind};
+use crate::database::{self, INVALID_SPEC, bind};
 use crate::gateway_pool::apply::{RESYNC, WAIT_FOR_DEPENDENCY};
 use crate::gateway_pool::build::endpoints;
 use crate::kube_ops;
@@ -58,7 +58,14 @@ async fn write_status(ctx: &Context, bucket: &Bucket, namespace: &str, status: B
 async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Action> {
     let previous = bucket.status.clone().unwrap_or_default();
     let bucket_name = bucket.bucket_name();
-    let binding = match bind(ctx, namespace, &bucket.spec.gateway_pool_ref).await? {
+    let bound = if valid_bucket_name(&bucket_name) {
+        bind(ctx, namespace, &bucket.spec.gateway_pool_ref).await?
+    } else {
+        // Admitted before the CRD's rules, or with validation off: the catalog refuses it.
+        let message = format!("bucketName {bucket_name:?} is not a valid S3 bucket name");
+        Err(waiting(INVALID_SPEC, &message))
+    };
+    let binding = match bound {
         Ok(binding) => binding,
         Err(verdicts) => {
             let status = BucketStatus {
@@ -68,7 +75,12 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
                 ..previous.clone()
             };
             write_status(ctx, bucket, namespace, status).await?;
-            return Ok(Action::requeue(WAIT_FOR_DEPENDENCY));
+            // Only an edit of the spec can fix an invalid one, and an edit reconciles anyway.
+            return Ok(if verdicts[0].reason == INVALID_SPEC {
+                Action::await_change()
+            } else {
+                Action::requeue(WAIT_FOR_DEPENDENCY)
+            });
         }
     };
     let target = target(ctx, &binding.pool, namespace, bucket_name.clone()).await?;
@@ -103,6 +115,7 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
         Ok(Provisioned::OwnedElsewhere(message)) => waiting("BucketOwnedElsewhere", message),
         Ok(Provisioned::QuotaRejected(message)) => waiting("QuotaRejected", message),
         Err(err) if database::catalog_outdated(err) => waiting("CatalogOutdated", &err.to_string()),
+        Err(err) if database::catalog_refused_name(err) => waiting(INVALID_SPEC, &err.to_string()),
         Err(err) => waiting("CatalogUnavailable", &err.to_string()),
     };
     if let Some(quota) = quota {
@@ -131,8 +144,12 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
         read_endpoints: target.read_endpoints,
     };
     write_status(ctx, bucket, namespace, status).await?;
-    // A catalog failure is retried with backoff; its reason is already in the status.
-    provisioned?;
+    // A catalog failure is retried with backoff; its reason is already in the status. A name
+    // the catalog refuses is not a failure that time heals.
+    match provisioned {
+        Err(err) if database::catalog_refused_name(&err) => return Ok(Action::await_change()),
+        other => other?,
+    };
     Ok(Action::requeue(RESYNC))
 }
 

@@ -2,6 +2,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 /// An S3 bucket in a GatewayPool's database, with an access key and a credentials Secret.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -27,13 +28,19 @@ use serde::{Deserialize, Serialize};
 #[x_kube(validation = Rule::new("has(self.bucketName) == has(oldSelf.bucketName)").message("bucketName cannot be added or removed"))]
 #[serde(rename_all = "camelCase")]
 pub struct BucketSpec {
-    /// S3 bucket name (default: `<namespace>-<name>`). Immutable.
+    /// S3 bucket name (default: `<namespace>-<name>`, or when that is no valid bucket name, its
+    /// first 54 characters and a hash of the namespace and name). Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 3, max = 63), regex(pattern = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"))]
-    #[x_kube(validation = Rule::new("self == oldSelf").message("bucketName is immutable"))]
+    #[x_kube(
+        validation = Rule::new("self == oldSelf").message("bucketName is immutable"),
+        validation = Rule::new("!self.contains('..') && !self.matches('^[0-9]{1,3}[.][0-9]{1,3}[.][0-9]{1,3}[.][0-9]{1,3}$')").message("bucketName must not contain '..' nor be an IP address"),
+        validation = Rule::new("!self.startsWith('xn--') && !self.startsWith('sthree-') && !self.endsWith('-s3alias') && !self.endsWith('--ol-s3')").message("bucketName uses a reserved prefix or suffix"),
+    )]
     pub bucket_name: Option<String>,
 
     /// Name of the Primary GatewayPool (same namespace) whose database holds the bucket. Immutable.
+    #[schemars(length(min = 1, max = 253))]
     #[x_kube(validation = Rule::new("self == oldSelf").message("gatewayPoolRef is immutable"))]
     pub gateway_pool_ref: String,
 
@@ -100,15 +107,50 @@ pub struct BucketStatus {
 }
 
 impl Bucket {
-    /// The S3 name: explicit, or `<namespace>-<name>` so two namespaces cannot collide.
+    /// The S3 name: explicit, or `<namespace>-<name>` so two namespaces cannot collide. A
+    /// default that is no valid bucket name (longer than 63 characters: object names go up to
+    /// 253) keeps its first 54 characters and gets a hash of namespace and name, so it is valid,
+    /// stable and still distinct per resource.
     pub fn bucket_name(&self) -> String {
-        match &self.spec.bucket_name {
-            Some(name) => name.clone(),
-            None => format!(
-                "{}-{}",
-                self.metadata.namespace.as_deref().unwrap_or("default"),
-                self.metadata.name.as_deref().unwrap_or_default()
-            ),
+        if let Some(name) = &self.spec.bucket_name {
+            return name.clone();
+        }
+        let namespace = self.metadata.namespace.as_deref().unwrap_or("default");
+        let name = self.metadata.name.as_deref().unwrap_or_default();
+        let plain = format!("{namespace}-{name}");
+        if valid_bucket_name(&plain) {
+            return plain;
+        }
+        let digest = Sha256::digest(format!("{namespace}/{name}").as_bytes());
+        let hash = hex::encode(&digest[..4]);
+        let stem: String = plain.replace('.', "-").chars().take(54).collect();
+        let derived = format!("{}-{hash}", stem.trim_end_matches('-'));
+        if valid_bucket_name(&derived) {
+            derived
+        } else {
+            format!("bucket-{hash}")
         }
     }
+}
+
+/// The catalog's bucket naming rules (`pgvs3.valid_bucket_name`, AWS's general purpose rules).
+pub fn valid_bucket_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    let edge = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    let ip = name.split('.').count() == 4
+        && name
+            .split('.')
+            .all(|part| (1..=3).contains(&part.len()) && part.bytes().all(|b| b.is_ascii_digit()));
+    let reserved_prefix = ["xn--", "sthree-", "amzn-s3-demo-"].iter().any(|p| name.starts_with(p));
+    let reserved_suffix = ["-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3"]
+        .iter()
+        .any(|s| name.ends_with(s));
+    (3..=63).contains(&bytes.len())
+        && edge(bytes[0])
+        && edge(bytes[bytes.len() - 1])
+        && bytes.iter().all(|&b| edge(b) || b == b'.' || b == b'-')
+        && !name.contains("..")
+        && !ip
+        && !reserved_prefix
+        && !reserved_suffix
 }

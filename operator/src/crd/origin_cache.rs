@@ -29,6 +29,7 @@ pub struct OriginCacheSpec {
     pub origin: Origin,
     /// Secret (same namespace) with `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` for the
     /// origin; the gateways sign every origin request with them. A change is applied at once.
+    #[schemars(length(min = 1, max = 253))]
     pub credentials_secret_ref: String,
     /// The cache bucket in pgvs3. Immutable.
     #[schemars(regex(pattern = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"))]
@@ -70,6 +71,7 @@ pub struct OriginCacheSpec {
     #[schemars(range(min = 1))]
     pub max_bytes: Option<i64>,
     /// The Primary GatewayPool whose database holds the cache.
+    #[schemars(length(min = 1, max = 253))]
     #[x_kube(validation = Rule::new("self == oldSelf").message("gatewayPoolRef is immutable"))]
     pub gateway_pool_ref: String,
 }

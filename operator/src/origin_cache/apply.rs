@@ -92,8 +92,13 @@ async fn configure(
     let row = match origin_row(cache) {
         Ok(row) => row,
         // Only a change of the spec helps, and that triggers a reconcile of its own.
-        Err(problem) => return Ok(Outcome::waiting("InvalidSpec", &problem, RESYNC)),
+        Err(problem) => return Ok(Outcome::waiting(database::INVALID_SPEC, &problem, RESYNC)),
     };
+    let secret_name = &cache.spec.credentials_secret_ref;
+    if !database::valid_object_name(secret_name) {
+        let message = format!("credentialsSecretRef {secret_name:?} is not a valid Secret name");
+        return Ok(Outcome::waiting(database::INVALID_SPEC, &message, RESYNC));
+    }
     let binding = match bind(ctx, namespace, &cache.spec.gateway_pool_ref).await? {
         Ok(binding) => binding,
         Err(verdicts) => {
@@ -107,7 +112,6 @@ async fn configure(
     status.endpoint = endpoints(&binding.pool).s3;
 
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    let secret_name = &cache.spec.credentials_secret_ref;
     let Some(secret) = secrets.get_opt(secret_name).await? else {
         let message = format!("Secret {secret_name} with the origin's credentials does not exist");
         return Ok(Outcome::waiting("SecretNotFound", &message, WAIT_FOR_DEPENDENCY));

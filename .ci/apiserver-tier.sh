@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The operator's real-apiserver tier (operator/tests/apiserver*.rs): etcd + kube-apiserver +
+# kube-controller-manager from ../shared/kube, the operator process as the chart's
+# ServiceAccount, a real PostgreSQL and real gateway processes. A few minutes.
+#   env: PGVS3_KUBE_SOURCE (default /work/shared/kube), PGVS3_KUBE_ASSETS (default ~/.cache/pgvs3-kube)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/pgvs3-target}"
+
+source_dir="${PGVS3_KUBE_SOURCE:-/work/shared/kube}"
+assets="${PGVS3_KUBE_ASSETS:-$HOME/.cache/pgvs3-kube}"
+# Unpacked once; unpack.sh skips binaries whose digest already matches.
+"$source_dir/unpack.sh" "$assets" >/dev/null
+if ! command -v etcd >/dev/null 2>&1; then
+    echo "installing etcd-server"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq etcd-server >/dev/null
+fi
+command -v kubectl >/dev/null || { echo "the tier needs kubectl on PATH" >&2; exit 1; }
+helm="${PGVS3_HELM:-$HOME/.cache/pgvs3-tools/helm}"
+[ -x "$helm" ] || { echo "the tier needs helm at $helm (.ci/run installs it) or PGVS3_HELM" >&2; exit 1; }
+
+# The gateway binary the tier runs as a process, then the tier itself (its tests are ignored
+# unless asked for: without PGVS3_KUBE_ASSETS they report themselves as not run).
+cargo build -q --locked -p pgvs3-gateway --bin pgvs3
+PGVS3_KUBE_ASSETS="$assets" PGVS3_HELM="$helm" timeout 900 \
+    cargo test -q --locked -p pgvs3-operator --test apiserver --test apiserver_fencing -- --ignored --test-threads=2

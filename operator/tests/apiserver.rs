@@ -1,0 +1,489 @@
+//! The real-apiserver tier: the `pgvs3-operator` process, as the chart's ServiceAccount, against
+//! etcd + kube-apiserver + kube-controller-manager, a real PostgreSQL and real `pgvs3` gateway
+//! processes; the generated credentials are used with aws-sdk-s3. Ignored (and reported as not
+//! run) without `PGVS3_KUBE_ASSETS`; `.ci/apiserver-tier.sh` runs it.
+//!
+//! One control plane and one operator serve every scenario; each scenario has its namespace.
+
+#[path = "../../gateway/tests/common/mod.rs"]
+mod common;
+mod control_plane;
+
+use std::time::Duration;
+
+use aws_sdk_s3::primitives::ByteStream;
+use control_plane::{ControlPlane, Gateway, Operator, eventually};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use pgvs3_operator::crd::{Bucket, GatewayPool};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+#[test]
+#[ignore = "the real-apiserver tier: needs PGVS3_KUBE_ASSETS (.ci/apiserver-tier.sh)"]
+fn apiserver_tier() {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(tier());
+}
+
+async fn tier() {
+    let plane = ControlPlane::start("tier", "").await;
+    let operator = Operator::start(&plane, "tier-operator", None, ("pgvs3-operator", 15));
+    let plane = std::sync::Arc::new(plane);
+    let scenarios: Vec<(&str, tokio::task::JoinHandle<()>)> = vec![
+        ("pool_and_buckets", tokio::spawn(pool_and_buckets(plane.clone()))),
+        ("cel_rejections", tokio::spawn(cel_rejections(plane.clone()))),
+        ("namespace_deletion", tokio::spawn(namespace_deletion(plane.clone()))),
+        ("database_errors", tokio::spawn(database_errors(plane.clone()))),
+    ];
+    let mut failed = Vec::new();
+    for (name, scenario) in scenarios {
+        match tokio::time::timeout(Duration::from_secs(240), scenario).await {
+            Ok(Ok(())) => eprintln!("scenario {name}: ok"),
+            Ok(Err(panic)) => failed.push(format!("{name}: {panic}")),
+            Err(_) => failed.push(format!("{name}: timed out")),
+        }
+    }
+    if !failed.is_empty() {
+        eprintln!("--- operator log ---\n{}", operator.process.log_text());
+        panic!(
+            "scenarios failed (control plane in {}): {failed:#?}",
+            plane.run_dir.display()
+        );
+    }
+}
+
+fn secret_text(secret: &Secret, key: &str) -> String {
+    String::from_utf8(secret.data.as_ref().unwrap()[key].0.clone()).unwrap()
+}
+
+/// The `(status, reason, message)` of a condition of a Bucket.
+fn condition(bucket: &Bucket, type_: &str) -> Option<(String, String, String)> {
+    let status = bucket.status.as_ref()?;
+    let c = status.conditions.iter().find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+async fn namespace(plane: &ControlPlane, name: &str) -> Client {
+    plane.kubectl(&["create", "namespace", name]);
+    plane.admin.clone()
+}
+
+/// Where the test database is: socket directory, port, database, user.
+fn database_parts(url: &str) -> (String, u16, String, String) {
+    let config: tokio_postgres::Config = url.parse().unwrap();
+    let host = match &config.get_hosts()[0] {
+        tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+        tokio_postgres::config::Host::Tcp(host) => host.clone(),
+    };
+    (
+        host,
+        config.get_ports()[0],
+        config.get_dbname().unwrap().to_string(),
+        config.get_user().unwrap().to_string(),
+    )
+}
+
+async fn apply<K>(api: &Api<K>, name: &str, object: serde_json::Value) -> K
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(name, &PatchParams::apply("pgvs3-tests").force(), &Patch::Apply(&object))
+        .await
+        .unwrap_or_else(|err| panic!("apply {name}: {err}"))
+}
+
+/// A Secret `login` and a Primary pool `pool` on the database `url` in `ns`.
+async fn primary_pool(client: &Client, ns: &str, pool: &str, url: &str) -> GatewayPool {
+    let (host, port, database, user) = database_parts(url);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    apply(
+        &secrets,
+        "login",
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "login"},
+               "stringData": {"username": user, "password": "unused-with-trust-auth"}}),
+    )
+    .await;
+    let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
+    apply(
+        &pools,
+        pool,
+        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool", "metadata": {"name": pool},
+               "spec": {"role": "Primary", "replicas": 2,
+                        "postgres": {"host": host, "port": port, "database": database, "secretRef": "login"}}}),
+    )
+    .await
+}
+
+async fn bucket_ready(buckets: &Api<Bucket>, name: &str) -> Bucket {
+    eventually(WAIT, &format!("Bucket {name} Ready"), || async {
+        let bucket = buckets.get(name).await.ok()?;
+        (condition(&bucket, "Ready")?.0 == "True").then_some(bucket)
+    })
+    .await
+}
+
+/// Puts an object with the credentials of `secret`, retrying while the gateway has not yet
+/// learnt the new key (by notification); the last refusal when it never succeeds.
+async fn put(gateway: &Gateway, secret: &Secret, key: &str) -> Result<(), String> {
+    let client = gateway.client(
+        &secret_text(secret, "AWS_ACCESS_KEY_ID"),
+        &secret_text(secret, "AWS_SECRET_ACCESS_KEY"),
+    );
+    let bucket = secret_text(secret, "BUCKET_NAME");
+    let mut last = String::new();
+    for _ in 0..50 {
+        match client
+            .put_object()
+            .bucket(&bucket)
+            .key(key)
+            .body(ByteStream::from_static(b"hello"))
+            .send()
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(err) => last = format!("{:?}", err.into_service_error()),
+        }
+        if last.contains("AccessDenied") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(last)
+}
+
+async fn bucket_owner(sql: &tokio_postgres::Client, name: &str) -> Option<Option<String>> {
+    sql.query_opt("SELECT owner FROM pgvs3.buckets WHERE name = $1", &[&name])
+        .await
+        .unwrap()
+        .map(|row| row.get(0))
+}
+
+async fn sql(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// GatewayPool → Deployment, Service, master key Secret; Buckets of each access mode and
+/// deletion policy, their keys used against a gateway process; a defaulted name too long for S3.
+async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
+    let ns = "team";
+    let client = namespace(&plane, ns).await;
+    let url = common::fresh_database().await;
+    let pool = primary_pool(&client, ns, "objects", &url).await;
+
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let deployment = eventually(WAIT, "the pool's Deployment", || async {
+        deployments.get_opt("objects").await.unwrap()
+    })
+    .await;
+    assert_eq!(deployment.spec.as_ref().unwrap().replicas, Some(2));
+    let owner = &deployment.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("GatewayPool", pool.uid().unwrap().as_str())
+    );
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    let service = eventually(WAIT, "the pool's Service", || async {
+        services.get_opt("objects").await.unwrap()
+    })
+    .await;
+    let ports: Vec<i32> = service.spec.unwrap().ports.unwrap().iter().map(|p| p.port).collect();
+    assert!(ports.contains(&9000), "{ports:?}");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let master = eventually(WAIT, "the pool's master key Secret", || async {
+        secrets.get_opt("objects-pgvs3-master-key").await.unwrap()
+    })
+    .await;
+    let master_key = secret_text(&master, "masterKey");
+    assert!(master_key.len() >= 32, "a generated master key");
+    // kube-controller-manager's Deployment controller acts on what the operator applied.
+    eventually(WAIT, "a ReplicaSet of the pool", || async {
+        let replica_sets = plane.kubectl(&["get", "replicasets", "-n", ns, "-o", "name"]);
+        replica_sets.contains("replicaset.apps/objects-").then_some(())
+    })
+    .await;
+
+    let gateway = Gateway::start(&plane.run_dir, "team", &url, &master_key).await;
+    let catalog = sql(&url).await;
+    let buckets: Api<Bucket> = Api::namespaced(client.clone(), ns);
+    for (name, spec) in [
+        (
+            "photos",
+            json!({"gatewayPoolRef": "objects", "deletionPolicy": "Delete"}),
+        ),
+        (
+            "archive",
+            json!({"gatewayPoolRef": "objects", "bucketName": "team-archive", "access": "ReadOnly"}),
+        ),
+        (
+            // `team-` and this name are 68 characters: no valid bucket name as they are.
+            "a-bucket-name-long-enough-to-overflow-the-sixty-three-limit",
+            json!({"gatewayPoolRef": "objects"}),
+        ),
+    ] {
+        apply(
+            &buckets,
+            name,
+            json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": name}, "spec": spec}),
+        )
+        .await;
+    }
+
+    // Read-write with deletion policy Delete.
+    let photos = bucket_ready(&buckets, "photos").await;
+    let status = photos.status.clone().unwrap();
+    assert_eq!(status.bucket_name.as_deref(), Some("team-photos"));
+    assert_eq!(status.endpoint.as_deref(), Some("http://objects.team.svc:9000"));
+    let credentials = secrets.get("photos-credentials").await.unwrap();
+    assert_eq!(credentials.owner_references()[0].uid, photos.uid().unwrap());
+    let key_id = secret_text(&credentials, "AWS_ACCESS_KEY_ID");
+    assert_eq!(status.access_key_id.as_deref(), Some(key_id.as_str()));
+    put(&gateway, &credentials, "a.txt").await.unwrap();
+    assert_eq!(bucket_owner(&catalog, "team-photos").await, Some(Some(key_id.clone())));
+
+    // Read-only: the key reads the bucket but cannot write it.
+    bucket_ready(&buckets, "archive").await;
+    let archive = secrets.get("archive-credentials").await.unwrap();
+    let refused = put(&gateway, &archive, "x").await.unwrap_err();
+    assert!(refused.contains("AccessDenied"), "{refused}");
+    let reader = gateway.client(
+        &secret_text(&archive, "AWS_ACCESS_KEY_ID"),
+        &secret_text(&archive, "AWS_SECRET_ACCESS_KEY"),
+    );
+    let listed = reader.list_objects_v2().bucket("team-archive").send().await;
+    assert!(listed.is_ok(), "a read-only key lists: {listed:?}");
+
+    // Defect 2: the defaulted name is derived (valid, hashed), not refused by the catalog.
+    let long = bucket_ready(&buckets, "a-bucket-name-long-enough-to-overflow-the-sixty-three-limit").await;
+    let derived = long.status.unwrap().bucket_name.unwrap();
+    assert!(
+        derived.len() <= 63 && derived.starts_with("team-a-bucket-name-long"),
+        "{derived}"
+    );
+    assert!(pgvs3_operator::crd::valid_bucket_name(&derived), "{derived}");
+    let long_secret = secrets
+        .get("a-bucket-name-long-enough-to-overflow-the-sixty-three-limit-credentials")
+        .await
+        .unwrap();
+    put(&gateway, &long_secret, "k").await.unwrap();
+
+    // Deletion policies: Delete drops the bucket and revokes the key; Retain keeps the bucket
+    // (now the root key's) and revokes the key.
+    buckets.delete("photos", &DeleteParams::default()).await.unwrap();
+    buckets.delete("archive", &DeleteParams::default()).await.unwrap();
+    eventually(WAIT, "both Buckets gone", || async {
+        let left = buckets.list(&Default::default()).await.unwrap();
+        (!left
+            .items
+            .iter()
+            .any(|b| b.name_any() == "photos" || b.name_any() == "archive"))
+        .then_some(())
+    })
+    .await;
+    assert_eq!(bucket_owner(&catalog, "team-photos").await, None, "Delete dropped it");
+    assert_eq!(
+        bucket_owner(&catalog, "team-archive").await,
+        Some(None),
+        "Retain kept it, unowned"
+    );
+    let keys: i64 = catalog
+        .query_one(
+            "SELECT count(*) FROM pgvs3.access_keys WHERE access_key = ANY($1)",
+            &[&vec![key_id, secret_text(&archive, "AWS_ACCESS_KEY_ID")]],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(keys, 0, "both keys revoked");
+    // The credentials Secrets go with their Buckets (garbage collection by owner reference).
+    eventually(WAIT, "the credentials Secrets collected", || async {
+        (secrets.get_opt("photos-credentials").await.unwrap().is_none()
+            && secrets.get_opt("archive-credentials").await.unwrap().is_none())
+        .then_some(())
+    })
+    .await;
+}
+
+/// Specs the CRDs' schema and CEL rules refuse, server-side (defect 1's empty references too).
+async fn cel_rejections(plane: std::sync::Arc<ControlPlane>) {
+    let ns = "cel";
+    namespace(&plane, ns).await;
+    let refused = |manifest: serde_json::Value, expected: &str| {
+        let (ok, text) = plane.kubectl_status(&["apply", "--server-side", "-n", ns, "-f", "-"], &manifest.to_string());
+        assert!(
+            !ok && text.contains(expected),
+            "{manifest}\nexpected {expected:?}, got: {text}"
+        );
+    };
+    let bucket = |spec: serde_json::Value| json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": "b"}, "spec": spec});
+    refused(bucket(json!({"gatewayPoolRef": ""})), "spec.gatewayPoolRef");
+    refused(
+        bucket(json!({"gatewayPoolRef": "p", "bucketName": "a..b"})),
+        "must not contain '..'",
+    );
+    refused(
+        bucket(json!({"gatewayPoolRef": "p", "bucketName": "10.0.0.1"})),
+        "nor be an IP address",
+    );
+    refused(
+        bucket(json!({"gatewayPoolRef": "p", "bucketName": "xn--abc"})),
+        "reserved prefix",
+    );
+    refused(
+        bucket(json!({"gatewayPoolRef": "p", "bucketName": "UPPER"})),
+        "spec.bucketName",
+    );
+    refused(
+        bucket(json!({"gatewayPoolRef": "p", "quota": {"maxBytes": -1}})),
+        "spec.quota.maxBytes",
+    );
+    let cache = |pool: &str, secret: &str| {
+        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "OriginCache", "metadata": {"name": "c"},
+               "spec": {"gatewayPoolRef": pool, "credentialsSecretRef": secret, "bucket": "cache",
+                        "origin": {"endpoint": "http://origin.example", "bucket": "o"}}})
+    };
+    refused(cache("", "creds"), "spec.gatewayPoolRef");
+    refused(cache("p", ""), "spec.credentialsSecretRef");
+    let pool = |spec: serde_json::Value| json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool", "metadata": {"name": "p"}, "spec": spec});
+    refused(
+        pool(json!({"postgres": {"clusterName": "db"}, "replicas": 2,
+                    "autoscaling": {"minReplicas": 1, "maxReplicas": 3}})),
+        "set either replicas or autoscaling, not both",
+    );
+    refused(
+        pool(json!({"postgres": {"clusterName": "db", "host": "h"}})),
+        "set exactly one of clusterName or host",
+    );
+    refused(
+        pool(json!({"postgres": {"clusterName": "db"}, "protocols": {"ojs": {"enabled": true, "port": 8080}}})),
+        "an enabled OJS endpoint needs ojsTokenSecretRef",
+    );
+    // Immutability is checked against the stored object.
+    plane.kubectl_stdin(
+        &["apply", "--server-side", "-n", ns, "-f", "-"],
+        &bucket(json!({"gatewayPoolRef": "p", "bucketName": "first-name"})).to_string(),
+    );
+    refused(
+        bucket(json!({"gatewayPoolRef": "p", "bucketName": "second-name"})),
+        "bucketName is immutable",
+    );
+    refused(
+        bucket(json!({"gatewayPoolRef": "q", "bucketName": "first-name"})),
+        "gatewayPoolRef is immutable",
+    );
+}
+
+/// Defect 1: resources that can never be provisioned (their pool does not exist) carry the
+/// finalizer, yet deleting their namespace completes.
+async fn namespace_deletion(plane: std::sync::Arc<ControlPlane>) {
+    let ns = "doomed";
+    let client = namespace(&plane, ns).await;
+    let buckets: Api<Bucket> = Api::namespaced(client.clone(), ns);
+    apply(
+        &buckets,
+        "orphan",
+        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": "orphan"},
+               "spec": {"gatewayPoolRef": "ghost"}}),
+    )
+    .await;
+    plane.kubectl_stdin(
+        &["apply", "--server-side", "-n", ns, "-f", "-"],
+        &json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "OriginCache", "metadata": {"name": "cache"},
+                "spec": {"gatewayPoolRef": "ghost", "credentialsSecretRef": "creds", "bucket": "doomed-cache",
+                         "origin": {"endpoint": "http://origin.example", "bucket": "o"}}})
+        .to_string(),
+    );
+    let waiting = eventually(WAIT, "the Bucket says its pool is missing", || async {
+        let bucket = buckets.get("orphan").await.ok()?;
+        let ready = condition(&bucket, "Ready")?;
+        (ready.1 == "PoolNotFound").then_some(bucket)
+    })
+    .await;
+    assert_eq!(waiting.finalizers(), ["pgvs3.io/bucket-cleanup"]);
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces.delete(ns, &DeleteParams::default()).await.unwrap();
+    eventually(Duration::from_secs(90), "the namespace is deleted", || async {
+        namespaces.get_opt(ns).await.unwrap().is_none().then_some(())
+    })
+    .await;
+}
+
+/// Defect 3: a catalog that cannot be reached, or refuses, is reported with its cause: the
+/// server tried and the database's own message.
+async fn database_errors(plane: std::sync::Arc<ControlPlane>) {
+    let ns = "dberr";
+    let client = namespace(&plane, ns).await;
+    let url = common::fresh_database().await;
+    let (host, port, _, user) = database_parts(&url);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    apply(
+        &secrets,
+        "login",
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "login"},
+               "stringData": {"username": user, "password": "x"}}),
+    )
+    .await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
+    for (pool, postgres) in [
+        (
+            "refused",
+            json!({"host": "127.0.0.1", "port": closed, "secretRef": "login"}),
+        ),
+        (
+            "nodb",
+            json!({"host": host, "port": port, "database": "no_such_db", "secretRef": "login"}),
+        ),
+    ] {
+        apply(
+            &pools,
+            pool,
+            json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool", "metadata": {"name": pool},
+                   "spec": {"role": "Primary", "postgres": postgres}}),
+        )
+        .await;
+    }
+    let buckets: Api<Bucket> = Api::namespaced(client.clone(), ns);
+    for pool in ["refused", "nodb"] {
+        apply(
+            &buckets,
+            pool,
+            json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": pool},
+                   "spec": {"gatewayPoolRef": pool}}),
+        )
+        .await;
+    }
+    let message = |name: &'static str| {
+        let buckets = buckets.clone();
+        async move {
+            eventually(WAIT, &format!("Bucket {name} CatalogUnavailable"), || async {
+                let bucket = buckets.get(name).await.ok()?;
+                let ready = condition(&bucket, "Ready")?;
+                (ready.1 == "CatalogUnavailable").then_some(ready.2)
+            })
+            .await
+        }
+    };
+    let refused = message("refused").await;
+    assert!(
+        refused.contains(&format!("127.0.0.1:{closed}")) && refused.contains("refused"),
+        "the host tried and why: {refused}"
+    );
+    let nodb = message("nodb").await;
+    assert!(
+        nodb.contains("database \"no_such_db\" does not exist") && nodb.contains("3D000"),
+        "the database's message: {nodb}"
+    );
+}
