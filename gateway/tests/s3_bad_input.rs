@@ -372,6 +372,9 @@ fn assert_client_error(response: &RawResponse, what: &str) {
     }
 }
 
+/// A request as sent: method, path and query, extra headers, body.
+type Probe<'a> = (&'a str, String, Vec<(&'a str, String)>, &'a [u8]);
+
 #[tokio::test]
 async fn a_nul_character_anywhere_is_a_client_error_that_names_no_database() {
     let gw = setup().await;
@@ -389,7 +392,7 @@ async fn a_nul_character_anywhere_is_a_client_error_that_names_no_database() {
         use base64::Engine;
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("ka\0b")
     };
-    let requests: Vec<(&str, String, Vec<(&str, String)>, &[u8])> = vec![
+    let requests: Vec<Probe> = vec![
         ("PUT", "/bkt/a%00b".into(), vec![], b"x"),
         ("GET", "/bkt/a%00b".into(), vec![], b""),
         ("DELETE", "/bkt/a%00b".into(), vec![], b""),

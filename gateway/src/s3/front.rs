@@ -1321,3 +1321,32 @@ fn url_encode_key(text: &str) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn a_copy_source_range_is_both_ends_in_order(first in any::<u64>(), len in 0u64..1 << 40) {
+            let last = first.saturating_add(len);
+            let range = copy_source_range(&format!("bytes={first}-{last}")).unwrap();
+            let exact = matches!(range, store::ByteRange::From { first: f, last: Some(l) } if f == first && l == last);
+            prop_assert!(exact);
+            if first > 0 {
+                let reversed = format!("bytes={last}-{}", first - 1);
+                prop_assert!(copy_source_range(&reversed).is_err());
+            }
+        }
+
+        #[test]
+        fn any_other_copy_source_range_is_invalid_argument(text in "(bytes=)?\\PC{0,24}") {
+            if let Err(err) = copy_source_range(&text) {
+                prop_assert_eq!(err.code().as_str(), "InvalidArgument");
+            }
+        }
+    }
+}
