@@ -514,18 +514,19 @@ async fn a_multi_object_delete_without_a_digest_is_refused() {
     gw.stop().await;
 }
 
+/// A GET of the setup object by a presigned URL with this `X-Amz-Expires`, signed now.
+async fn presigned_get(gw: &TestGateway, expires: &str) -> RawResponse {
+    let path = signer(gw, ROOT_SECRET_KEY).presign("GET", "/bkt/there", expires, SystemTime::now());
+    let headers = vec![("host".to_owned(), gw.gateway.s3_addr.to_string())];
+    send(gw.gateway.s3_addr, "GET", &path, &headers, b"").await
+}
+
 #[tokio::test]
 async fn presigned_urls_valid_for_more_than_a_week_are_refused() {
     let gw = setup().await;
-    let signer = signer(&gw, ROOT_SECRET_KEY);
-    let get = |expires: &str| {
-        let path = signer.presign("GET", "/bkt/there", expires, SystemTime::now());
-        let headers = vec![("host".to_owned(), gw.gateway.s3_addr.to_string())];
-        async move { send(gw.gateway.s3_addr, "GET", &path, &headers, b"").await }
-    };
-    let week = get("604800").await;
+    let week = presigned_get(&gw, "604800").await;
     assert_eq!((week.status, week.body.as_str()), (200, "0123456789"));
-    let longer = get("604801").await;
+    let longer = presigned_get(&gw, "604801").await;
     assert_eq!(
         (longer.status, longer.code()),
         (400, Some("AuthorizationQueryParametersError")),
@@ -533,11 +534,19 @@ async fn presigned_urls_valid_for_more_than_a_week_are_refused() {
         longer.body
     );
     assert!(longer.body.contains("less than a week"), "{}", longer.body);
+    gw.stop().await;
+}
+
+/// s3s refuses these itself, as a missing field (400 InvalidRequest), before any hook of the
+/// gateway's runs: this needs `auth::presigned_expiry` called ahead of s3s in `s3/mod.rs`.
+#[tokio::test]
+async fn negative_or_non_numeric_presigned_expiries_get_the_s3_answer() {
+    let gw = setup().await;
     for (expires, message) in [
         ("-7", "X-Amz-Expires must be non-negative"),
         ("soon", "X-Amz-Expires should be a number"),
     ] {
-        let response = get(expires).await;
+        let response = presigned_get(&gw, expires).await;
         assert_eq!(
             (response.status, response.code()),
             (400, Some("AuthorizationQueryParametersError")),
@@ -549,6 +558,7 @@ async fn presigned_urls_valid_for_more_than_a_week_are_refused() {
     gw.stop().await;
 }
 
+/// Needs `s3/domains.rs` as the endpoint's host parser (`s3/mod.rs`).
 #[tokio::test]
 async fn a_base_domain_matches_a_host_header_with_a_port() {
     let gw = TestGateway::with_args(common::fresh_database().await, &["--s3-domain", "s3.pgvs3.test"]).await;
