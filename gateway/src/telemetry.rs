@@ -33,8 +33,8 @@ pub struct Telemetry {
 
 /// Installs the global subscriber. Must run inside the Tokio runtime (the exporter uses it).
 pub fn init(format: LogFormat) -> Telemetry {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("PGVS3_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_new(log_directives(std::env::var("PGVS3_LOG").ok()))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log_directives(None)));
     let mut logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     // Colours only for a terminal (a terminal still honours NO_COLOR): escape codes are noise in
     // a file or a log collector, and styling every span field costs each request's span.
@@ -72,6 +72,19 @@ pub fn init(format: LogFormat) -> Telemetry {
         tracing::error!(error = %err, "OTLP trace export is configured but could not start; traces are off");
     }
     Telemetry { provider }
+}
+
+/// The log filter: `PGVS3_LOG` (default `info`), with s3s's own events off unless it names
+/// them. s3s logs every failed request at ERROR, client faults included (twice for a refused
+/// one), and a malformed XML body whole: anyone could fill the log. The gateway logs server
+/// faults itself, at error level, where it maps them (`s3/errors.rs`).
+fn log_directives(configured: Option<String>) -> String {
+    let configured = configured.filter(|text| !text.trim().is_empty());
+    match configured {
+        Some(text) if text.contains("s3s") => text,
+        Some(text) => format!("{text},s3s=off"),
+        None => "info,s3s=off".to_owned(),
+    }
 }
 
 fn exporter_configured() -> bool {
@@ -186,5 +199,19 @@ pub fn finish(span: &Span, status: &str, failed: bool) {
     span.record("status", status);
     if failed {
         span.record("otel.status_code", "ERROR");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_directives;
+
+    #[test]
+    fn s3s_events_are_off_unless_the_filter_names_them() {
+        assert_eq!(log_directives(None), "info,s3s=off");
+        assert_eq!(log_directives(Some(" ".into())), "info,s3s=off");
+        assert_eq!(log_directives(Some("debug".into())), "debug,s3s=off");
+        assert_eq!(log_directives(Some("info,s3s=debug".into())), "info,s3s=debug");
+        assert!(tracing_subscriber::EnvFilter::try_new(log_directives(Some("warn".into()))).is_ok());
     }
 }

@@ -358,3 +358,240 @@ async fn virtual_host_style_requests_address_the_bucket_by_host_name() {
     assert_eq!(out.body.collect().await.unwrap().into_bytes().as_ref(), body);
     gw.stop().await;
 }
+
+/// A client error, without anything of PostgreSQL's text: no 500 for anything a client sends.
+fn assert_client_error(response: &RawResponse, what: &str) {
+    assert!(
+        (400..500).contains(&response.status),
+        "{what}: {} {}",
+        response.status,
+        response.body
+    );
+    for internal in ["database", "0x00", "UTF8", "SQLSTATE", "byte sequence"] {
+        assert!(!response.body.contains(internal), "{what}: {}", response.body);
+    }
+}
+
+/// A request as sent: method, path and query, extra headers, body.
+type Probe<'a> = (&'a str, String, Vec<(&'a str, String)>, &'a [u8]);
+
+#[tokio::test]
+async fn a_nul_character_anywhere_is_a_client_error_that_names_no_database() {
+    let gw = setup().await;
+    let upload = gw
+        .client
+        .create_multipart_upload()
+        .bucket("bkt")
+        .key("multi")
+        .send()
+        .await
+        .unwrap();
+    let upload_id = upload.upload_id().unwrap();
+    // A continuation token is opaque, but a forged one can decode to a NUL.
+    let forged_token = {
+        use base64::Engine;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("ka\0b")
+    };
+    let requests: Vec<Probe> = vec![
+        ("PUT", "/bkt/a%00b".into(), vec![], b"x"),
+        ("GET", "/bkt/a%00b".into(), vec![], b""),
+        ("DELETE", "/bkt/a%00b".into(), vec![], b""),
+        ("GET", "/bkt?list-type=2&prefix=a%00".into(), vec![], b""),
+        ("GET", "/bkt?list-type=2&start-after=a%00".into(), vec![], b""),
+        ("GET", "/bkt?delimiter=%00".into(), vec![], b""),
+        ("GET", "/bkt?marker=%00".into(), vec![], b""),
+        (
+            "GET",
+            format!("/bkt?continuation-token={forged_token}&list-type=2"),
+            vec![],
+            b"",
+        ),
+        ("GET", "/bkt?key-marker=%00&uploads".into(), vec![], b""),
+        ("GET", "/bkt?uploads&upload-id-marker=%00".into(), vec![], b""),
+        (
+            "PUT",
+            "/bkt/copy".into(),
+            vec![("x-amz-copy-source", "/bkt/th%00ere".into())],
+            b"",
+        ),
+        (
+            "PUT",
+            "/bkt/tagged".into(),
+            vec![("x-amz-tagging", "a=%00".into())],
+            b"x",
+        ),
+        (
+            "PUT",
+            format!("/bkt/multi?partNumber=1&uploadId={upload_id}%00"),
+            vec![],
+            b"x",
+        ),
+        (
+            "PUT",
+            "/bkt/there?tagging".into(),
+            vec![],
+            b"<Tagging><TagSet><Tag><Key>k</Key><Value>a&#0;b</Value></Tag></TagSet></Tagging>",
+        ),
+    ];
+    for (method, path, extra, body) in &requests {
+        let response = signed(&gw, method, path, extra, body).await;
+        assert_client_error(&response, &format!("{method} {path}"));
+    }
+    let rows: i64 = gw
+        .sql()
+        .await
+        .query_one("SELECT count(*) FROM s3p.objects", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1, "only the setup object");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn user_metadata_over_two_kibibytes_is_refused() {
+    let gw = setup().await;
+    // 2 KiB of names and values, counted without the x-amz-meta- prefix, as S3 counts them.
+    let fits = "v".repeat(2048 - "name".len());
+    let over = "v".repeat(2049 - "name".len());
+    let put = |value: &str| {
+        gw.client
+            .put_object()
+            .bucket("bkt")
+            .key("meta")
+            .metadata("name", value)
+            .body(ByteStream::from_static(b"x"))
+            .send()
+    };
+    let refused = put(&over).await.unwrap_err();
+    assert_eq!(refused.raw_response().map(|r| r.status().as_u16()), Some(400));
+    assert_eq!(refused.into_service_error().meta().code(), Some("MetadataTooLarge"));
+    assert!(!exists(&gw, "bkt", "meta").await);
+    put(&fits).await.unwrap();
+
+    let multipart = gw
+        .client
+        .create_multipart_upload()
+        .bucket("bkt")
+        .key("meta-multi")
+        .metadata("name", &over)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(multipart.into_service_error().meta().code(), Some("MetadataTooLarge"));
+    let copy = gw
+        .client
+        .copy_object()
+        .bucket("bkt")
+        .key("meta-copy")
+        .copy_source("bkt/there")
+        .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
+        .metadata("name", &over)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(copy.into_service_error().meta().code(), Some("MetadataTooLarge"));
+    assert!(!exists(&gw, "bkt", "meta-copy").await);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_multi_object_delete_without_a_digest_is_refused() {
+    let gw = setup().await;
+    let body = b"<Delete><Object><Key>there</Key></Object></Delete>";
+    let response = signed(&gw, "POST", "/bkt?delete", &[], body).await;
+    assert_eq!(
+        (response.status, response.code()),
+        (400, Some("InvalidRequest")),
+        "{}",
+        response.body
+    );
+    assert!(response.body.contains("Content-MD5"), "{}", response.body);
+    assert!(exists(&gw, "bkt", "there").await, "nothing was deleted");
+    let with_md5 = signed(&gw, "POST", "/bkt?delete", &[("content-md5", base64_md5(body))], body).await;
+    assert_eq!(with_md5.status, 200, "{}", with_md5.body);
+    assert!(!exists(&gw, "bkt", "there").await);
+    gw.stop().await;
+}
+
+/// A GET of the setup object by a presigned URL with this `X-Amz-Expires`, signed now.
+async fn presigned_get(gw: &TestGateway, expires: &str) -> RawResponse {
+    let path = signer(gw, ROOT_SECRET_KEY).presign("GET", "/bkt/there", expires, SystemTime::now());
+    let headers = vec![("host".to_owned(), gw.gateway.s3_addr.to_string())];
+    send(gw.gateway.s3_addr, "GET", &path, &headers, b"").await
+}
+
+#[tokio::test]
+async fn presigned_urls_valid_for_more_than_a_week_are_refused() {
+    let gw = setup().await;
+    let week = presigned_get(&gw, "604800").await;
+    assert_eq!((week.status, week.body.as_str()), (200, "0123456789"));
+    let longer = presigned_get(&gw, "604801").await;
+    assert_eq!(
+        (longer.status, longer.code()),
+        (400, Some("AuthorizationQueryParametersError")),
+        "{}",
+        longer.body
+    );
+    assert!(longer.body.contains("less than a week"), "{}", longer.body);
+    gw.stop().await;
+}
+
+/// s3s refuses these itself, as a missing field (400 InvalidRequest), before any hook of the
+/// gateway's runs: this needs `auth::presigned_expiry` called ahead of s3s in `s3/mod.rs`.
+#[tokio::test]
+async fn negative_or_non_numeric_presigned_expiries_get_the_s3_answer() {
+    let gw = setup().await;
+    for (expires, message) in [
+        ("-7", "X-Amz-Expires must be non-negative"),
+        ("soon", "X-Amz-Expires should be a number"),
+    ] {
+        let response = presigned_get(&gw, expires).await;
+        assert_eq!(
+            (response.status, response.code()),
+            (400, Some("AuthorizationQueryParametersError")),
+            "{expires}: {}",
+            response.body
+        );
+        assert!(response.body.contains(message), "{expires}: {}", response.body);
+    }
+    gw.stop().await;
+}
+
+/// Needs `s3/domains.rs` as the endpoint's host parser (`s3/mod.rs`).
+#[tokio::test]
+async fn a_base_domain_matches_a_host_header_with_a_port() {
+    let gw = TestGateway::with_args(common::fresh_database().await, &["--s3-domain", "s3.pgvs3.test"]).await;
+    gw.client.create_bucket().bucket("vhost").send().await.unwrap();
+    let host = format!("vhost.s3.pgvs3.test:{}", gw.gateway.s3_addr.port());
+    let signer = Signer {
+        access_key: ROOT_ACCESS_KEY.into(),
+        secret_key: ROOT_SECRET_KEY.into(),
+        host: host.clone(),
+    };
+    let body = b"by host name and port";
+    let headers = with_length(
+        signer.sign("PUT", "/file.txt", &[], &sha256_hex(body), SystemTime::now()),
+        body.len(),
+    );
+    let put = send(gw.gateway.s3_addr, "PUT", "/file.txt", &headers, body).await;
+    assert_eq!(put.status, 200, "{}", put.body);
+    let got = gw
+        .client
+        .get_object()
+        .bucket("vhost")
+        .key("file.txt")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.body.collect().await.unwrap().into_bytes().as_ref(), body);
+    // A host that is not under the base (here a plain name with a port) is path style.
+    let local = Signer {
+        host: format!("localhost:{}", gw.gateway.s3_addr.port()),
+        ..signer
+    };
+    let headers = local.sign("GET", "/vhost/file.txt", &[], &sha256_hex(b""), SystemTime::now());
+    let got = send(gw.gateway.s3_addr, "GET", "/vhost/file.txt", &headers, b"").await;
+    assert_eq!((got.status, got.body.as_bytes()), (200, &body[..]), "{}", got.body);
+    gw.stop().await;
+}

@@ -215,3 +215,60 @@ pub fn body_error(err: &(dyn std::error::Error + Send + Sync + 'static)) -> Stor
         StoreError::Body(text)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use md5::Digest;
+    use proptest::prelude::*;
+
+    fn declaring(name: &str, value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(name.parse::<http::HeaderName>().unwrap(), value.parse().unwrap());
+        headers
+    }
+
+    fn md5_of(data: &[u8]) -> [u8; 16] {
+        md5::Md5::digest(data).into()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// A Content-MD5 is accepted exactly when it is the base64 of 16 bytes.
+        #[test]
+        fn content_md5_must_be_base64_of_sixteen_bytes(value in "[A-Za-z0-9+/=]{0,30}") {
+            let parsed = UploadCheck::from_request(&declaring("content-md5", &value), None);
+            let valid = BASE64.decode(&value).is_ok_and(|md5| md5.len() == 16);
+            match parsed {
+                Ok(_) => prop_assert!(valid),
+                Err(err) => {
+                    prop_assert!(!valid);
+                    prop_assert_eq!(err.code().as_str(), "InvalidDigest");
+                }
+            }
+        }
+
+        /// A body passes its declared MD5 and SHA-256 exactly when it is the body they were
+        /// computed from.
+        #[test]
+        fn a_declared_digest_passes_only_its_own_body(
+            declared in proptest::collection::vec(any::<u8>(), 0..512),
+            sent in proptest::collection::vec(any::<u8>(), 0..512),
+        ) {
+            let md5 = BASE64.encode(md5_of(&declared));
+            let mut check = UploadCheck::from_request(&declaring("content-md5", &md5), None).unwrap();
+            check.update(&sent);
+            let outcome = Box::new(check).finish(sent.len() as u64, &md5_of(&sent));
+            prop_assert_eq!(outcome.is_ok(), declared == sent);
+
+            let mut sha = Sha256::new();
+            sha.update(&declared);
+            let value = BASE64.encode(sha.finalize().as_ref());
+            let mut check = UploadCheck::from_request(&declaring("x-amz-checksum-sha256", &value), None).unwrap();
+            check.update(&sent);
+            let outcome = Box::new(check).finish(sent.len() as u64, &md5_of(&sent));
+            prop_assert_eq!(outcome.is_ok(), declared == sent);
+        }
+    }
+}

@@ -9,8 +9,11 @@ use crate::store::StoreError;
 #[derive(Clone, Debug)]
 pub struct RequestId(pub String);
 
+/// The S3 error for a store error. A server fault is logged here, once, at error level, and
+/// answered with S3's generic text: database and internal messages never reach the client.
+/// Client faults are not logged (metrics count them): a client must not be able to fill the log.
 pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
-    let message = err.to_string();
+    let mut message = err.to_string();
     let code = match &err {
         StoreError::NoSuchBucket => S3ErrorCode::NoSuchBucket,
         StoreError::NoSuchKey => S3ErrorCode::NoSuchKey,
@@ -28,7 +31,12 @@ pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
         StoreError::BadDigest(_) => S3ErrorCode::BadDigest,
         StoreError::IncompleteBody { .. } | StoreError::Body(_) => S3ErrorCode::IncompleteBody,
         StoreError::BodyTimeout(_) => S3ErrorCode::RequestTimeout,
-        StoreError::Unavailable(_) => S3ErrorCode::ServiceUnavailable,
+        StoreError::Unavailable(_) => {
+            // The loss of the database is logged once by its health check, not per request.
+            tracing::debug!(error = %err, "database unavailable");
+            message = "Service is unable to handle request.".into();
+            S3ErrorCode::ServiceUnavailable
+        }
         StoreError::NoSuchUpload => S3ErrorCode::NoSuchUpload,
         StoreError::InvalidPart(_) => S3ErrorCode::InvalidPart,
         StoreError::InvalidPartOrder => S3ErrorCode::InvalidPartOrder,
@@ -39,13 +47,20 @@ pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
         StoreError::InvalidTag(_) => S3ErrorCode::InvalidTag,
         StoreError::NoSuchTagSet => S3ErrorCode::NoSuchTagSet,
         StoreError::OriginThrottled(_) => S3ErrorCode::SlowDown,
-        StoreError::OriginTimeout(_) => S3ErrorCode::Custom("GatewayTimeout".into()),
+        StoreError::OriginTimeout(_) => {
+            tracing::error!(error = %err, "cache origin timed out");
+            S3ErrorCode::Custom("GatewayTimeout".into())
+        }
         StoreError::OriginDenied(_) => S3ErrorCode::AccessDenied,
-        StoreError::OriginFailed(_) => S3ErrorCode::Custom("BadGateway".into()),
+        StoreError::OriginFailed(_) => {
+            tracing::error!(error = %err, "cache origin failed");
+            S3ErrorCode::Custom("BadGateway".into())
+        }
         // What MinIO answers (400) for a write beyond a bucket's hard quota; S3 has no quotas.
         StoreError::QuotaExceeded(_) => S3ErrorCode::Custom("XMinioAdminBucketQuotaExceeded".into()),
         StoreError::Corrupt(_) | StoreError::Database(_) => {
             tracing::error!(error = ?err, "internal error");
+            message = "We encountered an internal error. Please try again.".into();
             S3ErrorCode::InternalError
         }
     };

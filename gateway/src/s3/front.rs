@@ -1,5 +1,7 @@
 //! The S3 operations: wire types in, store calls, wire types out.
 
+mod checks;
+
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -13,6 +15,7 @@ use crate::cache::CacheTier;
 use crate::store::{
     self, Access, BucketInfo, ListRequest, ObjectHead, ObjectMeta, Principal, Store, StoreError, WriteCondition,
 };
+use checks::Request;
 
 pub struct S3Front {
     store: Store,
@@ -41,7 +44,26 @@ impl S3Front {
         Ok(bucket.origin.is_some().then_some(bucket))
     }
 
+    /// A CreateBucket body: the bucket can only be in this gateway's region, and directory
+    /// buckets (S3 Express) do not exist here.
+    fn check_bucket_configuration(&self, config: &CreateBucketConfiguration) -> S3Result<()> {
+        if config.bucket.is_some() || config.location.is_some() {
+            return Err(s3s::s3_error!(NotImplemented, "Directory buckets are not implemented"));
+        }
+        match config.location_constraint.as_ref().map(|c| c.as_str()) {
+            Some(constraint) if !constraint.is_empty() && constraint != self.region => Err(S3Error::with_message(
+                s3s::S3ErrorCode::IllegalLocationConstraintException,
+                format!(
+                    "The {constraint} location constraint is incompatible for the region specific endpoint this request was sent to."
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Every operation starts here: the request's text is checked before any work is done.
     async fn principal<T>(&self, req: &S3Request<T>) -> S3Result<Principal> {
+        checks::refuse_nul(&req.uri, &req.headers)?;
         let credentials = req.credentials.as_ref().ok_or_else(|| s3s::s3_error!(AccessDenied))?;
         match self.store.catalog().access_key(&credentials.access_key).await {
             Ok(Some(key)) => Ok(key.principal()),
@@ -139,6 +161,16 @@ fn part_number(number: Option<i32>) -> S3Result<Option<u32>> {
             InvalidArgument,
             "Part number must be an integer between 1 and 10000, inclusive"
         )),
+    }
+}
+
+/// Buckets are unversioned: the only version of an object is "null". Any other version id is
+/// refused as S3 refuses it on an unversioned bucket, rather than answered with the current
+/// object (or, for a delete, deleting it).
+fn unversioned(version_id: &Option<String>) -> S3Result<()> {
+    match version_id.as_deref() {
+        None | Some("null") => Ok(()),
+        Some(_) => Err(s3s::s3_error!(InvalidArgument, "Invalid version id specified")),
     }
 }
 
@@ -338,6 +370,10 @@ impl S3 for S3Front {
 
     async fn create_bucket(&self, req: S3Request<CreateBucketInput>) -> S3Result<S3Response<CreateBucketOutput>> {
         let principal = self.principal(&req).await?;
+        checks::refuse_unkept(&req.headers, Request::CreateBucket)?;
+        if let Some(config) = &req.input.create_bucket_configuration {
+            self.check_bucket_configuration(config)?;
+        }
         self.store
             .catalog()
             .create_bucket(&principal, &req.input.bucket)
@@ -387,6 +423,7 @@ impl S3 for S3Front {
 
     async fn put_object(&self, mut req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
         let principal = self.principal(&req).await?;
+        checks::refuse_unkept(&req.headers, Request::NewObject)?;
         let check = UploadCheck::from_request(&req.headers, req.trailing_headers.clone())?;
         let body: store::BodyStream = match req.input.body.take() {
             Some(blob) => Box::pin(blob.map_err(|err| body_error(err.as_ref()))),
@@ -394,6 +431,7 @@ impl S3 for S3Front {
         };
         let input = &req.input;
         let mut meta = meta_from_input!(input, req.headers);
+        checks::check_user_metadata(&meta.user)?;
         meta.tags = header_tags(&input.tagging).map_err(|e| fail(&req, e))?;
         let condition = write_condition(&input.if_match, &input.if_none_match)?;
         let declared_len = input.content_length.map(|len| len.max(0) as u64);
@@ -427,7 +465,9 @@ impl S3 for S3Front {
 
     async fn get_object(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
         let principal = self.principal(&req).await?;
+        checks::refuse_unkept(&req.headers, Request::Other)?;
         let input = &req.input;
+        unversioned(&input.version_id)?;
         let options = store::ReadOptions {
             range: input.range.map(to_range),
             part_number: part_number(input.part_number)?,
@@ -460,7 +500,9 @@ impl S3 for S3Front {
 
     async fn head_object(&self, req: S3Request<HeadObjectInput>) -> S3Result<S3Response<HeadObjectOutput>> {
         let principal = self.principal(&req).await?;
+        checks::refuse_unkept(&req.headers, Request::Other)?;
         let input = &req.input;
+        unversioned(&input.version_id)?;
         let options = store::ReadOptions {
             range: input.range.map(to_range),
             part_number: part_number(input.part_number)?,
@@ -491,6 +533,7 @@ impl S3 for S3Front {
 
     async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
         let principal = self.principal(&req).await?;
+        unversioned(&req.input.version_id)?;
         match self
             .cache_bucket(&req, &principal, &req.input.bucket, Access::Write)
             .await?
@@ -508,6 +551,7 @@ impl S3 for S3Front {
 
     async fn delete_objects(&self, req: S3Request<DeleteObjectsInput>) -> S3Result<S3Response<DeleteObjectsOutput>> {
         let principal = self.principal(&req).await?;
+        checks::require_body_digest(&req.headers)?;
         let identifiers = &req.input.delete.objects;
         if identifiers.len() > 1000 {
             return Err(s3s::s3_error!(
@@ -515,9 +559,32 @@ impl S3 for S3Front {
                 "The XML you provided was not well-formed or did not validate against our published schema."
             ));
         }
-        let (valid, too_long): (Vec<&ObjectIdentifier>, Vec<&ObjectIdentifier>) =
-            identifiers.iter().partition(|id| id.key.len() <= 1024);
-        let keys: Vec<String> = valid.iter().map(|id| id.key.clone()).collect();
+        // Entries S3 would refuse are reported one by one; the others are deleted.
+        let mut keys = Vec::with_capacity(identifiers.len());
+        let mut errors = Vec::new();
+        for id in identifiers {
+            let refusal = if id.key.len() > 1024 {
+                Some(("KeyTooLongError", StoreError::KeyTooLong.to_string()))
+            } else if id.key.contains('\0') {
+                Some((
+                    "InvalidArgument",
+                    "Object keys cannot contain a NUL character.".to_owned(),
+                ))
+            } else if id.version_id.as_deref().is_some_and(|v| v != "null") {
+                Some(("NoSuchVersion", "The specified version does not exist.".to_owned()))
+            } else {
+                None
+            };
+            match refusal {
+                None => keys.push(id.key.clone()),
+                Some((code, message)) => errors.push(s3s::dto::Error {
+                    code: Some(code.into()),
+                    key: Some(id.key.clone()),
+                    message: Some(message),
+                    version_id: id.version_id.clone(),
+                }),
+            }
+        }
         match self
             .cache_bucket(&req, &principal, &req.input.bucket, Access::Write)
             .await?
@@ -544,15 +611,6 @@ impl S3 for S3Front {
                 })
                 .collect()
         });
-        let errors: Vec<s3s::dto::Error> = too_long
-            .into_iter()
-            .map(|id| s3s::dto::Error {
-                code: Some("KeyTooLongError".into()),
-                key: Some(id.key.clone()),
-                message: Some(StoreError::KeyTooLong.to_string()),
-                version_id: None,
-            })
-            .collect();
         Ok(S3Response::new(DeleteObjectsOutput {
             deleted,
             errors: (!errors.is_empty()).then_some(errors),
@@ -704,6 +762,7 @@ impl S3 for S3Front {
 
     async fn get_object_acl(&self, req: S3Request<GetObjectAclInput>) -> S3Result<S3Response<GetObjectAclOutput>> {
         let principal = self.principal(&req).await?;
+        unversioned(&req.input.version_id)?;
         self.store
             .head_object(&principal, &req.input.bucket, &req.input.key)
             .await
@@ -720,6 +779,7 @@ impl S3 for S3Front {
         req: S3Request<GetObjectAttributesInput>,
     ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
         let principal = self.principal(&req).await?;
+        unversioned(&req.input.version_id)?;
         let input = &req.input;
         let head = self
             .store
@@ -756,6 +816,7 @@ impl S3 for S3Front {
 
     async fn copy_object(&self, req: S3Request<CopyObjectInput>) -> S3Result<S3Response<CopyObjectOutput>> {
         let principal = self.principal(&req).await?;
+        checks::refuse_unkept(&req.headers, Request::CopyObject)?;
         let input = &req.input;
         let (source_bucket, source_key) = copy_source(&input.copy_source)?;
         let replace = input
@@ -776,6 +837,9 @@ impl S3 for S3Front {
             conditions: &conditions,
         };
         let meta = replace.then(|| meta_from_input!(input, req.headers));
+        if let Some(meta) = &meta {
+            checks::check_user_metadata(&meta.user)?;
+        }
         let replace_tags = input
             .tagging_directive
             .as_ref()
@@ -806,6 +870,7 @@ impl S3 for S3Front {
         req: S3Request<UploadPartCopyInput>,
     ) -> S3Result<S3Response<UploadPartCopyOutput>> {
         let principal = self.principal(&req).await?;
+        checks::refuse_unkept(&req.headers, Request::Other)?;
         let input = &req.input;
         let (source_bucket, source_key) = copy_source(&input.copy_source)?;
         let range = input.copy_source_range.as_deref().map(copy_source_range).transpose()?;
@@ -844,6 +909,7 @@ impl S3 for S3Front {
         req: S3Request<GetObjectTaggingInput>,
     ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
         let principal = self.principal(&req).await?;
+        unversioned(&req.input.version_id)?;
         let tags = self
             .store
             .object_tags(&principal, &req.input.bucket, &req.input.key)
@@ -860,6 +926,7 @@ impl S3 for S3Front {
         req: S3Request<PutObjectTaggingInput>,
     ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
         let principal = self.principal(&req).await?;
+        unversioned(&req.input.version_id)?;
         let input = &req.input;
         let tags = tags_from(&input.tagging, store::MAX_OBJECT_TAGS).map_err(|e| fail(&req, e))?;
         self.store
@@ -874,6 +941,7 @@ impl S3 for S3Front {
         req: S3Request<DeleteObjectTaggingInput>,
     ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
         let principal = self.principal(&req).await?;
+        unversioned(&req.input.version_id)?;
         self.store
             .set_object_tags(&principal, &req.input.bucket, &req.input.key, &store::Tags::new())
             .await
@@ -927,8 +995,10 @@ impl S3 for S3Front {
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let principal = self.principal(&req).await?;
+        checks::refuse_unkept(&req.headers, Request::NewObject)?;
         let input = &req.input;
         let mut meta = meta_from_input!(input, req.headers);
+        checks::check_user_metadata(&meta.user)?;
         meta.tags = header_tags(&input.tagging).map_err(|e| fail(&req, e))?;
         let upload_id = self
             .store
@@ -945,6 +1015,7 @@ impl S3 for S3Front {
 
     async fn upload_part(&self, mut req: S3Request<UploadPartInput>) -> S3Result<S3Response<UploadPartOutput>> {
         let principal = self.principal(&req).await?;
+        checks::refuse_unkept(&req.headers, Request::Other)?;
         let check = UploadCheck::from_request(&req.headers, req.trailing_headers.clone())?;
         let body: store::BodyStream = match req.input.body.take() {
             Some(blob) => Box::pin(blob.map_err(|err| body_error(err.as_ref()))),
@@ -1249,4 +1320,33 @@ fn url_encode_key(text: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn a_copy_source_range_is_both_ends_in_order(first in any::<u64>(), len in 0u64..1 << 40) {
+            let last = first.saturating_add(len);
+            let range = copy_source_range(&format!("bytes={first}-{last}")).unwrap();
+            let exact = matches!(range, store::ByteRange::From { first: f, last: Some(l) } if f == first && l == last);
+            prop_assert!(exact);
+            if first > 0 {
+                let reversed = format!("bytes={last}-{}", first - 1);
+                prop_assert!(copy_source_range(&reversed).is_err());
+            }
+        }
+
+        #[test]
+        fn any_other_copy_source_range_is_invalid_argument(text in "(bytes=)?\\PC{0,24}") {
+            if let Err(err) = copy_source_range(&text) {
+                prop_assert_eq!(err.code().as_str(), "InvalidArgument");
+            }
+        }
+    }
 }

@@ -2,6 +2,7 @@
 
 mod auth;
 mod checksum;
+mod domains;
 mod errors;
 mod front;
 
@@ -57,7 +58,7 @@ impl S3Endpoint {
         builder.set_auth(CatalogAuth { catalog });
         builder.set_access(SignedOnly(admission));
         if !domains.is_empty() {
-            builder.set_host(s3s::host::MultiDomain::new(domains)?);
+            builder.set_host(domains::Domains::new(domains)?);
         }
         Ok(S3Endpoint(Arc::new(Endpoint {
             service: builder.build(),
@@ -132,7 +133,16 @@ impl Endpoint {
         let undated = request.headers().contains_key(http::header::AUTHORIZATION)
             && !request.headers().contains_key("x-amz-date")
             && !request.headers().contains_key(http::header::DATE);
-        let outcome = if undated {
+        let outcome = if let Err(refused) = auth::presigned_expiry(request.uri()) {
+            // Before s3s, which refuses a negative or non-numeric expiry with an answer of its own.
+            let message = refused.message().unwrap_or_default();
+            Ok(error_response(
+                http::StatusCode::BAD_REQUEST,
+                refused.code().as_str(),
+                message,
+                &request_id,
+            ))
+        } else if undated {
             // S3's answer; s3s would call it a 400 InvalidRequest.
             Ok(error_response(
                 http::StatusCode::FORBIDDEN,

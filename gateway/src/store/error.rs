@@ -127,6 +127,16 @@ impl From<tokio_postgres::Error> for StoreError {
         {
             return StoreError::QuotaExceeded(db.detail().unwrap_or_default().to_string());
         }
+        // Text PostgreSQL cannot hold (a NUL character) is the client's error, whichever value
+        // carried it; its message stays in the log, not in the answer.
+        if matches!(
+            err.code(),
+            Some(&tokio_postgres::error::SqlState::CHARACTER_NOT_IN_REPERTOIRE)
+                | Some(&tokio_postgres::error::SqlState::UNTRANSLATABLE_CHARACTER)
+        ) {
+            tracing::debug!(error = %err, "the database refused a request value");
+            return StoreError::InvalidArgument("the request contains a character that cannot be stored".into());
+        }
         if is_connection_loss(&err) {
             return StoreError::Unavailable(err.to_string());
         }

@@ -1,0 +1,353 @@
+//! What pgvs3 does not keep is refused, never answered with success: server-side encryption,
+//! object lock, ACLs, storage classes, website redirects, object versions, other regions, and
+//! every S3 operation it does not implement. A refused write stores nothing.
+
+mod common;
+
+use std::time::SystemTime;
+
+use aws_sdk_s3::primitives::ByteStream;
+use common::raw::{RawResponse, Signer, send, sha256_hex};
+use common::{ROOT_ACCESS_KEY, ROOT_SECRET_KEY, TestGateway};
+
+async fn signed(gw: &TestGateway, method: &str, path: &str, extra: &[(&str, &str)], body: &[u8]) -> RawResponse {
+    let signer = Signer {
+        access_key: ROOT_ACCESS_KEY.into(),
+        secret_key: ROOT_SECRET_KEY.into(),
+        host: gw.gateway.s3_addr.to_string(),
+    };
+    let extra: Vec<(&str, String)> = extra.iter().map(|(n, v)| (*n, (*v).to_owned())).collect();
+    let mut headers = signer.sign(method, path, &extra, &sha256_hex(body), SystemTime::now());
+    headers.push(("content-length".into(), body.len().to_string()));
+    send(gw.gateway.s3_addr, method, path, &headers, body).await
+}
+
+async fn setup() -> TestGateway {
+    let gw = TestGateway::start().await;
+    gw.client.create_bucket().bucket("bkt").send().await.unwrap();
+    gw.client
+        .put_object()
+        .bucket("bkt")
+        .key("there")
+        .body(ByteStream::from_static(b"0123456789"))
+        .send()
+        .await
+        .unwrap();
+    gw
+}
+
+async fn exists(gw: &TestGateway, key: &str) -> bool {
+    gw.client.head_object().bucket("bkt").key(key).send().await.is_ok()
+}
+
+async fn bucket_exists(gw: &TestGateway, bucket: &str) -> bool {
+    gw.client.head_bucket().bucket(bucket).send().await.is_ok()
+}
+
+fn assert_refused(response: &RawResponse, status: u16, code: &str, what: &str) {
+    assert_eq!(
+        (response.status, response.code()),
+        (status, Some(code)),
+        "{what}: {}",
+        response.body
+    );
+}
+
+const SSE_C: [(&str, &str); 3] = [
+    ("x-amz-server-side-encryption-customer-algorithm", "AES256"),
+    (
+        "x-amz-server-side-encryption-customer-key",
+        "MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIzNDU2Nzg5MDE=",
+    ),
+    (
+        "x-amz-server-side-encryption-customer-key-md5",
+        "ZGVmYXVsdC1tZDUtb2Yta2V5PQ==",
+    ),
+];
+
+#[tokio::test]
+async fn server_side_encryption_is_refused_on_every_operation_and_nothing_is_stored() {
+    let gw = setup().await;
+    let sse_s3 = [("x-amz-server-side-encryption", "AES256")];
+    let sse_kms = [
+        ("x-amz-server-side-encryption", "aws:kms"),
+        ("x-amz-server-side-encryption-aws-kms-key-id", "alias/mine"),
+    ];
+    for (name, headers) in [
+        ("SSE-S3", &sse_s3[..]),
+        ("SSE-KMS", &sse_kms[..]),
+        ("SSE-C", &SSE_C[..]),
+    ] {
+        let put = signed(&gw, "PUT", "/bkt/secret", headers, b"plaintext").await;
+        assert_refused(&put, 501, "NotImplemented", &format!("PutObject with {name}"));
+        let copy_headers: Vec<(&str, &str)> = [("x-amz-copy-source", "/bkt/there")]
+            .into_iter()
+            .chain(headers.iter().copied())
+            .collect();
+        let copy = signed(&gw, "PUT", "/bkt/copied", &copy_headers, b"").await;
+        assert_refused(&copy, 501, "NotImplemented", &format!("CopyObject with {name}"));
+        let create = signed(&gw, "POST", "/bkt/multi?uploads", headers, b"").await;
+        assert_refused(
+            &create,
+            501,
+            "NotImplemented",
+            &format!("CreateMultipartUpload with {name}"),
+        );
+    }
+    assert!(!exists(&gw, "secret").await, "the plaintext body was not stored");
+    assert!(!exists(&gw, "copied").await);
+    let uploads = gw.client.list_multipart_uploads().bucket("bkt").send().await.unwrap();
+    assert!(uploads.uploads().is_empty(), "no upload was created");
+
+    // An SSE-C key on a read would be a promise to decrypt; on a part, to encrypt.
+    let get = signed(&gw, "GET", "/bkt/there", &SSE_C, b"").await;
+    assert_refused(&get, 501, "NotImplemented", "GetObject with SSE-C");
+    let head = signed(&gw, "HEAD", "/bkt/there", &SSE_C, b"").await;
+    assert_eq!(head.status, 501, "HeadObject with SSE-C");
+    let copy_source_key = [
+        ("x-amz-copy-source", "/bkt/there"),
+        ("x-amz-copy-source-server-side-encryption-customer-algorithm", "AES256"),
+    ];
+    let copy = signed(&gw, "PUT", "/bkt/copied", &copy_source_key, b"").await;
+    assert_refused(&copy, 501, "NotImplemented", "CopyObject with a source SSE-C key");
+    let upload = gw
+        .client
+        .create_multipart_upload()
+        .bucket("bkt")
+        .key("multi")
+        .send()
+        .await
+        .unwrap();
+    let path = format!("/bkt/multi?partNumber=1&uploadId={}", upload.upload_id().unwrap());
+    let part = signed(&gw, "PUT", &path, &SSE_C, b"part").await;
+    assert_refused(&part, 501, "NotImplemented", "UploadPart with SSE-C");
+    let parts = gw
+        .client
+        .list_parts()
+        .bucket("bkt")
+        .key("multi")
+        .upload_id(upload.upload_id().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert!(parts.parts().is_empty(), "the part was not stored");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn object_lock_is_refused_and_no_bucket_gets_it() {
+    let gw = setup().await;
+    let locked = signed(
+        &gw,
+        "PUT",
+        "/locked-bucket",
+        &[("x-amz-bucket-object-lock-enabled", "true")],
+        b"",
+    )
+    .await;
+    assert_refused(&locked, 501, "NotImplemented", "CreateBucket with Object Lock");
+    assert!(!bucket_exists(&gw, "locked-bucket").await);
+    let unlocked = signed(
+        &gw,
+        "PUT",
+        "/unlocked-bucket",
+        &[("x-amz-bucket-object-lock-enabled", "false")],
+        b"",
+    )
+    .await;
+    assert_eq!(unlocked.status, 200, "{}", unlocked.body);
+
+    for (header, value) in [
+        ("x-amz-object-lock-mode", "COMPLIANCE"),
+        ("x-amz-object-lock-retain-until-date", "2099-01-01T00:00:00Z"),
+        ("x-amz-object-lock-legal-hold", "ON"),
+    ] {
+        let put = signed(&gw, "PUT", "/bkt/held", &[(header, value)], b"x").await;
+        assert_refused(&put, 400, "InvalidRequest", header);
+        assert!(put.body.contains("ObjectLockConfiguration"), "{}", put.body);
+        let copy = signed(
+            &gw,
+            "PUT",
+            "/bkt/held",
+            &[("x-amz-copy-source", "/bkt/there"), (header, value)],
+            b"",
+        )
+        .await;
+        assert_refused(&copy, 400, "InvalidRequest", header);
+        let create = signed(&gw, "POST", "/bkt/held?uploads", &[(header, value)], b"").await;
+        assert_refused(&create, 400, "InvalidRequest", header);
+    }
+    assert!(!exists(&gw, "held").await);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn acls_beyond_the_owners_own_are_refused_as_s3_refuses_them_with_acls_disabled() {
+    let gw = setup().await;
+    for (header, value) in [
+        ("x-amz-acl", "public-read"),
+        ("x-amz-acl", "authenticated-read"),
+        (
+            "x-amz-grant-read",
+            "uri=\"http://acs.amazonaws.com/groups/global/AllUsers\"",
+        ),
+        ("x-amz-grant-full-control", "id=someone-else"),
+    ] {
+        let put = signed(&gw, "PUT", "/bkt/shared", &[(header, value)], b"x").await;
+        assert_refused(&put, 400, "AccessControlListNotSupported", value);
+        let copy = signed(
+            &gw,
+            "PUT",
+            "/bkt/shared",
+            &[("x-amz-copy-source", "/bkt/there"), (header, value)],
+            b"",
+        )
+        .await;
+        assert_refused(&copy, 400, "AccessControlListNotSupported", value);
+        let create = signed(&gw, "POST", "/bkt/shared?uploads", &[(header, value)], b"").await;
+        assert_refused(&create, 400, "AccessControlListNotSupported", value);
+        let bucket = signed(&gw, "PUT", "/public-bucket", &[(header, value)], b"").await;
+        assert_refused(&bucket, 400, "InvalidBucketAclWithObjectOwnership", value);
+    }
+    assert!(!exists(&gw, "shared").await);
+    assert!(!bucket_exists(&gw, "public-bucket").await);
+
+    // The owner's own full control is what every bucket and object has: these are no-ops.
+    for acl in ["private", "bucket-owner-full-control"] {
+        let put = signed(&gw, "PUT", &format!("/bkt/{acl}"), &[("x-amz-acl", acl)], b"x").await;
+        assert_eq!(put.status, 200, "{acl}: {}", put.body);
+        let bucket = signed(&gw, "PUT", &format!("/{acl}-bucket"), &[("x-amz-acl", acl)], b"").await;
+        assert_eq!(bucket.status, 200, "{acl}: {}", bucket.body);
+    }
+    let owned = signed(
+        &gw,
+        "PUT",
+        "/writer-owned",
+        &[("x-amz-object-ownership", "ObjectWriter")],
+        b"",
+    )
+    .await;
+    assert_refused(&owned, 501, "NotImplemented", "ObjectWriter ownership");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn other_storage_classes_redirects_versions_and_regions_are_refused() {
+    let gw = setup().await;
+    let glacier = signed(&gw, "PUT", "/bkt/cold", &[("x-amz-storage-class", "GLACIER")], b"x").await;
+    assert_refused(&glacier, 501, "NotImplemented", "GLACIER");
+    let bogus = signed(&gw, "PUT", "/bkt/cold", &[("x-amz-storage-class", "FREEZER")], b"x").await;
+    assert_refused(&bogus, 400, "InvalidStorageClass", "FREEZER");
+    let redirect = signed(
+        &gw,
+        "PUT",
+        "/bkt/cold",
+        &[("x-amz-website-redirect-location", "/elsewhere")],
+        b"x",
+    )
+    .await;
+    assert_refused(&redirect, 501, "NotImplemented", "website redirect");
+    assert!(!exists(&gw, "cold").await);
+    let standard = signed(&gw, "PUT", "/bkt/cold", &[("x-amz-storage-class", "STANDARD")], b"x").await;
+    assert_eq!(standard.status, 200, "{}", standard.body);
+
+    // An unversioned bucket has one version, "null"; another id must not reach the object.
+    let get = signed(&gw, "GET", "/bkt/there?versionId=3HL4kqtJlcpXroDTDmJ", &[], b"").await;
+    assert_refused(&get, 400, "InvalidArgument", "GET of a version");
+    let delete = signed(&gw, "DELETE", "/bkt/there?versionId=3HL4kqtJlcpXroDTDmJ", &[], b"").await;
+    assert_refused(&delete, 400, "InvalidArgument", "DELETE of a version");
+    assert!(exists(&gw, "there").await, "deleting a version left the object alone");
+    let null = signed(&gw, "GET", "/bkt/there?versionId=null", &[], b"").await;
+    assert_eq!((null.status, null.body.as_str()), (200, "0123456789"));
+
+    let elsewhere =
+        b"<CreateBucketConfiguration><LocationConstraint>eu-west-1</LocationConstraint></CreateBucketConfiguration>";
+    let bucket = signed(&gw, "PUT", "/far-bucket", &[], elsewhere).await;
+    assert_refused(&bucket, 400, "IllegalLocationConstraintException", "another region");
+    assert!(!bucket_exists(&gw, "far-bucket").await);
+    gw.stop().await;
+}
+
+/// s3s answers `NotImplemented` for every operation pgvs3 does not implement; these are the
+/// ones that would store a setting (a silent success would be a guarantee not kept).
+#[tokio::test]
+async fn operations_that_would_store_unkept_settings_answer_not_implemented() {
+    let gw = setup().await;
+    let cases: [(&str, &str, &[u8]); 16] = [
+        (
+            "PUT",
+            "/bkt?versioning",
+            b"<VersioningConfiguration><Status>Enabled</Status></VersioningConfiguration>",
+        ),
+        ("PUT", "/bkt?acl", b""),
+        ("PUT", "/bkt/there?acl", b""),
+        (
+            "PUT",
+            "/bkt?encryption",
+            b"<ServerSideEncryptionConfiguration><Rule><ApplyServerSideEncryptionByDefault><SSEAlgorithm>AES256</SSEAlgorithm></ApplyServerSideEncryptionByDefault></Rule></ServerSideEncryptionConfiguration>",
+        ),
+        (
+            "PUT",
+            "/bkt?lifecycle",
+            b"<LifecycleConfiguration><Rule><ID>x</ID><Filter></Filter><Status>Enabled</Status><Expiration><Days>1</Days></Expiration></Rule></LifecycleConfiguration>",
+        ),
+        (
+            "PUT",
+            "/bkt?cors",
+            b"<CORSConfiguration><CORSRule><AllowedMethod>GET</AllowedMethod><AllowedOrigin>*</AllowedOrigin></CORSRule></CORSConfiguration>",
+        ),
+        ("PUT", "/bkt?policy", b"{\"Version\":\"2012-10-17\",\"Statement\":[]}"),
+        (
+            "PUT",
+            "/bkt/there?retention",
+            b"<Retention><Mode>GOVERNANCE</Mode><RetainUntilDate>2099-01-01T00:00:00Z</RetainUntilDate></Retention>",
+        ),
+        ("PUT", "/bkt/there?legal-hold", b"<LegalHold><Status>ON</Status></LegalHold>"),
+        (
+            "PUT",
+            "/bkt?object-lock",
+            b"<ObjectLockConfiguration><ObjectLockEnabled>Enabled</ObjectLockEnabled></ObjectLockConfiguration>",
+        ),
+        (
+            "PUT",
+            "/bkt?website",
+            b"<WebsiteConfiguration><IndexDocument><Suffix>index.html</Suffix></IndexDocument></WebsiteConfiguration>",
+        ),
+        (
+            "PUT",
+            "/bkt?replication",
+            b"<ReplicationConfiguration><Role>arn:aws:iam::1:role/r</Role><Rule><Status>Enabled</Status><Destination><Bucket>arn:aws:s3:::elsewhere</Bucket></Destination></Rule></ReplicationConfiguration>",
+        ),
+        (
+            "PUT",
+            "/bkt?notification",
+            b"<NotificationConfiguration></NotificationConfiguration>",
+        ),
+        (
+            "PUT",
+            "/bkt?publicAccessBlock",
+            b"<PublicAccessBlockConfiguration></PublicAccessBlockConfiguration>",
+        ),
+        (
+            "PUT",
+            "/bkt?ownershipControls",
+            b"<OwnershipControls><Rule><ObjectOwnership>ObjectWriter</ObjectOwnership></Rule></OwnershipControls>",
+        ),
+        (
+            "PUT",
+            "/bkt?logging",
+            b"<BucketLoggingStatus></BucketLoggingStatus>",
+        ),
+    ];
+    for (method, path, body) in cases {
+        let response = signed(&gw, method, path, &[("content-md5", &md5_base64(body))], body).await;
+        assert_refused(&response, 501, "NotImplemented", path);
+    }
+    gw.stop().await;
+}
+
+fn md5_base64(data: &[u8]) -> String {
+    use base64::Engine;
+    use md5::Digest;
+    base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(data))
+}
