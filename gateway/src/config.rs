@@ -171,9 +171,15 @@ pub struct ServeArgs {
     pub s3_upload_threshold: u64,
 
     /// Uploads (see --s3-upload-threshold) streaming at once (0: a quarter of the pool size, at
-    /// least 1); beyond it they wait like other requests, then get 503 SlowDown.
+    /// least 1); beyond it they wait (up to --s3-upload-wait), then get 503 SlowDown.
     #[arg(long, env = "PGVS3_S3_MAX_ACTIVE_UPLOADS", default_value_t = 0)]
     pub s3_max_active_uploads: usize,
+
+    /// How long an upload waits for its turn. Longer than --admission-wait: a waiting upload
+    /// costs an idle connection (its body is not read yet), while one turned away is sent again
+    /// by its client, body and all.
+    #[arg(long, env = "PGVS3_S3_UPLOAD_WAIT", default_value = "30s", value_parser = parse_duration)]
+    pub s3_upload_wait: Duration,
 
     // --- S3 multipart ---
     /// Multipart uploads neither completed nor aborted this long after they started are
@@ -374,7 +380,12 @@ impl ServeArgs {
         } else {
             self.s3_max_active_uploads
         };
-        self.admission_limits(max_active, 0)
+        crate::admission::Limits {
+            max_active,
+            // As many as the other requests may have waiting: uploads wait rather than retry.
+            max_waiting: self.s3_limits().max_waiting,
+            max_wait: self.s3_upload_wait,
+        }
     }
 
     /// The bounds of an HTTP listener that takes `max_connections` at once.

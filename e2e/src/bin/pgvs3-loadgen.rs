@@ -245,6 +245,12 @@ impl RunArgs {
     }
 }
 
+/// Seeding writes a case's objects before it is measured: a few dozen at once fill the pipe, and
+/// hundreds at once only queue in the server's admission (or are told to slow down).
+fn setup_concurrency(workers: usize) -> usize {
+    workers.min(32)
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let session = match Cli::parse().command {
@@ -308,8 +314,8 @@ async fn run_s3(args: S3Args) -> anyhow::Result<Session> {
                 payload.clone(),
             ));
             match &seeder {
-                Some(seeder) => runner.prepare_via(seeder, args.run.workers).await?,
-                None => runner.prepare(args.run.workers).await?,
+                Some(seeder) => runner.prepare_via(seeder, setup_concurrency(args.run.workers)).await?,
+                None => runner.prepare(setup_concurrency(args.run.workers)).await?,
             }
             let config = json!({ "target": target, "case": case, "budget": budget, "payload": label,
                                  "payload_sha256": payload_sha256 });

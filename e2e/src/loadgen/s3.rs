@@ -217,11 +217,16 @@ impl S3Client {
 
 /// Setup requests (bucket, seeded objects) retry a 503 this many times: a gateway that is
 /// shedding load must not fail a run before it starts measuring.
-const SETUP_ATTEMPTS: u32 = 8;
+const SETUP_ATTEMPTS: u32 = 16;
 
-/// 50 ms, 100 ms, ... at most 2 s: about 8 s in all.
+/// 100 ms, 200 ms, ... at most 2 s (about 25 s in all), each with up to half again of jitter so
+/// that seeders turned away together do not come back together.
 fn setup_backoff(attempt: u32) -> std::time::Duration {
-    std::time::Duration::from_millis((50u64 << attempt.min(6)).min(2000))
+    let base = (100u64 << attempt.min(5)).min(2000);
+    // A fresh RandomState is randomly keyed: its hash of anything is a random number.
+    let random = std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), attempt);
+    let jitter = random % (base / 2 + 1);
+    std::time::Duration::from_millis(base + jitter)
 }
 
 impl S3Client {
