@@ -170,8 +170,8 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_S3_UPLOAD_THRESHOLD", default_value = "1MiB", value_parser = parse_bytes)]
     pub s3_upload_threshold: u64,
 
-    /// Uploads (see --s3-upload-threshold) streaming at once (0: a quarter of the pool size, at
-    /// least 1); beyond it they wait (up to --s3-upload-wait), then get 503 SlowDown.
+    /// Uploads (see --s3-upload-threshold) streaming at once (0: as many as --s3-max-active);
+    /// beyond it they wait (up to --s3-upload-wait), then get 503 SlowDown.
     #[arg(long, env = "PGVS3_S3_MAX_ACTIVE_UPLOADS", default_value_t = 0)]
     pub s3_max_active_uploads: usize,
 
@@ -374,9 +374,10 @@ impl ServeArgs {
 
     /// The admission limits of S3 uploads (large or undeclared bodies), defaults filled in.
     pub fn s3_upload_limits(&self) -> crate::admission::Limits {
-        let automatic = (self.database.pool_size / 4).max(1);
+        // Measured (docs/benchmarks.md, "Small requests beside large uploads"): fewer upload
+        // slots than small-request slots made 4 KiB GETs beside 10 MiB PUTs slower, not faster.
         let max_active = if self.s3_max_active_uploads == 0 {
-            automatic
+            self.s3_limits().max_active
         } else {
             self.s3_max_active_uploads
         };
