@@ -346,9 +346,7 @@ async fn requests_without_the_token_are_refused_before_they_take_a_slot() {
     let gateway = TestGateway::with_args(common::fresh_database().await, &["--ojs-token", "sesame"]).await;
     let mut ojs = Ojs::of(&gateway);
     for _ in 0..20 {
-        let (status, body) = ojs
-            .post("/ojs/v1/jobs", json!({ "type": "t", "args": [1] }))
-            .await;
+        let (status, body) = ojs.post("/ojs/v1/jobs", json!({ "type": "t", "args": [1] })).await;
         assert_eq!((status, body["error"]["code"].as_str()), (401, Some("unauthenticated")));
     }
     // Admission's gauge for OJS appears with the first admitted request: none so far.
@@ -356,6 +354,9 @@ async fn requests_without_the_token_are_refused_before_they_take_a_slot() {
     ojs.token = Some("sesame".into());
     let (status, _) = ojs.post("/ojs/v1/jobs", json!({ "type": "t", "args": [1] })).await;
     assert_eq!(status, 201);
-    assert_eq!(gateway.metric("pgvs3_admission_active{protocol=\"ojs\"}").await, Some(0.0));
+    assert_eq!(
+        gateway.metric("pgvs3_admission_active{protocol=\"ojs\"}").await,
+        Some(0.0)
+    );
     gateway.stop().await;
 }

@@ -51,6 +51,9 @@ pub struct RunArgs {
     pub lease_duration: u64,
 }
 
+/// The operator's User-Agent towards the API server.
+pub const USER_AGENT: &str = concat!("pgvs3-operator/", env!("CARGO_PKG_VERSION"));
+
 fn api<K>(client: &Client, namespace: &Option<String>) -> Api<K>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
@@ -63,7 +66,12 @@ where
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let client = Client::try_default().await.context("Kubernetes client configuration")?;
+    let mut config = kube::Config::infer().await.context("Kubernetes client configuration")?;
+    // Named in the API server's audit log and metrics (kube-rs sends none of its own).
+    config
+        .headers
+        .push((http::header::USER_AGENT, http::HeaderValue::from_static(USER_AGENT)));
+    let client = Client::try_from(config).context("Kubernetes client")?;
     let listener = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
         .with_context(|| format!("binding {}", args.metrics_addr))?;
