@@ -228,6 +228,21 @@ async fn requests_in_the_audit_log(plane: std::sync::Arc<ControlPlane>) {
         .await;
     }
 
+    // A Bucket gets its finalizer by patch (no gateway migrated this database's catalog, so it
+    // goes no further; removing the finalizer is asserted in tests/bucket.rs).
+    let buckets: Api<Bucket> = Api::namespaced(client.clone(), ns);
+    apply(
+        &buckets,
+        "logged",
+        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": "logged"},
+               "spec": {"gatewayPoolRef": "objects"}}),
+    )
+    .await;
+    eventually(WAIT, "the Bucket's finalizer", || async {
+        (!buckets.get("logged").await.ok()?.finalizers().is_empty()).then_some(())
+    })
+    .await;
+
     let requests = operator_requests(&plane);
     assert!(
         requests.len() > 10,
@@ -242,6 +257,14 @@ async fn requests_in_the_audit_log(plane: std::sync::Arc<ControlPlane>) {
         agents.iter().all(|agent| agent.starts_with("pgvs3-operator/")),
         "User-Agents of the operator's requests: {agents:?}"
     );
+    // Every write of its own names the field manager (kube's event recorder aside).
+    let unnamed: Vec<&str> = requests
+        .iter()
+        .filter(|e| e["verb"] == "patch" && e["objectRef"]["resource"] != "events")
+        .map(|e| e["requestURI"].as_str().unwrap_or_default())
+        .filter(|uri| !uri.contains("fieldManager=pgvs3-operator"))
+        .collect();
+    assert!(unnamed.is_empty(), "patches without the field manager: {unnamed:?}");
     let hpa_deletes = requests
         .iter()
         .filter(|e| {

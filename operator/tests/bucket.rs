@@ -64,6 +64,12 @@ async fn provision(ctx: &Arc<Context>, fake: &FakeApi) {
         fake.get(BUCKET).unwrap()["metadata"]["finalizers"],
         json!(["pgvs3.io/bucket-cleanup"])
     );
+    let added = fake.requests_to(Method::PATCH, "/buckets/photos");
+    assert!(
+        added.iter().all(|r| r.query.contains("fieldManager=pgvs3-operator")),
+        "finalizer patches without the field manager: {:?}",
+        added.iter().map(|r| &r.query).collect::<Vec<_>>()
+    );
     assert_eq!(
         reconcile(ctx, fake).await.unwrap(),
         Action::requeue(Duration::from_secs(300))
@@ -76,6 +82,8 @@ async fn delete(ctx: &Arc<Context>, fake: &FakeApi) {
     });
     reconcile(ctx, fake).await.unwrap();
     assert!(fake.get(BUCKET).is_none(), "finalizer removed, object gone");
+    let patches = fake.requests_to(Method::PATCH, "/buckets/photos");
+    assert!(patches.last().unwrap().query.contains("fieldManager=pgvs3-operator"));
 }
 
 /// S3 client with the Secret's credentials; the gateway learns new keys from the catalog by

@@ -7,7 +7,6 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Resource, ResourceExt};
 use pgvs3_secret::random_token;
 
@@ -19,6 +18,7 @@ use crate::crd::{
     Verdict, valid_bucket_name, waiting,
 };
 use crate::database::{self, INVALID_SPEC, bind};
+use crate::finalizer::{Event, finalizer};
 use crate::gateway_pool::apply::{RESYNC, WAIT_FOR_DEPENDENCY};
 use crate::gateway_pool::build::endpoints;
 use crate::kube_ops;
