@@ -213,7 +213,7 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
 
     let bucket_controller = Controller::new(api::<Bucket>(&client, &namespace), watcher::Config::default())
         .with_config(config.clone())
-        .owns(api::<Secret>(&client, &namespace), watcher::Config::default())
+        .owns(api::<Secret>(&client, &namespace), own_secrets())
         .run(bucket::reconcile, bucket::error_policy, ctx.clone())
         .for_each(|_| async {});
 
@@ -221,7 +221,7 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
     let caches_reader = caches.store();
     let cache_controller = caches
         .with_config(config)
-        .owns(api::<Secret>(&client, &namespace), watcher::Config::default())
+        .owns(api::<Secret>(&client, &namespace), own_secrets())
         .watches(
             api::<Secret>(&client, &namespace),
             watcher::Config::default(),
@@ -233,6 +233,13 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
         .for_each(|_| async {});
 
     tokio::join!(pool_controller, bucket_controller, cache_controller);
+}
+
+/// The watch of the credentials Secrets the operator writes: only those it labels, not every
+/// Secret of the cluster. (The Secrets pools and caches refer to are the users', unlabelled:
+/// those watches stay unfiltered.)
+fn own_secrets() -> watcher::Config {
+    watcher::Config::default().labels("app.kubernetes.io/managed-by=pgvs3-operator")
 }
 
 /// Maps a changed object (a Secret, a Service) to the resources in its namespace that refer to

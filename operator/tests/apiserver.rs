@@ -175,13 +175,14 @@ async fn sql(url: &str) -> tokio_postgres::Client {
     client
 }
 
-/// The audit log's completed requests made as the operator's ServiceAccount.
+/// The audit log's requests made as the operator's ServiceAccount, each once.
 fn operator_requests(plane: &ControlPlane) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(plane.run_dir.join("audit.log")).unwrap();
     text.lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
         .filter(|event| {
-            event["stage"] == "ResponseComplete"
+            // A watch is logged when its response starts; it completes only when it ends.
+            (event["stage"] == "ResponseComplete" || (event["verb"] == "watch" && event["stage"] == "ResponseStarted"))
                 && event["user"]["username"] == "system:serviceaccount:pgvs3-system:pgvs3-operator"
         })
         .collect()
@@ -265,6 +266,17 @@ async fn requests_in_the_audit_log(plane: std::sync::Arc<ControlPlane>) {
         .filter(|uri| !uri.contains("fieldManager=pgvs3-operator"))
         .collect();
     assert!(unnamed.is_empty(), "patches without the field manager: {unnamed:?}");
+    // The watches of the Secrets it writes select them by label.
+    let secret_watches: Vec<&str> = requests
+        .iter()
+        .filter(|e| e["verb"] == "watch" && e["objectRef"]["resource"] == "secrets")
+        .map(|e| e["requestURI"].as_str().unwrap_or_default())
+        .collect();
+    let selected = secret_watches
+        .iter()
+        .filter(|uri| uri.contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dpgvs3-operator"))
+        .count();
+    assert!(selected >= 2, "Secret watches: {secret_watches:#?}");
     let hpa_deletes = requests
         .iter()
         .filter(|e| {
