@@ -1,8 +1,8 @@
 //! What every reconcile shares: the client, the event reporter, metrics, per-object backoff.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
@@ -14,7 +14,18 @@ pub struct Context {
     pub recorder: Recorder,
     pub metrics: Metrics,
     failures: Mutex<HashMap<String, u32>>,
+    /// Whether the ServiceMonitor API is served, and when that was learnt (see
+    /// [`Context::serves_service_monitors`]).
+    service_monitors: Mutex<Option<(Instant, bool)>>,
+    /// Pools known to have no HorizontalPodAutoscaler (deleted, or found absent), so a pool
+    /// without `autoscaling` is not sent a DELETE on every reconcile.
+    without_autoscaler: Mutex<HashSet<String>>,
 }
+
+/// How long the answer of API discovery for ServiceMonitors is trusted: installing the
+/// Prometheus operator is noticed within this.
+pub const SERVICE_MONITOR_RECHECK: Duration = Duration::from_secs(300);
+const SERVICE_MONITOR_API: &str = "monitoring.coreos.com/v1";
 
 /// The first retry after a failure, doubled per consecutive failure up to `MAX_BACKOFF`.
 pub const FIRST_BACKOFF: Duration = Duration::from_secs(2);
@@ -31,6 +42,41 @@ impl Context {
             client,
             metrics,
             failures: Mutex::new(HashMap::new()),
+            service_monitors: Mutex::new(None),
+            without_autoscaler: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Whether the API server serves ServiceMonitors, by discovery (readable by every
+    /// authenticated client, so no cluster-wide grant), asked at most once per
+    /// [`SERVICE_MONITOR_RECHECK`].
+    pub async fn serves_service_monitors(&self) -> Result<bool> {
+        if let Some((asked, serves)) = *self.service_monitors.lock().expect("discovery cache")
+            && asked.elapsed() < SERVICE_MONITOR_RECHECK
+        {
+            return Ok(serves);
+        }
+        let serves = match self.client.list_api_group_resources(SERVICE_MONITOR_API).await {
+            Ok(list) => list.resources.iter().any(|r| r.name == "servicemonitors"),
+            Err(kube::Error::Api(status)) if status.code == 404 => false,
+            Err(err) => return Err(err.into()),
+        };
+        *self.service_monitors.lock().expect("discovery cache") = Some((Instant::now(), serves));
+        Ok(serves)
+    }
+
+    /// Whether `pool` (a backoff key) is known to have no autoscaler.
+    pub fn known_without_autoscaler(&self, pool: &str) -> bool {
+        self.without_autoscaler.lock().expect("autoscaler table").contains(pool)
+    }
+
+    /// Records whether `pool` has an autoscaler now.
+    pub fn set_autoscaler(&self, pool: &str, exists: bool) {
+        let mut table = self.without_autoscaler.lock().expect("autoscaler table");
+        if exists {
+            table.remove(pool);
+        } else {
+            table.insert(pool.to_string());
         }
     }
 

@@ -51,6 +51,9 @@ pub struct RunArgs {
     pub lease_duration: u64,
 }
 
+/// The operator's User-Agent towards the API server.
+pub const USER_AGENT: &str = concat!("pgvs3-operator/", env!("CARGO_PKG_VERSION"));
+
 fn api<K>(client: &Client, namespace: &Option<String>) -> Api<K>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
@@ -63,7 +66,12 @@ where
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let client = Client::try_default().await.context("Kubernetes client configuration")?;
+    let mut config = kube::Config::infer().await.context("Kubernetes client configuration")?;
+    // Named in the API server's audit log and metrics (kube-rs sends none of its own).
+    config
+        .headers
+        .push((http::header::USER_AGENT, http::HeaderValue::from_static(USER_AGENT)));
+    let client = Client::try_from(config).context("Kubernetes client")?;
     let listener = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
         .with_context(|| format!("binding {}", args.metrics_addr))?;
@@ -205,7 +213,7 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
 
     let bucket_controller = Controller::new(api::<Bucket>(&client, &namespace), watcher::Config::default())
         .with_config(config.clone())
-        .owns(api::<Secret>(&client, &namespace), watcher::Config::default())
+        .owns(api::<Secret>(&client, &namespace), own_secrets())
         .run(bucket::reconcile, bucket::error_policy, ctx.clone())
         .for_each(|_| async {});
 
@@ -213,7 +221,7 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
     let caches_reader = caches.store();
     let cache_controller = caches
         .with_config(config)
-        .owns(api::<Secret>(&client, &namespace), watcher::Config::default())
+        .owns(api::<Secret>(&client, &namespace), own_secrets())
         .watches(
             api::<Secret>(&client, &namespace),
             watcher::Config::default(),
@@ -225,6 +233,13 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
         .for_each(|_| async {});
 
     tokio::join!(pool_controller, bucket_controller, cache_controller);
+}
+
+/// The watch of the credentials Secrets the operator writes: only those it labels, not every
+/// Secret of the cluster. (The Secrets pools and caches refer to are the users', unlabelled:
+/// those watches stay unfiltered.)
+fn own_secrets() -> watcher::Config {
+    watcher::Config::default().labels("app.kubernetes.io/managed-by=pgvs3-operator")
 }
 
 /// Maps a changed object (a Secret, a Service) to the resources in its namespace that refer to

@@ -41,6 +41,10 @@ async fn tier() {
         ("cel_rejections", tokio::spawn(cel_rejections(plane.clone()))),
         ("namespace_deletion", tokio::spawn(namespace_deletion(plane.clone()))),
         ("database_errors", tokio::spawn(database_errors(plane.clone()))),
+        (
+            "requests_in_the_audit_log",
+            tokio::spawn(requests_in_the_audit_log(plane.clone())),
+        ),
     ];
     let mut failed = Vec::new();
     for (name, scenario) in scenarios {
@@ -169,6 +173,136 @@ async fn sql(url: &str) -> tokio_postgres::Client {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(connection);
     client
+}
+
+/// The audit log's requests made as the operator's ServiceAccount, each once.
+fn operator_requests(plane: &ControlPlane) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(plane.run_dir.join("audit.log")).unwrap();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|event| {
+            // A watch is logged when its response starts; it completes only when it ends.
+            (event["stage"] == "ResponseComplete" || (event["verb"] == "watch" && event["stage"] == "ResponseStarted"))
+                && event["user"]["username"] == "system:serviceaccount:pgvs3-system:pgvs3-operator"
+        })
+        .collect()
+}
+
+/// What the operator asks of the API server, from the audit log: its User-Agent, and no
+/// request repeated per reconcile for what it already knows (a 404 DELETE of an HPA the pool
+/// never had, a read of the ServiceMonitor CRD).
+async fn requests_in_the_audit_log(plane: std::sync::Arc<ControlPlane>) {
+    let ns = "audited";
+    let client = namespace(&plane, ns).await;
+    let url = common::fresh_database().await;
+    primary_pool(&client, ns, "objects", &url).await;
+    let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
+    let status_patches = || {
+        operator_requests(&plane)
+            .into_iter()
+            .filter(|e| {
+                e["verb"] == "patch"
+                    && e["objectRef"]["namespace"] == ns
+                    && e["objectRef"]["resource"] == "gatewaypools"
+                    && e["objectRef"]["subresource"] == "status"
+            })
+            .count()
+    };
+    eventually(WAIT, "the pool's first status", || async {
+        (status_patches() > 0).then_some(())
+    })
+    .await;
+    // Each annotation change is a watch event, so a reconcile (and a status patch).
+    for round in 0..3 {
+        let before = status_patches();
+        pools
+            .patch(
+                "objects",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"test/round": round.to_string()}}})),
+            )
+            .await
+            .unwrap();
+        eventually(WAIT, "a reconcile of the annotated pool", || async {
+            (status_patches() > before).then_some(())
+        })
+        .await;
+    }
+
+    // A Bucket gets its finalizer by patch (no gateway migrated this database's catalog, so it
+    // goes no further; removing the finalizer is asserted in tests/bucket.rs).
+    let buckets: Api<Bucket> = Api::namespaced(client.clone(), ns);
+    apply(
+        &buckets,
+        "logged",
+        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": "logged"},
+               "spec": {"gatewayPoolRef": "objects"}}),
+    )
+    .await;
+    eventually(WAIT, "the Bucket's finalizer", || async {
+        (!buckets.get("logged").await.ok()?.finalizers().is_empty()).then_some(())
+    })
+    .await;
+
+    let requests = operator_requests(&plane);
+    assert!(
+        requests.len() > 10,
+        "{} operator requests in the audit log",
+        requests.len()
+    );
+    let agents: std::collections::BTreeSet<&str> = requests
+        .iter()
+        .map(|e| e["userAgent"].as_str().unwrap_or_default())
+        .collect();
+    assert!(
+        agents.iter().all(|agent| agent.starts_with("pgvs3-operator/")),
+        "User-Agents of the operator's requests: {agents:?}"
+    );
+    // Every write of its own names the field manager (kube's event recorder aside).
+    let unnamed: Vec<&str> = requests
+        .iter()
+        .filter(|e| e["verb"] == "patch" && e["objectRef"]["resource"] != "events")
+        .map(|e| e["requestURI"].as_str().unwrap_or_default())
+        .filter(|uri| !uri.contains("fieldManager=pgvs3-operator"))
+        .collect();
+    assert!(unnamed.is_empty(), "patches without the field manager: {unnamed:?}");
+    // The watches of the Secrets it writes select them by label.
+    let secret_watches: Vec<&str> = requests
+        .iter()
+        .filter(|e| e["verb"] == "watch" && e["objectRef"]["resource"] == "secrets")
+        .map(|e| e["requestURI"].as_str().unwrap_or_default())
+        .collect();
+    let selected = secret_watches
+        .iter()
+        .filter(|uri| uri.contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dpgvs3-operator"))
+        .count();
+    assert!(selected >= 2, "Secret watches: {secret_watches:#?}");
+    let hpa_deletes = requests
+        .iter()
+        .filter(|e| {
+            e["verb"] == "delete"
+                && e["objectRef"]["resource"] == "horizontalpodautoscalers"
+                && e["objectRef"]["namespace"] == ns
+        })
+        .count();
+    assert!(
+        hpa_deletes <= 1,
+        "{hpa_deletes} HPA DELETEs over 4 reconciles of a pool without one"
+    );
+    let crd_reads: Vec<&str> = requests
+        .iter()
+        .filter(|e| e["objectRef"]["resource"] == "customresourcedefinitions")
+        .map(|e| e["requestURI"].as_str().unwrap_or_default())
+        .collect();
+    assert!(crd_reads.is_empty(), "the operator read CRDs: {crd_reads:?}");
+    let discoveries = requests
+        .iter()
+        .filter(|e| e["requestURI"] == "/apis/monitoring.coreos.com/v1")
+        .count();
+    assert!(
+        discoveries <= 1,
+        "{discoveries} ServiceMonitor discoveries within its recheck interval"
+    );
 }
 
 /// GatewayPool → Deployment, Service, master key Secret; Buckets of each access mode and

@@ -64,6 +64,12 @@ async fn provision(ctx: &Arc<Context>, fake: &FakeApi) {
         fake.get(BUCKET).unwrap()["metadata"]["finalizers"],
         json!(["pgvs3.io/bucket-cleanup"])
     );
+    let added = fake.requests_to(Method::PATCH, "/buckets/photos");
+    assert!(
+        added.iter().all(|r| r.query.contains("fieldManager=pgvs3-operator")),
+        "finalizer patches without the field manager: {:?}",
+        added.iter().map(|r| &r.query).collect::<Vec<_>>()
+    );
     assert_eq!(
         reconcile(ctx, fake).await.unwrap(),
         Action::requeue(Duration::from_secs(300))
@@ -76,6 +82,8 @@ async fn delete(ctx: &Arc<Context>, fake: &FakeApi) {
     });
     reconcile(ctx, fake).await.unwrap();
     assert!(fake.get(BUCKET).is_none(), "finalizer removed, object gone");
+    let patches = fake.requests_to(Method::PATCH, "/buckets/photos");
+    assert!(patches.last().unwrap().query.contains("fieldManager=pgvs3-operator"));
 }
 
 /// S3 client with the Secret's credentials; the gateway learns new keys from the catalog by
@@ -210,6 +218,36 @@ async fn retain_keeps_the_bucket_and_its_objects_but_revokes_the_key() {
         .await
         .unwrap();
     assert_eq!(object.body.collect().await.unwrap().into_bytes().as_ref(), b"hello");
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_bucket_deleted_without_its_pool_keeps_the_secret_of_its_unrevoked_key() {
+    let gateway = common::TestGateway::start().await;
+    let (ctx, fake) = setup(&gateway.database_url, json!({"gatewayPoolRef": "objects"}));
+    provision(&ctx, &fake).await;
+    let key_id = secret_text(&fake, "AWS_ACCESS_KEY_ID");
+    assert!(!fake.get(SECRET).unwrap()["metadata"]["ownerReferences"].is_null());
+    fake.remove("/apis/pgvs3.io/v1alpha1/namespaces/team/gatewaypools/objects");
+    delete(&ctx, &fake).await;
+    assert!(
+        fake.events()
+            .contains(&("Warning".to_string(), "CleanupSkipped".to_string()))
+    );
+    // The key still works, so its only copy is not left to garbage collection.
+    let secret = fake.get(SECRET).expect("the credentials Secret is kept");
+    assert!(secret["metadata"]["ownerReferences"].is_null(), "{secret}");
+    assert!(secret["metadata"]["annotations"]["pgvs3.io/key-not-revoked"].is_string());
+    assert_eq!(secret_text(&fake, "AWS_ACCESS_KEY_ID"), key_id);
+    put_with_secret(&gateway, &fake, "team-photos", "still.txt")
+        .await
+        .unwrap();
+    let patches = fake.requests_to(Method::PATCH, "/secrets/photos-credentials");
+    assert!(
+        patches.last().unwrap().query.contains("fieldManager=pgvs3-operator"),
+        "{:?}",
+        patches.last().unwrap().query
+    );
     gateway.stop().await;
 }
 

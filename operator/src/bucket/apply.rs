@@ -4,10 +4,9 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Resource, ResourceExt};
 use pgvs3_secret::random_token;
 
@@ -19,6 +18,7 @@ use crate::crd::{
     Verdict, valid_bucket_name, waiting,
 };
 use crate::database::{self, INVALID_SPEC, bind};
+use crate::finalizer::{Event, finalizer};
 use crate::gateway_pool::apply::{RESYNC, WAIT_FOR_DEPENDENCY};
 use crate::gateway_pool::build::endpoints;
 use crate::kube_ops;
@@ -210,6 +210,31 @@ pub(crate) async fn target(ctx: &Context, pool: &GatewayPool, namespace: &str, b
     })
 }
 
+/// Annotation on a credentials Secret kept after its Bucket was deleted without revoking the key.
+pub const KEY_NOT_REVOKED: &str = "pgvs3.io/key-not-revoked";
+
+/// Drops the Bucket's owner reference from its credentials Secret and marks it
+/// [`KEY_NOT_REVOKED`]; whether there was a Secret to keep.
+async fn keep_credentials(ctx: &Context, bucket: &Bucket, namespace: &str) -> Result<bool> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let patch = serde_json::json!({"metadata": {
+        "ownerReferences": null,
+        "annotations": {KEY_NOT_REVOKED: "the Bucket was deleted while its catalog was unreachable"},
+    }});
+    match secrets
+        .patch(
+            &build::secret_name(bucket),
+            &PatchParams::apply(kube_ops::FIELD_MANAGER),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+        Err(err) => Err(err.into()),
+    }
+}
+
 async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Action> {
     let bucket_name = bucket.bucket_name();
     let key_id = build::access_key_id(bucket);
@@ -217,10 +242,22 @@ async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Acti
         Ok(binding) => binding,
         Err(verdicts) => {
             // Without its pool the catalog is out of reach; holding the finalizer would block
-            // the namespace forever, so the data stays and the user is told.
+            // the namespace forever, so the data stays and the user is told. The access key
+            // cannot be revoked either: its credentials Secret is kept (no longer owned by the
+            // Bucket, so garbage collection leaves it) rather than lose the only copy of a key
+            // that still works.
+            let kept = keep_credentials(ctx, bucket, namespace).await?;
             let note = format!(
-                "catalog not reachable ({}); bucket {bucket_name} left in place",
-                verdicts[0].message
+                "catalog not reachable ({}); bucket {bucket_name} left in place{}",
+                verdicts[0].message,
+                if kept {
+                    format!(
+                        ", its access key {key_id} still active: Secret {} kept",
+                        build::secret_name(bucket)
+                    )
+                } else {
+                    String::new()
+                }
             );
             kube_ops::publish(ctx, bucket, "Cleanup", EventType::Warning, "CleanupSkipped", note).await;
             return Ok(Action::await_change());

@@ -10,7 +10,6 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -25,7 +24,6 @@ pub const KIND: &str = "GatewayPool";
 /// While a dependency is missing, look again this often (watches usually notice sooner).
 pub const WAIT_FOR_DEPENDENCY: Duration = Duration::from_secs(30);
 pub const RESYNC: Duration = Duration::from_secs(300);
-const SERVICE_MONITOR_CRD: &str = "servicemonitors.monitoring.coreos.com";
 
 pub async fn reconcile(pool: Arc<GatewayPool>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile(KIND);
@@ -72,10 +70,9 @@ async fn reconcile_in(pool: &GatewayPool, ctx: &Context, namespace: &str) -> Res
         referenced.push(token);
     }
 
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let inputs = Inputs {
         secrets_digest: kube_ops::secrets_digest(&referenced),
-        service_monitor_crd: crds.get_opt(SERVICE_MONITOR_CRD).await?.is_some(),
+        service_monitor_crd: ctx.serves_service_monitors().await?,
     };
     let objects = build::build(pool, &inputs);
 
@@ -96,16 +93,23 @@ async fn reconcile_in(pool: &GatewayPool, ctx: &Context, namespace: &str) -> Res
     )
     .await?;
     let autoscalers: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), namespace);
+    let pool_key = backoff_key(KIND, pool);
     match &objects.autoscaler {
         Some(autoscaler) => {
             kube_ops::apply(&autoscalers, autoscaler).await?;
+            ctx.set_autoscaler(&pool_key, true);
         }
-        // Autoscaling switched off: the old HPA would keep resizing the Deployment.
-        None => match autoscalers.delete(&pool.name_any(), &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(err) => return Err(err.into()),
-        },
+        // Autoscaling switched off: the old HPA would keep resizing the Deployment. Deleted
+        // once (per pool and operator start), not on every reconcile.
+        None if ctx.known_without_autoscaler(&pool_key) => {}
+        None => {
+            match autoscalers.delete(&pool.name_any(), &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(err) => return Err(err.into()),
+            }
+            ctx.set_autoscaler(&pool_key, false);
+        }
     }
     if let Some(monitor) = &objects.service_monitor {
         let monitors: Api<DynamicObject> =

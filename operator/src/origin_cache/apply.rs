@@ -10,7 +10,6 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Resource, ResourceExt};
 
 use super::build::{self, FINALIZER, origin_row};
@@ -21,6 +20,7 @@ use crate::bucket::catalog as bucket_catalog;
 use crate::context::{self, Context, Error, Result, backoff_key};
 use crate::crd::{DEGRADED, OriginCache, OriginCacheStatus, PROGRESSING, READY, Verdict, waiting};
 use crate::database::{self, bind};
+use crate::finalizer::{Event, finalizer};
 use crate::gateway_pool::apply::{RESYNC, WAIT_FOR_DEPENDENCY};
 use crate::gateway_pool::build::endpoints;
 use crate::kube_ops;

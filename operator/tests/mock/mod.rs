@@ -143,6 +143,33 @@ fn split_prefix(path: &str) -> Option<(String, Vec<&str>)> {
     }
 }
 
+/// API discovery of a group version (`/apis/<group>/<version>`): the resources of the stored
+/// CustomResourceDefinitions of that group, 404 when there are none (as for an absent group).
+/// `None` when `path` is not a group version.
+fn discovery(objects: &BTreeMap<String, Value>, path: &str) -> Option<Reply> {
+    let ["apis", group, version] = path.trim_start_matches('/').split('/').collect::<Vec<_>>()[..] else {
+        return None;
+    };
+    let suffix = format!(".{group}");
+    let resources: Vec<Value> = objects
+        .values()
+        .filter(|o| o["kind"] == "CustomResourceDefinition")
+        .filter_map(|o| {
+            o["metadata"]["name"]
+                .as_str()?
+                .strip_suffix(&suffix)
+                .map(str::to_string)
+        })
+        .map(|plural| json!({"name": plural, "namespaced": true, "kind": "", "singularName": "", "verbs": []}))
+        .collect();
+    if resources.is_empty() {
+        return Some(status(404, "NotFound", "the server could not find the requested resource").into());
+    }
+    let list = json!({"kind": "APIResourceList", "apiVersion": "v1",
+                      "groupVersion": format!("{group}/{version}"), "resources": resources});
+    Some(Reply::Json(StatusCode::OK, list))
+}
+
 /// What the fake answers: a JSON document, or the event stream of a watch.
 enum Reply {
     Json(StatusCode, Value),
@@ -361,6 +388,11 @@ impl FakeApi {
             fault.remaining -= 1;
             let reason = if fault.code == 409 { "Conflict" } else { "InternalError" };
             return status(fault.code, reason, "injected fault").into();
+        }
+        if method == Method::GET
+            && let Some(list) = discovery(&state.objects, &path)
+        {
+            return list;
         }
         let collection = Collection::parse(&path);
         if method == Method::GET
