@@ -17,18 +17,6 @@ fn signer(gw: &TestGateway, secret: &str) -> Signer {
     }
 }
 
-async fn signed(gw: &TestGateway, method: &str, path: &str, extra: &[(&str, String)], body: &[u8]) -> RawResponse {
-    let headers = signer(gw, ROOT_SECRET_KEY).sign(method, path, extra, &sha256_hex(body), SystemTime::now());
-    send(
-        gw.gateway.s3_addr,
-        method,
-        path,
-        &with_length(headers, body.len()),
-        body,
-    )
-    .await
-}
-
 fn with_length(mut headers: Vec<(String, String)>, len: usize) -> Vec<(String, String)> {
     headers.push(("content-length".into(), len.to_string()));
     headers
@@ -38,23 +26,9 @@ async fn exists(gw: &TestGateway, bucket: &str, key: &str) -> bool {
     gw.client.head_object().bucket(bucket).key(key).send().await.is_ok()
 }
 
-async fn setup() -> TestGateway {
-    let gw = TestGateway::start().await;
-    gw.client.create_bucket().bucket("bkt").send().await.unwrap();
-    gw.client
-        .put_object()
-        .bucket("bkt")
-        .key("there")
-        .body(ByteStream::from_static(b"0123456789"))
-        .send()
-        .await
-        .unwrap();
-    gw
-}
-
 #[tokio::test]
 async fn unsigned_and_badly_signed_requests_are_refused() {
-    let gw = setup().await;
+    let gw = TestGateway::with_sample_object().await;
     let anonymous = send(
         gw.gateway.s3_addr,
         "GET",
@@ -89,7 +63,7 @@ async fn unsigned_and_badly_signed_requests_are_refused() {
 
 #[tokio::test]
 async fn a_payload_that_does_not_match_its_signed_hash_is_not_stored() {
-    let gw = setup().await;
+    let gw = TestGateway::with_sample_object().await;
     let headers = signer(&gw, ROOT_SECRET_KEY).sign(
         "PUT",
         "/bkt/tampered",
@@ -140,65 +114,48 @@ async fn a_payload_that_does_not_match_its_signed_hash_is_not_stored() {
 
 #[tokio::test]
 async fn bad_content_md5_and_checksums_are_rejected() {
-    let gw = setup().await;
-    let wrong_md5 = base64_md5(b"something else");
-    let response = signed(&gw, "PUT", "/bkt/md5", &[("content-md5", wrong_md5)], b"payload").await;
+    let gw = TestGateway::with_sample_object().await;
+    let wrong_md5 = common::raw::content_md5(b"something else");
+    let response = gw
+        .signed("PUT", "/bkt/md5", &[("content-md5", &wrong_md5)], b"payload")
+        .await;
     assert_eq!((response.status, response.code()), (400, Some("BadDigest")));
-    let response = signed(
-        &gw,
-        "PUT",
-        "/bkt/md5",
-        &[("content-md5", "not base64!".into())],
-        b"payload",
-    )
-    .await;
+    let response = gw
+        .signed("PUT", "/bkt/md5", &[("content-md5", "not base64!")], b"payload")
+        .await;
     assert_eq!((response.status, response.code()), (400, Some("InvalidDigest")));
-    let right = base64_md5(b"payload");
+    let right = common::raw::content_md5(b"payload");
     assert_eq!(
-        signed(&gw, "PUT", "/bkt/md5", &[("content-md5", right)], b"payload")
+        gw.signed("PUT", "/bkt/md5", &[("content-md5", &right)], b"payload")
             .await
             .status,
         200
     );
-    let response = signed(
-        &gw,
-        "PUT",
-        "/bkt/sha",
-        &[("x-amz-checksum-sha256", base64_md5(b"x"))],
-        b"payload",
-    )
-    .await;
+    let response = gw
+        .signed(
+            "PUT",
+            "/bkt/sha",
+            &[("x-amz-checksum-sha256", &common::raw::content_md5(b"x"))],
+            b"payload",
+        )
+        .await;
     assert_eq!((response.status, response.code()), (400, Some("BadDigest")));
     assert!(!exists(&gw, "bkt", "sha").await);
     gw.stop().await;
 }
 
-fn base64_md5(data: &[u8]) -> String {
-    use base64::Engine;
-    use md5::Digest;
-    base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(data))
-}
-
 #[tokio::test]
 async fn malformed_requests_get_s3_errors() {
-    let gw = setup().await;
+    let gw = TestGateway::with_sample_object().await;
     let long_key = "k".repeat(1025);
-    let response = signed(&gw, "PUT", &format!("/bkt/{long_key}"), &[], b"x").await;
+    let response = gw.signed("PUT", &format!("/bkt/{long_key}"), &[], b"x").await;
     assert_eq!((response.status, response.code()), (400, Some("KeyTooLongError")));
     let ok_key = "k".repeat(1024);
-    assert_eq!(
-        signed(&gw, "PUT", &format!("/bkt/{ok_key}"), &[], b"x").await.status,
-        200
-    );
+    assert_eq!(gw.signed("PUT", &format!("/bkt/{ok_key}"), &[], b"x").await.status, 200);
 
-    let response = signed(
-        &gw,
-        "POST",
-        "/bkt?delete",
-        &[],
-        b"<Delete><Object><Key>there</Key></Object>",
-    )
-    .await;
+    let response = gw
+        .signed("POST", "/bkt?delete", &[], b"<Delete><Object><Key>there</Key></Object>")
+        .await;
     assert_eq!(
         (response.status, response.code()),
         (400, Some("MalformedXML")),
@@ -207,22 +164,22 @@ async fn malformed_requests_get_s3_errors() {
     );
     assert!(exists(&gw, "bkt", "there").await, "a malformed batch deletes nothing");
 
-    let response = signed(&gw, "PUT", "/Bad_Bucket", &[], b"").await;
+    let response = gw.signed("PUT", "/Bad_Bucket", &[], b"").await;
     assert_eq!((response.status, response.code()), (400, Some("InvalidBucketName")));
 
     // S3 ignores a Range header it cannot parse; pgvs3 (through s3s) refuses it instead, which
     // no client relies on either way (docs/s3-compatibility.md).
     for malformed in ["bytes=7-3", "bytes=abc", "lines=1-2"] {
-        let response = signed(&gw, "GET", "/bkt/there", &[("range", malformed.into())], b"").await;
+        let response = gw.signed("GET", "/bkt/there", &[("range", malformed)], b"").await;
         assert_eq!(
             (response.status, response.code()),
             (400, Some("InvalidArgument")),
             "{malformed}"
         );
     }
-    let response = signed(&gw, "GET", "/bkt/there", &[("range", "bytes=20-".into())], b"").await;
+    let response = gw.signed("GET", "/bkt/there", &[("range", "bytes=20-")], b"").await;
     assert_eq!((response.status, response.code()), (416, Some("InvalidRange")));
-    let response = signed(&gw, "GET", "/bkt/missing", &[], b"").await;
+    let response = gw.signed("GET", "/bkt/missing", &[], b"").await;
     assert_eq!((response.status, response.code()), (404, Some("NoSuchKey")));
     assert!(response.body.contains("<RequestId>"), "{}", response.body);
     gw.stop().await;
@@ -230,7 +187,7 @@ async fn malformed_requests_get_s3_errors() {
 
 #[tokio::test]
 async fn a_body_shorter_than_its_content_length_stores_nothing() {
-    let gw = setup().await;
+    let gw = TestGateway::with_sample_object().await;
     for (key, declared, sent) in [
         ("short-inline", 1000usize, 400usize),
         ("short-chunked", 500_000, 300_000),
@@ -298,7 +255,7 @@ async fn wait_for_rollback(sql: &tokio_postgres::Client) -> (i64, i64) {
 
 #[tokio::test]
 async fn a_client_that_disconnects_mid_upload_leaves_nothing_behind() {
-    let gw = setup().await;
+    let gw = TestGateway::with_sample_object().await;
     let headers = signer(&gw, ROOT_SECRET_KEY).sign("PUT", "/bkt/cut", &[], "UNSIGNED-PAYLOAD", SystemTime::now());
     let mut stream = tokio::net::TcpStream::connect(gw.gateway.s3_addr).await.unwrap();
     let mut request = format!("PUT /bkt/cut HTTP/1.1\r\ncontent-length: {}\r\n", 10 << 20);
@@ -373,11 +330,11 @@ fn assert_client_error(response: &RawResponse, what: &str) {
 }
 
 /// A request as sent: method, path and query, extra headers, body.
-type Probe<'a> = (&'a str, String, Vec<(&'a str, String)>, &'a [u8]);
+type Probe<'a> = (&'a str, String, Vec<(&'a str, &'a str)>, &'a [u8]);
 
 #[tokio::test]
 async fn a_nul_character_anywhere_is_a_client_error_that_names_no_database() {
-    let gw = setup().await;
+    let gw = TestGateway::with_sample_object().await;
     let upload = gw
         .client
         .create_multipart_upload()
@@ -411,15 +368,10 @@ async fn a_nul_character_anywhere_is_a_client_error_that_names_no_database() {
         (
             "PUT",
             "/bkt/copy".into(),
-            vec![("x-amz-copy-source", "/bkt/th%00ere".into())],
+            vec![("x-amz-copy-source", "/bkt/th%00ere")],
             b"",
         ),
-        (
-            "PUT",
-            "/bkt/tagged".into(),
-            vec![("x-amz-tagging", "a=%00".into())],
-            b"x",
-        ),
+        ("PUT", "/bkt/tagged".into(), vec![("x-amz-tagging", "a=%00")], b"x"),
         (
             "PUT",
             format!("/bkt/multi?partNumber=1&uploadId={upload_id}%00"),
@@ -434,7 +386,7 @@ async fn a_nul_character_anywhere_is_a_client_error_that_names_no_database() {
         ),
     ];
     for (method, path, extra, body) in &requests {
-        let response = signed(&gw, method, path, extra, body).await;
+        let response = gw.signed(method, path, extra, body).await;
         assert_client_error(&response, &format!("{method} {path}"));
     }
     let rows: i64 = gw
@@ -450,7 +402,7 @@ async fn a_nul_character_anywhere_is_a_client_error_that_names_no_database() {
 
 #[tokio::test]
 async fn user_metadata_over_two_kibibytes_is_refused() {
-    let gw = setup().await;
+    let gw = TestGateway::with_sample_object().await;
     // 2 KiB of names and values, counted without the x-amz-meta- prefix, as S3 counts them.
     let fits = "v".repeat(2048 - "name".len());
     let over = "v".repeat(2049 - "name".len());
@@ -497,9 +449,9 @@ async fn user_metadata_over_two_kibibytes_is_refused() {
 
 #[tokio::test]
 async fn a_multi_object_delete_without_a_digest_is_refused() {
-    let gw = setup().await;
+    let gw = TestGateway::with_sample_object().await;
     let body = b"<Delete><Object><Key>there</Key></Object></Delete>";
-    let response = signed(&gw, "POST", "/bkt?delete", &[], body).await;
+    let response = gw.signed("POST", "/bkt?delete", &[], body).await;
     assert_eq!(
         (response.status, response.code()),
         (400, Some("InvalidRequest")),
@@ -508,7 +460,14 @@ async fn a_multi_object_delete_without_a_digest_is_refused() {
     );
     assert!(response.body.contains("Content-MD5"), "{}", response.body);
     assert!(exists(&gw, "bkt", "there").await, "nothing was deleted");
-    let with_md5 = signed(&gw, "POST", "/bkt?delete", &[("content-md5", base64_md5(body))], body).await;
+    let with_md5 = gw
+        .signed(
+            "POST",
+            "/bkt?delete",
+            &[("content-md5", &common::raw::content_md5(body))],
+            body,
+        )
+        .await;
     assert_eq!(with_md5.status, 200, "{}", with_md5.body);
     assert!(!exists(&gw, "bkt", "there").await);
     gw.stop().await;
@@ -523,7 +482,7 @@ async fn presigned_get(gw: &TestGateway, expires: &str) -> RawResponse {
 
 #[tokio::test]
 async fn presigned_urls_valid_for_more_than_a_week_are_refused() {
-    let gw = setup().await;
+    let gw = TestGateway::with_sample_object().await;
     let week = presigned_get(&gw, "604800").await;
     assert_eq!((week.status, week.body.as_str()), (200, "0123456789"));
     let longer = presigned_get(&gw, "604801").await;
@@ -541,7 +500,7 @@ async fn presigned_urls_valid_for_more_than_a_week_are_refused() {
 /// gateway's runs: this needs `auth::presigned_expiry` called ahead of s3s in `s3/mod.rs`.
 #[tokio::test]
 async fn negative_or_non_numeric_presigned_expiries_get_the_s3_answer() {
-    let gw = setup().await;
+    let gw = TestGateway::with_sample_object().await;
     for (expires, message) in [
         ("-7", "X-Amz-Expires must be non-negative"),
         ("soon", "X-Amz-Expires should be a number"),

@@ -4,37 +4,8 @@
 
 mod common;
 
-use std::time::SystemTime;
-
-use aws_sdk_s3::primitives::ByteStream;
-use common::raw::{RawResponse, Signer, send, sha256_hex};
-use common::{ROOT_ACCESS_KEY, ROOT_SECRET_KEY, TestGateway};
-
-async fn signed(gw: &TestGateway, method: &str, path: &str, extra: &[(&str, &str)], body: &[u8]) -> RawResponse {
-    let signer = Signer {
-        access_key: ROOT_ACCESS_KEY.into(),
-        secret_key: ROOT_SECRET_KEY.into(),
-        host: gw.gateway.s3_addr.to_string(),
-    };
-    let extra: Vec<(&str, String)> = extra.iter().map(|(n, v)| (*n, (*v).to_owned())).collect();
-    let mut headers = signer.sign(method, path, &extra, &sha256_hex(body), SystemTime::now());
-    headers.push(("content-length".into(), body.len().to_string()));
-    send(gw.gateway.s3_addr, method, path, &headers, body).await
-}
-
-async fn setup() -> TestGateway {
-    let gw = TestGateway::start().await;
-    gw.client.create_bucket().bucket("bkt").send().await.unwrap();
-    gw.client
-        .put_object()
-        .bucket("bkt")
-        .key("there")
-        .body(ByteStream::from_static(b"0123456789"))
-        .send()
-        .await
-        .unwrap();
-    gw
-}
+use common::TestGateway;
+use common::raw::RawResponse;
 
 async fn exists(gw: &TestGateway, key: &str) -> bool {
     gw.client.head_object().bucket("bkt").key(key).send().await.is_ok()
@@ -67,7 +38,7 @@ const SSE_C: [(&str, &str); 3] = [
 
 #[tokio::test]
 async fn server_side_encryption_is_refused_on_every_operation_and_nothing_is_stored() {
-    let gw = setup().await;
+    let gw = TestGateway::with_sample_object().await;
     let sse_s3 = [("x-amz-server-side-encryption", "AES256")];
     let sse_kms = [
         ("x-amz-server-side-encryption", "aws:kms"),
@@ -78,15 +49,15 @@ async fn server_side_encryption_is_refused_on_every_operation_and_nothing_is_sto
         ("SSE-KMS", &sse_kms[..]),
         ("SSE-C", &SSE_C[..]),
     ] {
-        let put = signed(&gw, "PUT", "/bkt/secret", headers, b"plaintext").await;
+        let put = gw.signed("PUT", "/bkt/secret", headers, b"plaintext").await;
         assert_refused(&put, 501, "NotImplemented", &format!("PutObject with {name}"));
         let copy_headers: Vec<(&str, &str)> = [("x-amz-copy-source", "/bkt/there")]
             .into_iter()
             .chain(headers.iter().copied())
             .collect();
-        let copy = signed(&gw, "PUT", "/bkt/copied", &copy_headers, b"").await;
+        let copy = gw.signed("PUT", "/bkt/copied", &copy_headers, b"").await;
         assert_refused(&copy, 501, "NotImplemented", &format!("CopyObject with {name}"));
-        let create = signed(&gw, "POST", "/bkt/multi?uploads", headers, b"").await;
+        let create = gw.signed("POST", "/bkt/multi?uploads", headers, b"").await;
         assert_refused(
             &create,
             501,
@@ -100,15 +71,15 @@ async fn server_side_encryption_is_refused_on_every_operation_and_nothing_is_sto
     assert!(uploads.uploads().is_empty(), "no upload was created");
 
     // An SSE-C key on a read would be a promise to decrypt; on a part, to encrypt.
-    let get = signed(&gw, "GET", "/bkt/there", &SSE_C, b"").await;
+    let get = gw.signed("GET", "/bkt/there", &SSE_C, b"").await;
     assert_refused(&get, 501, "NotImplemented", "GetObject with SSE-C");
-    let head = signed(&gw, "HEAD", "/bkt/there", &SSE_C, b"").await;
+    let head = gw.signed("HEAD", "/bkt/there", &SSE_C, b"").await;
     assert_eq!(head.status, 501, "HeadObject with SSE-C");
     let copy_source_key = [
         ("x-amz-copy-source", "/bkt/there"),
         ("x-amz-copy-source-server-side-encryption-customer-algorithm", "AES256"),
     ];
-    let copy = signed(&gw, "PUT", "/bkt/copied", &copy_source_key, b"").await;
+    let copy = gw.signed("PUT", "/bkt/copied", &copy_source_key, b"").await;
     assert_refused(&copy, 501, "NotImplemented", "CopyObject with a source SSE-C key");
     let upload = gw
         .client
@@ -119,7 +90,7 @@ async fn server_side_encryption_is_refused_on_every_operation_and_nothing_is_sto
         .await
         .unwrap();
     let path = format!("/bkt/multi?partNumber=1&uploadId={}", upload.upload_id().unwrap());
-    let part = signed(&gw, "PUT", &path, &SSE_C, b"part").await;
+    let part = gw.signed("PUT", &path, &SSE_C, b"part").await;
     assert_refused(&part, 501, "NotImplemented", "UploadPart with SSE-C");
     let parts = gw
         .client
@@ -136,25 +107,25 @@ async fn server_side_encryption_is_refused_on_every_operation_and_nothing_is_sto
 
 #[tokio::test]
 async fn object_lock_is_refused_and_no_bucket_gets_it() {
-    let gw = setup().await;
-    let locked = signed(
-        &gw,
-        "PUT",
-        "/locked-bucket",
-        &[("x-amz-bucket-object-lock-enabled", "true")],
-        b"",
-    )
-    .await;
+    let gw = TestGateway::with_sample_object().await;
+    let locked = gw
+        .signed(
+            "PUT",
+            "/locked-bucket",
+            &[("x-amz-bucket-object-lock-enabled", "true")],
+            b"",
+        )
+        .await;
     assert_refused(&locked, 501, "NotImplemented", "CreateBucket with Object Lock");
     assert!(!bucket_exists(&gw, "locked-bucket").await);
-    let unlocked = signed(
-        &gw,
-        "PUT",
-        "/unlocked-bucket",
-        &[("x-amz-bucket-object-lock-enabled", "false")],
-        b"",
-    )
-    .await;
+    let unlocked = gw
+        .signed(
+            "PUT",
+            "/unlocked-bucket",
+            &[("x-amz-bucket-object-lock-enabled", "false")],
+            b"",
+        )
+        .await;
     assert_eq!(unlocked.status, 200, "{}", unlocked.body);
 
     for (header, value) in [
@@ -162,19 +133,19 @@ async fn object_lock_is_refused_and_no_bucket_gets_it() {
         ("x-amz-object-lock-retain-until-date", "2099-01-01T00:00:00Z"),
         ("x-amz-object-lock-legal-hold", "ON"),
     ] {
-        let put = signed(&gw, "PUT", "/bkt/held", &[(header, value)], b"x").await;
+        let put = gw.signed("PUT", "/bkt/held", &[(header, value)], b"x").await;
         assert_refused(&put, 400, "InvalidRequest", header);
         assert!(put.body.contains("ObjectLockConfiguration"), "{}", put.body);
-        let copy = signed(
-            &gw,
-            "PUT",
-            "/bkt/held",
-            &[("x-amz-copy-source", "/bkt/there"), (header, value)],
-            b"",
-        )
-        .await;
+        let copy = gw
+            .signed(
+                "PUT",
+                "/bkt/held",
+                &[("x-amz-copy-source", "/bkt/there"), (header, value)],
+                b"",
+            )
+            .await;
         assert_refused(&copy, 400, "InvalidRequest", header);
-        let create = signed(&gw, "POST", "/bkt/held?uploads", &[(header, value)], b"").await;
+        let create = gw.signed("POST", "/bkt/held?uploads", &[(header, value)], b"").await;
         assert_refused(&create, 400, "InvalidRequest", header);
     }
     assert!(!exists(&gw, "held").await);
@@ -183,7 +154,7 @@ async fn object_lock_is_refused_and_no_bucket_gets_it() {
 
 #[tokio::test]
 async fn acls_beyond_the_owners_own_are_refused_as_s3_refuses_them_with_acls_disabled() {
-    let gw = setup().await;
+    let gw = TestGateway::with_sample_object().await;
     for (header, value) in [
         ("x-amz-acl", "public-read"),
         ("x-amz-acl", "authenticated-read"),
@@ -193,20 +164,20 @@ async fn acls_beyond_the_owners_own_are_refused_as_s3_refuses_them_with_acls_dis
         ),
         ("x-amz-grant-full-control", "id=someone-else"),
     ] {
-        let put = signed(&gw, "PUT", "/bkt/shared", &[(header, value)], b"x").await;
+        let put = gw.signed("PUT", "/bkt/shared", &[(header, value)], b"x").await;
         assert_refused(&put, 400, "AccessControlListNotSupported", value);
-        let copy = signed(
-            &gw,
-            "PUT",
-            "/bkt/shared",
-            &[("x-amz-copy-source", "/bkt/there"), (header, value)],
-            b"",
-        )
-        .await;
+        let copy = gw
+            .signed(
+                "PUT",
+                "/bkt/shared",
+                &[("x-amz-copy-source", "/bkt/there"), (header, value)],
+                b"",
+            )
+            .await;
         assert_refused(&copy, 400, "AccessControlListNotSupported", value);
-        let create = signed(&gw, "POST", "/bkt/shared?uploads", &[(header, value)], b"").await;
+        let create = gw.signed("POST", "/bkt/shared?uploads", &[(header, value)], b"").await;
         assert_refused(&create, 400, "AccessControlListNotSupported", value);
-        let bucket = signed(&gw, "PUT", "/public-bucket", &[(header, value)], b"").await;
+        let bucket = gw.signed("PUT", "/public-bucket", &[(header, value)], b"").await;
         assert_refused(&bucket, 400, "InvalidBucketAclWithObjectOwnership", value);
     }
     assert!(!exists(&gw, "shared").await);
@@ -214,55 +185,69 @@ async fn acls_beyond_the_owners_own_are_refused_as_s3_refuses_them_with_acls_dis
 
     // The owner's own full control is what every bucket and object has: these are no-ops.
     for acl in ["private", "bucket-owner-full-control"] {
-        let put = signed(&gw, "PUT", &format!("/bkt/{acl}"), &[("x-amz-acl", acl)], b"x").await;
+        let put = gw
+            .signed("PUT", &format!("/bkt/{acl}"), &[("x-amz-acl", acl)], b"x")
+            .await;
         assert_eq!(put.status, 200, "{acl}: {}", put.body);
-        let bucket = signed(&gw, "PUT", &format!("/{acl}-bucket"), &[("x-amz-acl", acl)], b"").await;
+        let bucket = gw
+            .signed("PUT", &format!("/{acl}-bucket"), &[("x-amz-acl", acl)], b"")
+            .await;
         assert_eq!(bucket.status, 200, "{acl}: {}", bucket.body);
     }
-    let owned = signed(
-        &gw,
-        "PUT",
-        "/writer-owned",
-        &[("x-amz-object-ownership", "ObjectWriter")],
-        b"",
-    )
-    .await;
+    let owned = gw
+        .signed(
+            "PUT",
+            "/writer-owned",
+            &[("x-amz-object-ownership", "ObjectWriter")],
+            b"",
+        )
+        .await;
     assert_refused(&owned, 501, "NotImplemented", "ObjectWriter ownership");
     gw.stop().await;
 }
 
 #[tokio::test]
 async fn other_storage_classes_redirects_versions_and_regions_are_refused() {
-    let gw = setup().await;
-    let glacier = signed(&gw, "PUT", "/bkt/cold", &[("x-amz-storage-class", "GLACIER")], b"x").await;
+    let gw = TestGateway::with_sample_object().await;
+    let glacier = gw
+        .signed("PUT", "/bkt/cold", &[("x-amz-storage-class", "GLACIER")], b"x")
+        .await;
     assert_refused(&glacier, 501, "NotImplemented", "GLACIER");
-    let bogus = signed(&gw, "PUT", "/bkt/cold", &[("x-amz-storage-class", "FREEZER")], b"x").await;
+    let bogus = gw
+        .signed("PUT", "/bkt/cold", &[("x-amz-storage-class", "FREEZER")], b"x")
+        .await;
     assert_refused(&bogus, 400, "InvalidStorageClass", "FREEZER");
-    let redirect = signed(
-        &gw,
-        "PUT",
-        "/bkt/cold",
-        &[("x-amz-website-redirect-location", "/elsewhere")],
-        b"x",
-    )
-    .await;
+    let redirect = gw
+        .signed(
+            "PUT",
+            "/bkt/cold",
+            &[("x-amz-website-redirect-location", "/elsewhere")],
+            b"x",
+        )
+        .await;
     assert_refused(&redirect, 501, "NotImplemented", "website redirect");
     assert!(!exists(&gw, "cold").await);
-    let standard = signed(&gw, "PUT", "/bkt/cold", &[("x-amz-storage-class", "STANDARD")], b"x").await;
+    let standard = gw
+        .signed("PUT", "/bkt/cold", &[("x-amz-storage-class", "STANDARD")], b"x")
+        .await;
     assert_eq!(standard.status, 200, "{}", standard.body);
 
     // An unversioned bucket has one version, "null"; another id must not reach the object.
-    let get = signed(&gw, "GET", "/bkt/there?versionId=3HL4kqtJlcpXroDTDmJ", &[], b"").await;
+    let get = gw
+        .signed("GET", "/bkt/there?versionId=3HL4kqtJlcpXroDTDmJ", &[], b"")
+        .await;
     assert_refused(&get, 400, "InvalidArgument", "GET of a version");
-    let delete = signed(&gw, "DELETE", "/bkt/there?versionId=3HL4kqtJlcpXroDTDmJ", &[], b"").await;
+    let delete = gw
+        .signed("DELETE", "/bkt/there?versionId=3HL4kqtJlcpXroDTDmJ", &[], b"")
+        .await;
     assert_refused(&delete, 400, "InvalidArgument", "DELETE of a version");
     assert!(exists(&gw, "there").await, "deleting a version left the object alone");
-    let null = signed(&gw, "GET", "/bkt/there?versionId=null", &[], b"").await;
+    let null = gw.signed("GET", "/bkt/there?versionId=null", &[], b"").await;
     assert_eq!((null.status, null.body.as_str()), (200, "0123456789"));
 
     let elsewhere =
         b"<CreateBucketConfiguration><LocationConstraint>eu-west-1</LocationConstraint></CreateBucketConfiguration>";
-    let bucket = signed(&gw, "PUT", "/far-bucket", &[], elsewhere).await;
+    let bucket = gw.signed("PUT", "/far-bucket", &[], elsewhere).await;
     assert_refused(&bucket, 400, "IllegalLocationConstraintException", "another region");
     assert!(!bucket_exists(&gw, "far-bucket").await);
     gw.stop().await;
@@ -272,7 +257,7 @@ async fn other_storage_classes_redirects_versions_and_regions_are_refused() {
 /// ones that would store a setting (a silent success would be a guarantee not kept).
 #[tokio::test]
 async fn operations_that_would_store_unkept_settings_answer_not_implemented() {
-    let gw = setup().await;
+    let gw = TestGateway::with_sample_object().await;
     let cases: [(&str, &str, &[u8]); 16] = [
         (
             "PUT",
@@ -340,14 +325,10 @@ async fn operations_that_would_store_unkept_settings_answer_not_implemented() {
         ),
     ];
     for (method, path, body) in cases {
-        let response = signed(&gw, method, path, &[("content-md5", &md5_base64(body))], body).await;
+        let response = gw
+            .signed(method, path, &[("content-md5", &common::raw::content_md5(body))], body)
+            .await;
         assert_refused(&response, 501, "NotImplemented", path);
     }
     gw.stop().await;
-}
-
-fn md5_base64(data: &[u8]) -> String {
-    use base64::Engine;
-    use md5::Digest;
-    base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(data))
 }

@@ -276,6 +276,41 @@ impl TestGateway {
         }
     }
 
+    /// A gateway with bucket `bkt` holding `there` (ten bytes, `0123456789`).
+    pub async fn with_sample_object() -> TestGateway {
+        let gw = TestGateway::start().await;
+        gw.client.create_bucket().bucket("bkt").send().await.unwrap();
+        gw.client
+            .put_object()
+            .bucket("bkt")
+            .key("there")
+            .body(aws_sdk_s3::primitives::ByteStream::from_static(b"0123456789"))
+            .send()
+            .await
+            .unwrap();
+        gw
+    }
+
+    /// Sends a raw request signed by the root key (with `body`'s hash and length), for what no
+    /// SDK sends.
+    pub async fn signed(&self, method: &str, path: &str, extra: &[(&str, &str)], body: &[u8]) -> raw::RawResponse {
+        let signer = raw::Signer {
+            access_key: ROOT_ACCESS_KEY.into(),
+            secret_key: ROOT_SECRET_KEY.into(),
+            host: self.gateway.s3_addr.to_string(),
+        };
+        let extra: Vec<(&str, String)> = extra.iter().map(|(n, v)| (*n, (*v).to_owned())).collect();
+        let mut headers = signer.sign(
+            method,
+            path,
+            &extra,
+            &raw::sha256_hex(body),
+            std::time::SystemTime::now(),
+        );
+        headers.push(("content-length".into(), body.len().to_string()));
+        raw::send(self.gateway.s3_addr, method, path, &headers, body).await
+    }
+
     /// The value of the first line of the gateway's /metrics starting with `line_start`.
     pub async fn metric(&self, line_start: &str) -> Option<f64> {
         let host = self.gateway.admin_addr.to_string();

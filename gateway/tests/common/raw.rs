@@ -102,15 +102,7 @@ impl Signer {
         let query = params.join("&");
         let canonical = format!("{method}\n{uri}\n{query}\n{canonical_headers}\n{signed}\n{payload_hash}");
         let scope = format!("{day}/us-east-1/s3/aws4_request");
-        let to_sign = format!(
-            "AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}",
-            sha256_hex(canonical.as_bytes())
-        );
-        let mut key = hmac(format!("AWS4{}", self.secret_key).as_bytes(), day);
-        for part in ["us-east-1", "s3", "aws4_request"] {
-            key = hmac(&key, part);
-        }
-        let signature = hex::encode(hmac(&key, &to_sign));
+        let signature = self.signature(&stamp, &scope, &canonical);
         headers.push((
             "authorization".into(),
             format!(
@@ -120,9 +112,7 @@ impl Signer {
         ));
         headers
     }
-}
 
-impl Signer {
     /// A presigned (query-string SigV4) path for `path` signed at `date`, with `expires` as its
     /// `X-Amz-Expires` verbatim: the SDKs refuse to make the out-of-range ones tests need.
     pub fn presign(&self, method: &str, path: &str, expires: &str, date: SystemTime) -> String {
@@ -146,17 +136,29 @@ impl Signer {
             "{method}\n{path}\n{query}\nhost:{}\n\nhost\nUNSIGNED-PAYLOAD",
             self.host
         );
+        let signature = self.signature(&stamp, &scope, &canonical);
+        format!("{path}?{query}&X-Amz-Signature={signature}")
+    }
+
+    /// The SigV4 signature of a canonical request made at `stamp` in `scope`.
+    fn signature(&self, stamp: &str, scope: &str, canonical: &str) -> String {
         let to_sign = format!(
             "AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}",
             sha256_hex(canonical.as_bytes())
         );
-        let mut key = hmac(format!("AWS4{}", self.secret_key).as_bytes(), day);
+        let mut key = hmac(format!("AWS4{}", self.secret_key).as_bytes(), &stamp[..8]);
         for part in ["us-east-1", "s3", "aws4_request"] {
             key = hmac(&key, part);
         }
-        let signature = hex::encode(hmac(&key, &to_sign));
-        format!("{path}?{query}&X-Amz-Signature={signature}")
+        hex::encode(hmac(&key, &to_sign))
     }
+}
+
+/// The `Content-MD5` value of a body.
+pub fn content_md5(data: &[u8]) -> String {
+    use base64::Engine;
+    use md5::Digest;
+    base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(data))
 }
 
 /// Sends one request on a fresh connection and reads the whole response.
