@@ -154,13 +154,6 @@ impl Signer {
     }
 }
 
-/// The `Content-MD5` value of a body.
-pub fn content_md5(data: &[u8]) -> String {
-    use base64::Engine;
-    use md5::Digest;
-    base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(data))
-}
-
 /// Sends one request on a fresh connection and reads the whole response.
 pub async fn send(
     addr: std::net::SocketAddr,
