@@ -5,6 +5,7 @@
 
 pub mod admin;
 pub mod admission;
+pub mod bucket;
 pub mod cache;
 pub mod config;
 pub mod http_server;

@@ -275,7 +275,7 @@ async fn admin(catalog: &Arc<Catalog>, pool: deadpool_postgres::Pool, command: A
         }
         AdminCommand::Maintenance { run_once: _, grace } => {
             let store = Store::new(pool, Arc::clone(catalog));
-            let stats = pgvs3_gateway::maintenance::run_once(&store, grace).await?;
+            let stats = store.reap_retired(grace).await?;
             println!(
                 "reaped {} retired bodies ({} chunks) and {} expired objects",
                 stats.bodies, stats.chunks, stats.expired_objects

@@ -1,109 +1,19 @@
 //! The maintenance reaper: one leader per database (an advisory lock) deletes retired bodies
 //! after their grace period, expired objects and finished OJS jobs past their retention, in
-//! small batches that never hold long locks.
+//! small batches that never hold long locks. What to delete, and how, is the store's (and the
+//! job queue's); this module decides who runs it and when.
 
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
 
 use crate::metrics::Metrics;
-use crate::store::Store;
+use crate::store::{ReapStats, Store};
 
 /// Any fixed number works; it only has to be the same for every gateway of one database.
 const LEADER_LOCK: i64 = 0x7067_7673_335f_6d74; // "pgvs3_mt"
-/// Retired bodies handled per statement, and chunks deleted per statement.
-const BODY_BATCH: i64 = 16;
-const CHUNK_BATCH: i32 = 4096;
-const EXPIRED_BATCH: i64 = 1000;
 /// Finished OJS jobs (and settled workflows) deleted per statement.
 const JOB_BATCH: i64 = 1000;
-
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct ReapStats {
-    pub bodies: u64,
-    pub chunks: u64,
-    pub expired_objects: u64,
-}
-
-/// One full pass: repeats batches until nothing old enough is left, so a pass ends drained.
-pub async fn run_once(store: &Store, grace: Duration) -> anyhow::Result<ReapStats> {
-    let mut stats = ReapStats::default();
-    let client = store.pool().get().await?;
-    for ns in store.catalog().namespaces().await? {
-        loop {
-            let rows = client
-                .query(&ns.retired_bodies, &[&grace.as_secs_f64(), &BODY_BATCH])
-                .await?;
-            for row in &rows {
-                let body_id: i64 = row.get(0);
-                // Chunks are numbered from 0 without gaps, so a short batch is the last one.
-                let mut from = 0i32;
-                loop {
-                    let deleted = client
-                        .execute(&ns.delete_retired_chunks, &[&body_id, &from, &(from + CHUNK_BATCH)])
-                        .await?;
-                    stats.chunks += deleted;
-                    if deleted < CHUNK_BATCH as u64 {
-                        break;
-                    }
-                    from += CHUNK_BATCH;
-                }
-                // A multipart object's body is a manifest: its parts' bodies retire with it.
-                client.execute(&ns.drop_parts, &[&vec![body_id]]).await?;
-                stats.bodies += client.execute(&ns.forget_retired_body, &[&body_id]).await?;
-            }
-            if (rows.len() as i64) < BODY_BATCH {
-                break;
-            }
-        }
-        loop {
-            let deleted = client.execute(&ns.delete_expired, &[&EXPIRED_BATCH]).await?;
-            stats.expired_objects += deleted;
-            if (deleted as i64) < EXPIRED_BATCH {
-                break;
-            }
-        }
-    }
-    Ok(stats)
-}
-
-/// What is left for the reaper: retired bodies still in their grace period, and multipart
-/// uploads in progress, over all namespaces.
-pub async fn backlog(store: &Store) -> anyhow::Result<(i64, i64)> {
-    let client = store.pool().get().await?;
-    let (mut bodies, mut uploads) = (0, 0);
-    for ns in store.catalog().namespaces().await? {
-        let row = client.query_one(&ns.backlog, &[]).await?;
-        bodies += row.get::<_, i64>(0);
-        uploads += row.get::<_, i64>(1);
-    }
-    Ok((bodies, uploads))
-}
-
-/// Aborts multipart uploads started more than `max_age` ago, retiring their parts' bodies.
-/// Returns how many uploads went.
-pub async fn reap_abandoned_uploads(store: &Store, max_age: Duration) -> anyhow::Result<u64> {
-    let mut reaped = 0;
-    let client = store.pool().get().await?;
-    for ns in store.catalog().namespaces().await? {
-        loop {
-            // Two statements: the second one's snapshot sees every part that committed while
-            // the first waited for the upload rows (parts commit under a share lock on them).
-            let uploads: Vec<i64> = client
-                .query(&ns.drop_abandoned_uploads, &[&max_age.as_secs_f64(), &EXPIRED_BATCH])
-                .await?
-                .iter()
-                .map(|row| row.get(0))
-                .collect();
-            client.execute(&ns.drop_parts, &[&uploads]).await?;
-            reaped += uploads.len() as u64;
-            if (uploads.len() as i64) < EXPIRED_BATCH {
-                break;
-            }
-        }
-    }
-    Ok(reaped)
-}
 
 /// Deletes OJS jobs that finished more than `retention` ago (see
 /// [`crate::ojs::queue::Queue::reap_finished`]), a batch at a time until none is left. Returns
@@ -147,7 +57,7 @@ pub fn spawn_leader_loop(
             if leader_connection.is_none() {
                 continue;
             }
-            match reap_abandoned_uploads(&store, upload_max_age).await {
+            match store.reap_abandoned_uploads(upload_max_age).await {
                 Ok(0) => {}
                 Ok(uploads) => {
                     metrics
@@ -166,7 +76,7 @@ pub fn spawn_leader_loop(
                 }
                 Err(err) => tracing::warn!(error = %err, "reaping finished OJS jobs failed"),
             }
-            match run_once(&store, grace).await {
+            match store.reap_retired(grace).await {
                 Ok(stats) => {
                     metrics
                         .maintenance_reaped
@@ -189,7 +99,7 @@ pub fn spawn_leader_loop(
                     if stats != ReapStats::default() {
                         tracing::info!(?stats, "maintenance pass");
                     }
-                    match backlog(&store).await {
+                    match store.reaper_backlog().await {
                         Ok((bodies, uploads)) => {
                             metrics
                                 .maintenance_backlog

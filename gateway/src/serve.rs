@@ -86,13 +86,13 @@ impl RunningGateway {
             standby,
             (!args.max_replication_lag.is_zero()).then_some(args.max_replication_lag),
         );
+        let buckets = crate::bucket::Buckets::new(store.clone(), cache.clone());
         let endpoint = S3Endpoint::new(
-            store.clone(),
+            buckets.clone(),
             args.region.clone(),
             &args.s3_domains,
             metrics.clone(),
             s3_admission,
-            cache.clone(),
             lag.clone(),
         )?;
         let admin = AdminService::new(
@@ -153,7 +153,7 @@ impl RunningGateway {
             let bound = listener.local_addr()?;
             let settings = crate::resp::RespSettings::from_args(args, bound);
             let server = crate::resp::RespServer::new(
-                store.clone(),
+                buckets.clone(),
                 metrics.clone(),
                 settings,
                 bound.port(),

@@ -1539,3 +1539,105 @@ async fn a_spent_buffer_budget_sends_requests_down_their_unbuffered_paths() {
     assert_eq!(pair.cache.metric("pgvs3_buffer_bytes_in_use").await, Some(0.0));
     pair.stop().await;
 }
+
+/// Every way into a cache bucket keeps its mode's promise, and every way out reads through
+/// it: in write-through mode a copy into the bucket and a multipart completion are at the
+/// origin when they are acknowledged; a copy (and a part copy) out of the bucket of a key only
+/// the origin has fills from the origin, as a GET does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn copies_and_completions_keep_the_cache_mode_and_read_through() {
+    let pair = Pair::start(CacheMode::WriteThrough).await;
+    let s3 = &pair.cache.client;
+    s3.create_bucket().bucket("plain").send().await.unwrap();
+    put(s3, "plain", "src", noise(1000, 1)).await;
+
+    s3.copy_object()
+        .bucket(CACHE)
+        .key("copied-in")
+        .copy_source("plain/src")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pair.origin_has("copied-in").await, Some(noise(1000, 1)));
+
+    pair.put_at_origin("only-there", noise(2000, 2)).await;
+    s3.copy_object()
+        .bucket("plain")
+        .key("copied-out")
+        .copy_source(format!("{CACHE}/only-there"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get(s3, "plain", "copied-out").await, Some(noise(2000, 2)));
+
+    let upload_id = s3
+        .create_multipart_upload()
+        .bucket(CACHE)
+        .key("assembled")
+        .send()
+        .await
+        .unwrap()
+        .upload_id
+        .unwrap();
+    let copied = s3
+        .upload_part_copy()
+        .bucket(CACHE)
+        .key("assembled")
+        .upload_id(&upload_id)
+        .part_number(1)
+        .copy_source(format!("{CACHE}/only-there"))
+        .send()
+        .await
+        .unwrap();
+    let etag = copied.copy_part_result.unwrap().e_tag.unwrap();
+    s3.complete_multipart_upload()
+        .bucket(CACHE)
+        .key("assembled")
+        .upload_id(&upload_id)
+        .multipart_upload(
+            CompletedMultipartUpload::builder()
+                .parts(CompletedPart::builder().part_number(1).e_tag(etag).build())
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pair.origin_has("assembled").await, Some(noise(2000, 2)));
+    pair.stop().await;
+}
+
+/// A RESP database mapped to a cache bucket is refused with a reason, command by command, and
+/// nothing reaches the origin; the plain database beside it works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_resp_database_on_a_cache_bucket_is_refused_clearly() {
+    let pair = Pair::start(CacheMode::WriteThrough).await;
+    pair.put_at_origin("k", b"at the origin".to_vec()).await;
+    let resp_gateway = TestGateway::with_args(
+        pair.cache.database_url.clone(),
+        &["--resp-addr", "127.0.0.1:0", "--resp-databases", &format!("1={CACHE}")],
+    )
+    .await;
+    let mut resp = common::resp::RawResp::connect(resp_gateway.resp_addr()).await;
+    assert_eq!(
+        resp.command(&["SET", "plain", "v"]).await,
+        common::resp::Value::Simple("OK".into())
+    );
+    assert_eq!(
+        resp.command(&["SELECT", "1"]).await,
+        common::resp::Value::Simple("OK".into())
+    );
+    for command in [&["GET", "k"][..], &["SET", "k", "v"], &["DBSIZE"], &["SCAN", "0"]] {
+        let reply = resp.command(command).await;
+        assert!(
+            reply.error().contains("is a cache bucket") && reply.error().contains(CACHE),
+            "{command:?}: {reply:?}"
+        );
+    }
+    assert_eq!(
+        pair.origin_has("k").await,
+        Some(b"at the origin".to_vec()),
+        "not overwritten"
+    );
+    resp_gateway.stop().await;
+    pair.stop().await;
+}

@@ -341,20 +341,16 @@ async fn the_reaper_drains_a_backlog_larger_than_its_batches() {
         common::resp::Value::Int(0),
         "expired at once"
     );
-    let (retired, _) = pgvs3_gateway::maintenance::backlog(store).await.unwrap();
+    let (retired, _) = store.reaper_backlog().await.unwrap();
     assert_eq!(retired, 40);
 
-    let reaped = pgvs3_gateway::maintenance::run_once(store, Duration::ZERO)
-        .await
-        .unwrap();
+    let reaped = store.reap_retired(Duration::ZERO).await.unwrap();
     assert_eq!(reaped.bodies, 40, "{reaped:?}");
     assert!(reaped.chunks >= 40 * 12, "every chunk of every body: {reaped:?}");
     assert_eq!(reaped.expired_objects, 2500, "{reaped:?}");
     // Drained in one pass: nothing is left, and the live objects are whole.
-    assert_eq!(pgvs3_gateway::maintenance::backlog(store).await.unwrap(), (0, 0));
-    let again = pgvs3_gateway::maintenance::run_once(store, Duration::ZERO)
-        .await
-        .unwrap();
+    assert_eq!(store.reaper_backlog().await.unwrap(), (0, 0));
+    let again = store.reap_retired(Duration::ZERO).await.unwrap();
     assert_eq!(again, Default::default());
     let sql = gw.sql().await;
     let expired_rows: i64 = sql

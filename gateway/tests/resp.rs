@@ -361,7 +361,10 @@ async fn expiry_is_exact_on_read() {
     // The reaper removes expired rows later; reads never depended on it.
     query::<String>(&mut con, &["SET", "gone", "v", "PX", "1"]).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let stats = pgvs3_gateway::maintenance::run_once(&gateway.gateway.store, Duration::from_secs(600))
+    let stats = gateway
+        .gateway
+        .store
+        .reap_retired(Duration::from_secs(600))
         .await
         .unwrap();
     assert_eq!(stats.expired_objects, 1, "{stats:?}");
@@ -541,9 +544,7 @@ async fn resp_and_s3_see_the_same_objects() {
     assert_eq!(body[big.len()], b'!');
     // RENAME of a chunked value survives the reaper (the old body is retired, the new one kept).
     assert_eq!(query::<String>(&mut con, &["RENAME", "large", "renamed"]).await, "OK");
-    pgvs3_gateway::maintenance::run_once(&gateway.gateway.store, Duration::ZERO)
-        .await
-        .unwrap();
+    gateway.gateway.store.reap_retired(Duration::ZERO).await.unwrap();
     assert_eq!(query::<Vec<u8>>(&mut con, &["GET", "renamed"]).await, large);
     let listed = s3.list_objects_v2().bucket("resp").send().await.unwrap();
     let mut names: Vec<&str> = listed.contents().iter().filter_map(|o| o.key()).collect();

@@ -580,9 +580,7 @@ async fn copies_share_nothing_but_bytes_and_follow_the_metadata_directive() {
         s3.delete_object().bucket("src").key(key).send().await.unwrap();
     }
     for _ in 0..3 {
-        pgvs3_gateway::maintenance::run_once(&gw.gateway.store, Duration::ZERO)
-            .await
-            .unwrap();
+        gw.gateway.store.reap_retired(Duration::ZERO).await.unwrap();
     }
     assert!(get(s3, "dst", "copy-of-large").await == large);
     assert!(get(s3, "dst", "copy-of-multi").await == multi);

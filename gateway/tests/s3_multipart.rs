@@ -472,13 +472,9 @@ async fn uploads_are_listed_and_every_part_body_is_reaped_in_the_end() {
 
     // Abandoned uploads go after the configured age, and their parts with them.
     upload_part(s3, "other/c", &other, 1, &noise(100, 11)).await;
-    let young = pgvs3_gateway::maintenance::reap_abandoned_uploads(store, Duration::from_secs(3600))
-        .await
-        .unwrap();
+    let young = store.reap_abandoned_uploads(Duration::from_secs(3600)).await.unwrap();
     assert_eq!(young, 0);
-    let reaped = pgvs3_gateway::maintenance::reap_abandoned_uploads(store, Duration::ZERO)
-        .await
-        .unwrap();
+    let reaped = store.reap_abandoned_uploads(Duration::ZERO).await.unwrap();
     assert_eq!(reaped, 3, "a, being completed, is no longer an upload");
     let left = s3.list_multipart_uploads().bucket("mpu").send().await.unwrap();
     assert!(left.uploads().is_empty());
@@ -487,9 +483,7 @@ async fn uploads_are_listed_and_every_part_body_is_reaped_in_the_end() {
     s3.delete_object().bucket("mpu").key("logs/a").send().await.unwrap();
     let sql = gw.sql().await;
     for _ in 0..3 {
-        pgvs3_gateway::maintenance::run_once(store, Duration::ZERO)
-            .await
-            .unwrap();
+        store.reap_retired(Duration::ZERO).await.unwrap();
     }
     let counts = sql
         .query_one(
@@ -536,9 +530,7 @@ async fn overwriting_a_multipart_object_keeps_readers_consistent_and_reaps_old_p
     assert_eq!(parts.body.collect().await.unwrap().into_bytes().as_ref(), b"small now");
     let store = &gw.gateway.store;
     for _ in 0..2 {
-        pgvs3_gateway::maintenance::run_once(store, Duration::ZERO)
-            .await
-            .unwrap();
+        store.reap_retired(Duration::ZERO).await.unwrap();
     }
     let sql = gw.sql().await;
     let chunks: i64 = sql

@@ -223,9 +223,7 @@ async fn a_reader_racing_an_overwrite_and_the_reaper_sees_one_whole_version() {
         .send()
         .await
         .unwrap();
-    let reaped = pgvs3_gateway::maintenance::run_once(&gw.gateway.store, Duration::ZERO)
-        .await
-        .unwrap();
+    let reaped = gw.gateway.store.reap_retired(Duration::ZERO).await.unwrap();
     assert_eq!(reaped.bodies, 1);
     assert_eq!(reaped.chunks as usize, (20usize << 20).div_ceil(8120));
 
@@ -256,9 +254,7 @@ async fn retired_bodies_wait_out_their_grace_period_then_go() {
     }
     gw.client.delete_object().bucket("reap").key("x").send().await.unwrap();
     let store = &gw.gateway.store;
-    let early = pgvs3_gateway::maintenance::run_once(store, Duration::from_secs(3600))
-        .await
-        .unwrap();
+    let early = store.reap_retired(Duration::from_secs(3600)).await.unwrap();
     assert_eq!(early, Default::default(), "nothing is reaped inside the grace period");
     let sql = gw.sql().await;
     let retired: i64 = sql
@@ -267,9 +263,7 @@ async fn retired_bodies_wait_out_their_grace_period_then_go() {
         .unwrap()
         .get(0);
     assert_eq!(retired, 3);
-    let reaped = pgvs3_gateway::maintenance::run_once(store, Duration::ZERO)
-        .await
-        .unwrap();
+    let reaped = store.reap_retired(Duration::ZERO).await.unwrap();
     assert_eq!((reaped.bodies, reaped.chunks), (3, 3 * 13));
     let left: i64 = sql
         .query_one("SELECT count(*) FROM s3p.chunks", &[])

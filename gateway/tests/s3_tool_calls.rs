@@ -153,6 +153,22 @@ async fn an_unversioned_bucket_answers_versioning_acl_and_attribute_calls() {
         head.e_tag.as_deref().map(|e| e.trim_matches('"'))
     );
     assert_eq!(attributes.storage_class, None, "only what was asked for");
+    // boto3 and the AWS CLI send the attributes comma-separated in one header.
+    let one_header = gw
+        .signed(
+            "GET",
+            "/tools/two?attributes",
+            &[("x-amz-object-attributes", "ETag,ObjectSize")],
+            b"",
+        )
+        .await;
+    assert_eq!(one_header.status, 200, "{}", one_header.body);
+    assert!(
+        one_header.body.contains("<ObjectSize>2</ObjectSize>"),
+        "{}",
+        one_header.body
+    );
+    assert!(one_header.body.contains("<ETag>"), "{}", one_header.body);
 
     let policy = s3
         .put_bucket_policy()

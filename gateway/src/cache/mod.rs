@@ -28,8 +28,8 @@ use crate::admission::BufferBudget;
 
 use crate::store::{
     BodyStream, BucketInfo, ByteRange, CacheEntry, CacheMode, EntryHead, FillLock, ListPage, ListRequest, ObjectHead,
-    ObjectRead, Origin, Principal, PutOutcome, RangeLookup, ReadOptions, Store, StoreError, StoreResult, Upload,
-    WriteCondition, check_declared_length, read_prefix,
+    ObjectRead, Origin, PutOutcome, RangeLookup, ReadOptions, Store, StoreError, StoreResult, Upload, WriteCondition,
+    check_declared_length, read_prefix,
 };
 
 #[derive(Debug, Clone)]
@@ -555,7 +555,6 @@ impl CacheTier {
     /// PUT to a cache bucket.
     pub async fn put(
         &self,
-        principal: &Principal,
         bucket: &Arc<BucketInfo>,
         key: &str,
         upload: Upload,
@@ -566,7 +565,7 @@ impl CacheTier {
         if self.store().cache_pending(bucket.id, key).await? {
             // A body for this key waits for its upload: this one queues behind it, so the
             // origin receives them in order.
-            return self.stage(principal, bucket, key, upload, condition, false).await;
+            return self.stage(bucket, key, upload, condition, false).await;
         }
         let Upload {
             mut meta,
@@ -596,9 +595,7 @@ impl CacheTier {
                 observer,
             };
             let wait_for_origin = origin.mode != CacheMode::WriteBack;
-            return self
-                .stage(principal, bucket, key, upload, condition, wait_for_origin)
-                .await;
+            return self.stage(bucket, key, upload, condition, wait_for_origin).await;
         }
         let body = buffered.freeze();
         let size = body.len() as u64;
@@ -641,29 +638,43 @@ impl CacheTier {
     /// transaction), then either acknowledges it or uploads it first.
     async fn stage(
         &self,
-        principal: &Principal,
         bucket: &Arc<BucketInfo>,
         key: &str,
         upload: Upload,
         condition: &WriteCondition,
         wait_for_origin: bool,
     ) -> StoreResult<PutOutcome> {
-        let outcome = self
-            .store()
-            .put_object_if(principal, &bucket.name, key, upload, condition)
-            .await?;
+        let outcome = self.store().put_object(bucket, key, upload, condition).await?;
+        self.written_here(bucket, key, wait_for_origin).await?;
+        Ok(outcome)
+    }
+
+    /// Whether a write of `size` bytes into a cache bucket reaches the origin before it is
+    /// acknowledged: always, but in write-back mode for bodies of the threshold or more.
+    pub fn waits_for_origin(bucket: &BucketInfo, size: u64) -> bool {
+        bucket
+            .origin
+            .as_ref()
+            .is_some_and(|origin| origin.mode != CacheMode::WriteBack || size < origin.write_back_threshold.max(1))
+    }
+
+    /// Settles a body just committed to the cache bucket's own namespace (whose trigger queued
+    /// its upload in the same transaction): the upload worker is woken, or, when the client must
+    /// not hear of the write before the origin has it, the upload runs now, and if it fails
+    /// the write is undone (the client hears that it failed, so it must not happen later).
+    /// PUT, copy and multipart completion into a cache bucket all end here.
+    pub async fn written_here(&self, bucket: &BucketInfo, key: &str, wait_for_origin: bool) -> StoreResult<()> {
         if !wait_for_origin {
             self.inner.uploads_due.notify_one();
-            return Ok(outcome);
+            return Ok(());
         }
         if let Some(due) = self.store().outbox_row(bucket.id, key).await?
             && let Err(err) = self.upload(&due).await
         {
-            // The client hears that the write failed, so it must not happen later either.
             self.store().cache_drop_pending(bucket.id, key).await?;
             return Err(err);
         }
-        Ok(outcome)
+        Ok(())
     }
 
     /// DELETE from a cache bucket: the origin's copy goes first, then the cached one.

@@ -16,6 +16,7 @@ use super::clients::Registration;
 use super::codec::{Reply, RequestParser};
 use super::command::{self, KeyCommand, Spec, syntax_error, wrong_arity};
 use super::{RespServer, glob, keys};
+use crate::bucket::Keyspace;
 use crate::http_server::Shutdown;
 use crate::store::{Access, KvEntry, Principal, StoreError};
 
@@ -368,6 +369,22 @@ impl Connection {
         self.principal.as_ref().expect("authenticated before any key command")
     }
 
+    /// Database `db` as a keyspace this connection may use as `access` says: its one
+    /// authorization for a batch.
+    async fn keyspace_of(&self, db: u32, access: Access) -> Result<Keyspace, Reply> {
+        let bucket = &self.server.settings.databases[&db];
+        self.server
+            .buckets
+            .open(self.principal(), bucket, access)
+            .await
+            .and_then(|bucket| bucket.keyspace())
+            .map_err(store_error)
+    }
+
+    async fn keyspace(&self, access: Access) -> Result<Keyspace, Reply> {
+        self.keyspace_of(self.db, access).await
+    }
+
     /// Executes a pending run of key commands and encodes their replies.
     async fn flush(&mut self, run: &mut Run, out: &mut BytesMut) {
         if run.commands.is_empty() {
@@ -392,18 +409,14 @@ impl Connection {
         write: bool,
         watched: &[(String, Fingerprint)],
     ) -> Result<Vec<Reply>, Reply> {
-        let store = &self.server.store;
+        let keyspace = self.keyspace(if write { Access::Write } else { Access::Read }).await?;
         if write && watched.is_empty() {
-            // Shares a transaction with other connections' writes; access is checked here.
-            store
-                .bucket(self.principal(), self.bucket(), Access::Write)
-                .await
-                .map_err(store_error)?;
+            // Shares a transaction with other connections' writes.
             let commands = commands.iter().map(|(command, _)| command.clone()).collect();
             return self
                 .server
                 .group_commit
-                .submit(self.bucket(), commands)
+                .submit(&keyspace, commands)
                 .await
                 .map_err(store_error);
         }
@@ -416,16 +429,12 @@ impl Connection {
         keys.sort_unstable();
         keys.dedup();
         let batch = if write {
-            store.kv_write(self.principal(), self.bucket(), &keys).await
+            keyspace.write(&keys).await
         } else if watched.is_empty() {
-            // Shares a statement with other connections' reads; access is checked here.
-            store
-                .bucket(self.principal(), self.bucket(), Access::Read)
-                .await
-                .map_err(store_error)?;
-            self.server.group_commit.load(self.bucket(), keys).await
+            // Shares a statement with other connections' reads.
+            self.server.group_commit.load(&keyspace, keys).await
         } else {
-            store.kv_read(self.principal(), self.bucket(), &keys).await
+            keyspace.read(&keys).await
         };
         let mut batch = batch.map_err(store_error)?;
         if watched.iter().any(|(key, seen)| fingerprint(batch.get(key)) != *seen) {
@@ -522,7 +531,11 @@ impl Connection {
                     Ok(keys) => keys,
                     Err(reply) => return reply,
                 };
-                match self.server.store.kv_read(self.principal(), self.bucket(), &keys).await {
+                let keyspace = match self.keyspace(Access::Read).await {
+                    Ok(keyspace) => keyspace,
+                    Err(reply) => return reply,
+                };
+                match keyspace.read(&keys).await {
                     Ok(batch) => {
                         for key in keys {
                             let seen = fingerprint(batch.get(&key));
@@ -537,13 +550,19 @@ impl Connection {
                 self.watched.clear();
                 Reply::OK
             }
-            "dbsize" => match self.server.store.kv_count(self.principal(), self.bucket()).await {
-                Ok((keys, _)) => Reply::Integer(keys),
-                Err(err) => store_error(err),
+            "dbsize" => match self.keyspace(Access::Read).await {
+                Ok(keyspace) => keyspace
+                    .count()
+                    .await
+                    .map_or_else(store_error, |(keys, _)| Reply::Integer(keys)),
+                Err(reply) => reply,
             },
-            "randomkey" => match self.server.store.kv_random_key(self.principal(), self.bucket()).await {
-                Ok(key) => key.map_or(Reply::Nil, Reply::bulk),
-                Err(err) => store_error(err),
+            "randomkey" => match self.keyspace(Access::Read).await {
+                Ok(keyspace) => keyspace
+                    .random_key()
+                    .await
+                    .map_or_else(store_error, |key| key.map_or(Reply::Nil, Reply::bulk)),
+                Err(reply) => reply,
             },
             "flushdb" => {
                 if args.len() > 2
@@ -556,9 +575,9 @@ impl Connection {
                 if !self.server.settings.flushdb {
                     return Reply::error("ERR FLUSHDB is disabled on this server (start pgvs3 with --resp-flushdb)");
                 }
-                match self.server.store.kv_flush(self.principal(), self.bucket()).await {
-                    Ok(()) => Reply::OK,
-                    Err(err) => store_error(err),
+                match self.keyspace(Access::Write).await {
+                    Ok(keyspace) => keyspace.flush().await.map_or_else(store_error, |()| Reply::OK),
+                    Err(reply) => reply,
                 }
             }
             "keys" => self.keys(&args[1]).await,
@@ -582,13 +601,11 @@ impl Connection {
                 here.push((key, seen));
                 continue;
             }
-            let bucket = &self.server.settings.databases[&db];
-            match self
-                .server
-                .store
-                .kv_read(self.principal(), bucket, std::slice::from_ref(&key))
-                .await
-            {
+            let keyspace = match self.keyspace_of(db, Access::Read).await {
+                Ok(keyspace) => keyspace,
+                Err(reply) => return reply,
+            };
+            match keyspace.read(std::slice::from_ref(&key)).await {
                 Ok(batch) if fingerprint(batch.get(&key)) == seen => {}
                 Ok(_) => return Reply::NilArray,
                 Err(err) => return store_error(err),
@@ -654,7 +671,7 @@ impl Connection {
             },
             Some(access_key) => {
                 let access_key = String::from_utf8_lossy(access_key);
-                match self.server.store.catalog().access_key(&access_key).await {
+                match self.server.buckets.catalog().access_key(&access_key).await {
                     Ok(Some(key)) if constant_time_eq(key.secret.as_bytes(), password) => Ok(key.principal()),
                     Ok(_) => Err(Reply::error(WRONGPASS)),
                     Err(err) => Err(store_error(err)),
@@ -818,8 +835,11 @@ impl Connection {
         }
         if show("keyspace") {
             text.push_str("# Keyspace\r\n");
-            for (db, bucket) in &self.server.settings.databases {
-                if let Ok((keys, expires)) = self.server.store.kv_count(self.principal(), bucket).await
+            for db in self.server.settings.databases.keys() {
+                let Ok(keyspace) = self.keyspace_of(*db, Access::Read).await else {
+                    continue;
+                };
+                if let Ok((keys, expires)) = keyspace.count().await
                     && keys > 0
                 {
                     text.push_str(&format!("db{db}:keys={keys},expires={expires},avg_ttl=0\r\n"));
@@ -831,14 +851,14 @@ impl Connection {
 
     async fn keys(&self, pattern: &[u8]) -> Reply {
         let prefix = glob::literal_prefix(pattern);
+        let keyspace = match self.keyspace(Access::Read).await {
+            Ok(keyspace) => keyspace,
+            Err(reply) => return reply,
+        };
         let mut after = String::new();
         let mut found = Vec::new();
         loop {
-            let page = self
-                .server
-                .store
-                .kv_scan(self.principal(), self.bucket(), &after, &prefix, KEYS_PAGE)
-                .await;
+            let page = keyspace.scan(&after, &prefix, KEYS_PAGE).await;
             let page = match page {
                 Ok(page) => page,
                 Err(err) => return store_error(err),
@@ -890,12 +910,11 @@ impl Connection {
             i += 2;
         }
         let prefix = pattern.map(glob::literal_prefix).unwrap_or_default();
-        let page = match self
-            .server
-            .store
-            .kv_scan(self.principal(), self.bucket(), &after, &prefix, count)
-            .await
-        {
+        let keyspace = match self.keyspace(Access::Read).await {
+            Ok(keyspace) => keyspace,
+            Err(reply) => return reply,
+        };
+        let page = match keyspace.scan(&after, &prefix, count).await {
             Ok(page) => page,
             Err(err) => return store_error(err),
         };
@@ -968,6 +987,8 @@ fn store_error(err: StoreError) -> Reply {
         StoreError::QuotaExceeded(_) => {
             Reply::error("OOM command not allowed: the bucket of this database is at its quota")
         }
+        // The operator's mistake, not the client's: said plainly, not logged per command.
+        err @ StoreError::CacheKeyspace { .. } => Reply::error(format!("ERR {err}")),
         other => {
             tracing::warn!(error = %other, "RESP command failed");
             Reply::error(format!("ERR {other}"))

@@ -12,8 +12,9 @@ use tokio::sync::{mpsc, oneshot};
 use super::codec::Reply;
 use super::command::KeyCommand;
 use super::keys;
+use crate::bucket::Keyspace;
 use crate::metrics::Metrics;
-use crate::store::{KvBatch, Principal, Store, StoreError};
+use crate::store::{KvBatch, StoreError};
 
 /// Batches in flight per keyspace and kind: enough to keep PostgreSQL's WAL flushes (and its
 /// two cores' worth of reads) overlapping.
@@ -24,12 +25,16 @@ const QUEUE_DEPTH: usize = 1024;
 
 type Outcome = Result<Vec<Reply>, StoreError>;
 
+/// Each job carries the keyspace its connection opened (and so was authorized for); a batch
+/// runs on the first job's, all of one bucket.
 struct WriteJob {
+    keyspace: Keyspace,
     commands: Vec<KeyCommand>,
     done: oneshot::Sender<Outcome>,
 }
 
 struct ReadJob {
+    keyspace: Keyspace,
     keys: Vec<String>,
     done: oneshot::Sender<Result<KvBatch, StoreError>>,
 }
@@ -38,55 +43,48 @@ type Queues<J> = Mutex<HashMap<String, mpsc::Sender<J>>>;
 type SharedReceiver<J> = Arc<tokio::sync::Mutex<mpsc::Receiver<J>>>;
 
 pub struct GroupCommit {
-    store: Store,
     metrics: Metrics,
-    /// Acts for every connection: each checked its own access to the bucket before submitting.
-    committer: Principal,
     writes: Queues<WriteJob>,
     reads: Queues<ReadJob>,
 }
 
 impl GroupCommit {
-    pub fn new(store: Store, committer: Principal, metrics: Metrics) -> GroupCommit {
+    pub fn new(metrics: Metrics) -> GroupCommit {
         GroupCommit {
-            store,
             metrics,
-            committer,
             writes: Mutex::default(),
             reads: Mutex::default(),
         }
     }
 
-    /// Runs the commands in a shared write transaction on `bucket`; replies in order.
-    pub async fn submit(&self, bucket: &str, commands: Vec<KeyCommand>) -> Outcome {
-        let queue = queue(&self.writes, bucket, |receiver| {
-            tokio::spawn(commit_loop(
-                self.store.clone(),
-                self.metrics.clone(),
-                self.committer.clone(),
-                bucket.to_owned(),
-                receiver,
-            ));
+    /// Runs the commands in a shared write transaction on `keyspace`; replies in order.
+    pub async fn submit(&self, keyspace: &Keyspace, commands: Vec<KeyCommand>) -> Outcome {
+        let queue = queue(&self.writes, keyspace.bucket(), |receiver| {
+            tokio::spawn(commit_loop(self.metrics.clone(), receiver));
         });
         let (done, outcome) = oneshot::channel();
-        queue.send(WriteJob { commands, done }).await.map_err(|_| stopped())?;
+        let job = WriteJob {
+            keyspace: keyspace.clone(),
+            commands,
+            done,
+        };
+        queue.send(job).await.map_err(|_| stopped())?;
         outcome.await.map_err(|_| stopped())?
     }
 
-    /// Loads `keys` of `bucket` for reading, in a statement shared with other connections'
+    /// Loads `keys` of `keyspace` for reading, in a statement shared with other connections'
     /// reads that arrive at the same time.
-    pub async fn load(&self, bucket: &str, keys: Vec<String>) -> Result<KvBatch, StoreError> {
-        let queue = queue(&self.reads, bucket, |receiver| {
-            tokio::spawn(read_loop(
-                self.store.clone(),
-                self.metrics.clone(),
-                self.committer.clone(),
-                bucket.to_owned(),
-                receiver,
-            ));
+    pub async fn load(&self, keyspace: &Keyspace, keys: Vec<String>) -> Result<KvBatch, StoreError> {
+        let queue = queue(&self.reads, keyspace.bucket(), |receiver| {
+            tokio::spawn(read_loop(self.metrics.clone(), receiver));
         });
         let (done, outcome) = oneshot::channel();
-        queue.send(ReadJob { keys, done }).await.map_err(|_| stopped())?;
+        let job = ReadJob {
+            keyspace: keyspace.clone(),
+            keys,
+            done,
+        };
+        queue.send(job).await.map_err(|_| stopped())?;
         outcome.await.map_err(|_| stopped())?
     }
 }
@@ -129,15 +127,9 @@ async fn take_waiting<J>(receiver: &SharedReceiver<J>, size: impl Fn(&J) -> usiz
     Some(jobs)
 }
 
-async fn commit_loop(
-    store: Store,
-    metrics: Metrics,
-    principal: Principal,
-    bucket: String,
-    receiver: SharedReceiver<WriteJob>,
-) {
+async fn commit_loop(metrics: Metrics, receiver: SharedReceiver<WriteJob>) {
     while let Some(jobs) = take_waiting(&receiver, |job| job.commands.len()).await {
-        let outcome = run(&store, &principal, &bucket, &jobs).await;
+        let outcome = run(&jobs).await;
         // How many connections' batches each commit carried: the gain of grouping.
         metrics.resp_group_commits.inc();
         metrics.resp_group_committed_batches.inc_by(jobs.len() as u64);
@@ -145,16 +137,10 @@ async fn commit_loop(
     }
 }
 
-async fn read_loop(
-    store: Store,
-    metrics: Metrics,
-    principal: Principal,
-    bucket: String,
-    receiver: SharedReceiver<ReadJob>,
-) {
+async fn read_loop(metrics: Metrics, receiver: SharedReceiver<ReadJob>) {
     while let Some(jobs) = take_waiting(&receiver, |job| job.keys.len()).await {
         let requests: Vec<&[String]> = jobs.iter().map(|job| job.keys.as_slice()).collect();
-        let outcome = store.kv_read_many(&principal, &bucket, &requests).await;
+        let outcome = jobs[0].keyspace.read_many(&requests).await;
         metrics.resp_group_reads.inc();
         metrics.resp_group_read_batches.inc_by(jobs.len() as u64);
         answer(jobs.into_iter().map(|job| job.done), outcome);
@@ -189,12 +175,7 @@ fn shared_error(err: &StoreError) -> StoreError {
 
 /// A shared commit serves many connections' requests, so its span is a trace of its own.
 #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_group_commit", otel.kind = "client", db.system = "postgresql", batches = jobs.len()))]
-async fn run(
-    store: &Store,
-    principal: &Principal,
-    bucket: &str,
-    jobs: &[WriteJob],
-) -> Result<Vec<Vec<Reply>>, StoreError> {
+async fn run(jobs: &[WriteJob]) -> Result<Vec<Vec<Reply>>, StoreError> {
     let mut keys: Vec<String> = jobs
         .iter()
         .flat_map(|job| job.commands.iter().flat_map(KeyCommand::keys))
@@ -205,10 +186,11 @@ async fn run(
     let overwrites_only = jobs
         .iter()
         .all(|job| job.commands.iter().all(KeyCommand::overwrites_blindly));
+    let keyspace = &jobs[0].keyspace;
     let mut batch = if overwrites_only {
-        store.kv_overwrite(principal, bucket, keys).await?
+        keyspace.overwrite(keys).await?
     } else {
-        store.kv_write(principal, bucket, &keys).await?
+        keyspace.write(&keys).await?
     };
     let mut replies = Vec::with_capacity(jobs.len());
     for job in jobs {

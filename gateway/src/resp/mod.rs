@@ -21,11 +21,12 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
+use crate::bucket::Buckets;
 use crate::config::ServeArgs;
 use crate::http_server::Shutdown;
 use crate::metrics::Metrics;
 use crate::replica_lag::ReplicaLag;
-use crate::store::{Principal, Store, StoreError};
+use crate::store::{Principal, StoreError};
 
 /// How the RESP endpoint behaves, from the command line.
 #[derive(Debug, Clone)]
@@ -67,7 +68,7 @@ impl RespSettings {
 
 /// What every connection shares.
 pub struct RespServer {
-    store: Store,
+    buckets: Buckets,
     metrics: Metrics,
     settings: RespSettings,
     /// The root key, as which password-authenticated (and unauthenticated loopback) clients act.
@@ -88,14 +89,14 @@ pub struct RespServer {
 impl RespServer {
     /// Creates the databases' buckets when missing (on a primary) and returns the server.
     pub async fn new(
-        store: Store,
+        buckets: Buckets,
         metrics: Metrics,
         settings: RespSettings,
         port: u16,
         replica: ReplicaLag,
         buffers: crate::admission::BufferBudget,
     ) -> anyhow::Result<Arc<RespServer>> {
-        let root_key = store
+        let root_key = buckets
             .catalog()
             .root_key()
             .await?
@@ -107,17 +108,30 @@ impl RespServer {
         };
         if !replica.is_standby() {
             for bucket in settings.databases.values() {
-                match store.catalog().create_bucket(&root, bucket).await {
+                match buckets.catalog().create_bucket(&root, bucket).await {
                     Ok(_) => tracing::info!(bucket, "created the RESP keyspace bucket"),
                     Err(StoreError::BucketAlreadyOwnedByYou) => {}
                     Err(err) => anyhow::bail!("RESP bucket {bucket}: {err}"),
                 }
             }
         }
+        for (db, bucket) in &settings.databases {
+            // Its commands will answer with this error; said once here for the operator.
+            if let Ok(info) = buckets.catalog().bucket(bucket).await
+                && let Some(origin) = &info.origin
+            {
+                tracing::warn!(
+                    db,
+                    bucket,
+                    mode = origin.mode.as_str(),
+                    "RESP database maps to a cache bucket; its commands will be refused (map it to a plain bucket)"
+                );
+            }
+        }
         Ok(Arc::new(RespServer {
-            group_commit: group_commit::GroupCommit::new(store.clone(), root.clone(), metrics.clone()),
+            group_commit: group_commit::GroupCommit::new(metrics.clone()),
             admission: crate::admission::Admission::new("resp", settings.admission, metrics.clone()),
-            store,
+            buckets,
             metrics,
             settings,
             replica,

@@ -58,7 +58,8 @@ pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
         }
         // What MinIO answers (400) for a write beyond a bucket's hard quota; S3 has no quotas.
         StoreError::QuotaExceeded(_) => S3ErrorCode::Custom("XMinioAdminBucketQuotaExceeded".into()),
-        StoreError::Corrupt(_) | StoreError::Database(_) => {
+        StoreError::NotImplemented(_) => S3ErrorCode::NotImplemented,
+        StoreError::Corrupt(_) | StoreError::CacheKeyspace { .. } | StoreError::Database(_) => {
             tracing::error!(error = ?err, "internal error");
             message = "We encountered an internal error. Please try again.".into();
             S3ErrorCode::InternalError

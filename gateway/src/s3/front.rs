@@ -2,7 +2,6 @@
 
 mod checks;
 
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use futures::TryStreamExt;
@@ -11,37 +10,64 @@ use s3s::{S3, S3Error, S3Request, S3Response, S3Result};
 
 use super::checksum::{Algorithm, UploadCheck, body_error};
 use super::errors::{RequestId, s3_error};
-use crate::cache::CacheTier;
+use crate::bucket::{BucketHandle, Buckets};
 use crate::store::{
-    self, Access, BucketInfo, ListRequest, ObjectHead, ObjectMeta, Principal, Store, StoreError, WriteCondition,
+    self, Access, ListRequest, ObjectHead, ObjectMeta, ObjectRead, Principal, StoreError, WriteCondition,
 };
 use checks::Request;
 
 pub struct S3Front {
-    store: Store,
-    cache: CacheTier,
+    buckets: Buckets,
     region: String,
 }
 
 impl S3Front {
-    pub fn new(store: Store, cache: CacheTier, region: String) -> S3Front {
-        S3Front { store, cache, region }
+    pub fn new(buckets: Buckets, region: String) -> S3Front {
+        S3Front { buckets, region }
     }
 
-    /// The bucket if it is a cache bucket, whose objects the cache tier serves.
-    async fn cache_bucket<T>(
+    /// The request's bucket, which `principal` must be allowed to use as `access` says.
+    async fn open<T>(
         &self,
         req: &S3Request<T>,
         principal: &Principal,
         bucket: &str,
         access: Access,
-    ) -> S3Result<Option<Arc<BucketInfo>>> {
-        let bucket = self
-            .store
-            .bucket(principal, bucket, access)
+    ) -> S3Result<BucketHandle<'_>> {
+        self.buckets
+            .open(principal, bucket, access)
             .await
-            .map_err(|e| fail(req, e))?;
-        Ok(bucket.origin.is_some().then_some(bucket))
+            .map_err(|e| fail(req, e))
+    }
+
+    /// GET or HEAD (`with_body` false) of an object: the options both take, checked alike.
+    #[allow(clippy::too_many_arguments)]
+    async fn read<T>(
+        &self,
+        req: &S3Request<T>,
+        bucket: &str,
+        key: &str,
+        version_id: &Option<String>,
+        range: Option<Range>,
+        part: Option<i32>,
+        conditions: store::Preconditions,
+        with_body: bool,
+    ) -> S3Result<(ObjectRead, store::ReadOptions)> {
+        let principal = self.principal(req).await?;
+        checks::refuse_unkept(&req.headers, Request::Other)?;
+        unversioned(version_id)?;
+        let options = store::ReadOptions {
+            range: range.map(to_range),
+            part_number: part_number(part)?,
+            conditions,
+        };
+        let bucket = self.open(req, &principal, bucket, Access::Read).await?;
+        let read = match with_body {
+            true => bucket.get(key, &options).await,
+            false => bucket.head(key, &options).await,
+        }
+        .map_err(|e| fail(req, e))?;
+        Ok((read, options))
     }
 
     /// A CreateBucket body: the bucket can only be in this gateway's region, and directory
@@ -65,7 +91,7 @@ impl S3Front {
     async fn principal<T>(&self, req: &S3Request<T>) -> S3Result<Principal> {
         checks::refuse_nul(&req.uri, &req.headers)?;
         let credentials = req.credentials.as_ref().ok_or_else(|| s3s::s3_error!(AccessDenied))?;
-        match self.store.catalog().access_key(&credentials.access_key).await {
+        match self.buckets.catalog().access_key(&credentials.access_key).await {
             Ok(Some(key)) => Ok(key.principal()),
             Ok(None) => Err(s3s::s3_error!(InvalidAccessKeyId)),
             Err(err) => Err(fail(req, err)),
@@ -91,6 +117,13 @@ fn owner(principal: &Principal) -> Owner {
 fn http_date(text: &Option<String>) -> Option<Timestamp> {
     text.as_deref()
         .and_then(|text| Timestamp::parse(TimestampFormat::HttpDate, text).ok())
+}
+
+/// The Content-Range of a partial answer.
+fn content_range(read: &ObjectRead) -> Option<String> {
+    let (start, end) = read.span;
+    read.partial
+        .then(|| format!("bytes {start}-{}/{}", end.max(1) - 1, read.head.size))
 }
 
 fn to_range(range: Range) -> store::ByteRange {
@@ -346,7 +379,7 @@ impl S3 for S3Front {
         let principal = self.principal(&req).await?;
         let prefix = req.input.prefix.clone().unwrap_or_default();
         let buckets = self
-            .store
+            .buckets
             .catalog()
             .list_buckets(&principal)
             .await
@@ -374,7 +407,7 @@ impl S3 for S3Front {
         if let Some(config) = &req.input.create_bucket_configuration {
             self.check_bucket_configuration(config)?;
         }
-        self.store
+        self.buckets
             .catalog()
             .create_bucket(&principal, &req.input.bucket)
             .await
@@ -386,10 +419,7 @@ impl S3 for S3Front {
 
     async fn head_bucket(&self, req: S3Request<HeadBucketInput>) -> S3Result<S3Response<HeadBucketOutput>> {
         let principal = self.principal(&req).await?;
-        self.store
-            .bucket(&principal, &req.input.bucket, store::Access::Read)
-            .await
-            .map_err(|e| fail(&req, e))?;
+        self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
         Ok(S3Response::new(HeadBucketOutput {
             bucket_region: Some(self.region.clone()),
             ..Default::default()
@@ -398,7 +428,7 @@ impl S3 for S3Front {
 
     async fn delete_bucket(&self, req: S3Request<DeleteBucketInput>) -> S3Result<S3Response<DeleteBucketOutput>> {
         let principal = self.principal(&req).await?;
-        self.store
+        self.buckets
             .catalog()
             .delete_bucket(&principal, &req.input.bucket)
             .await
@@ -411,10 +441,7 @@ impl S3 for S3Front {
         req: S3Request<GetBucketLocationInput>,
     ) -> S3Result<S3Response<GetBucketLocationOutput>> {
         let principal = self.principal(&req).await?;
-        self.store
-            .bucket(&principal, &req.input.bucket, store::Access::Read)
-            .await
-            .map_err(|e| fail(&req, e))?;
+        self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
         // S3 reports us-east-1 as an empty LocationConstraint.
         let location_constraint =
             (self.region != "us-east-1").then(|| BucketLocationConstraint::from(self.region.clone()));
@@ -441,20 +468,11 @@ impl S3 for S3Front {
             declared_len,
             observer: Box::new(check),
         };
-        let outcome = match self
-            .cache_bucket(&req, &principal, &req.input.bucket, Access::Write)
-            .await?
-        {
-            // Boxed, like every cache-tier call here: its future is tens of KiB, and inline it
-            // would be moved with every request's future, cache bucket or not.
-            Some(bucket) => Box::pin(self.cache.put(&principal, &bucket, &req.input.key, upload, &condition)).await,
-            None => {
-                self.store
-                    .put_object_if(&principal, &req.input.bucket, &req.input.key, upload, &condition)
-                    .await
-            }
-        }
-        .map_err(|e| fail(&req, e))?;
+        let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
+        let outcome = bucket
+            .put(&input.key, upload, &condition)
+            .await
+            .map_err(|e| fail(&req, e))?;
         let mut output = PutObjectOutput {
             e_tag: Some(ETag::Strong(outcome.etag)),
             ..Default::default()
@@ -464,24 +482,19 @@ impl S3 for S3Front {
     }
 
     async fn get_object(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
-        let principal = self.principal(&req).await?;
-        checks::refuse_unkept(&req.headers, Request::Other)?;
         let input = &req.input;
-        unversioned(&input.version_id)?;
-        let options = store::ReadOptions {
-            range: input.range.map(to_range),
-            part_number: part_number(input.part_number)?,
-            conditions: read_conditions!(input),
-        };
-        let read = match self.cache_bucket(&req, &principal, &input.bucket, Access::Read).await? {
-            Some(bucket) => Box::pin(self.cache.read(&bucket, &input.key, &options, true)).await,
-            None => {
-                self.store
-                    .get_object_with(&principal, &input.bucket, &input.key, &options)
-                    .await
-            }
-        }
-        .map_err(|e| fail(&req, e))?;
+        let (read, options) = self
+            .read(
+                &req,
+                &input.bucket,
+                &input.key,
+                &input.version_id,
+                input.range,
+                input.part_number,
+                read_conditions!(input),
+                true,
+            )
+            .await?;
         let mut output = GetObjectOutput::default();
         let wants_checksum = checksum_requested(&input.checksum_mode) && !read.partial;
         describe_object!(output, &read.head, checksum_fields(&read.head, wants_checksum));
@@ -489,63 +502,42 @@ impl S3 for S3Front {
             output.parts_count = read.head.meta.parts.map(|n| n as i32);
         }
         output.tag_count = (!read.head.meta.tags.is_empty()).then_some(read.head.meta.tags.len() as i32);
-        let (start, end) = read.span;
-        output.content_length = Some((end - start) as i64);
-        if read.partial {
-            output.content_range = Some(format!("bytes {start}-{}/{}", end.max(1) - 1, read.head.size));
-        }
+        output.content_length = Some((read.span.1 - read.span.0) as i64);
+        output.content_range = content_range(&read);
         output.body = Some(StreamingBlob::wrap(read.body));
         Ok(S3Response::new(output))
     }
 
     async fn head_object(&self, req: S3Request<HeadObjectInput>) -> S3Result<S3Response<HeadObjectOutput>> {
-        let principal = self.principal(&req).await?;
-        checks::refuse_unkept(&req.headers, Request::Other)?;
         let input = &req.input;
-        unversioned(&input.version_id)?;
-        let options = store::ReadOptions {
-            range: input.range.map(to_range),
-            part_number: part_number(input.part_number)?,
-            conditions: read_conditions!(input),
-        };
-        let read = match self.cache_bucket(&req, &principal, &input.bucket, Access::Read).await? {
-            Some(bucket) => Box::pin(self.cache.read(&bucket, &input.key, &options, false)).await,
-            None => {
-                self.store
-                    .head_object_with(&principal, &input.bucket, &input.key, &options)
-                    .await
-            }
-        }
-        .map_err(|e| fail(&req, e))?;
+        let (read, options) = self
+            .read(
+                &req,
+                &input.bucket,
+                &input.key,
+                &input.version_id,
+                input.range,
+                input.part_number,
+                read_conditions!(input),
+                false,
+            )
+            .await?;
         let mut output = HeadObjectOutput::default();
-        let (start, end) = read.span;
-        if read.partial {
-            output.content_range = Some(format!("bytes {start}-{}/{}", end.max(1) - 1, read.head.size));
-        }
         let wants_checksum = checksum_requested(&input.checksum_mode) && !read.partial;
         describe_object!(output, &read.head, checksum_fields(&read.head, wants_checksum));
         if options.part_number.is_some() {
             output.parts_count = read.head.meta.parts.map(|n| n as i32);
         }
-        output.content_length = Some((end - start) as i64);
+        output.content_length = Some((read.span.1 - read.span.0) as i64);
+        output.content_range = content_range(&read);
         Ok(S3Response::new(output))
     }
 
     async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
         let principal = self.principal(&req).await?;
         unversioned(&req.input.version_id)?;
-        match self
-            .cache_bucket(&req, &principal, &req.input.bucket, Access::Write)
-            .await?
-        {
-            Some(bucket) => Box::pin(self.cache.delete(&bucket, &req.input.key)).await,
-            None => {
-                self.store
-                    .delete_object(&principal, &req.input.bucket, &req.input.key)
-                    .await
-            }
-        }
-        .map_err(|e| fail(&req, e))?;
+        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
+        bucket.delete(&req.input.key).await.map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(DeleteObjectOutput::default()))
     }
 
@@ -585,23 +577,8 @@ impl S3 for S3Front {
                 }),
             }
         }
-        match self
-            .cache_bucket(&req, &principal, &req.input.bucket, Access::Write)
-            .await?
-        {
-            Some(bucket) => {
-                for key in &keys {
-                    Box::pin(self.cache.delete(&bucket, key))
-                        .await
-                        .map_err(|e| fail(&req, e))?;
-                }
-            }
-            None => self
-                .store
-                .delete_objects(&principal, &req.input.bucket, &keys)
-                .await
-                .map_err(|e| fail(&req, e))?,
-        }
+        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
+        bucket.delete_many(&keys).await.map_err(|e| fail(&req, e))?;
         let quiet = req.input.delete.quiet.unwrap_or(false);
         let deleted = (!quiet).then(|| {
             keys.into_iter()
@@ -740,20 +717,14 @@ impl S3 for S3Front {
         req: S3Request<GetBucketVersioningInput>,
     ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
         let principal = self.principal(&req).await?;
-        self.store
-            .bucket(&principal, &req.input.bucket, store::Access::Read)
-            .await
-            .map_err(|e| fail(&req, e))?;
+        self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
         // A bucket that never had versioning enabled has no Status at all.
         Ok(S3Response::new(GetBucketVersioningOutput::default()))
     }
 
     async fn get_bucket_acl(&self, req: S3Request<GetBucketAclInput>) -> S3Result<S3Response<GetBucketAclOutput>> {
         let principal = self.principal(&req).await?;
-        self.store
-            .bucket(&principal, &req.input.bucket, store::Access::Read)
-            .await
-            .map_err(|e| fail(&req, e))?;
+        self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
         Ok(S3Response::new(GetBucketAclOutput {
             grants: Some(owner_full_control(&principal)),
             owner: Some(owner(&principal)),
@@ -763,8 +734,9 @@ impl S3 for S3Front {
     async fn get_object_acl(&self, req: S3Request<GetObjectAclInput>) -> S3Result<S3Response<GetObjectAclOutput>> {
         let principal = self.principal(&req).await?;
         unversioned(&req.input.version_id)?;
-        self.store
-            .head_object(&principal, &req.input.bucket, &req.input.key)
+        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
+        bucket
+            .head(&req.input.key, &store::ReadOptions::default())
             .await
             .map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(GetObjectAclOutput {
@@ -781,12 +753,20 @@ impl S3 for S3Front {
         let principal = self.principal(&req).await?;
         unversioned(&req.input.version_id)?;
         let input = &req.input;
-        let head = self
-            .store
-            .head_object(&principal, &input.bucket, &input.key)
+        let bucket = self.open(&req, &principal, &input.bucket, Access::Read).await?;
+        let head = bucket
+            .head(&input.key, &store::ReadOptions::default())
             .await
-            .map_err(|e| fail(&req, e))?;
-        let wanted = |name: &str| input.object_attributes.iter().any(|a| a.as_str() == name);
+            .map_err(|e| fail(&req, e))?
+            .head;
+        // Clients send the attributes in one header, comma-separated, or in several.
+        let wanted = |name: &str| {
+            input
+                .object_attributes
+                .iter()
+                .flat_map(|a| a.as_str().split(','))
+                .any(|a| a.trim() == name)
+        };
         let [crc32, crc32c, crc64nvme, sha1, sha256] = checksum_fields(&head, true);
         let has_checksum = head.meta.checksum.is_some();
         Ok(S3Response::new(GetObjectAttributesOutput {
@@ -831,11 +811,6 @@ impl S3 for S3Front {
             ));
         }
         let conditions = copy_source_conditions!(input);
-        let source = store::CopySource {
-            bucket: source_bucket,
-            key: source_key,
-            conditions: &conditions,
-        };
         let meta = replace.then(|| meta_from_input!(input, req.headers));
         if let Some(meta) = &meta {
             checks::check_user_metadata(&meta.user)?;
@@ -848,9 +823,10 @@ impl S3 for S3Front {
             true => Some(header_tags(&input.tagging).map_err(|e| fail(&req, e))?),
             false => None,
         };
-        let outcome = self
-            .store
-            .copy_object(&principal, &source, &input.bucket, &input.key, meta, tags)
+        let source = self.open(&req, &principal, source_bucket, Access::Read).await?;
+        let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
+        let outcome = bucket
+            .copy_from(&source, source_key, &conditions, &input.key, meta, tags)
             .await
             .map_err(|e| fail(&req, e))?;
         let mut result = CopyObjectResult {
@@ -874,24 +850,16 @@ impl S3 for S3Front {
         let input = &req.input;
         let (source_bucket, source_key) = copy_source(&input.copy_source)?;
         let range = input.copy_source_range.as_deref().map(copy_source_range).transpose()?;
-        let conditions = copy_source_conditions!(input);
-        let source = store::CopySource {
-            bucket: source_bucket,
-            key: source_key,
-            conditions: &conditions,
+        let options = store::ReadOptions {
+            range,
+            part_number: None,
+            conditions: copy_source_conditions!(input),
         };
         let part_number = part_number(Some(input.part_number))?.unwrap_or_default();
-        let outcome = self
-            .store
-            .upload_part_copy(
-                &principal,
-                &source,
-                range,
-                &input.bucket,
-                &input.key,
-                &input.upload_id,
-                part_number,
-            )
+        let source = self.open(&req, &principal, source_bucket, Access::Read).await?;
+        let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
+        let outcome = bucket
+            .upload_part_copy(&source, source_key, &options, &input.key, &input.upload_id, part_number)
             .await
             .map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(UploadPartCopyOutput {
@@ -910,11 +878,8 @@ impl S3 for S3Front {
     ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
         let principal = self.principal(&req).await?;
         unversioned(&req.input.version_id)?;
-        let tags = self
-            .store
-            .object_tags(&principal, &req.input.bucket, &req.input.key)
-            .await
-            .map_err(|e| fail(&req, e))?;
+        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
+        let tags = bucket.object_tags(&req.input.key).await.map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(GetObjectTaggingOutput {
             tag_set: tag_list(tags),
             version_id: None,
@@ -929,8 +894,9 @@ impl S3 for S3Front {
         unversioned(&req.input.version_id)?;
         let input = &req.input;
         let tags = tags_from(&input.tagging, store::MAX_OBJECT_TAGS).map_err(|e| fail(&req, e))?;
-        self.store
-            .set_object_tags(&principal, &input.bucket, &input.key, &tags)
+        let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
+        bucket
+            .set_object_tags(&input.key, &tags)
             .await
             .map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(PutObjectTaggingOutput::default()))
@@ -942,8 +908,9 @@ impl S3 for S3Front {
     ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
         let principal = self.principal(&req).await?;
         unversioned(&req.input.version_id)?;
-        self.store
-            .set_object_tags(&principal, &req.input.bucket, &req.input.key, &store::Tags::new())
+        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
+        bucket
+            .set_object_tags(&req.input.key, &store::Tags::new())
             .await
             .map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(DeleteObjectTaggingOutput::default()))
@@ -954,9 +921,9 @@ impl S3 for S3Front {
         req: S3Request<GetBucketTaggingInput>,
     ) -> S3Result<S3Response<GetBucketTaggingOutput>> {
         let principal = self.principal(&req).await?;
-        let tags = self
-            .store
-            .bucket_tags(&principal, &req.input.bucket)
+        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
+        let tags = bucket
+            .tags()
             .await
             .and_then(|tags| tags.ok_or(StoreError::NoSuchTagSet))
             .map_err(|e| fail(&req, e))?;
@@ -971,10 +938,8 @@ impl S3 for S3Front {
     ) -> S3Result<S3Response<PutBucketTaggingOutput>> {
         let principal = self.principal(&req).await?;
         let tags = tags_from(&req.input.tagging, store::MAX_BUCKET_TAGS).map_err(|e| fail(&req, e))?;
-        self.store
-            .set_bucket_tags(&principal, &req.input.bucket, Some(&tags))
-            .await
-            .map_err(|e| fail(&req, e))?;
+        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
+        bucket.set_tags(Some(&tags)).await.map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(PutBucketTaggingOutput::default()))
     }
 
@@ -983,10 +948,8 @@ impl S3 for S3Front {
         req: S3Request<DeleteBucketTaggingInput>,
     ) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
         let principal = self.principal(&req).await?;
-        self.store
-            .set_bucket_tags(&principal, &req.input.bucket, None)
-            .await
-            .map_err(|e| fail(&req, e))?;
+        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
+        bucket.set_tags(None).await.map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(DeleteBucketTaggingOutput::default()))
     }
 
@@ -1000,9 +963,9 @@ impl S3 for S3Front {
         let mut meta = meta_from_input!(input, req.headers);
         checks::check_user_metadata(&meta.user)?;
         meta.tags = header_tags(&input.tagging).map_err(|e| fail(&req, e))?;
-        let upload_id = self
-            .store
-            .create_multipart_upload(&principal, &input.bucket, &input.key, &meta)
+        let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
+        let upload_id = bucket
+            .create_multipart_upload(&input.key, &meta)
             .await
             .map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(CreateMultipartUploadOutput {
@@ -1029,16 +992,9 @@ impl S3 for S3Front {
             observer: Box::new(check),
         };
         let part_number = part_number(Some(input.part_number))?.unwrap_or_default();
-        let outcome = self
-            .store
-            .upload_part(
-                &principal,
-                &input.bucket,
-                &input.key,
-                &input.upload_id,
-                part_number,
-                upload,
-            )
+        let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
+        let outcome = bucket
+            .upload_part(&input.key, &input.upload_id, part_number, upload)
             .await
             .map_err(|e| fail(&req, e))?;
         let mut output = UploadPartOutput {
@@ -1078,16 +1034,9 @@ impl S3 for S3Front {
             })
             .collect();
         let condition = write_condition(&input.if_match, &input.if_none_match)?;
-        let outcome = self
-            .store
-            .complete_multipart_upload(
-                &principal,
-                &input.bucket,
-                &input.key,
-                &input.upload_id,
-                &parts,
-                &condition,
-            )
+        let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
+        let outcome = bucket
+            .complete_multipart_upload(&input.key, &input.upload_id, &parts, &condition)
             .await
             .map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(CompleteMultipartUploadOutput {
@@ -1105,8 +1054,9 @@ impl S3 for S3Front {
     ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
         let principal = self.principal(&req).await?;
         let input = &req.input;
-        self.store
-            .abort_multipart_upload(&principal, &input.bucket, &input.key, &input.upload_id)
+        let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
+        bucket
+            .abort_multipart_upload(&input.key, &input.upload_id)
             .await
             .map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(AbortMultipartUploadOutput::default()))
@@ -1117,16 +1067,9 @@ impl S3 for S3Front {
         let input = &req.input;
         let max_parts = input.max_parts.unwrap_or(1000).clamp(0, 1000);
         let marker = input.part_number_marker.unwrap_or(0).max(0);
-        let page = self
-            .store
-            .list_parts(
-                &principal,
-                &input.bucket,
-                &input.key,
-                &input.upload_id,
-                marker as u32,
-                max_parts as usize,
-            )
+        let bucket = self.open(&req, &principal, &input.bucket, Access::Read).await?;
+        let page = bucket
+            .list_parts(&input.key, &input.upload_id, marker as u32, max_parts as usize)
             .await
             .map_err(|e| fail(&req, e))?;
         let parts = page
@@ -1173,9 +1116,9 @@ impl S3 for S3Front {
             upload_id_marker: input.upload_id_marker.clone(),
             max_uploads: max_uploads as usize,
         };
-        let page = self
-            .store
-            .list_multipart_uploads(&principal, &input.bucket, &request)
+        let bucket = self.open(&req, &principal, &input.bucket, Access::Read).await?;
+        let page = bucket
+            .list_multipart_uploads(&request)
             .await
             .map_err(|e| fail(&req, e))?;
         let uploads = page
@@ -1266,11 +1209,12 @@ impl S3Front {
         encoding_type: &Option<EncodingType>,
         fetch_owner: bool,
     ) -> Result<Listing, StoreError> {
-        let info = self.store.bucket(principal, bucket, Access::Read).await?;
-        let page = match info.origin {
-            Some(_) => Box::pin(self.cache.list(&info, request)).await?,
-            None => self.store.list_objects(principal, bucket, request).await?,
-        };
+        let page = self
+            .buckets
+            .open(principal, bucket, Access::Read)
+            .await?
+            .list(request)
+            .await?;
         let mut listing = Listing {
             contents: Vec::new(),
             common_prefixes: Vec::new(),

@@ -1,4 +1,4 @@
-//! The S3 REST front: s3s does routing, SigV4 and XML; `front` maps operations onto the store.
+//! The S3 REST front: s3s does routing, SigV4 and XML; `front` maps operations onto bucket handles.
 
 mod auth;
 mod checksum;
@@ -18,11 +18,10 @@ use s3s::service::{S3Service, S3ServiceBuilder};
 use tracing::Instrument;
 
 use crate::admission::Admitted;
-use crate::cache::CacheTier;
+use crate::bucket::Buckets;
 use crate::metrics::Metrics;
 use crate::replica_lag::ReplicaLag;
 use crate::request_body::RequestBody;
-use crate::store::Store;
 pub use auth::S3Admission;
 use auth::{CatalogAuth, RequestFacts, SignedOnly};
 use errors::RequestId;
@@ -45,16 +44,15 @@ struct Endpoint {
 
 impl S3Endpoint {
     pub fn new(
-        store: Store,
+        buckets: Buckets,
         region: String,
         domains: &[String],
         metrics: Metrics,
         admission: S3Admission,
-        cache: CacheTier,
         lag: ReplicaLag,
     ) -> anyhow::Result<S3Endpoint> {
-        let catalog = Arc::clone(store.catalog());
-        let mut builder = S3ServiceBuilder::new(front::S3Front::new(store, cache, region));
+        let catalog = Arc::clone(buckets.catalog());
+        let mut builder = S3ServiceBuilder::new(front::S3Front::new(buckets, region));
         builder.set_auth(CatalogAuth { catalog });
         builder.set_access(SignedOnly(admission));
         if !domains.is_empty() {

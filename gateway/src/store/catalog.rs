@@ -485,7 +485,7 @@ impl Catalog {
     }
 
     /// Every namespace's SQL, for the maintenance reaper.
-    pub(crate) async fn namespaces(&self) -> StoreResult<Vec<Arc<super::objects::NamespaceSql>>> {
+    pub(super) async fn namespaces(&self) -> StoreResult<Vec<Arc<super::objects::NamespaceSql>>> {
         let client = self.pool.get().await?;
         let names: Vec<String> = client
             .query("SELECT name FROM pgvs3.namespaces", &[])

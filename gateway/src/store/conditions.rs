@@ -54,7 +54,7 @@ impl Preconditions {
 }
 
 /// A copy answers every failed source precondition with 412, never 304.
-pub(super) fn as_copy_source_error(err: StoreError) -> StoreError {
+pub fn as_copy_source_error(err: StoreError) -> StoreError {
     match err {
         StoreError::NotModified { .. } => StoreError::PreconditionFailed,
         other => other,

@@ -61,6 +61,13 @@ pub enum StoreError {
     OriginFailed(String),
     /// The write would take the bucket past its quota (bytes or objects); nothing was written.
     QuotaExceeded(String),
+    /// An operation this kind of bucket does not offer (answered, never pretended).
+    NotImplemented(String),
+    /// A RESP database mapped to a cache bucket: keyspaces are plain buckets only.
+    CacheKeyspace {
+        bucket: String,
+        mode: super::CacheMode,
+    },
 }
 
 impl fmt::Display for StoreError {
@@ -109,6 +116,12 @@ impl fmt::Display for StoreError {
             | StoreError::OriginDenied(msg)
             | StoreError::OriginFailed(msg) => f.write_str(msg),
             StoreError::QuotaExceeded(usage) => write!(f, "bucket quota exceeded ({usage})"),
+            StoreError::NotImplemented(msg) => f.write_str(msg),
+            StoreError::CacheKeyspace { bucket, mode } => write!(
+                f,
+                "bucket {bucket} is a cache bucket ({} origin cache): a RESP database must map to a plain bucket",
+                mode.as_str()
+            ),
         }
     }
 }

@@ -23,7 +23,7 @@ use tokio_postgres::types::{ToSql, Type};
 
 use super::chunks::{ChunkStream, Chunker};
 use super::objects::{INLINE_LIMIT, check_key};
-use super::{Access, BucketInfo, Principal, Store, StoreResult};
+use super::{BucketInfo, Store, StoreResult};
 
 /// Most keys a write batch locks one by one.
 pub const FINE_LOCK_LIMIT: usize = 64;
@@ -170,25 +170,23 @@ pub struct KvBatch {
 impl Store {
     /// Loads `keys` for reading, in one statement.
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_read", otel.kind = "client", db.system = "postgresql"))]
-    pub async fn kv_read(&self, principal: &Principal, bucket: &str, keys: &[String]) -> StoreResult<KvBatch> {
-        let bucket = self.bucket(principal, bucket, Access::Read).await?;
+    pub(crate) async fn kv_read(&self, bucket: &Arc<BucketInfo>, keys: &[String]) -> StoreResult<KvBatch> {
         let client = self.client().await?;
-        KvBatch::load(bucket, client, self.pool.clone(), keys, false).await
+        KvBatch::load(Arc::clone(bucket), client, self.pool.clone(), keys, false).await
     }
 
-    /// Loads the keys of several read batches in one statement, as `principal`: reads from many
+    /// Loads the keys of several read batches in one statement: reads from many
     /// connections that arrive together share it. One batch per request, in order.
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_read_many", otel.kind = "client", db.system = "postgresql", batches = requests.len()))]
-    pub async fn kv_read_many(
+    pub(crate) async fn kv_read_many(
         &self,
-        principal: &Principal,
-        bucket: &str,
+        bucket: &Arc<BucketInfo>,
         requests: &[&[String]],
     ) -> StoreResult<Vec<KvBatch>> {
         let mut keys: Vec<String> = requests.iter().flat_map(|keys| keys.iter()).cloned().collect();
         keys.sort_unstable();
         keys.dedup();
-        let mut all = self.kv_read(principal, bucket, &keys).await?;
+        let mut all = self.kv_read(bucket, &keys).await?;
         all.client = None;
         Ok(requests
             .iter()
@@ -210,24 +208,22 @@ impl Store {
     /// Begins a write batch on `keys`: one transaction, keys locked in sorted order, then loaded.
     /// BEGIN, the locks and the load go out together (one round trip).
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_write", otel.kind = "client", db.system = "postgresql"))]
-    pub async fn kv_write(&self, principal: &Principal, bucket: &str, keys: &[String]) -> StoreResult<KvBatch> {
-        let bucket = self.bucket(principal, bucket, Access::Write).await?;
+    pub(crate) async fn kv_write(&self, bucket: &Arc<BucketInfo>, keys: &[String]) -> StoreResult<KvBatch> {
         let client = self.client().await?;
-        KvBatch::load(bucket, client, self.pool.clone(), keys, true).await
+        KvBatch::load(Arc::clone(bucket), client, self.pool.clone(), keys, true).await
     }
 
     /// Begins a write batch whose commands only overwrite `keys`, never reading them: nothing
     /// is loaded, and BEGIN and the locks go out with the writes at commit (one round trip in
     /// all, where [`Store::kv_write`] takes two).
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_overwrite", otel.kind = "client", db.system = "postgresql"))]
-    pub async fn kv_overwrite(&self, principal: &Principal, bucket: &str, keys: Vec<String>) -> StoreResult<KvBatch> {
-        let bucket = self.bucket(principal, bucket, Access::Write).await?;
+    pub(crate) async fn kv_overwrite(&self, bucket: &Arc<BucketInfo>, keys: Vec<String>) -> StoreResult<KvBatch> {
         for key in &keys {
             check_key(key)?;
         }
         let client = self.client().await?;
         Ok(KvBatch {
-            bucket,
+            bucket: Arc::clone(bucket),
             client: Some(client),
             pool: self.pool.clone(),
             in_transaction: true,
@@ -238,15 +234,13 @@ impl Store {
     }
 
     /// One page of keys after `after` that start with `prefix`; fewer than `count` means done.
-    pub async fn kv_scan(
+    pub(crate) async fn kv_scan(
         &self,
-        principal: &Principal,
-        bucket: &str,
+        bucket: &BucketInfo,
         after: &str,
         prefix: &str,
         count: i64,
     ) -> StoreResult<Vec<String>> {
-        let bucket = self.bucket(principal, bucket, Access::Read).await?;
         let client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.kv.scan).await?;
         let rows = client.query(&statement, &[&bucket.id, &after, &prefix, &count]).await?;
@@ -254,16 +248,14 @@ impl Store {
     }
 
     /// How many live keys the keyspace holds, and how many of them have a TTL.
-    pub async fn kv_count(&self, principal: &Principal, bucket: &str) -> StoreResult<(i64, i64)> {
-        let bucket = self.bucket(principal, bucket, Access::Read).await?;
+    pub(crate) async fn kv_count(&self, bucket: &BucketInfo) -> StoreResult<(i64, i64)> {
         let client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.kv.count).await?;
         let row = client.query_one(&statement, &[&bucket.id]).await?;
         Ok((row.get(0), row.get(1)))
     }
 
-    pub async fn kv_random_key(&self, principal: &Principal, bucket: &str) -> StoreResult<Option<String>> {
-        let bucket = self.bucket(principal, bucket, Access::Read).await?;
+    pub(crate) async fn kv_random_key(&self, bucket: &BucketInfo) -> StoreResult<Option<String>> {
         let client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.kv.random).await?;
         let row = client.query_opt(&statement, &[&bucket.id]).await?;
@@ -271,8 +263,7 @@ impl Store {
     }
 
     /// Deletes every key of the keyspace (their chunked bodies are retired for the reaper).
-    pub async fn kv_flush(&self, principal: &Principal, bucket: &str) -> StoreResult<()> {
-        let bucket = self.bucket(principal, bucket, Access::Write).await?;
+    pub(crate) async fn kv_flush(&self, bucket: &BucketInfo) -> StoreResult<()> {
         let client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.kv.flush).await?;
         client.execute(&statement, &[&bucket.id]).await?;
@@ -358,7 +349,7 @@ impl KvBatch {
     }
 
     /// The key's value in full, reading a chunked body when it is one.
-    pub async fn value(&mut self, key: &str) -> StoreResult<Option<Bytes>> {
+    pub(crate) async fn value(&mut self, key: &str) -> StoreResult<Option<Bytes>> {
         let Some(entry) = self.get(key) else {
             return Ok(None);
         };
@@ -433,7 +424,7 @@ impl KvBatch {
     }
 
     /// Ends a write batch without writing anything.
-    pub async fn rollback(mut self) -> StoreResult<()> {
+    pub(crate) async fn rollback(mut self) -> StoreResult<()> {
         if self.deferred_locks.take().is_some() {
             // Nothing was sent.
             self.in_transaction = false;
@@ -447,7 +438,7 @@ impl KvBatch {
     }
 
     /// Writes the changes and commits in one round trip (plus one per chunked value).
-    pub async fn commit(mut self) -> StoreResult<()> {
+    pub(crate) async fn commit(mut self) -> StoreResult<()> {
         if !self.in_transaction {
             return Ok(());
         }

@@ -5,7 +5,7 @@ use std::time::SystemTime;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
-use super::{Access, Principal, Store, StoreError, StoreResult};
+use super::{BucketInfo, Store, StoreError, StoreResult};
 
 pub const MAX_KEYS: usize = 1000;
 
@@ -82,13 +82,7 @@ pub(super) fn prefix_successor(prefix: &str) -> Option<String> {
 
 impl Store {
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store list_objects", otel.kind = "client", db.system = "postgresql"))]
-    pub async fn list_objects(
-        &self,
-        principal: &Principal,
-        bucket: &str,
-        request: &ListRequest,
-    ) -> StoreResult<ListPage> {
-        let bucket = self.bucket(principal, bucket, Access::Read).await?;
+    pub(crate) async fn list_objects(&self, bucket: &BucketInfo, request: &ListRequest) -> StoreResult<ListPage> {
         let mut page = ListPage::default();
         if request.max_keys == 0 {
             return Ok(page);

@@ -13,6 +13,7 @@ mod multipart;
 mod objects;
 mod origins;
 mod quotas;
+mod reaper;
 mod tagging;
 
 use std::sync::Arc;
@@ -22,7 +23,7 @@ use deadpool_postgres::Pool;
 pub use cache::{CacheEntry, DueUpload, EntryHead, FillLock, RangeLookup, UploadLock};
 pub use catalog::{AccessKey, BucketInfo, BucketSummary, Catalog, NewAccessKey};
 pub use chunks::CHUNK_SIZE;
-pub use conditions::{EtagCondition, Preconditions, WriteCondition};
+pub use conditions::{EtagCondition, Preconditions, WriteCondition, as_copy_source_error};
 pub use copy::CopySource;
 pub use error::StoreError;
 pub use kv::{KvBatch, KvEntry, KvValue};
@@ -30,11 +31,12 @@ pub use listing::{ListPage, ListRequest, ListedObject, MAX_KEYS as LIST_MAX_KEYS
 pub use multipart::{CompletedPart, MultipartUpload, PartInfo, PartsPage, UploadsPage, UploadsRequest};
 pub use objects::{
     BodyObserver, BodyStream, ByteRange, INLINE_LIMIT, ObjectHead, ObjectMeta, ObjectRead, PutOutcome, ReadOptions,
-    StoredChecksum, Upload,
+    StoredBytes, StoredChecksum, Upload,
 };
 pub use objects::{check_length as check_declared_length, read_prefix};
 pub use origins::{CacheMode, Origin, OriginEntry};
 pub use quotas::BucketQuota;
+pub use reaper::ReapStats;
 pub use tagging::{MAX_BUCKET_TAGS, MAX_OBJECT_TAGS, Tags, tag_set};
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -74,17 +76,5 @@ impl Store {
 
     async fn client(&self) -> StoreResult<deadpool_postgres::Object> {
         self.pool.get().await.map_err(StoreError::from)
-    }
-
-    /// Resolves a bucket the principal may use in the given way.
-    pub async fn bucket(&self, principal: &Principal, name: &str, access: Access) -> StoreResult<Arc<BucketInfo>> {
-        if access == Access::Write && principal.read_only {
-            return Err(StoreError::AccessDenied);
-        }
-        let bucket = self.catalog.bucket(name).await?;
-        if !principal.is_root && bucket.owner.as_deref() != Some(principal.access_key.as_str()) {
-            return Err(StoreError::AccessDenied);
-        }
-        Ok(bucket)
     }
 }

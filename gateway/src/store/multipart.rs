@@ -9,10 +9,7 @@ use md5::{Digest, Md5};
 use tokio_postgres::types::Json;
 
 use super::objects::{BodyDigest, NewObjectRow, check_length, write_chunks};
-use super::{
-    Access, BodyObserver, CopySource, ObjectMeta, Principal, PutOutcome, ReadOptions, Store, StoreError, StoreResult,
-    StoredChecksum, Upload, WriteCondition,
-};
+use super::{BucketInfo, ObjectMeta, PutOutcome, Store, StoreError, StoreResult, Upload, WriteCondition};
 
 /// S3's limits: parts are numbered 1 to 10,000, and all but the last hold at least 5 MiB.
 pub const MAX_PART_NUMBER: u32 = 10_000;
@@ -67,17 +64,6 @@ pub struct UploadsPage {
     pub next_marker: Option<(String, String)>,
 }
 
-/// Bytes copied from a stored object were verified when they were stored.
-struct StoredBytes;
-
-impl BodyObserver for StoredBytes {
-    fn update(&mut self, _data: &[u8]) {}
-
-    fn finish(self: Box<Self>, _size: u64, _md5: &[u8; 16]) -> StoreResult<Option<StoredChecksum>> {
-        Ok(None)
-    }
-}
-
 fn upload_number(upload_id: &str) -> StoreResult<i64> {
     upload_id.parse().map_err(|_| StoreError::NoSuchUpload)
 }
@@ -103,15 +89,13 @@ fn multipart_etag(part_etags: &[&str]) -> StoreResult<String> {
 
 impl Store {
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store create_multipart_upload", otel.kind = "client", db.system = "postgresql"))]
-    pub async fn create_multipart_upload(
+    pub(crate) async fn create_multipart_upload(
         &self,
-        principal: &Principal,
-        bucket: &str,
+        bucket: &BucketInfo,
         key: &str,
         meta: &ObjectMeta,
     ) -> StoreResult<String> {
         super::objects::check_key(key)?;
-        let bucket = self.bucket(principal, bucket, Access::Write).await?;
         let client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.create_upload).await?;
         let Some(row) = client.query_opt(&statement, &[&bucket.id, &key, &Json(meta)]).await? else {
@@ -124,10 +108,9 @@ impl Store {
     /// Stores one part, streamed into a body of its own; a part uploaded again under the same
     /// number replaces the earlier one (whose body is retired).
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store upload_part", otel.kind = "client", db.system = "postgresql"))]
-    pub async fn upload_part(
+    pub(crate) async fn upload_part(
         &self,
-        principal: &Principal,
-        bucket: &str,
+        bucket: &BucketInfo,
         key: &str,
         upload_id: &str,
         part_number: u32,
@@ -141,7 +124,6 @@ impl Store {
             observer,
             ..
         } = upload;
-        let bucket = self.bucket(principal, bucket, Access::Write).await?;
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         let digest = BodyDigest::start(observer);
@@ -170,54 +152,19 @@ impl Store {
         })
     }
 
-    /// Fills a part with an existing object, or the byte range of it in `range`, streamed from
-    /// its chunks into the part's own body.
-    #[allow(clippy::too_many_arguments)]
-    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store upload_part_copy", otel.kind = "client", db.system = "postgresql"))]
-    pub async fn upload_part_copy(
-        &self,
-        principal: &Principal,
-        source: &CopySource<'_>,
-        range: Option<super::ByteRange>,
-        bucket: &str,
-        key: &str,
-        upload_id: &str,
-        part_number: u32,
-    ) -> StoreResult<PutOutcome> {
-        let options = ReadOptions {
-            range,
-            part_number: None,
-            conditions: source.conditions.clone(),
-        };
-        let read = self
-            .get_object_with(principal, source.bucket, source.key, &options)
-            .await
-            .map_err(super::conditions::as_copy_source_error)?;
-        let upload = Upload {
-            meta: ObjectMeta::default(),
-            declared_len: Some(read.span.1 - read.span.0),
-            body: read.body,
-            observer: Box::new(StoredBytes),
-        };
-        self.upload_part(principal, bucket, key, upload_id, part_number, upload)
-            .await
-    }
-
     /// Turns an upload into its object, if `condition` holds. The listed parts must exist with
     /// the given ETags, ascend, and all but the last hold at least [`MIN_PART_SIZE`]; parts
     /// not listed are dropped. On any refusal the upload stays as it was.
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store complete_multipart_upload", otel.kind = "client", db.system = "postgresql"))]
-    pub async fn complete_multipart_upload(
+    pub(crate) async fn complete_multipart_upload(
         &self,
-        principal: &Principal,
-        bucket: &str,
+        bucket: &BucketInfo,
         key: &str,
         upload_id: &str,
         parts: &[CompletedPart],
         condition: &WriteCondition,
     ) -> StoreResult<PutOutcome> {
         let upload_id = upload_number(upload_id)?;
-        let bucket = self.bucket(principal, bucket, Access::Write).await?;
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         // Deleting the upload row first waits for parts still committing, and stops new ones.
@@ -291,15 +238,13 @@ impl Store {
 
     /// Drops an upload and retires its parts' bodies.
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store abort_multipart_upload", otel.kind = "client", db.system = "postgresql"))]
-    pub async fn abort_multipart_upload(
+    pub(crate) async fn abort_multipart_upload(
         &self,
-        principal: &Principal,
-        bucket: &str,
+        bucket: &BucketInfo,
         key: &str,
         upload_id: &str,
     ) -> StoreResult<()> {
         let upload_id = upload_number(upload_id)?;
-        let bucket = self.bucket(principal, bucket, Access::Write).await?;
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         let statement = tx.prepare_cached(&bucket.sql.take_upload).await?;
@@ -316,17 +261,15 @@ impl Store {
     }
 
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store list_parts", otel.kind = "client", db.system = "postgresql"))]
-    pub async fn list_parts(
+    pub(crate) async fn list_parts(
         &self,
-        principal: &Principal,
-        bucket: &str,
+        bucket: &BucketInfo,
         key: &str,
         upload_id: &str,
         after_part: u32,
         max_parts: usize,
     ) -> StoreResult<PartsPage> {
         let upload_id = upload_number(upload_id)?;
-        let bucket = self.bucket(principal, bucket, Access::Read).await?;
         let client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.find_upload).await?;
         if client
@@ -361,10 +304,9 @@ impl Store {
     /// Uploads in progress in key order (then by age), with S3's key and upload-id markers.
     /// Keys rolled up under `delimiter` appear once, as a common prefix.
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store list_multipart_uploads", otel.kind = "client", db.system = "postgresql"))]
-    pub async fn list_multipart_uploads(
+    pub(crate) async fn list_multipart_uploads(
         &self,
-        principal: &Principal,
-        bucket: &str,
+        bucket: &BucketInfo,
         request: &UploadsRequest,
     ) -> StoreResult<UploadsPage> {
         let UploadsRequest {
@@ -375,7 +317,6 @@ impl Store {
             max_uploads,
         } = request;
         let (prefix, max_uploads) = (prefix.as_str(), *max_uploads);
-        let bucket = self.bucket(principal, bucket, Access::Read).await?;
         let mut page = UploadsPage::default();
         let max_uploads = max_uploads.min(MAX_LISTED);
         if max_uploads == 0 {

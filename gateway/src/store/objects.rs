@@ -14,7 +14,7 @@ use tokio_postgres::types::{Json, Type};
 
 use super::chunks::{ChunkStream, Chunker, Segment, worth_compressing};
 use super::conditions::{Preconditions, WriteCondition};
-use super::{Access, Principal, Store, StoreError, StoreResult};
+use super::{BucketInfo, Store, StoreError, StoreResult};
 
 /// Bodies up to this size live in the object row itself: a small GET is one index lookup.
 pub const INLINE_LIMIT: usize = 64 * 1024;
@@ -132,6 +132,17 @@ pub trait BodyObserver: Send {
     fn finish(self: Box<Self>, size: u64, md5: &[u8; 16]) -> StoreResult<Option<StoredChecksum>>;
 }
 
+/// The observer of bytes copied from a stored object: they were verified when they were stored.
+pub struct StoredBytes;
+
+impl BodyObserver for StoredBytes {
+    fn update(&mut self, _data: &[u8]) {}
+
+    fn finish(self: Box<Self>, _size: u64, _md5: &[u8; 16]) -> StoreResult<Option<StoredChecksum>> {
+        Ok(None)
+    }
+}
+
 /// The SQL of one namespace (a schema with `objects` and `chunks` tables).
 #[derive(Debug)]
 pub struct NamespaceSql {
@@ -156,8 +167,8 @@ pub struct NamespaceSql {
     pub(super) copy_body: String,
     pub(super) set_tags: String,
     pub(super) copy_parts: String,
-    pub(crate) drop_parts: String,
-    pub(crate) drop_abandoned_uploads: String,
+    pub(super) drop_parts: String,
+    pub(super) drop_abandoned_uploads: String,
     pub(super) next_body_id: String,
     pub(super) copy_chunks: String,
     pub(super) read_chunks: String,
@@ -165,11 +176,11 @@ pub struct NamespaceSql {
     pub(super) delete_many: String,
     pub(super) list: String,
     pub(super) list_below: String,
-    pub(crate) retired_bodies: String,
-    pub(crate) delete_retired_chunks: String,
-    pub(crate) forget_retired_body: String,
-    pub(crate) delete_expired: String,
-    pub(crate) backlog: String,
+    pub(super) retired_bodies: String,
+    pub(super) delete_retired_chunks: String,
+    pub(super) forget_retired_body: String,
+    pub(super) delete_expired: String,
+    pub(super) backlog: String,
     pub(super) kv: super::kv::KvSql,
 }
 
@@ -395,29 +406,20 @@ pub struct ReadOptions {
 }
 
 impl Store {
-    pub async fn head_object(&self, principal: &Principal, bucket: &str, key: &str) -> StoreResult<ObjectHead> {
-        let read = self
-            .head_object_with(principal, bucket, key, &ReadOptions::default())
-            .await?;
-        Ok(read.head)
-    }
-
     /// The head of an object and the span a GET with the same options would serve (the body
     /// of the answer is empty).
-    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store head_object_with", otel.kind = "client", db.system = "postgresql"))]
-    pub async fn head_object_with(
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store head_object", otel.kind = "client", db.system = "postgresql"))]
+    pub(crate) async fn head_object(
         &self,
-        principal: &Principal,
-        bucket: &str,
+        bucket: &BucketInfo,
         key: &str,
         options: &ReadOptions,
     ) -> StoreResult<ObjectRead> {
         check_key(key)?;
-        let bucket = self.bucket(principal, bucket, Access::Read).await?;
         let client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.head).await?;
         let row = client.query_opt(&statement, &[&bucket.id, &key]).await?;
-        let row = self.found(&bucket, row)?;
+        let row = self.found(bucket, row)?;
         let (head, span, partial) = locate(&client, &bucket.sql, head_from_row(&row), row.get(5), options).await?;
         Ok(ObjectRead {
             head,
@@ -427,38 +429,22 @@ impl Store {
         })
     }
 
-    pub async fn get_object(
-        &self,
-        principal: &Principal,
-        bucket: &str,
-        key: &str,
-        range: Option<ByteRange>,
-    ) -> StoreResult<ObjectRead> {
-        let options = ReadOptions {
-            range,
-            ..ReadOptions::default()
-        };
-        self.get_object_with(principal, bucket, key, &options).await
-    }
-
     /// Reads an object, or the range or part of it the caller asked for. A small object costs
     /// one round trip; a chunked one streams its chunks from one statement (one snapshot), so
     /// an overwrite racing the read can never mix old and new bytes. A multipart object costs
     /// one more round trip, to find the parts that hold the span.
-    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store get_object_with", otel.kind = "client", db.system = "postgresql"))]
-    pub async fn get_object_with(
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store get_object", otel.kind = "client", db.system = "postgresql"))]
+    pub(crate) async fn get_object(
         &self,
-        principal: &Principal,
-        bucket: &str,
+        bucket: &BucketInfo,
         key: &str,
         options: &ReadOptions,
     ) -> StoreResult<ObjectRead> {
         check_key(key)?;
-        let bucket = self.bucket(principal, bucket, Access::Read).await?;
         let client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.get).await?;
         let row = client.query_opt(&statement, &[&bucket.id, &key]).await?;
-        let row = self.found(&bucket, row)?;
+        let row = self.found(bucket, row)?;
         let (head, span, partial) = locate(&client, &bucket.sql, head_from_row(&row), row.get(5), options).await?;
         let inline: Option<&[u8]> = row.get(4);
         if let Some(inline) = inline {
@@ -500,7 +486,7 @@ impl Store {
 
     pub(super) fn found(
         &self,
-        bucket: &super::BucketInfo,
+        bucket: &BucketInfo,
         row: Option<tokio_postgres::Row>,
     ) -> StoreResult<tokio_postgres::Row> {
         let Some(row) = row else {
@@ -513,26 +499,14 @@ impl Store {
         Ok(row)
     }
 
-    pub async fn put_object(
-        &self,
-        principal: &Principal,
-        bucket: &str,
-        key: &str,
-        upload: Upload,
-    ) -> StoreResult<PutOutcome> {
-        self.put_object_if(principal, bucket, key, upload, &WriteCondition::Always)
-            .await
-    }
-
     /// Stores an object from a stream, if `condition` holds when it commits. Bodies up to
     /// [`INLINE_LIMIT`] go into the object row in one statement; larger ones are copied chunk
     /// by chunk in one transaction that also flips the object row, so nothing is visible until
     /// the whole body is in and verified.
-    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store put_object_if", otel.kind = "client", db.system = "postgresql"))]
-    pub async fn put_object_if(
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store put_object", otel.kind = "client", db.system = "postgresql"))]
+    pub(crate) async fn put_object(
         &self,
-        principal: &Principal,
-        bucket: &str,
+        bucket: &BucketInfo,
         key: &str,
         upload: Upload,
         condition: &WriteCondition,
@@ -544,7 +518,6 @@ impl Store {
             mut observer,
         } = upload;
         check_key(key)?;
-        let bucket = self.bucket(principal, bucket, Access::Write).await?;
         let (head, ended) = if declared_len.is_none_or(|len| len <= INLINE_LIMIT as u64) {
             read_prefix(&mut body, INLINE_LIMIT as u64).await?
         } else {
@@ -566,7 +539,7 @@ impl Store {
                 inline: Some(&head[..]),
                 body_id: None,
             };
-            let last_modified = self.write_object_row(&client, &bucket, &row, condition).await?;
+            let last_modified = self.write_object_row(&client, bucket, &row, condition).await?;
             return Ok(PutOutcome {
                 etag,
                 size,
@@ -592,7 +565,7 @@ impl Store {
             inline: None,
             body_id: Some(body_id),
         };
-        let last_modified = self.write_object_row(&tx, &bucket, &row, condition).await?;
+        let last_modified = self.write_object_row(&tx, bucket, &row, condition).await?;
         tx.commit().await?;
         Ok(PutOutcome {
             etag,
@@ -607,7 +580,7 @@ impl Store {
     pub(super) async fn write_object_row(
         &self,
         db: &impl GenericClient,
-        bucket: &super::BucketInfo,
+        bucket: &BucketInfo,
         row: &NewObjectRow<'_>,
         condition: &WriteCondition,
     ) -> StoreResult<SystemTime> {
@@ -635,9 +608,8 @@ impl Store {
     }
     /// Deletes an object; deleting a missing key succeeds, as in S3.
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store delete_object", otel.kind = "client", db.system = "postgresql"))]
-    pub async fn delete_object(&self, principal: &Principal, bucket: &str, key: &str) -> StoreResult<()> {
+    pub(crate) async fn delete_object(&self, bucket: &BucketInfo, key: &str) -> StoreResult<()> {
         check_key(key)?;
-        let bucket = self.bucket(principal, bucket, Access::Write).await?;
         let client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.delete).await?;
         client.execute(&statement, &[&bucket.id, &key]).await?;
@@ -646,8 +618,7 @@ impl Store {
 
     /// Deletes many keys in one statement.
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store delete_objects", otel.kind = "client", db.system = "postgresql"))]
-    pub async fn delete_objects(&self, principal: &Principal, bucket: &str, keys: &[String]) -> StoreResult<()> {
-        let bucket = self.bucket(principal, bucket, Access::Write).await?;
+    pub(crate) async fn delete_objects(&self, bucket: &BucketInfo, keys: &[String]) -> StoreResult<()> {
         let client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.delete_many).await?;
         client.execute(&statement, &[&bucket.id, &keys]).await?;

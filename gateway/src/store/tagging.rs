@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use tokio_postgres::types::Json;
 
 use super::objects::check_key;
-use super::{Access, Principal, Store, StoreError, StoreResult};
+use super::{BucketInfo, Store, StoreError, StoreResult};
 
 pub type Tags = BTreeMap<String, String>;
 
@@ -45,20 +45,9 @@ pub fn tag_set(pairs: impl IntoIterator<Item = (String, String)>, max: usize) ->
 }
 
 impl Store {
-    pub async fn object_tags(&self, principal: &Principal, bucket: &str, key: &str) -> StoreResult<Tags> {
-        Ok(self.head_object(principal, bucket, key).await?.meta.tags)
-    }
-
     /// Replaces an object's tags (none removes them all).
-    pub async fn set_object_tags(
-        &self,
-        principal: &Principal,
-        bucket: &str,
-        key: &str,
-        tags: &Tags,
-    ) -> StoreResult<()> {
+    pub(crate) async fn set_object_tags(&self, bucket: &BucketInfo, key: &str, tags: &Tags) -> StoreResult<()> {
         check_key(key)?;
-        let bucket = self.bucket(principal, bucket, Access::Write).await?;
         let client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.set_tags).await?;
         if client.execute(&statement, &[&bucket.id, &key, &Json(tags)]).await? == 1 {
@@ -66,13 +55,12 @@ impl Store {
         }
         let statement = client.prepare_cached(&bucket.sql.head).await?;
         let row = client.query_opt(&statement, &[&bucket.id, &key]).await?;
-        self.found(&bucket, row)?;
+        self.found(bucket, row)?;
         Err(StoreError::NoSuchKey)
     }
 
     /// A bucket's tags; `None` when it has none (S3's NoSuchTagSet).
-    pub async fn bucket_tags(&self, principal: &Principal, bucket: &str) -> StoreResult<Option<Tags>> {
-        let bucket = self.bucket(principal, bucket, Access::Read).await?;
+    pub(crate) async fn bucket_tags(&self, bucket: &BucketInfo) -> StoreResult<Option<Tags>> {
         let client = self.client().await?;
         let row = client
             .query_opt("SELECT tags FROM pgvs3.buckets WHERE id = $1", &[&bucket.id])
@@ -82,8 +70,7 @@ impl Store {
     }
 
     /// Replaces a bucket's tags; `None` deletes them.
-    pub async fn set_bucket_tags(&self, principal: &Principal, bucket: &str, tags: Option<&Tags>) -> StoreResult<()> {
-        let bucket = self.bucket(principal, bucket, Access::Write).await?;
+    pub(crate) async fn set_bucket_tags(&self, bucket: &BucketInfo, tags: Option<&Tags>) -> StoreResult<()> {
         let client = self.client().await?;
         let updated = client
             .execute(

@@ -1,0 +1,388 @@
+//! A request's bucket, resolved once: the access key's right to it checked, its kind known,
+//! and the one object API every protocol front calls. This is the only place that decides what
+//! a bucket's kind means for an operation: a plain bucket's objects live in its namespace
+//! (`store`), a cache bucket's are served by the cache tier in front of its origin (`cache`),
+//! and a RESP keyspace must be a plain bucket. Fronts map wire types in and out and never
+//! branch on the kind themselves.
+
+use std::sync::Arc;
+
+use crate::cache::CacheTier;
+use crate::store::{
+    Access, BucketInfo, CacheMode, Catalog, CompletedPart, CopySource, KvBatch, ListPage, ListRequest, ObjectMeta,
+    ObjectRead, PartsPage, Preconditions, Principal, PutOutcome, ReadOptions, Store, StoreError, StoreResult,
+    StoredBytes, Tags, Upload, UploadsPage, UploadsRequest, WriteCondition,
+};
+
+/// Opens buckets for requests: the store and the cache tier behind every bucket handle.
+#[derive(Clone)]
+pub struct Buckets {
+    store: Store,
+    cache: CacheTier,
+}
+
+/// What a bucket is, as far as its objects are concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BucketKind {
+    /// Objects live in the bucket's namespace in PostgreSQL.
+    Plain,
+    /// A cache bucket in front of a remote S3 bucket, in this mode.
+    Cache(CacheMode),
+}
+
+impl Buckets {
+    pub fn new(store: Store, cache: CacheTier) -> Buckets {
+        Buckets { store, cache }
+    }
+
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        self.store.catalog()
+    }
+
+    /// Resolves the bucket `name` for `principal`, who must be allowed to use it as `access`
+    /// says: the one authorization of a request. The bucket comes from the catalog cache (one
+    /// map lookup) unless this gateway has not seen it yet.
+    pub async fn open(&self, principal: &Principal, name: &str, access: Access) -> StoreResult<BucketHandle<'_>> {
+        if access == Access::Write && principal.read_only {
+            return Err(StoreError::AccessDenied);
+        }
+        let info = self.store.catalog().bucket(name).await?;
+        if !principal.is_root && info.owner.as_deref() != Some(principal.access_key.as_str()) {
+            return Err(StoreError::AccessDenied);
+        }
+        Ok(BucketHandle {
+            buckets: self,
+            info,
+            access,
+        })
+    }
+}
+
+/// An authorized bucket and the object API on it. Opened for reading, it refuses writes.
+pub struct BucketHandle<'a> {
+    buckets: &'a Buckets,
+    info: Arc<BucketInfo>,
+    access: Access,
+}
+
+impl<'a> BucketHandle<'a> {
+    pub fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    pub fn kind(&self) -> BucketKind {
+        match &self.info.origin {
+            Some(origin) => BucketKind::Cache(origin.mode),
+            None => BucketKind::Plain,
+        }
+    }
+
+    fn store(&self) -> &'a Store {
+        &self.buckets.store
+    }
+
+    fn cache(&self) -> Option<&'a CacheTier> {
+        self.info.origin.is_some().then_some(&self.buckets.cache)
+    }
+
+    fn writable(&self) -> StoreResult<()> {
+        match self.access {
+            Access::Write => Ok(()),
+            Access::Read => Err(StoreError::AccessDenied),
+        }
+    }
+
+    /// GET of a key, or of the range or part `options` name.
+    pub async fn get(&self, key: &str, options: &ReadOptions) -> StoreResult<ObjectRead> {
+        match self.cache() {
+            // Boxed, like every cache-tier call here: its future is tens of KiB, and inline it
+            // would be moved with every request's future, cache bucket or not.
+            Some(cache) => Box::pin(cache.read(&self.info, key, options, true)).await,
+            None => self.store().get_object(&self.info, key, options).await,
+        }
+    }
+
+    /// HEAD of a key: what a GET with the same options would answer, without the body.
+    pub async fn head(&self, key: &str, options: &ReadOptions) -> StoreResult<ObjectRead> {
+        match self.cache() {
+            Some(cache) => Box::pin(cache.read(&self.info, key, options, false)).await,
+            None => self.store().head_object(&self.info, key, options).await,
+        }
+    }
+
+    /// Stores an object if `condition` holds when it commits.
+    pub async fn put(&self, key: &str, upload: Upload, condition: &WriteCondition) -> StoreResult<PutOutcome> {
+        self.writable()?;
+        match self.cache() {
+            Some(cache) => Box::pin(cache.put(&self.info, key, upload, condition)).await,
+            None => self.store().put_object(&self.info, key, upload, condition).await,
+        }
+    }
+
+    /// Deletes a key; a missing key is no error, as in S3.
+    pub async fn delete(&self, key: &str) -> StoreResult<()> {
+        self.writable()?;
+        match self.cache() {
+            Some(cache) => Box::pin(cache.delete(&self.info, key)).await,
+            None => self.store().delete_object(&self.info, key).await,
+        }
+    }
+
+    /// Deletes many keys: one statement in a plain bucket, one origin DELETE per key in a
+    /// cache bucket.
+    pub async fn delete_many(&self, keys: &[String]) -> StoreResult<()> {
+        self.writable()?;
+        match self.cache() {
+            Some(cache) => {
+                for key in keys {
+                    Box::pin(cache.delete(&self.info, key)).await?;
+                }
+                Ok(())
+            }
+            None => self.store().delete_objects(&self.info, keys).await,
+        }
+    }
+
+    /// One page of keys (a cache bucket lists its origin).
+    pub async fn list(&self, request: &ListRequest) -> StoreResult<ListPage> {
+        match self.cache() {
+            Some(cache) => Box::pin(cache.list(&self.info, request)).await,
+            None => self.store().list_objects(&self.info, request).await,
+        }
+    }
+
+    /// Copies `source_key` of `source` (if `conditions` hold on it) to `key` here. `meta` and
+    /// `tags` replace the source's when given. Between plain buckets of one namespace the bytes
+    /// never leave PostgreSQL; otherwise they stream through the gateway, read and written as
+    /// each bucket's kind says (a cache source fills from its origin, a cache destination
+    /// writes to its origin as its mode says).
+    pub async fn copy_from(
+        &self,
+        source: &BucketHandle<'_>,
+        source_key: &str,
+        conditions: &Preconditions,
+        key: &str,
+        meta: Option<ObjectMeta>,
+        tags: Option<Tags>,
+    ) -> StoreResult<PutOutcome> {
+        self.writable()?;
+        if self.cache().is_none() && source.cache().is_none() && source.info.namespace == self.info.namespace {
+            let from = CopySource {
+                bucket: &source.info,
+                key: source_key,
+                conditions,
+            };
+            return self.store().copy_object(&from, &self.info, key, meta, tags).await;
+        }
+        let options = ReadOptions {
+            conditions: conditions.clone(),
+            ..ReadOptions::default()
+        };
+        let read = source
+            .get(source_key, &options)
+            .await
+            .map_err(crate::store::as_copy_source_error)?;
+        let mut meta = meta.unwrap_or_else(|| read.head.meta.clone());
+        // The copy is one body of its own; a checksum the client asked for was of the source's
+        // upload, which may have been in parts.
+        meta.parts = None;
+        meta.checksum = None;
+        meta.tags = tags.unwrap_or_else(|| read.head.meta.tags.clone());
+        let upload = Upload {
+            meta,
+            declared_len: Some(read.head.size),
+            body: read.body,
+            observer: Box::new(StoredBytes),
+        };
+        self.put(key, upload, &WriteCondition::Always).await
+    }
+
+    pub async fn create_multipart_upload(&self, key: &str, meta: &ObjectMeta) -> StoreResult<String> {
+        self.writable()?;
+        self.store().create_multipart_upload(&self.info, key, meta).await
+    }
+
+    pub async fn upload_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: u32,
+        upload: Upload,
+    ) -> StoreResult<PutOutcome> {
+        self.writable()?;
+        self.store()
+            .upload_part(&self.info, key, upload_id, part_number, upload)
+            .await
+    }
+
+    /// Fills a part with an object of `source` (read as its kind says), or the byte range of
+    /// it in `options.range`.
+    pub async fn upload_part_copy(
+        &self,
+        source: &BucketHandle<'_>,
+        source_key: &str,
+        options: &ReadOptions,
+        key: &str,
+        upload_id: &str,
+        part_number: u32,
+    ) -> StoreResult<PutOutcome> {
+        self.writable()?;
+        let read = source
+            .get(source_key, options)
+            .await
+            .map_err(crate::store::as_copy_source_error)?;
+        let upload = Upload {
+            meta: ObjectMeta::default(),
+            declared_len: Some(read.span.1 - read.span.0),
+            body: read.body,
+            observer: Box::new(StoredBytes),
+        };
+        self.upload_part(key, upload_id, part_number, upload).await
+    }
+
+    /// Turns an upload into its object. In a cache bucket the object then reaches the origin
+    /// as the bucket's mode says, like a PUT of the same size.
+    pub async fn complete_multipart_upload(
+        &self,
+        key: &str,
+        upload_id: &str,
+        parts: &[CompletedPart],
+        condition: &WriteCondition,
+    ) -> StoreResult<PutOutcome> {
+        self.writable()?;
+        let outcome = self
+            .store()
+            .complete_multipart_upload(&self.info, key, upload_id, parts, condition)
+            .await?;
+        if let Some(cache) = self.cache() {
+            let wait = CacheTier::waits_for_origin(&self.info, outcome.size);
+            Box::pin(cache.written_here(&self.info, key, wait)).await?;
+        }
+        Ok(outcome)
+    }
+
+    pub async fn abort_multipart_upload(&self, key: &str, upload_id: &str) -> StoreResult<()> {
+        self.writable()?;
+        self.store().abort_multipart_upload(&self.info, key, upload_id).await
+    }
+
+    pub async fn list_parts(
+        &self,
+        key: &str,
+        upload_id: &str,
+        after_part: u32,
+        max_parts: usize,
+    ) -> StoreResult<PartsPage> {
+        self.store()
+            .list_parts(&self.info, key, upload_id, after_part, max_parts)
+            .await
+    }
+
+    pub async fn list_multipart_uploads(&self, request: &UploadsRequest) -> StoreResult<UploadsPage> {
+        self.store().list_multipart_uploads(&self.info, request).await
+    }
+
+    pub async fn object_tags(&self, key: &str) -> StoreResult<Tags> {
+        Ok(self.head(key, &ReadOptions::default()).await?.head.meta.tags)
+    }
+
+    /// Replaces an object's tags. Not in a cache bucket: the origin's copy would keep its own.
+    pub async fn set_object_tags(&self, key: &str, tags: &Tags) -> StoreResult<()> {
+        self.writable()?;
+        if self.cache().is_some() {
+            return Err(StoreError::NotImplemented(
+                "object tagging is not supported on cache buckets".into(),
+            ));
+        }
+        self.store().set_object_tags(&self.info, key, tags).await
+    }
+
+    /// The bucket's tags; `None` when it has none.
+    pub async fn tags(&self) -> StoreResult<Option<Tags>> {
+        self.store().bucket_tags(&self.info).await
+    }
+
+    pub async fn set_tags(&self, tags: Option<&Tags>) -> StoreResult<()> {
+        self.writable()?;
+        self.store().set_bucket_tags(&self.info, tags).await
+    }
+
+    /// The bucket as a RESP keyspace. Only plain buckets are: a cache bucket's keys live at its
+    /// origin, which RESP's batched transactions cannot reach.
+    pub fn keyspace(&self) -> StoreResult<Keyspace> {
+        if let Some(origin) = &self.info.origin {
+            return Err(StoreError::CacheKeyspace {
+                bucket: self.info.name.clone(),
+                mode: origin.mode,
+            });
+        }
+        Ok(Keyspace {
+            store: self.store().clone(),
+            bucket: Arc::clone(&self.info),
+            access: self.access,
+        })
+    }
+}
+
+/// A plain bucket as a RESP keyspace, authorized as it was opened. Owned, so batches shared by
+/// many connections (group commit) can carry it.
+#[derive(Clone)]
+pub struct Keyspace {
+    store: Store,
+    bucket: Arc<BucketInfo>,
+    access: Access,
+}
+
+impl Keyspace {
+    pub fn bucket(&self) -> &str {
+        &self.bucket.name
+    }
+
+    fn writable(&self) -> StoreResult<()> {
+        match self.access {
+            Access::Write => Ok(()),
+            Access::Read => Err(StoreError::AccessDenied),
+        }
+    }
+
+    /// Loads `keys` for reading, in one statement.
+    pub async fn read(&self, keys: &[String]) -> StoreResult<KvBatch> {
+        self.store.kv_read(&self.bucket, keys).await
+    }
+
+    /// Loads the keys of several read batches in one statement.
+    pub async fn read_many(&self, requests: &[&[String]]) -> StoreResult<Vec<KvBatch>> {
+        self.store.kv_read_many(&self.bucket, requests).await
+    }
+
+    /// Begins a write batch on `keys` (locked, then loaded).
+    pub async fn write(&self, keys: &[String]) -> StoreResult<KvBatch> {
+        self.writable()?;
+        self.store.kv_write(&self.bucket, keys).await
+    }
+
+    /// Begins a write batch that only overwrites `keys`, loading nothing.
+    pub async fn overwrite(&self, keys: Vec<String>) -> StoreResult<KvBatch> {
+        self.writable()?;
+        self.store.kv_overwrite(&self.bucket, keys).await
+    }
+
+    /// One page of keys after `after` that start with `prefix`; fewer than `count` means done.
+    pub async fn scan(&self, after: &str, prefix: &str, count: i64) -> StoreResult<Vec<String>> {
+        self.store.kv_scan(&self.bucket, after, prefix, count).await
+    }
+
+    /// How many live keys there are, and how many of them have a TTL.
+    pub async fn count(&self) -> StoreResult<(i64, i64)> {
+        self.store.kv_count(&self.bucket).await
+    }
+
+    pub async fn random_key(&self) -> StoreResult<Option<String>> {
+        self.store.kv_random_key(&self.bucket).await
+    }
+
+    pub async fn flush(&self) -> StoreResult<()> {
+        self.writable()?;
+        self.store.kv_flush(&self.bucket).await
+    }
+}
