@@ -162,9 +162,11 @@ impl Catalog {
         Ok(())
     }
 
+    /// An `access_keys` row, read by column name (keys are loaded with the catalog, not per
+    /// request).
     fn decode_key(&self, row: &Row) -> anyhow::Result<AccessKey> {
-        let access_key: String = row.get(0);
-        let sealed: Vec<u8> = row.get(1);
+        let access_key: String = row.get("access_key");
+        let sealed: Vec<u8> = row.get("secret_encrypted");
         let secret = self
             .master_key
             .open(&sealed)
@@ -172,10 +174,10 @@ impl Catalog {
         Ok(AccessKey {
             access_key,
             secret,
-            is_root: row.get(2),
-            read_only: row.get(3),
-            description: row.get(4),
-            created_at: row.get(5),
+            is_root: row.get("is_root"),
+            read_only: row.get("read_only"),
+            description: row.get("description"),
+            created_at: row.get("created_at"),
         })
     }
 
@@ -517,14 +519,14 @@ fn bucket_from_row(
     namespaces: &mut HashMap<String, Arc<super::objects::NamespaceSql>>,
     master_key: &MasterKey,
 ) -> anyhow::Result<BucketInfo> {
-    let namespace: String = row.get(2);
+    let namespace: String = row.get("namespace");
     Ok(BucketInfo {
-        id: row.get(0),
-        name: row.get(1),
+        id: row.get("id"),
+        name: row.get("name"),
         sql: namespace_sql(namespaces, &namespace),
         namespace,
-        owner: row.get(3),
-        created_at: row.get(4),
+        owner: row.get("owner"),
+        created_at: row.get("created_at"),
         origin: origin_from_row(row, 5, master_key)?.map(Arc::new),
     })
 }
