@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use crate::cache::CacheTier;
 use crate::store::{
-    Access, BucketInfo, CacheMode, Catalog, CompletedPart, CopySource, KvBatch, ListPage, ListRequest, ObjectMeta,
-    ObjectRead, PartsPage, Preconditions, Principal, PutOutcome, ReadOptions, Store, StoreError, StoreResult,
-    StoredBytes, Tags, Upload, UploadsPage, UploadsRequest, WriteCondition,
+    Access, BucketInfo, ByteRange, CacheMode, Catalog, CompletedPart, CopySource, KvBatch, ListPage, ListRequest,
+    ObjectMeta, ObjectRead, PartsPage, Preconditions, Principal, PutOutcome, ReadOptions, Store, StoreError,
+    StoreResult, StoredBytes, Tags, Upload, UploadsPage, UploadsRequest, WriteCondition,
 };
 
 /// Opens buckets for requests: the store and the cache tier behind every bucket handle.
@@ -231,6 +231,12 @@ impl<'a> BucketHandle<'a> {
             .get(source_key, options)
             .await
             .map_err(crate::store::as_copy_source_error)?;
+        // A GET clamps a range past the end; a part copy refuses it, as S3 does.
+        if let Some(ByteRange::From { last: Some(last), .. }) = options.range
+            && last >= read.head.size
+        {
+            return Err(StoreError::InvalidRange { size: read.head.size });
+        }
         let upload = Upload {
             meta: ObjectMeta::default(),
             declared_len: Some(read.span.1 - read.span.0),

@@ -21,7 +21,7 @@ use md5::{Digest, Md5};
 use tokio::sync::{Notify, OwnedMutexGuard, OwnedSemaphorePermit, Semaphore, mpsc};
 
 pub use metrics::CacheMetrics;
-use origin::{ChannelBody, Fetch, OriginClient, OriginError, PutCondition};
+use origin::{ChannelBody, Fetch, OriginClient, OriginError};
 pub use outbox::spawn_uploader;
 
 use crate::admission::BufferBudget;
@@ -603,11 +603,6 @@ impl CacheTier {
         observer.update(&body);
         let digest: [u8; 16] = Md5::digest(&body).into();
         meta.checksum = observer.finish(size, &digest)?;
-        let condition = match condition {
-            WriteCondition::Always => PutCondition::Always,
-            WriteCondition::IfAbsent => PutCondition::IfAbsent,
-            WriteCondition::IfMatch(etag) => PutCondition::IfMatch(etag.clone()),
-        };
         let etag = remote
             .client
             .put(key, &meta, body.clone(), condition)

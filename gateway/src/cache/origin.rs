@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 
 use crate::store::{
     BodyStream, ByteRange, EntryHead, ListPage, ListRequest, ListedObject, ObjectMeta, Origin, StoreError,
+    WriteCondition,
 };
 
 /// A failed origin request, in terms of what the client of the cache should hear.
@@ -287,16 +288,18 @@ impl OriginClient {
         key: &str,
         meta: &ObjectMeta,
         body: Bytes,
-        condition: PutCondition,
+        condition: &WriteCondition,
     ) -> Result<String, OriginError> {
         let mut request = self
             .put_request(key, meta)
             .content_length(body.len() as i64)
             .body(ByteStream::from(body));
         match condition {
-            PutCondition::Always => {}
-            PutCondition::IfAbsent => request = request.if_none_match("*"),
-            PutCondition::IfMatch(etag) => request = request.if_match(format!("\"{etag}\"")),
+            WriteCondition::Always => {}
+            WriteCondition::IfAbsent => request = request.if_none_match("*"),
+            WriteCondition::IfMatch(etag) if etag == "*" => request = request.if_match("*"),
+            WriteCondition::IfMatch(etag) => request = request.if_match(format!("\"{etag}\"")),
+            WriteCondition::IfNoneMatch(etag) => request = request.if_none_match(format!("\"{etag}\"")),
         }
         let sent = request.send();
         let output = self
@@ -484,13 +487,6 @@ impl OriginClient {
             last_entry,
         })
     }
-}
-
-/// A conditional write passed on to the origin.
-pub enum PutCondition {
-    Always,
-    IfAbsent,
-    IfMatch(String),
 }
 
 fn unquote(etag: &str) -> String {

@@ -161,23 +161,23 @@ fn to_etag_condition(condition: &Option<ETagCondition>) -> Option<store::EtagCon
     })
 }
 
-/// S3 accepts `If-None-Match: *` (create only) and `If-Match: <etag>` (compare and swap) on
-/// writes; any other If-None-Match is refused as S3 refuses it.
+/// The condition of a write: `If-None-Match: *` creates only, `If-Match: <etag>` compares and
+/// swaps (`If-Match: *` replaces only an existing object), `If-None-Match: <etag>` writes unless
+/// the stored object has that ETag. Each is checked atomically with the write.
 fn write_condition(
     if_match: &Option<ETagCondition>,
     if_none_match: &Option<ETagCondition>,
 ) -> S3Result<WriteCondition> {
     match (if_match, if_none_match) {
         (None, None) => Ok(WriteCondition::Always),
-        (None, Some(condition)) if condition.is_any() => Ok(WriteCondition::IfAbsent),
+        (None, Some(condition)) => Ok(match condition.as_etag() {
+            Some(etag) => WriteCondition::if_none_match(etag.value()),
+            None => WriteCondition::IfAbsent,
+        }),
         (Some(condition), None) => Ok(match condition.as_etag() {
             Some(etag) => WriteCondition::if_match(etag.value()),
-            None => WriteCondition::Always,
+            None => WriteCondition::IfMatch("*".into()),
         }),
-        (None, Some(_)) => Err(s3s::s3_error!(
-            NotImplemented,
-            "If-None-Match on writes accepts only '*'"
-        )),
         (Some(_), Some(_)) => Err(s3s::s3_error!(
             NotImplemented,
             "If-Match and If-None-Match cannot both be set on a write"
@@ -213,7 +213,7 @@ macro_rules! meta_from_input {
         let input = &$input;
         ObjectMeta {
             content_type: input.content_type.clone(),
-            content_encoding: input.content_encoding.clone().filter(|enc| enc != "aws-chunked"),
+            content_encoding: stored_encoding(&input.content_encoding),
             content_disposition: input.content_disposition.clone(),
             content_language: input.content_language.clone(),
             cache_control: input.cache_control.clone(),
@@ -232,6 +232,18 @@ macro_rules! meta_from_input {
             tags: Default::default(),
         }
     }};
+}
+
+/// The Content-Encoding kept with an object: the client's, without `aws-chunked` (which only
+/// framed the upload), as S3 stores it.
+fn stored_encoding(encoding: &Option<String>) -> Option<String> {
+    let kept: Vec<&str> = encoding
+        .as_deref()?
+        .split(',')
+        .map(str::trim)
+        .filter(|coding| !coding.is_empty() && !coding.eq_ignore_ascii_case("aws-chunked"))
+        .collect();
+    (!kept.is_empty()).then(|| kept.join(", "))
 }
 
 /// The tags of `x-amz-tagging` (a URL-encoded query string).
@@ -377,27 +389,48 @@ macro_rules! set_checksum {
 impl S3 for S3Front {
     async fn list_buckets(&self, req: S3Request<ListBucketsInput>) -> S3Result<S3Response<ListBucketsOutput>> {
         let principal = self.principal(&req).await?;
-        let prefix = req.input.prefix.clone().unwrap_or_default();
-        let buckets = self
+        let input = &req.input;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        // Pages of `max-buckets` (1 to 10,000) in name order; the token is the last name sent.
+        let page_size = match input.max_buckets {
+            None => usize::MAX,
+            Some(n @ 1..=10_000) => n as usize,
+            Some(_) => {
+                return Err(s3s::s3_error!(
+                    InvalidArgument,
+                    "Argument max-buckets must be an integer between 1 and 10000"
+                ));
+            }
+        };
+        let after = input.continuation_token.clone().unwrap_or_default();
+        let mut buckets: Vec<Bucket> = Vec::new();
+        let mut more = false;
+        let listed = self
             .buckets
             .catalog()
             .list_buckets(&principal)
             .await
             .map_err(|e| fail(&req, e))?;
-        let buckets = buckets
+        for bucket in listed
             .into_iter()
-            .filter(|bucket| bucket.name.starts_with(&prefix))
-            .map(|bucket| Bucket {
+            .filter(|bucket| bucket.name.starts_with(&prefix) && bucket.name > after)
+        {
+            if buckets.len() == page_size {
+                more = true;
+                break;
+            }
+            buckets.push(Bucket {
                 name: Some(bucket.name),
                 creation_date: Some(timestamp(bucket.created_at)),
                 bucket_region: Some(self.region.clone()),
-            })
-            .collect();
+            });
+        }
+        let continuation_token = more.then(|| buckets.last().and_then(|b| b.name.clone())).flatten();
         Ok(S3Response::new(ListBucketsOutput {
             buckets: Some(buckets),
+            continuation_token,
             owner: Some(owner(&principal)),
-            prefix: req.input.prefix.clone(),
-            ..Default::default()
+            prefix: input.prefix.clone(),
         }))
     }
 
@@ -530,7 +563,15 @@ impl S3 for S3Front {
         }
         output.content_length = Some((read.span.1 - read.span.0) as i64);
         output.content_range = content_range(&read);
-        Ok(S3Response::new(output))
+        let mut response = S3Response::new(output);
+        // S3 sends the tag count on HEAD as on GET; s3s's HEAD output has no field for it.
+        if !read.head.meta.tags.is_empty() {
+            response.headers.insert(
+                "x-amz-tagging-count",
+                http::HeaderValue::from(read.head.meta.tags.len()),
+            );
+        }
+        Ok(response)
     }
 
     async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
@@ -602,7 +643,8 @@ impl S3 for S3Front {
             prefix: input.prefix.clone().unwrap_or_default(),
             delimiter: input.delimiter.clone(),
             start_after: input.start_after.clone(),
-            continuation: input.continuation_token.clone(),
+            // An empty token is no token (S3 starts from the beginning).
+            continuation: input.continuation_token.clone().filter(|token| !token.is_empty()),
             max_keys: max_keys(input.max_keys)?,
         };
         let fetch_owner = input.fetch_owner.unwrap_or(false);
@@ -613,7 +655,7 @@ impl S3 for S3Front {
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(input.bucket.clone()),
             prefix: Some(listing.encode(request.prefix)),
-            delimiter: request.delimiter.map(|d| listing.encode(d)),
+            delimiter: request.delimiter.filter(|d| !d.is_empty()).map(|d| listing.encode(d)),
             start_after: request.start_after.map(|s| listing.encode(s)),
             max_keys: Some(request.max_keys.min(i32::MAX as usize) as i32),
             key_count: Some(listing.key_count),
@@ -650,7 +692,7 @@ impl S3 for S3Front {
             name: Some(input.bucket.clone()),
             prefix: Some(listing.encode(request.prefix)),
             marker: Some(input.marker.clone().map(|m| listing.encode(m)).unwrap_or_default()),
-            delimiter: request.delimiter.map(|d| listing.encode(d)),
+            delimiter: request.delimiter.filter(|d| !d.is_empty()).map(|d| listing.encode(d)),
             max_keys: Some(request.max_keys.min(i32::MAX as usize) as i32),
             is_truncated: Some(listing.truncated),
             next_marker,
@@ -699,7 +741,7 @@ impl S3 for S3Front {
         Ok(S3Response::new(ListObjectVersionsOutput {
             name: Some(input.bucket.clone()),
             prefix: Some(request.prefix),
-            delimiter: request.delimiter,
+            delimiter: request.delimiter.filter(|d| !d.is_empty()),
             key_marker: input.key_marker.clone(),
             max_keys: Some(request.max_keys.min(i32::MAX as usize) as i32),
             is_truncated: Some(listing.truncated),
@@ -1142,7 +1184,7 @@ impl S3 for S3Front {
         Ok(S3Response::new(ListMultipartUploadsOutput {
             bucket: Some(input.bucket.clone()),
             prefix: Some(request.prefix),
-            delimiter: input.delimiter.clone(),
+            delimiter: input.delimiter.clone().filter(|d| !d.is_empty()),
             key_marker: input.key_marker.clone(),
             upload_id_marker: input.upload_id_marker.clone(),
             max_uploads: Some(max_uploads),
@@ -1270,6 +1312,16 @@ fn url_encode_key(text: &str) -> String {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn aws_chunked_framing_is_not_kept_as_the_content_encoding() {
+        let stored = |text: &str| stored_encoding(&Some(text.to_owned()));
+        assert_eq!(stored("gzip, aws-chunked").as_deref(), Some("gzip"));
+        assert_eq!(stored("aws-chunked,gzip").as_deref(), Some("gzip"));
+        assert_eq!(stored("aws-chunked"), None);
+        assert_eq!(stored("gzip, br").as_deref(), Some("gzip, br"));
+        assert_eq!(stored_encoding(&None), None);
+    }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]

@@ -72,13 +72,19 @@ pub enum WriteCondition {
     Always,
     /// `If-None-Match: *`: only when no object exists under the key.
     IfAbsent,
-    /// `If-Match: <etag>`: only when the stored object has this ETag.
+    /// `If-Match: <etag>`: only when the stored object has this ETag (`*`: any object).
     IfMatch(String),
+    /// `If-None-Match: <etag>`: unless the stored object has this ETag.
+    IfNoneMatch(String),
 }
 
 impl WriteCondition {
     pub fn if_match(etag: &str) -> WriteCondition {
         WriteCondition::IfMatch(etag.trim_matches('"').to_owned())
+    }
+
+    pub fn if_none_match(etag: &str) -> WriteCondition {
+        WriteCondition::IfNoneMatch(etag.trim_matches('"').to_owned())
     }
 }
 

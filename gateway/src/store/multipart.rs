@@ -169,10 +169,9 @@ impl Store {
         let tx = client.transaction().await?;
         // Deleting the upload row first waits for parts still committing, and stops new ones.
         let statement = tx.prepare_cached(&bucket.sql.take_upload).await?;
-        let upload = tx
-            .query_opt(&statement, &[&upload_id, &bucket.id, &key])
-            .await?
-            .ok_or(StoreError::NoSuchUpload)?;
+        let Some(upload) = tx.query_opt(&statement, &[&upload_id, &bucket.id, &key]).await? else {
+            return self.completed_before(&tx, bucket, key, upload_id).await;
+        };
         let Json(mut meta): Json<ObjectMeta> = upload.get(0);
         let statement = tx.prepare_cached(&bucket.sql.upload_parts).await?;
         let stored: Vec<(i32, i64, String)> = tx
@@ -232,6 +231,33 @@ impl Store {
             etag,
             size,
             last_modified,
+            checksum: None,
+        })
+    }
+
+    /// A completion of an upload that is gone: if it became the object now under `key` (a
+    /// client retrying a completion whose answer it lost), S3 answers with that object again.
+    async fn completed_before(
+        &self,
+        tx: &impl deadpool_postgres::GenericClient,
+        bucket: &BucketInfo,
+        key: &str,
+        upload_id: i64,
+    ) -> StoreResult<PutOutcome> {
+        let statement = tx.prepare_cached(&bucket.sql.head).await?;
+        let row = tx.query_opt(&statement, &[&bucket.id, &key]).await?;
+        let row = match self.found(bucket, row) {
+            Err(StoreError::NoSuchKey) => return Err(StoreError::NoSuchUpload),
+            found => found?,
+        };
+        if row.get::<_, Option<i64>>(5) != Some(upload_id) {
+            return Err(StoreError::NoSuchUpload);
+        }
+        let head = super::objects::head_from_row(&row);
+        Ok(PutOutcome {
+            etag: head.etag,
+            size: head.size,
+            last_modified: head.last_modified,
             checksum: None,
         })
     }

@@ -151,6 +151,7 @@ pub struct NamespaceSql {
     pub(super) put: String,
     pub(super) put_if_absent: String,
     pub(super) put_if_match: String,
+    pub(super) put_if_none_match: String,
     pub(super) part_span: String,
     pub(super) part_segments: String,
     pub(super) read_segments: String,
@@ -221,12 +222,18 @@ impl NamespaceSql {
             put_if_absent: format!(
                 "{insert} WHERE o.expires_at IS NOT NULL AND o.expires_at <= now() RETURNING last_modified"
             ),
+            // Inserted when absent; an existing live object is replaced unless it has the ETag.
+            put_if_none_match: format!(
+                "{insert} WHERE (o.expires_at IS NOT NULL AND o.expires_at <= now()) OR o.etag <> $8
+                 RETURNING last_modified"
+            ),
             // Under READ COMMITTED a concurrent update makes PostgreSQL re-check the WHERE on the
             // newest row version, so of writers that read the same ETag only the first wins.
             put_if_match: format!(
                 "UPDATE {ns}.objects SET size = $3, etag = $4, last_modified = clock_timestamp(), meta = $5,
                         inline = $6, body_id = $7, expires_at = NULL
-                  WHERE bucket_id = $1 AND key = $2 AND etag = $8 AND (expires_at IS NULL OR expires_at > now())
+                  WHERE bucket_id = $1 AND key = $2 AND ($8 = '*' OR etag = $8)
+                    AND (expires_at IS NULL OR expires_at > now())
                  RETURNING last_modified"
             ),
             part_span: format!("SELECT start_offset, size FROM {ns}.parts WHERE owner_id = $1 AND part_number = $2"),
@@ -594,6 +601,10 @@ impl Store {
             WriteCondition::IfMatch(etag) => {
                 params.push(etag);
                 &bucket.sql.put_if_match
+            }
+            WriteCondition::IfNoneMatch(etag) => {
+                params.push(etag);
+                &bucket.sql.put_if_none_match
             }
         };
         let statement = db.prepare_cached(sql).await?;
