@@ -228,12 +228,28 @@ pub enum Condition {
     Present,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExpireCondition {
-    NoTtl,
-    HasTtl,
-    Greater,
-    Less,
+/// The options of EXPIRE and its kin, as Redis 7 combines them: NX or XX, and GT or LT (XX
+/// combines with GT or LT; NX with neither).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExpireCondition {
+    /// NX (`Some(false)`: only a key without a TTL) or XX (`Some(true)`: only one with a TTL).
+    pub has_ttl: Option<bool>,
+    /// GT or LT: only when the new expiry is later (`Greater`) or earlier than the current one;
+    /// a key without a TTL counts as never expiring.
+    pub compare: Option<std::cmp::Ordering>,
+}
+
+impl ExpireCondition {
+    pub fn allows(&self, current: Option<std::time::SystemTime>, new: std::time::SystemTime) -> bool {
+        if self.has_ttl.is_some_and(|wanted| wanted != current.is_some()) {
+            return false;
+        }
+        match (self.compare, current) {
+            (None, _) => true,
+            (Some(std::cmp::Ordering::Greater), current) => current.is_some_and(|current| new > current),
+            (Some(_), current) => current.is_none_or(|current| new < current),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -272,7 +288,7 @@ pub enum KeyCommand {
     Expire {
         key: String,
         when: Expiry,
-        condition: Option<ExpireCondition>,
+        condition: ExpireCondition,
     },
     ExpireTime {
         key: String,
@@ -547,40 +563,36 @@ fn parse_expire(name: &str, args: &[Bytes]) -> Result<KeyCommand, Reply> {
     })
 }
 
-fn parse_expire_condition(options: &[Bytes]) -> Result<Option<ExpireCondition>, Reply> {
-    let mut condition = None;
+fn parse_expire_condition(options: &[Bytes]) -> Result<ExpireCondition, Reply> {
+    let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
     for option in options {
-        let parsed = match option.to_ascii_lowercase().as_slice() {
-            b"nx" => ExpireCondition::NoTtl,
-            b"xx" => ExpireCondition::HasTtl,
-            b"gt" => ExpireCondition::Greater,
-            b"lt" => ExpireCondition::Less,
+        match option.to_ascii_lowercase().as_slice() {
+            b"nx" => nx = true,
+            b"xx" => xx = true,
+            b"gt" => gt = true,
+            b"lt" => lt = true,
             _ => {
                 return Err(Reply::error(format!(
                     "ERR Unsupported option {}",
                     String::from_utf8_lossy(option)
                 )));
             }
-        };
-        condition = match (condition, parsed) {
-            (None, parsed) => Some(parsed),
-            (Some(same), parsed) if same == parsed => Some(same),
-            (
-                Some(ExpireCondition::Greater | ExpireCondition::Less),
-                ExpireCondition::Greater | ExpireCondition::Less,
-            ) => {
-                return Err(Reply::error(
-                    "ERR GT and LT options at the same time are not compatible",
-                ));
-            }
-            _ => {
-                return Err(Reply::error(
-                    "ERR NX and XX, GT or LT options at the same time are not compatible",
-                ));
-            }
-        };
+        }
     }
-    Ok(condition)
+    if nx && (xx || gt || lt) {
+        return Err(Reply::error(
+            "ERR NX and XX, GT or LT options at the same time are not compatible",
+        ));
+    }
+    if gt && lt {
+        return Err(Reply::error("ERR GT and LT options at the same time are not compatible"));
+    }
+    Ok(ExpireCondition {
+        has_ttl: (nx || xx).then_some(xx),
+        compare: gt
+            .then_some(std::cmp::Ordering::Greater)
+            .or(lt.then_some(std::cmp::Ordering::Less)),
+    })
 }
 
 /// Whether a value of `len` bytes is within Redis's string limit.

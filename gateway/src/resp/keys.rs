@@ -7,7 +7,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::codec::{Reply, format_double};
 use super::command::{
-    Condition, ExpireCondition, Expiry, GetExTtl, KeyCommand, SetTtl, not_an_integer, parse_float, parse_integer,
+    Condition, Expiry, GetExTtl, KeyCommand, SetTtl, not_an_integer, parse_float, parse_integer,
     within_string_limit,
 };
 use crate::store::{KvBatch, StoreResult};
@@ -209,13 +209,7 @@ pub async fn apply(command: &KeyCommand, batch: &mut KvBatch) -> StoreResult<Rep
             };
             let new = at(now, *when);
             let current = entry.expires_at;
-            let allowed = match condition {
-                None => true,
-                Some(ExpireCondition::NoTtl) => current.is_none(),
-                Some(ExpireCondition::HasTtl) => current.is_some(),
-                Some(ExpireCondition::Greater) => current.is_some_and(|current| new > current),
-                Some(ExpireCondition::Less) => current.is_none_or(|current| new < current),
-            };
+            let allowed = condition.allows(current, new);
             if allowed {
                 expire_or_delete(batch, key, new);
             }
