@@ -1,4 +1,15 @@
 -- OJS (Open Job Specification) job server: JSON renderings and the workflow/rate-limit triggers.
+--
+-- Triggers (migrations 0005 and 0008) and what the Rust SQL (gateway/src/ojs/) must keep true:
+--   job_cancelled, workflow_job_started, workflow_job_settled, rate_limit_released
+--       AFTER UPDATE OF state ON ojs.jobs, FOR EACH ROW, each WHEN a particular state change:
+--       a job's state changes only by an UPDATE that names `state` in its SET list, never by
+--       deleting and re-inserting the row, so every transition is seen once.
+--   rate_limit_released_by_delete  AFTER DELETE ON ojs.jobs, WHEN the job was active with a
+--       rate key: deleting an active job gives its rate-limit slot back.
+--   workflow_settled  AFTER UPDATE OF state, started_at ON ojs.workflows: a workflow's state and
+--       start time are set by UPDATE only (the functions below and the queue's own statements).
+-- TRUNCATE (the test reset) fires none of them, and needs none: it empties every table at once.
 -- The current definition of every function of this area. Re-applied (CREATE OR REPLACE) by the
 -- migration runner after the numbered migrations, in the same advisory-locked transaction, when
 -- this file's digest differs from the one the database recorded (gateway/src/pg/migrate.rs).
