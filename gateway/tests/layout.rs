@@ -257,3 +257,124 @@ async fn schema_sql_is_current() {
         "gateway/schema.sql drifted from the migrations: run `just schema` and commit it"
     );
 }
+
+/// The kind of a control call's refusal.
+fn kind<T>(result: Result<T, pgvs3_catalog::Error>) -> pgvs3_catalog::ErrorKind {
+    match result {
+        Ok(_) => panic!("the catalog accepted the call"),
+        Err(err) => err.kind(),
+    }
+}
+
+/// A cache bucket's settings for the control API tests.
+fn origin<'a>(bucket: &'a str, endpoint: &'a str, sealed_secret: &'a [u8]) -> pgvs3_catalog::OriginSettings<'a> {
+    pgvs3_catalog::OriginSettings {
+        bucket,
+        endpoint,
+        origin_bucket: "remote",
+        region: "us-east-1",
+        access_key: "origin-key",
+        sealed_secret,
+        cache_mode: "write-back",
+        path_style: true,
+        ttl_seconds: 60,
+        negative_ttl_seconds: 0,
+        fill_concurrency: 8,
+        size_limit_bytes: None,
+        write_back_threshold: 8 << 20,
+        range_chunk_bytes: 1 << 20,
+    }
+}
+
+/// The typed control client against the real functions: each refusal comes back as its kind,
+/// and a catalog older than the client's layout is `CatalogOutdated`.
+#[tokio::test]
+async fn the_control_api_refuses_with_typed_errors() {
+    use pgvs3_catalog::{ErrorKind, ORDINARY_NAMESPACE};
+
+    let url = common::fresh_database().await;
+    run_migrate(&url).await;
+    let sql = connect(&url).await;
+
+    let refused = pgvs3_catalog::ensure_bucket(&sql, "Not_A_Bucket", None, ORDINARY_NAMESPACE).await;
+    assert_eq!(kind(refused), ErrorKind::InvalidBucketName);
+    let bucket = pgvs3_catalog::ensure_bucket(&sql, "plain", None, ORDINARY_NAMESPACE)
+        .await
+        .unwrap();
+    assert!(bucket.created);
+    let again = pgvs3_catalog::ensure_bucket(&sql, "plain", None, ORDINARY_NAMESPACE)
+        .await
+        .unwrap();
+    assert_eq!((again.id, again.created), (bucket.id, false));
+    assert_eq!(pgvs3_catalog::bucket_owner(&sql, "plain").await.unwrap(), Some(None));
+    assert_eq!(pgvs3_catalog::bucket_owner(&sql, "absent").await.unwrap(), None);
+
+    let key = pgvs3_catalog::AccessKey {
+        id: "owner-key",
+        sealed_secret: b"sealed",
+        is_root: false,
+        read_only: false,
+        description: "",
+    };
+    pgvs3_catalog::put_access_key(&sql, &key).await.unwrap();
+    assert!(pgvs3_catalog::adopt_bucket(&sql, "plain", "owner-key").await.unwrap());
+    assert_eq!(
+        pgvs3_catalog::bucket_owner(&sql, "plain").await.unwrap(),
+        Some(Some("owner-key".to_string()))
+    );
+
+    let no_bucket = pgvs3_catalog::set_bucket_quota(&sql, "absent", Some(1), None).await;
+    assert_eq!(kind(no_bucket), ErrorKind::NoSuchBucket);
+    let negative = pgvs3_catalog::set_bucket_quota(&sql, "plain", Some(-1), None).await;
+    assert_eq!(kind(negative), ErrorKind::Refused);
+
+    sql.execute(
+        "INSERT INTO s3p.objects (bucket_id, key, size, etag, inline) VALUES ($1, 'k', 1, 'e', '\\x00')",
+        &[&bucket.id],
+    )
+    .await
+    .unwrap();
+    let not_empty = pgvs3_catalog::drop_bucket(&sql, "plain", false).await;
+    assert_eq!(kind(not_empty), ErrorKind::BucketNotEmpty);
+
+    let master_key = pgvs3_gateway::master_key::MasterKey::from_text("layout-test");
+    let sealed = pgvs3_catalog::seal_origin_secret(&sql, "cache", &master_key, "origin-secret")
+        .await
+        .unwrap();
+    let over_ordinary = pgvs3_catalog::put_origin(&sql, &origin("plain", "http://127.0.0.1:9", &sealed)).await;
+    assert_eq!(kind(over_ordinary), ErrorKind::Refused);
+    let bad_endpoint = pgvs3_catalog::put_origin(&sql, &origin("cache", "ftp://nowhere", &sealed)).await;
+    assert_eq!(kind(bad_endpoint), ErrorKind::InvalidSetting);
+    let cache_id = pgvs3_catalog::put_origin(&sql, &origin("cache", "http://127.0.0.1:9", &sealed))
+        .await
+        .unwrap();
+    // The stored seal is reused while it opens to the same secret; another secret is sealed anew.
+    let reused = pgvs3_catalog::seal_origin_secret(&sql, "cache", &master_key, "origin-secret")
+        .await
+        .unwrap();
+    assert_eq!(reused, sealed);
+    let other = pgvs3_catalog::seal_origin_secret(&sql, "cache", &master_key, "rotated")
+        .await
+        .unwrap();
+    assert_ne!(other, sealed);
+    assert_eq!(master_key.open(&other).unwrap(), "rotated");
+
+    // A body written to the cache bucket waits for its upload: dropping it is refused.
+    sql.execute(
+        "INSERT INTO s3w.objects (bucket_id, key, size, etag, inline) VALUES ($1, 'k', 1, 'e', '\\x00')",
+        &[&cache_id],
+    )
+    .await
+    .unwrap();
+    let pending = pgvs3_catalog::drop_origin(&sql, "cache", false).await;
+    assert_eq!(kind(pending), ErrorKind::PendingWriteBack);
+    assert!(pgvs3_catalog::drop_origin(&sql, "cache", true).await.unwrap());
+    assert!(!pgvs3_catalog::drop_origin(&sql, "cache", true).await.unwrap());
+    assert!(pgvs3_catalog::drop_bucket(&sql, "plain", true).await.unwrap());
+    assert!(pgvs3_catalog::delete_access_key(&sql, "owner-key").await.unwrap());
+
+    // A catalog from before layout v11 has no pgvs3.bucket_owner.
+    sql.batch_execute("DROP FUNCTION pgvs3.bucket_owner(text)").await.unwrap();
+    let outdated = pgvs3_catalog::bucket_owner(&sql, "plain").await;
+    assert_eq!(kind(outdated), ErrorKind::CatalogOutdated);
+}
