@@ -15,14 +15,22 @@ const LAYOUT_V10: &[(i32, &str, &str)] = &[
     (3, "ojs", include_str!("../migrations/0003_ojs.sql")),
     (4, "origin_cache", include_str!("../migrations/0004_origin_cache.sql")),
     (5, "ojs_workflows", include_str!("../migrations/0005_ojs_workflows.sql")),
-    (6, "ojs_inline_timestamps", include_str!("../migrations/0006_ojs_inline_timestamps.sql")),
+    (
+        6,
+        "ojs_inline_timestamps",
+        include_str!("../migrations/0006_ojs_inline_timestamps.sql"),
+    ),
     (7, "bucket_quotas", include_str!("../migrations/0007_bucket_quotas.sql")),
     (
         8,
         "ojs_events_nested_workflows",
         include_str!("../migrations/0008_ojs_events_nested_workflows.sql"),
     ),
-    (9, "cache_range_lru", include_str!("../migrations/0009_cache_range_lru.sql")),
+    (
+        9,
+        "cache_range_lru",
+        include_str!("../migrations/0009_cache_range_lru.sql"),
+    ),
     (
         10,
         "cache_keep_uploaded_bodies",
@@ -106,9 +114,8 @@ async fn an_upgraded_database_has_the_functions_of_a_fresh_one() {
     .await
     .unwrap();
     for (version, name, sql) in LAYOUT_V10 {
-        let tx = format!(
-            "BEGIN; {sql}\n; INSERT INTO pgvs3.layout (version, name) VALUES ({version}, '{name}'); COMMIT;"
-        );
+        let tx =
+            format!("BEGIN; {sql}\n; INSERT INTO pgvs3.layout (version, name) VALUES ({version}, '{name}'); COMMIT;");
         old.batch_execute(&tx).await.unwrap();
     }
     let before = functions(&old).await;
@@ -130,7 +137,11 @@ async fn an_upgraded_database_has_the_functions_of_a_fresh_one() {
         .map(String::as_str)
         .collect();
     assert_eq!(added, NEW_IN_V11);
-    assert_eq!(triggers(&old).await, triggers_before, "triggers are the migrations' own");
+    assert_eq!(
+        triggers(&old).await,
+        triggers_before,
+        "triggers are the migrations' own"
+    );
 
     let fresh_url = common::fresh_database().await;
     run_migrate(&fresh_url).await;
@@ -185,7 +196,10 @@ async fn unchanged_function_files_are_not_applied_again() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(Some(&digest), files.iter().find(|(name, _)| name == "quotas").map(|(_, d)| d));
+    assert_eq!(
+        Some(&digest),
+        files.iter().find(|(name, _)| name == "quotas").map(|(_, d)| d)
+    );
 }
 
 /// A database with a newer layout is refused, and keeps its functions.
@@ -374,7 +388,9 @@ async fn the_control_api_refuses_with_typed_errors() {
     assert!(pgvs3_catalog::delete_access_key(&sql, "owner-key").await.unwrap());
 
     // A catalog from before layout v11 has no pgvs3.bucket_owner.
-    sql.batch_execute("DROP FUNCTION pgvs3.bucket_owner(text)").await.unwrap();
+    sql.batch_execute("DROP FUNCTION pgvs3.bucket_owner(text)")
+        .await
+        .unwrap();
     let outdated = pgvs3_catalog::bucket_owner(&sql, "plain").await;
     assert_eq!(kind(outdated), ErrorKind::CatalogOutdated);
 }

@@ -124,7 +124,10 @@ pub async fn ensure_bucket(
     owner: Option<&str>,
     namespace: &str,
 ) -> Result<EnsuredBucket> {
-    const REFUSALS: Refusals = &[(Refusal::Code(SqlState::INVALID_PARAMETER_VALUE), ErrorKind::InvalidBucketName)];
+    const REFUSALS: Refusals = &[(
+        Refusal::Code(SqlState::INVALID_PARAMETER_VALUE),
+        ErrorKind::InvalidBucketName,
+    )];
     let row = client
         .query_one(
             "SELECT bucket_id, created FROM pgvs3.ensure_bucket($1, $2, $3)",
@@ -204,7 +207,13 @@ pub async fn put_access_key(client: &impl GenericClient, key: &AccessKey<'_>) ->
     client
         .execute(
             "SELECT pgvs3.put_access_key($1, $2, $3, $4, $5)",
-            &[&key.id, &key.sealed_secret, &key.is_root, &key.read_only, &key.description],
+            &[
+                &key.id,
+                &key.sealed_secret,
+                &key.is_root,
+                &key.read_only,
+                &key.description,
+            ],
         )
         .await
         .map_err(classify(&[]))?;

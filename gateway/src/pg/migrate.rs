@@ -176,7 +176,10 @@ mod tests {
 
     #[test]
     fn function_files_are_pinned_to_the_layout_version() {
-        let all: String = FUNCTION_FILES.iter().map(|(name, sql)| format!("{name}\n{sql}")).collect();
+        let all: String = FUNCTION_FILES
+            .iter()
+            .map(|(name, sql)| format!("{name}\n{sql}"))
+            .collect();
         assert_eq!(
             (LAYOUT_VERSION, digest(&all).as_str()),
             PINNED,

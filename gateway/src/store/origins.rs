@@ -159,9 +159,7 @@ impl Catalog {
             write_back_threshold: origin.write_back_threshold.min(i64::MAX as u64) as i64,
             range_chunk_bytes: origin.range_chunk.min(i32::MAX as u32) as i32,
         };
-        pgvs3_catalog::put_origin(&**client, &settings)
-            .await
-            .map_err(control)?;
+        pgvs3_catalog::put_origin(&**client, &settings).await.map_err(control)?;
         self.forget_bucket(bucket);
         Ok(())
     }
