@@ -54,6 +54,10 @@ resp-bench *ARGS:
 crds:
     cargo run -q -p pgvs3-operator --bin crdgen
 
+# Regenerate gateway/schema.sql (the whole layout, pg_dump of a freshly migrated database).
+schema:
+    PGVS3_WRITE_SCHEMA=1 cargo test -q --locked -p pgvs3-gateway --test layout -- schema_sql_is_current
+
 # Print what the operator would apply for the resources in a file.
 render FILE:
     cargo run -q -p pgvs3-operator --bin pgvs3-operator -- render -f {{FILE}}

@@ -1,10 +1,26 @@
-//! Numbered SQL migrations that build the storage layout, and the layout version they record.
+//! Numbered SQL migrations that build the storage layout, the layout version they record, and
+//! the function files (`migrations/functions/*.sql`) re-applied after them.
+//!
+//! Numbered migrations are history: each runs once, in order, and is never edited. The current
+//! definition of every function lives in one function file per area, written `CREATE OR
+//! REPLACE`, and is applied after the migrations in the same transaction, under the same
+//! advisory lock, when the file's digest differs from the one recorded in
+//! `pgvs3.function_files`. Many gateways starting at once therefore apply a file at most once,
+//! and a gateway whose files are unchanged applies nothing.
+//!
+//! Rolling upgrades: a gateway only ever applies its files to a database at its own layout
+//! version (it migrates an older one first, and refuses a newer one), and a change to a function
+//! file comes with a numbered migration that bumps [`LAYOUT_VERSION`] (the test
+//! `function_files_are_pinned_to_the_layout_version` enforces it). So an older gateway never
+//! overwrites newer functions. As with any migration, a function must stay callable the way the
+//! gateways still running the previous layout call it until they are replaced.
 
 use anyhow::Context;
 use deadpool_postgres::Pool;
+use sha2::{Digest, Sha256};
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 10;
+pub const LAYOUT_VERSION: i32 = 11;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -45,7 +61,27 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "cache_keep_uploaded_bodies",
         include_str!("../../migrations/0010_cache_keep_uploaded_bodies.sql"),
     ),
+    (
+        11,
+        "function_files",
+        include_str!("../../migrations/0011_function_files.sql"),
+    ),
 ];
+
+/// The function files, in the order they are applied. Every function they define already exists
+/// once the migrations have run (or is new), so the order only matters for new functions that
+/// call each other.
+const FUNCTION_FILES: &[(&str, &str)] = &[
+    ("objects", include_str!("../../migrations/functions/objects.sql")),
+    ("catalog", include_str!("../../migrations/functions/catalog.sql")),
+    ("quotas", include_str!("../../migrations/functions/quotas.sql")),
+    ("cache", include_str!("../../migrations/functions/cache.sql")),
+    ("ojs", include_str!("../../migrations/functions/ojs.sql")),
+];
+
+fn digest(text: &str) -> String {
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
 
 /// Any fixed number works; it only has to be the same for every gateway of one database.
 const MIGRATION_LOCK: i64 = 0x7067_7673_335f_6d67; // "pgvs3_mg"
@@ -85,6 +121,29 @@ pub async fn migrate(pool: &Pool) -> anyhow::Result<i32> {
         .await?;
         tracing::info!(version, name, "applied migration");
     }
+    // The database is at this gateway's layout version now (a newer one was refused above).
+    let recorded: std::collections::HashMap<String, String> = tx
+        .query("SELECT name, digest FROM pgvs3.function_files", &[])
+        .await?
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    for (name, sql) in FUNCTION_FILES {
+        let digest = digest(sql);
+        if recorded.get(*name) == Some(&digest) {
+            continue;
+        }
+        tx.batch_execute(sql)
+            .await
+            .with_context(|| format!("function file functions/{name}.sql"))?;
+        tx.execute(
+            "INSERT INTO pgvs3.function_files (name, digest) VALUES ($1, $2)
+             ON CONFLICT (name) DO UPDATE SET digest = EXCLUDED.digest, applied_at = now()",
+            &[name, &digest],
+        )
+        .await?;
+        tracing::info!(file = name, "applied function file");
+    }
     tx.commit().await?;
     Ok(LAYOUT_VERSION)
 }
@@ -103,4 +162,36 @@ pub async fn current_version(pool: &Pool) -> anyhow::Result<i32> {
         .query_one("SELECT coalesce(max(version), 0) FROM pgvs3.layout", &[])
         .await?
         .get(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The digest of all function files as of [`LAYOUT_VERSION`]. Two gateways of one layout
+    /// version must apply the same functions, or each would overwrite the other's at startup:
+    /// when this test fails, add a numbered migration (it may hold only a comment saying which
+    /// functions changed), bump `LAYOUT_VERSION`, and update both constants here.
+    const PINNED: (i32, &str) = (11, "5bc67cab4f8d24af2abbbdf1d1359cfde6a967a7742af02d9355919e843b8699");
+
+    #[test]
+    fn function_files_are_pinned_to_the_layout_version() {
+        let all: String = FUNCTION_FILES
+            .iter()
+            .map(|(name, sql)| format!("{name}\n{sql}"))
+            .collect();
+        assert_eq!(
+            (LAYOUT_VERSION, digest(&all).as_str()),
+            PINNED,
+            "the function files changed: add a numbered migration and bump LAYOUT_VERSION (see PINNED)"
+        );
+    }
+
+    #[test]
+    fn migrations_are_numbered_in_order() {
+        for (index, (version, ..)) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(*version as usize, index + 1);
+        }
+        assert_eq!(MIGRATIONS.last().map(|(version, ..)| *version), Some(LAYOUT_VERSION));
+    }
 }

@@ -6,7 +6,6 @@ use std::time::{Duration, SystemTime};
 
 use deadpool_postgres::Pool;
 use tokio_postgres::Row;
-use tokio_postgres::error::SqlState;
 
 use super::origins::{ORIGIN_COLUMNS, Origin, origin_from_row};
 use super::{Principal, StoreError, StoreResult};
@@ -396,17 +395,13 @@ impl Catalog {
         let owner = (!principal.is_root).then_some(principal.access_key.as_str());
         let seen_version = self.cached.read().expect("catalog lock").version;
         let client = self.pool.get().await?;
-        let row = client
-            .query_one(
-                "SELECT bucket_id, created FROM pgvs3.ensure_bucket($1, $2)",
-                &[&name, &owner],
-            )
+        let created = pgvs3_catalog::ensure_bucket(&**client, name, owner, pgvs3_catalog::ORDINARY_NAMESPACE)
             .await
-            .map_err(|err| match err.code() {
-                Some(code) if *code == SqlState::INVALID_PARAMETER_VALUE => StoreError::InvalidBucketName,
-                _ => StoreError::from(err),
-            })?;
-        let created: bool = row.get(1);
+            .map_err(|err| match err.kind() {
+                pgvs3_catalog::ErrorKind::InvalidBucketName => StoreError::InvalidBucketName,
+                _ => StoreError::from(err.into_source()),
+            })?
+            .created;
         let row = client
             .query_one(&format!("{} WHERE b.name = $1", bucket_select()), &[&name])
             .await?;
@@ -429,14 +424,12 @@ impl Catalog {
             return Err(StoreError::AccessDenied);
         }
         let client = self.pool.get().await?;
-        let dropped: bool = client
-            .query_one("SELECT pgvs3.drop_bucket($1, false)", &[&name])
+        let dropped = pgvs3_catalog::drop_bucket(&**client, name, false)
             .await
-            .map_err(|err| match err.as_db_error() {
-                Some(db) if db.hint() == Some("BucketNotEmpty") => StoreError::BucketNotEmpty,
-                _ => StoreError::from(err),
-            })?
-            .get(0);
+            .map_err(|err| match err.kind() {
+                pgvs3_catalog::ErrorKind::BucketNotEmpty => StoreError::BucketNotEmpty,
+                _ => StoreError::from(err.into_source()),
+            })?;
         self.forget_bucket(name);
         if dropped { Ok(()) } else { Err(StoreError::NoSuchBucket) }
     }
@@ -444,22 +437,25 @@ impl Catalog {
     pub async fn put_access_key(&self, key: &NewAccessKey) -> StoreResult<()> {
         let sealed = self.master_key.seal(&key.secret);
         let client = self.pool.get().await?;
-        client
-            .execute(
-                "SELECT pgvs3.put_access_key($1, $2, $3, $4, $5)",
-                &[&key.access_key, &sealed, &key.is_root, &key.read_only, &key.description],
-            )
-            .await?;
+        let stored = pgvs3_catalog::AccessKey {
+            id: &key.access_key,
+            sealed_secret: &sealed,
+            is_root: key.is_root,
+            read_only: key.read_only,
+            description: &key.description,
+        };
+        pgvs3_catalog::put_access_key(&**client, &stored)
+            .await
+            .map_err(|err| StoreError::from(err.into_source()))?;
         self.cached.write().expect("catalog lock").keys.remove(&key.access_key);
         Ok(())
     }
 
     pub async fn delete_access_key(&self, access_key: &str) -> StoreResult<bool> {
         let client = self.pool.get().await?;
-        let deleted: bool = client
-            .query_one("SELECT pgvs3.delete_access_key($1)", &[&access_key])
-            .await?
-            .get(0);
+        let deleted = pgvs3_catalog::delete_access_key(&**client, access_key)
+            .await
+            .map_err(|err| StoreError::from(err.into_source()))?;
         self.cached.write().expect("catalog lock").keys.remove(access_key);
         Ok(deleted)
     }

@@ -1,5 +1,6 @@
 //! Origins: which cache buckets front which remote S3 buckets, and how. Catalog rows written
-//! only through `pgvs3.put_origin` / `pgvs3.drop_origin`, the contract shared with the operator.
+//! only through `pgvs3.put_origin` / `pgvs3.drop_origin` (the typed client `pgvs3_catalog`,
+//! shared with the operator).
 
 use std::fmt;
 use std::str::FromStr;
@@ -132,61 +133,33 @@ impl Catalog {
     /// Creates or updates the cache bucket `bucket` in front of `origin`.
     pub async fn put_origin(&self, bucket: &str, origin: &Origin) -> StoreResult<()> {
         let client = self.pool().get().await?;
-        // The stored ciphertext is kept while it still holds this secret (sealing draws a new
-        // nonce), so re-applying unchanged settings changes no row.
-        let stored: Option<Vec<u8>> = client
-            .query_opt(
-                "SELECT o.secret_encrypted FROM pgvs3.origins o JOIN pgvs3.buckets b ON b.id = o.bucket_id
-                  WHERE b.name = $1",
-                &[&bucket],
-            )
-            .await?
-            .map(|row| row.get(0));
-        let sealed = match stored {
-            Some(sealed)
-                if self
-                    .master_key()
-                    .open(&sealed)
-                    .is_ok_and(|secret| secret == origin.secret_key) =>
-            {
-                sealed
+        let control = |err: pgvs3_catalog::Error| match err.kind() {
+            pgvs3_catalog::ErrorKind::Refused => StoreError::InvalidArgument(err.message()),
+            pgvs3_catalog::ErrorKind::InvalidSetting => {
+                StoreError::InvalidArgument(format!("invalid origin setting: {}", err.message()))
             }
-            _ => self.master_key().seal(&origin.secret_key),
+            _ => StoreError::from(err.into_source()),
         };
-        let ttl = secs(origin.ttl);
-        let negative_ttl = secs(origin.negative_ttl);
-        let fill_concurrency = origin.fill_concurrency.min(1024) as i32;
-        let size_limit = origin.size_limit.map(|n| n.min(i64::MAX as u64) as i64);
-        let threshold = origin.write_back_threshold.min(i64::MAX as u64) as i64;
-        let range_chunk = origin.range_chunk.min(i32::MAX as u32) as i32;
-        client
-            .execute(
-                "SELECT pgvs3.put_origin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
-                &[
-                    &bucket,
-                    &origin.endpoint,
-                    &origin.origin_bucket,
-                    &origin.region,
-                    &origin.access_key,
-                    &sealed,
-                    &origin.mode.as_str(),
-                    &origin.path_style,
-                    &ttl,
-                    &negative_ttl,
-                    &fill_concurrency,
-                    &size_limit,
-                    &threshold,
-                    &range_chunk,
-                ],
-            )
+        let sealed = pgvs3_catalog::seal_origin_secret(&**client, bucket, self.master_key(), &origin.secret_key)
             .await
-            .map_err(|err| match err.as_db_error() {
-                Some(db) if db.code().code() == "22023" => StoreError::InvalidArgument(db.message().to_owned()),
-                Some(db) if db.code().code() == "23514" => {
-                    StoreError::InvalidArgument(format!("invalid origin setting: {}", db.message()))
-                }
-                _ => StoreError::from(err),
-            })?;
+            .map_err(control)?;
+        let settings = pgvs3_catalog::OriginSettings {
+            bucket,
+            endpoint: &origin.endpoint,
+            origin_bucket: &origin.origin_bucket,
+            region: &origin.region,
+            access_key: &origin.access_key,
+            sealed_secret: &sealed,
+            cache_mode: origin.mode.as_str(),
+            path_style: origin.path_style,
+            ttl_seconds: secs(origin.ttl),
+            negative_ttl_seconds: secs(origin.negative_ttl),
+            fill_concurrency: origin.fill_concurrency.min(1024) as i32,
+            size_limit_bytes: origin.size_limit.map(|n| n.min(i64::MAX as u64) as i64),
+            write_back_threshold: origin.write_back_threshold.min(i64::MAX as u64) as i64,
+            range_chunk_bytes: origin.range_chunk.min(i32::MAX as u32) as i32,
+        };
+        pgvs3_catalog::put_origin(&**client, &settings).await.map_err(control)?;
         self.forget_bucket(bucket);
         Ok(())
     }
@@ -195,17 +168,15 @@ impl Catalog {
     /// unless `force` (which loses them).
     pub async fn drop_origin(&self, bucket: &str, force: bool) -> StoreResult<bool> {
         let client = self.pool().get().await?;
-        let dropped: bool = client
-            .query_one("SELECT pgvs3.drop_origin($1, $2)", &[&bucket, &force])
+        let dropped = pgvs3_catalog::drop_origin(&**client, bucket, force)
             .await
-            .map_err(|err| match err.as_db_error() {
-                Some(db) if db.hint() == Some("PendingWriteBack") => StoreError::InvalidArgument(format!(
+            .map_err(|err| match err.kind() {
+                pgvs3_catalog::ErrorKind::PendingWriteBack => StoreError::InvalidArgument(format!(
                     "{}: wait for the uploads to drain, or force the drop to lose them",
-                    db.message()
+                    err.message()
                 )),
-                _ => StoreError::from(err),
-            })?
-            .get(0);
+                _ => StoreError::from(err.into_source()),
+            })?;
         self.forget_bucket(bucket);
         Ok(dropped)
     }

@@ -1,8 +1,7 @@
 //! Bucket quotas: limits on a bucket's bytes and objects, enforced by the catalog's usage
 //! trigger inside every write statement (see migration 0007), so a write past a limit fails
-//! as [`StoreError::QuotaExceeded`] with nothing written.
-
-use tokio_postgres::error::SqlState;
+//! as [`StoreError::QuotaExceeded`] with nothing written. Quotas are set through the typed
+//! control client (`pgvs3_catalog::set_bucket_quota`).
 
 use super::{Catalog, StoreError, StoreResult};
 
@@ -24,18 +23,12 @@ impl Catalog {
         max_objects: Option<i64>,
     ) -> StoreResult<()> {
         let client = self.pool().get().await?;
-        client
-            .execute(
-                "SELECT pgvs3.set_bucket_quota($1, $2, $3)",
-                &[&bucket, &max_bytes, &max_objects],
-            )
+        pgvs3_catalog::set_bucket_quota(&**client, bucket, max_bytes, max_objects)
             .await
-            .map_err(|err| match err.code() {
-                Some(code) if *code == SqlState::NO_DATA_FOUND => StoreError::NoSuchBucket,
-                Some(code) if *code == SqlState::INVALID_PARAMETER_VALUE => StoreError::InvalidArgument(
-                    err.as_db_error().map(|db| db.message().to_string()).unwrap_or_default(),
-                ),
-                _ => StoreError::from(err),
+            .map_err(|err| match err.kind() {
+                pgvs3_catalog::ErrorKind::NoSuchBucket => StoreError::NoSuchBucket,
+                pgvs3_catalog::ErrorKind::Refused => StoreError::InvalidArgument(err.message()),
+                _ => StoreError::from(err.into_source()),
             })?;
         Ok(())
     }

@@ -1,11 +1,22 @@
-//! The catalog side of a Bucket, through the gateway's SQL control API (`pgvs3.*` functions).
+//! The catalog side of a Bucket, through the gateway's SQL control API (`pgvs3.*` functions)
+//! and its typed client, `pgvs3_catalog`: the operator never reads the catalog's tables.
 
+use pgvs3_catalog::ErrorKind;
 use tokio_postgres::GenericClient;
-use tokio_postgres::error::SqlState;
 
-use crate::context::Result;
+use crate::context::{Error, Result};
 use crate::crd::Quota;
 use crate::database::{self, Binding};
+
+pub use pgvs3_catalog::ORDINARY_NAMESPACE;
+
+/// A failed control call keeps its database error, so that `database::catalog_outdated` and
+/// `database::catalog_refused_name` classify it as they do any catalog error.
+impl From<pgvs3_catalog::Error> for Error {
+    fn from(err: pgvs3_catalog::Error) -> Error {
+        Error::Catalog(err.into_source())
+    }
+}
 
 /// Creates or updates an access key whose secret is already sealed with the master key.
 pub async fn put_access_key(
@@ -15,17 +26,15 @@ pub async fn put_access_key(
     read_only: bool,
     description: &str,
 ) -> Result<()> {
-    client
-        .execute(
-            "SELECT pgvs3.put_access_key($1, $2, false, $3, $4)",
-            &[&key_id, &sealed, &read_only, &description],
-        )
-        .await?;
-    Ok(())
+    let key = pgvs3_catalog::AccessKey {
+        id: key_id,
+        sealed_secret: sealed,
+        is_root: false,
+        read_only,
+        description,
+    };
+    Ok(pgvs3_catalog::put_access_key(client, &key).await?)
 }
-
-/// The catalog namespace of ordinary buckets' objects.
-pub const ORDINARY_NAMESPACE: &str = "s3p";
 
 /// A bucket as the catalog has it after `ensure_bucket`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,27 +53,18 @@ pub async fn ensure_bucket(
     owner: &str,
     namespace: &str,
 ) -> Result<EnsuredBucket> {
-    let row = client
-        .query_one(
-            "SELECT bucket_id, created FROM pgvs3.ensure_bucket($1, $2, $3)",
-            &[&name, &owner, &namespace],
-        )
-        .await?;
-    let id: i64 = row.get(0);
+    let ensured = pgvs3_catalog::ensure_bucket(client, name, Some(owner), namespace).await?;
     let owner = bucket_owner(client, name).await?.flatten();
     Ok(EnsuredBucket {
-        id,
-        created: row.get(1),
+        id: ensured.id,
+        created: ensured.created,
         owner,
     })
 }
 
 /// `None` when there is no such bucket; `Some(None)` when the root key owns it.
 pub async fn bucket_owner(client: &impl GenericClient, name: &str) -> Result<Option<Option<String>>> {
-    let row = client
-        .query_opt("SELECT owner FROM pgvs3.buckets WHERE name = $1", &[&name])
-        .await?;
-    Ok(row.map(|row| row.get(0)))
+    Ok(pgvs3_catalog::bucket_owner(client, name).await?)
 }
 
 /// How the catalog took a Bucket's settings.
@@ -125,10 +125,7 @@ pub async fn provision(
 
 /// Gives an unowned ordinary bucket to `owner`; true when it is `owner`'s now.
 pub async fn adopt_bucket(client: &impl GenericClient, name: &str, owner: &str) -> Result<bool> {
-    let row = client
-        .query_one("SELECT pgvs3.adopt_bucket($1, $2)", &[&name, &owner])
-        .await?;
-    Ok(row.get(0))
+    Ok(pgvs3_catalog::adopt_bucket(client, name, owner).await?)
 }
 
 /// Sets the bucket's quota (both `None`: none). `Err` holds the catalog's refusal.
@@ -138,32 +135,18 @@ pub async fn set_bucket_quota(
     max_bytes: Option<i64>,
     max_objects: Option<i64>,
 ) -> Result<std::result::Result<(), String>> {
-    match client
-        .execute(
-            "SELECT pgvs3.set_bucket_quota($1, $2, $3)",
-            &[&name, &max_bytes, &max_objects],
-        )
-        .await
-    {
-        Ok(_) => Ok(Ok(())),
-        Err(err) => match err.as_db_error() {
-            Some(db) if *db.code() == SqlState::INVALID_PARAMETER_VALUE => Ok(Err(db.message().to_string())),
-            _ => Err(err.into()),
-        },
+    match pgvs3_catalog::set_bucket_quota(client, name, max_bytes, max_objects).await {
+        Ok(()) => Ok(Ok(())),
+        Err(err) if err.kind() == ErrorKind::Refused => Ok(Err(err.message())),
+        Err(err) => Err(err.into()),
     }
 }
 
 /// Drops the bucket and, with `force`, its objects. False when there was no such bucket.
 pub async fn drop_bucket(client: &impl GenericClient, name: &str, force: bool) -> Result<bool> {
-    let row = client
-        .query_one("SELECT pgvs3.drop_bucket($1, $2)", &[&name, &force])
-        .await?;
-    Ok(row.get(0))
+    Ok(pgvs3_catalog::drop_bucket(client, name, force).await?)
 }
 
 pub async fn delete_access_key(client: &impl GenericClient, key_id: &str) -> Result<bool> {
-    let row = client
-        .query_one("SELECT pgvs3.delete_access_key($1)", &[&key_id])
-        .await?;
-    Ok(row.get(0))
+    Ok(pgvs3_catalog::delete_access_key(client, key_id).await?)
 }

@@ -1,9 +1,10 @@
-//! The catalog side of an OriginCache, through the gateway's SQL control API:
-//! `pgvs3.put_origin` and `pgvs3.drop_origin` (gateway/migrations/0004_origin_cache.sql).
+//! The catalog side of an OriginCache, through the gateway's SQL control API and its typed
+//! client: `pgvs3.put_origin`, `pgvs3.drop_origin`, `pgvs3.origin_secret`
+//! (gateway/migrations/functions/cache.sql).
 
+use pgvs3_catalog::ErrorKind;
 use pgvs3_secret::MasterKey;
 use tokio_postgres::GenericClient;
-use tokio_postgres::error::SqlState;
 
 use super::build::{CACHE_NAMESPACE, OriginRow};
 use crate::bucket::catalog as bucket_catalog;
@@ -66,27 +67,15 @@ pub async fn write_cache(
     )
 }
 
-/// The origin secret to write, sealed under the master key. When the catalog's sealed secret
-/// still opens to `secret_key` it is reused: a fresh seal differs on every call (random nonce),
-/// and writing it would make each resync an update that every gateway reloads.
+/// The origin secret to write, sealed under the master key (the catalog's sealed secret is
+/// reused while it still opens to `secret_key`, so a resync changes no row).
 pub async fn sealed_secret(
     client: &impl GenericClient,
     bucket: &str,
     master_key: &MasterKey,
     secret_key: &str,
 ) -> Result<Vec<u8>> {
-    let current = client
-        .query_opt(
-            "SELECT o.secret_encrypted FROM pgvs3.origins o JOIN pgvs3.buckets b ON b.id = o.bucket_id
-              WHERE b.name = $1",
-            &[&bucket],
-        )
-        .await?
-        .map(|row| row.get::<_, Vec<u8>>(0));
-    Ok(match current {
-        Some(sealed) if master_key.open(&sealed).is_ok_and(|open| open == secret_key) => sealed,
-        _ => master_key.seal(secret_key),
-    })
+    Ok(pgvs3_catalog::seal_origin_secret(client, bucket, master_key, secret_key).await?)
 }
 
 /// Creates or updates the cache bucket's origin; its bucket id, or why the catalog refused
@@ -97,47 +86,36 @@ pub async fn put_origin(
     access_key: &str,
     sealed_secret: &[u8],
 ) -> Result<Result<i64, String>> {
-    let put = client
-        .query_one(
-            "SELECT pgvs3.put_origin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
-            &[
-                &row.bucket,
-                &row.endpoint,
-                &row.origin_bucket,
-                &row.region,
-                &access_key,
-                &sealed_secret,
-                &row.cache_mode,
-                &row.path_style,
-                &row.ttl_seconds,
-                &row.negative_ttl_seconds,
-                &row.fill_concurrency,
-                &row.size_limit_bytes,
-                &row.write_back_threshold,
-                &row.range_chunk_bytes,
-            ],
-        )
-        .await;
-    match put {
-        Ok(result) => Ok(Ok(result.get(0))),
-        Err(err) => match err.as_db_error() {
-            Some(db) if [SqlState::INVALID_PARAMETER_VALUE, SqlState::CHECK_VIOLATION].contains(db.code()) => {
-                Ok(Err(db.message().to_string()))
-            }
-            _ => Err(err.into()),
-        },
+    let settings = pgvs3_catalog::OriginSettings {
+        bucket: &row.bucket,
+        endpoint: &row.endpoint,
+        origin_bucket: &row.origin_bucket,
+        region: &row.region,
+        access_key,
+        sealed_secret,
+        cache_mode: row.cache_mode,
+        path_style: row.path_style,
+        ttl_seconds: row.ttl_seconds,
+        negative_ttl_seconds: row.negative_ttl_seconds,
+        fill_concurrency: row.fill_concurrency,
+        size_limit_bytes: row.size_limit_bytes,
+        write_back_threshold: row.write_back_threshold,
+        range_chunk_bytes: row.range_chunk_bytes,
+    };
+    match pgvs3_catalog::put_origin(client, &settings).await {
+        Ok(bucket_id) => Ok(Ok(bucket_id)),
+        Err(err) if [ErrorKind::Refused, ErrorKind::InvalidSetting].contains(&err.kind()) => Ok(Err(err.message())),
+        Err(err) => Err(err.into()),
     }
 }
 
 /// Drops the cache bucket and its cached entries (false: it was not in the catalog), or the
 /// catalog's refusal while write-back bodies have not reached the origin yet.
 pub async fn drop_origin(client: &impl GenericClient, bucket: &str) -> Result<Result<bool, String>> {
-    match client.query_one("SELECT pgvs3.drop_origin($1)", &[&bucket]).await {
-        Ok(row) => Ok(Ok(row.get(0))),
-        Err(err) => match err.as_db_error() {
-            Some(db) if db.hint() == Some("PendingWriteBack") => Ok(Err(db.message().to_string())),
-            _ => Err(err.into()),
-        },
+    match pgvs3_catalog::drop_origin(client, bucket, false).await {
+        Ok(dropped) => Ok(Ok(dropped)),
+        Err(err) if err.kind() == ErrorKind::PendingWriteBack => Ok(Err(err.message())),
+        Err(err) => Err(err.into()),
     }
 }
 

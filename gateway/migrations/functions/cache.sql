@@ -1,0 +1,149 @@
+-- The origin cache tier: cache buckets (`s3w` write-back namespace, `s3c` read-through fills),
+-- their origins and the write-back outbox.
+-- The current definition of every function of this area. Re-applied (CREATE OR REPLACE) by the
+-- migration runner after the numbered migrations, in the same advisory-locked transaction, when
+-- this file's digest differs from the one the database recorded (gateway/src/pg/migrate.rs).
+-- Edit the function here, never in a numbered migration, and add a numbered migration with the
+-- change (it bumps the layout version, which is what keeps an older gateway from re-applying
+-- its older copy). A migration that needs a function as it runs keeps its own definition.
+
+-- Queues the key of every write to a cache bucket for its upload to the origin, in the writing
+-- transaction, so an acknowledged body can never miss its upload.
+-- Trigger: objects_enqueue_write_back, AFTER INSERT OR UPDATE OF size, etag, last_modified,
+-- expires_at, meta, inline, body_id ON s3w.objects, FOR EACH ROW (migration 0010).
+-- Preconditions on the Rust SQL (gateway/src/store/):
+--   * every write path (PUT, conditional PUT, copy, multipart completion, tagging, RESP SET and
+--     EXPIRE) sets at least one of those columns: `UPDATE OF` fires on the columns named in SET
+--     (or in ON CONFLICT DO UPDATE SET), whether or not the value changes;
+--   * the cache tier's bookkeeping (mark clean, revalidate, record last use: store/cache.rs)
+--     sets only origin_etag, validated_at and accessed_at, so it queues nothing;
+--   * a DELETE queues nothing here: deletes are sent to the origin by the request itself.
+CREATE OR REPLACE FUNCTION pgvs3.enqueue_write_back() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO pgvs3.origin_outbox (bucket_id, key) VALUES (NEW.bucket_id, NEW.key)
+    ON CONFLICT (bucket_id, key) DO UPDATE
+        SET generation = nextval('pgvs3.outbox_generations'), enqueued_at = now(), attempts = 0,
+            next_attempt_at = now(), last_error = NULL;
+    RETURN NULL;
+END $$;
+
+-- A write to a clean (already uploaded) s3w row makes it pending again: not evictable, not
+-- fresh, until its upload marks it clean.
+-- Trigger: objects_pending_again, BEFORE UPDATE OF the same body columns ON s3w.objects,
+-- FOR EACH ROW WHEN (OLD.origin_etag IS NOT NULL) (migration 0010). Same preconditions as
+-- objects_enqueue_write_back; an INSERT needs nothing (new rows start with NULL origin_etag).
+CREATE OR REPLACE FUNCTION pgvs3.mark_write_back_pending() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.origin_etag := NULL;
+    NEW.validated_at := NULL;
+    NEW.accessed_at := NULL;
+    RETURN NEW;
+END $$;
+
+-- Dropping a cache (or its bucket) drops its pending bodies and their outbox rows.
+-- Trigger: origins_forget, AFTER DELETE ON pgvs3.origins, FOR EACH ROW (migration 0004); it also
+-- fires through ON DELETE CASCADE when the cache bucket's pgvs3.buckets row is deleted.
+CREATE OR REPLACE FUNCTION pgvs3.forget_origin() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM pgvs3.origin_outbox WHERE bucket_id = OLD.bucket_id;
+    DELETE FROM s3w.objects WHERE bucket_id = OLD.bucket_id;
+    DELETE FROM s3c.objects WHERE bucket_id = OLD.bucket_id;
+    DELETE FROM s3c.ranges WHERE bucket_id = OLD.bucket_id;
+    RETURN NULL;
+END $$;
+
+-- put_origin marks s3c entries stale when a cache moves to another origin; clean bodies in s3w
+-- were vouched for by the old origin too.
+-- Trigger: origins_revalidate_clean_write_backs, AFTER UPDATE OF endpoint, origin_bucket ON
+-- pgvs3.origins, FOR EACH ROW WHEN the pair changed (migration 0010).
+CREATE OR REPLACE FUNCTION pgvs3.revalidate_clean_write_backs() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE s3w.objects SET validated_at = '-infinity' WHERE bucket_id = NEW.bucket_id AND origin_etag IS NOT NULL;
+    RETURN NULL;
+END $$;
+
+-- Creates or updates the cache bucket `bucket` in front of `origin_bucket` at `endpoint`.
+-- The bucket is created (owned by the root key) when absent; an existing ordinary bucket is
+-- refused, since its objects would be hidden behind the origin's.
+CREATE OR REPLACE FUNCTION pgvs3.put_origin(
+    bucket text, endpoint text, origin_bucket text, region text,
+    access_key text, secret_encrypted bytea,
+    cache_mode text DEFAULT 'write-back',
+    path_style boolean DEFAULT true,
+    ttl_seconds integer DEFAULT 3600,
+    negative_ttl_seconds integer DEFAULT 0,
+    fill_concurrency integer DEFAULT 8,
+    size_limit_bytes bigint DEFAULT NULL,
+    write_back_threshold bigint DEFAULT 8388608,
+    range_chunk_bytes integer DEFAULT 1048576
+) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    cache_id bigint;
+    ns text;
+    previous pgvs3.origins;
+BEGIN
+    SELECT b.id, b.namespace INTO cache_id, ns FROM pgvs3.buckets b WHERE b.name = bucket FOR UPDATE;
+    IF FOUND AND ns <> 's3w' THEN
+        RAISE EXCEPTION 'bucket % already exists and is not a cache bucket', bucket USING ERRCODE = '22023';
+    END IF;
+    IF NOT FOUND THEN
+        SELECT e.bucket_id INTO cache_id FROM pgvs3.ensure_bucket(bucket, NULL, 's3w') e;
+    END IF;
+    SELECT * INTO previous FROM pgvs3.origins o WHERE o.bucket_id = cache_id;
+    INSERT INTO pgvs3.origins AS o (bucket_id, endpoint, region, origin_bucket, access_key, secret_encrypted,
+                                    path_style, mode, ttl_seconds, negative_ttl_seconds, fill_concurrency,
+                                    size_limit_bytes, write_back_threshold, range_chunk_bytes)
+    VALUES (cache_id, endpoint, region, origin_bucket, access_key, secret_encrypted, path_style, cache_mode,
+            ttl_seconds, negative_ttl_seconds, fill_concurrency, size_limit_bytes, write_back_threshold,
+            range_chunk_bytes)
+    ON CONFLICT ON CONSTRAINT origins_pkey DO UPDATE
+        SET endpoint = EXCLUDED.endpoint, region = EXCLUDED.region, origin_bucket = EXCLUDED.origin_bucket,
+            access_key = EXCLUDED.access_key, secret_encrypted = EXCLUDED.secret_encrypted,
+            path_style = EXCLUDED.path_style, mode = EXCLUDED.mode, ttl_seconds = EXCLUDED.ttl_seconds,
+            negative_ttl_seconds = EXCLUDED.negative_ttl_seconds, fill_concurrency = EXCLUDED.fill_concurrency,
+            size_limit_bytes = EXCLUDED.size_limit_bytes, write_back_threshold = EXCLUDED.write_back_threshold,
+            range_chunk_bytes = EXCLUDED.range_chunk_bytes, updated_at = now()
+        -- Re-applying the same settings (as a reconciling operator does) changes nothing.
+        WHERE (o.endpoint, o.region, o.origin_bucket, o.access_key, o.secret_encrypted, o.path_style, o.mode,
+               o.ttl_seconds, o.negative_ttl_seconds, o.fill_concurrency, o.size_limit_bytes,
+               o.write_back_threshold, o.range_chunk_bytes)
+              IS DISTINCT FROM
+              (EXCLUDED.endpoint, EXCLUDED.region, EXCLUDED.origin_bucket, EXCLUDED.access_key,
+               EXCLUDED.secret_encrypted, EXCLUDED.path_style, EXCLUDED.mode, EXCLUDED.ttl_seconds,
+               EXCLUDED.negative_ttl_seconds, EXCLUDED.fill_concurrency, EXCLUDED.size_limit_bytes,
+               EXCLUDED.write_back_threshold, EXCLUDED.range_chunk_bytes);
+    -- Entries cached from another origin must be fetched again.
+    IF previous.endpoint IS DISTINCT FROM endpoint OR previous.origin_bucket IS DISTINCT FROM origin_bucket THEN
+        UPDATE s3c.objects SET validated_at = '-infinity' WHERE bucket_id = cache_id;
+        DELETE FROM s3c.ranges WHERE bucket_id = cache_id;
+    END IF;
+    RETURN cache_id;
+END $$;
+
+-- Drops a cache bucket and everything cached in it. Without `force` it refuses while bodies
+-- still wait for their upload (they exist nowhere else).
+CREATE OR REPLACE FUNCTION pgvs3.drop_origin(bucket text, force boolean DEFAULT false) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE cache_id bigint;
+BEGIN
+    SELECT o.bucket_id INTO cache_id FROM pgvs3.origins o JOIN pgvs3.buckets b ON b.id = o.bucket_id
+     WHERE b.name = bucket FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF NOT force AND EXISTS (SELECT 1 FROM pgvs3.origin_outbox WHERE bucket_id = cache_id) THEN
+        RAISE EXCEPTION 'cache bucket % has write-backs not yet at the origin', bucket
+            USING ERRCODE = 'P0001', HINT = 'PendingWriteBack';
+    END IF;
+    DELETE FROM pgvs3.buckets WHERE buckets.id = cache_id;
+    RETURN true;
+END $$;
+
+-- The sealed origin secret of cache bucket `bucket` (NULL when it has no origin): a writer
+-- re-seals the secret only when this no longer opens to it, since a fresh seal (new nonce)
+-- would make an unchanged put_origin an update that every gateway reloads. (Layout v11.)
+CREATE OR REPLACE FUNCTION pgvs3.origin_secret(bucket text) RETURNS bytea
+LANGUAGE sql STABLE AS $$
+    SELECT o.secret_encrypted FROM pgvs3.origins o JOIN pgvs3.buckets b ON b.id = o.bucket_id
+     WHERE b.name = bucket
+$$;

@@ -1,0 +1,114 @@
+-- The catalog's SQL control API: buckets and access keys. The contract between gateways, the
+-- operator and the CLI; crates/pgvs3-catalog is its typed client.
+-- The current definition of every function of this area. Re-applied (CREATE OR REPLACE) by the
+-- migration runner after the numbered migrations, in the same advisory-locked transaction, when
+-- this file's digest differs from the one the database recorded (gateway/src/pg/migrate.rs).
+-- Edit the function here, never in a numbered migration, and add a numbered migration with the
+-- change (it bumps the layout version, which is what keeps an older gateway from re-applying
+-- its older copy). A migration that needs a function as it runs keeps its own definition.
+
+-- Gateways cache the catalog; every change bumps the version so they know to reload.
+-- Standbys cannot LISTEN, so the version row is what they poll.
+-- Triggers: buckets_catalog_version, access_keys_catalog_version, namespaces_catalog_version and
+-- origins_catalog_version, AFTER INSERT OR UPDATE OR DELETE, FOR EACH ROW (migration 0004): an
+-- upsert whose WHERE leaves the row as it was (put_access_key, put_origin re-applied unchanged)
+-- touches no row and bumps nothing. So catalog writers must not rewrite rows needlessly
+-- (e.g. sealing a secret again, which draws a new nonce), or every gateway reloads.
+CREATE OR REPLACE FUNCTION pgvs3.bump_catalog_version() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE v bigint;
+BEGIN
+    UPDATE pgvs3.catalog_version SET version = version + 1 RETURNING version INTO v;
+    PERFORM pg_notify('pgvs3_catalog', v::text);
+    RETURN NULL;
+END $$;
+
+-- S3 bucket naming rules (general purpose buckets).
+CREATE OR REPLACE FUNCTION pgvs3.valid_bucket_name(bucket text) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+    SELECT bucket ~ '^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$'
+       AND bucket !~ '\.\.'
+       AND bucket !~ '^\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}$'
+       AND bucket !~ '^xn--' AND bucket !~ '^sthree-' AND bucket !~ '^amzn-s3-demo-'
+       AND bucket !~ '-s3alias$' AND bucket !~ '--ol-s3$' AND bucket !~ '\.mrap$'
+       AND bucket !~ '--x-s3$' AND bucket !~ '--table-s3$'
+$$;
+
+-- Creates the bucket if absent; returns its id and whether this call created it.
+CREATE OR REPLACE FUNCTION pgvs3.ensure_bucket(bucket text, bucket_owner text DEFAULT NULL, ns text DEFAULT 's3p',
+                                    OUT bucket_id bigint, OUT created boolean)
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT pgvs3.valid_bucket_name(bucket) THEN
+        RAISE EXCEPTION 'invalid bucket name: %', bucket USING ERRCODE = '22023';
+    END IF;
+    PERFORM pgvs3.ensure_namespace(ns) WHERE NOT EXISTS (SELECT 1 FROM pgvs3.namespaces WHERE name = ns);
+    INSERT INTO pgvs3.buckets (name, namespace, owner) VALUES (bucket, ns, bucket_owner)
+        ON CONFLICT (name) DO NOTHING RETURNING id INTO bucket_id;
+    created := bucket_id IS NOT NULL;
+    IF NOT created THEN
+        SELECT id INTO bucket_id FROM pgvs3.buckets WHERE name = bucket;
+    END IF;
+END $$;
+
+-- Drops a bucket. Without `force` it refuses a bucket that holds objects (S3 BucketNotEmpty);
+-- with it, the objects go too and their bodies are retired for the reaper.
+CREATE OR REPLACE FUNCTION pgvs3.drop_bucket(bucket text, force boolean DEFAULT false) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE b pgvs3.buckets;
+BEGIN
+    SELECT * INTO b FROM pgvs3.buckets WHERE name = bucket FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF force THEN
+        EXECUTE format('DELETE FROM %I.objects WHERE bucket_id = $1', b.namespace) USING b.id;
+    ELSE
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.objects WHERE bucket_id = $1)', b.namespace)
+            INTO force USING b.id;
+        IF force THEN
+            RAISE EXCEPTION 'bucket % is not empty', bucket USING ERRCODE = 'P0001', HINT = 'BucketNotEmpty';
+        END IF;
+    END IF;
+    DELETE FROM pgvs3.buckets WHERE id = b.id;
+    RETURN true;
+END $$;
+
+-- Gives an unowned ordinary bucket (owned by the root key: created by an admin, or left behind
+-- when its key was revoked) to `new_owner`. True when the bucket now belongs to `new_owner`
+-- (adopted, or theirs already); false when there is no such ordinary bucket or another key owns
+-- it. Of concurrent adopters only one wins: the others find the owner set when the row unlocks.
+CREATE OR REPLACE FUNCTION pgvs3.adopt_bucket(bucket text, new_owner text) RETURNS boolean
+LANGUAGE sql AS $$
+    WITH ordinary AS (
+        SELECT b.id, b.owner FROM pgvs3.buckets b JOIN pgvs3.namespaces n ON n.name = b.namespace
+         WHERE b.name = bucket AND n.purpose = 'objects'),
+    adopted AS (
+        UPDATE pgvs3.buckets SET owner = new_owner
+         WHERE id = (SELECT id FROM ordinary) AND owner IS NULL
+        RETURNING id)
+    SELECT EXISTS (SELECT 1 FROM adopted) OR EXISTS (SELECT 1 FROM ordinary WHERE owner = new_owner)
+$$;
+
+-- Re-putting a key with the same settings (and the same sealed secret) changes nothing.
+CREATE OR REPLACE FUNCTION pgvs3.put_access_key(key_id text, secret_encrypted bytea, key_is_root boolean DEFAULT false,
+                                                key_read_only boolean DEFAULT false, key_description text DEFAULT '')
+RETURNS void LANGUAGE sql AS $$
+    INSERT INTO pgvs3.access_keys AS k (access_key, secret_encrypted, is_root, read_only, description)
+    VALUES (key_id, secret_encrypted, key_is_root, key_read_only, key_description)
+    ON CONFLICT (access_key) DO UPDATE
+        SET secret_encrypted = EXCLUDED.secret_encrypted, read_only = EXCLUDED.read_only,
+            description = EXCLUDED.description
+        WHERE (k.secret_encrypted, k.read_only, k.description)
+              IS DISTINCT FROM (EXCLUDED.secret_encrypted, EXCLUDED.read_only, EXCLUDED.description)
+$$;
+
+CREATE OR REPLACE FUNCTION pgvs3.delete_access_key(key_id text) RETURNS boolean LANGUAGE sql AS $$
+    WITH gone AS (DELETE FROM pgvs3.access_keys WHERE access_key = key_id AND NOT is_root RETURNING 1)
+    SELECT EXISTS (SELECT 1 FROM gone)
+$$;
+
+-- The bucket's owner: no row when there is no such bucket, one NULL when the root key owns it.
+-- (Layout v11: so the operator reads the catalog through functions, never its tables.)
+CREATE OR REPLACE FUNCTION pgvs3.bucket_owner(bucket text) RETURNS TABLE (owner_key text)
+LANGUAGE sql STABLE AS $$
+    SELECT b.owner FROM pgvs3.buckets b WHERE b.name = bucket
+$$;

@@ -1,0 +1,116 @@
+-- Object namespaces: the schemas that hold objects and bodies (`s3p`, `s3w`, `s3c`).
+-- The current definition of every function of this area. Re-applied (CREATE OR REPLACE) by the
+-- migration runner after the numbered migrations, in the same advisory-locked transaction, when
+-- this file's digest differs from the one the database recorded (gateway/src/pg/migrate.rs).
+-- Edit the function here, never in a numbered migration, and add a numbered migration with the
+-- change (it bumps the layout version, which is what keeps an older gateway from re-applying
+-- its older copy). A migration that needs a function as it runs keeps its own definition.
+
+-- Bodies are immutable: overwriting or deleting an object retires its chunked body, and the
+-- maintenance reaper deletes retired bodies after a grace period. A trigger (not the callers)
+-- does the retiring so that every path — S3, RESP, drop_bucket, plain SQL — gets it right,
+-- including concurrent upserts where only the row version being replaced knows its body.
+--
+-- Triggers (created by ensure_namespace, for every namespace):
+--   objects_retire_body  AFTER UPDATE OR DELETE ON <ns>.objects, FOR EACH ROW
+--                        WHEN (OLD.body_id IS NOT NULL): only chunked bodies are retired.
+--   parts_retire_body    AFTER UPDATE OR DELETE ON <ns>.parts, FOR EACH ROW.
+-- Preconditions: a body id is never reused (drawn from <ns>.body_ids), and an UPDATE that keeps
+-- `body_id` (metadata, tagging, TTL) retires nothing. A part's body is retired on any update
+-- that changes `body_id`: completion only fixes `start_offset`, so it retires nothing either.
+-- Deleting an upload row does not retire its parts; the caller deletes the parts (which fires
+-- parts_retire_body) or keeps them as the completed object's body.
+CREATE OR REPLACE FUNCTION pgvs3.retire_body() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' OR NEW.body_id IS DISTINCT FROM OLD.body_id THEN
+        EXECUTE format('INSERT INTO %I.retired_bodies (body_id) VALUES ($1)', TG_TABLE_SCHEMA)
+            USING OLD.body_id;
+    END IF;
+    RETURN NULL;
+END $$;
+
+-- A namespace is a schema with objects, chunks, multipart uploads and their parts.
+CREATE OR REPLACE FUNCTION pgvs3.ensure_namespace(ns text, ns_purpose text DEFAULT 'objects') RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO pgvs3.namespaces (name, purpose) VALUES (ns, ns_purpose) ON CONFLICT (name) DO NOTHING;
+    EXECUTE format('CREATE SCHEMA IF NOT EXISTS %I', ns);
+    EXECUTE format('CREATE SEQUENCE IF NOT EXISTS %I.body_ids AS bigint', ns);
+    -- `key` sorts in byte order (COLLATE "C") because S3 lists keys in UTF-8 byte order.
+    -- `inline` holds bodies up to 64 KiB so a small GET is one index lookup; EXTERNAL storage
+    -- skips pglz, which rarely pays on object payloads and costs CPU on every write.
+    EXECUTE format($f$
+        CREATE TABLE IF NOT EXISTS %I.objects (
+            bucket_id     bigint NOT NULL,
+            key           text COLLATE "C" NOT NULL,
+            size          bigint NOT NULL,
+            etag          text NOT NULL,
+            last_modified timestamptz NOT NULL DEFAULT now(),
+            expires_at    timestamptz,
+            meta          jsonb NOT NULL DEFAULT '{}',
+            inline        bytea,
+            body_id       bigint,
+            PRIMARY KEY (bucket_id, key),
+            CHECK ((inline IS NULL) <> (body_id IS NULL))
+        )$f$, ns);
+    EXECUTE format('ALTER TABLE %I.objects ALTER COLUMN inline SET STORAGE EXTERNAL', ns);
+    -- A row that fits a page stays whole, so a small object's body is read with its row rather
+    -- than through TOAST; only bodies too big for a page go out of line (uncompressed).
+    EXECUTE format('ALTER TABLE %I.objects SET (toast_tuple_target = 8160)', ns);
+    -- The reaper finds expired objects (RESP TTLs, cache entries) without scanning every row.
+    EXECUTE format('CREATE INDEX IF NOT EXISTS objects_expiry ON %I.objects (expires_at) WHERE expires_at IS NOT NULL', ns);
+    -- 8,120-byte chunks with PLAIN storage: one chunk row fills one heap page exactly
+    -- (24 B tuple header + 8 + 4 + 4-byte varlena header + 8,120 = 8,160 = MaxHeapTupleSize),
+    -- with no TOAST indirection. A chunk stored shorter than its logical length is zstd.
+    EXECUTE format($f$
+        CREATE TABLE IF NOT EXISTS %I.chunks (
+            body_id bigint NOT NULL,
+            seq     int NOT NULL,
+            data    bytea NOT NULL,
+            PRIMARY KEY (body_id, seq)
+        )$f$, ns);
+    EXECUTE format('ALTER TABLE %I.chunks ALTER COLUMN data SET STORAGE PLAIN', ns);
+    EXECUTE format($f$
+        CREATE TABLE IF NOT EXISTS %I.retired_bodies (
+            body_id    bigint PRIMARY KEY,
+            retired_at timestamptz NOT NULL DEFAULT now()
+        )$f$, ns);
+    EXECUTE format('CREATE INDEX IF NOT EXISTS retired_bodies_age ON %I.retired_bodies (retired_at)', ns);
+    -- Multipart uploads. `upload_id` is drawn from body_ids because it becomes the completed
+    -- object's body: a manifest with no chunks of its own whose parts (rows of `parts` with
+    -- owner_id = upload_id) are bodies in their own right. Completion only deletes the upload
+    -- row, drops unlisted parts and fixes each listed part's offset: O(parts), no byte copied.
+    EXECUTE format($f$
+        CREATE TABLE IF NOT EXISTS %I.uploads (
+            upload_id bigint PRIMARY KEY,
+            bucket_id bigint NOT NULL,
+            key       text COLLATE "C" NOT NULL,
+            meta      jsonb NOT NULL DEFAULT '{}',
+            initiated timestamptz NOT NULL DEFAULT clock_timestamp()
+        )$f$, ns);
+    EXECUTE format('CREATE INDEX IF NOT EXISTS uploads_by_key ON %I.uploads (bucket_id, key, upload_id)', ns);
+    EXECUTE format('CREATE INDEX IF NOT EXISTS uploads_age ON %I.uploads (initiated)', ns);
+    -- `start_offset` is NULL while the upload is in progress and the part's place in the
+    -- object once completed, so a ranged read finds its parts by offset.
+    EXECUTE format($f$
+        CREATE TABLE IF NOT EXISTS %I.parts (
+            owner_id      bigint NOT NULL,
+            part_number   int NOT NULL CHECK (part_number BETWEEN 1 AND 10000),
+            size          bigint NOT NULL,
+            etag          text NOT NULL,
+            body_id       bigint NOT NULL,
+            start_offset  bigint,
+            last_modified timestamptz NOT NULL DEFAULT clock_timestamp(),
+            PRIMARY KEY (owner_id, part_number)
+        )$f$, ns);
+    -- A replaced or deleted part retires its body like an object does (same trigger function).
+    EXECUTE format('DROP TRIGGER IF EXISTS parts_retire_body ON %I.parts', ns);
+    EXECUTE format($f$
+        CREATE TRIGGER parts_retire_body AFTER UPDATE OR DELETE ON %I.parts
+            FOR EACH ROW EXECUTE FUNCTION pgvs3.retire_body()$f$, ns);
+    EXECUTE format('DROP TRIGGER IF EXISTS objects_retire_body ON %I.objects', ns);
+    EXECUTE format($f$
+        CREATE TRIGGER objects_retire_body AFTER UPDATE OR DELETE ON %I.objects
+            FOR EACH ROW WHEN (OLD.body_id IS NOT NULL)
+            EXECUTE FUNCTION pgvs3.retire_body()$f$, ns);
+END $$;

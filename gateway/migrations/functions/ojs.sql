@@ -1,0 +1,442 @@
+-- OJS (Open Job Specification) job server: JSON renderings and the workflow/rate-limit triggers.
+--
+-- Triggers (migrations 0005 and 0008) and what the Rust SQL (gateway/src/ojs/) must keep true:
+--   job_cancelled, workflow_job_started, workflow_job_settled, rate_limit_released
+--       AFTER UPDATE OF state ON ojs.jobs, FOR EACH ROW, each WHEN a particular state change:
+--       a job's state changes only by an UPDATE that names `state` in its SET list, never by
+--       deleting and re-inserting the row, so every transition is seen once.
+--   rate_limit_released_by_delete  AFTER DELETE ON ojs.jobs, WHEN the job was active with a
+--       rate key: deleting an active job gives its rate-limit slot back.
+--   workflow_settled  AFTER UPDATE OF state, started_at ON ojs.workflows: a workflow's state and
+--       start time are set by UPDATE only (the functions below and the queue's own statements).
+-- TRUNCATE (the test reset) fires none of them, and needs none: it empties every table at once.
+-- The current definition of every function of this area. Re-applied (CREATE OR REPLACE) by the
+-- migration runner after the numbered migrations, in the same advisory-locked transaction, when
+-- this file's digest differs from the one the database recorded (gateway/src/pg/migrate.rs).
+-- Edit the function here, never in a numbered migration, and add a numbered migration with the
+-- change (it bumps the layout version, which is what keeps an older gateway from re-applying
+-- its older copy). A migration that needs a function as it runs keeps its own definition.
+
+-- RFC 3339 in UTC, whatever the session's TimeZone; microseconds unless the time is whole seconds.
+CREATE OR REPLACE FUNCTION ojs.ts(t timestamptz) RETURNS text LANGUAGE sql STABLE AS $$
+    SELECT to_char(t AT TIME ZONE 'UTC',
+                   CASE WHEN date_trunc('second', t) = t THEN 'YYYY-MM-DD"T"HH24:MI:SS"Z"'
+                        ELSE 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"' END)
+$$;
+
+-- A claim that lapses on the job's last attempt spends it: the job reads as discarded, as the
+-- promotion will make it, rather than as available forever.
+CREATE OR REPLACE FUNCTION ojs.job_json(j ojs.jobs) RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT j.envelope || jsonb_strip_nulls(jsonb_build_object(
+        'id', j.id,
+        'type', j.type,
+        'queue', j.queue,
+        'priority', j.priority,
+        'state', CASE
+            WHEN j.state = 'active' AND j.visible_until < now() AND j.attempt >= j.max_attempts THEN 'discarded'
+            WHEN j.state = 'active' AND j.visible_until < now() THEN 'available'
+            WHEN j.state IN ('scheduled', 'retryable') AND j.run_at <= now() THEN 'available'
+            ELSE j.state END,
+        'attempt', j.attempt,
+        'max_attempts', j.max_attempts,
+        'created_at', ojs.ts(j.created_at),
+        'enqueued_at', ojs.ts(j.created_at),
+        'scheduled_at', CASE WHEN j.state = 'scheduled' THEN ojs.ts(j.run_at) END,
+        'next_attempt_at', CASE WHEN j.state = 'retryable' THEN ojs.ts(j.run_at) END,
+        'started_at', ojs.ts(j.started_at),
+        'completed_at', ojs.ts(j.completed_at),
+        'cancelled_at', ojs.ts(j.cancelled_at),
+        'discarded_at', CASE WHEN j.state = 'discarded' THEN ojs.ts(j.completed_at) END,
+        'expires_at', ojs.ts(j.expires_at),
+        'worker_id', CASE WHEN j.state = 'active' THEN j.worker_id END,
+        'visible_until', CASE WHEN j.state = 'active' THEN ojs.ts(j.visible_until) END,
+        'workflow_id', j.workflow_id,
+        'retry_delay_ms', j.retry_delay_ms,
+        'result', j.result,
+        'error', CASE WHEN j.state = 'active' AND j.visible_until < now()
+                      THEN jsonb_build_object('code', 'visibility_timeout', 'type', 'visibility_timeout',
+                                              'message', 'the claim lapsed before an ack, nack or heartbeat')
+                      ELSE j.error END,
+        'errors', CASE WHEN jsonb_array_length(j.errors) > 0 THEN j.errors END
+    ))
+$$;
+
+CREATE OR REPLACE FUNCTION ojs.cron_json(c ojs.cron) RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT c.definition || jsonb_strip_nulls(jsonb_build_object(
+        'name', c.name,
+        'enabled', true,
+        'timezone', coalesce(c.definition ->> 'timezone', 'UTC'),
+        'overlap_policy', coalesce(c.definition ->> 'overlap_policy', 'allow'),
+        'next_run_at', CASE WHEN c.next_run < 'infinity' THEN ojs.ts(c.next_run) END,
+        'last_run_at', ojs.ts(c.last_run),
+        'created_at', ojs.ts(c.created_at)
+    ))
+$$;
+
+-- The job side: a member job settles its workflow's member; a batch callback settles the batch
+-- when the callbacks it released have (failed if one of them did).
+CREATE OR REPLACE FUNCTION ojs.workflow_job_settled() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    w ojs.workflows;
+BEGIN
+    IF new.workflow_callback IS NULL THEN
+        PERFORM ojs.workflow_member_settled(new.workflow_id, new.workflow_step, new.type, old.state, new.state,
+                                            round(extract(epoch FROM now() - new.started_at) * 1000)::bigint);
+        RETURN NULL;
+    END IF;
+    SELECT * INTO w FROM ojs.workflows WHERE id = new.workflow_id FOR UPDATE;
+    IF w.id IS NULL OR w.state <> 'running' OR new.state NOT IN ('completed', 'discarded', 'cancelled') THEN
+        RETURN NULL;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM ojs.jobs WHERE workflow_id = w.id AND workflow_callback IS NOT NULL
+                   AND state NOT IN ('completed', 'discarded', 'cancelled')) THEN
+        UPDATE ojs.workflows SET completed_at = now(),
+            state = CASE WHEN EXISTS (SELECT 1 FROM ojs.jobs WHERE workflow_id = w.id
+                                      AND workflow_callback IS NOT NULL AND state <> 'completed')
+                         THEN 'failed' ELSE 'completed' END
+        WHERE id = w.id;
+    END IF;
+    RETURN NULL;
+END $$;
+
+-- A workflow step as GET /workflows/:id shows it, in the workflow spec's step states.
+CREATE OR REPLACE FUNCTION ojs.workflow_entry_json(j ojs.jobs) RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT jsonb_strip_nulls(jsonb_build_object(
+        'index', j.workflow_step,
+        'callback', j.workflow_callback,
+        'type', j.type,
+        'state', CASE j.state WHEN 'pending' THEN 'waiting' WHEN 'discarded' THEN 'failed'
+                              WHEN 'available' THEN 'pending' WHEN 'scheduled' THEN 'pending'
+                              WHEN 'retryable' THEN 'pending' ELSE j.state END,
+        'result', j.result,
+        'error', CASE WHEN j.state = 'discarded' THEN j.error END,
+        'started_at', ojs.ts(j.started_at),
+        'completed_at', ojs.ts(j.completed_at)
+    )) || jsonb_build_object('job_id', CASE WHEN j.state <> 'pending' THEN j.id END)
+$$;
+
+-- A workflow as GET /workflows/:id shows it; a nested workflow is a member entry holding the
+-- nested workflow as GET shows it.
+CREATE OR REPLACE FUNCTION ojs.workflow_json(w ojs.workflows) RETURNS jsonb LANGUAGE sql STABLE AS $$
+    WITH members AS (
+        SELECT j.workflow_step, j.workflow_callback, j.id, j.state, j.attempt, j.error, j.started_at,
+               ojs.workflow_entry_json(j) AS entry
+        FROM ojs.jobs j WHERE j.workflow_id = w.id
+        UNION ALL
+        SELECT c.parent_step, NULL, c.id, CASE c.state WHEN 'failed' THEN 'discarded' ELSE c.state END, NULL,
+               jsonb_build_object('code', 'workflow_failed', 'message', 'nested workflow ' || c.id || ' failed'),
+               c.started_at,
+               jsonb_build_object('index', c.parent_step, 'type', c.type, 'job_id', NULL, 'workflow_id', c.id,
+                   'state', CASE c.state WHEN 'pending' THEN 'waiting' WHEN 'running' THEN 'active' ELSE c.state END,
+                   'workflow', ojs.workflow_json(c))
+        FROM ojs.workflows c WHERE c.parent_id = w.id
+    ), summary AS (
+        SELECT coalesce(jsonb_agg(entry ORDER BY workflow_step) FILTER (WHERE workflow_callback IS NULL), '[]') AS jobs,
+               jsonb_agg(entry ORDER BY workflow_callback) FILTER (WHERE workflow_callback IS NOT NULL) AS callbacks,
+               min(started_at) AS started_at,
+               min(workflow_step) FILTER (WHERE state = 'discarded' AND workflow_callback IS NULL) AS failed_step,
+               jsonb_agg(id ORDER BY workflow_step) FILTER (WHERE state = 'discarded') AS failed_ids,
+               jsonb_agg(jsonb_strip_nulls(jsonb_build_object('job_id', id, 'attempt', attempt,
+                                            'code', coalesce(error ->> 'code', error ->> 'type', 'error'),
+                                            'message', coalesce(error ->> 'message', ''))))
+                         FILTER (WHERE state = 'discarded') AS errors
+        FROM members
+    )
+    SELECT jsonb_strip_nulls(jsonb_build_object(
+        'id', w.id,
+        'type', w.type,
+        'name', w.name,
+        'state', w.state,
+        'parent_workflow_id', w.parent_id,
+        'jobs_total', w.jobs_total,
+        'jobs_completed', w.jobs_completed,
+        'jobs_failed', w.jobs_failed,
+        'jobs_cancelled', w.jobs_cancelled,
+        'steps_total', CASE WHEN w.type = 'chain' THEN w.jobs_total END,
+        'steps_completed', CASE WHEN w.type = 'chain' THEN w.jobs_completed END,
+        'callbacks', s.callbacks,
+        'failed_step_index', CASE WHEN w.type = 'chain' THEN s.failed_step END,
+        'failed_job_ids', s.failed_ids,
+        'errors', s.errors,
+        'created_at', ojs.ts(w.created_at),
+        'started_at', ojs.ts(coalesce(w.started_at, s.started_at)),
+        'completed_at', ojs.ts(w.completed_at),
+        'cancelled_at', ojs.ts(w.cancelled_at),
+        'metadata', jsonb_build_object(
+            'created_at', ojs.ts(w.created_at), 'started_at', ojs.ts(coalesce(w.started_at, s.started_at)),
+            'completed_at', ojs.ts(w.completed_at), 'cancelled_at', ojs.ts(w.cancelled_at),
+            'job_count', w.jobs_total, 'completed_count', w.jobs_completed, 'failed_count', w.jobs_failed)
+    )) || jsonb_build_object(CASE WHEN w.type = 'chain' THEN 'steps' ELSE 'jobs' END, s.jobs)
+    FROM summary s
+$$;
+
+CREATE OR REPLACE FUNCTION ojs.worker_json(w ojs.workers) RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT jsonb_strip_nulls(jsonb_build_object(
+        'id', w.id, 'worker_id', w.id, 'state', w.state, 'directive', coalesce(w.directive, 'continue'),
+        'active_jobs', w.active_jobs, 'last_heartbeat_at', ojs.ts(w.last_beat)))
+$$;
+
+-- How many more jobs of the key may start now.
+CREATE OR REPLACE FUNCTION ojs.rate_room(r ojs.rate_limits) RETURNS int LANGUAGE sql STABLE AS $$
+    SELECT greatest(0, least(
+        coalesce(r.concurrency - r.active, 2147483647),
+        CASE WHEN r.rate IS NULL THEN 2147483647
+             WHEN now() >= r.window_start + r.rate_period_ms * interval '1 ms' THEN r.rate
+             ELSE r.rate - r.window_count END,
+        CASE WHEN r.throttle_ms IS NULL THEN 2147483647 WHEN now() >= r.next_start THEN 1 ELSE 0 END))
+$$;
+
+CREATE OR REPLACE FUNCTION ojs.rate_limit_released() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE ojs.rate_limits SET active = greatest(active - 1, 0) WHERE key = old.rate_key;
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION ojs.rate_limit_json(r ojs.rate_limits) RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT jsonb_strip_nulls(jsonb_build_object(
+        'key', r.key,
+        'concurrency', CASE WHEN r.concurrency IS NOT NULL THEN jsonb_build_object(
+            'limit', r.concurrency, 'active', r.active, 'available', greatest(r.concurrency - r.active, 0)) END,
+        'rate', CASE WHEN r.rate IS NOT NULL THEN jsonb_build_object(
+            'limit', r.rate, 'period_ms', r.rate_period_ms,
+            'current_count', CASE WHEN now() >= r.window_start + r.rate_period_ms * interval '1 ms' THEN 0
+                                  ELSE r.window_count END,
+            'window_resets_at', CASE WHEN now() < r.window_start + r.rate_period_ms * interval '1 ms'
+                                     THEN ojs.ts(r.window_start + r.rate_period_ms * interval '1 ms') END,
+            'window_resets_unix', ceil(extract(epoch FROM greatest(now(),
+                                       r.window_start + r.rate_period_ms * interval '1 ms')))::bigint) END,
+        'throttle', CASE WHEN r.throttle_ms IS NOT NULL THEN jsonb_build_object(
+            'interval_ms', r.throttle_ms, 'next_allowed_at', ojs.ts(greatest(r.next_start, now()))) END,
+        'room', ojs.rate_room(r),
+        'waiting_count', (SELECT count(*) FROM ojs.jobs j WHERE j.rate_key = r.key AND j.state = 'available')))
+$$;
+
+-- ojs-events §8.3: every event of a job whose meta carries trace context has its trace_id.
+CREATE OR REPLACE FUNCTION ojs.trace_of(envelope jsonb) RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN envelope -> 'meta' ?| ARRAY['trace_id', 'traceparent']
+                THEN jsonb_build_object('trace_id', coalesce(envelope #>> '{meta,trace_id}',
+                                                              split_part(envelope #>> '{meta,traceparent}', '-', 2)))
+                ELSE '{}' END
+$$;
+
+-- job.cancelled, however a job gets cancelled: its own cancel, its workflow's, a chain that
+-- stopped, a unique job replaced.
+CREATE OR REPLACE FUNCTION ojs.job_cancelled() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO ojs.events (id, type, queue, job_id, data)
+    VALUES (gen_random_uuid()::text, 'job.cancelled', new.queue, new.id,
+            jsonb_strip_nulls(jsonb_build_object(
+                'job_id', new.id, 'job_type', new.type, 'queue', new.queue, 'previous_state', old.state,
+                'workflow_id', new.workflow_id)) || ojs.trace_of(new.envelope));
+    RETURN NULL;
+END $$;
+
+-- A workflow's results up to member `upto`, by member index: a job's result (null unless it
+-- completed), or a nested workflow's own results.
+CREATE OR REPLACE FUNCTION ojs.workflow_results(wid text, upto int) RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT coalesce(jsonb_agg(r ORDER BY step), '[]') FROM (
+        SELECT workflow_step AS step, coalesce(result, 'null') AS r FROM ojs.jobs
+        WHERE workflow_id = wid AND workflow_callback IS NULL AND workflow_step <= upto
+        UNION ALL
+        SELECT parent_step, CASE WHEN state = 'completed' THEN ojs.workflow_results(id, 2147483647) ELSE 'null' END
+        FROM ojs.workflows WHERE parent_id = wid AND parent_step <= upto
+    ) members
+$$;
+
+-- Releases members `lo`..`hi` of a workflow: a job becomes available (or scheduled) with
+-- `inputs` as its parent_results, a nested workflow starts with them.
+CREATE OR REPLACE FUNCTION ojs.workflow_release(wid text, lo int, hi int, inputs jsonb) RETURNS int LANGUAGE plpgsql AS $$
+DECLARE
+    released int;
+    child text;
+BEGIN
+    WITH job AS (
+        UPDATE ojs.jobs
+        SET state = CASE WHEN run_at > now() THEN 'scheduled' ELSE 'available' END,
+            envelope = CASE WHEN inputs IS NULL THEN envelope
+                            ELSE envelope || jsonb_build_object('parent_results', inputs) END
+        WHERE workflow_id = wid AND workflow_step BETWEEN lo AND hi AND workflow_callback IS NULL
+          AND state = 'pending'
+        RETURNING id, queue, type, envelope
+    ), event AS (
+        INSERT INTO ojs.events (id, type, queue, job_id, data)
+        SELECT gen_random_uuid()::text, 'job.enqueued', queue, id,
+               jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'workflow_id', wid)
+               || ojs.trace_of(envelope)
+        FROM job
+    )
+    SELECT count(*) INTO released FROM job;
+    FOR child IN SELECT id FROM ojs.workflows
+                 WHERE parent_id = wid AND parent_step BETWEEN lo AND hi AND state = 'pending'
+                 ORDER BY parent_step LOOP
+        PERFORM ojs.workflow_start(child, inputs);
+        released := released + 1;
+    END LOOP;
+    RETURN released;
+END $$;
+
+-- A nested workflow's turn: a chain releases its first step, a group or batch all its jobs.
+CREATE OR REPLACE FUNCTION ojs.workflow_start(wid text, inputs jsonb) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    w ojs.workflows;
+BEGIN
+    UPDATE ojs.workflows SET state = 'running' WHERE id = wid AND state = 'pending' RETURNING * INTO w;
+    IF w.id IS NOT NULL THEN
+        PERFORM ojs.workflow_release(wid, 0, CASE WHEN w.type = 'chain' THEN 0 ELSE w.jobs_total - 1 END, inputs);
+    END IF;
+END $$;
+
+-- Cancels what has not run of a workflow: its waiting or queued jobs, and its nested workflows
+-- (with theirs). The caller settles the workflow itself first, so nothing is released after.
+-- Jobs another transaction holds are left to it, as a workflow's cancel always did.
+CREATE OR REPLACE FUNCTION ojs.workflow_cancel_members(wid text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    WITH RECURSIVE tree AS (
+        SELECT id FROM ojs.workflows WHERE parent_id = wid AND state IN ('pending', 'running')
+        UNION ALL
+        SELECT w.id FROM ojs.workflows w JOIN tree t ON w.parent_id = t.id WHERE w.state IN ('pending', 'running')
+    ), settled AS (
+        UPDATE ojs.workflows SET state = 'cancelled', cancelled_at = now(), completed_at = now()
+        WHERE id IN (SELECT id FROM tree)
+        RETURNING id
+    )
+    UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now()
+    WHERE id IN (SELECT id FROM ojs.jobs
+                 WHERE (workflow_id = wid OR workflow_id IN (SELECT id FROM settled))
+                   AND state IN ('pending', 'available', 'scheduled', 'retryable')
+                 FOR UPDATE SKIP LOCKED);
+END $$;
+
+-- A member of a workflow (a job, or a nested workflow) changed outcome; outcomes are job
+-- states (a nested workflow that failed counts as discarded). Keeps the counts and, when the
+-- member settled, drives the workflow: a chain releases its next member with the results so far
+-- or stops, a group settles with its last member, a batch then releases the callbacks that
+-- apply. The workflow row is locked first (the UPDATE), so concurrent finishers of one group
+-- take turns and exactly one of them sees the last member settle.
+CREATE OR REPLACE FUNCTION ojs.workflow_member_settled(wid text, slot int, member_type text, was text, outcome text,
+                                            took_ms bigint) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    w ojs.workflows;
+    released int := 0;
+BEGIN
+    UPDATE ojs.workflows
+    SET jobs_completed = jobs_completed + (outcome = 'completed')::int - (was = 'completed')::int,
+        jobs_failed = jobs_failed + (outcome = 'discarded')::int - (was = 'discarded')::int,
+        jobs_cancelled = jobs_cancelled + (outcome = 'cancelled')::int - (was = 'cancelled')::int
+    WHERE id = wid
+    RETURNING * INTO w;
+    IF w.id IS NULL OR w.state <> 'running' OR outcome NOT IN ('completed', 'discarded', 'cancelled') THEN
+        RETURN;
+    END IF;
+    IF outcome = 'completed' THEN
+        INSERT INTO ojs.events (id, type, data)
+        VALUES (gen_random_uuid()::text, 'workflow.step_completed', jsonb_build_object(
+            'workflow_id', w.id, 'workflow_name', w.name, 'step_id', slot::text, 'step_index', slot,
+            'step_type', member_type, 'duration_ms', took_ms,
+            'steps_remaining', w.jobs_total - w.jobs_completed - w.jobs_failed - w.jobs_cancelled));
+    END IF;
+
+    IF w.type = 'chain' THEN
+        IF outcome <> 'completed' THEN
+            -- The chain stops: later steps never run.
+            UPDATE ojs.workflows SET state = 'failed', completed_at = now() WHERE id = w.id;
+            PERFORM ojs.workflow_cancel_members(w.id);
+        ELSIF w.jobs_completed = w.jobs_total THEN
+            UPDATE ojs.workflows SET state = 'completed', completed_at = now() WHERE id = w.id;
+        ELSE
+            -- The next step sees every earlier step's result, indexed by step.
+            PERFORM ojs.workflow_release(w.id, slot + 1, slot + 1, ojs.workflow_results(w.id, slot));
+        END IF;
+        RETURN;
+    END IF;
+
+    IF w.jobs_completed + w.jobs_failed + w.jobs_cancelled < w.jobs_total THEN
+        RETURN;
+    END IF;
+    IF w.type = 'batch' THEN
+        -- Callbacks see every member's result (null for one that failed), indexed by member.
+        WITH fired AS (
+            UPDATE ojs.jobs
+            SET state = CASE WHEN run_at > now() THEN 'scheduled' ELSE 'available' END,
+                envelope = envelope || jsonb_build_object('parent_results', ojs.workflow_results(w.id, 2147483647))
+            WHERE workflow_id = w.id AND state = 'pending'
+              AND (workflow_callback = 'on_complete'
+                   OR (workflow_callback = 'on_success' AND w.jobs_completed = w.jobs_total)
+                   OR (workflow_callback = 'on_failure' AND w.jobs_completed < w.jobs_total))
+            RETURNING id, queue, type, envelope
+        ), event AS (
+            INSERT INTO ojs.events (id, type, queue, job_id, data)
+            SELECT gen_random_uuid()::text, 'job.enqueued', queue, id,
+                   jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'workflow_id', w.id)
+                   || ojs.trace_of(envelope)
+            FROM fired
+        )
+        SELECT count(*) INTO released FROM fired;
+        -- The callbacks whose condition did not hold were never enqueued, as far as anyone sees.
+        DELETE FROM ojs.jobs WHERE workflow_id = w.id AND workflow_callback IS NOT NULL AND state = 'pending';
+    END IF;
+    IF released = 0 THEN
+        UPDATE ojs.workflows SET completed_at = now(),
+            state = CASE WHEN w.jobs_completed = w.jobs_total THEN 'completed' ELSE 'failed' END
+        WHERE id = w.id;
+    END IF;
+END $$;
+
+-- The workflow side: workflow.started when its first job starts (and so its parents'),
+-- workflow.completed / workflow.failed when it settles, and a nested workflow that settles
+-- settles its member of the parent.
+CREATE OR REPLACE FUNCTION ojs.workflow_settled() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    failure record;
+BEGIN
+    IF old.started_at IS NULL AND new.started_at IS NOT NULL THEN
+        INSERT INTO ojs.events (id, type, data)
+        VALUES (gen_random_uuid()::text, 'workflow.started', jsonb_build_object(
+            'workflow_id', new.id, 'workflow_name', new.name, 'workflow_type', new.type, 'total_steps', new.jobs_total));
+        UPDATE ojs.workflows SET started_at = new.started_at WHERE id = new.parent_id AND started_at IS NULL;
+    END IF;
+    IF new.state = old.state THEN
+        RETURN NULL;
+    END IF;
+    IF new.state = 'completed' THEN
+        INSERT INTO ojs.events (id, type, data)
+        VALUES (gen_random_uuid()::text, 'workflow.completed', jsonb_build_object(
+            'workflow_id', new.id, 'workflow_name', new.name, 'workflow_type', new.type, 'total_steps', new.jobs_total,
+            'duration_ms', round(extract(epoch FROM now() - coalesce(new.started_at, new.created_at)) * 1000)::bigint));
+    ELSIF new.state = 'failed' THEN
+        -- The member that failed first (a callback for a batch whose callback failed).
+        SELECT * INTO failure FROM (
+            SELECT coalesce(workflow_callback, workflow_step::text) AS step_id, type, state,
+                   coalesce(completed_at, cancelled_at) AS at, coalesce(error, '{}') AS error
+            FROM ojs.jobs WHERE workflow_id = new.id AND state IN ('discarded', 'cancelled')
+            UNION ALL
+            SELECT parent_step::text, type, CASE state WHEN 'failed' THEN 'discarded' ELSE state END, completed_at,
+                   jsonb_build_object('code', 'workflow_failed', 'message', 'nested workflow ' || id || ' ' || state)
+            FROM ojs.workflows WHERE parent_id = new.id AND state IN ('failed', 'cancelled')
+        ) f ORDER BY (state <> 'discarded'), at LIMIT 1;
+        INSERT INTO ojs.events (id, type, data)
+        VALUES (gen_random_uuid()::text, 'workflow.failed', jsonb_build_object(
+            'workflow_id', new.id, 'workflow_name', new.name, 'workflow_type', new.type,
+            'failed_step_id', failure.step_id, 'failed_step_type', failure.type,
+            'error', jsonb_build_object(
+                'code', coalesce(failure.error ->> 'code', failure.error ->> 'type',
+                                 CASE WHEN failure.state = 'cancelled' THEN 'cancelled' ELSE 'error' END),
+                'message', coalesce(failure.error ->> 'message',
+                                    CASE WHEN failure.state = 'cancelled' THEN 'the step was cancelled' ELSE '' END))));
+    END IF;
+    IF new.parent_id IS NOT NULL AND new.state IN ('completed', 'failed', 'cancelled') THEN
+        PERFORM ojs.workflow_member_settled(new.parent_id, new.parent_step, new.type,
+            CASE old.state WHEN 'failed' THEN 'discarded' ELSE old.state END,
+            CASE new.state WHEN 'failed' THEN 'discarded' ELSE new.state END,
+            round(extract(epoch FROM now() - coalesce(new.started_at, new.created_at)) * 1000)::bigint);
+    END IF;
+    RETURN NULL;
+END $$;
+
+-- A workflow starts with its first claimed job; the workflow_settled trigger then logs workflow.started.
+-- A trigger rather than part of the claim, so that claims of jobs outside workflows pay nothing.
+CREATE OR REPLACE FUNCTION ojs.workflow_job_started() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE ojs.workflows SET started_at = now() WHERE id = new.workflow_id AND started_at IS NULL;
+    RETURN NULL;
+END $$;

@@ -1,0 +1,396 @@
+//! The storage layout as the migration runner builds it: function files re-applied only when
+//! they change, an upgraded database ending with the same functions as a fresh one, and the
+//! committed `gateway/schema.sql` matching what a fresh migration produces.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use pgvs3_gateway::pg::migrate;
+
+/// Migrations 0001–0010 as the layout-v10 gateway ran them (before function files existed).
+const LAYOUT_V10: &[(i32, &str, &str)] = &[
+    (1, "layout_v1", include_str!("../migrations/0001_layout_v1.sql")),
+    (2, "multipart", include_str!("../migrations/0002_multipart.sql")),
+    (3, "ojs", include_str!("../migrations/0003_ojs.sql")),
+    (4, "origin_cache", include_str!("../migrations/0004_origin_cache.sql")),
+    (5, "ojs_workflows", include_str!("../migrations/0005_ojs_workflows.sql")),
+    (
+        6,
+        "ojs_inline_timestamps",
+        include_str!("../migrations/0006_ojs_inline_timestamps.sql"),
+    ),
+    (7, "bucket_quotas", include_str!("../migrations/0007_bucket_quotas.sql")),
+    (
+        8,
+        "ojs_events_nested_workflows",
+        include_str!("../migrations/0008_ojs_events_nested_workflows.sql"),
+    ),
+    (
+        9,
+        "cache_range_lru",
+        include_str!("../migrations/0009_cache_range_lru.sql"),
+    ),
+    (
+        10,
+        "cache_keep_uploaded_bodies",
+        include_str!("../migrations/0010_cache_keep_uploaded_bodies.sql"),
+    ),
+];
+
+/// Functions added by layout v11 (they did not exist before it).
+const NEW_IN_V11: &[&str] = &["pgvs3.bucket_owner(text)", "pgvs3.origin_secret(text)"];
+
+async fn connect(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    // Names print schema-qualified whatever the user's default search path holds.
+    client.batch_execute("SET search_path = pg_catalog").await.unwrap();
+    client
+}
+
+async fn run_migrate(url: &str) -> i32 {
+    let pool = pgvs3_gateway::pg::pool(url.parse().unwrap(), 1).unwrap();
+    migrate::migrate(&pool).await.unwrap()
+}
+
+/// Every function of the layout's schemas, by signature, with its full definition.
+async fn functions(sql: &tokio_postgres::Client) -> BTreeMap<String, String> {
+    sql.query(
+        "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid)
+           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+          WHERE n.nspname IN ('pgvs3', 'ojs', 's3p', 's3w', 's3c')",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|row| (row.get(0), row.get(1)))
+    .collect()
+}
+
+/// Every trigger of the layout, with its definition.
+async fn triggers(sql: &tokio_postgres::Client) -> BTreeMap<String, String> {
+    sql.query(
+        "SELECT t.tgrelid::regclass::text || ' ' || t.tgname, pg_get_triggerdef(t.oid)
+           FROM pg_trigger t WHERE NOT t.tgisinternal",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|row| (row.get(0), row.get(1)))
+    .collect()
+}
+
+/// The row version of every function: `CREATE OR REPLACE` writes a new one even when nothing
+/// in the definition changed.
+async fn function_row_versions(sql: &tokio_postgres::Client) -> BTreeMap<String, String> {
+    sql.query(
+        "SELECT p.oid::regprocedure::text, p.xmin::text
+           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+          WHERE n.nspname IN ('pgvs3', 'ojs')",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|row| (row.get(0), row.get(1)))
+    .collect()
+}
+
+/// A database the layout-v10 gateway migrated, upgraded by this one, has the functions and
+/// triggers of a freshly migrated database, and every function it had before is unchanged:
+/// the function files hold exactly the latest definitions the migrations left behind.
+#[tokio::test]
+async fn an_upgraded_database_has_the_functions_of_a_fresh_one() {
+    let old_url = common::fresh_database().await;
+    let old = connect(&old_url).await;
+    old.batch_execute(
+        "CREATE SCHEMA pgvs3;
+         CREATE TABLE pgvs3.layout (version int PRIMARY KEY, name text NOT NULL,
+                                    applied_at timestamptz NOT NULL DEFAULT now());",
+    )
+    .await
+    .unwrap();
+    for (version, name, sql) in LAYOUT_V10 {
+        let tx =
+            format!("BEGIN; {sql}\n; INSERT INTO pgvs3.layout (version, name) VALUES ({version}, '{name}'); COMMIT;");
+        old.batch_execute(&tx).await.unwrap();
+    }
+    let before = functions(&old).await;
+    let triggers_before = triggers(&old).await;
+    assert!(before.len() > 30, "the v10 layout has its functions: {}", before.len());
+
+    assert_eq!(run_migrate(&old_url).await, migrate::LAYOUT_VERSION);
+    let upgraded = functions(&old).await;
+    for (signature, definition) in &before {
+        assert_eq!(
+            upgraded.get(signature),
+            Some(definition),
+            "{signature} changed by the function files"
+        );
+    }
+    let added: Vec<&str> = upgraded
+        .keys()
+        .filter(|signature| !before.contains_key(*signature))
+        .map(String::as_str)
+        .collect();
+    assert_eq!(added, NEW_IN_V11);
+    assert_eq!(
+        triggers(&old).await,
+        triggers_before,
+        "triggers are the migrations' own"
+    );
+
+    let fresh_url = common::fresh_database().await;
+    run_migrate(&fresh_url).await;
+    let fresh = connect(&fresh_url).await;
+    assert_eq!(functions(&fresh).await, upgraded);
+    assert_eq!(triggers(&fresh).await, triggers_before);
+}
+
+/// Re-running the migration with unchanged files rewrites no function; a file whose recorded
+/// digest differs is re-applied, and only that file.
+#[tokio::test]
+async fn unchanged_function_files_are_not_applied_again() {
+    let url = common::fresh_database().await;
+    run_migrate(&url).await;
+    let sql = connect(&url).await;
+    let files: Vec<(String, String)> = sql
+        .query("SELECT name, digest FROM pgvs3.function_files ORDER BY name", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    let names: Vec<&str> = files.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names, ["cache", "catalog", "objects", "ojs", "quotas"]);
+    let versions = function_row_versions(&sql).await;
+
+    run_migrate(&url).await;
+    assert_eq!(function_row_versions(&sql).await, versions, "nothing re-applied");
+
+    sql.execute(
+        "UPDATE pgvs3.function_files SET digest = 'stale' WHERE name = 'quotas'",
+        &[],
+    )
+    .await
+    .unwrap();
+    run_migrate(&url).await;
+    let after = function_row_versions(&sql).await;
+    let rewritten: Vec<&str> = after
+        .iter()
+        .filter(|(signature, xmin)| versions.get(*signature) != Some(*xmin))
+        .map(|(signature, _)| signature.as_str())
+        .collect();
+    assert_eq!(
+        rewritten,
+        [
+            "pgvs3.count_bucket_usage()",
+            "pgvs3.set_bucket_quota(text,bigint,bigint)"
+        ]
+    );
+    let digest: String = sql
+        .query_one("SELECT digest FROM pgvs3.function_files WHERE name = 'quotas'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        Some(&digest),
+        files.iter().find(|(name, _)| name == "quotas").map(|(_, d)| d)
+    );
+}
+
+/// A database with a newer layout is refused, and keeps its functions.
+#[tokio::test]
+async fn a_newer_layout_is_refused() {
+    let url = common::fresh_database().await;
+    run_migrate(&url).await;
+    let sql = connect(&url).await;
+    sql.batch_execute(
+        "INSERT INTO pgvs3.layout (version, name) VALUES (1000, 'from_the_future');
+         UPDATE pgvs3.function_files SET digest = 'newer'",
+    )
+    .await
+    .unwrap();
+    let versions = function_row_versions(&sql).await;
+    let pool = pgvs3_gateway::pg::pool(url.parse().unwrap(), 1).unwrap();
+    let refused = migrate::migrate(&pool).await.unwrap_err().to_string();
+    assert!(refused.contains("newer than this gateway"), "{refused}");
+    assert_eq!(function_row_versions(&sql).await, versions);
+}
+
+/// The layout as `pg_dump --schema-only` prints it, without what differs between runs or
+/// installations (the version banner, session settings, psql's restrict keys).
+fn normalized(dump: &str) -> String {
+    let mut out = String::from(
+        "-- The whole pgvs3 storage layout: `pg_dump --schema-only --no-owner --no-privileges` of a\n\
+         -- freshly migrated database (PostgreSQL 15). Generated by `just schema`; CI checks it is\n\
+         -- current. Read it, never apply it: migrations and function files build the layout.\n",
+    );
+    let mut blank = false;
+    for line in dump.lines() {
+        let noise = line.starts_with("-- Dumped ")
+            || line.starts_with("SET ")
+            || line.starts_with("SELECT pg_catalog.set_config")
+            || line.starts_with("\\restrict")
+            || line.starts_with("\\unrestrict");
+        if noise || (line.is_empty() && blank) {
+            continue;
+        }
+        blank = line.is_empty();
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// `gateway/schema.sql` is what a fresh migration produces (`PGVS3_WRITE_SCHEMA=1` rewrites it:
+/// `just schema`).
+#[tokio::test]
+async fn schema_sql_is_current() {
+    let url = common::fresh_database().await;
+    run_migrate(&url).await;
+    let pg_bin = pgvs3_gateway::pg::embedded::find_pg_bin(None).unwrap();
+    let dump = tokio::process::Command::new(pg_bin.join("pg_dump"))
+        .args(["--schema-only", "--no-owner", "--no-privileges", "--dbname", &url])
+        .output()
+        .await
+        .unwrap();
+    assert!(dump.status.success(), "{}", String::from_utf8_lossy(&dump.stderr));
+    let generated = normalized(&String::from_utf8(dump.stdout).unwrap());
+    let committed_path = concat!(env!("CARGO_MANIFEST_DIR"), "/schema.sql");
+    if std::env::var_os("PGVS3_WRITE_SCHEMA").is_some() {
+        std::fs::write(committed_path, &generated).unwrap();
+        return;
+    }
+    let committed = std::fs::read_to_string(committed_path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "gateway/schema.sql drifted from the migrations: run `just schema` and commit it"
+    );
+}
+
+/// The kind of a control call's refusal.
+fn kind<T>(result: Result<T, pgvs3_catalog::Error>) -> pgvs3_catalog::ErrorKind {
+    match result {
+        Ok(_) => panic!("the catalog accepted the call"),
+        Err(err) => err.kind(),
+    }
+}
+
+/// A cache bucket's settings for the control API tests.
+fn origin<'a>(bucket: &'a str, endpoint: &'a str, sealed_secret: &'a [u8]) -> pgvs3_catalog::OriginSettings<'a> {
+    pgvs3_catalog::OriginSettings {
+        bucket,
+        endpoint,
+        origin_bucket: "remote",
+        region: "us-east-1",
+        access_key: "origin-key",
+        sealed_secret,
+        cache_mode: "write-back",
+        path_style: true,
+        ttl_seconds: 60,
+        negative_ttl_seconds: 0,
+        fill_concurrency: 8,
+        size_limit_bytes: None,
+        write_back_threshold: 8 << 20,
+        range_chunk_bytes: 1 << 20,
+    }
+}
+
+/// The typed control client against the real functions: each refusal comes back as its kind,
+/// and a catalog older than the client's layout is `CatalogOutdated`.
+#[tokio::test]
+async fn the_control_api_refuses_with_typed_errors() {
+    use pgvs3_catalog::{ErrorKind, ORDINARY_NAMESPACE};
+
+    let url = common::fresh_database().await;
+    run_migrate(&url).await;
+    let sql = connect(&url).await;
+
+    let refused = pgvs3_catalog::ensure_bucket(&sql, "Not_A_Bucket", None, ORDINARY_NAMESPACE).await;
+    assert_eq!(kind(refused), ErrorKind::InvalidBucketName);
+    let bucket = pgvs3_catalog::ensure_bucket(&sql, "plain", None, ORDINARY_NAMESPACE)
+        .await
+        .unwrap();
+    assert!(bucket.created);
+    let again = pgvs3_catalog::ensure_bucket(&sql, "plain", None, ORDINARY_NAMESPACE)
+        .await
+        .unwrap();
+    assert_eq!((again.id, again.created), (bucket.id, false));
+    assert_eq!(pgvs3_catalog::bucket_owner(&sql, "plain").await.unwrap(), Some(None));
+    assert_eq!(pgvs3_catalog::bucket_owner(&sql, "absent").await.unwrap(), None);
+
+    let key = pgvs3_catalog::AccessKey {
+        id: "owner-key",
+        sealed_secret: b"sealed",
+        is_root: false,
+        read_only: false,
+        description: "",
+    };
+    pgvs3_catalog::put_access_key(&sql, &key).await.unwrap();
+    assert!(pgvs3_catalog::adopt_bucket(&sql, "plain", "owner-key").await.unwrap());
+    assert_eq!(
+        pgvs3_catalog::bucket_owner(&sql, "plain").await.unwrap(),
+        Some(Some("owner-key".to_string()))
+    );
+
+    let no_bucket = pgvs3_catalog::set_bucket_quota(&sql, "absent", Some(1), None).await;
+    assert_eq!(kind(no_bucket), ErrorKind::NoSuchBucket);
+    let negative = pgvs3_catalog::set_bucket_quota(&sql, "plain", Some(-1), None).await;
+    assert_eq!(kind(negative), ErrorKind::Refused);
+
+    sql.execute(
+        "INSERT INTO s3p.objects (bucket_id, key, size, etag, inline) VALUES ($1, 'k', 1, 'e', '\\x00')",
+        &[&bucket.id],
+    )
+    .await
+    .unwrap();
+    let not_empty = pgvs3_catalog::drop_bucket(&sql, "plain", false).await;
+    assert_eq!(kind(not_empty), ErrorKind::BucketNotEmpty);
+
+    let master_key = pgvs3_gateway::master_key::MasterKey::from_text("layout-test");
+    let sealed = pgvs3_catalog::seal_origin_secret(&sql, "cache", &master_key, "origin-secret")
+        .await
+        .unwrap();
+    let over_ordinary = pgvs3_catalog::put_origin(&sql, &origin("plain", "http://127.0.0.1:9", &sealed)).await;
+    assert_eq!(kind(over_ordinary), ErrorKind::Refused);
+    let bad_endpoint = pgvs3_catalog::put_origin(&sql, &origin("cache", "ftp://nowhere", &sealed)).await;
+    assert_eq!(kind(bad_endpoint), ErrorKind::InvalidSetting);
+    let cache_id = pgvs3_catalog::put_origin(&sql, &origin("cache", "http://127.0.0.1:9", &sealed))
+        .await
+        .unwrap();
+    // The stored seal is reused while it opens to the same secret; another secret is sealed anew.
+    let reused = pgvs3_catalog::seal_origin_secret(&sql, "cache", &master_key, "origin-secret")
+        .await
+        .unwrap();
+    assert_eq!(reused, sealed);
+    let other = pgvs3_catalog::seal_origin_secret(&sql, "cache", &master_key, "rotated")
+        .await
+        .unwrap();
+    assert_ne!(other, sealed);
+    assert_eq!(master_key.open(&other).unwrap(), "rotated");
+
+    // A body written to the cache bucket waits for its upload: dropping it is refused.
+    sql.execute(
+        "INSERT INTO s3w.objects (bucket_id, key, size, etag, inline) VALUES ($1, 'k', 1, 'e', '\\x00')",
+        &[&cache_id],
+    )
+    .await
+    .unwrap();
+    let pending = pgvs3_catalog::drop_origin(&sql, "cache", false).await;
+    assert_eq!(kind(pending), ErrorKind::PendingWriteBack);
+    assert!(pgvs3_catalog::drop_origin(&sql, "cache", true).await.unwrap());
+    assert!(!pgvs3_catalog::drop_origin(&sql, "cache", true).await.unwrap());
+    assert!(pgvs3_catalog::drop_bucket(&sql, "plain", true).await.unwrap());
+    assert!(pgvs3_catalog::delete_access_key(&sql, "owner-key").await.unwrap());
+
+    // A catalog from before layout v11 has no pgvs3.bucket_owner.
+    sql.batch_execute("DROP FUNCTION pgvs3.bucket_owner(text)")
+        .await
+        .unwrap();
+    let outdated = pgvs3_catalog::bucket_owner(&sql, "plain").await;
+    assert_eq!(kind(outdated), ErrorKind::CatalogOutdated);
+}
