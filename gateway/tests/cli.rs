@@ -658,7 +658,7 @@ async fn traces_reach_an_otlp_collector_under_the_clients_trace() {
     // A server span (OTLP's SPAN_KIND_SERVER is 2).
     assert_eq!(request["kind"], 2, "{request:#}");
 
-    let store = collector.span(trace_id, "store put_object_if").await;
+    let store = collector.span(trace_id, "store put_object").await;
     assert_eq!(store["parentSpanId"], request["spanId"], "{store:#}");
     assert_eq!(attribute(&store, "db.system").as_deref(), Some("postgresql"));
 
