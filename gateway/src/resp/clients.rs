@@ -1,5 +1,5 @@
-//! The registry of connected clients: what CLIENT LIST and INFO show, and the count that
-//! `--resp-max-clients` bounds. A connection holds its entry as a guard that removes it on
+//! The registry of connected clients: what CLIENT LIST and INFO show, what CLIENT KILL finds,
+//! and the count that `--resp-max-clients` bounds. A connection holds its entry as a guard that removes it on
 //! drop, so a connection task that ends in any way, a panic included, gives its slot back.
 
 use std::collections::HashMap;
@@ -21,6 +21,10 @@ pub struct ClientInfo {
     pub connected: Instant,
     pub last_active: Instant,
     pub last_command: &'static str,
+    /// Commands queued in MULTI (-1 outside one), as CLIENT LIST's `multi=`.
+    pub queued: i64,
+    /// Wakes the connection's task to close it (CLIENT KILL).
+    kill: Arc<tokio::sync::Notify>,
 }
 
 impl ClientInfo {
@@ -38,23 +42,59 @@ impl ClientInfo {
             connected: now,
             last_active: now,
             last_command: "NULL",
+            queued: -1,
+            kill: Arc::new(tokio::sync::Notify::new()),
         }
     }
 
+    /// A line of CLIENT LIST, with Redis 7's fields in Redis's order. Buffers are per batch
+    /// here, not per client, so the buffer and memory fields are 0 between batches, when this
+    /// is read; there is no pub/sub yet (`sub=0`), and every client is a normal one.
     fn line(&self, id: u64) -> String {
         format!(
-            "id={id} addr={} laddr={} name={} age={} idle={} db={} resp={} lib-name={} lib-ver={} cmd={}\n",
+            "id={id} addr={} laddr={} fd=-1 name={} age={} idle={} flags=N db={} sub=0 psub=0 ssub=0 multi={} \
+             qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} \
+             user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
             self.addr,
             self.local_addr,
             self.name,
             self.connected.elapsed().as_secs(),
             self.last_active.elapsed().as_secs(),
             self.db,
+            self.queued,
+            self.last_command,
             self.resp,
             self.lib_name,
             self.lib_version,
-            self.last_command,
         )
+    }
+}
+
+/// Which clients CLIENT KILL closes: every given filter must match.
+#[derive(Debug, Default)]
+pub struct KillFilter {
+    pub id: Option<u64>,
+    pub addr: Option<String>,
+    pub laddr: Option<String>,
+    /// Connected for at least this many seconds.
+    pub max_age: Option<u64>,
+    /// TYPE master, replica or pubsub: no pgvs3 client is one (every client is `normal`).
+    pub other_type: bool,
+    /// The client asking, unless SKIPME no.
+    pub skip: Option<u64>,
+}
+
+impl KillFilter {
+    fn matches(&self, id: u64, info: &ClientInfo) -> bool {
+        self.id.is_none_or(|wanted| wanted == id)
+            && self.addr.as_ref().is_none_or(|addr| *addr == info.addr.to_string())
+            && self
+                .laddr
+                .as_ref()
+                .is_none_or(|laddr| *laddr == info.local_addr.to_string())
+            && self.max_age.is_none_or(|age| info.connected.elapsed().as_secs() >= age)
+            && !self.other_type
+            && self.skip != Some(id)
     }
 }
 
@@ -78,11 +118,30 @@ impl Clients {
             return None;
         }
         let id = self.last_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let kill = Arc::clone(&info.kill);
         connected.insert(id, info);
         Some(Registration {
             clients: Arc::clone(self),
             id,
+            kill,
         })
+    }
+
+    /// Connections accepted since the start (INFO's `total_connections_received`).
+    pub fn total_registered(&self) -> u64 {
+        self.last_id.load(Ordering::Relaxed)
+    }
+
+    /// Closes every client `filter` matches; returns how many.
+    pub fn kill(&self, filter: &KillFilter) -> usize {
+        let connected = self.connected();
+        let mut killed = 0;
+        for (id, info) in connected.iter().filter(|(id, info)| filter.matches(**id, info)) {
+            tracing::debug!(client = id, "CLIENT KILL");
+            info.kill.notify_one();
+            killed += 1;
+        }
+        killed
     }
 
     pub fn len(&self) -> usize {
@@ -122,11 +181,17 @@ impl Clients {
 pub struct Registration {
     clients: Arc<Clients>,
     id: u64,
+    kill: Arc<tokio::sync::Notify>,
 }
 
 impl Registration {
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// Resolves once CLIENT KILL chose this client (at once if it already did).
+    pub async fn killed(&self) {
+        self.kill.notified().await
     }
 }
 

@@ -79,6 +79,8 @@ pub static COMMANDS: &[Spec] = &[
     spec("randomkey", 1, &["readonly"], NONE),
     spec("dbsize", 1, R, NONE),
     spec("flushdb", -1, &["write"], NONE),
+    spec("flushall", -1, &["write"], NONE),
+    spec("function", -2, &["noscript"], NONE),
     spec("ping", -1, C, NONE),
     spec("echo", 2, C, NONE),
     spec("auth", -2, &["noscript", "loading", "stale", "fast", "no_auth"], NONE),
@@ -585,7 +587,9 @@ fn parse_expire_condition(options: &[Bytes]) -> Result<ExpireCondition, Reply> {
         ));
     }
     if gt && lt {
-        return Err(Reply::error("ERR GT and LT options at the same time are not compatible"));
+        return Err(Reply::error(
+            "ERR GT and LT options at the same time are not compatible",
+        ));
     }
     Ok(ExpireCondition {
         has_ttl: (nx || xx).then_some(xx),

@@ -78,6 +78,17 @@ pub struct Connection {
     cursors: HashMap<u64, String>,
     next_cursor: u64,
     quit: bool,
+    /// CLIENT REPLY: whether replies are sent.
+    reply_mode: ReplyMode,
+}
+
+/// CLIENT REPLY's modes. SKIP drops its own reply and the next command's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReplyMode {
+    On,
+    Off,
+    SkipThisAndNext,
+    SkipNext,
 }
 
 impl Connection {
@@ -97,6 +108,7 @@ impl Connection {
             cursors: HashMap::new(),
             next_cursor: 1,
             quit: false,
+            reply_mode: ReplyMode::On,
         }
     }
 
@@ -155,6 +167,7 @@ impl Connection {
                 let read = tokio::select! {
                     read = read => read,
                     _ = shutdown.wait() => break,
+                    _ = self.registration.killed() => break,
                 };
                 match read {
                     Ok(0) | Err(_) => break,
@@ -285,7 +298,7 @@ impl Connection {
                 if let Some(multi) = self.multi.as_mut() {
                     multi.push(queued);
                 }
-                Reply::Simple("QUEUED").encode(self.resp3, out);
+                self.emit(Reply::Simple("QUEUED"), out);
                 continue;
             }
             match key_command {
@@ -302,11 +315,13 @@ impl Connection {
         }
         self.flush(&mut run, out).await;
         let (db, resp) = (self.db, if self.resp3 { 3 } else { 2 });
+        let queued = self.multi.as_ref().map_or(-1, |queued| queued.len() as i64);
         self.set_client(|info| {
             info.last_active = Instant::now();
             info.last_command = last_command;
             info.db = db;
             info.resp = resp;
+            info.queued = queued;
         });
     }
 
@@ -344,12 +359,25 @@ impl Connection {
         result
     }
 
-    fn finish(&self, spec: Option<&'static Spec>, reply: Reply, out: &mut BytesMut) {
+    fn finish(&mut self, spec: Option<&'static Spec>, reply: Reply, out: &mut BytesMut) {
         self.count(spec.map_or("unknown", |spec| spec.name), &reply);
-        reply.encode(self.resp3, out);
+        self.emit(reply, out);
+    }
+
+    /// Encodes a reply, unless CLIENT REPLY turned replies off or skips this one.
+    fn emit(&mut self, reply: Reply, out: &mut BytesMut) {
+        match self.reply_mode {
+            ReplyMode::On => reply.encode(self.resp3, out),
+            ReplyMode::Off => {}
+            ReplyMode::SkipThisAndNext => self.reply_mode = ReplyMode::SkipNext,
+            ReplyMode::SkipNext => self.reply_mode = ReplyMode::On,
+        }
     }
 
     fn count(&self, operation: &str, reply: &Reply) {
+        self.server
+            .commands_processed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let status = if reply.is_error() { "error" } else { "ok" };
         if reply.is_error() {
             tracing::Span::current().record("status", status);
@@ -499,12 +527,7 @@ impl Connection {
             },
             "client" => self.client(args),
             "command" => command_command(args),
-            "config" => match args[1].to_ascii_lowercase().as_slice() {
-                // Clients (redis-benchmark among them) read settings; there are none to show.
-                b"get" if args.len() >= 3 => Reply::Map(Vec::new()),
-                b"get" => wrong_arity("config|get"),
-                _ => Reply::error("ERR CONFIG is not supported by pgvs3 except CONFIG GET"),
-            },
+            "config" => config_command(args),
             "info" => self.info(args).await,
             "multi" => {
                 if self.multi.is_some() {
@@ -580,6 +603,30 @@ impl Connection {
                     Err(reply) => reply,
                 }
             }
+            "flushall" => {
+                if args.len() > 2
+                    || args
+                        .get(1)
+                        .is_some_and(|mode| !mode.eq_ignore_ascii_case(b"sync") && !mode.eq_ignore_ascii_case(b"async"))
+                {
+                    return syntax_error();
+                }
+                if !self.server.settings.flushdb {
+                    return Reply::error("ERR FLUSHALL is disabled on this server (start pgvs3 with --resp-flushdb)");
+                }
+                // Every database this server maps, one after the other (each its own statement).
+                for db in self.server.settings.databases.keys() {
+                    let flushed = match self.keyspace_of(*db, Access::Write).await {
+                        Ok(keyspace) => keyspace.flush().await.map_err(store_error),
+                        Err(reply) => Err(reply),
+                    };
+                    if let Err(reply) = flushed {
+                        return reply;
+                    }
+                }
+                Reply::OK
+            }
+            "function" => function_command(args),
             "keys" => self.keys(&args[1]).await,
             "scan" => self.scan(args).await,
             other => unreachable!("{other} is in the command table but not handled"),
@@ -756,7 +803,7 @@ impl Connection {
         Reply::OK
     }
 
-    fn client(&self, args: &[Bytes]) -> Reply {
+    fn client(&mut self, args: &[Bytes]) -> Reply {
         let subcommand = args[1].to_ascii_lowercase();
         match (subcommand.as_slice(), args.len()) {
             (b"id", 2) => Reply::Integer(self.id() as i64),
@@ -787,7 +834,38 @@ impl Connection {
                 Reply::OK
             }
             (b"no-evict" | b"no-touch", 3) => Reply::OK,
-            (b"id" | b"setname" | b"getname" | b"info" | b"setinfo" | b"no-evict" | b"no-touch", _) => {
+            (b"reply", 3) => match args[2].to_ascii_lowercase().as_slice() {
+                b"on" => {
+                    self.reply_mode = ReplyMode::On;
+                    Reply::OK
+                }
+                // These two answer nothing, the mode already applying to their own reply.
+                b"off" => {
+                    self.reply_mode = ReplyMode::Off;
+                    Reply::OK
+                }
+                b"skip" => {
+                    self.reply_mode = ReplyMode::SkipThisAndNext;
+                    Reply::OK
+                }
+                _ => syntax_error(),
+            },
+            (b"kill", 3) => {
+                // The old form: CLIENT KILL addr:port.
+                let filter = super::clients::KillFilter {
+                    addr: Some(String::from_utf8_lossy(&args[2]).into_owned()),
+                    ..Default::default()
+                };
+                match self.server.clients.kill(&filter) {
+                    0 => Reply::error("ERR No such client"),
+                    _ => Reply::OK,
+                }
+            }
+            (b"kill", _) => match self.kill_filter(&args[2..]) {
+                Ok(filter) => Reply::Integer(self.server.clients.kill(&filter) as i64),
+                Err(reply) => reply,
+            },
+            (b"id" | b"setname" | b"getname" | b"info" | b"setinfo" | b"no-evict" | b"no-touch" | b"reply", _) => {
                 wrong_arity(&format!("client|{}", String::from_utf8_lossy(&subcommand)))
             }
             _ => Reply::error(format!(
@@ -795,6 +873,49 @@ impl Connection {
                 String::from_utf8_lossy(&args[1])
             )),
         }
+    }
+
+    /// CLIENT KILL's filters (`ID`, `ADDR`, `LADDR`, `TYPE`, `MAXAGE`, `SKIPME`), in pairs.
+    fn kill_filter(&self, args: &[Bytes]) -> Result<super::clients::KillFilter, Reply> {
+        let mut filter = super::clients::KillFilter {
+            skip: Some(self.id()),
+            ..Default::default()
+        };
+        if !args.len().is_multiple_of(2) {
+            return Err(syntax_error());
+        }
+        for pair in args.chunks(2) {
+            let value = String::from_utf8_lossy(&pair[1]).into_owned();
+            match pair[0].to_ascii_lowercase().as_slice() {
+                b"id" => {
+                    let id = command::parse_integer(&pair[1])
+                        .and_then(|id| u64::try_from(id).ok())
+                        .filter(|id| *id > 0)
+                        .ok_or_else(|| Reply::error("ERR client-id should be greater than 0"))?;
+                    filter.id = Some(id);
+                }
+                b"addr" => filter.addr = Some(value),
+                b"laddr" => filter.laddr = Some(value),
+                b"maxage" => {
+                    let age = command::parse_integer(&pair[1])
+                        .and_then(|age| u64::try_from(age).ok())
+                        .ok_or_else(command::not_an_integer)?;
+                    filter.max_age = Some(age);
+                }
+                b"type" => match value.to_ascii_lowercase().as_str() {
+                    "normal" => filter.other_type = false,
+                    "master" | "replica" | "slave" | "pubsub" => filter.other_type = true,
+                    _ => return Err(Reply::error(format!("ERR Unknown client type '{value}'"))),
+                },
+                b"skipme" => match value.to_ascii_lowercase().as_str() {
+                    "yes" => filter.skip = Some(self.id()),
+                    "no" => filter.skip = None,
+                    _ => return Err(syntax_error()),
+                },
+                _ => return Err(syntax_error()),
+            }
+        }
+        Ok(filter)
     }
 
     async fn info(&self, args: &[Bytes]) -> Reply {
@@ -823,6 +944,30 @@ impl Connection {
             text.push_str(&format!(
                 "# Clients\r\nconnected_clients:{connected}\r\nmaxclients:{}\r\n\r\n",
                 self.server.settings.max_clients
+            ));
+        }
+        if show("memory") {
+            let used = resident_bytes();
+            text.push_str(&format!(
+                "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{used}\r\n\
+                 maxmemory:0\r\nmaxmemory_policy:noeviction\r\nmem_allocator:mimalloc\r\n\r\n",
+                used as f64 / (1024.0 * 1024.0)
+            ));
+        }
+        if show("stats") {
+            text.push_str(&format!(
+                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
+                 expired_keys:0\r\nevicted_keys:0\r\n\r\n",
+                self.server.clients.total_registered(),
+                self.server
+                    .commands_processed
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            ));
+        }
+        if show("cpu") {
+            let (system, user) = cpu_seconds();
+            text.push_str(&format!(
+                "# CPU\r\nused_cpu_sys:{system:.6}\r\nused_cpu_user:{user:.6}\r\n\r\n"
             ));
         }
         if show("replication") {
@@ -938,6 +1083,93 @@ impl Connection {
             .collect();
         Reply::Array(vec![Reply::text(&next.to_string()), Reply::Array(keys)])
     }
+}
+
+/// FUNCTION: pgvs3 runs no scripts, so there are no functions: FLUSH and LIST answer as a
+/// server without any does; loading one is refused.
+fn function_command(args: &[Bytes]) -> Reply {
+    match (args[1].to_ascii_lowercase().as_slice(), args.len()) {
+        (b"flush", 2) => Reply::OK,
+        (b"flush", 3) if args[2].eq_ignore_ascii_case(b"sync") || args[2].eq_ignore_ascii_case(b"async") => Reply::OK,
+        (b"flush", _) => syntax_error(),
+        (b"list", _) => Reply::Array(Vec::new()),
+        _ => Reply::error(format!(
+            "ERR FUNCTION {} is not supported by pgvs3 (it runs no scripts)",
+            String::from_utf8_lossy(&args[1]).to_uppercase()
+        )),
+    }
+}
+
+/// Redis's parameters that only choose in-memory encodings (listpack, intset and quicklist
+/// sizes) or defragmentation: they change no behaviour a client can see, and pgvs3 keeps
+/// values in PostgreSQL, so CONFIG SET accepts them and changes nothing.
+const ENCODING_PARAMETERS: &[&str] = &[
+    "hash-max-listpack-entries",
+    "hash-max-listpack-value",
+    "hash-max-ziplist-entries",
+    "hash-max-ziplist-value",
+    "list-max-listpack-size",
+    "list-max-ziplist-size",
+    "list-compress-depth",
+    "set-max-intset-entries",
+    "set-max-listpack-entries",
+    "set-max-listpack-value",
+    "zset-max-listpack-entries",
+    "zset-max-listpack-value",
+    "zset-max-ziplist-entries",
+    "zset-max-ziplist-value",
+    "stream-node-max-bytes",
+    "stream-node-max-entries",
+    "activedefrag",
+    "lazyfree-lazy-user-del",
+    "lazyfree-lazy-user-flush",
+];
+
+fn config_command(args: &[Bytes]) -> Reply {
+    match args[1].to_ascii_lowercase().as_slice() {
+        // Clients (redis-benchmark among them) read settings; there are none to show.
+        b"get" if args.len() >= 3 => Reply::Map(Vec::new()),
+        b"get" => wrong_arity("config|get"),
+        b"set" if args.len() >= 4 && args.len().is_multiple_of(2) => {
+            for pair in args[2..].chunks(2) {
+                let name = String::from_utf8_lossy(&pair[0]).to_ascii_lowercase();
+                if !ENCODING_PARAMETERS.contains(&name.as_str()) {
+                    return Reply::error(format!(
+                        "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
+                    ));
+                }
+            }
+            Reply::OK
+        }
+        b"set" => wrong_arity("config|set"),
+        _ => Reply::error(format!(
+            "ERR CONFIG {} is not supported by pgvs3 (it is configured by its flags)",
+            String::from_utf8_lossy(&args[1]).to_uppercase()
+        )),
+    }
+}
+
+/// The gateway process's resident memory (INFO's used_memory: the process holds no dataset,
+/// so this is what it uses), from /proc; 0 where there is none.
+fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|statm| statm.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// The process's system and user CPU time in seconds.
+fn cpu_seconds() -> (f64, f64) {
+    // SAFETY: getrusage fills the struct it is given and has no other effect.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
+            return (0.0, 0.0);
+        }
+        usage
+    };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (seconds(usage.ru_stime), seconds(usage.ru_utime))
 }
 
 /// The Redis version pgvs3 reports: the command set it follows.

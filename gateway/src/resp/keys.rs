@@ -7,8 +7,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::codec::{Reply, format_double};
 use super::command::{
-    Condition, Expiry, GetExTtl, KeyCommand, SetTtl, not_an_integer, parse_float, parse_integer,
-    within_string_limit,
+    Condition, Expiry, GetExTtl, KeyCommand, SetTtl, not_an_integer, parse_float, parse_integer, within_string_limit,
 };
 use crate::store::{KvBatch, StoreResult};
 

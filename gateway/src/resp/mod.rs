@@ -82,6 +82,8 @@ pub struct RespServer {
     /// per connection, their input comes out of the process's buffer budget.
     buffers: crate::admission::BufferBudget,
     clients: Arc<clients::Clients>,
+    /// Commands answered since the start (INFO's `total_commands_processed`).
+    commands_processed: std::sync::atomic::AtomicU64,
     started: Instant,
     port: u16,
 }
@@ -138,6 +140,7 @@ impl RespServer {
             buffers,
             root,
             clients: Arc::default(),
+            commands_processed: std::sync::atomic::AtomicU64::new(0),
             started: Instant::now(),
             port,
         }))
