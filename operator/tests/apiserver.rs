@@ -14,7 +14,8 @@ use std::time::Duration;
 use aws_sdk_s3::primitives::ByteStream;
 use control_plane::{ControlPlane, Gateway, Operator, eventually};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use pgvs3_operator::crd::{Bucket, GatewayPool};
@@ -33,7 +34,13 @@ fn apiserver_tier() {
 }
 
 async fn tier() {
-    let plane = ControlPlane::start("tier", "").await;
+    // OpenShift's default: changing an owner reference takes `delete` on the child, and
+    // `blockOwnerDeletion` takes `update` on the owner's finalizers (defect 5).
+    let plane = ControlPlane::start(
+        "tier",
+        "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
+    )
+    .await;
     let operator = Operator::start(&plane, "tier-operator", None, ("pgvs3-operator", 15));
     let plane = std::sync::Arc::new(plane);
     let scenarios: Vec<(&str, tokio::task::JoinHandle<()>)> = vec![
@@ -41,6 +48,8 @@ async fn tier() {
         ("cel_rejections", tokio::spawn(cel_rejections(plane.clone()))),
         ("namespace_deletion", tokio::spawn(namespace_deletion(plane.clone()))),
         ("database_errors", tokio::spawn(database_errors(plane.clone()))),
+        ("orphan_readoption", tokio::spawn(orphan_readoption(plane.clone()))),
+        ("children_refused", tokio::spawn(children_refused(plane.clone()))),
         (
             "requests_in_the_audit_log",
             tokio::spawn(requests_in_the_audit_log(plane.clone())),
@@ -409,6 +418,30 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
         .unwrap();
     put(&gateway, &long_secret, "k").await.unwrap();
 
+    // Defect 5 for a Bucket's Secret: orphaned with its Bucket, re-adopted by the new one.
+    let long_name = "a-bucket-name-long-enough-to-overflow-the-sixty-three-limit";
+    let long_secret_name = format!("{long_name}-credentials");
+    buckets.delete(long_name, &DeleteParams::orphan()).await.unwrap();
+    eventually(WAIT, "the Secret orphaned", || async {
+        let secret = secrets.get(&long_secret_name).await.ok()?;
+        (buckets.get_opt(long_name).await.unwrap().is_none() && secret.owner_references().is_empty()).then_some(())
+    })
+    .await;
+    apply(
+        &buckets,
+        long_name,
+        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": long_name},
+               "spec": {"gatewayPoolRef": "objects"}}),
+    )
+    .await;
+    let again = bucket_ready(&buckets, long_name).await;
+    let readopted = eventually(WAIT, "the Secret re-adopted", || async {
+        let secret = secrets.get(&long_secret_name).await.ok()?;
+        (secret.owner_references().first()?.uid == again.uid().unwrap()).then_some(secret)
+    })
+    .await;
+    put(&gateway, &readopted, "after-readoption").await.unwrap();
+
     // Deletion policies: Delete drops the bucket and revokes the key; Retain keeps the bucket
     // (now the root key's) and revokes the key.
     buckets.delete("photos", &DeleteParams::default()).await.unwrap();
@@ -444,6 +477,139 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
         .then_some(())
     })
     .await;
+}
+
+/// The `(status, reason, message)` of a pool's Ready condition.
+fn pool_ready(pool: &GatewayPool) -> Option<(String, String, String)> {
+    let c = pool.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Ready")?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Waits until the pool's Deployment, Service, ConfigMap and PodDisruptionBudget name `uid` as
+/// their controller.
+async fn children_owned_by(client: &Client, ns: &str, pool: &str, uid: &str) {
+    let owner = |refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference]| {
+        refs.iter().any(|r| r.uid == uid && r.controller == Some(true))
+    };
+    eventually(WAIT, &format!("{pool}'s children owned by {uid}"), || async {
+        let deployment = Api::<Deployment>::namespaced(client.clone(), ns)
+            .get_opt(pool)
+            .await
+            .ok()??;
+        let service = Api::<Service>::namespaced(client.clone(), ns)
+            .get_opt(pool)
+            .await
+            .ok()??;
+        let config = Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .get_opt(&format!("{pool}-config"))
+            .await
+            .ok()??;
+        let budget = Api::<PodDisruptionBudget>::namespaced(client.clone(), ns)
+            .get_opt(pool)
+            .await
+            .ok()??;
+        (owner(deployment.owner_references())
+            && owner(service.owner_references())
+            && owner(config.owner_references())
+            && owner(budget.owner_references()))
+        .then_some(())
+    })
+    .await;
+}
+
+/// Defect 5: a pool deleted with orphan propagation and created again re-adopts its children,
+/// under `OwnerReferencesPermissionEnforcement` and the chart's RBAC.
+async fn orphan_readoption(plane: std::sync::Arc<ControlPlane>) {
+    let ns = "adopt";
+    let client = namespace(&plane, ns).await;
+    let url = common::fresh_database().await;
+    let first = primary_pool(&client, ns, "objects", &url).await;
+    children_owned_by(&client, ns, "objects", &first.uid().unwrap()).await;
+    let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
+    pools.delete("objects", &DeleteParams::orphan()).await.unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    eventually(WAIT, "the children orphaned", || async {
+        let deployment = deployments.get_opt("objects").await.ok()??;
+        (pools.get_opt("objects").await.unwrap().is_none() && deployment.owner_references().is_empty()).then_some(())
+    })
+    .await;
+    let second = primary_pool(&client, ns, "objects", &url).await;
+    assert_ne!(first.uid(), second.uid());
+    children_owned_by(&client, ns, "objects", &second.uid().unwrap()).await;
+    let pool = eventually(WAIT, "the new pool's status", || async {
+        let pool = pools.get("objects").await.ok()?;
+        pool_ready(&pool).map(|_| pool)
+    })
+    .await;
+    let (_, reason, message) = pool_ready(&pool).unwrap();
+    assert_eq!(reason, "Progressing", "{message}");
+}
+
+/// Defect 5's second half: a child the API server refuses (422 from validation, 403 from a
+/// ResourceQuota) still gives the pool a status, naming the child and the server's message.
+async fn children_refused(plane: std::sync::Arc<ControlPlane>) {
+    let url = common::fresh_database().await;
+    let invalid_ns = "refused-invalid";
+    let client = namespace(&plane, invalid_ns).await;
+    primary_pool(&client, invalid_ns, "objects", &url).await;
+    let pools: Api<GatewayPool> = Api::namespaced(client.clone(), invalid_ns);
+    // The CRD takes any quantities; the Deployment's validation refuses requests over limits.
+    pools
+        .patch(
+            "objects",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}})),
+        )
+        .await
+        .unwrap();
+    let message = eventually(WAIT, "the pool says its Deployment was refused", || async {
+        let (status, reason, message) = pool_ready(&pools.get("objects").await.ok()?)?;
+        (status == "False" && reason == "ApplyFailed").then_some(message)
+    })
+    .await;
+    assert!(
+        message.starts_with("Deployment objects: ")
+            && message.contains("must be less than or equal to cpu limit")
+            && message.contains("422"),
+        "{message}"
+    );
+
+    let quota_ns = "refused-quota";
+    let client = namespace(&plane, quota_ns).await;
+    plane.kubectl_stdin(
+        &["apply", "-n", quota_ns, "-f", "-"],
+        &json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-deployments"},
+                "spec": {"hard": {"count/deployments.apps": "0"}}})
+        .to_string(),
+    );
+    // Enforced once kube-controller-manager has computed the quota's usage.
+    eventually(WAIT, "the quota in force", || async {
+        let used = plane.kubectl(&[
+            "get",
+            "resourcequota",
+            "no-deployments",
+            "-n",
+            quota_ns,
+            "-o",
+            "jsonpath={.status.used}",
+        ]);
+        used.contains("count/deployments.apps").then_some(())
+    })
+    .await;
+    primary_pool(&client, quota_ns, "objects", &url).await;
+    let pools: Api<GatewayPool> = Api::namespaced(client.clone(), quota_ns);
+    let message = eventually(WAIT, "the pool says its Deployment was forbidden", || async {
+        let (status, reason, message) = pool_ready(&pools.get("objects").await.ok()?)?;
+        (status == "False" && reason == "ApplyFailed").then_some(message)
+    })
+    .await;
+    assert!(
+        message.starts_with("Deployment objects: ") && message.contains("exceeded quota") && message.contains("403"),
+        "{message}"
+    );
+    // What was applied before the refusal stays.
+    let services: Api<Service> = Api::namespaced(client.clone(), quota_ns);
+    assert!(services.get_opt("objects").await.unwrap().is_some());
 }
 
 /// Specs the CRDs' schema and CEL rules refuse, server-side (defect 1's empty references too).
