@@ -17,7 +17,9 @@ use kube::{Resource, ResourceExt};
 
 use super::build::{self, Inputs};
 use crate::context::{self, Context, Error, Result, backoff_key};
-use crate::crd::{DEFAULT_REPLICAS, DEGRADED, GatewayPool, GatewayPoolStatus, PROGRESSING, READY, Verdict, waiting};
+use crate::crd::{
+    DEFAULT_REPLICAS, DEGRADED, GatewayPool, GatewayPoolStatus, PROGRESSING, READY, RELOAD_LABEL, Verdict, waiting,
+};
 use crate::kube_ops::{self, FIELD_MANAGER};
 
 pub const KIND: &str = "GatewayPool";
@@ -38,6 +40,12 @@ pub fn error_policy(pool: Arc<GatewayPool>, error: &Error, ctx: Arc<Context>) ->
 }
 
 async fn reconcile_in(pool: &GatewayPool, ctx: &Context, namespace: &str) -> Result<Action> {
+    // Being deleted: the garbage collector deletes the children, or with `--cascade=orphan`
+    // removes their owner references. Applying them now would put back a reference it just
+    // removed, and it would then delete that child as one whose owner is gone.
+    if pool.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
     let client = &ctx.client;
     let pools: Api<GatewayPool> = Api::namespaced(client.clone(), namespace);
     let previous = pool.status.clone().unwrap_or_default();
@@ -256,10 +264,10 @@ async fn ensure_master_key(secrets: &Api<Secret>, pool: &GatewayPool) -> Result<
     let secret = Secret {
         metadata: ObjectMeta {
             name: Some(reference.name.clone()),
-            labels: Some(BTreeMap::from([(
-                "app.kubernetes.io/managed-by".to_string(),
-                "pgvs3-operator".to_string(),
-            )])),
+            labels: Some(BTreeMap::from([
+                ("app.kubernetes.io/managed-by".to_string(), "pgvs3-operator".to_string()),
+                (RELOAD_LABEL.to_string(), "true".to_string()),
+            ])),
             ..ObjectMeta::default()
         },
         type_: Some("Opaque".into()),
