@@ -258,11 +258,16 @@ fn zombie(pid: i32) -> bool {
 }
 
 impl Drop for ControlPlane {
+    /// Stops it; its directory (etcd's data, the logs, the audit log: ~65 MB) is kept only
+    /// when the test failed, to be read.
     fn drop(&mut self) {
         let _ = Command::new(self.assets.join("stop-apiserver.sh"))
             .arg(&self.run_dir)
             .stdout(Stdio::null())
             .status();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.run_dir);
+        }
     }
 }
 
