@@ -26,4 +26,4 @@ helm="${PGVS3_HELM:-$HOME/.cache/pgvs3-tools/helm}"
 # unless asked for: without PGVS3_KUBE_ASSETS they report themselves as not run).
 cargo build -q --locked -p pgvs3-gateway --bin pgvs3
 PGVS3_KUBE_ASSETS="$assets" PGVS3_HELM="$helm" timeout 900 \
-    cargo test -q --locked -p pgvs3-operator --test apiserver --test apiserver_fencing --test chart -- --ignored --test-threads=2
+    cargo test -q --locked -p pgvs3-operator --test apiserver --test apiserver_fencing --test apiserver_scoped --test chart -- --ignored --test-threads=2

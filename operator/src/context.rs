@@ -15,8 +15,9 @@ pub struct Context {
     pub metrics: Metrics,
     failures: Mutex<HashMap<String, u32>>,
     /// Whether the ServiceMonitor API is served, and when that was learnt (see
-    /// [`Context::serves_service_monitors`]).
-    service_monitors: Mutex<Option<(Instant, bool)>>,
+    /// [`Context::serves_service_monitors`]). An async lock, held across the discovery request,
+    /// so concurrent reconciles ask once and share the answer.
+    service_monitors: tokio::sync::Mutex<Option<(Instant, bool)>>,
     /// Pools known to have no HorizontalPodAutoscaler (deleted, or found absent), so a pool
     /// without `autoscaling` is not sent a DELETE on every reconcile.
     without_autoscaler: Mutex<HashSet<String>>,
@@ -42,7 +43,7 @@ impl Context {
             client,
             metrics,
             failures: Mutex::new(HashMap::new()),
-            service_monitors: Mutex::new(None),
+            service_monitors: tokio::sync::Mutex::new(None),
             without_autoscaler: Mutex::new(HashSet::new()),
         }
     }
@@ -51,7 +52,8 @@ impl Context {
     /// authenticated client, so no cluster-wide grant), asked at most once per
     /// [`SERVICE_MONITOR_RECHECK`].
     pub async fn serves_service_monitors(&self) -> Result<bool> {
-        if let Some((asked, serves)) = *self.service_monitors.lock().expect("discovery cache")
+        let mut known = self.service_monitors.lock().await;
+        if let Some((asked, serves)) = *known
             && asked.elapsed() < SERVICE_MONITOR_RECHECK
         {
             return Ok(serves);
@@ -61,7 +63,7 @@ impl Context {
             Err(kube::Error::Api(status)) if status.code == 404 => false,
             Err(err) => return Err(err.into()),
         };
-        *self.service_monitors.lock().expect("discovery cache") = Some((Instant::now(), serves));
+        *known = Some((Instant::now(), serves));
         Ok(serves)
     }
 

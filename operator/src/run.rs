@@ -23,7 +23,7 @@ use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 
 use crate::context::Context;
-use crate::crd::{Bucket, GatewayPool, OriginCache};
+use crate::crd::{Bucket, GatewayPool, OriginCache, RELOAD_LABEL};
 use crate::lease::Elector;
 use crate::metrics::Metrics;
 use crate::{bucket, gateway_pool, origin_cache};
@@ -176,7 +176,8 @@ async fn lead(
 async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context>) {
     let config = ControllerConfig::default().concurrency(4);
     let pools = api::<GatewayPool>(&client, &namespace);
-    // A Secret or database Service a pool refers to changes: reconcile the pools that use it.
+    // A (labelled) Secret or a database Service a pool refers to changes: reconcile the pools
+    // that use it.
     let pool_store = Controller::new(pools, watcher::Config::default());
     let pools_reader = pool_store.store();
     let pool_controller = pool_store
@@ -194,7 +195,7 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
         )
         .watches(
             api::<Secret>(&client, &namespace),
-            watcher::Config::default(),
+            reloaded_secrets(),
             referrers(pools_reader.clone(), |pool: &GatewayPool, secret| {
                 pool.spec.postgres.credentials_secret() == secret
                     || pool.spec.master_key_ref(&pool.name_any()).name == secret
@@ -224,7 +225,7 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
         .owns(api::<Secret>(&client, &namespace), own_secrets())
         .watches(
             api::<Secret>(&client, &namespace),
-            watcher::Config::default(),
+            reloaded_secrets(),
             referrers(caches_reader, |cache: &OriginCache, secret| {
                 cache.spec.credentials_secret_ref == secret
             }),
@@ -236,10 +237,19 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
 }
 
 /// The watch of the credentials Secrets the operator writes: only those it labels, not every
-/// Secret of the cluster. (The Secrets pools and caches refer to are the users', unlabelled:
-/// those watches stay unfiltered.)
+/// Secret of the cluster.
 fn own_secrets() -> watcher::Config {
     watcher::Config::default().labels("app.kubernetes.io/managed-by=pgvs3-operator")
+}
+
+/// The watch of the Secrets pools and caches refer to (database credentials, master keys, OJS
+/// tokens, origin credentials): only those labelled [`RELOAD_LABEL`]`=true`, as CloudNativePG
+/// watches only Secrets labelled `cnpg.io/reload`. Watching every Secret of the cluster would
+/// put them all in this process's memory and take a cluster-wide `watch secrets` to do it.
+/// Unlabelled ones are still read by name on every reconcile: a change to them is picked up at
+/// the next resync (or any change to the resource) instead of at once.
+fn reloaded_secrets() -> watcher::Config {
+    watcher::Config::default().labels(&format!("{RELOAD_LABEL}=true"))
 }
 
 /// Maps a changed object (a Secret, a Service) to the resources in its namespace that refer to

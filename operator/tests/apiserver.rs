@@ -12,9 +12,12 @@ mod control_plane;
 use std::time::Duration;
 
 use aws_sdk_s3::primitives::ByteStream;
-use control_plane::{ControlPlane, Gateway, Operator, eventually};
+use control_plane::{
+    ControlPlane, Gateway, Operator, apply, database_parts, eventually, primary_pool, put, secret_text,
+};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use pgvs3_operator::crd::{Bucket, GatewayPool};
@@ -33,7 +36,13 @@ fn apiserver_tier() {
 }
 
 async fn tier() {
-    let plane = ControlPlane::start("tier", "").await;
+    // OpenShift's default: changing an owner reference takes `delete` on the child, and
+    // `blockOwnerDeletion` takes `update` on the owner's finalizers (defect 5).
+    let plane = ControlPlane::start(
+        "tier",
+        "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
+    )
+    .await;
     let operator = Operator::start(&plane, "tier-operator", None, ("pgvs3-operator", 15));
     let plane = std::sync::Arc::new(plane);
     let scenarios: Vec<(&str, tokio::task::JoinHandle<()>)> = vec![
@@ -41,6 +50,10 @@ async fn tier() {
         ("cel_rejections", tokio::spawn(cel_rejections(plane.clone()))),
         ("namespace_deletion", tokio::spawn(namespace_deletion(plane.clone()))),
         ("database_errors", tokio::spawn(database_errors(plane.clone()))),
+        ("orphan_readoption", tokio::spawn(orphan_readoption(plane.clone()))),
+        ("children_refused", tokio::spawn(children_refused(plane.clone()))),
+        ("pool_lifecycle", tokio::spawn(pool_lifecycle(plane.clone()))),
+        ("invalid_bucket_name", tokio::spawn(invalid_bucket_name(plane.clone()))),
         (
             "requests_in_the_audit_log",
             tokio::spawn(requests_in_the_audit_log(plane.clone())),
@@ -63,10 +76,6 @@ async fn tier() {
     }
 }
 
-fn secret_text(secret: &Secret, key: &str) -> String {
-    String::from_utf8(secret.data.as_ref().unwrap()[key].0.clone()).unwrap()
-}
-
 /// The `(status, reason, message)` of a condition of a Bucket.
 fn condition(bucket: &Bucket, type_: &str) -> Option<(String, String, String)> {
     let status = bucket.status.as_ref()?;
@@ -79,87 +88,12 @@ async fn namespace(plane: &ControlPlane, name: &str) -> Client {
     plane.admin.clone()
 }
 
-/// Where the test database is: socket directory, port, database, user.
-fn database_parts(url: &str) -> (String, u16, String, String) {
-    let config: tokio_postgres::Config = url.parse().unwrap();
-    let host = match &config.get_hosts()[0] {
-        tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
-        tokio_postgres::config::Host::Tcp(host) => host.clone(),
-    };
-    (
-        host,
-        config.get_ports()[0],
-        config.get_dbname().unwrap().to_string(),
-        config.get_user().unwrap().to_string(),
-    )
-}
-
-async fn apply<K>(api: &Api<K>, name: &str, object: serde_json::Value) -> K
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    api.patch(name, &PatchParams::apply("pgvs3-tests").force(), &Patch::Apply(&object))
-        .await
-        .unwrap_or_else(|err| panic!("apply {name}: {err}"))
-}
-
-/// A Secret `login` and a Primary pool `pool` on the database `url` in `ns`.
-async fn primary_pool(client: &Client, ns: &str, pool: &str, url: &str) -> GatewayPool {
-    let (host, port, database, user) = database_parts(url);
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    apply(
-        &secrets,
-        "login",
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "login"},
-               "stringData": {"username": user, "password": "unused-with-trust-auth"}}),
-    )
-    .await;
-    let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
-    apply(
-        &pools,
-        pool,
-        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool", "metadata": {"name": pool},
-               "spec": {"role": "Primary", "replicas": 2,
-                        "postgres": {"host": host, "port": port, "database": database, "secretRef": "login"}}}),
-    )
-    .await
-}
-
 async fn bucket_ready(buckets: &Api<Bucket>, name: &str) -> Bucket {
     eventually(WAIT, &format!("Bucket {name} Ready"), || async {
         let bucket = buckets.get(name).await.ok()?;
         (condition(&bucket, "Ready")?.0 == "True").then_some(bucket)
     })
     .await
-}
-
-/// Puts an object with the credentials of `secret`, retrying while the gateway has not yet
-/// learnt the new key (by notification); the last refusal when it never succeeds.
-async fn put(gateway: &Gateway, secret: &Secret, key: &str) -> Result<(), String> {
-    let client = gateway.client(
-        &secret_text(secret, "AWS_ACCESS_KEY_ID"),
-        &secret_text(secret, "AWS_SECRET_ACCESS_KEY"),
-    );
-    let bucket = secret_text(secret, "BUCKET_NAME");
-    let mut last = String::new();
-    for _ in 0..50 {
-        match client
-            .put_object()
-            .bucket(&bucket)
-            .key(key)
-            .body(ByteStream::from_static(b"hello"))
-            .send()
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(err) => last = format!("{:?}", err.into_service_error()),
-        }
-        if last.contains("AccessDenied") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err(last)
 }
 
 async fn bucket_owner(sql: &tokio_postgres::Client, name: &str) -> Option<Option<String>> {
@@ -266,17 +200,27 @@ async fn requests_in_the_audit_log(plane: std::sync::Arc<ControlPlane>) {
         .filter(|uri| !uri.contains("fieldManager=pgvs3-operator"))
         .collect();
     assert!(unnamed.is_empty(), "patches without the field manager: {unnamed:?}");
-    // The watches of the Secrets it writes select them by label.
+    // No watch of every Secret in the cluster: those it writes are selected by its
+    // `managed-by` label, those resources refer to by `pgvs3.io/reload=true`.
     let secret_watches: Vec<&str> = requests
         .iter()
         .filter(|e| e["verb"] == "watch" && e["objectRef"]["resource"] == "secrets")
         .map(|e| e["requestURI"].as_str().unwrap_or_default())
         .collect();
-    let selected = secret_watches
+    let selecting = |selector: &str| secret_watches.iter().filter(|uri| uri.contains(selector)).count();
+    let own = selecting("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dpgvs3-operator");
+    let reloaded = selecting("labelSelector=pgvs3.io%2Freload%3Dtrue");
+    assert!(
+        own >= 2 && reloaded >= 2 && own + reloaded == secret_watches.len(),
+        "Secret watches: {secret_watches:#?}"
+    );
+    let secret_lists: Vec<&str> = requests
         .iter()
-        .filter(|uri| uri.contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dpgvs3-operator"))
-        .count();
-    assert!(selected >= 2, "Secret watches: {secret_watches:#?}");
+        .filter(|e| e["verb"] == "list" && e["objectRef"]["resource"] == "secrets")
+        .map(|e| e["requestURI"].as_str().unwrap_or_default())
+        .filter(|uri| !uri.contains("labelSelector="))
+        .collect();
+    assert!(secret_lists.is_empty(), "unselected Secret lists: {secret_lists:#?}");
     let hpa_deletes = requests
         .iter()
         .filter(|e| {
@@ -358,6 +302,10 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
             json!({"gatewayPoolRef": "objects", "bucketName": "team-archive", "access": "ReadOnly"}),
         ),
         (
+            "limited",
+            json!({"gatewayPoolRef": "objects", "quota": {"maxBytes": 10}}),
+        ),
+        (
             // `team-` and this name are 68 characters: no valid bucket name as they are.
             "a-bucket-name-long-enough-to-overflow-the-sixty-three-limit",
             json!({"gatewayPoolRef": "objects"}),
@@ -395,6 +343,68 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
     let listed = reader.list_objects_v2().bucket("team-archive").send().await;
     assert!(listed.is_ok(), "a read-only key lists: {listed:?}");
 
+    // The quota, enforced by the gateway: 5 bytes fit, 20 more do not.
+    bucket_ready(&buckets, "limited").await;
+    let limited = secrets.get("limited-credentials").await.unwrap();
+    put(&gateway, &limited, "small").await.unwrap();
+    let over = gateway
+        .client(
+            &secret_text(&limited, "AWS_ACCESS_KEY_ID"),
+            &secret_text(&limited, "AWS_SECRET_ACCESS_KEY"),
+        )
+        .put_object()
+        .bucket("team-limited")
+        .key("large")
+        .body(ByteStream::from_static(&[b'x'; 20]))
+        .send()
+        .await
+        .unwrap_err();
+    let over = format!("{:?}", over.into_service_error());
+    assert!(over.contains("BucketQuotaExceeded"), "{over}");
+
+    // An OriginCache: its catalog row holds the spec and the origin's credentials.
+    apply(
+        &secrets,
+        "origin",
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "origin"},
+               "stringData": {"AWS_ACCESS_KEY_ID": "ORIGINKEY", "AWS_SECRET_ACCESS_KEY": "origin-secret"}}),
+    )
+    .await;
+    let caches: Api<pgvs3_operator::crd::OriginCache> = Api::namespaced(client.clone(), ns);
+    apply(
+        &caches,
+        "mirror",
+        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "OriginCache", "metadata": {"name": "mirror"},
+               "spec": {"gatewayPoolRef": "objects", "credentialsSecretRef": "origin", "bucket": "team-mirror",
+                        "mode": "WriteThrough",
+                        "origin": {"endpoint": "http://origin.example:9000", "bucket": "upstream"}}}),
+    )
+    .await;
+    eventually(WAIT, "the OriginCache Ready", || async {
+        let cache = caches.get("mirror").await.ok()?;
+        let ready = cache.status?.conditions.into_iter().find(|c| c.type_ == "Ready")?;
+        (ready.status == "True").then_some(())
+    })
+    .await;
+    let row = catalog
+        .query_one(
+            "SELECT o.endpoint, o.origin_bucket, o.access_key, o.mode FROM pgvs3.origins o
+             JOIN pgvs3.buckets b ON b.id = o.bucket_id WHERE b.name = 'team-mirror'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let row: (String, String, String, String) = (row.get(0), row.get(1), row.get(2), row.get(3));
+    assert_eq!(
+        row,
+        (
+            "http://origin.example:9000".to_string(),
+            "upstream".to_string(),
+            "ORIGINKEY".to_string(),
+            "write-through".to_string()
+        )
+    );
+
     // Defect 2: the defaulted name is derived (valid, hashed), not refused by the catalog.
     let long = bucket_ready(&buckets, "a-bucket-name-long-enough-to-overflow-the-sixty-three-limit").await;
     let derived = long.status.unwrap().bucket_name.unwrap();
@@ -408,6 +418,30 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
         .await
         .unwrap();
     put(&gateway, &long_secret, "k").await.unwrap();
+
+    // Defect 5 for a Bucket's Secret: orphaned with its Bucket, re-adopted by the new one.
+    let long_name = "a-bucket-name-long-enough-to-overflow-the-sixty-three-limit";
+    let long_secret_name = format!("{long_name}-credentials");
+    buckets.delete(long_name, &DeleteParams::orphan()).await.unwrap();
+    eventually(WAIT, "the Secret orphaned", || async {
+        let secret = secrets.get(&long_secret_name).await.ok()?;
+        (buckets.get_opt(long_name).await.unwrap().is_none() && secret.owner_references().is_empty()).then_some(())
+    })
+    .await;
+    apply(
+        &buckets,
+        long_name,
+        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": long_name},
+               "spec": {"gatewayPoolRef": "objects"}}),
+    )
+    .await;
+    let again = bucket_ready(&buckets, long_name).await;
+    let readopted = eventually(WAIT, "the Secret re-adopted", || async {
+        let secret = secrets.get(&long_secret_name).await.ok()?;
+        (secret.owner_references().first()?.uid == again.uid().unwrap()).then_some(secret)
+    })
+    .await;
+    put(&gateway, &readopted, "after-readoption").await.unwrap();
 
     // Deletion policies: Delete drops the bucket and revokes the key; Retain keeps the bucket
     // (now the root key's) and revokes the key.
@@ -442,6 +476,325 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
         (secrets.get_opt("photos-credentials").await.unwrap().is_none()
             && secrets.get_opt("archive-credentials").await.unwrap().is_none())
         .then_some(())
+    })
+    .await;
+}
+
+/// The `(status, reason, message)` of a pool's Ready condition.
+fn pool_ready(pool: &GatewayPool) -> Option<(String, String, String)> {
+    let c = pool.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Ready")?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Waits until the pool's Deployment, Service, ConfigMap and PodDisruptionBudget name `uid` as
+/// their controller.
+async fn children_owned_by(client: &Client, ns: &str, pool: &str, uid: &str) {
+    let owner = |refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference]| {
+        refs.iter().any(|r| r.uid == uid && r.controller == Some(true))
+    };
+    eventually(WAIT, &format!("{pool}'s children owned by {uid}"), || async {
+        let deployment = Api::<Deployment>::namespaced(client.clone(), ns)
+            .get_opt(pool)
+            .await
+            .ok()??;
+        let service = Api::<Service>::namespaced(client.clone(), ns)
+            .get_opt(pool)
+            .await
+            .ok()??;
+        let config = Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .get_opt(&format!("{pool}-config"))
+            .await
+            .ok()??;
+        let budget = Api::<PodDisruptionBudget>::namespaced(client.clone(), ns)
+            .get_opt(pool)
+            .await
+            .ok()??;
+        (owner(deployment.owner_references())
+            && owner(service.owner_references())
+            && owner(config.owner_references())
+            && owner(budget.owner_references()))
+        .then_some(())
+    })
+    .await;
+}
+
+/// Waits until the operator has written nothing in `ns` for a second.
+async fn quiet(plane: &ControlPlane, ns: &str) {
+    let writes = || {
+        operator_requests(plane)
+            .iter()
+            .filter(|e| {
+                e["objectRef"]["namespace"] == ns && !matches!(e["verb"].as_str(), Some("get" | "list" | "watch"))
+            })
+            .count()
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut last = writes();
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = writes();
+        if now == last {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the operator done with {ns} within {WAIT:?}"
+        );
+        last = now;
+    }
+}
+
+/// Defect 5: a pool deleted with orphan propagation and created again re-adopts its children,
+/// under `OwnerReferencesPermissionEnforcement` and the chart's RBAC.
+async fn orphan_readoption(plane: std::sync::Arc<ControlPlane>) {
+    let ns = "adopt";
+    let client = namespace(&plane, ns).await;
+    let url = common::fresh_database().await;
+    let first = primary_pool(&client, ns, "objects", &url).await;
+    children_owned_by(&client, ns, "objects", &first.uid().unwrap()).await;
+    // A reconcile still running when the orphaning delete lands (one the Deployment's status
+    // updates started, on the cached pool) can put an owner reference back after the
+    // collector removed it: Kubernetes' own race, no controller can close it. The delete
+    // comes once the operator is done with the new pool.
+    quiet(&plane, ns).await;
+    let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
+    pools.delete("objects", &DeleteParams::orphan()).await.unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    eventually(WAIT, "the children orphaned", || async {
+        let deployment = deployments.get_opt("objects").await.ok()??;
+        (pools.get_opt("objects").await.unwrap().is_none() && deployment.owner_references().is_empty()).then_some(())
+    })
+    .await;
+    let second = primary_pool(&client, ns, "objects", &url).await;
+    assert_ne!(first.uid(), second.uid());
+    children_owned_by(&client, ns, "objects", &second.uid().unwrap()).await;
+    let pool = eventually(WAIT, "the new pool's status", || async {
+        let pool = pools.get("objects").await.ok()?;
+        pool_ready(&pool).map(|_| pool)
+    })
+    .await;
+    let (_, reason, message) = pool_ready(&pool).unwrap();
+    assert_eq!(reason, "Progressing", "{message}");
+}
+
+/// Defect 5's second half: a child the API server refuses (422 from validation, 403 from a
+/// ResourceQuota) still gives the pool a status, naming the child and the server's message.
+async fn children_refused(plane: std::sync::Arc<ControlPlane>) {
+    let url = common::fresh_database().await;
+    let invalid_ns = "refused-invalid";
+    let client = namespace(&plane, invalid_ns).await;
+    primary_pool(&client, invalid_ns, "objects", &url).await;
+    let pools: Api<GatewayPool> = Api::namespaced(client.clone(), invalid_ns);
+    // The CRD takes any quantities; the Deployment's validation refuses requests over limits.
+    pools
+        .patch(
+            "objects",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}})),
+        )
+        .await
+        .unwrap();
+    let message = eventually(WAIT, "the pool says its Deployment was refused", || async {
+        let (status, reason, message) = pool_ready(&pools.get("objects").await.ok()?)?;
+        (status == "False" && reason == "ApplyFailed").then_some(message)
+    })
+    .await;
+    assert!(
+        message.starts_with("Deployment objects: ")
+            && message.contains("must be less than or equal to cpu limit")
+            && message.contains("422"),
+        "{message}"
+    );
+
+    let quota_ns = "refused-quota";
+    let client = namespace(&plane, quota_ns).await;
+    plane.kubectl_stdin(
+        &["apply", "-n", quota_ns, "-f", "-"],
+        &json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-deployments"},
+                "spec": {"hard": {"count/deployments.apps": "0"}}})
+        .to_string(),
+    );
+    // Enforced once kube-controller-manager has computed the quota's usage.
+    eventually(WAIT, "the quota in force", || async {
+        let used = plane.kubectl(&[
+            "get",
+            "resourcequota",
+            "no-deployments",
+            "-n",
+            quota_ns,
+            "-o",
+            "jsonpath={.status.used}",
+        ]);
+        used.contains("count/deployments.apps").then_some(())
+    })
+    .await;
+    primary_pool(&client, quota_ns, "objects", &url).await;
+    let pools: Api<GatewayPool> = Api::namespaced(client.clone(), quota_ns);
+    let message = eventually(WAIT, "the pool says its Deployment was forbidden", || async {
+        let (status, reason, message) = pool_ready(&pools.get("objects").await.ok()?)?;
+        (status == "False" && reason == "ApplyFailed").then_some(message)
+    })
+    .await;
+    assert!(
+        message.starts_with("Deployment objects: ") && message.contains("exceeded quota") && message.contains("403"),
+        "{message}"
+    );
+    // What was applied before the refusal stays.
+    let services: Api<Service> = Api::namespaced(client.clone(), quota_ns);
+    assert!(services.get_opt("objects").await.unwrap().is_some());
+}
+
+fn checksum(deployment: &Deployment) -> String {
+    let template = deployment.spec.as_ref().unwrap().template.metadata.as_ref().unwrap();
+    template.annotations.as_ref().unwrap()["pgvs3.io/config-checksum"].clone()
+}
+
+/// A pool on CloudNativePG cluster `db` from creation to deletion: waiting for its `-rw`
+/// Service, Ready once it exists, an image and replicas update rolled into the Deployment, a
+/// scale that does not roll the pods, a rotated password (its Secret labelled
+/// `pgvs3.io/reload`) that does, at once; deleted, its children are collected and its master
+/// key stays.
+async fn pool_lifecycle(plane: std::sync::Arc<ControlPlane>) {
+    let ns = "lifecycle";
+    let client = namespace(&plane, ns).await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let credentials = |password: &str| {
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": "db-app", "labels": {"pgvs3.io/reload": "true"}},
+               "stringData": {"username": "app", "password": password}})
+    };
+    apply(&secrets, "db-app", credentials("first")).await;
+    let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
+    let pool = |spec: serde_json::Value| json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool", "metadata": {"name": "objects"}, "spec": spec});
+    // No kubelet: pods never become ready, so with no replicas the pool can be Ready.
+    apply(
+        &pools,
+        "objects",
+        pool(json!({"postgres": {"clusterName": "db"}, "replicas": 0})),
+    )
+    .await;
+    let ready = |expected: &'static str| {
+        let pools = pools.clone();
+        async move {
+            eventually(WAIT, &format!("the pool {expected}"), || async {
+                let (status, reason, message) = pool_ready(&pools.get("objects").await.ok()?)?;
+                (format!("{status} {reason}") == expected).then_some(message)
+            })
+            .await
+        }
+    };
+    let message = ready("False DatabaseUnavailable").await;
+    assert_eq!(message, "PostgreSQL Service db-rw does not exist");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    assert!(
+        deployments.get_opt("objects").await.unwrap().is_none(),
+        "no gateways meanwhile"
+    );
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    apply(
+        &services,
+        "db-rw",
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "db-rw"},
+               "spec": {"ports": [{"port": 5432}]}}),
+    )
+    .await;
+    let message = ready("True Available").await;
+    assert_eq!(message, "0 gateways ready on db-rw");
+
+    // Update: a new image and more replicas roll the Deployment's spec.
+    apply(
+        &pools,
+        "objects",
+        pool(json!({"postgres": {"clusterName": "db"}, "replicas": 3, "image": "registry.example/pgvs3:v2"})),
+    )
+    .await;
+    let rolled = eventually(WAIT, "the Deployment updated", || async {
+        let deployment = deployments.get("objects").await.ok()?;
+        let spec = deployment.spec.as_ref()?;
+        let image = spec.template.spec.as_ref()?.containers[0].image.clone()?;
+        (spec.replicas == Some(3) && image == "registry.example/pgvs3:v2").then_some(deployment)
+    })
+    .await;
+    assert_eq!(ready("False Progressing").await, "0 of 3 gateways ready");
+    // Scale: replicas only, the pods' template (its checksum) unchanged.
+    apply(
+        &pools,
+        "objects",
+        pool(json!({"postgres": {"clusterName": "db"}, "replicas": 1, "image": "registry.example/pgvs3:v2"})),
+    )
+    .await;
+    let scaled = eventually(WAIT, "the Deployment scaled", || async {
+        let deployment = deployments.get("objects").await.ok()?;
+        (deployment.spec.as_ref()?.replicas == Some(1)).then_some(deployment)
+    })
+    .await;
+    assert_eq!(checksum(&scaled), checksum(&rolled), "scaling does not roll the pods");
+    // Rotation: the labelled Secret is watched, so within a reconcile (not the 5-minute resync).
+    apply(&secrets, "db-app", credentials("second")).await;
+    eventually(WAIT, "the rotated password rolls the pods", || async {
+        let deployment = deployments.get("objects").await.ok()?;
+        (checksum(&deployment) != checksum(&rolled)).then_some(())
+    })
+    .await;
+
+    // Delete: garbage collection takes the children; the master key stays.
+    pools.delete("objects", &DeleteParams::default()).await.unwrap();
+    eventually(WAIT, "the pool's children collected", || async {
+        let gone = deployments.get_opt("objects").await.ok()?.is_none()
+            && services.get_opt("objects").await.ok()?.is_none()
+            && Api::<ConfigMap>::namespaced(client.clone(), ns)
+                .get_opt("objects-config")
+                .await
+                .ok()?
+                .is_none();
+        gone.then_some(())
+    })
+    .await;
+    assert!(secrets.get_opt("db-pgvs3-master-key").await.unwrap().is_some());
+}
+
+/// An explicit bucket name the CRD's rules let through but the catalog refuses (a reserved
+/// prefix CEL does not list): `InvalidSpec` once, no retries until the spec changes, and the
+/// Bucket still deletable.
+async fn invalid_bucket_name(plane: std::sync::Arc<ControlPlane>) {
+    let ns = "invalid";
+    let client = namespace(&plane, ns).await;
+    let buckets: Api<Bucket> = Api::namespaced(client.clone(), ns);
+    apply(
+        &buckets,
+        "reserved",
+        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": "reserved"},
+               "spec": {"gatewayPoolRef": "objects", "bucketName": "amzn-s3-demo-bucket"}}),
+    )
+    .await;
+    let message = eventually(WAIT, "the Bucket's InvalidSpec", || async {
+        let (status, reason, message) = condition(&buckets.get("reserved").await.ok()?, "Ready")?;
+        (status == "False" && reason == "InvalidSpec").then_some(message)
+    })
+    .await;
+    assert!(
+        message.contains("\"amzn-s3-demo-bucket\" is not a valid S3 bucket name"),
+        "{message}"
+    );
+    let status_writes = || {
+        operator_requests(&plane)
+            .iter()
+            .filter(|e| {
+                e["objectRef"]["namespace"] == ns
+                    && e["objectRef"]["resource"] == "buckets"
+                    && e["objectRef"]["subresource"] == "status"
+            })
+            .count()
+    };
+    // A failing reconcile's backoff (2 s, doubling) would retry twice in this window, each
+    // writing the status; what is allowed is the first write and the identical one of the
+    // reconcile its own watch event triggers.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let writes = status_writes();
+    assert!((1..=2).contains(&writes), "{writes} status writes: no retries");
+    buckets.delete("reserved", &DeleteParams::default()).await.unwrap();
+    eventually(WAIT, "the Bucket deleted", || async {
+        buckets.get_opt("reserved").await.unwrap().is_none().then_some(())
     })
     .await;
 }

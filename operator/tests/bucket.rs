@@ -252,19 +252,6 @@ async fn a_bucket_deleted_without_its_pool_keeps_the_secret_of_its_unrevoked_key
 }
 
 #[tokio::test]
-async fn read_only_access_reads_but_cannot_write() {
-    let gateway = common::TestGateway::start().await;
-    let (ctx, fake) = setup(
-        &gateway.database_url,
-        json!({"gatewayPoolRef": "objects", "access": "ReadOnly"}),
-    );
-    provision(&ctx, &fake).await;
-    let err = put_with_secret(&gateway, &fake, "team-photos", "x").await.unwrap_err();
-    assert!(err.contains("AccessDenied"), "{err}");
-    gateway.stop().await;
-}
-
-#[tokio::test]
 async fn bucket_on_a_standby_pool_or_missing_pool_waits_with_a_condition() {
     let (client, fake) = FakeApi::start();
     let ctx = Arc::new(Context::new(client, Metrics::default()));

@@ -20,6 +20,10 @@ use serde::{Deserialize, Serialize};
 
 pub const GROUP: &str = "pgvs3.io";
 
+/// The label (value `true`) of a referenced Secret whose changes the operator acts on at once;
+/// see docs/operator.md. The master keys it generates carry it.
+pub const RELOAD_LABEL: &str = "pgvs3.io/reload";
+
 /// Every CRD this operator serves, in the order `crdgen` writes them.
 pub fn all() -> Vec<CustomResourceDefinition> {
     vec![GatewayPool::crd(), Bucket::crd(), OriginCache::crd()]

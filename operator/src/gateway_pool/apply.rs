@@ -17,7 +17,9 @@ use kube::{Resource, ResourceExt};
 
 use super::build::{self, Inputs};
 use crate::context::{self, Context, Error, Result, backoff_key};
-use crate::crd::{DEFAULT_REPLICAS, DEGRADED, GatewayPool, GatewayPoolStatus, PROGRESSING, READY, Verdict, waiting};
+use crate::crd::{
+    DEFAULT_REPLICAS, DEGRADED, GatewayPool, GatewayPoolStatus, PROGRESSING, READY, RELOAD_LABEL, Verdict, waiting,
+};
 use crate::kube_ops::{self, FIELD_MANAGER};
 
 pub const KIND: &str = "GatewayPool";
@@ -38,6 +40,12 @@ pub fn error_policy(pool: Arc<GatewayPool>, error: &Error, ctx: Arc<Context>) ->
 }
 
 async fn reconcile_in(pool: &GatewayPool, ctx: &Context, namespace: &str) -> Result<Action> {
+    // Being deleted: the garbage collector deletes the children, or with `--cascade=orphan`
+    // removes their owner references. Applying them now would put back a reference it just
+    // removed, and it would then delete that child as one whose owner is gone.
+    if pool.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
     let client = &ctx.client;
     let pools: Api<GatewayPool> = Api::namespaced(client.clone(), namespace);
     let previous = pool.status.clone().unwrap_or_default();
@@ -76,52 +84,16 @@ async fn reconcile_in(pool: &GatewayPool, ctx: &Context, namespace: &str) -> Res
     };
     let objects = build::build(pool, &inputs);
 
-    kube_ops::apply(
-        &Api::<ConfigMap>::namespaced(client.clone(), namespace),
-        &objects.config_map,
-    )
-    .await?;
-    kube_ops::apply(&Api::<Service>::namespaced(client.clone(), namespace), &objects.service).await?;
-    let deployment = kube_ops::apply(
-        &Api::<Deployment>::namespaced(client.clone(), namespace),
-        &objects.deployment,
-    )
-    .await?;
-    kube_ops::apply(
-        &Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace),
-        &objects.pod_disruption_budget,
-    )
-    .await?;
-    let autoscalers: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), namespace);
-    let pool_key = backoff_key(KIND, pool);
-    match &objects.autoscaler {
-        Some(autoscaler) => {
-            kube_ops::apply(&autoscalers, autoscaler).await?;
-            ctx.set_autoscaler(&pool_key, true);
+    let deployment = match apply_children(ctx, pool, namespace, &objects).await {
+        Ok(deployment) => deployment,
+        // Refused by the API server (a quota, an admission plugin, a webhook, a value the
+        // schema let through): the pool says which child and why, then retries with backoff.
+        Err((kind, err)) => {
+            let message = format!("{kind} {}: {}", pool.name_any(), refusal(&err));
+            report(ctx, pool, &pools, database, "ApplyFailed", &message).await?;
+            return Err(err);
         }
-        // Autoscaling switched off: the old HPA would keep resizing the Deployment. Deleted
-        // once (per pool and operator start), not on every reconcile.
-        None if ctx.known_without_autoscaler(&pool_key) => {}
-        None => {
-            match autoscalers.delete(&pool.name_any(), &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
-                Err(err) => return Err(err.into()),
-            }
-            ctx.set_autoscaler(&pool_key, false);
-        }
-    }
-    if let Some(monitor) = &objects.service_monitor {
-        let monitors: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), namespace, &build::service_monitor_resource());
-        monitors
-            .patch(
-                &pool.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(monitor),
-            )
-            .await?;
-    }
+    };
 
     let desired = match &pool.spec.autoscaling {
         Some(autoscaling) => autoscaling.min_replicas,
@@ -182,6 +154,19 @@ async fn wait_for(
     reason: &str,
     message: &str,
 ) -> Result<Action> {
+    report(ctx, pool, pools, database, reason, message).await?;
+    Ok(Action::requeue(WAIT_FOR_DEPENDENCY))
+}
+
+/// Writes `Ready=False` with `reason` and `message`, keeping the rest of the last status.
+async fn report(
+    ctx: &Context,
+    pool: &GatewayPool,
+    pools: &Api<GatewayPool>,
+    database: String,
+    reason: &str,
+    message: &str,
+) -> Result<()> {
     let previous = pool.status.clone().unwrap_or_default();
     let status = GatewayPoolStatus {
         database: Some(database),
@@ -189,8 +174,82 @@ async fn wait_for(
         observed_generation: pool.meta().generation,
         ..previous
     };
-    kube_ops::apply_status(pools, pool, serde_json::to_value(status).expect("status serializes")).await?;
-    Ok(Action::requeue(WAIT_FOR_DEPENDENCY))
+    kube_ops::apply_status(pools, pool, serde_json::to_value(status).expect("status serializes")).await
+}
+
+/// The pool's children, the ConfigMap before the Deployment that mounts it; the Deployment as
+/// applied, or the kind the API server refused.
+async fn apply_children(
+    ctx: &Context,
+    pool: &GatewayPool,
+    namespace: &str,
+    objects: &build::Objects,
+) -> Result<Deployment, (&'static str, Error)> {
+    let client = &ctx.client;
+    let failed = |kind: &'static str| move |err: Error| (kind, err);
+    kube_ops::apply(
+        &Api::<ConfigMap>::namespaced(client.clone(), namespace),
+        &objects.config_map,
+    )
+    .await
+    .map_err(failed("ConfigMap"))?;
+    kube_ops::apply(&Api::<Service>::namespaced(client.clone(), namespace), &objects.service)
+        .await
+        .map_err(failed("Service"))?;
+    let deployment = kube_ops::apply(
+        &Api::<Deployment>::namespaced(client.clone(), namespace),
+        &objects.deployment,
+    )
+    .await
+    .map_err(failed("Deployment"))?;
+    kube_ops::apply(
+        &Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace),
+        &objects.pod_disruption_budget,
+    )
+    .await
+    .map_err(failed("PodDisruptionBudget"))?;
+    let autoscalers: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), namespace);
+    let pool_key = backoff_key(KIND, pool);
+    match &objects.autoscaler {
+        Some(autoscaler) => {
+            kube_ops::apply(&autoscalers, autoscaler)
+                .await
+                .map_err(failed("HorizontalPodAutoscaler"))?;
+            ctx.set_autoscaler(&pool_key, true);
+        }
+        // Autoscaling switched off: the old HPA would keep resizing the Deployment. Deleted
+        // once (per pool and operator start), not on every reconcile.
+        None if ctx.known_without_autoscaler(&pool_key) => {}
+        None => {
+            match autoscalers.delete(&pool.name_any(), &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(err) => return Err(("HorizontalPodAutoscaler", err.into())),
+            }
+            ctx.set_autoscaler(&pool_key, false);
+        }
+    }
+    if let Some(monitor) = &objects.service_monitor {
+        let monitors: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), namespace, &build::service_monitor_resource());
+        monitors
+            .patch(
+                &pool.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(monitor),
+            )
+            .await
+            .map_err(|err| ("ServiceMonitor", err.into()))?;
+    }
+    Ok(deployment)
+}
+
+/// What the API server said when it refused a write: its message and code, not kube's wrapper.
+fn refusal(error: &Error) -> String {
+    match error {
+        Error::Kube(kube::Error::Api(status)) => format!("{} ({} {})", status.message, status.code, status.reason),
+        other => other.to_string(),
+    }
 }
 
 /// The master key Secret: created once with a random key when absent, never overwritten
@@ -205,10 +264,10 @@ async fn ensure_master_key(secrets: &Api<Secret>, pool: &GatewayPool) -> Result<
     let secret = Secret {
         metadata: ObjectMeta {
             name: Some(reference.name.clone()),
-            labels: Some(BTreeMap::from([(
-                "app.kubernetes.io/managed-by".to_string(),
-                "pgvs3-operator".to_string(),
-            )])),
+            labels: Some(BTreeMap::from([
+                ("app.kubernetes.io/managed-by".to_string(), "pgvs3-operator".to_string()),
+                (RELOAD_LABEL.to_string(), "true".to_string()),
+            ])),
             ..ObjectMeta::default()
         },
         type_: Some("Opaque".into()),

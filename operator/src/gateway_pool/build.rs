@@ -108,7 +108,14 @@ fn meta(pool: &GatewayPool, name: String) -> ObjectMeta {
 }
 
 /// The owner reference that garbage-collects children with their pool (absent when rendering
-/// a manifest that was never stored, which has no uid yet).
+/// a manifest that was never stored, which has no uid yet). A controller reference with
+/// `blockOwnerDeletion`, as kube-rs's `controller_owner_ref` and controller-runtime's
+/// `SetControllerReference` (CloudNativePG's) both make it: a foreground deletion of the pool
+/// then waits for its gateways to go. Under the admission plugin
+/// `OwnerReferencesPermissionEnforcement` that takes `update` on `gatewaypools/finalizers`, and
+/// changing the reference of an existing child (re-adopting one orphaned by an
+/// `--cascade=orphan` delete) takes `delete` on the child: the chart grants both, as
+/// CloudNativePG's does.
 fn owner(pool: &GatewayPool) -> Option<Vec<OwnerReference>> {
     pool.controller_owner_ref(&()).map(|reference| vec![reference])
 }

@@ -8,10 +8,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use aws_sdk_s3::primitives::ByteStream;
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+use pgvs3_operator::crd::GatewayPool;
+use serde_json::json;
 
 pub const SYSTEM_NAMESPACE: &str = "pgvs3-system";
 /// The chart's ServiceAccount (release `pgvs3-operator`, so its full name).
@@ -61,6 +65,12 @@ impl ControlPlane {
     /// Starts etcd, the API server (`extra_flags` added) and kube-controller-manager, installs
     /// the CRDs and the chart's RBAC in `pgvs3-system`.
     pub async fn start(name: &str, extra_flags: &str) -> ControlPlane {
+        ControlPlane::start_with(name, extra_flags, None).await
+    }
+
+    /// As [`ControlPlane::start`], with the chart's RBAC rendered for `watch_namespace` (a Role
+    /// in that namespace, created first, instead of a ClusterRole).
+    pub async fn start_with(name: &str, extra_flags: &str, watch_namespace: Option<&str>) -> ControlPlane {
         let assets = assets();
         let run_dir = std::env::temp_dir().join(format!("pgvs3-kube-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&run_dir);
@@ -80,11 +90,11 @@ impl ControlPlane {
             admin,
             assets,
         };
-        plane.install().await;
+        plane.install(watch_namespace).await;
         plane
     }
 
-    async fn install(&self) {
+    async fn install(&self, watch_namespace: Option<&str>) {
         let crds: Api<CustomResourceDefinition> = Api::all(self.admin.clone());
         for crd in pgvs3_operator::crd::all() {
             let name = crd.metadata.name.clone().unwrap();
@@ -93,7 +103,12 @@ impl ControlPlane {
                 .unwrap();
         }
         self.kubectl(&["create", "namespace", SYSTEM_NAMESPACE]);
-        let rbac = run(Command::new(helm()).args([
+        let mut values = Vec::new();
+        if let Some(namespace) = watch_namespace {
+            self.kubectl(&["create", "namespace", namespace]);
+            values = vec!["--set".to_string(), format!("watchNamespace={namespace}")];
+        }
+        let rbac = run(Command::new(helm()).args(&values).args([
             "template",
             "pgvs3-operator",
             chart_dir().to_str().unwrap(),
@@ -243,11 +258,16 @@ fn zombie(pid: i32) -> bool {
 }
 
 impl Drop for ControlPlane {
+    /// Stops it; its directory (etcd's data, the logs, the audit log: ~65 MB) is kept only
+    /// when the test failed, to be read.
     fn drop(&mut self) {
         let _ = Command::new(self.assets.join("stop-apiserver.sh"))
             .arg(&self.run_dir)
             .stdout(Stdio::null())
             .status();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.run_dir);
+        }
     }
 }
 
@@ -451,4 +471,83 @@ where
         assert!(tokio::time::Instant::now() < deadline, "{what} within {limit:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+pub fn secret_text(secret: &Secret, key: &str) -> String {
+    String::from_utf8(secret.data.as_ref().unwrap()[key].0.clone()).unwrap()
+}
+
+/// Where the test database is: socket directory, port, database, user.
+pub fn database_parts(url: &str) -> (String, u16, String, String) {
+    let config: tokio_postgres::Config = url.parse().unwrap();
+    let host = match &config.get_hosts()[0] {
+        tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+        tokio_postgres::config::Host::Tcp(host) => host.clone(),
+    };
+    (
+        host,
+        config.get_ports()[0],
+        config.get_dbname().unwrap().to_string(),
+        config.get_user().unwrap().to_string(),
+    )
+}
+
+pub async fn apply<K>(api: &Api<K>, name: &str, object: serde_json::Value) -> K
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(name, &PatchParams::apply("pgvs3-tests").force(), &Patch::Apply(&object))
+        .await
+        .unwrap_or_else(|err| panic!("apply {name}: {err}"))
+}
+
+/// A Secret `login` and a Primary pool `pool` on the database `url` in `ns`.
+pub async fn primary_pool(client: &Client, ns: &str, pool: &str, url: &str) -> GatewayPool {
+    let (host, port, database, user) = database_parts(url);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    apply(
+        &secrets,
+        "login",
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "login"},
+               "stringData": {"username": user, "password": "unused-with-trust-auth"}}),
+    )
+    .await;
+    let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
+    apply(
+        &pools,
+        pool,
+        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool", "metadata": {"name": pool},
+               "spec": {"role": "Primary", "replicas": 2,
+                        "postgres": {"host": host, "port": port, "database": database, "secretRef": "login"}}}),
+    )
+    .await
+}
+
+/// Puts an object with the credentials of `secret`, retrying while the gateway has not yet
+/// learnt the new key (by notification); the last refusal when it never succeeds.
+pub async fn put(gateway: &Gateway, secret: &Secret, key: &str) -> Result<(), String> {
+    let client = gateway.client(
+        &secret_text(secret, "AWS_ACCESS_KEY_ID"),
+        &secret_text(secret, "AWS_SECRET_ACCESS_KEY"),
+    );
+    let bucket = secret_text(secret, "BUCKET_NAME");
+    let mut last = String::new();
+    for _ in 0..50 {
+        match client
+            .put_object()
+            .bucket(&bucket)
+            .key(key)
+            .body(ByteStream::from_static(b"hello"))
+            .send()
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(err) => last = format!("{:?}", err.into_service_error()),
+        }
+        if last.contains("AccessDenied") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(last)
 }
