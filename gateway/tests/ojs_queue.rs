@@ -1157,7 +1157,7 @@ async fn a_batch_answers_with_each_jobs_summary_and_reads_show_the_whole_job() {
     let ojs = Ojs::of(&gateway);
     let jobs = json!({ "jobs": [
         { "type": "report.build", "args": [{ "big": "x".repeat(2048) }], "meta": { "team": "ops" },
-          "options": { "queue": "reports" } },
+          "specversion": "1.0", "options": { "queue": "reports" } },
         { "type": "report.mail", "args": [], "options": { "queue": "reports", "delay_until": "+PT1H" } },
     ] });
     let (status, body) = ojs.post("/ojs/v1/jobs/batch", jobs).await;
@@ -1168,6 +1168,9 @@ async fn a_batch_answers_with_each_jobs_summary_and_reads_show_the_whole_job() {
         (Some("report.build"), Some("reports"), Some("available"))
     );
     assert!(first["created_at"].is_string() && first["args"].is_null(), "{first}");
+    // What the client said about the job itself comes back: its meta and spec version.
+    assert_eq!(first["meta"]["team"], "ops", "{first}");
+    assert_eq!(first["specversion"], "1.0", "{first}");
     assert_eq!(body["jobs"][1]["state"], "scheduled");
     assert!(body["jobs"][1]["scheduled_at"].is_string());
     let (_, read) = ojs
@@ -1585,5 +1588,61 @@ async fn a_failed_or_cancelled_nested_workflow_settles_its_parent_and_nothing_af
     );
     let (_, body) = ojs.get("/ojs/v1/events?types=job.enqueued&queues=deep").await;
     assert_eq!(body["events"], json!([]), "nothing of it was stored");
+    gateway.stop().await;
+}
+
+/// The per-job forms of ACK and NACK (`/jobs/{id}/ack`, `/jobs/{id}/nack`) settle the job the
+/// path names, and both forms answer with the job at the top and under `job`.
+#[tokio::test]
+async fn per_job_ack_and_nack_routes_settle_the_named_job() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let enqueue = async |queue: &str| {
+        let (status, body) = ojs
+            .post("/ojs/v1/jobs", json!({ "type": "route.task", "args": [], "options": { "queue": queue, "retry": { "max_attempts": 1 } } }))
+            .await;
+        assert_eq!(status, 201, "{body}");
+        body["job"]["id"].as_str().unwrap().to_string()
+    };
+    let acked = enqueue("per-job").await;
+    let claimed = ojs.fetch("per-job", "worker-r").await.expect("claimed");
+    assert_eq!(claimed["id"], acked.as_str());
+    let (status, reply) = ojs
+        .post(
+            &format!("/ojs/v1/jobs/{acked}/ack"),
+            json!({ "result": { "ok": true } }),
+        )
+        .await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(
+        (reply["state"].as_str(), reply["job"]["state"].as_str()),
+        (Some("completed"), Some("completed"))
+    );
+    assert_eq!(reply["job"]["id"], acked.as_str());
+    assert_eq!(reply["acknowledged"], true);
+    let (_, read) = ojs.get(&format!("/ojs/v1/jobs/{acked}")).await;
+    assert_eq!(read["job"]["state"], "completed");
+
+    let nacked = enqueue("per-job").await;
+    ojs.fetch("per-job", "worker-r").await.expect("claimed");
+    let (status, reply) = ojs
+        .post(
+            &format!("/ojs/v1/jobs/{nacked}/nack"),
+            json!({ "error": { "message": "boom" } }),
+        )
+        .await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["job"]["id"], nacked.as_str());
+    let (_, read) = ojs.get(&format!("/ojs/v1/jobs/{nacked}")).await;
+    assert_ne!(read["job"]["state"], "active", "{read}");
+
+    // The path names the job; an id in the body cannot redirect the ack elsewhere.
+    let other = enqueue("per-job").await;
+    let (status, reply) = ojs
+        .post(&format!("/ojs/v1/jobs/{other}/ack"), json!({ "job_id": acked }))
+        .await;
+    assert_eq!(status, 409, "a job nobody claimed cannot be acked: {reply}");
+    let (status, _) = ojs.post("/ojs/v1/jobs/not-a-uuid/ack", json!({})).await;
+    assert_eq!(status, 404);
     gateway.stop().await;
 }

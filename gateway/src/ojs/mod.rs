@@ -549,6 +549,9 @@ impl OjsService {
             (&Method::POST, ["workers", "fetch"]) => self.fetch(read_json(body, limit).await?).await,
             (&Method::POST, ["workers", "ack"]) => self.ack(read_json(body, limit).await?).await,
             (&Method::POST, ["workers", "nack"]) => self.nack(read_json(body, limit).await?).await,
+            // The per-job forms: the job is the path's, the body (optional) the rest.
+            (&Method::POST, ["jobs", id, "ack"]) => self.ack(job_body(id, body, limit).await?).await,
+            (&Method::POST, ["jobs", id, "nack"]) => self.nack(job_body(id, body, limit).await?).await,
             (&Method::POST, ["workers", "heartbeat"]) | (&Method::POST, ["workers", "beat"]) => {
                 self.heartbeat(read_json(body, limit).await?).await
             }
@@ -832,9 +835,8 @@ impl OjsService {
     async fn ack(&self, body: Value) -> Reply {
         let claim = claim(&body)?;
         let result = body.get("result").cloned();
-        let mut job = self.inner.queue.ack(&claim, result).await?;
-        job["acknowledged"] = Value::Bool(true);
-        Ok((StatusCode::OK, job))
+        let job = self.inner.queue.ack(&claim, result).await?;
+        Ok((StatusCode::OK, settled(job, "acknowledged")))
     }
 
     async fn nack(&self, body: Value) -> Reply {
@@ -846,7 +848,7 @@ impl OjsService {
         };
         let requeue = body.get("requeue").and_then(Value::as_bool).unwrap_or(false);
         let job = self.inner.queue.nack(&claim, Failure { error, requeue }).await?;
-        Ok((StatusCode::OK, job))
+        Ok((StatusCode::OK, settled(job, "nacked")))
     }
 
     async fn heartbeat(&self, body: Value) -> Reply {
@@ -1085,6 +1087,32 @@ fn queue_name(text: &str) -> Result<&str, OjsError> {
 
 /// Reads a JSON body of at most `limit` bytes: a declared Content-Length over it is refused
 /// before any of the body is read, a chunked body as soon as it passes the limit.
+/// The answer to an ACK or NACK: the job's fields at the top (as the core binding reads them)
+/// and the job under `job` (as the extension suites read it), with `flag` set.
+fn settled(job: Value, flag: &str) -> Value {
+    let mut answer = job.clone();
+    answer[flag] = Value::Bool(true);
+    answer["job"] = job;
+    answer
+}
+
+/// The body of a per-job route (`/jobs/{id}/ack`): optional, an object, and naming the
+/// path's job whatever it says.
+async fn job_body(id: &str, body: RequestBody, limit: u64) -> Result<Value, OjsError> {
+    let id = job_id(id)?.to_string();
+    let mut value = if http_body::Body::is_end_stream(&body) {
+        json!({})
+    } else {
+        read_json(body, limit).await?
+    };
+    let Some(fields) = value.as_object_mut() else {
+        return Err(invalid_payload("the request body must be a JSON object"));
+    };
+    fields.insert("job_id".into(), Value::String(id));
+    fields.remove("id");
+    Ok(value)
+}
+
 async fn read_json(body: RequestBody, limit: u64) -> Result<Value, OjsError> {
     if body.size_hint().lower() > limit {
         return Err(OjsError::too_large(limit));

@@ -1484,6 +1484,12 @@ fn job_summary(job: &NewJob, state: String, scheduled_at: Option<String>, create
     if let Some(at) = scheduled_at {
         summary["scheduled_at"] = Value::String(at);
     }
+    // What the client stated about the job itself comes back with it.
+    for field in ["specversion", "version", "meta"] {
+        if let Some(value) = job.envelope.get(field).filter(|value| !value.is_null()) {
+            summary[field] = value.clone();
+        }
+    }
     summary
 }
 
