@@ -3,6 +3,7 @@
 
 use bytes::Bytes;
 
+use super::bits::BitRange;
 use super::codec::{MAX_BULK_LEN, Reply};
 
 /// What COMMAND INFO reports, and what the arity check uses: a positive arity is exact, a
@@ -58,6 +59,11 @@ pub static COMMANDS: &[Spec] = &[
     spec("incrby", 3, W, ONE),
     spec("decrby", 3, W, ONE),
     spec("incrbyfloat", 3, W, ONE),
+    spec("setbit", 4, W, ONE),
+    spec("getbit", 3, R, ONE),
+    spec("bitcount", -2, R, ONE),
+    spec("bitpos", -3, R, ONE),
+    spec("lcs", -3, R, TWO),
     spec("del", -2, &["write"], ALL),
     spec("unlink", -2, &["write", "fast"], ALL),
     spec("exists", -2, R, ALL),
@@ -312,6 +318,41 @@ pub enum KeyCommand {
         to: String,
         replace: bool,
     },
+    SetBit {
+        key: String,
+        offset: u64,
+        bit: bool,
+    },
+    GetBit {
+        key: String,
+        offset: u64,
+    },
+    BitCount {
+        key: String,
+        range: Option<BitRange>,
+    },
+    BitPos {
+        key: String,
+        bit: bool,
+        range: Option<BitRange>,
+    },
+    Lcs {
+        a: String,
+        b: String,
+        answer: LcsAnswer,
+    },
+}
+
+/// What LCS answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LcsAnswer {
+    Sequence,
+    Len,
+    /// The matched ranges (at least `min_len` long), with their lengths if `with_len`.
+    Idx {
+        min_len: usize,
+        with_len: bool,
+    },
 }
 
 impl KeyCommand {
@@ -335,7 +376,12 @@ impl KeyCommand {
             | ExpireTime { key, .. }
             | Ttl { key, .. }
             | Persist(key)
-            | Type(key) => vec![key],
+            | Type(key)
+            | SetBit { key, .. }
+            | GetBit { key, .. }
+            | BitCount { key, .. }
+            | BitPos { key, .. } => vec![key],
+            Lcs { a, b, .. } => vec![a, b],
             MGet(keys) | Del(keys) | Exists(keys) => keys.iter().collect(),
             MSet(pairs) | MSetNx(pairs) => pairs.iter().map(|(key, _)| key).collect(),
             Rename { from, to, .. } | Copy { from, to, .. } => vec![from, to],
@@ -423,6 +469,50 @@ impl KeyCommand {
                 from: key(arg(1))?,
                 to: key(arg(2))?,
                 only_new: name == "renamenx",
+            },
+            "setbit" => SetBit {
+                key: key(arg(1))?,
+                offset: bit_offset(arg(2))?,
+                bit: match arg(3).as_ref() {
+                    b"0" => false,
+                    b"1" => true,
+                    _ => return Err(Reply::error("ERR bit is not an integer or out of range")),
+                },
+            },
+            "getbit" => GetBit {
+                key: key(arg(1))?,
+                offset: bit_offset(arg(2))?,
+            },
+            "bitcount" => BitCount {
+                key: key(arg(1))?,
+                range: match args.len() {
+                    2 => None,
+                    4 | 5 => Some(bit_range(&args[2..])?),
+                    _ => return Err(syntax_error()),
+                },
+            },
+            "bitpos" => BitPos {
+                key: key(arg(1))?,
+                bit: match arg(2).as_ref() {
+                    b"0" => false,
+                    b"1" => true,
+                    _ => return Err(Reply::error("ERR The bit argument must be 1 or 0.")),
+                },
+                range: match args.len() {
+                    3 => None,
+                    4 => Some(BitRange {
+                        start: integer(arg(3))?,
+                        end: None,
+                        bits: false,
+                    }),
+                    5 | 6 => Some(bit_range(&args[3..])?),
+                    _ => return Err(syntax_error()),
+                },
+            },
+            "lcs" => Lcs {
+                a: key(arg(1))?,
+                b: key(arg(2))?,
+                answer: parse_lcs(&args[3..])?,
             },
             "copy" => {
                 let mut replace = false;
@@ -541,6 +631,56 @@ fn parse_getex(options: &[Bytes]) -> Result<GetExTtl, Reply> {
 /// EXPIRE, PEXPIRE, EXPIREAT and PEXPIREAT, checked as Redis's `expireGenericCommand` does:
 /// options first, then the amount, which may be zero or negative (the key is deleted) but must
 /// not overflow when converted to milliseconds or, for a relative one, added to now.
+/// A bit offset as SETBIT and GETBIT take it: 0 to 2^32 - 1 (a 512 MiB string's bits).
+fn bit_offset(arg: &[u8]) -> Result<u64, Reply> {
+    parse_integer(arg)
+        .and_then(|offset| u32::try_from(offset).ok())
+        .map(u64::from)
+        .ok_or_else(|| Reply::error("ERR bit offset is not an integer or out of range"))
+}
+
+/// `start end [BYTE|BIT]` of BITCOUNT and BITPOS.
+fn bit_range(args: &[Bytes]) -> Result<BitRange, Reply> {
+    let bits = match args.get(2) {
+        None => false,
+        Some(unit) if unit.eq_ignore_ascii_case(b"byte") => false,
+        Some(unit) if unit.eq_ignore_ascii_case(b"bit") => true,
+        Some(_) => return Err(syntax_error()),
+    };
+    Ok(BitRange {
+        start: integer(&args[0])?,
+        end: Some(integer(&args[1])?),
+        bits,
+    })
+}
+
+fn parse_lcs(options: &[Bytes]) -> Result<LcsAnswer, Reply> {
+    let (mut len, mut idx, mut with_len, mut min_len) = (false, false, false, 0usize);
+    let mut i = 0;
+    while i < options.len() {
+        match options[i].to_ascii_lowercase().as_slice() {
+            b"len" => len = true,
+            b"idx" => idx = true,
+            b"withmatchlen" => with_len = true,
+            b"minmatchlen" => {
+                let value = options.get(i + 1).ok_or_else(syntax_error)?;
+                min_len = usize::try_from(integer(value)?.max(0)).unwrap_or(usize::MAX);
+                i += 1;
+            }
+            _ => return Err(syntax_error()),
+        }
+        i += 1;
+    }
+    match (len, idx) {
+        (true, true) => Err(Reply::error(
+            "ERR If you want both the length and indexes, please just use IDX.",
+        )),
+        (true, false) => Ok(LcsAnswer::Len),
+        (false, true) => Ok(LcsAnswer::Idx { min_len, with_len }),
+        (false, false) => Ok(LcsAnswer::Sequence),
+    }
+}
+
 fn parse_expire(name: &str, args: &[Bytes]) -> Result<KeyCommand, Reply> {
     let condition = parse_expire_condition(&args[3..])?;
     let amount = integer(&args[2])?;

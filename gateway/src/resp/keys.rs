@@ -7,8 +7,10 @@ use bytes::{Bytes, BytesMut};
 
 use super::codec::{Reply, format_double};
 use super::command::{
-    Condition, Expiry, GetExTtl, KeyCommand, SetTtl, not_an_integer, parse_float, parse_integer, within_string_limit,
+    Condition, Expiry, GetExTtl, KeyCommand, LcsAnswer, SetTtl, not_an_integer, parse_float, parse_integer,
+    within_string_limit,
 };
+use super::{bits, lcs};
 use crate::store::{KvBatch, StoreResult};
 
 fn too_large() -> Reply {
@@ -200,6 +202,34 @@ pub async fn apply(command: &KeyCommand, batch: &mut KvBatch) -> StoreResult<Rep
             keep_ttl_set(batch, key, Bytes::from(text.clone()));
             Reply::Bulk(Bytes::from(text))
         }
+        SetBit { key, offset, bit } => {
+            let old = batch.value(key).await?.unwrap_or_default();
+            let (value, was) = bits::set(&old, *offset, *bit);
+            keep_ttl_set(batch, key, value);
+            Reply::Integer(was as i64)
+        }
+        GetBit { key, offset } => {
+            let value = batch.value(key).await?.unwrap_or_default();
+            Reply::Integer(bits::get(&value, *offset) as i64)
+        }
+        BitCount { key, range } => {
+            let value = batch.value(key).await?.unwrap_or_default();
+            Reply::Integer(bits::count(&value, *range))
+        }
+        BitPos { key, bit, range } => {
+            let value = batch.value(key).await?.unwrap_or_default();
+            Reply::Integer(bits::position(&value, *bit, *range))
+        }
+        Lcs { a, b, answer } => {
+            let a = batch.value(a).await?.unwrap_or_default();
+            let b = batch.value(b).await?.unwrap_or_default();
+            if !lcs::fits(a.len(), b.len()) {
+                return Ok(Reply::error(
+                    "ERR Insufficient memory, transient memory for LCS exceeds pgvs3's limit of 256 MiB",
+                ));
+            }
+            lcs_reply(&a, &b, *answer)
+        }
         Del(keys) => Reply::Integer(keys.iter().filter(|key| batch.delete(key)).count() as i64),
         Exists(keys) => Reply::Integer(keys.iter().filter(|key| batch.get(key).is_some()).count() as i64),
         Expire { key, when, condition } => {
@@ -280,6 +310,38 @@ pub async fn apply(command: &KeyCommand, batch: &mut KvBatch) -> StoreResult<Rep
 }
 
 /// Sets a new value and keeps the key's TTL (INCR, APPEND and SETRANGE do).
+/// LCS's answer in the form the client asked for; IDX lists matches last first, as Redis does.
+fn lcs_reply(a: &[u8], b: &[u8], answer: LcsAnswer) -> Reply {
+    let min_len = match answer {
+        LcsAnswer::Idx { min_len, .. } => min_len,
+        _ => 0,
+    };
+    let found = lcs::lcs(a, b, min_len);
+    match answer {
+        LcsAnswer::Sequence => Reply::Bulk(Bytes::from(found.sequence)),
+        LcsAnswer::Len => Reply::Integer(found.sequence.len() as i64),
+        LcsAnswer::Idx { with_len, .. } => {
+            let pair =
+                |(from, to): (usize, usize)| Reply::Array(vec![Reply::Integer(from as i64), Reply::Integer(to as i64)]);
+            let matches = found
+                .matches
+                .iter()
+                .map(|found| {
+                    let mut entry = vec![pair(found.a), pair(found.b)];
+                    if with_len {
+                        entry.push(Reply::Integer(found.len() as i64));
+                    }
+                    Reply::Array(entry)
+                })
+                .collect();
+            Reply::Map(vec![
+                (Reply::text("matches"), Reply::Array(matches)),
+                (Reply::text("len"), Reply::Integer(found.sequence.len() as i64)),
+            ])
+        }
+    }
+}
+
 fn keep_ttl_set(batch: &mut KvBatch, key: &str, value: Bytes) {
     let expires_at = batch.get(key).and_then(|entry| entry.expires_at);
     batch.set(key, value, expires_at);

@@ -4,6 +4,7 @@
 //! `--resp-databases`. A key is an object of that bucket and its value the object's bytes, so
 //! what SET writes, S3 GET reads, and the other way round.
 
+mod bits;
 mod clients;
 pub mod codec;
 mod command;
@@ -11,6 +12,7 @@ mod connection;
 mod glob;
 mod group_commit;
 mod keys;
+mod lcs;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
