@@ -43,6 +43,37 @@ enum Command {
         #[command(subcommand)]
         command: AdminCommand,
     },
+    /// DuckLake lakes whose catalog lives in pgvs3's PostgreSQL and whose files live in a bucket.
+    Lake {
+        #[command(flatten)]
+        database: DatabaseArgs,
+        #[command(subcommand)]
+        command: LakeCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum LakeCommand {
+    /// Print the DuckDB statements (S3 secret and ATTACH) that open a DuckLake with its catalog in
+    /// this database and its data files in BUCKET, as the given access key (default: the root
+    /// key). Run it where `pgvs3 serve` runs: the statements name the database it serves.
+    AttachString {
+        #[arg(long)]
+        bucket: String,
+        #[arg(long)]
+        access_key: Option<String>,
+        /// The gateway's S3 endpoint as DuckDB reaches it.
+        #[arg(long, default_value = "http://127.0.0.1:9000")]
+        endpoint: String,
+        #[arg(long, default_value = "us-east-1")]
+        region: String,
+        /// The name DuckDB attaches the lake as.
+        #[arg(long, default_value = "lake")]
+        alias: String,
+        /// Attach read-only: for a reader on a standby (its database and its gateway).
+        #[arg(long)]
+        read_only: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -190,7 +221,67 @@ async fn run(command: Command) -> anyhow::Result<()> {
             db.close().await?;
             result
         }
+        Command::Lake { database, command } => {
+            require_data_dir(&database)?;
+            let master_key = serve::master_key(&database)?;
+            let db = Database::open(&database).await?;
+            let catalog = Catalog::load(db.pool.clone(), master_key)
+                .await
+                .context("reading the catalog (has `pgvs3 serve` or `pgvs3 migrate` run on this database?)")?;
+            let result = lake(&catalog, &db.config, command).await;
+            db.close().await?;
+            result
+        }
     }
+}
+
+async fn lake(catalog: &Catalog, database: &tokio_postgres::Config, command: LakeCommand) -> anyhow::Result<()> {
+    let LakeCommand::AttachString {
+        bucket,
+        access_key,
+        endpoint,
+        region,
+        alias,
+        read_only,
+    } = command;
+    anyhow::ensure!(
+        !alias.is_empty() && alias.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+        "--alias is a plain SQL name (letters, digits, _): {alias:?}"
+    );
+    let access_key = match access_key {
+        Some(key) => key,
+        None => catalog.root_key().await?.context("the catalog has no root key")?,
+    };
+    let key = catalog
+        .access_key(&access_key)
+        .await?
+        .with_context(|| format!("no such access key: {access_key}"))?;
+    let info = catalog
+        .bucket(&bucket)
+        .await
+        .with_context(|| format!("bucket {bucket}"))?;
+    anyhow::ensure!(
+        key.is_root || info.owner.as_deref() == Some(key.access_key.as_str()),
+        "access key {access_key} does not own bucket {bucket}"
+    );
+    anyhow::ensure!(
+        info.origin.is_none(),
+        "bucket {bucket} is a cache bucket; a lake's files belong in a plain bucket"
+    );
+    print!(
+        "{}",
+        pgvs3_gateway::lake::attach_sql(&pgvs3_gateway::lake::LakeTarget {
+            database,
+            bucket: &bucket,
+            access_key: &key.access_key,
+            secret_key: &key.secret,
+            endpoint: &endpoint,
+            region: &region,
+            alias: &alias,
+            read_only,
+        })
+    );
+    Ok(())
 }
 
 /// An admin command reaches an existing database: with the embedded default, it refuses a data

@@ -15,7 +15,11 @@ async fn setbit_getbit_bitcount_and_bitpos() {
     assert_eq!(raw.command(&["GETBIT", "bits", "7"]).await, Value::Int(1));
     assert_eq!(raw.command(&["GETBIT", "bits", "100000"]).await, Value::Int(0));
     assert_eq!(raw.command(&["SETBIT", "bits", "23", "1"]).await, Value::Int(0));
-    assert_eq!(raw.command(&["STRLEN", "bits"]).await, Value::Int(3), "grown with zero bytes");
+    assert_eq!(
+        raw.command(&["STRLEN", "bits"]).await,
+        Value::Int(3),
+        "grown with zero bytes"
+    );
     assert_eq!(
         raw.command(&["SETBIT", "bits", "4294967296", "1"]).await.error(),
         "ERR bit offset is not an integer or out of range"
@@ -25,11 +29,20 @@ async fn setbit_getbit_bitcount_and_bitpos() {
         "ERR bit is not an integer or out of range"
     );
 
-    assert_eq!(raw.command(&["SET", "word", "foobar"]).await, Value::Simple("OK".into()));
+    assert_eq!(
+        raw.command(&["SET", "word", "foobar"]).await,
+        Value::Simple("OK".into())
+    );
     assert_eq!(raw.command(&["BITCOUNT", "word"]).await, Value::Int(26));
     assert_eq!(raw.command(&["BITCOUNT", "word", "1", "1"]).await, Value::Int(6));
-    assert_eq!(raw.command(&["BITCOUNT", "word", "5", "30", "BIT"]).await, Value::Int(17));
-    assert_eq!(raw.command(&["BITCOUNT", "word", "1"]).await.error(), "ERR syntax error");
+    assert_eq!(
+        raw.command(&["BITCOUNT", "word", "5", "30", "BIT"]).await,
+        Value::Int(17)
+    );
+    assert_eq!(
+        raw.command(&["BITCOUNT", "word", "1"]).await.error(),
+        "ERR syntax error"
+    );
     assert_eq!(raw.command(&["BITCOUNT", "missing"]).await, Value::Int(0));
     assert_eq!(raw.command(&["BITPOS", "word", "1"]).await, Value::Int(1));
     assert_eq!(raw.command(&["BITPOS", "missing", "0"]).await, Value::Int(0));
@@ -39,7 +52,14 @@ async fn setbit_getbit_bitcount_and_bitpos() {
         "ERR The bit argument must be 1 or 0."
     );
     // Bits survive a round trip through S3: the value is the object's bytes.
-    let object = gateway.client.get_object().bucket("resp").key("bits").send().await.unwrap();
+    let object = gateway
+        .client
+        .get_object()
+        .bucket("resp")
+        .key("bits")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(object.body.collect().await.unwrap().to_vec(), [1, 0, 1]);
 }
 
@@ -54,7 +74,8 @@ async fn lcs_answers_the_sequence_its_length_and_its_ranges() {
     let int = Value::Int;
     let range = |a: i64, b: i64| Value::Array(vec![int(a), int(b)]);
     assert_eq!(
-        raw.command(&["LCS", "key1", "key2", "IDX", "MINMATCHLEN", "4", "WITHMATCHLEN"]).await,
+        raw.command(&["LCS", "key1", "key2", "IDX", "MINMATCHLEN", "4", "WITHMATCHLEN"])
+            .await,
         Value::Array(vec![
             Value::bulk("matches"),
             Value::Array(vec![Value::Array(vec![range(4, 7), range(5, 8), int(4)])]),

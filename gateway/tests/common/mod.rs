@@ -22,7 +22,7 @@ use pgvs3_gateway::serve::RunningGateway;
 
 pub const ROOT_ACCESS_KEY: &str = "PGVS3TESTROOTKEY0001";
 pub const ROOT_SECRET_KEY: &str = "test-root-secret-key-0123456789";
-const MASTER_KEY: &str = "integration-test-master-key";
+pub const MASTER_KEY: &str = "integration-test-master-key";
 
 struct Cluster {
     socket_dir: String,
