@@ -61,8 +61,15 @@ BEGIN
     END IF;
     IF force THEN
         EXECUTE format('DELETE FROM %I.objects WHERE bucket_id = $1', b.namespace) USING b.id;
+        -- Noncurrent versions own their bodies: retired here (deleting versions retires nothing).
+        EXECUTE format(
+            'WITH dropped AS (DELETE FROM %1$I.versions WHERE bucket_id = $1 RETURNING body_id)
+             INSERT INTO %1$I.retired_bodies (body_id) SELECT body_id FROM dropped WHERE body_id IS NOT NULL
+             ON CONFLICT DO NOTHING', b.namespace) USING b.id;
     ELSE
-        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.objects WHERE bucket_id = $1)', b.namespace)
+        -- A bucket with noncurrent versions or delete markers is not empty, as in S3.
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %1$I.objects WHERE bucket_id = $1)
+                            OR EXISTS (SELECT 1 FROM %1$I.versions WHERE bucket_id = $1)', b.namespace)
             INTO force USING b.id;
         IF force THEN
             RAISE EXCEPTION 'bucket % is not empty', bucket USING ERRCODE = 'P0001', HINT = 'BucketNotEmpty';

@@ -20,13 +20,94 @@
 -- that changes `body_id`: completion only fixes `start_offset`, so it retires nothing either.
 -- Deleting an upload row does not retire its parts; the caller deletes the parts (which fires
 -- parts_retire_body) or keeps them as the completed object's body.
+-- An object's body that moved into `versions` (a noncurrent version now owns it) is kept: the
+-- version triggers run before this one (triggers fire in name order: objects_keep_version,
+-- objects_replace_null, objects_retire_body), and delete-marker statements archive the row in
+-- the same statement, whose effects AFTER triggers see.
 CREATE OR REPLACE FUNCTION pgvs3.retire_body() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE kept boolean := false;
 BEGIN
     IF TG_OP = 'DELETE' OR NEW.body_id IS DISTINCT FROM OLD.body_id THEN
-        EXECUTE format('INSERT INTO %I.retired_bodies (body_id) VALUES ($1)', TG_TABLE_SCHEMA)
-            USING OLD.body_id;
+        IF TG_TABLE_NAME = 'objects' THEN
+            EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.versions WHERE body_id = $1)', TG_TABLE_SCHEMA)
+                INTO kept USING OLD.body_id;
+        END IF;
+        IF NOT kept THEN
+            EXECUTE format('INSERT INTO %I.retired_bodies (body_id) VALUES ($1)', TG_TABLE_SCHEMA)
+                USING OLD.body_id;
+        END IF;
     END IF;
     RETURN NULL;
+END $$;
+
+-- The versions of a namespace's objects (layout v12): an object row's `version_id` (NULL: the
+-- null version) and `version_seq` (its place among the key's versions; NULL: written before
+-- the bucket ever had versioning), and `versions`, the noncurrent versions and delete markers.
+-- Triggers on objects (preconditions beside them):
+--   objects_keep_version  AFTER UPDATE, WHEN the version id changes: the replaced row becomes a
+--                         noncurrent version (its body moves with it, so retire_body keeps it).
+--                         A write keeps the id only when it replaces the null version with the
+--                         null version (unversioned or suspended buckets) or changes metadata.
+--   objects_replace_null  AFTER INSERT OR UPDATE, WHEN a null version is written into a
+--                         versioned bucket (`version_seq` set): a noncurrent null version goes,
+--                         and its body is retired (one null version per key, as S3 keeps).
+-- Deleting rows of `versions` retires nothing by itself: the statements that delete versions
+-- retire their bodies explicitly (store/versions.rs).
+CREATE OR REPLACE FUNCTION pgvs3.keep_version() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format(
+        'INSERT INTO %I.versions (bucket_id, key, version_id, version_seq, size, etag, last_modified, meta, inline, body_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)', TG_TABLE_SCHEMA)
+        USING OLD.bucket_id, OLD.key, coalesce(OLD.version_id, 'null'), OLD.version_seq, OLD.size, OLD.etag,
+              OLD.last_modified, OLD.meta, OLD.inline, OLD.body_id;
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION pgvs3.replace_null_version() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format(
+        'WITH dropped AS (DELETE FROM %1$I.versions WHERE bucket_id = $1 AND key = $2 AND version_id = ''null''
+                          RETURNING body_id)
+         INSERT INTO %1$I.retired_bodies (body_id) SELECT body_id FROM dropped WHERE body_id IS NOT NULL
+         ON CONFLICT DO NOTHING', TG_TABLE_SCHEMA)
+        USING NEW.bucket_id, NEW.key;
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION pgvs3.ensure_versions(ns text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('ALTER TABLE %I.objects ADD COLUMN IF NOT EXISTS version_id text', ns);
+    EXECUTE format('ALTER TABLE %I.objects ADD COLUMN IF NOT EXISTS version_seq bigint', ns);
+    EXECUTE format('CREATE SEQUENCE IF NOT EXISTS %I.version_seqs AS bigint', ns);
+    EXECUTE format($f$
+        CREATE TABLE IF NOT EXISTS %I.versions (
+            bucket_id        bigint NOT NULL,
+            key              text COLLATE "C" NOT NULL,
+            -- 'null' for the null version.
+            version_id       text NOT NULL,
+            version_seq      bigint,
+            is_delete_marker boolean NOT NULL DEFAULT false,
+            size             bigint NOT NULL,
+            etag             text NOT NULL,
+            last_modified    timestamptz NOT NULL,
+            meta             jsonb NOT NULL DEFAULT '{}',
+            inline           bytea,
+            body_id          bigint,
+            PRIMARY KEY (bucket_id, key, version_id)
+        )$f$, ns);
+    EXECUTE format('ALTER TABLE %I.versions ALTER COLUMN inline SET STORAGE EXTERNAL', ns);
+    EXECUTE format('CREATE INDEX IF NOT EXISTS versions_order ON %I.versions (bucket_id, key, (coalesce(version_seq, -1)) DESC)', ns);
+    EXECUTE format('CREATE INDEX IF NOT EXISTS versions_body ON %I.versions (body_id) WHERE body_id IS NOT NULL', ns);
+    EXECUTE format('DROP TRIGGER IF EXISTS objects_keep_version ON %I.objects', ns);
+    EXECUTE format($f$
+        CREATE TRIGGER objects_keep_version AFTER UPDATE ON %I.objects
+            FOR EACH ROW WHEN (OLD.version_id IS DISTINCT FROM NEW.version_id)
+            EXECUTE FUNCTION pgvs3.keep_version()$f$, ns);
+    EXECUTE format('DROP TRIGGER IF EXISTS objects_replace_null ON %I.objects', ns);
+    EXECUTE format($f$
+        CREATE TRIGGER objects_replace_null AFTER INSERT OR UPDATE ON %I.objects
+            FOR EACH ROW WHEN (NEW.version_id IS NULL AND NEW.version_seq IS NOT NULL)
+            EXECUTE FUNCTION pgvs3.replace_null_version()$f$, ns);
 END $$;
 
 -- A namespace is a schema with objects, chunks, multipart uploads and their parts.
@@ -113,4 +194,5 @@ BEGIN
         CREATE TRIGGER objects_retire_body AFTER UPDATE OR DELETE ON %I.objects
             FOR EACH ROW WHEN (OLD.body_id IS NOT NULL)
             EXECUTE FUNCTION pgvs3.retire_body()$f$, ns);
+    PERFORM pgvs3.ensure_versions(ns);
 END $$;

@@ -20,7 +20,7 @@ use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 11;
+pub const LAYOUT_VERSION: i32 = 12;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -66,6 +66,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "function_files",
         include_str!("../../migrations/0011_function_files.sql"),
     ),
+    (12, "versioning", include_str!("../../migrations/0012_versioning.sql")),
 ];
 
 /// The function files, in the order they are applied. Every function they define already exists

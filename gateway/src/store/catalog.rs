@@ -28,6 +28,8 @@ pub struct BucketInfo {
     pub created_at: SystemTime,
     /// For a cache bucket: the remote bucket it fronts.
     pub origin: Option<Arc<Origin>>,
+    /// The bucket's versioning state; `None` when it never had versioning enabled.
+    pub versioning: Option<super::Versioning>,
     pub(super) sql: Arc<super::objects::NamespaceSql>,
 }
 
@@ -81,7 +83,7 @@ pub struct Catalog {
 /// A bucket row with its origin, if it is a cache bucket; callers append a `WHERE`.
 fn bucket_select() -> String {
     format!(
-        "SELECT b.id, b.name, b.namespace, b.owner, b.created_at, {ORIGIN_COLUMNS}
+        "SELECT b.id, b.name, b.namespace, b.owner, b.created_at, {ORIGIN_COLUMNS}, b.versioning
            FROM pgvs3.buckets b LEFT JOIN pgvs3.origins o ON o.bucket_id = b.id"
     )
 }
@@ -523,6 +525,10 @@ fn bucket_from_row(
         namespace,
         owner: row.get("owner"),
         created_at: row.get("created_at"),
+        versioning: row
+            .get::<_, Option<&str>>("versioning")
+            .map(super::Versioning::parse)
+            .transpose()?,
         origin: origin_from_row(row, 5, master_key)?.map(Arc::new),
     })
 }
