@@ -21,3 +21,4 @@ pub mod serve;
 pub mod simulate;
 pub mod store;
 pub mod telemetry;
+pub mod tls;

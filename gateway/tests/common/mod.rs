@@ -54,6 +54,7 @@ fn cluster() -> &'static Cluster {
                     memory_budget: Some(1 << 30),
                     // Test binaries run side by side, each with clusters of its own.
                     shared_buffers: Some(32 << 20),
+                    tls: None,
                 }))
                 .expect("start the test PostgreSQL");
             let config = server.connect_config();
@@ -139,6 +140,7 @@ pub fn primary_and_standby(name: &str) -> (ClusterAddress, ClusterAddress) {
             pg_bin: None,
             memory_budget: Some(1 << 30),
             shared_buffers: Some(32 << 20),
+            tls: None,
         };
         let primary = runtime
             .block_on(EmbeddedPostgres::start(options("primary")))
