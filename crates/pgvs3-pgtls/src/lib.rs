@@ -181,6 +181,24 @@ pub fn parse(conninfo: &str) -> anyhow::Result<(tokio_postgres::Config, PgTls)> 
     Ok((config, PgTls::new(mode, roots, client)?))
 }
 
+/// Whether `error` (or one of its causes) is the server's certificate refused by our checks:
+/// retrying cannot mend that, unlike a server not up yet.
+pub fn certificate_refused(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        // An I/O error's `source` skips the error it wraps: look at that one directly.
+        let wrapped = error.downcast_ref::<io::Error>().and_then(io::Error::get_ref);
+        let tls = wrapped
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+            .or_else(|| error.downcast_ref::<rustls::Error>());
+        if matches!(tls, Some(rustls::Error::InvalidCertificate(_))) {
+            return true;
+        }
+        next = error.source();
+    }
+    false
+}
+
 /// Every certificate of a PEM file (a chain, or a CA bundle).
 pub fn read_certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
     let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
@@ -286,10 +304,12 @@ impl MakeTlsConnect<tokio_postgres::Socket> for PgTls {
     type TlsConnect = Connect;
     type Error = rustls::pki_types::InvalidDnsNameError;
 
+    /// `host` is empty for a Unix socket, where PostgreSQL answers `prefer` with plaintext:
+    /// a host that cannot be a TLS server name fails only if a handshake is attempted.
     fn make_tls_connect(&mut self, host: &str) -> Result<Connect, Self::Error> {
         Ok(Connect {
             config: Arc::clone(&self.config),
-            server: ServerName::try_from(host)?.to_owned(),
+            server: ServerName::try_from(host).map(|name| name.to_owned()),
         })
     }
 }
@@ -297,7 +317,7 @@ impl MakeTlsConnect<tokio_postgres::Socket> for PgTls {
 /// One connection's handshake, to the server named as in the connection string.
 pub struct Connect {
     config: Arc<rustls::ClientConfig>,
-    server: ServerName<'static>,
+    server: Result<ServerName<'static>, rustls::pki_types::InvalidDnsNameError>,
 }
 
 impl TlsConnect<tokio_postgres::Socket> for Connect {
@@ -307,7 +327,12 @@ impl TlsConnect<tokio_postgres::Socket> for Connect {
 
     fn connect(self, socket: tokio_postgres::Socket) -> Self::Future {
         let connector = tokio_rustls::TlsConnector::from(self.config);
-        Box::pin(async move { Ok(TlsStream(connector.connect(self.server, socket).await?)) })
+        Box::pin(async move {
+            let server = self
+                .server
+                .map_err(|error| io::Error::new(io::ErrorKind::InvalidInput, error))?;
+            Ok(TlsStream(connector.connect(server, socket).await?))
+        })
     }
 }
 

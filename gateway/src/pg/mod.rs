@@ -164,6 +164,9 @@ async fn wait_until_reachable(pool: &Pool) -> anyhow::Result<()> {
     loop {
         match pool.get().await {
             Ok(_) => return Ok(()),
+            Err(err) if pgvs3_pgtls::certificate_refused(&err) => {
+                bail!("PostgreSQL's TLS certificate is refused (see sslmode, sslrootcert): {err}")
+            }
             Err(err) if tokio::time::Instant::now() + delay < deadline => {
                 tracing::warn!(error = %err, "PostgreSQL not reachable yet; retrying");
                 tokio::time::sleep(delay).await;
