@@ -57,7 +57,7 @@ impl SslMode {
 
     /// What tokio-postgres does before the handshake (whether TLS may be skipped); the
     /// certificate checks are the connector's.
-    fn negotiation(self) -> tokio_postgres::config::SslMode {
+    pub fn negotiation(self) -> tokio_postgres::config::SslMode {
         match self {
             SslMode::Disable => tokio_postgres::config::SslMode::Disable,
             SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
