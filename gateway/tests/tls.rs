@@ -390,12 +390,19 @@ async fn the_tls_handshake_counts_inside_the_first_request_deadline() {
     let server = ca.issue("server", "localhost", "DNS:localhost");
     let mut flags = tls_flags(&server);
     // The harness reads metrics over plain HTTP.
-    flags.extend([
-        "--http-first-request-timeout".into(),
-        "1s".into(),
-        "--tls-plaintext".into(),
-        "admin".into(),
-    ]);
+    flags.extend(
+        [
+            "--http-first-request-timeout",
+            "1s",
+            "--resp-addr",
+            "127.0.0.1:0",
+            "--resp-first-byte-timeout",
+            "1s",
+            "--tls-plaintext",
+            "admin",
+        ]
+        .map(String::from),
+    );
     let gw = gateway(&flags).await;
 
     // No handshake at all: closed at the deadline.
@@ -426,6 +433,26 @@ async fn the_tls_handshake_counts_inside_the_first_request_deadline() {
         .metric("pgvs3_http_connections_refused_total{reason=\"first_request_timeout\",server=\"s3\"}")
         .await;
     assert_eq!(refused, Some(2.0));
+
+    // RESP: the handshake is inside --resp-first-byte-timeout.
+    let started = tokio::time::Instant::now();
+    let mut silent = TcpStream::connect(gw.resp_addr()).await.unwrap();
+    let read = tokio::time::timeout(LIMIT, silent.read(&mut sink))
+        .await
+        .expect("closed in time");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+    // A plaintext command on the TLS port gets no plaintext answer.
+    let mut plain = TcpStream::connect(gw.resp_addr()).await.unwrap();
+    plain.write_all(b"PING\r\n").await.unwrap();
+    let read = tokio::time::timeout(LIMIT, plain.read(&mut sink))
+        .await
+        .expect("closed in time");
+    assert!(!matches!(read, Ok(n) if sink[..n].starts_with(b"+PONG")), "{read:?}");
 
     // Garbage instead of a ClientHello ends the connection at once.
     let mut garbage = TcpStream::connect(gw.gateway.s3_addr).await.unwrap();
