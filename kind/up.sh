@@ -21,12 +21,16 @@ docker build --target operator -t "ghcr.io/pgvs3/pgvs3-operator:$TAG" .
 kind load docker-image --name "$CLUSTER" "ghcr.io/pgvs3/pgvs3:$TAG" "ghcr.io/pgvs3/pgvs3-operator:$TAG"
 
 kubectl create namespace "$NAMESPACE" --dry-run=client -o yaml | kubectl apply -f -
+# Pools on CloudNativePG verify its TLS (verify-full against demo-ca) by default; the plain
+# servers of kind/postgres.yaml speak no TLS, so there the pools say sslMode: disable.
+postgres_tls=
 if kubectl get crd clusters.postgresql.cnpg.io >/dev/null 2>&1; then
     echo "CloudNativePG found: using docs/examples/cnpg-cluster.yaml"
     kubectl apply -f docs/examples/cnpg-cluster.yaml
     kubectl -n "$NAMESPACE" wait --for=condition=Ready cluster/demo --timeout=300s
 else
     echo "no CloudNativePG: plain primary + standby from kind/postgres.yaml"
+    postgres_tls='s|^    clusterName: demo$|    clusterName: demo\n    sslMode: disable|'
     kubectl apply -f kind/postgres.yaml
     kubectl -n "$NAMESPACE" rollout status statefulset/demo-primary --timeout=300s
     kubectl -n "$NAMESPACE" rollout status statefulset/demo-standby --timeout=300s
@@ -37,7 +41,8 @@ helm upgrade --install pgvs3-operator charts/pgvs3-operator \
     --set image.tag="$TAG" --set image.pullPolicy=Never --wait --timeout 180s
 
 for pool in docs/examples/gatewaypool-primary.yaml docs/examples/gatewaypool-standby.yaml; do
-    sed -e "s|^  role:|  image: ghcr.io/pgvs3/pgvs3:$TAG\n  imagePullPolicy: Never\n  role:|" "$pool" | kubectl apply -f -
+    sed -e "s|^  role:|  image: ghcr.io/pgvs3/pgvs3:$TAG\n  imagePullPolicy: Never\n  role:|" -e "${postgres_tls:-}" "$pool" |
+        kubectl apply -f -
 done
 kubectl -n "$NAMESPACE" wait --for=condition=Ready gatewaypool/demo-primary gatewaypool/demo-standby --timeout=300s
 kubectl get pgvs3 -A

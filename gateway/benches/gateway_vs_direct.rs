@@ -341,6 +341,7 @@ async fn main() -> anyhow::Result<()> {
         pg_bin: None,
         memory_budget: None,
         shared_buffers: None,
+        tls: None,
     })
     .await?;
     let config = server.connect_config();

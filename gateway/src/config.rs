@@ -45,6 +45,34 @@ pub struct DatabaseArgs {
     #[arg(long, global = true, env = "PGVS3_PG_POOL_WAIT_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub pg_pool_wait_timeout: Duration,
     // --- end database faults ---
+
+    // --- TLS ---
+    /// The embedded PostgreSQL also accepts TLS on 127.0.0.1 with this PEM certificate (with
+    /// --pg-embedded-tls-key); off by default (the gateway reaches it on its Unix socket).
+    #[arg(
+        long,
+        global = true,
+        env = "PGVS3_PG_EMBEDDED_TLS_CERT",
+        requires = "pg_embedded_tls_key"
+    )]
+    pub pg_embedded_tls_cert: Option<PathBuf>,
+
+    /// The PEM private key of --pg-embedded-tls-cert.
+    #[arg(
+        long,
+        global = true,
+        env = "PGVS3_PG_EMBEDDED_TLS_KEY",
+        requires = "pg_embedded_tls_cert"
+    )]
+    pub pg_embedded_tls_key: Option<PathBuf>,
+    // --- end TLS ---
+}
+
+impl DatabaseArgs {
+    /// The embedded server's certificate and key, when it is to speak TLS.
+    pub fn pg_embedded_tls(&self) -> Option<(PathBuf, PathBuf)> {
+        self.pg_embedded_tls_cert.clone().zip(self.pg_embedded_tls_key.clone())
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -275,6 +303,38 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_OJS_MAX_WAITING", default_value_t = 0)]
     pub ojs_max_waiting: usize,
 
+    // --- TLS ---
+    /// PEM certificate chain of the listeners; with --tls-key, S3, OJS and admin speak HTTPS
+    /// and RESP speaks TLS (as `redis-cli --tls`). Re-read when the files change.
+    #[arg(long, env = "PGVS3_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "PGVS3_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Listeners that stay plaintext although --tls-cert is given (e.g. `admin`, for probes
+    /// and scrapers without TLS): any of s3, resp, ojs, admin.
+    #[arg(long, env = "PGVS3_TLS_PLAINTEXT", value_delimiter = ',', value_enum)]
+    pub tls_plaintext: Vec<TlsListener>,
+
+    /// With TLS on, admin clients must present a certificate issued by this PEM CA.
+    #[arg(long, env = "PGVS3_ADMIN_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub admin_tls_client_ca: Option<PathBuf>,
+
+    /// During a move to TLS: a second, plaintext S3 listener on this address (off by default).
+    #[arg(long, env = "PGVS3_S3_PLAINTEXT_ADDR", requires = "tls_cert")]
+    pub s3_plaintext_addr: Option<SocketAddr>,
+
+    /// During a move to TLS: a second, plaintext RESP listener on this address (off by default).
+    #[arg(long, env = "PGVS3_RESP_PLAINTEXT_ADDR", requires = "tls_cert")]
+    pub resp_plaintext_addr: Option<SocketAddr>,
+
+    /// During a move to TLS: a second, plaintext OJS listener on this address (off by default).
+    #[arg(long, env = "PGVS3_OJS_PLAINTEXT_ADDR", requires = "tls_cert")]
+    pub ojs_plaintext_addr: Option<SocketAddr>,
+    // --- end TLS ---
+
     // --- cache tier ---
     /// Origin fills running at once in this gateway over all cache buckets (each cache bucket
     /// also has its own limit, set with its origin).
@@ -305,6 +365,15 @@ pub struct ServeArgs {
     /// ... and at most this many requests started per second (0: unlimited).
     #[arg(long, env = "PGVS3_SIMULATE_RPS", default_value_t = 0)]
     pub simulate_rps: u32,
+}
+
+/// A listener that may stay plaintext (`--tls-plaintext`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TlsListener {
+    S3,
+    Resp,
+    Ojs,
+    Admin,
 }
 
 /// A listen address that can be switched off.

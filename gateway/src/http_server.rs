@@ -1,7 +1,7 @@
 //! The accept loop every HTTP front shares: a cap on open connections, deadlines for a client's
 //! first request, its idle keep-alive and its request bodies, TCP_NODELAY on each socket,
-//! HTTP/1.1 keep-alive and HTTP/2 (by preface), and a graceful drain of in-flight requests on
-//! shutdown.
+//! HTTP/1.1 keep-alive and HTTP/2 (by preface, or ALPN under TLS), TLS when the listener has a
+//! certificate, and a graceful drain of in-flight requests on shutdown.
 //!
 //! Everything here runs before a request is authenticated, so it spends only a file descriptor
 //! and a task per connection, both bounded by the cap and released when the connection ends
@@ -16,9 +16,11 @@ use hyper::body::Incoming;
 use hyper::service::Service;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, Semaphore, watch};
+use tokio::time::Instant as Deadline;
+use tokio_rustls::TlsAcceptor;
 
 use crate::metrics::Metrics;
 use crate::request_body::RequestBody;
@@ -51,7 +53,8 @@ impl Shutdown {
 pub struct HttpLimits {
     /// Connections open at once; the next one is answered 503 and closed.
     pub max_connections: usize,
-    /// A new connection must deliver its first request head within this.
+    /// A new connection must deliver its first request head within this (its TLS handshake
+    /// included).
     pub first_request_timeout: Duration,
     /// HTTP/1.1: an idle keep-alive connection must deliver its next request head within this
     /// (hyper's header-read timer covers the idle wait and the head alike). HTTP/2: the PING
@@ -63,11 +66,14 @@ pub struct HttpLimits {
 
 /// One listener: its name (a metric label), its bounds, and the answer for a connection beyond
 /// the cap, in the protocol's own terms.
+#[derive(Clone)]
 pub struct Listener {
     pub name: &'static str,
     pub limits: HttpLimits,
     /// A whole HTTP/1.1 response (status line to body), written once without waiting.
     pub busy_response: Bytes,
+    /// HTTPS: the handshake each connection runs first.
+    pub tls: Option<TlsAcceptor>,
 }
 
 /// A 503 with Retry-After and `Connection: close`, for [`Listener::busy_response`].
@@ -102,6 +108,7 @@ pub async fn serve<S, B>(
         name,
         limits,
         busy_response,
+        tls,
     } = settings;
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // Small responses go out with their headers in one write; with Nagle off nothing waits for
@@ -116,6 +123,7 @@ pub async fn serve<S, B>(
         .timer(hyper_util::rt::TokioTimer::new())
         .keep_alive_interval(limits.idle_timeout)
         .keep_alive_timeout(limits.first_request_timeout);
+    let builder = Arc::new(builder);
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(limits.max_connections.clamp(1, Semaphore::MAX_PERMITS)));
     let open = metrics.http_connections.with_label_values(&[name]);
@@ -139,34 +147,43 @@ pub async fn serve<S, B>(
         };
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
             refused.inc();
-            refuse(&stream, &busy_response);
+            // A TLS client could not read a plaintext answer: it is closed without one.
+            if tls.is_none() {
+                refuse(&stream, &busy_response);
+            }
             continue;
         };
         if let Err(err) = stream.set_nodelay(true) {
             tracing::debug!(error = %err, "TCP_NODELAY");
         }
         let first_request = Arc::new(Notify::new());
-        let service = Requests {
-            inner: service.clone(),
-            first_request: Arc::clone(&first_request),
-            body_idle_timeout: limits.body_idle_timeout,
+        let connection = Connection {
+            service: Requests {
+                inner: service.clone(),
+                first_request: Arc::clone(&first_request),
+                body_idle_timeout: limits.body_idle_timeout,
+            },
+            builder: Arc::clone(&builder),
+            // Taken now: a shutdown from here on reaches the connection, however long its
+            // handshake takes.
+            watcher: graceful.watcher(),
+            first_request,
+            deadline: Deadline::now() + limits.first_request_timeout,
+            timed_out: timed_out.clone(),
+            peer,
         };
-        let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-        let connection = graceful.watch(connection);
-        let (open, timed_out) = (open.clone(), timed_out.clone());
+        let (open, tls) = (open.clone(), tls.clone());
         open.inc();
         tokio::spawn(async move {
             // Dropped however the task ends, a panic included: the slot and the gauge follow.
             let _open = OpenConnection { _slot: slot, open };
-            tokio::pin!(connection);
-            tokio::select! {
-                ended = &mut connection => if let Err(err) = ended {
-                    tracing::debug!(error = %err, %peer, "connection ended with an error");
+            match tls {
+                None => connection.serve(stream).await,
+                Some(tls) => match tokio::time::timeout_at(connection.deadline, tls.accept(stream)).await {
+                    Ok(Ok(stream)) => connection.serve(stream).await,
+                    Ok(Err(err)) => tracing::debug!(error = %err, %peer, "TLS handshake failed"),
+                    Err(_) => connection.expired(),
                 },
-                () = first_request_deadline(&first_request, limits.first_request_timeout) => {
-                    timed_out.inc();
-                    tracing::debug!(%peer, "closed a connection that sent no request in time");
-                }
             }
         });
     }
@@ -177,9 +194,62 @@ pub async fn serve<S, B>(
     }
 }
 
-/// Completes when `limit` passes before the connection's first request; never, once it came.
-async fn first_request_deadline(first_request: &Notify, limit: Duration) {
-    if tokio::time::timeout(limit, first_request.notified()).await.is_ok() {
+/// One accepted connection, until its first request: what serves it, and the deadline for
+/// that request.
+struct Connection<S> {
+    service: Requests<S>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    watcher: Watcher,
+    first_request: Arc<Notify>,
+    deadline: Deadline,
+    timed_out: prometheus::IntCounter,
+    peer: std::net::SocketAddr,
+}
+
+impl<S, B> Connection<S>
+where
+    S: Service<http::Request<RequestBody>, Response = http::Response<B>, Error = Infallible> + Send + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    /// Serves HTTP on `io` (a socket, or a TLS session on one) until the connection ends.
+    async fn serve<IO>(self, io: IO)
+    where
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let connection = self
+            .builder
+            .serve_connection(TokioIo::new(io), self.service)
+            .into_owned();
+        let connection = self.watcher.watch(connection);
+        tokio::pin!(connection);
+        let peer = self.peer;
+        tokio::select! {
+            ended = &mut connection => if let Err(err) = ended {
+                tracing::debug!(error = %err, %peer, "connection ended with an error");
+            },
+            () = first_request_deadline(&self.first_request, self.deadline) => {
+                self.timed_out.inc();
+                tracing::debug!(%peer, "closed a connection that sent no request in time");
+            }
+        }
+    }
+
+    /// The handshake outlasted the first request's deadline.
+    fn expired(&self) {
+        self.timed_out.inc();
+        tracing::debug!(peer = %self.peer, "closed a connection that completed no TLS handshake in time");
+    }
+}
+
+/// Completes when `deadline` passes before the connection's first request; never, once it came.
+async fn first_request_deadline(first_request: &Notify, deadline: Deadline) {
+    if tokio::time::timeout_at(deadline, first_request.notified())
+        .await
+        .is_ok()
+    {
         std::future::pending::<()>().await;
     }
 }

@@ -23,3 +23,4 @@ pub mod serve;
 pub mod simulate;
 pub mod store;
 pub mod telemetry;
+pub mod tls;

@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 
 use crate::admin::AdminService;
 use crate::cache::CacheTier;
-use crate::config::{DatabaseArgs, ServeArgs};
+use crate::config::{DatabaseArgs, ServeArgs, TlsListener};
 use crate::http_server::{self, ShutdownTrigger};
 use crate::master_key::{MasterKey, random_token};
 use crate::metrics::Metrics;
@@ -27,6 +27,8 @@ pub struct RunningGateway {
     pub resp_addr: Option<SocketAddr>,
     /// The OJS endpoint, unless disabled.
     pub ojs_addr: Option<SocketAddr>,
+    /// The plaintext S3 twin of a TLS endpoint (`--s3-plaintext-addr`).
+    pub s3_plaintext_addr: Option<SocketAddr>,
     pub store: Store,
     shutdown: ShutdownTrigger,
     servers: Vec<JoinHandle<()>>,
@@ -48,6 +50,8 @@ pub fn master_key(args: &DatabaseArgs) -> anyhow::Result<MasterKey> {
 impl RunningGateway {
     pub async fn start(args: &ServeArgs) -> anyhow::Result<RunningGateway> {
         let master_key = master_key(&args.database)?;
+        // Before anything starts: a certificate that does not load stops the start.
+        let tls = crate::tls::ListenerTls::from_args(args)?;
         let mut database = Database::open(&args.database).await?;
         let metrics = Metrics::new();
         // An embedded server is supervised from here on, so one lost during the rest of the
@@ -72,6 +76,8 @@ impl RunningGateway {
         let admin_listener = TcpListener::bind(args.admin_addr)
             .await
             .with_context(|| format!("binding admin on {} (change it with --admin-addr)", args.admin_addr))?;
+        let s3_plaintext = bind_plaintext(args.s3_plaintext_addr, "--s3-plaintext-addr").await?;
+        let s3_plaintext_addr = s3_plaintext.as_ref().map(TcpListener::local_addr).transpose()?;
         let s3_addr = s3_listener.local_addr()?;
         let admin_addr = admin_listener.local_addr()?;
         let (shutdown, signal) = http_server::shutdown_channel();
@@ -107,49 +113,31 @@ impl RunningGateway {
             name: "s3",
             limits: args.http_limits(args.s3_max_connections),
             busy_response: crate::s3::busy_response(),
+            tls: tls.s3.clone(),
         };
-        let s3_server = if simulated.any() {
+        let s3_listeners = (s3_listener, s3_plaintext);
+        let http = (signal.clone(), args.shutdown_timeout, metrics.clone());
+        let mut servers = if simulated.any() {
             tracing::warn!(?simulated, "the S3 endpoint simulates a constrained remote store");
-            tokio::spawn(http_server::serve(
-                s3_listener,
-                crate::simulate::Constrained::new(endpoint, simulated),
-                signal.clone(),
-                args.shutdown_timeout,
-                s3_settings,
-                metrics.clone(),
-            ))
+            let endpoint = crate::simulate::Constrained::new(endpoint, simulated);
+            spawn_http(s3_listeners, endpoint, s3_settings, &http)
         } else {
-            tokio::spawn(http_server::serve(
-                s3_listener,
-                endpoint,
-                signal.clone(),
-                args.shutdown_timeout,
-                s3_settings,
-                metrics.clone(),
-            ))
+            spawn_http(s3_listeners, endpoint, s3_settings, &http)
         };
         let admin_settings = http_server::Listener {
             name: "admin",
             limits: args.http_limits(args.admin_max_connections),
             busy_response: http_server::busy_response("text/plain", "too many connections\n"),
+            tls: tls.admin.clone(),
         };
-        let mut servers = vec![
-            s3_server,
-            tokio::spawn(http_server::serve(
-                admin_listener,
-                admin,
-                signal.clone(),
-                args.shutdown_timeout,
-                admin_settings,
-                metrics.clone(),
-            )),
-        ];
+        servers.extend(spawn_http((admin_listener, None), admin, admin_settings, &http));
         // --- RESP ---
         let mut resp_addr = None;
         if let Some(addr) = args.resp_addr.0 {
             let listener = TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("binding RESP on {addr} (change it with --resp-addr, or --resp-addr off)"))?;
+            let plaintext = bind_plaintext(args.resp_plaintext_addr, "--resp-plaintext-addr").await?;
             let bound = listener.local_addr()?;
             let settings = crate::resp::RespSettings::from_args(args, bound);
             let server = crate::resp::RespServer::new(
@@ -161,10 +149,20 @@ impl RunningGateway {
                 buffers,
             )
             .await?;
+            if let Some(plaintext) = plaintext {
+                let server = Arc::clone(&server);
+                servers.push(tokio::spawn(server.serve(
+                    plaintext,
+                    signal.clone(),
+                    args.shutdown_timeout,
+                    None,
+                )));
+            }
             servers.push(tokio::spawn(server.serve(
                 listener,
                 signal.clone(),
                 args.shutdown_timeout,
+                tls.resp.clone(),
             )));
             resp_addr = Some(bound);
         }
@@ -176,6 +174,7 @@ impl RunningGateway {
                 let listener = TcpListener::bind(addr)
                     .await
                     .with_context(|| format!("binding OJS on {addr} (change it with --ojs-addr, or --ojs-addr off)"))?;
+                let plaintext = bind_plaintext(args.ojs_plaintext_addr, "--ojs-plaintext-addr").await?;
                 let bound = listener.local_addr()?;
                 let options = crate::ojs::OjsOptions {
                     allow_reset: args.ojs_allow_reset,
@@ -191,15 +190,9 @@ impl RunningGateway {
                     name: "ojs",
                     limits: args.http_limits(args.ojs_max_connections),
                     busy_response: crate::ojs::busy_response(),
+                    tls: tls.ojs.clone(),
                 };
-                servers.push(tokio::spawn(http_server::serve(
-                    listener,
-                    service,
-                    signal.clone(),
-                    args.shutdown_timeout,
-                    settings,
-                    metrics.clone(),
-                )));
+                servers.extend(spawn_http((listener, plaintext), service, settings, &http));
                 Some(bound)
             }
             None => None,
@@ -230,6 +223,7 @@ impl RunningGateway {
             admin_addr,
             resp_addr,
             ojs_addr,
+            s3_plaintext_addr,
             store,
             shutdown,
             servers,
@@ -249,6 +243,63 @@ impl RunningGateway {
         }
         self.database.close().await
     }
+}
+
+/// Binds a listener's plaintext twin, when asked for one.
+async fn bind_plaintext(addr: Option<SocketAddr>, flag: &str) -> anyhow::Result<Option<TcpListener>> {
+    let Some(addr) = addr else { return Ok(None) };
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr} ({flag})"))?;
+    Ok(Some(listener))
+}
+
+/// Serves `service` on a listener and on its plaintext twin, if any (which shares the name,
+/// hence the metrics, and has a connection cap of its own).
+fn spawn_http<S, B>(
+    (listener, plaintext): (TcpListener, Option<TcpListener>),
+    service: S,
+    settings: http_server::Listener,
+    (signal, drain, metrics): &(http_server::Shutdown, Duration, Metrics),
+) -> Vec<JoinHandle<()>>
+where
+    S: hyper::service::Service<
+            http::Request<crate::request_body::RequestBody>,
+            Response = http::Response<B>,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut servers = Vec::new();
+    if let Some(plaintext) = plaintext {
+        let settings = http_server::Listener {
+            tls: None,
+            ..settings.clone()
+        };
+        servers.push(tokio::spawn(http_server::serve(
+            plaintext,
+            service.clone(),
+            signal.clone(),
+            *drain,
+            settings,
+            metrics.clone(),
+        )));
+    }
+    servers.push(tokio::spawn(http_server::serve(
+        listener,
+        service,
+        signal.clone(),
+        *drain,
+        settings,
+        metrics.clone(),
+    )));
+    servers
 }
 
 /// Every connection the gateway may hold at once is a descriptor: say so at start when the
@@ -286,17 +337,23 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     show_generated_root_key(gateway.store.catalog()).await?;
     // Before the S3 line, which scripts (and the CLI tests) read as "ready" and then may stop
     // reading stdout.
+    let tls = |listener| args.tls_cert.is_some() && !args.tls_plaintext.contains(&listener);
+    let http = |listener| if tls(listener) { "https" } else { "http" };
     if let Some(resp_addr) = gateway.resp_addr {
-        println!("pgvs3 RESP endpoint: redis://{resp_addr}");
+        let scheme = if tls(TlsListener::Resp) { "rediss" } else { "redis" };
+        println!("pgvs3 RESP endpoint: {scheme}://{resp_addr}");
     }
     // One line: whoever reads it may close the pipe right after.
     let ojs = gateway
         .ojs_addr
-        .map(|addr| format!("  OJS: http://{addr}/ojs/v1"))
+        .map(|addr| format!("  OJS: {}://{addr}/ojs/v1", http(TlsListener::Ojs)))
         .unwrap_or_default();
     println!(
-        "pgvs3 S3 endpoint: http://{}  (metrics: http://{}/metrics){ojs}",
-        gateway.s3_addr, gateway.admin_addr
+        "pgvs3 S3 endpoint: {}://{}  (metrics: {}://{}/metrics){ojs}",
+        http(TlsListener::S3),
+        gateway.s3_addr,
+        http(TlsListener::Admin),
+        gateway.admin_addr
     );
 
     wait_for_signal().await?;

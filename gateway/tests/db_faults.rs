@@ -251,6 +251,7 @@ async fn external_postgres_restart_is_ridden_out_and_listen_resumes() {
         pg_bin: None,
         memory_budget: Some(1 << 30),
         shared_buffers: Some(32 << 20),
+        tls: None,
     })
     .await
     .unwrap();

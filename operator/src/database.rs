@@ -6,12 +6,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
+use pgvs3_pgtls::PgTls;
 use pgvs3_secret::MasterKey;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{Client, Config};
 
 use crate::context::{Context, Error, Result};
-use crate::crd::{GatewayPool, PoolRole, Verdict, waiting};
+use crate::crd::{GatewayPool, POSTGRES_CA_KEY, PoolRole, Verdict, waiting};
 use crate::kube_ops;
 
 /// Where and as whom the operator reaches a pool's database.
@@ -22,6 +23,9 @@ pub struct Connection {
     pub database: String,
     pub user: String,
     pub password: String,
+    /// The pool's `sslMode`, and the connector that applies it (with the pool's CA).
+    pub ssl_mode: pgvs3_pgtls::SslMode,
+    pub tls: PgTls,
 }
 
 impl Connection {
@@ -75,12 +79,32 @@ pub async fn bind(ctx: &Context, namespace: &str, pool_name: &str) -> Result<Res
         Some(_) => format!("{}.{namespace}.svc", postgres.host(PoolRole::Primary)),
         None => postgres.host(PoolRole::Primary),
     };
+    let roots = match postgres.ca_secret() {
+        None => Vec::new(),
+        Some(name) => {
+            let Some(ca) = secrets.get_opt(&name).await? else {
+                return Ok(Err(waiting(
+                    "TlsUnavailable",
+                    &format!("TLS Secret {name} does not exist"),
+                )));
+            };
+            let pem = kube_ops::secret_text(&ca, POSTGRES_CA_KEY)?;
+            pgvs3_pgtls::pem_certs(pem.as_bytes()).map_err(|err| Error::Secret {
+                secret: name,
+                problem: format!("{POSTGRES_CA_KEY}: {err:#}"),
+            })?
+        }
+    };
+    let mode = pgvs3_pgtls::SslMode::parse(postgres.ssl_mode().as_str()).expect("the CRD's modes are libpq's");
+    let tls = PgTls::new(mode, roots, None).map_err(|err| Error::InvalidSpec(format!("{err:#}")))?;
     let connection = Connection {
         host,
         port: u16::try_from(postgres.port()).unwrap_or(5432),
         database: postgres.database().to_string(),
         user: kube_ops::secret_text(&credentials, "username")?,
         password: kube_ops::secret_text(&credentials, "password")?,
+        ssl_mode: mode,
+        tls,
     };
     let master_key = MasterKey::from_text(&kube_ops::secret_text(&master, &master_ref.key)?);
     Ok(Ok(Binding {
@@ -117,7 +141,8 @@ pub async fn connect(connection: &Connection) -> Result<Client> {
         .password(&connection.password)
         .application_name("pgvs3-operator")
         .connect_timeout(Duration::from_secs(5))
-        .connect(NoTls)
+        .ssl_mode(connection.ssl_mode.negotiation())
+        .connect(connection.tls.clone())
         .await
         .map_err(|source| Error::CatalogConnect {
             target: connection.describe(),

@@ -200,6 +200,8 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
                 pool.spec.postgres.credentials_secret() == secret
                     || pool.spec.master_key_ref(&pool.name_any()).name == secret
                     || pool.spec.protocols.ojs_token_secret() == Some(secret)
+                    || pool.spec.tls.as_ref().is_some_and(|tls| tls.secret_ref == secret)
+                    || pool.spec.postgres.ca_secret().as_deref() == Some(secret)
             }),
         )
         .watches(

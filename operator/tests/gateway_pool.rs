@@ -30,6 +30,11 @@ fn setup(role: &str) -> (Arc<Context>, FakeApi) {
         "spec": {"role": role, "postgres": {"clusterName": "db"}},
     }));
     fake.insert(secret("db-app", "app", "first-password"));
+    // CloudNativePG's CA, which the pool verifies the database against by default.
+    fake.insert(json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-ca", "namespace": "team"},
+        "data": {"ca.crt": b64("-----BEGIN CERTIFICATE-----\n")},
+    }));
     // A Standby pool starts on a cluster whose `-ro` Service does not exist yet.
     for service in ["db-rw", "db-ro"] {
         if role == "Primary" || service == "db-rw" {

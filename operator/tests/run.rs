@@ -30,6 +30,9 @@ const WATCHED: [&str; 9] = [
     "/apis/autoscaling/v2/horizontalpodautoscalers",
 ];
 
+/// A CA certificate standing for CloudNativePG's `db-ca` (the database is unreachable here).
+const FIXTURE_CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBdzCCAR2gAwIBAgIUbFxdJEmKIafYQqJF4wSV10NNLxkwCgYIKoZIzj0EAwIw\nEDEOMAwGA1UEAwwFZGItY2EwIBcNMjYxMjAxMTIyNTQyWhgPMjEyNjExMDcxMjI1\nNDJaMBAxDjAMBgNVBAMMBWRiLWNhMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\nvyS/ec4bFgInCgBJMyKzknwuKDQmebO7L6R/AV53uUBGPepJp8laUNIg6kocIap/\npBpmL4dw+Y1kBa6A3ni3gKNTMFEwHQYDVR0OBBYEFHynK28lcUKol7omTaL+YSyu\nVXdhMB8GA1UdIwQYMBaAFHynK28lcUKol7omTaL+YSyuVXdhMA8GA1UdEwEB/wQF\nMAMBAf8wCgYIKoZIzj0EAwIDSAAwRQIgc7KI3uPl8PUgkh7U7DlMEYpUOXMXgmRi\njZX+osbh4h8CIQDaV93isphKlasIL6liDHmIKJgbztzjoTfFlmMHv/Yqjg==\n-----END CERTIFICATE-----\n";
+
 /// A Primary pool on CloudNativePG cluster `db` with its Services and credentials.
 fn fake_with_pool() -> FakeApi {
     let (_, fake) = FakeApi::start();
@@ -41,6 +44,11 @@ fn fake_with_pool() -> FakeApi {
     fake.insert(json!({
         "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-app", "namespace": "team"},
         "data": {"username": b64("app"), "password": b64("first-password")},
+    }));
+    // CloudNativePG's CA, which the pool verifies the database against by default.
+    fake.insert(json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-ca", "namespace": "team"},
+        "data": {"ca.crt": b64(FIXTURE_CA)},
     }));
     for service in ["db-rw", "db-ro"] {
         fake.insert(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": service, "namespace": "team"}}));

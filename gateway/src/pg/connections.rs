@@ -14,8 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool_postgres::Connect;
+use pgvs3_pgtls::PgTls;
 use tokio::task::{AbortHandle, JoinHandle};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 /// TCP keepalives notice a peer that went away (a host or network gone) on connections that sit
 /// idle, such as the catalog's LISTEN connection; the health probe covers the rest.
@@ -28,6 +29,9 @@ const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Clone, Default)]
 pub struct Connections {
     inner: Arc<Registry>,
+    /// How every connection negotiates TLS (the `sslmode` of `--database-url`; the default
+    /// encrypts when the config's mode asks, verifying nothing).
+    tls: PgTls,
 }
 
 #[derive(Default)]
@@ -37,6 +41,18 @@ struct Registry {
 }
 
 impl Connections {
+    pub fn new(tls: PgTls) -> Connections {
+        Connections {
+            inner: Arc::default(),
+            tls,
+        }
+    }
+
+    /// The TLS connector, for a connection opened outside [`Connections::connect`].
+    pub fn tls(&self) -> PgTls {
+        self.tls.clone()
+    }
+
     /// Runs a connection's driver (the task doing its I/O) so that [`Connections::sever_all`]
     /// can end it.
     pub fn spawn<T: Send + 'static>(&self, driver: impl Future<Output = T> + Send + 'static) -> JoinHandle<T> {
@@ -78,7 +94,7 @@ impl Connections {
     }
 
     async fn open(&self, config: &tokio_postgres::Config) -> Result<(Client, JoinHandle<()>), tokio_postgres::Error> {
-        let (client, connection) = session_settings(config).connect(NoTls).await?;
+        let (client, connection) = session_settings(config).connect(self.tls()).await?;
         let driver = self.spawn(async move {
             if let Err(error) = connection.await {
                 // The health probe reports an outage once; every connection repeating it adds

@@ -57,6 +57,10 @@ pub struct EmbeddedOptions {
     /// `shared_buffers` in bytes (`--pg-shared-buffers`); `None`: a quarter of the memory
     /// budget, capped at [`DEFAULT_SHARED_BUFFERS_CAP`].
     pub shared_buffers: Option<u64>,
+    /// TLS for clients on 127.0.0.1 (`--pg-embedded-tls-cert`/`-key`): the server's PEM
+    /// certificate and key, copied into the cluster for the server account. The gateway
+    /// itself stays on the Unix socket, where PostgreSQL never speaks TLS.
+    pub tls: Option<(PathBuf, PathBuf)>,
 }
 
 /// The default `shared_buffers` stops at 1 GiB: the embedded server is the single-host and
@@ -113,6 +117,9 @@ impl EmbeddedPostgres {
             ("unix_socket_directories", quote_list_item(&socket_dir)),
             ("unix_socket_permissions", "0700".to_owned()),
         ]);
+        if let Some((cert, key)) = &opts.tls {
+            settings.extend(install_tls(cert, key, &cluster_dir, &account)?);
+        }
 
         let server = Server {
             postgres: bin.join("postgres"),
@@ -714,6 +721,27 @@ async fn lock_exclusive(dir: &Path) -> Result<File> {
     locked.with_context(|| format!("locking {}", dir.display()))
 }
 
+/// Copies the server certificate and key where the server account can read them and only it
+/// (PostgreSQL refuses a key others may read), and names them in the server's settings.
+fn install_tls(
+    cert: &Path,
+    key: &Path,
+    cluster_dir: &Path,
+    account: &ServerAccount,
+) -> Result<[(&'static str, String); 3]> {
+    let mut installed = Vec::new();
+    for (from, name) in [(cert, "server.crt"), (key, "server.key")] {
+        let pem = fs::read_to_string(from).with_context(|| format!("reading {}", from.display()))?;
+        let to = cluster_dir.join(name);
+        write_private(&to, &pem)?;
+        account.chown(&to)?;
+        // A plain path: `-c` takes a string setting's value as it is.
+        installed.push(to.to_string_lossy().into_owned());
+    }
+    let [cert, key] = <[String; 2]>::try_from(installed).expect("two files");
+    Ok([("ssl", "on".to_owned()), ("ssl_cert_file", cert), ("ssl_key_file", key)])
+}
+
 fn write_private(path: &Path, contents: &str) -> Result<()> {
     let mut file = OpenOptions::new()
         .write(true)
@@ -777,7 +805,9 @@ fn socket_config(socket_dir: &Path, port: u16) -> tokio_postgres::Config {
         .host_path(socket_dir)
         .port(port)
         .user(SUPERUSER)
-        .dbname("postgres");
+        .dbname("postgres")
+        // PostgreSQL never speaks TLS on a Unix socket: asking would cost a round trip.
+        .ssl_mode(tokio_postgres::config::SslMode::Disable);
     config
 }
 
@@ -1042,6 +1072,7 @@ mod tests {
                 pg_bin: None,
                 memory_budget: Some(512 * MB),
                 shared_buffers: Some(32 * MB),
+                tls: None,
             }
         }
     }

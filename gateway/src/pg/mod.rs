@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use pgvs3_pgtls::PgTls;
 
 use crate::config::DatabaseArgs;
 use crate::metrics::Metrics;
@@ -41,10 +42,14 @@ impl Database {
     /// Connects as `serve` does: the URL when given, else the embedded PostgreSQL in the data dir,
     /// started now (or reused when a `serve` on the same data dir already runs it).
     pub async fn open(args: &DatabaseArgs) -> anyhow::Result<Database> {
-        let (config, embedded) = match &args.database_url {
-            Some(url) => (url.parse().context("invalid --database-url")?, None),
+        let (config, tls, embedded) = match &args.database_url {
+            Some(url) => {
+                let (config, tls) = pgvs3_pgtls::parse(url).context("invalid --database-url")?;
+                (config, tls, None)
+            }
+            // The embedded server is reached on its Unix socket, where TLS has no use.
             None => match embedded::running_cluster(&args.data_dir) {
-                Some(config) if answers(&config).await => (config, None),
+                Some(config) if answers(&config).await => (config, PgTls::default(), None),
                 running => {
                     if running.is_some() {
                         // A server orphaned by a killed gateway is still shutting down (it
@@ -56,15 +61,16 @@ impl Database {
                         pg_bin: args.pg_bin.clone(),
                         memory_budget: None,
                         shared_buffers: args.pg_shared_buffers,
+                        tls: args.pg_embedded_tls(),
                     })
                     .await?;
-                    (server.connect_config(), Some(server))
+                    (server.connect_config(), PgTls::default(), Some(server))
                 }
             },
         };
         let mut config = config;
         config.connect_timeout(args.pg_connect_timeout);
-        let connections = Connections::default();
+        let connections = Connections::new(tls);
         let pool = build_pool(
             config.clone(),
             args.pool_size,
@@ -158,6 +164,9 @@ async fn wait_until_reachable(pool: &Pool) -> anyhow::Result<()> {
     loop {
         match pool.get().await {
             Ok(_) => return Ok(()),
+            Err(err) if pgvs3_pgtls::certificate_refused(&err) => {
+                bail!("PostgreSQL's TLS certificate is refused (see sslmode, sslrootcert): {err}")
+            }
             Err(err) if tokio::time::Instant::now() + delay < deadline => {
                 tracing::warn!(error = %err, "PostgreSQL not reachable yet; retrying");
                 tokio::time::sleep(delay).await;

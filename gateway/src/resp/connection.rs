@@ -9,8 +9,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tracing::Instrument;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::clients::Registration;
 use super::codec::{Reply, RequestParser};
@@ -112,7 +111,8 @@ impl Connection {
         }
     }
 
-    pub async fn run(mut self, mut stream: TcpStream, mut shutdown: Shutdown) {
+    /// Serves the connection on `stream`: a socket, or a TLS session on one.
+    pub async fn run<S: AsyncRead + AsyncWrite + Unpin>(mut self, mut stream: S, mut shutdown: Shutdown) {
         let mut input = BytesMut::with_capacity(READ_SIZE);
         let mut output = BytesMut::with_capacity(16 * 1024);
         let mut input_budget = InputBudget::new(self.server.buffers.clone());
@@ -1235,7 +1235,7 @@ const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 /// socket with unread input makes the kernel reset the connection, and a client still sending
 /// (a large request) would see the reset instead of the error. So: end our side, then read and
 /// drop the client's remaining input until it ends its side, for a short while at most.
-async fn close_after_error(stream: &mut TcpStream) {
+async fn close_after_error<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S) {
     if stream.shutdown().await.is_err() {
         return;
     }

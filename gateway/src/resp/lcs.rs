@@ -83,10 +83,11 @@ pub fn lcs(a: &[u8], b: &[u8], min_len: usize) -> Lcs {
             }
             emit = range.is_some();
         }
-        if emit && let Some(found) = range.take() {
-            if min_len == 0 || found.len() >= min_len {
-                matches.push(found);
-            }
+        if emit
+            && let Some(found) = range.take()
+            && (min_len == 0 || found.len() >= min_len)
+        {
+            matches.push(found);
         }
     }
     Lcs { sequence, matches }

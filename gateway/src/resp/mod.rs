@@ -148,8 +148,16 @@ impl RespServer {
         }))
     }
 
-    /// Accepts connections until shutdown, then lets each finish the batch it is running.
-    pub async fn serve(self: Arc<Self>, listener: TcpListener, mut shutdown: Shutdown, drain: Duration) {
+    /// Accepts connections until shutdown, then lets each finish the batch it is running. With
+    /// `tls`, each connection's handshake must end within `--resp-first-byte-timeout` (10 s
+    /// when that is off).
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: TcpListener,
+        mut shutdown: Shutdown,
+        drain: Duration,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) {
         let mut connections = JoinSet::new();
         loop {
             let (mut stream, peer) = tokio::select! {
@@ -178,11 +186,30 @@ impl RespServer {
             }
             let info = clients::ClientInfo::new(peer, stream.local_addr().unwrap_or(peer));
             let Some(registration) = self.clients.register(self.settings.max_clients, info) else {
-                let _ = stream.write_all(b"-ERR max number of clients reached\r\n").await;
+                // A TLS client could not read a plaintext answer: it is closed without one.
+                if tls.is_none() {
+                    let _ = stream.write_all(b"-ERR max number of clients reached\r\n").await;
+                }
                 continue;
             };
             let connection = connection::Connection::new(Arc::clone(&self), registration);
-            connections.spawn(connection.run(stream, shutdown.clone()));
+            match &tls {
+                None => {
+                    connections.spawn(connection.run(stream, shutdown.clone()));
+                }
+                Some(tls) => {
+                    let handshake = tls.accept(stream);
+                    let limit = self.settings.first_byte_timeout.unwrap_or(TLS_HANDSHAKE_TIMEOUT);
+                    let shutdown = shutdown.clone();
+                    connections.spawn(async move {
+                        match tokio::time::timeout(limit, handshake).await {
+                            Ok(Ok(stream)) => connection.run(stream, shutdown).await,
+                            Ok(Err(err)) => tracing::debug!(error = %err, %peer, "RESP TLS handshake failed"),
+                            Err(_) => tracing::debug!(%peer, "RESP TLS handshake not done in time"),
+                        }
+                    });
+                }
+            }
         }
         drop(listener);
         let drained = tokio::time::timeout(drain, async { while connections.join_next().await.is_some() {} }).await;
@@ -192,3 +219,6 @@ impl RespServer {
         tracing::info!(server = "resp", "drained");
     }
 }
+
+/// How long a TLS handshake may take when `--resp-first-byte-timeout` is off.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -249,7 +249,7 @@ impl Catalog {
         use futures::StreamExt;
         let connect_timeout = config.get_connect_timeout().copied().unwrap_or(LISTEN_CONNECT_TIMEOUT);
         let (client, mut connection) =
-            tokio::time::timeout(connect_timeout, session_settings(config).connect(tokio_postgres::NoTls))
+            tokio::time::timeout(connect_timeout, session_settings(config).connect(connections.tls()))
                 .await
                 .map_err(|_| anyhow::anyhow!("no connection within {connect_timeout:?}"))??;
         let (notify, mut notified) = tokio::sync::mpsc::channel::<()>(1);

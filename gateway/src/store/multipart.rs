@@ -225,7 +225,7 @@ impl Store {
             inline: None,
             body_id: Some(upload_id),
         };
-        let last_modified = self.write_object_row(&tx, &bucket, &row, condition).await?;
+        let last_modified = self.write_object_row(&tx, bucket, &row, condition).await?;
         tx.commit().await?;
         Ok(PutOutcome {
             etag,

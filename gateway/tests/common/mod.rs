@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod certs;
 pub mod faults;
 pub mod ojs;
 pub mod raw;
@@ -54,6 +55,7 @@ fn cluster() -> &'static Cluster {
                     memory_budget: Some(1 << 30),
                     // Test binaries run side by side, each with clusters of its own.
                     shared_buffers: Some(32 << 20),
+                    tls: None,
                 }))
                 .expect("start the test PostgreSQL");
             let config = server.connect_config();
@@ -139,6 +141,7 @@ pub fn primary_and_standby(name: &str) -> (ClusterAddress, ClusterAddress) {
             pg_bin: None,
             memory_budget: Some(1 << 30),
             shared_buffers: Some(32 << 20),
+            tls: None,
         };
         let primary = runtime
             .block_on(EmbeddedPostgres::start(options("primary")))
@@ -155,6 +158,36 @@ pub fn primary_and_standby(name: &str) -> (ClusterAddress, ClusterAddress) {
         }
     });
     receiver.recv().expect("cluster pair thread")
+}
+
+/// A cluster of its own that also accepts TLS (ssl=on) on 127.0.0.1 with `server`'s
+/// certificate, for the sslmode tests.
+pub fn tls_cluster(name: &str, server: &certs::Issued) -> ClusterAddress {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let data_dir = std::env::temp_dir().join(format!("pgvs3-test-{}-tls-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data_dir);
+    let tls = (server.cert.clone(), server.key.clone());
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let server = runtime
+            .block_on(EmbeddedPostgres::start(EmbeddedOptions {
+                data_dir,
+                pg_bin: None,
+                memory_budget: Some(1 << 30),
+                shared_buffers: Some(32 << 20),
+                tls: Some(tls),
+            }))
+            .expect("start the TLS cluster");
+        sender.send(ClusterAddress::of(&server)).unwrap();
+        let _keep = (server, runtime);
+        loop {
+            std::thread::park();
+        }
+    });
+    receiver.recv().expect("TLS cluster thread")
 }
 
 /// Data dirs of earlier test processes: their servers stopped when those processes ended.

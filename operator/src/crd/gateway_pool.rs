@@ -94,6 +94,43 @@ pub struct GatewayPoolSpec {
     /// The Service in front of the gateways.
     #[serde(default)]
     pub service: ServiceSettings,
+
+    /// TLS on the S3, RESP and OJS listeners (the admin port, probed by the kubelet and
+    /// scraped by Prometheus, stays plaintext).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSpec>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    /// A `kubernetes.io/tls` Secret (`tls.crt`, `tls.key`), e.g. from cert-manager. Mounted
+    /// into the gateways, which reload it when it is renewed; a change also rolls the pods.
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_ref: String,
+}
+
+/// libpq's `sslmode` for the gateways' and the operator's PostgreSQL connections.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum SslMode {
+    Disable,
+    Prefer,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+impl SslMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
+    }
 }
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -107,6 +144,7 @@ pub enum PoolRole {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[x_kube(validation = Rule::new("has(self.clusterName) != has(self.host)").message("set exactly one of clusterName or host"))]
 #[x_kube(validation = Rule::new("has(self.clusterName) || has(self.secretRef)").message("an explicit host needs secretRef"))]
+#[x_kube(validation = Rule::new("!has(self.sslMode) || !(self.sslMode in ['verify-ca', 'verify-full']) || has(self.clusterName) || has(self.caSecretRef)").message("sslMode verify-ca and verify-full need caSecretRef for an explicit host"))]
 #[serde(rename_all = "camelCase")]
 pub struct PostgresSpec {
     /// CloudNativePG cluster: Services `<c>-rw` / `<c>-ro`, credentials in Secret `<c>-app`.
@@ -123,7 +161,18 @@ pub struct PostgresSpec {
     /// Secret with `username` and `password` keys (default for a cluster: `<c>-app`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<String>,
+    /// TLS to PostgreSQL, as libpq's `sslmode` (default for a cluster: `verify-full` against
+    /// its CA; for a host: `prefer`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssl_mode: Option<SslMode>,
+    /// Secret whose `ca.crt` is PostgreSQL's CA (default for a cluster: `<c>-ca`,
+    /// CloudNativePG's). With `prefer` or `require` it makes the chain checked, as in libpq.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_secret_ref: Option<String>,
 }
+
+/// The key of PostgreSQL's CA certificate in the Secret `caSecretRef` names.
+pub const POSTGRES_CA_KEY: &str = "ca.crt";
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[x_kube(validation = Rule::new("self.minReplicas <= self.maxReplicas").message("minReplicas must not exceed maxReplicas"))]
@@ -354,6 +403,26 @@ impl PostgresSpec {
             (Some(secret), _) => secret.clone(),
             (None, Some(cluster)) => format!("{cluster}-app"),
             (None, None) => String::new(),
+        }
+    }
+
+    pub fn ssl_mode(&self) -> SslMode {
+        match (self.ssl_mode, &self.cluster_name) {
+            (Some(mode), _) => mode,
+            (None, Some(_)) => SslMode::VerifyFull,
+            (None, None) => SslMode::Prefer,
+        }
+    }
+
+    /// The Secret holding PostgreSQL's CA, when one is used (never with `disable`).
+    pub fn ca_secret(&self) -> Option<String> {
+        if self.ssl_mode() == SslMode::Disable {
+            return None;
+        }
+        match (&self.ca_secret_ref, &self.cluster_name) {
+            (Some(secret), _) => Some(secret.clone()),
+            (None, Some(cluster)) => Some(format!("{cluster}-ca")),
+            (None, None) => None,
         }
     }
 

@@ -77,6 +77,19 @@ async fn reconcile_in(pool: &GatewayPool, ctx: &Context, namespace: &str) -> Res
         };
         referenced.push(token);
     }
+    // The listeners' certificate and PostgreSQL's CA: in the digest, so a renewal rolls the
+    // pods (the gateways also reload the mounted files by themselves).
+    let tls_secrets = [
+        pool.spec.tls.as_ref().map(|tls| tls.secret_ref.clone()),
+        pool.spec.postgres.ca_secret(),
+    ];
+    for name in tls_secrets.into_iter().flatten() {
+        let Some(secret) = secrets.get_opt(&name).await? else {
+            let message = format!("TLS Secret {name} does not exist");
+            return wait_for(ctx, pool, &pools, database, "TlsUnavailable", &message).await;
+        };
+        referenced.push(secret);
+    }
 
     let inputs = Inputs {
         secrets_digest: kube_ops::secrets_digest(&referenced),

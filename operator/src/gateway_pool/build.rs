@@ -11,8 +11,8 @@ use k8s_openapi::api::autoscaling::v2::{
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapEnvSource, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, EnvVar,
     EnvVarSource, HTTPGetAction, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    SeccompProfile, SecretKeySelector as CoreSecretKeySelector, SecurityContext, Service, ServicePort, ServiceSpec,
-    TopologySpreadConstraint, Volume, VolumeMount,
+    SeccompProfile, SecretKeySelector as CoreSecretKeySelector, SecretVolumeSource, SecurityContext, Service,
+    ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -22,7 +22,7 @@ use kube::Resource;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use sha2::{Digest, Sha256};
 
-use crate::crd::{DEFAULT_REPLICAS, Endpoints, GatewayPool, OJS_TOKEN_KEY, PoolRole};
+use crate::crd::{DEFAULT_REPLICAS, Endpoints, GatewayPool, OJS_TOKEN_KEY, POSTGRES_CA_KEY, PoolRole};
 
 pub const CONTAINER: &str = "gateway";
 pub const CHECKSUM_ANNOTATION: &str = "pgvs3.io/config-checksum";
@@ -30,6 +30,10 @@ pub const POOL_LABEL: &str = "pgvs3.io/pool";
 pub const ROLE_LABEL: &str = "pgvs3.io/role";
 /// Non-root user of the gateway image (distroless "nonroot").
 const GATEWAY_UID: i64 = 65532;
+/// Where the listeners' `kubernetes.io/tls` Secret is mounted.
+const TLS_DIR: &str = "/etc/pgvs3/tls";
+/// Where PostgreSQL's CA Secret is mounted.
+const POSTGRES_CA_DIR: &str = "/etc/pgvs3/postgres-ca";
 
 /// What the pool's objects depend on besides its spec: facts the reconciler looked up.
 #[derive(Clone, Debug, Default)]
@@ -128,19 +132,23 @@ pub fn endpoints(pool: &GatewayPool) -> Endpoints {
         pool.metadata.namespace.as_deref().unwrap_or("default")
     );
     let protocols = &pool.spec.protocols;
+    let (http, redis) = match pool.spec.tls {
+        Some(_) => ("https", "rediss"),
+        None => ("http", "redis"),
+    };
     Endpoints {
         s3: protocols
             .s3
             .enabled
-            .then(|| format!("http://{host}:{}", protocols.s3.port)),
+            .then(|| format!("{http}://{host}:{}", protocols.s3.port)),
         resp: protocols
             .resp
             .enabled
-            .then(|| format!("redis://{host}:{}", protocols.resp.port)),
+            .then(|| format!("{redis}://{host}:{}", protocols.resp.port)),
         ojs: protocols
             .ojs
             .enabled
-            .then(|| format!("http://{host}:{}", protocols.ojs.port)),
+            .then(|| format!("{http}://{host}:{}", protocols.ojs.port)),
     }
 }
 
@@ -176,6 +184,14 @@ fn settings(pool: &GatewayPool) -> BTreeMap<String, String> {
             ("PGVS3_ADMISSION_WAIT", admission.wait_timeout.clone()),
         ];
         env.extend(limits.into_iter().filter_map(|(k, v)| Some((k.to_string(), v?))));
+    }
+    if spec.tls.is_some() {
+        env.extend([
+            ("PGVS3_TLS_CERT".to_string(), format!("{TLS_DIR}/tls.crt")),
+            ("PGVS3_TLS_KEY".to_string(), format!("{TLS_DIR}/tls.key")),
+            // Probes and scrapers reach the admin port without TLS.
+            ("PGVS3_TLS_PLAINTEXT".to_string(), "admin".to_string()),
+        ]);
     }
     env
 }
@@ -246,13 +262,17 @@ fn env(pool: &GatewayPool) -> Vec<EnvVar> {
     let master_key = pool.spec.master_key_ref(&pool_name(pool));
     // Kubernetes expands $(VAR) from variables defined earlier in the list, so the secret parts
     // of the connection string never appear in the pod spec.
-    let url = format!(
-        "host={} port={} dbname={} user=$(PGVS3_DB_USER) password='$(PGVS3_DB_PASSWORD)' application_name=pgvs3-{}",
+    let mut url = format!(
+        "host={} port={} dbname={} user=$(PGVS3_DB_USER) password='$(PGVS3_DB_PASSWORD)' application_name=pgvs3-{} sslmode={}",
         postgres.host(pool.spec.role),
         postgres.port(),
         postgres.database(),
         pool_name(pool),
+        postgres.ssl_mode().as_str(),
     );
+    if postgres.ca_secret().is_some() {
+        url.push_str(&format!(" sslrootcert={POSTGRES_CA_DIR}/{POSTGRES_CA_KEY}"));
+    }
     let mut env = vec![
         secret_env("PGVS3_DB_USER", &credentials, "username"),
         secret_env("PGVS3_DB_PASSWORD", &credentials, "password"),
@@ -307,6 +327,7 @@ fn deployment(pool: &GatewayPool, checksum: String) -> Deployment {
         match_labels: Some(selector_labels(pool)),
         ..LabelSelector::default()
     };
+    let mounts = volumes(pool);
     let spread = |topology_key: &str| TopologySpreadConstraint {
         max_skew: 1,
         topology_key: topology_key.into(),
@@ -351,11 +372,7 @@ fn deployment(pool: &GatewayPool, checksum: String) -> Deployment {
             }),
             ..SecurityContext::default()
         }),
-        volume_mounts: Some(vec![VolumeMount {
-            name: "tmp".into(),
-            mount_path: "/tmp".into(),
-            ..VolumeMount::default()
-        }]),
+        volume_mounts: Some(mounts.iter().map(|(mount, _)| mount.clone()).collect()),
         ..Container::default()
     };
     Deployment {
@@ -406,11 +423,7 @@ fn deployment(pool: &GatewayPool, checksum: String) -> Deployment {
                     tolerations: overrides.tolerations,
                     affinity: overrides.affinity,
                     priority_class_name: overrides.priority_class_name,
-                    volumes: Some(vec![Volume {
-                        name: "tmp".into(),
-                        empty_dir: Some(EmptyDirVolumeSource::default()),
-                        ..Volume::default()
-                    }]),
+                    volumes: Some(mounts.into_iter().map(|(_, volume)| volume).collect()),
                     ..PodSpec::default()
                 }),
             },
@@ -418,6 +431,44 @@ fn deployment(pool: &GatewayPool, checksum: String) -> Deployment {
         }),
         ..Deployment::default()
     }
+}
+
+/// The gateway's volumes and where each is mounted: a scratch /tmp, and the TLS Secrets.
+fn volumes(pool: &GatewayPool) -> Vec<(VolumeMount, Volume)> {
+    let mount = |name: &str, path: &str| VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: Some(path != "/tmp"),
+        ..VolumeMount::default()
+    };
+    let secret = |name: &str, secret: &str| Volume {
+        name: name.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.into()),
+            // Readable by the gateway's group (fsGroup) only: one holds a private key.
+            default_mode: Some(0o440),
+            optional: Some(false),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    };
+    let mut volumes = vec![(
+        mount("tmp", "/tmp"),
+        Volume {
+            name: "tmp".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        },
+    )];
+    // Whole-Secret mounts, never subPath: the kubelet then swaps renewed files in place and
+    // the gateway reloads them.
+    if let Some(tls) = &pool.spec.tls {
+        volumes.push((mount("tls", TLS_DIR), secret("tls", &tls.secret_ref)));
+    }
+    if let Some(ca) = pool.spec.postgres.ca_secret() {
+        volumes.push((mount("postgres-ca", POSTGRES_CA_DIR), secret("postgres-ca", &ca)));
+    }
+    volumes
 }
 
 fn service(pool: &GatewayPool) -> Service {
@@ -724,5 +775,83 @@ mod tests {
         assert_eq!(endpoints.s3.as_deref(), Some("http://p.ns.svc:9000"));
         assert_eq!(endpoints.resp.as_deref(), Some("redis://p.ns.svc:6379"));
         assert_eq!(endpoints.ojs, None);
+    }
+
+    /// The pod's Secret volumes, by name: (Secret, mount path, read-only).
+    fn secret_mounts(deployment: &Deployment) -> BTreeMap<String, (String, String, bool)> {
+        let pod = deployment.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+        let mounts = pod.containers[0].volume_mounts.as_ref().unwrap();
+        pod.volumes
+            .iter()
+            .flatten()
+            .filter_map(|volume| {
+                let secret = volume.secret.as_ref()?.secret_name.clone()?;
+                let mount = mounts.iter().find(|mount| mount.name == volume.name)?;
+                Some((
+                    volume.name.clone(),
+                    (secret, mount.mount_path.clone(), mount.read_only == Some(true)),
+                ))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_tls_secret_is_mounted_switches_endpoints_to_https_and_rolls_the_pods() {
+        let mut pool = primary();
+        pool.spec.protocols.resp.enabled = true;
+        pool.spec.tls = Some(crate::crd::TlsSpec {
+            secret_ref: "gw-tls".into(),
+        });
+        let objects = build(&pool, &Inputs::default());
+        let mounts = secret_mounts(&objects.deployment);
+        assert_eq!(mounts["tls"], ("gw-tls".into(), TLS_DIR.into(), true));
+        let config = objects.config_map.data.as_ref().unwrap();
+        assert_eq!(config["PGVS3_TLS_CERT"], format!("{TLS_DIR}/tls.crt"));
+        assert_eq!(config["PGVS3_TLS_KEY"], format!("{TLS_DIR}/tls.key"));
+        assert_eq!(config["PGVS3_TLS_PLAINTEXT"], "admin", "probes stay plaintext");
+        let endpoints = endpoints(&pool);
+        assert_eq!(endpoints.s3.as_deref(), Some("https://p.ns.svc:9000"));
+        assert_eq!(endpoints.resp.as_deref(), Some("rediss://p.ns.svc:6379"));
+        // A renewed certificate changes the Secrets' digest, hence the pod template.
+        let renewed = Inputs {
+            secrets_digest: "renewed".into(),
+            ..Inputs::default()
+        };
+        assert_ne!(checksum_of(&objects), checksum_of(&build(&pool, &renewed)));
+        assert!(!secret_mounts(&build(&primary(), &Inputs::default()).deployment).contains_key("tls"));
+    }
+
+    #[test]
+    fn cloudnativepg_is_verified_in_full_against_its_ca_and_a_host_as_asked() {
+        let url = |pool: &GatewayPool| {
+            env_value(&build(pool, &Inputs::default()).deployment, "PGVS3_DATABASE_URL")
+                .unwrap()
+                .value
+                .unwrap()
+        };
+        let cluster = primary();
+        assert!(
+            url(&cluster).ends_with(&format!(" sslmode=verify-full sslrootcert={POSTGRES_CA_DIR}/ca.crt")),
+            "{}",
+            url(&cluster)
+        );
+        let mounts = secret_mounts(&build(&cluster, &Inputs::default()).deployment);
+        assert_eq!(mounts["postgres-ca"], ("db-ca".into(), POSTGRES_CA_DIR.into(), true));
+
+        let mut host = primary();
+        host.spec.postgres = PostgresSpec {
+            host: Some("pg.example".into()),
+            secret_ref: Some("pg-login".into()),
+            ..PostgresSpec::default()
+        };
+        assert!(url(&host).ends_with(" sslmode=prefer"), "{}", url(&host));
+        assert!(secret_mounts(&build(&host, &Inputs::default()).deployment).is_empty());
+        host.spec.postgres.ssl_mode = Some(crate::crd::SslMode::VerifyCa);
+        host.spec.postgres.ca_secret_ref = Some("pg-ca".into());
+        assert!(url(&host).ends_with(&format!(" sslmode=verify-ca sslrootcert={POSTGRES_CA_DIR}/ca.crt")));
+        let mut plain = primary();
+        plain.spec.postgres.ssl_mode = Some(crate::crd::SslMode::Disable);
+        assert!(url(&plain).ends_with(" sslmode=disable"), "{}", url(&plain));
+        assert!(secret_mounts(&build(&plain, &Inputs::default()).deployment).is_empty());
     }
 }

@@ -1,0 +1,523 @@
+//! TLS to PostgreSQL as libpq does it: `sslmode`, `sslrootcert`, `sslcert` and `sslkey` read
+//! from a connection string, and the one rustls connector every pgvs3 connection uses (the
+//! gateway's pool, its LISTEN connection, migrations and admin commands, the operator's catalog
+//! client).
+//!
+//! libpq's rules, kept here because they surprise: `prefer` and `require` encrypt without
+//! checking who answers, unless a root certificate is given, when they check the chain as
+//! `verify-ca` does; `verify-ca` checks the chain only; `verify-full` the chain and the host
+//! name. `prefer` (the default) falls back to plaintext when the server has no TLS.
+
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use anyhow::{Context as _, bail};
+use percent_encoding::percent_decode_str;
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect};
+
+pub use rustls;
+
+/// libpq's `sslmode` values (`allow` is taken as `prefer`: it only differs in trying
+/// plaintext first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SslMode {
+    Disable,
+    #[default]
+    Prefer,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+impl SslMode {
+    pub fn parse(text: &str) -> anyhow::Result<SslMode> {
+        Ok(match text {
+            "disable" => SslMode::Disable,
+            "allow" | "prefer" => SslMode::Prefer,
+            "require" => SslMode::Require,
+            "verify-ca" => SslMode::VerifyCa,
+            "verify-full" => SslMode::VerifyFull,
+            other => {
+                bail!("invalid sslmode {other:?}: expected disable, allow, prefer, require, verify-ca or verify-full")
+            }
+        })
+    }
+
+    /// What tokio-postgres does before the handshake (whether TLS may be skipped); the
+    /// certificate checks are the connector's.
+    pub fn negotiation(self) -> tokio_postgres::config::SslMode {
+        match self {
+            SslMode::Disable => tokio_postgres::config::SslMode::Disable,
+            SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+            SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => tokio_postgres::config::SslMode::Require,
+        }
+    }
+}
+
+/// A client certificate chain and its key (`sslcert`, `sslkey`).
+pub struct ClientCert {
+    pub chain: Vec<CertificateDer<'static>>,
+    pub key: PrivateKeyDer<'static>,
+}
+
+/// The connector: hand it to `Config::connect` (it is cheap to clone).
+#[derive(Clone)]
+pub struct PgTls {
+    config: Arc<rustls::ClientConfig>,
+}
+
+impl fmt::Debug for PgTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgTls").finish_non_exhaustive()
+    }
+}
+
+/// Encrypts when the server's `sslmode` asks for it, and verifies nothing (what `prefer` and
+/// `require` mean without a root certificate).
+impl Default for PgTls {
+    fn default() -> PgTls {
+        PgTls::new(SslMode::Prefer, Vec::new(), None).expect("a connector without certificates")
+    }
+}
+
+/// The crypto provider: ring, as the rest of the build.
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+impl PgTls {
+    /// A connector for `mode`, trusting `roots` (required by the `verify-*` modes; with
+    /// `prefer` and `require` they make the chain checked, as in libpq).
+    pub fn new(
+        mode: SslMode,
+        roots: Vec<CertificateDer<'static>>,
+        client: Option<ClientCert>,
+    ) -> anyhow::Result<PgTls> {
+        let provider = provider();
+        if roots.is_empty() && matches!(mode, SslMode::VerifyCa | SslMode::VerifyFull) {
+            bail!("sslmode verify-ca and verify-full need the server's CA (sslrootcert)");
+        }
+        let verifier: Arc<dyn ServerCertVerifier> = if roots.is_empty() {
+            Arc::new(Unverified(provider.signature_verification_algorithms))
+        } else {
+            let mut store = RootCertStore::empty();
+            for root in roots {
+                store.add(root).context("sslrootcert: an unusable CA certificate")?;
+            }
+            let chain = WebPkiServerVerifier::builder_with_provider(Arc::new(store), Arc::clone(&provider))
+                .build()
+                .context("sslrootcert")?;
+            if mode == SslMode::VerifyFull {
+                chain
+            } else {
+                Arc::new(ChainOnly(chain))
+            }
+        };
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .context("TLS protocol versions")?
+            .dangerous()
+            .with_custom_certificate_verifier(verifier);
+        let mut config = match client {
+            Some(ClientCert { chain, key }) => builder
+                .with_client_auth_cert(chain, key)
+                .context("sslcert/sslkey: the key does not fit the certificate")?,
+            None => builder.with_no_client_auth(),
+        };
+        // PostgreSQL 17's direct TLS negotiation (sslnegotiation=direct) requires it; older
+        // servers ignore it.
+        config.alpn_protocols = vec![b"postgresql".to_vec()];
+        Ok(PgTls {
+            config: Arc::new(config),
+        })
+    }
+}
+
+/// Parses a connection string (URL or `key=value` form) as libpq would, TLS parameters
+/// included (tokio-postgres alone refuses `verify-*`, `sslrootcert`, `sslcert` and `sslkey`).
+pub fn parse(conninfo: &str) -> anyhow::Result<(tokio_postgres::Config, PgTls)> {
+    let (rest, params) = split_tls_params(conninfo)?;
+    let mut config: tokio_postgres::Config = rest.parse().context("invalid PostgreSQL connection string")?;
+    let mut mode = SslMode::default();
+    let (mut root, mut cert, mut key) = (None, None, None);
+    for (name, value) in params {
+        match name {
+            "sslmode" => mode = SslMode::parse(&value)?,
+            "sslrootcert" => root = Some(value),
+            "sslcert" => cert = Some(value),
+            "sslkey" => key = Some(value),
+            _ => unreachable!("split_tls_params takes only these"),
+        }
+    }
+    if root.as_deref() == Some("system") {
+        bail!("sslrootcert=system is not supported: give the CA's PEM file");
+    }
+    let roots = match (&root, mode) {
+        (_, SslMode::Disable) | (None, _) => Vec::new(),
+        (Some(path), _) => read_certs(Path::new(path)).context("sslrootcert")?,
+    };
+    let client = match (cert, key) {
+        (None, None) => None,
+        (Some(cert), Some(key)) if mode != SslMode::Disable => Some(ClientCert {
+            chain: read_certs(Path::new(&cert)).context("sslcert")?,
+            key: read_key(Path::new(&key)).context("sslkey")?,
+        }),
+        (Some(_), Some(_)) => None,
+        _ => bail!("sslcert and sslkey go together"),
+    };
+    config.ssl_mode(mode.negotiation());
+    Ok((config, PgTls::new(mode, roots, client)?))
+}
+
+/// Whether `error` (or one of its causes) is the server's certificate refused by our checks:
+/// retrying cannot mend that, unlike a server not up yet.
+pub fn certificate_refused(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        // An I/O error's `source` skips the error it wraps: look at that one directly.
+        let wrapped = error.downcast_ref::<io::Error>().and_then(io::Error::get_ref);
+        let tls = wrapped
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+            .or_else(|| error.downcast_ref::<rustls::Error>());
+        if matches!(tls, Some(rustls::Error::InvalidCertificate(_))) {
+            return true;
+        }
+        next = error.source();
+    }
+    false
+}
+
+/// Every certificate of a PEM file (a chain, or a CA bundle).
+pub fn read_certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    pem_certs(&pem).with_context(|| path.display().to_string())
+}
+
+/// Every certificate of PEM text.
+pub fn pem_certs(pem: &[u8]) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .context("not PEM certificates")?;
+    if certs.is_empty() {
+        bail!("no PEM certificate in it");
+    }
+    Ok(certs)
+}
+
+/// The private key of a PEM file (PKCS#8, PKCS#1 or SEC1).
+pub fn read_key(path: &Path) -> anyhow::Result<PrivateKeyDer<'static>> {
+    let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    PrivateKeyDer::from_pem_slice(&pem).with_context(|| format!("no PEM private key in {}", path.display()))
+}
+
+/// The parameters tokio-postgres does not know, taken out of `conninfo`; the rest is returned
+/// as it was (URL) or re-quoted (`key=value`).
+fn split_tls_params(conninfo: &str) -> anyhow::Result<(String, Vec<(&'static str, String)>)> {
+    let mut taken = Vec::new();
+    let mut take = |name: &str, value: String| match TLS_PARAMS.iter().find(|known| **known == name) {
+        Some(known) => {
+            taken.push((*known, value));
+            true
+        }
+        None => false,
+    };
+    if conninfo.starts_with("postgres://") || conninfo.starts_with("postgresql://") {
+        let Some((base, query)) = conninfo.split_once('?') else {
+            return Ok((conninfo.to_owned(), taken));
+        };
+        let mut kept = Vec::new();
+        for pair in query.split('&') {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let name = percent_decode_str(name).decode_utf8().context("connection URL")?;
+            let value = percent_decode_str(value).decode_utf8().context("connection URL")?;
+            if !take(&name, value.into_owned()) {
+                kept.push(pair);
+            }
+        }
+        let rest = if kept.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{}", kept.join("&"))
+        };
+        return Ok((rest, taken));
+    }
+    let mut rest = String::new();
+    for (name, value) in key_values(conninfo)? {
+        if !take(&name, value.clone()) {
+            let quoted = value.replace('\\', "\\\\").replace('\'', "\\'");
+            rest.push_str(&format!("{name}='{quoted}' "));
+        }
+    }
+    Ok((rest, taken))
+}
+
+const TLS_PARAMS: [&str; 4] = ["sslmode", "sslrootcert", "sslcert", "sslkey"];
+
+/// libpq's `key=value` form: values bare or single-quoted, `\` escaping the next character.
+fn key_values(conninfo: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let mut pairs = Vec::new();
+    let mut chars = conninfo.chars().peekable();
+    loop {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if chars.peek().is_none() {
+            return Ok(pairs);
+        }
+        let mut name = String::new();
+        while let Some(c) = chars.next_if(|c| *c != '=' && !c.is_whitespace()) {
+            name.push(c);
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if chars.next() != Some('=') {
+            bail!("invalid connection string: {name:?} has no value");
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        let quoted = chars.next_if_eq(&'\'').is_some();
+        let mut value = String::new();
+        loop {
+            match chars.next() {
+                Some('\\') => value.push(chars.next().context("invalid connection string: a trailing \\")?),
+                Some('\'') if quoted => break,
+                Some(c) if quoted || !c.is_whitespace() => value.push(c),
+                Some(_) => break,
+                None if quoted => bail!("invalid connection string: an unterminated quote"),
+                None => break,
+            }
+        }
+        pairs.push((name, value));
+    }
+}
+
+impl MakeTlsConnect<tokio_postgres::Socket> for PgTls {
+    type Stream = TlsStream;
+    type TlsConnect = Connect;
+    type Error = rustls::pki_types::InvalidDnsNameError;
+
+    /// `host` is empty for a Unix socket, where PostgreSQL answers `prefer` with plaintext:
+    /// a host that cannot be a TLS server name fails only if a handshake is attempted.
+    fn make_tls_connect(&mut self, host: &str) -> Result<Connect, Self::Error> {
+        Ok(Connect {
+            config: Arc::clone(&self.config),
+            server: ServerName::try_from(host).map(|name| name.to_owned()),
+        })
+    }
+}
+
+/// One connection's handshake, to the server named as in the connection string.
+pub struct Connect {
+    config: Arc<rustls::ClientConfig>,
+    server: Result<ServerName<'static>, rustls::pki_types::InvalidDnsNameError>,
+}
+
+impl TlsConnect<tokio_postgres::Socket> for Connect {
+    type Stream = TlsStream;
+    type Error = io::Error;
+    type Future = Pin<Box<dyn Future<Output = io::Result<TlsStream>> + Send>>;
+
+    fn connect(self, socket: tokio_postgres::Socket) -> Self::Future {
+        let connector = tokio_rustls::TlsConnector::from(self.config);
+        Box::pin(async move {
+            let server = self
+                .server
+                .map_err(|error| io::Error::new(io::ErrorKind::InvalidInput, error))?;
+            Ok(TlsStream(connector.connect(server, socket).await?))
+        })
+    }
+}
+
+/// An encrypted connection to PostgreSQL.
+pub struct TlsStream(tokio_rustls::client::TlsStream<tokio_postgres::Socket>);
+
+impl tokio_postgres::tls::TlsStream for TlsStream {
+    /// None: SCRAM then runs without channel binding, as with libpq's `channel_binding=prefer`
+    /// against a server that offers none (a client asking `channel_binding=require` is refused).
+    fn channel_binding(&self) -> ChannelBinding {
+        ChannelBinding::none()
+    }
+}
+
+impl AsyncRead for TlsStream {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TlsStream {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+}
+
+/// `prefer`/`require` without a root certificate: any certificate, but the handshake's
+/// signatures are still checked (the session is then at least bound to that certificate).
+#[derive(Debug)]
+struct Unverified(WebPkiSupportedAlgorithms);
+
+impl ServerCertVerifier for Unverified {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_schemes()
+    }
+}
+
+/// `verify-ca`: the chain must lead to the root certificate; the name in it is not checked.
+#[derive(Debug)]
+struct ChainOnly(Arc<WebPkiServerVerifier>);
+
+impl ServerCertVerifier for ChainOnly {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self
+            .0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+        {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            verdict => verdict,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_tls_parameters_are_taken_out_and_the_rest_kept() {
+        let (rest, taken) = split_tls_params(
+            "postgres://u:p%40@h:5433/db?sslmode=verify-full&application_name=a%20b&sslrootcert=%2Fca.pem",
+        )
+        .unwrap();
+        assert_eq!(rest, "postgres://u:p%40@h:5433/db?application_name=a%20b");
+        assert_eq!(
+            taken,
+            vec![
+                ("sslmode", "verify-full".to_owned()),
+                ("sslrootcert", "/ca.pem".to_owned())
+            ]
+        );
+        let (rest, _) = split_tls_params("postgresql://h/db?sslmode=require").unwrap();
+        assert_eq!(rest, "postgresql://h/db");
+    }
+
+    #[test]
+    fn key_value_tls_parameters_are_taken_out_and_the_rest_requoted() {
+        let (rest, taken) =
+            split_tls_params("host=h  password = 'it\\'s a  secret' sslmode=require sslkey='/k ey'").unwrap();
+        assert_eq!(rest, "host='h' password='it\\'s a  secret' ");
+        assert_eq!(
+            taken,
+            vec![("sslmode", "require".to_owned()), ("sslkey", "/k ey".to_owned())]
+        );
+        let config: tokio_postgres::Config = rest.parse().unwrap();
+        assert_eq!(config.get_password(), Some(&b"it's a  secret"[..]));
+        assert!(split_tls_params("host='h").is_err());
+        assert!(split_tls_params("host").is_err());
+    }
+
+    #[test]
+    fn modes_map_onto_the_negotiation_and_refuse_what_libpq_refuses() {
+        let (config, _) = parse("postgres://h/db").unwrap();
+        assert_eq!(config.get_ssl_mode(), tokio_postgres::config::SslMode::Prefer);
+        let (config, _) = parse("postgres://h/db?sslmode=disable").unwrap();
+        assert_eq!(config.get_ssl_mode(), tokio_postgres::config::SslMode::Disable);
+        let (config, _) = parse("host=h sslmode=require").unwrap();
+        assert_eq!(config.get_ssl_mode(), tokio_postgres::config::SslMode::Require);
+        let error = parse("postgres://h/db?sslmode=verify-full").unwrap_err();
+        assert!(format!("{error:#}").contains("sslrootcert"), "{error:#}");
+        assert!(parse("postgres://h/db?sslmode=bogus").is_err());
+        assert!(
+            parse("postgres://h/db?sslcert=/c").is_err(),
+            "a certificate without its key"
+        );
+        assert!(parse("postgres://h/db?sslmode=require&sslrootcert=/nonexistent").is_err());
+    }
+}
