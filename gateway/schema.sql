@@ -751,8 +751,15 @@ BEGIN
     END IF;
     IF force THEN
         EXECUTE format('DELETE FROM %I.objects WHERE bucket_id = $1', b.namespace) USING b.id;
+        -- Noncurrent versions own their bodies: retired here (deleting versions retires nothing).
+        EXECUTE format(
+            'WITH dropped AS (DELETE FROM %1$I.versions WHERE bucket_id = $1 RETURNING body_id)
+             INSERT INTO %1$I.retired_bodies (body_id) SELECT body_id FROM dropped WHERE body_id IS NOT NULL
+             ON CONFLICT DO NOTHING', b.namespace) USING b.id;
     ELSE
-        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.objects WHERE bucket_id = $1)', b.namespace)
+        -- A bucket with noncurrent versions or delete markers is not empty, as in S3.
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %1$I.objects WHERE bucket_id = $1)
+                            OR EXISTS (SELECT 1 FROM %1$I.versions WHERE bucket_id = $1)', b.namespace)
             INTO force USING b.id;
         IF force THEN
             RAISE EXCEPTION 'bucket % is not empty', bucket USING ERRCODE = 'P0001', HINT = 'BucketNotEmpty';
@@ -907,6 +914,49 @@ BEGIN
         CREATE TRIGGER objects_retire_body AFTER UPDATE OR DELETE ON %I.objects
             FOR EACH ROW WHEN (OLD.body_id IS NOT NULL)
             EXECUTE FUNCTION pgvs3.retire_body()$f$, ns);
+    PERFORM pgvs3.ensure_versions(ns);
+END $_$;
+
+--
+-- Name: ensure_versions(text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.ensure_versions(ns text) RETURNS void
+    LANGUAGE plpgsql
+    AS $_$
+BEGIN
+    EXECUTE format('ALTER TABLE %I.objects ADD COLUMN IF NOT EXISTS version_id text', ns);
+    EXECUTE format('ALTER TABLE %I.objects ADD COLUMN IF NOT EXISTS version_seq bigint', ns);
+    EXECUTE format('CREATE SEQUENCE IF NOT EXISTS %I.version_seqs AS bigint', ns);
+    EXECUTE format($f$
+        CREATE TABLE IF NOT EXISTS %I.versions (
+            bucket_id        bigint NOT NULL,
+            key              text COLLATE "C" NOT NULL,
+            -- 'null' for the null version.
+            version_id       text NOT NULL,
+            version_seq      bigint,
+            is_delete_marker boolean NOT NULL DEFAULT false,
+            size             bigint NOT NULL,
+            etag             text NOT NULL,
+            last_modified    timestamptz NOT NULL,
+            meta             jsonb NOT NULL DEFAULT '{}',
+            inline           bytea,
+            body_id          bigint,
+            PRIMARY KEY (bucket_id, key, version_id)
+        )$f$, ns);
+    EXECUTE format('ALTER TABLE %I.versions ALTER COLUMN inline SET STORAGE EXTERNAL', ns);
+    EXECUTE format('CREATE INDEX IF NOT EXISTS versions_order ON %I.versions (bucket_id, key, (coalesce(version_seq, -1)) DESC)', ns);
+    EXECUTE format('CREATE INDEX IF NOT EXISTS versions_body ON %I.versions (body_id) WHERE body_id IS NOT NULL', ns);
+    EXECUTE format('DROP TRIGGER IF EXISTS objects_keep_version ON %I.objects', ns);
+    EXECUTE format($f$
+        CREATE TRIGGER objects_keep_version AFTER UPDATE ON %I.objects
+            FOR EACH ROW WHEN (OLD.version_id IS DISTINCT FROM NEW.version_id)
+            EXECUTE FUNCTION pgvs3.keep_version()$f$, ns);
+    EXECUTE format('DROP TRIGGER IF EXISTS objects_replace_null ON %I.objects', ns);
+    EXECUTE format($f$
+        CREATE TRIGGER objects_replace_null AFTER INSERT OR UPDATE ON %I.objects
+            FOR EACH ROW WHEN (NEW.version_id IS NULL AND NEW.version_seq IS NOT NULL)
+            EXECUTE FUNCTION pgvs3.replace_null_version()$f$, ns);
 END $_$;
 
 --
@@ -923,6 +973,22 @@ BEGIN
     DELETE FROM s3c.ranges WHERE bucket_id = OLD.bucket_id;
     RETURN NULL;
 END $$;
+
+--
+-- Name: keep_version(); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.keep_version() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $_$
+BEGIN
+    EXECUTE format(
+        'INSERT INTO %I.versions (bucket_id, key, version_id, version_seq, size, etag, last_modified, meta, inline, body_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)', TG_TABLE_SCHEMA)
+        USING OLD.bucket_id, OLD.key, coalesce(OLD.version_id, 'null'), OLD.version_seq, OLD.size, OLD.etag,
+              OLD.last_modified, OLD.meta, OLD.inline, OLD.body_id;
+    RETURN NULL;
+END $_$;
 
 --
 -- Name: mark_write_back_pending(); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -1016,16 +1082,40 @@ BEGIN
 END $$;
 
 --
+-- Name: replace_null_version(); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.replace_null_version() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $_$
+BEGIN
+    EXECUTE format(
+        'WITH dropped AS (DELETE FROM %1$I.versions WHERE bucket_id = $1 AND key = $2 AND version_id = ''null''
+                          RETURNING body_id)
+         INSERT INTO %1$I.retired_bodies (body_id) SELECT body_id FROM dropped WHERE body_id IS NOT NULL
+         ON CONFLICT DO NOTHING', TG_TABLE_SCHEMA)
+        USING NEW.bucket_id, NEW.key;
+    RETURN NULL;
+END $_$;
+
+--
 -- Name: retire_body(); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
 CREATE FUNCTION pgvs3.retire_body() RETURNS trigger
     LANGUAGE plpgsql
     AS $_$
+DECLARE kept boolean := false;
 BEGIN
     IF TG_OP = 'DELETE' OR NEW.body_id IS DISTINCT FROM OLD.body_id THEN
-        EXECUTE format('INSERT INTO %I.retired_bodies (body_id) VALUES ($1)', TG_TABLE_SCHEMA)
-            USING OLD.body_id;
+        IF TG_TABLE_NAME = 'objects' THEN
+            EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.versions WHERE body_id = $1)', TG_TABLE_SCHEMA)
+                INTO kept USING OLD.body_id;
+        END IF;
+        IF NOT kept THEN
+            EXECUTE format('INSERT INTO %I.retired_bodies (body_id) VALUES ($1)', TG_TABLE_SCHEMA)
+                USING OLD.body_id;
+        END IF;
     END IF;
     RETURN NULL;
 END $_$;
@@ -1192,7 +1282,9 @@ CREATE TABLE pgvs3.buckets (
     namespace text NOT NULL,
     owner text,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    tags jsonb
+    tags jsonb,
+    versioning text,
+    CONSTRAINT buckets_versioning_check CHECK ((versioning = ANY (ARRAY['Enabled'::text, 'Suspended'::text])))
 );
 
 --
@@ -1344,6 +1436,8 @@ CREATE TABLE s3c.objects (
     body_id bigint,
     validated_at timestamp with time zone DEFAULT now() NOT NULL,
     accessed_at timestamp with time zone DEFAULT now() NOT NULL,
+    version_id text,
+    version_seq bigint,
     CONSTRAINT objects_check CHECK (((inline IS NULL) <> (body_id IS NULL)))
 )
 WITH (toast_tuple_target='8160');
@@ -1405,6 +1499,36 @@ CREATE TABLE s3c.uploads (
 );
 
 --
+-- Name: version_seqs; Type: SEQUENCE; Schema: s3c; Owner: -
+--
+
+CREATE SEQUENCE s3c.version_seqs
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: versions; Type: TABLE; Schema: s3c; Owner: -
+--
+
+CREATE TABLE s3c.versions (
+    bucket_id bigint NOT NULL,
+    key text NOT NULL COLLATE pg_catalog."C",
+    version_id text NOT NULL,
+    version_seq bigint,
+    is_delete_marker boolean DEFAULT false NOT NULL,
+    size bigint NOT NULL,
+    etag text NOT NULL,
+    last_modified timestamp with time zone NOT NULL,
+    meta jsonb DEFAULT '{}'::jsonb NOT NULL,
+    inline bytea,
+    body_id bigint
+);
+ALTER TABLE ONLY s3c.versions ALTER COLUMN inline SET STORAGE EXTERNAL;
+
+--
 -- Name: body_ids; Type: SEQUENCE; Schema: s3p; Owner: -
 --
 
@@ -1440,6 +1564,8 @@ CREATE TABLE s3p.objects (
     meta jsonb DEFAULT '{}'::jsonb NOT NULL,
     inline bytea,
     body_id bigint,
+    version_id text,
+    version_seq bigint,
     CONSTRAINT objects_check CHECK (((inline IS NULL) <> (body_id IS NULL)))
 )
 WITH (toast_tuple_target='8160');
@@ -1482,6 +1608,36 @@ CREATE TABLE s3p.uploads (
 );
 
 --
+-- Name: version_seqs; Type: SEQUENCE; Schema: s3p; Owner: -
+--
+
+CREATE SEQUENCE s3p.version_seqs
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: versions; Type: TABLE; Schema: s3p; Owner: -
+--
+
+CREATE TABLE s3p.versions (
+    bucket_id bigint NOT NULL,
+    key text NOT NULL COLLATE pg_catalog."C",
+    version_id text NOT NULL,
+    version_seq bigint,
+    is_delete_marker boolean DEFAULT false NOT NULL,
+    size bigint NOT NULL,
+    etag text NOT NULL,
+    last_modified timestamp with time zone NOT NULL,
+    meta jsonb DEFAULT '{}'::jsonb NOT NULL,
+    inline bytea,
+    body_id bigint
+);
+ALTER TABLE ONLY s3p.versions ALTER COLUMN inline SET STORAGE EXTERNAL;
+
+--
 -- Name: body_ids; Type: SEQUENCE; Schema: s3w; Owner: -
 --
 
@@ -1520,6 +1676,8 @@ CREATE TABLE s3w.objects (
     origin_etag text,
     validated_at timestamp with time zone,
     accessed_at timestamp with time zone,
+    version_id text,
+    version_seq bigint,
     CONSTRAINT objects_check CHECK (((inline IS NULL) <> (body_id IS NULL)))
 )
 WITH (toast_tuple_target='8160');
@@ -1560,6 +1718,36 @@ CREATE TABLE s3w.uploads (
     meta jsonb DEFAULT '{}'::jsonb NOT NULL,
     initiated timestamp with time zone DEFAULT clock_timestamp() NOT NULL
 );
+
+--
+-- Name: version_seqs; Type: SEQUENCE; Schema: s3w; Owner: -
+--
+
+CREATE SEQUENCE s3w.version_seqs
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: versions; Type: TABLE; Schema: s3w; Owner: -
+--
+
+CREATE TABLE s3w.versions (
+    bucket_id bigint NOT NULL,
+    key text NOT NULL COLLATE pg_catalog."C",
+    version_id text NOT NULL,
+    version_seq bigint,
+    is_delete_marker boolean DEFAULT false NOT NULL,
+    size bigint NOT NULL,
+    etag text NOT NULL,
+    last_modified timestamp with time zone NOT NULL,
+    meta jsonb DEFAULT '{}'::jsonb NOT NULL,
+    inline bytea,
+    body_id bigint
+);
+ALTER TABLE ONLY s3w.versions ALTER COLUMN inline SET STORAGE EXTERNAL;
 
 --
 -- Name: cron cron_pkey; Type: CONSTRAINT; Schema: ojs; Owner: -
@@ -1723,6 +1911,13 @@ ALTER TABLE ONLY s3c.uploads
     ADD CONSTRAINT uploads_pkey PRIMARY KEY (upload_id);
 
 --
+-- Name: versions versions_pkey; Type: CONSTRAINT; Schema: s3c; Owner: -
+--
+
+ALTER TABLE ONLY s3c.versions
+    ADD CONSTRAINT versions_pkey PRIMARY KEY (bucket_id, key, version_id);
+
+--
 -- Name: chunks chunks_pkey; Type: CONSTRAINT; Schema: s3p; Owner: -
 --
 
@@ -1758,6 +1953,13 @@ ALTER TABLE ONLY s3p.uploads
     ADD CONSTRAINT uploads_pkey PRIMARY KEY (upload_id);
 
 --
+-- Name: versions versions_pkey; Type: CONSTRAINT; Schema: s3p; Owner: -
+--
+
+ALTER TABLE ONLY s3p.versions
+    ADD CONSTRAINT versions_pkey PRIMARY KEY (bucket_id, key, version_id);
+
+--
 -- Name: chunks chunks_pkey; Type: CONSTRAINT; Schema: s3w; Owner: -
 --
 
@@ -1791,6 +1993,13 @@ ALTER TABLE ONLY s3w.retired_bodies
 
 ALTER TABLE ONLY s3w.uploads
     ADD CONSTRAINT uploads_pkey PRIMARY KEY (upload_id);
+
+--
+-- Name: versions versions_pkey; Type: CONSTRAINT; Schema: s3w; Owner: -
+--
+
+ALTER TABLE ONLY s3w.versions
+    ADD CONSTRAINT versions_pkey PRIMARY KEY (bucket_id, key, version_id);
 
 --
 -- Name: events_time; Type: INDEX; Schema: ojs; Owner: -
@@ -1931,6 +2140,18 @@ CREATE INDEX uploads_age ON s3c.uploads USING btree (initiated);
 CREATE INDEX uploads_by_key ON s3c.uploads USING btree (bucket_id, key, upload_id);
 
 --
+-- Name: versions_body; Type: INDEX; Schema: s3c; Owner: -
+--
+
+CREATE INDEX versions_body ON s3c.versions USING btree (body_id) WHERE (body_id IS NOT NULL);
+
+--
+-- Name: versions_order; Type: INDEX; Schema: s3c; Owner: -
+--
+
+CREATE INDEX versions_order ON s3c.versions USING btree (bucket_id, key, COALESCE(version_seq, ('-1'::integer)::bigint) DESC);
+
+--
 -- Name: objects_expiry; Type: INDEX; Schema: s3p; Owner: -
 --
 
@@ -1953,6 +2174,18 @@ CREATE INDEX uploads_age ON s3p.uploads USING btree (initiated);
 --
 
 CREATE INDEX uploads_by_key ON s3p.uploads USING btree (bucket_id, key, upload_id);
+
+--
+-- Name: versions_body; Type: INDEX; Schema: s3p; Owner: -
+--
+
+CREATE INDEX versions_body ON s3p.versions USING btree (body_id) WHERE (body_id IS NOT NULL);
+
+--
+-- Name: versions_order; Type: INDEX; Schema: s3p; Owner: -
+--
+
+CREATE INDEX versions_order ON s3p.versions USING btree (bucket_id, key, COALESCE(version_seq, ('-1'::integer)::bigint) DESC);
 
 --
 -- Name: objects_clean_lru; Type: INDEX; Schema: s3w; Owner: -
@@ -1983,6 +2216,18 @@ CREATE INDEX uploads_age ON s3w.uploads USING btree (initiated);
 --
 
 CREATE INDEX uploads_by_key ON s3w.uploads USING btree (bucket_id, key, upload_id);
+
+--
+-- Name: versions_body; Type: INDEX; Schema: s3w; Owner: -
+--
+
+CREATE INDEX versions_body ON s3w.versions USING btree (body_id) WHERE (body_id IS NOT NULL);
+
+--
+-- Name: versions_order; Type: INDEX; Schema: s3w; Owner: -
+--
+
+CREATE INDEX versions_order ON s3w.versions USING btree (bucket_id, key, COALESCE(version_seq, ('-1'::integer)::bigint) DESC);
 
 --
 -- Name: jobs job_cancelled; Type: TRIGGER; Schema: ojs; Owner: -
@@ -2057,6 +2302,18 @@ CREATE TRIGGER origins_forget AFTER DELETE ON pgvs3.origins FOR EACH ROW EXECUTE
 CREATE TRIGGER origins_revalidate_clean_write_backs AFTER UPDATE OF endpoint, origin_bucket ON pgvs3.origins FOR EACH ROW WHEN (((old.endpoint IS DISTINCT FROM new.endpoint) OR (old.origin_bucket IS DISTINCT FROM new.origin_bucket))) EXECUTE FUNCTION pgvs3.revalidate_clean_write_backs();
 
 --
+-- Name: objects objects_keep_version; Type: TRIGGER; Schema: s3c; Owner: -
+--
+
+CREATE TRIGGER objects_keep_version AFTER UPDATE ON s3c.objects FOR EACH ROW WHEN ((old.version_id IS DISTINCT FROM new.version_id)) EXECUTE FUNCTION pgvs3.keep_version();
+
+--
+-- Name: objects objects_replace_null; Type: TRIGGER; Schema: s3c; Owner: -
+--
+
+CREATE TRIGGER objects_replace_null AFTER INSERT OR UPDATE ON s3c.objects FOR EACH ROW WHEN (((new.version_id IS NULL) AND (new.version_seq IS NOT NULL))) EXECUTE FUNCTION pgvs3.replace_null_version();
+
+--
 -- Name: objects objects_retire_body; Type: TRIGGER; Schema: s3c; Owner: -
 --
 
@@ -2067,6 +2324,18 @@ CREATE TRIGGER objects_retire_body AFTER DELETE OR UPDATE ON s3c.objects FOR EAC
 --
 
 CREATE TRIGGER parts_retire_body AFTER DELETE OR UPDATE ON s3c.parts FOR EACH ROW EXECUTE FUNCTION pgvs3.retire_body();
+
+--
+-- Name: objects objects_keep_version; Type: TRIGGER; Schema: s3p; Owner: -
+--
+
+CREATE TRIGGER objects_keep_version AFTER UPDATE ON s3p.objects FOR EACH ROW WHEN ((old.version_id IS DISTINCT FROM new.version_id)) EXECUTE FUNCTION pgvs3.keep_version();
+
+--
+-- Name: objects objects_replace_null; Type: TRIGGER; Schema: s3p; Owner: -
+--
+
+CREATE TRIGGER objects_replace_null AFTER INSERT OR UPDATE ON s3p.objects FOR EACH ROW WHEN (((new.version_id IS NULL) AND (new.version_seq IS NOT NULL))) EXECUTE FUNCTION pgvs3.replace_null_version();
 
 --
 -- Name: objects objects_retire_body; Type: TRIGGER; Schema: s3p; Owner: -
@@ -2087,10 +2356,22 @@ CREATE TRIGGER parts_retire_body AFTER DELETE OR UPDATE ON s3p.parts FOR EACH RO
 CREATE TRIGGER objects_enqueue_write_back AFTER INSERT OR UPDATE OF size, etag, last_modified, expires_at, meta, inline, body_id ON s3w.objects FOR EACH ROW EXECUTE FUNCTION pgvs3.enqueue_write_back();
 
 --
+-- Name: objects objects_keep_version; Type: TRIGGER; Schema: s3w; Owner: -
+--
+
+CREATE TRIGGER objects_keep_version AFTER UPDATE ON s3w.objects FOR EACH ROW WHEN ((old.version_id IS DISTINCT FROM new.version_id)) EXECUTE FUNCTION pgvs3.keep_version();
+
+--
 -- Name: objects objects_pending_again; Type: TRIGGER; Schema: s3w; Owner: -
 --
 
 CREATE TRIGGER objects_pending_again BEFORE UPDATE OF size, etag, last_modified, expires_at, meta, inline, body_id ON s3w.objects FOR EACH ROW WHEN ((old.origin_etag IS NOT NULL)) EXECUTE FUNCTION pgvs3.mark_write_back_pending();
+
+--
+-- Name: objects objects_replace_null; Type: TRIGGER; Schema: s3w; Owner: -
+--
+
+CREATE TRIGGER objects_replace_null AFTER INSERT OR UPDATE ON s3w.objects FOR EACH ROW WHEN (((new.version_id IS NULL) AND (new.version_seq IS NOT NULL))) EXECUTE FUNCTION pgvs3.replace_null_version();
 
 --
 -- Name: objects objects_retire_body; Type: TRIGGER; Schema: s3w; Owner: -

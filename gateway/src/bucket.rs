@@ -9,9 +9,10 @@ use std::sync::Arc;
 
 use crate::cache::CacheTier;
 use crate::store::{
-    Access, BucketInfo, ByteRange, CacheMode, Catalog, CompletedPart, CopySource, KvBatch, ListPage, ListRequest,
-    ObjectMeta, ObjectRead, PartsPage, Preconditions, Principal, PutOutcome, ReadOptions, Store, StoreError,
-    StoreResult, StoredBytes, Tags, Upload, UploadsPage, UploadsRequest, WriteCondition,
+    Access, BucketInfo, ByteRange, CacheMode, Catalog, CompletedPart, CopySource, DeleteOutcome, KvBatch, ListPage,
+    ListRequest, ObjectMeta, ObjectRead, PartsPage, Preconditions, Principal, PutOutcome, ReadOptions, Store, StoreError,
+    StoreResult, StoredBytes, Tags, Upload, UploadsPage, UploadsRequest, VersionEntry, Versioning, VersionsPage,
+    VersionsRequest, WriteCondition, valid_version_id,
 };
 
 /// Opens buckets for requests: the store and the cache tier behind every bucket handle.
@@ -92,22 +93,65 @@ impl<'a> BucketHandle<'a> {
         }
     }
 
-    /// GET of a key, or of the range or part `options` name.
-    pub async fn get(&self, key: &str, options: &ReadOptions) -> StoreResult<ObjectRead> {
-        match self.cache() {
-            // Boxed, like every cache-tier call here: its future is tens of KiB, and inline it
-            // would be moved with every request's future, cache bucket or not.
-            Some(cache) => Box::pin(cache.read(&self.info, key, options, true)).await,
-            None => self.store().get_object(&self.info, key, options).await,
+    pub fn versioning(&self) -> Option<Versioning> {
+        self.info.versioning
+    }
+
+    /// The version a request names, as this bucket takes it: in a bucket that never had
+    /// versioning only `null` exists (and is the current object); elsewhere the ids this
+    /// layout issues. Anything else is S3's 400 for an invalid version id.
+    pub fn version<'v>(&self, version_id: Option<&'v str>) -> StoreResult<Option<&'v str>> {
+        let invalid = || StoreError::InvalidArgument("Invalid version id specified".into());
+        match version_id {
+            None => Ok(None),
+            Some("null") if self.info.versioning.is_none() => Ok(None),
+            Some(_) if self.info.versioning.is_none() => Err(invalid()),
+            Some(version) if valid_version_id(version) => Ok(Some(version)),
+            Some(_) => Err(invalid()),
         }
+    }
+
+    /// GET of a key (or of the version, range or part `options` name).
+    pub async fn get(&self, key: &str, options: &ReadOptions) -> StoreResult<ObjectRead> {
+        self.read(key, options, true).await
     }
 
     /// HEAD of a key: what a GET with the same options would answer, without the body.
     pub async fn head(&self, key: &str, options: &ReadOptions) -> StoreResult<ObjectRead> {
+        self.read(key, options, false).await
+    }
+
+    async fn read(&self, key: &str, options: &ReadOptions, with_body: bool) -> StoreResult<ObjectRead> {
+        let version = self.version(options.version_id.as_deref())?;
+        let normalized;
+        let options = if version.is_none() && options.version_id.is_some() {
+            normalized = ReadOptions {
+                version_id: None,
+                ..options.clone()
+            };
+            &normalized
+        } else {
+            options
+        };
         match self.cache() {
-            Some(cache) => Box::pin(cache.read(&self.info, key, options, false)).await,
+            // Boxed, like every cache-tier call here: its future is tens of KiB, and inline it
+            // would be moved with every request's future, cache bucket or not.
+            Some(cache) => Box::pin(cache.read(&self.info, key, options, with_body)).await,
+            None if with_body => self.store().get_object(&self.info, key, options).await,
             None => self.store().head_object(&self.info, key, options).await,
         }
+    }
+
+    /// Turns versioning on or suspends it. Not for cache buckets: their objects' versions are
+    /// the origin's.
+    pub async fn set_versioning(&self, state: Versioning) -> StoreResult<()> {
+        self.writable()?;
+        if self.cache().is_some() {
+            return Err(StoreError::NotImplemented(
+                "versioning is not supported on cache buckets".into(),
+            ));
+        }
+        self.store().set_versioning(&self.info, state).await
     }
 
     /// Stores an object if `condition` holds when it commits.
@@ -119,12 +163,23 @@ impl<'a> BucketHandle<'a> {
         }
     }
 
-    /// Deletes a key; a missing key is no error, as in S3.
-    pub async fn delete(&self, key: &str) -> StoreResult<()> {
+    /// Deletes a key, or (`version_id`) one version of it for good; a missing key is no error,
+    /// as in S3. In a versioned bucket a delete without a version writes a delete marker.
+    pub async fn delete(&self, key: &str, version_id: Option<&str>) -> StoreResult<DeleteOutcome> {
         self.writable()?;
-        match self.cache() {
-            Some(cache) => Box::pin(cache.delete(&self.info, key)).await,
-            None => self.store().delete_object(&self.info, key).await,
+        let version = self.version(version_id)?;
+        if let Some(cache) = self.cache() {
+            Box::pin(cache.delete(&self.info, key)).await?;
+            return Ok(DeleteOutcome::default());
+        }
+        match (self.info.versioning, version) {
+            (None, _) => match self.store().delete_object(&self.info, key).await? {
+                None => Ok(DeleteOutcome::default()),
+                // Versioned since this gateway's catalog last looked: a delete marker after all.
+                Some(state) => self.store().delete_versioned(&self.info, key, state).await,
+            },
+            (Some(state), None) => self.store().delete_versioned(&self.info, key, state).await,
+            (Some(_), Some(version)) => self.store().delete_version(&self.info, key, version).await,
         }
     }
 
@@ -139,7 +194,14 @@ impl<'a> BucketHandle<'a> {
                 }
                 Ok(())
             }
-            None => self.store().delete_objects(&self.info, keys).await,
+            None => {
+                if let Some(state) = self.store().delete_objects(&self.info, keys).await? {
+                    for key in keys {
+                        self.store().delete_versioned(&self.info, key, state).await?;
+                    }
+                }
+                Ok(())
+            }
         }
     }
 
@@ -151,22 +213,55 @@ impl<'a> BucketHandle<'a> {
         }
     }
 
+    /// One page of ListObjectVersions. A cache bucket lists its origin's current objects, each
+    /// its only (null) version.
+    pub async fn list_versions(&self, request: &VersionsRequest) -> StoreResult<VersionsPage> {
+        let Some(cache) = self.cache() else {
+            return self.store().list_versions(&self.info, request).await;
+        };
+        let page = Box::pin(cache.list(&self.info, &request.list)).await?;
+        Ok(VersionsPage {
+            next: page.next_token.as_ref().and(page.last_entry.clone()).map(|key| (key, None)),
+            entries: page
+                .objects
+                .into_iter()
+                .map(|object| VersionEntry {
+                    key: object.key,
+                    version_id: "null".into(),
+                    is_latest: true,
+                    delete_marker: false,
+                    size: object.size,
+                    etag: object.etag,
+                    last_modified: object.last_modified,
+                })
+                .collect(),
+            common_prefixes: page.common_prefixes,
+        })
+    }
+
     /// Copies `source_key` of `source` (if `conditions` hold on it) to `key` here. `meta` and
     /// `tags` replace the source's when given. Between plain buckets of one namespace the bytes
     /// never leave PostgreSQL; otherwise they stream through the gateway, read and written as
     /// each bucket's kind says (a cache source fills from its origin, a cache destination
     /// writes to its origin as its mode says).
+    #[allow(clippy::too_many_arguments)]
     pub async fn copy_from(
         &self,
         source: &BucketHandle<'_>,
         source_key: &str,
+        source_version: Option<&str>,
         conditions: &Preconditions,
         key: &str,
         meta: Option<ObjectMeta>,
         tags: Option<Tags>,
     ) -> StoreResult<PutOutcome> {
         self.writable()?;
-        if self.cache().is_none() && source.cache().is_none() && source.info.namespace == self.info.namespace {
+        let source_version = source.version(source_version)?;
+        if source_version.is_none()
+            && self.cache().is_none()
+            && source.cache().is_none()
+            && source.info.namespace == self.info.namespace
+        {
             let from = CopySource {
                 bucket: &source.info,
                 key: source_key,
@@ -176,6 +271,7 @@ impl<'a> BucketHandle<'a> {
         }
         let options = ReadOptions {
             conditions: conditions.clone(),
+            version_id: source_version.map(str::to_owned),
             ..ReadOptions::default()
         };
         let read = source
@@ -288,16 +384,26 @@ impl<'a> BucketHandle<'a> {
         self.store().list_multipart_uploads(&self.info, request).await
     }
 
-    pub async fn object_tags(&self, key: &str) -> StoreResult<Tags> {
-        Ok(self.head(key, &ReadOptions::default()).await?.head.meta.tags)
+    pub async fn object_tags(&self, key: &str, version_id: Option<&str>) -> StoreResult<Tags> {
+        let options = ReadOptions {
+            version_id: version_id.map(str::to_owned),
+            ..ReadOptions::default()
+        };
+        Ok(self.head(key, &options).await?.head.meta.tags)
     }
 
-    /// Replaces an object's tags. Not in a cache bucket: the origin's copy would keep its own.
-    pub async fn set_object_tags(&self, key: &str, tags: &Tags) -> StoreResult<()> {
+    /// Replaces an object's (current version's) tags. Not in a cache bucket: the origin's copy
+    /// would keep its own.
+    pub async fn set_object_tags(&self, key: &str, version_id: Option<&str>, tags: &Tags) -> StoreResult<()> {
         self.writable()?;
         if self.cache().is_some() {
             return Err(StoreError::NotImplemented(
                 "object tagging is not supported on cache buckets".into(),
+            ));
+        }
+        if self.version(version_id)?.is_some() {
+            return Err(StoreError::NotImplemented(
+                "tagging a version by id is not supported yet; tag the current version".into(),
             ));
         }
         self.store().set_object_tags(&self.info, key, tags).await
@@ -317,10 +423,17 @@ impl<'a> BucketHandle<'a> {
     /// origin, which RESP's batched transactions cannot reach.
     pub fn keyspace(&self) -> StoreResult<Keyspace> {
         if let Some(origin) = &self.info.origin {
-            return Err(StoreError::CacheKeyspace {
-                bucket: self.info.name.clone(),
-                mode: origin.mode,
-            });
+            return Err(StoreError::NotAKeyspace(format!(
+                "bucket {} is a cache bucket ({} origin cache): a RESP database must map to a plain bucket",
+                self.info.name,
+                origin.mode.as_str()
+            )));
+        }
+        if self.info.versioning.is_some() {
+            return Err(StoreError::NotAKeyspace(format!(
+                "bucket {} has S3 versioning: a RESP database must map to an unversioned bucket",
+                self.info.name
+            )));
         }
         Ok(Keyspace {
             store: self.store().clone(),

@@ -626,6 +626,7 @@ impl CacheTier {
             size,
             last_modified,
             checksum: meta.checksum,
+            version_id: None,
         })
     }
 
@@ -717,6 +718,7 @@ impl FillPermits {
 
 fn object_head(head: EntryHead) -> ObjectHead {
     ObjectHead {
+        version_id: None,
         size: head.size,
         etag: head.etag,
         last_modified: head.last_modified,

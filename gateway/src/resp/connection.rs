@@ -1220,7 +1220,7 @@ fn store_error(err: StoreError) -> Reply {
             Reply::error("OOM command not allowed: the bucket of this database is at its quota")
         }
         // The operator's mistake, not the client's: said plainly, not logged per command.
-        err @ StoreError::CacheKeyspace { .. } => Reply::error(format!("ERR {err}")),
+        err @ StoreError::NotAKeyspace(_) => Reply::error(format!("ERR {err}")),
         other => {
             tracing::warn!(error = %other, "RESP command failed");
             Reply::error(format!("ERR {other}"))

@@ -59,7 +59,10 @@ pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
         // What MinIO answers (400) for a write beyond a bucket's hard quota; S3 has no quotas.
         StoreError::QuotaExceeded(_) => S3ErrorCode::Custom("XMinioAdminBucketQuotaExceeded".into()),
         StoreError::NotImplemented(_) => S3ErrorCode::NotImplemented,
-        StoreError::Corrupt(_) | StoreError::CacheKeyspace { .. } | StoreError::Database(_) => {
+        StoreError::NoSuchVersion => S3ErrorCode::NoSuchVersion,
+        StoreError::DeleteMarker { allowed: true, .. } => S3ErrorCode::NoSuchKey,
+        StoreError::DeleteMarker { allowed: false, .. } => S3ErrorCode::MethodNotAllowed,
+        StoreError::Corrupt(_) | StoreError::NotAKeyspace(_) | StoreError::Database(_) => {
             tracing::error!(error = ?err, "internal error");
             message = "We encountered an internal error. Please try again.".into();
             S3ErrorCode::InternalError
@@ -73,6 +76,15 @@ pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
             StoreError::OriginFailed(_) => http::StatusCode::BAD_GATEWAY,
             _ => http::StatusCode::BAD_REQUEST,
         });
+    }
+    // A delete marker is named in its 404 or 405, as S3 does.
+    if let StoreError::DeleteMarker { version_id, .. } = &err {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("x-amz-delete-marker", http::HeaderValue::from_static("true"));
+        if let Ok(value) = http::HeaderValue::from_str(version_id) {
+            headers.insert("x-amz-version-id", value);
+        }
+        error.set_headers(headers);
     }
     // A 304 carries no body, but names the version the client already has, as S3 does.
     if let StoreError::NotModified { etag, last_modified } = &err {

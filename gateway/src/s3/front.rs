@@ -55,11 +55,11 @@ impl S3Front {
     ) -> S3Result<(ObjectRead, store::ReadOptions)> {
         let principal = self.principal(req).await?;
         checks::refuse_unkept(&req.headers, Request::Other)?;
-        unversioned(version_id)?;
         let options = store::ReadOptions {
             range: range.map(to_range),
             part_number: part_number(part)?,
             conditions,
+            version_id: version_id.clone(),
         };
         let bucket = self.open(req, &principal, bucket, Access::Read).await?;
         let read = match with_body {
@@ -197,16 +197,6 @@ fn part_number(number: Option<i32>) -> S3Result<Option<u32>> {
     }
 }
 
-/// Buckets are unversioned: the only version of an object is "null". Any other version id is
-/// refused as S3 refuses it on an unversioned bucket, rather than answered with the current
-/// object (or, for a delete, deleting it).
-fn unversioned(version_id: &Option<String>) -> S3Result<()> {
-    match version_id.as_deref() {
-        None | Some("null") => Ok(()),
-        Some(_) => Err(s3s::s3_error!(InvalidArgument, "Invalid version id specified")),
-    }
-}
-
 /// The metadata a write declares (PutObject, CreateMultipartUpload, CopyObject's REPLACE).
 macro_rules! meta_from_input {
     ($input:expr, $headers:expr) => {{
@@ -286,8 +276,8 @@ macro_rules! copy_source_conditions {
     }};
 }
 
-/// The bucket and key of `x-amz-copy-source`; only the unversioned object ("null") exists.
-fn copy_source(source: &CopySource) -> S3Result<(&str, &str)> {
+/// The bucket, key and version of `x-amz-copy-source`.
+fn copy_source(source: &CopySource) -> S3Result<(&str, &str, Option<&str>)> {
     let CopySource::Bucket {
         bucket,
         key,
@@ -299,10 +289,7 @@ fn copy_source(source: &CopySource) -> S3Result<(&str, &str)> {
             "copying from an access point is not supported"
         ));
     };
-    if version_id.as_deref().is_some_and(|v| v != "null") {
-        return Err(s3s::s3_error!(NoSuchVersion, "The specified version does not exist."));
-    }
-    Ok((bucket, key))
+    Ok((bucket, key, version_id.as_deref()))
 }
 
 /// `x-amz-copy-source-range`: `bytes=first-last`, both ends required.
@@ -508,6 +495,7 @@ impl S3 for S3Front {
             .map_err(|e| fail(&req, e))?;
         let mut output = PutObjectOutput {
             e_tag: Some(ETag::Strong(outcome.etag)),
+            version_id: outcome.version_id,
             ..Default::default()
         };
         output.checksum_type = set_checksum!(output, outcome.checksum);
@@ -535,6 +523,7 @@ impl S3 for S3Front {
             output.parts_count = read.head.meta.parts.map(|n| n as i32);
         }
         output.tag_count = (!read.head.meta.tags.is_empty()).then_some(read.head.meta.tags.len() as i32);
+        output.version_id = read.head.version_id.clone();
         output.content_length = Some((read.span.1 - read.span.0) as i64);
         output.content_range = content_range(&read);
         output.body = Some(StreamingBlob::wrap(read.body));
@@ -555,7 +544,10 @@ impl S3 for S3Front {
                 false,
             )
             .await?;
-        let mut output = HeadObjectOutput::default();
+        let mut output = HeadObjectOutput {
+            version_id: read.head.version_id.clone(),
+            ..Default::default()
+        };
         let wants_checksum = checksum_requested(&input.checksum_mode) && !read.partial;
         describe_object!(output, &read.head, checksum_fields(&read.head, wants_checksum));
         if options.part_number.is_some() {
@@ -576,10 +568,16 @@ impl S3 for S3Front {
 
     async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
         let principal = self.principal(&req).await?;
-        unversioned(&req.input.version_id)?;
         let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
-        bucket.delete(&req.input.key).await.map_err(|e| fail(&req, e))?;
-        Ok(S3Response::new(DeleteObjectOutput::default()))
+        let deleted = bucket
+            .delete(&req.input.key, req.input.version_id.as_deref())
+            .await
+            .map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(DeleteObjectOutput {
+            delete_marker: deleted.delete_marker.then_some(true),
+            version_id: deleted.version_id,
+            ..Default::default()
+        }))
     }
 
     async fn delete_objects(&self, req: S3Request<DeleteObjectsInput>) -> S3Result<S3Response<DeleteObjectsOutput>> {
@@ -592,43 +590,57 @@ impl S3 for S3Front {
                 "The XML you provided was not well-formed or did not validate against our published schema."
             ));
         }
+        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
         // Entries S3 would refuse are reported one by one; the others are deleted.
         let mut keys = Vec::with_capacity(identifiers.len());
         let mut errors = Vec::new();
+        let error = |id: &ObjectIdentifier, code: &str, message: String| s3s::dto::Error {
+            code: Some(code.into()),
+            key: Some(id.key.clone()),
+            message: Some(message),
+            version_id: id.version_id.clone(),
+        };
         for id in identifiers {
-            let refusal = if id.key.len() > 1024 {
-                Some(("KeyTooLongError", StoreError::KeyTooLong.to_string()))
+            if id.key.len() > 1024 {
+                errors.push(error(id, "KeyTooLongError", StoreError::KeyTooLong.to_string()));
             } else if id.key.contains('\0') {
-                Some((
-                    "InvalidArgument",
-                    "Object keys cannot contain a NUL character.".to_owned(),
-                ))
-            } else if id.version_id.as_deref().is_some_and(|v| v != "null") {
-                Some(("NoSuchVersion", "The specified version does not exist.".to_owned()))
+                errors.push(error(id, "InvalidArgument", "Object keys cannot contain a NUL character.".into()));
+            } else if let Err(err) = bucket.version(id.version_id.as_deref()) {
+                errors.push(error(id, "NoSuchVersion", err.to_string()));
             } else {
-                None
-            };
-            match refusal {
-                None => keys.push(id.key.clone()),
-                Some((code, message)) => errors.push(s3s::dto::Error {
-                    code: Some(code.into()),
-                    key: Some(id.key.clone()),
-                    message: Some(message),
-                    version_id: id.version_id.clone(),
-                }),
+                keys.push(id);
             }
         }
-        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
-        bucket.delete_many(&keys).await.map_err(|e| fail(&req, e))?;
+        let mut deleted = Vec::with_capacity(keys.len());
+        if bucket.versioning().is_none() {
+            let names: Vec<String> = keys.iter().map(|id| id.key.clone()).collect();
+            bucket.delete_many(&names).await.map_err(|e| fail(&req, e))?;
+            deleted.extend(names.into_iter().map(|key| DeletedObject {
+                key: Some(key),
+                ..Default::default()
+            }));
+        } else {
+            // Each entry writes a delete marker or deletes its version: one at a time.
+            for id in keys {
+                match bucket.delete(&id.key, id.version_id.as_deref()).await {
+                    Ok(outcome) => deleted.push(DeletedObject {
+                        key: Some(id.key.clone()),
+                        version_id: id.version_id.clone(),
+                        delete_marker: outcome.delete_marker.then_some(true),
+                        delete_marker_version_id: outcome
+                            .version_id
+                            .filter(|_| outcome.delete_marker && id.version_id.is_none()),
+                    }),
+                    Err(err) => {
+                        let err = fail(&req, err);
+                        let message = err.message().unwrap_or_default().to_owned();
+                        errors.push(error(id, err.code().as_str(), message));
+                    }
+                }
+            }
+        }
         let quiet = req.input.delete.quiet.unwrap_or(false);
-        let deleted = (!quiet).then(|| {
-            keys.into_iter()
-                .map(|key| DeletedObject {
-                    key: Some(key),
-                    ..Default::default()
-                })
-                .collect()
-        });
+        let deleted = (!quiet).then_some(deleted);
         Ok(S3Response::new(DeleteObjectsOutput {
             deleted,
             errors: (!errors.is_empty()).then_some(errors),
@@ -703,52 +715,79 @@ impl S3 for S3Front {
         }))
     }
 
-    /// An unversioned bucket, as S3 lists it: every object is its only version, "null".
+    /// Every version of every key, keys in order and each key's versions newest first; a
+    /// bucket that never had versioning lists each object as its only version, "null".
     async fn list_object_versions(
         &self,
         req: S3Request<ListObjectVersionsInput>,
     ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
         let principal = self.principal(&req).await?;
         let input = &req.input;
-        let request = ListRequest {
-            prefix: input.prefix.clone().unwrap_or_default(),
-            delimiter: input.delimiter.clone(),
-            start_after: input.key_marker.clone(),
-            continuation: None,
-            max_keys: max_keys(input.max_keys)?,
+        let request = store::VersionsRequest {
+            list: ListRequest {
+                prefix: input.prefix.clone().unwrap_or_default(),
+                delimiter: input.delimiter.clone(),
+                start_after: input.key_marker.clone().filter(|marker| !marker.is_empty()),
+                continuation: None,
+                max_keys: max_keys(input.max_keys)?,
+            },
+            version_id_marker: input.version_id_marker.clone().filter(|marker| !marker.is_empty()),
         };
-        let listing = self
-            .listing(&principal, &input.bucket, &request, &input.encoding_type, true)
-            .await
-            .map_err(|e| fail(&req, e))?;
-        let versions = listing
-            .contents
-            .into_iter()
-            .map(|object| ObjectVersion {
-                e_tag: object.e_tag,
-                is_latest: Some(true),
-                key: object.key,
-                last_modified: object.last_modified,
-                owner: object.owner,
-                size: object.size,
-                storage_class: Some(ObjectVersionStorageClass::from_static(
-                    ObjectVersionStorageClass::STANDARD,
-                )),
-                version_id: Some("null".into()),
-                ..Default::default()
-            })
-            .collect();
+        let bucket = self.open(&req, &principal, &input.bucket, Access::Read).await?;
+        let page = bucket.list_versions(&request).await.map_err(|e| fail(&req, e))?;
+        let url_encode = input.encoding_type.as_ref().is_some_and(|e| e.as_str() == EncodingType::URL);
+        let encode = |text: String| if url_encode { url_encode_key(&text) } else { text };
+        let mut versions = Vec::new();
+        let mut delete_markers = Vec::new();
+        for entry in page.entries {
+            if entry.delete_marker {
+                delete_markers.push(DeleteMarkerEntry {
+                    is_latest: Some(entry.is_latest),
+                    key: Some(encode(entry.key)),
+                    last_modified: Some(timestamp(entry.last_modified)),
+                    owner: Some(owner(&principal)),
+                    version_id: Some(entry.version_id),
+                });
+            } else {
+                versions.push(ObjectVersion {
+                    e_tag: Some(ETag::Strong(entry.etag)),
+                    is_latest: Some(entry.is_latest),
+                    key: Some(encode(entry.key)),
+                    last_modified: Some(timestamp(entry.last_modified)),
+                    owner: Some(owner(&principal)),
+                    size: Some(entry.size as i64),
+                    storage_class: Some(ObjectVersionStorageClass::from_static(
+                        ObjectVersionStorageClass::STANDARD,
+                    )),
+                    version_id: Some(entry.version_id),
+                    ..Default::default()
+                });
+            }
+        }
+        let (next_key_marker, next_version_id_marker) = match page.next {
+            Some((key, version)) => (Some(encode(key)), version),
+            None => (None, None),
+        };
         Ok(S3Response::new(ListObjectVersionsOutput {
             name: Some(input.bucket.clone()),
-            prefix: Some(request.prefix),
-            delimiter: request.delimiter.filter(|d| !d.is_empty()),
-            key_marker: input.key_marker.clone(),
-            max_keys: Some(request.max_keys.min(i32::MAX as usize) as i32),
-            is_truncated: Some(listing.truncated),
-            next_key_marker: listing.next_marker,
-            next_version_id_marker: listing.truncated.then(|| "null".into()),
+            prefix: Some(encode(request.list.prefix)),
+            delimiter: request.list.delimiter.filter(|d| !d.is_empty()).map(encode),
+            key_marker: Some(input.key_marker.clone().unwrap_or_default()),
+            version_id_marker: Some(input.version_id_marker.clone().unwrap_or_default()),
+            max_keys: Some(request.list.max_keys.min(i32::MAX as usize) as i32),
+            is_truncated: Some(next_key_marker.is_some()),
+            next_key_marker,
+            next_version_id_marker,
             versions: Some(versions),
-            common_prefixes: Some(listing.common_prefixes),
+            delete_markers: Some(delete_markers),
+            common_prefixes: Some(
+                page.common_prefixes
+                    .into_iter()
+                    .map(|prefix| CommonPrefix {
+                        prefix: Some(encode(prefix)),
+                    })
+                    .collect(),
+            ),
             encoding_type: input.encoding_type.clone(),
             ..Default::default()
         }))
@@ -759,9 +798,43 @@ impl S3 for S3Front {
         req: S3Request<GetBucketVersioningInput>,
     ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
         let principal = self.principal(&req).await?;
-        self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
+        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
         // A bucket that never had versioning enabled has no Status at all.
-        Ok(S3Response::new(GetBucketVersioningOutput::default()))
+        Ok(S3Response::new(GetBucketVersioningOutput {
+            status: bucket
+                .versioning()
+                .map(|state| BucketVersioningStatus::from(state.as_str().to_owned())),
+            ..Default::default()
+        }))
+    }
+
+    async fn put_bucket_versioning(
+        &self,
+        req: S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        let principal = self.principal(&req).await?;
+        let config = &req.input.versioning_configuration;
+        if config
+            .mfa_delete
+            .as_ref()
+            .is_some_and(|mfa| mfa.as_str() == MFADelete::ENABLED)
+            || req.input.mfa.is_some()
+        {
+            return Err(s3s::s3_error!(NotImplemented, "MFA delete is not supported"));
+        }
+        let state = match config.status.as_ref().map(|status| status.as_str()) {
+            Some("Enabled") => store::Versioning::Enabled,
+            Some("Suspended") => store::Versioning::Suspended,
+            _ => {
+                return Err(s3s::s3_error!(
+                    IllegalVersioningConfigurationException,
+                    "The Versioning element must be specified as Enabled or Suspended"
+                ));
+            }
+        };
+        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
+        bucket.set_versioning(state).await.map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(PutBucketVersioningOutput::default()))
     }
 
     async fn get_bucket_acl(&self, req: S3Request<GetBucketAclInput>) -> S3Result<S3Response<GetBucketAclOutput>> {
@@ -775,10 +848,13 @@ impl S3 for S3Front {
 
     async fn get_object_acl(&self, req: S3Request<GetObjectAclInput>) -> S3Result<S3Response<GetObjectAclOutput>> {
         let principal = self.principal(&req).await?;
-        unversioned(&req.input.version_id)?;
         let bucket = self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
+        let options = store::ReadOptions {
+            version_id: req.input.version_id.clone(),
+            ..Default::default()
+        };
         bucket
-            .head(&req.input.key, &store::ReadOptions::default())
+            .head(&req.input.key, &options)
             .await
             .map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(GetObjectAclOutput {
@@ -793,11 +869,14 @@ impl S3 for S3Front {
         req: S3Request<GetObjectAttributesInput>,
     ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
         let principal = self.principal(&req).await?;
-        unversioned(&req.input.version_id)?;
         let input = &req.input;
         let bucket = self.open(&req, &principal, &input.bucket, Access::Read).await?;
+        let options = store::ReadOptions {
+            version_id: input.version_id.clone(),
+            ..Default::default()
+        };
         let head = bucket
-            .head(&input.key, &store::ReadOptions::default())
+            .head(&input.key, &options)
             .await
             .map_err(|e| fail(&req, e))?
             .head;
@@ -840,12 +919,12 @@ impl S3 for S3Front {
         let principal = self.principal(&req).await?;
         checks::refuse_unkept(&req.headers, Request::CopyObject)?;
         let input = &req.input;
-        let (source_bucket, source_key) = copy_source(&input.copy_source)?;
+        let (source_bucket, source_key, source_version) = copy_source(&input.copy_source)?;
         let replace = input
             .metadata_directive
             .as_ref()
             .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
-        if !replace && source_bucket == input.bucket && source_key == input.key {
+        if !replace && source_bucket == input.bucket && source_key == input.key && source_version.is_none() {
             return Err(s3s::s3_error!(
                 InvalidRequest,
                 "This copy request is illegal because it is trying to copy an object to itself without \
@@ -868,7 +947,7 @@ impl S3 for S3Front {
         let source = self.open(&req, &principal, source_bucket, Access::Read).await?;
         let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
         let outcome = bucket
-            .copy_from(&source, source_key, &conditions, &input.key, meta, tags)
+            .copy_from(&source, source_key, source_version, &conditions, &input.key, meta, tags)
             .await
             .map_err(|e| fail(&req, e))?;
         let mut result = CopyObjectResult {
@@ -879,6 +958,8 @@ impl S3 for S3Front {
         result.checksum_type = set_checksum!(result, outcome.checksum);
         Ok(S3Response::new(CopyObjectOutput {
             copy_object_result: Some(result),
+            copy_source_version_id: source_version.filter(|_| source.versioning().is_some()).map(str::to_owned),
+            version_id: outcome.version_id,
             ..Default::default()
         }))
     }
@@ -890,12 +971,13 @@ impl S3 for S3Front {
         let principal = self.principal(&req).await?;
         checks::refuse_unkept(&req.headers, Request::Other)?;
         let input = &req.input;
-        let (source_bucket, source_key) = copy_source(&input.copy_source)?;
+        let (source_bucket, source_key, source_version) = copy_source(&input.copy_source)?;
         let range = input.copy_source_range.as_deref().map(copy_source_range).transpose()?;
         let options = store::ReadOptions {
             range,
             part_number: None,
             conditions: copy_source_conditions!(input),
+            version_id: source_version.map(str::to_owned),
         };
         let part_number = part_number(Some(input.part_number))?.unwrap_or_default();
         let source = self.open(&req, &principal, source_bucket, Access::Read).await?;
@@ -919,12 +1001,14 @@ impl S3 for S3Front {
         req: S3Request<GetObjectTaggingInput>,
     ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
         let principal = self.principal(&req).await?;
-        unversioned(&req.input.version_id)?;
         let bucket = self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
-        let tags = bucket.object_tags(&req.input.key).await.map_err(|e| fail(&req, e))?;
+        let tags = bucket
+            .object_tags(&req.input.key, req.input.version_id.as_deref())
+            .await
+            .map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(GetObjectTaggingOutput {
             tag_set: tag_list(tags),
-            version_id: None,
+            version_id: req.input.version_id.clone(),
         }))
     }
 
@@ -933,12 +1017,11 @@ impl S3 for S3Front {
         req: S3Request<PutObjectTaggingInput>,
     ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
         let principal = self.principal(&req).await?;
-        unversioned(&req.input.version_id)?;
         let input = &req.input;
         let tags = tags_from(&input.tagging, store::MAX_OBJECT_TAGS).map_err(|e| fail(&req, e))?;
         let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
         bucket
-            .set_object_tags(&input.key, &tags)
+            .set_object_tags(&input.key, input.version_id.as_deref(), &tags)
             .await
             .map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(PutObjectTaggingOutput::default()))
@@ -949,10 +1032,9 @@ impl S3 for S3Front {
         req: S3Request<DeleteObjectTaggingInput>,
     ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
         let principal = self.principal(&req).await?;
-        unversioned(&req.input.version_id)?;
         let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
         bucket
-            .set_object_tags(&req.input.key, &store::Tags::new())
+            .set_object_tags(&req.input.key, req.input.version_id.as_deref(), &store::Tags::new())
             .await
             .map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(DeleteObjectTaggingOutput::default()))
@@ -1086,6 +1168,7 @@ impl S3 for S3Front {
             key: Some(input.key.clone()),
             location: Some(format!("/{}/{}", input.bucket, input.key)),
             e_tag: Some(ETag::Strong(outcome.etag)),
+            version_id: outcome.version_id,
             ..Default::default()
         }))
     }

@@ -259,6 +259,7 @@ fn entry_from_row(row: &tokio_postgres::Row) -> CacheEntry {
     let Json(meta): Json<ObjectMeta> = row.get(3);
     CacheEntry {
         head: ObjectHead {
+            version_id: None,
             size: row.get::<_, i64>(0) as u64,
             etag: row.get(1),
             last_modified: row.get(2),
@@ -641,6 +642,7 @@ impl Store {
         }
         let Json(meta): Json<ObjectMeta> = first.get(4);
         let head = ObjectHead {
+            version_id: None,
             size,
             etag,
             last_modified: first.get(3),

@@ -95,6 +95,7 @@ mod tests {
 
     fn head(etag: &str, at: u64) -> ObjectHead {
         ObjectHead {
+            version_id: None,
             size: 1,
             etag: etag.into(),
             last_modified: UNIX_EPOCH + Duration::from_millis(at * 1000 + 500),

@@ -72,13 +72,14 @@ impl Store {
             inline,
             body_id,
         };
-        let last_modified = self.write_object_row(&tx, to, &row, &WriteCondition::Always).await?;
+        let written = self.write_object_row(&tx, to, &row, &WriteCondition::Always).await?;
         tx.commit().await?;
         Ok(PutOutcome {
             etag: head.etag,
             size: head.size,
-            last_modified,
+            last_modified: written.last_modified,
             checksum: meta.checksum,
+            version_id: written.version_id,
         })
     }
 }

@@ -63,10 +63,15 @@ pub enum StoreError {
     QuotaExceeded(String),
     /// An operation this kind of bucket does not offer (answered, never pretended).
     NotImplemented(String),
-    /// A RESP database mapped to a cache bucket: keyspaces are plain buckets only.
-    CacheKeyspace {
-        bucket: String,
-        mode: super::CacheMode,
+    /// A RESP database mapped to a bucket RESP cannot serve (a cache or versioned bucket).
+    NotAKeyspace(String),
+    /// The version named does not exist.
+    NoSuchVersion,
+    /// The version read is a delete marker: the latest one (`allowed`: the key reads as
+    /// missing, 404) or one named by id (405, a marker has no body).
+    DeleteMarker {
+        version_id: String,
+        allowed: bool,
     },
 }
 
@@ -117,11 +122,12 @@ impl fmt::Display for StoreError {
             | StoreError::OriginFailed(msg) => f.write_str(msg),
             StoreError::QuotaExceeded(usage) => write!(f, "bucket quota exceeded ({usage})"),
             StoreError::NotImplemented(msg) => f.write_str(msg),
-            StoreError::CacheKeyspace { bucket, mode } => write!(
-                f,
-                "bucket {bucket} is a cache bucket ({} origin cache): a RESP database must map to a plain bucket",
-                mode.as_str()
-            ),
+            StoreError::NotAKeyspace(msg) => f.write_str(msg),
+            StoreError::NoSuchVersion => f.write_str("the specified version does not exist"),
+            StoreError::DeleteMarker { allowed: true, .. } => f.write_str("the specified key does not exist"),
+            StoreError::DeleteMarker { allowed: false, .. } => {
+                f.write_str("the specified method is not allowed against this resource")
+            }
         }
     }
 }

@@ -149,6 +149,7 @@ impl Store {
             size,
             last_modified: row.get(0),
             checksum,
+            version_id: None,
         })
     }
 
@@ -225,13 +226,14 @@ impl Store {
             inline: None,
             body_id: Some(upload_id),
         };
-        let last_modified = self.write_object_row(&tx, bucket, &row, condition).await?;
+        let written = self.write_object_row(&tx, bucket, &row, condition).await?;
         tx.commit().await?;
         Ok(PutOutcome {
             etag,
             size,
-            last_modified,
+            last_modified: written.last_modified,
             checksum: None,
+            version_id: written.version_id,
         })
     }
 
@@ -259,6 +261,9 @@ impl Store {
             size: head.size,
             last_modified: head.last_modified,
             checksum: None,
+            version_id: bucket
+                .versioning
+                .map(|_| row.get::<_, Option<String>>(7).unwrap_or_else(|| "null".into())),
         })
     }
 

@@ -65,6 +65,8 @@ pub struct ObjectHead {
     pub etag: String,
     pub last_modified: SystemTime,
     pub meta: ObjectMeta,
+    /// In a versioned bucket, the version read (`null` for the null version); else `None`.
+    pub version_id: Option<String>,
 }
 
 pub struct ObjectRead {
@@ -82,6 +84,8 @@ pub struct PutOutcome {
     pub size: u64,
     pub last_modified: SystemTime,
     pub checksum: Option<StoredChecksum>,
+    /// In a versioned bucket, the version written (`null` in a Suspended one); else `None`.
+    pub version_id: Option<String>,
 }
 
 /// A byte range as HTTP states it.
@@ -173,8 +177,9 @@ pub struct NamespaceSql {
     pub(super) next_body_id: String,
     pub(super) copy_chunks: String,
     pub(super) read_chunks: String,
-    pub(super) delete: String,
     pub(super) delete_many: String,
+    pub(super) delete_unversioned: String,
+    pub(super) delete_many_unversioned: String,
     pub(super) list: String,
     pub(super) list_below: String,
     pub(super) retired_bodies: String,
@@ -183,6 +188,7 @@ pub struct NamespaceSql {
     pub(super) delete_expired: String,
     pub(super) backlog: String,
     pub(super) kv: super::kv::KvSql,
+    pub(super) versions: super::versions::VersionSql,
 }
 
 impl NamespaceSql {
@@ -193,7 +199,8 @@ impl NamespaceSql {
         // round trip, and catches a cached bucket that has since been dropped.
         let lookup = |body: &str| {
             format!(
-                "SELECT o.size, o.etag, o.last_modified, o.meta, {body}, o.body_id, o.key IS NOT NULL
+                "SELECT o.size, o.etag, o.last_modified, o.meta, {body}, o.body_id, o.key IS NOT NULL,
+                        o.version_id
                    FROM pgvs3.buckets b
                    LEFT JOIN {ns}.objects o ON o.bucket_id = b.id AND o.key = $2
                         AND (o.expires_at IS NULL OR o.expires_at > now())
@@ -205,36 +212,54 @@ impl NamespaceSql {
               WHERE bucket_id = $1 AND key > $2 AND key >= $3
                 AND (expires_at IS NULL OR expires_at > now())"
         );
+        // The bucket's versioning state as committed (not as this gateway's catalog cache has
+        // it, which may lag a change): a write to a versioned bucket takes a version number, and
+        // in an Enabled bucket a version id (the objects_keep_version trigger keeps the version
+        // it replaces). A write to a bucket that never had versioning draws no number.
+        let version = |seq: &str| {
+            format!(
+                "CASE WHEN b.versioning IS NOT NULL THEN nextval('{ns}.version_seqs') END AS {seq}"
+            )
+        };
+        let version_id = |seq: &str| format!("CASE WHEN b.versioning = 'Enabled' THEN lpad(to_hex({seq}), 16, '0') END");
         let insert = format!(
-            "INSERT INTO {ns}.objects AS o (bucket_id, key, size, etag, last_modified, meta, inline, body_id)
-             SELECT $1, $2, $3, $4, clock_timestamp(), $5, $6, $7 FROM pgvs3.buckets WHERE id = $1
+            "INSERT INTO {ns}.objects AS o (bucket_id, key, size, etag, last_modified, meta, inline, body_id,
+                                            version_seq, version_id)
+             SELECT $1, $2, $3, $4, clock_timestamp(), $5, $6, $7, v.seq, {new_id}
+               FROM pgvs3.buckets b CROSS JOIN LATERAL (SELECT {seq}) v WHERE b.id = $1
              ON CONFLICT (bucket_id, key) DO UPDATE
                 SET size = EXCLUDED.size, etag = EXCLUDED.etag, last_modified = EXCLUDED.last_modified,
                     meta = EXCLUDED.meta, inline = EXCLUDED.inline, body_id = EXCLUDED.body_id,
-                    expires_at = NULL"
+                    expires_at = NULL, version_seq = EXCLUDED.version_seq, version_id = EXCLUDED.version_id",
+            new_id = version_id("v.seq"),
+            seq = version("seq"),
         );
         NamespaceSql {
             get: lookup("o.inline"),
             head: lookup("NULL::bytea"),
-            put: format!("{insert} RETURNING last_modified"),
+            put: format!("{insert} RETURNING last_modified, version_id, version_seq IS NOT NULL"),
             // The conflict arbiter makes the check atomic: of concurrent creators one inserts,
             // the others find its row and (it being live) update nothing.
             put_if_absent: format!(
-                "{insert} WHERE o.expires_at IS NOT NULL AND o.expires_at <= now() RETURNING last_modified"
+                "{insert} WHERE o.expires_at IS NOT NULL AND o.expires_at <= now()
+                 RETURNING last_modified, version_id, version_seq IS NOT NULL"
             ),
             // Inserted when absent; an existing live object is replaced unless it has the ETag.
             put_if_none_match: format!(
                 "{insert} WHERE (o.expires_at IS NOT NULL AND o.expires_at <= now()) OR o.etag <> $8
-                 RETURNING last_modified"
+                 RETURNING last_modified, version_id, version_seq IS NOT NULL"
             ),
             // Under READ COMMITTED a concurrent update makes PostgreSQL re-check the WHERE on the
             // newest row version, so of writers that read the same ETag only the first wins.
             put_if_match: format!(
-                "UPDATE {ns}.objects SET size = $3, etag = $4, last_modified = clock_timestamp(), meta = $5,
-                        inline = $6, body_id = $7, expires_at = NULL
-                  WHERE bucket_id = $1 AND key = $2 AND ($8 = '*' OR etag = $8)
+                "UPDATE {ns}.objects o SET size = $3, etag = $4, last_modified = clock_timestamp(), meta = $5,
+                        inline = $6, body_id = $7, expires_at = NULL, version_seq = v.seq, version_id = {new_id}
+                   FROM pgvs3.buckets b CROSS JOIN LATERAL (SELECT {seq}) v
+                  WHERE b.id = $1 AND o.bucket_id = $1 AND key = $2 AND ($8 = '*' OR etag = $8)
                     AND (expires_at IS NULL OR expires_at > now())
-                 RETURNING last_modified"
+                 RETURNING o.last_modified, o.version_id, o.version_seq IS NOT NULL",
+                new_id = version_id("v.seq"),
+                seq = version("seq"),
             ),
             part_span: format!("SELECT start_offset, size FROM {ns}.parts WHERE owner_id = $1 AND part_number = $2"),
             part_segments: format!(
@@ -324,8 +349,21 @@ impl NamespaceSql {
             read_chunks: format!(
                 "SELECT seq, data FROM {ns}.chunks WHERE body_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq"
             ),
-            delete: format!("DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = $2"),
             delete_many: format!("DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = ANY($2)"),
+            // An S3 delete as the bucket is (not as the catalog cache has it): it deletes only
+            // in a bucket that never had versioning, and answers the bucket's state either way.
+            delete_unversioned: format!(
+                "WITH b AS (SELECT versioning FROM pgvs3.buckets WHERE id = $1),
+                      d AS (DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = $2
+                              AND EXISTS (SELECT 1 FROM b WHERE versioning IS NULL))
+                 SELECT versioning FROM b"
+            ),
+            delete_many_unversioned: format!(
+                "WITH b AS (SELECT versioning FROM pgvs3.buckets WHERE id = $1),
+                      d AS (DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = ANY($2)
+                              AND EXISTS (SELECT 1 FROM b WHERE versioning IS NULL))
+                 SELECT versioning FROM b"
+            ),
             list_below: format!("{list} AND key < $5 ORDER BY key LIMIT $4"),
             list: format!("{list} ORDER BY key LIMIT $4"),
             retired_bodies: format!(
@@ -343,6 +381,7 @@ impl NamespaceSql {
             ),
             backlog: format!("SELECT (SELECT count(*) FROM {ns}.retired_bodies), (SELECT count(*) FROM {ns}.uploads)"),
             kv: super::kv::KvSql::new(&ns),
+            versions: super::versions::VersionSql::new(&ns),
         }
     }
 }
@@ -410,6 +449,8 @@ pub struct ReadOptions {
     /// S3's `partNumber`: one part of a multipart object (part 1 is the whole of any other).
     pub part_number: Option<u32>,
     pub conditions: Preconditions,
+    /// A version other than the current one (versioned buckets; `null` names the null version).
+    pub version_id: Option<String>,
 }
 
 impl Store {
@@ -426,8 +467,11 @@ impl Store {
         let client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.head).await?;
         let row = client.query_opt(&statement, &[&bucket.id, &key]).await?;
-        let row = self.found(bucket, row)?;
-        let (head, span, partial) = locate(&client, &bucket.sql, head_from_row(&row), row.get(5), options).await?;
+        let row = match self.current_row(bucket, key, row, options).await? {
+            Ok(row) => row,
+            Err(version) => return self.read_noncurrent(bucket, key, &version, options, false).await,
+        };
+        let (head, span, partial) = locate(&client, &bucket.sql, current_head(bucket, &row), row.get(5), options).await?;
         Ok(ObjectRead {
             head,
             span,
@@ -451,8 +495,14 @@ impl Store {
         let client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.get).await?;
         let row = client.query_opt(&statement, &[&bucket.id, &key]).await?;
-        let row = self.found(bucket, row)?;
-        let (head, span, partial) = locate(&client, &bucket.sql, head_from_row(&row), row.get(5), options).await?;
+        let row = match self.current_row(bucket, key, row, options).await? {
+            Ok(row) => row,
+            Err(version) => {
+                drop(client);
+                return self.read_noncurrent(bucket, key, &version, options, true).await;
+            }
+        };
+        let (head, span, partial) = locate(&client, &bucket.sql, current_head(bucket, &row), row.get(5), options).await?;
         let inline: Option<&[u8]> = row.get(4);
         if let Some(inline) = inline {
             let bytes = Bytes::copy_from_slice(&inline[span.0 as usize..span.1 as usize]);
@@ -489,6 +539,35 @@ impl Store {
             partial,
             body: Box::pin(body),
         })
+    }
+
+    /// The looked-up row of `key` if it is what the read asks for; `Err(version)` when the
+    /// read names another version (a noncurrent one). A key without a current version is
+    /// missing, with its delete marker named in a versioned bucket.
+    async fn current_row(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        row: Option<tokio_postgres::Row>,
+        options: &ReadOptions,
+    ) -> StoreResult<Result<tokio_postgres::Row, String>> {
+        let Some(row) = row else {
+            self.catalog.forget_bucket(&bucket.name);
+            return Err(StoreError::NoSuchBucket);
+        };
+        let exists: bool = row.get(6);
+        if let Some(wanted) = &options.version_id {
+            let current: Option<&str> = row.get(7);
+            if !exists || current.unwrap_or("null") != wanted {
+                return Ok(Err(wanted.clone()));
+            }
+        } else if !exists {
+            return Err(match bucket.versioning {
+                Some(_) => self.missing_key(bucket, key).await,
+                None => StoreError::NoSuchKey,
+            });
+        }
+        Ok(Ok(row))
     }
 
     pub(super) fn found(
@@ -546,12 +625,13 @@ impl Store {
                 inline: Some(&head[..]),
                 body_id: None,
             };
-            let last_modified = self.write_object_row(&client, bucket, &row, condition).await?;
+            let written = self.write_object_row(&client, bucket, &row, condition).await?;
             return Ok(PutOutcome {
                 etag,
                 size,
-                last_modified,
+                last_modified: written.last_modified,
                 checksum: meta.checksum,
+                version_id: written.version_id,
             });
         }
 
@@ -572,13 +652,14 @@ impl Store {
             inline: None,
             body_id: Some(body_id),
         };
-        let last_modified = self.write_object_row(&tx, bucket, &row, condition).await?;
+        let written = self.write_object_row(&tx, bucket, &row, condition).await?;
         tx.commit().await?;
         Ok(PutOutcome {
             etag,
             size,
-            last_modified,
+            last_modified: written.last_modified,
             checksum: meta.checksum,
+            version_id: written.version_id,
         })
     }
 
@@ -590,7 +671,7 @@ impl Store {
         bucket: &BucketInfo,
         row: &NewObjectRow<'_>,
         condition: &WriteCondition,
-    ) -> StoreResult<SystemTime> {
+    ) -> StoreResult<Written> {
         let size = row.size as i64;
         let meta = Json(row.meta);
         let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
@@ -609,7 +690,11 @@ impl Store {
         };
         let statement = db.prepare_cached(sql).await?;
         if let Some(written) = db.query_opt(&statement, &params).await? {
-            return Ok(written.get(0));
+            let versioned: bool = written.get(2);
+            return Ok(Written {
+                last_modified: written.get(0),
+                version_id: versioned.then(|| written.get::<_, Option<String>>(1).unwrap_or_else(|| "null".into())),
+            });
         }
         // Refused: tell a missing bucket or key from a precondition that did not hold.
         let statement = db.prepare_cached(&bucket.sql.head).await?;
@@ -619,22 +704,55 @@ impl Store {
     }
     /// Deletes an object; deleting a missing key succeeds, as in S3.
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store delete_object", otel.kind = "client", db.system = "postgresql"))]
-    pub(crate) async fn delete_object(&self, bucket: &BucketInfo, key: &str) -> StoreResult<()> {
+    /// Returns the bucket's versioning state instead when it has one after all (this gateway's
+    /// catalog had not seen the change yet): nothing is deleted then.
+    pub(crate) async fn delete_object(&self, bucket: &BucketInfo, key: &str) -> StoreResult<Option<super::Versioning>> {
         check_key(key)?;
         let client = self.client().await?;
-        let statement = client.prepare_cached(&bucket.sql.delete).await?;
-        client.execute(&statement, &[&bucket.id, &key]).await?;
-        Ok(())
+        let statement = client.prepare_cached(&bucket.sql.delete_unversioned).await?;
+        let row = client.query_opt(&statement, &[&bucket.id, &key]).await?;
+        self.versioned_after_all(bucket, row)
     }
 
-    /// Deletes many keys in one statement.
+    /// Deletes many keys in one statement (or, like [`Store::delete_object`], none when the
+    /// bucket turns out to be versioned).
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store delete_objects", otel.kind = "client", db.system = "postgresql"))]
-    pub(crate) async fn delete_objects(&self, bucket: &BucketInfo, keys: &[String]) -> StoreResult<()> {
+    pub(crate) async fn delete_objects(
+        &self,
+        bucket: &BucketInfo,
+        keys: &[String],
+    ) -> StoreResult<Option<super::Versioning>> {
         let client = self.client().await?;
-        let statement = client.prepare_cached(&bucket.sql.delete_many).await?;
-        client.execute(&statement, &[&bucket.id, &keys]).await?;
-        Ok(())
+        let statement = client.prepare_cached(&bucket.sql.delete_many_unversioned).await?;
+        let row = client.query_opt(&statement, &[&bucket.id, &keys]).await?;
+        self.versioned_after_all(bucket, row)
     }
+
+    fn versioned_after_all(
+        &self,
+        bucket: &BucketInfo,
+        row: Option<tokio_postgres::Row>,
+    ) -> StoreResult<Option<super::Versioning>> {
+        let Some(row) = row else {
+            self.catalog.forget_bucket(&bucket.name);
+            return Err(StoreError::NoSuchBucket);
+        };
+        let state: Option<&str> = row.get(0);
+        let state = state
+            .map(super::Versioning::parse)
+            .transpose()
+            .map_err(|err| StoreError::Corrupt(err.to_string()))?;
+        if state.is_some() {
+            self.catalog.forget_bucket(&bucket.name);
+        }
+        Ok(state)
+    }
+}
+
+/// What writing an object row made: its time, and its version in a versioned bucket.
+pub(super) struct Written {
+    pub last_modified: SystemTime,
+    pub version_id: Option<String>,
 }
 
 /// An object row about to be written.
@@ -795,6 +913,15 @@ pub fn check_length(declared: Option<u64>, received: u64) -> StoreResult<()> {
     }
 }
 
+/// The head of a looked-up current row, with its version in a versioned bucket.
+fn current_head(bucket: &BucketInfo, row: &tokio_postgres::Row) -> ObjectHead {
+    let mut head = head_from_row(row);
+    head.version_id = bucket
+        .versioning
+        .map(|_| row.get::<_, Option<String>>(7).unwrap_or_else(|| "null".into()));
+    head
+}
+
 pub(super) fn head_from_row(row: &tokio_postgres::Row) -> ObjectHead {
     let Json(meta): Json<ObjectMeta> = row.get(3);
     ObjectHead {
@@ -802,6 +929,7 @@ pub(super) fn head_from_row(row: &tokio_postgres::Row) -> ObjectHead {
         etag: row.get(1),
         last_modified: row.get(2),
         meta,
+        version_id: None,
     }
 }
 

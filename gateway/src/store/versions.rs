@@ -1,0 +1,469 @@
+//! S3 versioning on the layout of v12 (migrations/0012_versioning.sql): the current version of
+//! a key is its row in `<ns>.objects` (its `version_id`, NULL for the null version), the
+//! noncurrent versions and delete markers are rows of `<ns>.versions`. Writes need nothing from
+//! here: the object row's upsert takes the version columns, and a trigger keeps the version it
+//! replaces (so concurrent writers each keep exactly the row they replaced). This module reads
+//! versions, writes delete markers, deletes versions (retiring their bodies explicitly, since
+//! deleting a version row retires nothing by itself) and lists them.
+
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use tokio_postgres::types::Json;
+
+use super::chunks::ChunkStream;
+use super::listing::{ListRequest, prefix_successor};
+use super::objects::{BodyStream, ObjectHead, ObjectMeta, ObjectRead, ReadOptions, body_rows, check_key, locate};
+use super::{BucketInfo, Store, StoreError, StoreResult};
+
+/// A bucket's versioning state, once it was ever enabled (S3 never returns to "unversioned").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Versioning {
+    Enabled,
+    Suspended,
+}
+
+impl Versioning {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Versioning::Enabled => "Enabled",
+            Versioning::Suspended => "Suspended",
+        }
+    }
+
+    pub fn parse(text: &str) -> anyhow::Result<Versioning> {
+        match text {
+            "Enabled" => Ok(Versioning::Enabled),
+            "Suspended" => Ok(Versioning::Suspended),
+            other => anyhow::bail!("unknown versioning state {other:?}"),
+        }
+    }
+}
+
+/// The version id of a sequence number: 16 hex digits, so ids sort like the versions they
+/// name and a listing's version-id marker says where it stands.
+const VERSION_ID: &str = "lpad(to_hex(seq), 16, '0')";
+
+/// Whether `text` is a version id this layout can have issued (or `null`).
+pub fn valid_version_id(text: &str) -> bool {
+    text == "null" || text.len() == 16 && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// What a delete did in a versioned bucket.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOutcome {
+    /// The version the delete created (a delete marker) or removed.
+    pub version_id: Option<String>,
+    /// Whether that version is a delete marker.
+    pub delete_marker: bool,
+}
+
+/// One entry of ListObjectVersions.
+#[derive(Debug, Clone)]
+pub struct VersionEntry {
+    pub key: String,
+    pub version_id: String,
+    pub is_latest: bool,
+    pub delete_marker: bool,
+    pub size: u64,
+    pub etag: String,
+    pub last_modified: SystemTime,
+}
+
+#[derive(Debug, Default)]
+pub struct VersionsPage {
+    pub entries: Vec<VersionEntry>,
+    pub common_prefixes: Vec<String>,
+    /// Where the next page starts (key-marker, version-id-marker), when there is one.
+    pub next: Option<(String, Option<String>)>,
+}
+
+/// ListObjectVersions' request.
+pub struct VersionsRequest {
+    pub list: ListRequest,
+    pub version_id_marker: Option<String>,
+}
+
+/// The version SQL of one namespace.
+#[derive(Debug)]
+pub(super) struct VersionSql {
+    read: String,
+    latest_noncurrent: String,
+    archive_current: String,
+    marker: String,
+    drop_null: String,
+    delete_current: String,
+    delete_noncurrent: String,
+    promote: String,
+    page: String,
+    null_seq: String,
+}
+
+impl VersionSql {
+    pub(super) fn new(ns: &str) -> VersionSql {
+        let archive = format!(
+            "INSERT INTO {ns}.versions (bucket_id, key, version_id, version_seq, size, etag, last_modified, meta, inline, body_id)
+             SELECT bucket_id, key, coalesce(version_id, 'null'), version_seq, size, etag, last_modified, meta, inline, body_id
+               FROM gone"
+        );
+        VersionSql {
+            read: format!(
+                "SELECT size, etag, last_modified, meta, inline, body_id, is_delete_marker
+                   FROM {ns}.versions WHERE bucket_id = $1 AND key = $2 AND version_id = $3"
+            ),
+            latest_noncurrent: format!(
+                "SELECT version_id, is_delete_marker FROM {ns}.versions WHERE bucket_id = $1 AND key = $2
+                  ORDER BY coalesce(version_seq, -1) DESC LIMIT 1"
+            ),
+            // The current version becomes noncurrent; its body moves with it, and retire_body
+            // (an AFTER trigger, which sees this statement's insert) keeps it.
+            archive_current: format!(
+                "WITH gone AS (DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = $2
+                                AND ($3 OR version_id IS NOT NULL) RETURNING *)
+                 {archive}"
+            ),
+            // A delete marker: in an Enabled bucket with a new id, in a Suspended one as `null`.
+            marker: format!(
+                "INSERT INTO {ns}.versions (bucket_id, key, version_id, version_seq, is_delete_marker, size, etag, last_modified)
+                 SELECT $1, $2, CASE WHEN $3 THEN {VERSION_ID} ELSE 'null' END, seq, true, 0, '', clock_timestamp()
+                   FROM (SELECT nextval('{ns}.version_seqs') AS seq) s
+                 RETURNING version_id"
+            ),
+            drop_null: format!(
+                "WITH dropped AS (DELETE FROM {ns}.versions WHERE bucket_id = $1 AND key = $2 AND version_id = 'null'
+                                  RETURNING body_id)
+                 INSERT INTO {ns}.retired_bodies (body_id) SELECT body_id FROM dropped WHERE body_id IS NOT NULL
+                 ON CONFLICT DO NOTHING"
+            ),
+            delete_current: format!(
+                "DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = $2 AND version_id IS NOT DISTINCT FROM $3"
+            ),
+            delete_noncurrent: format!(
+                "WITH dropped AS (DELETE FROM {ns}.versions WHERE bucket_id = $1 AND key = $2 AND version_id = $3
+                                  RETURNING body_id, is_delete_marker),
+                      retired AS (INSERT INTO {ns}.retired_bodies (body_id)
+                                  SELECT body_id FROM dropped WHERE body_id IS NOT NULL ON CONFLICT DO NOTHING)
+                 SELECT is_delete_marker FROM dropped"
+            ),
+            // With no current version left, the newest noncurrent one becomes current, unless it
+            // is a delete marker (the key then reads as deleted).
+            promote: format!(
+                "WITH top AS (SELECT version_id FROM {ns}.versions WHERE bucket_id = $1 AND key = $2
+                               AND NOT EXISTS (SELECT 1 FROM {ns}.objects WHERE bucket_id = $1 AND key = $2)
+                             ORDER BY coalesce(version_seq, -1) DESC LIMIT 1),
+                      moved AS (DELETE FROM {ns}.versions v USING top
+                                 WHERE v.bucket_id = $1 AND v.key = $2 AND v.version_id = top.version_id
+                                   AND NOT v.is_delete_marker RETURNING v.*)
+                 INSERT INTO {ns}.objects (bucket_id, key, size, etag, last_modified, meta, inline, body_id, version_id, version_seq)
+                 SELECT bucket_id, key, size, etag, last_modified, meta, inline, body_id, nullif(version_id, 'null'), version_seq
+                   FROM moved"
+            ),
+            // Versions in listing order (key, newest first) from `$2` (the key marker) on:
+            // that key's versions older than `$4` (the version marker's place), then later keys.
+            page: format!(
+                "SELECT key, version_id, is_delete_marker, size, etag, last_modified, current FROM (
+                     SELECT key, coalesce(version_id, 'null') AS version_id, coalesce(version_seq, -1) AS seq,
+                            false AS is_delete_marker, size, etag, last_modified, true AS current
+                       FROM {ns}.objects WHERE bucket_id = $1 AND key >= $2 AND starts_with(key, $3)
+                        AND (expires_at IS NULL OR expires_at > now())
+                     UNION ALL
+                     SELECT key, version_id, coalesce(version_seq, -1), is_delete_marker, size, etag, last_modified, false
+                       FROM {ns}.versions WHERE bucket_id = $1 AND key >= $2 AND starts_with(key, $3)) v
+                  WHERE key > $2 OR seq < $4
+                  ORDER BY key, seq DESC LIMIT $5"
+            ),
+            null_seq: format!(
+                "SELECT coalesce(version_seq, -1) FROM {ns}.objects WHERE bucket_id = $1 AND key = $2 AND version_id IS NULL
+                 UNION ALL
+                 SELECT coalesce(version_seq, -1) FROM {ns}.versions WHERE bucket_id = $1 AND key = $2 AND version_id = 'null'
+                 LIMIT 1"
+            ),
+        }
+    }
+}
+
+/// The most rows one page query fetches.
+const PAGE_ROWS: i64 = 1001;
+
+impl Store {
+    /// Sets a bucket's versioning state.
+    pub(crate) async fn set_versioning(&self, bucket: &BucketInfo, state: Versioning) -> StoreResult<()> {
+        let client = self.client().await?;
+        let updated = client
+            .execute(
+                "UPDATE pgvs3.buckets SET versioning = $2 WHERE id = $1",
+                &[&bucket.id, &state.as_str()],
+            )
+            .await?;
+        self.catalog.forget_bucket(&bucket.name);
+        if updated == 0 {
+            return Err(StoreError::NoSuchBucket);
+        }
+        Ok(())
+    }
+
+    /// A read of version `version_id` that is not the current one: its head and body (or the
+    /// span `options` select), from `versions`.
+    pub(super) async fn read_noncurrent(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        version_id: &str,
+        options: &ReadOptions,
+        with_body: bool,
+    ) -> StoreResult<ObjectRead> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(&bucket.sql.versions.read).await?;
+        let row = client
+            .query_opt(&statement, &[&bucket.id, &key, &version_id])
+            .await?
+            .ok_or(StoreError::NoSuchVersion)?;
+        if row.get::<_, bool>(6) {
+            return Err(StoreError::DeleteMarker {
+                version_id: version_id.to_owned(),
+                allowed: false,
+            });
+        }
+        let Json(meta): Json<ObjectMeta> = row.get(3);
+        let head = ObjectHead {
+            size: row.get::<_, i64>(0) as u64,
+            etag: row.get(1),
+            last_modified: row.get(2),
+            meta,
+            version_id: Some(version_id.to_owned()),
+        };
+        let body_id: Option<i64> = row.get(5);
+        let multipart = head.meta.parts.is_some();
+        let (head, span, partial) = locate(&client, &bucket.sql, head, body_id, options).await?;
+        let inline: Option<Vec<u8>> = row.get(4);
+        let body: BodyStream = match (with_body, inline, body_id) {
+            (false, ..) => Box::pin(futures::stream::empty()),
+            (true, Some(inline), _) => {
+                let bytes = Bytes::from(inline).slice(span.0 as usize..span.1 as usize);
+                Box::pin(futures::stream::once(async move { Ok(bytes) }))
+            }
+            (true, None, Some(body_id)) if span.0 < span.1 => {
+                let (segments, rows) = body_rows(&client, &bucket.sql, body_id, head.size, multipart, span).await?;
+                Box::pin(ChunkStream::new(Some(client), rows, segments))
+            }
+            (true, None, _) => Box::pin(futures::stream::empty()),
+        };
+        Ok(ObjectRead {
+            head,
+            span,
+            partial,
+            body,
+        })
+    }
+
+    /// Why a key without a current version reads as missing in a versioned bucket: a delete
+    /// marker as its latest version (S3 names it in the 404), or nothing.
+    pub(super) async fn missing_key(&self, bucket: &BucketInfo, key: &str) -> StoreError {
+        let latest = async {
+            let client = self.client().await?;
+            let statement = client.prepare_cached(&bucket.sql.versions.latest_noncurrent).await?;
+            StoreResult::Ok(client.query_opt(&statement, &[&bucket.id, &key]).await?)
+        };
+        match latest.await {
+            Ok(Some(row)) if row.get::<_, bool>(1) => StoreError::DeleteMarker {
+                version_id: row.get(0),
+                allowed: true,
+            },
+            Ok(_) => StoreError::NoSuchKey,
+            Err(err) => err,
+        }
+    }
+
+    /// DELETE without a version id in a versioned bucket: the current version becomes
+    /// noncurrent behind a new delete marker (Enabled); in a Suspended bucket a null current
+    /// version and any noncurrent null version go, and the marker is the null version.
+    pub(crate) async fn delete_versioned(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        state: Versioning,
+    ) -> StoreResult<DeleteOutcome> {
+        check_key(key)?;
+        let enabled = state == Versioning::Enabled;
+        let sql = &bucket.sql.versions;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        // Enabled: any current version is kept; Suspended: only a versioned one (a null current
+        // version is deleted, its body retired by the trigger).
+        tx.execute(&sql.archive_current, &[&bucket.id, &key, &enabled]).await?;
+        if !enabled {
+            tx.execute(&sql.delete_current, &[&bucket.id, &key, &None::<String>]).await?;
+            tx.execute(&sql.drop_null, &[&bucket.id, &key]).await?;
+        }
+        let version_id: String = tx.query_one(&sql.marker, &[&bucket.id, &key, &enabled]).await?.get(0);
+        tx.commit().await?;
+        Ok(DeleteOutcome {
+            version_id: Some(version_id),
+            delete_marker: true,
+        })
+    }
+
+    /// DELETE of one version, for good; the next newest version becomes current if the current
+    /// one went (or a delete marker that hid it).
+    pub(crate) async fn delete_version(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        version_id: &str,
+    ) -> StoreResult<DeleteOutcome> {
+        check_key(key)?;
+        let sql = &bucket.sql.versions;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let current = (version_id != "null").then_some(version_id);
+        let deleted_current = tx
+            .execute(&sql.delete_current, &[&bucket.id, &key, &current])
+            .await?
+            > 0;
+        let marker = if deleted_current {
+            false
+        } else {
+            let row = tx
+                .query_opt(&sql.delete_noncurrent, &[&bucket.id, &key, &version_id])
+                .await?;
+            row.is_some_and(|row| row.get::<_, bool>(0))
+        };
+        tx.execute(&sql.promote, &[&bucket.id, &key]).await?;
+        tx.commit().await?;
+        Ok(DeleteOutcome {
+            version_id: Some(version_id.to_owned()),
+            delete_marker: marker,
+        })
+    }
+
+    /// One page of ListObjectVersions: keys in order, each key's versions newest first.
+    pub(crate) async fn list_versions(&self, bucket: &BucketInfo, request: &VersionsRequest) -> StoreResult<VersionsPage> {
+        let list = &request.list;
+        let mut page = VersionsPage::default();
+        let max = list.max_keys.min(1000);
+        if max == 0 {
+            return Ok(page);
+        }
+        let delimiter = list.delimiter.as_deref().filter(|d| !d.is_empty());
+        let client = self.client().await?;
+        // Where to resume: after the key marker's versions older than the version marker, or
+        // after the whole key (no version marker). A marker that is a common prefix resumes
+        // after everything under it.
+        let mut from = list.start_after.clone().unwrap_or_default();
+        let mut below: i64 = -2;
+        // Resuming inside a key: its newest version was on an earlier page.
+        let mut latest_seen: Option<String> = None;
+        if let Some(marker) = request.version_id_marker.as_deref().filter(|_| !from.is_empty()) {
+            below = self.version_seq(bucket, &client, &from, marker).await?;
+            latest_seen = Some(from.clone());
+        }
+        if let Some(delimiter) = delimiter
+            && from.starts_with(&list.prefix)
+            && from[list.prefix.len()..].ends_with(delimiter)
+        {
+            match prefix_successor(&from) {
+                Some(next) => {
+                    from = next;
+                    below = i64::MAX;
+                }
+                None => return Ok(page),
+            }
+        }
+        let statement = client.prepare_cached(&bucket.sql.versions.page).await?;
+        loop {
+            let rows = client
+                .query(&statement, &[&bucket.id, &from, &list.prefix, &below, &PAGE_ROWS])
+                .await?;
+            let exhausted = (rows.len() as i64) < PAGE_ROWS;
+            let mut restart = None;
+            for row in &rows {
+                let key: String = row.get(0);
+                if let Some(delimiter) = delimiter
+                    && let Some(at) = key[list.prefix.len()..].find(delimiter)
+                {
+                    let prefix = key[..list.prefix.len() + at + delimiter.len()].to_owned();
+                    if page.entries.len() + page.common_prefixes.len() == max {
+                        page.next = Some((last_marker(&page), last_version(&page)));
+                        return Ok(page);
+                    }
+                    page.common_prefixes.push(prefix.clone());
+                    restart = Some(prefix);
+                    break;
+                }
+                if page.entries.len() + page.common_prefixes.len() == max {
+                    page.next = Some((last_marker(&page), last_version(&page)));
+                    return Ok(page);
+                }
+                let current: bool = row.get(6);
+                // A key's first entry is its latest version: its current one, or (none being
+                // current) the newest delete marker.
+                let is_latest = latest_seen.as_deref() != Some(key.as_str());
+                latest_seen = Some(key.clone());
+                page.entries.push(VersionEntry {
+                    version_id: row.get(1),
+                    delete_marker: row.get(2),
+                    size: row.get::<_, i64>(3) as u64,
+                    etag: row.get(4),
+                    last_modified: row.get(5),
+                    is_latest: is_latest && (current || row.get::<_, bool>(2)),
+                    key,
+                });
+            }
+            match restart {
+                Some(prefix) => match prefix_successor(&prefix) {
+                    Some(next) => {
+                        from = next;
+                        below = i64::MAX;
+                    }
+                    None => return Ok(page),
+                },
+                None if exhausted => return Ok(page),
+                None => {
+                    let last = page.entries.last().expect("a full batch added entries");
+                    below = self
+                        .version_seq(bucket, &client, &last.key, &last.version_id)
+                        .await?;
+                    from = last.key.clone();
+                }
+            }
+        }
+    }
+
+    /// The place of `version_id` among the versions of `key` (for a marker).
+    async fn version_seq(
+        &self,
+        bucket: &BucketInfo,
+        client: &deadpool_postgres::Object,
+        key: &str,
+        version_id: &str,
+    ) -> StoreResult<i64> {
+        if version_id != "null" {
+            if !valid_version_id(version_id) {
+                return Err(StoreError::InvalidArgument("Invalid version id specified".into()));
+            }
+            return i64::from_str_radix(version_id, 16)
+                .map_err(|_| StoreError::InvalidArgument("Invalid version id specified".into()));
+        }
+        let statement = client.prepare_cached(&bucket.sql.versions.null_seq).await?;
+        let row = client.query_opt(&statement, &[&bucket.id, &key]).await?;
+        Ok(row.map_or(-1, |row| row.get(0)))
+    }
+}
+
+fn last_marker(page: &VersionsPage) -> String {
+    let entry = page.entries.last().map(|e| e.key.clone());
+    let prefix = page.common_prefixes.last().cloned();
+    match (entry, prefix) {
+        (Some(key), Some(prefix)) => key.max(prefix),
+        (Some(key), None) => key,
+        (None, Some(prefix)) => prefix,
+        (None, None) => String::new(),
+    }
+}
+
+/// The version-id marker of a cut page: the last entry's, unless a common prefix came last.
+fn last_version(page: &VersionsPage) -> Option<String> {
+    let last_key = page.entries.last()?;
+    let after_prefix = page.common_prefixes.last().is_some_and(|prefix| prefix > &last_key.key);
+    (!after_prefix).then(|| last_key.version_id.clone())
+}
