@@ -331,6 +331,9 @@ fn warn_if_descriptors_short(args: &ServeArgs, open_files: u64) {
 /// Serves until SIGINT or SIGTERM.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     crate::ojs::check_limits(args.ojs_max_args_bytes, args.ojs_max_body_bytes)?;
+    // Handlers first: a signal that arrives once "ready" is printed (or while starting) must
+    // stop the gateway gracefully, not by the signal's default action.
+    let signals = Signals::install()?;
     let gateway = RunningGateway::start(&args).await?;
     // Every listener is bound: only now can a generated secret be shown without the risk of a
     // failed start having used up its one showing.
@@ -356,20 +359,32 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         gateway.admin_addr
     );
 
-    wait_for_signal().await?;
+    signals.wait().await;
     tracing::info!("shutting down");
     gateway.shutdown().await
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = terminate.recv() => {}
-        _ = interrupt.recv() => {}
+/// SIGTERM and SIGINT, caught from the moment they are installed.
+struct Signals {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            terminate: signal(SignalKind::terminate())?,
+            interrupt: signal(SignalKind::interrupt())?,
+        })
     }
-    Ok(())
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
+    }
 }
 
 /// A standby cannot migrate; it waits until the primary's migration has replayed.
