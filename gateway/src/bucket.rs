@@ -10,9 +10,9 @@ use std::sync::Arc;
 use crate::cache::CacheTier;
 use crate::store::{
     Access, BucketInfo, ByteRange, CacheMode, Catalog, CompletedPart, CopySource, DeleteOutcome, KvBatch, ListPage,
-    ListRequest, ObjectMeta, ObjectRead, PartsPage, Preconditions, Principal, PutOutcome, ReadOptions, Store, StoreError,
-    StoreResult, StoredBytes, Tags, Upload, UploadsPage, UploadsRequest, VersionEntry, Versioning, VersionsPage,
-    VersionsRequest, WriteCondition, valid_version_id,
+    ListRequest, ObjectMeta, ObjectRead, PartsPage, Preconditions, Principal, PutOutcome, ReadOptions, Store,
+    StoreError, StoreResult, StoredBytes, Tags, Upload, UploadsPage, UploadsRequest, VersionEntry, Versioning,
+    VersionsPage, VersionsRequest, WriteCondition, valid_version_id,
 };
 
 /// Opens buckets for requests: the store and the cache tier behind every bucket handle.
@@ -221,7 +221,11 @@ impl<'a> BucketHandle<'a> {
         };
         let page = Box::pin(cache.list(&self.info, &request.list)).await?;
         Ok(VersionsPage {
-            next: page.next_token.as_ref().and(page.last_entry.clone()).map(|key| (key, None)),
+            next: page
+                .next_token
+                .as_ref()
+                .and(page.last_entry.clone())
+                .map(|key| (key, None)),
             entries: page
                 .objects
                 .into_iter()

@@ -1,5 +1,5 @@
 //! What pgvs3 does not keep is refused, never answered with success: server-side encryption,
-//! object lock, ACLs, storage classes, website redirects, object versions, other regions, and
+//! object lock, ACLs, storage classes, website redirects, MFA delete, other regions, and
 //! every S3 operation it does not implement. A refused write stores nothing.
 
 mod common;
@@ -262,7 +262,7 @@ async fn operations_that_would_store_unkept_settings_answer_not_implemented() {
         (
             "PUT",
             "/bkt?versioning",
-            b"<VersioningConfiguration><Status>Enabled</Status></VersioningConfiguration>",
+            b"<VersioningConfiguration><Status>Enabled</Status><MfaDelete>Enabled</MfaDelete></VersioningConfiguration>",
         ),
         ("PUT", "/bkt?acl", b""),
         ("PUT", "/bkt/there?acl", b""),

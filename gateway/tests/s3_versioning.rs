@@ -11,8 +11,7 @@ use std::time::Duration;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{
-    BucketVersioningStatus, CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier,
-    VersioningConfiguration,
+    BucketVersioningStatus, CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier, VersioningConfiguration,
 };
 use common::{TestGateway, noise};
 
@@ -36,8 +35,20 @@ async fn put(s3: &Client, bucket: &str, key: &str, body: &[u8]) -> Option<String
         .version_id
 }
 
-async fn get_version(s3: &Client, bucket: &str, key: &str, version: Option<&str>) -> Result<(Vec<u8>, Option<String>), (u16, Option<String>)> {
-    match s3.get_object().bucket(bucket).key(key).set_version_id(version.map(str::to_owned)).send().await {
+async fn get_version(
+    s3: &Client,
+    bucket: &str,
+    key: &str,
+    version: Option<&str>,
+) -> Result<(Vec<u8>, Option<String>), (u16, Option<String>)> {
+    match s3
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .set_version_id(version.map(str::to_owned))
+        .send()
+        .await
+    {
         Ok(out) => {
             let version = out.version_id.clone();
             Ok((out.body.collect().await.unwrap().to_vec(), version))
@@ -58,7 +69,11 @@ async fn versions_delete_markers_and_permanent_deletes() {
     s3.create_bucket().bucket("ver").send().await.unwrap();
     let status = s3.get_bucket_versioning().bucket("ver").send().await.unwrap();
     assert_eq!(status.status, None, "a new bucket has no versioning status");
-    assert_eq!(put(s3, "ver", "before", b"null version").await, None, "unversioned: no version id");
+    assert_eq!(
+        put(s3, "ver", "before", b"null version").await,
+        None,
+        "unversioned: no version id"
+    );
 
     versioning(s3, "ver", BucketVersioningStatus::Enabled).await;
     let status = s3.get_bucket_versioning().bucket("ver").send().await.unwrap();
@@ -66,32 +81,89 @@ async fn versions_delete_markers_and_permanent_deletes() {
     let v1 = put(s3, "ver", "doc", b"one").await.expect("a version id");
     let v2 = put(s3, "ver", "doc", &noise(200_000, 2)).await.expect("a version id");
     assert_ne!(v1, v2);
-    assert_eq!(get_version(s3, "ver", "doc", None).await.unwrap(), (noise(200_000, 2), Some(v2.clone())));
-    assert_eq!(get_version(s3, "ver", "doc", Some(&v1)).await.unwrap(), (b"one".to_vec(), Some(v1.clone())));
-    let head = s3.head_object().bucket("ver").key("doc").version_id(&v1).send().await.unwrap();
-    assert_eq!((head.content_length, head.version_id.as_deref()), (Some(3), Some(v1.as_str())));
+    assert_eq!(
+        get_version(s3, "ver", "doc", None).await.unwrap(),
+        (noise(200_000, 2), Some(v2.clone()))
+    );
+    assert_eq!(
+        get_version(s3, "ver", "doc", Some(&v1)).await.unwrap(),
+        (b"one".to_vec(), Some(v1.clone()))
+    );
+    let head = s3
+        .head_object()
+        .bucket("ver")
+        .key("doc")
+        .version_id(&v1)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        (head.content_length, head.version_id.as_deref()),
+        (Some(3), Some(v1.as_str()))
+    );
     // The object written before versioning is the null version.
-    assert_eq!(get_version(s3, "ver", "before", Some("null")).await.unwrap().0, b"null version");
+    assert_eq!(
+        get_version(s3, "ver", "before", Some("null")).await.unwrap().0,
+        b"null version"
+    );
 
     // A plain DELETE writes a delete marker: the key reads as missing, its versions stay.
     let deleted = s3.delete_object().bucket("ver").key("doc").send().await.unwrap();
     assert_eq!(deleted.delete_marker, Some(true));
     let marker = deleted.version_id.expect("the marker's version id");
-    assert_eq!(get_version(s3, "ver", "doc", None).await, Err((404, Some("true".into()))));
-    assert_eq!(get_version(s3, "ver", "doc", Some(&marker)).await, Err((405, Some("true".into()))));
-    assert_eq!(get_version(s3, "ver", "doc", Some(&v2)).await.unwrap().0, noise(200_000, 2));
+    assert_eq!(
+        get_version(s3, "ver", "doc", None).await,
+        Err((404, Some("true".into())))
+    );
+    assert_eq!(
+        get_version(s3, "ver", "doc", Some(&marker)).await,
+        Err((405, Some("true".into())))
+    );
+    assert_eq!(
+        get_version(s3, "ver", "doc", Some(&v2)).await.unwrap().0,
+        noise(200_000, 2)
+    );
     let missing = get_version(s3, "ver", "doc", Some("00000000000000ff")).await;
     assert_eq!(missing.map(|_| ()), Err((404, None)), "NoSuchVersion");
-    let bogus = s3.get_object().bucket("ver").key("doc").version_id("not-a-version").send().await.unwrap_err();
+    let bogus = s3
+        .get_object()
+        .bucket("ver")
+        .key("doc")
+        .version_id("not-a-version")
+        .send()
+        .await
+        .unwrap_err();
     assert_eq!(bogus.raw_response().unwrap().status().as_u16(), 400);
 
     // Deleting the marker brings v2 back; deleting v2 for good brings v1 back.
-    let undone = s3.delete_object().bucket("ver").key("doc").version_id(&marker).send().await.unwrap();
-    assert_eq!((undone.delete_marker, undone.version_id.as_deref()), (Some(true), Some(marker.as_str())));
+    let undone = s3
+        .delete_object()
+        .bucket("ver")
+        .key("doc")
+        .version_id(&marker)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        (undone.delete_marker, undone.version_id.as_deref()),
+        (Some(true), Some(marker.as_str()))
+    );
     assert_eq!(get_version(s3, "ver", "doc", None).await.unwrap().1, Some(v2.clone()));
-    s3.delete_object().bucket("ver").key("doc").version_id(&v2).send().await.unwrap();
-    assert_eq!(get_version(s3, "ver", "doc", None).await.unwrap(), (b"one".to_vec(), Some(v1.clone())));
-    assert_eq!(get_version(s3, "ver", "doc", Some(&v2)).await.map(|_| ()), Err((404, None)));
+    s3.delete_object()
+        .bucket("ver")
+        .key("doc")
+        .version_id(&v2)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        get_version(s3, "ver", "doc", None).await.unwrap(),
+        (b"one".to_vec(), Some(v1.clone()))
+    );
+    assert_eq!(
+        get_version(s3, "ver", "doc", Some(&v2)).await.map(|_| ()),
+        Err((404, None))
+    );
 
     // The deleted version's chunked body is retired and reaped; v1's stays.
     let store = &gw.gateway.store;
@@ -115,7 +187,11 @@ async fn a_suspended_bucket_writes_and_deletes_the_null_version() {
     let kept = put(s3, "sus", "k", b"versioned").await.unwrap();
     versioning(s3, "sus", BucketVersioningStatus::Suspended).await;
     assert_eq!(put(s3, "sus", "k", b"null one").await.as_deref(), Some("null"));
-    assert_eq!(put(s3, "sus", "k", &noise(100_000, 3)).await.as_deref(), Some("null"), "replaces the null version");
+    assert_eq!(
+        put(s3, "sus", "k", &noise(100_000, 3)).await.as_deref(),
+        Some("null"),
+        "replaces the null version"
+    );
     let versions = s3.list_object_versions().bucket("sus").send().await.unwrap();
     let ids: Vec<(&str, bool)> = versions
         .versions()
@@ -125,7 +201,10 @@ async fn a_suspended_bucket_writes_and_deletes_the_null_version() {
     assert_eq!(ids, [("null", true), (kept.as_str(), false)]);
     // A suspended DELETE removes the null version and leaves a null delete marker.
     let deleted = s3.delete_object().bucket("sus").key("k").send().await.unwrap();
-    assert_eq!((deleted.delete_marker, deleted.version_id.as_deref()), (Some(true), Some("null")));
+    assert_eq!(
+        (deleted.delete_marker, deleted.version_id.as_deref()),
+        (Some(true), Some("null"))
+    );
     let versions = s3.list_object_versions().bucket("sus").send().await.unwrap();
     assert_eq!(versions.versions().len(), 1);
     assert_eq!(versions.delete_markers()[0].version_id(), Some("null"));
@@ -168,9 +247,21 @@ async fn thousands_of_versions_page_by_key_and_version_markers() {
         let mut entries: Vec<(String, String, bool, bool)> = page
             .versions()
             .iter()
-            .map(|v| (v.key().unwrap().to_owned(), v.version_id().unwrap().to_owned(), v.is_latest().unwrap(), false))
+            .map(|v| {
+                (
+                    v.key().unwrap().to_owned(),
+                    v.version_id().unwrap().to_owned(),
+                    v.is_latest().unwrap(),
+                    false,
+                )
+            })
             .chain(page.delete_markers().iter().map(|m| {
-                (m.key().unwrap().to_owned(), m.version_id().unwrap().to_owned(), m.is_latest().unwrap(), true)
+                (
+                    m.key().unwrap().to_owned(),
+                    m.version_id().unwrap().to_owned(),
+                    m.is_latest().unwrap(),
+                    true,
+                )
             }))
             .collect();
         assert!(entries.len() <= 500);
@@ -188,11 +279,21 @@ async fn thousands_of_versions_page_by_key_and_version_markers() {
     assert_eq!(latest, [("a/1", false), ("a/2", true), ("a/3", false)]);
     let mut expected: Vec<(String, String)> = written;
     expected.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-    let listed: Vec<(String, String)> = seen.iter().filter(|e| !e.3).map(|e| (e.0.clone(), e.1.clone())).collect();
+    let listed: Vec<(String, String)> = seen
+        .iter()
+        .filter(|e| !e.3)
+        .map(|e| (e.0.clone(), e.1.clone()))
+        .collect();
     assert_eq!(listed, expected);
 
     // With a delimiter, the a/ keys fold into one common prefix.
-    let folded = s3.list_object_versions().bucket("many").delimiter("/").send().await.unwrap();
+    let folded = s3
+        .list_object_versions()
+        .bucket("many")
+        .delimiter("/")
+        .send()
+        .await
+        .unwrap();
     let prefixes: Vec<&str> = folded.common_prefixes().iter().filter_map(|p| p.prefix()).collect();
     assert_eq!(prefixes, ["a/"]);
     assert_eq!(folded.versions().len(), 1, "only b");
@@ -218,7 +319,13 @@ async fn copies_from_versions_and_completions_get_version_ids() {
     assert!(copied.version_id.is_some());
     assert_eq!(get_version(s3, "src", "copy", None).await.unwrap().0, b"old");
 
-    let upload = s3.create_multipart_upload().bucket("src").key("mp").send().await.unwrap();
+    let upload = s3
+        .create_multipart_upload()
+        .bucket("src")
+        .key("mp")
+        .send()
+        .await
+        .unwrap();
     let upload_id = upload.upload_id.unwrap();
     let etag = s3
         .upload_part()
@@ -264,8 +371,19 @@ async fn copies_from_versions_and_completions_get_version_ids() {
         .unwrap();
     let deleted = result.deleted();
     assert_eq!(deleted.len(), 2, "{result:?}");
-    assert!(deleted.iter().any(|d| d.key() == Some("copy") && d.delete_marker() == Some(true)));
-    assert!(deleted.iter().any(|d| d.key() == Some("k") && d.version_id() == Some(old.as_str())));
-    assert_eq!(get_version(s3, "src", "k", Some(&old)).await.map(|_| ()), Err((404, None)));
+    assert!(
+        deleted
+            .iter()
+            .any(|d| d.key() == Some("copy") && d.delete_marker() == Some(true))
+    );
+    assert!(
+        deleted
+            .iter()
+            .any(|d| d.key() == Some("k") && d.version_id() == Some(old.as_str()))
+    );
+    assert_eq!(
+        get_version(s3, "src", "k", Some(&old)).await.map(|_| ()),
+        Err((404, None))
+    );
     assert_eq!(get_version(s3, "src", "k", None).await.unwrap().0, b"new");
 }

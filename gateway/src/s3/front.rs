@@ -604,7 +604,11 @@ impl S3 for S3Front {
             if id.key.len() > 1024 {
                 errors.push(error(id, "KeyTooLongError", StoreError::KeyTooLong.to_string()));
             } else if id.key.contains('\0') {
-                errors.push(error(id, "InvalidArgument", "Object keys cannot contain a NUL character.".into()));
+                errors.push(error(
+                    id,
+                    "InvalidArgument",
+                    "Object keys cannot contain a NUL character.".into(),
+                ));
             } else if let Err(err) = bucket.version(id.version_id.as_deref()) {
                 errors.push(error(id, "NoSuchVersion", err.to_string()));
             } else {
@@ -735,7 +739,10 @@ impl S3 for S3Front {
         };
         let bucket = self.open(&req, &principal, &input.bucket, Access::Read).await?;
         let page = bucket.list_versions(&request).await.map_err(|e| fail(&req, e))?;
-        let url_encode = input.encoding_type.as_ref().is_some_and(|e| e.as_str() == EncodingType::URL);
+        let url_encode = input
+            .encoding_type
+            .as_ref()
+            .is_some_and(|e| e.as_str() == EncodingType::URL);
         let encode = |text: String| if url_encode { url_encode_key(&text) } else { text };
         let mut versions = Vec::new();
         let mut delete_markers = Vec::new();
@@ -853,10 +860,7 @@ impl S3 for S3Front {
             version_id: req.input.version_id.clone(),
             ..Default::default()
         };
-        bucket
-            .head(&req.input.key, &options)
-            .await
-            .map_err(|e| fail(&req, e))?;
+        bucket.head(&req.input.key, &options).await.map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(GetObjectAclOutput {
             grants: Some(owner_full_control(&principal)),
             owner: Some(owner(&principal)),
@@ -875,11 +879,7 @@ impl S3 for S3Front {
             version_id: input.version_id.clone(),
             ..Default::default()
         };
-        let head = bucket
-            .head(&input.key, &options)
-            .await
-            .map_err(|e| fail(&req, e))?
-            .head;
+        let head = bucket.head(&input.key, &options).await.map_err(|e| fail(&req, e))?.head;
         // Clients send the attributes in one header, comma-separated, or in several.
         let wanted = |name: &str| {
             input
@@ -958,7 +958,9 @@ impl S3 for S3Front {
         result.checksum_type = set_checksum!(result, outcome.checksum);
         Ok(S3Response::new(CopyObjectOutput {
             copy_object_result: Some(result),
-            copy_source_version_id: source_version.filter(|_| source.versioning().is_some()).map(str::to_owned),
+            copy_source_version_id: source_version
+                .filter(|_| source.versioning().is_some())
+                .map(str::to_owned),
             version_id: outcome.version_id,
             ..Default::default()
         }))

@@ -216,12 +216,10 @@ impl NamespaceSql {
         // it, which may lag a change): a write to a versioned bucket takes a version number, and
         // in an Enabled bucket a version id (the objects_keep_version trigger keeps the version
         // it replaces). A write to a bucket that never had versioning draws no number.
-        let version = |seq: &str| {
-            format!(
-                "CASE WHEN b.versioning IS NOT NULL THEN nextval('{ns}.version_seqs') END AS {seq}"
-            )
-        };
-        let version_id = |seq: &str| format!("CASE WHEN b.versioning = 'Enabled' THEN lpad(to_hex({seq}), 16, '0') END");
+        let version =
+            |seq: &str| format!("CASE WHEN b.versioning IS NOT NULL THEN nextval('{ns}.version_seqs') END AS {seq}");
+        let version_id =
+            |seq: &str| format!("CASE WHEN b.versioning = 'Enabled' THEN lpad(to_hex({seq}), 16, '0') END");
         let insert = format!(
             "INSERT INTO {ns}.objects AS o (bucket_id, key, size, etag, last_modified, meta, inline, body_id,
                                             version_seq, version_id)
@@ -471,7 +469,8 @@ impl Store {
             Ok(row) => row,
             Err(version) => return self.read_noncurrent(bucket, key, &version, options, false).await,
         };
-        let (head, span, partial) = locate(&client, &bucket.sql, current_head(bucket, &row), row.get(5), options).await?;
+        let (head, span, partial) =
+            locate(&client, &bucket.sql, current_head(bucket, &row), row.get(5), options).await?;
         Ok(ObjectRead {
             head,
             span,
@@ -502,7 +501,8 @@ impl Store {
                 return self.read_noncurrent(bucket, key, &version, options, true).await;
             }
         };
-        let (head, span, partial) = locate(&client, &bucket.sql, current_head(bucket, &row), row.get(5), options).await?;
+        let (head, span, partial) =
+            locate(&client, &bucket.sql, current_head(bucket, &row), row.get(5), options).await?;
         let inline: Option<&[u8]> = row.get(4);
         if let Some(inline) = inline {
             let bytes = Bytes::copy_from_slice(&inline[span.0 as usize..span.1 as usize]);

@@ -292,7 +292,8 @@ impl Store {
         // version is deleted, its body retired by the trigger).
         tx.execute(&sql.archive_current, &[&bucket.id, &key, &enabled]).await?;
         if !enabled {
-            tx.execute(&sql.delete_current, &[&bucket.id, &key, &None::<String>]).await?;
+            tx.execute(&sql.delete_current, &[&bucket.id, &key, &None::<String>])
+                .await?;
             tx.execute(&sql.drop_null, &[&bucket.id, &key]).await?;
         }
         let version_id: String = tx.query_one(&sql.marker, &[&bucket.id, &key, &enabled]).await?.get(0);
@@ -316,10 +317,7 @@ impl Store {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         let current = (version_id != "null").then_some(version_id);
-        let deleted_current = tx
-            .execute(&sql.delete_current, &[&bucket.id, &key, &current])
-            .await?
-            > 0;
+        let deleted_current = tx.execute(&sql.delete_current, &[&bucket.id, &key, &current]).await? > 0;
         let marker = if deleted_current {
             false
         } else {
@@ -337,7 +335,11 @@ impl Store {
     }
 
     /// One page of ListObjectVersions: keys in order, each key's versions newest first.
-    pub(crate) async fn list_versions(&self, bucket: &BucketInfo, request: &VersionsRequest) -> StoreResult<VersionsPage> {
+    pub(crate) async fn list_versions(
+        &self,
+        bucket: &BucketInfo,
+        request: &VersionsRequest,
+    ) -> StoreResult<VersionsPage> {
         let list = &request.list;
         let mut page = VersionsPage::default();
         let max = list.max_keys.min(1000);
@@ -420,9 +422,7 @@ impl Store {
                 None if exhausted => return Ok(page),
                 None => {
                     let last = page.entries.last().expect("a full batch added entries");
-                    below = self
-                        .version_seq(bucket, &client, &last.key, &last.version_id)
-                        .await?;
+                    below = self.version_seq(bucket, &client, &last.key, &last.version_id).await?;
                     from = last.key.clone();
                 }
             }
