@@ -211,23 +211,13 @@ async fn run(command: Command) -> anyhow::Result<()> {
             database.close().await
         }
         Command::Admin { database, command } => {
-            require_data_dir(&database)?;
-            let master_key = serve::master_key(&database)?;
-            let db = Database::open(&database).await?;
-            let catalog = Catalog::load(db.pool.clone(), master_key)
-                .await
-                .context("reading the catalog (has `pgvs3 serve` or `pgvs3 migrate` run on this database?)")?;
+            let (db, catalog) = open_catalog(&database).await?;
             let result = admin(&catalog, db.pool.clone(), command).await;
             db.close().await?;
             result
         }
         Command::Lake { database, command } => {
-            require_data_dir(&database)?;
-            let master_key = serve::master_key(&database)?;
-            let db = Database::open(&database).await?;
-            let catalog = Catalog::load(db.pool.clone(), master_key)
-                .await
-                .context("reading the catalog (has `pgvs3 serve` or `pgvs3 migrate` run on this database?)")?;
+            let (db, catalog) = open_catalog(&database).await?;
             let result = lake(&catalog, &db.config, command).await;
             db.close().await?;
             result
@@ -282,6 +272,17 @@ async fn lake(catalog: &Catalog, database: &tokio_postgres::Config, command: Lak
         })
     );
     Ok(())
+}
+
+/// The database an admin or lake command works on, and its catalog.
+async fn open_catalog(database: &DatabaseArgs) -> anyhow::Result<(Database, Arc<Catalog>)> {
+    require_data_dir(database)?;
+    let master_key = serve::master_key(database)?;
+    let db = Database::open(database).await?;
+    let catalog = Catalog::load(db.pool.clone(), master_key)
+        .await
+        .context("reading the catalog (has `pgvs3 serve` or `pgvs3 migrate` run on this database?)")?;
+    Ok((db, catalog))
 }
 
 /// An admin command reaches an existing database: with the embedded default, it refuses a data

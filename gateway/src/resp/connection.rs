@@ -588,11 +588,7 @@ impl Connection {
                 Err(reply) => reply,
             },
             "flushdb" => {
-                if args.len() > 2
-                    || args
-                        .get(1)
-                        .is_some_and(|mode| !mode.eq_ignore_ascii_case(b"sync") && !mode.eq_ignore_ascii_case(b"async"))
-                {
+                if !flush_mode_ok(args) {
                     return syntax_error();
                 }
                 if !self.server.settings.flushdb {
@@ -604,11 +600,7 @@ impl Connection {
                 }
             }
             "flushall" => {
-                if args.len() > 2
-                    || args
-                        .get(1)
-                        .is_some_and(|mode| !mode.eq_ignore_ascii_case(b"sync") && !mode.eq_ignore_ascii_case(b"async"))
-                {
+                if !flush_mode_ok(args) {
                     return syntax_error();
                 }
                 if !self.server.settings.flushdb {
@@ -1082,6 +1074,15 @@ impl Connection {
             .map(Reply::bulk)
             .collect();
         Reply::Array(vec![Reply::text(&next.to_string()), Reply::Array(keys)])
+    }
+}
+
+/// FLUSHDB's and FLUSHALL's one optional argument, SYNC or ASYNC (both flush at once here).
+fn flush_mode_ok(args: &[Bytes]) -> bool {
+    match args {
+        [_] => true,
+        [_, mode] => mode.eq_ignore_ascii_case(b"sync") || mode.eq_ignore_ascii_case(b"async"),
+        _ => false,
     }
 }
 

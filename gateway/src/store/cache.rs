@@ -11,11 +11,11 @@ use deadpool_postgres::{GenericClient, Object, Pool};
 use md5::{Digest, Md5};
 use tokio_postgres::types::Json;
 
-use super::chunks::{ChunkStream, worth_compressing};
+use super::chunks::worth_compressing;
 use super::conditions::Preconditions;
 use super::objects::{
-    BodyStream, ByteRange, INLINE_LIMIT, NamespaceSql, ObjectHead, ObjectMeta, ObjectRead, ReadOptions, body_rows,
-    check_length, locate, read_prefix, write_chunks,
+    BodyStream, ByteRange, INLINE_LIMIT, NamespaceSql, ObjectHead, ObjectMeta, ObjectRead, ReadOptions, check_length,
+    locate, read_prefix, stored_body, write_chunks,
 };
 use super::{BucketInfo, Store, StoreError, StoreResult};
 
@@ -472,18 +472,18 @@ impl Store {
         let client = self.client().await?;
         let multipart = entry.head.meta.parts.is_some();
         let (head, span, partial) = locate(&client, sql, entry.head, entry.body_id, options).await?;
-        let body: BodyStream = match (with_body, entry.inline, entry.body_id) {
-            (false, ..) => Box::pin(futures::stream::empty()),
-            (true, Some(inline), _) => {
-                let bytes = inline.slice(span.0 as usize..span.1 as usize);
-                Box::pin(futures::stream::once(async move { Ok(bytes) }))
-            }
-            (true, None, Some(body_id)) if span.0 < span.1 => {
-                let (segments, rows) = body_rows(&client, sql, body_id, head.size, multipart, span).await?;
-                Box::pin(ChunkStream::new(Some(client), rows, segments))
-            }
-            (true, None, _) => Box::pin(futures::stream::empty()),
-        };
+        let size = head.size;
+        let body = stored_body(
+            client,
+            sql,
+            entry.inline,
+            entry.body_id,
+            size,
+            multipart,
+            span,
+            with_body,
+        )
+        .await?;
         Ok(ObjectRead {
             head,
             span,

@@ -384,6 +384,33 @@ impl NamespaceSql {
     }
 }
 
+/// The body of a read of bytes `span`: a slice of an inline body, or the chunks of a chunked
+/// one streamed by the connection (which the stream keeps until it ends); empty for a HEAD.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn stored_body(
+    client: deadpool_postgres::Object,
+    sql: &NamespaceSql,
+    inline: Option<Bytes>,
+    body_id: Option<i64>,
+    size: u64,
+    multipart: bool,
+    span: (u64, u64),
+    with_body: bool,
+) -> StoreResult<BodyStream> {
+    Ok(match (with_body, inline, body_id) {
+        (false, ..) => Box::pin(futures::stream::empty()),
+        (true, Some(inline), _) => {
+            let bytes = inline.slice(span.0 as usize..span.1 as usize);
+            Box::pin(futures::stream::once(async move { Ok(bytes) }))
+        }
+        (true, None, Some(body_id)) if span.0 < span.1 => {
+            let (segments, rows) = body_rows(&client, sql, body_id, size, multipart, span).await?;
+            Box::pin(ChunkStream::new(Some(client), rows, segments))
+        }
+        (true, None, _) => Box::pin(futures::stream::empty()),
+    })
+}
+
 /// Starts the statement that streams bytes `span` of a chunked body: a plain body, or the
 /// manifest of a multipart object (one more round trip finds the parts holding the span).
 pub(super) async fn body_rows(

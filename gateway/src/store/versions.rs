@@ -11,9 +11,8 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use tokio_postgres::types::Json;
 
-use super::chunks::ChunkStream;
 use super::listing::{ListRequest, prefix_successor};
-use super::objects::{BodyStream, ObjectHead, ObjectMeta, ObjectRead, ReadOptions, body_rows, check_key, locate};
+use super::objects::{ObjectHead, ObjectMeta, ObjectRead, ReadOptions, check_key, locate, stored_body};
 use super::{BucketInfo, Store, StoreError, StoreResult};
 
 /// A bucket's versioning state, once it was ever enabled (S3 never returns to "unversioned").
@@ -236,18 +235,18 @@ impl Store {
         let multipart = head.meta.parts.is_some();
         let (head, span, partial) = locate(&client, &bucket.sql, head, body_id, options).await?;
         let inline: Option<Vec<u8>> = row.get(4);
-        let body: BodyStream = match (with_body, inline, body_id) {
-            (false, ..) => Box::pin(futures::stream::empty()),
-            (true, Some(inline), _) => {
-                let bytes = Bytes::from(inline).slice(span.0 as usize..span.1 as usize);
-                Box::pin(futures::stream::once(async move { Ok(bytes) }))
-            }
-            (true, None, Some(body_id)) if span.0 < span.1 => {
-                let (segments, rows) = body_rows(&client, &bucket.sql, body_id, head.size, multipart, span).await?;
-                Box::pin(ChunkStream::new(Some(client), rows, segments))
-            }
-            (true, None, _) => Box::pin(futures::stream::empty()),
-        };
+        let size = head.size;
+        let body = stored_body(
+            client,
+            &bucket.sql,
+            inline.map(Bytes::from),
+            body_id,
+            size,
+            multipart,
+            span,
+            with_body,
+        )
+        .await?;
         Ok(ObjectRead {
             head,
             span,
