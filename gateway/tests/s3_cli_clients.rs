@@ -380,3 +380,74 @@ async fn s3cmd_puts_gets_syncs_and_deletes_byte_exact() {
     assert_eq!(keys, ["big.bin"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Versioning as boto3 and the AWS CLI use it: boto3 enables it, writes versions, deletes to a
+/// marker and reads an old version back; `aws s3api list-object-versions` pages through them.
+#[tokio::test]
+async fn boto3_and_the_aws_cli_list_and_read_versions() {
+    let gw = TestGateway::start().await;
+    let dir = scratch("versions");
+    let script = r#"
+import json, os, boto3
+s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1")
+s3.create_bucket(Bucket="kept")
+s3.put_bucket_versioning(Bucket="kept", VersioningConfiguration={"Status": "Enabled"})
+assert s3.get_bucket_versioning(Bucket="kept")["Status"] == "Enabled"
+ids = [s3.put_object(Bucket="kept", Key="report.csv", Body=f"v{i}".encode())["VersionId"] for i in range(5)]
+marker = s3.delete_object(Bucket="kept", Key="report.csv")
+assert marker["DeleteMarker"] is True
+try:
+    s3.get_object(Bucket="kept", Key="report.csv")
+    raise SystemExit("a deleted key read back")
+except s3.exceptions.NoSuchKey as error:
+    assert error.response["ResponseMetadata"]["HTTPHeaders"]["x-amz-delete-marker"] == "true"
+assert s3.get_object(Bucket="kept", Key="report.csv", VersionId=ids[2])["Body"].read() == b"v2"
+listed = s3.list_object_versions(Bucket="kept")
+assert [v["VersionId"] for v in listed["Versions"]] == list(reversed(ids)), listed["Versions"]
+assert listed["DeleteMarkers"][0]["IsLatest"] is True
+s3.delete_object(Bucket="kept", Key="report.csv", VersionId=marker["VersionId"])
+assert s3.get_object(Bucket="kept", Key="report.csv")["Body"].read() == b"v4"
+print(json.dumps(ids))
+"#;
+    std::fs::write(dir.join("versions.py"), script).unwrap();
+    let out = run(
+        &gw,
+        &dir,
+        "python3",
+        vec![dir.join("versions.py").display().to_string()],
+    )
+    .await;
+    let ids: Vec<String> = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(ids.len(), 5);
+
+    // The AWS CLI pages with --max-items / --page-size (key and version-id markers underneath).
+    let listed = run(
+        &gw,
+        &dir,
+        "aws",
+        [
+            "s3api",
+            "list-object-versions",
+            "--bucket",
+            "kept",
+            "--page-size",
+            "2",
+            "--output",
+            "json",
+        ]
+        .map(String::from)
+        .to_vec(),
+    )
+    .await;
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    let versions: Vec<&str> = listed["Versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["VersionId"].as_str().unwrap())
+        .collect();
+    let newest_first: Vec<&str> = ids.iter().rev().map(String::as_str).collect();
+    assert_eq!(versions, newest_first, "{listed}");
+    assert_eq!(listed["Versions"][0]["IsLatest"], true);
+    let _ = std::fs::remove_dir_all(&dir);
+}

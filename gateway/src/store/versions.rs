@@ -194,10 +194,17 @@ impl Store {
                 &[&bucket.id, &state.as_str()],
             )
             .await?;
-        self.catalog.forget_bucket(&bucket.name);
         if updated == 0 {
+            self.catalog.forget_bucket(&bucket.name);
             return Err(StoreError::NoSuchBucket);
         }
+        // Reloaded now, not at the next NOTIFY or poll: this gateway's next request (often the
+        // client's GetBucketVersioning) sees the change, and a reload of an older snapshot
+        // still in flight cannot put the old state back (the catalog keeps the newest).
+        self.catalog
+            .refresh()
+            .await
+            .map_err(|err| StoreError::Unavailable(err.to_string()))?;
         Ok(())
     }
 
