@@ -664,6 +664,14 @@ async fn pool_lifecycle(plane: std::sync::Arc<ControlPlane>) {
                "stringData": {"username": "app", "password": password}})
     };
     apply(&secrets, "db-app", credentials("first")).await;
+    // CloudNativePG's CA Secret: a pool on a cluster verifies the server against it by default.
+    apply(
+        &secrets,
+        "db-ca",
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-ca"},
+               "stringData": {"ca.crt": "-----BEGIN CERTIFICATE-----\n"}}),
+    )
+    .await;
     let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
     let pool = |spec: serde_json::Value| json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool", "metadata": {"name": "objects"}, "spec": spec});
     // No kubelet: pods never become ready, so with no replicas the pool can be Ready.
