@@ -25,6 +25,7 @@ fn budget(requests: u64) -> Budget {
 fn s3_client(gw: &common::TestGateway, bucket: &str) -> Arc<s3::S3Client> {
     Arc::new(s3::S3Client::new(s3::Target {
         endpoint: gw.endpoint(),
+        ca_cert: None,
         region: "us-east-1".into(),
         access_key: common::ROOT_ACCESS_KEY.into(),
         secret_key: common::ROOT_SECRET_KEY.into(),

@@ -88,11 +88,15 @@ struct S3Connection {
     secret_key: String,
     #[arg(long, default_value = "loadgen")]
     bucket: String,
+    /// The CA certificate (PEM) an `https://` endpoint's certificate chains to.
+    #[arg(long)]
+    ca_cert: Option<std::path::PathBuf>,
 }
 
 impl S3Connection {
     fn target(&self) -> s3::Target {
         s3::Target {
+            ca_cert: self.ca_cert.clone(),
             endpoint: self.endpoint.trim_end_matches('/').to_owned(),
             region: self.region.clone(),
             access_key: self.access_key.clone(),

@@ -18,6 +18,9 @@ use super::Outcome;
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Target {
     pub endpoint: String,
+    /// The CA that signed an `https://` endpoint's certificate (PEM).
+    #[serde(skip)]
+    pub ca_cert: Option<std::path::PathBuf>,
     pub region: String,
     pub access_key: String,
     #[serde(skip)]
@@ -53,8 +56,25 @@ pub struct Case {
     pub prefix: String,
 }
 
+/// The TLS settings of an `https://` endpoint: the roots in `ca_cert` (none without one).
+fn tls_config(ca_cert: Option<&std::path::Path>) -> Result<rustls::ClientConfig, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    if let Some(path) = ca_cert {
+        for cert in CertificateDer::pem_file_iter(path).map_err(|e| format!("{}: {e}", path.display()))? {
+            let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
+            roots.add(cert).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())
+        .map(|config| config.with_root_certificates(roots).with_no_client_auth())
+}
+
 pub struct S3Client {
-    http: Client<HttpConnector, Full<Bytes>>,
+    http: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
     target: Target,
     identity: Identity,
 }
@@ -63,6 +83,15 @@ impl S3Client {
     pub fn new(target: Target) -> S3Client {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
+        // `http://` endpoints go straight to TCP; `https://` ones through rustls, trusting
+        // --ca-cert.
+        connector.enforce_http(false);
+        let tls = tls_config(target.ca_cert.as_deref()).unwrap_or_else(|err| panic!("--ca-cert: {err}"));
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(connector);
         let http = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(1024)
             .build(connector);
