@@ -401,8 +401,9 @@ impl Gateway {
             "serve",
             "--database-url",
             database_url,
-            "--master-key",
-            master_key,
+            // `=`: a generated key may begin with `-` (URL-safe base64), which clap
+            // would otherwise read as a flag.
+            &format!("--master-key={master_key}"),
             "--s3-addr",
             &format!("127.0.0.1:{s3_port}"),
             "--admin-addr",
