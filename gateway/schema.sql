@@ -749,6 +749,18 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
+    IF force AND b.object_lock IS NOT NULL THEN
+        -- Not even a forced drop removes a version object lock protects (layout v13).
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %1$I.objects WHERE bucket_id = $1 AND pgvs3.object_locked(meta, false))
+                            OR EXISTS (SELECT 1 FROM %1$I.versions WHERE bucket_id = $1 AND pgvs3.object_locked(meta, false))',
+                       b.namespace)
+            INTO force USING b.id;
+        IF force THEN
+            RAISE EXCEPTION 'bucket % holds versions under object lock', bucket
+                USING ERRCODE = 'P0001', HINT = 'ObjectLocked';
+        END IF;
+        force := true;
+    END IF;
     IF force THEN
         EXECUTE format('DELETE FROM %I.objects WHERE bucket_id = $1', b.namespace) USING b.id;
         -- Noncurrent versions own their bodies: retired here (deleting versions retires nothing).
@@ -1003,6 +1015,18 @@ BEGIN
     NEW.accessed_at := NULL;
     RETURN NEW;
 END $$;
+
+--
+-- Name: object_locked(jsonb, boolean); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.object_locked(meta jsonb, bypass_governance boolean) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce((meta->>'lh')::boolean, false)
+        OR coalesce((meta->'rt'->>'u')::timestamptz > now()
+                    AND (meta->'rt'->>'m' = 'COMPLIANCE' OR NOT bypass_governance), false)
+$$;
 
 --
 -- Name: origin_secret(text); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -1284,7 +1308,10 @@ CREATE TABLE pgvs3.buckets (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     tags jsonb,
     versioning text,
-    CONSTRAINT buckets_versioning_check CHECK ((versioning = ANY (ARRAY['Enabled'::text, 'Suspended'::text])))
+    object_lock jsonb,
+    lifecycle jsonb,
+    CONSTRAINT buckets_versioning_check CHECK ((versioning = ANY (ARRAY['Enabled'::text, 'Suspended'::text]))),
+    CONSTRAINT object_lock_keeps_versioning CHECK (((object_lock IS NULL) OR (versioning = 'Enabled'::text)))
 );
 
 --

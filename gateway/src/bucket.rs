@@ -10,9 +10,9 @@ use std::sync::Arc;
 use crate::cache::CacheTier;
 use crate::store::{
     Access, BucketInfo, ByteRange, CacheMode, Catalog, CompletedPart, CopySource, DeleteOutcome, KvBatch, ListPage,
-    ListRequest, ObjectMeta, ObjectRead, PartsPage, Preconditions, Principal, PutOutcome, ReadOptions, Store,
-    StoreError, StoreResult, StoredBytes, Tags, Upload, UploadsPage, UploadsRequest, VersionEntry, Versioning,
-    VersionsPage, VersionsRequest, WriteCondition, valid_version_id,
+    ListRequest, LockConfig, ObjectMeta, ObjectRead, PartsPage, Preconditions, Principal, PutOutcome, ReadOptions,
+    RequestedLock, Retention, Store, StoreError, StoreResult, StoredBytes, Tags, Upload, UploadsPage, UploadsRequest,
+    VersionEntry, Versioning, VersionsPage, VersionsRequest, WriteCondition, valid_version_id,
 };
 
 /// Opens buckets for requests: the store and the cache tier behind every bucket handle.
@@ -154,9 +154,75 @@ impl<'a> BucketHandle<'a> {
         self.store().set_versioning(&self.info, state).await
     }
 
-    /// Stores an object if `condition` holds when it commits.
-    pub async fn put(&self, key: &str, upload: Upload, condition: &WriteCondition) -> StoreResult<PutOutcome> {
+    /// The bucket's object lock configuration (S3's 404 when it has none).
+    pub fn object_lock(&self) -> StoreResult<&LockConfig> {
+        self.info
+            .object_lock
+            .as_ref()
+            .ok_or(StoreError::ObjectLockConfigurationNotFound)
+    }
+
+    /// Turns object lock on, or changes its default retention. Not for cache buckets: their
+    /// objects' versions are the origin's.
+    pub async fn set_object_lock(&self, config: &LockConfig) -> StoreResult<()> {
         self.writable()?;
+        if self.cache().is_some() {
+            return Err(StoreError::NotImplemented(
+                "object lock is not supported on cache buckets".into(),
+            ));
+        }
+        self.store().set_object_lock(&self.info, config).await
+    }
+
+    /// The head of the version a lock request names.
+    async fn locked_version(&self, key: &str, version_id: Option<&str>) -> StoreResult<crate::store::ObjectHead> {
+        if self.info.object_lock.is_none() {
+            return Err(crate::store::lock_missing());
+        }
+        let options = ReadOptions {
+            version_id: self.version(version_id)?.map(str::to_owned),
+            ..ReadOptions::default()
+        };
+        Ok(self.head(key, &options).await?.head)
+    }
+
+    /// A version's retention (S3's 404 when it has none).
+    pub async fn retention(&self, key: &str, version_id: Option<&str>) -> StoreResult<Retention> {
+        let head = self.locked_version(key, version_id).await?;
+        head.meta.retention.ok_or(StoreError::NoSuchObjectLockConfiguration)
+    }
+
+    /// Whether a version is under legal hold (S3's 404 when none was ever set on it).
+    pub async fn legal_hold(&self, key: &str, version_id: Option<&str>) -> StoreResult<bool> {
+        let head = self.locked_version(key, version_id).await?;
+        head.meta.legal_hold.ok_or(StoreError::NoSuchObjectLockConfiguration)
+    }
+
+    pub async fn set_retention(
+        &self,
+        key: &str,
+        version_id: Option<&str>,
+        retention: Option<Retention>,
+        bypass_governance: bool,
+    ) -> StoreResult<()> {
+        self.writable()?;
+        let version = self.version(version_id)?;
+        self.store()
+            .set_retention(&self.info, key, version, retention, bypass_governance)
+            .await
+    }
+
+    pub async fn set_legal_hold(&self, key: &str, version_id: Option<&str>, on: bool) -> StoreResult<()> {
+        self.writable()?;
+        let version = self.version(version_id)?;
+        self.store().set_legal_hold(&self.info, key, version, on).await
+    }
+
+    /// Stores an object if `condition` holds when it commits. Its lock is the one its
+    /// metadata asks for, else the bucket's default retention.
+    pub async fn put(&self, key: &str, mut upload: Upload, condition: &WriteCondition) -> StoreResult<PutOutcome> {
+        self.writable()?;
+        self.info.lock_new_version(&mut upload.meta)?;
         match self.cache() {
             Some(cache) => Box::pin(cache.put(&self.info, key, upload, condition)).await,
             None => self.store().put_object(&self.info, key, upload, condition).await,
@@ -164,8 +230,15 @@ impl<'a> BucketHandle<'a> {
     }
 
     /// Deletes a key, or (`version_id`) one version of it for good; a missing key is no error,
-    /// as in S3. In a versioned bucket a delete without a version writes a delete marker.
-    pub async fn delete(&self, key: &str, version_id: Option<&str>) -> StoreResult<DeleteOutcome> {
+    /// as in S3. In a versioned bucket a delete without a version writes a delete marker. A
+    /// version object lock protects is never removed (`bypass_governance`: the request may
+    /// remove one under a GOVERNANCE retention).
+    pub async fn delete(
+        &self,
+        key: &str,
+        version_id: Option<&str>,
+        bypass_governance: bool,
+    ) -> StoreResult<DeleteOutcome> {
         self.writable()?;
         let version = self.version(version_id)?;
         if let Some(cache) = self.cache() {
@@ -179,7 +252,11 @@ impl<'a> BucketHandle<'a> {
                 Some(state) => self.store().delete_versioned(&self.info, key, state).await,
             },
             (Some(state), None) => self.store().delete_versioned(&self.info, key, state).await,
-            (Some(_), Some(version)) => self.store().delete_version(&self.info, key, version).await,
+            (Some(_), Some(version)) => {
+                self.store()
+                    .delete_version(&self.info, key, version, bypass_governance)
+                    .await
+            }
         }
     }
 
@@ -258,6 +335,7 @@ impl<'a> BucketHandle<'a> {
         key: &str,
         meta: Option<ObjectMeta>,
         tags: Option<Tags>,
+        lock: RequestedLock,
     ) -> StoreResult<PutOutcome> {
         self.writable()?;
         let source_version = source.version(source_version)?;
@@ -271,7 +349,7 @@ impl<'a> BucketHandle<'a> {
                 key: source_key,
                 conditions,
             };
-            return self.store().copy_object(&from, &self.info, key, meta, tags).await;
+            return self.store().copy_object(&from, &self.info, key, meta, tags, lock).await;
         }
         let options = ReadOptions {
             conditions: conditions.clone(),
@@ -288,6 +366,7 @@ impl<'a> BucketHandle<'a> {
         meta.parts = None;
         meta.checksum = None;
         meta.tags = tags.unwrap_or_else(|| read.head.meta.tags.clone());
+        lock.apply(&mut meta);
         let upload = Upload {
             meta,
             declared_len: Some(read.head.size),
@@ -297,9 +376,12 @@ impl<'a> BucketHandle<'a> {
         self.put(key, upload, &WriteCondition::Always).await
     }
 
-    pub async fn create_multipart_upload(&self, key: &str, meta: &ObjectMeta) -> StoreResult<String> {
+    /// Starts an upload; the object it completes gets the lock `meta` asks for, else the
+    /// bucket's default retention as of now.
+    pub async fn create_multipart_upload(&self, key: &str, mut meta: ObjectMeta) -> StoreResult<String> {
         self.writable()?;
-        self.store().create_multipart_upload(&self.info, key, meta).await
+        self.info.lock_new_version(&mut meta)?;
+        self.store().create_multipart_upload(&self.info, key, &meta).await
     }
 
     pub async fn upload_part(

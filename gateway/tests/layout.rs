@@ -44,11 +44,13 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.bucket_owner(text)",
     "pgvs3.ensure_versions(text)",
     "pgvs3.keep_version()",
+    "pgvs3.object_locked(jsonb,boolean)",
     "pgvs3.origin_secret(text)",
     "pgvs3.replace_null_version()",
 ];
 /// v10 functions a later layout changed on purpose: v12 (versioning) keeps bodies that moved to
-/// `versions`, counts versions as content, and gives new namespaces their versions table.
+/// `versions`, counts versions as content, and gives new namespaces their versions table; v13
+/// (object lock) refuses to force-drop a bucket holding locked versions.
 const CHANGED_SINCE_V10: &[&str] = &[
     "pgvs3.drop_bucket(text,boolean)",
     "pgvs3.ensure_namespace(text,text)",

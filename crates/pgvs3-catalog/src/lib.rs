@@ -24,6 +24,9 @@ pub enum ErrorKind {
     InvalidBucketName,
     /// `drop_bucket` without force: the bucket holds objects.
     BucketNotEmpty,
+    /// `drop_bucket` with force: the bucket holds versions object lock still protects, which
+    /// nothing may remove before their retention ends or their legal hold is lifted.
+    ObjectLocked,
     /// The call names a bucket the catalog does not have (`set_bucket_quota`).
     NoSuchBucket,
     /// The catalog refused the call's arguments: a negative quota, a quota on a cache bucket, a
@@ -142,9 +145,13 @@ pub async fn ensure_bucket(
 }
 
 /// Drops the bucket; with `force`, its objects too (without it, a bucket holding objects is
-/// [`ErrorKind::BucketNotEmpty`]). False when there was no such bucket.
+/// [`ErrorKind::BucketNotEmpty`]; even with it, a bucket holding locked versions is
+/// [`ErrorKind::ObjectLocked`]). False when there was no such bucket.
 pub async fn drop_bucket(client: &impl GenericClient, name: &str, force: bool) -> Result<bool> {
-    const REFUSALS: Refusals = &[(Refusal::Hint("BucketNotEmpty"), ErrorKind::BucketNotEmpty)];
+    const REFUSALS: Refusals = &[
+        (Refusal::Hint("BucketNotEmpty"), ErrorKind::BucketNotEmpty),
+        (Refusal::Hint("ObjectLocked"), ErrorKind::ObjectLocked),
+    ];
     let row = client
         .query_one("SELECT pgvs3.drop_bucket($1, $2)", &[&name, &force])
         .await

@@ -59,6 +59,18 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
+    IF force AND b.object_lock IS NOT NULL THEN
+        -- Not even a forced drop removes a version object lock protects (layout v13).
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %1$I.objects WHERE bucket_id = $1 AND pgvs3.object_locked(meta, false))
+                            OR EXISTS (SELECT 1 FROM %1$I.versions WHERE bucket_id = $1 AND pgvs3.object_locked(meta, false))',
+                       b.namespace)
+            INTO force USING b.id;
+        IF force THEN
+            RAISE EXCEPTION 'bucket % holds versions under object lock', bucket
+                USING ERRCODE = 'P0001', HINT = 'ObjectLocked';
+        END IF;
+        force := true;
+    END IF;
     IF force THEN
         EXECUTE format('DELETE FROM %I.objects WHERE bucket_id = $1', b.namespace) USING b.id;
         -- Noncurrent versions own their bodies: retired here (deleting versions retires nothing).

@@ -196,3 +196,15 @@ BEGIN
             EXECUTE FUNCTION pgvs3.retire_body()$f$, ns);
     PERFORM pgvs3.ensure_versions(ns);
 END $$;
+
+-- Object lock (layout v13): whether a version whose metadata is `meta` may not be deleted for
+-- good now. A legal hold (`lh`) always protects; a retention (`rt`: mode `m`, until `u`)
+-- protects until its date, a GOVERNANCE one only from requests that do not bypass it. Every
+-- statement that removes a version for good (store/versions.rs, the lifecycle pass) checks
+-- this in its WHERE clause, so a concurrent PutObjectRetention is seen as the row locks.
+CREATE OR REPLACE FUNCTION pgvs3.object_locked(meta jsonb, bypass_governance boolean) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce((meta->>'lh')::boolean, false)
+        OR coalesce((meta->'rt'->>'u')::timestamptz > now()
+                    AND (meta->'rt'->>'m' = 'COMPLIANCE' OR NOT bypass_governance), false)
+$$;

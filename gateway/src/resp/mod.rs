@@ -112,7 +112,7 @@ impl RespServer {
         };
         if !replica.is_standby() {
             for bucket in settings.databases.values() {
-                match buckets.catalog().create_bucket(&root, bucket).await {
+                match buckets.catalog().create_bucket(&root, bucket, false).await {
                     Ok(_) => tracing::info!(bucket, "created the RESP keyspace bucket"),
                     Err(StoreError::BucketAlreadyOwnedByYou) => {}
                     Err(err) => anyhow::bail!("RESP bucket {bucket}: {err}"),

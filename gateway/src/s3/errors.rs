@@ -60,6 +60,11 @@ pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
         StoreError::QuotaExceeded(_) => S3ErrorCode::Custom("XMinioAdminBucketQuotaExceeded".into()),
         StoreError::NotImplemented(_) => S3ErrorCode::NotImplemented,
         StoreError::NoSuchVersion => S3ErrorCode::NoSuchVersion,
+        StoreError::InvalidRequest(_) => S3ErrorCode::InvalidRequest,
+        StoreError::InvalidBucketState(_) => S3ErrorCode::InvalidBucketState,
+        StoreError::ObjectLocked => S3ErrorCode::AccessDenied,
+        StoreError::NoSuchObjectLockConfiguration => S3ErrorCode::NoSuchObjectLockConfiguration,
+        StoreError::ObjectLockConfigurationNotFound => S3ErrorCode::ObjectLockConfigurationNotFoundError,
         StoreError::DeleteMarker { allowed: true, .. } => S3ErrorCode::NoSuchKey,
         StoreError::DeleteMarker { allowed: false, .. } => S3ErrorCode::MethodNotAllowed,
         StoreError::Corrupt(_) | StoreError::NotAKeyspace(_) | StoreError::Database(_) => {

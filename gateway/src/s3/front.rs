@@ -1,6 +1,7 @@
 //! The S3 operations: wire types in, store calls, wire types out.
 
 mod checks;
+mod lock;
 
 use std::time::SystemTime;
 
@@ -220,6 +221,8 @@ macro_rules! meta_from_input {
             checksum: None,
             parts: None,
             tags: Default::default(),
+            retention: None,
+            legal_hold: None,
         }
     }};
 }
@@ -315,6 +318,18 @@ fn copy_source_range(text: &str) -> S3Result<store::ByteRange> {
     })
 }
 
+/// The lock a write's `x-amz-object-lock-*` fields ask for.
+macro_rules! requested_lock {
+    ($input:expr) => {{
+        let input = &$input;
+        lock::requested_lock(
+            &input.object_lock_mode,
+            &input.object_lock_retain_until_date,
+            &input.object_lock_legal_hold_status,
+        )
+    }};
+}
+
 /// The preconditions of a read, from its If-* fields.
 macro_rules! read_conditions {
     ($input:expr) => {{
@@ -348,6 +363,11 @@ macro_rules! describe_object {
         $output.checksum_crc64nvme = crc64nvme;
         $output.checksum_sha1 = sha1;
         $output.checksum_sha256 = sha256;
+        (
+            $output.object_lock_mode,
+            $output.object_lock_retain_until_date,
+            $output.object_lock_legal_hold_status,
+        ) = lock::lock_fields(head);
     }};
 }
 
@@ -427,9 +447,10 @@ impl S3 for S3Front {
         if let Some(config) = &req.input.create_bucket_configuration {
             self.check_bucket_configuration(config)?;
         }
+        let object_lock = req.input.object_lock_enabled_for_bucket.unwrap_or(false);
         self.buckets
             .catalog()
-            .create_bucket(&principal, &req.input.bucket)
+            .create_bucket(&principal, &req.input.bucket, object_lock)
             .await
             .map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(CreateBucketOutput {
@@ -480,6 +501,7 @@ impl S3 for S3Front {
         let mut meta = meta_from_input!(input, req.headers);
         checks::check_user_metadata(&meta.user)?;
         meta.tags = header_tags(&input.tagging).map_err(|e| fail(&req, e))?;
+        requested_lock!(input)?.apply(&mut meta);
         let condition = write_condition(&input.if_match, &input.if_none_match)?;
         let declared_len = input.content_length.map(|len| len.max(0) as u64);
         let upload = store::Upload {
@@ -570,7 +592,11 @@ impl S3 for S3Front {
         let principal = self.principal(&req).await?;
         let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
         let deleted = bucket
-            .delete(&req.input.key, req.input.version_id.as_deref())
+            .delete(
+                &req.input.key,
+                req.input.version_id.as_deref(),
+                lock::bypasses_governance(&req.input.bypass_governance_retention),
+            )
             .await
             .map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(DeleteObjectOutput {
@@ -616,6 +642,7 @@ impl S3 for S3Front {
             }
         }
         let mut deleted = Vec::with_capacity(keys.len());
+        let bypass = lock::bypasses_governance(&req.input.bypass_governance_retention);
         if bucket.versioning().is_none() {
             let names: Vec<String> = keys.iter().map(|id| id.key.clone()).collect();
             bucket.delete_many(&names).await.map_err(|e| fail(&req, e))?;
@@ -626,7 +653,7 @@ impl S3 for S3Front {
         } else {
             // Each entry writes a delete marker or deletes its version: one at a time.
             for id in keys {
-                match bucket.delete(&id.key, id.version_id.as_deref()).await {
+                match bucket.delete(&id.key, id.version_id.as_deref(), bypass).await {
                     Ok(outcome) => deleted.push(DeletedObject {
                         key: Some(id.key.clone()),
                         version_id: id.version_id.clone(),
@@ -844,6 +871,48 @@ impl S3 for S3Front {
         Ok(S3Response::new(PutBucketVersioningOutput::default()))
     }
 
+    async fn put_object_lock_configuration(
+        &self,
+        req: S3Request<PutObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<PutObjectLockConfigurationOutput>> {
+        S3Front::put_object_lock_configuration(self, req).await
+    }
+
+    async fn get_object_lock_configuration(
+        &self,
+        req: S3Request<GetObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<GetObjectLockConfigurationOutput>> {
+        S3Front::get_object_lock_configuration(self, req).await
+    }
+
+    async fn put_object_retention(
+        &self,
+        req: S3Request<PutObjectRetentionInput>,
+    ) -> S3Result<S3Response<PutObjectRetentionOutput>> {
+        S3Front::put_object_retention(self, req).await
+    }
+
+    async fn get_object_retention(
+        &self,
+        req: S3Request<GetObjectRetentionInput>,
+    ) -> S3Result<S3Response<GetObjectRetentionOutput>> {
+        S3Front::get_object_retention(self, req).await
+    }
+
+    async fn put_object_legal_hold(
+        &self,
+        req: S3Request<PutObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<PutObjectLegalHoldOutput>> {
+        S3Front::put_object_legal_hold(self, req).await
+    }
+
+    async fn get_object_legal_hold(
+        &self,
+        req: S3Request<GetObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<GetObjectLegalHoldOutput>> {
+        S3Front::get_object_legal_hold(self, req).await
+    }
+
     async fn get_bucket_acl(&self, req: S3Request<GetBucketAclInput>) -> S3Result<S3Response<GetBucketAclOutput>> {
         let principal = self.principal(&req).await?;
         self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
@@ -944,10 +1013,20 @@ impl S3 for S3Front {
             true => Some(header_tags(&input.tagging).map_err(|e| fail(&req, e))?),
             false => None,
         };
+        let lock = requested_lock!(input)?;
         let source = self.open(&req, &principal, source_bucket, Access::Read).await?;
         let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
         let outcome = bucket
-            .copy_from(&source, source_key, source_version, &conditions, &input.key, meta, tags)
+            .copy_from(
+                &source,
+                source_key,
+                source_version,
+                &conditions,
+                &input.key,
+                meta,
+                tags,
+                lock,
+            )
             .await
             .map_err(|e| fail(&req, e))?;
         let mut result = CopyObjectResult {
@@ -1089,9 +1168,10 @@ impl S3 for S3Front {
         let mut meta = meta_from_input!(input, req.headers);
         checks::check_user_metadata(&meta.user)?;
         meta.tags = header_tags(&input.tagging).map_err(|e| fail(&req, e))?;
+        requested_lock!(input)?.apply(&mut meta);
         let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
         let upload_id = bucket
-            .create_multipart_upload(&input.key, &meta)
+            .create_multipart_upload(&input.key, meta)
             .await
             .map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(CreateMultipartUploadOutput {

@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use deadpool_postgres::Pool;
 use tokio_postgres::Row;
+use tokio_postgres::types::Json;
 
 use super::origins::{ORIGIN_COLUMNS, Origin, origin_from_row};
 use super::{Principal, StoreError, StoreResult};
@@ -30,6 +31,8 @@ pub struct BucketInfo {
     pub origin: Option<Arc<Origin>>,
     /// The bucket's versioning state; `None` when it never had versioning enabled.
     pub versioning: Option<super::Versioning>,
+    /// The bucket's object lock configuration; `None` when it has no object lock.
+    pub object_lock: Option<super::LockConfig>,
     pub(super) sql: Arc<super::objects::NamespaceSql>,
 }
 
@@ -83,7 +86,7 @@ pub struct Catalog {
 /// A bucket row with its origin, if it is a cache bucket; callers append a `WHERE`.
 fn bucket_select() -> String {
     format!(
-        "SELECT b.id, b.name, b.namespace, b.owner, b.created_at, {ORIGIN_COLUMNS}, b.versioning
+        "SELECT b.id, b.name, b.namespace, b.owner, b.created_at, {ORIGIN_COLUMNS}, b.versioning, b.object_lock
            FROM pgvs3.buckets b LEFT JOIN pgvs3.origins o ON o.bucket_id = b.id"
     )
 }
@@ -389,24 +392,40 @@ impl Catalog {
             .collect())
     }
 
-    pub async fn create_bucket(&self, principal: &Principal, name: &str) -> StoreResult<Arc<BucketInfo>> {
+    /// Creates a bucket; with `object_lock`, with object lock on and versioning Enabled, in the
+    /// same transaction (a bucket must never be seen without the lock it was created with).
+    pub async fn create_bucket(
+        &self,
+        principal: &Principal,
+        name: &str,
+        object_lock: bool,
+    ) -> StoreResult<Arc<BucketInfo>> {
         if principal.read_only {
             return Err(StoreError::AccessDenied);
         }
         // The root key's buckets have no owner row, so that root keys can be rotated.
         let owner = (!principal.is_root).then_some(principal.access_key.as_str());
         let seen_version = self.cached.read().expect("catalog lock").version;
-        let client = self.pool.get().await?;
-        let created = pgvs3_catalog::ensure_bucket(&**client, name, owner, pgvs3_catalog::ORDINARY_NAMESPACE)
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let created = pgvs3_catalog::ensure_bucket(&*tx, name, owner, pgvs3_catalog::ORDINARY_NAMESPACE)
             .await
             .map_err(|err| match err.kind() {
                 pgvs3_catalog::ErrorKind::InvalidBucketName => StoreError::InvalidBucketName,
                 _ => StoreError::from(err.into_source()),
             })?
             .created;
-        let row = client
+        if created && object_lock {
+            tx.execute(
+                "UPDATE pgvs3.buckets SET versioning = 'Enabled', object_lock = '{}' WHERE name = $1",
+                &[&name],
+            )
+            .await?;
+        }
+        let row = tx
             .query_one(&format!("{} WHERE b.name = $1", bucket_select()), &[&name])
             .await?;
+        tx.commit().await?;
         let bucket = self.remember(&row, seen_version)?;
         if !created {
             let mine = principal.is_root && bucket.owner.is_none()
@@ -529,6 +548,9 @@ fn bucket_from_row(
             .get::<_, Option<&str>>("versioning")
             .map(super::Versioning::parse)
             .transpose()?,
+        object_lock: row
+            .get::<_, Option<Json<super::LockConfig>>>("object_lock")
+            .map(|Json(config)| config),
         origin: origin_from_row(row, 5, master_key)?.map(Arc::new),
     })
 }

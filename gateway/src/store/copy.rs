@@ -28,6 +28,7 @@ impl Store {
         key: &str,
         meta: Option<ObjectMeta>,
         tags: Option<super::Tags>,
+        lock: super::RequestedLock,
     ) -> StoreResult<PutOutcome> {
         check_key(source.key)?;
         check_key(key)?;
@@ -50,6 +51,8 @@ impl Store {
         meta.parts = head.meta.parts;
         meta.checksum = head.meta.checksum.clone();
         meta.tags = tags.unwrap_or_else(|| head.meta.tags.clone());
+        lock.apply(&mut meta);
+        to.lock_new_version(&mut meta)?;
         let inline: Option<&[u8]> = row.get(4);
         let body_id = match row.get::<_, Option<i64>>(5) {
             None => None,

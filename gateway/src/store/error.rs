@@ -73,6 +73,16 @@ pub enum StoreError {
         version_id: String,
         allowed: bool,
     },
+    /// A request S3 answers with 400 InvalidRequest (e.g. a lock on a bucket without one).
+    InvalidRequest(String),
+    /// The bucket's state forbids the change (409), e.g. suspending versioning under object lock.
+    InvalidBucketState(String),
+    /// Object lock protects the version from this request.
+    ObjectLocked,
+    /// The version has no retention (or no legal hold) to read.
+    NoSuchObjectLockConfiguration,
+    /// The bucket has no object lock configuration to read.
+    ObjectLockConfigurationNotFound,
 }
 
 impl fmt::Display for StoreError {
@@ -121,7 +131,16 @@ impl fmt::Display for StoreError {
             | StoreError::OriginDenied(msg)
             | StoreError::OriginFailed(msg) => f.write_str(msg),
             StoreError::QuotaExceeded(usage) => write!(f, "bucket quota exceeded ({usage})"),
-            StoreError::NotImplemented(msg) => f.write_str(msg),
+            StoreError::NotImplemented(msg) | StoreError::InvalidRequest(msg) | StoreError::InvalidBucketState(msg) => {
+                f.write_str(msg)
+            }
+            StoreError::ObjectLocked => f.write_str("Access Denied because object protected by object lock."),
+            StoreError::NoSuchObjectLockConfiguration => {
+                f.write_str("The specified object does not have a ObjectLock configuration")
+            }
+            StoreError::ObjectLockConfigurationNotFound => {
+                f.write_str("Object Lock configuration does not exist for this bucket")
+            }
             StoreError::NotAKeyspace(msg) => f.write_str(msg),
             StoreError::NoSuchVersion => f.write_str("the specified version does not exist"),
             StoreError::DeleteMarker { allowed: true, .. } => f.write_str("the specified key does not exist"),

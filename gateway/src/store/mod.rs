@@ -9,6 +9,7 @@ mod copy;
 mod error;
 mod kv;
 mod listing;
+mod lock;
 mod multipart;
 mod objects;
 mod origins;
@@ -29,6 +30,7 @@ pub use copy::CopySource;
 pub use error::StoreError;
 pub use kv::{KvBatch, KvEntry, KvValue};
 pub use listing::{ListPage, ListRequest, ListedObject, MAX_KEYS as LIST_MAX_KEYS};
+pub use lock::{DefaultRetention, LockConfig, LockMode, RequestedLock, Retention, RetentionPeriod, lock_missing};
 pub use multipart::{CompletedPart, MultipartUpload, PartInfo, PartsPage, UploadsPage, UploadsRequest};
 pub use objects::{
     BodyObserver, BodyStream, ByteRange, INLINE_LIMIT, ObjectHead, ObjectMeta, ObjectRead, PutOutcome, ReadOptions,

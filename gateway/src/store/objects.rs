@@ -47,6 +47,12 @@ pub struct ObjectMeta {
     pub parts: Option<u32>,
     #[serde(rename = "tg", default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
+    /// Object lock: the version's retention (`pgvs3.object_locked` reads `rt` and `lh`).
+    #[serde(rename = "rt", default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<super::lock::Retention>,
+    /// Object lock: the legal hold, once one was ever set (`false`: lifted).
+    #[serde(rename = "lh", default, skip_serializing_if = "Option::is_none")]
+    pub legal_hold: Option<bool>,
 }
 
 /// A full-object checksum the client asked for (e.g. `CRC32`, base64 value as S3 returns it).
@@ -189,6 +195,7 @@ pub struct NamespaceSql {
     pub(super) backlog: String,
     pub(super) kv: super::kv::KvSql,
     pub(super) versions: super::versions::VersionSql,
+    pub(super) lock: super::lock::LockSql,
 }
 
 impl NamespaceSql {
@@ -380,6 +387,7 @@ impl NamespaceSql {
             backlog: format!("SELECT (SELECT count(*) FROM {ns}.retired_bodies), (SELECT count(*) FROM {ns}.uploads)"),
             kv: super::kv::KvSql::new(&ns),
             versions: super::versions::VersionSql::new(&ns),
+            lock: super::lock::LockSql::new(&ns),
         }
     }
 }

@@ -134,11 +134,15 @@ impl VersionSql {
                  INSERT INTO {ns}.retired_bodies (body_id) SELECT body_id FROM dropped WHERE body_id IS NOT NULL
                  ON CONFLICT DO NOTHING"
             ),
+            // Removing a version for good: never one object lock protects (`$4`: the request
+            // bypasses governance retention).
             delete_current: format!(
-                "DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = $2 AND version_id IS NOT DISTINCT FROM $3"
+                "DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = $2 AND version_id IS NOT DISTINCT FROM $3
+                    AND NOT pgvs3.object_locked(meta, $4)"
             ),
             delete_noncurrent: format!(
                 "WITH dropped AS (DELETE FROM {ns}.versions WHERE bucket_id = $1 AND key = $2 AND version_id = $3
+                                    AND NOT pgvs3.object_locked(meta, $4)
                                   RETURNING body_id, is_delete_marker),
                       retired AS (INSERT INTO {ns}.retired_bodies (body_id)
                                   SELECT body_id FROM dropped WHERE body_id IS NOT NULL ON CONFLICT DO NOTHING)
@@ -193,7 +197,17 @@ impl Store {
                 "UPDATE pgvs3.buckets SET versioning = $2 WHERE id = $1",
                 &[&bucket.id, &state.as_str()],
             )
-            .await?;
+            .await
+            .map_err(|err| {
+                match err.code() {
+                // object_lock_keeps_versioning (layout v13).
+                Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION) => StoreError::InvalidBucketState(
+                    "An Object Lock configuration is present on this bucket, so the versioning state cannot be changed."
+                        .into(),
+                ),
+                _ => StoreError::from(err),
+            }
+            })?;
         if updated == 0 {
             self.catalog.forget_bucket(&bucket.name);
             return Err(StoreError::NoSuchBucket);
@@ -298,7 +312,7 @@ impl Store {
         // version is deleted, its body retired by the trigger).
         tx.execute(&sql.archive_current, &[&bucket.id, &key, &enabled]).await?;
         if !enabled {
-            tx.execute(&sql.delete_current, &[&bucket.id, &key, &None::<String>])
+            tx.execute(&sql.delete_current, &[&bucket.id, &key, &None::<String>, &false])
                 .await?;
             tx.execute(&sql.drop_null, &[&bucket.id, &key]).await?;
         }
@@ -311,25 +325,40 @@ impl Store {
     }
 
     /// DELETE of one version, for good; the next newest version becomes current if the current
-    /// one went (or a delete marker that hid it).
+    /// one went (or a delete marker that hid it). A version object lock protects stays, and the
+    /// request is refused (`bypass_governance`: a GOVERNANCE retention does not protect).
     pub(crate) async fn delete_version(
         &self,
         bucket: &BucketInfo,
         key: &str,
         version_id: &str,
+        bypass_governance: bool,
     ) -> StoreResult<DeleteOutcome> {
         check_key(key)?;
         let sql = &bucket.sql.versions;
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         let current = (version_id != "null").then_some(version_id);
-        let deleted_current = tx.execute(&sql.delete_current, &[&bucket.id, &key, &current]).await? > 0;
+        let bypass = &bypass_governance;
+        let deleted_current = tx
+            .execute(&sql.delete_current, &[&bucket.id, &key, &current, bypass])
+            .await?
+            > 0;
         let marker = if deleted_current {
             false
         } else {
             let row = tx
-                .query_opt(&sql.delete_noncurrent, &[&bucket.id, &key, &version_id])
+                .query_opt(&sql.delete_noncurrent, &[&bucket.id, &key, &version_id, bypass])
                 .await?;
+            // Nothing removed: no such version, or one object lock protects (checked even if
+            // this gateway has not yet seen the bucket's lock turned on).
+            if row.is_none()
+                && self
+                    .version_protected(&tx, bucket, key, version_id, bypass_governance)
+                    .await?
+            {
+                return Err(StoreError::ObjectLocked);
+            }
             row.is_some_and(|row| row.get::<_, bool>(0))
         };
         tx.execute(&sql.promote, &[&bucket.id, &key]).await?;

@@ -266,10 +266,12 @@ async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Acti
     let client = database::connect(&binding.connection).await?;
     let ours = catalog::bucket_owner(&client, &bucket_name).await? == Some(Some(key_id.clone()));
     let note = match bucket.spec.deletion_policy {
-        DeletionPolicy::Delete if ours => {
-            catalog::drop_bucket(&client, &bucket_name, true).await?;
-            format!("bucket {bucket_name} and its objects were dropped")
-        }
+        DeletionPolicy::Delete if ours => match catalog::drop_bucket(&client, &bucket_name, true).await? {
+            Ok(_) => format!("bucket {bucket_name} and its objects were dropped"),
+            // Retried, this would block the resource's deletion until every retention ran
+            // out (years, for COMPLIANCE): the bucket is kept, as with Retain, and said so.
+            Err(locked) => format!("bucket {bucket_name} retained: {locked} (object lock); its access key was revoked"),
+        },
         DeletionPolicy::Delete => format!("bucket {bucket_name} does not belong to this resource; not dropped"),
         DeletionPolicy::Retain => format!("bucket {bucket_name} retained; its access key was revoked"),
     };

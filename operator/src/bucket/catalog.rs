@@ -142,9 +142,18 @@ pub async fn set_bucket_quota(
     }
 }
 
-/// Drops the bucket and, with `force`, its objects. False when there was no such bucket.
-pub async fn drop_bucket(client: &impl GenericClient, name: &str, force: bool) -> Result<bool> {
-    Ok(pgvs3_catalog::drop_bucket(client, name, force).await?)
+/// Drops the bucket and, with `force`, its objects. False when there was no such bucket;
+/// `Err(reason)` when it holds versions object lock protects (nothing may remove those).
+pub async fn drop_bucket(
+    client: &impl GenericClient,
+    name: &str,
+    force: bool,
+) -> Result<std::result::Result<bool, String>> {
+    match pgvs3_catalog::drop_bucket(client, name, force).await {
+        Ok(dropped) => Ok(Ok(dropped)),
+        Err(err) if err.kind() == ErrorKind::ObjectLocked => Ok(Err(err.message())),
+        Err(err) => Err(err.into()),
+    }
 }
 
 pub async fn delete_access_key(client: &impl GenericClient, key_id: &str) -> Result<bool> {

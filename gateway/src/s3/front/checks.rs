@@ -15,9 +15,9 @@ pub enum Request {
     Other,
 }
 
-/// Refuses request headers asking for guarantees pgvs3 does not give: encryption, object lock,
-/// ACLs, storage classes and website redirects. One pass over the headers, and only `x-amz-*`
-/// names are looked at, so a request without such headers pays a prefix test per header.
+/// Refuses request headers asking for guarantees pgvs3 does not give: encryption, ACLs, storage
+/// classes and website redirects. One pass over the headers, and only `x-amz-*` names are
+/// looked at, so a request without such headers pays a prefix test per header.
 pub fn refuse_unkept(headers: &HeaderMap, request: Request) -> S3Result<()> {
     let writes = matches!(request, Request::NewObject | Request::CopyObject);
     for (name, value) in headers {
@@ -33,17 +33,6 @@ pub fn refuse_unkept(headers: &HeaderMap, request: Request) -> S3Result<()> {
             ));
         }
         match (request, setting) {
-            // No bucket can have Object Lock (CreateBucket refuses it), so this is S3's answer
-            // for a bucket without it.
-            (Request::NewObject | Request::CopyObject, lock) if lock.starts_with("object-lock-") => {
-                return Err(S3Error::with_message(
-                    S3ErrorCode::InvalidRequest,
-                    "Bucket is missing ObjectLockConfiguration",
-                ));
-            }
-            (Request::CreateBucket, "bucket-object-lock-enabled") if value.eq_ignore_ascii_case("true") => {
-                return Err(not_implemented("Object Lock is not implemented"));
-            }
             // Buckets behave as S3's default "bucket owner enforced" ownership: ACLs disabled.
             (Request::CreateBucket, "object-ownership") if value != "BucketOwnerEnforced" => {
                 return Err(not_implemented(
@@ -193,12 +182,6 @@ mod tests {
             code(refuse_unkept(&ssec, Request::Other)).as_deref(),
             Some("NotImplemented")
         );
-        let lock = headers(&[("x-amz-object-lock-mode", "GOVERNANCE")]);
-        assert_eq!(
-            code(refuse_unkept(&lock, Request::NewObject)).as_deref(),
-            Some("InvalidRequest")
-        );
-        assert_eq!(code(refuse_unkept(&lock, Request::Other)), None);
         let acl = headers(&[("x-amz-acl", "public-read")]);
         assert_eq!(
             code(refuse_unkept(&acl, Request::NewObject)).as_deref(),
@@ -222,13 +205,14 @@ mod tests {
         assert_eq!(class("STANDARD"), None);
         assert_eq!(class("GLACIER").as_deref(), Some("NotImplemented"));
         assert_eq!(class("COLD").as_deref(), Some("InvalidStorageClass"));
-        let locked = headers(&[("x-amz-bucket-object-lock-enabled", "true")]);
-        assert_eq!(
-            code(refuse_unkept(&locked, Request::CreateBucket)).as_deref(),
-            Some("NotImplemented")
-        );
-        let unlocked = headers(&[("x-amz-bucket-object-lock-enabled", "false")]);
-        assert_eq!(code(refuse_unkept(&unlocked, Request::CreateBucket)), None);
+        // Object lock is kept (s3/front/lock.rs): its headers pass this check.
+        for lock in [
+            ("x-amz-bucket-object-lock-enabled", "true"),
+            ("x-amz-object-lock-mode", "GOVERNANCE"),
+        ] {
+            assert_eq!(code(refuse_unkept(&headers(&[lock]), Request::CreateBucket)), None);
+            assert_eq!(code(refuse_unkept(&headers(&[lock]), Request::NewObject)), None);
+        }
     }
 
     #[test]
