@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use crate::cache::CacheTier;
 use crate::store::{
-    Access, BucketInfo, ByteRange, CacheMode, Catalog, CompletedPart, CopySource, DeleteOutcome, KvBatch, ListPage,
-    ListRequest, LockConfig, ObjectMeta, ObjectRead, PartsPage, Preconditions, Principal, PutOutcome, ReadOptions,
-    RequestedLock, Retention, Store, StoreError, StoreResult, StoredBytes, Tags, Upload, UploadsPage, UploadsRequest,
-    VersionEntry, Versioning, VersionsPage, VersionsRequest, WriteCondition, valid_version_id,
+    Access, BucketInfo, ByteRange, CacheMode, Catalog, CompletedPart, CopySource, DeleteOutcome, KvBatch, Lifecycle,
+    ListPage, ListRequest, LockConfig, ObjectMeta, ObjectRead, PartsPage, Preconditions, Principal, PutOutcome,
+    ReadOptions, RequestedLock, Retention, Store, StoreError, StoreResult, StoredBytes, Tags, Upload, UploadsPage,
+    UploadsRequest, VersionEntry, Versioning, VersionsPage, VersionsRequest, WriteCondition, valid_version_id,
 };
 
 /// Opens buckets for requests: the store and the cache tier behind every bucket handle.
@@ -216,6 +216,35 @@ impl<'a> BucketHandle<'a> {
         self.writable()?;
         let version = self.version(version_id)?;
         self.store().set_legal_hold(&self.info, key, version, on).await
+    }
+
+    /// The bucket's lifecycle rules (S3's 404 when it has none).
+    pub fn lifecycle(&self) -> StoreResult<&Lifecycle> {
+        self.info
+            .lifecycle
+            .as_deref()
+            .ok_or(StoreError::NoSuchLifecycleConfiguration)
+    }
+
+    /// Sets (`None`: removes) the bucket's lifecycle rules. Not for cache buckets: their
+    /// objects' lifetimes are the origin's.
+    pub async fn set_lifecycle(&self, lifecycle: Option<&Lifecycle>) -> StoreResult<()> {
+        self.writable()?;
+        if self.cache().is_some() {
+            return Err(StoreError::NotImplemented(
+                "lifecycle rules are not supported on cache buckets".into(),
+            ));
+        }
+        self.store().set_lifecycle(&self.info, lifecycle).await
+    }
+
+    /// When the current version read as `head` expires under the bucket's lifecycle rules, and
+    /// by which rule (the `x-amz-expiration` of GET and HEAD).
+    pub fn expiry(&self, key: &str, head: &crate::store::ObjectHead) -> Option<(std::time::SystemTime, &str)> {
+        self.info
+            .lifecycle
+            .as_ref()?
+            .expiry(key, head.size, head.last_modified, &head.meta)
     }
 
     /// Stores an object if `condition` holds when it commits. Its lock is the one its

@@ -367,6 +367,14 @@ async fn admin(catalog: &Arc<Catalog>, pool: deadpool_postgres::Pool, command: A
         }
         AdminCommand::Maintenance { run_once: _, grace } => {
             let store = Store::new(pool, Arc::clone(catalog));
+            let lifecycle = store.apply_lifecycle(pgvs3_gateway::store::LIFECYCLE_BATCH).await?;
+            println!(
+                "lifecycle: {} objects expired, {} noncurrent versions and {} delete markers removed, {} uploads aborted",
+                lifecycle.expired,
+                lifecycle.noncurrent_deleted,
+                lifecycle.delete_markers_removed,
+                lifecycle.uploads_aborted
+            );
             let stats = store.reap_retired(grace).await?;
             println!(
                 "reaped {} retired bodies ({} chunks) and {} expired objects",

@@ -8,7 +8,7 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 
 use crate::metrics::Metrics;
-use crate::store::{ReapStats, Store};
+use crate::store::{LIFECYCLE_BATCH, ReapStats, Store};
 
 /// Any fixed number works; it only has to be the same for every gateway of one database.
 const LEADER_LOCK: i64 = 0x7067_7673_335f_6d74; // "pgvs3_mt"
@@ -67,6 +67,24 @@ pub fn spawn_leader_loop(
                     tracing::info!(uploads, "aborted abandoned multipart uploads");
                 }
                 Err(err) => tracing::warn!(error = %err, "reaping abandoned uploads failed"),
+            }
+            // Before the reaper, so the bodies of versions it removes are reaped once their
+            // grace period ends.
+            match store.apply_lifecycle(LIFECYCLE_BATCH).await {
+                Ok(stats) => {
+                    let reaped = &metrics.maintenance_reaped;
+                    reaped.with_label_values(&["lifecycle_expired"]).inc_by(stats.expired);
+                    reaped
+                        .with_label_values(&["lifecycle_noncurrent"])
+                        .inc_by(stats.noncurrent_deleted);
+                    reaped
+                        .with_label_values(&["lifecycle_delete_markers"])
+                        .inc_by(stats.delete_markers_removed);
+                    reaped
+                        .with_label_values(&["lifecycle_uploads"])
+                        .inc_by(stats.uploads_aborted);
+                }
+                Err(err) => tracing::warn!(error = %err, "lifecycle pass failed"),
             }
             match reap_finished_jobs(&pool, job_retention).await {
                 Ok(0) => {}

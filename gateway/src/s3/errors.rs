@@ -65,6 +65,7 @@ pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
         StoreError::ObjectLocked => S3ErrorCode::AccessDenied,
         StoreError::NoSuchObjectLockConfiguration => S3ErrorCode::NoSuchObjectLockConfiguration,
         StoreError::ObjectLockConfigurationNotFound => S3ErrorCode::ObjectLockConfigurationNotFoundError,
+        StoreError::NoSuchLifecycleConfiguration => S3ErrorCode::NoSuchLifecycleConfiguration,
         StoreError::DeleteMarker { allowed: true, .. } => S3ErrorCode::NoSuchKey,
         StoreError::DeleteMarker { allowed: false, .. } => S3ErrorCode::MethodNotAllowed,
         StoreError::Corrupt(_) | StoreError::NotAKeyspace(_) | StoreError::Database(_) => {

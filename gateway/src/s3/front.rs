@@ -1,6 +1,7 @@
 //! The S3 operations: wire types in, store calls, wire types out.
 
 mod checks;
+mod lifecycle;
 mod lock;
 
 use std::time::SystemTime;
@@ -41,7 +42,8 @@ impl S3Front {
             .map_err(|e| fail(req, e))
     }
 
-    /// GET or HEAD (`with_body` false) of an object: the options both take, checked alike.
+    /// GET or HEAD (`with_body` false) of an object: the options both take, checked alike;
+    /// with the read, its `x-amz-expiration` when a lifecycle rule will expire it.
     #[allow(clippy::too_many_arguments)]
     async fn read<T>(
         &self,
@@ -53,7 +55,7 @@ impl S3Front {
         part: Option<i32>,
         conditions: store::Preconditions,
         with_body: bool,
-    ) -> S3Result<(ObjectRead, store::ReadOptions)> {
+    ) -> S3Result<(ObjectRead, store::ReadOptions, Option<String>)> {
         let principal = self.principal(req).await?;
         checks::refuse_unkept(&req.headers, Request::Other)?;
         let options = store::ReadOptions {
@@ -68,7 +70,11 @@ impl S3Front {
             false => bucket.head(key, &options).await,
         }
         .map_err(|e| fail(req, e))?;
-        Ok((read, options))
+        let expiration = match options.version_id {
+            None => bucket.expiry(key, &read.head).map(lifecycle::expiration_header),
+            Some(_) => None,
+        };
+        Ok((read, options, expiration))
     }
 
     /// A CreateBucket body: the bucket can only be in this gateway's region, and directory
@@ -526,7 +532,7 @@ impl S3 for S3Front {
 
     async fn get_object(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
         let input = &req.input;
-        let (read, options) = self
+        let (read, options, expiration) = self
             .read(
                 &req,
                 &input.bucket,
@@ -538,7 +544,10 @@ impl S3 for S3Front {
                 true,
             )
             .await?;
-        let mut output = GetObjectOutput::default();
+        let mut output = GetObjectOutput {
+            expiration,
+            ..Default::default()
+        };
         let wants_checksum = checksum_requested(&input.checksum_mode) && !read.partial;
         describe_object!(output, &read.head, checksum_fields(&read.head, wants_checksum));
         if options.part_number.is_some() {
@@ -554,7 +563,7 @@ impl S3 for S3Front {
 
     async fn head_object(&self, req: S3Request<HeadObjectInput>) -> S3Result<S3Response<HeadObjectOutput>> {
         let input = &req.input;
-        let (read, options) = self
+        let (read, options, expiration) = self
             .read(
                 &req,
                 &input.bucket,
@@ -568,6 +577,7 @@ impl S3 for S3Front {
             .await?;
         let mut output = HeadObjectOutput {
             version_id: read.head.version_id.clone(),
+            expiration,
             ..Default::default()
         };
         let wants_checksum = checksum_requested(&input.checksum_mode) && !read.partial;
@@ -869,6 +879,27 @@ impl S3 for S3Front {
         let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
         bucket.set_versioning(state).await.map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(PutBucketVersioningOutput::default()))
+    }
+
+    async fn put_bucket_lifecycle_configuration(
+        &self,
+        req: S3Request<PutBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<PutBucketLifecycleConfigurationOutput>> {
+        S3Front::put_bucket_lifecycle_configuration(self, req).await
+    }
+
+    async fn get_bucket_lifecycle_configuration(
+        &self,
+        req: S3Request<GetBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<GetBucketLifecycleConfigurationOutput>> {
+        S3Front::get_bucket_lifecycle_configuration(self, req).await
+    }
+
+    async fn delete_bucket_lifecycle(
+        &self,
+        req: S3Request<DeleteBucketLifecycleInput>,
+    ) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
+        S3Front::delete_bucket_lifecycle(self, req).await
     }
 
     async fn put_object_lock_configuration(

@@ -33,6 +33,8 @@ pub struct BucketInfo {
     pub versioning: Option<super::Versioning>,
     /// The bucket's object lock configuration; `None` when it has no object lock.
     pub object_lock: Option<super::LockConfig>,
+    /// The bucket's lifecycle rules, if it has any.
+    pub lifecycle: Option<Arc<super::Lifecycle>>,
     pub(super) sql: Arc<super::objects::NamespaceSql>,
 }
 
@@ -86,7 +88,7 @@ pub struct Catalog {
 /// A bucket row with its origin, if it is a cache bucket; callers append a `WHERE`.
 fn bucket_select() -> String {
     format!(
-        "SELECT b.id, b.name, b.namespace, b.owner, b.created_at, {ORIGIN_COLUMNS}, b.versioning, b.object_lock
+        "SELECT b.id, b.name, b.namespace, b.owner, b.created_at, {ORIGIN_COLUMNS}, b.versioning, b.object_lock, b.lifecycle
            FROM pgvs3.buckets b LEFT JOIN pgvs3.origins o ON o.bucket_id = b.id"
     )
 }
@@ -551,6 +553,9 @@ fn bucket_from_row(
         object_lock: row
             .get::<_, Option<Json<super::LockConfig>>>("object_lock")
             .map(|Json(config)| config),
+        lifecycle: row
+            .get::<_, Option<Json<super::Lifecycle>>>("lifecycle")
+            .map(|Json(lifecycle)| Arc::new(lifecycle)),
         origin: origin_from_row(row, 5, master_key)?.map(Arc::new),
     })
 }

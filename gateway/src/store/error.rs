@@ -83,6 +83,8 @@ pub enum StoreError {
     NoSuchObjectLockConfiguration,
     /// The bucket has no object lock configuration to read.
     ObjectLockConfigurationNotFound,
+    /// The bucket has no lifecycle configuration to read.
+    NoSuchLifecycleConfiguration,
 }
 
 impl fmt::Display for StoreError {
@@ -141,6 +143,7 @@ impl fmt::Display for StoreError {
             StoreError::ObjectLockConfigurationNotFound => {
                 f.write_str("Object Lock configuration does not exist for this bucket")
             }
+            StoreError::NoSuchLifecycleConfiguration => f.write_str("The lifecycle configuration does not exist"),
             StoreError::NotAKeyspace(msg) => f.write_str(msg),
             StoreError::NoSuchVersion => f.write_str("the specified version does not exist"),
             StoreError::DeleteMarker { allowed: true, .. } => f.write_str("the specified key does not exist"),

@@ -8,6 +8,7 @@ mod conditions;
 mod copy;
 mod error;
 mod kv;
+mod lifecycle;
 mod listing;
 mod lock;
 mod multipart;
@@ -29,6 +30,9 @@ pub use conditions::{EtagCondition, Preconditions, WriteCondition, as_copy_sourc
 pub use copy::CopySource;
 pub use error::StoreError;
 pub use kv::{KvBatch, KvEntry, KvValue};
+pub use lifecycle::{
+    Expiration, LIFECYCLE_BATCH, Lifecycle, LifecycleRule, LifecycleStats, NoncurrentExpiration, RuleFilter,
+};
 pub use listing::{ListPage, ListRequest, ListedObject, MAX_KEYS as LIST_MAX_KEYS};
 pub use lock::{DefaultRetention, LockConfig, LockMode, RequestedLock, Retention, RetentionPeriod, lock_missing};
 pub use multipart::{CompletedPart, MultipartUpload, PartInfo, PartsPage, UploadsPage, UploadsRequest};
