@@ -451,3 +451,54 @@ print(json.dumps(ids))
     assert_eq!(listed["Versions"][0]["IsLatest"], true);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Object lock and lifecycle as boto3 uses them (as backup tools drive S3): a bucket created
+/// with object lock and a default retention, a version kept against the root key's delete, a
+/// GOVERNANCE version removed only with the bypass, and a lifecycle configuration read back.
+#[tokio::test]
+async fn boto3_object_lock_and_lifecycle() {
+    let gw = TestGateway::start().await;
+    let dir = scratch("lock");
+    let script = r#"
+import datetime, os, boto3, botocore
+s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1")
+s3.create_bucket(Bucket="immutable", ObjectLockEnabledForBucket=True)
+s3.put_object_lock_configuration(Bucket="immutable", ObjectLockConfiguration={
+    "ObjectLockEnabled": "Enabled",
+    "Rule": {"DefaultRetention": {"Mode": "COMPLIANCE", "Days": 1}}})
+rule = s3.get_object_lock_configuration(Bucket="immutable")["ObjectLockConfiguration"]["Rule"]
+assert rule["DefaultRetention"] == {"Mode": "COMPLIANCE", "Days": 1}, rule
+kept = s3.put_object(Bucket="immutable", Key="full.vbk", Body=b"backup")["VersionId"]
+head = s3.head_object(Bucket="immutable", Key="full.vbk")
+assert head["ObjectLockMode"] == "COMPLIANCE", head
+try:
+    s3.delete_object(Bucket="immutable", Key="full.vbk", VersionId=kept, BypassGovernanceRetention=True)
+    raise SystemExit("a COMPLIANCE version was deleted")
+except botocore.exceptions.ClientError as error:
+    assert error.response["Error"]["Code"] == "AccessDenied", error.response
+until = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+gov = s3.put_object(Bucket="immutable", Key="inc.vib", Body=b"i", ObjectLockMode="GOVERNANCE",
+                    ObjectLockRetainUntilDate=until)["VersionId"]
+retention = s3.get_object_retention(Bucket="immutable", Key="inc.vib", VersionId=gov)["Retention"]
+assert retention["Mode"] == "GOVERNANCE", retention
+try:
+    s3.delete_object(Bucket="immutable", Key="inc.vib", VersionId=gov)
+    raise SystemExit("a GOVERNANCE version was deleted without the bypass")
+except botocore.exceptions.ClientError as error:
+    assert error.response["Error"]["Code"] == "AccessDenied", error.response
+s3.delete_object(Bucket="immutable", Key="inc.vib", VersionId=gov, BypassGovernanceRetention=True)
+s3.put_bucket_lifecycle_configuration(Bucket="immutable", LifecycleConfiguration={"Rules": [
+    {"ID": "old-versions", "Status": "Enabled", "Filter": {"Prefix": ""},
+     "NoncurrentVersionExpiration": {"NoncurrentDays": 30, "NewerNoncurrentVersions": 3}},
+    {"ID": "uploads", "Status": "Enabled", "Filter": {},
+     "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 7}}]})
+rules = s3.get_bucket_lifecycle_configuration(Bucket="immutable")["Rules"]
+assert [r["ID"] for r in rules] == ["old-versions", "uploads"], rules
+assert rules[0]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 30, "NewerNoncurrentVersions": 3}, rules
+print("lock ok")
+"#;
+    std::fs::write(dir.join("lock.py"), script).unwrap();
+    let out = run(&gw, &dir, "python3", vec![dir.join("lock.py").display().to_string()]).await;
+    assert!(out.contains("lock ok"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
