@@ -91,6 +91,10 @@ struct S3Connection {
     /// The CA certificate (PEM) an `https://` endpoint's certificate chains to.
     #[arg(long)]
     ca_cert: Option<std::path::PathBuf>,
+    /// Turns versioning on for the bucket before the run (a versioned bucket against an
+    /// unversioned one, side by side).
+    #[arg(long)]
+    versioning: bool,
 }
 
 impl S3Connection {
@@ -102,6 +106,7 @@ impl S3Connection {
             access_key: self.access_key.clone(),
             secret_key: self.secret_key.clone(),
             bucket: self.bucket.clone(),
+            versioning: self.versioning,
         }
     }
 }

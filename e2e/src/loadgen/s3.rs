@@ -26,6 +26,8 @@ pub struct Target {
     #[serde(skip)]
     pub secret_key: String,
     pub bucket: String,
+    /// Whether the bucket gets versioning Enabled when it is created.
+    pub versioning: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -231,6 +233,20 @@ impl S3Client {
             "creating bucket {path}: {status} {}",
             text
         );
+        if self.target.versioning {
+            let config = Bytes::from_static(
+                b"<VersioningConfiguration xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Status>Enabled</Status></VersioningConfiguration>",
+            );
+            let (status, _, body) = self
+                .send("PUT", &format!("{path}?versioning"), config, &[])
+                .await
+                .map_err(anyhow::Error::msg)?;
+            anyhow::ensure!(
+                status.is_success(),
+                "enabling versioning on {path}: {status} {}",
+                String::from_utf8_lossy(&body)
+            );
+        }
         Ok(())
     }
 
