@@ -502,3 +502,37 @@ print("lock ok")
     assert!(out.contains("lock ok"), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Signature V2, as botocore still speaks it (`signature_version="s3"`): bucket-level requests
+/// are signed as `/bucket/` although sent as `/bucket`, which S3 accepts.
+#[tokio::test]
+async fn boto3_signature_v2_on_bucket_and_object_paths() {
+    let gw = TestGateway::start().await;
+    let dir = scratch("sigv2");
+    let script = r#"
+import os, boto3
+from botocore.config import Config
+s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                  config=Config(signature_version="s3", s3={"addressing_style": "path"}))
+s3.create_bucket(Bucket="legacy")
+s3.put_object(Bucket="legacy", Key="a/b.txt", Body=b"v2")
+assert [o["Key"] for o in s3.list_objects(Bucket="legacy")["Contents"]] == ["a/b.txt"]
+assert s3.get_object(Bucket="legacy", Key="a/b.txt")["Body"].read() == b"v2"
+s3.put_bucket_versioning(Bucket="legacy", VersioningConfiguration={"Status": "Enabled"})
+assert s3.get_bucket_versioning(Bucket="legacy")["Status"] == "Enabled"
+s3.delete_objects(Bucket="legacy", Delete={"Objects": [{"Key": "a/b.txt"}]})
+bad = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                   aws_access_key_id=os.environ["AWS_ACCESS_KEY_ID"], aws_secret_access_key="wrong",
+                   config=Config(signature_version="s3"))
+try:
+    bad.list_objects(Bucket="legacy")
+    raise SystemExit("a wrong V2 signature was accepted")
+except bad.exceptions.ClientError as error:
+    assert error.response["Error"]["Code"] == "SignatureDoesNotMatch", error.response
+print("sigv2 ok")
+"#;
+    std::fs::write(dir.join("sigv2.py"), script).unwrap();
+    let out = run(&gw, &dir, "python3", vec![dir.join("sigv2.py").display().to_string()]).await;
+    assert!(out.contains("sigv2 ok"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

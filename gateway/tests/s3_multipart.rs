@@ -212,7 +212,11 @@ async fn multipart_objects_read_back_exactly_across_part_boundaries() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(missing.raw_response().unwrap().status().as_u16(), 416);
+    assert_eq!(missing.raw_response().unwrap().status().as_u16(), 400);
+    assert_eq!(
+        missing.as_service_error().and_then(|e| e.meta().code()),
+        Some("InvalidPart")
+    );
 
     // Completion moved no bytes: the manifest has no chunks; the parts' chunks are all there is.
     let sql = gw.sql().await;

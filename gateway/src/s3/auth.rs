@@ -172,8 +172,60 @@ fn operation_name(name: &str) -> &'static str {
     leaked
 }
 
+/// SigV2 clients (botocore, the AWS SDK for Java v1, s3cmd) sign a path-style request for a
+/// bucket (`GET /bucket?...`) with the resource `/bucket/`, and S3 accepts it; s3s signs the
+/// path as sent, so every such request failed with SignatureDoesNotMatch. Its path gets the
+/// slash before s3s checks the signature (S3 routes `/bucket` and `/bucket/` alike).
+pub fn slash_v2_bucket_path<B>(request: &mut http::Request<B>) {
+    let uri = request.uri();
+    let path = uri.path();
+    if path.len() < 2 || path[1..].contains('/') {
+        return;
+    }
+    let header_v2 = request
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("AWS "));
+    let query_v2 = uri
+        .query()
+        .is_some_and(|query| query.contains("AWSAccessKeyId=") && query.contains("Signature="));
+    if !header_v2 && !query_v2 {
+        return;
+    }
+    let slashed = match uri.query() {
+        Some(query) => format!("{path}/?{query}"),
+        None => format!("{path}/"),
+    };
+    let mut parts = uri.clone().into_parts();
+    if let Ok(path_and_query) = http::uri::PathAndQuery::try_from(slashed) {
+        parts.path_and_query = Some(path_and_query);
+        if let Ok(uri) = http::Uri::from_parts(parts) {
+            *request.uri_mut() = uri;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn v2_bucket_paths_get_the_slash_clients_sign() {
+        let slashed = |path: &str, auth: &str| {
+            let mut request = http::Request::builder()
+                .uri(path)
+                .header("authorization", auth)
+                .body(())
+                .unwrap();
+            slash_v2_bucket_path(&mut request);
+            request.uri().to_string()
+        };
+        assert_eq!(slashed("/bucket", "AWS KEY:sig"), "/bucket/");
+        assert_eq!(slashed("/bucket?versioning", "AWS KEY:sig"), "/bucket/?versioning");
+        assert_eq!(slashed("/bucket/key", "AWS KEY:sig"), "/bucket/key");
+        assert_eq!(slashed("/", "AWS KEY:sig"), "/");
+        assert_eq!(slashed("/bucket", "AWS4-HMAC-SHA256 Credential=x"), "/bucket");
+    }
+
     use super::*;
     use proptest::prelude::*;
 

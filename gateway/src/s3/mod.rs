@@ -40,6 +40,8 @@ struct Endpoint {
     lag: ReplicaLag,
     next_request: AtomicU64,
     id_prefix: String,
+    /// The `--s3-domain` bases, to tell virtual-host-style requests from path-style ones.
+    virtual_hosts: Option<domains::Domains>,
 }
 
 impl S3Endpoint {
@@ -55,9 +57,13 @@ impl S3Endpoint {
         let mut builder = S3ServiceBuilder::new(front::S3Front::new(buckets, region));
         builder.set_auth(CatalogAuth { catalog });
         builder.set_access(SignedOnly(admission));
-        if !domains.is_empty() {
-            builder.set_host(domains::Domains::new(domains)?);
-        }
+        let virtual_hosts = match domains.is_empty() {
+            true => None,
+            false => {
+                builder.set_host(domains::Domains::new(domains)?);
+                Some(domains::Domains::new(domains)?)
+            }
+        };
         Ok(S3Endpoint(Arc::new(Endpoint {
             service: builder.build(),
             bytes_received: metrics.bytes_received.with_label_values(&["s3"]),
@@ -66,6 +72,7 @@ impl S3Endpoint {
             lag,
             next_request: AtomicU64::new(1),
             id_prefix: crate::master_key::random_token(6),
+            virtual_hosts,
         })))
     }
 }
@@ -102,6 +109,20 @@ impl Endpoint {
         }
         let admitted = facts.take_admitted();
         response.map(|body| AdmittedBody { inner: body, admitted })
+    }
+
+    /// Whether the request names its bucket in the Host header (`--s3-domain`).
+    fn virtual_host_bucket<B>(&self, request: &Request<B>) -> bool {
+        use s3s::host::S3Host;
+        let (Some(domains), Some(host)) = (
+            &self.virtual_hosts,
+            request.headers().get(http::header::HOST).and_then(|h| h.to_str().ok()),
+        ) else {
+            return false;
+        };
+        domains
+            .parse_host_header(host)
+            .is_ok_and(|virtual_host| virtual_host.bucket().is_some())
     }
 
     /// A 503 with Retry-After, before anything of the request was read.
@@ -149,6 +170,9 @@ impl Endpoint {
                 &request_id,
             ))
         } else {
+            if !self.virtual_host_bucket(&request) {
+                auth::slash_v2_bucket_path(&mut request);
+            }
             self.service.call(request.map(s3s_body)).await
         };
         let mut response = match outcome {
