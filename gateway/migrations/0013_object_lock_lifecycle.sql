@@ -8,7 +8,8 @@
 -- A version's retention and legal hold live in its `meta` (keys `rt`, `lh`): they move with
 -- the row between `objects` and `versions`. functions/objects.sql gains object_locked(), which
 -- every statement that deletes a version for good checks; functions/catalog.sql's
--- drop_bucket refuses to force-drop a bucket that still holds a locked version.
+-- drop_bucket refuses to force-drop a bucket that still holds a locked version; keep_version and
+-- retire_body use static statements for the ordinary namespace `s3p` (planned once per session).
 ALTER TABLE pgvs3.buckets ADD COLUMN object_lock jsonb;
 ALTER TABLE pgvs3.buckets ADD CONSTRAINT object_lock_keeps_versioning
     CHECK (object_lock IS NULL OR versioning = 'Enabled');
