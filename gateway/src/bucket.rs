@@ -516,12 +516,10 @@ impl<'a> BucketHandle<'a> {
                 "object tagging is not supported on cache buckets".into(),
             ));
         }
-        if self.version(version_id)?.is_some() {
-            return Err(StoreError::NotImplemented(
-                "tagging a version by id is not supported yet; tag the current version".into(),
-            ));
+        match self.version(version_id)? {
+            Some(version) => self.store().set_version_tags(&self.info, key, version, tags).await,
+            None => self.store().set_object_tags(&self.info, key, tags).await,
         }
-        self.store().set_object_tags(&self.info, key, tags).await
     }
 
     /// The bucket's tags; `None` when it has none.

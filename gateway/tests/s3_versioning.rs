@@ -387,3 +387,71 @@ async fn copies_from_versions_and_completions_get_version_ids() {
     );
     assert_eq!(get_version(s3, "src", "k", None).await.unwrap().0, b"new");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tags_of_a_version_by_id() {
+    use aws_sdk_s3::types::{Tag, Tagging};
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("tagged").send().await.unwrap();
+    versioning(s3, "tagged", BucketVersioningStatus::Enabled).await;
+    let old = put(s3, "tagged", "k", b"old").await.unwrap();
+    let new = put(s3, "tagged", "k", b"new").await.unwrap();
+    let tagging = |value: &str| {
+        Tagging::builder()
+            .tag_set(Tag::builder().key("stage").value(value).build().unwrap())
+            .build()
+            .unwrap()
+    };
+    // A noncurrent version and the current one, each by id, each keeping its own tags.
+    for (version, value) in [(&old, "archived"), (&new, "live")] {
+        s3.put_object_tagging()
+            .bucket("tagged")
+            .key("k")
+            .version_id(version)
+            .tagging(tagging(value))
+            .send()
+            .await
+            .unwrap();
+    }
+    let tags_of = |version: String| async move {
+        s3.get_object_tagging()
+            .bucket("tagged")
+            .key("k")
+            .version_id(version)
+            .send()
+            .await
+            .unwrap()
+            .tag_set
+            .into_iter()
+            .map(|tag| tag.value)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(tags_of(old.clone()).await, vec!["archived".to_owned()]);
+    assert_eq!(tags_of(new.clone()).await, vec!["live".to_owned()]);
+    let head = s3.head_object().bucket("tagged").key("k").send().await.unwrap();
+    assert_eq!(
+        head.version_id.as_deref(),
+        Some(new.as_str()),
+        "tagging made no new version"
+    );
+    s3.delete_object_tagging()
+        .bucket("tagged")
+        .key("k")
+        .version_id(&old)
+        .send()
+        .await
+        .unwrap();
+    assert!(tags_of(old.clone()).await.is_empty());
+    assert_eq!(tags_of(new).await, vec!["live".to_owned()]);
+    let missing = s3
+        .put_object_tagging()
+        .bucket("tagged")
+        .key("k")
+        .version_id("00000000000000ff")
+        .tagging(tagging("x"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(missing.raw_response().unwrap().status().as_u16(), 404);
+}

@@ -158,10 +158,6 @@ impl BucketInfo {
 /// The SQL of object lock in one namespace.
 #[derive(Debug)]
 pub(super) struct LockSql {
-    current_meta: String,
-    noncurrent_meta: String,
-    patch_current: String,
-    patch_noncurrent: String,
     /// Whether a version object lock protects exists: why a delete removed nothing.
     protected: String,
 }
@@ -169,25 +165,6 @@ pub(super) struct LockSql {
 impl LockSql {
     pub(super) fn new(ns: &str) -> LockSql {
         LockSql {
-            // `$3` NULL: the current version, whatever its id.
-            current_meta: format!(
-                "SELECT meta FROM {ns}.objects WHERE bucket_id = $1 AND key = $2
-                    AND ($3::text IS NULL OR coalesce(version_id, 'null') = $3)
-                    AND (expires_at IS NULL OR expires_at > now())
-                  FOR UPDATE"
-            ),
-            noncurrent_meta: format!(
-                "SELECT meta, is_delete_marker FROM {ns}.versions WHERE bucket_id = $1 AND key = $2 AND version_id = $3
-                  FOR UPDATE"
-            ),
-            patch_current: format!(
-                "UPDATE {ns}.objects SET meta = (meta - $4::text) || $5::jsonb
-                  WHERE bucket_id = $1 AND key = $2 AND ($3::text IS NULL OR coalesce(version_id, 'null') = $3)"
-            ),
-            patch_noncurrent: format!(
-                "UPDATE {ns}.versions SET meta = (meta - $4::text) || $5::jsonb
-                  WHERE bucket_id = $1 AND key = $2 AND version_id = $3"
-            ),
             protected: format!(
                 "SELECT 1 FROM {ns}.objects WHERE bucket_id = $1 AND key = $2 AND coalesce(version_id, 'null') = $3
                     AND pgvs3.object_locked(meta, $4)
@@ -197,12 +174,6 @@ impl LockSql {
             ),
         }
     }
-}
-
-/// A lock change to one version's metadata: the `meta` key it replaces and its new value.
-enum LockPatch {
-    Retention(Option<Retention>),
-    LegalHold(bool),
 }
 
 impl Store {
@@ -258,28 +229,24 @@ impl Store {
                 "The retain until date must be in the future!".into(),
             ));
         }
-        self.patch_lock(
-            bucket,
-            key,
-            version_id,
-            LockPatch::Retention(retention),
-            |meta, patch| {
-                let (Some(old), LockPatch::Retention(new)) = (&meta.retention, patch) else {
-                    return Ok(());
-                };
-                if !old.active(now) {
-                    return Ok(());
-                }
-                let kept = new.as_ref().is_some_and(|new| {
-                    new.until >= old.until && (new.mode == LockMode::Compliance || old.mode == LockMode::Governance)
-                });
-                match (kept, old.mode) {
-                    (true, _) => Ok(()),
-                    (false, LockMode::Governance) if bypass_governance => Ok(()),
-                    (false, _) => Err(StoreError::ObjectLocked),
-                }
-            },
-        )
+        let value = retention
+            .as_ref()
+            .map(serde_json::to_value)
+            .transpose()
+            .map_err(|err| StoreError::InvalidArgument(err.to_string()))?;
+        self.patch_version_meta(bucket, key, version_id, "rt", value, |meta| {
+            let Some(old) = meta.retention.as_ref().filter(|old| old.active(now)) else {
+                return Ok(());
+            };
+            let kept = retention.as_ref().is_some_and(|new| {
+                new.until >= old.until && (new.mode == LockMode::Compliance || old.mode == LockMode::Governance)
+            });
+            match (kept, old.mode) {
+                (true, _) => Ok(()),
+                (false, LockMode::Governance) if bypass_governance => Ok(()),
+                (false, _) => Err(StoreError::ObjectLocked),
+            }
+        })
         .await
     }
 
@@ -294,67 +261,10 @@ impl Store {
         if bucket.object_lock.is_none() {
             return Err(lock_missing());
         }
-        self.patch_lock(bucket, key, version_id, LockPatch::LegalHold(on), |_, _| Ok(()))
-            .await
-    }
-
-    /// Changes one version's lock in a transaction holding its row, once `allowed` agrees
-    /// with the lock it has now.
-    async fn patch_lock(
-        &self,
-        bucket: &BucketInfo,
-        key: &str,
-        version_id: Option<&str>,
-        patch: LockPatch,
-        allowed: impl FnOnce(&ObjectMeta, &LockPatch) -> StoreResult<()>,
-    ) -> StoreResult<()> {
-        super::objects::check_key(key)?;
-        let sql = &bucket.sql.lock;
-        let (field, value) = match &patch {
-            LockPatch::Retention(retention) => ("rt", retention.as_ref().map(serde_json::to_value)),
-            LockPatch::LegalHold(on) => ("lh", Some(Ok(serde_json::Value::Bool(*on)))),
-        };
-        let value = value
-            .transpose()
-            .map_err(|err| StoreError::InvalidArgument(err.to_string()))?;
-        let replacement = match value {
-            Some(value) => serde_json::json!({ field: value }),
-            None => serde_json::json!({}),
-        };
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let (meta, current) = match tx
-            .query_opt(&sql.current_meta, &[&bucket.id, &key, &version_id])
-            .await?
-        {
-            Some(row) => (row.get::<_, Json<ObjectMeta>>(0).0, true),
-            None => {
-                let Some(version) = version_id else {
-                    return Err(self.missing_key(bucket, key).await);
-                };
-                let row = tx
-                    .query_opt(&sql.noncurrent_meta, &[&bucket.id, &key, &version])
-                    .await?
-                    .ok_or(StoreError::NoSuchVersion)?;
-                if row.get::<_, bool>(1) {
-                    return Err(StoreError::DeleteMarker {
-                        version_id: version.to_owned(),
-                        allowed: false,
-                    });
-                }
-                (row.get::<_, Json<ObjectMeta>>(0).0, false)
-            }
-        };
-        allowed(&meta, &patch)?;
-        let statement = if current {
-            &sql.patch_current
-        } else {
-            &sql.patch_noncurrent
-        };
-        tx.execute(statement, &[&bucket.id, &key, &version_id, &field, &Json(&replacement)])
-            .await?;
-        tx.commit().await?;
-        Ok(())
+        self.patch_version_meta(bucket, key, version_id, "lh", Some(serde_json::Value::Bool(on)), |_| {
+            Ok(())
+        })
+        .await
     }
 
     /// Whether `version_id` of `key` exists and object lock keeps it from being removed by a

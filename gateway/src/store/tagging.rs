@@ -45,6 +45,22 @@ pub fn tag_set(pairs: impl IntoIterator<Item = (String, String)>, max: usize) ->
 }
 
 impl Store {
+    /// Replaces the tags of one version (by id: current or noncurrent).
+    pub(crate) async fn set_version_tags(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        version_id: &str,
+        tags: &Tags,
+    ) -> StoreResult<()> {
+        let value = (!tags.is_empty())
+            .then(|| serde_json::to_value(tags))
+            .transpose()
+            .map_err(|err| StoreError::InvalidArgument(err.to_string()))?;
+        self.patch_version_meta(bucket, key, Some(version_id), "tg", value, |_| Ok(()))
+            .await
+    }
+
     /// Replaces an object's tags (none removes them all).
     pub(crate) async fn set_object_tags(&self, bucket: &BucketInfo, key: &str, tags: &Tags) -> StoreResult<()> {
         check_key(key)?;

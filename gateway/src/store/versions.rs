@@ -96,6 +96,10 @@ pub(super) struct VersionSql {
     promote: String,
     page: String,
     null_seq: String,
+    current_meta: String,
+    noncurrent_meta: String,
+    patch_current: String,
+    patch_noncurrent: String,
 }
 
 impl VersionSql {
@@ -174,6 +178,26 @@ impl VersionSql {
                        FROM {ns}.versions WHERE bucket_id = $1 AND key >= $2 AND starts_with(key, $3)) v
                   WHERE key > $2 OR seq < $4
                   ORDER BY key, seq DESC LIMIT $5"
+            ),
+            // One version's metadata, locked for a change (`$3` NULL: the current version).
+            current_meta: format!(
+                "SELECT meta FROM {ns}.objects WHERE bucket_id = $1 AND key = $2
+                    AND ($3::text IS NULL OR coalesce(version_id, 'null') = $3)
+                    AND (expires_at IS NULL OR expires_at > now())
+                  FOR UPDATE"
+            ),
+            noncurrent_meta: format!(
+                "SELECT meta, is_delete_marker FROM {ns}.versions WHERE bucket_id = $1 AND key = $2 AND version_id = $3
+                  FOR UPDATE"
+            ),
+            // `$4` the meta key replaced, `$5` its new value (`{{}}` removes it).
+            patch_current: format!(
+                "UPDATE {ns}.objects SET meta = (meta - $4::text) || $5::jsonb
+                  WHERE bucket_id = $1 AND key = $2 AND ($3::text IS NULL OR coalesce(version_id, 'null') = $3)"
+            ),
+            patch_noncurrent: format!(
+                "UPDATE {ns}.versions SET meta = (meta - $4::text) || $5::jsonb
+                  WHERE bucket_id = $1 AND key = $2 AND version_id = $3"
             ),
             null_seq: format!(
                 "SELECT coalesce(version_seq, -1) FROM {ns}.objects WHERE bucket_id = $1 AND key = $2 AND version_id IS NULL
@@ -462,6 +486,60 @@ impl Store {
                 }
             }
         }
+    }
+
+    /// Sets (`None`: removes) the metadata field `field` of one version, current (`version_id`
+    /// `None`, or its id) or noncurrent, in a transaction holding its row, once `allowed` agrees
+    /// with the metadata it has now. Tags and object lock of a version change this way.
+    pub(super) async fn patch_version_meta(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        version_id: Option<&str>,
+        field: &str,
+        value: Option<serde_json::Value>,
+        allowed: impl FnOnce(&ObjectMeta) -> StoreResult<()>,
+    ) -> StoreResult<()> {
+        check_key(key)?;
+        let sql = &bucket.sql.versions;
+        let replacement = match value {
+            Some(value) => serde_json::json!({ field: value }),
+            None => serde_json::json!({}),
+        };
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let (meta, current) = match tx
+            .query_opt(&sql.current_meta, &[&bucket.id, &key, &version_id])
+            .await?
+        {
+            Some(row) => (row.get::<_, Json<ObjectMeta>>(0).0, true),
+            None => {
+                let Some(version) = version_id else {
+                    return Err(self.missing_key(bucket, key).await);
+                };
+                let row = tx
+                    .query_opt(&sql.noncurrent_meta, &[&bucket.id, &key, &version])
+                    .await?
+                    .ok_or(StoreError::NoSuchVersion)?;
+                if row.get::<_, bool>(1) {
+                    return Err(StoreError::DeleteMarker {
+                        version_id: version.to_owned(),
+                        allowed: false,
+                    });
+                }
+                (row.get::<_, Json<ObjectMeta>>(0).0, false)
+            }
+        };
+        allowed(&meta)?;
+        let statement = if current {
+            &sql.patch_current
+        } else {
+            &sql.patch_noncurrent
+        };
+        tx.execute(statement, &[&bucket.id, &key, &version_id, &field, &Json(&replacement)])
+            .await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     /// The place of `version_id` among the versions of `key` (for a marker).
