@@ -14,3 +14,7 @@ ALTER TABLE pgvs3.buckets ADD COLUMN object_lock jsonb;
 ALTER TABLE pgvs3.buckets ADD CONSTRAINT object_lock_keeps_versioning
     CHECK (object_lock IS NULL OR versioning = 'Enabled');
 ALTER TABLE pgvs3.buckets ADD COLUMN lifecycle jsonb;
+-- `notifications`: NULL, or the bucket's notification rules as store/notifications.rs stores
+-- them; writes of a namespace whose buckets have rules run the objects_event / versions_event
+-- triggers (functions/objects.sql), which enqueue OJS jobs in the writing transaction.
+ALTER TABLE pgvs3.buckets ADD COLUMN notifications jsonb;

@@ -10,9 +10,10 @@ use std::sync::Arc;
 use crate::cache::CacheTier;
 use crate::store::{
     Access, BucketInfo, ByteRange, CacheMode, Catalog, CompletedPart, CopySource, DeleteOutcome, KvBatch, Lifecycle,
-    ListPage, ListRequest, LockConfig, ObjectMeta, ObjectRead, PartsPage, Preconditions, Principal, PutOutcome,
-    ReadOptions, RequestedLock, Retention, Store, StoreError, StoreResult, StoredBytes, Tags, Upload, UploadsPage,
-    UploadsRequest, VersionEntry, Versioning, VersionsPage, VersionsRequest, WriteCondition, valid_version_id,
+    ListPage, ListRequest, LockConfig, Notifications, ObjectMeta, ObjectRead, PartsPage, Preconditions, Principal,
+    PutOutcome, ReadOptions, RequestedLock, Retention, Store, StoreError, StoreResult, StoredBytes, Tags, Upload,
+    UploadsPage, UploadsRequest, VersionEntry, Versioning, VersionsPage, VersionsRequest, WriteCondition,
+    valid_version_id,
 };
 
 /// Opens buckets for requests: the store and the cache tier behind every bucket handle.
@@ -216,6 +217,23 @@ impl<'a> BucketHandle<'a> {
         self.writable()?;
         let version = self.version(version_id)?;
         self.store().set_legal_hold(&self.info, key, version, on).await
+    }
+
+    /// The bucket's notification rules (none: an empty configuration, as S3 answers).
+    pub async fn notifications(&self) -> StoreResult<Notifications> {
+        self.store().notifications(&self.info).await
+    }
+
+    /// Replaces the bucket's notification rules. Not for cache buckets: their objects change
+    /// at the origin too, where no event of this database would see it.
+    pub async fn set_notifications(&self, rules: &Notifications) -> StoreResult<()> {
+        self.writable()?;
+        if self.cache().is_some() {
+            return Err(StoreError::NotImplemented(
+                "bucket notifications are not supported on cache buckets".into(),
+            ));
+        }
+        self.store().set_notifications(&self.info, rules).await
     }
 
     /// The bucket's lifecycle rules (S3's 404 when it has none).

@@ -42,11 +42,16 @@ const LAYOUT_V10: &[(i32, &str, &str)] = &[
 /// Functions added since layout v10: by v11 (the control API) and v12 (versioning).
 const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.bucket_owner(text)",
+    "pgvs3.emit_object_event(bigint,text,text,bigint,text,text)",
+    "pgvs3.ensure_event_triggers(text)",
     "pgvs3.ensure_versions(text)",
+    "pgvs3.event_key(text)",
     "pgvs3.keep_version()",
+    "pgvs3.object_event()",
     "pgvs3.object_locked(jsonb,boolean)",
     "pgvs3.origin_secret(text)",
     "pgvs3.replace_null_version()",
+    "pgvs3.uuid_v7()",
 ];
 /// v10 functions a later layout changed on purpose: v12 (versioning) keeps bodies that moved to
 /// `versions`, counts versions as content, and gives new namespaces their versions table; v13

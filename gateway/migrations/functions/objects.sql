@@ -225,3 +225,134 @@ LANGUAGE sql STABLE AS $$
         OR coalesce((meta->'rt'->>'u')::timestamptz > now()
                     AND (meta->'rt'->>'m' = 'COMPLIANCE' OR NOT bypass_governance), false)
 $$;
+
+-- Bucket notifications (layout v13): every committed object event of a bucket with rules
+-- becomes one OJS job in the transaction that makes it visible, so a write that rolls back
+-- enqueues nothing and a job is never missing for one that commits.
+--
+-- Triggers (created by ensure_event_triggers when a bucket of the namespace first gets rules;
+-- never dropped, so a namespace without rules pays nothing):
+--   objects_event   AFTER INSERT OR UPDATE OR DELETE ON <ns>.objects, FOR EACH ROW
+--   versions_event  AFTER INSERT OR DELETE ON <ns>.versions, FOR EACH ROW
+-- Preconditions: an object row inserted or updated with new content is an ObjectCreated event
+-- (a metadata-only update — tags, object lock — keeps etag and last_modified and is none); a
+-- deleted object row is ObjectRemoved:Delete unless the same version moved to `versions` in the
+-- same statement (a delete marker's archive, whose marker row is the event); a delete marker
+-- inserted into `versions` is ObjectRemoved:DeleteMarkerCreated; a `versions` row deleted is
+-- ObjectRemoved:Delete of that version. A statement that only moves rows (a version promoted
+-- after the current one was deleted) sets `pgvs3.events = off` for its transaction; the
+-- lifecycle pass sets `pgvs3.event_source = lifecycle` (LifecycleExpiration events).
+CREATE OR REPLACE FUNCTION pgvs3.uuid_v7() RETURNS text LANGUAGE sql VOLATILE AS $$
+    SELECT encode(overlay(overlay(overlay(uuid_send(gen_random_uuid())
+               PLACING substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3) FROM 1 FOR 6)
+           PLACING set_byte('\x00'::bytea, 0, (get_byte(uuid_send(gen_random_uuid()), 6) & 15) | 112) FROM 7 FOR 1)
+           PLACING set_byte('\x00'::bytea, 0, (get_byte(uuid_send(gen_random_uuid()), 8) & 63) | 128) FROM 9 FOR 1),
+        'hex')::uuid::text
+$$;
+
+-- A key as S3 event records carry it: URL-encoded, a space as `+`, `/` kept.
+CREATE OR REPLACE FUNCTION pgvs3.event_key(object_key text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce(string_agg(CASE WHEN c ~ '^[A-Za-z0-9_.~/*-]$' THEN c
+                                    WHEN c = ' ' THEN '+'
+                                    ELSE regexp_replace(upper(encode(convert_to(c, 'UTF8'), 'hex')), '(..)', '%\1', 'g')
+                               END, '' ORDER BY n), '')
+      FROM regexp_split_to_table(object_key, '') WITH ORDINALITY AS t(c, n)
+$$;
+
+CREATE OR REPLACE FUNCTION pgvs3.emit_object_event(bucket bigint, object_key text, event_name text, object_size bigint,
+                                                   object_etag text, object_version text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    b record;
+    rule jsonb;
+    record jsonb;
+    job_type text;
+    job_id text;
+    queue_name text;
+BEGIN
+    IF coalesce(current_setting('pgvs3.events', true), '') = 'off' THEN
+        RETURN;
+    END IF;
+    SELECT name, owner, notifications INTO b FROM pgvs3.buckets WHERE id = bucket;
+    IF b.notifications IS NULL THEN
+        RETURN;
+    END IF;
+    IF current_setting('pgvs3.event_source', true) = 'lifecycle' THEN
+        event_name := replace(event_name, 'ObjectRemoved:', 'LifecycleExpiration:');
+    END IF;
+    FOR rule IN SELECT * FROM jsonb_array_elements(b.notifications -> 'rules') LOOP
+        CONTINUE WHEN NOT starts_with(object_key, coalesce(rule ->> 'prefix', ''));
+        CONTINUE WHEN right(object_key, length(coalesce(rule ->> 'suffix', ''))) <> coalesce(rule ->> 'suffix', '');
+        CONTINUE WHEN NOT EXISTS (
+            SELECT 1 FROM jsonb_array_elements_text(rule -> 'events') e
+             WHERE e = 's3:' || event_name OR (right(e, 2) = ':*' AND starts_with('s3:' || event_name, left(e, -1))));
+        queue_name := rule ->> 'queue';
+        job_id := pgvs3.uuid_v7();
+        job_type := CASE split_part(event_name, ':', 1)
+                        WHEN 'ObjectCreated' THEN 's3.object.created'
+                        WHEN 'ObjectRemoved' THEN 's3.object.removed'
+                        ELSE 's3.lifecycle.expiration' END;
+        -- The S3 event record as AWS shapes it (keys URL-encoded as S3 sends them).
+        record := jsonb_build_object(
+            'eventVersion', '2.1', 'eventSource', 'pgvs3:s3', 'awsRegion', coalesce(rule ->> 'region', 'us-east-1'),
+            'eventTime', to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+            'eventName', event_name,
+            'userIdentity', jsonb_build_object('principalId', coalesce(b.owner, 'root')),
+            's3', jsonb_build_object(
+                's3SchemaVersion', '1.0', 'configurationId', rule ->> 'id',
+                'bucket', jsonb_build_object('name', b.name, 'arn', 'arn:aws:s3:::' || b.name,
+                                             'ownerIdentity', jsonb_build_object('principalId', coalesce(b.owner, 'root'))),
+                'object', jsonb_strip_nulls(jsonb_build_object(
+                    'key', pgvs3.event_key(object_key),
+                    'size', object_size, 'eTag', nullif(object_etag, ''), 'versionId', object_version,
+                    'sequencer', lpad(upper(to_hex((extract(epoch FROM clock_timestamp()) * 1000000)::bigint)), 16, '0')))));
+        INSERT INTO ojs.jobs (id, queue, type, state, priority, max_attempts, envelope, run_at, visibility_ms)
+        VALUES (job_id, queue_name, job_type, 'available', 0, 3,
+                jsonb_build_object('specversion', '1.0', 'id', job_id, 'type', job_type, 'queue', queue_name,
+                                   'args', jsonb_build_array(record),
+                                   'meta', jsonb_build_object('source', 's3', 'bucket', b.name, 'event', event_name)),
+                now(), 1800000);
+        INSERT INTO ojs.events (id, type, queue, job_id, data)
+        VALUES (gen_random_uuid()::text, 'job.enqueued', queue_name, job_id,
+                jsonb_build_object('job_id', job_id, 'job_type', job_type, 'queue', queue_name, 'priority', 0));
+    END LOOP;
+END $$;
+
+CREATE OR REPLACE FUNCTION pgvs3.object_event() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE moved boolean;
+BEGIN
+    IF TG_TABLE_NAME = 'objects' THEN
+        IF TG_OP = 'DELETE' THEN
+            EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.versions WHERE bucket_id = $1 AND key = $2
+                                              AND version_id = coalesce($3, ''null'') AND NOT is_delete_marker)',
+                           TG_TABLE_SCHEMA)
+                INTO moved USING OLD.bucket_id, OLD.key, OLD.version_id;
+            IF NOT moved THEN
+                PERFORM pgvs3.emit_object_event(OLD.bucket_id, OLD.key, 'ObjectRemoved:Delete', NULL, NULL, OLD.version_id);
+            END IF;
+        ELSIF TG_OP = 'INSERT' OR OLD.etag IS DISTINCT FROM NEW.etag OR OLD.last_modified IS DISTINCT FROM NEW.last_modified
+              OR OLD.version_id IS DISTINCT FROM NEW.version_id THEN
+            PERFORM pgvs3.emit_object_event(NEW.bucket_id, NEW.key,
+                CASE WHEN NEW.meta ? 'pc' THEN 'ObjectCreated:CompleteMultipartUpload' ELSE 'ObjectCreated:Put' END,
+                NEW.size, NEW.etag, NEW.version_id);
+        END IF;
+    ELSIF TG_OP = 'INSERT' THEN
+        IF NEW.is_delete_marker THEN
+            PERFORM pgvs3.emit_object_event(NEW.bucket_id, NEW.key, 'ObjectRemoved:DeleteMarkerCreated', NULL, NULL,
+                                            NEW.version_id);
+        END IF;
+    ELSE
+        PERFORM pgvs3.emit_object_event(OLD.bucket_id, OLD.key, 'ObjectRemoved:Delete', NULL, NULL, OLD.version_id);
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION pgvs3.ensure_event_triggers(ns text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('DROP TRIGGER IF EXISTS objects_event ON %I.objects', ns);
+    EXECUTE format('CREATE TRIGGER objects_event AFTER INSERT OR UPDATE OR DELETE ON %I.objects
+                        FOR EACH ROW EXECUTE FUNCTION pgvs3.object_event()', ns);
+    EXECUTE format('DROP TRIGGER IF EXISTS versions_event ON %I.versions', ns);
+    EXECUTE format('CREATE TRIGGER versions_event AFTER INSERT OR DELETE ON %I.versions
+                        FOR EACH ROW EXECUTE FUNCTION pgvs3.object_event()', ns);
+END $$;

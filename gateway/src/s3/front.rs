@@ -3,6 +3,7 @@
 mod checks;
 mod lifecycle;
 mod lock;
+mod notifications;
 
 use std::time::SystemTime;
 
@@ -900,6 +901,20 @@ impl S3 for S3Front {
         req: S3Request<DeleteBucketLifecycleInput>,
     ) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
         S3Front::delete_bucket_lifecycle(self, req).await
+    }
+
+    async fn put_bucket_notification_configuration(
+        &self,
+        req: S3Request<PutBucketNotificationConfigurationInput>,
+    ) -> S3Result<S3Response<PutBucketNotificationConfigurationOutput>> {
+        S3Front::put_bucket_notification_configuration(self, req).await
+    }
+
+    async fn get_bucket_notification_configuration(
+        &self,
+        req: S3Request<GetBucketNotificationConfigurationInput>,
+    ) -> S3Result<S3Response<GetBucketNotificationConfigurationOutput>> {
+        S3Front::get_bucket_notification_configuration(self, req).await
     }
 
     async fn put_object_lock_configuration(

@@ -227,7 +227,13 @@ impl Store {
         let tags = Json(&filter.tags);
         let above = filter.size_greater_than.unwrap_or(-1);
         let below = filter.size_less_than.unwrap_or(i64::MAX);
-        let client = self.client().await?;
+        // One transaction for the rule's statements, marked so that the events they raise are
+        // LifecycleExpiration ones (functions/objects.sql).
+        let mut client = self.client().await?;
+        let client = client.transaction().await?;
+        client
+            .batch_execute("SET LOCAL pgvs3.event_source = 'lifecycle'")
+            .await?;
         if let Some(expiration) = &rule.expiration {
             let cutoff = match (expiration.days, expiration.date) {
                 (Some(days), _) => Some(written_by(now, days)),
@@ -349,6 +355,7 @@ impl Store {
             client.execute(&bucket.sql.drop_parts, &[&uploads]).await?;
             stats.uploads_aborted += uploads.len() as u64;
         }
+        client.commit().await?;
         Ok(())
     }
 }

@@ -385,6 +385,9 @@ impl Store {
             }
             row.is_some_and(|row| row.get::<_, bool>(0))
         };
+        // Promoting only moves a version: no object event (functions/objects.sql).
+        tx.execute("SELECT set_config('pgvs3.events', 'off', true)", &[])
+            .await?;
         tx.execute(&sql.promote, &[&bucket.id, &key]).await?;
         tx.commit().await?;
         Ok(DeleteOutcome {

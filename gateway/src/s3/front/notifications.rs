@@ -1,0 +1,212 @@
+//! Bucket notifications on the wire: Put/GetBucketNotificationConfiguration. Queue targets are
+//! OJS queues of this database (`arn:pgvs3:ojs:::<queue>`); topics, Lambda functions and
+//! EventBridge have no counterpart here and are refused, never stored as if they would fire.
+
+use s3s::dto::*;
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
+
+use super::{S3Front, fail};
+use crate::store::{Access, NOTIFICATION_EVENTS, NotificationRule, Notifications, queue_arn, queue_of_arn};
+
+/// S3's limit on notification configurations per bucket.
+const MAX_RULES: usize = 100;
+
+fn invalid_argument(message: String) -> S3Error {
+    S3Error::with_message(S3ErrorCode::InvalidArgument, message)
+}
+
+fn rule_from(n: usize, config: &QueueConfiguration) -> S3Result<NotificationRule> {
+    let queue = queue_of_arn(&config.queue_arn).ok_or_else(|| {
+        invalid_argument(format!(
+            "Unable to validate the following destination configurations: {} (queues are arn:pgvs3:ojs:::<queue>)",
+            config.queue_arn
+        ))
+    })?;
+    if config.events.is_empty() {
+        return Err(S3Error::with_message(
+            S3ErrorCode::MalformedXML,
+            "The XML you provided was not well-formed or did not validate against our published schema.",
+        ));
+    }
+    let mut events = Vec::with_capacity(config.events.len());
+    for event in &config.events {
+        let name: &str = event.as_ref();
+        if !NOTIFICATION_EVENTS.contains(&name) {
+            return Err(S3Error::with_message(
+                S3ErrorCode::NotImplemented,
+                format!("The event {name} is not raised by pgvs3"),
+            ));
+        }
+        events.push(name.to_owned());
+    }
+    let (mut prefix, mut suffix) = (None, None);
+    let rules = config
+        .filter
+        .as_ref()
+        .and_then(|filter| filter.key.as_ref())
+        .and_then(|key| key.filter_rules.as_ref());
+    for rule in rules.into_iter().flatten() {
+        let name = rule.name.as_ref().map(|name| name.as_str().to_ascii_lowercase());
+        let slot = match name.as_deref() {
+            Some("prefix") => &mut prefix,
+            Some("suffix") => &mut suffix,
+            _ => {
+                return Err(invalid_argument(
+                    "filter rule name must be either prefix or suffix".into(),
+                ));
+            }
+        };
+        if slot.is_some() {
+            return Err(invalid_argument(
+                "Cannot specify more than one prefix rule in a filter.".into(),
+            ));
+        }
+        *slot = Some(rule.value.clone().unwrap_or_default());
+    }
+    Ok(NotificationRule {
+        id: config.id.clone().unwrap_or_else(|| format!("notification-{}", n + 1)),
+        queue: queue.to_owned(),
+        events,
+        prefix: prefix.unwrap_or_default(),
+        suffix: suffix.unwrap_or_default(),
+    })
+}
+
+fn rules_from(config: &NotificationConfiguration) -> S3Result<Notifications> {
+    let unsupported = [
+        config.topic_configurations.as_ref().is_some_and(|t| !t.is_empty()),
+        config
+            .lambda_function_configurations
+            .as_ref()
+            .is_some_and(|l| !l.is_empty()),
+        config.event_bridge_configuration.is_some(),
+    ];
+    if unsupported.iter().any(|set| *set) {
+        return Err(S3Error::with_message(
+            S3ErrorCode::NotImplemented,
+            "Only queue configurations (OJS queues, arn:pgvs3:ojs:::<queue>) are supported",
+        ));
+    }
+    let queues = config.queue_configurations.as_deref().unwrap_or_default();
+    if queues.len() > MAX_RULES {
+        return Err(invalid_argument(format!(
+            "A bucket can have at most {MAX_RULES} notification configurations"
+        )));
+    }
+    let mut rules: Vec<NotificationRule> = Vec::with_capacity(queues.len());
+    for (n, queue) in queues.iter().enumerate() {
+        let rule = rule_from(n, queue)?;
+        if rules.iter().any(|other| other.id == rule.id) {
+            return Err(invalid_argument(
+                "Configuration id must be unique within the notification configuration".into(),
+            ));
+        }
+        rules.push(rule);
+    }
+    Ok(Notifications { rules })
+}
+
+fn queue_xml(rule: &NotificationRule) -> QueueConfiguration {
+    let mut filter_rules = Vec::new();
+    for (name, value) in [("prefix", &rule.prefix), ("suffix", &rule.suffix)] {
+        if !value.is_empty() {
+            filter_rules.push(FilterRule {
+                name: Some(FilterRuleName::from(name.to_owned())),
+                value: Some(value.clone()),
+            });
+        }
+    }
+    QueueConfiguration {
+        id: Some(rule.id.clone()),
+        queue_arn: queue_arn(&rule.queue),
+        events: rule.events.iter().map(|event| Event::from(event.clone())).collect(),
+        filter: (!filter_rules.is_empty()).then(|| NotificationConfigurationFilter {
+            key: Some(S3KeyFilter {
+                filter_rules: Some(filter_rules),
+            }),
+        }),
+    }
+}
+
+impl S3Front {
+    pub(super) async fn put_bucket_notification_configuration(
+        &self,
+        req: S3Request<PutBucketNotificationConfigurationInput>,
+    ) -> S3Result<S3Response<PutBucketNotificationConfigurationOutput>> {
+        let principal = self.principal(&req).await?;
+        let rules = rules_from(&req.input.notification_configuration)?;
+        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
+        bucket.set_notifications(&rules).await.map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(PutBucketNotificationConfigurationOutput::default()))
+    }
+
+    pub(super) async fn get_bucket_notification_configuration(
+        &self,
+        req: S3Request<GetBucketNotificationConfigurationInput>,
+    ) -> S3Result<S3Response<GetBucketNotificationConfigurationOutput>> {
+        let principal = self.principal(&req).await?;
+        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
+        let rules = bucket.notifications().await.map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(GetBucketNotificationConfigurationOutput {
+            queue_configurations: (!rules.rules.is_empty()).then(|| rules.rules.iter().map(queue_xml).collect()),
+            ..Default::default()
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue(arn: &str, events: &[&str]) -> QueueConfiguration {
+        QueueConfiguration {
+            id: Some("r".into()),
+            queue_arn: arn.into(),
+            events: events.iter().map(|e| Event::from((*e).to_owned())).collect(),
+            filter: None,
+        }
+    }
+
+    fn code(config: NotificationConfiguration) -> String {
+        rules_from(&config).unwrap_err().code().as_str().to_owned()
+    }
+
+    #[test]
+    fn configurations_are_checked() {
+        let good = NotificationConfiguration {
+            queue_configurations: Some(vec![queue("arn:pgvs3:ojs:::uploads", &["s3:ObjectCreated:*"])]),
+            ..Default::default()
+        };
+        let rules = rules_from(&good).unwrap();
+        assert_eq!(rules.rules[0].queue, "uploads");
+        assert_eq!(queue_xml(&rules.rules[0]).queue_arn, "arn:pgvs3:ojs:::uploads");
+        let foreign = NotificationConfiguration {
+            queue_configurations: Some(vec![queue("arn:aws:sqs:us-east-1:1:q", &["s3:ObjectCreated:*"])]),
+            ..Default::default()
+        };
+        assert_eq!(code(foreign), "InvalidArgument");
+        let restore = NotificationConfiguration {
+            queue_configurations: Some(vec![queue("arn:pgvs3:ojs:::q", &["s3:ObjectRestore:*"])]),
+            ..Default::default()
+        };
+        assert_eq!(code(restore), "NotImplemented");
+        let twice = NotificationConfiguration {
+            queue_configurations: Some(vec![
+                queue("arn:pgvs3:ojs:::a", &["s3:ObjectCreated:*"]),
+                queue("arn:pgvs3:ojs:::b", &["s3:ObjectCreated:*"]),
+            ]),
+            ..Default::default()
+        };
+        assert_eq!(code(twice), "InvalidArgument");
+        let topic = NotificationConfiguration {
+            topic_configurations: Some(vec![TopicConfiguration {
+                events: vec![Event::from("s3:ObjectCreated:*".to_owned())],
+                filter: None,
+                id: None,
+                topic_arn: "arn:aws:sns:us-east-1:1:t".into(),
+            }]),
+            ..Default::default()
+        };
+        assert_eq!(code(topic), "NotImplemented");
+    }
+}

@@ -1,0 +1,94 @@
+//! Bucket notifications (layout v13): a bucket's rules (`pgvs3.buckets.notifications`), each
+//! naming an OJS queue of this database, the events it wants and a key prefix and suffix. The
+//! events themselves are raised in SQL (`pgvs3.object_event`, functions/objects.sql), inside the
+//! transaction of the write, so each committed event is exactly one job.
+
+use serde::{Deserialize, Serialize};
+use tokio_postgres::types::Json;
+
+use super::{BucketInfo, Store, StoreError, StoreResult};
+
+/// A bucket's notification configuration as stored: the SQL trigger reads these field names.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Notifications {
+    pub rules: Vec<NotificationRule>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotificationRule {
+    pub id: String,
+    /// The OJS queue each event's job goes to.
+    pub queue: String,
+    /// S3 event names or `<family>:*` patterns, e.g. `s3:ObjectCreated:*`.
+    pub events: Vec<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub prefix: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub suffix: String,
+}
+
+/// The events pgvs3 raises, and the patterns that select them.
+pub const EVENTS: &[&str] = &[
+    "s3:ObjectCreated:*",
+    "s3:ObjectCreated:Put",
+    "s3:ObjectCreated:Post",
+    "s3:ObjectCreated:Copy",
+    "s3:ObjectCreated:CompleteMultipartUpload",
+    "s3:ObjectRemoved:*",
+    "s3:ObjectRemoved:Delete",
+    "s3:ObjectRemoved:DeleteMarkerCreated",
+    "s3:LifecycleExpiration:*",
+    "s3:LifecycleExpiration:Delete",
+    "s3:LifecycleExpiration:DeleteMarkerCreated",
+];
+
+/// The queue of an OJS queue ARN as pgvs3 names them: `arn:pgvs3:ojs:::<queue>`.
+pub fn queue_of_arn(arn: &str) -> Option<&str> {
+    let queue = arn.strip_prefix("arn:pgvs3:ojs:::")?;
+    crate::ojs::envelope::is_valid_queue(queue).then_some(queue)
+}
+
+pub fn queue_arn(queue: &str) -> String {
+    format!("arn:pgvs3:ojs:::{queue}")
+}
+
+impl Store {
+    /// A bucket's notification rules, read from the database (not the catalog cache: a
+    /// configuration just put is read back as put).
+    pub(crate) async fn notifications(&self, bucket: &BucketInfo) -> StoreResult<Notifications> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt("SELECT notifications FROM pgvs3.buckets WHERE id = $1", &[&bucket.id])
+            .await?
+            .ok_or(StoreError::NoSuchBucket)?;
+        Ok(row
+            .get::<_, Option<Json<Notifications>>>(0)
+            .map(|Json(rules)| rules)
+            .unwrap_or_default())
+    }
+
+    /// Replaces a bucket's notification rules (none removes them). The namespace's event
+    /// triggers are installed in the same transaction, so the first write after the answer
+    /// already raises its event.
+    pub(crate) async fn set_notifications(&self, bucket: &BucketInfo, rules: &Notifications) -> StoreResult<()> {
+        let stored = (!rules.rules.is_empty()).then_some(Json(rules));
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        if stored.is_some() {
+            tx.execute("SELECT pgvs3.ensure_event_triggers($1)", &[&bucket.namespace])
+                .await?;
+        }
+        let updated = tx
+            .execute(
+                "UPDATE pgvs3.buckets SET notifications = $2 WHERE id = $1",
+                &[&bucket.id, &stored],
+            )
+            .await?;
+        if updated == 0 {
+            self.catalog.forget_bucket(&bucket.name);
+            return Err(StoreError::NoSuchBucket);
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,460 @@
+//! Bucket notifications into OJS queues, in the transaction of the write: configured with
+//! aws-sdk-s3, consumed by an OJS worker over HTTP. One job per committed event (PUT, multipart
+//! completion, RESP SET, DELETE, delete markers, permanent version deletes), none for a write
+//! that did not commit (a failed conditional PUT) or for keys the filter leaves out; the job's
+//! args are the S3 event record as AWS shapes it.
+
+mod common;
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{
+    BucketVersioningStatus, CompletedMultipartUpload, CompletedPart, Event, FilterRule, FilterRuleName,
+    NotificationConfiguration, NotificationConfigurationFilter, QueueConfiguration, S3KeyFilter,
+    VersioningConfiguration,
+};
+use common::TestGateway;
+use common::ojs::Ojs;
+use serde_json::Value;
+
+fn queue_rule(id: &str, queue: &str, events: &[&str], prefix: &str, suffix: &str) -> QueueConfiguration {
+    let mut filter = S3KeyFilter::builder();
+    if !prefix.is_empty() {
+        filter = filter.filter_rules(FilterRule::builder().name(FilterRuleName::Prefix).value(prefix).build());
+    }
+    if !suffix.is_empty() {
+        filter = filter.filter_rules(FilterRule::builder().name(FilterRuleName::Suffix).value(suffix).build());
+    }
+    QueueConfiguration::builder()
+        .id(id)
+        .queue_arn(format!("arn:pgvs3:ojs:::{queue}"))
+        .set_events(Some(events.iter().map(|e| Event::from(*e)).collect()))
+        .filter(NotificationConfigurationFilter::builder().key(filter.build()).build())
+        .build()
+        .unwrap()
+}
+
+async fn configure(s3: &Client, bucket: &str, rules: Vec<QueueConfiguration>) {
+    s3.put_bucket_notification_configuration()
+        .bucket(bucket)
+        .notification_configuration(
+            NotificationConfiguration::builder()
+                .set_queue_configurations(Some(rules))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+}
+
+/// Every job waiting in `queue`, fetched (and acknowledged) by one worker, in order.
+async fn drain(ojs: &Ojs, queue: &str) -> Vec<Value> {
+    let mut jobs = Vec::new();
+    while let Some(job) = ojs.fetch(queue, "test-worker").await {
+        let (status, body) = ojs
+            .post("/ojs/v1/workers/ack", serde_json::json!({ "job_id": job["id"] }))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        jobs.push(job);
+        assert!(jobs.len() < 100, "more jobs than events");
+    }
+    jobs
+}
+
+fn event(job: &Value) -> (&str, &str, &str) {
+    let record = &job["args"][0];
+    (
+        job["type"].as_str().unwrap(),
+        record["eventName"].as_str().unwrap(),
+        record["s3"]["object"]["key"].as_str().unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn committed_writes_enqueue_one_job_each() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    let ojs = Ojs::of(&gw);
+    s3.create_bucket().bucket("inbox").send().await.unwrap();
+    let empty = s3
+        .get_bucket_notification_configuration()
+        .bucket("inbox")
+        .send()
+        .await
+        .unwrap();
+    assert!(empty.queue_configurations().is_empty());
+    configure(
+        s3,
+        "inbox",
+        vec![
+            queue_rule("csv", "ingest", &["s3:ObjectCreated:*"], "incoming/", ".csv"),
+            queue_rule("gone", "cleanup", &["s3:ObjectRemoved:*"], "", ""),
+        ],
+    )
+    .await;
+    let stored = s3
+        .get_bucket_notification_configuration()
+        .bucket("inbox")
+        .send()
+        .await
+        .unwrap();
+    let rules = stored.queue_configurations();
+    assert_eq!(rules.len(), 2);
+    assert_eq!(rules[0].queue_arn(), "arn:pgvs3:ojs:::ingest");
+    assert_eq!(rules[0].events(), &[Event::from("s3:ObjectCreated:*")]);
+
+    let put = s3
+        .put_object()
+        .bucket("inbox")
+        .key("incoming/day 1.csv")
+        .body(ByteStream::from_static(b"a,b\n1,2\n"))
+        .send()
+        .await
+        .unwrap();
+    // Filtered out: another suffix, another prefix.
+    for key in ["incoming/notes.txt", "archive/old.csv"] {
+        s3.put_object()
+            .bucket("inbox")
+            .key(key)
+            .body(ByteStream::from_static(b"x"))
+            .send()
+            .await
+            .unwrap();
+    }
+    // A write that does not commit enqueues nothing.
+    let refused = s3
+        .put_object()
+        .bucket("inbox")
+        .key("incoming/day 1.csv")
+        .if_none_match("*")
+        .body(ByteStream::from_static(b"again"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(refused.raw_response().unwrap().status().as_u16(), 412);
+    // A multipart completion.
+    let upload = s3
+        .create_multipart_upload()
+        .bucket("inbox")
+        .key("incoming/big.csv")
+        .send()
+        .await
+        .unwrap();
+    let upload_id = upload.upload_id().unwrap();
+    let part = s3
+        .upload_part()
+        .bucket("inbox")
+        .key("incoming/big.csv")
+        .upload_id(upload_id)
+        .part_number(1)
+        .body(ByteStream::from_static(b"c,d\n"))
+        .send()
+        .await
+        .unwrap();
+    s3.complete_multipart_upload()
+        .bucket("inbox")
+        .key("incoming/big.csv")
+        .upload_id(upload_id)
+        .multipart_upload(
+            CompletedMultipartUpload::builder()
+                .parts(
+                    CompletedPart::builder()
+                        .part_number(1)
+                        .e_tag(part.e_tag().unwrap())
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+
+    let created = drain(&ojs, "ingest").await;
+    let events: Vec<_> = created.iter().map(event).collect();
+    assert_eq!(
+        events,
+        vec![
+            ("s3.object.created", "ObjectCreated:Put", "incoming/day+1.csv"),
+            (
+                "s3.object.created",
+                "ObjectCreated:CompleteMultipartUpload",
+                "incoming/big.csv"
+            ),
+        ]
+    );
+    let record = &created[0]["args"][0];
+    assert_eq!(record["eventVersion"], "2.1");
+    assert_eq!(record["s3"]["bucket"]["name"], "inbox");
+    assert_eq!(record["s3"]["bucket"]["arn"], "arn:aws:s3:::inbox");
+    assert_eq!(record["s3"]["configurationId"], "csv");
+    assert_eq!(record["s3"]["object"]["size"], 8);
+    assert_eq!(
+        format!("\"{}\"", record["s3"]["object"]["eTag"].as_str().unwrap()),
+        put.e_tag().unwrap()
+    );
+    assert!(record["s3"]["object"]["sequencer"].as_str().unwrap().len() == 16);
+    assert!(drain(&ojs, "cleanup").await.is_empty(), "nothing removed yet");
+
+    s3.delete_object()
+        .bucket("inbox")
+        .key("archive/old.csv")
+        .send()
+        .await
+        .unwrap();
+    // Deleting a missing key changes nothing and raises nothing.
+    s3.delete_object()
+        .bucket("inbox")
+        .key("never/was")
+        .send()
+        .await
+        .unwrap();
+    let removed = drain(&ojs, "cleanup").await;
+    let events: Vec<_> = removed.iter().map(event).collect();
+    assert_eq!(
+        events,
+        vec![("s3.object.removed", "ObjectRemoved:Delete", "archive/old.csv")]
+    );
+
+    // Removing the rules stops the jobs.
+    configure(s3, "inbox", vec![]).await;
+    s3.put_object()
+        .bucket("inbox")
+        .key("incoming/day 2.csv")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await
+        .unwrap();
+    assert!(drain(&ojs, "ingest").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn versioned_deletes_raise_markers_and_version_removals() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    let ojs = Ojs::of(&gw);
+    s3.create_bucket().bucket("kept").send().await.unwrap();
+    s3.put_bucket_versioning()
+        .bucket("kept")
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    configure(
+        s3,
+        "kept",
+        vec![queue_rule(
+            "all",
+            "events",
+            &["s3:ObjectCreated:Put", "s3:ObjectRemoved:*"],
+            "",
+            "",
+        )],
+    )
+    .await;
+    let v1 = s3
+        .put_object()
+        .bucket("kept")
+        .key("doc")
+        .body(ByteStream::from_static(b"1"))
+        .send()
+        .await
+        .unwrap()
+        .version_id
+        .unwrap();
+    let v2 = s3
+        .put_object()
+        .bucket("kept")
+        .key("doc")
+        .body(ByteStream::from_static(b"2"))
+        .send()
+        .await
+        .unwrap()
+        .version_id
+        .unwrap();
+    let marker = s3.delete_object().bucket("kept").key("doc").send().await.unwrap();
+    // Removing the marker brings v2 back (a move, not an event); then v1 goes for good.
+    s3.delete_object()
+        .bucket("kept")
+        .key("doc")
+        .version_id(marker.version_id().unwrap())
+        .send()
+        .await
+        .unwrap();
+    s3.delete_object()
+        .bucket("kept")
+        .key("doc")
+        .version_id(&v1)
+        .send()
+        .await
+        .unwrap();
+    let jobs = drain(&ojs, "events").await;
+    let seen: Vec<(String, Option<String>)> = jobs
+        .iter()
+        .map(|job| {
+            let record = &job["args"][0];
+            (
+                record["eventName"].as_str().unwrap().to_owned(),
+                record["s3"]["object"]["versionId"].as_str().map(str::to_owned),
+            )
+        })
+        .collect();
+    let marker_id = marker.version_id().unwrap().to_owned();
+    assert_eq!(
+        seen,
+        vec![
+            ("ObjectCreated:Put".to_owned(), Some(v1.clone())),
+            ("ObjectCreated:Put".to_owned(), Some(v2.clone())),
+            ("ObjectRemoved:DeleteMarkerCreated".to_owned(), Some(marker_id.clone())),
+            ("ObjectRemoved:Delete".to_owned(), Some(marker_id)),
+            ("ObjectRemoved:Delete".to_owned(), Some(v1)),
+        ]
+    );
+    let read = s3.get_object().bucket("kept").key("doc").send().await.unwrap();
+    assert_eq!(read.version_id.as_deref(), Some(v2.as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn destinations_other_than_ojs_queues_are_refused() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("elsewhere").send().await.unwrap();
+    let foreign = s3
+        .put_bucket_notification_configuration()
+        .bucket("elsewhere")
+        .notification_configuration(
+            NotificationConfiguration::builder()
+                .queue_configurations(
+                    QueueConfiguration::builder()
+                        .queue_arn("arn:aws:sqs:us-east-1:123456789012:q")
+                        .events(Event::from("s3:ObjectCreated:*"))
+                        .build()
+                        .unwrap(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        foreign.as_service_error().and_then(|e| e.meta().code()),
+        Some("InvalidArgument")
+    );
+    let stored = s3
+        .get_bucket_notification_configuration()
+        .bucket("elsewhere")
+        .send()
+        .await
+        .unwrap();
+    assert!(stored.queue_configurations().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resp_writes_raise_the_same_events() {
+    let gw = TestGateway::with_resp(&[]).await;
+    let ojs = Ojs::of(&gw);
+    // RESP database 0 is the bucket `resp`.
+    configure(
+        &gw.client,
+        "resp",
+        vec![queue_rule(
+            "keys",
+            "keys",
+            &["s3:ObjectCreated:*", "s3:ObjectRemoved:*"],
+            "session:",
+            "",
+        )],
+    )
+    .await;
+    let client = redis::Client::open(format!("redis://{}/", gw.resp_addr())).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("session:1")
+        .arg("alice")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("other")
+        .arg("x")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("DEL").arg("session:1").query_async(&mut con).await.unwrap();
+    let events: Vec<(String, String)> = drain(&ojs, "keys")
+        .await
+        .iter()
+        .map(|job| {
+            let (_, name, key) = event(job);
+            (name.to_owned(), key.to_owned())
+        })
+        .collect();
+    assert_eq!(
+        events,
+        vec![
+            ("ObjectCreated:Put".to_owned(), "session%3A1".to_owned()),
+            ("ObjectRemoved:Delete".to_owned(), "session%3A1".to_owned()),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lifecycle_expirations_are_their_own_events() {
+    use aws_sdk_s3::types::{BucketLifecycleConfiguration, ExpirationStatus, LifecycleExpiration, LifecycleRule};
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    let ojs = Ojs::of(&gw);
+    s3.create_bucket().bucket("aging").send().await.unwrap();
+    configure(
+        s3,
+        "aging",
+        vec![queue_rule("expired", "expired", &["s3:LifecycleExpiration:*"], "", "")],
+    )
+    .await;
+    s3.put_object()
+        .bucket("aging")
+        .key("tmp/a")
+        .body(ByteStream::from_static(b"a"))
+        .send()
+        .await
+        .unwrap();
+    s3.put_bucket_lifecycle_configuration()
+        .bucket("aging")
+        .lifecycle_configuration(
+            BucketLifecycleConfiguration::builder()
+                .rules(
+                    LifecycleRule::builder()
+                        .id("tmp")
+                        .status(ExpirationStatus::Enabled)
+                        .prefix("tmp/")
+                        .expiration(LifecycleExpiration::builder().days(1).build())
+                        .build()
+                        .unwrap(),
+                )
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    gw.sql()
+        .await
+        .execute(
+            "UPDATE s3p.objects SET last_modified = last_modified - interval '3 days'",
+            &[],
+        )
+        .await
+        .unwrap();
+    // A client's DELETE is not a lifecycle event; the expiration is.
+    assert!(drain(&ojs, "expired").await.is_empty());
+    assert_eq!(gw.gateway.store.apply_lifecycle(100).await.unwrap().expired, 1);
+    let jobs = drain(&ojs, "expired").await;
+    let events: Vec<_> = jobs.iter().map(event).collect();
+    assert_eq!(
+        events,
+        vec![("s3.lifecycle.expiration", "LifecycleExpiration:Delete", "tmp/a")]
+    );
+}
