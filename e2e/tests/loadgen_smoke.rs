@@ -30,6 +30,7 @@ fn s3_client(gw: &common::TestGateway, bucket: &str) -> Arc<s3::S3Client> {
         access_key: common::ROOT_ACCESS_KEY.into(),
         secret_key: common::ROOT_SECRET_KEY.into(),
         bucket: bucket.into(),
+        versioning: false,
     }))
 }
 

@@ -429,7 +429,7 @@ async fn lifecycle_expirations_are_their_own_events() {
                     LifecycleRule::builder()
                         .id("tmp")
                         .status(ExpirationStatus::Enabled)
-                        .prefix("tmp/")
+                        .filter(aws_sdk_s3::types::LifecycleRuleFilter::builder().prefix("tmp/").build())
                         .expiration(LifecycleExpiration::builder().days(1).build())
                         .build()
                         .unwrap(),

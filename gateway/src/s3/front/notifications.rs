@@ -116,15 +116,19 @@ fn queue_xml(rule: &NotificationRule) -> QueueConfiguration {
             });
         }
     }
-    QueueConfiguration {
-        id: Some(rule.id.clone()),
-        queue_arn: queue_arn(&rule.queue),
-        events: rule.events.iter().map(|event| Event::from(event.clone())).collect(),
-        filter: (!filter_rules.is_empty()).then(|| NotificationConfigurationFilter {
+    let filter = match filter_rules.is_empty() {
+        true => None,
+        false => Some(NotificationConfigurationFilter {
             key: Some(S3KeyFilter {
                 filter_rules: Some(filter_rules),
             }),
         }),
+    };
+    QueueConfiguration {
+        id: Some(rule.id.clone()),
+        queue_arn: queue_arn(&rule.queue),
+        events: rule.events.iter().map(|event| Event::from(event.clone())).collect(),
+        filter,
     }
 }
 
