@@ -20,7 +20,7 @@ use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 12;
+pub const LAYOUT_VERSION: i32 = 13;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -67,6 +67,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("../../migrations/0011_function_files.sql"),
     ),
     (12, "versioning", include_str!("../../migrations/0012_versioning.sql")),
+    (13, "resp_types", include_str!("../../migrations/0013_resp_types.sql")),
 ];
 
 /// The function files, in the order they are applied. Every function they define already exists
@@ -78,6 +79,8 @@ const FUNCTION_FILES: &[(&str, &str)] = &[
     ("quotas", include_str!("../../migrations/functions/quotas.sql")),
     ("cache", include_str!("../../migrations/functions/cache.sql")),
     ("ojs", include_str!("../../migrations/functions/ojs.sql")),
+    ("resp_keys", include_str!("../../migrations/functions/resp_keys.sql")),
+    ("resp_hash", include_str!("../../migrations/functions/resp_hash.sql")),
 ];
 
 fn digest(text: &str) -> String {

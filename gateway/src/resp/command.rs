@@ -5,6 +5,7 @@ use bytes::Bytes;
 
 use super::bits::BitRange;
 use super::codec::{MAX_BULK_LEN, Reply};
+use super::typed::Typed;
 
 /// What COMMAND INFO reports, and what the arity check uses: a positive arity is exact, a
 /// negative one a minimum (both count the command name).
@@ -36,6 +37,8 @@ const ONE: (i64, i64, i64) = (1, 1, 1);
 const TWO: (i64, i64, i64) = (1, 2, 1);
 const ALL: (i64, i64, i64) = (1, -1, 1);
 const PAIRS: (i64, i64, i64) = (1, -1, 2);
+/// OBJECT's key, after its subcommand.
+const TWO_ONLY: (i64, i64, i64) = (2, 2, 1);
 
 pub static COMMANDS: &[Spec] = &[
     spec("get", 2, R, ONE),
@@ -64,6 +67,23 @@ pub static COMMANDS: &[Spec] = &[
     spec("bitcount", -2, R, ONE),
     spec("bitpos", -3, R, ONE),
     spec("lcs", -3, R, TWO),
+    spec("hset", -4, W, ONE),
+    spec("hmset", -4, W, ONE),
+    spec("hsetnx", 4, W, ONE),
+    spec("hget", 3, R, ONE),
+    spec("hmget", -3, R, ONE),
+    spec("hdel", -3, &["write", "fast"], ONE),
+    spec("hexists", 3, R, ONE),
+    spec("hlen", 2, R, ONE),
+    spec("hstrlen", 3, R, ONE),
+    spec("hgetall", 2, &["readonly"], ONE),
+    spec("hkeys", 2, &["readonly"], ONE),
+    spec("hvals", 2, &["readonly"], ONE),
+    spec("hincrby", 4, W, ONE),
+    spec("hincrbyfloat", 4, W, ONE),
+    spec("hrandfield", -2, &["readonly"], ONE),
+    spec("hscan", -3, &["readonly"], ONE),
+    spec("object", -2, &["readonly"], TWO_ONLY),
     spec("del", -2, &["write"], ALL),
     spec("unlink", -2, &["write", "fast"], ALL),
     spec("exists", -2, R, ALL),
@@ -341,6 +361,21 @@ pub enum KeyCommand {
         b: String,
         answer: LcsAnswer,
     },
+    /// OBJECT ENCODING, FREQ, IDLETIME or REFCOUNT.
+    Object {
+        key: String,
+        subcommand: ObjectInfo,
+    },
+    /// A command on a hash, set, sorted set or list: run in SQL (see `typed.rs`).
+    Typed(Box<Typed>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectInfo {
+    Encoding,
+    Freq,
+    IdleTime,
+    RefCount,
 }
 
 /// What LCS answers with.
@@ -380,7 +415,9 @@ impl KeyCommand {
             | SetBit { key, .. }
             | GetBit { key, .. }
             | BitCount { key, .. }
-            | BitPos { key, .. } => vec![key],
+            | BitPos { key, .. }
+            | Object { key, .. } => vec![key],
+            Typed(typed) => typed.call.keys.iter().collect(),
             Lcs { a, b, .. } => vec![a, b],
             MGet(keys) | Del(keys) | Exists(keys) => keys.iter().collect(),
             MSet(pairs) | MSetNx(pairs) => pairs.iter().map(|(key, _)| key).collect(),
@@ -530,9 +567,47 @@ impl KeyCommand {
                     replace,
                 }
             }
-            _ => return Ok(None),
+            "object" => {
+                let subcommand = match (arg(1).to_ascii_lowercase().as_slice(), args.len()) {
+                    (b"encoding", 3) => ObjectInfo::Encoding,
+                    (b"freq", 3) => ObjectInfo::Freq,
+                    (b"idletime", 3) => ObjectInfo::IdleTime,
+                    (b"refcount", 3) => ObjectInfo::RefCount,
+                    (b"encoding" | b"freq" | b"idletime" | b"refcount", _) => {
+                        return Err(wrong_arity(&format!(
+                            "object|{}",
+                            String::from_utf8_lossy(arg(1)).to_ascii_lowercase()
+                        )));
+                    }
+                    _ => {
+                        return Err(Reply::error(format!(
+                            "ERR unknown subcommand '{}'. Try OBJECT HELP.",
+                            String::from_utf8_lossy(arg(1))
+                        )));
+                    }
+                };
+                Object {
+                    key: key(arg(2))?,
+                    subcommand,
+                }
+            }
+            _ => return Ok(super::typed::parse(name, args)?.map(|typed| Typed(Box::new(typed)))),
         };
         Ok(Some(command))
+    }
+
+    /// Whether the command reads or writes a string value, so that a typed key answers
+    /// WRONGTYPE (SET without GET replaces any key, MGET answers nil, and the key commands work
+    /// on every type).
+    pub fn needs_strings(&self) -> bool {
+        use KeyCommand::*;
+        match self {
+            Set { get, .. } => *get,
+            Get(_) | GetSet(..) | GetDel(_) | GetEx(..) | Append(..) | Strlen(_) | GetRange(..) | SetRange(..)
+            | IncrBy(..) | IncrByFloat(..) | SetBit { .. } | GetBit { .. } | BitCount { .. } | BitPos { .. }
+            | Lcs { .. } => true,
+            _ => false,
+        }
     }
 }
 

@@ -448,6 +448,19 @@ impl Connection {
                 .await
                 .map_err(store_error);
         }
+        if !write && watched.is_empty() && commands.iter().all(|(command, _)| matches!(command, KeyCommand::Typed(_))) {
+            // Typed reads need nothing loaded: their calls are the one round trip.
+            let typed: Vec<&super::typed::Typed> = commands
+                .iter()
+                .filter_map(|(command, _)| match command {
+                    KeyCommand::Typed(typed) => Some(&**typed),
+                    _ => None,
+                })
+                .collect();
+            let calls: Vec<_> = typed.iter().map(|typed| &typed.call).collect();
+            let rows = keyspace.typed_read(&calls).await.map_err(store_error)?;
+            return Ok(typed.iter().zip(rows).map(|(typed, row)| typed.reply(row)).collect());
+        }
         let mut keys: Vec<String> = commands
             .iter()
             .flat_map(|(command, _)| command.keys())
@@ -469,10 +482,10 @@ impl Connection {
             batch.rollback().await.map_err(store_error)?;
             return Err(Reply::NilArray);
         }
-        let mut replies = Vec::with_capacity(commands.len());
-        for (command, _) in commands {
-            replies.push(keys::apply(command, &mut batch).await.map_err(store_error)?);
-        }
+        let commands: Vec<&KeyCommand> = commands.iter().map(|(command, _)| command).collect();
+        let replies = keys::apply_all(&commands, &mut batch, true)
+            .await
+            .map_err(store_error)?;
         batch.commit().await.map_err(store_error)?;
         Ok(replies)
     }
@@ -1001,13 +1014,13 @@ impl Connection {
                 Err(err) => return store_error(err),
             };
             let done = (page.len() as i64) < KEYS_PAGE;
-            if let Some(last) = page.last() {
+            if let Some((last, _)) = page.last() {
                 after = last.clone();
             }
             found.extend(
                 page.into_iter()
-                    .filter(|key| glob::matches(pattern, key.as_bytes()))
-                    .map(Reply::bulk),
+                    .filter(|(key, _)| glob::matches(pattern, key.as_bytes()))
+                    .map(|(key, _)| Reply::bulk(key)),
             );
             if done {
                 return Reply::Array(found);
@@ -1028,7 +1041,8 @@ impl Connection {
         };
         let mut pattern: Option<&[u8]> = None;
         let mut count = SCAN_DEFAULT_COUNT;
-        let mut strings = true;
+        // SCAN ... TYPE: `None` for every key, else the type's name ("string" for strings).
+        let mut wanted_type: Option<Vec<u8>> = None;
         let mut i = 2;
         while i < args.len() {
             let Some(value) = args.get(i + 1) else {
@@ -1041,7 +1055,7 @@ impl Connection {
                     Some(_) => return syntax_error(),
                     None => return command::not_an_integer(),
                 },
-                b"type" => strings = value.eq_ignore_ascii_case(b"string"),
+                b"type" => wanted_type = Some(value.to_ascii_lowercase()),
                 _ => return syntax_error(),
             }
             i += 2;
@@ -1056,7 +1070,7 @@ impl Connection {
             Err(err) => return store_error(err),
         };
         let next = match page.last() {
-            Some(last) if page.len() as i64 == count => {
+            Some((last, _)) if page.len() as i64 == count => {
                 if self.cursors.len() >= MAX_CURSORS {
                     let oldest = *self.cursors.keys().min().expect("not empty");
                     self.cursors.remove(&oldest);
@@ -1070,8 +1084,12 @@ impl Connection {
         };
         let keys = page
             .into_iter()
-            .filter(|key| strings && pattern.is_none_or(|pattern| glob::matches(pattern, key.as_bytes())))
-            .map(Reply::bulk)
+            .filter(|(key, typed)| {
+                let name = typed.map_or("string", |typed| typed.name());
+                wanted_type.as_ref().is_none_or(|wanted| wanted == name.as_bytes())
+                    && pattern.is_none_or(|pattern| glob::matches(pattern, key.as_bytes()))
+            })
+            .map(|(key, _)| Reply::bulk(key))
             .collect();
         Reply::Array(vec![Reply::text(&next.to_string()), Reply::Array(keys)])
     }

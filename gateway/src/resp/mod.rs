@@ -12,7 +12,9 @@ mod connection;
 mod glob;
 mod group_commit;
 mod keys;
+mod hash;
 mod lcs;
+mod typed;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

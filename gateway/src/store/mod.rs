@@ -15,6 +15,7 @@ mod origins;
 mod quotas;
 mod reaper;
 mod tagging;
+mod types;
 mod versions;
 
 use std::sync::Arc;
@@ -28,6 +29,7 @@ pub use conditions::{EtagCondition, Preconditions, WriteCondition, as_copy_sourc
 pub use copy::CopySource;
 pub use error::StoreError;
 pub use kv::{KvBatch, KvEntry, KvValue};
+pub use types::{Family, KeyType, TypedCall, TypedRow};
 pub use listing::{ListPage, ListRequest, ListedObject, MAX_KEYS as LIST_MAX_KEYS};
 pub use multipart::{CompletedPart, MultipartUpload, PartInfo, PartsPage, UploadsPage, UploadsRequest};
 pub use objects::{

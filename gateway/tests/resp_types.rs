@@ -1,0 +1,376 @@
+//! RESP's typed keys over the wire with redis-rs: hashes (and the keyspace they share with
+//! strings), with Redis's replies and error texts, expiry, WATCH, pipelines and the S3 view.
+
+mod common;
+
+use std::time::Duration;
+
+use common::TestGateway;
+use common::resp::{RawResp, Value};
+use redis::aio::MultiplexedConnection;
+
+async fn connect(gateway: &TestGateway) -> MultiplexedConnection {
+    redis::Client::open(format!("redis://{}/", gateway.resp_addr()))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+fn command(args: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd(args[0]);
+    for arg in &args[1..] {
+        cmd.arg(*arg);
+    }
+    cmd
+}
+
+async fn query<T: redis::FromRedisValue>(con: &mut MultiplexedConnection, args: &[&str]) -> T {
+    command(args)
+        .query_async(con)
+        .await
+        .unwrap_or_else(|err| panic!("{args:?}: {err}"))
+}
+
+/// The error a command answers, as Redis writes it: code, then detail.
+async fn error(con: &mut MultiplexedConnection, args: &[&str]) -> String {
+    match command(args).query_async::<redis::Value>(con).await {
+        Err(err) => format!("{} {}", err.code().unwrap_or("?"), err.detail().unwrap_or("")),
+        Ok(value) => panic!("{args:?}: expected an error, got {value:?}"),
+    }
+}
+
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+#[tokio::test]
+async fn hash_commands_answer_as_redis() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+
+    assert_eq!(query::<i64>(&mut con, &["HSET", "h", "a", "1", "b", "2", "a", "3"]).await, 2);
+    assert_eq!(query::<String>(&mut con, &["HGET", "h", "a"]).await, "3", "the last value wins");
+    assert_eq!(query::<i64>(&mut con, &["HSET", "h", "a", "4", "c", "5"]).await, 1);
+    assert_eq!(query::<String>(&mut con, &["HMSET", "h", "d", "6"]).await, "OK");
+    assert_eq!(query::<Option<String>>(&mut con, &["HGET", "h", "missing"]).await, None);
+    assert_eq!(query::<Option<String>>(&mut con, &["HGET", "nohash", "a"]).await, None);
+    assert_eq!(
+        query::<Vec<Option<String>>>(&mut con, &["HMGET", "h", "a", "zz", "c"]).await,
+        vec![Some("4".into()), None, Some("5".into())]
+    );
+    assert_eq!(
+        query::<Vec<Option<String>>>(&mut con, &["HMGET", "nohash", "a", "b"]).await,
+        vec![None, None]
+    );
+    assert_eq!(query::<i64>(&mut con, &["HLEN", "h"]).await, 4);
+    assert_eq!(query::<i64>(&mut con, &["HLEN", "nohash"]).await, 0);
+    let all: std::collections::BTreeMap<String, String> = query(&mut con, &["HGETALL", "h"]).await;
+    assert_eq!(all.len(), 4);
+    assert_eq!(all["b"], "2");
+    let mut keys: Vec<String> = query(&mut con, &["HKEYS", "h"]).await;
+    keys.sort();
+    assert_eq!(keys, ["a", "b", "c", "d"]);
+    let mut values: Vec<String> = query(&mut con, &["HVALS", "h"]).await;
+    values.sort();
+    assert_eq!(values, ["2", "4", "5", "6"]);
+    assert_eq!(query::<i64>(&mut con, &["HEXISTS", "h", "a"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["HEXISTS", "h", "zz"]).await, 0);
+    assert_eq!(query::<i64>(&mut con, &["HSTRLEN", "h", "a"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["HSTRLEN", "h", "zz"]).await, 0);
+    assert_eq!(query::<i64>(&mut con, &["HSETNX", "h", "a", "x"]).await, 0);
+    assert_eq!(query::<i64>(&mut con, &["HSETNX", "h", "e", "x"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["HDEL", "h", "e", "zz", "d"]).await, 2);
+
+    // HINCRBY and HINCRBYFLOAT.
+    assert_eq!(query::<i64>(&mut con, &["HINCRBY", "h", "n", "5"]).await, 5);
+    assert_eq!(query::<i64>(&mut con, &["HINCRBY", "h", "n", "-7"]).await, -2);
+    assert_eq!(query::<String>(&mut con, &["HINCRBYFLOAT", "h", "f", "10.5"]).await, "10.5");
+    assert_eq!(query::<String>(&mut con, &["HINCRBYFLOAT", "h", "f", "0.1"]).await, "10.6");
+    assert_eq!(query::<String>(&mut con, &["HINCRBYFLOAT", "h", "n", "1.5"]).await, "-0.5");
+    assert_eq!(query::<String>(&mut con, &["HINCRBYFLOAT", "h", "f", "-10.6"]).await, "0");
+
+    // HRANDFIELD: one, distinct up to the size, repeats with a negative count, with values.
+    let one: String = query(&mut con, &["HRANDFIELD", "h"]).await;
+    assert!(all.contains_key(&one) || ["n", "f"].contains(&one.as_str()), "{one}");
+    let distinct: Vec<String> = query(&mut con, &["HRANDFIELD", "h", "100"]).await;
+    assert_eq!(distinct.len(), 5);
+    let repeated: Vec<String> = query(&mut con, &["HRANDFIELD", "h", "-20"]).await;
+    assert_eq!(repeated.len(), 20);
+    let with_values: Vec<String> = query(&mut con, &["HRANDFIELD", "h", "2", "WITHVALUES"]).await;
+    assert_eq!(with_values.len(), 4);
+    assert_eq!(query::<Vec<String>>(&mut con, &["HRANDFIELD", "h", "0"]).await.len(), 0);
+    assert_eq!(query::<Option<String>>(&mut con, &["HRANDFIELD", "nohash"]).await, None);
+    assert_eq!(query::<Vec<String>>(&mut con, &["HRANDFIELD", "nohash", "3"]).await.len(), 0);
+
+    // HSCAN walks every field, page by page, and MATCH filters.
+    for i in 0..25 {
+        query::<i64>(&mut con, &["HSET", "big", &format!("field:{i}"), &i.to_string()]).await;
+    }
+    let mut cursor = "0".to_owned();
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..100 {
+        let (next, page): (String, Vec<String>) = query(&mut con, &["HSCAN", "big", &cursor, "COUNT", "7"]).await;
+        for pair in page.chunks(2) {
+            seen.insert(pair[0].clone());
+        }
+        cursor = next;
+        if cursor == "0" {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 25);
+    let (_, page): (String, Vec<String>) = query(&mut con, &["HSCAN", "big", "0", "MATCH", "field:1*", "COUNT", "100"]).await;
+    assert_eq!(page.len(), 2 * 11, "field:1 and field:10..19");
+
+    // Deleting the last field deletes the key.
+    assert_eq!(query::<i64>(&mut con, &["HSET", "tiny", "only", "1"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["HDEL", "tiny", "only"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["EXISTS", "tiny"]).await, 0);
+    assert_eq!(query::<String>(&mut con, &["TYPE", "tiny"]).await, "none");
+}
+
+#[tokio::test]
+async fn hash_errors_are_redis_texts() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    query::<String>(&mut con, &["SET", "s", "text"]).await;
+    query::<i64>(&mut con, &["HSET", "h", "text", "abc", "big", "9223372036854775807", "inf", "1e5"]).await;
+
+    // WRONGTYPE both ways.
+    for args in [
+        &["HSET", "s", "f", "v"][..],
+        &["HGET", "s", "f"],
+        &["HGETALL", "s"],
+        &["HLEN", "s"],
+        &["HINCRBY", "s", "f", "1"],
+        &["HSCAN", "s", "0"],
+    ] {
+        assert_eq!(error(&mut con, args).await, WRONGTYPE, "{args:?}");
+    }
+    for args in [
+        &["GET", "h"][..],
+        &["APPEND", "h", "x"],
+        &["INCR", "h"],
+        &["STRLEN", "h"],
+        &["SET", "h", "x", "GET"],
+        &["GETDEL", "h"],
+        &["SETRANGE", "h", "0", "x"],
+    ] {
+        assert_eq!(error(&mut con, args).await, WRONGTYPE, "{args:?}");
+    }
+    assert_eq!(
+        query::<Vec<Option<String>>>(&mut con, &["MGET", "s", "h"]).await,
+        vec![Some("text".into()), None],
+        "MGET answers nil for a key that is not a string"
+    );
+
+    // Arity.
+    for (args, name) in [
+        (&["HSET", "h", "f"][..], "hset"),
+        (&["HSET", "h", "f", "v", "g"], "hset"),
+        (&["HMSET", "h", "f", "v", "g"], "hmset"),
+        (&["HGET", "h"], "hget"),
+        (&["HLEN"], "hlen"),
+        (&["HINCRBY", "h", "f"], "hincrby"),
+    ] {
+        assert_eq!(
+            error(&mut con, args).await,
+            format!("ERR wrong number of arguments for '{name}' command")
+        );
+    }
+
+    // Numbers.
+    assert_eq!(
+        error(&mut con, &["HINCRBY", "h", "text", "1"]).await,
+        "ERR hash value is not an integer"
+    );
+    assert_eq!(
+        error(&mut con, &["HINCRBY", "h", "big", "1"]).await,
+        "ERR increment or decrement would overflow"
+    );
+    assert_eq!(
+        error(&mut con, &["HINCRBY", "h", "f", "x"]).await,
+        "ERR value is not an integer or out of range"
+    );
+    assert_eq!(
+        error(&mut con, &["HINCRBYFLOAT", "h", "text", "1"]).await,
+        "ERR hash value is not a float"
+    );
+    assert_eq!(
+        error(&mut con, &["HINCRBYFLOAT", "h", "f", "x"]).await,
+        "ERR value is not a valid float"
+    );
+    assert_eq!(
+        error(&mut con, &["HINCRBYFLOAT", "h", "f", "+inf"]).await,
+        "ERR increment would produce NaN or Infinity"
+    );
+    assert_eq!(query::<String>(&mut con, &["HINCRBYFLOAT", "h", "inf", "0.5"]).await, "100000.5");
+    assert!(
+        error(&mut con, &["HRANDFIELD", "h", "-9223372036854770000"])
+            .await
+            .starts_with("ERR value is out of range")
+    );
+    assert_eq!(
+        error(&mut con, &["HRANDFIELD", "h", "1", "WITHSCORES"]).await,
+        "ERR syntax error"
+    );
+    // The hash is unchanged by the refusals.
+    assert_eq!(query::<String>(&mut con, &["HGET", "h", "big"]).await, "9223372036854775807");
+}
+
+#[tokio::test]
+async fn the_keyspace_commands_work_across_types() {
+    let gateway = TestGateway::with_resp(&["--resp-flushdb"]).await;
+    let mut con = connect(&gateway).await;
+    query::<String>(&mut con, &["SET", "str", "v"]).await;
+    query::<i64>(&mut con, &["HSET", "hash", "f", "v", "g", "w"]).await;
+
+    assert_eq!(query::<String>(&mut con, &["TYPE", "str"]).await, "string");
+    assert_eq!(query::<String>(&mut con, &["TYPE", "hash"]).await, "hash");
+    assert_eq!(query::<String>(&mut con, &["TYPE", "nothing"]).await, "none");
+    assert_eq!(query::<i64>(&mut con, &["EXISTS", "str", "hash", "nothing"]).await, 2);
+    assert_eq!(query::<i64>(&mut con, &["DBSIZE"]).await, 2);
+    assert_eq!(query::<String>(&mut con, &["OBJECT", "ENCODING", "hash"]).await, "hashtable");
+    assert_eq!(query::<String>(&mut con, &["OBJECT", "ENCODING", "str"]).await, "embstr");
+
+    // SCAN sees both, and TYPE filters.
+    let (_, keys): (String, Vec<String>) = query(&mut con, &["SCAN", "0", "COUNT", "100"]).await;
+    assert_eq!(keys, ["hash", "str"]);
+    let (_, keys): (String, Vec<String>) = query(&mut con, &["SCAN", "0", "TYPE", "hash"]).await;
+    assert_eq!(keys, ["hash"]);
+    let (_, keys): (String, Vec<String>) = query(&mut con, &["SCAN", "0", "TYPE", "string"]).await;
+    assert_eq!(keys, ["str"]);
+    let (_, keys): (String, Vec<String>) = query(&mut con, &["SCAN", "0", "TYPE", "list"]).await;
+    assert!(keys.is_empty());
+    let mut all: Vec<String> = query(&mut con, &["KEYS", "*"]).await;
+    all.sort();
+    assert_eq!(all, ["hash", "str"]);
+    let random: String = query(&mut con, &["RANDOMKEY"]).await;
+    assert!(random == "hash" || random == "str");
+
+    // RENAME and COPY move elements; onto a key of another type they replace it.
+    assert_eq!(query::<String>(&mut con, &["RENAME", "hash", "moved"]).await, "OK");
+    assert_eq!(query::<i64>(&mut con, &["EXISTS", "hash"]).await, 0);
+    assert_eq!(query::<String>(&mut con, &["HGET", "moved", "g"]).await, "w");
+    assert_eq!(query::<i64>(&mut con, &["RENAMENX", "moved", "str"]).await, 0);
+    assert_eq!(query::<i64>(&mut con, &["COPY", "moved", "copy"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["COPY", "moved", "str"]).await, 0);
+    assert_eq!(query::<i64>(&mut con, &["COPY", "moved", "str", "REPLACE"]).await, 1);
+    assert_eq!(query::<String>(&mut con, &["TYPE", "str"]).await, "hash");
+    assert_eq!(query::<i64>(&mut con, &["HSET", "copy", "f", "changed"]).await, 0);
+    assert_eq!(query::<String>(&mut con, &["HGET", "moved", "f"]).await, "v", "a copy is its own");
+    assert_eq!(
+        error(&mut con, &["RENAME", "nothing", "x"]).await,
+        "ERR no such key"
+    );
+    // A string over a hash: SET replaces it, RENAME of a string onto it too.
+    assert_eq!(query::<String>(&mut con, &["SET", "copy", "now a string"]).await, "OK");
+    assert_eq!(query::<String>(&mut con, &["TYPE", "copy"]).await, "string");
+    assert_eq!(error(&mut con, &["HLEN", "copy"]).await, WRONGTYPE);
+    query::<String>(&mut con, &["RENAME", "copy", "moved"]).await;
+    assert_eq!(query::<String>(&mut con, &["GET", "moved"]).await, "now a string");
+    assert_eq!(query::<i64>(&mut con, &["DEL", "str", "moved"]).await, 2);
+    assert_eq!(query::<i64>(&mut con, &["DBSIZE"]).await, 0);
+
+    query::<i64>(&mut con, &["HSET", "h2", "f", "v"]).await;
+    assert_eq!(query::<String>(&mut con, &["FLUSHDB"]).await, "OK");
+    assert_eq!(query::<i64>(&mut con, &["EXISTS", "h2"]).await, 0);
+    assert_eq!(query::<i64>(&mut con, &["HLEN", "h2"]).await, 0);
+}
+
+#[tokio::test]
+async fn a_hash_is_hidden_from_s3() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    query::<i64>(&mut con, &["HSET", "profile", "name", "ada"]).await;
+    query::<String>(&mut con, &["SET", "plain", "v"]).await;
+    let listed = gateway.client.list_objects_v2().bucket("resp").send().await.unwrap();
+    let keys: Vec<&str> = listed.contents().iter().filter_map(|object| object.key()).collect();
+    assert_eq!(keys, ["plain"], "S3 lists strings only");
+    let got = gateway.client.get_object().bucket("resp").key("profile").send().await;
+    assert!(got.is_err(), "a hash is no S3 object");
+}
+
+#[tokio::test]
+async fn hashes_expire() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    query::<i64>(&mut con, &["HSET", "h", "f", "v"]).await;
+    assert_eq!(query::<i64>(&mut con, &["TTL", "h"]).await, -1);
+    assert_eq!(query::<i64>(&mut con, &["EXPIRE", "h", "100"]).await, 1);
+    let ttl: i64 = query(&mut con, &["TTL", "h"]).await;
+    assert!((99..=100).contains(&ttl), "{ttl}");
+    assert_eq!(query::<i64>(&mut con, &["PERSIST", "h"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["TTL", "h"]).await, -1);
+    // Writing to a hash keeps its TTL, as in Redis.
+    assert_eq!(query::<i64>(&mut con, &["PEXPIRE", "h", "300"]).await, 1);
+    query::<i64>(&mut con, &["HSET", "h", "g", "w"]).await;
+    assert!(query::<i64>(&mut con, &["PTTL", "h"]).await > 0);
+    common::eventually(Duration::from_secs(10), "the hash expires", || {
+        let mut con = con.clone();
+        async move { (query::<i64>(&mut con, &["EXISTS", "h"]).await == 0).then_some(()) }
+    })
+    .await;
+    assert_eq!(query::<Option<String>>(&mut con, &["HGET", "h", "f"]).await, None);
+    assert_eq!(query::<i64>(&mut con, &["HLEN", "h"]).await, 0);
+    // A new hash of that name starts empty.
+    assert_eq!(query::<i64>(&mut con, &["HSET", "h", "x", "1"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["HLEN", "h"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["TTL", "h"]).await, -1);
+    // An expiry in the past deletes at once.
+    assert_eq!(query::<i64>(&mut con, &["EXPIRE", "h", "-1"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["EXISTS", "h"]).await, 0);
+}
+
+#[tokio::test]
+async fn watch_sees_a_change_to_a_hash() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    query::<i64>(&mut con, &["HSET", "h", "f", "1"]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(raw.command(&["WATCH", "h"]).await, Value::Simple("OK".into()));
+    query::<i64>(&mut con, &["HINCRBY", "h", "f", "1"]).await;
+    raw.command(&["MULTI"]).await;
+    raw.command(&["HSET", "h", "f", "100"]).await;
+    assert_eq!(raw.command(&["EXEC"]).await, Value::Nil, "the transaction aborts");
+    assert_eq!(query::<String>(&mut con, &["HGET", "h", "f"]).await, "2");
+
+    // Unchanged, it runs; the hash commands and string commands of one EXEC see each other.
+    assert_eq!(raw.command(&["WATCH", "h"]).await, Value::Simple("OK".into()));
+    raw.command(&["MULTI"]).await;
+    raw.command(&["HSET", "h", "g", "x"]).await;
+    raw.command(&["SET", "s", "1"]).await;
+    raw.command(&["HLEN", "h"]).await;
+    raw.command(&["GET", "h"]).await;
+    raw.command(&["DEL", "h"]).await;
+    raw.command(&["HLEN", "h"]).await;
+    assert_eq!(
+        raw.command(&["EXEC"]).await,
+        Value::Array(vec![
+            Value::Int(1),
+            Value::Simple("OK".into()),
+            Value::Int(2),
+            Value::Error(WRONGTYPE.into()),
+            Value::Int(1),
+            Value::Int(0),
+        ])
+    );
+}
+
+#[tokio::test]
+async fn a_pipeline_of_hsets_is_one_commit() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    query::<i64>(&mut con, &["HSET", "warm", "f", "v"]).await;
+    let commits = gateway.metric("pgvs3_resp_group_commits_total").await.unwrap();
+    let mut pipe = redis::pipe();
+    for i in 0..50 {
+        pipe.cmd("HSET").arg("pipelined").arg(format!("f{i}")).arg(i);
+    }
+    pipe.cmd("HINCRBY").arg("pipelined").arg("f1").arg(10);
+    pipe.cmd("HLEN").arg("pipelined");
+    let replies: Vec<i64> = pipe.query_async(&mut con).await.unwrap();
+    assert_eq!(replies[..50], [1; 50]);
+    assert_eq!(replies[50..], [11, 50]);
+    let after = gateway.metric("pgvs3_resp_group_commits_total").await.unwrap();
+    assert_eq!(after - commits, 1.0, "the 51 writes shared one transaction");
+}
