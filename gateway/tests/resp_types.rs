@@ -374,3 +374,107 @@ async fn a_pipeline_of_hsets_is_one_commit() {
     let after = gateway.metric("pgvs3_resp_group_commits_total").await.unwrap();
     assert_eq!(after - commits, 1.0, "the 51 writes shared one transaction");
 }
+
+fn sorted(mut members: Vec<String>) -> Vec<String> {
+    members.sort();
+    members
+}
+
+#[tokio::test]
+async fn set_commands_answer_as_redis() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    assert_eq!(query::<i64>(&mut con, &["SADD", "s", "a", "b", "c", "a"]).await, 3);
+    assert_eq!(query::<i64>(&mut con, &["SADD", "s", "c", "d"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["SCARD", "s"]).await, 4);
+    assert_eq!(query::<i64>(&mut con, &["SCARD", "none"]).await, 0);
+    assert_eq!(sorted(query(&mut con, &["SMEMBERS", "s"]).await), ["a", "b", "c", "d"]);
+    assert_eq!(query::<Vec<String>>(&mut con, &["SMEMBERS", "none"]).await.len(), 0);
+    assert_eq!(query::<i64>(&mut con, &["SISMEMBER", "s", "a"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["SISMEMBER", "s", "z"]).await, 0);
+    assert_eq!(query::<Vec<i64>>(&mut con, &["SMISMEMBER", "s", "a", "z", "d"]).await, [1, 0, 1]);
+    assert_eq!(query::<i64>(&mut con, &["SREM", "s", "d", "z"]).await, 1);
+    query::<i64>(&mut con, &["SADD", "t", "b", "c", "x"]).await;
+    query::<i64>(&mut con, &["SADD", "u", "c", "y"]).await;
+    assert_eq!(sorted(query(&mut con, &["SINTER", "s", "t"]).await), ["b", "c"]);
+    assert_eq!(sorted(query(&mut con, &["SINTER", "s", "t", "u"]).await), ["c"]);
+    assert_eq!(query::<Vec<String>>(&mut con, &["SINTER", "s", "none"]).await.len(), 0);
+    assert_eq!(
+        sorted(query(&mut con, &["SUNION", "s", "t", "none"]).await),
+        ["a", "b", "c", "x"]
+    );
+    assert_eq!(sorted(query(&mut con, &["SDIFF", "s", "t"]).await), ["a"]);
+    assert_eq!(query::<Vec<String>>(&mut con, &["SDIFF", "s", "s"]).await.len(), 0);
+    assert_eq!(query::<i64>(&mut con, &["SINTERCARD", "2", "s", "t"]).await, 2);
+    assert_eq!(query::<i64>(&mut con, &["SINTERCARD", "2", "s", "t", "LIMIT", "1"]).await, 1);
+    assert_eq!(
+        error(&mut con, &["SINTERCARD", "0", "s"]).await,
+        "ERR numkeys should be greater than 0"
+    );
+    assert_eq!(query::<i64>(&mut con, &["SUNIONSTORE", "dest", "s", "t"]).await, 4);
+    assert_eq!(sorted(query(&mut con, &["SMEMBERS", "dest"]).await), ["a", "b", "c", "x"]);
+    // A *STORE destination of another type is replaced; an empty result deletes it.
+    query::<String>(&mut con, &["SET", "str", "v"]).await;
+    assert_eq!(query::<i64>(&mut con, &["SINTERSTORE", "str", "s", "t"]).await, 2);
+    assert_eq!(query::<String>(&mut con, &["TYPE", "str"]).await, "set");
+    assert_eq!(query::<i64>(&mut con, &["SDIFFSTORE", "str", "s", "s"]).await, 0);
+    assert_eq!(query::<i64>(&mut con, &["EXISTS", "str"]).await, 0);
+
+    assert_eq!(query::<i64>(&mut con, &["SMOVE", "s", "moved", "a"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["SMOVE", "s", "moved", "a"]).await, 0);
+    assert_eq!(query::<Vec<String>>(&mut con, &["SMEMBERS", "moved"]).await, ["a"]);
+    let one: String = query(&mut con, &["SRANDMEMBER", "s"]).await;
+    assert!(["b", "c"].contains(&one.as_str()));
+    assert_eq!(query::<Vec<String>>(&mut con, &["SRANDMEMBER", "s", "10"]).await.len(), 2);
+    assert_eq!(query::<Vec<String>>(&mut con, &["SRANDMEMBER", "s", "-10"]).await.len(), 10);
+    assert_eq!(query::<Option<String>>(&mut con, &["SRANDMEMBER", "none"]).await, None);
+    let popped: Vec<String> = query(&mut con, &["SPOP", "s", "5"]).await;
+    assert_eq!(sorted(popped), ["b", "c"]);
+    assert_eq!(query::<i64>(&mut con, &["EXISTS", "s"]).await, 0, "popped empty, the set is gone");
+    assert_eq!(query::<Option<String>>(&mut con, &["SPOP", "s"]).await, None);
+    assert_eq!(query::<Option<String>>(&mut con, &["SPOP", "moved"]).await, Some("a".into()));
+
+    for i in 0..30 {
+        query::<i64>(&mut con, &["SADD", "big", &format!("m{i}")]).await;
+    }
+    let mut cursor = "0".to_owned();
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..100 {
+        let (next, page): (String, Vec<String>) = query(&mut con, &["SSCAN", "big", &cursor, "COUNT", "8"]).await;
+        seen.extend(page);
+        cursor = next;
+        if cursor == "0" {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 30);
+
+    // Errors.
+    query::<i64>(&mut con, &["HSET", "h", "f", "v"]).await;
+    for args in [
+        &["SADD", "h", "a"][..],
+        &["SMEMBERS", "h"],
+        &["SINTER", "t", "h"],
+        &["SMOVE", "t", "h", "b"],
+        &["SUNIONSTORE", "dest", "t", "h"],
+    ] {
+        assert_eq!(error(&mut con, args).await, WRONGTYPE, "{args:?}");
+    }
+    assert_eq!(error(&mut con, &["GET", "t"]).await, WRONGTYPE);
+    assert_eq!(
+        error(&mut con, &["SADD", "t"]).await,
+        "ERR wrong number of arguments for 'sadd' command"
+    );
+    assert_eq!(
+        error(&mut con, &["SPOP", "t", "-1"]).await,
+        "ERR value is out of range, must be positive"
+    );
+    // Expiry applies to sets too.
+    assert_eq!(query::<i64>(&mut con, &["PEXPIRE", "t", "200"]).await, 1);
+    common::eventually(Duration::from_secs(10), "the set expires", || {
+        let mut con = con.clone();
+        async move { (query::<i64>(&mut con, &["SCARD", "t"]).await == 0).then_some(()) }
+    })
+    .await;
+    assert_eq!(query::<String>(&mut con, &["TYPE", "t"]).await, "none");
+}

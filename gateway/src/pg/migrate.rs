@@ -81,6 +81,7 @@ const FUNCTION_FILES: &[(&str, &str)] = &[
     ("ojs", include_str!("../../migrations/functions/ojs.sql")),
     ("resp_keys", include_str!("../../migrations/functions/resp_keys.sql")),
     ("resp_hash", include_str!("../../migrations/functions/resp_hash.sql")),
+    ("resp_set", include_str!("../../migrations/functions/resp_set.sql")),
 ];
 
 fn digest(text: &str) -> String {

@@ -14,6 +14,7 @@ mod group_commit;
 mod keys;
 mod hash;
 mod lcs;
+mod set;
 mod typed;
 
 use std::collections::BTreeMap;

@@ -25,6 +25,8 @@ pub enum Shape {
     Bulk,
     /// The items, nil where NULL.
     Bulks,
+    /// The scores as integers (SMISMEMBER's 1 or 0 per member).
+    Ints,
     /// The items as field-value pairs: a map in RESP3 (HGETALL).
     Map,
     /// The items as pairs: nested pairs in RESP3, a flat array in RESP2 (HRANDFIELD WITHVALUES).
@@ -79,6 +81,12 @@ impl Typed {
             Shape::Ok => Reply::OK,
             Shape::Bulk => bulk(row.items.into_iter().next().flatten()),
             Shape::Bulks => Reply::Array(row.items.into_iter().map(bulk).collect()),
+            Shape::Ints => Reply::Array(
+                row.scores
+                    .into_iter()
+                    .map(|score| Reply::Integer(score.unwrap_or(0.0) as i64))
+                    .collect(),
+            ),
             Shape::Map => Reply::Map(pairs(row.items, bulk)),
             Shape::Pairs => Reply::Pairs(pairs(row.items, bulk)),
             Shape::Random => bulk(row.items.into_iter().next().flatten()),
@@ -114,7 +122,7 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
     if let Some(typed) = super::hash::parse(name, args)? {
         return Ok(Some(typed));
     }
-    Ok(None)
+    super::set::parse(name, args)
 }
 
 /// A random-element count (HRANDFIELD, SRANDMEMBER): a negative one asks for repeats, and is
