@@ -478,3 +478,129 @@ async fn set_commands_answer_as_redis() {
     .await;
     assert_eq!(query::<String>(&mut con, &["TYPE", "t"]).await, "none");
 }
+
+#[tokio::test]
+async fn sorted_set_commands_answer_as_redis() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    assert_eq!(query::<i64>(&mut con, &["ZADD", "z", "1", "a", "2", "b", "3", "c"]).await, 3);
+    assert_eq!(query::<i64>(&mut con, &["ZADD", "z", "2.5", "b", "4", "d"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["ZADD", "z", "CH", "2", "b", "5", "e"]).await, 2);
+    assert_eq!(query::<i64>(&mut con, &["ZADD", "z", "NX", "9", "a", "6", "f"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["ZADD", "z", "XX", "CH", "1.5", "a", "7", "new"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["ZADD", "z", "GT", "CH", "1", "a", "8", "f"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["ZADD", "z", "LT", "CH", "9", "c"]).await, 0);
+    assert_eq!(query::<f64>(&mut con, &["ZADD", "z", "INCR", "10", "a"]).await, 11.5);
+    assert_eq!(query::<Option<f64>>(&mut con, &["ZADD", "z", "NX", "INCR", "1", "a"]).await, None);
+    assert_eq!(query::<f64>(&mut con, &["ZINCRBY", "z", "-10", "a"]).await, 1.5);
+    assert_eq!(query::<f64>(&mut con, &["ZINCRBY", "z", "2", "fresh"]).await, 2.0);
+    assert_eq!(query::<i64>(&mut con, &["ZREM", "z", "fresh", "nothing"]).await, 1);
+    // z: a 1.5, b 2, c 3, d 4, e 5, f 8
+    assert_eq!(query::<Option<f64>>(&mut con, &["ZSCORE", "z", "b"]).await, Some(2.0));
+    assert_eq!(query::<Option<f64>>(&mut con, &["ZSCORE", "z", "zz"]).await, None);
+    assert_eq!(
+        query::<Vec<Option<f64>>>(&mut con, &["ZMSCORE", "z", "a", "zz", "f"]).await,
+        [Some(1.5), None, Some(8.0)]
+    );
+    assert_eq!(query::<i64>(&mut con, &["ZCARD", "z"]).await, 6);
+    assert_eq!(query::<Option<i64>>(&mut con, &["ZRANK", "z", "c"]).await, Some(2));
+    assert_eq!(query::<Option<i64>>(&mut con, &["ZREVRANK", "z", "c"]).await, Some(3));
+    assert_eq!(query::<Option<i64>>(&mut con, &["ZRANK", "z", "zz"]).await, None);
+    assert_eq!(query::<i64>(&mut con, &["ZCOUNT", "z", "2", "5"]).await, 4);
+    assert_eq!(query::<i64>(&mut con, &["ZCOUNT", "z", "(2", "(5"]).await, 2);
+    assert_eq!(query::<i64>(&mut con, &["ZCOUNT", "z", "-inf", "+inf"]).await, 6);
+
+    let reader = con.clone();
+    let range = |args: &[&str]| {
+        let mut con = reader.clone();
+        let args: Vec<String> = args.iter().map(|arg| (*arg).to_owned()).collect();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            query::<Vec<String>>(&mut con, &args).await
+        }
+    };
+    assert_eq!(range(&["ZRANGE", "z", "0", "2"]).await, ["a", "b", "c"]);
+    assert_eq!(range(&["ZRANGE", "z", "-2", "-1"]).await, ["e", "f"]);
+    assert_eq!(range(&["ZRANGE", "z", "0", "1", "WITHSCORES"]).await, ["a", "1.5", "b", "2"]);
+    assert_eq!(range(&["ZRANGE", "z", "0", "1", "REV"]).await, ["f", "e"]);
+    assert_eq!(range(&["ZRANGE", "z", "2", "(5", "BYSCORE"]).await, ["b", "c", "d"]);
+    assert_eq!(range(&["ZRANGE", "z", "5", "2", "BYSCORE", "REV", "LIMIT", "1", "2"]).await, ["d", "c"]);
+    assert_eq!(range(&["ZRANGEBYSCORE", "z", "(1.5", "3", "WITHSCORES"]).await, ["b", "2", "c", "3"]);
+    assert_eq!(range(&["ZRANGEBYSCORE", "z", "-inf", "+inf", "LIMIT", "4", "10"]).await, ["e", "f"]);
+    assert_eq!(range(&["ZREVRANGEBYSCORE", "z", "+inf", "4"]).await, ["f", "e", "d"]);
+    assert_eq!(range(&["ZREVRANGE", "z", "0", "0", "WITHSCORES"]).await, ["f", "8"]);
+    assert_eq!(range(&["ZRANGE", "z", "5", "1"]).await.len(), 0);
+    assert_eq!(range(&["ZRANGE", "none", "0", "-1"]).await.len(), 0);
+
+    // By lex, on equal scores.
+    query::<i64>(&mut con, &["ZADD", "lex", "0", "a", "0", "b", "0", "c", "0", "d", "0", "e"]).await;
+    assert_eq!(range(&["ZRANGEBYLEX", "lex", "-", "[c"]).await, ["a", "b", "c"]);
+    assert_eq!(range(&["ZRANGEBYLEX", "lex", "(a", "(c"]).await, ["b"]);
+    assert_eq!(range(&["ZREVRANGEBYLEX", "lex", "+", "[d"]).await, ["e", "d"]);
+    assert_eq!(range(&["ZRANGE", "lex", "[b", "+", "BYLEX", "LIMIT", "1", "2"]).await, ["c", "d"]);
+    assert_eq!(query::<i64>(&mut con, &["ZLEXCOUNT", "lex", "[b", "[d"]).await, 3);
+    assert_eq!(query::<i64>(&mut con, &["ZREMRANGEBYLEX", "lex", "[a", "(c"]).await, 2);
+    assert_eq!(query::<i64>(&mut con, &["ZREMRANGEBYRANK", "lex", "0", "0"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["ZREMRANGEBYSCORE", "lex", "-inf", "inf"]).await, 2);
+    assert_eq!(query::<i64>(&mut con, &["EXISTS", "lex"]).await, 0);
+
+    // Stores.
+    assert_eq!(query::<i64>(&mut con, &["ZRANGESTORE", "top", "z", "0", "2", "REV"]).await, 3);
+    assert_eq!(range(&["ZRANGE", "top", "0", "-1"]).await, ["d", "e", "f"]);
+    query::<i64>(&mut con, &["SADD", "plain", "a", "f"]).await;
+    assert_eq!(
+        query::<i64>(&mut con, &["ZUNIONSTORE", "u", "2", "z", "plain", "WEIGHTS", "2", "10"]).await,
+        6
+    );
+    assert_eq!(query::<Option<f64>>(&mut con, &["ZSCORE", "u", "a"]).await, Some(13.0));
+    assert_eq!(
+        query::<i64>(&mut con, &["ZINTERSTORE", "i", "2", "z", "plain", "AGGREGATE", "MAX"]).await,
+        2
+    );
+    assert_eq!(range(&["ZRANGE", "i", "0", "-1", "WITHSCORES"]).await, ["a", "1.5", "f", "8"]);
+
+    // Pops.
+    assert_eq!(query::<(String, f64)>(&mut con, &["ZPOPMIN", "top"]).await, ("d".into(), 4.0));
+    assert_eq!(range(&["ZPOPMAX", "top", "5"]).await, ["f", "8", "e", "5"]);
+    assert_eq!(query::<Vec<String>>(&mut con, &["ZPOPMIN", "top"]).await.len(), 0);
+    assert_eq!(query::<i64>(&mut con, &["EXISTS", "top"]).await, 0);
+
+    let (cursor, page): (String, Vec<String>) = query(&mut con, &["ZSCAN", "z", "0", "COUNT", "100"]).await;
+    assert_eq!(cursor, "0");
+    assert_eq!(page[..2], ["a".to_owned(), "1.5".to_owned()]);
+
+    // Errors.
+    for (args, text) in [
+        (&["ZADD", "z", "x", "a"][..], "ERR value is not a valid float"),
+        (&["ZADD", "z", "1", "a", "2"], "ERR syntax error"),
+        (&["ZADD", "z", "NX", "XX", "1", "a"], "ERR XX and NX options at the same time are not compatible"),
+        (&["ZADD", "z", "GT", "LT", "1", "a"], "ERR GT, LT, and/or NX options at the same time are not compatible"),
+        (&["ZADD", "z", "INCR", "1", "a", "2", "b"], "ERR INCR option supports a single increment-element pair"),
+        (&["ZCOUNT", "z", "x", "1"], "ERR min or max is not a float"),
+        (&["ZRANGEBYLEX", "z", "a", "[b"], "ERR min or max not valid string range item"),
+        (&["ZRANGE", "z", "0", "1", "LIMIT", "0", "1"], "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX"),
+        (&["ZRANGE", "z", "x", "1"], "ERR value is not an integer or out of range"),
+        (&["ZADD", "z"], "ERR wrong number of arguments for 'zadd' command"),
+        (&["ZUNIONSTORE", "u", "0", "z"], "ERR at least 1 input key is needed for 'zunionstore' command"),
+    ] {
+        assert_eq!(error(&mut con, args).await, text, "{args:?}");
+    }
+    query::<f64>(&mut con, &["ZADD", "z", "INCR", "+inf", "infinite"]).await;
+    assert_eq!(
+        error(&mut con, &["ZINCRBY", "z", "-inf", "infinite"]).await,
+        "ERR resulting score is not a number (NaN)"
+    );
+    query::<String>(&mut con, &["SET", "str", "v"]).await;
+    for args in [&["ZADD", "str", "1", "a"][..], &["ZRANGE", "str", "0", "-1"], &["ZUNIONSTORE", "u", "1", "str"]] {
+        assert_eq!(error(&mut con, args).await, WRONGTYPE, "{args:?}");
+    }
+    assert_eq!(error(&mut con, &["SADD", "z", "a"]).await, WRONGTYPE);
+
+    // Expiry.
+    assert_eq!(query::<i64>(&mut con, &["PEXPIRE", "z", "200"]).await, 1);
+    common::eventually(Duration::from_secs(10), "the sorted set expires", || {
+        let mut con = con.clone();
+        async move { (query::<i64>(&mut con, &["ZCARD", "z"]).await == 0).then_some(()) }
+    })
+    .await;
+}

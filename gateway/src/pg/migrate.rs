@@ -82,6 +82,7 @@ const FUNCTION_FILES: &[(&str, &str)] = &[
     ("resp_keys", include_str!("../../migrations/functions/resp_keys.sql")),
     ("resp_hash", include_str!("../../migrations/functions/resp_hash.sql")),
     ("resp_set", include_str!("../../migrations/functions/resp_set.sql")),
+    ("resp_zset", include_str!("../../migrations/functions/resp_zset.sql")),
 ];
 
 fn digest(text: &str) -> String {

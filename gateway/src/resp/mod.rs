@@ -16,6 +16,7 @@ mod hash;
 mod lcs;
 mod set;
 mod typed;
+mod zset;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::codec::Reply;
+use super::codec::{Reply, format_double};
 use super::command::{integer, not_an_integer, parse_integer};
 use super::glob;
 use crate::store::{Family, TypedCall, TypedRow};
@@ -19,6 +19,17 @@ pub const MAX_SCAN_COUNT: i64 = 100_000;
 pub enum Shape {
     /// `n`, an integer.
     Int,
+    /// `n`, or nil when NULL (ZRANK of a missing member).
+    IntOrNil,
+    /// The first score, or nil (ZSCORE, ZINCRBY, ZADD INCR).
+    Double,
+    /// The scores, nil where NULL (ZMSCORE).
+    Doubles,
+    /// Members in `items`, scores in `scores`: the members, or with WITHSCORES pairs of both.
+    Scored { with_scores: bool },
+    /// ZPOPMIN/ZPOPMAX: with a count, pairs of member and score; without, one flat pair (or
+    /// an empty array).
+    Popped { count: bool },
     /// `+OK` (HMSET, LSET, LTRIM).
     Ok,
     /// The first item, or nil.
@@ -33,9 +44,13 @@ pub enum Shape {
     Pairs,
     /// HRANDFIELD/SRANDMEMBER without a count: one element or nil.
     Random,
-    /// A SCAN-family page: `n` is the next cursor; items are elements (`pairs`: with their
-    /// values, or scores), filtered by the pattern of MATCH.
-    Scan { pattern: Option<Bytes>, pairs: bool },
+    /// A SCAN-family page: `n` is the next cursor; items are elements (`pairs`: each followed
+    /// by its value; `scored`: each with its score), filtered by the pattern of MATCH.
+    Scan {
+        pattern: Option<Bytes>,
+        pairs: bool,
+        scored: bool,
+    },
 }
 
 /// A typed command: its SQL call and the shape of its reply.
@@ -78,6 +93,24 @@ impl Typed {
         let bulk = |item: Option<Bytes>| item.map_or(Reply::Nil, Reply::Bulk);
         match &self.shape {
             Shape::Int => Reply::Integer(row.n.unwrap_or(0)),
+            Shape::IntOrNil => row.n.map_or(Reply::Nil, Reply::Integer),
+            Shape::Double => double(row.scores.into_iter().next().flatten()),
+            Shape::Doubles => Reply::Array(row.scores.into_iter().map(double).collect()),
+            Shape::Scored { with_scores: false } => Reply::Array(row.items.into_iter().map(bulk).collect()),
+            Shape::Scored { with_scores: true } | Shape::Popped { count: true } => Reply::Pairs(
+                row.items
+                    .into_iter()
+                    .zip(row.scores)
+                    .map(|(member, score)| (bulk(member), double(score)))
+                    .collect(),
+            ),
+            Shape::Popped { count: false } => Reply::Array(
+                row.items
+                    .into_iter()
+                    .zip(row.scores)
+                    .flat_map(|(member, score)| [bulk(member), double(score)])
+                    .collect(),
+            ),
             Shape::Ok => Reply::OK,
             Shape::Bulk => bulk(row.items.into_iter().next().flatten()),
             Shape::Bulks => Reply::Array(row.items.into_iter().map(bulk).collect()),
@@ -90,13 +123,17 @@ impl Typed {
             Shape::Map => Reply::Map(pairs(row.items, bulk)),
             Shape::Pairs => Reply::Pairs(pairs(row.items, bulk)),
             Shape::Random => bulk(row.items.into_iter().next().flatten()),
-            Shape::Scan { pattern, pairs } => {
+            Shape::Scan { pattern, pairs, scored } => {
                 let step = if *pairs { 2 } else { 1 };
                 let mut found = Vec::with_capacity(row.items.len());
-                for chunk in row.items.chunks(step) {
+                for (index, chunk) in row.items.chunks(step).enumerate() {
                     let element = chunk[0].clone().unwrap_or_default();
                     if pattern.as_ref().is_none_or(|pattern| glob::matches(pattern, &element)) {
                         found.extend(chunk.iter().cloned().map(bulk));
+                        if *scored {
+                            let score = row.scores.get(index).copied().flatten().unwrap_or_default();
+                            found.push(Reply::text(&format_double(score)));
+                        }
                     }
                 }
                 Reply::Array(vec![
@@ -106,6 +143,10 @@ impl Typed {
             }
         }
     }
+}
+
+fn double(score: Option<f64>) -> Reply {
+    score.map_or(Reply::Nil, Reply::Double)
 }
 
 fn pairs(items: Vec<Option<Bytes>>, bulk: impl Fn(Option<Bytes>) -> Reply) -> Vec<(Reply, Reply)> {
@@ -122,7 +163,10 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
     if let Some(typed) = super::hash::parse(name, args)? {
         return Ok(Some(typed));
     }
-    super::set::parse(name, args)
+    if let Some(typed) = super::set::parse(name, args)? {
+        return Ok(Some(typed));
+    }
+    super::zset::parse(name, args)
 }
 
 /// A random-element count (HRANDFIELD, SRANDMEMBER): a negative one asks for repeats, and is
