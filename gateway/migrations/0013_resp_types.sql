@@ -11,6 +11,8 @@ CREATE TABLE pgvs3.resp_keys (
     type       "char" NOT NULL CHECK (type IN ('h', 's', 'z', 'l')),
     expires_at timestamptz,
     version    bigint NOT NULL DEFAULT 1,
+    -- A list's length (NULL for other types): LLEN and a push's reply without counting.
+    length     bigint,
     PRIMARY KEY (bucket_id, key)
 );
 -- The reaper's scan for expired keys.
@@ -46,8 +48,9 @@ CREATE TABLE pgvs3.resp_zset (
 );
 CREATE INDEX resp_zset_by_score ON pgvs3.resp_zset (bucket_id, key, score, member);
 
--- Lists: a position per element, ordered; pushes take the position before the first or after
--- the last (one index probe), so both ends are O(log n).
+-- Lists: a position per element, ordered, spaced apart (functions/resp_list.sql); pushes take a
+-- position before the first or after the last (one index probe), so both ends are O(log n),
+-- and LINSERT takes one between two neighbours.
 CREATE TABLE pgvs3.resp_list (
     bucket_id bigint NOT NULL,
     key       text COLLATE "C" NOT NULL,

@@ -604,3 +604,86 @@ async fn sorted_set_commands_answer_as_redis() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn list_commands_answer_as_redis() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    assert_eq!(query::<i64>(&mut con, &["RPUSH", "l", "a", "b", "c"]).await, 3);
+    assert_eq!(query::<i64>(&mut con, &["LPUSH", "l", "y", "z"]).await, 5);
+    assert_eq!(query::<Vec<String>>(&mut con, &["LRANGE", "l", "0", "-1"]).await, ["z", "y", "a", "b", "c"]);
+    assert_eq!(query::<i64>(&mut con, &["LPUSHX", "none", "a"]).await, 0);
+    assert_eq!(query::<i64>(&mut con, &["RPUSHX", "l", "d"]).await, 6);
+    assert_eq!(query::<i64>(&mut con, &["LLEN", "l"]).await, 6);
+    assert_eq!(query::<i64>(&mut con, &["LLEN", "none"]).await, 0);
+    assert_eq!(query::<Vec<String>>(&mut con, &["LRANGE", "l", "-3", "100"]).await, ["b", "c", "d"]);
+    assert_eq!(query::<Vec<String>>(&mut con, &["LRANGE", "l", "4", "2"]).await.len(), 0);
+    assert_eq!(query::<Option<String>>(&mut con, &["LINDEX", "l", "1"]).await, Some("y".into()));
+    assert_eq!(query::<Option<String>>(&mut con, &["LINDEX", "l", "-1"]).await, Some("d".into()));
+    assert_eq!(query::<Option<String>>(&mut con, &["LINDEX", "l", "99"]).await, None);
+    assert_eq!(query::<String>(&mut con, &["LSET", "l", "-2", "C"]).await, "OK");
+    assert_eq!(error(&mut con, &["LSET", "l", "99", "x"]).await, "ERR index out of range");
+    assert_eq!(error(&mut con, &["LSET", "none", "0", "x"]).await, "ERR no such key");
+    assert_eq!(query::<String>(&mut con, &["LPOP", "l"]).await, "z");
+    assert_eq!(query::<String>(&mut con, &["RPOP", "l"]).await, "d");
+    assert_eq!(query::<Vec<String>>(&mut con, &["LPOP", "l", "2"]).await, ["y", "a"]);
+    assert_eq!(query::<Option<String>>(&mut con, &["LPOP", "none"]).await, None);
+    let missing: redis::Value = query(&mut con, &["LPOP", "none", "2"]).await;
+    assert_eq!(missing, redis::Value::Nil, "a count on a missing list: the null array");
+    // l: b C
+    assert_eq!(query::<i64>(&mut con, &["LINSERT", "l", "BEFORE", "C", "x"]).await, 3);
+    assert_eq!(query::<i64>(&mut con, &["LINSERT", "l", "AFTER", "C", "w"]).await, 4);
+    assert_eq!(query::<i64>(&mut con, &["LINSERT", "l", "AFTER", "nothing", "w"]).await, -1);
+    assert_eq!(query::<i64>(&mut con, &["LINSERT", "none", "AFTER", "a", "w"]).await, 0);
+    // Many inserts at one place: the positions run out of room and the list is renumbered.
+    for i in 0..30 {
+        query::<i64>(&mut con, &["LINSERT", "l", "BEFORE", "C", &format!("i{i}")]).await;
+    }
+    let all: Vec<String> = query(&mut con, &["LRANGE", "l", "0", "-1"]).await;
+    assert_eq!(all.len(), 34);
+    assert_eq!(all[..3], ["b", "x", "i0"]);
+    assert_eq!(all[31..], ["i29", "C", "w"]);
+    assert_eq!(query::<String>(&mut con, &["LTRIM", "l", "1", "-3"]).await, "OK");
+    assert_eq!(query::<i64>(&mut con, &["LLEN", "l"]).await, 31);
+    query::<String>(&mut con, &["LTRIM", "l", "0", "0"]).await;
+    assert_eq!(query::<Vec<String>>(&mut con, &["LRANGE", "l", "0", "-1"]).await, ["x"]);
+
+    query::<i64>(&mut con, &["RPUSH", "r", "a", "b", "a", "c", "a"]).await;
+    assert_eq!(query::<Option<i64>>(&mut con, &["LPOS", "r", "a"]).await, Some(0));
+    assert_eq!(query::<Option<i64>>(&mut con, &["LPOS", "r", "a", "RANK", "2"]).await, Some(2));
+    assert_eq!(query::<Option<i64>>(&mut con, &["LPOS", "r", "a", "RANK", "-1"]).await, Some(4));
+    assert_eq!(query::<Vec<i64>>(&mut con, &["LPOS", "r", "a", "COUNT", "0"]).await, [0, 2, 4]);
+    assert_eq!(query::<Vec<i64>>(&mut con, &["LPOS", "r", "a", "COUNT", "2", "RANK", "-1"]).await, [4, 2]);
+    assert_eq!(query::<Vec<i64>>(&mut con, &["LPOS", "r", "a", "COUNT", "0", "MAXLEN", "3"]).await, [0, 2]);
+    assert_eq!(query::<Option<i64>>(&mut con, &["LPOS", "r", "zz"]).await, None);
+    assert!(error(&mut con, &["LPOS", "r", "a", "RANK", "0"]).await.starts_with("ERR RANK can't be zero"));
+    assert_eq!(query::<i64>(&mut con, &["LREM", "r", "-2", "a"]).await, 2);
+    assert_eq!(query::<Vec<String>>(&mut con, &["LRANGE", "r", "0", "-1"]).await, ["a", "b", "c"]);
+    assert_eq!(query::<i64>(&mut con, &["LREM", "r", "0", "a"]).await, 1);
+
+    assert_eq!(query::<String>(&mut con, &["LMOVE", "r", "dst", "LEFT", "RIGHT"]).await, "b");
+    assert_eq!(query::<String>(&mut con, &["RPOPLPUSH", "r", "dst"]).await, "c");
+    assert_eq!(query::<Vec<String>>(&mut con, &["LRANGE", "dst", "0", "-1"]).await, ["c", "b"]);
+    assert_eq!(query::<i64>(&mut con, &["EXISTS", "r"]).await, 0, "the emptied source is gone");
+    assert_eq!(query::<Option<String>>(&mut con, &["RPOPLPUSH", "r", "dst"]).await, None);
+    assert_eq!(query::<String>(&mut con, &["LMOVE", "dst", "dst", "RIGHT", "LEFT"]).await, "b", "rotation");
+    assert_eq!(query::<Vec<String>>(&mut con, &["LRANGE", "dst", "0", "-1"]).await, ["b", "c"]);
+
+    query::<String>(&mut con, &["SET", "str", "v"]).await;
+    for args in [&["LPUSH", "str", "a"][..], &["LRANGE", "str", "0", "-1"], &["LMOVE", "dst", "str", "LEFT", "LEFT"]] {
+        assert_eq!(error(&mut con, args).await, WRONGTYPE, "{args:?}");
+    }
+    assert_eq!(error(&mut con, &["GET", "dst"]).await, WRONGTYPE);
+    assert_eq!(error(&mut con, &["LPOP", "dst", "-1"]).await, "ERR value is out of range, must be positive");
+    assert_eq!(error(&mut con, &["LINDEX", "dst", "x"]).await, "ERR value is not an integer or out of range");
+    assert_eq!(error(&mut con, &["LPUSH", "dst"]).await, "ERR wrong number of arguments for 'lpush' command");
+    assert_eq!(query::<String>(&mut con, &["TYPE", "dst"]).await, "list");
+
+    assert_eq!(query::<i64>(&mut con, &["PEXPIRE", "dst", "200"]).await, 1);
+    common::eventually(Duration::from_secs(10), "the list expires", || {
+        let mut con = con.clone();
+        async move { (query::<i64>(&mut con, &["LLEN", "dst"]).await == 0).then_some(()) }
+    })
+    .await;
+    assert_eq!(query::<i64>(&mut con, &["RPUSH", "dst", "fresh"]).await, 1, "a new list after expiry");
+}

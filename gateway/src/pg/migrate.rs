@@ -83,6 +83,7 @@ const FUNCTION_FILES: &[(&str, &str)] = &[
     ("resp_hash", include_str!("../../migrations/functions/resp_hash.sql")),
     ("resp_set", include_str!("../../migrations/functions/resp_set.sql")),
     ("resp_zset", include_str!("../../migrations/functions/resp_zset.sql")),
+    ("resp_list", include_str!("../../migrations/functions/resp_list.sql")),
 ];
 
 fn digest(text: &str) -> String {

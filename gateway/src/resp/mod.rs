@@ -14,6 +14,7 @@ mod group_commit;
 mod keys;
 mod hash;
 mod lcs;
+mod list;
 mod set;
 mod typed;
 mod zset;

@@ -36,8 +36,12 @@ pub enum Shape {
     Bulk,
     /// The items, nil where NULL.
     Bulks,
-    /// The scores as integers (SMISMEMBER's 1 or 0 per member).
+    /// The scores as integers (SMISMEMBER's 1 or 0 per member, LPOS's indexes).
     Ints,
+    /// The first score as an integer, or nil (LPOS without COUNT).
+    FirstInt,
+    /// LPOP/RPOP with a count: the items, or the null array when the list did not exist.
+    ListPop,
     /// The items as field-value pairs: a map in RESP3 (HGETALL).
     Map,
     /// The items as pairs: nested pairs in RESP3, a flat array in RESP2 (HRANDFIELD WITHVALUES).
@@ -94,6 +98,14 @@ impl Typed {
         match &self.shape {
             Shape::Int => Reply::Integer(row.n.unwrap_or(0)),
             Shape::IntOrNil => row.n.map_or(Reply::Nil, Reply::Integer),
+            Shape::FirstInt => row
+                .scores
+                .first()
+                .copied()
+                .flatten()
+                .map_or(Reply::Nil, |index| Reply::Integer(index as i64)),
+            Shape::ListPop if row.n.is_none() => Reply::NilArray,
+            Shape::ListPop => Reply::Array(row.items.into_iter().map(bulk).collect()),
             Shape::Double => double(row.scores.into_iter().next().flatten()),
             Shape::Doubles => Reply::Array(row.scores.into_iter().map(double).collect()),
             Shape::Scored { with_scores: false } => Reply::Array(row.items.into_iter().map(bulk).collect()),
@@ -166,7 +178,10 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
     if let Some(typed) = super::set::parse(name, args)? {
         return Ok(Some(typed));
     }
-    super::zset::parse(name, args)
+    if let Some(typed) = super::zset::parse(name, args)? {
+        return Ok(Some(typed));
+    }
+    super::list::parse(name, args)
 }
 
 /// A random-element count (HRANDFIELD, SRANDMEMBER): a negative one asks for repeats, and is
