@@ -47,8 +47,15 @@ async fn hash_commands_answer_as_redis() {
     let gateway = TestGateway::with_resp(&[]).await;
     let mut con = connect(&gateway).await;
 
-    assert_eq!(query::<i64>(&mut con, &["HSET", "h", "a", "1", "b", "2", "a", "3"]).await, 2);
-    assert_eq!(query::<String>(&mut con, &["HGET", "h", "a"]).await, "3", "the last value wins");
+    assert_eq!(
+        query::<i64>(&mut con, &["HSET", "h", "a", "1", "b", "2", "a", "3"]).await,
+        2
+    );
+    assert_eq!(
+        query::<String>(&mut con, &["HGET", "h", "a"]).await,
+        "3",
+        "the last value wins"
+    );
     assert_eq!(query::<i64>(&mut con, &["HSET", "h", "a", "4", "c", "5"]).await, 1);
     assert_eq!(query::<String>(&mut con, &["HMSET", "h", "d", "6"]).await, "OK");
     assert_eq!(query::<Option<String>>(&mut con, &["HGET", "h", "missing"]).await, None);
@@ -83,10 +90,22 @@ async fn hash_commands_answer_as_redis() {
     // HINCRBY and HINCRBYFLOAT.
     assert_eq!(query::<i64>(&mut con, &["HINCRBY", "h", "n", "5"]).await, 5);
     assert_eq!(query::<i64>(&mut con, &["HINCRBY", "h", "n", "-7"]).await, -2);
-    assert_eq!(query::<String>(&mut con, &["HINCRBYFLOAT", "h", "f", "10.5"]).await, "10.5");
-    assert_eq!(query::<String>(&mut con, &["HINCRBYFLOAT", "h", "f", "0.1"]).await, "10.6");
-    assert_eq!(query::<String>(&mut con, &["HINCRBYFLOAT", "h", "n", "1.5"]).await, "-0.5");
-    assert_eq!(query::<String>(&mut con, &["HINCRBYFLOAT", "h", "f", "-10.6"]).await, "0");
+    assert_eq!(
+        query::<String>(&mut con, &["HINCRBYFLOAT", "h", "f", "10.5"]).await,
+        "10.5"
+    );
+    assert_eq!(
+        query::<String>(&mut con, &["HINCRBYFLOAT", "h", "f", "0.1"]).await,
+        "10.6"
+    );
+    assert_eq!(
+        query::<String>(&mut con, &["HINCRBYFLOAT", "h", "n", "1.5"]).await,
+        "-0.5"
+    );
+    assert_eq!(
+        query::<String>(&mut con, &["HINCRBYFLOAT", "h", "f", "-10.6"]).await,
+        "0"
+    );
 
     // HRANDFIELD: one, distinct up to the size, repeats with a negative count, with values.
     let one: String = query(&mut con, &["HRANDFIELD", "h"]).await;
@@ -99,7 +118,12 @@ async fn hash_commands_answer_as_redis() {
     assert_eq!(with_values.len(), 4);
     assert_eq!(query::<Vec<String>>(&mut con, &["HRANDFIELD", "h", "0"]).await.len(), 0);
     assert_eq!(query::<Option<String>>(&mut con, &["HRANDFIELD", "nohash"]).await, None);
-    assert_eq!(query::<Vec<String>>(&mut con, &["HRANDFIELD", "nohash", "3"]).await.len(), 0);
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["HRANDFIELD", "nohash", "3"])
+            .await
+            .len(),
+        0
+    );
 
     // HSCAN walks every field, page by page, and MATCH filters.
     for i in 0..25 {
@@ -118,7 +142,8 @@ async fn hash_commands_answer_as_redis() {
         }
     }
     assert_eq!(seen.len(), 25);
-    let (_, page): (String, Vec<String>) = query(&mut con, &["HSCAN", "big", "0", "MATCH", "field:1*", "COUNT", "100"]).await;
+    let (_, page): (String, Vec<String>) =
+        query(&mut con, &["HSCAN", "big", "0", "MATCH", "field:1*", "COUNT", "100"]).await;
     assert_eq!(page.len(), 2 * 11, "field:1 and field:10..19");
 
     // Deleting the last field deletes the key.
@@ -133,7 +158,11 @@ async fn hash_errors_are_redis_texts() {
     let gateway = TestGateway::with_resp(&[]).await;
     let mut con = connect(&gateway).await;
     query::<String>(&mut con, &["SET", "s", "text"]).await;
-    query::<i64>(&mut con, &["HSET", "h", "text", "abc", "big", "9223372036854775807", "inf", "1e5"]).await;
+    query::<i64>(
+        &mut con,
+        &["HSET", "h", "text", "abc", "big", "9223372036854775807", "inf", "1e5"],
+    )
+    .await;
 
     // WRONGTYPE both ways.
     for args in [
@@ -203,7 +232,10 @@ async fn hash_errors_are_redis_texts() {
         error(&mut con, &["HINCRBYFLOAT", "h", "f", "+inf"]).await,
         "ERR increment would produce NaN or Infinity"
     );
-    assert_eq!(query::<String>(&mut con, &["HINCRBYFLOAT", "h", "inf", "0.5"]).await, "100000.5");
+    assert_eq!(
+        query::<String>(&mut con, &["HINCRBYFLOAT", "h", "inf", "0.5"]).await,
+        "100000.5"
+    );
     assert!(
         error(&mut con, &["HRANDFIELD", "h", "-9223372036854770000"])
             .await
@@ -214,7 +246,10 @@ async fn hash_errors_are_redis_texts() {
         "ERR syntax error"
     );
     // The hash is unchanged by the refusals.
-    assert_eq!(query::<String>(&mut con, &["HGET", "h", "big"]).await, "9223372036854775807");
+    assert_eq!(
+        query::<String>(&mut con, &["HGET", "h", "big"]).await,
+        "9223372036854775807"
+    );
 }
 
 #[tokio::test]
@@ -229,8 +264,14 @@ async fn the_keyspace_commands_work_across_types() {
     assert_eq!(query::<String>(&mut con, &["TYPE", "nothing"]).await, "none");
     assert_eq!(query::<i64>(&mut con, &["EXISTS", "str", "hash", "nothing"]).await, 2);
     assert_eq!(query::<i64>(&mut con, &["DBSIZE"]).await, 2);
-    assert_eq!(query::<String>(&mut con, &["OBJECT", "ENCODING", "hash"]).await, "hashtable");
-    assert_eq!(query::<String>(&mut con, &["OBJECT", "ENCODING", "str"]).await, "embstr");
+    assert_eq!(
+        query::<String>(&mut con, &["OBJECT", "ENCODING", "hash"]).await,
+        "hashtable"
+    );
+    assert_eq!(
+        query::<String>(&mut con, &["OBJECT", "ENCODING", "str"]).await,
+        "embstr"
+    );
 
     // SCAN sees both, and TYPE filters.
     let (_, keys): (String, Vec<String>) = query(&mut con, &["SCAN", "0", "COUNT", "100"]).await;
@@ -257,11 +298,12 @@ async fn the_keyspace_commands_work_across_types() {
     assert_eq!(query::<i64>(&mut con, &["COPY", "moved", "str", "REPLACE"]).await, 1);
     assert_eq!(query::<String>(&mut con, &["TYPE", "str"]).await, "hash");
     assert_eq!(query::<i64>(&mut con, &["HSET", "copy", "f", "changed"]).await, 0);
-    assert_eq!(query::<String>(&mut con, &["HGET", "moved", "f"]).await, "v", "a copy is its own");
     assert_eq!(
-        error(&mut con, &["RENAME", "nothing", "x"]).await,
-        "ERR no such key"
+        query::<String>(&mut con, &["HGET", "moved", "f"]).await,
+        "v",
+        "a copy is its own"
     );
+    assert_eq!(error(&mut con, &["RENAME", "nothing", "x"]).await, "ERR no such key");
     // A string over a hash: SET replaces it, RENAME of a string onto it too.
     assert_eq!(query::<String>(&mut con, &["SET", "copy", "now a string"]).await, "OK");
     assert_eq!(query::<String>(&mut con, &["TYPE", "copy"]).await, "string");
@@ -392,7 +434,10 @@ async fn set_commands_answer_as_redis() {
     assert_eq!(query::<Vec<String>>(&mut con, &["SMEMBERS", "none"]).await.len(), 0);
     assert_eq!(query::<i64>(&mut con, &["SISMEMBER", "s", "a"]).await, 1);
     assert_eq!(query::<i64>(&mut con, &["SISMEMBER", "s", "z"]).await, 0);
-    assert_eq!(query::<Vec<i64>>(&mut con, &["SMISMEMBER", "s", "a", "z", "d"]).await, [1, 0, 1]);
+    assert_eq!(
+        query::<Vec<i64>>(&mut con, &["SMISMEMBER", "s", "a", "z", "d"]).await,
+        [1, 0, 1]
+    );
     assert_eq!(query::<i64>(&mut con, &["SREM", "s", "d", "z"]).await, 1);
     query::<i64>(&mut con, &["SADD", "t", "b", "c", "x"]).await;
     query::<i64>(&mut con, &["SADD", "u", "c", "y"]).await;
@@ -406,13 +451,19 @@ async fn set_commands_answer_as_redis() {
     assert_eq!(sorted(query(&mut con, &["SDIFF", "s", "t"]).await), ["a"]);
     assert_eq!(query::<Vec<String>>(&mut con, &["SDIFF", "s", "s"]).await.len(), 0);
     assert_eq!(query::<i64>(&mut con, &["SINTERCARD", "2", "s", "t"]).await, 2);
-    assert_eq!(query::<i64>(&mut con, &["SINTERCARD", "2", "s", "t", "LIMIT", "1"]).await, 1);
+    assert_eq!(
+        query::<i64>(&mut con, &["SINTERCARD", "2", "s", "t", "LIMIT", "1"]).await,
+        1
+    );
     assert_eq!(
         error(&mut con, &["SINTERCARD", "0", "s"]).await,
         "ERR numkeys should be greater than 0"
     );
     assert_eq!(query::<i64>(&mut con, &["SUNIONSTORE", "dest", "s", "t"]).await, 4);
-    assert_eq!(sorted(query(&mut con, &["SMEMBERS", "dest"]).await), ["a", "b", "c", "x"]);
+    assert_eq!(
+        sorted(query(&mut con, &["SMEMBERS", "dest"]).await),
+        ["a", "b", "c", "x"]
+    );
     // A *STORE destination of another type is replaced; an empty result deletes it.
     query::<String>(&mut con, &["SET", "str", "v"]).await;
     assert_eq!(query::<i64>(&mut con, &["SINTERSTORE", "str", "s", "t"]).await, 2);
@@ -425,14 +476,27 @@ async fn set_commands_answer_as_redis() {
     assert_eq!(query::<Vec<String>>(&mut con, &["SMEMBERS", "moved"]).await, ["a"]);
     let one: String = query(&mut con, &["SRANDMEMBER", "s"]).await;
     assert!(["b", "c"].contains(&one.as_str()));
-    assert_eq!(query::<Vec<String>>(&mut con, &["SRANDMEMBER", "s", "10"]).await.len(), 2);
-    assert_eq!(query::<Vec<String>>(&mut con, &["SRANDMEMBER", "s", "-10"]).await.len(), 10);
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["SRANDMEMBER", "s", "10"]).await.len(),
+        2
+    );
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["SRANDMEMBER", "s", "-10"]).await.len(),
+        10
+    );
     assert_eq!(query::<Option<String>>(&mut con, &["SRANDMEMBER", "none"]).await, None);
     let popped: Vec<String> = query(&mut con, &["SPOP", "s", "5"]).await;
     assert_eq!(sorted(popped), ["b", "c"]);
-    assert_eq!(query::<i64>(&mut con, &["EXISTS", "s"]).await, 0, "popped empty, the set is gone");
+    assert_eq!(
+        query::<i64>(&mut con, &["EXISTS", "s"]).await,
+        0,
+        "popped empty, the set is gone"
+    );
     assert_eq!(query::<Option<String>>(&mut con, &["SPOP", "s"]).await, None);
-    assert_eq!(query::<Option<String>>(&mut con, &["SPOP", "moved"]).await, Some("a".into()));
+    assert_eq!(
+        query::<Option<String>>(&mut con, &["SPOP", "moved"]).await,
+        Some("a".into())
+    );
 
     for i in 0..30 {
         query::<i64>(&mut con, &["SADD", "big", &format!("m{i}")]).await;
@@ -483,15 +547,33 @@ async fn set_commands_answer_as_redis() {
 async fn sorted_set_commands_answer_as_redis() {
     let gateway = TestGateway::with_resp(&[]).await;
     let mut con = connect(&gateway).await;
-    assert_eq!(query::<i64>(&mut con, &["ZADD", "z", "1", "a", "2", "b", "3", "c"]).await, 3);
+    assert_eq!(
+        query::<i64>(&mut con, &["ZADD", "z", "1", "a", "2", "b", "3", "c"]).await,
+        3
+    );
     assert_eq!(query::<i64>(&mut con, &["ZADD", "z", "2.5", "b", "4", "d"]).await, 1);
-    assert_eq!(query::<i64>(&mut con, &["ZADD", "z", "CH", "2", "b", "5", "e"]).await, 2);
-    assert_eq!(query::<i64>(&mut con, &["ZADD", "z", "NX", "9", "a", "6", "f"]).await, 1);
-    assert_eq!(query::<i64>(&mut con, &["ZADD", "z", "XX", "CH", "1.5", "a", "7", "new"]).await, 1);
-    assert_eq!(query::<i64>(&mut con, &["ZADD", "z", "GT", "CH", "1", "a", "8", "f"]).await, 1);
+    assert_eq!(
+        query::<i64>(&mut con, &["ZADD", "z", "CH", "2", "b", "5", "e"]).await,
+        2
+    );
+    assert_eq!(
+        query::<i64>(&mut con, &["ZADD", "z", "NX", "9", "a", "6", "f"]).await,
+        1
+    );
+    assert_eq!(
+        query::<i64>(&mut con, &["ZADD", "z", "XX", "CH", "1.5", "a", "7", "new"]).await,
+        1
+    );
+    assert_eq!(
+        query::<i64>(&mut con, &["ZADD", "z", "GT", "CH", "1", "a", "8", "f"]).await,
+        1
+    );
     assert_eq!(query::<i64>(&mut con, &["ZADD", "z", "LT", "CH", "9", "c"]).await, 0);
     assert_eq!(query::<f64>(&mut con, &["ZADD", "z", "INCR", "10", "a"]).await, 11.5);
-    assert_eq!(query::<Option<f64>>(&mut con, &["ZADD", "z", "NX", "INCR", "1", "a"]).await, None);
+    assert_eq!(
+        query::<Option<f64>>(&mut con, &["ZADD", "z", "NX", "INCR", "1", "a"]).await,
+        None
+    );
     assert_eq!(query::<f64>(&mut con, &["ZINCRBY", "z", "-10", "a"]).await, 1.5);
     assert_eq!(query::<f64>(&mut con, &["ZINCRBY", "z", "2", "fresh"]).await, 2.0);
     assert_eq!(query::<i64>(&mut con, &["ZREM", "z", "fresh", "nothing"]).await, 1);
@@ -521,31 +603,56 @@ async fn sorted_set_commands_answer_as_redis() {
     };
     assert_eq!(range(&["ZRANGE", "z", "0", "2"]).await, ["a", "b", "c"]);
     assert_eq!(range(&["ZRANGE", "z", "-2", "-1"]).await, ["e", "f"]);
-    assert_eq!(range(&["ZRANGE", "z", "0", "1", "WITHSCORES"]).await, ["a", "1.5", "b", "2"]);
+    assert_eq!(
+        range(&["ZRANGE", "z", "0", "1", "WITHSCORES"]).await,
+        ["a", "1.5", "b", "2"]
+    );
     assert_eq!(range(&["ZRANGE", "z", "0", "1", "REV"]).await, ["f", "e"]);
     assert_eq!(range(&["ZRANGE", "z", "2", "(5", "BYSCORE"]).await, ["b", "c", "d"]);
-    assert_eq!(range(&["ZRANGE", "z", "5", "2", "BYSCORE", "REV", "LIMIT", "1", "2"]).await, ["d", "c"]);
-    assert_eq!(range(&["ZRANGEBYSCORE", "z", "(1.5", "3", "WITHSCORES"]).await, ["b", "2", "c", "3"]);
-    assert_eq!(range(&["ZRANGEBYSCORE", "z", "-inf", "+inf", "LIMIT", "4", "10"]).await, ["e", "f"]);
+    assert_eq!(
+        range(&["ZRANGE", "z", "5", "2", "BYSCORE", "REV", "LIMIT", "1", "2"]).await,
+        ["d", "c"]
+    );
+    assert_eq!(
+        range(&["ZRANGEBYSCORE", "z", "(1.5", "3", "WITHSCORES"]).await,
+        ["b", "2", "c", "3"]
+    );
+    assert_eq!(
+        range(&["ZRANGEBYSCORE", "z", "-inf", "+inf", "LIMIT", "4", "10"]).await,
+        ["e", "f"]
+    );
     assert_eq!(range(&["ZREVRANGEBYSCORE", "z", "+inf", "4"]).await, ["f", "e", "d"]);
     assert_eq!(range(&["ZREVRANGE", "z", "0", "0", "WITHSCORES"]).await, ["f", "8"]);
     assert_eq!(range(&["ZRANGE", "z", "5", "1"]).await.len(), 0);
     assert_eq!(range(&["ZRANGE", "none", "0", "-1"]).await.len(), 0);
 
     // By lex, on equal scores.
-    query::<i64>(&mut con, &["ZADD", "lex", "0", "a", "0", "b", "0", "c", "0", "d", "0", "e"]).await;
+    query::<i64>(
+        &mut con,
+        &["ZADD", "lex", "0", "a", "0", "b", "0", "c", "0", "d", "0", "e"],
+    )
+    .await;
     assert_eq!(range(&["ZRANGEBYLEX", "lex", "-", "[c"]).await, ["a", "b", "c"]);
     assert_eq!(range(&["ZRANGEBYLEX", "lex", "(a", "(c"]).await, ["b"]);
     assert_eq!(range(&["ZREVRANGEBYLEX", "lex", "+", "[d"]).await, ["e", "d"]);
-    assert_eq!(range(&["ZRANGE", "lex", "[b", "+", "BYLEX", "LIMIT", "1", "2"]).await, ["c", "d"]);
+    assert_eq!(
+        range(&["ZRANGE", "lex", "[b", "+", "BYLEX", "LIMIT", "1", "2"]).await,
+        ["c", "d"]
+    );
     assert_eq!(query::<i64>(&mut con, &["ZLEXCOUNT", "lex", "[b", "[d"]).await, 3);
     assert_eq!(query::<i64>(&mut con, &["ZREMRANGEBYLEX", "lex", "[a", "(c"]).await, 2);
     assert_eq!(query::<i64>(&mut con, &["ZREMRANGEBYRANK", "lex", "0", "0"]).await, 1);
-    assert_eq!(query::<i64>(&mut con, &["ZREMRANGEBYSCORE", "lex", "-inf", "inf"]).await, 2);
+    assert_eq!(
+        query::<i64>(&mut con, &["ZREMRANGEBYSCORE", "lex", "-inf", "inf"]).await,
+        2
+    );
     assert_eq!(query::<i64>(&mut con, &["EXISTS", "lex"]).await, 0);
 
     // Stores.
-    assert_eq!(query::<i64>(&mut con, &["ZRANGESTORE", "top", "z", "0", "2", "REV"]).await, 3);
+    assert_eq!(
+        query::<i64>(&mut con, &["ZRANGESTORE", "top", "z", "0", "2", "REV"]).await,
+        3
+    );
     assert_eq!(range(&["ZRANGE", "top", "0", "-1"]).await, ["d", "e", "f"]);
     query::<i64>(&mut con, &["SADD", "plain", "a", "f"]).await;
     assert_eq!(
@@ -557,10 +664,16 @@ async fn sorted_set_commands_answer_as_redis() {
         query::<i64>(&mut con, &["ZINTERSTORE", "i", "2", "z", "plain", "AGGREGATE", "MAX"]).await,
         2
     );
-    assert_eq!(range(&["ZRANGE", "i", "0", "-1", "WITHSCORES"]).await, ["a", "1.5", "f", "8"]);
+    assert_eq!(
+        range(&["ZRANGE", "i", "0", "-1", "WITHSCORES"]).await,
+        ["a", "1.5", "f", "8"]
+    );
 
     // Pops.
-    assert_eq!(query::<(String, f64)>(&mut con, &["ZPOPMIN", "top"]).await, ("d".into(), 4.0));
+    assert_eq!(
+        query::<(String, f64)>(&mut con, &["ZPOPMIN", "top"]).await,
+        ("d".into(), 4.0)
+    );
     assert_eq!(range(&["ZPOPMAX", "top", "5"]).await, ["f", "8", "e", "5"]);
     assert_eq!(query::<Vec<String>>(&mut con, &["ZPOPMIN", "top"]).await.len(), 0);
     assert_eq!(query::<i64>(&mut con, &["EXISTS", "top"]).await, 0);
@@ -573,15 +686,36 @@ async fn sorted_set_commands_answer_as_redis() {
     for (args, text) in [
         (&["ZADD", "z", "x", "a"][..], "ERR value is not a valid float"),
         (&["ZADD", "z", "1", "a", "2"], "ERR syntax error"),
-        (&["ZADD", "z", "NX", "XX", "1", "a"], "ERR XX and NX options at the same time are not compatible"),
-        (&["ZADD", "z", "GT", "LT", "1", "a"], "ERR GT, LT, and/or NX options at the same time are not compatible"),
-        (&["ZADD", "z", "INCR", "1", "a", "2", "b"], "ERR INCR option supports a single increment-element pair"),
+        (
+            &["ZADD", "z", "NX", "XX", "1", "a"],
+            "ERR XX and NX options at the same time are not compatible",
+        ),
+        (
+            &["ZADD", "z", "GT", "LT", "1", "a"],
+            "ERR GT, LT, and/or NX options at the same time are not compatible",
+        ),
+        (
+            &["ZADD", "z", "INCR", "1", "a", "2", "b"],
+            "ERR INCR option supports a single increment-element pair",
+        ),
         (&["ZCOUNT", "z", "x", "1"], "ERR min or max is not a float"),
-        (&["ZRANGEBYLEX", "z", "a", "[b"], "ERR min or max not valid string range item"),
-        (&["ZRANGE", "z", "0", "1", "LIMIT", "0", "1"], "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX"),
-        (&["ZRANGE", "z", "x", "1"], "ERR value is not an integer or out of range"),
+        (
+            &["ZRANGEBYLEX", "z", "a", "[b"],
+            "ERR min or max not valid string range item",
+        ),
+        (
+            &["ZRANGE", "z", "0", "1", "LIMIT", "0", "1"],
+            "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
+        ),
+        (
+            &["ZRANGE", "z", "x", "1"],
+            "ERR value is not an integer or out of range",
+        ),
         (&["ZADD", "z"], "ERR wrong number of arguments for 'zadd' command"),
-        (&["ZUNIONSTORE", "u", "0", "z"], "ERR at least 1 input key is needed for 'zunionstore' command"),
+        (
+            &["ZUNIONSTORE", "u", "0", "z"],
+            "ERR at least 1 input key is needed for 'zunionstore' command",
+        ),
     ] {
         assert_eq!(error(&mut con, args).await, text, "{args:?}");
     }
@@ -591,7 +725,11 @@ async fn sorted_set_commands_answer_as_redis() {
         "ERR resulting score is not a number (NaN)"
     );
     query::<String>(&mut con, &["SET", "str", "v"]).await;
-    for args in [&["ZADD", "str", "1", "a"][..], &["ZRANGE", "str", "0", "-1"], &["ZUNIONSTORE", "u", "1", "str"]] {
+    for args in [
+        &["ZADD", "str", "1", "a"][..],
+        &["ZRANGE", "str", "0", "-1"],
+        &["ZUNIONSTORE", "u", "1", "str"],
+    ] {
         assert_eq!(error(&mut con, args).await, WRONGTYPE, "{args:?}");
     }
     assert_eq!(error(&mut con, &["SADD", "z", "a"]).await, WRONGTYPE);
@@ -611,18 +749,36 @@ async fn list_commands_answer_as_redis() {
     let mut con = connect(&gateway).await;
     assert_eq!(query::<i64>(&mut con, &["RPUSH", "l", "a", "b", "c"]).await, 3);
     assert_eq!(query::<i64>(&mut con, &["LPUSH", "l", "y", "z"]).await, 5);
-    assert_eq!(query::<Vec<String>>(&mut con, &["LRANGE", "l", "0", "-1"]).await, ["z", "y", "a", "b", "c"]);
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["LRANGE", "l", "0", "-1"]).await,
+        ["z", "y", "a", "b", "c"]
+    );
     assert_eq!(query::<i64>(&mut con, &["LPUSHX", "none", "a"]).await, 0);
     assert_eq!(query::<i64>(&mut con, &["RPUSHX", "l", "d"]).await, 6);
     assert_eq!(query::<i64>(&mut con, &["LLEN", "l"]).await, 6);
     assert_eq!(query::<i64>(&mut con, &["LLEN", "none"]).await, 0);
-    assert_eq!(query::<Vec<String>>(&mut con, &["LRANGE", "l", "-3", "100"]).await, ["b", "c", "d"]);
-    assert_eq!(query::<Vec<String>>(&mut con, &["LRANGE", "l", "4", "2"]).await.len(), 0);
-    assert_eq!(query::<Option<String>>(&mut con, &["LINDEX", "l", "1"]).await, Some("y".into()));
-    assert_eq!(query::<Option<String>>(&mut con, &["LINDEX", "l", "-1"]).await, Some("d".into()));
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["LRANGE", "l", "-3", "100"]).await,
+        ["b", "c", "d"]
+    );
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["LRANGE", "l", "4", "2"]).await.len(),
+        0
+    );
+    assert_eq!(
+        query::<Option<String>>(&mut con, &["LINDEX", "l", "1"]).await,
+        Some("y".into())
+    );
+    assert_eq!(
+        query::<Option<String>>(&mut con, &["LINDEX", "l", "-1"]).await,
+        Some("d".into())
+    );
     assert_eq!(query::<Option<String>>(&mut con, &["LINDEX", "l", "99"]).await, None);
     assert_eq!(query::<String>(&mut con, &["LSET", "l", "-2", "C"]).await, "OK");
-    assert_eq!(error(&mut con, &["LSET", "l", "99", "x"]).await, "ERR index out of range");
+    assert_eq!(
+        error(&mut con, &["LSET", "l", "99", "x"]).await,
+        "ERR index out of range"
+    );
     assert_eq!(error(&mut con, &["LSET", "none", "0", "x"]).await, "ERR no such key");
     assert_eq!(query::<String>(&mut con, &["LPOP", "l"]).await, "z");
     assert_eq!(query::<String>(&mut con, &["RPOP", "l"]).await, "d");
@@ -633,7 +789,10 @@ async fn list_commands_answer_as_redis() {
     // l: b C
     assert_eq!(query::<i64>(&mut con, &["LINSERT", "l", "BEFORE", "C", "x"]).await, 3);
     assert_eq!(query::<i64>(&mut con, &["LINSERT", "l", "AFTER", "C", "w"]).await, 4);
-    assert_eq!(query::<i64>(&mut con, &["LINSERT", "l", "AFTER", "nothing", "w"]).await, -1);
+    assert_eq!(
+        query::<i64>(&mut con, &["LINSERT", "l", "AFTER", "nothing", "w"]).await,
+        -1
+    );
     assert_eq!(query::<i64>(&mut con, &["LINSERT", "none", "AFTER", "a", "w"]).await, 0);
     // Many inserts at one place: the positions run out of room and the list is renumbered.
     for i in 0..30 {
@@ -650,33 +809,88 @@ async fn list_commands_answer_as_redis() {
 
     query::<i64>(&mut con, &["RPUSH", "r", "a", "b", "a", "c", "a"]).await;
     assert_eq!(query::<Option<i64>>(&mut con, &["LPOS", "r", "a"]).await, Some(0));
-    assert_eq!(query::<Option<i64>>(&mut con, &["LPOS", "r", "a", "RANK", "2"]).await, Some(2));
-    assert_eq!(query::<Option<i64>>(&mut con, &["LPOS", "r", "a", "RANK", "-1"]).await, Some(4));
-    assert_eq!(query::<Vec<i64>>(&mut con, &["LPOS", "r", "a", "COUNT", "0"]).await, [0, 2, 4]);
-    assert_eq!(query::<Vec<i64>>(&mut con, &["LPOS", "r", "a", "COUNT", "2", "RANK", "-1"]).await, [4, 2]);
-    assert_eq!(query::<Vec<i64>>(&mut con, &["LPOS", "r", "a", "COUNT", "0", "MAXLEN", "3"]).await, [0, 2]);
+    assert_eq!(
+        query::<Option<i64>>(&mut con, &["LPOS", "r", "a", "RANK", "2"]).await,
+        Some(2)
+    );
+    assert_eq!(
+        query::<Option<i64>>(&mut con, &["LPOS", "r", "a", "RANK", "-1"]).await,
+        Some(4)
+    );
+    assert_eq!(
+        query::<Vec<i64>>(&mut con, &["LPOS", "r", "a", "COUNT", "0"]).await,
+        [0, 2, 4]
+    );
+    assert_eq!(
+        query::<Vec<i64>>(&mut con, &["LPOS", "r", "a", "COUNT", "2", "RANK", "-1"]).await,
+        [4, 2]
+    );
+    assert_eq!(
+        query::<Vec<i64>>(&mut con, &["LPOS", "r", "a", "COUNT", "0", "MAXLEN", "3"]).await,
+        [0, 2]
+    );
     assert_eq!(query::<Option<i64>>(&mut con, &["LPOS", "r", "zz"]).await, None);
-    assert!(error(&mut con, &["LPOS", "r", "a", "RANK", "0"]).await.starts_with("ERR RANK can't be zero"));
+    assert!(
+        error(&mut con, &["LPOS", "r", "a", "RANK", "0"])
+            .await
+            .starts_with("ERR RANK can't be zero")
+    );
     assert_eq!(query::<i64>(&mut con, &["LREM", "r", "-2", "a"]).await, 2);
-    assert_eq!(query::<Vec<String>>(&mut con, &["LRANGE", "r", "0", "-1"]).await, ["a", "b", "c"]);
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["LRANGE", "r", "0", "-1"]).await,
+        ["a", "b", "c"]
+    );
     assert_eq!(query::<i64>(&mut con, &["LREM", "r", "0", "a"]).await, 1);
 
-    assert_eq!(query::<String>(&mut con, &["LMOVE", "r", "dst", "LEFT", "RIGHT"]).await, "b");
+    assert_eq!(
+        query::<String>(&mut con, &["LMOVE", "r", "dst", "LEFT", "RIGHT"]).await,
+        "b"
+    );
     assert_eq!(query::<String>(&mut con, &["RPOPLPUSH", "r", "dst"]).await, "c");
-    assert_eq!(query::<Vec<String>>(&mut con, &["LRANGE", "dst", "0", "-1"]).await, ["c", "b"]);
-    assert_eq!(query::<i64>(&mut con, &["EXISTS", "r"]).await, 0, "the emptied source is gone");
-    assert_eq!(query::<Option<String>>(&mut con, &["RPOPLPUSH", "r", "dst"]).await, None);
-    assert_eq!(query::<String>(&mut con, &["LMOVE", "dst", "dst", "RIGHT", "LEFT"]).await, "b", "rotation");
-    assert_eq!(query::<Vec<String>>(&mut con, &["LRANGE", "dst", "0", "-1"]).await, ["b", "c"]);
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["LRANGE", "dst", "0", "-1"]).await,
+        ["c", "b"]
+    );
+    assert_eq!(
+        query::<i64>(&mut con, &["EXISTS", "r"]).await,
+        0,
+        "the emptied source is gone"
+    );
+    assert_eq!(
+        query::<Option<String>>(&mut con, &["RPOPLPUSH", "r", "dst"]).await,
+        None
+    );
+    assert_eq!(
+        query::<String>(&mut con, &["LMOVE", "dst", "dst", "RIGHT", "LEFT"]).await,
+        "b",
+        "rotation"
+    );
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["LRANGE", "dst", "0", "-1"]).await,
+        ["b", "c"]
+    );
 
     query::<String>(&mut con, &["SET", "str", "v"]).await;
-    for args in [&["LPUSH", "str", "a"][..], &["LRANGE", "str", "0", "-1"], &["LMOVE", "dst", "str", "LEFT", "LEFT"]] {
+    for args in [
+        &["LPUSH", "str", "a"][..],
+        &["LRANGE", "str", "0", "-1"],
+        &["LMOVE", "dst", "str", "LEFT", "LEFT"],
+    ] {
         assert_eq!(error(&mut con, args).await, WRONGTYPE, "{args:?}");
     }
     assert_eq!(error(&mut con, &["GET", "dst"]).await, WRONGTYPE);
-    assert_eq!(error(&mut con, &["LPOP", "dst", "-1"]).await, "ERR value is out of range, must be positive");
-    assert_eq!(error(&mut con, &["LINDEX", "dst", "x"]).await, "ERR value is not an integer or out of range");
-    assert_eq!(error(&mut con, &["LPUSH", "dst"]).await, "ERR wrong number of arguments for 'lpush' command");
+    assert_eq!(
+        error(&mut con, &["LPOP", "dst", "-1"]).await,
+        "ERR value is out of range, must be positive"
+    );
+    assert_eq!(
+        error(&mut con, &["LINDEX", "dst", "x"]).await,
+        "ERR value is not an integer or out of range"
+    );
+    assert_eq!(
+        error(&mut con, &["LPUSH", "dst"]).await,
+        "ERR wrong number of arguments for 'lpush' command"
+    );
     assert_eq!(query::<String>(&mut con, &["TYPE", "dst"]).await, "list");
 
     assert_eq!(query::<i64>(&mut con, &["PEXPIRE", "dst", "200"]).await, 1);
@@ -685,5 +899,9 @@ async fn list_commands_answer_as_redis() {
         async move { (query::<i64>(&mut con, &["LLEN", "dst"]).await == 0).then_some(()) }
     })
     .await;
-    assert_eq!(query::<i64>(&mut con, &["RPUSH", "dst", "fresh"]).await, 1, "a new list after expiry");
+    assert_eq!(
+        query::<i64>(&mut con, &["RPUSH", "dst", "fresh"]).await,
+        1,
+        "a new list after expiry"
+    );
 }

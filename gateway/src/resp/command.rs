@@ -661,8 +661,20 @@ impl KeyCommand {
         use KeyCommand::*;
         match self {
             Set { get, .. } => *get,
-            Get(_) | GetSet(..) | GetDel(_) | GetEx(..) | Append(..) | Strlen(_) | GetRange(..) | SetRange(..)
-            | IncrBy(..) | IncrByFloat(..) | SetBit { .. } | GetBit { .. } | BitCount { .. } | BitPos { .. }
+            Get(_)
+            | GetSet(..)
+            | GetDel(_)
+            | GetEx(..)
+            | Append(..)
+            | Strlen(_)
+            | GetRange(..)
+            | SetRange(..)
+            | IncrBy(..)
+            | IncrByFloat(..)
+            | SetBit { .. }
+            | GetBit { .. }
+            | BitCount { .. }
+            | BitPos { .. }
             | Lcs { .. } => true,
             _ => false,
         }

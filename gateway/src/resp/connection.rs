@@ -448,7 +448,12 @@ impl Connection {
                 .await
                 .map_err(store_error);
         }
-        if !write && watched.is_empty() && commands.iter().all(|(command, _)| matches!(command, KeyCommand::Typed(_))) {
+        if !write
+            && watched.is_empty()
+            && commands
+                .iter()
+                .all(|(command, _)| matches!(command, KeyCommand::Typed(_)))
+        {
             // Typed reads need nothing loaded: their calls are the one round trip.
             let typed: Vec<&super::typed::Typed> = commands
                 .iter()

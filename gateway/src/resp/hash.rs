@@ -52,11 +52,16 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
         },
         "hscan" => {
             let (cursor, count, pattern) = scan_options(&args[2..])?;
-            hash("hscan", &[], Shape::Scan {
+            hash(
+                "hscan",
+                &[],
+                Shape::Scan {
                     pattern,
                     pairs: true,
                     scored: false,
-                })?.ints(&[Some(cursor), Some(count)])
+                },
+            )?
+            .ints(&[Some(cursor), Some(count)])
         }
         _ => return Ok(None),
     };

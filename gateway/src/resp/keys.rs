@@ -8,8 +8,8 @@ use bytes::{Bytes, BytesMut};
 
 use super::codec::{Reply, format_double};
 use super::command::{
-    Condition, Expiry, GetExTtl, KeyCommand, LcsAnswer, ObjectInfo, SetTtl, not_an_integer, parse_float,
-    parse_integer, within_string_limit,
+    Condition, Expiry, GetExTtl, KeyCommand, LcsAnswer, ObjectInfo, SetTtl, not_an_integer, parse_float, parse_integer,
+    within_string_limit,
 };
 use super::{bits, lcs};
 use crate::store::{Family, KeyType, KvBatch, KvValue, StoreResult, TypedCall};

@@ -60,8 +60,14 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
                 "lmove" => (side(&args[3])?, side(&args[4])?),
                 _ => (false, true),
             };
-            Typed::new(Family::List, "lmove", vec![key(&args[1])?, key(&args[2])?], &[], Shape::Bulk)
-                .ints(&[Some(i64::from(from)), Some(i64::from(to))])
+            Typed::new(
+                Family::List,
+                "lmove",
+                vec![key(&args[1])?, key(&args[2])?],
+                &[],
+                Shape::Bulk,
+            )
+            .ints(&[Some(i64::from(from)), Some(i64::from(to))])
         }
         _ => return Ok(None),
     };

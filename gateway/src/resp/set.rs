@@ -85,11 +85,16 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
         }
         "sscan" => {
             let (cursor, count, pattern) = scan_options(&args[2..])?;
-            set("sscan", &[], Shape::Scan {
+            set(
+                "sscan",
+                &[],
+                Shape::Scan {
                     pattern,
                     pairs: false,
                     scored: false,
-                })?.ints(&[Some(cursor), Some(count)])
+                },
+            )?
+            .ints(&[Some(cursor), Some(count)])
         }
         _ => return Ok(None),
     };

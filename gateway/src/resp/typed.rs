@@ -148,10 +148,7 @@ impl Typed {
                         }
                     }
                 }
-                Reply::Array(vec![
-                    Reply::text(&row.n.unwrap_or(0).to_string()),
-                    Reply::Array(found),
-                ])
+                Reply::Array(vec![Reply::text(&row.n.unwrap_or(0).to_string()), Reply::Array(found)])
             }
         }
     }

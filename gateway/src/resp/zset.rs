@@ -152,7 +152,11 @@ fn parse_zrange(op: &'static str, keys: Vec<String>, args: &[Bytes]) -> Result<T
         ));
     }
     // With REV, a score or lex range is given highest first.
-    let (low, high) = if rev && by != 0 { (&args[1], &args[0]) } else { (&args[0], &args[1]) };
+    let (low, high) = if rev && by != 0 {
+        (&args[1], &args[0])
+    } else {
+        (&args[0], &args[1])
+    };
     let mut range = match by {
         0 => Range::by_rank(low, high)?,
         1 => Range::by_score(low, high)?,
@@ -163,7 +167,11 @@ fn parse_zrange(op: &'static str, keys: Vec<String>, args: &[Bytes]) -> Result<T
         range.offset = offset;
         range.count = count;
     }
-    let shape = if op == "zrange" { Shape::Scored { with_scores } } else { Shape::Int };
+    let shape = if op == "zrange" {
+        Shape::Scored { with_scores }
+    } else {
+        Shape::Int
+    };
     Ok(range.call(op, keys, shape))
 }
 
@@ -172,7 +180,9 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
     let zset = |op, rest: &[Bytes], shape| Ok::<_, Reply>(Typed::new(Family::Zset, op, one()?, rest, shape));
     let typed: Typed = match name {
         "zadd" => parse_zadd(one()?, &args[2..])?,
-        "zincrby" => zset("zincrby", &args[3..4], Shape::Double)?.ints(&[Some(0), Some(0), Some(0), Some(0), Some(0), Some(1)]).floats(&[score(&args[2])?]),
+        "zincrby" => zset("zincrby", &args[3..4], Shape::Double)?
+            .ints(&[Some(0), Some(0), Some(0), Some(0), Some(0), Some(1)])
+            .floats(&[score(&args[2])?]),
         "zrem" => zset("zrem", &args[2..], Shape::Int)?,
         "zscore" => zset("zscore", &args[2..], Shape::Double)?,
         "zmscore" => zset("zmscore", &args[2..], Shape::Doubles)?,
@@ -181,7 +191,11 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
             if args.len() > 3 {
                 return Err(syntax_error());
             }
-            zset(if name == "zrank" { "zrank" } else { "zrevrank" }, &args[2..3], Shape::IntOrNil)?
+            zset(
+                if name == "zrank" { "zrank" } else { "zrevrank" },
+                &args[2..3],
+                Shape::IntOrNil,
+            )?
         }
         "zcount" => Range::by_score(&args[2], &args[3])?.call("zcount", one()?, Shape::Int),
         "zlexcount" => Range::by_lex(&args[2], &args[3])?.call("zlexcount", one()?, Shape::Int),
@@ -199,7 +213,11 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
         "zrangebyscore" | "zrevrangebyscore" | "zrangebylex" | "zrevrangebylex" => {
             let rev = name.starts_with("zrev");
             let lex = name.ends_with("lex");
-            let (low, high) = if rev { (&args[3], &args[2]) } else { (&args[2], &args[3]) };
+            let (low, high) = if rev {
+                (&args[3], &args[2])
+            } else {
+                (&args[2], &args[3])
+            };
             let mut range = if lex {
                 Range::by_lex(low, high)?
             } else {
@@ -269,15 +287,13 @@ fn parse_zadd(keys: Vec<String>, args: &[Bytes]) -> Result<Typed, Reply> {
             "ERR XX and NX options at the same time are not compatible",
         ));
     }
-    if gt && nx || lt && nx || gt && lt {
+    if (gt || lt) && nx || gt && lt {
         return Err(Reply::error(
             "ERR GT, LT, and/or NX options at the same time are not compatible",
         ));
     }
     if incr && pairs.len() > 2 {
-        return Err(Reply::error(
-            "ERR INCR option supports a single increment-element pair",
-        ));
+        return Err(Reply::error("ERR INCR option supports a single increment-element pair"));
     }
     let scores = pairs
         .chunks(2)
@@ -293,7 +309,11 @@ fn parse_zadd(keys: Vec<String>, args: &[Bytes]) -> Result<Typed, Reply> {
 
 /// `ZUNIONSTORE|ZINTERSTORE dest numkeys key [key ...] [WEIGHTS w ...] [AGGREGATE SUM|MIN|MAX]`.
 fn parse_store(name: &str, args: &[Bytes]) -> Result<Typed, Reply> {
-    let op = if name == "zunionstore" { "zunionstore" } else { "zinterstore" };
+    let op = if name == "zunionstore" {
+        "zunionstore"
+    } else {
+        "zinterstore"
+    };
     let numkeys = integer(&args[2])?;
     if numkeys < 1 {
         return Err(Reply::error(format!(

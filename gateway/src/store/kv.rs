@@ -443,7 +443,10 @@ impl KvBatch {
         let client = self.client.as_ref().expect("taken above");
         let id = self.bucket.id;
         let begin = match self.deferred_locks.take() {
-            Some(locked) => Some((BeginLocked::prepare(client, &self.bucket.sql.kv, locked.len()).await?, locked)),
+            Some(locked) => Some((
+                BeginLocked::prepare(client, &self.bucket.sql.kv, locked.len()).await?,
+                locked,
+            )),
             None => None,
         };
         let commit = commit && self.in_transaction;

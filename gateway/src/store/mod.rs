@@ -29,7 +29,6 @@ pub use conditions::{EtagCondition, Preconditions, WriteCondition, as_copy_sourc
 pub use copy::CopySource;
 pub use error::StoreError;
 pub use kv::{KvBatch, KvEntry, KvValue};
-pub use types::{Family, KeyType, TypedCall, TypedRow};
 pub use listing::{ListPage, ListRequest, ListedObject, MAX_KEYS as LIST_MAX_KEYS};
 pub use multipart::{CompletedPart, MultipartUpload, PartInfo, PartsPage, UploadsPage, UploadsRequest};
 pub use objects::{
@@ -41,6 +40,7 @@ pub use origins::{CacheMode, Origin, OriginEntry};
 pub use quotas::BucketQuota;
 pub use reaper::ReapStats;
 pub use tagging::{MAX_BUCKET_TAGS, MAX_OBJECT_TAGS, Tags, tag_set};
+pub use types::{Family, KeyType, TypedCall, TypedRow};
 pub use versions::{DeleteOutcome, VersionEntry, Versioning, VersionsPage, VersionsRequest, valid_version_id};
 
 pub type StoreResult<T> = Result<T, StoreError>;
