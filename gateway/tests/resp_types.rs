@@ -905,3 +905,66 @@ async fn list_commands_answer_as_redis() {
         "a new list after expiry"
     );
 }
+
+#[tokio::test]
+async fn strings_and_typed_commands_in_one_pipeline_see_each_other() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    pipe.cmd("SET").arg("k").arg("v");
+    pipe.cmd("HSET").arg("k").arg("f").arg("v");
+    pipe.cmd("DEL").arg("k");
+    pipe.cmd("HSET").arg("k").arg("f").arg("v");
+    pipe.cmd("GET").arg("k");
+    pipe.cmd("TYPE").arg("k");
+    pipe.cmd("SET").arg("k").arg("again");
+    pipe.cmd("HLEN").arg("k");
+    pipe.cmd("GET").arg("k");
+    let replies: Vec<redis::Value> = pipe.query_async(&mut con).await.unwrap();
+    let wrongtype = |value: &redis::Value| matches!(value, redis::Value::ServerError(err) if err.code() == "WRONGTYPE");
+    assert_eq!(replies[0], redis::Value::Okay);
+    assert!(wrongtype(&replies[1]), "{:?}", replies[1]);
+    assert_eq!(replies[2], redis::Value::Int(1));
+    assert_eq!(replies[3], redis::Value::Int(1));
+    assert!(wrongtype(&replies[4]), "{:?}", replies[4]);
+    assert_eq!(replies[5], redis::Value::SimpleString("hash".into()));
+    assert_eq!(replies[6], redis::Value::Okay);
+    assert!(wrongtype(&replies[7]), "{:?}", replies[7]);
+    assert_eq!(replies[8], redis::Value::BulkString(b"again".to_vec()));
+}
+
+#[tokio::test]
+async fn resp3_answers_maps_pairs_and_doubles() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    raw.command(&["HELLO", "3"]).await;
+    raw.command(&["HSET", "h", "f", "v"]).await;
+    assert_eq!(
+        raw.command(&["HGETALL", "h"]).await,
+        Value::Map(vec![(Value::bulk("f"), Value::bulk("v"))])
+    );
+    assert_eq!(
+        raw.command(&["HRANDFIELD", "h", "1", "WITHVALUES"]).await,
+        Value::Array(vec![Value::Array(vec![Value::bulk("f"), Value::bulk("v")])])
+    );
+    raw.command(&["ZADD", "z", "1.5", "a", "2", "b"]).await;
+    assert_eq!(raw.command(&["ZSCORE", "z", "a"]).await, Value::Double("1.5".into()));
+    assert_eq!(
+        raw.command(&["ZRANGE", "z", "0", "-1", "WITHSCORES"]).await,
+        Value::Array(vec![
+            Value::Array(vec![Value::bulk("a"), Value::Double("1.5".into())]),
+            Value::Array(vec![Value::bulk("b"), Value::Double("2".into())]),
+        ])
+    );
+    assert_eq!(
+        raw.command(&["ZPOPMIN", "z"]).await,
+        Value::Array(vec![Value::bulk("a"), Value::Double("1.5".into())])
+    );
+    // RESP2: flat.
+    let mut raw2 = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(
+        raw2.command(&["ZRANGE", "z", "0", "-1", "WITHSCORES"]).await,
+        Value::Array(vec![Value::bulk("b"), Value::bulk("2")])
+    );
+}
