@@ -1359,16 +1359,28 @@ CREATE FUNCTION pgvs3.resp_list(op text, b bigint, ks text[], strings text[], ar
     AS $$
 DECLARE
     k text := ks[1];
-    write boolean := op IN ('lpush', 'rpush', 'lpushx', 'rpushx', 'lpop', 'rpop', 'lset', 'linsert', 'lrem', 'ltrim', 'lmove');
+    write boolean := op IN ('lpush', 'rpush', 'lpushx', 'rpushx', 'lpop', 'rpop', 'lset', 'linsert', 'lrem', 'ltrim', 'lmove',
+                            'blpop', 'brpop');
     len bigint;
     first bigint;
     last bigint;
     p bigint;
     q bigint;
     vals bytea[];
+    i int;
 BEGIN
     err := pgvs3.resp_check(b, ks, strings, ks, 'l', write);
     IF err IS NOT NULL THEN
+        RETURN;
+    END IF;
+    IF op IN ('blpop', 'brpop') THEN
+        -- The first of the keys that holds a list: items {key, element}; none, no items.
+        FOR i IN 1 .. cardinality(ks) LOOP
+            IF pgvs3.resp_type(b, ks[i]) IS NOT NULL THEN
+                items := ARRAY[convert_to(ks[i], 'UTF8')] || pgvs3.resp_list_pop(b, ks[i], op = 'blpop', 1);
+                RETURN;
+            END IF;
+        END LOOP;
         RETURN;
     END IF;
     len := (SELECT length FROM pgvs3.resp_keys
@@ -1549,6 +1561,7 @@ BEGIN
     END IF;
     UPDATE pgvs3.resp_keys SET length = coalesce(length, 0) + cardinality(vals)
      WHERE bucket_id = b AND key = k RETURNING length INTO len;
+    PERFORM pgvs3.resp_wake(b, k);
     RETURN len;
 END $$;
 
@@ -1732,6 +1745,16 @@ CREATE FUNCTION pgvs3.resp_type(b bigint, k text) RETURNS "char"
 $$;
 
 --
+-- Name: resp_wake(bigint, text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_wake(b bigint, k text) RETURNS void
+    LANGUAGE sql
+    AS $$
+    SELECT pg_notify('pgvs3_resp', b || ' ' || k)
+$$;
+
+--
 -- Name: resp_wrongtype(); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -1800,7 +1823,7 @@ CREATE FUNCTION pgvs3.resp_zset(op text, b bigint, ks text[], strings text[], ar
 DECLARE
     k text := ks[1];
     write boolean := op IN ('zadd', 'zrem', 'zincrby', 'zpopmin', 'zpopmax', 'zrangestore', 'zunionstore', 'zinterstore',
-                            'zremrangebyrank', 'zremrangebyscore', 'zremrangebylex');
+                            'zremrangebyrank', 'zremrangebyscore', 'zremrangebylex', 'bzpopmin', 'bzpopmax');
     store boolean := op IN ('zrangestore', 'zunionstore', 'zinterstore');
     sources text[] := CASE WHEN op IN ('zrangestore', 'zunionstore', 'zinterstore') THEN ks[2:] ELSE ks END;
     live boolean;
@@ -1822,6 +1845,21 @@ BEGIN
         err := pgvs3.resp_check(b, ks, strings, CASE WHEN store THEN sources ELSE ks END, 'z', write);
     END IF;
     IF err IS NOT NULL THEN
+        RETURN;
+    END IF;
+    IF op IN ('bzpopmin', 'bzpopmax') THEN
+        -- The first of the keys that holds a sorted set: items {key, member}, scores {score}.
+        FOR i IN 1 .. cardinality(ks) LOOP
+            IF pgvs3.resp_type(b, ks[i]) IS NOT NULL THEN
+                SELECT members, member_scores INTO items, scores
+                  FROM pgvs3.resp_zrange(b, ks[i], ARRAY[0, CASE WHEN op = 'bzpopmax' THEN 1 ELSE 0 END, 0, 0, 0, -1, 0, 0],
+                                         '{}', '{}');
+                DELETE FROM pgvs3.resp_zset WHERE bucket_id = b AND key = ks[i] AND member = items[1];
+                PERFORM pgvs3.resp_settle(b, ks[i]);
+                items := ARRAY[convert_to(ks[i], 'UTF8')] || items;
+                RETURN;
+            END IF;
+        END LOOP;
         RETURN;
     END IF;
     live := pgvs3.resp_type(b, sources[1]) IS NOT NULL;
@@ -1865,6 +1903,9 @@ BEGIN
             END IF;
         END LOOP;
         n := added + CASE WHEN ints[5] = 1 THEN changed ELSE 0 END;
+        IF added > 0 THEN
+            PERFORM pgvs3.resp_wake(b, k);
+        END IF;
         -- INCR (and ZINCRBY): the new score, NULL when a condition stopped it.
         scores := ARRAY[new];
     WHEN 'zrem' THEN
@@ -1960,6 +2001,7 @@ BEGIN
             INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, 'z');
             INSERT INTO pgvs3.resp_zset (bucket_id, key, member, score)
                 SELECT b, k, m, s FROM unnest(items, scores) AS u(m, s);
+            PERFORM pgvs3.resp_wake(b, k);
         END IF;
         n := cardinality(items);
         items := NULL;

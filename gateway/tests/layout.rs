@@ -62,6 +62,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.resp_settle(bigint,text)",
     "pgvs3.resp_touch(bigint,text,\"char\")",
     "pgvs3.resp_type(bigint,text)",
+    "pgvs3.resp_wake(bigint,text)",
     "pgvs3.resp_wrongtype()",
     "pgvs3.resp_zrange(bigint,text,bigint[],double precision[],bytea[])",
     "pgvs3.resp_zset(text,bigint,text[],text[],bytea[],bigint[],double precision[])",

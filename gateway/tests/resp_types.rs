@@ -968,3 +968,129 @@ async fn resp3_answers_maps_pairs_and_doubles() {
         Value::Array(vec![Value::bulk("b"), Value::bulk("2")])
     );
 }
+
+/// Waits until a blocked client's first attempt has committed (its empty pop is one group
+/// commit), so that what follows must wake it.
+async fn wait_for_attempt(gateway: &TestGateway, commits_before: f64) {
+    common::eventually(Duration::from_secs(10), "the blocked pop's first attempt", || async {
+        let commits = gateway.metric("pgvs3_resp_group_commits_total").await.unwrap_or(0.0);
+        (commits > commits_before).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn blocking_pops_are_woken_by_pushes_from_other_gateways() {
+    let url = common::fresh_database().await;
+    // Without NOTIFY a blocked client would only try again after 60 s: a reply within the
+    // test's deadline is a wakeup.
+    let args = ["--resp-addr", "127.0.0.1:0", "--resp-block-poll", "60s"];
+    let first = TestGateway::with_args(url.clone(), &args).await;
+    let second = TestGateway::with_args(url, &args).await;
+    let mut pusher = connect(&second).await;
+
+    let mut blocked = RawResp::connect(first.resp_addr()).await;
+    let before = first.metric("pgvs3_resp_group_commits_total").await.unwrap_or(0.0);
+    blocked
+        .send(&common::resp::encode(&[b"BLPOP", b"empty", b"jobs", b"0"]))
+        .await;
+    wait_for_attempt(&first, before).await;
+    assert_eq!(query::<i64>(&mut pusher, &["RPUSH", "jobs", "job-1"]).await, 1);
+    let woken = tokio::time::timeout(Duration::from_secs(10), blocked.reply())
+        .await
+        .expect("woken");
+    assert_eq!(
+        woken,
+        Some(Value::Array(vec![Value::bulk("jobs"), Value::bulk("job-1")]))
+    );
+    assert_eq!(query::<i64>(&mut pusher, &["EXISTS", "jobs"]).await, 0, "popped");
+
+    let before = first.metric("pgvs3_resp_group_commits_total").await.unwrap_or(0.0);
+    blocked
+        .send(&common::resp::encode(&[b"BZPOPMIN", b"scores", b"0"]))
+        .await;
+    wait_for_attempt(&first, before).await;
+    query::<i64>(&mut pusher, &["ZADD", "scores", "2", "b", "1", "a"]).await;
+    let woken = tokio::time::timeout(Duration::from_secs(10), blocked.reply())
+        .await
+        .expect("woken");
+    assert_eq!(
+        woken,
+        Some(Value::Array(vec![
+            Value::bulk("scores"),
+            Value::bulk("a"),
+            Value::bulk("1")
+        ]))
+    );
+
+    let before = first.metric("pgvs3_resp_group_commits_total").await.unwrap_or(0.0);
+    blocked
+        .send(&common::resp::encode(&[
+            b"BLMOVE", b"src", b"dst", b"LEFT", b"RIGHT", b"0",
+        ]))
+        .await;
+    wait_for_attempt(&first, before).await;
+    query::<i64>(&mut pusher, &["LPUSH", "src", "moved"]).await;
+    let woken = tokio::time::timeout(Duration::from_secs(10), blocked.reply())
+        .await
+        .expect("woken");
+    assert_eq!(woken, Some(Value::bulk("moved")));
+    assert_eq!(
+        query::<Vec<String>>(&mut pusher, &["LRANGE", "dst", "0", "-1"]).await,
+        ["moved"]
+    );
+}
+
+#[tokio::test]
+async fn blocking_pops_time_out_and_check_their_arguments() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    let started = std::time::Instant::now();
+    let reply: redis::Value = query(&mut con, &["BLPOP", "nothing", "0.3"]).await;
+    assert_eq!(reply, redis::Value::Nil);
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        started.elapsed()
+    );
+    let reply: redis::Value = query(&mut con, &["BRPOPLPUSH", "nothing", "dst", "0.1"]).await;
+    assert_eq!(reply, redis::Value::Nil);
+    // Something there: no waiting, first key with elements wins.
+    query::<i64>(&mut con, &["RPUSH", "b", "1", "2"]).await;
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["BRPOP", "a", "b", "0"]).await,
+        ["b", "2"]
+    );
+    assert_eq!(error(&mut con, &["BLPOP", "b", "-1"]).await, "ERR timeout is negative");
+    assert_eq!(
+        error(&mut con, &["BLPOP", "b", "soon"]).await,
+        "ERR timeout is not a float or out of range"
+    );
+    assert_eq!(
+        error(&mut con, &["BLPOP", "b"]).await,
+        "ERR wrong number of arguments for 'blpop' command"
+    );
+    query::<String>(&mut con, &["SET", "s", "v"]).await;
+    assert_eq!(error(&mut con, &["BLPOP", "s", "0"]).await, WRONGTYPE);
+    // Inside MULTI a blocking pop does not block.
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    raw.command(&["MULTI"]).await;
+    raw.command(&["BLPOP", "nothing", "0"]).await;
+    raw.command(&["BLPOP", "b", "0"]).await;
+    assert_eq!(
+        raw.command(&["EXEC"]).await,
+        Value::Array(vec![Value::Nil, Value::Array(vec![Value::bulk("b"), Value::bulk("1")])])
+    );
+    // A blocked client that goes away leaves nothing behind; the next one still works.
+    let mut gone = RawResp::connect(gateway.resp_addr()).await;
+    gone.send(&common::resp::encode(&[b"BLPOP", b"later", b"0"])).await;
+    drop(gone);
+    common::eventually(Duration::from_secs(10), "the closed client is gone", || {
+        let mut con = con.clone();
+        async move {
+            let list: String = query(&mut con, &["CLIENT", "LIST"]).await;
+            (list.lines().count() <= 2).then_some(())
+        }
+    })
+    .await;
+}

@@ -68,6 +68,12 @@ BEGIN
     END IF;
 END $$;
 
+-- Elements were added to `k`: clients blocked on it (BLPOP, BZPOPMIN, ...) on every gateway
+-- are told at commit (NOTIFY `pgvs3_resp`, payload "<bucket id> <key>").
+CREATE OR REPLACE FUNCTION pgvs3.resp_wake(b bigint, k text) RETURNS void LANGUAGE sql AS $$
+    SELECT pg_notify('pgvs3_resp', b || ' ' || k)
+$$;
+
 -- Integers as Redis reads them (string2ll): NULL when `v` is not one.
 CREATE OR REPLACE FUNCTION pgvs3.resp_int(v bytea) RETURNS numeric LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE WHEN length(v) <= 20 AND encode(v, 'escape') ~ '^-?(0|[1-9][0-9]*)$'

@@ -22,6 +22,7 @@ BEGIN
     END IF;
     UPDATE pgvs3.resp_keys SET length = coalesce(length, 0) + cardinality(vals)
      WHERE bucket_id = b AND key = k RETURNING length INTO len;
+    PERFORM pgvs3.resp_wake(b, k);
     RETURN len;
 END $$;
 
@@ -68,16 +69,28 @@ CREATE OR REPLACE FUNCTION pgvs3.resp_list(op text, b bigint, ks text[], strings
 LANGUAGE plpgsql AS $$
 DECLARE
     k text := ks[1];
-    write boolean := op IN ('lpush', 'rpush', 'lpushx', 'rpushx', 'lpop', 'rpop', 'lset', 'linsert', 'lrem', 'ltrim', 'lmove');
+    write boolean := op IN ('lpush', 'rpush', 'lpushx', 'rpushx', 'lpop', 'rpop', 'lset', 'linsert', 'lrem', 'ltrim', 'lmove',
+                            'blpop', 'brpop');
     len bigint;
     first bigint;
     last bigint;
     p bigint;
     q bigint;
     vals bytea[];
+    i int;
 BEGIN
     err := pgvs3.resp_check(b, ks, strings, ks, 'l', write);
     IF err IS NOT NULL THEN
+        RETURN;
+    END IF;
+    IF op IN ('blpop', 'brpop') THEN
+        -- The first of the keys that holds a list: items {key, element}; none, no items.
+        FOR i IN 1 .. cardinality(ks) LOOP
+            IF pgvs3.resp_type(b, ks[i]) IS NOT NULL THEN
+                items := ARRAY[convert_to(ks[i], 'UTF8')] || pgvs3.resp_list_pop(b, ks[i], op = 'blpop', 1);
+                RETURN;
+            END IF;
+        END LOOP;
         RETURN;
     END IF;
     len := (SELECT length FROM pgvs3.resp_keys

@@ -63,7 +63,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     k text := ks[1];
     write boolean := op IN ('zadd', 'zrem', 'zincrby', 'zpopmin', 'zpopmax', 'zrangestore', 'zunionstore', 'zinterstore',
-                            'zremrangebyrank', 'zremrangebyscore', 'zremrangebylex');
+                            'zremrangebyrank', 'zremrangebyscore', 'zremrangebylex', 'bzpopmin', 'bzpopmax');
     store boolean := op IN ('zrangestore', 'zunionstore', 'zinterstore');
     sources text[] := CASE WHEN op IN ('zrangestore', 'zunionstore', 'zinterstore') THEN ks[2:] ELSE ks END;
     live boolean;
@@ -85,6 +85,21 @@ BEGIN
         err := pgvs3.resp_check(b, ks, strings, CASE WHEN store THEN sources ELSE ks END, 'z', write);
     END IF;
     IF err IS NOT NULL THEN
+        RETURN;
+    END IF;
+    IF op IN ('bzpopmin', 'bzpopmax') THEN
+        -- The first of the keys that holds a sorted set: items {key, member}, scores {score}.
+        FOR i IN 1 .. cardinality(ks) LOOP
+            IF pgvs3.resp_type(b, ks[i]) IS NOT NULL THEN
+                SELECT members, member_scores INTO items, scores
+                  FROM pgvs3.resp_zrange(b, ks[i], ARRAY[0, CASE WHEN op = 'bzpopmax' THEN 1 ELSE 0 END, 0, 0, 0, -1, 0, 0],
+                                         '{}', '{}');
+                DELETE FROM pgvs3.resp_zset WHERE bucket_id = b AND key = ks[i] AND member = items[1];
+                PERFORM pgvs3.resp_settle(b, ks[i]);
+                items := ARRAY[convert_to(ks[i], 'UTF8')] || items;
+                RETURN;
+            END IF;
+        END LOOP;
         RETURN;
     END IF;
     live := pgvs3.resp_type(b, sources[1]) IS NOT NULL;
@@ -128,6 +143,9 @@ BEGIN
             END IF;
         END LOOP;
         n := added + CASE WHEN ints[5] = 1 THEN changed ELSE 0 END;
+        IF added > 0 THEN
+            PERFORM pgvs3.resp_wake(b, k);
+        END IF;
         -- INCR (and ZINCRBY): the new score, NULL when a condition stopped it.
         scores := ARRAY[new];
     WHEN 'zrem' THEN
@@ -223,6 +241,7 @@ BEGIN
             INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, 'z');
             INSERT INTO pgvs3.resp_zset (bucket_id, key, member, score)
                 SELECT b, k, m, s FROM unnest(items, scores) AS u(m, s);
+            PERFORM pgvs3.resp_wake(b, k);
         END IF;
         n := cardinality(items);
         items := NULL;

@@ -181,7 +181,29 @@ impl Connection {
                 match self.server.admission.admit().await {
                     Ok(_admitted) => {
                         let span = self.batch_span(&requests);
-                        self.handle(requests, &mut output).instrument(span).await
+                        let blocks = requests.iter().any(|args| is_blocking(args));
+                        let handling = self.handle(requests, &mut output).instrument(span);
+                        if !blocks {
+                            handling.await
+                        } else {
+                            // A blocked client may wait long: meanwhile its further input is
+                            // buffered, and its going away (or shutdown) ends the wait.
+                            futures::pin_mut!(handling);
+                            let ended = loop {
+                                tokio::select! {
+                                    () = &mut handling => break false,
+                                    read = stream.read_buf(&mut input), if input.len() < UNBUDGETED_INPUT => {
+                                        if matches!(read, Ok(0) | Err(_)) {
+                                            break true;
+                                        }
+                                    }
+                                    _ = shutdown.wait() => break true,
+                                }
+                            };
+                            if ended {
+                                break;
+                            }
+                        }
                     }
                     // Every command of the batch gets an answer, so replies stay paired.
                     Err(_) => {
@@ -302,6 +324,11 @@ impl Connection {
                 continue;
             }
             match key_command {
+                Some(KeyCommand::Typed(typed)) if typed.blocking.is_some() => {
+                    self.flush(&mut run, out).await;
+                    let reply = self.block(&typed, spec).await;
+                    self.finish(Some(spec), reply, out);
+                }
                 Some(command) => {
                     run.write |= spec.is_write();
                     run.commands.push((command, spec));
@@ -493,6 +520,46 @@ impl Connection {
             .map_err(store_error)?;
         batch.commit().await.map_err(store_error)?;
         Ok(replies)
+    }
+
+    /// A blocking pop: tries, and until it pops something or its timeout passes, waits to be
+    /// told that one of its keys got elements (or `--resp-block-poll`), then tries again.
+    async fn block(&self, typed: &super::typed::Typed, spec: &'static Spec) -> Reply {
+        let deadline = typed
+            .blocking
+            .flatten()
+            .and_then(|timeout| Instant::now().checked_add(timeout));
+        let mut wakeups = self.server.wakeups.subscribe();
+        let command = [(KeyCommand::Typed(Box::new(typed.clone())), spec)];
+        loop {
+            let reply = match self.execute(&command, true, &[]).await {
+                Ok(mut replies) => replies.pop().unwrap_or(Reply::Nil),
+                Err(reply) => reply,
+            };
+            if !matches!(reply, Reply::Nil | Reply::NilArray) {
+                return reply;
+            }
+            let poll = Instant::now() + self.server.settings.block_poll;
+            let wake_at = deadline.map_or(poll, |deadline| deadline.min(poll));
+            loop {
+                tokio::select! {
+                    woken = wakeups.recv() => match woken {
+                        Ok(key) if !typed.call.keys.contains(&key) => continue,
+                        // Its key, or notifications were missed: try again.
+                        Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                            tokio::time::sleep_until(wake_at.into()).await;
+                            break;
+                        }
+                    },
+                    () = tokio::time::sleep_until(wake_at.into()) => break,
+                    () = self.registration.killed() => return reply,
+                }
+            }
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return reply;
+            }
+        }
     }
 
     /// Everything that is not a key command.
@@ -1098,6 +1165,14 @@ impl Connection {
             .collect();
         Reply::Array(vec![Reply::text(&next.to_string()), Reply::Array(keys)])
     }
+}
+
+/// Whether a request is a blocking pop (its batch may wait long; see `Connection::run`).
+fn is_blocking(args: &[Bytes]) -> bool {
+    let name = args.first().map_or(&b""[..], |name| name);
+    ["blpop", "brpop", "blmove", "brpoplpush", "bzpopmin", "bzpopmax"]
+        .iter()
+        .any(|blocking| name.eq_ignore_ascii_case(blocking.as_bytes()))
 }
 
 /// FLUSHDB's and FLUSHALL's one optional argument, SYNC or ASYNC (both flush at once here).

@@ -4,6 +4,7 @@
 
 use bytes::Bytes;
 
+use super::blocking::timeout;
 use super::codec::Reply;
 use super::command::{integer, key, syntax_error};
 use super::typed::{MAX_RANDOM, Shape, Typed};
@@ -55,19 +56,28 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
         }
         "lrem" => list("lrem", &args[3..4], Shape::Int)?.ints(&[Some(integer(&args[2])?)]),
         "lpos" => parse_lpos(one()?, args)?,
-        "lmove" | "rpoplpush" => {
+        "lmove" | "rpoplpush" | "blmove" | "brpoplpush" => {
             let (from, to) = match name {
-                "lmove" => (side(&args[3])?, side(&args[4])?),
+                "lmove" | "blmove" => (side(&args[3])?, side(&args[4])?),
                 _ => (false, true),
             };
-            Typed::new(
+            let typed = Typed::new(
                 Family::List,
                 "lmove",
                 vec![key(&args[1])?, key(&args[2])?],
                 &[],
                 Shape::Bulk,
             )
-            .ints(&[Some(i64::from(from)), Some(i64::from(to))])
+            .ints(&[Some(i64::from(from)), Some(i64::from(to))]);
+            match name {
+                "blmove" | "brpoplpush" => typed.blocking(timeout(&args[args.len() - 1])?),
+                _ => typed,
+            }
+        }
+        "blpop" | "brpop" => {
+            let keys = args[1..args.len() - 1].iter().map(key).collect::<Result<_, _>>()?;
+            let op = if name == "blpop" { "blpop" } else { "brpop" };
+            Typed::new(Family::List, op, keys, &[], Shape::BlockPop).blocking(timeout(&args[args.len() - 1])?)
         }
         _ => return Ok(None),
     };

@@ -5,6 +5,7 @@
 //! what SET writes, S3 GET reads, and the other way round.
 
 mod bits;
+mod blocking;
 mod clients;
 pub mod codec;
 mod command;
@@ -51,6 +52,9 @@ pub struct RespSettings {
     /// How long a connection that must AUTH may go without.
     pub auth_timeout: Option<Duration>,
     pub admission: crate::admission::Limits,
+    /// How often a blocked client (BLPOP, ...) tries again without being told of new elements:
+    /// the safety net should a notification be lost with the LISTEN connection.
+    pub block_poll: Duration,
 }
 
 impl RespSettings {
@@ -69,6 +73,7 @@ impl RespSettings {
             idle_timeout: (!args.resp_idle_timeout.is_zero()).then_some(args.resp_idle_timeout),
             first_byte_timeout: (!args.resp_first_byte_timeout.is_zero()).then_some(args.resp_first_byte_timeout),
             auth_timeout: (!args.resp_auth_timeout.is_zero()).then_some(args.resp_auth_timeout),
+            block_poll: args.resp_block_poll,
         }
     }
 }
@@ -89,6 +94,8 @@ pub struct RespServer {
     /// per connection, their input comes out of the process's buffer budget.
     buffers: crate::admission::BufferBudget,
     clients: Arc<clients::Clients>,
+    /// Tells blocked clients (BLPOP, ...) that their keys got elements.
+    wakeups: blocking::Wakeups,
     /// Commands answered since the start (INFO's `total_commands_processed`).
     commands_processed: std::sync::atomic::AtomicU64,
     started: Instant,
@@ -104,6 +111,7 @@ impl RespServer {
         port: u16,
         replica: ReplicaLag,
         buffers: crate::admission::BufferBudget,
+        database: Option<(tokio_postgres::Config, crate::pg::connections::Connections)>,
     ) -> anyhow::Result<Arc<RespServer>> {
         let root_key = buckets
             .catalog()
@@ -147,6 +155,7 @@ impl RespServer {
             buffers,
             root,
             clients: Arc::default(),
+            wakeups: blocking::Wakeups::start(database),
             commands_processed: std::sync::atomic::AtomicU64::new(0),
             started: Instant::now(),
             port,

@@ -42,6 +42,10 @@ pub enum Shape {
     FirstInt,
     /// LPOP/RPOP with a count: the items, or the null array when the list did not exist.
     ListPop,
+    /// BLPOP/BRPOP: `{key, element}`, or the null array when nothing was popped.
+    BlockPop,
+    /// BZPOPMIN/BZPOPMAX: `{key, member}` and the score, or the null array.
+    BlockZPop,
     /// The items as field-value pairs: a map in RESP3 (HGETALL).
     Map,
     /// The items as pairs: nested pairs in RESP3, a flat array in RESP2 (HRANDFIELD WITHVALUES).
@@ -62,6 +66,9 @@ pub enum Shape {
 pub struct Typed {
     pub call: TypedCall,
     pub shape: Shape,
+    /// A blocking pop: how long it may wait for elements (`Some(None)`: forever). Inside
+    /// MULTI it does not wait, as in Redis.
+    pub blocking: Option<Option<std::time::Duration>>,
 }
 
 impl Typed {
@@ -76,7 +83,14 @@ impl Typed {
                 floats: Vec::new(),
             },
             shape,
+            blocking: None,
         }
+    }
+
+    /// Makes the command a blocking one with this timeout (`None`: forever).
+    pub fn blocking(mut self, timeout: Option<std::time::Duration>) -> Typed {
+        self.blocking = Some(timeout);
+        self
     }
 
     pub fn ints(mut self, ints: &[Option<i64>]) -> Typed {
@@ -104,6 +118,13 @@ impl Typed {
                 .copied()
                 .flatten()
                 .map_or(Reply::Nil, |index| Reply::Integer(index as i64)),
+            Shape::BlockPop | Shape::BlockZPop if row.items.is_empty() => Reply::NilArray,
+            Shape::BlockPop => Reply::Array(row.items.into_iter().map(bulk).collect()),
+            Shape::BlockZPop => {
+                let mut reply: Vec<Reply> = row.items.into_iter().map(bulk).collect();
+                reply.push(double(row.scores.into_iter().next().flatten()));
+                Reply::Array(reply)
+            }
             Shape::ListPop if row.n.is_none() => Reply::NilArray,
             Shape::ListPop => Reply::Array(row.items.into_iter().map(bulk).collect()),
             Shape::Double => double(row.scores.into_iter().next().flatten()),

@@ -242,6 +242,12 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
             }
         }
         "zunionstore" | "zinterstore" => parse_store(name, args)?,
+        "bzpopmin" | "bzpopmax" => {
+            let keys = args[1..args.len() - 1].iter().map(key).collect::<Result<_, _>>()?;
+            let op = if name == "bzpopmin" { "bzpopmin" } else { "bzpopmax" };
+            Typed::new(Family::Zset, op, keys, &[], Shape::BlockZPop)
+                .blocking(super::blocking::timeout(&args[args.len() - 1])?)
+        }
         "zscan" => {
             let (cursor, count, pattern) = scan_options(&args[2..])?;
             zset(
