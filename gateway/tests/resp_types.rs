@@ -1094,3 +1094,36 @@ async fn blocking_pops_time_out_and_check_their_arguments() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn the_reaper_deletes_expired_typed_keys_and_their_elements() {
+    let gateway = TestGateway::with_args(
+        common::fresh_database().await,
+        &["--resp-addr", "127.0.0.1:0", "--maintenance-interval", "100ms"],
+    )
+    .await;
+    let mut con = connect(&gateway).await;
+    query::<i64>(&mut con, &["HSET", "h", "a", "1", "b", "2"]).await;
+    query::<i64>(&mut con, &["RPUSH", "l", "x"]).await;
+    query::<i64>(&mut con, &["SADD", "kept", "m"]).await;
+    query::<i64>(&mut con, &["PEXPIRE", "h", "50"]).await;
+    query::<i64>(&mut con, &["PEXPIRE", "l", "50"]).await;
+    let sql = gateway.sql().await;
+    common::eventually(Duration::from_secs(15), "expired typed keys reaped", || {
+        let sql = &sql;
+        async move {
+            let row = sql
+                .query_one(
+                    "SELECT (SELECT count(*) FROM pgvs3.resp_keys), (SELECT count(*) FROM pgvs3.resp_hash),
+                            (SELECT count(*) FROM pgvs3.resp_list)",
+                    &[],
+                )
+                .await
+                .unwrap();
+            let counts: (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+            (counts == (1, 0, 0)).then_some(())
+        }
+    })
+    .await;
+    assert_eq!(query::<i64>(&mut con, &["SCARD", "kept"]).await, 1);
+}

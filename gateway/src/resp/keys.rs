@@ -115,11 +115,7 @@ async fn apply(command: &KeyCommand, batch: &mut KvBatch) -> StoreResult<Reply> 
         return Ok(wrongtype());
     }
     let reply = match command {
-        Typed(typed) => {
-            let row = batch.typed(&[&typed.call], false).await?;
-            batch.reload(&typed.call.keys).await?;
-            typed.reply(row.into_iter().next().unwrap_or_default())
-        }
+        Typed(_) => unreachable!("apply_all runs typed commands"),
         Object { key, subcommand } => match batch.get(key) {
             None => Reply::Nil,
             Some(entry) => match subcommand {

@@ -1,8 +1,10 @@
 //! RESP2/RESP3 server: listener → connection task → frame codec → command table → store.
 //!
 //! A keyspace is a bucket: database 0 is `--resp-bucket`, `SELECT n` maps through
-//! `--resp-databases`. A key is an object of that bucket and its value the object's bytes, so
-//! what SET writes, S3 GET reads, and the other way round.
+//! `--resp-databases`. A string key is an object of that bucket and its value the object's
+//! bytes, so what SET writes, S3 GET reads, and the other way round. Hashes, sets, sorted sets
+//! and lists live in tables of their own, out of S3's sight (`typed.rs` and the family modules
+//! beside it; `blocking.rs` for the blocking pops).
 
 mod bits;
 mod blocking;
