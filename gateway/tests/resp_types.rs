@@ -230,7 +230,7 @@ async fn hash_errors_are_redis_texts() {
     );
     assert_eq!(
         error(&mut con, &["HINCRBYFLOAT", "h", "f", "+inf"]).await,
-        "ERR increment would produce NaN or Infinity"
+        "ERR value is NaN or Infinity"
     );
     assert_eq!(
         query::<String>(&mut con, &["HINCRBYFLOAT", "h", "inf", "0.5"]).await,

@@ -72,12 +72,8 @@ BEGIN
                 err := 'ERR hash value is not a float';
                 RETURN;
             END IF;
-            -- The increment came checked (a float, maybe infinite); added exactly, in decimal,
-            -- as Redis's long double keeps 0.1 + 0.2 at 0.3.
-            IF floats[1] IN ('Infinity', '-Infinity') THEN
-                err := 'ERR increment would produce NaN or Infinity';
-                RETURN;
-            END IF;
+            -- The increment came checked (a finite float); added exactly, in decimal, as
+            -- Redis's long double keeps 0.1 + 0.2 at 0.3.
             num := num + coalesce(pgvs3.resp_decimal(args[2]), floats[1]::numeric);
             IF abs(num) > 1.7976931348623157e308 THEN
                 err := 'ERR increment would produce NaN or Infinity';

@@ -34,6 +34,10 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
         }
         "hincrbyfloat" => {
             let by = parse_float(&args[3]).ok_or_else(|| Reply::error("ERR value is not a valid float"))?;
+            // Checked before the key, as Redis does.
+            if by.is_infinite() {
+                return Err(Reply::error("ERR value is NaN or Infinity"));
+            }
             hash("hincrbyfloat", &args[2..4], Shape::Bulk)?.floats(&[by])
         }
         "hrandfield" => match args.len() {
