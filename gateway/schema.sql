@@ -1363,7 +1363,7 @@ DECLARE
     p bigint;
     q bigint;
     vals bytea[];
-    i int;
+    j int;
 BEGIN
     err := pgvs3.resp_check(b, ks, strings, ks, 'l', write);
     IF err IS NOT NULL THEN
@@ -1371,9 +1371,9 @@ BEGIN
     END IF;
     IF op IN ('blpop', 'brpop') THEN
         -- The first of the keys that holds a list: items {key, element}; none, no items.
-        FOR i IN 1 .. cardinality(ks) LOOP
-            IF pgvs3.resp_type(b, ks[i]) IS NOT NULL THEN
-                items := ARRAY[convert_to(ks[i], 'UTF8')] || pgvs3.resp_list_pop(b, ks[i], op = 'blpop', 1);
+        FOR j IN 1 .. cardinality(ks) LOOP
+            IF pgvs3.resp_type(b, ks[j]) IS NOT NULL THEN
+                items := ARRAY[convert_to(ks[j], 'UTF8')] || pgvs3.resp_list_pop(b, ks[j], op = 'blpop', 1);
                 RETURN;
             END IF;
         END LOOP;
