@@ -1257,6 +1257,913 @@ BEGIN
 END $_$;
 
 --
+-- Name: resp_check(bigint, text[], text[], text[], "char", boolean); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_check(b bigint, all_keys text[], strings text[], check_keys text[], t "char", write boolean) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF write THEN
+        DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = ANY (all_keys) AND expires_at <= clock_timestamp();
+    END IF;
+    IF strings && check_keys OR EXISTS (
+        SELECT 1 FROM pgvs3.resp_keys
+         WHERE bucket_id = b AND key = ANY (check_keys) AND type <> t
+           AND (expires_at IS NULL OR expires_at > clock_timestamp())) THEN
+        RETURN pgvs3.resp_wrongtype();
+    END IF;
+    RETURN NULL;
+END $$;
+
+--
+-- Name: resp_clear(bigint, text, boolean); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_clear(b bigint, k text, is_string boolean) RETURNS void
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    ns text;
+BEGIN
+    DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k;
+    IF is_string THEN
+        SELECT namespace INTO ns FROM pgvs3.buckets WHERE id = b;
+        EXECUTE format('DELETE FROM %I.objects WHERE bucket_id = $1 AND key = $2', ns) USING b, k;
+    END IF;
+END $_$;
+
+--
+-- Name: resp_decimal(bytea); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_decimal(v bytea) RETURNS numeric
+    LANGUAGE sql IMMUTABLE
+    AS $_$
+    SELECT CASE WHEN length(v) <= 400
+                     AND encode(v, 'escape') ~ '^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$'
+                THEN encode(v, 'escape')::numeric END
+$_$;
+
+--
+-- Name: resp_hash(text, bigint, text[], text[], bytea[], bigint[], double precision[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_hash(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats double precision[], OUT err text, OUT n bigint, OUT items bytea[], OUT scores double precision[]) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    k text := ks[1];
+    write boolean := op IN ('hset', 'hsetnx', 'hdel', 'hincrby', 'hincrbyfloat');
+    cur bytea;
+    num numeric;
+    total bigint;
+    fa bytea[];
+    va bytea[];
+BEGIN
+    err := pgvs3.resp_check(b, ks, strings, ks, 'h', write);
+    IF err IS NOT NULL THEN
+        RETURN;
+    END IF;
+    IF NOT write AND pgvs3.resp_type(b, k) IS NULL THEN
+        -- Reads of a missing hash: nothing, without touching the element table.
+        CASE op
+        WHEN 'hget' THEN items := ARRAY[NULL::bytea];
+        WHEN 'hmget' THEN items := array_fill(NULL::bytea, ARRAY[cardinality(args)]);
+        WHEN 'hrandfield' THEN items := CASE WHEN ints[1] IS NULL THEN ARRAY[NULL::bytea] ELSE '{}' END;
+        ELSE n := 0; items := '{}';
+        END CASE;
+        RETURN;
+    END IF;
+    CASE op
+    WHEN 'hset' THEN
+        PERFORM pgvs3.resp_touch(b, k, 'h');
+        WITH input AS (
+            SELECT DISTINCT ON (f) f, v FROM (
+                SELECT args[i] AS f, args[i + 1] AS v, i FROM generate_series(1, cardinality(args), 2) i
+            ) p ORDER BY f, i DESC
+        ), written AS (
+            INSERT INTO pgvs3.resp_hash AS h (bucket_id, key, field, value) SELECT b, k, f, v FROM input
+            ON CONFLICT (bucket_id, key, field) DO UPDATE SET value = EXCLUDED.value
+            RETURNING xmax = 0 AS inserted
+        )
+        SELECT count(*) FILTER (WHERE inserted) INTO n FROM written;
+    WHEN 'hsetnx' THEN
+        PERFORM pgvs3.resp_touch(b, k, 'h');
+        INSERT INTO pgvs3.resp_hash (bucket_id, key, field, value) VALUES (b, k, args[1], args[2])
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS n = ROW_COUNT;
+    WHEN 'hdel' THEN
+        DELETE FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = ANY (args);
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n > 0 THEN
+            PERFORM pgvs3.resp_settle(b, k);
+        END IF;
+    WHEN 'hincrby', 'hincrbyfloat' THEN
+        SELECT value INTO cur FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = args[1];
+        IF op = 'hincrby' THEN
+            num := CASE WHEN cur IS NULL THEN 0 ELSE pgvs3.resp_int(cur) END;
+            IF num IS NULL THEN
+                err := 'ERR hash value is not an integer';
+                RETURN;
+            END IF;
+            num := num + ints[1];
+            IF num NOT BETWEEN -9223372036854775808 AND 9223372036854775807 THEN
+                err := 'ERR increment or decrement would overflow';
+                RETURN;
+            END IF;
+            n := num;
+            cur := convert_to(num::text, 'UTF8');
+        ELSE
+            num := CASE WHEN cur IS NULL THEN 0 ELSE pgvs3.resp_decimal(cur) END;
+            IF num IS NULL THEN
+                err := 'ERR hash value is not a float';
+                RETURN;
+            END IF;
+            -- The increment came checked (a finite float); added exactly, in decimal, as
+            -- Redis's long double keeps 0.1 + 0.2 at 0.3.
+            num := num + coalesce(pgvs3.resp_decimal(args[2]), floats[1]::numeric);
+            IF abs(num) > 1.7976931348623157e308 THEN
+                err := 'ERR increment would produce NaN or Infinity';
+                RETURN;
+            END IF;
+            cur := convert_to(trim_scale(num)::text, 'UTF8');
+            items := ARRAY[cur];
+        END IF;
+        PERFORM pgvs3.resp_touch(b, k, 'h');
+        INSERT INTO pgvs3.resp_hash (bucket_id, key, field, value) VALUES (b, k, args[1], cur)
+        ON CONFLICT (bucket_id, key, field) DO UPDATE SET value = EXCLUDED.value;
+    WHEN 'hget' THEN
+        items := ARRAY[(SELECT value FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = args[1])];
+    WHEN 'hmget' THEN
+        SELECT array_agg(h.value ORDER BY a.i) INTO items
+          FROM unnest(args) WITH ORDINALITY AS a(f, i)
+          LEFT JOIN pgvs3.resp_hash h ON h.bucket_id = b AND h.key = k AND h.field = a.f;
+    WHEN 'hexists' THEN
+        n := (SELECT count(*) FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = args[1]);
+    WHEN 'hstrlen' THEN
+        n := coalesce((SELECT length(value) FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = args[1]), 0);
+    WHEN 'hlen' THEN
+        n := (SELECT count(*) FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k);
+    WHEN 'hgetall' THEN
+        SELECT coalesce(array_agg(x ORDER BY field, j), '{}') INTO items
+          FROM pgvs3.resp_hash, LATERAL (VALUES (1, field), (2, value)) AS p(j, x)
+         WHERE bucket_id = b AND key = k;
+    WHEN 'hkeys' THEN
+        SELECT coalesce(array_agg(field ORDER BY field), '{}') INTO items FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k;
+    WHEN 'hvals' THEN
+        SELECT coalesce(array_agg(value ORDER BY field), '{}') INTO items FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k;
+    WHEN 'hrandfield' THEN
+        -- ints: {count (NULL: none given), with values (1)}. The gateway bounds the count.
+        total := (SELECT count(*) FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k);
+        IF ints[1] IS NULL OR ints[1] >= 0 THEN
+            SELECT coalesce(array_agg(x ORDER BY r, j), '{}') INTO items FROM (
+                SELECT field, value, random() AS r FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k
+                 ORDER BY r LIMIT coalesce(ints[1], 1)
+            ) s, LATERAL (VALUES (1, field), (2, value)) AS p(j, x)
+             WHERE j = 1 OR ints[2] = 1;
+        ELSE
+            -- Repeats allowed: |count| draws from the fields, read once.
+            SELECT array_agg(field), array_agg(value) INTO fa, va FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k;
+            SELECT coalesce(array_agg(x ORDER BY g, j), '{}') INTO items
+              FROM (SELECT g, 1 + floor(random() * total)::int AS i FROM generate_series(1, -ints[1]) g) d,
+                   LATERAL (VALUES (1, fa[d.i]), (2, va[d.i])) AS p(j, x)
+             WHERE j = 1 OR ints[2] = 1;
+        END IF;
+    WHEN 'hscan' THEN
+        -- ints: {cursor (an offset in field order), count}; n: the next cursor, 0 at the end.
+        SELECT coalesce(array_agg(x ORDER BY field, j), '{}'), count(*) / 2 INTO items, total FROM (
+            SELECT field, value FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k
+             ORDER BY field OFFSET ints[1] LIMIT ints[2]
+        ) s, LATERAL (VALUES (1, field), (2, value)) AS p(j, x);
+        n := CASE WHEN total < ints[2] THEN 0 ELSE ints[1] + total END;
+    END CASE;
+END $$;
+
+--
+-- Name: resp_int(bytea); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_int(v bytea) RETURNS numeric
+    LANGUAGE sql IMMUTABLE
+    AS $_$
+    SELECT CASE WHEN length(v) <= 20 AND encode(v, 'escape') ~ '^-?(0|[1-9][0-9]*)$'
+                     AND encode(v, 'escape')::numeric BETWEEN -9223372036854775808 AND 9223372036854775807
+                THEN encode(v, 'escape')::numeric END
+$_$;
+
+--
+-- Name: resp_keys(text, bigint, text[], text[], bytea[], bigint[], double precision[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_keys(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats double precision[], OUT err text, OUT n bigint, OUT items bytea[], OUT scores double precision[]) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    src text := ks[1];
+    dst text := ks[2];
+    src_type "char";
+    only_new boolean := ints[1] = 1;
+BEGIN
+    PERFORM pgvs3.resp_check(b, ks, '{}', '{}', 'h', true);
+    src_type := pgvs3.resp_type(b, src);
+    IF src_type IS NULL THEN
+        err := 'ERR no such key';
+        RETURN;
+    END IF;
+    IF src = dst THEN
+        IF op = 'copy' THEN
+            err := 'ERR source and destination objects are the same';
+        ELSE
+            n := CASE WHEN only_new THEN 0 ELSE 1 END;
+        END IF;
+        RETURN;
+    END IF;
+    IF only_new AND (dst = ANY (strings) OR pgvs3.resp_type(b, dst) IS NOT NULL) THEN
+        n := 0;
+        RETURN;
+    END IF;
+    PERFORM pgvs3.resp_clear(b, dst, dst = ANY (strings));
+    IF op = 'rename' THEN
+        -- The elements follow (ON UPDATE CASCADE).
+        UPDATE pgvs3.resp_keys SET key = dst, version = version + 1 WHERE bucket_id = b AND key = src;
+    ELSE
+        INSERT INTO pgvs3.resp_keys (bucket_id, key, type, expires_at)
+            SELECT b, dst, type, expires_at FROM pgvs3.resp_keys WHERE bucket_id = b AND key = src;
+        CASE src_type
+        WHEN 'h' THEN
+            INSERT INTO pgvs3.resp_hash SELECT b, dst, field, value FROM pgvs3.resp_hash WHERE bucket_id = b AND key = src;
+        WHEN 's' THEN
+            INSERT INTO pgvs3.resp_set SELECT b, dst, member FROM pgvs3.resp_set WHERE bucket_id = b AND key = src;
+        WHEN 'z' THEN
+            INSERT INTO pgvs3.resp_zset SELECT b, dst, member, score FROM pgvs3.resp_zset WHERE bucket_id = b AND key = src;
+        ELSE
+            INSERT INTO pgvs3.resp_list SELECT b, dst, pos, value FROM pgvs3.resp_list WHERE bucket_id = b AND key = src;
+        END CASE;
+    END IF;
+    n := 1;
+END $$;
+
+--
+-- Name: resp_list(text, bigint, text[], text[], bytea[], bigint[], double precision[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_list(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats double precision[], OUT err text, OUT n bigint, OUT items bytea[], OUT scores double precision[]) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    k text := ks[1];
+    write boolean := op IN ('lpush', 'rpush', 'lpushx', 'rpushx', 'lpop', 'rpop', 'lset', 'linsert', 'lrem', 'ltrim', 'lmove',
+                            'blpop', 'brpop');
+    len bigint;
+    first bigint;
+    last bigint;
+    p bigint;
+    q bigint;
+    vals bytea[];
+    j int;
+BEGIN
+    err := pgvs3.resp_check(b, ks, strings, ks, 'l', write);
+    IF err IS NOT NULL THEN
+        RETURN;
+    END IF;
+    IF op IN ('blpop', 'brpop') THEN
+        -- The first of the keys that holds a list: items {key, element}; none, no items.
+        FOR j IN 1 .. cardinality(ks) LOOP
+            IF pgvs3.resp_type(b, ks[j]) IS NOT NULL THEN
+                items := ARRAY[convert_to(ks[j], 'UTF8')] || pgvs3.resp_list_pop(b, ks[j], op = 'blpop', 1);
+                RETURN;
+            END IF;
+        END LOOP;
+        RETURN;
+    END IF;
+    len := (SELECT length FROM pgvs3.resp_keys
+             WHERE bucket_id = b AND key = k AND (expires_at IS NULL OR expires_at > clock_timestamp()));
+    IF len IS NULL AND op NOT IN ('lpush', 'rpush') THEN
+        -- Every other command finds nothing in a missing list.
+        CASE op
+        WHEN 'lset' THEN err := 'ERR no such key';
+        WHEN 'lpop', 'rpop', 'lmove', 'lindex' THEN items := ARRAY[NULL::bytea];
+        WHEN 'lrange' THEN items := '{}';
+        WHEN 'lpos' THEN scores := '{}';
+        WHEN 'ltrim' THEN NULL;
+        ELSE n := 0;
+        END CASE;
+        RETURN;
+    END IF;
+    CASE op
+    WHEN 'lpush', 'lpushx' THEN
+        n := pgvs3.resp_list_push(b, k, true, args);
+    WHEN 'rpush', 'rpushx' THEN
+        n := pgvs3.resp_list_push(b, k, false, args);
+    WHEN 'lpop', 'rpop' THEN
+        -- ints: {count (NULL: one)}; n = 1: the list existed.
+        items := pgvs3.resp_list_pop(b, k, op = 'lpop', coalesce(ints[1], 1));
+        n := 1;
+        IF ints[1] IS NULL THEN
+            items := ARRAY[items[1]];
+        END IF;
+    WHEN 'llen' THEN
+        n := len;
+    WHEN 'lindex' THEN
+        items := ARRAY[(SELECT value FROM pgvs3.resp_list WHERE bucket_id = b AND key = k
+                         AND pos = pgvs3.resp_list_at(b, k, ints[1]))];
+    WHEN 'lrange' THEN
+        first := CASE WHEN ints[1] < 0 THEN greatest(ints[1] + len, 0) ELSE ints[1] END;
+        last := CASE WHEN ints[2] < 0 THEN ints[2] + len ELSE least(ints[2], len - 1) END;
+        SELECT coalesce(array_agg(value ORDER BY pos), '{}') INTO items FROM (
+            SELECT pos, value FROM pgvs3.resp_list WHERE bucket_id = b AND key = k
+             ORDER BY pos OFFSET first LIMIT greatest(last - first + 1, 0)) r;
+    WHEN 'lset' THEN
+        p := pgvs3.resp_list_at(b, k, ints[1]);
+        IF p IS NULL THEN
+            err := 'ERR index out of range';
+            RETURN;
+        END IF;
+        UPDATE pgvs3.resp_list SET value = args[1] WHERE bucket_id = b AND key = k AND pos = p;
+        UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+    WHEN 'linsert' THEN
+        -- args: {pivot, element}; ints: {1 before, 0 after}. n: the new length, -1 without the pivot.
+        p := (SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND value = args[1] ORDER BY pos LIMIT 1);
+        IF p IS NULL THEN
+            n := -1;
+            RETURN;
+        END IF;
+        IF ints[1] = 1 THEN
+            q := (SELECT max(pos) FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos < p);
+            q := coalesce(q, p - 2097152);
+        ELSE
+            q := (SELECT min(pos) FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos > p);
+            q := coalesce(q, p + 2097152);
+        END IF;
+        IF abs(q - p) < 2 THEN
+            -- No room left between the two: renumber the list, keeping its order.
+            vals := ARRAY(SELECT value FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos);
+            first := (SELECT count(*) FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos < p);
+            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k;
+            INSERT INTO pgvs3.resp_list (bucket_id, key, pos, value)
+                SELECT b, k, i * 1048576, v FROM unnest(vals) WITH ORDINALITY AS a(v, i);
+            p := (first + 1) * 1048576;
+            q := CASE WHEN ints[1] = 1 THEN p - 1048576 ELSE p + 1048576 END;
+        END IF;
+        INSERT INTO pgvs3.resp_list (bucket_id, key, pos, value) VALUES (b, k, (p + q) / 2, args[2]);
+        UPDATE pgvs3.resp_keys SET length = length + 1, version = version + 1
+         WHERE bucket_id = b AND key = k RETURNING length INTO n;
+    WHEN 'lrem' THEN
+        -- ints: {count}: > 0 from the head, < 0 from the tail, 0 all.
+        IF ints[1] >= 0 THEN
+            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos IN (
+                SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND value = args[1]
+                 ORDER BY pos LIMIT CASE WHEN ints[1] > 0 THEN ints[1] END);
+        ELSE
+            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos IN (
+                SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND value = args[1]
+                 ORDER BY pos DESC LIMIT -ints[1]);
+        END IF;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        PERFORM pgvs3.resp_list_shrink(b, k, n);
+    WHEN 'ltrim' THEN
+        first := CASE WHEN ints[1] < 0 THEN greatest(ints[1] + len, 0) ELSE ints[1] END;
+        last := CASE WHEN ints[2] < 0 THEN ints[2] + len ELSE least(ints[2], len - 1) END;
+        IF first > last OR first >= len THEN
+            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k;
+        ELSE
+            p := pgvs3.resp_list_at(b, k, first);
+            q := pgvs3.resp_list_at(b, k, last);
+            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND (pos < p OR pos > q);
+        END IF;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        PERFORM pgvs3.resp_list_shrink(b, k, n);
+    WHEN 'lpos' THEN
+        -- ints: {rank (negative: from the tail), count (NULL: one, 0: all), maxlen (0: all)}.
+        SELECT coalesce(array_agg(CASE WHEN ints[1] < 0 THEN len - 1 - idx ELSE idx END ORDER BY idx), '{}') INTO scores FROM (
+            SELECT idx FROM (
+                SELECT value, row_number() OVER (ORDER BY CASE WHEN ints[1] < 0 THEN -pos ELSE pos END) - 1 AS idx
+                  FROM pgvs3.resp_list WHERE bucket_id = b AND key = k
+                 ORDER BY CASE WHEN ints[1] < 0 THEN -pos ELSE pos END
+                 LIMIT CASE WHEN ints[3] > 0 THEN ints[3] END) scanned
+             WHERE value = args[1] ORDER BY idx OFFSET abs(ints[1]) - 1
+             LIMIT CASE WHEN ints[2] IS NULL THEN 1 WHEN ints[2] > 0 THEN ints[2] END) found;
+    WHEN 'lmove' THEN
+        -- ints: {1: pop from the source's head, 1: push at the destination's head}.
+        vals := pgvs3.resp_list_pop(b, k, ints[1] = 1, 1);
+        PERFORM pgvs3.resp_list_push(b, ks[2], ints[2] = 1, vals);
+        items := vals;
+    END CASE;
+END $$;
+
+--
+-- Name: resp_list_at(bigint, text, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_list_at(b bigint, k text, idx bigint) RETURNS bigint
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT CASE WHEN idx >= 0
+        THEN (SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos OFFSET idx LIMIT 1)
+        ELSE (SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos DESC OFFSET -idx - 1 LIMIT 1)
+    END
+$$;
+
+--
+-- Name: resp_list_pop(bigint, text, boolean, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_list_pop(b bigint, k text, left_end boolean, c bigint) RETURNS bytea[]
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    popped bytea[];
+BEGIN
+    IF left_end THEN
+        WITH d AS (
+            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos IN (
+                SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos LIMIT c)
+            RETURNING pos, value)
+        SELECT coalesce(array_agg(value ORDER BY pos), '{}') INTO popped FROM d;
+    ELSE
+        WITH d AS (
+            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos IN (
+                SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos DESC LIMIT c)
+            RETURNING pos, value)
+        SELECT coalesce(array_agg(value ORDER BY pos DESC), '{}') INTO popped FROM d;
+    END IF;
+    PERFORM pgvs3.resp_list_shrink(b, k, cardinality(popped));
+    RETURN popped;
+END $$;
+
+--
+-- Name: resp_list_push(bigint, text, boolean, bytea[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_list_push(b bigint, k text, left_end boolean, vals bytea[]) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    edge bigint;
+    len bigint;
+BEGIN
+    PERFORM pgvs3.resp_touch(b, k, 'l');
+    IF left_end THEN
+        edge := coalesce((SELECT min(pos) FROM pgvs3.resp_list WHERE bucket_id = b AND key = k), 0);
+        INSERT INTO pgvs3.resp_list (bucket_id, key, pos, value)
+            SELECT b, k, edge - i * 1048576, v FROM unnest(vals) WITH ORDINALITY AS a(v, i);
+    ELSE
+        edge := coalesce((SELECT max(pos) FROM pgvs3.resp_list WHERE bucket_id = b AND key = k), 0);
+        INSERT INTO pgvs3.resp_list (bucket_id, key, pos, value)
+            SELECT b, k, edge + i * 1048576, v FROM unnest(vals) WITH ORDINALITY AS a(v, i);
+    END IF;
+    UPDATE pgvs3.resp_keys SET length = coalesce(length, 0) + cardinality(vals)
+     WHERE bucket_id = b AND key = k RETURNING length INTO len;
+    PERFORM pgvs3.resp_wake(b, k);
+    RETURN len;
+END $$;
+
+--
+-- Name: resp_list_shrink(bigint, text, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_list_shrink(b bigint, k text, removed bigint) RETURNS void
+    LANGUAGE sql
+    AS $$
+    UPDATE pgvs3.resp_keys SET length = length - removed, version = version + 1
+     WHERE bucket_id = b AND key = k AND removed > 0;
+    DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND type = 'l' AND length <= 0;
+$$;
+
+--
+-- Name: resp_set(text, bigint, text[], text[], bytea[], bigint[], double precision[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_set(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats double precision[], OUT err text, OUT n bigint, OUT items bytea[], OUT scores double precision[]) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    k text := ks[1];
+    write boolean := op IN ('sadd', 'srem', 'spop', 'smove', 'sinterstore', 'sunionstore', 'sdiffstore');
+    store boolean := op LIKE '%store';
+    sources text[] := CASE WHEN op LIKE '%store' THEN ks[2:] ELSE ks END;
+    live text[];
+    others text[];
+    total bigint;
+    ma bytea[];
+BEGIN
+    err := pgvs3.resp_check(b, ks, strings, CASE WHEN store THEN sources ELSE ks END, 's', write);
+    IF err IS NOT NULL THEN
+        RETURN;
+    END IF;
+    live := ARRAY(SELECT key FROM pgvs3.resp_keys
+                   WHERE bucket_id = b AND key = ANY (sources) AND (expires_at IS NULL OR expires_at > clock_timestamp()));
+    CASE op
+    WHEN 'sadd' THEN
+        PERFORM pgvs3.resp_touch(b, k, 's');
+        INSERT INTO pgvs3.resp_set (bucket_id, key, member) SELECT DISTINCT b, k, m FROM unnest(args) m
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS n = ROW_COUNT;
+    WHEN 'srem' THEN
+        DELETE FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND member = ANY (args);
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n > 0 THEN
+            PERFORM pgvs3.resp_settle(b, k);
+        END IF;
+    WHEN 'smembers' THEN
+        SELECT coalesce(array_agg(member ORDER BY member), '{}') INTO items
+          FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND k = ANY (live);
+    WHEN 'sismember' THEN
+        n := (SELECT count(*) FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND k = ANY (live) AND member = args[1]);
+    WHEN 'smismember' THEN
+        SELECT array_agg(CASE WHEN s.member IS NULL THEN 0 ELSE 1 END ORDER BY a.i) INTO scores
+          FROM unnest(args) WITH ORDINALITY AS a(m, i)
+          LEFT JOIN pgvs3.resp_set s ON s.bucket_id = b AND s.key = k AND k = ANY (live) AND s.member = a.m;
+    WHEN 'scard' THEN
+        n := (SELECT count(*) FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND k = ANY (live));
+    WHEN 'spop' THEN
+        -- ints: {count (NULL: one, answered as a string)}; the gateway bounds the count.
+        WITH popped AS (
+            DELETE FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND member IN (
+                SELECT member FROM pgvs3.resp_set WHERE bucket_id = b AND key = k
+                 ORDER BY random() LIMIT coalesce(ints[1], 1))
+            RETURNING member)
+        SELECT coalesce(array_agg(member), '{}') INTO items FROM popped;
+        IF ints[1] IS NULL AND cardinality(items) = 0 THEN
+            items := ARRAY[NULL::bytea];
+        END IF;
+        IF cardinality(items) > 0 THEN
+            PERFORM pgvs3.resp_settle(b, k);
+        END IF;
+    WHEN 'srandmember' THEN
+        IF NOT k = ANY (live) THEN
+            items := CASE WHEN ints[1] IS NULL THEN ARRAY[NULL::bytea] ELSE '{}' END;
+        ELSIF ints[1] IS NULL OR ints[1] >= 0 THEN
+            SELECT coalesce(array_agg(member), '{}') INTO items FROM (
+                SELECT member FROM pgvs3.resp_set WHERE bucket_id = b AND key = k ORDER BY random() LIMIT coalesce(ints[1], 1)) s;
+            IF ints[1] IS NULL AND cardinality(items) = 0 THEN
+                items := ARRAY[NULL::bytea];
+            END IF;
+        ELSE
+            SELECT array_agg(member) INTO ma FROM pgvs3.resp_set WHERE bucket_id = b AND key = k;
+            total := cardinality(ma);
+            SELECT coalesce(array_agg(ma[1 + floor(random() * total)::int]), '{}') INTO items FROM generate_series(1, -ints[1]);
+        END IF;
+    WHEN 'smove' THEN
+        -- keys: {source, destination}.
+        DELETE FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND k = ANY (live) AND member = args[1];
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n > 0 AND ks[2] <> k THEN
+            PERFORM pgvs3.resp_settle(b, k);
+            PERFORM pgvs3.resp_touch(b, ks[2], 's');
+            INSERT INTO pgvs3.resp_set (bucket_id, key, member) VALUES (b, ks[2], args[1]) ON CONFLICT DO NOTHING;
+        ELSIF n > 0 THEN
+            INSERT INTO pgvs3.resp_set (bucket_id, key, member) VALUES (b, k, args[1]);
+        END IF;
+    WHEN 'sinter', 'sinterstore', 'sintercard' THEN
+        -- A member of every source; none when a source is missing. SINTERCARD: ints {limit (0: none)}.
+        IF (SELECT count(DISTINCT s) FROM unnest(live) s) < (SELECT count(DISTINCT s) FROM unnest(sources) s) THEN
+            items := '{}';
+        ELSE
+            SELECT coalesce(array_agg(member ORDER BY member), '{}') INTO items FROM (
+                SELECT member FROM pgvs3.resp_set WHERE bucket_id = b AND key = ANY (live)
+                 GROUP BY member HAVING count(*) = (SELECT count(DISTINCT s) FROM unnest(live) s)
+                 ORDER BY member LIMIT CASE WHEN op = 'sintercard' AND ints[1] > 0 THEN ints[1] END) m;
+        END IF;
+    WHEN 'sunion', 'sunionstore' THEN
+        SELECT coalesce(array_agg(DISTINCT member), '{}') INTO items
+          FROM pgvs3.resp_set WHERE bucket_id = b AND key = ANY (live);
+    WHEN 'sdiff', 'sdiffstore' THEN
+        others := ARRAY(SELECT s FROM unnest(sources[2:]) s WHERE s = ANY (live));
+        SELECT coalesce(array_agg(a.member ORDER BY a.member), '{}') INTO items
+          FROM pgvs3.resp_set a
+         WHERE a.bucket_id = b AND a.key = sources[1] AND sources[1] = ANY (live)
+           AND NOT EXISTS (SELECT 1 FROM pgvs3.resp_set c
+                            WHERE c.bucket_id = b AND c.key = ANY (others) AND c.member = a.member);
+    WHEN 'sscan' THEN
+        -- ints: {cursor (an offset in member order), count}; n: the next cursor, 0 at the end.
+        SELECT coalesce(array_agg(member ORDER BY member), '{}') INTO items FROM (
+            SELECT member FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND k = ANY (live)
+             ORDER BY member OFFSET ints[1] LIMIT ints[2]) s;
+        n := CASE WHEN cardinality(items) < ints[2] THEN 0 ELSE ints[1] + cardinality(items) END;
+    END CASE;
+    IF op = 'sintercard' THEN
+        n := cardinality(items);
+        items := NULL;
+    ELSIF store THEN
+        -- The destination is replaced, whatever it held; an empty result deletes it.
+        PERFORM pgvs3.resp_clear(b, k, k = ANY (strings));
+        IF cardinality(items) > 0 THEN
+            INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, 's');
+            INSERT INTO pgvs3.resp_set (bucket_id, key, member) SELECT b, k, m FROM unnest(items) m;
+        END IF;
+        n := cardinality(items);
+        items := NULL;
+    END IF;
+END $$;
+
+--
+-- Name: resp_settle(bigint, text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_settle(b bigint, k text) RETURNS void
+    LANGUAGE sql
+    AS $$
+    UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+    DELETE FROM pgvs3.resp_keys r
+     WHERE r.bucket_id = b AND r.key = k
+       AND NOT CASE r.type
+           WHEN 'h' THEN EXISTS (SELECT 1 FROM pgvs3.resp_hash e WHERE e.bucket_id = b AND e.key = k)
+           WHEN 's' THEN EXISTS (SELECT 1 FROM pgvs3.resp_set e WHERE e.bucket_id = b AND e.key = k)
+           WHEN 'z' THEN EXISTS (SELECT 1 FROM pgvs3.resp_zset e WHERE e.bucket_id = b AND e.key = k)
+           ELSE EXISTS (SELECT 1 FROM pgvs3.resp_list e WHERE e.bucket_id = b AND e.key = k)
+       END
+$$;
+
+--
+-- Name: resp_touch(bigint, text, "char"); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_touch(b bigint, k text, t "char") RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO pgvs3.resp_keys AS r (bucket_id, key, type) VALUES (b, k, t)
+    ON CONFLICT (bucket_id, key) DO UPDATE SET version = r.version + 1
+$$;
+
+--
+-- Name: resp_type(bigint, text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_type(b bigint, k text) RETURNS "char"
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT type FROM pgvs3.resp_keys
+     WHERE bucket_id = b AND key = k AND (expires_at IS NULL OR expires_at > clock_timestamp())
+$$;
+
+--
+-- Name: resp_wake(bigint, text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_wake(b bigint, k text) RETURNS void
+    LANGUAGE sql
+    AS $$
+    SELECT pg_notify('pgvs3_resp', b || ' ' || k)
+$$;
+
+--
+-- Name: resp_wrongtype(); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_wrongtype() RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT 'WRONGTYPE Operation against a key holding the wrong kind of value' $$;
+
+--
+-- Name: resp_zrange(bigint, text, bigint[], double precision[], bytea[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_zrange(b bigint, k text, ints bigint[], floats double precision[], args bytea[], OUT members bytea[], OUT member_scores double precision[]) RETURNS record
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    total bigint;
+    first bigint := ints[3];
+    last bigint := ints[4];
+    direction text := CASE WHEN ints[2] = 1 THEN 'DESC' ELSE 'ASC' END;
+    filter text;
+    skip bigint := ints[5];
+    take bigint := CASE WHEN ints[6] < 0 THEN NULL ELSE ints[6] END;
+BEGIN
+    members := '{}';
+    member_scores := '{}';
+    IF ints[1] = 0 THEN
+        -- Ranks from the end need the size; ranks from the start only a limit.
+        IF first < 0 OR last < 0 THEN
+            total := (SELECT count(*) FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k);
+            IF first < 0 THEN first := first + total; END IF;
+            IF last < 0 THEN last := last + total; END IF;
+        END IF;
+        first := greatest(first, 0);
+        IF first > last THEN
+            RETURN;
+        END IF;
+        filter := 'true';
+        skip := first;
+        take := last - first + 1;
+    ELSIF skip < 0 THEN
+        RETURN;
+    ELSIF ints[1] = 1 THEN
+        -- The range condition the index serves, then exclusivity as a filter.
+        filter := 'score >= $3 AND score <= $4 AND ($5 = 0 OR score > $3) AND ($6 = 0 OR score < $4)';
+    ELSE
+        filter := '($5 = 2 OR member > $7 OR $5 = 0 AND member = $7) AND $5 <> 3
+                   AND ($6 = 3 OR member < $8 OR $6 = 0 AND member = $8) AND $6 <> 2';
+    END IF;
+    EXECUTE format(
+        'SELECT coalesce(array_agg(member ORDER BY o), ''{}''), coalesce(array_agg(score ORDER BY o), ''{}'') FROM (
+             SELECT member, score, row_number() OVER () AS o FROM (
+                 SELECT member, score FROM pgvs3.resp_zset WHERE bucket_id = $1 AND key = $2 AND %s
+                  ORDER BY score %s, member %s OFFSET $9 LIMIT $10) r) s',
+        filter, direction, direction)
+      INTO members, member_scores
+     USING b, k, floats[1], floats[2], ints[7], ints[8], args[1], args[2], skip, take;
+END $_$;
+
+--
+-- Name: resp_zset(text, bigint, text[], text[], bytea[], bigint[], double precision[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_zset(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats double precision[], OUT err text, OUT n bigint, OUT items bytea[], OUT scores double precision[]) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    k text := ks[1];
+    write boolean := op IN ('zadd', 'zrem', 'zincrby', 'zpopmin', 'zpopmax', 'zrangestore', 'zunionstore', 'zinterstore',
+                            'zremrangebyrank', 'zremrangebyscore', 'zremrangebylex', 'bzpopmin', 'bzpopmax');
+    store boolean := op IN ('zrangestore', 'zunionstore', 'zinterstore');
+    sources text[] := CASE WHEN op IN ('zrangestore', 'zunionstore', 'zinterstore') THEN ks[2:] ELSE ks END;
+    live boolean;
+    cur float8;
+    new float8;
+    i int;
+    added bigint := 0;
+    changed bigint := 0;
+    touched boolean := false;
+BEGIN
+    IF op IN ('zunionstore', 'zinterstore') THEN
+        -- Sources may be sets (each member scoring 1) as well as sorted sets.
+        err := pgvs3.resp_check(b, ks, strings, '{}', 'z', true);
+        IF strings && sources OR EXISTS (
+            SELECT 1 FROM pgvs3.resp_keys WHERE bucket_id = b AND key = ANY (sources) AND type NOT IN ('z', 's')) THEN
+            err := pgvs3.resp_wrongtype();
+        END IF;
+    ELSE
+        err := pgvs3.resp_check(b, ks, strings, CASE WHEN store THEN sources ELSE ks END, 'z', write);
+    END IF;
+    IF err IS NOT NULL THEN
+        RETURN;
+    END IF;
+    IF op IN ('bzpopmin', 'bzpopmax') THEN
+        -- The first of the keys that holds a sorted set: items {key, member}, scores {score}.
+        FOR i IN 1 .. cardinality(ks) LOOP
+            IF pgvs3.resp_type(b, ks[i]) IS NOT NULL THEN
+                SELECT members, member_scores INTO items, scores
+                  FROM pgvs3.resp_zrange(b, ks[i], ARRAY[0, CASE WHEN op = 'bzpopmax' THEN 1 ELSE 0 END, 0, 0, 0, -1, 0, 0],
+                                         '{}', '{}');
+                DELETE FROM pgvs3.resp_zset WHERE bucket_id = b AND key = ks[i] AND member = items[1];
+                PERFORM pgvs3.resp_settle(b, ks[i]);
+                items := ARRAY[convert_to(ks[i], 'UTF8')] || items;
+                RETURN;
+            END IF;
+        END LOOP;
+        RETURN;
+    END IF;
+    live := pgvs3.resp_type(b, sources[1]) IS NOT NULL;
+    CASE op
+    WHEN 'zadd', 'zincrby' THEN
+        -- ints: {nx, xx, gt, lt, ch, incr} as 0 or 1; floats: the scores of args' members.
+        FOR i IN 1 .. cardinality(args) LOOP
+            SELECT score INTO cur FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND member = args[i];
+            IF NOT FOUND THEN
+                cur := NULL;
+            END IF;
+            new := NULL;
+            IF cur IS NULL THEN
+                CONTINUE WHEN ints[2] = 1;
+                new := floats[i];
+                IF NOT touched THEN
+                    PERFORM pgvs3.resp_touch(b, k, 'z');
+                    touched := true;
+                END IF;
+                INSERT INTO pgvs3.resp_zset (bucket_id, key, member, score) VALUES (b, k, args[i], new);
+                added := added + 1;
+            ELSE
+                CONTINUE WHEN ints[1] = 1;
+                new := CASE WHEN ints[6] = 1 THEN cur + floats[i] ELSE floats[i] END;
+                IF new = 'NaN'::float8 THEN
+                    err := 'ERR resulting score is not a number (NaN)';
+                    RETURN;
+                END IF;
+                IF ints[3] = 1 AND new <= cur OR ints[4] = 1 AND new >= cur THEN
+                    new := NULL;
+                    CONTINUE;
+                END IF;
+                IF new <> cur THEN
+                    IF NOT touched THEN
+                        PERFORM pgvs3.resp_touch(b, k, 'z');
+                        touched := true;
+                    END IF;
+                    UPDATE pgvs3.resp_zset SET score = new WHERE bucket_id = b AND key = k AND member = args[i];
+                    changed := changed + 1;
+                END IF;
+            END IF;
+        END LOOP;
+        n := added + CASE WHEN ints[5] = 1 THEN changed ELSE 0 END;
+        IF added > 0 THEN
+            PERFORM pgvs3.resp_wake(b, k);
+        END IF;
+        -- INCR (and ZINCRBY): the new score, NULL when a condition stopped it.
+        scores := ARRAY[new];
+    WHEN 'zrem' THEN
+        DELETE FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND member = ANY (args);
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n > 0 THEN
+            PERFORM pgvs3.resp_settle(b, k);
+        END IF;
+    WHEN 'zscore' THEN
+        scores := ARRAY[(SELECT score FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND live AND member = args[1])];
+    WHEN 'zmscore' THEN
+        SELECT array_agg(z.score ORDER BY a.i) INTO scores
+          FROM unnest(args) WITH ORDINALITY AS a(m, i)
+          LEFT JOIN pgvs3.resp_zset z ON z.bucket_id = b AND z.key = k AND live AND z.member = a.m;
+    WHEN 'zcard' THEN
+        n := (SELECT count(*) FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND live);
+    WHEN 'zrank', 'zrevrank' THEN
+        SELECT score INTO cur FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND live AND member = args[1];
+        IF FOUND THEN
+            IF op = 'zrank' THEN
+                n := (SELECT count(*) FROM pgvs3.resp_zset
+                       WHERE bucket_id = b AND key = k AND (score, member) < (cur, args[1]));
+            ELSE
+                n := (SELECT count(*) FROM pgvs3.resp_zset
+                       WHERE bucket_id = b AND key = k AND (score, member) > (cur, args[1]));
+            END IF;
+        END IF;
+    WHEN 'zrange', 'zrangestore', 'zcount', 'zlexcount', 'zremrangebyrank', 'zremrangebyscore', 'zremrangebylex' THEN
+        IF live THEN
+            SELECT members, member_scores INTO items, scores FROM pgvs3.resp_zrange(b, sources[1], ints, floats, args);
+        ELSE
+            items := '{}';
+            scores := '{}';
+        END IF;
+        IF op IN ('zcount', 'zlexcount') THEN
+            n := cardinality(items);
+            items := NULL;
+            scores := NULL;
+        ELSIF op LIKE 'zremrange%' THEN
+            DELETE FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND member = ANY (items);
+            GET DIAGNOSTICS n = ROW_COUNT;
+            IF n > 0 THEN
+                PERFORM pgvs3.resp_settle(b, k);
+            END IF;
+            items := NULL;
+            scores := NULL;
+        END IF;
+    WHEN 'zpopmin', 'zpopmax' THEN
+        -- ints: {count}; the gateway bounds it. The lowest (highest) ranks, then gone.
+        items := '{}';
+        scores := '{}';
+        IF live AND ints[1] > 0 THEN
+            SELECT members, member_scores INTO items, scores
+              FROM pgvs3.resp_zrange(b, k, ARRAY[0, CASE WHEN op = 'zpopmax' THEN 1 ELSE 0 END, 0, ints[1] - 1, 0, -1, 0, 0],
+                                     '{}', '{}');
+            DELETE FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND member = ANY (items);
+            PERFORM pgvs3.resp_settle(b, k);
+        END IF;
+    WHEN 'zunionstore', 'zinterstore' THEN
+        -- floats: one weight per source; ints: {aggregate: 0 sum, 1 min, 2 max}.
+        WITH src AS (
+            SELECT s.key, s.ord, coalesce(floats[s.ord], 1) AS w FROM unnest(sources) WITH ORDINALITY AS s(key, ord)
+        ), elements AS (
+            SELECT src.ord, z.member, z.score * src.w AS score
+              FROM src JOIN pgvs3.resp_zset z ON z.bucket_id = b AND z.key = src.key
+            UNION ALL
+            SELECT src.ord, m.member, src.w
+              FROM src JOIN pgvs3.resp_set m ON m.bucket_id = b AND m.key = src.key
+        ), weighed AS (
+            -- inf * 0 is NaN; Redis counts it as 0.
+            SELECT ord, member, CASE WHEN score = 'NaN'::float8 THEN 0 ELSE score END AS score FROM elements
+        ), combined AS (
+            SELECT member,
+                   CASE ints[1] WHEN 1 THEN min(score) WHEN 2 THEN max(score) ELSE sum(score) END AS score
+              FROM weighed GROUP BY member
+            HAVING op = 'zunionstore' OR count(DISTINCT ord) = cardinality(sources)
+        )
+        SELECT coalesce(array_agg(member ORDER BY score, member), '{}'),
+               coalesce(array_agg(CASE WHEN score = 'NaN'::float8 THEN 0 ELSE score END ORDER BY score, member), '{}')
+          INTO items, scores FROM combined;
+    WHEN 'zscan' THEN
+        -- ints: {cursor (an offset in member order), count}; n: the next cursor, 0 at the end.
+        SELECT coalesce(array_agg(member ORDER BY member), '{}'), coalesce(array_agg(score ORDER BY member), '{}')
+          INTO items, scores FROM (
+            SELECT member, score FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND live
+             ORDER BY member OFFSET ints[1] LIMIT ints[2]) s;
+        n := CASE WHEN cardinality(items) < ints[2] THEN 0 ELSE ints[1] + cardinality(items) END;
+    END CASE;
+    IF store THEN
+        -- The destination is replaced, whatever it held; an empty result deletes it.
+        PERFORM pgvs3.resp_clear(b, k, k = ANY (strings));
+        IF cardinality(items) > 0 THEN
+            INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, 'z');
+            INSERT INTO pgvs3.resp_zset (bucket_id, key, member, score)
+                SELECT b, k, m, s FROM unnest(items, scores) AS u(m, s);
+            PERFORM pgvs3.resp_wake(b, k);
+        END IF;
+        n := cardinality(items);
+        items := NULL;
+        scores := NULL;
+    END IF;
+END $$;
+
+--
 -- Name: retire_body(); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -1579,6 +2486,63 @@ CREATE TABLE pgvs3.origins (
     CONSTRAINT origins_size_limit_bytes_check CHECK ((size_limit_bytes > 0)),
     CONSTRAINT origins_ttl_seconds_check CHECK ((ttl_seconds >= 0)),
     CONSTRAINT origins_write_back_threshold_check CHECK ((write_back_threshold > 0))
+);
+
+--
+-- Name: resp_hash; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.resp_hash (
+    bucket_id bigint NOT NULL,
+    key text NOT NULL COLLATE pg_catalog."C",
+    field bytea NOT NULL,
+    value bytea NOT NULL
+);
+
+--
+-- Name: resp_keys; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.resp_keys (
+    bucket_id bigint NOT NULL,
+    key text NOT NULL COLLATE pg_catalog."C",
+    type "char" NOT NULL,
+    expires_at timestamp with time zone,
+    version bigint DEFAULT 1 NOT NULL,
+    length bigint,
+    CONSTRAINT resp_keys_type_check CHECK ((type = ANY (ARRAY['h'::"char", 's'::"char", 'z'::"char", 'l'::"char"])))
+);
+
+--
+-- Name: resp_list; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.resp_list (
+    bucket_id bigint NOT NULL,
+    key text NOT NULL COLLATE pg_catalog."C",
+    pos bigint NOT NULL,
+    value bytea NOT NULL
+);
+
+--
+-- Name: resp_set; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.resp_set (
+    bucket_id bigint NOT NULL,
+    key text NOT NULL COLLATE pg_catalog."C",
+    member bytea NOT NULL
+);
+
+--
+-- Name: resp_zset; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.resp_zset (
+    bucket_id bigint NOT NULL,
+    key text NOT NULL COLLATE pg_catalog."C",
+    member bytea NOT NULL,
+    score double precision NOT NULL
 );
 
 --
@@ -2052,6 +3016,41 @@ ALTER TABLE ONLY pgvs3.origins
     ADD CONSTRAINT origins_pkey PRIMARY KEY (bucket_id);
 
 --
+-- Name: resp_hash resp_hash_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_hash
+    ADD CONSTRAINT resp_hash_pkey PRIMARY KEY (bucket_id, key, field);
+
+--
+-- Name: resp_keys resp_keys_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_keys
+    ADD CONSTRAINT resp_keys_pkey PRIMARY KEY (bucket_id, key);
+
+--
+-- Name: resp_list resp_list_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_list
+    ADD CONSTRAINT resp_list_pkey PRIMARY KEY (bucket_id, key, pos);
+
+--
+-- Name: resp_set resp_set_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_set
+    ADD CONSTRAINT resp_set_pkey PRIMARY KEY (bucket_id, key, member);
+
+--
+-- Name: resp_zset resp_zset_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_zset
+    ADD CONSTRAINT resp_zset_pkey PRIMARY KEY (bucket_id, key, member);
+
+--
 -- Name: chunks chunks_pkey; Type: CONSTRAINT; Schema: s3c; Owner: -
 --
 
@@ -2285,6 +3284,18 @@ CREATE UNIQUE INDEX access_keys_one_root ON pgvs3.access_keys USING btree (is_ro
 --
 
 CREATE INDEX origin_outbox_due ON pgvs3.origin_outbox USING btree (next_attempt_at);
+
+--
+-- Name: resp_keys_expiry; Type: INDEX; Schema: pgvs3; Owner: -
+--
+
+CREATE INDEX resp_keys_expiry ON pgvs3.resp_keys USING btree (expires_at) WHERE (expires_at IS NOT NULL);
+
+--
+-- Name: resp_zset_by_score; Type: INDEX; Schema: pgvs3; Owner: -
+--
+
+CREATE INDEX resp_zset_by_score ON pgvs3.resp_zset USING btree (bucket_id, key, score, member);
 
 --
 -- Name: objects_expiry; Type: INDEX; Schema: s3c; Owner: -
@@ -2595,6 +3606,41 @@ ALTER TABLE ONLY pgvs3.buckets
 
 ALTER TABLE ONLY pgvs3.origins
     ADD CONSTRAINT origins_bucket_id_fkey FOREIGN KEY (bucket_id) REFERENCES pgvs3.buckets(id) ON DELETE CASCADE;
+
+--
+-- Name: resp_hash resp_hash_bucket_id_key_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_hash
+    ADD CONSTRAINT resp_hash_bucket_id_key_fkey FOREIGN KEY (bucket_id, key) REFERENCES pgvs3.resp_keys(bucket_id, key) ON UPDATE CASCADE ON DELETE CASCADE;
+
+--
+-- Name: resp_keys resp_keys_bucket_id_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_keys
+    ADD CONSTRAINT resp_keys_bucket_id_fkey FOREIGN KEY (bucket_id) REFERENCES pgvs3.buckets(id) ON DELETE CASCADE;
+
+--
+-- Name: resp_list resp_list_bucket_id_key_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_list
+    ADD CONSTRAINT resp_list_bucket_id_key_fkey FOREIGN KEY (bucket_id, key) REFERENCES pgvs3.resp_keys(bucket_id, key) ON UPDATE CASCADE ON DELETE CASCADE;
+
+--
+-- Name: resp_set resp_set_bucket_id_key_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_set
+    ADD CONSTRAINT resp_set_bucket_id_key_fkey FOREIGN KEY (bucket_id, key) REFERENCES pgvs3.resp_keys(bucket_id, key) ON UPDATE CASCADE ON DELETE CASCADE;
+
+--
+-- Name: resp_zset resp_zset_bucket_id_key_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_zset
+    ADD CONSTRAINT resp_zset_bucket_id_key_fkey FOREIGN KEY (bucket_id, key) REFERENCES pgvs3.resp_keys(bucket_id, key) ON UPDATE CASCADE ON DELETE CASCADE;
 
 --
 -- PostgreSQL database dump complete

@@ -617,9 +617,20 @@ impl Keyspace {
         self.store.kv_overwrite(&self.bucket, keys).await
     }
 
-    /// One page of keys after `after` that start with `prefix`; fewer than `count` means done.
-    pub async fn scan(&self, after: &str, prefix: &str, count: i64) -> StoreResult<Vec<String>> {
+    /// One page of keys after `after` that start with `prefix`, with their types (`None`: a
+    /// string); fewer than `count` means done.
+    pub async fn scan(
+        &self,
+        after: &str,
+        prefix: &str,
+        count: i64,
+    ) -> StoreResult<Vec<(String, Option<crate::store::KeyType>)>> {
         self.store.kv_scan(&self.bucket, after, prefix, count).await
+    }
+
+    /// Runs typed reads (hashes, sets, sorted sets, lists) in one round trip.
+    pub async fn typed_read(&self, calls: &[&crate::store::TypedCall]) -> StoreResult<Vec<crate::store::TypedRow>> {
+        self.store.kv_typed_read(&self.bucket, calls).await
     }
 
     /// How many live keys there are, and how many of them have a TTL.

@@ -250,6 +250,11 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_RESP_MAX_WAITING", default_value_t = 0)]
     pub resp_max_waiting: usize,
 
+    /// How often a client blocked in BLPOP and its kin tries again without being told of new
+    /// elements (it is told by NOTIFY at once; this covers a lost LISTEN connection).
+    #[arg(long, env = "PGVS3_RESP_BLOCK_POLL", default_value = "1s", value_parser = parse_duration)]
+    pub resp_block_poll: Duration,
+
     /// Close RESP connections idle this long (`0s`: never, as Redis's default `timeout 0`).
     #[arg(long, env = "PGVS3_RESP_IDLE_TIMEOUT", default_value = "0s", value_parser = parse_duration)]
     pub resp_idle_timeout: Duration,

@@ -147,6 +147,7 @@ impl RunningGateway {
                 bound.port(),
                 lag.clone(),
                 buffers,
+                Some((database.config.clone(), database.connections.clone())),
             )
             .await?;
             if let Some(plaintext) = plaintext {

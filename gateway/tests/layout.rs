@@ -39,7 +39,8 @@ const LAYOUT_V10: &[(i32, &str, &str)] = &[
 ];
 
 /// Functions added by layout v11 (they did not exist before it).
-/// Functions added since layout v10: by v11 (the control API) and v12 (versioning).
+/// Functions added since layout v10: by v11 (the control API), v12 (versioning), v13 (object
+/// lock, lifecycle, notifications) and v14 (RESP data types).
 const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.bucket_owner(text)",
     "pgvs3.emit_object_event(bigint,text,text,bigint,text,text)",
@@ -51,6 +52,25 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.object_locked(jsonb,boolean)",
     "pgvs3.origin_secret(text)",
     "pgvs3.replace_null_version()",
+    "pgvs3.resp_check(bigint,text[],text[],text[],\"char\",boolean)",
+    "pgvs3.resp_clear(bigint,text,boolean)",
+    "pgvs3.resp_decimal(bytea)",
+    "pgvs3.resp_hash(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
+    "pgvs3.resp_int(bytea)",
+    "pgvs3.resp_keys(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
+    "pgvs3.resp_list(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
+    "pgvs3.resp_list_at(bigint,text,bigint)",
+    "pgvs3.resp_list_pop(bigint,text,boolean,bigint)",
+    "pgvs3.resp_list_push(bigint,text,boolean,bytea[])",
+    "pgvs3.resp_list_shrink(bigint,text,bigint)",
+    "pgvs3.resp_set(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
+    "pgvs3.resp_settle(bigint,text)",
+    "pgvs3.resp_touch(bigint,text,\"char\")",
+    "pgvs3.resp_type(bigint,text)",
+    "pgvs3.resp_wake(bigint,text)",
+    "pgvs3.resp_wrongtype()",
+    "pgvs3.resp_zrange(bigint,text,bigint[],double precision[],bytea[])",
+    "pgvs3.resp_zset(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
     "pgvs3.uuid_v7()",
 ];
 /// v10 functions a later layout changed on purpose: v12 (versioning) keeps bodies that moved to
@@ -200,7 +220,21 @@ async fn unchanged_function_files_are_not_applied_again() {
         .map(|row| (row.get(0), row.get(1)))
         .collect();
     let names: Vec<&str> = files.iter().map(|(name, _)| name.as_str()).collect();
-    assert_eq!(names, ["cache", "catalog", "objects", "ojs", "quotas"]);
+    assert_eq!(
+        names,
+        [
+            "cache",
+            "catalog",
+            "objects",
+            "ojs",
+            "quotas",
+            "resp_hash",
+            "resp_keys",
+            "resp_list",
+            "resp_set",
+            "resp_zset"
+        ]
+    );
     let versions = function_row_versions(&sql).await;
 
     run_migrate(&url).await;

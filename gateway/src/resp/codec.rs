@@ -318,6 +318,9 @@ pub enum Reply {
     NilArray,
     Array(Vec<Reply>),
     Map(Vec<(Reply, Reply)>),
+    /// Pairs (a member and its score, a field and its value): each an array of two in RESP3,
+    /// one flat array in RESP2, as Redis answers ZRANGE WITHSCORES and HRANDFIELD WITHVALUES.
+    Pairs(Vec<(Reply, Reply)>),
     Double(f64),
 }
 
@@ -375,6 +378,17 @@ impl Reply {
                 for (key, value) in pairs {
                     key.encode(resp3, out);
                     value.encode(resp3, out);
+                }
+            }
+            Reply::Pairs(pairs) => {
+                let len = if resp3 { pairs.len() } else { pairs.len() * 2 };
+                line(out, b'*', len.to_string().as_bytes());
+                for (first, second) in pairs {
+                    if resp3 {
+                        out.put_slice(b"*2\r\n");
+                    }
+                    first.encode(resp3, out);
+                    second.encode(resp3, out);
                 }
             }
             Reply::Double(value) if resp3 => line(out, b',', format_double(*value).as_bytes()),

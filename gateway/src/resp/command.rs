@@ -5,6 +5,7 @@ use bytes::Bytes;
 
 use super::bits::BitRange;
 use super::codec::{MAX_BULK_LEN, Reply};
+use super::typed::Typed;
 
 /// What COMMAND INFO reports, and what the arity check uses: a positive arity is exact, a
 /// negative one a minimum (both count the command name).
@@ -36,6 +37,8 @@ const ONE: (i64, i64, i64) = (1, 1, 1);
 const TWO: (i64, i64, i64) = (1, 2, 1);
 const ALL: (i64, i64, i64) = (1, -1, 1);
 const PAIRS: (i64, i64, i64) = (1, -1, 2);
+/// OBJECT's key, after its subcommand.
+const TWO_ONLY: (i64, i64, i64) = (2, 2, 1);
 
 pub static COMMANDS: &[Spec] = &[
     spec("get", 2, R, ONE),
@@ -64,6 +67,87 @@ pub static COMMANDS: &[Spec] = &[
     spec("bitcount", -2, R, ONE),
     spec("bitpos", -3, R, ONE),
     spec("lcs", -3, R, TWO),
+    spec("hset", -4, W, ONE),
+    spec("hmset", -4, W, ONE),
+    spec("hsetnx", 4, W, ONE),
+    spec("hget", 3, R, ONE),
+    spec("hmget", -3, R, ONE),
+    spec("hdel", -3, &["write", "fast"], ONE),
+    spec("hexists", 3, R, ONE),
+    spec("hlen", 2, R, ONE),
+    spec("hstrlen", 3, R, ONE),
+    spec("hgetall", 2, &["readonly"], ONE),
+    spec("hkeys", 2, &["readonly"], ONE),
+    spec("hvals", 2, &["readonly"], ONE),
+    spec("hincrby", 4, W, ONE),
+    spec("hincrbyfloat", 4, W, ONE),
+    spec("hrandfield", -2, &["readonly"], ONE),
+    spec("hscan", -3, &["readonly"], ONE),
+    spec("sadd", -3, W, ONE),
+    spec("srem", -3, &["write", "fast"], ONE),
+    spec("smembers", 2, &["readonly"], ONE),
+    spec("sismember", 3, R, ONE),
+    spec("smismember", -3, R, ONE),
+    spec("scard", 2, R, ONE),
+    spec("spop", -2, &["write", "fast"], ONE),
+    spec("srandmember", -2, &["readonly"], ONE),
+    spec("smove", 4, &["write", "fast"], TWO),
+    spec("sinter", -2, &["readonly"], ALL),
+    spec("sunion", -2, &["readonly"], ALL),
+    spec("sdiff", -2, &["readonly"], ALL),
+    spec("sinterstore", -3, W, ALL),
+    spec("sunionstore", -3, W, ALL),
+    spec("sdiffstore", -3, W, ALL),
+    spec("sintercard", -3, &["readonly"], NONE),
+    spec("sscan", -3, &["readonly"], ONE),
+    spec("zadd", -4, W, ONE),
+    spec("zincrby", 4, W, ONE),
+    spec("zrem", -3, &["write", "fast"], ONE),
+    spec("zscore", 3, R, ONE),
+    spec("zmscore", -3, R, ONE),
+    spec("zcard", 2, R, ONE),
+    spec("zrank", -3, R, ONE),
+    spec("zrevrank", -3, R, ONE),
+    spec("zcount", 4, R, ONE),
+    spec("zlexcount", 4, R, ONE),
+    spec("zrange", -4, &["readonly"], ONE),
+    spec("zrangestore", -5, &["write", "denyoom"], TWO),
+    spec("zrevrange", -4, &["readonly"], ONE),
+    spec("zrangebyscore", -4, &["readonly"], ONE),
+    spec("zrevrangebyscore", -4, &["readonly"], ONE),
+    spec("zrangebylex", -4, &["readonly"], ONE),
+    spec("zrevrangebylex", -4, &["readonly"], ONE),
+    spec("zremrangebyrank", 4, &["write"], ONE),
+    spec("zremrangebyscore", 4, &["write"], ONE),
+    spec("zremrangebylex", 4, &["write"], ONE),
+    spec("zpopmin", -2, &["write", "fast"], ONE),
+    spec("zpopmax", -2, &["write", "fast"], ONE),
+    spec("zunionstore", -4, &["write", "denyoom"], NONE),
+    spec("zinterstore", -4, &["write", "denyoom"], NONE),
+    spec("zscan", -3, &["readonly"], ONE),
+    spec("lpush", -3, &["write", "denyoom", "fast"], ONE),
+    spec("rpush", -3, &["write", "denyoom", "fast"], ONE),
+    spec("lpushx", -3, &["write", "denyoom", "fast"], ONE),
+    spec("rpushx", -3, &["write", "denyoom", "fast"], ONE),
+    spec("lpop", -2, &["write", "fast"], ONE),
+    spec("rpop", -2, &["write", "fast"], ONE),
+    spec("llen", 2, R, ONE),
+    spec("lindex", 3, &["readonly"], ONE),
+    spec("lrange", 4, &["readonly"], ONE),
+    spec("lset", 4, &["write", "denyoom"], ONE),
+    spec("linsert", 5, &["write", "denyoom"], ONE),
+    spec("lrem", 4, &["write"], ONE),
+    spec("ltrim", 4, &["write"], ONE),
+    spec("lpos", -3, &["readonly"], ONE),
+    spec("lmove", 5, &["write", "denyoom"], TWO),
+    spec("rpoplpush", 3, &["write", "denyoom"], TWO),
+    spec("blpop", -3, &["write", "noscript"], (1, -2, 1)),
+    spec("brpop", -3, &["write", "noscript"], (1, -2, 1)),
+    spec("blmove", 6, &["write", "denyoom", "noscript"], TWO),
+    spec("brpoplpush", 4, &["write", "denyoom", "noscript"], TWO),
+    spec("bzpopmin", -3, &["write", "noscript", "fast"], (1, -2, 1)),
+    spec("bzpopmax", -3, &["write", "noscript", "fast"], (1, -2, 1)),
+    spec("object", -2, &["readonly"], TWO_ONLY),
     spec("del", -2, &["write"], ALL),
     spec("unlink", -2, &["write", "fast"], ALL),
     spec("exists", -2, R, ALL),
@@ -341,6 +425,21 @@ pub enum KeyCommand {
         b: String,
         answer: LcsAnswer,
     },
+    /// OBJECT ENCODING, FREQ, IDLETIME or REFCOUNT.
+    Object {
+        key: String,
+        subcommand: ObjectInfo,
+    },
+    /// A command on a hash, set, sorted set or list: run in SQL (see `typed.rs`).
+    Typed(Box<Typed>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectInfo {
+    Encoding,
+    Freq,
+    IdleTime,
+    RefCount,
 }
 
 /// What LCS answers with.
@@ -380,7 +479,9 @@ impl KeyCommand {
             | SetBit { key, .. }
             | GetBit { key, .. }
             | BitCount { key, .. }
-            | BitPos { key, .. } => vec![key],
+            | BitPos { key, .. }
+            | Object { key, .. } => vec![key],
+            Typed(typed) => typed.call.keys.iter().collect(),
             Lcs { a, b, .. } => vec![a, b],
             MGet(keys) | Del(keys) | Exists(keys) => keys.iter().collect(),
             MSet(pairs) | MSetNx(pairs) => pairs.iter().map(|(key, _)| key).collect(),
@@ -530,9 +631,59 @@ impl KeyCommand {
                     replace,
                 }
             }
-            _ => return Ok(None),
+            "object" => {
+                let subcommand = match (arg(1).to_ascii_lowercase().as_slice(), args.len()) {
+                    (b"encoding", 3) => ObjectInfo::Encoding,
+                    (b"freq", 3) => ObjectInfo::Freq,
+                    (b"idletime", 3) => ObjectInfo::IdleTime,
+                    (b"refcount", 3) => ObjectInfo::RefCount,
+                    (b"encoding" | b"freq" | b"idletime" | b"refcount", _) => {
+                        return Err(wrong_arity(&format!(
+                            "object|{}",
+                            String::from_utf8_lossy(arg(1)).to_ascii_lowercase()
+                        )));
+                    }
+                    _ => {
+                        return Err(Reply::error(format!(
+                            "ERR unknown subcommand '{}'. Try OBJECT HELP.",
+                            String::from_utf8_lossy(arg(1))
+                        )));
+                    }
+                };
+                Object {
+                    key: key(arg(2))?,
+                    subcommand,
+                }
+            }
+            _ => return Ok(super::typed::parse(name, args)?.map(|typed| Typed(Box::new(typed)))),
         };
         Ok(Some(command))
+    }
+
+    /// Whether the command reads or writes a string value, so that a typed key answers
+    /// WRONGTYPE (SET without GET replaces any key, MGET answers nil, and the key commands work
+    /// on every type).
+    pub fn needs_strings(&self) -> bool {
+        use KeyCommand::*;
+        match self {
+            Set { get, .. } => *get,
+            Get(_)
+            | GetSet(..)
+            | GetDel(_)
+            | GetEx(..)
+            | Append(..)
+            | Strlen(_)
+            | GetRange(..)
+            | SetRange(..)
+            | IncrBy(..)
+            | IncrByFloat(..)
+            | SetBit { .. }
+            | GetBit { .. }
+            | BitCount { .. }
+            | BitPos { .. }
+            | Lcs { .. } => true,
+            _ => false,
+        }
     }
 }
 

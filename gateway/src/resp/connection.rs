@@ -181,7 +181,29 @@ impl Connection {
                 match self.server.admission.admit().await {
                     Ok(_admitted) => {
                         let span = self.batch_span(&requests);
-                        self.handle(requests, &mut output).instrument(span).await
+                        let blocks = requests.iter().any(|args| is_blocking(args));
+                        let handling = self.handle(requests, &mut output).instrument(span);
+                        if !blocks {
+                            handling.await
+                        } else {
+                            // A blocked client may wait long: meanwhile its further input is
+                            // buffered, and its going away (or shutdown) ends the wait.
+                            futures::pin_mut!(handling);
+                            let ended = loop {
+                                tokio::select! {
+                                    () = &mut handling => break false,
+                                    read = stream.read_buf(&mut input), if input.len() < UNBUDGETED_INPUT => {
+                                        if matches!(read, Ok(0) | Err(_)) {
+                                            break true;
+                                        }
+                                    }
+                                    _ = shutdown.wait() => break true,
+                                }
+                            };
+                            if ended {
+                                break;
+                            }
+                        }
                     }
                     // Every command of the batch gets an answer, so replies stay paired.
                     Err(_) => {
@@ -302,6 +324,11 @@ impl Connection {
                 continue;
             }
             match key_command {
+                Some(KeyCommand::Typed(typed)) if typed.blocking.is_some() => {
+                    self.flush(&mut run, out).await;
+                    let reply = self.block(&typed, spec).await;
+                    self.finish(Some(spec), reply, out);
+                }
                 Some(command) => {
                     run.write |= spec.is_write();
                     run.commands.push((command, spec));
@@ -448,6 +475,24 @@ impl Connection {
                 .await
                 .map_err(store_error);
         }
+        if !write
+            && watched.is_empty()
+            && commands
+                .iter()
+                .all(|(command, _)| matches!(command, KeyCommand::Typed(_)))
+        {
+            // Typed reads need nothing loaded: their calls are the one round trip.
+            let typed: Vec<&super::typed::Typed> = commands
+                .iter()
+                .filter_map(|(command, _)| match command {
+                    KeyCommand::Typed(typed) => Some(&**typed),
+                    _ => None,
+                })
+                .collect();
+            let calls: Vec<_> = typed.iter().map(|typed| &typed.call).collect();
+            let rows = keyspace.typed_read(&calls).await.map_err(store_error)?;
+            return Ok(typed.iter().zip(rows).map(|(typed, row)| typed.reply(row)).collect());
+        }
         let mut keys: Vec<String> = commands
             .iter()
             .flat_map(|(command, _)| command.keys())
@@ -469,12 +514,52 @@ impl Connection {
             batch.rollback().await.map_err(store_error)?;
             return Err(Reply::NilArray);
         }
-        let mut replies = Vec::with_capacity(commands.len());
-        for (command, _) in commands {
-            replies.push(keys::apply(command, &mut batch).await.map_err(store_error)?);
-        }
+        let commands: Vec<&KeyCommand> = commands.iter().map(|(command, _)| command).collect();
+        let replies = keys::apply_all(&commands, &mut batch, true)
+            .await
+            .map_err(store_error)?;
         batch.commit().await.map_err(store_error)?;
         Ok(replies)
+    }
+
+    /// A blocking pop: tries, and until it pops something or its timeout passes, waits to be
+    /// told that one of its keys got elements (or `--resp-block-poll`), then tries again.
+    async fn block(&self, typed: &super::typed::Typed, spec: &'static Spec) -> Reply {
+        let deadline = typed
+            .blocking
+            .flatten()
+            .and_then(|timeout| Instant::now().checked_add(timeout));
+        let mut wakeups = self.server.wakeups.subscribe();
+        let command = [(KeyCommand::Typed(Box::new(typed.clone())), spec)];
+        loop {
+            let reply = match self.execute(&command, true, &[]).await {
+                Ok(mut replies) => replies.pop().unwrap_or(Reply::Nil),
+                Err(reply) => reply,
+            };
+            if !matches!(reply, Reply::Nil | Reply::NilArray) {
+                return reply;
+            }
+            let poll = Instant::now() + self.server.settings.block_poll;
+            let wake_at = deadline.map_or(poll, |deadline| deadline.min(poll));
+            loop {
+                tokio::select! {
+                    woken = wakeups.recv() => match woken {
+                        Ok(key) if !typed.call.keys.contains(&key) => continue,
+                        // Its key, or notifications were missed: try again.
+                        Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                            tokio::time::sleep_until(wake_at.into()).await;
+                            break;
+                        }
+                    },
+                    () = tokio::time::sleep_until(wake_at.into()) => break,
+                    () = self.registration.killed() => return reply,
+                }
+            }
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return reply;
+            }
+        }
     }
 
     /// Everything that is not a key command.
@@ -1001,13 +1086,13 @@ impl Connection {
                 Err(err) => return store_error(err),
             };
             let done = (page.len() as i64) < KEYS_PAGE;
-            if let Some(last) = page.last() {
+            if let Some((last, _)) = page.last() {
                 after = last.clone();
             }
             found.extend(
                 page.into_iter()
-                    .filter(|key| glob::matches(pattern, key.as_bytes()))
-                    .map(Reply::bulk),
+                    .filter(|(key, _)| glob::matches(pattern, key.as_bytes()))
+                    .map(|(key, _)| Reply::bulk(key)),
             );
             if done {
                 return Reply::Array(found);
@@ -1028,7 +1113,8 @@ impl Connection {
         };
         let mut pattern: Option<&[u8]> = None;
         let mut count = SCAN_DEFAULT_COUNT;
-        let mut strings = true;
+        // SCAN ... TYPE: `None` for every key, else the type's name ("string" for strings).
+        let mut wanted_type: Option<Vec<u8>> = None;
         let mut i = 2;
         while i < args.len() {
             let Some(value) = args.get(i + 1) else {
@@ -1041,7 +1127,7 @@ impl Connection {
                     Some(_) => return syntax_error(),
                     None => return command::not_an_integer(),
                 },
-                b"type" => strings = value.eq_ignore_ascii_case(b"string"),
+                b"type" => wanted_type = Some(value.to_ascii_lowercase()),
                 _ => return syntax_error(),
             }
             i += 2;
@@ -1056,7 +1142,7 @@ impl Connection {
             Err(err) => return store_error(err),
         };
         let next = match page.last() {
-            Some(last) if page.len() as i64 == count => {
+            Some((last, _)) if page.len() as i64 == count => {
                 if self.cursors.len() >= MAX_CURSORS {
                     let oldest = *self.cursors.keys().min().expect("not empty");
                     self.cursors.remove(&oldest);
@@ -1070,11 +1156,23 @@ impl Connection {
         };
         let keys = page
             .into_iter()
-            .filter(|key| strings && pattern.is_none_or(|pattern| glob::matches(pattern, key.as_bytes())))
-            .map(Reply::bulk)
+            .filter(|(key, typed)| {
+                let name = typed.map_or("string", |typed| typed.name());
+                wanted_type.as_ref().is_none_or(|wanted| wanted == name.as_bytes())
+                    && pattern.is_none_or(|pattern| glob::matches(pattern, key.as_bytes()))
+            })
+            .map(|(key, _)| Reply::bulk(key))
             .collect();
         Reply::Array(vec![Reply::text(&next.to_string()), Reply::Array(keys)])
     }
+}
+
+/// Whether a request is a blocking pop (its batch may wait long; see `Connection::run`).
+fn is_blocking(args: &[Bytes]) -> bool {
+    let name = args.first().map_or(&b""[..], |name| name);
+    ["blpop", "brpop", "blmove", "brpoplpush", "bzpopmin", "bzpopmax"]
+        .iter()
+        .any(|blocking| name.eq_ignore_ascii_case(blocking.as_bytes()))
 }
 
 /// FLUSHDB's and FLUSHALL's one optional argument, SYNC or ASYNC (both flush at once here).

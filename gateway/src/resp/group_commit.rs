@@ -183,23 +183,21 @@ async fn run(jobs: &[WriteJob]) -> Result<Vec<Vec<Reply>>, StoreError> {
         .collect();
     keys.sort_unstable();
     keys.dedup();
-    let overwrites_only = jobs
+    let commands: Vec<&KeyCommand> = jobs.iter().flat_map(|job| job.commands.iter()).collect();
+    // Typed commands need nothing loaded either: they run in SQL.
+    let nothing_to_load = commands
         .iter()
-        .all(|job| job.commands.iter().all(KeyCommand::overwrites_blindly));
+        .all(|command| command.overwrites_blindly() || matches!(command, KeyCommand::Typed(_)));
     let keyspace = &jobs[0].keyspace;
-    let mut batch = if overwrites_only {
+    let mut batch = if nothing_to_load {
         keyspace.overwrite(keys).await?
     } else {
         keyspace.write(&keys).await?
     };
-    let mut replies = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        let mut job_replies = Vec::with_capacity(job.commands.len());
-        for command in &job.commands {
-            job_replies.push(keys::apply(command, &mut batch).await?);
-        }
-        replies.push(job_replies);
-    }
+    let mut all = keys::apply_all(&commands, &mut batch, true).await?.into_iter();
     batch.commit().await?;
-    Ok(replies)
+    Ok(jobs
+        .iter()
+        .map(|job| all.by_ref().take(job.commands.len()).collect())
+        .collect())
 }

@@ -1,5 +1,6 @@
-//! Key commands applied to the loaded state of a batch. Every value is a string (an object's
-//! bytes), so WRONGTYPE never arises; everything else answers as Redis does.
+//! Key commands applied to the loaded state of a batch. Strings (an object's bytes) are changed
+//! in memory; commands on typed keys (hashes, sets, sorted sets, lists) run in SQL, in runs that
+//! go out together (see [`apply_all`]). A string command on a typed key answers WRONGTYPE.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -7,11 +8,70 @@ use bytes::{Bytes, BytesMut};
 
 use super::codec::{Reply, format_double};
 use super::command::{
-    Condition, Expiry, GetExTtl, KeyCommand, LcsAnswer, SetTtl, not_an_integer, parse_float, parse_integer,
+    Condition, Expiry, GetExTtl, KeyCommand, LcsAnswer, ObjectInfo, SetTtl, not_an_integer, parse_float, parse_integer,
     within_string_limit,
 };
 use super::{bits, lcs};
-use crate::store::{KvBatch, StoreResult};
+use crate::store::{Family, KeyType, KvBatch, KvValue, StoreResult, TypedCall};
+
+pub fn wrongtype() -> Reply {
+    Reply::error("WRONGTYPE Operation against a key holding the wrong kind of value")
+}
+
+/// Runs commands in order against the batch. Consecutive typed commands go out together (one
+/// round trip, after what the batch changed in memory before them); the keys they touched are
+/// loaded again before a later command works on them in memory. With `commit`, a run of typed
+/// commands at the end commits with them.
+pub async fn apply_all(commands: &[&KeyCommand], batch: &mut KvBatch, commit: bool) -> StoreResult<Vec<Reply>> {
+    let mut replies = Vec::with_capacity(commands.len());
+    let mut i = 0;
+    while i < commands.len() {
+        let run: Vec<&super::typed::Typed> = commands[i..]
+            .iter()
+            .map_while(|command| match command {
+                KeyCommand::Typed(typed) => Some(&**typed),
+                _ => None,
+            })
+            .collect();
+        if run.is_empty() {
+            replies.push(apply(commands[i], batch).await?);
+            i += 1;
+            continue;
+        }
+        i += run.len();
+        let last = i == commands.len();
+        let calls: Vec<&TypedCall> = run.iter().map(|typed| &typed.call).collect();
+        let rows = batch.typed(&calls, commit && last).await?;
+        replies.extend(run.iter().zip(rows).map(|(typed, row)| typed.reply(row)));
+        if !last {
+            let mut touched: Vec<String> = calls.iter().flat_map(|call| call.keys.iter().cloned()).collect();
+            touched.sort_unstable();
+            touched.dedup();
+            batch.reload(&touched).await?;
+        }
+    }
+    Ok(replies)
+}
+
+/// RENAME or COPY of a typed key: its elements move in SQL, then the batch sees the result.
+async fn move_typed(batch: &mut KvBatch, op: &'static str, from: &str, to: &str, only_new: bool) -> StoreResult<Reply> {
+    let call = TypedCall {
+        family: Family::Keys,
+        op,
+        keys: vec![from.to_owned(), to.to_owned()],
+        args: Vec::new(),
+        ints: vec![Some(i64::from(only_new))],
+        floats: Vec::new(),
+    };
+    let row = batch.typed(&[&call], false).await?;
+    batch.reload(&call.keys).await?;
+    let row = row.into_iter().next().unwrap_or_default();
+    Ok(match (row.err, op, only_new) {
+        (Some(err), ..) => Reply::Error(err),
+        (None, "rename", false) => Reply::OK,
+        (None, ..) => Reply::Integer(row.n.unwrap_or(0)),
+    })
+}
 
 fn too_large() -> Reply {
     Reply::error("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
@@ -48,10 +108,23 @@ fn value_reply(value: Option<Bytes>) -> Reply {
 }
 
 /// Runs one key command against the batch. Store errors (the database failing) end the batch.
-pub async fn apply(command: &KeyCommand, batch: &mut KvBatch) -> StoreResult<Reply> {
+async fn apply(command: &KeyCommand, batch: &mut KvBatch) -> StoreResult<Reply> {
     use KeyCommand::*;
     let now = batch.now;
+    if command.needs_strings() && command.keys().iter().any(|key| batch.key_type(key).is_some()) {
+        return Ok(wrongtype());
+    }
     let reply = match command {
+        Typed(_) => unreachable!("apply_all runs typed commands"),
+        Object { key, subcommand } => match batch.get(key) {
+            None => Reply::Nil,
+            Some(entry) => match subcommand {
+                ObjectInfo::Encoding => Reply::text(encoding(&entry.value)),
+                // No LFU or LRU clock: every key looks equally used.
+                ObjectInfo::Freq | ObjectInfo::IdleTime => Reply::Integer(0),
+                ObjectInfo::RefCount => Reply::Integer(1),
+            },
+        },
         Get(key) => value_reply(batch.value(key).await?),
         MGet(keys) => {
             let mut values = Vec::with_capacity(keys.len());
@@ -274,7 +347,17 @@ pub async fn apply(command: &KeyCommand, batch: &mut KvBatch) -> StoreResult<Rep
             }
             Reply::bool(has_ttl)
         }
-        Type(key) => Reply::Simple(if batch.get(key).is_some() { "string" } else { "none" }),
+        Type(key) => Reply::Simple(match (batch.get(key), batch.key_type(key)) {
+            (None, _) => "none",
+            (Some(_), None) => "string",
+            (Some(_), Some(typed)) => typed.name(),
+        }),
+        Rename { from, to, only_new } if batch.key_type(from).is_some() => {
+            move_typed(batch, "rename", from, to, *only_new).await?
+        }
+        Copy { from, to, replace } if batch.key_type(from).is_some() => {
+            move_typed(batch, "copy", from, to, !*replace).await?
+        }
         Rename { from, to, only_new } => {
             let Some(expires_at) = batch.get(from).map(|entry| entry.expires_at) else {
                 return Ok(Reply::error("ERR no such key"));
@@ -339,6 +422,21 @@ fn lcs_reply(a: &[u8], b: &[u8], answer: LcsAnswer) -> Reply {
                 (Reply::text("len"), Reply::Integer(found.sequence.len() as i64)),
             ])
         }
+    }
+}
+
+/// What OBJECT ENCODING names: Redis's encodings for large values of each type (pgvs3 keeps
+/// every value in PostgreSQL, so the small-value encodings never apply), `int` and `embstr` for
+/// strings as Redis picks them.
+fn encoding(value: &KvValue) -> &'static str {
+    match value {
+        KvValue::Typed(KeyType::Hash) => "hashtable",
+        KvValue::Typed(KeyType::Set) => "hashtable",
+        KvValue::Typed(KeyType::Zset) => "skiplist",
+        KvValue::Typed(KeyType::List) => "quicklist",
+        KvValue::Bytes(bytes) if bytes.len() <= 20 && parse_integer(bytes).is_some() => "int",
+        KvValue::Bytes(bytes) if bytes.len() <= 44 => "embstr",
+        _ => "raw",
     }
 }
 

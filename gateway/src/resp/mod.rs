@@ -1,18 +1,26 @@
 //! RESP2/RESP3 server: listener → connection task → frame codec → command table → store.
 //!
 //! A keyspace is a bucket: database 0 is `--resp-bucket`, `SELECT n` maps through
-//! `--resp-databases`. A key is an object of that bucket and its value the object's bytes, so
-//! what SET writes, S3 GET reads, and the other way round.
+//! `--resp-databases`. A string key is an object of that bucket and its value the object's
+//! bytes, so what SET writes, S3 GET reads, and the other way round. Hashes, sets, sorted sets
+//! and lists live in tables of their own, out of S3's sight (`typed.rs` and the family modules
+//! beside it; `blocking.rs` for the blocking pops).
 
 mod bits;
+mod blocking;
 mod clients;
 pub mod codec;
 mod command;
 mod connection;
 mod glob;
 mod group_commit;
+mod hash;
 mod keys;
 mod lcs;
+mod list;
+mod set;
+mod typed;
+mod zset;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -46,6 +54,9 @@ pub struct RespSettings {
     /// How long a connection that must AUTH may go without.
     pub auth_timeout: Option<Duration>,
     pub admission: crate::admission::Limits,
+    /// How often a blocked client (BLPOP, ...) tries again without being told of new elements:
+    /// the safety net should a notification be lost with the LISTEN connection.
+    pub block_poll: Duration,
 }
 
 impl RespSettings {
@@ -64,6 +75,7 @@ impl RespSettings {
             idle_timeout: (!args.resp_idle_timeout.is_zero()).then_some(args.resp_idle_timeout),
             first_byte_timeout: (!args.resp_first_byte_timeout.is_zero()).then_some(args.resp_first_byte_timeout),
             auth_timeout: (!args.resp_auth_timeout.is_zero()).then_some(args.resp_auth_timeout),
+            block_poll: args.resp_block_poll,
         }
     }
 }
@@ -84,6 +96,8 @@ pub struct RespServer {
     /// per connection, their input comes out of the process's buffer budget.
     buffers: crate::admission::BufferBudget,
     clients: Arc<clients::Clients>,
+    /// Tells blocked clients (BLPOP, ...) that their keys got elements.
+    wakeups: blocking::Wakeups,
     /// Commands answered since the start (INFO's `total_commands_processed`).
     commands_processed: std::sync::atomic::AtomicU64,
     started: Instant,
@@ -99,6 +113,7 @@ impl RespServer {
         port: u16,
         replica: ReplicaLag,
         buffers: crate::admission::BufferBudget,
+        database: Option<(tokio_postgres::Config, crate::pg::connections::Connections)>,
     ) -> anyhow::Result<Arc<RespServer>> {
         let root_key = buckets
             .catalog()
@@ -142,6 +157,7 @@ impl RespServer {
             buffers,
             root,
             clients: Arc::default(),
+            wakeups: blocking::Wakeups::start(database),
             commands_processed: std::sync::atomic::AtomicU64::new(0),
             started: Instant::now(),
             port,

@@ -11,6 +11,12 @@
 //! shared plus one lock per key; a batch of more than [`FINE_LOCK_LIMIT`] keys holds the
 //! keyspace's lock exclusively instead, so no batch can exhaust PostgreSQL's lock table. The
 //! keyspace lock is always taken first, which keeps the order, and so deadlock freedom.
+//!
+//! A key is a string (an object) or a typed key (`pgvs3.resp_keys`, see store/types.rs). Loads
+//! read both; writes of strings and deletes replace a typed key of the same name, so a key
+//! has one type. Typed commands run in SQL inside the same transaction ([`KvBatch::typed`]):
+//! what the batch changed in memory is written before them, and keys they touched are loaded
+//! again before the next command in memory.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,6 +29,7 @@ use tokio_postgres::types::{ToSql, Type};
 
 use super::chunks::{ChunkStream, Chunker};
 use super::objects::{INLINE_LIMIT, check_key};
+use super::types::{KeyType, TypedCall, TypedRow};
 use super::{BucketInfo, Store, StoreResult};
 
 /// Most keys a write batch locks one by one.
@@ -33,6 +40,7 @@ pub const FINE_LOCK_LIMIT: usize = 64;
 pub(super) struct KvSql {
     load: String,
     load_one: String,
+    delete: String,
     lock: String,
     lock_keyspace_shared: String,
     lock_keyspace: String,
@@ -44,13 +52,22 @@ pub(super) struct KvSql {
     flush: String,
 }
 
+/// Strings and typed keys: a typed key's version is its `version` counter (WATCH compares it),
+/// its type the last column (NULL for a string). `key_condition` names the key as `KEY`.
 fn load_sql(ns: &str, key_condition: &str) -> String {
+    let objects = key_condition.replace("KEY", "o.key");
+    let typed = key_condition.replace("KEY", "r.key");
     format!(
         "SELECT o.key, o.size, o.etag, o.last_modified, o.expires_at, o.inline, o.body_id, t.now,
-                o.meta ? 'pc'
+                o.meta ? 'pc', NULL::\"char\"
            FROM (SELECT clock_timestamp() AS now) t
-           LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND {key_condition}
-                AND (o.expires_at IS NULL OR o.expires_at > t.now)"
+           LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND {objects}
+                AND (o.expires_at IS NULL OR o.expires_at > t.now)
+         UNION ALL
+         SELECT r.key, 0, 't' || r.version, to_timestamp(0), r.expires_at, NULL, NULL, clock_timestamp(),
+                false, r.type
+           FROM pgvs3.resp_keys r
+          WHERE r.bucket_id = $1 AND {typed} AND (r.expires_at IS NULL OR r.expires_at > clock_timestamp())"
     )
 }
 
@@ -60,11 +77,15 @@ impl KvSql {
         KvSql {
             // The clock row makes the statement answer even when no key exists, and gives the
             // batch the database's notion of "now" for TTLs.
-            load: load_sql(ns, "o.key = ANY($2)"),
+            load: load_sql(ns, "KEY = ANY($2)"),
             // One key is the common case. Its own statement lets PostgreSQL keep one generic plan
             // (a unique index probe) instead of planning every execution, as it must for ANY($2):
             // planning was a quarter of the server's time on single GETs.
-            load_one: load_sql(ns, "o.key = $2"),
+            load_one: load_sql(ns, "KEY = $2"),
+            delete: format!(
+                "WITH typed AS (DELETE FROM pgvs3.resp_keys WHERE bucket_id = $1 AND key = ANY($2))
+                 DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = ANY($2)"
+            ),
             // Two-int advisory locks live apart from the single-bigint ones the gateway uses
             // elsewhere. Hash collisions only serialize a little more.
             lock: "SELECT count(pg_advisory_xact_lock($1::int4, h))
@@ -74,8 +95,10 @@ impl KvSql {
             // (positive) advisory locks.
             lock_keyspace_shared: "SELECT pg_advisory_xact_lock_shared(-$1::int8)".to_owned(),
             lock_keyspace: "SELECT pg_advisory_xact_lock(-$1::int8)".to_owned(),
+            // A string written over a typed key replaces it.
             upsert: format!(
-                "INSERT INTO {ns}.objects AS o (bucket_id, key, size, etag, last_modified, meta, inline, body_id, expires_at)
+                "WITH typed AS (DELETE FROM pgvs3.resp_keys WHERE bucket_id = $1 AND key = ANY($2::text[]))
+                 INSERT INTO {ns}.objects AS o (bucket_id, key, size, etag, last_modified, meta, inline, body_id, expires_at)
                  SELECT $1, u.key, u.size, u.etag, clock_timestamp(), '{{}}', u.inline, u.body_id, u.expires_at
                    FROM unnest($2::text[], $3::int8[], $4::text[], $5::bytea[], $6::int8[], $7::timestamptz[])
                         AS u(key, size, etag, inline, body_id, expires_at)
@@ -86,18 +109,44 @@ impl KvSql {
                         expires_at = EXCLUDED.expires_at"
             ),
             set_expiry: format!(
-                "UPDATE {ns}.objects o SET expires_at = u.expires_at
+                "WITH typed AS (
+                     UPDATE pgvs3.resp_keys r SET expires_at = u.expires_at, version = r.version + 1
+                       FROM unnest($2::text[], $3::timestamptz[]) AS u(key, expires_at)
+                      WHERE r.bucket_id = $1 AND r.key = u.key)
+                 UPDATE {ns}.objects o SET expires_at = u.expires_at
                    FROM unnest($2::text[], $3::timestamptz[]) AS u(key, expires_at)
                   WHERE o.bucket_id = $1 AND o.key = u.key"
             ),
+            // Both kinds of key in one order; a name that is both (an S3 write over a typed
+            // key) is the string, as loads have it.
             scan: format!(
-                "SELECT key FROM {ns}.objects
-                  WHERE bucket_id = $1 AND key > $2 AND key >= $3 AND starts_with(key, $3) AND {live}
-                  ORDER BY key LIMIT $4"
+                "SELECT DISTINCT ON (key) key, t FROM (
+                    (SELECT key, NULL::\"char\" AS t FROM {ns}.objects
+                      WHERE bucket_id = $1 AND key > $2 AND key >= $3 AND starts_with(key, $3) AND {live}
+                      ORDER BY key LIMIT $4)
+                    UNION ALL
+                    (SELECT key, type FROM pgvs3.resp_keys
+                      WHERE bucket_id = $1 AND key > $2 AND key >= $3 AND starts_with(key, $3) AND {live}
+                      ORDER BY key LIMIT $4)) u
+                  ORDER BY key, t IS NOT NULL LIMIT $4"
             ),
-            count: format!("SELECT count(*), count(expires_at) FROM {ns}.objects WHERE bucket_id = $1 AND {live}"),
-            random: format!("SELECT key FROM {ns}.objects WHERE bucket_id = $1 AND {live} ORDER BY random() LIMIT 1"),
-            flush: format!("DELETE FROM {ns}.objects WHERE bucket_id = $1"),
+            count: format!(
+                "SELECT o.keys + r.keys, o.expiring + r.expiring
+                   FROM (SELECT count(*) AS keys, count(expires_at) AS expiring FROM {ns}.objects
+                          WHERE bucket_id = $1 AND {live}) o,
+                        (SELECT count(*) AS keys, count(expires_at) AS expiring FROM pgvs3.resp_keys
+                          WHERE bucket_id = $1 AND {live}) r"
+            ),
+            random: format!(
+                "SELECT key FROM (SELECT key FROM {ns}.objects WHERE bucket_id = $1 AND {live}
+                                  UNION ALL
+                                  SELECT key FROM pgvs3.resp_keys WHERE bucket_id = $1 AND {live}) k
+                  ORDER BY random() LIMIT 1"
+            ),
+            flush: format!(
+                "WITH typed AS (DELETE FROM pgvs3.resp_keys WHERE bucket_id = $1)
+                 DELETE FROM {ns}.objects WHERE bucket_id = $1"
+            ),
         }
     }
 }
@@ -112,6 +161,8 @@ pub enum KvValue {
         size: u64,
         multipart: bool,
     },
+    /// A hash, set, sorted set or list: its elements stay in the database.
+    Typed(KeyType),
 }
 
 impl KvValue {
@@ -119,6 +170,7 @@ impl KvValue {
         match self {
             KvValue::Bytes(bytes) => bytes.len() as u64,
             KvValue::Chunked { size, .. } => *size,
+            KvValue::Typed(_) => 0,
         }
     }
 
@@ -233,18 +285,22 @@ impl Store {
         })
     }
 
-    /// One page of keys after `after` that start with `prefix`; fewer than `count` means done.
+    /// One page of keys after `after` that start with `prefix`, with their types (`None`: a
+    /// string); fewer than `count` means done.
     pub(crate) async fn kv_scan(
         &self,
         bucket: &BucketInfo,
         after: &str,
         prefix: &str,
         count: i64,
-    ) -> StoreResult<Vec<String>> {
+    ) -> StoreResult<Vec<(String, Option<KeyType>)>> {
         let client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.kv.scan).await?;
         let rows = client.query(&statement, &[&bucket.id, &after, &prefix, &count]).await?;
-        Ok(rows.iter().map(|row| row.get(0)).collect())
+        Ok(rows
+            .iter()
+            .map(|row| (row.get(0), row.get::<_, Option<i8>>(1).and_then(KeyType::from_code)))
+            .collect())
     }
 
     /// How many live keys the keyspace holds, and how many of them have a TTL.
@@ -305,15 +361,23 @@ impl KvBatch {
         } else {
             client.query(&load, &load_params).await?
         };
-        for row in &rows {
-            batch.now = row.get(7);
+        batch.absorb(&rows, keys);
+        Ok(batch)
+    }
+
+    /// Takes loaded rows as the state of `keys`.
+    fn absorb(&mut self, rows: &[tokio_postgres::Row], keys: &[String]) {
+        for row in rows {
+            self.now = row.get(7);
             let Some(key) = row.get::<_, Option<String>>(0) else {
                 continue;
             };
             let inline: Option<&[u8]> = row.get(5);
-            let value = match inline {
-                Some(inline) => KvValue::Bytes(Bytes::copy_from_slice(inline)),
-                None => KvValue::Chunked {
+            let typed = row.get::<_, Option<i8>>(9).and_then(KeyType::from_code);
+            let value = match (typed, inline) {
+                (Some(typed), _) => KvValue::Typed(typed),
+                (None, Some(inline)) => KvValue::Bytes(Bytes::copy_from_slice(inline)),
+                (None, None) => KvValue::Chunked {
                     body_id: row.get(6),
                     size: row.get::<_, i64>(1) as u64,
                     multipart: row.get(8),
@@ -324,23 +388,85 @@ impl KvBatch {
                 expires_at: row.get(4),
                 version: Some((row.get(2), row.get(3))),
             };
-            batch.slots.insert(
-                key,
-                Slot {
-                    current: Some(entry),
-                    existed: true,
-                    change: Change::None,
-                },
-            );
+            let slot = Slot {
+                current: Some(entry),
+                existed: true,
+                change: Change::None,
+            };
+            // A name that is both (an S3 write over a typed key) is the string.
+            if typed.is_some() {
+                self.slots.entry(key).or_insert(slot);
+            } else {
+                self.slots.insert(key, slot);
+            }
         }
         for key in keys {
-            batch.slots.entry(key.clone()).or_insert(Slot {
+            self.slots.entry(key.clone()).or_insert(Slot {
                 current: None,
                 existed: false,
                 change: Change::None,
             });
         }
-        Ok(batch)
+    }
+
+    /// Loads `keys` again (inside the batch's transaction, under its locks): after typed
+    /// commands changed them in the database.
+    pub(crate) async fn reload(&mut self, keys: &[String]) -> StoreResult<()> {
+        if self.client.is_none() {
+            self.client = Some(self.pool.get().await?);
+        }
+        let client = self.client.as_ref().expect("taken above");
+        let sql = &self.bucket.sql.kv;
+        let load = client.prepare_cached(&sql.load).await?;
+        let rows = client.query(&load, &[&self.bucket.id, &keys]).await?;
+        for key in keys {
+            self.slots.remove(key);
+        }
+        self.absorb(&rows, keys);
+        Ok(())
+    }
+
+    /// The type of a typed key; `None` for a string or a missing key.
+    pub fn key_type(&self, key: &str) -> Option<KeyType> {
+        match self.get(key)?.value {
+            KvValue::Typed(typed) => Some(typed),
+            _ => None,
+        }
+    }
+
+    /// Runs typed calls, sending first the BEGIN and locks a batch that only overwrites still
+    /// owes; `commit` ends the batch with them (one round trip in all).
+    pub(super) async fn typed_calls(&mut self, calls: &[&TypedCall], commit: bool) -> StoreResult<Vec<TypedRow>> {
+        if self.client.is_none() {
+            self.client = Some(self.pool.get().await?);
+        }
+        let client = self.client.as_ref().expect("taken above");
+        let id = self.bucket.id;
+        let begin = match self.deferred_locks.take() {
+            Some(locked) => Some((
+                BeginLocked::prepare(client, &self.bucket.sql.kv, locked.len()).await?,
+                locked,
+            )),
+            None => None,
+        };
+        let commit = commit && self.in_transaction;
+        let before = async {
+            match &begin {
+                Some((statements, locked)) => statements.send(client, id, locked).await,
+                None => Ok(()),
+            }
+        };
+        let after = async {
+            match commit {
+                true => client.batch_execute("COMMIT").await,
+                false => Ok(()),
+            }
+        };
+        let rows = super::types::send_calls(client, &self.bucket, calls, before, after).await?;
+        if commit {
+            self.in_transaction = false;
+        }
+        Ok(rows)
     }
 
     /// The key's entry, if it exists (and has not expired).
@@ -355,6 +481,8 @@ impl KvBatch {
         };
         let (body_id, size, multipart) = match &entry.value {
             KvValue::Bytes(bytes) => return Ok(Some(bytes.clone())),
+            // Not a string: MGET's nil (every other string command checked the type).
+            KvValue::Typed(_) => return Ok(None),
             KvValue::Chunked {
                 body_id,
                 size,
@@ -442,6 +570,24 @@ impl KvBatch {
         if !self.in_transaction {
             return Ok(());
         }
+        self.write_changes(true).await
+    }
+
+    /// Writes what the batch changed so far, without committing (before typed commands, which
+    /// run in the database and must see it).
+    pub(crate) async fn write_pending(&mut self) -> StoreResult<()> {
+        if !self.in_transaction || self.slots.values().all(|slot| slot.change == Change::None) {
+            return Ok(());
+        }
+        self.write_changes(false).await?;
+        for slot in self.slots.values_mut() {
+            slot.existed = slot.current.is_some();
+            slot.change = Change::None;
+        }
+        Ok(())
+    }
+
+    async fn write_changes(&mut self, commit: bool) -> StoreResult<()> {
         let mut keys: Vec<&String> = self
             .slots
             .iter()
@@ -486,7 +632,7 @@ impl KvBatch {
             }
         }
         let (delete, set_expiry, upsert) = futures::try_join!(
-            client.prepare_cached(&sql.delete_many),
+            client.prepare_cached(&sql.kv.delete),
             client.prepare_cached(&sql.kv.set_expiry),
             client.prepare_cached(&sql.kv.upsert),
         )?;
@@ -513,9 +659,16 @@ impl KvBatch {
             execute_unless_empty(client, &delete, &delete_params, deleted.len()),
             execute_unless_empty(client, &set_expiry, &expiry_params, expiring.0.len()),
             execute_unless_empty(client, &upsert, &upsert_params, written.keys.len()),
-            client.batch_execute("COMMIT"),
+            async {
+                match commit {
+                    true => client.batch_execute("COMMIT").await,
+                    false => Ok(()),
+                }
+            },
         )?;
-        self.in_transaction = false;
+        if commit {
+            self.in_transaction = false;
+        }
         Ok(())
     }
 }

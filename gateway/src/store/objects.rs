@@ -183,7 +183,6 @@ pub struct NamespaceSql {
     pub(super) next_body_id: String,
     pub(super) copy_chunks: String,
     pub(super) read_chunks: String,
-    pub(super) delete_many: String,
     pub(super) delete_unversioned: String,
     pub(super) delete_many_unversioned: String,
     pub(super) list: String,
@@ -194,6 +193,7 @@ pub struct NamespaceSql {
     pub(super) delete_expired: String,
     pub(super) backlog: String,
     pub(super) kv: super::kv::KvSql,
+    pub(super) types: super::types::TypedSql,
     pub(super) versions: super::versions::VersionSql,
     pub(super) lock: super::lock::LockSql,
 }
@@ -354,7 +354,6 @@ impl NamespaceSql {
             read_chunks: format!(
                 "SELECT seq, data FROM {ns}.chunks WHERE body_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq"
             ),
-            delete_many: format!("DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = ANY($2)"),
             // An S3 delete as the bucket is (not as the catalog cache has it): it deletes only
             // in a bucket that never had versioning, and answers the bucket's state either way.
             delete_unversioned: format!(
@@ -386,6 +385,7 @@ impl NamespaceSql {
             ),
             backlog: format!("SELECT (SELECT count(*) FROM {ns}.retired_bodies), (SELECT count(*) FROM {ns}.uploads)"),
             kv: super::kv::KvSql::new(&ns),
+            types: super::types::TypedSql::new(&ns),
             versions: super::versions::VersionSql::new(&ns),
             lock: super::lock::LockSql::new(&ns),
         }

@@ -58,6 +58,14 @@ impl Store {
                 }
             }
         }
+        // RESP's typed keys (hashes, sets, sorted sets, lists) live outside the namespaces.
+        loop {
+            let deleted = client.execute(super::types::DELETE_EXPIRED, &[&EXPIRED_BATCH]).await?;
+            stats.expired_objects += deleted;
+            if (deleted as i64) < EXPIRED_BATCH {
+                break;
+            }
+        }
         Ok(stats)
     }
 

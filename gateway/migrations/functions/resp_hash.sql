@@ -1,0 +1,133 @@
+-- RESP hashes (layout v14): one call per command, as functions/resp_keys.sql describes.
+-- keys[1] is the hash; args are fields (and values), ints and floats the numeric arguments the
+-- gateway parsed. Replies: n for integers, items for strings (NULL for nil), err for errors.
+CREATE OR REPLACE FUNCTION pgvs3.resp_hash(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats float8[],
+    OUT err text, OUT n bigint, OUT items bytea[], OUT scores float8[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    k text := ks[1];
+    write boolean := op IN ('hset', 'hsetnx', 'hdel', 'hincrby', 'hincrbyfloat');
+    cur bytea;
+    num numeric;
+    total bigint;
+    fa bytea[];
+    va bytea[];
+BEGIN
+    err := pgvs3.resp_check(b, ks, strings, ks, 'h', write);
+    IF err IS NOT NULL THEN
+        RETURN;
+    END IF;
+    IF NOT write AND pgvs3.resp_type(b, k) IS NULL THEN
+        -- Reads of a missing hash: nothing, without touching the element table.
+        CASE op
+        WHEN 'hget' THEN items := ARRAY[NULL::bytea];
+        WHEN 'hmget' THEN items := array_fill(NULL::bytea, ARRAY[cardinality(args)]);
+        WHEN 'hrandfield' THEN items := CASE WHEN ints[1] IS NULL THEN ARRAY[NULL::bytea] ELSE '{}' END;
+        ELSE n := 0; items := '{}';
+        END CASE;
+        RETURN;
+    END IF;
+    CASE op
+    WHEN 'hset' THEN
+        PERFORM pgvs3.resp_touch(b, k, 'h');
+        WITH input AS (
+            SELECT DISTINCT ON (f) f, v FROM (
+                SELECT args[i] AS f, args[i + 1] AS v, i FROM generate_series(1, cardinality(args), 2) i
+            ) p ORDER BY f, i DESC
+        ), written AS (
+            INSERT INTO pgvs3.resp_hash AS h (bucket_id, key, field, value) SELECT b, k, f, v FROM input
+            ON CONFLICT (bucket_id, key, field) DO UPDATE SET value = EXCLUDED.value
+            RETURNING xmax = 0 AS inserted
+        )
+        SELECT count(*) FILTER (WHERE inserted) INTO n FROM written;
+    WHEN 'hsetnx' THEN
+        PERFORM pgvs3.resp_touch(b, k, 'h');
+        INSERT INTO pgvs3.resp_hash (bucket_id, key, field, value) VALUES (b, k, args[1], args[2])
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS n = ROW_COUNT;
+    WHEN 'hdel' THEN
+        DELETE FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = ANY (args);
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n > 0 THEN
+            PERFORM pgvs3.resp_settle(b, k);
+        END IF;
+    WHEN 'hincrby', 'hincrbyfloat' THEN
+        SELECT value INTO cur FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = args[1];
+        IF op = 'hincrby' THEN
+            num := CASE WHEN cur IS NULL THEN 0 ELSE pgvs3.resp_int(cur) END;
+            IF num IS NULL THEN
+                err := 'ERR hash value is not an integer';
+                RETURN;
+            END IF;
+            num := num + ints[1];
+            IF num NOT BETWEEN -9223372036854775808 AND 9223372036854775807 THEN
+                err := 'ERR increment or decrement would overflow';
+                RETURN;
+            END IF;
+            n := num;
+            cur := convert_to(num::text, 'UTF8');
+        ELSE
+            num := CASE WHEN cur IS NULL THEN 0 ELSE pgvs3.resp_decimal(cur) END;
+            IF num IS NULL THEN
+                err := 'ERR hash value is not a float';
+                RETURN;
+            END IF;
+            -- The increment came checked (a finite float); added exactly, in decimal, as
+            -- Redis's long double keeps 0.1 + 0.2 at 0.3.
+            num := num + coalesce(pgvs3.resp_decimal(args[2]), floats[1]::numeric);
+            IF abs(num) > 1.7976931348623157e308 THEN
+                err := 'ERR increment would produce NaN or Infinity';
+                RETURN;
+            END IF;
+            cur := convert_to(trim_scale(num)::text, 'UTF8');
+            items := ARRAY[cur];
+        END IF;
+        PERFORM pgvs3.resp_touch(b, k, 'h');
+        INSERT INTO pgvs3.resp_hash (bucket_id, key, field, value) VALUES (b, k, args[1], cur)
+        ON CONFLICT (bucket_id, key, field) DO UPDATE SET value = EXCLUDED.value;
+    WHEN 'hget' THEN
+        items := ARRAY[(SELECT value FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = args[1])];
+    WHEN 'hmget' THEN
+        SELECT array_agg(h.value ORDER BY a.i) INTO items
+          FROM unnest(args) WITH ORDINALITY AS a(f, i)
+          LEFT JOIN pgvs3.resp_hash h ON h.bucket_id = b AND h.key = k AND h.field = a.f;
+    WHEN 'hexists' THEN
+        n := (SELECT count(*) FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = args[1]);
+    WHEN 'hstrlen' THEN
+        n := coalesce((SELECT length(value) FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = args[1]), 0);
+    WHEN 'hlen' THEN
+        n := (SELECT count(*) FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k);
+    WHEN 'hgetall' THEN
+        SELECT coalesce(array_agg(x ORDER BY field, j), '{}') INTO items
+          FROM pgvs3.resp_hash, LATERAL (VALUES (1, field), (2, value)) AS p(j, x)
+         WHERE bucket_id = b AND key = k;
+    WHEN 'hkeys' THEN
+        SELECT coalesce(array_agg(field ORDER BY field), '{}') INTO items FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k;
+    WHEN 'hvals' THEN
+        SELECT coalesce(array_agg(value ORDER BY field), '{}') INTO items FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k;
+    WHEN 'hrandfield' THEN
+        -- ints: {count (NULL: none given), with values (1)}. The gateway bounds the count.
+        total := (SELECT count(*) FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k);
+        IF ints[1] IS NULL OR ints[1] >= 0 THEN
+            SELECT coalesce(array_agg(x ORDER BY r, j), '{}') INTO items FROM (
+                SELECT field, value, random() AS r FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k
+                 ORDER BY r LIMIT coalesce(ints[1], 1)
+            ) s, LATERAL (VALUES (1, field), (2, value)) AS p(j, x)
+             WHERE j = 1 OR ints[2] = 1;
+        ELSE
+            -- Repeats allowed: |count| draws from the fields, read once.
+            SELECT array_agg(field), array_agg(value) INTO fa, va FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k;
+            SELECT coalesce(array_agg(x ORDER BY g, j), '{}') INTO items
+              FROM (SELECT g, 1 + floor(random() * total)::int AS i FROM generate_series(1, -ints[1]) g) d,
+                   LATERAL (VALUES (1, fa[d.i]), (2, va[d.i])) AS p(j, x)
+             WHERE j = 1 OR ints[2] = 1;
+        END IF;
+    WHEN 'hscan' THEN
+        -- ints: {cursor (an offset in field order), count}; n: the next cursor, 0 at the end.
+        SELECT coalesce(array_agg(x ORDER BY field, j), '{}'), count(*) / 2 INTO items, total FROM (
+            SELECT field, value FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k
+             ORDER BY field OFFSET ints[1] LIMIT ints[2]
+        ) s, LATERAL (VALUES (1, field), (2, value)) AS p(j, x);
+        n := CASE WHEN total < ints[2] THEN 0 ELSE ints[1] + total END;
+    END CASE;
+END $$;

@@ -1,0 +1,140 @@
+-- RESP typed keys (layout v14): what every type's commands share, and the key commands that
+-- move a typed key's elements (RENAME, COPY). Each command is one call of a family function
+--   pgvs3.resp_<family>(op, bucket, keys, strings, args, ints, floats)
+--     -> (err text, n bigint, items bytea[], scores float8[])
+-- made by the gateway (store/types.rs) with `strings` = the keys among `keys` that are live
+-- strings (objects) of the bucket, which only the gateway's per-namespace SQL can see. Redis's
+-- errors come back in `err`, never raised: a raised error would abort the shared transaction of
+-- every connection whose commands went with it. Write calls run under the keys' advisory locks
+-- (store/kv.rs), so what a call checks stays true until it commits.
+
+CREATE OR REPLACE FUNCTION pgvs3.resp_wrongtype() RETURNS text LANGUAGE sql IMMUTABLE AS
+$$ SELECT 'WRONGTYPE Operation against a key holding the wrong kind of value' $$;
+
+-- NULL when every key of `check` is absent or of type `t`, else the WRONGTYPE text. A write
+-- call (`write`) first deletes the expired typed keys among `all_keys`, which then count as
+-- absent (reads only skip them: a standby cannot delete).
+CREATE OR REPLACE FUNCTION pgvs3.resp_check(b bigint, all_keys text[], strings text[], check_keys text[], t "char", write boolean)
+RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    IF write THEN
+        DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = ANY (all_keys) AND expires_at <= clock_timestamp();
+    END IF;
+    IF strings && check_keys OR EXISTS (
+        SELECT 1 FROM pgvs3.resp_keys
+         WHERE bucket_id = b AND key = ANY (check_keys) AND type <> t
+           AND (expires_at IS NULL OR expires_at > clock_timestamp())) THEN
+        RETURN pgvs3.resp_wrongtype();
+    END IF;
+    RETURN NULL;
+END $$;
+
+-- The live type of a key, NULL when it has none (or is a string).
+CREATE OR REPLACE FUNCTION pgvs3.resp_type(b bigint, k text) RETURNS "char" LANGUAGE sql STABLE AS $$
+    SELECT type FROM pgvs3.resp_keys
+     WHERE bucket_id = b AND key = k AND (expires_at IS NULL OR expires_at > clock_timestamp())
+$$;
+
+-- A write is about to add to key `k` of type `t`: creates the key, or bumps its version.
+CREATE OR REPLACE FUNCTION pgvs3.resp_touch(b bigint, k text, t "char") RETURNS void LANGUAGE sql AS $$
+    INSERT INTO pgvs3.resp_keys AS r (bucket_id, key, type) VALUES (b, k, t)
+    ON CONFLICT (bucket_id, key) DO UPDATE SET version = r.version + 1
+$$;
+
+-- A write removed elements of `k`: bumps its version, and deletes the key when it is empty
+-- (Redis has no empty hashes, sets, sorted sets or lists).
+CREATE OR REPLACE FUNCTION pgvs3.resp_settle(b bigint, k text) RETURNS void LANGUAGE sql AS $$
+    UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+    DELETE FROM pgvs3.resp_keys r
+     WHERE r.bucket_id = b AND r.key = k
+       AND NOT CASE r.type
+           WHEN 'h' THEN EXISTS (SELECT 1 FROM pgvs3.resp_hash e WHERE e.bucket_id = b AND e.key = k)
+           WHEN 's' THEN EXISTS (SELECT 1 FROM pgvs3.resp_set e WHERE e.bucket_id = b AND e.key = k)
+           WHEN 'z' THEN EXISTS (SELECT 1 FROM pgvs3.resp_zset e WHERE e.bucket_id = b AND e.key = k)
+           ELSE EXISTS (SELECT 1 FROM pgvs3.resp_list e WHERE e.bucket_id = b AND e.key = k)
+       END
+$$;
+
+-- Replaces whatever `k` holds, of any type, with nothing: the destination of a *STORE command,
+-- RENAME or COPY. `is_string`: it is a live string (an object of the bucket's namespace).
+CREATE OR REPLACE FUNCTION pgvs3.resp_clear(b bigint, k text, is_string boolean) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    ns text;
+BEGIN
+    DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k;
+    IF is_string THEN
+        SELECT namespace INTO ns FROM pgvs3.buckets WHERE id = b;
+        EXECUTE format('DELETE FROM %I.objects WHERE bucket_id = $1 AND key = $2', ns) USING b, k;
+    END IF;
+END $$;
+
+-- Elements were added to `k`: clients blocked on it (BLPOP, BZPOPMIN, ...) on every gateway
+-- are told at commit (NOTIFY `pgvs3_resp`, payload "<bucket id> <key>").
+CREATE OR REPLACE FUNCTION pgvs3.resp_wake(b bigint, k text) RETURNS void LANGUAGE sql AS $$
+    SELECT pg_notify('pgvs3_resp', b || ' ' || k)
+$$;
+
+-- Integers as Redis reads them (string2ll): NULL when `v` is not one.
+CREATE OR REPLACE FUNCTION pgvs3.resp_int(v bytea) RETURNS numeric LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN length(v) <= 20 AND encode(v, 'escape') ~ '^-?(0|[1-9][0-9]*)$'
+                     AND encode(v, 'escape')::numeric BETWEEN -9223372036854775808 AND 9223372036854775807
+                THEN encode(v, 'escape')::numeric END
+$$;
+
+-- Floats as Redis reads a stored value (string2ld), exactly, as numeric: NULL when `v` is not
+-- one, or is infinite (which no increment can make finite).
+CREATE OR REPLACE FUNCTION pgvs3.resp_decimal(v bytea) RETURNS numeric LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN length(v) <= 400
+                     AND encode(v, 'escape') ~ '^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$'
+                THEN encode(v, 'escape')::numeric END
+$$;
+
+-- The key commands on a typed key (RENAME, COPY): keys = {from, to}; ints[1] = 1 for RENAMENX
+-- or COPY without REPLACE. n: 1 done, 0 not done (the destination exists); err: no such key.
+CREATE OR REPLACE FUNCTION pgvs3.resp_keys(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats float8[],
+    OUT err text, OUT n bigint, OUT items bytea[], OUT scores float8[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    src text := ks[1];
+    dst text := ks[2];
+    src_type "char";
+    only_new boolean := ints[1] = 1;
+BEGIN
+    PERFORM pgvs3.resp_check(b, ks, '{}', '{}', 'h', true);
+    src_type := pgvs3.resp_type(b, src);
+    IF src_type IS NULL THEN
+        err := 'ERR no such key';
+        RETURN;
+    END IF;
+    IF src = dst THEN
+        IF op = 'copy' THEN
+            err := 'ERR source and destination objects are the same';
+        ELSE
+            n := CASE WHEN only_new THEN 0 ELSE 1 END;
+        END IF;
+        RETURN;
+    END IF;
+    IF only_new AND (dst = ANY (strings) OR pgvs3.resp_type(b, dst) IS NOT NULL) THEN
+        n := 0;
+        RETURN;
+    END IF;
+    PERFORM pgvs3.resp_clear(b, dst, dst = ANY (strings));
+    IF op = 'rename' THEN
+        -- The elements follow (ON UPDATE CASCADE).
+        UPDATE pgvs3.resp_keys SET key = dst, version = version + 1 WHERE bucket_id = b AND key = src;
+    ELSE
+        INSERT INTO pgvs3.resp_keys (bucket_id, key, type, expires_at)
+            SELECT b, dst, type, expires_at FROM pgvs3.resp_keys WHERE bucket_id = b AND key = src;
+        CASE src_type
+        WHEN 'h' THEN
+            INSERT INTO pgvs3.resp_hash SELECT b, dst, field, value FROM pgvs3.resp_hash WHERE bucket_id = b AND key = src;
+        WHEN 's' THEN
+            INSERT INTO pgvs3.resp_set SELECT b, dst, member FROM pgvs3.resp_set WHERE bucket_id = b AND key = src;
+        WHEN 'z' THEN
+            INSERT INTO pgvs3.resp_zset SELECT b, dst, member, score FROM pgvs3.resp_zset WHERE bucket_id = b AND key = src;
+        ELSE
+            INSERT INTO pgvs3.resp_list SELECT b, dst, pos, value FROM pgvs3.resp_list WHERE bucket_id = b AND key = src;
+        END CASE;
+    END IF;
+    n := 1;
+END $$;

@@ -1,0 +1,209 @@
+-- RESP lists (layout v14): one call per command, as functions/resp_keys.sql describes.
+-- keys[1] is the list (for LMOVE and RPOPLPUSH the source, keys[2] the destination). Elements
+-- have positions 2^20 apart, so that LINSERT finds room between two neighbours; a list that
+-- runs out of room there is renumbered. `resp_keys.length` keeps the length.
+
+-- Pushes `vals` at the head (`left`) or the tail, in order; returns the new length.
+CREATE OR REPLACE FUNCTION pgvs3.resp_list_push(b bigint, k text, left_end boolean, vals bytea[]) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    edge bigint;
+    len bigint;
+BEGIN
+    PERFORM pgvs3.resp_touch(b, k, 'l');
+    IF left_end THEN
+        edge := coalesce((SELECT min(pos) FROM pgvs3.resp_list WHERE bucket_id = b AND key = k), 0);
+        INSERT INTO pgvs3.resp_list (bucket_id, key, pos, value)
+            SELECT b, k, edge - i * 1048576, v FROM unnest(vals) WITH ORDINALITY AS a(v, i);
+    ELSE
+        edge := coalesce((SELECT max(pos) FROM pgvs3.resp_list WHERE bucket_id = b AND key = k), 0);
+        INSERT INTO pgvs3.resp_list (bucket_id, key, pos, value)
+            SELECT b, k, edge + i * 1048576, v FROM unnest(vals) WITH ORDINALITY AS a(v, i);
+    END IF;
+    UPDATE pgvs3.resp_keys SET length = coalesce(length, 0) + cardinality(vals)
+     WHERE bucket_id = b AND key = k RETURNING length INTO len;
+    PERFORM pgvs3.resp_wake(b, k);
+    RETURN len;
+END $$;
+
+-- Pops up to `c` elements from the head (`left`) or the tail, in the order popped.
+CREATE OR REPLACE FUNCTION pgvs3.resp_list_pop(b bigint, k text, left_end boolean, c bigint) RETURNS bytea[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    popped bytea[];
+BEGIN
+    IF left_end THEN
+        WITH d AS (
+            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos IN (
+                SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos LIMIT c)
+            RETURNING pos, value)
+        SELECT coalesce(array_agg(value ORDER BY pos), '{}') INTO popped FROM d;
+    ELSE
+        WITH d AS (
+            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos IN (
+                SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos DESC LIMIT c)
+            RETURNING pos, value)
+        SELECT coalesce(array_agg(value ORDER BY pos DESC), '{}') INTO popped FROM d;
+    END IF;
+    PERFORM pgvs3.resp_list_shrink(b, k, cardinality(popped));
+    RETURN popped;
+END $$;
+
+-- `removed` elements went: the length follows, and an empty list is deleted.
+CREATE OR REPLACE FUNCTION pgvs3.resp_list_shrink(b bigint, k text, removed bigint) RETURNS void LANGUAGE sql AS $$
+    UPDATE pgvs3.resp_keys SET length = length - removed, version = version + 1
+     WHERE bucket_id = b AND key = k AND removed > 0;
+    DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND type = 'l' AND length <= 0;
+$$;
+
+-- The position of the element at `idx` (negative: from the tail), NULL when out of range.
+CREATE OR REPLACE FUNCTION pgvs3.resp_list_at(b bigint, k text, idx bigint) RETURNS bigint LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN idx >= 0
+        THEN (SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos OFFSET idx LIMIT 1)
+        ELSE (SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos DESC OFFSET -idx - 1 LIMIT 1)
+    END
+$$;
+
+CREATE OR REPLACE FUNCTION pgvs3.resp_list(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats float8[],
+    OUT err text, OUT n bigint, OUT items bytea[], OUT scores float8[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    k text := ks[1];
+    write boolean := op IN ('lpush', 'rpush', 'lpushx', 'rpushx', 'lpop', 'rpop', 'lset', 'linsert', 'lrem', 'ltrim', 'lmove',
+                            'blpop', 'brpop');
+    len bigint;
+    first bigint;
+    last bigint;
+    p bigint;
+    q bigint;
+    vals bytea[];
+    j int;
+BEGIN
+    err := pgvs3.resp_check(b, ks, strings, ks, 'l', write);
+    IF err IS NOT NULL THEN
+        RETURN;
+    END IF;
+    IF op IN ('blpop', 'brpop') THEN
+        -- The first of the keys that holds a list: items {key, element}; none, no items.
+        FOR j IN 1 .. cardinality(ks) LOOP
+            IF pgvs3.resp_type(b, ks[j]) IS NOT NULL THEN
+                items := ARRAY[convert_to(ks[j], 'UTF8')] || pgvs3.resp_list_pop(b, ks[j], op = 'blpop', 1);
+                RETURN;
+            END IF;
+        END LOOP;
+        RETURN;
+    END IF;
+    len := (SELECT length FROM pgvs3.resp_keys
+             WHERE bucket_id = b AND key = k AND (expires_at IS NULL OR expires_at > clock_timestamp()));
+    IF len IS NULL AND op NOT IN ('lpush', 'rpush') THEN
+        -- Every other command finds nothing in a missing list.
+        CASE op
+        WHEN 'lset' THEN err := 'ERR no such key';
+        WHEN 'lpop', 'rpop', 'lmove', 'lindex' THEN items := ARRAY[NULL::bytea];
+        WHEN 'lrange' THEN items := '{}';
+        WHEN 'lpos' THEN scores := '{}';
+        WHEN 'ltrim' THEN NULL;
+        ELSE n := 0;
+        END CASE;
+        RETURN;
+    END IF;
+    CASE op
+    WHEN 'lpush', 'lpushx' THEN
+        n := pgvs3.resp_list_push(b, k, true, args);
+    WHEN 'rpush', 'rpushx' THEN
+        n := pgvs3.resp_list_push(b, k, false, args);
+    WHEN 'lpop', 'rpop' THEN
+        -- ints: {count (NULL: one)}; n = 1: the list existed.
+        items := pgvs3.resp_list_pop(b, k, op = 'lpop', coalesce(ints[1], 1));
+        n := 1;
+        IF ints[1] IS NULL THEN
+            items := ARRAY[items[1]];
+        END IF;
+    WHEN 'llen' THEN
+        n := len;
+    WHEN 'lindex' THEN
+        items := ARRAY[(SELECT value FROM pgvs3.resp_list WHERE bucket_id = b AND key = k
+                         AND pos = pgvs3.resp_list_at(b, k, ints[1]))];
+    WHEN 'lrange' THEN
+        first := CASE WHEN ints[1] < 0 THEN greatest(ints[1] + len, 0) ELSE ints[1] END;
+        last := CASE WHEN ints[2] < 0 THEN ints[2] + len ELSE least(ints[2], len - 1) END;
+        SELECT coalesce(array_agg(value ORDER BY pos), '{}') INTO items FROM (
+            SELECT pos, value FROM pgvs3.resp_list WHERE bucket_id = b AND key = k
+             ORDER BY pos OFFSET first LIMIT greatest(last - first + 1, 0)) r;
+    WHEN 'lset' THEN
+        p := pgvs3.resp_list_at(b, k, ints[1]);
+        IF p IS NULL THEN
+            err := 'ERR index out of range';
+            RETURN;
+        END IF;
+        UPDATE pgvs3.resp_list SET value = args[1] WHERE bucket_id = b AND key = k AND pos = p;
+        UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+    WHEN 'linsert' THEN
+        -- args: {pivot, element}; ints: {1 before, 0 after}. n: the new length, -1 without the pivot.
+        p := (SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND value = args[1] ORDER BY pos LIMIT 1);
+        IF p IS NULL THEN
+            n := -1;
+            RETURN;
+        END IF;
+        IF ints[1] = 1 THEN
+            q := (SELECT max(pos) FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos < p);
+            q := coalesce(q, p - 2097152);
+        ELSE
+            q := (SELECT min(pos) FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos > p);
+            q := coalesce(q, p + 2097152);
+        END IF;
+        IF abs(q - p) < 2 THEN
+            -- No room left between the two: renumber the list, keeping its order.
+            vals := ARRAY(SELECT value FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos);
+            first := (SELECT count(*) FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos < p);
+            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k;
+            INSERT INTO pgvs3.resp_list (bucket_id, key, pos, value)
+                SELECT b, k, i * 1048576, v FROM unnest(vals) WITH ORDINALITY AS a(v, i);
+            p := (first + 1) * 1048576;
+            q := CASE WHEN ints[1] = 1 THEN p - 1048576 ELSE p + 1048576 END;
+        END IF;
+        INSERT INTO pgvs3.resp_list (bucket_id, key, pos, value) VALUES (b, k, (p + q) / 2, args[2]);
+        UPDATE pgvs3.resp_keys SET length = length + 1, version = version + 1
+         WHERE bucket_id = b AND key = k RETURNING length INTO n;
+    WHEN 'lrem' THEN
+        -- ints: {count}: > 0 from the head, < 0 from the tail, 0 all.
+        IF ints[1] >= 0 THEN
+            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos IN (
+                SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND value = args[1]
+                 ORDER BY pos LIMIT CASE WHEN ints[1] > 0 THEN ints[1] END);
+        ELSE
+            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos IN (
+                SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND value = args[1]
+                 ORDER BY pos DESC LIMIT -ints[1]);
+        END IF;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        PERFORM pgvs3.resp_list_shrink(b, k, n);
+    WHEN 'ltrim' THEN
+        first := CASE WHEN ints[1] < 0 THEN greatest(ints[1] + len, 0) ELSE ints[1] END;
+        last := CASE WHEN ints[2] < 0 THEN ints[2] + len ELSE least(ints[2], len - 1) END;
+        IF first > last OR first >= len THEN
+            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k;
+        ELSE
+            p := pgvs3.resp_list_at(b, k, first);
+            q := pgvs3.resp_list_at(b, k, last);
+            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND (pos < p OR pos > q);
+        END IF;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        PERFORM pgvs3.resp_list_shrink(b, k, n);
+    WHEN 'lpos' THEN
+        -- ints: {rank (negative: from the tail), count (NULL: one, 0: all), maxlen (0: all)}.
+        SELECT coalesce(array_agg(CASE WHEN ints[1] < 0 THEN len - 1 - idx ELSE idx END ORDER BY idx), '{}') INTO scores FROM (
+            SELECT idx FROM (
+                SELECT value, row_number() OVER (ORDER BY CASE WHEN ints[1] < 0 THEN -pos ELSE pos END) - 1 AS idx
+                  FROM pgvs3.resp_list WHERE bucket_id = b AND key = k
+                 ORDER BY CASE WHEN ints[1] < 0 THEN -pos ELSE pos END
+                 LIMIT CASE WHEN ints[3] > 0 THEN ints[3] END) scanned
+             WHERE value = args[1] ORDER BY idx OFFSET abs(ints[1]) - 1
+             LIMIT CASE WHEN ints[2] IS NULL THEN 1 WHEN ints[2] > 0 THEN ints[2] END) found;
+    WHEN 'lmove' THEN
+        -- ints: {1: pop from the source's head, 1: push at the destination's head}.
+        vals := pgvs3.resp_list_pop(b, k, ints[1] = 1, 1);
+        PERFORM pgvs3.resp_list_push(b, ks[2], ints[2] = 1, vals);
+        items := vals;
+    END CASE;
+END $$;

@@ -1,0 +1,126 @@
+-- RESP sets (layout v14): one call per command, as functions/resp_keys.sql describes. keys[1]
+-- is the set (for SMOVE the source, keys[2] the destination; for the *STORE commands keys[1]
+-- is the destination and the sources follow); args are members. ints carry counts and limits;
+-- SMISMEMBER answers in `scores` (1 or 0 per member).
+CREATE OR REPLACE FUNCTION pgvs3.resp_set(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats float8[],
+    OUT err text, OUT n bigint, OUT items bytea[], OUT scores float8[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    k text := ks[1];
+    write boolean := op IN ('sadd', 'srem', 'spop', 'smove', 'sinterstore', 'sunionstore', 'sdiffstore');
+    store boolean := op LIKE '%store';
+    sources text[] := CASE WHEN op LIKE '%store' THEN ks[2:] ELSE ks END;
+    live text[];
+    others text[];
+    total bigint;
+    ma bytea[];
+BEGIN
+    err := pgvs3.resp_check(b, ks, strings, CASE WHEN store THEN sources ELSE ks END, 's', write);
+    IF err IS NOT NULL THEN
+        RETURN;
+    END IF;
+    live := ARRAY(SELECT key FROM pgvs3.resp_keys
+                   WHERE bucket_id = b AND key = ANY (sources) AND (expires_at IS NULL OR expires_at > clock_timestamp()));
+    CASE op
+    WHEN 'sadd' THEN
+        PERFORM pgvs3.resp_touch(b, k, 's');
+        INSERT INTO pgvs3.resp_set (bucket_id, key, member) SELECT DISTINCT b, k, m FROM unnest(args) m
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS n = ROW_COUNT;
+    WHEN 'srem' THEN
+        DELETE FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND member = ANY (args);
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n > 0 THEN
+            PERFORM pgvs3.resp_settle(b, k);
+        END IF;
+    WHEN 'smembers' THEN
+        SELECT coalesce(array_agg(member ORDER BY member), '{}') INTO items
+          FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND k = ANY (live);
+    WHEN 'sismember' THEN
+        n := (SELECT count(*) FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND k = ANY (live) AND member = args[1]);
+    WHEN 'smismember' THEN
+        SELECT array_agg(CASE WHEN s.member IS NULL THEN 0 ELSE 1 END ORDER BY a.i) INTO scores
+          FROM unnest(args) WITH ORDINALITY AS a(m, i)
+          LEFT JOIN pgvs3.resp_set s ON s.bucket_id = b AND s.key = k AND k = ANY (live) AND s.member = a.m;
+    WHEN 'scard' THEN
+        n := (SELECT count(*) FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND k = ANY (live));
+    WHEN 'spop' THEN
+        -- ints: {count (NULL: one, answered as a string)}; the gateway bounds the count.
+        WITH popped AS (
+            DELETE FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND member IN (
+                SELECT member FROM pgvs3.resp_set WHERE bucket_id = b AND key = k
+                 ORDER BY random() LIMIT coalesce(ints[1], 1))
+            RETURNING member)
+        SELECT coalesce(array_agg(member), '{}') INTO items FROM popped;
+        IF ints[1] IS NULL AND cardinality(items) = 0 THEN
+            items := ARRAY[NULL::bytea];
+        END IF;
+        IF cardinality(items) > 0 THEN
+            PERFORM pgvs3.resp_settle(b, k);
+        END IF;
+    WHEN 'srandmember' THEN
+        IF NOT k = ANY (live) THEN
+            items := CASE WHEN ints[1] IS NULL THEN ARRAY[NULL::bytea] ELSE '{}' END;
+        ELSIF ints[1] IS NULL OR ints[1] >= 0 THEN
+            SELECT coalesce(array_agg(member), '{}') INTO items FROM (
+                SELECT member FROM pgvs3.resp_set WHERE bucket_id = b AND key = k ORDER BY random() LIMIT coalesce(ints[1], 1)) s;
+            IF ints[1] IS NULL AND cardinality(items) = 0 THEN
+                items := ARRAY[NULL::bytea];
+            END IF;
+        ELSE
+            SELECT array_agg(member) INTO ma FROM pgvs3.resp_set WHERE bucket_id = b AND key = k;
+            total := cardinality(ma);
+            SELECT coalesce(array_agg(ma[1 + floor(random() * total)::int]), '{}') INTO items FROM generate_series(1, -ints[1]);
+        END IF;
+    WHEN 'smove' THEN
+        -- keys: {source, destination}.
+        DELETE FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND k = ANY (live) AND member = args[1];
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n > 0 AND ks[2] <> k THEN
+            PERFORM pgvs3.resp_settle(b, k);
+            PERFORM pgvs3.resp_touch(b, ks[2], 's');
+            INSERT INTO pgvs3.resp_set (bucket_id, key, member) VALUES (b, ks[2], args[1]) ON CONFLICT DO NOTHING;
+        ELSIF n > 0 THEN
+            INSERT INTO pgvs3.resp_set (bucket_id, key, member) VALUES (b, k, args[1]);
+        END IF;
+    WHEN 'sinter', 'sinterstore', 'sintercard' THEN
+        -- A member of every source; none when a source is missing. SINTERCARD: ints {limit (0: none)}.
+        IF (SELECT count(DISTINCT s) FROM unnest(live) s) < (SELECT count(DISTINCT s) FROM unnest(sources) s) THEN
+            items := '{}';
+        ELSE
+            SELECT coalesce(array_agg(member ORDER BY member), '{}') INTO items FROM (
+                SELECT member FROM pgvs3.resp_set WHERE bucket_id = b AND key = ANY (live)
+                 GROUP BY member HAVING count(*) = (SELECT count(DISTINCT s) FROM unnest(live) s)
+                 ORDER BY member LIMIT CASE WHEN op = 'sintercard' AND ints[1] > 0 THEN ints[1] END) m;
+        END IF;
+    WHEN 'sunion', 'sunionstore' THEN
+        SELECT coalesce(array_agg(DISTINCT member), '{}') INTO items
+          FROM pgvs3.resp_set WHERE bucket_id = b AND key = ANY (live);
+    WHEN 'sdiff', 'sdiffstore' THEN
+        others := ARRAY(SELECT s FROM unnest(sources[2:]) s WHERE s = ANY (live));
+        SELECT coalesce(array_agg(a.member ORDER BY a.member), '{}') INTO items
+          FROM pgvs3.resp_set a
+         WHERE a.bucket_id = b AND a.key = sources[1] AND sources[1] = ANY (live)
+           AND NOT EXISTS (SELECT 1 FROM pgvs3.resp_set c
+                            WHERE c.bucket_id = b AND c.key = ANY (others) AND c.member = a.member);
+    WHEN 'sscan' THEN
+        -- ints: {cursor (an offset in member order), count}; n: the next cursor, 0 at the end.
+        SELECT coalesce(array_agg(member ORDER BY member), '{}') INTO items FROM (
+            SELECT member FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND k = ANY (live)
+             ORDER BY member OFFSET ints[1] LIMIT ints[2]) s;
+        n := CASE WHEN cardinality(items) < ints[2] THEN 0 ELSE ints[1] + cardinality(items) END;
+    END CASE;
+    IF op = 'sintercard' THEN
+        n := cardinality(items);
+        items := NULL;
+    ELSIF store THEN
+        -- The destination is replaced, whatever it held; an empty result deletes it.
+        PERFORM pgvs3.resp_clear(b, k, k = ANY (strings));
+        IF cardinality(items) > 0 THEN
+            INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, 's');
+            INSERT INTO pgvs3.resp_set (bucket_id, key, member) SELECT b, k, m FROM unnest(items) m;
+        END IF;
+        n := cardinality(items);
+        items := NULL;
+    END IF;
+END $$;

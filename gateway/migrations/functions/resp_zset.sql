@@ -1,0 +1,250 @@
+-- RESP sorted sets (layout v14): one call per command, as functions/resp_keys.sql describes.
+-- keys[1] is the sorted set (for ZRANGESTORE, ZUNIONSTORE and ZINTERSTORE the destination,
+-- the sources following). Order is Redis's: by score, then member bytes.
+--
+-- Ranges (ZRANGE and its kin, ZCOUNT, ZLEXCOUNT, ZREMRANGEBY*) come parsed as
+--   ints   {mode (0 rank, 1 score, 2 lex), rev (1: highest first), start, stop (ranks),
+--           offset, count (-1: all), min kind, max kind, withscores}
+--   floats {min, max}            (by score; kinds: 0 inclusive, 1 exclusive)
+--   args   {min, max}            (by lex; kinds: 0 inclusive, 1 exclusive, 2 '-', 3 '+')
+-- and answer members in `items` and their scores in `scores`.
+
+-- The members of `k` in a range, in order (see above): what ZRANGE and ZRANGESTORE return.
+CREATE OR REPLACE FUNCTION pgvs3.resp_zrange(b bigint, k text, ints bigint[], floats float8[], args bytea[],
+    OUT members bytea[], OUT member_scores float8[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    total bigint;
+    first bigint := ints[3];
+    last bigint := ints[4];
+    direction text := CASE WHEN ints[2] = 1 THEN 'DESC' ELSE 'ASC' END;
+    filter text;
+    skip bigint := ints[5];
+    take bigint := CASE WHEN ints[6] < 0 THEN NULL ELSE ints[6] END;
+BEGIN
+    members := '{}';
+    member_scores := '{}';
+    IF ints[1] = 0 THEN
+        -- Ranks from the end need the size; ranks from the start only a limit.
+        IF first < 0 OR last < 0 THEN
+            total := (SELECT count(*) FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k);
+            IF first < 0 THEN first := first + total; END IF;
+            IF last < 0 THEN last := last + total; END IF;
+        END IF;
+        first := greatest(first, 0);
+        IF first > last THEN
+            RETURN;
+        END IF;
+        filter := 'true';
+        skip := first;
+        take := last - first + 1;
+    ELSIF skip < 0 THEN
+        RETURN;
+    ELSIF ints[1] = 1 THEN
+        -- The range condition the index serves, then exclusivity as a filter.
+        filter := 'score >= $3 AND score <= $4 AND ($5 = 0 OR score > $3) AND ($6 = 0 OR score < $4)';
+    ELSE
+        filter := '($5 = 2 OR member > $7 OR $5 = 0 AND member = $7) AND $5 <> 3
+                   AND ($6 = 3 OR member < $8 OR $6 = 0 AND member = $8) AND $6 <> 2';
+    END IF;
+    EXECUTE format(
+        'SELECT coalesce(array_agg(member ORDER BY o), ''{}''), coalesce(array_agg(score ORDER BY o), ''{}'') FROM (
+             SELECT member, score, row_number() OVER () AS o FROM (
+                 SELECT member, score FROM pgvs3.resp_zset WHERE bucket_id = $1 AND key = $2 AND %s
+                  ORDER BY score %s, member %s OFFSET $9 LIMIT $10) r) s',
+        filter, direction, direction)
+      INTO members, member_scores
+     USING b, k, floats[1], floats[2], ints[7], ints[8], args[1], args[2], skip, take;
+END $$;
+
+CREATE OR REPLACE FUNCTION pgvs3.resp_zset(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats float8[],
+    OUT err text, OUT n bigint, OUT items bytea[], OUT scores float8[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    k text := ks[1];
+    write boolean := op IN ('zadd', 'zrem', 'zincrby', 'zpopmin', 'zpopmax', 'zrangestore', 'zunionstore', 'zinterstore',
+                            'zremrangebyrank', 'zremrangebyscore', 'zremrangebylex', 'bzpopmin', 'bzpopmax');
+    store boolean := op IN ('zrangestore', 'zunionstore', 'zinterstore');
+    sources text[] := CASE WHEN op IN ('zrangestore', 'zunionstore', 'zinterstore') THEN ks[2:] ELSE ks END;
+    live boolean;
+    cur float8;
+    new float8;
+    i int;
+    added bigint := 0;
+    changed bigint := 0;
+    touched boolean := false;
+BEGIN
+    IF op IN ('zunionstore', 'zinterstore') THEN
+        -- Sources may be sets (each member scoring 1) as well as sorted sets.
+        err := pgvs3.resp_check(b, ks, strings, '{}', 'z', true);
+        IF strings && sources OR EXISTS (
+            SELECT 1 FROM pgvs3.resp_keys WHERE bucket_id = b AND key = ANY (sources) AND type NOT IN ('z', 's')) THEN
+            err := pgvs3.resp_wrongtype();
+        END IF;
+    ELSE
+        err := pgvs3.resp_check(b, ks, strings, CASE WHEN store THEN sources ELSE ks END, 'z', write);
+    END IF;
+    IF err IS NOT NULL THEN
+        RETURN;
+    END IF;
+    IF op IN ('bzpopmin', 'bzpopmax') THEN
+        -- The first of the keys that holds a sorted set: items {key, member}, scores {score}.
+        FOR i IN 1 .. cardinality(ks) LOOP
+            IF pgvs3.resp_type(b, ks[i]) IS NOT NULL THEN
+                SELECT members, member_scores INTO items, scores
+                  FROM pgvs3.resp_zrange(b, ks[i], ARRAY[0, CASE WHEN op = 'bzpopmax' THEN 1 ELSE 0 END, 0, 0, 0, -1, 0, 0],
+                                         '{}', '{}');
+                DELETE FROM pgvs3.resp_zset WHERE bucket_id = b AND key = ks[i] AND member = items[1];
+                PERFORM pgvs3.resp_settle(b, ks[i]);
+                items := ARRAY[convert_to(ks[i], 'UTF8')] || items;
+                RETURN;
+            END IF;
+        END LOOP;
+        RETURN;
+    END IF;
+    live := pgvs3.resp_type(b, sources[1]) IS NOT NULL;
+    CASE op
+    WHEN 'zadd', 'zincrby' THEN
+        -- ints: {nx, xx, gt, lt, ch, incr} as 0 or 1; floats: the scores of args' members.
+        FOR i IN 1 .. cardinality(args) LOOP
+            SELECT score INTO cur FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND member = args[i];
+            IF NOT FOUND THEN
+                cur := NULL;
+            END IF;
+            new := NULL;
+            IF cur IS NULL THEN
+                CONTINUE WHEN ints[2] = 1;
+                new := floats[i];
+                IF NOT touched THEN
+                    PERFORM pgvs3.resp_touch(b, k, 'z');
+                    touched := true;
+                END IF;
+                INSERT INTO pgvs3.resp_zset (bucket_id, key, member, score) VALUES (b, k, args[i], new);
+                added := added + 1;
+            ELSE
+                CONTINUE WHEN ints[1] = 1;
+                new := CASE WHEN ints[6] = 1 THEN cur + floats[i] ELSE floats[i] END;
+                IF new = 'NaN'::float8 THEN
+                    err := 'ERR resulting score is not a number (NaN)';
+                    RETURN;
+                END IF;
+                IF ints[3] = 1 AND new <= cur OR ints[4] = 1 AND new >= cur THEN
+                    new := NULL;
+                    CONTINUE;
+                END IF;
+                IF new <> cur THEN
+                    IF NOT touched THEN
+                        PERFORM pgvs3.resp_touch(b, k, 'z');
+                        touched := true;
+                    END IF;
+                    UPDATE pgvs3.resp_zset SET score = new WHERE bucket_id = b AND key = k AND member = args[i];
+                    changed := changed + 1;
+                END IF;
+            END IF;
+        END LOOP;
+        n := added + CASE WHEN ints[5] = 1 THEN changed ELSE 0 END;
+        IF added > 0 THEN
+            PERFORM pgvs3.resp_wake(b, k);
+        END IF;
+        -- INCR (and ZINCRBY): the new score, NULL when a condition stopped it.
+        scores := ARRAY[new];
+    WHEN 'zrem' THEN
+        DELETE FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND member = ANY (args);
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n > 0 THEN
+            PERFORM pgvs3.resp_settle(b, k);
+        END IF;
+    WHEN 'zscore' THEN
+        scores := ARRAY[(SELECT score FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND live AND member = args[1])];
+    WHEN 'zmscore' THEN
+        SELECT array_agg(z.score ORDER BY a.i) INTO scores
+          FROM unnest(args) WITH ORDINALITY AS a(m, i)
+          LEFT JOIN pgvs3.resp_zset z ON z.bucket_id = b AND z.key = k AND live AND z.member = a.m;
+    WHEN 'zcard' THEN
+        n := (SELECT count(*) FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND live);
+    WHEN 'zrank', 'zrevrank' THEN
+        SELECT score INTO cur FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND live AND member = args[1];
+        IF FOUND THEN
+            IF op = 'zrank' THEN
+                n := (SELECT count(*) FROM pgvs3.resp_zset
+                       WHERE bucket_id = b AND key = k AND (score, member) < (cur, args[1]));
+            ELSE
+                n := (SELECT count(*) FROM pgvs3.resp_zset
+                       WHERE bucket_id = b AND key = k AND (score, member) > (cur, args[1]));
+            END IF;
+        END IF;
+    WHEN 'zrange', 'zrangestore', 'zcount', 'zlexcount', 'zremrangebyrank', 'zremrangebyscore', 'zremrangebylex' THEN
+        IF live THEN
+            SELECT members, member_scores INTO items, scores FROM pgvs3.resp_zrange(b, sources[1], ints, floats, args);
+        ELSE
+            items := '{}';
+            scores := '{}';
+        END IF;
+        IF op IN ('zcount', 'zlexcount') THEN
+            n := cardinality(items);
+            items := NULL;
+            scores := NULL;
+        ELSIF op LIKE 'zremrange%' THEN
+            DELETE FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND member = ANY (items);
+            GET DIAGNOSTICS n = ROW_COUNT;
+            IF n > 0 THEN
+                PERFORM pgvs3.resp_settle(b, k);
+            END IF;
+            items := NULL;
+            scores := NULL;
+        END IF;
+    WHEN 'zpopmin', 'zpopmax' THEN
+        -- ints: {count}; the gateway bounds it. The lowest (highest) ranks, then gone.
+        items := '{}';
+        scores := '{}';
+        IF live AND ints[1] > 0 THEN
+            SELECT members, member_scores INTO items, scores
+              FROM pgvs3.resp_zrange(b, k, ARRAY[0, CASE WHEN op = 'zpopmax' THEN 1 ELSE 0 END, 0, ints[1] - 1, 0, -1, 0, 0],
+                                     '{}', '{}');
+            DELETE FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND member = ANY (items);
+            PERFORM pgvs3.resp_settle(b, k);
+        END IF;
+    WHEN 'zunionstore', 'zinterstore' THEN
+        -- floats: one weight per source; ints: {aggregate: 0 sum, 1 min, 2 max}.
+        WITH src AS (
+            SELECT s.key, s.ord, coalesce(floats[s.ord], 1) AS w FROM unnest(sources) WITH ORDINALITY AS s(key, ord)
+        ), elements AS (
+            SELECT src.ord, z.member, z.score * src.w AS score
+              FROM src JOIN pgvs3.resp_zset z ON z.bucket_id = b AND z.key = src.key
+            UNION ALL
+            SELECT src.ord, m.member, src.w
+              FROM src JOIN pgvs3.resp_set m ON m.bucket_id = b AND m.key = src.key
+        ), weighed AS (
+            -- inf * 0 is NaN; Redis counts it as 0.
+            SELECT ord, member, CASE WHEN score = 'NaN'::float8 THEN 0 ELSE score END AS score FROM elements
+        ), combined AS (
+            SELECT member,
+                   CASE ints[1] WHEN 1 THEN min(score) WHEN 2 THEN max(score) ELSE sum(score) END AS score
+              FROM weighed GROUP BY member
+            HAVING op = 'zunionstore' OR count(DISTINCT ord) = cardinality(sources)
+        )
+        SELECT coalesce(array_agg(member ORDER BY score, member), '{}'),
+               coalesce(array_agg(CASE WHEN score = 'NaN'::float8 THEN 0 ELSE score END ORDER BY score, member), '{}')
+          INTO items, scores FROM combined;
+    WHEN 'zscan' THEN
+        -- ints: {cursor (an offset in member order), count}; n: the next cursor, 0 at the end.
+        SELECT coalesce(array_agg(member ORDER BY member), '{}'), coalesce(array_agg(score ORDER BY member), '{}')
+          INTO items, scores FROM (
+            SELECT member, score FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND live
+             ORDER BY member OFFSET ints[1] LIMIT ints[2]) s;
+        n := CASE WHEN cardinality(items) < ints[2] THEN 0 ELSE ints[1] + cardinality(items) END;
+    END CASE;
+    IF store THEN
+        -- The destination is replaced, whatever it held; an empty result deletes it.
+        PERFORM pgvs3.resp_clear(b, k, k = ANY (strings));
+        IF cardinality(items) > 0 THEN
+            INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, 'z');
+            INSERT INTO pgvs3.resp_zset (bucket_id, key, member, score)
+                SELECT b, k, m, s FROM unnest(items, scores) AS u(m, s);
+            PERFORM pgvs3.resp_wake(b, k);
+        END IF;
+        n := cardinality(items);
+        items := NULL;
+        scores := NULL;
+    END IF;
+END $$;

@@ -1,0 +1,98 @@
+//! Blocking pops (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BZPOPMIN, BZPOPMAX): a blocked client tries
+//! its pop, then waits to be told that one of its keys got elements — on any gateway of the
+//! database, by NOTIFY `pgvs3_resp` (sent at commit by the SQL functions that add elements),
+//! which one LISTEN connection per gateway hands to every blocked client here.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::broadcast;
+
+use super::codec::Reply;
+use super::command::parse_float;
+use crate::pg::connections::{Connections, session_settings};
+
+/// Notifications waiting for slow blocked clients; one that falls behind simply tries again.
+const CHANNEL_DEPTH: usize = 1024;
+/// How long to wait before opening a lost LISTEN connection again.
+const LISTEN_RETRY: Duration = Duration::from_secs(1);
+const LISTEN_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The keys that got elements, for every blocked client to check. (Keys of every bucket: a
+/// key of the same name in another database only costs a blocked client one more attempt.)
+pub struct Wakeups {
+    sender: broadcast::Sender<String>,
+}
+
+impl Wakeups {
+    /// Starts the gateway's LISTEN connection (given a database to listen on), re-opened
+    /// whenever it is lost. A standby cannot LISTEN, but refuses blocking commands (writes)
+    /// anyway.
+    pub fn start(database: Option<(tokio_postgres::Config, Connections)>) -> Wakeups {
+        let (sender, _) = broadcast::channel(CHANNEL_DEPTH);
+        if let Some((config, connections)) = database {
+            let sender = sender.clone();
+            tokio::spawn(async move {
+                loop {
+                    if let Err(err) = listen(&config, &connections, &sender).await {
+                        tracing::debug!(error = %format!("{err:#}"), "RESP LISTEN connection lost; reconnecting");
+                    }
+                    tokio::time::sleep(LISTEN_RETRY).await;
+                }
+            });
+        }
+        Wakeups { sender }
+    }
+
+    /// Subscribes before the first attempt, so no wakeup after it is missed.
+    pub fn subscribe(&self) -> broadcast::Receiver<String> {
+        self.sender.subscribe()
+    }
+}
+
+async fn listen(
+    config: &tokio_postgres::Config,
+    connections: &Connections,
+    sender: &broadcast::Sender<String>,
+) -> anyhow::Result<()> {
+    let (client, mut connection) = tokio::time::timeout(
+        LISTEN_CONNECT_TIMEOUT,
+        session_settings(config).connect(connections.tls()),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("no connection within {LISTEN_CONNECT_TIMEOUT:?}"))??;
+    let sender = sender.clone();
+    let driver = connections.spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(message) = messages.next().await {
+            if let tokio_postgres::AsyncMessage::Notification(notification) = message?
+                && let Some((_bucket, key)) = notification.payload().split_once(' ')
+            {
+                // An error only means that nobody is blocked.
+                let _ = sender.send(key.to_owned());
+            }
+        }
+        anyhow::Ok(())
+    });
+    if client
+        .query_one("SELECT pg_is_in_recovery()", &[])
+        .await?
+        .get::<_, bool>(0)
+    {
+        anyhow::bail!("a standby cannot LISTEN");
+    }
+    client.batch_execute("LISTEN pgvs3_resp").await?;
+    driver.await??;
+    Ok(())
+}
+
+/// A blocking command's timeout in seconds (0: forever), as Redis reads it.
+pub fn timeout(arg: &[u8]) -> Result<Option<Duration>, Reply> {
+    let seconds = parse_float(arg)
+        .filter(|seconds| seconds.is_finite())
+        .ok_or_else(|| Reply::error("ERR timeout is not a float or out of range"))?;
+    if seconds < 0.0 {
+        return Err(Reply::error("ERR timeout is negative"));
+    }
+    Ok((seconds > 0.0).then(|| Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX)))
+}

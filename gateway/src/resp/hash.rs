@@ -1,0 +1,73 @@
+//! Hash commands (HSET, HGET, HINCRBY, HSCAN, ...): parsing into calls of `pgvs3.resp_hash`
+//! (gateway/migrations/functions/resp_hash.sql), which does their work.
+
+use bytes::Bytes;
+
+use super::codec::Reply;
+use super::command::{integer, key, parse_float, syntax_error, wrong_arity};
+use super::typed::{Shape, Typed, random_count, scan_options};
+use crate::store::Family;
+
+pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
+    let hash = |op, rest: &[Bytes], shape| Ok(Typed::new(Family::Hash, op, vec![key(&args[1])?], rest, shape));
+    let typed: Typed = match name {
+        "hset" | "hmset" => {
+            if !args.len().is_multiple_of(2) {
+                return Err(wrong_arity(name));
+            }
+            let shape = if name == "hset" { Shape::Int } else { Shape::Ok };
+            hash("hset", &args[2..], shape)?
+        }
+        "hsetnx" => hash("hsetnx", &args[2..], Shape::Int)?,
+        "hget" => hash("hget", &args[2..], Shape::Bulk)?,
+        "hmget" => hash("hmget", &args[2..], Shape::Bulks)?,
+        "hdel" => hash("hdel", &args[2..], Shape::Int)?,
+        "hexists" => hash("hexists", &args[2..], Shape::Int)?,
+        "hstrlen" => hash("hstrlen", &args[2..], Shape::Int)?,
+        "hlen" => hash("hlen", &[], Shape::Int)?,
+        "hgetall" => hash("hgetall", &[], Shape::Map)?,
+        "hkeys" => hash("hkeys", &[], Shape::Bulks)?,
+        "hvals" => hash("hvals", &[], Shape::Bulks)?,
+        "hincrby" => {
+            let by = integer(&args[3])?;
+            hash("hincrby", &args[2..3], Shape::Int)?.ints(&[Some(by)])
+        }
+        "hincrbyfloat" => {
+            let by = parse_float(&args[3]).ok_or_else(|| Reply::error("ERR value is not a valid float"))?;
+            // Checked before the key, as Redis does.
+            if by.is_infinite() {
+                return Err(Reply::error("ERR value is NaN or Infinity"));
+            }
+            hash("hincrbyfloat", &args[2..4], Shape::Bulk)?.floats(&[by])
+        }
+        "hrandfield" => match args.len() {
+            2 => hash("hrandfield", &[], Shape::Random)?.ints(&[None, Some(0)]),
+            3 | 4 => {
+                let count = random_count(&args[2])?;
+                let with_values = match args.get(3) {
+                    None => false,
+                    Some(option) if option.eq_ignore_ascii_case(b"withvalues") => true,
+                    Some(_) => return Err(syntax_error()),
+                };
+                let shape = if with_values { Shape::Pairs } else { Shape::Bulks };
+                hash("hrandfield", &[], shape)?.ints(&[Some(count), Some(i64::from(with_values))])
+            }
+            _ => return Err(syntax_error()),
+        },
+        "hscan" => {
+            let (cursor, count, pattern) = scan_options(&args[2..])?;
+            hash(
+                "hscan",
+                &[],
+                Shape::Scan {
+                    pattern,
+                    pairs: true,
+                    scored: false,
+                },
+            )?
+            .ints(&[Some(cursor), Some(count)])
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(typed))
+}

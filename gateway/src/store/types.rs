@@ -1,0 +1,170 @@
+//! RESP's typed keys (hashes, sets, sorted sets, lists) in the store: each command is one call
+//! of its family's SQL function (gateway/migrations/functions/resp_*.sql), made here with the
+//! bucket's namespace so that the function knows which of its keys are strings.
+
+use bytes::Bytes;
+use tokio_postgres::types::ToSql;
+
+use super::{BucketInfo, KvBatch, Store, StoreResult};
+
+/// The type of a typed key, as `pgvs3.resp_keys.type` holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyType {
+    Hash,
+    Set,
+    Zset,
+    List,
+}
+
+impl KeyType {
+    pub(super) fn from_code(code: i8) -> Option<KeyType> {
+        match code as u8 {
+            b'h' => Some(KeyType::Hash),
+            b's' => Some(KeyType::Set),
+            b'z' => Some(KeyType::Zset),
+            b'l' => Some(KeyType::List),
+            _ => None,
+        }
+    }
+
+    /// The name TYPE answers.
+    pub fn name(self) -> &'static str {
+        match self {
+            KeyType::Hash => "hash",
+            KeyType::Set => "set",
+            KeyType::Zset => "zset",
+            KeyType::List => "list",
+        }
+    }
+}
+
+/// Which SQL function a call goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// RENAME and COPY of a typed key.
+    Keys,
+    Hash,
+    Set,
+    Zset,
+    List,
+}
+
+const FAMILIES: [&str; 5] = ["keys", "hash", "set", "zset", "list"];
+
+/// One command as its function takes it: the operation, its keys, and its arguments (bytes,
+/// and the integers and floats the gateway parsed).
+#[derive(Debug, Clone)]
+pub struct TypedCall {
+    pub family: Family,
+    pub op: &'static str,
+    pub keys: Vec<String>,
+    pub args: Vec<Bytes>,
+    pub ints: Vec<Option<i64>>,
+    pub floats: Vec<f64>,
+}
+
+/// What a call answered: a Redis error, or its integer, strings (`None`: nil) and scores.
+#[derive(Debug, Clone, Default)]
+pub struct TypedRow {
+    pub err: Option<String>,
+    pub n: Option<i64>,
+    pub items: Vec<Option<Bytes>>,
+    pub scores: Vec<Option<f64>>,
+}
+
+/// The statements of one namespace: a call per family, and the typed keys' share of the
+/// keyspace statements.
+#[derive(Debug)]
+pub(super) struct TypedSql {
+    calls: [String; 5],
+}
+
+impl TypedSql {
+    pub(super) fn new(ns: &str) -> TypedSql {
+        let call = |family: &str| {
+            format!(
+                "SELECT err, n, items, scores FROM pgvs3.resp_{family}($1, $2, $3,
+                    ARRAY(SELECT key FROM {ns}.objects WHERE bucket_id = $2 AND key = ANY($3)
+                           AND (expires_at IS NULL OR expires_at > clock_timestamp())),
+                    $4, $5, $6)"
+            )
+        };
+        TypedSql {
+            calls: FAMILIES.map(call),
+        }
+    }
+}
+
+/// The reaper's statement for expired typed keys (their elements go with them).
+pub(super) const DELETE_EXPIRED: &str = "DELETE FROM pgvs3.resp_keys WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM pgvs3.resp_keys WHERE expires_at <= clock_timestamp() LIMIT $1))";
+
+/// Sends the calls on `client` one after the other without waiting between them (one round
+/// trip), with `before` sent first and `after` last; PostgreSQL runs them in that order.
+pub(super) async fn send_calls<B, A>(
+    client: &deadpool_postgres::Object,
+    bucket: &BucketInfo,
+    calls: &[&TypedCall],
+    before: B,
+    after: A,
+) -> StoreResult<Vec<TypedRow>>
+where
+    B: std::future::Future<Output = Result<(), tokio_postgres::Error>>,
+    A: std::future::Future<Output = Result<(), tokio_postgres::Error>>,
+{
+    let mut statements: [Option<tokio_postgres::Statement>; 5] = Default::default();
+    for call in calls {
+        let index = call.family as usize;
+        if statements[index].is_none() {
+            statements[index] = Some(client.prepare_cached(&bucket.sql.types.calls[index]).await?);
+        }
+    }
+    let args: Vec<Vec<&[u8]>> = calls
+        .iter()
+        .map(|call| call.args.iter().map(|arg| &arg[..]).collect())
+        .collect();
+    let params: Vec<[&(dyn ToSql + Sync); 6]> = calls
+        .iter()
+        .zip(&args)
+        .map(|(call, args)| -> [&(dyn ToSql + Sync); 6] {
+            [&call.op, &bucket.id, &call.keys, args, &call.ints, &call.floats]
+        })
+        .collect();
+    let queries = calls.iter().zip(&params).map(|(call, params)| {
+        let statement = statements[call.family as usize].as_ref().expect("prepared above");
+        client.query_one(statement, params)
+    });
+    let (_, rows, _) = futures::try_join!(before, futures::future::try_join_all(queries), after)?;
+    Ok(rows
+        .iter()
+        .map(|row| TypedRow {
+            err: row.get(0),
+            n: row.get(1),
+            items: row
+                .get::<_, Option<Vec<Option<Vec<u8>>>>>(2)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|item| item.map(Bytes::from))
+                .collect(),
+            scores: row.get::<_, Option<Vec<Option<f64>>>>(3).unwrap_or_default(),
+        })
+        .collect())
+}
+
+impl Store {
+    /// Runs typed reads, outside any transaction, in one round trip.
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_typed_read", otel.kind = "client", db.system = "postgresql"))]
+    pub(crate) async fn kv_typed_read(&self, bucket: &BucketInfo, calls: &[&TypedCall]) -> StoreResult<Vec<TypedRow>> {
+        let client = self.client().await?;
+        send_calls(&client, bucket, calls, async { Ok(()) }, async { Ok(()) }).await
+    }
+}
+
+impl KvBatch {
+    /// Runs typed calls inside the batch, after whatever the batch has changed so far (which is
+    /// written first); `commit` ends the batch with them, in the same round trip.
+    pub(crate) async fn typed(&mut self, calls: &[&TypedCall], commit: bool) -> StoreResult<Vec<TypedRow>> {
+        self.write_pending().await?;
+        self.typed_calls(calls, commit).await
+    }
+}
