@@ -935,9 +935,10 @@ async fn writes_on_a_read_only_database_get_readonly() {
     .await
     .unwrap();
     let readonly = "READONLY You can't write against a read only replica.";
-    // The pool notices its closed connections; bounded retries until it has fresh ones.
+    // The pool notices its closed connections (each one as its task reads the server's goodbye,
+    // later under load); bounded retries until it has fresh ones.
     let mut answer = raw.command(&["SET", "k", "w"]).await;
-    for _ in 0..20 {
+    for _ in 0..100 {
         if answer.error() == readonly {
             break;
         }
