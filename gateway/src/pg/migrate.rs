@@ -20,7 +20,7 @@ use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 12;
+pub const LAYOUT_VERSION: i32 = 13;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -67,6 +67,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("../../migrations/0011_function_files.sql"),
     ),
     (12, "versioning", include_str!("../../migrations/0012_versioning.sql")),
+    (13, "bucket_access", include_str!("../../migrations/0013_bucket_access.sql")),
 ];
 
 /// The function files, in the order they are applied. Every function they define already exists
@@ -173,7 +174,7 @@ mod tests {
     /// version must apply the same functions, or each would overwrite the other's at startup:
     /// when this test fails, add a numbered migration (it may hold only a comment saying which
     /// functions changed), bump `LAYOUT_VERSION`, and update both constants here.
-    const PINNED: (i32, &str) = (12, "cb66941950f1fbdaed7b73a9a1e6b72de17aeb6fb20fd56ba06d18c88b036716");
+    const PINNED: (i32, &str) = (13, "cb66941950f1fbdaed7b73a9a1e6b72de17aeb6fb20fd56ba06d18c88b036716");
 
     #[test]
     fn function_files_are_pinned_to_the_layout_version() {

@@ -1,5 +1,6 @@
 //! The S3 operations: wire types in, store calls, wire types out.
 
+mod access;
 mod checks;
 
 use std::time::SystemTime;
@@ -9,6 +10,7 @@ use s3s::dto::*;
 use s3s::{S3, S3Error, S3Request, S3Response, S3Result};
 
 use super::checksum::{Algorithm, UploadCheck, body_error};
+use super::authorize::PolicyGrant;
 use super::errors::{RequestId, s3_error};
 use crate::bucket::{BucketHandle, Buckets};
 use crate::store::{
@@ -26,7 +28,8 @@ impl S3Front {
         S3Front { buckets, region }
     }
 
-    /// The request's bucket, which `principal` must be allowed to use as `access` says.
+    /// The request's bucket, which `principal` must be allowed to use as `access` says (or a
+    /// bucket policy allowed, in the access check).
     async fn open<T>(
         &self,
         req: &S3Request<T>,
@@ -34,8 +37,12 @@ impl S3Front {
         bucket: &str,
         access: Access,
     ) -> S3Result<BucketHandle<'_>> {
+        let granted = req
+            .extensions
+            .get::<PolicyGrant>()
+            .is_some_and(|grant| grant.covers(bucket));
         self.buckets
-            .open(principal, bucket, access)
+            .open_granted(principal, bucket, access, granted)
             .await
             .map_err(|e| fail(req, e))
     }
@@ -90,7 +97,17 @@ impl S3Front {
     /// Every operation starts here: the request's text is checked before any work is done.
     async fn principal<T>(&self, req: &S3Request<T>) -> S3Result<Principal> {
         checks::refuse_nul(&req.uri, &req.headers)?;
-        let credentials = req.credentials.as_ref().ok_or_else(|| s3s::s3_error!(AccessDenied))?;
+        let Some(credentials) = req.credentials.as_ref() else {
+            // Unsigned: only where a bucket policy let it through the access check.
+            return match req.extensions.get::<PolicyGrant>() {
+                Some(grant) if grant.anonymous() => Ok(Principal {
+                    access_key: String::new(),
+                    is_root: false,
+                    read_only: false,
+                }),
+                _ => Err(s3s::s3_error!(AccessDenied)),
+            };
+        };
         match self.buckets.catalog().access_key(&credentials.access_key).await {
             Ok(Some(key)) => Ok(key.principal()),
             Ok(None) => Err(s3s::s3_error!(InvalidAccessKeyId)),
@@ -664,8 +681,9 @@ impl S3 for S3Front {
             max_keys: max_keys(input.max_keys)?,
         };
         let fetch_owner = input.fetch_owner.unwrap_or(false);
+        let bucket = self.open(&req, &principal, &input.bucket, Access::Read).await?;
         let listing = self
-            .listing(&principal, &input.bucket, &request, &input.encoding_type, fetch_owner)
+            .listing(&principal, &bucket, &request, &input.encoding_type, fetch_owner)
             .await
             .map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(ListObjectsV2Output {
@@ -695,8 +713,9 @@ impl S3 for S3Front {
             continuation: None,
             max_keys: max_keys(input.max_keys)?,
         };
+        let bucket = self.open(&req, &principal, &input.bucket, Access::Read).await?;
         let listing = self
-            .listing(&principal, &input.bucket, &request, &input.encoding_type, true)
+            .listing(&principal, &bucket, &request, &input.encoding_type, true)
             .await
             .map_err(|e| fail(&req, e))?;
         // S3 sends NextMarker only with a delimiter; without one, clients resume after the last key.
@@ -842,6 +861,49 @@ impl S3 for S3Front {
         let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
         bucket.set_versioning(state).await.map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(PutBucketVersioningOutput::default()))
+    }
+
+    async fn put_bucket_cors(&self, req: S3Request<PutBucketCorsInput>) -> S3Result<S3Response<PutBucketCorsOutput>> {
+        self.put_cors(req).await
+    }
+
+    async fn get_bucket_cors(&self, req: S3Request<GetBucketCorsInput>) -> S3Result<S3Response<GetBucketCorsOutput>> {
+        self.get_cors(req).await
+    }
+
+    async fn delete_bucket_cors(
+        &self,
+        req: S3Request<DeleteBucketCorsInput>,
+    ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
+        self.delete_cors(req).await
+    }
+
+    async fn put_bucket_policy(
+        &self,
+        req: S3Request<PutBucketPolicyInput>,
+    ) -> S3Result<S3Response<PutBucketPolicyOutput>> {
+        self.put_policy(req).await
+    }
+
+    async fn get_bucket_policy(
+        &self,
+        req: S3Request<GetBucketPolicyInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyOutput>> {
+        self.get_policy(req).await
+    }
+
+    async fn delete_bucket_policy(
+        &self,
+        req: S3Request<DeleteBucketPolicyInput>,
+    ) -> S3Result<S3Response<DeleteBucketPolicyOutput>> {
+        self.delete_policy(req).await
+    }
+
+    async fn get_bucket_policy_status(
+        &self,
+        req: S3Request<GetBucketPolicyStatusInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyStatusOutput>> {
+        self.policy_status(req).await
     }
 
     async fn get_bucket_acl(&self, req: S3Request<GetBucketAclInput>) -> S3Result<S3Response<GetBucketAclOutput>> {
@@ -1331,17 +1393,12 @@ impl S3Front {
     async fn listing(
         &self,
         principal: &Principal,
-        bucket: &str,
+        bucket: &BucketHandle<'_>,
         request: &ListRequest,
         encoding_type: &Option<EncodingType>,
         fetch_owner: bool,
     ) -> Result<Listing, StoreError> {
-        let page = self
-            .buckets
-            .open(principal, bucket, Access::Read)
-            .await?
-            .list(request)
-            .await?;
+        let page = bucket.list(request).await?;
         let mut listing = Listing {
             contents: Vec::new(),
             common_prefixes: Vec::new(),

@@ -1,7 +1,9 @@
 //! The S3 REST front: s3s does routing, SigV4 and XML; `front` maps operations onto bucket handles.
 
 mod auth;
+mod authorize;
 mod checksum;
+mod cors;
 mod domains;
 mod errors;
 mod front;
@@ -40,6 +42,9 @@ struct Endpoint {
     lag: ReplicaLag,
     next_request: AtomicU64,
     id_prefix: String,
+    /// For CORS, answered around s3s: preflights before it, headers on its responses.
+    catalog: Arc<crate::store::Catalog>,
+    hosts: Option<domains::Domains>,
 }
 
 impl S3Endpoint {
@@ -53,11 +58,20 @@ impl S3Endpoint {
     ) -> anyhow::Result<S3Endpoint> {
         let catalog = Arc::clone(buckets.catalog());
         let mut builder = S3ServiceBuilder::new(front::S3Front::new(buckets, region));
-        builder.set_auth(CatalogAuth { catalog });
-        builder.set_access(SignedOnly(admission));
-        if !domains.is_empty() {
-            builder.set_host(domains::Domains::new(domains)?);
-        }
+        builder.set_auth(CatalogAuth {
+            catalog: Arc::clone(&catalog),
+        });
+        builder.set_access(SignedOnly {
+            admission,
+            catalog: Arc::clone(&catalog),
+        });
+        let hosts = match domains.is_empty() {
+            true => None,
+            false => {
+                builder.set_host(domains::Domains::new(domains)?);
+                Some(domains::Domains::new(domains)?)
+            }
+        };
         Ok(S3Endpoint(Arc::new(Endpoint {
             service: builder.build(),
             bytes_received: metrics.bytes_received.with_label_values(&["s3"]),
@@ -66,6 +80,8 @@ impl S3Endpoint {
             lag,
             next_request: AtomicU64::new(1),
             id_prefix: crate::master_key::random_token(6),
+            catalog,
+            hosts,
         })))
     }
 }
@@ -126,12 +142,25 @@ impl Endpoint {
     ) -> Response<s3s::Body> {
         request.extensions_mut().insert(RequestId(request_id.clone()));
         request.extensions_mut().insert(facts.clone());
+        let method = request.method().clone();
         let received = content_length(request.headers(), "x-amz-decoded-content-length")
             .or_else(|| content_length(request.headers(), "content-length"));
         let undated = request.headers().contains_key(http::header::AUTHORIZATION)
             && !request.headers().contains_key("x-amz-date")
             && !request.headers().contains_key(http::header::DATE);
-        let outcome = if let Err(refused) = auth::presigned_expiry(request.uri()) {
+        let origin = request.headers().get(http::header::ORIGIN).cloned();
+        let outcome = if request.method() == http::Method::OPTIONS {
+            facts.name_operation("PreflightCors");
+            let bucket = self.bucket_of(&request);
+            Ok(match cors::preflight(&self.catalog, bucket.as_deref(), request.headers()) {
+                Ok(headers) => {
+                    let mut response = Response::new(s3s::Body::empty());
+                    *response.headers_mut() = headers;
+                    response
+                }
+                Err((status, code, message)) => error_response(status, code, message, &request_id),
+            })
+        } else if let Err(refused) = auth::presigned_expiry(request.uri()) {
             // Before s3s, which refuses a negative or non-numeric expiry with an answer of its own.
             let message = refused.message().unwrap_or_default();
             Ok(error_response(
@@ -163,8 +192,28 @@ impl Endpoint {
         if let Ok(value) = HeaderValue::from_str(&request_id) {
             response.headers_mut().insert("x-amz-request-id", value);
         }
+        // A browser's real request: S3's CORS headers if the bucket's rules allow its origin.
+        if let (Some(origin), Some(bucket)) = (&origin, facts.bucket())
+            && let Ok(origin) = origin.to_str()
+        {
+            cors::decorate(&self.catalog, bucket, origin, &method, response.headers_mut());
+        }
         self.record(started, facts, &response, received);
         response
+    }
+
+    /// The bucket a request's path or Host names (for preflights, which s3s does not route).
+    fn bucket_of<B>(&self, request: &Request<B>) -> Option<String> {
+        use s3s::host::S3Host;
+        if let Some(hosts) = &self.hosts
+            && let Some(host) = request.headers().get(http::header::HOST).and_then(|h| h.to_str().ok())
+            && let Ok(parsed) = hosts.parse_host_header(host)
+            && let Some(bucket) = parsed.bucket()
+        {
+            return Some(bucket.to_owned());
+        }
+        let first = request.uri().path().trim_start_matches('/').split('/').next()?;
+        (!first.is_empty()).then(|| first.to_owned())
     }
 
     /// Metrics and the request span's fields, once the response's head is known.

@@ -30,6 +30,8 @@ pub struct BucketInfo {
     pub origin: Option<Arc<Origin>>,
     /// The bucket's versioning state; `None` when it never had versioning enabled.
     pub versioning: Option<super::Versioning>,
+    /// CORS rules and bucket policy, parsed with the catalog.
+    pub access: crate::access::BucketAccess,
     pub(super) sql: Arc<super::objects::NamespaceSql>,
 }
 
@@ -83,7 +85,7 @@ pub struct Catalog {
 /// A bucket row with its origin, if it is a cache bucket; callers append a `WHERE`.
 fn bucket_select() -> String {
     format!(
-        "SELECT b.id, b.name, b.namespace, b.owner, b.created_at, {ORIGIN_COLUMNS}, b.versioning
+        "SELECT b.id, b.name, b.namespace, b.owner, b.created_at, {ORIGIN_COLUMNS}, b.versioning, b.cors, b.policy
            FROM pgvs3.buckets b LEFT JOIN pgvs3.origins o ON o.bucket_id = b.id"
     )
 }
@@ -340,6 +342,17 @@ impl Catalog {
         Ok(bucket)
     }
 
+    /// The bucket `name` if this gateway has it cached: no database round trip, for checks
+    /// that run before a request is admitted.
+    pub fn cached_bucket(&self, name: &str) -> Option<Arc<BucketInfo>> {
+        self.cached.read().expect("catalog lock").buckets.get(name).cloned()
+    }
+
+    /// Whether the access key exists (as of the cached catalog).
+    pub fn has_access_key(&self, access_key: &str) -> bool {
+        self.cached.read().expect("catalog lock").keys.contains_key(access_key)
+    }
+
     /// Drops a cached bucket whose row turned out to be gone.
     pub(super) fn forget_bucket(&self, name: &str) {
         self.cached.write().expect("catalog lock").buckets.remove(name);
@@ -518,9 +531,12 @@ fn bucket_from_row(
     master_key: &MasterKey,
 ) -> anyhow::Result<BucketInfo> {
     let namespace: String = row.get("namespace");
+    let name: String = row.get("name");
+    let access = crate::access::BucketAccess::from_columns(&name, row.get("cors"), row.get("policy"))?;
     Ok(BucketInfo {
+        access,
         id: row.get("id"),
-        name: row.get("name"),
+        name,
         sql: namespace_sql(namespaces, &namespace),
         namespace,
         owner: row.get("owner"),

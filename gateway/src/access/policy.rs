@@ -1,0 +1,968 @@
+//! Bucket policies: the IAM policy language subset S3 bucket policies use, checked when put
+//! (refused with S3's MalformedPolicy texts, or NotImplemented for parts of the language pgvs3
+//! does not evaluate), kept parsed with the catalog, and evaluated per request as IAM does: an
+//! explicit Deny wins, then any Allow; otherwise the policy has no opinion.
+//!
+//! Principals: `*` (everyone, anonymous included), and under `AWS` (or `CanonicalUser`) an
+//! access key, `arn:aws:iam::<account>:user/<access key>`, or `arn:aws:iam::<account>:root`
+//! (or a bare 12-digit account id) for the root keys.
+
+use std::borrow::Cow;
+use std::net::IpAddr;
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+/// S3's limit on a bucket policy's size.
+pub const MAX_POLICY_BYTES: usize = 20 * 1024;
+
+/// A bucket policy, parsed.
+#[derive(Debug)]
+pub struct BucketPolicy {
+    statements: Vec<Statement>,
+}
+
+#[derive(Debug)]
+struct Statement {
+    deny: bool,
+    principals: Principals,
+    /// Lowercase patterns (action names are case-insensitive).
+    actions: Vec<String>,
+    not_action: bool,
+    resources: Vec<String>,
+    not_resource: bool,
+    conditions: Vec<Condition>,
+}
+
+#[derive(Debug)]
+enum Principals {
+    Anyone,
+    /// Access keys, and whether the root keys are named (`...:root`).
+    Keys { keys: Vec<String>, root: bool },
+}
+
+#[derive(Debug)]
+struct Condition {
+    operator: Operator,
+    if_exists: bool,
+    /// Lowercase (condition keys are case-insensitive).
+    key: String,
+    values: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Operator {
+    StringEquals,
+    StringNotEquals,
+    StringEqualsIgnoreCase,
+    StringNotEqualsIgnoreCase,
+    StringLike,
+    StringNotLike,
+    NumericEquals,
+    NumericNotEquals,
+    NumericLessThan,
+    NumericLessThanEquals,
+    NumericGreaterThan,
+    NumericGreaterThanEquals,
+    DateEquals,
+    DateNotEquals,
+    DateLessThan,
+    DateLessThanEquals,
+    DateGreaterThan,
+    DateGreaterThanEquals,
+    Bool,
+    IpAddress,
+    NotIpAddress,
+    Null,
+}
+
+const OPERATORS: &[(&str, Operator)] = &[
+    ("StringEquals", Operator::StringEquals),
+    ("StringNotEquals", Operator::StringNotEquals),
+    ("StringEqualsIgnoreCase", Operator::StringEqualsIgnoreCase),
+    ("StringNotEqualsIgnoreCase", Operator::StringNotEqualsIgnoreCase),
+    ("StringLike", Operator::StringLike),
+    ("StringNotLike", Operator::StringNotLike),
+    ("NumericEquals", Operator::NumericEquals),
+    ("NumericNotEquals", Operator::NumericNotEquals),
+    ("NumericLessThan", Operator::NumericLessThan),
+    ("NumericLessThanEquals", Operator::NumericLessThanEquals),
+    ("NumericGreaterThan", Operator::NumericGreaterThan),
+    ("NumericGreaterThanEquals", Operator::NumericGreaterThanEquals),
+    ("DateEquals", Operator::DateEquals),
+    ("DateNotEquals", Operator::DateNotEquals),
+    ("DateLessThan", Operator::DateLessThan),
+    ("DateLessThanEquals", Operator::DateLessThanEquals),
+    ("DateGreaterThan", Operator::DateGreaterThan),
+    ("DateGreaterThanEquals", Operator::DateGreaterThanEquals),
+    ("Bool", Operator::Bool),
+    ("IpAddress", Operator::IpAddress),
+    ("NotIpAddress", Operator::NotIpAddress),
+    ("Null", Operator::Null),
+];
+
+/// The condition keys evaluated here (lowercase). Other `aws:`/`s3:` keys are valid IAM but
+/// not evaluated: a policy naming one is refused with NotImplemented rather than half-applied.
+const CONDITION_KEYS: &[&str] = &[
+    "aws:sourceip",
+    "aws:securetransport",
+    "aws:currenttime",
+    "aws:epochtime",
+    "aws:useragent",
+    "aws:referer",
+    "aws:principaltype",
+    "aws:username",
+    "aws:userid",
+    "s3:prefix",
+    "s3:delimiter",
+    "s3:max-keys",
+    "s3:versionid",
+    "s3:x-amz-acl",
+    "s3:x-amz-content-sha256",
+    "s3:x-amz-copy-source",
+    "s3:x-amz-metadata-directive",
+    "s3:x-amz-storage-class",
+    "s3:authtype",
+    "s3:signatureversion",
+];
+
+/// Object-level actions (lowercase, without `s3:`): their resources are `bucket/key`.
+const OBJECT_ACTIONS: &[&str] = &[
+    "getobject",
+    "getobjectversion",
+    "putobject",
+    "deleteobject",
+    "deleteobjectversion",
+    "getobjectacl",
+    "getobjectversionacl",
+    "putobjectacl",
+    "putobjectversionacl",
+    "getobjecttagging",
+    "getobjectversiontagging",
+    "putobjecttagging",
+    "putobjectversiontagging",
+    "deleteobjecttagging",
+    "deleteobjectversiontagging",
+    "getobjectattributes",
+    "getobjectversionattributes",
+    "abortmultipartupload",
+    "listmultipartuploadparts",
+    "restoreobject",
+    "getobjectretention",
+    "putobjectretention",
+    "getobjectlegalhold",
+    "putobjectlegalhold",
+    "bypassgovernanceretention",
+    "getobjecttorrent",
+    "getobjectversiontorrent",
+    "replicateobject",
+    "replicatedelete",
+    "replicatetags",
+    "objectowneroverridetobucketowner",
+];
+
+/// Bucket-level actions (lowercase, without `s3:`): their resource is the bucket.
+const BUCKET_ACTIONS: &[&str] = &[
+    "createbucket",
+    "deletebucket",
+    "listbucket",
+    "listbucketversions",
+    "listbucketmultipartuploads",
+    "getbucketlocation",
+    "getbucketpolicy",
+    "putbucketpolicy",
+    "deletebucketpolicy",
+    "getbucketpolicystatus",
+    "getbucketacl",
+    "putbucketacl",
+    "getbucketcors",
+    "putbucketcors",
+    "getbucketversioning",
+    "putbucketversioning",
+    "getbuckettagging",
+    "putbuckettagging",
+    "getlifecycleconfiguration",
+    "putlifecycleconfiguration",
+    "getbucketwebsite",
+    "putbucketwebsite",
+    "deletebucketwebsite",
+    "getbucketlogging",
+    "putbucketlogging",
+    "getbucketnotification",
+    "putbucketnotification",
+    "getencryptionconfiguration",
+    "putencryptionconfiguration",
+    "getbucketobjectlockconfiguration",
+    "putbucketobjectlockconfiguration",
+    "getbucketpublicaccessblock",
+    "putbucketpublicaccessblock",
+    "getbucketownershipcontrols",
+    "putbucketownershipcontrols",
+    "getreplicationconfiguration",
+    "putreplicationconfiguration",
+    "getaccelerateconfiguration",
+    "putaccelerateconfiguration",
+    "getbucketrequestpayment",
+    "putbucketrequestpayment",
+    "listallmybuckets",
+];
+
+/// Why a policy was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyRefused {
+    /// S3's MalformedPolicy, with its text.
+    Malformed(String),
+    /// Valid IAM that pgvs3 does not evaluate.
+    NotImplemented(String),
+}
+
+fn malformed<T>(message: impl Into<String>) -> Result<T, PolicyRefused> {
+    Err(PolicyRefused::Malformed(message.into()))
+}
+
+/// What a policy says about one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// A statement denies it: nothing else can allow it.
+    Deny,
+    Allow,
+    /// No statement applies.
+    Silent,
+}
+
+/// Who sends a request.
+#[derive(Debug, Clone, Copy)]
+pub enum Requester<'a> {
+    Anonymous,
+    Key { access_key: &'a str, is_root: bool },
+}
+
+/// A request as a policy sees it. Condition values are looked up only when a statement has
+/// conditions.
+pub struct RequestContext<'a> {
+    pub requester: Requester<'a>,
+    /// `s3:GetObject` and the like.
+    pub action: &'a str,
+    pub bucket: &'a str,
+    /// The object, for object-level actions.
+    pub key: Option<&'a str>,
+    pub source_ip: Option<IpAddr>,
+    pub secure_transport: bool,
+    pub now: SystemTime,
+    pub headers: &'a http::HeaderMap,
+    pub query: Option<&'a str>,
+}
+
+impl BucketPolicy {
+    /// Parses `text` as the policy of `bucket`; `known_key` says whether an access key exists
+    /// (S3 refuses principals that do not).
+    pub fn parse(text: &str, bucket: &str, known_key: &dyn Fn(&str) -> bool) -> Result<BucketPolicy, PolicyRefused> {
+        const NOT_JSON: &str = "Policies must be valid JSON and the first byte must be '{'";
+        if text.len() > MAX_POLICY_BYTES {
+            return malformed("Policy exceeds the maximum allowed document size.");
+        }
+        if !text.trim_start().starts_with('{') {
+            return malformed(NOT_JSON);
+        }
+        let Ok(Value::Object(document)) = serde_json::from_str::<Value>(text) else {
+            return malformed(NOT_JSON);
+        };
+        let mut statements = None;
+        for (field, value) in &document {
+            match field.as_str() {
+                "Version" => match value.as_str() {
+                    Some("2012-10-17" | "2008-10-17") => {}
+                    _ => return malformed("The policy must contain a valid version string"),
+                },
+                "Id" if value.is_string() => {}
+                "Statement" => statements = Some(value),
+                other => return malformed(format!("Unknown field {other}")),
+            }
+        }
+        let statements: Vec<&Value> = match statements {
+            Some(Value::Array(list)) if !list.is_empty() => list.iter().collect(),
+            Some(one @ Value::Object(_)) => vec![one],
+            _ => return malformed("Missing required field Statement"),
+        };
+        let statements = statements
+            .into_iter()
+            .map(|statement| Statement::parse(statement, bucket, known_key))
+            .collect::<Result<_, _>>()?;
+        Ok(BucketPolicy { statements })
+    }
+
+    /// Explicit Deny, Allow, or nothing said.
+    pub fn evaluate(&self, cx: &RequestContext<'_>) -> Decision {
+        let resource = match cx.key {
+            Some(key) => format!("arn:aws:s3:::{}/{key}", cx.bucket),
+            None => format!("arn:aws:s3:::{}", cx.bucket),
+        };
+        let action = cx.action.to_ascii_lowercase();
+        let mut decision = Decision::Silent;
+        for statement in &self.statements {
+            if statement.applies(cx, &action, &resource) {
+                if statement.deny {
+                    return Decision::Deny;
+                }
+                decision = Decision::Allow;
+            }
+        }
+        decision
+    }
+
+    /// Whether the policy makes the bucket public, as GetBucketPolicyStatus reports it: an
+    /// Allow for everyone not narrowed by a condition on where the request comes from.
+    pub fn is_public(&self) -> bool {
+        const NARROWING: &[&str] = &["aws:sourceip", "aws:userid", "aws:username"];
+        self.statements.iter().any(|statement| {
+            !statement.deny
+                && matches!(statement.principals, Principals::Anyone)
+                && !statement.conditions.iter().any(|condition| {
+                    NARROWING.contains(&condition.key.as_str())
+                        && matches!(
+                            condition.operator,
+                            Operator::IpAddress | Operator::StringEquals | Operator::StringLike
+                        )
+                })
+        })
+    }
+}
+
+/// One string or a list of strings, as IAM takes most fields.
+fn strings<'v>(value: &'v Value, invalid: &str) -> Result<Vec<&'v str>, PolicyRefused> {
+    match value {
+        Value::String(one) => Ok(vec![one.as_str()]),
+        Value::Array(list) if !list.is_empty() => list
+            .iter()
+            .map(|item| item.as_str().ok_or_else(|| PolicyRefused::Malformed(invalid.to_owned())))
+            .collect(),
+        _ => malformed(invalid),
+    }
+}
+
+impl Statement {
+    fn parse(value: &Value, bucket: &str, known_key: &dyn Fn(&str) -> bool) -> Result<Statement, PolicyRefused> {
+        let Value::Object(fields) = value else {
+            return malformed("Missing required field Statement");
+        };
+        let mut statement = Statement {
+            deny: false,
+            principals: Principals::Keys {
+                keys: Vec::new(),
+                root: false,
+            },
+            actions: Vec::new(),
+            not_action: false,
+            resources: Vec::new(),
+            not_resource: false,
+            conditions: Vec::new(),
+        };
+        let (mut effect, mut principal, mut action, mut resource) = (false, false, false, false);
+        for (field, value) in fields {
+            match field.as_str() {
+                "Sid" if value.is_string() => {}
+                "Sid" => return malformed("Statement IDs (SID) must be alpha-numeric."),
+                "Effect" => {
+                    effect = true;
+                    statement.deny = match value.as_str() {
+                        Some("Allow") => false,
+                        Some("Deny") => true,
+                        _ => return malformed(format!("Invalid effect: {}", value.as_str().unwrap_or_default())),
+                    };
+                }
+                "Principal" => {
+                    principal = true;
+                    statement.principals = Principals::parse(value, known_key)?;
+                }
+                "NotPrincipal" => {
+                    return Err(PolicyRefused::NotImplemented(
+                        "NotPrincipal is not supported in bucket policies here".into(),
+                    ));
+                }
+                "Action" | "NotAction" => {
+                    if action {
+                        return malformed("Statement may not contain both Action and NotAction");
+                    }
+                    action = true;
+                    statement.not_action = field == "NotAction";
+                    for name in strings(value, "Policy has invalid action")? {
+                        statement.actions.push(parse_action(name)?);
+                    }
+                }
+                "Resource" | "NotResource" => {
+                    if resource {
+                        return malformed("Statement may not contain both Resource and NotResource");
+                    }
+                    resource = true;
+                    statement.not_resource = field == "NotResource";
+                    for arn in strings(value, "Policy has invalid resource")? {
+                        statement.resources.push(parse_resource(arn, bucket)?);
+                    }
+                }
+                "Condition" => statement.conditions = Condition::parse_block(value)?,
+                other => return malformed(format!("Unknown field {other}")),
+            }
+        }
+        if !effect {
+            return malformed("Missing required field Effect");
+        }
+        if !principal {
+            return malformed("Missing required field Principal");
+        }
+        if !action {
+            return malformed("Missing required field Action");
+        }
+        if !resource {
+            return malformed("Missing required field Resource");
+        }
+        if !statement.not_action && !statement.not_resource && !statement.some_action_applies() {
+            return malformed("Action does not apply to any resource(s) in statement");
+        }
+        Ok(statement)
+    }
+
+    /// Whether some action of the statement can act on some of its resources (S3 refuses a
+    /// statement pairing only bucket actions with object resources, or the reverse).
+    fn some_action_applies(&self) -> bool {
+        self.actions.iter().any(|action| {
+            let name = &action[3..];
+            let wild = name.contains(['*', '?']);
+            self.resources.iter().any(|resource| {
+                let path = &resource["arn:aws:s3:::".len()..];
+                let object = path.contains('/');
+                let either = path.contains(['*', '?']);
+                wild || either
+                    || (object && OBJECT_ACTIONS.contains(&name))
+                    || (!object && BUCKET_ACTIONS.contains(&name))
+            })
+        })
+    }
+
+    fn applies(&self, cx: &RequestContext<'_>, action: &str, resource: &str) -> bool {
+        self.principals.include(cx.requester)
+            && self.actions.iter().any(|pattern| glob(pattern, action)) != self.not_action
+            && self.resources.iter().any(|pattern| glob(pattern, resource)) != self.not_resource
+            && self.conditions.iter().all(|condition| condition.holds(cx))
+    }
+}
+
+impl Principals {
+    fn parse(value: &Value, known_key: &dyn Fn(&str) -> bool) -> Result<Principals, PolicyRefused> {
+        const INVALID: &str = "Invalid principal in policy";
+        let entries = match value {
+            Value::String(star) if star == "*" => return Ok(Principals::Anyone),
+            Value::Object(map) if !map.is_empty() => {
+                let mut entries = Vec::new();
+                for (kind, names) in map {
+                    match kind.as_str() {
+                        "AWS" | "CanonicalUser" => entries.extend(strings(names, INVALID)?),
+                        _ => return malformed(INVALID),
+                    }
+                }
+                entries
+            }
+            _ => return malformed(INVALID),
+        };
+        let (mut keys, mut root) = (Vec::new(), false);
+        for entry in entries {
+            if entry == "*" {
+                return Ok(Principals::Anyone);
+            }
+            if let Some(rest) = entry.strip_prefix("arn:aws:iam::") {
+                let Some((_account, name)) = rest.split_once(':') else {
+                    return malformed(INVALID);
+                };
+                match name.strip_prefix("user/") {
+                    Some(key) if known_key(key) => keys.push(key.to_owned()),
+                    _ if name == "root" => root = true,
+                    _ => return malformed(INVALID),
+                }
+            } else if entry.len() == 12 && entry.bytes().all(|b| b.is_ascii_digit()) && !known_key(entry) {
+                root = true;
+            } else if known_key(entry) {
+                keys.push(entry.to_owned());
+            } else {
+                return malformed(INVALID);
+            }
+        }
+        Ok(Principals::Keys { keys, root })
+    }
+
+    fn include(&self, requester: Requester<'_>) -> bool {
+        match (self, requester) {
+            (Principals::Anyone, _) => true,
+            (Principals::Keys { .. }, Requester::Anonymous) => false,
+            (Principals::Keys { keys, root }, Requester::Key { access_key, is_root }) => {
+                (*root && is_root) || keys.iter().any(|key| key == access_key)
+            }
+        }
+    }
+}
+
+/// An action pattern, lowercase: `s3:` and a known action name, or a pattern with wildcards.
+fn parse_action(name: &str) -> Result<String, PolicyRefused> {
+    let lower = name.to_ascii_lowercase();
+    if lower == "*" {
+        return Ok("s3:*".into());
+    }
+    let Some(rest) = lower.strip_prefix("s3:") else {
+        return malformed("Policy has invalid action");
+    };
+    let known = rest.contains(['*', '?']) || OBJECT_ACTIONS.contains(&rest) || BUCKET_ACTIONS.contains(&rest);
+    if rest.is_empty() || !known {
+        return malformed("Policy has invalid action");
+    }
+    Ok(lower)
+}
+
+/// A resource ARN, which must name this bucket or objects in it.
+fn parse_resource(arn: &str, bucket: &str) -> Result<String, PolicyRefused> {
+    let Some(path) = arn.strip_prefix("arn:aws:s3:::") else {
+        return malformed("Policy has invalid resource");
+    };
+    let bucket_part = path.split('/').next().unwrap_or_default();
+    // `bucket*` or `*` may reach this bucket; a pattern that cannot is another bucket's.
+    if bucket_part.is_empty() || !(glob(bucket_part, bucket) || (bucket_part.contains('*') && !path.contains('/'))) {
+        return malformed("Policy has invalid resource");
+    }
+    Ok(arn.to_owned())
+}
+
+impl Condition {
+    fn parse_block(value: &Value) -> Result<Vec<Condition>, PolicyRefused> {
+        let Value::Object(operators) = value else {
+            return malformed("Policy has an invalid condition block");
+        };
+        let mut conditions = Vec::new();
+        for (name, keys) in operators {
+            // A single-valued key is its own only value: ForAnyValue/ForAllValues add nothing.
+            let bare = name
+                .strip_prefix("ForAnyValue:")
+                .or_else(|| name.strip_prefix("ForAllValues:"))
+                .unwrap_or(name);
+            let (bare, if_exists) = match bare.strip_suffix("IfExists") {
+                Some(base) if base != "Null" => (base, true),
+                _ => (bare, false),
+            };
+            let Some(&(_, operator)) = OPERATORS.iter().find(|(known, _)| *known == bare) else {
+                return match ["Arn", "Binary"].iter().any(|family| bare.starts_with(family)) {
+                    true => Err(PolicyRefused::NotImplemented(format!(
+                        "condition operator {name} is not supported here"
+                    ))),
+                    false => malformed(format!("Invalid Condition type : {name}")),
+                };
+            };
+            let Value::Object(keys) = keys else {
+                return malformed("Policy has an invalid condition block");
+            };
+            for (key, values) in keys {
+                let lower = key.to_ascii_lowercase();
+                if !CONDITION_KEYS.contains(&lower.as_str()) {
+                    return match lower.starts_with("aws:") || lower.starts_with("s3:") {
+                        true => Err(PolicyRefused::NotImplemented(format!(
+                            "condition key {key} is not supported here"
+                        ))),
+                        false => malformed("Policy has an invalid condition key"),
+                    };
+                }
+                let values: Vec<String> = match values {
+                    Value::Array(list) if !list.is_empty() => list.iter().map(scalar).collect::<Option<_>>(),
+                    one => scalar(one).map(|v| vec![v]),
+                }
+                .ok_or_else(|| PolicyRefused::Malformed("Policy has an invalid condition block".into()))?;
+                let condition = Condition {
+                    operator,
+                    if_exists,
+                    key: lower,
+                    values,
+                };
+                condition.check_values()?;
+                conditions.push(condition);
+            }
+        }
+        Ok(conditions)
+    }
+
+    /// Values the operator cannot compare are refused when the policy is put.
+    fn check_values(&self) -> Result<(), PolicyRefused> {
+        let ok = |valid: bool, what: &str| match valid {
+            true => Ok(()),
+            false => malformed(format!("Invalid {what} in condition: {}", self.values.join(", "))),
+        };
+        match self.operator {
+            Operator::IpAddress | Operator::NotIpAddress => {
+                ok(self.values.iter().all(|v| parse_cidr(v).is_some()), "IP address")
+            }
+            Operator::Bool | Operator::Null => ok(
+                self.values
+                    .iter()
+                    .all(|v| v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("false")),
+                "boolean",
+            ),
+            Operator::NumericEquals
+            | Operator::NumericNotEquals
+            | Operator::NumericLessThan
+            | Operator::NumericLessThanEquals
+            | Operator::NumericGreaterThan
+            | Operator::NumericGreaterThanEquals => ok(self.values.iter().all(|v| v.parse::<f64>().is_ok()), "number"),
+            Operator::DateEquals
+            | Operator::DateNotEquals
+            | Operator::DateLessThan
+            | Operator::DateLessThanEquals
+            | Operator::DateGreaterThan
+            | Operator::DateGreaterThanEquals => ok(self.values.iter().all(|v| parse_date(v).is_some()), "date"),
+            _ => Ok(()),
+        }
+    }
+
+    fn holds(&self, cx: &RequestContext<'_>) -> bool {
+        let value = cx.value(&self.key);
+        if self.operator == Operator::Null {
+            let absent = value.is_none();
+            return self.values.iter().any(|v| v.eq_ignore_ascii_case("true") == absent);
+        }
+        let negated = matches!(
+            self.operator,
+            Operator::StringNotEquals
+                | Operator::StringNotEqualsIgnoreCase
+                | Operator::StringNotLike
+                | Operator::NumericNotEquals
+                | Operator::DateNotEquals
+                | Operator::NotIpAddress
+        );
+        let Some(value) = value else {
+            // IAM: a missing key matches nothing, so a negated condition holds.
+            return self.if_exists || negated;
+        };
+        let matched = self.values.iter().any(|wanted| self.compare(&value, wanted));
+        matched != negated
+    }
+
+    /// The positive form of the operator on one value.
+    fn compare(&self, actual: &str, wanted: &str) -> bool {
+        use Operator::*;
+        let number = || Some((actual.parse::<f64>().ok()?, wanted.parse::<f64>().ok()?));
+        let date = || Some((parse_date(actual)?, parse_date(wanted)?));
+        match self.operator {
+            StringEquals | StringNotEquals => actual == wanted,
+            StringEqualsIgnoreCase | StringNotEqualsIgnoreCase => actual.eq_ignore_ascii_case(wanted),
+            StringLike | StringNotLike => glob(wanted, actual),
+            Bool => actual.eq_ignore_ascii_case(wanted),
+            IpAddress | NotIpAddress => match (actual.parse::<IpAddr>(), parse_cidr(wanted)) {
+                (Ok(ip), Some(net)) => net.contains(ip),
+                _ => false,
+            },
+            NumericEquals | NumericNotEquals => number().is_some_and(|(a, w)| a == w),
+            NumericLessThan => number().is_some_and(|(a, w)| a < w),
+            NumericLessThanEquals => number().is_some_and(|(a, w)| a <= w),
+            NumericGreaterThan => number().is_some_and(|(a, w)| a > w),
+            NumericGreaterThanEquals => number().is_some_and(|(a, w)| a >= w),
+            DateEquals | DateNotEquals => date().is_some_and(|(a, w)| a == w),
+            DateLessThan => date().is_some_and(|(a, w)| a < w),
+            DateLessThanEquals => date().is_some_and(|(a, w)| a <= w),
+            DateGreaterThan => date().is_some_and(|(a, w)| a > w),
+            DateGreaterThanEquals => date().is_some_and(|(a, w)| a >= w),
+            Null => false,
+        }
+    }
+}
+
+/// A condition value as text (IAM takes numbers and booleans unquoted too).
+fn scalar(value: &Value) -> Option<String> {
+    match value {
+        Value::String(text) => Some(text.clone()),
+        Value::Number(number) => Some(number.to_string()),
+        Value::Bool(flag) => Some(flag.to_string()),
+        _ => None,
+    }
+}
+
+impl RequestContext<'_> {
+    /// The value of a condition key (lowercase) for this request, if it has one.
+    fn value(&self, key: &str) -> Option<Cow<'_, str>> {
+        let header = |name: &str| self.headers.get(name)?.to_str().ok().map(Cow::Borrowed);
+        let query = |name: &str| {
+            form_urlencoded::parse(self.query?.as_bytes())
+                .find(|(param, _)| param == name)
+                .map(|(_, value)| Cow::Owned(value.into_owned()))
+        };
+        let epoch = || self.now.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs();
+        match key {
+            "aws:sourceip" => self.source_ip.map(|ip| Cow::Owned(ip.to_string())),
+            "aws:securetransport" => Some(Cow::Borrowed(if self.secure_transport { "true" } else { "false" })),
+            "aws:currenttime" => {
+                let now = time::OffsetDateTime::from_unix_timestamp(epoch() as i64).ok()?;
+                now.format(&time::format_description::well_known::Rfc3339).ok().map(Cow::Owned)
+            }
+            "aws:epochtime" => Some(Cow::Owned(epoch().to_string())),
+            "aws:useragent" => header("user-agent"),
+            "aws:referer" => header("referer"),
+            "aws:principaltype" => Some(Cow::Borrowed(match self.requester {
+                Requester::Anonymous => "Anonymous",
+                Requester::Key { is_root: true, .. } => "Account",
+                Requester::Key { .. } => "User",
+            })),
+            "aws:username" | "aws:userid" => match self.requester {
+                Requester::Key { access_key, .. } => Some(Cow::Borrowed(access_key)),
+                Requester::Anonymous => None,
+            },
+            "s3:prefix" => query("prefix"),
+            "s3:delimiter" => query("delimiter"),
+            "s3:max-keys" => query("max-keys"),
+            "s3:versionid" => query("versionId"),
+            "s3:authtype" => match self.requester {
+                Requester::Anonymous => None,
+                Requester::Key { .. } if self.headers.contains_key(http::header::AUTHORIZATION) => {
+                    Some(Cow::Borrowed("REST-HEADER"))
+                }
+                Requester::Key { .. } => Some(Cow::Borrowed("REST-QUERY-STRING")),
+            },
+            "s3:signatureversion" => match self.requester {
+                Requester::Anonymous => None,
+                Requester::Key { .. } => Some(Cow::Borrowed("AWS4-HMAC-SHA256")),
+            },
+            other => header(other.strip_prefix("s3:")?),
+        }
+    }
+}
+
+/// ISO 8601 (as IAM writes dates) or epoch seconds, as seconds since the epoch.
+fn parse_date(text: &str) -> Option<i64> {
+    if let Ok(secs) = text.parse::<i64>() {
+        return Some(secs);
+    }
+    use time::format_description::well_known::{Iso8601, Rfc3339};
+    if let Ok(at) = time::OffsetDateTime::parse(text, &Rfc3339) {
+        return Some(at.unix_timestamp());
+    }
+    if let Ok(at) = time::OffsetDateTime::parse(text, &Iso8601::DEFAULT) {
+        return Some(at.unix_timestamp());
+    }
+    let day = time::Date::parse(text, &Iso8601::DEFAULT).ok()?;
+    Some(day.midnight().assume_utc().unix_timestamp())
+}
+
+/// An address block: `a.b.c.d/n`, an IPv6 block, or one address.
+struct Cidr {
+    net: IpAddr,
+    bits: u32,
+}
+
+fn parse_cidr(text: &str) -> Option<Cidr> {
+    let (addr, bits) = match text.split_once('/') {
+        Some((addr, bits)) => (addr.parse::<IpAddr>().ok()?, Some(bits.parse::<u32>().ok()?)),
+        None => (text.parse::<IpAddr>().ok()?, None),
+    };
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    let bits = bits.unwrap_or(max);
+    (bits <= max).then_some(Cidr { net: addr, bits })
+}
+
+impl Cidr {
+    fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match (self.net, ip) {
+            (IpAddr::V4(_), IpAddr::V6(v6)) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+            _ => ip,
+        };
+        let prefix = |net: u128, ip: u128, width: u32| {
+            let shift = width - self.bits;
+            self.bits == 0 || (net >> shift) == (ip >> shift)
+        };
+        match (self.net, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => prefix(u32::from(net) as u128, u32::from(ip) as u128, 32),
+            (IpAddr::V6(net), IpAddr::V6(ip)) => prefix(u128::from(net), u128::from(ip), 128),
+            _ => false,
+        }
+    }
+}
+
+/// IAM wildcards: `*` any run of characters (`/` included), `?` any one character. Linear
+/// backtracking on the last `*` only, so no pattern is exponential.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if let Some((star_p, star_t)) = star {
+            pi = star_p + 1;
+            ti = star_t + 1;
+            star = Some((star_p, star_t + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn known(key: &str) -> bool {
+        matches!(key, "alice" | "bob")
+    }
+
+    fn parse(text: &str) -> Result<BucketPolicy, PolicyRefused> {
+        BucketPolicy::parse(text, "bkt", &known)
+    }
+
+    fn decide(policy: &BucketPolicy, who: Requester<'_>, action: &str, key: Option<&str>, query: Option<&str>) -> Decision {
+        let headers = http::HeaderMap::new();
+        policy.evaluate(&RequestContext {
+            requester: who,
+            action,
+            bucket: "bkt",
+            key,
+            source_ip: Some("10.1.2.3".parse().unwrap()),
+            secure_transport: false,
+            now: SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000),
+            headers: &headers,
+            query,
+        })
+    }
+
+    const ALICE: Requester<'static> = Requester::Key {
+        access_key: "alice",
+        is_root: false,
+    };
+
+    #[test]
+    fn deny_wins_over_allow_and_prefixes_limit_grants() {
+        let policy = parse(
+            r#"{"Version":"2012-10-17","Statement":[
+                {"Sid":"read","Effect":"Allow","Principal":{"AWS":["arn:aws:iam::123456789012:user/alice"]},
+                 "Action":["s3:Get*"],"Resource":"arn:aws:s3:::bkt/shared/*"},
+                {"Effect":"Deny","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::bkt/shared/secret*"},
+                {"Effect":"Allow","Principal":{"AWS":"alice"},"Action":"s3:ListBucket","Resource":"arn:aws:s3:::bkt",
+                 "Condition":{"StringLike":{"s3:prefix":"shared/*"}}}]}"#,
+        )
+        .unwrap();
+        let get = |key| decide(&policy, ALICE, "s3:GetObject", Some(key), None);
+        assert_eq!(get("shared/a"), Decision::Allow);
+        assert_eq!(get("shared/secret.txt"), Decision::Deny);
+        assert_eq!(get("private/a"), Decision::Silent);
+        let list = |query| decide(&policy, ALICE, "s3:ListBucket", None, query);
+        assert_eq!(list(Some("list-type=2&prefix=shared%2Fx")), Decision::Allow);
+        assert_eq!(list(Some("prefix=private")), Decision::Silent);
+        assert_eq!(list(None), Decision::Silent);
+        let bob = Requester::Key {
+            access_key: "bob",
+            is_root: false,
+        };
+        assert_eq!(decide(&policy, bob, "s3:GetObject", Some("shared/a"), None), Decision::Silent);
+        assert_eq!(
+            decide(&policy, Requester::Anonymous, "s3:GetObject", Some("shared/secret"), None),
+            Decision::Deny
+        );
+        assert!(!policy.is_public());
+    }
+
+    #[test]
+    fn conditions_on_addresses_times_and_missing_keys() {
+        let policy = parse(
+            r#"{"Statement":[{"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::bkt/*",
+                "Condition":{"IpAddress":{"aws:SourceIp":["10.0.0.0/8","::1"]},
+                             "DateLessThan":{"aws:CurrentTime":"2030-01-01T00:00:00Z"},
+                             "Bool":{"aws:SecureTransport":false},
+                             "StringNotEquals":{"s3:x-amz-acl":"public-read-write"}}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(decide(&policy, Requester::Anonymous, "s3:GetObject", Some("k"), None), Decision::Allow);
+        assert!(!policy.is_public(), "limited to an address block");
+        let late = parse(
+            r#"{"Statement":{"Effect":"Allow","Principal":"*","Action":"s3:*","Resource":"arn:aws:s3:::bkt/*",
+                "Condition":{"DateGreaterThan":{"aws:CurrentTime":"2030-01-01"},"NotIpAddress":{"aws:SourceIp":"10.0.0.0/8"}}}}"#,
+        )
+        .unwrap();
+        assert_eq!(decide(&late, Requester::Anonymous, "s3:GetObject", Some("k"), None), Decision::Silent);
+        assert!(late.is_public());
+    }
+
+    #[test]
+    fn bad_policies_get_s3s_messages() {
+        let refused = |text: &str| match parse(text) {
+            Err(PolicyRefused::Malformed(message)) => message,
+            other => panic!("{text}: {other:?}"),
+        };
+        let statement = |body: &str| format!(r#"{{"Version":"2012-10-17","Statement":[{{{body}}}]}}"#);
+        assert!(refused("not json").contains("valid JSON"));
+        assert!(refused("{").contains("valid JSON"));
+        assert_eq!(refused(r#"{"Version":"2012-10-17"}"#), "Missing required field Statement");
+        assert_eq!(
+            refused(r#"{"Version":"1999","Statement":[]}"#),
+            "The policy must contain a valid version string"
+        );
+        let base = r#""Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::bkt/*""#;
+        assert_eq!(refused(&statement(&format!(r#""Effect":"Maybe",{base}"#))), "Invalid effect: Maybe");
+        assert_eq!(
+            refused(&statement(r#""Effect":"Allow","Action":"s3:GetObject","Resource":"arn:aws:s3:::bkt/*""#)),
+            "Missing required field Principal"
+        );
+        assert_eq!(
+            refused(&statement(
+                r#""Effect":"Allow","Principal":"*","Action":"s3:Fly","Resource":"arn:aws:s3:::bkt/*""#
+            )),
+            "Policy has invalid action"
+        );
+        assert_eq!(
+            refused(&statement(
+                r#""Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::other/*""#
+            )),
+            "Policy has invalid resource"
+        );
+        assert_eq!(
+            refused(&statement(
+                r#""Effect":"Allow","Principal":{"AWS":"mallory"},"Action":"s3:GetObject","Resource":"arn:aws:s3:::bkt/*""#
+            )),
+            "Invalid principal in policy"
+        );
+        assert_eq!(
+            refused(&statement(
+                r#""Effect":"Allow","Principal":"*","Action":"s3:ListBucket","Resource":"arn:aws:s3:::bkt/k""#
+            )),
+            "Action does not apply to any resource(s) in statement"
+        );
+        assert!(
+            refused(&statement(&format!(r#""Effect":"Allow",{base},"Condition":{{"Maybe":{{"s3:prefix":"a"}}}}"#)))
+                .contains("Invalid Condition type")
+        );
+        assert!(matches!(
+            parse(&statement(&format!(
+                r#""Effect":"Allow",{base},"Condition":{{"StringEquals":{{"s3:ExistingObjectTag/x":"a"}}}}"#
+            ))),
+            Err(PolicyRefused::NotImplemented(_))
+        ));
+    }
+
+    #[test]
+    fn globs_match_as_iam_does() {
+        assert!(glob("s3:get*", "s3:getobject"));
+        assert!(glob("arn:aws:s3:::b/a?c/*", "arn:aws:s3:::b/abc/d/e"));
+        assert!(!glob("arn:aws:s3:::b/a?c/*", "arn:aws:s3:::b/ac/d"));
+        assert!(glob("*", ""));
+        assert!(!glob("a*b", "ac"));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn a_star_matches_any_middle(head in "[a-z/]{0,6}", middle in "\\PC{0,10}", tail in "[a-z/]{0,6}") {
+            let pattern = format!("{head}*{tail}");
+            let text = format!("{head}{middle}{tail}");
+            prop_assert!(glob(&pattern, &text));
+        }
+
+        #[test]
+        fn any_document_gets_an_answer(text in "\\PC{0,200}") {
+            let _ = parse(&text);
+        }
+    }
+}
