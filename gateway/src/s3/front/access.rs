@@ -7,7 +7,7 @@ use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 use super::{S3Front, fail};
 use crate::access::cors::{CorsRefused, CorsRule, CorsRules};
 use crate::access::policy::{BucketPolicy, PolicyRefused};
-use crate::store::Access;
+use crate::store::{Access, StoreError};
 
 impl S3Front {
     pub(super) async fn put_cors(&self, req: S3Request<PutBucketCorsInput>) -> S3Result<S3Response<PutBucketCorsOutput>> {
@@ -81,8 +81,16 @@ impl S3Front {
         }
         let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
         let catalog = self.buckets.catalog();
-        BucketPolicy::parse(&req.input.policy, bucket.name(), &|key| catalog.has_access_key(key))
-            .map_err(policy_refused)?;
+        let parse = || BucketPolicy::parse(&req.input.policy, bucket.name(), &|key| catalog.has_access_key(key));
+        if let Err(PolicyRefused::Malformed(_)) = parse() {
+            // A key made since this gateway's catalog last loaded would look unknown: the
+            // cache is brought up to date once before the principal is called invalid.
+            catalog
+                .refresh()
+                .await
+                .map_err(|err| fail(&req, StoreError::Unavailable(err.to_string())))?;
+        }
+        parse().map_err(policy_refused)?;
         bucket
             .set_policy(Some(&req.input.policy))
             .await
