@@ -1284,6 +1284,8 @@ CREATE TABLE pgvs3.buckets (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     tags jsonb,
     versioning text,
+    cors jsonb,
+    policy text,
     CONSTRAINT buckets_versioning_check CHECK ((versioning = ANY (ARRAY['Enabled'::text, 'Suspended'::text])))
 );
 
