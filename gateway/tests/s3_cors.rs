@@ -28,7 +28,10 @@ fn rule(origins: &[&str], methods: &[&str], headers: &[&str]) -> CorsRule {
 }
 
 async fn put_cors(gw: &TestGateway, bucket: &str, rules: Vec<CorsRule>) -> Result<(), String> {
-    let config = CorsConfiguration::builder().set_cors_rules(Some(rules)).build().unwrap();
+    let config = CorsConfiguration::builder()
+        .set_cors_rules(Some(rules))
+        .build()
+        .unwrap();
     gw.client
         .put_bucket_cors()
         .bucket(bucket)
@@ -51,7 +54,10 @@ async fn cors_rules_are_put_read_back_refused_when_bad_and_deleted() {
     let gw = TestGateway::start().await;
     gw.client.create_bucket().bucket("web").send().await.unwrap();
     let missing = gw.client.get_bucket_cors().bucket("web").send().await.unwrap_err();
-    assert_eq!(missing.into_service_error().meta().code(), Some("NoSuchCORSConfiguration"));
+    assert_eq!(
+        missing.into_service_error().meta().code(),
+        Some("NoSuchCORSConfiguration")
+    );
 
     let rules = vec![
         rule(&["https://*.example.com"], &["GET", "HEAD"], &[]),
@@ -110,7 +116,10 @@ async fn preflights_are_answered_unsigned_from_the_rules_and_real_responses_carr
     assert_eq!(ok.status, 200, "{}", ok.body);
     assert_eq!(ok.header("access-control-allow-origin"), Some("http://my.app.test"));
     assert_eq!(ok.header("access-control-allow-methods"), Some("PUT, GET"));
-    assert_eq!(ok.header("access-control-allow-headers"), Some("content-type, x-amz-date"));
+    assert_eq!(
+        ok.header("access-control-allow-headers"),
+        Some("content-type, x-amz-date")
+    );
     assert_eq!(ok.header("access-control-expose-headers"), Some("ETag"));
     assert_eq!(ok.header("access-control-max-age"), Some("600"));
     assert_eq!(ok.header("access-control-allow-credentials"), Some("true"));
@@ -129,7 +138,14 @@ async fn preflights_are_answered_unsigned_from_the_rules_and_real_responses_carr
 
     for (path, origin, method, headers, status, code) in [
         ("/web/k", "http://elsewhere", "PUT", "", 403, "AccessForbidden"),
-        ("/web/k", "http://my.app.test", "PUT", "authorization", 403, "AccessForbidden"),
+        (
+            "/web/k",
+            "http://my.app.test",
+            "PUT",
+            "authorization",
+            403,
+            "AccessForbidden",
+        ),
         ("/web/k", "http://my.app.test", "DELETE", "", 403, "AccessForbidden"),
         ("/plain/k", "http://my.app.test", "GET", "", 403, "AccessForbidden"),
         ("/missing/k", "http://my.app.test", "GET", "", 404, "NoSuchBucket"),
@@ -139,10 +155,18 @@ async fn preflights_are_answered_unsigned_from_the_rules_and_real_responses_carr
             extra.push(("access-control-request-headers", headers));
         }
         let refused = unsigned(&gw, "OPTIONS", path, &extra).await;
-        assert_eq!((refused.status, refused.code()), (status, Some(code)), "{path} {method} {headers}");
+        assert_eq!(
+            (refused.status, refused.code()),
+            (status, Some(code)),
+            "{path} {method} {headers}"
+        );
         assert!(refused.header("access-control-allow-origin").is_none());
         if code == "AccessForbidden" && path.starts_with("/web") {
-            assert!(refused.body.contains("CORSResponse: This CORS request is not allowed"), "{}", refused.body);
+            assert!(
+                refused.body.contains("CORSResponse: This CORS request is not allowed"),
+                "{}",
+                refused.body
+            );
         }
     }
     let no_origin = unsigned(&gw, "OPTIONS", "/web/k", &[("access-control-request-method", "GET")]).await;
@@ -157,15 +181,25 @@ async fn preflights_are_answered_unsigned_from_the_rules_and_real_responses_carr
         .send()
         .await
         .unwrap();
-    let get = gw.signed("GET", "/web/k", &[("origin", "http://my.app.test")], b"").await;
+    let get = gw
+        .signed("GET", "/web/k", &[("origin", "http://my.app.test")], b"")
+        .await;
     assert_eq!(get.status, 200);
     assert_eq!(get.header("access-control-allow-origin"), Some("http://my.app.test"));
     assert_eq!(get.header("access-control-expose-headers"), Some("ETag"));
-    let put = gw.signed("PUT", "/web/k2", &[("origin", "http://other.test")], b"x").await;
+    let put = gw
+        .signed("PUT", "/web/k2", &[("origin", "http://other.test")], b"x")
+        .await;
     assert_eq!(put.status, 200);
-    assert!(put.header("access-control-allow-origin").is_none(), "PUT is not allowed from that origin");
+    assert!(
+        put.header("access-control-allow-origin").is_none(),
+        "PUT is not allowed from that origin"
+    );
     let plain = gw.signed("GET", "/web/k", &[], b"").await;
-    assert!(plain.header("access-control-allow-origin").is_none(), "no Origin, no CORS headers");
+    assert!(
+        plain.header("access-control-allow-origin").is_none(),
+        "no Origin, no CORS headers"
+    );
     gw.stop().await;
 }
 
@@ -316,7 +350,8 @@ async fn read_request(stream: &mut tokio::net::TcpStream) -> (String, String) {
         .lines()
         .find_map(|line| {
             let (name, value) = line.split_once(':')?;
-            name.eq_ignore_ascii_case("content-length").then(|| value.trim().parse().ok())?
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().ok())?
         })
         .unwrap_or(0)
         .min(65_536);
@@ -331,10 +366,12 @@ async fn read_request(stream: &mut tokio::net::TcpStream) -> (String, String) {
 
 #[tokio::test]
 async fn a_browser_on_another_origin_puts_and_gets_through_presigned_urls() {
-    let Some(chromium) = ["chromium", "chromium-browser"]
-        .into_iter()
-        .find(|name| std::process::Command::new(name).arg("--version").output().is_ok_and(|o| o.status.success()))
-    else {
+    let Some(chromium) = ["chromium", "chromium-browser"].into_iter().find(|name| {
+        std::process::Command::new(name)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) else {
         assert!(
             std::env::var_os("PGVS3_REQUIRE_BROWSER").is_none(),
             "browser tier not run: chromium is not installed, and PGVS3_REQUIRE_BROWSER is set"
@@ -367,17 +404,25 @@ async fn a_browser_on_another_origin_puts_and_gets_through_presigned_urls() {
     // Without CORS rules the browser must refuse the gateway's answers (the fetch rejects).
     let (_, listener) = bind().await;
     let refused = run_page(chromium, &profile, page.clone(), listener).await;
-    assert!(refused["error"].is_string(), "no CORS rules, yet the browser was let through: {refused}");
+    assert!(
+        refused["error"].is_string(),
+        "no CORS rules, yet the browser was let through: {refused}"
+    );
 
     // With a rule for the page's origin (a fresh page server: its own port, its own origin).
     let (page_port, listener) = bind().await;
     let origin = format!("http://127.0.0.1:{page_port}");
-    put_cors(&gw, "web", vec![rule(&[&origin], &["PUT", "GET"], &["*"])]).await.unwrap();
+    put_cors(&gw, "web", vec![rule(&[&origin], &["PUT", "GET"], &["*"])])
+        .await
+        .unwrap();
     let outcome = run_page(chromium, &profile, page, listener).await;
     assert_eq!(outcome["put"], 200, "{outcome}");
     assert_eq!(outcome["get"], 200, "{outcome}");
     assert_eq!(outcome["body"], "hello from the browser", "{outcome}");
-    assert!(outcome["etag"].as_str().is_some_and(|etag| etag.len() > 2), "ETag exposed: {outcome}");
+    assert!(
+        outcome["etag"].as_str().is_some_and(|etag| etag.len() > 2),
+        "ETag exposed: {outcome}"
+    );
     let stored = gw
         .client
         .get_object()
@@ -386,7 +431,10 @@ async fn a_browser_on_another_origin_puts_and_gets_through_presigned_urls() {
         .send()
         .await
         .unwrap();
-    assert_eq!(&stored.body.collect().await.unwrap().into_bytes()[..], b"hello from the browser");
+    assert_eq!(
+        &stored.body.collect().await.unwrap().into_bytes()[..],
+        b"hello from the browser"
+    );
     let _ = std::fs::remove_dir_all(&profile);
     gw.stop().await;
 }

@@ -103,7 +103,13 @@ async fn policies_are_put_read_back_reported_and_deleted() {
     gw.client.create_bucket().bucket("pol").send().await.unwrap();
     let missing = gw.client.get_bucket_policy().bucket("pol").send().await.unwrap_err();
     assert_eq!(missing.into_service_error().meta().code(), Some("NoSuchBucketPolicy"));
-    let status = gw.client.get_bucket_policy_status().bucket("pol").send().await.unwrap_err();
+    let status = gw
+        .client
+        .get_bucket_policy_status()
+        .bucket("pol")
+        .send()
+        .await
+        .unwrap_err();
     assert_eq!(status.into_service_error().meta().code(), Some("NoSuchBucketPolicy"));
 
     let public = r#"{"Version":"2012-10-17","Statement":[{"Sid":"PublicRead","Effect":"Allow","Principal":"*","Action":["s3:GetObject"],"Resource":["arn:aws:s3:::pol/*"]}]}"#;
@@ -131,7 +137,10 @@ async fn malformed_policies_are_refused_with_s3s_messages() {
     add_key(&gw, "BOBKEY").await;
     let statement = |body: &str| format!(r#"{{"Version":"2012-10-17","Statement":[{{{body}}}]}}"#);
     let cases = [
-        ("not json".to_owned(), "Policies must be valid JSON and the first byte must be '{'"),
+        (
+            "not json".to_owned(),
+            "Policies must be valid JSON and the first byte must be '{'",
+        ),
         (
             statement(r#""Effect":"Allow","Principal":"*","Action":"s3:Teleport","Resource":"arn:aws:s3:::pol/*""#),
             "Policy has invalid action",
@@ -205,7 +214,11 @@ async fn a_second_key_gets_what_the_policy_grants_and_deny_wins() {
     put_policy(&gw, "team", policy).await.unwrap();
 
     assert_eq!(get(&bob, "team", "public/a").await, Ok(()));
-    assert_eq!(get(&bob, "team", "public/secret.txt").await, Err("AccessDenied".into()), "Deny over Allow");
+    assert_eq!(
+        get(&bob, "team", "public/secret.txt").await,
+        Err("AccessDenied".into()),
+        "Deny over Allow"
+    );
     assert_eq!(get(&bob, "team", "private/a").await, Err("AccessDenied".into()));
     assert_eq!(list(&bob, "team", Some("public/")).await, Ok(2));
     assert_eq!(list(&bob, "team", Some("private/")).await, Err("AccessDenied".into()));
@@ -279,7 +292,12 @@ async fn anonymous_requests_get_what_a_public_policy_allows_and_s3s_errors_other
     ] {
         let body: &[u8] = if method == "PUT" { b"x" } else { b"" };
         let refused = unsigned(&gw, method, path, body).await;
-        assert_eq!((refused.status, refused.code()), (status, Some(code)), "{method} {path}: {}", refused.body);
+        assert_eq!(
+            (refused.status, refused.code()),
+            (status, Some(code)),
+            "{method} {path}: {}",
+            refused.body
+        );
     }
     // Still there, and no bucket was made.
     assert_eq!(get(&gw.client, "site", "index.html").await, Ok(()));
@@ -303,7 +321,10 @@ async fn condition_keys_narrow_and_widen_grants() {
         (r#"{"Bool":{"aws:SecureTransport":"false"}}"#, true),
         // aws:CurrentTime.
         (r#"{"DateLessThan":{"aws:CurrentTime":"2000-01-01T00:00:00Z"}}"#, false),
-        (r#"{"DateGreaterThan":{"aws:CurrentTime":"2000-01-01T00:00:00Z"}}"#, true),
+        (
+            r#"{"DateGreaterThan":{"aws:CurrentTime":"2000-01-01T00:00:00Z"}}"#,
+            true,
+        ),
         // A key the request does not carry: false, unless negated or IfExists.
         (r#"{"StringEquals":{"s3:x-amz-acl":"public-read"}}"#, false),
         (r#"{"StringNotEquals":{"s3:x-amz-acl":"public-read"}}"#, true),
@@ -316,7 +337,11 @@ async fn condition_keys_narrow_and_widen_grants() {
             r#"{{"Version":"2012-10-17","Statement":[{{"Effect":"Allow","Principal":{{"AWS":"BOBKEY"}},"Action":"s3:GetObject","Resource":"arn:aws:s3:::cond/*","Condition":{condition}}}]}}"#
         );
         put_policy(&gw, "cond", &policy).await.unwrap();
-        let expected = if allowed { Ok(()) } else { Err("AccessDenied".to_owned()) };
+        let expected = if allowed {
+            Ok(())
+        } else {
+            Err("AccessDenied".to_owned())
+        };
         assert_eq!(get(&bob, "cond", "k").await, expected, "{condition}");
     }
     // s3:max-keys and s3:delimiter on listings.

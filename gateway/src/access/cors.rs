@@ -46,7 +46,8 @@ fn refuse(code: &'static str, message: impl Into<String>) -> CorsRefused {
 impl CorsRules {
     /// The rules, if S3 would take them.
     pub fn new(rules: Vec<CorsRule>) -> Result<CorsRules, CorsRefused> {
-        const MALFORMED: &str = "The XML you provided was not well-formed or did not validate against our published schema";
+        const MALFORMED: &str =
+            "The XML you provided was not well-formed or did not validate against our published schema";
         if rules.is_empty() || rules.len() > MAX_RULES {
             return Err(refuse("MalformedXML", MALFORMED));
         }
@@ -55,7 +56,10 @@ impl CorsRules {
                 return Err(refuse("MalformedXML", MALFORMED));
             }
             if rule.id.as_ref().is_some_and(|id| id.len() > 255) {
-                return Err(refuse("InvalidArgument", "The ID of a CORS rule must be at most 255 characters"));
+                return Err(refuse(
+                    "InvalidArgument",
+                    "The ID of a CORS rule must be at most 255 characters",
+                ));
             }
             for method in &rule.allowed_methods {
                 if !METHODS.contains(&method.as_str()) {
@@ -87,9 +91,11 @@ impl CorsRules {
 
     /// The first rule allowing `origin` to use `method` (and, for a preflight, to send
     /// `headers`, the names of Access-Control-Request-Headers).
-    pub fn matching<'a>(&self, origin: &str, method: &str, headers: &[&'a str]) -> Option<&CorsRule> {
+    pub fn matching(&self, origin: &str, method: &str, headers: &[&str]) -> Option<&CorsRule> {
         self.rules.iter().find(|rule| {
-            rule.allowed_origins.iter().any(|allowed| wildcard_match(allowed, origin, false))
+            rule.allowed_origins
+                .iter()
+                .any(|allowed| wildcard_match(allowed, origin, false))
                 && rule.allowed_methods.iter().any(|allowed| allowed == method)
                 && headers.iter().all(|header| {
                     rule.allowed_headers
@@ -131,7 +137,11 @@ fn wildcard_match(pattern: &str, text: &str, ignore_case: bool) -> bool {
 
 /// The header names of an Access-Control-Request-Headers value.
 pub fn requested_headers(value: &str) -> Vec<&str> {
-    value.split(',').map(str::trim).filter(|name| !name.is_empty()).collect()
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .collect()
 }
 
 #[cfg(test)]
@@ -162,9 +172,16 @@ mod tests {
         assert_eq!(rules.matching("https://a.example.com", "GET", &[]), Some(first));
         assert_eq!(rules.matching("https://a.example.com", "PUT", &[]), None);
         let second = &rules.rules[1];
-        assert_eq!(rules.matching("http://app.test", "PUT", &["Content-Type", "x-amz-date"]), Some(second));
+        assert_eq!(
+            rules.matching("http://app.test", "PUT", &["Content-Type", "x-amz-date"]),
+            Some(second)
+        );
         assert_eq!(rules.matching("http://app.test", "PUT", &["authorization"]), None);
-        assert_eq!(rules.matching("http://APP.test", "PUT", &[]), None, "origins are case-sensitive");
+        assert_eq!(
+            rules.matching("http://APP.test", "PUT", &[]),
+            None,
+            "origins are case-sensitive"
+        );
         let third = &rules.rules[2];
         assert_eq!(rules.matching("http://other", "GET", &["anything"]), Some(third));
         assert_eq!(third.allow_origin("http://other"), "*");

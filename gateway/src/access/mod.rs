@@ -21,7 +21,11 @@ pub struct StoredPolicy {
 impl BucketAccess {
     /// The rules from the catalog's `cors` and `policy` columns. A stored policy is parsed
     /// without checking its principals (a key named in it may have been deleted since).
-    pub fn from_columns(name: &str, cors: Option<serde_json::Value>, policy: Option<String>) -> anyhow::Result<BucketAccess> {
+    pub fn from_columns(
+        name: &str,
+        cors: Option<serde_json::Value>,
+        policy: Option<String>,
+    ) -> anyhow::Result<BucketAccess> {
         let cors = cors
             .map(serde_json::from_value::<cors::CorsRules>)
             .transpose()

@@ -38,7 +38,10 @@ struct Statement {
 enum Principals {
     Anyone,
     /// Access keys, and whether the root keys are named (`...:root`).
-    Keys { keys: Vec<String>, root: bool },
+    Keys {
+        keys: Vec<String>,
+        root: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -334,7 +337,10 @@ fn strings<'v>(value: &'v Value, invalid: &str) -> Result<Vec<&'v str>, PolicyRe
         Value::String(one) => Ok(vec![one.as_str()]),
         Value::Array(list) if !list.is_empty() => list
             .iter()
-            .map(|item| item.as_str().ok_or_else(|| PolicyRefused::Malformed(invalid.to_owned())))
+            .map(|item| {
+                item.as_str()
+                    .ok_or_else(|| PolicyRefused::Malformed(invalid.to_owned()))
+            })
             .collect(),
         _ => malformed(invalid),
     }
@@ -686,13 +692,20 @@ impl RequestContext<'_> {
                 .find(|(param, _)| param == name)
                 .map(|(_, value)| Cow::Owned(value.into_owned()))
         };
-        let epoch = || self.now.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs();
+        let epoch = || {
+            self.now
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs()
+        };
         match key {
             "aws:sourceip" => self.source_ip.map(|ip| Cow::Owned(ip.to_string())),
             "aws:securetransport" => Some(Cow::Borrowed(if self.secure_transport { "true" } else { "false" })),
             "aws:currenttime" => {
                 let now = time::OffsetDateTime::from_unix_timestamp(epoch() as i64).ok()?;
-                now.format(&time::format_description::well_known::Rfc3339).ok().map(Cow::Owned)
+                now.format(&time::format_description::well_known::Rfc3339)
+                    .ok()
+                    .map(Cow::Owned)
             }
             "aws:epochtime" => Some(Cow::Owned(epoch().to_string())),
             "aws:useragent" => header("user-agent"),
@@ -813,7 +826,13 @@ mod tests {
         BucketPolicy::parse(text, "bkt", &known)
     }
 
-    fn decide(policy: &BucketPolicy, who: Requester<'_>, action: &str, key: Option<&str>, query: Option<&str>) -> Decision {
+    fn decide(
+        policy: &BucketPolicy,
+        who: Requester<'_>,
+        action: &str,
+        key: Option<&str>,
+        query: Option<&str>,
+    ) -> Decision {
         let headers = http::HeaderMap::new();
         policy.evaluate(&RequestContext {
             requester: who,
@@ -856,9 +875,18 @@ mod tests {
             access_key: "bob",
             is_root: false,
         };
-        assert_eq!(decide(&policy, bob, "s3:GetObject", Some("shared/a"), None), Decision::Silent);
         assert_eq!(
-            decide(&policy, Requester::Anonymous, "s3:GetObject", Some("shared/secret"), None),
+            decide(&policy, bob, "s3:GetObject", Some("shared/a"), None),
+            Decision::Silent
+        );
+        assert_eq!(
+            decide(
+                &policy,
+                Requester::Anonymous,
+                "s3:GetObject",
+                Some("shared/secret"),
+                None
+            ),
             Decision::Deny
         );
         assert!(!policy.is_public());
@@ -874,14 +902,20 @@ mod tests {
                              "StringNotEquals":{"s3:x-amz-acl":"public-read-write"}}}]}"#,
         )
         .unwrap();
-        assert_eq!(decide(&policy, Requester::Anonymous, "s3:GetObject", Some("k"), None), Decision::Allow);
+        assert_eq!(
+            decide(&policy, Requester::Anonymous, "s3:GetObject", Some("k"), None),
+            Decision::Allow
+        );
         assert!(!policy.is_public(), "limited to an address block");
         let late = parse(
             r#"{"Statement":{"Effect":"Allow","Principal":"*","Action":"s3:*","Resource":"arn:aws:s3:::bkt/*",
                 "Condition":{"DateGreaterThan":{"aws:CurrentTime":"2030-01-01"},"NotIpAddress":{"aws:SourceIp":"10.0.0.0/8"}}}}"#,
         )
         .unwrap();
-        assert_eq!(decide(&late, Requester::Anonymous, "s3:GetObject", Some("k"), None), Decision::Silent);
+        assert_eq!(
+            decide(&late, Requester::Anonymous, "s3:GetObject", Some("k"), None),
+            Decision::Silent
+        );
         assert!(late.is_public());
     }
 
@@ -894,15 +928,23 @@ mod tests {
         let statement = |body: &str| format!(r#"{{"Version":"2012-10-17","Statement":[{{{body}}}]}}"#);
         assert!(refused("not json").contains("valid JSON"));
         assert!(refused("{").contains("valid JSON"));
-        assert_eq!(refused(r#"{"Version":"2012-10-17"}"#), "Missing required field Statement");
+        assert_eq!(
+            refused(r#"{"Version":"2012-10-17"}"#),
+            "Missing required field Statement"
+        );
         assert_eq!(
             refused(r#"{"Version":"1999","Statement":[]}"#),
             "The policy must contain a valid version string"
         );
         let base = r#""Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::bkt/*""#;
-        assert_eq!(refused(&statement(&format!(r#""Effect":"Maybe",{base}"#))), "Invalid effect: Maybe");
         assert_eq!(
-            refused(&statement(r#""Effect":"Allow","Action":"s3:GetObject","Resource":"arn:aws:s3:::bkt/*""#)),
+            refused(&statement(&format!(r#""Effect":"Maybe",{base}"#))),
+            "Invalid effect: Maybe"
+        );
+        assert_eq!(
+            refused(&statement(
+                r#""Effect":"Allow","Action":"s3:GetObject","Resource":"arn:aws:s3:::bkt/*""#
+            )),
             "Missing required field Principal"
         );
         assert_eq!(
@@ -930,8 +972,10 @@ mod tests {
             "Action does not apply to any resource(s) in statement"
         );
         assert!(
-            refused(&statement(&format!(r#""Effect":"Allow",{base},"Condition":{{"Maybe":{{"s3:prefix":"a"}}}}"#)))
-                .contains("Invalid Condition type")
+            refused(&statement(&format!(
+                r#""Effect":"Allow",{base},"Condition":{{"Maybe":{{"s3:prefix":"a"}}}}"#
+            )))
+            .contains("Invalid Condition type")
         );
         assert!(matches!(
             parse(&statement(&format!(

@@ -67,7 +67,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("../../migrations/0011_function_files.sql"),
     ),
     (12, "versioning", include_str!("../../migrations/0012_versioning.sql")),
-    (13, "bucket_access", include_str!("../../migrations/0013_bucket_access.sql")),
+    (
+        13,
+        "bucket_access",
+        include_str!("../../migrations/0013_bucket_access.sql"),
+    ),
 ];
 
 /// The function files, in the order they are applied. Every function they define already exists

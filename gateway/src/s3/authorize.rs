@@ -43,7 +43,11 @@ pub fn action_of(operation: &str, versioned: bool) -> Option<&'static str> {
         "GetObject" | "HeadObject" => "s3:GetObject",
         "GetObjectAttributes" if versioned => "s3:GetObjectVersionAttributes",
         "GetObjectAttributes" => "s3:GetObjectAttributes",
-        "PutObject" | "CopyObject" | "CreateMultipartUpload" | "UploadPart" | "UploadPartCopy"
+        "PutObject"
+        | "CopyObject"
+        | "CreateMultipartUpload"
+        | "UploadPart"
+        | "UploadPartCopy"
         | "CompleteMultipartUpload" => "s3:PutObject",
         "DeleteObject" if versioned => "s3:DeleteObjectVersion",
         "DeleteObject" | "DeleteObjects" => "s3:DeleteObject",

@@ -9,8 +9,8 @@ use futures::TryStreamExt;
 use s3s::dto::*;
 use s3s::{S3, S3Error, S3Request, S3Response, S3Result};
 
-use super::checksum::{Algorithm, UploadCheck, body_error};
 use super::authorize::PolicyGrant;
+use super::checksum::{Algorithm, UploadCheck, body_error};
 use super::errors::{RequestId, s3_error};
 use crate::bucket::{BucketHandle, Buckets};
 use crate::store::{

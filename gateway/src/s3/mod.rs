@@ -152,14 +152,16 @@ impl Endpoint {
         let outcome = if request.method() == http::Method::OPTIONS {
             facts.name_operation("PreflightCors");
             let bucket = self.bucket_of(&request);
-            Ok(match cors::preflight(&self.catalog, bucket.as_deref(), request.headers()) {
-                Ok(headers) => {
-                    let mut response = Response::new(s3s::Body::empty());
-                    *response.headers_mut() = headers;
-                    response
-                }
-                Err((status, code, message)) => error_response(status, code, message, &request_id),
-            })
+            Ok(
+                match cors::preflight(&self.catalog, bucket.as_deref(), request.headers()) {
+                    Ok(headers) => {
+                        let mut response = Response::new(s3s::Body::empty());
+                        *response.headers_mut() = headers;
+                        response
+                    }
+                    Err((status, code, message)) => error_response(status, code, message, &request_id),
+                },
+            )
         } else if let Err(refused) = auth::presigned_expiry(request.uri()) {
             // Before s3s, which refuses a negative or non-numeric expiry with an answer of its own.
             let message = refused.message().unwrap_or_default();

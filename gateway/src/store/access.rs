@@ -9,8 +9,12 @@ use crate::access::cors::CorsRules;
 impl Store {
     /// Replaces the bucket's CORS rules; `None` deletes them.
     pub(crate) async fn set_bucket_cors(&self, bucket: &BucketInfo, rules: Option<&CorsRules>) -> StoreResult<()> {
-        self.set_access_column(bucket, "UPDATE pgvs3.buckets SET cors = $2 WHERE id = $1", &rules.map(Json))
-            .await
+        self.set_access_column(
+            bucket,
+            "UPDATE pgvs3.buckets SET cors = $2 WHERE id = $1",
+            &rules.map(Json),
+        )
+        .await
     }
 
     /// Replaces the bucket's policy document (already checked); `None` deletes it.

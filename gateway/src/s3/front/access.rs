@@ -10,7 +10,10 @@ use crate::access::policy::{BucketPolicy, PolicyRefused};
 use crate::store::{Access, StoreError};
 
 impl S3Front {
-    pub(super) async fn put_cors(&self, req: S3Request<PutBucketCorsInput>) -> S3Result<S3Response<PutBucketCorsOutput>> {
+    pub(super) async fn put_cors(
+        &self,
+        req: S3Request<PutBucketCorsInput>,
+    ) -> S3Result<S3Response<PutBucketCorsOutput>> {
         let principal = self.principal(&req).await?;
         let rules = req
             .input
@@ -32,7 +35,10 @@ impl S3Front {
         Ok(S3Response::new(PutBucketCorsOutput::default()))
     }
 
-    pub(super) async fn get_cors(&self, req: S3Request<GetBucketCorsInput>) -> S3Result<S3Response<GetBucketCorsOutput>> {
+    pub(super) async fn get_cors(
+        &self,
+        req: S3Request<GetBucketCorsInput>,
+    ) -> S3Result<S3Response<GetBucketCorsOutput>> {
         let principal = self.principal(&req).await?;
         let bucket = self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
         let Some(rules) = &bucket.access().cors else {
