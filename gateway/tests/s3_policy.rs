@@ -241,13 +241,48 @@ async fn a_second_key_gets_what_the_policy_grants_and_deny_wins() {
 async fn an_explicit_deny_binds_the_owner_but_never_locks_it_out_of_the_policy() {
     let gw = TestGateway::start().await;
     gw.client.create_bucket().bucket("locked").send().await.unwrap();
-    put(&gw.client, "locked", "keep").await.unwrap();
+    for key in ["keep", "tmp/a", "tmp/b"] {
+        put(&gw.client, "locked", key).await.unwrap();
+    }
+    let bob = add_key(&gw, "BOBKEY").await;
     let policy = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Deny","Principal":"*",
         "Action":["s3:DeleteObject","s3:PutBucketPolicy","s3:DeleteBucketPolicy","s3:GetBucketPolicy"],
-        "Resource":["arn:aws:s3:::locked","arn:aws:s3:::locked/*"]}]}"#;
+        "Resource":["arn:aws:s3:::locked","arn:aws:s3:::locked/keep*"]},
+        {"Effect":"Allow","Principal":{"AWS":"BOBKEY"},"Action":"s3:DeleteObject","Resource":"arn:aws:s3:::locked/tmp/a"}]}"#;
     put_policy(&gw, "locked", policy).await.unwrap();
     assert_eq!(delete(&gw.client, "locked", "keep").await, Err("AccessDenied".into()));
     assert_eq!(get(&gw.client, "locked", "keep").await, Ok(()));
+    // DeleteObjects decides each key as its own DeleteObject would be decided.
+    let many = |keys: &[&str]| {
+        let objects = keys
+            .iter()
+            .map(|key| aws_sdk_s3::types::ObjectIdentifier::builder().key(*key).build().unwrap())
+            .collect();
+        aws_sdk_s3::types::Delete::builder().set_objects(Some(objects)).build().unwrap()
+    };
+    let outcome = gw
+        .client
+        .delete_objects()
+        .bucket("locked")
+        .delete(many(&["keep", "tmp/b"]))
+        .send()
+        .await
+        .unwrap();
+    let refused: Vec<_> = outcome.errors().iter().map(|e| (e.key(), e.code())).collect();
+    assert_eq!(refused, [(Some("keep"), Some("AccessDenied"))]);
+    assert_eq!(get(&gw.client, "locked", "tmp/b").await, Err("NoSuchKey".into()));
+    let outcome = bob
+        .delete_objects()
+        .bucket("locked")
+        .delete(many(&["tmp/a", "keep"]))
+        .send()
+        .await
+        .unwrap();
+    let deleted: Vec<_> = outcome.deleted().iter().map(|d| d.key()).collect();
+    assert_eq!(deleted, [Some("tmp/a")]);
+    assert_eq!(outcome.errors().len(), 1);
+    assert_eq!(get(&gw.client, "locked", "keep").await, Ok(()));
+    // The owner still reads, replaces and deletes the policy that denies it.
     gw.client.get_bucket_policy().bucket("locked").send().await.unwrap();
     gw.client.delete_bucket_policy().bucket("locked").send().await.unwrap();
     assert_eq!(delete(&gw.client, "locked", "keep").await, Ok(()));

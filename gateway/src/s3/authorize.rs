@@ -19,9 +19,61 @@ use crate::store::{BucketInfo, Catalog};
 pub struct PolicyGrant {
     buckets: Vec<String>,
     anonymous: bool,
+    /// DeleteObjects on a bucket with a policy: each key is decided on its own, as its own
+    /// DeleteObject would be (the access check sees no keys).
+    per_key: Option<Arc<PerKey>>,
+}
+
+#[derive(Debug)]
+struct PerKey {
+    bucket: Arc<BucketInfo>,
+    /// `None`: anonymous.
+    access_key: Option<String>,
+    is_root: bool,
+    peer: Option<Peer>,
 }
 
 impl PolicyGrant {
+    /// For DeleteObjects: whether deleting `key` (`versioned`: one version of it) is allowed.
+    /// Without a per-key decision the bucket's opening already decided.
+    pub fn may_delete(&self, key: &str, versioned: bool, headers: &http::HeaderMap) -> bool {
+        let Some(per_key) = &self.per_key else {
+            return true;
+        };
+        let Some(policy) = &per_key.bucket.access.policy else {
+            return true;
+        };
+        let requester = match &per_key.access_key {
+            Some(access_key) => Requester::Key {
+                access_key,
+                is_root: per_key.is_root,
+            },
+            None => Requester::Anonymous,
+        };
+        let context = RequestContext {
+            requester,
+            action: if versioned { "s3:DeleteObjectVersion" } else { "s3:DeleteObject" },
+            bucket: &per_key.bucket.name,
+            key: Some(key),
+            source_ip: per_key.peer.map(|peer| peer.addr.ip()),
+            secure_transport: per_key.peer.is_some_and(|peer| peer.tls),
+            now: SystemTime::now(),
+            headers,
+            query: None,
+        };
+        match policy.rules.evaluate(&context) {
+            Decision::Allow => true,
+            Decision::Deny => false,
+            Decision::Silent => {
+                per_key.is_root
+                    || per_key
+                        .access_key
+                        .as_deref()
+                        .is_some_and(|key| per_key.bucket.owner.as_deref() == Some(key))
+            }
+        }
+    }
+
     pub fn covers(&self, bucket: &str) -> bool {
         self.buckets.iter().any(|granted| granted == bucket)
     }
@@ -133,8 +185,24 @@ pub async fn authorize(
     let mut grant = PolicyGrant {
         buckets: Vec::new(),
         anonymous: signed.is_none(),
+        per_key: None,
     };
-    if let Some(bucket) = &bucket
+    if operation == "DeleteObjects"
+        && let Some(bucket) = &bucket
+        && bucket.access.policy.is_some()
+    {
+        let (access_key, is_root) = match requester {
+            Requester::Key { access_key, is_root } => (Some(access_key.to_owned()), is_root),
+            Requester::Anonymous => (None, false),
+        };
+        grant.buckets.push(bucket.name.clone());
+        grant.per_key = Some(Arc::new(PerKey {
+            bucket: Arc::clone(bucket),
+            access_key,
+            is_root,
+            peer,
+        }));
+    } else if let Some(bucket) = &bucket
         && let Some(action) = action_of(operation, versioned)
     {
         let key = cx.s3_path().get_object_key();

@@ -628,6 +628,10 @@ impl S3 for S3Front {
                 ));
             } else if let Err(err) = bucket.version(id.version_id.as_deref()) {
                 errors.push(error(id, "NoSuchVersion", err.to_string()));
+            } else if let Some(grant) = req.extensions.get::<PolicyGrant>()
+                && !grant.may_delete(&id.key, id.version_id.is_some(), &req.headers)
+            {
+                errors.push(error(id, "AccessDenied", "Access Denied".into()));
             } else {
                 keys.push(id);
             }
