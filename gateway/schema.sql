@@ -1286,6 +1286,7 @@ CREATE TABLE pgvs3.buckets (
     versioning text,
     cors jsonb,
     policy text,
+    public_access_block jsonb,
     CONSTRAINT buckets_versioning_check CHECK ((versioning = ANY (ARRAY['Enabled'::text, 'Suspended'::text])))
 );
 

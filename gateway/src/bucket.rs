@@ -426,7 +426,7 @@ impl<'a> BucketHandle<'a> {
         self.store().set_object_tags(&self.info, key, tags).await
     }
 
-    /// The bucket's CORS rules and policy, as the catalog had them when the bucket was opened.
+    /// The bucket's CORS rules, policy and public access block, as the catalog had them when the bucket was opened.
     pub fn access(&self) -> &crate::access::BucketAccess {
         &self.info.access
     }
@@ -441,6 +441,12 @@ impl<'a> BucketHandle<'a> {
     pub async fn set_policy(&self, text: Option<&str>) -> StoreResult<()> {
         self.writable()?;
         self.store().set_bucket_policy(&self.info, text).await
+    }
+
+    /// Replaces the bucket's public access block; `None` deletes it.
+    pub async fn set_public_access_block(&self, block: Option<&crate::access::PublicAccessBlock>) -> StoreResult<()> {
+        self.writable()?;
+        self.store().set_bucket_public_access_block(&self.info, block).await
     }
 
     /// The bucket's tags; `None` when it has none.

@@ -256,9 +256,17 @@ async fn an_explicit_deny_binds_the_owner_but_never_locks_it_out_of_the_policy()
     let many = |keys: &[&str]| {
         let objects = keys
             .iter()
-            .map(|key| aws_sdk_s3::types::ObjectIdentifier::builder().key(*key).build().unwrap())
+            .map(|key| {
+                aws_sdk_s3::types::ObjectIdentifier::builder()
+                    .key(*key)
+                    .build()
+                    .unwrap()
+            })
             .collect();
-        aws_sdk_s3::types::Delete::builder().set_objects(Some(objects)).build().unwrap()
+        aws_sdk_s3::types::Delete::builder()
+            .set_objects(Some(objects))
+            .build()
+            .unwrap()
     };
     let outcome = gw
         .client
@@ -459,5 +467,75 @@ print("boto3 policy ok")
         "{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_public_access_block_refuses_and_restricts_public_policies() {
+    use aws_sdk_s3::types::PublicAccessBlockConfiguration;
+    let gw = TestGateway::start().await;
+    gw.client.create_bucket().bucket("guarded").send().await.unwrap();
+    put(&gw.client, "guarded", "k").await.unwrap();
+    let bob = add_key(&gw, "BOBKEY").await;
+    let missing = gw
+        .client
+        .get_public_access_block()
+        .bucket("guarded")
+        .send()
+        .await
+        .unwrap_err();
+    let missing = missing.into_service_error();
+    assert_eq!(missing.meta().code(), Some("NoSuchPublicAccessBlockConfiguration"));
+
+    let block = |policy: bool, restrict: bool| {
+        PublicAccessBlockConfiguration::builder()
+            .block_public_acls(true)
+            .ignore_public_acls(false)
+            .block_public_policy(policy)
+            .restrict_public_buckets(restrict)
+            .build()
+    };
+    let set = |config: PublicAccessBlockConfiguration| {
+        gw.client
+            .put_public_access_block()
+            .bucket("guarded")
+            .public_access_block_configuration(config)
+            .send()
+    };
+    set(block(true, false)).await.unwrap();
+    let got = gw
+        .client
+        .get_public_access_block()
+        .bucket("guarded")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.public_access_block_configuration(), Some(&block(true, false)));
+
+    let public = r#"{"Version":"2012-10-17","Statement":[
+        {"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::guarded/*"},
+        {"Effect":"Allow","Principal":{"AWS":"BOBKEY"},"Action":"s3:GetObject","Resource":"arn:aws:s3:::guarded/*"}]}"#;
+    assert_eq!(put_policy(&gw, "guarded", public).await.unwrap_err().0, "AccessDenied");
+    let private = r#"{"Version":"2012-10-17","Statement":[
+        {"Effect":"Allow","Principal":{"AWS":"BOBKEY"},"Action":"s3:GetObject","Resource":"arn:aws:s3:::guarded/*"}]}"#;
+    put_policy(&gw, "guarded", private).await.unwrap();
+
+    // Without BlockPublicPolicy the public policy goes in; RestrictPublicBuckets then stops
+    // its grant to everyone (anonymous refused) and keeps the grant naming bob.
+    set(block(false, false)).await.unwrap();
+    put_policy(&gw, "guarded", public).await.unwrap();
+    assert_eq!(unsigned(&gw, "GET", "/guarded/k", b"").await.status, 200);
+    set(block(false, true)).await.unwrap();
+    let refused = unsigned(&gw, "GET", "/guarded/k", b"").await;
+    assert_eq!((refused.status, refused.code()), (403, Some("AccessDenied")));
+    assert_eq!(get(&bob, "guarded", "k").await, Ok(()));
+
+    gw.client
+        .delete_public_access_block()
+        .bucket("guarded")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unsigned(&gw, "GET", "/guarded/k", b"").await.status, 200);
     gw.stop().await;
 }

@@ -254,6 +254,9 @@ pub struct RequestContext<'a> {
     pub now: SystemTime,
     pub headers: &'a http::HeaderMap,
     pub query: Option<&'a str>,
+    /// The bucket's RestrictPublicBuckets is on: public grants (see
+    /// [`BucketPolicy::is_public`]) allow nothing.
+    pub restrict_public: bool,
 }
 
 impl BucketPolicy {
@@ -303,6 +306,9 @@ impl BucketPolicy {
         let action = cx.action.to_ascii_lowercase();
         let mut decision = Decision::Silent;
         for statement in &self.statements {
+            if cx.restrict_public && statement.public_grant() {
+                continue;
+            }
             if statement.applies(cx, &action, &resource) {
                 if statement.deny {
                     return Decision::Deny;
@@ -316,18 +322,7 @@ impl BucketPolicy {
     /// Whether the policy makes the bucket public, as GetBucketPolicyStatus reports it: an
     /// Allow for everyone not narrowed by a condition on where the request comes from.
     pub fn is_public(&self) -> bool {
-        const NARROWING: &[&str] = &["aws:sourceip", "aws:userid", "aws:username"];
-        self.statements.iter().any(|statement| {
-            !statement.deny
-                && matches!(statement.principals, Principals::Anyone)
-                && !statement.conditions.iter().any(|condition| {
-                    NARROWING.contains(&condition.key.as_str())
-                        && matches!(
-                            condition.operator,
-                            Operator::IpAddress | Operator::StringEquals | Operator::StringLike
-                        )
-                })
-        })
+        self.statements.iter().any(Statement::public_grant)
     }
 }
 
@@ -347,6 +342,20 @@ fn strings<'v>(value: &'v Value, invalid: &str) -> Result<Vec<&'v str>, PolicyRe
 }
 
 impl Statement {
+    /// An Allow for everyone not narrowed by a condition on who or where the requester is.
+    fn public_grant(&self) -> bool {
+        const NARROWING: &[&str] = &["aws:sourceip", "aws:userid", "aws:username"];
+        !self.deny
+            && matches!(self.principals, Principals::Anyone)
+            && !self.conditions.iter().any(|condition| {
+                NARROWING.contains(&condition.key.as_str())
+                    && matches!(
+                        condition.operator,
+                        Operator::IpAddress | Operator::StringEquals | Operator::StringLike
+                    )
+            })
+    }
+
     fn parse(value: &Value, bucket: &str, known_key: &dyn Fn(&str) -> bool) -> Result<Statement, PolicyRefused> {
         let Value::Object(fields) = value else {
             return malformed("Missing required field Statement");
@@ -844,6 +853,7 @@ mod tests {
             now: SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000),
             headers: &headers,
             query,
+            restrict_public: false,
         })
     }
 

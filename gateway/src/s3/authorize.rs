@@ -52,7 +52,11 @@ impl PolicyGrant {
         };
         let context = RequestContext {
             requester,
-            action: if versioned { "s3:DeleteObjectVersion" } else { "s3:DeleteObject" },
+            action: if versioned {
+                "s3:DeleteObjectVersion"
+            } else {
+                "s3:DeleteObject"
+            },
             bucket: &per_key.bucket.name,
             key: Some(key),
             source_ip: per_key.peer.map(|peer| peer.addr.ip()),
@@ -60,6 +64,7 @@ impl PolicyGrant {
             now: SystemTime::now(),
             headers,
             query: None,
+            restrict_public: restricted(&per_key.bucket),
         };
         match policy.rules.evaluate(&context) {
             Decision::Allow => true,
@@ -128,6 +133,8 @@ pub fn action_of(operation: &str, versioned: bool) -> Option<&'static str> {
         "GetBucketAcl" => "s3:GetBucketAcl",
         "PutBucketAcl" => "s3:PutBucketAcl",
         "DeleteBucket" => "s3:DeleteBucket",
+        "GetPublicAccessBlock" => "s3:GetBucketPublicAccessBlock",
+        "PutPublicAccessBlock" | "DeletePublicAccessBlock" => "s3:PutBucketPublicAccessBlock",
         "GetObjectLockConfiguration" => "s3:GetBucketObjectLockConfiguration",
         "PutObjectLockConfiguration" => "s3:PutBucketObjectLockConfiguration",
         "GetObjectRetention" => "s3:GetObjectRetention",
@@ -248,6 +255,7 @@ fn decide(
         now: SystemTime::now(),
         headers: cx.headers(),
         query,
+        restrict_public: restricted(bucket),
     };
     match policy.rules.evaluate(&context) {
         Decision::Allow => Ok(true),
@@ -263,6 +271,13 @@ fn decide(
             }
         }
     }
+}
+
+fn restricted(bucket: &BucketInfo) -> bool {
+    bucket
+        .access
+        .public_access_block
+        .is_some_and(|block| block.restrict_public_buckets)
 }
 
 fn query_has(query: Option<&str>, name: &str) -> bool {

@@ -1,9 +1,11 @@
-//! Writes of a bucket's access rules (CORS rules, bucket policy) to its catalog row. Reads go
+//! Writes of a bucket's access rules (CORS rules, bucket policy, public access block) to its
+//! catalog row. Reads go
 //! through the catalog cache (`BucketInfo::access`), never to the database per request.
 
 use tokio_postgres::types::Json;
 
 use super::{BucketInfo, Store, StoreError, StoreResult};
+use crate::access::PublicAccessBlock;
 use crate::access::cors::CorsRules;
 
 impl Store {
@@ -21,6 +23,20 @@ impl Store {
     pub(crate) async fn set_bucket_policy(&self, bucket: &BucketInfo, text: Option<&str>) -> StoreResult<()> {
         self.set_access_column(bucket, "UPDATE pgvs3.buckets SET policy = $2 WHERE id = $1", &text)
             .await
+    }
+
+    /// Replaces the bucket's public access block; `None` deletes it.
+    pub(crate) async fn set_bucket_public_access_block(
+        &self,
+        bucket: &BucketInfo,
+        block: Option<&PublicAccessBlock>,
+    ) -> StoreResult<()> {
+        self.set_access_column(
+            bucket,
+            "UPDATE pgvs3.buckets SET public_access_block = $2 WHERE id = $1",
+            &block.map(Json),
+        )
+        .await
     }
 
     async fn set_access_column(

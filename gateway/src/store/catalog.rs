@@ -85,7 +85,8 @@ pub struct Catalog {
 /// A bucket row with its origin, if it is a cache bucket; callers append a `WHERE`.
 fn bucket_select() -> String {
     format!(
-        "SELECT b.id, b.name, b.namespace, b.owner, b.created_at, {ORIGIN_COLUMNS}, b.versioning, b.cors, b.policy
+        "SELECT b.id, b.name, b.namespace, b.owner, b.created_at, {ORIGIN_COLUMNS}, b.versioning, b.cors, b.policy,
+                b.public_access_block
            FROM pgvs3.buckets b LEFT JOIN pgvs3.origins o ON o.bucket_id = b.id"
     )
 }
@@ -532,7 +533,12 @@ fn bucket_from_row(
 ) -> anyhow::Result<BucketInfo> {
     let namespace: String = row.get("namespace");
     let name: String = row.get("name");
-    let access = crate::access::BucketAccess::from_columns(&name, row.get("cors"), row.get("policy"))?;
+    let access = crate::access::BucketAccess::from_columns(
+        &name,
+        row.get("cors"),
+        row.get("policy"),
+        row.get("public_access_block"),
+    )?;
     Ok(BucketInfo {
         access,
         id: row.get("id"),

@@ -1,10 +1,11 @@
-//! The bucket access operations: Put/Get/DeleteBucketCors and Put/Get/DeleteBucketPolicy,
-//! GetBucketPolicyStatus. `S3Front`'s trait methods call these.
+//! The bucket access operations: Put/Get/DeleteBucketCors, Put/Get/DeleteBucketPolicy,
+//! GetBucketPolicyStatus and Put/Get/DeletePublicAccessBlock. `S3Front`'s trait methods call these.
 
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use super::{S3Front, fail};
+use crate::access::PublicAccessBlock;
 use crate::access::cors::{CorsRefused, CorsRule, CorsRules};
 use crate::access::policy::{BucketPolicy, PolicyRefused};
 use crate::store::{Access, StoreError};
@@ -96,7 +97,15 @@ impl S3Front {
                 .await
                 .map_err(|err| fail(&req, StoreError::Unavailable(err.to_string())))?;
         }
-        parse().map_err(policy_refused)?;
+        let policy = parse().map_err(policy_refused)?;
+        let blocked = bucket
+            .access()
+            .public_access_block
+            .is_some_and(|b| b.block_public_policy);
+        if blocked && policy.is_public() {
+            // S3's answer when BlockPublicPolicy meets a public policy.
+            return Err(s3s::s3_error!(AccessDenied, "Access Denied"));
+        }
         bucket
             .set_policy(Some(&req.input.policy))
             .await
@@ -138,6 +147,62 @@ impl S3Front {
                 is_public: Some(policy.rules.is_public()),
             }),
         }))
+    }
+}
+
+impl S3Front {
+    pub(super) async fn put_access_block(
+        &self,
+        req: S3Request<PutPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<PutPublicAccessBlockOutput>> {
+        let principal = self.principal(&req).await?;
+        let config = &req.input.public_access_block_configuration;
+        let block = PublicAccessBlock {
+            block_public_acls: config.block_public_acls.unwrap_or(false),
+            ignore_public_acls: config.ignore_public_acls.unwrap_or(false),
+            block_public_policy: config.block_public_policy.unwrap_or(false),
+            restrict_public_buckets: config.restrict_public_buckets.unwrap_or(false),
+        };
+        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
+        bucket
+            .set_public_access_block(Some(&block))
+            .await
+            .map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(PutPublicAccessBlockOutput::default()))
+    }
+
+    pub(super) async fn get_access_block(
+        &self,
+        req: S3Request<GetPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<GetPublicAccessBlockOutput>> {
+        let principal = self.principal(&req).await?;
+        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
+        let Some(block) = bucket.access().public_access_block else {
+            let mut err = S3Error::with_message(
+                S3ErrorCode::Custom("NoSuchPublicAccessBlockConfiguration".into()),
+                "The public access block configuration was not found",
+            );
+            err.set_status_code(http::StatusCode::NOT_FOUND);
+            return Err(err);
+        };
+        Ok(S3Response::new(GetPublicAccessBlockOutput {
+            public_access_block_configuration: Some(PublicAccessBlockConfiguration {
+                block_public_acls: Some(block.block_public_acls),
+                ignore_public_acls: Some(block.ignore_public_acls),
+                block_public_policy: Some(block.block_public_policy),
+                restrict_public_buckets: Some(block.restrict_public_buckets),
+            }),
+        }))
+    }
+
+    pub(super) async fn delete_access_block(
+        &self,
+        req: S3Request<DeletePublicAccessBlockInput>,
+    ) -> S3Result<S3Response<DeletePublicAccessBlockOutput>> {
+        let principal = self.principal(&req).await?;
+        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
+        bucket.set_public_access_block(None).await.map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(DeletePublicAccessBlockOutput::default()))
     }
 }
 
