@@ -195,6 +195,25 @@ async fn preflights_are_answered_unsigned_from_the_rules_and_real_responses_carr
         put.header("access-control-allow-origin").is_none(),
         "PUT is not allowed from that origin"
     );
+    // Refusals too: a browser must be able to read why (here a bad signature, refused before
+    // the request is routed).
+    let forged = unsigned(
+        &gw,
+        "GET",
+        "/web/k",
+        &[
+            ("origin", "http://my.app.test"),
+            ("x-amz-date", "20260101T000000Z"),
+            ("x-amz-content-sha256", "UNSIGNED-PAYLOAD"),
+            (
+                "authorization",
+                "AWS4-HMAC-SHA256 Credential=nobody/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=00",
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(forged.status, 403, "{}", forged.body);
+    assert_eq!(forged.header("access-control-allow-origin"), Some("http://my.app.test"));
     let plain = gw.signed("GET", "/web/k", &[], b"").await;
     assert!(
         plain.header("access-control-allow-origin").is_none(),

@@ -148,12 +148,14 @@ impl Endpoint {
         let undated = request.headers().contains_key(http::header::AUTHORIZATION)
             && !request.headers().contains_key("x-amz-date")
             && !request.headers().contains_key(http::header::DATE);
+        // A browser's request: its bucket is taken from the path or Host now, so that even an
+        // error s3s raises before routing (a bad signature) carries the CORS headers.
         let origin = request.headers().get(http::header::ORIGIN).cloned();
+        let cors_bucket = origin.as_ref().and_then(|_| self.bucket_of(&request));
         let outcome = if request.method() == http::Method::OPTIONS {
             facts.name_operation("PreflightCors");
-            let bucket = self.bucket_of(&request);
             Ok(
-                match cors::preflight(&self.catalog, bucket.as_deref(), request.headers()) {
+                match cors::preflight(&self.catalog, cors_bucket.as_deref(), request.headers()) {
                     Ok(headers) => {
                         let mut response = Response::new(s3s::Body::empty());
                         *response.headers_mut() = headers;
@@ -195,7 +197,8 @@ impl Endpoint {
             response.headers_mut().insert("x-amz-request-id", value);
         }
         // A browser's real request: S3's CORS headers if the bucket's rules allow its origin.
-        if let (Some(origin), Some(bucket)) = (&origin, facts.bucket())
+        if let (Some(origin), Some(bucket)) = (&origin, facts.bucket().or(cors_bucket.as_deref()))
+            && method != http::Method::OPTIONS
             && let Ok(origin) = origin.to_str()
         {
             cors::decorate(&self.catalog, bucket, origin, &method, response.headers_mut());
