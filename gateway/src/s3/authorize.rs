@@ -168,9 +168,13 @@ pub async fn authorize(
             None => Err(s3s::s3_error!(AccessDenied, "Anonymous access is not allowed.")),
         };
     };
+    // The hot path: while no bucket has a policy, a signed request is the owner check's alone.
+    if signed.is_some() && !catalog.has_policies() {
+        return Ok(None);
+    }
     let bucket = catalog.cached_bucket(bucket_name);
     let copy = matches!(operation, "CopyObject" | "UploadPartCopy");
-    // The hot path: a signed request to a bucket without a policy is the owner check's alone.
+    // A signed request to a bucket without a policy is the owner check's alone too.
     if signed.is_some() && !copy && bucket.as_ref().is_none_or(|bucket| bucket.access.policy.is_none()) {
         return Ok(None);
     }

@@ -1,6 +1,7 @@
 //! Buckets and access keys: the catalog, cached in memory and reloaded when its version moves.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
@@ -80,6 +81,9 @@ pub struct Catalog {
     pool: Pool,
     master_key: MasterKey,
     cached: RwLock<Cached>,
+    /// Whether some cached bucket has a policy: while none has, the access check of a signed
+    /// request is this one load (set under the `cached` write lock).
+    policies: AtomicBool,
 }
 
 /// A bucket row with its origin, if it is a cache bucket; callers append a `WHERE`.
@@ -97,6 +101,7 @@ impl Catalog {
             pool,
             master_key,
             cached: RwLock::default(),
+            policies: AtomicBool::new(false),
         });
         catalog.reload().await?;
         Ok(catalog)
@@ -161,6 +166,8 @@ impl Catalog {
             buckets.insert(bucket.name.clone(), Arc::new(bucket));
         }
         cached.version = version;
+        let policies = buckets.values().any(|bucket| bucket.access.policy.is_some());
+        self.policies.store(policies, Ordering::Release);
         cached.buckets = buckets;
         cached.keys = keys;
         Ok(())
@@ -337,6 +344,9 @@ impl Catalog {
         let bucket = bucket_from_row(row, &mut cached.namespaces, &self.master_key)
             .map_err(|err| StoreError::Corrupt(err.to_string()))?;
         let bucket = Arc::new(bucket);
+        if bucket.access.policy.is_some() {
+            self.policies.store(true, Ordering::Release);
+        }
         if cached.version == seen_version {
             cached.buckets.insert(bucket.name.clone(), Arc::clone(&bucket));
         }
@@ -347,6 +357,11 @@ impl Catalog {
     /// that run before a request is admitted.
     pub fn cached_bucket(&self, name: &str) -> Option<Arc<BucketInfo>> {
         self.cached.read().expect("catalog lock").buckets.get(name).cloned()
+    }
+
+    /// Whether any bucket this gateway knows has a bucket policy.
+    pub fn has_policies(&self) -> bool {
+        self.policies.load(Ordering::Acquire)
     }
 
     /// Whether the access key exists (as of the cached catalog).
