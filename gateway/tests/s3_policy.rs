@@ -220,6 +220,9 @@ async fn a_second_key_gets_what_the_policy_grants_and_deny_wins() {
         "Deny over Allow"
     );
     assert_eq!(get(&bob, "team", "private/a").await, Err("AccessDenied".into()));
+    // Without s3:ListBucket (granted to bob only with a prefix condition), a missing key is
+    // AccessDenied, not NoSuchKey, as S3 answers it.
+    assert_eq!(get(&bob, "team", "public/none").await, Err("AccessDenied".into()));
     assert_eq!(list(&bob, "team", Some("public/")).await, Ok(2));
     assert_eq!(list(&bob, "team", Some("private/")).await, Err("AccessDenied".into()));
     assert_eq!(list(&bob, "team", None).await, Err("AccessDenied".into()));
@@ -321,6 +324,7 @@ async fn anonymous_requests_get_what_a_public_policy_allows_and_s3s_errors_other
     let listed = unsigned(&gw, "GET", "/site?list-type=2", b"").await;
     assert_eq!(listed.status, 200, "{}", listed.body);
     assert!(listed.body.contains("<Key>index.html</Key>"), "{}", listed.body);
+    // Everyone may list, so a missing key is NoSuchKey.
     let missing = unsigned(&gw, "GET", "/site/nothing", b"").await;
     assert_eq!((missing.status, missing.code()), (404, Some("NoSuchKey")));
 

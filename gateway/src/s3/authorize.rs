@@ -22,6 +22,9 @@ pub struct PolicyGrant {
     /// DeleteObjects on a bucket with a policy: each key is decided on its own, as its own
     /// DeleteObject would be (the access check sees no keys).
     per_key: Option<Arc<PerKey>>,
+    /// A GET/HEAD the policy allowed to a requester who may not list the bucket: a missing key
+    /// is answered 403 AccessDenied, as S3 does.
+    hide_missing: bool,
 }
 
 #[derive(Debug)]
@@ -81,6 +84,11 @@ impl PolicyGrant {
 
     pub fn covers(&self, bucket: &str) -> bool {
         self.buckets.iter().any(|granted| granted == bucket)
+    }
+
+    /// Whether a missing key must be answered AccessDenied rather than NoSuchKey.
+    pub fn hides_missing(&self) -> bool {
+        self.hide_missing
     }
 
     /// An unsigned request some policy let through.
@@ -197,6 +205,7 @@ pub async fn authorize(
         buckets: Vec::new(),
         anonymous: signed.is_none(),
         per_key: None,
+        hide_missing: false,
     };
     if operation == "DeleteObjects"
         && let Some(bucket) = &bucket
@@ -219,6 +228,15 @@ pub async fn authorize(
         let key = cx.s3_path().get_object_key();
         if decide(cx, peer, bucket, requester, action, key, cx.uri().query())? {
             grant.buckets.push(bucket.name.clone());
+            // S3 tells a reader without s3:ListBucket that a missing key is 403, not 404, so a
+            // grant to read objects does not reveal which keys exist.
+            let owner = match requester {
+                Requester::Key { access_key, is_root } => is_root || bucket.owner.as_deref() == Some(access_key),
+                Requester::Anonymous => false,
+            };
+            grant.hide_missing = matches!(operation, "GetObject" | "HeadObject")
+                && !owner
+                && !decide(cx, peer, bucket, requester, "s3:ListBucket", None, None)?;
         }
     }
     if copy

@@ -73,6 +73,17 @@ impl S3Front {
             true => bucket.get(key, &options).await,
             false => bucket.head(key, &options).await,
         }
+        .map_err(|err| match err {
+            StoreError::NoSuchKey
+                if req
+                    .extensions
+                    .get::<PolicyGrant>()
+                    .is_some_and(PolicyGrant::hides_missing) =>
+            {
+                StoreError::AccessDenied
+            }
+            err => err,
+        })
         .map_err(|e| fail(req, e))?;
         Ok((read, options))
     }
