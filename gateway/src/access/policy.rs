@@ -536,8 +536,8 @@ fn parse_resource(arn: &str, bucket: &str) -> Result<String, PolicyRefused> {
         return malformed("Policy has invalid resource");
     };
     let bucket_part = path.split('/').next().unwrap_or_default();
-    // `bucket*` or `*` may reach this bucket; a pattern that cannot is another bucket's.
-    if bucket_part.is_empty() || !(glob(bucket_part, bucket) || (bucket_part.contains('*') && !path.contains('/'))) {
+    // `bkt`, `bk*` or `*` reach this bucket; a pattern that cannot is another bucket's.
+    if bucket_part.is_empty() || !glob(bucket_part, bucket) {
         return malformed("Policy has invalid resource");
     }
     Ok(arn.to_owned())
@@ -968,6 +968,18 @@ mod tests {
                 r#""Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::other/*""#
             )),
             "Policy has invalid resource"
+        );
+        assert_eq!(
+            refused(&statement(
+                r#""Effect":"Allow","Principal":"*","Action":"s3:*","Resource":"arn:aws:s3:::oth*""#
+            )),
+            "Policy has invalid resource"
+        );
+        assert!(
+            parse(&statement(
+                r#""Effect":"Allow","Principal":"*","Action":"s3:*","Resource":["arn:aws:s3:::b*","arn:aws:s3:::*/*"]"#
+            ))
+            .is_ok()
         );
         assert_eq!(
             refused(&statement(
