@@ -457,3 +457,29 @@ async fn a_browser_on_another_origin_puts_and_gets_through_presigned_urls() {
     let _ = std::fs::remove_dir_all(&profile);
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn preflights_find_the_bucket_of_a_virtual_host_style_request() {
+    let gw = TestGateway::with_args(common::fresh_database().await, &["--s3-domain", "s3.pgvs3.test"]).await;
+    gw.client.create_bucket().bucket("web").send().await.unwrap();
+    put_cors(&gw, "web", vec![rule(&["http://app.test"], &["GET"], &[])]).await.unwrap();
+    let port = gw.gateway.s3_addr.port();
+    let preflight = |host: String, path: &'static str| {
+        let headers = vec![
+            ("host".to_owned(), host),
+            ("origin".to_owned(), "http://app.test".to_owned()),
+            ("access-control-request-method".to_owned(), "GET".to_owned()),
+        ];
+        let addr = gw.gateway.s3_addr;
+        async move { raw::send(addr, "OPTIONS", path, &headers, b"").await }
+    };
+    let hosted = preflight(format!("web.s3.pgvs3.test:{port}"), "/some/key").await;
+    assert_eq!(hosted.status, 200, "{}", hosted.body);
+    assert_eq!(hosted.header("access-control-allow-origin"), Some("http://app.test"));
+    // The base domain alone is path style: the first segment names the bucket.
+    let path_style = preflight(format!("s3.pgvs3.test:{port}"), "/web/some/key").await;
+    assert_eq!(path_style.status, 200, "{}", path_style.body);
+    let other = preflight(format!("other.s3.pgvs3.test:{port}"), "/web/k").await;
+    assert_eq!((other.status, other.code()), (404, Some("NoSuchBucket")));
+    gw.stop().await;
+}
