@@ -462,7 +462,9 @@ async fn a_browser_on_another_origin_puts_and_gets_through_presigned_urls() {
 async fn preflights_find_the_bucket_of_a_virtual_host_style_request() {
     let gw = TestGateway::with_args(common::fresh_database().await, &["--s3-domain", "s3.pgvs3.test"]).await;
     gw.client.create_bucket().bucket("web").send().await.unwrap();
-    put_cors(&gw, "web", vec![rule(&["http://app.test"], &["GET"], &[])]).await.unwrap();
+    put_cors(&gw, "web", vec![rule(&["http://app.test"], &["GET"], &[])])
+        .await
+        .unwrap();
     let port = gw.gateway.s3_addr.port();
     let preflight = |host: String, path: &'static str| {
         let headers = vec![
