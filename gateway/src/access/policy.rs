@@ -1013,6 +1013,8 @@ mod tests {
         assert!(glob("arn:aws:s3:::b/a?c/*", "arn:aws:s3:::b/abc/d/e"));
         assert!(!glob("arn:aws:s3:::b/a?c/*", "arn:aws:s3:::b/ac/d"));
         assert!(glob("*", ""));
+        assert!(glob("*", "*x"), "a `*` in the text is a character like any other");
+        assert!(glob("a*", "a*b"));
         assert!(!glob("a*b", "ac"));
     }
 
