@@ -1,6 +1,7 @@
 //! Bucket access rules as data: CORS rules and bucket policies, parsed once per catalog
 //! version (they ride on the cached bucket) and matched per request. No SQL, no S3 wire types.
 
+mod condition;
 pub mod cors;
 pub mod policy;
 
