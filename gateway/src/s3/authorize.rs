@@ -11,7 +11,7 @@ use s3s::access::S3AccessContext;
 
 use crate::access::policy::{Decision, RequestContext, Requester};
 use crate::http_server::Peer;
-use crate::store::{BucketInfo, Catalog};
+use crate::store::{BucketInfo, Catalog, StoreError};
 
 /// The buckets a policy allowed this request to use, beyond the requester's own. In the
 /// request's extensions; the front passes it to `Buckets::open`.
@@ -161,8 +161,7 @@ const NEVER_LOCKED_OUT: [&str; 3] = ["s3:GetBucketPolicy", "s3:PutBucketPolicy",
 
 /// Checks the request against its bucket's policy (and, for a copy, the source bucket's).
 /// Returns the grant to carry, or the refusal. Unsigned requests pass only where a policy
-/// allows everyone; for a bucket this gateway does not know they get NoSuchBucket, from the
-/// cached catalog alone (an anonymous client never makes the gateway query the database).
+/// allows everyone; a bucket that does not exist is NoSuchBucket for them.
 pub async fn authorize(
     catalog: &Catalog,
     cx: &S3AccessContext<'_>,
@@ -180,7 +179,7 @@ pub async fn authorize(
     if signed.is_some() && !catalog.has_policies() {
         return Ok(None);
     }
-    let bucket = catalog.cached_bucket(bucket_name);
+    let mut bucket = catalog.cached_bucket(bucket_name);
     let copy = matches!(operation, "CopyObject" | "UploadPartCopy");
     // A signed request to a bucket without a policy is the owner check's alone too.
     if signed.is_some() && !copy && bucket.as_ref().is_none_or(|bucket| bucket.access.policy.is_none()) {
@@ -195,10 +194,21 @@ pub async fn authorize(
             Requester::Key { access_key, is_root }
         }
         None if operation == "CreateBucket" => return Err(denied()),
-        None => match &bucket {
-            None => return Err(s3s::s3_error!(NoSuchBucket, "The specified bucket does not exist")),
-            Some(_) => Requester::Anonymous,
-        },
+        None => {
+            if bucket.is_none() {
+                // Not cached: a bucket made a moment ago (its NOTIFY still on the way) is looked
+                // up, so that it is AccessDenied, and only a bucket that does not exist is
+                // NoSuchBucket. One indexed lookup, holding no admission slot.
+                bucket = Some(match catalog.bucket(bucket_name).await {
+                    Ok(found) => found,
+                    Err(StoreError::NoSuchBucket) => {
+                        return Err(s3s::s3_error!(NoSuchBucket, "The specified bucket does not exist"));
+                    }
+                    Err(err) => return Err(super::errors::s3_error(err, None)),
+                });
+            }
+            Requester::Anonymous
+        }
     };
     let versioned = query_has(cx.uri().query(), "versionId");
     let mut grant = PolicyGrant {
