@@ -2373,6 +2373,9 @@ CREATE TABLE pgvs3.buckets (
     object_lock jsonb,
     lifecycle jsonb,
     notifications jsonb,
+    cors jsonb,
+    policy text,
+    public_access_block jsonb,
     CONSTRAINT buckets_versioning_check CHECK ((versioning = ANY (ARRAY['Enabled'::text, 'Suspended'::text]))),
     CONSTRAINT object_lock_keeps_versioning CHECK (((object_lock IS NULL) OR (versioning = 'Enabled'::text)))
 );

@@ -45,11 +45,24 @@ impl Buckets {
     /// says: the one authorization of a request. The bucket comes from the catalog cache (one
     /// map lookup) unless this gateway has not seen it yet.
     pub async fn open(&self, principal: &Principal, name: &str, access: Access) -> StoreResult<BucketHandle<'_>> {
+        self.open_granted(principal, name, access, false).await
+    }
+
+    /// [`Buckets::open`] for a request the bucket's policy allowed (`granted`; the S3 front
+    /// evaluates policies before admission): a key that does not own the bucket may use it
+    /// then. A read-only key stays read-only whatever a policy says.
+    pub async fn open_granted(
+        &self,
+        principal: &Principal,
+        name: &str,
+        access: Access,
+        granted: bool,
+    ) -> StoreResult<BucketHandle<'_>> {
         if access == Access::Write && principal.read_only {
             return Err(StoreError::AccessDenied);
         }
         let info = self.store.catalog().bucket(name).await?;
-        if !principal.is_root && info.owner.as_deref() != Some(principal.access_key.as_str()) {
+        if !granted && !principal.is_root && info.owner.as_deref() != Some(principal.access_key.as_str()) {
             return Err(StoreError::AccessDenied);
         }
         Ok(BucketHandle {
@@ -538,6 +551,29 @@ impl<'a> BucketHandle<'a> {
             Some(version) => self.store().set_version_tags(&self.info, key, version, tags).await,
             None => self.store().set_object_tags(&self.info, key, tags).await,
         }
+    }
+
+    /// The bucket's CORS rules, policy and public access block, as the catalog had them when the bucket was opened.
+    pub fn access(&self) -> &crate::access::BucketAccess {
+        &self.info.access
+    }
+
+    /// Replaces the bucket's CORS rules; `None` deletes them.
+    pub async fn set_cors(&self, rules: Option<&crate::access::cors::CorsRules>) -> StoreResult<()> {
+        self.writable()?;
+        self.store().set_bucket_cors(&self.info, rules).await
+    }
+
+    /// Replaces the bucket's policy (a checked document); `None` deletes it.
+    pub async fn set_policy(&self, text: Option<&str>) -> StoreResult<()> {
+        self.writable()?;
+        self.store().set_bucket_policy(&self.info, text).await
+    }
+
+    /// Replaces the bucket's public access block; `None` deletes it.
+    pub async fn set_public_access_block(&self, block: Option<&crate::access::PublicAccessBlock>) -> StoreResult<()> {
+        self.writable()?;
+        self.store().set_bucket_public_access_block(&self.info, block).await
     }
 
     /// The bucket's tags; `None` when it has none.

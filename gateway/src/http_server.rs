@@ -162,6 +162,10 @@ pub async fn serve<S, B>(
                 inner: service.clone(),
                 first_request: Arc::clone(&first_request),
                 body_idle_timeout: limits.body_idle_timeout,
+                peer: Peer {
+                    addr: peer,
+                    tls: tls.is_some(),
+                },
             },
             builder: Arc::clone(&builder),
             // Taken now: a shutdown from here on reaches the connection, however long its
@@ -301,6 +305,15 @@ struct Requests<S> {
     inner: S,
     first_request: Arc<Notify>,
     body_idle_timeout: Duration,
+    peer: Peer,
+}
+
+/// The connection a request came on, in its extensions (bucket policies' `aws:SourceIp` and
+/// `aws:SecureTransport`).
+#[derive(Debug, Clone, Copy)]
+pub struct Peer {
+    pub addr: std::net::SocketAddr,
+    pub tls: bool,
 }
 
 impl<S> Service<http::Request<Incoming>> for Requests<S>
@@ -314,7 +327,9 @@ where
     fn call(&self, request: http::Request<Incoming>) -> S::Future {
         self.first_request.notify_one();
         let idle = self.body_idle_timeout;
-        self.inner.call(request.map(|body| RequestBody::new(body, idle)))
+        let mut request = request.map(|body| RequestBody::new(body, idle));
+        request.extensions_mut().insert(self.peer);
+        self.inner.call(request)
     }
 }
 

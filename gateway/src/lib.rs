@@ -3,6 +3,7 @@
 //! The binary (`src/main.rs`) is only the command line; everything it runs lives here so the
 //! integration tests can start a gateway in-process.
 
+pub mod access;
 pub mod admin;
 pub mod admission;
 pub mod bucket;

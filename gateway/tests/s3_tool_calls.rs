@@ -177,9 +177,10 @@ async fn an_unversioned_bucket_answers_versioning_acl_and_attribute_calls() {
         .send()
         .await
         .unwrap_err();
+    // A document without statements is S3's MalformedPolicy (policies: tests/s3_policy.rs).
     let raw_status = policy.raw_response().map(|r| r.status().as_u16());
-    assert_eq!(policy.into_service_error().meta().code(), Some("NotImplemented"));
-    assert_eq!(raw_status, Some(501));
+    assert_eq!(policy.into_service_error().meta().code(), Some("MalformedPolicy"));
+    assert_eq!(raw_status, Some(400));
 }
 
 #[tokio::test]

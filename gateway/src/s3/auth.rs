@@ -53,6 +53,11 @@ impl RequestFacts {
         self.0.turned_away.get().is_some()
     }
 
+    /// Names a request s3s does not route (a CORS preflight).
+    pub fn name_operation(&self, name: &'static str) {
+        let _ = self.0.operation.set(name);
+    }
+
     pub fn operation(&self) -> Option<&'static str> {
         self.0.operation.get().copied()
     }
@@ -62,11 +67,16 @@ impl RequestFacts {
     }
 }
 
-/// Only signed requests pass; each is then admitted in its class. s3s calls this after it
+/// Signed requests pass, and unsigned ones a bucket policy allows; each is checked against
+/// its bucket's policy ([`super::authorize`]) and then admitted in its class. s3s calls this after it
 /// verified the signature (for a POST form: after reading the form's fields, bounded by s3s),
 /// and before the operation reads the body or takes a database connection, so an
 /// unauthenticated client never holds a slot.
-pub struct SignedOnly(pub S3Admission);
+pub struct SignedOnly {
+    pub admission: S3Admission,
+    /// For bucket policies (evaluated here, before admission).
+    pub catalog: Arc<Catalog>,
+}
 
 /// The admission classes of signed S3 requests: uploads apart, so large bodies streaming in
 /// cannot take the slots small requests need.
@@ -83,21 +93,21 @@ impl S3Access for SignedOnly {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
         let name = operation_name(cx.s3_op().name());
         let bucket = cx.s3_path().get_bucket_name().map(str::to_owned);
-        let signed = cx.credentials().is_some();
-        let class = if self.0.is_upload(cx.headers()) {
-            &self.0.uploads
+        let class = if self.admission.is_upload(cx.headers()) {
+            &self.admission.uploads
         } else {
-            &self.0.requests
+            &self.admission.requests
         };
-        let Some(facts) = cx.extensions_mut().get::<RequestFacts>() else {
+        let peer = cx.extensions_mut().get::<crate::http_server::Peer>().copied();
+        let Some(facts) = cx.extensions_mut().get::<RequestFacts>().cloned() else {
             return Err(s3s::s3_error!(InternalError, "request facts missing"));
         };
         let _ = facts.0.operation.set(name);
         if let Some(bucket) = bucket {
             let _ = facts.0.bucket.set(bucket);
         }
-        if !signed {
-            return Err(s3s::s3_error!(AccessDenied, "Anonymous access is not allowed."));
+        if let Some(grant) = super::authorize::authorize(&self.catalog, cx, peer, name).await? {
+            cx.extensions_mut().insert(grant);
         }
         match class.admit().await {
             Ok(admitted) => {

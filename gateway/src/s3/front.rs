@@ -1,5 +1,6 @@
 //! The S3 operations: wire types in, store calls, wire types out.
 
+mod access;
 mod checks;
 mod lifecycle;
 mod lock;
@@ -11,6 +12,7 @@ use futures::TryStreamExt;
 use s3s::dto::*;
 use s3s::{S3, S3Error, S3Request, S3Response, S3Result};
 
+use super::authorize::PolicyGrant;
 use super::checksum::{Algorithm, UploadCheck, body_error};
 use super::errors::{RequestId, s3_error};
 use crate::bucket::{BucketHandle, Buckets};
@@ -29,7 +31,8 @@ impl S3Front {
         S3Front { buckets, region }
     }
 
-    /// The request's bucket, which `principal` must be allowed to use as `access` says.
+    /// The request's bucket, which `principal` must be allowed to use as `access` says (or a
+    /// bucket policy allowed, in the access check).
     async fn open<T>(
         &self,
         req: &S3Request<T>,
@@ -37,8 +40,12 @@ impl S3Front {
         bucket: &str,
         access: Access,
     ) -> S3Result<BucketHandle<'_>> {
+        let granted = req
+            .extensions
+            .get::<PolicyGrant>()
+            .is_some_and(|grant| grant.covers(bucket));
         self.buckets
-            .open(principal, bucket, access)
+            .open_granted(principal, bucket, access, granted)
             .await
             .map_err(|e| fail(req, e))
     }
@@ -70,6 +77,17 @@ impl S3Front {
             true => bucket.get(key, &options).await,
             false => bucket.head(key, &options).await,
         }
+        .map_err(|err| match err {
+            StoreError::NoSuchKey
+                if req
+                    .extensions
+                    .get::<PolicyGrant>()
+                    .is_some_and(PolicyGrant::hides_missing) =>
+            {
+                StoreError::AccessDenied
+            }
+            err => err,
+        })
         .map_err(|e| fail(req, e))?;
         let expiration = match options.version_id {
             None => bucket.expiry(key, &read.head).map(lifecycle::expiration_header),
@@ -98,7 +116,17 @@ impl S3Front {
     /// Every operation starts here: the request's text is checked before any work is done.
     async fn principal<T>(&self, req: &S3Request<T>) -> S3Result<Principal> {
         checks::refuse_nul(&req.uri, &req.headers)?;
-        let credentials = req.credentials.as_ref().ok_or_else(|| s3s::s3_error!(AccessDenied))?;
+        let Some(credentials) = req.credentials.as_ref() else {
+            // Unsigned: only where a bucket policy let it through the access check.
+            return match req.extensions.get::<PolicyGrant>() {
+                Some(grant) if grant.anonymous() => Ok(Principal {
+                    access_key: String::new(),
+                    is_root: false,
+                    read_only: false,
+                }),
+                _ => Err(s3s::s3_error!(AccessDenied)),
+            };
+        };
         match self.buckets.catalog().access_key(&credentials.access_key).await {
             Ok(Some(key)) => Ok(key.principal()),
             Ok(None) => Err(s3s::s3_error!(InvalidAccessKeyId)),
@@ -648,6 +676,10 @@ impl S3 for S3Front {
                 ));
             } else if let Err(err) = bucket.version(id.version_id.as_deref()) {
                 errors.push(error(id, "NoSuchVersion", err.to_string()));
+            } else if let Some(grant) = req.extensions.get::<PolicyGrant>()
+                && !grant.may_delete(&id.key, id.version_id.is_some(), &req.headers)
+            {
+                errors.push(error(id, "AccessDenied", "Access Denied".into()));
             } else {
                 keys.push(id);
             }
@@ -702,8 +734,9 @@ impl S3 for S3Front {
             max_keys: max_keys(input.max_keys)?,
         };
         let fetch_owner = input.fetch_owner.unwrap_or(false);
+        let bucket = self.open(&req, &principal, &input.bucket, Access::Read).await?;
         let listing = self
-            .listing(&principal, &input.bucket, &request, &input.encoding_type, fetch_owner)
+            .listing(&principal, &bucket, &request, &input.encoding_type, fetch_owner)
             .await
             .map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(ListObjectsV2Output {
@@ -733,8 +766,9 @@ impl S3 for S3Front {
             continuation: None,
             max_keys: max_keys(input.max_keys)?,
         };
+        let bucket = self.open(&req, &principal, &input.bucket, Access::Read).await?;
         let listing = self
-            .listing(&principal, &input.bucket, &request, &input.encoding_type, true)
+            .listing(&principal, &bucket, &request, &input.encoding_type, true)
             .await
             .map_err(|e| fail(&req, e))?;
         // S3 sends NextMarker only with a delimiter; without one, clients resume after the last key.
@@ -957,6 +991,70 @@ impl S3 for S3Front {
         req: S3Request<GetObjectLegalHoldInput>,
     ) -> S3Result<S3Response<GetObjectLegalHoldOutput>> {
         S3Front::get_object_legal_hold(self, req).await
+    }
+
+    async fn put_bucket_cors(&self, req: S3Request<PutBucketCorsInput>) -> S3Result<S3Response<PutBucketCorsOutput>> {
+        self.put_cors(req).await
+    }
+
+    async fn get_bucket_cors(&self, req: S3Request<GetBucketCorsInput>) -> S3Result<S3Response<GetBucketCorsOutput>> {
+        self.get_cors(req).await
+    }
+
+    async fn delete_bucket_cors(
+        &self,
+        req: S3Request<DeleteBucketCorsInput>,
+    ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
+        self.delete_cors(req).await
+    }
+
+    async fn put_bucket_policy(
+        &self,
+        req: S3Request<PutBucketPolicyInput>,
+    ) -> S3Result<S3Response<PutBucketPolicyOutput>> {
+        self.put_policy(req).await
+    }
+
+    async fn get_bucket_policy(
+        &self,
+        req: S3Request<GetBucketPolicyInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyOutput>> {
+        self.get_policy(req).await
+    }
+
+    async fn delete_bucket_policy(
+        &self,
+        req: S3Request<DeleteBucketPolicyInput>,
+    ) -> S3Result<S3Response<DeleteBucketPolicyOutput>> {
+        self.delete_policy(req).await
+    }
+
+    async fn get_bucket_policy_status(
+        &self,
+        req: S3Request<GetBucketPolicyStatusInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyStatusOutput>> {
+        self.policy_status(req).await
+    }
+
+    async fn put_public_access_block(
+        &self,
+        req: S3Request<PutPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<PutPublicAccessBlockOutput>> {
+        self.put_access_block(req).await
+    }
+
+    async fn get_public_access_block(
+        &self,
+        req: S3Request<GetPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<GetPublicAccessBlockOutput>> {
+        self.get_access_block(req).await
+    }
+
+    async fn delete_public_access_block(
+        &self,
+        req: S3Request<DeletePublicAccessBlockInput>,
+    ) -> S3Result<S3Response<DeletePublicAccessBlockOutput>> {
+        self.delete_access_block(req).await
     }
 
     async fn get_bucket_acl(&self, req: S3Request<GetBucketAclInput>) -> S3Result<S3Response<GetBucketAclOutput>> {
@@ -1457,17 +1555,12 @@ impl S3Front {
     async fn listing(
         &self,
         principal: &Principal,
-        bucket: &str,
+        bucket: &BucketHandle<'_>,
         request: &ListRequest,
         encoding_type: &Option<EncodingType>,
         fetch_owner: bool,
     ) -> Result<Listing, StoreError> {
-        let page = self
-            .buckets
-            .open(principal, bucket, Access::Read)
-            .await?
-            .list(request)
-            .await?;
+        let page = bucket.list(request).await?;
         let mut listing = Listing {
             contents: Vec::new(),
             common_prefixes: Vec::new(),

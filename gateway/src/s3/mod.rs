@@ -1,7 +1,9 @@
 //! The S3 REST front: s3s does routing, SigV4 and XML; `front` maps operations onto bucket handles.
 
 mod auth;
+mod authorize;
 mod checksum;
+mod cors;
 mod domains;
 mod errors;
 mod front;
@@ -40,8 +42,9 @@ struct Endpoint {
     lag: ReplicaLag,
     next_request: AtomicU64,
     id_prefix: String,
-    /// The `--s3-domain` bases, to tell virtual-host-style requests from path-style ones.
-    virtual_hosts: Option<domains::Domains>,
+    /// For CORS, answered around s3s: preflights before it, headers on its responses.
+    catalog: Arc<crate::store::Catalog>,
+    hosts: Option<domains::Domains>,
 }
 
 impl S3Endpoint {
@@ -55,9 +58,14 @@ impl S3Endpoint {
     ) -> anyhow::Result<S3Endpoint> {
         let catalog = Arc::clone(buckets.catalog());
         let mut builder = S3ServiceBuilder::new(front::S3Front::new(buckets, region));
-        builder.set_auth(CatalogAuth { catalog });
-        builder.set_access(SignedOnly(admission));
-        let virtual_hosts = match domains.is_empty() {
+        builder.set_auth(CatalogAuth {
+            catalog: Arc::clone(&catalog),
+        });
+        builder.set_access(SignedOnly {
+            admission,
+            catalog: Arc::clone(&catalog),
+        });
+        let hosts = match domains.is_empty() {
             true => None,
             false => {
                 builder.set_host(domains::Domains::new(domains)?);
@@ -72,7 +80,8 @@ impl S3Endpoint {
             lag,
             next_request: AtomicU64::new(1),
             id_prefix: crate::master_key::random_token(6),
-            virtual_hosts,
+            catalog,
+            hosts,
         })))
     }
 }
@@ -111,20 +120,6 @@ impl Endpoint {
         response.map(|body| AdmittedBody { inner: body, admitted })
     }
 
-    /// Whether the request names its bucket in the Host header (`--s3-domain`).
-    fn virtual_host_bucket<B>(&self, request: &Request<B>) -> bool {
-        use s3s::host::S3Host;
-        let (Some(domains), Some(host)) = (
-            &self.virtual_hosts,
-            request.headers().get(http::header::HOST).and_then(|h| h.to_str().ok()),
-        ) else {
-            return false;
-        };
-        domains
-            .parse_host_header(host)
-            .is_ok_and(|virtual_host| virtual_host.bucket().is_some())
-    }
-
     /// A 503 with Retry-After, before anything of the request was read.
     fn turn_away(&self, started: Instant, code: &str, message: &str, request_id: &str) -> Response<AdmittedBody> {
         let mut response = error_response(http::StatusCode::SERVICE_UNAVAILABLE, code, message, request_id);
@@ -147,12 +142,29 @@ impl Endpoint {
     ) -> Response<s3s::Body> {
         request.extensions_mut().insert(RequestId(request_id.clone()));
         request.extensions_mut().insert(facts.clone());
+        let method = request.method().clone();
         let received = content_length(request.headers(), "x-amz-decoded-content-length")
             .or_else(|| content_length(request.headers(), "content-length"));
         let undated = request.headers().contains_key(http::header::AUTHORIZATION)
             && !request.headers().contains_key("x-amz-date")
             && !request.headers().contains_key(http::header::DATE);
-        let outcome = if let Err(refused) = auth::presigned_expiry(request.uri()) {
+        // A browser's request: its bucket is taken from the path or Host now, so that even an
+        // error s3s raises before routing (a bad signature) carries the CORS headers.
+        let origin = request.headers().get(http::header::ORIGIN).cloned();
+        let cors_bucket = origin.as_ref().and_then(|_| self.bucket_of(&request));
+        let outcome = if request.method() == http::Method::OPTIONS {
+            facts.name_operation("PreflightCors");
+            Ok(
+                match cors::preflight(&self.catalog, cors_bucket.as_deref(), request.headers()) {
+                    Ok(headers) => {
+                        let mut response = Response::new(s3s::Body::empty());
+                        *response.headers_mut() = headers;
+                        response
+                    }
+                    Err((status, code, message)) => error_response(status, code, message, &request_id),
+                },
+            )
+        } else if let Err(refused) = auth::presigned_expiry(request.uri()) {
             // Before s3s, which refuses a negative or non-numeric expiry with an answer of its own.
             let message = refused.message().unwrap_or_default();
             Ok(error_response(
@@ -170,7 +182,7 @@ impl Endpoint {
                 &request_id,
             ))
         } else {
-            if !self.virtual_host_bucket(&request) {
+            if self.host_bucket(&request).is_none() {
                 auth::slash_v2_bucket_path(&mut request);
             }
             self.service.call(request.map(s3s_body)).await
@@ -187,8 +199,33 @@ impl Endpoint {
         if let Ok(value) = HeaderValue::from_str(&request_id) {
             response.headers_mut().insert("x-amz-request-id", value);
         }
+        // A browser's real request: S3's CORS headers if the bucket's rules allow its origin.
+        if let (Some(origin), Some(bucket)) = (&origin, facts.bucket().or(cors_bucket.as_deref()))
+            && method != http::Method::OPTIONS
+            && let Ok(origin) = origin.to_str()
+        {
+            cors::decorate(&self.catalog, bucket, origin, &method, response.headers_mut());
+        }
         self.record(started, facts, &response, received);
         response
+    }
+
+    /// The bucket a virtual-host-style request names in its Host header (`--s3-domain`).
+    fn host_bucket<B>(&self, request: &Request<B>) -> Option<String> {
+        use s3s::host::S3Host;
+        let hosts = self.hosts.as_ref()?;
+        let host = request.headers().get(http::header::HOST)?.to_str().ok()?;
+        let parsed = hosts.parse_host_header(host).ok()?;
+        parsed.bucket().map(str::to_owned)
+    }
+
+    /// The bucket a request's path or Host names (for preflights, which s3s does not route).
+    fn bucket_of<B>(&self, request: &Request<B>) -> Option<String> {
+        if let Some(bucket) = self.host_bucket(request) {
+            return Some(bucket);
+        }
+        let first = request.uri().path().trim_start_matches('/').split('/').next()?;
+        (!first.is_empty()).then(|| first.to_owned())
     }
 
     /// Metrics and the request span's fields, once the response's head is known.

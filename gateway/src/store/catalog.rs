@@ -1,6 +1,7 @@
 //! Buckets and access keys: the catalog, cached in memory and reloaded when its version moves.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
@@ -35,6 +36,8 @@ pub struct BucketInfo {
     pub object_lock: Option<super::LockConfig>,
     /// The bucket's lifecycle rules, if it has any.
     pub lifecycle: Option<Arc<super::Lifecycle>>,
+    /// CORS rules and bucket policy, parsed with the catalog.
+    pub access: crate::access::BucketAccess,
     pub(super) sql: Arc<super::objects::NamespaceSql>,
 }
 
@@ -83,12 +86,16 @@ pub struct Catalog {
     pool: Pool,
     master_key: MasterKey,
     cached: RwLock<Cached>,
+    /// Whether some cached bucket has a policy: while none has, the access check of a signed
+    /// request is this one load (set under the `cached` write lock).
+    policies: AtomicBool,
 }
 
 /// A bucket row with its origin, if it is a cache bucket; callers append a `WHERE`.
 fn bucket_select() -> String {
     format!(
-        "SELECT b.id, b.name, b.namespace, b.owner, b.created_at, {ORIGIN_COLUMNS}, b.versioning, b.object_lock, b.lifecycle
+        "SELECT b.id, b.name, b.namespace, b.owner, b.created_at, {ORIGIN_COLUMNS}, b.versioning, b.object_lock,
+                b.lifecycle, b.cors, b.policy, b.public_access_block
            FROM pgvs3.buckets b LEFT JOIN pgvs3.origins o ON o.bucket_id = b.id"
     )
 }
@@ -99,6 +106,7 @@ impl Catalog {
             pool,
             master_key,
             cached: RwLock::default(),
+            policies: AtomicBool::new(false),
         });
         catalog.reload().await?;
         Ok(catalog)
@@ -163,6 +171,8 @@ impl Catalog {
             buckets.insert(bucket.name.clone(), Arc::new(bucket));
         }
         cached.version = version;
+        let policies = buckets.values().any(|bucket| bucket.access.policy.is_some());
+        self.policies.store(policies, Ordering::Release);
         cached.buckets = buckets;
         cached.keys = keys;
         Ok(())
@@ -339,10 +349,29 @@ impl Catalog {
         let bucket = bucket_from_row(row, &mut cached.namespaces, &self.master_key)
             .map_err(|err| StoreError::Corrupt(err.to_string()))?;
         let bucket = Arc::new(bucket);
+        if bucket.access.policy.is_some() {
+            self.policies.store(true, Ordering::Release);
+        }
         if cached.version == seen_version {
             cached.buckets.insert(bucket.name.clone(), Arc::clone(&bucket));
         }
         Ok(bucket)
+    }
+
+    /// The bucket `name` if this gateway has it cached: no database round trip, for checks
+    /// that run before a request is admitted.
+    pub fn cached_bucket(&self, name: &str) -> Option<Arc<BucketInfo>> {
+        self.cached.read().expect("catalog lock").buckets.get(name).cloned()
+    }
+
+    /// Whether any bucket this gateway knows has a bucket policy.
+    pub fn has_policies(&self) -> bool {
+        self.policies.load(Ordering::Acquire)
+    }
+
+    /// Whether the access key exists (as of the cached catalog).
+    pub fn has_access_key(&self, access_key: &str) -> bool {
+        self.cached.read().expect("catalog lock").keys.contains_key(access_key)
     }
 
     /// Drops a cached bucket whose row turned out to be gone.
@@ -539,9 +568,17 @@ fn bucket_from_row(
     master_key: &MasterKey,
 ) -> anyhow::Result<BucketInfo> {
     let namespace: String = row.get("namespace");
+    let name: String = row.get("name");
+    let access = crate::access::BucketAccess::from_columns(
+        &name,
+        row.get("cors"),
+        row.get("policy"),
+        row.get("public_access_block"),
+    )?;
     Ok(BucketInfo {
+        access,
         id: row.get("id"),
-        name: row.get("name"),
+        name,
         sql: namespace_sql(namespaces, &namespace),
         namespace,
         owner: row.get("owner"),

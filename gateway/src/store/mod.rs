@@ -1,6 +1,7 @@
 //! The only module that knows the storage layout: buckets, objects, chunks, expiry.
 //! Protocol fronts call it and never write SQL for objects themselves.
 
+mod access;
 mod cache;
 mod catalog;
 mod chunks;

@@ -1,0 +1,361 @@
+//! Policy conditions: the operators and keys a bucket policy's `Condition` block may use,
+//! checked when the policy is put, and the values a request gives those keys.
+
+use std::borrow::Cow;
+use std::net::IpAddr;
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+use super::policy::{PolicyRefused, RequestContext, Requester, glob, malformed};
+
+#[derive(Debug)]
+pub(super) struct Condition {
+    operator: Operator,
+    if_exists: bool,
+    /// Lowercase (condition keys are case-insensitive).
+    key: String,
+    values: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Operator {
+    StringEquals,
+    StringNotEquals,
+    StringEqualsIgnoreCase,
+    StringNotEqualsIgnoreCase,
+    StringLike,
+    StringNotLike,
+    NumericEquals,
+    NumericNotEquals,
+    NumericLessThan,
+    NumericLessThanEquals,
+    NumericGreaterThan,
+    NumericGreaterThanEquals,
+    DateEquals,
+    DateNotEquals,
+    DateLessThan,
+    DateLessThanEquals,
+    DateGreaterThan,
+    DateGreaterThanEquals,
+    Bool,
+    IpAddress,
+    NotIpAddress,
+    Null,
+}
+
+const OPERATORS: &[(&str, Operator)] = &[
+    ("StringEquals", Operator::StringEquals),
+    ("StringNotEquals", Operator::StringNotEquals),
+    ("StringEqualsIgnoreCase", Operator::StringEqualsIgnoreCase),
+    ("StringNotEqualsIgnoreCase", Operator::StringNotEqualsIgnoreCase),
+    ("StringLike", Operator::StringLike),
+    ("StringNotLike", Operator::StringNotLike),
+    ("NumericEquals", Operator::NumericEquals),
+    ("NumericNotEquals", Operator::NumericNotEquals),
+    ("NumericLessThan", Operator::NumericLessThan),
+    ("NumericLessThanEquals", Operator::NumericLessThanEquals),
+    ("NumericGreaterThan", Operator::NumericGreaterThan),
+    ("NumericGreaterThanEquals", Operator::NumericGreaterThanEquals),
+    ("DateEquals", Operator::DateEquals),
+    ("DateNotEquals", Operator::DateNotEquals),
+    ("DateLessThan", Operator::DateLessThan),
+    ("DateLessThanEquals", Operator::DateLessThanEquals),
+    ("DateGreaterThan", Operator::DateGreaterThan),
+    ("DateGreaterThanEquals", Operator::DateGreaterThanEquals),
+    ("Bool", Operator::Bool),
+    ("IpAddress", Operator::IpAddress),
+    ("NotIpAddress", Operator::NotIpAddress),
+    ("Null", Operator::Null),
+];
+
+/// The condition keys evaluated here (lowercase). Other `aws:`/`s3:` keys are valid IAM but
+/// not evaluated: a policy naming one is refused with NotImplemented rather than half-applied.
+const CONDITION_KEYS: &[&str] = &[
+    "aws:sourceip",
+    "aws:securetransport",
+    "aws:currenttime",
+    "aws:epochtime",
+    "aws:useragent",
+    "aws:referer",
+    "aws:principaltype",
+    "aws:username",
+    "aws:userid",
+    "s3:prefix",
+    "s3:delimiter",
+    "s3:max-keys",
+    "s3:versionid",
+    "s3:x-amz-acl",
+    "s3:x-amz-content-sha256",
+    "s3:x-amz-copy-source",
+    "s3:x-amz-metadata-directive",
+    "s3:x-amz-storage-class",
+    "s3:authtype",
+    "s3:signatureversion",
+];
+
+impl Condition {
+    /// Whether the condition narrows who or where the requester is (so an Allow for everyone
+    /// under it is not public).
+    pub(super) fn narrows_requester(&self) -> bool {
+        const NARROWING: &[&str] = &["aws:sourceip", "aws:userid", "aws:username"];
+        NARROWING.contains(&self.key.as_str())
+            && matches!(
+                self.operator,
+                Operator::IpAddress | Operator::StringEquals | Operator::StringLike
+            )
+    }
+
+    pub(super) fn parse_block(value: &Value) -> Result<Vec<Condition>, PolicyRefused> {
+        let Value::Object(operators) = value else {
+            return malformed("Policy has an invalid condition block");
+        };
+        let mut conditions = Vec::new();
+        for (name, keys) in operators {
+            // A single-valued key is its own only value: ForAnyValue/ForAllValues add nothing.
+            let bare = name
+                .strip_prefix("ForAnyValue:")
+                .or_else(|| name.strip_prefix("ForAllValues:"))
+                .unwrap_or(name);
+            let (bare, if_exists) = match bare.strip_suffix("IfExists") {
+                Some(base) if base != "Null" => (base, true),
+                _ => (bare, false),
+            };
+            let Some(&(_, operator)) = OPERATORS.iter().find(|(known, _)| *known == bare) else {
+                return match ["Arn", "Binary"].iter().any(|family| bare.starts_with(family)) {
+                    true => Err(PolicyRefused::NotImplemented(format!(
+                        "condition operator {name} is not supported here"
+                    ))),
+                    false => malformed(format!("Invalid Condition type : {name}")),
+                };
+            };
+            let Value::Object(keys) = keys else {
+                return malformed("Policy has an invalid condition block");
+            };
+            for (key, values) in keys {
+                let lower = key.to_ascii_lowercase();
+                if !CONDITION_KEYS.contains(&lower.as_str()) {
+                    return match lower.starts_with("aws:") || lower.starts_with("s3:") {
+                        true => Err(PolicyRefused::NotImplemented(format!(
+                            "condition key {key} is not supported here"
+                        ))),
+                        false => malformed("Policy has an invalid condition key"),
+                    };
+                }
+                let values: Vec<String> = match values {
+                    Value::Array(list) if !list.is_empty() => list.iter().map(scalar).collect::<Option<_>>(),
+                    one => scalar(one).map(|v| vec![v]),
+                }
+                .ok_or_else(|| PolicyRefused::Malformed("Policy has an invalid condition block".into()))?;
+                let condition = Condition {
+                    operator,
+                    if_exists,
+                    key: lower,
+                    values,
+                };
+                condition.check_values()?;
+                conditions.push(condition);
+            }
+        }
+        Ok(conditions)
+    }
+
+    /// Values the operator cannot compare are refused when the policy is put.
+    fn check_values(&self) -> Result<(), PolicyRefused> {
+        let ok = |valid: bool, what: &str| match valid {
+            true => Ok(()),
+            false => malformed(format!("Invalid {what} in condition: {}", self.values.join(", "))),
+        };
+        match self.operator {
+            Operator::IpAddress | Operator::NotIpAddress => {
+                ok(self.values.iter().all(|v| parse_cidr(v).is_some()), "IP address")
+            }
+            Operator::Bool | Operator::Null => ok(
+                self.values
+                    .iter()
+                    .all(|v| v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("false")),
+                "boolean",
+            ),
+            Operator::NumericEquals
+            | Operator::NumericNotEquals
+            | Operator::NumericLessThan
+            | Operator::NumericLessThanEquals
+            | Operator::NumericGreaterThan
+            | Operator::NumericGreaterThanEquals => ok(self.values.iter().all(|v| v.parse::<f64>().is_ok()), "number"),
+            Operator::DateEquals
+            | Operator::DateNotEquals
+            | Operator::DateLessThan
+            | Operator::DateLessThanEquals
+            | Operator::DateGreaterThan
+            | Operator::DateGreaterThanEquals => ok(self.values.iter().all(|v| parse_date(v).is_some()), "date"),
+            _ => Ok(()),
+        }
+    }
+
+    pub(super) fn holds(&self, cx: &RequestContext<'_>) -> bool {
+        let value = cx.value(&self.key);
+        if self.operator == Operator::Null {
+            let absent = value.is_none();
+            return self.values.iter().any(|v| v.eq_ignore_ascii_case("true") == absent);
+        }
+        let negated = matches!(
+            self.operator,
+            Operator::StringNotEquals
+                | Operator::StringNotEqualsIgnoreCase
+                | Operator::StringNotLike
+                | Operator::NumericNotEquals
+                | Operator::DateNotEquals
+                | Operator::NotIpAddress
+        );
+        let Some(value) = value else {
+            // IAM: a missing key matches nothing, so a negated condition holds.
+            return self.if_exists || negated;
+        };
+        let matched = self.values.iter().any(|wanted| self.compare(&value, wanted));
+        matched != negated
+    }
+
+    /// The positive form of the operator on one value.
+    fn compare(&self, actual: &str, wanted: &str) -> bool {
+        use Operator::*;
+        let number = || Some((actual.parse::<f64>().ok()?, wanted.parse::<f64>().ok()?));
+        let date = || Some((parse_date(actual)?, parse_date(wanted)?));
+        match self.operator {
+            StringEquals | StringNotEquals => actual == wanted,
+            StringEqualsIgnoreCase | StringNotEqualsIgnoreCase => actual.eq_ignore_ascii_case(wanted),
+            StringLike | StringNotLike => glob(wanted, actual),
+            Bool => actual.eq_ignore_ascii_case(wanted),
+            IpAddress | NotIpAddress => match (actual.parse::<IpAddr>(), parse_cidr(wanted)) {
+                (Ok(ip), Some(net)) => net.contains(ip),
+                _ => false,
+            },
+            NumericEquals | NumericNotEquals => number().is_some_and(|(a, w)| a == w),
+            NumericLessThan => number().is_some_and(|(a, w)| a < w),
+            NumericLessThanEquals => number().is_some_and(|(a, w)| a <= w),
+            NumericGreaterThan => number().is_some_and(|(a, w)| a > w),
+            NumericGreaterThanEquals => number().is_some_and(|(a, w)| a >= w),
+            DateEquals | DateNotEquals => date().is_some_and(|(a, w)| a == w),
+            DateLessThan => date().is_some_and(|(a, w)| a < w),
+            DateLessThanEquals => date().is_some_and(|(a, w)| a <= w),
+            DateGreaterThan => date().is_some_and(|(a, w)| a > w),
+            DateGreaterThanEquals => date().is_some_and(|(a, w)| a >= w),
+            Null => false,
+        }
+    }
+}
+
+/// A condition value as text (IAM takes numbers and booleans unquoted too).
+fn scalar(value: &Value) -> Option<String> {
+    match value {
+        Value::String(text) => Some(text.clone()),
+        Value::Number(number) => Some(number.to_string()),
+        Value::Bool(flag) => Some(flag.to_string()),
+        _ => None,
+    }
+}
+
+impl RequestContext<'_> {
+    /// The value of a condition key (lowercase) for this request, if it has one.
+    fn value(&self, key: &str) -> Option<Cow<'_, str>> {
+        let header = |name: &str| self.headers.get(name)?.to_str().ok().map(Cow::Borrowed);
+        let query = |name: &str| {
+            form_urlencoded::parse(self.query?.as_bytes())
+                .find(|(param, _)| param == name)
+                .map(|(_, value)| Cow::Owned(value.into_owned()))
+        };
+        let epoch = || {
+            self.now
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs()
+        };
+        match key {
+            "aws:sourceip" => self.source_ip.map(|ip| Cow::Owned(ip.to_string())),
+            "aws:securetransport" => Some(Cow::Borrowed(if self.secure_transport { "true" } else { "false" })),
+            "aws:currenttime" => {
+                let now = time::OffsetDateTime::from_unix_timestamp(epoch() as i64).ok()?;
+                now.format(&time::format_description::well_known::Rfc3339)
+                    .ok()
+                    .map(Cow::Owned)
+            }
+            "aws:epochtime" => Some(Cow::Owned(epoch().to_string())),
+            "aws:useragent" => header("user-agent"),
+            "aws:referer" => header("referer"),
+            "aws:principaltype" => Some(Cow::Borrowed(match self.requester {
+                Requester::Anonymous => "Anonymous",
+                Requester::Key { is_root: true, .. } => "Account",
+                Requester::Key { .. } => "User",
+            })),
+            "aws:username" | "aws:userid" => match self.requester {
+                Requester::Key { access_key, .. } => Some(Cow::Borrowed(access_key)),
+                Requester::Anonymous => None,
+            },
+            "s3:prefix" => query("prefix"),
+            "s3:delimiter" => query("delimiter"),
+            "s3:max-keys" => query("max-keys"),
+            "s3:versionid" => query("versionId"),
+            "s3:authtype" => match self.requester {
+                Requester::Anonymous => None,
+                Requester::Key { .. } if self.headers.contains_key(http::header::AUTHORIZATION) => {
+                    Some(Cow::Borrowed("REST-HEADER"))
+                }
+                Requester::Key { .. } => Some(Cow::Borrowed("REST-QUERY-STRING")),
+            },
+            "s3:signatureversion" => match self.requester {
+                Requester::Anonymous => None,
+                Requester::Key { .. } => Some(Cow::Borrowed("AWS4-HMAC-SHA256")),
+            },
+            other => header(other.strip_prefix("s3:")?),
+        }
+    }
+}
+
+/// ISO 8601 (as IAM writes dates) or epoch seconds, as seconds since the epoch.
+fn parse_date(text: &str) -> Option<i64> {
+    if let Ok(secs) = text.parse::<i64>() {
+        return Some(secs);
+    }
+    use time::format_description::well_known::{Iso8601, Rfc3339};
+    if let Ok(at) = time::OffsetDateTime::parse(text, &Rfc3339) {
+        return Some(at.unix_timestamp());
+    }
+    if let Ok(at) = time::OffsetDateTime::parse(text, &Iso8601::DEFAULT) {
+        return Some(at.unix_timestamp());
+    }
+    let day = time::Date::parse(text, &Iso8601::DEFAULT).ok()?;
+    Some(day.midnight().assume_utc().unix_timestamp())
+}
+
+/// An address block: `a.b.c.d/n`, an IPv6 block, or one address.
+struct Cidr {
+    net: IpAddr,
+    bits: u32,
+}
+
+fn parse_cidr(text: &str) -> Option<Cidr> {
+    let (addr, bits) = match text.split_once('/') {
+        Some((addr, bits)) => (addr.parse::<IpAddr>().ok()?, Some(bits.parse::<u32>().ok()?)),
+        None => (text.parse::<IpAddr>().ok()?, None),
+    };
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    let bits = bits.unwrap_or(max);
+    (bits <= max).then_some(Cidr { net: addr, bits })
+}
+
+impl Cidr {
+    fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match (self.net, ip) {
+            (IpAddr::V4(_), IpAddr::V6(v6)) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+            _ => ip,
+        };
+        let prefix = |net: u128, ip: u128, width: u32| {
+            let shift = width - self.bits;
+            self.bits == 0 || (net >> shift) == (ip >> shift)
+        };
+        match (self.net, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => prefix(u32::from(net) as u128, u32::from(ip) as u128, 32),
+            (IpAddr::V6(net), IpAddr::V6(ip)) => prefix(u128::from(net), u128::from(ip), 128),
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,691 @@
+//! Bucket policies: the IAM policy language subset S3 bucket policies use, checked when put
+//! (refused with S3's MalformedPolicy texts, or NotImplemented for parts of the language pgvs3
+//! does not evaluate), kept parsed with the catalog, and evaluated per request as IAM does: an
+//! explicit Deny wins, then any Allow; otherwise the policy has no opinion. Conditions are
+//! `super::condition`'s.
+//!
+//! Principals: `*` (everyone, anonymous included), and under `AWS` (or `CanonicalUser`) an
+//! access key, `arn:aws:iam::<account>:user/<access key>`, or `arn:aws:iam::<account>:root`
+//! (or a bare 12-digit account id) for the root keys.
+
+use std::net::IpAddr;
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+use super::condition::Condition;
+
+/// S3's limit on a bucket policy's size.
+pub const MAX_POLICY_BYTES: usize = 20 * 1024;
+
+/// A bucket policy, parsed.
+#[derive(Debug)]
+pub struct BucketPolicy {
+    statements: Vec<Statement>,
+}
+
+#[derive(Debug)]
+struct Statement {
+    deny: bool,
+    principals: Principals,
+    /// Lowercase patterns (action names are case-insensitive).
+    actions: Vec<String>,
+    not_action: bool,
+    resources: Vec<String>,
+    not_resource: bool,
+    conditions: Vec<Condition>,
+}
+
+#[derive(Debug)]
+enum Principals {
+    Anyone,
+    /// Access keys, and whether the root keys are named (`...:root`).
+    Keys {
+        keys: Vec<String>,
+        root: bool,
+    },
+}
+
+/// Object-level actions (lowercase, without `s3:`): their resources are `bucket/key`.
+const OBJECT_ACTIONS: &[&str] = &[
+    "getobject",
+    "getobjectversion",
+    "putobject",
+    "deleteobject",
+    "deleteobjectversion",
+    "getobjectacl",
+    "getobjectversionacl",
+    "putobjectacl",
+    "putobjectversionacl",
+    "getobjecttagging",
+    "getobjectversiontagging",
+    "putobjecttagging",
+    "putobjectversiontagging",
+    "deleteobjecttagging",
+    "deleteobjectversiontagging",
+    "getobjectattributes",
+    "getobjectversionattributes",
+    "abortmultipartupload",
+    "listmultipartuploadparts",
+    "restoreobject",
+    "getobjectretention",
+    "putobjectretention",
+    "getobjectlegalhold",
+    "putobjectlegalhold",
+    "bypassgovernanceretention",
+    "getobjecttorrent",
+    "getobjectversiontorrent",
+    "replicateobject",
+    "replicatedelete",
+    "replicatetags",
+    "objectowneroverridetobucketowner",
+];
+
+/// Bucket-level actions (lowercase, without `s3:`): their resource is the bucket.
+const BUCKET_ACTIONS: &[&str] = &[
+    "createbucket",
+    "deletebucket",
+    "listbucket",
+    "listbucketversions",
+    "listbucketmultipartuploads",
+    "getbucketlocation",
+    "getbucketpolicy",
+    "putbucketpolicy",
+    "deletebucketpolicy",
+    "getbucketpolicystatus",
+    "getbucketacl",
+    "putbucketacl",
+    "getbucketcors",
+    "putbucketcors",
+    "getbucketversioning",
+    "putbucketversioning",
+    "getbuckettagging",
+    "putbuckettagging",
+    "getlifecycleconfiguration",
+    "putlifecycleconfiguration",
+    "getbucketwebsite",
+    "putbucketwebsite",
+    "deletebucketwebsite",
+    "getbucketlogging",
+    "putbucketlogging",
+    "getbucketnotification",
+    "putbucketnotification",
+    "getencryptionconfiguration",
+    "putencryptionconfiguration",
+    "getbucketobjectlockconfiguration",
+    "putbucketobjectlockconfiguration",
+    "getbucketpublicaccessblock",
+    "putbucketpublicaccessblock",
+    "getbucketownershipcontrols",
+    "putbucketownershipcontrols",
+    "getreplicationconfiguration",
+    "putreplicationconfiguration",
+    "getaccelerateconfiguration",
+    "putaccelerateconfiguration",
+    "getbucketrequestpayment",
+    "putbucketrequestpayment",
+    "listallmybuckets",
+];
+
+/// Why a policy was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyRefused {
+    /// S3's MalformedPolicy, with its text.
+    Malformed(String),
+    /// Valid IAM that pgvs3 does not evaluate.
+    NotImplemented(String),
+}
+
+pub(super) fn malformed<T>(message: impl Into<String>) -> Result<T, PolicyRefused> {
+    Err(PolicyRefused::Malformed(message.into()))
+}
+
+/// What a policy says about one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// A statement denies it: nothing else can allow it.
+    Deny,
+    Allow,
+    /// No statement applies.
+    Silent,
+}
+
+/// Who sends a request.
+#[derive(Debug, Clone, Copy)]
+pub enum Requester<'a> {
+    Anonymous,
+    Key { access_key: &'a str, is_root: bool },
+}
+
+/// A request as a policy sees it. Condition values are looked up only when a statement has
+/// conditions.
+pub struct RequestContext<'a> {
+    pub requester: Requester<'a>,
+    /// `s3:GetObject` and the like.
+    pub action: &'a str,
+    pub bucket: &'a str,
+    /// The object, for object-level actions.
+    pub key: Option<&'a str>,
+    pub source_ip: Option<IpAddr>,
+    pub secure_transport: bool,
+    pub now: SystemTime,
+    pub headers: &'a http::HeaderMap,
+    pub query: Option<&'a str>,
+    /// The bucket's RestrictPublicBuckets is on: public grants (see
+    /// [`BucketPolicy::is_public`]) allow nothing.
+    pub restrict_public: bool,
+}
+
+impl BucketPolicy {
+    /// Parses `text` as the policy of `bucket`; `known_key` says whether an access key exists
+    /// (S3 refuses principals that do not).
+    pub fn parse(text: &str, bucket: &str, known_key: &dyn Fn(&str) -> bool) -> Result<BucketPolicy, PolicyRefused> {
+        const NOT_JSON: &str = "Policies must be valid JSON and the first byte must be '{'";
+        if text.len() > MAX_POLICY_BYTES {
+            return malformed("Policy exceeds the maximum allowed document size.");
+        }
+        if !text.trim_start().starts_with('{') {
+            return malformed(NOT_JSON);
+        }
+        let Ok(Value::Object(document)) = serde_json::from_str::<Value>(text) else {
+            return malformed(NOT_JSON);
+        };
+        let mut statements = None;
+        for (field, value) in &document {
+            match field.as_str() {
+                "Version" => match value.as_str() {
+                    Some("2012-10-17" | "2008-10-17") => {}
+                    _ => return malformed("The policy must contain a valid version string"),
+                },
+                "Id" if value.is_string() => {}
+                "Statement" => statements = Some(value),
+                other => return malformed(format!("Unknown field {other}")),
+            }
+        }
+        let statements: Vec<&Value> = match statements {
+            Some(Value::Array(list)) if !list.is_empty() => list.iter().collect(),
+            Some(one @ Value::Object(_)) => vec![one],
+            _ => return malformed("Missing required field Statement"),
+        };
+        let statements = statements
+            .into_iter()
+            .map(|statement| Statement::parse(statement, bucket, known_key))
+            .collect::<Result<_, _>>()?;
+        Ok(BucketPolicy { statements })
+    }
+
+    /// Explicit Deny, Allow, or nothing said.
+    pub fn evaluate(&self, cx: &RequestContext<'_>) -> Decision {
+        let resource = match cx.key {
+            Some(key) => format!("arn:aws:s3:::{}/{key}", cx.bucket),
+            None => format!("arn:aws:s3:::{}", cx.bucket),
+        };
+        let action = cx.action.to_ascii_lowercase();
+        let mut decision = Decision::Silent;
+        for statement in &self.statements {
+            if cx.restrict_public && statement.public_grant() {
+                continue;
+            }
+            if statement.applies(cx, &action, &resource) {
+                if statement.deny {
+                    return Decision::Deny;
+                }
+                decision = Decision::Allow;
+            }
+        }
+        decision
+    }
+
+    /// Whether the policy makes the bucket public, as GetBucketPolicyStatus reports it: an
+    /// Allow for everyone not narrowed by a condition on where the request comes from.
+    pub fn is_public(&self) -> bool {
+        self.statements.iter().any(Statement::public_grant)
+    }
+}
+
+/// One string or a list of strings, as IAM takes most fields.
+fn strings<'v>(value: &'v Value, invalid: &str) -> Result<Vec<&'v str>, PolicyRefused> {
+    match value {
+        Value::String(one) => Ok(vec![one.as_str()]),
+        Value::Array(list) if !list.is_empty() => list
+            .iter()
+            .map(|item| {
+                item.as_str()
+                    .ok_or_else(|| PolicyRefused::Malformed(invalid.to_owned()))
+            })
+            .collect(),
+        _ => malformed(invalid),
+    }
+}
+
+impl Statement {
+    /// An Allow for everyone not narrowed by a condition on who or where the requester is.
+    fn public_grant(&self) -> bool {
+        !self.deny
+            && matches!(self.principals, Principals::Anyone)
+            && !self.conditions.iter().any(Condition::narrows_requester)
+    }
+
+    fn parse(value: &Value, bucket: &str, known_key: &dyn Fn(&str) -> bool) -> Result<Statement, PolicyRefused> {
+        let Value::Object(fields) = value else {
+            return malformed("Missing required field Statement");
+        };
+        let mut statement = Statement {
+            deny: false,
+            principals: Principals::Keys {
+                keys: Vec::new(),
+                root: false,
+            },
+            actions: Vec::new(),
+            not_action: false,
+            resources: Vec::new(),
+            not_resource: false,
+            conditions: Vec::new(),
+        };
+        let (mut effect, mut principal, mut action, mut resource) = (false, false, false, false);
+        for (field, value) in fields {
+            match field.as_str() {
+                "Sid" if value.is_string() => {}
+                "Sid" => return malformed("Statement IDs (SID) must be alpha-numeric."),
+                "Effect" => {
+                    effect = true;
+                    statement.deny = match value.as_str() {
+                        Some("Allow") => false,
+                        Some("Deny") => true,
+                        _ => return malformed(format!("Invalid effect: {}", value.as_str().unwrap_or_default())),
+                    };
+                }
+                "Principal" => {
+                    principal = true;
+                    statement.principals = Principals::parse(value, known_key)?;
+                }
+                "NotPrincipal" => {
+                    return Err(PolicyRefused::NotImplemented(
+                        "NotPrincipal is not supported in bucket policies here".into(),
+                    ));
+                }
+                "Action" | "NotAction" => {
+                    if action {
+                        return malformed("Statement may not contain both Action and NotAction");
+                    }
+                    action = true;
+                    statement.not_action = field == "NotAction";
+                    for name in strings(value, "Policy has invalid action")? {
+                        statement.actions.push(parse_action(name)?);
+                    }
+                }
+                "Resource" | "NotResource" => {
+                    if resource {
+                        return malformed("Statement may not contain both Resource and NotResource");
+                    }
+                    resource = true;
+                    statement.not_resource = field == "NotResource";
+                    for arn in strings(value, "Policy has invalid resource")? {
+                        statement.resources.push(parse_resource(arn, bucket)?);
+                    }
+                }
+                "Condition" => statement.conditions = Condition::parse_block(value)?,
+                other => return malformed(format!("Unknown field {other}")),
+            }
+        }
+        if !effect {
+            return malformed("Missing required field Effect");
+        }
+        if !principal {
+            return malformed("Missing required field Principal");
+        }
+        if !action {
+            return malformed("Missing required field Action");
+        }
+        if !resource {
+            return malformed("Missing required field Resource");
+        }
+        if !statement.not_action && !statement.not_resource && !statement.some_action_applies() {
+            return malformed("Action does not apply to any resource(s) in statement");
+        }
+        Ok(statement)
+    }
+
+    /// Whether some action of the statement can act on some of its resources (S3 refuses a
+    /// statement pairing only bucket actions with object resources, or the reverse).
+    fn some_action_applies(&self) -> bool {
+        self.actions.iter().any(|action| {
+            let name = &action[3..];
+            let wild = name.contains(['*', '?']);
+            self.resources.iter().any(|resource| {
+                let path = &resource["arn:aws:s3:::".len()..];
+                let object = path.contains('/');
+                let either = path.contains(['*', '?']);
+                wild || either
+                    || (object && OBJECT_ACTIONS.contains(&name))
+                    || (!object && BUCKET_ACTIONS.contains(&name))
+            })
+        })
+    }
+
+    fn applies(&self, cx: &RequestContext<'_>, action: &str, resource: &str) -> bool {
+        self.principals.include(cx.requester)
+            && self.actions.iter().any(|pattern| glob(pattern, action)) != self.not_action
+            && self.resources.iter().any(|pattern| glob(pattern, resource)) != self.not_resource
+            && self.conditions.iter().all(|condition| condition.holds(cx))
+    }
+}
+
+impl Principals {
+    fn parse(value: &Value, known_key: &dyn Fn(&str) -> bool) -> Result<Principals, PolicyRefused> {
+        const INVALID: &str = "Invalid principal in policy";
+        let entries = match value {
+            Value::String(star) if star == "*" => return Ok(Principals::Anyone),
+            Value::Object(map) if !map.is_empty() => {
+                let mut entries = Vec::new();
+                for (kind, names) in map {
+                    match kind.as_str() {
+                        "AWS" | "CanonicalUser" => entries.extend(strings(names, INVALID)?),
+                        _ => return malformed(INVALID),
+                    }
+                }
+                entries
+            }
+            _ => return malformed(INVALID),
+        };
+        let (mut keys, mut root) = (Vec::new(), false);
+        for entry in entries {
+            if entry == "*" {
+                return Ok(Principals::Anyone);
+            }
+            if let Some(rest) = entry.strip_prefix("arn:aws:iam::") {
+                let Some((_account, name)) = rest.split_once(':') else {
+                    return malformed(INVALID);
+                };
+                match name.strip_prefix("user/") {
+                    Some(key) if known_key(key) => keys.push(key.to_owned()),
+                    _ if name == "root" => root = true,
+                    _ => return malformed(INVALID),
+                }
+            } else if entry.len() == 12 && entry.bytes().all(|b| b.is_ascii_digit()) && !known_key(entry) {
+                root = true;
+            } else if known_key(entry) {
+                keys.push(entry.to_owned());
+            } else {
+                return malformed(INVALID);
+            }
+        }
+        Ok(Principals::Keys { keys, root })
+    }
+
+    fn include(&self, requester: Requester<'_>) -> bool {
+        match (self, requester) {
+            (Principals::Anyone, _) => true,
+            (Principals::Keys { .. }, Requester::Anonymous) => false,
+            (Principals::Keys { keys, root }, Requester::Key { access_key, is_root }) => {
+                (*root && is_root) || keys.iter().any(|key| key == access_key)
+            }
+        }
+    }
+}
+
+/// An action pattern, lowercase: `s3:` and a known action name, or a pattern with wildcards.
+fn parse_action(name: &str) -> Result<String, PolicyRefused> {
+    let lower = name.to_ascii_lowercase();
+    if lower == "*" {
+        return Ok("s3:*".into());
+    }
+    let Some(rest) = lower.strip_prefix("s3:") else {
+        return malformed("Policy has invalid action");
+    };
+    let known = rest.contains(['*', '?']) || OBJECT_ACTIONS.contains(&rest) || BUCKET_ACTIONS.contains(&rest);
+    if rest.is_empty() || !known {
+        return malformed("Policy has invalid action");
+    }
+    Ok(lower)
+}
+
+/// A resource ARN, which must name this bucket or objects in it.
+fn parse_resource(arn: &str, bucket: &str) -> Result<String, PolicyRefused> {
+    let Some(path) = arn.strip_prefix("arn:aws:s3:::") else {
+        return malformed("Policy has invalid resource");
+    };
+    let bucket_part = path.split('/').next().unwrap_or_default();
+    // `bkt`, `bk*` or `*` reach this bucket; a pattern that cannot is another bucket's.
+    if bucket_part.is_empty() || !glob(bucket_part, bucket) {
+        return malformed("Policy has invalid resource");
+    }
+    Ok(arn.to_owned())
+}
+
+/// IAM wildcards: `*` any run of characters (`/` included), `?` any one character. Linear
+/// backtracking on the last `*` only, so no pattern is exponential.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if let Some((star_p, star_t)) = star {
+            pi = star_p + 1;
+            ti = star_t + 1;
+            star = Some((star_p, star_t + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn known(key: &str) -> bool {
+        matches!(key, "alice" | "bob")
+    }
+
+    fn parse(text: &str) -> Result<BucketPolicy, PolicyRefused> {
+        BucketPolicy::parse(text, "bkt", &known)
+    }
+
+    fn decide(
+        policy: &BucketPolicy,
+        who: Requester<'_>,
+        action: &str,
+        key: Option<&str>,
+        query: Option<&str>,
+    ) -> Decision {
+        let headers = http::HeaderMap::new();
+        policy.evaluate(&RequestContext {
+            requester: who,
+            action,
+            bucket: "bkt",
+            key,
+            source_ip: Some("10.1.2.3".parse().unwrap()),
+            secure_transport: false,
+            now: SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000),
+            headers: &headers,
+            query,
+            restrict_public: false,
+        })
+    }
+
+    const ALICE: Requester<'static> = Requester::Key {
+        access_key: "alice",
+        is_root: false,
+    };
+
+    #[test]
+    fn deny_wins_over_allow_and_prefixes_limit_grants() {
+        let policy = parse(
+            r#"{"Version":"2012-10-17","Statement":[
+                {"Sid":"read","Effect":"Allow","Principal":{"AWS":["arn:aws:iam::123456789012:user/alice"]},
+                 "Action":["s3:Get*"],"Resource":"arn:aws:s3:::bkt/shared/*"},
+                {"Effect":"Deny","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::bkt/shared/secret*"},
+                {"Effect":"Allow","Principal":{"AWS":"alice"},"Action":"s3:ListBucket","Resource":"arn:aws:s3:::bkt",
+                 "Condition":{"StringLike":{"s3:prefix":"shared/*"}}}]}"#,
+        )
+        .unwrap();
+        let get = |key| decide(&policy, ALICE, "s3:GetObject", Some(key), None);
+        assert_eq!(get("shared/a"), Decision::Allow);
+        assert_eq!(get("shared/secret.txt"), Decision::Deny);
+        assert_eq!(get("private/a"), Decision::Silent);
+        let list = |query| decide(&policy, ALICE, "s3:ListBucket", None, query);
+        assert_eq!(list(Some("list-type=2&prefix=shared%2Fx")), Decision::Allow);
+        assert_eq!(list(Some("prefix=private")), Decision::Silent);
+        assert_eq!(list(None), Decision::Silent);
+        let bob = Requester::Key {
+            access_key: "bob",
+            is_root: false,
+        };
+        assert_eq!(
+            decide(&policy, bob, "s3:GetObject", Some("shared/a"), None),
+            Decision::Silent
+        );
+        assert_eq!(
+            decide(
+                &policy,
+                Requester::Anonymous,
+                "s3:GetObject",
+                Some("shared/secret"),
+                None
+            ),
+            Decision::Deny
+        );
+        assert!(!policy.is_public());
+    }
+
+    #[test]
+    fn conditions_on_addresses_times_and_missing_keys() {
+        let policy = parse(
+            r#"{"Statement":[{"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::bkt/*",
+                "Condition":{"IpAddress":{"aws:SourceIp":["10.0.0.0/8","::1"]},
+                             "DateLessThan":{"aws:CurrentTime":"2030-01-01T00:00:00Z"},
+                             "Bool":{"aws:SecureTransport":false},
+                             "StringNotEquals":{"s3:x-amz-acl":"public-read-write"}}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            decide(&policy, Requester::Anonymous, "s3:GetObject", Some("k"), None),
+            Decision::Allow
+        );
+        assert!(!policy.is_public(), "limited to an address block");
+        let late = parse(
+            r#"{"Statement":{"Effect":"Allow","Principal":"*","Action":"s3:*","Resource":"arn:aws:s3:::bkt/*",
+                "Condition":{"DateGreaterThan":{"aws:CurrentTime":"2030-01-01"},"NotIpAddress":{"aws:SourceIp":"10.0.0.0/8"}}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            decide(&late, Requester::Anonymous, "s3:GetObject", Some("k"), None),
+            Decision::Silent
+        );
+        assert!(late.is_public());
+    }
+
+    #[test]
+    fn bad_policies_get_s3s_messages() {
+        let refused = |text: &str| match parse(text) {
+            Err(PolicyRefused::Malformed(message)) => message,
+            other => panic!("{text}: {other:?}"),
+        };
+        let statement = |body: &str| format!(r#"{{"Version":"2012-10-17","Statement":[{{{body}}}]}}"#);
+        assert!(refused("not json").contains("valid JSON"));
+        assert!(refused("{").contains("valid JSON"));
+        assert_eq!(
+            refused(r#"{"Version":"2012-10-17"}"#),
+            "Missing required field Statement"
+        );
+        assert_eq!(
+            refused(r#"{"Version":"1999","Statement":[]}"#),
+            "The policy must contain a valid version string"
+        );
+        let base = r#""Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::bkt/*""#;
+        assert_eq!(
+            refused(&statement(&format!(r#""Effect":"Maybe",{base}"#))),
+            "Invalid effect: Maybe"
+        );
+        assert_eq!(
+            refused(&statement(
+                r#""Effect":"Allow","Action":"s3:GetObject","Resource":"arn:aws:s3:::bkt/*""#
+            )),
+            "Missing required field Principal"
+        );
+        assert_eq!(
+            refused(&statement(
+                r#""Effect":"Allow","Principal":"*","Action":"s3:Fly","Resource":"arn:aws:s3:::bkt/*""#
+            )),
+            "Policy has invalid action"
+        );
+        assert_eq!(
+            refused(&statement(
+                r#""Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::other/*""#
+            )),
+            "Policy has invalid resource"
+        );
+        assert_eq!(
+            refused(&statement(
+                r#""Effect":"Allow","Principal":"*","Action":"s3:*","Resource":"arn:aws:s3:::oth*""#
+            )),
+            "Policy has invalid resource"
+        );
+        assert!(
+            parse(&statement(
+                r#""Effect":"Allow","Principal":"*","Action":"s3:*","Resource":["arn:aws:s3:::b*","arn:aws:s3:::*/*"]"#
+            ))
+            .is_ok()
+        );
+        assert_eq!(
+            refused(&statement(
+                r#""Effect":"Allow","Principal":{"AWS":"mallory"},"Action":"s3:GetObject","Resource":"arn:aws:s3:::bkt/*""#
+            )),
+            "Invalid principal in policy"
+        );
+        assert_eq!(
+            refused(&statement(
+                r#""Effect":"Allow","Principal":"*","Action":"s3:ListBucket","Resource":"arn:aws:s3:::bkt/k""#
+            )),
+            "Action does not apply to any resource(s) in statement"
+        );
+        assert!(
+            refused(&statement(&format!(
+                r#""Effect":"Allow",{base},"Condition":{{"Maybe":{{"s3:prefix":"a"}}}}"#
+            )))
+            .contains("Invalid Condition type")
+        );
+        assert!(matches!(
+            parse(&statement(&format!(
+                r#""Effect":"Allow",{base},"Condition":{{"StringEquals":{{"s3:ExistingObjectTag/x":"a"}}}}"#
+            ))),
+            Err(PolicyRefused::NotImplemented(_))
+        ));
+    }
+
+    #[test]
+    fn globs_match_as_iam_does() {
+        assert!(glob("s3:get*", "s3:getobject"));
+        assert!(glob("arn:aws:s3:::b/a?c/*", "arn:aws:s3:::b/abc/d/e"));
+        assert!(!glob("arn:aws:s3:::b/a?c/*", "arn:aws:s3:::b/ac/d"));
+        assert!(glob("*", ""));
+        assert!(glob("*", "*x"), "a `*` in the text is a character like any other");
+        assert!(glob("a*", "a*b"));
+        assert!(!glob("a*b", "ac"));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn a_star_matches_any_middle(head in "[a-z/]{0,6}", middle in "\\PC{0,10}", tail in "[a-z/]{0,6}") {
+            let pattern = format!("{head}*{tail}");
+            let text = format!("{head}{middle}{tail}");
+            prop_assert!(glob(&pattern, &text));
+        }
+
+        #[test]
+        fn any_document_gets_an_answer(text in "\\PC{0,200}") {
+            let _ = parse(&text);
+        }
+    }
+}

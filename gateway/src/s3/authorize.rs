@@ -1,0 +1,356 @@
+//! Bucket policies on S3 requests: the IAM action of each operation (as AWS's "required
+//! permissions for S3 API operations" lists them), the request's policy context, and the
+//! verdict, taken once in the access check before the request is admitted. A bucket without a
+//! policy costs one cached map lookup and nothing else.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use s3s::S3Result;
+use s3s::access::S3AccessContext;
+
+use crate::access::policy::{Decision, RequestContext, Requester};
+use crate::http_server::Peer;
+use crate::store::{BucketInfo, Catalog, StoreError};
+
+/// The buckets a policy allowed this request to use, beyond the requester's own. In the
+/// request's extensions; the front passes it to `Buckets::open`.
+#[derive(Debug, Clone, Default)]
+pub struct PolicyGrant {
+    buckets: Vec<String>,
+    anonymous: bool,
+    /// DeleteObjects on a bucket with a policy: each key is decided on its own, as its own
+    /// DeleteObject would be (the access check sees no keys).
+    per_key: Option<Arc<PerKey>>,
+    /// A GET/HEAD the policy allowed to a requester who may not list the bucket: a missing key
+    /// is answered 403 AccessDenied, as S3 does.
+    hide_missing: bool,
+}
+
+#[derive(Debug)]
+struct PerKey {
+    bucket: Arc<BucketInfo>,
+    /// `None`: anonymous.
+    access_key: Option<String>,
+    is_root: bool,
+    peer: Option<Peer>,
+}
+
+impl PolicyGrant {
+    /// For DeleteObjects: whether deleting `key` (`versioned`: one version of it) is allowed.
+    /// Without a per-key decision the bucket's opening already decided.
+    pub fn may_delete(&self, key: &str, versioned: bool, headers: &http::HeaderMap) -> bool {
+        let Some(per_key) = &self.per_key else {
+            return true;
+        };
+        let Some(policy) = &per_key.bucket.access.policy else {
+            return true;
+        };
+        let requester = match &per_key.access_key {
+            Some(access_key) => Requester::Key {
+                access_key,
+                is_root: per_key.is_root,
+            },
+            None => Requester::Anonymous,
+        };
+        let context = RequestContext {
+            requester,
+            action: if versioned {
+                "s3:DeleteObjectVersion"
+            } else {
+                "s3:DeleteObject"
+            },
+            bucket: &per_key.bucket.name,
+            key: Some(key),
+            source_ip: per_key.peer.map(|peer| peer.addr.ip()),
+            secure_transport: per_key.peer.is_some_and(|peer| peer.tls),
+            now: SystemTime::now(),
+            headers,
+            query: None,
+            restrict_public: restricted(&per_key.bucket),
+        };
+        match policy.rules.evaluate(&context) {
+            Decision::Allow => true,
+            Decision::Deny => false,
+            Decision::Silent => {
+                per_key.is_root
+                    || per_key
+                        .access_key
+                        .as_deref()
+                        .is_some_and(|key| per_key.bucket.owner.as_deref() == Some(key))
+            }
+        }
+    }
+
+    pub fn covers(&self, bucket: &str) -> bool {
+        self.buckets.iter().any(|granted| granted == bucket)
+    }
+
+    /// Whether a missing key must be answered AccessDenied rather than NoSuchKey.
+    pub fn hides_missing(&self) -> bool {
+        self.hide_missing
+    }
+
+    /// An unsigned request some policy let through.
+    pub fn anonymous(&self) -> bool {
+        self.anonymous
+    }
+}
+
+fn denied() -> s3s::S3Error {
+    s3s::s3_error!(AccessDenied, "Access Denied")
+}
+
+/// The IAM action an operation needs. `versioned`: the request names a version.
+pub fn action_of(operation: &str, versioned: bool) -> Option<&'static str> {
+    Some(match operation {
+        "GetObject" | "HeadObject" if versioned => "s3:GetObjectVersion",
+        "GetObject" | "HeadObject" => "s3:GetObject",
+        "GetObjectAttributes" if versioned => "s3:GetObjectVersionAttributes",
+        "GetObjectAttributes" => "s3:GetObjectAttributes",
+        "PutObject"
+        | "CopyObject"
+        | "CreateMultipartUpload"
+        | "UploadPart"
+        | "UploadPartCopy"
+        | "CompleteMultipartUpload" => "s3:PutObject",
+        "DeleteObject" if versioned => "s3:DeleteObjectVersion",
+        "DeleteObject" | "DeleteObjects" => "s3:DeleteObject",
+        "AbortMultipartUpload" => "s3:AbortMultipartUpload",
+        "ListParts" => "s3:ListMultipartUploadParts",
+        "ListMultipartUploads" => "s3:ListBucketMultipartUploads",
+        "ListObjects" | "ListObjectsV2" | "HeadBucket" => "s3:ListBucket",
+        "ListObjectVersions" => "s3:ListBucketVersions",
+        "GetObjectTagging" if versioned => "s3:GetObjectVersionTagging",
+        "GetObjectTagging" => "s3:GetObjectTagging",
+        "PutObjectTagging" => "s3:PutObjectTagging",
+        "DeleteObjectTagging" => "s3:DeleteObjectTagging",
+        "GetObjectAcl" => "s3:GetObjectAcl",
+        "PutObjectAcl" => "s3:PutObjectAcl",
+        "GetBucketLocation" => "s3:GetBucketLocation",
+        "GetBucketVersioning" => "s3:GetBucketVersioning",
+        "PutBucketVersioning" => "s3:PutBucketVersioning",
+        "GetBucketTagging" => "s3:GetBucketTagging",
+        "PutBucketTagging" | "DeleteBucketTagging" => "s3:PutBucketTagging",
+        "GetBucketCors" => "s3:GetBucketCORS",
+        "PutBucketCors" | "DeleteBucketCors" => "s3:PutBucketCORS",
+        "GetBucketPolicy" => "s3:GetBucketPolicy",
+        "PutBucketPolicy" => "s3:PutBucketPolicy",
+        "DeleteBucketPolicy" => "s3:DeleteBucketPolicy",
+        "GetBucketPolicyStatus" => "s3:GetBucketPolicyStatus",
+        "GetBucketAcl" => "s3:GetBucketAcl",
+        "PutBucketAcl" => "s3:PutBucketAcl",
+        "DeleteBucket" => "s3:DeleteBucket",
+        "GetPublicAccessBlock" => "s3:GetBucketPublicAccessBlock",
+        "PutPublicAccessBlock" | "DeletePublicAccessBlock" => "s3:PutBucketPublicAccessBlock",
+        "GetObjectLockConfiguration" => "s3:GetBucketObjectLockConfiguration",
+        "PutObjectLockConfiguration" => "s3:PutBucketObjectLockConfiguration",
+        "GetObjectRetention" => "s3:GetObjectRetention",
+        "PutObjectRetention" => "s3:PutObjectRetention",
+        "GetObjectLegalHold" => "s3:GetObjectLegalHold",
+        "PutObjectLegalHold" => "s3:PutObjectLegalHold",
+        "GetBucketLifecycleConfiguration" => "s3:GetLifecycleConfiguration",
+        "PutBucketLifecycleConfiguration" | "DeleteBucketLifecycle" => "s3:PutLifecycleConfiguration",
+        _ => return None,
+    })
+}
+
+/// The policy actions the bucket's owner (and the root keys) keep whatever the policy says, as
+/// on AWS, where an account cannot lock itself out of its bucket's policy.
+const NEVER_LOCKED_OUT: [&str; 3] = ["s3:GetBucketPolicy", "s3:PutBucketPolicy", "s3:DeleteBucketPolicy"];
+
+/// Checks the request against its bucket's policy (and, for a copy, the source bucket's).
+/// Returns the grant to carry, or the refusal. Unsigned requests pass only where a policy
+/// allows everyone; a bucket that does not exist is NoSuchBucket for them.
+pub async fn authorize(
+    catalog: &Catalog,
+    cx: &S3AccessContext<'_>,
+    peer: Option<Peer>,
+    operation: &str,
+) -> S3Result<Option<PolicyGrant>> {
+    let signed = cx.credentials().map(|c| c.access_key.as_str());
+    let Some(bucket_name) = cx.s3_path().get_bucket_name() else {
+        return match signed {
+            Some(_) => Ok(None),
+            None => Err(s3s::s3_error!(AccessDenied, "Anonymous access is not allowed.")),
+        };
+    };
+    // The hot path: while no bucket has a policy, a signed request is the owner check's alone.
+    if signed.is_some() && !catalog.has_policies() {
+        return Ok(None);
+    }
+    let mut bucket = catalog.cached_bucket(bucket_name);
+    let copy = matches!(operation, "CopyObject" | "UploadPartCopy");
+    // A signed request to a bucket without a policy is the owner check's alone too.
+    if signed.is_some() && !copy && bucket.as_ref().is_none_or(|bucket| bucket.access.policy.is_none()) {
+        return Ok(None);
+    }
+    let requester = match signed {
+        Some(access_key) => {
+            let is_root = match catalog.access_key(access_key).await {
+                Ok(Some(key)) => key.is_root,
+                _ => false,
+            };
+            Requester::Key { access_key, is_root }
+        }
+        None if operation == "CreateBucket" => return Err(denied()),
+        None => {
+            if bucket.is_none() {
+                // Not cached: a bucket made a moment ago (its NOTIFY still on the way) is looked
+                // up, so that it is AccessDenied, and only a bucket that does not exist is
+                // NoSuchBucket. One indexed lookup, holding no admission slot.
+                bucket = Some(match catalog.bucket(bucket_name).await {
+                    Ok(found) => found,
+                    Err(StoreError::NoSuchBucket) => {
+                        return Err(s3s::s3_error!(NoSuchBucket, "The specified bucket does not exist"));
+                    }
+                    Err(err) => return Err(super::errors::s3_error(err, None)),
+                });
+            }
+            Requester::Anonymous
+        }
+    };
+    let versioned = query_has(cx.uri().query(), "versionId");
+    let mut grant = PolicyGrant {
+        buckets: Vec::new(),
+        anonymous: signed.is_none(),
+        per_key: None,
+        hide_missing: false,
+    };
+    if operation == "DeleteObjects"
+        && let Some(bucket) = &bucket
+        && bucket.access.policy.is_some()
+    {
+        let (access_key, is_root) = match requester {
+            Requester::Key { access_key, is_root } => (Some(access_key.to_owned()), is_root),
+            Requester::Anonymous => (None, false),
+        };
+        grant.buckets.push(bucket.name.clone());
+        grant.per_key = Some(Arc::new(PerKey {
+            bucket: Arc::clone(bucket),
+            access_key,
+            is_root,
+            peer,
+        }));
+    } else if let Some(bucket) = &bucket
+        && let Some(action) = action_of(operation, versioned)
+    {
+        let key = cx.s3_path().get_object_key();
+        if decide(cx, peer, bucket, requester, action, key, cx.uri().query())? {
+            grant.buckets.push(bucket.name.clone());
+            // S3 tells a reader without s3:ListBucket that a missing key is 403, not 404, so a
+            // grant to read objects does not reveal which keys exist.
+            let owner = match requester {
+                Requester::Key { access_key, is_root } => is_root || bucket.owner.as_deref() == Some(access_key),
+                Requester::Anonymous => false,
+            };
+            grant.hide_missing = matches!(operation, "GetObject" | "HeadObject")
+                && !owner
+                && !decide(cx, peer, bucket, requester, "s3:ListBucket", None, None)?;
+        }
+    }
+    if copy
+        && let Some((source_bucket, source_key, version)) = copy_source(cx.headers())
+        && let Some(source) = catalog.cached_bucket(&source_bucket)
+    {
+        let action = if version { "s3:GetObjectVersion" } else { "s3:GetObject" };
+        if decide(cx, peer, &source, requester, action, Some(&source_key), None)? {
+            grant.buckets.push(source.name.clone());
+        }
+    }
+    if grant.anonymous && grant.buckets.is_empty() {
+        return Err(denied());
+    }
+    Ok((!grant.buckets.is_empty() || grant.anonymous).then_some(grant))
+}
+
+/// Whether `bucket`'s policy allows the request (an explicit Deny refuses it here).
+fn decide(
+    cx: &S3AccessContext<'_>,
+    peer: Option<Peer>,
+    bucket: &Arc<BucketInfo>,
+    requester: Requester<'_>,
+    action: &str,
+    key: Option<&str>,
+    query: Option<&str>,
+) -> S3Result<bool> {
+    let Some(policy) = &bucket.access.policy else {
+        return Ok(false);
+    };
+    let context = RequestContext {
+        requester,
+        action,
+        bucket: &bucket.name,
+        key,
+        source_ip: peer.map(|peer| peer.addr.ip()),
+        secure_transport: peer.is_some_and(|peer| peer.tls),
+        now: SystemTime::now(),
+        headers: cx.headers(),
+        query,
+        restrict_public: restricted(bucket),
+    };
+    match policy.rules.evaluate(&context) {
+        Decision::Allow => Ok(true),
+        Decision::Silent => Ok(false),
+        Decision::Deny => {
+            let owner = match requester {
+                Requester::Key { access_key, is_root } => is_root || bucket.owner.as_deref() == Some(access_key),
+                Requester::Anonymous => false,
+            };
+            match owner && NEVER_LOCKED_OUT.contains(&action) {
+                true => Ok(false),
+                false => Err(denied()),
+            }
+        }
+    }
+}
+
+fn restricted(bucket: &BucketInfo) -> bool {
+    bucket
+        .access
+        .public_access_block
+        .is_some_and(|block| block.restrict_public_buckets)
+}
+
+fn query_has(query: Option<&str>, name: &str) -> bool {
+    query.is_some_and(|query| form_urlencoded::parse(query.as_bytes()).any(|(param, _)| param == name))
+}
+
+/// The bucket, key and whether a version is named, of an `x-amz-copy-source` header.
+fn copy_source(headers: &http::HeaderMap) -> Option<(String, String, bool)> {
+    let value = headers.get("x-amz-copy-source")?.to_str().ok()?;
+    let (path, version) = match value.split_once("?versionId=") {
+        Some((path, _)) => (path, true),
+        None => (value, false),
+    };
+    let decoded: String = form_urlencoded::parse(format!("p={}", path.replace('+', "%2B")).as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())?;
+    let decoded = decoded.strip_prefix('/').unwrap_or(&decoded);
+    let (bucket, key) = decoded.split_once('/')?;
+    Some((bucket.to_owned(), key.to_owned(), version))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operations_map_to_the_actions_aws_documents() {
+        assert_eq!(action_of("HeadObject", false), Some("s3:GetObject"));
+        assert_eq!(action_of("GetObject", true), Some("s3:GetObjectVersion"));
+        assert_eq!(action_of("ListObjectsV2", false), Some("s3:ListBucket"));
+        assert_eq!(action_of("CompleteMultipartUpload", false), Some("s3:PutObject"));
+        assert_eq!(action_of("DeleteBucketCors", false), Some("s3:PutBucketCORS"));
+        assert_eq!(action_of("ListBuckets", false), None);
+    }
+
+    #[test]
+    fn copy_sources_are_decoded() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("x-amz-copy-source", "/src/a%20b/c?versionId=x".parse().unwrap());
+        assert_eq!(copy_source(&headers), Some(("src".into(), "a b/c".into(), true)));
+        headers.insert("x-amz-copy-source", "src/k+1".parse().unwrap());
+        assert_eq!(copy_source(&headers), Some(("src".into(), "k+1".into(), false)));
+    }
+}
