@@ -73,7 +73,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("../../migrations/0013_object_lock_lifecycle.sql"),
     ),
     (14, "resp_types", include_str!("../../migrations/0014_resp_types.sql")),
-    (15, "bucket_access", include_str!("../../migrations/0015_bucket_access.sql")),
+    (
+        15,
+        "bucket_access",
+        include_str!("../../migrations/0015_bucket_access.sql"),
+    ),
 ];
 
 /// The function files, in the order they are applied. Every function they define already exists
