@@ -135,6 +135,12 @@ impl Catalog {
         Ok(true)
     }
 
+    /// Reloads the catalog whatever version this gateway has seen: for a caller that must not
+    /// miss a change committed a moment ago (a key named in a policy being put).
+    pub async fn reload_now(&self) -> anyhow::Result<()> {
+        self.reload().await
+    }
+
     async fn reload(&self) -> anyhow::Result<()> {
         let mut client = self.pool.get().await?;
         // One snapshot, so the version matches the rows read with it.

@@ -93,7 +93,7 @@ impl S3Front {
             // A key made since this gateway's catalog last loaded would look unknown: the
             // cache is brought up to date once before the principal is called invalid.
             catalog
-                .refresh()
+                .reload_now()
                 .await
                 .map_err(|err| fail(&req, StoreError::Unavailable(err.to_string())))?;
         }
