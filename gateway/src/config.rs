@@ -112,6 +112,12 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_BUFFER_BUDGET", default_value = "256MiB", value_parser = parse_bytes)]
     pub buffer_budget: u64,
 
+    /// The largest file a browser upload (POST Object) may carry. s3s holds the file in memory
+    /// before storing it, so each form draws its size from the buffer budget while it is read
+    /// (a form that does not fit gets 503 SlowDown); keep it well below --buffer-budget.
+    #[arg(long, env = "PGVS3_S3_POST_MAX_SIZE", default_value = "64MiB", value_parser = parse_bytes)]
+    pub s3_post_max_size: u64,
+
     /// Region reported by GetBucketLocation and accepted in signatures.
     #[arg(long, env = "PGVS3_REGION", default_value = "us-east-1")]
     pub region: String,

@@ -100,6 +100,10 @@ impl RunningGateway {
             metrics.clone(),
             s3_admission,
             lag.clone(),
+            crate::s3::PostLimits {
+                max_file: args.s3_post_max_size,
+                budget: buffers.clone(),
+            },
         )?;
         let admin = AdminService::new(
             pool.clone(),

@@ -5,6 +5,7 @@ mod checks;
 mod lifecycle;
 mod lock;
 mod notifications;
+mod post;
 
 use std::time::SystemTime;
 
@@ -527,6 +528,7 @@ impl S3 for S3Front {
     async fn put_object(&self, mut req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
         let principal = self.principal(&req).await?;
         checks::refuse_unkept(&req.headers, Request::NewObject)?;
+        let form = post::FormUpload::of(&mut req)?;
         let check = UploadCheck::from_request(&req.headers, req.trailing_headers.clone())?;
         let body: store::BodyStream = match req.input.body.take() {
             Some(blob) => Box::pin(blob.map_err(|err| body_error(err.as_ref()))),
@@ -550,13 +552,18 @@ impl S3 for S3Front {
             .put(&input.key, upload, &condition)
             .await
             .map_err(|e| fail(&req, e))?;
+        let etag = ETag::Strong(outcome.etag);
         let mut output = PutObjectOutput {
-            e_tag: Some(ETag::Strong(outcome.etag)),
+            e_tag: Some(etag.clone()),
             version_id: outcome.version_id,
             ..Default::default()
         };
         output.checksum_type = set_checksum!(output, outcome.checksum);
-        Ok(S3Response::new(output))
+        let mut response = S3Response::new(output);
+        if let Some(form) = form {
+            form.answer(&req, &format!("\"{}\"", etag.value()), &mut response.headers);
+        }
+        Ok(response)
     }
 
     async fn get_object(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
@@ -815,7 +822,13 @@ impl S3 for S3Front {
             .encoding_type
             .as_ref()
             .is_some_and(|e| e.as_str() == EncodingType::URL);
-        let encode = |text: String| if url_encode { url_encode_key(&text) } else { text };
+        let encode = |text: String| {
+            if url_encode {
+                super::percent_encode(&text, true)
+            } else {
+                text
+            }
+        };
         let mut versions = Vec::new();
         let mut delete_markers = Vec::new();
         for entry in page.entries {
@@ -1547,7 +1560,11 @@ struct Listing {
 
 impl Listing {
     fn encode(&self, text: String) -> String {
-        if self.url_encode { url_encode_key(&text) } else { text }
+        if self.url_encode {
+            super::percent_encode(&text, true)
+        } else {
+            text
+        }
     }
 }
 
@@ -1597,19 +1614,6 @@ impl S3Front {
             .collect();
         Ok(listing)
     }
-}
-
-/// Percent-encodes like S3's `encoding-type=url`: everything but unreserved characters and `/`.
-fn url_encode_key(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~' | b'/') {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]

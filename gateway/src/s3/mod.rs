@@ -7,6 +7,7 @@ mod cors;
 mod domains;
 mod errors;
 mod front;
+mod post_form;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use crate::request_body::RequestBody;
 pub use auth::S3Admission;
 use auth::{CatalogAuth, RequestFacts, SignedOnly};
 use errors::RequestId;
+pub use post_form::PostLimits;
 
 /// The S3 endpoint as a hyper service: s3s plus request ids and metrics. One `Arc`, so the
 /// clone each request's future takes is one reference count, not one per metric.
@@ -45,6 +47,8 @@ struct Endpoint {
     /// For CORS, answered around s3s: preflights before it, headers on its responses.
     catalog: Arc<crate::store::Catalog>,
     hosts: Option<domains::Domains>,
+    /// Bounds on browser uploads, which s3s reads into memory before any access check.
+    post: post_form::PostLimits,
 }
 
 impl S3Endpoint {
@@ -55,9 +59,16 @@ impl S3Endpoint {
         metrics: Metrics,
         admission: S3Admission,
         lag: ReplicaLag,
+        post: post_form::PostLimits,
     ) -> anyhow::Result<S3Endpoint> {
         let catalog = Arc::clone(buckets.catalog());
         let mut builder = S3ServiceBuilder::new(front::S3Front::new(buckets, region));
+        let mut config = s3s::config::S3Config::default();
+        config.post_object_max_file_size = post.max_file;
+        config.form_max_field_size = post_form::MAX_FIELDS_SIZE;
+        config.form_max_fields_size = post_form::MAX_FIELDS_SIZE;
+        config.form_max_parts = post_form::MAX_PARTS;
+        builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(config))));
         builder.set_auth(CatalogAuth {
             catalog: Arc::clone(&catalog),
         });
@@ -82,6 +93,7 @@ impl S3Endpoint {
             id_prefix: crate::master_key::random_token(6),
             catalog,
             hosts,
+            post,
         })))
     }
 }
@@ -185,7 +197,25 @@ impl Endpoint {
             if self.host_bucket(&request).is_none() {
                 auth::slash_v2_bucket_path(&mut request);
             }
-            self.service.call(request.map(s3s_body)).await
+            match post_form::FormPost::of(&request) {
+                None => self.service.call(request.map(s3s_body)).await,
+                Some(form) => match form.admit(request.headers(), &self.post) {
+                    Err((status, code, message)) => {
+                        facts.name_operation("PostObject");
+                        Ok(error_response(status, code, message, &request_id))
+                    }
+                    // The reservation is held until s3s has stored the file it buffered.
+                    Ok(_held) => {
+                        let request = form.observe(request);
+                        let notes = request.extensions().get::<post_form::FormNotes>().cloned();
+                        let outcome = self.service.call(request).await;
+                        outcome.map(|response| match notes {
+                            Some(notes) => post_form::finish(response, &notes, &request_id),
+                            None => response,
+                        })
+                    }
+                },
+            }
         };
         let mut response = match outcome {
             Ok(response) => response,
@@ -270,6 +300,20 @@ fn error_response(status: http::StatusCode, code: &str, message: &str, request_i
         .headers_mut()
         .insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/xml"));
     response
+}
+
+/// A key in a URL's path (`keep_slash`) or a query value: everything but RFC 3986's unreserved
+/// characters percent-encoded.
+pub(crate) fn percent_encode(text: &str, keep_slash: bool) -> String {
+    let mut encoded = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => encoded.push(byte as char),
+            b'/' if keep_slash => encoded.push('/'),
+            _ => encoded.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    encoded
 }
 
 /// The body as s3s reads it: an empty one as such (no box, no timer), others with their idle

@@ -1,0 +1,74 @@
+//! PostObject (browser uploads): s3s turns the form into a PutObject; here the form's own part of
+//! it is finished as S3 does — `${filename}` in the key becomes the uploaded file's name, the
+//! form's settings are held to the same refusals as a PutObject's headers, and the answer
+//! carries the object's ETag and Location.
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use s3s::dto::PutObjectInput;
+use s3s::{S3Request, S3Result};
+
+use super::checks::{self, Request};
+use crate::s3::post_form::{FormFields, FormNotes};
+
+/// The form a PutObject came from, if it is a browser upload.
+pub struct FormUpload {
+    notes: FormNotes,
+}
+
+impl FormUpload {
+    /// For a PutObject made from a POST form: refuses what the form asks for and pgvs3 does not
+    /// keep, and replaces `${filename}` in the key.
+    pub fn of(req: &mut S3Request<PutObjectInput>) -> S3Result<Option<FormUpload>> {
+        let Some(notes) = req.extensions.get::<FormNotes>().cloned() else {
+            return Ok(None);
+        };
+        let fields = notes.get();
+        checks::refuse_unkept(&settings(fields), Request::NewObject)?;
+        if req.input.key.contains("${filename}") {
+            let Some(filename) = fields.and_then(|fields| fields.filename.as_deref()) else {
+                return Err(s3s::s3_error!(
+                    InvalidArgument,
+                    "POST requires exactly one file upload per request."
+                ));
+            };
+            req.input.key = req.input.key.replace("${filename}", filename);
+        }
+        Ok(Some(FormUpload { notes }))
+    }
+
+    /// The headers S3 answers an upload with (whatever the status the form asked for); the
+    /// stored object is also noted for the answer's body and redirect, built around s3s.
+    pub fn answer(&self, req: &S3Request<PutObjectInput>, etag: &str, headers: &mut HeaderMap) {
+        let (bucket, key) = (&req.input.bucket, &req.input.key);
+        self.notes.stored(bucket, key, etag);
+        if let Ok(value) = HeaderValue::from_str(etag) {
+            headers.insert(http::header::ETAG, value);
+        }
+        let scheme = match req.extensions.get::<crate::http_server::Peer>() {
+            Some(peer) if peer.tls => "https",
+            _ => "http",
+        };
+        if let Some(host) = req.headers.get(http::header::HOST).and_then(|host| host.to_str().ok()) {
+            let location = format!("{scheme}://{host}/{bucket}/{}", crate::s3::percent_encode(key, true));
+            if let Ok(value) = HeaderValue::from_str(&location) {
+                headers.insert(http::header::LOCATION, value);
+            }
+        }
+    }
+}
+
+/// The form's settings as the request headers a PutObject would carry them in (the form's `acl`
+/// is the header `x-amz-acl`).
+fn settings(fields: Option<&FormFields>) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    for (name, value) in fields.map(|fields| fields.fields.as_slice()).unwrap_or_default() {
+        let name = if name == "acl" { "x-amz-acl" } else { name.as_str() };
+        if !name.starts_with("x-amz-") {
+            continue;
+        }
+        if let (Ok(name), Ok(value)) = (HeaderName::try_from(name), HeaderValue::from_str(value)) {
+            headers.append(name, value);
+        }
+    }
+    headers
+}

@@ -1,0 +1,394 @@
+//! Browser uploads (POST Object: a multipart form to a bucket) on their way into s3s. s3s checks
+//! the form's signature and policy and holds the file in memory before any access check runs,
+//! so the form is bounded here first: a Content-Length is required, the form may not exceed
+//! `--s3-post-max-size`, and the bytes s3s will hold are reserved from the buffer budget (or the
+//! request is turned away with 503 SlowDown). As the body streams past, the fields before the
+//! file are noted — s3s drops the file part's name (which `${filename}` in the key stands for)
+//! and every field it has no input member for (the form's `acl`, for one) — for the operation.
+
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body::{Body, Frame, SizeHint};
+
+use crate::admission::{BufferBudget, Reservation};
+use crate::request_body::{BodyError, RequestBody};
+
+/// S3's limit on the form fields before the file ("MaxPostPreDataLengthExceeded"); s3s is
+/// configured with it too.
+pub const MAX_FIELDS_SIZE: usize = 20 * 1024;
+
+/// Parts of a form: S3's forms have a field per setting, a few dozen at most.
+pub const MAX_PARTS: usize = 200;
+
+/// The most form bytes before the file part that are kept to find its headers: the fields, their
+/// part headers and the file's own part headers fit well inside.
+const NOTE_WINDOW: usize = 3 * MAX_FIELDS_SIZE;
+
+/// Bounds on browser uploads.
+#[derive(Clone)]
+pub struct PostLimits {
+    /// The largest file a form may carry (s3s's `post_object_max_file_size`).
+    pub max_file: u64,
+    pub budget: BufferBudget,
+}
+
+/// Why a form was turned away before a byte of it was read: status, S3 code, message.
+pub type Refusal = (StatusCode, &'static str, &'static str);
+
+/// A POST of a multipart form: its boundary.
+pub struct FormPost {
+    boundary: Vec<u8>,
+}
+
+impl FormPost {
+    /// The form of a browser upload, if this is one (POST with a multipart/form-data body).
+    pub fn of<B>(request: &Request<B>) -> Option<FormPost> {
+        if request.method() != http::Method::POST {
+            return None;
+        }
+        let content_type = request.headers().get(http::header::CONTENT_TYPE)?.to_str().ok()?;
+        let (mime, params) = content_type.split_once(';').unwrap_or((content_type, ""));
+        if !mime.trim().eq_ignore_ascii_case("multipart/form-data") {
+            return None;
+        }
+        let boundary = params.split(';').find_map(|param| {
+            let (name, value) = param.split_once('=')?;
+            name.trim()
+                .eq_ignore_ascii_case("boundary")
+                .then(|| value.trim().trim_matches('"').as_bytes().to_vec())
+        })?;
+        (!boundary.is_empty()).then_some(FormPost { boundary })
+    }
+
+    /// Admits the form: its length is known and within bounds, and the memory s3s will hold for
+    /// it is reserved (kept until the response is built).
+    pub fn admit(&self, headers: &HeaderMap, limits: &PostLimits) -> Result<Reservation, Refusal> {
+        let length = headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.parse::<u64>().ok())
+            .ok_or((
+                StatusCode::LENGTH_REQUIRED,
+                "MissingContentLength",
+                "You must provide the Content-Length HTTP header.",
+            ))?;
+        if length > limits.max_file.saturating_add(NOTE_WINDOW as u64) {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                "EntityTooLarge",
+                "Your proposed upload exceeds the maximum allowed object size.",
+            ));
+        }
+        // The file as s3s aggregates it, plus the window kept here.
+        let held = length + length.min(NOTE_WINDOW as u64);
+        limits.budget.try_reserve(held, "post_object").ok_or((
+            StatusCode::SERVICE_UNAVAILABLE,
+            "SlowDown",
+            "Please reduce your request rate (the gateway's upload buffers are in use).",
+        ))
+    }
+
+    /// The request with a body that notes the form's fields on the way, and the notes in its
+    /// extensions (where the operation finds them).
+    pub fn observe(self, request: Request<RequestBody>) -> Request<s3s::Body> {
+        let notes = FormNotes::default();
+        let (mut parts, body) = request.into_parts();
+        parts.extensions.insert(notes.clone());
+        let body = NotingBody {
+            inner: body,
+            boundary: self.boundary,
+            window: Vec::new(),
+            notes: Some(notes),
+        };
+        Request::from_parts(parts, s3s::Body::http_body(body))
+    }
+}
+
+/// What is known of a form upload: its fields before the file, once the body has streamed past
+/// them, and the object it was stored as (for the answer, which s3s builds from the form's key).
+#[derive(Clone, Default)]
+pub struct FormNotes(Arc<Notes>);
+
+#[derive(Default)]
+struct Notes {
+    fields: OnceLock<FormFields>,
+    stored: OnceLock<Stored>,
+}
+
+struct Stored {
+    bucket: String,
+    key: String,
+    etag: String,
+}
+
+impl FormNotes {
+    pub fn get(&self) -> Option<&FormFields> {
+        self.0.fields.get()
+    }
+
+    /// Notes the object the upload became.
+    pub fn stored(&self, bucket: &str, key: &str, etag: &str) {
+        let _ = self.0.stored.set(Stored {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            etag: etag.to_owned(),
+        });
+    }
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct FormFields {
+    /// The file part's `filename` (what `${filename}` in the key is replaced by).
+    pub filename: Option<String>,
+    /// Every field before the file, names lower-cased as s3s reads them.
+    pub fields: Vec<(String, String)>,
+}
+
+impl FormFields {
+    pub fn field(&self, name: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(field, _)| field == name)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+/// The request body, passed through unchanged, with the bytes before the file part kept until
+/// its headers have gone by.
+struct NotingBody {
+    inner: RequestBody,
+    boundary: Vec<u8>,
+    window: Vec<u8>,
+    /// `None` once the fields are noted (or the window is full without a file part).
+    notes: Option<FormNotes>,
+}
+
+impl Body for NotingBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = &mut *self;
+        let frame = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &frame
+            && let Some(data) = frame.data_ref()
+            && this.notes.is_some()
+        {
+            let room = NOTE_WINDOW - this.window.len();
+            this.window.extend_from_slice(&data[..data.len().min(room)]);
+            if let Some(fields) = fields_before_file(&this.window, &this.boundary) {
+                if let Some(notes) = this.notes.take() {
+                    let _ = notes.0.fields.set(fields);
+                }
+                this.window = Vec::new();
+            } else if this.window.len() == NOTE_WINDOW {
+                this.notes = None;
+                this.window = Vec::new();
+            }
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The answer to a form upload as S3 gives it, where s3s's differs: a field that breaks a
+/// condition of the form's policy is 403 AccessDenied (s3s: 400 InvalidPolicyDocument), and the
+/// body of a 201 and the redirect of a 303 name the key the object was stored as (s3s: the
+/// form's key, before `${filename}` was replaced).
+pub fn finish(
+    mut response: http::Response<s3s::Body>,
+    notes: &FormNotes,
+    request_id: &str,
+) -> http::Response<s3s::Body> {
+    let status = response.status();
+    if status == StatusCode::BAD_REQUEST
+        && let Some(body) = response.body().bytes()
+        && let Some(message) = condition_failure(&body)
+    {
+        let message = format!("Invalid according to Policy: Policy Condition failed: {message}");
+        return super::error_response(StatusCode::FORBIDDEN, "AccessDenied", &message, request_id);
+    }
+    let Some(stored) = notes.0.stored.get() else {
+        return response;
+    };
+    let query = format!(
+        "bucket={}&key={}&etag={}",
+        super::percent_encode(&stored.bucket, false),
+        super::percent_encode(&stored.key, false),
+        super::percent_encode(&stored.etag, false)
+    );
+    match status {
+        StatusCode::CREATED => {
+            let location = response
+                .headers()
+                .get(http::header::LOCATION)
+                .and_then(|value| value.to_str().ok())
+                .unwrap_or_default();
+            let body = format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><PostResponse><Location>{}</Location><Bucket>{}</Bucket><Key>{}</Key><ETag>{}</ETag></PostResponse>",
+                xml_escape(location),
+                xml_escape(&stored.bucket),
+                xml_escape(&stored.key),
+                xml_escape(&stored.etag)
+            );
+            response.headers_mut().remove(http::header::CONTENT_LENGTH);
+            *response.body_mut() = s3s::Body::from(body);
+        }
+        StatusCode::SEE_OTHER => {
+            let redirect = notes
+                .get()
+                .and_then(|fields| fields.field("success_action_redirect").or(fields.field("redirect")));
+            if let Some(redirect) = redirect {
+                let base = redirect.split_once('?').map_or(redirect, |(base, _)| base);
+                let kept = redirect
+                    .split_once('?')
+                    .map(|(_, query)| query)
+                    .filter(|query| !query.is_empty());
+                let location = match kept {
+                    Some(kept) => format!("{base}?{kept}&{query}"),
+                    None => format!("{base}?{query}"),
+                };
+                if let Ok(value) = http::HeaderValue::from_str(&location) {
+                    response.headers_mut().insert(http::header::LOCATION, value);
+                }
+            }
+        }
+        _ => {}
+    }
+    response
+}
+
+/// The message of s3s's refusal of a form that breaks its policy's conditions.
+fn condition_failure(body: &[u8]) -> Option<String> {
+    let body = std::str::from_utf8(body).ok()?;
+    if !body.contains("<Code>InvalidPolicyDocument</Code>") {
+        return None;
+    }
+    let message = body.split_once("<Message>")?.1.split_once("</Message>")?.0;
+    let breaks_condition = message.starts_with("Policy condition") || message.starts_with("Bucket in form field");
+    breaks_condition.then(|| message.to_owned())
+}
+
+fn xml_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&apos;")
+}
+
+/// The fields of a multipart form up to its `file` part, and that part's filename; `None` while
+/// `form` (a prefix of the body) does not reach the file part's headers yet.
+fn fields_before_file(form: &[u8], boundary: &[u8]) -> Option<FormFields> {
+    let delimiter = [b"--".as_slice(), boundary].concat();
+    let mut rest = &form[find(form, &delimiter)? + delimiter.len()..];
+    let mut fields = Vec::new();
+    loop {
+        // A delimiter followed by "--" closes a form that had no file part.
+        if rest.starts_with(b"--") {
+            return Some(FormFields { filename: None, fields });
+        }
+        let rest_after_crlf = rest.strip_prefix(b"\r\n")?;
+        let headers_end = find(rest_after_crlf, b"\r\n\r\n")?;
+        let headers = std::str::from_utf8(&rest_after_crlf[..headers_end]).ok()?;
+        let (name, filename) = disposition(headers)?;
+        let content = &rest_after_crlf[headers_end + 4..];
+        if name.eq_ignore_ascii_case("file") {
+            return Some(FormFields { filename, fields });
+        }
+        let closing = [b"\r\n".as_slice(), &delimiter].concat();
+        let value_end = find(content, &closing)?;
+        let value = String::from_utf8_lossy(&content[..value_end]).into_owned();
+        fields.push((name.to_ascii_lowercase(), value));
+        rest = &content[value_end + closing.len()..];
+    }
+}
+
+/// The `name` and `filename` of a part's Content-Disposition header.
+fn disposition(headers: &str) -> Option<(String, Option<String>)> {
+    let value = headers.split("\r\n").find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.trim().eq_ignore_ascii_case("content-disposition").then_some(value)
+    })?;
+    let mut name = None;
+    let mut filename = None;
+    for param in value.split(';').skip(1) {
+        let Some((key, value)) = param.split_once('=') else {
+            continue;
+        };
+        let value = value.trim().trim_matches('"').to_owned();
+        match key.trim() {
+            "name" => name = Some(value),
+            "filename" => filename = Some(value),
+            _ => {}
+        }
+    }
+    Some((name?, filename))
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|window| window == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FORM: &str = "--XyZ\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\nuploads/${filename}\r\n\
+        --XyZ\r\ncontent-disposition: form-data; name=\"ACL\"\r\n\r\nprivate\r\n\
+        --XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"photo 1.jpg\"\r\n\
+        Content-Type: image/jpeg\r\n\r\nJPEGDATA\r\n--XyZ--\r\n";
+
+    #[test]
+    fn the_fields_and_the_file_name_are_read_from_a_complete_prefix() {
+        let fields = fields_before_file(FORM.as_bytes(), b"XyZ").unwrap();
+        assert_eq!(fields.filename.as_deref(), Some("photo 1.jpg"));
+        assert_eq!(fields.field("key"), Some("uploads/${filename}"));
+        assert_eq!(fields.field("acl"), Some("private"));
+    }
+
+    #[test]
+    fn a_prefix_short_of_the_file_headers_is_not_enough() {
+        let cut = FORM.find("Content-Type: image").unwrap();
+        for end in [0, 10, 60, cut] {
+            assert_eq!(fields_before_file(&FORM.as_bytes()[..end], b"XyZ"), None, "{end}");
+        }
+    }
+
+    #[test]
+    fn a_form_without_a_file_part_has_no_file_name() {
+        let form = "--b\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\nk\r\n--b--\r\n";
+        let fields = fields_before_file(form.as_bytes(), b"b").unwrap();
+        assert_eq!(fields.filename, None);
+        assert_eq!(fields.field("key"), Some("k"));
+    }
+
+    #[test]
+    fn the_boundary_comes_from_the_content_type() {
+        let post = |content_type: &str| {
+            let request = Request::post("/bucket")
+                .header(http::header::CONTENT_TYPE, content_type)
+                .body(())
+                .unwrap();
+            FormPost::of(&request).map(|form| form.boundary)
+        };
+        assert_eq!(post("multipart/form-data; boundary=abc"), Some(b"abc".to_vec()));
+        assert_eq!(
+            post("Multipart/Form-Data; charset=utf-8; boundary=\"a b\""),
+            Some(b"a b".to_vec())
+        );
+        assert_eq!(post("multipart/form-data"), None);
+        assert_eq!(post("application/xml"), None);
+    }
+}
