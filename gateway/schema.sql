@@ -2376,6 +2376,8 @@ CREATE TABLE pgvs3.buckets (
     cors jsonb,
     policy text,
     public_access_block jsonb,
+    encryption text,
+    CONSTRAINT buckets_encryption_check CHECK ((encryption = 'AES256'::text)),
     CONSTRAINT buckets_versioning_check CHECK ((versioning = ANY (ARRAY['Enabled'::text, 'Suspended'::text]))),
     CONSTRAINT object_lock_keeps_versioning CHECK (((object_lock IS NULL) OR (versioning = 'Enabled'::text)))
 );

@@ -9,11 +9,11 @@ use std::sync::Arc;
 
 use crate::cache::CacheTier;
 use crate::store::{
-    Access, BucketInfo, ByteRange, CacheMode, Catalog, CompletedPart, CopySource, DeleteOutcome, KvBatch, Lifecycle,
-    ListPage, ListRequest, LockConfig, Notifications, ObjectMeta, ObjectRead, PartsPage, Preconditions, Principal,
-    PutOutcome, ReadOptions, RequestedLock, Retention, Store, StoreError, StoreResult, StoredBytes, Tags, Upload,
-    UploadsPage, UploadsRequest, VersionEntry, Versioning, VersionsPage, VersionsRequest, WriteCondition,
-    valid_version_id,
+    Access, BucketInfo, ByteRange, CacheMode, Catalog, CompletedPart, CopySource, CustomerKey, DeleteOutcome, KvBatch,
+    Lifecycle, ListPage, ListRequest, LockConfig, Notifications, ObjectMeta, ObjectRead, PartsPage, Preconditions,
+    Principal, PutOutcome, ReadOptions, RequestedEncryption, RequestedLock, Retention, Store, StoreError, StoreResult,
+    StoredBytes, Tags, Upload, UploadsPage, UploadsRequest, VersionEntry, Versioning, VersionsPage, VersionsRequest,
+    WriteCondition, valid_version_id,
 };
 
 /// Opens buckets for requests: the store and the cache tier behind every bucket handle.
@@ -73,6 +73,14 @@ impl Buckets {
     }
 }
 
+/// The encryption of a copy: the SSE-C key of its source (`x-amz-copy-source-server-side-
+/// encryption-customer-*`) and what its own request asks for.
+#[derive(Debug, Default)]
+pub struct CopyEncryption {
+    pub source_key: Option<CustomerKey>,
+    pub target: RequestedEncryption,
+}
+
 /// An authorized bucket and the object API on it. Opened for reading, it refuses writes.
 pub struct BucketHandle<'a> {
     buckets: &'a Buckets,
@@ -109,6 +117,36 @@ impl<'a> BucketHandle<'a> {
 
     pub fn versioning(&self) -> Option<Versioning> {
         self.info.versioning
+    }
+
+    /// The encryption a new object here gets: what its request asks for, else the bucket's
+    /// default. Cache buckets refuse it: their bodies are the origin's bytes.
+    fn encryption_of(&self, requested: RequestedEncryption) -> StoreResult<RequestedEncryption> {
+        let requested = match requested {
+            RequestedEncryption::None if self.info.default_encryption => RequestedEncryption::S3,
+            requested => requested,
+        };
+        if self.info.origin.is_some() && !matches!(requested, RequestedEncryption::None) {
+            return Err(StoreError::NotImplemented(
+                "Server-side encryption is not implemented for cache buckets: their objects are the origin's".into(),
+            ));
+        }
+        Ok(requested)
+    }
+
+    /// Whether new objects here are encrypted with SSE-S3 unless they ask otherwise.
+    pub fn default_encryption(&self) -> bool {
+        self.info.default_encryption
+    }
+
+    pub async fn set_default_encryption(&self, on: bool) -> StoreResult<()> {
+        self.writable()?;
+        if self.info.origin.is_some() && on {
+            return Err(StoreError::NotImplemented(
+                "Server-side encryption is not implemented for cache buckets: their objects are the origin's".into(),
+            ));
+        }
+        self.store().set_bucket_encryption(&self.info, on).await
     }
 
     /// The version a request names, as this bucket takes it: in a bucket that never had
@@ -283,6 +321,7 @@ impl<'a> BucketHandle<'a> {
     pub async fn put(&self, key: &str, mut upload: Upload, condition: &WriteCondition) -> StoreResult<PutOutcome> {
         self.writable()?;
         self.info.lock_new_version(&mut upload.meta)?;
+        upload.encryption = self.encryption_of(std::mem::take(&mut upload.encryption))?;
         match self.cache() {
             Some(cache) => Box::pin(cache.put(&self.info, key, upload, condition)).await,
             None => self.store().put_object(&self.info, key, upload, condition).await,
@@ -396,10 +435,14 @@ impl<'a> BucketHandle<'a> {
         meta: Option<ObjectMeta>,
         tags: Option<Tags>,
         lock: RequestedLock,
+        encryption: CopyEncryption,
     ) -> StoreResult<PutOutcome> {
         self.writable()?;
         let source_version = source.version(source_version)?;
+        let target = self.encryption_of(encryption.target)?;
         if source_version.is_none()
+            && matches!(target, RequestedEncryption::None)
+            && encryption.source_key.is_none()
             && self.cache().is_none()
             && source.cache().is_none()
             && source.info.namespace == self.info.namespace
@@ -409,11 +452,19 @@ impl<'a> BucketHandle<'a> {
                 key: source_key,
                 conditions,
             };
-            return self.store().copy_object(&from, &self.info, key, meta, tags, lock).await;
+            // `None`: the source is encrypted, and is copied through the gateway below.
+            if let Some(copied) = self
+                .store()
+                .copy_object(&from, &self.info, key, meta.clone(), tags.clone(), lock.clone())
+                .await?
+            {
+                return Ok(copied);
+            }
         }
         let options = ReadOptions {
             conditions: conditions.clone(),
             version_id: source_version.map(str::to_owned),
+            customer_key: encryption.source_key,
             ..ReadOptions::default()
         };
         let read = source
@@ -427,21 +478,32 @@ impl<'a> BucketHandle<'a> {
         meta.checksum = None;
         meta.tags = tags.unwrap_or_else(|| read.head.meta.tags.clone());
         lock.apply(&mut meta);
+        // The copy's encryption is its own request's (or the bucket default), never the source's.
+        meta.encryption = None;
         let upload = Upload {
             meta,
             declared_len: Some(read.head.size),
             body: read.body,
             observer: Box::new(StoredBytes),
+            encryption: target,
         };
         self.put(key, upload, &WriteCondition::Always).await
     }
 
     /// Starts an upload; the object it completes gets the lock `meta` asks for, else the
     /// bucket's default retention as of now.
-    pub async fn create_multipart_upload(&self, key: &str, mut meta: ObjectMeta) -> StoreResult<String> {
+    pub async fn create_multipart_upload(
+        &self,
+        key: &str,
+        mut meta: ObjectMeta,
+        encryption: RequestedEncryption,
+    ) -> StoreResult<String> {
         self.writable()?;
         self.info.lock_new_version(&mut meta)?;
-        self.store().create_multipart_upload(&self.info, key, &meta).await
+        let encryption = self.encryption_of(encryption)?;
+        self.store()
+            .create_multipart_upload(&self.info, key, &meta, &encryption)
+            .await
     }
 
     pub async fn upload_part(
@@ -457,8 +519,10 @@ impl<'a> BucketHandle<'a> {
             .await
     }
 
-    /// Fills a part with an object of `source` (read as its kind says), or the byte range of
-    /// it in `options.range`.
+    /// Fills a part with an object of `source` (read as its kind says, opened with the SSE-C
+    /// key in `options`), or the byte range of it in `options.range`; `part_key` is the SSE-C
+    /// key of the upload, if it has one.
+    #[allow(clippy::too_many_arguments)]
     pub async fn upload_part_copy(
         &self,
         source: &BucketHandle<'_>,
@@ -467,6 +531,7 @@ impl<'a> BucketHandle<'a> {
         key: &str,
         upload_id: &str,
         part_number: u32,
+        part_key: Option<CustomerKey>,
     ) -> StoreResult<PutOutcome> {
         self.writable()?;
         let read = source
@@ -484,6 +549,7 @@ impl<'a> BucketHandle<'a> {
             declared_len: Some(read.span.1 - read.span.0),
             body: read.body,
             observer: Box::new(StoredBytes),
+            encryption: part_key.map_or(RequestedEncryption::None, RequestedEncryption::Customer),
         };
         self.upload_part(key, upload_id, part_number, upload).await
     }
@@ -599,6 +665,12 @@ impl<'a> BucketHandle<'a> {
         if self.info.versioning.is_some() {
             return Err(StoreError::NotAKeyspace(format!(
                 "bucket {} has S3 versioning: a RESP database must map to an unversioned bucket",
+                self.info.name
+            )));
+        }
+        if self.info.default_encryption {
+            return Err(StoreError::NotAKeyspace(format!(
+                "bucket {} has default encryption: a RESP database must map to a bucket without it",
                 self.info.name
             )));
         }

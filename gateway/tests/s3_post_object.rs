@@ -109,7 +109,7 @@ form = root.generate_presigned_post("web", "late", ExpiresIn=-10)
 status, body, _ = post(form["url"], form["fields"], "l.txt", b"late")
 assert (status, code(body)) == (403, "AccessDenied"), (status, body)
 
-# Settings pgvs3 does not keep are refused, never stored without them.
+# Settings pgvs3 does not keep are refused, never stored without them; SSE-S3 is kept.
 form = root.generate_presigned_post("web", "public", Fields={"acl": "public-read"},
                                     Conditions=[{"acl": "public-read"}], ExpiresIn=600)
 status, body, _ = post(form["url"], form["fields"], "p.txt", b"public")
@@ -117,8 +117,13 @@ assert (status, code(body)) == (400, "AccessControlListNotSupported"), (status, 
 form = root.generate_presigned_post("web", "sse", Fields={"x-amz-server-side-encryption": "AES256"},
                                     Conditions=[{"x-amz-server-side-encryption": "AES256"}], ExpiresIn=600)
 status, body, _ = post(form["url"], form["fields"], "s.txt", b"secret")
+assert status == 204, (status, body)
+assert root.head_object(Bucket="web", Key="sse")["ServerSideEncryption"] == "AES256"
+form = root.generate_presigned_post("web", "kms", Fields={"x-amz-server-side-encryption": "aws:kms"},
+                                    Conditions=[{"x-amz-server-side-encryption": "aws:kms"}], ExpiresIn=600)
+status, body, _ = post(form["url"], form["fields"], "k.txt", b"secret")
 assert (status, code(body)) == (501, "NotImplemented"), (status, body)
-assert "public" not in keys(root) and "sse" not in keys(root), keys(root)
+assert "public" not in keys(root) and "kms" not in keys(root), keys(root)
 # A private acl is what every object has: accepted.
 form = root.generate_presigned_post("web", "private", Fields={"acl": "private"},
                                     Conditions=[{"acl": "private"}], ExpiresIn=600)

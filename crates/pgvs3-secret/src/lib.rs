@@ -1,4 +1,5 @@
-//! The master key that encrypts access-key secrets at rest in the catalog. Gateways open
+//! The master key that encrypts access-key secrets at rest in the catalog (and the data keys of
+//! SSE-S3 objects). Gateways open
 //! secrets with it; the operator seals the keys it writes with it — one implementation for both.
 //!
 //! Secrets must be recoverable (SigV4 needs the plain secret to recompute signatures), so they
@@ -47,25 +48,35 @@ impl MasterKey {
     }
 
     pub fn seal(&self, plaintext: &str) -> Vec<u8> {
+        self.seal_bytes(plaintext.as_bytes())
+    }
+
+    pub fn open(&self, sealed: &[u8]) -> anyhow::Result<String> {
+        let plaintext = self
+            .open_bytes(sealed)
+            .map_err(|_| anyhow!("cannot decrypt an access-key secret: wrong master key?"))?;
+        String::from_utf8(plaintext).context("decrypted secret is not UTF-8")
+    }
+
+    /// Seals any short secret (e.g. an object's data key): nonce, then ciphertext and tag.
+    pub fn seal_bytes(&self, plaintext: &[u8]) -> Vec<u8> {
         let mut nonce = [0u8; NONCE_LEN];
         rand::rng().fill_bytes(&mut nonce);
         let mut sealed = nonce.to_vec();
         let ciphertext = self
             .cipher
-            .encrypt(Nonce::from_slice(&nonce), plaintext.as_bytes())
+            .encrypt(Nonce::from_slice(&nonce), plaintext)
             .expect("AES-GCM encryption of a short secret cannot fail");
         sealed.extend_from_slice(&ciphertext);
         sealed
     }
 
-    pub fn open(&self, sealed: &[u8]) -> anyhow::Result<String> {
+    pub fn open_bytes(&self, sealed: &[u8]) -> anyhow::Result<Vec<u8>> {
         anyhow::ensure!(sealed.len() > NONCE_LEN, "sealed secret is too short");
         let (nonce, ciphertext) = sealed.split_at(NONCE_LEN);
-        let plaintext = self
-            .cipher
+        self.cipher
             .decrypt(Nonce::from_slice(nonce), ciphertext)
-            .map_err(|_| anyhow!("cannot decrypt an access-key secret: wrong master key?"))?;
-        String::from_utf8(plaintext).context("decrypted secret is not UTF-8")
+            .map_err(|_| anyhow!("cannot decrypt a sealed secret: wrong master key?"))
     }
 }
 

@@ -572,6 +572,7 @@ impl CacheTier {
             mut body,
             declared_len,
             mut observer,
+            encryption,
         } = upload;
         let threshold = origin.write_back_threshold.max(1);
         // Below the threshold the body is held in memory for the origin PUT, when memory is
@@ -593,6 +594,7 @@ impl CacheTier {
                 body: Box::pin(rest),
                 declared_len,
                 observer,
+                encryption,
             };
             let wait_for_origin = origin.mode != CacheMode::WriteBack;
             return self.stage(bucket, key, upload, condition, wait_for_origin).await;

@@ -68,6 +68,9 @@ pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
         StoreError::NoSuchObjectLockConfiguration => S3ErrorCode::NoSuchObjectLockConfiguration,
         StoreError::ObjectLockConfigurationNotFound => S3ErrorCode::ObjectLockConfigurationNotFoundError,
         StoreError::NoSuchLifecycleConfiguration => S3ErrorCode::NoSuchLifecycleConfiguration,
+        StoreError::WrongCustomerKey(_) => S3ErrorCode::AccessDenied,
+        StoreError::InvalidEncryptionAlgorithm => S3ErrorCode::InvalidEncryptionAlgorithmError,
+        StoreError::NoEncryptionConfiguration => S3ErrorCode::ServerSideEncryptionConfigurationNotFoundError,
         StoreError::DeleteMarker { allowed: true, .. } => S3ErrorCode::NoSuchKey,
         StoreError::DeleteMarker { allowed: false, .. } => S3ErrorCode::MethodNotAllowed,
         StoreError::Corrupt(_) | StoreError::NotAKeyspace(_) | StoreError::Database(_) => {

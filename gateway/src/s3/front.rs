@@ -2,6 +2,7 @@
 
 mod access;
 mod checks;
+mod encryption;
 mod lifecycle;
 mod lock;
 mod notifications;
@@ -64,6 +65,7 @@ impl S3Front {
         part: Option<i32>,
         conditions: store::Preconditions,
         with_body: bool,
+        customer: encryption::CustomerFields<'_>,
     ) -> S3Result<(ObjectRead, store::ReadOptions, Option<String>)> {
         let principal = self.principal(req).await?;
         checks::refuse_unkept(&req.headers, Request::Other)?;
@@ -72,6 +74,7 @@ impl S3Front {
             part_number: part_number(part)?,
             conditions,
             version_id: version_id.clone(),
+            customer_key: customer.key(req)?,
         };
         let bucket = self.open(req, &principal, bucket, Access::Read).await?;
         let read = match with_body {
@@ -259,6 +262,7 @@ macro_rules! meta_from_input {
             tags: Default::default(),
             retention: None,
             legal_hold: None,
+            encryption: None,
         }
     }};
 }
@@ -404,6 +408,31 @@ macro_rules! describe_object {
             $output.object_lock_retain_until_date,
             $output.object_lock_legal_hold_status,
         ) = lock::lock_fields(head);
+        let sse = encryption::answer(head.meta.encryption.as_ref());
+        $output.server_side_encryption = sse.sse;
+        $output.sse_customer_algorithm = sse.customer_algorithm;
+        $output.sse_customer_key_md5 = sse.customer_key_md5;
+    }};
+}
+
+/// The SSE-C fields of an input, as `encryption::CustomerFields`.
+macro_rules! customer_fields {
+    ($input:expr) => {
+        encryption::CustomerFields {
+            algorithm: $input.sse_customer_algorithm.as_deref(),
+            key: $input.sse_customer_key.as_deref(),
+            key_md5: $input.sse_customer_key_md5.as_deref(),
+        }
+    };
+}
+
+/// Sets the SSE headers of a write's answer.
+macro_rules! set_encryption {
+    ($output:expr, $answer:expr) => {{
+        let answer: encryption::Answer = $answer;
+        $output.server_side_encryption = answer.sse;
+        $output.sse_customer_algorithm = answer.customer_algorithm;
+        $output.sse_customer_key_md5 = answer.customer_key_md5;
     }};
 }
 
@@ -541,11 +570,18 @@ impl S3 for S3Front {
         requested_lock!(input)?.apply(&mut meta);
         let condition = write_condition(&input.if_match, &input.if_none_match)?;
         let declared_len = input.content_length.map(|len| len.max(0) as u64);
+        let requested = encryption::requested(
+            &req,
+            input.server_side_encryption.as_ref(),
+            input.ssekms_key_id.as_deref(),
+            customer_fields!(input),
+        )?;
         let upload = store::Upload {
             meta,
             body,
             declared_len,
             observer: Box::new(check),
+            encryption: requested.clone(),
         };
         let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
         let outcome = bucket
@@ -559,6 +595,10 @@ impl S3 for S3Front {
             ..Default::default()
         };
         output.checksum_type = set_checksum!(output, outcome.checksum);
+        set_encryption!(
+            output,
+            encryption::answer_requested(&requested, bucket.default_encryption())
+        );
         let mut response = S3Response::new(output);
         if let Some(form) = form {
             form.answer(&req, &format!("\"{}\"", etag.value()), &mut response.headers);
@@ -578,6 +618,7 @@ impl S3 for S3Front {
                 input.part_number,
                 read_conditions!(input),
                 true,
+                customer_fields!(input),
             )
             .await?;
         let mut output = GetObjectOutput {
@@ -609,6 +650,7 @@ impl S3 for S3Front {
                 input.part_number,
                 read_conditions!(input),
                 false,
+                customer_fields!(input),
             )
             .await?;
         let mut output = HeadObjectOutput {
@@ -1070,6 +1112,27 @@ impl S3 for S3Front {
         self.delete_access_block(req).await
     }
 
+    async fn put_bucket_encryption(
+        &self,
+        req: S3Request<PutBucketEncryptionInput>,
+    ) -> S3Result<S3Response<PutBucketEncryptionOutput>> {
+        S3Front::put_bucket_encryption(self, req).await
+    }
+
+    async fn get_bucket_encryption(
+        &self,
+        req: S3Request<GetBucketEncryptionInput>,
+    ) -> S3Result<S3Response<GetBucketEncryptionOutput>> {
+        S3Front::get_bucket_encryption(self, req).await
+    }
+
+    async fn delete_bucket_encryption(
+        &self,
+        req: S3Request<DeleteBucketEncryptionInput>,
+    ) -> S3Result<S3Response<DeleteBucketEncryptionOutput>> {
+        S3Front::delete_bucket_encryption(self, req).await
+    }
+
     async fn get_bucket_acl(&self, req: S3Request<GetBucketAclInput>) -> S3Result<S3Response<GetBucketAclOutput>> {
         let principal = self.principal(&req).await?;
         self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
@@ -1150,7 +1213,25 @@ impl S3 for S3Front {
             .metadata_directive
             .as_ref()
             .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
-        if !replace && source_bucket == input.bucket && source_key == input.key && source_version.is_none() {
+        let target = encryption::requested(
+            &req,
+            input.server_side_encryption.as_ref(),
+            input.ssekms_key_id.as_deref(),
+            customer_fields!(input),
+        )?;
+        let source_key_offer = encryption::CustomerFields {
+            algorithm: input.copy_source_sse_customer_algorithm.as_deref(),
+            key: input.copy_source_sse_customer_key.as_deref(),
+            key_md5: input.copy_source_sse_customer_key_md5.as_deref(),
+        }
+        .key(&req)?;
+        let reencrypts = !matches!(target, store::RequestedEncryption::None);
+        if !replace
+            && !reencrypts
+            && source_bucket == input.bucket
+            && source_key == input.key
+            && source_version.is_none()
+        {
             return Err(s3s::s3_error!(
                 InvalidRequest,
                 "This copy request is illegal because it is trying to copy an object to itself without \
@@ -1173,6 +1254,11 @@ impl S3 for S3Front {
         let lock = requested_lock!(input)?;
         let source = self.open(&req, &principal, source_bucket, Access::Read).await?;
         let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
+        let answer = encryption::answer_requested(&target, bucket.default_encryption());
+        let copy_encryption = crate::bucket::CopyEncryption {
+            source_key: source_key_offer,
+            target,
+        };
         let outcome = bucket
             .copy_from(
                 &source,
@@ -1183,6 +1269,7 @@ impl S3 for S3Front {
                 meta,
                 tags,
                 lock,
+                copy_encryption,
             )
             .await
             .map_err(|e| fail(&req, e))?;
@@ -1192,14 +1279,16 @@ impl S3 for S3Front {
             ..Default::default()
         };
         result.checksum_type = set_checksum!(result, outcome.checksum);
-        Ok(S3Response::new(CopyObjectOutput {
+        let mut output = CopyObjectOutput {
             copy_object_result: Some(result),
             copy_source_version_id: source_version
                 .filter(|_| source.versioning().is_some())
                 .map(str::to_owned),
             version_id: outcome.version_id,
             ..Default::default()
-        }))
+        };
+        set_encryption!(output, answer);
+        Ok(S3Response::new(output))
     }
 
     async fn upload_part_copy(
@@ -1216,22 +1305,45 @@ impl S3 for S3Front {
             part_number: None,
             conditions: copy_source_conditions!(input),
             version_id: source_version.map(str::to_owned),
+            customer_key: encryption::CustomerFields {
+                algorithm: input.copy_source_sse_customer_algorithm.as_deref(),
+                key: input.copy_source_sse_customer_key.as_deref(),
+                key_md5: input.copy_source_sse_customer_key_md5.as_deref(),
+            }
+            .key(&req)?,
         };
+        let part_key = customer_fields!(input).key(&req)?;
         let part_number = part_number(Some(input.part_number))?.unwrap_or_default();
         let source = self.open(&req, &principal, source_bucket, Access::Read).await?;
         let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
+        let answer = encryption::answer_requested(
+            &part_key
+                .clone()
+                .map_or(store::RequestedEncryption::None, store::RequestedEncryption::Customer),
+            false,
+        );
         let outcome = bucket
-            .upload_part_copy(&source, source_key, &options, &input.key, &input.upload_id, part_number)
+            .upload_part_copy(
+                &source,
+                source_key,
+                &options,
+                &input.key,
+                &input.upload_id,
+                part_number,
+                part_key,
+            )
             .await
             .map_err(|e| fail(&req, e))?;
-        Ok(S3Response::new(UploadPartCopyOutput {
+        let mut output = UploadPartCopyOutput {
             copy_part_result: Some(CopyPartResult {
                 e_tag: Some(ETag::Strong(outcome.etag)),
                 last_modified: Some(timestamp(outcome.last_modified)),
                 ..Default::default()
             }),
             ..Default::default()
-        }))
+        };
+        set_encryption!(output, answer);
+        Ok(S3Response::new(output))
     }
 
     async fn get_object_tagging(
@@ -1326,17 +1438,26 @@ impl S3 for S3Front {
         checks::check_user_metadata(&meta.user)?;
         meta.tags = header_tags(&input.tagging).map_err(|e| fail(&req, e))?;
         requested_lock!(input)?.apply(&mut meta);
+        let requested = encryption::requested(
+            &req,
+            input.server_side_encryption.as_ref(),
+            input.ssekms_key_id.as_deref(),
+            customer_fields!(input),
+        )?;
         let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
+        let answer = encryption::answer_requested(&requested, bucket.default_encryption());
         let upload_id = bucket
-            .create_multipart_upload(&input.key, meta)
+            .create_multipart_upload(&input.key, meta, requested)
             .await
             .map_err(|e| fail(&req, e))?;
-        Ok(S3Response::new(CreateMultipartUploadOutput {
+        let mut output = CreateMultipartUploadOutput {
             bucket: Some(input.bucket.clone()),
             key: Some(input.key.clone()),
             upload_id: Some(upload_id),
             ..Default::default()
-        }))
+        };
+        set_encryption!(output, answer);
+        Ok(S3Response::new(output))
     }
 
     async fn upload_part(&self, mut req: S3Request<UploadPartInput>) -> S3Result<S3Response<UploadPartOutput>> {
@@ -1348,11 +1469,15 @@ impl S3 for S3Front {
             None => Box::pin(futures::stream::empty()),
         };
         let input = &req.input;
+        let part_key = customer_fields!(input).key(&req)?;
         let upload = store::Upload {
             meta: ObjectMeta::default(),
             body,
             declared_len: input.content_length.map(|len| len.max(0) as u64),
             observer: Box::new(check),
+            encryption: part_key
+                .clone()
+                .map_or(store::RequestedEncryption::None, store::RequestedEncryption::Customer),
         };
         let part_number = part_number(Some(input.part_number))?.unwrap_or_default();
         let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
@@ -1362,6 +1487,8 @@ impl S3 for S3Front {
             .map_err(|e| fail(&req, e))?;
         let mut output = UploadPartOutput {
             e_tag: Some(ETag::Strong(outcome.etag)),
+            sse_customer_algorithm: part_key.as_ref().map(|_| "AES256".to_owned()),
+            sse_customer_key_md5: part_key.map(|key| key.key_md5),
             ..Default::default()
         };
         let _ = set_checksum!(output, outcome.checksum);

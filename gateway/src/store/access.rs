@@ -1,5 +1,5 @@
-//! Writes of a bucket's access rules (CORS rules, bucket policy, public access block) to its
-//! catalog row. Reads go
+//! Writes of a bucket's access rules (CORS rules, bucket policy, public access block, default
+//! encryption) to its catalog row. Reads go
 //! through the catalog cache (`BucketInfo::access`), never to the database per request.
 
 use tokio_postgres::types::Json;
@@ -35,6 +35,16 @@ impl Store {
             bucket,
             "UPDATE pgvs3.buckets SET public_access_block = $2 WHERE id = $1",
             &block.map(Json),
+        )
+        .await
+    }
+
+    /// Turns the bucket's default encryption (SSE-S3) on or off.
+    pub(crate) async fn set_bucket_encryption(&self, bucket: &BucketInfo, on: bool) -> StoreResult<()> {
+        self.set_access_column(
+            bucket,
+            "UPDATE pgvs3.buckets SET encryption = $2 WHERE id = $1",
+            &on.then_some("AES256"),
         )
         .await
     }

@@ -311,7 +311,7 @@ async fn write_entry(
     } else {
         let compress = worth_compressing(head.meta.content_type.as_deref());
         // The origin's ETag is the entry's: no digest of its own.
-        let (body_id, received) = write_chunks(&tx, &SQL.filled, compress, first, &mut body, None).await?;
+        let (body_id, received) = write_chunks(&tx, &SQL.filled, compress, first, &mut body, None, None).await?;
         check_length(Some(head.size), received)?;
         (None, Some(body_id))
     };
@@ -482,6 +482,8 @@ impl Store {
             multipart,
             span,
             with_body,
+            // Cache buckets refuse server-side encryption: their bodies are the origin's bytes.
+            None,
         )
         .await?;
         Ok(ObjectRead {

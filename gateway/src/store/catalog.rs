@@ -38,6 +38,9 @@ pub struct BucketInfo {
     pub lifecycle: Option<Arc<super::Lifecycle>>,
     /// CORS rules and bucket policy, parsed with the catalog.
     pub access: crate::access::BucketAccess,
+    /// Default encryption (PutBucketEncryption with AES256): new objects get SSE-S3 unless
+    /// their request asks for SSE-C.
+    pub default_encryption: bool,
     pub(super) sql: Arc<super::objects::NamespaceSql>,
 }
 
@@ -95,7 +98,7 @@ pub struct Catalog {
 fn bucket_select() -> String {
     format!(
         "SELECT b.id, b.name, b.namespace, b.owner, b.created_at, {ORIGIN_COLUMNS}, b.versioning, b.object_lock,
-                b.lifecycle, b.cors, b.policy, b.public_access_block
+                b.lifecycle, b.cors, b.policy, b.public_access_block, b.encryption
            FROM pgvs3.buckets b LEFT JOIN pgvs3.origins o ON o.bucket_id = b.id"
     )
 }
@@ -583,6 +586,7 @@ fn bucket_from_row(
     )?;
     Ok(BucketInfo {
         access,
+        default_encryption: row.get::<_, Option<&str>>("encryption") == Some("AES256"),
         id: row.get("id"),
         name,
         sql: namespace_sql(namespaces, &namespace),

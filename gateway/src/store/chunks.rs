@@ -10,6 +10,7 @@ use futures::Stream;
 use tokio_postgres::RowStream;
 
 use super::StoreError;
+use super::encryption::ObjectKey;
 
 /// One raw chunk fills one heap page exactly (see migrations/0001_layout_v1.sql).
 pub const CHUNK_SIZE: usize = 8120;
@@ -137,10 +138,14 @@ pub struct ChunkStream {
     client: Option<deadpool_postgres::Object>,
     rows: Pin<Box<RowStream>>,
     segments: VecDeque<Segment>,
+    /// The body of the segment being read (its chunks' counter blocks name it).
+    body_id: i64,
     body_size: u64,
     next_seq: i64,
     skip: usize,
     remaining: u64,
+    /// The object's key when its body is encrypted.
+    key: Option<ObjectKey>,
 }
 
 impl ChunkStream {
@@ -152,13 +157,21 @@ impl ChunkStream {
             client,
             rows: Box::pin(rows),
             segments: segments.into(),
+            body_id: 0,
             body_size: 0,
             next_seq: 0,
             skip: 0,
             remaining: 0,
+            key: None,
         };
         stream.next_segment();
         stream
+    }
+
+    /// The stream of an encrypted body, decrypted with its object's key.
+    pub fn decrypting(mut self, key: Option<ObjectKey>) -> ChunkStream {
+        self.key = key;
+        self
     }
 
     /// Moves on to the next non-empty segment; false when none is left.
@@ -168,6 +181,7 @@ impl ChunkStream {
                 continue;
             }
             let first_seq = segment.first_seq() as i64;
+            self.body_id = segment.body_id;
             self.body_size = segment.size;
             self.next_seq = first_seq;
             self.skip = (segment.start - first_seq as u64 * CHUNK_SIZE as u64) as usize;
@@ -194,6 +208,18 @@ impl ChunkStream {
         }
         self.next_seq += 1;
         let logical = chunk_len(self.body_size, seq);
+        let decrypted;
+        let stored = match &self.key {
+            None => stored,
+            Some(key) => {
+                decrypted = {
+                    let mut plain = stored.to_vec();
+                    key.apply(self.body_id, seq, &mut plain);
+                    plain
+                };
+                &decrypted[..]
+            }
+        };
         let unpacked;
         let data = if stored.len() == logical {
             stored

@@ -19,7 +19,9 @@ pub struct CopySource<'a> {
 
 impl Store {
     /// Copies an object. `meta` and `tags` replace the source's when given (S3's REPLACE
-    /// directives); a copy keeps the source's ETag, since it has the same bytes.
+    /// directives); a copy keeps the source's ETag, since it has the same bytes. `None` when
+    /// the source is encrypted: its chunks are sealed for its own bodies and key, so the copy
+    /// must be read and written through the gateway.
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store copy_object", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn copy_object(
         &self,
@@ -29,7 +31,7 @@ impl Store {
         meta: Option<ObjectMeta>,
         tags: Option<super::Tags>,
         lock: super::RequestedLock,
-    ) -> StoreResult<PutOutcome> {
+    ) -> StoreResult<Option<PutOutcome>> {
         check_key(source.key)?;
         check_key(key)?;
         let from = source.bucket;
@@ -47,6 +49,9 @@ impl Store {
             .conditions
             .check(&head)
             .map_err(super::conditions::as_copy_source_error)?;
+        if head.meta.encryption.is_some() {
+            return Ok(None);
+        }
         let mut meta = meta.unwrap_or_else(|| head.meta.clone());
         meta.parts = head.meta.parts;
         meta.checksum = head.meta.checksum.clone();
@@ -77,12 +82,12 @@ impl Store {
         };
         let written = self.write_object_row(&tx, to, &row, &WriteCondition::Always).await?;
         tx.commit().await?;
-        Ok(PutOutcome {
+        Ok(Some(PutOutcome {
             etag: head.etag,
             size: head.size,
             last_modified: written.last_modified,
             checksum: meta.checksum,
             version_id: written.version_id,
-        })
+        }))
     }
 }

@@ -85,6 +85,12 @@ pub enum StoreError {
     ObjectLockConfigurationNotFound,
     /// The bucket has no lifecycle configuration to read.
     NoSuchLifecycleConfiguration,
+    /// SSE-C: the key offered is not the one the object was stored with (403).
+    WrongCustomerKey(String),
+    /// An encryption algorithm other than AES256.
+    InvalidEncryptionAlgorithm,
+    /// The bucket has no default encryption configuration.
+    NoEncryptionConfiguration,
 }
 
 impl fmt::Display for StoreError {
@@ -144,6 +150,13 @@ impl fmt::Display for StoreError {
                 f.write_str("Object Lock configuration does not exist for this bucket")
             }
             StoreError::NoSuchLifecycleConfiguration => f.write_str("The lifecycle configuration does not exist"),
+            StoreError::WrongCustomerKey(msg) => f.write_str(msg),
+            StoreError::InvalidEncryptionAlgorithm => {
+                f.write_str("The Encryption request you specified is not valid. Supported value: AES256.")
+            }
+            StoreError::NoEncryptionConfiguration => {
+                f.write_str("The server side encryption configuration was not found")
+            }
             StoreError::NotAKeyspace(msg) => f.write_str(msg),
             StoreError::NoSuchVersion => f.write_str("the specified version does not exist"),
             StoreError::DeleteMarker { allowed: true, .. } => f.write_str("the specified key does not exist"),

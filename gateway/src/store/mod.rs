@@ -7,6 +7,7 @@ mod catalog;
 mod chunks;
 mod conditions;
 mod copy;
+mod encryption;
 mod error;
 mod kv;
 mod lifecycle;
@@ -31,6 +32,9 @@ pub use catalog::{AccessKey, BucketInfo, BucketSummary, Catalog, NewAccessKey};
 pub use chunks::CHUNK_SIZE;
 pub use conditions::{EtagCondition, Preconditions, WriteCondition, as_copy_source_error};
 pub use copy::CopySource;
+pub use encryption::{
+    CustomerKey, Mode as EncryptionMode, Requested as RequestedEncryption, Sealed as SealedEncryption,
+};
 pub use error::StoreError;
 pub use kv::{KvBatch, KvEntry, KvValue};
 pub use lifecycle::{

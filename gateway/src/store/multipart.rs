@@ -94,8 +94,20 @@ impl Store {
         bucket: &BucketInfo,
         key: &str,
         meta: &ObjectMeta,
+        encryption: &super::encryption::Requested,
     ) -> StoreResult<String> {
         super::objects::check_key(key)?;
+        let sealed;
+        let meta = match super::encryption::seal(encryption, self.catalog.master_key()) {
+            None => meta,
+            Some((encrypted, _)) => {
+                sealed = ObjectMeta {
+                    encryption: Some(encrypted),
+                    ..meta.clone()
+                };
+                &sealed
+            }
+        };
         let client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.create_upload).await?;
         let Some(row) = client.query_opt(&statement, &[&bucket.id, &key, &Json(meta)]).await? else {
@@ -122,12 +134,38 @@ impl Store {
             mut body,
             declared_len,
             observer,
+            encryption,
             ..
         } = upload;
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
+        // A part is encrypted with the upload's key: an SSE-C upload's parts must come with
+        // the key it was started with.
+        let statement = tx.prepare_cached(&bucket.sql.upload_encryption).await?;
+        let Some(row) = tx.query_opt(&statement, &[&upload_id, &bucket.id, &key]).await? else {
+            return Err(StoreError::NoSuchUpload);
+        };
+        let sealed: Option<Json<super::encryption::Sealed>> = row.get(0);
+        let offered = match &encryption {
+            super::encryption::Requested::Customer(customer) => Some(customer),
+            _ => None,
+        };
+        let object_key = super::encryption::open(
+            sealed.as_ref().map(|Json(sealed)| sealed),
+            offered,
+            self.catalog.master_key(),
+        )?;
         let digest = BodyDigest::start(observer);
-        let (body_id, size) = write_chunks(&tx, &bucket.sql, true, BytesMut::new(), &mut body, Some(&digest)).await?;
+        let (body_id, size) = write_chunks(
+            &tx,
+            &bucket.sql,
+            true,
+            BytesMut::new(),
+            &mut body,
+            Some(&digest),
+            object_key.as_ref(),
+        )
+        .await?;
         check_length(declared_len, size)?;
         let (md5, checksum) = digest.finish(size).await?;
         let etag = hex::encode(md5);

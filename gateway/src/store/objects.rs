@@ -14,6 +14,7 @@ use tokio_postgres::types::{Json, Type};
 
 use super::chunks::{ChunkStream, Chunker, Segment, worth_compressing};
 use super::conditions::{Preconditions, WriteCondition};
+use super::encryption::ObjectKey;
 use super::{BucketInfo, Store, StoreError, StoreResult};
 
 /// Bodies up to this size live in the object row itself: a small GET is one index lookup.
@@ -53,6 +54,9 @@ pub struct ObjectMeta {
     /// Object lock: the legal hold, once one was ever set (`false`: lifted).
     #[serde(rename = "lh", default, skip_serializing_if = "Option::is_none")]
     pub legal_hold: Option<bool>,
+    /// Server-side encryption of the body (see `encryption`); `None`: stored as sent.
+    #[serde(rename = "se", default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<super::encryption::Sealed>,
 }
 
 /// A full-object checksum the client asked for (e.g. `CRC32`, base64 value as S3 returns it).
@@ -132,6 +136,8 @@ pub struct Upload {
     /// The length the client announced, checked against the bytes that arrive.
     pub declared_len: Option<u64>,
     pub observer: Box<dyn BodyObserver>,
+    /// The encryption the write asks for (the bucket handle adds its default).
+    pub encryption: super::encryption::Requested,
 }
 
 /// Sees every byte of an upload and decides, once it is complete, whether it may be committed:
@@ -167,6 +173,8 @@ pub struct NamespaceSql {
     pub(super) read_segments: String,
     pub(super) create_upload: String,
     pub(super) lock_upload: String,
+    /// An upload's encryption (its parts are encrypted with the key the upload was started with).
+    pub(super) upload_encryption: String,
     pub(super) put_part: String,
     pub(super) take_upload: String,
     pub(super) upload_parts: String,
@@ -288,6 +296,9 @@ impl NamespaceSql {
             ),
             // A part commits under a share lock on its upload, so completion and abort (which
             // delete the upload row) wait for parts in flight and then see them.
+            upload_encryption: format!(
+                "SELECT meta->'se' FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3"
+            ),
             lock_upload: format!(
                 "SELECT 1 FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3 FOR SHARE"
             ),
@@ -404,19 +415,32 @@ pub(super) async fn stored_body(
     multipart: bool,
     span: (u64, u64),
     with_body: bool,
+    key: Option<ObjectKey>,
 ) -> StoreResult<BodyStream> {
     Ok(match (with_body, inline, body_id) {
         (false, ..) => Box::pin(futures::stream::empty()),
         (true, Some(inline), _) => {
-            let bytes = inline.slice(span.0 as usize..span.1 as usize);
+            let bytes = inline_span(&inline, span, key.as_ref());
             Box::pin(futures::stream::once(async move { Ok(bytes) }))
         }
         (true, None, Some(body_id)) if span.0 < span.1 => {
             let (segments, rows) = body_rows(&client, sql, body_id, size, multipart, span).await?;
-            Box::pin(ChunkStream::new(Some(client), rows, segments))
+            Box::pin(ChunkStream::new(Some(client), rows, segments).decrypting(key))
         }
         (true, None, _) => Box::pin(futures::stream::empty()),
     })
+}
+
+/// Bytes `span` of an inline body, decrypted first when it is encrypted.
+pub(super) fn inline_span(inline: &[u8], span: (u64, u64), key: Option<&ObjectKey>) -> Bytes {
+    match key {
+        None => Bytes::copy_from_slice(&inline[span.0 as usize..span.1 as usize]),
+        Some(key) => {
+            let mut plain = inline.to_vec();
+            key.apply_inline(&mut plain);
+            Bytes::from(plain).slice(span.0 as usize..span.1 as usize)
+        }
+    }
 }
 
 /// Starts the statement that streams bytes `span` of a chunked body: a plain body, or the
@@ -484,6 +508,8 @@ pub struct ReadOptions {
     pub conditions: Preconditions,
     /// A version other than the current one (versioned buckets; `null` names the null version).
     pub version_id: Option<String>,
+    /// The SSE-C key the request offers (an SSE-C object opens only with its own).
+    pub customer_key: Option<super::encryption::CustomerKey>,
 }
 
 impl Store {
@@ -506,6 +532,7 @@ impl Store {
         };
         let (head, span, partial) =
             locate(&client, &bucket.sql, current_head(bucket, &row), row.get(5), options).await?;
+        self.object_key(&head, options)?;
         Ok(ObjectRead {
             head,
             span,
@@ -538,9 +565,10 @@ impl Store {
         };
         let (head, span, partial) =
             locate(&client, &bucket.sql, current_head(bucket, &row), row.get(5), options).await?;
+        let key = self.object_key(&head, options)?;
         let inline: Option<&[u8]> = row.get(4);
         if let Some(inline) = inline {
-            let bytes = Bytes::copy_from_slice(&inline[span.0 as usize..span.1 as usize]);
+            let bytes = inline_span(inline, span, key.as_ref());
             let body: BodyStream = Box::pin(futures::stream::once(async move { Ok(bytes) }));
             return Ok(ObjectRead {
                 head,
@@ -567,13 +595,23 @@ impl Store {
             span,
         )
         .await?;
-        let body = ChunkStream::new(Some(client), rows, segments);
+        let body = ChunkStream::new(Some(client), rows, segments).decrypting(key);
         Ok(ObjectRead {
             head,
             span,
             partial,
             body: Box::pin(body),
         })
+    }
+
+    /// The key that opens an object's body for a read with `options` (`None`: plaintext),
+    /// refused as S3 refuses a missing, wrong or needless SSE-C key.
+    pub(super) fn object_key(&self, head: &ObjectHead, options: &ReadOptions) -> StoreResult<Option<ObjectKey>> {
+        super::encryption::open(
+            head.meta.encryption.as_ref(),
+            options.customer_key.as_ref(),
+            self.catalog.master_key(),
+        )
     }
 
     /// The looked-up row of `key` if it is what the read asks for; `Err(version)` when the
@@ -637,8 +675,14 @@ impl Store {
             mut body,
             declared_len,
             mut observer,
+            encryption,
         } = upload;
         check_key(key)?;
+        let sealed = super::encryption::seal(&encryption, self.catalog.master_key());
+        let object_key = sealed.map(|(sealed, object_key)| {
+            meta.encryption = Some(sealed);
+            object_key
+        });
         let (head, ended) = if declared_len.is_none_or(|len| len <= INLINE_LIMIT as u64) {
             read_prefix(&mut body, INLINE_LIMIT as u64).await?
         } else {
@@ -651,6 +695,10 @@ impl Store {
             let digest: [u8; 16] = Md5::digest(&head).into();
             meta.checksum = observer.finish(size, &digest)?;
             let etag = hex::encode(digest);
+            let mut head = head;
+            if let Some(object_key) = &object_key {
+                object_key.apply_inline(&mut head);
+            }
             let client = self.client().await?;
             let row = NewObjectRow {
                 key,
@@ -674,7 +722,16 @@ impl Store {
         let tx = client.transaction().await?;
         let compress = worth_compressing(meta.content_type.as_deref());
         let digest = BodyDigest::start(observer);
-        let (body_id, size) = write_chunks(&tx, &bucket.sql, compress, head, &mut body, Some(&digest)).await?;
+        let (body_id, size) = write_chunks(
+            &tx,
+            &bucket.sql,
+            compress,
+            head,
+            &mut body,
+            Some(&digest),
+            object_key.as_ref(),
+        )
+        .await?;
         check_length(declared_len, size)?;
         let (md5, checksum) = digest.finish(size).await?;
         meta.checksum = checksum;
@@ -892,6 +949,7 @@ pub(super) async fn write_chunks(
     head: BytesMut,
     body: &mut BodyStream,
     digest: Option<&BodyDigest>,
+    key: Option<&ObjectKey>,
 ) -> StoreResult<(i64, u64)> {
     let body_id: i64 = tx.query_one(&sql.next_body_id, &[]).await?.get(0);
     let sink = tx.copy_in(&sql.copy_chunks).await?;
@@ -906,9 +964,17 @@ pub(super) async fn write_chunks(
     {
         digest.update(head.freeze()).await?;
     }
+    let seal = |seq: i32, chunk: Bytes| match key {
+        None => chunk,
+        Some(key) => {
+            let mut sealed = BytesMut::from(&chunk[..]);
+            key.apply(body_id, i64::from(seq), &mut sealed);
+            sealed.freeze()
+        }
+    };
     loop {
         while let Some(chunk) = chunker.next_full() {
-            writer.as_mut().write(&[&body_id, &seq, &&chunk[..]]).await?;
+            writer.as_mut().write(&[&body_id, &seq, &&seal(seq, chunk)[..]]).await?;
             seq += 1;
         }
         let Some(piece) = body.next().await else {
@@ -922,7 +988,7 @@ pub(super) async fn write_chunks(
         }
     }
     if let Some(chunk) = chunker.finish() {
-        writer.as_mut().write(&[&body_id, &seq, &&chunk[..]]).await?;
+        writer.as_mut().write(&[&body_id, &seq, &&seal(seq, chunk)[..]]).await?;
     }
     writer.finish().await?;
     Ok((body_id, size))

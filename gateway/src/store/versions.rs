@@ -279,6 +279,7 @@ impl Store {
         let body_id: Option<i64> = row.get(5);
         let multipart = head.meta.parts.is_some();
         let (head, span, partial) = locate(&client, &bucket.sql, head, body_id, options).await?;
+        let key = self.object_key(&head, options)?;
         let inline: Option<Vec<u8>> = row.get(4);
         let size = head.size;
         let body = stored_body(
@@ -290,6 +291,7 @@ impl Store {
             multipart,
             span,
             with_body,
+            key,
         )
         .await?;
         Ok(ObjectRead {

@@ -15,8 +15,8 @@ pub enum Request {
     Other,
 }
 
-/// Refuses request headers asking for guarantees pgvs3 does not give: encryption, ACLs, storage
-/// classes and website redirects. One pass over the headers, and only `x-amz-*` names are
+/// Refuses request headers asking for guarantees pgvs3 does not give: ACLs, storage classes and
+/// website redirects. One pass over the headers, and only `x-amz-*` names are
 /// looked at, so a request without such headers pays a prefix test per header.
 pub fn refuse_unkept(headers: &HeaderMap, request: Request) -> S3Result<()> {
     let writes = matches!(request, Request::NewObject | Request::CopyObject);
@@ -25,13 +25,7 @@ pub fn refuse_unkept(headers: &HeaderMap, request: Request) -> S3Result<()> {
             continue;
         };
         let value = value.to_str().unwrap_or_default().trim();
-        // SSE-S3, SSE-KMS and SSE-C (also a copy source's SSE-C key): pgvs3 stores bodies as
-        // sent, so accepting these would claim an encryption that never happens.
-        if setting.starts_with("server-side-encryption") || setting.starts_with("copy-source-server-side-encryption") {
-            return Err(not_implemented(
-                "Server-side encryption (SSE-S3, SSE-KMS, SSE-C) is not implemented: pgvs3 stores object bodies unencrypted",
-            ));
-        }
+        // Server-side encryption headers are the operations' own (front/encryption.rs).
         match (request, setting) {
             // Buckets behave as S3's default "bucket owner enforced" ownership: ACLs disabled.
             (Request::CreateBucket, "object-ownership") if value != "BucketOwnerEnforced" => {
@@ -173,15 +167,6 @@ mod tests {
 
     #[test]
     fn settings_that_are_not_kept_are_refused_per_request() {
-        let sse = headers(&[("x-amz-server-side-encryption", "AES256")]);
-        for request in [Request::NewObject, Request::CopyObject, Request::Other] {
-            assert_eq!(code(refuse_unkept(&sse, request)).as_deref(), Some("NotImplemented"));
-        }
-        let ssec = headers(&[("x-amz-server-side-encryption-customer-algorithm", "AES256")]);
-        assert_eq!(
-            code(refuse_unkept(&ssec, Request::Other)).as_deref(),
-            Some("NotImplemented")
-        );
         let acl = headers(&[("x-amz-acl", "public-read")]);
         assert_eq!(
             code(refuse_unkept(&acl, Request::NewObject)).as_deref(),
