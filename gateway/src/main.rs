@@ -126,6 +126,18 @@ enum KeyCommand {
     List,
     /// Delete an access key; its buckets pass to the root key.
     Delete { access_key: String },
+    /// Show, attach (`--file`) or detach (`--clear`) a key's own policy: an IAM identity policy
+    /// (no Principal; resources in any bucket) that narrows what the key may do, its own buckets
+    /// included — e.g. only reads, or only one prefix. Not for the root key.
+    Policy {
+        access_key: String,
+        /// The policy document (JSON) to attach.
+        #[arg(long, conflicts_with = "clear")]
+        file: Option<std::path::PathBuf>,
+        /// Detach the key's policy.
+        #[arg(long)]
+        clear: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -329,6 +341,36 @@ async fn admin(catalog: &Arc<Catalog>, pool: deadpool_postgres::Pool, command: A
                     "{:<24} {:<6} {:<10} {}",
                     key.access_key, key.is_root, key.read_only, key.description
                 );
+            }
+        }
+        AdminCommand::Key(KeyCommand::Policy {
+            access_key,
+            file,
+            clear,
+        }) => {
+            let text = file
+                .map(|file| std::fs::read_to_string(&file).map_err(|err| anyhow::anyhow!("{}: {err}", file.display())))
+                .transpose()?;
+            if text.is_none() && !clear {
+                let key = catalog
+                    .list_access_keys()
+                    .await?
+                    .into_iter()
+                    .find(|key| key.access_key == access_key)
+                    .ok_or_else(|| anyhow::anyhow!("no such access key: {access_key}"))?;
+                match key.policy_text {
+                    Some(text) => println!("{text}"),
+                    None => println!("{access_key} has no policy of its own"),
+                }
+                return Ok(());
+            }
+            anyhow::ensure!(
+                catalog.set_key_policy(&access_key, text.as_deref()).await?,
+                "no such access key, or it is the root key: {access_key}"
+            );
+            match text {
+                Some(_) => println!("attached a policy to {access_key}"),
+                None => println!("detached the policy of {access_key}"),
             }
         }
         AdminCommand::Key(KeyCommand::Delete { access_key }) => {

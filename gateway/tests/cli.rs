@@ -202,6 +202,39 @@ async fn the_embedded_default_serves_s3_and_admin_commands_work_beside_it() {
         .await
         .unwrap_err();
     assert_eq!(denied.into_service_error().meta().code(), Some("AccessDenied"));
+    // A policy of its own narrows the key (the running gateway hears of it by NOTIFY).
+    let policy = dir.join("read-only.json");
+    let read_only = r#"{"Statement":{"Effect":"Allow","Action":"s3:GetObject","Resource":"arn:aws:s3:::*"}}"#;
+    std::fs::write(&policy, read_only).unwrap();
+    let attached = pgvs3(&[
+        "admin",
+        "--data-dir",
+        dir_arg,
+        "key",
+        "policy",
+        "CLIKEY",
+        "--file",
+        policy.to_str().unwrap(),
+    ])
+    .await;
+    assert!(
+        attached.status.success(),
+        "{}",
+        String::from_utf8_lossy(&attached.stderr)
+    );
+    let shown = pgvs3(&["admin", "--data-dir", dir_arg, "key", "policy", "CLIKEY"]).await;
+    assert_eq!(String::from_utf8_lossy(&shown.stdout).trim(), read_only);
+    common::eventually(Duration::from_secs(10), "the policy to narrow the key", || async {
+        let refused = cli.create_bucket().bucket("cli-narrowed").send().await.err()?;
+        (refused.into_service_error().meta().code() == Some("AccessDenied")).then_some(())
+    })
+    .await;
+    let cleared = pgvs3(&["admin", "--data-dir", dir_arg, "key", "policy", "CLIKEY", "--clear"]).await;
+    assert!(cleared.status.success(), "{}", String::from_utf8_lossy(&cleared.stderr));
+    common::eventually(Duration::from_secs(10), "the key to be an owner again", || async {
+        cli.create_bucket().bucket("cli-owned").send().await.ok()
+    })
+    .await;
     let deleted = pgvs3(&["admin", "--data-dir", dir_arg, "key", "delete", "CLIKEY"]).await;
     assert!(deleted.status.success());
     // The gateway hears of the catalog change by NOTIFY (and would by its poll, within a second).

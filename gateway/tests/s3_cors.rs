@@ -12,8 +12,8 @@ use std::time::Duration;
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CorsConfiguration, CorsRule};
+use common::TestGateway;
 use common::raw::{self, RawResponse};
-use common::{ROOT_ACCESS_KEY, ROOT_SECRET_KEY, TestGateway};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn rule(origins: &[&str], methods: &[&str], headers: &[&str]) -> CorsRule {
@@ -248,20 +248,7 @@ except botocore.exceptions.ClientError as err:
     assert err.response["Error"]["Code"] == "NoSuchCORSConfiguration", err.response
 print("boto3 cors ok")
 "#;
-    let output = tokio::process::Command::new("python3")
-        .args(["-c", script])
-        .env("AWS_ENDPOINT_URL", gw.endpoint())
-        .env("AK", ROOT_ACCESS_KEY)
-        .env("SK", ROOT_SECRET_KEY)
-        .output()
-        .await
-        .expect("python3 (scripts/test puts the clients' venv first on PATH)");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("boto3 cors ok"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    gw.python_passes(script, "boto3 cors ok").await;
     gw.stop().await;
 }
 

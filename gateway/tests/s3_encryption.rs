@@ -36,6 +36,31 @@ fn customer_key(byte: u8) -> Key {
     }
 }
 
+/// Requests that carry an SSE-C key's three headers.
+trait WithKey {
+    fn with_key(self, key: &Key) -> Self;
+}
+
+macro_rules! with_key_on {
+    ($($builder:ty),*) => {$(
+        impl WithKey for $builder {
+            fn with_key(self, key: &Key) -> Self {
+                self.sse_customer_algorithm("AES256")
+                    .sse_customer_key(&key.key)
+                    .sse_customer_key_md5(&key.md5)
+            }
+        }
+    )*};
+}
+
+with_key_on!(
+    aws_sdk_s3::operation::put_object::builders::PutObjectFluentBuilder,
+    aws_sdk_s3::operation::get_object::builders::GetObjectFluentBuilder,
+    aws_sdk_s3::operation::head_object::builders::HeadObjectFluentBuilder,
+    aws_sdk_s3::operation::create_multipart_upload::builders::CreateMultipartUploadFluentBuilder,
+    aws_sdk_s3::operation::upload_part::builders::UploadPartFluentBuilder
+);
+
 fn code<E: aws_sdk_s3::error::ProvideErrorMetadata + std::fmt::Debug>(err: &aws_sdk_s3::error::SdkError<E>) -> String {
     err.as_service_error()
         .and_then(|e| e.code())
@@ -53,9 +78,7 @@ async fn put_c(s3: &Client, key: &str, body: Vec<u8>, customer: &Key) {
         .bucket("sealed")
         .key(key)
         .body(ByteStream::from(body))
-        .sse_customer_algorithm("AES256")
-        .sse_customer_key(&customer.key)
-        .sse_customer_key_md5(&customer.md5)
+        .with_key(customer)
         .send()
         .await
         .unwrap();
@@ -69,9 +92,7 @@ async fn get_c(s3: &Client, key: &str, customer: &Key, range: Option<&str>) -> V
         .bucket("sealed")
         .key(key)
         .set_range(range.map(str::to_owned))
-        .sse_customer_algorithm("AES256")
-        .sse_customer_key(&customer.key)
-        .sse_customer_key_md5(&customer.md5)
+        .with_key(customer)
         .send()
         .await
         .unwrap();
@@ -121,9 +142,7 @@ async fn sse_c_objects_open_only_with_their_key_and_are_never_stored_as_sent() {
         .get_object()
         .bucket("sealed")
         .key("large")
-        .sse_customer_algorithm("AES256")
-        .sse_customer_key(&wrong.key)
-        .sse_customer_key_md5(&wrong.md5)
+        .with_key(&wrong)
         .send()
         .await
         .unwrap_err();
@@ -134,9 +153,7 @@ async fn sse_c_objects_open_only_with_their_key_and_are_never_stored_as_sent() {
         .head_object()
         .bucket("sealed")
         .key("small")
-        .sse_customer_algorithm("AES256")
-        .sse_customer_key(&right.key)
-        .sse_customer_key_md5(&right.md5)
+        .with_key(&right)
         .send()
         .await
         .unwrap();
@@ -183,9 +200,7 @@ async fn sse_c_objects_open_only_with_their_key_and_are_never_stored_as_sent() {
         .get_object()
         .bucket("sealed")
         .key("plain")
-        .sse_customer_algorithm("AES256")
-        .sse_customer_key(&right.key)
-        .sse_customer_key_md5(&right.md5)
+        .with_key(&right)
         .send()
         .await
         .unwrap_err();
@@ -243,9 +258,7 @@ async fn sse_c_multipart_parts_need_the_uploads_key() {
         .create_multipart_upload()
         .bucket("sealed")
         .key("big")
-        .sse_customer_algorithm("AES256")
-        .sse_customer_key(&right.key)
-        .sse_customer_key_md5(&right.md5)
+        .with_key(&right)
         .send()
         .await
         .unwrap();
@@ -261,10 +274,7 @@ async fn sse_c_multipart_parts_need_the_uploads_key() {
             .part_number(number)
             .body(ByteStream::from(body));
         match key {
-            Some(key) => request
-                .sse_customer_algorithm("AES256")
-                .sse_customer_key(&key.key)
-                .sse_customer_key_md5(&key.md5),
+            Some(key) => request.with_key(key),
             None => request,
         }
         .send()

@@ -8,8 +8,8 @@ mod common;
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
+use common::TestGateway;
 use common::raw::{self, RawResponse};
-use common::{ROOT_ACCESS_KEY, ROOT_SECRET_KEY, TestGateway};
 
 async fn add_key(gw: &TestGateway, key: &str) -> Client {
     gw.gateway
@@ -477,20 +477,7 @@ assert code(lambda: anon.get_object(Bucket="pub", Key="docs/a.txt")) == "AccessD
 assert code(lambda: root.get_bucket_policy(Bucket="pub")) == "NoSuchBucketPolicy"
 print("boto3 policy ok")
 "#;
-    let output = tokio::process::Command::new("python3")
-        .args(["-c", script])
-        .env("AWS_ENDPOINT_URL", gw.endpoint())
-        .env("AK", ROOT_ACCESS_KEY)
-        .env("SK", ROOT_SECRET_KEY)
-        .output()
-        .await
-        .expect("python3 (scripts/test puts the clients' venv first on PATH)");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("boto3 policy ok"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    gw.python_passes(script, "boto3 policy ok").await;
     gw.stop().await;
 }
 

@@ -8,8 +8,8 @@ mod common;
 
 use std::time::Duration;
 
+use common::TestGateway;
 use common::raw;
-use common::{ROOT_ACCESS_KEY, ROOT_SECRET_KEY, TestGateway};
 use tokio::io::AsyncWriteExt;
 
 const CLIENT: &str = r#"
@@ -135,20 +135,7 @@ print("post object ok")
 #[tokio::test]
 async fn boto3_presigned_posts_upload_as_s3_answers_them() {
     let gw = TestGateway::start().await;
-    let output = tokio::process::Command::new("python3")
-        .args(["-c", CLIENT])
-        .env("AWS_ENDPOINT_URL", gw.endpoint())
-        .env("AK", ROOT_ACCESS_KEY)
-        .env("SK", ROOT_SECRET_KEY)
-        .output()
-        .await
-        .expect("python3 (scripts/test puts the clients' venv first on PATH)");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("post object ok"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    gw.python_passes(CLIENT, "post object ok").await;
     gw.stop().await;
 }
 

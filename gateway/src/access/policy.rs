@@ -7,6 +7,9 @@
 //! Principals: `*` (everyone, anonymous included), and under `AWS` (or `CanonicalUser`) an
 //! access key, `arn:aws:iam::<account>:user/<access key>`, or `arn:aws:iam::<account>:root`
 //! (or a bare 12-digit account id) for the root keys.
+//!
+//! The same language serves an access key's own policy (`pgvs3 admin key policy`), as IAM
+//! attaches a policy to a user: no Principal (it applies to its key), resources in any bucket.
 
 use std::net::IpAddr;
 use std::time::SystemTime;
@@ -18,7 +21,7 @@ use super::condition::Condition;
 /// S3's limit on a bucket policy's size.
 pub const MAX_POLICY_BYTES: usize = 20 * 1024;
 
-/// A bucket policy, parsed.
+/// A bucket policy (or a key's own policy), parsed.
 #[derive(Debug)]
 pub struct BucketPolicy {
     statements: Vec<Statement>,
@@ -136,6 +139,15 @@ pub enum PolicyRefused {
     NotImplemented(String),
 }
 
+impl std::fmt::Display for PolicyRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PolicyRefused::Malformed(message) => write!(f, "malformed policy: {message}"),
+            PolicyRefused::NotImplemented(message) => write!(f, "not implemented: {message}"),
+        }
+    }
+}
+
 pub(super) fn malformed<T>(message: impl Into<String>) -> Result<T, PolicyRefused> {
     Err(PolicyRefused::Malformed(message.into()))
 }
@@ -176,10 +188,38 @@ pub struct RequestContext<'a> {
     pub restrict_public: bool,
 }
 
+/// What a policy document is attached to.
+enum Scope<'a> {
+    /// A bucket's policy: principals name who it applies to; resources are in the bucket.
+    Bucket {
+        name: &'a str,
+        known_key: &'a dyn Fn(&str) -> bool,
+    },
+    /// An access key's own (identity) policy: it applies to that key, so no Principal; its
+    /// resources may be in any bucket.
+    Key,
+}
+
 impl BucketPolicy {
     /// Parses `text` as the policy of `bucket`; `known_key` says whether an access key exists
     /// (S3 refuses principals that do not).
     pub fn parse(text: &str, bucket: &str, known_key: &dyn Fn(&str) -> bool) -> Result<BucketPolicy, PolicyRefused> {
+        BucketPolicy::parse_in(
+            text,
+            &Scope::Bucket {
+                name: bucket,
+                known_key,
+            },
+        )
+    }
+
+    /// Parses `text` as an access key's own policy, as IAM takes a user's policy: no
+    /// Principal, resources in any bucket.
+    pub fn parse_identity(text: &str) -> Result<BucketPolicy, PolicyRefused> {
+        BucketPolicy::parse_in(text, &Scope::Key)
+    }
+
+    fn parse_in(text: &str, scope: &Scope<'_>) -> Result<BucketPolicy, PolicyRefused> {
         const NOT_JSON: &str = "Policies must be valid JSON and the first byte must be '{'";
         if text.len() > MAX_POLICY_BYTES {
             return malformed("Policy exceeds the maximum allowed document size.");
@@ -209,7 +249,7 @@ impl BucketPolicy {
         };
         let statements = statements
             .into_iter()
-            .map(|statement| Statement::parse(statement, bucket, known_key))
+            .map(|statement| Statement::parse(statement, scope))
             .collect::<Result<_, _>>()?;
         Ok(BucketPolicy { statements })
     }
@@ -266,7 +306,7 @@ impl Statement {
             && !self.conditions.iter().any(Condition::narrows_requester)
     }
 
-    fn parse(value: &Value, bucket: &str, known_key: &dyn Fn(&str) -> bool) -> Result<Statement, PolicyRefused> {
+    fn parse(value: &Value, scope: &Scope<'_>) -> Result<Statement, PolicyRefused> {
         let Value::Object(fields) = value else {
             return malformed("Missing required field Statement");
         };
@@ -295,10 +335,13 @@ impl Statement {
                         _ => return malformed(format!("Invalid effect: {}", value.as_str().unwrap_or_default())),
                     };
                 }
-                "Principal" => {
-                    principal = true;
-                    statement.principals = Principals::parse(value, known_key)?;
-                }
+                "Principal" => match scope {
+                    Scope::Bucket { known_key, .. } => {
+                        principal = true;
+                        statement.principals = Principals::parse(value, *known_key)?;
+                    }
+                    Scope::Key => return malformed("Policy document should not specify a principal."),
+                },
                 "NotPrincipal" => {
                     return Err(PolicyRefused::NotImplemented(
                         "NotPrincipal is not supported in bucket policies here".into(),
@@ -321,7 +364,7 @@ impl Statement {
                     resource = true;
                     statement.not_resource = field == "NotResource";
                     for arn in strings(value, "Policy has invalid resource")? {
-                        statement.resources.push(parse_resource(arn, bucket)?);
+                        statement.resources.push(parse_resource(arn, scope)?);
                     }
                 }
                 "Condition" => statement.conditions = Condition::parse_block(value)?,
@@ -331,8 +374,10 @@ impl Statement {
         if !effect {
             return malformed("Missing required field Effect");
         }
-        if !principal {
-            return malformed("Missing required field Principal");
+        match scope {
+            Scope::Bucket { .. } if !principal => return malformed("Missing required field Principal"),
+            Scope::Bucket { .. } => {}
+            Scope::Key => statement.principals = Principals::Anyone,
         }
         if !action {
             return malformed("Missing required field Action");
@@ -440,14 +485,23 @@ fn parse_action(name: &str) -> Result<String, PolicyRefused> {
     Ok(lower)
 }
 
-/// A resource ARN, which must name this bucket or objects in it.
-fn parse_resource(arn: &str, bucket: &str) -> Result<String, PolicyRefused> {
+/// A resource ARN: of a bucket's policy, naming that bucket or objects in it; of a key's, any
+/// bucket's.
+fn parse_resource(arn: &str, scope: &Scope<'_>) -> Result<String, PolicyRefused> {
+    // IAM's "every resource", in a key's policy.
+    if arn == "*" && matches!(scope, Scope::Key) {
+        return Ok("arn:aws:s3:::*".into());
+    }
     let Some(path) = arn.strip_prefix("arn:aws:s3:::") else {
         return malformed("Policy has invalid resource");
     };
     let bucket_part = path.split('/').next().unwrap_or_default();
     // `bkt`, `bk*` or `*` reach this bucket; a pattern that cannot is another bucket's.
-    if bucket_part.is_empty() || !glob(bucket_part, bucket) {
+    let elsewhere = match scope {
+        Scope::Bucket { name, .. } => !glob(bucket_part, name),
+        Scope::Key => false,
+    };
+    if bucket_part.is_empty() || elsewhere {
         return malformed("Policy has invalid resource");
     }
     Ok(arn.to_owned())
@@ -488,6 +542,39 @@ mod tests {
 
     fn parse(text: &str) -> Result<BucketPolicy, PolicyRefused> {
         BucketPolicy::parse(text, "bkt", &known)
+    }
+
+    #[test]
+    fn a_keys_policy_has_no_principal_and_reaches_any_bucket() {
+        let with_principal =
+            r#"{"Statement":{"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::a/*"}}"#;
+        assert!(matches!(
+            BucketPolicy::parse_identity(with_principal),
+            Err(PolicyRefused::Malformed(message)) if message == "Policy document should not specify a principal."
+        ));
+        let any = r#"{"Statement":[{"Effect":"Allow","Action":"s3:GetObject","Resource":["arn:aws:s3:::a/*","arn:aws:s3:::b/x*"]},
+                                   {"Effect":"Allow","Action":"s3:ListBucket","Resource":"*"}]}"#;
+        let policy = BucketPolicy::parse_identity(any).unwrap();
+        let headers = http::HeaderMap::new();
+        let decide = |action: &str, bucket: &str, key: Option<&str>| {
+            policy.evaluate(&RequestContext {
+                requester: ALICE,
+                action,
+                bucket,
+                key,
+                source_ip: None,
+                secure_transport: false,
+                now: SystemTime::UNIX_EPOCH,
+                headers: &headers,
+                query: None,
+                restrict_public: false,
+            })
+        };
+        assert_eq!(decide("s3:GetObject", "b", Some("xy")), Decision::Allow);
+        assert_eq!(decide("s3:GetObject", "b", Some("yx")), Decision::Silent);
+        assert_eq!(decide("s3:ListBucket", "c", None), Decision::Allow);
+        // A bucket's policy keeps refusing resources of other buckets and a missing Principal.
+        assert!(BucketPolicy::parse(any, "a", &known).is_err());
     }
 
     fn decide(

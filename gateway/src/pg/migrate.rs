@@ -80,8 +80,8 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     ),
     (
         16,
-        "bucket_encryption",
-        include_str!("../../migrations/0016_bucket_encryption.sql"),
+        "encryption_key_policies",
+        include_str!("../../migrations/0016_encryption_key_policies.sql"),
     ),
 ];
 

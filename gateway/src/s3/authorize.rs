@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use s3s::S3Result;
 use s3s::access::S3AccessContext;
 
-use crate::access::policy::{Decision, RequestContext, Requester};
+use crate::access::policy::{BucketPolicy, Decision, RequestContext, Requester};
 use crate::http_server::Peer;
 use crate::store::{BucketInfo, Catalog, StoreError};
 
@@ -34,6 +34,8 @@ struct PerKey {
     access_key: Option<String>,
     is_root: bool,
     peer: Option<Peer>,
+    /// The requester's own policy (a key with one may do only what it allows).
+    own_policy: Option<Arc<BucketPolicy>>,
 }
 
 impl PolicyGrant {
@@ -41,9 +43,6 @@ impl PolicyGrant {
     /// Without a per-key decision the bucket's opening already decided.
     pub fn may_delete(&self, key: &str, versioned: bool, headers: &http::HeaderMap) -> bool {
         let Some(per_key) = &self.per_key else {
-            return true;
-        };
-        let Some(policy) = &per_key.bucket.access.policy else {
             return true;
         };
         let requester = match &per_key.access_key {
@@ -68,6 +67,14 @@ impl PolicyGrant {
             headers,
             query: None,
             restrict_public: restricted(&per_key.bucket),
+        };
+        if let Some(own) = &per_key.own_policy
+            && own.evaluate(&context) != Decision::Allow
+        {
+            return false;
+        }
+        let Some(policy) = &per_key.bucket.access.policy else {
+            return true;
         };
         match policy.rules.evaluate(&context) {
             Decision::Allow => true,
@@ -181,18 +188,62 @@ pub async fn authorize(
     }
     let mut bucket = catalog.cached_bucket(bucket_name);
     let copy = matches!(operation, "CopyObject" | "UploadPartCopy");
-    // A signed request to a bucket without a policy is the owner check's alone too.
-    if signed.is_some() && !copy && bucket.as_ref().is_none_or(|bucket| bucket.access.policy.is_none()) {
+    let versioned = query_has(cx.uri().query(), "versionId");
+    let signer = match signed {
+        Some(access_key) => catalog.access_key(access_key).await.ok().flatten(),
+        None => None,
+    };
+    let own_policy = signer
+        .as_ref()
+        .filter(|key| !key.is_root)
+        .and_then(|key| key.policy.clone());
+    if let (Some(own), Some(access_key)) = (&own_policy, signed)
+        && operation != "DeleteObjects"
+    {
+        let requester = Requester::Key {
+            access_key,
+            is_root: false,
+        };
+        let action = match operation {
+            "CreateBucket" => Some("s3:CreateBucket"),
+            _ => action_of(operation, versioned),
+        };
+        let key = cx.s3_path().get_object_key();
+        let allowed = action
+            .is_some_and(|action| own_allows(cx, peer, own, requester, action, bucket_name, key, cx.uri().query()));
+        let source_allowed = !copy
+            || copy_source(cx.headers()).is_some_and(|(source_bucket, source_key, version)| {
+                let action = if version { "s3:GetObjectVersion" } else { "s3:GetObject" };
+                own_allows(
+                    cx,
+                    peer,
+                    own,
+                    requester,
+                    action,
+                    &source_bucket,
+                    Some(&source_key),
+                    None,
+                )
+            });
+        if !allowed || !source_allowed {
+            return Err(denied());
+        }
+    }
+    // A signed request to a bucket without a policy is the owner check's alone too (once the
+    // key's own policy, if any, allowed it).
+    let per_key_deletes = operation == "DeleteObjects" && own_policy.is_some();
+    if signed.is_some()
+        && !copy
+        && !per_key_deletes
+        && bucket.as_ref().is_none_or(|bucket| bucket.access.policy.is_none())
+    {
         return Ok(None);
     }
     let requester = match signed {
-        Some(access_key) => {
-            let is_root = match catalog.access_key(access_key).await {
-                Ok(Some(key)) => key.is_root,
-                _ => false,
-            };
-            Requester::Key { access_key, is_root }
-        }
+        Some(access_key) => Requester::Key {
+            access_key,
+            is_root: signer.as_ref().is_some_and(|key| key.is_root),
+        },
         None if operation == "CreateBucket" => return Err(denied()),
         None => {
             if bucket.is_none() {
@@ -210,7 +261,6 @@ pub async fn authorize(
             Requester::Anonymous
         }
     };
-    let versioned = query_has(cx.uri().query(), "versionId");
     let mut grant = PolicyGrant {
         buckets: Vec::new(),
         anonymous: signed.is_none(),
@@ -219,18 +269,22 @@ pub async fn authorize(
     };
     if operation == "DeleteObjects"
         && let Some(bucket) = &bucket
-        && bucket.access.policy.is_some()
+        && (bucket.access.policy.is_some() || own_policy.is_some())
     {
         let (access_key, is_root) = match requester {
             Requester::Key { access_key, is_root } => (Some(access_key.to_owned()), is_root),
             Requester::Anonymous => (None, false),
         };
-        grant.buckets.push(bucket.name.clone());
+        // Only a bucket policy grants the bucket; a key's own policy only narrows.
+        if bucket.access.policy.is_some() {
+            grant.buckets.push(bucket.name.clone());
+        }
         grant.per_key = Some(Arc::new(PerKey {
             bucket: Arc::clone(bucket),
             access_key,
             is_root,
             peer,
+            own_policy: own_policy.clone(),
         }));
     } else if let Some(bucket) = &bucket
         && let Some(action) = action_of(operation, versioned)
@@ -261,7 +315,35 @@ pub async fn authorize(
     if grant.anonymous && grant.buckets.is_empty() {
         return Err(denied());
     }
-    Ok((!grant.buckets.is_empty() || grant.anonymous).then_some(grant))
+    Ok((!grant.buckets.is_empty() || grant.anonymous || grant.per_key.is_some()).then_some(grant))
+}
+
+/// Whether a key's own policy allows the request. It can only narrow what the key may do: an
+/// Allow lets the request go on to the owner and bucket-policy checks, anything else refuses it.
+#[allow(clippy::too_many_arguments)]
+fn own_allows(
+    cx: &S3AccessContext<'_>,
+    peer: Option<Peer>,
+    policy: &BucketPolicy,
+    requester: Requester<'_>,
+    action: &str,
+    bucket: &str,
+    key: Option<&str>,
+    query: Option<&str>,
+) -> bool {
+    let context = RequestContext {
+        requester,
+        action,
+        bucket,
+        key,
+        source_ip: peer.map(|peer| peer.addr.ip()),
+        secure_transport: peer.is_some_and(|peer| peer.tls),
+        now: SystemTime::now(),
+        headers: cx.headers(),
+        query,
+        restrict_public: false,
+    };
+    policy.evaluate(&context) == Decision::Allow
 }
 
 /// Whether `bucket`'s policy allows the request (an explicit Deny refuses it here).

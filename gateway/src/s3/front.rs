@@ -426,6 +426,29 @@ macro_rules! customer_fields {
     };
 }
 
+/// The SSE-C fields of a copy's source (`x-amz-copy-source-server-side-encryption-customer-*`).
+macro_rules! copy_source_fields {
+    ($input:expr) => {
+        encryption::CustomerFields {
+            algorithm: $input.copy_source_sse_customer_algorithm.as_deref(),
+            key: $input.copy_source_sse_customer_key.as_deref(),
+            key_md5: $input.copy_source_sse_customer_key_md5.as_deref(),
+        }
+    };
+}
+
+/// The encryption a write's input asks for (SSE-S3, SSE-C, or SSE-KMS refused).
+macro_rules! requested_encryption {
+    ($req:expr, $input:expr) => {
+        encryption::requested(
+            &$req,
+            $input.server_side_encryption.as_ref(),
+            $input.ssekms_key_id.as_deref(),
+            customer_fields!($input),
+        )
+    };
+}
+
 /// Sets the SSE headers of a write's answer.
 macro_rules! set_encryption {
     ($output:expr, $answer:expr) => {{
@@ -570,12 +593,7 @@ impl S3 for S3Front {
         requested_lock!(input)?.apply(&mut meta);
         let condition = write_condition(&input.if_match, &input.if_none_match)?;
         let declared_len = input.content_length.map(|len| len.max(0) as u64);
-        let requested = encryption::requested(
-            &req,
-            input.server_side_encryption.as_ref(),
-            input.ssekms_key_id.as_deref(),
-            customer_fields!(input),
-        )?;
+        let requested = requested_encryption!(req, input)?;
         let upload = store::Upload {
             meta,
             body,
@@ -1213,18 +1231,8 @@ impl S3 for S3Front {
             .metadata_directive
             .as_ref()
             .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
-        let target = encryption::requested(
-            &req,
-            input.server_side_encryption.as_ref(),
-            input.ssekms_key_id.as_deref(),
-            customer_fields!(input),
-        )?;
-        let source_key_offer = encryption::CustomerFields {
-            algorithm: input.copy_source_sse_customer_algorithm.as_deref(),
-            key: input.copy_source_sse_customer_key.as_deref(),
-            key_md5: input.copy_source_sse_customer_key_md5.as_deref(),
-        }
-        .key(&req)?;
+        let target = requested_encryption!(req, input)?;
+        let source_key_offer = copy_source_fields!(input).key(&req)?;
         let reencrypts = !matches!(target, store::RequestedEncryption::None);
         if !replace
             && !reencrypts
@@ -1305,12 +1313,7 @@ impl S3 for S3Front {
             part_number: None,
             conditions: copy_source_conditions!(input),
             version_id: source_version.map(str::to_owned),
-            customer_key: encryption::CustomerFields {
-                algorithm: input.copy_source_sse_customer_algorithm.as_deref(),
-                key: input.copy_source_sse_customer_key.as_deref(),
-                key_md5: input.copy_source_sse_customer_key_md5.as_deref(),
-            }
-            .key(&req)?,
+            customer_key: copy_source_fields!(input).key(&req)?,
         };
         let part_key = customer_fields!(input).key(&req)?;
         let part_number = part_number(Some(input.part_number))?.unwrap_or_default();
@@ -1438,12 +1441,7 @@ impl S3 for S3Front {
         checks::check_user_metadata(&meta.user)?;
         meta.tags = header_tags(&input.tagging).map_err(|e| fail(&req, e))?;
         requested_lock!(input)?.apply(&mut meta);
-        let requested = encryption::requested(
-            &req,
-            input.server_side_encryption.as_ref(),
-            input.ssekms_key_id.as_deref(),
-            customer_fields!(input),
-        )?;
+        let requested = requested_encryption!(req, input)?;
         let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
         let answer = encryption::answer_requested(&requested, bucket.default_encryption());
         let upload_id = bucket

@@ -53,6 +53,10 @@ pub struct BucketSummary {
 pub struct AccessKey {
     pub access_key: String,
     pub secret: String,
+    /// The key's own policy, if it has one: what it may do, its own buckets included.
+    pub policy: Option<Arc<crate::access::policy::BucketPolicy>>,
+    /// That policy as it was attached.
+    pub policy_text: Option<String>,
     pub is_root: bool,
     pub read_only: bool,
     pub description: String,
@@ -93,6 +97,9 @@ pub struct Catalog {
     /// request is this one load (set under the `cached` write lock).
     policies: AtomicBool,
 }
+
+/// The columns of an `access_keys` row, as `decode_key` reads them.
+const KEY_COLUMNS: &str = "access_key, secret_encrypted, is_root, read_only, description, created_at, policy";
 
 /// A bucket row with its origin, if it is a cache bucket; callers append a `WHERE`.
 fn bucket_select() -> String {
@@ -159,7 +166,7 @@ impl Catalog {
             .get(0);
         let bucket_rows = tx.query(&bucket_select(), &[]).await?;
         let key_rows = tx
-            .query("SELECT access_key, secret_encrypted, is_root, read_only, description, created_at FROM pgvs3.access_keys", &[])
+            .query(&format!("SELECT {KEY_COLUMNS} FROM pgvs3.access_keys"), &[])
             .await?;
         tx.commit().await?;
 
@@ -180,7 +187,8 @@ impl Catalog {
             buckets.insert(bucket.name.clone(), Arc::new(bucket));
         }
         cached.version = version;
-        let policies = buckets.values().any(|bucket| bucket.access.policy.is_some());
+        let policies = buckets.values().any(|bucket| bucket.access.policy.is_some())
+            || keys.values().any(|key| key.policy.is_some());
         self.policies.store(policies, Ordering::Release);
         cached.buckets = buckets;
         cached.keys = keys;
@@ -196,9 +204,18 @@ impl Catalog {
             .master_key
             .open(&sealed)
             .map_err(|err| anyhow::anyhow!("access key {access_key}: {err}"))?;
+        let policy_text: Option<String> = row.get("policy");
+        let policy = policy_text
+            .as_deref()
+            .map(crate::access::policy::BucketPolicy::parse_identity)
+            .transpose()
+            .map_err(|err| anyhow::anyhow!("access key {access_key}: its policy: {err}"))?
+            .map(Arc::new);
         Ok(AccessKey {
             access_key,
             secret,
+            policy,
+            policy_text,
             is_root: row.get("is_root"),
             read_only: row.get("read_only"),
             description: row.get("description"),
@@ -396,8 +413,7 @@ impl Catalog {
         let client = self.pool.get().await?;
         let row = client
             .query_opt(
-                "SELECT access_key, secret_encrypted, is_root, read_only, description, created_at
-                   FROM pgvs3.access_keys WHERE access_key = $1",
+                &format!("SELECT {KEY_COLUMNS} FROM pgvs3.access_keys WHERE access_key = $1"),
                 &[&access_key],
             )
             .await?;
@@ -521,12 +537,29 @@ impl Catalog {
         Ok(deleted)
     }
 
+    /// Attaches `policy` (an identity policy document) to a key other than the root key, or
+    /// detaches its policy (`None`). False when there is no such key.
+    pub async fn set_key_policy(&self, access_key: &str, policy: Option<&str>) -> anyhow::Result<bool> {
+        if let Some(text) = policy {
+            crate::access::policy::BucketPolicy::parse_identity(text).map_err(|err| anyhow::anyhow!("{err}"))?;
+        }
+        let client = self.pool.get().await?;
+        let updated = client
+            .execute(
+                "UPDATE pgvs3.access_keys SET policy = $2 WHERE access_key = $1 AND NOT is_root",
+                &[&access_key, &policy],
+            )
+            .await?;
+        drop(client);
+        self.reload_now().await?;
+        Ok(updated == 1)
+    }
+
     pub async fn list_access_keys(&self) -> StoreResult<Vec<AccessKey>> {
         let client = self.pool.get().await?;
         let rows = client
             .query(
-                "SELECT access_key, secret_encrypted, is_root, read_only, description, created_at
-                   FROM pgvs3.access_keys ORDER BY access_key",
+                &format!("SELECT {KEY_COLUMNS} FROM pgvs3.access_keys ORDER BY access_key"),
                 &[],
             )
             .await?;

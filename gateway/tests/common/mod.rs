@@ -365,6 +365,27 @@ impl TestGateway {
             .ok()
     }
 
+    /// Runs a Python script (boto3 and the other clients come from the venv scripts/test puts
+    /// first on PATH) with the endpoint in `AWS_ENDPOINT_URL` and the root key in `AK`/`SK`;
+    /// the script passes when it exits 0 and prints `done`.
+    #[allow(dead_code)]
+    pub async fn python_passes(&self, script: &str, done: &str) {
+        let output = tokio::process::Command::new("python3")
+            .args(["-c", script])
+            .env("AWS_ENDPOINT_URL", self.endpoint())
+            .env("AK", ROOT_ACCESS_KEY)
+            .env("SK", ROOT_SECRET_KEY)
+            .output()
+            .await
+            .expect("python3 (scripts/test puts the clients' venv first on PATH)");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.contains(done),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.gateway.s3_addr)
     }

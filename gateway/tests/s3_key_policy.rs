@@ -1,0 +1,181 @@
+//! A key's own policy (an IAM identity policy attached with `pgvs3 admin key policy`): it
+//! narrows what the key may do — its own buckets included, down to one prefix or to reads —
+//! with an explicit Deny winning, and never grants beyond what the key had (another key's
+//! bucket stays closed). Detached, the key is an owner again.
+
+mod common;
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+use common::TestGateway;
+
+async fn add_key(gw: &TestGateway, key: &str) -> Client {
+    gw.gateway
+        .store
+        .catalog()
+        .put_access_key(&pgvs3_gateway::store::NewAccessKey {
+            access_key: key.into(),
+            secret: format!("{key}-secret"),
+            is_root: false,
+            read_only: false,
+            description: String::new(),
+        })
+        .await
+        .unwrap();
+    gw.client_for(key, &format!("{key}-secret"))
+}
+
+async fn put(client: &Client, bucket: &str, key: &str) -> Result<(), String> {
+    client
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(ByteStream::from_static(b"data"))
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|err| err.into_service_error().meta().code().unwrap_or_default().to_owned())
+}
+
+async fn get(client: &Client, bucket: &str, key: &str) -> Result<(), String> {
+    client
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|err| err.into_service_error().meta().code().unwrap_or_default().to_owned())
+}
+
+async fn list(client: &Client, bucket: &str, prefix: Option<&str>) -> Result<usize, String> {
+    client
+        .list_objects_v2()
+        .bucket(bucket)
+        .set_prefix(prefix.map(str::to_owned))
+        .send()
+        .await
+        .map(|out| out.contents().len())
+        .map_err(|err| err.into_service_error().meta().code().unwrap_or_default().to_owned())
+}
+
+const TEAM_ONLY: &str = r#"{"Version":"2012-10-17","Statement":[
+  {"Effect":"Allow","Action":["s3:GetObject","s3:PutObject","s3:DeleteObject"],"Resource":"arn:aws:s3:::bobs/team/*"},
+  {"Effect":"Allow","Action":"s3:ListBucket","Resource":"arn:aws:s3:::bobs",
+   "Condition":{"StringLike":{"s3:prefix":"team/*"}}},
+  {"Effect":"Deny","Action":"s3:DeleteObject","Resource":"arn:aws:s3:::bobs/team/keep*"}]}"#;
+
+#[tokio::test]
+async fn a_key_policy_narrows_a_key_to_what_it_allows() {
+    let gw = TestGateway::start().await;
+    let catalog = gw.gateway.store.catalog();
+    let bob = add_key(&gw, "BOBKEY").await;
+    let carol = add_key(&gw, "CAROLKEY").await;
+    bob.create_bucket().bucket("bobs").send().await.unwrap();
+    carol.create_bucket().bucket("carols").send().await.unwrap();
+    put(&bob, "bobs", "other/before").await.unwrap();
+    put(&carol, "carols", "c").await.unwrap();
+
+    assert!(catalog.set_key_policy("BOBKEY", Some(TEAM_ONLY)).await.unwrap());
+    // Inside the prefix: writes, reads, listing, deletes (but not what Deny keeps).
+    put(&bob, "bobs", "team/a").await.unwrap();
+    put(&bob, "bobs", "team/keep-me").await.unwrap();
+    get(&bob, "bobs", "team/a").await.unwrap();
+    assert_eq!(list(&bob, "bobs", Some("team/")).await, Ok(2));
+    // Outside it, even in the key's own bucket: AccessDenied.
+    assert_eq!(put(&bob, "bobs", "other/b").await, Err("AccessDenied".into()));
+    assert_eq!(get(&bob, "bobs", "other/before").await, Err("AccessDenied".into()));
+    assert_eq!(list(&bob, "bobs", None).await, Err("AccessDenied".into()));
+    let tagging = bob.get_bucket_tagging().bucket("bobs").send().await.unwrap_err();
+    assert_eq!(tagging.into_service_error().meta().code(), Some("AccessDenied"));
+    let create = bob.create_bucket().bucket("bobs-second").send().await.unwrap_err();
+    assert_eq!(create.into_service_error().meta().code(), Some("AccessDenied"));
+    // A copy needs the source allowed too.
+    bob.copy_object()
+        .bucket("bobs")
+        .key("team/copy")
+        .copy_source("bobs/team/a")
+        .send()
+        .await
+        .unwrap();
+    let copy = bob
+        .copy_object()
+        .bucket("bobs")
+        .key("team/stolen")
+        .copy_source("bobs/other/before")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(copy.into_service_error().meta().code(), Some("AccessDenied"));
+    // DeleteObjects decides key by key.
+    let ids = ["team/a", "team/keep-me", "other/before"]
+        .map(|key| ObjectIdentifier::builder().key(key).build().unwrap())
+        .to_vec();
+    let deleted = bob
+        .delete_objects()
+        .bucket("bobs")
+        .delete(Delete::builder().set_objects(Some(ids)).build().unwrap())
+        .send()
+        .await
+        .unwrap();
+    let removed: Vec<&str> = deleted.deleted().iter().filter_map(|d| d.key()).collect();
+    assert_eq!(removed, ["team/a"]);
+    let refused: Vec<(&str, &str)> = deleted
+        .errors()
+        .iter()
+        .map(|e| (e.key().unwrap_or_default(), e.code().unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        refused,
+        [("team/keep-me", "AccessDenied"), ("other/before", "AccessDenied")]
+    );
+    let kept = gw.client.list_objects_v2().bucket("bobs").send().await.unwrap();
+    assert_eq!(
+        kept.contents().len(),
+        3,
+        "team/keep-me, team/copy and other/before remain"
+    );
+
+    // A policy only narrows: allowing everything does not open another key's bucket.
+    let everything = r#"{"Statement":{"Effect":"Allow","Action":"s3:*","Resource":"*"}}"#;
+    assert!(catalog.set_key_policy("BOBKEY", Some(everything)).await.unwrap());
+    put(&bob, "bobs", "other/now").await.unwrap();
+    assert_eq!(get(&bob, "carols", "c").await, Err("AccessDenied".into()));
+    assert_eq!(put(&bob, "carols", "x").await, Err("AccessDenied".into()));
+    // Carol, without a policy, is an owner as before.
+    put(&carol, "carols", "d").await.unwrap();
+
+    // Detached: an owner again.
+    assert!(catalog.set_key_policy("BOBKEY", None).await.unwrap());
+    assert_eq!(list(&bob, "bobs", None).await, Ok(4));
+    bob.create_bucket().bucket("bobs-second").send().await.unwrap();
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn key_policies_are_identity_policies_and_not_for_the_root_key() {
+    let gw = TestGateway::start().await;
+    let catalog = gw.gateway.store.catalog();
+    add_key(&gw, "BOBKEY").await;
+    let with_principal =
+        r#"{"Statement":{"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::b/*"}}"#;
+    let err = catalog
+        .set_key_policy("BOBKEY", Some(with_principal))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("should not specify a principal"), "{err}");
+    let bad_action = r#"{"Statement":{"Effect":"Allow","Action":"s3:Fly","Resource":"*"}}"#;
+    assert!(catalog.set_key_policy("BOBKEY", Some(bad_action)).await.is_err());
+    let fine = r#"{"Statement":{"Effect":"Allow","Action":"s3:GetObject","Resource":"arn:aws:s3:::b/*"}}"#;
+    assert!(
+        !catalog
+            .set_key_policy(common::ROOT_ACCESS_KEY, Some(fine))
+            .await
+            .unwrap()
+    );
+    assert!(!catalog.set_key_policy("NOSUCHKEY", Some(fine)).await.unwrap());
+    // The root key is untouched: it still creates buckets.
+    gw.client.create_bucket().bucket("rooted").send().await.unwrap();
+    gw.stop().await;
+}
