@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # `just bench lake`: the lakehouse workload timed from the client, pgvs3 beside rclone serve s3,
 # and Iceberg through the origin cache; then a table of ratios and a chart.
-#   e2e/scripts/bench-lake.sh [--smoke] [--full] [--repeats N] [--snapshots N] [--out DIR]
+#   e2e/scripts/bench-lake.sh [--smoke] [--full] [--fixtures A,B] [--repeats N] [--snapshots N] [--out DIR]
 #   PGVS3_BIN_DIR=/path/to/release e2e/scripts/bench-lake.sh ...   (a prebuilt pgvs3, no build)
 # - httpfs: DuckDB PUTs (COPY of an incompressible Parquet file) and GETs (read_blob) of 4 KiB
 #   objects from 64 threads and of 8 MiB objects from 16, one DuckDB connection per thread.
 # - parquet: a full scan (every column) and a filtered scan (an id range: one row group) of the
-#   10 MiB Parquet fixture; --full adds the 100 MiB and 1 GiB fixtures.
+#   10 MiB Parquet fixture; --full adds the 100 MiB and 1 GiB fixtures (--fixtures: these instead).
 # - ducklake: CREATE TABLE, a 32-row append, a bulk CTAS of the fixtures and a fresh ATTACH + full
 #   query; on pgvs3 the catalog is in its PostgreSQL (`pgvs3 lake attach-string`), on rclone in a
 #   local DuckDB file (it has no database).
@@ -20,12 +20,13 @@
 # DIR/bench.png.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-smoke=no full=no repeats=5 snapshots=100 out=""
-usage="usage: $0 [--smoke] [--full] [--repeats N] [--snapshots N] [--out DIR]"
+smoke=no full=no repeats=5 snapshots=100 out="" only_fixtures=""
+usage="usage: $0 [--smoke] [--full] [--fixtures A,B] [--repeats N] [--snapshots N] [--out DIR]"
 while [ $# -gt 0 ]; do
     case "$1" in
         --smoke) smoke=yes; shift ;;
         --full) full=yes; shift ;;
+        --fixtures) only_fixtures=$2; shift 2 ;;
         --repeats) repeats=$2; shift 2 ;;
         --snapshots) snapshots=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
@@ -51,6 +52,7 @@ else
     [ "$full" = yes ] && fixtures+=,events-100MiB.parquet,events-1GiB.parquet
     objects='[["4KiB", 400, 64, 2048], ["8MiB", 1048576, 16, 64]]'
 fi
+fixtures=${only_fixtures:-$fixtures}
 if [[ -n "${PGVS3_BIN_DIR:-}" ]]; then
     bin=$PGVS3_BIN_DIR
 elif [ "$smoke" = yes ]; then
