@@ -394,7 +394,9 @@ impl ArchivingCluster {
                     ),
                 ],
             );
-            runtime.block_on(primary.restart()).expect("restart the primary archiving");
+            runtime
+                .block_on(primary.restart())
+                .expect("restart the primary archiving");
             // The base backup: pg_basebackup (through the standby launcher), stopped at once so
             // it holds the primary as it was before any lake.
             let mut restored = runtime
@@ -605,7 +607,10 @@ async fn a_point_in_time_restore_brings_back_the_lake_of_that_instant() {
         .into_iter()
         .filter(|key| !named_at_point.contains(key))
         .collect();
-    assert!(!in_flight.is_empty(), "the open CTAS wrote files before the restore point");
+    assert!(
+        !in_flight.is_empty(),
+        "the open CTAS wrote files before the restore point"
+    );
     let point_lsn: String = sql
         .query_one("SELECT pg_create_restore_point('lake')::text", &[])
         .await
@@ -619,13 +624,13 @@ async fn a_point_in_time_restore_brings_back_the_lake_of_that_instant() {
         .expect("the script printed its final state");
     assert!(child.wait().await.unwrap().success(), "the writers' script failed");
     let after: serde_json::Value = serde_json::from_str(&after).unwrap();
-    assert_eq!(after["half"], 1_000_000, "the held CTAS committed after the restore point");
+    assert_eq!(
+        after["half"], 1_000_000,
+        "the held CTAS committed after the restore point"
+    );
     assert_ne!(after["rows"], at_point["rows"], "{after}");
     let now_stored = parquet_keys(&gw).await;
-    let deleted: Vec<&String> = named_at_point
-        .iter()
-        .filter(|key| !now_stored.contains(key))
-        .collect();
+    let deleted: Vec<&String> = named_at_point.iter().filter(|key| !now_stored.contains(key)).collect();
     assert!(
         !deleted.is_empty(),
         "cleanup deleted files the restore point's catalog names: {after}"
@@ -768,14 +773,7 @@ print(json.dumps({name: [list(row) for row in con.execute(sql).fetchall()] for n
 /// Every S3 request a gateway has answered (the sum of its request counters).
 async fn requests_served(gw: &TestGateway) -> f64 {
     let host = gw.gateway.admin_addr.to_string();
-    let metrics = common::raw::send(
-        gw.gateway.admin_addr,
-        "GET",
-        "/metrics",
-        &[("host".into(), host)],
-        b"",
-    )
-    .await;
+    let metrics = common::raw::send(gw.gateway.admin_addr, "GET", "/metrics", &[("host".into(), host)], b"").await;
     metrics
         .body
         .lines()
