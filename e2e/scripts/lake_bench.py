@@ -229,17 +229,23 @@ def main():
     config = json.loads(pathlib.Path(sys.argv[1]).read_text())
     rec = Recorder(sys.argv[2])
     import boto3
-    for name, target in config["targets"].items():
-        print(f"# {name}", file=sys.stderr)
-        objects(rec, config, name, target)
+    targets = config["targets"]
+    uploaded = {}
+    for name, target in targets.items():
         s3 = boto3.client("s3", endpoint_url=f"http://{target['endpoint']}", region_name="us-east-1",
                           aws_access_key_id=config["keys"][0], aws_secret_access_key=config["keys"][1])
-        uploaded = {}
         for fixture, path in config["scan_fixtures"].items():
             s3.upload_file(path, target["bucket"], f"fixtures/{fixture}")
-            uploaded[fixture] = f"fixtures/{fixture}"
-        scans(rec, config, name, target, uploaded)
-        ducklake(rec, config, name, target)
+        uploaded[name] = {fixture: f"fixtures/{fixture}" for fixture in config["scan_fixtures"]}
+    # Each group of cases on every target in turn, so a change in the machine's load (other
+    # builds) lands on both sides of a ratio rather than on one target's whole run.
+    for group, run in (("httpfs", objects), ("parquet", scans), ("ducklake", ducklake)):
+        for name, target in targets.items():
+            print(f"# {group}: {name}", file=sys.stderr)
+            if run is scans:
+                scans(rec, config, name, target, uploaded[name])
+            else:
+                run(rec, config, name, target)
     print("# iceberg: direct from the constrained origin, then through the cache", file=sys.stderr)
     iceberg(rec, config)
 
