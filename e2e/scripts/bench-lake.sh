@@ -5,7 +5,7 @@
 #   PGVS3_BIN_DIR=/path/to/release e2e/scripts/bench-lake.sh ...   (a prebuilt pgvs3, no build)
 # - httpfs: DuckDB PUTs (COPY of an incompressible Parquet file) and GETs (read_blob) of 4 KiB
 #   objects from 64 threads and of 8 MiB objects from 16, one DuckDB connection per thread.
-# - parquet: a full scan (every column) and a filtered scan (an id range: one row group) of the
+# - parquet: a full scan (four of the six columns) and a filtered scan (an id range: one row group) of the
 #   10 MiB Parquet fixture; --full adds the 100 MiB and 1 GiB fixtures (--fixtures: these instead).
 # - ducklake: CREATE TABLE, a 32-row append, a bulk CTAS of the fixtures and a fresh ATTACH + full
 #   query; on pgvs3 the catalog is in its PostgreSQL (`pgvs3 lake attach-string`), on rclone in a
