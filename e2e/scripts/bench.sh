@@ -3,6 +3,7 @@
 # machine, then a table of ratios and a chart.
 #   e2e/scripts/bench.sh [--smoke] [--full] [--with-garage] [--seconds N] [--only s3,resp,ojs,direct]
 #       [--out DIR]
+#   e2e/scripts/bench.sh lake [--smoke] [--full] ...   (DuckDB, DuckLake, Iceberg: bench-lake.sh)
 # - S3 (pgvs3-loadgen, the same flags for all): pgvs3 and `rclone serve s3` over a local
 #   directory; 4 KiB put/get/head/list at 16 workers for N seconds, 64 MiB (incompressible)
 #   put/get at 2 workers (10 requests), the 100 MiB Parquet fixture put/get at 2 (8 requests);
@@ -20,6 +21,8 @@
 # and no performance claim (CI). Results: DIR/*.ndjson, DIR/bench.md, DIR/bench.png.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# `just bench lake [--smoke] [--full]`: the lakehouse benchmark, a script of its own.
+if [ "${1:-}" = lake ]; then shift; exec e2e/scripts/bench-lake.sh "$@"; fi
 smoke=no full=no with_garage=no seconds=5 only="s3,resp,ojs,direct" out=""
 usage="usage: $0 [--smoke] [--full] [--with-garage] [--seconds N] [--only s3,resp,ojs,direct] [--out DIR]"
 while [ $# -gt 0 ]; do
