@@ -199,6 +199,8 @@ impl RunningGateway {
             None => None,
         };
         // --- end OJS ---
+        // The webhook outbox's deliverer (OJS webhooks, bucket notification webhook targets).
+        let deliverer = crate::webhooks::spawn_deliverer(pool.clone(), args.webhook_delivery(), signal.clone())?;
 
         let mut background = vec![
             health.spawn_probe(database.config.clone(), args.pg_probe_interval),
@@ -218,6 +220,7 @@ impl RunningGateway {
             ),
         ];
         background.extend(background_ojs);
+        background.push(deliverer);
         tracing::info!(%s3_addr, %admin_addr, ?resp_addr, ?ojs_addr, "pgvs3 gateway ready");
         Ok(RunningGateway {
             s3_addr,

@@ -57,7 +57,8 @@ CREATE OR REPLACE FUNCTION ojs.job_json(j ojs.jobs) RETURNS jsonb LANGUAGE sql S
                       THEN jsonb_build_object('code', 'visibility_timeout', 'type', 'visibility_timeout',
                                               'message', 'the claim lapsed before an ack, nack or heartbeat')
                       ELSE j.error END,
-        'errors', CASE WHEN jsonb_array_length(j.errors) > 0 THEN j.errors END
+        'errors', CASE WHEN jsonb_array_length(j.errors) > 0 THEN j.errors END,
+        'progress', j.progress
     ))
 $$;
 

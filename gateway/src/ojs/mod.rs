@@ -8,6 +8,7 @@ pub mod cron;
 pub mod envelope;
 pub mod queue;
 pub mod stream;
+pub mod webhooks;
 pub mod workflow;
 
 use std::collections::HashMap;
@@ -552,6 +553,39 @@ impl OjsService {
             // The per-job forms: the job is the path's, the body (optional) the rest.
             (&Method::POST, ["jobs", id, "ack"]) => self.ack(job_body(id, body, limit).await?).await,
             (&Method::POST, ["jobs", id, "nack"]) => self.nack(job_body(id, body, limit).await?).await,
+            (&Method::PUT | &Method::POST, ["jobs", id, "progress"]) => {
+                self.progress(job_body(id, body, limit).await?).await
+            }
+            (&Method::POST, ["workers", "progress"]) => self.progress(read_json(body, limit).await?).await,
+            (&Method::POST, ["webhooks"]) => {
+                let webhook = webhooks::parse_webhook(read_json(body, limit).await?)?;
+                Ok((
+                    StatusCode::CREATED,
+                    json!({ "webhook": queue.create_webhook(&webhook).await? }),
+                ))
+            }
+            (&Method::GET, ["webhooks"]) => Ok((StatusCode::OK, listing("webhooks", queue.list_webhooks().await?))),
+            (&Method::GET, ["webhooks", id]) => Ok((
+                StatusCode::OK,
+                json!({ "webhook": queue.webhook(webhook_id(id)?).await? }),
+            )),
+            (&Method::DELETE, ["webhooks", id]) => Ok((
+                StatusCode::OK,
+                json!({ "webhook": queue.delete_webhook(webhook_id(id)?).await?, "deleted": true }),
+            )),
+            (&Method::GET, ["webhooks", id, "deliveries"]) => {
+                let limit = query
+                    .get("limit")
+                    .and_then(|l| l.parse().ok())
+                    .unwrap_or(100)
+                    .clamp(1, 1000);
+                let deliveries = queue.webhook_deliveries(webhook_id(id)?, limit).await?;
+                Ok((StatusCode::OK, listing("deliveries", deliveries)))
+            }
+            (&Method::POST, ["webhooks", id, "deliveries", "retry"]) => {
+                let retried = queue.retry_webhook_deliveries(webhook_id(id)?).await?;
+                Ok((StatusCode::OK, json!({ "retried": retried })))
+            }
             (&Method::POST, ["workers", "heartbeat"]) | (&Method::POST, ["workers", "beat"]) => {
                 self.heartbeat(read_json(body, limit).await?).await
             }
@@ -705,8 +739,10 @@ impl OjsService {
             "capabilities": {
                 "batch_enqueue": true, "unique_jobs": true, "scheduled_jobs": true, "priority": true,
                 "dead_letter": true, "events": true, "cron": true, "workflows": true,
+                "webhooks": true, "progress": true,
             },
-            "extensions": ["dead-letter", "admin-api", "observability", "backpressure", "graceful-shutdown", "rate-limiting"],
+            "extensions": ["dead-letter", "admin-api", "observability", "backpressure", "graceful-shutdown", "rate-limiting",
+                           "webhooks", "progress"],
         })
     }
 
@@ -849,6 +885,20 @@ impl OjsService {
         let requeue = body.get("requeue").and_then(Value::as_bool).unwrap_or(false);
         let job = self.inner.queue.nack(&claim, Failure { error, requeue }).await?;
         Ok((StatusCode::OK, settled(job, "nacked")))
+    }
+
+    /// A worker's progress on its active job: stored on the job (`progress`) and logged as a
+    /// `job.progress` event.
+    async fn progress(&self, body: Value) -> Reply {
+        let job_id = optional_string(&body, "job_id")?.ok_or_else(|| OjsError::invalid("missing \"job_id\""))?;
+        let report = webhooks::parse_progress(&body)?;
+        let worker_id = optional_string(&body, "worker_id")?;
+        let job = self
+            .inner
+            .queue
+            .report_progress(self::job_id(&job_id)?, worker_id.as_deref(), &report)
+            .await?;
+        Ok((StatusCode::OK, json!({ "job": job, "progress": report })))
     }
 
     async fn heartbeat(&self, body: Value) -> Reply {
@@ -1064,6 +1114,14 @@ fn job_id(text: &str) -> Result<&str, OjsError> {
         Ok(text)
     } else {
         Err(OjsError::not_found(format!("job {text} not found (ids are UUIDs)")))
+    }
+}
+
+fn webhook_id(text: &str) -> Result<&str, OjsError> {
+    if envelope::is_uuid(text) {
+        Ok(text)
+    } else {
+        Err(OjsError::not_found(format!("webhook {text} not found (ids are UUIDs)")))
     }
 }
 

@@ -380,7 +380,7 @@ impl Queue {
                 .is_ok()
     }
 
-    async fn client(&self) -> Result<deadpool_postgres::Client, OjsError> {
+    pub(super) async fn client(&self) -> Result<deadpool_postgres::Client, OjsError> {
         self.pool.get().await.map_err(OjsError::backend)
     }
 
