@@ -66,6 +66,39 @@ CREATE FUNCTION ojs.cron_json(c ojs.cron) RETURNS jsonb
 $$;
 
 --
+-- Name: outbox; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.outbox (
+    id bigint NOT NULL,
+    delivery_id text NOT NULL,
+    webhook_id text,
+    target text,
+    event_type text NOT NULL,
+    body jsonb NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    due_at timestamp with time zone DEFAULT now() NOT NULL,
+    dead boolean DEFAULT false NOT NULL,
+    last_error text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT outbox_check CHECK (((webhook_id IS NULL) <> (target IS NULL)))
+);
+
+--
+-- Name: delivery_json(pgvs3.outbox); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.delivery_json(o pgvs3.outbox) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT jsonb_strip_nulls(jsonb_build_object(
+        'id', o.delivery_id, 'subscription_id', o.webhook_id, 'event_type', o.event_type,
+        'status', CASE WHEN o.dead THEN 'dead' WHEN o.attempts > 0 THEN 'retrying' ELSE 'pending' END,
+        'attempts', o.attempts, 'next_attempt_at', CASE WHEN NOT o.dead THEN ojs.ts(o.due_at) END,
+        'last_error', o.last_error, 'created_at', ojs.ts(o.created_at), 'event', o.body))
+$$;
+
+--
 -- Name: ensure_webhook_trigger(); Type: FUNCTION; Schema: ojs; Owner: -
 --
 
@@ -108,7 +141,9 @@ BEGIN
                'subject', coalesce(e.job_id, e.data ->> 'workflow_id', e.data ->> 'cron_name', e.queue),
                'data', e.data)
       FROM new_events e
-      JOIN ojs.webhooks w ON ojs.event_matches(w.events, e.type)
+      JOIN ojs.webhooks w ON w.active AND ojs.event_matches(w.events, e.type)
+     WHERE (w.filter -> 'queues' IS NULL OR w.filter -> 'queues' ? e.queue)
+       AND (w.filter -> 'job_types' IS NULL OR w.filter -> 'job_types' ? (e.data ->> 'job_type'))
      ORDER BY e.seq;
     RETURN NULL;
 END $$;
@@ -205,7 +240,13 @@ CREATE FUNCTION ojs.job_json(j ojs.jobs) RETURNS jsonb
                                               'message', 'the claim lapsed before an ack, nack or heartbeat')
                       ELSE j.error END,
         'errors', CASE WHEN jsonb_array_length(j.errors) > 0 THEN j.errors END,
-        'progress', j.progress
+        -- ojs-progress: the current attempt's report (a retry starts without one), 1.0 once
+        -- completed, and the last checkpoint of any attempt to resume from.
+        'progress', CASE WHEN j.progress IS NULL THEN NULL
+                         WHEN j.state = 'completed' THEN to_jsonb(1.0)
+                         WHEN (j.progress ->> 'attempt')::int = j.attempt THEN j.progress -> 'progress' END,
+        'progress_data', CASE WHEN (j.progress ->> 'attempt')::int = j.attempt THEN j.progress -> 'data' END,
+        'last_checkpoint', j.progress -> 'checkpoint'
     ))
 $$;
 
@@ -311,6 +352,8 @@ CREATE TABLE ojs.webhooks (
     id text NOT NULL,
     url text NOT NULL,
     events text[] NOT NULL,
+    filter jsonb,
+    active boolean DEFAULT true NOT NULL,
     secret text NOT NULL,
     metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL
@@ -323,10 +366,11 @@ CREATE TABLE ojs.webhooks (
 CREATE FUNCTION ojs.webhook_json(w ojs.webhooks) RETURNS jsonb
     LANGUAGE sql STABLE
     AS $$
-    SELECT jsonb_build_object('id', w.id, 'url', w.url, 'events', to_jsonb(w.events), 'metadata', w.metadata,
-                              'created_at', ojs.ts(w.created_at),
-                              'pending', (SELECT count(*) FROM pgvs3.outbox o WHERE o.webhook_id = w.id AND NOT o.dead),
-                              'dead', (SELECT count(*) FROM pgvs3.outbox o WHERE o.webhook_id = w.id AND o.dead))
+    SELECT jsonb_strip_nulls(jsonb_build_object('id', w.id, 'url', w.url, 'events', to_jsonb(w.events),
+                              'filter', w.filter, 'active', w.active, 'metadata', w.metadata,
+                              'created_at', ojs.ts(w.created_at))) || jsonb_build_object(
+        'pending', (SELECT count(*) FROM pgvs3.outbox o WHERE o.webhook_id = w.id AND NOT o.dead),
+        'dead', (SELECT count(*) FROM pgvs3.outbox o WHERE o.webhook_id = w.id AND o.dead))
 $$;
 
 --
@@ -2620,25 +2664,6 @@ CREATE TABLE pgvs3.origins (
     CONSTRAINT origins_size_limit_bytes_check CHECK ((size_limit_bytes > 0)),
     CONSTRAINT origins_ttl_seconds_check CHECK ((ttl_seconds >= 0)),
     CONSTRAINT origins_write_back_threshold_check CHECK ((write_back_threshold > 0))
-);
-
---
--- Name: outbox; Type: TABLE; Schema: pgvs3; Owner: -
---
-
-CREATE TABLE pgvs3.outbox (
-    id bigint NOT NULL,
-    delivery_id text NOT NULL,
-    webhook_id text,
-    target text,
-    event_type text NOT NULL,
-    body jsonb NOT NULL,
-    attempts integer DEFAULT 0 NOT NULL,
-    due_at timestamp with time zone DEFAULT now() NOT NULL,
-    dead boolean DEFAULT false NOT NULL,
-    last_error text,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT outbox_check CHECK (((webhook_id IS NULL) <> (target IS NULL)))
 );
 
 --

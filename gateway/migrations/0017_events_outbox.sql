@@ -10,10 +10,14 @@
 --
 -- Each row names exactly one endpoint: an OJS webhook subscription (`webhook_id`) or a bucket
 -- notification target (`target`); dropping the endpoint drops what is still owed to it.
+-- OJS webhook subscriptions (ojs-webhooks.md §5.1): event patterns, an optional `filter`
+-- ({"queues": [...], "job_types": [...]}), and `active` (an inactive one is owed nothing).
 CREATE TABLE ojs.webhooks (
     id         text PRIMARY KEY,
     url        text NOT NULL,
     events     text[] NOT NULL,
+    filter     jsonb,
+    active     boolean NOT NULL DEFAULT true,
     secret     text NOT NULL,
     metadata   jsonb NOT NULL DEFAULT '{}',
     created_at timestamptz NOT NULL DEFAULT now()
@@ -48,5 +52,7 @@ CREATE INDEX outbox_due ON pgvs3.outbox (due_at) WHERE NOT dead;
 CREATE INDEX outbox_webhook ON pgvs3.outbox (webhook_id) WHERE webhook_id IS NOT NULL;
 CREATE INDEX outbox_target ON pgvs3.outbox (target) WHERE target IS NOT NULL;
 
--- A job's latest progress report (ojs-progress: `progress` 0–1, `data`, `checkpoint`).
+-- A job's latest progress report (ojs-progress): the attempt it belongs to, `progress` (0–1,
+-- never decreasing within the attempt), `data`, the last `checkpoint` (kept across attempts) and
+-- `updated_at`. ojs.job_json shows the current attempt's only.
 ALTER TABLE ojs.jobs ADD COLUMN progress jsonb;

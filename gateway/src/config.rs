@@ -315,19 +315,19 @@ pub struct ServeArgs {
     pub webhook_concurrency: usize,
 
     /// How long one webhook POST may take, connecting included; longer is a failed attempt.
-    #[arg(long, env = "PGVS3_WEBHOOK_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "PGVS3_WEBHOOK_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub webhook_timeout: Duration,
 
     /// Attempts of one webhook delivery before it is dead-lettered (kept, not retried).
-    #[arg(long, env = "PGVS3_WEBHOOK_MAX_ATTEMPTS", default_value_t = 10, value_parser = clap::value_parser!(i32).range(1..))]
+    #[arg(long, env = "PGVS3_WEBHOOK_MAX_ATTEMPTS", default_value_t = 8, value_parser = clap::value_parser!(i32).range(1..))]
     pub webhook_max_attempts: i32,
 
-    /// The wait after a webhook delivery's first failure; it doubles with each further one.
-    #[arg(long, env = "PGVS3_WEBHOOK_BACKOFF", default_value = "1s", value_parser = parse_duration)]
+    /// The wait after a webhook delivery's first failure; it grows fourfold with each further one.
+    #[arg(long, env = "PGVS3_WEBHOOK_BACKOFF", default_value = "30s", value_parser = parse_duration)]
     pub webhook_backoff: Duration,
 
     /// The longest wait between two attempts of a webhook delivery.
-    #[arg(long, env = "PGVS3_WEBHOOK_MAX_BACKOFF", default_value = "1h", value_parser = parse_duration)]
+    #[arg(long, env = "PGVS3_WEBHOOK_MAX_BACKOFF", default_value = "24h", value_parser = parse_duration)]
     pub webhook_max_backoff: Duration,
 
     /// How often an idle gateway looks for webhook deliveries that came due.

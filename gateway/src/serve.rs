@@ -182,6 +182,7 @@ impl RunningGateway {
                     max_args_bytes: args.ojs_max_args_bytes,
                     max_body_bytes: args.ojs_max_body_bytes,
                     token: args.ojs_token.clone(),
+                    webhook_timeout: args.webhook_timeout,
                 };
                 let queue = crate::ojs::queue::Queue::new(pool.clone());
                 background_ojs.push(crate::ojs::spawn_cron_ticker(queue.clone(), options.max_args_bytes));

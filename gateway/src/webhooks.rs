@@ -29,7 +29,9 @@ pub struct DeliveryOptions {
     pub timeout: Duration,
     /// Deliveries tried before a row is dead-lettered.
     pub max_attempts: i32,
-    /// The wait after the first failure; it doubles with each further one, up to `max_backoff`.
+    /// The wait after the first failure; it grows fourfold with each further one (30 s, 2 min,
+    /// 8 min, 32 min, … with the default: about the OJS webhooks extension's schedule), up to
+    /// `max_backoff`.
     pub backoff: Duration,
     pub max_backoff: Duration,
     /// How often an idle deliverer looks for due rows.
@@ -38,17 +40,26 @@ pub struct DeliveryOptions {
 
 type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
-/// One delivery claimed from the outbox.
-struct Claimed {
-    id: i64,
-    delivery_id: String,
-    event_type: String,
-    body: String,
-    attempts: i32,
-    url: String,
-    secret: Option<String>,
-    /// OJS webhooks sign with the extension's `X-OJS-*` headers, bucket targets with `X-Pgvs3-*`.
-    ojs: bool,
+/// One delivery: claimed from the outbox, or the test delivery of a subscription.
+pub struct Delivery {
+    pub delivery_id: String,
+    pub event_type: String,
+    pub body: String,
+    pub url: String,
+    pub secret: Option<String>,
+    /// An OJS subscription's id (deliveries then carry the extension's `X-OJS-*` headers);
+    /// `None` for a bucket notification target (`X-Pgvs3-*`).
+    pub subscription: Option<String>,
+}
+
+/// How an attempt ended.
+pub enum Outcome {
+    Delivered,
+    /// A failure worth retrying: a 5xx, a 429, a timeout, a connection error (its text).
+    Failed(String),
+    /// A 4xx other than 429 (ojs-webhooks §7.1): the endpoint refuses it, retrying will not
+    /// help, so it is dead-lettered at once.
+    Refused(String),
 }
 
 /// Claims up to $1 due rows and leases them for $2 ms. The endpoint is read now, so a changed
@@ -65,14 +76,14 @@ RETURNING o.id, o.delivery_id, o.event_type, o.body::text, o.attempts,
                    (SELECT url FROM pgvs3.webhook_targets WHERE name = o.target)),
           coalesce((SELECT secret FROM ojs.webhooks WHERE id = o.webhook_id),
                    (SELECT secret FROM pgvs3.webhook_targets WHERE name = o.target)),
-          o.webhook_id IS NOT NULL";
+          o.webhook_id";
 
 const DELIVERED: &str = "DELETE FROM pgvs3.outbox WHERE id = $1";
 
-/// A failure: counted, backed off by $3 ms, dead after $4 attempts.
+/// A failure: counted, backed off by $3 ms, dead after $4 attempts or when refused ($5).
 const FAILED: &str = "
 UPDATE pgvs3.outbox SET attempts = attempts + 1, last_error = $2, due_at = now() + $3::bigint * interval '1 ms',
-                        dead = attempts + 1 >= $4::int
+                        dead = attempts + 1 >= $4::int OR $5::boolean
  WHERE id = $1
 RETURNING dead";
 
@@ -111,21 +122,12 @@ pub fn spawn_deliverer(
 struct Deliverer {
     pool: deadpool_postgres::Pool,
     options: DeliveryOptions,
-    client: HttpsClient,
+    client: WebhookClient,
 }
 
 impl Deliverer {
     fn new(pool: deadpool_postgres::Pool, options: DeliveryOptions) -> anyhow::Result<Deliverer> {
-        let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_native_roots(provider)?
-            .https_or_http()
-            .enable_http1()
-            .build();
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(options.concurrency.max(1))
-            .build(https);
+        let client = WebhookClient::new(options.timeout, options.concurrency.max(1))?;
         Ok(Deliverer { pool, options, client })
     }
 
@@ -138,79 +140,119 @@ impl Deliverer {
         let rows = client
             .query(&statement, &[&(self.options.concurrency as i64), &lease_ms])
             .await?;
-        let claimed: Vec<Claimed> = rows
+        let claimed: Vec<(i64, i32, Delivery)> = rows
             .iter()
-            .map(|row| Claimed {
-                id: row.get(0),
-                delivery_id: row.get(1),
-                event_type: row.get(2),
-                body: row.get(3),
-                attempts: row.get(4),
-                url: row.get(5),
-                secret: row.get(6),
-                ojs: row.get(7),
+            .map(|row| {
+                let delivery = Delivery {
+                    delivery_id: row.get(1),
+                    event_type: row.get(2),
+                    body: row.get(3),
+                    url: row.get(5),
+                    secret: row.get(6),
+                    subscription: row.get(7),
+                };
+                (row.get(0), row.get(4), delivery)
             })
             .collect();
-        let outcomes = futures::future::join_all(claimed.iter().map(|delivery| self.post(delivery))).await;
-        for (delivery, outcome) in claimed.iter().zip(outcomes) {
-            match outcome {
-                Ok(()) => {
-                    client.execute(DELIVERED, &[&delivery.id]).await?;
+        let outcomes =
+            futures::future::join_all(claimed.iter().map(|(_, _, delivery)| self.client.post(delivery))).await;
+        for ((id, attempts, delivery), outcome) in claimed.iter().zip(outcomes) {
+            let (error, refused) = match outcome {
+                Outcome::Delivered => {
+                    client.execute(DELIVERED, &[id]).await?;
+                    continue;
                 }
-                Err(error) => {
-                    let wait = backoff(&self.options, delivery.attempts).as_millis() as i64;
-                    let row = client
-                        .query_opt(FAILED, &[&delivery.id, &error, &wait, &self.options.max_attempts])
-                        .await?;
-                    let dead = row.is_some_and(|row| row.get::<_, bool>(0));
-                    if dead {
-                        tracing::warn!(url = %delivery.url, delivery = %delivery.delivery_id, %error,
-                                       "webhook delivery dead-lettered after its last attempt");
-                    } else {
-                        tracing::debug!(url = %delivery.url, delivery = %delivery.delivery_id, %error,
-                                        "webhook delivery failed; it will be retried");
-                    }
-                }
+                Outcome::Failed(error) => (error, false),
+                Outcome::Refused(error) => (error, true),
+            };
+            let wait = backoff(&self.options, *attempts).as_millis() as i64;
+            let row = client
+                .query_opt(FAILED, &[id, &error, &wait, &self.options.max_attempts, &refused])
+                .await?;
+            if row.is_some_and(|row| row.get::<_, bool>(0)) {
+                tracing::warn!(url = %delivery.url, delivery = %delivery.delivery_id, %error,
+                               "webhook delivery dead-lettered");
+            } else {
+                tracing::debug!(url = %delivery.url, delivery = %delivery.delivery_id, %error,
+                                "webhook delivery failed; it will be retried");
             }
         }
         Ok(claimed.len())
     }
+}
 
-    /// One POST; anything but a 2xx answer within the timeout is a failure (its text).
-    async fn post(&self, delivery: &Claimed) -> Result<(), String> {
-        let prefix = if delivery.ojs { "x-ojs" } else { "x-pgvs3" };
+/// The HTTP(S) client deliveries are POSTed with (system roots for HTTPS), and its timeout.
+pub struct WebhookClient {
+    client: HttpsClient,
+    timeout: Duration,
+}
+
+impl WebhookClient {
+    pub fn new(timeout: Duration, max_idle_per_host: usize) -> anyhow::Result<WebhookClient> {
+        let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_provider_and_native_roots(provider)?
+            .https_or_http()
+            .enable_http1()
+            .build();
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(max_idle_per_host)
+            .build(https);
+        Ok(WebhookClient { client, timeout })
+    }
+
+    /// One POST, signed when the endpoint has a secret.
+    pub async fn post(&self, delivery: &Delivery) -> Outcome {
+        let prefix = if delivery.subscription.is_some() {
+            "x-ojs"
+        } else {
+            "x-pgvs3"
+        };
         let timestamp = time::OffsetDateTime::now_utc().unix_timestamp().to_string();
         let mut request = http::Request::post(&delivery.url)
             .header(http::header::CONTENT_TYPE, "application/json")
-            .header(http::header::USER_AGENT, concat!("pgvs3/", env!("CARGO_PKG_VERSION")))
+            .header(
+                http::header::USER_AGENT,
+                concat!("pgvs3-webhook/", env!("CARGO_PKG_VERSION")),
+            )
             .header(format!("{prefix}-delivery-id"), &delivery.delivery_id)
             .header(format!("{prefix}-event-type"), &delivery.event_type)
             .header(format!("{prefix}-timestamp"), &timestamp);
+        if let Some(subscription) = &delivery.subscription {
+            request = request.header("x-ojs-subscription-id", subscription);
+        }
         if let Some(secret) = &delivery.secret {
             request = request.header(
                 format!("{prefix}-signature"),
                 signature(secret, &timestamp, &delivery.body),
             );
         }
-        let request = request
-            .body(Full::new(Bytes::from(delivery.body.clone())))
-            .map_err(|error| format!("invalid request: {error}"))?;
+        let request = match request.body(Full::new(Bytes::from(delivery.body.clone()))) {
+            Ok(request) => request,
+            Err(error) => return Outcome::Refused(format!("the endpoint's URL cannot be requested: {error}")),
+        };
         let exchange = async {
-            let response = self.client.request(request).await.map_err(|error| error.to_string())?;
+            let response = match self.client.request(request).await {
+                Ok(response) => response,
+                Err(error) => return Outcome::Failed(error.to_string()),
+            };
             let status = response.status();
             // Read (a bounded part of) the answer so the connection can be reused.
             let _ = http_body_util::Limited::new(response.into_body(), 64 << 10)
                 .collect()
                 .await;
             if status.is_success() {
-                Ok(())
+                Outcome::Delivered
+            } else if status.is_client_error() && status != http::StatusCode::TOO_MANY_REQUESTS {
+                Outcome::Refused(format!("the endpoint answered {status}"))
             } else {
-                Err(format!("the endpoint answered {status}"))
+                Outcome::Failed(format!("the endpoint answered {status}"))
             }
         };
-        match tokio::time::timeout(self.options.timeout, exchange).await {
+        match tokio::time::timeout(self.timeout, exchange).await {
             Ok(outcome) => outcome,
-            Err(_) => Err(format!("no answer within {:?}", self.options.timeout)),
+            Err(_) => Outcome::Failed(format!("no answer within {:?}", self.timeout)),
         }
     }
 }
@@ -225,15 +267,15 @@ pub fn signature(secret: &str, timestamp: &str, body: &str) -> String {
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
-/// The wait after the `failures + 1`-th failure: doubling from `backoff`, capped, ±20% so that
-/// endpoints coming back are not hit by every retry at once.
+/// The wait after the `failures + 1`-th failure: fourfold from `backoff` each time, capped, ±20%
+/// so that endpoints coming back are not hit by every retry at once.
 fn backoff(options: &DeliveryOptions, failures: i32) -> Duration {
     use rand::Rng;
-    let doubled = options
+    let grown = options
         .backoff
-        .saturating_mul(1u32 << failures.clamp(0, 20) as u32)
+        .saturating_mul(4u32.saturating_pow(failures.clamp(0, 16) as u32))
         .min(options.max_backoff);
-    doubled.mul_f64(rand::rng().random_range(0.8..1.2))
+    grown.mul_f64(rand::rng().random_range(0.8..1.2))
 }
 
 #[cfg(test)]
@@ -241,17 +283,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_doubles_up_to_its_cap() {
+    fn backoff_grows_fourfold_up_to_its_cap() {
         let options = DeliveryOptions {
             concurrency: 1,
             timeout: Duration::from_secs(1),
             max_attempts: 5,
             backoff: Duration::from_secs(1),
-            max_backoff: Duration::from_secs(10),
+            max_backoff: Duration::from_secs(100),
             poll: Duration::from_secs(1),
         };
         let third = backoff(&options, 2);
-        assert!(third >= Duration::from_millis(3200) && third <= Duration::from_millis(4800));
-        assert!(backoff(&options, 30) <= Duration::from_secs(12));
+        assert!(third >= Duration::from_millis(12_800) && third <= Duration::from_millis(19_200));
+        assert!(backoff(&options, 30) <= Duration::from_secs(120));
     }
 }

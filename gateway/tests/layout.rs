@@ -42,6 +42,7 @@ const LAYOUT_V10: &[(i32, &str, &str)] = &[
 /// Functions added since layout v10: by v11 (the control API), v12 (versioning), v13 (object
 /// lock, lifecycle, notifications), v14 (RESP data types) and v17 (the webhook outbox).
 const NEW_SINCE_V10: &[&str] = &[
+    "ojs.delivery_json(pgvs3.outbox)",
     "ojs.ensure_webhook_trigger()",
     "ojs.event_matches(text[],text)",
     "ojs.event_webhooks()",

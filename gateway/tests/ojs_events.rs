@@ -37,13 +37,18 @@ async fn start(max_attempts: &str) -> TestGateway {
 async fn subscribe(ojs: &Ojs, url: &str, events: Value, secret: &str) -> String {
     let (status, body) = ojs
         .post(
-            "/ojs/v1/webhooks",
+            "/ojs/v1/webhooks/subscriptions",
             json!({ "url": url, "events": events, "secret": secret, "metadata": { "team": "t" } }),
         )
         .await;
     assert_eq!(status, 201, "{body}");
-    assert!(body["webhook"].get("secret").is_none(), "the secret is not echoed");
-    body["webhook"]["id"].as_str().unwrap().to_string()
+    assert_eq!(body["secret"], secret, "the secret is shown once, on creation");
+    let id = body["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("sub_"));
+    let (status, body) = ojs.get(&format!("/ojs/v1/webhooks/subscriptions/{id}")).await;
+    assert_eq!(status, 200);
+    assert!(body.get("secret").is_none(), "and never again: {body}");
+    id
 }
 
 /// Enqueues a job on `queue`, claims it and acks it; its id.
@@ -87,45 +92,45 @@ async fn a_worker_reports_progress_readable_on_the_job_and_as_an_event() {
         .await;
     assert_eq!(status, 201, "{body}");
     let id = body["job"]["id"].as_str().unwrap().to_string();
-    // Not claimed yet: nothing to report progress on.
-    let (status, body) = ojs
-        .call(
-            "PUT",
-            &format!("/ojs/v1/jobs/{id}/progress"),
-            Some(json!({ "progress": 0.1 })),
-        )
-        .await;
+    let path = format!("/ojs/v1/jobs/{id}/progress");
+    // Nothing reported yet: nulls, not a 404 (PRG-004).
+    let (status, body) = ojs.get(&path).await;
     assert_eq!(
-        (status, body["error"]["code"].as_str()),
-        (409, Some("conflict")),
+        (status, &body["progress"], &body["data"]),
+        (200, &Value::Null, &Value::Null),
         "{body}"
     );
+    // Not claimed yet: the report is ignored, not refused (PRG-007).
+    let (status, body) = ojs.call("PUT", &path, Some(json!({ "progress": 0.1 }))).await;
+    assert_eq!((status, &body["accepted"]), (200, &json!(false)), "{body}");
 
-    ojs.fetch("p", "w1").await.expect("the job");
+    let claimed = ojs.fetch("p", "w1").await.expect("the job");
     let (status, body) = ojs
         .call(
             "PUT",
-            &format!("/ojs/v1/jobs/{id}/progress"),
+            &path,
             Some(json!({ "progress": 0.5, "data": { "rows": 500 }, "checkpoint": { "offset": 500 } })),
         )
         .await;
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["job"]["progress"]["progress"], 0.5);
-    // Another worker cannot report on a job it does not hold; bad values are 400s.
-    let (status, _) = ojs
-        .call(
-            "PUT",
-            &format!("/ojs/v1/jobs/{id}/progress"),
-            Some(json!({ "progress": 0.9, "worker_id": "w2" })),
-        )
+    assert_eq!((status, &body["accepted"]), (200, &json!(true)), "{body}");
+    assert_eq!(body["progress"], 0.5);
+    // A progress report is a heartbeat (PRG-008).
+    let (_, job) = ojs.get(&format!("/ojs/v1/jobs/{id}")).await;
+    assert!(job["job"]["visible_until"].as_str() >= claimed["visible_until"].as_str());
+    // Never backwards within an attempt (PRG-003), clamped to 1 (PRG-002); another worker's
+    // report is ignored; a value that is not a number is a 400.
+    let (_, body) = ojs.call("PUT", &path, Some(json!({ "progress": 0.2 }))).await;
+    assert_eq!(body["progress"], 0.5, "{body}");
+    let (_, body) = ojs
+        .call("PUT", &path, Some(json!({ "progress": 0.9, "worker_id": "w2" })))
         .await;
-    assert_eq!(status, 409);
+    assert_eq!((&body["accepted"], &body["progress"]), (&json!(false), &json!(0.5)));
     for bad in [
-        json!({ "progress": 1.5 }),
+        json!({ "progress": "half" }),
         json!({ "checkpoint": {} }),
         json!({ "data": [1] }),
     ] {
-        let (status, body) = ojs.call("PUT", &format!("/ojs/v1/jobs/{id}/progress"), Some(bad)).await;
+        let (status, body) = ojs.call("PUT", &path, Some(bad)).await;
         assert_eq!(status, 400, "{body}");
     }
     // The SDKs' older worker route, with a percentage and a message.
@@ -136,19 +141,45 @@ async fn a_worker_reports_progress_readable_on_the_job_and_as_an_event() {
         )
         .await;
     assert_eq!(status, 200, "{body}");
+    let (status, headers, body) = ojs.exchange("GET", &path, None).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["x-ojs-progress"], "0.75");
+    assert_eq!(body["data"]["message"], "three quarters");
+    assert_eq!(body["last_checkpoint"], json!({ "offset": 500 }));
+    let (_, job) = ojs.get(&format!("/ojs/v1/jobs/{id}")).await;
+    assert_eq!(job["job"]["progress"], 0.75);
 
-    let (_, body) = ojs.get(&format!("/ojs/v1/jobs/{id}")).await;
-    let progress = &body["job"]["progress"];
-    assert_eq!(progress["progress"], 0.75);
-    assert_eq!(progress["data"]["message"], "three quarters");
     let (_, body) = ojs.get("/ojs/v1/events?types=job.progress").await;
     let events = body["events"].as_array().unwrap();
-    assert_eq!(events.len(), 2, "{body}");
+    let reported: Vec<&Value> = events.iter().map(|e| &e["data"]["progress"]).collect();
+    assert_eq!(reported, [&json!(0.5), &json!(0.5), &json!(0.75)], "{body}");
     assert_eq!(events[0]["subject"], id.as_str());
-    assert_eq!(events[0]["data"]["progress"], 0.5);
     assert_eq!(events[0]["data"]["data"]["rows"], 500);
-    assert_eq!(events[1]["data"]["progress"], 0.75);
-    assert_eq!(events[1]["data"]["worker_id"], "w1");
+    assert_eq!(events[2]["data"]["worker_id"], "w1");
+
+    // A failed attempt keeps its progress (PRG-006); the retry starts without any, but with the
+    // checkpoint to resume from.
+    let (status, _) = ojs
+        .post(
+            "/ojs/v1/workers/nack",
+            json!({ "job_id": id, "error": { "message": "boom" } }),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (_, body) = ojs.get(&path).await;
+    assert_eq!(body["progress"], 0.75);
+    let retried = eventually(Duration::from_secs(10), "the retry claimed", || async {
+        ojs.fetch("p", "w1").await
+    })
+    .await;
+    assert_eq!(retried["attempt"], 2);
+    assert_eq!(retried["last_checkpoint"], json!({ "offset": 500 }));
+    assert!(retried.get("progress").is_none(), "{retried}");
+    // Completion is 1.0 (PRG-005).
+    let (status, _) = ojs.post("/ojs/v1/workers/ack", json!({ "job_id": id })).await;
+    assert_eq!(status, 200);
+    let (_, body) = ojs.get(&path).await;
+    assert_eq!((&body["state"], &body["progress"]), (&json!("completed"), &json!(1.0)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -164,12 +195,9 @@ async fn webhooks_get_the_events_they_match_signed_and_nothing_is_lost_while_the
     )
     .await;
     let (status, body) = ojs.get(&format!("/ojs/v1/webhooks/{id}")).await;
-    assert_eq!(
-        (status, body["webhook"]["events"].clone()),
-        (200, json!(["job.completed"]))
-    );
-    let (_, body) = ojs.get("/ojs/v1/webhooks").await;
-    assert_eq!(body["webhooks"].as_array().unwrap().len(), 1);
+    assert_eq!((status, body["events"].clone()), (200, json!(["job.completed"])));
+    let (_, body) = ojs.get("/ojs/v1/webhooks/subscriptions").await;
+    assert_eq!(body["subscriptions"].as_array().unwrap().len(), 1);
 
     let job = complete_one(&ojs, "hooks").await;
     let delivered = eventually(Duration::from_secs(10), "the completion delivered", || async {
@@ -180,6 +208,7 @@ async fn webhooks_get_the_events_they_match_signed_and_nothing_is_lost_while_the
     assert!(!signed_by(&delivered, "x-ojs", "another secret"));
     assert!(delivered.header("x-ojs-delivery-id").starts_with("del_"));
     assert_eq!(delivered.header("x-ojs-event-type"), "job.completed");
+    assert_eq!(delivered.header("x-ojs-subscription-id"), id);
     assert_eq!(delivered.header("content-type"), "application/json");
     let event = delivered.json();
     assert_eq!(
@@ -233,12 +262,45 @@ async fn webhooks_get_the_events_they_match_signed_and_nothing_is_lost_while_the
     assert_eq!((after.len(), ids.len()), (5, 5));
     assert!(after.iter().all(|d| signed_by(d, "x-ojs", "whsec_test")));
 
-    // Unsubscribed: nothing more is owed.
-    let (status, _) = ojs.call("DELETE", &format!("/ojs/v1/webhooks/{id}"), None).await;
+    // The test route sends a signed webhook.test at once.
+    let (status, body) = ojs
+        .post(&format!("/ojs/v1/webhooks/subscriptions/{id}/test"), json!({}))
+        .await;
+    assert_eq!((status, &body["success"]), (200, &json!(true)), "{body}");
+    let test = receiver.received().pop().unwrap();
+    assert_eq!(test.json()["type"], "webhook.test");
+    assert!(signed_by(&test, "x-ojs", "whsec_test"));
+    // Inactive, or filtered to another queue: nothing owed.
+    let subscription = format!("/ojs/v1/webhooks/subscriptions/{id}");
+    let (status, _) = ojs.call("PATCH", &subscription, Some(json!({ "active": false }))).await;
     assert_eq!(status, 200);
     complete_one(&ojs, "hooks").await;
     assert_eq!(outbox_rows(&gw).await, 0);
-    let (status, _) = ojs.get(&format!("/ojs/v1/webhooks/{id}")).await;
+    let (status, body) = ojs
+        .call(
+            "PATCH",
+            &subscription,
+            Some(json!({ "active": true, "filter": { "queues": ["other"] } })),
+        )
+        .await;
+    assert_eq!(
+        (status, &body["filter"]),
+        (200, &json!({ "queues": ["other"] })),
+        "{body}"
+    );
+    complete_one(&ojs, "hooks").await;
+    assert_eq!(outbox_rows(&gw).await, 0);
+    // Down, so that what is owed stays owed while it is looked at.
+    receiver.stop().await;
+    complete_one(&ojs, "other").await;
+    assert_eq!(outbox_rows(&gw).await, 1, "the filter's queue is owed");
+    // Unsubscribed: what was owed is dropped, nothing more is owed.
+    let (status, _) = ojs.call("DELETE", &subscription, None).await;
+    assert_eq!(status, 200);
+    assert_eq!(outbox_rows(&gw).await, 0);
+    complete_one(&ojs, "other").await;
+    assert_eq!(outbox_rows(&gw).await, 0);
+    let (status, _) = ojs.get(&subscription).await;
     assert_eq!(status, 404);
 }
 
@@ -256,29 +318,27 @@ async fn a_delivery_is_dead_lettered_after_its_last_attempt_and_retried_on_reque
         )
         .await;
     assert_eq!(status, 201);
+    let owed = format!("/ojs/v1/webhooks/deliveries?subscription_id={id}");
     let deliveries = eventually(Duration::from_secs(10), "the delivery dead-lettered", || async {
-        let (_, body) = ojs.get(&format!("/ojs/v1/webhooks/{id}/deliveries")).await;
+        let (_, body) = ojs.get(&owed).await;
         let deliveries = body["deliveries"].as_array().cloned().unwrap_or_default();
-        deliveries
-            .iter()
-            .all(|d| d["status"] == "dead_letter")
-            .then_some(deliveries)
-            .filter(|d| !d.is_empty())
+        (deliveries.len() == 1 && deliveries[0]["status"] == "dead").then_some(deliveries)
     })
     .await;
-    assert_eq!(deliveries.len(), 1, "one event: job.enqueued");
     assert_eq!(deliveries[0]["attempts"], 3);
     assert_eq!(deliveries[0]["event_type"], "job.enqueued");
     assert!(deliveries[0]["last_error"].as_str().unwrap().contains("500"));
     // Dead means no more attempts: exactly three were made.
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(receiver.received().len(), 3);
+    let delivery = deliveries[0]["id"].as_str().unwrap().to_string();
+    let (status, body) = ojs.get(&format!("/ojs/v1/webhooks/deliveries/{delivery}")).await;
+    assert_eq!((status, &body["delivery"]["status"]), (200, &json!("dead")));
 
     receiver.answer(204);
-    let (status, body) = ojs
-        .post(&format!("/ojs/v1/webhooks/{id}/deliveries/retry"), json!({}))
-        .await;
-    assert_eq!((status, body["retried"].as_i64()), (200, Some(1)));
+    let retry = format!("/ojs/v1/webhooks/deliveries/{delivery}/retry");
+    let (status, body) = ojs.post(&retry, json!({})).await;
+    assert_eq!(status, 200, "{body}");
     eventually(Duration::from_secs(10), "the retried delivery delivered", || async {
         (outbox_rows(&gw).await == 0).then_some(())
     })
@@ -290,6 +350,26 @@ async fn a_delivery_is_dead_lettered_after_its_last_attempt_and_retried_on_reque
         received[0].header("x-ojs-delivery-id"),
         "a retry is the same delivery"
     );
+    let (status, _) = ojs.post(&retry, json!({})).await;
+    assert_eq!(status, 404, "a delivered delivery is no longer owed");
+
+    // A 4xx (but 429) is the endpoint refusing: dead at the first attempt, not retried.
+    receiver.answer(410);
+    let (status, _) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "t.dead", "args": [], "options": { "queue": "dl" } }),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let refused = eventually(Duration::from_secs(10), "the refused delivery dead", || async {
+        let (_, body) = ojs.get(&format!("{owed}&status=dead")).await;
+        body["deliveries"].as_array().and_then(|d| d.first().cloned())
+    })
+    .await;
+    assert_eq!(refused["attempts"], 1);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(receiver.received().len(), 5);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -11,6 +11,16 @@
 -- The current definition of every function of this area (see functions/ojs.sql on how function
 -- files are applied).
 
+-- A delivery as the OJS webhook routes show it (delivered rows are deleted, so only what is
+-- still owed is shown).
+CREATE OR REPLACE FUNCTION ojs.delivery_json(o pgvs3.outbox) RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT jsonb_strip_nulls(jsonb_build_object(
+        'id', o.delivery_id, 'subscription_id', o.webhook_id, 'event_type', o.event_type,
+        'status', CASE WHEN o.dead THEN 'dead' WHEN o.attempts > 0 THEN 'retrying' ELSE 'pending' END,
+        'attempts', o.attempts, 'next_attempt_at', CASE WHEN NOT o.dead THEN ojs.ts(o.due_at) END,
+        'last_error', o.last_error, 'created_at', ojs.ts(o.created_at), 'event', o.body))
+$$;
+
 -- Whether an event type is selected by a subscription's patterns: a name, `*`, or a prefix
 -- pattern like `job.*`.
 CREATE OR REPLACE FUNCTION ojs.event_matches(patterns text[], event_type text) RETURNS boolean
@@ -31,7 +41,9 @@ BEGIN
                'subject', coalesce(e.job_id, e.data ->> 'workflow_id', e.data ->> 'cron_name', e.queue),
                'data', e.data)
       FROM new_events e
-      JOIN ojs.webhooks w ON ojs.event_matches(w.events, e.type)
+      JOIN ojs.webhooks w ON w.active AND ojs.event_matches(w.events, e.type)
+     WHERE (w.filter -> 'queues' IS NULL OR w.filter -> 'queues' ? e.queue)
+       AND (w.filter -> 'job_types' IS NULL OR w.filter -> 'job_types' ? (e.data ->> 'job_type'))
      ORDER BY e.seq;
     RETURN NULL;
 END $$;
@@ -47,10 +59,11 @@ BEGIN
 END $$;
 
 CREATE OR REPLACE FUNCTION ojs.webhook_json(w ojs.webhooks) RETURNS jsonb LANGUAGE sql STABLE AS $$
-    SELECT jsonb_build_object('id', w.id, 'url', w.url, 'events', to_jsonb(w.events), 'metadata', w.metadata,
-                              'created_at', ojs.ts(w.created_at),
-                              'pending', (SELECT count(*) FROM pgvs3.outbox o WHERE o.webhook_id = w.id AND NOT o.dead),
-                              'dead', (SELECT count(*) FROM pgvs3.outbox o WHERE o.webhook_id = w.id AND o.dead))
+    SELECT jsonb_strip_nulls(jsonb_build_object('id', w.id, 'url', w.url, 'events', to_jsonb(w.events),
+                              'filter', w.filter, 'active', w.active, 'metadata', w.metadata,
+                              'created_at', ojs.ts(w.created_at))) || jsonb_build_object(
+        'pending', (SELECT count(*) FROM pgvs3.outbox o WHERE o.webhook_id = w.id AND NOT o.dead),
+        'dead', (SELECT count(*) FROM pgvs3.outbox o WHERE o.webhook_id = w.id AND o.dead))
 $$;
 
 -- An object event owed to a bucket notification webhook target: the AWS event message
