@@ -138,7 +138,8 @@ BEGIN
     SELECT 'del_' || pgvs3.uuid_v7(), w.id, e.type,
            jsonb_build_object('id', e.id, 'seq', e.seq, 'type', e.type, 'specversion', '1.0',
                'source', 'ojs://pgvs3/gateway', 'time', ojs.ts(e.time),
-               'subject', coalesce(e.job_id, e.data ->> 'workflow_id', e.data ->> 'cron_name', e.queue),
+               'subject', coalesce(e.job_id, e.data ->> 'workflow_id', e.data ->> 'cron_name', e.queue,
+                                   e.data ->> 'worker_id'),
                'data', e.data)
       FROM new_events e
       JOIN ojs.webhooks w ON w.active AND ojs.event_matches(w.events, e.type)

@@ -155,6 +155,8 @@ async fn a_worker_reports_progress_readable_on_the_job_and_as_an_event() {
     assert_eq!(reported, [&json!(0.5), &json!(0.5), &json!(0.75)], "{body}");
     assert_eq!(events[0]["subject"], id.as_str());
     assert_eq!(events[0]["data"]["data"]["rows"], 500);
+    assert_eq!(events[0]["data"]["progress_percent"], 50.0);
+    assert_eq!(events[2]["data"]["progress_message"], "three quarters");
     assert_eq!(events[2]["data"]["worker_id"], "w1");
 
     // A failed attempt keeps its progress (PRG-006); the retry starts without any, but with the
@@ -439,4 +441,43 @@ async fn only_committed_events_are_owed() {
         )
         .await;
     assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_request")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn heartbeats_log_the_worker_events() {
+    let gw = start("3").await;
+    let ojs = Ojs::of(&gw);
+    for state in ["running", "running", "quiet", "terminate"] {
+        let (status, body) = ojs
+            .post(
+                "/ojs/v1/workers/heartbeat",
+                json!({ "worker_id": "wk-1", "state": state, "active_jobs": 0 }),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let (_, body) = ojs
+        .get("/ojs/v1/events?types=worker.started%2Cworker.quiet%2Cworker.stopped%2Cworker.heartbeat")
+        .await;
+    let events = body["events"].as_array().unwrap();
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types,
+        [
+            "worker.started",
+            "worker.heartbeat",
+            "worker.heartbeat",
+            "worker.quiet",
+            "worker.heartbeat",
+            "worker.stopped",
+            "worker.heartbeat"
+        ],
+        "{body}"
+    );
+    assert!(
+        events
+            .iter()
+            .all(|e| e["subject"] == "wk-1" && e["data"]["worker_id"] == "wk-1")
+    );
+    assert_eq!(events[5]["data"]["reason"], "terminate");
 }

@@ -204,7 +204,11 @@ WITH reported AS (
     SELECT gen_random_uuid()::text, 'job.progress', queue, id,
            jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'attempt', attempt,
                               'worker_id', worker_id)
-           || jsonb_strip_nulls(jsonb_build_object('progress', progress -> 'progress', 'data', progress -> 'data'))
+           || jsonb_strip_nulls(jsonb_build_object(
+                  'progress', progress -> 'progress', 'data', progress -> 'data',
+                  -- ojs-events §3.2 names these two.
+                  'progress_percent', (progress ->> 'progress')::float8 * 100,
+                  'progress_message', progress #> '{data,message}'))
            || ojs.trace_of(envelope)
       FROM reported
 )
