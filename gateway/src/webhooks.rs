@@ -189,12 +189,23 @@ pub struct WebhookClient {
 
 impl WebhookClient {
     pub fn new(timeout: Duration, max_idle_per_host: usize) -> anyhow::Result<WebhookClient> {
-        let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_native_roots(provider)?
-            .https_or_http()
-            .enable_http1()
-            .build();
+        use tokio_rustls::rustls;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = match hyper_rustls::HttpsConnectorBuilder::new().with_provider_and_native_roots(provider.clone())
+        {
+            Ok(builder) => builder,
+            // A host without CA certificates (a minimal image) still delivers to http://
+            // endpoints; https:// ones fail, each delivery saying why.
+            Err(error) => {
+                tracing::warn!(%error, "no system CA certificates: webhook deliveries to https:// endpoints will fail");
+                let config = rustls::ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()?
+                    .with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth();
+                hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config)
+            }
+        };
+        let https = builder.https_or_http().enable_http1().build();
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .pool_max_idle_per_host(max_idle_per_host)
