@@ -1196,11 +1196,12 @@ END $_$;
 CREATE FUNCTION pgvs3.event_key(object_key text) RETURNS text
     LANGUAGE sql IMMUTABLE
     AS $_$
-    SELECT coalesce(string_agg(CASE WHEN c ~ '^[A-Za-z0-9_.~/*-]$' THEN c
-                                    WHEN c = ' ' THEN '+'
-                                    ELSE regexp_replace(upper(encode(convert_to(c, 'UTF8'), 'hex')), '(..)', '%\1', 'g')
-                               END, '' ORDER BY n), '')
-      FROM regexp_split_to_table(object_key, '') WITH ORDINALITY AS t(c, n)
+    SELECT CASE WHEN object_key ~ '^[A-Za-z0-9_.~/*-]*$' THEN object_key ELSE (
+        SELECT coalesce(string_agg(CASE WHEN c ~ '^[A-Za-z0-9_.~/*-]$' THEN c
+                                        WHEN c = ' ' THEN '+'
+                                        ELSE regexp_replace(upper(encode(convert_to(c, 'UTF8'), 'hex')), '(..)', '%\1', 'g')
+                                   END, '' ORDER BY n), '')
+          FROM regexp_split_to_table(object_key, '') WITH ORDINALITY AS t(c, n)) END
 $_$;
 
 --

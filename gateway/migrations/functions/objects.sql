@@ -251,13 +251,15 @@ CREATE OR REPLACE FUNCTION pgvs3.uuid_v7() RETURNS text LANGUAGE sql VOLATILE AS
         'hex')::uuid::text
 $$;
 
--- A key as S3 event records carry it: URL-encoded, a space as `+`, `/` kept.
+-- A key as S3 event records carry it: URL-encoded, a space as `+`, `/` kept. A key with nothing
+-- to encode (most) is returned as it is: splitting it into characters costs ~30 µs per event.
 CREATE OR REPLACE FUNCTION pgvs3.event_key(object_key text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
-    SELECT coalesce(string_agg(CASE WHEN c ~ '^[A-Za-z0-9_.~/*-]$' THEN c
-                                    WHEN c = ' ' THEN '+'
-                                    ELSE regexp_replace(upper(encode(convert_to(c, 'UTF8'), 'hex')), '(..)', '%\1', 'g')
-                               END, '' ORDER BY n), '')
-      FROM regexp_split_to_table(object_key, '') WITH ORDINALITY AS t(c, n)
+    SELECT CASE WHEN object_key ~ '^[A-Za-z0-9_.~/*-]*$' THEN object_key ELSE (
+        SELECT coalesce(string_agg(CASE WHEN c ~ '^[A-Za-z0-9_.~/*-]$' THEN c
+                                        WHEN c = ' ' THEN '+'
+                                        ELSE regexp_replace(upper(encode(convert_to(c, 'UTF8'), 'hex')), '(..)', '%\1', 'g')
+                                   END, '' ORDER BY n), '')
+          FROM regexp_split_to_table(object_key, '') WITH ORDINALITY AS t(c, n)) END
 $$;
 
 CREATE OR REPLACE FUNCTION pgvs3.emit_object_event(bucket bigint, object_key text, event_name text, object_size bigint,
