@@ -66,6 +66,90 @@ CREATE FUNCTION ojs.cron_json(c ojs.cron) RETURNS jsonb
 $$;
 
 --
+-- Name: outbox; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.outbox (
+    id bigint NOT NULL,
+    delivery_id text NOT NULL,
+    webhook_id text,
+    target text,
+    event_type text NOT NULL,
+    body jsonb NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    due_at timestamp with time zone DEFAULT now() NOT NULL,
+    dead boolean DEFAULT false NOT NULL,
+    last_error text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT outbox_check CHECK (((webhook_id IS NULL) <> (target IS NULL)))
+);
+
+--
+-- Name: delivery_json(pgvs3.outbox); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.delivery_json(o pgvs3.outbox) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT jsonb_strip_nulls(jsonb_build_object(
+        'id', o.delivery_id, 'subscription_id', o.webhook_id, 'event_type', o.event_type,
+        'status', CASE WHEN o.dead THEN 'dead' WHEN o.attempts > 0 THEN 'retrying' ELSE 'pending' END,
+        'attempts', o.attempts, 'next_attempt_at', CASE WHEN NOT o.dead THEN ojs.ts(o.due_at) END,
+        'last_error', o.last_error, 'created_at', ojs.ts(o.created_at), 'event', o.body))
+$$;
+
+--
+-- Name: ensure_webhook_trigger(); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.ensure_webhook_trigger() RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'events_webhooks'
+                                              AND tgrelid = 'ojs.events'::regclass) THEN
+        CREATE TRIGGER events_webhooks AFTER INSERT ON ojs.events
+            REFERENCING NEW TABLE AS new_events
+            FOR EACH STATEMENT EXECUTE FUNCTION ojs.event_webhooks();
+    END IF;
+END $$;
+
+--
+-- Name: event_matches(text[], text); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.event_matches(patterns text[], event_type text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT EXISTS (SELECT 1 FROM unnest(patterns) p
+                    WHERE p = event_type OR p = '*'
+                       OR (right(p, 2) = '.*' AND starts_with(event_type, left(p, -1))))
+$$;
+
+--
+-- Name: event_webhooks(); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.event_webhooks() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO pgvs3.outbox (delivery_id, webhook_id, event_type, body)
+    SELECT 'del_' || pgvs3.uuid_v7(), w.id, e.type,
+           jsonb_build_object('id', e.id, 'seq', e.seq, 'type', e.type, 'specversion', '1.0',
+               'source', 'ojs://pgvs3/gateway', 'time', ojs.ts(e.time),
+               'subject', coalesce(e.job_id, e.data ->> 'workflow_id', e.data ->> 'cron_name', e.queue,
+                                   e.data ->> 'worker_id'),
+               'data', e.data)
+      FROM new_events e
+      JOIN ojs.webhooks w ON w.active AND ojs.event_matches(w.events, e.type)
+     WHERE (w.filter -> 'queues' IS NULL OR w.filter -> 'queues' ? e.queue)
+       AND (w.filter -> 'job_types' IS NULL OR w.filter -> 'job_types' ? (e.data ->> 'job_type'))
+     ORDER BY e.seq;
+    RETURN NULL;
+END $$;
+
+--
 -- Name: job_cancelled(); Type: FUNCTION; Schema: ojs; Owner: -
 --
 
@@ -114,6 +198,7 @@ CREATE TABLE ojs.jobs (
     workflow_step integer,
     workflow_callback text,
     rate_key text,
+    progress jsonb,
     CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'available'::text, 'pending'::text, 'active'::text, 'completed'::text, 'retryable'::text, 'cancelled'::text, 'discarded'::text]))),
     CONSTRAINT jobs_workflow_callback_check CHECK ((workflow_callback = ANY (ARRAY['on_complete'::text, 'on_success'::text, 'on_failure'::text])))
 );
@@ -155,7 +240,14 @@ CREATE FUNCTION ojs.job_json(j ojs.jobs) RETURNS jsonb
                       THEN jsonb_build_object('code', 'visibility_timeout', 'type', 'visibility_timeout',
                                               'message', 'the claim lapsed before an ack, nack or heartbeat')
                       ELSE j.error END,
-        'errors', CASE WHEN jsonb_array_length(j.errors) > 0 THEN j.errors END
+        'errors', CASE WHEN jsonb_array_length(j.errors) > 0 THEN j.errors END,
+        -- ojs-progress: the current attempt's report (a retry starts without one), 1.0 once
+        -- completed, and the last checkpoint of any attempt to resume from.
+        'progress', CASE WHEN j.progress IS NULL THEN NULL
+                         WHEN j.state = 'completed' THEN to_jsonb(1.0)
+                         WHEN (j.progress ->> 'attempt')::int = j.attempt THEN j.progress -> 'progress' END,
+        'progress_data', CASE WHEN (j.progress ->> 'attempt')::int = j.attempt THEN j.progress -> 'data' END,
+        'last_checkpoint', j.progress -> 'checkpoint'
     ))
 $$;
 
@@ -251,6 +343,35 @@ CREATE FUNCTION ojs.ts(t timestamp with time zone) RETURNS text
     SELECT to_char(t AT TIME ZONE 'UTC',
                    CASE WHEN date_trunc('second', t) = t THEN 'YYYY-MM-DD"T"HH24:MI:SS"Z"'
                         ELSE 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"' END)
+$$;
+
+--
+-- Name: webhooks; Type: TABLE; Schema: ojs; Owner: -
+--
+
+CREATE TABLE ojs.webhooks (
+    id text NOT NULL,
+    url text NOT NULL,
+    events text[] NOT NULL,
+    filter jsonb,
+    active boolean DEFAULT true NOT NULL,
+    secret text NOT NULL,
+    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
+-- Name: webhook_json(ojs.webhooks); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.webhook_json(w ojs.webhooks) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT jsonb_strip_nulls(jsonb_build_object('id', w.id, 'url', w.url, 'events', to_jsonb(w.events),
+                              'filter', w.filter, 'active', w.active, 'metadata', w.metadata,
+                              'created_at', ojs.ts(w.created_at))) || jsonb_build_object(
+        'pending', (SELECT count(*) FROM pgvs3.outbox o WHERE o.webhook_id = w.id AND NOT o.dead),
+        'dead', (SELECT count(*) FROM pgvs3.outbox o WHERE o.webhook_id = w.id AND o.dead))
 $$;
 
 --
@@ -804,12 +925,23 @@ BEGIN
 END $$;
 
 --
+-- Name: drop_webhook_target(text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.drop_webhook_target(target_name text) RETURNS boolean
+    LANGUAGE sql
+    AS $$
+    WITH dropped AS (DELETE FROM pgvs3.webhook_targets WHERE name = target_name RETURNING 1)
+    SELECT EXISTS (SELECT 1 FROM dropped)
+$$;
+
+--
 -- Name: emit_object_event(bigint, text, text, bigint, text, text); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
 CREATE FUNCTION pgvs3.emit_object_event(bucket bigint, object_key text, event_name text, object_size bigint, object_etag text, object_version text) RETURNS void
     LANGUAGE plpgsql
-    AS $$
+    AS $_$
 DECLARE
     b record;
     rule jsonb;
@@ -827,6 +959,8 @@ BEGIN
     END IF;
     IF current_setting('pgvs3.event_source', true) = 'lifecycle' THEN
         event_name := replace(event_name, 'ObjectRemoved:', 'LifecycleExpiration:');
+    ELSIF current_setting('pgvs3.event_source', true) = 'copy' THEN
+        event_name := regexp_replace(event_name, '^ObjectCreated:.*$', 'ObjectCreated:Copy');
     END IF;
     FOR rule IN SELECT * FROM jsonb_array_elements(b.notifications -> 'rules') LOOP
         CONTINUE WHEN NOT starts_with(object_key, coalesce(rule ->> 'prefix', ''));
@@ -854,6 +988,11 @@ BEGIN
                     'key', pgvs3.event_key(object_key),
                     'size', object_size, 'eTag', nullif(object_etag, ''), 'versionId', object_version,
                     'sequencer', lpad(upper(to_hex((extract(epoch FROM clock_timestamp()) * 1000000)::bigint)), 16, '0')))));
+        -- A webhook target's rule owes a delivery (functions/events.sql) instead of a job.
+        IF rule ? 'webhook' THEN
+            PERFORM pgvs3.owe_object_event(rule ->> 'webhook', event_name, record);
+            CONTINUE;
+        END IF;
         INSERT INTO ojs.jobs (id, queue, type, state, priority, max_attempts, envelope, run_at, visibility_ms)
         VALUES (job_id, queue_name, job_type, 'available', 0, 3,
                 jsonb_build_object('specversion', '1.0', 'id', job_id, 'type', job_type, 'queue', queue_name,
@@ -864,7 +1003,7 @@ BEGIN
         VALUES (gen_random_uuid()::text, 'job.enqueued', queue_name, job_id,
                 jsonb_build_object('job_id', job_id, 'job_type', job_type, 'queue', queue_name, 'priority', 0));
     END LOOP;
-END $$;
+END $_$;
 
 --
 -- Name: enqueue_write_back(); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -1057,11 +1196,12 @@ END $_$;
 CREATE FUNCTION pgvs3.event_key(object_key text) RETURNS text
     LANGUAGE sql IMMUTABLE
     AS $_$
-    SELECT coalesce(string_agg(CASE WHEN c ~ '^[A-Za-z0-9_.~/*-]$' THEN c
-                                    WHEN c = ' ' THEN '+'
-                                    ELSE regexp_replace(upper(encode(convert_to(c, 'UTF8'), 'hex')), '(..)', '%\1', 'g')
-                               END, '' ORDER BY n), '')
-      FROM regexp_split_to_table(object_key, '') WITH ORDINALITY AS t(c, n)
+    SELECT CASE WHEN object_key ~ '^[A-Za-z0-9_.~/*-]*$' THEN object_key ELSE (
+        SELECT coalesce(string_agg(CASE WHEN c ~ '^[A-Za-z0-9_.~/*-]$' THEN c
+                                        WHEN c = ' ' THEN '+'
+                                        ELSE regexp_replace(upper(encode(convert_to(c, 'UTF8'), 'hex')), '(..)', '%\1', 'g')
+                                   END, '' ORDER BY n), '')
+          FROM regexp_split_to_table(object_key, '') WITH ORDINALITY AS t(c, n)) END
 $_$;
 
 --
@@ -1174,6 +1314,18 @@ CREATE FUNCTION pgvs3.origin_secret(bucket text) RETURNS bytea
 $$;
 
 --
+-- Name: owe_object_event(text, text, jsonb); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.owe_object_event(target_name text, event_name text, record jsonb) RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO pgvs3.outbox (delivery_id, target, event_type, body)
+    SELECT pgvs3.uuid_v7(), t.name, 's3:' || event_name, jsonb_build_object('Records', jsonb_build_array(record))
+      FROM pgvs3.webhook_targets t WHERE t.name = target_name
+$$;
+
+--
 -- Name: put_access_key(text, bytea, boolean, boolean, text); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -1238,6 +1390,17 @@ BEGIN
     END IF;
     RETURN cache_id;
 END $$;
+
+--
+-- Name: put_webhook_target(text, text, text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.put_webhook_target(target_name text, target_url text, target_secret text DEFAULT NULL::text) RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO pgvs3.webhook_targets (name, url, secret) VALUES (target_name, target_url, target_secret)
+    ON CONFLICT (name) DO UPDATE SET url = EXCLUDED.url, secret = EXCLUDED.secret
+$$;
 
 --
 -- Name: replace_null_version(); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -2193,6 +2356,20 @@ BEGIN
 END $_$;
 
 --
+-- Name: retry_dead_deliveries(text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.retry_dead_deliveries(endpoint text DEFAULT NULL::text) RETURNS bigint
+    LANGUAGE sql
+    AS $$
+    WITH retried AS (
+        UPDATE pgvs3.outbox SET dead = false, attempts = 0, due_at = now(), last_error = NULL
+         WHERE dead AND (endpoint IS NULL OR target = endpoint OR webhook_id = endpoint)
+        RETURNING 1)
+    SELECT count(*) FROM retried
+$$;
+
+--
 -- Name: revalidate_clean_write_backs(); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -2495,6 +2672,19 @@ CREATE TABLE pgvs3.origins (
 );
 
 --
+-- Name: outbox_id_seq; Type: SEQUENCE; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE pgvs3.outbox ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME pgvs3.outbox_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
 -- Name: resp_hash; Type: TABLE; Schema: pgvs3; Owner: -
 --
 
@@ -2549,6 +2739,19 @@ CREATE TABLE pgvs3.resp_zset (
     key text NOT NULL COLLATE pg_catalog."C",
     member bytea NOT NULL,
     score double precision NOT NULL
+);
+
+--
+-- Name: webhook_targets; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.webhook_targets (
+    name text NOT NULL,
+    url text NOT NULL,
+    secret text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT webhook_targets_name_check CHECK ((name ~ '^[A-Za-z0-9_.-]{1,64}$'::text)),
+    CONSTRAINT webhook_targets_url_check CHECK ((url ~ '^https?://[^/?#]+'::text))
 );
 
 --
@@ -2938,6 +3141,13 @@ ALTER TABLE ONLY ojs.rate_limits
     ADD CONSTRAINT rate_limits_pkey PRIMARY KEY (key);
 
 --
+-- Name: webhooks webhooks_pkey; Type: CONSTRAINT; Schema: ojs; Owner: -
+--
+
+ALTER TABLE ONLY ojs.webhooks
+    ADD CONSTRAINT webhooks_pkey PRIMARY KEY (id);
+
+--
 -- Name: workers workers_pkey; Type: CONSTRAINT; Schema: ojs; Owner: -
 --
 
@@ -3022,6 +3232,13 @@ ALTER TABLE ONLY pgvs3.origins
     ADD CONSTRAINT origins_pkey PRIMARY KEY (bucket_id);
 
 --
+-- Name: outbox outbox_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.outbox
+    ADD CONSTRAINT outbox_pkey PRIMARY KEY (id);
+
+--
 -- Name: resp_hash resp_hash_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
 --
 
@@ -3055,6 +3272,13 @@ ALTER TABLE ONLY pgvs3.resp_set
 
 ALTER TABLE ONLY pgvs3.resp_zset
     ADD CONSTRAINT resp_zset_pkey PRIMARY KEY (bucket_id, key, member);
+
+--
+-- Name: webhook_targets webhook_targets_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.webhook_targets
+    ADD CONSTRAINT webhook_targets_pkey PRIMARY KEY (name);
 
 --
 -- Name: chunks chunks_pkey; Type: CONSTRAINT; Schema: s3c; Owner: -
@@ -3290,6 +3514,24 @@ CREATE UNIQUE INDEX access_keys_one_root ON pgvs3.access_keys USING btree (is_ro
 --
 
 CREATE INDEX origin_outbox_due ON pgvs3.origin_outbox USING btree (next_attempt_at);
+
+--
+-- Name: outbox_due; Type: INDEX; Schema: pgvs3; Owner: -
+--
+
+CREATE INDEX outbox_due ON pgvs3.outbox USING btree (due_at) WHERE (NOT dead);
+
+--
+-- Name: outbox_target; Type: INDEX; Schema: pgvs3; Owner: -
+--
+
+CREATE INDEX outbox_target ON pgvs3.outbox USING btree (target) WHERE (target IS NOT NULL);
+
+--
+-- Name: outbox_webhook; Type: INDEX; Schema: pgvs3; Owner: -
+--
+
+CREATE INDEX outbox_webhook ON pgvs3.outbox USING btree (webhook_id) WHERE (webhook_id IS NOT NULL);
 
 --
 -- Name: resp_keys_expiry; Type: INDEX; Schema: pgvs3; Owner: -
@@ -3612,6 +3854,20 @@ ALTER TABLE ONLY pgvs3.buckets
 
 ALTER TABLE ONLY pgvs3.origins
     ADD CONSTRAINT origins_bucket_id_fkey FOREIGN KEY (bucket_id) REFERENCES pgvs3.buckets(id) ON DELETE CASCADE;
+
+--
+-- Name: outbox outbox_target_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.outbox
+    ADD CONSTRAINT outbox_target_fkey FOREIGN KEY (target) REFERENCES pgvs3.webhook_targets(name) ON UPDATE CASCADE ON DELETE CASCADE;
+
+--
+-- Name: outbox outbox_webhook_id_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.outbox
+    ADD CONSTRAINT outbox_webhook_id_fkey FOREIGN KEY (webhook_id) REFERENCES ojs.webhooks(id) ON DELETE CASCADE;
 
 --
 -- Name: resp_hash resp_hash_bucket_id_key_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -

@@ -68,6 +68,11 @@ struct Args {
     /// one: every write also updates its usage row).
     #[arg(long, value_enum, default_value_t = QuotaCase::None)]
     quota: QuotaCase,
+    /// Bucket notifications in play (docs/events.md): `none`; `queue` (every object written to
+    /// the bench bucket enqueues an OJS job in its transaction); `webhook` (every one owes a
+    /// webhook delivery, to an endpoint that refuses connections, so rows are retried).
+    #[arg(long, value_enum, default_value_t = NotifyCase::None)]
+    notify: NotifyCase,
     /// Append one JSON object per case to this file (NDJSON): `just bench` reads the direct
     /// column from it.
     #[arg(long)]
@@ -89,6 +94,13 @@ enum QuotaCase {
     None,
     Elsewhere,
     Bench,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum NotifyCase {
+    None,
+    Queue,
+    Webhook,
 }
 
 struct Sample {
@@ -403,6 +415,30 @@ async fn main() -> anyhow::Result<()> {
             catalog.set_bucket_quota("bench-other", Some(1 << 40), None).await?;
         }
         QuotaCase::Bench => catalog.set_bucket_quota("bench", Some(1 << 40), None).await?,
+    }
+    let rule = match args.notify {
+        NotifyCase::None => None,
+        NotifyCase::Queue => Some(r#"{"id": "bench", "queue": "bench-events", "events": ["s3:ObjectCreated:*"]}"#),
+        NotifyCase::Webhook => Some(r#"{"id": "bench", "webhook": "bench", "events": ["s3:ObjectCreated:*"]}"#),
+    };
+    if let Some(rule) = rule {
+        let sql = gateway_handle.store.pool().get().await?;
+        sql.execute(
+            "SELECT pgvs3.put_webhook_target('bench', 'http://127.0.0.1:9/', NULL)",
+            &[],
+        )
+        .await?;
+        sql.execute(
+            "UPDATE pgvs3.buckets SET notifications = jsonb_build_object('rules', jsonb_build_array($1::text::jsonb))
+              WHERE name = 'bench'",
+            &[&rule],
+        )
+        .await?;
+        sql.execute(
+            "SELECT pgvs3.ensure_event_triggers(namespace) FROM pgvs3.buckets WHERE name = 'bench'",
+            &[],
+        )
+        .await?;
     }
     let wanted = |case: &str| args.only.as_deref().is_none_or(|only| case.contains(only));
     let small = payload(SMALL);

@@ -314,6 +314,33 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_OJS_MAX_WAITING", default_value_t = 0)]
     pub ojs_max_waiting: usize,
 
+    // --- webhook outbox (OJS webhooks and bucket notification webhook targets) ---
+    /// Webhook deliveries this gateway makes at once (0: this gateway delivers none; others
+    /// on the same database still do).
+    #[arg(long, env = "PGVS3_WEBHOOK_CONCURRENCY", default_value_t = 16)]
+    pub webhook_concurrency: usize,
+
+    /// How long one webhook POST may take, connecting included; longer is a failed attempt.
+    #[arg(long, env = "PGVS3_WEBHOOK_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub webhook_timeout: Duration,
+
+    /// Attempts of one webhook delivery before it is dead-lettered (kept, not retried).
+    #[arg(long, env = "PGVS3_WEBHOOK_MAX_ATTEMPTS", default_value_t = 8, value_parser = clap::value_parser!(i32).range(1..))]
+    pub webhook_max_attempts: i32,
+
+    /// The wait after a webhook delivery's first failure; it grows fourfold with each further one.
+    #[arg(long, env = "PGVS3_WEBHOOK_BACKOFF", default_value = "30s", value_parser = parse_duration)]
+    pub webhook_backoff: Duration,
+
+    /// The longest wait between two attempts of a webhook delivery.
+    #[arg(long, env = "PGVS3_WEBHOOK_MAX_BACKOFF", default_value = "24h", value_parser = parse_duration)]
+    pub webhook_max_backoff: Duration,
+
+    /// How often an idle gateway looks for webhook deliveries that came due.
+    #[arg(long, env = "PGVS3_WEBHOOK_POLL", default_value = "500ms", value_parser = parse_duration)]
+    pub webhook_poll: Duration,
+    // --- end webhook outbox ---
+
     // --- TLS ---
     /// PEM certificate chain of the listeners; with --tls-key, S3, OJS and admin speak HTTPS
     /// and RESP speaks TLS (as `redis-cli --tls`). Re-read when the files change.
@@ -485,6 +512,17 @@ impl ServeArgs {
     }
 
     /// The OJS admission limits, defaults filled in.
+    pub fn webhook_delivery(&self) -> crate::webhooks::DeliveryOptions {
+        crate::webhooks::DeliveryOptions {
+            concurrency: self.webhook_concurrency,
+            timeout: self.webhook_timeout,
+            max_attempts: self.webhook_max_attempts,
+            backoff: self.webhook_backoff,
+            max_backoff: self.webhook_max_backoff.max(self.webhook_backoff),
+            poll: self.webhook_poll,
+        }
+    }
+
     pub fn ojs_limits(&self) -> crate::admission::Limits {
         self.admission_limits(self.ojs_max_active, self.ojs_max_waiting)
     }

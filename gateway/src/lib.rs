@@ -25,3 +25,4 @@ pub mod simulate;
 pub mod store;
 pub mod telemetry;
 pub mod tls;
+pub mod webhooks;

@@ -186,6 +186,7 @@ impl RunningGateway {
                     max_args_bytes: args.ojs_max_args_bytes,
                     max_body_bytes: args.ojs_max_body_bytes,
                     token: args.ojs_token.clone(),
+                    webhook_timeout: args.webhook_timeout,
                 };
                 let queue = crate::ojs::queue::Queue::new(pool.clone());
                 background_ojs.push(crate::ojs::spawn_cron_ticker(queue.clone(), options.max_args_bytes));
@@ -203,6 +204,8 @@ impl RunningGateway {
             None => None,
         };
         // --- end OJS ---
+        // The webhook outbox's deliverer (OJS webhooks, bucket notification webhook targets).
+        let deliverer = crate::webhooks::spawn_deliverer(pool.clone(), args.webhook_delivery(), signal.clone())?;
 
         let mut background = vec![
             health.spawn_probe(database.config.clone(), args.pg_probe_interval),
@@ -222,6 +225,7 @@ impl RunningGateway {
             ),
         ];
         background.extend(background_ojs);
+        background.push(deliverer);
         tracing::info!(%s3_addr, %admin_addr, ?resp_addr, ?ojs_addr, "pgvs3 gateway ready");
         Ok(RunningGateway {
             s3_addr,

@@ -40,9 +40,15 @@ const LAYOUT_V10: &[(i32, &str, &str)] = &[
 
 /// Functions added by layout v11 (they did not exist before it).
 /// Functions added since layout v10: by v11 (the control API), v12 (versioning), v13 (object
-/// lock, lifecycle, notifications) and v14 (RESP data types).
+/// lock, lifecycle, notifications), v14 (RESP data types) and v17 (the webhook outbox).
 const NEW_SINCE_V10: &[&str] = &[
+    "ojs.delivery_json(pgvs3.outbox)",
+    "ojs.ensure_webhook_trigger()",
+    "ojs.event_matches(text[],text)",
+    "ojs.event_webhooks()",
+    "ojs.webhook_json(ojs.webhooks)",
     "pgvs3.bucket_owner(text)",
+    "pgvs3.drop_webhook_target(text)",
     "pgvs3.emit_object_event(bigint,text,text,bigint,text,text)",
     "pgvs3.ensure_event_triggers(text)",
     "pgvs3.ensure_versions(text)",
@@ -51,6 +57,8 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.object_event()",
     "pgvs3.object_locked(jsonb,boolean)",
     "pgvs3.origin_secret(text)",
+    "pgvs3.owe_object_event(text,text,jsonb)",
+    "pgvs3.put_webhook_target(text,text,text)",
     "pgvs3.replace_null_version()",
     "pgvs3.resp_check(bigint,text[],text[],text[],\"char\",boolean)",
     "pgvs3.resp_clear(bigint,text,boolean)",
@@ -71,12 +79,14 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.resp_wrongtype()",
     "pgvs3.resp_zrange(bigint,text,bigint[],double precision[],bytea[])",
     "pgvs3.resp_zset(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
+    "pgvs3.retry_dead_deliveries(text)",
     "pgvs3.uuid_v7()",
 ];
 /// v10 functions a later layout changed on purpose: v12 (versioning) keeps bodies that moved to
 /// `versions`, counts versions as content, and gives new namespaces their versions table; v13
-/// (object lock) refuses to force-drop a bucket holding locked versions.
+/// (object lock) refuses to force-drop a bucket holding locked versions; v17 shows a job's progress.
 const CHANGED_SINCE_V10: &[&str] = &[
+    "ojs.job_json(ojs.jobs)",
     "pgvs3.drop_bucket(text,boolean)",
     "pgvs3.ensure_namespace(text,text)",
     "pgvs3.retire_body()",
@@ -225,6 +235,7 @@ async fn unchanged_function_files_are_not_applied_again() {
         [
             "cache",
             "catalog",
+            "events",
             "objects",
             "ojs",
             "quotas",

@@ -2,9 +2,13 @@
 //! aws-sdk-s3, consumed by an OJS worker over HTTP. One job per committed event (PUT, multipart
 //! completion, RESP SET, DELETE, delete markers, permanent version deletes), none for a write
 //! that did not commit (a failed conditional PUT) or for keys the filter leaves out; the job's
-//! args are the S3 event record as AWS shapes it.
+//! args are the S3 event record as AWS shapes it. Webhook targets (`arn:pgvs3:webhook:::<name>`)
+//! get the same records POSTed from the outbox to a real receiver, at least once.
 
 mod common;
+mod receiver;
+
+use std::time::Duration;
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
@@ -13,8 +17,8 @@ use aws_sdk_s3::types::{
     NotificationConfiguration, NotificationConfigurationFilter, QueueConfiguration, S3KeyFilter,
     VersioningConfiguration,
 };
-use common::TestGateway;
 use common::ojs::Ojs;
+use common::{TestGateway, eventually};
 use serde_json::Value;
 
 fn queue_rule(id: &str, queue: &str, events: &[&str], prefix: &str, suffix: &str) -> QueueConfiguration {
@@ -457,4 +461,211 @@ async fn lifecycle_expirations_are_their_own_events() {
         events,
         vec![("s3.lifecycle.expiration", "LifecycleExpiration:Delete", "tmp/a")]
     );
+}
+
+fn webhook_rule(id: &str, target: &str, events: &[&str]) -> QueueConfiguration {
+    QueueConfiguration::builder()
+        .id(id)
+        .queue_arn(format!("arn:pgvs3:webhook:::{target}"))
+        .set_events(Some(events.iter().map(|e| Event::from(*e)).collect()))
+        .build()
+        .unwrap()
+}
+
+/// The records delivered so far, as (eventName, key), in the order they arrived.
+fn delivered(receiver: &receiver::Receiver) -> Vec<(String, String)> {
+    receiver
+        .received()
+        .iter()
+        .map(|d| {
+            let record = &d.json()["Records"][0];
+            (
+                record["eventName"].as_str().unwrap().to_string(),
+                record["s3"]["object"]["key"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn webhook_targets_get_each_committed_event_signed_and_after_an_outage() {
+    let gw = TestGateway::with_args(
+        common::fresh_database().await,
+        &[
+            "--webhook-poll",
+            "50ms",
+            "--webhook-backoff",
+            "100ms",
+            "--webhook-max-backoff",
+            "400ms",
+        ],
+    )
+    .await;
+    let s3 = &gw.client;
+    let sql = gw.sql().await;
+    let mut receiver = receiver::Receiver::start().await;
+    s3.create_bucket().bucket("hooked").send().await.unwrap();
+    // A target that is not registered is an invalid destination, as AWS says of an unknown queue.
+    let unknown = s3
+        .put_bucket_notification_configuration()
+        .bucket("hooked")
+        .notification_configuration(
+            NotificationConfiguration::builder()
+                .queue_configurations(webhook_rule("w", "audit", &["s3:ObjectCreated:*"]))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_err();
+    let error = unknown.as_service_error().map(|e| e.meta());
+    assert_eq!(error.and_then(|e| e.code()), Some("InvalidArgument"));
+    assert!(
+        error
+            .and_then(|e| e.message())
+            .unwrap()
+            .starts_with("Unable to validate the following destination configurations")
+    );
+    sql.execute(
+        "SELECT pgvs3.put_webhook_target('audit', $1, 'target-secret')",
+        &[&receiver.url("/s3-events")],
+    )
+    .await
+    .unwrap();
+    configure(
+        s3,
+        "hooked",
+        vec![webhook_rule(
+            "w",
+            "audit",
+            &["s3:ObjectCreated:*", "s3:ObjectRemoved:*"],
+        )],
+    )
+    .await;
+    let stored = s3
+        .get_bucket_notification_configuration()
+        .bucket("hooked")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        stored.queue_configurations()[0].queue_arn(),
+        "arn:pgvs3:webhook:::audit"
+    );
+
+    s3.put_object()
+        .bucket("hooked")
+        .key("data/a.csv")
+        .body(ByteStream::from_static(b"a,b\n"))
+        .send()
+        .await
+        .unwrap();
+    // Not committed: no delivery owed.
+    let refused = s3
+        .put_object()
+        .bucket("hooked")
+        .key("data/a.csv")
+        .if_none_match("*")
+        .body(ByteStream::from_static(b"again"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(refused.raw_response().unwrap().status().as_u16(), 412);
+    s3.copy_object()
+        .bucket("hooked")
+        .key("data/b.csv")
+        .copy_source("hooked/data/a.csv")
+        .send()
+        .await
+        .unwrap();
+    let first = eventually(Duration::from_secs(10), "two deliveries", || async {
+        (receiver.received().len() >= 2).then(|| receiver.received())
+    })
+    .await;
+    assert_eq!(
+        delivered(&receiver),
+        vec![
+            ("ObjectCreated:Put".to_string(), "data/a.csv".to_string()),
+            ("ObjectCreated:Copy".to_string(), "data/b.csv".to_string()),
+        ]
+    );
+    assert!(receiver::signed_by(&first[0], "x-pgvs3", "target-secret"));
+    assert_eq!(first[0].header("x-pgvs3-event-type"), "s3:ObjectCreated:Put");
+    let record = &first[0].json()["Records"][0];
+    assert_eq!(record["s3"]["bucket"]["name"], "hooked");
+    assert_eq!(record["s3"]["configurationId"], "w");
+    assert_eq!(record["s3"]["object"]["size"], 4);
+
+    // Down for a while: the writes commit at once, their deliveries wait; none is lost.
+    receiver.stop().await;
+    for n in 0..4 {
+        s3.put_object()
+            .bucket("hooked")
+            .key(format!("later/{n}.csv"))
+            .body(ByteStream::from_static(b"x"))
+            .send()
+            .await
+            .unwrap();
+    }
+    s3.delete_object()
+        .bucket("hooked")
+        .key("data/a.csv")
+        .send()
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(10), "the owed deliveries failing", || async {
+        let failing: i64 = sql
+            .query_one("SELECT count(*) FROM pgvs3.outbox WHERE attempts >= 1", &[])
+            .await
+            .unwrap()
+            .get(0);
+        (failing == 5).then_some(())
+    })
+    .await;
+    receiver.restart().await;
+    eventually(
+        Duration::from_secs(15),
+        "everything delivered after the outage",
+        || async {
+            let owed: i64 = sql
+                .query_one("SELECT count(*) FROM pgvs3.outbox", &[])
+                .await
+                .unwrap()
+                .get(0);
+            (owed == 0).then_some(())
+        },
+    )
+    .await;
+    let mut after: Vec<_> = delivered(&receiver).into_iter().skip(2).collect();
+    after.sort();
+    assert_eq!(
+        after,
+        vec![
+            ("ObjectCreated:Put".to_string(), "later/0.csv".to_string()),
+            ("ObjectCreated:Put".to_string(), "later/1.csv".to_string()),
+            ("ObjectCreated:Put".to_string(), "later/2.csv".to_string()),
+            ("ObjectCreated:Put".to_string(), "later/3.csv".to_string()),
+            ("ObjectRemoved:Delete".to_string(), "data/a.csv".to_string()),
+        ]
+    );
+
+    // A dropped target owes nothing more, and writes still succeed.
+    let dropped: bool = sql
+        .query_one("SELECT pgvs3.drop_webhook_target('audit')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(dropped);
+    s3.put_object()
+        .bucket("hooked")
+        .key("data/c.csv")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await
+        .unwrap();
+    let owed: i64 = sql
+        .query_one("SELECT count(*) FROM pgvs3.outbox", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(owed, 0);
 }

@@ -57,7 +57,14 @@ CREATE OR REPLACE FUNCTION ojs.job_json(j ojs.jobs) RETURNS jsonb LANGUAGE sql S
                       THEN jsonb_build_object('code', 'visibility_timeout', 'type', 'visibility_timeout',
                                               'message', 'the claim lapsed before an ack, nack or heartbeat')
                       ELSE j.error END,
-        'errors', CASE WHEN jsonb_array_length(j.errors) > 0 THEN j.errors END
+        'errors', CASE WHEN jsonb_array_length(j.errors) > 0 THEN j.errors END,
+        -- ojs-progress: the current attempt's report (a retry starts without one), 1.0 once
+        -- completed, and the last checkpoint of any attempt to resume from.
+        'progress', CASE WHEN j.progress IS NULL THEN NULL
+                         WHEN j.state = 'completed' THEN to_jsonb(1.0)
+                         WHEN (j.progress ->> 'attempt')::int = j.attempt THEN j.progress -> 'progress' END,
+        'progress_data', CASE WHEN (j.progress ->> 'attempt')::int = j.attempt THEN j.progress -> 'data' END,
+        'last_checkpoint', j.progress -> 'checkpoint'
     ))
 $$;
 

@@ -130,6 +130,13 @@ pub fn parse_job(value: Value, max_args_bytes: usize) -> Result<NewJob, OjsError
             ));
         }
     };
+    // The HTTP binding's job dependencies are not implemented: a job that names some is refused
+    // rather than run before them.
+    if option("depends_on").is_some_and(|deps| deps.as_array().is_none_or(|list| !list.is_empty())) {
+        return Err(OjsError::unprocessable(
+            "options.depends_on is not supported; order jobs with a chain workflow (POST /ojs/v1/workflows)",
+        ));
+    }
     let priority = match option("priority") {
         None => 0,
         Some(value) => parse_priority(value)?,

@@ -352,12 +352,34 @@ SELECT id, envelope #>> '{options,metadata,test_directive}' FROM extended";
 /// An event as the polled and streamed event APIs show it (CloudEvents-like envelope).
 const EVENT_JSON: &str = "jsonb_build_object('id', id, 'seq', seq, 'type', type, 'specversion', '1.0',
     'source', 'ojs://pgvs3/gateway', 'time', ojs.ts(time),
-    'subject', coalesce(job_id, data ->> 'workflow_id', data ->> 'cron_name', queue), 'data', data)";
+    'subject', coalesce(job_id, data ->> 'workflow_id', data ->> 'cron_name', queue, data ->> 'worker_id'), 'data', data)";
 
+/// Records a worker's heartbeat and logs the worker events of ojs-events §3.4 with it:
+/// `worker.started` at its first heartbeat, `worker.quiet` when it reports quiet (or drain),
+/// `worker.stopped` when it reports terminate, and `worker.heartbeat` every time. (The CTEs
+/// share one snapshot, so `previous` is the row before this heartbeat.)
 const RECORD_WORKER: &str = "
-INSERT INTO ojs.workers AS w (id, state, active_jobs) VALUES ($1, coalesce($2, 'running'), $3)
-ON CONFLICT (id) DO UPDATE SET state = coalesce($2, w.state), active_jobs = coalesce($3, w.active_jobs), last_beat = now()
-RETURNING w.state, w.directive";
+WITH previous AS (
+    SELECT state FROM ojs.workers WHERE id = $1
+), recorded AS (
+    INSERT INTO ojs.workers AS w (id, state, active_jobs) VALUES ($1, coalesce($2, 'running'), $3)
+    ON CONFLICT (id) DO UPDATE SET state = coalesce($2, w.state), active_jobs = coalesce($3, w.active_jobs), last_beat = now()
+    RETURNING w.state, w.directive, w.active_jobs
+), event AS (
+    INSERT INTO ojs.events (id, type, data)
+    SELECT gen_random_uuid()::text, e.type,
+           jsonb_strip_nulls(jsonb_build_object('worker_id', $1::text, 'active_jobs', r.active_jobs, 'state', r.state))
+           || e.extra
+      FROM recorded r, (SELECT (SELECT state FROM previous) AS state) p,
+           LATERAL (VALUES
+               ('worker.started', p.state IS NULL, '{}'::jsonb),
+               ('worker.quiet', r.state IN ('quiet', 'drain') AND p.state IS DISTINCT FROM r.state, '{}'),
+               ('worker.stopped', r.state = 'terminate' AND p.state IS DISTINCT FROM 'terminate',
+                jsonb_build_object('reason', 'terminate')),
+               ('worker.heartbeat', true, '{}')) AS e(type, wanted, extra)
+     WHERE e.wanted
+)
+SELECT state, directive FROM recorded";
 
 impl Queue {
     pub fn new(pool: Pool) -> Queue {
@@ -380,7 +402,7 @@ impl Queue {
                 .is_ok()
     }
 
-    async fn client(&self) -> Result<deadpool_postgres::Client, OjsError> {
+    pub(super) async fn client(&self) -> Result<deadpool_postgres::Client, OjsError> {
         self.pool.get().await.map_err(OjsError::backend)
     }
 

@@ -20,7 +20,7 @@ use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 16;
+pub const LAYOUT_VERSION: i32 = 17;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -83,6 +83,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "encryption_key_policies",
         include_str!("../../migrations/0016_encryption_key_policies.sql"),
     ),
+    (
+        17,
+        "events_outbox",
+        include_str!("../../migrations/0017_events_outbox.sql"),
+    ),
 ];
 
 /// The function files, in the order they are applied. Every function they define already exists
@@ -99,6 +104,7 @@ const FUNCTION_FILES: &[(&str, &str)] = &[
     ("resp_set", include_str!("../../migrations/functions/resp_set.sql")),
     ("resp_zset", include_str!("../../migrations/functions/resp_zset.sql")),
     ("resp_list", include_str!("../../migrations/functions/resp_list.sql")),
+    ("events", include_str!("../../migrations/functions/events.sql")),
 ];
 
 fn digest(text: &str) -> String {
@@ -194,7 +200,7 @@ mod tests {
     /// version must apply the same functions, or each would overwrite the other's at startup:
     /// when this test fails, add a numbered migration (it may hold only a comment saying which
     /// functions changed), bump `LAYOUT_VERSION`, and update both constants here.
-    const PINNED: (i32, &str) = (16, "a0d69b43214fb9c27207cea879a47bcc6f01df636abc46f9228e31ea4d9cca1f");
+    const PINNED: (i32, &str) = (17, "8113a238974b0cc7335f060708c2a3b85ec61e9964ddc54bd1b7c4a088cdf637");
 
     #[test]
     fn function_files_are_pinned_to_the_layout_version() {

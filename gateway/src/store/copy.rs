@@ -80,6 +80,9 @@ impl Store {
             inline,
             body_id,
         };
+        // Bucket notifications name this write ObjectCreated:Copy (functions/objects.sql).
+        tx.execute("SELECT set_config('pgvs3.event_source', 'copy', true)", &[])
+            .await?;
         let written = self.write_object_row(&tx, to, &row, &WriteCondition::Always).await?;
         tx.commit().await?;
         Ok(Some(PutOutcome {

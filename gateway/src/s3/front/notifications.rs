@@ -1,12 +1,16 @@
-//! Bucket notifications on the wire: Put/GetBucketNotificationConfiguration. Queue targets are
-//! OJS queues of this database (`arn:pgvs3:ojs:::<queue>`); topics, Lambda functions and
-//! EventBridge have no counterpart here and are refused, never stored as if they would fire.
+//! Bucket notifications on the wire: Put/GetBucketNotificationConfiguration. Queue
+//! configurations name an OJS queue of this database (`arn:pgvs3:ojs:::<queue>`) or, as MinIO
+//! puts every target among its queues, a registered webhook target
+//! (`arn:pgvs3:webhook:::<name>`); topics, Lambda functions and EventBridge have no counterpart
+//! here and are refused, never stored as if they would fire.
 
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use super::{S3Front, fail};
-use crate::store::{Access, NOTIFICATION_EVENTS, NotificationRule, Notifications, queue_arn, queue_of_arn};
+use crate::store::{
+    Access, NOTIFICATION_EVENTS, NotificationRule, Notifications, queue_of_arn, rule_arn, webhook_of_arn,
+};
 
 /// S3's limit on notification configurations per bucket.
 const MAX_RULES: usize = 100;
@@ -16,12 +20,17 @@ fn invalid_argument(message: String) -> S3Error {
 }
 
 fn rule_from(n: usize, config: &QueueConfiguration) -> S3Result<NotificationRule> {
-    let queue = queue_of_arn(&config.queue_arn).ok_or_else(|| {
-        invalid_argument(format!(
-            "Unable to validate the following destination configurations: {} (queues are arn:pgvs3:ojs:::<queue>)",
-            config.queue_arn
-        ))
-    })?;
+    let arn = config.queue_arn.as_str();
+    let (queue, webhook) = match (queue_of_arn(arn), webhook_of_arn(arn)) {
+        (Some(queue), _) => (queue, ""),
+        (None, Some(webhook)) => ("", webhook),
+        (None, None) => {
+            return Err(invalid_argument(format!(
+                "Unable to validate the following destination configurations: {arn} \
+                 (destinations are arn:pgvs3:ojs:::<queue> or arn:pgvs3:webhook:::<target>)"
+            )));
+        }
+    };
     if config.events.is_empty() {
         return Err(S3Error::with_message(
             S3ErrorCode::MalformedXML,
@@ -66,6 +75,7 @@ fn rule_from(n: usize, config: &QueueConfiguration) -> S3Result<NotificationRule
     Ok(NotificationRule {
         id: config.id.clone().unwrap_or_else(|| format!("notification-{}", n + 1)),
         queue: queue.to_owned(),
+        webhook: webhook.to_owned(),
         events,
         prefix: prefix.unwrap_or_default(),
         suffix: suffix.unwrap_or_default(),
@@ -126,7 +136,7 @@ fn queue_xml(rule: &NotificationRule) -> QueueConfiguration {
     };
     QueueConfiguration {
         id: Some(rule.id.clone()),
-        queue_arn: queue_arn(&rule.queue),
+        queue_arn: rule_arn(rule),
         events: rule.events.iter().map(|event| Event::from(event.clone())).collect(),
         filter,
     }
@@ -184,6 +194,16 @@ mod tests {
         let rules = rules_from(&good).unwrap();
         assert_eq!(rules.rules[0].queue, "uploads");
         assert_eq!(queue_xml(&rules.rules[0]).queue_arn, "arn:pgvs3:ojs:::uploads");
+        let hook = NotificationConfiguration {
+            queue_configurations: Some(vec![queue("arn:pgvs3:webhook:::audit", &["s3:ObjectCreated:*"])]),
+            ..Default::default()
+        };
+        let rules = rules_from(&hook).unwrap();
+        assert_eq!(
+            (rules.rules[0].queue.as_str(), rules.rules[0].webhook.as_str()),
+            ("", "audit")
+        );
+        assert_eq!(queue_xml(&rules.rules[0]).queue_arn, "arn:pgvs3:webhook:::audit");
         let foreign = NotificationConfiguration {
             queue_configurations: Some(vec![queue("arn:aws:sqs:us-east-1:1:q", &["s3:ObjectCreated:*"])]),
             ..Default::default()

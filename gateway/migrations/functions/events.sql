@@ -1,0 +1,102 @@
+-- Webhook deliveries owed (layout v17): what writes rows into `pgvs3.outbox`, always inside the
+-- transaction of the change that causes them, and the registration of bucket notification
+-- targets. The delivery itself is the gateway's (gateway/src/outbox.rs).
+--
+-- Triggers and what must stay true:
+--   events_webhooks  AFTER INSERT ON ojs.events, FOR EACH STATEMENT (transition table
+--       new_events): created by ojs.ensure_webhook_trigger when the first OJS webhook is
+--       registered, never dropped, so a database without webhooks pays nothing per event. Every
+--       lifecycle event is an INSERT into ojs.events (the queue's statements and the triggers of
+--       functions/ojs.sql), so every event a subscription matches is owed once per subscription.
+-- The current definition of every function of this area (see functions/ojs.sql on how function
+-- files are applied).
+
+-- A delivery as the OJS webhook routes show it (delivered rows are deleted, so only what is
+-- still owed is shown).
+CREATE OR REPLACE FUNCTION ojs.delivery_json(o pgvs3.outbox) RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT jsonb_strip_nulls(jsonb_build_object(
+        'id', o.delivery_id, 'subscription_id', o.webhook_id, 'event_type', o.event_type,
+        'status', CASE WHEN o.dead THEN 'dead' WHEN o.attempts > 0 THEN 'retrying' ELSE 'pending' END,
+        'attempts', o.attempts, 'next_attempt_at', CASE WHEN NOT o.dead THEN ojs.ts(o.due_at) END,
+        'last_error', o.last_error, 'created_at', ojs.ts(o.created_at), 'event', o.body))
+$$;
+
+-- Whether an event type is selected by a subscription's patterns: a name, `*`, or a prefix
+-- pattern like `job.*`.
+CREATE OR REPLACE FUNCTION ojs.event_matches(patterns text[], event_type text) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM unnest(patterns) p
+                    WHERE p = event_type OR p = '*'
+                       OR (right(p, 2) = '.*' AND starts_with(event_type, left(p, -1))))
+$$;
+
+-- The OJS event envelope a webhook receives (CloudEvents-shaped, as the webhooks extension
+-- shows it): the event as `GET /ojs/v1/events` shows it (EVENT_JSON in gateway/src/ojs/queue.rs).
+CREATE OR REPLACE FUNCTION ojs.event_webhooks() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO pgvs3.outbox (delivery_id, webhook_id, event_type, body)
+    SELECT 'del_' || pgvs3.uuid_v7(), w.id, e.type,
+           jsonb_build_object('id', e.id, 'seq', e.seq, 'type', e.type, 'specversion', '1.0',
+               'source', 'ojs://pgvs3/gateway', 'time', ojs.ts(e.time),
+               'subject', coalesce(e.job_id, e.data ->> 'workflow_id', e.data ->> 'cron_name', e.queue,
+                                   e.data ->> 'worker_id'),
+               'data', e.data)
+      FROM new_events e
+      JOIN ojs.webhooks w ON w.active AND ojs.event_matches(w.events, e.type)
+     WHERE (w.filter -> 'queues' IS NULL OR w.filter -> 'queues' ? e.queue)
+       AND (w.filter -> 'job_types' IS NULL OR w.filter -> 'job_types' ? (e.data ->> 'job_type'))
+     ORDER BY e.seq;
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION ojs.ensure_webhook_trigger() RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'events_webhooks'
+                                              AND tgrelid = 'ojs.events'::regclass) THEN
+        CREATE TRIGGER events_webhooks AFTER INSERT ON ojs.events
+            REFERENCING NEW TABLE AS new_events
+            FOR EACH STATEMENT EXECUTE FUNCTION ojs.event_webhooks();
+    END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION ojs.webhook_json(w ojs.webhooks) RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT jsonb_strip_nulls(jsonb_build_object('id', w.id, 'url', w.url, 'events', to_jsonb(w.events),
+                              'filter', w.filter, 'active', w.active, 'metadata', w.metadata,
+                              'created_at', ojs.ts(w.created_at))) || jsonb_build_object(
+        'pending', (SELECT count(*) FROM pgvs3.outbox o WHERE o.webhook_id = w.id AND NOT o.dead),
+        'dead', (SELECT count(*) FROM pgvs3.outbox o WHERE o.webhook_id = w.id AND o.dead))
+$$;
+
+-- An object event owed to a bucket notification webhook target: the AWS event message
+-- (`{"Records": [record]}`). A target dropped since the rule was put owes nothing (the rule
+-- stays, and its events are not delivered): a write never fails for a missing endpoint.
+CREATE OR REPLACE FUNCTION pgvs3.owe_object_event(target_name text, event_name text, record jsonb) RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO pgvs3.outbox (delivery_id, target, event_type, body)
+    SELECT pgvs3.uuid_v7(), t.name, 's3:' || event_name, jsonb_build_object('Records', jsonb_build_array(record))
+      FROM pgvs3.webhook_targets t WHERE t.name = target_name
+$$;
+
+-- Registers (or changes) a bucket notification webhook target; buckets name it
+-- `arn:pgvs3:webhook:::<name>`. With a secret, deliveries are signed (X-Pgvs3-Signature).
+CREATE OR REPLACE FUNCTION pgvs3.put_webhook_target(target_name text, target_url text, target_secret text DEFAULT NULL)
+RETURNS void LANGUAGE sql AS $$
+    INSERT INTO pgvs3.webhook_targets (name, url, secret) VALUES (target_name, target_url, target_secret)
+    ON CONFLICT (name) DO UPDATE SET url = EXCLUDED.url, secret = EXCLUDED.secret
+$$;
+
+-- Drops a target and what is still owed to it; true when it existed.
+CREATE OR REPLACE FUNCTION pgvs3.drop_webhook_target(target_name text) RETURNS boolean LANGUAGE sql AS $$
+    WITH dropped AS (DELETE FROM pgvs3.webhook_targets WHERE name = target_name RETURNING 1)
+    SELECT EXISTS (SELECT 1 FROM dropped)
+$$;
+
+-- Dead-lettered deliveries made due again (all, or one target's / webhook's); how many.
+CREATE OR REPLACE FUNCTION pgvs3.retry_dead_deliveries(endpoint text DEFAULT NULL) RETURNS bigint
+LANGUAGE sql AS $$
+    WITH retried AS (
+        UPDATE pgvs3.outbox SET dead = false, attempts = 0, due_at = now(), last_error = NULL
+         WHERE dead AND (endpoint IS NULL OR target = endpoint OR webhook_id = endpoint)
+        RETURNING 1)
+    SELECT count(*) FROM retried
+$$;
