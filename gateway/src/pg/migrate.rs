@@ -20,7 +20,7 @@ use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 15;
+pub const LAYOUT_VERSION: i32 = 16;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -78,6 +78,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "bucket_access",
         include_str!("../../migrations/0015_bucket_access.sql"),
     ),
+    (
+        16,
+        "resp_typed_pubsub",
+        include_str!("../../migrations/0016_resp_typed_pubsub.sql"),
+    ),
 ];
 
 /// The function files, in the order they are applied. Every function they define already exists
@@ -94,6 +99,10 @@ const FUNCTION_FILES: &[(&str, &str)] = &[
     ("resp_set", include_str!("../../migrations/functions/resp_set.sql")),
     ("resp_zset", include_str!("../../migrations/functions/resp_zset.sql")),
     ("resp_list", include_str!("../../migrations/functions/resp_list.sql")),
+    (
+        "resp_pubsub",
+        include_str!("../../migrations/functions/resp_pubsub.sql"),
+    ),
 ];
 
 fn digest(text: &str) -> String {
@@ -189,7 +198,7 @@ mod tests {
     /// version must apply the same functions, or each would overwrite the other's at startup:
     /// when this test fails, add a numbered migration (it may hold only a comment saying which
     /// functions changed), bump `LAYOUT_VERSION`, and update both constants here.
-    const PINNED: (i32, &str) = (15, "a0d69b43214fb9c27207cea879a47bcc6f01df636abc46f9228e31ea4d9cca1f");
+    const PINNED: (i32, &str) = (16, "ed6e586b9027f366e7058e1ccebc3995ac932d83509cba2a7c7053fd833f8729");
 
     #[test]
     fn function_files_are_pinned_to_the_layout_version() {
