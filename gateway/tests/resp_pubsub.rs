@@ -371,6 +371,9 @@ async fn string_writes_replace_typed_keys_made_on_another_gateway() {
         .unwrap();
     let kind: String = redis::cmd("TYPE").arg("h").query_async(&mut on_b).await.unwrap();
     assert_eq!(kind, "string");
+    // DBSIZE counts objects and typed keys: a hash left behind the string would make it 4.
+    let size: i64 = redis::cmd("DBSIZE").query_async(&mut on_b).await.unwrap();
+    assert_eq!(size, 3, "s, h and l, each once");
     let fields = redis::cmd("HGET")
         .arg("h")
         .arg("f")

@@ -1540,7 +1540,15 @@ impl Connection {
                     _ => self.shard_channels.iter().cloned().collect(),
                 };
                 if all.is_empty() {
-                    self.emit(Reply::Push(vec![Reply::text(name), Reply::Nil, Reply::Integer(0)]), out);
+                    // Redis's answer names no channel and counts what is left.
+                    let count = match shard {
+                        true => self.shard_channels.len(),
+                        false => self.channels.len() + self.patterns.len(),
+                    };
+                    self.emit(
+                        Reply::Push(vec![Reply::text(name), Reply::Nil, Reply::Integer(count as i64)]),
+                        out,
+                    );
                     return;
                 }
                 &all[..]

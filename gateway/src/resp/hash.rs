@@ -57,7 +57,7 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
         "hscan" => {
             // NOVALUES (Redis 7.4) comes last.
             // Options after the cursor come in pairs: an odd one out at the end is NOVALUES.
-            let novalues = args.len() % 2 == 0 && args[args.len() - 1].eq_ignore_ascii_case(b"novalues");
+            let novalues = args.len().is_multiple_of(2) && args[args.len() - 1].eq_ignore_ascii_case(b"novalues");
             let options = &args[2..args.len() - usize::from(novalues)];
             let (cursor, count, pattern) = scan_options(options)?;
             let shape = match novalues {

@@ -727,7 +727,7 @@ impl KvBatch {
                     let body_id = if value.len() > INLINE_LIMIT {
                         // COPY cannot queue behind statements; the transaction must be open.
                         if let Some((statements, locked)) = begin.take() {
-                            statements.send(client, *id, &locked).await?;
+                            statements.send(client, *id, locked).await?;
                         }
                         Some(copy_body(client, &self.bucket, value).await?)
                     } else {
