@@ -1677,7 +1677,7 @@ CREATE FUNCTION pgvs3.resp_list(op text, b bigint, ks text[], strings text[], ar
 DECLARE
     k text := ks[1];
     write boolean := op IN ('lpush', 'rpush', 'lpushx', 'rpushx', 'lpop', 'rpop', 'lset', 'linsert', 'lrem', 'ltrim', 'lmove',
-                            'blpop', 'brpop');
+                            'blpop', 'brpop', 'lmpop');
     len bigint;
     first bigint;
     last bigint;
@@ -1690,11 +1690,14 @@ BEGIN
     IF err IS NOT NULL THEN
         RETURN;
     END IF;
-    IF op IN ('blpop', 'brpop') THEN
+    IF op IN ('blpop', 'brpop', 'lmpop') THEN
         -- The first of the keys that holds a list: items {key, element}; none, no items.
+        -- LMPOP/BLMPOP, ints {left (1) or right (0), count}: {key, elements...}.
         FOR j IN 1 .. cardinality(ks) LOOP
             IF pgvs3.resp_type(b, ks[j]) IS NOT NULL THEN
-                items := ARRAY[convert_to(ks[j], 'UTF8')] || pgvs3.resp_list_pop(b, ks[j], op = 'blpop', 1);
+                items := ARRAY[convert_to(ks[j], 'UTF8')] || CASE op
+                    WHEN 'lmpop' THEN pgvs3.resp_list_pop(b, ks[j], ints[1] = 1, ints[2])
+                    ELSE pgvs3.resp_list_pop(b, ks[j], op = 'blpop', 1) END;
                 RETURN;
             END IF;
         END LOOP;
@@ -1895,6 +1898,41 @@ CREATE FUNCTION pgvs3.resp_list_shrink(b bigint, k text, removed bigint) RETURNS
 $$;
 
 --
+-- Name: resp_mark_typed(); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_mark_typed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO pgvs3.resp_typed VALUES (NEW.bucket_id) ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END $$;
+
+--
+-- Name: resp_publish(bytea, bytea, integer); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_publish(channel bytea, message bytea, inline_limit integer) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    payload text;
+    id bigint;
+BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);
+    payload := 'i' || translate(encode(channel, 'base64'), E'\n', '') || ' '
+                   || translate(encode(message, 'base64'), E'\n', '');
+    IF octet_length(payload) > inline_limit THEN
+        DELETE FROM pgvs3.resp_messages WHERE created_at < clock_timestamp() - interval '1 minute';
+        INSERT INTO pgvs3.resp_messages (channel, message) VALUES (channel, message)
+            RETURNING resp_messages.id INTO id;
+        payload := 'r' || id;
+    END IF;
+    PERFORM pg_notify('pgvs3_pubsub', payload);
+END $$;
+
+--
 -- Name: resp_set(text, bigint, text[], text[], bytea[], bigint[], double precision[]); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -2062,6 +2100,17 @@ CREATE FUNCTION pgvs3.resp_type(b bigint, k text) RETURNS "char"
 $$;
 
 --
+-- Name: resp_typed_conflict(); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_typed_conflict() RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'the keyspace holds typed keys' USING ERRCODE = 'P0001', HINT = 'RespTyped';
+END $$;
+
+--
 -- Name: resp_wake(bigint, text); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -2140,9 +2189,15 @@ CREATE FUNCTION pgvs3.resp_zset(op text, b bigint, ks text[], strings text[], ar
 DECLARE
     k text := ks[1];
     write boolean := op IN ('zadd', 'zrem', 'zincrby', 'zpopmin', 'zpopmax', 'zrangestore', 'zunionstore', 'zinterstore',
-                            'zremrangebyrank', 'zremrangebyscore', 'zremrangebylex', 'bzpopmin', 'bzpopmax');
-    store boolean := op IN ('zrangestore', 'zunionstore', 'zinterstore');
-    sources text[] := CASE WHEN op IN ('zrangestore', 'zunionstore', 'zinterstore') THEN ks[2:] ELSE ks END;
+                            'zdiffstore', 'zremrangebyrank', 'zremrangebyscore', 'zremrangebylex', 'bzpopmin', 'bzpopmax',
+                            'zmpop');
+    store boolean := op IN ('zrangestore', 'zunionstore', 'zinterstore', 'zdiffstore');
+    sources text[] := CASE WHEN store THEN ks[2:] ELSE ks END;
+    -- Commands over several sources, which may be sets (each member scoring 1) too.
+    combining boolean := op IN ('zunionstore', 'zinterstore', 'zdiffstore', 'zunion', 'zinter', 'zdiff', 'zintercard');
+    ma bytea[];
+    sa float8[];
+    total bigint;
     live boolean;
     cur float8;
     new float8;
@@ -2151,9 +2206,8 @@ DECLARE
     changed bigint := 0;
     touched boolean := false;
 BEGIN
-    IF op IN ('zunionstore', 'zinterstore') THEN
-        -- Sources may be sets (each member scoring 1) as well as sorted sets.
-        err := pgvs3.resp_check(b, ks, strings, '{}', 'z', true);
+    IF combining THEN
+        err := pgvs3.resp_check(b, ks, strings, '{}', 'z', write);
         IF strings && sources OR EXISTS (
             SELECT 1 FROM pgvs3.resp_keys WHERE bucket_id = b AND key = ANY (sources) AND type NOT IN ('z', 's')) THEN
             err := pgvs3.resp_wrongtype();
@@ -2162,6 +2216,21 @@ BEGIN
         err := pgvs3.resp_check(b, ks, strings, CASE WHEN store THEN sources ELSE ks END, 'z', write);
     END IF;
     IF err IS NOT NULL THEN
+        RETURN;
+    END IF;
+    IF op = 'zmpop' THEN
+        -- ZMPOP/BZMPOP, ints {max (1) or min (0), count}: the first of the keys that holds a
+        -- sorted set gives up to count members; items {key, members...}, scores theirs.
+        FOR i IN 1 .. cardinality(ks) LOOP
+            IF pgvs3.resp_type(b, ks[i]) IS NOT NULL THEN
+                SELECT members, member_scores INTO items, scores
+                  FROM pgvs3.resp_zrange(b, ks[i], ARRAY[0, ints[1], 0, ints[2] - 1, 0, -1, 0, 0], '{}', '{}');
+                DELETE FROM pgvs3.resp_zset WHERE bucket_id = b AND key = ks[i] AND member = ANY (items);
+                PERFORM pgvs3.resp_settle(b, ks[i]);
+                items := ARRAY[convert_to(ks[i], 'UTF8')] || items;
+                RETURN;
+            END IF;
+        END LOOP;
         RETURN;
     END IF;
     IF op IN ('bzpopmin', 'bzpopmax') THEN
@@ -2240,8 +2309,10 @@ BEGIN
     WHEN 'zcard' THEN
         n := (SELECT count(*) FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND live);
     WHEN 'zrank', 'zrevrank' THEN
+        -- scores: {the member's score} (WITHSCORE).
         SELECT score INTO cur FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND live AND member = args[1];
         IF FOUND THEN
+            scores := ARRAY[cur];
             IF op = 'zrank' THEN
                 n := (SELECT count(*) FROM pgvs3.resp_zset
                        WHERE bucket_id = b AND key = k AND (score, member) < (cur, args[1]));
@@ -2281,10 +2352,12 @@ BEGIN
             DELETE FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND member = ANY (items);
             PERFORM pgvs3.resp_settle(b, k);
         END IF;
-    WHEN 'zunionstore', 'zinterstore' THEN
-        -- floats: one weight per source; ints: {aggregate: 0 sum, 1 min, 2 max}.
+    WHEN 'zunionstore', 'zinterstore', 'zunion', 'zinter', 'zintercard' THEN
+        -- floats: one weight per source; ints: {aggregate: 0 sum, 1 min, 2 max, ZINTERCARD's
+        -- limit (0: none)}. Expired sources (not yet deleted by a read) count as missing.
         WITH src AS (
             SELECT s.key, s.ord, coalesce(floats[s.ord], 1) AS w FROM unnest(sources) WITH ORDINALITY AS s(key, ord)
+             WHERE pgvs3.resp_type(b, s.key) IS NOT NULL
         ), elements AS (
             SELECT src.ord, z.member, z.score * src.w AS score
               FROM src JOIN pgvs3.resp_zset z ON z.bucket_id = b AND z.key = src.key
@@ -2298,11 +2371,50 @@ BEGIN
             SELECT member,
                    CASE ints[1] WHEN 1 THEN min(score) WHEN 2 THEN max(score) ELSE sum(score) END AS score
               FROM weighed GROUP BY member
-            HAVING op = 'zunionstore' OR count(DISTINCT ord) = cardinality(sources)
+            HAVING op IN ('zunionstore', 'zunion') OR count(DISTINCT ord) = cardinality(sources)
         )
         SELECT coalesce(array_agg(member ORDER BY score, member), '{}'),
                coalesce(array_agg(CASE WHEN score = 'NaN'::float8 THEN 0 ELSE score END ORDER BY score, member), '{}')
           INTO items, scores FROM combined;
+        IF op = 'zintercard' THEN
+            n := CASE WHEN ints[2] > 0 THEN least(cardinality(items), ints[2]) ELSE cardinality(items) END;
+            items := NULL;
+            scores := NULL;
+        END IF;
+    WHEN 'zdiff', 'zdiffstore' THEN
+        -- The first source's members that no other source has, with their scores.
+        WITH first AS (
+            SELECT member, score FROM pgvs3.resp_zset
+             WHERE bucket_id = b AND key = sources[1] AND pgvs3.resp_type(b, sources[1]) IS NOT NULL
+            UNION ALL
+            SELECT member, 1 FROM pgvs3.resp_set
+             WHERE bucket_id = b AND key = sources[1] AND pgvs3.resp_type(b, sources[1]) IS NOT NULL
+        ), others AS (
+            SELECT key FROM unnest(sources[2:]) AS o(key) WHERE pgvs3.resp_type(b, key) IS NOT NULL
+        )
+        SELECT coalesce(array_agg(member ORDER BY score, member), '{}'), coalesce(array_agg(score ORDER BY score, member), '{}')
+          INTO items, scores FROM first f
+         WHERE NOT EXISTS (SELECT 1 FROM pgvs3.resp_zset z JOIN others o ON z.key = o.key
+                            WHERE z.bucket_id = b AND z.member = f.member)
+           AND NOT EXISTS (SELECT 1 FROM pgvs3.resp_set m JOIN others o ON m.key = o.key
+                            WHERE m.bucket_id = b AND m.member = f.member);
+    WHEN 'zrandmember' THEN
+        -- ints: {count (NULL: none given)}. The gateway bounds the count.
+        IF NOT live THEN
+            items := CASE WHEN ints[1] IS NULL THEN ARRAY[NULL::bytea] ELSE '{}' END;
+            scores := '{}';
+        ELSIF ints[1] IS NULL OR ints[1] >= 0 THEN
+            SELECT coalesce(array_agg(member ORDER BY r), '{}'), coalesce(array_agg(score ORDER BY r), '{}')
+              INTO items, scores FROM (
+                SELECT member, score, random() AS r FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k
+                 ORDER BY r LIMIT coalesce(ints[1], 1)) s;
+        ELSE
+            -- Repeats allowed: |count| draws from the members, read once.
+            SELECT array_agg(member), array_agg(score) INTO ma, sa FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k;
+            total := cardinality(ma);
+            SELECT array_agg(ma[d.i] ORDER BY g), array_agg(sa[d.i] ORDER BY g) INTO items, scores
+              FROM (SELECT g, 1 + floor(random() * total)::int AS i FROM generate_series(1, -ints[1]) g) d;
+        END IF;
     WHEN 'zscan' THEN
         -- ints: {cursor (an offset in member order), count}; n: the next cursor, 0 at the end.
         SELECT coalesce(array_agg(member ORDER BY member), '{}'), coalesce(array_agg(score ORDER BY member), '{}')
@@ -2721,6 +2833,30 @@ CREATE TABLE pgvs3.resp_list (
 );
 
 --
+-- Name: resp_messages; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE UNLOGGED TABLE pgvs3.resp_messages (
+    id bigint NOT NULL,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    channel bytea NOT NULL,
+    message bytea NOT NULL
+);
+
+--
+-- Name: resp_messages_id_seq; Type: SEQUENCE; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE pgvs3.resp_messages ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME pgvs3.resp_messages_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
 -- Name: resp_set; Type: TABLE; Schema: pgvs3; Owner: -
 --
 
@@ -2728,6 +2864,14 @@ CREATE TABLE pgvs3.resp_set (
     bucket_id bigint NOT NULL,
     key text NOT NULL COLLATE pg_catalog."C",
     member bytea NOT NULL
+);
+
+--
+-- Name: resp_typed; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.resp_typed (
+    bucket_id bigint NOT NULL
 );
 
 --
@@ -3260,11 +3404,25 @@ ALTER TABLE ONLY pgvs3.resp_list
     ADD CONSTRAINT resp_list_pkey PRIMARY KEY (bucket_id, key, pos);
 
 --
+-- Name: resp_messages resp_messages_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_messages
+    ADD CONSTRAINT resp_messages_pkey PRIMARY KEY (id);
+
+--
 -- Name: resp_set resp_set_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
 --
 
 ALTER TABLE ONLY pgvs3.resp_set
     ADD CONSTRAINT resp_set_pkey PRIMARY KEY (bucket_id, key, member);
+
+--
+-- Name: resp_typed resp_typed_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_typed
+    ADD CONSTRAINT resp_typed_pkey PRIMARY KEY (bucket_id);
 
 --
 -- Name: resp_zset resp_zset_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
@@ -3540,6 +3698,12 @@ CREATE INDEX outbox_webhook ON pgvs3.outbox USING btree (webhook_id) WHERE (webh
 CREATE INDEX resp_keys_expiry ON pgvs3.resp_keys USING btree (expires_at) WHERE (expires_at IS NOT NULL);
 
 --
+-- Name: resp_messages_age; Type: INDEX; Schema: pgvs3; Owner: -
+--
+
+CREATE INDEX resp_messages_age ON pgvs3.resp_messages USING btree (created_at);
+
+--
 -- Name: resp_zset_by_score; Type: INDEX; Schema: pgvs3; Owner: -
 --
 
@@ -3744,6 +3908,12 @@ CREATE TRIGGER origins_forget AFTER DELETE ON pgvs3.origins FOR EACH ROW EXECUTE
 CREATE TRIGGER origins_revalidate_clean_write_backs AFTER UPDATE OF endpoint, origin_bucket ON pgvs3.origins FOR EACH ROW WHEN (((old.endpoint IS DISTINCT FROM new.endpoint) OR (old.origin_bucket IS DISTINCT FROM new.origin_bucket))) EXECUTE FUNCTION pgvs3.revalidate_clean_write_backs();
 
 --
+-- Name: resp_keys resp_keys_mark_typed; Type: TRIGGER; Schema: pgvs3; Owner: -
+--
+
+CREATE TRIGGER resp_keys_mark_typed AFTER INSERT ON pgvs3.resp_keys FOR EACH ROW EXECUTE FUNCTION pgvs3.resp_mark_typed();
+
+--
 -- Name: objects objects_keep_version; Type: TRIGGER; Schema: s3c; Owner: -
 --
 
@@ -3896,6 +4066,13 @@ ALTER TABLE ONLY pgvs3.resp_list
 
 ALTER TABLE ONLY pgvs3.resp_set
     ADD CONSTRAINT resp_set_bucket_id_key_fkey FOREIGN KEY (bucket_id, key) REFERENCES pgvs3.resp_keys(bucket_id, key) ON UPDATE CASCADE ON DELETE CASCADE;
+
+--
+-- Name: resp_typed resp_typed_bucket_id_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_typed
+    ADD CONSTRAINT resp_typed_bucket_id_fkey FOREIGN KEY (bucket_id) REFERENCES pgvs3.buckets(id) ON DELETE CASCADE;
 
 --
 -- Name: resp_zset resp_zset_bucket_id_key_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -

@@ -261,6 +261,19 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_RESP_BLOCK_POLL", default_value = "1s", value_parser = parse_duration)]
     pub resp_block_poll: Duration,
 
+    /// Bytes of published messages a RESP subscriber may have waiting unread before its
+    /// connection is closed (Redis's `client-output-buffer-limit pubsub` hard limit, 32 MiB).
+    #[arg(long, env = "PGVS3_RESP_PUBSUB_OUTPUT_LIMIT", default_value = "32MiB", value_parser = parse_bytes)]
+    pub resp_pubsub_output_limit: u64,
+
+    /// Channels, patterns and shard channels one RESP connection may subscribe to.
+    #[arg(long, env = "PGVS3_RESP_MAX_SUBSCRIPTIONS", default_value_t = 10_000)]
+    pub resp_max_subscriptions: usize,
+
+    /// Longest pattern (bytes) PSUBSCRIBE takes.
+    #[arg(long, env = "PGVS3_RESP_MAX_PATTERN", default_value_t = 1024)]
+    pub resp_max_pattern: usize,
+
     /// Close RESP connections idle this long (`0s`: never, as Redis's default `timeout 0`).
     #[arg(long, env = "PGVS3_RESP_IDLE_TIMEOUT", default_value = "0s", value_parser = parse_duration)]
     pub resp_idle_timeout: Duration,

@@ -71,10 +71,13 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.resp_list_pop(bigint,text,boolean,bigint)",
     "pgvs3.resp_list_push(bigint,text,boolean,bytea[])",
     "pgvs3.resp_list_shrink(bigint,text,bigint)",
+    "pgvs3.resp_mark_typed()",
+    "pgvs3.resp_publish(bytea,bytea,integer)",
     "pgvs3.resp_set(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
     "pgvs3.resp_settle(bigint,text)",
     "pgvs3.resp_touch(bigint,text,\"char\")",
     "pgvs3.resp_type(bigint,text)",
+    "pgvs3.resp_typed_conflict()",
     "pgvs3.resp_wake(bigint,text)",
     "pgvs3.resp_wrongtype()",
     "pgvs3.resp_zrange(bigint,text,bigint[],double precision[],bytea[])",
@@ -242,6 +245,7 @@ async fn unchanged_function_files_are_not_applied_again() {
             "resp_hash",
             "resp_keys",
             "resp_list",
+            "resp_pubsub",
             "resp_set",
             "resp_zset"
         ]

@@ -1127,3 +1127,195 @@ async fn the_reaper_deletes_expired_typed_keys_and_their_elements() {
     .await;
     assert_eq!(query::<i64>(&mut con, &["SCARD", "kept"]).await, 1);
 }
+
+#[tokio::test]
+async fn multi_key_pops_answer_as_redis() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let bulk = Value::bulk;
+    raw.command(&["RPUSH", "l2", "a", "b", "c"]).await;
+    assert_eq!(
+        raw.command(&["LMPOP", "2", "l1", "l2", "LEFT"]).await,
+        Value::Array(vec![bulk("l2"), Value::Array(vec![bulk("a")])])
+    );
+    assert_eq!(
+        raw.command(&["LMPOP", "2", "l1", "l2", "RIGHT", "COUNT", "5"]).await,
+        Value::Array(vec![bulk("l2"), Value::Array(vec![bulk("c"), bulk("b")])])
+    );
+    assert_eq!(
+        raw.command(&["LMPOP", "1", "l2", "LEFT"]).await,
+        Value::Nil,
+        "emptied and deleted"
+    );
+    assert_eq!(
+        raw.command(&["LMPOP", "0", "l2", "LEFT"]).await.error(),
+        "ERR numkeys should be greater than 0"
+    );
+    assert_eq!(
+        raw.command(&["LMPOP", "x", "l2", "LEFT"]).await.error(),
+        "ERR numkeys should be greater than 0"
+    );
+    assert_eq!(
+        raw.command(&["LMPOP", "2", "l2", "LEFT"]).await.error(),
+        "ERR syntax error"
+    );
+    assert_eq!(
+        raw.command(&["LMPOP", "1", "l2", "UP"]).await.error(),
+        "ERR syntax error"
+    );
+    assert_eq!(
+        raw.command(&["LMPOP", "1", "l2", "LEFT", "COUNT", "0"]).await.error(),
+        "ERR count should be greater than 0"
+    );
+    assert_eq!(
+        raw.command(&["LMPOP", "1"]).await.error(),
+        "ERR wrong number of arguments for 'lmpop' command"
+    );
+    raw.command(&["SET", "s", "v"]).await;
+    assert_eq!(raw.command(&["LMPOP", "1", "s", "LEFT"]).await.error(), WRONGTYPE);
+
+    raw.command(&["ZADD", "z", "1", "a", "2", "b", "3", "c"]).await;
+    assert_eq!(
+        raw.command(&["ZMPOP", "1", "z", "MAX", "COUNT", "2"]).await,
+        Value::Array(vec![
+            bulk("z"),
+            Value::Array(vec![
+                Value::Array(vec![bulk("c"), bulk("3")]),
+                Value::Array(vec![bulk("b"), bulk("2")]),
+            ])
+        ])
+    );
+    assert_eq!(
+        raw.command(&["ZMPOP", "2", "none", "z", "MIN"]).await,
+        Value::Array(vec![
+            bulk("z"),
+            Value::Array(vec![Value::Array(vec![bulk("a"), bulk("1")])])
+        ])
+    );
+    assert_eq!(raw.command(&["ZMPOP", "1", "z", "MIN"]).await, Value::Nil);
+    assert_eq!(raw.command(&["ZMPOP", "1", "s", "MIN"]).await.error(), WRONGTYPE);
+
+    // The blocking forms: at once when there is something, else woken by a push.
+    assert_eq!(raw.command(&["BLMPOP", "0.1", "1", "nolist", "LEFT"]).await, Value::Nil);
+    let mut pusher = RawResp::connect(gateway.resp_addr()).await;
+    raw.send(&common::resp::encode(&[b"BZMPOP", b"0", b"1", b"later", b"MIN"]))
+        .await;
+    // Until the pop waits, an add may come first: either way the pop gets it.
+    pusher.command(&["ZADD", "later", "5", "m"]).await;
+    let woken = tokio::time::timeout(Duration::from_secs(10), raw.reply())
+        .await
+        .expect("woken");
+    assert_eq!(
+        woken,
+        Some(Value::Array(vec![
+            bulk("later"),
+            Value::Array(vec![Value::Array(vec![bulk("m"), bulk("5")])])
+        ]))
+    );
+}
+
+#[tokio::test]
+async fn sorted_set_combinations_answer_as_redis() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let bulk = Value::bulk;
+    raw.command(&["ZADD", "a", "1", "x", "2", "y", "3", "z"]).await;
+    raw.command(&["ZADD", "b", "10", "y", "20", "z", "30", "w"]).await;
+    raw.command(&["SADD", "s", "x", "w"]).await;
+    assert_eq!(
+        raw.command(&["ZUNION", "2", "a", "b", "WITHSCORES"]).await,
+        Value::Array(["x", "1", "y", "12", "z", "23", "w", "30"].map(bulk).to_vec())
+    );
+    assert_eq!(
+        raw.command(&["ZINTER", "2", "a", "b", "WEIGHTS", "2", "1", "AGGREGATE", "MAX"])
+            .await,
+        Value::Array(vec![bulk("y"), bulk("z")])
+    );
+    assert_eq!(
+        raw.command(&["ZINTER", "2", "a", "s", "WITHSCORES"]).await,
+        Value::Array(["x", "2"].map(bulk).to_vec()),
+        "a set's members score 1"
+    );
+    assert_eq!(
+        raw.command(&["ZDIFF", "2", "a", "b", "WITHSCORES"]).await,
+        Value::Array(["x", "1"].map(bulk).to_vec())
+    );
+    assert_eq!(raw.command(&["ZDIFF", "3", "a", "b", "s"]).await, Value::Array(vec![]));
+    assert_eq!(raw.command(&["ZDIFFSTORE", "d", "2", "b", "a"]).await, Value::Int(1));
+    assert_eq!(
+        raw.command(&["ZRANGE", "d", "0", "-1", "WITHSCORES"]).await,
+        Value::Array(["w", "30"].map(bulk).to_vec())
+    );
+    assert_eq!(raw.command(&["ZINTERCARD", "2", "a", "b"]).await, Value::Int(2));
+    assert_eq!(
+        raw.command(&["ZINTERCARD", "2", "a", "b", "LIMIT", "1"]).await,
+        Value::Int(1)
+    );
+    assert_eq!(raw.command(&["ZINTERCARD", "2", "a", "missing"]).await, Value::Int(0));
+    assert_eq!(
+        raw.command(&["ZINTERCARD", "0", "a"]).await.error(),
+        "ERR numkeys should be greater than 0"
+    );
+    assert_eq!(
+        raw.command(&["ZINTERCARD", "3", "a", "b"]).await.error(),
+        "ERR Number of keys can't be greater than number of args"
+    );
+    assert_eq!(
+        raw.command(&["ZINTERCARD", "1", "a", "LIMIT", "-1"]).await.error(),
+        "ERR LIMIT can't be negative"
+    );
+    assert_eq!(
+        raw.command(&["ZDIFF", "2", "a", "b", "WEIGHTS", "1", "1"])
+            .await
+            .error(),
+        "ERR syntax error"
+    );
+    assert_eq!(
+        raw.command(&["ZUNION", "0", "a"]).await.error(),
+        "ERR at least 1 input key is needed for 'zunion' command"
+    );
+    raw.command(&["SET", "str", "v"]).await;
+    assert_eq!(raw.command(&["ZUNION", "2", "a", "str"]).await.error(), WRONGTYPE);
+
+    // ZRANK WITHSCORE, ZRANDMEMBER, HSCAN NOVALUES.
+    assert_eq!(
+        raw.command(&["ZRANK", "a", "y", "WITHSCORE"]).await,
+        Value::Array(vec![Value::Int(1), bulk("2")])
+    );
+    assert_eq!(
+        raw.command(&["ZREVRANK", "a", "y", "WITHSCORE"]).await,
+        Value::Array(vec![Value::Int(1), bulk("2")])
+    );
+    assert_eq!(raw.command(&["ZRANK", "a", "nope", "WITHSCORE"]).await, Value::Nil);
+    assert_eq!(
+        raw.command(&["ZRANK", "a", "y", "WITHSCORES"]).await.error(),
+        "ERR syntax error"
+    );
+    let Value::Bulk(member) = raw.command(&["ZRANDMEMBER", "a"]).await else {
+        panic!("a member")
+    };
+    assert!([&b"x"[..], b"y", b"z"].contains(&&member[..]));
+    let Value::Array(all) = raw.command(&["ZRANDMEMBER", "a", "5", "WITHSCORES"]).await else {
+        panic!("pairs")
+    };
+    assert_eq!(all.len(), 6, "three distinct members with their scores");
+    let Value::Array(repeats) = raw.command(&["ZRANDMEMBER", "a", "-7"]).await else {
+        panic!("members")
+    };
+    assert_eq!(repeats.len(), 7);
+    assert_eq!(raw.command(&["ZRANDMEMBER", "nothing"]).await, Value::Nil);
+    assert_eq!(
+        raw.command(&["ZRANDMEMBER", "nothing", "3"]).await,
+        Value::Array(vec![])
+    );
+    assert_eq!(raw.command(&["ZRANDMEMBER", "str"]).await.error(), WRONGTYPE);
+    raw.command(&["HSET", "h", "f1", "v1", "f2", "v2"]).await;
+    assert_eq!(
+        raw.command(&["HSCAN", "h", "0", "NOVALUES"]).await,
+        Value::Array(vec![bulk("0"), Value::Array(vec![bulk("f1"), bulk("f2")])])
+    );
+    assert_eq!(
+        raw.command(&["HSCAN", "h", "0", "MATCH", "*2", "NOVALUES"]).await,
+        Value::Array(vec![bulk("0"), Value::Array(vec![bulk("f2")])])
+    );
+}

@@ -138,3 +138,19 @@ BEGIN
     END IF;
     n := 1;
 END $$;
+
+-- Trigger (layout v16): a bucket's first typed key lists the bucket in `resp_typed`, in the
+-- same transaction, so string statements that assumed none see it (store/kv.rs).
+CREATE OR REPLACE FUNCTION pgvs3.resp_mark_typed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO pgvs3.resp_typed VALUES (NEW.bucket_id) ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END $$;
+
+-- Raised by a string write that assumed its bucket had no typed keys when it has some: the
+-- gateway rolls the batch back and writes it again the typed way (store/kv.rs). Called only
+-- when a `resp_typed` row matched, so it costs nothing otherwise.
+CREATE OR REPLACE FUNCTION pgvs3.resp_typed_conflict() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    RAISE EXCEPTION 'the keyspace holds typed keys' USING ERRCODE = 'P0001', HINT = 'RespTyped';
+END $$;

@@ -70,7 +70,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     k text := ks[1];
     write boolean := op IN ('lpush', 'rpush', 'lpushx', 'rpushx', 'lpop', 'rpop', 'lset', 'linsert', 'lrem', 'ltrim', 'lmove',
-                            'blpop', 'brpop');
+                            'blpop', 'brpop', 'lmpop');
     len bigint;
     first bigint;
     last bigint;
@@ -83,11 +83,14 @@ BEGIN
     IF err IS NOT NULL THEN
         RETURN;
     END IF;
-    IF op IN ('blpop', 'brpop') THEN
+    IF op IN ('blpop', 'brpop', 'lmpop') THEN
         -- The first of the keys that holds a list: items {key, element}; none, no items.
+        -- LMPOP/BLMPOP, ints {left (1) or right (0), count}: {key, elements...}.
         FOR j IN 1 .. cardinality(ks) LOOP
             IF pgvs3.resp_type(b, ks[j]) IS NOT NULL THEN
-                items := ARRAY[convert_to(ks[j], 'UTF8')] || pgvs3.resp_list_pop(b, ks[j], op = 'blpop', 1);
+                items := ARRAY[convert_to(ks[j], 'UTF8')] || CASE op
+                    WHEN 'lmpop' THEN pgvs3.resp_list_pop(b, ks[j], ints[1] = 1, ints[2])
+                    ELSE pgvs3.resp_list_pop(b, ks[j], op = 'blpop', 1) END;
                 RETURN;
             END IF;
         END LOOP;

@@ -63,9 +63,15 @@ LANGUAGE plpgsql AS $$
 DECLARE
     k text := ks[1];
     write boolean := op IN ('zadd', 'zrem', 'zincrby', 'zpopmin', 'zpopmax', 'zrangestore', 'zunionstore', 'zinterstore',
-                            'zremrangebyrank', 'zremrangebyscore', 'zremrangebylex', 'bzpopmin', 'bzpopmax');
-    store boolean := op IN ('zrangestore', 'zunionstore', 'zinterstore');
-    sources text[] := CASE WHEN op IN ('zrangestore', 'zunionstore', 'zinterstore') THEN ks[2:] ELSE ks END;
+                            'zdiffstore', 'zremrangebyrank', 'zremrangebyscore', 'zremrangebylex', 'bzpopmin', 'bzpopmax',
+                            'zmpop');
+    store boolean := op IN ('zrangestore', 'zunionstore', 'zinterstore', 'zdiffstore');
+    sources text[] := CASE WHEN store THEN ks[2:] ELSE ks END;
+    -- Commands over several sources, which may be sets (each member scoring 1) too.
+    combining boolean := op IN ('zunionstore', 'zinterstore', 'zdiffstore', 'zunion', 'zinter', 'zdiff', 'zintercard');
+    ma bytea[];
+    sa float8[];
+    total bigint;
     live boolean;
     cur float8;
     new float8;
@@ -74,9 +80,8 @@ DECLARE
     changed bigint := 0;
     touched boolean := false;
 BEGIN
-    IF op IN ('zunionstore', 'zinterstore') THEN
-        -- Sources may be sets (each member scoring 1) as well as sorted sets.
-        err := pgvs3.resp_check(b, ks, strings, '{}', 'z', true);
+    IF combining THEN
+        err := pgvs3.resp_check(b, ks, strings, '{}', 'z', write);
         IF strings && sources OR EXISTS (
             SELECT 1 FROM pgvs3.resp_keys WHERE bucket_id = b AND key = ANY (sources) AND type NOT IN ('z', 's')) THEN
             err := pgvs3.resp_wrongtype();
@@ -85,6 +90,21 @@ BEGIN
         err := pgvs3.resp_check(b, ks, strings, CASE WHEN store THEN sources ELSE ks END, 'z', write);
     END IF;
     IF err IS NOT NULL THEN
+        RETURN;
+    END IF;
+    IF op = 'zmpop' THEN
+        -- ZMPOP/BZMPOP, ints {max (1) or min (0), count}: the first of the keys that holds a
+        -- sorted set gives up to count members; items {key, members...}, scores theirs.
+        FOR i IN 1 .. cardinality(ks) LOOP
+            IF pgvs3.resp_type(b, ks[i]) IS NOT NULL THEN
+                SELECT members, member_scores INTO items, scores
+                  FROM pgvs3.resp_zrange(b, ks[i], ARRAY[0, ints[1], 0, ints[2] - 1, 0, -1, 0, 0], '{}', '{}');
+                DELETE FROM pgvs3.resp_zset WHERE bucket_id = b AND key = ks[i] AND member = ANY (items);
+                PERFORM pgvs3.resp_settle(b, ks[i]);
+                items := ARRAY[convert_to(ks[i], 'UTF8')] || items;
+                RETURN;
+            END IF;
+        END LOOP;
         RETURN;
     END IF;
     IF op IN ('bzpopmin', 'bzpopmax') THEN
@@ -163,8 +183,10 @@ BEGIN
     WHEN 'zcard' THEN
         n := (SELECT count(*) FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND live);
     WHEN 'zrank', 'zrevrank' THEN
+        -- scores: {the member's score} (WITHSCORE).
         SELECT score INTO cur FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND live AND member = args[1];
         IF FOUND THEN
+            scores := ARRAY[cur];
             IF op = 'zrank' THEN
                 n := (SELECT count(*) FROM pgvs3.resp_zset
                        WHERE bucket_id = b AND key = k AND (score, member) < (cur, args[1]));
@@ -204,10 +226,12 @@ BEGIN
             DELETE FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND member = ANY (items);
             PERFORM pgvs3.resp_settle(b, k);
         END IF;
-    WHEN 'zunionstore', 'zinterstore' THEN
-        -- floats: one weight per source; ints: {aggregate: 0 sum, 1 min, 2 max}.
+    WHEN 'zunionstore', 'zinterstore', 'zunion', 'zinter', 'zintercard' THEN
+        -- floats: one weight per source; ints: {aggregate: 0 sum, 1 min, 2 max, ZINTERCARD's
+        -- limit (0: none)}. Expired sources (not yet deleted by a read) count as missing.
         WITH src AS (
             SELECT s.key, s.ord, coalesce(floats[s.ord], 1) AS w FROM unnest(sources) WITH ORDINALITY AS s(key, ord)
+             WHERE pgvs3.resp_type(b, s.key) IS NOT NULL
         ), elements AS (
             SELECT src.ord, z.member, z.score * src.w AS score
               FROM src JOIN pgvs3.resp_zset z ON z.bucket_id = b AND z.key = src.key
@@ -221,11 +245,50 @@ BEGIN
             SELECT member,
                    CASE ints[1] WHEN 1 THEN min(score) WHEN 2 THEN max(score) ELSE sum(score) END AS score
               FROM weighed GROUP BY member
-            HAVING op = 'zunionstore' OR count(DISTINCT ord) = cardinality(sources)
+            HAVING op IN ('zunionstore', 'zunion') OR count(DISTINCT ord) = cardinality(sources)
         )
         SELECT coalesce(array_agg(member ORDER BY score, member), '{}'),
                coalesce(array_agg(CASE WHEN score = 'NaN'::float8 THEN 0 ELSE score END ORDER BY score, member), '{}')
           INTO items, scores FROM combined;
+        IF op = 'zintercard' THEN
+            n := CASE WHEN ints[2] > 0 THEN least(cardinality(items), ints[2]) ELSE cardinality(items) END;
+            items := NULL;
+            scores := NULL;
+        END IF;
+    WHEN 'zdiff', 'zdiffstore' THEN
+        -- The first source's members that no other source has, with their scores.
+        WITH first AS (
+            SELECT member, score FROM pgvs3.resp_zset
+             WHERE bucket_id = b AND key = sources[1] AND pgvs3.resp_type(b, sources[1]) IS NOT NULL
+            UNION ALL
+            SELECT member, 1 FROM pgvs3.resp_set
+             WHERE bucket_id = b AND key = sources[1] AND pgvs3.resp_type(b, sources[1]) IS NOT NULL
+        ), others AS (
+            SELECT key FROM unnest(sources[2:]) AS o(key) WHERE pgvs3.resp_type(b, key) IS NOT NULL
+        )
+        SELECT coalesce(array_agg(member ORDER BY score, member), '{}'), coalesce(array_agg(score ORDER BY score, member), '{}')
+          INTO items, scores FROM first f
+         WHERE NOT EXISTS (SELECT 1 FROM pgvs3.resp_zset z JOIN others o ON z.key = o.key
+                            WHERE z.bucket_id = b AND z.member = f.member)
+           AND NOT EXISTS (SELECT 1 FROM pgvs3.resp_set m JOIN others o ON m.key = o.key
+                            WHERE m.bucket_id = b AND m.member = f.member);
+    WHEN 'zrandmember' THEN
+        -- ints: {count (NULL: none given)}. The gateway bounds the count.
+        IF NOT live THEN
+            items := CASE WHEN ints[1] IS NULL THEN ARRAY[NULL::bytea] ELSE '{}' END;
+            scores := '{}';
+        ELSIF ints[1] IS NULL OR ints[1] >= 0 THEN
+            SELECT coalesce(array_agg(member ORDER BY r), '{}'), coalesce(array_agg(score ORDER BY r), '{}')
+              INTO items, scores FROM (
+                SELECT member, score, random() AS r FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k
+                 ORDER BY r LIMIT coalesce(ints[1], 1)) s;
+        ELSE
+            -- Repeats allowed: |count| draws from the members, read once.
+            SELECT array_agg(member), array_agg(score) INTO ma, sa FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k;
+            total := cardinality(ma);
+            SELECT array_agg(ma[d.i] ORDER BY g), array_agg(sa[d.i] ORDER BY g) INTO items, scores
+              FROM (SELECT g, 1 + floor(random() * total)::int AS i FROM generate_series(1, -ints[1]) g) d;
+        END IF;
     WHEN 'zscan' THEN
         -- ints: {cursor (an offset in member order), count}; n: the next cursor, 0 at the end.
         SELECT coalesce(array_agg(member ORDER BY member), '{}'), coalesce(array_agg(score ORDER BY member), '{}')

@@ -20,7 +20,7 @@ use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 17;
+pub const LAYOUT_VERSION: i32 = 18;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -88,6 +88,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "events_outbox",
         include_str!("../../migrations/0017_events_outbox.sql"),
     ),
+    (
+        18,
+        "resp_typed_pubsub",
+        include_str!("../../migrations/0018_resp_typed_pubsub.sql"),
+    ),
 ];
 
 /// The function files, in the order they are applied. Every function they define already exists
@@ -105,6 +110,10 @@ const FUNCTION_FILES: &[(&str, &str)] = &[
     ("resp_zset", include_str!("../../migrations/functions/resp_zset.sql")),
     ("resp_list", include_str!("../../migrations/functions/resp_list.sql")),
     ("events", include_str!("../../migrations/functions/events.sql")),
+    (
+        "resp_pubsub",
+        include_str!("../../migrations/functions/resp_pubsub.sql"),
+    ),
 ];
 
 fn digest(text: &str) -> String {
@@ -200,7 +209,7 @@ mod tests {
     /// version must apply the same functions, or each would overwrite the other's at startup:
     /// when this test fails, add a numbered migration (it may hold only a comment saying which
     /// functions changed), bump `LAYOUT_VERSION`, and update both constants here.
-    const PINNED: (i32, &str) = (17, "8113a238974b0cc7335f060708c2a3b85ec61e9964ddc54bd1b7c4a088cdf637");
+    const PINNED: (i32, &str) = (18, "58aff0dd84643896d840dd3bd86fe84bb22f7ea59060d963147a074150a36ed8");
 
     #[test]
     fn function_files_are_pinned_to_the_layout_version() {

@@ -1,8 +1,10 @@
 //! Blocking pops (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BZPOPMIN, BZPOPMAX): a blocked client tries
 //! its pop, then waits to be told that one of its keys got elements — on any gateway of the
 //! database, by NOTIFY `pgvs3_resp` (sent at commit by the SQL functions that add elements),
-//! which one LISTEN connection per gateway hands to every blocked client here.
+//! which one LISTEN connection per gateway hands to every blocked client here. The same
+//! connection listens to `pgvs3_pubsub` for pub/sub (pubsub.rs) and carries PUBLISH.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -10,6 +12,7 @@ use tokio::sync::broadcast;
 
 use super::codec::Reply;
 use super::command::parse_float;
+use super::pubsub::PubSub;
 use crate::pg::connections::{Connections, session_settings};
 
 /// Notifications waiting for slow blocked clients; one that falls behind simply tries again.
@@ -28,15 +31,16 @@ impl Wakeups {
     /// Starts the gateway's LISTEN connection (given a database to listen on), re-opened
     /// whenever it is lost. A standby cannot LISTEN, but refuses blocking commands (writes)
     /// anyway.
-    pub fn start(database: Option<(tokio_postgres::Config, Connections)>) -> Wakeups {
+    pub fn start(database: Option<(tokio_postgres::Config, Connections)>, pubsub: Arc<PubSub>) -> Wakeups {
         let (sender, _) = broadcast::channel(CHANNEL_DEPTH);
         if let Some((config, connections)) = database {
             let sender = sender.clone();
             tokio::spawn(async move {
                 loop {
-                    if let Err(err) = listen(&config, &connections, &sender).await {
+                    if let Err(err) = listen(&config, &connections, &sender, &pubsub).await {
                         tracing::debug!(error = %format!("{err:#}"), "RESP LISTEN connection lost; reconnecting");
                     }
+                    pubsub.set_client(None);
                     tokio::time::sleep(LISTEN_RETRY).await;
                 }
             });
@@ -54,6 +58,7 @@ async fn listen(
     config: &tokio_postgres::Config,
     connections: &Connections,
     sender: &broadcast::Sender<String>,
+    pubsub: &PubSub,
 ) -> anyhow::Result<()> {
     let (client, mut connection) = tokio::time::timeout(
         LISTEN_CONNECT_TIMEOUT,
@@ -62,18 +67,25 @@ async fn listen(
     .await
     .map_err(|_| anyhow::anyhow!("no connection within {LISTEN_CONNECT_TIMEOUT:?}"))??;
     let sender = sender.clone();
+    // Unbounded: the driver must never wait, or the reads of large messages on this same
+    // connection would never complete. Payloads are small (under 8,000 bytes).
+    let (published, payloads) = tokio::sync::mpsc::unbounded_channel();
     let driver = connections.spawn(async move {
         let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(message) = messages.next().await {
-            if let tokio_postgres::AsyncMessage::Notification(notification) = message?
-                && let Some((_bucket, key)) = notification.payload().split_once(' ')
-            {
+            let tokio_postgres::AsyncMessage::Notification(notification) = message? else {
+                continue;
+            };
+            if notification.channel() == "pgvs3_pubsub" {
+                let _ = published.send(notification.payload().to_owned());
+            } else if let Some((_bucket, key)) = notification.payload().split_once(' ') {
                 // An error only means that nobody is blocked.
                 let _ = sender.send(key.to_owned());
             }
         }
         anyhow::Ok(())
     });
+    let client = Arc::new(client);
     if client
         .query_one("SELECT pg_is_in_recovery()", &[])
         .await?
@@ -81,8 +93,14 @@ async fn listen(
     {
         anyhow::bail!("a standby cannot LISTEN");
     }
-    client.batch_execute("LISTEN pgvs3_resp").await?;
-    driver.await??;
+    client.batch_execute("LISTEN pgvs3_resp; LISTEN pgvs3_pubsub").await?;
+    let publish = client.prepare(PubSub::PUBLISH).await?;
+    pubsub.set_client(Some((Arc::clone(&client), publish)));
+    let dispatch = pubsub.dispatch(&client, payloads);
+    tokio::select! {
+        ended = driver => ended??,
+        () = dispatch => {}
+    }
     Ok(())
 }
 

@@ -23,6 +23,8 @@ pub struct ClientInfo {
     pub last_command: &'static str,
     /// Commands queued in MULTI (-1 outside one), as CLIENT LIST's `multi=`.
     pub queued: i64,
+    /// Channels, patterns and shard channels subscribed to (`sub=`, `psub=`, `ssub=`).
+    pub subscriptions: [usize; 3],
     /// Wakes the connection's task to close it (CLIENT KILL).
     kill: Arc<tokio::sync::Notify>,
 }
@@ -43,16 +45,17 @@ impl ClientInfo {
             last_active: now,
             last_command: "NULL",
             queued: -1,
+            subscriptions: [0; 3],
             kill: Arc::new(tokio::sync::Notify::new()),
         }
     }
 
     /// A line of CLIENT LIST, with Redis 7's fields in Redis's order. Buffers are per batch
     /// here, not per client, so the buffer and memory fields are 0 between batches, when this
-    /// is read; there is no pub/sub yet (`sub=0`), and every client is a normal one.
+    /// is read, and every client is a normal one (a subscriber too: its flags stay `N`).
     fn line(&self, id: u64) -> String {
         format!(
-            "id={id} addr={} laddr={} fd=-1 name={} age={} idle={} flags=N db={} sub=0 psub=0 ssub=0 multi={} \
+            "id={id} addr={} laddr={} fd=-1 name={} age={} idle={} flags=N db={} sub={} psub={} ssub={} multi={} \
              qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} \
              user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
             self.addr,
@@ -61,6 +64,9 @@ impl ClientInfo {
             self.connected.elapsed().as_secs(),
             self.last_active.elapsed().as_secs(),
             self.db,
+            self.subscriptions[0],
+            self.subscriptions[1],
+            self.subscriptions[2],
             self.queued,
             self.last_command,
             self.resp,

@@ -322,6 +322,8 @@ pub enum Reply {
     /// one flat array in RESP2, as Redis answers ZRANGE WITHSCORES and HRANDFIELD WITHVALUES.
     Pairs(Vec<(Reply, Reply)>),
     Double(f64),
+    /// An out-of-band frame (pub/sub): `>` in RESP3, a plain array in RESP2.
+    Push(Vec<Reply>),
 }
 
 impl Reply {
@@ -363,7 +365,13 @@ impl Reply {
             Reply::Nil => out.put_slice(b"$-1\r\n"),
             Reply::NilArray if resp3 => out.put_slice(b"_\r\n"),
             Reply::NilArray => out.put_slice(b"*-1\r\n"),
-            Reply::Array(items) => {
+            Reply::Push(items) if resp3 => {
+                line(out, b'>', items.len().to_string().as_bytes());
+                for item in items {
+                    item.encode(resp3, out);
+                }
+            }
+            Reply::Array(items) | Reply::Push(items) => {
                 line(out, b'*', items.len().to_string().as_bytes());
                 for item in items {
                     item.encode(resp3, out);

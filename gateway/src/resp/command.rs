@@ -32,6 +32,7 @@ const fn spec(name: &'static str, arity: i64, flags: &'static [&'static str], ke
 const R: &[&str] = &["readonly", "fast"];
 const W: &[&str] = &["write", "denyoom"];
 const C: &[&str] = &["fast", "loading", "stale"];
+const PUBSUB: &[&str] = &["pubsub", "noscript", "loading", "stale"];
 const NONE: (i64, i64, i64) = (0, 0, 0);
 const ONE: (i64, i64, i64) = (1, 1, 1);
 const TWO: (i64, i64, i64) = (1, 2, 1);
@@ -188,6 +189,25 @@ pub static COMMANDS: &[Spec] = &[
     spec("discard", 1, C, NONE),
     spec("watch", -2, C, ONE),
     spec("unwatch", 1, C, NONE),
+    spec("zrandmember", -2, R, ONE),
+    spec("zunion", -3, &["readonly"], NONE),
+    spec("zinter", -3, &["readonly"], NONE),
+    spec("zdiff", -3, &["readonly"], NONE),
+    spec("zintercard", -3, &["readonly"], NONE),
+    spec("zdiffstore", -4, &["write", "denyoom"], NONE),
+    spec("zmpop", -4, &["write"], NONE),
+    spec("bzmpop", -5, &["write", "noscript"], NONE),
+    spec("lmpop", -4, &["write"], NONE),
+    spec("blmpop", -5, &["write", "noscript"], NONE),
+    spec("subscribe", -2, PUBSUB, NONE),
+    spec("psubscribe", -2, PUBSUB, NONE),
+    spec("ssubscribe", -2, PUBSUB, NONE),
+    spec("unsubscribe", -1, PUBSUB, NONE),
+    spec("punsubscribe", -1, PUBSUB, NONE),
+    spec("sunsubscribe", -1, PUBSUB, NONE),
+    spec("publish", 3, PUBSUB, NONE),
+    spec("spublish", 3, PUBSUB, NONE),
+    spec("pubsub", -2, PUBSUB, NONE),
 ];
 
 pub fn lookup(name: &str) -> Option<&'static Spec> {

@@ -2,7 +2,7 @@
 //! key reads as one statement, a run of key writes as one transaction — and writes all their
 //! replies back in one go.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -14,6 +14,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use super::clients::Registration;
 use super::codec::{Reply, RequestParser};
 use super::command::{self, KeyCommand, Spec, syntax_error, wrong_arity};
+use super::pubsub::Mailbox;
 use super::{RespServer, glob, keys};
 use crate::bucket::Keyspace;
 use crate::http_server::Shutdown;
@@ -79,7 +80,27 @@ pub struct Connection {
     quit: bool,
     /// CLIENT REPLY: whether replies are sent.
     reply_mode: ReplyMode,
+    /// Pub/sub: where this connection's messages wait, once it has subscribed, and what it is
+    /// subscribed to (all empty: not in subscribe mode).
+    mailbox: Option<Arc<Mailbox>>,
+    channels: HashSet<Bytes>,
+    patterns: HashSet<Bytes>,
+    shard_channels: HashSet<Bytes>,
 }
+
+/// What a RESP2 client in subscribe mode may still send, with Redis's refusal of the rest.
+const SUBSCRIBE_MODE: &[&str] = &[
+    "subscribe",
+    "psubscribe",
+    "ssubscribe",
+    "unsubscribe",
+    "punsubscribe",
+    "sunsubscribe",
+    "ping",
+    "quit",
+    "reset",
+];
+const STANDBY_PUBSUB: &str = "ERR pub/sub is not available on a standby gateway: NOTIFY does not reach a hot standby; use a gateway of the primary";
 
 /// CLIENT REPLY's modes. SKIP drops its own reply and the next command's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,7 +129,49 @@ impl Connection {
             next_cursor: 1,
             quit: false,
             reply_mode: ReplyMode::On,
+            mailbox: None,
+            channels: HashSet::new(),
+            patterns: HashSet::new(),
+            shard_channels: HashSet::new(),
         }
+    }
+
+    fn subscribed(&self) -> bool {
+        !(self.channels.is_empty() && self.patterns.is_empty() && self.shard_channels.is_empty())
+    }
+
+    /// Writes `output`; false when the client is gone, or (a subscriber) let its messages pile
+    /// up past `--resp-pubsub-output-limit` while this write waited.
+    async fn write_out<S: AsyncWrite + Unpin>(&self, stream: &mut S, output: &[u8]) -> bool {
+        let Some(mailbox) = self.mailbox.as_ref().filter(|_| self.subscribed()) else {
+            return stream.write_all(output).await.is_ok();
+        };
+        let write = stream.write_all(output);
+        futures::pin_mut!(write);
+        loop {
+            tokio::select! {
+                written = &mut write => return written.is_ok(),
+                () = mailbox.arrived() => {
+                    if mailbox.overflowed() {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Encodes the messages waiting for this subscriber; false when it overflowed.
+    fn take_mail(&self, out: &mut BytesMut) -> bool {
+        let Some(mailbox) = &self.mailbox else {
+            return true;
+        };
+        if mailbox.overflowed() {
+            return false;
+        }
+        for delivery in mailbox.take() {
+            delivery.reply().encode(self.resp3, out);
+        }
+        true
     }
 
     /// Serves the connection on `stream`: a socket, or a TLS session on one.
@@ -164,8 +227,22 @@ impl Connection {
                         None => stream.read_buf(&mut input).await,
                     }
                 };
+                let mailbox = self.mailbox.clone().filter(|_| self.subscribed());
+                let mail = async {
+                    match &mailbox {
+                        Some(mailbox) => mailbox.arrived().await,
+                        None => std::future::pending().await,
+                    }
+                };
                 let read = tokio::select! {
                     read = read => read,
+                    () = mail => {
+                        if !self.take_mail(&mut output) || !self.write_out(&mut stream, &output).await {
+                            break;
+                        }
+                        output.clear();
+                        continue;
+                    }
                     _ = shutdown.wait() => break,
                     _ = self.registration.killed() => break,
                 };
@@ -218,7 +295,8 @@ impl Connection {
             if let Some(err) = &broken {
                 Reply::Error(err.0.clone()).encode(self.resp3, &mut output);
             }
-            if stream.write_all(&output).await.is_err() {
+            // A subscriber's messages that came meanwhile go after the replies.
+            if !self.take_mail(&mut output) || !self.write_out(&mut stream, &output).await {
                 break;
             }
             output.clear();
@@ -306,7 +384,9 @@ impl Connection {
             if let (true, Some(_)) = (queueing, &self.multi) {
                 let queued = match key_command {
                     Some(command) => Queued::Key(command, spec),
-                    None if matches!(spec.name, "select" | "auth" | "hello" | "client") => {
+                    None if matches!(spec.name, "select" | "auth" | "hello" | "client")
+                        || is_subscription(spec.name) =>
+                    {
                         self.multi_failed = true;
                         let reply = Reply::error(format!(
                             "ERR {} inside MULTI is not supported",
@@ -332,6 +412,11 @@ impl Connection {
                 Some(command) => {
                     run.write |= spec.is_write();
                     run.commands.push((command, spec));
+                }
+                None if is_subscription(spec.name) => {
+                    self.flush(&mut run, out).await;
+                    self.count(spec.name, &Reply::OK);
+                    self.subscription(spec.name, &args[1..], out);
                 }
                 None => {
                     self.flush(&mut run, out).await;
@@ -364,6 +449,12 @@ impl Connection {
             }
             if self.principal.is_none() && !spec.flags.contains(&"no_auth") {
                 return Err(Reply::error(NOAUTH));
+            }
+            if !self.resp3 && self.subscribed() && !SUBSCRIBE_MODE.contains(&spec.name) {
+                return Err(Reply::error(format!(
+                    "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+                    spec.name
+                )));
             }
             if spec.is_write() && self.server.replica.is_standby() {
                 return Err(Reply::error(READONLY));
@@ -565,12 +656,30 @@ impl Connection {
     /// Everything that is not a key command.
     async fn other_command(&mut self, spec: &'static Spec, args: &[Bytes]) -> Reply {
         match spec.name {
+            // A RESP2 subscriber's PING answers in the shape of its messages.
+            "ping" if !self.resp3 && self.subscribed() => Reply::Array(vec![
+                Reply::text("pong"),
+                Reply::Bulk(args.get(1).cloned().unwrap_or_default()),
+            ]),
             "ping" => match args {
                 [_] => Reply::Simple("PONG"),
                 [_, message] => Reply::Bulk(message.clone()),
                 _ => wrong_arity("ping"),
             },
             "echo" => Reply::Bulk(args[1].clone()),
+            "publish" | "spublish" if self.server.replica.is_standby() => Reply::error(STANDBY_PUBSUB),
+            "publish" | "spublish" => {
+                match self
+                    .server
+                    .pubsub
+                    .publish(spec.name == "spublish", &args[1], &args[2])
+                    .await
+                {
+                    Ok(receivers) => Reply::Integer(receivers),
+                    Err(reply) => reply,
+                }
+            }
+            "pubsub" => self.pubsub_introspection(args),
             "time" => {
                 let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
                 Reply::Array(vec![
@@ -583,6 +692,7 @@ impl Connection {
                 Reply::OK
             }
             "reset" => {
+                self.unsubscribe_all();
                 self.multi = None;
                 self.multi_failed = false;
                 self.watched.clear();
@@ -1170,9 +1280,18 @@ impl Connection {
 /// Whether a request is a blocking pop (its batch may wait long; see `Connection::run`).
 fn is_blocking(args: &[Bytes]) -> bool {
     let name = args.first().map_or(&b""[..], |name| name);
-    ["blpop", "brpop", "blmove", "brpoplpush", "bzpopmin", "bzpopmax"]
-        .iter()
-        .any(|blocking| name.eq_ignore_ascii_case(blocking.as_bytes()))
+    [
+        "blpop",
+        "brpop",
+        "blmove",
+        "brpoplpush",
+        "bzpopmin",
+        "bzpopmax",
+        "blmpop",
+        "bzmpop",
+    ]
+    .iter()
+    .any(|blocking| name.eq_ignore_ascii_case(blocking.as_bytes()))
 }
 
 /// FLUSHDB's and FLUSHALL's one optional argument, SYNC or ASYNC (both flush at once here).
@@ -1382,6 +1501,183 @@ impl InputBudget {
         if capacity <= UNBUDGETED_INPUT {
             self.held.clear();
             self.reserved = 0;
+        }
+    }
+}
+
+fn is_subscription(name: &str) -> bool {
+    matches!(
+        name,
+        "subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe" | "punsubscribe" | "sunsubscribe"
+    )
+}
+
+/// Subscriptions end with the connection, however it ends.
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.unsubscribe_all();
+    }
+}
+
+impl Connection {
+    /// SUBSCRIBE and its kin: one reply per channel or pattern, as Redis sends them.
+    fn subscription(&mut self, name: &'static str, targets: &[Bytes], out: &mut BytesMut) {
+        let pubsub = Arc::clone(&self.server.pubsub);
+        let id = self.id();
+        let subscribing = matches!(name, "subscribe" | "psubscribe" | "ssubscribe");
+        if subscribing && self.server.replica.is_standby() {
+            self.emit(Reply::error(STANDBY_PUBSUB), out);
+            return;
+        }
+        let shard = matches!(name, "ssubscribe" | "sunsubscribe");
+        let mailbox = Arc::clone(self.mailbox.get_or_insert_with(Arc::default));
+        let all: Vec<Bytes>;
+        let targets = match targets {
+            [] if !subscribing => {
+                all = match name {
+                    "unsubscribe" => self.channels.iter().cloned().collect(),
+                    "punsubscribe" => self.patterns.iter().cloned().collect(),
+                    _ => self.shard_channels.iter().cloned().collect(),
+                };
+                if all.is_empty() {
+                    // Redis's answer names no channel and counts what is left.
+                    let count = match shard {
+                        true => self.shard_channels.len(),
+                        false => self.channels.len() + self.patterns.len(),
+                    };
+                    self.emit(
+                        Reply::Push(vec![Reply::text(name), Reply::Nil, Reply::Integer(count as i64)]),
+                        out,
+                    );
+                    return;
+                }
+                &all[..]
+            }
+            targets => targets,
+        };
+        let limits = pubsub.limits;
+        for target in targets {
+            if subscribing && !self.has_subscription(name, target) {
+                if self.channels.len() + self.patterns.len() + self.shard_channels.len() >= limits.max_subscriptions {
+                    self.emit(
+                        Reply::error(format!(
+                            "ERR max number of subscriptions per connection reached ({}, --resp-max-subscriptions)",
+                            limits.max_subscriptions
+                        )),
+                        out,
+                    );
+                    continue;
+                }
+                if name == "psubscribe" && target.len() > limits.max_pattern {
+                    self.emit(
+                        Reply::error(format!(
+                            "ERR pattern longer than {} bytes (--resp-max-pattern)",
+                            limits.max_pattern
+                        )),
+                        out,
+                    );
+                    continue;
+                }
+            }
+            match name {
+                "subscribe" if self.channels.insert(target.clone()) => pubsub.subscribe(false, target, id, &mailbox),
+                "ssubscribe" if self.shard_channels.insert(target.clone()) => {
+                    pubsub.subscribe(true, target, id, &mailbox)
+                }
+                "psubscribe" if self.patterns.insert(target.clone()) => pubsub.psubscribe(target, id, &mailbox),
+                "unsubscribe" if self.channels.remove(target) => pubsub.unsubscribe(false, target, id),
+                "sunsubscribe" if self.shard_channels.remove(target) => pubsub.unsubscribe(true, target, id),
+                "punsubscribe" if self.patterns.remove(target) => pubsub.punsubscribe(target, id),
+                _ => {}
+            }
+            let count = if shard {
+                self.shard_channels.len()
+            } else {
+                self.channels.len() + self.patterns.len()
+            };
+            self.emit(
+                Reply::Push(vec![
+                    Reply::text(name),
+                    Reply::Bulk(target.clone()),
+                    Reply::Integer(count as i64),
+                ]),
+                out,
+            );
+        }
+        if !self.subscribed() {
+            // Messages that came before the last unsubscription are not for it any more.
+            self.mailbox = None;
+        }
+        let counts = [self.channels.len(), self.patterns.len(), self.shard_channels.len()];
+        self.set_client(|info| info.subscriptions = counts);
+    }
+
+    fn has_subscription(&self, name: &str, target: &Bytes) -> bool {
+        match name {
+            "subscribe" => self.channels.contains(target),
+            "psubscribe" => self.patterns.contains(target),
+            _ => self.shard_channels.contains(target),
+        }
+    }
+
+    fn unsubscribe_all(&mut self) {
+        let pubsub = &self.server.pubsub;
+        let id = self.registration.id();
+        for channel in self.channels.drain() {
+            pubsub.unsubscribe(false, &channel, id);
+        }
+        for channel in self.shard_channels.drain() {
+            pubsub.unsubscribe(true, &channel, id);
+        }
+        for pattern in self.patterns.drain() {
+            pubsub.punsubscribe(&pattern, id);
+        }
+        self.mailbox = None;
+    }
+
+    /// PUBSUB CHANNELS / NUMSUB / NUMPAT / SHARDCHANNELS / SHARDNUMSUB: this gateway's
+    /// subscribers (those of other gateways are not known here).
+    fn pubsub_introspection(&self, args: &[Bytes]) -> Reply {
+        let pubsub = &self.server.pubsub;
+        let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+        match (sub.as_str(), &args[2..]) {
+            ("channels" | "shardchannels", [] | [_]) => Reply::Array(
+                pubsub
+                    .channels(sub == "shardchannels", args.get(2).map(|pattern| &pattern[..]))
+                    .into_iter()
+                    .map(Reply::Bulk)
+                    .collect(),
+            ),
+            ("numsub" | "shardnumsub", channels) => Reply::Array(
+                channels
+                    .iter()
+                    .flat_map(|channel| {
+                        [
+                            Reply::Bulk(channel.clone()),
+                            Reply::Integer(pubsub.numsub(sub == "shardnumsub", channel)),
+                        ]
+                    })
+                    .collect(),
+            ),
+            ("numpat", []) => Reply::Integer(pubsub.numpat()),
+            ("help", []) => Reply::Array(
+                [
+                    "PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                    "CHANNELS [<pattern>]",
+                    "NUMPAT",
+                    "NUMSUB [<channel> ...]",
+                    "SHARDCHANNELS [<pattern>]",
+                    "SHARDNUMSUB [<channel> ...]",
+                    "HELP",
+                ]
+                .into_iter()
+                .map(|line| Reply::Status(line.to_owned()))
+                .collect(),
+            ),
+            _ => Reply::error(format!(
+                "ERR unknown subcommand or wrong number of arguments for '{}'. Try PUBSUB HELP.",
+                String::from_utf8_lossy(&args[1])
+            )),
         }
     }
 }

@@ -55,17 +55,20 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
             _ => return Err(syntax_error()),
         },
         "hscan" => {
-            let (cursor, count, pattern) = scan_options(&args[2..])?;
-            hash(
-                "hscan",
-                &[],
-                Shape::Scan {
+            // NOVALUES (Redis 7.4) comes last.
+            // Options after the cursor come in pairs: an odd one out at the end is NOVALUES.
+            let novalues = args.len().is_multiple_of(2) && args[args.len() - 1].eq_ignore_ascii_case(b"novalues");
+            let options = &args[2..args.len() - usize::from(novalues)];
+            let (cursor, count, pattern) = scan_options(options)?;
+            let shape = match novalues {
+                true => Shape::ScanFields { pattern },
+                false => Shape::Scan {
                     pattern,
                     pairs: true,
                     scored: false,
                 },
-            )?
-            .ints(&[Some(cursor), Some(count)])
+            };
+            hash("hscan", &[], shape)?.ints(&[Some(cursor), Some(count)])
         }
         _ => return Ok(None),
     };

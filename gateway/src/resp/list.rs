@@ -74,6 +74,16 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
                 _ => typed,
             }
         }
+        "lmpop" | "blmpop" => {
+            let blocking = name == "blmpop";
+            let (keys, left, count) = super::typed::multi_pop(&args[1 + usize::from(blocking)..], [b"left", b"right"])?;
+            let typed = Typed::new(Family::List, "lmpop", keys, &[], Shape::MultiPop { scored: false })
+                .ints(&[Some(i64::from(left)), Some(count)]);
+            match blocking {
+                true => typed.blocking(timeout(&args[1])?),
+                false => typed,
+            }
+        }
         "blpop" | "brpop" => {
             let keys = args[1..args.len() - 1].iter().map(key).collect::<Result<_, _>>()?;
             let op = if name == "blpop" { "blpop" } else { "brpop" };

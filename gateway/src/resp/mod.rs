@@ -18,6 +18,7 @@ mod hash;
 mod keys;
 mod lcs;
 mod list;
+mod pubsub;
 mod set;
 mod typed;
 mod zset;
@@ -57,6 +58,7 @@ pub struct RespSettings {
     /// How often a blocked client (BLPOP, ...) tries again without being told of new elements:
     /// the safety net should a notification be lost with the LISTEN connection.
     pub block_poll: Duration,
+    pub pubsub: pubsub::Limits,
 }
 
 impl RespSettings {
@@ -76,6 +78,11 @@ impl RespSettings {
             first_byte_timeout: (!args.resp_first_byte_timeout.is_zero()).then_some(args.resp_first_byte_timeout),
             auth_timeout: (!args.resp_auth_timeout.is_zero()).then_some(args.resp_auth_timeout),
             block_poll: args.resp_block_poll,
+            pubsub: pubsub::Limits {
+                output_limit: usize::try_from(args.resp_pubsub_output_limit).unwrap_or(usize::MAX),
+                max_subscriptions: args.resp_max_subscriptions,
+                max_pattern: args.resp_max_pattern,
+            },
         }
     }
 }
@@ -98,6 +105,7 @@ pub struct RespServer {
     clients: Arc<clients::Clients>,
     /// Tells blocked clients (BLPOP, ...) that their keys got elements.
     wakeups: blocking::Wakeups,
+    pubsub: Arc<pubsub::PubSub>,
     /// Commands answered since the start (INFO's `total_commands_processed`).
     commands_processed: std::sync::atomic::AtomicU64,
     started: Instant,
@@ -147,6 +155,7 @@ impl RespServer {
                 );
             }
         }
+        let pubsub = Arc::new(pubsub::PubSub::new(settings.pubsub));
         Ok(Arc::new(RespServer {
             group_commit: group_commit::GroupCommit::new(metrics.clone()),
             admission: crate::admission::Admission::new("resp", settings.admission, metrics.clone()),
@@ -157,7 +166,8 @@ impl RespServer {
             buffers,
             root,
             clients: Arc::default(),
-            wakeups: blocking::Wakeups::start(database),
+            wakeups: blocking::Wakeups::start(database, Arc::clone(&pubsub)),
+            pubsub,
             commands_processed: std::sync::atomic::AtomicU64::new(0),
             started: Instant::now(),
             port,

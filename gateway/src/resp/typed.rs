@@ -46,6 +46,11 @@ pub enum Shape {
     BlockPop,
     /// BZPOPMIN/BZPOPMAX: `{key, member}` and the score, or the null array.
     BlockZPop,
+    /// LMPOP/ZMPOP and their blocking forms: `{key, elements...}` (with `scored`, each
+    /// element's score in `scores`) as `[key, [elements]]`, or the null array.
+    MultiPop { scored: bool },
+    /// ZRANK/ZREVRANK WITHSCORE: `[rank, score]`, or the null array.
+    RankScore,
     /// The items as field-value pairs: a map in RESP3 (HGETALL).
     Map,
     /// The items as pairs: nested pairs in RESP3, a flat array in RESP2 (HRANDFIELD WITHVALUES).
@@ -59,6 +64,8 @@ pub enum Shape {
         pairs: bool,
         scored: bool,
     },
+    /// HSCAN ... NOVALUES: a page of field-value pairs answered with the fields alone.
+    ScanFields { pattern: Option<Bytes> },
 }
 
 /// A typed command: its SQL call and the shape of its reply.
@@ -124,6 +131,37 @@ impl Typed {
                 let mut reply: Vec<Reply> = row.items.into_iter().map(bulk).collect();
                 reply.push(double(row.scores.into_iter().next().flatten()));
                 Reply::Array(reply)
+            }
+            Shape::MultiPop { .. } if row.items.is_empty() => Reply::NilArray,
+            Shape::MultiPop { scored } => {
+                let mut items = row.items.into_iter();
+                let key = bulk(items.next().flatten());
+                let elements = if *scored {
+                    items
+                        .zip(row.scores)
+                        .map(|(member, score)| Reply::Array(vec![bulk(member), double(score)]))
+                        .collect()
+                } else {
+                    items.map(bulk).collect()
+                };
+                Reply::Array(vec![key, Reply::Array(elements)])
+            }
+            Shape::RankScore => match row.n {
+                Some(rank) => Reply::Array(vec![
+                    Reply::Integer(rank),
+                    double(row.scores.into_iter().next().flatten()),
+                ]),
+                None => Reply::NilArray,
+            },
+            Shape::ScanFields { pattern } => {
+                let fields = row
+                    .items
+                    .chunks(2)
+                    .map(|pair| pair[0].clone().unwrap_or_default())
+                    .filter(|field| pattern.as_ref().is_none_or(|pattern| glob::matches(pattern, field)))
+                    .map(Reply::Bulk)
+                    .collect();
+                Reply::Array(vec![Reply::text(&row.n.unwrap_or(0).to_string()), Reply::Array(fields)])
             }
             Shape::ListPop if row.n.is_none() => Reply::NilArray,
             Shape::ListPop => Reply::Array(row.items.into_iter().map(bulk).collect()),
@@ -212,6 +250,38 @@ pub fn random_count(arg: &[u8]) -> Result<i64, Reply> {
         )));
     }
     Ok(count)
+}
+
+/// LMPOP's and ZMPOP's arguments from `numkeys`: `numkeys key [key ...] END [COUNT count]`,
+/// where END is one of `ends` (the first answers true). Redis's checks and texts.
+pub fn multi_pop(args: &[Bytes], ends: [&[u8]; 2]) -> Result<(Vec<String>, bool, i64), Reply> {
+    let positive = |arg: &[u8], what: &str| {
+        parse_integer(arg)
+            .filter(|n| *n > 0)
+            .ok_or_else(|| Reply::error(format!("ERR {what} should be greater than 0")))
+    };
+    let numkeys = positive(&args[0][..], "numkeys")?;
+    let Some(end) = usize::try_from(numkeys).ok().and_then(|n| args.get(n + 1)) else {
+        return Err(super::command::syntax_error());
+    };
+    let numkeys = numkeys as usize;
+    let first = if end.eq_ignore_ascii_case(ends[0]) {
+        true
+    } else if end.eq_ignore_ascii_case(ends[1]) {
+        false
+    } else {
+        return Err(super::command::syntax_error());
+    };
+    let count = match &args[numkeys + 2..] {
+        [] => 1,
+        [option, count] if option.eq_ignore_ascii_case(b"count") => positive(&count[..], "count")?.min(MAX_RANDOM),
+        _ => return Err(super::command::syntax_error()),
+    };
+    let keys = args[1..=numkeys]
+        .iter()
+        .map(super::command::key)
+        .collect::<Result<_, _>>()?;
+    Ok((keys, first, count))
 }
 
 /// The cursor and options of HSCAN, SSCAN and ZSCAN: `(cursor, count, pattern)`.

@@ -6,7 +6,7 @@ use bytes::Bytes;
 
 use super::codec::Reply;
 use super::command::{integer, key, parse_float, syntax_error};
-use super::typed::{MAX_RANDOM, Shape, Typed, scan_options};
+use super::typed::{MAX_RANDOM, Shape, Typed, multi_pop, random_count, scan_options};
 use crate::store::Family;
 
 fn not_a_float() -> Reply {
@@ -188,15 +188,35 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
         "zmscore" => zset("zmscore", &args[2..], Shape::Doubles)?,
         "zcard" => zset("zcard", &[], Shape::Int)?,
         "zrank" | "zrevrank" => {
-            if args.len() > 3 {
-                return Err(syntax_error());
-            }
-            zset(
-                if name == "zrank" { "zrank" } else { "zrevrank" },
-                &args[2..3],
-                Shape::IntOrNil,
-            )?
+            let shape = match &args[3..] {
+                [] => Shape::IntOrNil,
+                [option] if option.eq_ignore_ascii_case(b"withscore") => Shape::RankScore,
+                _ => return Err(syntax_error()),
+            };
+            zset(if name == "zrank" { "zrank" } else { "zrevrank" }, &args[2..3], shape)?
         }
+        "zrandmember" => match &args[2..] {
+            [] => zset("zrandmember", &[], Shape::Random)?.ints(&[None]),
+            [count, rest @ ..] => {
+                let with_scores = match rest {
+                    [] => false,
+                    [option] if option.eq_ignore_ascii_case(b"withscores") => true,
+                    _ => return Err(syntax_error()),
+                };
+                zset("zrandmember", &[], Shape::Scored { with_scores })?.ints(&[Some(random_count(count)?)])
+            }
+        },
+        "zmpop" | "bzmpop" => {
+            let blocking = name == "bzmpop";
+            let (keys, min, count) = multi_pop(&args[1 + usize::from(blocking)..], [b"min", b"max"])?;
+            let typed = Typed::new(Family::Zset, "zmpop", keys, &[], Shape::MultiPop { scored: true })
+                .ints(&[Some(i64::from(!min)), Some(count)]);
+            match blocking {
+                true => typed.blocking(super::blocking::timeout(&args[1])?),
+                false => typed,
+            }
+        }
+        "zunion" | "zinter" | "zdiff" | "zdiffstore" | "zintercard" => parse_store(name, args)?,
         "zcount" => Range::by_score(&args[2], &args[3])?.call("zcount", one()?, Shape::Int),
         "zlexcount" => Range::by_lex(&args[2], &args[3])?.call("zlexcount", one()?, Shape::Int),
         "zremrangebyrank" => Range::by_rank(&args[2], &args[3])?.call("zremrangebyrank", one()?, Shape::Int),
@@ -313,36 +333,68 @@ fn parse_zadd(keys: Vec<String>, args: &[Bytes]) -> Result<Typed, Reply> {
         .floats(&scores))
 }
 
-/// `ZUNIONSTORE|ZINTERSTORE dest numkeys key [key ...] [WEIGHTS w ...] [AGGREGATE SUM|MIN|MAX]`.
+/// `ZUNIONSTORE|ZINTERSTORE|ZDIFFSTORE dest numkeys key [key ...] [WEIGHTS w ...]
+/// [AGGREGATE SUM|MIN|MAX]`, and without `dest` ZUNION, ZINTER, ZDIFF (with WITHSCORES) and
+/// ZINTERCARD (with LIMIT). ZDIFF and ZDIFFSTORE take no WEIGHTS or AGGREGATE.
 fn parse_store(name: &str, args: &[Bytes]) -> Result<Typed, Reply> {
-    let op = if name == "zunionstore" {
-        "zunionstore"
-    } else {
-        "zinterstore"
+    let op = match name {
+        "zunionstore" => "zunionstore",
+        "zinterstore" => "zinterstore",
+        "zdiffstore" => "zdiffstore",
+        "zunion" => "zunion",
+        "zinter" => "zinter",
+        "zdiff" => "zdiff",
+        _ => "zintercard",
     };
-    let numkeys = integer(&args[2])?;
+    let store = name.ends_with("store");
+    let numkeys_at = if store { 2 } else { 1 };
+    let numkeys = match (name, super::command::parse_integer(&args[numkeys_at])) {
+        ("zintercard", n) if n.is_none_or(|n| n < 1) => {
+            return Err(Reply::error("ERR numkeys should be greater than 0"));
+        }
+        (_, Some(n)) => n,
+        (_, None) => integer(&args[numkeys_at])?,
+    };
     if numkeys < 1 {
         return Err(Reply::error(format!(
             "ERR at least 1 input key is needed for '{name}' command"
         )));
     }
-    let rest = &args[3..];
+    let rest = &args[numkeys_at + 1..];
     if numkeys as usize > rest.len() {
-        return Err(syntax_error());
+        return Err(match name {
+            "zintercard" => Reply::error("ERR Number of keys can't be greater than number of args"),
+            _ => syntax_error(),
+        });
     }
     let (sources, mut options) = rest.split_at(numkeys as usize);
     let mut weights = Vec::new();
     let mut aggregate = 0;
+    let mut with_scores = false;
+    let mut limit = 0;
+    let combines = !matches!(op, "zdiff" | "zdiffstore" | "zintercard");
     while let Some(option) = options.first() {
         match option.to_ascii_lowercase().as_slice() {
-            b"weights" if options.len() > sources.len() => {
+            b"withscores" if !store && op != "zintercard" => {
+                with_scores = true;
+                options = &options[1..];
+            }
+            b"limit" if op == "zintercard" && options.len() > 1 => {
+                limit = match super::command::parse_integer(&options[1]) {
+                    Some(limit) if limit >= 0 => limit,
+                    Some(_) => return Err(Reply::error("ERR LIMIT can't be negative")),
+                    None => return Err(super::command::not_an_integer()),
+                };
+                options = &options[2..];
+            }
+            b"weights" if combines && options.len() > sources.len() => {
                 weights = options[1..=sources.len()]
                     .iter()
                     .map(|weight| parse_float(weight).ok_or_else(|| Reply::error("ERR weight value is not a float")))
                     .collect::<Result<_, Reply>>()?;
                 options = &options[sources.len() + 1..];
             }
-            b"aggregate" if options.len() > 1 => {
+            b"aggregate" if combines && options.len() > 1 => {
                 aggregate = match options[1].to_ascii_lowercase().as_slice() {
                     b"sum" => 0,
                     b"min" => 1,
@@ -354,11 +406,18 @@ fn parse_store(name: &str, args: &[Bytes]) -> Result<Typed, Reply> {
             _ => return Err(syntax_error()),
         }
     }
-    let mut keys = vec![key(&args[1])?];
+    let mut keys = match store {
+        true => vec![key(&args[1])?],
+        false => Vec::new(),
+    };
     for source in sources {
         keys.push(key(source)?);
     }
-    Ok(Typed::new(Family::Zset, op, keys, &[], Shape::Int)
-        .ints(&[Some(aggregate)])
+    let shape = match op {
+        "zunion" | "zinter" | "zdiff" => Shape::Scored { with_scores },
+        _ => Shape::Int,
+    };
+    Ok(Typed::new(Family::Zset, op, keys, &[], shape)
+        .ints(&[Some(aggregate), Some(limit)])
         .floats(&weights))
 }

@@ -17,9 +17,19 @@
 //! has one type. Typed commands run in SQL inside the same transaction ([`KvBatch::typed`]):
 //! what the batch changed in memory is written before them, and keys they touched are loaded
 //! again before the next command in memory.
+//!
+//! A namespace whose buckets have no typed keys (`pgvs3.resp_typed` lists those that have)
+//! pays nothing for them: until the gateway has seen one ([`KvSql::typed`]), loads read the
+//! objects alone and check `resp_typed` in the same statement (an empty index probe, where
+//! probing `resp_keys` per key cost 15% of a GET), and blind overwrites raise if the bucket has
+//! typed keys after all (the batch is then rolled back and written again the typed way). A
+//! batch that loaded its keys knows which of them are typed: it deletes typed rows only for
+//! those.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
 use bytes::Bytes;
@@ -30,7 +40,7 @@ use tokio_postgres::types::{ToSql, Type};
 use super::chunks::{ChunkStream, Chunker};
 use super::objects::{INLINE_LIMIT, check_key};
 use super::types::{KeyType, TypedCall, TypedRow};
-use super::{BucketInfo, Store, StoreResult};
+use super::{BucketInfo, Store, StoreError, StoreResult};
 
 /// Most keys a write batch locks one by one.
 pub const FINE_LOCK_LIMIT: usize = 64;
@@ -38,13 +48,20 @@ pub const FINE_LOCK_LIMIT: usize = 64;
 /// The keyspace SQL of one namespace.
 #[derive(Debug)]
 pub(super) struct KvSql {
+    /// Some bucket of the namespace has typed keys (sticky; see the module's doc). Until then
+    /// the `*_strings` statements serve.
+    typed: AtomicBool,
     load: String,
     load_one: String,
+    load_strings: String,
+    load_one_strings: String,
     delete: String,
     lock: String,
     lock_keyspace_shared: String,
     lock_keyspace: String,
     upsert: String,
+    upsert_plain: String,
+    upsert_strings: String,
     set_expiry: String,
     scan: String,
     count: String,
@@ -71,6 +88,36 @@ fn load_sql(ns: &str, key_condition: &str) -> String {
     )
 }
 
+/// Strings only, for a keyspace without typed keys; the last column says whether the bucket has
+/// typed keys after all (then the load is done again with [`load_sql`]).
+fn load_strings_sql(ns: &str, key_condition: &str) -> String {
+    let objects = key_condition.replace("KEY", "o.key");
+    format!(
+        "SELECT o.key, o.size, o.etag, o.last_modified, o.expires_at, o.inline, o.body_id, t.now,
+                o.meta ? 'pc', NULL::\"char\", t.typed
+           FROM (SELECT clock_timestamp() AS now,
+                        EXISTS (SELECT 1 FROM pgvs3.resp_typed WHERE bucket_id = $1) AS typed) t
+           LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND {objects}
+                AND (o.expires_at IS NULL OR o.expires_at > t.now)"
+    )
+}
+
+/// The string upsert; `typed` is what goes before it about typed keys of the same names.
+fn upsert_sql(ns: &str, typed: &str, guard: &str) -> String {
+    format!(
+        "{typed}
+         INSERT INTO {ns}.objects AS o (bucket_id, key, size, etag, last_modified, meta, inline, body_id, expires_at)
+         SELECT $1, u.key, u.size, u.etag, clock_timestamp(), '{{}}', u.inline, u.body_id, u.expires_at
+           FROM unnest($2::text[], $3::int8[], $4::text[], $5::bytea[], $6::int8[], $7::timestamptz[])
+                AS u(key, size, etag, inline, body_id, expires_at)
+          WHERE EXISTS (SELECT 1 FROM pgvs3.buckets WHERE id = $1){guard}
+         ON CONFLICT (bucket_id, key) DO UPDATE
+            SET size = EXCLUDED.size, etag = EXCLUDED.etag, last_modified = EXCLUDED.last_modified,
+                meta = EXCLUDED.meta, inline = EXCLUDED.inline, body_id = EXCLUDED.body_id,
+                expires_at = EXCLUDED.expires_at"
+    )
+}
+
 impl KvSql {
     pub(super) fn new(ns: &str) -> KvSql {
         let live = "(expires_at IS NULL OR expires_at > clock_timestamp())";
@@ -82,6 +129,9 @@ impl KvSql {
             // (a unique index probe) instead of planning every execution, as it must for ANY($2):
             // planning was a quarter of the server's time on single GETs.
             load_one: load_sql(ns, "KEY = $2"),
+            load_strings: load_strings_sql(ns, "KEY = ANY($2)"),
+            load_one_strings: load_strings_sql(ns, "KEY = $2"),
+            typed: AtomicBool::new(false),
             delete: format!(
                 "WITH typed AS (DELETE FROM pgvs3.resp_keys WHERE bucket_id = $1 AND key = ANY($2))
                  DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = ANY($2)"
@@ -96,17 +146,20 @@ impl KvSql {
             lock_keyspace_shared: "SELECT pg_advisory_xact_lock_shared(-$1::int8)".to_owned(),
             lock_keyspace: "SELECT pg_advisory_xact_lock(-$1::int8)".to_owned(),
             // A string written over a typed key replaces it.
-            upsert: format!(
-                "WITH typed AS (DELETE FROM pgvs3.resp_keys WHERE bucket_id = $1 AND key = ANY($2::text[]))
-                 INSERT INTO {ns}.objects AS o (bucket_id, key, size, etag, last_modified, meta, inline, body_id, expires_at)
-                 SELECT $1, u.key, u.size, u.etag, clock_timestamp(), '{{}}', u.inline, u.body_id, u.expires_at
-                   FROM unnest($2::text[], $3::int8[], $4::text[], $5::bytea[], $6::int8[], $7::timestamptz[])
-                        AS u(key, size, etag, inline, body_id, expires_at)
-                  WHERE EXISTS (SELECT 1 FROM pgvs3.buckets WHERE id = $1)
-                 ON CONFLICT (bucket_id, key) DO UPDATE
-                    SET size = EXCLUDED.size, etag = EXCLUDED.etag, last_modified = EXCLUDED.last_modified,
-                        meta = EXCLUDED.meta, inline = EXCLUDED.inline, body_id = EXCLUDED.body_id,
-                        expires_at = EXCLUDED.expires_at"
+            upsert: upsert_sql(
+                ns,
+                "WITH typed AS (DELETE FROM pgvs3.resp_keys WHERE bucket_id = $1 AND key = ANY($2::text[]))",
+                "",
+            ),
+            // Keys known to have no typed row (loaded under the batch's locks).
+            upsert_plain: upsert_sql(ns, "", ""),
+            // Keys not loaded, in a keyspace believed to have no typed keys: the bucket's
+            // `resp_typed` row, if any, raises (and the batch is written again with `upsert`).
+            upsert_strings: upsert_sql(
+                ns,
+                "",
+                "
+            AND NOT EXISTS (SELECT 1 FROM pgvs3.resp_typed WHERE bucket_id = $1 AND pgvs3.resp_typed_conflict())",
             ),
             set_expiry: format!(
                 "WITH typed AS (
@@ -201,6 +254,9 @@ struct Slot {
     current: Option<KvEntry>,
     existed: bool,
     change: Change,
+    /// A typed row of this name was loaded (the key, or one an S3 write shadowed): a string
+    /// written here must delete it.
+    typed_row: bool,
 }
 
 /// The keys of one batch, loaded; changes are kept in memory until [`KvBatch::commit`].
@@ -214,6 +270,8 @@ pub struct KvBatch {
     /// The keys of a batch that only overwrites: its BEGIN and locks wait to go out with the
     /// writes at commit.
     deferred_locks: Option<Vec<String>>,
+    /// Its keys were not loaded (a batch that only overwrites): nothing is known of their types.
+    blind: bool,
     /// The database's clock when the keys were loaded.
     pub now: SystemTime,
     slots: HashMap<String, Slot>,
@@ -248,6 +306,7 @@ impl Store {
                 pool: self.pool.clone(),
                 in_transaction: false,
                 deferred_locks: None,
+                blind: false,
                 now: all.now,
                 slots: keys
                     .iter()
@@ -280,6 +339,7 @@ impl Store {
             pool: self.pool.clone(),
             in_transaction: true,
             deferred_locks: Some(keys),
+            blind: true,
             now: SystemTime::now(),
             slots: HashMap::new(),
         })
@@ -344,23 +404,34 @@ impl KvBatch {
             pool,
             in_transaction: write,
             deferred_locks: None,
+            blind: false,
             now: SystemTime::now(),
             slots: HashMap::with_capacity(keys.len()),
         };
         let client = batch.client.as_ref().expect("client until commit");
         let sql = &batch.bucket.sql.kv;
         let id = &batch.bucket.id;
-        let (load, load_params): (_, [&(dyn ToSql + Sync); 2]) = match keys {
-            [key] => (client.prepare_cached(&sql.load_one).await?, [id, key]),
-            _ => (client.prepare_cached(&sql.load).await?, [id, &keys]),
+        let typed = sql.typed.load(Ordering::Relaxed);
+        let (load, load_params): (_, [&(dyn ToSql + Sync); 2]) = match (keys, typed) {
+            ([key], true) => (client.prepare_cached(&sql.load_one).await?, [id, key]),
+            ([key], false) => (client.prepare_cached(&sql.load_one_strings).await?, [id, key]),
+            (_, true) => (client.prepare_cached(&sql.load).await?, [id, &keys]),
+            (_, false) => (client.prepare_cached(&sql.load_strings).await?, [id, &keys]),
         };
-        let rows = if write {
+        let mut rows = if write {
             let begin = BeginLocked::prepare(client, sql, keys.len()).await?;
             let (_, rows) = futures::try_join!(begin.send(client, *id, keys), client.query(&load, &load_params))?;
             rows
         } else {
             client.query(&load, &load_params).await?
         };
+        if !typed && rows.first().is_some_and(|row| row.get::<_, bool>(10)) {
+            // The bucket has typed keys after all (the clock row always comes): from now on
+            // the namespace is loaded the typed way, this batch first (still under its locks).
+            sql.typed.store(true, Ordering::Relaxed);
+            let load = client.prepare_cached(&sql.load).await?;
+            rows = client.query(&load, &[id, &keys]).await?;
+        }
         batch.absorb(&rows, keys);
         Ok(batch)
     }
@@ -392,12 +463,20 @@ impl KvBatch {
                 current: Some(entry),
                 existed: true,
                 change: Change::None,
+                typed_row: typed.is_some(),
             };
             // A name that is both (an S3 write over a typed key) is the string.
-            if typed.is_some() {
-                self.slots.entry(key).or_insert(slot);
-            } else {
-                self.slots.insert(key, slot);
+            match self.slots.entry(key) {
+                Entry::Occupied(mut both) if typed.is_some() => both.get_mut().typed_row = true,
+                Entry::Occupied(mut both) => {
+                    *both.get_mut() = Slot {
+                        typed_row: true,
+                        ..slot
+                    }
+                }
+                Entry::Vacant(vacant) => {
+                    vacant.insert(slot);
+                }
             }
         }
         for key in keys {
@@ -405,6 +484,7 @@ impl KvBatch {
                 current: None,
                 existed: false,
                 change: Change::None,
+                typed_row: false,
             });
         }
     }
@@ -440,6 +520,9 @@ impl KvBatch {
         if self.client.is_none() {
             self.client = Some(self.pool.get().await?);
         }
+        // The calls may create the bucket's first typed key: string statements stop assuming
+        // there is none (the batch's own later writes included).
+        self.bucket.sql.kv.typed.store(true, Ordering::Relaxed);
         let client = self.client.as_ref().expect("taken above");
         let id = self.bucket.id;
         let begin = match self.deferred_locks.take() {
@@ -514,6 +597,7 @@ impl KvBatch {
             current: None,
             existed: false,
             change: Change::None,
+            typed_row: false,
         })
     }
 
@@ -588,6 +672,26 @@ impl KvBatch {
     }
 
     async fn write_changes(&mut self, commit: bool) -> StoreResult<()> {
+        match self.send_changes(commit).await {
+            Err(StoreError::Database(err)) if err.as_db_error().and_then(|db| db.hint()) == Some("RespTyped") => {
+                // A blind overwrite met a bucket that has typed keys now: nothing of the
+                // transaction stays. Written again from BEGIN, the typed way.
+                self.bucket.sql.kv.typed.store(true, Ordering::Relaxed);
+                let client = self.client.as_ref().expect("client until commit");
+                client.batch_execute("ROLLBACK").await?;
+                let result = self.send_changes(commit).await;
+                self.deferred_locks = None;
+                result
+            }
+            result => {
+                // Sent (or failed): a rollback must not take it for a batch that sent nothing.
+                self.deferred_locks = None;
+                result
+            }
+        }
+    }
+
+    async fn send_changes(&mut self, commit: bool) -> StoreResult<()> {
         let mut keys: Vec<&String> = self
             .slots
             .iter()
@@ -601,7 +705,9 @@ impl KvBatch {
         let client = self.client.as_ref().expect("client until commit");
         let sql = &self.bucket.sql;
         let id = &self.bucket.id;
-        let mut begin = match self.deferred_locks.take() {
+        // Kept until the writes are sent: a batch whose blind overwrite met typed keys is sent
+        // again whole (see write_changes).
+        let mut begin = match self.deferred_locks.as_ref() {
             Some(locked) => Some((BeginLocked::prepare(client, &sql.kv, locked.len()).await?, locked)),
             None => None,
         };
@@ -621,7 +727,7 @@ impl KvBatch {
                     let body_id = if value.len() > INLINE_LIMIT {
                         // COPY cannot queue behind statements; the transaction must be open.
                         if let Some((statements, locked)) = begin.take() {
-                            statements.send(client, *id, &locked).await?;
+                            statements.send(client, *id, locked).await?;
                         }
                         Some(copy_body(client, &self.bucket, value).await?)
                     } else {
@@ -631,10 +737,22 @@ impl KvBatch {
                 }
             }
         }
+        let upsert = if self.blind {
+            // Only a batch that sends its BEGIN here can be written again whole.
+            if begin.is_some() && !sql.kv.typed.load(Ordering::Relaxed) {
+                &sql.kv.upsert_strings
+            } else {
+                &sql.kv.upsert
+            }
+        } else if written.keys.iter().any(|key| self.slots[*key].typed_row) {
+            &sql.kv.upsert
+        } else {
+            &sql.kv.upsert_plain
+        };
         let (delete, set_expiry, upsert) = futures::try_join!(
             client.prepare_cached(&sql.kv.delete),
             client.prepare_cached(&sql.kv.set_expiry),
-            client.prepare_cached(&sql.kv.upsert),
+            client.prepare_cached(upsert),
         )?;
         let delete_params: [&(dyn ToSql + Sync); 2] = [id, &deleted];
         let expiry_params: [&(dyn ToSql + Sync); 3] = [id, &expiring.0, &expiring.1];

@@ -18,6 +18,8 @@ pub enum Value {
     Array(Vec<Value>),
     Map(Vec<(Value, Value)>),
     Double(String),
+    /// RESP3's out-of-band `>` frame (pub/sub messages).
+    Push(Vec<Value>),
 }
 
 impl Value {
@@ -122,7 +124,7 @@ fn parse(buf: &[u8]) -> Option<(Value, usize)> {
             }
             return Some((Value::Bulk(buf[used..end].to_vec()), end + 2));
         }
-        b'*' | b'%' => {
+        b'*' | b'%' | b'>' => {
             let count: i64 = text.parse().unwrap();
             if count < 0 {
                 return Some((Value::Nil, used));
@@ -142,6 +144,8 @@ fn parse(buf: &[u8]) -> Option<(Value, usize)> {
                     pairs.push((key, value));
                 }
                 Value::Map(pairs)
+            } else if buf[0] == b'>' {
+                Value::Push(values)
             } else {
                 Value::Array(values)
             };

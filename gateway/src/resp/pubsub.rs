@@ -1,0 +1,351 @@
+//! Pub/sub across every gateway of a database: who is subscribed to what on this gateway, and
+//! the delivery of published messages to them.
+//!
+//! PUBLISH calls `pgvs3.resp_publish` (functions/resp_pubsub.sql), which sends NOTIFY
+//! `pgvs3_pubsub` with the message inline, or with the id of a `resp_messages` row when it is
+//! too large for a NOTIFY payload. Every gateway's LISTEN connection (blocking.rs) hands the
+//! payloads here in order; a row is read by id before the payloads after it, so a
+//! subscriber sees one publisher's messages in the order they were published. Each subscribed
+//! connection has a [`Mailbox`] bounded in bytes: one that would grow beyond
+//! `--resp-pubsub-output-limit` is marked overflowed and its connection closes, as Redis closes
+//! a pub/sub client past its `client-output-buffer-limit`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use base64::Engine;
+use bytes::Bytes;
+
+use super::codec::Reply;
+use super::glob;
+
+/// A NOTIFY payload must stay under 8,000 bytes; larger messages go by row.
+const INLINE_LIMIT: i32 = 7000;
+/// How long PUBLISH waits for the LISTEN connection (at startup, or while it is re-opened).
+const CONNECTION_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Kinds of channel, as the first byte of the channel the database carries.
+const PLAIN: u8 = b'c';
+const SHARD: u8 = b's';
+
+/// The limits of pub/sub clients, from the command line.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Bytes of messages a subscriber may have waiting before it is disconnected.
+    pub output_limit: usize,
+    /// Channels, patterns and shard channels one connection may subscribe to.
+    pub max_subscriptions: usize,
+    /// Longest channel pattern PSUBSCRIBE takes.
+    pub max_pattern: usize,
+}
+
+/// A message for one subscriber.
+pub enum Delivery {
+    Message {
+        shard: bool,
+        channel: Bytes,
+        message: Bytes,
+    },
+    Pattern {
+        pattern: Bytes,
+        channel: Bytes,
+        message: Bytes,
+    },
+}
+
+impl Delivery {
+    fn size(&self) -> usize {
+        match self {
+            Delivery::Message { channel, message, .. } => channel.len() + message.len() + 32,
+            Delivery::Pattern {
+                pattern,
+                channel,
+                message,
+            } => pattern.len() + channel.len() + message.len() + 40,
+        }
+    }
+
+    /// The push frame (a plain array in RESP2) that carries it.
+    pub fn reply(self) -> Reply {
+        match self {
+            Delivery::Message {
+                shard,
+                channel,
+                message,
+            } => Reply::Push(vec![
+                Reply::Bulk(Bytes::from_static(if shard { b"smessage" } else { b"message" })),
+                Reply::Bulk(channel),
+                Reply::Bulk(message),
+            ]),
+            Delivery::Pattern {
+                pattern,
+                channel,
+                message,
+            } => Reply::Push(vec![
+                Reply::Bulk(Bytes::from_static(b"pmessage")),
+                Reply::Bulk(pattern),
+                Reply::Bulk(channel),
+                Reply::Bulk(message),
+            ]),
+        }
+    }
+}
+
+/// What waits for one subscribed connection.
+#[derive(Default)]
+pub struct Mailbox {
+    queue: Mutex<(VecDeque<Delivery>, usize)>,
+    overflowed: AtomicBool,
+    arrived: tokio::sync::Notify,
+}
+
+impl Mailbox {
+    fn push(&self, delivery: Delivery, limit: usize) {
+        let mut queue = self.queue.lock().expect("mailbox lock");
+        let size = delivery.size();
+        if queue.1 + size > limit {
+            // The connection closes; what it has not read is dropped with it.
+            self.overflowed.store(true, Ordering::Relaxed);
+            queue.0.clear();
+            queue.1 = 0;
+        } else {
+            queue.0.push_back(delivery);
+            queue.1 += size;
+        }
+        drop(queue);
+        self.arrived.notify_one();
+    }
+
+    /// Everything waiting, oldest first.
+    pub fn take(&self) -> VecDeque<Delivery> {
+        let mut queue = self.queue.lock().expect("mailbox lock");
+        queue.1 = 0;
+        std::mem::take(&mut queue.0)
+    }
+
+    pub fn overflowed(&self) -> bool {
+        self.overflowed.load(Ordering::Relaxed)
+    }
+
+    /// Returns once something arrived (or the mailbox overflowed) since the last call.
+    pub async fn arrived(&self) {
+        self.arrived.notified().await
+    }
+}
+
+type Subscribers = HashMap<u64, Arc<Mailbox>>;
+
+#[derive(Default)]
+struct Registry {
+    /// By kind byte and channel.
+    channels: HashMap<(u8, Bytes), Subscribers>,
+    patterns: HashMap<Bytes, Subscribers>,
+}
+
+/// This gateway's subscriptions, and its connection to publish through.
+pub struct PubSub {
+    registry: Mutex<Registry>,
+    /// The LISTEN connection, while it is up, and its prepared `resp_publish` call: PUBLISH
+    /// goes out on it (tokio-postgres pipelines concurrent publishes).
+    client: tokio::sync::watch::Sender<Option<(Arc<tokio_postgres::Client>, tokio_postgres::Statement)>>,
+    pub limits: Limits,
+}
+
+impl PubSub {
+    pub fn new(limits: Limits) -> PubSub {
+        PubSub {
+            registry: Mutex::default(),
+            client: tokio::sync::watch::Sender::new(None),
+            limits,
+        }
+    }
+
+    pub(super) const PUBLISH: &str = "SELECT pgvs3.resp_publish($1, $2, $3)";
+
+    pub(super) fn set_client(&self, client: Option<(Arc<tokio_postgres::Client>, tokio_postgres::Statement)>) {
+        self.client.send_replace(client);
+    }
+
+    /// Sends a message to every gateway of the database; answers how many subscribers of this
+    /// gateway it reaches (those of other gateways get it too, uncounted).
+    pub async fn publish(&self, shard: bool, channel: &[u8], message: &[u8]) -> Result<i64, Reply> {
+        let mut connection = self.client.subscribe();
+        let up = tokio::time::timeout(CONNECTION_WAIT, connection.wait_for(Option::is_some)).await;
+        let Some((client, statement)) = up.ok().and_then(|up| up.ok()).and_then(|up| up.clone()) else {
+            return Err(Reply::error(
+                "ERR pub/sub is unavailable: this gateway has no LISTEN connection to the database now",
+            ));
+        };
+        let mut tagged = Vec::with_capacity(channel.len() + 1);
+        tagged.push(if shard { SHARD } else { PLAIN });
+        tagged.extend_from_slice(channel);
+        client
+            .execute(&statement, &[&tagged, &message, &INLINE_LIMIT])
+            .await
+            .map_err(|err| Reply::error(format!("ERR publish failed: {err}")))?;
+        Ok(self.receivers(shard, channel))
+    }
+
+    fn receivers(&self, shard: bool, channel: &[u8]) -> i64 {
+        let registry = self.registry.lock().expect("pubsub lock");
+        let kind = if shard { SHARD } else { PLAIN };
+        let direct = registry
+            .channels
+            .get(&(kind, Bytes::copy_from_slice(channel)))
+            .map_or(0, HashMap::len);
+        let patterns: usize = if shard {
+            0
+        } else {
+            registry
+                .patterns
+                .iter()
+                .filter(|(pattern, _)| glob::matches(pattern, channel))
+                .map(|(_, subscribers)| subscribers.len())
+                .sum()
+        };
+        (direct + patterns) as i64
+    }
+
+    pub fn subscribe(&self, shard: bool, channel: &Bytes, id: u64, mailbox: &Arc<Mailbox>) {
+        let kind = if shard { SHARD } else { PLAIN };
+        let mut registry = self.registry.lock().expect("pubsub lock");
+        registry
+            .channels
+            .entry((kind, channel.clone()))
+            .or_default()
+            .insert(id, Arc::clone(mailbox));
+    }
+
+    pub fn unsubscribe(&self, shard: bool, channel: &Bytes, id: u64) {
+        let kind = if shard { SHARD } else { PLAIN };
+        let mut registry = self.registry.lock().expect("pubsub lock");
+        let key = (kind, channel.clone());
+        if let Some(subscribers) = registry.channels.get_mut(&key) {
+            subscribers.remove(&id);
+            if subscribers.is_empty() {
+                registry.channels.remove(&key);
+            }
+        }
+    }
+
+    pub fn psubscribe(&self, pattern: &Bytes, id: u64, mailbox: &Arc<Mailbox>) {
+        let mut registry = self.registry.lock().expect("pubsub lock");
+        registry
+            .patterns
+            .entry(pattern.clone())
+            .or_default()
+            .insert(id, Arc::clone(mailbox));
+    }
+
+    pub fn punsubscribe(&self, pattern: &Bytes, id: u64) {
+        let mut registry = self.registry.lock().expect("pubsub lock");
+        if let Some(subscribers) = registry.patterns.get_mut(pattern) {
+            subscribers.remove(&id);
+            if subscribers.is_empty() {
+                registry.patterns.remove(pattern);
+            }
+        }
+    }
+
+    /// PUBSUB CHANNELS / SHARDCHANNELS: this gateway's channels with subscribers.
+    pub fn channels(&self, shard: bool, pattern: Option<&[u8]>) -> Vec<Bytes> {
+        let kind = if shard { SHARD } else { PLAIN };
+        let registry = self.registry.lock().expect("pubsub lock");
+        let mut channels: Vec<Bytes> = registry
+            .channels
+            .keys()
+            .filter(|(k, channel)| *k == kind && pattern.is_none_or(|pattern| glob::matches(pattern, channel)))
+            .map(|(_, channel)| channel.clone())
+            .collect();
+        channels.sort();
+        channels
+    }
+
+    /// PUBSUB NUMSUB / SHARDNUMSUB: a channel's subscribers on this gateway.
+    pub fn numsub(&self, shard: bool, channel: &Bytes) -> i64 {
+        let kind = if shard { SHARD } else { PLAIN };
+        let registry = self.registry.lock().expect("pubsub lock");
+        registry
+            .channels
+            .get(&(kind, channel.clone()))
+            .map_or(0, |subscribers| subscribers.len() as i64)
+    }
+
+    /// PUBSUB NUMPAT: patterns subscribed to on this gateway.
+    pub fn numpat(&self) -> i64 {
+        self.registry.lock().expect("pubsub lock").patterns.len() as i64
+    }
+
+    /// Hands one published message to its subscribers here.
+    fn deliver(&self, tagged: &[u8], message: Bytes) {
+        let Some((&kind, channel)) = tagged.split_first() else {
+            return;
+        };
+        let channel = Bytes::copy_from_slice(channel);
+        let limit = self.limits.output_limit;
+        let registry = self.registry.lock().expect("pubsub lock");
+        if let Some(subscribers) = registry.channels.get(&(kind, channel.clone())) {
+            for mailbox in subscribers.values() {
+                mailbox.push(
+                    Delivery::Message {
+                        shard: kind == SHARD,
+                        channel: channel.clone(),
+                        message: message.clone(),
+                    },
+                    limit,
+                );
+            }
+        }
+        if kind == PLAIN {
+            for (pattern, subscribers) in &registry.patterns {
+                if glob::matches(pattern, &channel) {
+                    for mailbox in subscribers.values() {
+                        mailbox.push(
+                            Delivery::Pattern {
+                                pattern: pattern.clone(),
+                                channel: channel.clone(),
+                                message: message.clone(),
+                            },
+                            limit,
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Delivers the payloads of NOTIFY `pgvs3_pubsub` in order until the LISTEN connection
+    /// ends; large messages are read through `client` (that connection).
+    pub(super) async fn dispatch(
+        &self,
+        client: &tokio_postgres::Client,
+        mut payloads: tokio::sync::mpsc::UnboundedReceiver<String>,
+    ) {
+        let base64 = base64::engine::general_purpose::STANDARD;
+        while let Some(payload) = payloads.recv().await {
+            if let Some(inline) = payload.strip_prefix('i') {
+                let Some((channel, message)) = inline.split_once(' ') else {
+                    continue;
+                };
+                if let (Ok(channel), Ok(message)) = (base64.decode(channel), base64.decode(message)) {
+                    self.deliver(&channel, Bytes::from(message));
+                }
+            } else if let Some(id) = payload.strip_prefix('r').and_then(|id| id.parse::<i64>().ok()) {
+                // A row trimmed before it was read (over a minute late) is lost, as a message
+                // to a disconnected Redis subscriber is.
+                match client
+                    .query_opt("SELECT channel, message FROM pgvs3.resp_messages WHERE id = $1", &[&id])
+                    .await
+                {
+                    Ok(Some(row)) => {
+                        let channel: Vec<u8> = row.get(0);
+                        let message: Vec<u8> = row.get(1);
+                        self.deliver(&channel, Bytes::from(message));
+                    }
+                    Ok(None) => {}
+                    Err(_) => return,
+                }
+            }
+        }
+    }
+}
