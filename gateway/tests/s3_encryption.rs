@@ -415,3 +415,47 @@ async fn a_buckets_default_encryption_seals_new_objects_with_sse_s3() {
     assert_eq!(old.body.collect().await.unwrap().into_bytes().to_vec(), plaintext(1000));
     gw.stop().await;
 }
+
+/// RESP has no key to open an encrypted object with: a key an S3 client stored with SSE
+/// answers an error (never ciphertext), others around it answer as before; a bucket with
+/// default encryption is no RESP database at all.
+#[tokio::test]
+async fn resp_refuses_to_read_encrypted_objects() {
+    let gw = TestGateway::with_resp(&[]).await;
+    let client = redis::Client::open(format!("redis://{}/", gw.resp_addr())).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("SET")
+        .arg("plain")
+        .arg("value")
+        .query_async::<()>(&mut con)
+        .await
+        .unwrap();
+    gw.client
+        .put_object()
+        .bucket("resp")
+        .key("sealed")
+        .body(ByteStream::from(plaintext(50)))
+        .server_side_encryption(ServerSideEncryption::Aes256)
+        .send()
+        .await
+        .unwrap();
+    let (plain, sealed): (redis::RedisResult<String>, redis::RedisResult<String>) = (
+        redis::cmd("GET").arg("plain").query_async(&mut con).await,
+        redis::cmd("GET").arg("sealed").query_async(&mut con).await,
+    );
+    assert_eq!(plain.unwrap(), "value");
+    let refused = sealed.unwrap_err().to_string();
+    assert!(refused.contains("server-side encryption"), "{refused}");
+    let strlen: i64 = redis::cmd("STRLEN").arg("sealed").query_async(&mut con).await.unwrap();
+    assert_eq!(strlen, 50);
+    // Overwritten over RESP, the key is a plain string again.
+    redis::cmd("SET")
+        .arg("sealed")
+        .arg("mine")
+        .query_async::<()>(&mut con)
+        .await
+        .unwrap();
+    let now: String = redis::cmd("GET").arg("sealed").query_async(&mut con).await.unwrap();
+    assert_eq!(now, "mine");
+    gw.stop().await;
+}

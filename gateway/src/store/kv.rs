@@ -76,13 +76,13 @@ fn load_sql(ns: &str, key_condition: &str) -> String {
     let typed = key_condition.replace("KEY", "r.key");
     format!(
         "SELECT o.key, o.size, o.etag, o.last_modified, o.expires_at, o.inline, o.body_id, t.now,
-                o.meta ? 'pc', NULL::\"char\"
+                o.meta ? 'pc', NULL::\"char\", o.meta ? 'se'
            FROM (SELECT clock_timestamp() AS now) t
            LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND {objects}
                 AND (o.expires_at IS NULL OR o.expires_at > t.now)
          UNION ALL
          SELECT r.key, 0, 't' || r.version, to_timestamp(0), r.expires_at, NULL, NULL, clock_timestamp(),
-                false, r.type
+                false, r.type, false
            FROM pgvs3.resp_keys r
           WHERE r.bucket_id = $1 AND {typed} AND (r.expires_at IS NULL OR r.expires_at > clock_timestamp())"
     )
@@ -94,7 +94,7 @@ fn load_strings_sql(ns: &str, key_condition: &str) -> String {
     let objects = key_condition.replace("KEY", "o.key");
     format!(
         "SELECT o.key, o.size, o.etag, o.last_modified, o.expires_at, o.inline, o.body_id, t.now,
-                o.meta ? 'pc', NULL::\"char\", t.typed
+                o.meta ? 'pc', NULL::\"char\", o.meta ? 'se', t.typed
            FROM (SELECT clock_timestamp() AS now,
                         EXISTS (SELECT 1 FROM pgvs3.resp_typed WHERE bucket_id = $1) AS typed) t
            LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND {objects}
@@ -216,13 +216,18 @@ pub enum KvValue {
     },
     /// A hash, set, sorted set or list: its elements stay in the database.
     Typed(KeyType),
+    /// An object an S3 client stored with server-side encryption: RESP has no key to open it
+    /// with, so its value is refused rather than answered as ciphertext.
+    Sealed {
+        size: u64,
+    },
 }
 
 impl KvValue {
     pub fn len(&self) -> u64 {
         match self {
             KvValue::Bytes(bytes) => bytes.len() as u64,
-            KvValue::Chunked { size, .. } => *size,
+            KvValue::Chunked { size, .. } | KvValue::Sealed { size } => *size,
             KvValue::Typed(_) => 0,
         }
     }
@@ -425,7 +430,7 @@ impl KvBatch {
         } else {
             client.query(&load, &load_params).await?
         };
-        if !typed && rows.first().is_some_and(|row| row.get::<_, bool>(10)) {
+        if !typed && rows.first().is_some_and(|row| row.get::<_, bool>(11)) {
             // The bucket has typed keys after all (the clock row always comes): from now on
             // the namespace is loaded the typed way, this batch first (still under its locks).
             sql.typed.store(true, Ordering::Relaxed);
@@ -445,8 +450,12 @@ impl KvBatch {
             };
             let inline: Option<&[u8]> = row.get(5);
             let typed = row.get::<_, Option<i8>>(9).and_then(KeyType::from_code);
+            let sealed = row.get::<_, Option<bool>>(10).unwrap_or(false);
             let value = match (typed, inline) {
                 (Some(typed), _) => KvValue::Typed(typed),
+                (None, _) if sealed => KvValue::Sealed {
+                    size: row.get::<_, i64>(1) as u64,
+                },
                 (None, Some(inline)) => KvValue::Bytes(Bytes::copy_from_slice(inline)),
                 (None, None) => KvValue::Chunked {
                     body_id: row.get(6),
@@ -564,6 +573,11 @@ impl KvBatch {
         };
         let (body_id, size, multipart) = match &entry.value {
             KvValue::Bytes(bytes) => return Ok(Some(bytes.clone())),
+            KvValue::Sealed { .. } => {
+                return Err(StoreError::NotAKeyspace(format!(
+                    "key '{key}' holds an object stored with S3 server-side encryption: read it over S3"
+                )));
+            }
             // Not a string: MGET's nil (every other string command checked the type).
             KvValue::Typed(_) => return Ok(None),
             KvValue::Chunked {
