@@ -7,25 +7,9 @@
 mod common;
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::primitives::ByteStream;
 use common::TestGateway;
 use common::raw::{self, RawResponse};
-
-async fn add_key(gw: &TestGateway, key: &str) -> Client {
-    gw.gateway
-        .store
-        .catalog()
-        .put_access_key(&pgvs3_gateway::store::NewAccessKey {
-            access_key: key.into(),
-            secret: format!("{key}-secret"),
-            is_root: false,
-            read_only: false,
-            description: String::new(),
-        })
-        .await
-        .unwrap();
-    gw.client_for(key, &format!("{key}-secret"))
-}
+use common::s3::{add_key, get, list, put};
 
 async fn put_policy(gw: &TestGateway, bucket: &str, policy: &str) -> Result<(), (String, String)> {
     gw.client
@@ -42,40 +26,6 @@ async fn put_policy(gw: &TestGateway, bucket: &str, policy: &str) -> Result<(), 
                 err.meta().message().unwrap_or_default().to_owned(),
             )
         })
-}
-
-async fn put(client: &Client, bucket: &str, key: &str) -> Result<(), String> {
-    client
-        .put_object()
-        .bucket(bucket)
-        .key(key)
-        .body(ByteStream::from_static(b"data"))
-        .send()
-        .await
-        .map(|_| ())
-        .map_err(|err| err.into_service_error().meta().code().unwrap_or_default().to_owned())
-}
-
-async fn get(client: &Client, bucket: &str, key: &str) -> Result<(), String> {
-    client
-        .get_object()
-        .bucket(bucket)
-        .key(key)
-        .send()
-        .await
-        .map(|_| ())
-        .map_err(|err| err.into_service_error().meta().code().unwrap_or_default().to_owned())
-}
-
-async fn list(client: &Client, bucket: &str, prefix: Option<&str>) -> Result<usize, String> {
-    client
-        .list_objects_v2()
-        .bucket(bucket)
-        .set_prefix(prefix.map(str::to_owned))
-        .send()
-        .await
-        .map(|out| out.contents().len())
-        .map_err(|err| err.into_service_error().meta().code().unwrap_or_default().to_owned())
 }
 
 async fn delete(client: &Client, bucket: &str, key: &str) -> Result<(), String> {

@@ -8,6 +8,7 @@ pub mod faults;
 pub mod ojs;
 pub mod raw;
 pub mod resp;
+pub mod s3;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
