@@ -20,7 +20,7 @@ use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 18;
+pub const LAYOUT_VERSION: i32 = 19;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -93,6 +93,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "resp_typed_pubsub",
         include_str!("../../migrations/0018_resp_typed_pubsub.sql"),
     ),
+    (19, "acls", include_str!("../../migrations/0019_acls.sql")),
 ];
 
 /// The function files, in the order they are applied. Every function they define already exists
