@@ -456,7 +456,15 @@ impl<'a> BucketHandle<'a> {
             // `None`: the source is encrypted, and is copied through the gateway below.
             if let Some(copied) = self
                 .store()
-                .copy_object(&from, &self.info, key, meta.clone(), tags.clone(), lock.clone(), acl.clone())
+                .copy_object(
+                    &from,
+                    &self.info,
+                    key,
+                    meta.clone(),
+                    tags.clone(),
+                    lock.clone(),
+                    acl.clone(),
+                )
                 .await?
             {
                 return Ok(copied);

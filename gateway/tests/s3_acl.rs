@@ -76,13 +76,20 @@ async fn bucket_owner_enforced_is_the_default_and_refuses_acls_with_s3s_codes() 
         .await
         .unwrap_err();
     assert_eq!(code(public_bucket), "InvalidBucketAclWithObjectOwnership");
-    c.create_bucket().bucket("enf3").acl(BucketCannedAcl::Private).send().await.unwrap();
+    c.create_bucket()
+        .bucket("enf3")
+        .acl(BucketCannedAcl::Private)
+        .send()
+        .await
+        .unwrap();
 
     assert_eq!(
         put_acl(c, "enf", "k", ObjectCannedAcl::PublicRead).await.unwrap_err(),
         "AccessControlListNotSupported"
     );
-    put_acl(c, "enf", "k", ObjectCannedAcl::BucketOwnerFullControl).await.unwrap();
+    put_acl(c, "enf", "k", ObjectCannedAcl::BucketOwnerFullControl)
+        .await
+        .unwrap();
     put_acl(c, "enf", "k", ObjectCannedAcl::Private).await.unwrap();
     let granted = c
         .put_object()
@@ -141,7 +148,12 @@ async fn ownership_controls_are_put_read_back_and_deleted() {
     assert_eq!(ownership(c, "own").await.as_deref(), Ok("ObjectWriter"));
     let controls = |ownership: ObjectOwnership| {
         OwnershipControls::builder()
-            .rules(OwnershipControlsRule::builder().object_ownership(ownership).build().unwrap())
+            .rules(
+                OwnershipControlsRule::builder()
+                    .object_ownership(ownership)
+                    .build()
+                    .unwrap(),
+            )
             .build()
             .unwrap()
     };
@@ -167,7 +179,12 @@ async fn ownership_controls_are_put_read_back_and_deleted() {
         .await
         .unwrap_err();
     assert_eq!(code(enforce), "InvalidBucketAclWithObjectOwnership");
-    c.put_bucket_acl().bucket("own").acl(BucketCannedAcl::Private).send().await.unwrap();
+    c.put_bucket_acl()
+        .bucket("own")
+        .acl(BucketCannedAcl::Private)
+        .send()
+        .await
+        .unwrap();
     c.put_bucket_ownership_controls()
         .bucket("own")
         .ownership_controls(controls(ObjectOwnership::BucketOwnerEnforced))
@@ -177,10 +194,7 @@ async fn ownership_controls_are_put_read_back_and_deleted() {
     assert_eq!(ownership(c, "own").await.as_deref(), Ok("BucketOwnerEnforced"));
 
     c.delete_bucket_ownership_controls().bucket("own").send().await.unwrap();
-    assert_eq!(
-        ownership(c, "own").await.unwrap_err(),
-        "OwnershipControlsNotFoundError"
-    );
+    assert_eq!(ownership(c, "own").await.unwrap_err(), "OwnershipControlsNotFoundError");
     // Without ownership controls a bucket takes ACLs, as S3's ObjectWriter.
     put_acl(c, "own", "k", ObjectCannedAcl::PublicRead).await.unwrap();
     assert_eq!(unsigned(&gw, "GET", "/own/k", b"").await.status, 200);
@@ -247,7 +261,13 @@ async fn grants_give_one_keys_objects_and_bucket_to_another_key() {
     assert_eq!(list(&bob, "shared", None).await, Ok(2));
     assert_eq!(get(&bob, "shared", "missing").await.unwrap_err(), "NoSuchKey");
     put(&bob, "shared", "from-bob").await.unwrap();
-    let acl = bob.get_object_acl().bucket("shared").key("from-bob").send().await.unwrap();
+    let acl = bob
+        .get_object_acl()
+        .bucket("shared")
+        .key("from-bob")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(acl.owner().and_then(|o| o.id()), Some("BOBKEY"));
     // The bucket's owner keeps its objects, whoever wrote them.
     get(&alice, "shared", "from-bob").await.unwrap();
@@ -256,7 +276,12 @@ async fn grants_give_one_keys_objects_and_bucket_to_another_key() {
     assert_eq!(code(bucket_acl), "AccessDenied");
     let policy = bob.get_bucket_policy().bucket("shared").send().await.unwrap_err();
     assert_eq!(code(policy), "AccessDenied");
-    bob.delete_object().bucket("shared").key("from-bob").send().await.unwrap();
+    bob.delete_object()
+        .bucket("shared")
+        .key("from-bob")
+        .send()
+        .await
+        .unwrap();
     let got = alice.get_bucket_acl().bucket("shared").send().await.unwrap();
     assert_eq!(got.owner().and_then(|o| o.id()), Some("ALICEKEY"));
     assert_eq!(got.grants().len(), 2);
@@ -269,8 +294,12 @@ async fn public_and_authenticated_grants_reach_anonymous_and_signed_requests() {
     let c = &gw.client;
     let bob = add_key(&gw, "BOBKEY").await;
     bucket_with(c, "web", ObjectOwnership::BucketOwnerPreferred).await;
-    put_acl(c, "web", "index.html", ObjectCannedAcl::PublicRead).await.unwrap();
-    put_acl(c, "web", "members.html", ObjectCannedAcl::AuthenticatedRead).await.unwrap();
+    put_acl(c, "web", "index.html", ObjectCannedAcl::PublicRead)
+        .await
+        .unwrap();
+    put_acl(c, "web", "members.html", ObjectCannedAcl::AuthenticatedRead)
+        .await
+        .unwrap();
     put(c, "web", "secret.html").await.unwrap();
 
     let anonymous = |path: &'static str| unsigned(&gw, "GET", path, b"");
@@ -286,7 +315,12 @@ async fn public_and_authenticated_grants_reach_anonymous_and_signed_requests() {
     assert_eq!(get(&bob, "web", "secret.html").await.unwrap_err(), "AccessDenied");
 
     // A public-read bucket lists to everyone; its objects stay their own ACLs'.
-    c.put_bucket_acl().bucket("web").acl(BucketCannedAcl::PublicRead).send().await.unwrap();
+    c.put_bucket_acl()
+        .bucket("web")
+        .acl(BucketCannedAcl::PublicRead)
+        .send()
+        .await
+        .unwrap();
     let listing = anonymous("/web?list-type=2").await;
     assert_eq!(listing.status, 200, "{}", listing.body);
     assert!(listing.body.contains("<Key>secret.html</Key>"), "{}", listing.body);
@@ -318,30 +352,32 @@ async fn public_and_authenticated_grants_reach_anonymous_and_signed_requests() {
 async fn copies_and_multipart_uploads_get_the_acl_their_request_asks_for() {
     let gw = TestGateway::start().await;
     let c = &gw.client;
-    bucket_with(c, "cp", ObjectOwnership::ObjectWriter).await;
-    put_acl(c, "cp", "public", ObjectCannedAcl::PublicRead).await.unwrap();
+    bucket_with(c, "copies", ObjectOwnership::ObjectWriter).await;
+    put_acl(c, "copies", "public", ObjectCannedAcl::PublicRead)
+        .await
+        .unwrap();
     // A copy never takes its source's ACL.
     c.copy_object()
-        .bucket("cp")
+        .bucket("copies")
         .key("copy")
-        .copy_source("cp/public")
+        .copy_source("copies/public")
         .send()
         .await
         .unwrap();
-    assert_eq!(unsigned(&gw, "GET", "/cp/copy", b"").await.status, 403);
+    assert_eq!(unsigned(&gw, "GET", "/copies/copy", b"").await.status, 403);
     c.copy_object()
-        .bucket("cp")
+        .bucket("copies")
         .key("copy-public")
-        .copy_source("cp/public")
+        .copy_source("copies/public")
         .acl(ObjectCannedAcl::PublicRead)
         .send()
         .await
         .unwrap();
-    assert_eq!(unsigned(&gw, "GET", "/cp/copy-public", b"").await.status, 200);
+    assert_eq!(unsigned(&gw, "GET", "/copies/copy-public", b"").await.status, 200);
 
     let upload = c
         .create_multipart_upload()
-        .bucket("cp")
+        .bucket("copies")
         .key("big")
         .acl(ObjectCannedAcl::PublicRead)
         .send()
@@ -350,7 +386,7 @@ async fn copies_and_multipart_uploads_get_the_acl_their_request_asks_for() {
     let id = upload.upload_id().unwrap();
     let part = c
         .upload_part()
-        .bucket("cp")
+        .bucket("copies")
         .key("big")
         .upload_id(id)
         .part_number(1)
@@ -359,7 +395,7 @@ async fn copies_and_multipart_uploads_get_the_acl_their_request_asks_for() {
         .await
         .unwrap();
     c.complete_multipart_upload()
-        .bucket("cp")
+        .bucket("copies")
         .key("big")
         .upload_id(id)
         .multipart_upload(
@@ -375,11 +411,11 @@ async fn copies_and_multipart_uploads_get_the_acl_their_request_asks_for() {
         .send()
         .await
         .unwrap();
-    assert_eq!(unsigned(&gw, "GET", "/cp/big", b"").await.body, "parts");
+    assert_eq!(unsigned(&gw, "GET", "/copies/big", b"").await.body, "parts");
 
     // In a versioned bucket an ACL belongs to one version.
     c.put_bucket_versioning()
-        .bucket("cp")
+        .bucket("copies")
         .versioning_configuration(
             aws_sdk_s3::types::VersioningConfiguration::builder()
                 .status(aws_sdk_s3::types::BucketVersioningStatus::Enabled)
@@ -390,25 +426,25 @@ async fn copies_and_multipart_uploads_get_the_acl_their_request_asks_for() {
         .unwrap();
     let first = c
         .put_object()
-        .bucket("cp")
+        .bucket("copies")
         .key("v")
         .body(ByteStream::from_static(b"one"))
         .send()
         .await
         .unwrap();
-    put(c, "cp", "v").await.unwrap();
+    put(c, "copies", "v").await.unwrap();
     let first = first.version_id().unwrap();
     c.put_object_acl()
-        .bucket("cp")
+        .bucket("copies")
         .key("v")
         .version_id(first)
         .acl(ObjectCannedAcl::PublicRead)
         .send()
         .await
         .unwrap();
-    let old = unsigned(&gw, "GET", &format!("/cp/v?versionId={first}"), b"").await;
+    let old = unsigned(&gw, "GET", &format!("/copies/v?versionId={first}"), b"").await;
     assert_eq!((old.status, old.body.as_str()), (200, "one"));
-    assert_eq!(unsigned(&gw, "GET", "/cp/v", b"").await.status, 403);
+    assert_eq!(unsigned(&gw, "GET", "/copies/v", b"").await.status, 403);
     gw.stop().await;
 }
 
@@ -419,10 +455,17 @@ async fn a_policy_deny_beats_an_acl_grant() {
     let bob = add_key(&gw, "BOBKEY").await;
     let carol = add_key(&gw, "CAROLKEY").await;
     bucket_with(c, "deny", ObjectOwnership::BucketOwnerPreferred).await;
-    put_acl(c, "deny", "k", ObjectCannedAcl::AuthenticatedRead).await.unwrap();
+    put_acl(c, "deny", "k", ObjectCannedAcl::AuthenticatedRead)
+        .await
+        .unwrap();
     get(&bob, "deny", "k").await.unwrap();
     let policy = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Deny","Principal":{"AWS":"BOBKEY"},"Action":"s3:GetObject","Resource":"arn:aws:s3:::deny/*"}]}"#;
-    c.put_bucket_policy().bucket("deny").policy(policy).send().await.unwrap();
+    c.put_bucket_policy()
+        .bucket("deny")
+        .policy(policy)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(get(&bob, "deny", "k").await.unwrap_err(), "AccessDenied");
     get(&carol, "deny", "k").await.unwrap();
     gw.stop().await;
@@ -457,7 +500,9 @@ async fn the_public_access_block_refuses_and_ignores_public_acls() {
         .await
         .unwrap();
     assert_eq!(
-        put_acl(c, "pab", "other", ObjectCannedAcl::PublicRead).await.unwrap_err(),
+        put_acl(c, "pab", "other", ObjectCannedAcl::PublicRead)
+            .await
+            .unwrap_err(),
         "AccessDenied"
     );
     let bucket_acl = c
@@ -506,31 +551,31 @@ def code(call):
     except botocore.exceptions.ClientError as err:
         return err.response["Error"]["Code"]
     return None
-root.create_bucket(Bucket="b3", ObjectOwnership="BucketOwnerPreferred")
-root.put_object(Bucket="b3", Key="pub.txt", Body=b"hi", ACL="public-read")
-acl = root.get_object_acl(Bucket="b3", Key="pub.txt")
+root.create_bucket(Bucket="boto-acl", ObjectOwnership="BucketOwnerPreferred")
+root.put_object(Bucket="boto-acl", Key="pub.txt", Body=b"hi", ACL="public-read")
+acl = root.get_object_acl(Bucket="boto-acl", Key="pub.txt")
 assert acl["Owner"]["ID"] == os.environ["AK"], acl
 grants = sorted((g["Grantee"]["Type"], g["Grantee"].get("ID") or g["Grantee"].get("URI"), g["Permission"]) for g in acl["Grants"])
 assert grants == [("CanonicalUser", os.environ["AK"], "FULL_CONTROL"),
                   ("Group", "http://acs.amazonaws.com/groups/global/AllUsers", "READ")], grants
-assert anon.get_object(Bucket="b3", Key="pub.txt")["Body"].read() == b"hi"
-assert code(lambda: anon.list_objects_v2(Bucket="b3")) == "AccessDenied"
-owner = root.get_bucket_acl(Bucket="b3")["Owner"]
-root.put_bucket_acl(Bucket="b3", AccessControlPolicy={
+assert anon.get_object(Bucket="boto-acl", Key="pub.txt")["Body"].read() == b"hi"
+assert code(lambda: anon.list_objects_v2(Bucket="boto-acl")) == "AccessDenied"
+owner = root.get_bucket_acl(Bucket="boto-acl")["Owner"]
+root.put_bucket_acl(Bucket="boto-acl", AccessControlPolicy={
     "Owner": owner,
     "Grants": [
         {"Grantee": {"Type": "CanonicalUser", "ID": owner["ID"]}, "Permission": "FULL_CONTROL"},
         {"Grantee": {"Type": "CanonicalUser", "ID": "BOBKEY"}, "Permission": "READ"},
         {"Grantee": {"Type": "Group", "URI": "http://acs.amazonaws.com/groups/global/AllUsers"}, "Permission": "READ"},
     ]})
-got = root.get_bucket_acl(Bucket="b3")["Grants"]
+got = root.get_bucket_acl(Bucket="boto-acl")["Grants"]
 assert {(g["Grantee"].get("ID") or g["Grantee"].get("URI"), g["Permission"]) for g in got} == {
     (owner["ID"], "FULL_CONTROL"), ("BOBKEY", "READ"),
     ("http://acs.amazonaws.com/groups/global/AllUsers", "READ")}, got
-assert [o["Key"] for o in anon.list_objects_v2(Bucket="b3")["Contents"]] == ["pub.txt"]
-assert [o["Key"] for o in bob.list_objects_v2(Bucket="b3")["Contents"]] == ["pub.txt"]
-assert code(lambda: bob.put_object(Bucket="b3", Key="x", Body=b"x")) == "AccessDenied"
-assert code(lambda: root.put_bucket_acl(Bucket="b3", AccessControlPolicy={"Owner": owner, "Grants": [
+assert [o["Key"] for o in anon.list_objects_v2(Bucket="boto-acl")["Contents"]] == ["pub.txt"]
+assert [o["Key"] for o in bob.list_objects_v2(Bucket="boto-acl")["Contents"]] == ["pub.txt"]
+assert code(lambda: bob.put_object(Bucket="boto-acl", Key="x", Body=b"x")) == "AccessDenied"
+assert code(lambda: root.put_bucket_acl(Bucket="boto-acl", AccessControlPolicy={"Owner": owner, "Grants": [
     {"Grantee": {"Type": "AmazonCustomerByEmail", "EmailAddress": "a@example.com"}, "Permission": "READ"}]})) == "UnresolvableGrantByEmailAddress"
 print("boto3 acl ok")
 "#;

@@ -210,9 +210,7 @@ async fn acls_beyond_the_owners_own_are_refused_as_s3_refuses_them_with_acls_dis
         .signed("PUT", "/bkt/there?acl", &[("x-amz-acl", "public-read")], b"")
         .await;
     assert_refused(&acl, 400, "AccessControlListNotSupported", "PutObjectAcl");
-    let acl = gw
-        .signed("PUT", "/bkt?acl", &[("x-amz-acl", "public-read")], b"")
-        .await;
+    let acl = gw.signed("PUT", "/bkt?acl", &[("x-amz-acl", "public-read")], b"").await;
     assert_refused(&acl, 400, "AccessControlListNotSupported", "PutBucketAcl");
     gw.stop().await;
 }

@@ -314,7 +314,12 @@ fn canned(text: &str) -> Result<Canned, AclRefused> {
 
 /// One `type="value"` of a grant header.
 fn header_grantee(text: &str) -> Result<Grantee, AclRefused> {
-    let invalid = || refused("InvalidArgument", format!("Invalid grantee in a grant header: {}", text.trim()));
+    let invalid = || {
+        refused(
+            "InvalidArgument",
+            format!("Invalid grantee in a grant header: {}", text.trim()),
+        )
+    };
     let (kind, value) = text.trim().split_once('=').ok_or_else(invalid)?;
     let value = value.trim();
     let value = value
@@ -394,7 +399,10 @@ mod tests {
     #[test]
     fn grant_headers_name_keys_and_groups() {
         let requested = from_headers(&headers(&[
-            ("x-amz-grant-read", "id=\"AKB\", uri=\"http://acs.amazonaws.com/groups/global/AllUsers\""),
+            (
+                "x-amz-grant-read",
+                "id=\"AKB\", uri=\"http://acs.amazonaws.com/groups/global/AllUsers\"",
+            ),
             ("x-amz-grant-write-acp", "ID=AKC"),
         ]))
         .unwrap()
@@ -417,7 +425,10 @@ mod tests {
             Some("UnresolvableGrantByEmailAddress")
         );
         assert_eq!(code(&[("x-amz-grant-read", "nobody")]), Some("InvalidArgument"));
-        assert_eq!(code(&[("x-amz-grant-read", "uri=\"http://example.com\"")]), Some("InvalidArgument"));
+        assert_eq!(
+            code(&[("x-amz-grant-read", "uri=\"http://example.com\"")]),
+            Some("InvalidArgument")
+        );
         assert_eq!(code(&[("x-amz-acl", "public-write")]), Some("InvalidArgument"));
         assert_eq!(code(&[("x-amz-acl", "log-delivery-write")]), Some("NotImplemented"));
         assert_eq!(

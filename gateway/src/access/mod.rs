@@ -67,7 +67,9 @@ impl BucketAccess {
             .transpose()
             .map_err(|err| anyhow::anyhow!("bucket {name}: stored public access block: {err}"))?;
         let ownership = ownership
-            .map(|text| acl::Ownership::parse(text).ok_or_else(|| anyhow::anyhow!("bucket {name}: object ownership {text}")))
+            .map(|text| {
+                acl::Ownership::parse(text).ok_or_else(|| anyhow::anyhow!("bucket {name}: object ownership {text}"))
+            })
             .transpose()?;
         let acl = acl
             .map(serde_json::from_value::<acl::Acl>)

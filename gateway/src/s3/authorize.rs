@@ -146,7 +146,11 @@ enum AclTarget {
 /// The ACL permission an operation needs, as S3's ACL overview maps them.
 fn acl_permission(operation: &str) -> Option<(AclTarget, Permission)> {
     Some(match operation {
-        "ListObjects" | "ListObjectsV2" | "ListObjectVersions" | "HeadBucket" | "ListMultipartUploads"
+        "ListObjects"
+        | "ListObjectsV2"
+        | "ListObjectVersions"
+        | "HeadBucket"
+        | "ListMultipartUploads"
         | "ListParts" => (AclTarget::Bucket, Permission::Read),
         "PutObject"
         | "CopyObject"
@@ -325,15 +329,14 @@ pub async fn authorize(
     // key's own policy, if any, allowed it), unless the bucket's ACLs may grant the requester
     // what it does not own.
     let per_key_deletes = operation == "DeleteObjects" && own_policy.is_some();
-    let signer_owns = |bucket: &BucketInfo| {
-        signer.as_ref().is_some_and(|key| key.is_root) || bucket.owner.as_deref() == signed
-    };
+    let signer_owns =
+        |bucket: &BucketInfo| signer.as_ref().is_some_and(|key| key.is_root) || bucket.owner.as_deref() == signed;
     if signed.is_some()
         && !copy
         && !per_key_deletes
-        && bucket
-            .as_ref()
-            .is_none_or(|bucket| bucket.access.policy.is_none() && (!bucket.access.acls_enabled() || signer_owns(bucket)))
+        && bucket.as_ref().is_none_or(|bucket| {
+            bucket.access.policy.is_none() && (!bucket.access.acls_enabled() || signer_owns(bucket))
+        })
     {
         return Ok(None);
     }

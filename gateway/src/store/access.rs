@@ -41,7 +41,11 @@ impl Store {
     }
 
     /// Replaces the bucket's ownership controls; `None` deletes them.
-    pub(crate) async fn set_bucket_ownership(&self, bucket: &BucketInfo, ownership: Option<Ownership>) -> StoreResult<()> {
+    pub(crate) async fn set_bucket_ownership(
+        &self,
+        bucket: &BucketInfo,
+        ownership: Option<Ownership>,
+    ) -> StoreResult<()> {
         self.set_access_column(
             bucket,
             "UPDATE pgvs3.buckets SET object_ownership = $2 WHERE id = $1",
@@ -52,8 +56,12 @@ impl Store {
 
     /// Replaces the bucket's ACL; `None`: private.
     pub(crate) async fn set_bucket_acl(&self, bucket: &BucketInfo, acl: Option<&Acl>) -> StoreResult<()> {
-        self.set_access_column(bucket, "UPDATE pgvs3.buckets SET acl = $2 WHERE id = $1", &acl.map(Json))
-            .await
+        self.set_access_column(
+            bucket,
+            "UPDATE pgvs3.buckets SET acl = $2 WHERE id = $1",
+            &acl.map(Json),
+        )
+        .await
     }
 
     /// Replaces the ACL of an object (its current version, or the version named); `None`:

@@ -413,7 +413,11 @@ impl Catalog {
     /// the cached catalog.
     pub fn root_key_id(&self) -> Option<String> {
         let cached = self.cached.read().expect("catalog lock");
-        cached.keys.values().find(|key| key.is_root).map(|key| key.access_key.clone())
+        cached
+            .keys
+            .values()
+            .find(|key| key.is_root)
+            .map(|key| key.access_key.clone())
     }
 
     /// Whether the access key exists (as of the cached catalog).
@@ -471,7 +475,12 @@ impl Catalog {
 
     /// Creates a bucket with what `new` asks for beyond its name, in the same transaction (a
     /// bucket must never be seen without the lock, ownership or ACL it was created with).
-    pub async fn create_bucket(&self, principal: &Principal, name: &str, new: &NewBucket) -> StoreResult<Arc<BucketInfo>> {
+    pub async fn create_bucket(
+        &self,
+        principal: &Principal,
+        name: &str,
+        new: &NewBucket,
+    ) -> StoreResult<Arc<BucketInfo>> {
         if principal.read_only {
             return Err(StoreError::AccessDenied);
         }
@@ -498,7 +507,11 @@ impl Catalog {
             // The column's default is BucketOwnerEnforced, as S3's for new buckets.
             tx.execute(
                 "UPDATE pgvs3.buckets SET object_ownership = coalesce($2, object_ownership), acl = $3 WHERE name = $1",
-                &[&name, &new.ownership.map(Ownership::as_str), &new.acl.as_ref().map(Json)],
+                &[
+                    &name,
+                    &new.ownership.map(Ownership::as_str),
+                    &new.acl.as_ref().map(Json),
+                ],
             )
             .await?;
         }

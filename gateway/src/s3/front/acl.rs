@@ -20,7 +20,12 @@ impl S3Front {
     ) -> S3Result<S3Response<PutBucketOwnershipControlsOutput>> {
         let principal = self.principal(&req).await?;
         let rules = &req.input.ownership_controls.rules;
-        let malformed_xml = || s3s::s3_error!(MalformedXML, "The XML you provided was not well-formed or did not validate against our published schema.");
+        let malformed_xml = || {
+            s3s::s3_error!(
+                MalformedXML,
+                "The XML you provided was not well-formed or did not validate against our published schema."
+            )
+        };
         let [rule] = rules.as_slice() else {
             return Err(malformed_xml());
         };
@@ -28,7 +33,11 @@ impl S3Front {
         let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
         let owner = owner_id(&bucket, self.buckets.catalog());
         if ownership == Ownership::BucketOwnerEnforced
-            && bucket.access().acl.as_ref().is_some_and(|acl| !acl.is_owner_only(&owner))
+            && bucket
+                .access()
+                .acl
+                .as_ref()
+                .is_some_and(|acl| !acl.is_owner_only(&owner))
         {
             return Err(bucket_acl_with_enforced());
         }
@@ -74,7 +83,11 @@ impl S3Front {
         let principal = self.principal(&req).await?;
         let bucket = self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
         let owner = owner_id(&bucket, self.buckets.catalog());
-        let acl = bucket.access().acls_enabled().then_some(bucket.access().acl.as_ref()).flatten();
+        let acl = bucket
+            .access()
+            .acls_enabled()
+            .then_some(bucket.access().acl.as_ref())
+            .flatten();
         Ok(S3Response::new(GetBucketAclOutput {
             grants: Some(wire_grants(acl, &owner)),
             owner: Some(wire_owner(&owner)),
@@ -136,7 +149,10 @@ impl S3Front {
         let current = self.object_acl(&req, &bucket, &input.key, &input.version_id).await?;
         let bucket_owner = owner_id(&bucket, catalog);
         if !bucket.access().acls_enabled() {
-            return match requested.resolve(&bucket_owner, &bucket_owner).is_owner_only(&bucket_owner) {
+            return match requested
+                .resolve(&bucket_owner, &bucket_owner)
+                .is_owner_only(&bucket_owner)
+            {
                 true => Ok(S3Response::new(PutObjectAclOutput::default())),
                 false => Err(acls_disabled()),
             };
@@ -151,7 +167,11 @@ impl S3Front {
             return Err(public_acl_blocked());
         }
         bucket
-            .set_object_acl(&input.key, input.version_id.as_deref(), stored(acl, &bucket_owner).as_ref())
+            .set_object_acl(
+                &input.key,
+                input.version_id.as_deref(),
+                stored(acl, &bucket_owner).as_ref(),
+            )
             .await
             .map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(PutObjectAclOutput::default()))
@@ -267,8 +287,8 @@ pub(super) async fn new_object_acl(
     }
     let requested = requested.unwrap_or(Requested::Canned(Canned::Private));
     check_grantees(&requested, catalog).await?;
-    let hands_over =
-        ownership == Some(Ownership::BucketOwnerPreferred) && requested == Requested::Canned(Canned::BucketOwnerFullControl);
+    let hands_over = ownership == Some(Ownership::BucketOwnerPreferred)
+        && requested == Requested::Canned(Canned::BucketOwnerFullControl);
     let owner = match principal.is_root || principal.access_key.is_empty() || hands_over {
         true => bucket_owner.clone(),
         false => principal.access_key.clone(),
@@ -313,7 +333,10 @@ fn from_policy(policy: &AccessControlPolicy) -> Result<Requested, AclRefused> {
     }
     let mut grants = Vec::with_capacity(listed.len());
     for grant in listed {
-        let grantee = grant.grantee.as_ref().ok_or_else(|| malformed("A grant has no Grantee"))?;
+        let grantee = grant
+            .grantee
+            .as_ref()
+            .ok_or_else(|| malformed("A grant has no Grantee"))?;
         let permission = grant
             .permission
             .as_ref()
@@ -321,11 +344,17 @@ fn from_policy(policy: &AccessControlPolicy) -> Result<Requested, AclRefused> {
             .ok_or_else(|| malformed("A grant has no valid Permission"))?;
         let grantee = match grantee.type_.as_str() {
             Type::CANONICAL_USER => {
-                let id = grantee.id.as_deref().ok_or_else(|| malformed("A CanonicalUser grantee has no ID"))?;
+                let id = grantee
+                    .id
+                    .as_deref()
+                    .ok_or_else(|| malformed("A CanonicalUser grantee has no ID"))?;
                 Ok(acl::Grantee::Key(id.to_owned()))
             }
             Type::GROUP => {
-                let uri = grantee.uri.as_deref().ok_or_else(|| malformed("A Group grantee has no URI"))?;
+                let uri = grantee
+                    .uri
+                    .as_deref()
+                    .ok_or_else(|| malformed("A Group grantee has no URI"))?;
                 acl::grantee_group(uri)
             }
             Type::AMAZON_CUSTOMER_BY_EMAIL => Err(acl::by_email()),
