@@ -651,9 +651,15 @@ impl<'a> BucketHandle<'a> {
         self.info.owner.as_deref()
     }
 
-    /// Replaces the bucket's ownership controls; `None` deletes them.
+    /// Replaces the bucket's ownership controls; `None` deletes them. A cache bucket keeps ACLs
+    /// disabled: its objects are the origin's, and their ACLs would not reach it.
     pub async fn set_ownership(&self, ownership: Option<crate::access::acl::Ownership>) -> StoreResult<()> {
         self.writable()?;
+        if self.info.origin.is_some() && ownership != Some(crate::access::acl::Ownership::BucketOwnerEnforced) {
+            return Err(StoreError::NotImplemented(
+                "ACLs are not implemented for cache buckets: their objects are the origin's".into(),
+            ));
+        }
         self.store().set_bucket_ownership(&self.info, ownership).await
     }
 

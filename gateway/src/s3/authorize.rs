@@ -496,16 +496,10 @@ fn decide(
     match policy.rules.evaluate(&context) {
         Decision::Allow => Ok(true),
         Decision::Silent => Ok(false),
-        Decision::Deny => {
-            let owner = match requester {
-                Requester::Key { access_key, is_root } => is_root || bucket.owner.as_deref() == Some(access_key),
-                Requester::Anonymous => false,
-            };
-            match owner && NEVER_LOCKED_OUT.contains(&action) {
-                true => Ok(false),
-                false => Err(denied()),
-            }
-        }
+        Decision::Deny => match owns(bucket, requester) && NEVER_LOCKED_OUT.contains(&action) {
+            true => Ok(false),
+            false => Err(denied()),
+        },
     }
 }
 
