@@ -2667,7 +2667,10 @@ CREATE TABLE pgvs3.buckets (
     policy text,
     public_access_block jsonb,
     encryption text,
+    object_ownership text DEFAULT 'BucketOwnerEnforced'::text,
+    acl jsonb,
     CONSTRAINT buckets_encryption_check CHECK ((encryption = 'AES256'::text)),
+    CONSTRAINT buckets_object_ownership_known CHECK ((object_ownership = ANY (ARRAY['BucketOwnerEnforced'::text, 'BucketOwnerPreferred'::text, 'ObjectWriter'::text]))),
     CONSTRAINT buckets_versioning_check CHECK ((versioning = ANY (ARRAY['Enabled'::text, 'Suspended'::text]))),
     CONSTRAINT object_lock_keeps_versioning CHECK (((object_lock IS NULL) OR (versioning = 'Enabled'::text)))
 );

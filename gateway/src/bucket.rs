@@ -420,7 +420,7 @@ impl<'a> BucketHandle<'a> {
     }
 
     /// Copies `source_key` of `source` (if `conditions` hold on it) to `key` here. `meta` and
-    /// `tags` replace the source's when given. Between plain buckets of one namespace the bytes
+    /// `tags` replace the source's when given; the copy's ACL is `acl`, never the source's. Between plain buckets of one namespace the bytes
     /// never leave PostgreSQL; otherwise they stream through the gateway, read and written as
     /// each bucket's kind says (a cache source fills from its origin, a cache destination
     /// writes to its origin as its mode says).
@@ -435,6 +435,7 @@ impl<'a> BucketHandle<'a> {
         meta: Option<ObjectMeta>,
         tags: Option<Tags>,
         lock: RequestedLock,
+        acl: Option<crate::access::acl::Acl>,
         encryption: CopyEncryption,
     ) -> StoreResult<PutOutcome> {
         self.writable()?;
@@ -455,7 +456,15 @@ impl<'a> BucketHandle<'a> {
             // `None`: the source is encrypted, and is copied through the gateway below.
             if let Some(copied) = self
                 .store()
-                .copy_object(&from, &self.info, key, meta.clone(), tags.clone(), lock.clone())
+                .copy_object(
+                    &from,
+                    &self.info,
+                    key,
+                    meta.clone(),
+                    tags.clone(),
+                    lock.clone(),
+                    acl.clone(),
+                )
                 .await?
             {
                 return Ok(copied);
@@ -480,6 +489,7 @@ impl<'a> BucketHandle<'a> {
         lock.apply(&mut meta);
         // The copy's encryption is its own request's (or the bucket default), never the source's.
         meta.encryption = None;
+        meta.acl = acl;
         let upload = Upload {
             meta,
             declared_len: Some(read.head.size),
@@ -634,6 +644,47 @@ impl<'a> BucketHandle<'a> {
     pub async fn set_policy(&self, text: Option<&str>) -> StoreResult<()> {
         self.writable()?;
         self.store().set_bucket_policy(&self.info, text).await
+    }
+
+    /// The bucket's owning key; `None`: the root key.
+    pub fn owner(&self) -> Option<&str> {
+        self.info.owner.as_deref()
+    }
+
+    /// Replaces the bucket's ownership controls; `None` deletes them. A cache bucket keeps ACLs
+    /// disabled: its objects are the origin's, and their ACLs would not reach it.
+    pub async fn set_ownership(&self, ownership: Option<crate::access::acl::Ownership>) -> StoreResult<()> {
+        self.writable()?;
+        if self.info.origin.is_some() && ownership != Some(crate::access::acl::Ownership::BucketOwnerEnforced) {
+            return Err(StoreError::NotImplemented(
+                "ACLs are not implemented for cache buckets: their objects are the origin's".into(),
+            ));
+        }
+        self.store().set_bucket_ownership(&self.info, ownership).await
+    }
+
+    /// Replaces the bucket's ACL; `None`: private.
+    pub async fn set_acl(&self, acl: Option<&crate::access::acl::Acl>) -> StoreResult<()> {
+        self.writable()?;
+        self.store().set_bucket_acl(&self.info, acl).await
+    }
+
+    /// Replaces an object's ACL (of the version named, else the current one). Not for cache
+    /// buckets: their objects are the origin's.
+    pub async fn set_object_acl(
+        &self,
+        key: &str,
+        version_id: Option<&str>,
+        acl: Option<&crate::access::acl::Acl>,
+    ) -> StoreResult<()> {
+        self.writable()?;
+        if self.info.origin.is_some() {
+            return Err(StoreError::NotImplemented(
+                "Object ACLs are not implemented for cache buckets: their objects are the origin's".into(),
+            ));
+        }
+        let version = self.version(version_id)?;
+        self.store().set_object_acl(&self.info, key, version, acl).await
     }
 
     /// Replaces the bucket's public access block; `None` deletes it.

@@ -8,8 +8,7 @@ mod common;
 
 use aws_sdk_s3::Client;
 use common::TestGateway;
-use common::raw::{self, RawResponse};
-use common::s3::{add_key, get, list, put};
+use common::s3::{add_key, get, list, put, unsigned};
 
 async fn put_policy(gw: &TestGateway, bucket: &str, policy: &str) -> Result<(), (String, String)> {
     gw.client
@@ -37,14 +36,6 @@ async fn delete(client: &Client, bucket: &str, key: &str) -> Result<(), String> 
         .await
         .map(|_| ())
         .map_err(|err| err.into_service_error().meta().code().unwrap_or_default().to_owned())
-}
-
-async fn unsigned(gw: &TestGateway, method: &str, path: &str, body: &[u8]) -> RawResponse {
-    let headers = vec![
-        ("host".to_owned(), gw.gateway.s3_addr.to_string()),
-        ("content-length".to_owned(), body.len().to_string()),
-    ];
-    raw::send(gw.gateway.s3_addr, method, path, &headers, body).await
 }
 
 #[tokio::test]

@@ -129,6 +129,15 @@ form = root.generate_presigned_post("web", "private", Fields={"acl": "private"},
                                     Conditions=[{"acl": "private"}], ExpiresIn=600)
 status, body, _ = post(form["url"], form["fields"], "p.txt", b"private")
 assert status == 204, (status, body)
+# Where the bucket takes ACLs (BucketOwnerPreferred), the form's acl is the object's ACL.
+root.create_bucket(Bucket="web-acl", ObjectOwnership="BucketOwnerPreferred")
+form = root.generate_presigned_post("web-acl", "public", Fields={"acl": "public-read"},
+                                    Conditions=[{"acl": "public-read"}], ExpiresIn=600)
+status, body, _ = post(form["url"], form["fields"], "p.txt", b"public")
+assert status == 204, (status, body)
+grants = root.get_object_acl(Bucket="web-acl", Key="public")["Grants"]
+assert {(g["Grantee"].get("URI"), g["Permission"]) for g in grants if g["Grantee"]["Type"] == "Group"} == {
+    ("http://acs.amazonaws.com/groups/global/AllUsers", "READ")}, grants
 print("post object ok")
 "#;
 

@@ -1,5 +1,5 @@
 //! What pgvs3 does not keep is refused, never answered with success: SSE-KMS, object lock
-//! where a bucket has none, ACLs, storage classes, website redirects, MFA delete, other regions, and
+//! where a bucket has none, ACLs where the bucket disables them, storage classes, website redirects, MFA delete, other regions, and
 //! every S3 operation it does not implement. A refused write stores nothing.
 
 mod common;
@@ -194,7 +194,8 @@ async fn acls_beyond_the_owners_own_are_refused_as_s3_refuses_them_with_acls_dis
     assert!(!exists(&gw, "shared").await);
     assert!(!bucket_exists(&gw, "public-bucket").await);
 
-    // The owner's own full control is what every bucket and object has: these are no-ops.
+    // The owner's own full control is what every bucket and object has with ACLs disabled:
+    // these are no-ops. (Buckets that take ACLs: tests/s3_acl.rs.)
     for acl in ["private", "bucket-owner-full-control"] {
         let put = gw
             .signed("PUT", &format!("/bkt/{acl}"), &[("x-amz-acl", acl)], b"x")
@@ -205,15 +206,12 @@ async fn acls_beyond_the_owners_own_are_refused_as_s3_refuses_them_with_acls_dis
             .await;
         assert_eq!(bucket.status, 200, "{acl}: {}", bucket.body);
     }
-    let owned = gw
-        .signed(
-            "PUT",
-            "/writer-owned",
-            &[("x-amz-object-ownership", "ObjectWriter")],
-            b"",
-        )
+    let acl = gw
+        .signed("PUT", "/bkt/there?acl", &[("x-amz-acl", "public-read")], b"")
         .await;
-    assert_refused(&owned, 501, "NotImplemented", "ObjectWriter ownership");
+    assert_refused(&acl, 400, "AccessControlListNotSupported", "PutObjectAcl");
+    let acl = gw.signed("PUT", "/bkt?acl", &[("x-amz-acl", "public-read")], b"").await;
+    assert_refused(&acl, 400, "AccessControlListNotSupported", "PutBucketAcl");
     gw.stop().await;
 }
 
@@ -269,14 +267,12 @@ async fn other_storage_classes_redirects_versions_and_regions_are_refused() {
 #[tokio::test]
 async fn operations_that_would_store_unkept_settings_answer_not_implemented() {
     let gw = TestGateway::with_sample_object().await;
-    let cases: [(&str, &str, &[u8]); 7] = [
+    let cases: [(&str, &str, &[u8]); 4] = [
         (
             "PUT",
             "/bkt?versioning",
             b"<VersioningConfiguration><Status>Enabled</Status><MfaDelete>Enabled</MfaDelete></VersioningConfiguration>",
         ),
-        ("PUT", "/bkt?acl", b""),
-        ("PUT", "/bkt/there?acl", b""),
         (
             "PUT",
             "/bkt?website",
@@ -286,11 +282,6 @@ async fn operations_that_would_store_unkept_settings_answer_not_implemented() {
             "PUT",
             "/bkt?replication",
             b"<ReplicationConfiguration><Role>arn:aws:iam::1:role/r</Role><Rule><Status>Enabled</Status><Destination><Bucket>arn:aws:s3:::elsewhere</Bucket></Destination></Rule></ReplicationConfiguration>",
-        ),
-        (
-            "PUT",
-            "/bkt?ownershipControls",
-            b"<OwnershipControls><Rule><ObjectOwnership>ObjectWriter</ObjectOwnership></Rule></OwnershipControls>",
         ),
         (
             "PUT",

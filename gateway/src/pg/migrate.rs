@@ -20,7 +20,7 @@ use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 18;
+pub const LAYOUT_VERSION: i32 = 19;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -93,6 +93,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "resp_typed_pubsub",
         include_str!("../../migrations/0018_resp_typed_pubsub.sql"),
     ),
+    (19, "acls", include_str!("../../migrations/0019_acls.sql")),
 ];
 
 /// The function files, in the order they are applied. Every function they define already exists
@@ -209,7 +210,7 @@ mod tests {
     /// version must apply the same functions, or each would overwrite the other's at startup:
     /// when this test fails, add a numbered migration (it may hold only a comment saying which
     /// functions changed), bump `LAYOUT_VERSION`, and update both constants here.
-    const PINNED: (i32, &str) = (18, "58aff0dd84643896d840dd3bd86fe84bb22f7ea59060d963147a074150a36ed8");
+    const PINNED: (i32, &str) = (19, "58aff0dd84643896d840dd3bd86fe84bb22f7ea59060d963147a074150a36ed8");
 
     #[test]
     fn function_files_are_pinned_to_the_layout_version() {

@@ -135,7 +135,11 @@ impl RespServer {
         };
         if !replica.is_standby() {
             for bucket in settings.databases.values() {
-                match buckets.catalog().create_bucket(&root, bucket, false).await {
+                match buckets
+                    .catalog()
+                    .create_bucket(&root, bucket, &Default::default())
+                    .await
+                {
                     Ok(_) => tracing::info!(bucket, "created the RESP keyspace bucket"),
                     Err(StoreError::BucketAlreadyOwnedByYou) => {}
                     Err(err) => anyhow::bail!("RESP bucket {bucket}: {err}"),

@@ -1,7 +1,15 @@
-//! Bucket policies on S3 requests: the IAM action of each operation (as AWS's "required
-//! permissions for S3 API operations" lists them), the request's policy context, and the
-//! verdict, taken once in the access check before the request is admitted. A bucket without a
-//! policy costs one cached map lookup and nothing else.
+//! Bucket policies and ACLs on S3 requests: the IAM action of each operation (as AWS's "required
+//! permissions for S3 API operations" lists them), the request's policy context, the ACL
+//! permission it needs, and the verdict, taken once in the access check before the request is
+//! admitted. A bucket without a policy and with ACLs disabled (S3's default) costs one cached
+//! map lookup and nothing else; so does any request by the bucket's owner.
+//!
+//! As on S3: a policy's Deny refuses; otherwise a policy's Allow, an ACL grant or owning the
+//! bucket allows. A bucket's ACL rides on its cached catalog row and is decided here. An
+//! object's ACL lives in the object's metadata: a request only its object's ACL could allow
+//! (GetObject, HeadObject, Get/PutObjectAcl by another key) is let through with a pending
+//! [`ObjectAclCheck`], which the front decides on the row it reads anyway, before answering
+//! anything of the object. Deciding it here would cost a second round trip per request.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -9,6 +17,7 @@ use std::time::SystemTime;
 use s3s::S3Result;
 use s3s::access::S3AccessContext;
 
+use crate::access::acl::{Acl, Permission};
 use crate::access::policy::{BucketPolicy, Decision, RequestContext, Requester};
 use crate::http_server::Peer;
 use crate::store::{BucketInfo, Catalog, StoreError};
@@ -25,6 +34,18 @@ pub struct PolicyGrant {
     /// A GET/HEAD the policy allowed to a requester who may not list the bucket: a missing key
     /// is answered 403 AccessDenied, as S3 does.
     hide_missing: bool,
+    /// What the object's own ACL must allow, when only it can allow the request.
+    object_acl: Option<ObjectAclCheck>,
+}
+
+/// A permission an object's ACL must grant the requester (decided on the object's row).
+#[derive(Debug, Clone)]
+pub struct ObjectAclCheck {
+    /// `None`: anonymous.
+    requester: Option<String>,
+    permission: Permission,
+    /// The public access block's IgnorePublicAcls.
+    ignore_public: bool,
 }
 
 #[derive(Debug)]
@@ -33,6 +54,8 @@ struct PerKey {
     /// `None`: anonymous.
     access_key: Option<String>,
     is_root: bool,
+    /// The bucket's ACL grants the requester WRITE (which deletes, as on S3).
+    acl_writes: bool,
     peer: Option<Peer>,
     /// The requester's own policy (a key with one may do only what it allows).
     own_policy: Option<Arc<BucketPolicy>>,
@@ -81,6 +104,7 @@ impl PolicyGrant {
             Decision::Deny => false,
             Decision::Silent => {
                 per_key.is_root
+                    || per_key.acl_writes
                     || per_key
                         .access_key
                         .as_deref()
@@ -98,10 +122,79 @@ impl PolicyGrant {
         self.hide_missing
     }
 
-    /// An unsigned request some policy let through.
+    /// An unsigned request some policy or ACL let through.
     pub fn anonymous(&self) -> bool {
         self.anonymous
     }
+
+    /// Whether the object's ACL (`None`: private, the bucket owner's alone) allows what this
+    /// request was let through for. True when no object ACL check is pending.
+    pub fn object_acl_allows(&self, acl: Option<&Acl>) -> bool {
+        let Some(check) = &self.object_acl else {
+            return true;
+        };
+        acl.is_some_and(|acl| acl.allows(check.requester.as_deref(), check.permission, check.ignore_public))
+    }
+}
+
+/// Where an operation's ACL permission is granted: on the bucket or on the object.
+enum AclTarget {
+    Bucket,
+    Object,
+}
+
+/// The ACL permission an operation needs, as S3's ACL overview maps them.
+fn acl_permission(operation: &str) -> Option<(AclTarget, Permission)> {
+    Some(match operation {
+        "ListObjects"
+        | "ListObjectsV2"
+        | "ListObjectVersions"
+        | "HeadBucket"
+        | "ListMultipartUploads"
+        | "ListParts" => (AclTarget::Bucket, Permission::Read),
+        "PutObject"
+        | "CopyObject"
+        | "CreateMultipartUpload"
+        | "UploadPart"
+        | "UploadPartCopy"
+        | "CompleteMultipartUpload"
+        | "AbortMultipartUpload"
+        | "DeleteObject"
+        | "DeleteObjects" => (AclTarget::Bucket, Permission::Write),
+        "GetBucketAcl" => (AclTarget::Bucket, Permission::ReadAcp),
+        "PutBucketAcl" => (AclTarget::Bucket, Permission::WriteAcp),
+        "GetObject" | "HeadObject" => (AclTarget::Object, Permission::Read),
+        "GetObjectAcl" => (AclTarget::Object, Permission::ReadAcp),
+        "PutObjectAcl" => (AclTarget::Object, Permission::WriteAcp),
+        _ => return None,
+    })
+}
+
+fn requester_key<'a>(requester: Requester<'a>) -> Option<&'a str> {
+    match requester {
+        Requester::Key { access_key, .. } => Some(access_key),
+        Requester::Anonymous => None,
+    }
+}
+
+/// Whether the requester owns the bucket (the root keys own every bucket here).
+fn owns(bucket: &BucketInfo, requester: Requester<'_>) -> bool {
+    match requester {
+        Requester::Key { access_key, is_root } => is_root || bucket.owner.as_deref() == Some(access_key),
+        Requester::Anonymous => false,
+    }
+}
+
+/// Whether the bucket's own ACL grants `permission` (never while its ACLs are disabled).
+fn bucket_acl_allows(bucket: &BucketInfo, requester: Requester<'_>, permission: Permission) -> bool {
+    bucket.access.acls_enabled()
+        && bucket.access.acl.as_ref().is_some_and(|acl| {
+            acl.allows(
+                requester_key(requester),
+                permission,
+                bucket.access.ignores_public_acls(),
+            )
+        })
 }
 
 fn denied() -> s3s::S3Error {
@@ -156,6 +249,8 @@ pub fn action_of(operation: &str, versioned: bool) -> Option<&'static str> {
         "PutObjectRetention" => "s3:PutObjectRetention",
         "GetObjectLegalHold" => "s3:GetObjectLegalHold",
         "PutObjectLegalHold" => "s3:PutObjectLegalHold",
+        "GetBucketOwnershipControls" => "s3:GetBucketOwnershipControls",
+        "PutBucketOwnershipControls" | "DeleteBucketOwnershipControls" => "s3:PutBucketOwnershipControls",
         "GetBucketLifecycleConfiguration" => "s3:GetLifecycleConfiguration",
         "PutBucketLifecycleConfiguration" | "DeleteBucketLifecycle" => "s3:PutLifecycleConfiguration",
         _ => return None,
@@ -182,8 +277,9 @@ pub async fn authorize(
             None => Err(s3s::s3_error!(AccessDenied, "Anonymous access is not allowed.")),
         };
     };
-    // The hot path: while no bucket has a policy, a signed request is the owner check's alone.
-    if signed.is_some() && !catalog.has_policies() {
+    // The hot path: while no bucket has a policy or ACLs enabled, a signed request is the owner
+    // check's alone.
+    if signed.is_some() && !catalog.has_access_rules() {
         return Ok(None);
     }
     let mut bucket = catalog.cached_bucket(bucket_name);
@@ -230,12 +326,17 @@ pub async fn authorize(
         }
     }
     // A signed request to a bucket without a policy is the owner check's alone too (once the
-    // key's own policy, if any, allowed it).
+    // key's own policy, if any, allowed it), unless the bucket's ACLs may grant the requester
+    // what it does not own.
     let per_key_deletes = operation == "DeleteObjects" && own_policy.is_some();
+    let signer_owns =
+        |bucket: &BucketInfo| signer.as_ref().is_some_and(|key| key.is_root) || bucket.owner.as_deref() == signed;
     if signed.is_some()
         && !copy
         && !per_key_deletes
-        && bucket.as_ref().is_none_or(|bucket| bucket.access.policy.is_none())
+        && bucket.as_ref().is_none_or(|bucket| {
+            bucket.access.policy.is_none() && (!bucket.access.acls_enabled() || signer_owns(bucket))
+        })
     {
         return Ok(None);
     }
@@ -266,6 +367,7 @@ pub async fn authorize(
         anonymous: signed.is_none(),
         per_key: None,
         hide_missing: false,
+        object_acl: None,
     };
     if operation == "DeleteObjects"
         && let Some(bucket) = &bucket
@@ -279,10 +381,15 @@ pub async fn authorize(
         if bucket.access.policy.is_some() {
             grant.buckets.push(bucket.name.clone());
         }
+        let acl_writes = bucket_acl_allows(bucket, requester, Permission::Write);
+        if acl_writes && bucket.access.policy.is_none() {
+            grant.buckets.push(bucket.name.clone());
+        }
         grant.per_key = Some(Arc::new(PerKey {
             bucket: Arc::clone(bucket),
             access_key,
             is_root,
+            acl_writes,
             peer,
             own_policy: own_policy.clone(),
         }));
@@ -290,16 +397,31 @@ pub async fn authorize(
         && let Some(action) = action_of(operation, versioned)
     {
         let key = cx.s3_path().get_object_key();
-        if decide(cx, peer, bucket, requester, action, key, cx.uri().query())? {
-            grant.buckets.push(bucket.name.clone());
-            // S3 tells a reader without s3:ListBucket that a missing key is 403, not 404, so a
-            // grant to read objects does not reveal which keys exist.
-            let owner = match requester {
-                Requester::Key { access_key, is_root } => is_root || bucket.owner.as_deref() == Some(access_key),
-                Requester::Anonymous => false,
+        let by_policy = decide(cx, peer, bucket, requester, action, key, cx.uri().query())?;
+        // Where the policy is silent, an ACL may allow: the bucket's now, the object's once
+        // its row is read.
+        let by_acl = !by_policy
+            && !owns(bucket, requester)
+            && bucket.access.acls_enabled()
+            && match acl_permission(operation) {
+                Some((AclTarget::Bucket, permission)) => bucket_acl_allows(bucket, requester, permission),
+                Some((AclTarget::Object, permission)) => {
+                    grant.object_acl = Some(ObjectAclCheck {
+                        requester: requester_key(requester).map(str::to_owned),
+                        permission,
+                        ignore_public: bucket.access.ignores_public_acls(),
+                    });
+                    true
+                }
+                None => false,
             };
+        if by_policy || by_acl {
+            grant.buckets.push(bucket.name.clone());
+            // S3 tells a reader without s3:ListBucket (or the bucket's READ) that a missing key
+            // is 403, not 404, so a grant to read objects does not reveal which keys exist.
             grant.hide_missing = matches!(operation, "GetObject" | "HeadObject")
-                && !owner
+                && !owns(bucket, requester)
+                && !bucket_acl_allows(bucket, requester, Permission::Read)
                 && !decide(cx, peer, bucket, requester, "s3:ListBucket", None, None)?;
         }
     }
@@ -374,16 +496,10 @@ fn decide(
     match policy.rules.evaluate(&context) {
         Decision::Allow => Ok(true),
         Decision::Silent => Ok(false),
-        Decision::Deny => {
-            let owner = match requester {
-                Requester::Key { access_key, is_root } => is_root || bucket.owner.as_deref() == Some(access_key),
-                Requester::Anonymous => false,
-            };
-            match owner && NEVER_LOCKED_OUT.contains(&action) {
-                true => Ok(false),
-                false => Err(denied()),
-            }
-        }
+        Decision::Deny => match owns(bucket, requester) && NEVER_LOCKED_OUT.contains(&action) {
+            true => Ok(false),
+            false => Err(denied()),
+        },
     }
 }
 

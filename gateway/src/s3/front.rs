@@ -1,6 +1,7 @@
 //! The S3 operations: wire types in, store calls, wire types out.
 
 mod access;
+mod acl;
 mod checks;
 mod encryption;
 mod lifecycle;
@@ -93,6 +94,15 @@ impl S3Front {
             err => err,
         })
         .map_err(|e| fail(req, e))?;
+        // A read only the object's ACL could allow is decided on the row just read, before any
+        // of it is answered.
+        if !req
+            .extensions
+            .get::<PolicyGrant>()
+            .is_none_or(|grant| grant.object_acl_allows(read.head.meta.acl.as_ref()))
+        {
+            return Err(s3s::s3_error!(AccessDenied, "Access Denied"));
+        }
         let expiration = match options.version_id {
             None => bucket.expiry(key, &read.head).map(lifecycle::expiration_header),
             Some(_) => None,
@@ -263,6 +273,7 @@ macro_rules! meta_from_input {
             retention: None,
             legal_hold: None,
             encryption: None,
+            acl: None,
         }
     }};
 }
@@ -535,10 +546,10 @@ impl S3 for S3Front {
         if let Some(config) = &req.input.create_bucket_configuration {
             self.check_bucket_configuration(config)?;
         }
-        let object_lock = req.input.object_lock_enabled_for_bucket.unwrap_or(false);
+        let new = acl::new_bucket(&req, &principal, self.buckets.catalog()).await?;
         self.buckets
             .catalog()
-            .create_bucket(&principal, &req.input.bucket, object_lock)
+            .create_bucket(&principal, &req.input.bucket, &new)
             .await
             .map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(CreateBucketOutput {
@@ -581,6 +592,8 @@ impl S3 for S3Front {
         let principal = self.principal(&req).await?;
         checks::refuse_unkept(&req.headers, Request::NewObject)?;
         let form = post::FormUpload::of(&mut req)?;
+        // A form's `acl` field is its ACL, as the header is a PutObject's.
+        let requested_acl = acl::requested(form.as_ref().map_or(&req.headers, post::FormUpload::settings))?;
         let check = UploadCheck::from_request(&req.headers, req.trailing_headers.clone())?;
         let body: store::BodyStream = match req.input.body.take() {
             Some(blob) => Box::pin(blob.map_err(|err| body_error(err.as_ref()))),
@@ -594,7 +607,7 @@ impl S3 for S3Front {
         let condition = write_condition(&input.if_match, &input.if_none_match)?;
         let declared_len = input.content_length.map(|len| len.max(0) as u64);
         let requested = requested_encryption!(req, input)?;
-        let upload = store::Upload {
+        let mut upload = store::Upload {
             meta,
             body,
             declared_len,
@@ -602,6 +615,7 @@ impl S3 for S3Front {
             encryption: requested.clone(),
         };
         let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
+        upload.meta.acl = acl::new_object_acl(requested_acl, &bucket, &principal, self.buckets.catalog()).await?;
         let outcome = bucket
             .put(&input.key, upload, &condition)
             .await
@@ -1152,27 +1166,40 @@ impl S3 for S3Front {
     }
 
     async fn get_bucket_acl(&self, req: S3Request<GetBucketAclInput>) -> S3Result<S3Response<GetBucketAclOutput>> {
-        let principal = self.principal(&req).await?;
-        self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
-        Ok(S3Response::new(GetBucketAclOutput {
-            grants: Some(owner_full_control(&principal)),
-            owner: Some(owner(&principal)),
-        }))
+        S3Front::get_bucket_acl(self, req).await
+    }
+
+    async fn put_bucket_acl(&self, req: S3Request<PutBucketAclInput>) -> S3Result<S3Response<PutBucketAclOutput>> {
+        S3Front::put_bucket_acl(self, req).await
     }
 
     async fn get_object_acl(&self, req: S3Request<GetObjectAclInput>) -> S3Result<S3Response<GetObjectAclOutput>> {
-        let principal = self.principal(&req).await?;
-        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
-        let options = store::ReadOptions {
-            version_id: req.input.version_id.clone(),
-            ..Default::default()
-        };
-        bucket.head(&req.input.key, &options).await.map_err(|e| fail(&req, e))?;
-        Ok(S3Response::new(GetObjectAclOutput {
-            grants: Some(owner_full_control(&principal)),
-            owner: Some(owner(&principal)),
-            ..Default::default()
-        }))
+        S3Front::get_object_acl(self, req).await
+    }
+
+    async fn put_object_acl(&self, req: S3Request<PutObjectAclInput>) -> S3Result<S3Response<PutObjectAclOutput>> {
+        S3Front::put_object_acl(self, req).await
+    }
+
+    async fn put_bucket_ownership_controls(
+        &self,
+        req: S3Request<PutBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<PutBucketOwnershipControlsOutput>> {
+        self.put_ownership(req).await
+    }
+
+    async fn get_bucket_ownership_controls(
+        &self,
+        req: S3Request<GetBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<GetBucketOwnershipControlsOutput>> {
+        self.get_ownership(req).await
+    }
+
+    async fn delete_bucket_ownership_controls(
+        &self,
+        req: S3Request<DeleteBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<DeleteBucketOwnershipControlsOutput>> {
+        self.delete_ownership(req).await
     }
 
     async fn get_object_attributes(
@@ -1260,8 +1287,10 @@ impl S3 for S3Front {
             false => None,
         };
         let lock = requested_lock!(input)?;
+        let requested_acl = acl::requested(&req.headers)?;
         let source = self.open(&req, &principal, source_bucket, Access::Read).await?;
         let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
+        let new_acl = acl::new_object_acl(requested_acl, &bucket, &principal, self.buckets.catalog()).await?;
         let answer = encryption::answer_requested(&target, bucket.default_encryption());
         let copy_encryption = crate::bucket::CopyEncryption {
             source_key: source_key_offer,
@@ -1277,6 +1306,7 @@ impl S3 for S3Front {
                 meta,
                 tags,
                 lock,
+                new_acl,
                 copy_encryption,
             )
             .await
@@ -1442,7 +1472,9 @@ impl S3 for S3Front {
         meta.tags = header_tags(&input.tagging).map_err(|e| fail(&req, e))?;
         requested_lock!(input)?.apply(&mut meta);
         let requested = requested_encryption!(req, input)?;
+        let requested_acl = acl::requested(&req.headers)?;
         let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
+        meta.acl = acl::new_object_acl(requested_acl, &bucket, &principal, self.buckets.catalog()).await?;
         let answer = encryption::answer_requested(&requested, bucket.default_encryption());
         let upload_id = bucket
             .create_multipart_upload(&input.key, meta, requested)
@@ -1655,19 +1687,6 @@ fn max_keys(max_keys: Option<i32>) -> S3Result<usize> {
         Some(n) => Ok(n as usize),
         None => Ok(store::LIST_MAX_KEYS),
     }
-}
-
-fn owner_full_control(principal: &Principal) -> Vec<Grant> {
-    vec![Grant {
-        grantee: Some(Grantee {
-            display_name: Some(principal.access_key.clone()),
-            id: Some(principal.access_key.clone()),
-            type_: Type::from_static(Type::CANONICAL_USER),
-            email_address: None,
-            uri: None,
-        }),
-        permission: Some(Permission::from_static(Permission::FULL_CONTROL)),
-    }]
 }
 
 /// One page of a listing in wire types, shared by ListObjects, ListObjectsV2 and

@@ -1,11 +1,12 @@
 //! Writes of a bucket's access rules (CORS rules, bucket policy, public access block, default
-//! encryption) to its catalog row. Reads go
+//! encryption, ownership controls, ACL) to its catalog row. Reads go
 //! through the catalog cache (`BucketInfo::access`), never to the database per request.
 
 use tokio_postgres::types::Json;
 
 use super::{BucketInfo, Store, StoreError, StoreResult};
 use crate::access::PublicAccessBlock;
+use crate::access::acl::{Acl, Ownership};
 use crate::access::cors::CorsRules;
 
 impl Store {
@@ -37,6 +38,47 @@ impl Store {
             &block.map(Json),
         )
         .await
+    }
+
+    /// Replaces the bucket's ownership controls; `None` deletes them.
+    pub(crate) async fn set_bucket_ownership(
+        &self,
+        bucket: &BucketInfo,
+        ownership: Option<Ownership>,
+    ) -> StoreResult<()> {
+        self.set_access_column(
+            bucket,
+            "UPDATE pgvs3.buckets SET object_ownership = $2 WHERE id = $1",
+            &ownership.map(Ownership::as_str),
+        )
+        .await
+    }
+
+    /// Replaces the bucket's ACL; `None`: private.
+    pub(crate) async fn set_bucket_acl(&self, bucket: &BucketInfo, acl: Option<&Acl>) -> StoreResult<()> {
+        self.set_access_column(
+            bucket,
+            "UPDATE pgvs3.buckets SET acl = $2 WHERE id = $1",
+            &acl.map(Json),
+        )
+        .await
+    }
+
+    /// Replaces the ACL of an object (its current version, or the version named); `None`:
+    /// private. Kept in the version's metadata (`ac`), so a read finds it in the row it reads.
+    pub(crate) async fn set_object_acl(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        version_id: Option<&str>,
+        acl: Option<&Acl>,
+    ) -> StoreResult<()> {
+        let value = acl
+            .map(serde_json::to_value)
+            .transpose()
+            .map_err(|err| StoreError::InvalidArgument(err.to_string()))?;
+        self.patch_version_meta(bucket, key, version_id, "ac", value, |_| Ok(()))
+            .await
     }
 
     /// Turns the bucket's default encryption (SSE-S3) on or off.

@@ -11,6 +11,7 @@ use tokio_postgres::types::Json;
 
 use super::origins::{ORIGIN_COLUMNS, Origin, origin_from_row};
 use super::{Principal, StoreError, StoreResult};
+use crate::access::acl::{Acl, Ownership};
 use crate::master_key::MasterKey;
 use crate::pg::connections::{Connections, session_settings};
 
@@ -73,6 +74,17 @@ impl AccessKey {
     }
 }
 
+/// What a CreateBucket asks for beyond the bucket's name.
+#[derive(Debug, Default)]
+pub struct NewBucket {
+    /// Object lock on (and versioning Enabled) from the start.
+    pub object_lock: bool,
+    /// `x-amz-object-ownership`; `None`: the default, BucketOwnerEnforced.
+    pub ownership: Option<Ownership>,
+    /// The bucket's ACL; `None`: private.
+    pub acl: Option<Acl>,
+}
+
 pub struct NewAccessKey {
     pub access_key: String,
     pub secret: String,
@@ -93,9 +105,10 @@ pub struct Catalog {
     pool: Pool,
     master_key: MasterKey,
     cached: RwLock<Cached>,
-    /// Whether some cached bucket has a policy: while none has, the access check of a signed
-    /// request is this one load (set under the `cached` write lock).
-    policies: AtomicBool,
+    /// Whether some cached bucket has a policy or ACLs enabled, or some key a policy: while
+    /// none has, the access check of a signed request is this one load (set under the `cached`
+    /// write lock).
+    rules: AtomicBool,
 }
 
 /// The columns of an `access_keys` row, as `decode_key` reads them.
@@ -105,7 +118,8 @@ const KEY_COLUMNS: &str = "access_key, secret_encrypted, is_root, read_only, des
 fn bucket_select() -> String {
     format!(
         "SELECT b.id, b.name, b.namespace, b.owner, b.created_at, {ORIGIN_COLUMNS}, b.versioning, b.object_lock,
-                b.lifecycle, b.cors, b.policy, b.public_access_block, b.encryption
+                b.lifecycle, b.cors, b.policy, b.public_access_block, b.encryption,
+                b.object_ownership, b.acl
            FROM pgvs3.buckets b LEFT JOIN pgvs3.origins o ON o.bucket_id = b.id"
     )
 }
@@ -116,7 +130,7 @@ impl Catalog {
             pool,
             master_key,
             cached: RwLock::default(),
-            policies: AtomicBool::new(false),
+            rules: AtomicBool::new(false),
         });
         catalog.reload().await?;
         Ok(catalog)
@@ -187,9 +201,8 @@ impl Catalog {
             buckets.insert(bucket.name.clone(), Arc::new(bucket));
         }
         cached.version = version;
-        let policies = buckets.values().any(|bucket| bucket.access.policy.is_some())
-            || keys.values().any(|key| key.policy.is_some());
-        self.policies.store(policies, Ordering::Release);
+        let rules = buckets.values().any(|bucket| has_rules(bucket)) || keys.values().any(|key| key.policy.is_some());
+        self.rules.store(rules, Ordering::Release);
         cached.buckets = buckets;
         cached.keys = keys;
         Ok(())
@@ -375,8 +388,8 @@ impl Catalog {
         let bucket = bucket_from_row(row, &mut cached.namespaces, &self.master_key)
             .map_err(|err| StoreError::Corrupt(err.to_string()))?;
         let bucket = Arc::new(bucket);
-        if bucket.access.policy.is_some() {
-            self.policies.store(true, Ordering::Release);
+        if has_rules(&bucket) {
+            self.rules.store(true, Ordering::Release);
         }
         if cached.version == seen_version {
             cached.buckets.insert(bucket.name.clone(), Arc::clone(&bucket));
@@ -390,9 +403,21 @@ impl Catalog {
         self.cached.read().expect("catalog lock").buckets.get(name).cloned()
     }
 
-    /// Whether any bucket this gateway knows has a bucket policy.
-    pub fn has_policies(&self) -> bool {
-        self.policies.load(Ordering::Acquire)
+    /// Whether any bucket this gateway knows has a bucket policy or ACLs enabled, or any key a
+    /// policy: while none has, a signed request needs no access check beyond its owner check.
+    pub fn has_access_rules(&self) -> bool {
+        self.rules.load(Ordering::Acquire)
+    }
+
+    /// The root key's id (the owner S3's answers name for a bucket the root key owns), as of
+    /// the cached catalog.
+    pub fn root_key_id(&self) -> Option<String> {
+        let cached = self.cached.read().expect("catalog lock");
+        cached
+            .keys
+            .values()
+            .find(|key| key.is_root)
+            .map(|key| key.access_key.clone())
     }
 
     /// Whether the access key exists (as of the cached catalog).
@@ -448,13 +473,13 @@ impl Catalog {
             .collect())
     }
 
-    /// Creates a bucket; with `object_lock`, with object lock on and versioning Enabled, in the
-    /// same transaction (a bucket must never be seen without the lock it was created with).
+    /// Creates a bucket with what `new` asks for beyond its name, in the same transaction (a
+    /// bucket must never be seen without the lock, ownership or ACL it was created with).
     pub async fn create_bucket(
         &self,
         principal: &Principal,
         name: &str,
-        object_lock: bool,
+        new: &NewBucket,
     ) -> StoreResult<Arc<BucketInfo>> {
         if principal.read_only {
             return Err(StoreError::AccessDenied);
@@ -471,10 +496,22 @@ impl Catalog {
                 _ => StoreError::from(err.into_source()),
             })?
             .created;
-        if created && object_lock {
+        if created && new.object_lock {
             tx.execute(
                 "UPDATE pgvs3.buckets SET versioning = 'Enabled', object_lock = '{}' WHERE name = $1",
                 &[&name],
+            )
+            .await?;
+        }
+        if created && (new.ownership.is_some() || new.acl.is_some()) {
+            // The column's default is BucketOwnerEnforced, as S3's for new buckets.
+            tx.execute(
+                "UPDATE pgvs3.buckets SET object_ownership = coalesce($2, object_ownership), acl = $3 WHERE name = $1",
+                &[
+                    &name,
+                    &new.ownership.map(Ownership::as_str),
+                    &new.acl.as_ref().map(Json),
+                ],
             )
             .await?;
         }
@@ -593,6 +630,11 @@ impl Catalog {
     }
 }
 
+/// Whether a bucket has rules the access check must evaluate for a signed request.
+fn has_rules(bucket: &BucketInfo) -> bool {
+    bucket.access.policy.is_some() || bucket.access.acls_enabled()
+}
+
 fn namespace_sql(
     known: &mut HashMap<String, Arc<super::objects::NamespaceSql>>,
     namespace: &str,
@@ -616,6 +658,8 @@ fn bucket_from_row(
         row.get("cors"),
         row.get("policy"),
         row.get("public_access_block"),
+        row.get("object_ownership"),
+        row.get("acl"),
     )?;
     Ok(BucketInfo {
         access,

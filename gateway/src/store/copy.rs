@@ -19,9 +19,11 @@ pub struct CopySource<'a> {
 
 impl Store {
     /// Copies an object. `meta` and `tags` replace the source's when given (S3's REPLACE
-    /// directives); a copy keeps the source's ETag, since it has the same bytes. `None` when
+    /// directives); the copy's ACL is `acl`, never the source's (as S3's); a copy keeps the
+    /// source's ETag, since it has the same bytes. `None` when
     /// the source is encrypted: its chunks are sealed for its own bodies and key, so the copy
     /// must be read and written through the gateway.
+    #[allow(clippy::too_many_arguments)]
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store copy_object", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn copy_object(
         &self,
@@ -31,6 +33,7 @@ impl Store {
         meta: Option<ObjectMeta>,
         tags: Option<super::Tags>,
         lock: super::RequestedLock,
+        acl: Option<crate::access::acl::Acl>,
     ) -> StoreResult<Option<PutOutcome>> {
         check_key(source.key)?;
         check_key(key)?;
@@ -56,6 +59,7 @@ impl Store {
         meta.parts = head.meta.parts;
         meta.checksum = head.meta.checksum.clone();
         meta.tags = tags.unwrap_or_else(|| head.meta.tags.clone());
+        meta.acl = acl;
         lock.apply(&mut meta);
         to.lock_new_version(&mut meta)?;
         let inline: Option<&[u8]> = row.get(4);

@@ -57,6 +57,9 @@ pub struct ObjectMeta {
     /// Server-side encryption of the body (see `encryption`); `None`: stored as sent.
     #[serde(rename = "se", default, skip_serializing_if = "Option::is_none")]
     pub encryption: Option<super::encryption::Sealed>,
+    /// The object's ACL (`access/acl.rs`); `None`: private, owned by the bucket's owner.
+    #[serde(rename = "ac", default, skip_serializing_if = "Option::is_none")]
+    pub acl: Option<crate::access::acl::Acl>,
 }
 
 /// A full-object checksum the client asked for (e.g. `CRC32`, base64 value as S3 returns it).

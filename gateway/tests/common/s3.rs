@@ -1,10 +1,11 @@
-//! S3 calls the access-control tests share: a second access key and its client, and object
-//! calls that answer the S3 error code of a refusal.
+//! S3 calls the access-control tests share: a second access key and its client, object calls
+//! that answer the S3 error code of a refusal, and unsigned requests.
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
 
 use super::TestGateway;
+use super::raw::{self, RawResponse};
 
 /// A non-root access key `key` (secret `<key>-secret`) and a client signing with it.
 pub async fn add_key(gw: &TestGateway, key: &str) -> Client {
@@ -58,4 +59,13 @@ pub async fn list(client: &Client, bucket: &str, prefix: Option<&str>) -> Result
         .await
         .map(|out| out.contents().len())
         .map_err(|err| err.into_service_error().meta().code().unwrap_or_default().to_owned())
+}
+
+/// An unsigned (anonymous) request, as a browser or `curl` sends it.
+pub async fn unsigned(gw: &TestGateway, method: &str, path: &str, body: &[u8]) -> RawResponse {
+    let headers = vec![
+        ("host".to_owned(), gw.gateway.s3_addr.to_string()),
+        ("content-length".to_owned(), body.len().to_string()),
+    ];
+    raw::send(gw.gateway.s3_addr, method, path, &headers, body).await
 }

@@ -15,9 +15,10 @@ pub enum Request {
     Other,
 }
 
-/// Refuses request headers asking for guarantees pgvs3 does not give: ACLs, storage classes and
+/// Refuses request headers asking for guarantees pgvs3 does not give: storage classes and
 /// website redirects. One pass over the headers, and only `x-amz-*` names are
-/// looked at, so a request without such headers pays a prefix test per header.
+/// looked at, so a request without such headers pays a prefix test per header. ACL headers are
+/// the ACLs' own (front/acl.rs), as they depend on the bucket's ownership.
 pub fn refuse_unkept(headers: &HeaderMap, request: Request) -> S3Result<()> {
     let writes = matches!(request, Request::NewObject | Request::CopyObject);
     for (name, value) in headers {
@@ -27,16 +28,6 @@ pub fn refuse_unkept(headers: &HeaderMap, request: Request) -> S3Result<()> {
         let value = value.to_str().unwrap_or_default().trim();
         // Server-side encryption headers are the operations' own (front/encryption.rs).
         match (request, setting) {
-            // Buckets behave as S3's default "bucket owner enforced" ownership: ACLs disabled.
-            (Request::CreateBucket, "object-ownership") if value != "BucketOwnerEnforced" => {
-                return Err(not_implemented(
-                    "Object ownership other than BucketOwnerEnforced (ACLs disabled) is not implemented",
-                ));
-            }
-            (Request::CreateBucket, "acl") if !acl_is_owner_only(value) => return Err(bucket_acl_refused()),
-            (Request::CreateBucket, grant) if grant.starts_with("grant-") => return Err(bucket_acl_refused()),
-            (_, "acl") if writes && !acl_is_owner_only(value) => return Err(object_acl_refused()),
-            (_, grant) if writes && grant.starts_with("grant-") => return Err(object_acl_refused()),
             (_, "storage-class") if writes && value != "STANDARD" => return Err(storage_class_refused(value)),
             (_, "website-redirect-location") if writes => {
                 return Err(not_implemented("Website redirects are not implemented"));
@@ -47,31 +38,8 @@ pub fn refuse_unkept(headers: &HeaderMap, request: Request) -> S3Result<()> {
     Ok(())
 }
 
-/// The canned ACLs that grant nothing beyond the owner's full control, which is all a bucket
-/// with ACLs disabled has. With one owner per bucket, "bucket-owner-full-control" is the writer's
-/// own full control, the same as "private"; S3 accepts exactly these on such buckets.
-fn acl_is_owner_only(acl: &str) -> bool {
-    matches!(acl, "private" | "bucket-owner-full-control")
-}
-
 fn not_implemented(message: &'static str) -> S3Error {
     S3Error::with_message(S3ErrorCode::NotImplemented, message)
-}
-
-/// What S3 answers a CreateBucket with an ACL under "bucket owner enforced" ownership.
-fn bucket_acl_refused() -> S3Error {
-    S3Error::with_message(
-        S3ErrorCode::InvalidBucketAclWithObjectOwnership,
-        "Bucket cannot have ACLs set with ObjectOwnership's BucketOwnerEnforced setting",
-    )
-}
-
-/// What S3 answers a write with an ACL to a bucket whose ACLs are disabled.
-fn object_acl_refused() -> S3Error {
-    S3Error::with_message(
-        S3ErrorCode::AccessControlListNotSupported,
-        "The bucket does not allow ACLs",
-    )
 }
 
 fn storage_class_refused(class: &str) -> S3Error {
@@ -167,19 +135,10 @@ mod tests {
 
     #[test]
     fn settings_that_are_not_kept_are_refused_per_request() {
-        let acl = headers(&[("x-amz-acl", "public-read")]);
-        assert_eq!(
-            code(refuse_unkept(&acl, Request::NewObject)).as_deref(),
-            Some("AccessControlListNotSupported")
-        );
-        assert_eq!(
-            code(refuse_unkept(&acl, Request::CreateBucket)).as_deref(),
-            Some("InvalidBucketAclWithObjectOwnership")
-        );
-        for owner_only in ["private", "bucket-owner-full-control"] {
-            let acl = headers(&[("x-amz-acl", owner_only)]);
-            assert_eq!(code(refuse_unkept(&acl, Request::NewObject)), None);
-            assert_eq!(code(refuse_unkept(&acl, Request::CreateBucket)), None);
+        // ACLs are kept (s3/front/acl.rs decides them with the bucket's ownership).
+        for acl in [("x-amz-acl", "public-read"), ("x-amz-grant-read", "id=\"AKB\"")] {
+            assert_eq!(code(refuse_unkept(&headers(&[acl]), Request::NewObject)), None);
+            assert_eq!(code(refuse_unkept(&headers(&[acl]), Request::CreateBucket)), None);
         }
         let class = |c: &str| {
             code(refuse_unkept(

@@ -13,6 +13,8 @@ use crate::s3::post_form::{FormFields, FormNotes};
 /// The form a PutObject came from, if it is a browser upload.
 pub struct FormUpload {
     notes: FormNotes,
+    /// The form's settings as request headers.
+    settings: HeaderMap,
 }
 
 impl FormUpload {
@@ -23,7 +25,8 @@ impl FormUpload {
             return Ok(None);
         };
         let fields = notes.get();
-        checks::refuse_unkept(&settings(fields), Request::NewObject)?;
+        let settings = settings(fields);
+        checks::refuse_unkept(&settings, Request::NewObject)?;
         if req.input.key.contains("${filename}") {
             let Some(filename) = fields.and_then(|fields| fields.filename.as_deref()) else {
                 return Err(s3s::s3_error!(
@@ -33,7 +36,12 @@ impl FormUpload {
             };
             req.input.key = req.input.key.replace("${filename}", filename);
         }
-        Ok(Some(FormUpload { notes }))
+        Ok(Some(FormUpload { notes, settings }))
+    }
+
+    /// The form's settings as the headers a PutObject would carry them in (its ACL, for one).
+    pub fn settings(&self) -> &HeaderMap {
+        &self.settings
     }
 
     /// The headers S3 answers an upload with (whatever the status the form asked for); the

@@ -1,0 +1,451 @@
+//! ACLs and ownership controls on the wire: Put/Get/DeleteBucketOwnershipControls,
+//! Put/GetBucketAcl, Put/GetObjectAcl, and the ACL a new bucket or object gets from its
+//! request's `x-amz-acl` / `x-amz-grant-*` headers. `S3Front`'s trait methods call these; the
+//! ACLs themselves are `access/acl.rs`, their evaluation `s3/authorize.rs`.
+
+use http::HeaderMap;
+use s3s::dto::*;
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
+
+use super::{S3Front, fail};
+use crate::access::acl::{self, Acl, AclRefused, Canned, Ownership, Requested};
+use crate::bucket::BucketHandle;
+use crate::s3::authorize::PolicyGrant;
+use crate::store::{self, Access, Catalog, NewBucket, Principal};
+
+impl S3Front {
+    pub(super) async fn put_ownership(
+        &self,
+        req: S3Request<PutBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<PutBucketOwnershipControlsOutput>> {
+        let principal = self.principal(&req).await?;
+        let rules = &req.input.ownership_controls.rules;
+        let malformed_xml = || {
+            s3s::s3_error!(
+                MalformedXML,
+                "The XML you provided was not well-formed or did not validate against our published schema."
+            )
+        };
+        let [rule] = rules.as_slice() else {
+            return Err(malformed_xml());
+        };
+        let ownership = Ownership::parse(rule.object_ownership.as_str()).ok_or_else(malformed_xml)?;
+        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
+        let owner = owner_id(&bucket, self.buckets.catalog());
+        if ownership == Ownership::BucketOwnerEnforced
+            && bucket
+                .access()
+                .acl
+                .as_ref()
+                .is_some_and(|acl| !acl.is_owner_only(&owner))
+        {
+            return Err(bucket_acl_with_enforced());
+        }
+        bucket.set_ownership(Some(ownership)).await.map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(PutBucketOwnershipControlsOutput::default()))
+    }
+
+    pub(super) async fn get_ownership(
+        &self,
+        req: S3Request<GetBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<GetBucketOwnershipControlsOutput>> {
+        let principal = self.principal(&req).await?;
+        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
+        let Some(ownership) = bucket.access().ownership else {
+            return Err(S3Error::with_message(
+                S3ErrorCode::OwnershipControlsNotFoundError,
+                "The bucket ownership controls were not found",
+            ));
+        };
+        Ok(S3Response::new(GetBucketOwnershipControlsOutput {
+            ownership_controls: Some(OwnershipControls {
+                rules: vec![OwnershipControlsRule {
+                    object_ownership: ObjectOwnership::from(ownership.as_str().to_owned()),
+                }],
+            }),
+        }))
+    }
+
+    pub(super) async fn delete_ownership(
+        &self,
+        req: S3Request<DeleteBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<DeleteBucketOwnershipControlsOutput>> {
+        let principal = self.principal(&req).await?;
+        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
+        bucket.set_ownership(None).await.map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(DeleteBucketOwnershipControlsOutput::default()))
+    }
+
+    pub(super) async fn get_bucket_acl(
+        &self,
+        req: S3Request<GetBucketAclInput>,
+    ) -> S3Result<S3Response<GetBucketAclOutput>> {
+        let principal = self.principal(&req).await?;
+        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
+        let owner = owner_id(&bucket, self.buckets.catalog());
+        let acl = bucket
+            .access()
+            .acls_enabled()
+            .then_some(bucket.access().acl.as_ref())
+            .flatten();
+        Ok(S3Response::new(GetBucketAclOutput {
+            grants: Some(wire_grants(acl, &owner)),
+            owner: Some(wire_owner(&owner)),
+        }))
+    }
+
+    pub(super) async fn put_bucket_acl(
+        &self,
+        req: S3Request<PutBucketAclInput>,
+    ) -> S3Result<S3Response<PutBucketAclOutput>> {
+        let principal = self.principal(&req).await?;
+        let catalog = self.buckets.catalog();
+        let requested = requested_of_put(&req.headers, req.input.access_control_policy.as_ref())?;
+        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
+        let owner = owner_id(&bucket, catalog);
+        let acl = requested.resolve(&owner, &owner);
+        if !bucket.access().acls_enabled() {
+            return match acl.is_owner_only(&owner) {
+                true => Ok(S3Response::new(PutBucketAclOutput::default())),
+                false => Err(acls_disabled()),
+            };
+        }
+        check_grantees(&requested, catalog).await?;
+        if acl.is_public() && bucket.access().blocks_public_acls() {
+            return Err(public_acl_blocked());
+        }
+        let stored = (!acl.is_owner_only(&owner)).then_some(&acl);
+        bucket.set_acl(stored).await.map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(PutBucketAclOutput::default()))
+    }
+
+    pub(super) async fn get_object_acl(
+        &self,
+        req: S3Request<GetObjectAclInput>,
+    ) -> S3Result<S3Response<GetObjectAclOutput>> {
+        let principal = self.principal(&req).await?;
+        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
+        let acl = self
+            .object_acl(&req, &bucket, &req.input.key, &req.input.version_id)
+            .await?;
+        let bucket_owner = owner_id(&bucket, self.buckets.catalog());
+        let owner = acl.as_ref().and_then(|acl| acl.owner.clone()).unwrap_or(bucket_owner);
+        Ok(S3Response::new(GetObjectAclOutput {
+            grants: Some(wire_grants(acl.as_ref(), &owner)),
+            owner: Some(wire_owner(&owner)),
+            ..Default::default()
+        }))
+    }
+
+    pub(super) async fn put_object_acl(
+        &self,
+        req: S3Request<PutObjectAclInput>,
+    ) -> S3Result<S3Response<PutObjectAclOutput>> {
+        let principal = self.principal(&req).await?;
+        let catalog = self.buckets.catalog();
+        let requested = requested_of_put(&req.headers, req.input.access_control_policy.as_ref())?;
+        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
+        let input = &req.input;
+        let current = self.object_acl(&req, &bucket, &input.key, &input.version_id).await?;
+        let bucket_owner = owner_id(&bucket, catalog);
+        if !bucket.access().acls_enabled() {
+            return match requested
+                .resolve(&bucket_owner, &bucket_owner)
+                .is_owner_only(&bucket_owner)
+            {
+                true => Ok(S3Response::new(PutObjectAclOutput::default())),
+                false => Err(acls_disabled()),
+            };
+        }
+        check_grantees(&requested, catalog).await?;
+        // An ACL never changes who owns the object.
+        let owner = current
+            .and_then(|acl| acl.owner)
+            .unwrap_or_else(|| bucket_owner.clone());
+        let acl = requested.resolve(&owner, &bucket_owner);
+        if acl.is_public() && bucket.access().blocks_public_acls() {
+            return Err(public_acl_blocked());
+        }
+        bucket
+            .set_object_acl(
+                &input.key,
+                input.version_id.as_deref(),
+                stored(acl, &bucket_owner).as_ref(),
+            )
+            .await
+            .map_err(|e| fail(&req, e))?;
+        Ok(S3Response::new(PutObjectAclOutput::default()))
+    }
+
+    /// The stored ACL of an object (its version, if named), once the request may see it: a
+    /// request only the object's ACL let through is decided here, on the row just read.
+    async fn object_acl<T>(
+        &self,
+        req: &S3Request<T>,
+        bucket: &BucketHandle<'_>,
+        key: &str,
+        version_id: &Option<String>,
+    ) -> S3Result<Option<Acl>> {
+        let options = store::ReadOptions {
+            version_id: version_id.clone(),
+            ..Default::default()
+        };
+        let head = bucket.head(key, &options).await.map_err(|e| fail(req, e))?.head;
+        let acl = head.meta.acl;
+        if !req
+            .extensions
+            .get::<PolicyGrant>()
+            .is_none_or(|grant| grant.object_acl_allows(acl.as_ref()))
+        {
+            return Err(s3s::s3_error!(AccessDenied, "Access Denied"));
+        }
+        Ok(acl)
+    }
+}
+
+/// The ACL a request's headers ask for (`x-amz-acl`, `x-amz-grant-*`), checked before any work.
+pub(super) fn requested(headers: &HeaderMap) -> S3Result<Option<Requested>> {
+    acl::from_headers(headers).map_err(refused)
+}
+
+/// Refuses grants to access keys that do not exist (S3's InvalidArgument "Invalid id"). A key
+/// made since this gateway's catalog last loaded would look unknown, so the cache is brought
+/// up to date once before a grantee is called invalid.
+async fn check_grantees(requested: &Requested, catalog: &Catalog) -> S3Result<()> {
+    let all_known = || requested.keys().all(|key| catalog.has_access_key(key));
+    if all_known() {
+        return Ok(());
+    }
+    catalog
+        .reload_now()
+        .await
+        .map_err(|err| s3s::s3_error!(ServiceUnavailable, "{err}"))?;
+    match all_known() {
+        true => Ok(()),
+        false => Err(s3s::s3_error!(InvalidArgument, "Invalid id")),
+    }
+}
+
+/// What a CreateBucket asks for beyond its name: object lock, ownership (`x-amz-object-ownership`,
+/// default BucketOwnerEnforced) and the ACL, which BucketOwnerEnforced takes only owner-only.
+pub(super) async fn new_bucket(
+    req: &S3Request<CreateBucketInput>,
+    principal: &Principal,
+    catalog: &Catalog,
+) -> S3Result<NewBucket> {
+    let ownership = req
+        .input
+        .object_ownership
+        .as_ref()
+        .map(|text| {
+            Ownership::parse(text.as_str())
+                .ok_or_else(|| s3s::s3_error!(InvalidArgument, "Invalid x-amz-object-ownership header"))
+        })
+        .transpose()?;
+    let owner = match principal.is_root {
+        true => catalog.root_key_id().unwrap_or_else(|| principal.access_key.clone()),
+        false => principal.access_key.clone(),
+    };
+    let requested = requested(&req.headers)?;
+    let acl = requested.as_ref().map(|requested| requested.resolve(&owner, &owner));
+    let acl = acl.filter(|acl| !acl.is_owner_only(&owner));
+    if acl.is_some() && !Ownership::acls_enabled(Some(ownership.unwrap_or(Ownership::BucketOwnerEnforced))) {
+        return Err(bucket_acl_with_enforced());
+    }
+    if let Some(requested) = &requested {
+        check_grantees(requested, catalog).await?;
+    }
+    Ok(NewBucket {
+        object_lock: req.input.object_lock_enabled_for_bucket.unwrap_or(false),
+        ownership,
+        acl,
+    })
+}
+
+/// The ACL a new object (PutObject, PostObject, CopyObject, CreateMultipartUpload) gets in
+/// `bucket` from what its request asked for. Under BucketOwnerEnforced only owner-only ACLs
+/// are taken, and none is kept; otherwise the writer owns what it writes (BucketOwnerPreferred:
+/// unless it asks for `bucket-owner-full-control`), and anonymous writes and the root key's
+/// belong to the bucket's owner.
+pub(super) async fn new_object_acl(
+    requested: Option<Requested>,
+    bucket: &BucketHandle<'_>,
+    principal: &Principal,
+    catalog: &Catalog,
+) -> S3Result<Option<Acl>> {
+    let ownership = bucket.access().ownership;
+    // The hot path: a write asking for no ACL to a bucket with ACLs disabled.
+    if !Ownership::acls_enabled(ownership) && requested.is_none() {
+        return Ok(None);
+    }
+    let bucket_owner = owner_id(bucket, catalog);
+    if !Ownership::acls_enabled(ownership) {
+        return match requested.is_none_or(|r| r.resolve(&bucket_owner, &bucket_owner).is_owner_only(&bucket_owner)) {
+            true => Ok(None),
+            false => Err(acls_disabled()),
+        };
+    }
+    let requested = requested.unwrap_or(Requested::Canned(Canned::Private));
+    check_grantees(&requested, catalog).await?;
+    let hands_over = ownership == Some(Ownership::BucketOwnerPreferred)
+        && requested == Requested::Canned(Canned::BucketOwnerFullControl);
+    let owner = match principal.is_root || principal.access_key.is_empty() || hands_over {
+        true => bucket_owner.clone(),
+        false => principal.access_key.clone(),
+    };
+    let acl = requested.resolve(&owner, &bucket_owner);
+    if acl.is_public() && bucket.access().blocks_public_acls() {
+        return Err(public_acl_blocked());
+    }
+    Ok(stored(acl, &bucket_owner))
+}
+
+/// What is kept of an ACL: nothing for the default (private, owned by the bucket's owner).
+fn stored(acl: Acl, bucket_owner: &str) -> Option<Acl> {
+    (acl.owner.is_some() || !acl.is_owner_only(bucket_owner)).then_some(acl)
+}
+
+/// The ACL a Put*Acl asks for: in its body, or in its headers, not both.
+fn requested_of_put(headers: &HeaderMap, body: Option<&AccessControlPolicy>) -> S3Result<Requested> {
+    let from_headers = requested(headers)?;
+    match (from_headers, body) {
+        (Some(_), Some(_)) => Err(s3s::s3_error!(
+            UnexpectedContent,
+            "This request does not support content when an ACL header is given"
+        )),
+        (Some(requested), None) => Ok(requested),
+        (None, Some(policy)) => from_policy(policy).map_err(refused),
+        (None, None) => Err(s3s::s3_error!(
+            MissingSecurityHeader,
+            "Your request was missing a required header: x-amz-acl, an x-amz-grant-* header or an AccessControlPolicy body"
+        )),
+    }
+}
+
+/// The grants of an `AccessControlPolicy` body.
+fn from_policy(policy: &AccessControlPolicy) -> Result<Requested, AclRefused> {
+    if policy.owner.is_none() {
+        return Err(malformed("The AccessControlPolicy has no Owner"));
+    }
+    let listed = policy.grants.as_deref().unwrap_or_default();
+    if listed.len() > acl::MAX_GRANTS {
+        return Err(acl::too_many_grants());
+    }
+    let mut grants = Vec::with_capacity(listed.len());
+    for grant in listed {
+        let grantee = grant
+            .grantee
+            .as_ref()
+            .ok_or_else(|| malformed("A grant has no Grantee"))?;
+        let permission = grant
+            .permission
+            .as_ref()
+            .and_then(|permission| acl::Permission::parse(permission.as_str()))
+            .ok_or_else(|| malformed("A grant has no valid Permission"))?;
+        let grantee = match grantee.type_.as_str() {
+            Type::CANONICAL_USER => {
+                let id = grantee
+                    .id
+                    .as_deref()
+                    .ok_or_else(|| malformed("A CanonicalUser grantee has no ID"))?;
+                Ok(acl::Grantee::Key(id.to_owned()))
+            }
+            Type::GROUP => {
+                let uri = grantee
+                    .uri
+                    .as_deref()
+                    .ok_or_else(|| malformed("A Group grantee has no URI"))?;
+                acl::grantee_group(uri)
+            }
+            Type::AMAZON_CUSTOMER_BY_EMAIL => Err(acl::by_email()),
+            _ => return Err(malformed("Unknown grantee type")),
+        }?;
+        grants.push(acl::Grant { grantee, permission });
+    }
+    Ok(Requested::Grants(grants))
+}
+
+/// The id answers name a bucket's owner by: its owning key, or the root key.
+fn owner_id(bucket: &BucketHandle<'_>, catalog: &Catalog) -> String {
+    bucket
+        .owner()
+        .map(str::to_owned)
+        .or_else(|| catalog.root_key_id())
+        .unwrap_or_default()
+}
+
+fn wire_owner(id: &str) -> Owner {
+    Owner {
+        id: Some(id.to_owned()),
+        display_name: Some(id.to_owned()),
+    }
+}
+
+/// The grants of an answer; no stored ACL is the owner's full control.
+fn wire_grants(acl: Option<&Acl>, owner: &str) -> Vec<Grant> {
+    let key_grantee = |id: &str| Grantee {
+        display_name: Some(id.to_owned()),
+        id: Some(id.to_owned()),
+        type_: Type::from_static(Type::CANONICAL_USER),
+        email_address: None,
+        uri: None,
+    };
+    let group_grantee = |uri: &str| Grantee {
+        display_name: None,
+        id: None,
+        type_: Type::from_static(Type::GROUP),
+        email_address: None,
+        uri: Some(uri.to_owned()),
+    };
+    let Some(acl) = acl else {
+        return vec![Grant {
+            grantee: Some(key_grantee(owner)),
+            permission: Some(Permission::from_static(Permission::FULL_CONTROL)),
+        }];
+    };
+    acl.grants
+        .iter()
+        .map(|grant| Grant {
+            grantee: Some(match &grant.grantee {
+                acl::Grantee::Key(id) => key_grantee(id),
+                acl::Grantee::AllUsers => group_grantee(acl::ALL_USERS),
+                acl::Grantee::AuthenticatedUsers => group_grantee(acl::AUTHENTICATED_USERS),
+            }),
+            permission: Some(Permission::from(grant.permission.as_str().to_owned())),
+        })
+        .collect()
+}
+
+fn refused(refused: AclRefused) -> S3Error {
+    let code = S3ErrorCode::from_bytes(refused.code.as_bytes()).unwrap_or(S3ErrorCode::InvalidArgument);
+    S3Error::with_message(code, refused.message)
+}
+
+fn malformed(message: &'static str) -> AclRefused {
+    AclRefused {
+        code: "MalformedACLError",
+        message: message.into(),
+    }
+}
+
+/// What S3 answers an ACL (other than the owner's full control) on a bucket, or a new bucket,
+/// with BucketOwnerEnforced ownership.
+fn bucket_acl_with_enforced() -> S3Error {
+    S3Error::with_message(
+        S3ErrorCode::InvalidBucketAclWithObjectOwnership,
+        "Bucket cannot have ACLs set with ObjectOwnership's BucketOwnerEnforced setting",
+    )
+}
+
+/// What S3 answers an ACL write to a bucket whose ACLs are disabled.
+fn acls_disabled() -> S3Error {
+    S3Error::with_message(
+        S3ErrorCode::AccessControlListNotSupported,
+        "The bucket does not allow ACLs",
+    )
+}
+
+/// What S3 answers a public ACL while the public access block's BlockPublicAcls is on.
+fn public_acl_blocked() -> S3Error {
+    s3s::s3_error!(AccessDenied, "Access Denied")
+}
