@@ -20,7 +20,7 @@ use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 18;
+pub const LAYOUT_VERSION: i32 = 20;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -93,6 +93,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "resp_typed_pubsub",
         include_str!("../../migrations/0018_resp_typed_pubsub.sql"),
     ),
+    (
+        20,
+        "events_pubsub",
+        include_str!("../../migrations/0020_events_pubsub.sql"),
+    ),
 ];
 
 /// The function files, in the order they are applied. Every function they define already exists
@@ -109,11 +114,12 @@ const FUNCTION_FILES: &[(&str, &str)] = &[
     ("resp_set", include_str!("../../migrations/functions/resp_set.sql")),
     ("resp_zset", include_str!("../../migrations/functions/resp_zset.sql")),
     ("resp_list", include_str!("../../migrations/functions/resp_list.sql")),
-    ("events", include_str!("../../migrations/functions/events.sql")),
+    // Before events.sql, whose pgvs3.publish_object_event calls pgvs3.resp_notify.
     (
         "resp_pubsub",
         include_str!("../../migrations/functions/resp_pubsub.sql"),
     ),
+    ("events", include_str!("../../migrations/functions/events.sql")),
 ];
 
 fn digest(text: &str) -> String {
