@@ -132,23 +132,25 @@ async fn a_gateway_killed_between_commit_and_answer_leaves_exactly_one_job() {
     )
     .await;
     let sql = connect(&url, "test").await;
-    sql.batch_execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'; SELECT pg_reload_conf()")
+    sql.batch_execute("CREATE TABLE probe (n int)").await.unwrap();
+    // Two statements: ALTER SYSTEM runs outside any transaction block.
+    sql.batch_execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
         .await
         .unwrap();
+    sql.batch_execute("SELECT pg_reload_conf()").await.unwrap();
     // The requirement is in force once a commit waits on it (the reload reaches every process
-    // asynchronously): a probe transaction per try, left waiting when it does.
-    eventually(Duration::from_secs(20), "commits to wait for the standby", || async {
+    // asynchronously): a probe transaction per try, writing WAL (a commit that wrote none does
+    // not wait), kept open once it waits.
+    let _waiting_probe = eventually(Duration::from_secs(20), "commits to wait for the standby", || async {
         let probe = connect(&url, "probe").await;
         let committed = tokio::time::timeout(
             Duration::from_millis(200),
-            probe.execute("SELECT pg_current_xact_id()", &[]),
+            probe.execute("INSERT INTO probe VALUES (1)", &[]),
         )
         .await;
-        tokio::spawn(async move {
-            // Kept open until its commit returns, after the requirement is lifted below.
-            let _probe = probe;
-            std::future::pending::<()>().await
-        });
+        if committed.is_ok() {
+            return None;
+        }
         let waiting: i64 = sql
             .query_one(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'probe' AND wait_event = 'SyncRep'",
@@ -157,10 +159,9 @@ async fn a_gateway_killed_between_commit_and_answer_leaves_exactly_one_job() {
             .await
             .unwrap()
             .get(0);
-        (committed.is_err() && waiting > 0).then_some(())
+        (waiting > 0).then_some(probe)
     })
     .await;
-
     let mut stream = unanswered_put(addr, "/landing/report.csv", b"a,b\n1,2\n").await;
     eventually(
         Duration::from_secs(20),
@@ -186,9 +187,10 @@ async fn a_gateway_killed_between_commit_and_answer_leaves_exactly_one_job() {
         String::from_utf8_lossy(&answer)
     );
 
-    sql.batch_execute("ALTER SYSTEM RESET synchronous_standby_names; SELECT pg_reload_conf()")
+    sql.batch_execute("ALTER SYSTEM RESET synchronous_standby_names")
         .await
         .unwrap();
+    sql.batch_execute("SELECT pg_reload_conf()").await.unwrap();
     eventually(Duration::from_secs(20), "the waiting commit to complete", || async {
         let present: i64 = sql
             .query_one("SELECT count(*) FROM s3p.objects WHERE key = 'report.csv'", &[])
