@@ -203,10 +203,7 @@ async fn a_gateway_killed_between_commit_and_answer_leaves_exactly_one_job() {
     let after = TestGateway::on(url).await;
     let jobs = drain(&Ojs::of(&after), "after-kill").await;
     let events: Vec<_> = jobs.iter().map(event).collect();
-    assert_eq!(
-        events,
-        vec![("s3.object.created", "ObjectCreated:Put", "report.csv")]
-    );
+    assert_eq!(events, vec![("s3.object.created", "ObjectCreated:Put", "report.csv")]);
     after.stop().await;
 }
 
@@ -296,7 +293,10 @@ async fn uploads_that_do_not_commit_enqueue_nothing() {
     let keys: Vec<_> = jobs.iter().map(|job| event(job).2).collect();
     assert_eq!(keys, vec!["kept", "last"]);
     for key in ["cut", "too-big"] {
-        assert!(s3.head_object().bucket("capped").key(key).send().await.is_err(), "{key}");
+        assert!(
+            s3.head_object().bucket("capped").key(key).send().await.is_err(),
+            "{key}"
+        );
     }
     gw.stop().await;
 }
@@ -399,13 +399,7 @@ async fn concurrent_overwrites_enqueue_one_job_per_version_in_commit_order() {
     for pair in sequencers.windows(2) {
         assert!(pair[0] < pair[1], "sequencers in commit order: {sequencers:?}");
     }
-    let current = s3
-        .get_object()
-        .bucket("hot")
-        .key("shared.csv")
-        .send()
-        .await
-        .unwrap();
+    let current = s3.get_object().bucket("hot").key("shared.csv").send().await.unwrap();
     assert_eq!(
         current.version_id(),
         jobs.last().unwrap().1["s3"]["object"]["versionId"].as_str()
@@ -489,11 +483,7 @@ async fn a_multipart_upload_enqueues_one_job_at_completion() {
     let events: Vec<_> = jobs.iter().map(event).collect();
     assert_eq!(
         events,
-        vec![(
-            "s3.object.created",
-            "ObjectCreated:CompleteMultipartUpload",
-            "kept.bin"
-        )]
+        vec![("s3.object.created", "ObjectCreated:CompleteMultipartUpload", "kept.bin")]
     );
     let object = &jobs[0]["args"][0]["s3"]["object"];
     assert_eq!(object["size"], part_size + 1000);

@@ -12,7 +12,6 @@ mod receiver;
 
 use std::time::Duration;
 
-use futures::StreamExt;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{
     BucketVersioningStatus, CompletedMultipartUpload, CompletedPart, Event, NotificationConfiguration,
@@ -21,6 +20,7 @@ use aws_sdk_s3::types::{
 use common::events::{configure, drain, event, queue_rule};
 use common::ojs::Ojs;
 use common::{TestGateway, eventually};
+use futures::StreamExt;
 use serde_json::Value;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -701,7 +701,10 @@ async fn pubsub_channel_targets_reach_subscribers_of_every_gateway_once_per_comm
         .send()
         .await
         .unwrap();
-    assert_eq!(stored.queue_configurations()[0].queue_arn(), "arn:pgvs3:pubsub:::s3:feed");
+    assert_eq!(
+        stored.queue_configurations()[0].queue_arn(),
+        "arn:pgvs3:pubsub:::s3:feed"
+    );
 
     let mut on_first = subscriber(&first, "s3:feed").await;
     let mut on_second = subscriber(&second, "s3:feed").await;
@@ -729,7 +732,10 @@ async fn pubsub_channel_targets_reach_subscribers_of_every_gateway_once_per_comm
                     .is_ok_and(|message| message.is_some());
             }
         }
-        assert!(tokio::time::Instant::now() < deadline, "pub/sub up on both gateways within 20 s");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "pub/sub up on both gateways within 20 s"
+        );
     }
 
     let put = s3
@@ -790,7 +796,10 @@ async fn pubsub_channel_targets_reach_subscribers_of_every_gateway_once_per_comm
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_worked_example_converts_each_uploaded_csv_to_parquet() {
     let page = include_str!("../../docs/events.md");
-    let start = page.find("```python\n# worker.py").expect("the worked example's worker") + "```python\n".len();
+    let start = page
+        .find("```python\n# worker.py")
+        .expect("the worked example's worker")
+        + "```python\n".len();
     let worker = &page[start..start + page[start..].find("```").unwrap()];
     let gw = TestGateway::start().await;
     let s3 = &gw.client;
@@ -850,7 +859,10 @@ async fn the_worked_example_converts_each_uploaded_csv_to_parquet() {
         .await
         .unwrap()
         .into_bytes();
-    assert!(parquet.starts_with(b"PAR1") && parquet.ends_with(b"PAR1"), "a Parquet file");
+    assert!(
+        parquet.starts_with(b"PAR1") && parquet.ends_with(b"PAR1"),
+        "a Parquet file"
+    );
     let ids: Vec<String> = gw
         .sql()
         .await

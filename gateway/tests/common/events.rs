@@ -3,8 +3,8 @@
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::types::{
-    Event, FilterRule, FilterRuleName, NotificationConfiguration, NotificationConfigurationFilter,
-    QueueConfiguration, S3KeyFilter,
+    Event, FilterRule, FilterRuleName, NotificationConfiguration, NotificationConfigurationFilter, QueueConfiguration,
+    S3KeyFilter,
 };
 use serde_json::Value;
 
