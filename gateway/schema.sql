@@ -988,9 +988,13 @@ BEGIN
                     'key', pgvs3.event_key(object_key),
                     'size', object_size, 'eTag', nullif(object_etag, ''), 'versionId', object_version,
                     'sequencer', lpad(upper(to_hex((extract(epoch FROM clock_timestamp()) * 1000000)::bigint)), 16, '0')))));
-        -- A webhook target's rule owes a delivery (functions/events.sql) instead of a job.
+        -- A webhook target's rule owes a delivery, a channel's rule publishes (both in
+        -- functions/events.sql), instead of a job.
         IF rule ? 'webhook' THEN
             PERFORM pgvs3.owe_object_event(rule ->> 'webhook', event_name, record);
+            CONTINUE;
+        ELSIF rule ? 'channel' THEN
+            PERFORM pgvs3.publish_object_event(rule ->> 'channel', record);
             CONTINUE;
         END IF;
         INSERT INTO ojs.jobs (id, queue, type, state, priority, max_attempts, envelope, run_at, visibility_ms)
@@ -1323,6 +1327,18 @@ CREATE FUNCTION pgvs3.owe_object_event(target_name text, event_name text, record
     INSERT INTO pgvs3.outbox (delivery_id, target, event_type, body)
     SELECT pgvs3.uuid_v7(), t.name, 's3:' || event_name, jsonb_build_object('Records', jsonb_build_array(record))
       FROM pgvs3.webhook_targets t WHERE t.name = target_name
+$$;
+
+--
+-- Name: publish_object_event(text, jsonb); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.publish_object_event(channel text, record jsonb) RETURNS void
+    LANGUAGE sql
+    AS $$
+    SELECT pgvs3.resp_notify('\x63'::bytea || convert_to(channel, 'UTF8'),
+                             convert_to(jsonb_build_object('Records', jsonb_build_array(record))::text, 'UTF8'),
+                             7000)
 $$;
 
 --
@@ -1910,17 +1926,16 @@ BEGIN
 END $$;
 
 --
--- Name: resp_publish(bytea, bytea, integer); Type: FUNCTION; Schema: pgvs3; Owner: -
+-- Name: resp_notify(bytea, bytea, integer); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
-CREATE FUNCTION pgvs3.resp_publish(channel bytea, message bytea, inline_limit integer) RETURNS void
+CREATE FUNCTION pgvs3.resp_notify(channel bytea, message bytea, inline_limit integer) RETURNS void
     LANGUAGE plpgsql
     AS $$
 DECLARE
     payload text;
     id bigint;
 BEGIN
-    PERFORM set_config('synchronous_commit', 'off', true);
     payload := 'i' || translate(encode(channel, 'base64'), E'\n', '') || ' '
                    || translate(encode(message, 'base64'), E'\n', '');
     IF octet_length(payload) > inline_limit THEN
@@ -1930,6 +1945,18 @@ BEGIN
         payload := 'r' || id;
     END IF;
     PERFORM pg_notify('pgvs3_pubsub', payload);
+END $$;
+
+--
+-- Name: resp_publish(bytea, bytea, integer); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_publish(channel bytea, message bytea, inline_limit integer) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);
+    PERFORM pgvs3.resp_notify(channel, message, inline_limit);
 END $$;
 
 --

@@ -40,7 +40,8 @@ const LAYOUT_V10: &[(i32, &str, &str)] = &[
 
 /// Functions added by layout v11 (they did not exist before it).
 /// Functions added since layout v10: by v11 (the control API), v12 (versioning), v13 (object
-/// lock, lifecycle, notifications), v14 (RESP data types) and v17 (the webhook outbox).
+/// lock, lifecycle, notifications), v14 (RESP data types), v17 (the webhook outbox) and v20
+/// (notifications to pub/sub channels).
 const NEW_SINCE_V10: &[&str] = &[
     "ojs.delivery_json(pgvs3.outbox)",
     "ojs.ensure_webhook_trigger()",
@@ -58,6 +59,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.object_locked(jsonb,boolean)",
     "pgvs3.origin_secret(text)",
     "pgvs3.owe_object_event(text,text,jsonb)",
+    "pgvs3.publish_object_event(text,jsonb)",
     "pgvs3.put_webhook_target(text,text,text)",
     "pgvs3.replace_null_version()",
     "pgvs3.resp_check(bigint,text[],text[],text[],\"char\",boolean)",
@@ -72,6 +74,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.resp_list_push(bigint,text,boolean,bytea[])",
     "pgvs3.resp_list_shrink(bigint,text,bigint)",
     "pgvs3.resp_mark_typed()",
+    "pgvs3.resp_notify(bytea,bytea,integer)",
     "pgvs3.resp_publish(bytea,bytea,integer)",
     "pgvs3.resp_set(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
     "pgvs3.resp_settle(bigint,text)",

@@ -1646,3 +1646,34 @@ async fn per_job_ack_and_nack_routes_settle_the_named_job() {
     assert_eq!(status, 404);
     gateway.stop().await;
 }
+
+/// A batch's answer gives back, for each job, the `version` and `meta` the client sent with it
+/// (the HTTP binding's batch example; official runners compare them).
+#[tokio::test]
+async fn a_batch_answer_keeps_each_jobs_version_and_meta() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let jobs = json!([
+        { "type": "report.build", "args": [1], "version": "2", "meta": { "tenant": "a", "trace": "t-1" },
+          "options": { "queue": "reports" } },
+        { "type": "report.build", "args": [2], "meta": { "tenant": "b" }, "options": { "queue": "reports" } },
+        { "type": "report.build", "args": [3], "version": "3", "options": { "queue": "reports" } },
+    ]);
+    let (status, body) = ojs.post("/ojs/v1/jobs/batch", json!({ "jobs": jobs })).await;
+    assert_eq!(status, 201, "{body}");
+    let answered: Vec<(Value, Value)> = body["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|job| (job["version"].clone(), job["meta"].clone()))
+        .collect();
+    assert_eq!(
+        answered,
+        vec![
+            (json!("2"), json!({ "tenant": "a", "trace": "t-1" })),
+            (Value::Null, json!({ "tenant": "b" })),
+            (json!("3"), Value::Null),
+        ]
+    );
+    gateway.stop().await;
+}

@@ -3,76 +3,25 @@
 //! completion, RESP SET, DELETE, delete markers, permanent version deletes), none for a write
 //! that did not commit (a failed conditional PUT) or for keys the filter leaves out; the job's
 //! args are the S3 event record as AWS shapes it. Webhook targets (`arn:pgvs3:webhook:::<name>`)
-//! get the same records POSTed from the outbox to a real receiver, at least once.
+//! get the same records POSTed from the outbox to a real receiver, at least once; pub/sub channel
+//! targets (`arn:pgvs3:pubsub:::<channel>`) publish them at the commit to redis-rs subscribers
+//! on every gateway of the database.
 
 mod common;
 mod receiver;
 
 use std::time::Duration;
 
-use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{
-    BucketVersioningStatus, CompletedMultipartUpload, CompletedPart, Event, FilterRule, FilterRuleName,
-    NotificationConfiguration, NotificationConfigurationFilter, QueueConfiguration, S3KeyFilter,
-    VersioningConfiguration,
+    BucketVersioningStatus, CompletedMultipartUpload, CompletedPart, Event, NotificationConfiguration,
+    QueueConfiguration, VersioningConfiguration,
 };
+use common::events::{configure, drain, event, queue_rule};
 use common::ojs::Ojs;
 use common::{TestGateway, eventually};
+use futures::StreamExt;
 use serde_json::Value;
-
-fn queue_rule(id: &str, queue: &str, events: &[&str], prefix: &str, suffix: &str) -> QueueConfiguration {
-    let mut filter = S3KeyFilter::builder();
-    if !prefix.is_empty() {
-        filter = filter.filter_rules(FilterRule::builder().name(FilterRuleName::Prefix).value(prefix).build());
-    }
-    if !suffix.is_empty() {
-        filter = filter.filter_rules(FilterRule::builder().name(FilterRuleName::Suffix).value(suffix).build());
-    }
-    QueueConfiguration::builder()
-        .id(id)
-        .queue_arn(format!("arn:pgvs3:ojs:::{queue}"))
-        .set_events(Some(events.iter().map(|e| Event::from(*e)).collect()))
-        .filter(NotificationConfigurationFilter::builder().key(filter.build()).build())
-        .build()
-        .unwrap()
-}
-
-async fn configure(s3: &Client, bucket: &str, rules: Vec<QueueConfiguration>) {
-    s3.put_bucket_notification_configuration()
-        .bucket(bucket)
-        .notification_configuration(
-            NotificationConfiguration::builder()
-                .set_queue_configurations(Some(rules))
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
-}
-
-/// Every job waiting in `queue`, fetched (and acknowledged) by one worker, in order.
-async fn drain(ojs: &Ojs, queue: &str) -> Vec<Value> {
-    let mut jobs = Vec::new();
-    while let Some(job) = ojs.fetch(queue, "test-worker").await {
-        let (status, body) = ojs
-            .post("/ojs/v1/workers/ack", serde_json::json!({ "job_id": job["id"] }))
-            .await;
-        assert_eq!(status, 200, "{body}");
-        jobs.push(job);
-        assert!(jobs.len() < 100, "more jobs than events");
-    }
-    jobs
-}
-
-fn event(job: &Value) -> (&str, &str, &str) {
-    let record = &job["args"][0];
-    (
-        job["type"].as_str().unwrap(),
-        record["eventName"].as_str().unwrap(),
-        record["s3"]["object"]["key"].as_str().unwrap(),
-    )
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn committed_writes_enqueue_one_job_each() {
@@ -676,4 +625,257 @@ async fn webhook_targets_get_each_committed_event_signed_and_after_an_outage() {
         .unwrap()
         .get(0);
     assert_eq!(owed, 0);
+}
+
+fn channel_rule(arn: &str) -> QueueConfiguration {
+    QueueConfiguration::builder()
+        .id("feed")
+        .queue_arn(arn)
+        .events(Event::from("s3:ObjectCreated:*"))
+        .build()
+        .unwrap()
+}
+
+/// A redis-rs subscriber to `channel` on `gateway`, and its message stream.
+async fn subscriber(gateway: &TestGateway, channel: &str) -> impl futures::Stream<Item = redis::Msg> + Unpin {
+    let client = redis::Client::open(format!("redis://{}/", gateway.resp_addr())).unwrap();
+    let mut pubsub = client.get_async_pubsub().await.unwrap();
+    pubsub.subscribe(channel).await.unwrap();
+    pubsub.into_on_message()
+}
+
+/// The next message's (eventName, key) and record, skipping the warm-up messages.
+async fn next_event(messages: &mut (impl futures::Stream<Item = redis::Msg> + Unpin)) -> (String, String, Value) {
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(10), messages.next())
+            .await
+            .expect("a message within 10 s")
+            .expect("the subscription is open");
+        if message.get_payload_bytes() == b"warm-up" {
+            continue;
+        }
+        assert_eq!(message.get_channel_name(), "s3:feed");
+        let body: Value = serde_json::from_slice(message.get_payload_bytes()).unwrap();
+        let record = body["Records"][0].clone();
+        assert_eq!(body["Records"].as_array().unwrap().len(), 1, "{body}");
+        return (
+            record["eventName"].as_str().unwrap().to_owned(),
+            record["s3"]["object"]["key"].as_str().unwrap().to_owned(),
+            record,
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pubsub_channel_targets_reach_subscribers_of_every_gateway_once_per_commit() {
+    let url = common::fresh_database().await;
+    let resp_on = ["--resp-addr", "127.0.0.1:0"];
+    let first = TestGateway::with_args(url.clone(), &resp_on).await;
+    let second = TestGateway::with_args(url, &resp_on).await;
+    let s3 = &first.client;
+    s3.create_bucket().bucket("feed").send().await.unwrap();
+    // A channel ARN naming no channel is an invalid destination.
+    let empty = s3
+        .put_bucket_notification_configuration()
+        .bucket("feed")
+        .notification_configuration(
+            NotificationConfiguration::builder()
+                .queue_configurations(channel_rule("arn:pgvs3:pubsub:::"))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_err();
+    let error = empty.as_service_error().map(|e| e.meta());
+    assert_eq!(error.and_then(|e| e.code()), Some("InvalidArgument"));
+    assert!(
+        error
+            .and_then(|e| e.message())
+            .unwrap()
+            .starts_with("Unable to validate the following destination configurations")
+    );
+    configure(s3, "feed", vec![channel_rule("arn:pgvs3:pubsub:::s3:feed")]).await;
+    let stored = s3
+        .get_bucket_notification_configuration()
+        .bucket("feed")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        stored.queue_configurations()[0].queue_arn(),
+        "arn:pgvs3:pubsub:::s3:feed"
+    );
+
+    let mut on_first = subscriber(&first, "s3:feed").await;
+    let mut on_second = subscriber(&second, "s3:feed").await;
+    // Both gateways' LISTEN connections are up once a PUBLISH reaches both subscribers (a
+    // message sent while a gateway's connection is still starting is missed, as Redis misses
+    // messages to a subscriber that is not connected).
+    let mut publisher = redis::Client::open(format!("redis://{}/", first.resp_addr()))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut warmed = [false, false];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while warmed != [true, true] {
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg("s3:feed")
+            .arg("warm-up")
+            .query_async(&mut publisher)
+            .await
+            .unwrap();
+        for (seen, messages) in warmed.iter_mut().zip([&mut on_first, &mut on_second]) {
+            if !*seen {
+                *seen = tokio::time::timeout(Duration::from_millis(500), messages.next())
+                    .await
+                    .is_ok_and(|message| message.is_some());
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "pub/sub up on both gateways within 20 s"
+        );
+    }
+
+    let put = s3
+        .put_object()
+        .bucket("feed")
+        .key("in/a.csv")
+        .body(ByteStream::from_static(b"a,b\n"))
+        .send()
+        .await
+        .unwrap();
+    // Not committed: nothing published.
+    let refused = s3
+        .put_object()
+        .bucket("feed")
+        .key("in/a.csv")
+        .if_none_match("*")
+        .body(ByteStream::from_static(b"again"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(refused.raw_response().unwrap().status().as_u16(), 412);
+    // Messages come in commit order, so once this one arrives, a message of the refused PUT
+    // (had it committed) would have arrived before it.
+    s3.put_object()
+        .bucket("feed")
+        .key("in/b.csv")
+        .body(ByteStream::from_static(b"b"))
+        .send()
+        .await
+        .unwrap();
+    for messages in [&mut on_first, &mut on_second] {
+        let (name, key, record) = next_event(messages).await;
+        assert_eq!((name.as_str(), key.as_str()), ("ObjectCreated:Put", "in/a.csv"));
+        assert_eq!(record["s3"]["bucket"]["name"], "feed");
+        assert_eq!(record["s3"]["configurationId"], "feed");
+        assert_eq!(record["s3"]["object"]["size"], 4);
+        assert_eq!(
+            format!("\"{}\"", record["s3"]["object"]["eTag"].as_str().unwrap()),
+            put.e_tag().unwrap()
+        );
+        let (name, key, _) = next_event(messages).await;
+        assert_eq!((name.as_str(), key.as_str()), ("ObjectCreated:Put", "in/b.csv"));
+    }
+    // Nothing else was published: a last marker is the next message on both.
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg("s3:feed")
+        .arg("{\"Records\": [{\"eventName\": \"end\", \"s3\": {\"object\": {\"key\": \"-\"}}}]}")
+        .query_async(&mut publisher)
+        .await
+        .unwrap();
+    for messages in [&mut on_first, &mut on_second] {
+        assert_eq!(next_event(messages).await.0, "end");
+    }
+}
+
+/// The worker of docs/events.md's worked example, run as the page shows it (its Python block read
+/// from the page): one uploaded CSV becomes one Parquet file and one acknowledged job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_worked_example_converts_each_uploaded_csv_to_parquet() {
+    let page = include_str!("../../docs/events.md");
+    let start = page
+        .find("```python\n# worker.py")
+        .expect("the worked example's worker")
+        + "```python\n".len();
+    let worker = &page[start..start + page[start..].find("```").unwrap()];
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    let ojs = Ojs::of(&gw);
+    s3.create_bucket().bucket("uploads").send().await.unwrap();
+    configure(
+        s3,
+        "uploads",
+        vec![queue_rule(
+            "csv-to-parquet",
+            "csv-to-parquet",
+            &["s3:ObjectCreated:*"],
+            "incoming/",
+            ".csv",
+        )],
+    )
+    .await;
+    s3.put_object()
+        .bucket("uploads")
+        .key("incoming/day 1.csv")
+        .body(ByteStream::from_static(b"city,temp\nOslo,3\nLima,19\n"))
+        .send()
+        .await
+        .unwrap();
+    let script = std::env::temp_dir().join(format!("pgvs3-test-{}-worker.py", std::process::id()));
+    std::fs::write(&script, worker).unwrap();
+    let driver = format!(
+        "import runpy\nworker = runpy.run_path({:?})\nassert worker['work_one']()\nassert not worker['work_one']()\nprint('done')",
+        script.display().to_string()
+    );
+    let output = tokio::process::Command::new("python3")
+        .args(["-c", &driver])
+        .env("OJS_URL", format!("http://{}", ojs.addr))
+        .env("S3_URL", gw.endpoint())
+        .env("AWS_ACCESS_KEY_ID", common::ROOT_ACCESS_KEY)
+        .env("AWS_SECRET_ACCESS_KEY", common::ROOT_SECRET_KEY)
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .output()
+        .await
+        .expect("python3 (scripts/test puts the clients' venv, with boto3, pyarrow and requests, first on PATH)");
+    let _ = std::fs::remove_file(&script);
+    assert!(
+        output.status.success() && String::from_utf8_lossy(&output.stdout).contains("done"),
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let parquet = s3
+        .get_object()
+        .bucket("uploads")
+        .key("parquet/day 1.parquet")
+        .send()
+        .await
+        .unwrap()
+        .body
+        .collect()
+        .await
+        .unwrap()
+        .into_bytes();
+    assert!(
+        parquet.starts_with(b"PAR1") && parquet.ends_with(b"PAR1"),
+        "a Parquet file"
+    );
+    let ids: Vec<String> = gw
+        .sql()
+        .await
+        .query("SELECT id FROM ojs.jobs WHERE queue = 'csv-to-parquet'", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(ids.len(), 1, "one upload, one job");
+    let (_, job) = ojs.get(&format!("/ojs/v1/jobs/{}", ids[0])).await;
+    assert_eq!(job["job"]["state"], "completed", "{job}");
+    assert_eq!(job["job"]["result"]["parquet"], "parquet/day 1.parquet", "{job}");
+    // The Parquet file is outside the rule's prefix: writing it raised no job.
+    assert!(drain(&ojs, "csv-to-parquet").await.is_empty());
 }

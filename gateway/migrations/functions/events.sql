@@ -1,6 +1,7 @@
 -- Webhook deliveries owed (layout v17): what writes rows into `pgvs3.outbox`, always inside the
 -- transaction of the change that causes them, and the registration of bucket notification
--- targets. The delivery itself is the gateway's (gateway/src/outbox.rs).
+-- targets; and (layout v20) object events published to RESP pub/sub channels, which need no
+-- outbox. The delivery itself is the gateway's (gateway/src/webhooks.rs).
 --
 -- Triggers and what must stay true:
 --   events_webhooks  AFTER INSERT ON ojs.events, FOR EACH STATEMENT (transition table
@@ -75,6 +76,19 @@ LANGUAGE sql AS $$
     INSERT INTO pgvs3.outbox (delivery_id, target, event_type, body)
     SELECT pgvs3.uuid_v7(), t.name, 's3:' || event_name, jsonb_build_object('Records', jsonb_build_array(record))
       FROM pgvs3.webhook_targets t WHERE t.name = target_name
+$$;
+
+-- An object event published to a RESP pub/sub channel (`arn:pgvs3:pubsub:::<channel>`): the
+-- same AWS event message, as a PUBLISH to that plain channel would send it, from the write's own
+-- transaction. NOTIFY goes out at the commit, so subscribers on every gateway of the database
+-- get it once per committed event, in commit order, and never for a write that rolled back;
+-- like any Redis message, a subscriber that is not connected then never gets it. 7,000 is the
+-- inline limit PUBLISH passes too (INLINE_LIMIT in gateway/src/resp/pubsub.rs).
+CREATE OR REPLACE FUNCTION pgvs3.publish_object_event(channel text, record jsonb) RETURNS void
+LANGUAGE sql AS $$
+    SELECT pgvs3.resp_notify('\x63'::bytea || convert_to(channel, 'UTF8'),
+                             convert_to(jsonb_build_object('Records', jsonb_build_array(record))::text, 'UTF8'),
+                             7000)
 $$;
 
 -- Registers (or changes) a bucket notification webhook target; buckets name it

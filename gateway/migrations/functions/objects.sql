@@ -311,9 +311,13 @@ BEGIN
                     'key', pgvs3.event_key(object_key),
                     'size', object_size, 'eTag', nullif(object_etag, ''), 'versionId', object_version,
                     'sequencer', lpad(upper(to_hex((extract(epoch FROM clock_timestamp()) * 1000000)::bigint)), 16, '0')))));
-        -- A webhook target's rule owes a delivery (functions/events.sql) instead of a job.
+        -- A webhook target's rule owes a delivery, a channel's rule publishes (both in
+        -- functions/events.sql), instead of a job.
         IF rule ? 'webhook' THEN
             PERFORM pgvs3.owe_object_event(rule ->> 'webhook', event_name, record);
+            CONTINUE;
+        ELSIF rule ? 'channel' THEN
+            PERFORM pgvs3.publish_object_event(rule ->> 'channel', record);
             CONTINUE;
         END IF;
         INSERT INTO ojs.jobs (id, queue, type, state, priority, max_attempts, envelope, run_at, visibility_ms)

@@ -2,14 +2,19 @@
 -- database (resp/pubsub.rs). The payload is `i<channel base64> <message base64>` when that fits
 -- in `inline_limit` bytes (NOTIFY's payload ends at 8,000), else `r<id>` of a
 -- `resp_messages` row holding both, which receivers read by id. Rows older than a minute go
--- with each such publish. Fire and forget, as in Redis: the commit does not wait for the WAL.
-CREATE OR REPLACE FUNCTION pgvs3.resp_publish(channel bytea, message bytea, inline_limit int) RETURNS void
+-- with each such publish. The channel carries its kind as its first byte (`c` a plain channel,
+-- `s` a shard channel).
+--
+-- NOTIFY is transactional: the gateways receive the message when (and only if) the calling
+-- transaction commits, in commit order. `resp_notify` is that step alone, for callers whose
+-- transaction does other work (a bucket notification to a channel, functions/events.sql);
+-- `resp_publish` is the PUBLISH command's whole transaction.
+CREATE OR REPLACE FUNCTION pgvs3.resp_notify(channel bytea, message bytea, inline_limit int) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     payload text;
     id bigint;
 BEGIN
-    PERFORM set_config('synchronous_commit', 'off', true);
     payload := 'i' || translate(encode(channel, 'base64'), E'\n', '') || ' '
                    || translate(encode(message, 'base64'), E'\n', '');
     IF octet_length(payload) > inline_limit THEN
@@ -19,4 +24,12 @@ BEGIN
         payload := 'r' || id;
     END IF;
     PERFORM pg_notify('pgvs3_pubsub', payload);
+END $$;
+
+-- Fire and forget, as in Redis: the commit does not wait for the WAL.
+CREATE OR REPLACE FUNCTION pgvs3.resp_publish(channel bytea, message bytea, inline_limit int) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);
+    PERFORM pgvs3.resp_notify(channel, message, inline_limit);
 END $$;

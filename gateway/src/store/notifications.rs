@@ -1,9 +1,10 @@
 //! Bucket notifications (layout v13): a bucket's rules (`pgvs3.buckets.notifications`), each
-//! naming an OJS queue of this database or a registered webhook target (layout v17), the events
-//! it wants and a key prefix and suffix. The events themselves are raised in SQL
-//! (`pgvs3.object_event`, functions/objects.sql), inside the transaction of the write, so each
-//! committed event is exactly one job, or one delivery owed to the target's webhook outbox
-//! (functions/events.sql, delivered at least once by gateway/src/webhooks.rs).
+//! naming an OJS queue of this database, a registered webhook target (layout v17) or a RESP
+//! pub/sub channel (layout v20), the events it wants and a key prefix and suffix. The events
+//! themselves are raised in SQL (`pgvs3.object_event`, functions/objects.sql), inside the
+//! transaction of the write, so each committed event is exactly one job, one delivery owed to
+//! the target's webhook outbox (functions/events.sql, delivered at least once by
+//! gateway/src/webhooks.rs), or one message published at the commit.
 
 use serde::{Deserialize, Serialize};
 use tokio_postgres::types::Json;
@@ -25,6 +26,9 @@ pub struct NotificationRule {
     /// The webhook target (`pgvs3.webhook_targets`) each event is delivered to, instead of a queue.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub webhook: String,
+    /// The RESP pub/sub channel each event is published to, instead of a queue.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub channel: String,
     /// S3 event names or `<family>:*` patterns, e.g. `s3:ObjectCreated:*`.
     pub events: Vec<String>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -48,29 +52,72 @@ pub const EVENTS: &[&str] = &[
     "s3:LifecycleExpiration:DeleteMarkerCreated",
 ];
 
-/// The queue of an OJS queue ARN as pgvs3 names them: `arn:pgvs3:ojs:::<queue>`.
-pub fn queue_of_arn(arn: &str) -> Option<&str> {
-    let queue = arn.strip_prefix("arn:pgvs3:ojs:::")?;
-    crate::ojs::envelope::is_valid_queue(queue).then_some(queue)
+/// Where a rule sends its events, as its ARN names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Destination<'a> {
+    /// An OJS queue of this database: `arn:pgvs3:ojs:::<queue>`.
+    Queue(&'a str),
+    /// A webhook target registered with `pgvs3.put_webhook_target`: `arn:pgvs3:webhook:::<name>`.
+    Webhook(&'a str),
+    /// A RESP pub/sub channel of this database's gateways: `arn:pgvs3:pubsub:::<channel>`.
+    Channel(&'a str),
 }
 
-/// The target of a webhook ARN: `arn:pgvs3:webhook:::<name>` (registered with
-/// `pgvs3.put_webhook_target`).
-pub fn webhook_of_arn(arn: &str) -> Option<&str> {
-    let name = arn.strip_prefix("arn:pgvs3:webhook:::")?;
-    let valid = (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-    valid.then_some(name)
+/// The longest channel a rule may name. Redis puts no limit on a channel; this one keeps a rule
+/// (and the message's NOTIFY payload, which carries the channel) small.
+pub const MAX_CHANNEL: usize = 256;
+
+impl<'a> Destination<'a> {
+    /// The destination an ARN names, or None when it names nothing pgvs3 can deliver to.
+    pub fn of_arn(arn: &'a str) -> Option<Destination<'a>> {
+        if let Some(queue) = arn.strip_prefix("arn:pgvs3:ojs:::") {
+            crate::ojs::envelope::is_valid_queue(queue).then_some(Destination::Queue(queue))
+        } else if let Some(name) = arn.strip_prefix("arn:pgvs3:webhook:::") {
+            let valid = (1..=64).contains(&name.len())
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+            valid.then_some(Destination::Webhook(name))
+        } else if let Some(channel) = arn.strip_prefix("arn:pgvs3:pubsub:::") {
+            // Any text a SUBSCRIBE can name, but no control characters: a channel is also
+            // written into XML and logs.
+            let valid = (1..=MAX_CHANNEL).contains(&channel.len()) && !channel.chars().any(char::is_control);
+            valid.then_some(Destination::Channel(channel))
+        } else {
+            None
+        }
+    }
+
+    /// A rule sending its events here (id, events and filter left empty).
+    pub fn rule(self) -> NotificationRule {
+        let mut rule = NotificationRule::default();
+        match self {
+            Destination::Queue(queue) => rule.queue = queue.to_owned(),
+            Destination::Webhook(name) => rule.webhook = name.to_owned(),
+            Destination::Channel(channel) => rule.channel = channel.to_owned(),
+        }
+        rule
+    }
 }
 
-/// A rule's destination ARN, as it was put.
-pub fn rule_arn(rule: &NotificationRule) -> String {
-    if rule.webhook.is_empty() {
-        format!("arn:pgvs3:ojs:::{}", rule.queue)
-    } else {
-        format!("arn:pgvs3:webhook:::{}", rule.webhook)
+impl NotificationRule {
+    pub fn destination(&self) -> Destination<'_> {
+        if !self.webhook.is_empty() {
+            Destination::Webhook(&self.webhook)
+        } else if !self.channel.is_empty() {
+            Destination::Channel(&self.channel)
+        } else {
+            Destination::Queue(&self.queue)
+        }
+    }
+
+    /// The rule's destination ARN, as it was put.
+    pub fn arn(&self) -> String {
+        match self.destination() {
+            Destination::Queue(queue) => format!("arn:pgvs3:ojs:::{queue}"),
+            Destination::Webhook(name) => format!("arn:pgvs3:webhook:::{name}"),
+            Destination::Channel(channel) => format!("arn:pgvs3:pubsub:::{channel}"),
+        }
     }
 }
 

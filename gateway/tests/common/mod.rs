@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod certs;
+pub mod events;
 pub mod faults;
 pub mod ojs;
 pub mod raw;
@@ -164,10 +165,19 @@ pub fn primary_and_standby(name: &str) -> (ClusterAddress, ClusterAddress) {
 /// A cluster of its own that also accepts TLS (ssl=on) on 127.0.0.1 with `server`'s
 /// certificate, for the sslmode tests.
 pub fn tls_cluster(name: &str, server: &certs::Issued) -> ClusterAddress {
+    own_cluster(&format!("tls-{name}"), Some((server.cert.clone(), server.key.clone())))
+}
+
+/// A cluster of its own, for a test that changes server-wide settings.
+pub fn cluster_of_its_own(name: &str) -> ClusterAddress {
+    own_cluster(&format!("own-{name}"), None)
+}
+
+/// A dedicated cluster, kept on a thread of its own like the shared one.
+fn own_cluster(dir: &str, tls: Option<(PathBuf, PathBuf)>) -> ClusterAddress {
     let (sender, receiver) = std::sync::mpsc::channel();
-    let data_dir = std::env::temp_dir().join(format!("pgvs3-test-{}-tls-{name}", std::process::id()));
+    let data_dir = std::env::temp_dir().join(format!("pgvs3-test-{}-{dir}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data_dir);
-    let tls = (server.cert.clone(), server.key.clone());
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -179,16 +189,16 @@ pub fn tls_cluster(name: &str, server: &certs::Issued) -> ClusterAddress {
                 pg_bin: None,
                 memory_budget: Some(1 << 30),
                 shared_buffers: Some(32 << 20),
-                tls: Some(tls),
+                tls,
             }))
-            .expect("start the TLS cluster");
+            .expect("start the cluster");
         sender.send(ClusterAddress::of(&server)).unwrap();
         let _keep = (server, runtime);
         loop {
             std::thread::park();
         }
     });
-    receiver.recv().expect("TLS cluster thread")
+    receiver.recv().expect("cluster thread")
 }
 
 /// Data dirs of earlier test processes: their servers stopped when those processes ended.
@@ -422,10 +432,15 @@ impl TestGateway {
 }
 
 pub fn s3_client(gateway: &RunningGateway, access_key: &str, secret_key: &str) -> Client {
+    s3_client_at(gateway.s3_addr, access_key, secret_key)
+}
+
+/// A client of the S3 endpoint at `addr` (a gateway running in-process or as a process).
+pub fn s3_client_at(addr: std::net::SocketAddr, access_key: &str, secret_key: &str) -> Client {
     let config = aws_sdk_s3::Config::builder()
         .behavior_version_latest()
         .region(Region::new("us-east-1"))
-        .endpoint_url(format!("http://{}", gateway.s3_addr))
+        .endpoint_url(format!("http://{addr}"))
         .credentials_provider(Credentials::new(access_key, secret_key, None, None, "test"))
         .force_path_style(true)
         .http_client(aws_smithy_http_client::Builder::new().build_http())

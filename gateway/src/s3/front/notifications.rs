@@ -1,16 +1,15 @@
 //! Bucket notifications on the wire: Put/GetBucketNotificationConfiguration. Queue
 //! configurations name an OJS queue of this database (`arn:pgvs3:ojs:::<queue>`) or, as MinIO
 //! puts every target among its queues, a registered webhook target
-//! (`arn:pgvs3:webhook:::<name>`); topics, Lambda functions and EventBridge have no counterpart
-//! here and are refused, never stored as if they would fire.
+//! (`arn:pgvs3:webhook:::<name>`) or a RESP pub/sub channel (`arn:pgvs3:pubsub:::<channel>`);
+//! topics, Lambda functions and EventBridge have no counterpart here and are refused, never
+//! stored as if they would fire.
 
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use super::{S3Front, fail};
-use crate::store::{
-    Access, NOTIFICATION_EVENTS, NotificationRule, Notifications, queue_of_arn, rule_arn, webhook_of_arn,
-};
+use crate::store::{Access, Destination, NOTIFICATION_EVENTS, NotificationRule, Notifications};
 
 /// S3's limit on notification configurations per bucket.
 const MAX_RULES: usize = 100;
@@ -21,15 +20,12 @@ fn invalid_argument(message: String) -> S3Error {
 
 fn rule_from(n: usize, config: &QueueConfiguration) -> S3Result<NotificationRule> {
     let arn = config.queue_arn.as_str();
-    let (queue, webhook) = match (queue_of_arn(arn), webhook_of_arn(arn)) {
-        (Some(queue), _) => (queue, ""),
-        (None, Some(webhook)) => ("", webhook),
-        (None, None) => {
-            return Err(invalid_argument(format!(
-                "Unable to validate the following destination configurations: {arn} \
-                 (destinations are arn:pgvs3:ojs:::<queue> or arn:pgvs3:webhook:::<target>)"
-            )));
-        }
+    let Some(destination) = Destination::of_arn(arn) else {
+        return Err(invalid_argument(format!(
+            "Unable to validate the following destination configurations: {arn} \
+             (destinations are arn:pgvs3:ojs:::<queue>, arn:pgvs3:webhook:::<target> or \
+             arn:pgvs3:pubsub:::<channel>)"
+        )));
     };
     if config.events.is_empty() {
         return Err(S3Error::with_message(
@@ -74,11 +70,10 @@ fn rule_from(n: usize, config: &QueueConfiguration) -> S3Result<NotificationRule
     }
     Ok(NotificationRule {
         id: config.id.clone().unwrap_or_else(|| format!("notification-{}", n + 1)),
-        queue: queue.to_owned(),
-        webhook: webhook.to_owned(),
         events,
         prefix: prefix.unwrap_or_default(),
         suffix: suffix.unwrap_or_default(),
+        ..destination.rule()
     })
 }
 
@@ -136,7 +131,7 @@ fn queue_xml(rule: &NotificationRule) -> QueueConfiguration {
     };
     QueueConfiguration {
         id: Some(rule.id.clone()),
-        queue_arn: rule_arn(rule),
+        queue_arn: rule.arn(),
         events: rule.events.iter().map(|event| Event::from(event.clone())).collect(),
         filter,
     }
@@ -204,6 +199,21 @@ mod tests {
             ("", "audit")
         );
         assert_eq!(queue_xml(&rules.rules[0]).queue_arn, "arn:pgvs3:webhook:::audit");
+        let channel = NotificationConfiguration {
+            queue_configurations: Some(vec![queue("arn:pgvs3:pubsub:::s3:uploads", &["s3:ObjectCreated:*"])]),
+            ..Default::default()
+        };
+        let rules = rules_from(&channel).unwrap();
+        assert_eq!(rules.rules[0].destination(), Destination::Channel("s3:uploads"));
+        assert_eq!(queue_xml(&rules.rules[0]).queue_arn, "arn:pgvs3:pubsub:::s3:uploads");
+        let long = format!("arn:pgvs3:pubsub:::{}", "c".repeat(crate::store::MAX_CHANNEL + 1));
+        for bad in ["arn:pgvs3:pubsub:::", "arn:pgvs3:pubsub:::a\nb", long.as_str()] {
+            let config = NotificationConfiguration {
+                queue_configurations: Some(vec![queue(bad, &["s3:ObjectCreated:*"])]),
+                ..Default::default()
+            };
+            assert_eq!(code(config), "InvalidArgument", "{bad:?}");
+        }
         let foreign = NotificationConfiguration {
             queue_configurations: Some(vec![queue("arn:aws:sqs:us-east-1:1:q", &["s3:ObjectCreated:*"])]),
             ..Default::default()
