@@ -20,7 +20,7 @@ use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 18;
+pub const LAYOUT_VERSION: i32 = 21;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -92,6 +92,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         18,
         "resp_typed_pubsub",
         include_str!("../../migrations/0018_resp_typed_pubsub.sql"),
+    ),
+    (
+        21,
+        "control_api_notifications_key_policies",
+        include_str!("../../migrations/0021_control_api_notifications_key_policies.sql"),
     ),
 ];
 
