@@ -68,7 +68,7 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
     // What the spec says, checked before anything is written: what the catalog could never
     // take is an invalid spec, not a catalog failure.
     let bound = match (bound, build::spec_refusal(bucket)) {
-        (Ok(_), Some(message)) => Ok(Err(waiting(INVALID_SPEC, &message))),
+        (Ok(_), Some(message)) => Err(waiting(INVALID_SPEC, &message)),
         (bound, _) => bound,
     };
     let binding = match bound {
