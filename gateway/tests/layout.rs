@@ -440,9 +440,17 @@ async fn the_control_api_refuses_with_typed_errors() {
     // Layout v21: a key's own policy; re-attaching the same document changes no row (every
     // gateway would reload its catalog otherwise), and the root key never gets one.
     let policy = r#"{"Version":"2012-10-17","Statement":[]}"#;
-    assert!(pgvs3_catalog::set_key_policy(&sql, "owner-key", Some(policy)).await.unwrap());
+    assert!(
+        pgvs3_catalog::set_key_policy(&sql, "owner-key", Some(policy))
+            .await
+            .unwrap()
+    );
     let version = catalog_version(&sql).await;
-    assert!(pgvs3_catalog::set_key_policy(&sql, "owner-key", Some(policy)).await.unwrap());
+    assert!(
+        pgvs3_catalog::set_key_policy(&sql, "owner-key", Some(policy))
+            .await
+            .unwrap()
+    );
     assert_eq!(catalog_version(&sql).await, version, "an unchanged policy is no update");
     assert!(!pgvs3_catalog::set_key_policy(&sql, "absent-key", None).await.unwrap());
 
@@ -457,7 +465,9 @@ async fn the_control_api_refuses_with_typed_errors() {
     assert_eq!(kind(unregistered), ErrorKind::UnknownDestination);
     let bad_queue = put_bucket_notifications(&sql, "plain", &rules("arn:pgvs3:ojs:::Not_A_Queue")).await;
     assert_eq!(kind(bad_queue), ErrorKind::UnknownDestination);
-    put_bucket_notifications(&sql, "plain", &rules("arn:pgvs3:ojs:::q")).await.unwrap();
+    put_bucket_notifications(&sql, "plain", &rules("arn:pgvs3:ojs:::q"))
+        .await
+        .unwrap();
     let installed: i64 = sql
         .query_one(
             "SELECT count(*) FROM pg_trigger WHERE tgname IN ('objects_event', 'versions_event')
@@ -469,7 +479,9 @@ async fn the_control_api_refuses_with_typed_errors() {
         .get(0);
     assert_eq!(installed, 2, "the namespace's event triggers");
     let version = catalog_version(&sql).await;
-    put_bucket_notifications(&sql, "plain", &rules("arn:pgvs3:ojs:::q")).await.unwrap();
+    put_bucket_notifications(&sql, "plain", &rules("arn:pgvs3:ojs:::q"))
+        .await
+        .unwrap();
     assert_eq!(catalog_version(&sql).await, version, "unchanged rules are no update");
 
     sql.execute(
@@ -493,7 +505,11 @@ async fn the_control_api_refuses_with_typed_errors() {
         .await
         .unwrap();
     let on_cache = put_bucket_notifications(&sql, "cache", &rules("arn:pgvs3:ojs:::q")).await;
-    assert_eq!(kind(on_cache), ErrorKind::Refused, "a cache bucket's objects change at the origin");
+    assert_eq!(
+        kind(on_cache),
+        ErrorKind::Refused,
+        "a cache bucket's objects change at the origin"
+    );
     // The stored seal is reused while it opens to the same secret; another secret is sealed anew.
     let reused = pgvs3_catalog::seal_origin_secret(&sql, "cache", &master_key, "origin-secret")
         .await

@@ -113,9 +113,7 @@ async fn bucket_features(plane: std::sync::Arc<ControlPlane>) {
     let gateway = Gateway::start(&plane.run_dir, "lakes", &url, &secret_text(&master, "masterKey")).await;
     let catalog = sql(&url).await;
     let buckets: Api<Bucket> = Api::namespaced(client.clone(), ns);
-    let bucket = |name: &str, spec: serde_json::Value| {
-        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": name}, "spec": spec})
-    };
+    let bucket = |name: &str, spec: serde_json::Value| json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": name}, "spec": spec});
 
     // Notifications: a PUT under the rule's prefix through the gateway enqueues one job in the
     // rule's OJS queue, in the write's transaction; a PUT elsewhere enqueues none.
@@ -144,7 +142,10 @@ async fn bucket_features(plane: std::sync::Arc<ControlPlane>) {
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     assert_eq!(jobs[0].0, "s3.object.created");
     let record = jobs[0].1["args"].to_string();
-    assert!(record.contains("in/a.csv") && record.contains("lakes-uploads"), "{record}");
+    assert!(
+        record.contains("in/a.csv") && record.contains("lakes-uploads"),
+        "{record}"
+    );
 
     // A webhook target the database does not know: Ready says so, and nothing is written; once
     // the target is registered, the next look provisions the Bucket.
@@ -160,18 +161,26 @@ async fn bucket_features(plane: std::sync::Arc<ControlPlane>) {
     .await;
     let (_, _, message) = eventually(WAIT, "Bucket hooked refused for its target", || async {
         let hooked = buckets.get("hooked").await.ok()?;
-        condition(&hooked, "Ready").filter(|(status, reason, _)| status == "False" && reason == "NotificationTargetUnknown")
+        condition(&hooked, "Ready")
+            .filter(|(status, reason, _)| status == "False" && reason == "NotificationTargetUnknown")
     })
     .await;
     assert!(message.contains("arn:pgvs3:webhook:::audit"), "{message}");
-    assert_eq!(bucket_owner(&catalog, "lakes-hooked").await, None, "nothing half written");
+    assert_eq!(
+        bucket_owner(&catalog, "lakes-hooked").await,
+        None,
+        "nothing half written"
+    );
     catalog
         .execute("SELECT pgvs3.put_webhook_target('audit', 'http://127.0.0.1:9/')", &[])
         .await
         .unwrap();
     bucket_ready(&buckets, "hooked").await;
     let stored: serde_json::Value = catalog
-        .query_one("SELECT notifications FROM pgvs3.buckets WHERE name = 'lakes-hooked'", &[])
+        .query_one(
+            "SELECT notifications FROM pgvs3.buckets WHERE name = 'lakes-hooked'",
+            &[],
+        )
         .await
         .unwrap()
         .get(0);
@@ -183,7 +192,10 @@ async fn bucket_features(plane: std::sync::Arc<ControlPlane>) {
     apply(
         &buckets,
         "scoped",
-        bucket("scoped", json!({"gatewayPoolRef": "objects", "accessPrefixes": ["team/"]})),
+        bucket(
+            "scoped",
+            json!({"gatewayPoolRef": "objects", "accessPrefixes": ["team/"]}),
+        ),
     )
     .await;
     bucket_ready(&buckets, "scoped").await;
@@ -208,7 +220,12 @@ async fn bucket_features(plane: std::sync::Arc<ControlPlane>) {
     let everything = s3.list_objects_v2().bucket("lakes-scoped").send().await.unwrap_err();
     assert_eq!(everything.into_service_error().meta().code(), Some("AccessDenied"));
     // Dropping the prefixes detaches the policy: the key owns its whole bucket again.
-    apply(&buckets, "scoped", bucket("scoped", json!({"gatewayPoolRef": "objects"}))).await;
+    apply(
+        &buckets,
+        "scoped",
+        bucket("scoped", json!({"gatewayPoolRef": "objects"})),
+    )
+    .await;
     eventually(WAIT, "the key's policy detached", || async {
         put(&gateway, &scoped, "other/b").await.ok()
     })
@@ -219,7 +236,10 @@ async fn bucket_features(plane: std::sync::Arc<ControlPlane>) {
     apply(
         &buckets,
         "lake",
-        bucket("lake", json!({"gatewayPoolRef": "objects", "ducklake": {"enabled": true, "alias": "sales"}})),
+        bucket(
+            "lake",
+            json!({"gatewayPoolRef": "objects", "ducklake": {"enabled": true, "alias": "sales"}}),
+        ),
     )
     .await;
     bucket_ready(&buckets, "lake").await;

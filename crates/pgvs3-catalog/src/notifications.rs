@@ -84,10 +84,7 @@ impl fmt::Display for RuleError {
             RuleError::DuplicateId(_) => {
                 f.write_str("Configuration id must be unique within the notification configuration")
             }
-            RuleError::TooManyRules => write!(
-                f,
-                "A bucket can have at most {MAX_RULES} notification configurations"
-            ),
+            RuleError::TooManyRules => write!(f, "A bucket can have at most {MAX_RULES} notification configurations"),
         }
     }
 }
@@ -195,7 +192,11 @@ mod tests {
         let hook = rule("arn:pgvs3:webhook:::audit", &["s3:ObjectRemoved:*"]).unwrap();
         assert_eq!((hook.queue.as_str(), hook.webhook.as_str()), ("", "audit"));
         assert_eq!(hook.arn(), "arn:pgvs3:webhook:::audit");
-        for foreign in ["arn:aws:sqs:us-east-1:1:q", "arn:pgvs3:ojs:::", "arn:pgvs3:webhook:::a b"] {
+        for foreign in [
+            "arn:aws:sqs:us-east-1:1:q",
+            "arn:pgvs3:ojs:::",
+            "arn:pgvs3:webhook:::a b",
+        ] {
             assert_eq!(
                 rule(foreign, &["s3:ObjectCreated:*"]),
                 Err(RuleError::UnknownDestination(foreign.into()))

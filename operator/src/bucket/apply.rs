@@ -106,7 +106,11 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
     };
     let quota = bucket.spec.quota.as_ref();
     // Checked above (spec_refusal): only valid rules get here.
-    let notifications = bucket.spec.notifications.as_deref().and_then(|n| build::notification_rules(n).ok());
+    let notifications = bucket
+        .spec
+        .notifications
+        .as_deref()
+        .and_then(|n| build::notification_rules(n).ok());
     let provisioned = catalog::provision(&binding, &bucket_name, &key, quota, notifications.as_ref()).await;
     if let Ok(Provisioned::Ready { adopted: true, .. }) = &provisioned {
         let note = format!("bucket {bucket_name} had no owner; it is now this resource's, with its objects");
@@ -201,7 +205,11 @@ where
         }
         None => random_token(30),
     };
-    kube_ops::apply(&secrets, &build::credentials_secret(owner, target, key_id, &secret_key, lake)).await?;
+    kube_ops::apply(
+        &secrets,
+        &build::credentials_secret(owner, target, key_id, &secret_key, lake),
+    )
+    .await?;
     Ok(secret_key)
 }
 

@@ -100,7 +100,10 @@ pub fn notification_rules(notifications: &[Notification]) -> Result<Notification
         .map(|(n, notification)| {
             let events: Vec<&str> = notification.events.iter().map(String::as_str).collect();
             NotificationRule::new(
-                notification.id.clone().unwrap_or_else(|| format!("notification-{}", n + 1)),
+                notification
+                    .id
+                    .clone()
+                    .unwrap_or_else(|| format!("notification-{}", n + 1)),
                 &notification.target,
                 &events,
                 notification.prefix.clone().unwrap_or_default(),
@@ -294,7 +297,11 @@ mod tests {
             statements[1]["Condition"]["StringLike"]["s3:prefix"],
             json!(["in/*", "o'k *"])
         );
-        assert!(statements.iter().all(|s| s["Effect"] == "Allow" && s.get("Principal").is_none()));
+        assert!(
+            statements
+                .iter()
+                .all(|s| s["Effect"] == "Allow" && s.get("Principal").is_none())
+        );
     }
 
     fn notification(target: &str, id: Option<&str>) -> Notification {
@@ -316,14 +323,20 @@ mod tests {
         .unwrap();
         let ids: Vec<&str> = rules.rules.iter().map(|r| r.id.as_str()).collect();
         assert_eq!(ids, ["notification-1", "hook"]);
-        assert_eq!((rules.rules[0].queue.as_str(), rules.rules[0].prefix.as_str()), ("csv", "in/"));
+        assert_eq!(
+            (rules.rules[0].queue.as_str(), rules.rules[0].prefix.as_str()),
+            ("csv", "in/")
+        );
         assert_eq!(rules.rules[1].webhook, "audit");
         assert_eq!(
             notification_rules(&[notification("arn:aws:sqs:us-east-1:1:q", None)]),
             Err(RuleError::UnknownDestination("arn:aws:sqs:us-east-1:1:q".into()))
         );
         assert_eq!(
-            notification_rules(&[notification("arn:pgvs3:ojs:::a", Some("x")), notification("arn:pgvs3:ojs:::b", Some("x"))]),
+            notification_rules(&[
+                notification("arn:pgvs3:ojs:::a", Some("x")),
+                notification("arn:pgvs3:ojs:::b", Some("x"))
+            ]),
             Err(RuleError::DuplicateId("x".into()))
         );
     }
@@ -370,7 +383,10 @@ mod tests {
         };
         let secret = credentials_secret(&bucket("a"), &target, "KEYID", "s3cret", Some(&lake));
         let attach = text(&secret, "DUCKLAKE_ATTACH");
-        assert!(attach.contains("KEY_ID 'KEYID', SECRET 's3cret', ENDPOINT 'pool.team.svc:9000'"), "{attach}");
+        assert!(
+            attach.contains("KEY_ID 'KEYID', SECRET 's3cret', ENDPOINT 'pool.team.svc:9000'"),
+            "{attach}"
+        );
         assert!(attach.contains("USE_SSL false, REGION 'eu-west-1'"), "{attach}");
         assert!(
             attach.contains(

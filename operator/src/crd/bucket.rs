@@ -61,7 +61,10 @@ pub struct BucketSpec {
     /// key's own policy (`pgvs3 admin key policy`). Plain characters only: no `*`, `?` or `$`,
     /// which the policy language would read as patterns.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 32), inner(length(min = 1, max = 512), regex(pattern = r"^[A-Za-z0-9!_.'()/=+,;:@&~ -]+$")))]
+    #[schemars(
+        length(max = 32),
+        inner(length(min = 1, max = 512), regex(pattern = r"^[A-Za-z0-9!_.'()/=+,;:@&~ -]+$"))
+    )]
     pub access_prefixes: Vec<String>,
 
     /// Bucket notifications, as S3's PutBucketNotificationConfiguration sets them: each event
@@ -117,7 +120,10 @@ pub struct DuckLake {
     /// Where in the bucket the lake's files go, e.g. `tables/` (default: the whole bucket). With
     /// `accessPrefixes`, it must lie under one of them, or the key could not write its files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 512), regex(pattern = r"^[A-Za-z0-9!_.'()=+,;:@&~ -][A-Za-z0-9!_.'()/=+,;:@&~ -]*/$"))]
+    #[schemars(
+        length(min = 1, max = 512),
+        regex(pattern = r"^[A-Za-z0-9!_.'()=+,;:@&~ -][A-Za-z0-9!_.'()/=+,;:@&~ -]*/$")
+    )]
     pub data_prefix: Option<String>,
 }
 
