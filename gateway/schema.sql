@@ -1358,6 +1358,61 @@ CREATE FUNCTION pgvs3.put_access_key(key_id text, secret_encrypted bytea, key_is
 $$;
 
 --
+-- Name: put_bucket_notifications(text, jsonb); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.put_bucket_notifications(bucket text, rules jsonb) RETURNS void
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    b pgvs3.buckets;
+    rule jsonb;
+    stored jsonb := CASE WHEN coalesce(jsonb_array_length(rules), 0) = 0 THEN NULL
+                         ELSE jsonb_build_object('rules', rules) END;
+BEGIN
+    SELECT * INTO b FROM pgvs3.buckets WHERE name = bucket;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'bucket % does not exist', bucket USING ERRCODE = 'no_data_found';
+    END IF;
+    IF stored IS NOT NULL AND EXISTS (SELECT 1 FROM pgvs3.origins WHERE bucket_id = b.id) THEN
+        RAISE EXCEPTION 'bucket notifications are not supported on cache buckets'
+            USING ERRCODE = 'feature_not_supported';
+    END IF;
+    FOR rule IN SELECT value FROM jsonb_array_elements(coalesce(rules, '[]')) LOOP
+        IF coalesce(rule->>'webhook', '') <> '' THEN
+            PERFORM 1 FROM pgvs3.webhook_targets WHERE name = rule->>'webhook' FOR KEY SHARE;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'Unable to validate the following destination configurations: arn:pgvs3:webhook:::% '
+                                '(no such webhook target; register it with pgvs3.put_webhook_target)', rule->>'webhook'
+                    USING ERRCODE = 'invalid_parameter_value', HINT = 'UnknownDestination';
+            END IF;
+        ELSIF coalesce(rule->>'channel', '') <> '' THEN
+            -- A RESP pub/sub channel needs no registration (as in Redis); its shape is checked
+            -- by the rule's builder (pgvs3_catalog::notifications), its length here too, since
+            -- it rides in every event's NOTIFY payload.
+            IF octet_length(rule->>'channel') > 256 OR rule->>'channel' ~ '[[:cntrl:]]' THEN
+                RAISE EXCEPTION 'Unable to validate the following destination configurations: arn:pgvs3:pubsub:::% '
+                                '(a channel is 1 to 256 bytes without control characters)', rule->>'channel'
+                    USING ERRCODE = 'invalid_parameter_value', HINT = 'UnknownDestination';
+            END IF;
+        ELSIF NOT coalesce(rule->>'queue', '') ~ '^[a-z0-9][a-z0-9.-]{0,254}$' THEN
+            RAISE EXCEPTION 'Unable to validate the following destination configurations: arn:pgvs3:ojs:::% '
+                            '(not an OJS queue name)', rule->>'queue'
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'UnknownDestination';
+        END IF;
+    END LOOP;
+    IF stored IS NOT NULL AND (
+        NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'objects_event'
+                     AND tgrelid = format('%I.objects', b.namespace)::regclass)
+        OR NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'versions_event'
+                        AND tgrelid = format('%I.versions', b.namespace)::regclass)) THEN
+        PERFORM pgvs3.ensure_event_triggers(b.namespace);
+    END IF;
+    UPDATE pgvs3.buckets SET notifications = stored
+     WHERE id = b.id AND notifications IS DISTINCT FROM stored;
+END $_$;
+
+--
 -- Name: put_origin(text, text, text, text, text, bytea, text, boolean, integer, integer, integer, bigint, bigint, integer); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -2565,6 +2620,19 @@ BEGIN
     VALUES (b.id, quota_bytes, quota_objects, counted_size, counted_rows)
     ON CONFLICT (bucket_id) DO UPDATE SET max_bytes = EXCLUDED.max_bytes, max_objects = EXCLUDED.max_objects;
 END $_$;
+
+--
+-- Name: set_key_policy(text, text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.set_key_policy(key_id text, key_policy text) RETURNS boolean
+    LANGUAGE sql
+    AS $$
+    WITH changed AS (
+        UPDATE pgvs3.access_keys SET policy = key_policy
+         WHERE access_key = key_id AND NOT is_root AND policy IS DISTINCT FROM key_policy)
+    SELECT EXISTS (SELECT 1 FROM pgvs3.access_keys WHERE access_key = key_id AND NOT is_root)
+$$;
 
 --
 -- Name: uuid_v7(); Type: FUNCTION; Schema: pgvs3; Owner: -

@@ -275,15 +275,11 @@ impl<'a> BucketHandle<'a> {
         self.store().notifications(&self.info).await
     }
 
-    /// Replaces the bucket's notification rules. Not for cache buckets: their objects change
-    /// at the origin too, where no event of this database would see it.
+    /// Replaces the bucket's notification rules. Not for cache buckets (the database refuses
+    /// them, for every writer): their objects change at the origin too, where no event of this
+    /// database would see it.
     pub async fn set_notifications(&self, rules: &Notifications) -> StoreResult<()> {
         self.writable()?;
-        if self.cache().is_some() {
-            return Err(StoreError::NotImplemented(
-                "bucket notifications are not supported on cache buckets".into(),
-            ));
-        }
         self.store().set_notifications(&self.info, rules).await
     }
 

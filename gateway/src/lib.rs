@@ -10,7 +10,6 @@ pub mod bucket;
 pub mod cache;
 pub mod config;
 pub mod http_server;
-pub mod lake;
 pub mod maintenance;
 pub use pgvs3_secret as master_key;
 pub mod metrics;

@@ -247,7 +247,7 @@ async fn lake(catalog: &Catalog, database: &tokio_postgres::Config, command: Lak
         read_only,
     } = command;
     anyhow::ensure!(
-        !alias.is_empty() && alias.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+        pgvs3_catalog::lake::valid_alias(&alias),
         "--alias is a plain SQL name (letters, digits, _): {alias:?}"
     );
     let access_key = match access_key {
@@ -272,9 +272,10 @@ async fn lake(catalog: &Catalog, database: &tokio_postgres::Config, command: Lak
     );
     print!(
         "{}",
-        pgvs3_gateway::lake::attach_sql(&pgvs3_gateway::lake::LakeTarget {
-            database,
+        pgvs3_catalog::lake::attach_sql(&pgvs3_catalog::lake::LakeTarget {
+            conninfo: &pgvs3_catalog::lake::conninfo(database),
             bucket: &bucket,
+            data_prefix: "",
             access_key: &key.access_key,
             secret_key: &key.secret,
             endpoint: &endpoint,

@@ -40,8 +40,9 @@ const LAYOUT_V10: &[(i32, &str, &str)] = &[
 
 /// Functions added by layout v11 (they did not exist before it).
 /// Functions added since layout v10: by v11 (the control API), v12 (versioning), v13 (object
-/// lock, lifecycle, notifications), v14 (RESP data types), v17 (the webhook outbox) and v20
-/// (notifications to pub/sub channels).
+/// lock, lifecycle, notifications), v14 (RESP data types), v17 (the webhook outbox), v20
+/// (notifications to pub/sub channels) and v21 (the control API's key policies and notification
+/// rules).
 const NEW_SINCE_V10: &[&str] = &[
     "ojs.delivery_json(pgvs3.outbox)",
     "ojs.ensure_webhook_trigger()",
@@ -60,6 +61,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.origin_secret(text)",
     "pgvs3.owe_object_event(text,text,jsonb)",
     "pgvs3.publish_object_event(text,jsonb)",
+    "pgvs3.put_bucket_notifications(text,jsonb)",
     "pgvs3.put_webhook_target(text,text,text)",
     "pgvs3.replace_null_version()",
     "pgvs3.resp_check(bigint,text[],text[],text[],\"char\",boolean)",
@@ -86,6 +88,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.resp_zrange(bigint,text,bigint[],double precision[],bytea[])",
     "pgvs3.resp_zset(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
     "pgvs3.retry_dead_deliveries(text)",
+    "pgvs3.set_key_policy(text,text)",
     "pgvs3.uuid_v7()",
 ];
 /// v10 functions a later layout changed on purpose: v12 (versioning) keeps bodies that moved to
@@ -360,6 +363,13 @@ async fn schema_sql_is_current() {
 }
 
 /// The kind of a control call's refusal.
+async fn catalog_version(sql: &tokio_postgres::Client) -> i64 {
+    sql.query_one("SELECT version FROM pgvs3.catalog_version", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
 fn kind<T>(result: Result<T, pgvs3_catalog::Error>) -> pgvs3_catalog::ErrorKind {
     match result {
         Ok(_) => panic!("the catalog accepted the call"),
@@ -391,6 +401,7 @@ fn origin<'a>(bucket: &'a str, endpoint: &'a str, sealed_secret: &'a [u8]) -> pg
 /// and a catalog older than the client's layout is `CatalogOutdated`.
 #[tokio::test]
 async fn the_control_api_refuses_with_typed_errors() {
+    use pgvs3_catalog::notifications::{NotificationRule, Notifications, put_bucket_notifications};
     use pgvs3_catalog::{ErrorKind, ORDINARY_NAMESPACE};
 
     let url = common::fresh_database().await;
@@ -429,6 +440,53 @@ async fn the_control_api_refuses_with_typed_errors() {
     let negative = pgvs3_catalog::set_bucket_quota(&sql, "plain", Some(-1), None).await;
     assert_eq!(kind(negative), ErrorKind::Refused);
 
+    // Layout v21: a key's own policy; re-attaching the same document changes no row (every
+    // gateway would reload its catalog otherwise), and the root key never gets one.
+    let policy = r#"{"Version":"2012-10-17","Statement":[]}"#;
+    assert!(
+        pgvs3_catalog::set_key_policy(&sql, "owner-key", Some(policy))
+            .await
+            .unwrap()
+    );
+    let version = catalog_version(&sql).await;
+    assert!(
+        pgvs3_catalog::set_key_policy(&sql, "owner-key", Some(policy))
+            .await
+            .unwrap()
+    );
+    assert_eq!(catalog_version(&sql).await, version, "an unchanged policy is no update");
+    assert!(!pgvs3_catalog::set_key_policy(&sql, "absent-key", None).await.unwrap());
+
+    // Notification rules: what only the database knows is checked there, for every writer.
+    let rules = |arn: &str| {
+        let rule = NotificationRule::new("r".into(), arn, &["s3:ObjectCreated:*"], String::new(), String::new());
+        Notifications::new(vec![rule.unwrap()]).unwrap()
+    };
+    let absent = put_bucket_notifications(&sql, "absent", &rules("arn:pgvs3:ojs:::q")).await;
+    assert_eq!(kind(absent), ErrorKind::NoSuchBucket);
+    let unregistered = put_bucket_notifications(&sql, "plain", &rules("arn:pgvs3:webhook:::nobody")).await;
+    assert_eq!(kind(unregistered), ErrorKind::UnknownDestination);
+    let bad_queue = put_bucket_notifications(&sql, "plain", &rules("arn:pgvs3:ojs:::Not_A_Queue")).await;
+    assert_eq!(kind(bad_queue), ErrorKind::UnknownDestination);
+    put_bucket_notifications(&sql, "plain", &rules("arn:pgvs3:ojs:::q"))
+        .await
+        .unwrap();
+    let installed: i64 = sql
+        .query_one(
+            "SELECT count(*) FROM pg_trigger WHERE tgname IN ('objects_event', 'versions_event')
+               AND tgrelid IN ('s3p.objects'::regclass, 's3p.versions'::regclass)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(installed, 2, "the namespace's event triggers");
+    let version = catalog_version(&sql).await;
+    put_bucket_notifications(&sql, "plain", &rules("arn:pgvs3:ojs:::q"))
+        .await
+        .unwrap();
+    assert_eq!(catalog_version(&sql).await, version, "unchanged rules are no update");
+
     sql.execute(
         "INSERT INTO s3p.objects (bucket_id, key, size, etag, inline) VALUES ($1, 'k', 1, 'e', '\\x00')",
         &[&bucket.id],
@@ -449,6 +507,12 @@ async fn the_control_api_refuses_with_typed_errors() {
     let cache_id = pgvs3_catalog::put_origin(&sql, &origin("cache", "http://127.0.0.1:9", &sealed))
         .await
         .unwrap();
+    let on_cache = put_bucket_notifications(&sql, "cache", &rules("arn:pgvs3:ojs:::q")).await;
+    assert_eq!(
+        kind(on_cache),
+        ErrorKind::Refused,
+        "a cache bucket's objects change at the origin"
+    );
     // The stored seal is reused while it opens to the same secret; another secret is sealed anew.
     let reused = pgvs3_catalog::seal_origin_secret(&sql, "cache", &master_key, "origin-secret")
         .await

@@ -74,11 +74,7 @@ pub async fn bind(ctx: &Context, namespace: &str, pool_name: &str) -> Result<Res
         return Ok(Err(waiting("CredentialsUnavailable", &message)));
     };
     let postgres = &pool.spec.postgres;
-    // CloudNativePG Services live in the pool's namespace; the operator runs in its own.
-    let host = match &postgres.cluster_name {
-        Some(_) => format!("{}.{namespace}.svc", postgres.host(PoolRole::Primary)),
-        None => postgres.host(PoolRole::Primary),
-    };
+    let host = postgres.host_from_anywhere(PoolRole::Primary, namespace);
     let roots = match postgres.ca_secret() {
         None => Vec::new(),
         Some(name) => {

@@ -28,11 +28,17 @@ pub fn render(text: &str, inputs: &Inputs) -> anyhow::Result<String> {
             "Bucket" => {
                 let bucket: Bucket = serde_json::from_value(document.clone())?;
                 let target = target(&bucket, &bucket.spec.gateway_pool_ref, bucket.bucket_name(), &pools);
+                let namespace = bucket.metadata.namespace.as_deref().unwrap_or("default");
+                let lake = pools
+                    .iter()
+                    .find(|p| p.metadata.name.as_deref() == Some(bucket.spec.gateway_pool_ref.as_str()))
+                    .and_then(|pool| bucket_build::lake_catalog(&bucket, pool, namespace));
                 let secret = bucket_build::credentials_secret(
                     &bucket,
                     &target,
                     &bucket_build::access_key_id(&bucket),
                     GENERATED,
+                    lake.as_ref(),
                 );
                 vec![serde_json::to_value(secret)?]
             }
@@ -51,7 +57,7 @@ pub fn render(text: &str, inputs: &Inputs) -> anyhow::Result<String> {
                         .map(|l| format!("# {l}\n"))
                         .collect::<String>(),
                 );
-                let secret = bucket_build::credentials_secret(&cache, &target, &access_key_id(&cache), GENERATED);
+                let secret = bucket_build::credentials_secret(&cache, &target, &access_key_id(&cache), GENERATED, None);
                 vec![serde_json::to_value(secret)?]
             }
             other => anyhow::bail!("cannot render kind {other:?} (expected GatewayPool, Bucket or OriginCache)"),

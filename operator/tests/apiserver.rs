@@ -76,6 +76,197 @@ async fn tier() {
     }
 }
 
+/// The Bucket fields that map onto the gateway's features (notifications, a key limited to
+/// prefixes, a DuckLake's ATTACH string), on a control plane of their own so they can be run
+/// alone: `cargo test -p pgvs3-operator --test apiserver -- --ignored bucket_gateway_features`.
+#[test]
+#[ignore = "the real-apiserver tier: needs PGVS3_KUBE_ASSETS (.ci/apiserver-tier.sh)"]
+fn bucket_gateway_features() {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let plane = ControlPlane::start("features", "").await;
+            let operator = Operator::start(&plane, "features-operator", None, ("pgvs3-operator", 15));
+            let scenario = tokio::spawn(bucket_features(std::sync::Arc::new(plane)));
+            match tokio::time::timeout(Duration::from_secs(240), scenario).await {
+                Ok(Ok(())) => {}
+                failed => {
+                    eprintln!("--- operator log ---\n{}", operator.process.log_text());
+                    panic!("bucket_features: {failed:?}");
+                }
+            }
+        });
+}
+
+async fn bucket_features(plane: std::sync::Arc<ControlPlane>) {
+    let ns = "lakes";
+    let client = namespace(&plane, ns).await;
+    let url = common::fresh_database().await;
+    primary_pool(&client, ns, "objects", &url).await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let master = eventually(WAIT, "the pool's master key Secret", || async {
+        secrets.get_opt("objects-pgvs3-master-key").await.unwrap()
+    })
+    .await;
+    let gateway = Gateway::start(&plane.run_dir, "lakes", &url, &secret_text(&master, "masterKey")).await;
+    let catalog = sql(&url).await;
+    let buckets: Api<Bucket> = Api::namespaced(client.clone(), ns);
+    let bucket = |name: &str, spec: serde_json::Value| json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": name}, "spec": spec});
+
+    // Notifications: a PUT under the rule's prefix through the gateway enqueues one job in the
+    // rule's OJS queue, in the write's transaction; a PUT elsewhere enqueues none.
+    apply(
+        &buckets,
+        "uploads",
+        bucket(
+            "uploads",
+            json!({"gatewayPoolRef": "objects", "notifications": [
+                {"id": "csv", "target": "arn:pgvs3:ojs:::csv-uploads", "events": ["s3:ObjectCreated:*"],
+                 "prefix": "in/", "suffix": ".csv"}]}),
+        ),
+    )
+    .await;
+    bucket_ready(&buckets, "uploads").await;
+    let uploads = secrets.get("uploads-credentials").await.unwrap();
+    put(&gateway, &uploads, "in/a.csv").await.unwrap();
+    put(&gateway, &uploads, "out/b.csv").await.unwrap();
+    let jobs: Vec<(String, serde_json::Value)> = catalog
+        .query("SELECT type, envelope FROM ojs.jobs WHERE queue = 'csv-uploads'", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0].0, "s3.object.created");
+    let record = jobs[0].1["args"].to_string();
+    assert!(
+        record.contains("in/a.csv") && record.contains("lakes-uploads"),
+        "{record}"
+    );
+
+    // A webhook target the database does not know: Ready says so, and nothing is written; once
+    // the target is registered, the next look provisions the Bucket.
+    apply(
+        &buckets,
+        "hooked",
+        bucket(
+            "hooked",
+            json!({"gatewayPoolRef": "objects", "notifications": [
+                {"target": "arn:pgvs3:webhook:::audit", "events": ["s3:ObjectRemoved:*"]}]}),
+        ),
+    )
+    .await;
+    let (_, _, message) = eventually(WAIT, "Bucket hooked refused for its target", || async {
+        let hooked = buckets.get("hooked").await.ok()?;
+        condition(&hooked, "Ready")
+            .filter(|(status, reason, _)| status == "False" && reason == "NotificationTargetUnknown")
+    })
+    .await;
+    assert!(message.contains("arn:pgvs3:webhook:::audit"), "{message}");
+    assert_eq!(
+        bucket_owner(&catalog, "lakes-hooked").await,
+        None,
+        "nothing half written"
+    );
+    catalog
+        .execute("SELECT pgvs3.put_webhook_target('audit', 'http://127.0.0.1:9/')", &[])
+        .await
+        .unwrap();
+    bucket_ready(&buckets, "hooked").await;
+    let stored: serde_json::Value = catalog
+        .query_one(
+            "SELECT notifications FROM pgvs3.buckets WHERE name = 'lakes-hooked'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(stored["rules"][0]["webhook"], "audit", "{stored}");
+    assert_eq!(stored["rules"][0]["id"], "notification-1", "{stored}");
+
+    // A key limited to a prefix: it writes, reads and lists under it, and is AccessDenied
+    // anywhere else in its own bucket.
+    apply(
+        &buckets,
+        "scoped",
+        bucket(
+            "scoped",
+            json!({"gatewayPoolRef": "objects", "accessPrefixes": ["team/"]}),
+        ),
+    )
+    .await;
+    bucket_ready(&buckets, "scoped").await;
+    let scoped = secrets.get("scoped-credentials").await.unwrap();
+    put(&gateway, &scoped, "team/a").await.unwrap();
+    let refused = put(&gateway, &scoped, "other/b").await.unwrap_err();
+    assert!(refused.contains("AccessDenied"), "{refused}");
+    let s3 = gateway.client(
+        &secret_text(&scoped, "AWS_ACCESS_KEY_ID"),
+        &secret_text(&scoped, "AWS_SECRET_ACCESS_KEY"),
+    );
+    let read = s3.get_object().bucket("lakes-scoped").key("team/a").send().await;
+    assert!(read.is_ok(), "{read:?}");
+    let listed = s3
+        .list_objects_v2()
+        .bucket("lakes-scoped")
+        .prefix("team/")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.key_count(), Some(1));
+    let everything = s3.list_objects_v2().bucket("lakes-scoped").send().await.unwrap_err();
+    assert_eq!(everything.into_service_error().meta().code(), Some("AccessDenied"));
+    // Dropping the prefixes detaches the policy: the key owns its whole bucket again.
+    apply(
+        &buckets,
+        "scoped",
+        bucket("scoped", json!({"gatewayPoolRef": "objects"})),
+    )
+    .await;
+    eventually(WAIT, "the key's policy detached", || async {
+        put(&gateway, &scoped, "other/b").await.ok()
+    })
+    .await;
+
+    // A DuckLake: the Secret's ATTACH names the bucket's files at the pool's endpoint, with the
+    // Bucket's own key, and the catalog database without credentials of its own.
+    apply(
+        &buckets,
+        "lake",
+        bucket(
+            "lake",
+            json!({"gatewayPoolRef": "objects", "ducklake": {"enabled": true, "alias": "sales"}}),
+        ),
+    )
+    .await;
+    bucket_ready(&buckets, "lake").await;
+    let lake = secrets.get("lake-credentials").await.unwrap();
+    let attach = secret_text(&lake, "DUCKLAKE_ATTACH");
+    let (host, port, database, _) = database_parts(&url);
+    for expected in [
+        "DATA_PATH 's3://lakes-lake/'".to_string(),
+        "ENDPOINT 'objects.lakes.svc:9000'".to_string(),
+        format!("KEY_ID '{}'", secret_text(&lake, "AWS_ACCESS_KEY_ID")),
+        format!("SECRET '{}'", secret_text(&lake, "AWS_SECRET_ACCESS_KEY")),
+        format!("ducklake:postgres:host={host} port={port} dbname={database} sslmode=prefer"),
+        "AS sales (".to_string(),
+    ] {
+        assert!(attach.contains(&expected), "{expected} in {attach}");
+    }
+    assert!(!attach.contains("password"), "{attach}");
+    assert_eq!(secret_text(&lake, "DUCKLAKE_CATALOG_SECRET"), "login");
+    // Disabled again, the Secret drops it.
+    apply(&buckets, "lake", bucket("lake", json!({"gatewayPoolRef": "objects"}))).await;
+    eventually(WAIT, "DUCKLAKE_ATTACH removed", || async {
+        let lake = secrets.get("lake-credentials").await.ok()?;
+        (!lake.data?.contains_key("DUCKLAKE_ATTACH")).then_some(())
+    })
+    .await;
+}
+
 /// The `(status, reason, message)` of a condition of a Bucket.
 fn condition(bucket: &Bucket, type_: &str) -> Option<(String, String, String)> {
     let status = bucket.status.as_ref()?;

@@ -8,6 +8,9 @@
 
 use std::fmt;
 
+pub mod lake;
+pub mod notifications;
+
 use pgvs3_secret::MasterKey;
 use tokio_postgres::GenericClient;
 use tokio_postgres::error::SqlState;
@@ -36,6 +39,9 @@ pub enum ErrorKind {
     InvalidSetting,
     /// `drop_origin` without force: write-back bodies have not reached the origin yet.
     PendingWriteBack,
+    /// `put_bucket_notifications`: a webhook target that is not registered, or a queue name OJS
+    /// refuses.
+    UnknownDestination,
     /// The catalog lacks a function or table this client calls: no gateway has migrated the
     /// database to this client's layout yet.
     CatalogOutdated,
@@ -225,6 +231,17 @@ pub async fn put_access_key(client: &impl GenericClient, key: &AccessKey<'_>) ->
         .await
         .map_err(classify(&[]))?;
     Ok(())
+}
+
+/// Attaches `policy` (an IAM identity policy document the caller has checked or generated) to a
+/// key other than the root key, or detaches its policy (`None`). False when there is no such
+/// non-root key. Re-attaching the same document changes no row.
+pub async fn set_key_policy(client: &impl GenericClient, key_id: &str, policy: Option<&str>) -> Result<bool> {
+    let row = client
+        .query_one("SELECT pgvs3.set_key_policy($1, $2)", &[&key_id, &policy])
+        .await
+        .map_err(classify(&[]))?;
+    Ok(row.get(0))
 }
 
 /// Deletes a key (never the root key); false when there was no such non-root key.

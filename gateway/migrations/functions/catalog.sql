@@ -120,6 +120,18 @@ RETURNS void LANGUAGE sql AS $$
               IS DISTINCT FROM (EXCLUDED.secret_encrypted, EXCLUDED.read_only, EXCLUDED.description)
 $$;
 
+-- Attaches a key's own policy (an IAM identity policy, checked by its caller: the gateway parses
+-- it before calling, the operator only writes documents it generated) or detaches it (NULL).
+-- Never the root key's. Re-attaching the same document changes no row. False when there is no
+-- such non-root key. (Layout v21: the operator's Bucket `accessPrefixes` writes through it.)
+CREATE OR REPLACE FUNCTION pgvs3.set_key_policy(key_id text, key_policy text) RETURNS boolean
+LANGUAGE sql AS $$
+    WITH changed AS (
+        UPDATE pgvs3.access_keys SET policy = key_policy
+         WHERE access_key = key_id AND NOT is_root AND policy IS DISTINCT FROM key_policy)
+    SELECT EXISTS (SELECT 1 FROM pgvs3.access_keys WHERE access_key = key_id AND NOT is_root)
+$$;
+
 CREATE OR REPLACE FUNCTION pgvs3.delete_access_key(key_id text) RETURNS boolean LANGUAGE sql AS $$
     WITH gone AS (DELETE FROM pgvs3.access_keys WHERE access_key = key_id AND NOT is_root RETURNING 1)
     SELECT EXISTS (SELECT 1 FROM gone)

@@ -105,6 +105,66 @@ CREATE OR REPLACE FUNCTION pgvs3.drop_webhook_target(target_name text) RETURNS b
     SELECT EXISTS (SELECT 1 FROM dropped)
 $$;
 
+-- Replaces a bucket's notification rules (`rules`: the JSON array crates/pgvs3-catalog's
+-- notifications module writes, [] or NULL: none); the one write path of S3's
+-- PutBucketNotificationConfiguration and of the operator's Bucket `notifications`. It checks
+-- what only the database knows: the bucket exists (NO_DATA_FOUND) and is no cache bucket (whose
+-- objects change at the origin, where no event of this database would see it), each queue is an
+-- OJS queue name and each webhook target is registered (INVALID_PARAMETER_VALUE, hint
+-- UnknownDestination; the target is locked until commit so it cannot be dropped in between).
+-- With rules, the namespace's event triggers exist when it returns, so the first write after
+-- it already raises its event; they are created only when missing (creating a trigger locks the
+-- namespace's tables), and the same rules re-put change no row.
+CREATE OR REPLACE FUNCTION pgvs3.put_bucket_notifications(bucket text, rules jsonb) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    b pgvs3.buckets;
+    rule jsonb;
+    stored jsonb := CASE WHEN coalesce(jsonb_array_length(rules), 0) = 0 THEN NULL
+                         ELSE jsonb_build_object('rules', rules) END;
+BEGIN
+    SELECT * INTO b FROM pgvs3.buckets WHERE name = bucket;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'bucket % does not exist', bucket USING ERRCODE = 'no_data_found';
+    END IF;
+    IF stored IS NOT NULL AND EXISTS (SELECT 1 FROM pgvs3.origins WHERE bucket_id = b.id) THEN
+        RAISE EXCEPTION 'bucket notifications are not supported on cache buckets'
+            USING ERRCODE = 'feature_not_supported';
+    END IF;
+    FOR rule IN SELECT value FROM jsonb_array_elements(coalesce(rules, '[]')) LOOP
+        IF coalesce(rule->>'webhook', '') <> '' THEN
+            PERFORM 1 FROM pgvs3.webhook_targets WHERE name = rule->>'webhook' FOR KEY SHARE;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'Unable to validate the following destination configurations: arn:pgvs3:webhook:::% '
+                                '(no such webhook target; register it with pgvs3.put_webhook_target)', rule->>'webhook'
+                    USING ERRCODE = 'invalid_parameter_value', HINT = 'UnknownDestination';
+            END IF;
+        ELSIF coalesce(rule->>'channel', '') <> '' THEN
+            -- A RESP pub/sub channel needs no registration (as in Redis); its shape is checked
+            -- by the rule's builder (pgvs3_catalog::notifications), its length here too, since
+            -- it rides in every event's NOTIFY payload.
+            IF octet_length(rule->>'channel') > 256 OR rule->>'channel' ~ '[[:cntrl:]]' THEN
+                RAISE EXCEPTION 'Unable to validate the following destination configurations: arn:pgvs3:pubsub:::% '
+                                '(a channel is 1 to 256 bytes without control characters)', rule->>'channel'
+                    USING ERRCODE = 'invalid_parameter_value', HINT = 'UnknownDestination';
+            END IF;
+        ELSIF NOT coalesce(rule->>'queue', '') ~ '^[a-z0-9][a-z0-9.-]{0,254}$' THEN
+            RAISE EXCEPTION 'Unable to validate the following destination configurations: arn:pgvs3:ojs:::% '
+                            '(not an OJS queue name)', rule->>'queue'
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'UnknownDestination';
+        END IF;
+    END LOOP;
+    IF stored IS NOT NULL AND (
+        NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'objects_event'
+                     AND tgrelid = format('%I.objects', b.namespace)::regclass)
+        OR NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'versions_event'
+                        AND tgrelid = format('%I.versions', b.namespace)::regclass)) THEN
+        PERFORM pgvs3.ensure_event_triggers(b.namespace);
+    END IF;
+    UPDATE pgvs3.buckets SET notifications = stored
+     WHERE id = b.id AND notifications IS DISTINCT FROM stored;
+END $$;
+
 -- Dead-lettered deliveries made due again (all, or one target's / webhook's); how many.
 CREATE OR REPLACE FUNCTION pgvs3.retry_dead_deliveries(endpoint text DEFAULT NULL) RETURNS bigint
 LANGUAGE sql AS $$

@@ -20,7 +20,7 @@ use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 20;
+pub const LAYOUT_VERSION: i32 = 21;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -98,6 +98,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         20,
         "events_pubsub",
         include_str!("../../migrations/0020_events_pubsub.sql"),
+    ),
+    (
+        21,
+        "control_api_notifications_key_policies",
+        include_str!("../../migrations/0021_control_api_notifications_key_policies.sql"),
     ),
 ];
 
@@ -216,7 +221,7 @@ mod tests {
     /// version must apply the same functions, or each would overwrite the other's at startup:
     /// when this test fails, add a numbered migration (it may hold only a comment saying which
     /// functions changed), bump `LAYOUT_VERSION`, and update both constants here.
-    const PINNED: (i32, &str) = (20, "511baf335d7c57115dca4efc88f333073415b68192015946dcd716df9fa07d50");
+    const PINNED: (i32, &str) = (21, "ef2194cced052c799389f2294670e0cab32e8d120c417327840a22a2579a6183");
 
     #[test]
     fn function_files_are_pinned_to_the_layout_version() {

@@ -581,15 +581,10 @@ impl Catalog {
             crate::access::policy::BucketPolicy::parse_identity(text).map_err(|err| anyhow::anyhow!("{err}"))?;
         }
         let client = self.pool.get().await?;
-        let updated = client
-            .execute(
-                "UPDATE pgvs3.access_keys SET policy = $2 WHERE access_key = $1 AND NOT is_root",
-                &[&access_key, &policy],
-            )
-            .await?;
+        let found = pgvs3_catalog::set_key_policy(&**client, access_key, policy).await?;
         drop(client);
         self.reload_now().await?;
-        Ok(updated == 1)
+        Ok(found)
     }
 
     pub async fn list_access_keys(&self) -> StoreResult<Vec<AccessKey>> {

@@ -43,7 +43,7 @@ pub use lifecycle::{
 pub use listing::{ListPage, ListRequest, ListedObject, MAX_KEYS as LIST_MAX_KEYS};
 pub use lock::{DefaultRetention, LockConfig, LockMode, RequestedLock, Retention, RetentionPeriod, lock_missing};
 pub use multipart::{CompletedPart, MultipartUpload, PartInfo, PartsPage, UploadsPage, UploadsRequest};
-pub use notifications::{Destination, EVENTS as NOTIFICATION_EVENTS, MAX_CHANNEL, NotificationRule, Notifications};
+pub use notifications::{MAX_RULES as MAX_NOTIFICATION_RULES, NotificationRule, Notifications, RuleError};
 pub use objects::{
     BodyObserver, BodyStream, ByteRange, INLINE_LIMIT, ObjectHead, ObjectMeta, ObjectRead, PutOutcome, ReadOptions,
     StoredBytes, StoredChecksum, Upload,

@@ -10,7 +10,7 @@ use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use pgvs3_secret::random_token;
 
-use super::build::{self, FINALIZER, Target};
+use super::build::{self, FINALIZER, LakeCatalog, Target};
 use super::catalog::{self, BucketKey, Provisioned};
 use crate::context::{self, Context, Error, Result, backoff_key};
 use crate::crd::{
@@ -65,6 +65,12 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
         let message = format!("bucketName {bucket_name:?} is not a valid S3 bucket name");
         Err(waiting(INVALID_SPEC, &message))
     };
+    // What the spec says, checked before anything is written: what the catalog could never
+    // take is an invalid spec, not a catalog failure.
+    let bound = match (bound, build::spec_refusal(bucket)) {
+        (Ok(_), Some(message)) => Err(waiting(INVALID_SPEC, &message)),
+        (bound, _) => bound,
+    };
     let binding = match bound {
         Ok(binding) => binding,
         Err(verdicts) => {
@@ -86,17 +92,26 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
     let target = target(ctx, &binding.pool, namespace, bucket_name.clone()).await?;
 
     let key_id = build::access_key_id(bucket);
-    let secret_key = write_credentials(ctx, namespace, bucket, &target, &key_id).await?;
+    let lake = build::lake_catalog(bucket, &binding.pool, namespace);
+    let secret_key = write_credentials(ctx, namespace, bucket, &target, &key_id, lake.as_ref()).await?;
 
     let description = format!("Bucket {namespace}/{}", bucket.name_any());
+    let policy = build::key_policy(&bucket_name, &bucket.spec.access_prefixes);
     let key = BucketKey {
         id: &key_id,
         secret: &secret_key,
         read_only: bucket.spec.access == AccessMode::ReadOnly,
         description: &description,
+        policy: policy.as_deref(),
     };
     let quota = bucket.spec.quota.as_ref();
-    let provisioned = catalog::provision(&binding, &bucket_name, &key, quota).await;
+    // Checked above (spec_refusal): only valid rules get here.
+    let notifications = bucket
+        .spec
+        .notifications
+        .as_deref()
+        .and_then(|n| build::notification_rules(n).ok());
+    let provisioned = catalog::provision(&binding, &bucket_name, &key, quota, notifications.as_ref()).await;
     if let Ok(Provisioned::Ready { adopted: true, .. }) = &provisioned {
         let note = format!("bucket {bucket_name} had no owner; it is now this resource's, with its objects");
         kube_ops::publish(ctx, bucket, "Provision", EventType::Normal, "Adopted", note).await;
@@ -114,6 +129,7 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
         ],
         Ok(Provisioned::OwnedElsewhere(message)) => waiting("BucketOwnedElsewhere", message),
         Ok(Provisioned::QuotaRejected(message)) => waiting("QuotaRejected", message),
+        Ok(Provisioned::NotificationsRejected(message)) => waiting("NotificationTargetUnknown", message),
         Err(err) if database::catalog_outdated(err) => waiting("CatalogOutdated", &err.to_string()),
         Err(err) if database::catalog_refused_name(err) => waiting(INVALID_SPEC, &err.to_string()),
         Err(err) => waiting("CatalogUnavailable", &err.to_string()),
@@ -147,10 +163,12 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
     // A catalog failure is retried with backoff; its reason is already in the status. A name
     // the catalog refuses is not a failure that time heals.
     match provisioned {
-        Err(err) if database::catalog_refused_name(&err) => return Ok(Action::await_change()),
-        other => other?,
-    };
-    Ok(Action::requeue(RESYNC))
+        Err(err) if database::catalog_refused_name(&err) => Ok(Action::await_change()),
+        Err(err) => Err(err),
+        // A webhook target is registered in the database, not in Kubernetes: no watch sees it.
+        Ok(Provisioned::NotificationsRejected(_)) => Ok(Action::requeue(WAIT_FOR_DEPENDENCY)),
+        Ok(_) => Ok(Action::requeue(RESYNC)),
+    }
 }
 
 /// The condition type that says whether the catalog enforces the Bucket's quota.
@@ -175,6 +193,7 @@ pub(crate) async fn write_credentials<K>(
     owner: &K,
     target: &Target,
     key_id: &str,
+    lake: Option<&LakeCatalog>,
 ) -> Result<String>
 where
     K: Resource<DynamicType = ()>,
@@ -186,7 +205,11 @@ where
         }
         None => random_token(30),
     };
-    kube_ops::apply(&secrets, &build::credentials_secret(owner, target, key_id, &secret_key)).await?;
+    kube_ops::apply(
+        &secrets,
+        &build::credentials_secret(owner, target, key_id, &secret_key, lake),
+    )
+    .await?;
     Ok(secret_key)
 }
 

@@ -1,5 +1,6 @@
-//! Bucket → its access key id and credentials Secret. Pure. An OriginCache gets its key and
-//! Secret from the same functions.
+//! Bucket → its access key id and policy, its notification rules and its credentials Secret
+//! (with a DuckLake's ATTACH string when asked). Pure. An OriginCache gets its key and Secret
+//! from the same functions.
 
 use std::collections::BTreeMap;
 
@@ -9,7 +10,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use sha2::{Digest, Sha256};
 
-use crate::crd::Bucket;
+use pgvs3_catalog::lake::{self, LakeTarget};
+use pgvs3_catalog::notifications::{NotificationRule, Notifications, RuleError};
+use serde_json::json;
+
+use crate::crd::{Bucket, GatewayPool, Notification, PoolRole};
 
 pub const FINALIZER: &str = "pgvs3.io/bucket-cleanup";
 
@@ -43,6 +48,128 @@ pub fn key_id_of<K: Resource>(owner: &K, prefix: &str) -> String {
     format!("{prefix}{}", hex::encode_upper(&digest[..7]))
 }
 
+/// The generated key's own policy (an IAM identity policy, see docs/s3-compatibility.md) when
+/// the Bucket limits it to `prefixes`: any object action on keys under them, listings whose
+/// `prefix` is under one of them, and the bucket's location (SDKs ask for it). `None`: no
+/// prefixes, no policy (the key is its bucket's owner). The prefixes are plain text (the CRD
+/// admits no `*`, `?` or `$`), so each is matched literally, followed by anything.
+pub fn key_policy(bucket_name: &str, prefixes: &[String]) -> Option<String> {
+    if prefixes.is_empty() {
+        return None;
+    }
+    let objects: Vec<String> = prefixes
+        .iter()
+        .map(|prefix| format!("arn:aws:s3:::{bucket_name}/{prefix}*"))
+        .collect();
+    let listed: Vec<String> = prefixes.iter().map(|prefix| format!("{prefix}*")).collect();
+    let bucket = format!("arn:aws:s3:::{bucket_name}");
+    let policy = json!({
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Sid": "ObjectsUnderPrefixes", "Effect": "Allow", "Action": "s3:*", "Resource": objects},
+            {"Sid": "ListUnderPrefixes", "Effect": "Allow",
+             "Action": ["s3:ListBucket", "s3:ListBucketVersions", "s3:ListBucketMultipartUploads"],
+             "Resource": bucket, "Condition": {"StringLike": {"s3:prefix": listed}}},
+            {"Sid": "Location", "Effect": "Allow", "Action": "s3:GetBucketLocation", "Resource": bucket},
+        ],
+    });
+    Some(policy.to_string())
+}
+
+/// Why the Bucket's spec cannot be provisioned as written, beyond what the CRD's schema checks:
+/// notification rules the catalog could never take, a lake whose files its key could not write.
+pub fn spec_refusal(bucket: &Bucket) -> Option<String> {
+    if let Some(Err(refused)) = bucket.spec.notifications.as_deref().map(notification_rules) {
+        return Some(format!("notifications: {refused}"));
+    }
+    let prefixes = &bucket.spec.access_prefixes;
+    let lake = bucket.spec.ducklake.as_ref().filter(|lake| lake.enabled)?;
+    let data = lake.data_prefix.as_deref().unwrap_or_default();
+    (!prefixes.is_empty() && !prefixes.iter().any(|prefix| data.starts_with(prefix.as_str()))).then(|| {
+        format!(
+            "ducklake.dataPrefix {data:?} is outside accessPrefixes {prefixes:?}: the key could not write the lake's files"
+        )
+    })
+}
+
+/// The Bucket's notification rules as the catalog takes them, or why they cannot be.
+pub fn notification_rules(notifications: &[Notification]) -> Result<Notifications, RuleError> {
+    let rules = notifications
+        .iter()
+        .enumerate()
+        .map(|(n, notification)| {
+            let events: Vec<&str> = notification.events.iter().map(String::as_str).collect();
+            NotificationRule::new(
+                notification
+                    .id
+                    .clone()
+                    .unwrap_or_else(|| format!("notification-{}", n + 1)),
+                &notification.target,
+                &events,
+                notification.prefix.clone().unwrap_or_default(),
+                notification.suffix.clone().unwrap_or_default(),
+            )
+        })
+        .collect::<Result<_, _>>()?;
+    Notifications::new(rules)
+}
+
+/// Where a DuckLake's catalog lives, as the Bucket's Secret names it: the pool's database,
+/// without credentials (the workload brings its own, see docs/operator.md, DuckLake).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LakeCatalog {
+    pub alias: String,
+    /// Where in the bucket its files go (`""`: anywhere).
+    pub data_prefix: String,
+    pub host: String,
+    pub port: u16,
+    pub database: String,
+    /// libpq's `sslmode`, the pool's.
+    pub ssl_mode: String,
+    /// The pool's database Secret (`username`, `password`), named for whoever may use it.
+    pub credentials_secret: String,
+}
+
+/// The Bucket's lake catalog on `pool`'s database (of `namespace`), when its DuckLake is enabled.
+pub fn lake_catalog(bucket: &Bucket, pool: &GatewayPool, namespace: &str) -> Option<LakeCatalog> {
+    let lake = bucket.spec.ducklake.as_ref().filter(|lake| lake.enabled)?;
+    let postgres = &pool.spec.postgres;
+    Some(LakeCatalog {
+        alias: lake.alias.clone(),
+        data_prefix: lake.data_prefix.clone().unwrap_or_default(),
+        host: postgres.host_from_anywhere(PoolRole::Primary, namespace),
+        port: u16::try_from(postgres.port()).unwrap_or(5432),
+        database: postgres.database().to_string(),
+        ssl_mode: postgres.ssl_mode().as_str().to_string(),
+        credentials_secret: postgres.credentials_secret(),
+    })
+}
+
+impl LakeCatalog {
+    /// `DUCKLAKE_ATTACH`: the secret for the bucket's files (the Bucket's own key) and the
+    /// ATTACH of the catalog, whose user and password libpq takes from `PGUSER`/`PGPASSWORD`.
+    fn attach(&self, target: &Target, access_key_id: &str, secret_access_key: &str) -> String {
+        let port = self.port.to_string();
+        let conninfo = lake::conninfo_of(&[
+            ("host", &self.host),
+            ("port", &port),
+            ("dbname", &self.database),
+            ("sslmode", &self.ssl_mode),
+        ]);
+        lake::attach_sql(&LakeTarget {
+            conninfo: &conninfo,
+            bucket: &target.bucket_name,
+            data_prefix: &self.data_prefix,
+            access_key: access_key_id,
+            secret_key: secret_access_key,
+            endpoint: &target.endpoint,
+            region: &target.region,
+            alias: &self.alias,
+            read_only: false,
+        })
+    }
+}
+
 /// Host and port of an `http://host:port` endpoint.
 fn host_port(endpoint: &str) -> (String, String) {
     let authority = endpoint.split_once("://").map_or(endpoint, |(_, rest)| rest);
@@ -54,16 +181,18 @@ fn host_port(endpoint: &str) -> (String, String) {
 }
 
 /// The credentials Secret of `owner` (a Bucket or an OriginCache), owned by it: the AWS SDKs'
-/// variables, plain `BUCKET_*` ones and COSI's.
+/// variables, plain `BUCKET_*` ones and COSI's; with `lake`, `DUCKLAKE_ATTACH` and
+/// `DUCKLAKE_CATALOG_SECRET` (the pool's database Secret, by name: never its password).
 pub fn credentials_secret<K: Resource<DynamicType = ()>>(
     owner: &K,
     target: &Target,
     access_key_id: &str,
     secret_access_key: &str,
+    lake: Option<&LakeCatalog>,
 ) -> Secret {
     let (host, port) = host_port(&target.endpoint);
     let read_endpoints = target.read_endpoints.join(",");
-    let data = BTreeMap::from([
+    let mut data = BTreeMap::from([
         ("AWS_ACCESS_KEY_ID", access_key_id.to_string()),
         ("AWS_SECRET_ACCESS_KEY", secret_access_key.to_string()),
         ("AWS_ENDPOINT_URL", target.endpoint.clone()),
@@ -81,6 +210,10 @@ pub fn credentials_secret<K: Resource<DynamicType = ()>>(
         ("COSI_S3_ACCESS_SECRET_KEY", secret_access_key.to_string()),
         ("COSI_S3_READ_ENDPOINTS", read_endpoints),
     ]);
+    if let Some(lake) = lake {
+        data.insert("DUCKLAKE_ATTACH", lake.attach(target, access_key_id, secret_access_key));
+        data.insert("DUCKLAKE_CATALOG_SECRET", lake.credentials_secret.clone());
+    }
     Secret {
         metadata: ObjectMeta {
             name: Some(secret_name(owner)),
@@ -120,6 +253,9 @@ mod tests {
                 deletion_policy: Default::default(),
                 quota: None,
                 access: Default::default(),
+                access_prefixes: Vec::new(),
+                notifications: None,
+                ducklake: None,
             },
         );
         bucket.metadata.namespace = Some("team".into());
@@ -146,6 +282,125 @@ mod tests {
     }
 
     #[test]
+    fn prefixes_become_a_key_policy_matching_them_literally() {
+        assert_eq!(key_policy("team-photos", &[]), None, "no prefixes, no policy");
+        let policy: serde_json::Value =
+            serde_json::from_str(&key_policy("team-photos", &["in/".into(), "o'k ".into()]).unwrap()).unwrap();
+        let statements = policy["Statement"].as_array().unwrap();
+        assert_eq!(
+            statements[0]["Resource"],
+            json!(["arn:aws:s3:::team-photos/in/*", "arn:aws:s3:::team-photos/o'k *"])
+        );
+        assert_eq!(statements[0]["Action"], "s3:*");
+        assert_eq!(statements[1]["Resource"], "arn:aws:s3:::team-photos");
+        assert_eq!(
+            statements[1]["Condition"]["StringLike"]["s3:prefix"],
+            json!(["in/*", "o'k *"])
+        );
+        assert!(
+            statements
+                .iter()
+                .all(|s| s["Effect"] == "Allow" && s.get("Principal").is_none())
+        );
+    }
+
+    fn notification(target: &str, id: Option<&str>) -> Notification {
+        Notification {
+            id: id.map(Into::into),
+            target: target.into(),
+            events: vec!["s3:ObjectCreated:*".into()],
+            prefix: Some("in/".into()),
+            suffix: None,
+        }
+    }
+
+    #[test]
+    fn notifications_map_onto_the_catalogs_rules() {
+        let rules = notification_rules(&[
+            notification("arn:pgvs3:ojs:::csv", None),
+            notification("arn:pgvs3:webhook:::audit", Some("hook")),
+        ])
+        .unwrap();
+        let ids: Vec<&str> = rules.rules.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["notification-1", "hook"]);
+        assert_eq!(
+            (rules.rules[0].queue.as_str(), rules.rules[0].prefix.as_str()),
+            ("csv", "in/")
+        );
+        assert_eq!(rules.rules[1].webhook, "audit");
+        assert_eq!(
+            notification_rules(&[notification("arn:aws:sqs:us-east-1:1:q", None)]),
+            Err(RuleError::UnknownDestination("arn:aws:sqs:us-east-1:1:q".into()))
+        );
+        assert_eq!(
+            notification_rules(&[
+                notification("arn:pgvs3:ojs:::a", Some("x")),
+                notification("arn:pgvs3:ojs:::b", Some("x"))
+            ]),
+            Err(RuleError::DuplicateId("x".into()))
+        );
+    }
+
+    #[test]
+    fn a_lake_outside_the_keys_prefixes_is_refused() {
+        let mut limited = bucket("a");
+        limited.spec.access_prefixes = vec!["incoming/".into(), "tables/".into()];
+        limited.spec.ducklake = Some(crate::crd::DuckLake {
+            enabled: true,
+            alias: "lake".into(),
+            data_prefix: Some("tables/sales/".into()),
+        });
+        assert_eq!(spec_refusal(&limited), None);
+        limited.spec.ducklake.as_mut().unwrap().data_prefix = None;
+        let refusal = spec_refusal(&limited).unwrap();
+        assert!(refusal.contains("outside accessPrefixes"), "{refusal}");
+        limited.spec.ducklake.as_mut().unwrap().enabled = false;
+        assert_eq!(spec_refusal(&limited), None, "a disabled lake writes nothing");
+        limited.spec.notifications = Some(vec![notification("arn:pgvs3:ojs:::q", None)]);
+        limited.spec.notifications.as_mut().unwrap()[0].events = vec!["s3:ObjectRestore:*".into()];
+        assert_eq!(
+            spec_refusal(&limited).as_deref(),
+            Some("notifications: The event s3:ObjectRestore:* is not raised by pgvs3")
+        );
+    }
+
+    #[test]
+    fn a_lake_puts_its_attach_string_in_the_secret_without_a_database_password() {
+        let target = Target {
+            bucket_name: "team-photos".into(),
+            endpoint: "http://pool.team.svc:9000".into(),
+            region: "eu-west-1".into(),
+            read_endpoints: vec![],
+        };
+        let lake = LakeCatalog {
+            alias: "sales".into(),
+            data_prefix: "tables/".into(),
+            host: "pg-rw.team.svc".into(),
+            port: 5432,
+            database: "app".into(),
+            ssl_mode: "verify-full".into(),
+            credentials_secret: "pg-app".into(),
+        };
+        let secret = credentials_secret(&bucket("a"), &target, "KEYID", "s3cret", Some(&lake));
+        let attach = text(&secret, "DUCKLAKE_ATTACH");
+        assert!(
+            attach.contains("KEY_ID 'KEYID', SECRET 's3cret', ENDPOINT 'pool.team.svc:9000'"),
+            "{attach}"
+        );
+        assert!(attach.contains("USE_SSL false, REGION 'eu-west-1'"), "{attach}");
+        assert!(
+            attach.contains(
+                "ATTACH 'ducklake:postgres:host=pg-rw.team.svc port=5432 dbname=app sslmode=verify-full' \
+                 AS sales (DATA_PATH 's3://team-photos/tables/')"
+            ),
+            "{attach}"
+        );
+        assert_eq!(text(&secret, "DUCKLAKE_CATALOG_SECRET"), "pg-app");
+        let plain = credentials_secret(&bucket("a"), &target, "KEYID", "s3cret", None);
+        assert!(!plain.data.unwrap().contains_key("DUCKLAKE_ATTACH"));
+    }
+
+    #[test]
     fn credentials_secret_has_aws_bucket_and_cosi_keys() {
         let target = Target {
             bucket_name: "team-photos".into(),
@@ -153,7 +408,7 @@ mod tests {
             region: "eu-west-1".into(),
             read_endpoints: vec!["http://ro-a.team.svc:9000".into(), "http://ro-b.team.svc:9000".into()],
         };
-        let secret = credentials_secret(&bucket("a"), &target, "KEYID", "s3cret");
+        let secret = credentials_secret(&bucket("a"), &target, "KEYID", "s3cret", None);
         assert_eq!(secret.metadata.name.as_deref(), Some("photos-credentials"));
         assert_eq!(secret.metadata.owner_references.as_ref().unwrap()[0].kind, "Bucket");
         assert_eq!(text(&secret, "AWS_ACCESS_KEY_ID"), "KEYID");

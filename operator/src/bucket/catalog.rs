@@ -2,6 +2,7 @@
 //! and its typed client, `pgvs3_catalog`: the operator never reads the catalog's tables.
 
 use pgvs3_catalog::ErrorKind;
+use pgvs3_catalog::notifications::{Notifications, put_bucket_notifications};
 use tokio_postgres::GenericClient;
 
 use crate::context::{Error, Result};
@@ -76,6 +77,9 @@ pub enum Provisioned {
     OwnedElsewhere(String),
     /// The catalog refused the quota.
     QuotaRejected(String),
+    /// The catalog refused the notification rules (an unregistered webhook target, a queue name
+    /// OJS refuses): nothing of the Bucket's settings was written.
+    NotificationsRejected(String),
 }
 
 /// The key's secret sealed under the master key, and how the key is described in the catalog.
@@ -84,20 +88,25 @@ pub struct BucketKey<'a> {
     pub secret: &'a str,
     pub read_only: bool,
     pub description: &'a str,
+    /// The key's own policy (`build::key_policy`); `None` detaches any.
+    pub policy: Option<&'a str>,
 }
 
-/// Writes the Bucket's key, its bucket (created, or adopted when unowned) and its quota in one
-/// transaction: a bucket that is somebody else's is left exactly as it was.
+/// Writes the Bucket's key and its policy, its bucket (created, or adopted when unowned), its
+/// quota and (when given) its notification rules in one transaction: a bucket that is somebody
+/// else's is left exactly as it was, and a refused setting leaves nothing half written.
 pub async fn provision(
     binding: &Binding,
     name: &str,
     key: &BucketKey<'_>,
     quota: Option<&Quota>,
+    notifications: Option<&Notifications>,
 ) -> Result<Provisioned> {
     let mut client = database::connect(&binding.connection).await?;
     let transaction = client.transaction().await?;
     let sealed = binding.master_key.seal(key.secret);
     put_access_key(&transaction, key.id, &sealed, key.read_only, key.description).await?;
+    pgvs3_catalog::set_key_policy(&transaction, key.id, key.policy).await?;
     let ensured = ensure_bucket(&transaction, name, key.id, ORDINARY_NAMESPACE).await?;
     let adopted = if ensured.owner.as_deref() == Some(key.id) {
         false
@@ -115,6 +124,15 @@ pub async fn provision(
     let (max_bytes, max_objects) = quota.map_or((None, None), |q| (q.max_bytes, q.max_objects));
     if let Err(refusal) = set_bucket_quota(&transaction, name, max_bytes, max_objects).await? {
         return Ok(Provisioned::QuotaRejected(refusal));
+    }
+    if let Some(rules) = notifications {
+        match put_bucket_notifications(&transaction, name, rules).await {
+            Ok(()) => {}
+            Err(err) if err.kind() == ErrorKind::UnknownDestination => {
+                return Ok(Provisioned::NotificationsRejected(err.message()));
+            }
+            Err(err) => return Err(err.into()),
+        }
     }
     transaction.commit().await?;
     Ok(Provisioned::Ready {

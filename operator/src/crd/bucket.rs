@@ -54,6 +54,81 @@ pub struct BucketSpec {
     /// What the generated access key may do.
     #[serde(default)]
     pub access: AccessMode,
+
+    /// Key prefixes the generated access key is limited to, e.g. `["incoming/"]` (empty: the
+    /// whole bucket). The key may then read, write and list only keys starting with one of them,
+    /// within what `access` allows; anything else in the bucket is AccessDenied. Written as the
+    /// key's own policy (`pgvs3 admin key policy`). Plain characters only: no `*`, `?` or `$`,
+    /// which the policy language would read as patterns.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 32),
+        inner(length(min = 1, max = 512), regex(pattern = r"^[A-Za-z0-9!_.'()/=+,;:@&~ -]+$"))
+    )]
+    pub access_prefixes: Vec<String>,
+
+    /// Bucket notifications, as S3's PutBucketNotificationConfiguration sets them: each event
+    /// becomes a job in an OJS queue, or a delivery to a registered webhook target, in the
+    /// transaction of the write. Absent: the bucket's configuration is left as it is (e.g. as an
+    /// application put it through S3); empty: it is removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 100))]
+    pub notifications: Option<Vec<Notification>>,
+
+    /// A DuckLake on this bucket: its files in the bucket, its catalog in the pool's database.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ducklake: Option<DuckLake>,
+}
+
+/// One notification rule of a Bucket.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Notification {
+    /// The rule's id (default `notification-<n>`, n counting from 1), unique within the Bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 255))]
+    pub id: Option<String>,
+    /// The destination ARN: `arn:pgvs3:ojs:::<queue>` (one OJS job per event) or
+    /// `arn:pgvs3:webhook:::<target>` (a webhook target registered with
+    /// `pgvs3.put_webhook_target`), as in docs/events.md.
+    #[schemars(length(min = 1, max = 512), regex(pattern = r"^arn:pgvs3:[a-z]+:::.+$"))]
+    pub target: String,
+    /// S3 event names or patterns, e.g. `s3:ObjectCreated:*`.
+    #[schemars(length(min = 1, max = 16), inner(length(min = 1, max = 64)))]
+    pub events: Vec<String>,
+    /// Only keys starting with this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub prefix: Option<String>,
+    /// Only keys ending with this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub suffix: Option<String>,
+}
+
+/// A DuckLake whose data files live in the bucket and whose catalog lives in the pool's
+/// database: the Secret gets `DUCKLAKE_ATTACH`, the SQL a DuckDB session runs to attach it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DuckLake {
+    #[serde(default)]
+    pub enabled: bool,
+    /// The name the lake is attached as (also `<alias>_files`, the files' DuckDB secret).
+    #[serde(default = "default_lake_alias")]
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[A-Za-z0-9_]+$"))]
+    pub alias: String,
+    /// Where in the bucket the lake's files go, e.g. `tables/` (default: the whole bucket). With
+    /// `accessPrefixes`, it must lie under one of them, or the key could not write its files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 512),
+        regex(pattern = r"^[A-Za-z0-9!_.'()=+,;:@&~ -][A-Za-z0-9!_.'()/=+,;:@&~ -]*/$")
+    )]
+    pub data_prefix: Option<String>,
+}
+
+fn default_lake_alias() -> String {
+    "lake".into()
 }
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -390,6 +390,16 @@ impl PostgresSpec {
         }
     }
 
+    /// The host as reached from any namespace: with a CloudNativePG cluster, qualified with the
+    /// pool's `namespace` (its Services live beside the pool; the operator, and a Bucket's
+    /// workloads, may run elsewhere); an explicit host as given.
+    pub fn host_from_anywhere(&self, role: PoolRole, namespace: &str) -> String {
+        match &self.cluster_name {
+            Some(_) => format!("{}.{namespace}.svc", self.host(role)),
+            None => self.host(role),
+        }
+    }
+
     pub fn port(&self) -> i32 {
         self.port.unwrap_or(5432)
     }

@@ -132,7 +132,7 @@ async fn configure(
     // The cache bucket's own key, for the applications that use the cache.
     let target = bucket_apply::target(ctx, &binding.pool, namespace, row.bucket.clone()).await?;
     let key_id = build::access_key_id(cache);
-    let own_secret = bucket_apply::write_credentials(ctx, namespace, cache, &target, &key_id).await?;
+    let own_secret = bucket_apply::write_credentials(ctx, namespace, cache, &target, &key_id, None).await?;
     status.secret_name = Some(bucket_build::secret_name(cache));
     status.access_key_id = Some(key_id.clone());
 

@@ -9,41 +9,27 @@ use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use super::{S3Front, fail};
-use crate::store::{Access, Destination, NOTIFICATION_EVENTS, NotificationRule, Notifications};
-
-/// S3's limit on notification configurations per bucket.
-const MAX_RULES: usize = 100;
+use crate::store::{Access, MAX_NOTIFICATION_RULES, NotificationRule, Notifications, RuleError};
 
 fn invalid_argument(message: String) -> S3Error {
     S3Error::with_message(S3ErrorCode::InvalidArgument, message)
 }
 
-fn rule_from(n: usize, config: &QueueConfiguration) -> S3Result<NotificationRule> {
-    let arn = config.queue_arn.as_str();
-    let Some(destination) = Destination::of_arn(arn) else {
-        return Err(invalid_argument(format!(
-            "Unable to validate the following destination configurations: {arn} \
-             (destinations are arn:pgvs3:ojs:::<queue>, arn:pgvs3:webhook:::<target> or \
-             arn:pgvs3:pubsub:::<channel>)"
-        )));
-    };
-    if config.events.is_empty() {
-        return Err(S3Error::with_message(
+/// A refused rule as S3 answers it.
+fn refused(err: RuleError) -> S3Error {
+    match err {
+        RuleError::NoEvents => S3Error::with_message(
             S3ErrorCode::MalformedXML,
             "The XML you provided was not well-formed or did not validate against our published schema.",
-        ));
-    }
-    let mut events = Vec::with_capacity(config.events.len());
-    for event in &config.events {
-        let name: &str = event.as_ref();
-        if !NOTIFICATION_EVENTS.contains(&name) {
-            return Err(S3Error::with_message(
-                S3ErrorCode::NotImplemented,
-                format!("The event {name} is not raised by pgvs3"),
-            ));
+        ),
+        RuleError::UnsupportedEvent(_) => S3Error::with_message(S3ErrorCode::NotImplemented, err.to_string()),
+        RuleError::UnknownDestination(_) | RuleError::DuplicateId(_) | RuleError::TooManyRules => {
+            invalid_argument(err.to_string())
         }
-        events.push(name.to_owned());
     }
+}
+
+fn rule_from(n: usize, config: &QueueConfiguration) -> S3Result<NotificationRule> {
     let (mut prefix, mut suffix) = (None, None);
     let rules = config
         .filter
@@ -68,13 +54,15 @@ fn rule_from(n: usize, config: &QueueConfiguration) -> S3Result<NotificationRule
         }
         *slot = Some(rule.value.clone().unwrap_or_default());
     }
-    Ok(NotificationRule {
-        id: config.id.clone().unwrap_or_else(|| format!("notification-{}", n + 1)),
-        events,
-        prefix: prefix.unwrap_or_default(),
-        suffix: suffix.unwrap_or_default(),
-        ..destination.rule()
-    })
+    let events: Vec<&str> = config.events.iter().map(|event| event.as_ref()).collect();
+    NotificationRule::new(
+        config.id.clone().unwrap_or_else(|| format!("notification-{}", n + 1)),
+        config.queue_arn.as_str(),
+        &events,
+        prefix.unwrap_or_default(),
+        suffix.unwrap_or_default(),
+    )
+    .map_err(refused)
 }
 
 fn rules_from(config: &NotificationConfiguration) -> S3Result<Notifications> {
@@ -93,22 +81,16 @@ fn rules_from(config: &NotificationConfiguration) -> S3Result<Notifications> {
         ));
     }
     let queues = config.queue_configurations.as_deref().unwrap_or_default();
-    if queues.len() > MAX_RULES {
-        return Err(invalid_argument(format!(
-            "A bucket can have at most {MAX_RULES} notification configurations"
-        )));
+    // Checked before parsing each, so a huge list costs nothing more.
+    if queues.len() > MAX_NOTIFICATION_RULES {
+        return Err(refused(RuleError::TooManyRules));
     }
-    let mut rules: Vec<NotificationRule> = Vec::with_capacity(queues.len());
-    for (n, queue) in queues.iter().enumerate() {
-        let rule = rule_from(n, queue)?;
-        if rules.iter().any(|other| other.id == rule.id) {
-            return Err(invalid_argument(
-                "Configuration id must be unique within the notification configuration".into(),
-            ));
-        }
-        rules.push(rule);
-    }
-    Ok(Notifications { rules })
+    let rules = queues
+        .iter()
+        .enumerate()
+        .map(|(n, queue)| rule_from(n, queue))
+        .collect::<S3Result<_>>()?;
+    Notifications::new(rules).map_err(refused)
 }
 
 fn queue_xml(rule: &NotificationRule) -> QueueConfiguration {
@@ -204,9 +186,12 @@ mod tests {
             ..Default::default()
         };
         let rules = rules_from(&channel).unwrap();
-        assert_eq!(rules.rules[0].destination(), Destination::Channel("s3:uploads"));
+        assert_eq!(rules.rules[0].channel, "s3:uploads");
         assert_eq!(queue_xml(&rules.rules[0]).queue_arn, "arn:pgvs3:pubsub:::s3:uploads");
-        let long = format!("arn:pgvs3:pubsub:::{}", "c".repeat(crate::store::MAX_CHANNEL + 1));
+        let long = format!(
+            "arn:pgvs3:pubsub:::{}",
+            "c".repeat(pgvs3_catalog::notifications::MAX_CHANNEL + 1)
+        );
         for bad in ["arn:pgvs3:pubsub:::", "arn:pgvs3:pubsub:::a\nb", long.as_str()] {
             let config = NotificationConfiguration {
                 queue_configurations: Some(vec![queue(bad, &["s3:ObjectCreated:*"])]),

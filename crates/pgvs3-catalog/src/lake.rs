@@ -1,23 +1,34 @@
 //! DuckLake on pgvs3: the SQL that attaches a lake whose catalog lives in pgvs3's own
 //! PostgreSQL and whose data files live in one of its buckets, so one database holds both (one
-//! backup, one point-in-time recovery, one set of replicas). `pgvs3 lake attach-string` prints it.
+//! backup, one point-in-time recovery, one set of replicas). `pgvs3 lake attach-string` prints
+//! it; the operator writes it into a Bucket's Secret (`DUCKLAKE_ATTACH`). Pure.
 
 use tokio_postgres::config::Host;
 
 /// Where a DuckDB client finds the lake.
 pub struct LakeTarget<'a> {
-    /// How the database is reached (the gateway's own connection settings).
-    pub database: &'a tokio_postgres::Config,
+    /// How the database is reached, a libpq connection string ([`conninfo`], [`conninfo_of`]):
+    /// the gateway's own settings, or (the operator) host, port, database and sslmode only, the
+    /// client supplying user and password (libpq's `PGUSER`, `PGPASSWORD`).
+    pub conninfo: &'a str,
     pub bucket: &'a str,
+    /// Where in the bucket the lake's files go (`""`: the whole bucket; else ending in `/`).
+    pub data_prefix: &'a str,
     pub access_key: &'a str,
     pub secret_key: &'a str,
     /// The gateway's S3 endpoint, e.g. `http://127.0.0.1:9000`.
     pub endpoint: &'a str,
     pub region: &'a str,
-    /// The name the lake is attached as.
+    /// The name the lake is attached as (see [`valid_alias`]).
     pub alias: &'a str,
     /// Attach read-only (a reader on a standby, whose database refuses writes).
     pub read_only: bool,
+}
+
+/// Whether `alias` can name the lake unquoted (it also names the files' secret, `<alias>_files`):
+/// letters, digits and `_`.
+pub fn valid_alias(alias: &str) -> bool {
+    !alias.is_empty() && alias.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 /// The statements a DuckDB session runs to use the lake: an S3 secret for the bucket's files
@@ -39,13 +50,13 @@ pub fn attach_sql(target: &LakeTarget<'_>) -> String {
         host = literal(host),
         region = literal(target.region),
         scope = literal(&format!("s3://{}/", target.bucket)),
-        attach = literal(&format!("ducklake:postgres:{}", conninfo(target.database))),
-        data_path = literal(&format!("s3://{}/", target.bucket)),
+        attach = literal(&format!("ducklake:postgres:{}", target.conninfo)),
+        data_path = literal(&format!("s3://{}/{}", target.bucket, target.data_prefix)),
     )
 }
 
 /// A libpq connection string (`key=value` pairs, values quoted as libpq reads them) for the
-/// settings the gateway connects with.
+/// settings given; those not set are left to libpq's environment variables.
 pub fn conninfo(config: &tokio_postgres::Config) -> String {
     let mut pairs: Vec<(&str, String)> = Vec::new();
     if let Some(host) = config.get_hosts().first() {
@@ -67,6 +78,12 @@ pub fn conninfo(config: &tokio_postgres::Config) -> String {
     if let Some(password) = config.get_password() {
         pairs.push(("password", String::from_utf8_lossy(password).into_owned()));
     }
+    let pairs: Vec<(&str, &str)> = pairs.iter().map(|(name, value)| (*name, value.as_str())).collect();
+    conninfo_of(&pairs)
+}
+
+/// A libpq connection string of these `key=value` pairs.
+pub fn conninfo_of(pairs: &[(&str, &str)]) -> String {
     pairs
         .iter()
         .map(|(name, value)| format!("{name}={}", conninfo_value(value)))
@@ -105,9 +122,11 @@ mod tests {
             conninfo(&config),
             r"host='/run/pg socket' port=5433 dbname=pgvs3 user=pgvs3 password='it\'s a \\ secret'"
         );
+        let conninfo = conninfo(&config);
         let sql = attach_sql(&LakeTarget {
-            database: &config,
+            conninfo: &conninfo,
             bucket: "lake",
+            data_prefix: "",
             access_key: "AK",
             secret_key: "S'K",
             endpoint: "https://gw.example:9000/",
