@@ -45,7 +45,10 @@ pub fn spawn_leader_loop(
     job_retention: Duration,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut ticker = tokio::time::interval(interval);
+        // The first pass comes one interval after the start, not at once: a start is no reason to
+        // reap, and a pass racing the first requests of a fresh gateway made tests that backdate
+        // rows and then call the reaper themselves flaky (a lifecycle expiration ran twice).
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // The session-level lock lives as long as this dedicated connection.
         let mut leader_connection: Option<deadpool_postgres::ClientWrapper> = None;
