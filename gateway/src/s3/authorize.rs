@@ -55,6 +55,13 @@ const ON_THE_ROW: &[&str] = &[
     "DeleteObjectTagging",
 ];
 
+/// Whether the front can decide `operation` on the object's tags in its row. A cache bucket's
+/// rows do not hold the origin's tags: its requests are decided in the access check, the tags
+/// unknown (a Deny on a tag applies, an Allow on a tag does not).
+fn tags_on_row(operation: &str, bucket: &BucketInfo) -> bool {
+    ON_THE_ROW.contains(&operation) && bucket.origin.is_none()
+}
+
 /// A decision the front takes on the object's row.
 #[derive(Debug, Clone)]
 enum OnRow {
@@ -412,10 +419,10 @@ pub async fn authorize(
         .as_ref()
         .filter(|key| !key.is_root)
         .and_then(|key| key.policy.clone());
-    let on_row = ON_THE_ROW.contains(&operation);
     // The key's own policy looks at the object's tags: decided on the row (with the bucket's
     // handle at hand; a bucket not cached yet is decided here, tags unknown).
-    let own_on_tags = on_row && bucket.is_some() && own_policy.as_ref().is_some_and(|own| own.on_object_tags());
+    let own_on_tags = bucket.as_ref().is_some_and(|bucket| tags_on_row(operation, bucket))
+        && own_policy.as_ref().is_some_and(|own| own.on_object_tags());
     if let (Some(own), Some(access_key)) = (&own_policy, signed)
         && operation != "DeleteObjects"
         && !own_on_tags
@@ -533,8 +540,8 @@ pub async fn authorize(
         && let Some(action) = action_of(operation, versioned)
     {
         let key = cx.s3_path().get_object_key();
-        let on_tags =
-            on_row && (own_on_tags || bucket.access.policy.as_ref().is_some_and(|p| p.rules.on_object_tags()));
+        let on_tags = tags_on_row(operation, bucket)
+            && (own_on_tags || bucket.access.policy.as_ref().is_some_and(|p| p.rules.on_object_tags()));
         let by_policy = !on_tags && decide(cx, peer, bucket, requester, action, key, cx.uri().query())?;
         // Where the policies are silent, an ACL may allow: the bucket's now, the object's once
         // its row is read.
