@@ -602,26 +602,34 @@ impl<'a> BucketHandle<'a> {
         self.store().list_multipart_uploads(&self.info, request).await
     }
 
-    pub async fn object_tags(&self, key: &str, version_id: Option<&str>) -> StoreResult<Tags> {
-        let options = ReadOptions {
-            version_id: version_id.map(str::to_owned),
-            ..ReadOptions::default()
-        };
-        Ok(self.head(key, &options).await?.head.meta.tags)
-    }
-
     /// Replaces an object's (current version's) tags. Not in a cache bucket: the origin's copy
-    /// would keep its own.
-    pub async fn set_object_tags(&self, key: &str, version_id: Option<&str>, tags: &Tags) -> StoreResult<()> {
+    /// would keep its own. `allowed`, when given, decides on the object's metadata first (under
+    /// the row's lock, so the tags it sees are the ones replaced): refused, nothing changes.
+    pub async fn set_object_tags(
+        &self,
+        key: &str,
+        version_id: Option<&str>,
+        tags: &Tags,
+        allowed: Option<&(dyn Fn(&ObjectMeta) -> bool + Sync)>,
+    ) -> StoreResult<()> {
         self.writable()?;
         if self.cache().is_some() {
             return Err(StoreError::NotImplemented(
                 "object tagging is not supported on cache buckets".into(),
             ));
         }
-        match self.version(version_id)? {
-            Some(version) => self.store().set_version_tags(&self.info, key, version, tags).await,
-            None => self.store().set_object_tags(&self.info, key, tags).await,
+        match (self.version(version_id)?, allowed) {
+            // The common case, one statement.
+            (None, None) => self.store().set_object_tags(&self.info, key, tags).await,
+            (version, allowed) => {
+                let allowed = |meta: &ObjectMeta| match allowed.is_none_or(|allowed| allowed(meta)) {
+                    true => Ok(()),
+                    false => Err(StoreError::AccessDenied),
+                };
+                self.store()
+                    .set_version_tags(&self.info, key, version, tags, allowed)
+                    .await
+            }
         }
     }
 

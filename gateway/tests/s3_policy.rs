@@ -131,10 +131,18 @@ async fn malformed_policies_are_refused_with_s3s_messages() {
         );
     }
     // Valid IAM pgvs3 does not evaluate is NotImplemented, never silently half-applied.
-    let tag = statement(
+    let request_tag = statement(
+        r#""Effect":"Deny","Principal":"*","Action":"s3:PutObject","Resource":"arn:aws:s3:::pol/*","Condition":{"StringEquals":{"s3:RequestObjectTag/secret":"yes"}}"#,
+    );
+    assert_eq!(
+        put_policy(&gw, "pol", &request_tag).await.unwrap_err().0,
+        "NotImplemented"
+    );
+    // The existing object's tags are evaluated (tests/s3_object_tag_policy.rs).
+    let existing_tag = statement(
         r#""Effect":"Deny","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::pol/*","Condition":{"StringEquals":{"s3:ExistingObjectTag/secret":"yes"}}"#,
     );
-    assert_eq!(put_policy(&gw, "pol", &tag).await.unwrap_err().0, "NotImplemented");
+    put_policy(&gw, "pol", &existing_tag).await.unwrap();
     // The access key form and the IAM user form of an existing key both name it.
     let bob = statement(
         r#""Effect":"Allow","Principal":{"AWS":["BOBKEY","arn:aws:iam::000000000000:user/BOBKEY"]},"Action":"s3:*","Resource":["arn:aws:s3:::pol","arn:aws:s3:::pol/*"]"#,

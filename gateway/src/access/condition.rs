@@ -1,5 +1,10 @@
 //! Policy conditions: the operators and keys a bucket policy's `Condition` block may use,
 //! checked when the policy is put, and the values a request gives those keys.
+//!
+//! `s3:ExistingObjectTag/<tag>` is the tag of the object the request acts on. It has a value only
+//! for actions on an existing object ([`EXISTING_OBJECT_ACTIONS`]); for those, a request whose
+//! object's tags have not been read yet cannot tell, and a statement then counts as its effect
+//! demands least: a Deny applies, an Allow does not (see [`Condition::holds`]).
 
 use std::borrow::Cow;
 use std::net::IpAddr;
@@ -13,7 +18,8 @@ use super::policy::{PolicyRefused, RequestContext, Requester, glob, malformed};
 pub(super) struct Condition {
     operator: Operator,
     if_exists: bool,
-    /// Lowercase (condition keys are case-insensitive).
+    /// Lowercase (condition keys are case-insensitive), but for the tag key of
+    /// `s3:existingobjecttag/<tag>`, kept as written: S3's tag keys are case-sensitive.
     key: String,
     values: Vec<String>,
 }
@@ -94,6 +100,35 @@ const CONDITION_KEYS: &[&str] = &[
     "s3:signatureversion",
 ];
 
+/// The condition key naming a tag of the existing object (lowercase), before the tag's key.
+const EXISTING_OBJECT_TAG: &str = "s3:existingobjecttag/";
+
+/// The actions (lowercase, `s3:` included) that act on an existing object, for which
+/// `s3:ExistingObjectTag/<tag>` has a value, as AWS's service authorization reference lists
+/// them. Any other action (PutObject, DeleteObject, ListBucket, ...) has no existing object: the
+/// key is absent.
+const EXISTING_OBJECT_ACTIONS: &[&str] = &[
+    "s3:getobject",
+    "s3:getobjectversion",
+    "s3:getobjectacl",
+    "s3:getobjectversionacl",
+    "s3:putobjectacl",
+    "s3:putobjectversionacl",
+    "s3:getobjecttagging",
+    "s3:getobjectversiontagging",
+    "s3:putobjecttagging",
+    "s3:putobjectversiontagging",
+    "s3:deleteobjecttagging",
+    "s3:deleteobjectversiontagging",
+    "s3:getobjectattributes",
+    "s3:getobjectversionattributes",
+    "s3:getobjectretention",
+    "s3:putobjectretention",
+    "s3:getobjectlegalhold",
+    "s3:putobjectlegalhold",
+    "s3:restoreobject",
+];
+
 impl Condition {
     /// Whether the condition narrows who or where the requester is (so an Allow for everyone
     /// under it is not public).
@@ -104,6 +139,11 @@ impl Condition {
                 self.operator,
                 Operator::IpAddress | Operator::StringEquals | Operator::StringLike
             )
+    }
+
+    /// Whether the condition looks at the existing object's tags.
+    pub(super) fn on_object_tags(&self) -> bool {
+        self.key.starts_with(EXISTING_OBJECT_TAG)
     }
 
     pub(super) fn parse_block(value: &Value) -> Result<Vec<Condition>, PolicyRefused> {
@@ -133,8 +173,15 @@ impl Condition {
                 return malformed("Policy has an invalid condition block");
             };
             for (key, values) in keys {
-                let lower = key.to_ascii_lowercase();
-                if !CONDITION_KEYS.contains(&lower.as_str()) {
+                let mut lower = key.to_ascii_lowercase();
+                let tag = lower.strip_prefix(EXISTING_OBJECT_TAG).map(str::len);
+                if let Some(tag_len) = tag {
+                    // The prefix is ASCII: the tag key is the same bytes at the end of `key`.
+                    if tag_len == 0 {
+                        return malformed("Policy has an invalid condition key");
+                    }
+                    lower.replace_range(EXISTING_OBJECT_TAG.len().., &key[key.len() - tag_len..]);
+                } else if !CONDITION_KEYS.contains(&lower.as_str()) {
                     return match lower.starts_with("aws:") || lower.starts_with("s3:") {
                         true => Err(PolicyRefused::NotImplemented(format!(
                             "condition key {key} is not supported here"
@@ -192,8 +239,17 @@ impl Condition {
         }
     }
 
-    pub(super) fn holds(&self, cx: &RequestContext<'_>) -> bool {
-        let value = cx.value(&self.key);
+    /// Whether the condition holds for the request; `None` when the request cannot tell yet (a
+    /// tag of an existing object whose tags have not been read).
+    pub(super) fn holds(&self, cx: &RequestContext<'_>) -> Option<bool> {
+        let value = match self.key.strip_prefix(EXISTING_OBJECT_TAG) {
+            Some(tag) => cx.existing_object_tag(tag)?,
+            None => cx.value(&self.key),
+        };
+        Some(self.holds_on(value))
+    }
+
+    fn holds_on(&self, value: Option<Cow<'_, str>>) -> bool {
         if self.operator == Operator::Null {
             let absent = value.is_none();
             return self.values.iter().any(|v| v.eq_ignore_ascii_case("true") == absent);
@@ -255,6 +311,16 @@ fn scalar(value: &Value) -> Option<String> {
 }
 
 impl RequestContext<'_> {
+    /// The value of the existing object's tag `tag`: `None` while its tags are unread, `Some(None)`
+    /// when the object has no such tag or the action acts on no existing object.
+    fn existing_object_tag(&self, tag: &str) -> Option<Option<Cow<'_, str>>> {
+        if !EXISTING_OBJECT_ACTIONS.contains(&self.action.to_ascii_lowercase().as_str()) {
+            return Some(None);
+        }
+        let tags = self.object_tags?;
+        Some(tags.get(tag).map(|value| Cow::Borrowed(value.as_str())))
+    }
+
     /// The value of a condition key (lowercase) for this request, if it has one.
     fn value(&self, key: &str) -> Option<Cow<'_, str>> {
         let header = |name: &str| self.headers.get(name)?.to_str().ok().map(Cow::Borrowed);

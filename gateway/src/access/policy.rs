@@ -11,6 +11,7 @@
 //! The same language serves an access key's own policy (`pgvs3 admin key policy`), as IAM
 //! attaches a policy to a user: no Principal (it applies to its key), resources in any bucket.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::SystemTime;
 
@@ -25,6 +26,8 @@ pub const MAX_POLICY_BYTES: usize = 20 * 1024;
 #[derive(Debug)]
 pub struct BucketPolicy {
     statements: Vec<Statement>,
+    /// Some condition looks at the existing object's tags (`s3:ExistingObjectTag/<tag>`).
+    on_object_tags: bool,
 }
 
 #[derive(Debug)]
@@ -183,6 +186,9 @@ pub struct RequestContext<'a> {
     pub now: SystemTime,
     pub headers: &'a http::HeaderMap,
     pub query: Option<&'a str>,
+    /// The tags of the existing object (of the version the request names) once its row is
+    /// read; `None` before. Looked at only for actions on an existing object.
+    pub object_tags: Option<&'a BTreeMap<String, String>>,
     /// The bucket's RestrictPublicBuckets is on: public grants (see
     /// [`BucketPolicy::is_public`]) allow nothing.
     pub restrict_public: bool,
@@ -247,11 +253,24 @@ impl BucketPolicy {
             Some(one @ Value::Object(_)) => vec![one],
             _ => return malformed("Missing required field Statement"),
         };
-        let statements = statements
+        let statements: Vec<Statement> = statements
             .into_iter()
             .map(|statement| Statement::parse(statement, scope))
             .collect::<Result<_, _>>()?;
-        Ok(BucketPolicy { statements })
+        let on_object_tags = statements
+            .iter()
+            .flat_map(|statement| &statement.conditions)
+            .any(Condition::on_object_tags);
+        Ok(BucketPolicy {
+            statements,
+            on_object_tags,
+        })
+    }
+
+    /// Whether some condition looks at the existing object's tags: a request on an existing
+    /// object is then decided once they are read (see `s3/authorize.rs`).
+    pub fn on_object_tags(&self) -> bool {
+        self.on_object_tags
     }
 
     /// Explicit Deny, Allow, or nothing said.
@@ -412,7 +431,9 @@ impl Statement {
         self.principals.include(cx.requester)
             && self.actions.iter().any(|pattern| glob(pattern, action)) != self.not_action
             && self.resources.iter().any(|pattern| glob(pattern, resource)) != self.not_resource
-            && self.conditions.iter().all(|condition| condition.holds(cx))
+            // A condition the request cannot tell yet (the object's tags unread) counts as its
+            // effect demands least: a Deny applies, an Allow does not.
+            && self.conditions.iter().all(|condition| condition.holds(cx).unwrap_or(self.deny))
     }
 }
 
@@ -567,6 +588,7 @@ mod tests {
                 now: SystemTime::UNIX_EPOCH,
                 headers: &headers,
                 query: None,
+                object_tags: None,
                 restrict_public: false,
             })
         };
@@ -595,6 +617,7 @@ mod tests {
             now: SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000),
             headers: &headers,
             query,
+            object_tags: None,
             restrict_public: false,
         })
     }
@@ -741,12 +764,71 @@ mod tests {
             )))
             .contains("Invalid Condition type")
         );
+        assert!(
+            refused(&statement(&format!(
+                r#""Effect":"Allow",{base},"Condition":{{"StringEquals":{{"s3:ExistingObjectTag/":"a"}}}}"#
+            )))
+            .contains("invalid condition key")
+        );
         assert!(matches!(
             parse(&statement(&format!(
-                r#""Effect":"Allow",{base},"Condition":{{"StringEquals":{{"s3:ExistingObjectTag/x":"a"}}}}"#
+                r#""Effect":"Allow",{base},"Condition":{{"StringEquals":{{"s3:RequestObjectTag/x":"a"}}}}"#
             ))),
             Err(PolicyRefused::NotImplemented(_))
         ));
+    }
+
+    #[test]
+    fn existing_object_tags_decide_once_read_and_are_absent_where_no_object_exists() {
+        let policy = parse(
+            r#"{"Statement":[
+                {"Effect":"Allow","Principal":{"AWS":"alice"},"Action":["s3:GetObject","s3:PutObject"],"Resource":"arn:aws:s3:::bkt/*",
+                 "Condition":{"StringEquals":{"s3:ExistingObjectTag/Share":"yes"}}},
+                {"Effect":"Deny","Principal":"*","Action":"s3:*","Resource":"arn:aws:s3:::bkt/*",
+                 "Condition":{"StringEquals":{"s3:ExistingObjectTag/class":"secret"}}}]}"#,
+        )
+        .unwrap();
+        assert!(policy.on_object_tags());
+        assert!(!parse(r#"{"Statement":{"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::bkt/*"}}"#).unwrap().on_object_tags());
+        let headers = http::HeaderMap::new();
+        let tags = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        let decide = |action: &str, object_tags: Option<&BTreeMap<String, String>>| {
+            policy.evaluate(&RequestContext {
+                requester: ALICE,
+                action,
+                bucket: "bkt",
+                key: Some("k"),
+                source_ip: None,
+                secure_transport: false,
+                now: SystemTime::UNIX_EPOCH,
+                headers: &headers,
+                query: None,
+                object_tags,
+                restrict_public: false,
+            })
+        };
+        let shared = tags(&[("Share", "yes")]);
+        assert_eq!(decide("s3:GetObject", Some(&shared)), Decision::Allow);
+        assert_eq!(
+            decide("s3:GetObject", Some(&tags(&[("Share", "no")]))),
+            Decision::Silent
+        );
+        assert_eq!(
+            decide("s3:GetObject", Some(&tags(&[("share", "yes")]))),
+            Decision::Silent,
+            "tag keys are case-sensitive"
+        );
+        assert_eq!(decide("s3:GetObject", Some(&tags(&[]))), Decision::Silent);
+        assert_eq!(
+            decide("s3:GetObject", Some(&tags(&[("Share", "yes"), ("class", "secret")]))),
+            Decision::Deny
+        );
+        // Tags not read yet: the Deny is taken to apply, the Allow not.
+        assert_eq!(decide("s3:GetObject", None), Decision::Deny);
+        // PutObject has no existing object: the key is absent, so neither statement applies.
+        assert_eq!(decide("s3:PutObject", None), Decision::Silent);
     }
 
     #[test]

@@ -6,10 +6,14 @@
 //!
 //! As on S3: a policy's Deny refuses; otherwise a policy's Allow, an ACL grant or owning the
 //! bucket allows. A bucket's ACL rides on its cached catalog row and is decided here. An
-//! object's ACL lives in the object's metadata: a request only its object's ACL could allow
-//! (GetObject, HeadObject, Get/PutObjectAcl by another key) is let through with a pending
-//! [`ObjectAclCheck`], which the front decides on the row it reads anyway, before answering
-//! anything of the object. Deciding it here would cost a second round trip per request.
+//! object's ACL and tags live in the object's metadata: a request only its object's ACL could
+//! allow (GetObject, HeadObject, Get/PutObjectAcl by another key), or one whose bucket or key
+//! policy looks at the object's tags (`s3:ExistingObjectTag/<tag>`), is let through with a
+//! pending [`OnRow`] check, which the front decides on the row it reads anyway, before answering
+//! anything of the object ([`ON_THE_ROW`]). Deciding it here would cost a second round trip per
+//! request. Where no row is read (a copy's source, retention and legal hold), the tags are
+//! unknown and a policy counts as its effect demands least (`access/condition.rs`): a Deny on a
+//! tag refuses, an Allow on a tag does not allow.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -20,7 +24,7 @@ use s3s::access::S3AccessContext;
 use crate::access::acl::{Acl, Permission};
 use crate::access::policy::{BucketPolicy, Decision, RequestContext, Requester};
 use crate::http_server::Peer;
-use crate::store::{BucketInfo, Catalog, StoreError};
+use crate::store::{BucketInfo, Catalog, StoreError, Tags};
 
 /// The buckets a policy allowed this request to use, beyond the requester's own. In the
 /// request's extensions; the front passes it to `Buckets::open`.
@@ -34,13 +38,42 @@ pub struct PolicyGrant {
     /// A GET/HEAD the policy allowed to a requester who may not list the bucket: a missing key
     /// is answered 403 AccessDenied, as S3 does.
     hide_missing: bool,
-    /// What the object's own ACL must allow, when only it can allow the request.
-    object_acl: Option<ObjectAclCheck>,
+    /// What only the object's row can decide.
+    on_row: Option<OnRow>,
+}
+
+/// The operations whose front reads (or, for a tag write, locks) the object's row before it
+/// answers anything of the object, and decides a pending [`OnRow`] check on it.
+const ON_THE_ROW: &[&str] = &[
+    "GetObject",
+    "HeadObject",
+    "GetObjectAttributes",
+    "GetObjectAcl",
+    "PutObjectAcl",
+    "GetObjectTagging",
+    "PutObjectTagging",
+    "DeleteObjectTagging",
+];
+
+/// Whether the front can decide `operation` on the object's tags in its row. A cache bucket's
+/// rows do not hold the origin's tags: its requests are decided in the access check, the tags
+/// unknown (a Deny on a tag applies, an Allow on a tag does not).
+fn tags_on_row(operation: &str, bucket: &BucketInfo) -> bool {
+    ON_THE_ROW.contains(&operation) && bucket.origin.is_none()
+}
+
+/// A decision the front takes on the object's row.
+#[derive(Debug, Clone)]
+enum OnRow {
+    /// Only the object's ACL can allow the request.
+    Acl(ObjectAclCheck),
+    /// A policy looks at the object's tags: the whole decision waits for them.
+    Tags(Arc<TagCheck>),
 }
 
 /// A permission an object's ACL must grant the requester (decided on the object's row).
 #[derive(Debug, Clone)]
-pub struct ObjectAclCheck {
+struct ObjectAclCheck {
     /// `None`: anonymous.
     requester: Option<String>,
     permission: Permission,
@@ -48,17 +81,122 @@ pub struct ObjectAclCheck {
     ignore_public: bool,
 }
 
+impl ObjectAclCheck {
+    fn allows(&self, acl: Option<&Acl>) -> bool {
+        acl.is_some_and(|acl| acl.allows(self.requester.as_deref(), self.permission, self.ignore_public))
+    }
+}
+
+/// Who asks, on which bucket, from where: what a decision taken after the access check (per
+/// key of a DeleteObjects, or on the object's row) needs of the request.
 #[derive(Debug)]
-struct PerKey {
+struct Asker {
     bucket: Arc<BucketInfo>,
     /// `None`: anonymous.
     access_key: Option<String>,
     is_root: bool,
-    /// The bucket's ACL grants the requester WRITE (which deletes, as on S3).
-    acl_writes: bool,
     peer: Option<Peer>,
     /// The requester's own policy (a key with one may do only what it allows).
     own_policy: Option<Arc<BucketPolicy>>,
+}
+
+impl Asker {
+    fn new(
+        bucket: &Arc<BucketInfo>,
+        requester: Requester<'_>,
+        peer: Option<Peer>,
+        own: Option<Arc<BucketPolicy>>,
+    ) -> Asker {
+        let (access_key, is_root) = match requester {
+            Requester::Key { access_key, is_root } => (Some(access_key.to_owned()), is_root),
+            Requester::Anonymous => (None, false),
+        };
+        Asker {
+            bucket: Arc::clone(bucket),
+            access_key,
+            is_root,
+            peer,
+            own_policy: own,
+        }
+    }
+
+    fn requester(&self) -> Requester<'_> {
+        match &self.access_key {
+            Some(access_key) => Requester::Key {
+                access_key,
+                is_root: self.is_root,
+            },
+            None => Requester::Anonymous,
+        }
+    }
+
+    /// What the policies say of `action` on `key`: `Some(false)` when the key's own policy does
+    /// not allow it or the bucket's denies it, `Some(true)` when the bucket's allows it, `None`
+    /// when the bucket's says nothing (ownership and ACLs decide).
+    fn policies(
+        &self,
+        action: &str,
+        key: &str,
+        headers: &http::HeaderMap,
+        query: Option<&str>,
+        object_tags: Option<&Tags>,
+    ) -> Option<bool> {
+        let context = RequestContext {
+            requester: self.requester(),
+            action,
+            bucket: &self.bucket.name,
+            key: Some(key),
+            source_ip: self.peer.map(|peer| peer.addr.ip()),
+            secure_transport: self.peer.is_some_and(|peer| peer.tls),
+            now: SystemTime::now(),
+            headers,
+            query,
+            object_tags,
+            restrict_public: restricted(&self.bucket),
+        };
+        let own = RequestContext {
+            restrict_public: false,
+            ..context
+        };
+        if let Some(policy) = &self.own_policy
+            && policy.evaluate(&own) != Decision::Allow
+        {
+            return Some(false);
+        }
+        match self.bucket.access.policy.as_ref()?.rules.evaluate(&context) {
+            Decision::Allow => Some(true),
+            Decision::Deny => Some(false),
+            Decision::Silent => None,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct PerKey {
+    asker: Asker,
+    /// The bucket's ACL grants the requester WRITE (which deletes, as on S3).
+    acl_writes: bool,
+}
+
+/// A request whose policies look at the object's tags, decided on its row.
+#[derive(Debug)]
+struct TagCheck {
+    asker: Asker,
+    action: &'static str,
+    key: String,
+    /// Where the bucket's policy says nothing: the requester owns the bucket or the bucket's ACL
+    /// allows the request.
+    silent_allows: bool,
+    /// What the object's ACL must grant where nothing else allows.
+    acl: Option<ObjectAclCheck>,
+}
+
+impl TagCheck {
+    fn allows(&self, headers: &http::HeaderMap, query: Option<&str>, acl: Option<&Acl>, tags: &Tags) -> bool {
+        self.asker
+            .policies(self.action, &self.key, headers, query, Some(tags))
+            .unwrap_or_else(|| self.silent_allows || self.acl.as_ref().is_some_and(|check| check.allows(acl)))
+    }
 }
 
 impl PolicyGrant {
@@ -68,49 +206,16 @@ impl PolicyGrant {
         let Some(per_key) = &self.per_key else {
             return true;
         };
-        let requester = match &per_key.access_key {
-            Some(access_key) => Requester::Key {
-                access_key,
-                is_root: per_key.is_root,
-            },
-            None => Requester::Anonymous,
+        let action = if versioned {
+            "s3:DeleteObjectVersion"
+        } else {
+            "s3:DeleteObject"
         };
-        let context = RequestContext {
-            requester,
-            action: if versioned {
-                "s3:DeleteObjectVersion"
-            } else {
-                "s3:DeleteObject"
-            },
-            bucket: &per_key.bucket.name,
-            key: Some(key),
-            source_ip: per_key.peer.map(|peer| peer.addr.ip()),
-            secure_transport: per_key.peer.is_some_and(|peer| peer.tls),
-            now: SystemTime::now(),
-            headers,
-            query: None,
-            restrict_public: restricted(&per_key.bucket),
-        };
-        if let Some(own) = &per_key.own_policy
-            && own.evaluate(&context) != Decision::Allow
-        {
-            return false;
-        }
-        let Some(policy) = &per_key.bucket.access.policy else {
-            return true;
-        };
-        match policy.rules.evaluate(&context) {
-            Decision::Allow => true,
-            Decision::Deny => false,
-            Decision::Silent => {
-                per_key.is_root
-                    || per_key.acl_writes
-                    || per_key
-                        .access_key
-                        .as_deref()
-                        .is_some_and(|key| per_key.bucket.owner.as_deref() == Some(key))
-            }
-        }
+        // DeleteObject acts on no existing object: no tags are looked at.
+        let asker = &per_key.asker;
+        asker
+            .policies(action, key, headers, None, None)
+            .unwrap_or_else(|| per_key.acl_writes || owns(&asker.bucket, asker.requester()))
     }
 
     pub fn covers(&self, bucket: &str) -> bool {
@@ -127,13 +232,34 @@ impl PolicyGrant {
         self.anonymous
     }
 
-    /// Whether the object's ACL (`None`: private, the bucket owner's alone) allows what this
-    /// request was let through for. True when no object ACL check is pending.
-    pub fn object_acl_allows(&self, acl: Option<&Acl>) -> bool {
-        let Some(check) = &self.object_acl else {
-            return true;
-        };
-        acl.is_some_and(|acl| acl.allows(check.requester.as_deref(), check.permission, check.ignore_public))
+    /// Whether the object's row, its ACL (`None`: private, the bucket owner's alone) and its
+    /// tags, allows what this request was let through for. True when nothing is pending.
+    /// `headers` and `query` are the request's (policy conditions may look at them).
+    pub fn object_allows(
+        &self,
+        headers: &http::HeaderMap,
+        query: Option<&str>,
+        acl: Option<&Acl>,
+        tags: &Tags,
+    ) -> bool {
+        match &self.on_row {
+            None => true,
+            Some(OnRow::Acl(check)) => check.allows(acl),
+            Some(OnRow::Tags(check)) => check.allows(headers, query, acl, tags),
+        }
+    }
+
+    /// Whether a policy looking at the object's tags decides the request on the object's row:
+    /// a tag write must then check them where it writes.
+    pub fn decides_on_tags(&self) -> bool {
+        matches!(self.on_row, Some(OnRow::Tags(_)))
+    }
+
+    /// Whether a missing object is AccessDenied rather than NoSuchKey because the policies,
+    /// looking at tags, do not allow the request on an object without any: as on S3, where
+    /// the permission is decided before the object is looked for.
+    pub fn refuses_missing(&self, headers: &http::HeaderMap, query: Option<&str>) -> bool {
+        matches!(&self.on_row, Some(OnRow::Tags(check)) if !check.allows(headers, query, None, &Tags::new()))
     }
 }
 
@@ -293,8 +419,13 @@ pub async fn authorize(
         .as_ref()
         .filter(|key| !key.is_root)
         .and_then(|key| key.policy.clone());
+    // The key's own policy looks at the object's tags: decided on the row (with the bucket's
+    // handle at hand; a bucket not cached yet is decided here, tags unknown).
+    let own_on_tags = bucket.as_ref().is_some_and(|bucket| tags_on_row(operation, bucket))
+        && own_policy.as_ref().is_some_and(|own| own.on_object_tags());
     if let (Some(own), Some(access_key)) = (&own_policy, signed)
         && operation != "DeleteObjects"
+        && !own_on_tags
     {
         let requester = Requester::Key {
             access_key,
@@ -338,7 +469,27 @@ pub async fn authorize(
             bucket.access.policy.is_none() && (!bucket.access.acls_enabled() || signer_owns(bucket))
         })
     {
-        return Ok(None);
+        // Only the key's own policy is left to decide, on the row; the bucket's opening checks
+        // the owner.
+        return Ok(match (&bucket, signed, action_of(operation, versioned)) {
+            (Some(bucket), Some(access_key), Some(action)) if own_on_tags => {
+                let requester = Requester::Key {
+                    access_key,
+                    is_root: false,
+                };
+                Some(PolicyGrant {
+                    on_row: Some(OnRow::Tags(Arc::new(TagCheck {
+                        asker: Asker::new(bucket, requester, peer, own_policy),
+                        action,
+                        key: cx.s3_path().get_object_key().unwrap_or_default().to_owned(),
+                        silent_allows: true,
+                        acl: None,
+                    }))),
+                    ..PolicyGrant::default()
+                })
+            }
+            _ => None,
+        });
     }
     let requester = match signed {
         Some(access_key) => Requester::Key {
@@ -367,16 +518,12 @@ pub async fn authorize(
         anonymous: signed.is_none(),
         per_key: None,
         hide_missing: false,
-        object_acl: None,
+        on_row: None,
     };
     if operation == "DeleteObjects"
         && let Some(bucket) = &bucket
         && (bucket.access.policy.is_some() || own_policy.is_some())
     {
-        let (access_key, is_root) = match requester {
-            Requester::Key { access_key, is_root } => (Some(access_key.to_owned()), is_root),
-            Requester::Anonymous => (None, false),
-        };
         // Only a bucket policy grants the bucket; a key's own policy only narrows.
         if bucket.access.policy.is_some() {
             grant.buckets.push(bucket.name.clone());
@@ -386,36 +533,46 @@ pub async fn authorize(
             grant.buckets.push(bucket.name.clone());
         }
         grant.per_key = Some(Arc::new(PerKey {
-            bucket: Arc::clone(bucket),
-            access_key,
-            is_root,
+            asker: Asker::new(bucket, requester, peer, own_policy.clone()),
             acl_writes,
-            peer,
-            own_policy: own_policy.clone(),
         }));
     } else if let Some(bucket) = &bucket
         && let Some(action) = action_of(operation, versioned)
     {
         let key = cx.s3_path().get_object_key();
-        let by_policy = decide(cx, peer, bucket, requester, action, key, cx.uri().query())?;
-        // Where the policy is silent, an ACL may allow: the bucket's now, the object's once
+        let on_tags = tags_on_row(operation, bucket)
+            && (own_on_tags || bucket.access.policy.as_ref().is_some_and(|p| p.rules.on_object_tags()));
+        let by_policy = !on_tags && decide(cx, peer, bucket, requester, action, key, cx.uri().query())?;
+        // Where the policies are silent, an ACL may allow: the bucket's now, the object's once
         // its row is read.
-        let by_acl = !by_policy
-            && !owns(bucket, requester)
-            && bucket.access.acls_enabled()
-            && match acl_permission(operation) {
-                Some((AclTarget::Bucket, permission)) => bucket_acl_allows(bucket, requester, permission),
+        let (mut by_bucket_acl, mut object_acl) = (false, None);
+        if !owns(bucket, requester) && bucket.access.acls_enabled() {
+            match acl_permission(operation) {
+                Some((AclTarget::Bucket, permission)) => {
+                    by_bucket_acl = bucket_acl_allows(bucket, requester, permission);
+                }
                 Some((AclTarget::Object, permission)) => {
-                    grant.object_acl = Some(ObjectAclCheck {
+                    object_acl = Some(ObjectAclCheck {
                         requester: requester_key(requester).map(str::to_owned),
                         permission,
                         ignore_public: bucket.access.ignores_public_acls(),
                     });
-                    true
                 }
-                None => false,
-            };
-        if by_policy || by_acl {
+                None => {}
+            }
+        }
+        grant.on_row = match on_tags {
+            true => Some(OnRow::Tags(Arc::new(TagCheck {
+                asker: Asker::new(bucket, requester, peer, own_policy.clone()),
+                action,
+                key: key.unwrap_or_default().to_owned(),
+                silent_allows: owns(bucket, requester) || by_bucket_acl,
+                acl: object_acl,
+            }))),
+            false if by_policy => None,
+            false => object_acl.map(OnRow::Acl),
+        };
+        if by_policy || by_bucket_acl || grant.on_row.is_some() {
             grant.buckets.push(bucket.name.clone());
             // S3 tells a reader without s3:ListBucket (or the bucket's READ) that a missing key
             // is 403, not 404, so a grant to read objects does not reveal which keys exist.
@@ -463,6 +620,7 @@ fn own_allows(
         now: SystemTime::now(),
         headers: cx.headers(),
         query,
+        object_tags: None,
         restrict_public: false,
     };
     policy.evaluate(&context) == Decision::Allow
@@ -491,6 +649,7 @@ fn decide(
         now: SystemTime::now(),
         headers: cx.headers(),
         query,
+        object_tags: None,
         restrict_public: restricted(bucket),
     };
     match policy.rules.evaluate(&context) {

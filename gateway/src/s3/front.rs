@@ -82,27 +82,10 @@ impl S3Front {
             true => bucket.get(key, &options).await,
             false => bucket.head(key, &options).await,
         }
-        .map_err(|err| match err {
-            StoreError::NoSuchKey
-                if req
-                    .extensions
-                    .get::<PolicyGrant>()
-                    .is_some_and(PolicyGrant::hides_missing) =>
-            {
-                StoreError::AccessDenied
-            }
-            err => err,
-        })
-        .map_err(|e| fail(req, e))?;
-        // A read only the object's ACL could allow is decided on the row just read, before any
-        // of it is answered.
-        if !req
-            .extensions
-            .get::<PolicyGrant>()
-            .is_none_or(|grant| grant.object_acl_allows(read.head.meta.acl.as_ref()))
-        {
-            return Err(s3s::s3_error!(AccessDenied, "Access Denied"));
-        }
+        .map_err(|e| fail(req, missing(req, e)))?;
+        // A read only the object's ACL or tags could allow is decided on the row just read,
+        // before any of it is answered.
+        row_allows(req, &read.head.meta)?;
         let expiration = match options.version_id {
             None => bucket.expiry(key, &read.head).map(lifecycle::expiration_header),
             Some(_) => None,
@@ -151,6 +134,27 @@ impl S3Front {
 
 fn fail<T>(req: &S3Request<T>, err: StoreError) -> S3Error {
     s3_error(err, req.extensions.get::<RequestId>())
+}
+
+/// A missing object is AccessDenied where the request's grant says S3 would not tell (see
+/// `PolicyGrant::hides_missing` and `PolicyGrant::refuses_missing`).
+fn missing<T>(req: &S3Request<T>, err: StoreError) -> StoreError {
+    let hidden = |grant: &PolicyGrant| grant.hides_missing() || grant.refuses_missing(&req.headers, req.uri.query());
+    match err {
+        StoreError::NoSuchKey if req.extensions.get::<PolicyGrant>().is_some_and(hidden) => StoreError::AccessDenied,
+        err => err,
+    }
+}
+
+/// Decides, on the object's row (`meta`, the version the request names), what the access
+/// check left to it: the object's ACL or tags (see `PolicyGrant::object_allows`).
+fn row_allows<T>(req: &S3Request<T>, meta: &ObjectMeta) -> S3Result<()> {
+    let allows =
+        |grant: &PolicyGrant| grant.object_allows(&req.headers, req.uri.query(), meta.acl.as_ref(), &meta.tags);
+    match req.extensions.get::<PolicyGrant>().is_none_or(allows) {
+        true => Ok(()),
+        false => Err(s3s::s3_error!(AccessDenied, "Access Denied")),
+    }
 }
 
 fn timestamp(time: SystemTime) -> Timestamp {
@@ -288,6 +292,32 @@ fn stored_encoding(encoding: &Option<String>) -> Option<String> {
         .filter(|coding| !coding.is_empty() && !coding.eq_ignore_ascii_case("aws-chunked"))
         .collect();
     (!kept.is_empty()).then(|| kept.join(", "))
+}
+
+/// Put/DeleteObjectTagging: replaces the tags, deciding first on the tags replaced when a policy
+/// looks at them. That costs the locked read-then-write of a version's metadata (one
+/// transaction) instead of one UPDATE, only for such requests: the decision must see the tags
+/// before they change, and under the lock no other write slips in between.
+async fn set_tags<T>(
+    req: &S3Request<T>,
+    bucket: &BucketHandle<'_>,
+    key: &str,
+    version_id: Option<&str>,
+    tags: &store::Tags,
+) -> S3Result<()> {
+    let grant = req
+        .extensions
+        .get::<PolicyGrant>()
+        .filter(|grant| grant.decides_on_tags());
+    let (headers, query) = (&req.headers, req.uri.query());
+    let allowed = |meta: &ObjectMeta| {
+        grant.is_none_or(|grant| grant.object_allows(headers, query, meta.acl.as_ref(), &meta.tags))
+    };
+    let allowed: Option<&(dyn Fn(&ObjectMeta) -> bool + Sync)> = grant.map(|_| &allowed as _);
+    bucket
+        .set_object_tags(key, version_id, tags, allowed)
+        .await
+        .map_err(|e| fail(req, missing(req, e)))
 }
 
 /// The tags of `x-amz-tagging` (a URL-encoded query string).
@@ -1213,7 +1243,12 @@ impl S3 for S3Front {
             version_id: input.version_id.clone(),
             ..Default::default()
         };
-        let head = bucket.head(&input.key, &options).await.map_err(|e| fail(&req, e))?.head;
+        let head = bucket
+            .head(&input.key, &options)
+            .await
+            .map_err(|e| fail(&req, missing(&req, e)))?
+            .head;
+        row_allows(&req, &head.meta)?;
         // Clients send the attributes in one header, comma-separated, or in several.
         let wanted = |name: &str| {
             input
@@ -1385,12 +1420,18 @@ impl S3 for S3Front {
     ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
         let principal = self.principal(&req).await?;
         let bucket = self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
-        let tags = bucket
-            .object_tags(&req.input.key, req.input.version_id.as_deref())
+        let options = store::ReadOptions {
+            version_id: req.input.version_id.clone(),
+            ..Default::default()
+        };
+        let head = bucket
+            .head(&req.input.key, &options)
             .await
-            .map_err(|e| fail(&req, e))?;
+            .map_err(|e| fail(&req, missing(&req, e)))?
+            .head;
+        row_allows(&req, &head.meta)?;
         Ok(S3Response::new(GetObjectTaggingOutput {
-            tag_set: tag_list(tags),
+            tag_set: tag_list(head.meta.tags),
             version_id: req.input.version_id.clone(),
         }))
     }
@@ -1403,10 +1444,7 @@ impl S3 for S3Front {
         let input = &req.input;
         let tags = tags_from(&input.tagging, store::MAX_OBJECT_TAGS).map_err(|e| fail(&req, e))?;
         let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
-        bucket
-            .set_object_tags(&input.key, input.version_id.as_deref(), &tags)
-            .await
-            .map_err(|e| fail(&req, e))?;
+        set_tags(&req, &bucket, &input.key, input.version_id.as_deref(), &tags).await?;
         Ok(S3Response::new(PutObjectTaggingOutput::default()))
     }
 
@@ -1416,10 +1454,15 @@ impl S3 for S3Front {
     ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
         let principal = self.principal(&req).await?;
         let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
-        bucket
-            .set_object_tags(&req.input.key, req.input.version_id.as_deref(), &store::Tags::new())
-            .await
-            .map_err(|e| fail(&req, e))?;
+        let input = &req.input;
+        set_tags(
+            &req,
+            &bucket,
+            &input.key,
+            input.version_id.as_deref(),
+            &store::Tags::new(),
+        )
+        .await?;
         Ok(S3Response::new(DeleteObjectTaggingOutput::default()))
     }
 

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use tokio_postgres::types::Json;
 
 use super::objects::check_key;
-use super::{BucketInfo, Store, StoreError, StoreResult};
+use super::{BucketInfo, ObjectMeta, Store, StoreError, StoreResult};
 
 pub type Tags = BTreeMap<String, String>;
 
@@ -45,19 +45,21 @@ pub fn tag_set(pairs: impl IntoIterator<Item = (String, String)>, max: usize) ->
 }
 
 impl Store {
-    /// Replaces the tags of one version (by id: current or noncurrent).
+    /// Replaces the tags of one version (by id: current or noncurrent; `None`: the current
+    /// one), once `allowed` took the version's metadata, read under its row's lock.
     pub(crate) async fn set_version_tags(
         &self,
         bucket: &BucketInfo,
         key: &str,
-        version_id: &str,
+        version_id: Option<&str>,
         tags: &Tags,
+        allowed: impl FnOnce(&ObjectMeta) -> StoreResult<()>,
     ) -> StoreResult<()> {
         let value = (!tags.is_empty())
             .then(|| serde_json::to_value(tags))
             .transpose()
             .map_err(|err| StoreError::InvalidArgument(err.to_string()))?;
-        self.patch_version_meta(bucket, key, Some(version_id), "tg", value, |_| Ok(()))
+        self.patch_version_meta(bucket, key, version_id, "tg", value, allowed)
             .await
     }
 

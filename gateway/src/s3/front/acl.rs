@@ -7,10 +7,9 @@ use http::HeaderMap;
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
-use super::{S3Front, fail};
+use super::{S3Front, fail, missing, row_allows};
 use crate::access::acl::{self, Acl, AclRefused, Canned, Ownership, Requested};
 use crate::bucket::BucketHandle;
-use crate::s3::authorize::PolicyGrant;
 use crate::store::{self, Access, Catalog, NewBucket, Principal};
 
 impl S3Front {
@@ -178,7 +177,7 @@ impl S3Front {
     }
 
     /// The stored ACL of an object (its version, if named), once the request may see it: a
-    /// request only the object's ACL let through is decided here, on the row just read.
+    /// request only the object's ACL or tags can decide is decided here, on the row just read.
     async fn object_acl<T>(
         &self,
         req: &S3Request<T>,
@@ -190,16 +189,13 @@ impl S3Front {
             version_id: version_id.clone(),
             ..Default::default()
         };
-        let head = bucket.head(key, &options).await.map_err(|e| fail(req, e))?.head;
-        let acl = head.meta.acl;
-        if !req
-            .extensions
-            .get::<PolicyGrant>()
-            .is_none_or(|grant| grant.object_acl_allows(acl.as_ref()))
-        {
-            return Err(s3s::s3_error!(AccessDenied, "Access Denied"));
-        }
-        Ok(acl)
+        let head = bucket
+            .head(key, &options)
+            .await
+            .map_err(|e| fail(req, missing(req, e)))?
+            .head;
+        row_allows(req, &head.meta)?;
+        Ok(head.meta.acl)
     }
 }
 
