@@ -124,6 +124,20 @@ form = root.generate_presigned_post("web", "kms", Fields={"x-amz-server-side-enc
 status, body, _ = post(form["url"], form["fields"], "k.txt", b"secret")
 assert (status, code(body)) == (501, "NotImplemented"), (status, body)
 assert "public" not in keys(root) and "kms" not in keys(root), keys(root)
+# Checksum fields are checked as PutObject's headers are: a wrong one is refused and nothing is
+# stored; a right one is kept and answered.
+import base64, hashlib
+summed = base64.b64encode(hashlib.sha256(b"summed").digest()).decode()
+wrong = base64.b64encode(hashlib.sha256(b"other").digest()).decode()
+for value, expected in [(wrong, (400, "BadDigest")), (summed, (204, None))]:
+    form = root.generate_presigned_post("web", "summed", Fields={"x-amz-checksum-sha256": value},
+                                        Conditions=[{"x-amz-checksum-sha256": value}], ExpiresIn=600)
+    status, body, _ = post(form["url"], form["fields"], "s.txt", b"summed")
+    assert (status, code(body)) == expected, (status, body)
+    if status == 400:
+        assert "summed" not in keys(root), keys(root)
+head = root.head_object(Bucket="web", Key="summed", ChecksumMode="ENABLED")
+assert head.get("ChecksumSHA256") == summed, head
 # A private acl is what every object has: accepted.
 form = root.generate_presigned_post("web", "private", Fields={"acl": "private"},
                                     Conditions=[{"acl": "private"}], ExpiresIn=600)

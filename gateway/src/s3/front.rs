@@ -622,9 +622,11 @@ impl S3 for S3Front {
         let principal = self.principal(&req).await?;
         checks::refuse_unkept(&req.headers, Request::NewObject)?;
         let form = post::FormUpload::of(&mut req)?;
-        // A form's `acl` field is its ACL, as the header is a PutObject's.
-        let requested_acl = acl::requested(form.as_ref().map_or(&req.headers, post::FormUpload::settings))?;
-        let check = UploadCheck::from_request(&req.headers, req.trailing_headers.clone())?;
+        // A form's fields are its settings, as the headers are a PutObject's: its `acl` field is
+        // its ACL, its checksum fields its checksums.
+        let settings = form.as_ref().map_or(&req.headers, post::FormUpload::settings);
+        let requested_acl = acl::requested(settings)?;
+        let check = UploadCheck::from_request(settings, req.trailing_headers.clone())?;
         let body: store::BodyStream = match req.input.body.take() {
             Some(blob) => Box::pin(blob.map_err(|err| body_error(err.as_ref()))),
             None => Box::pin(futures::stream::empty()),
