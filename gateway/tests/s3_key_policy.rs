@@ -128,3 +128,26 @@ async fn key_policies_are_identity_policies_and_not_for_the_root_key() {
     gw.client.create_bucket().bucket("rooted").send().await.unwrap();
     gw.stop().await;
 }
+
+/// A key can sign its first request before a gateway's catalog has reloaded for it (the key is
+/// then looked up on its own, outside a reload): its policy must narrow it from that first
+/// request, not from the reload. A catalog of its own, with no notification listener, learns
+/// the key only by that lookup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_key_looked_up_before_the_catalog_reloads_is_held_to_its_policy() {
+    let gw = TestGateway::start().await;
+    let master_key = pgvs3_gateway::master_key::MasterKey::from_text(common::MASTER_KEY);
+    let apart = pgvs3_gateway::store::Catalog::load(gw.gateway.store.pool().clone(), master_key)
+        .await
+        .unwrap();
+    assert!(!apart.has_access_rules(), "no bucket or key has rules yet");
+    add_key(&gw, "DAVEKEY").await;
+    let catalog = gw.gateway.store.catalog();
+    assert!(catalog.set_key_policy("DAVEKEY", Some(TEAM_ONLY)).await.unwrap());
+    let dave = apart.access_key("DAVEKEY").await.unwrap().expect("the key exists");
+    assert!(dave.policy.is_some());
+    assert!(
+        apart.has_access_rules(),
+        "a key with a policy, learnt outside a reload, must switch the access checks on"
+    );
+}

@@ -99,6 +99,10 @@ struct Cached {
     buckets: HashMap<String, Arc<BucketInfo>>,
     keys: HashMap<String, Arc<AccessKey>>,
     namespaces: HashMap<String, Arc<super::objects::NamespaceSql>>,
+    /// The newest catalog version at which a key with a policy of its own was read outside a
+    /// reload: a reload of an older snapshot (which lacks that key) must not switch the access
+    /// checks off while requests signed by the key are being served.
+    policy_key_seen_at: i64,
 }
 
 pub struct Catalog {
@@ -201,7 +205,9 @@ impl Catalog {
             buckets.insert(bucket.name.clone(), Arc::new(bucket));
         }
         cached.version = version;
-        let rules = buckets.values().any(|bucket| has_rules(bucket)) || keys.values().any(|key| key.policy.is_some());
+        let rules = buckets.values().any(|bucket| has_rules(bucket))
+            || keys.values().any(|key| key.policy.is_some())
+            || cached.policy_key_seen_at > version;
         self.rules.store(rules, Ordering::Release);
         cached.buckets = buckets;
         cached.keys = keys;
@@ -436,9 +442,14 @@ impl Catalog {
         }
         let seen_version = self.cached.read().expect("catalog lock").version;
         let client = self.pool.get().await?;
+        // With the catalog version of the same snapshot: the key's row is in every snapshot of
+        // that version or newer (key changes bump the version in their own transaction).
         let row = client
             .query_opt(
-                &format!("SELECT {KEY_COLUMNS} FROM pgvs3.access_keys WHERE access_key = $1"),
+                &format!(
+                    "SELECT {KEY_COLUMNS}, (SELECT version FROM pgvs3.catalog_version) AS catalog_version
+                       FROM pgvs3.access_keys WHERE access_key = $1"
+                ),
                 &[&access_key],
             )
             .await?;
@@ -447,9 +458,17 @@ impl Catalog {
             self.decode_key(&row)
                 .map_err(|err| StoreError::Corrupt(err.to_string()))?,
         );
+        let mut cached = self.cached.write().expect("catalog lock");
+        // A key learnt before the reload that brings it (its first request can come before the
+        // catalog's notification) may carry a policy: the access checks must run for it, or
+        // its policy would not narrow it until that reload (a CI failure in the operator's tier).
+        if key.policy.is_some() {
+            let seen_at: i64 = row.get("catalog_version");
+            cached.policy_key_seen_at = cached.policy_key_seen_at.max(seen_at);
+            self.rules.store(true, Ordering::Release);
+        }
         // Cached only if no reload happened meanwhile: the row read may predate that reload
         // (e.g. the key was deleted since), and a stale entry would outlive it.
-        let mut cached = self.cached.write().expect("catalog lock");
         if cached.version == seen_version {
             cached.keys.insert(key.access_key.clone(), Arc::clone(&key));
         }
