@@ -225,17 +225,27 @@ if wants resp; then
     resp_url[pgvs3]=$gw_resp
     for target in pgvs3 redis-always redis-memory; do
         port=${resp_url[$target]##*:}
-        for test in set get; do
+        # redis-benchmark's own tests (SET/GET over random keys; HSET, LPUSH, LPOP and ZADD on one
+        # key each, as it defines them), then HGET and ZRANGE as commands of ours over what HSET
+        # and ZADD left: a typed key is one hot row, where the strings spread over 100,000 keys.
+        for test in set get hset hget lpush lpop zadd zrange; do
+            case $test in
+                hget) command=(HGET myhash element:__rand_int__) ;;
+                zrange) command=(ZRANGE myzset 0 9 WITHSCORES) ;;
+                *) command=(-t "$test") ;;
+            esac
+            label="${test^^} 4KiB"
+            [[ $test = zadd || $test = zrange ]] && label=${test^^}
             for shape in "1 1" "64 1" "64 16"; do
                 read -r clients pipeline <<<"$shape"
                 # One client waits for each durable write: a tenth of the requests is plenty.
                 n=$requests
                 [ "$clients" = 1 ] && n=$((requests / 10))
-                rate=$(redis-benchmark -p "$port" -c "$clients" -P "$pipeline" -t "$test" -d 4096 -r 100000 \
-                    -n "$n" --csv 2>/dev/null | awk -F'","' 'NR == 2 { print $2 }')
+                rate=$(redis-benchmark -p "$port" -c "$clients" -P "$pipeline" -d 4096 -r 100000 \
+                    -n "$n" --csv "${command[@]}" 2>/dev/null | awk -F'","' 'NR == 2 { print $2 }')
                 # Too few requests to time (a smoke) print "inf".
                 [[ "$rate" =~ ^[0-9.]+$ ]] || rate=null
-                printf '{"target":"%s","case":"%s 4KiB -c %s -P %s","rate":%s}\n' "$target" "${test^^}" \
+                printf '{"target":"%s","case":"%s -c %s -P %s","rate":%s}\n' "$target" "$label" \
                     "$clients" "$pipeline" "$rate" >>"$out/redis-benchmark.ndjson"
             done
         done
