@@ -99,16 +99,23 @@ for _ in $(seq 1 600); do curl -s -o /dev/null "http://127.0.0.1:$rclone_port/" 
 start_gateway "$bin/pgvs3" "$work/origin" --simulate-latency "${PGVS3_BENCH_ORIGIN_LATENCY:-20ms}"
 origin_s3=$gw_s3
 mb "$origin_s3" warehouse
-start_gateway "$bin/pgvs3" "$work/cache"
-cache_s3=$gw_s3
-"$bin/pgvs3" admin --data-dir "$work/cache/data" origin put --bucket warehouse --endpoint "$origin_s3" \
-    --origin-bucket warehouse --access-key "$AWS_ACCESS_KEY_ID" --secret-key "$AWS_SECRET_ACCESS_KEY" \
-    --mode write-back >/dev/null
+# Two caches, with 8 origin fills at once (the default) and with 32: the cold full scans compare them.
+cold_caches=()
+for slots in 8 32; do
+    start_gateway "$bin/pgvs3" "$work/cache-$slots" --fill-concurrency "$slots"
+    cold_caches+=("[$slots, \"${gw_s3#http://}\"]")
+    # The Iceberg cases run through the default one.
+    [ "$slots" = 8 ] && cache_s3=${gw_s3#http://}
+    "$bin/pgvs3" admin --data-dir "$work/cache-$slots/data" origin put --bucket warehouse --endpoint "$origin_s3" \
+        --origin-bucket warehouse --access-key "$AWS_ACCESS_KEY_ID" --secret-key "$AWS_SECRET_ACCESS_KEY" \
+        --mode write-back --fill-concurrency "$slots" >/dev/null
+done
 
 fixture_pairs=()
 for name in "${!fixture[@]}"; do fixture_pairs+=("$name=${fixture[$name]}"); done
 WORK=$work REPEATS=$repeats SNAPSHOTS=$snapshots OBJECTS=$objects PGVS3_S3=${pgvs3_s3#http://} \
-    RCLONE_S3=127.0.0.1:$rclone_port ORIGIN_S3=${origin_s3#http://} CACHE_S3=${cache_s3#http://} \
+    RCLONE_S3=127.0.0.1:$rclone_port ORIGIN_S3=${origin_s3#http://} CACHE_S3=$cache_s3 \
+    COLD_CACHES="[$(IFS=,; echo "${cold_caches[*]}")]" \
     python3 - "${fixture_pairs[@]}" >"$work/config.json" <<'PY'
 import json, os, sys
 env = os.environ
@@ -127,6 +134,7 @@ print(json.dumps({
     "ctas_fixtures": fixtures,
     "fixture_sizes": {name: os.path.getsize(path) for name, path in fixtures.items()},
     "iceberg": {"origin": env["ORIGIN_S3"], "cache": env["CACHE_S3"], "snapshots": int(env["SNAPSHOTS"]),
+                "cold_caches": json.loads(env["COLD_CACHES"]),
                 "repeats": max(1, min(repeats, 3)), "catalog": f"{env['WORK']}/iceberg-catalog.db"},
 }, indent=1))
 PY

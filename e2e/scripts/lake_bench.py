@@ -225,6 +225,33 @@ def iceberg(rec, config):
         assert len(answers) == 1, f"{query}: direct, cold and warm disagree: {answers}"
 
 
+def cached_scans(rec, config):
+    """The full scan of each fixture written straight to the constrained origin: direct, cold
+    through a cache bucket (once, per fill concurrency: each cache gateway sees the file first
+    here), and warm through the first cache."""
+    import boto3
+    iceberg = config["iceberg"]
+    origin = boto3.client("s3", endpoint_url=f"http://{iceberg['origin']}", region_name="us-east-1",
+                          aws_access_key_id=config["keys"][0], aws_secret_access_key=config["keys"][1])
+    repeats = iceberg["repeats"]
+    for fixture, path in config["scan_fixtures"].items():
+        key = f"scans/{fixture}"
+        origin.upload_file(path, "warehouse", key)
+        size = config["fixture_sizes"][fixture]
+        sql = (f"SELECT sum(amount), count(DISTINCT user_id), max(token), min(ts) "
+               f"FROM read_parquet('s3://warehouse/{key}')")
+        answers = set()
+        cases = [("direct", iceberg["origin"], False)]
+        cases += [(f"cache cold ({slots} fill slots)", endpoint, True) for slots, endpoint in iceberg["cold_caches"]]
+        cases += [("cache warm", iceberg["cold_caches"][0][1], False)]
+        for target, endpoint, cold in cases:
+            con = connect({"endpoint": endpoint}, config["keys"])
+            runs = timed(lambda: answers.add(json.dumps(con.execute(sql).fetchall(), default=str)),
+                         1 if cold else repeats, warmup=not cold)
+            rec.record("cached scan", f"full scan {fixture}", target, runs, size=size)
+        assert len(answers) == 1, f"{fixture}: direct, cold and warm disagree: {answers}"
+
+
 def main():
     config = json.loads(pathlib.Path(sys.argv[1]).read_text())
     rec = Recorder(sys.argv[2])
@@ -248,6 +275,8 @@ def main():
                 run(rec, config, name, target)
     print("# iceberg: direct from the constrained origin, then through the cache", file=sys.stderr)
     iceberg(rec, config)
+    print("# cached scan: Parquet direct from the constrained origin, then through the cache", file=sys.stderr)
+    cached_scans(rec, config)
 
 
 if __name__ == "__main__":

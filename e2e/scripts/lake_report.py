@@ -23,7 +23,7 @@ def main():
 
     rows = []
     for group, case in cases:
-        if group == "iceberg":
+        if group in ("iceberg", "cached scan"):
             continue
         mine, peer = results.get((group, case, "pgvs3")), results.get((group, case, "rclone"))
         speed = ratio(mine and mine["rate"], peer and peer["rate"])
@@ -52,6 +52,30 @@ def main():
         sections += ["## Iceberg planning queries: direct from the constrained origin vs through the cache", "",
                      table(["query", "direct p50 ms", "cold ms", "warm p50 ms", "warm: × faster than direct",
                             "cold / direct (time)"], rows), ""]
+
+    rows = []
+    for group, case in cases:
+        if group != "cached scan":
+            continue
+        by_target = {r["target"]: r for (g, c, _), r in results.items() if (g, c) == (group, case)}
+        direct, warm = by_target.get("direct"), by_target.get("cache warm")
+        colds = sorted((t for t in by_target if t.startswith("cache cold")), key=lambda t: int(t.split("(")[1].split()[0]))
+        p50 = lambda r: r and r["p50_ms"]  # noqa: E731
+        faster = ratio(p50(direct), p50(warm))
+        row = [case, fmt(p50(direct), 1), fmt(direct and direct["mib_per_second"], 1)]
+        for cold in colds:
+            row += [fmt(p50(by_target[cold]), 1), fmt(ratio(p50(by_target[cold]), p50(direct)), 2)]
+            ratios.append((f"{case}: {cold} / direct", ratio(p50(direct), p50(by_target[cold]))))
+        row += [fmt(p50(warm), 1), fmt(faster, 1)]
+        ratios.append((f"{case}: warm cache / direct", faster))
+        rows.append(row)
+        header = ["Parquet scan", "direct p50 ms", "direct MiB/s"]
+        for cold in colds:
+            header += [f"{cold[len('cache '):]} ms", "cold / direct (time)"]
+        header += ["warm p50 ms", "warm: × faster than direct"]
+    if rows:
+        sections += ["## Parquet full scans: direct from the constrained origin vs through the cache", "",
+                     table(header, rows), ""]
 
     chart = [(label, value) for label, value in ratios if value]
     if chart:
