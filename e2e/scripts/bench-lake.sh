@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `just bench lake`: the lakehouse workload timed from the client, pgvs3 beside rclone serve s3,
 # and Iceberg through the origin cache; then a table of ratios and a chart.
-#   e2e/scripts/bench-lake.sh [--smoke] [--full] [--fixtures A,B] [--repeats N] [--snapshots N] [--out DIR]
+#   e2e/scripts/bench-lake.sh [--smoke] [--full] [--with-garage] [--fixtures A,B] [--repeats N] [--snapshots N] [--out DIR]
 #   PGVS3_BIN_DIR=/path/to/release e2e/scripts/bench-lake.sh ...   (a prebuilt pgvs3, no build)
 # - httpfs: DuckDB PUTs (COPY of an incompressible Parquet file) and GETs (read_blob) of 4 KiB
 #   objects from 64 threads and of 8 MiB objects from 16, one DuckDB connection per thread.
@@ -20,12 +20,13 @@
 # DIR/bench.png.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-smoke=no full=no repeats=5 snapshots=100 out="" only_fixtures=""
-usage="usage: $0 [--smoke] [--full] [--fixtures A,B] [--repeats N] [--snapshots N] [--out DIR]"
+smoke=no full=no with_garage=no repeats=5 snapshots=100 out="" only_fixtures=""
+usage="usage: $0 [--smoke] [--full] [--with-garage] [--fixtures A,B] [--repeats N] [--snapshots N] [--out DIR]"
 while [ $# -gt 0 ]; do
     case "$1" in
         --smoke) smoke=yes; shift ;;
         --full) full=yes; shift ;;
+        --with-garage) with_garage=yes; shift ;;
         --fixtures) only_fixtures=$2; shift 2 ;;
         --repeats) repeats=$2; shift 2 ;;
         --snapshots) snapshots=$2; shift 2 ;;
@@ -77,7 +78,6 @@ source e2e/scripts/gateway.sh
 trap stop_all EXIT
 export AWS_ACCESS_KEY_ID=BENCHROOTKEY00000001 AWS_SECRET_ACCESS_KEY=bench-secret-key AWS_DEFAULT_REGION=us-east-1
 export PGVS3_ROOT_ACCESS_KEY=$AWS_ACCESS_KEY_ID PGVS3_ROOT_SECRET_KEY=$AWS_SECRET_ACCESS_KEY
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 mb() { aws --endpoint-url "$1" s3 mb "s3://$2" >/dev/null; }
 
 # pgvs3, with the lake's catalog in its own PostgreSQL.
@@ -92,7 +92,11 @@ mkdir -p "$work/rclone/bench"
 rclone serve s3 --auth-key "$AWS_ACCESS_KEY_ID,$AWS_SECRET_ACCESS_KEY" --addr "127.0.0.1:$rclone_port" \
     "$work/rclone" >"$work/rclone.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 1 600); do curl -s -o /dev/null "http://127.0.0.1:$rclone_port/" && break; sleep 0.1; done
+wait_for rclone curl -s -o /dev/null "http://127.0.0.1:$rclone_port/"
+
+# Garage (--with-garage): the same cases as rclone, its DuckLake catalog a local DuckDB file too.
+garage_s3=""
+[ "$with_garage" = yes ] && start_garage "$work/garage" bench
 
 # The Iceberg origin (a pgvs3 answering like a remote store) and a cache bucket in front of it,
 # named like the origin's bucket so Iceberg's absolute s3://warehouse/ paths resolve through both.
@@ -115,21 +119,24 @@ fixture_pairs=()
 for name in "${!fixture[@]}"; do fixture_pairs+=("$name=${fixture[$name]}"); done
 WORK=$work REPEATS=$repeats SNAPSHOTS=$snapshots OBJECTS=$objects PGVS3_S3=${pgvs3_s3#http://} \
     RCLONE_S3=127.0.0.1:$rclone_port ORIGIN_S3=${origin_s3#http://} CACHE_S3=$cache_s3 \
-    COLD_CACHES="[$(IFS=,; echo "${cold_caches[*]}")]" \
+    GARAGE_S3=${garage_s3#http://} GARAGE_KEYS="${garage_keys[*]:-}" COLD_CACHES="[$(IFS=,; echo "${cold_caches[*]}")]" \
     python3 - "${fixture_pairs[@]}" >"$work/config.json" <<'PY'
 import json, os, sys
 env = os.environ
 fixtures = dict(pair.split("=", 1) for pair in sys.argv[1:])
 repeats = int(env["REPEATS"])
+keys = [env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]]
 print(json.dumps({
-    "keys": [env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]],
+    "keys": keys,
     "repeats": repeats,
     "objects": json.loads(env["OBJECTS"]),
     "targets": {
-        "pgvs3": {"endpoint": env["PGVS3_S3"], "bucket": "bench", "attach": open(f"{env['WORK']}/attach.sql").read()},
-        "rclone": {"endpoint": env["RCLONE_S3"], "bucket": "bench",
+        "pgvs3": {"endpoint": env["PGVS3_S3"], "bucket": "bench", "keys": keys, "attach": open(f"{env['WORK']}/attach.sql").read()},
+        "rclone": {"endpoint": env["RCLONE_S3"], "bucket": "bench", "keys": keys,
                    "attach": f"ATTACH 'ducklake:{env['WORK']}/rclone-catalog.ducklake' AS lake (DATA_PATH 's3://bench/')"},
-    },
+    } | ({"garage": {"endpoint": env["GARAGE_S3"], "bucket": "bench", "keys": env["GARAGE_KEYS"].split()[1::2],
+                    "attach": f"ATTACH 'ducklake:{env['WORK']}/garage-catalog.ducklake' AS lake (DATA_PATH 's3://bench/')"}}
+         if env["GARAGE_S3"] else {}),
     "scan_fixtures": fixtures,
     "ctas_fixtures": fixtures,
     "fixture_sizes": {name: os.path.getsize(path) for name, path in fixtures.items()},
@@ -150,6 +157,7 @@ python3 e2e/scripts/lake_bench.py "$work/config.json" "$out/lake.ndjson"
     echo "pgvs3: $("$bin/pgvs3" --version) ($(git rev-parse --short HEAD))"
     echo "postgresql: $("$(ls -d /usr/lib/postgresql/*/bin/postgres | sort -V | tail -1)" --version)"
     echo "rclone: $(rclone version | head -1)"
+    [ -z "$garage_s3" ] || echo "garage: $("$garage" --version | head -1) (cargo install --locked, rustc 1.95)"
     echo "duckdb: $(python3 -c 'import duckdb; print(duckdb.__version__)'), pyiceberg $(python3 -c 'import pyiceberg; print(pyiceberg.__version__)')"
     echo "iceberg origin: ${PGVS3_BENCH_ORIGIN_LATENCY:-20ms} one-way latency, $snapshots snapshots"
 } >"$out/machine.txt"

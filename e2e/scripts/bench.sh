@@ -72,15 +72,6 @@ mkdir -p "$out"
 source e2e/scripts/gateway.sh
 trap stop_all EXIT
 export AWS_ACCESS_KEY_ID=BENCHROOTKEY00000001 AWS_SECRET_ACCESS_KEY=bench-secret-key
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-wait_for() { # description, command...
-    local what=$1
-    shift
-    for _ in $(seq 1 600); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
-    echo "$what did not come up" >&2
-    tail -20 "$work"/*.log >&2
-    exit 1
-}
 
 # pgvs3: every protocol on, on an embedded PostgreSQL of its own, fresh for each group of cases
 # so that one group's writes (a checkpoint of the large objects' gigabytes, autovacuum) do not
@@ -107,54 +98,10 @@ pids+=($!)
 rclone_s3="http://127.0.0.1:$rclone_port"
 wait_for rclone curl -s -o /dev/null "$rclone_s3/"
 
-# Garage (opt-in): built once into ~/.cache/pgvs3-tools, with a target dir of its own that is
-# deleted after (its dependencies would double the project's). One node on loopback ports, one
-# zone, a 10 GB layout; a key and the loadgen's bucket, made with its CLI. Its defaults stand:
-# no fsync of data or metadata (like rclone, unlike pgvs3, nothing is durable at the answer).
-garage_version=2.5.0
+# Garage (opt-in, see start_garage in gateway.sh): one node and the loadgen's bucket.
 garage_s3=""
 if [ "$with_garage" = yes ] && wants s3; then
-    tools="$HOME/.cache/pgvs3-tools"
-    garage="$tools/bin/garage"
-    if ! "$garage" --version 2>/dev/null | grep -qwF "$garage_version"; then
-        echo "installing garage $garage_version into $tools (cargo install: a long build)" >&2
-        nice -n 19 cargo install --locked --root "$tools" --target-dir "$work/garage-build" "garage@$garage_version"
-        rm -rf "$work/garage-build"
-    fi
-    mkdir -p "$work/garage"
-    garage_port=$(free_port) garage_rpc_port=$(free_port) garage_admin_port=$(free_port)
-    hex_secret() { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
-    cat >"$work/garage/garage.toml" <<TOML
-metadata_dir = "$work/garage/meta"
-data_dir = "$work/garage/data"
-db_engine = "lmdb"
-replication_factor = 1
-rpc_bind_addr = "127.0.0.1:$garage_rpc_port"
-rpc_public_addr = "127.0.0.1:$garage_rpc_port"
-rpc_secret = "$(hex_secret)"
-
-[s3_api]
-s3_region = "us-east-1"
-api_bind_addr = "127.0.0.1:$garage_port"
-root_domain = ".s3.garage.localhost"
-
-[admin]
-api_bind_addr = "127.0.0.1:$garage_admin_port"
-admin_token = "$(hex_secret)"
-TOML
-    garage_cli() { "$garage" -c "$work/garage/garage.toml" "$@"; }
-    garage_cli server >"$work/garage.log" 2>&1 &
-    pids+=($!)
-    wait_for garage garage_cli status
-    garage_cli layout assign -z bench -c 10G "$(garage_cli node id -q | cut -d@ -f1)" >/dev/null
-    garage_cli layout apply --version 1 >/dev/null
-    garage_key=$(garage_cli key create bench)
-    garage_keys=(--access-key "$(sed -n 's/^Key ID: *//p' <<<"$garage_key")"
-        --secret-key "$(sed -n 's/^Secret key: *//p' <<<"$garage_key")")
-    garage_cli bucket create loadgen >/dev/null
-    garage_cli bucket allow --read --write --owner loadgen --key bench >/dev/null
-    garage_s3="http://127.0.0.1:$garage_port"
-    wait_for "garage S3" curl -s -o /dev/null "$garage_s3/"
+    start_garage "$work/garage" loadgen
 fi
 
 # redis-server: durable (appendfsync always) and in memory.

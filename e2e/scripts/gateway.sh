@@ -9,6 +9,72 @@ stop_all() {
     rm -rf "${work:?}"
 }
 
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+#   wait_for DESCRIPTION COMMAND...
+# Runs COMMAND until it succeeds (60 s at most); else shows the logs in $work and exits.
+wait_for() {
+    local what=$1
+    shift
+    for _ in $(seq 1 600); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
+    echo "$what did not come up" >&2
+    tail -20 "$work"/*.log >&2
+    exit 1
+}
+
+#   start_garage DIR BUCKET
+# Garage, built once into ~/.cache/pgvs3-tools with a target dir of its own that is deleted after
+# (its dependencies would double the project's). One node on loopback ports, one zone, a 10 GB
+# layout; a key and BUCKET, made with its CLI. Its defaults stand: no fsync of data or metadata
+# (like rclone, unlike pgvs3, nothing is durable at the answer). Sets garage (the executable),
+# garage_s3 (its endpoint) and garage_keys (the loadgen's --access-key/--secret-key flags).
+garage_version=2.5.0
+start_garage() {
+    local dir=$1 bucket=$2 tools="$HOME/.cache/pgvs3-tools"
+    garage="$tools/bin/garage"
+    if ! "$garage" --version 2>/dev/null | grep -qwF "$garage_version"; then
+        echo "installing garage $garage_version into $tools (cargo install: a long build)" >&2
+        nice -n 19 cargo install --locked --root "$tools" --target-dir "$dir-build" "garage@$garage_version"
+        rm -rf "$dir-build"
+    fi
+    mkdir -p "$dir"
+    local port rpc_port admin_port
+    port=$(free_port) rpc_port=$(free_port) admin_port=$(free_port)
+    hex_secret() { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+    cat >"$dir/garage.toml" <<TOML
+metadata_dir = "$dir/meta"
+data_dir = "$dir/data"
+db_engine = "lmdb"
+replication_factor = 1
+rpc_bind_addr = "127.0.0.1:$rpc_port"
+rpc_public_addr = "127.0.0.1:$rpc_port"
+rpc_secret = "$(hex_secret)"
+
+[s3_api]
+s3_region = "us-east-1"
+api_bind_addr = "127.0.0.1:$port"
+root_domain = ".s3.garage.localhost"
+
+[admin]
+api_bind_addr = "127.0.0.1:$admin_port"
+admin_token = "$(hex_secret)"
+TOML
+    garage_cli() { "$garage" -c "$dir/garage.toml" "$@"; }
+    garage_cli server >"$dir.log" 2>&1 &
+    pids+=($!)
+    wait_for garage garage_cli status
+    garage_cli layout assign -z bench -c 10G "$(garage_cli node id -q | cut -d@ -f1)" >/dev/null
+    garage_cli layout apply --version 1 >/dev/null
+    local key
+    key=$(garage_cli key create bench)
+    garage_keys=(--access-key "$(sed -n 's/^Key ID: *//p' <<<"$key")"
+        --secret-key "$(sed -n 's/^Secret key: *//p' <<<"$key")")
+    garage_cli bucket create "$bucket" >/dev/null
+    garage_cli bucket allow --read --write --owner "$bucket" --key bench >/dev/null
+    garage_s3="http://127.0.0.1:$port"
+    wait_for "garage S3" curl -s -o /dev/null "$garage_s3/"
+}
+
 #   start_gateway PGVS3 DATA_DIR [serve flags...]
 # PGVS3 is the gateway's executable. Every listener on an ephemeral loopback port. Sets gw_pid
 # (also in pids), gw_s3, gw_metrics, gw_ojs, gw_resp and gw_capacity (the loadgen's --capacity

@@ -4,9 +4,9 @@ iceberg) and pyiceberg against S3 endpoints that e2e/scripts/bench-lake.sh start
 
     lake_bench.py CONFIG.json OUT.ndjson
 
-CONFIG names the targets ({"pgvs3": {...}, "rclone": {...}}: endpoint host:port, bucket and, for
-pgvs3, the DuckLake ATTACH statements `pgvs3 lake attach-string` printed), the Iceberg origin and
-cache endpoints, the fixtures and the budget (repeats, threads, snapshot count). Each case is run
+CONFIG names the targets ({"pgvs3": {...}, "rclone": {...}, "garage": {...}}: endpoint host:port,
+keys, bucket and the DuckLake ATTACH statement, for pgvs3 the one `pgvs3 lake attach-string`
+printed), the Iceberg origin and cache endpoints, the fixtures and the budget (repeats, threads, snapshot count). Each case is run
 `repeats` times after one untimed warm-up (except the cold cases) in a fresh DuckDB with its
 external file cache off, so every byte comes from the server; a record per case and target:
 {"group", "case", "target", "p50_ms", "rate", "mib_per_second", "bytes", "runs"}.
@@ -26,7 +26,9 @@ EXTENSIONS = pathlib.Path(list(duckdb_ext.__path__)[0]) / "extensions"
 MIB = 1 << 20
 
 
-def connect(target, keys, extensions=("httpfs",)):
+def connect(target, extensions=("httpfs",)):
+    """A DuckDB whose S3 secret is target's (its endpoint host:port and keys)."""
+    keys = target["keys"]
     con = duckdb.connect()
     con.execute(f"SET extension_directory = '{EXTENSIONS}'")
     for extension in extensions:
@@ -70,8 +72,7 @@ def objects(rec, config, name, target):
     """httpfs PUT then GET of small and large objects from a pool of threads, one DuckDB cursor
     each: the PUT writes an uncompressed Parquet file of distinct 8-byte hashes (incompressible),
     the GET reads each file back whole with read_blob."""
-    keys = config["keys"]
-    con = connect(target, keys)
+    con = connect(target)
     for label, rows, threads, count in config["objects"]:
         prefix = f"s3://{target['bucket']}/objects/{label}"
         size = None
@@ -124,7 +125,7 @@ def scans(rec, config, name, target, uploaded):
         full = f"SELECT sum(amount), count(DISTINCT user_id), max(token), min(ts) FROM read_parquet('{url}')"
         filtered = f"SELECT count(*), sum(amount) FROM read_parquet('{url}') WHERE id BETWEEN 100000 AND 101000"
         for label, sql in (("full scan", full), ("filtered scan (id range)", filtered)):
-            con = connect(target, config["keys"])
+            con = connect(target)
             runs = timed(lambda: con.execute(sql).fetchall(), repeats)
             rec.record("parquet", f"{label} {fixture}", name, runs, size=size if label == "full scan" else 0)
 
@@ -134,7 +135,7 @@ def ducklake(rec, config, name, target):
     extensions = ("httpfs", "postgres", "ducklake")
     attach = target["attach"]
 
-    con = connect(target, config["keys"], extensions)
+    con = connect(target, extensions)
     con.execute(attach)
     con.execute("USE lake")
     counter = iter(range(1_000_000))
@@ -158,7 +159,7 @@ def ducklake(rec, config, name, target):
         # is the client's own second, the same for every server).
         runs = []
         for _ in range(repeats):
-            fresh = connect(target, config["keys"], extensions)
+            fresh = connect(target, extensions)
             start = time.perf_counter()
             fresh.execute(attach)
             fresh.execute(f"SELECT sum(amount), count(DISTINCT user_id), max(token) FROM lake.{table}").fetchall()
@@ -214,7 +215,7 @@ def iceberg(rec, config):
     for target, endpoint, cold in (("direct", iceberg["origin"], False), ("cache cold", iceberg["cache"], True),
                                    ("cache warm", iceberg["cache"], False)):
         for query, sql in ICEBERG_QUERIES.items():
-            con = connect({"endpoint": endpoint}, config["keys"], extensions)
+            con = connect({"endpoint": endpoint, "keys": config["keys"]}, extensions)
             sql = sql.format(m=metadata)
             # Cold: the first read of each query's files through the cache (the earlier queries'
             # metadata is already in it), once; the others after one untimed run.
@@ -245,7 +246,7 @@ def cached_scans(rec, config):
         cases += [(f"cache cold ({slots} fill slots)", endpoint, True) for slots, endpoint in iceberg["cold_caches"]]
         cases += [("cache warm", iceberg["cold_caches"][0][1], False)]
         for target, endpoint, cold in cases:
-            con = connect({"endpoint": endpoint}, config["keys"])
+            con = connect({"endpoint": endpoint, "keys": config["keys"]})
             runs = timed(lambda: answers.add(json.dumps(con.execute(sql).fetchall(), default=str)),
                          1 if cold else repeats, warmup=not cold)
             rec.record("cached scan", f"full scan {fixture}", target, runs, size=size)
@@ -259,8 +260,9 @@ def main():
     targets = config["targets"]
     uploaded = {}
     for name, target in targets.items():
+        keys = target["keys"]
         s3 = boto3.client("s3", endpoint_url=f"http://{target['endpoint']}", region_name="us-east-1",
-                          aws_access_key_id=config["keys"][0], aws_secret_access_key=config["keys"][1])
+                          aws_access_key_id=keys[0], aws_secret_access_key=keys[1])
         for fixture, path in config["scan_fixtures"].items():
             s3.upload_file(path, target["bucket"], f"fixtures/{fixture}")
         uploaded[name] = {fixture: f"fixtures/{fixture}" for fixture in config["scan_fixtures"]}

@@ -2,8 +2,8 @@
 """The tables and chart of a `just bench lake` run: lake_report.py DIR.
 
 Reads DIR/lake.ndjson (written by e2e/scripts/lake_bench.py) and DIR/machine.txt; writes
-DIR/bench.md (pgvs3 vs rclone serve s3 for DuckDB's httpfs, Parquet scans and DuckLake; Iceberg
-direct vs cold and warm through the cache) and DIR/bench.png (every ratio on one chart). Prints
+DIR/bench.md (pgvs3 vs rclone serve s3, and Garage if it ran, for DuckDB's httpfs, Parquet scans and
+DuckLake; Iceberg and Parquet full scans direct vs cold and warm through the cache) and DIR/bench.png (every ratio on one chart). Prints
 the Markdown. The table helpers are `just bench`'s (bench_report.py).
 """
 import pathlib
@@ -22,20 +22,27 @@ def main():
     sections = ["# pgvs3 lakehouse side by side", "", "```", (out / "machine.txt").read_text().strip(), "```", ""]
 
     rows = []
+    # rclone always; Garage when the run had it (--with-garage).
+    peers = [peer for peer in ("rclone", "garage") if any(r["target"] == peer for r in records)]
     for group, case in cases:
         if group in ("iceberg", "cached scan"):
             continue
-        mine, peer = results.get((group, case, "pgvs3")), results.get((group, case, "rclone"))
-        speed = ratio(mine and mine["rate"], peer and peer["rate"])
-        rows.append([group, case, fmt(mine and mine["p50_ms"], 1), fmt(mine and mine["rate"], 1),
-                     fmt(mine and mine["mib_per_second"], 1), fmt(peer and peer["p50_ms"], 1),
-                     fmt(peer and peer["rate"], 1), fmt(speed, 2)])
-        ratios.append((f"{group} {case} / rclone", speed))
+        mine = results.get((group, case, "pgvs3"))
+        row = [group, case, fmt(mine and mine["p50_ms"], 1), fmt(mine and mine["rate"], 1),
+               fmt(mine and mine["mib_per_second"], 1)]
+        for name in peers:
+            peer = results.get((group, case, name))
+            speed = ratio(mine and mine["rate"], peer and peer["rate"])
+            row += [fmt(peer and peer["p50_ms"], 1), fmt(peer and peer["rate"], 1), fmt(speed, 2)]
+            ratios.append((f"{group} {case} / {name}", speed))
+        rows.append(row)
     if rows:
-        sections += ["## DuckDB on S3: pgvs3 vs rclone serve s3", "",
-                     "Rates are requests (httpfs) or statements per second; pgvs3 / rclone > 1: pgvs3 faster.", "",
-                     table(["group", "case", "pgvs3 p50 ms", "pgvs3 /s", "pgvs3 MiB/s", "rclone p50 ms", "rclone /s",
-                            "pgvs3 / rclone"], rows), ""]
+        header = ["group", "case", "pgvs3 p50 ms", "pgvs3 /s", "pgvs3 MiB/s"]
+        for name in peers:
+            header += [f"{name} p50 ms", f"{name} /s", f"pgvs3 / {name}"]
+        sections += [f"## DuckDB on S3: pgvs3 vs {' and '.join(peers)}", "",
+                     "Rates are requests (httpfs) or statements per second; pgvs3 / peer > 1: pgvs3 faster.", "",
+                     table(header, rows), ""]
 
     rows = []
     for group, case in cases:
