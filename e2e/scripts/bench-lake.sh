@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `just bench lake`: the lakehouse workload timed from the client, pgvs3 beside rclone serve s3,
 # and Iceberg through the origin cache; then a table of ratios and a chart.
-#   e2e/scripts/bench-lake.sh [--smoke] [--full] [--with-garage] [--fixtures A,B] [--repeats N] [--snapshots N] [--out DIR]
+#   e2e/scripts/bench-lake.sh [--smoke] [--full] [--with-garage] [--only GROUPS] [--fixtures A,B] [--repeats N] [--snapshots N] [--out DIR]
 #   PGVS3_BIN_DIR=/path/to/release e2e/scripts/bench-lake.sh ...   (a prebuilt pgvs3, no build)
 # - httpfs: DuckDB PUTs (COPY of an incompressible Parquet file) and GETs (read_blob) of 4 KiB
 #   objects from 64 threads and of 8 MiB objects from 16, one DuckDB connection per thread.
@@ -14,19 +14,23 @@
 #   answers with 20 ms one-way latency (PGVS3_BENCH_ORIGIN_LATENCY), then DuckDB's planning
 #   queries (snapshots, count, one-partition filter, group-by) direct, cold and warm through a
 #   cache bucket of another pgvs3 in front of it.
+# - cached-scan: the full scan of each fixture written straight to that origin: direct, cold through
+#   caches with 8 and with 32 fill slots, and warm.
+# --only: these groups (comma-separated; default all five). --with-garage: Garage beside rclone.
 # --smoke: the debug binary, the 1 MiB fixture, few requests and 3 snapshots: about a minute, no
 # performance claim (CI). Needs the clients' venv that scripts/test installs (DuckDB and its
 # extensions, pyiceberg, boto3, the AWS CLI, rclone). Results: DIR/lake.ndjson, DIR/bench.md,
 # DIR/bench.png.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-smoke=no full=no with_garage=no repeats=5 snapshots=100 out="" only_fixtures=""
-usage="usage: $0 [--smoke] [--full] [--with-garage] [--fixtures A,B] [--repeats N] [--snapshots N] [--out DIR]"
+smoke=no full=no with_garage=no repeats=5 groups=httpfs,parquet,ducklake,iceberg,cached-scan snapshots=100 out="" only_fixtures=""
+usage="usage: $0 [--smoke] [--full] [--with-garage] [--only GROUPS] [--fixtures A,B] [--repeats N] [--snapshots N] [--out DIR]"
 while [ $# -gt 0 ]; do
     case "$1" in
         --smoke) smoke=yes; shift ;;
         --full) full=yes; shift ;;
         --with-garage) with_garage=yes; shift ;;
+        --only) groups=$2; shift 2 ;;
         --fixtures) only_fixtures=$2; shift 2 ;;
         --repeats) repeats=$2; shift 2 ;;
         --snapshots) snapshots=$2; shift 2 ;;
@@ -119,7 +123,7 @@ fixture_pairs=()
 for name in "${!fixture[@]}"; do fixture_pairs+=("$name=${fixture[$name]}"); done
 WORK=$work REPEATS=$repeats SNAPSHOTS=$snapshots OBJECTS=$objects PGVS3_S3=${pgvs3_s3#http://} \
     RCLONE_S3=127.0.0.1:$rclone_port ORIGIN_S3=${origin_s3#http://} CACHE_S3=$cache_s3 \
-    GARAGE_S3=${garage_s3#http://} GARAGE_KEYS="${garage_keys[*]:-}" COLD_CACHES="[$(IFS=,; echo "${cold_caches[*]}")]" \
+    LAKE_GROUPS=$groups GARAGE_S3=${garage_s3#http://} GARAGE_KEYS="${garage_keys[*]:-}" COLD_CACHES="[$(IFS=,; echo "${cold_caches[*]}")]" \
     python3 - "${fixture_pairs[@]}" >"$work/config.json" <<'PY'
 import json, os, sys
 env = os.environ
@@ -129,6 +133,7 @@ keys = [env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]]
 print(json.dumps({
     "keys": keys,
     "repeats": repeats,
+    "groups": env["LAKE_GROUPS"].split(","),
     "objects": json.loads(env["OBJECTS"]),
     "targets": {
         "pgvs3": {"endpoint": env["PGVS3_S3"], "bucket": "bench", "keys": keys, "attach": open(f"{env['WORK']}/attach.sql").read()},
