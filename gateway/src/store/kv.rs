@@ -287,7 +287,7 @@ impl Store {
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_read", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn kv_read(&self, bucket: &Arc<BucketInfo>, keys: &[String]) -> StoreResult<KvBatch> {
         let client = self.client().await?;
-        KvBatch::load(Arc::clone(bucket), client, self.pool.clone(), keys, false).await
+        KvBatch::load(Arc::clone(bucket), client, self.pool.clone(), keys, Locking::None).await
     }
 
     /// Loads the keys of several read batches in one statement: reads from many
@@ -326,7 +326,16 @@ impl Store {
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_write", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn kv_write(&self, bucket: &Arc<BucketInfo>, keys: &[String]) -> StoreResult<KvBatch> {
         let client = self.client().await?;
-        KvBatch::load(Arc::clone(bucket), client, self.pool.clone(), keys, true).await
+        KvBatch::load(Arc::clone(bucket), client, self.pool.clone(), keys, Locking::Keys).await
+    }
+
+    /// Begins a write batch that holds the whole keyspace (its lock exclusively), with `keys`
+    /// loaded: for work that names further keys as it goes (a Lua script), which could not be
+    /// locked one by one later without breaking the lock order.
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_write_all", otel.kind = "client", db.system = "postgresql"))]
+    pub(crate) async fn kv_write_all(&self, bucket: &Arc<BucketInfo>, keys: &[String]) -> StoreResult<KvBatch> {
+        let client = self.client().await?;
+        KvBatch::load(Arc::clone(bucket), client, self.pool.clone(), keys, Locking::Keyspace).await
     }
 
     /// Begins a write batch whose commands only overwrite `keys`, never reading them: nothing
@@ -392,14 +401,26 @@ impl Store {
     }
 }
 
+/// What a batch locks as it begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Locking {
+    /// Nothing: a read, outside any transaction.
+    None,
+    /// Its keys (or the keyspace, past [`FINE_LOCK_LIMIT`] keys), in a transaction.
+    Keys,
+    /// The keyspace exclusively, in a transaction, however few its keys.
+    Keyspace,
+}
+
 impl KvBatch {
     async fn load(
         bucket: Arc<BucketInfo>,
         client: deadpool_postgres::Object,
         pool: deadpool_postgres::Pool,
         keys: &[String],
-        write: bool,
+        locking: Locking,
     ) -> StoreResult<KvBatch> {
+        let write = locking != Locking::None;
         for key in keys {
             check_key(key)?;
         }
@@ -424,7 +445,11 @@ impl KvBatch {
             (_, false) => (client.prepare_cached(&sql.load_strings).await?, [id, &keys]),
         };
         let mut rows = if write {
-            let begin = BeginLocked::prepare(client, sql, keys.len()).await?;
+            let lock_count = match locking {
+                Locking::Keyspace => usize::MAX,
+                _ => keys.len(),
+            };
+            let begin = BeginLocked::prepare(client, sql, lock_count).await?;
             let (_, rows) = futures::try_join!(begin.send(client, *id, keys), client.query(&load, &load_params))?;
             rows
         } else {
