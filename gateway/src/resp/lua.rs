@@ -10,6 +10,8 @@
 //! Each run gets a fresh interpreter (about 100 µs): nothing a script leaves in globals or in
 //! the library tables can reach the next one, which Redis gets by making them read-only.
 
+use std::cell::Cell;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -70,31 +72,37 @@ pub enum Outcome {
 /// interpreter, with the native functions as its arguments; returns the function that runs a
 /// script and turns whatever it raises into an error table (`{err=..., line=...}`).
 const PRELUDE: &str = r#"
-local native_call, sha1hex, log, stopped = ...
+local call, native_pcall, sha1hex, log, stopped = ...
 local type, tostring, error, match, raw_pcall, raw_xpcall, raw_resume, setmetatable =
     type, tostring, error, string.match, pcall, xpcall, coroutine.resume, setmetatable
 
--- A script stopped from outside cannot go on by catching the error that stops it.
-local function check(...)
+-- An error reply redis.call raised, as the table Redis raises: {err = reply, line = line}.
+local function raised_reply(raised)
+    if type(raised) ~= "userdata" then return nil end
+    local line, text = match(tostring(raised), "\1pgvs3:(%d*):([^\n]*)")
+    if not text then return nil end
+    return { err = text, line = line ~= "" and line or nil }
+end
+
+-- A script stopped from outside cannot go on by catching the error that stops it; one that
+-- catches an error reply sees its table.
+local function caught(ok, raised, ...)
     local why = stopped()
     if why then error(why, 0) end
-    return ...
+    if ok then return ok, raised, ... end
+    return ok, raised_reply(raised) or raised, ...
 end
-pcall = function(...) return check(raw_pcall(...)) end
-xpcall = function(...) return check(raw_xpcall(...)) end
-coroutine.resume = function(...) return check(raw_resume(...)) end
+pcall = function(...) return caught(raw_pcall(...)) end
+xpcall = function(...) return caught(raw_xpcall(...)) end
+coroutine.resume = function(...) return caught(raw_resume(...)) end
 
 redis = {
     LOG_DEBUG = 0, LOG_VERBOSE = 1, LOG_NOTICE = 2, LOG_WARNING = 3,
     REPL_NONE = 0, REPL_AOF = 1, REPL_SLAVE = 2, REPL_REPLICA = 2, REPL_ALL = 3,
     REDIS_VERSION = "7.0.0", REDIS_VERSION_NUM = 0x070000,
 }
-function redis.call(...)
-    local reply = native_call(true, ...)
-    if type(reply) == "table" and reply.err ~= nil then error(reply) end
-    return reply
-end
-function redis.pcall(...) return native_call(false, ...) end
+redis.call = call
+redis.pcall = native_pcall
 function redis.error_reply(text)
     if type(text) ~= "string" then error("wrong number or type of arguments", 2) end
     return { err = text }
@@ -124,6 +132,8 @@ setmetatable(_G, {
 
 local function as_error(raised)
     if type(raised) == "table" and type(raised.err) == "string" then return raised end
+    local reply = raised_reply(raised)
+    if reply then return reply end
     local text = tostring(raised)
     return { err = "ERR " .. text, line = match(text, "^user_script:(%d+):") }
 end
@@ -225,7 +235,7 @@ fn sandbox(limits: Limits, deadline: Instant, stop: &Arc<Stop>, calls: mpsc::Sen
     })?;
     let check_stop = Arc::clone(stop);
     let stopped_fn = lua.create_function(move |_, ()| Ok(stopped(&check_stop, deadline, limit)))?;
-    let native_call = native_call(&lua, calls)?;
+    let (call, pcall) = native_calls(&lua, calls)?;
     let sha1hex = lua.create_function(|_, text: mlua::String| Ok(hex::encode(Sha1::digest(&*text.as_bytes()))))?;
     let log = lua.create_function(|lua, (level, message): (i64, mlua::Variadic<Value>)| {
         let text: Vec<String> = message
@@ -244,49 +254,73 @@ fn sandbox(limits: Limits, deadline: Instant, stop: &Arc<Stop>, calls: mpsc::Sen
     let runner: mlua::Function = lua
         .load(PRELUDE)
         .set_name("=prelude")
-        .call((native_call, sha1hex, log, stopped_fn))?;
+        .call((call, pcall, sha1hex, log, stopped_fn))?;
     lua.set_named_registry_value(RUNNER, runner)?;
     // Set last: the libraries and the prelude are not the script's to pay for.
     lua.set_memory_limit(limits.memory.saturating_add(lua.used_memory()))?;
     Ok(lua)
 }
 
-/// `native_call(raise, command, args...)`: sends a command to the connection's task and
-/// converts its reply. An error reply comes back as an error table, which `redis.call` raises
-/// (with the line of the script that called) and `redis.pcall` returns.
-fn native_call(lua: &Lua, calls: mpsc::Sender<Call>) -> mlua::Result<mlua::Function> {
-    let mut counts = (0u64, 0u64);
-    lua.create_function_mut(move |lua, (raise, args): (bool, mlua::Variadic<Value>)| {
-        let reply = match arguments(&args) {
-            Err(reply) => reply,
-            Ok(args) => {
-                counts.0 += 1;
-                counts.1 += args.iter().map(|arg| arg.len() as u64).sum::<u64>();
-                if counts.0 > MAX_CALLS {
-                    Reply::error(format!("ERR a script may make at most {MAX_CALLS} calls"))
-                } else if counts.1 > MAX_CALL_BYTES {
-                    Reply::error(format!(
-                        "ERR a script may pass at most {MAX_CALL_BYTES} bytes of arguments to its calls"
-                    ))
-                } else {
-                    let (reply_to, reply) = oneshot::channel();
-                    match calls.blocking_send((args, reply_to)) {
-                        Ok(()) => reply
-                            .blocking_recv()
-                            .unwrap_or_else(|_| Reply::error("ERR the script's connection went away")),
-                        Err(_) => Reply::error("ERR the script's connection went away"),
-                    }
-                }
-            }
-        };
-        let value = to_lua(lua, &reply)?;
-        if raise && let (Value::Table(error), Reply::Error(_)) = (&value, &reply) {
-            // Levels: 0 this function, 1 redis.call, 2 the script.
-            let line = lua.inspect_stack(2, |frame| frame.current_line()).flatten();
-            error.raw_set("line", line)?;
+/// `redis.call` and `redis.pcall`: each sends its command to the connection's task and converts
+/// the reply. They are native functions, so that a script's `return redis.call(...)` (a tail
+/// call) keeps the script's frame and its line. `redis.pcall` returns an error reply as an error
+/// table; `redis.call` raises it, marked with [`RAISED`] and the script's line, which the
+/// prelude turns back into the table Redis raises.
+fn native_calls(lua: &Lua, calls: mpsc::Sender<Call>) -> mlua::Result<(mlua::Function, mlua::Function)> {
+    let dispatch = Rc::new(Dispatch {
+        calls,
+        count: Cell::new(0),
+        bytes: Cell::new(0),
+    });
+    let raising = Rc::clone(&dispatch);
+    let call = lua.create_function(move |lua, args: mlua::Variadic<Value>| match raising.send(&args) {
+        Reply::Error(text) => {
+            // Level 0 is this function, 1 the script that called it.
+            let line = lua.inspect_stack(1, |frame| frame.current_line()).flatten();
+            let line = line.map_or_else(String::new, |line| line.to_string());
+            Err(mlua::Error::runtime(format!("{RAISED}{line}:{text}")))
         }
-        Ok(value)
-    })
+        reply => to_lua(lua, &reply),
+    })?;
+    let pcall = lua.create_function(move |lua, args: mlua::Variadic<Value>| to_lua(lua, &dispatch.send(&args)))?;
+    Ok((call, pcall))
+}
+
+/// Marks an error reply `redis.call` raises (the prelude's pattern spells it `\1pgvs3:`).
+const RAISED: &str = "\u{1}pgvs3:";
+
+/// Where a script's calls go, and how many it made.
+struct Dispatch {
+    calls: mpsc::Sender<Call>,
+    count: Cell<u64>,
+    bytes: Cell<u64>,
+}
+
+impl Dispatch {
+    fn send(&self, args: &[Value]) -> Reply {
+        let args = match arguments(args) {
+            Ok(args) => args,
+            Err(reply) => return reply,
+        };
+        self.count.set(self.count.get() + 1);
+        self.bytes
+            .set(self.bytes.get() + args.iter().map(|arg| arg.len() as u64).sum::<u64>());
+        if self.count.get() > MAX_CALLS {
+            return Reply::error(format!("ERR a script may make at most {MAX_CALLS} calls"));
+        }
+        if self.bytes.get() > MAX_CALL_BYTES {
+            return Reply::error(format!(
+                "ERR a script may pass at most {MAX_CALL_BYTES} bytes of arguments to its calls"
+            ));
+        }
+        let (reply_to, reply) = oneshot::channel();
+        if self.calls.blocking_send((args, reply_to)).is_err() {
+            return Reply::error("ERR the script's connection went away");
+        }
+        reply
+            .blocking_recv()
+            .unwrap_or_else(|_| Reply::error("ERR the script's connection went away"))
+    }
 }
 
 /// A command's arguments from Lua: strings as they are, numbers as Redis writes them.
