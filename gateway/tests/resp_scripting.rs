@@ -7,8 +7,8 @@ mod common;
 use std::process::Stdio;
 
 use common::TestGateway;
-use redis::aio::MultiplexedConnection;
 use redis::Value;
+use redis::aio::MultiplexedConnection;
 
 async fn connect(gateway: &TestGateway) -> MultiplexedConnection {
     redis::Client::open(format!("redis://{}/", gateway.resp_addr()))
@@ -76,9 +76,16 @@ async fn lua_values_become_replies_as_in_redis() {
         "an array ends at its first nil"
     );
     assert_eq!(value("return {ok='FINE'}").await, Value::SimpleString("FINE".into()));
-    assert_eq!(value("return redis.status_reply('GOOD')").await, Value::SimpleString("GOOD".into()));
     assert_eq!(
-        error(&mut con, &["EVAL", "return redis.error_reply('MYCODE something failed')", "0"]).await,
+        value("return redis.status_reply('GOOD')").await,
+        Value::SimpleString("GOOD".into())
+    );
+    assert_eq!(
+        error(
+            &mut con,
+            &["EVAL", "return redis.error_reply('MYCODE something failed')", "0"]
+        )
+        .await,
         "MYCODE something failed"
     );
     assert_eq!(
@@ -93,7 +100,15 @@ async fn lua_values_become_replies_as_in_redis() {
     assert_eq!(
         query::<Vec<String>>(
             &mut con,
-            &["EVAL", "return {KEYS[1], KEYS[2], ARGV[1], ARGV[2]}", "2", "k1", "k2", "a1", "a2"]
+            &[
+                "EVAL",
+                "return {KEYS[1], KEYS[2], ARGV[1], ARGV[2]}",
+                "2",
+                "k1",
+                "k2",
+                "a1",
+                "a2"
+            ]
         )
         .await,
         ["k1", "k2", "a1", "a2"]
@@ -170,7 +185,10 @@ async fn errors_answer_with_redis_texts() {
         error(&mut con, &["EVAL", "return 1", "x"]).await,
         "ERR value is not an integer or out of range"
     );
-    assert_eq!(error(&mut con, &["EVAL", "return 1"]).await, "ERR wrong number of arguments for 'eval' command");
+    assert_eq!(
+        error(&mut con, &["EVAL", "return 1"]).await,
+        "ERR wrong number of arguments for 'eval' command"
+    );
     assert!(
         error(&mut con, &["EVAL", "this is not lua", "0"])
             .await
@@ -196,20 +214,59 @@ async fn errors_answer_with_redis_texts() {
             .starts_with("WRONGTYPE Operation against a key holding the wrong kind of value script: ")
     );
     for (script, text) in [
-        ("return redis.call('NOSUCH')", "ERR Unknown Redis command called from script"),
-        ("local ok, e = pcall(redis.call, 'NOSUCH') return e", "ERR Unknown Redis command called from script"),
-        ("return redis.call('GET')", "ERR Wrong number of args calling Redis command from script"),
-        ("return redis.call('SUBSCRIBE', 'c')", "ERR This Redis command is not allowed from script"),
-        ("return redis.call('EVAL', 'return 1', 0)", "ERR This Redis command is not allowed from script"),
-        ("return redis.call()", "ERR Please specify at least one argument for this redis lib call"),
-        ("return redis.call('GET', {})", "ERR Lua redis lib command arguments must be strings or integers"),
+        (
+            "return redis.call('NOSUCH')",
+            "ERR Unknown Redis command called from script",
+        ),
+        (
+            "local ok, e = pcall(redis.call, 'NOSUCH') return e",
+            "ERR Unknown Redis command called from script",
+        ),
+        (
+            "return redis.call('GET')",
+            "ERR Wrong number of args calling Redis command from script",
+        ),
+        (
+            "return redis.call('SUBSCRIBE', 'c')",
+            "ERR This Redis command is not allowed from script",
+        ),
+        (
+            "return redis.call('EVAL', 'return 1', 0)",
+            "ERR This Redis command is not allowed from script",
+        ),
+        (
+            "return redis.call()",
+            "ERR Please specify at least one argument for this redis lib call",
+        ),
+        (
+            "return redis.call('GET', {})",
+            "ERR Lua redis lib command arguments must be strings or integers",
+        ),
         ("x = 1", "Script attempted to create global variable 'x'"),
-        ("return undefined_name", "Script attempted to access nonexistent global variable 'undefined_name'"),
-        ("return os.time()", "Script attempted to access nonexistent global variable 'os'"),
-        ("return io.open('/etc/passwd')", "Script attempted to access nonexistent global variable 'io'"),
-        ("return require('os')", "Script attempted to access nonexistent global variable 'require'"),
-        ("return loadfile('/etc/passwd')", "Script attempted to access nonexistent global variable 'loadfile'"),
-        ("return dofile('/etc/passwd')", "Script attempted to access nonexistent global variable 'dofile'"),
+        (
+            "return undefined_name",
+            "Script attempted to access nonexistent global variable 'undefined_name'",
+        ),
+        (
+            "return os.time()",
+            "Script attempted to access nonexistent global variable 'os'",
+        ),
+        (
+            "return io.open('/etc/passwd')",
+            "Script attempted to access nonexistent global variable 'io'",
+        ),
+        (
+            "return require('os')",
+            "Script attempted to access nonexistent global variable 'require'",
+        ),
+        (
+            "return loadfile('/etc/passwd')",
+            "Script attempted to access nonexistent global variable 'loadfile'",
+        ),
+        (
+            "return dofile('/etc/passwd')",
+            "Script attempted to access nonexistent global variable 'dofile'",
+        ),
     ] {
         let answer = error(&mut con, &["EVAL", script, "0"]).await;
         assert!(answer.contains(text), "{script}: {answer}");
@@ -252,7 +309,10 @@ async fn script_cache_commands() {
     );
     // EVAL caches what it runs.
     let _: i64 = query(&mut con, &["EVAL", "return 7", "0"]).await;
-    assert_eq!(query::<Vec<i64>>(&mut con, &["SCRIPT", "EXISTS", &sha1("return 7")]).await, [1]);
+    assert_eq!(
+        query::<Vec<i64>>(&mut con, &["SCRIPT", "EXISTS", &sha1("return 7")]).await,
+        [1]
+    );
     assert_eq!(query::<String>(&mut con, &["SCRIPT", "FLUSH", "ASYNC"]).await, "OK");
     assert_eq!(query::<Vec<i64>>(&mut con, &["SCRIPT", "EXISTS", &sha]).await, [0]);
     assert_eq!(
@@ -325,12 +385,16 @@ async fn concurrent_scripts_lose_no_update_and_are_seen_whole() {
     }
     let mut con = connect(&gateway).await;
     assert_eq!(query::<i64>(&mut con, &["GET", "counter"]).await, 300);
-    assert_eq!(query::<Vec<String>>(&mut con, &["MGET", "first", "second"]).await, ["1", "1"]);
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["MGET", "first", "second"]).await,
+        ["1", "1"]
+    );
 }
 
 #[tokio::test]
 async fn runaway_scripts_are_stopped_and_rolled_back() {
-    let gateway = TestGateway::with_resp(&["--resp-script-time-limit", "300ms", "--resp-script-max-memory", "8MiB"]).await;
+    let gateway =
+        TestGateway::with_resp(&["--resp-script-time-limit", "300ms", "--resp-script-max-memory", "8MiB"]).await;
     let mut con = connect(&gateway).await;
     let forever = "redis.call('SET', 'partial', '1') while true do end";
     let answer = error(&mut con, &["EVAL", forever, "0"]).await;
@@ -339,7 +403,8 @@ async fn runaway_scripts_are_stopped_and_rolled_back() {
     let stubborn = "while true do pcall(function() while true do end end) end";
     let answer = error(&mut con, &["EVAL", stubborn, "0"]).await;
     assert!(answer.contains("--resp-script-time-limit"), "{answer}");
-    let coroutine = "local c = coroutine.create(function() while true do end end) while true do coroutine.resume(c) end";
+    let coroutine =
+        "local c = coroutine.create(function() while true do end end) while true do coroutine.resume(c) end";
     let answer = error(&mut con, &["EVAL", coroutine, "0"]).await;
     assert!(answer.contains("--resp-script-time-limit"), "{answer}");
 
@@ -377,7 +442,11 @@ async fn script_kill_stops_a_running_script() {
     let mut runner = connect(&gateway).await;
     let mut killer = connect(&gateway).await;
     let running = tokio::spawn(async move {
-        error(&mut runner, &["EVAL", "redis.call('SET', 'k', 'v') while true do end", "0"]).await
+        error(
+            &mut runner,
+            &["EVAL", "redis.call('SET', 'k', 'v') while true do end", "0"],
+        )
+        .await
     });
     loop {
         match command(&["SCRIPT", "KILL"]).query_async::<Value>(&mut killer).await {
@@ -431,12 +500,18 @@ async fn typed_keys_from_lua() {
         ])
     );
     // The same keys as clients see them.
-    assert_eq!(query::<Vec<String>>(&mut con, &["LRANGE", "l", "0", "-1"]).await, ["y", "z"]);
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["LRANGE", "l", "0", "-1"]).await,
+        ["y", "z"]
+    );
     assert_eq!(query::<String>(&mut con, &["HGET", "h", "b"]).await, "2");
     // Keys the script did not declare, and a key that changes type within a script.
     let undeclared = "redis.call('LPUSH', 'other', 'a') redis.call('DEL', 'other') \
                       redis.call('SET', 'other', 'now a string') return redis.call('GET', 'other')";
-    assert_eq!(query::<String>(&mut con, &["EVAL", undeclared, "0"]).await, "now a string");
+    assert_eq!(
+        query::<String>(&mut con, &["EVAL", undeclared, "0"]).await,
+        "now a string"
+    );
     assert_eq!(query::<String>(&mut con, &["TYPE", "other"]).await, "string");
 }
 
@@ -519,7 +594,10 @@ async fn eval_in_multi_and_pipelines_runs_in_order() {
         panic!("{replies:?}")
     };
     assert_eq!(replies[..4], [Value::Okay, Value::Int(2), Value::Okay, Value::Int(11)]);
-    assert!(matches!(&replies[4], Value::ServerError(err) if err.code() == "NOSCRIPT"), "{replies:?}");
+    assert!(
+        matches!(&replies[4], Value::ServerError(err) if err.code() == "NOSCRIPT"),
+        "{replies:?}"
+    );
     assert_eq!(replies[5], bulk("11"));
 
     // Pipelined, not in MULTI: in order as well.
@@ -554,7 +632,13 @@ async fn redis_cli_and_python_clients_run_scripts() {
     let addr = gateway.resp_addr();
     let output = tokio::process::Command::new("redis-cli")
         .args(["-h", &addr.ip().to_string(), "-p", &addr.port().to_string()])
-        .args(["EVAL", "return {1, 'two', redis.call('SET', KEYS[1], ARGV[1])}", "1", "k", "v"])
+        .args([
+            "EVAL",
+            "return {1, 'two', redis.call('SET', KEYS[1], ARGV[1])}",
+            "1",
+            "k",
+            "v",
+        ])
         .stdout(Stdio::piped())
         .output()
         .await

@@ -34,8 +34,22 @@ const W: &[&str] = &["write", "denyoom"];
 const C: &[&str] = &["fast", "loading", "stale"];
 const PUBSUB: &[&str] = &["pubsub", "noscript", "loading", "stale"];
 /// EVAL and its kin: their keys are found by their numkeys argument (`movablekeys`).
-const SCRIPT: &[&str] = &["noscript", "stale", "skip_monitor", "may_replicate", "no_mandatory_keys", "movablekeys"];
-const SCRIPT_RO: &[&str] = &["readonly", "noscript", "stale", "skip_monitor", "no_mandatory_keys", "movablekeys"];
+const SCRIPT: &[&str] = &[
+    "noscript",
+    "stale",
+    "skip_monitor",
+    "may_replicate",
+    "no_mandatory_keys",
+    "movablekeys",
+];
+const SCRIPT_RO: &[&str] = &[
+    "readonly",
+    "noscript",
+    "stale",
+    "skip_monitor",
+    "no_mandatory_keys",
+    "movablekeys",
+];
 const NONE: (i64, i64, i64) = (0, 0, 0);
 const ONE: (i64, i64, i64) = (1, 1, 1);
 const TWO: (i64, i64, i64) = (1, 2, 1);

@@ -621,11 +621,8 @@ impl Connection {
         let write = !standby && script::writes(steps);
         let keyspace = self.keyspace(if write { Access::Write } else { Access::Read }).await?;
         let watched_keys: Vec<String> = watched.iter().map(|(key, _)| key.clone()).collect();
-        let unchanged = |batch: &crate::store::KvBatch| {
-            watched
-                .iter()
-                .all(|(key, seen)| fingerprint(batch.get(key)) == *seen)
-        };
+        let unchanged =
+            |batch: &crate::store::KvBatch| watched.iter().all(|(key, seen)| fingerprint(batch.get(key)) == *seen);
         match self
             .server
             .scripts

@@ -171,7 +171,9 @@ pub fn run(
         let script = match lua.load(source).set_name("@user_script").into_function() {
             Ok(script) => script,
             Err(mlua::Error::SyntaxError { message, .. }) => {
-                return Ok(Reply::error(format!("ERR Error compiling script (new function): {message}")));
+                return Ok(Reply::error(format!(
+                    "ERR Error compiling script (new function): {message}"
+                )));
             }
             Err(err) => return Err(err),
         };
@@ -227,12 +229,13 @@ fn sandbox(limits: Limits, deadline: Instant, stop: &Arc<Stop>, calls: mpsc::Sen
     let lua = Lua::new_with(StdLib::TABLE | StdLib::STRING | StdLib::MATH, LuaOptions::new())?;
     let hook_stop = Arc::clone(stop);
     let limit = limits.time;
-    lua.set_global_hook(HookTriggers::new().every_nth_instruction(HOOK_EVERY), move |_, _| {
-        match stopped(&hook_stop, deadline, limit) {
+    lua.set_global_hook(
+        HookTriggers::new().every_nth_instruction(HOOK_EVERY),
+        move |_, _| match stopped(&hook_stop, deadline, limit) {
             Some(why) => Err(mlua::Error::runtime(why)),
             None => Ok(VmState::Continue),
-        }
-    })?;
+        },
+    )?;
     let check_stop = Arc::clone(stop);
     let stopped_fn = lua.create_function(move |_, ()| Ok(stopped(&check_stop, deadline, limit)))?;
     let (call, pcall) = native_calls(&lua, calls)?;
@@ -326,7 +329,9 @@ impl Dispatch {
 /// A command's arguments from Lua: strings as they are, numbers as Redis writes them.
 fn arguments(args: &[Value]) -> Result<Vec<Bytes>, Reply> {
     if args.is_empty() {
-        return Err(Reply::error("ERR Please specify at least one argument for this redis lib call"));
+        return Err(Reply::error(
+            "ERR Please specify at least one argument for this redis lib call",
+        ));
     }
     args.iter()
         .map(|arg| match arg {
@@ -430,15 +435,12 @@ fn error_reply(raised: &Table, sha: &str) -> Reply {
         .ok()
         .flatten()
         .map_or_else(|| "ERR unknown error".to_owned(), |text| text.to_string_lossy());
-    let line = raised
-        .raw_get::<Value>("line")
-        .ok()
-        .and_then(|line| match line {
-            Value::Integer(line) => Some(line.to_string()),
-            Value::Number(line) => Some((line as i64).to_string()),
-            Value::String(line) => Some(line.to_string_lossy()),
-            _ => None,
-        });
+    let line = raised.raw_get::<Value>("line").ok().and_then(|line| match line {
+        Value::Integer(line) => Some(line.to_string()),
+        Value::Number(line) => Some((line as i64).to_string()),
+        Value::String(line) => Some(line.to_string_lossy()),
+        _ => None,
+    });
     match line {
         Some(line) => Reply::Error(format!("{text} script: {sha}, on @user_script:{line}.")),
         None => Reply::Error(text),

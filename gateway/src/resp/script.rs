@@ -115,7 +115,11 @@ struct Running<'a> {
 impl Drop for Running<'_> {
     fn drop(&mut self) {
         self.stop.kill();
-        let mut running = self.scripts.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut running = self
+            .scripts
+            .running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         running.retain(|stop| !Arc::ptr_eq(stop, &self.stop));
     }
 }
@@ -265,7 +269,11 @@ impl Scripts {
         watched: &[String],
         accept: impl FnOnce(&KvBatch) -> bool,
     ) -> StoreResult<Option<Vec<Reply>>> {
-        let mut keys: Vec<String> = steps.iter().flat_map(Step::keys).chain(watched.iter().cloned()).collect();
+        let mut keys: Vec<String> = steps
+            .iter()
+            .flat_map(Step::keys)
+            .chain(watched.iter().cloned())
+            .collect();
         keys.sort_unstable();
         keys.dedup();
         let batch = match write {
@@ -363,7 +371,9 @@ fn shebang(body: &[u8]) -> Result<(usize, bool), Reply> {
     let mut parts = line.split_whitespace();
     let engine = parts.next().unwrap_or_default();
     if engine != "lua" {
-        return Err(Reply::error(format!("ERR Unexpected engine in script shebang: {engine}")));
+        return Err(Reply::error(format!(
+            "ERR Unexpected engine in script shebang: {engine}"
+        )));
     }
     let mut no_writes = false;
     for part in parts {
