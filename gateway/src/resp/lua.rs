@@ -400,7 +400,7 @@ fn to_reply(value: &Value, depth: usize) -> Reply {
     match value {
         Value::Nil | Value::Boolean(false) => Reply::Nil,
         Value::Boolean(true) => Reply::Integer(1),
-        Value::Integer(number) => Reply::Integer(*number as i64),
+        Value::Integer(number) => Reply::Integer(*number),
         Value::Number(number) => Reply::Integer(*number as i64),
         Value::String(text) => Reply::Bulk(Bytes::copy_from_slice(&text.as_bytes())),
         Value::Table(table) => {
