@@ -363,6 +363,16 @@ async fn concurrent_scripts_lose_no_update_and_are_seen_whole() {
             }
         }));
     }
+    // A script that does not declare the key it changes: it locks it as it goes, and runs
+    // again holding the whole keyspace when another script holds it.
+    let mut con = connect(&gateway).await;
+    loops.push(tokio::spawn(async move {
+        let undeclared = "local n = tonumber(redis.call('GET', 'counter') or '0') \
+                          redis.call('SET', 'counter', n + 1) return n + 1";
+        for _ in 0..150 {
+            let _: i64 = query(&mut con, &["EVAL", undeclared, "0"]).await;
+        }
+    }));
     // Meanwhile, a script writes two keys with a long computation between them; a reader
     // never sees the first without the second.
     let mut writer = connect(&gateway).await;
@@ -384,7 +394,7 @@ async fn concurrent_scripts_lose_no_update_and_are_seen_whole() {
         task.await.unwrap();
     }
     let mut con = connect(&gateway).await;
-    assert_eq!(query::<i64>(&mut con, &["GET", "counter"]).await, 300);
+    assert_eq!(query::<i64>(&mut con, &["GET", "counter"]).await, 450);
     assert_eq!(
         query::<Vec<String>>(&mut con, &["MGET", "first", "second"]).await,
         ["1", "1"]

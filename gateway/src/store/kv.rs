@@ -59,6 +59,7 @@ pub(super) struct KvSql {
     lock: String,
     lock_keyspace_shared: String,
     lock_keyspace: String,
+    try_lock: String,
     upsert: String,
     upsert_plain: String,
     upsert_strings: String,
@@ -145,6 +146,10 @@ impl KvSql {
             // (positive) advisory locks.
             lock_keyspace_shared: "SELECT pg_advisory_xact_lock_shared(-$1::int8)".to_owned(),
             lock_keyspace: "SELECT pg_advisory_xact_lock(-$1::int8)".to_owned(),
+            // Out of the sorted order, so never waiting: see `KvBatch::try_lock`.
+            try_lock: "SELECT bool_and(pg_try_advisory_xact_lock($1::int4, h))
+                         FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k) AS keys"
+                .to_owned(),
             // A string written over a typed key replaces it.
             upsert: upsert_sql(
                 ns,
@@ -538,6 +543,21 @@ impl KvBatch {
         }
         self.absorb(&rows, keys);
         Ok(())
+    }
+
+    /// Locks further keys of a write batch, after those it began with, without waiting: false
+    /// when another transaction holds one of them. Taking them in the sorted order is no longer
+    /// possible, and waiting could deadlock; the caller starts over instead, holding the whole
+    /// keyspace ([`Store::kv_write_all`]).
+    pub(crate) async fn try_lock(&mut self, keys: &[String]) -> StoreResult<bool> {
+        if self.client.is_none() {
+            self.client = Some(self.pool.get().await?);
+        }
+        let client = self.client.as_ref().expect("taken above");
+        let statement = client.prepare_cached(&self.bucket.sql.kv.try_lock).await?;
+        let lock_id = self.bucket.id as i32;
+        let row = client.query_one(&statement, &[&lock_id, &keys]).await?;
+        Ok(row.get::<_, Option<bool>>(0).unwrap_or(true))
     }
 
     /// The type of a typed key; `None` for a string or a missing key.
