@@ -424,6 +424,8 @@ async fn runaway_scripts_are_stopped_and_rolled_back() {
         "local s = 'x' while true do s = s .. s end",
         "local t = {} while true do pcall(function() t[#t + 1] = string.rep('y', 1e6) end) end",
     ];
+    let answer = error(&mut con, &["EVAL", "return string.rep('x', 1e9)", "0"]).await;
+    assert!(answer.contains("--resp-script-max-memory"), "{answer}");
     for bomb in bombs {
         let answer = error(&mut con, &["EVAL", bomb, "0"]).await;
         assert!(
