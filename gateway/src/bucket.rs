@@ -774,6 +774,13 @@ impl Keyspace {
         self.store.kv_write(&self.bucket, keys).await
     }
 
+    /// Begins a write batch that holds the whole keyspace, `keys` loaded (more may be loaded
+    /// as it goes: [`KvBatch::reload`](crate::store::KvBatch)).
+    pub async fn write_all(&self, keys: &[String]) -> StoreResult<KvBatch> {
+        self.writable()?;
+        self.store.kv_write_all(&self.bucket, keys).await
+    }
+
     /// Begins a write batch that only overwrites `keys`, loading nothing.
     pub async fn overwrite(&self, keys: Vec<String>) -> StoreResult<KvBatch> {
         self.writable()?;

@@ -266,6 +266,16 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_RESP_PUBSUB_OUTPUT_LIMIT", default_value = "32MiB", value_parser = parse_bytes)]
     pub resp_pubsub_output_limit: u64,
 
+    /// How long a Lua script (EVAL, EVALSHA) may run before it is stopped and its writes rolled
+    /// back (Redis's `lua-time-limit`, 5 s; Redis only starts to answer BUSY then).
+    #[arg(long, env = "PGVS3_RESP_SCRIPT_TIME_LIMIT", default_value = "5s", value_parser = parse_duration)]
+    pub resp_script_time_limit: Duration,
+
+    /// Memory one Lua script's interpreter may allocate; past it the script fails and its writes
+    /// are rolled back.
+    #[arg(long, env = "PGVS3_RESP_SCRIPT_MAX_MEMORY", default_value = "64MiB", value_parser = parse_bytes)]
+    pub resp_script_max_memory: u64,
+
     /// Channels, patterns and shard channels one RESP connection may subscribe to.
     #[arg(long, env = "PGVS3_RESP_MAX_SUBSCRIPTIONS", default_value_t = 10_000)]
     pub resp_max_subscriptions: usize,

@@ -107,6 +107,20 @@ async fn a_standby_gateway_serves_reads_refuses_writes_and_takes_writes_after_pr
     }
     let refused = standby_resp.command(&["SET", "greeting", "changed"]).await;
     assert_eq!(refused.error(), "READONLY You can't write against a read only replica.");
+    // A script on the standby runs as EVAL_RO would: it reads, and its writes are refused.
+    let read = "return redis.call('GET', KEYS[1])";
+    assert_eq!(
+        standby_resp.command(&["EVAL", read, "1", "greeting"]).await,
+        common::resp::Value::bulk("hello")
+    );
+    let write = "return redis.call('SET', KEYS[1], 'by script')";
+    let refused = standby_resp.command(&["EVAL", write, "1", "greeting"]).await;
+    assert!(
+        refused
+            .error()
+            .starts_with("READONLY You can't write against a read only replica. script: "),
+        "{refused:?}"
+    );
 
     let ready = admin_get(&reader, "/readyz").await;
     assert_eq!(ready.status, 200, "{}", ready.body);

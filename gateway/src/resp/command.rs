@@ -33,6 +33,23 @@ const R: &[&str] = &["readonly", "fast"];
 const W: &[&str] = &["write", "denyoom"];
 const C: &[&str] = &["fast", "loading", "stale"];
 const PUBSUB: &[&str] = &["pubsub", "noscript", "loading", "stale"];
+/// EVAL and its kin: their keys are found by their numkeys argument (`movablekeys`).
+const SCRIPT: &[&str] = &[
+    "noscript",
+    "stale",
+    "skip_monitor",
+    "may_replicate",
+    "no_mandatory_keys",
+    "movablekeys",
+];
+const SCRIPT_RO: &[&str] = &[
+    "readonly",
+    "noscript",
+    "stale",
+    "skip_monitor",
+    "no_mandatory_keys",
+    "movablekeys",
+];
 const NONE: (i64, i64, i64) = (0, 0, 0);
 const ONE: (i64, i64, i64) = (1, 1, 1);
 const TWO: (i64, i64, i64) = (1, 2, 1);
@@ -142,12 +159,12 @@ pub static COMMANDS: &[Spec] = &[
     spec("lpos", -3, &["readonly"], ONE),
     spec("lmove", 5, &["write", "denyoom"], TWO),
     spec("rpoplpush", 3, &["write", "denyoom"], TWO),
-    spec("blpop", -3, &["write", "noscript"], (1, -2, 1)),
-    spec("brpop", -3, &["write", "noscript"], (1, -2, 1)),
-    spec("blmove", 6, &["write", "denyoom", "noscript"], TWO),
-    spec("brpoplpush", 4, &["write", "denyoom", "noscript"], TWO),
-    spec("bzpopmin", -3, &["write", "noscript", "fast"], (1, -2, 1)),
-    spec("bzpopmax", -3, &["write", "noscript", "fast"], (1, -2, 1)),
+    spec("blpop", -3, &["write", "blocking"], (1, -2, 1)),
+    spec("brpop", -3, &["write", "blocking"], (1, -2, 1)),
+    spec("blmove", 6, &["write", "denyoom", "blocking"], TWO),
+    spec("brpoplpush", 4, &["write", "denyoom", "blocking"], TWO),
+    spec("bzpopmin", -3, &["write", "blocking", "fast"], (1, -2, 1)),
+    spec("bzpopmax", -3, &["write", "blocking", "fast"], (1, -2, 1)),
     spec("object", -2, &["readonly"], TWO_ONLY),
     spec("del", -2, &["write"], ALL),
     spec("unlink", -2, &["write", "fast"], ALL),
@@ -196,9 +213,14 @@ pub static COMMANDS: &[Spec] = &[
     spec("zintercard", -3, &["readonly"], NONE),
     spec("zdiffstore", -4, &["write", "denyoom"], NONE),
     spec("zmpop", -4, &["write"], NONE),
-    spec("bzmpop", -5, &["write", "noscript"], NONE),
+    spec("bzmpop", -5, &["write", "blocking"], NONE),
     spec("lmpop", -4, &["write"], NONE),
-    spec("blmpop", -5, &["write", "noscript"], NONE),
+    spec("blmpop", -5, &["write", "blocking"], NONE),
+    spec("eval", -3, SCRIPT, NONE),
+    spec("evalsha", -3, SCRIPT, NONE),
+    spec("eval_ro", -3, SCRIPT_RO, NONE),
+    spec("evalsha_ro", -3, SCRIPT_RO, NONE),
+    spec("script", -2, &["noscript"], NONE),
     spec("subscribe", -2, PUBSUB, NONE),
     spec("psubscribe", -2, PUBSUB, NONE),
     spec("ssubscribe", -2, PUBSUB, NONE),

@@ -15,6 +15,7 @@ use super::clients::Registration;
 use super::codec::{Reply, RequestParser};
 use super::command::{self, KeyCommand, Spec, syntax_error, wrong_arity};
 use super::pubsub::Mailbox;
+use super::script::{self, Step};
 use super::{RespServer, glob, keys};
 use crate::bucket::Keyspace;
 use crate::http_server::Shutdown;
@@ -613,6 +614,27 @@ impl Connection {
         Ok(replies)
     }
 
+    /// Runs scripts (and key commands queued with them) in one batch: see `script.rs`. A
+    /// `watched` key that changed since WATCH answers the null array, as [`Self::execute`].
+    async fn run_scripted(&self, steps: &[Step], watched: &[(String, Fingerprint)]) -> Result<Vec<Reply>, Reply> {
+        let standby = self.server.replica.is_standby();
+        let write = !standby && script::writes(steps);
+        let keyspace = self.keyspace(if write { Access::Write } else { Access::Read }).await?;
+        let watched_keys: Vec<String> = watched.iter().map(|(key, _)| key.clone()).collect();
+        let unchanged =
+            |batch: &crate::store::KvBatch| watched.iter().all(|(key, seen)| fingerprint(batch.get(key)) == *seen);
+        match self
+            .server
+            .scripts
+            .run(&keyspace, steps, write, standby, &watched_keys, unchanged)
+            .await
+        {
+            Ok(Some(replies)) => Ok(replies),
+            Ok(None) => Err(Reply::NilArray),
+            Err(err) => Err(store_error(err)),
+        }
+    }
+
     /// A blocking pop: tries, and until it pops something or its timeout passes, waits to be
     /// told that one of its keys got elements (or `--resp-block-poll`), then tries again.
     async fn block(&self, typed: &super::typed::Typed, spec: &'static Spec) -> Reply {
@@ -680,13 +702,7 @@ impl Connection {
                 }
             }
             "pubsub" => self.pubsub_introspection(args),
-            "time" => {
-                let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-                Reply::Array(vec![
-                    Reply::text(&now.as_secs().to_string()),
-                    Reply::text(&now.subsec_micros().to_string()),
-                ])
-            }
+            "time" => time_reply(),
             "quit" => {
                 self.quit = true;
                 Reply::OK
@@ -814,6 +830,17 @@ impl Connection {
                 Reply::OK
             }
             "function" => function_command(args),
+            "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => {
+                let steps = match self.server.scripts.request(spec.name, args) {
+                    Ok(request) => [Step::Script(request)],
+                    Err(reply) => return reply,
+                };
+                match self.run_scripted(&steps, &[]).await {
+                    Ok(mut replies) => replies.pop().unwrap_or(Reply::Nil),
+                    Err(reply) => reply,
+                }
+            }
+            "script" => self.server.scripts.command(args),
             "keys" => self.keys(&args[1]).await,
             "scan" => self.scan(args).await,
             other => unreachable!("{other} is in the command table but not handled"),
@@ -853,7 +880,30 @@ impl Connection {
             })
             .collect();
         let write = commands.iter().any(|(_, spec)| spec.is_write());
-        let mut key_replies = if commands.is_empty() && here.is_empty() {
+        let scripted = queued
+            .iter()
+            .any(|queued| matches!(queued, Queued::Other(_, spec) if script::is_script(spec.name)));
+        let mut key_replies = if scripted {
+            // Scripts and key commands in their order, in one transaction.
+            let steps: Vec<Step> = queued
+                .iter()
+                .filter_map(|queued| match queued {
+                    Queued::Key(command, spec) => Some(Step::Key(command.clone(), spec)),
+                    Queued::Other(args, spec) if script::is_script(spec.name) => {
+                        Some(match self.server.scripts.request(spec.name, args) {
+                            Ok(request) => Step::Script(request),
+                            Err(reply) => Step::Failed(reply),
+                        })
+                    }
+                    Queued::Other(..) => None,
+                })
+                .collect();
+            match self.run_scripted(&steps, &here).await {
+                Ok(replies) => replies,
+                Err(Reply::NilArray) => return Reply::NilArray,
+                Err(reply) => vec![reply; steps.len()],
+            }
+        } else if commands.is_empty() && here.is_empty() {
             Vec::new()
         } else {
             match self.execute(&commands, write, &here).await {
@@ -866,13 +916,13 @@ impl Connection {
         let mut replies = Vec::with_capacity(queued.len());
         for queued in queued {
             let reply = match queued {
-                Queued::Key(_, spec) => {
-                    let reply = key_replies.next().expect("one reply per key command");
+                Queued::Other(args, spec) if !script::is_script(spec.name) => {
+                    let reply = Box::pin(self.other_command(spec, &args)).await;
                     self.count(spec.name, &reply);
                     reply
                 }
-                Queued::Other(args, spec) => {
-                    let reply = Box::pin(self.other_command(spec, &args)).await;
+                Queued::Key(_, spec) | Queued::Other(_, spec) => {
+                    let reply = key_replies.next().expect("one reply per key command and script");
                     self.count(spec.name, &reply);
                     reply
                 }
@@ -1303,7 +1353,16 @@ fn flush_mode_ok(args: &[Bytes]) -> bool {
     }
 }
 
-/// FUNCTION: pgvs3 runs no scripts, so there are no functions: FLUSH and LIST answer as a
+/// TIME: the server's clock, in seconds and microseconds.
+pub(super) fn time_reply() -> Reply {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    Reply::Array(vec![
+        Reply::text(&now.as_secs().to_string()),
+        Reply::text(&now.subsec_micros().to_string()),
+    ])
+}
+
+/// FUNCTION: pgvs3 runs EVAL scripts but no functions: FLUSH and LIST answer as a
 /// server without any does; loading one is refused.
 fn function_command(args: &[Bytes]) -> Reply {
     match (args[1].to_ascii_lowercase().as_slice(), args.len()) {
@@ -1312,7 +1371,7 @@ fn function_command(args: &[Bytes]) -> Reply {
         (b"flush", _) => syntax_error(),
         (b"list", _) => Reply::Array(Vec::new()),
         _ => Reply::error(format!(
-            "ERR FUNCTION {} is not supported by pgvs3 (it runs no scripts)",
+            "ERR FUNCTION {} is not supported by pgvs3 (it runs EVAL scripts, not functions)",
             String::from_utf8_lossy(&args[1]).to_uppercase()
         )),
     }

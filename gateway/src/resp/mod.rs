@@ -18,7 +18,9 @@ mod hash;
 mod keys;
 mod lcs;
 mod list;
+mod lua;
 mod pubsub;
+mod script;
 mod set;
 mod typed;
 mod zset;
@@ -59,6 +61,8 @@ pub struct RespSettings {
     /// the safety net should a notification be lost with the LISTEN connection.
     pub block_poll: Duration,
     pub pubsub: pubsub::Limits,
+    /// How far one Lua script may go (time, memory).
+    pub script: lua::Limits,
 }
 
 impl RespSettings {
@@ -83,6 +87,10 @@ impl RespSettings {
                 max_subscriptions: args.resp_max_subscriptions,
                 max_pattern: args.resp_max_pattern,
             },
+            script: lua::Limits {
+                time: args.resp_script_time_limit,
+                memory: usize::try_from(args.resp_script_max_memory).unwrap_or(usize::MAX),
+            },
         }
     }
 }
@@ -106,6 +114,8 @@ pub struct RespServer {
     /// Tells blocked clients (BLPOP, ...) that their keys got elements.
     wakeups: blocking::Wakeups,
     pubsub: Arc<pubsub::PubSub>,
+    /// EVAL's script cache and the scripts running now.
+    scripts: script::Scripts,
     /// Commands answered since the start (INFO's `total_commands_processed`).
     commands_processed: std::sync::atomic::AtomicU64,
     started: Instant,
@@ -160,6 +170,7 @@ impl RespServer {
             }
         }
         let pubsub = Arc::new(pubsub::PubSub::new(settings.pubsub));
+        let script_limits = settings.script;
         Ok(Arc::new(RespServer {
             group_commit: group_commit::GroupCommit::new(metrics.clone()),
             admission: crate::admission::Admission::new("resp", settings.admission, metrics.clone()),
@@ -172,6 +183,7 @@ impl RespServer {
             clients: Arc::default(),
             wakeups: blocking::Wakeups::start(database, Arc::clone(&pubsub)),
             pubsub,
+            scripts: script::Scripts::new(script_limits),
             commands_processed: std::sync::atomic::AtomicU64::new(0),
             started: Instant::now(),
             port,

@@ -59,6 +59,7 @@ pub(super) struct KvSql {
     lock: String,
     lock_keyspace_shared: String,
     lock_keyspace: String,
+    try_lock: String,
     upsert: String,
     upsert_plain: String,
     upsert_strings: String,
@@ -145,6 +146,10 @@ impl KvSql {
             // (positive) advisory locks.
             lock_keyspace_shared: "SELECT pg_advisory_xact_lock_shared(-$1::int8)".to_owned(),
             lock_keyspace: "SELECT pg_advisory_xact_lock(-$1::int8)".to_owned(),
+            // Out of the sorted order, so never waiting: see `KvBatch::try_lock`.
+            try_lock: "SELECT bool_and(pg_try_advisory_xact_lock($1::int4, h))
+                         FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k) AS keys"
+                .to_owned(),
             // A string written over a typed key replaces it.
             upsert: upsert_sql(
                 ns,
@@ -287,7 +292,7 @@ impl Store {
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_read", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn kv_read(&self, bucket: &Arc<BucketInfo>, keys: &[String]) -> StoreResult<KvBatch> {
         let client = self.client().await?;
-        KvBatch::load(Arc::clone(bucket), client, self.pool.clone(), keys, false).await
+        KvBatch::load(Arc::clone(bucket), client, self.pool.clone(), keys, Locking::None).await
     }
 
     /// Loads the keys of several read batches in one statement: reads from many
@@ -326,7 +331,16 @@ impl Store {
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_write", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn kv_write(&self, bucket: &Arc<BucketInfo>, keys: &[String]) -> StoreResult<KvBatch> {
         let client = self.client().await?;
-        KvBatch::load(Arc::clone(bucket), client, self.pool.clone(), keys, true).await
+        KvBatch::load(Arc::clone(bucket), client, self.pool.clone(), keys, Locking::Keys).await
+    }
+
+    /// Begins a write batch that holds the whole keyspace (its lock exclusively), with `keys`
+    /// loaded: for work that names further keys as it goes (a Lua script), which could not be
+    /// locked one by one later without breaking the lock order.
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_write_all", otel.kind = "client", db.system = "postgresql"))]
+    pub(crate) async fn kv_write_all(&self, bucket: &Arc<BucketInfo>, keys: &[String]) -> StoreResult<KvBatch> {
+        let client = self.client().await?;
+        KvBatch::load(Arc::clone(bucket), client, self.pool.clone(), keys, Locking::Keyspace).await
     }
 
     /// Begins a write batch whose commands only overwrite `keys`, never reading them: nothing
@@ -392,14 +406,26 @@ impl Store {
     }
 }
 
+/// What a batch locks as it begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Locking {
+    /// Nothing: a read, outside any transaction.
+    None,
+    /// Its keys (or the keyspace, past [`FINE_LOCK_LIMIT`] keys), in a transaction.
+    Keys,
+    /// The keyspace exclusively, in a transaction, however few its keys.
+    Keyspace,
+}
+
 impl KvBatch {
     async fn load(
         bucket: Arc<BucketInfo>,
         client: deadpool_postgres::Object,
         pool: deadpool_postgres::Pool,
         keys: &[String],
-        write: bool,
+        locking: Locking,
     ) -> StoreResult<KvBatch> {
+        let write = locking != Locking::None;
         for key in keys {
             check_key(key)?;
         }
@@ -424,7 +450,11 @@ impl KvBatch {
             (_, false) => (client.prepare_cached(&sql.load_strings).await?, [id, &keys]),
         };
         let mut rows = if write {
-            let begin = BeginLocked::prepare(client, sql, keys.len()).await?;
+            let lock_count = match locking {
+                Locking::Keyspace => usize::MAX,
+                _ => keys.len(),
+            };
+            let begin = BeginLocked::prepare(client, sql, lock_count).await?;
             let (_, rows) = futures::try_join!(begin.send(client, *id, keys), client.query(&load, &load_params))?;
             rows
         } else {
@@ -513,6 +543,21 @@ impl KvBatch {
         }
         self.absorb(&rows, keys);
         Ok(())
+    }
+
+    /// Locks further keys of a write batch, after those it began with, without waiting: false
+    /// when another transaction holds one of them. Taking them in the sorted order is no longer
+    /// possible, and waiting could deadlock; the caller starts over instead, holding the whole
+    /// keyspace ([`Store::kv_write_all`]).
+    pub(crate) async fn try_lock(&mut self, keys: &[String]) -> StoreResult<bool> {
+        if self.client.is_none() {
+            self.client = Some(self.pool.get().await?);
+        }
+        let client = self.client.as_ref().expect("taken above");
+        let statement = client.prepare_cached(&self.bucket.sql.kv.try_lock).await?;
+        let lock_id = self.bucket.id as i32;
+        let row = client.query_one(&statement, &[&lock_id, &keys]).await?;
+        Ok(row.get::<_, Option<bool>>(0).unwrap_or(true))
     }
 
     /// The type of a typed key; `None` for a string or a missing key.

@@ -1,0 +1,448 @@
+//! The Lua 5.1 interpreter a script runs in: Redis's sandbox (its libraries only, globals
+//! protected), the `redis` table, the conversions between Lua values and replies, and the bounds
+//! (memory, time, calls) that stop a hostile script.
+//!
+//! A script runs on a thread of its own (tokio's blocking pool): the interpreter cannot yield in
+//! the middle of a loop, and a script that computes for seconds must not hold a runtime thread.
+//! Its `redis.call`s go to the connection's task, which runs them against the script's batch, and
+//! their replies come back; see `script.rs`.
+//!
+//! Each run gets a fresh interpreter (about 100 µs): nothing a script leaves in globals or in
+//! the library tables can reach the next one, which Redis gets by making them read-only.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mlua::{HookTriggers, Lua, LuaOptions, StdLib, Table, Value, VmState};
+use sha1::{Digest, Sha1};
+use tokio::sync::{mpsc, oneshot};
+
+use super::codec::{Reply, format_double};
+
+/// A `redis.call` on its way to the connection's task, with where its reply goes.
+pub type Call = (Vec<Bytes>, oneshot::Sender<Reply>);
+
+/// How far one script may go.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub time: Duration,
+    pub memory: usize,
+}
+
+/// Most `redis.call`s one script makes: each may be a database round trip.
+const MAX_CALLS: u64 = 100_000;
+/// Most bytes of arguments one script passes to its calls, all calls together: what a script
+/// writes is held in memory until it commits.
+const MAX_CALL_BYTES: u64 = 256 * 1024 * 1024;
+/// VM instructions between two looks at the clock and at SCRIPT KILL.
+const HOOK_EVERY: u32 = 10_000;
+/// Deepest nesting of tables a reply may have (a table may even contain itself).
+const MAX_DEPTH: usize = 64;
+
+/// Why a script was stopped from outside its own code.
+#[derive(Debug, Default)]
+pub struct Stop {
+    killed: AtomicBool,
+}
+
+impl Stop {
+    /// SCRIPT KILL.
+    pub fn kill(&self) {
+        self.killed.store(true, Ordering::Relaxed);
+    }
+
+    fn killed(&self) -> bool {
+        self.killed.load(Ordering::Relaxed)
+    }
+}
+
+/// How a run ended.
+pub enum Outcome {
+    /// The script's reply (an error reply included: its writes before it stay, as in Redis).
+    Reply(Reply),
+    /// Stopped: killed, out of time or memory. Nothing it wrote may stay.
+    Aborted(Reply),
+}
+
+/// Replaces a script's whole `redis` library and protects the globals. Runs once per
+/// interpreter, with the native functions as its arguments; returns the function that runs a
+/// script and turns whatever it raises into an error table (`{err=..., line=...}`).
+const PRELUDE: &str = r#"
+local call, native_pcall, sha1hex, log, stopped = ...
+local type, tostring, error, match, raw_pcall, raw_xpcall, raw_resume, setmetatable =
+    type, tostring, error, string.match, pcall, xpcall, coroutine.resume, setmetatable
+
+-- An error reply redis.call raised, as the table Redis raises: {err = reply, line = line}.
+local function raised_reply(raised)
+    if type(raised) ~= "userdata" then return nil end
+    local line, text = match(tostring(raised), "\1pgvs3:(%d*):([^\n]*)")
+    if not text then return nil end
+    return { err = text, line = line ~= "" and line or nil }
+end
+
+-- A script stopped from outside cannot go on by catching the error that stops it; one that
+-- catches an error reply sees its table.
+local function caught(ok, raised, ...)
+    local why = stopped()
+    if why then error(why, 0) end
+    if ok then return ok, raised, ... end
+    return ok, raised_reply(raised) or raised, ...
+end
+pcall = function(...) return caught(raw_pcall(...)) end
+xpcall = function(...) return caught(raw_xpcall(...)) end
+coroutine.resume = function(...) return caught(raw_resume(...)) end
+
+redis = {
+    LOG_DEBUG = 0, LOG_VERBOSE = 1, LOG_NOTICE = 2, LOG_WARNING = 3,
+    REPL_NONE = 0, REPL_AOF = 1, REPL_SLAVE = 2, REPL_REPLICA = 2, REPL_ALL = 3,
+    REDIS_VERSION = "7.0.0", REDIS_VERSION_NUM = 0x070000,
+}
+redis.call = call
+redis.pcall = native_pcall
+function redis.error_reply(text)
+    if type(text) ~= "string" then error("wrong number or type of arguments", 2) end
+    return { err = text }
+end
+function redis.status_reply(text)
+    if type(text) ~= "string" then error("wrong number or type of arguments", 2) end
+    return { ok = text }
+end
+redis.sha1hex = sha1hex
+redis.log = log
+function redis.setresp(version)
+    if version ~= 2 then error("pgvs3 scripts speak RESP2 only (redis.setresp(3) is not supported)", 2) end
+end
+function redis.set_repl(_) end
+function redis.replicate_commands() return true end
+
+loadfile, dofile, print = nil, nil, nil
+setmetatable(_G, {
+    __index = function(_, name)
+        error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
+    end,
+    __newindex = function(_, name)
+        error("Script attempted to create global variable '" .. tostring(name) .. "'", 2)
+    end,
+    __metatable = false,
+})
+
+local function as_error(raised)
+    if type(raised) == "table" and type(raised.err) == "string" then return raised end
+    local reply = raised_reply(raised)
+    if reply then return reply end
+    local text = tostring(raised)
+    return { err = "ERR " .. text, line = match(text, "^user_script:(%d+):") }
+end
+return function(script)
+    local ok, result = raw_xpcall(script, as_error)
+    if ok then return result end
+    -- Out of memory (the handler is not called for it) or an error in the handler.
+    if type(result) ~= "table" then
+        return nil, { err = "ERR " .. tostring(result), memory = result == "not enough memory" }
+    end
+    return nil, result
+end
+"#;
+
+/// Runs a script to its end; `calls` carries its `redis.call`s to the connection's task.
+pub fn run(
+    source: &[u8],
+    sha: &str,
+    keys: &[Bytes],
+    argv: &[Bytes],
+    limits: Limits,
+    stop: &Arc<Stop>,
+    calls: mpsc::Sender<Call>,
+) -> Outcome {
+    let deadline = Instant::now() + limits.time;
+    let lua = match sandbox(limits, deadline, stop, calls) {
+        Ok(lua) => lua,
+        Err(err) => return Outcome::Aborted(Reply::error(format!("ERR could not start the Lua interpreter: {err}"))),
+    };
+    let result = (|| {
+        let runner: mlua::Function = lua.named_registry_value(RUNNER)?;
+        let globals = lua.globals();
+        globals.raw_set("KEYS", strings(&lua, keys)?)?;
+        globals.raw_set("ARGV", strings(&lua, argv)?)?;
+        let script = match lua.load(source).set_name("@user_script").into_function() {
+            Ok(script) => script,
+            Err(mlua::Error::SyntaxError { message, .. }) => {
+                return Ok(Reply::error(format!(
+                    "ERR Error compiling script (new function): {message}"
+                )));
+            }
+            Err(err) => return Err(err),
+        };
+        let (value, raised): (Value, Value) = runner.call(script)?;
+        Ok(match raised {
+            Value::Table(raised) if raised.raw_get::<bool>("memory").unwrap_or(false) => {
+                return Err(mlua::Error::MemoryError(String::new()));
+            }
+            Value::Table(raised) => error_reply(&raised, sha),
+            _ => to_reply(&value, 0),
+        })
+    })();
+    // A script that ended by itself keeps its result, even if SCRIPT KILL or its deadline came
+    // after the last look; one that failed because it was stopped is undone.
+    let failed = !matches!(result, Ok(ref reply) if !reply.is_error());
+    if failed && let Some(why) = stopped(stop, deadline, limits.time) {
+        return Outcome::Aborted(Reply::error(why));
+    }
+    match result {
+        Ok(reply) => Outcome::Reply(reply),
+        Err(mlua::Error::MemoryError(_)) => Outcome::Aborted(out_of_memory(limits)),
+        Err(err) => Outcome::Aborted(Reply::error(format!("ERR Error running script: {err}"))),
+    }
+}
+
+const RUNNER: &str = "pgvs3.runner";
+
+/// Why the script must stop now, if it must.
+fn stopped(stop: &Stop, deadline: Instant, limit: Duration) -> Option<String> {
+    if stop.killed() {
+        Some("ERR Script killed by user with SCRIPT KILL... (pgvs3 rolled its writes back)".to_owned())
+    } else if Instant::now() >= deadline {
+        Some(format!(
+            "ERR Script killed: it ran longer than {} ms (--resp-script-time-limit); its writes were rolled back",
+            limit.as_millis()
+        ))
+    } else {
+        None
+    }
+}
+
+fn out_of_memory(limits: Limits) -> Reply {
+    Reply::error(format!(
+        "ERR Script killed: it used more than {} bytes of memory (--resp-script-max-memory); its writes were rolled back",
+        limits.memory
+    ))
+}
+
+/// A fresh interpreter with Redis's libraries, the `redis` table and the bounds in place.
+fn sandbox(limits: Limits, deadline: Instant, stop: &Arc<Stop>, calls: mpsc::Sender<Call>) -> mlua::Result<Lua> {
+    // The base library (with coroutines, as in 5.1), table, string, math: Redis's set without
+    // cjson, cmsgpack, bit and struct. No io, os, package (require) or debug.
+    let lua = Lua::new_with(StdLib::TABLE | StdLib::STRING | StdLib::MATH, LuaOptions::new())?;
+    let hook_stop = Arc::clone(stop);
+    let limit = limits.time;
+    lua.set_global_hook(
+        HookTriggers::new().every_nth_instruction(HOOK_EVERY),
+        move |_, _| match stopped(&hook_stop, deadline, limit) {
+            Some(why) => Err(mlua::Error::runtime(why)),
+            None => Ok(VmState::Continue),
+        },
+    )?;
+    let check_stop = Arc::clone(stop);
+    let stopped_fn = lua.create_function(move |_, ()| Ok(stopped(&check_stop, deadline, limit)))?;
+    let (call, pcall) = native_calls(&lua, calls)?;
+    let sha1hex = lua.create_function(|_, text: mlua::String| Ok(hex::encode(Sha1::digest(&*text.as_bytes()))))?;
+    let log = lua.create_function(|lua, (level, message): (i64, mlua::Variadic<Value>)| {
+        let text: Vec<String> = message
+            .into_iter()
+            .filter_map(|part| lua.coerce_string(part).ok().flatten())
+            .map(|part| part.to_string_lossy())
+            .collect();
+        let text = text.join(" ");
+        match level {
+            0 | 1 => tracing::debug!(target: "pgvs3::resp::script", "{text}"),
+            2 => tracing::info!(target: "pgvs3::resp::script", "{text}"),
+            _ => tracing::warn!(target: "pgvs3::resp::script", "{text}"),
+        }
+        Ok(())
+    })?;
+    let runner: mlua::Function = lua
+        .load(PRELUDE)
+        .set_name("=prelude")
+        .call((call, pcall, sha1hex, log, stopped_fn))?;
+    lua.set_named_registry_value(RUNNER, runner)?;
+    // Set last: the libraries and the prelude are not the script's to pay for.
+    lua.set_memory_limit(limits.memory.saturating_add(lua.used_memory()))?;
+    Ok(lua)
+}
+
+/// `redis.call` and `redis.pcall`: each sends its command to the connection's task and converts
+/// the reply. They are native functions, so that a script's `return redis.call(...)` (a tail
+/// call) keeps the script's frame and its line. `redis.pcall` returns an error reply as an error
+/// table; `redis.call` raises it, marked with [`RAISED`] and the script's line, which the
+/// prelude turns back into the table Redis raises.
+fn native_calls(lua: &Lua, calls: mpsc::Sender<Call>) -> mlua::Result<(mlua::Function, mlua::Function)> {
+    let dispatch = Rc::new(Dispatch {
+        calls,
+        count: Cell::new(0),
+        bytes: Cell::new(0),
+    });
+    let raising = Rc::clone(&dispatch);
+    let call = lua.create_function(move |lua, args: mlua::Variadic<Value>| match raising.send(&args) {
+        Reply::Error(text) => {
+            // Level 0 is this function, 1 the script that called it.
+            let line = lua.inspect_stack(1, |frame| frame.current_line()).flatten();
+            let line = line.map_or_else(String::new, |line| line.to_string());
+            Err(mlua::Error::runtime(format!("{RAISED}{line}:{text}")))
+        }
+        reply => to_lua(lua, &reply),
+    })?;
+    let pcall = lua.create_function(move |lua, args: mlua::Variadic<Value>| to_lua(lua, &dispatch.send(&args)))?;
+    Ok((call, pcall))
+}
+
+/// Marks an error reply `redis.call` raises (the prelude's pattern spells it `\1pgvs3:`).
+const RAISED: &str = "\u{1}pgvs3:";
+
+/// Where a script's calls go, and how many it made.
+struct Dispatch {
+    calls: mpsc::Sender<Call>,
+    count: Cell<u64>,
+    bytes: Cell<u64>,
+}
+
+impl Dispatch {
+    fn send(&self, args: &[Value]) -> Reply {
+        let args = match arguments(args) {
+            Ok(args) => args,
+            Err(reply) => return reply,
+        };
+        self.count.set(self.count.get() + 1);
+        self.bytes
+            .set(self.bytes.get() + args.iter().map(|arg| arg.len() as u64).sum::<u64>());
+        if self.count.get() > MAX_CALLS {
+            return Reply::error(format!("ERR a script may make at most {MAX_CALLS} calls"));
+        }
+        if self.bytes.get() > MAX_CALL_BYTES {
+            return Reply::error(format!(
+                "ERR a script may pass at most {MAX_CALL_BYTES} bytes of arguments to its calls"
+            ));
+        }
+        let (reply_to, reply) = oneshot::channel();
+        if self.calls.blocking_send((args, reply_to)).is_err() {
+            return Reply::error("ERR the script's connection went away");
+        }
+        reply
+            .blocking_recv()
+            .unwrap_or_else(|_| Reply::error("ERR the script's connection went away"))
+    }
+}
+
+/// A command's arguments from Lua: strings as they are, numbers as Redis writes them.
+fn arguments(args: &[Value]) -> Result<Vec<Bytes>, Reply> {
+    if args.is_empty() {
+        return Err(Reply::error(
+            "ERR Please specify at least one argument for this redis lib call",
+        ));
+    }
+    args.iter()
+        .map(|arg| match arg {
+            Value::String(text) => Ok(Bytes::copy_from_slice(&text.as_bytes())),
+            Value::Integer(number) => Ok(Bytes::from(number.to_string())),
+            Value::Number(number) => Ok(Bytes::from(number_text(*number))),
+            _ => Err(Reply::error(
+                "ERR Lua redis lib command arguments must be strings or integers",
+            )),
+        })
+        .collect()
+}
+
+/// A Lua number as text: integers without a fraction, others in their shortest exact form.
+fn number_text(number: f64) -> String {
+    if number.fract() == 0.0 && number.abs() < 1e15 {
+        format!("{}", number as i64)
+    } else {
+        format!("{number}")
+    }
+}
+
+fn strings(lua: &Lua, items: &[Bytes]) -> mlua::Result<Table> {
+    let table = lua.create_table_with_capacity(items.len(), 0)?;
+    for (i, item) in items.iter().enumerate() {
+        table.raw_set(i + 1, lua.create_string(item)?)?;
+    }
+    Ok(table)
+}
+
+/// A reply as Lua sees it (Redis's RESP2 conversion): integers are numbers, bulk strings
+/// strings, nil is false, arrays (and maps, flattened) tables, status and error replies
+/// tables with an `ok` or `err` field.
+fn to_lua(lua: &Lua, reply: &Reply) -> mlua::Result<Value> {
+    let pairs_table = |pairs: &[(Reply, Reply)]| -> mlua::Result<Value> {
+        let table = lua.create_table_with_capacity(pairs.len() * 2, 0)?;
+        for (i, (key, value)) in pairs.iter().enumerate() {
+            table.raw_set(2 * i + 1, to_lua(lua, key)?)?;
+            table.raw_set(2 * i + 2, to_lua(lua, value)?)?;
+        }
+        Ok(Value::Table(table))
+    };
+    Ok(match reply {
+        Reply::Simple(text) => Value::Table(lua.create_table_from([("ok", *text)])?),
+        Reply::Status(text) => Value::Table(lua.create_table_from([("ok", text.as_str())])?),
+        Reply::Error(text) => Value::Table(lua.create_table_from([("err", text.as_str())])?),
+        Reply::Integer(number) => Value::Number(*number as f64),
+        Reply::Bulk(bytes) => Value::String(lua.create_string(bytes)?),
+        Reply::Nil | Reply::NilArray => Value::Boolean(false),
+        Reply::Double(number) => Value::String(lua.create_string(format_double(*number))?),
+        Reply::Array(items) | Reply::Push(items) => {
+            let table = lua.create_table_with_capacity(items.len(), 0)?;
+            for (i, item) in items.iter().enumerate() {
+                table.raw_set(i + 1, to_lua(lua, item)?)?;
+            }
+            Value::Table(table)
+        }
+        Reply::Map(pairs) | Reply::Pairs(pairs) => pairs_table(pairs)?,
+    })
+}
+
+/// What a script returns, as a reply: numbers are truncated to integers, true is 1, false and
+/// nil are nil, a table with `ok` or `err` a status or an error, another table an array of its
+/// items up to the first nil.
+fn to_reply(value: &Value, depth: usize) -> Reply {
+    match value {
+        Value::Nil | Value::Boolean(false) => Reply::Nil,
+        Value::Boolean(true) => Reply::Integer(1),
+        Value::Integer(number) => Reply::Integer(*number),
+        Value::Number(number) => Reply::Integer(*number as i64),
+        Value::String(text) => Reply::Bulk(Bytes::copy_from_slice(&text.as_bytes())),
+        Value::Table(table) => {
+            if let Ok(Value::String(error)) = table.raw_get::<Value>("err") {
+                return Reply::Error(error.to_string_lossy());
+            }
+            if let Ok(Value::String(status)) = table.raw_get::<Value>("ok") {
+                return Reply::Status(status.to_string_lossy());
+            }
+            if depth >= MAX_DEPTH {
+                return Reply::error(format!(
+                    "ERR reached the most nested reply a script may return ({MAX_DEPTH} levels)"
+                ));
+            }
+            let mut items = Vec::new();
+            for i in 1.. {
+                match table.raw_get::<Value>(i) {
+                    Ok(Value::Nil) | Err(_) => break,
+                    Ok(item) => items.push(to_reply(&item, depth + 1)),
+                }
+            }
+            Reply::Array(items)
+        }
+        _ => Reply::Nil,
+    }
+}
+
+/// What a script raised, as Redis 7 words it: the error, then where it was raised.
+fn error_reply(raised: &Table, sha: &str) -> Reply {
+    let text = raised
+        .raw_get::<Option<mlua::String>>("err")
+        .ok()
+        .flatten()
+        .map_or_else(|| "ERR unknown error".to_owned(), |text| text.to_string_lossy());
+    let line = raised.raw_get::<Value>("line").ok().and_then(|line| match line {
+        Value::Integer(line) => Some(line.to_string()),
+        Value::Number(line) => Some((line as i64).to_string()),
+        Value::String(line) => Some(line.to_string_lossy()),
+        _ => None,
+    });
+    match line {
+        Some(line) => Reply::Error(format!("{text} script: {sha}, on @user_script:{line}.")),
+        None => Reply::Error(text),
+    }
+}
