@@ -20,7 +20,7 @@ use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 21;
+pub const LAYOUT_VERSION: i32 = 22;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -104,6 +104,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "control_api_notifications_key_policies",
         include_str!("../../migrations/0021_control_api_notifications_key_policies.sql"),
     ),
+    (22, "resp_streams", include_str!("../../migrations/0022_resp_streams.sql")),
 ];
 
 /// The function files, in the order they are applied. Every function they define already exists
@@ -120,6 +121,7 @@ const FUNCTION_FILES: &[(&str, &str)] = &[
     ("resp_set", include_str!("../../migrations/functions/resp_set.sql")),
     ("resp_zset", include_str!("../../migrations/functions/resp_zset.sql")),
     ("resp_list", include_str!("../../migrations/functions/resp_list.sql")),
+    ("resp_stream", include_str!("../../migrations/functions/resp_stream.sql")),
     // Before events.sql, whose pgvs3.publish_object_event calls pgvs3.resp_notify.
     (
         "resp_pubsub",

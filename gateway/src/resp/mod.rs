@@ -20,6 +20,7 @@ mod lcs;
 mod list;
 mod pubsub;
 mod set;
+mod stream;
 mod typed;
 mod zset;
 
