@@ -144,8 +144,8 @@ BEGIN
     SELECT * INTO s FROM pgvs3.resp_stream r WHERE r.bucket_id = b AND r.key = k AND pgvs3.resp_type(b, k) IS NOT NULL;
     IF s.key IS NULL AND op <> 'xadd' THEN
         CASE op
-        WHEN 'xrange', 'xrevrange', 'xinfo_groups' THEN items := '{}';
-        WHEN 'xinfo', 'xinfo_consumers' THEN err := 'ERR no such key';
+        WHEN 'xrange', 'xrevrange' THEN items := '{}';
+        WHEN 'xinfo', 'xinfo_groups', 'xinfo_consumers' THEN err := 'ERR no such key';
         ELSE n := 0;
         END CASE;
         RETURN;
