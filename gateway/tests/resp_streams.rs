@@ -65,8 +65,15 @@ async fn xadd_xrange_and_xlen_answer_as_redis() {
     let mut con = connect(&gateway).await;
 
     assert_eq!(query::<String>(&mut con, &["XADD", "s", "1-1", "a", "1"]).await, "1-1");
-    assert_eq!(query::<String>(&mut con, &["XADD", "s", "1-*", "b", "2", "c", "3"]).await, "1-2");
-    assert_eq!(query::<String>(&mut con, &["XADD", "s", "5", "d", "4"]).await, "5-0", "an incomplete ID has seq 0");
+    assert_eq!(
+        query::<String>(&mut con, &["XADD", "s", "1-*", "b", "2", "c", "3"]).await,
+        "1-2"
+    );
+    assert_eq!(
+        query::<String>(&mut con, &["XADD", "s", "5", "d", "4"]).await,
+        "5-0",
+        "an incomplete ID has seq 0"
+    );
     assert_eq!(query::<String>(&mut con, &["XADD", "s", "5-*", "e", "5"]).await, "5-1");
     assert_eq!(query::<String>(&mut con, &["XADD", "s", "7-*", "f", "6"]).await, "7-0");
     // `*`: the database's clock in milliseconds, after the last ID.
@@ -88,17 +95,38 @@ async fn xadd_xrange_and_xlen_answer_as_redis() {
     assert_eq!(ids(&all)[..5], ["1-1", "1-2", "5-0", "5-1", "7-0"]);
     assert_eq!(all[1].1, ["b", "2", "c", "3"], "fields and values in the order given");
     // Incomplete IDs: a start at seq 0, an end at the greatest seq.
-    assert_eq!(ids(&range(&mut con, &["XRANGE", "s", "1", "5"]).await), ["1-1", "1-2", "5-0", "5-1"]);
-    assert_eq!(ids(&range(&mut con, &["XRANGE", "s", "(1-1", "(5-1"]).await), ["1-2", "5-0"]);
-    assert_eq!(ids(&range(&mut con, &["XRANGE", "s", "(1", "5-0"]).await), ["1-1", "1-2", "5-0"]);
-    assert_eq!(ids(&range(&mut con, &["XRANGE", "s", "-", "+", "COUNT", "2"]).await), ["1-1", "1-2"]);
-    assert_eq!(ids(&range(&mut con, &["XRANGE", "s", "5", "1"]).await), Vec::<&str>::new());
+    assert_eq!(
+        ids(&range(&mut con, &["XRANGE", "s", "1", "5"]).await),
+        ["1-1", "1-2", "5-0", "5-1"]
+    );
+    assert_eq!(
+        ids(&range(&mut con, &["XRANGE", "s", "(1-1", "(5-1"]).await),
+        ["1-2", "5-0"]
+    );
+    assert_eq!(
+        ids(&range(&mut con, &["XRANGE", "s", "(1", "5-0"]).await),
+        ["1-1", "1-2", "5-0"]
+    );
+    assert_eq!(
+        ids(&range(&mut con, &["XRANGE", "s", "-", "+", "COUNT", "2"]).await),
+        ["1-1", "1-2"]
+    );
+    assert_eq!(
+        ids(&range(&mut con, &["XRANGE", "s", "5", "1"]).await),
+        Vec::<&str>::new()
+    );
     assert_eq!(
         ids(&range(&mut con, &["XREVRANGE", "s", "5", "-", "COUNT", "3"]).await),
         ["5-1", "5-0", "1-2"]
     );
-    assert_eq!(ids(&range(&mut con, &["XREVRANGE", "s", "(5-1", "(1-1"]).await), ["5-0", "1-2"]);
-    assert_eq!(range(&mut con, &["XRANGE", "nostream", "-", "+"]).await, Vec::<Entry>::new());
+    assert_eq!(
+        ids(&range(&mut con, &["XREVRANGE", "s", "(5-1", "(1-1"]).await),
+        ["5-0", "1-2"]
+    );
+    assert_eq!(
+        range(&mut con, &["XRANGE", "nostream", "-", "+"]).await,
+        Vec::<Entry>::new()
+    );
     // COUNT 0 of an existing stream: the null array, as Redis answers.
     let zero: redis::Value = query(&mut con, &["XRANGE", "s", "-", "+", "COUNT", "0"]).await;
     assert_eq!(zero, redis::Value::Nil);
@@ -136,7 +164,10 @@ async fn ids_are_never_reused_after_deletes_and_trims() {
     assert_eq!(query::<String>(&mut con, &["XADD", "s", max, "f", "v"]).await, max);
     let exhausted = "ERR The stream has exhausted the last possible ID, unable to add more items";
     assert_eq!(error(&mut con, &["XADD", "s", "*", "f", "v"]).await, exhausted);
-    assert_eq!(error(&mut con, &["XADD", "s", "18446744073709551615-*", "f", "v"]).await, exhausted);
+    assert_eq!(
+        error(&mut con, &["XADD", "s", "18446744073709551615-*", "f", "v"]).await,
+        exhausted
+    );
     assert_eq!(ids(&range(&mut con, &["XRANGE", "s", "(3-3", "+"]).await), [max]);
     assert_eq!(
         error(&mut con, &["XRANGE", "s", &format!("({max}"), "+"]).await,
@@ -158,26 +189,61 @@ async fn trimming_by_length_and_by_id() {
         query::<String>(&mut con, &["XADD", "s", &format!("{i}-0"), "n", &i.to_string()]).await;
     }
     assert_eq!(query::<i64>(&mut con, &["XTRIM", "s", "MAXLEN", "=", "8"]).await, 2);
-    assert_eq!(ids(&range(&mut con, &["XRANGE", "s", "-", "+", "COUNT", "1"]).await), ["3-0"]);
+    assert_eq!(
+        ids(&range(&mut con, &["XRANGE", "s", "-", "+", "COUNT", "1"]).await),
+        ["3-0"]
+    );
     // `~` with LIMIT removes at most LIMIT entries.
-    assert_eq!(query::<i64>(&mut con, &["XTRIM", "s", "MAXLEN", "~", "2", "LIMIT", "3"]).await, 3);
+    assert_eq!(
+        query::<i64>(&mut con, &["XTRIM", "s", "MAXLEN", "~", "2", "LIMIT", "3"]).await,
+        3
+    );
     assert_eq!(query::<i64>(&mut con, &["XLEN", "s"]).await, 5);
     assert_eq!(query::<i64>(&mut con, &["XTRIM", "s", "MINID", "8"]).await, 2);
-    assert_eq!(ids(&range(&mut con, &["XRANGE", "s", "-", "+"]).await), ["8-0", "9-0", "10-0"]);
+    assert_eq!(
+        ids(&range(&mut con, &["XRANGE", "s", "-", "+"]).await),
+        ["8-0", "9-0", "10-0"]
+    );
     assert_eq!(query::<i64>(&mut con, &["XTRIM", "s", "MINID", "=", "1"]).await, 0);
     assert_eq!(query::<i64>(&mut con, &["XTRIM", "nostream", "MAXLEN", "0"]).await, 0);
 
     // XADD trims after adding: MAXLEN keeps the newest.
     for i in 11..=14 {
-        query::<String>(&mut con, &["XADD", "s", "MAXLEN", "~", "3", &format!("{i}-0"), "n", "x"]).await;
+        query::<String>(
+            &mut con,
+            &["XADD", "s", "MAXLEN", "~", "3", &format!("{i}-0"), "n", "x"],
+        )
+        .await;
     }
-    assert_eq!(ids(&range(&mut con, &["XRANGE", "s", "-", "+"]).await), ["12-0", "13-0", "14-0"]);
+    assert_eq!(
+        ids(&range(&mut con, &["XRANGE", "s", "-", "+"]).await),
+        ["12-0", "13-0", "14-0"]
+    );
     query::<String>(&mut con, &["XADD", "s", "MINID", "14", "15-0", "n", "x"]).await;
-    assert_eq!(ids(&range(&mut con, &["XRANGE", "s", "-", "+"]).await), ["14-0", "15-0"]);
+    assert_eq!(
+        ids(&range(&mut con, &["XRANGE", "s", "-", "+"]).await),
+        ["14-0", "15-0"]
+    );
     query::<String>(&mut con, &["XADD", "s", "MAXLEN", "0", "16-0", "n", "x"]).await;
     assert_eq!(query::<i64>(&mut con, &["XLEN", "s"]).await, 0);
     // An empty stream exists: NOMKSTREAM adds to it.
-    query::<String>(&mut con, &["XADD", "s", "NOMKSTREAM", "MAXLEN", "~", "5", "LIMIT", "0", "*", "n", "x"]).await;
+    query::<String>(
+        &mut con,
+        &[
+            "XADD",
+            "s",
+            "NOMKSTREAM",
+            "MAXLEN",
+            "~",
+            "5",
+            "LIMIT",
+            "0",
+            "*",
+            "n",
+            "x",
+        ],
+    )
+    .await;
     assert_eq!(query::<i64>(&mut con, &["XLEN", "s"]).await, 1);
 }
 
@@ -217,7 +283,10 @@ async fn xread_reads_after_ids_from_many_streams() {
     ]);
     assert_eq!(
         raw.command(&["XREAD", "STREAMS", "b", "0"]).await,
-        Value::Array(vec![Value::Array(vec![Value::bulk("b"), Value::Array(vec![entry.clone()])])])
+        Value::Array(vec![Value::Array(vec![
+            Value::bulk("b"),
+            Value::Array(vec![entry.clone()])
+        ])])
     );
     raw.command(&["HELLO", "3"]).await;
     assert_eq!(
@@ -236,7 +305,12 @@ async fn xinfo_reports_a_stream() {
     }
     query::<i64>(&mut con, &["XDEL", "s", "2-1"]).await;
     let mut raw = RawResp::connect(gateway.resp_addr()).await;
-    let entry = |id: &str| Value::Array(vec![Value::bulk(id), Value::Array(vec![Value::bulk("f"), Value::bulk(id)])]);
+    let entry = |id: &str| {
+        Value::Array(vec![
+            Value::bulk(id),
+            Value::Array(vec![Value::bulk("f"), Value::bulk(id)]),
+        ])
+    };
     let info = |fields: Vec<(&str, Value)>| {
         Value::Array(
             fields
@@ -297,8 +371,14 @@ async fn xinfo_reports_a_stream() {
         raw.command(&["XINFO", "CONSUMERS", "s", "g"]).await,
         Value::Error("NOGROUP No such consumer group 'g' for key name 's'".into())
     );
-    assert_eq!(raw.command(&["XINFO", "STREAM", "nostream"]).await, Value::Error("ERR no such key".into()));
-    assert_eq!(raw.command(&["XINFO", "GROUPS", "nostream"]).await, Value::Error("ERR no such key".into()));
+    assert_eq!(
+        raw.command(&["XINFO", "STREAM", "nostream"]).await,
+        Value::Error("ERR no such key".into())
+    );
+    assert_eq!(
+        raw.command(&["XINFO", "GROUPS", "nostream"]).await,
+        Value::Error("ERR no such key".into())
+    );
 }
 
 #[tokio::test]
@@ -308,11 +388,23 @@ async fn stream_errors_are_redis_texts() {
     query::<String>(&mut con, &["XADD", "s", "1-1", "a", "1"]).await;
     query::<String>(&mut con, &["SET", "str", "v"]).await;
     let cases: &[(&[&str], &str)] = &[
-        (&["XADD", "s", "0-0", "a", "1"], "ERR The ID specified in XADD must be greater than 0-0"),
-        (&["XADD", "t", "0", "a", "1"], "ERR The ID specified in XADD must be greater than 0-0"),
+        (
+            &["XADD", "s", "0-0", "a", "1"],
+            "ERR The ID specified in XADD must be greater than 0-0",
+        ),
+        (
+            &["XADD", "t", "0", "a", "1"],
+            "ERR The ID specified in XADD must be greater than 0-0",
+        ),
         (&["XADD", "s", "1-1", "a", "1"], TOO_SMALL),
-        (&["XADD", "s", "*", "a"], "ERR wrong number of arguments for 'xadd' command"),
-        (&["XADD", "s", "*", "a", "1", "b"], "ERR wrong number of arguments for 'xadd' command"),
+        (
+            &["XADD", "s", "*", "a"],
+            "ERR wrong number of arguments for 'xadd' command",
+        ),
+        (
+            &["XADD", "s", "*", "a", "1", "b"],
+            "ERR wrong number of arguments for 'xadd' command",
+        ),
         (&["XADD", "s", "abc", "a", "1"], INVALID_ID),
         (&["XADD", "s", "-", "a", "1"], INVALID_ID),
         (&["XADD", "s", "1-2-*", "a", "1"], INVALID_ID),
@@ -321,12 +413,18 @@ async fn stream_errors_are_redis_texts() {
             &["XADD", "s", "MAXLEN", "=", "1", "LIMIT", "5", "*", "a", "1"],
             "ERR syntax error, LIMIT cannot be used without the special ~ option",
         ),
-        (&["XADD", "s", "MAXLEN", "-1", "*", "a", "1"], "ERR The MAXLEN argument must be >= 0."),
+        (
+            &["XADD", "s", "MAXLEN", "-1", "*", "a", "1"],
+            "ERR The MAXLEN argument must be >= 0.",
+        ),
         (
             &["XADD", "s", "MAXLEN", "1", "MINID", "5", "*", "a", "1"],
             "ERR syntax error, MAXLEN and MINID options at the same time are not compatible",
         ),
-        (&["XADD", "s", "MAXLEN", "x", "*", "a", "1"], "ERR value is not an integer or out of range"),
+        (
+            &["XADD", "s", "MAXLEN", "x", "*", "a", "1"],
+            "ERR value is not an integer or out of range",
+        ),
         (&["XADD", "str", "*", "a", "1"], WRONGTYPE),
         (&["XADD"], "ERR wrong number of arguments for 'xadd' command"),
         (&["XLEN", "str"], WRONGTYPE),
@@ -335,16 +433,28 @@ async fn stream_errors_are_redis_texts() {
         (&["XRANGE", "s", "x", "+"], INVALID_ID),
         (&["XRANGE", "s", "-", "+", "COUNT"], "ERR syntax error"),
         (&["XRANGE", "s", "-", "+", "LIMIT", "1"], "ERR syntax error"),
-        (&["XRANGE", "s", "-", "+", "COUNT", "x"], "ERR value is not an integer or out of range"),
+        (
+            &["XRANGE", "s", "-", "+", "COUNT", "x"],
+            "ERR value is not an integer or out of range",
+        ),
         (&["XRANGE", "str", "-", "+"], WRONGTYPE),
-        (&["XREVRANGE", "s", "+"], "ERR wrong number of arguments for 'xrevrange' command"),
+        (
+            &["XREVRANGE", "s", "+"],
+            "ERR wrong number of arguments for 'xrevrange' command",
+        ),
         (&["XDEL", "s", "-"], INVALID_ID),
         (&["XDEL", "str", "1-1"], WRONGTYPE),
         (&["XTRIM", "s", "foo", "1"], "ERR syntax error"),
         (&["XTRIM", "s"], "ERR wrong number of arguments for 'xtrim' command"),
-        (&["XTRIM", "s", "MAXLEN", "1", "LIMIT", "-1"], "ERR The LIMIT argument must be >= 0."),
+        (
+            &["XTRIM", "s", "MAXLEN", "1", "LIMIT", "-1"],
+            "ERR The LIMIT argument must be >= 0.",
+        ),
         (&["XTRIM", "s", "MINID", "+"], INVALID_ID),
-        (&["XREAD", "STREAMS", "s"], "ERR wrong number of arguments for 'xread' command"),
+        (
+            &["XREAD", "STREAMS", "s"],
+            "ERR wrong number of arguments for 'xread' command",
+        ),
         (
             &["XREAD", "STREAMS", "s", "t", "0"],
             "ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.",
@@ -353,16 +463,28 @@ async fn stream_errors_are_redis_texts() {
             &["XREAD", "COUNT", "1", "STREAMS", "s", ">"],
             "ERR The > ID can be specified only when calling XREADGROUP using the GROUP <group> <consumer> option.",
         ),
-        (&["XREAD", "BLOCK", "-1", "STREAMS", "s", "0"], "ERR timeout is negative"),
-        (&["XREAD", "BLOCK", "abc", "STREAMS", "s", "0"], "ERR timeout is not an integer or out of range"),
-        (&["XREAD", "COUNT", "abc", "STREAMS", "s", "0"], "ERR value is not an integer or out of range"),
+        (
+            &["XREAD", "BLOCK", "-1", "STREAMS", "s", "0"],
+            "ERR timeout is negative",
+        ),
+        (
+            &["XREAD", "BLOCK", "abc", "STREAMS", "s", "0"],
+            "ERR timeout is not an integer or out of range",
+        ),
+        (
+            &["XREAD", "COUNT", "abc", "STREAMS", "s", "0"],
+            "ERR value is not an integer or out of range",
+        ),
         (&["XREAD", "FOO", "1", "STREAMS", "s", "0"], "ERR syntax error"),
         (&["XREAD", "COUNT", "1", "s", "0"], "ERR syntax error"),
         (&["XREAD", "STREAMS", "s", "x"], INVALID_ID),
         (&["XREAD", "STREAMS", "str", "0"], WRONGTYPE),
         (&["XINFO", "STREAM", "str"], WRONGTYPE),
         (&["XINFO", "FOO", "s"], "ERR unknown subcommand 'FOO'. Try XINFO HELP."),
-        (&["XINFO", "STREAM"], "ERR wrong number of arguments for 'xinfo|stream' command"),
+        (
+            &["XINFO", "STREAM"],
+            "ERR wrong number of arguments for 'xinfo|stream' command",
+        ),
         (&["XINFO", "STREAM", "s", "FULLER"], "ERR syntax error"),
         // A stream is no string, list or hash.
         (&["GET", "s"], WRONGTYPE),
@@ -373,7 +495,15 @@ async fn stream_errors_are_redis_texts() {
         assert_eq!(error(&mut con, args).await, *expected, "{args:?}");
     }
     // Consumer groups are not built: their commands are unknown, as they were.
-    for name in ["XGROUP", "XREADGROUP", "XACK", "XPENDING", "XCLAIM", "XAUTOCLAIM", "XSETID"] {
+    for name in [
+        "XGROUP",
+        "XREADGROUP",
+        "XACK",
+        "XPENDING",
+        "XCLAIM",
+        "XAUTOCLAIM",
+        "XSETID",
+    ] {
         let err = error(&mut con, &[name, "CREATE", "s", "g", "$"]).await;
         assert!(err.starts_with(&format!("ERR unknown command '{name}'")), "{err}");
     }
@@ -416,7 +546,10 @@ async fn the_keyspace_commands_work_on_streams() {
     assert_eq!(query::<i64>(&mut con, &["DEL", "moved", "copy"]).await, 2);
     assert_eq!(query::<i64>(&mut con, &["XLEN", "moved"]).await, 0);
     // A new stream of a deleted one's name starts over.
-    assert_eq!(query::<String>(&mut con, &["XADD", "moved", "1-1", "f", "v"]).await, "1-1");
+    assert_eq!(
+        query::<String>(&mut con, &["XADD", "moved", "1-1", "f", "v"]).await,
+        "1-1"
+    );
 
     query::<String>(&mut con, &["FLUSHDB"]).await;
     assert_eq!(query::<i64>(&mut con, &["DBSIZE"]).await, 0);
@@ -450,15 +583,27 @@ async fn watch_sees_a_change_to_a_stream() {
     let gateway = TestGateway::with_resp(&[]).await;
     let mut con = connect(&gateway).await;
     query::<String>(&mut con, &["XADD", "s", "1-1", "f", "v"]).await;
-    for change in [&["XADD", "s", "*", "f", "v"][..], &["XDEL", "s", "1-1"], &["XTRIM", "s", "MAXLEN", "0"]] {
+    for change in [
+        &["XADD", "s", "*", "f", "v"][..],
+        &["XDEL", "s", "1-1"],
+        &["XTRIM", "s", "MAXLEN", "0"],
+    ] {
         let mut raw = RawResp::connect(gateway.resp_addr()).await;
         assert_eq!(raw.command(&["WATCH", "s"]).await, Value::Simple("OK".into()));
         query::<redis::Value>(&mut con, change).await;
         raw.command(&["MULTI"]).await;
         raw.command(&["XADD", "s", "*", "from", "multi"]).await;
-        assert_eq!(raw.command(&["EXEC"]).await, Value::Nil, "{change:?} aborts the transaction");
+        assert_eq!(
+            raw.command(&["EXEC"]).await,
+            Value::Nil,
+            "{change:?} aborts the transaction"
+        );
     }
-    assert_eq!(query::<i64>(&mut con, &["XLEN", "s"]).await, 0, "nothing from the aborted ones");
+    assert_eq!(
+        query::<i64>(&mut con, &["XLEN", "s"]).await,
+        0,
+        "nothing from the aborted ones"
+    );
 
     // Unchanged, it runs, and the commands of one EXEC see each other.
     let mut raw = RawResp::connect(gateway.resp_addr()).await;
@@ -495,14 +640,23 @@ async fn a_pipeline_of_xadds_is_one_commit() {
     for i in 1..=50 {
         pipe.cmd("XADD").arg("events").arg(format!("{i}-0")).arg("n").arg(i);
     }
-    pipe.cmd("XADD").arg("events").arg("MAXLEN").arg("40").arg("51-0").arg("n").arg(51);
+    pipe.cmd("XADD")
+        .arg("events")
+        .arg("MAXLEN")
+        .arg("40")
+        .arg("51-0")
+        .arg("n")
+        .arg(51);
     let replies: Vec<String> = pipe.query_async(&mut con).await.unwrap();
     assert_eq!(replies[0], "1-0");
     assert_eq!(replies[50], "51-0");
     let after = gateway.metric("pgvs3_resp_group_commits_total").await.unwrap();
     assert_eq!(after - commits, 1.0, "the 51 XADDs shared one transaction");
     assert_eq!(query::<i64>(&mut con, &["XLEN", "events"]).await, 40);
-    assert_eq!(ids(&range(&mut con, &["XRANGE", "events", "-", "+", "COUNT", "1"]).await), ["12-0"]);
+    assert_eq!(
+        ids(&range(&mut con, &["XRANGE", "events", "-", "+", "COUNT", "1"]).await),
+        ["12-0"]
+    );
 }
 
 #[tokio::test]
@@ -512,7 +666,11 @@ async fn xread_block_times_out_or_answers_at_once() {
     let started = std::time::Instant::now();
     let reply: redis::Value = query(&mut con, &["XREAD", "BLOCK", "300", "STREAMS", "nostream", "$"]).await;
     assert_eq!(reply, redis::Value::Nil);
-    assert!(started.elapsed() >= Duration::from_millis(300), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        started.elapsed()
+    );
     // Entries there: no waiting.
     query::<String>(&mut con, &["XADD", "s", "1-1", "f", "v"]).await;
     let read: Streams = query(&mut con, &["XREAD", "BLOCK", "0", "STREAMS", "nostream", "s", "0", "0"]).await;
@@ -527,7 +685,14 @@ async fn xread_block_times_out_or_answers_at_once() {
 /// deadline is a wakeup. It must be one of the added entries (none existed at `$`).
 async fn xread_is_woken(blocked: &mut RawResp, adder: &mut MultiplexedConnection, stream: &str) {
     blocked
-        .send(&common::resp::encode(&[b"XREAD", b"BLOCK", b"0", b"STREAMS", stream.as_bytes(), b"$"]))
+        .send(&common::resp::encode(&[
+            b"XREAD",
+            b"BLOCK",
+            b"0",
+            b"STREAMS",
+            stream.as_bytes(),
+            b"$",
+        ]))
         .await;
     let mut added = Vec::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -540,12 +705,22 @@ async fn xread_is_woken(blocked: &mut RawResp, adder: &mut MultiplexedConnection
             break reply.expect("a reply");
         }
     };
-    let Value::Array(streams) = woken else { panic!("{woken:?}") };
-    let Value::Array(stream_and_entries) = &streams[0] else { panic!("{streams:?}") };
+    let Value::Array(streams) = woken else {
+        panic!("{woken:?}")
+    };
+    let Value::Array(stream_and_entries) = &streams[0] else {
+        panic!("{streams:?}")
+    };
     assert_eq!(stream_and_entries[0], Value::bulk(stream));
-    let Value::Array(entries) = &stream_and_entries[1] else { panic!("{stream_and_entries:?}") };
-    let Value::Array(entry) = &entries[0] else { panic!("{entries:?}") };
-    let Value::Bulk(id) = &entry[0] else { panic!("{entry:?}") };
+    let Value::Array(entries) = &stream_and_entries[1] else {
+        panic!("{stream_and_entries:?}")
+    };
+    let Value::Array(entry) = &entries[0] else {
+        panic!("{entries:?}")
+    };
+    let Value::Bulk(id) = &entry[0] else {
+        panic!("{entry:?}")
+    };
     let id = String::from_utf8(id.clone()).unwrap();
     assert!(added.contains(&id), "{id} is one of {added:?}");
 }
@@ -581,8 +756,14 @@ async fn redis_cli_reads_streams() {
     };
     assert_eq!(cli(&["XADD", "s", "1-1", "temperature", "36"]).await, "1-1\n");
     assert_eq!(cli(&["XADD", "s", "2-1", "temperature", "37"]).await, "2-1\n");
-    assert_eq!(cli(&["XRANGE", "s", "-", "+", "COUNT", "1"]).await, "1-1\ntemperature\n36\n");
-    assert_eq!(cli(&["XREAD", "STREAMS", "s", "1-1"]).await, "s\n2-1\ntemperature\n37\n");
+    assert_eq!(
+        cli(&["XRANGE", "s", "-", "+", "COUNT", "1"]).await,
+        "1-1\ntemperature\n36\n"
+    );
+    assert_eq!(
+        cli(&["XREAD", "STREAMS", "s", "1-1"]).await,
+        "s\n2-1\ntemperature\n37\n"
+    );
     assert_eq!(cli(&["TYPE", "s"]).await, "stream\n");
     assert_eq!(cli(&["XADD", "s", "1-1", "a", "b"]).await, format!("{TOO_SMALL}\n\n"));
 }

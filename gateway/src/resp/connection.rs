@@ -1302,17 +1302,17 @@ fn is_blocking(args: &[Bytes]) -> bool {
     let name = args.first().map_or(&b""[..], |name| name);
     super::stream::blocks(args)
         || [
-        "blpop",
-        "brpop",
-        "blmove",
-        "brpoplpush",
-        "bzpopmin",
-        "bzpopmax",
-        "blmpop",
-        "bzmpop",
-    ]
-    .iter()
-    .any(|blocking| name.eq_ignore_ascii_case(blocking.as_bytes()))
+            "blpop",
+            "brpop",
+            "blmove",
+            "brpoplpush",
+            "bzpopmin",
+            "bzpopmax",
+            "blmpop",
+            "bzmpop",
+        ]
+        .iter()
+        .any(|blocking| name.eq_ignore_ascii_case(blocking.as_bytes()))
 }
 
 /// FLUSHDB's and FLUSHALL's one optional argument, SYNC or ASYNC (both flush at once here).

@@ -330,7 +330,9 @@ fn parse_add_or_trim(args: &[Bytes], xadd: bool) -> Result<(Option<Trim>, bool, 
         ));
     }
     if !xadd && matches!(strategy, Strategy::None) {
-        return Err(Reply::error("ERR syntax error, XTRIM must be called with a trimming strategy"));
+        return Err(Reply::error(
+            "ERR syntax error, XTRIM must be called with a trimming strategy",
+        ));
     }
     if limit.is_some() && !approximate {
         return Err(Reply::error(
@@ -377,11 +379,22 @@ fn parse_xadd(args: &[Bytes]) -> Result<Typed, Reply> {
     };
     let mut ints = vec![Some(i64::from(nomkstream)), Some(mode), ms, seq];
     ints.extend(Trim::ints(trim));
-    Ok(Typed::new(Family::Stream, "xadd", vec![key(&args[1])?], fields, Shape::Stream(Reading::Id)).ints(&ints))
+    Ok(Typed::new(
+        Family::Stream,
+        "xadd",
+        vec![key(&args[1])?],
+        fields,
+        Shape::Stream(Reading::Id),
+    )
+    .ints(&ints))
 }
 
 fn parse_range(args: &[Bytes], rev: bool) -> Result<Typed, Reply> {
-    let (start, end) = if rev { (&args[3], &args[2]) } else { (&args[2], &args[3]) };
+    let (start, end) = if rev {
+        (&args[3], &args[2])
+    } else {
+        (&args[2], &args[3])
+    };
     let (mut start, start_excluded) = parse_bound(start, 0)?;
     let (mut end, end_excluded) = parse_bound(end, u64::MAX)?;
     if start_excluded {
@@ -411,7 +424,8 @@ fn parse_range(args: &[Bytes], rev: bool) -> Result<Typed, Reply> {
     let shape = Shape::Stream(Reading::Entries {
         count_zero: count == Some(0),
     });
-    Ok(Typed::new(Family::Stream, op, vec![key(&args[1])?], &[], shape).ints(&[from_ms, from_seq, to_ms, to_seq, count]))
+    Ok(Typed::new(Family::Stream, op, vec![key(&args[1])?], &[], shape)
+        .ints(&[from_ms, from_seq, to_ms, to_seq, count]))
 }
 
 /// XREAD's IDs, as the SQL takes them per key: {mode, ms, seq}, mode 0 after the ID, 1 `$`
@@ -504,7 +518,9 @@ fn parse_xinfo(args: &[Bytes]) -> Result<Typed, Reply> {
             let full = match &args[3..] {
                 [] => None,
                 [full] if full.eq_ignore_ascii_case(b"full") => Some(FULL_COUNT),
-                [full, option, count] if full.eq_ignore_ascii_case(b"full") && option.eq_ignore_ascii_case(b"count") => {
+                [full, option, count]
+                    if full.eq_ignore_ascii_case(b"full") && option.eq_ignore_ascii_case(b"count") =>
+                {
                     Some(Some(integer(count)?).filter(|count| *count >= 0).unwrap_or(FULL_COUNT))
                 }
                 _ => return Err(syntax_error()),
@@ -560,7 +576,8 @@ pub fn blocks(args: &[Bytes]) -> bool {
 /// XREAD BLOCK with `$` waits for entries after each stream's last ID when it started: the call
 /// that reads those IDs, when any stream has `$`.
 pub fn last_ids_call(typed: &Typed) -> Option<Typed> {
-    let waits_for_new = typed.call.op == "xread" && typed.call.ints.iter().skip(1).step_by(3).any(|mode| *mode == Some(1));
+    let waits_for_new =
+        typed.call.op == "xread" && typed.call.ints.iter().skip(1).step_by(3).any(|mode| *mode == Some(1));
     waits_for_new.then(|| Typed::new(Family::Stream, "xlast", typed.call.keys.clone(), &[], Shape::Bulks))
 }
 
@@ -583,7 +600,15 @@ mod tests {
 
     #[test]
     fn ids_keep_their_order_when_stored() {
-        let ids = [StreamId::MIN, StreamId { ms: 1, seq: 0 }, StreamId { ms: u64::MAX - 1, seq: 7 }, StreamId::MAX];
+        let ids = [
+            StreamId::MIN,
+            StreamId { ms: 1, seq: 0 },
+            StreamId {
+                ms: u64::MAX - 1,
+                seq: 7,
+            },
+            StreamId::MAX,
+        ];
         for pair in ids.windows(2) {
             assert!(pair[0].stored() < pair[1].stored(), "{} before {}", pair[0], pair[1]);
         }
@@ -597,10 +622,26 @@ mod tests {
     #[test]
     fn ids_parse_as_redis_reads_them() {
         assert_eq!(parse_id(b"5", 0, false).ok(), Some(StreamId { ms: 5, seq: 0 }));
-        assert_eq!(parse_id(b"5", u64::MAX, false).ok(), Some(StreamId { ms: 5, seq: u64::MAX }));
-        assert_eq!(parse_id(b"18446744073709551615-18446744073709551615", 0, true).ok(), Some(StreamId::MAX));
+        assert_eq!(
+            parse_id(b"5", u64::MAX, false).ok(),
+            Some(StreamId { ms: 5, seq: u64::MAX })
+        );
+        assert_eq!(
+            parse_id(b"18446744073709551615-18446744073709551615", 0, true).ok(),
+            Some(StreamId::MAX)
+        );
         assert_eq!(parse_id(b"-", 0, false).ok(), Some(StreamId::MIN));
-        for bad in [&b"-"[..], b"+", b"", b"1-", b"-1", b"a-1", b"1-2-3", b"18446744073709551616", b" 1"] {
+        for bad in [
+            &b"-"[..],
+            b"+",
+            b"",
+            b"1-",
+            b"-1",
+            b"a-1",
+            b"1-2-3",
+            b"18446744073709551616",
+            b" 1",
+        ] {
             assert!(parse_id(bad, 0, true).is_err(), "{}", String::from_utf8_lossy(bad));
         }
     }
