@@ -252,10 +252,17 @@ enum NewId {
     Explicit(StreamId),
 }
 
+/// The options of XADD or XTRIM.
+struct AddOrTrim {
+    trim: Option<Trim>,
+    nomkstream: bool,
+    /// XADD's ID, and where its fields start.
+    new_id: Option<(NewId, usize)>,
+}
+
 /// The options of XADD (`xadd`) or XTRIM from `args[2]` on, as Redis's
-/// streamParseAddOrTrimArgsOrReply reads them: the trimming, NOMKSTREAM, and for XADD the ID
-/// and where the fields start.
-fn parse_add_or_trim(args: &[Bytes], xadd: bool) -> Result<(Option<Trim>, bool, Option<(NewId, usize)>), Reply> {
+/// streamParseAddOrTrimArgsOrReply reads them.
+fn parse_add_or_trim(args: &[Bytes], xadd: bool) -> Result<AddOrTrim, Reply> {
     enum Strategy {
         None,
         MaxLen(i64),
@@ -352,11 +359,19 @@ fn parse_add_or_trim(args: &[Bytes], xadd: bool) -> Result<(Option<Trim>, bool, 
         Strategy::MaxLen(len) => Some(Trim::MaxLen(len, most)),
         Strategy::MinId(id) => Some(Trim::MinId(id, most)),
     };
-    Ok((trim, nomkstream, new_id))
+    Ok(AddOrTrim {
+        trim,
+        nomkstream,
+        new_id,
+    })
 }
 
 fn parse_xadd(args: &[Bytes]) -> Result<Typed, Reply> {
-    let (trim, nomkstream, new_id) = parse_add_or_trim(args, true)?;
+    let AddOrTrim {
+        trim,
+        nomkstream,
+        new_id,
+    } = parse_add_or_trim(args, true)?;
     let Some((new_id, fields)) = new_id else {
         return Err(wrong_arity("xadd"));
     };
@@ -554,7 +569,7 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
             stream("xdel", Shape::Int)?.ints(&ints)
         }
         "xtrim" => {
-            let (trim, ..) = parse_add_or_trim(args, false)?;
+            let trim = parse_add_or_trim(args, false)?.trim;
             stream("xtrim", Shape::Int)?.ints(&Trim::ints(trim))
         }
         "xread" => parse_xread(args)?,
