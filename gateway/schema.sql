@@ -1731,8 +1731,13 @@ BEGIN
             INSERT INTO pgvs3.resp_set SELECT b, dst, member FROM pgvs3.resp_set WHERE bucket_id = b AND key = src;
         WHEN 'z' THEN
             INSERT INTO pgvs3.resp_zset SELECT b, dst, member, score FROM pgvs3.resp_zset WHERE bucket_id = b AND key = src;
-        ELSE
+        WHEN 'l' THEN
             INSERT INTO pgvs3.resp_list SELECT b, dst, pos, value FROM pgvs3.resp_list WHERE bucket_id = b AND key = src;
+        ELSE
+            INSERT INTO pgvs3.resp_stream SELECT b, dst, last_ms, last_seq, deleted_ms, deleted_seq, added, length
+                FROM pgvs3.resp_stream WHERE bucket_id = b AND key = src;
+            INSERT INTO pgvs3.resp_stream_entry SELECT b, dst, ms, seq, fields
+                FROM pgvs3.resp_stream_entry WHERE bucket_id = b AND key = src;
         END CASE;
     END IF;
     n := 1;
@@ -2155,9 +2160,294 @@ CREATE FUNCTION pgvs3.resp_settle(b bigint, k text) RETURNS void
            WHEN 'h' THEN EXISTS (SELECT 1 FROM pgvs3.resp_hash e WHERE e.bucket_id = b AND e.key = k)
            WHEN 's' THEN EXISTS (SELECT 1 FROM pgvs3.resp_set e WHERE e.bucket_id = b AND e.key = k)
            WHEN 'z' THEN EXISTS (SELECT 1 FROM pgvs3.resp_zset e WHERE e.bucket_id = b AND e.key = k)
-           ELSE EXISTS (SELECT 1 FROM pgvs3.resp_list e WHERE e.bucket_id = b AND e.key = k)
+           WHEN 'l' THEN EXISTS (SELECT 1 FROM pgvs3.resp_list e WHERE e.bucket_id = b AND e.key = k)
+           ELSE true
        END
 $$;
+
+--
+-- Name: resp_stream(text, bigint, text[], text[], bytea[], bigint[], double precision[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_stream(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats double precision[], OUT err text, OUT n bigint, OUT items bytea[], OUT scores double precision[]) RETURNS record
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    k text := ks[1];
+    write boolean := op IN ('xadd', 'xdel', 'xtrim');
+    s pgvs3.resp_stream;
+    id record;
+    flat record;
+    entries pgvs3.resp_stream_entry[];
+    found_entries pgvs3.resp_stream_entry[];
+    j int;
+BEGIN
+    err := pgvs3.resp_check(b, ks, strings, ks, 'x', write);
+    IF err IS NOT NULL THEN
+        RETURN;
+    END IF;
+    IF op = 'xread' THEN
+        -- ints: {count (NULL: all)}, then per key {mode, ms, seq}: mode 0 reads after the ID,
+        -- 1 (`$`) nothing, 2 (`+`) the last entry. items: per stream with entries its name
+        -- and entries; scores: per such stream its number of entries, then its entries'.
+        items := '{}';
+        scores := '{}';
+        FOR j IN 1 .. cardinality(ks) LOOP
+            CONTINUE WHEN pgvs3.resp_type(b, ks[j]) IS NULL OR ints[3 * j - 1] = 1;
+            IF ints[3 * j - 1] = 2 THEN
+                found_entries := pgvs3.resp_stream_range(b, ks[j], pgvs3.resp_stream_min(), pgvs3.resp_stream_min(),
+                                                         pgvs3.resp_stream_max(), pgvs3.resp_stream_max(), true, 1);
+            ELSE
+                found_entries := ARRAY(SELECT e FROM pgvs3.resp_stream_entry e
+                                        WHERE bucket_id = b AND key = ks[j] AND (ms, seq) > (ints[3 * j], ints[3 * j + 1])
+                                        ORDER BY ms, seq LIMIT ints[1]);
+            END IF;
+            CONTINUE WHEN cardinality(found_entries) = 0;
+            SELECT * INTO flat FROM pgvs3.resp_stream_flat(found_entries);
+            items := items || convert_to(ks[j], 'UTF8') || flat.items;
+            scores := scores || cardinality(found_entries)::float8 || flat.scores;
+        END LOOP;
+        RETURN;
+    END IF;
+    IF op = 'xlast' THEN
+        -- XREAD BLOCK's `$`: the streams' last IDs (0-0 for a missing one).
+        SELECT array_agg(pgvs3.resp_stream_id(coalesce(r.last_ms, pgvs3.resp_stream_min()),
+                                              coalesce(r.last_seq, pgvs3.resp_stream_min())) ORDER BY o)
+          INTO items
+          FROM unnest(ks) WITH ORDINALITY AS q(name, o)
+          LEFT JOIN pgvs3.resp_stream r ON r.bucket_id = b AND r.key = q.name AND pgvs3.resp_type(b, q.name) IS NOT NULL;
+        RETURN;
+    END IF;
+    SELECT * INTO s FROM pgvs3.resp_stream r WHERE r.bucket_id = b AND r.key = k AND pgvs3.resp_type(b, k) IS NOT NULL;
+    IF s.key IS NULL AND op <> 'xadd' THEN
+        CASE op
+        WHEN 'xrange', 'xrevrange' THEN items := '{}';
+        WHEN 'xinfo', 'xinfo_groups', 'xinfo_consumers' THEN err := 'ERR no such key';
+        ELSE n := 0;
+        END CASE;
+        RETURN;
+    END IF;
+    CASE op
+    WHEN 'xadd' THEN
+        -- args: fields and values; ints: {NOMKSTREAM (1), ID mode, ms, seq (see
+        -- resp_stream_next_id), then the trimming: by ID (1) or length (0) or none (NULL),
+        -- threshold, threshold's seq, most to remove}. items: {the ID}, or {NULL}.
+        IF s.key IS NULL THEN
+            IF ints[1] = 1 THEN
+                items := ARRAY[NULL::bytea];
+                RETURN;
+            END IF;
+            s.last_ms := pgvs3.resp_stream_min();
+            s.last_seq := pgvs3.resp_stream_min();
+        ELSIF (s.last_ms, s.last_seq) = (pgvs3.resp_stream_max(), pgvs3.resp_stream_max()) THEN
+            err := 'ERR The stream has exhausted the last possible ID, unable to add more items';
+            RETURN;
+        END IF;
+        SELECT * INTO id FROM pgvs3.resp_stream_next_id(ints[2], ints[3], ints[4], s.last_ms, s.last_seq);
+        IF id.id_ms IS NULL THEN
+            err := 'ERR The ID specified in XADD is equal or smaller than the target stream top item';
+            RETURN;
+        END IF;
+        PERFORM pgvs3.resp_touch(b, k, 'x');
+        INSERT INTO pgvs3.resp_stream AS r VALUES (b, k, id.id_ms, id.id_seq, pgvs3.resp_stream_min(), pgvs3.resp_stream_min(), 1, 1)
+        ON CONFLICT (bucket_id, key) DO UPDATE
+            SET last_ms = EXCLUDED.last_ms, last_seq = EXCLUDED.last_seq, added = r.added + 1, length = r.length + 1;
+        INSERT INTO pgvs3.resp_stream_entry VALUES (b, k, id.id_ms, id.id_seq, args);
+        IF ints[5] IS NOT NULL THEN
+            PERFORM pgvs3.resp_stream_trim(b, k, ints[5] = 1, ints[6], ints[7], ints[8]);
+        END IF;
+        PERFORM pgvs3.resp_wake(b, k);
+        items := ARRAY[pgvs3.resp_stream_id(id.id_ms, id.id_seq)];
+    WHEN 'xlen' THEN
+        n := s.length;
+    WHEN 'xrange', 'xrevrange' THEN
+        -- ints: {from, from's seq, to, to's seq, count (NULL: all, 0: none)}, the lower ID
+        -- first. n = 1: the stream exists (COUNT 0 answers it with the null array).
+        n := 1;
+        SELECT * INTO flat FROM pgvs3.resp_stream_flat(
+            pgvs3.resp_stream_range(b, k, ints[1], ints[2], ints[3], ints[4], op = 'xrevrange', ints[5]));
+        items := flat.items;
+        scores := flat.scores;
+    WHEN 'xdel' THEN
+        -- ints: the IDs, in pairs.
+        WITH gone AS (
+            DELETE FROM pgvs3.resp_stream_entry WHERE bucket_id = b AND key = k AND (ms, seq) IN (
+                SELECT ints[i], ints[i + 1] FROM generate_series(1, cardinality(ints), 2) i)
+            RETURNING ms, seq
+        ), greatest_gone AS (
+            SELECT ms, seq FROM gone ORDER BY ms DESC, seq DESC LIMIT 1
+        ), counted AS (
+            UPDATE pgvs3.resp_stream r
+               SET length = r.length - (SELECT count(*) FROM gone),
+                   (deleted_ms, deleted_seq) = (SELECT CASE WHEN (g.ms, g.seq) > (r.deleted_ms, r.deleted_seq) THEN g.ms ELSE r.deleted_ms END,
+                                                       CASE WHEN (g.ms, g.seq) > (r.deleted_ms, r.deleted_seq) THEN g.seq ELSE r.deleted_seq END
+                                                  FROM greatest_gone g)
+             WHERE r.bucket_id = b AND r.key = k AND EXISTS (SELECT 1 FROM gone)
+        )
+        SELECT count(*) INTO n FROM gone;
+        IF n > 0 THEN
+            UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+        END IF;
+    WHEN 'xtrim' THEN
+        -- ints: as XADD's trimming.
+        n := pgvs3.resp_stream_trim(b, k, ints[1] = 1, ints[2], ints[3], ints[4]);
+    WHEN 'xinfo' THEN
+        -- ints: {how many entries from the start (FULL; 0: all), or NULL for the first and
+        -- last}. n: the length; items: {last ID, greatest deleted ID, first ID (0-0 when
+        -- empty)} and the entries; scores: {entries added} and the entries' lengths.
+        IF ints[1] IS NULL THEN
+            entries := pgvs3.resp_stream_range(b, k, pgvs3.resp_stream_min(), pgvs3.resp_stream_min(),
+                                               pgvs3.resp_stream_max(), pgvs3.resp_stream_max(), false, 1)
+                    || pgvs3.resp_stream_range(b, k, pgvs3.resp_stream_min(), pgvs3.resp_stream_min(),
+                                               pgvs3.resp_stream_max(), pgvs3.resp_stream_max(), true, 1);
+        ELSE
+            entries := pgvs3.resp_stream_range(b, k, pgvs3.resp_stream_min(), pgvs3.resp_stream_min(),
+                                               pgvs3.resp_stream_max(), pgvs3.resp_stream_max(), false, nullif(ints[1], 0));
+        END IF;
+        SELECT * INTO flat FROM pgvs3.resp_stream_flat(entries);
+        n := s.length;
+        items := ARRAY[pgvs3.resp_stream_id(s.last_ms, s.last_seq), pgvs3.resp_stream_id(s.deleted_ms, s.deleted_seq),
+                       coalesce((SELECT pgvs3.resp_stream_id(e.ms, e.seq) FROM pgvs3.resp_stream_entry e
+                                  WHERE e.bucket_id = b AND e.key = k ORDER BY ms, seq LIMIT 1),
+                                pgvs3.resp_stream_id(pgvs3.resp_stream_min(), pgvs3.resp_stream_min()))]
+                 || flat.items;
+        scores := ARRAY[s.added::float8] || flat.scores;
+    WHEN 'xinfo_groups' THEN
+        -- pgvs3 has no consumer groups (yet): an existing stream has none.
+        items := '{}';
+    WHEN 'xinfo_consumers' THEN
+        n := 1;
+    END CASE;
+END $_$;
+
+--
+-- Name: resp_stream_entry; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.resp_stream_entry (
+    bucket_id bigint NOT NULL,
+    key text NOT NULL COLLATE pg_catalog."C",
+    ms bigint NOT NULL,
+    seq bigint NOT NULL,
+    fields bytea[] NOT NULL
+);
+
+--
+-- Name: resp_stream_flat(pgvs3.resp_stream_entry[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_stream_flat(entries pgvs3.resp_stream_entry[], OUT items bytea[], OUT scores double precision[]) RETURNS record
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT coalesce((SELECT array_agg(f.item ORDER BY e.r, f.o)
+                       FROM unnest(entries) WITH ORDINALITY AS e(bucket_id, key, ms, seq, fields, r),
+                            unnest(pgvs3.resp_stream_id(e.ms, e.seq) || e.fields) WITH ORDINALITY AS f(item, o)), '{}'),
+           coalesce((SELECT array_agg(cardinality(e.fields)::float8 ORDER BY e.r)
+                       FROM unnest(entries) WITH ORDINALITY AS e(bucket_id, key, ms, seq, fields, r)), '{}')
+$$;
+
+--
+-- Name: resp_stream_id(bigint, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_stream_id(ms bigint, seq bigint) RETURNS bytea
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT int8send(ms) || int8send(seq)
+$$;
+
+--
+-- Name: resp_stream_max(); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_stream_max() RETURNS bigint
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT 9223372036854775807::bigint $$;
+
+--
+-- Name: resp_stream_min(); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_stream_min() RETURNS bigint
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT -9223372036854775807 - 1 $$;
+
+--
+-- Name: resp_stream_next_id(bigint, bigint, bigint, bigint, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_stream_next_id(mode bigint, ms bigint, seq bigint, last_ms bigint, last_seq bigint, OUT id_ms bigint, OUT id_seq bigint) RETURNS record
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    now_ms bigint := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint + pgvs3.resp_stream_min();
+BEGIN
+    IF mode = 0 THEN
+        IF now_ms > last_ms THEN
+            id_ms := now_ms; id_seq := pgvs3.resp_stream_min();
+        ELSIF last_seq = pgvs3.resp_stream_max() THEN
+            -- (The last ID is not the greatest: the caller checked.)
+            id_ms := last_ms + 1; id_seq := pgvs3.resp_stream_min();
+        ELSE
+            id_ms := last_ms; id_seq := last_seq + 1;
+        END IF;
+    ELSIF mode = 1 THEN
+        IF ms > last_ms THEN
+            id_ms := ms; id_seq := pgvs3.resp_stream_min();
+        ELSIF ms = last_ms AND last_seq < pgvs3.resp_stream_max() THEN
+            id_ms := ms; id_seq := last_seq + 1;
+        END IF;
+    ELSIF (ms, seq) > (last_ms, last_seq) THEN
+        id_ms := ms; id_seq := seq;
+    END IF;
+END $$;
+
+--
+-- Name: resp_stream_range(bigint, text, bigint, bigint, bigint, bigint, boolean, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_stream_range(b bigint, k text, lo_ms bigint, lo_seq bigint, hi_ms bigint, hi_seq bigint, rev boolean, c bigint) RETURNS pgvs3.resp_stream_entry[]
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    IF rev THEN
+        RETURN ARRAY(SELECT e FROM pgvs3.resp_stream_entry e
+                      WHERE bucket_id = b AND key = k AND (ms, seq) >= (lo_ms, lo_seq) AND (ms, seq) <= (hi_ms, hi_seq)
+                      ORDER BY ms DESC, seq DESC LIMIT c);
+    END IF;
+    RETURN ARRAY(SELECT e FROM pgvs3.resp_stream_entry e
+                  WHERE bucket_id = b AND key = k AND (ms, seq) >= (lo_ms, lo_seq) AND (ms, seq) <= (hi_ms, hi_seq)
+                  ORDER BY ms, seq LIMIT c);
+END $$;
+
+--
+-- Name: resp_stream_trim(bigint, text, boolean, bigint, bigint, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_stream_trim(b bigint, k text, by_id boolean, threshold bigint, threshold_seq bigint, most bigint) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    len bigint := (SELECT length FROM pgvs3.resp_stream WHERE bucket_id = b AND key = k);
+    removed bigint;
+BEGIN
+    IF by_id THEN
+        DELETE FROM pgvs3.resp_stream_entry WHERE bucket_id = b AND key = k AND (ms, seq) IN (
+            SELECT ms, seq FROM pgvs3.resp_stream_entry
+             WHERE bucket_id = b AND key = k AND (ms, seq) < (threshold, threshold_seq)
+             ORDER BY ms, seq LIMIT most);
+    ELSE
+        DELETE FROM pgvs3.resp_stream_entry WHERE bucket_id = b AND key = k AND (ms, seq) IN (
+            SELECT ms, seq FROM pgvs3.resp_stream_entry WHERE bucket_id = b AND key = k
+             ORDER BY ms, seq LIMIT least(greatest(len - threshold, 0), most));
+    END IF;
+    GET DIAGNOSTICS removed = ROW_COUNT;
+    IF removed > 0 THEN
+        UPDATE pgvs3.resp_stream SET length = length - removed WHERE bucket_id = b AND key = k;
+        UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+    END IF;
+    RETURN removed;
+END $$;
 
 --
 -- Name: resp_touch(bigint, text, "char"); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -2916,7 +3206,7 @@ CREATE TABLE pgvs3.resp_keys (
     expires_at timestamp with time zone,
     version bigint DEFAULT 1 NOT NULL,
     length bigint,
-    CONSTRAINT resp_keys_type_check CHECK ((type = ANY (ARRAY['h'::"char", 's'::"char", 'z'::"char", 'l'::"char"])))
+    CONSTRAINT resp_keys_type_check CHECK ((type = ANY (ARRAY['h'::"char", 's'::"char", 'z'::"char", 'l'::"char", 'x'::"char"])))
 );
 
 --
@@ -2962,6 +3252,21 @@ CREATE TABLE pgvs3.resp_set (
     bucket_id bigint NOT NULL,
     key text NOT NULL COLLATE pg_catalog."C",
     member bytea NOT NULL
+);
+
+--
+-- Name: resp_stream; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.resp_stream (
+    bucket_id bigint NOT NULL,
+    key text NOT NULL COLLATE pg_catalog."C",
+    last_ms bigint NOT NULL,
+    last_seq bigint NOT NULL,
+    deleted_ms bigint NOT NULL,
+    deleted_seq bigint NOT NULL,
+    added bigint NOT NULL,
+    length bigint NOT NULL
 );
 
 --
@@ -3514,6 +3819,20 @@ ALTER TABLE ONLY pgvs3.resp_messages
 
 ALTER TABLE ONLY pgvs3.resp_set
     ADD CONSTRAINT resp_set_pkey PRIMARY KEY (bucket_id, key, member);
+
+--
+-- Name: resp_stream_entry resp_stream_entry_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_stream_entry
+    ADD CONSTRAINT resp_stream_entry_pkey PRIMARY KEY (bucket_id, key, ms, seq);
+
+--
+-- Name: resp_stream resp_stream_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_stream
+    ADD CONSTRAINT resp_stream_pkey PRIMARY KEY (bucket_id, key);
 
 --
 -- Name: resp_typed resp_typed_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
@@ -4164,6 +4483,20 @@ ALTER TABLE ONLY pgvs3.resp_list
 
 ALTER TABLE ONLY pgvs3.resp_set
     ADD CONSTRAINT resp_set_bucket_id_key_fkey FOREIGN KEY (bucket_id, key) REFERENCES pgvs3.resp_keys(bucket_id, key) ON UPDATE CASCADE ON DELETE CASCADE;
+
+--
+-- Name: resp_stream resp_stream_bucket_id_key_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_stream
+    ADD CONSTRAINT resp_stream_bucket_id_key_fkey FOREIGN KEY (bucket_id, key) REFERENCES pgvs3.resp_keys(bucket_id, key) ON UPDATE CASCADE ON DELETE CASCADE;
+
+--
+-- Name: resp_stream_entry resp_stream_entry_bucket_id_key_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_stream_entry
+    ADD CONSTRAINT resp_stream_entry_bucket_id_key_fkey FOREIGN KEY (bucket_id, key) REFERENCES pgvs3.resp_stream(bucket_id, key) ON UPDATE CASCADE ON DELETE CASCADE;
 
 --
 -- Name: resp_typed resp_typed_bucket_id_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -

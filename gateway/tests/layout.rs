@@ -41,8 +41,8 @@ const LAYOUT_V10: &[(i32, &str, &str)] = &[
 /// Functions added by layout v11 (they did not exist before it).
 /// Functions added since layout v10: by v11 (the control API), v12 (versioning), v13 (object
 /// lock, lifecycle, notifications), v14 (RESP data types), v17 (the webhook outbox), v20
-/// (notifications to pub/sub channels) and v21 (the control API's key policies and notification
-/// rules).
+/// (notifications to pub/sub channels), v21 (the control API's key policies and notification
+/// rules) and v22 (RESP streams).
 const NEW_SINCE_V10: &[&str] = &[
     "ojs.delivery_json(pgvs3.outbox)",
     "ojs.ensure_webhook_trigger()",
@@ -80,6 +80,14 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.resp_publish(bytea,bytea,integer)",
     "pgvs3.resp_set(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
     "pgvs3.resp_settle(bigint,text)",
+    "pgvs3.resp_stream(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
+    "pgvs3.resp_stream_flat(pgvs3.resp_stream_entry[])",
+    "pgvs3.resp_stream_id(bigint,bigint)",
+    "pgvs3.resp_stream_max()",
+    "pgvs3.resp_stream_min()",
+    "pgvs3.resp_stream_next_id(bigint,bigint,bigint,bigint,bigint)",
+    "pgvs3.resp_stream_range(bigint,text,bigint,bigint,bigint,bigint,boolean,bigint)",
+    "pgvs3.resp_stream_trim(bigint,text,boolean,bigint,bigint,bigint)",
     "pgvs3.resp_touch(bigint,text,\"char\")",
     "pgvs3.resp_type(bigint,text)",
     "pgvs3.resp_typed_conflict()",
@@ -253,6 +261,7 @@ async fn unchanged_function_files_are_not_applied_again() {
             "resp_list",
             "resp_pubsub",
             "resp_set",
+            "resp_stream",
             "resp_zset"
         ]
     );

@@ -1,12 +1,9 @@
 //! A real job framework over pgvs3's RESP port: rq (PyPI `rq`, pinned in scripts/test) enqueues
 //! jobs, an `rq worker --burst` runs them, and their results, failures and queue state are read
-//! back through rq's own API.
-//!
-//! Ignored for now: rq 2.x keeps every job's result in a stream (`XADD rq:results:<id> MAXLEN ~
-//! 10 *`, read back with `XREVRANGE`, `XLEN`, `XREAD`), which pgvs3 does not have, so a worker
-//! cannot finish a job (its success and failure pipelines both end with XADD). `Queue.empty()`,
-//! unique jobs and the scheduler's lock also need `EVAL`/`EVALSHA`. Run it with `--ignored`
-//! once streams exist.
+//! back through rq's own API. rq 2.x keeps every job's result in a stream (`XADD
+//! rq:results:<id> MAXLEN ~ 10 *` in the pipeline that closes the job, read back with
+//! `XREVRANGE`, `XLEN`, `XREAD`). `Queue.empty()`, unique jobs and the scheduler's lock need
+//! `EVAL`/`EVALSHA`, which this run does not use.
 
 mod common;
 
@@ -63,7 +60,6 @@ print(json.dumps({
 "#;
 
 #[tokio::test]
-#[ignore = "rq 2.x needs streams (XADD, XREVRANGE, XLEN, XREAD) for job results; see the module doc"]
 async fn rq_runs_jobs_through_pgvs3() {
     let gateway = TestGateway::with_resp(&[]).await;
     let dir = tempdir();

@@ -42,7 +42,7 @@ CREATE OR REPLACE FUNCTION pgvs3.resp_touch(b bigint, k text, t "char") RETURNS 
 $$;
 
 -- A write removed elements of `k`: bumps its version, and deletes the key when it is empty
--- (Redis has no empty hashes, sets, sorted sets or lists).
+-- (Redis has no empty hashes, sets, sorted sets or lists; it keeps empty streams).
 CREATE OR REPLACE FUNCTION pgvs3.resp_settle(b bigint, k text) RETURNS void LANGUAGE sql AS $$
     UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
     DELETE FROM pgvs3.resp_keys r
@@ -51,7 +51,8 @@ CREATE OR REPLACE FUNCTION pgvs3.resp_settle(b bigint, k text) RETURNS void LANG
            WHEN 'h' THEN EXISTS (SELECT 1 FROM pgvs3.resp_hash e WHERE e.bucket_id = b AND e.key = k)
            WHEN 's' THEN EXISTS (SELECT 1 FROM pgvs3.resp_set e WHERE e.bucket_id = b AND e.key = k)
            WHEN 'z' THEN EXISTS (SELECT 1 FROM pgvs3.resp_zset e WHERE e.bucket_id = b AND e.key = k)
-           ELSE EXISTS (SELECT 1 FROM pgvs3.resp_list e WHERE e.bucket_id = b AND e.key = k)
+           WHEN 'l' THEN EXISTS (SELECT 1 FROM pgvs3.resp_list e WHERE e.bucket_id = b AND e.key = k)
+           ELSE true
        END
 $$;
 
@@ -132,8 +133,13 @@ BEGIN
             INSERT INTO pgvs3.resp_set SELECT b, dst, member FROM pgvs3.resp_set WHERE bucket_id = b AND key = src;
         WHEN 'z' THEN
             INSERT INTO pgvs3.resp_zset SELECT b, dst, member, score FROM pgvs3.resp_zset WHERE bucket_id = b AND key = src;
-        ELSE
+        WHEN 'l' THEN
             INSERT INTO pgvs3.resp_list SELECT b, dst, pos, value FROM pgvs3.resp_list WHERE bucket_id = b AND key = src;
+        ELSE
+            INSERT INTO pgvs3.resp_stream SELECT b, dst, last_ms, last_seq, deleted_ms, deleted_seq, added, length
+                FROM pgvs3.resp_stream WHERE bucket_id = b AND key = src;
+            INSERT INTO pgvs3.resp_stream_entry SELECT b, dst, ms, seq, fields
+                FROM pgvs3.resp_stream_entry WHERE bucket_id = b AND key = src;
         END CASE;
     END IF;
     n := 1;

@@ -20,7 +20,7 @@ use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 21;
+pub const LAYOUT_VERSION: i32 = 22;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -104,6 +104,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "control_api_notifications_key_policies",
         include_str!("../../migrations/0021_control_api_notifications_key_policies.sql"),
     ),
+    (
+        22,
+        "resp_streams",
+        include_str!("../../migrations/0022_resp_streams.sql"),
+    ),
 ];
 
 /// The function files, in the order they are applied. Every function they define already exists
@@ -120,6 +125,10 @@ const FUNCTION_FILES: &[(&str, &str)] = &[
     ("resp_set", include_str!("../../migrations/functions/resp_set.sql")),
     ("resp_zset", include_str!("../../migrations/functions/resp_zset.sql")),
     ("resp_list", include_str!("../../migrations/functions/resp_list.sql")),
+    (
+        "resp_stream",
+        include_str!("../../migrations/functions/resp_stream.sql"),
+    ),
     // Before events.sql, whose pgvs3.publish_object_event calls pgvs3.resp_notify.
     (
         "resp_pubsub",
@@ -221,7 +230,7 @@ mod tests {
     /// version must apply the same functions, or each would overwrite the other's at startup:
     /// when this test fails, add a numbered migration (it may hold only a comment saying which
     /// functions changed), bump `LAYOUT_VERSION`, and update both constants here.
-    const PINNED: (i32, &str) = (21, "ef2194cced052c799389f2294670e0cab32e8d120c417327840a22a2579a6183");
+    const PINNED: (i32, &str) = (22, "1f6b7943a910567af00b7357597db48d0ebb0b9d0435144c59d8a13e8a99fcfa");
 
     #[test]
     fn function_files_are_pinned_to_the_layout_version() {

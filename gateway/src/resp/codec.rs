@@ -321,6 +321,9 @@ pub enum Reply {
     /// Pairs (a member and its score, a field and its value): each an array of two in RESP3,
     /// one flat array in RESP2, as Redis answers ZRANGE WITHSCORES and HRANDFIELD WITHVALUES.
     Pairs(Vec<(Reply, Reply)>),
+    /// Values by key: a map in RESP3, an array of `[key, value]` arrays in RESP2, as Redis
+    /// answers XREAD.
+    Keyed(Vec<(Reply, Reply)>),
     Double(f64),
     /// An out-of-band frame (pub/sub): `>` in RESP3, a plain array in RESP2.
     Push(Vec<Reply>),
@@ -377,7 +380,15 @@ impl Reply {
                     item.encode(resp3, out);
                 }
             }
-            Reply::Map(pairs) => {
+            Reply::Keyed(pairs) if !resp3 => {
+                line(out, b'*', pairs.len().to_string().as_bytes());
+                for (key, value) in pairs {
+                    out.put_slice(b"*2\r\n");
+                    key.encode(resp3, out);
+                    value.encode(resp3, out);
+                }
+            }
+            Reply::Map(pairs) | Reply::Keyed(pairs) => {
                 if resp3 {
                     line(out, b'%', pairs.len().to_string().as_bytes());
                 } else {

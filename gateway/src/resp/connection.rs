@@ -19,7 +19,7 @@ use super::script::{self, Step};
 use super::{RespServer, glob, keys};
 use crate::bucket::Keyspace;
 use crate::http_server::Shutdown;
-use crate::store::{Access, KvEntry, Principal, StoreError};
+use crate::store::{Access, KvEntry, Principal, StoreError, TypedRow};
 
 /// Requests taken from the input buffer per batch: bounds the replies held in memory.
 const MAX_BATCH: usize = 1024;
@@ -635,17 +635,26 @@ impl Connection {
         }
     }
 
-    /// A blocking pop: tries, and until it pops something or its timeout passes, waits to be
-    /// told that one of its keys got elements (or `--resp-block-poll`), then tries again.
+    /// A blocking pop or XREAD BLOCK: tries, and until it finds something or its timeout
+    /// passes, waits to be told that one of its keys got elements (or `--resp-block-poll`),
+    /// then tries again.
     async fn block(&self, typed: &super::typed::Typed, spec: &'static Spec) -> Reply {
         let deadline = typed
             .blocking
             .flatten()
             .and_then(|timeout| Instant::now().checked_add(timeout));
         let mut wakeups = self.server.wakeups.subscribe();
+        let typed = match super::stream::last_ids_call(typed) {
+            // Read after subscribing: an entry added in between wakes this client.
+            Some(last_ids) => match self.typed_read(&last_ids).await {
+                Ok(row) => super::stream::after_last_ids(typed, &row),
+                Err(reply) => return reply,
+            },
+            None => typed.clone(),
+        };
         let command = [(KeyCommand::Typed(Box::new(typed.clone())), spec)];
         loop {
-            let reply = match self.execute(&command, true, &[]).await {
+            let reply = match self.execute(&command, spec.is_write(), &[]).await {
                 Ok(mut replies) => replies.pop().unwrap_or(Reply::Nil),
                 Err(reply) => reply,
             };
@@ -672,6 +681,16 @@ impl Connection {
             if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 return reply;
             }
+        }
+    }
+
+    /// One typed read, its row as the SQL answered it.
+    async fn typed_read(&self, typed: &super::typed::Typed) -> Result<TypedRow, Reply> {
+        let keyspace = self.keyspace(Access::Read).await?;
+        let row = keyspace.typed_read(&[&typed.call]).await.map_err(store_error)?.pop();
+        match row.unwrap_or_default() {
+            TypedRow { err: Some(err), .. } => Err(Reply::Error(err)),
+            row => Ok(row),
         }
     }
 
@@ -1327,21 +1346,23 @@ impl Connection {
     }
 }
 
-/// Whether a request is a blocking pop (its batch may wait long; see `Connection::run`).
+/// Whether a request is a blocking pop or XREAD BLOCK (its batch may wait long; see
+/// `Connection::run`).
 fn is_blocking(args: &[Bytes]) -> bool {
     let name = args.first().map_or(&b""[..], |name| name);
-    [
-        "blpop",
-        "brpop",
-        "blmove",
-        "brpoplpush",
-        "bzpopmin",
-        "bzpopmax",
-        "blmpop",
-        "bzmpop",
-    ]
-    .iter()
-    .any(|blocking| name.eq_ignore_ascii_case(blocking.as_bytes()))
+    super::stream::blocks(args)
+        || [
+            "blpop",
+            "brpop",
+            "blmove",
+            "brpoplpush",
+            "bzpopmin",
+            "bzpopmax",
+            "blmpop",
+            "bzmpop",
+        ]
+        .iter()
+        .any(|blocking| name.eq_ignore_ascii_case(blocking.as_bytes()))
 }
 
 /// FLUSHDB's and FLUSHALL's one optional argument, SYNC or ASYNC (both flush at once here).

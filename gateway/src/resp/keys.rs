@@ -434,6 +434,7 @@ fn encoding(value: &KvValue) -> &'static str {
         KvValue::Typed(KeyType::Set) => "hashtable",
         KvValue::Typed(KeyType::Zset) => "skiplist",
         KvValue::Typed(KeyType::List) => "quicklist",
+        KvValue::Typed(KeyType::Stream) => "stream",
         KvValue::Bytes(bytes) if bytes.len() <= 20 && parse_integer(bytes).is_some() => "int",
         KvValue::Bytes(bytes) if bytes.len() <= 44 => "embstr",
         _ => "raw",

@@ -22,6 +22,7 @@ mod lua;
 mod pubsub;
 mod script;
 mod set;
+mod stream;
 mod typed;
 mod zset;
 

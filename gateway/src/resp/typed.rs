@@ -1,4 +1,4 @@
-//! Commands on typed keys (hashes, sets, sorted sets, lists): parsed by their family's module
+//! Commands on typed keys (hashes, sets, sorted sets, lists, streams): parsed by their family's module
 //! into one SQL call each (see store/types.rs), and the call's row turned into Redis's reply.
 
 use bytes::Bytes;
@@ -66,6 +66,8 @@ pub enum Shape {
     },
     /// HSCAN ... NOVALUES: a page of field-value pairs answered with the fields alone.
     ScanFields { pattern: Option<Bytes> },
+    /// A stream's entries or information (stream.rs).
+    Stream(super::stream::Reading),
 }
 
 /// A typed command: its SQL call and the shape of its reply.
@@ -73,8 +75,8 @@ pub enum Shape {
 pub struct Typed {
     pub call: TypedCall,
     pub shape: Shape,
-    /// A blocking pop: how long it may wait for elements (`Some(None)`: forever). Inside
-    /// MULTI it does not wait, as in Redis.
+    /// A blocking pop or XREAD BLOCK: how long it may wait for elements (`Some(None)`:
+    /// forever). Inside MULTI it does not wait, as in Redis.
     pub blocking: Option<Option<std::time::Duration>>,
 }
 
@@ -117,6 +119,7 @@ impl Typed {
         }
         let bulk = |item: Option<Bytes>| item.map_or(Reply::Nil, Reply::Bulk);
         match &self.shape {
+            Shape::Stream(reading) => super::stream::reply(reading, row),
             Shape::Int => Reply::Integer(row.n.unwrap_or(0)),
             Shape::IntOrNil => row.n.map_or(Reply::Nil, Reply::Integer),
             Shape::FirstInt => row
@@ -235,6 +238,9 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
         return Ok(Some(typed));
     }
     if let Some(typed) = super::zset::parse(name, args)? {
+        return Ok(Some(typed));
+    }
+    if let Some(typed) = super::stream::parse(name, args)? {
         return Ok(Some(typed));
     }
     super::list::parse(name, args)

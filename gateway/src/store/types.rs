@@ -1,4 +1,4 @@
-//! RESP's typed keys (hashes, sets, sorted sets, lists) in the store: each command is one call
+//! RESP's typed keys (hashes, sets, sorted sets, lists, streams) in the store: each command is one call
 //! of its family's SQL function (gateway/migrations/functions/resp_*.sql), made here with the
 //! bucket's namespace so that the function knows which of its keys are strings.
 
@@ -14,6 +14,7 @@ pub enum KeyType {
     Set,
     Zset,
     List,
+    Stream,
 }
 
 impl KeyType {
@@ -23,6 +24,7 @@ impl KeyType {
             b's' => Some(KeyType::Set),
             b'z' => Some(KeyType::Zset),
             b'l' => Some(KeyType::List),
+            b'x' => Some(KeyType::Stream),
             _ => None,
         }
     }
@@ -34,6 +36,7 @@ impl KeyType {
             KeyType::Set => "set",
             KeyType::Zset => "zset",
             KeyType::List => "list",
+            KeyType::Stream => "stream",
         }
     }
 }
@@ -47,9 +50,10 @@ pub enum Family {
     Set,
     Zset,
     List,
+    Stream,
 }
 
-const FAMILIES: [&str; 5] = ["keys", "hash", "set", "zset", "list"];
+const FAMILIES: [&str; 6] = ["keys", "hash", "set", "zset", "list", "stream"];
 
 /// One command as its function takes it: the operation, its keys, and its arguments (bytes,
 /// and the integers and floats the gateway parsed).
@@ -76,7 +80,7 @@ pub struct TypedRow {
 /// keyspace statements.
 #[derive(Debug)]
 pub(super) struct TypedSql {
-    calls: [String; 5],
+    calls: [String; 6],
 }
 
 impl TypedSql {
@@ -112,7 +116,7 @@ where
     B: std::future::Future<Output = Result<(), tokio_postgres::Error>>,
     A: std::future::Future<Output = Result<(), tokio_postgres::Error>>,
 {
-    let mut statements: [Option<tokio_postgres::Statement>; 5] = Default::default();
+    let mut statements: [Option<tokio_postgres::Statement>; 6] = Default::default();
     for call in calls {
         let index = call.family as usize;
         if statements[index].is_none() {
