@@ -807,6 +807,28 @@ BEGIN
 END $$;
 
 --
+-- Name: cache_write_event(bigint, text, text, bigint, text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.cache_write_event(bucket bigint, object_key text, event_name text, object_size bigint, object_etag text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgvs3.buckets WHERE id = bucket AND notifications IS NOT NULL) THEN
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgvs3.origins o
+                WHERE o.bucket_id = bucket
+                  AND (o.mode <> 'write-back' OR object_size < greatest(o.write_back_threshold, 1))) THEN
+        UPDATE pgvs3.origin_outbox
+           SET owed_event = jsonb_build_object('name', event_name, 'size', object_size, 'etag', object_etag)
+         WHERE bucket_id = bucket AND key = object_key;
+    ELSE
+        PERFORM pgvs3.emit_object_event(bucket, object_key, event_name, object_size, object_etag, NULL);
+    END IF;
+END $$;
+
+--
 -- Name: count_bucket_usage(); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -1016,11 +1038,17 @@ END $_$;
 CREATE FUNCTION pgvs3.enqueue_write_back() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
+DECLARE superseded jsonb;
 BEGIN
+    SELECT owed_event INTO superseded FROM pgvs3.origin_outbox
+     WHERE bucket_id = NEW.bucket_id AND key = NEW.key AND owed_event IS NOT NULL FOR UPDATE;
+    IF superseded IS NOT NULL THEN
+        PERFORM pgvs3.raise_owed_event(NEW.bucket_id, NEW.key, superseded);
+    END IF;
     INSERT INTO pgvs3.origin_outbox (bucket_id, key) VALUES (NEW.bucket_id, NEW.key)
     ON CONFLICT (bucket_id, key) DO UPDATE
         SET generation = nextval('pgvs3.outbox_generations'), enqueued_at = now(), attempts = 0,
-            next_attempt_at = now(), last_error = NULL;
+            next_attempt_at = now(), last_error = NULL, owed_event = NULL;
     RETURN NULL;
 END $$;
 
@@ -1268,6 +1296,20 @@ CREATE FUNCTION pgvs3.object_event() RETURNS trigger
     AS $_$
 DECLARE moved boolean;
 BEGIN
+    -- A cache bucket's own bodies (functions/cache.sql): a new body is a client's write; a row
+    -- deleted is the cache's bookkeeping (eviction, a fill replacing a clean body, an undone
+    -- write), never a client's delete, which raises its event where the request sends it to
+    -- the origin (store/cache.rs). Cache buckets keep no versions.
+    IF TG_TABLE_SCHEMA = 's3w' THEN
+        IF TG_TABLE_NAME = 'objects' AND TG_OP <> 'DELETE'
+           AND (TG_OP = 'INSERT' OR OLD.etag IS DISTINCT FROM NEW.etag
+                OR OLD.last_modified IS DISTINCT FROM NEW.last_modified) THEN
+            PERFORM pgvs3.cache_write_event(NEW.bucket_id, NEW.key,
+                CASE WHEN NEW.meta ? 'pc' THEN 'ObjectCreated:CompleteMultipartUpload' ELSE 'ObjectCreated:Put' END,
+                NEW.size, NEW.etag);
+        END IF;
+        RETURN NULL;
+    END IF;
     IF TG_TABLE_NAME = 'objects' THEN
         IF TG_OP = 'DELETE' THEN
             EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.versions WHERE bucket_id = $1 AND key = $2
@@ -1374,10 +1416,6 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'bucket % does not exist', bucket USING ERRCODE = 'no_data_found';
     END IF;
-    IF stored IS NOT NULL AND EXISTS (SELECT 1 FROM pgvs3.origins WHERE bucket_id = b.id) THEN
-        RAISE EXCEPTION 'bucket notifications are not supported on cache buckets'
-            USING ERRCODE = 'feature_not_supported';
-    END IF;
     FOR rule IN SELECT value FROM jsonb_array_elements(coalesce(rules, '[]')) LOOP
         IF coalesce(rule->>'webhook', '') <> '' THEN
             PERFORM 1 FROM pgvs3.webhook_targets WHERE name = rule->>'webhook' FOR KEY SHARE;
@@ -1471,6 +1509,17 @@ CREATE FUNCTION pgvs3.put_webhook_target(target_name text, target_url text, targ
     AS $$
     INSERT INTO pgvs3.webhook_targets (name, url, secret) VALUES (target_name, target_url, target_secret)
     ON CONFLICT (name) DO UPDATE SET url = EXCLUDED.url, secret = EXCLUDED.secret
+$$;
+
+--
+-- Name: raise_owed_event(bigint, text, jsonb); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.raise_owed_event(bucket bigint, object_key text, owed jsonb) RETURNS void
+    LANGUAGE sql
+    AS $$
+    SELECT pgvs3.emit_object_event(bucket, object_key, owed ->> 'name', (owed ->> 'size')::bigint,
+                                   owed ->> 'etag', NULL)
 $$;
 
 --
@@ -2635,6 +2684,31 @@ CREATE FUNCTION pgvs3.set_key_policy(key_id text, key_policy text) RETURNS boole
 $$;
 
 --
+-- Name: settle_write_back(bigint, text, bigint, text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.settle_write_back(bucket bigint, object_key text, settled bigint, etag_at_origin text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE owed jsonb;
+BEGIN
+    DELETE FROM pgvs3.origin_outbox WHERE bucket_id = bucket AND key = object_key AND generation = settled
+    RETURNING owed_event INTO owed;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    UPDATE s3w.objects SET origin_etag = etag_at_origin, validated_at = now(), accessed_at = now()
+     WHERE bucket_id = bucket AND key = object_key;
+    IF FOUND THEN
+        DELETE FROM s3c.ranges WHERE bucket_id = bucket AND key = object_key;
+        DELETE FROM s3c.objects WHERE bucket_id = bucket AND key = object_key;
+    END IF;
+    IF owed IS NOT NULL THEN
+        PERFORM pgvs3.raise_owed_event(bucket, object_key, owed);
+    END IF;
+END $$;
+
+--
 -- Name: uuid_v7(); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -2847,7 +2921,8 @@ CREATE TABLE pgvs3.origin_outbox (
     enqueued_at timestamp with time zone DEFAULT now() NOT NULL,
     attempts integer DEFAULT 0 NOT NULL,
     next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
-    last_error text
+    last_error text,
+    owed_event jsonb
 );
 
 --

@@ -20,7 +20,7 @@ use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 21;
+pub const LAYOUT_VERSION: i32 = 23;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -103,6 +103,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         21,
         "control_api_notifications_key_policies",
         include_str!("../../migrations/0021_control_api_notifications_key_policies.sql"),
+    ),
+    (
+        23,
+        "cache_bucket_events",
+        include_str!("../../migrations/0023_cache_bucket_events.sql"),
     ),
 ];
 
@@ -221,7 +226,7 @@ mod tests {
     /// version must apply the same functions, or each would overwrite the other's at startup:
     /// when this test fails, add a numbered migration (it may hold only a comment saying which
     /// functions changed), bump `LAYOUT_VERSION`, and update both constants here.
-    const PINNED: (i32, &str) = (21, "ef2194cced052c799389f2294670e0cab32e8d120c417327840a22a2579a6183");
+    const PINNED: (i32, &str) = (23, "72c8265207c079d1a37ac8f7ca3ce917c5c4b917ac794dac25ec4116bff6399d");
 
     #[test]
     fn function_files_are_pinned_to_the_layout_version() {
