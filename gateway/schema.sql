@@ -36,6 +36,28 @@ CREATE SCHEMA s3p;
 CREATE SCHEMA s3w;
 
 --
+-- Name: add_dependencies(text, text[]); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.add_dependencies(job text, deps text[]) RETURNS text[]
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    missing text[];
+BEGIN
+    PERFORM 1 FROM ojs.jobs WHERE id = ANY(deps) ORDER BY id FOR SHARE;
+    SELECT coalesce(array_agg(d ORDER BY n), '{}') INTO missing
+      FROM unnest(deps) WITH ORDINALITY AS t(d, n)
+     WHERE NOT EXISTS (SELECT 1 FROM ojs.jobs WHERE id = d);
+    IF cardinality(missing) > 0 THEN
+        RETURN missing;
+    END IF;
+    INSERT INTO ojs.job_dependencies (job_id, depends_on) SELECT job, d FROM unnest(deps) d;
+    PERFORM ojs.resolve_dependencies(job);
+    RETURN missing;
+END $$;
+
+--
 -- Name: cron; Type: TABLE; Schema: ojs; Owner: -
 --
 
@@ -97,6 +119,24 @@ CREATE FUNCTION ojs.delivery_json(o pgvs3.outbox) RETURNS jsonb
         'attempts', o.attempts, 'next_attempt_at', CASE WHEN NOT o.dead THEN ojs.ts(o.due_at) END,
         'last_error', o.last_error, 'created_at', ojs.ts(o.created_at), 'event', o.body))
 $$;
+
+--
+-- Name: dependency_settled(); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.dependency_settled() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    dependent text;
+BEGIN
+    FOR dependent IN SELECT j.id FROM ojs.job_dependencies d JOIN ojs.jobs j ON j.id = d.job_id
+                      WHERE d.depends_on = new.id AND j.state = 'pending'
+                      ORDER BY j.id FOR UPDATE OF j LOOP
+        PERFORM ojs.resolve_dependencies(dependent);
+    END LOOP;
+    RETURN NULL;
+END $$;
 
 --
 -- Name: ensure_webhook_trigger(); Type: FUNCTION; Schema: ojs; Owner: -
@@ -319,6 +359,48 @@ CREATE FUNCTION ojs.rate_room(r ojs.rate_limits) RETURNS integer
              ELSE r.rate - r.window_count END,
         CASE WHEN r.throttle_ms IS NULL THEN 2147483647 WHEN now() >= r.next_start THEN 1 ELSE 0 END))
 $$;
+
+--
+-- Name: resolve_dependencies(text); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.resolve_dependencies(job text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    failed record;
+BEGIN
+    SELECT p.id, p.state INTO failed
+      FROM ojs.job_dependencies d JOIN ojs.jobs p ON p.id = d.depends_on
+     WHERE d.job_id = job AND p.state IN ('discarded', 'cancelled')
+     ORDER BY p.id LIMIT 1;
+    IF FOUND THEN
+        WITH RECURSIVE doomed(id) AS (
+            SELECT job
+            UNION
+            SELECT d.job_id FROM ojs.job_dependencies d JOIN doomed ON d.depends_on = doomed.id)
+        UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now(),
+               error = jsonb_build_object('code', 'dependency_failed', 'type', 'dependency_failed',
+                                          'message', format('dependency %s was %s', failed.id, failed.state),
+                                          'details', jsonb_build_object('dependency_id', failed.id,
+                                                                        'dependency_state', failed.state))
+         WHERE id IN (SELECT id FROM doomed) AND state = 'pending' AND workflow_id IS NULL;
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM ojs.job_dependencies d JOIN ojs.jobs p ON p.id = d.depends_on
+                WHERE d.job_id = job AND p.state <> 'completed') THEN
+        RETURN;
+    END IF;
+    WITH released AS (
+        UPDATE ojs.jobs SET state = CASE WHEN run_at > now() THEN 'scheduled' ELSE 'available' END
+         WHERE id = job AND state = 'pending' AND workflow_id IS NULL
+        RETURNING id, queue, type, priority, envelope)
+    INSERT INTO ojs.events (id, type, queue, job_id, data)
+    SELECT gen_random_uuid()::text, 'job.enqueued', queue, id,
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'priority', priority)
+           || ojs.trace_of(envelope)
+      FROM released;
+END $$;
 
 --
 -- Name: trace_of(jsonb); Type: FUNCTION; Schema: ojs; Owner: -
@@ -2765,6 +2847,15 @@ ALTER TABLE ojs.events ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
 );
 
 --
+-- Name: job_dependencies; Type: TABLE; Schema: ojs; Owner: -
+--
+
+CREATE TABLE ojs.job_dependencies (
+    job_id text NOT NULL,
+    depends_on text NOT NULL
+);
+
+--
 -- Name: jobs_seq_seq; Type: SEQUENCE; Schema: ojs; Owner: -
 --
 
@@ -3437,6 +3528,13 @@ ALTER TABLE ONLY ojs.events
     ADD CONSTRAINT events_pkey PRIMARY KEY (seq);
 
 --
+-- Name: job_dependencies job_dependencies_pkey; Type: CONSTRAINT; Schema: ojs; Owner: -
+--
+
+ALTER TABLE ONLY ojs.job_dependencies
+    ADD CONSTRAINT job_dependencies_pkey PRIMARY KEY (job_id, depends_on);
+
+--
 -- Name: jobs jobs_pkey; Type: CONSTRAINT; Schema: ojs; Owner: -
 --
 
@@ -3757,6 +3855,12 @@ CREATE INDEX events_time ON ojs.events USING btree ("time");
 CREATE INDEX events_type ON ojs.events USING btree (type, seq);
 
 --
+-- Name: job_dependencies_depends_on; Type: INDEX; Schema: ojs; Owner: -
+--
+
+CREATE INDEX job_dependencies_depends_on ON ojs.job_dependencies USING btree (depends_on);
+
+--
 -- Name: jobs_claim; Type: INDEX; Schema: ojs; Owner: -
 --
 
@@ -4015,6 +4119,12 @@ CREATE INDEX versions_order ON s3w.versions USING btree (bucket_id, key, COALESC
 CREATE TRIGGER job_cancelled AFTER UPDATE OF state ON ojs.jobs FOR EACH ROW WHEN (((new.state = 'cancelled'::text) AND (old.state <> 'cancelled'::text))) EXECUTE FUNCTION ojs.job_cancelled();
 
 --
+-- Name: jobs jobs_dependency_settled; Type: TRIGGER; Schema: ojs; Owner: -
+--
+
+CREATE TRIGGER jobs_dependency_settled AFTER UPDATE OF state ON ojs.jobs FOR EACH ROW WHEN (((new.state = ANY (ARRAY['completed'::text, 'discarded'::text, 'cancelled'::text])) AND (old.state IS DISTINCT FROM new.state))) EXECUTE FUNCTION ojs.dependency_settled();
+
+--
 -- Name: jobs rate_limit_released; Type: TRIGGER; Schema: ojs; Owner: -
 --
 
@@ -4169,6 +4279,13 @@ CREATE TRIGGER objects_retire_body AFTER DELETE OR UPDATE ON s3w.objects FOR EAC
 --
 
 CREATE TRIGGER parts_retire_body AFTER DELETE OR UPDATE ON s3w.parts FOR EACH ROW EXECUTE FUNCTION pgvs3.retire_body();
+
+--
+-- Name: job_dependencies job_dependencies_job_id_fkey; Type: FK CONSTRAINT; Schema: ojs; Owner: -
+--
+
+ALTER TABLE ONLY ojs.job_dependencies
+    ADD CONSTRAINT job_dependencies_job_id_fkey FOREIGN KEY (job_id) REFERENCES ojs.jobs(id) ON DELETE CASCADE;
 
 --
 -- Name: bucket_quotas bucket_quotas_bucket_id_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -

@@ -1683,7 +1683,8 @@ async fn a_cache_buckets_writes_raise_one_event_each_and_its_fills_none() {
     let pair = Pair::start(CacheMode::WriteBack).await;
     let s3 = &pair.cache.client;
     watch_cache_bucket(&pair.cache).await;
-    pair.put_at_origin("at-origin.txt", b"filled, not written".to_vec()).await;
+    pair.put_at_origin("at-origin.txt", b"filled, not written".to_vec())
+        .await;
 
     let etag = put(s3, CACHE, "small.txt", b"through".to_vec()).await;
     let refused = s3
@@ -1730,7 +1731,12 @@ async fn a_cache_buckets_writes_raise_one_event_each_and_its_fills_none() {
         .upload_id(&upload_id)
         .multipart_upload(
             CompletedMultipartUpload::builder()
-                .parts(CompletedPart::builder().part_number(1).e_tag(part.e_tag.unwrap()).build())
+                .parts(
+                    CompletedPart::builder()
+                        .part_number(1)
+                        .e_tag(part.e_tag.unwrap())
+                        .build(),
+                )
                 .build(),
         )
         .send()
@@ -1756,7 +1762,10 @@ async fn a_cache_buckets_writes_raise_one_event_each_and_its_fills_none() {
     let record = drain_one_more_put(&pair.cache, "again.txt").await;
     assert_eq!(record["s3"]["bucket"]["name"], CACHE);
     assert_eq!(record["eventSource"], "pgvs3:s3");
-    assert_eq!(format!("\"{}\"", record["s3"]["object"]["eTag"].as_str().unwrap()), etag);
+    assert_eq!(
+        format!("\"{}\"", record["s3"]["object"]["eTag"].as_str().unwrap()),
+        etag
+    );
 
     // The large body's upload settles in the background and raises nothing more; a warm read
     // raises nothing either.
@@ -1783,7 +1792,10 @@ async fn a_write_through_cache_raises_no_event_for_a_write_the_origin_refused() 
     let s3 = &pair.cache.client;
     watch_cache_bucket(&pair.cache).await;
     put(s3, CACHE, "staged.bin", noise(2 << 20, 1)).await;
-    assert_eq!(cache_events(&pair.cache).await, vec![created("Put", "staged.bin", 2 << 20)]);
+    assert_eq!(
+        cache_events(&pair.cache).await,
+        vec![created("Put", "staged.bin", 2 << 20)]
+    );
 
     let store = &pair.cache.gateway.store;
     let mut dead = origin_settings(&pair.origin, CacheMode::WriteThrough);
@@ -1800,7 +1812,10 @@ async fn a_write_through_cache_raises_no_event_for_a_write_the_origin_refused() 
             .unwrap_err();
         assert_eq!(failed.raw_response().unwrap().status().as_u16(), 502, "{key}");
     }
-    assert!(cache_events(&pair.cache).await.is_empty(), "no event for a write not made");
+    assert!(
+        cache_events(&pair.cache).await.is_empty(),
+        "no event for a write not made"
+    );
     let sql = pair.cache.sql().await;
     let owed: i64 = sql
         .query_one("SELECT count(*) FROM pgvs3.origin_outbox", &[])
@@ -1812,7 +1827,10 @@ async fn a_write_through_cache_raises_no_event_for_a_write_the_origin_refused() 
     let live = origin_settings(&pair.origin, CacheMode::WriteThrough);
     store.catalog().put_origin(CACHE, &live).await.unwrap();
     put(s3, CACHE, "staged.bin", noise(2 << 20, 3)).await;
-    assert_eq!(cache_events(&pair.cache).await, vec![created("Put", "staged.bin", 2 << 20)]);
+    assert_eq!(
+        cache_events(&pair.cache).await,
+        vec![created("Put", "staged.bin", 2 << 20)]
+    );
     assert_eq!(pair.origin_has("staged.bin").await, Some(noise(2 << 20, 3)));
     pair.stop().await;
 }

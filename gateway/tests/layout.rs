@@ -42,12 +42,15 @@ const LAYOUT_V10: &[(i32, &str, &str)] = &[
 /// Functions added since layout v10: by v11 (the control API), v12 (versioning), v13 (object
 /// lock, lifecycle, notifications), v14 (RESP data types), v17 (the webhook outbox), v20
 /// (notifications to pub/sub channels), v21 (the control API's key policies and notification
-/// rules) and v23 (cache buckets' notifications).
+/// rules) and v23 (cache buckets' notifications, job dependencies).
 const NEW_SINCE_V10: &[&str] = &[
+    "ojs.add_dependencies(text,text[])",
     "ojs.delivery_json(pgvs3.outbox)",
+    "ojs.dependency_settled()",
     "ojs.ensure_webhook_trigger()",
     "ojs.event_matches(text[],text)",
     "ojs.event_webhooks()",
+    "ojs.resolve_dependencies(text)",
     "ojs.webhook_json(ojs.webhooks)",
     "pgvs3.bucket_owner(text)",
     "pgvs3.cache_write_event(bigint,text,text,bigint,text)",

@@ -628,7 +628,9 @@ impl CacheTier {
                 meta: meta.clone(),
             };
             let body: BodyStream = Box::pin(futures::stream::once(async move { Ok(body) }));
-            self.store().cache_store(bucket.id, key, &head, body, Some(&event)).await?;
+            self.store()
+                .cache_store(bucket.id, key, &head, body, Some(&event))
+                .await?;
         }
         Ok(PutOutcome {
             etag,
