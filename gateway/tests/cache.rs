@@ -1834,3 +1834,48 @@ async fn a_write_through_cache_raises_no_event_for_a_write_the_origin_refused() 
     assert_eq!(pair.origin_has("staged.bin").await, Some(noise(2 << 20, 3)));
     pair.stop().await;
 }
+
+/// A small write queued behind a body still waiting for its upload is answered at once and owes
+/// its event until its own upload: a newer write to the key raises it (the older body is never
+/// uploaded), a delete raises it before the delete goes to the origin. Each write raises one
+/// event, whichever comes first, and a delete the origin did not take raises none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_queued_behind_a_pending_body_raises_its_event_once() {
+    let pair = Pair::start(CacheMode::WriteBack).await;
+    let s3 = &pair.cache.client;
+    watch_cache_bucket(&pair.cache).await;
+    let store = &pair.cache.gateway.store;
+    let mut dead = origin_settings(&pair.origin, CacheMode::WriteBack);
+    dead.endpoint = "http://127.0.0.1:9".into();
+    store.catalog().put_origin(CACHE, &dead).await.unwrap();
+
+    put(s3, CACHE, "k", noise(2 << 20, 5)).await;
+    put(s3, CACHE, "k", b"first".to_vec()).await;
+    assert_eq!(
+        cache_events(&pair.cache).await,
+        vec![created("Put", "k", 2 << 20)],
+        "the small write owes its event to its upload"
+    );
+    put(s3, CACHE, "k", b"second!".to_vec()).await;
+    assert_eq!(
+        cache_events(&pair.cache).await,
+        vec![created("Put", "k", 5)],
+        "superseded: raised"
+    );
+    let refused = s3.delete_object().bucket(CACHE).key("k").send().await.unwrap_err();
+    assert_eq!(refused.raw_response().unwrap().status().as_u16(), 502);
+    assert_eq!(
+        cache_events(&pair.cache).await,
+        vec![created("Put", "k", 7)],
+        "the pending write's event, and none for a delete the origin did not take"
+    );
+
+    let live = origin_settings(&pair.origin, CacheMode::WriteBack);
+    store.catalog().put_origin(CACHE, &live).await.unwrap();
+    s3.delete_object().bucket(CACHE).key("k").send().await.unwrap();
+    assert_eq!(
+        cache_events(&pair.cache).await,
+        vec![("ObjectRemoved:Delete".into(), "k".into(), None)]
+    );
+    pair.stop().await;
+}
