@@ -1825,3 +1825,43 @@ async fn a_job_runs_only_after_the_jobs_it_depends_on_complete() {
     assert_eq!(status, 400, "{body}");
     gateway.stop().await;
 }
+
+/// Two dependencies acked at the same moment by two workers: the dependent is released once,
+/// never left waiting (each settling sees the other's commit, functions/ojs.sql).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dependencies_settled_at_once_release_their_dependent() {
+    const PAIRS: usize = 20;
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let mut dependents = Vec::new();
+    for _ in 0..PAIRS {
+        let (left, _) = enqueue_on_dag(&ojs, json!({})).await;
+        let (right, _) = enqueue_on_dag(&ojs, json!({})).await;
+        let (dependent, _) = enqueue_on_dag(&ojs, json!({ "queue": "after", "depends_on": [left, right] })).await;
+        let left_job = ojs.fetch("dag", "left").await.unwrap();
+        let right_job = ojs.fetch("dag", "right").await.unwrap();
+        let acks = [left_job, right_job].map(|job| {
+            let ojs = ojs.clone();
+            tokio::spawn(async move { ack(&ojs, job["id"].as_str().unwrap()).await })
+        });
+        for handle in acks {
+            handle.await.unwrap();
+        }
+        dependents.push(dependent);
+    }
+    for dependent in &dependents {
+        assert_eq!(state_of(&ojs, dependent).await["state"], "available", "{dependent}");
+    }
+    let mut released = 0;
+    while ojs.fetch("after", "w").await.is_some() {
+        released += 1;
+    }
+    assert_eq!(released, PAIRS);
+    // A waiting job logs job.enqueued when it is released, not when it is stored.
+    let (status, events) = ojs
+        .get("/ojs/v1/events?types=job.enqueued&queues=after&limit=1000")
+        .await;
+    assert_eq!(status, 200, "{events}");
+    assert_eq!(events["events"].as_array().unwrap().len(), PAIRS, "{events}");
+    gateway.stop().await;
+}
