@@ -1823,6 +1823,13 @@ async fn a_job_runs_only_after_the_jobs_it_depends_on_complete() {
         )
         .await;
     assert_eq!(status, 400, "{body}");
+
+    // The conformance suite's reset empties the dependencies with the jobs.
+    let conformance = TestGateway::with_args(gateway.database_url.clone(), &["--ojs-allow-reset"]).await;
+    let (status, body) = Ojs::of(&conformance).post("/ojs/v1/admin/reset", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(ojs.get(&format!("/ojs/v1/jobs/{k}")).await.0, 404);
+    conformance.stop().await;
     gateway.stop().await;
 }
 

@@ -1229,7 +1229,8 @@ impl Queue {
         let client = self.client().await?;
         client
             .batch_execute(
-                "TRUNCATE ojs.jobs, ojs.queues, ojs.events, ojs.cron, ojs.workflows, ojs.workers, ojs.rate_limits",
+                "TRUNCATE ojs.jobs, ojs.job_dependencies, ojs.queues, ojs.events, ojs.cron, ojs.workflows, ojs.workers,
+                 ojs.rate_limits",
             )
             .await
             .map_err(OjsError::sql)
