@@ -36,6 +36,28 @@ CREATE SCHEMA s3p;
 CREATE SCHEMA s3w;
 
 --
+-- Name: add_dependencies(text, text[]); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.add_dependencies(job text, deps text[]) RETURNS text[]
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    missing text[];
+BEGIN
+    PERFORM 1 FROM ojs.jobs WHERE id = ANY(deps) ORDER BY id FOR SHARE;
+    SELECT coalesce(array_agg(d ORDER BY n), '{}') INTO missing
+      FROM unnest(deps) WITH ORDINALITY AS t(d, n)
+     WHERE NOT EXISTS (SELECT 1 FROM ojs.jobs WHERE id = d);
+    IF cardinality(missing) > 0 THEN
+        RETURN missing;
+    END IF;
+    INSERT INTO ojs.job_dependencies (job_id, depends_on) SELECT job, d FROM unnest(deps) d;
+    PERFORM ojs.resolve_dependencies(job);
+    RETURN missing;
+END $$;
+
+--
 -- Name: cron; Type: TABLE; Schema: ojs; Owner: -
 --
 
@@ -97,6 +119,24 @@ CREATE FUNCTION ojs.delivery_json(o pgvs3.outbox) RETURNS jsonb
         'attempts', o.attempts, 'next_attempt_at', CASE WHEN NOT o.dead THEN ojs.ts(o.due_at) END,
         'last_error', o.last_error, 'created_at', ojs.ts(o.created_at), 'event', o.body))
 $$;
+
+--
+-- Name: dependency_settled(); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.dependency_settled() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    dependent text;
+BEGIN
+    FOR dependent IN SELECT j.id FROM ojs.job_dependencies d JOIN ojs.jobs j ON j.id = d.job_id
+                      WHERE d.depends_on = new.id AND j.state = 'pending'
+                      ORDER BY j.id FOR UPDATE OF j LOOP
+        PERFORM ojs.resolve_dependencies(dependent);
+    END LOOP;
+    RETURN NULL;
+END $$;
 
 --
 -- Name: ensure_webhook_trigger(); Type: FUNCTION; Schema: ojs; Owner: -
@@ -319,6 +359,48 @@ CREATE FUNCTION ojs.rate_room(r ojs.rate_limits) RETURNS integer
              ELSE r.rate - r.window_count END,
         CASE WHEN r.throttle_ms IS NULL THEN 2147483647 WHEN now() >= r.next_start THEN 1 ELSE 0 END))
 $$;
+
+--
+-- Name: resolve_dependencies(text); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.resolve_dependencies(job text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    failed record;
+BEGIN
+    SELECT p.id, p.state INTO failed
+      FROM ojs.job_dependencies d JOIN ojs.jobs p ON p.id = d.depends_on
+     WHERE d.job_id = job AND p.state IN ('discarded', 'cancelled')
+     ORDER BY p.id LIMIT 1;
+    IF FOUND THEN
+        WITH RECURSIVE doomed(id) AS (
+            SELECT job
+            UNION
+            SELECT d.job_id FROM ojs.job_dependencies d JOIN doomed ON d.depends_on = doomed.id)
+        UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now(),
+               error = jsonb_build_object('code', 'dependency_failed', 'type', 'dependency_failed',
+                                          'message', format('dependency %s was %s', failed.id, failed.state),
+                                          'details', jsonb_build_object('dependency_id', failed.id,
+                                                                        'dependency_state', failed.state))
+         WHERE id IN (SELECT id FROM doomed) AND state = 'pending' AND workflow_id IS NULL;
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM ojs.job_dependencies d JOIN ojs.jobs p ON p.id = d.depends_on
+                WHERE d.job_id = job AND p.state <> 'completed') THEN
+        RETURN;
+    END IF;
+    WITH released AS (
+        UPDATE ojs.jobs SET state = CASE WHEN run_at > now() THEN 'scheduled' ELSE 'available' END
+         WHERE id = job AND state = 'pending' AND workflow_id IS NULL
+        RETURNING id, queue, type, priority, envelope)
+    INSERT INTO ojs.events (id, type, queue, job_id, data)
+    SELECT gen_random_uuid()::text, 'job.enqueued', queue, id,
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'priority', priority)
+           || ojs.trace_of(envelope)
+      FROM released;
+END $$;
 
 --
 -- Name: trace_of(jsonb); Type: FUNCTION; Schema: ojs; Owner: -
@@ -807,6 +889,28 @@ BEGIN
 END $$;
 
 --
+-- Name: cache_write_event(bigint, text, text, bigint, text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.cache_write_event(bucket bigint, object_key text, event_name text, object_size bigint, object_etag text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgvs3.buckets WHERE id = bucket AND notifications IS NOT NULL) THEN
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgvs3.origins o
+                WHERE o.bucket_id = bucket
+                  AND (o.mode <> 'write-back' OR object_size < greatest(o.write_back_threshold, 1))) THEN
+        UPDATE pgvs3.origin_outbox
+           SET owed_event = jsonb_build_object('name', event_name, 'size', object_size, 'etag', object_etag)
+         WHERE bucket_id = bucket AND key = object_key;
+    ELSE
+        PERFORM pgvs3.emit_object_event(bucket, object_key, event_name, object_size, object_etag, NULL);
+    END IF;
+END $$;
+
+--
 -- Name: count_bucket_usage(); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -1016,11 +1120,17 @@ END $_$;
 CREATE FUNCTION pgvs3.enqueue_write_back() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
+DECLARE superseded jsonb;
 BEGIN
+    SELECT owed_event INTO superseded FROM pgvs3.origin_outbox
+     WHERE bucket_id = NEW.bucket_id AND key = NEW.key AND owed_event IS NOT NULL FOR UPDATE;
+    IF superseded IS NOT NULL THEN
+        PERFORM pgvs3.raise_owed_event(NEW.bucket_id, NEW.key, superseded);
+    END IF;
     INSERT INTO pgvs3.origin_outbox (bucket_id, key) VALUES (NEW.bucket_id, NEW.key)
     ON CONFLICT (bucket_id, key) DO UPDATE
         SET generation = nextval('pgvs3.outbox_generations'), enqueued_at = now(), attempts = 0,
-            next_attempt_at = now(), last_error = NULL;
+            next_attempt_at = now(), last_error = NULL, owed_event = NULL;
     RETURN NULL;
 END $$;
 
@@ -1268,6 +1378,20 @@ CREATE FUNCTION pgvs3.object_event() RETURNS trigger
     AS $_$
 DECLARE moved boolean;
 BEGIN
+    -- A cache bucket's own bodies (functions/cache.sql): a new body is a client's write; a row
+    -- deleted is the cache's bookkeeping (eviction, a fill replacing a clean body, an undone
+    -- write), never a client's delete, which raises its event where the request sends it to
+    -- the origin (store/cache.rs). Cache buckets keep no versions.
+    IF TG_TABLE_SCHEMA = 's3w' THEN
+        IF TG_TABLE_NAME = 'objects' AND TG_OP <> 'DELETE'
+           AND (TG_OP = 'INSERT' OR OLD.etag IS DISTINCT FROM NEW.etag
+                OR OLD.last_modified IS DISTINCT FROM NEW.last_modified) THEN
+            PERFORM pgvs3.cache_write_event(NEW.bucket_id, NEW.key,
+                CASE WHEN NEW.meta ? 'pc' THEN 'ObjectCreated:CompleteMultipartUpload' ELSE 'ObjectCreated:Put' END,
+                NEW.size, NEW.etag);
+        END IF;
+        RETURN NULL;
+    END IF;
     IF TG_TABLE_NAME = 'objects' THEN
         IF TG_OP = 'DELETE' THEN
             EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.versions WHERE bucket_id = $1 AND key = $2
@@ -1374,10 +1498,6 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'bucket % does not exist', bucket USING ERRCODE = 'no_data_found';
     END IF;
-    IF stored IS NOT NULL AND EXISTS (SELECT 1 FROM pgvs3.origins WHERE bucket_id = b.id) THEN
-        RAISE EXCEPTION 'bucket notifications are not supported on cache buckets'
-            USING ERRCODE = 'feature_not_supported';
-    END IF;
     FOR rule IN SELECT value FROM jsonb_array_elements(coalesce(rules, '[]')) LOOP
         IF coalesce(rule->>'webhook', '') <> '' THEN
             PERFORM 1 FROM pgvs3.webhook_targets WHERE name = rule->>'webhook' FOR KEY SHARE;
@@ -1471,6 +1591,17 @@ CREATE FUNCTION pgvs3.put_webhook_target(target_name text, target_url text, targ
     AS $$
     INSERT INTO pgvs3.webhook_targets (name, url, secret) VALUES (target_name, target_url, target_secret)
     ON CONFLICT (name) DO UPDATE SET url = EXCLUDED.url, secret = EXCLUDED.secret
+$$;
+
+--
+-- Name: raise_owed_event(bigint, text, jsonb); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.raise_owed_event(bucket bigint, object_key text, owed jsonb) RETURNS void
+    LANGUAGE sql
+    AS $$
+    SELECT pgvs3.emit_object_event(bucket, object_key, owed ->> 'name', (owed ->> 'size')::bigint,
+                                   owed ->> 'etag', NULL)
 $$;
 
 --
@@ -2925,6 +3056,31 @@ CREATE FUNCTION pgvs3.set_key_policy(key_id text, key_policy text) RETURNS boole
 $$;
 
 --
+-- Name: settle_write_back(bigint, text, bigint, text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.settle_write_back(bucket bigint, object_key text, settled bigint, etag_at_origin text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE owed jsonb;
+BEGIN
+    DELETE FROM pgvs3.origin_outbox WHERE bucket_id = bucket AND key = object_key AND generation = settled
+    RETURNING owed_event INTO owed;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    UPDATE s3w.objects SET origin_etag = etag_at_origin, validated_at = now(), accessed_at = now()
+     WHERE bucket_id = bucket AND key = object_key;
+    IF FOUND THEN
+        DELETE FROM s3c.ranges WHERE bucket_id = bucket AND key = object_key;
+        DELETE FROM s3c.objects WHERE bucket_id = bucket AND key = object_key;
+    END IF;
+    IF owed IS NOT NULL THEN
+        PERFORM pgvs3.raise_owed_event(bucket, object_key, owed);
+    END IF;
+END $$;
+
+--
 -- Name: uuid_v7(); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -2978,6 +3134,15 @@ ALTER TABLE ojs.events ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+--
+-- Name: job_dependencies; Type: TABLE; Schema: ojs; Owner: -
+--
+
+CREATE TABLE ojs.job_dependencies (
+    job_id text NOT NULL,
+    depends_on text NOT NULL
 );
 
 --
@@ -3137,7 +3302,8 @@ CREATE TABLE pgvs3.origin_outbox (
     enqueued_at timestamp with time zone DEFAULT now() NOT NULL,
     attempts integer DEFAULT 0 NOT NULL,
     next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
-    last_error text
+    last_error text,
+    owed_event jsonb
 );
 
 --
@@ -3667,6 +3833,13 @@ ALTER TABLE ONLY ojs.events
     ADD CONSTRAINT events_pkey PRIMARY KEY (seq);
 
 --
+-- Name: job_dependencies job_dependencies_pkey; Type: CONSTRAINT; Schema: ojs; Owner: -
+--
+
+ALTER TABLE ONLY ojs.job_dependencies
+    ADD CONSTRAINT job_dependencies_pkey PRIMARY KEY (job_id, depends_on);
+
+--
 -- Name: jobs jobs_pkey; Type: CONSTRAINT; Schema: ojs; Owner: -
 --
 
@@ -4001,6 +4174,12 @@ CREATE INDEX events_time ON ojs.events USING btree ("time");
 CREATE INDEX events_type ON ojs.events USING btree (type, seq);
 
 --
+-- Name: job_dependencies_depends_on; Type: INDEX; Schema: ojs; Owner: -
+--
+
+CREATE INDEX job_dependencies_depends_on ON ojs.job_dependencies USING btree (depends_on);
+
+--
 -- Name: jobs_claim; Type: INDEX; Schema: ojs; Owner: -
 --
 
@@ -4259,6 +4438,12 @@ CREATE INDEX versions_order ON s3w.versions USING btree (bucket_id, key, COALESC
 CREATE TRIGGER job_cancelled AFTER UPDATE OF state ON ojs.jobs FOR EACH ROW WHEN (((new.state = 'cancelled'::text) AND (old.state <> 'cancelled'::text))) EXECUTE FUNCTION ojs.job_cancelled();
 
 --
+-- Name: jobs jobs_dependency_settled; Type: TRIGGER; Schema: ojs; Owner: -
+--
+
+CREATE TRIGGER jobs_dependency_settled AFTER UPDATE OF state ON ojs.jobs FOR EACH ROW WHEN (((new.state = ANY (ARRAY['completed'::text, 'discarded'::text, 'cancelled'::text])) AND (old.state IS DISTINCT FROM new.state))) EXECUTE FUNCTION ojs.dependency_settled();
+
+--
 -- Name: jobs rate_limit_released; Type: TRIGGER; Schema: ojs; Owner: -
 --
 
@@ -4413,6 +4598,13 @@ CREATE TRIGGER objects_retire_body AFTER DELETE OR UPDATE ON s3w.objects FOR EAC
 --
 
 CREATE TRIGGER parts_retire_body AFTER DELETE OR UPDATE ON s3w.parts FOR EACH ROW EXECUTE FUNCTION pgvs3.retire_body();
+
+--
+-- Name: job_dependencies job_dependencies_job_id_fkey; Type: FK CONSTRAINT; Schema: ojs; Owner: -
+--
+
+ALTER TABLE ONLY ojs.job_dependencies
+    ADD CONSTRAINT job_dependencies_job_id_fkey FOREIGN KEY (job_id) REFERENCES ojs.jobs(id) ON DELETE CASCADE;
 
 --
 -- Name: bucket_quotas bucket_quotas_bucket_id_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -

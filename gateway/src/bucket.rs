@@ -275,9 +275,8 @@ impl<'a> BucketHandle<'a> {
         self.store().notifications(&self.info).await
     }
 
-    /// Replaces the bucket's notification rules. Not for cache buckets (the database refuses
-    /// them, for every writer): their objects change at the origin too, where no event of this
-    /// database would see it.
+    /// Replaces the bucket's notification rules. A cache bucket's rules see the writes made
+    /// through it (not those made at its origin directly, nor its fills: docs/events.md).
     pub async fn set_notifications(&self, rules: &Notifications) -> StoreResult<()> {
         self.writable()?;
         self.store().set_notifications(&self.info, rules).await

@@ -42,14 +42,18 @@ const LAYOUT_V10: &[(i32, &str, &str)] = &[
 /// Functions added since layout v10: by v11 (the control API), v12 (versioning), v13 (object
 /// lock, lifecycle, notifications), v14 (RESP data types), v17 (the webhook outbox), v20
 /// (notifications to pub/sub channels), v21 (the control API's key policies and notification
-/// rules) and v22 (RESP streams).
+/// rules), v22 (RESP streams) and v23 (cache buckets' notifications, job dependencies).
 const NEW_SINCE_V10: &[&str] = &[
+    "ojs.add_dependencies(text,text[])",
     "ojs.delivery_json(pgvs3.outbox)",
+    "ojs.dependency_settled()",
     "ojs.ensure_webhook_trigger()",
     "ojs.event_matches(text[],text)",
     "ojs.event_webhooks()",
+    "ojs.resolve_dependencies(text)",
     "ojs.webhook_json(ojs.webhooks)",
     "pgvs3.bucket_owner(text)",
+    "pgvs3.cache_write_event(bigint,text,text,bigint,text)",
     "pgvs3.drop_webhook_target(text)",
     "pgvs3.emit_object_event(bigint,text,text,bigint,text,text)",
     "pgvs3.ensure_event_triggers(text)",
@@ -63,6 +67,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.publish_object_event(text,jsonb)",
     "pgvs3.put_bucket_notifications(text,jsonb)",
     "pgvs3.put_webhook_target(text,text,text)",
+    "pgvs3.raise_owed_event(bigint,text,jsonb)",
     "pgvs3.replace_null_version()",
     "pgvs3.resp_check(bigint,text[],text[],text[],\"char\",boolean)",
     "pgvs3.resp_clear(bigint,text,boolean)",
@@ -97,14 +102,17 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.resp_zset(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
     "pgvs3.retry_dead_deliveries(text)",
     "pgvs3.set_key_policy(text,text)",
+    "pgvs3.settle_write_back(bigint,text,bigint,text)",
     "pgvs3.uuid_v7()",
 ];
 /// v10 functions a later layout changed on purpose: v12 (versioning) keeps bodies that moved to
 /// `versions`, counts versions as content, and gives new namespaces their versions table; v13
-/// (object lock) refuses to force-drop a bucket holding locked versions; v17 shows a job's progress.
+/// (object lock) refuses to force-drop a bucket holding locked versions; v17 shows a job's progress;
+/// v23 raises the event a superseded cache write still owed.
 const CHANGED_SINCE_V10: &[&str] = &[
     "ojs.job_json(ojs.jobs)",
     "pgvs3.drop_bucket(text,boolean)",
+    "pgvs3.enqueue_write_back()",
     "pgvs3.ensure_namespace(text,text)",
     "pgvs3.retire_body()",
 ];
@@ -516,12 +524,20 @@ async fn the_control_api_refuses_with_typed_errors() {
     let cache_id = pgvs3_catalog::put_origin(&sql, &origin("cache", "http://127.0.0.1:9", &sealed))
         .await
         .unwrap();
-    let on_cache = put_bucket_notifications(&sql, "cache", &rules("arn:pgvs3:ojs:::q")).await;
-    assert_eq!(
-        kind(on_cache),
-        ErrorKind::Refused,
-        "a cache bucket's objects change at the origin"
-    );
+    // A cache bucket's rules see the writes made through it (functions/cache.sql).
+    put_bucket_notifications(&sql, "cache", &rules("arn:pgvs3:ojs:::q"))
+        .await
+        .unwrap();
+    let triggers: i64 = sql
+        .query_one(
+            "SELECT count(*) FROM pg_trigger WHERE tgname IN ('objects_event', 'versions_event')
+                AND tgrelid IN ('s3w.objects'::regclass, 's3w.versions'::regclass)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(triggers, 2);
     // The stored seal is reused while it opens to the same secret; another secret is sealed anew.
     let reused = pgvs3_catalog::seal_origin_secret(&sql, "cache", &master_key, "origin-secret")
         .await

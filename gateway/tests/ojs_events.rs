@@ -51,18 +51,6 @@ async fn subscribe(ojs: &Ojs, url: &str, events: Value, secret: &str) -> String 
     id
 }
 
-/// A job just enqueued on `deps`; its id.
-async fn job_id_of(ojs: &Ojs) -> String {
-    let (status, body) = ojs
-        .post(
-            "/ojs/v1/jobs",
-            json!({ "type": "t.dep", "args": [], "options": { "queue": "deps" } }),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
-    body["job"]["id"].as_str().unwrap().to_string()
-}
-
 /// Enqueues a job on `queue`, claims it and acks it; its id.
 async fn complete_one(ojs: &Ojs, queue: &str) -> String {
     let (status, body) = ojs
@@ -492,14 +480,6 @@ async fn heartbeats_log_the_worker_events() {
             .all(|e| e["subject"] == "wk-1" && e["data"]["worker_id"] == "wk-1")
     );
     assert_eq!(events[5]["data"]["reason"], "terminate");
-    // Job dependencies are refused, not run early.
-    let (status, body) = ojs
-        .post(
-            "/ojs/v1/jobs",
-            json!({ "type": "t.dep", "args": [], "options": { "depends_on": [job_id_of(&ojs).await] } }),
-        )
-        .await;
-    assert_eq!(status, 422, "{body}");
     // The official conformance runner compares /metrics' Content-Type exactly.
     let (status, headers, _) = ojs.exchange("GET", "/metrics", None).await;
     assert_eq!((status, headers["content-type"].to_str().unwrap()), (200, "text/plain"));

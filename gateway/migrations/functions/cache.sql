@@ -10,7 +10,8 @@
 -- Queues the key of every write to a cache bucket for its upload to the origin, in the writing
 -- transaction, so an acknowledged body can never miss its upload.
 -- Trigger: objects_enqueue_write_back, AFTER INSERT OR UPDATE OF size, etag, last_modified,
--- expires_at, meta, inline, body_id ON s3w.objects, FOR EACH ROW (migration 0010).
+-- expires_at, meta, inline, body_id ON s3w.objects, FOR EACH ROW (migration 0010). It fires
+-- before objects_event (name order), so the row a write's owed event is put on exists.
 -- Preconditions on the Rust SQL (gateway/src/store/):
 --   * every write path (PUT, conditional PUT, copy, multipart completion, tagging, RESP SET and
 --     EXPIRE) sets at least one of those columns: `UPDATE OF` fires on the columns named in SET
@@ -18,13 +19,79 @@
 --   * the cache tier's bookkeeping (mark clean, revalidate, record last use: store/cache.rs)
 --     sets only origin_etag, validated_at and accessed_at, so it queues nothing;
 --   * a DELETE queues nothing here: deletes are sent to the origin by the request itself.
+-- A body superseded before its upload settled is not uploaded (the newer one is), and its
+-- writer, waiting for that upload, is told it succeeded: the event it still owed is raised now,
+-- before the newer write's own.
 CREATE OR REPLACE FUNCTION pgvs3.enqueue_write_back() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE superseded jsonb;
 BEGIN
+    SELECT owed_event INTO superseded FROM pgvs3.origin_outbox
+     WHERE bucket_id = NEW.bucket_id AND key = NEW.key AND owed_event IS NOT NULL FOR UPDATE;
+    IF superseded IS NOT NULL THEN
+        PERFORM pgvs3.raise_owed_event(NEW.bucket_id, NEW.key, superseded);
+    END IF;
     INSERT INTO pgvs3.origin_outbox (bucket_id, key) VALUES (NEW.bucket_id, NEW.key)
     ON CONFLICT (bucket_id, key) DO UPDATE
         SET generation = nextval('pgvs3.outbox_generations'), enqueued_at = now(), attempts = 0,
-            next_attempt_at = now(), last_error = NULL;
+            next_attempt_at = now(), last_error = NULL, owed_event = NULL;
     RETURN NULL;
+END $$;
+
+-- Bucket notifications of cache buckets (layout v23). A write the cache acknowledges raises its
+-- event in the transaction that records it here: a body staged in s3w (objects_event calls
+-- cache_write_event), or, for a body the origin took first, the cache's entry or invalidation
+-- (store/cache.rs calls emit_object_event). A staged body whose writer waits for the origin
+-- (the rule of CacheTier::waits_for_origin: not write-back mode, or below the threshold) owes
+-- its event on its outbox row instead, until settle_write_back raises it; an undone write
+-- (drop_pending) drops it. A fill from the origin is no client write and raises nothing.
+CREATE OR REPLACE FUNCTION pgvs3.cache_write_event(bucket bigint, object_key text, event_name text,
+                                                   object_size bigint, object_etag text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgvs3.buckets WHERE id = bucket AND notifications IS NOT NULL) THEN
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgvs3.origins o
+                WHERE o.bucket_id = bucket
+                  AND (o.mode <> 'write-back' OR object_size < greatest(o.write_back_threshold, 1))) THEN
+        UPDATE pgvs3.origin_outbox
+           SET owed_event = jsonb_build_object('name', event_name, 'size', object_size, 'etag', object_etag)
+         WHERE bucket_id = bucket AND key = object_key;
+    ELSE
+        PERFORM pgvs3.emit_object_event(bucket, object_key, event_name, object_size, object_etag, NULL);
+    END IF;
+END $$;
+
+-- Raises an event a staged write owed (see cache_write_event).
+CREATE OR REPLACE FUNCTION pgvs3.raise_owed_event(bucket bigint, object_key text, owed jsonb) RETURNS void
+LANGUAGE sql AS $$
+    SELECT pgvs3.emit_object_event(bucket, object_key, owed ->> 'name', (owed ->> 'size')::bigint,
+                                   owed ->> 'etag', NULL)
+$$;
+
+-- The upload of generation `settled` of a key succeeded with `origin_etag`: the body that was
+-- uploaded stays where it is, now a clean entry with the ETag the origin gave it (not copied:
+-- its bytes are written once), and raises the event it owed. A newer generation stays queued.
+-- An entry filled before the write goes: it would show again once this body is evicted.
+CREATE OR REPLACE FUNCTION pgvs3.settle_write_back(bucket bigint, object_key text, settled bigint,
+                                                   etag_at_origin text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE owed jsonb;
+BEGIN
+    DELETE FROM pgvs3.origin_outbox WHERE bucket_id = bucket AND key = object_key AND generation = settled
+    RETURNING owed_event INTO owed;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    UPDATE s3w.objects SET origin_etag = etag_at_origin, validated_at = now(), accessed_at = now()
+     WHERE bucket_id = bucket AND key = object_key;
+    IF FOUND THEN
+        DELETE FROM s3c.ranges WHERE bucket_id = bucket AND key = object_key;
+        DELETE FROM s3c.objects WHERE bucket_id = bucket AND key = object_key;
+    END IF;
+    IF owed IS NOT NULL THEN
+        PERFORM pgvs3.raise_owed_event(bucket, object_key, owed);
+    END IF;
 END $$;
 
 -- A write to a clean (already uploaded) s3w row makes it pending again: not evictable, not

@@ -108,12 +108,12 @@ $$;
 -- Replaces a bucket's notification rules (`rules`: the JSON array crates/pgvs3-catalog's
 -- notifications module writes, [] or NULL: none); the one write path of S3's
 -- PutBucketNotificationConfiguration and of the operator's Bucket `notifications`. It checks
--- what only the database knows: the bucket exists (NO_DATA_FOUND) and is no cache bucket (whose
--- objects change at the origin, where no event of this database would see it), each queue is an
+-- what only the database knows: the bucket exists (NO_DATA_FOUND), each queue is an
 -- OJS queue name and each webhook target is registered (INVALID_PARAMETER_VALUE, hint
 -- UnknownDestination; the target is locked until commit so it cannot be dropped in between).
 -- With rules, the namespace's event triggers exist when it returns, so the first write after
--- it already raises its event; they are created only when missing (creating a trigger locks the
+-- it already raises its event (a cache bucket's, in s3w: its writes raise events there, see
+-- functions/cache.sql); they are created only when missing (creating a trigger locks the
 -- namespace's tables), and the same rules re-put change no row.
 CREATE OR REPLACE FUNCTION pgvs3.put_bucket_notifications(bucket text, rules jsonb) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -126,10 +126,6 @@ BEGIN
     SELECT * INTO b FROM pgvs3.buckets WHERE name = bucket;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'bucket % does not exist', bucket USING ERRCODE = 'no_data_found';
-    END IF;
-    IF stored IS NOT NULL AND EXISTS (SELECT 1 FROM pgvs3.origins WHERE bucket_id = b.id) THEN
-        RAISE EXCEPTION 'bucket notifications are not supported on cache buckets'
-            USING ERRCODE = 'feature_not_supported';
     END IF;
     FOR rule IN SELECT value FROM jsonb_array_elements(coalesce(rules, '[]')) LOOP
         IF coalesce(rule->>'webhook', '') <> '' THEN

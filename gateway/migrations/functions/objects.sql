@@ -335,6 +335,20 @@ END $$;
 CREATE OR REPLACE FUNCTION pgvs3.object_event() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE moved boolean;
 BEGIN
+    -- A cache bucket's own bodies (functions/cache.sql): a new body is a client's write; a row
+    -- deleted is the cache's bookkeeping (eviction, a fill replacing a clean body, an undone
+    -- write), never a client's delete, which raises its event where the request sends it to
+    -- the origin (store/cache.rs). Cache buckets keep no versions.
+    IF TG_TABLE_SCHEMA = 's3w' THEN
+        IF TG_TABLE_NAME = 'objects' AND TG_OP <> 'DELETE'
+           AND (TG_OP = 'INSERT' OR OLD.etag IS DISTINCT FROM NEW.etag
+                OR OLD.last_modified IS DISTINCT FROM NEW.last_modified) THEN
+            PERFORM pgvs3.cache_write_event(NEW.bucket_id, NEW.key,
+                CASE WHEN NEW.meta ? 'pc' THEN 'ObjectCreated:CompleteMultipartUpload' ELSE 'ObjectCreated:Put' END,
+                NEW.size, NEW.etag);
+        END IF;
+        RETURN NULL;
+    END IF;
     IF TG_TABLE_NAME = 'objects' THEN
         IF TG_OP = 'DELETE' THEN
             EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.versions WHERE bucket_id = $1 AND key = $2

@@ -447,3 +447,83 @@ BEGIN
     UPDATE ojs.workflows SET started_at = now() WHERE id = new.workflow_id AND started_at IS NULL;
     RETURN NULL;
 END $$;
+
+-- Job dependencies (layout v23, `options.depends_on`; table ojs.job_dependencies). A job that
+-- waits for others is inserted `pending` with no workflow; these functions decide its fate.
+-- Trigger: jobs_dependency_settled, AFTER UPDATE OF state ON ojs.jobs, FOR EACH ROW WHEN the
+-- state becomes completed, discarded or cancelled (migration 0023). What must stay true:
+--   * a dependency's settling and a dependent's enqueue never miss each other: the enqueue
+--     (add_dependencies) locks the dependencies FOR SHARE before it looks at their states, and
+--     the trigger locks the waiting dependents before it does, each look a statement of its own
+--     (a fresh snapshot in READ COMMITTED, so it sees what the other committed while it waited);
+--   * cancelling a dependent cancels every job waiting on it in the same statement (the closure),
+--     so the trigger's nesting stays two deep however long a chain of dependencies is.
+
+-- Releases `job` when all its dependencies completed, cancels it and what waits on it when one
+-- was discarded or cancelled; otherwise it keeps waiting.
+CREATE OR REPLACE FUNCTION ojs.resolve_dependencies(job text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    failed record;
+BEGIN
+    SELECT p.id, p.state INTO failed
+      FROM ojs.job_dependencies d JOIN ojs.jobs p ON p.id = d.depends_on
+     WHERE d.job_id = job AND p.state IN ('discarded', 'cancelled')
+     ORDER BY p.id LIMIT 1;
+    IF FOUND THEN
+        WITH RECURSIVE doomed(id) AS (
+            SELECT job
+            UNION
+            SELECT d.job_id FROM ojs.job_dependencies d JOIN doomed ON d.depends_on = doomed.id)
+        UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now(),
+               error = jsonb_build_object('code', 'dependency_failed', 'type', 'dependency_failed',
+                                          'message', format('dependency %s was %s', failed.id, failed.state),
+                                          'details', jsonb_build_object('dependency_id', failed.id,
+                                                                        'dependency_state', failed.state))
+         WHERE id IN (SELECT id FROM doomed) AND state = 'pending' AND workflow_id IS NULL;
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM ojs.job_dependencies d JOIN ojs.jobs p ON p.id = d.depends_on
+                WHERE d.job_id = job AND p.state <> 'completed') THEN
+        RETURN;
+    END IF;
+    WITH released AS (
+        UPDATE ojs.jobs SET state = CASE WHEN run_at > now() THEN 'scheduled' ELSE 'available' END
+         WHERE id = job AND state = 'pending' AND workflow_id IS NULL
+        RETURNING id, queue, type, priority, envelope)
+    INSERT INTO ojs.events (id, type, queue, job_id, data)
+    SELECT gen_random_uuid()::text, 'job.enqueued', queue, id,
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'priority', priority)
+           || ojs.trace_of(envelope)
+      FROM released;
+END $$;
+
+-- Records what the just-inserted `job` waits for and resolves it at once (its dependencies may
+-- all be settled already). Returns the ids that name no job (then nothing is recorded, and the
+-- caller refuses the enqueue).
+CREATE OR REPLACE FUNCTION ojs.add_dependencies(job text, deps text[]) RETURNS text[] LANGUAGE plpgsql AS $$
+DECLARE
+    missing text[];
+BEGIN
+    PERFORM 1 FROM ojs.jobs WHERE id = ANY(deps) ORDER BY id FOR SHARE;
+    SELECT coalesce(array_agg(d ORDER BY n), '{}') INTO missing
+      FROM unnest(deps) WITH ORDINALITY AS t(d, n)
+     WHERE NOT EXISTS (SELECT 1 FROM ojs.jobs WHERE id = d);
+    IF cardinality(missing) > 0 THEN
+        RETURN missing;
+    END IF;
+    INSERT INTO ojs.job_dependencies (job_id, depends_on) SELECT job, d FROM unnest(deps) d;
+    PERFORM ojs.resolve_dependencies(job);
+    RETURN missing;
+END $$;
+
+CREATE OR REPLACE FUNCTION ojs.dependency_settled() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    dependent text;
+BEGIN
+    FOR dependent IN SELECT j.id FROM ojs.job_dependencies d JOIN ojs.jobs j ON j.id = d.job_id
+                      WHERE d.depends_on = new.id AND j.state = 'pending'
+                      ORDER BY j.id FOR UPDATE OF j LOOP
+        PERFORM ojs.resolve_dependencies(dependent);
+    END LOOP;
+    RETURN NULL;
+END $$;

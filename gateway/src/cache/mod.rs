@@ -29,7 +29,7 @@ use crate::admission::BufferBudget;
 use crate::store::{
     BodyStream, BucketInfo, ByteRange, CacheEntry, CacheMode, EntryHead, FillLock, ListPage, ListRequest, ObjectHead,
     ObjectRead, Origin, PutOutcome, RangeLookup, ReadOptions, Store, StoreError, StoreResult, Upload, WriteCondition,
-    check_declared_length, read_prefix,
+    WriteEvent, check_declared_length, read_prefix,
 };
 
 #[derive(Debug, Clone)]
@@ -317,7 +317,7 @@ impl CacheTier {
                 let data = data.clone();
                 async move { Ok(data) }
             }));
-            self.store().cache_store(bucket.id, key, &head, whole).await
+            self.store().cache_store(bucket.id, key, &head, whole, None).await
         } else {
             self.store()
                 .cache_store_ranges(bucket.id, key, &head, chunk_size, first_chunk, &data)
@@ -611,8 +611,15 @@ impl CacheTier {
             .await
             .map_err(|err| self.origin_error(err))?;
         let last_modified = SystemTime::now();
+        // The origin has the write: its event is raised with what the cache records of it (a
+        // gateway that dies before that commits raises none, and its client hears nothing).
+        let event = WriteEvent {
+            name: "ObjectCreated:Put",
+            size: Some(size),
+            etag: Some(&etag),
+        };
         if origin.mode == CacheMode::ReadThrough {
-            self.store().cache_forget(bucket.id, key).await?;
+            self.store().cache_forget(bucket.id, key, &event).await?;
         } else {
             let head = EntryHead {
                 size,
@@ -621,7 +628,9 @@ impl CacheTier {
                 meta: meta.clone(),
             };
             let body: BodyStream = Box::pin(futures::stream::once(async move { Ok(body) }));
-            self.store().cache_store(bucket.id, key, &head, body).await?;
+            self.store()
+                .cache_store(bucket.id, key, &head, body, Some(&event))
+                .await?;
         }
         Ok(PutOutcome {
             etag,
@@ -669,7 +678,7 @@ impl CacheTier {
         if let Some(due) = self.store().outbox_row(bucket.id, key).await?
             && let Err(err) = self.upload(&due).await
         {
-            self.store().cache_drop_pending(bucket.id, key).await?;
+            self.store().cache_drop_pending(bucket.id, key, false).await?;
             return Err(err);
         }
         Ok(())
@@ -679,13 +688,20 @@ impl CacheTier {
     pub async fn delete(&self, bucket: &Arc<BucketInfo>, key: &str) -> StoreResult<()> {
         let remote = self.remote(bucket)?;
         if self.store().cache_pending(bucket.id, key).await? {
-            self.store().cache_drop_pending(bucket.id, key).await?;
+            self.store().cache_drop_pending(bucket.id, key, true).await?;
         }
         match remote.client.delete(key).await {
             Ok(()) | Err(OriginError::Missing) => {}
             Err(err) => return Err(self.origin_error(err)),
         }
-        self.store().cache_forget(bucket.id, key).await
+        // Raised whenever the origin took the delete: S3 answers 204 whether or not it had the
+        // key, so the cache cannot tell a delete of nothing.
+        let event = WriteEvent {
+            name: "ObjectRemoved:Delete",
+            size: None,
+            etag: None,
+        };
+        self.store().cache_forget(bucket.id, key, &event).await
     }
 
     /// Lists the origin bucket (pending write-backs appear once uploaded).

@@ -32,6 +32,26 @@ pub struct NewJob {
     pub visibility_ms: i32,
     pub unique: Option<Unique>,
     pub rate_limit: Option<RateLimit>,
+    /// `options.depends_on`: ids of existing jobs this one waits for (at most
+    /// [`MAX_DEPENDENCIES`], no repeats).
+    pub depends_on: Vec<String>,
+}
+
+/// Jobs one job may wait for; a larger fan-in belongs in a batch workflow with callbacks.
+pub const MAX_DEPENDENCIES: usize = 100;
+
+impl NewJob {
+    /// Refuses a job that names dependencies where they cannot apply (`context`: a workflow's
+    /// member, a cron template), rather than running it without them.
+    pub fn without_dependencies(self, context: &str) -> Result<NewJob, OjsError> {
+        if self.depends_on.is_empty() {
+            Ok(self)
+        } else {
+            Err(OjsError::invalid(format!(
+                "options.depends_on is not supported in {context}; name the jobs of a plain enqueue"
+            )))
+        }
+    }
 }
 
 /// `options.rate_limit` (ext-rate-limiting): the partition key and its limits on job starts.
@@ -130,13 +150,10 @@ pub fn parse_job(value: Value, max_args_bytes: usize) -> Result<NewJob, OjsError
             ));
         }
     };
-    // The HTTP binding's job dependencies are not implemented: a job that names some is refused
-    // rather than run before them.
-    if option("depends_on").is_some_and(|deps| deps.as_array().is_none_or(|list| !list.is_empty())) {
-        return Err(OjsError::unprocessable(
-            "options.depends_on is not supported; order jobs with a chain workflow (POST /ojs/v1/workflows)",
-        ));
-    }
+    let depends_on = match option("depends_on") {
+        None => Vec::new(),
+        Some(deps) => parse_dependencies(deps, &id)?,
+    };
     let priority = match option("priority") {
         None => 0,
         Some(value) => parse_priority(value)?,
@@ -175,7 +192,35 @@ pub fn parse_job(value: Value, max_args_bytes: usize) -> Result<NewJob, OjsError
         visibility_ms,
         unique,
         rate_limit,
+        depends_on,
     })
+}
+
+/// `options.depends_on`: an array of job ids (UUIDs), none of them the job's own.
+fn parse_dependencies(deps: &Value, own_id: &str) -> Result<Vec<String>, OjsError> {
+    let Value::Array(list) = deps else {
+        return Err(OjsError::invalid("options.depends_on must be an array of job ids"));
+    };
+    if list.len() > MAX_DEPENDENCIES {
+        return Err(OjsError::invalid(format!(
+            "options.depends_on names at most {MAX_DEPENDENCIES} jobs"
+        )));
+    }
+    let mut ids: Vec<String> = Vec::with_capacity(list.len());
+    for dep in list {
+        match dep {
+            Value::String(id) if is_uuid(id) && id != own_id => {
+                if !ids.contains(id) {
+                    ids.push(id.clone());
+                }
+            }
+            Value::String(id) if id == own_id => {
+                return Err(OjsError::invalid("a job cannot depend on itself"));
+            }
+            _ => return Err(OjsError::invalid("options.depends_on must be an array of job ids")),
+        }
+    }
+    Ok(ids)
 }
 
 /// Accepts the spec's form (`rate: {limit, period}`, `throttle: {limit, period}`) and the short

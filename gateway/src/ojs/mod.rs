@@ -798,6 +798,16 @@ impl OjsService {
                 "unique options are not supported in batches; enqueue such jobs singly",
             ));
         }
+        // A job may wait for jobs earlier in the batch, never later ones: every dependency is
+        // older than its dependent, so no cycle can form.
+        for (index, job) in jobs.iter().enumerate() {
+            if let Some(later) = jobs[index..].iter().find(|other| job.depends_on.contains(&other.id)) {
+                return Err(OjsError::invalid(format!(
+                    "jobs[{index}]: options.depends_on names job {}, which is not enqueued before it",
+                    later.id
+                )));
+            }
+        }
         let inserted = self.inner.queue.enqueue(&jobs, Answer::Summary).await?;
         pressure_headers(&inserted, headers);
         let stored = inserted.jobs;
@@ -1059,7 +1069,7 @@ impl OjsService {
             .cloned()
             .ok_or_else(|| OjsError::invalid("a cron schedule needs a \"job_template\""))?;
         // Checked now so a bad template fails here rather than at every tick.
-        envelope::parse_job(template, self.inner.options.max_args_bytes)?;
+        envelope::parse_job(template, self.inner.options.max_args_bytes)?.without_dependencies("a cron template")?;
         let mut definition = body;
         definition["expression"] = Value::String(expression);
         let cron = self.inner.queue.put_cron(&name, &definition, &schedule).await?;

@@ -415,8 +415,14 @@ impl Queue {
         {
             return self.enqueue_unique(job).await;
         }
-        let client = self.client().await?;
-        insert_placed(&client, jobs, &Placement::default(), answer).await
+        let mut client = self.client().await?;
+        if jobs.iter().all(|job| job.depends_on.is_empty()) {
+            return insert_placed(&client, jobs, &Placement::default(), answer).await;
+        }
+        let tx = client.transaction().await.map_err(OjsError::sql)?;
+        let inserted = insert_waiting(&tx, jobs, answer).await?;
+        tx.commit().await.map_err(OjsError::sql)?;
+        Ok(inserted)
     }
 
     async fn enqueue_unique(&self, job: &NewJob) -> Result<Inserted, OjsError> {
@@ -465,7 +471,7 @@ impl Queue {
                 }
             }
         }
-        let inserted = insert(&tx, std::slice::from_ref(job)).await?;
+        let inserted = insert_waiting(&tx, std::slice::from_ref(job), Answer::Job).await?;
         tx.commit().await.map_err(OjsError::sql)?;
         Ok(inserted)
     }
@@ -1223,7 +1229,8 @@ impl Queue {
         let client = self.client().await?;
         client
             .batch_execute(
-                "TRUNCATE ojs.jobs, ojs.queues, ojs.events, ojs.cron, ojs.workflows, ojs.workers, ojs.rate_limits",
+                "TRUNCATE ojs.jobs, ojs.job_dependencies, ojs.queues, ojs.events, ojs.cron, ojs.workflows, ojs.workers,
+                 ojs.rate_limits",
             )
             .await
             .map_err(OjsError::sql)
@@ -1286,6 +1293,56 @@ pub enum Answer {
 
 async fn insert(client: &impl deadpool_postgres::GenericClient, jobs: &[NewJob]) -> Result<Inserted, OjsError> {
     insert_placed(client, jobs, &Placement::default(), Answer::Job).await
+}
+
+/// Inserts jobs of which some wait for others (`options.depends_on`), in the caller's
+/// transaction: those are inserted `pending`, then their dependencies recorded and resolved
+/// (functions/ojs.sql), so a job whose dependencies all completed already is answered
+/// available. A dependency that names no job refuses the whole enqueue (404, the transaction
+/// is not committed).
+async fn insert_waiting(
+    tx: &deadpool_postgres::Transaction<'_>,
+    jobs: &[NewJob],
+    answer: Answer,
+) -> Result<Inserted, OjsError> {
+    let placement = Placement {
+        held: jobs.iter().map(|job| !job.depends_on.is_empty()).collect(),
+        ..Placement::default()
+    };
+    let mut inserted = insert_placed(tx, jobs, &placement, answer).await?;
+    if inserted.jobs.len() != jobs.len() {
+        // Refused as a whole (a full queue): nothing waits.
+        return Ok(inserted);
+    }
+    for (job, body) in jobs.iter().zip(inserted.jobs.iter_mut()) {
+        if job.depends_on.is_empty() {
+            continue;
+        }
+        let missing: Vec<String> = tx
+            .query_one("SELECT ojs.add_dependencies($1, $2)", &[&job.id, &job.depends_on])
+            .await
+            .map_err(OjsError::sql)?
+            .get(0);
+        if let Some(first) = missing.first() {
+            return Err(
+                OjsError::not_found(format!("job {} depends on job {first}, which does not exist", job.id))
+                    .with_details(json!({ "resource_type": "job", "resource_id": first, "missing": missing })),
+            );
+        }
+        // Read again: the resolution may have released it already.
+        let row = tx
+            .query_one(
+                "SELECT j.state, ojs.job_json(j) FROM ojs.jobs j WHERE j.id = $1",
+                &[&job.id],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        match answer {
+            Answer::Job => *body = row.get(1),
+            Answer::Summary => body["state"] = Value::String(row.get(0)),
+        }
+    }
+    Ok(inserted)
 }
 
 enum CancelError {

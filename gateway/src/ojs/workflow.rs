@@ -186,7 +186,9 @@ fn is_workflow(member: &Value) -> bool {
 /// One job of a workflow: a plain job envelope. Unique options would make a step's release
 /// depend on other jobs, so they are refused.
 fn member_job(job: Value, path: &str, max_args_bytes: usize) -> Result<NewJob, OjsError> {
-    let job = envelope::parse_job(job, max_args_bytes).map_err(|error| invalid(path, &error.message))?;
+    let job = envelope::parse_job(job, max_args_bytes)
+        .and_then(|job| job.without_dependencies("a workflow (order its members by its kind)"))
+        .map_err(|error| invalid(path, &error.message))?;
     if job.unique.is_some() {
         return Err(invalid(path, "unique options are not supported in workflows"));
     }

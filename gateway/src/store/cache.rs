@@ -38,6 +38,8 @@ struct CacheSql {
     retry_later: String,
     settle: String,
     drop_pending: String,
+    raise_owed: String,
+    raise_event: String,
     outbox_depth: String,
     range_size: String,
     range_chunks: String,
@@ -140,23 +142,15 @@ static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
                              last_error = $5
                        WHERE bucket_id = $1 AND key = $2 AND generation = $3"
             .into(),
-        // The body that was uploaded stays where it is, now a clean entry with the ETag the
-        // origin gave it (not copied: its bytes are written once). A newer generation stays
-        // queued. An entry filled before the write goes: it would show again once this body
-        // is evicted.
-        settle: "WITH done AS (
-                     DELETE FROM pgvs3.origin_outbox WHERE bucket_id = $1 AND key = $2 AND generation = $3
-                     RETURNING bucket_id, key),
-                 clean AS (
-                     UPDATE s3w.objects w SET origin_etag = $4, validated_at = now(), accessed_at = now()
-                       FROM done WHERE w.bucket_id = done.bucket_id AND w.key = done.key
-                     RETURNING w.key),
-                 chunks AS (DELETE FROM s3c.ranges r USING clean WHERE r.bucket_id = $1 AND r.key = clean.key)
-                 DELETE FROM s3c.objects c USING clean WHERE c.bucket_id = $1 AND c.key = clean.key"
-            .into(),
+        // The upload's own function (functions/cache.sql): it also raises the event the body owed.
+        settle: "SELECT pgvs3.settle_write_back($1, $2, $3, $4)".into(),
         drop_pending: "WITH queued AS (DELETE FROM pgvs3.origin_outbox WHERE bucket_id = $1 AND key = $2 RETURNING 1)
                        DELETE FROM s3w.objects WHERE bucket_id = $1 AND key = $2"
             .into(),
+        raise_owed: "SELECT pgvs3.raise_owed_event($1, $2, owed_event) FROM pgvs3.origin_outbox
+                      WHERE bucket_id = $1 AND key = $2 AND owed_event IS NOT NULL"
+            .into(),
+        raise_event: "SELECT pgvs3.emit_object_event($1, $2, $3, $4, $5, NULL)".into(),
         outbox_depth: "SELECT count(*), coalesce(extract(epoch FROM now() - min(enqueued_at)), 0)::float8
                          FROM pgvs3.origin_outbox"
             .into(),
@@ -300,6 +294,7 @@ async fn write_entry(
     key: &str,
     head: &EntryHead,
     mut body: BodyStream,
+    event: Option<&WriteEvent<'_>>,
 ) -> StoreResult<()> {
     let (first, ended) = read_prefix(&mut body, INLINE_LIMIT as u64).await?;
     let size = head.size as i64;
@@ -331,7 +326,29 @@ async fn write_entry(
     )
     .await?;
     tx.execute(&SQL.supersede, &[&bucket_id, &key]).await?;
+    if let Some(event) = event {
+        raise(&tx, bucket_id, key, event).await?;
+    }
     tx.commit().await?;
+    Ok(())
+}
+
+/// An object event of a client's write through a cache bucket that the origin took first
+/// (bucket notifications), raised in the transaction that records the write in the cache (its
+/// entry, or its invalidation), after the origin accepted it. Writes staged here raise theirs
+/// from the s3w triggers (functions/cache.sql); fills from the origin raise none.
+pub struct WriteEvent<'a> {
+    /// `ObjectCreated:Put`, `ObjectRemoved:Delete`, ...
+    pub name: &'static str,
+    pub size: Option<u64>,
+    pub etag: Option<&'a str>,
+}
+
+async fn raise(db: &impl GenericClient, bucket_id: i64, key: &str, event: &WriteEvent<'_>) -> StoreResult<()> {
+    let size = event.size.map(|size| size as i64);
+    let statement = db.prepare_cached(&SQL.raise_event).await?;
+    db.execute(&statement, &[&bucket_id, &key, &event.name, &size, &event.etag])
+        .await?;
     Ok(())
 }
 
@@ -409,7 +426,7 @@ impl FillLock {
     }
 
     pub async fn store(&mut self, bucket_id: i64, key: &str, head: &EntryHead, body: BodyStream) -> StoreResult<()> {
-        write_entry(self.0.client(), bucket_id, key, head, body).await
+        write_entry(self.0.client(), bucket_id, key, head, body, None).await
     }
 
     /// The origin confirmed that the cached body (with `etag`) is still current.
@@ -494,15 +511,29 @@ impl Store {
         })
     }
 
-    /// Caches a body the origin just accepted (write-through).
-    pub async fn cache_store(&self, bucket_id: i64, key: &str, head: &EntryHead, body: BodyStream) -> StoreResult<()> {
+    /// Caches a body the origin just sent or accepted (`event`: a client's write-through,
+    /// whose event is raised with it).
+    pub async fn cache_store(
+        &self,
+        bucket_id: i64,
+        key: &str,
+        head: &EntryHead,
+        body: BodyStream,
+        event: Option<&WriteEvent<'_>>,
+    ) -> StoreResult<()> {
         let mut client = self.client().await?;
-        write_entry(&mut client, bucket_id, key, head, body).await
+        write_entry(&mut client, bucket_id, key, head, body, event).await
     }
 
-    pub async fn cache_forget(&self, bucket_id: i64, key: &str) -> StoreResult<()> {
-        let client = self.client().await?;
-        forget(&client, bucket_id, key).await
+    /// Forgets what the cache holds of a key that a client's write or delete just changed at
+    /// the origin, and raises that write's event with it.
+    pub async fn cache_forget(&self, bucket_id: i64, key: &str, event: &WriteEvent<'_>) -> StoreResult<()> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        forget(&tx, bucket_id, key).await?;
+        raise(&tx, bucket_id, key, event).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     /// Whether a body for this key still waits for its upload. Asked before any write to a
@@ -527,8 +558,10 @@ impl Store {
     }
 
     /// Drops a key's pending body and its outbox row, after waiting for an upload of it in
-    /// progress (so that upload cannot land at the origin after the caller's delete).
-    pub async fn cache_drop_pending(&self, bucket_id: i64, key: &str) -> StoreResult<()> {
+    /// progress (so that upload cannot land at the origin after the caller's delete). The event
+    /// the body still owed is raised first when it was acknowledged (`acknowledged`: a client
+    /// deletes the key), dropped with it when its write is being undone.
+    pub async fn cache_drop_pending(&self, bucket_id: i64, key: &str, acknowledged: bool) -> StoreResult<()> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         tx.execute(
@@ -536,6 +569,9 @@ impl Store {
             &[&lock_key("upload", bucket_id, key)],
         )
         .await?;
+        if acknowledged {
+            tx.execute(&SQL.raise_owed, &[&bucket_id, &key]).await?;
+        }
         tx.execute(&SQL.drop_pending, &[&bucket_id, &key]).await?;
         forget(&tx, bucket_id, key).await?;
         tx.commit().await?;

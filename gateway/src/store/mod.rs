@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use deadpool_postgres::Pool;
 
-pub use cache::{CacheEntry, DueUpload, EntryHead, FillLock, RangeLookup, UploadLock};
+pub use cache::{CacheEntry, DueUpload, EntryHead, FillLock, RangeLookup, UploadLock, WriteEvent};
 pub use catalog::{AccessKey, BucketInfo, BucketSummary, Catalog, NewAccessKey, NewBucket};
 pub use chunks::CHUNK_SIZE;
 pub use conditions::{EtagCondition, Preconditions, WriteCondition, as_copy_source_error};
