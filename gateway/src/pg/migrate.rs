@@ -20,7 +20,7 @@ use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 21;
+pub const LAYOUT_VERSION: i32 = 22;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -103,6 +103,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         21,
         "control_api_notifications_key_policies",
         include_str!("../../migrations/0021_control_api_notifications_key_policies.sql"),
+    ),
+    (
+        22,
+        "quotas_count_versions",
+        include_str!("../../migrations/0024_quotas_count_versions.sql"),
     ),
 ];
 
