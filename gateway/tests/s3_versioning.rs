@@ -498,7 +498,9 @@ async fn redis_query<T: redis::FromRedisValue>(con: &mut redis::aio::Multiplexed
     for arg in &args[1..] {
         cmd.arg(*arg);
     }
-    cmd.query_async(con).await.unwrap_or_else(|err| panic!("{args:?}: {err}"))
+    cmd.query_async(con)
+        .await
+        .unwrap_or_else(|err| panic!("{args:?}: {err}"))
 }
 
 async fn redis_error(con: &mut redis::aio::MultiplexedConnection, args: &[&str]) -> String {
@@ -555,14 +557,20 @@ async fn resp_writes_versions_and_delete_markers_in_a_versioned_bucket() {
     let _: () = redis_query(&mut con, &["SET", "k", "four"]).await;
     let reaped = gw.gateway.store.reap_retired(Duration::ZERO).await.unwrap();
     assert_eq!(reaped.bodies, 0, "{reaped:?}");
-    assert_eq!(get_version(s3, "resp", "k", Some(&current)).await.unwrap().0, noise(100_000, 7));
+    assert_eq!(
+        get_version(s3, "resp", "k", Some(&current)).await.unwrap().0,
+        noise(100_000, 7)
+    );
 
     // DEL writes a delete marker; the versions stay. A DEL of a deleted key writes nothing.
     let deleted: i64 = redis_query(&mut con, &["DEL", "k", "never"]).await;
     assert_eq!(deleted, 1);
     let gone: Option<String> = redis_query(&mut con, &["GET", "k"]).await;
     assert_eq!(gone, None);
-    assert_eq!(get_version(s3, "resp", "k", None).await, Err((404, Some("true".into()))));
+    assert_eq!(
+        get_version(s3, "resp", "k", None).await,
+        Err((404, Some("true".into())))
+    );
     let deleted: i64 = redis_query(&mut con, &["DEL", "k"]).await;
     assert_eq!(deleted, 0);
     let versions = versions_of(s3, "resp", "k").await;
@@ -592,7 +600,10 @@ async fn resp_writes_versions_and_delete_markers_in_a_versioned_bucket() {
     assert_eq!(set, 1);
     let deleted: i64 = redis_query(&mut con, &["DEL", "h"]).await;
     assert_eq!(deleted, 1);
-    assert!(versions_of(s3, "resp", "h").await.is_empty(), "no marker for a typed key");
+    assert!(
+        versions_of(s3, "resp", "h").await.is_empty(),
+        "no marker for a typed key"
+    );
 
     // Suspended: writes replace the null version, DEL makes the null version a marker.
     versioning(s3, "resp", BucketVersioningStatus::Suspended).await;
@@ -603,7 +614,10 @@ async fn resp_writes_versions_and_delete_markers_in_a_versioned_bucket() {
         versions_of(s3, "resp", "s").await,
         vec![("s".into(), "null".into(), true, false)]
     );
-    assert_eq!(get_version(s3, "resp", "s", None).await.unwrap(), (b"second".to_vec(), Some("null".into())));
+    assert_eq!(
+        get_version(s3, "resp", "s", None).await.unwrap(),
+        (b"second".to_vec(), Some("null".into()))
+    );
     let k = versions_of(s3, "resp", "k").await;
     assert_eq!(k.iter().filter(|v| v.1 == "null").count(), 1, "{k:?}");
     let deleted: i64 = redis_query(&mut con, &["DEL", "s"]).await;
@@ -653,7 +667,10 @@ async fn resp_versions_get_the_default_retention_and_stay_locked() {
         .unwrap()
         .retention
         .unwrap();
-    assert_eq!(retention.mode, Some(aws_sdk_s3::types::ObjectLockRetentionMode::Governance));
+    assert_eq!(
+        retention.mode,
+        Some(aws_sdk_s3::types::ObjectLockRetentionMode::Governance)
+    );
     let until = std::time::SystemTime::try_from(retention.retain_until_date.unwrap()).unwrap();
     let left = until.duration_since(std::time::SystemTime::now()).unwrap();
     assert!(
@@ -667,7 +684,10 @@ async fn resp_versions_get_the_default_retention_and_stay_locked() {
     let versions = versions_of(s3, "vault", "backup").await;
     assert_eq!(versions.len(), 3, "{versions:?}");
     assert!(versions[0].3, "a marker first: {versions:?}");
-    assert_eq!(get_version(s3, "vault", "backup", Some(&locked)).await.unwrap().0, b"v1");
+    assert_eq!(
+        get_version(s3, "vault", "backup", Some(&locked)).await.unwrap().0,
+        b"v1"
+    );
     assert_eq!(get_version(s3, "vault", "moved", None).await.unwrap().0, b"v2");
     let refused = s3
         .delete_object()
@@ -734,7 +754,10 @@ async fn concurrent_overwrites_make_the_last_committed_version_current() {
         }
         let versions = versions_of(s3, "race", &key).await;
         assert_eq!(versions.len(), 2, "{versions:?}");
-        assert!(versions[0].2, "round {round}: the newest id is the current version: {versions:?}");
+        assert!(
+            versions[0].2,
+            "round {round}: the newest id is the current version: {versions:?}"
+        );
         let (body, current) = get_version(s3, "race", &key, None).await.unwrap();
         assert_eq!(current.as_deref(), Some(versions[0].1.as_str()), "round {round}");
         assert!(ids.contains(&versions[0].1), "{ids:?} {versions:?}");
@@ -765,7 +788,10 @@ async fn quotas_count_noncurrent_versions_and_delete_markers() {
     // Versions written before the quota are counted when it is set.
     let first = put(s3, "metered", "k", &noise(3_000, 1)).await.unwrap();
     put(s3, "metered", "k", &noise(3_000, 2)).await.unwrap();
-    catalog.set_bucket_quota("metered", Some(10_000), Some(5)).await.unwrap();
+    catalog
+        .set_bucket_quota("metered", Some(10_000), Some(5))
+        .await
+        .unwrap();
     assert_eq!(usage(&gw, "metered").await, (6_000, 2));
 
     // An overwrite keeps what it replaces: it grows the bucket by its whole size.
@@ -808,7 +834,10 @@ async fn quotas_count_noncurrent_versions_and_delete_markers() {
 
     // Suspended: a write replaces the null version (here the null delete marker), so only its
     // growth counts, even at the object limit.
-    catalog.set_bucket_quota("metered", Some(20_000), Some(5)).await.unwrap();
+    catalog
+        .set_bucket_quota("metered", Some(20_000), Some(5))
+        .await
+        .unwrap();
     versioning(s3, "metered", BucketVersioningStatus::Suspended).await;
     s3.delete_object().bucket("metered").key("k").send().await.unwrap();
     let (bytes, objects) = usage(&gw, "metered").await;
@@ -831,4 +860,114 @@ async fn quotas_count_noncurrent_versions_and_delete_markers() {
         .await
         .unwrap();
     assert_eq!(usage(&gw, "metered").await, (counted.get(0), counted.get(1)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn version_operations_need_the_version_actions_of_a_policy() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("shared").send().await.unwrap();
+    versioning(s3, "shared", BucketVersioningStatus::Enabled).await;
+    let old = put(s3, "shared", "doc", b"old").await.unwrap();
+    let current = put(s3, "shared", "doc", b"current").await.unwrap();
+    let bob = common::s3::add_key(&gw, "BOBKEY").await;
+    // Bob may read objects and tag them, list the bucket, and nothing of versions.
+    let policy = r#"{"Version":"2012-10-17","Statement":[
+        {"Effect":"Allow","Principal":{"AWS":"BOBKEY"},
+         "Action":["s3:GetObject","s3:GetObjectTagging","s3:PutObjectTagging","s3:DeleteObjectTagging",
+                   "s3:GetObjectAcl","s3:PutObjectAcl","s3:DeleteObject"],
+         "Resource":"arn:aws:s3:::shared/*"},
+        {"Effect":"Allow","Principal":{"AWS":"BOBKEY"},"Action":"s3:ListBucket","Resource":"arn:aws:s3:::shared"}]}"#;
+    s3.put_bucket_policy()
+        .bucket("shared")
+        .policy(policy)
+        .send()
+        .await
+        .unwrap();
+    let status = |err: Option<u16>| err.unwrap_or(200);
+    fn refused<T, E>(result: Result<T, aws_sdk_s3::error::SdkError<E>>) -> Option<u16> {
+        result
+            .err()
+            .map(|err| err.raw_response().map_or(0, |raw| raw.status().as_u16()))
+    }
+
+    assert_eq!(get_version(&bob, "shared", "doc", None).await.unwrap().0, b"current");
+    assert_eq!(get_version(&bob, "shared", "doc", Some(&old)).await, Err((403, None)));
+    assert_eq!(
+        get_version(&bob, "shared", "doc", Some(&current)).await,
+        Err((403, None))
+    );
+    let head = bob
+        .head_object()
+        .bucket("shared")
+        .key("doc")
+        .version_id(&old)
+        .send()
+        .await;
+    assert_eq!(status(refused(head)), 403);
+    let tags = bob.get_object_tagging().bucket("shared").key("doc").send().await;
+    assert_eq!(status(refused(tags)), 200);
+    let tags = bob
+        .get_object_tagging()
+        .bucket("shared")
+        .key("doc")
+        .version_id(&old)
+        .send()
+        .await;
+    assert_eq!(status(refused(tags)), 403);
+    let tagging = aws_sdk_s3::types::Tagging::builder()
+        .tag_set(aws_sdk_s3::types::Tag::builder().key("a").value("b").build().unwrap())
+        .build()
+        .unwrap();
+    let tag = bob
+        .put_object_tagging()
+        .bucket("shared")
+        .key("doc")
+        .version_id(&old)
+        .tagging(tagging.clone())
+        .send()
+        .await;
+    assert_eq!(status(refused(tag)), 403);
+    let tag = bob
+        .put_object_tagging()
+        .bucket("shared")
+        .key("doc")
+        .tagging(tagging)
+        .send()
+        .await;
+    assert_eq!(status(refused(tag)), 200);
+    let untag = bob
+        .delete_object_tagging()
+        .bucket("shared")
+        .key("doc")
+        .version_id(&old)
+        .send()
+        .await;
+    assert_eq!(status(refused(untag)), 403);
+    let acl = bob
+        .get_object_acl()
+        .bucket("shared")
+        .key("doc")
+        .version_id(&old)
+        .send()
+        .await;
+    assert_eq!(status(refused(acl)), 403);
+    let acl = bob.get_object_acl().bucket("shared").key("doc").send().await;
+    assert_eq!(status(refused(acl)), 200);
+    let listed = bob.list_object_versions().bucket("shared").send().await;
+    assert_eq!(status(refused(listed)), 403);
+    let listed = bob.list_objects_v2().bucket("shared").send().await;
+    assert_eq!(status(refused(listed)), 200);
+    let removed = bob
+        .delete_object()
+        .bucket("shared")
+        .key("doc")
+        .version_id(&old)
+        .send()
+        .await;
+    assert_eq!(status(refused(removed)), 403);
+    assert_eq!(get_version(s3, "shared", "doc", Some(&old)).await.unwrap().0, b"old");
+    // A DeleteObject without a version (a delete marker) is s3:DeleteObject.
+    let marked = bob.delete_object().bucket("shared").key("doc").send().await;
+    assert_eq!(status(refused(marked)), 200);
 }

@@ -249,7 +249,11 @@ impl NamespaceSql {
                     expires_at = NULL, {redrawn}",
             new_id = version_id("v.seq"),
             seq = version("seq"),
-            redrawn = version_drawn_under_lock(&ns, "EXCLUDED.version_seq IS NOT NULL", "EXCLUDED.version_id IS NOT NULL"),
+            redrawn = version_drawn_under_lock(
+                &ns,
+                "EXCLUDED.version_seq IS NOT NULL",
+                "EXCLUDED.version_id IS NOT NULL"
+            ),
         );
         NamespaceSql {
             get: lookup("o.inline"),
