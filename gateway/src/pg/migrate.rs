@@ -106,8 +106,8 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     ),
     (
         22,
-        "quotas_count_versions",
-        include_str!("../../migrations/0024_quotas_count_versions.sql"),
+        "versions_in_quotas_and_pages",
+        include_str!("../../migrations/0024_versions_in_quotas_and_pages.sql"),
     ),
 ];
 

@@ -2,6 +2,8 @@
 -- markers are stored objects too, as AWS bills them. Namespaces that already keep usage get the
 -- trigger on `versions` that set_bucket_quota now creates beside the one on `objects`, and each
 -- bucket's usage adds the versions it holds, counted while the namespace's writers are held off.
+-- Versions rows that fit a page stay whole, as object rows do (functions/objects.sql,
+-- ensure_versions): a versioned overwrite of a small object then writes no TOAST chunks.
 -- (Numbered 0024 on its branch; its layout version is the one after the previous migration.)
 DO $$
 DECLARE ns text;
@@ -20,5 +22,13 @@ BEGIN
                SET used_bytes = q.used_bytes + v.bytes, used_objects = q.used_objects + v.versions
               FROM (SELECT bucket_id, sum(size) AS bytes, count(*) AS versions FROM %I.versions GROUP BY bucket_id) v
              WHERE q.bucket_id = v.bucket_id$f$, ns);
+    END LOOP;
+END $$;
+
+DO $$
+DECLARE ns text;
+BEGIN
+    FOR ns IN SELECT name FROM pgvs3.namespaces LOOP
+        EXECUTE format('ALTER TABLE %I.versions SET (toast_tuple_target = 8160)', ns);
     END LOOP;
 END $$;
