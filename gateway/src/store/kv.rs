@@ -25,6 +25,10 @@
 //! typed keys after all (the batch is then rolled back and written again the typed way). A
 //! batch that loaded its keys knows which of them are typed: it deletes typed rows only for
 //! those.
+//!
+//! In a bucket with S3 versioning a string write is a new version and a deleted string leaves a
+//! delete marker, as S3's PUT and DELETE do; the statements read the bucket's versioning as
+//! committed, so a batch is right even when this gateway's catalog has not seen a change yet.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
