@@ -916,11 +916,16 @@ END $$;
 
 CREATE FUNCTION pgvs3.count_bucket_usage() RETURNS trigger
     LANGUAGE plpgsql
-    AS $$
+    AS $_$
 DECLARE
     target        bigint;
     bytes_delta   bigint;
     objects_delta bigint;
+    -- What the version triggers firing after this one add to the bucket (negative: remove).
+    pending_bytes   bigint := 0;
+    pending_objects bigint := 0;
+    replaced_bytes  bigint;
+    replaced_count  bigint;
     quota         pgvs3.bucket_quotas;
 BEGIN
     IF TG_OP = 'INSERT' THEN
@@ -930,7 +935,17 @@ BEGIN
     ELSE
         target := NEW.bucket_id; bytes_delta := NEW.size - OLD.size; objects_delta := 0;
     END IF;
-    IF bytes_delta = 0 AND objects_delta = 0 THEN
+    IF TG_TABLE_NAME = 'objects' AND TG_OP = 'UPDATE' AND OLD.version_id IS DISTINCT FROM NEW.version_id THEN
+        -- The replaced version stays, as a row of `versions` (counted by its own trigger).
+        pending_bytes := OLD.size; pending_objects := 1;
+    END IF;
+    IF TG_TABLE_NAME = 'objects' AND TG_OP <> 'DELETE' AND NEW.version_id IS NULL AND NEW.version_seq IS NOT NULL THEN
+        EXECUTE format('SELECT coalesce(sum(size), 0), count(*) FROM %I.versions
+                         WHERE bucket_id = $1 AND key = $2 AND version_id = ''null''', TG_TABLE_SCHEMA)
+            INTO replaced_bytes, replaced_count USING NEW.bucket_id, NEW.key;
+        pending_bytes := pending_bytes - replaced_bytes; pending_objects := pending_objects - replaced_count;
+    END IF;
+    IF bytes_delta = 0 AND objects_delta = 0 AND pending_bytes = 0 AND pending_objects = 0 THEN
         RETURN NULL;
     END IF;
     UPDATE pgvs3.bucket_quotas
@@ -939,16 +954,17 @@ BEGIN
     RETURNING * INTO quota;
     -- Only growth is refused: a delete or a smaller overwrite always goes through, so a bucket
     -- whose limit was lowered below its usage can be brought back under it.
-    IF (bytes_delta > 0 AND quota.used_bytes > quota.max_bytes)
-       OR (objects_delta > 0 AND quota.used_objects > quota.max_objects) THEN
+    IF TG_TABLE_NAME = 'objects'
+       AND ((bytes_delta + pending_bytes > 0 AND quota.used_bytes + pending_bytes > quota.max_bytes)
+            OR (objects_delta + pending_objects > 0 AND quota.used_objects + pending_objects > quota.max_objects)) THEN
         RAISE EXCEPTION 'bucket quota exceeded'
             USING ERRCODE = 'P0001', HINT = 'QuotaExceeded',
                   DETAIL = format('bucket id %s: %s of %s bytes, %s of %s objects', target,
-                                  quota.used_bytes, coalesce(quota.max_bytes::text, 'unlimited'),
-                                  quota.used_objects, coalesce(quota.max_objects::text, 'unlimited'));
+                                  quota.used_bytes + pending_bytes, coalesce(quota.max_bytes::text, 'unlimited'),
+                                  quota.used_objects + pending_objects, coalesce(quota.max_objects::text, 'unlimited'));
     END IF;
     RETURN NULL;
-END $$;
+END $_$;
 
 --
 -- Name: delete_access_key(text); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -1289,6 +1305,11 @@ BEGIN
             PRIMARY KEY (bucket_id, key, version_id)
         )$f$, ns);
     EXECUTE format('ALTER TABLE %I.versions ALTER COLUMN inline SET STORAGE EXTERNAL', ns);
+    -- As in objects: a row that fits a page stays whole. A versioned overwrite moves the replaced
+    -- row here, and a 4 KiB body no longer goes through TOAST (its chunk rows and their index
+    -- entries): +27% versioned-overwrite statements per second in a pgbench of the two statements
+    -- (migration 0024), for up to twice the pages of versions of 4-8 KiB.
+    EXECUTE format('ALTER TABLE %I.versions SET (toast_tuple_target = 8160)', ns);
     EXECUTE format('CREATE INDEX IF NOT EXISTS versions_order ON %I.versions (bucket_id, key, (coalesce(version_seq, -1)) DESC)', ns);
     EXECUTE format('CREATE INDEX IF NOT EXISTS versions_body ON %I.versions (body_id) WHERE body_id IS NOT NULL', ns);
     EXECUTE format('DROP TRIGGER IF EXISTS objects_keep_version ON %I.objects', ns);
@@ -3031,11 +3052,17 @@ BEGIN
     IF FOUND OR EXISTS (SELECT 1 FROM pgvs3.bucket_quotas WHERE bucket_id = b.id) THEN
         RETURN;
     END IF;
-    EXECUTE format('LOCK TABLE %I.objects IN SHARE ROW EXCLUSIVE MODE', b.namespace);
+    EXECUTE format('LOCK TABLE %1$I.objects, %1$I.versions IN SHARE ROW EXCLUSIVE MODE', b.namespace);
     EXECUTE format($f$
         CREATE OR REPLACE TRIGGER objects_bucket_usage AFTER INSERT OR UPDATE OR DELETE ON %I.objects
             FOR EACH ROW EXECUTE FUNCTION pgvs3.count_bucket_usage()$f$, b.namespace);
-    EXECUTE format('SELECT coalesce(sum(size), 0), count(*) FROM %I.objects WHERE bucket_id = $1', b.namespace)
+    EXECUTE format($f$
+        CREATE OR REPLACE TRIGGER versions_bucket_usage AFTER INSERT OR UPDATE OR DELETE ON %I.versions
+            FOR EACH ROW EXECUTE FUNCTION pgvs3.count_bucket_usage()$f$, b.namespace);
+    EXECUTE format('SELECT coalesce(sum(size), 0), count(*)
+                      FROM (SELECT size FROM %1$I.objects WHERE bucket_id = $1
+                            UNION ALL
+                            SELECT size FROM %1$I.versions WHERE bucket_id = $1) counted', b.namespace)
         INTO counted_size, counted_rows USING b.id;
     INSERT INTO pgvs3.bucket_quotas (bucket_id, max_bytes, max_objects, used_bytes, used_objects)
     VALUES (b.id, quota_bytes, quota_objects, counted_size, counted_rows)
@@ -3594,7 +3621,8 @@ CREATE TABLE s3c.versions (
     meta jsonb DEFAULT '{}'::jsonb NOT NULL,
     inline bytea,
     body_id bigint
-);
+)
+WITH (toast_tuple_target='8160');
 ALTER TABLE ONLY s3c.versions ALTER COLUMN inline SET STORAGE EXTERNAL;
 
 --
@@ -3703,7 +3731,8 @@ CREATE TABLE s3p.versions (
     meta jsonb DEFAULT '{}'::jsonb NOT NULL,
     inline bytea,
     body_id bigint
-);
+)
+WITH (toast_tuple_target='8160');
 ALTER TABLE ONLY s3p.versions ALTER COLUMN inline SET STORAGE EXTERNAL;
 
 --
@@ -3815,7 +3844,8 @@ CREATE TABLE s3w.versions (
     meta jsonb DEFAULT '{}'::jsonb NOT NULL,
     inline bytea,
     body_id bigint
-);
+)
+WITH (toast_tuple_target='8160');
 ALTER TABLE ONLY s3w.versions ALTER COLUMN inline SET STORAGE EXTERNAL;
 
 --

@@ -707,19 +707,14 @@ impl<'a> BucketHandle<'a> {
     }
 
     /// The bucket as a RESP keyspace. Only plain buckets are: a cache bucket's keys live at its
-    /// origin, which RESP's batched transactions cannot reach.
+    /// origin, which RESP's batched transactions cannot reach. In a versioned bucket RESP writes
+    /// versions as S3 does (store/kv.rs).
     pub fn keyspace(&self) -> StoreResult<Keyspace> {
         if let Some(origin) = &self.info.origin {
             return Err(StoreError::NotAKeyspace(format!(
                 "bucket {} is a cache bucket ({} origin cache): a RESP database must map to a plain bucket",
                 self.info.name,
                 origin.mode.as_str()
-            )));
-        }
-        if self.info.versioning.is_some() {
-            return Err(StoreError::NotAKeyspace(format!(
-                "bucket {} has S3 versioning: a RESP database must map to an unversioned bucket",
-                self.info.name
             )));
         }
         if self.info.default_encryption {
@@ -811,8 +806,16 @@ impl Keyspace {
         self.store.kv_random_key(&self.bucket).await
     }
 
+    /// Deletes every key. Not in a versioned bucket, where it would remove versions for good
+    /// (S3 has no such operation; DEL writes delete markers).
     pub async fn flush(&self) -> StoreResult<()> {
         self.writable()?;
+        if self.bucket.versioning.is_some() {
+            return Err(StoreError::NotImplemented(format!(
+                "FLUSHDB is not supported on bucket {}: it has S3 versioning",
+                self.bucket.name
+            )));
+        }
         self.store.kv_flush(&self.bucket).await
     }
 }

@@ -108,13 +108,15 @@ const NEW_SINCE_V10: &[&str] = &[
 /// v10 functions a later layout changed on purpose: v12 (versioning) keeps bodies that moved to
 /// `versions`, counts versions as content, and gives new namespaces their versions table; v13
 /// (object lock) refuses to force-drop a bucket holding locked versions; v17 shows a job's progress;
-/// v23 raises the event a superseded cache write still owed.
+/// v23 raises the event a superseded cache write still owed; v24 counts every version in bucket quotas.
 const CHANGED_SINCE_V10: &[&str] = &[
     "ojs.job_json(ojs.jobs)",
+    "pgvs3.count_bucket_usage()",
     "pgvs3.drop_bucket(text,boolean)",
     "pgvs3.enqueue_write_back()",
     "pgvs3.ensure_namespace(text,text)",
     "pgvs3.retire_body()",
+    "pgvs3.set_bucket_quota(text,bigint,bigint)",
 ];
 
 async fn connect(url: &str) -> tokio_postgres::Client {

@@ -197,7 +197,7 @@ async fn a_deny_on_a_tag_binds_a_key_the_policy_otherwise_allows_version_by_vers
         {"Effect":"Allow","Principal":{"AWS":"BOBKEY"},"Action":"s3:*",
          "Resource":["arn:aws:s3:::vault","arn:aws:s3:::vault/*"]},
         {"Effect":"Deny","Principal":{"AWS":"BOBKEY"},
-         "Action":["s3:GetObject","s3:GetObjectVersion","s3:GetObjectVersionTagging","s3:DeleteObjectTagging"],
+         "Action":["s3:GetObject","s3:GetObjectVersion","s3:GetObjectVersionTagging","s3:DeleteObjectVersionTagging"],
          "Resource":"arn:aws:s3:::vault/*",
          "Condition":{"StringEquals":{"s3:ExistingObjectTag/classification":"secret"}}}]}"#;
     gw.client

@@ -305,3 +305,32 @@ fn content_md5(data: &[u8]) -> String {
     use md5::Digest;
     base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(data))
 }
+
+/// A PUT whose body is framed by HTTP chunked transfer encoding alone (no Content-Length, not
+/// aws-chunked) is refused, as AWS documents Content-Length as required for PUTs (aws-chunked
+/// uploads, which state their decoded length, stream without one: s3_streaming.rs).
+#[tokio::test]
+async fn a_plain_chunked_put_without_a_length_is_refused() {
+    let gw = TestGateway::start().await;
+    gw.client.create_bucket().bucket("bkt").send().await.unwrap();
+    let body = b"framed by the transfer encoding";
+    let signer = common::raw::Signer {
+        access_key: common::ROOT_ACCESS_KEY.into(),
+        secret_key: common::ROOT_SECRET_KEY.into(),
+        host: gw.gateway.s3_addr.to_string(),
+    };
+    let mut chunked = format!("{:x}\r\n", body.len()).into_bytes();
+    chunked.extend_from_slice(body);
+    chunked.extend_from_slice(b"\r\n0\r\n\r\n");
+    for (key, payload_hash) in [
+        ("unsigned", "UNSIGNED-PAYLOAD".to_owned()),
+        ("signed", common::raw::sha256_hex(body)),
+    ] {
+        let path = format!("/bkt/{key}");
+        let mut headers = signer.sign("PUT", &path, &[], &payload_hash, std::time::SystemTime::now());
+        headers.push(("transfer-encoding".into(), "chunked".into()));
+        let response = common::raw::send(gw.gateway.s3_addr, "PUT", &path, &headers, &chunked).await;
+        assert_refused(&response, 411, "MissingContentLength", key);
+        assert!(!exists(&gw, key).await, "{key}");
+    }
+}

@@ -2,7 +2,9 @@
 //! delete markers and their 404/405, permanent deletes that bring the previous version back,
 //! suspended buckets and the null version, ListObjectVersions paged by key and version-id
 //! markers over more versions than one page, copies from a version, multipart completions,
-//! and bodies of deleted versions reaped.
+//! and bodies of deleted versions reaped. RESP (redis-rs) on a versioned bucket writes versions
+//! and delete markers S3 sees, under the bucket's default retention. Concurrent overwrites of a
+//! key number their versions in the order they commit.
 
 mod common;
 
@@ -454,4 +456,518 @@ async fn tags_of_a_version_by_id() {
         .await
         .unwrap_err();
     assert_eq!(missing.raw_response().unwrap().status().as_u16(), 404);
+}
+
+/// Key, version id, whether current, whether a delete marker: the bucket's versions of `prefix`
+/// as ListObjectVersions lists them (each key's newest first).
+async fn versions_of(s3: &Client, bucket: &str, prefix: &str) -> Vec<(String, String, bool, bool)> {
+    let listed = s3
+        .list_object_versions()
+        .bucket(bucket)
+        .prefix(prefix)
+        .send()
+        .await
+        .unwrap();
+    let mut all: Vec<(String, String, bool, bool)> = listed
+        .versions()
+        .iter()
+        .map(|v| {
+            let id = v.version_id().unwrap().to_owned();
+            (v.key().unwrap().to_owned(), id, v.is_latest().unwrap(), false)
+        })
+        .chain(listed.delete_markers().iter().map(|m| {
+            let id = m.version_id().unwrap().to_owned();
+            (m.key().unwrap().to_owned(), id, m.is_latest().unwrap(), true)
+        }))
+        .collect();
+    // Ids sort like the versions they name (the null version aside).
+    all.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+    all
+}
+
+async fn redis_on(gw: &TestGateway, db: u32) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(format!("redis://{}/{db}", gw.resp_addr()))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+async fn redis_query<T: redis::FromRedisValue>(con: &mut redis::aio::MultiplexedConnection, args: &[&str]) -> T {
+    let mut cmd = redis::cmd(args[0]);
+    for arg in &args[1..] {
+        cmd.arg(*arg);
+    }
+    cmd.query_async(con)
+        .await
+        .unwrap_or_else(|err| panic!("{args:?}: {err}"))
+}
+
+async fn redis_error(con: &mut redis::aio::MultiplexedConnection, args: &[&str]) -> String {
+    let mut cmd = redis::cmd(args[0]);
+    for arg in &args[1..] {
+        cmd.arg(*arg);
+    }
+    let err = cmd.query_async::<redis::Value>(con).await.unwrap_err();
+    err.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resp_writes_versions_and_delete_markers_in_a_versioned_bucket() {
+    let gw = TestGateway::with_resp(&[]).await;
+    let s3 = &gw.client;
+    let mut con = redis_on(&gw, 0).await;
+    // Database 0's bucket exists once the gateway runs.
+    let _: () = redis_query(&mut con, &["SET", "before", "unversioned"]).await;
+    versioning(s3, "resp", BucketVersioningStatus::Enabled).await;
+
+    let _: () = redis_query(&mut con, &["SET", "k", "one"]).await;
+    // A pipeline of SETs, as a pipelined client sends them: one batch, a version each.
+    let _: () = redis::pipe()
+        .cmd("SET")
+        .arg("k")
+        .arg("two")
+        .ignore()
+        .cmd("SET")
+        .arg("k")
+        .arg(noise(100_000, 7))
+        .ignore()
+        .cmd("SET")
+        .arg("other")
+        .arg("x")
+        .ignore()
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let got: Vec<u8> = redis_query(&mut con, &["GET", "k"]).await;
+    assert_eq!(got, noise(100_000, 7), "GET reads the current version");
+    let versions = versions_of(s3, "resp", "k").await;
+    assert_eq!(versions.len(), 3, "{versions:?}");
+    assert!(versions[0].2 && !versions[1].2 && !versions[2].2, "{versions:?}");
+    assert!(versions.iter().all(|v| v.1 != "null" && !v.3), "{versions:?}");
+    let (current, middle, oldest) = (versions[0].1.clone(), versions[1].1.clone(), versions[2].1.clone());
+    assert_eq!(
+        get_version(s3, "resp", "k", None).await.unwrap(),
+        (noise(100_000, 7), Some(current.clone()))
+    );
+    assert_eq!(get_version(s3, "resp", "k", Some(&middle)).await.unwrap().0, b"two");
+    assert_eq!(get_version(s3, "resp", "k", Some(&oldest)).await.unwrap().0, b"one");
+
+    // Overwriting the chunked version keeps its body: it is noncurrent, not retired.
+    let _: () = redis_query(&mut con, &["SET", "k", "four"]).await;
+    let reaped = gw.gateway.store.reap_retired(Duration::ZERO).await.unwrap();
+    assert_eq!(reaped.bodies, 0, "{reaped:?}");
+    assert_eq!(
+        get_version(s3, "resp", "k", Some(&current)).await.unwrap().0,
+        noise(100_000, 7)
+    );
+
+    // DEL writes a delete marker; the versions stay. A DEL of a deleted key writes nothing.
+    let deleted: i64 = redis_query(&mut con, &["DEL", "k", "never"]).await;
+    assert_eq!(deleted, 1);
+    let gone: Option<String> = redis_query(&mut con, &["GET", "k"]).await;
+    assert_eq!(gone, None);
+    assert_eq!(
+        get_version(s3, "resp", "k", None).await,
+        Err((404, Some("true".into())))
+    );
+    let deleted: i64 = redis_query(&mut con, &["DEL", "k"]).await;
+    assert_eq!(deleted, 0);
+    let versions = versions_of(s3, "resp", "k").await;
+    assert_eq!(versions.len(), 5, "four versions and one marker: {versions:?}");
+    assert!(versions[0].2 && versions[0].3, "the marker is the latest: {versions:?}");
+    assert!(versions_of(s3, "resp", "never").await.is_empty());
+    // The object written before versioning is the null version, and DEL keeps it as one.
+    let deleted: i64 = redis_query(&mut con, &["DEL", "before"]).await;
+    assert_eq!(deleted, 1);
+    assert_eq!(
+        get_version(s3, "resp", "before", Some("null")).await.unwrap().0,
+        b"unversioned"
+    );
+    // SET after the marker makes the key current again.
+    let _: () = redis_query(&mut con, &["SET", "k", "five"]).await;
+    assert_eq!(get_version(s3, "resp", "k", None).await.unwrap().0, b"five");
+
+    // A string's TTL would remove a version for good: refused. Typed keys are not objects.
+    let refused = redis_error(&mut con, &["SET", "t", "v", "EX", "100"]).await;
+    assert!(refused.contains("S3 versioning"), "{refused}");
+    let refused = redis_error(&mut con, &["EXPIRE", "other", "100"]).await;
+    assert!(refused.contains("S3 versioning"), "{refused}");
+    let ttl: i64 = redis_query(&mut con, &["TTL", "other"]).await;
+    assert_eq!(ttl, -1);
+    let _: i64 = redis_query(&mut con, &["HSET", "h", "f", "v"]).await;
+    let set: i64 = redis_query(&mut con, &["EXPIRE", "h", "100"]).await;
+    assert_eq!(set, 1);
+    let deleted: i64 = redis_query(&mut con, &["DEL", "h"]).await;
+    assert_eq!(deleted, 1);
+    assert!(
+        versions_of(s3, "resp", "h").await.is_empty(),
+        "no marker for a typed key"
+    );
+
+    // Suspended: writes replace the null version, DEL makes the null version a marker.
+    versioning(s3, "resp", BucketVersioningStatus::Suspended).await;
+    let _: () = redis_query(&mut con, &["SET", "s", "first"]).await;
+    let _: () = redis_query(&mut con, &["SET", "s", "second"]).await;
+    let _: () = redis_query(&mut con, &["SET", "k", "six"]).await;
+    assert_eq!(
+        versions_of(s3, "resp", "s").await,
+        vec![("s".into(), "null".into(), true, false)]
+    );
+    assert_eq!(
+        get_version(s3, "resp", "s", None).await.unwrap(),
+        (b"second".to_vec(), Some("null".into()))
+    );
+    let k = versions_of(s3, "resp", "k").await;
+    assert_eq!(k.iter().filter(|v| v.1 == "null").count(), 1, "{k:?}");
+    let deleted: i64 = redis_query(&mut con, &["DEL", "s"]).await;
+    assert_eq!(deleted, 1);
+    assert_eq!(
+        versions_of(s3, "resp", "s").await,
+        vec![("s".into(), "null".into(), true, true)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resp_versions_get_the_default_retention_and_stay_locked() {
+    // The gateway creates the buckets its databases map to; object lock is turned on after.
+    let gw = TestGateway::with_resp(&["--resp-databases", "1=vault"]).await;
+    let s3 = &gw.client;
+    versioning(s3, "vault", BucketVersioningStatus::Enabled).await;
+    let rule = aws_sdk_s3::types::ObjectLockRule::builder()
+        .default_retention(
+            aws_sdk_s3::types::DefaultRetention::builder()
+                .mode(aws_sdk_s3::types::ObjectLockRetentionMode::Governance)
+                .days(1)
+                .build(),
+        )
+        .build();
+    s3.put_object_lock_configuration()
+        .bucket("vault")
+        .object_lock_configuration(
+            aws_sdk_s3::types::ObjectLockConfiguration::builder()
+                .object_lock_enabled(aws_sdk_s3::types::ObjectLockEnabled::Enabled)
+                .rule(rule)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let mut con = redis_on(&gw, 1).await;
+    let _: () = redis_query(&mut con, &["SET", "backup", "v1"]).await;
+    let versions = versions_of(s3, "vault", "backup").await;
+    let locked = versions[0].1.clone();
+    let retention = s3
+        .get_object_retention()
+        .bucket("vault")
+        .key("backup")
+        .version_id(&locked)
+        .send()
+        .await
+        .unwrap()
+        .retention
+        .unwrap();
+    assert_eq!(
+        retention.mode,
+        Some(aws_sdk_s3::types::ObjectLockRetentionMode::Governance)
+    );
+    let until = std::time::SystemTime::try_from(retention.retain_until_date.unwrap()).unwrap();
+    let left = until.duration_since(std::time::SystemTime::now()).unwrap();
+    assert!(
+        left > Duration::from_secs(86_400 - 3600) && left <= Duration::from_secs(86_400),
+        "{left:?}"
+    );
+
+    // RESP overwrites and deletes: new versions and a marker, the locked version kept.
+    let _: () = redis_query(&mut con, &["SET", "backup", "v2"]).await;
+    let _: () = redis_query(&mut con, &["RENAME", "backup", "moved"]).await;
+    let versions = versions_of(s3, "vault", "backup").await;
+    assert_eq!(versions.len(), 3, "{versions:?}");
+    assert!(versions[0].3, "a marker first: {versions:?}");
+    assert_eq!(
+        get_version(s3, "vault", "backup", Some(&locked)).await.unwrap().0,
+        b"v1"
+    );
+    assert_eq!(get_version(s3, "vault", "moved", None).await.unwrap().0, b"v2");
+    let refused = s3
+        .delete_object()
+        .bucket("vault")
+        .key("backup")
+        .version_id(&locked)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(refused.raw_response().unwrap().status().as_u16(), 403);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_overwrites_make_the_last_committed_version_current() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("race").send().await.unwrap();
+    versioning(s3, "race", BucketVersioningStatus::Enabled).await;
+    let sql = gw.sql().await;
+    let bucket_id: i64 = sql
+        .query_one("SELECT id FROM pgvs3.buckets WHERE name = 'race'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    // Two PUTs of a key wait on a third transaction's uncommitted insert of it; when that rolls
+    // back, they race for the key. Whichever commits last must be the current version, with the
+    // newest id. (Numbers drawn before the key's lock made the loser of the race current with
+    // the older id about half the time.)
+    for round in 0..12 {
+        let key = format!("k{round}");
+        let holder = gw.sql().await;
+        holder.batch_execute("BEGIN").await.unwrap();
+        holder
+            .execute(
+                "INSERT INTO s3p.objects (bucket_id, key, size, etag, inline) VALUES ($1, $2, 0, 'held', '')",
+                &[&bucket_id, &key],
+            )
+            .await
+            .unwrap();
+        let puts: Vec<_> = ["a", "b"]
+            .into_iter()
+            .map(|body| {
+                let (s3, key) = (s3.clone(), key.clone());
+                tokio::spawn(async move { put(&s3, "race", &key, body.as_bytes()).await.unwrap() })
+            })
+            .collect();
+        common::eventually(Duration::from_secs(30), "both PUTs waiting on the held key", || async {
+            let waiting: i64 = sql
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                      WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            (waiting == 2).then_some(())
+        })
+        .await;
+        holder.batch_execute("ROLLBACK").await.unwrap();
+        let mut ids = Vec::new();
+        for put in puts {
+            ids.push(put.await.unwrap());
+        }
+        let versions = versions_of(s3, "race", &key).await;
+        assert_eq!(versions.len(), 2, "{versions:?}");
+        assert!(
+            versions[0].2,
+            "round {round}: the newest id is the current version: {versions:?}"
+        );
+        let (body, current) = get_version(s3, "race", &key, None).await.unwrap();
+        assert_eq!(current.as_deref(), Some(versions[0].1.as_str()), "round {round}");
+        assert!(ids.contains(&versions[0].1), "{ids:?} {versions:?}");
+        assert!(body == b"a" || body == b"b");
+    }
+}
+
+/// The bucket's quota usage: bytes and objects.
+async fn usage(gw: &TestGateway, bucket: &str) -> (i64, i64) {
+    let quota = gw
+        .gateway
+        .store
+        .catalog()
+        .bucket_quota(bucket)
+        .await
+        .unwrap()
+        .expect("the bucket has a quota");
+    (quota.used_bytes, quota.used_objects)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn quotas_count_noncurrent_versions_and_delete_markers() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    let catalog = gw.gateway.store.catalog();
+    s3.create_bucket().bucket("metered").send().await.unwrap();
+    versioning(s3, "metered", BucketVersioningStatus::Enabled).await;
+    // Versions written before the quota are counted when it is set.
+    let first = put(s3, "metered", "k", &noise(3_000, 1)).await.unwrap();
+    put(s3, "metered", "k", &noise(3_000, 2)).await.unwrap();
+    catalog
+        .set_bucket_quota("metered", Some(10_000), Some(5))
+        .await
+        .unwrap();
+    assert_eq!(usage(&gw, "metered").await, (6_000, 2));
+
+    // An overwrite keeps what it replaces: it grows the bucket by its whole size.
+    put(s3, "metered", "k", &noise(3_000, 3)).await.unwrap();
+    assert_eq!(usage(&gw, "metered").await, (9_000, 3));
+    let refused = s3
+        .put_object()
+        .bucket("metered")
+        .key("k")
+        .body(ByteStream::from(noise(1_001, 4)))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(refused.raw_response().unwrap().status().as_u16(), 400);
+    assert_eq!(usage(&gw, "metered").await, (9_000, 3));
+
+    // A delete marker is an object of no bytes; a delete is never refused, and removing a
+    // version for good frees its bytes.
+    s3.delete_object().bucket("metered").key("k").send().await.unwrap();
+    assert_eq!(usage(&gw, "metered").await, (9_000, 4));
+    s3.delete_object()
+        .bucket("metered")
+        .key("k")
+        .version_id(&first)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(usage(&gw, "metered").await, (6_000, 3));
+    put(s3, "metered", "k", &noise(4_000, 5)).await.unwrap();
+    assert_eq!(usage(&gw, "metered").await, (10_000, 4));
+    let refused = s3
+        .put_object()
+        .bucket("metered")
+        .key("other")
+        .body(ByteStream::from(noise(1, 6)))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(refused.raw_response().unwrap().status().as_u16(), 400);
+
+    // Suspended: a write replaces the null version (here the null delete marker), so only its
+    // growth counts, even at the object limit.
+    catalog
+        .set_bucket_quota("metered", Some(20_000), Some(5))
+        .await
+        .unwrap();
+    versioning(s3, "metered", BucketVersioningStatus::Suspended).await;
+    s3.delete_object().bucket("metered").key("k").send().await.unwrap();
+    let (bytes, objects) = usage(&gw, "metered").await;
+    put(s3, "metered", "k", &noise(10, 7)).await.unwrap();
+    put(s3, "metered", "k", &noise(20, 8)).await.unwrap();
+    assert_eq!(objects, 5);
+    assert_eq!(usage(&gw, "metered").await, (bytes + 20, objects));
+
+    // The usage is what the tables hold.
+    let counted = gw
+        .sql()
+        .await
+        .query_one(
+            "SELECT sum(size)::bigint, count(*) FROM (
+                 SELECT size FROM s3p.objects o JOIN pgvs3.buckets b ON b.id = o.bucket_id WHERE b.name = 'metered'
+                 UNION ALL
+                 SELECT size FROM s3p.versions v JOIN pgvs3.buckets b ON b.id = v.bucket_id WHERE b.name = 'metered') c",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(usage(&gw, "metered").await, (counted.get(0), counted.get(1)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn version_operations_need_the_version_actions_of_a_policy() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("shared").send().await.unwrap();
+    versioning(s3, "shared", BucketVersioningStatus::Enabled).await;
+    let old = put(s3, "shared", "doc", b"old").await.unwrap();
+    let current = put(s3, "shared", "doc", b"current").await.unwrap();
+    let bob = common::s3::add_key(&gw, "BOBKEY").await;
+    // Bob may read objects and tag them, list the bucket, and nothing of versions.
+    let policy = r#"{"Version":"2012-10-17","Statement":[
+        {"Effect":"Allow","Principal":{"AWS":"BOBKEY"},
+         "Action":["s3:GetObject","s3:GetObjectTagging","s3:PutObjectTagging","s3:DeleteObjectTagging",
+                   "s3:GetObjectAcl","s3:PutObjectAcl","s3:DeleteObject"],
+         "Resource":"arn:aws:s3:::shared/*"},
+        {"Effect":"Allow","Principal":{"AWS":"BOBKEY"},"Action":"s3:ListBucket","Resource":"arn:aws:s3:::shared"}]}"#;
+    s3.put_bucket_policy()
+        .bucket("shared")
+        .policy(policy)
+        .send()
+        .await
+        .unwrap();
+    let status = |err: Option<u16>| err.unwrap_or(200);
+    fn refused<T, E>(result: Result<T, aws_sdk_s3::error::SdkError<E>>) -> Option<u16> {
+        result
+            .err()
+            .map(|err| err.raw_response().map_or(0, |raw| raw.status().as_u16()))
+    }
+
+    assert_eq!(get_version(&bob, "shared", "doc", None).await.unwrap().0, b"current");
+    assert_eq!(get_version(&bob, "shared", "doc", Some(&old)).await, Err((403, None)));
+    assert_eq!(
+        get_version(&bob, "shared", "doc", Some(&current)).await,
+        Err((403, None))
+    );
+    let head = bob
+        .head_object()
+        .bucket("shared")
+        .key("doc")
+        .version_id(&old)
+        .send()
+        .await;
+    assert_eq!(status(refused(head)), 403);
+    let tags = bob.get_object_tagging().bucket("shared").key("doc").send().await;
+    assert_eq!(status(refused(tags)), 200);
+    let tags = bob
+        .get_object_tagging()
+        .bucket("shared")
+        .key("doc")
+        .version_id(&old)
+        .send()
+        .await;
+    assert_eq!(status(refused(tags)), 403);
+    let tagging = aws_sdk_s3::types::Tagging::builder()
+        .tag_set(aws_sdk_s3::types::Tag::builder().key("a").value("b").build().unwrap())
+        .build()
+        .unwrap();
+    let tag = bob
+        .put_object_tagging()
+        .bucket("shared")
+        .key("doc")
+        .version_id(&old)
+        .tagging(tagging.clone())
+        .send()
+        .await;
+    assert_eq!(status(refused(tag)), 403);
+    let tag = bob
+        .put_object_tagging()
+        .bucket("shared")
+        .key("doc")
+        .tagging(tagging)
+        .send()
+        .await;
+    assert_eq!(status(refused(tag)), 200);
+    let untag = bob
+        .delete_object_tagging()
+        .bucket("shared")
+        .key("doc")
+        .version_id(&old)
+        .send()
+        .await;
+    assert_eq!(status(refused(untag)), 403);
+    let acl = bob
+        .get_object_acl()
+        .bucket("shared")
+        .key("doc")
+        .version_id(&old)
+        .send()
+        .await;
+    assert_eq!(status(refused(acl)), 403);
+    let acl = bob.get_object_acl().bucket("shared").key("doc").send().await;
+    assert_eq!(status(refused(acl)), 200);
+    let listed = bob.list_object_versions().bucket("shared").send().await;
+    assert_eq!(status(refused(listed)), 403);
+    let listed = bob.list_objects_v2().bucket("shared").send().await;
+    assert_eq!(status(refused(listed)), 200);
+    let removed = bob
+        .delete_object()
+        .bucket("shared")
+        .key("doc")
+        .version_id(&old)
+        .send()
+        .await;
+    assert_eq!(status(refused(removed)), 403);
+    assert_eq!(get_version(s3, "shared", "doc", Some(&old)).await.unwrap().0, b"old");
+    // A DeleteObject without a version (a delete marker) is s3:DeleteObject.
+    let marked = bob.delete_object().bucket("shared").key("doc").send().await;
+    assert_eq!(status(refused(marked)), 200);
 }

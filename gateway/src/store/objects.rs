@@ -246,9 +246,14 @@ impl NamespaceSql {
              ON CONFLICT (bucket_id, key) DO UPDATE
                 SET size = EXCLUDED.size, etag = EXCLUDED.etag, last_modified = EXCLUDED.last_modified,
                     meta = EXCLUDED.meta, inline = EXCLUDED.inline, body_id = EXCLUDED.body_id,
-                    expires_at = NULL, version_seq = EXCLUDED.version_seq, version_id = EXCLUDED.version_id",
+                    expires_at = NULL, {redrawn}",
             new_id = version_id("v.seq"),
             seq = version("seq"),
+            redrawn = version_drawn_under_lock(
+                &ns,
+                "EXCLUDED.version_seq IS NOT NULL",
+                "EXCLUDED.version_id IS NOT NULL"
+            ),
         );
         NamespaceSql {
             get: lookup("o.inline"),
@@ -269,13 +274,12 @@ impl NamespaceSql {
             // newest row version, so of writers that read the same ETag only the first wins.
             put_if_match: format!(
                 "UPDATE {ns}.objects o SET size = $3, etag = $4, last_modified = clock_timestamp(), meta = $5,
-                        inline = $6, body_id = $7, expires_at = NULL, version_seq = v.seq, version_id = {new_id}
-                   FROM pgvs3.buckets b CROSS JOIN LATERAL (SELECT {seq}) v
+                        inline = $6, body_id = $7, expires_at = NULL, {redrawn}
+                   FROM pgvs3.buckets b
                   WHERE b.id = $1 AND o.bucket_id = $1 AND key = $2 AND ($8 = '*' OR etag = $8)
                     AND (expires_at IS NULL OR expires_at > now())
                  RETURNING o.last_modified, o.version_id, o.version_seq IS NOT NULL",
-                new_id = version_id("v.seq"),
-                seq = version("seq"),
+                redrawn = version_drawn_under_lock(&ns, "b.versioning IS NOT NULL", "b.versioning = 'Enabled'"),
             ),
             part_span: format!("SELECT start_offset, size FROM {ns}.parts WHERE owner_id = $1 AND part_number = $2"),
             part_segments: format!(
@@ -848,6 +852,20 @@ impl Store {
 pub(super) struct Written {
     pub last_modified: SystemTime,
     pub version_id: Option<String>,
+}
+
+/// The version columns of an overwrite, as one SET item whose number is drawn as the row is
+/// set, after its lock is held (an UPDATE that waited re-evaluates it): a key's versions are then
+/// numbered in the order they commit. A number drawn before the lock (the INSERT's own, or an
+/// UPDATE's FROM item) can lose the race to a later writer of the key, whose version would then
+/// be noncurrent with a higher number than the current one. `versioned` and `enabled` say, in the
+/// statement's terms, whether the bucket is versioned and whether versioning is Enabled.
+pub(super) fn version_drawn_under_lock(ns: &str, versioned: &str, enabled: &str) -> String {
+    format!(
+        "(version_seq, version_id) = (SELECT n.seq, CASE WHEN {enabled} THEN lpad(to_hex(n.seq), 16, '0') END
+                                        FROM (SELECT CASE WHEN {versioned} THEN nextval('{ns}.version_seqs') END
+                                                     AS seq) n)"
+    )
 }
 
 /// An object row about to be written.
