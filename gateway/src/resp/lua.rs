@@ -390,6 +390,17 @@ fn to_lua(lua: &Lua, reply: &Reply) -> mlua::Result<Value> {
             Value::Table(table)
         }
         Reply::Map(pairs) | Reply::Pairs(pairs) => pairs_table(pairs)?,
+        // Scripts speak RESP2, where XREAD answers `[key, entries]` arrays.
+        Reply::Keyed(pairs) => {
+            let table = lua.create_table_with_capacity(pairs.len(), 0)?;
+            for (i, (key, value)) in pairs.iter().enumerate() {
+                let pair = lua.create_table_with_capacity(2, 0)?;
+                pair.raw_set(1, to_lua(lua, key)?)?;
+                pair.raw_set(2, to_lua(lua, value)?)?;
+                table.raw_set(i + 1, pair)?;
+            }
+            Value::Table(table)
+        }
     })
 }
 
