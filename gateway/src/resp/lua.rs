@@ -390,6 +390,14 @@ fn to_lua(lua: &Lua, reply: &Reply) -> mlua::Result<Value> {
             Value::Table(table)
         }
         Reply::Map(pairs) | Reply::Pairs(pairs) => pairs_table(pairs)?,
+        // As RESP2 shows it (XREAD): an array of [key, value] arrays.
+        Reply::Keyed(pairs) => {
+            let table = lua.create_table_with_capacity(pairs.len(), 0)?;
+            for (i, pair) in pairs.iter().enumerate() {
+                table.raw_set(i + 1, pairs_table(std::slice::from_ref(pair))?)?;
+            }
+            Value::Table(table)
+        }
     })
 }
 
