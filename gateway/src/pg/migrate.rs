@@ -20,7 +20,7 @@ use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 23;
+pub const LAYOUT_VERSION: i32 = 25;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -114,6 +114,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "cache_bucket_events",
         include_str!("../../migrations/0023_cache_bucket_events.sql"),
     ),
+    (25, "ojs_tenants", include_str!("../../migrations/0025_ojs_tenants.sql")),
 ];
 
 /// The function files, in the order they are applied. Every function they define already exists
