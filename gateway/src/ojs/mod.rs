@@ -213,6 +213,11 @@ impl OjsError {
         OjsError::new(StatusCode::CONFLICT, "conflict", "conflict", message)
     }
 
+    /// Authenticated, but not allowed this (a tenant token outside its tenant or its routes).
+    pub fn forbidden(message: impl Into<String>) -> OjsError {
+        OjsError::new(StatusCode::FORBIDDEN, "forbidden", "forbidden", message)
+    }
+
     pub fn duplicate(message: impl Into<String>) -> OjsError {
         OjsError::new(StatusCode::CONFLICT, "duplicate", "conflict", message)
     }
@@ -448,7 +453,12 @@ impl OjsService {
     /// prefixes), `queues`, and the SDKs' `channel=job:<id>` or `channel=queue:<name>`; a
     /// stream resumes after `Last-Event-ID` (or `?after=<seq>`).
     fn event_stream(&self, request: &Request<RequestBody>) -> Result<Response<OjsBody>, OjsError> {
-        self.authorize(request.headers())?;
+        if self.authorize(request.headers())?.bound {
+            // Events span all tenants.
+            return Err(OjsError::forbidden(
+                "a tenant token reaches the job routes only, not the event stream",
+            ));
+        }
         let query = parse_query(request.uri().query().unwrap_or(""));
         let mut filter = stream::Filter {
             types: list_param(&query, "types"),
@@ -539,25 +549,38 @@ impl OjsService {
         let Some(route) = path.strip_prefix("/ojs/v1") else {
             return Err(OjsError::not_found(format!("no OJS route {path}")));
         };
-        let tenant = if route == "/health" {
-            tenant::DEFAULT_TENANT.to_string()
+        let segments: Vec<&str> = route.split('/').filter(|s| !s.is_empty()).collect();
+        let acting = if route == "/health" {
+            tenant::Acting {
+                tenant: tenant::DEFAULT_TENANT.to_string(),
+                bound: false,
+            }
         } else {
             self.authorize(&parts.headers)?
         };
-        let tenant = tenant.as_str();
-        let segments: Vec<&str> = route.split('/').filter(|s| !s.is_empty()).collect();
+        if acting.bound && !tenant::is_scoped(&segments) {
+            return Err(OjsError::forbidden(format!(
+                "a tenant token reaches the job routes only, not {path}"
+            )));
+        }
+        let tenant = acting.tenant.as_str();
         let queue = &self.inner.queue;
         let method = parts.method.clone();
         let limit = self.inner.options.max_body_bytes;
         match (&method, segments.as_slice()) {
             (&Method::GET, ["health"]) => Ok(self.health().await),
             (&Method::POST, ["jobs"]) => self.enqueue(read_json(body, limit).await?, tenant, headers).await,
-            (&Method::POST, ["jobs", "batch"]) => self.enqueue_batch(read_json(body, limit).await?, tenant, headers).await,
-            (&Method::GET, ["jobs", id]) => Ok((StatusCode::OK, json!({ "job": queue.get(job_id(id)?, tenant).await? }))),
-            (&Method::GET, ["admin", "jobs", id]) => Ok((StatusCode::OK, queue.get(job_id(id)?, tenant).await?)),
-            (&Method::DELETE, ["jobs", id]) | (&Method::POST, ["jobs", id, "cancel"]) => {
-                Ok((StatusCode::OK, json!({ "job": queue.cancel(job_id(id)?, tenant).await? })))
+            (&Method::POST, ["jobs", "batch"]) => {
+                self.enqueue_batch(read_json(body, limit).await?, tenant, headers).await
             }
+            (&Method::GET, ["jobs", id]) => {
+                Ok((StatusCode::OK, json!({ "job": queue.get(job_id(id)?, tenant).await? })))
+            }
+            (&Method::GET, ["admin", "jobs", id]) => Ok((StatusCode::OK, queue.get(job_id(id)?, tenant).await?)),
+            (&Method::DELETE, ["jobs", id]) | (&Method::POST, ["jobs", id, "cancel"]) => Ok((
+                StatusCode::OK,
+                json!({ "job": queue.cancel(job_id(id)?, tenant).await? }),
+            )),
             (&Method::POST, ["workers", "fetch"]) => self.fetch(read_json(body, limit).await?, tenant).await,
             (&Method::POST, ["workers", "ack"]) => self.ack(read_json(body, limit).await?, tenant).await,
             (&Method::POST, ["workers", "nack"]) => self.nack(read_json(body, limit).await?, tenant).await,
@@ -615,7 +638,9 @@ impl OjsService {
                     .and_then(|l| l.parse().ok())
                     .unwrap_or(100)
                     .clamp(1, 1000);
-                let jobs = queue.dead_letter(query.get("queue").map(String::as_str), limit, tenant).await?;
+                let jobs = queue
+                    .dead_letter(query.get("queue").map(String::as_str), limit, tenant)
+                    .await?;
                 Ok((StatusCode::OK, listing("jobs", jobs)))
             }
             (&Method::GET, ["admin", "dead-letter", "stats"]) => {
@@ -704,7 +729,7 @@ impl OjsService {
     }
 
     /// Authenticates a request and answers the tenant it acts as.
-    fn authorize(&self, headers: &http::HeaderMap) -> Result<String, OjsError> {
+    fn authorize(&self, headers: &http::HeaderMap) -> Result<tenant::Acting, OjsError> {
         self.inner.options.credentials.tenant_of(headers)
     }
 

@@ -12,8 +12,8 @@ use tokio_postgres::error::SqlState;
 
 use super::cron::Schedule;
 use super::envelope::{self, NewJob, OnConflict, RetryPolicy};
-use super::workflow::{Kind, Member, NewWorkflow};
 use super::tenant::DEFAULT_TENANT;
+use super::workflow::{Kind, Member, NewWorkflow};
 use super::{OjsError, QUEUE_FULL};
 
 /// One row of the event log, with what stream filters look at.
@@ -494,7 +494,10 @@ impl Queue {
             .prepare_cached("SELECT ojs.job_json(j) FROM ojs.jobs j WHERE j.id = $1 AND j.tenant = $2")
             .await
             .map_err(OjsError::sql)?;
-        let row = client.query_opt(&statement, &[&id, &tenant]).await.map_err(OjsError::sql)?;
+        let row = client
+            .query_opt(&statement, &[&id, &tenant])
+            .await
+            .map_err(OjsError::sql)?;
         row.map(|row| row.get(0)).ok_or_else(|| OjsError::job_not_found(id))
     }
 
@@ -539,7 +542,9 @@ impl Queue {
             .map_err(OjsError::sql)?;
         match row {
             Some(row) => Ok(row.get(0)),
-            None => Err(self.explain_refusal(&client, &claim.job_id, &claim.tenant, "acknowledged").await),
+            None => Err(self
+                .explain_refusal(&client, &claim.job_id, &claim.tenant, "acknowledged")
+                .await),
         }
     }
 
@@ -640,7 +645,10 @@ impl Queue {
             }
             let statement = client.prepare_cached(EXTEND_CLAIMS).await?;
             client
-                .query(&statement, &[&beat.job_ids, &beat.worker_id, &beat.visibility_ms, &beat.tenant])
+                .query(
+                    &statement,
+                    &[&beat.job_ids, &beat.worker_id, &beat.visibility_ms, &beat.tenant],
+                )
                 .await
         };
         let record = async {
@@ -1263,7 +1271,10 @@ impl Queue {
     /// state or claim (409).
     async fn explain_refusal(&self, client: &tokio_postgres::Client, id: &str, tenant: &str, verb: &str) -> OjsError {
         match client
-            .query_opt("SELECT state FROM ojs.jobs WHERE id = $1 AND tenant = $2", &[&id, &tenant])
+            .query_opt(
+                "SELECT state FROM ojs.jobs WHERE id = $1 AND tenant = $2",
+                &[&id, &tenant],
+            )
             .await
         {
             Ok(Some(row)) => refusal(id, &row.get::<_, String>(0), verb),

@@ -6,7 +6,8 @@
 //! (read, cancel, ack, nack, progress, heartbeat, fetch, dead letter) see only that tenant's jobs.
 //! Without tenant tokens the header is a claim: any client that may reach the endpoint (or holds
 //! `--ojs-token`) may act as any tenant. A tenant token makes it a credential: that token acts as
-//! its tenant only.
+//! its tenant only, and reaches only the routes scoped by tenant ([`is_scoped`]); the others
+//! (events, webhooks, workflows, cron, queues, admin) span all tenants and stay the operator's.
 
 use http::{HeaderMap, StatusCode, header};
 
@@ -44,6 +45,25 @@ impl std::str::FromStr for TenantToken {
     }
 }
 
+/// Whom a request acts as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acting {
+    pub tenant: String,
+    /// Authenticated by a tenant token: limited to the routes scoped by tenant.
+    pub bound: bool,
+}
+
+/// Whether a route under `/ojs/v1` (its path segments) sees only the request's tenant's jobs.
+pub fn is_scoped(segments: &[&str]) -> bool {
+    matches!(
+        segments,
+        ["health"]
+            | ["jobs", ..]
+            | ["workers", "fetch" | "ack" | "nack" | "progress" | "heartbeat" | "beat"]
+            | ["dead-letter", ..]
+    )
+}
+
 /// Who may call the job routes, and as which tenant.
 #[derive(Debug, Clone, Default)]
 pub struct Credentials {
@@ -60,7 +80,7 @@ impl Credentials {
     /// The tenant a request acts as: 401 without an accepted token (when tokens are
     /// configured), 400 for a malformed header, 403 for a header that names another tenant
     /// than the one the request's tenant token is bound to.
-    pub fn tenant_of(&self, headers: &HeaderMap) -> Result<String, OjsError> {
+    pub fn tenant_of(&self, headers: &HeaderMap) -> Result<Acting, OjsError> {
         let claimed = match headers.get(TENANT_HEADER) {
             None => None,
             Some(value) => Some(
@@ -77,13 +97,14 @@ impl Credentials {
         let matches = |token: &str| presented.is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes()));
         if let Some(bound) = self.tenant_tokens.iter().find(|bound| matches(&bound.token)) {
             return match claimed {
-                Some(name) if name != bound.tenant => Err(OjsError::new(
-                    StatusCode::FORBIDDEN,
-                    "forbidden",
-                    "forbidden",
-                    format!("this token acts as tenant {:?} only, not {name:?}", bound.tenant),
-                )),
-                _ => Ok(bound.tenant.clone()),
+                Some(name) if name != bound.tenant => Err(OjsError::forbidden(format!(
+                    "this token acts as tenant {:?} only, not {name:?}",
+                    bound.tenant
+                ))),
+                _ => Ok(Acting {
+                    tenant: bound.tenant.clone(),
+                    bound: true,
+                }),
             };
         }
         if self.required() && !self.token.as_deref().is_some_and(matches) {
@@ -94,7 +115,10 @@ impl Credentials {
                 "missing or wrong bearer token",
             ));
         }
-        Ok(claimed.unwrap_or(DEFAULT_TENANT).to_string())
+        Ok(Acting {
+            tenant: claimed.unwrap_or(DEFAULT_TENANT).to_string(),
+            bound: false,
+        })
     }
 }
 
@@ -130,24 +154,36 @@ mod tests {
     #[test]
     fn without_tokens_the_header_chooses_and_defaults() {
         let open = Credentials::default();
-        assert_eq!(open.tenant_of(&headers(&[])).unwrap(), DEFAULT_TENANT);
-        assert_eq!(open.tenant_of(&headers(&[(TENANT_HEADER, "acme")])).unwrap(), "acme");
-        assert_eq!(open.tenant_of(&headers(&[(TENANT_HEADER, "a b")])).unwrap_err().status, 400);
+        assert_eq!(open.tenant_of(&headers(&[])).unwrap().tenant, DEFAULT_TENANT);
+        let claimed = open.tenant_of(&headers(&[(TENANT_HEADER, "acme")])).unwrap();
+        assert_eq!((claimed.tenant.as_str(), claimed.bound), ("acme", false));
+        assert_eq!(
+            open.tenant_of(&headers(&[(TENANT_HEADER, "a b")])).unwrap_err().status,
+            400
+        );
         let long = "t".repeat(MAX_TENANT_BYTES + 1);
-        assert_eq!(open.tenant_of(&headers(&[(TENANT_HEADER, &long)])).unwrap_err().status, 400);
+        assert_eq!(
+            open.tenant_of(&headers(&[(TENANT_HEADER, &long)])).unwrap_err().status,
+            400
+        );
     }
 
     #[test]
     fn a_tenant_token_acts_as_its_tenant_only() {
         let credentials = bound();
         let acme = [("authorization", "Bearer acme-secret")];
-        assert_eq!(credentials.tenant_of(&headers(&acme)).unwrap(), "acme");
+        let as_acme = Acting {
+            tenant: "acme".into(),
+            bound: true,
+        };
+        assert_eq!(credentials.tenant_of(&headers(&acme)).unwrap(), as_acme);
         let claimed = [acme[0], (TENANT_HEADER, "acme")];
-        assert_eq!(credentials.tenant_of(&headers(&claimed)).unwrap(), "acme");
+        assert_eq!(credentials.tenant_of(&headers(&claimed)).unwrap(), as_acme);
         let other = [acme[0], (TENANT_HEADER, "globex")];
         assert_eq!(credentials.tenant_of(&headers(&other)).unwrap_err().status, 403);
         let operator = [("authorization", "Bearer operator"), (TENANT_HEADER, "globex")];
-        assert_eq!(credentials.tenant_of(&headers(&operator)).unwrap(), "globex");
+        let as_operator = credentials.tenant_of(&headers(&operator)).unwrap();
+        assert_eq!((as_operator.tenant.as_str(), as_operator.bound), ("globex", false));
         let wrong = [("authorization", "Bearer guess"), (TENANT_HEADER, "acme")];
         assert_eq!(credentials.tenant_of(&headers(&wrong)).unwrap_err().status, 401);
         assert_eq!(credentials.tenant_of(&headers(&[])).unwrap_err().status, 401);

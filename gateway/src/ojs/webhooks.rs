@@ -239,7 +239,14 @@ impl Queue {
         let taken = client
             .query_opt(
                 &statement,
-                &[&job_id, &report.progress, &report.data, &report.checkpoint, &worker_id, &tenant],
+                &[
+                    &job_id,
+                    &report.progress,
+                    &report.data,
+                    &report.checkpoint,
+                    &worker_id,
+                    &tenant,
+                ],
             )
             .await
             .map_err(OjsError::sql)?
