@@ -48,7 +48,8 @@ BEGIN
     PERFORM 1 FROM ojs.jobs WHERE id = ANY(deps) ORDER BY id FOR SHARE;
     SELECT coalesce(array_agg(d ORDER BY n), '{}') INTO missing
       FROM unnest(deps) WITH ORDINALITY AS t(d, n)
-     WHERE NOT EXISTS (SELECT 1 FROM ojs.jobs WHERE id = d);
+     WHERE NOT EXISTS (SELECT 1 FROM ojs.jobs p WHERE p.id = d
+                          AND p.tenant = (SELECT w.tenant FROM ojs.jobs w WHERE w.id = job));
     IF cardinality(missing) > 0 THEN
         RETURN missing;
     END IF;
@@ -239,6 +240,7 @@ CREATE TABLE ojs.jobs (
     workflow_callback text,
     rate_key text,
     progress jsonb,
+    tenant text DEFAULT 'default'::text NOT NULL,
     CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'available'::text, 'pending'::text, 'active'::text, 'completed'::text, 'retryable'::text, 'cancelled'::text, 'discarded'::text]))),
     CONSTRAINT jobs_workflow_callback_check CHECK ((workflow_callback = ANY (ARRAY['on_complete'::text, 'on_success'::text, 'on_failure'::text])))
 );
@@ -4213,7 +4215,7 @@ CREATE INDEX job_dependencies_depends_on ON ojs.job_dependencies USING btree (de
 -- Name: jobs_claim; Type: INDEX; Schema: ojs; Owner: -
 --
 
-CREATE INDEX jobs_claim ON ojs.jobs USING btree (queue, priority DESC, seq) WHERE (state = 'available'::text);
+CREATE INDEX jobs_claim ON ojs.jobs USING btree (queue, tenant, priority DESC, seq) WHERE (state = 'available'::text);
 
 --
 -- Name: jobs_dead_letter; Type: INDEX; Schema: ojs; Owner: -

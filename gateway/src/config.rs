@@ -321,6 +321,16 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_OJS_TOKEN", hide_env_values = true)]
     pub ojs_token: Option<String>,
 
+    /// `TENANT=TOKEN` (repeatable): a bearer token that acts as TENANT only (docs/ojs-compatibility.md,
+    /// Tenants); a request with it that names another tenant in `X-OJS-Tenant` is refused (403).
+    #[arg(
+        long = "ojs-tenant-token",
+        env = "PGVS3_OJS_TENANT_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub ojs_tenant_tokens: Vec<crate::ojs::tenant::TenantToken>,
+
     /// How long completed, discarded and cancelled OJS jobs (and settled workflows) stay
     /// readable before the maintenance leader deletes them; dead-lettered jobs stay until
     /// deleted or retried.

@@ -185,7 +185,10 @@ impl RunningGateway {
                     allow_reset: args.ojs_allow_reset,
                     max_args_bytes: args.ojs_max_args_bytes,
                     max_body_bytes: args.ojs_max_body_bytes,
-                    token: args.ojs_token.clone(),
+                    credentials: crate::ojs::tenant::Credentials {
+                        token: args.ojs_token.clone(),
+                        tenant_tokens: args.ojs_tenant_tokens.clone(),
+                    },
                     webhook_timeout: args.webhook_timeout,
                 };
                 let queue = crate::ojs::queue::Queue::new(pool.clone());

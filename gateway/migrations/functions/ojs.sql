@@ -498,8 +498,8 @@ BEGIN
 END $$;
 
 -- Records what the just-inserted `job` waits for and resolves it at once (its dependencies may
--- all be settled already). Returns the ids that name no job (then nothing is recorded, and the
--- caller refuses the enqueue).
+-- all be settled already). Returns the ids that name no job of the same tenant (then nothing is
+-- recorded, and the caller refuses the enqueue): another tenant's job is as good as absent.
 CREATE OR REPLACE FUNCTION ojs.add_dependencies(job text, deps text[]) RETURNS text[] LANGUAGE plpgsql AS $$
 DECLARE
     missing text[];
@@ -507,7 +507,8 @@ BEGIN
     PERFORM 1 FROM ojs.jobs WHERE id = ANY(deps) ORDER BY id FOR SHARE;
     SELECT coalesce(array_agg(d ORDER BY n), '{}') INTO missing
       FROM unnest(deps) WITH ORDINALITY AS t(d, n)
-     WHERE NOT EXISTS (SELECT 1 FROM ojs.jobs WHERE id = d);
+     WHERE NOT EXISTS (SELECT 1 FROM ojs.jobs p WHERE p.id = d
+                          AND p.tenant = (SELECT w.tenant FROM ojs.jobs w WHERE w.id = job));
     IF cardinality(missing) > 0 THEN
         RETURN missing;
     END IF;

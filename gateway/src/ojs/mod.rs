@@ -1,13 +1,15 @@
 //! OJS (Open Job Spec) over HTTP: the binding's routes under `/ojs/v1`, the manifest at
 //! `/ojs/manifest`, and OJS error objects. The queue engine underneath is [`queue::Queue`].
 //!
-//! Auth: none by default (the listener binds to loopback); with `--ojs-token` every route except
-//! the manifest and health needs `Authorization: Bearer <token>`.
+//! Auth: none by default (the listener binds to loopback); with `--ojs-token` (or tenant tokens)
+//! every route except the manifest and health needs `Authorization: Bearer <token>`. Job routes
+//! act as the request's tenant ([`tenant`]).
 
 pub mod cron;
 pub mod envelope;
 pub mod queue;
 pub mod stream;
+pub mod tenant;
 pub mod webhooks;
 pub mod workflow;
 
@@ -63,7 +65,8 @@ pub struct OjsOptions {
     /// Largest request body (`--ojs-max-body-bytes`): bounds what one request makes the gateway
     /// read and parse, `meta` and unknown fields included.
     pub max_body_bytes: u64,
-    pub token: Option<String>,
+    /// `--ojs-token` and `--ojs-tenant-token`.
+    pub credentials: tenant::Credentials,
     /// How long a subscription's test delivery may take (`--webhook-timeout`).
     pub webhook_timeout: Duration,
 }
@@ -210,6 +213,11 @@ impl OjsError {
         OjsError::new(StatusCode::CONFLICT, "conflict", "conflict", message)
     }
 
+    /// Authenticated, but not allowed this (a tenant token outside its tenant or its routes).
+    pub fn forbidden(message: impl Into<String>) -> OjsError {
+        OjsError::new(StatusCode::FORBIDDEN, "forbidden", "forbidden", message)
+    }
+
     pub fn duplicate(message: impl Into<String>) -> OjsError {
         OjsError::new(StatusCode::CONFLICT, "duplicate", "conflict", message)
     }
@@ -298,6 +306,7 @@ fn hint(code: &str) -> &'static str {
         "read_only" => "send writes to a gateway bound to the primary",
         QUEUE_FULL => "wait Retry-After seconds and enqueue again, or raise the queue's max_depth",
         "unauthenticated" => "send Authorization: Bearer <token>",
+        "forbidden" => "send this token's own tenant in X-OJS-Tenant, or no X-OJS-Tenant",
         "rate_limited" => "wait Retry-After seconds and send the request again",
         _ => "retry with backoff",
     }
@@ -444,7 +453,12 @@ impl OjsService {
     /// prefixes), `queues`, and the SDKs' `channel=job:<id>` or `channel=queue:<name>`; a
     /// stream resumes after `Last-Event-ID` (or `?after=<seq>`).
     fn event_stream(&self, request: &Request<RequestBody>) -> Result<Response<OjsBody>, OjsError> {
-        self.authorize(request.headers())?;
+        if self.authorize(request.headers())?.bound {
+            // Events span all tenants.
+            return Err(OjsError::forbidden(
+                "a tenant token reaches the job routes only, not the event stream",
+            ));
+        }
         let query = parse_query(request.uri().query().unwrap_or(""));
         let mut filter = stream::Filter {
             types: list_param(&query, "types"),
@@ -535,34 +549,50 @@ impl OjsService {
         let Some(route) = path.strip_prefix("/ojs/v1") else {
             return Err(OjsError::not_found(format!("no OJS route {path}")));
         };
-        if route != "/health" {
-            self.authorize(&parts.headers)?;
-        }
         let segments: Vec<&str> = route.split('/').filter(|s| !s.is_empty()).collect();
+        let acting = if route == "/health" {
+            tenant::Acting {
+                tenant: tenant::DEFAULT_TENANT.to_string(),
+                bound: false,
+            }
+        } else {
+            self.authorize(&parts.headers)?
+        };
+        if acting.bound && !tenant::is_scoped(&segments) {
+            return Err(OjsError::forbidden(format!(
+                "a tenant token reaches the job routes only, not {path}"
+            )));
+        }
+        let tenant = acting.tenant.as_str();
         let queue = &self.inner.queue;
         let method = parts.method.clone();
         let limit = self.inner.options.max_body_bytes;
         match (&method, segments.as_slice()) {
             (&Method::GET, ["health"]) => Ok(self.health().await),
-            (&Method::POST, ["jobs"]) => self.enqueue(read_json(body, limit).await?, headers).await,
-            (&Method::POST, ["jobs", "batch"]) => self.enqueue_batch(read_json(body, limit).await?, headers).await,
-            (&Method::GET, ["jobs", id]) => Ok((StatusCode::OK, json!({ "job": queue.get(job_id(id)?).await? }))),
-            (&Method::GET, ["admin", "jobs", id]) => Ok((StatusCode::OK, queue.get(job_id(id)?).await?)),
-            (&Method::DELETE, ["jobs", id]) | (&Method::POST, ["jobs", id, "cancel"]) => {
-                Ok((StatusCode::OK, json!({ "job": queue.cancel(job_id(id)?).await? })))
+            (&Method::POST, ["jobs"]) => self.enqueue(read_json(body, limit).await?, tenant, headers).await,
+            (&Method::POST, ["jobs", "batch"]) => {
+                self.enqueue_batch(read_json(body, limit).await?, tenant, headers).await
             }
-            (&Method::POST, ["workers", "fetch"]) => self.fetch(read_json(body, limit).await?).await,
-            (&Method::POST, ["workers", "ack"]) => self.ack(read_json(body, limit).await?).await,
-            (&Method::POST, ["workers", "nack"]) => self.nack(read_json(body, limit).await?).await,
+            (&Method::GET, ["jobs", id]) => {
+                Ok((StatusCode::OK, json!({ "job": queue.get(job_id(id)?, tenant).await? })))
+            }
+            (&Method::GET, ["admin", "jobs", id]) => Ok((StatusCode::OK, queue.get(job_id(id)?, tenant).await?)),
+            (&Method::DELETE, ["jobs", id]) | (&Method::POST, ["jobs", id, "cancel"]) => Ok((
+                StatusCode::OK,
+                json!({ "job": queue.cancel(job_id(id)?, tenant).await? }),
+            )),
+            (&Method::POST, ["workers", "fetch"]) => self.fetch(read_json(body, limit).await?, tenant).await,
+            (&Method::POST, ["workers", "ack"]) => self.ack(read_json(body, limit).await?, tenant).await,
+            (&Method::POST, ["workers", "nack"]) => self.nack(read_json(body, limit).await?, tenant).await,
             // The per-job forms: the job is the path's, the body (optional) the rest.
-            (&Method::POST, ["jobs", id, "ack"]) => self.ack(job_body(id, body, limit).await?).await,
-            (&Method::POST, ["jobs", id, "nack"]) => self.nack(job_body(id, body, limit).await?).await,
+            (&Method::POST, ["jobs", id, "ack"]) => self.ack(job_body(id, body, limit).await?, tenant).await,
+            (&Method::POST, ["jobs", id, "nack"]) => self.nack(job_body(id, body, limit).await?, tenant).await,
             (&Method::PUT | &Method::POST, ["jobs", id, "progress"]) => {
-                self.progress(job_body(id, body, limit).await?).await
+                self.progress(job_body(id, body, limit).await?, tenant).await
             }
-            (&Method::POST, ["workers", "progress"]) => self.progress(read_json(body, limit).await?).await,
+            (&Method::POST, ["workers", "progress"]) => self.progress(read_json(body, limit).await?, tenant).await,
             (&Method::GET, ["jobs", id, "progress"]) => {
-                let progress = queue.progress(job_id(id)?).await?;
+                let progress = queue.progress(job_id(id)?, tenant).await?;
                 progress_headers(&progress, headers);
                 Ok((StatusCode::OK, progress))
             }
@@ -576,7 +606,7 @@ impl OjsService {
                 self.webhooks(method, rest, body, &query).await
             }
             (&Method::POST, ["workers", "heartbeat"]) | (&Method::POST, ["workers", "beat"]) => {
-                self.heartbeat(read_json(body, limit).await?).await
+                self.heartbeat(read_json(body, limit).await?, tenant).await
             }
             (&Method::GET, ["queues"]) | (&Method::GET, ["admin", "queues"]) => {
                 let queues = queue.list_queues().await?;
@@ -608,7 +638,9 @@ impl OjsService {
                     .and_then(|l| l.parse().ok())
                     .unwrap_or(100)
                     .clamp(1, 1000);
-                let jobs = queue.dead_letter(query.get("queue").map(String::as_str), limit).await?;
+                let jobs = queue
+                    .dead_letter(query.get("queue").map(String::as_str), limit, tenant)
+                    .await?;
                 Ok((StatusCode::OK, listing("jobs", jobs)))
             }
             (&Method::GET, ["admin", "dead-letter", "stats"]) => {
@@ -618,21 +650,21 @@ impl OjsService {
             (&Method::POST, ["dead-letter", id, "retry"]) | (&Method::POST, ["admin", "dead-letter", id, "retry"]) => {
                 Ok((
                     StatusCode::OK,
-                    json!({ "job": queue.retry_dead_letter(job_id(id)?).await? }),
+                    json!({ "job": queue.retry_dead_letter(job_id(id)?, tenant).await? }),
                 ))
             }
             (&Method::DELETE, ["dead-letter", id]) => {
-                queue.delete_dead_letter(job_id(id)?).await?;
+                queue.delete_dead_letter(job_id(id)?, tenant).await?;
                 Ok((StatusCode::OK, json!({ "deleted": true, "job_id": id })))
             }
             (&Method::DELETE, ["admin", "dead-letter", id]) => {
-                queue.delete_dead_letter(job_id(id)?).await?;
+                queue.delete_dead_letter(job_id(id)?, tenant).await?;
                 Ok((StatusCode::NO_CONTENT, Value::Null))
             }
             (&Method::POST, ["workflows"]) => {
                 let workflow =
                     workflow::parse_workflow(read_json(body, limit).await?, self.inner.options.max_args_bytes)?;
-                let workflow = queue.create_workflow(&workflow).await?;
+                let workflow = queue.create_workflow(&workflow, tenant).await?;
                 Ok((StatusCode::CREATED, json!({ "workflow": workflow })))
             }
             (&Method::GET, ["workflows", id]) => Ok((
@@ -655,7 +687,7 @@ impl OjsService {
                 Ok((StatusCode::OK, json!({ "cron": queue.delete_cron(name).await? })))
             }
             (&Method::POST, ["admin", "jobs", "bulk", "retry"]) => {
-                self.retry_in_bulk(read_json(body, limit).await?).await
+                self.retry_in_bulk(read_json(body, limit).await?, tenant).await
             }
             (&Method::GET, ["admin", "stats"]) => Ok((StatusCode::OK, queue.stats().await?)),
             (&Method::GET, ["workers", id, "health"]) | (&Method::GET, ["admin", "workers", id]) => {
@@ -690,30 +722,15 @@ impl OjsService {
     /// The bearer token check of the routes that need it (those under `/ojs/v1`).
     fn authorize_route(&self, path: &str, headers: &http::HeaderMap) -> Result<(), OjsError> {
         if path.starts_with("/ojs/v1") {
-            self.authorize(headers)
+            self.authorize(headers).map(drop)
         } else {
             Ok(())
         }
     }
 
-    fn authorize(&self, headers: &http::HeaderMap) -> Result<(), OjsError> {
-        let Some(token) = &self.inner.options.token else {
-            return Ok(());
-        };
-        let presented = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if presented.is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes())) {
-            Ok(())
-        } else {
-            Err(OjsError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthenticated",
-                "unauthenticated",
-                "missing or wrong bearer token",
-            ))
-        }
+    /// Authenticates a request and answers the tenant it acts as.
+    fn authorize(&self, headers: &http::HeaderMap) -> Result<tenant::Acting, OjsError> {
+        self.inner.options.credentials.tenant_of(headers)
     }
 
     fn manifest(&self) -> Value {
@@ -748,12 +765,12 @@ impl OjsService {
         }
     }
 
-    async fn enqueue(&self, body: Value, headers: &mut Vec<(&'static str, String)>) -> Reply {
+    async fn enqueue(&self, body: Value, tenant: &str, headers: &mut Vec<(&'static str, String)>) -> Reply {
         let job = envelope::parse_job(body, self.inner.options.max_args_bytes)?;
         let mut inserted = self
             .inner
             .queue
-            .enqueue(std::slice::from_ref(&job), Answer::Job)
+            .enqueue(std::slice::from_ref(&job), tenant, Answer::Job)
             .await?;
         pressure_headers(&inserted, headers);
         if let Some(limit) = &job.rate_limit {
@@ -771,7 +788,7 @@ impl OjsService {
         Ok((status, json!({ "job": job })))
     }
 
-    async fn enqueue_batch(&self, body: Value, headers: &mut Vec<(&'static str, String)>) -> Reply {
+    async fn enqueue_batch(&self, body: Value, tenant: &str, headers: &mut Vec<(&'static str, String)>) -> Reply {
         let list = match body {
             Value::Object(mut fields) => fields.remove("jobs"),
             array @ Value::Array(_) => Some(array),
@@ -808,7 +825,7 @@ impl OjsService {
                 )));
             }
         }
-        let inserted = self.inner.queue.enqueue(&jobs, Answer::Summary).await?;
+        let inserted = self.inner.queue.enqueue(&jobs, tenant, Answer::Summary).await?;
         pressure_headers(&inserted, headers);
         let stored = inserted.jobs;
         let count = stored.len();
@@ -838,7 +855,7 @@ impl OjsService {
         Ok(())
     }
 
-    async fn fetch(&self, body: Value) -> Reply {
+    async fn fetch(&self, body: Value, tenant: &str) -> Reply {
         let queues: Vec<String> = match body.get("queues") {
             None => vec![envelope::DEFAULT_QUEUE.to_string()],
             Some(Value::Array(names)) => names
@@ -860,6 +877,7 @@ impl OjsService {
         let request = FetchRequest {
             queues,
             count,
+            tenant: tenant.to_string(),
             worker_id: optional_string(&body, "worker_id")?,
             visibility_ms: optional_ms(&body, "visibility_timeout_ms")?,
         };
@@ -867,15 +885,15 @@ impl OjsService {
         Ok((StatusCode::OK, json!({ "jobs": jobs })))
     }
 
-    async fn ack(&self, body: Value) -> Reply {
-        let claim = claim(&body)?;
+    async fn ack(&self, body: Value, tenant: &str) -> Reply {
+        let claim = claim(&body, tenant)?;
         let result = body.get("result").cloned();
         let job = self.inner.queue.ack(&claim, result).await?;
         Ok((StatusCode::OK, settled(job, "acknowledged")))
     }
 
-    async fn nack(&self, body: Value) -> Reply {
-        let claim = claim(&body)?;
+    async fn nack(&self, body: Value, tenant: &str) -> Reply {
+        let claim = claim(&body, tenant)?;
         let error = match body.get("error") {
             Some(error @ (Value::Object(_) | Value::String(_))) => error.clone(),
             None => json!({ "message": "the worker reported a failure" }),
@@ -889,14 +907,14 @@ impl OjsService {
     /// A worker's progress on its active job (ojs-progress §6): stored on the job, logged as a
     /// `job.progress` event, and a heartbeat. A report on a job that is not active is ignored,
     /// not refused (`accepted: false`).
-    async fn progress(&self, body: Value) -> Reply {
+    async fn progress(&self, body: Value, tenant: &str) -> Reply {
         let job_id = optional_string(&body, "job_id")?.ok_or_else(|| OjsError::invalid("missing \"job_id\""))?;
         let report = webhooks::parse_progress(&body)?;
         let worker_id = optional_string(&body, "worker_id")?;
         let (accepted, mut progress) = self
             .inner
             .queue
-            .report_progress(self::job_id(&job_id)?, worker_id.as_deref(), &report)
+            .report_progress(self::job_id(&job_id)?, tenant, worker_id.as_deref(), &report)
             .await?;
         progress["accepted"] = Value::Bool(accepted);
         Ok((StatusCode::OK, progress))
@@ -989,7 +1007,7 @@ impl OjsService {
         Ok((StatusCode::OK, answer))
     }
 
-    async fn heartbeat(&self, body: Value) -> Reply {
+    async fn heartbeat(&self, body: Value, tenant: &str) -> Reply {
         let worker_id = optional_string(&body, "worker_id")?;
         let mut ids: Vec<String> = match body.get("active_jobs").or_else(|| body.get("job_ids")) {
             Some(Value::Array(ids)) => ids.iter().filter_map(Value::as_str).map(String::from).collect(),
@@ -1017,6 +1035,7 @@ impl OjsService {
         let beat = queue::Beat {
             worker_id: worker_id.as_deref(),
             job_ids: &ids,
+            tenant,
             visibility_ms: optional_ms(&body, "visibility_timeout_ms")?,
             state: state.as_deref(),
             active_jobs,
@@ -1037,7 +1056,7 @@ impl OjsService {
     }
 
     /// Retrying many jobs at once is easy to regret, so the request must say `confirm: true`.
-    async fn retry_in_bulk(&self, body: Value) -> Reply {
+    async fn retry_in_bulk(&self, body: Value, tenant: &str) -> Reply {
         if body.get("confirm").and_then(Value::as_bool) != Some(true) {
             return Err(OjsError::invalid(
                 "bulk retry changes many jobs: send \"confirm\": true",
@@ -1048,7 +1067,7 @@ impl OjsService {
             _ => return Err(OjsError::invalid("filter.state must be \"discarded\" or \"cancelled\"")),
         };
         let queue = body.pointer("/filter/queue").and_then(Value::as_str);
-        let retried = self.inner.queue.retry_in_bulk(state, queue).await?;
+        let retried = self.inner.queue.retry_in_bulk(state, queue, tenant).await?;
         Ok((StatusCode::OK, json!({ "retried": retried, "count": retried })))
     }
 
@@ -1174,7 +1193,7 @@ fn queue_settings(body: Value) -> Result<Value, OjsError> {
     Ok(json!({ "backpressure": { "max_depth": max_depth, "strategy": "reject", "warning_threshold": warning } }))
 }
 
-fn claim(body: &Value) -> Result<Claim, OjsError> {
+fn claim(body: &Value, tenant: &str) -> Result<Claim, OjsError> {
     let job_id = optional_string(body, "job_id")?
         .or(optional_string(body, "id")?)
         .ok_or_else(|| OjsError::invalid("missing \"job_id\""))?;
@@ -1191,6 +1210,7 @@ fn claim(body: &Value) -> Result<Claim, OjsError> {
         job_id,
         attempt,
         worker_id: optional_string(body, "worker_id")?,
+        tenant: tenant.to_string(),
     })
 }
 

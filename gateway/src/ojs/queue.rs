@@ -12,6 +12,7 @@ use tokio_postgres::error::SqlState;
 
 use super::cron::Schedule;
 use super::envelope::{self, NewJob, OnConflict, RetryPolicy};
+use super::tenant::DEFAULT_TENANT;
 use super::workflow::{Kind, Member, NewWorkflow};
 use super::{OjsError, QUEUE_FULL};
 
@@ -39,6 +40,8 @@ pub struct Queue {
 pub struct FetchRequest {
     pub queues: Vec<String>,
     pub count: i64,
+    /// Only this tenant's jobs are handed out.
+    pub tenant: String,
     pub worker_id: Option<String>,
     pub visibility_ms: Option<i32>,
 }
@@ -47,6 +50,8 @@ pub struct FetchRequest {
 pub struct Beat<'a> {
     pub worker_id: Option<&'a str>,
     pub job_ids: &'a [String],
+    /// Only this tenant's claims are extended.
+    pub tenant: &'a str,
     pub visibility_ms: Option<i32>,
     /// running, quiet, drain or terminate; unchanged when absent.
     pub state: Option<&'a str>,
@@ -69,6 +74,8 @@ pub struct Claim {
     pub job_id: String,
     pub attempt: Option<i32>,
     pub worker_id: Option<String>,
+    /// The job must be this tenant's: another tenant's is not found.
+    pub tenant: String,
 }
 
 pub struct Failure {
@@ -140,11 +147,12 @@ WITH input AS (
           IS DISTINCT FROM (excluded.concurrency, excluded.rate, excluded.rate_period_ms, excluded.throttle_ms)
 ), job AS (
     INSERT INTO ojs.jobs AS j (id, queue, type, state, priority, max_attempts, envelope, run_at, expires_at,
-                               visibility_ms, unique_key, workflow_id, workflow_step, workflow_callback, rate_key)
+                               visibility_ms, unique_key, workflow_id, workflow_step, workflow_callback, rate_key,
+                               tenant)
     SELECT id, queue, type,
            CASE WHEN held THEN 'pending' WHEN run_at > now() THEN 'scheduled' ELSE 'available' END, priority,
            max_attempts, envelope, run_at, expires, visibility_ms, unique_key, $13, workflow_step, workflow_callback,
-           rate_key
+           rate_key, $20
     FROM timed WHERE NOT EXISTS (SELECT 1 FROM full_queue)
     RETURNING j.id, j.queue, j.type, j.seq, j.state, j.priority, j.run_at, j.envelope,
         CASE WHEN NOT $19::bool THEN ojs.job_json(j) END AS body
@@ -214,8 +222,8 @@ WITH due AS (
 )
 SELECT 1";
 
-/// Claims up to $2 jobs: queues in the order given, then priority, then FIFO, each queue read
-/// along the `jobs_claim` index.
+/// Claims up to $2 jobs of tenant $5: queues in the order given, then priority, then FIFO, each
+/// queue read along the `jobs_claim` index (whose (queue, tenant) prefix is one range).
 /// Rate-limited jobs whose key has no room are passed over; those picked then take their starts
 /// from the key's row atomically (`admitted`), and any the key cannot take now stay available.
 const CLAIM: &str = "
@@ -224,7 +232,7 @@ WITH claimed AS (
     FROM unnest($1::text[]) WITH ORDINALITY AS q(name, ord)
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.seq, j.rate_key FROM ojs.jobs j
-        WHERE j.state = 'available' AND j.queue = q.name
+        WHERE j.state = 'available' AND j.queue = q.name AND j.tenant = $5
           AND (j.rate_key IS NULL
                OR EXISTS (SELECT 1 FROM ojs.rate_limits r WHERE r.key = j.rate_key AND ojs.rate_room(r) > 0))
           AND (j.workflow_id IS NULL
@@ -282,7 +290,7 @@ const ACK: &str = "
 WITH done AS (
     UPDATE ojs.jobs j
     SET state = 'completed', completed_at = now(), result = $2, error = NULL, visible_until = NULL
-    WHERE j.id = $1 AND j.state = 'active'
+    WHERE j.id = $1 AND j.state = 'active' AND j.tenant = $5
       AND ($3::int IS NULL OR j.attempt = $3) AND ($4::text IS NULL OR j.worker_id IS NULL OR j.worker_id = $4)
     RETURNING j.id, j.queue, j.type, j.attempt, j.started_at, j.workflow_id, j.envelope, ojs.job_json(j) AS body
 ), event AS (
@@ -297,7 +305,8 @@ SELECT body, workflow_id FROM done";
 
 /// The failing half of a nack: the job's claim, locked, for the retry decision.
 const NACK_LOCK: &str = "
-SELECT state, attempt, worker_id, envelope #> '{options,retry}', max_attempts FROM ojs.jobs WHERE id = $1 FOR UPDATE";
+SELECT state, attempt, worker_id, envelope #> '{options,retry}', max_attempts FROM ojs.jobs
+WHERE id = $1 AND tenant = $2 FOR UPDATE";
 
 /// The other half: the decided state, the error kept in the history, and the events.
 const NACK: &str = "
@@ -337,7 +346,8 @@ SELECT body FROM failed";
 const EXTEND_CLAIMS: &str = "
 WITH extended AS (
     UPDATE ojs.jobs SET visible_until = now() + coalesce($3, visibility_ms) * interval '1 ms'
-    WHERE id = ANY($1) AND state = 'active' AND ($2::text IS NULL OR worker_id IS NULL OR worker_id = $2)
+    WHERE id = ANY($1) AND state = 'active' AND tenant = $4
+      AND ($2::text IS NULL OR worker_id IS NULL OR worker_id = $2)
     RETURNING id, queue, type, attempt, worker_id, visible_until, envelope
 ), event AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
@@ -409,23 +419,24 @@ impl Queue {
     /// Inserts jobs all-or-nothing; returns them as stored (or summed up), in order. Jobs with
     /// unique options go through [`Queue::enqueue_unique`]. A queue at its depth bound refuses
     /// the lot.
-    pub async fn enqueue(&self, jobs: &[NewJob], answer: Answer) -> Result<Inserted, OjsError> {
+    pub async fn enqueue(&self, jobs: &[NewJob], tenant: &str, answer: Answer) -> Result<Inserted, OjsError> {
         if let [job] = jobs
             && job.unique.is_some()
         {
-            return self.enqueue_unique(job).await;
+            return self.enqueue_unique(job, tenant).await;
         }
         let mut client = self.client().await?;
         if jobs.iter().all(|job| job.depends_on.is_empty()) {
-            return insert_placed(&client, jobs, &Placement::default(), answer).await;
+            return insert_placed(&client, jobs, &Placement::of(tenant), answer).await;
         }
         let tx = client.transaction().await.map_err(OjsError::sql)?;
-        let inserted = insert_waiting(&tx, jobs, answer).await?;
+        let inserted = insert_waiting(&tx, jobs, tenant, answer).await?;
         tx.commit().await.map_err(OjsError::sql)?;
         Ok(inserted)
     }
 
-    async fn enqueue_unique(&self, job: &NewJob) -> Result<Inserted, OjsError> {
+    /// Duplicates are looked for among the tenant's own jobs only.
+    async fn enqueue_unique(&self, job: &NewJob, tenant: &str) -> Result<Inserted, OjsError> {
         let unique = job.unique.as_ref().expect("unique options");
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(OjsError::sql)?;
@@ -436,10 +447,10 @@ impl Queue {
         let existing = tx
             .query_opt(
                 "SELECT j.id, ojs.job_json(j) FROM ojs.jobs j
-                 WHERE j.unique_key = $1 AND j.state = ANY($2)
+                 WHERE j.unique_key = $1 AND j.state = ANY($2) AND j.tenant = $4
                    AND ($3::float8 IS NULL OR j.created_at > now() - $3 * interval '1 ms')
                  ORDER BY j.created_at DESC LIMIT 1",
-                &[&unique.key, &unique.states, &unique.period_ms],
+                &[&unique.key, &unique.states, &unique.period_ms, &tenant],
             )
             .await
             .map_err(OjsError::sql)?;
@@ -471,18 +482,22 @@ impl Queue {
                 }
             }
         }
-        let inserted = insert_waiting(&tx, std::slice::from_ref(job), Answer::Job).await?;
+        let inserted = insert_waiting(&tx, std::slice::from_ref(job), tenant, Answer::Job).await?;
         tx.commit().await.map_err(OjsError::sql)?;
         Ok(inserted)
     }
 
-    pub async fn get(&self, id: &str) -> Result<Value, OjsError> {
+    /// A job of `tenant`; another tenant's is not found.
+    pub async fn get(&self, id: &str, tenant: &str) -> Result<Value, OjsError> {
         let client = self.client().await?;
         let statement = client
-            .prepare_cached("SELECT ojs.job_json(j) FROM ojs.jobs j WHERE j.id = $1")
+            .prepare_cached("SELECT ojs.job_json(j) FROM ojs.jobs j WHERE j.id = $1 AND j.tenant = $2")
             .await
             .map_err(OjsError::sql)?;
-        let row = client.query_opt(&statement, &[&id]).await.map_err(OjsError::sql)?;
+        let row = client
+            .query_opt(&statement, &[&id, &tenant])
+            .await
+            .map_err(OjsError::sql)?;
         row.map(|row| row.get(0)).ok_or_else(|| OjsError::job_not_found(id))
     }
 
@@ -491,11 +506,12 @@ impl Queue {
     /// each time: one more round trip and a fresh plan).
     pub async fn fetch(&self, request: &FetchRequest) -> Result<Vec<Value>, OjsError> {
         let client = self.client().await?;
-        let claim_params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [
+        let claim_params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
             &request.queues,
             &request.count,
             &request.worker_id,
             &request.visibility_ms,
+            &request.tenant,
         ];
         let claim_statement = client.prepare_cached(CLAIM).await.map_err(OjsError::sql)?;
         let claim = client.query(&claim_statement, &claim_params);
@@ -518,12 +534,17 @@ impl Queue {
         let client = self.client().await?;
         let statement = client.prepare_cached(ACK).await.map_err(OjsError::sql)?;
         let row = client
-            .query_opt(&statement, &[&claim.job_id, &result, &claim.attempt, &claim.worker_id])
+            .query_opt(
+                &statement,
+                &[&claim.job_id, &result, &claim.attempt, &claim.worker_id, &claim.tenant],
+            )
             .await
             .map_err(OjsError::sql)?;
         match row {
             Some(row) => Ok(row.get(0)),
-            None => Err(self.explain_refusal(&client, &claim.job_id, "acknowledged").await),
+            None => Err(self
+                .explain_refusal(&client, &claim.job_id, &claim.tenant, "acknowledged")
+                .await),
         }
     }
 
@@ -534,7 +555,7 @@ impl Queue {
         let tx = client.transaction().await.map_err(OjsError::sql)?;
         let statement = tx.prepare_cached(NACK_LOCK).await.map_err(OjsError::sql)?;
         let row = tx
-            .query_opt(&statement, &[&claim.job_id])
+            .query_opt(&statement, &[&claim.job_id, &claim.tenant])
             .await
             .map_err(OjsError::sql)?;
         let Some(row) = row else {
@@ -596,20 +617,21 @@ impl Queue {
         Ok(body)
     }
 
-    pub async fn cancel(&self, id: &str) -> Result<Value, OjsError> {
+    pub async fn cancel(&self, id: &str, tenant: &str) -> Result<Value, OjsError> {
         let client = self.client().await?;
         let row = client
             .query_opt(
                 "UPDATE ojs.jobs j SET state = 'cancelled', cancelled_at = now(), visible_until = NULL
-                 WHERE j.id = $1 AND j.state IN ('scheduled', 'available', 'pending', 'active', 'retryable')
+                 WHERE j.id = $1 AND j.tenant = $2
+                   AND j.state IN ('scheduled', 'available', 'pending', 'active', 'retryable')
                  RETURNING ojs.job_json(j)",
-                &[&id],
+                &[&id, &tenant],
             )
             .await
             .map_err(OjsError::sql)?;
         match row {
             Some(row) => Ok(row.get(0)),
-            None => Err(self.explain_refusal(&client, id, "cancelled").await),
+            None => Err(self.explain_refusal(&client, id, tenant, "cancelled").await),
         }
     }
 
@@ -623,7 +645,10 @@ impl Queue {
             }
             let statement = client.prepare_cached(EXTEND_CLAIMS).await?;
             client
-                .query(&statement, &[&beat.job_ids, &beat.worker_id, &beat.visibility_ms])
+                .query(
+                    &statement,
+                    &[&beat.job_ids, &beat.worker_id, &beat.visibility_ms, &beat.tenant],
+                )
                 .await
         };
         let record = async {
@@ -804,13 +829,14 @@ impl Queue {
             .collect())
     }
 
-    pub async fn dead_letter(&self, queue: Option<&str>, limit: i64) -> Result<Vec<Value>, OjsError> {
+    pub async fn dead_letter(&self, queue: Option<&str>, limit: i64, tenant: &str) -> Result<Vec<Value>, OjsError> {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT ojs.job_json(j) FROM ojs.jobs j WHERE j.dead_letter AND ($1::text IS NULL OR j.queue = $1)
+                "SELECT ojs.job_json(j) FROM ojs.jobs j
+                 WHERE j.dead_letter AND j.tenant = $3 AND ($1::text IS NULL OR j.queue = $1)
                  ORDER BY j.completed_at DESC LIMIT $2",
-                &[&queue, &limit],
+                &[&queue, &limit, &tenant],
             )
             .await
             .map_err(OjsError::sql)?;
@@ -827,14 +853,14 @@ impl Queue {
     }
 
     /// A dead-lettered job goes back to available with a fresh attempt count.
-    pub async fn retry_dead_letter(&self, id: &str) -> Result<Value, OjsError> {
+    pub async fn retry_dead_letter(&self, id: &str, tenant: &str) -> Result<Value, OjsError> {
         let client = self.client().await?;
         let row = client
             .query_opt(
                 "UPDATE ojs.jobs j SET state = 'available', dead_letter = false, attempt = 0, error = NULL,
                         completed_at = NULL, started_at = NULL, retry_delay_ms = NULL, run_at = now()
-                 WHERE j.id = $1 AND j.dead_letter RETURNING ojs.job_json(j)",
-                &[&id],
+                 WHERE j.id = $1 AND j.tenant = $2 AND j.dead_letter RETURNING ojs.job_json(j)",
+                &[&id, &tenant],
             )
             .await
             .map_err(OjsError::sql)?;
@@ -843,24 +869,27 @@ impl Queue {
     }
 
     /// Puts every discarded or cancelled job matching the filter back to available.
-    pub async fn retry_in_bulk(&self, state: &str, queue: Option<&str>) -> Result<u64, OjsError> {
+    pub async fn retry_in_bulk(&self, state: &str, queue: Option<&str>, tenant: &str) -> Result<u64, OjsError> {
         let client = self.client().await?;
         client
             .execute(
                 "UPDATE ojs.jobs SET state = 'available', dead_letter = false, attempt = 0, error = NULL,
                         completed_at = NULL, started_at = NULL, cancelled_at = NULL, retry_delay_ms = NULL,
                         run_at = now()
-                 WHERE state = $1 AND ($2::text IS NULL OR queue = $2)",
-                &[&state, &queue],
+                 WHERE state = $1 AND tenant = $3 AND ($2::text IS NULL OR queue = $2)",
+                &[&state, &queue, &tenant],
             )
             .await
             .map_err(OjsError::sql)
     }
 
-    pub async fn delete_dead_letter(&self, id: &str) -> Result<(), OjsError> {
+    pub async fn delete_dead_letter(&self, id: &str, tenant: &str) -> Result<(), OjsError> {
         let client = self.client().await?;
         let deleted = client
-            .execute("DELETE FROM ojs.jobs WHERE id = $1 AND dead_letter", &[&id])
+            .execute(
+                "DELETE FROM ojs.jobs WHERE id = $1 AND tenant = $2 AND dead_letter",
+                &[&id, &tenant],
+            )
             .await
             .map_err(OjsError::sql)?;
         if deleted == 0 {
@@ -873,10 +902,12 @@ impl Queue {
     /// first is enqueued now (a group's or batch's jobs, a chain's first step, and so on down the
     /// nested workflows among them); later steps, callbacks and nested workflows whose turn has
     /// not come wait as `pending` for the triggers of the layout to release them.
-    pub async fn create_workflow(&self, workflow: &NewWorkflow) -> Result<Value, OjsError> {
+    /// The workflow's jobs belong to `tenant` (the workflow itself is not scoped: any tenant
+    /// that knows its id may read or cancel it).
+    pub async fn create_workflow(&self, workflow: &NewWorkflow, tenant: &str) -> Result<Value, OjsError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(OjsError::sql)?;
-        store_workflow(&tx, workflow, None, true).await?;
+        store_workflow(&tx, workflow, tenant, None, true).await?;
         let row = tx
             .query_one(
                 "SELECT ojs.workflow_json(w) FROM ojs.workflows w WHERE w.id = $1",
@@ -1236,10 +1267,14 @@ impl Queue {
             .map_err(OjsError::sql)
     }
 
-    /// Why an ack/nack/cancel changed nothing: no such job (404) or the wrong state or claim (409).
-    async fn explain_refusal(&self, client: &tokio_postgres::Client, id: &str, verb: &str) -> OjsError {
+    /// Why an ack/nack/cancel changed nothing: no such job of the tenant (404) or the wrong
+    /// state or claim (409).
+    async fn explain_refusal(&self, client: &tokio_postgres::Client, id: &str, tenant: &str, verb: &str) -> OjsError {
         match client
-            .query_opt("SELECT state FROM ojs.jobs WHERE id = $1", &[&id])
+            .query_opt(
+                "SELECT state FROM ojs.jobs WHERE id = $1 AND tenant = $2",
+                &[&id, &tenant],
+            )
             .await
         {
             Ok(Some(row)) => refusal(id, &row.get::<_, String>(0), verb),
@@ -1270,9 +1305,12 @@ impl Pressure {
     }
 }
 
-/// Where inserted jobs sit in a workflow, one entry per job; empty for plain enqueues.
+/// Whose inserted jobs are and where they sit in a workflow, one entry per job; empty for plain
+/// enqueues.
 #[derive(Default)]
 struct Placement<'a> {
+    /// The default tenant when `None`.
+    tenant: Option<&'a str>,
     workflow_id: Option<&'a str>,
     steps: Vec<Option<i32>>,
     callbacks: Vec<Option<&'static str>>,
@@ -1291,6 +1329,16 @@ pub enum Answer {
     Summary,
 }
 
+impl<'a> Placement<'a> {
+    fn of(tenant: &'a str) -> Placement<'a> {
+        Placement {
+            tenant: Some(tenant),
+            ..Placement::default()
+        }
+    }
+}
+
+/// Inserts jobs of the default tenant (cron's).
 async fn insert(client: &impl deadpool_postgres::GenericClient, jobs: &[NewJob]) -> Result<Inserted, OjsError> {
     insert_placed(client, jobs, &Placement::default(), Answer::Job).await
 }
@@ -1303,11 +1351,12 @@ async fn insert(client: &impl deadpool_postgres::GenericClient, jobs: &[NewJob])
 async fn insert_waiting(
     tx: &deadpool_postgres::Transaction<'_>,
     jobs: &[NewJob],
+    tenant: &str,
     answer: Answer,
 ) -> Result<Inserted, OjsError> {
     let placement = Placement {
         held: jobs.iter().map(|job| !job.depends_on.is_empty()).collect(),
-        ..Placement::default()
+        ..Placement::of(tenant)
     };
     let mut inserted = insert_placed(tx, jobs, &placement, answer).await?;
     if inserted.jobs.len() != jobs.len() {
@@ -1396,6 +1445,7 @@ async fn cancel_workflow_once(client: &mut deadpool_postgres::Client, id: &str) 
 fn store_workflow<'a>(
     tx: &'a deadpool_postgres::Transaction<'a>,
     workflow: &'a NewWorkflow,
+    tenant: &'a str,
     parent: Option<(&'a str, i32)>,
     now: bool,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), OjsError>> + Send + 'a>> {
@@ -1423,7 +1473,7 @@ fn store_workflow<'a>(
         let runs_now = |index: usize| now && (workflow.kind != Kind::Chain || index == 0);
         let mut placement = Placement {
             workflow_id: Some(&workflow.id),
-            ..Placement::default()
+            ..Placement::of(tenant)
         };
         let mut jobs = Vec::new();
         for (index, member) in workflow.members.iter().enumerate() {
@@ -1435,7 +1485,7 @@ fn store_workflow<'a>(
                     placement.held.push(!runs_now(index));
                 }
                 Member::Workflow(inner) => {
-                    store_workflow(tx, inner, Some((&workflow.id, index as i32)), runs_now(index)).await?;
+                    store_workflow(tx, inner, tenant, Some((&workflow.id, index as i32)), runs_now(index)).await?;
                 }
             }
         }
@@ -1509,6 +1559,7 @@ async fn insert_placed(
                 &rate_keys,
                 &rate_policies,
                 &summary,
+                &placement.tenant.unwrap_or(DEFAULT_TENANT),
             ],
         )
         .await

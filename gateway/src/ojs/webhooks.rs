@@ -197,7 +197,7 @@ WITH reported AS (
             'checkpoint', coalesce($4::jsonb, j.progress -> 'checkpoint'),
             'updated_at', ojs.ts(now()))),
         visible_until = now() + j.visibility_ms * interval '1 ms'
-     WHERE id = $1 AND state = 'active' AND ($5::text IS NULL OR worker_id IS NULL OR worker_id = $5)
+     WHERE id = $1 AND tenant = $6 AND state = 'active' AND ($5::text IS NULL OR worker_id IS NULL OR worker_id = $5)
     RETURNING id, queue, type, attempt, worker_id, envelope, progress
 ), event AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
@@ -220,7 +220,7 @@ SELECT jsonb_build_object('job_id', j.id, 'state', job ->> 'state', 'progress', 
                           'data', job -> 'progress_data',
                           'updated_at', CASE WHEN job ? 'progress' THEN j.progress -> 'updated_at' END)
        || jsonb_strip_nulls(jsonb_build_object('last_checkpoint', job -> 'last_checkpoint'))
-  FROM ojs.jobs j, ojs.job_json(j) AS job WHERE j.id = $1";
+  FROM ojs.jobs j, ojs.job_json(j) AS job WHERE j.id = $1 AND j.tenant = $2";
 
 const WEBHOOK_JSON: &str = "ojs.webhook_json(w)";
 
@@ -230,6 +230,7 @@ impl Queue {
     pub async fn report_progress(
         &self,
         job_id: &str,
+        tenant: &str,
         worker_id: Option<&str>,
         report: &ProgressReport,
     ) -> Result<(bool, Value), OjsError> {
@@ -238,19 +239,27 @@ impl Queue {
         let taken = client
             .query_opt(
                 &statement,
-                &[&job_id, &report.progress, &report.data, &report.checkpoint, &worker_id],
+                &[
+                    &job_id,
+                    &report.progress,
+                    &report.data,
+                    &report.checkpoint,
+                    &worker_id,
+                    &tenant,
+                ],
             )
             .await
             .map_err(OjsError::sql)?
             .is_some();
-        Ok((taken, self.progress(job_id).await?))
+        Ok((taken, self.progress(job_id, tenant).await?))
     }
 
-    pub async fn progress(&self, job_id: &str) -> Result<Value, OjsError> {
+    /// A job's progress; another tenant's job is not found.
+    pub async fn progress(&self, job_id: &str, tenant: &str) -> Result<Value, OjsError> {
         let client = self.client().await?;
         let statement = client.prepare_cached(READ_PROGRESS).await.map_err(OjsError::sql)?;
         client
-            .query_opt(&statement, &[&job_id])
+            .query_opt(&statement, &[&job_id, &tenant])
             .await
             .map_err(OjsError::sql)?
             .map(|row| row.get(0))

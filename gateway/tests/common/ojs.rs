@@ -16,6 +16,8 @@ pub struct Ojs {
     pub addr: SocketAddr,
     client: Client<HttpConnector, Full<Bytes>>,
     pub token: Option<String>,
+    /// Sent as `X-OJS-Tenant` when set.
+    pub tenant: Option<String>,
 }
 
 impl Ojs {
@@ -24,6 +26,7 @@ impl Ojs {
             addr: gateway.gateway.ojs_addr.expect("OJS listener"),
             client: Client::builder(TokioExecutor::new()).build_http(),
             token: None,
+            tenant: None,
         }
     }
 
@@ -40,6 +43,9 @@ impl Ojs {
         if let Some(token) = &self.token {
             request = request.header("authorization", format!("Bearer {token}"));
         }
+        if let Some(tenant) = &self.tenant {
+            request = request.header("x-ojs-tenant", tenant);
+        }
         let payload = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
         let response = self
             .client
@@ -54,6 +60,14 @@ impl Ojs {
 
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
         self.call("POST", path, Some(body)).await
+    }
+
+    /// The same client, acting as `tenant`.
+    pub fn as_tenant(&self, tenant: &str) -> Ojs {
+        Ojs {
+            tenant: Some(tenant.to_string()),
+            ..self.clone()
+        }
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {

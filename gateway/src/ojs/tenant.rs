@@ -1,0 +1,200 @@
+//! Tenants of the OJS endpoint: which tenant a request acts as (its `X-OJS-Tenant` header, or
+//! the tenant its bearer token is bound to by `--ojs-tenant-token TENANT=TOKEN`), and the check
+//! that a tenant name is one the job store keeps.
+//!
+//! What this enforces: every job a request enqueues belongs to its tenant, and the job routes
+//! (read, cancel, ack, nack, progress, heartbeat, fetch, dead letter) see only that tenant's jobs.
+//! Without tenant tokens the header is a claim: any client that may reach the endpoint (or holds
+//! `--ojs-token`) may act as any tenant. A tenant token makes it a credential: that token acts as
+//! its tenant only, and reaches only the routes scoped by tenant ([`is_scoped`]); the others
+//! (events, webhooks, workflows, cron, queues, admin) span all tenants and stay the operator's.
+
+use http::{HeaderMap, StatusCode, header};
+
+use super::{OjsError, constant_time_eq};
+
+pub const TENANT_HEADER: &str = "x-ojs-tenant";
+/// The tenant of a request without the header, and of jobs that no request enqueued (bucket
+/// notifications, cron).
+pub const DEFAULT_TENANT: &str = "default";
+/// Longest tenant name: a tenant is an identifier, not a payload.
+const MAX_TENANT_BYTES: usize = 128;
+
+/// `--ojs-tenant-token TENANT=TOKEN`: a bearer token that authenticates its holder as TENANT.
+#[derive(Debug, Clone)]
+pub struct TenantToken {
+    pub tenant: String,
+    pub token: String,
+}
+
+impl std::str::FromStr for TenantToken {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<TenantToken, String> {
+        let (tenant, token) = text
+            .split_once('=')
+            .ok_or_else(|| "expected TENANT=TOKEN".to_string())?;
+        check_name(tenant).map_err(|error| error.message)?;
+        if token.is_empty() {
+            return Err("the token after TENANT= is empty".into());
+        }
+        Ok(TenantToken {
+            tenant: tenant.to_string(),
+            token: token.to_string(),
+        })
+    }
+}
+
+/// Whom a request acts as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acting {
+    pub tenant: String,
+    /// Authenticated by a tenant token: limited to the routes scoped by tenant.
+    pub bound: bool,
+}
+
+/// Whether a route under `/ojs/v1` (its path segments) sees only the request's tenant's jobs.
+pub fn is_scoped(segments: &[&str]) -> bool {
+    matches!(
+        segments,
+        ["health"]
+            | ["jobs", ..]
+            | ["workers", "fetch" | "ack" | "nack" | "progress" | "heartbeat" | "beat"]
+            | ["dead-letter", ..]
+    )
+}
+
+/// Who may call the job routes, and as which tenant.
+#[derive(Debug, Clone, Default)]
+pub struct Credentials {
+    /// `--ojs-token`: authenticates without binding a tenant (the header chooses).
+    pub token: Option<String>,
+    pub tenant_tokens: Vec<TenantToken>,
+}
+
+impl Credentials {
+    fn required(&self) -> bool {
+        self.token.is_some() || !self.tenant_tokens.is_empty()
+    }
+
+    /// The tenant a request acts as: 401 without an accepted token (when tokens are
+    /// configured), 400 for a malformed header, 403 for a header that names another tenant
+    /// than the one the request's tenant token is bound to.
+    pub fn tenant_of(&self, headers: &HeaderMap) -> Result<Acting, OjsError> {
+        let claimed = match headers.get(TENANT_HEADER) {
+            None => None,
+            Some(value) => Some(
+                value
+                    .to_str()
+                    .map_err(|_| OjsError::invalid("X-OJS-Tenant must be printable ASCII"))
+                    .and_then(|name| check_name(name).map(|()| name))?,
+            ),
+        };
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let matches = |token: &str| presented.is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes()));
+        if let Some(bound) = self.tenant_tokens.iter().find(|bound| matches(&bound.token)) {
+            return match claimed {
+                Some(name) if name != bound.tenant => Err(OjsError::forbidden(format!(
+                    "this token acts as tenant {:?} only, not {name:?}",
+                    bound.tenant
+                ))),
+                _ => Ok(Acting {
+                    tenant: bound.tenant.clone(),
+                    bound: true,
+                }),
+            };
+        }
+        if self.required() && !self.token.as_deref().is_some_and(matches) {
+            return Err(OjsError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                "unauthenticated",
+                "missing or wrong bearer token",
+            ));
+        }
+        Ok(Acting {
+            tenant: claimed.unwrap_or(DEFAULT_TENANT).to_string(),
+            bound: false,
+        })
+    }
+}
+
+/// A tenant name: 1 to [`MAX_TENANT_BYTES`] printable ASCII characters, no spaces.
+fn check_name(name: &str) -> Result<(), OjsError> {
+    if name.is_empty() || name.len() > MAX_TENANT_BYTES || !name.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(OjsError::invalid(format!(
+            "a tenant is 1 to {MAX_TENANT_BYTES} printable ASCII characters without spaces"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, value.parse().unwrap());
+        }
+        map
+    }
+
+    fn bound() -> Credentials {
+        Credentials {
+            token: Some("operator".into()),
+            tenant_tokens: vec!["acme=acme-secret".parse().unwrap()],
+        }
+    }
+
+    #[test]
+    fn without_tokens_the_header_chooses_and_defaults() {
+        let open = Credentials::default();
+        assert_eq!(open.tenant_of(&headers(&[])).unwrap().tenant, DEFAULT_TENANT);
+        let claimed = open.tenant_of(&headers(&[(TENANT_HEADER, "acme")])).unwrap();
+        assert_eq!((claimed.tenant.as_str(), claimed.bound), ("acme", false));
+        assert_eq!(
+            open.tenant_of(&headers(&[(TENANT_HEADER, "a b")])).unwrap_err().status,
+            400
+        );
+        let long = "t".repeat(MAX_TENANT_BYTES + 1);
+        assert_eq!(
+            open.tenant_of(&headers(&[(TENANT_HEADER, &long)])).unwrap_err().status,
+            400
+        );
+    }
+
+    #[test]
+    fn a_tenant_token_acts_as_its_tenant_only() {
+        let credentials = bound();
+        let acme = [("authorization", "Bearer acme-secret")];
+        let as_acme = Acting {
+            tenant: "acme".into(),
+            bound: true,
+        };
+        assert_eq!(credentials.tenant_of(&headers(&acme)).unwrap(), as_acme);
+        let claimed = [acme[0], (TENANT_HEADER, "acme")];
+        assert_eq!(credentials.tenant_of(&headers(&claimed)).unwrap(), as_acme);
+        let other = [acme[0], (TENANT_HEADER, "globex")];
+        assert_eq!(credentials.tenant_of(&headers(&other)).unwrap_err().status, 403);
+        let operator = [("authorization", "Bearer operator"), (TENANT_HEADER, "globex")];
+        let as_operator = credentials.tenant_of(&headers(&operator)).unwrap();
+        assert_eq!((as_operator.tenant.as_str(), as_operator.bound), ("globex", false));
+        let wrong = [("authorization", "Bearer guess"), (TENANT_HEADER, "acme")];
+        assert_eq!(credentials.tenant_of(&headers(&wrong)).unwrap_err().status, 401);
+        assert_eq!(credentials.tenant_of(&headers(&[])).unwrap_err().status, 401);
+    }
+
+    #[test]
+    fn tenant_tokens_parse_as_tenant_equals_token() {
+        assert!("acme".parse::<TenantToken>().is_err());
+        assert!("acme=".parse::<TenantToken>().is_err());
+        assert!("=secret".parse::<TenantToken>().is_err());
+        let parsed: TenantToken = "acme=s=cret".parse().unwrap();
+        assert_eq!((parsed.tenant.as_str(), parsed.token.as_str()), ("acme", "s=cret"));
+    }
+}
