@@ -52,14 +52,15 @@ if [ "$smoke" = yes ]; then
 else
     profile=release fixtures=events-100MiB.parquet warmup=2 bench_seconds=$seconds
     [ "$full" = yes ] && fixtures+=,events-1GiB.parquet,binary-1GiB.bin
-    cargo build --release --locked --bin pgvs3 --bin pgvs3-loadgen
+    [ -n "${PGVS3_BIN_DIR:-}" ] || cargo build --release --locked --bin pgvs3 --bin pgvs3-loadgen
     # The benches (and their dev-dependencies, in the release profile) only when they run.
     if wants direct; then
         cargo bench --locked -q -p pgvs3-gateway --bench gateway_vs_direct --bench ojs_vs_direct --no-run
     fi
     cargo_bench() { cargo bench --locked -q -p pgvs3-gateway --bench "$@"; }
 fi
-bin="$CARGO_TARGET_DIR/$profile"
+# PGVS3_BIN_DIR: prebuilt pgvs3 and pgvs3-loadgen (release mode only; the cargo benches still build).
+bin=${PGVS3_BIN_DIR:-$CARGO_TARGET_DIR/$profile}
 python=$(e2e/scripts/bench-venv.sh)
 declare -A fixture
 while read -r name path; do fixture[$name]=$path; done < <("$python" e2e/scripts/fixtures.py --names "$fixtures")
