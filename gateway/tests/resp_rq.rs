@@ -2,8 +2,8 @@
 //! jobs, an `rq worker --burst` runs them, and their results, failures and queue state are read
 //! back through rq's own API. rq 2.x keeps every job's result in a stream (`XADD
 //! rq:results:<id> MAXLEN ~ 10 *` in the pipeline that closes the job, read back with
-//! `XREVRANGE`, `XLEN`, `XREAD`). `Queue.empty()`, unique jobs and the scheduler's lock need
-//! `EVAL`/`EVALSHA`, which this run does not use.
+//! `XREVRANGE`, `XLEN`, `XREAD`). `Queue.empty()` runs rq's Lua script (`EVALSHA`, then `EVAL`
+//! on NOSCRIPT), which pops every job id and deletes job hashes its KEYS do not declare.
 
 mod common;
 
@@ -36,6 +36,11 @@ delayed_parent = queue.enqueue("tasks.add", 1, 1)
 dependent = queue.enqueue("tasks.add", 2, 2, depends_on=delayed_parent)
 before = {"queued": queue.count, "deferred": queue.deferred_job_registry.count}
 
+extra = Queue("extra", connection=connection)
+extra_jobs = [extra.enqueue("tasks.add", i, i) for i in range(5)]
+emptied = {"removed": extra.empty(), "queued": extra.count,
+           "job_hashes": sum(connection.exists(job.key) for job in extra_jobs)}
+
 worker = subprocess.run(
     [os.path.join(os.path.dirname(sys.executable), "rq"), "worker", "--burst", "--url", url, "default"],
     capture_output=True, text=True, timeout=120,
@@ -49,6 +54,7 @@ def fetch(job):
 
 print(json.dumps({
     "before": before,
+    "emptied": emptied,
     "results": [fetch(job).return_value() for job in jobs],
     "text": fetch(text).return_value(),
     "failed": fetch(failing).get_status(),
@@ -88,6 +94,11 @@ async fn rq_runs_jobs_through_pgvs3() {
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["before"]["queued"], 23, "{report}");
     assert_eq!(report["before"]["deferred"], 1, "{report}");
+    assert_eq!(
+        report["emptied"],
+        serde_json::json!({"removed": 5, "queued": 0, "job_hashes": 0}),
+        "Queue.empty() (a Lua script) removes the queue's jobs and their hashes"
+    );
     let expected: Vec<i64> = (0..20).map(|i| i + 10 * i).collect();
     assert_eq!(report["results"], serde_json::json!(expected), "{report}");
     assert_eq!(report["text"], "PGVS3PGVS3");
