@@ -409,12 +409,26 @@ pub async fn authorize(
             None => Err(s3s::s3_error!(AccessDenied, "Anonymous access is not allowed.")),
         };
     };
-    // The hot path: while no bucket has a policy or ACLs enabled, a signed request is the owner
-    // check's alone.
+    let mut bucket = catalog.cached_bucket(bucket_name);
+    if bucket.is_none() && (signed.is_some() || operation != "CreateBucket") {
+        // Not cached: a bucket made a moment ago (through another gateway, its NOTIFY still on
+        // the way) is checked against its own rules, not the owner check's alone, and for an
+        // unsigned request only a bucket that does not exist is NoSuchBucket. One indexed
+        // lookup, holding no admission slot; the store finds the row cached.
+        bucket = match catalog.bucket(bucket_name).await {
+            Ok(found) => Some(found),
+            Err(StoreError::NoSuchBucket) if signed.is_some() => None,
+            Err(StoreError::NoSuchBucket) => {
+                return Err(s3s::s3_error!(NoSuchBucket, "The specified bucket does not exist"));
+            }
+            Err(err) => return Err(super::errors::s3_error(err, None)),
+        };
+    }
+    // The hot path: while no bucket has a policy or ACLs enabled (this one included), a signed
+    // request is the owner check's alone.
     if signed.is_some() && !catalog.has_access_rules() {
         return Ok(None);
     }
-    let mut bucket = catalog.cached_bucket(bucket_name);
     let copy = matches!(operation, "CopyObject" | "UploadPartCopy");
     let versioned = query_has(cx.uri().query(), "versionId");
     let signer = match signed {
@@ -503,21 +517,7 @@ pub async fn authorize(
             is_root: signer.as_ref().is_some_and(|key| key.is_root),
         },
         None if operation == "CreateBucket" => return Err(denied()),
-        None => {
-            if bucket.is_none() {
-                // Not cached: a bucket made a moment ago (its NOTIFY still on the way) is looked
-                // up, so that it is AccessDenied, and only a bucket that does not exist is
-                // NoSuchBucket. One indexed lookup, holding no admission slot.
-                bucket = Some(match catalog.bucket(bucket_name).await {
-                    Ok(found) => found,
-                    Err(StoreError::NoSuchBucket) => {
-                        return Err(s3s::s3_error!(NoSuchBucket, "The specified bucket does not exist"));
-                    }
-                    Err(err) => return Err(super::errors::s3_error(err, None)),
-                });
-            }
-            Requester::Anonymous
-        }
+        None => Requester::Anonymous,
     };
     let mut grant = PolicyGrant {
         buckets: Vec::new(),

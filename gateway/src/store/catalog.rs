@@ -9,6 +9,7 @@ use deadpool_postgres::Pool;
 use tokio_postgres::Row;
 use tokio_postgres::types::Json;
 
+use super::catalog_entries::CatalogEntries;
 use super::origins::{ORIGIN_COLUMNS, Origin, origin_from_row};
 use super::{Principal, StoreError, StoreResult};
 use crate::access::acl::{Acl, Ownership};
@@ -96,13 +97,16 @@ pub struct NewAccessKey {
 #[derive(Default)]
 struct Cached {
     version: i64,
-    buckets: HashMap<String, Arc<BucketInfo>>,
-    keys: HashMap<String, Arc<AccessKey>>,
+    buckets: CatalogEntries<BucketInfo>,
+    keys: CatalogEntries<AccessKey>,
     namespaces: HashMap<String, Arc<super::objects::NamespaceSql>>,
-    /// The newest catalog version at which a key with a policy of its own was read outside a
-    /// reload: a reload of an older snapshot (which lacks that key) must not switch the access
-    /// checks off while requests signed by the key are being served.
-    policy_key_seen_at: i64,
+}
+
+impl Cached {
+    /// Whether some cached bucket has a policy or ACLs enabled, or some key a policy.
+    fn has_rules(&self) -> bool {
+        self.buckets.values().any(|bucket| has_rules(bucket)) || self.keys.values().any(|key| key.policy.is_some())
+    }
 }
 
 pub struct Catalog {
@@ -118,12 +122,13 @@ pub struct Catalog {
 /// The columns of an `access_keys` row, as `decode_key` reads them.
 const KEY_COLUMNS: &str = "access_key, secret_encrypted, is_root, read_only, description, created_at, policy";
 
-/// A bucket row with its origin, if it is a cache bucket; callers append a `WHERE`.
+/// A bucket row with its origin, if it is a cache bucket, and the catalog version of the
+/// snapshot it was read from; callers append a `WHERE`.
 fn bucket_select() -> String {
     format!(
         "SELECT b.id, b.name, b.namespace, b.owner, b.created_at, {ORIGIN_COLUMNS}, b.versioning, b.object_lock,
                 b.lifecycle, b.cors, b.policy, b.public_access_block, b.encryption,
-                b.object_ownership, b.acl
+                b.object_ownership, b.acl, (SELECT version FROM pgvs3.catalog_version) AS catalog_version
            FROM pgvs3.buckets b LEFT JOIN pgvs3.origins o ON o.bucket_id = b.id"
     )
 }
@@ -188,29 +193,32 @@ impl Catalog {
             .await?;
         tx.commit().await?;
 
-        let mut keys = HashMap::with_capacity(key_rows.len());
-        for row in key_rows {
-            let key = self.decode_key(&row)?;
-            keys.insert(key.access_key.clone(), Arc::new(key));
-        }
+        let keys = key_rows
+            .iter()
+            .map(|row| {
+                let key = self.decode_key(row)?;
+                Ok((key.access_key.clone(), Arc::new(key)))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
         let mut cached = self.cached.write().expect("catalog lock");
         // Reloads can overlap (poller, listener); one that read an older snapshot must not
         // overwrite a newer one, or a deleted key could stay cached until the next change.
         if version < cached.version {
             return Ok(());
         }
-        let mut buckets = HashMap::with_capacity(bucket_rows.len());
-        for row in &bucket_rows {
-            let bucket = bucket_from_row(row, &mut cached.namespaces, &self.master_key)?;
-            buckets.insert(bucket.name.clone(), Arc::new(bucket));
-        }
+        let buckets = bucket_rows
+            .iter()
+            .map(|row| {
+                let bucket = bucket_from_row(row, &mut cached.namespaces, &self.master_key)?;
+                Ok((bucket.name.clone(), Arc::new(bucket)))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
         cached.version = version;
-        let rules = buckets.values().any(|bucket| has_rules(bucket))
-            || keys.values().any(|key| key.policy.is_some())
-            || cached.policy_key_seen_at > version;
-        self.rules.store(rules, Ordering::Release);
-        cached.buckets = buckets;
-        cached.keys = keys;
+        // Rows learnt from a newer snapshot than this one stay (see CatalogEntries), and with
+        // them the access checks their rules need.
+        cached.buckets.install(version, buckets);
+        cached.keys.install(version, keys);
+        self.rules.store(cached.has_rules(), Ordering::Release);
         Ok(())
     }
 
@@ -351,12 +359,11 @@ impl Catalog {
             return Ok(Arc::clone(bucket));
         }
         let client = self.pool.get().await?;
-        let seen_version = self.cached.read().expect("catalog lock").version;
         let row = client
             .query_opt(&format!("{} WHERE b.name = $1", bucket_select()), &[&name])
             .await?
             .ok_or(StoreError::NoSuchBucket)?;
-        self.remember(&row, seen_version)
+        self.remember(&row)
     }
 
     /// The cache buckets known to this gateway.
@@ -372,34 +379,38 @@ impl Catalog {
 
     /// Looks a bucket up by id (background work holds ids, requests hold names).
     pub async fn bucket_by_id(&self, id: i64) -> StoreResult<Arc<BucketInfo>> {
-        let seen_version = {
-            let cached = self.cached.read().expect("catalog lock");
-            if let Some(bucket) = cached.buckets.values().find(|bucket| bucket.id == id) {
-                return Ok(Arc::clone(bucket));
-            }
-            cached.version
-        };
+        if let Some(bucket) = self
+            .cached
+            .read()
+            .expect("catalog lock")
+            .buckets
+            .values()
+            .find(|bucket| bucket.id == id)
+        {
+            return Ok(Arc::clone(bucket));
+        }
         let client = self.pool.get().await?;
         let row = client
             .query_opt(&format!("{} WHERE b.id = $1", bucket_select()), &[&id])
             .await?
             .ok_or(StoreError::NoSuchBucket)?;
-        self.remember(&row, seen_version)
+        self.remember(&row)
     }
 
-    /// Caches a bucket row read outside a reload, unless a reload happened since `seen_version`:
-    /// the row may predate it (e.g. the bucket was dropped since), and would outlive it.
-    fn remember(&self, row: &Row, seen_version: i64) -> StoreResult<Arc<BucketInfo>> {
+    /// Caches a bucket row read outside a reload, unless the cache holds a newer snapshot of
+    /// it (the row may predate a change or the bucket's drop, and would outlive it).
+    fn remember(&self, row: &Row) -> StoreResult<Arc<BucketInfo>> {
         let mut cached = self.cached.write().expect("catalog lock");
         let bucket = bucket_from_row(row, &mut cached.namespaces, &self.master_key)
             .map_err(|err| StoreError::Corrupt(err.to_string()))?;
         let bucket = Arc::new(bucket);
+        // The request at hand is checked against this row's rules whether or not it is cached.
         if has_rules(&bucket) {
             self.rules.store(true, Ordering::Release);
         }
-        if cached.version == seen_version {
-            cached.buckets.insert(bucket.name.clone(), Arc::clone(&bucket));
-        }
+        cached
+            .buckets
+            .learn(bucket.name.clone(), Arc::clone(&bucket), row.get("catalog_version"));
         Ok(bucket)
     }
 
@@ -428,7 +439,7 @@ impl Catalog {
 
     /// Whether the access key exists (as of the cached catalog).
     pub fn has_access_key(&self, access_key: &str) -> bool {
-        self.cached.read().expect("catalog lock").keys.contains_key(access_key)
+        self.cached.read().expect("catalog lock").keys.contains(access_key)
     }
 
     /// Drops a cached bucket whose row turned out to be gone.
@@ -440,7 +451,6 @@ impl Catalog {
         if let Some(key) = self.cached.read().expect("catalog lock").keys.get(access_key) {
             return Ok(Some(Arc::clone(key)));
         }
-        let seen_version = self.cached.read().expect("catalog lock").version;
         let client = self.pool.get().await?;
         // With the catalog version of the same snapshot: the key's row is in every snapshot of
         // that version or newer (key changes bump the version in their own transaction).
@@ -461,17 +471,14 @@ impl Catalog {
         let mut cached = self.cached.write().expect("catalog lock");
         // A key learnt before the reload that brings it (its first request can come before the
         // catalog's notification) may carry a policy: the access checks must run for it, or
-        // its policy would not narrow it until that reload (a CI failure in the operator's tier).
+        // its policy would not narrow it until that reload (a CI failure in the operator's
+        // tier). Reloads of older snapshots keep it (CatalogEntries), so they keep the checks on.
         if key.policy.is_some() {
-            let seen_at: i64 = row.get("catalog_version");
-            cached.policy_key_seen_at = cached.policy_key_seen_at.max(seen_at);
             self.rules.store(true, Ordering::Release);
         }
-        // Cached only if no reload happened meanwhile: the row read may predate that reload
-        // (e.g. the key was deleted since), and a stale entry would outlive it.
-        if cached.version == seen_version {
-            cached.keys.insert(key.access_key.clone(), Arc::clone(&key));
-        }
+        cached
+            .keys
+            .learn(key.access_key.clone(), Arc::clone(&key), row.get("catalog_version"));
         Ok(Some(key))
     }
 
@@ -505,7 +512,6 @@ impl Catalog {
         }
         // The root key's buckets have no owner row, so that root keys can be rotated.
         let owner = (!principal.is_root).then_some(principal.access_key.as_str());
-        let seen_version = self.cached.read().expect("catalog lock").version;
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
         let created = pgvs3_catalog::ensure_bucket(&*tx, name, owner, pgvs3_catalog::ORDINARY_NAMESPACE)
@@ -538,7 +544,7 @@ impl Catalog {
             .query_one(&format!("{} WHERE b.name = $1", bucket_select()), &[&name])
             .await?;
         tx.commit().await?;
-        let bucket = self.remember(&row, seen_version)?;
+        let bucket = self.remember(&row)?;
         if !created {
             let mine = principal.is_root && bucket.owner.is_none()
                 || bucket.owner.as_deref() == Some(principal.access_key.as_str());

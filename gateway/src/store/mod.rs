@@ -4,6 +4,7 @@
 mod access;
 mod cache;
 mod catalog;
+mod catalog_entries;
 mod chunks;
 mod conditions;
 mod copy;
