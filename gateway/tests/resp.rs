@@ -2,19 +2,7 @@
 //! table, RESP3, expiry, S3 cross-visibility, concurrency, pipelines and transactions.
 
 mod common;
-
-/// redis-rs clients for a gateway's RESP endpoint. (Kept out of the shared harness, which other
-/// crates include without depending on redis-rs.)
-trait RedisClient {
-    /// `query` like `?protocol=resp3`, or empty.
-    fn redis(&self, query: &str) -> redis::Client;
-}
-
-impl RedisClient for common::TestGateway {
-    fn redis(&self, query: &str) -> redis::Client {
-        redis::Client::open(format!("redis://{}/{query}", self.resp_addr())).unwrap()
-    }
-}
+mod redis_rs;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -22,26 +10,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use common::resp::{RawResp, Value, encode};
 use common::{TestGateway, noise};
 use redis::AsyncCommands;
-use redis::aio::MultiplexedConnection;
-
-async fn connect(gateway: &TestGateway) -> MultiplexedConnection {
-    gateway.redis("").get_multiplexed_async_connection().await.unwrap()
-}
-
-fn command(args: &[&str]) -> redis::Cmd {
-    let mut cmd = redis::cmd(args[0]);
-    for arg in &args[1..] {
-        cmd.arg(*arg);
-    }
-    cmd
-}
-
-async fn query<T: redis::FromRedisValue>(con: &mut MultiplexedConnection, args: &[&str]) -> T {
-    command(args)
-        .query_async(con)
-        .await
-        .unwrap_or_else(|err| panic!("{args:?}: {err}"))
-}
+use redis_rs::{client, command, connect, query};
 
 fn unix_millis() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
@@ -235,7 +204,7 @@ async fn counters_are_exact_and_refuse_non_integers() {
 #[tokio::test]
 async fn incr_from_16_connections_is_exact() {
     let gateway = TestGateway::with_resp(&[]).await;
-    let client = gateway.redis("");
+    let client = client(&gateway, "");
     let mut tasks = Vec::new();
     for _ in 0..16 {
         // Separate connections (not one multiplexed one), so the increments race for real.
@@ -264,7 +233,7 @@ async fn incr_from_16_connections_is_exact() {
 #[tokio::test]
 async fn large_and_small_batches_on_the_same_keys_stay_exact() {
     let gateway = TestGateway::with_resp(&[]).await;
-    let client = gateway.redis("");
+    let client = client(&gateway, "");
     let mut tasks = Vec::new();
     for worker in 0..8 {
         let mut con = client.get_multiplexed_async_connection().await.unwrap();
@@ -747,8 +716,7 @@ async fn resp3_after_hello_3() {
     };
 
     // redis-rs speaking RESP3.
-    let mut con = gateway
-        .redis("?protocol=resp3")
+    let mut con = client(&gateway, "?protocol=resp3")
         .get_multiplexed_async_connection()
         .await
         .unwrap();

@@ -3,43 +3,13 @@
 //! hostile scripts, typed keys from Lua, and the scripts client libraries run.
 
 mod common;
+mod redis_rs;
 
 use std::process::Stdio;
 
 use common::TestGateway;
 use redis::Value;
-use redis::aio::MultiplexedConnection;
-
-async fn connect(gateway: &TestGateway) -> MultiplexedConnection {
-    redis::Client::open(format!("redis://{}/", gateway.resp_addr()))
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
-}
-
-fn command(args: &[&str]) -> redis::Cmd {
-    let mut cmd = redis::cmd(args[0]);
-    for arg in &args[1..] {
-        cmd.arg(*arg);
-    }
-    cmd
-}
-
-async fn query<T: redis::FromRedisValue>(con: &mut MultiplexedConnection, args: &[&str]) -> T {
-    command(args)
-        .query_async(con)
-        .await
-        .unwrap_or_else(|err| panic!("{args:?}: {err}"))
-}
-
-/// The error a command answers, as Redis writes it: code, then detail.
-async fn error(con: &mut MultiplexedConnection, args: &[&str]) -> String {
-    match command(args).query_async::<Value>(con).await {
-        Err(err) => format!("{} {}", err.code().unwrap_or("?"), err.detail().unwrap_or("")),
-        Ok(value) => panic!("{args:?}: expected an error, got {value:?}"),
-    }
-}
+use redis_rs::{command, connect, error, query};
 
 fn sha1(script: &str) -> String {
     redis::Script::new(script).get_hash().to_owned()

@@ -3,43 +3,14 @@
 //! and the keyspace commands, expiry, WATCH and pipelines cover streams as the other types.
 
 mod common;
+mod redis_rs;
 
 use std::time::Duration;
 
 use common::TestGateway;
 use common::resp::{RawResp, Value};
 use redis::aio::MultiplexedConnection;
-
-async fn connect(gateway: &TestGateway) -> MultiplexedConnection {
-    redis::Client::open(format!("redis://{}/", gateway.resp_addr()))
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
-}
-
-fn command(args: &[&str]) -> redis::Cmd {
-    let mut cmd = redis::cmd(args[0]);
-    for arg in &args[1..] {
-        cmd.arg(*arg);
-    }
-    cmd
-}
-
-async fn query<T: redis::FromRedisValue>(con: &mut MultiplexedConnection, args: &[&str]) -> T {
-    command(args)
-        .query_async(con)
-        .await
-        .unwrap_or_else(|err| panic!("{args:?}: {err}"))
-}
-
-/// The error a command answers, as Redis writes it: code, then detail.
-async fn error(con: &mut MultiplexedConnection, args: &[&str]) -> String {
-    match command(args).query_async::<redis::Value>(con).await {
-        Err(err) => format!("{} {}", err.code().unwrap_or("?"), err.detail().unwrap_or("")),
-        Ok(value) => panic!("{args:?}: expected an error, got {value:?}"),
-    }
-}
+use redis_rs::{connect, error, query};
 
 /// An entry as redis-rs reads XRANGE's: its ID and its fields and values.
 type Entry = (String, Vec<String>);
