@@ -850,6 +850,16 @@ BEGIN
 END $$;
 
 --
+-- Name: access_key_secret(text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.access_key_secret(key_id text) RETURNS bytea
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT secret_encrypted FROM pgvs3.access_keys WHERE access_key = key_id
+$$;
+
+--
 -- Name: adopt_bucket(text, text); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 

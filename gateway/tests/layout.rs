@@ -42,7 +42,8 @@ const LAYOUT_V10: &[(i32, &str, &str)] = &[
 /// Functions added since layout v10: by v11 (the control API), v12 (versioning), v13 (object
 /// lock, lifecycle, notifications), v14 (RESP data types), v17 (the webhook outbox), v20
 /// (notifications to pub/sub channels), v21 (the control API's key policies and notification
-/// rules), v22 (RESP streams) and v23 (cache buckets' notifications, job dependencies).
+/// rules), v22 (RESP streams), v23 (cache buckets' notifications, job dependencies) and v26 (an
+/// access key's sealed secret).
 const NEW_SINCE_V10: &[&str] = &[
     "ojs.add_dependencies(text,text[])",
     "ojs.delivery_json(pgvs3.outbox)",
@@ -52,6 +53,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "ojs.event_webhooks()",
     "ojs.resolve_dependencies(text)",
     "ojs.webhook_json(ojs.webhooks)",
+    "pgvs3.access_key_secret(text)",
     "pgvs3.bucket_owner(text)",
     "pgvs3.cache_write_event(bigint,text,text,bigint,text)",
     "pgvs3.drop_webhook_target(text)",
@@ -540,6 +542,31 @@ async fn the_control_api_refuses_with_typed_errors() {
         .unwrap()
         .get(0);
     assert_eq!(triggers, 2);
+    // Layout v26: an access key's seal is reused the same way, so that an unchanged put of the
+    // key (an operator's resync) is no update.
+    let key_seal = pgvs3_catalog::seal_access_key_secret(&sql, "sealed-key", &master_key, "key-secret")
+        .await
+        .unwrap();
+    let sealed_key = pgvs3_catalog::AccessKey {
+        id: "sealed-key",
+        sealed_secret: &key_seal,
+        is_root: false,
+        read_only: false,
+        description: "",
+    };
+    pgvs3_catalog::put_access_key(&sql, &sealed_key).await.unwrap();
+    let version = catalog_version(&sql).await;
+    let resealed = pgvs3_catalog::seal_access_key_secret(&sql, "sealed-key", &master_key, "key-secret")
+        .await
+        .unwrap();
+    assert_eq!(resealed, key_seal);
+    pgvs3_catalog::put_access_key(&sql, &sealed_key).await.unwrap();
+    assert_eq!(catalog_version(&sql).await, version, "an unchanged key is no update");
+    let rotated = pgvs3_catalog::seal_access_key_secret(&sql, "sealed-key", &master_key, "rotated")
+        .await
+        .unwrap();
+    assert_eq!(master_key.open(&rotated).unwrap(), "rotated");
+
     // The stored seal is reused while it opens to the same secret; another secret is sealed anew.
     let reused = pgvs3_catalog::seal_origin_secret(&sql, "cache", &master_key, "origin-secret")
         .await

@@ -259,6 +259,27 @@ async fn grants_give_one_keys_objects_and_bucket_to_another_key() {
         .await
         .unwrap();
     assert_eq!(list(&bob, "shared", None).await, Ok(2));
+    // Listings name the objects' owner (Alice's bucket, Alice's objects), not the key asking.
+    let listed = bob
+        .list_objects_v2()
+        .bucket("shared")
+        .fetch_owner(true)
+        .send()
+        .await
+        .unwrap();
+    let owners: Vec<_> = listed
+        .contents()
+        .iter()
+        .map(|o| o.owner().and_then(|o| o.id()))
+        .collect();
+    assert_eq!(owners, [Some("ALICEKEY"); 2]);
+    let versions = bob.list_object_versions().bucket("shared").send().await.unwrap();
+    let owners: Vec<_> = versions
+        .versions()
+        .iter()
+        .map(|v| v.owner().and_then(|o| o.id()))
+        .collect();
+    assert_eq!(owners, [Some("ALICEKEY"); 2]);
     assert_eq!(get(&bob, "shared", "missing").await.unwrap_err(), "NoSuchKey");
     put(&bob, "shared", "from-bob").await.unwrap();
     let acl = bob

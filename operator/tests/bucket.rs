@@ -166,10 +166,19 @@ async fn provisioned_credentials_work_against_a_real_gateway_and_delete_drops_th
     let key_id = secret_text(&fake, "AWS_ACCESS_KEY_ID");
     assert_eq!(bucket_row(&sql, "team-photos").await, Some(Some(key_id.clone())));
 
-    // Reconciling again keeps the same key and secret (no rotation on resync).
+    // Reconciling again keeps the same key and secret (no rotation on resync), and writes no
+    // catalog row: a changed row would make every gateway reload its catalog on each resync.
     let secret_before = secret_text(&fake, "AWS_SECRET_ACCESS_KEY");
+    let catalog_version = || async {
+        sql.query_one("SELECT version FROM pgvs3.catalog_version", &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    let version_before = catalog_version().await;
     reconcile(&ctx, &fake).await.unwrap();
     assert_eq!(secret_text(&fake, "AWS_SECRET_ACCESS_KEY"), secret_before);
+    assert_eq!(catalog_version().await, version_before, "a resync changed the catalog");
 
     delete(&ctx, &fake).await;
     assert_eq!(

@@ -325,17 +325,37 @@ pub async fn origin_secret(client: &impl GenericClient, bucket: &str) -> Result<
     Ok(row.get(0))
 }
 
-/// The origin secret to pass to [`put_origin`], sealed under `master_key`. The catalog's sealed
-/// secret is reused while it still opens to `secret_key`: a fresh seal differs on every call
-/// (random nonce), and writing it would make each unchanged put an update every gateway reloads.
+/// The origin secret to pass to [`put_origin`], sealed under `master_key` (see [`reseal`]).
 pub async fn seal_origin_secret(
     client: &impl GenericClient,
     bucket: &str,
     master_key: &MasterKey,
     secret_key: &str,
 ) -> Result<Vec<u8>> {
-    Ok(match origin_secret(client, bucket).await? {
-        Some(sealed) if master_key.open(&sealed).is_ok_and(|open| open == secret_key) => sealed,
-        _ => master_key.seal(secret_key),
-    })
+    Ok(reseal(origin_secret(client, bucket).await?, master_key, secret_key))
+}
+
+/// The secret to pass to [`put_access_key`] for key `key_id`, sealed under `master_key` (see
+/// [`reseal`]).
+pub async fn seal_access_key_secret(
+    client: &impl GenericClient,
+    key_id: &str,
+    master_key: &MasterKey,
+    secret: &str,
+) -> Result<Vec<u8>> {
+    let row = client
+        .query_one("SELECT pgvs3.access_key_secret($1)", &[&key_id])
+        .await
+        .map_err(classify(&[]))?;
+    Ok(reseal(row.get(0), master_key, secret))
+}
+
+/// The catalog's sealed secret while it still opens to `secret`, else a fresh seal: a fresh
+/// seal differs on every call (random nonce), and writing it would make each unchanged put an
+/// update every gateway reloads.
+fn reseal(stored: Option<Vec<u8>>, master_key: &MasterKey, secret: &str) -> Vec<u8> {
+    match stored {
+        Some(sealed) if master_key.open(&sealed).is_ok_and(|open| open == secret) => sealed,
+        _ => master_key.seal(secret),
+    }
 }

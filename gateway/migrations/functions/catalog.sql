@@ -120,6 +120,13 @@ RETURNS void LANGUAGE sql AS $$
               IS DISTINCT FROM (EXCLUDED.secret_encrypted, EXCLUDED.read_only, EXCLUDED.description)
 $$;
 
+-- The sealed secret of access key `key_id` (NULL when there is no such key): a writer re-seals
+-- the secret only when this no longer opens to it, as for origin_secret. (Layout v26.)
+CREATE OR REPLACE FUNCTION pgvs3.access_key_secret(key_id text) RETURNS bytea
+LANGUAGE sql STABLE AS $$
+    SELECT secret_encrypted FROM pgvs3.access_keys WHERE access_key = key_id
+$$;
+
 -- Attaches a key's own policy (an IAM identity policy, checked by its caller: the gateway parses
 -- it before calling, the operator only writes documents it generated) or detaches it (NULL).
 -- Never the root key's. Re-attaching the same document changes no row. False when there is no

@@ -849,7 +849,7 @@ impl S3 for S3Front {
         let fetch_owner = input.fetch_owner.unwrap_or(false);
         let bucket = self.open(&req, &principal, &input.bucket, Access::Read).await?;
         let listing = self
-            .listing(&principal, &bucket, &request, &input.encoding_type, fetch_owner)
+            .listing(&bucket, &request, &input.encoding_type, fetch_owner)
             .await
             .map_err(|e| fail(&req, e))?;
         Ok(S3Response::new(ListObjectsV2Output {
@@ -881,7 +881,7 @@ impl S3 for S3Front {
         };
         let bucket = self.open(&req, &principal, &input.bucket, Access::Read).await?;
         let listing = self
-            .listing(&principal, &bucket, &request, &input.encoding_type, true)
+            .listing(&bucket, &request, &input.encoding_type, true)
             .await
             .map_err(|e| fail(&req, e))?;
         // S3 sends NextMarker only with a delimiter; without one, clients resume after the last key.
@@ -924,6 +924,7 @@ impl S3 for S3Front {
         };
         let bucket = self.open(&req, &principal, &input.bucket, Access::Read).await?;
         let page = bucket.list_versions(&request).await.map_err(|e| fail(&req, e))?;
+        let owner = acl::bucket_owner(&bucket, self.buckets.catalog());
         let url_encode = input
             .encoding_type
             .as_ref()
@@ -943,7 +944,7 @@ impl S3 for S3Front {
                     is_latest: Some(entry.is_latest),
                     key: Some(encode(entry.key)),
                     last_modified: Some(timestamp(entry.last_modified)),
-                    owner: Some(owner(&principal)),
+                    owner: Some(owner.clone()),
                     version_id: Some(entry.version_id),
                 });
             } else {
@@ -952,7 +953,7 @@ impl S3 for S3Front {
                     is_latest: Some(entry.is_latest),
                     key: Some(encode(entry.key)),
                     last_modified: Some(timestamp(entry.last_modified)),
-                    owner: Some(owner(&principal)),
+                    owner: Some(owner.clone()),
                     size: Some(entry.size as i64),
                     storage_class: Some(ObjectVersionStorageClass::from_static(
                         ObjectVersionStorageClass::STANDARD,
@@ -1760,13 +1761,13 @@ impl Listing {
 impl S3Front {
     async fn listing(
         &self,
-        principal: &Principal,
         bucket: &BucketHandle<'_>,
         request: &ListRequest,
         encoding_type: &Option<EncodingType>,
         fetch_owner: bool,
     ) -> Result<Listing, StoreError> {
         let page = bucket.list(request).await?;
+        let owner = fetch_owner.then(|| acl::bucket_owner(bucket, self.buckets.catalog()));
         let mut listing = Listing {
             contents: Vec::new(),
             common_prefixes: Vec::new(),
@@ -1790,7 +1791,7 @@ impl S3Front {
                 e_tag: Some(ETag::Strong(object.etag)),
                 last_modified: Some(timestamp(object.last_modified)),
                 storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
-                owner: fetch_owner.then(|| owner(principal)),
+                owner: owner.clone(),
                 ..Default::default()
             })
             .collect();

@@ -104,7 +104,7 @@ pub async fn provision(
 ) -> Result<Provisioned> {
     let mut client = database::connect(&binding.connection).await?;
     let transaction = client.transaction().await?;
-    let sealed = binding.master_key.seal(key.secret);
+    let sealed = pgvs3_catalog::seal_access_key_secret(&transaction, key.id, &binding.master_key, key.secret).await?;
     put_access_key(&transaction, key.id, &sealed, key.read_only, key.description).await?;
     pgvs3_catalog::set_key_policy(&transaction, key.id, key.policy).await?;
     let ensured = ensure_bucket(&transaction, name, key.id, ORDINARY_NAMESPACE).await?;

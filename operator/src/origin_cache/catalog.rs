@@ -45,7 +45,9 @@ pub async fn write_cache(
 ) -> Result<Written> {
     let mut client = database::connect(&binding.connection).await?;
     let transaction = client.transaction().await?;
-    let sealed_key = binding.master_key.seal(cache_key.secret);
+    let sealed_key =
+        pgvs3_catalog::seal_access_key_secret(&transaction, cache_key.id, &binding.master_key, cache_key.secret)
+            .await?;
     bucket_catalog::put_access_key(&transaction, cache_key.id, &sealed_key, false, cache_key.description).await?;
     let ensured = bucket_catalog::ensure_bucket(&transaction, &row.bucket, cache_key.id, CACHE_NAMESPACE).await?;
     if ensured.owner.as_deref() != Some(cache_key.id) {

@@ -370,6 +370,12 @@ fn owner_id(bucket: &BucketHandle<'_>, catalog: &Catalog) -> String {
         .unwrap_or_default()
 }
 
+/// A bucket's owner as listings name the owner of its objects. With ACLs disabled (the
+/// default, BucketOwnerEnforced) the bucket owner owns every object, as in S3.
+pub(super) fn bucket_owner(bucket: &BucketHandle<'_>, catalog: &Catalog) -> Owner {
+    wire_owner(&owner_id(bucket, catalog))
+}
+
 fn wire_owner(id: &str) -> Owner {
     Owner {
         id: Some(id.to_owned()),
