@@ -276,6 +276,13 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_RESP_SCRIPT_MAX_MEMORY", default_value = "64MiB", value_parser = parse_bytes)]
     pub resp_script_max_memory: u64,
 
+    /// Lua scripts that may run at once (default: the machine's cores, at least 2); a script
+    /// that finds them all busy for `--admission-wait` is answered `BUSY`, as Redis answers
+    /// while a script runs. Bounds the CPU and memory scripts can take (this times
+    /// `--resp-script-max-memory`).
+    #[arg(long, env = "PGVS3_RESP_MAX_RUNNING_SCRIPTS", value_parser = clap::value_parser!(u16).range(1..))]
+    pub resp_max_running_scripts: Option<u16>,
+
     /// Channels, patterns and shard channels one RESP connection may subscribe to.
     #[arg(long, env = "PGVS3_RESP_MAX_SUBSCRIPTIONS", default_value_t = 10_000)]
     pub resp_max_subscriptions: usize,

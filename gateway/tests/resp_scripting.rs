@@ -443,6 +443,45 @@ async fn script_kill_stops_a_running_script() {
 }
 
 #[tokio::test]
+async fn scripts_beyond_the_running_bound_are_busy_and_other_commands_go_on() {
+    let gateway = TestGateway::with_resp(&[
+        "--resp-max-running-scripts",
+        "1",
+        "--resp-script-time-limit",
+        "120s",
+        "--admission-wait",
+        "100ms",
+    ])
+    .await;
+    let mut runner = connect(&gateway).await;
+    let mut other = connect(&gateway).await;
+    let running = tokio::spawn(async move { error(&mut runner, &["EVAL", "while true do end", "0"]).await });
+    // Until the runaway script holds the one interpreter, another script may still run; then
+    // it is BUSY with Redis's text, while commands other than scripts are served as usual.
+    let busy = loop {
+        match command(&["EVAL", "return 1", "0"])
+            .query_async::<Value>(&mut other)
+            .await
+        {
+            Ok(value) => assert_eq!(value, Value::Int(1)),
+            Err(err) => break format!("{} {}", err.code().unwrap_or("?"), err.detail().unwrap_or("")),
+        }
+        assert!(!running.is_finished(), "the runaway script ended on its own");
+    };
+    assert_eq!(
+        busy,
+        "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+    );
+    let _: () = query(&mut other, &["SET", "k", "v"]).await;
+    assert_eq!(query::<String>(&mut other, &["GET", "k"]).await, "v");
+    let _: () = query(&mut other, &["SCRIPT", "KILL"]).await;
+    let answer = running.await.unwrap();
+    assert!(answer.contains("Script killed by user with SCRIPT KILL"), "{answer}");
+    // The interpreter is free again.
+    assert_eq!(query::<i64>(&mut other, &["EVAL", "return 2", "0"]).await, 2);
+}
+
+#[tokio::test]
 async fn typed_keys_from_lua() {
     let gateway = TestGateway::with_resp(&[]).await;
     let mut con = connect(&gateway).await;

@@ -64,6 +64,8 @@ pub struct RespSettings {
     pub pubsub: pubsub::Limits,
     /// How far one Lua script may go (time, memory).
     pub script: lua::Limits,
+    /// Lua interpreters that may run at once.
+    pub running_scripts: usize,
 }
 
 impl RespSettings {
@@ -92,6 +94,10 @@ impl RespSettings {
                 time: args.resp_script_time_limit,
                 memory: usize::try_from(args.resp_script_max_memory).unwrap_or(usize::MAX),
             },
+            running_scripts: args
+                .resp_max_running_scripts
+                .map(usize::from)
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |cores| cores.get().max(2))),
         }
     }
 }
@@ -171,7 +177,7 @@ impl RespServer {
             }
         }
         let pubsub = Arc::new(pubsub::PubSub::new(settings.pubsub));
-        let script_limits = settings.script;
+        let scripts = script::Scripts::new(settings.script, settings.running_scripts, settings.admission.max_wait);
         Ok(Arc::new(RespServer {
             group_commit: group_commit::GroupCommit::new(metrics.clone()),
             admission: crate::admission::Admission::new("resp", settings.admission, metrics.clone()),
@@ -184,7 +190,7 @@ impl RespServer {
             clients: Arc::default(),
             wakeups: blocking::Wakeups::start(database, Arc::clone(&pubsub)),
             pubsub,
-            scripts: script::Scripts::new(script_limits),
+            scripts,
             commands_processed: std::sync::atomic::AtomicU64::new(0),
             started: Instant::now(),
             port,

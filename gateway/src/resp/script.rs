@@ -54,6 +54,12 @@ pub struct Scripts {
     cache: Mutex<Cache>,
     running: Mutex<Vec<Arc<Stop>>>,
     limits: Limits,
+    /// Interpreters that may run at once. Each holds a blocking thread and up to the memory
+    /// limit, and a runaway one a core until its time limit: without a bound, as many scripts
+    /// as clients would take the gateway's CPUs and memory from everything else.
+    interpreters: Arc<tokio::sync::Semaphore>,
+    /// How long a script waits for an interpreter before it is answered BUSY.
+    busy_wait: std::time::Duration,
 }
 
 #[derive(Default)]
@@ -137,11 +143,13 @@ fn too_large() -> Reply {
 }
 
 impl Scripts {
-    pub fn new(limits: Limits) -> Scripts {
+    pub fn new(limits: Limits, interpreters: usize, busy_wait: std::time::Duration) -> Scripts {
         Scripts {
             cache: Mutex::default(),
             running: Mutex::default(),
             limits,
+            interpreters: Arc::new(tokio::sync::Semaphore::new(interpreters.max(1))),
+            busy_wait,
         }
     }
 
@@ -355,6 +363,15 @@ impl Scripts {
 
     /// Runs one script: its interpreter on a blocking thread, its calls here, in turn.
     async fn evaluate(&self, session: &mut Session, request: &Request) -> Outcome {
+        // Waiting here holds the run's key locks, which is safe: a running script never waits
+        // for a lock (keys it did not declare are only tried), so it always ends and frees its
+        // interpreter.
+        let interpreter = tokio::time::timeout(self.busy_wait, Arc::clone(&self.interpreters).acquire_owned()).await;
+        let Ok(Ok(interpreter)) = interpreter else {
+            return Outcome::Aborted(Reply::error(
+                "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+            ));
+        };
         let stop = Arc::new(Stop::default());
         self.running
             .lock()
@@ -369,6 +386,8 @@ impl Scripts {
         let limits = self.limits;
         let script = request.clone();
         let interpreter = tokio::task::spawn_blocking(move || {
+            // Held until the interpreter ends, even if its client is gone.
+            let _interpreter = interpreter;
             lua::run(
                 &script.body[script.code_start..],
                 &script.sha,
