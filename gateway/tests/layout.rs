@@ -86,12 +86,17 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.resp_set(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
     "pgvs3.resp_settle(bigint,text)",
     "pgvs3.resp_stream(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
+    "pgvs3.resp_stream_counter(pgvs3.resp_stream,bigint,bigint,bigint,bigint)",
+    "pgvs3.resp_stream_first(bigint,text)",
     "pgvs3.resp_stream_flat(pgvs3.resp_stream_entry[])",
+    "pgvs3.resp_stream_group(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
     "pgvs3.resp_stream_id(bigint,bigint)",
     "pgvs3.resp_stream_max()",
     "pgvs3.resp_stream_min()",
     "pgvs3.resp_stream_next_id(bigint,bigint,bigint,bigint,bigint)",
+    "pgvs3.resp_stream_now()",
     "pgvs3.resp_stream_range(bigint,text,bigint,bigint,bigint,bigint,boolean,bigint)",
+    "pgvs3.resp_stream_tombstone_after(pgvs3.resp_stream,bigint,bigint,bigint,bigint)",
     "pgvs3.resp_stream_trim(bigint,text,boolean,bigint,bigint,bigint)",
     "pgvs3.resp_touch(bigint,text,\"char\")",
     "pgvs3.resp_type(bigint,text)",
@@ -272,6 +277,7 @@ async fn unchanged_function_files_are_not_applied_again() {
             "resp_pubsub",
             "resp_set",
             "resp_stream",
+            "resp_stream_group",
             "resp_zset"
         ]
     );

@@ -465,19 +465,6 @@ async fn stream_errors_are_redis_texts() {
     for (args, expected) in cases {
         assert_eq!(error(&mut con, args).await, *expected, "{args:?}");
     }
-    // Consumer groups are not built: their commands are unknown, as they were.
-    for name in [
-        "XGROUP",
-        "XREADGROUP",
-        "XACK",
-        "XPENDING",
-        "XCLAIM",
-        "XAUTOCLAIM",
-        "XSETID",
-    ] {
-        let err = error(&mut con, &[name, "CREATE", "s", "g", "$"]).await;
-        assert!(err.starts_with(&format!("ERR unknown command '{name}'")), "{err}");
-    }
     // None of the errors changed the stream.
     assert_eq!(ids(&range(&mut con, &["XRANGE", "s", "-", "+"]).await), ["1-1"]);
 }

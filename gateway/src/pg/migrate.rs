@@ -20,7 +20,7 @@ use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 25;
+pub const LAYOUT_VERSION: i32 = 26;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -120,6 +120,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("../../migrations/0024_versions_in_quotas_and_pages.sql"),
     ),
     (25, "ojs_tenants", include_str!("../../migrations/0025_ojs_tenants.sql")),
+    (
+        26,
+        "resp_stream_groups",
+        include_str!("../../migrations/0026_resp_stream_groups.sql"),
+    ),
 ];
 
 /// The function files, in the order they are applied. Every function they define already exists
@@ -139,6 +144,10 @@ const FUNCTION_FILES: &[(&str, &str)] = &[
     (
         "resp_stream",
         include_str!("../../migrations/functions/resp_stream.sql"),
+    ),
+    (
+        "resp_stream_group",
+        include_str!("../../migrations/functions/resp_stream_group.sql"),
     ),
     // Before events.sql, whose pgvs3.publish_object_event calls pgvs3.resp_notify.
     (
@@ -241,7 +250,7 @@ mod tests {
     /// version must apply the same functions, or each would overwrite the other's at startup:
     /// when this test fails, add a numbered migration (it may hold only a comment saying which
     /// functions changed), bump `LAYOUT_VERSION`, and update both constants here.
-    const PINNED: (i32, &str) = (25, "627209bcb488caaebda5af4f95c95668f80afeb9307899a67b953ffb86847526");
+    const PINNED: (i32, &str) = (26, "0b416a37b294fbeed9052538cda3c71c5e9f5d9a8493e52b59f1105b58126c66");
 
     #[test]
     fn function_files_are_pinned_to_the_layout_version() {
