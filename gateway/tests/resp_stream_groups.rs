@@ -6,12 +6,10 @@
 mod common;
 mod redis_rs;
 
-use std::time::Duration;
-
 use common::TestGateway;
 use common::resp::{RawResp, Value};
 use redis::aio::MultiplexedConnection;
-use redis_rs::{connect, error, query};
+use redis_rs::{connect, error, query, woken_by_xadd};
 
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
@@ -692,48 +690,13 @@ async fn transactions_and_watch_cover_groups() {
     assert_eq!(raw.command(&["EXEC"]).await, Value::Nil);
 }
 
-/// Sends XREADGROUP BLOCK 0 ... `>` on `blocked`, then adds entries from `adder` until the
-/// blocked client answers: with the gateways' `--resp-block-poll` at 60 s, an answer within the
-/// deadline is a wakeup. It gets every entry added so far, the first one first.
+/// XREADGROUP BLOCK 0 ... `>` of a new group is woken by the entries added after it began,
+/// the first one first.
 async fn xreadgroup_is_woken(blocked: &mut RawResp, adder: &mut MultiplexedConnection, stream: &str) {
     query::<String>(adder, &["XGROUP", "CREATE", stream, "g", "$", "MKSTREAM"]).await;
-    blocked
-        .send(&common::resp::encode(&[
-            b"XREADGROUP",
-            b"GROUP",
-            b"g",
-            b"c",
-            b"BLOCK",
-            b"0",
-            b"STREAMS",
-            stream.as_bytes(),
-            b">",
-        ]))
-        .await;
-    let mut added = Vec::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let woken = loop {
-        assert!(std::time::Instant::now() < deadline, "XREADGROUP BLOCK was never woken");
-        let id: String = query(adder, &["XADD", stream, "*", "n", &added.len().to_string()]).await;
-        added.push(id);
-        if let Ok(reply) = tokio::time::timeout(Duration::from_millis(200), blocked.reply()).await {
-            break reply.expect("a reply");
-        }
-    };
-    let Value::Array(streams) = woken else {
-        panic!("{woken:?}")
-    };
-    let Value::Array(stream_and_entries) = &streams[0] else {
-        panic!("{streams:?}")
-    };
-    assert_eq!(stream_and_entries[0], Value::bulk(stream));
-    let Value::Array(entries) = &stream_and_entries[1] else {
-        panic!("{stream_and_entries:?}")
-    };
-    let Value::Array(entry) = &entries[0] else {
-        panic!("{entries:?}")
-    };
-    assert_eq!(entry[0], Value::bulk(&added[0]), "the group had delivered nothing");
+    let request = ["XREADGROUP", "GROUP", "g", "c", "BLOCK", "0", "STREAMS", stream, ">"];
+    let (added, first) = woken_by_xadd(blocked, adder, &request, stream).await;
+    assert_eq!(first, added[0], "the group had delivered nothing");
 }
 
 #[tokio::test]

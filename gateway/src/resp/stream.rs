@@ -470,7 +470,7 @@ fn read_position(arg: &[u8]) -> Result<[Option<i64>; 3], Reply> {
 }
 
 /// BLOCK's milliseconds (`None`: 0, forever).
-pub(super) fn block_timeout(arg: &[u8]) -> Result<Option<Duration>, Reply> {
+fn block_timeout(arg: &[u8]) -> Result<Option<Duration>, Reply> {
     let millis = parse_integer(arg).ok_or_else(|| Reply::error("ERR timeout is not an integer or out of range"))?;
     if millis < 0 {
         return Err(Reply::error("ERR timeout is negative"));
@@ -478,8 +478,25 @@ pub(super) fn block_timeout(arg: &[u8]) -> Result<Option<Duration>, Reply> {
     Ok((millis > 0).then(|| Duration::from_millis(millis as u64)))
 }
 
-fn parse_xread(args: &[Bytes]) -> Result<Typed, Reply> {
-    let (mut count, mut block, mut streams) = (None, None, None);
+/// XREAD's and XREADGROUP's arguments, as Redis's xreadCommand reads them for both.
+pub(super) struct ReadArgs<'a> {
+    pub count: Option<i64>,
+    /// BLOCK's timeout (`Some(None)`: forever).
+    pub block: Option<Option<Duration>>,
+    pub noack: bool,
+    /// XREADGROUP's group and consumer.
+    pub group: Option<&'a [Bytes]>,
+    pub keys: &'a [Bytes],
+    pub ids: &'a [Bytes],
+}
+
+pub(super) fn parse_read_args(args: &[Bytes], xreadgroup: bool) -> Result<ReadArgs<'_>, Reply> {
+    let only_xreadgroup = |option: &str| {
+        Reply::error(format!(
+            "ERR The {option} option is only supported by XREADGROUP. You called XREAD instead."
+        ))
+    };
+    let (mut count, mut block, mut noack, mut group, mut streams) = (None, None, false, None, None);
     let mut i = 1;
     while i < args.len() {
         let more = args.len() - 1 - i;
@@ -495,17 +512,28 @@ fn parse_xread(args: &[Bytes]) -> Result<Typed, Reply> {
             b"streams" if more > 0 => {
                 let rest = &args[i + 1..];
                 if !rest.len().is_multiple_of(2) {
-                    return Err(Reply::error(
-                        "ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.",
-                    ));
+                    return Err(Reply::error(if xreadgroup {
+                        "ERR Unbalanced 'xreadgroup' list of streams: for each stream key an ID or '>' must be specified."
+                    } else {
+                        "ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified."
+                    }));
                 }
                 streams = Some(rest.split_at(rest.len() / 2));
                 break;
             }
             b"group" if more >= 2 => {
-                return Err(Reply::error(
-                    "ERR The GROUP option is only supported by XREADGROUP. You called XREAD instead.",
-                ));
+                if !xreadgroup {
+                    return Err(only_xreadgroup("GROUP"));
+                }
+                group = Some(&args[i + 1..i + 3]);
+                i += 3;
+            }
+            b"noack" => {
+                if !xreadgroup {
+                    return Err(only_xreadgroup("NOACK"));
+                }
+                noack = true;
+                i += 1;
             }
             _ => return Err(syntax_error()),
         }
@@ -513,6 +541,24 @@ fn parse_xread(args: &[Bytes]) -> Result<Typed, Reply> {
     let Some((keys, ids)) = streams else {
         return Err(syntax_error());
     };
+    Ok(ReadArgs {
+        count,
+        block,
+        noack,
+        group,
+        keys,
+        ids,
+    })
+}
+
+fn parse_xread(args: &[Bytes]) -> Result<Typed, Reply> {
+    let ReadArgs {
+        count,
+        block,
+        keys,
+        ids,
+        ..
+    } = parse_read_args(args, false)?;
     let mut ints = vec![count];
     for id in ids {
         ints.extend(read_position(id)?);

@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use super::codec::Reply;
 use super::command::{integer, key, parse_integer, syntax_error, wrong_arity};
-use super::stream::{self, StreamId, block_timeout, id_reply, interval_end, interval_start, parse_id};
+use super::stream::{self, ReadArgs, StreamId, id_reply, interval_end, interval_start, parse_id, parse_read_args};
 use super::typed::{Shape, Typed};
 use crate::store::{Family, TypedRow};
 
@@ -274,43 +274,14 @@ fn parse_xgroup(args: &[Bytes]) -> Result<Option<Typed>, Reply> {
 }
 
 fn parse_xreadgroup(args: &[Bytes]) -> Result<Typed, Reply> {
-    let (mut count, mut block, mut noack, mut group, mut streams) = (None, None, false, None, None);
-    let mut i = 1;
-    while i < args.len() {
-        let more = args.len() - 1 - i;
-        match args[i].to_ascii_lowercase().as_slice() {
-            b"block" if more > 0 => {
-                block = Some(block_timeout(&args[i + 1])?);
-                i += 2;
-            }
-            b"count" if more > 0 => {
-                count = Some(integer(&args[i + 1])?).filter(|count| *count > 0);
-                i += 2;
-            }
-            b"streams" if more > 0 => {
-                let rest = &args[i + 1..];
-                if !rest.len().is_multiple_of(2) {
-                    return Err(Reply::error(
-                        "ERR Unbalanced 'xreadgroup' list of streams: for each stream key an ID or '>' must be specified.",
-                    ));
-                }
-                streams = Some(rest.split_at(rest.len() / 2));
-                break;
-            }
-            b"group" if more >= 2 => {
-                group = Some(&args[i + 1..i + 3]);
-                i += 3;
-            }
-            b"noack" => {
-                noack = true;
-                i += 1;
-            }
-            _ => return Err(syntax_error()),
-        }
-    }
-    let Some((keys, ids)) = streams else {
-        return Err(syntax_error());
-    };
+    let ReadArgs {
+        count,
+        block,
+        noack,
+        group,
+        keys,
+        ids,
+    } = parse_read_args(args, true)?;
     let Some(group) = group else {
         return Err(Reply::error("ERR Missing GROUP option for XREADGROUP"));
     };
