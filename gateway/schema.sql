@@ -2455,7 +2455,8 @@ BEGIN
     WHEN 'xinfo' THEN
         -- ints: {how many entries from the start (FULL; 0: all), or NULL for the first and
         -- last}. n: the length; items: {last ID, greatest deleted ID, first ID (0-0 when
-        -- empty)} and the entries; scores: {entries added, groups} and the entries' lengths.
+        -- empty)} and the entries; scores: {entries added, groups, entries} and the entries'
+        -- lengths. FULL adds the groups (functions/resp_stream_group.sql).
         IF ints[1] IS NULL THEN
             entries := pgvs3.resp_stream_range(b, k, pgvs3.resp_stream_min(), pgvs3.resp_stream_min(),
                                                pgvs3.resp_stream_max(), pgvs3.resp_stream_max(), false, 1)
@@ -2473,8 +2474,14 @@ BEGIN
                                 pgvs3.resp_stream_id(pgvs3.resp_stream_min(), pgvs3.resp_stream_min()))]
                  || flat.items;
         scores := ARRAY[s.added::float8,
-                        (SELECT count(*) FROM pgvs3.resp_stream_group g WHERE g.bucket_id = b AND g.key = k)::float8]
+                        (SELECT count(*) FROM pgvs3.resp_stream_group g WHERE g.bucket_id = b AND g.key = k)::float8,
+                        cardinality(entries)::float8]
                   || flat.scores;
+        IF ints[1] IS NOT NULL THEN
+            SELECT * INTO flat FROM pgvs3.resp_stream_groups_full(s, nullif(ints[1], 0));
+            items := items || flat.items;
+            scores := scores || flat.scores;
+        END IF;
     END CASE;
 END $_$;
 
@@ -2847,13 +2854,7 @@ BEGIN
                 || (SELECT count(*)::float8 FROM pgvs3.resp_stream_consumer r WHERE r.bucket_id = b AND r.key = k AND r.grp = g.name)
                 || (SELECT count(*)::float8 FROM pgvs3.resp_stream_pending q WHERE q.bucket_id = b AND q.key = k AND q.grp = g.name)
                 || g.entries_read::float8
-                || (CASE
-                    WHEN s.added = 0 THEN 0
-                    WHEN g.entries_read IS NOT NULL
-                         AND NOT pgvs3.resp_stream_tombstone_after(s, head.ms, head.seq, g.last_ms, g.last_seq)
-                        THEN s.added - g.entries_read
-                    ELSE s.added - pgvs3.resp_stream_counter(s, head.ms, head.seq, g.last_ms, g.last_seq)
-                    END)::float8;
+                || pgvs3.resp_stream_lag(s, head.ms, head.seq, g)::float8;
         END LOOP;
     WHEN 'xinfo_consumers' THEN
         -- Per consumer, in name order: items {name}; scores {pending, idle, inactive (-1:
@@ -2872,6 +2873,55 @@ BEGIN
 END $_$;
 
 --
+-- Name: resp_stream_groups_full(pgvs3.resp_stream, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_stream_groups_full(s pgvs3.resp_stream, c bigint, OUT items bytea[], OUT scores double precision[]) RETURNS record
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    head record;
+    g pgvs3.resp_stream_group;
+    r pgvs3.resp_stream_consumer;
+BEGIN
+    items := '{}';
+    scores := '{}';
+    SELECT * INTO head FROM pgvs3.resp_stream_first(s.bucket_id, s.key);
+    FOR g IN SELECT * FROM pgvs3.resp_stream_group x WHERE x.bucket_id = s.bucket_id AND x.key = s.key ORDER BY x.name LOOP
+        WITH p AS (
+            SELECT q.ms, q.seq, q.consumer, q.delivered_ms, q.deliveries FROM pgvs3.resp_stream_pending q
+             WHERE q.bucket_id = s.bucket_id AND q.key = s.key AND q.grp = g.name ORDER BY q.ms, q.seq LIMIT c)
+        SELECT items || g.name || pgvs3.resp_stream_id(g.last_ms, g.last_seq)
+                     || coalesce((SELECT array_agg(x.item ORDER BY p.ms, p.seq, x.o)
+                                    FROM p, unnest(ARRAY[pgvs3.resp_stream_id(p.ms, p.seq), p.consumer]) WITH ORDINALITY AS x(item, o)), '{}'),
+               scores || ARRAY[g.entries_read, pgvs3.resp_stream_lag(s, head.ms, head.seq, g),
+                               (SELECT count(*) FROM pgvs3.resp_stream_pending q
+                                 WHERE q.bucket_id = s.bucket_id AND q.key = s.key AND q.grp = g.name),
+                               (SELECT count(*) FROM p)]::float8[]
+                      || coalesce((SELECT array_agg(x.v ORDER BY p.ms, p.seq, x.o)
+                                     FROM p, unnest(ARRAY[p.delivered_ms, p.deliveries]::float8[]) WITH ORDINALITY AS x(v, o)), '{}')
+                      || (SELECT count(*)::float8 FROM pgvs3.resp_stream_consumer x
+                           WHERE x.bucket_id = s.bucket_id AND x.key = s.key AND x.grp = g.name)
+          INTO items, scores;
+        FOR r IN SELECT * FROM pgvs3.resp_stream_consumer x
+                  WHERE x.bucket_id = s.bucket_id AND x.key = s.key AND x.grp = g.name ORDER BY x.name LOOP
+            WITH p AS (
+                SELECT q.ms, q.seq, q.delivered_ms, q.deliveries FROM pgvs3.resp_stream_pending q
+                 WHERE q.bucket_id = s.bucket_id AND q.key = s.key AND q.grp = g.name AND q.consumer = r.name
+                 ORDER BY q.ms, q.seq LIMIT c)
+            SELECT items || r.name || coalesce((SELECT array_agg(pgvs3.resp_stream_id(p.ms, p.seq) ORDER BY p.ms, p.seq) FROM p), '{}'),
+                   scores || ARRAY[r.seen_ms, coalesce(r.active_ms, -1),
+                                   (SELECT count(*) FROM pgvs3.resp_stream_pending q
+                                     WHERE q.bucket_id = s.bucket_id AND q.key = s.key AND q.grp = g.name AND q.consumer = r.name),
+                                   (SELECT count(*) FROM p)]::float8[]
+                          || coalesce((SELECT array_agg(x.v ORDER BY p.ms, p.seq, x.o)
+                                         FROM p, unnest(ARRAY[p.delivered_ms, p.deliveries]::float8[]) WITH ORDINALITY AS x(v, o)), '{}')
+              INTO items, scores;
+        END LOOP;
+    END LOOP;
+END $$;
+
+--
 -- Name: resp_stream_id(bigint, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -2879,6 +2929,34 @@ CREATE FUNCTION pgvs3.resp_stream_id(ms bigint, seq bigint) RETURNS bytea
     LANGUAGE sql IMMUTABLE
     AS $$
     SELECT int8send(ms) || int8send(seq)
+$$;
+
+--
+-- Name: resp_stream_group; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.resp_stream_group (
+    bucket_id bigint NOT NULL,
+    key text NOT NULL COLLATE pg_catalog."C",
+    name bytea NOT NULL,
+    last_ms bigint NOT NULL,
+    last_seq bigint NOT NULL,
+    entries_read bigint
+);
+
+--
+-- Name: resp_stream_lag(pgvs3.resp_stream, bigint, bigint, pgvs3.resp_stream_group); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_stream_lag(s pgvs3.resp_stream, first_ms bigint, first_seq bigint, g pgvs3.resp_stream_group) RETURNS bigint
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE
+        WHEN s.added = 0 THEN 0
+        WHEN g.entries_read IS NOT NULL AND NOT pgvs3.resp_stream_tombstone_after(s, first_ms, first_seq, g.last_ms, g.last_seq)
+            THEN s.added - g.entries_read
+        ELSE s.added - pgvs3.resp_stream_counter(s, first_ms, first_seq, g.last_ms, g.last_seq)
+    END
 $$;
 
 --
@@ -3854,19 +3932,6 @@ CREATE TABLE pgvs3.resp_stream_consumer (
     name bytea NOT NULL,
     seen_ms bigint NOT NULL,
     active_ms bigint
-);
-
---
--- Name: resp_stream_group; Type: TABLE; Schema: pgvs3; Owner: -
---
-
-CREATE TABLE pgvs3.resp_stream_group (
-    bucket_id bigint NOT NULL,
-    key text NOT NULL COLLATE pg_catalog."C",
-    name bytea NOT NULL,
-    last_ms bigint NOT NULL,
-    last_seq bigint NOT NULL,
-    entries_read bigint
 );
 
 --

@@ -748,3 +748,74 @@ print(",".join(done), r.xpending("jobs", "workers")["pending"], info["last-deliv
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert_eq!(String::from_utf8(output.stdout).unwrap(), "a,b 0 2-1 0\n");
 }
+
+#[tokio::test]
+async fn xinfo_stream_full_lists_the_groups() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    add(&mut con, "s", &["1-1", "2-1"]).await;
+    query::<String>(&mut con, &["XGROUP", "CREATE", "s", "g", "0"]).await;
+    raw.command(&["XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", ">"])
+        .await;
+    // A delivery time to compare: TIME sets it.
+    raw.command(&["XCLAIM", "s", "g", "c", "0", "1-1", "TIME", "1000", "JUSTID"])
+        .await;
+    let started = now_ms();
+
+    let info = raw.command(&["XINFO", "STREAM", "s", "FULL", "COUNT", "1"]).await;
+    let Value::Array(info) = info else { panic!("{info:?}") };
+    let at = info.iter().position(|field| *field == Value::bulk("groups")).unwrap();
+    let Value::Array(groups) = &info[at + 1] else {
+        panic!("{info:?}")
+    };
+    let [Value::Array(group)] = &groups[..] else {
+        panic!("{groups:?}")
+    };
+    let Value::Array(expected) = fields(vec![
+        ("name", Value::bulk("g")),
+        ("last-delivered-id", Value::bulk("2-1")),
+        ("entries-read", Value::Int(2)),
+        ("lag", Value::Int(0)),
+        ("pel-count", Value::Int(2)),
+        (
+            "pending",
+            Value::Array(vec![Value::Array(vec![
+                Value::bulk("1-1"),
+                Value::bulk("c"),
+                Value::Int(1000),
+                Value::Int(1),
+            ])]),
+        ),
+    ]) else {
+        panic!()
+    };
+    assert_eq!(group[..12], expected[..]);
+    let Value::Array(consumers) = &group[13] else {
+        panic!("{group:?}")
+    };
+    let [Value::Array(consumer)] = &consumers[..] else {
+        panic!("{consumers:?}")
+    };
+    assert_eq!(consumer[..2], [Value::bulk("name"), Value::bulk("c")]);
+    for (at, name) in [(2, "seen-time"), (4, "active-time")] {
+        assert_eq!(consumer[at], Value::bulk(name));
+        assert!(
+            matches!(consumer[at + 1], Value::Int(time) if (started - 60_000..=started + 60_000).contains(&time)),
+            "{consumer:?}"
+        );
+    }
+    assert_eq!(
+        consumer[6..],
+        [
+            Value::bulk("pel-count"),
+            Value::Int(2),
+            Value::bulk("pending"),
+            Value::Array(vec![Value::Array(vec![
+                Value::bulk("1-1"),
+                Value::Int(1000),
+                Value::Int(1)
+            ])]),
+        ]
+    );
+}

@@ -217,7 +217,8 @@ BEGIN
     WHEN 'xinfo' THEN
         -- ints: {how many entries from the start (FULL; 0: all), or NULL for the first and
         -- last}. n: the length; items: {last ID, greatest deleted ID, first ID (0-0 when
-        -- empty)} and the entries; scores: {entries added, groups} and the entries' lengths.
+        -- empty)} and the entries; scores: {entries added, groups, entries} and the entries'
+        -- lengths. FULL adds the groups (functions/resp_stream_group.sql).
         IF ints[1] IS NULL THEN
             entries := pgvs3.resp_stream_range(b, k, pgvs3.resp_stream_min(), pgvs3.resp_stream_min(),
                                                pgvs3.resp_stream_max(), pgvs3.resp_stream_max(), false, 1)
@@ -235,7 +236,13 @@ BEGIN
                                 pgvs3.resp_stream_id(pgvs3.resp_stream_min(), pgvs3.resp_stream_min()))]
                  || flat.items;
         scores := ARRAY[s.added::float8,
-                        (SELECT count(*) FROM pgvs3.resp_stream_group g WHERE g.bucket_id = b AND g.key = k)::float8]
+                        (SELECT count(*) FROM pgvs3.resp_stream_group g WHERE g.bucket_id = b AND g.key = k)::float8,
+                        cardinality(entries)::float8]
                   || flat.scores;
+        IF ints[1] IS NOT NULL THEN
+            SELECT * INTO flat FROM pgvs3.resp_stream_groups_full(s, nullif(ints[1], 0));
+            items := items || flat.items;
+            scores := scores || flat.scores;
+        END IF;
     END CASE;
 END $$;

@@ -42,6 +42,68 @@ CREATE OR REPLACE FUNCTION pgvs3.resp_stream_first(b bigint, k text, OUT ms bigi
     SELECT e.ms, e.seq FROM pgvs3.resp_stream_entry e WHERE e.bucket_id = b AND e.key = k ORDER BY e.ms, e.seq LIMIT 1
 $$;
 
+-- A group's lag (Redis's streamReplyWithCGLag): the entries not yet delivered to it, NULL
+-- when unknown.
+CREATE OR REPLACE FUNCTION pgvs3.resp_stream_lag(s pgvs3.resp_stream, first_ms bigint, first_seq bigint, g pgvs3.resp_stream_group)
+RETURNS bigint LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE
+        WHEN s.added = 0 THEN 0
+        WHEN g.entries_read IS NOT NULL AND NOT pgvs3.resp_stream_tombstone_after(s, first_ms, first_seq, g.last_ms, g.last_seq)
+            THEN s.added - g.entries_read
+        ELSE s.added - pgvs3.resp_stream_counter(s, first_ms, first_seq, g.last_ms, g.last_seq)
+    END
+$$;
+
+-- XINFO STREAM FULL's groups of stream `s`, in name order, each PEL listed up to `c` entries
+-- (NULL: all). Per group, items: {name, last-delivered-id}, then each listed pending entry's
+-- ID and consumer, then per consumer its name and its listed entries' IDs. Scores: {entries-
+-- read, lag, PEL size, listed}, each listed entry's delivery time and count, {consumers}, then
+-- per consumer {seen-time, active-time (-1: never), PEL size, listed} and each listed entry's
+-- delivery time and count.
+CREATE OR REPLACE FUNCTION pgvs3.resp_stream_groups_full(s pgvs3.resp_stream, c bigint, OUT items bytea[], OUT scores float8[])
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    head record;
+    g pgvs3.resp_stream_group;
+    r pgvs3.resp_stream_consumer;
+BEGIN
+    items := '{}';
+    scores := '{}';
+    SELECT * INTO head FROM pgvs3.resp_stream_first(s.bucket_id, s.key);
+    FOR g IN SELECT * FROM pgvs3.resp_stream_group x WHERE x.bucket_id = s.bucket_id AND x.key = s.key ORDER BY x.name LOOP
+        WITH p AS (
+            SELECT q.ms, q.seq, q.consumer, q.delivered_ms, q.deliveries FROM pgvs3.resp_stream_pending q
+             WHERE q.bucket_id = s.bucket_id AND q.key = s.key AND q.grp = g.name ORDER BY q.ms, q.seq LIMIT c)
+        SELECT items || g.name || pgvs3.resp_stream_id(g.last_ms, g.last_seq)
+                     || coalesce((SELECT array_agg(x.item ORDER BY p.ms, p.seq, x.o)
+                                    FROM p, unnest(ARRAY[pgvs3.resp_stream_id(p.ms, p.seq), p.consumer]) WITH ORDINALITY AS x(item, o)), '{}'),
+               scores || ARRAY[g.entries_read, pgvs3.resp_stream_lag(s, head.ms, head.seq, g),
+                               (SELECT count(*) FROM pgvs3.resp_stream_pending q
+                                 WHERE q.bucket_id = s.bucket_id AND q.key = s.key AND q.grp = g.name),
+                               (SELECT count(*) FROM p)]::float8[]
+                      || coalesce((SELECT array_agg(x.v ORDER BY p.ms, p.seq, x.o)
+                                     FROM p, unnest(ARRAY[p.delivered_ms, p.deliveries]::float8[]) WITH ORDINALITY AS x(v, o)), '{}')
+                      || (SELECT count(*)::float8 FROM pgvs3.resp_stream_consumer x
+                           WHERE x.bucket_id = s.bucket_id AND x.key = s.key AND x.grp = g.name)
+          INTO items, scores;
+        FOR r IN SELECT * FROM pgvs3.resp_stream_consumer x
+                  WHERE x.bucket_id = s.bucket_id AND x.key = s.key AND x.grp = g.name ORDER BY x.name LOOP
+            WITH p AS (
+                SELECT q.ms, q.seq, q.delivered_ms, q.deliveries FROM pgvs3.resp_stream_pending q
+                 WHERE q.bucket_id = s.bucket_id AND q.key = s.key AND q.grp = g.name AND q.consumer = r.name
+                 ORDER BY q.ms, q.seq LIMIT c)
+            SELECT items || r.name || coalesce((SELECT array_agg(pgvs3.resp_stream_id(p.ms, p.seq) ORDER BY p.ms, p.seq) FROM p), '{}'),
+                   scores || ARRAY[r.seen_ms, coalesce(r.active_ms, -1),
+                                   (SELECT count(*) FROM pgvs3.resp_stream_pending q
+                                     WHERE q.bucket_id = s.bucket_id AND q.key = s.key AND q.grp = g.name AND q.consumer = r.name),
+                                   (SELECT count(*) FROM p)]::float8[]
+                          || coalesce((SELECT array_agg(x.v ORDER BY p.ms, p.seq, x.o)
+                                         FROM p, unnest(ARRAY[p.delivered_ms, p.deliveries]::float8[]) WITH ORDINALITY AS x(v, o)), '{}')
+              INTO items, scores;
+        END LOOP;
+    END LOOP;
+END $$;
+
 CREATE OR REPLACE FUNCTION pgvs3.resp_stream_group(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats float8[],
     OUT err text, OUT n bigint, OUT items bytea[], OUT scores float8[])
 LANGUAGE plpgsql AS $$
@@ -336,13 +398,7 @@ BEGIN
                 || (SELECT count(*)::float8 FROM pgvs3.resp_stream_consumer r WHERE r.bucket_id = b AND r.key = k AND r.grp = g.name)
                 || (SELECT count(*)::float8 FROM pgvs3.resp_stream_pending q WHERE q.bucket_id = b AND q.key = k AND q.grp = g.name)
                 || g.entries_read::float8
-                || (CASE
-                    WHEN s.added = 0 THEN 0
-                    WHEN g.entries_read IS NOT NULL
-                         AND NOT pgvs3.resp_stream_tombstone_after(s, head.ms, head.seq, g.last_ms, g.last_seq)
-                        THEN s.added - g.entries_read
-                    ELSE s.added - pgvs3.resp_stream_counter(s, head.ms, head.seq, g.last_ms, g.last_seq)
-                    END)::float8;
+                || pgvs3.resp_stream_lag(s, head.ms, head.seq, g)::float8;
         END LOOP;
     WHEN 'xinfo_consumers' THEN
         -- Per consumer, in name order: items {name}; scores {pending, idle, inactive (-1:

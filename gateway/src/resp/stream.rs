@@ -183,7 +183,8 @@ pub fn reply(reading: &Reading, row: TypedRow) -> Reply {
             let mut id = || items.next().flatten().map_or(Reply::Nil, |id| id_reply(&id));
             let (last, deleted, first) = (id(), id(), id());
             let added = lengths.next().flatten().unwrap_or(0.0) as i64;
-            let groups = lengths.next().flatten().unwrap_or(0.0) as i64;
+            let groups = lengths.next().flatten().unwrap_or(0.0) as usize;
+            let listed = lengths.next().flatten().unwrap_or(0.0) as usize;
             // Redis's radix tree holds up to 100 entries per node: the counts it would show.
             let nodes = (length + 99) / 100;
             let mut fields = vec![
@@ -196,12 +197,13 @@ pub fn reply(reading: &Reading, row: TypedRow) -> Reply {
                 (Reply::text("recorded-first-entry-id"), first),
             ];
             if *full {
-                let found = entries(&mut items, &mut lengths, usize::MAX);
+                let found = entries(&mut items, &mut lengths, listed);
                 fields.push((Reply::text("entries"), Reply::Array(found)));
-                fields.push((Reply::text("groups"), Reply::Array(Vec::new())));
+                let groups = super::stream_group::full_groups(&mut items, &mut lengths, groups);
+                fields.push((Reply::text("groups"), Reply::Array(groups)));
             } else {
                 let mut ends = entries(&mut items, &mut lengths, 2).into_iter();
-                fields.push((Reply::text("groups"), Reply::Integer(groups)));
+                fields.push((Reply::text("groups"), Reply::Integer(groups as i64)));
                 fields.push((Reply::text("first-entry"), ends.next().unwrap_or(Reply::Nil)));
                 fields.push((Reply::text("last-entry"), ends.next().unwrap_or(Reply::Nil)));
             }

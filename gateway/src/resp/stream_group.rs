@@ -170,6 +170,56 @@ pub fn reply(shape: &GroupShape, row: TypedRow) -> Reply {
     }
 }
 
+/// XINFO STREAM FULL's `groups` groups, from the rest of its row (see
+/// `pgvs3.resp_stream_groups_full`).
+pub(super) fn full_groups(
+    items: &mut impl Iterator<Item = Option<Bytes>>,
+    scores: &mut impl Iterator<Item = Option<f64>>,
+    groups: usize,
+) -> Vec<Reply> {
+    let id = |item: Option<Option<Bytes>>| item.flatten().map_or(Reply::Nil, |id| id_reply(&id));
+    let bulk = |item: Option<Option<Bytes>>| item.flatten().map_or(Reply::Nil, Reply::Bulk);
+    let mut number = || scores.next().flatten();
+    let mut replies = Vec::with_capacity(groups);
+    for _ in 0..groups {
+        let (name, last) = (bulk(items.next()), id(items.next()));
+        let (read, lag, pel, listed) = (number(), number(), number(), number());
+        let int = |score: Option<f64>| score.map_or(Reply::Nil, |score| Reply::Integer(score as i64));
+        let pending = (0..listed.unwrap_or(0.0) as usize)
+            .map(|_| {
+                let (entry, consumer) = (id(items.next()), bulk(items.next()));
+                Reply::Array(vec![entry, consumer, int(number()), int(number())])
+            })
+            .collect();
+        let consumers = (0..number().unwrap_or(0.0) as usize)
+            .map(|_| {
+                let name = bulk(items.next());
+                let (seen, active, pel, listed) = (number(), number(), number(), number());
+                let pending = (0..listed.unwrap_or(0.0) as usize)
+                    .map(|_| Reply::Array(vec![id(items.next()), int(number()), int(number())]))
+                    .collect();
+                Reply::Map(vec![
+                    (Reply::text("name"), name),
+                    (Reply::text("seen-time"), int(seen)),
+                    (Reply::text("active-time"), int(active)),
+                    (Reply::text("pel-count"), int(pel)),
+                    (Reply::text("pending"), Reply::Array(pending)),
+                ])
+            })
+            .collect();
+        replies.push(Reply::Map(vec![
+            (Reply::text("name"), name),
+            (Reply::text("last-delivered-id"), last),
+            (Reply::text("entries-read"), int(read)),
+            (Reply::text("lag"), int(lag)),
+            (Reply::text("pel-count"), int(pel)),
+            (Reply::text("pending"), Reply::Array(pending)),
+            (Reply::text("consumers"), Reply::Array(consumers)),
+        ]));
+    }
+    replies
+}
+
 /// XGROUP HELP's lines.
 pub fn help() -> Reply {
     Reply::Array(
