@@ -2575,7 +2575,7 @@ DECLARE
     head record;
     e record;
     flat record;
-    found pgvs3.resp_stream_entry[];
+    batch pgvs3.resp_stream_entry[];
     claimed pgvs3.resp_stream_entry[];
     j int;
     entry_fields bytea[];
@@ -2610,44 +2610,44 @@ BEGIN
             IF ints[3 * j] = 0 THEN
                 -- The history: the consumer's pending entries after the ID (the stream comes
                 -- back with none too), each delivered once more unless deleted.
-                found := ARRAY(SELECT ROW(b, k, q.ms, q.seq, x.fields)::pgvs3.resp_stream_entry
+                batch := ARRAY(SELECT ROW(b, k, q.ms, q.seq, x.fields)::pgvs3.resp_stream_entry
                                  FROM pgvs3.resp_stream_pending q
                                  LEFT JOIN pgvs3.resp_stream_entry x ON x.bucket_id = b AND x.key = k AND x.ms = q.ms AND x.seq = q.seq
                                 WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name AND q.consumer = c_name
                                   AND (q.ms, q.seq) > (ints[3 * j + 1], ints[3 * j + 2])
                                 ORDER BY q.ms, q.seq LIMIT ints[1]);
                 UPDATE pgvs3.resp_stream_pending q SET delivered_ms = now_ms, deliveries = q.deliveries + 1
-                  FROM unnest(found) f
+                  FROM unnest(batch) f
                  WHERE f.fields IS NOT NULL AND q.bucket_id = b AND q.key = k AND q.grp = g_name AND q.ms = f.ms AND q.seq = f.seq;
             ELSE
-                found := ARRAY(SELECT x FROM pgvs3.resp_stream_entry x
+                batch := ARRAY(SELECT x FROM pgvs3.resp_stream_entry x
                                 WHERE x.bucket_id = b AND x.key = k AND (x.ms, x.seq) > (g.last_ms, g.last_seq)
                                 ORDER BY x.ms, x.seq LIMIT ints[1]);
-                CONTINUE WHEN cardinality(found) = 0;
+                CONTINUE WHEN cardinality(batch) = 0;
                 -- Redis's count of entries read: counted on while no XDEL gap lies ahead, else
                 -- estimated again (once it is known with no gap ahead, the rest count on).
                 SELECT * INTO head FROM pgvs3.resp_stream_first(b, k);
-                FOR e IN SELECT f.ms, f.seq, f.r FROM unnest(found) WITH ORDINALITY AS f(bucket_id, key, ms, seq, entry_fields, r) LOOP
+                FOR e IN SELECT f.ms, f.seq, f.r FROM unnest(batch) WITH ORDINALITY AS f(bucket_id, key, ms, seq, fields, r) LOOP
                     IF g.entries_read IS NOT NULL AND NOT pgvs3.resp_stream_tombstone_after(s, head.ms, head.seq, e.ms, e.seq) THEN
-                        g.entries_read := g.entries_read + cardinality(found) - e.r + 1;
+                        g.entries_read := g.entries_read + cardinality(batch) - e.r + 1;
                         EXIT;
                     END IF;
                     g.entries_read := pgvs3.resp_stream_counter(s, head.ms, head.seq, e.ms, e.seq);
                 END LOOP;
                 UPDATE pgvs3.resp_stream_group r
-                   SET last_ms = found[cardinality(found)].ms, last_seq = found[cardinality(found)].seq, entries_read = g.entries_read
+                   SET last_ms = batch[cardinality(batch)].ms, last_seq = batch[cardinality(batch)].seq, entries_read = g.entries_read
                  WHERE r.bucket_id = b AND r.key = k AND r.name = g_name;
                 UPDATE pgvs3.resp_stream_consumer r SET active_ms = now_ms
                  WHERE r.bucket_id = b AND r.key = k AND r.grp = g_name AND r.name = c_name;
                 IF ints[2] IS DISTINCT FROM 1 THEN
                     -- An entry already pending (after SETID back) moves to this consumer.
-                    INSERT INTO pgvs3.resp_stream_pending AS q SELECT b, k, g_name, f.ms, f.seq, c_name, now_ms, 1 FROM unnest(found) f
+                    INSERT INTO pgvs3.resp_stream_pending AS q SELECT b, k, g_name, f.ms, f.seq, c_name, now_ms, 1 FROM unnest(batch) f
                     ON CONFLICT (bucket_id, key, grp, ms, seq) DO UPDATE SET consumer = c_name, delivered_ms = now_ms, deliveries = 1;
                 END IF;
             END IF;
-            SELECT * INTO flat FROM pgvs3.resp_stream_flat(found);
+            SELECT * INTO flat FROM pgvs3.resp_stream_flat(batch);
             items := items || convert_to(k, 'UTF8') || flat.items;
-            scores := scores || cardinality(found)::float8 || flat.scores;
+            scores := scores || cardinality(batch)::float8 || flat.scores;
         END LOOP;
         RETURN;
     END IF;
@@ -2714,11 +2714,16 @@ BEGIN
          WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name AND q.consumer = c_name;
         DELETE FROM pgvs3.resp_stream_consumer r WHERE r.bucket_id = b AND r.key = k AND r.grp = g_name AND r.name = c_name;
     WHEN 'xack' THEN
-        -- args: {group}; ints: the IDs, in pairs. Each is a primary-key delete.
-        DELETE FROM pgvs3.resp_stream_pending q
-         WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name AND (q.ms, q.seq) IN (
-               SELECT ints[i], ints[i + 1] FROM generate_series(1, cardinality(ints), 2) i);
-        GET DIAGNOSTICS n = ROW_COUNT;
+        -- args: {group}; ints: the IDs, in pairs. Each is a primary-key delete (one at a
+        -- time, whatever the planner would make of a join).
+        n := 0;
+        FOR j IN 1 .. cardinality(ints) - 1 BY 2 LOOP
+            DELETE FROM pgvs3.resp_stream_pending q
+             WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name AND q.ms = ints[j] AND q.seq = ints[j + 1];
+            IF FOUND THEN
+                n := n + 1;
+            END IF;
+        END LOOP;
     WHEN 'xpending' THEN
         IF ints[1] IS NULL THEN
             -- The summary. n: the PEL's size; items: {first ID, last ID} (NULLs when none),
@@ -2803,16 +2808,16 @@ BEGIN
         ON CONFLICT (bucket_id, key, grp, name) DO UPDATE SET seen_ms = now_ms;
         -- Entries deleted from the stream and entries idle long enough each take one of
         -- `count`; the cursor is the pending entry after the last one looked at.
-        found := ARRAY(SELECT ROW(b, k, q.ms, q.seq, x.fields)::pgvs3.resp_stream_entry
+        batch := ARRAY(SELECT ROW(b, k, q.ms, q.seq, x.fields)::pgvs3.resp_stream_entry
                          FROM (SELECT * FROM pgvs3.resp_stream_pending q
                                 WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name AND (q.ms, q.seq) >= (ints[2], ints[3])
                                 ORDER BY q.ms, q.seq LIMIT ints[4] * 10) q
                          LEFT JOIN pgvs3.resp_stream_entry x ON x.bucket_id = b AND x.key = k AND x.ms = q.ms AND x.seq = q.seq
                         WHERE x.fields IS NULL OR ints[1] = 0 OR now_ms - q.delivered_ms >= ints[1]
                         ORDER BY q.ms, q.seq LIMIT ints[4]);
-        IF cardinality(found) = ints[4] THEN
-            cursor_ms := found[cardinality(found)].ms;
-            cursor_seq := found[cardinality(found)].seq;
+        IF cardinality(batch) = ints[4] THEN
+            cursor_ms := batch[cardinality(batch)].ms;
+            cursor_seq := batch[cardinality(batch)].seq;
         ELSE
             SELECT q.ms, q.seq INTO cursor_ms, cursor_seq
               FROM (SELECT q.ms, q.seq FROM pgvs3.resp_stream_pending q
@@ -2820,13 +2825,13 @@ BEGIN
                      ORDER BY q.ms, q.seq LIMIT ints[4] * 10) q
              ORDER BY q.ms DESC, q.seq DESC LIMIT 1;
         END IF;
-        DELETE FROM pgvs3.resp_stream_pending q USING unnest(found) f
+        DELETE FROM pgvs3.resp_stream_pending q USING unnest(batch) f
          WHERE f.fields IS NULL AND q.bucket_id = b AND q.key = k AND q.grp = g_name AND q.ms = f.ms AND q.seq = f.seq;
         UPDATE pgvs3.resp_stream_pending q
            SET consumer = c_name, delivered_ms = now_ms, deliveries = q.deliveries + CASE WHEN ints[5] = 1 THEN 0 ELSE 1 END
-          FROM unnest(found) f
+          FROM unnest(batch) f
          WHERE f.fields IS NOT NULL AND q.bucket_id = b AND q.key = k AND q.grp = g_name AND q.ms = f.ms AND q.seq = f.seq;
-        claimed := ARRAY(SELECT f FROM unnest(found) f WHERE f.fields IS NOT NULL);
+        claimed := ARRAY(SELECT f FROM unnest(batch) f WHERE f.fields IS NOT NULL);
         IF cardinality(claimed) > 0 THEN
             UPDATE pgvs3.resp_stream_consumer r SET active_ms = now_ms
              WHERE r.bucket_id = b AND r.key = k AND r.grp = g_name AND r.name = c_name;
@@ -2842,8 +2847,8 @@ BEGIN
                       ORDER BY q.ms, q.seq LIMIT 1),
                     pgvs3.resp_stream_id(pgvs3.resp_stream_min(), pgvs3.resp_stream_min()))]
                  || flat.items
-                 || ARRAY(SELECT pgvs3.resp_stream_id(f.ms, f.seq) FROM unnest(found) f WHERE f.fields IS NULL);
-        scores := ARRAY[cardinality(claimed), cardinality(found) - cardinality(claimed)]::float8[] || flat.scores;
+                 || ARRAY(SELECT pgvs3.resp_stream_id(f.ms, f.seq) FROM unnest(batch) f WHERE f.fields IS NULL);
+        scores := ARRAY[cardinality(claimed), cardinality(batch) - cardinality(claimed)]::float8[] || flat.scores;
     WHEN 'xinfo_groups' THEN
         -- Per group, in name order: items {name, last-delivered-id}; scores {consumers,
         -- pending, entries-read, lag} (NULL: unknown).

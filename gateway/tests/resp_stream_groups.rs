@@ -9,7 +9,7 @@ mod redis_rs;
 use common::TestGateway;
 use common::resp::{RawResp, Value};
 use redis::aio::MultiplexedConnection;
-use redis_rs::{connect, error, query, woken_by_xadd};
+use redis_rs::{connect, error, gateways_woken_by_notify, query, woken_by_xadd};
 
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
@@ -701,10 +701,7 @@ async fn xreadgroup_is_woken(blocked: &mut RawResp, adder: &mut MultiplexedConne
 
 #[tokio::test]
 async fn xreadgroup_block_is_woken_by_xadd_from_another_connection_and_gateway() {
-    let url = common::fresh_database().await;
-    let args = ["--resp-addr", "127.0.0.1:0", "--resp-block-poll", "60s"];
-    let first = TestGateway::with_args(url.clone(), &args).await;
-    let second = TestGateway::with_args(url, &args).await;
+    let (first, second) = gateways_woken_by_notify().await;
 
     let mut blocked = RawResp::connect(first.resp_addr()).await;
     let mut same_gateway = connect(&first).await;

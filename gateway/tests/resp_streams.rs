@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::TestGateway;
 use common::resp::{RawResp, Value};
 use redis::aio::MultiplexedConnection;
-use redis_rs::{connect, error, query, woken_by_xadd};
+use redis_rs::{connect, error, gateways_woken_by_notify, query, woken_by_xadd};
 
 /// An entry as redis-rs reads XRANGE's: its ID and its fields and values.
 type Entry = (String, Vec<String>);
@@ -647,10 +647,7 @@ async fn xread_is_woken(blocked: &mut RawResp, adder: &mut MultiplexedConnection
 
 #[tokio::test]
 async fn xread_block_is_woken_by_xadd_from_another_connection_and_gateway() {
-    let url = common::fresh_database().await;
-    let args = ["--resp-addr", "127.0.0.1:0", "--resp-block-poll", "60s"];
-    let first = TestGateway::with_args(url.clone(), &args).await;
-    let second = TestGateway::with_args(url, &args).await;
+    let (first, second) = gateways_woken_by_notify().await;
 
     let mut blocked = RawResp::connect(first.resp_addr()).await;
     let mut same_gateway = connect(&first).await;

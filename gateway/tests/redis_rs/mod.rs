@@ -84,3 +84,12 @@ pub async fn woken_by_xadd(
     };
     (added, String::from_utf8(id.clone()).unwrap())
 }
+
+/// Two gateways on one fresh database whose blocked clients are woken only by NOTIFY
+/// (`--resp-block-poll` at 60 s), for [`woken_by_xadd`].
+pub async fn gateways_woken_by_notify() -> (TestGateway, TestGateway) {
+    let url = crate::common::fresh_database().await;
+    let args = ["--resp-addr", "127.0.0.1:0", "--resp-block-poll", "60s"];
+    let first = TestGateway::with_args(url.clone(), &args).await;
+    (first, TestGateway::with_args(url, &args).await)
+}
