@@ -2577,6 +2577,8 @@ DECLARE
     flat record;
     batch pgvs3.resp_stream_entry[];
     claimed pgvs3.resp_stream_entry[];
+    -- XCLAIM: where in `ints` each claimed ID is.
+    claimed_at int[] := '{}';
     j int;
     entry_fields bytea[];
     delivered bigint;
@@ -2791,14 +2793,24 @@ BEGIN
                SET consumer = c_name, delivered_ms = delivered,
                    deliveries = coalesce(ints[4], q.deliveries + CASE WHEN ints[6] = 1 THEN 0 ELSE 1 END)
              WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name AND q.ms = ints[j] AND q.seq = ints[j + 1];
-            items := items || pgvs3.resp_stream_id(ints[j], ints[j + 1]);
-            IF ints[6] IS DISTINCT FROM 1 THEN
-                items := items || entry_fields;
-                scores := scores || cardinality(entry_fields)::float8;
-            END IF;
+            -- (Appending one element is done in place; the reply is built once, below.)
+            claimed_at := claimed_at || j;
+        END LOOP;
+        IF cardinality(claimed_at) > 0 THEN
             UPDATE pgvs3.resp_stream_consumer r SET active_ms = now_ms
              WHERE r.bucket_id = b AND r.key = k AND r.grp = g_name AND r.name = c_name;
-        END LOOP;
+        END IF;
+        IF ints[6] = 1 THEN
+            items := ARRAY(SELECT pgvs3.resp_stream_id(ints[c.j], ints[c.j + 1])
+                             FROM unnest(claimed_at) WITH ORDINALITY AS c(j, o) ORDER BY c.o);
+        ELSE
+            SELECT * INTO flat FROM pgvs3.resp_stream_flat(ARRAY(
+                SELECT x FROM unnest(claimed_at) WITH ORDINALITY AS c(j, o)
+                  JOIN pgvs3.resp_stream_entry x ON x.bucket_id = b AND x.key = k AND x.ms = ints[c.j] AND x.seq = ints[c.j + 1]
+                 ORDER BY c.o));
+            items := flat.items;
+            scores := flat.scores;
+        END IF;
     WHEN 'xautoclaim' THEN
         -- args: {group, consumer}; ints: {least idle time, start ms, seq, count, JUSTID (1)}.
         -- Looks at 10 times `count` pending entries at most, as Redis. items: {the next
