@@ -116,11 +116,10 @@ impl Typed {
 
     /// Redis's reply to the call's row.
     pub fn reply(&self, row: TypedRow) -> Reply {
-        if let Shape::Group(shape) = &self.shape {
-            // Words its own errors.
-            return super::stream_group::reply(shape, row);
-        }
-        if let Some(err) = row.err {
+        // (A group command words its own errors.)
+        if !matches!(self.shape, Shape::Group(_))
+            && let Some(err) = row.err
+        {
             return Reply::Error(err);
         }
         let bulk = |item: Option<Bytes>| item.map_or(Reply::Nil, Reply::Bulk);
