@@ -1902,6 +1902,13 @@ BEGIN
                 FROM pgvs3.resp_stream WHERE bucket_id = b AND key = src;
             INSERT INTO pgvs3.resp_stream_entry SELECT b, dst, ms, seq, fields
                 FROM pgvs3.resp_stream_entry WHERE bucket_id = b AND key = src;
+            -- Its consumer groups too, as Redis copies them.
+            INSERT INTO pgvs3.resp_stream_group SELECT b, dst, name, last_ms, last_seq, entries_read
+                FROM pgvs3.resp_stream_group WHERE bucket_id = b AND key = src;
+            INSERT INTO pgvs3.resp_stream_consumer SELECT b, dst, grp, name, seen_ms, active_ms
+                FROM pgvs3.resp_stream_consumer WHERE bucket_id = b AND key = src;
+            INSERT INTO pgvs3.resp_stream_pending SELECT b, dst, grp, ms, seq, consumer, delivered_ms, deliveries
+                FROM pgvs3.resp_stream_pending WHERE bucket_id = b AND key = src;
         END CASE;
     END IF;
     n := 1;
@@ -2386,7 +2393,7 @@ BEGIN
     IF s.key IS NULL AND op <> 'xadd' THEN
         CASE op
         WHEN 'xrange', 'xrevrange' THEN items := '{}';
-        WHEN 'xinfo', 'xinfo_groups', 'xinfo_consumers' THEN err := 'ERR no such key';
+        WHEN 'xinfo' THEN err := 'ERR no such key';
         ELSE n := 0;
         END CASE;
         RETURN;
@@ -2458,7 +2465,8 @@ BEGIN
     WHEN 'xinfo' THEN
         -- ints: {how many entries from the start (FULL; 0: all), or NULL for the first and
         -- last}. n: the length; items: {last ID, greatest deleted ID, first ID (0-0 when
-        -- empty)} and the entries; scores: {entries added} and the entries' lengths.
+        -- empty)} and the entries; scores: {entries added, groups, entries} and the entries'
+        -- lengths. FULL adds the groups (functions/resp_stream_group.sql).
         IF ints[1] IS NULL THEN
             entries := pgvs3.resp_stream_range(b, k, pgvs3.resp_stream_min(), pgvs3.resp_stream_min(),
                                                pgvs3.resp_stream_max(), pgvs3.resp_stream_max(), false, 1)
@@ -2475,14 +2483,62 @@ BEGIN
                                   WHERE e.bucket_id = b AND e.key = k ORDER BY ms, seq LIMIT 1),
                                 pgvs3.resp_stream_id(pgvs3.resp_stream_min(), pgvs3.resp_stream_min()))]
                  || flat.items;
-        scores := ARRAY[s.added::float8] || flat.scores;
-    WHEN 'xinfo_groups' THEN
-        -- pgvs3 has no consumer groups (yet): an existing stream has none.
-        items := '{}';
-    WHEN 'xinfo_consumers' THEN
-        n := 1;
+        scores := ARRAY[s.added::float8,
+                        (SELECT count(*) FROM pgvs3.resp_stream_group g WHERE g.bucket_id = b AND g.key = k)::float8,
+                        cardinality(entries)::float8]
+                  || flat.scores;
+        IF ints[1] IS NOT NULL THEN
+            SELECT * INTO flat FROM pgvs3.resp_stream_groups_full(s, nullif(ints[1], 0));
+            items := items || flat.items;
+            scores := scores || flat.scores;
+        END IF;
     END CASE;
 END $_$;
+
+--
+-- Name: resp_stream; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.resp_stream (
+    bucket_id bigint NOT NULL,
+    key text NOT NULL COLLATE pg_catalog."C",
+    last_ms bigint NOT NULL,
+    last_seq bigint NOT NULL,
+    deleted_ms bigint NOT NULL,
+    deleted_seq bigint NOT NULL,
+    added bigint NOT NULL,
+    length bigint NOT NULL
+);
+
+--
+-- Name: resp_stream_counter(pgvs3.resp_stream, bigint, bigint, bigint, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_stream_counter(s pgvs3.resp_stream, first_ms bigint, first_seq bigint, ms bigint, seq bigint) RETURNS bigint
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE
+        WHEN s.added = 0 THEN 0
+        WHEN s.length = 0 AND (ms, seq) <= (s.last_ms, s.last_seq) THEN s.added
+        WHEN (ms, seq) = (s.last_ms, s.last_seq) THEN s.added
+        WHEN (ms, seq) > (s.last_ms, s.last_seq) THEN NULL
+        WHEN (s.deleted_ms, s.deleted_seq) = (pgvs3.resp_stream_min(), pgvs3.resp_stream_min())
+             OR (s.deleted_ms, s.deleted_seq) < (first_ms, first_seq) THEN
+            CASE WHEN (ms, seq) < (first_ms, first_seq) THEN s.added - s.length
+                 WHEN (ms, seq) = (first_ms, first_seq) THEN s.added - s.length + 1
+            END
+    END
+$$;
+
+--
+-- Name: resp_stream_first(bigint, text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_stream_first(b bigint, k text, OUT ms bigint, OUT seq bigint) RETURNS record
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT e.ms, e.seq FROM pgvs3.resp_stream_entry e WHERE e.bucket_id = b AND e.key = k ORDER BY e.ms, e.seq LIMIT 1
+$$;
 
 --
 -- Name: resp_stream_entry; Type: TABLE; Schema: pgvs3; Owner: -
@@ -2511,6 +2567,388 @@ CREATE FUNCTION pgvs3.resp_stream_flat(entries pgvs3.resp_stream_entry[], OUT it
 $$;
 
 --
+-- Name: resp_stream_group(text, bigint, text[], text[], bytea[], bigint[], double precision[]); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_stream_group(op text, b bigint, ks text[], strings text[], args bytea[], ints bigint[], floats double precision[], OUT err text, OUT n bigint, OUT items bytea[], OUT scores double precision[]) RETURNS record
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    k text := ks[1];
+    g_name bytea := args[1];
+    c_name bytea := args[2];
+    write boolean := op NOT IN ('xpending', 'xinfo_groups', 'xinfo_consumers');
+    now_ms bigint := pgvs3.resp_stream_now();
+    s pgvs3.resp_stream;
+    g pgvs3.resp_stream_group;
+    p pgvs3.resp_stream_pending;
+    head record;
+    e record;
+    flat record;
+    batch pgvs3.resp_stream_entry[];
+    claimed pgvs3.resp_stream_entry[];
+    -- XCLAIM: where in `ints` each claimed ID is.
+    claimed_at int[] := '{}';
+    j int;
+    entry_fields bytea[];
+    delivered bigint;
+    cursor_ms bigint;
+    cursor_seq bigint;
+BEGIN
+    err := pgvs3.resp_check(b, ks, strings, ks, 'x', write);
+    IF err IS NOT NULL THEN
+        RETURN;
+    END IF;
+    items := '{}';
+    scores := '{}';
+    IF op = 'xreadgroup' THEN
+        -- args: {group, consumer}; ints: {count (NULL: all), NOACK (1)}, then per key {mode,
+        -- ms, seq}: mode 1 is `>` (new entries), 0 the consumer's pending entries after the ID.
+        -- items and scores as XREAD's (resp_stream), a deleted pending entry with a NULL length.
+        FOR j IN 1 .. cardinality(ks) LOOP
+            IF NOT EXISTS (SELECT 1 FROM pgvs3.resp_stream_group r
+                            WHERE r.bucket_id = b AND r.key = ks[j] AND r.name = g_name AND pgvs3.resp_type(b, ks[j]) IS NOT NULL) THEN
+                err := 'NOGROUP';
+                n := j;
+                RETURN;
+            END IF;
+        END LOOP;
+        FOR j IN 1 .. cardinality(ks) LOOP
+            k := ks[j];
+            SELECT * INTO s FROM pgvs3.resp_stream r WHERE r.bucket_id = b AND r.key = k;
+            SELECT * INTO g FROM pgvs3.resp_stream_group r WHERE r.bucket_id = b AND r.key = k AND r.name = g_name;
+            INSERT INTO pgvs3.resp_stream_consumer AS r VALUES (b, k, g_name, c_name, now_ms, NULL)
+            ON CONFLICT (bucket_id, key, grp, name) DO UPDATE SET seen_ms = now_ms;
+            IF ints[3 * j] = 0 THEN
+                -- The history: the consumer's pending entries after the ID (the stream comes
+                -- back with none too), each delivered once more unless deleted.
+                batch := ARRAY(SELECT ROW(b, k, q.ms, q.seq, x.fields)::pgvs3.resp_stream_entry
+                                 FROM pgvs3.resp_stream_pending q
+                                 LEFT JOIN pgvs3.resp_stream_entry x ON x.bucket_id = b AND x.key = k AND x.ms = q.ms AND x.seq = q.seq
+                                WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name AND q.consumer = c_name
+                                  AND (q.ms, q.seq) > (ints[3 * j + 1], ints[3 * j + 2])
+                                ORDER BY q.ms, q.seq LIMIT ints[1]);
+                UPDATE pgvs3.resp_stream_pending q SET delivered_ms = now_ms, deliveries = q.deliveries + 1
+                  FROM unnest(batch) f
+                 WHERE f.fields IS NOT NULL AND q.bucket_id = b AND q.key = k AND q.grp = g_name AND q.ms = f.ms AND q.seq = f.seq;
+            ELSE
+                batch := ARRAY(SELECT x FROM pgvs3.resp_stream_entry x
+                                WHERE x.bucket_id = b AND x.key = k AND (x.ms, x.seq) > (g.last_ms, g.last_seq)
+                                ORDER BY x.ms, x.seq LIMIT ints[1]);
+                CONTINUE WHEN cardinality(batch) = 0;
+                -- Redis's count of entries read: counted on while no XDEL gap lies ahead, else
+                -- estimated again (once it is known with no gap ahead, the rest count on).
+                SELECT * INTO head FROM pgvs3.resp_stream_first(b, k);
+                FOR e IN SELECT f.ms, f.seq, f.r FROM unnest(batch) WITH ORDINALITY AS f(bucket_id, key, ms, seq, fields, r) LOOP
+                    IF g.entries_read IS NOT NULL AND NOT pgvs3.resp_stream_tombstone_after(s, head.ms, head.seq, e.ms, e.seq) THEN
+                        g.entries_read := g.entries_read + cardinality(batch) - e.r + 1;
+                        EXIT;
+                    END IF;
+                    g.entries_read := pgvs3.resp_stream_counter(s, head.ms, head.seq, e.ms, e.seq);
+                END LOOP;
+                UPDATE pgvs3.resp_stream_group r
+                   SET last_ms = batch[cardinality(batch)].ms, last_seq = batch[cardinality(batch)].seq, entries_read = g.entries_read
+                 WHERE r.bucket_id = b AND r.key = k AND r.name = g_name;
+                UPDATE pgvs3.resp_stream_consumer r SET active_ms = now_ms
+                 WHERE r.bucket_id = b AND r.key = k AND r.grp = g_name AND r.name = c_name;
+                IF ints[2] IS DISTINCT FROM 1 THEN
+                    -- An entry already pending (after SETID back) moves to this consumer.
+                    INSERT INTO pgvs3.resp_stream_pending AS q SELECT b, k, g_name, f.ms, f.seq, c_name, now_ms, 1 FROM unnest(batch) f
+                    ON CONFLICT (bucket_id, key, grp, ms, seq) DO UPDATE SET consumer = c_name, delivered_ms = now_ms, deliveries = 1;
+                END IF;
+            END IF;
+            SELECT * INTO flat FROM pgvs3.resp_stream_flat(batch);
+            items := items || convert_to(k, 'UTF8') || flat.items;
+            scores := scores || cardinality(batch)::float8 || flat.scores;
+        END LOOP;
+        RETURN;
+    END IF;
+    SELECT * INTO s FROM pgvs3.resp_stream r WHERE r.bucket_id = b AND r.key = k AND pgvs3.resp_type(b, k) IS NOT NULL;
+    SELECT * INTO g FROM pgvs3.resp_stream_group r WHERE r.bucket_id = b AND r.key = k AND r.name = g_name AND s.key IS NOT NULL;
+    IF op LIKE 'xgroup_%' THEN
+        IF s.key IS NULL AND NOT (op = 'xgroup_create' AND ints[4] = 1) THEN
+            err := 'ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically.';
+            RETURN;
+        END IF;
+        IF g.name IS NULL AND op IN ('xgroup_setid', 'xgroup_createconsumer', 'xgroup_delconsumer') THEN
+            err := 'NOGROUP';
+            RETURN;
+        END IF;
+        -- Group changes are changes of the key, for WATCH.
+        UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+    ELSIF op = 'xinfo_groups' THEN
+        IF s.key IS NULL THEN
+            err := 'ERR no such key';
+            RETURN;
+        END IF;
+    ELSIF s.key IS NULL OR g.name IS NULL THEN
+        CASE op
+        WHEN 'xack' THEN n := 0;
+        WHEN 'xinfo_consumers' THEN err := CASE WHEN s.key IS NULL THEN 'ERR no such key' ELSE 'NOGROUP' END;
+        ELSE err := 'NOGROUP';
+        END CASE;
+        RETURN;
+    END IF;
+    CASE op
+    WHEN 'xgroup_create' THEN
+        -- args: {group}; ints: {`$` (1) or an ID (0), ms, seq, MKSTREAM (1), ENTRIESREAD (NULL: unknown)}.
+        IF s.key IS NULL THEN
+            PERFORM pgvs3.resp_touch(b, k, 'x');
+            INSERT INTO pgvs3.resp_stream VALUES (b, k, pgvs3.resp_stream_min(), pgvs3.resp_stream_min(),
+                                                  pgvs3.resp_stream_min(), pgvs3.resp_stream_min(), 0, 0)
+            RETURNING * INTO s;
+        ELSIF g.name IS NOT NULL THEN
+            err := 'BUSYGROUP Consumer Group name already exists';
+            RETURN;
+        END IF;
+        INSERT INTO pgvs3.resp_stream_group VALUES (b, k, g_name,
+            CASE WHEN ints[1] = 1 THEN s.last_ms ELSE ints[2] END,
+            CASE WHEN ints[1] = 1 THEN s.last_seq ELSE ints[3] END, ints[5]);
+        n := 1;
+    WHEN 'xgroup_setid' THEN
+        -- args: {group}; ints: as CREATE's.
+        UPDATE pgvs3.resp_stream_group r
+           SET last_ms = CASE WHEN ints[1] = 1 THEN s.last_ms ELSE ints[2] END,
+               last_seq = CASE WHEN ints[1] = 1 THEN s.last_seq ELSE ints[3] END,
+               entries_read = ints[5]
+         WHERE r.bucket_id = b AND r.key = k AND r.name = g_name;
+        n := 1;
+    WHEN 'xgroup_destroy' THEN
+        DELETE FROM pgvs3.resp_stream_group r WHERE r.bucket_id = b AND r.key = k AND r.name = g_name;
+        GET DIAGNOSTICS n = ROW_COUNT;
+    WHEN 'xgroup_createconsumer' THEN
+        -- args: {group, consumer}.
+        INSERT INTO pgvs3.resp_stream_consumer VALUES (b, k, g_name, c_name, now_ms, NULL) ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS n = ROW_COUNT;
+    WHEN 'xgroup_delconsumer' THEN
+        -- n: how many pending entries went with the consumer.
+        SELECT count(*) INTO n FROM pgvs3.resp_stream_pending q
+         WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name AND q.consumer = c_name;
+        DELETE FROM pgvs3.resp_stream_consumer r WHERE r.bucket_id = b AND r.key = k AND r.grp = g_name AND r.name = c_name;
+    WHEN 'xack' THEN
+        -- args: {group}; ints: the IDs, in pairs. Each is a primary-key delete (one at a
+        -- time, whatever the planner would make of a join).
+        n := 0;
+        FOR j IN 1 .. cardinality(ints) - 1 BY 2 LOOP
+            DELETE FROM pgvs3.resp_stream_pending q
+             WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name AND q.ms = ints[j] AND q.seq = ints[j + 1];
+            IF FOUND THEN
+                n := n + 1;
+            END IF;
+        END LOOP;
+    WHEN 'xpending' THEN
+        IF ints[1] IS NULL THEN
+            -- The summary. n: the PEL's size; items: {first ID, last ID} (NULLs when none),
+            -- then each consumer that holds entries; scores: how many each holds.
+            SELECT count(*) INTO n FROM pgvs3.resp_stream_pending q WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name;
+            items := ARRAY[
+                (SELECT pgvs3.resp_stream_id(q.ms, q.seq) FROM pgvs3.resp_stream_pending q
+                  WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name ORDER BY q.ms, q.seq LIMIT 1),
+                (SELECT pgvs3.resp_stream_id(q.ms, q.seq) FROM pgvs3.resp_stream_pending q
+                  WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name ORDER BY q.ms DESC, q.seq DESC LIMIT 1)];
+            SELECT items || coalesce(array_agg(c.consumer ORDER BY c.consumer), '{}'),
+                   coalesce(array_agg(c.held::float8 ORDER BY c.consumer), '{}')
+              INTO items, scores
+              FROM (SELECT q.consumer, count(*) AS held FROM pgvs3.resp_stream_pending q
+                     WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name GROUP BY q.consumer) c;
+        ELSE
+            -- ints: {1, least idle time, start ms, seq, end ms, seq, count}; args[2]: only
+            -- this consumer's. items: each entry's ID and consumer; scores: its idle time and
+            -- deliveries.
+            WITH q AS (
+                SELECT q.ms, q.seq, q.consumer, q.delivered_ms, q.deliveries FROM pgvs3.resp_stream_pending q
+                 WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name
+                   AND (q.ms, q.seq) >= (ints[3], ints[4]) AND (q.ms, q.seq) <= (ints[5], ints[6])
+                   AND (c_name IS NULL OR q.consumer = c_name) AND now_ms - q.delivered_ms >= ints[2]
+                 ORDER BY q.ms, q.seq LIMIT ints[7])
+            SELECT (SELECT coalesce(array_agg(i.item ORDER BY q.ms, q.seq, i.o), '{}')
+                      FROM q, unnest(ARRAY[pgvs3.resp_stream_id(q.ms, q.seq), q.consumer]) WITH ORDINALITY AS i(item, o)),
+                   (SELECT coalesce(array_agg(i.score ORDER BY q.ms, q.seq, i.o), '{}')
+                      FROM q, unnest(ARRAY[greatest(now_ms - q.delivered_ms, 0), q.deliveries]::float8[]) WITH ORDINALITY AS i(score, o))
+              INTO items, scores;
+        END IF;
+    WHEN 'xclaim' THEN
+        -- args: {group, consumer}; ints: {least idle time, IDLE (NULL), TIME (NULL), RETRYCOUNT
+        -- (NULL), FORCE (1), JUSTID (1), LASTID ms (NULL), seq}, then the IDs in pairs. items:
+        -- the claimed IDs (JUSTID) or entries, flat with their lengths in scores.
+        IF ints[7] IS NOT NULL AND (ints[7], ints[8]) > (g.last_ms, g.last_seq) THEN
+            UPDATE pgvs3.resp_stream_group r SET last_ms = ints[7], last_seq = ints[8]
+             WHERE r.bucket_id = b AND r.key = k AND r.name = g_name;
+        END IF;
+        delivered := coalesce(ints[3], now_ms - ints[2], now_ms);
+        IF delivered < 0 OR delivered > now_ms THEN
+            delivered := now_ms;
+        END IF;
+        INSERT INTO pgvs3.resp_stream_consumer AS r VALUES (b, k, g_name, c_name, now_ms, NULL)
+        ON CONFLICT (bucket_id, key, grp, name) DO UPDATE SET seen_ms = now_ms;
+        FOR j IN 9 .. cardinality(ints) - 1 BY 2 LOOP
+            SELECT * INTO p FROM pgvs3.resp_stream_pending q
+             WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name AND q.ms = ints[j] AND q.seq = ints[j + 1];
+            SELECT x.fields INTO entry_fields FROM pgvs3.resp_stream_entry x
+             WHERE x.bucket_id = b AND x.key = k AND x.ms = ints[j] AND x.seq = ints[j + 1];
+            IF entry_fields IS NULL THEN
+                -- Gone from the stream: gone from the PEL too.
+                DELETE FROM pgvs3.resp_stream_pending q
+                 WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name AND q.ms = ints[j] AND q.seq = ints[j + 1];
+                CONTINUE;
+            END IF;
+            IF p.key IS NULL THEN
+                CONTINUE WHEN ints[5] IS DISTINCT FROM 1;
+                -- FORCE makes the entry pending, with Redis's first delivery count.
+                INSERT INTO pgvs3.resp_stream_pending VALUES (b, k, g_name, ints[j], ints[j + 1], c_name, now_ms, 1) RETURNING * INTO p;
+            ELSIF ints[1] > 0 AND now_ms - p.delivered_ms < ints[1] THEN
+                CONTINUE;
+            END IF;
+            UPDATE pgvs3.resp_stream_pending q
+               SET consumer = c_name, delivered_ms = delivered,
+                   deliveries = coalesce(ints[4], q.deliveries + CASE WHEN ints[6] = 1 THEN 0 ELSE 1 END)
+             WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name AND q.ms = ints[j] AND q.seq = ints[j + 1];
+            -- (Appending one element is done in place; the reply is built once, below.)
+            claimed_at := claimed_at || j;
+        END LOOP;
+        IF cardinality(claimed_at) > 0 THEN
+            UPDATE pgvs3.resp_stream_consumer r SET active_ms = now_ms
+             WHERE r.bucket_id = b AND r.key = k AND r.grp = g_name AND r.name = c_name;
+        END IF;
+        IF ints[6] = 1 THEN
+            items := ARRAY(SELECT pgvs3.resp_stream_id(ints[c.j], ints[c.j + 1])
+                             FROM unnest(claimed_at) WITH ORDINALITY AS c(j, o) ORDER BY c.o);
+        ELSE
+            SELECT * INTO flat FROM pgvs3.resp_stream_flat(ARRAY(
+                SELECT x FROM unnest(claimed_at) WITH ORDINALITY AS c(j, o)
+                  JOIN pgvs3.resp_stream_entry x ON x.bucket_id = b AND x.key = k AND x.ms = ints[c.j] AND x.seq = ints[c.j + 1]
+                 ORDER BY c.o));
+            items := flat.items;
+            scores := flat.scores;
+        END IF;
+    WHEN 'xautoclaim' THEN
+        -- args: {group, consumer}; ints: {least idle time, start ms, seq, count, JUSTID (1)}.
+        -- Looks at 10 times `count` pending entries at most, as Redis. items: {the next
+        -- cursor}, the claimed IDs (JUSTID) or entries, then the IDs of deleted entries it
+        -- dropped; scores: {claimed, dropped}, then the entries' lengths.
+        INSERT INTO pgvs3.resp_stream_consumer AS r VALUES (b, k, g_name, c_name, now_ms, NULL)
+        ON CONFLICT (bucket_id, key, grp, name) DO UPDATE SET seen_ms = now_ms;
+        -- Entries deleted from the stream and entries idle long enough each take one of
+        -- `count`; the cursor is the pending entry after the last one looked at.
+        batch := ARRAY(SELECT ROW(b, k, q.ms, q.seq, x.fields)::pgvs3.resp_stream_entry
+                         FROM (SELECT * FROM pgvs3.resp_stream_pending q
+                                WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name AND (q.ms, q.seq) >= (ints[2], ints[3])
+                                ORDER BY q.ms, q.seq LIMIT ints[4] * 10) q
+                         LEFT JOIN pgvs3.resp_stream_entry x ON x.bucket_id = b AND x.key = k AND x.ms = q.ms AND x.seq = q.seq
+                        WHERE x.fields IS NULL OR ints[1] = 0 OR now_ms - q.delivered_ms >= ints[1]
+                        ORDER BY q.ms, q.seq LIMIT ints[4]);
+        IF cardinality(batch) = ints[4] THEN
+            cursor_ms := batch[cardinality(batch)].ms;
+            cursor_seq := batch[cardinality(batch)].seq;
+        ELSE
+            SELECT q.ms, q.seq INTO cursor_ms, cursor_seq
+              FROM (SELECT q.ms, q.seq FROM pgvs3.resp_stream_pending q
+                     WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name AND (q.ms, q.seq) >= (ints[2], ints[3])
+                     ORDER BY q.ms, q.seq LIMIT ints[4] * 10) q
+             ORDER BY q.ms DESC, q.seq DESC LIMIT 1;
+        END IF;
+        DELETE FROM pgvs3.resp_stream_pending q USING unnest(batch) f
+         WHERE f.fields IS NULL AND q.bucket_id = b AND q.key = k AND q.grp = g_name AND q.ms = f.ms AND q.seq = f.seq;
+        UPDATE pgvs3.resp_stream_pending q
+           SET consumer = c_name, delivered_ms = now_ms, deliveries = q.deliveries + CASE WHEN ints[5] = 1 THEN 0 ELSE 1 END
+          FROM unnest(batch) f
+         WHERE f.fields IS NOT NULL AND q.bucket_id = b AND q.key = k AND q.grp = g_name AND q.ms = f.ms AND q.seq = f.seq;
+        claimed := ARRAY(SELECT f FROM unnest(batch) f WHERE f.fields IS NOT NULL);
+        IF cardinality(claimed) > 0 THEN
+            UPDATE pgvs3.resp_stream_consumer r SET active_ms = now_ms
+             WHERE r.bucket_id = b AND r.key = k AND r.grp = g_name AND r.name = c_name;
+        END IF;
+        IF ints[5] = 1 THEN
+            SELECT ARRAY(SELECT pgvs3.resp_stream_id(f.ms, f.seq) FROM unnest(claimed) f) AS items, '{}'::float8[] AS scores INTO flat;
+        ELSE
+            SELECT * INTO flat FROM pgvs3.resp_stream_flat(claimed);
+        END IF;
+        items := ARRAY[coalesce(
+                    (SELECT pgvs3.resp_stream_id(q.ms, q.seq) FROM pgvs3.resp_stream_pending q
+                      WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name AND (q.ms, q.seq) > (cursor_ms, cursor_seq)
+                      ORDER BY q.ms, q.seq LIMIT 1),
+                    pgvs3.resp_stream_id(pgvs3.resp_stream_min(), pgvs3.resp_stream_min()))]
+                 || flat.items
+                 || ARRAY(SELECT pgvs3.resp_stream_id(f.ms, f.seq) FROM unnest(batch) f WHERE f.fields IS NULL);
+        scores := ARRAY[cardinality(claimed), cardinality(batch) - cardinality(claimed)]::float8[] || flat.scores;
+    WHEN 'xinfo_groups' THEN
+        -- Per group, in name order: items {name, last-delivered-id}; scores {consumers,
+        -- pending, entries-read, lag} (NULL: unknown).
+        SELECT * INTO head FROM pgvs3.resp_stream_first(b, k);
+        FOR g IN SELECT * FROM pgvs3.resp_stream_group r WHERE r.bucket_id = b AND r.key = k ORDER BY r.name LOOP
+            items := items || g.name || pgvs3.resp_stream_id(g.last_ms, g.last_seq);
+            scores := scores
+                || (SELECT count(*)::float8 FROM pgvs3.resp_stream_consumer r WHERE r.bucket_id = b AND r.key = k AND r.grp = g.name)
+                || (SELECT count(*)::float8 FROM pgvs3.resp_stream_pending q WHERE q.bucket_id = b AND q.key = k AND q.grp = g.name)
+                || g.entries_read::float8
+                || pgvs3.resp_stream_lag(s, head.ms, head.seq, g)::float8;
+        END LOOP;
+    WHEN 'xinfo_consumers' THEN
+        -- Per consumer, in name order: items {name}; scores {pending, idle, inactive (-1:
+        -- never active)}.
+        WITH c AS (
+            SELECT r.name, ARRAY[(SELECT count(*) FROM pgvs3.resp_stream_pending q
+                                   WHERE q.bucket_id = b AND q.key = k AND q.grp = g_name AND q.consumer = r.name),
+                                 greatest(now_ms - r.seen_ms, 0),
+                                 CASE WHEN r.active_ms IS NULL THEN -1 ELSE greatest(now_ms - r.active_ms, 0) END]::float8[] AS v
+              FROM pgvs3.resp_stream_consumer r
+             WHERE r.bucket_id = b AND r.key = k AND r.grp = g_name)
+        SELECT (SELECT coalesce(array_agg(c.name ORDER BY c.name), '{}') FROM c),
+               (SELECT coalesce(array_agg(x.score ORDER BY c.name, x.o), '{}') FROM c, unnest(c.v) WITH ORDINALITY AS x(score, o))
+          INTO items, scores;
+    END CASE;
+END $_$;
+
+--
+-- Name: resp_stream_groups_full(pgvs3.resp_stream, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_stream_groups_full(s pgvs3.resp_stream, c bigint, OUT items bytea[], OUT scores double precision[]) RETURNS record
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    head record;
+    g pgvs3.resp_stream_group;
+    r pgvs3.resp_stream_consumer;
+BEGIN
+    items := '{}';
+    scores := '{}';
+    SELECT * INTO head FROM pgvs3.resp_stream_first(s.bucket_id, s.key);
+    FOR g IN SELECT * FROM pgvs3.resp_stream_group x WHERE x.bucket_id = s.bucket_id AND x.key = s.key ORDER BY x.name LOOP
+        WITH p AS (
+            SELECT q.ms, q.seq, q.consumer, q.delivered_ms, q.deliveries FROM pgvs3.resp_stream_pending q
+             WHERE q.bucket_id = s.bucket_id AND q.key = s.key AND q.grp = g.name ORDER BY q.ms, q.seq LIMIT c)
+        SELECT items || g.name || pgvs3.resp_stream_id(g.last_ms, g.last_seq)
+                     || coalesce((SELECT array_agg(x.item ORDER BY p.ms, p.seq, x.o)
+                                    FROM p, unnest(ARRAY[pgvs3.resp_stream_id(p.ms, p.seq), p.consumer]) WITH ORDINALITY AS x(item, o)), '{}'),
+               scores || ARRAY[g.entries_read, pgvs3.resp_stream_lag(s, head.ms, head.seq, g),
+                               (SELECT count(*) FROM pgvs3.resp_stream_pending q
+                                 WHERE q.bucket_id = s.bucket_id AND q.key = s.key AND q.grp = g.name),
+                               (SELECT count(*) FROM p)]::float8[]
+                      || coalesce((SELECT array_agg(x.v ORDER BY p.ms, p.seq, x.o)
+                                     FROM p, unnest(ARRAY[p.delivered_ms, p.deliveries]::float8[]) WITH ORDINALITY AS x(v, o)), '{}')
+                      || (SELECT count(*)::float8 FROM pgvs3.resp_stream_consumer x
+                           WHERE x.bucket_id = s.bucket_id AND x.key = s.key AND x.grp = g.name)
+          INTO items, scores;
+        FOR r IN SELECT * FROM pgvs3.resp_stream_consumer x
+                  WHERE x.bucket_id = s.bucket_id AND x.key = s.key AND x.grp = g.name ORDER BY x.name LOOP
+            WITH p AS (
+                SELECT q.ms, q.seq, q.delivered_ms, q.deliveries FROM pgvs3.resp_stream_pending q
+                 WHERE q.bucket_id = s.bucket_id AND q.key = s.key AND q.grp = g.name AND q.consumer = r.name
+                 ORDER BY q.ms, q.seq LIMIT c)
+            SELECT items || r.name || coalesce((SELECT array_agg(pgvs3.resp_stream_id(p.ms, p.seq) ORDER BY p.ms, p.seq) FROM p), '{}'),
+                   scores || ARRAY[r.seen_ms, coalesce(r.active_ms, -1),
+                                   (SELECT count(*) FROM pgvs3.resp_stream_pending q
+                                     WHERE q.bucket_id = s.bucket_id AND q.key = s.key AND q.grp = g.name AND q.consumer = r.name),
+                                   (SELECT count(*) FROM p)]::float8[]
+                          || coalesce((SELECT array_agg(x.v ORDER BY p.ms, p.seq, x.o)
+                                         FROM p, unnest(ARRAY[p.delivered_ms, p.deliveries]::float8[]) WITH ORDINALITY AS x(v, o)), '{}')
+              INTO items, scores;
+        END LOOP;
+    END LOOP;
+END $$;
+
+--
 -- Name: resp_stream_id(bigint, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -2518,6 +2956,34 @@ CREATE FUNCTION pgvs3.resp_stream_id(ms bigint, seq bigint) RETURNS bytea
     LANGUAGE sql IMMUTABLE
     AS $$
     SELECT int8send(ms) || int8send(seq)
+$$;
+
+--
+-- Name: resp_stream_group; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.resp_stream_group (
+    bucket_id bigint NOT NULL,
+    key text NOT NULL COLLATE pg_catalog."C",
+    name bytea NOT NULL,
+    last_ms bigint NOT NULL,
+    last_seq bigint NOT NULL,
+    entries_read bigint
+);
+
+--
+-- Name: resp_stream_lag(pgvs3.resp_stream, bigint, bigint, pgvs3.resp_stream_group); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_stream_lag(s pgvs3.resp_stream, first_ms bigint, first_seq bigint, g pgvs3.resp_stream_group) RETURNS bigint
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE
+        WHEN s.added = 0 THEN 0
+        WHEN g.entries_read IS NOT NULL AND NOT pgvs3.resp_stream_tombstone_after(s, first_ms, first_seq, g.last_ms, g.last_seq)
+            THEN s.added - g.entries_read
+        ELSE s.added - pgvs3.resp_stream_counter(s, first_ms, first_seq, g.last_ms, g.last_seq)
+    END
 $$;
 
 --
@@ -2567,6 +3033,16 @@ BEGIN
 END $$;
 
 --
+-- Name: resp_stream_now(); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_stream_now() RETURNS bigint
+    LANGUAGE sql
+    AS $$
+    SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint
+$$;
+
+--
 -- Name: resp_stream_range(bigint, text, bigint, bigint, bigint, bigint, boolean, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -2583,6 +3059,19 @@ BEGIN
                   WHERE bucket_id = b AND key = k AND (ms, seq) >= (lo_ms, lo_seq) AND (ms, seq) <= (hi_ms, hi_seq)
                   ORDER BY ms, seq LIMIT c);
 END $$;
+
+--
+-- Name: resp_stream_tombstone_after(pgvs3.resp_stream, bigint, bigint, bigint, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_stream_tombstone_after(s pgvs3.resp_stream, first_ms bigint, first_seq bigint, ms bigint, seq bigint) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT s.length > 0
+       AND (s.deleted_ms, s.deleted_seq) <> (pgvs3.resp_stream_min(), pgvs3.resp_stream_min())
+       AND (first_ms, first_seq) <= (s.deleted_ms, s.deleted_seq)
+       AND (ms, seq) <= (s.deleted_ms, s.deleted_seq)
+$$;
 
 --
 -- Name: resp_stream_trim(bigint, text, boolean, bigint, bigint, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -3460,18 +3949,31 @@ CREATE TABLE pgvs3.resp_set (
 );
 
 --
--- Name: resp_stream; Type: TABLE; Schema: pgvs3; Owner: -
+-- Name: resp_stream_consumer; Type: TABLE; Schema: pgvs3; Owner: -
 --
 
-CREATE TABLE pgvs3.resp_stream (
+CREATE TABLE pgvs3.resp_stream_consumer (
     bucket_id bigint NOT NULL,
     key text NOT NULL COLLATE pg_catalog."C",
-    last_ms bigint NOT NULL,
-    last_seq bigint NOT NULL,
-    deleted_ms bigint NOT NULL,
-    deleted_seq bigint NOT NULL,
-    added bigint NOT NULL,
-    length bigint NOT NULL
+    grp bytea NOT NULL,
+    name bytea NOT NULL,
+    seen_ms bigint NOT NULL,
+    active_ms bigint
+);
+
+--
+-- Name: resp_stream_pending; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.resp_stream_pending (
+    bucket_id bigint NOT NULL,
+    key text NOT NULL COLLATE pg_catalog."C",
+    grp bytea NOT NULL,
+    ms bigint NOT NULL,
+    seq bigint NOT NULL,
+    consumer bytea NOT NULL,
+    delivered_ms bigint NOT NULL,
+    deliveries bigint NOT NULL
 );
 
 --
@@ -4036,11 +4538,32 @@ ALTER TABLE ONLY pgvs3.resp_set
     ADD CONSTRAINT resp_set_pkey PRIMARY KEY (bucket_id, key, member);
 
 --
+-- Name: resp_stream_consumer resp_stream_consumer_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_stream_consumer
+    ADD CONSTRAINT resp_stream_consumer_pkey PRIMARY KEY (bucket_id, key, grp, name);
+
+--
 -- Name: resp_stream_entry resp_stream_entry_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
 --
 
 ALTER TABLE ONLY pgvs3.resp_stream_entry
     ADD CONSTRAINT resp_stream_entry_pkey PRIMARY KEY (bucket_id, key, ms, seq);
+
+--
+-- Name: resp_stream_group resp_stream_group_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_stream_group
+    ADD CONSTRAINT resp_stream_group_pkey PRIMARY KEY (bucket_id, key, name);
+
+--
+-- Name: resp_stream_pending resp_stream_pending_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_stream_pending
+    ADD CONSTRAINT resp_stream_pending_pkey PRIMARY KEY (bucket_id, key, grp, ms, seq);
 
 --
 -- Name: resp_stream resp_stream_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
@@ -4340,6 +4863,12 @@ CREATE INDEX resp_keys_expiry ON pgvs3.resp_keys USING btree (expires_at) WHERE 
 --
 
 CREATE INDEX resp_messages_age ON pgvs3.resp_messages USING btree (created_at);
+
+--
+-- Name: resp_stream_pending_consumer; Type: INDEX; Schema: pgvs3; Owner: -
+--
+
+CREATE INDEX resp_stream_pending_consumer ON pgvs3.resp_stream_pending USING btree (bucket_id, key, grp, consumer, ms, seq);
 
 --
 -- Name: resp_zset_by_score; Type: INDEX; Schema: pgvs3; Owner: -
@@ -4726,11 +5255,32 @@ ALTER TABLE ONLY pgvs3.resp_stream
     ADD CONSTRAINT resp_stream_bucket_id_key_fkey FOREIGN KEY (bucket_id, key) REFERENCES pgvs3.resp_keys(bucket_id, key) ON UPDATE CASCADE ON DELETE CASCADE;
 
 --
+-- Name: resp_stream_consumer resp_stream_consumer_bucket_id_key_grp_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_stream_consumer
+    ADD CONSTRAINT resp_stream_consumer_bucket_id_key_grp_fkey FOREIGN KEY (bucket_id, key, grp) REFERENCES pgvs3.resp_stream_group(bucket_id, key, name) ON UPDATE CASCADE ON DELETE CASCADE;
+
+--
 -- Name: resp_stream_entry resp_stream_entry_bucket_id_key_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -
 --
 
 ALTER TABLE ONLY pgvs3.resp_stream_entry
     ADD CONSTRAINT resp_stream_entry_bucket_id_key_fkey FOREIGN KEY (bucket_id, key) REFERENCES pgvs3.resp_stream(bucket_id, key) ON UPDATE CASCADE ON DELETE CASCADE;
+
+--
+-- Name: resp_stream_group resp_stream_group_bucket_id_key_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_stream_group
+    ADD CONSTRAINT resp_stream_group_bucket_id_key_fkey FOREIGN KEY (bucket_id, key) REFERENCES pgvs3.resp_stream(bucket_id, key) ON UPDATE CASCADE ON DELETE CASCADE;
+
+--
+-- Name: resp_stream_pending resp_stream_pending_bucket_id_key_grp_consumer_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_stream_pending
+    ADD CONSTRAINT resp_stream_pending_bucket_id_key_grp_consumer_fkey FOREIGN KEY (bucket_id, key, grp, consumer) REFERENCES pgvs3.resp_stream_consumer(bucket_id, key, grp, name) ON UPDATE CASCADE ON DELETE CASCADE;
 
 --
 -- Name: resp_typed resp_typed_bucket_id_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -

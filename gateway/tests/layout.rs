@@ -42,8 +42,8 @@ const LAYOUT_V10: &[(i32, &str, &str)] = &[
 /// Functions added since layout v10: by v11 (the control API), v12 (versioning), v13 (object
 /// lock, lifecycle, notifications), v14 (RESP data types), v17 (the webhook outbox), v20
 /// (notifications to pub/sub channels), v21 (the control API's key policies and notification
-/// rules), v22 (RESP streams), v23 (cache buckets' notifications, job dependencies) and v26 (an
-/// access key's sealed secret).
+/// rules), v22 (RESP streams), v23 (cache buckets' notifications, job dependencies), v26 (an
+/// access key's sealed secret) and v27 (RESP stream consumer groups).
 const NEW_SINCE_V10: &[&str] = &[
     "ojs.add_dependencies(text,text[])",
     "ojs.delivery_json(pgvs3.outbox)",
@@ -88,12 +88,19 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.resp_set(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
     "pgvs3.resp_settle(bigint,text)",
     "pgvs3.resp_stream(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
+    "pgvs3.resp_stream_counter(pgvs3.resp_stream,bigint,bigint,bigint,bigint)",
+    "pgvs3.resp_stream_first(bigint,text)",
     "pgvs3.resp_stream_flat(pgvs3.resp_stream_entry[])",
+    "pgvs3.resp_stream_group(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
+    "pgvs3.resp_stream_groups_full(pgvs3.resp_stream,bigint)",
     "pgvs3.resp_stream_id(bigint,bigint)",
+    "pgvs3.resp_stream_lag(pgvs3.resp_stream,bigint,bigint,pgvs3.resp_stream_group)",
     "pgvs3.resp_stream_max()",
     "pgvs3.resp_stream_min()",
     "pgvs3.resp_stream_next_id(bigint,bigint,bigint,bigint,bigint)",
+    "pgvs3.resp_stream_now()",
     "pgvs3.resp_stream_range(bigint,text,bigint,bigint,bigint,bigint,boolean,bigint)",
+    "pgvs3.resp_stream_tombstone_after(pgvs3.resp_stream,bigint,bigint,bigint,bigint)",
     "pgvs3.resp_stream_trim(bigint,text,boolean,bigint,bigint,bigint)",
     "pgvs3.resp_touch(bigint,text,\"char\")",
     "pgvs3.resp_type(bigint,text)",
@@ -274,6 +281,7 @@ async fn unchanged_function_files_are_not_applied_again() {
             "resp_pubsub",
             "resp_set",
             "resp_stream",
+            "resp_stream_group",
             "resp_zset"
         ]
     );

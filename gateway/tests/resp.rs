@@ -888,6 +888,11 @@ async fn writes_on_a_read_only_database_get_readonly() {
     let gateway = TestGateway::with_resp(&[]).await;
     let mut raw = RawResp::connect(gateway.resp_addr()).await;
     assert_eq!(raw.command(&["SET", "k", "v"]).await, Value::Simple("OK".into()));
+    raw.command(&["XADD", "s", "1-1", "f", "v"]).await;
+    assert_eq!(
+        raw.command(&["XGROUP", "CREATE", "s", "g", "0"]).await,
+        Value::Simple("OK".into())
+    );
     // What a hot standby does to every write: the database refuses it (SQLSTATE 25006).
     let sql = gateway.sql().await;
     let database: String = sql.query_one("SELECT current_database()", &[]).await.unwrap().get(0);
@@ -916,6 +921,13 @@ async fn writes_on_a_read_only_database_get_readonly() {
     assert_eq!(raw.command(&["INCR", "n"]).await.error(), readonly);
     assert_eq!(raw.command(&["DEL", "k"]).await.error(), readonly);
     assert_eq!(raw.command(&["GET", "k"]).await, Value::bulk("v"));
+    // XREADGROUP moves its group's cursor: a write. XPENDING reads.
+    let read = ["XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", ">"];
+    assert_eq!(raw.command(&read).await.error(), readonly);
+    assert_eq!(
+        raw.command(&["XPENDING", "s", "g"]).await,
+        Value::Array(vec![Value::Int(0), Value::Nil, Value::Nil, Value::Nil])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

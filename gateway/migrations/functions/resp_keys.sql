@@ -140,6 +140,13 @@ BEGIN
                 FROM pgvs3.resp_stream WHERE bucket_id = b AND key = src;
             INSERT INTO pgvs3.resp_stream_entry SELECT b, dst, ms, seq, fields
                 FROM pgvs3.resp_stream_entry WHERE bucket_id = b AND key = src;
+            -- Its consumer groups too, as Redis copies them.
+            INSERT INTO pgvs3.resp_stream_group SELECT b, dst, name, last_ms, last_seq, entries_read
+                FROM pgvs3.resp_stream_group WHERE bucket_id = b AND key = src;
+            INSERT INTO pgvs3.resp_stream_consumer SELECT b, dst, grp, name, seen_ms, active_ms
+                FROM pgvs3.resp_stream_consumer WHERE bucket_id = b AND key = src;
+            INSERT INTO pgvs3.resp_stream_pending SELECT b, dst, grp, ms, seq, consumer, delivered_ms, deliveries
+                FROM pgvs3.resp_stream_pending WHERE bucket_id = b AND key = src;
         END CASE;
     END IF;
     n := 1;

@@ -145,7 +145,7 @@ BEGIN
     IF s.key IS NULL AND op <> 'xadd' THEN
         CASE op
         WHEN 'xrange', 'xrevrange' THEN items := '{}';
-        WHEN 'xinfo', 'xinfo_groups', 'xinfo_consumers' THEN err := 'ERR no such key';
+        WHEN 'xinfo' THEN err := 'ERR no such key';
         ELSE n := 0;
         END CASE;
         RETURN;
@@ -217,7 +217,8 @@ BEGIN
     WHEN 'xinfo' THEN
         -- ints: {how many entries from the start (FULL; 0: all), or NULL for the first and
         -- last}. n: the length; items: {last ID, greatest deleted ID, first ID (0-0 when
-        -- empty)} and the entries; scores: {entries added} and the entries' lengths.
+        -- empty)} and the entries; scores: {entries added, groups, entries} and the entries'
+        -- lengths. FULL adds the groups (functions/resp_stream_group.sql).
         IF ints[1] IS NULL THEN
             entries := pgvs3.resp_stream_range(b, k, pgvs3.resp_stream_min(), pgvs3.resp_stream_min(),
                                                pgvs3.resp_stream_max(), pgvs3.resp_stream_max(), false, 1)
@@ -234,11 +235,14 @@ BEGIN
                                   WHERE e.bucket_id = b AND e.key = k ORDER BY ms, seq LIMIT 1),
                                 pgvs3.resp_stream_id(pgvs3.resp_stream_min(), pgvs3.resp_stream_min()))]
                  || flat.items;
-        scores := ARRAY[s.added::float8] || flat.scores;
-    WHEN 'xinfo_groups' THEN
-        -- pgvs3 has no consumer groups (yet): an existing stream has none.
-        items := '{}';
-    WHEN 'xinfo_consumers' THEN
-        n := 1;
+        scores := ARRAY[s.added::float8,
+                        (SELECT count(*) FROM pgvs3.resp_stream_group g WHERE g.bucket_id = b AND g.key = k)::float8,
+                        cardinality(entries)::float8]
+                  || flat.scores;
+        IF ints[1] IS NOT NULL THEN
+            SELECT * INTO flat FROM pgvs3.resp_stream_groups_full(s, nullif(ints[1], 0));
+            items := items || flat.items;
+            scores := scores || flat.scores;
+        END IF;
     END CASE;
 END $$;

@@ -20,7 +20,7 @@ use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 26;
+pub const LAYOUT_VERSION: i32 = 27;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -125,6 +125,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "access_key_secret",
         include_str!("../../migrations/0026_access_key_secret.sql"),
     ),
+    (
+        27,
+        "resp_stream_groups",
+        include_str!("../../migrations/0027_resp_stream_groups.sql"),
+    ),
 ];
 
 /// The function files, in the order they are applied. Every function they define already exists
@@ -144,6 +149,10 @@ const FUNCTION_FILES: &[(&str, &str)] = &[
     (
         "resp_stream",
         include_str!("../../migrations/functions/resp_stream.sql"),
+    ),
+    (
+        "resp_stream_group",
+        include_str!("../../migrations/functions/resp_stream_group.sql"),
     ),
     // Before events.sql, whose pgvs3.publish_object_event calls pgvs3.resp_notify.
     (
@@ -246,7 +255,7 @@ mod tests {
     /// version must apply the same functions, or each would overwrite the other's at startup:
     /// when this test fails, add a numbered migration (it may hold only a comment saying which
     /// functions changed), bump `LAYOUT_VERSION`, and update both constants here.
-    const PINNED: (i32, &str) = (26, "7b95b327b833a55c47249bbea04283992d13c39c703ad50d14fe4d3ef2819508");
+    const PINNED: (i32, &str) = (27, "3372df549240c44874ef4052fff575d43b4a61b00111d94ce661c8b3d1abd062");
 
     #[test]
     fn function_files_are_pinned_to_the_layout_version() {

@@ -173,6 +173,13 @@ pub static COMMANDS: &[Spec] = &[
     spec("xtrim", -4, &["write"], ONE),
     spec("xread", -4, &["readonly", "blocking"], NONE),
     spec("xinfo", -2, &["readonly"], TWO_ONLY),
+    // XREADGROUP moves its group's last delivered ID: a write.
+    spec("xgroup", -2, &["write"], TWO_ONLY),
+    spec("xreadgroup", -7, &["write", "blocking"], NONE),
+    spec("xack", -4, &["write", "fast"], ONE),
+    spec("xpending", -3, &["readonly"], ONE),
+    spec("xclaim", -6, &["write", "fast"], ONE),
+    spec("xautoclaim", -6, &["write", "fast"], ONE),
     spec("object", -2, &["readonly"], TWO_ONLY),
     spec("del", -2, &["write"], ALL),
     spec("unlink", -2, &["write", "fast"], ALL),

@@ -23,6 +23,7 @@ mod pubsub;
 mod script;
 mod set;
 mod stream;
+mod stream_group;
 mod typed;
 mod zset;
 

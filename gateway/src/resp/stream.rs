@@ -1,7 +1,7 @@
 //! Stream commands (XADD, XRANGE, XREAD, XTRIM, XINFO, ...): parsing, with Redis's checks and
 //! error texts, into calls of `pgvs3.resp_stream` (gateway/migrations/functions/resp_stream.sql),
 //! which does their work, and the entries it returns turned into Redis's replies. Consumer
-//! groups do not exist: their commands are unknown, and XINFO reports no groups.
+//! groups are stream_group.rs's.
 
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ const FULL_COUNT: i64 = 10;
 
 /// An entry ID: a Unix time in milliseconds and a sequence number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct StreamId {
+pub(super) struct StreamId {
     ms: u64,
     seq: u64,
 }
@@ -37,7 +37,7 @@ impl StreamId {
 
     /// As the SQL takes it: each half with its sign bit flipped, which keeps the order in a
     /// signed bigint (see 0022_resp_streams.sql).
-    fn stored(self) -> [Option<i64>; 2] {
+    pub(super) fn stored(self) -> [Option<i64>; 2] {
         [Some(stored_half(self.ms)), Some(stored_half(self.seq))]
     }
 
@@ -84,13 +84,13 @@ fn stored_half(half: u64) -> i64 {
     (half ^ (1 << 63)) as i64
 }
 
-fn invalid_id() -> Reply {
+pub(super) fn invalid_id() -> Reply {
     Reply::error("ERR Invalid stream ID specified as stream command argument")
 }
 
 /// An ID as Redis reads one (streamGenericParseIDOrReply): `ms-seq`, or `ms` with
 /// `missing_seq`; `-` and `+` are the least and greatest unless `strict`.
-fn parse_id(arg: &[u8], missing_seq: u64, strict: bool) -> Result<StreamId, Reply> {
+pub(super) fn parse_id(arg: &[u8], missing_seq: u64, strict: bool) -> Result<StreamId, Reply> {
     match arg {
         b"-" if !strict => return Ok(StreamId::MIN),
         b"+" if !strict => return Ok(StreamId::MAX),
@@ -124,6 +124,26 @@ fn parse_bound(arg: &[u8], missing_seq: u64) -> Result<(StreamId, bool), Reply> 
     }
 }
 
+/// The first ID of an interval (XRANGE's start, XAUTOCLAIM's cursor), included.
+pub(super) fn interval_start(arg: &[u8]) -> Result<StreamId, Reply> {
+    match parse_bound(arg, 0)? {
+        (start, true) => start
+            .successor()
+            .ok_or_else(|| Reply::error("ERR invalid start ID for the interval")),
+        (start, false) => Ok(start),
+    }
+}
+
+/// The last ID of an interval, included.
+pub(super) fn interval_end(arg: &[u8]) -> Result<StreamId, Reply> {
+    match parse_bound(arg, u64::MAX)? {
+        (end, true) => end
+            .predecessor()
+            .ok_or_else(|| Reply::error("ERR invalid end ID for the interval")),
+        (end, false) => Ok(end),
+    }
+}
+
 /// How a stream call's row becomes the reply.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reading {
@@ -136,8 +156,6 @@ pub enum Reading {
     Read,
     /// XINFO STREAM, with FULL its first entries instead of the first and last.
     Info { full: bool },
-    /// XINFO CONSUMERS: no stream has the group.
-    Consumers { group: Bytes, key: String },
 }
 
 pub fn reply(reading: &Reading, row: TypedRow) -> Reply {
@@ -165,6 +183,8 @@ pub fn reply(reading: &Reading, row: TypedRow) -> Reply {
             let mut id = || items.next().flatten().map_or(Reply::Nil, |id| id_reply(&id));
             let (last, deleted, first) = (id(), id(), id());
             let added = lengths.next().flatten().unwrap_or(0.0) as i64;
+            let groups = lengths.next().flatten().unwrap_or(0.0) as usize;
+            let listed = lengths.next().flatten().unwrap_or(0.0) as usize;
             // Redis's radix tree holds up to 100 entries per node: the counts it would show.
             let nodes = (length + 99) / 100;
             let mut fields = vec![
@@ -177,31 +197,29 @@ pub fn reply(reading: &Reading, row: TypedRow) -> Reply {
                 (Reply::text("recorded-first-entry-id"), first),
             ];
             if *full {
-                let found = entries(&mut items, &mut lengths, usize::MAX);
+                let found = entries(&mut items, &mut lengths, listed);
                 fields.push((Reply::text("entries"), Reply::Array(found)));
-                fields.push((Reply::text("groups"), Reply::Array(Vec::new())));
+                let groups = super::stream_group::full_groups(&mut items, &mut lengths, groups);
+                fields.push((Reply::text("groups"), Reply::Array(groups)));
             } else {
                 let mut ends = entries(&mut items, &mut lengths, 2).into_iter();
-                fields.push((Reply::text("groups"), Reply::Integer(0)));
+                fields.push((Reply::text("groups"), Reply::Integer(groups as i64)));
                 fields.push((Reply::text("first-entry"), ends.next().unwrap_or(Reply::Nil)));
                 fields.push((Reply::text("last-entry"), ends.next().unwrap_or(Reply::Nil)));
             }
             Reply::Map(fields)
         }
-        Reading::Consumers { group, key } => Reply::error(format!(
-            "NOGROUP No such consumer group '{}' for key name '{key}'",
-            String::from_utf8_lossy(group)
-        )),
     }
 }
 
-fn id_reply(stored: &[u8]) -> Reply {
+pub(super) fn id_reply(stored: &[u8]) -> Reply {
     StreamId::from_stored(stored).map_or(Reply::Nil, |id| Reply::text(&id.to_string()))
 }
 
 /// Up to `count` entries from the flat items (each an ID and its fields and values) and
-/// lengths (each entry's number of fields and values), as `[id, [field, value, ...]]`.
-fn entries(
+/// lengths (each entry's number of fields and values), as `[id, [field, value, ...]]`; a NULL
+/// length is an entry deleted since a group delivered it, `[id, nil]` as Redis answers.
+pub(super) fn entries(
     items: &mut impl Iterator<Item = Option<Bytes>>,
     lengths: &mut impl Iterator<Item = Option<f64>>,
     count: usize,
@@ -210,12 +228,17 @@ fn entries(
     while found.len() < count {
         let Some(length) = lengths.next() else { break };
         let id = items.next().flatten().map_or(Reply::Nil, |id| id_reply(&id));
-        let fields = items
-            .by_ref()
-            .take(length.unwrap_or(0.0) as usize)
-            .map(|item| item.map_or(Reply::Nil, Reply::Bulk))
-            .collect();
-        found.push(Reply::Array(vec![id, Reply::Array(fields)]));
+        let fields = match length {
+            Some(length) => Reply::Array(
+                items
+                    .by_ref()
+                    .take(length as usize)
+                    .map(|item| item.map_or(Reply::Nil, Reply::Bulk))
+                    .collect(),
+            ),
+            None => Reply::NilArray,
+        };
+        found.push(Reply::Array(vec![id, fields]));
     }
     found
 }
@@ -410,18 +433,7 @@ fn parse_range(args: &[Bytes], rev: bool) -> Result<Typed, Reply> {
     } else {
         (&args[2], &args[3])
     };
-    let (mut start, start_excluded) = parse_bound(start, 0)?;
-    let (mut end, end_excluded) = parse_bound(end, u64::MAX)?;
-    if start_excluded {
-        start = start
-            .successor()
-            .ok_or_else(|| Reply::error("ERR invalid start ID for the interval"))?;
-    }
-    if end_excluded {
-        end = end
-            .predecessor()
-            .ok_or_else(|| Reply::error("ERR invalid end ID for the interval"))?;
-    }
+    let (start, end) = (interval_start(start)?, interval_end(end)?);
     let mut count = None;
     let mut options = &args[4..];
     while let [option, rest @ ..] = options {
@@ -459,19 +471,40 @@ fn read_position(arg: &[u8]) -> Result<[Option<i64>; 3], Reply> {
     }
 }
 
-fn parse_xread(args: &[Bytes]) -> Result<Typed, Reply> {
-    let (mut count, mut block, mut streams) = (None, None, None);
+/// BLOCK's milliseconds (`None`: 0, forever).
+fn block_timeout(arg: &[u8]) -> Result<Option<Duration>, Reply> {
+    let millis = parse_integer(arg).ok_or_else(|| Reply::error("ERR timeout is not an integer or out of range"))?;
+    if millis < 0 {
+        return Err(Reply::error("ERR timeout is negative"));
+    }
+    Ok((millis > 0).then(|| Duration::from_millis(millis as u64)))
+}
+
+/// XREAD's and XREADGROUP's arguments, as Redis's xreadCommand reads them for both.
+pub(super) struct ReadArgs<'a> {
+    pub count: Option<i64>,
+    /// BLOCK's timeout (`Some(None)`: forever).
+    pub block: Option<Option<Duration>>,
+    pub noack: bool,
+    /// XREADGROUP's group and consumer.
+    pub group: Option<&'a [Bytes]>,
+    pub keys: &'a [Bytes],
+    pub ids: &'a [Bytes],
+}
+
+pub(super) fn parse_read_args(args: &[Bytes], xreadgroup: bool) -> Result<ReadArgs<'_>, Reply> {
+    let only_xreadgroup = |option: &str| {
+        Reply::error(format!(
+            "ERR The {option} option is only supported by XREADGROUP. You called XREAD instead."
+        ))
+    };
+    let (mut count, mut block, mut noack, mut group, mut streams) = (None, None, false, None, None);
     let mut i = 1;
     while i < args.len() {
         let more = args.len() - 1 - i;
         match args[i].to_ascii_lowercase().as_slice() {
             b"block" if more > 0 => {
-                let millis = parse_integer(&args[i + 1])
-                    .ok_or_else(|| Reply::error("ERR timeout is not an integer or out of range"))?;
-                if millis < 0 {
-                    return Err(Reply::error("ERR timeout is negative"));
-                }
-                block = Some((millis > 0).then(|| Duration::from_millis(millis as u64)));
+                block = Some(block_timeout(&args[i + 1])?);
                 i += 2;
             }
             b"count" if more > 0 => {
@@ -481,17 +514,28 @@ fn parse_xread(args: &[Bytes]) -> Result<Typed, Reply> {
             b"streams" if more > 0 => {
                 let rest = &args[i + 1..];
                 if !rest.len().is_multiple_of(2) {
-                    return Err(Reply::error(
-                        "ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.",
-                    ));
+                    return Err(Reply::error(if xreadgroup {
+                        "ERR Unbalanced 'xreadgroup' list of streams: for each stream key an ID or '>' must be specified."
+                    } else {
+                        "ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified."
+                    }));
                 }
                 streams = Some(rest.split_at(rest.len() / 2));
                 break;
             }
             b"group" if more >= 2 => {
-                return Err(Reply::error(
-                    "ERR The GROUP option is only supported by XREADGROUP. You called XREAD instead.",
-                ));
+                if !xreadgroup {
+                    return Err(only_xreadgroup("GROUP"));
+                }
+                group = Some(&args[i + 1..i + 3]);
+                i += 3;
+            }
+            b"noack" => {
+                if !xreadgroup {
+                    return Err(only_xreadgroup("NOACK"));
+                }
+                noack = true;
+                i += 1;
             }
             _ => return Err(syntax_error()),
         }
@@ -499,6 +543,24 @@ fn parse_xread(args: &[Bytes]) -> Result<Typed, Reply> {
     let Some((keys, ids)) = streams else {
         return Err(syntax_error());
     };
+    Ok(ReadArgs {
+        count,
+        block,
+        noack,
+        group,
+        keys,
+        ids,
+    })
+}
+
+fn parse_xread(args: &[Bytes]) -> Result<Typed, Reply> {
+    let ReadArgs {
+        count,
+        block,
+        keys,
+        ids,
+        ..
+    } = parse_read_args(args, false)?;
     let mut ints = vec![count];
     for id in ids {
         ints.extend(read_position(id)?);
@@ -543,14 +605,8 @@ fn parse_xinfo(args: &[Bytes]) -> Result<Typed, Reply> {
             let shape = Shape::Stream(Reading::Info { full: full.is_some() });
             Typed::new(Family::Stream, "xinfo", keys, &[], shape).ints(&[full])
         }
-        b"groups" => Typed::new(Family::Stream, "xinfo_groups", keys, &[], Shape::Bulks),
-        _ => {
-            let shape = Shape::Stream(Reading::Consumers {
-                group: args[3].clone(),
-                key: keys[0].clone(),
-            });
-            Typed::new(Family::Stream, "xinfo_consumers", keys, &[], shape)
-        }
+        b"groups" => super::stream_group::xinfo_groups(keys),
+        _ => super::stream_group::xinfo_consumers(keys, &args[3]),
     })
 }
 
@@ -579,9 +635,11 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
     Ok(Some(typed))
 }
 
-/// Whether a request is XREAD with BLOCK (before its STREAMS), which may wait long.
+/// Whether a request is XREAD or XREADGROUP with BLOCK (before its STREAMS), which may wait
+/// long.
 pub fn blocks(args: &[Bytes]) -> bool {
-    args.first().is_some_and(|name| name.eq_ignore_ascii_case(b"xread"))
+    args.first()
+        .is_some_and(|name| name.eq_ignore_ascii_case(b"xread") || name.eq_ignore_ascii_case(b"xreadgroup"))
         && args
             .iter()
             .take_while(|arg| !arg.eq_ignore_ascii_case(b"streams"))

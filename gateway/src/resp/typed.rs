@@ -68,6 +68,8 @@ pub enum Shape {
     ScanFields { pattern: Option<Bytes> },
     /// A stream's entries or information (stream.rs).
     Stream(super::stream::Reading),
+    /// A consumer group command's reply (stream_group.rs).
+    Group(super::stream_group::GroupShape),
 }
 
 /// A typed command: its SQL call and the shape of its reply.
@@ -114,12 +116,16 @@ impl Typed {
 
     /// Redis's reply to the call's row.
     pub fn reply(&self, row: TypedRow) -> Reply {
-        if let Some(err) = row.err {
+        // (A group command words its own errors.)
+        if !matches!(self.shape, Shape::Group(_))
+            && let Some(err) = row.err
+        {
             return Reply::Error(err);
         }
         let bulk = |item: Option<Bytes>| item.map_or(Reply::Nil, Reply::Bulk);
         match &self.shape {
             Shape::Stream(reading) => super::stream::reply(reading, row),
+            Shape::Group(shape) => super::stream_group::reply(shape, row),
             Shape::Int => Reply::Integer(row.n.unwrap_or(0)),
             Shape::IntOrNil => row.n.map_or(Reply::Nil, Reply::Integer),
             Shape::FirstInt => row
@@ -241,6 +247,9 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
         return Ok(Some(typed));
     }
     if let Some(typed) = super::stream::parse(name, args)? {
+        return Ok(Some(typed));
+    }
+    if let Some(typed) = super::stream_group::parse(name, args)? {
         return Ok(Some(typed));
     }
     super::list::parse(name, args)

@@ -51,9 +51,11 @@ pub enum Family {
     Zset,
     List,
     Stream,
+    /// A stream's consumer groups.
+    StreamGroup,
 }
 
-const FAMILIES: [&str; 6] = ["keys", "hash", "set", "zset", "list", "stream"];
+const FAMILIES: [&str; 7] = ["keys", "hash", "set", "zset", "list", "stream", "stream_group"];
 
 /// One command as its function takes it: the operation, its keys, and its arguments (bytes,
 /// and the integers and floats the gateway parsed).
@@ -80,7 +82,7 @@ pub struct TypedRow {
 /// keyspace statements.
 #[derive(Debug)]
 pub(super) struct TypedSql {
-    calls: [String; 6],
+    calls: [String; 7],
 }
 
 impl TypedSql {
@@ -116,7 +118,7 @@ where
     B: std::future::Future<Output = Result<(), tokio_postgres::Error>>,
     A: std::future::Future<Output = Result<(), tokio_postgres::Error>>,
 {
-    let mut statements: [Option<tokio_postgres::Statement>; 6] = Default::default();
+    let mut statements: [Option<tokio_postgres::Statement>; 7] = Default::default();
     for call in calls {
         let index = call.family as usize;
         if statements[index].is_none() {
