@@ -9,6 +9,13 @@
 //!
 //! Each run gets a fresh interpreter (about 100 µs): nothing a script leaves in globals or in
 //! the library tables can reach the next one, which Redis gets by making them read-only.
+//!
+//! Redis's C libraries `cjson`, `cmsgpack` and `bit` are written in Rust (the submodules), to
+//! behave as Redis's do; `struct` is not there.
+
+mod bit;
+mod cjson;
+mod cmsgpack;
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -17,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mlua::{HookTriggers, Lua, LuaOptions, StdLib, Table, Value, VmState};
+use mlua::{HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState};
 use sha1::{Digest, Sha1};
 use tokio::sync::{mpsc, oneshot};
 
@@ -135,6 +142,8 @@ local function as_error(raised)
     local reply = raised_reply(raised)
     if reply then return reply end
     local text = tostring(raised)
+    -- A library function that ran out of memory raises Lua's own text for it.
+    if text == "not enough memory" then return { err = "ERR " .. text, memory = true } end
     return { err = "ERR " .. text, line = match(text, "^user_script:(%d+):") }
 end
 return function(script)
@@ -224,9 +233,10 @@ fn out_of_memory(limits: Limits) -> Reply {
 
 /// A fresh interpreter with Redis's libraries, the `redis` table and the bounds in place.
 fn sandbox(limits: Limits, deadline: Instant, stop: &Arc<Stop>, calls: mpsc::Sender<Call>) -> mlua::Result<Lua> {
-    // The base library (with coroutines, as in 5.1), table, string, math: Redis's set without
-    // cjson, cmsgpack, bit and struct. No io, os, package (require) or debug.
+    // The base library (with coroutines, as in 5.1), table, string, math, and Redis's cjson,
+    // cmsgpack and bit (not struct). No io, os, package (require) or debug.
     let lua = Lua::new_with(StdLib::TABLE | StdLib::STRING | StdLib::MATH, LuaOptions::new())?;
+    libraries(&lua, limits.memory)?;
     let hook_stop = Arc::clone(stop);
     let limit = limits.time;
     lua.set_global_hook(
@@ -262,6 +272,82 @@ fn sandbox(limits: Limits, deadline: Instant, stop: &Arc<Stop>, calls: mpsc::Sen
     // Set last: the libraries and the prelude are not the script's to pay for.
     lua.set_memory_limit(limits.memory.saturating_add(lua.used_memory()))?;
     Ok(lua)
+}
+
+/// Redis's libraries as globals; `max_output` bounds the strings their encoders write.
+fn libraries(lua: &Lua, max_output: usize) -> mlua::Result<()> {
+    let wrap: mlua::Function = lua.load(LIBRARY_WRAPPER).set_name("=library").eval()?;
+    lua.set_named_registry_value(WRAPPER, wrap)?;
+    let globals = lua.globals();
+    globals.raw_set("cjson", cjson::library(lua, max_output)?)?;
+    globals.raw_set("cmsgpack", cmsgpack::library(lua, max_output)?)?;
+    globals.raw_set("bit", bit::library(lua)?)?;
+    Ok(())
+}
+
+/// An interpreter with the libraries alone, for their tests.
+#[cfg(test)]
+fn with_libraries(max_output: usize) -> Lua {
+    let lua = Lua::new_with(StdLib::TABLE | StdLib::STRING | StdLib::MATH, LuaOptions::new()).unwrap();
+    libraries(&lua, max_output).unwrap();
+    lua
+}
+
+const WRAPPER: &str = "pgvs3.library";
+
+/// Makes a library function out of a native one that answers `true, results...` or `false,
+/// message`: mlua raises a Rust function's error as a userdata that carries a traceback, where
+/// Redis's C libraries raise the plain message (no position), which `pcall` hands the script.
+const LIBRARY_WRAPPER: &str = r#"
+local error = error
+local function checked(ok, ...)
+    if ok then return ... end
+    error((...), 0)
+end
+return function(native)
+    return function(...) return checked(native(...)) end
+end
+"#;
+
+/// How a library function fails.
+pub enum LibraryError {
+    /// An error the script sees, as the C library words it.
+    Raise(String),
+    /// The interpreter's own failure (out of memory above all).
+    Lua(mlua::Error),
+}
+
+impl LibraryError {
+    pub fn raise(text: impl Into<String>) -> Self {
+        LibraryError::Raise(text.into())
+    }
+}
+
+impl From<mlua::Error> for LibraryError {
+    fn from(err: mlua::Error) -> Self {
+        LibraryError::Lua(err)
+    }
+}
+
+pub type LibraryResult = Result<MultiValue, LibraryError>;
+
+/// A library function from its native part (see [`LIBRARY_WRAPPER`]).
+fn function(lua: &Lua, native: impl Fn(&Lua, MultiValue) -> LibraryResult + 'static) -> mlua::Result<mlua::Function> {
+    let native = lua.create_function(move |lua, args: MultiValue| {
+        let (ok, mut values) = match native(lua, args) {
+            Ok(values) => (true, values),
+            Err(LibraryError::Raise(text)) => (false, MultiValue::from_vec(vec![Value::String(lua.create_string(text)?)])),
+            // Lua's text for it, which the prelude recognizes, where mlua's would carry a traceback.
+            Err(LibraryError::Lua(mlua::Error::MemoryError(_))) => {
+                (false, MultiValue::from_vec(vec![Value::String(lua.create_string("not enough memory")?)]))
+            }
+            Err(LibraryError::Lua(err)) => return Err(err),
+        };
+        values.push_front(Value::Boolean(ok));
+        Ok(values)
+    })?;
+    let wrap: mlua::Function = lua.named_registry_value(WRAPPER)?;
+    wrap.call(native)
 }
 
 /// `redis.call` and `redis.pcall`: each sends its command to the connection's task and converts
