@@ -2,7 +2,7 @@
 // gateway/tests/resp_bullmq.rs, which reads the JSON report this prints on stdout.
 // Usage: node bullmq-run.js redis://host:port/0 <jobs>
 'use strict';
-const { Queue, Worker, QueueEvents } = require('bullmq');
+const { FlowProducer, Queue, Worker, QueueEvents } = require('bullmq');
 
 const [url, count] = [process.argv[2], Number(process.argv[3] || 20)];
 const { hostname, port } = new URL(url);
@@ -21,8 +21,10 @@ async function main() {
   const queue = new Queue(name, { connection });
   const events = new QueueEvents(name, { connection });
   await events.waitUntilReady();
-  const seen = { completed: 0, failed: 0, retried: 0 };
-  const expectedEvents = { completed: count + 5, failed: 1 };
+  const seen = { completed: 0, failed: 0, retried: 0, progress: 0 };
+  // The plain jobs, 3 prioritized, the delayed, the retried one, a flow of a parent and two
+  // children, and 3 runs of a job scheduler complete; one job fails.
+  const expectedEvents = { completed: count + 11, failed: 1 };
   const allEvents = new Promise((resolve) => {
     const check = () => {
       if (seen.completed >= expectedEvents.completed && seen.failed >= expectedEvents.failed) resolve();
@@ -33,6 +35,7 @@ async function main() {
       check();
     });
     events.on('retries-exhausted', () => { seen.retried += 1; });
+    events.on('progress', () => { seen.progress += 1; });
   });
 
   // Plain jobs, prioritized ones (lower number first), a delayed one, one that fails twice
@@ -50,12 +53,31 @@ async function main() {
   const doomed = await queue.add('doomed', {}, { attempts: 2, backoff: { type: 'exponential', delay: 20 } });
   const before = await queue.getJobCounts('wait', 'prioritized', 'delayed', 'active', 'completed', 'failed');
 
+  // A parent job that runs once its children have, and a scheduler that makes a job every 50 ms,
+  // 3 times.
+  const flows = new FlowProducer({ connection });
+  const flow = await flows.add({
+    name: 'parent',
+    queueName: name,
+    children: [1, 2].map((c) => ({ name: 'child', queueName: name, data: { c } })),
+  });
+  await flows.close();
+  await queue.upsertJobScheduler('tick', { every: 50, limit: 3 }, { name: 'tick' });
+
   const order = [];
   const worker = new Worker(
     name,
     async (job) => {
       order.push(job.name === 'priority' ? job.data.priority : job.name);
-      if (job.name === 'add') return job.data.a + job.data.b;
+      if (job.name === 'add') {
+        await job.updateProgress(50);
+        return job.data.a + job.data.b;
+      }
+      if (job.name === 'child') return 100 * job.data.c;
+      if (job.name === 'parent') {
+        return Object.values(await job.getChildrenValues()).reduce((sum, value) => sum + value, 0);
+      }
+      if (job.name === 'tick') return 'tick';
       if (job.name === 'priority') return `priority ${job.data.priority}`;
       if (job.name === 'flaky') {
         if (job.attemptsMade < 2) throw new Error(`flaky attempt ${job.attemptsMade}`);
@@ -88,7 +110,10 @@ async function main() {
       const job = await after(doomed);
       return { state: await job.getState(), reason: job.failedReason, attempts: job.attemptsMade };
     })(),
-    after: await queue.getJobCounts('wait', 'prioritized', 'delayed', 'active', 'completed', 'failed'),
+    parent: (await after(flow.job)).returnvalue,
+    ticks: order.filter((item) => item === 'tick').length,
+    schedulers: (await queue.getJobSchedulers()).map((s) => s.iterationCount),
+    after: await queue.getJobCounts('wait', 'prioritized', 'delayed', 'active', 'completed', 'failed', 'waiting-children'),
     events: seen,
   };
   await events.close();

@@ -1,8 +1,9 @@
 //! A Node.js job queue over pgvs3's RESP port: BullMQ (npm `bullmq` with `ioredis`, pinned in
 //! e2e/node/package.json, installed by scripts/test under ~/.cache/pgvs3-tools/node) adds
-//! plain, prioritized and delayed jobs, a Worker runs them (one retried with backoff until it
-//! succeeds, one until it fails for good), and QueueEvents hears every completion and failure
-//! (an `XREAD BLOCK` on the queue's event stream). BullMQ does all of it in Lua scripts that
+//! plain, prioritized and delayed jobs, a flow (a parent run after its children) and a job
+//! scheduler; a Worker runs them (one retried with backoff until it succeeds, one until it fails
+//! for good), and QueueEvents hears every completion, failure and progress report (an `XREAD
+//! BLOCK` on the queue's event stream). BullMQ does all of it in Lua scripts that
 //! use `cmsgpack` and `cjson`, so this is their test against a real user too.
 //!
 //! Without node or the installed packages the test says "not run" and passes, unless
@@ -97,18 +98,25 @@ async fn bullmq_runs_a_queue_through_pgvs3() {
         serde_json::json!({"state": "failed", "reason": "boom", "attempts": 2}),
         "failed for good after its attempts"
     );
+    assert_eq!(report["parent"], 300, "the parent sums its children's results");
+    assert_eq!(report["ticks"], 3, "the scheduler made its 3 jobs");
+    assert_eq!(report["schedulers"], serde_json::json!([3]));
+    // Plain jobs, 3 prioritized, the delayed one, the retried one, the flow's 3 and 3 ticks.
+    let completed = JOBS + 11;
     assert_eq!(
         report["after"],
-        serde_json::json!({"wait": 0, "prioritized": 0, "delayed": 0, "active": 0, "completed": JOBS + 5, "failed": 1})
+        serde_json::json!({"wait": 0, "prioritized": 0, "delayed": 0, "active": 0, "completed": completed,
+            "failed": 1, "waiting-children": 0})
     );
-    assert_eq!(report["events"]["completed"], JOBS + 5, "{report}");
+    assert_eq!(report["events"]["completed"], completed, "{report}");
     assert_eq!(report["events"]["failed"], 1, "{report}");
+    assert_eq!(report["events"]["progress"], JOBS + 1, "each `add` job reported its progress once");
 
     // The same state, read from pgvs3's side.
     let mut con = redis_rs::connect(&gateway).await;
-    let completed: usize = redis_rs::query(&mut con, &["ZCARD", "bull:pgvs3:completed"]).await;
+    let completed_set: usize = redis_rs::query(&mut con, &["ZCARD", "bull:pgvs3:completed"]).await;
     let failed: Vec<String> = redis_rs::query(&mut con, &["ZRANGE", "bull:pgvs3:failed", "0", "-1"]).await;
-    assert_eq!(completed, JOBS + 5);
+    assert_eq!(completed_set, completed);
     assert_eq!(failed.len(), 1);
     let reason: String = redis_rs::query(&mut con, &["HGET", &format!("bull:pgvs3:{}", failed[0]), "failedReason"]).await;
     assert_eq!(reason, "boom");

@@ -285,6 +285,13 @@ fn libraries(lua: &Lua, max_output: usize) -> mlua::Result<()> {
     Ok(())
 }
 
+/// Runs one level of a library's recursion (nested tables, up to 1,000 levels as Redis allows):
+/// a level takes a few hundred bytes of stack in a debug build, more than a script thread's
+/// 2 MiB hold at that depth, so the stack is extended on the heap when it runs low.
+fn deeper<R>(level: impl FnOnce() -> R) -> R {
+    stacker::maybe_grow(64 * 1024, 1024 * 1024, level)
+}
+
 /// An interpreter with the libraries alone, for their tests.
 #[cfg(test)]
 fn with_libraries(max_output: usize) -> Lua {

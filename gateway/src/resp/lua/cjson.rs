@@ -110,6 +110,10 @@ fn lua_type_name(value: &Value) -> &'static str {
 }
 
 fn encode(value: &Value, depth: usize, out: &mut Output) -> Result<(), LibraryError> {
+    super::deeper(|| encode_level(value, depth, out))
+}
+
+fn encode_level(value: &Value, depth: usize, out: &mut Output) -> Result<(), LibraryError> {
     match value {
         Value::Nil => out.extend_from_slice(b"null"),
         Value::LightUserData(_) if is_null(value) => out.extend_from_slice(b"null"),
@@ -305,8 +309,8 @@ impl Decoder<'_> {
     fn value(&mut self, read: Read) -> Result<Value, LibraryError> {
         match read.token {
             Token::String | Token::Number | Token::Boolean | Token::Null => Ok(read.value),
-            Token::ObjectBegin => self.object(&read),
-            Token::ArrayBegin => self.array(&read),
+            Token::ObjectBegin => super::deeper(|| self.object(&read)),
+            Token::ArrayBegin => super::deeper(|| self.array(&read)),
             _ => Err(expected("value", &read)),
         }
     }

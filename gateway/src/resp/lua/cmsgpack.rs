@@ -84,7 +84,7 @@ fn pack(value: &Value, level: usize, out: &mut Vec<u8>, max_output: usize) -> Re
             }
             out.extend_from_slice(&text);
         }
-        Value::Table(table) if level < PACK_NESTING => pack_table(table, level, out, max_output)?,
+        Value::Table(table) if level < PACK_NESTING => super::deeper(|| pack_table(table, level, out, max_output))?,
         _ => out.push(0xc0),
     }
     if out.len() > max_output {
@@ -326,23 +326,23 @@ impl<'a> Reader<'a> {
                 let length = self.length(4)?;
                 self.string(length)
             }
-            0x90..=0x9f => self.array(usize::from(tag & 0x0f), depth),
+            0x90..=0x9f => super::deeper(|| self.array(usize::from(tag & 0x0f), depth)),
             0xdc => {
                 let count = self.length(2)?;
-                self.array(count, depth)
+                super::deeper(|| self.array(count, depth))
             }
             0xdd => {
                 let count = self.length(4)?;
-                self.array(count, depth)
+                super::deeper(|| self.array(count, depth))
             }
-            0x80..=0x8f => self.map(usize::from(tag & 0x0f), depth),
+            0x80..=0x8f => super::deeper(|| self.map(usize::from(tag & 0x0f), depth)),
             0xde => {
                 let count = self.length(2)?;
-                self.map(count, depth)
+                super::deeper(|| self.map(count, depth))
             }
             0xdf => {
                 let count = self.length(4)?;
-                self.map(count, depth)
+                super::deeper(|| self.map(count, depth))
             }
             _ => Err(LibraryError::raise(BAD_FORMAT)),
         }
