@@ -82,7 +82,11 @@ async fn bullmq_runs_a_queue_through_pgvs3() {
     );
     let sums: Vec<usize> = (0..JOBS).map(|i| i + 10 * i).collect();
     assert_eq!(report["results"], serde_json::json!(sums), "{report}");
-    assert_eq!(report["priority_order"], serde_json::json!([1, 2, 3]), "lower priority numbers first");
+    assert_eq!(
+        report["priority_order"],
+        serde_json::json!([1, 2, 3]),
+        "lower priority numbers first"
+    );
     assert_eq!(
         report["priority_results"],
         serde_json::json!(["priority 3", "priority 1", "priority 2"])
@@ -110,7 +114,11 @@ async fn bullmq_runs_a_queue_through_pgvs3() {
     );
     assert_eq!(report["events"]["completed"], completed, "{report}");
     assert_eq!(report["events"]["failed"], 1, "{report}");
-    assert_eq!(report["events"]["progress"], JOBS + 1, "each `add` job reported its progress once");
+    assert_eq!(
+        report["events"]["progress"],
+        JOBS + 1,
+        "each `add` job reported its progress once"
+    );
 
     // The same state, read from pgvs3's side.
     let mut con = redis_rs::connect(&gateway).await;
@@ -118,7 +126,11 @@ async fn bullmq_runs_a_queue_through_pgvs3() {
     let failed: Vec<String> = redis_rs::query(&mut con, &["ZRANGE", "bull:pgvs3:failed", "0", "-1"]).await;
     assert_eq!(completed_set, completed);
     assert_eq!(failed.len(), 1);
-    let reason: String = redis_rs::query(&mut con, &["HGET", &format!("bull:pgvs3:{}", failed[0]), "failedReason"]).await;
+    let reason: String = redis_rs::query(
+        &mut con,
+        &["HGET", &format!("bull:pgvs3:{}", failed[0]), "failedReason"],
+    )
+    .await;
     assert_eq!(reason, "boom");
     let kind: String = redis_rs::query(&mut con, &["TYPE", "bull:pgvs3:events"]).await;
     assert_eq!(kind, "stream", "BullMQ's events are a stream");

@@ -10,12 +10,13 @@
 //! Each run gets a fresh interpreter (about 100 µs): nothing a script leaves in globals or in
 //! the library tables can reach the next one, which Redis gets by making them read-only.
 //!
-//! Redis's C libraries `cjson`, `cmsgpack` and `bit` are written in Rust (the submodules), to
-//! behave as Redis's do; `struct` is not there.
+//! Redis's C libraries `cjson`, `cmsgpack`, `bit` and `struct` are written in Rust (the
+//! submodules), to behave as Redis's do.
 
 mod bit;
 mod cjson;
 mod cmsgpack;
+mod lua_struct;
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -234,7 +235,7 @@ fn out_of_memory(limits: Limits) -> Reply {
 /// A fresh interpreter with Redis's libraries, the `redis` table and the bounds in place.
 fn sandbox(limits: Limits, deadline: Instant, stop: &Arc<Stop>, calls: mpsc::Sender<Call>) -> mlua::Result<Lua> {
     // The base library (with coroutines, as in 5.1), table, string, math, and Redis's cjson,
-    // cmsgpack and bit (not struct). No io, os, package (require) or debug.
+    // cmsgpack, bit and struct. No io, os, package (require) or debug.
     let lua = Lua::new_with(StdLib::TABLE | StdLib::STRING | StdLib::MATH, LuaOptions::new())?;
     libraries(&lua, limits.memory)?;
     let hook_stop = Arc::clone(stop);
@@ -282,6 +283,7 @@ fn libraries(lua: &Lua, max_output: usize) -> mlua::Result<()> {
     globals.raw_set("cjson", cjson::library(lua, max_output)?)?;
     globals.raw_set("cmsgpack", cmsgpack::library(lua, max_output)?)?;
     globals.raw_set("bit", bit::library(lua)?)?;
+    globals.raw_set("struct", lua_struct::library(lua)?)?;
     Ok(())
 }
 
@@ -338,16 +340,57 @@ impl From<mlua::Error> for LibraryError {
 
 pub type LibraryResult = Result<MultiValue, LibraryError>;
 
+/// `bad argument #<position> to '<function>' (<message>)`, as `luaL_argerror` words it.
+fn argument_error(position: usize, function: &str, message: &str) -> LibraryError {
+    LibraryError::raise(format!("bad argument #{position} to '{function}' ({message})"))
+}
+
+/// A library function's argument `position` (from 1) as `luaL_checklstring` takes it: a
+/// string, or a number as Lua writes it.
+fn string_argument(lua: &Lua, args: &MultiValue, position: usize, function: &str) -> Result<Vec<u8>, LibraryError> {
+    let value = args.get(position - 1).cloned();
+    let type_name = value.as_ref().map_or("no value", Value::type_name);
+    match value {
+        Some(Value::String(text)) => Ok(text.as_bytes().to_vec()),
+        Some(number @ (Value::Integer(_) | Value::Number(_))) => Ok(lua
+            .coerce_string(number)?
+            .map(|text| text.as_bytes().to_vec())
+            .unwrap_or_default()),
+        _ => Err(argument_error(
+            position,
+            function,
+            &format!("string expected, got {type_name}"),
+        )),
+    }
+}
+
+/// A library function's argument `position` (from 1) as `luaL_checknumber` takes it: a number,
+/// or a string that reads as one.
+fn number_argument(lua: &Lua, args: &MultiValue, position: usize, function: &str) -> Result<f64, LibraryError> {
+    let value = args.get(position - 1).cloned().unwrap_or(Value::Nil);
+    let type_name = if args.len() < position {
+        "no value"
+    } else {
+        value.type_name()
+    };
+    lua.coerce_number(value)?
+        .ok_or_else(|| argument_error(position, function, &format!("number expected, got {type_name}")))
+}
+
 /// A library function from its native part (see [`LIBRARY_WRAPPER`]).
 fn function(lua: &Lua, native: impl Fn(&Lua, MultiValue) -> LibraryResult + 'static) -> mlua::Result<mlua::Function> {
     let native = lua.create_function(move |lua, args: MultiValue| {
         let (ok, mut values) = match native(lua, args) {
             Ok(values) => (true, values),
-            Err(LibraryError::Raise(text)) => (false, MultiValue::from_vec(vec![Value::String(lua.create_string(text)?)])),
+            Err(LibraryError::Raise(text)) => (
+                false,
+                MultiValue::from_vec(vec![Value::String(lua.create_string(text)?)]),
+            ),
             // Lua's text for it, which the prelude recognizes, where mlua's would carry a traceback.
-            Err(LibraryError::Lua(mlua::Error::MemoryError(_))) => {
-                (false, MultiValue::from_vec(vec![Value::String(lua.create_string("not enough memory")?)]))
-            }
+            Err(LibraryError::Lua(mlua::Error::MemoryError(_))) => (
+                false,
+                MultiValue::from_vec(vec![Value::String(lua.create_string("not enough memory")?)]),
+            ),
             Err(LibraryError::Lua(err)) => return Err(err),
         };
         values.push_front(Value::Boolean(ok));

@@ -6,10 +6,14 @@ use mlua::{Lua, MultiValue, Table, Value};
 
 use super::{LibraryError, LibraryResult};
 
+type Unary = (&'static str, fn(i32) -> i32);
+type Fold = (&'static str, fn(i32, i32) -> i32);
+type Shift = (&'static str, fn(i32, u32) -> i32);
+
 /// The `bit` table.
 pub fn library(lua: &Lua) -> mlua::Result<Table> {
     let bit = lua.create_table()?;
-    let unary: [(&str, fn(i32) -> i32); 3] = [("tobit", |x| x), ("bnot", |x| !x), ("bswap", i32::swap_bytes)];
+    let unary: [Unary; 3] = [("tobit", |x| x), ("bnot", |x| !x), ("bswap", i32::swap_bytes)];
     for (name, operation) in unary {
         bit.raw_set(
             name,
@@ -18,7 +22,7 @@ pub fn library(lua: &Lua) -> mlua::Result<Table> {
             })?,
         )?;
     }
-    let folds: [(&str, fn(i32, i32) -> i32); 3] = [("band", |a, b| a & b), ("bor", |a, b| a | b), ("bxor", |a, b| a ^ b)];
+    let folds: [Fold; 3] = [("band", |a, b| a & b), ("bor", |a, b| a | b), ("bxor", |a, b| a ^ b)];
     for (name, operation) in folds {
         bit.raw_set(
             name,
@@ -32,7 +36,7 @@ pub fn library(lua: &Lua) -> mlua::Result<Table> {
         )?;
     }
     // The shift count is taken modulo 32, as LuaBitOp does.
-    let shifts: [(&str, fn(i32, u32) -> i32); 5] = [
+    let shifts: [Shift; 5] = [
         ("lshift", |x, n| ((x as u32) << n) as i32),
         ("rshift", |x, n| ((x as u32) >> n) as i32),
         ("arshift", |x, n| x >> n),
@@ -62,7 +66,11 @@ fn tohex(lua: &Lua, args: MultiValue) -> LibraryResult {
         Some(_) => argument(lua, &args, 1, "tohex")?,
     };
     let width = digits.unsigned_abs().min(8) as usize;
-    let text = if digits < 0 { format!("{value:08X}") } else { format!("{value:08x}") };
+    let text = if digits < 0 {
+        format!("{value:08X}")
+    } else {
+        format!("{value:08x}")
+    };
     let text = &text[8 - width..];
     Ok(MultiValue::from_vec(vec![Value::String(lua.create_string(text)?)]))
 }
@@ -71,21 +79,13 @@ fn result(value: i32) -> MultiValue {
     MultiValue::from_vec(vec![Value::Number(f64::from(value))])
 }
 
-/// Argument `position` as LuaBitOp's `barg` reads it: a number (or a numeric string), reduced
-/// to 32 bits by adding 2^52 + 2^51 and keeping the low word of the double.
+/// Argument `position` (from 0) as LuaBitOp's `barg` reads it: a number (or a numeric string),
+/// reduced to 32 bits by adding 2^52 + 2^51 and keeping the low word of the double.
 fn argument(lua: &Lua, args: &MultiValue, position: usize, name: &str) -> Result<i32, LibraryError> {
-    let value = args.get(position).cloned().unwrap_or(Value::Nil);
-    let type_name = if args.len() <= position { "no value" } else { value.type_name() };
-    match lua.coerce_number(value)? {
-        Some(number) => Ok(to_bit(number)),
-        None => Err(LibraryError::raise(format!(
-            "bad argument #{} to '{name}' (number expected, got {type_name})",
-            position + 1
-        ))),
-    }
+    super::number_argument(lua, args, position + 1, name).map(to_bit)
 }
 
-pub fn to_bit(number: f64) -> i32 {
+fn to_bit(number: f64) -> i32 {
     (number + ((3_u64 << 51) as f64)).to_bits() as u32 as i32
 }
 

@@ -9,7 +9,7 @@
 //! - Decoding: `null` is `cjson.null` (a light userdata, so that it survives in tables), `\u`
 //!   escapes (surrogate pairs included) become UTF-8, numbers doubles; 1,000 levels at most.
 
-use mlua::{Lua, LightUserData, MultiValue, Table, Value};
+use mlua::{LightUserData, Lua, MultiValue, Table, Value};
 
 use super::{LibraryError, LibraryResult};
 
@@ -21,7 +21,10 @@ const MAX_DEPTH: usize = 1000;
 /// unbounded (the script's memory limit, which it is, would refuse the string anyway).
 pub fn library(lua: &Lua, max_output: usize) -> mlua::Result<Table> {
     let cjson = lua.create_table()?;
-    cjson.raw_set("encode", super::function(lua, move |lua, args| encode_args(lua, args, max_output))?)?;
+    cjson.raw_set(
+        "encode",
+        super::function(lua, move |lua, args| encode_args(lua, args, max_output))?,
+    )?;
     cjson.raw_set("decode", super::function(lua, decode_args)?)?;
     cjson.raw_set("null", null())?;
     cjson.raw_set("_NAME", "cjson")?;
@@ -40,34 +43,32 @@ fn is_null(value: &Value) -> bool {
 
 fn encode_args(lua: &Lua, args: MultiValue, max_output: usize) -> LibraryResult {
     let [value] = exactly_one(args, "encode")?;
-    let mut out = Output { bytes: Vec::new(), max: max_output };
+    let mut out = Output {
+        bytes: Vec::new(),
+        max: max_output,
+    };
     encode(&value, 0, &mut out)?;
     let out = out.bytes;
     Ok(MultiValue::from_vec(vec![Value::String(lua.create_string(out)?)]))
 }
 
 fn decode_args(lua: &Lua, args: MultiValue) -> LibraryResult {
-    let [text] = exactly_one(args, "decode")?;
-    let text = match text {
-        Value::String(text) => text.as_bytes().to_vec(),
-        Value::Integer(_) | Value::Number(_) => match lua.coerce_string(text)? {
-            Some(text) => text.as_bytes().to_vec(),
-            None => return Err(LibraryError::raise("bad argument #1 to 'decode' (string expected)")),
-        },
-        other => {
-            return Err(LibraryError::raise(format!(
-                "bad argument #1 to 'decode' (string expected, got {})",
-                other.type_name()
-            )));
-        }
-    };
-    let value = Decoder { lua, text: &text, at: 0, depth: 0 }.document()?;
+    if args.len() != 1 {
+        return Err(super::argument_error(1, "decode", "expected 1 argument"));
+    }
+    let text = super::string_argument(lua, &args, 1, "decode")?;
+    let value = Decoder {
+        lua,
+        text: &text,
+        at: 0,
+        depth: 0,
+    }
+    .document()?;
     Ok(MultiValue::from_vec(vec![value]))
 }
 
 fn exactly_one(args: MultiValue, name: &str) -> Result<[Value; 1], LibraryError> {
-    <[Value; 1]>::try_from(args.into_vec())
-        .map_err(|_| LibraryError::raise(format!("bad argument #1 to '{name}' (expected 1 argument)")))
+    <[Value; 1]>::try_from(args.into_vec()).map_err(|_| super::argument_error(1, name, "expected 1 argument"))
 }
 
 /// What `encode` wrote so far, and how much it may write.
@@ -221,12 +222,16 @@ fn encode_string(text: &[u8], out: &mut Output) {
 pub fn format_g14(number: f64) -> String {
     const PRECISION: i32 = 14;
     if number == 0.0 {
-        return if number.is_sign_negative() { "-0".into() } else { "0".into() };
+        return if number.is_sign_negative() {
+            "-0".into()
+        } else {
+            "0".into()
+        };
     }
     let scientific = format!("{:.*e}", (PRECISION - 1) as usize, number);
     let (mantissa, exponent) = scientific.split_once('e').expect("{:e} writes an exponent");
     let exponent: i32 = exponent.parse().expect("{:e} writes an integer exponent");
-    if exponent < -4 || exponent >= PRECISION {
+    if !(-4..PRECISION).contains(&exponent) {
         let mantissa = trim_fraction(mantissa);
         let sign = if exponent < 0 { '-' } else { '+' };
         format!("{mantissa}e{sign}{:02}", exponent.abs())
@@ -328,50 +333,54 @@ impl Decoder<'_> {
     }
 
     fn object(&mut self, open: &Read) -> Result<Value, LibraryError> {
-        self.descend(open)?;
-        let table = self.lua.create_table()?;
-        let mut read = self.next()?;
-        if read.token == Token::ObjectEnd {
-            self.depth -= 1;
-            return Ok(Value::Table(table));
-        }
-        loop {
-            if read.token != Token::String {
-                return Err(expected("object key string", &read));
-            }
-            let key = read.value;
-            let colon = self.next()?;
-            if colon.token != Token::Colon {
-                return Err(expected("colon", &colon));
-            }
-            let item = self.next()?;
-            table.raw_set(key, self.value(item)?)?;
-            let after = self.next()?;
-            match after.token {
-                Token::ObjectEnd => break,
-                Token::Comma => read = self.next()?,
-                _ => return Err(expected("comma or object end", &after)),
-            }
-        }
-        self.depth -= 1;
-        Ok(Value::Table(table))
+        self.container(
+            open,
+            Token::ObjectEnd,
+            "comma or object end",
+            |decoder, read, table, _| {
+                if read.token != Token::String {
+                    return Err(expected("object key string", &read));
+                }
+                let colon = decoder.next()?;
+                if colon.token != Token::Colon {
+                    return Err(expected("colon", &colon));
+                }
+                let item = decoder.next()?;
+                Ok(table.raw_set(read.value, decoder.value(item)?)?)
+            },
+        )
     }
 
     fn array(&mut self, open: &Read) -> Result<Value, LibraryError> {
+        self.container(
+            open,
+            Token::ArrayEnd,
+            "comma or array end",
+            |decoder, read, table, index| Ok(table.raw_set(index, decoder.value(read)?)?),
+        )
+    }
+
+    /// An object or an array: members separated by commas up to `end`; `member` reads one from
+    /// its first token into the table (the `index`th).
+    fn container(
+        &mut self,
+        open: &Read,
+        end: Token,
+        after_member: &str,
+        mut member: impl FnMut(&mut Self, Read, &Table, usize) -> Result<(), LibraryError>,
+    ) -> Result<Value, LibraryError> {
         self.descend(open)?;
         let table = self.lua.create_table()?;
         let mut read = self.next()?;
-        if read.token == Token::ArrayEnd {
-            self.depth -= 1;
-            return Ok(Value::Table(table));
-        }
-        for index in 1.. {
-            table.raw_set(index, self.value(read)?)?;
-            let after = self.next()?;
-            match after.token {
-                Token::ArrayEnd => break,
-                Token::Comma => read = self.next()?,
-                _ => return Err(expected("comma or array end", &after)),
+        if read.token != end {
+            for index in 1.. {
+                member(self, read, &table, index)?;
+                let after = self.next()?;
+                match after.token {
+                    Token::Comma => read = self.next()?,
+                    token if token == end => break,
+                    _ => return Err(expected(after_member, &after)),
+                }
             }
         }
         self.depth -= 1;
@@ -441,7 +450,9 @@ impl Decoder<'_> {
         if end == integer_start {
             return None;
         }
-        if text[integer_start] == b'0' && end > integer_start + 1 || text.get(end).is_some_and(|b| *b == b'x' || *b == b'X') {
+        if text[integer_start] == b'0' && end > integer_start + 1
+            || text.get(end).is_some_and(|b| *b == b'x' || *b == b'X')
+        {
             return None;
         }
         if text.get(end) == Some(&b'.') {
@@ -483,8 +494,8 @@ impl Decoder<'_> {
                         Some(b'r') => b'\r',
                         Some(b't') => b'\t',
                         Some(b'u') => {
-                            let (character, used) = unicode_escape(&self.text[i..])
-                                .ok_or("invalid unicode escape code")?;
+                            let (character, used) =
+                                unicode_escape(&self.text[i..]).ok_or("invalid unicode escape code")?;
                             let mut buffer = [0; 4];
                             out.extend_from_slice(character.encode_utf8(&mut buffer).as_bytes());
                             i += used;
@@ -553,7 +564,10 @@ mod tests {
 
     /// The error a chunk raises, as the script would catch it with pcall.
     fn raised(lua: &Lua, chunk: &str) -> String {
-        eval(lua, &format!("local ok, err = pcall(function() {chunk} end) assert(not ok) return err"))
+        eval(
+            lua,
+            &format!("local ok, err = pcall(function() {chunk} end) assert(not ok) return err"),
+        )
     }
 
     #[test]
@@ -568,7 +582,10 @@ mod tests {
             ("return cjson.encode({[1.5] = 'x'})", r#"{"1.5":"x"}"#),
             ("return cjson.encode(cjson.null)", "null"),
             ("return cjson.encode(nil)", "null"),
-            ("return cjson.encode('a/b\"c\\\\\\n\\1\\127é')", "\"a\\/b\\\"c\\\\\\n\\u0001\\u007fé\""),
+            (
+                "return cjson.encode('a/b\"c\\\\\\n\\1\\127é')",
+                "\"a\\/b\\\"c\\\\\\n\\u0001\\u007fé\"",
+            ),
             ("return cjson.encode(0.1)", "0.1"),
             ("return cjson.encode(1/3)", "0.33333333333333"),
             ("return cjson.encode(1e15)", "1e+15"),
@@ -586,26 +603,80 @@ mod tests {
         let lua = lua();
         for (chunk, error) in [
             ("cjson.encode(0/0)", "Cannot serialise number: must not be NaN or Inf"),
-            ("cjson.encode({math.huge})", "Cannot serialise number: must not be NaN or Inf"),
-            ("cjson.encode(print or function() end)", "Cannot serialise function: type not supported"),
-            ("cjson.encode({[true] = 1})", "Cannot serialise boolean: table key must be a number or string"),
-            ("cjson.encode({[11] = 1})", "Cannot serialise table: excessively sparse array"),
-            ("local t = {} t[1] = t cjson.encode(t)", "Cannot serialise, excessive nesting (1001)"),
+            (
+                "cjson.encode({math.huge})",
+                "Cannot serialise number: must not be NaN or Inf",
+            ),
+            (
+                "cjson.encode(print or function() end)",
+                "Cannot serialise function: type not supported",
+            ),
+            (
+                "cjson.encode({[true] = 1})",
+                "Cannot serialise boolean: table key must be a number or string",
+            ),
+            (
+                "cjson.encode({[11] = 1})",
+                "Cannot serialise table: excessively sparse array",
+            ),
+            (
+                "local t = {} t[1] = t cjson.encode(t)",
+                "Cannot serialise, excessive nesting (1001)",
+            ),
             ("cjson.encode()", "bad argument #1 to 'encode' (expected 1 argument)"),
             ("cjson.decode('')", "Expected value but found T_END at character 1"),
-            ("cjson.decode('x')", "Expected value but found invalid token at character 1"),
-            ("cjson.decode('[1,]')", "Expected value but found T_ARR_END at character 4"),
-            ("cjson.decode('{\"a\" 1}')", "Expected colon but found T_NUMBER at character 6"),
-            ("cjson.decode('{1:2}')", "Expected object key string but found T_NUMBER at character 2"),
-            ("cjson.decode('[1 2]')", "Expected comma or array end but found T_NUMBER at character 4"),
-            ("cjson.decode('{\"a\":1 ]')", "Expected comma or object end but found T_ARR_END at character 8"),
-            ("cjson.decode('1 2')", "Expected the end but found T_NUMBER at character 3"),
-            ("cjson.decode('\"abc')", "Expected value but found unexpected end of string at character 1"),
-            ("cjson.decode('\"\\\\q\"')", "Expected value but found invalid escape code at character 1"),
-            ("cjson.decode('\"\\\\ud800\"')", "Expected value but found invalid unicode escape code at character 1"),
-            ("cjson.decode('[01]')", "Expected value but found invalid number at character 2"),
-            ("cjson.decode(string.rep('[', 1001))", "Found too many nested data structures (1001) at character 1001"),
-            ("cjson.decode({})", "bad argument #1 to 'decode' (string expected, got table)"),
+            (
+                "cjson.decode('x')",
+                "Expected value but found invalid token at character 1",
+            ),
+            (
+                "cjson.decode('[1,]')",
+                "Expected value but found T_ARR_END at character 4",
+            ),
+            (
+                "cjson.decode('{\"a\" 1}')",
+                "Expected colon but found T_NUMBER at character 6",
+            ),
+            (
+                "cjson.decode('{1:2}')",
+                "Expected object key string but found T_NUMBER at character 2",
+            ),
+            (
+                "cjson.decode('[1 2]')",
+                "Expected comma or array end but found T_NUMBER at character 4",
+            ),
+            (
+                "cjson.decode('{\"a\":1 ]')",
+                "Expected comma or object end but found T_ARR_END at character 8",
+            ),
+            (
+                "cjson.decode('1 2')",
+                "Expected the end but found T_NUMBER at character 3",
+            ),
+            (
+                "cjson.decode('\"abc')",
+                "Expected value but found unexpected end of string at character 1",
+            ),
+            (
+                "cjson.decode('\"\\\\q\"')",
+                "Expected value but found invalid escape code at character 1",
+            ),
+            (
+                "cjson.decode('\"\\\\ud800\"')",
+                "Expected value but found invalid unicode escape code at character 1",
+            ),
+            (
+                "cjson.decode('[01]')",
+                "Expected value but found invalid number at character 2",
+            ),
+            (
+                "cjson.decode(string.rep('[', 1001))",
+                "Found too many nested data structures (1001) at character 1001",
+            ),
+            (
+                "cjson.decode({})",
+                "bad argument #1 to 'decode' (string expected, got table)",
+            ),
         ] {
             assert_eq!(raised(&lua, chunk), error, "{chunk}");
         }
@@ -623,14 +694,24 @@ mod tests {
         "#;
         assert_eq!(eval(&lua, chunk), r#"[[{}],{"k":[{}]}]"#);
         let deep = "return cjson.encode(cjson.decode(string.rep('[', 1000) .. string.rep(']', 1000)))";
-        assert_eq!(eval(&lua, deep).len(), 2 * 999 + 2, "1,000 levels decode (the innermost `[]` is `{{}}`)");
+        assert_eq!(
+            eval(&lua, deep).len(),
+            2 * 999 + 2,
+            "1,000 levels decode (the innermost `[]` is `{{}}`)"
+        );
     }
 
     #[test]
     fn a_text_longer_than_the_bound_is_refused() {
         let lua = super::super::with_libraries(1000);
-        let error = raised(&lua, "local s = string.rep('x', 100) cjson.encode({s, s, s, s, s, s, s, s, s, s})");
-        assert_eq!(error, "Cannot serialise: the text would exceed the script's memory limit (1000 bytes)");
+        let error = raised(
+            &lua,
+            "local s = string.rep('x', 100) cjson.encode({s, s, s, s, s, s, s, s, s, s})",
+        );
+        assert_eq!(
+            error,
+            "Cannot serialise: the text would exceed the script's memory limit (1000 bytes)"
+        );
     }
 
     #[test]

@@ -30,9 +30,18 @@ const BAD_FORMAT: &str = "Bad data format in input.";
 /// unbounded (the script's memory limit, which it is, would refuse the string anyway).
 pub fn library(lua: &Lua, max_output: usize) -> mlua::Result<Table> {
     let cmsgpack = lua.create_table()?;
-    cmsgpack.raw_set("pack", super::function(lua, move |lua, args| pack_args(lua, args, max_output))?)?;
-    cmsgpack.raw_set("unpack", super::function(lua, |lua, args| unpack_args(lua, args, Mode::All))?)?;
-    cmsgpack.raw_set("unpack_one", super::function(lua, |lua, args| unpack_args(lua, args, Mode::One))?)?;
+    cmsgpack.raw_set(
+        "pack",
+        super::function(lua, move |lua, args| pack_args(lua, args, max_output))?,
+    )?;
+    cmsgpack.raw_set(
+        "unpack",
+        super::function(lua, |lua, args| unpack_args(lua, args, Mode::All))?,
+    )?;
+    cmsgpack.raw_set(
+        "unpack_one",
+        super::function(lua, |lua, args| unpack_args(lua, args, Mode::One))?,
+    )?;
     cmsgpack.raw_set(
         "unpack_limit",
         super::function(lua, |lua, args| unpack_args(lua, args, Mode::Limit))?,
@@ -142,7 +151,9 @@ fn header(out: &mut Vec<u8>, count: usize, fix: u8, wide: u8) {
 
 fn pack_number(number: f64, out: &mut Vec<u8>) {
     // lua-cmsgpack's IS_INT64_EQUIVALENT, without C's undefined cast past 2^63.
-    let integral = number.is_finite() && number.fract() == 0.0 && (-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&number);
+    let integral = number.is_finite()
+        && number.fract() == 0.0
+        && (-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&number);
     if integral {
         pack_integer(number as i64, out);
     } else if f64::from(number as f32) == number || number.is_infinite() {
@@ -198,45 +209,23 @@ enum Mode {
 }
 
 fn unpack_args(lua: &Lua, args: MultiValue, mode: Mode) -> LibraryResult {
-    let args = args.into_vec();
     let name = match mode {
         Mode::All => "unpack",
         Mode::One => "unpack_one",
         Mode::Limit => "unpack_limit",
     };
-    let input = match args.first() {
-        Some(Value::String(text)) => text.as_bytes().to_vec(),
-        Some(number @ (Value::Integer(_) | Value::Number(_))) => {
-            lua.coerce_string(number.clone())?.map(|text| text.as_bytes().to_vec()).unwrap_or_default()
-        }
-        other => {
-            return Err(LibraryError::raise(format!(
-                "bad argument #1 to '{name}' (string expected, got {})",
-                other.map_or("no value", Value::type_name)
-            )));
-        }
-    };
+    let input = super::string_argument(lua, &args, 1, name)?;
+    // luaL_optinteger when there is a default, luaL_checkinteger when not.
     let integer = |position: usize, default: Option<i64>| -> Result<i64, LibraryError> {
-        match args.get(position) {
-            None | Some(Value::Nil) if default.is_some() => Ok(default.unwrap_or_default()),
-            Some(value) => match lua.coerce_number(value.clone())? {
-                Some(number) => Ok(number as i64),
-                None => Err(LibraryError::raise(format!(
-                    "bad argument #{} to '{name}' (number expected, got {})",
-                    position + 1,
-                    value.type_name()
-                ))),
-            },
-            None => Err(LibraryError::raise(format!(
-                "bad argument #{} to '{name}' (number expected, got no value)",
-                position + 1
-            ))),
+        match (args.get(position - 1), default) {
+            (None | Some(Value::Nil), Some(default)) => Ok(default),
+            _ => Ok(super::number_argument(lua, &args, position, name)? as i64),
         }
     };
     let (limit, offset) = match mode {
         Mode::All => (0, 0),
-        Mode::One => (1, integer(1, Some(0))?),
-        Mode::Limit => (integer(1, None)?, integer(2, Some(0))?),
+        Mode::One => (1, integer(2, Some(0))?),
+        Mode::Limit => (integer(2, None)?, integer(3, Some(0))?),
     };
     // lua-cmsgpack decodes everything when neither a limit nor an offset is given.
     let all = limit == 0 && offset == 0;
@@ -252,7 +241,11 @@ fn unpack_args(lua: &Lua, args: MultiValue, mode: Mode) -> LibraryResult {
             input.len()
         )));
     }
-    let mut reader = Reader { lua, input: &input, at: offset as usize };
+    let mut reader = Reader {
+        lua,
+        input: &input,
+        at: offset as usize,
+    };
     let mut values = Vec::new();
     while reader.at < input.len() && (all || (values.len() as i64) < limit) {
         if values.len() == MAX_RESULTS {
@@ -416,12 +409,18 @@ mod tests {
         let lua = lua();
         for (expression, bytes) in [
             ("nil, true, false", vec![0xc0, 0xc3, 0xc2]),
-            ("0, 127, 128, 255, 256", vec![0x00, 0x7f, 0xcc, 0x80, 0xcc, 0xff, 0xcd, 0x01, 0x00]),
+            (
+                "0, 127, 128, 255, 256",
+                vec![0x00, 0x7f, 0xcc, 0x80, 0xcc, 0xff, 0xcd, 0x01, 0x00],
+            ),
             ("65536", vec![0xce, 0x00, 0x01, 0x00, 0x00]),
             ("4294967296", vec![0xcf, 0, 0, 0, 1, 0, 0, 0, 0]),
             ("-1, -32, -33, -129", vec![0xff, 0xe0, 0xd0, 0xdf, 0xd1, 0xff, 0x7f]),
             ("-2147483648", vec![0xd2, 0x80, 0, 0, 0]),
-            ("-2147483649", vec![0xd3, 0xff, 0xff, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff]),
+            (
+                "-2147483649",
+                vec![0xd3, 0xff, 0xff, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff],
+            ),
             ("1.5", vec![0xca, 0x3f, 0xc0, 0x00, 0x00]),
             ("0.1", vec![0xcb, 0x3f, 0xb9, 0x99, 0x99, 0x99, 0x99, 0x99, 0x9a]),
             ("'abc'", vec![0xa3, b'a', b'b', b'c']),
@@ -437,7 +436,10 @@ mod tests {
         assert_eq!(text[..2], [0xd9, 32]);
         let text = packed(&lua, "string.rep('x', 256)");
         assert_eq!(text[..3], [0xda, 0x01, 0x00]);
-        let array = packed(&lua, "(function() local t = {} for i = 1, 16 do t[i] = i end return t end)()");
+        let array = packed(
+            &lua,
+            "(function() local t = {} for i = 1, 16 do t[i] = i end return t end)()",
+        );
         assert_eq!(array[..3], [0xdc, 0x00, 0x10]);
         // Past 16 levels a table is nil: a table that holds itself packs in 16 levels.
         let itself = packed(&lua, "(function() local t = {} t[1] = t return t end)()");
@@ -472,18 +474,39 @@ mod tests {
             ("cmsgpack.unpack('\\205\\1')", "Missing bytes in input."),
             ("cmsgpack.unpack('\\193')", "Bad data format in input."),
             ("cmsgpack.unpack('\\212\\1\\1')", "Bad data format in input."),
-            ("cmsgpack.unpack('\\221\\255\\255\\255\\255')", "Missing bytes in input."),
+            (
+                "cmsgpack.unpack('\\221\\255\\255\\255\\255')",
+                "Missing bytes in input.",
+            ),
             ("cmsgpack.unpack('\\129\\192\\1')", "table index is nil"),
-            ("cmsgpack.unpack(string.rep('\\145', 1001) .. '\\192')", "MessagePack input nested deeper than 1000 levels"),
-            ("cmsgpack.unpack(string.rep('\\192', 8000))", "too many results to unpack"),
-            ("cmsgpack.unpack_one('\\1', 2)", "Start offset 2 greater than input length 1."),
-            ("cmsgpack.pack()", "bad argument #0 to 'pack' (MessagePack pack needs input.)"),
-            ("cmsgpack.unpack()", "bad argument #1 to 'unpack' (string expected, got no value)"),
+            (
+                "cmsgpack.unpack(string.rep('\\145', 1001) .. '\\192')",
+                "MessagePack input nested deeper than 1000 levels",
+            ),
+            (
+                "cmsgpack.unpack(string.rep('\\192', 8000))",
+                "too many results to unpack",
+            ),
+            (
+                "cmsgpack.unpack_one('\\1', 2)",
+                "Start offset 2 greater than input length 1.",
+            ),
+            (
+                "cmsgpack.pack()",
+                "bad argument #0 to 'pack' (MessagePack pack needs input.)",
+            ),
+            (
+                "cmsgpack.unpack()",
+                "bad argument #1 to 'unpack' (string expected, got no value)",
+            ),
         ] {
             assert_eq!(raised(&lua, chunk), error, "{chunk}");
         }
         let bounded = super::super::with_libraries(1000);
         let error = raised(&bounded, "local s = string.rep('x', 600) cmsgpack.pack({s, s})");
-        assert_eq!(error, "MessagePack pack: the result would exceed the script's memory limit (1000 bytes)");
+        assert_eq!(
+            error,
+            "MessagePack pack: the result would exceed the script's memory limit (1000 bytes)"
+        );
     }
 }
