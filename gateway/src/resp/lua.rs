@@ -8,8 +8,8 @@
 //! their replies come back; see `script.rs`.
 //!
 //! Each run gets a fresh interpreter (about 100 µs, and 50 more in a debug build for Redis's
-//! libraries, measured in a unit test): nothing a script leaves in globals or in the library tables can reach the
-//! next one, which Redis gets by making them read-only.
+//! libraries, measured in a unit test): nothing a script leaves in globals or in the library
+//! tables can reach the next one, which Redis gets by making them read-only.
 //!
 //! Redis's C libraries `cjson`, `cmsgpack`, `bit` and `struct` are written in Rust (the
 //! submodules), to behave as Redis's do.
