@@ -687,10 +687,14 @@ async fn redis_lua_libraries_run_in_scripts() {
         Value::Array(vec![Value::Int(0x34), bulk("ffffffff"), Value::Int(258)])
     );
 
-    // A library's error is the script's error reply; pcall hands the script its text.
+    // A library's error is the script's error reply, after the position of the call as Redis
+    // writes it; pcall hands the script its text.
+    let library_error =
+        |script: &str, text: &str| format!("ERR user_script:1: {text} script: {}, on @user_script:1.", sha1(script));
+    let script = "return cjson.decode('{')";
     assert_eq!(
-        error(&mut con, &["EVAL", "return cjson.decode('{')", "0"]).await,
-        "ERR Expected object key string but found T_END at character 2"
+        error(&mut con, &["EVAL", script, "0"]).await,
+        library_error(script, "Expected object key string but found T_END at character 2")
     );
     let caught: String = query(
         &mut con,
@@ -701,27 +705,29 @@ async fn redis_lua_libraries_run_in_scripts() {
         ],
     )
     .await;
-    assert_eq!(caught, "Missing bytes in input.");
+    assert_eq!(caught, "Missing bytes in input.", "called from pcall (C): no position");
 
     // Hostile nesting: 1,000 levels decode on a script's thread; deeper input is refused.
     let deep = "return #cjson.encode(cjson.decode(string.rep('[', 1000) .. string.rep(']', 1000)))";
     assert_eq!(query::<i64>(&mut con, &["EVAL", deep, "0"]).await, 2000);
-    assert_eq!(
-        error(&mut con, &["EVAL", "return cjson.decode(string.rep('[', 100000))", "0"]).await,
-        "ERR Found too many nested data structures (1001) at character 1001"
-    );
-    assert_eq!(
-        error(
-            &mut con,
-            &["EVAL", "return cmsgpack.unpack(string.rep('\\145', 100000))", "0"]
-        )
-        .await,
-        "ERR MessagePack input nested deeper than 1000 levels"
-    );
-    let itself = "local t = {} t[1] = t return cjson.encode(t)";
-    assert_eq!(
-        error(&mut con, &["EVAL", itself, "0"]).await,
-        "ERR Cannot serialise, excessive nesting (1001)"
-    );
+    for (script, text) in [
+        (
+            "return cjson.decode(string.rep('[', 100000))",
+            "Found too many nested data structures (1001) at character 1001",
+        ),
+        (
+            "return cmsgpack.unpack(string.rep('\\145', 100000))",
+            "MessagePack input nested deeper than 1000 levels",
+        ),
+        (
+            "local t = {} t[1] = t return cjson.encode(t)",
+            "Cannot serialise, excessive nesting (1001)",
+        ),
+    ] {
+        assert_eq!(
+            error(&mut con, &["EVAL", script, "0"]).await,
+            library_error(script, text)
+        );
+    }
     assert_eq!(query::<String>(&mut con, &["PING"]).await, "PONG");
 }

@@ -93,13 +93,21 @@ local function raised_reply(raised)
     return { err = text, line = line ~= "" and line or nil }
 end
 
+-- An error a library function (cjson, cmsgpack, bit, struct) raised: its text, and the line
+-- of the script that called it.
+local function library_error(raised)
+    if type(raised) ~= "userdata" then return nil end
+    local line, text = match(tostring(raised), "\2pgvs3:(%d*):([^\n]*)")
+    return text, line ~= "" and line or nil
+end
+
 -- A script stopped from outside cannot go on by catching the error that stops it; one that
--- catches an error reply sees its table.
+-- catches an error reply sees its table, one that catches a library's error its text.
 local function caught(ok, raised, ...)
     local why = stopped()
     if why then error(why, 0) end
     if ok then return ok, raised, ... end
-    return ok, raised_reply(raised) or raised, ...
+    return ok, raised_reply(raised) or (library_error(raised)) or raised, ...
 end
 pcall = function(...) return caught(raw_pcall(...)) end
 xpcall = function(...) return caught(raw_xpcall(...)) end
@@ -143,9 +151,11 @@ local function as_error(raised)
     if type(raised) == "table" and type(raised.err) == "string" then return raised end
     local reply = raised_reply(raised)
     if reply then return reply end
-    local text = tostring(raised)
+    local text, line = library_error(raised)
     -- A library function that ran out of memory raises Lua's own text for it.
     if text == "not enough memory" then return { err = "ERR " .. text, memory = true } end
+    if text then return { err = "ERR " .. text, line = line } end
+    text = tostring(raised)
     return { err = "ERR " .. text, line = match(text, "^user_script:(%d+):") }
 end
 return function(script)
@@ -278,8 +288,6 @@ fn sandbox(limits: Limits, deadline: Instant, stop: &Arc<Stop>, calls: mpsc::Sen
 
 /// Redis's libraries as globals; `max_output` bounds the strings their encoders write.
 fn libraries(lua: &Lua, max_output: usize) -> mlua::Result<()> {
-    let wrap: mlua::Function = lua.load(LIBRARY_WRAPPER).set_name("=library").eval()?;
-    lua.set_named_registry_value(WRAPPER, wrap)?;
     let globals = lua.globals();
     globals.raw_set("cjson", cjson::library(lua, max_output)?)?;
     globals.raw_set("cmsgpack", cmsgpack::library(lua, max_output)?)?;
@@ -303,26 +311,28 @@ fn with_libraries(max_output: usize) -> Lua {
     lua
 }
 
-const WRAPPER: &str = "pgvs3.library";
-
-/// Makes a library function out of a native one that answers `true, results...` or `false,
-/// message`: mlua raises a Rust function's error as a userdata that carries a traceback, where
-/// Redis's C libraries raise the plain message (no position), which `pcall` hands the script.
-const LIBRARY_WRAPPER: &str = r#"
-local error = error
-local function checked(ok, ...)
-    if ok then return ... end
-    error((...), 0)
-end
-return function(native)
-    return function(...) return checked(native(...)) end
-end
-"#;
+/// The error a library function raises in a one-line chunk, as a script calling it from its
+/// line 1 catches it with `pcall`, without the `user_script:1: ` that the position adds.
+#[cfg(test)]
+fn raised(lua: &Lua, chunk: &str) -> String {
+    let chunk = format!("local ok, err = pcall(function() {chunk} end) assert(not ok) return tostring(err)");
+    let raised: String = lua.load(chunk).set_name("@user_script").eval().unwrap();
+    let text = raised
+        .split_once(LIBRARY_RAISED)
+        .map_or(raised.as_str(), |(_, text)| text);
+    let text = text.lines().next().unwrap_or_default();
+    // The marker's line field, then the message.
+    let text = text.split_once(':').map_or(text, |(_line, text)| text);
+    text.strip_prefix("user_script:1: ").unwrap_or(text).to_owned()
+}
 
 /// How a library function fails.
 pub enum LibraryError {
-    /// An error the script sees, as the C library words it.
+    /// An error the script sees, as the C library words it (`luaL_error`: after the caller's
+    /// position).
     Raise(String),
+    /// An error the interpreter raises inside the C function (`table index is nil`): no position.
+    Unpositioned(String),
     /// The interpreter's own failure (out of memory above all).
     Lua(mlua::Error),
 }
@@ -378,28 +388,37 @@ fn number_argument(lua: &Lua, args: &MultiValue, position: usize, function: &str
         .ok_or_else(|| argument_error(position, function, &format!("number expected, got {type_name}")))
 }
 
-/// A library function from its native part (see [`LIBRARY_WRAPPER`]).
+/// A library function from its native part. Its error is raised as `redis.call`'s are, marked
+/// with [`LIBRARY_RAISED`] and the caller's line (mlua raises a Rust function's error as a
+/// userdata carrying a traceback), and the prelude hands the script the string Redis's C
+/// libraries raise: the message after the position of the caller, as `luaL_error` writes it.
 fn function(lua: &Lua, native: impl Fn(&Lua, MultiValue) -> LibraryResult + 'static) -> mlua::Result<mlua::Function> {
-    let native = lua.create_function(move |lua, args: MultiValue| {
-        let (ok, mut values) = match native(lua, args) {
-            Ok(values) => (true, values),
-            Err(LibraryError::Raise(text)) => (
-                false,
-                MultiValue::from_vec(vec![Value::String(lua.create_string(text)?)]),
-            ),
-            // Lua's text for it, which the prelude recognizes, where mlua's would carry a traceback.
-            Err(LibraryError::Lua(mlua::Error::MemoryError(_))) => (
-                false,
-                MultiValue::from_vec(vec![Value::String(lua.create_string("not enough memory")?)]),
-            ),
+    lua.create_function(move |lua, args: MultiValue| {
+        let (text, positioned) = match native(lua, args) {
+            Ok(values) => return Ok(values),
+            Err(LibraryError::Raise(text)) => (text, true),
+            Err(LibraryError::Unpositioned(text)) => (text, false),
+            // Lua's own text for it, which the prelude turns into the memory limit's abort.
+            Err(LibraryError::Lua(mlua::Error::MemoryError(_))) => ("not enough memory".to_owned(), false),
             Err(LibraryError::Lua(err)) => return Err(err),
         };
-        values.push_front(Value::Boolean(ok));
-        Ok(values)
-    })?;
-    let wrap: mlua::Function = lua.named_registry_value(WRAPPER)?;
-    wrap.call(native)
+        // Level 1 is the caller: a line of the script, or nothing for a C function (pcall).
+        let caller = lua
+            .inspect_stack(1, |frame| {
+                Some((frame.source().short_src?.into_owned(), frame.current_line()?))
+            })
+            .flatten();
+        let (line, position) = match caller {
+            Some((source, line)) if positioned => (line.to_string(), format!("{source}:{line}: ")),
+            Some((_, line)) => (line.to_string(), String::new()),
+            None => (String::new(), String::new()),
+        };
+        Err(mlua::Error::runtime(format!("{LIBRARY_RAISED}{line}:{position}{text}")))
+    })
 }
+
+/// Marks an error a library function raises (the prelude's pattern spells it `\2pgvs3:`).
+const LIBRARY_RAISED: &str = "\u{2}pgvs3:";
 
 /// `redis.call` and `redis.pcall`: each sends its command to the connection's task and converts
 /// the reply. They are native functions, so that a script's `return redis.call(...)` (a tail

@@ -394,7 +394,8 @@ impl Decoder<'_> {
         }
         let at = self.at;
         let read = |token, value| Read { token, at, value };
-        let Some(&byte) = self.text.get(at) else {
+        // lua-cjson's text ends at its first NUL.
+        let Some(&byte) = self.text.get(at).filter(|byte| **byte != 0) else {
             return Ok(read(Token::End, Value::Nil));
         };
         let single = match byte {
@@ -411,13 +412,14 @@ impl Decoder<'_> {
             return Ok(read(token, Value::Nil));
         }
         match byte {
+            // lua-cjson reads a string's error where it is found, not where the string starts.
             b'"' => Ok(match self.string(at) {
                 Ok(text) => read(Token::String, Value::String(self.lua.create_string(text)?)),
-                Err(problem) => read(Token::Error(problem), Value::Nil),
-            }),
-            b'-' | b'0'..=b'9' => Ok(match self.number(at) {
-                Some(number) => read(Token::Number, Value::Number(number)),
-                None => read(Token::Error("invalid number"), Value::Nil),
+                Err((problem, at)) => Read {
+                    token: Token::Error(problem),
+                    at,
+                    value: Value::Nil,
+                },
             }),
             _ => {
                 for (word, token, value) in [
@@ -430,57 +432,32 @@ impl Decoder<'_> {
                         return Ok(read(token, value));
                     }
                 }
-                Ok(read(Token::Error("invalid token"), Value::Nil))
+                // With Redis's `decode_invalid_numbers` on, what strtod reads is a number: hex,
+                // leading zeros, a `+` sign, `inf`, `nan`.
+                let rest = &self.text[at..];
+                let number_like = matches!(byte, b'-' | b'+' | b'0'..=b'9')
+                    || starts_with_ignoring_case(rest, b"inf")
+                    || starts_with_ignoring_case(rest, b"nan");
+                if !number_like {
+                    return Ok(read(Token::Error("invalid token"), Value::Nil));
+                }
+                Ok(match strtod(rest) {
+                    Some((number, length)) => {
+                        self.at += length;
+                        read(Token::Number, Value::Number(number))
+                    }
+                    None => read(Token::Error("invalid number"), Value::Nil),
+                })
             }
         }
     }
 
-    /// A number as strtod reads it; leading zeros and hexadecimal are refused, as lua-cjson does.
-    fn number(&mut self, at: usize) -> Option<f64> {
-        let text = self.text;
-        let digits = |mut i: usize| {
-            while text.get(i).is_some_and(u8::is_ascii_digit) {
-                i += 1;
-            }
-            i
-        };
-        let mut end = at + usize::from(text[at] == b'-');
-        let integer_start = end;
-        end = digits(end);
-        if end == integer_start {
-            return None;
-        }
-        if text[integer_start] == b'0' && end > integer_start + 1
-            || text.get(end).is_some_and(|b| *b == b'x' || *b == b'X')
-        {
-            return None;
-        }
-        if text.get(end) == Some(&b'.') {
-            end = digits(end + 1);
-        }
-        if let Some(b'e' | b'E') = text.get(end) {
-            let mut exponent = end + 1;
-            if let Some(b'+' | b'-') = text.get(exponent) {
-                exponent += 1;
-            }
-            let exponent_end = digits(exponent);
-            if exponent_end > exponent {
-                end = exponent_end;
-            }
-        }
-        let number = std::str::from_utf8(&text[at..end])
-            .ok()
-            .and_then(|number| number.trim_end_matches('.').parse::<f64>().ok())?;
-        self.at = end;
-        Some(number)
-    }
-
-    fn string(&mut self, at: usize) -> Result<Vec<u8>, &'static str> {
+    fn string(&mut self, at: usize) -> Result<Vec<u8>, (&'static str, usize)> {
         let mut out = Vec::new();
         let mut i = at + 1;
         loop {
             match self.text.get(i) {
-                None | Some(0) => return Err("unexpected end of string"),
+                None | Some(0) => return Err(("unexpected end of string", i)),
                 Some(b'"') => break,
                 Some(b'\\') => {
                     let escape = self.text.get(i + 1).copied();
@@ -495,13 +472,13 @@ impl Decoder<'_> {
                         Some(b't') => b'\t',
                         Some(b'u') => {
                             let (character, used) =
-                                unicode_escape(&self.text[i..]).ok_or("invalid unicode escape code")?;
+                                unicode_escape(&self.text[i..]).ok_or(("invalid unicode escape code", i))?;
                             let mut buffer = [0; 4];
                             out.extend_from_slice(character.encode_utf8(&mut buffer).as_bytes());
                             i += used;
                             continue;
                         }
-                        _ => return Err("invalid escape code"),
+                        _ => return Err(("invalid escape code", i)),
                     };
                     out.push(plain);
                     i += 2;
@@ -515,6 +492,103 @@ impl Decoder<'_> {
         self.at = i + 1;
         Ok(out)
     }
+}
+
+fn starts_with_ignoring_case(text: &[u8], prefix: &[u8]) -> bool {
+    text.len() >= prefix.len() && text[..prefix.len()].eq_ignore_ascii_case(prefix)
+}
+
+/// C's `strtod` (what lua-cjson reads numbers with): the number at the start of `text` and how
+/// many bytes it took. Decimal with an optional fraction and exponent, hexadecimal (`0x1.8p3`),
+/// `inf`, `infinity` and `nan` (with an optional `(chars)`), each after an optional sign.
+fn strtod(text: &[u8]) -> Option<(f64, usize)> {
+    let (sign, start) = match text.first() {
+        Some(b'-') => (-1.0, 1),
+        Some(b'+') => (1.0, 1),
+        _ => (1.0, 0),
+    };
+    let rest = &text[start..];
+    if starts_with_ignoring_case(rest, b"infinity") {
+        return Some((sign * f64::INFINITY, start + 8));
+    }
+    if starts_with_ignoring_case(rest, b"inf") {
+        return Some((sign * f64::INFINITY, start + 3));
+    }
+    if starts_with_ignoring_case(rest, b"nan") {
+        let mut end = start + 3;
+        if text.get(end) == Some(&b'(') {
+            let inner = run(&text[end + 1..], |byte| byte.is_ascii_alphanumeric() || byte == b'_');
+            if text.get(end + 1 + inner) == Some(&b')') {
+                end += inner + 2;
+            }
+        }
+        return Some((f64::NAN, end));
+    }
+    let radix = if starts_with_ignoring_case(rest, b"0x") { 16 } else { 10 };
+    let digits_from = if radix == 16 { start + 2 } else { start };
+    let is_digit = |byte: u8| char::from(byte).is_digit(radix);
+    let whole = run(&text[digits_from..], is_digit);
+    let point = digits_from + whole;
+    let fraction = if text.get(point) == Some(&b'.') {
+        run(&text[point + 1..], is_digit)
+    } else {
+        0
+    };
+    if whole + fraction == 0 {
+        // "0x" without hex digits: strtod reads the 0 alone.
+        return (radix == 16).then_some((0.0, start + 1));
+    }
+    let mut end = point;
+    if text.get(point) == Some(&b'.') {
+        end += 1 + fraction;
+    }
+    let (power, used) = exponent(&text[end..], if radix == 16 { b'p' } else { b'e' });
+    let value = if radix == 16 {
+        let digit = |byte: &u8| f64::from(char::from(*byte).to_digit(16).unwrap_or(0));
+        let mut value = text[digits_from..point]
+            .iter()
+            .fold(0.0, |value, byte| value * 16.0 + digit(byte));
+        let mut scale = 1.0 / 16.0;
+        for byte in text.get(point + 1..point + 1 + fraction).unwrap_or_default() {
+            value += digit(byte) * scale;
+            scale /= 16.0;
+        }
+        value * 2f64.powi(power)
+    } else {
+        let part = |from: usize, count: usize| {
+            let digits = text.get(from..from + count).unwrap_or_default();
+            std::str::from_utf8(digits).unwrap_or("")
+        };
+        format!("0{}.{}0e{power}", part(digits_from, whole), part(point + 1, fraction))
+            .parse()
+            .ok()?
+    };
+    Some((sign * value, end + used))
+}
+
+/// How many bytes at the start of `text` satisfy `wanted`.
+fn run(text: &[u8], wanted: impl Fn(u8) -> bool) -> usize {
+    text.iter().take_while(|byte| wanted(**byte)).count()
+}
+
+/// An exponent (`e` or `p`, an optional sign, digits) at the start of `text`: its value and
+/// length, or nothing when it has no digits (strtod then stops before the letter).
+fn exponent(text: &[u8], letter: u8) -> (i32, usize) {
+    if !text.first().is_some_and(|first| first.eq_ignore_ascii_case(&letter)) {
+        return (0, 0);
+    }
+    let signed = usize::from(matches!(text.get(1), Some(b'+' | b'-')));
+    let count = run(&text[1 + signed..], |byte| byte.is_ascii_digit());
+    if count == 0 {
+        return (0, 0);
+    }
+    let digits = std::str::from_utf8(&text[1 + signed..1 + signed + count]).unwrap_or("0");
+    // Past any double's range either way: the clamp keeps the arithmetic in bounds.
+    let value = digits.parse::<i32>().unwrap_or(i32::MAX).min(100_000);
+    (
+        if text.get(1) == Some(&b'-') { -value } else { value },
+        1 + signed + count,
+    )
 }
 
 /// `\uXXXX`, or a surrogate pair `\uD8xx\uDCxx`, at the start of `text`: the character and how
@@ -563,12 +637,7 @@ mod tests {
     }
 
     /// The error a chunk raises, as the script would catch it with pcall.
-    fn raised(lua: &Lua, chunk: &str) -> String {
-        eval(
-            lua,
-            &format!("local ok, err = pcall(function() {chunk} end) assert(not ok) return err"),
-        )
-    }
+    use super::super::raised;
 
     #[test]
     fn encodes_as_redis_cjson_does() {
@@ -655,19 +724,27 @@ mod tests {
             ),
             (
                 "cjson.decode('\"abc')",
-                "Expected value but found unexpected end of string at character 1",
+                "Expected value but found unexpected end of string at character 5",
             ),
             (
                 "cjson.decode('\"\\\\q\"')",
-                "Expected value but found invalid escape code at character 1",
+                "Expected value but found invalid escape code at character 2",
             ),
             (
                 "cjson.decode('\"\\\\ud800\"')",
-                "Expected value but found invalid unicode escape code at character 1",
+                "Expected value but found invalid unicode escape code at character 2",
             ),
             (
-                "cjson.decode('[01]')",
+                "cjson.decode('[-]')",
                 "Expected value but found invalid number at character 2",
+            ),
+            (
+                "cjson.decode('1e')",
+                "Expected the end but found invalid token at character 2",
+            ),
+            (
+                "cjson.decode('0x')",
+                "Expected the end but found invalid token at character 2",
             ),
             (
                 "cjson.decode(string.rep('[', 1001))",
@@ -693,6 +770,14 @@ mod tests {
             return cjson.encode(cjson.decode('[[[]],{"k":[{}]}]'))
         "#;
         assert_eq!(eval(&lua, chunk), r#"[[{}],{"k":[{}]}]"#);
+        // Redis turns lua-cjson's decode_invalid_numbers on: strtod reads what it can.
+        let numbers = "local t = cjson.decode('[01, 0x10, +1, -.5, 1., 0x1.8p1, -inf, Infinity, 1e400]') \
+            return table.concat({t[1], t[2], t[3], t[4], t[5], t[6], tostring(t[7]), tostring(t[8]), tostring(t[9])}, ' ')";
+        assert_eq!(eval(&lua, numbers), "1 16 1 -0.5 1 3 -inf inf inf");
+        let nan = "local n = cjson.decode('[nan(1), NaN]') return tostring(n[1] ~= n[1] and n[2] ~= n[2])";
+        assert_eq!(eval(&lua, nan), "true");
+        let nul = "return cjson.encode(cjson.decode('[1]\\0garbage'))";
+        assert_eq!(eval(&lua, nul), "[1]", "the text ends at a NUL");
         let deep = "return cjson.encode(cjson.decode(string.rep('[', 1000) .. string.rep(']', 1000)))";
         assert_eq!(
             eval(&lua, deep).len(),
