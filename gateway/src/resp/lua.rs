@@ -303,10 +303,12 @@ fn deeper<R>(level: impl FnOnce() -> R) -> R {
     stacker::maybe_grow(64 * 1024, 1024 * 1024, level)
 }
 
-/// An interpreter with the libraries alone, for their tests.
+/// An interpreter with the libraries alone, for their tests; a panic in a library is not caught
+/// by `pcall` there but fails the test.
 #[cfg(test)]
 fn with_libraries(max_output: usize) -> Lua {
-    let lua = Lua::new_with(StdLib::TABLE | StdLib::STRING | StdLib::MATH, LuaOptions::new()).unwrap();
+    let options = LuaOptions::new().catch_rust_panics(false);
+    let lua = Lua::new_with(StdLib::TABLE | StdLib::STRING | StdLib::MATH, options).unwrap();
     libraries(&lua, max_output).unwrap();
     lua
 }
@@ -611,5 +613,71 @@ fn error_reply(raised: &Table, sha: &str) -> Reply {
     match line {
         Some(line) => Reply::Error(format!("{text} script: {sha}, on @user_script:{line}.")),
         None => Reply::Error(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mlua::{Lua, Value};
+
+    /// Bytes from a fixed-seed generator, drawn mostly from what the decoders look at.
+    struct Bytes(u64);
+
+    impl Bytes {
+        fn next(&mut self) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            self.0 >> 33
+        }
+
+        fn string(&mut self, alphabet: &[u8]) -> Vec<u8> {
+            let length = self.next() % 48;
+            (0..length)
+                .map(|_| match self.next() % 4 {
+                    0 => self.next() as u8,
+                    _ => alphabet[(self.next() as usize) % alphabet.len()],
+                })
+                .collect()
+        }
+    }
+
+    /// Whatever the input, a decoder answers values or raises a Lua error: it never panics
+    /// (a panic would cross into the interpreter and abort the script's thread).
+    #[test]
+    fn decoders_survive_arbitrary_input() {
+        let lua = super::with_libraries(1 << 20);
+        let json = b"{}[]:,\"\\u0123456789abcdefxXpPeE.+-truefalsenullinfnan \t\n\0";
+        let msgpack = b"\x00\x7f\x80\x8f\x90\x9f\xa0\xbf\xc0\xc2\xc3\xca\xcb\xcc\xcd\xce\xcf\xd0\xd3\xd9\xda\xdb\xdc\xdd\xde\xdf\xff";
+        let format = b"<>!x bBhHlLTiIfdcs0123456789 ";
+        let attempt: mlua::Function = lua
+            .load(
+                "local json, msgpack, format, data = ... \
+                 pcall(cjson.decode, json) pcall(cmsgpack.unpack, msgpack) \
+                 pcall(cmsgpack.unpack_limit, msgpack, 3, 1) pcall(struct.unpack, format, data) \
+                 pcall(struct.pack, format, 1, 'ab', 2.5) pcall(struct.size, format) return true",
+            )
+            .into_function()
+            .unwrap();
+        let mut bytes = Bytes(7);
+        for _ in 0..20_000 {
+            let inputs: Vec<Value> = [json.as_slice(), msgpack, format, msgpack]
+                .iter()
+                .map(|alphabet| Value::String(lua.create_string(bytes.string(alphabet)).unwrap()))
+                .collect();
+            let done: bool = attempt.call(mlua::MultiValue::from_vec(inputs)).unwrap();
+            assert!(done);
+        }
+    }
+
+    #[test]
+    fn the_libraries_are_the_globals_redis_has() {
+        let lua: Lua = super::with_libraries(1 << 20);
+        let names: String = lua
+            .load("return table.concat({type(cjson), type(cmsgpack), type(bit), type(struct), type(cjson.null)}, ' ')")
+            .eval()
+            .unwrap();
+        assert_eq!(names, "table table table table userdata");
     }
 }
