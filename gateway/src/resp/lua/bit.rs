@@ -4,7 +4,7 @@
 
 use mlua::{Lua, MultiValue, Table, Value};
 
-use super::{LibraryError, LibraryResult};
+use super::library::{self, LibraryError, LibraryResult};
 
 type Unary = (&'static str, fn(i32) -> i32);
 type Fold = (&'static str, fn(i32, i32) -> i32);
@@ -17,7 +17,7 @@ pub fn library(lua: &Lua) -> mlua::Result<Table> {
     for (name, operation) in unary {
         bit.raw_set(
             name,
-            super::function(lua, move |lua, args| {
+            library::function(lua, move |lua, args| {
                 Ok(result(operation(argument(lua, &args, 0, name)?)))
             })?,
         )?;
@@ -26,7 +26,7 @@ pub fn library(lua: &Lua) -> mlua::Result<Table> {
     for (name, operation) in folds {
         bit.raw_set(
             name,
-            super::function(lua, move |lua, args| {
+            library::function(lua, move |lua, args| {
                 let mut value = argument(lua, &args, 0, name)?;
                 for position in 1..args.len() {
                     value = operation(value, argument(lua, &args, position, name)?);
@@ -46,14 +46,14 @@ pub fn library(lua: &Lua) -> mlua::Result<Table> {
     for (name, operation) in shifts {
         bit.raw_set(
             name,
-            super::function(lua, move |lua, args| {
+            library::function(lua, move |lua, args| {
                 let value = argument(lua, &args, 0, name)?;
                 let count = argument(lua, &args, 1, name)? as u32 & 31;
                 Ok(result(operation(value, count)))
             })?,
         )?;
     }
-    bit.raw_set("tohex", super::function(lua, tohex)?)?;
+    bit.raw_set("tohex", library::function(lua, tohex)?)?;
     Ok(bit)
 }
 
@@ -82,7 +82,7 @@ fn result(value: i32) -> MultiValue {
 /// Argument `position` (from 0) as LuaBitOp's `barg` reads it: a number (or a numeric string),
 /// reduced to 32 bits by adding 2^52 + 2^51 and keeping the low word of the double.
 fn argument(lua: &Lua, args: &MultiValue, position: usize, name: &str) -> Result<i32, LibraryError> {
-    super::number_argument(lua, args, position + 1, name).map(to_bit)
+    library::number_argument(lua, args, position + 1, name).map(to_bit)
 }
 
 fn to_bit(number: f64) -> i32 {
@@ -93,7 +93,7 @@ fn to_bit(number: f64) -> i32 {
 mod tests {
     #[test]
     fn computes_as_luabitop_does() {
-        let lua = super::super::with_libraries(1 << 20);
+        let lua = super::super::library::with_libraries(1 << 20);
         let chunk = r#"
             assert(bit.tobit(0xffffffff) == -1 and bit.tobit(2^32 + 5) == 5 and bit.tobit(1.5) == 2)
             assert(bit.band(0x12345678, 0xff) == 0x78 and bit.bor(1, 2, 4) == 7 and bit.bxor(7, 2) == 5)
@@ -107,7 +107,7 @@ mod tests {
         "#;
         assert_eq!(lua.load(chunk).eval::<String>().unwrap(), "ok");
         assert_eq!(
-            super::super::raised(&lua, "bit.band()"),
+            super::super::library::raised(&lua, "bit.band()"),
             "bad argument #1 to 'band' (number expected, got no value)"
         );
     }

@@ -11,7 +11,7 @@
 
 use mlua::{LightUserData, Lua, MultiValue, Table, Value};
 
-use super::{LibraryError, LibraryResult};
+use super::library::{self, LibraryError, LibraryResult};
 
 /// lua-cjson's `encode_max_depth` and `decode_max_depth` defaults.
 const MAX_DEPTH: usize = 1000;
@@ -23,9 +23,9 @@ pub fn library(lua: &Lua, max_output: usize) -> mlua::Result<Table> {
     let cjson = lua.create_table()?;
     cjson.raw_set(
         "encode",
-        super::function(lua, move |lua, args| encode_args(lua, args, max_output))?,
+        library::function(lua, move |lua, args| encode_args(lua, args, max_output))?,
     )?;
-    cjson.raw_set("decode", super::function(lua, decode_args)?)?;
+    cjson.raw_set("decode", library::function(lua, decode_args)?)?;
     cjson.raw_set("null", null())?;
     cjson.raw_set("_NAME", "cjson")?;
     cjson.raw_set("_VERSION", "2.1.0")?;
@@ -54,9 +54,9 @@ fn encode_args(lua: &Lua, args: MultiValue, max_output: usize) -> LibraryResult 
 
 fn decode_args(lua: &Lua, args: MultiValue) -> LibraryResult {
     if args.len() != 1 {
-        return Err(super::argument_error(1, "decode", "expected 1 argument"));
+        return Err(library::argument_error(1, "decode", "expected 1 argument"));
     }
-    let text = super::string_argument(lua, &args, 1, "decode")?;
+    let text = library::string_argument(lua, &args, 1, "decode")?;
     let value = Decoder {
         lua,
         text: &text,
@@ -68,7 +68,7 @@ fn decode_args(lua: &Lua, args: MultiValue) -> LibraryResult {
 }
 
 fn exactly_one(args: MultiValue, name: &str) -> Result<[Value; 1], LibraryError> {
-    <[Value; 1]>::try_from(args.into_vec()).map_err(|_| super::argument_error(1, name, "expected 1 argument"))
+    <[Value; 1]>::try_from(args.into_vec()).map_err(|_| library::argument_error(1, name, "expected 1 argument"))
 }
 
 /// What `encode` wrote so far, and how much it may write.
@@ -111,7 +111,7 @@ fn lua_type_name(value: &Value) -> &'static str {
 }
 
 fn encode(value: &Value, depth: usize, out: &mut Output) -> Result<(), LibraryError> {
-    super::deeper(|| encode_level(value, depth, out))
+    library::deeper(|| encode_level(value, depth, out))
 }
 
 fn encode_level(value: &Value, depth: usize, out: &mut Output) -> Result<(), LibraryError> {
@@ -314,8 +314,8 @@ impl Decoder<'_> {
     fn value(&mut self, read: Read) -> Result<Value, LibraryError> {
         match read.token {
             Token::String | Token::Number | Token::Boolean | Token::Null => Ok(read.value),
-            Token::ObjectBegin => super::deeper(|| self.object(&read)),
-            Token::ArrayBegin => super::deeper(|| self.array(&read)),
+            Token::ObjectBegin => library::deeper(|| self.object(&read)),
+            Token::ArrayBegin => library::deeper(|| self.array(&read)),
             _ => Err(expected("value", &read)),
         }
     }
@@ -628,7 +628,7 @@ mod tests {
     use mlua::Lua;
 
     fn lua() -> Lua {
-        super::super::with_libraries(1 << 20)
+        super::super::library::with_libraries(1 << 20)
     }
 
     /// What a chunk returns, as a string.
@@ -637,7 +637,7 @@ mod tests {
     }
 
     /// The error a chunk raises, as the script would catch it with pcall.
-    use super::super::raised;
+    use super::super::library::raised;
 
     #[test]
     fn encodes_as_redis_cjson_does() {
@@ -788,7 +788,7 @@ mod tests {
 
     #[test]
     fn a_text_longer_than_the_bound_is_refused() {
-        let lua = super::super::with_libraries(1000);
+        let lua = super::super::library::with_libraries(1000);
         let error = raised(
             &lua,
             "local s = string.rep('x', 100) cjson.encode({s, s, s, s, s, s, s, s, s, s})",

@@ -13,7 +13,7 @@
 
 use mlua::{Lua, MultiValue, Table, Value};
 
-use super::{LibraryError, LibraryResult};
+use super::library::{self, LibraryError, LibraryResult};
 
 /// lua-cmsgpack's LUACMSGPACK_MAX_NESTING: deeper tables are packed as nil.
 const PACK_NESTING: usize = 16;
@@ -32,19 +32,19 @@ pub fn library(lua: &Lua, max_output: usize) -> mlua::Result<Table> {
     let cmsgpack = lua.create_table()?;
     cmsgpack.raw_set(
         "pack",
-        super::function(lua, move |lua, args| pack_args(lua, args, max_output))?,
+        library::function(lua, move |lua, args| pack_args(lua, args, max_output))?,
     )?;
     cmsgpack.raw_set(
         "unpack",
-        super::function(lua, |lua, args| unpack_args(lua, args, Mode::All))?,
+        library::function(lua, |lua, args| unpack_args(lua, args, Mode::All))?,
     )?;
     cmsgpack.raw_set(
         "unpack_one",
-        super::function(lua, |lua, args| unpack_args(lua, args, Mode::One))?,
+        library::function(lua, |lua, args| unpack_args(lua, args, Mode::One))?,
     )?;
     cmsgpack.raw_set(
         "unpack_limit",
-        super::function(lua, |lua, args| unpack_args(lua, args, Mode::Limit))?,
+        library::function(lua, |lua, args| unpack_args(lua, args, Mode::Limit))?,
     )?;
     cmsgpack.raw_set("_NAME", "cmsgpack")?;
     cmsgpack.raw_set("_VERSION", "lua-cmsgpack 0.4.0")?;
@@ -93,7 +93,7 @@ fn pack(value: &Value, level: usize, out: &mut Vec<u8>, max_output: usize) -> Re
             }
             out.extend_from_slice(&text);
         }
-        Value::Table(table) if level < PACK_NESTING => super::deeper(|| pack_table(table, level, out, max_output))?,
+        Value::Table(table) if level < PACK_NESTING => library::deeper(|| pack_table(table, level, out, max_output))?,
         _ => out.push(0xc0),
     }
     if out.len() > max_output {
@@ -214,12 +214,12 @@ fn unpack_args(lua: &Lua, args: MultiValue, mode: Mode) -> LibraryResult {
         Mode::One => "unpack_one",
         Mode::Limit => "unpack_limit",
     };
-    let input = super::string_argument(lua, &args, 1, name)?;
+    let input = library::string_argument(lua, &args, 1, name)?;
     // luaL_optinteger when there is a default, luaL_checkinteger when not.
     let integer = |position: usize, default: Option<i64>| -> Result<i64, LibraryError> {
         match (args.get(position - 1), default) {
             (None | Some(Value::Nil), Some(default)) => Ok(default),
-            _ => Ok(super::number_argument(lua, &args, position, name)? as i64),
+            _ => Ok(library::number_argument(lua, &args, position, name)? as i64),
         }
     };
     let (limit, offset) = match mode {
@@ -319,23 +319,23 @@ impl<'a> Reader<'a> {
                 let length = self.length(4)?;
                 self.string(length)
             }
-            0x90..=0x9f => super::deeper(|| self.array(usize::from(tag & 0x0f), depth)),
+            0x90..=0x9f => library::deeper(|| self.array(usize::from(tag & 0x0f), depth)),
             0xdc => {
                 let count = self.length(2)?;
-                super::deeper(|| self.array(count, depth))
+                library::deeper(|| self.array(count, depth))
             }
             0xdd => {
                 let count = self.length(4)?;
-                super::deeper(|| self.array(count, depth))
+                library::deeper(|| self.array(count, depth))
             }
-            0x80..=0x8f => super::deeper(|| self.map(usize::from(tag & 0x0f), depth)),
+            0x80..=0x8f => library::deeper(|| self.map(usize::from(tag & 0x0f), depth)),
             0xde => {
                 let count = self.length(2)?;
-                super::deeper(|| self.map(count, depth))
+                library::deeper(|| self.map(count, depth))
             }
             0xdf => {
                 let count = self.length(4)?;
-                super::deeper(|| self.map(count, depth))
+                library::deeper(|| self.map(count, depth))
             }
             _ => Err(LibraryError::raise(BAD_FORMAT)),
         }
@@ -390,7 +390,7 @@ mod tests {
     use mlua::Lua;
 
     fn lua() -> Lua {
-        super::super::with_libraries(1 << 20)
+        super::super::library::with_libraries(1 << 20)
     }
 
     /// The bytes `cmsgpack.pack` writes for a Lua expression.
@@ -399,7 +399,7 @@ mod tests {
         lua.load(chunk).eval::<mlua::String>().unwrap().as_bytes().to_vec()
     }
 
-    use super::super::raised;
+    use super::super::library::raised;
 
     #[test]
     fn packs_as_redis_cmsgpack_does() {
@@ -500,7 +500,7 @@ mod tests {
         ] {
             assert_eq!(raised(&lua, chunk), error, "{chunk}");
         }
-        let bounded = super::super::with_libraries(1000);
+        let bounded = super::super::library::with_libraries(1000);
         let error = raised(&bounded, "local s = string.rep('x', 600) cmsgpack.pack({s, s})");
         assert_eq!(
             error,

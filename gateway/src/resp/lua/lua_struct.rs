@@ -10,7 +10,7 @@
 
 use mlua::{Lua, MultiValue, Table, Value};
 
-use super::{LibraryError, LibraryResult, argument_error, number_argument, string_argument};
+use super::library::{self, LibraryError, LibraryResult, argument_error, number_argument, string_argument};
 
 /// lua_struct's MAXINTSIZE.
 const MAX_INT_SIZE: usize = 32;
@@ -22,9 +22,9 @@ const MAX_RESULTS: usize = 7_999;
 /// The `struct` table.
 pub fn library(lua: &Lua) -> mlua::Result<Table> {
     let table = lua.create_table()?;
-    table.raw_set("pack", super::function(lua, pack)?)?;
-    table.raw_set("unpack", super::function(lua, unpack)?)?;
-    table.raw_set("size", super::function(lua, size)?)?;
+    table.raw_set("pack", library::function(lua, pack)?)?;
+    table.raw_set("unpack", library::function(lua, unpack)?)?;
+    table.raw_set("size", library::function(lua, size)?)?;
     Ok(table)
 }
 
@@ -317,7 +317,7 @@ fn size(lua: &Lua, args: MultiValue) -> LibraryResult {
 mod tests {
     #[test]
     fn packs_and_unpacks_as_lua_struct_does() {
-        let lua = super::super::with_libraries(1 << 20);
+        let lua = super::super::library::with_libraries(1 << 20);
         let chunk = r#"
             assert(struct.pack(">I2", 258) == "\1\2" and struct.pack("<I2", 258) == "\2\1")
             assert(struct.pack("i", -2) == "\254\255\255\255" and struct.pack(">b", -1) == "\255")
@@ -339,7 +339,7 @@ mod tests {
 
     #[test]
     fn refuses_what_lua_struct_refuses() {
-        let lua = super::super::with_libraries(1 << 20);
+        let lua = super::super::library::with_libraries(1 << 20);
         for (chunk, error) in [
             (
                 "struct.pack('q', 1)",
@@ -371,7 +371,7 @@ mod tests {
                 "bad argument #1 to 'size' (option 's' has no fixed size)",
             ),
         ] {
-            assert_eq!(super::super::raised(&lua, chunk), error, "{chunk}");
+            assert_eq!(super::super::library::raised(&lua, chunk), error, "{chunk}");
         }
     }
 }
