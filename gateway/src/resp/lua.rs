@@ -249,7 +249,9 @@ fn sandbox(limits: Limits, deadline: Instant, stop: &Arc<Stop>, calls: mpsc::Sen
     // The base library (with coroutines, as in 5.1), table, string, math, and Redis's cjson,
     // cmsgpack, bit and struct. No io, os, package (require) or debug.
     let lua = Lua::new_with(StdLib::TABLE | StdLib::STRING | StdLib::MATH, LuaOptions::new())?;
-    library::install(&lua, limits.memory)?;
+    let library_stop = Arc::clone(stop);
+    let bounds = library::Bounds::new(limits.memory, move || stopped(&library_stop, deadline, limits.time));
+    library::install(&lua, &bounds)?;
     let hook_stop = Arc::clone(stop);
     let limit = limits.time;
     lua.set_global_hook(

@@ -11,21 +11,18 @@
 
 use mlua::{LightUserData, Lua, MultiValue, Table, Value};
 
-use super::library::{self, LibraryError, LibraryResult};
+use std::rc::Rc;
+
+use super::library::{self, Bounds, LibraryError, LibraryResult};
 
 /// lua-cjson's `encode_max_depth` and `decode_max_depth` defaults.
 const MAX_DEPTH: usize = 1000;
 
 /// The `cjson` table.
-/// `max_output` bounds what `encode` writes: tables shared many times over could make it
-/// unbounded (the script's memory limit, which it is, would refuse the string anyway).
-pub fn library(lua: &Lua, max_output: usize) -> mlua::Result<Table> {
+pub fn library(lua: &Lua, bounds: &Rc<Bounds>) -> mlua::Result<Table> {
     let cjson = lua.create_table()?;
-    cjson.raw_set(
-        "encode",
-        library::function(lua, move |lua, args| encode_args(lua, args, max_output))?,
-    )?;
-    cjson.raw_set("decode", library::function(lua, decode_args)?)?;
+    cjson.raw_set("encode", library::bounded_function(lua, bounds, encode_args)?)?;
+    cjson.raw_set("decode", library::bounded_function(lua, bounds, decode_args)?)?;
     cjson.raw_set("null", null())?;
     cjson.raw_set("_NAME", "cjson")?;
     cjson.raw_set("_VERSION", "2.1.0")?;
@@ -41,24 +38,25 @@ fn is_null(value: &Value) -> bool {
     matches!(value, Value::LightUserData(data) if data.0.is_null())
 }
 
-fn encode_args(lua: &Lua, args: MultiValue, max_output: usize) -> LibraryResult {
+fn encode_args(lua: &Lua, args: MultiValue, bounds: &Bounds) -> LibraryResult {
     let [value] = exactly_one(args, "encode")?;
     let mut out = Output {
         bytes: Vec::new(),
-        max: max_output,
+        bounds,
     };
     encode(&value, 0, &mut out)?;
     let out = out.bytes;
     Ok(MultiValue::from_vec(vec![Value::String(lua.create_string(out)?)]))
 }
 
-fn decode_args(lua: &Lua, args: MultiValue) -> LibraryResult {
+fn decode_args(lua: &Lua, args: MultiValue, bounds: &Bounds) -> LibraryResult {
     if args.len() != 1 {
         return Err(library::argument_error(1, "decode", "expected 1 argument"));
     }
     let text = library::string_argument(lua, &args, 1, "decode")?;
     let value = Decoder {
         lua,
+        bounds,
         text: &text,
         at: 0,
         depth: 0,
@@ -72,12 +70,12 @@ fn exactly_one(args: MultiValue, name: &str) -> Result<[Value; 1], LibraryError>
 }
 
 /// What `encode` wrote so far, and how much it may write.
-struct Output {
+struct Output<'a> {
     bytes: Vec<u8>,
-    max: usize,
+    bounds: &'a Bounds,
 }
 
-impl Output {
+impl Output<'_> {
     fn push(&mut self, byte: u8) {
         self.bytes.push(byte);
     }
@@ -87,13 +85,13 @@ impl Output {
     }
 
     fn check(&self) -> Result<(), LibraryError> {
-        if self.bytes.len() > self.max {
+        if self.bytes.len() > self.bounds.max_output {
             return Err(LibraryError::raise(format!(
                 "Cannot serialise: the text would exceed the script's memory limit ({} bytes)",
-                self.max
+                self.bounds.max_output
             )));
         }
-        Ok(())
+        self.bounds.step()
     }
 }
 
@@ -110,11 +108,11 @@ fn lua_type_name(value: &Value) -> &'static str {
     }
 }
 
-fn encode(value: &Value, depth: usize, out: &mut Output) -> Result<(), LibraryError> {
+fn encode(value: &Value, depth: usize, out: &mut Output<'_>) -> Result<(), LibraryError> {
     library::deeper(|| encode_level(value, depth, out))
 }
 
-fn encode_level(value: &Value, depth: usize, out: &mut Output) -> Result<(), LibraryError> {
+fn encode_level(value: &Value, depth: usize, out: &mut Output<'_>) -> Result<(), LibraryError> {
     match value {
         Value::Nil => out.extend_from_slice(b"null"),
         Value::LightUserData(_) if is_null(value) => out.extend_from_slice(b"null"),
@@ -199,7 +197,7 @@ fn array_length(table: &Table) -> Result<Option<usize>, LibraryError> {
     Ok(Some(largest as usize))
 }
 
-fn encode_string(text: &[u8], out: &mut Output) {
+fn encode_string(text: &[u8], out: &mut Output<'_>) {
     out.push(b'"');
     for &byte in text {
         match byte {
@@ -295,6 +293,7 @@ struct Read {
 
 struct Decoder<'a> {
     lua: &'a Lua,
+    bounds: &'a Bounds,
     text: &'a [u8],
     at: usize,
     depth: usize,
@@ -312,6 +311,7 @@ impl Decoder<'_> {
     }
 
     fn value(&mut self, read: Read) -> Result<Value, LibraryError> {
+        self.bounds.step()?;
         match read.token {
             Token::String | Token::Number | Token::Boolean | Token::Null => Ok(read.value),
             Token::ObjectBegin => library::deeper(|| self.object(&read)),

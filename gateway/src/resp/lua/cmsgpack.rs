@@ -13,7 +13,9 @@
 
 use mlua::{Lua, MultiValue, Table, Value};
 
-use super::library::{self, LibraryError, LibraryResult};
+use std::rc::Rc;
+
+use super::library::{self, Bounds, LibraryError, LibraryResult};
 
 /// lua-cmsgpack's LUACMSGPACK_MAX_NESTING: deeper tables are packed as nil.
 const PACK_NESTING: usize = 16;
@@ -26,32 +28,23 @@ const MISSING: &str = "Missing bytes in input.";
 const BAD_FORMAT: &str = "Bad data format in input.";
 
 /// The `cmsgpack` table.
-/// `max_output` bounds what `pack` writes: tables shared many times over could make it
-/// unbounded (the script's memory limit, which it is, would refuse the string anyway).
-pub fn library(lua: &Lua, max_output: usize) -> mlua::Result<Table> {
+pub fn library(lua: &Lua, bounds: &Rc<Bounds>) -> mlua::Result<Table> {
     let cmsgpack = lua.create_table()?;
-    cmsgpack.raw_set(
-        "pack",
-        library::function(lua, move |lua, args| pack_args(lua, args, max_output))?,
-    )?;
-    cmsgpack.raw_set(
-        "unpack",
-        library::function(lua, |lua, args| unpack_args(lua, args, Mode::All))?,
-    )?;
-    cmsgpack.raw_set(
-        "unpack_one",
-        library::function(lua, |lua, args| unpack_args(lua, args, Mode::One))?,
-    )?;
-    cmsgpack.raw_set(
-        "unpack_limit",
-        library::function(lua, |lua, args| unpack_args(lua, args, Mode::Limit))?,
-    )?;
+    cmsgpack.raw_set("pack", library::bounded_function(lua, bounds, pack_args)?)?;
+    for (name, mode) in [
+        ("unpack", Mode::All),
+        ("unpack_one", Mode::One),
+        ("unpack_limit", Mode::Limit),
+    ] {
+        let unpack = move |lua: &Lua, args, bounds: &Bounds| unpack_args(lua, args, mode, bounds);
+        cmsgpack.raw_set(name, library::bounded_function(lua, bounds, unpack)?)?;
+    }
     cmsgpack.raw_set("_NAME", "cmsgpack")?;
     cmsgpack.raw_set("_VERSION", "lua-cmsgpack 0.4.0")?;
     Ok(cmsgpack)
 }
 
-fn pack_args(lua: &Lua, args: MultiValue, max_output: usize) -> LibraryResult {
+fn pack_args(lua: &Lua, args: MultiValue, bounds: &Bounds) -> LibraryResult {
     if args.is_empty() {
         return Err(LibraryError::raise(
             "bad argument #0 to 'pack' (MessagePack pack needs input.)",
@@ -59,7 +52,7 @@ fn pack_args(lua: &Lua, args: MultiValue, max_output: usize) -> LibraryResult {
     }
     let mut out = Vec::new();
     for value in &args {
-        pack(value, 0, &mut out, max_output)?;
+        pack(value, 0, &mut out, bounds)?;
     }
     Ok(MultiValue::from_vec(vec![Value::String(lua.create_string(out)?)]))
 }
@@ -71,7 +64,7 @@ fn too_long(max_output: usize) -> LibraryError {
 }
 
 /// Packs one value (`level` tables deep) onto `out`.
-fn pack(value: &Value, level: usize, out: &mut Vec<u8>, max_output: usize) -> Result<(), LibraryError> {
+fn pack(value: &Value, level: usize, out: &mut Vec<u8>, bounds: &Bounds) -> Result<(), LibraryError> {
     match value {
         Value::Boolean(true) => out.push(0xc3),
         Value::Boolean(false) => out.push(0xc2),
@@ -93,16 +86,16 @@ fn pack(value: &Value, level: usize, out: &mut Vec<u8>, max_output: usize) -> Re
             }
             out.extend_from_slice(&text);
         }
-        Value::Table(table) if level < PACK_NESTING => library::deeper(|| pack_table(table, level, out, max_output))?,
+        Value::Table(table) if level < PACK_NESTING => library::deeper(|| pack_table(table, level, out, bounds))?,
         _ => out.push(0xc0),
     }
-    if out.len() > max_output {
-        return Err(too_long(max_output));
+    if out.len() > bounds.max_output {
+        return Err(too_long(bounds.max_output));
     }
-    Ok(())
+    bounds.step()
 }
 
-fn pack_table(table: &Table, level: usize, out: &mut Vec<u8>, max_output: usize) -> Result<(), LibraryError> {
+fn pack_table(table: &Table, level: usize, out: &mut Vec<u8>, bounds: &Bounds) -> Result<(), LibraryError> {
     let mut pairs = Vec::new();
     let (mut largest, mut array) = (0.0_f64, true);
     for pair in table.pairs::<Value, Value>() {
@@ -122,13 +115,13 @@ fn pack_table(table: &Table, level: usize, out: &mut Vec<u8>, max_output: usize)
     if array && largest == pairs.len() as f64 {
         header(out, pairs.len(), 0x90, 0xdc);
         for index in 1..=pairs.len() {
-            pack(&table.raw_get::<Value>(index)?, level + 1, out, max_output)?;
+            pack(&table.raw_get::<Value>(index)?, level + 1, out, bounds)?;
         }
     } else {
         header(out, pairs.len(), 0x80, 0xde);
         for (key, value) in &pairs {
-            pack(key, level + 1, out, max_output)?;
-            pack(value, level + 1, out, max_output)?;
+            pack(key, level + 1, out, bounds)?;
+            pack(value, level + 1, out, bounds)?;
         }
     }
     Ok(())
@@ -208,7 +201,7 @@ enum Mode {
     Limit,
 }
 
-fn unpack_args(lua: &Lua, args: MultiValue, mode: Mode) -> LibraryResult {
+fn unpack_args(lua: &Lua, args: MultiValue, mode: Mode, bounds: &Bounds) -> LibraryResult {
     let name = match mode {
         Mode::All => "unpack",
         Mode::One => "unpack_one",
@@ -243,6 +236,7 @@ fn unpack_args(lua: &Lua, args: MultiValue, mode: Mode) -> LibraryResult {
     }
     let mut reader = Reader {
         lua,
+        bounds,
         input: &input,
         at: offset as usize,
     };
@@ -262,6 +256,7 @@ fn unpack_args(lua: &Lua, args: MultiValue, mode: Mode) -> LibraryResult {
 
 struct Reader<'a> {
     lua: &'a Lua,
+    bounds: &'a Bounds,
     input: &'a [u8],
     at: usize,
 }
@@ -288,6 +283,7 @@ impl<'a> Reader<'a> {
     }
 
     fn value(&mut self, depth: usize) -> Result<Value, LibraryError> {
+        self.bounds.step()?;
         let [tag] = self.fixed::<1>()?;
         let number = |number: f64| Ok(Value::Number(number));
         match tag {
