@@ -1,5 +1,6 @@
-//! Redis's `cjson` library (lua-cjson 2.1.0 as Redis embeds it): `cjson.encode`, `cjson.decode`
-//! and `cjson.null`, with its defaults and its error texts.
+//! Redis's `cjson` library (lua-cjson 2.1.0 as Redis embeds it): `cjson.encode`, `cjson.decode`,
+//! `cjson.null`, `cjson.new` and the settings (`config.rs`), with Redis's defaults and lua-cjson's
+//! error texts.
 //!
 //! - Encoding: a table whose keys are all positive integers is an array (holes are `null`; one
 //!   whose largest index is over twice its count and over 10 is refused as excessively sparse),
@@ -7,22 +8,35 @@
 //!   infinities refused), strings with `/` escaped as lua-cjson does, `nil` and `cjson.null` as
 //!   `null`. Tables nest at most 1,000 deep (a table that contains itself stops there).
 //! - Decoding: `null` is `cjson.null` (a light userdata, so that it survives in tables), `\u`
-//!   escapes (surrogate pairs included) become UTF-8, numbers doubles; 1,000 levels at most.
+//!   escapes (surrogate pairs included) become UTF-8, numbers are what C's strtod reads; 1,000
+//!   levels at most.
+
+mod config;
+
+use std::cell::Cell;
+use std::rc::Rc;
 
 use mlua::{LightUserData, Lua, MultiValue, Table, Value};
 
-use std::rc::Rc;
-
+use self::config::{Config, DEPTH_CAP, InvalidNumbers};
 use super::library::{self, Bounds, LibraryError, LibraryResult};
 
-/// lua-cjson's `encode_max_depth` and `decode_max_depth` defaults.
-const MAX_DEPTH: usize = 1000;
-
-/// The `cjson` table.
+/// The `cjson` table, with settings of its own.
 pub fn library(lua: &Lua, bounds: &Rc<Bounds>) -> mlua::Result<Table> {
     let cjson = lua.create_table()?;
-    cjson.raw_set("encode", library::bounded_function(lua, bounds, encode_args)?)?;
-    cjson.raw_set("decode", library::bounded_function(lua, bounds, decode_args)?)?;
+    let config = Rc::new(Cell::new(Config::default()));
+    let settings = Rc::clone(&config);
+    let encode = move |lua: &Lua, args, bounds: &Bounds| encode_args(lua, args, bounds, settings.get());
+    cjson.raw_set("encode", library::bounded_function(lua, bounds, encode)?)?;
+    let settings = Rc::clone(&config);
+    let decode = move |lua: &Lua, args, bounds: &Bounds| decode_args(lua, args, bounds, settings.get());
+    cjson.raw_set("decode", library::bounded_function(lua, bounds, decode)?)?;
+    config::install(lua, &cjson, &config)?;
+    let fresh = Rc::clone(bounds);
+    let new = library::function(lua, move |lua, _| {
+        Ok(MultiValue::from_vec(vec![Value::Table(library(lua, &fresh)?)]))
+    })?;
+    cjson.raw_set("new", new)?;
     cjson.raw_set("null", null())?;
     cjson.raw_set("_NAME", "cjson")?;
     cjson.raw_set("_VERSION", "2.1.0")?;
@@ -38,18 +52,19 @@ fn is_null(value: &Value) -> bool {
     matches!(value, Value::LightUserData(data) if data.0.is_null())
 }
 
-fn encode_args(lua: &Lua, args: MultiValue, bounds: &Bounds) -> LibraryResult {
+fn encode_args(lua: &Lua, args: MultiValue, bounds: &Bounds, config: Config) -> LibraryResult {
     let [value] = exactly_one(args, "encode")?;
     let mut out = Output {
         bytes: Vec::new(),
         bounds,
+        config,
     };
     encode(&value, 0, &mut out)?;
     let out = out.bytes;
     Ok(MultiValue::from_vec(vec![Value::String(lua.create_string(out)?)]))
 }
 
-fn decode_args(lua: &Lua, args: MultiValue, bounds: &Bounds) -> LibraryResult {
+fn decode_args(lua: &Lua, args: MultiValue, bounds: &Bounds, config: Config) -> LibraryResult {
     if args.len() != 1 {
         return Err(library::argument_error(1, "decode", "expected 1 argument"));
     }
@@ -57,6 +72,7 @@ fn decode_args(lua: &Lua, args: MultiValue, bounds: &Bounds) -> LibraryResult {
     let value = Decoder {
         lua,
         bounds,
+        config,
         text: &text,
         at: 0,
         depth: 0,
@@ -73,6 +89,7 @@ fn exactly_one(args: MultiValue, name: &str) -> Result<[Value; 1], LibraryError>
 struct Output<'a> {
     bytes: Vec<u8>,
     bounds: &'a Bounds,
+    config: Config,
 }
 
 impl Output<'_> {
@@ -118,22 +135,17 @@ fn encode_level(value: &Value, depth: usize, out: &mut Output<'_>) -> Result<(),
         Value::LightUserData(_) if is_null(value) => out.extend_from_slice(b"null"),
         Value::Boolean(true) => out.extend_from_slice(b"true"),
         Value::Boolean(false) => out.extend_from_slice(b"false"),
-        Value::Integer(number) => out.extend_from_slice(format_g14(*number as f64).as_bytes()),
-        Value::Number(number) => {
-            if !number.is_finite() {
-                return Err(refuse(value, "must not be NaN or Inf"));
-            }
-            out.extend_from_slice(format_g14(*number).as_bytes());
-        }
+        Value::Integer(number) => encode_number(*number as f64, value, out)?,
+        Value::Number(number) => encode_number(*number, value, out)?,
         Value::String(text) => encode_string(&text.as_bytes(), out),
         Value::Table(table) => {
             let depth = depth + 1;
-            if depth > MAX_DEPTH {
+            if depth as i64 > out.config.encode_max_depth.min(DEPTH_CAP) {
                 return Err(LibraryError::raise(format!(
                     "Cannot serialise, excessive nesting ({depth})"
                 )));
             }
-            match array_length(table)? {
+            match array_length(table, &out.config)? {
                 Some(length) if length > 0 => {
                     out.push(b'[');
                     for i in 1..=length {
@@ -176,7 +188,7 @@ fn encode_level(value: &Value, depth: usize, out: &mut Output<'_>) -> Result<(),
 
 /// lua-cjson's `lua_array_length`: the largest index if every key is a positive integer,
 /// `None` for an object; an array mostly made of holes is refused.
-fn array_length(table: &Table) -> Result<Option<usize>, LibraryError> {
+fn array_length(table: &Table, config: &Config) -> Result<Option<usize>, LibraryError> {
     let (mut largest, mut items) = (0.0_f64, 0_usize);
     for pair in table.pairs::<Value, Value>() {
         let (key, _) = pair?;
@@ -191,7 +203,13 @@ fn array_length(table: &Table) -> Result<Option<usize>, LibraryError> {
         largest = largest.max(index);
         items += 1;
     }
-    if largest > items as f64 * 2.0 && largest > 10.0 {
+    let sparse = config.sparse_ratio > 0
+        && largest > (items as f64) * config.sparse_ratio as f64
+        && largest > config.sparse_safe as f64;
+    if sparse {
+        if config.sparse_convert {
+            return Ok(None);
+        }
         return Err(LibraryError::raise("Cannot serialise table: excessively sparse array"));
     }
     Ok(Some(largest as usize))
@@ -216,9 +234,33 @@ fn encode_string(text: &[u8], out: &mut Output<'_>) {
     out.push(b'"');
 }
 
-/// C's `%.14g`, lua-cjson's number format (and Lua 5.1's own).
-pub fn format_g14(number: f64) -> String {
-    const PRECISION: i32 = 14;
+/// A number as lua-cjson writes it: `%.<precision>g`; NaN and infinities as
+/// `encode_invalid_numbers` says.
+fn encode_number(number: f64, value: &Value, out: &mut Output<'_>) -> Result<(), LibraryError> {
+    if !number.is_finite() {
+        match out.config.encode_invalid {
+            InvalidNumbers::Refuse => return Err(refuse(value, "must not be NaN or Inf")),
+            InvalidNumbers::Null => {
+                out.extend_from_slice(b"null");
+                return Ok(());
+            }
+            InvalidNumbers::Write if number.is_nan() => {
+                out.extend_from_slice(b"nan");
+                return Ok(());
+            }
+            InvalidNumbers::Write => {}
+        }
+    }
+    let text = format_g(number, out.config.precision as i32);
+    out.extend_from_slice(text.as_bytes());
+    Ok(())
+}
+
+/// C's `%.<precision>g` (`%.14g` is lua-cjson's default, and Lua 5.1's own).
+pub fn format_g(number: f64, precision: i32) -> String {
+    if number.is_infinite() {
+        return if number > 0.0 { "inf".into() } else { "-inf".into() };
+    }
     if number == 0.0 {
         return if number.is_sign_negative() {
             "-0".into()
@@ -226,15 +268,15 @@ pub fn format_g14(number: f64) -> String {
             "0".into()
         };
     }
-    let scientific = format!("{:.*e}", (PRECISION - 1) as usize, number);
+    let scientific = format!("{:.*e}", (precision - 1) as usize, number);
     let (mantissa, exponent) = scientific.split_once('e').expect("{:e} writes an exponent");
     let exponent: i32 = exponent.parse().expect("{:e} writes an integer exponent");
-    if !(-4..PRECISION).contains(&exponent) {
+    if !(-4..precision).contains(&exponent) {
         let mantissa = trim_fraction(mantissa);
         let sign = if exponent < 0 { '-' } else { '+' };
         format!("{mantissa}e{sign}{:02}", exponent.abs())
     } else {
-        let decimals = (PRECISION - 1 - exponent) as usize;
+        let decimals = (precision - 1 - exponent) as usize;
         trim_fraction(&format!("{number:.decimals$}")).to_owned()
     }
 }
@@ -294,6 +336,7 @@ struct Read {
 struct Decoder<'a> {
     lua: &'a Lua,
     bounds: &'a Bounds,
+    config: Config,
     text: &'a [u8],
     at: usize,
     depth: usize,
@@ -322,7 +365,7 @@ impl Decoder<'_> {
 
     fn descend(&mut self, read: &Read) -> Result<(), LibraryError> {
         self.depth += 1;
-        if self.depth > MAX_DEPTH {
+        if self.depth as i64 > self.config.decode_max_depth.min(DEPTH_CAP) {
             return Err(LibraryError::raise(format!(
                 "Found too many nested data structures ({}) at character {}",
                 self.depth,
@@ -432,13 +475,15 @@ impl Decoder<'_> {
                         return Ok(read(token, value));
                     }
                 }
-                // With Redis's `decode_invalid_numbers` on, what strtod reads is a number: hex,
-                // leading zeros, a `+` sign, `inf`, `nan`.
+                // With `decode_invalid_numbers` on (Redis's default) what strtod reads is a
+                // number: hex, leading zeros, a `+` sign, `inf`, `nan`; off, JSON's numbers only.
                 let rest = &self.text[at..];
-                let number_like = matches!(byte, b'-' | b'+' | b'0'..=b'9')
-                    || starts_with_ignoring_case(rest, b"inf")
-                    || starts_with_ignoring_case(rest, b"nan");
-                if !number_like {
+                let starts_number = matches!(byte, b'-' | b'0'..=b'9');
+                let invalid = invalid_json_number(rest);
+                if !self.config.decode_invalid && starts_number && invalid {
+                    return Ok(read(Token::Error("invalid number"), Value::Nil));
+                }
+                if !(starts_number || self.config.decode_invalid && invalid) {
                     return Ok(read(Token::Error("invalid token"), Value::Nil));
                 }
                 Ok(match strtod(rest) {
@@ -491,6 +536,20 @@ impl Decoder<'_> {
         }
         self.at = i + 1;
         Ok(out)
+    }
+}
+
+/// lua-cjson's `json_is_invalid_number`: a number JSON does not allow (a `+` sign, hex, a
+/// leading zero, `inf`, `nan`).
+fn invalid_json_number(text: &[u8]) -> bool {
+    if text.first() == Some(&b'+') {
+        return true;
+    }
+    let text = text.strip_prefix(b"-").unwrap_or(text);
+    match text {
+        [b'0', next, ..] => next.eq_ignore_ascii_case(&b'x') || next.is_ascii_digit(),
+        [first, ..] if *first <= b'9' => false,
+        _ => starts_with_ignoring_case(text, b"inf") || starts_with_ignoring_case(text, b"nan"),
     }
 }
 
@@ -770,6 +829,11 @@ mod tests {
             return cjson.encode(cjson.decode('[[[]],{"k":[{}]}]'))
         "#;
         assert_eq!(eval(&lua, chunk), r#"[[{}],{"k":[{}]}]"#);
+        // 999 objects deep each way: each level holds a key as well (mlua's references run out
+        // near 8,000).
+        let objects = "local t = {} local at = t for i = 1, 999 do at.a = {} at = at.a end \
+            return #cjson.encode(cjson.decode(cjson.encode(t)))";
+        assert_eq!(eval(&lua, objects), (5 * 999 + 2 + 999).to_string());
         // Redis turns lua-cjson's decode_invalid_numbers on: strtod reads what it can.
         let numbers = "local t = cjson.decode('[01, 0x10, +1, -.5, 1., 0x1.8p1, -inf, Infinity, 1e400]') \
             return table.concat({t[1], t[2], t[3], t[4], t[5], t[6], tostring(t[7]), tostring(t[8]), tostring(t[9])}, ' ')";
@@ -810,7 +874,7 @@ mod tests {
             (-2.5e-300, "-2.5e-300"),
             (1.7976931348623157e308, "1.7976931348623e+308"),
         ] {
-            assert_eq!(super::format_g14(number), text);
+            assert_eq!(super::format_g(number, 14), text);
         }
     }
 }

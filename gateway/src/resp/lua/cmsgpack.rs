@@ -41,6 +41,8 @@ pub fn library(lua: &Lua, bounds: &Rc<Bounds>) -> mlua::Result<Table> {
     }
     cmsgpack.raw_set("_NAME", "cmsgpack")?;
     cmsgpack.raw_set("_VERSION", "lua-cmsgpack 0.4.0")?;
+    cmsgpack.raw_set("_COPYRIGHT", "Copyright (C) 2012, Salvatore Sanfilippo")?;
+    cmsgpack.raw_set("_DESCRIPTION", "MessagePack C implementation for Lua")?;
     Ok(cmsgpack)
 }
 
@@ -451,6 +453,10 @@ mod tests {
                 .. "\203\63\185\153\153\153\153\153\154" .. "\222\0\1\161k\192")
             assert(s == "abc" and s16 == "hi" and big == 4294967296 and neg == -2 and f == 0.1)
             assert(next(m) == nil)
+            -- 999 maps deep, each holding its key while its value is read
+            local deep = cmsgpack.unpack(string.rep("\129\161a", 999) .. "\1")
+            for i = 1, 998 do deep = deep.a end
+            assert(deep.a == 1)
             local offset, one = cmsgpack.unpack_one(cmsgpack.pack(1, 2))
             local last, two = cmsgpack.unpack_one(cmsgpack.pack(1, 2), offset)
             local next_at, x, y = cmsgpack.unpack_limit(cmsgpack.pack(5, 6, 7), 2)
