@@ -393,13 +393,18 @@ async fn runaway_scripts_are_stopped_and_rolled_back() {
         "return string.rep('x', 1e9)",
         "local s = 'x' while true do s = s .. s end",
         "local t = {} while true do pcall(function() t[#t + 1] = string.rep('y', 1e6) end) end",
+        // A table shared 10 times on each of 10 levels: 10^10 values to encode or pack.
+        "local t = {} for i = 1, 10 do t = {t, t, t, t, t, t, t, t, t, t} end return #cjson.encode(t)",
+        "local t = {} for i = 1, 15 do t = {t, t, t, t, t, t, t, t, t, t} end return #cmsgpack.pack(t)",
     ];
     let answer = error(&mut con, &["EVAL", "return string.rep('x', 1e9)", "0"]).await;
     assert!(answer.contains("--resp-script-max-memory"), "{answer}");
     for bomb in bombs {
         let answer = error(&mut con, &["EVAL", bomb, "0"]).await;
         assert!(
-            answer.contains("--resp-script-max-memory") || answer.contains("--resp-script-time-limit"),
+            answer.contains("--resp-script-max-memory")
+                || answer.contains("--resp-script-time-limit")
+                || answer.contains("would exceed the script's memory limit (8388608 bytes)"),
             "{bomb}: {answer}"
         );
     }
@@ -694,4 +699,79 @@ print("released", r.exists("py-lock"))
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+#[tokio::test]
+async fn redis_lua_libraries_run_in_scripts() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    let json = r#"{"a":[1,2.5,{"b":null}],"c":"\/x"}"#;
+    let script = "local t = cjson.decode(ARGV[1]) return {cjson.encode(t.a), t.a[3].b == cjson.null and 1 or 0, t.c}";
+    let decoded: Value = query(&mut con, &["EVAL", script, "0", json]).await;
+    assert_eq!(
+        decoded,
+        Value::Array(vec![bulk(r#"[1,2.5,{"b":null}]"#), Value::Int(1), bulk("/x")])
+    );
+
+    // MessagePack bytes kept in a hash and read back, as BullMQ keeps job options.
+    let script = r#"
+        redis.call('HSET', KEYS[1], 'opts', cmsgpack.pack({attempts = 3, backoff = {type = 'fixed', delay = 0.5}}))
+        local opts = cmsgpack.unpack(redis.call('HGET', KEYS[1], 'opts'))
+        return {opts.attempts, opts.backoff.type, tostring(opts.backoff.delay)}
+    "#;
+    let unpacked: Value = query(&mut con, &["EVAL", script, "1", "job:1"]).await;
+    assert_eq!(unpacked, Value::Array(vec![Value::Int(3), bulk("fixed"), bulk("0.5")]));
+    let stored: Vec<u8> = query(&mut con, &["HGET", "job:1", "opts"]).await;
+    assert_eq!(stored[0], 0x82, "a MessagePack map of two entries");
+
+    let script = "return {bit.band(ARGV[1], 0xff), bit.tohex(-1), (struct.unpack('>I2', struct.pack('>I2', 258)))}";
+    let computed: Value = query(&mut con, &["EVAL", script, "0", "4660"]).await;
+    assert_eq!(
+        computed,
+        Value::Array(vec![Value::Int(0x34), bulk("ffffffff"), Value::Int(258)])
+    );
+
+    // A library's error is the script's error reply, after the position of the call as Redis
+    // writes it; pcall hands the script its text.
+    let library_error =
+        |script: &str, text: &str| format!("ERR user_script:1: {text} script: {}, on @user_script:1.", sha1(script));
+    let script = "return cjson.decode('{')";
+    assert_eq!(
+        error(&mut con, &["EVAL", script, "0"]).await,
+        library_error(script, "Expected object key string but found T_END at character 2")
+    );
+    let caught: String = query(
+        &mut con,
+        &[
+            "EVAL",
+            "local ok, err = pcall(cmsgpack.unpack, '\\205') return err",
+            "0",
+        ],
+    )
+    .await;
+    assert_eq!(caught, "Missing bytes in input.", "called from pcall (C): no position");
+
+    // Hostile nesting: 1,000 levels decode on a script's thread; deeper input is refused.
+    let deep = "return #cjson.encode(cjson.decode(string.rep('[', 1000) .. string.rep(']', 1000)))";
+    assert_eq!(query::<i64>(&mut con, &["EVAL", deep, "0"]).await, 2000);
+    for (script, text) in [
+        (
+            "return cjson.decode(string.rep('[', 100000))",
+            "Found too many nested data structures (1001) at character 1001",
+        ),
+        (
+            "return cmsgpack.unpack(string.rep('\\145', 100000))",
+            "MessagePack input nested deeper than 1000 levels",
+        ),
+        (
+            "local t = {} t[1] = t return cjson.encode(t)",
+            "Cannot serialise, excessive nesting (1001)",
+        ),
+    ] {
+        assert_eq!(
+            error(&mut con, &["EVAL", script, "0"]).await,
+            library_error(script, text)
+        );
+    }
+    assert_eq!(query::<String>(&mut con, &["PING"]).await, "PONG");
 }
