@@ -13,6 +13,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::s3::read_object;
 use common::{ROOT_ACCESS_KEY, TestGateway};
 use pgvs3_gateway::pg::embedded::{EmbeddedOptions, EmbeddedPostgres};
 
@@ -688,19 +689,7 @@ async fn a_point_in_time_restore_brings_back_the_lake_of_that_instant() {
     // there too (orphans DuckLake collects).
     for key in &named_at_point {
         assert!(stored_before_orphans.contains(key), "{key} restored");
-        let body = gw
-            .client
-            .get_object()
-            .bucket("lake")
-            .key(key)
-            .send()
-            .await
-            .unwrap()
-            .body
-            .collect()
-            .await
-            .unwrap()
-            .into_bytes();
+        let body = read_object(&gw.client, "lake", key).await;
         assert!(
             body.starts_with(b"PAR1") && body.ends_with(b"PAR1"),
             "{key} is a whole Parquet file"

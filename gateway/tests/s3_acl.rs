@@ -13,7 +13,7 @@ use aws_sdk_s3::types::{
     BucketCannedAcl, ObjectCannedAcl, ObjectOwnership, OwnershipControls, OwnershipControlsRule,
     PublicAccessBlockConfiguration,
 };
-use common::s3::{add_key, get, list, put, unsigned};
+use common::s3::{add_key, copy_request, get, list, put, put_object, put_request, unsigned};
 use common::{ROOT_ACCESS_KEY, TestGateway};
 
 const ALL_USERS: &str = "http://acs.amazonaws.com/groups/global/AllUsers";
@@ -35,12 +35,8 @@ async fn bucket_with(client: &Client, bucket: &str, ownership: ObjectOwnership) 
 }
 
 async fn put_acl(client: &Client, bucket: &str, key: &str, acl: ObjectCannedAcl) -> Result<(), String> {
-    client
-        .put_object()
-        .bucket(bucket)
-        .key(key)
+    put_request(client, bucket, key, b"data")
         .acl(acl)
-        .body(ByteStream::from_static(b"data"))
         .send()
         .await
         .map(|_| ())
@@ -91,12 +87,8 @@ async fn bucket_owner_enforced_is_the_default_and_refuses_acls_with_s3s_codes() 
         .await
         .unwrap();
     put_acl(c, "enf", "k", ObjectCannedAcl::Private).await.unwrap();
-    let granted = c
-        .put_object()
-        .bucket("enf")
-        .key("g")
+    let granted = put_request(c, "enf", "g", b"x")
         .grant_read(format!("uri=\"{ALL_USERS}\""))
-        .body(ByteStream::from_static(b"x"))
         .send()
         .await
         .unwrap_err();
@@ -207,12 +199,8 @@ async fn grants_give_one_keys_objects_and_bucket_to_another_key() {
     let alice = add_key(&gw, "ALICEKEY").await;
     let bob = add_key(&gw, "BOBKEY").await;
     bucket_with(&alice, "shared", ObjectOwnership::ObjectWriter).await;
-    alice
-        .put_object()
-        .bucket("shared")
-        .key("for-bob")
+    put_request(&alice, "shared", "for-bob", b"hello bob")
         .grant_read("id=\"BOBKEY\"")
-        .body(ByteStream::from_static(b"hello bob"))
         .send()
         .await
         .unwrap();
@@ -378,18 +366,9 @@ async fn copies_and_multipart_uploads_get_the_acl_their_request_asks_for() {
         .await
         .unwrap();
     // A copy never takes its source's ACL.
-    c.copy_object()
-        .bucket("copies")
-        .key("copy")
-        .copy_source("copies/public")
-        .send()
-        .await
-        .unwrap();
+    copy_request(c, "copies", "copy", "copies/public").send().await.unwrap();
     assert_eq!(unsigned(&gw, "GET", "/copies/copy", b"").await.status, 403);
-    c.copy_object()
-        .bucket("copies")
-        .key("copy-public")
-        .copy_source("copies/public")
+    copy_request(c, "copies", "copy-public", "copies/public")
         .acl(ObjectCannedAcl::PublicRead)
         .send()
         .await
@@ -445,14 +424,7 @@ async fn copies_and_multipart_uploads_get_the_acl_their_request_asks_for() {
         .send()
         .await
         .unwrap();
-    let first = c
-        .put_object()
-        .bucket("copies")
-        .key("v")
-        .body(ByteStream::from_static(b"one"))
-        .send()
-        .await
-        .unwrap();
+    let first = put_object(c, "copies", "v", b"one").await;
     put(c, "copies", "v").await.unwrap();
     let first = first.version_id().unwrap();
     c.put_object_acl()
@@ -499,11 +471,8 @@ async fn the_public_access_block_refuses_and_ignores_public_acls() {
     let bob = add_key(&gw, "BOBKEY").await;
     bucket_with(c, "pab", ObjectOwnership::BucketOwnerPreferred).await;
     put_acl(c, "pab", "public", ObjectCannedAcl::PublicRead).await.unwrap();
-    c.put_object()
-        .bucket("pab")
-        .key("bobs")
+    put_request(c, "pab", "bobs", b"x")
         .grant_read("id=\"BOBKEY\"")
-        .body(ByteStream::from_static(b"x"))
         .send()
         .await
         .unwrap();

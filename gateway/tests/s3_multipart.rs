@@ -8,6 +8,7 @@ use std::time::Duration;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use common::s3::{http_status, put_object};
 use common::{TestGateway, noise};
 use futures::StreamExt;
 use md5::Digest;
@@ -212,7 +213,7 @@ async fn multipart_objects_read_back_exactly_across_part_boundaries() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(missing.raw_response().unwrap().status().as_u16(), 400);
+    assert_eq!(http_status(&missing), 400);
     assert_eq!(
         missing.as_service_error().and_then(|e| e.meta().code()),
         Some("InvalidPart")
@@ -516,13 +517,7 @@ async fn overwriting_a_multipart_object_keeps_readers_consistent_and_reaps_old_p
     complete(s3, "k", &upload_id, &[(1, e1.as_str()), (2, e2.as_str())])
         .await
         .unwrap();
-    s3.put_object()
-        .bucket("mpu")
-        .key("k")
-        .body(ByteStream::from_static(b"small now"))
-        .send()
-        .await
-        .unwrap();
+    put_object(s3, "mpu", "k", b"small now").await;
     assert_eq!(read(s3, "k", None, None).await, b"small now");
     let parts = s3
         .get_object()
@@ -734,14 +729,7 @@ async fn the_maintenance_leader_reports_what_it_left() {
     let gw = TestGateway::with_args(common::fresh_database().await, &["--maintenance-interval", "100ms"]).await;
     gw.client.create_bucket().bucket("backlog").send().await.unwrap();
     for seed in [1, 2] {
-        gw.client
-            .put_object()
-            .bucket("backlog")
-            .key("overwritten")
-            .body(ByteStream::from(noise(200_000, seed)))
-            .send()
-            .await
-            .unwrap();
+        put_object(&gw.client, "backlog", "overwritten", noise(200_000, seed)).await;
     }
     gw.client
         .create_multipart_upload()
