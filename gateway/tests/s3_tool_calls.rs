@@ -5,18 +5,12 @@
 mod common;
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{ObjectAttributes, Permission, Tag, Tagging};
 use common::TestGateway;
+use common::s3::{copy_request, put_object, put_request};
 
 async fn put(s3: &Client, key: &str, body: &'static [u8]) {
-    s3.put_object()
-        .bucket("tools")
-        .key(key)
-        .body(ByteStream::from_static(body))
-        .send()
-        .await
-        .unwrap();
+    put_object(s3, "tools", key, body).await;
 }
 
 #[tokio::test]
@@ -188,12 +182,8 @@ async fn object_and_bucket_tags_are_kept_apart_from_the_body() {
     let gw = TestGateway::start().await;
     let s3 = &gw.client;
     s3.create_bucket().bucket("tools").send().await.unwrap();
-    let put = s3
-        .put_object()
-        .bucket("tools")
-        .key("k")
+    let put = put_request(s3, "tools", "k", b"body")
         .tagging("team=data&note=a%20b")
-        .body(ByteStream::from_static(b"body"))
         .send()
         .await
         .unwrap();
@@ -232,13 +222,7 @@ async fn object_and_bucket_tags_are_kept_apart_from_the_body() {
         "tags leave ETag and date alone"
     );
 
-    s3.copy_object()
-        .bucket("tools")
-        .key("copy")
-        .copy_source("tools/k")
-        .send()
-        .await
-        .unwrap();
+    copy_request(s3, "tools", "copy", "tools/k").send().await.unwrap();
     let copied = s3
         .get_object_tagging()
         .bucket("tools")

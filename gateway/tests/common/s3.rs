@@ -9,7 +9,7 @@ use aws_sdk_s3::operation::copy_object::builders::CopyObjectFluentBuilder;
 use aws_sdk_s3::operation::put_object::PutObjectOutput;
 use aws_sdk_s3::operation::put_object::builders::PutObjectFluentBuilder;
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
+use aws_sdk_s3::types::{BucketVersioningStatus, CompletedMultipartUpload, CompletedPart, VersioningConfiguration};
 
 use super::TestGateway;
 use super::raw::{self, RawResponse};
@@ -42,6 +42,54 @@ pub async fn put_etag(client: &Client, bucket: &str, key: &str, body: impl Into<
 /// A CopyObject of `source` (`bucket/key`) to `bucket/key`, for the caller to add conditions and send.
 pub fn copy_request(client: &Client, bucket: &str, key: &str, source: &str) -> CopyObjectFluentBuilder {
     client.copy_object().bucket(bucket).key(key).copy_source(source)
+}
+
+/// Starts a multipart upload of `bucket/key`; its upload id.
+pub async fn start_upload(client: &Client, bucket: &str, key: &str) -> String {
+    client
+        .create_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .unwrap_or_else(|err| panic!("upload of {bucket}/{key}: {err:?}"))
+        .upload_id
+        .expect("an upload id")
+}
+
+/// Uploads part `number` of an upload; the part's ETag. Panics naming the part if refused.
+pub async fn upload_part(
+    client: &Client,
+    bucket: &str,
+    key: &str,
+    upload_id: &str,
+    number: i32,
+    body: &[u8],
+) -> String {
+    client
+        .upload_part()
+        .bucket(bucket)
+        .key(key)
+        .upload_id(upload_id)
+        .part_number(number)
+        .body(ByteStream::from(body.to_vec()))
+        .send()
+        .await
+        .unwrap_or_else(|err| panic!("part {number} of {bucket}/{key}: {err:?}"))
+        .e_tag
+        .expect("a part's ETag")
+}
+
+/// The part list of a completion: (part number, ETag) in the order given.
+pub fn completion(parts: &[(i32, &str)]) -> CompletedMultipartUpload {
+    CompletedMultipartUpload::builder()
+        .set_parts(Some(
+            parts
+                .iter()
+                .map(|(number, etag)| CompletedPart::builder().part_number(*number).e_tag(*etag).build())
+                .collect(),
+        ))
+        .build()
 }
 
 /// The whole body of `bucket/key`. Panics naming the key if the read is refused.
@@ -88,6 +136,11 @@ pub fn error_code<E: ProvideErrorMetadata + std::fmt::Debug>(err: &SdkError<E, H
 /// The HTTP status of a refusal; 0 when no answer came back.
 pub fn http_status<E>(err: &SdkError<E, HttpResponse>) -> u16 {
     err.raw_response().map_or(0, |response| response.status().as_u16())
+}
+
+/// A refusal's HTTP status and S3 error code.
+pub fn refusal<E: ProvideErrorMetadata + std::fmt::Debug>(err: &SdkError<E, HttpResponse>) -> (u16, String) {
+    (http_status(err), error_code(err))
 }
 
 /// The HTTP status a call was answered with: 200 when it succeeded.
