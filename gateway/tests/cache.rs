@@ -13,8 +13,11 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use common::events::{configure, drain, event, queue_rule};
 use common::ojs::Ojs;
-use common::s3::{copy_request, find_object, http_status, put_etag, put_object, put_request, read_object};
-use common::{ROOT_ACCESS_KEY, ROOT_SECRET_KEY, TestGateway, noise};
+use common::s3::{
+    completion, copy_request, find_object, head_object, http_status, put_etag, put_object, put_request, read_object,
+    start_upload, upload_part,
+};
+use common::{ROOT_ACCESS_KEY, ROOT_SECRET_KEY, TestGateway, noise, query_count};
 use pgvs3_gateway::store::{CacheMode, Origin};
 
 const ORIGIN_BUCKET: &str = "origin-data";
@@ -116,19 +119,18 @@ async fn status_of_get(client: &Client, bucket: &str, key: &str) -> (u16, Option
     }
 }
 
-/// Waits (bounded) until `check` holds; the condition is what the test asserts.
+/// Waits (bounded, by the shared poller) until `check` holds; the condition is what the test
+/// asserts.
 async fn eventually<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    for _ in 0..300 {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out waiting for {what}");
+    common::eventually(Duration::from_secs(15), what, || {
+        let done = check();
+        async move { done.await.then_some(()) }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -148,13 +150,7 @@ async fn a_miss_fills_once_and_warm_reads_never_reach_the_origin() {
     for _ in 0..3 {
         assert_eq!(read_object(client, CACHE, "small.bin").await, small);
         assert_eq!(read_object(client, CACHE, "dir/large.parquet").await, large);
-        let head = client
-            .head_object()
-            .bucket(CACHE)
-            .key("dir/large.parquet")
-            .send()
-            .await
-            .unwrap();
+        let head = head_object(client, CACHE, "dir/large.parquet").await;
         assert_eq!(head.content_length, Some(large.len() as i64));
     }
     // A whole-object entry serves ranges locally.
@@ -178,22 +174,8 @@ async fn a_miss_fills_once_and_warm_reads_never_reach_the_origin() {
     assert_eq!(origin_requests(&pair.origin, "HeadObject", 200).await, 0.0);
 
     // The origin's ETag is the cache's, so clients see one identity for the object.
-    let at_origin = pair
-        .origin
-        .client
-        .head_object()
-        .bucket(ORIGIN_BUCKET)
-        .key("small.bin")
-        .send()
-        .await
-        .unwrap();
-    let cached = client
-        .head_object()
-        .bucket(CACHE)
-        .key("small.bin")
-        .send()
-        .await
-        .unwrap();
+    let at_origin = head_object(&pair.origin.client, ORIGIN_BUCKET, "small.bin").await;
+    let cached = head_object(client, CACHE, "small.bin").await;
     assert_eq!(cached.e_tag, at_origin.e_tag);
     assert_eq!(
         pair.cache.metric("pgvs3_cache_fills_total{outcome=\"ok\"}").await,
@@ -339,11 +321,7 @@ async fn ranges_fill_aligned_chunks_and_never_fetch_a_whole_large_object() {
 async fn filled(cache: &TestGateway, key: &str) {
     let sql = cache.sql().await;
     eventually("the fill to commit", || async {
-        let row = sql
-            .query_one("SELECT count(*) FROM s3c.objects WHERE key = $1", &[&key])
-            .await
-            .unwrap();
-        row.get::<_, i64>(0) == 1
+        query_count(&sql, "SELECT count(*) FROM s3c.objects WHERE key = $1", &[&key]).await == 1
     })
     .await;
 }
@@ -439,15 +417,7 @@ async fn small_writes_reach_the_origin_before_they_are_acknowledged() {
     let etag = put_etag(client, CACHE, "written.bin", body.clone()).await;
     // Straight after the 200, without waiting for anything.
     assert_eq!(pair.origin_has("written.bin").await.unwrap(), body);
-    let at_origin = pair
-        .origin
-        .client
-        .head_object()
-        .bucket(ORIGIN_BUCKET)
-        .key("written.bin")
-        .send()
-        .await
-        .unwrap();
+    let at_origin = head_object(&pair.origin.client, ORIGIN_BUCKET, "written.bin").await;
     assert_eq!(at_origin.e_tag.as_deref(), Some(&*etag));
     // ... and the cache holds it: reading it back makes no origin request.
     assert_eq!(read_object(client, CACHE, "written.bin").await, body);
@@ -489,24 +459,13 @@ async fn large_writes_are_acknowledged_first_and_uploaded_by_the_worker() {
     .await;
     let sql = pair.cache.sql().await;
     eventually("the outbox to drain", || async {
-        let row = sql
-            .query_one("SELECT count(*) FROM pgvs3.origin_outbox", &[])
-            .await
-            .unwrap();
-        row.get::<_, i64>(0) == 0
+        query_count(&sql, "SELECT count(*) FROM pgvs3.origin_outbox", &[]).await == 0
     })
     .await;
     // The uploaded body stays where it was written, now clean with the origin's ETag; nothing
     // was copied into the filled namespace, so its bytes were written once.
-    let at_origin = pair
-        .origin
-        .client
-        .head_object()
-        .bucket(ORIGIN_BUCKET)
-        .key("big/part-0.parquet")
-        .send()
+    let at_origin = head_object(&pair.origin.client, ORIGIN_BUCKET, "big/part-0.parquet")
         .await
-        .unwrap()
         .e_tag
         .unwrap();
     let clean: Vec<Option<String>> = sql
@@ -549,14 +508,13 @@ async fn large_writes_are_acknowledged_first_and_uploaded_by_the_worker() {
 async fn uploaded(cache: &TestGateway, key: &str) {
     let sql = cache.sql().await;
     eventually("the upload to settle", || async {
-        let row = sql
-            .query_one(
-                "SELECT count(*) FROM s3w.objects WHERE key = $1 AND origin_etag IS NOT NULL",
-                &[&key],
-            )
-            .await
-            .unwrap();
-        row.get::<_, i64>(0) == 1
+        query_count(
+            &sql,
+            "SELECT count(*) FROM s3w.objects WHERE key = $1 AND origin_etag IS NOT NULL",
+            &[&key],
+        )
+        .await
+            == 1
     })
     .await;
 }
@@ -645,29 +603,10 @@ async fn a_multipart_upload_is_written_back_and_stays_cached_once_uploaded() {
     let pair = Pair::start(CacheMode::WriteBack).await;
     let client = &pair.cache.client;
     let parts = [noise(5 << 20, 90), noise(1 << 20, 91)];
-    let upload_id = client
-        .create_multipart_upload()
-        .bucket(CACHE)
-        .key("mpu.bin")
-        .send()
-        .await
-        .unwrap()
-        .upload_id
-        .unwrap();
+    let upload_id = start_upload(client, CACHE, "mpu.bin").await;
     let mut completed = Vec::new();
     for (number, body) in (1..).zip(&parts) {
-        let etag = client
-            .upload_part()
-            .bucket(CACHE)
-            .key("mpu.bin")
-            .upload_id(&upload_id)
-            .part_number(number)
-            .body(ByteStream::from(body.clone()))
-            .send()
-            .await
-            .unwrap()
-            .e_tag
-            .unwrap();
+        let etag = upload_part(client, CACHE, "mpu.bin", &upload_id, number, &body).await;
         completed.push(CompletedPart::builder().part_number(number).e_tag(etag).build());
     }
     client
@@ -1050,11 +989,7 @@ async fn a_standby_gateway_serves_warm_hits_and_passes_misses_through_without_fi
         .unwrap();
     tokio::spawn(connection);
     eventually("the fill to replay", || async {
-        let row = replica
-            .query_one("SELECT count(*) FROM s3c.objects WHERE key = 'warm'", &[])
-            .await
-            .unwrap();
-        row.get::<_, i64>(0) == 1
+        query_count(&replica, "SELECT count(*) FROM s3c.objects WHERE key = 'warm'", &[]).await == 1
     })
     .await;
     eventually("the standby to see the cache bucket", || async {
@@ -1079,14 +1014,13 @@ async fn a_standby_gateway_serves_warm_hits_and_passes_misses_through_without_fi
     put_object(&writer.client, CACHE, "written", written.clone()).await;
     uploaded(&writer, "written").await;
     eventually("the settled upload to replay", || async {
-        let row = replica
-            .query_one(
-                "SELECT count(*) FROM s3w.objects WHERE key = 'written' AND origin_etag IS NOT NULL",
-                &[],
-            )
-            .await
-            .unwrap();
-        row.get::<_, i64>(0) == 1
+        query_count(
+            &replica,
+            "SELECT count(*) FROM s3w.objects WHERE key = 'written' AND origin_etag IS NOT NULL",
+            &[],
+        )
+        .await
+            == 1
     })
     .await;
     assert_eq!(read_object(&reader.client, CACHE, "written").await, written);
@@ -1274,14 +1208,7 @@ async fn a_simulated_remote_origin_is_at_least_as_slow_as_configured() {
     // Five requests at five per second cannot all start within 0.8 s.
     let started = std::time::Instant::now();
     for _ in 0..5 {
-        origin
-            .client
-            .head_object()
-            .bucket(ORIGIN_BUCKET)
-            .key("slow")
-            .send()
-            .await
-            .unwrap();
+        head_object(&origin.client, ORIGIN_BUCKET, "slow").await;
     }
     assert!(
         started.elapsed() >= Duration::from_millis(800),
@@ -1523,15 +1450,7 @@ async fn copies_and_completions_keep_the_cache_mode_and_read_through() {
         .unwrap();
     assert_eq!(find_object(s3, "plain", "copied-out").await, Some(noise(2000, 2)));
 
-    let upload_id = s3
-        .create_multipart_upload()
-        .bucket(CACHE)
-        .key("assembled")
-        .send()
-        .await
-        .unwrap()
-        .upload_id
-        .unwrap();
+    let upload_id = start_upload(s3, CACHE, "assembled").await;
     let copied = s3
         .upload_part_copy()
         .bucket(CACHE)
@@ -1547,11 +1466,7 @@ async fn copies_and_completions_keep_the_cache_mode_and_read_through() {
         .bucket(CACHE)
         .key("assembled")
         .upload_id(&upload_id)
-        .multipart_upload(
-            CompletedMultipartUpload::builder()
-                .parts(CompletedPart::builder().part_number(1).e_tag(etag).build())
-                .build(),
-        )
+        .multipart_upload(completion(&[(1, &etag)]))
         .send()
         .await
         .unwrap();
@@ -1649,15 +1564,7 @@ async fn a_cache_buckets_writes_raise_one_event_each_and_its_fills_none() {
         .send()
         .await
         .unwrap();
-    let upload_id = s3
-        .create_multipart_upload()
-        .bucket(CACHE)
-        .key("parts.bin")
-        .send()
-        .await
-        .unwrap()
-        .upload_id
-        .unwrap();
+    let upload_id = start_upload(s3, CACHE, "parts.bin").await;
     let part = s3
         .upload_part()
         .bucket(CACHE)
@@ -1672,16 +1579,7 @@ async fn a_cache_buckets_writes_raise_one_event_each_and_its_fills_none() {
         .bucket(CACHE)
         .key("parts.bin")
         .upload_id(&upload_id)
-        .multipart_upload(
-            CompletedMultipartUpload::builder()
-                .parts(
-                    CompletedPart::builder()
-                        .part_number(1)
-                        .e_tag(part.e_tag.unwrap())
-                        .build(),
-                )
-                .build(),
-        )
+        .multipart_upload(completion(&[(1, part.e_tag.as_deref().unwrap())]))
         .send()
         .await
         .unwrap();

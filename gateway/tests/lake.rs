@@ -71,7 +71,10 @@ fn python_command(dir: &std::path::Path, script: &str, args: &[&str]) -> tokio::
     command
 }
 
-const SCRIPT: &str = r#"
+/// What the DuckLake scripts start with: `session()` opens a connection with the extensions
+/// loaded and the lake of the attach statement in the file argv[1] in use; `one` runs a query
+/// for its first row.
+const DUCKLAKE_SESSION: &str = r#"
 import json, pathlib, sys, threading
 import duckdb, duckdb_ext
 
@@ -89,6 +92,14 @@ def session():
 
 def one(con, sql):
     return con.execute(sql).fetchone()
+"#;
+
+/// A script that starts a DuckLake session (`DUCKLAKE_SESSION`) and goes on with `body`.
+fn ducklake_script(body: &str) -> String {
+    format!("{DUCKLAKE_SESSION}{body}")
+}
+
+const SCRIPT: &str = r#"
 
 def snapshot(con):
     return one(con, "SELECT max(snapshot_id) FROM lake.snapshots()")[0]
@@ -152,7 +163,12 @@ async fn a_ducklake_keeps_its_catalog_and_its_files_in_one_database() {
     assert!(attach.contains("ATTACH 'ducklake:postgres:") && attach.contains("(DATA_PATH 's3://lake/')"));
     std::fs::write(dir.join("attach.sql"), &attach).unwrap();
 
-    let out = python(&dir, SCRIPT, &[dir.join("attach.sql").to_str().unwrap()]).await;
+    let out = python(
+        &dir,
+        &ducklake_script(SCRIPT),
+        &[dir.join("attach.sql").to_str().unwrap()],
+    )
+    .await;
     let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|_| panic!("{out}"));
     let base: i64 = (0..299_990).sum::<i64>() + (300_000..300_032).sum::<i64>();
     let writers: i64 = (1_000_000..1_100_000).sum::<i64>() + (2_000_000..2_100_000).sum::<i64>();
@@ -460,22 +476,6 @@ impl ArchivingCluster {
 /// while the test names a restore point, then commits it and goes on writing, merging and
 /// cleaning up, so files the restore point's catalog names are deleted afterwards.
 const BEFORE_AND_AFTER: &str = r#"
-import json, pathlib, sys
-import duckdb, duckdb_ext
-extensions = pathlib.Path(list(duckdb_ext.__path__)[0]) / "extensions"
-attach = open(sys.argv[1]).read()
-
-def session():
-    con = duckdb.connect()
-    con.execute(f"SET extension_directory = '{extensions}'")
-    for extension in ("httpfs", "postgres", "ducklake"):
-        con.execute(f"LOAD {extension}")
-    con.execute(attach)
-    con.execute("USE lake")
-    return con
-
-def one(con, sql):
-    return con.execute(sql).fetchone()
 
 def state(con):
     rows, ids = one(con, "SELECT count(*), sum(id) FROM events")
@@ -585,11 +585,15 @@ async fn a_point_in_time_restore_brings_back_the_lake_of_that_instant() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("attach.sql"), attach_string(&gw, "lake", &[]).await).unwrap();
 
-    let mut child = python_command(&dir, BEFORE_AND_AFTER, &[dir.join("attach.sql").to_str().unwrap()])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("python3 (run the tests with scripts/test)");
+    let mut child = python_command(
+        &dir,
+        &ducklake_script(BEFORE_AND_AFTER),
+        &[dir.join("attach.sql").to_str().unwrap()],
+    )
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .expect("python3 (run the tests with scripts/test)");
     let mut stdin = child.stdin.take().unwrap();
     let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
     let ready = tokio::time::timeout(Duration::from_secs(120), lines.next_line())

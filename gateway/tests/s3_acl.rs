@@ -13,7 +13,9 @@ use aws_sdk_s3::types::{
     BucketCannedAcl, ObjectCannedAcl, ObjectOwnership, OwnershipControls, OwnershipControlsRule,
     PublicAccessBlockConfiguration,
 };
-use common::s3::{add_key, copy_request, get, list, put, put_object, put_request, unsigned};
+use common::s3::{
+    BOTO3_ROOT_BOB_ANON, add_key, completion, copy_request, get, list, put, put_object, put_request, unsigned,
+};
 use common::{ROOT_ACCESS_KEY, TestGateway};
 
 const ALL_USERS: &str = "http://acs.amazonaws.com/groups/global/AllUsers";
@@ -398,16 +400,7 @@ async fn copies_and_multipart_uploads_get_the_acl_their_request_asks_for() {
         .bucket("copies")
         .key("big")
         .upload_id(id)
-        .multipart_upload(
-            aws_sdk_s3::types::CompletedMultipartUpload::builder()
-                .parts(
-                    aws_sdk_s3::types::CompletedPart::builder()
-                        .part_number(1)
-                        .e_tag(part.e_tag().unwrap())
-                        .build(),
-                )
-                .build(),
-        )
+        .multipart_upload(completion(&[(1, part.e_tag().unwrap())]))
         .send()
         .await
         .unwrap();
@@ -525,22 +518,9 @@ async fn the_public_access_block_refuses_and_ignores_public_acls() {
 async fn boto3_puts_and_reads_acls() {
     let gw = TestGateway::start().await;
     add_key(&gw, "BOBKEY").await;
-    let script = r#"
-import os, boto3, botocore
-from botocore import UNSIGNED
-from botocore.config import Config
-url = os.environ["AWS_ENDPOINT_URL"]
-root = boto3.client("s3", endpoint_url=url, region_name="us-east-1",
-                    aws_access_key_id=os.environ["AK"], aws_secret_access_key=os.environ["SK"])
-bob = boto3.client("s3", endpoint_url=url, region_name="us-east-1",
-                   aws_access_key_id="BOBKEY", aws_secret_access_key="BOBKEY-secret")
-anon = boto3.client("s3", endpoint_url=url, region_name="us-east-1", config=Config(signature_version=UNSIGNED))
-def code(call):
-    try:
-        call()
-    except botocore.exceptions.ClientError as err:
-        return err.response["Error"]["Code"]
-    return None
+    let script = [
+        BOTO3_ROOT_BOB_ANON,
+        r#"
 root.create_bucket(Bucket="boto-acl", ObjectOwnership="BucketOwnerPreferred")
 root.put_object(Bucket="boto-acl", Key="pub.txt", Body=b"hi", ACL="public-read")
 acl = root.get_object_acl(Bucket="boto-acl", Key="pub.txt")
@@ -568,7 +548,9 @@ assert code(lambda: bob.put_object(Bucket="boto-acl", Key="x", Body=b"x")) == "A
 assert code(lambda: root.put_bucket_acl(Bucket="boto-acl", AccessControlPolicy={"Owner": owner, "Grants": [
     {"Grantee": {"Type": "AmazonCustomerByEmail", "EmailAddress": "a@example.com"}, "Permission": "READ"}]})) == "UnresolvableGrantByEmailAddress"
 print("boto3 acl ok")
-"#;
-    gw.python_passes(script, "boto3 acl ok").await;
+"#,
+    ]
+    .concat();
+    gw.python_passes(&script, "boto3 acl ok").await;
     gw.stop().await;
 }

@@ -7,9 +7,12 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use aws_sdk_s3::primitives::{ByteStream, DateTime};
+use aws_sdk_s3::primitives::DateTime;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, MetadataDirective};
-use common::s3::{answered_status, copy_request, error_code, put_etag, put_object, put_request, read_object};
+use common::s3::{
+    answered_status, completion, copy_request, error_code, put_etag, put_object, put_request, read_object,
+    start_upload, upload_part,
+};
 use common::{TestGateway, noise};
 
 #[tokio::test]
@@ -218,31 +221,10 @@ async fn conditional_completion_refuses_an_existing_key_and_keeps_the_upload() {
     let s3 = &gw.client;
     s3.create_bucket().bucket("cond").send().await.unwrap();
     put_object(s3, "cond", "k", b"already here").await;
-    let upload_id = s3
-        .create_multipart_upload()
-        .bucket("cond")
-        .key("k")
-        .send()
-        .await
-        .unwrap()
-        .upload_id
-        .unwrap();
+    let upload_id = start_upload(s3, "cond", "k").await;
     let body = noise(1234, 5);
-    let etag = s3
-        .upload_part()
-        .bucket("cond")
-        .key("k")
-        .upload_id(&upload_id)
-        .part_number(1)
-        .body(ByteStream::from(body.clone()))
-        .send()
-        .await
-        .unwrap()
-        .e_tag
-        .unwrap();
-    let parts = CompletedMultipartUpload::builder()
-        .parts(CompletedPart::builder().part_number(1).e_tag(&etag).build())
-        .build();
+    let etag = upload_part(s3, "cond", "k", &upload_id, 1, &body).await;
+    let parts = completion(&[(1, &etag)]);
     let refused = s3
         .complete_multipart_upload()
         .bucket("cond")
@@ -291,31 +273,12 @@ async fn copies_share_nothing_but_bytes_and_follow_the_metadata_directive() {
         .unwrap();
     let large_etag = put_etag(s3, "src", "large", large.clone()).await;
     // A multipart source: one 5 MiB part and a short one.
-    let upload_id = s3
-        .create_multipart_upload()
-        .bucket("src")
-        .key("multi")
-        .send()
-        .await
-        .unwrap()
-        .upload_id
-        .unwrap();
+    let upload_id = start_upload(s3, "src", "multi").await;
     let parts = [noise(5 * 1024 * 1024, 10), noise(4321, 11)];
     let mut completed = CompletedMultipartUpload::builder();
     for (i, part) in parts.iter().enumerate() {
         let number = i as i32 + 1;
-        let etag = s3
-            .upload_part()
-            .bucket("src")
-            .key("multi")
-            .upload_id(&upload_id)
-            .part_number(number)
-            .body(ByteStream::from(part.clone()))
-            .send()
-            .await
-            .unwrap()
-            .e_tag
-            .unwrap();
+        let etag = upload_part(s3, "src", "multi", &upload_id, number, &part).await;
         completed = completed.parts(CompletedPart::builder().part_number(number).e_tag(etag).build());
     }
     let multi_etag = s3
@@ -355,15 +318,7 @@ async fn copies_share_nothing_but_bytes_and_follow_the_metadata_directive() {
 
     // UploadPartCopy: a 5 MiB part copied whole from the multipart source, then a range of
     // the chunked one.
-    let upload_id = s3
-        .create_multipart_upload()
-        .bucket("dst")
-        .key("assembled")
-        .send()
-        .await
-        .unwrap()
-        .upload_id
-        .unwrap();
+    let upload_id = start_upload(s3, "dst", "assembled").await;
     let mut completed = CompletedMultipartUpload::builder();
     for (number, source, range) in [
         (1, "src/multi", Some("bytes=0-5242879")),

@@ -4,7 +4,7 @@
 mod common;
 
 use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumMode, Delete, ObjectIdentifier};
-use common::s3::{http_status, put_object, put_request};
+use common::s3::{head_object, http_status, put_object, put_request};
 use common::{TestGateway, noise};
 
 async fn put(gw: &TestGateway, bucket: &str, key: &str, body: Vec<u8>) -> String {
@@ -113,7 +113,7 @@ async fn objects_of_every_size_class_round_trip_byte_exact() {
         let back = get(&gw, "sizes", &key).await;
         assert_eq!(back.len(), size);
         assert!(back == body, "{size} B round trip");
-        let head = gw.client.head_object().bucket("sizes").key(&key).send().await.unwrap();
+        let head = head_object(&gw.client, "sizes", &key).await;
         assert_eq!(head.content_length(), Some(size as i64));
         assert_eq!(head.e_tag(), Some(md5_hex(&body).as_str()));
     }
@@ -264,14 +264,7 @@ async fn metadata_and_standard_headers_are_kept() {
         .send()
         .await
         .unwrap();
-    let head = gw
-        .client
-        .head_object()
-        .bucket("meta")
-        .key("doc.html")
-        .send()
-        .await
-        .unwrap();
+    let head = head_object(&gw.client, "meta", "doc.html").await;
     assert_eq!(head.content_type(), Some("text/html; charset=utf-8"));
     assert_eq!(head.content_encoding(), Some("identity"));
     assert_eq!(head.content_disposition(), Some("attachment; filename=\"doc.html\""));
@@ -286,14 +279,7 @@ async fn metadata_and_standard_headers_are_kept() {
 
     // Overwrite replaces metadata too.
     put(&gw, "meta", "doc.html", b"v2".to_vec()).await;
-    let head = gw
-        .client
-        .head_object()
-        .bucket("meta")
-        .key("doc.html")
-        .send()
-        .await
-        .unwrap();
+    let head = head_object(&gw.client, "meta", "doc.html").await;
     assert!(head.metadata().is_none_or(|m| m.is_empty()));
     assert_eq!(head.content_length(), Some(2));
     gw.stop().await;

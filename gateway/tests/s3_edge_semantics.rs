@@ -6,9 +6,8 @@
 mod common;
 
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use common::TestGateway;
-use common::s3::{put_object, put_request, refusal};
+use common::s3::{completion, put_object, put_request, refusal, start_upload, upload_part};
 
 #[tokio::test]
 async fn conditional_writes_with_a_star_or_an_etag_are_evaluated() {
@@ -88,30 +87,9 @@ async fn list_buckets_pages_by_max_buckets_and_continuation_token() {
 async fn a_retried_completion_answers_with_the_object_it_made() {
     let gw = TestGateway::with_sample_object().await;
     let s3 = &gw.client;
-    let upload_id = s3
-        .create_multipart_upload()
-        .bucket("bkt")
-        .key("assembled")
-        .send()
-        .await
-        .unwrap()
-        .upload_id
-        .unwrap();
-    let etag = s3
-        .upload_part()
-        .bucket("bkt")
-        .key("assembled")
-        .upload_id(&upload_id)
-        .part_number(1)
-        .body(ByteStream::from_static(b"the only part"))
-        .send()
-        .await
-        .unwrap()
-        .e_tag
-        .unwrap();
-    let parts = CompletedMultipartUpload::builder()
-        .parts(CompletedPart::builder().part_number(1).e_tag(etag).build())
-        .build();
+    let upload_id = start_upload(s3, "bkt", "assembled").await;
+    let etag = upload_part(s3, "bkt", "assembled", &upload_id, 1, b"the only part").await;
+    let parts = completion(&[(1, &etag)]);
     let complete = || {
         s3.complete_multipart_upload()
             .bucket("bkt")
@@ -135,15 +113,7 @@ async fn a_retried_completion_answers_with_the_object_it_made() {
 async fn a_part_copy_range_past_the_source_end_is_invalid_range() {
     let gw = TestGateway::with_sample_object().await;
     let s3 = &gw.client;
-    let upload_id = s3
-        .create_multipart_upload()
-        .bucket("bkt")
-        .key("copy-target")
-        .send()
-        .await
-        .unwrap()
-        .upload_id
-        .unwrap();
+    let upload_id = start_upload(s3, "bkt", "copy-target").await;
     let copy = |range: &'static str| {
         s3.upload_part_copy()
             .bucket("bkt")

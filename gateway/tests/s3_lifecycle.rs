@@ -17,7 +17,7 @@ use aws_sdk_s3::types::{
     TransitionStorageClass,
 };
 use common::TestGateway;
-use common::s3::{error_code, http_status, put_object, put_request, set_versioning};
+use common::s3::{error_code, head_object, http_status, put_object, put_request, set_versioning};
 
 fn rule(id: &str, prefix: &str) -> aws_sdk_s3::types::builders::LifecycleRuleBuilder {
     LifecycleRule::builder()
@@ -141,12 +141,12 @@ async fn configurations_are_kept_and_checked() {
 
     // GET and HEAD say when a rule will expire the object, rounded to midnight UTC.
     put(s3, "cfg", "logs/today").await;
-    let head = s3.head_object().bucket("cfg").key("logs/today").send().await.unwrap();
+    let head = head_object(s3, "cfg", "logs/today").await;
     let expiration = head.expiration.expect("x-amz-expiration");
     assert!(expiration.contains("rule-id=\"logs\""), "{expiration}");
     assert!(expiration.contains("00:00:00 GMT"), "{expiration}");
     put(s3, "cfg", "other").await;
-    let head = s3.head_object().bucket("cfg").key("other").send().await.unwrap();
+    let head = head_object(s3, "cfg", "other").await;
     assert_eq!(head.expiration, None);
 
     // What S3 refuses, pgvs3 refuses: duplicate ids, a rule with no action, transitions.

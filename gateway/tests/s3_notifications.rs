@@ -12,14 +12,15 @@ mod receiver;
 
 use std::time::Duration;
 
+use aws_sdk_s3::error::SdkError;
+use aws_sdk_s3::operation::put_bucket_notification_configuration::PutBucketNotificationConfigurationError;
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{
-    BucketVersioningStatus, CompletedMultipartUpload, CompletedPart, Event, NotificationConfiguration,
-    QueueConfiguration,
-};
-use common::events::{configure, drain, event, queue_rule};
+use aws_sdk_s3::types::{BucketVersioningStatus, Event, QueueConfiguration};
+use common::events::{configure, drain, event, queue_rule, try_configure};
 use common::ojs::Ojs;
-use common::s3::{copy_request, http_status, put_object, put_request, read_object, set_versioning};
+use common::s3::{
+    completion, copy_request, error_code, http_status, put_object, put_request, read_object, set_versioning,
+};
 use common::{TestGateway, eventually};
 use futures::StreamExt;
 use serde_json::Value;
@@ -92,16 +93,7 @@ async fn committed_writes_enqueue_one_job_each() {
         .bucket("inbox")
         .key("incoming/big.csv")
         .upload_id(upload_id)
-        .multipart_upload(
-            CompletedMultipartUpload::builder()
-                .parts(
-                    CompletedPart::builder()
-                        .part_number(1)
-                        .e_tag(part.e_tag().unwrap())
-                        .build(),
-                )
-                .build(),
-        )
+        .multipart_upload(completion(&[(1, part.e_tag().unwrap())]))
         .send()
         .await
         .unwrap();
@@ -226,27 +218,20 @@ async fn destinations_other_than_ojs_queues_are_refused() {
     let gw = TestGateway::start().await;
     let s3 = &gw.client;
     s3.create_bucket().bucket("elsewhere").send().await.unwrap();
-    let foreign = s3
-        .put_bucket_notification_configuration()
-        .bucket("elsewhere")
-        .notification_configuration(
-            NotificationConfiguration::builder()
-                .queue_configurations(
-                    QueueConfiguration::builder()
-                        .queue_arn("arn:aws:sqs:us-east-1:123456789012:q")
-                        .events(Event::from("s3:ObjectCreated:*"))
-                        .build()
-                        .unwrap(),
-                )
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(
-        foreign.as_service_error().and_then(|e| e.meta().code()),
-        Some("InvalidArgument")
-    );
+    let foreign = try_configure(
+        s3,
+        "elsewhere",
+        vec![
+            QueueConfiguration::builder()
+                .queue_arn("arn:aws:sqs:us-east-1:123456789012:q")
+                .events(Event::from("s3:ObjectCreated:*"))
+                .build()
+                .unwrap(),
+        ],
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(error_code(&foreign), "InvalidArgument");
     let stored = s3
         .get_bucket_notification_configuration()
         .bucket("elsewhere")
@@ -357,6 +342,16 @@ async fn lifecycle_expirations_are_their_own_events() {
     );
 }
 
+/// Asserts a configuration was refused as AWS refuses one naming a destination it cannot use.
+fn assert_invalid_destination(refused: &SdkError<PutBucketNotificationConfigurationError>) {
+    assert_eq!(error_code(refused), "InvalidArgument");
+    let message = refused.as_service_error().and_then(|e| e.meta().message());
+    assert!(
+        message.is_some_and(|m| m.starts_with("Unable to validate the following destination configurations")),
+        "{refused:?}"
+    );
+}
+
 fn webhook_rule(id: &str, target: &str, events: &[&str]) -> QueueConfiguration {
     QueueConfiguration::builder()
         .id(id)
@@ -401,25 +396,10 @@ async fn webhook_targets_get_each_committed_event_signed_and_after_an_outage() {
     let mut receiver = receiver::Receiver::start().await;
     s3.create_bucket().bucket("hooked").send().await.unwrap();
     // A target that is not registered is an invalid destination, as AWS says of an unknown queue.
-    let unknown = s3
-        .put_bucket_notification_configuration()
-        .bucket("hooked")
-        .notification_configuration(
-            NotificationConfiguration::builder()
-                .queue_configurations(webhook_rule("w", "audit", &["s3:ObjectCreated:*"]))
-                .build(),
-        )
-        .send()
+    let unknown = try_configure(s3, "hooked", vec![webhook_rule("w", "audit", &["s3:ObjectCreated:*"])])
         .await
         .unwrap_err();
-    let error = unknown.as_service_error().map(|e| e.meta());
-    assert_eq!(error.and_then(|e| e.code()), Some("InvalidArgument"));
-    assert!(
-        error
-            .and_then(|e| e.message())
-            .unwrap()
-            .starts_with("Unable to validate the following destination configurations")
-    );
+    assert_invalid_destination(&unknown);
     sql.execute(
         "SELECT pgvs3.put_webhook_target('audit', $1, 'target-secret')",
         &[&receiver.url("/s3-events")],
@@ -595,25 +575,10 @@ async fn pubsub_channel_targets_reach_subscribers_of_every_gateway_once_per_comm
     let s3 = &first.client;
     s3.create_bucket().bucket("feed").send().await.unwrap();
     // A channel ARN naming no channel is an invalid destination.
-    let empty = s3
-        .put_bucket_notification_configuration()
-        .bucket("feed")
-        .notification_configuration(
-            NotificationConfiguration::builder()
-                .queue_configurations(channel_rule("arn:pgvs3:pubsub:::"))
-                .build(),
-        )
-        .send()
+    let empty = try_configure(s3, "feed", vec![channel_rule("arn:pgvs3:pubsub:::")])
         .await
         .unwrap_err();
-    let error = empty.as_service_error().map(|e| e.meta());
-    assert_eq!(error.and_then(|e| e.code()), Some("InvalidArgument"));
-    assert!(
-        error
-            .and_then(|e| e.message())
-            .unwrap()
-            .starts_with("Unable to validate the following destination configurations")
-    );
+    assert_invalid_destination(&empty);
     configure(s3, "feed", vec![channel_rule("arn:pgvs3:pubsub:::s3:feed")]).await;
     let stored = s3
         .get_bucket_notification_configuration()

@@ -15,11 +15,21 @@ use aws_sdk_s3::types::{
     ObjectLockLegalHoldStatus, ObjectLockMode, ObjectLockRetention, ObjectLockRetentionMode, ObjectLockRule,
     VersioningConfiguration,
 };
-use common::s3::{copy_request, error_code, http_status, put_object, put_request, set_versioning};
+use common::s3::{
+    copy_request, error_code, head_object, http_status, put_object, put_request, read_version, set_versioning,
+};
 use common::{TestGateway, noise};
 
 fn in_days(days: u64) -> DateTime {
     DateTime::from(SystemTime::now() + Duration::from_secs(days * 86_400))
+}
+
+/// A retention of `mode` until `until`.
+fn retention_until(mode: ObjectLockRetentionMode, until: DateTime) -> ObjectLockRetention {
+    ObjectLockRetention::builder()
+        .mode(mode)
+        .retain_until_date(until)
+        .build()
 }
 
 async fn put(s3: &Client, bucket: &str, key: &str, body: Vec<u8>) -> String {
@@ -69,7 +79,7 @@ async fn locked_versions_survive_every_delete() {
         .unwrap()
         .version_id
         .unwrap();
-    let head = s3.head_object().bucket("vault").key("backup.vbk").send().await.unwrap();
+    let head = head_object(s3, "vault", "backup.vbk").await;
     assert_eq!(head.object_lock_mode, Some(ObjectLockMode::Compliance));
     assert!(head.object_lock_retain_until_date.is_some());
     // Removing it is refused for every key, root included, with or without the bypass.
@@ -96,12 +106,7 @@ async fn locked_versions_survive_every_delete() {
             .key("backup.vbk")
             .version_id(&compliance)
             .bypass_governance_retention(true)
-            .retention(
-                ObjectLockRetention::builder()
-                    .mode(mode)
-                    .retain_until_date(in_days(days))
-                    .build(),
-            )
+            .retention(retention_until(mode, in_days(days)))
             .send()
             .await
             .unwrap_err();
@@ -112,12 +117,7 @@ async fn locked_versions_survive_every_delete() {
         .bucket("vault")
         .key("backup.vbk")
         .version_id(&compliance)
-        .retention(
-            ObjectLockRetention::builder()
-                .mode(ObjectLockRetentionMode::Compliance)
-                .retain_until_date(in_days(5))
-                .build(),
-        )
+        .retention(retention_until(ObjectLockRetentionMode::Compliance, in_days(5)))
         .send()
         .await
         .unwrap();
@@ -144,15 +144,7 @@ async fn locked_versions_survive_every_delete() {
         .await
         .unwrap();
     assert_eq!(marker.delete_marker, Some(true));
-    let kept = s3
-        .get_object()
-        .bucket("vault")
-        .key("backup.vbk")
-        .version_id(&compliance)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(kept.body.collect().await.unwrap().to_vec(), body);
+    assert_eq!(read_version(s3, "vault", "backup.vbk", &compliance).await, body);
     // DeleteObjects reports the locked version as an error and removes nothing.
     let batch = s3
         .delete_objects()
@@ -187,15 +179,7 @@ async fn locked_versions_survive_every_delete() {
         .map(|db| db.message().to_owned())
         .unwrap_or_default();
     assert!(message.contains("object lock"), "{forced:?}");
-    let kept = s3
-        .get_object()
-        .bucket("vault")
-        .key("backup.vbk")
-        .version_id(&compliance)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(kept.body.collect().await.unwrap().to_vec(), body);
+    assert_eq!(read_version(s3, "vault", "backup.vbk", &compliance).await, body);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -305,10 +289,10 @@ async fn governance_default_retention_and_legal_hold() {
         .await
         .unwrap_err();
     assert_eq!(error_code(&refused), "AccessDenied");
-    let shorter = ObjectLockRetention::builder()
-        .mode(ObjectLockRetentionMode::Governance)
-        .retain_until_date(DateTime::from(SystemTime::now() + Duration::from_secs(3600)))
-        .build();
+    let shorter = retention_until(
+        ObjectLockRetentionMode::Governance,
+        DateTime::from(SystemTime::now() + Duration::from_secs(3600)),
+    );
     let refused = s3
         .put_object_retention()
         .bucket("plain")
@@ -397,7 +381,7 @@ async fn governance_default_retention_and_legal_hold() {
         .unwrap();
     assert!(source.version_id.is_some());
     copy_request(s3, "plain", "copy", "plain/held").send().await.unwrap();
-    let copy = s3.head_object().bucket("plain").key("copy").send().await.unwrap();
+    let copy = head_object(s3, "plain", "copy").await;
     assert_eq!(copy.object_lock_legal_hold_status, None);
     assert_eq!(copy.object_lock_mode, Some(ObjectLockMode::Governance));
 }

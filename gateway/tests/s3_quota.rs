@@ -6,9 +6,7 @@
 mod common;
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
-use common::s3::{copy_request, put_request, refusal};
+use common::s3::{completion, copy_request, put_request, refusal, start_upload, upload_part};
 use common::{TestGateway, noise};
 use pgvs3_gateway::store::BucketQuota;
 
@@ -145,31 +143,10 @@ async fn copies_and_multipart_completions_past_the_limit_are_refused() {
 
     // Parts are not counted until completion; the completion is what gets refused, and the
     // upload survives it so the client can still abort (or complete once there is room).
-    let upload_id = s3
-        .create_multipart_upload()
-        .bucket("capped")
-        .key("assembled")
-        .send()
-        .await
-        .unwrap()
-        .upload_id
-        .unwrap();
+    let upload_id = start_upload(s3, "capped", "assembled").await;
     let first = noise(5 << 20, 2);
-    let etag = s3
-        .upload_part()
-        .bucket("capped")
-        .key("assembled")
-        .upload_id(&upload_id)
-        .part_number(1)
-        .body(ByteStream::from(first))
-        .send()
-        .await
-        .unwrap()
-        .e_tag
-        .unwrap();
-    let completion = CompletedMultipartUpload::builder()
-        .parts(CompletedPart::builder().part_number(1).e_tag(&etag).build())
-        .build();
+    let etag = upload_part(s3, "capped", "assembled", &upload_id, 1, &first).await;
+    let completion = completion(&[(1, &etag)]);
     let complete = || {
         s3.complete_multipart_upload()
             .bucket("capped")

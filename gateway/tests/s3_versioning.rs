@@ -11,9 +11,8 @@ mod common;
 use std::time::Duration;
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{BucketVersioningStatus, CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier};
-use common::s3::{copy_request, http_status, put_object, put_request, set_versioning};
+use aws_sdk_s3::types::{BucketVersioningStatus, Delete, ObjectIdentifier};
+use common::s3::{completion, copy_request, http_status, put_object, put_request, set_versioning, upload_part};
 use common::{TestGateway, noise};
 
 async fn put(s3: &Client, bucket: &str, key: &str, body: &[u8]) -> Option<String> {
@@ -308,28 +307,13 @@ async fn copies_from_versions_and_completions_get_version_ids() {
         .await
         .unwrap();
     let upload_id = upload.upload_id.unwrap();
-    let etag = s3
-        .upload_part()
-        .bucket("src")
-        .key("mp")
-        .upload_id(&upload_id)
-        .part_number(1)
-        .body(ByteStream::from_static(b"part"))
-        .send()
-        .await
-        .unwrap()
-        .e_tag
-        .unwrap();
+    let etag = upload_part(s3, "src", "mp", &upload_id, 1, b"part").await;
     let done = s3
         .complete_multipart_upload()
         .bucket("src")
         .key("mp")
         .upload_id(&upload_id)
-        .multipart_upload(
-            CompletedMultipartUpload::builder()
-                .parts(CompletedPart::builder().part_number(1).e_tag(etag).build())
-                .build(),
-        )
+        .multipart_upload(completion(&[(1, &etag)]))
         .send()
         .await
         .unwrap();

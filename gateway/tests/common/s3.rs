@@ -6,6 +6,7 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::operation::copy_object::builders::CopyObjectFluentBuilder;
+use aws_sdk_s3::operation::head_object::HeadObjectOutput;
 use aws_sdk_s3::operation::put_object::PutObjectOutput;
 use aws_sdk_s3::operation::put_object::builders::PutObjectFluentBuilder;
 use aws_sdk_s3::primitives::ByteStream;
@@ -42,6 +43,17 @@ pub async fn put_etag(client: &Client, bucket: &str, key: &str, body: impl Into<
 /// A CopyObject of `source` (`bucket/key`) to `bucket/key`, for the caller to add conditions and send.
 pub fn copy_request(client: &Client, bucket: &str, key: &str, source: &str) -> CopyObjectFluentBuilder {
     client.copy_object().bucket(bucket).key(key).copy_source(source)
+}
+
+/// The metadata of `bucket/key`. Panics naming the key if the HEAD is refused.
+pub async fn head_object(client: &Client, bucket: &str, key: &str) -> HeadObjectOutput {
+    client
+        .head_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .unwrap_or_else(|err| panic!("HEAD {bucket}/{key}: {err:?}"))
 }
 
 /// Starts a multipart upload of `bucket/key`; its upload id.
@@ -94,13 +106,23 @@ pub fn completion(parts: &[(i32, &str)]) -> CompletedMultipartUpload {
 
 /// The whole body of `bucket/key`. Panics naming the key if the read is refused.
 pub async fn read_object(client: &Client, bucket: &str, key: &str) -> Vec<u8> {
+    read_body(client, bucket, key, None).await
+}
+
+/// The whole body of version `version` of `bucket/key`. Panics naming it if the read is refused.
+pub async fn read_version(client: &Client, bucket: &str, key: &str, version: &str) -> Vec<u8> {
+    read_body(client, bucket, key, Some(version)).await
+}
+
+async fn read_body(client: &Client, bucket: &str, key: &str, version: Option<&str>) -> Vec<u8> {
     client
         .get_object()
         .bucket(bucket)
         .key(key)
+        .set_version_id(version.map(str::to_owned))
         .send()
         .await
-        .unwrap_or_else(|err| panic!("GET {bucket}/{key}: {err:?}"))
+        .unwrap_or_else(|err| panic!("GET {bucket}/{key} (version {version:?}): {err:?}"))
         .body
         .collect()
         .await
@@ -197,6 +219,27 @@ pub async fn list(client: &Client, bucket: &str, prefix: Option<&str>) -> Result
         .map(|out| out.contents().len())
         .map_err(|err| error_code(&err))
 }
+
+/// What the boto3 scripts of the access-control tests start with: clients `root` (the keys in
+/// AK and SK), `bob` (the key `add_key(gw, "BOBKEY")` makes) and `anon` (unsigned), and
+/// `code(call)`, the S3 error code the call is refused with (None when it succeeds).
+pub const BOTO3_ROOT_BOB_ANON: &str = r#"
+import json, os, boto3, botocore
+from botocore import UNSIGNED
+from botocore.config import Config
+url = os.environ["AWS_ENDPOINT_URL"]
+root = boto3.client("s3", endpoint_url=url, region_name="us-east-1",
+                    aws_access_key_id=os.environ["AK"], aws_secret_access_key=os.environ["SK"])
+bob = boto3.client("s3", endpoint_url=url, region_name="us-east-1",
+                   aws_access_key_id="BOBKEY", aws_secret_access_key="BOBKEY-secret")
+anon = boto3.client("s3", endpoint_url=url, region_name="us-east-1", config=Config(signature_version=UNSIGNED))
+def code(call):
+    try:
+        call()
+    except botocore.exceptions.ClientError as err:
+        return err.response["Error"]["Code"]
+    return None
+"#;
 
 /// An unsigned (anonymous) request, as a browser or `curl` sends it.
 pub async fn unsigned(gw: &TestGateway, method: &str, path: &str, body: &[u8]) -> RawResponse {
