@@ -606,7 +606,7 @@ async fn a_multipart_upload_is_written_back_and_stays_cached_once_uploaded() {
     let upload_id = start_upload(client, CACHE, "mpu.bin").await;
     let mut completed = Vec::new();
     for (number, body) in (1..).zip(&parts) {
-        let etag = upload_part(client, CACHE, "mpu.bin", &upload_id, number, &body).await;
+        let etag = upload_part(client, CACHE, "mpu.bin", &upload_id, number, body).await;
         completed.push(CompletedPart::builder().part_number(number).e_tag(etag).build());
     }
     client

@@ -278,7 +278,7 @@ async fn copies_share_nothing_but_bytes_and_follow_the_metadata_directive() {
     let mut completed = CompletedMultipartUpload::builder();
     for (i, part) in parts.iter().enumerate() {
         let number = i as i32 + 1;
-        let etag = upload_part(s3, "src", "multi", &upload_id, number, &part).await;
+        let etag = upload_part(s3, "src", "multi", &upload_id, number, part).await;
         completed = completed.parts(CompletedPart::builder().part_number(number).e_tag(etag).build());
     }
     let multi_etag = s3

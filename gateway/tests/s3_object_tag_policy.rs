@@ -7,7 +7,6 @@
 mod common;
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{BucketVersioningStatus, Tag, Tagging};
 use common::TestGateway;
