@@ -1,6 +1,8 @@
-//! S3 calls the tests share: object writes and reads through aws-sdk-s3, what a refusal
-//! answered (HTTP status, S3 error code), a second access key and its client, the access-control
-//! object calls that answer a refusal's code, and unsigned requests.
+//! S3 calls the tests share, so each test reads as what it checks: object writes, reads, copies
+//! and multipart uploads through aws-sdk-s3, bucket versioning, what a refusal answered (HTTP
+//! status, S3 error code), a second access key and its client, the access-control object calls
+//! that answer a refusal's code, the boto3 clients of the access-control scripts, and unsigned
+//! requests.
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::http::HttpResponse;
