@@ -5,8 +5,8 @@ mod common;
 
 use std::time::{Duration, SystemTime};
 
-use aws_sdk_s3::primitives::ByteStream;
 use common::raw::{RawResponse, Signer, send, sha256_hex};
+use common::s3::{put_object, put_request};
 use common::{ROOT_ACCESS_KEY, ROOT_SECRET_KEY, TestGateway, noise};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -64,22 +64,8 @@ async fn bursts_wait_briefly_then_get_slow_down() {
     ];
     let gw = TestGateway::with_args(common::fresh_database().await, &args).await;
     gw.client.create_bucket().bucket("adm").send().await.unwrap();
-    gw.client
-        .put_object()
-        .bucket("adm")
-        .key("small")
-        .body(ByteStream::from_static(b"tiny"))
-        .send()
-        .await
-        .unwrap();
-    gw.client
-        .put_object()
-        .bucket("adm")
-        .key("big")
-        .body(ByteStream::from(noise(24 << 20, 1)))
-        .send()
-        .await
-        .unwrap();
+    put_object(&gw.client, "adm", "small", b"tiny").await;
+    put_object(&gw.client, "adm", "big", noise(24 << 20, 1)).await;
 
     let held = hold_slot(&gw).await;
     let waiter = {
@@ -148,14 +134,7 @@ async fn a_burst_of_two_hundred_with_eight_slots_is_served_or_told_to_slow_down(
     let gw = TestGateway::with_args(common::fresh_database().await, &args).await;
     gw.client.create_bucket().bucket("adm").send().await.unwrap();
     for (key, body) in [("small", b"tiny".to_vec()), ("big", noise(24 << 20, 2))] {
-        gw.client
-            .put_object()
-            .bucket("adm")
-            .key(key)
-            .body(ByteStream::from(body))
-            .send()
-            .await
-            .unwrap();
+        put_object(&gw.client, "adm", key, body).await;
     }
     let mut held = Vec::new();
     for _ in 0..8 {
@@ -280,11 +259,7 @@ async fn unauthenticated_clients_that_stall_hold_no_slot() {
         stalled.push(stream);
     }
     for i in 0..10 {
-        gw.client
-            .put_object()
-            .bucket("adm")
-            .key(format!("served-{i}"))
-            .body(ByteStream::from_static(b"ok"))
+        put_request(&gw.client, "adm", &format!("served-{i}"), b"ok")
             .send()
             .await
             .expect("a signed request is served while unauthenticated ones stall");
@@ -317,15 +292,7 @@ async fn a_signed_put_that_stalls_its_body_times_out_and_frees_its_slot() {
     // The only slot is held; this request waits for it, and gets it once the stall times out.
     let waiting = {
         let client = gw.client.clone();
-        tokio::spawn(async move {
-            client
-                .put_object()
-                .bucket("adm")
-                .key("after")
-                .body(ByteStream::from_static(b"ok"))
-                .send()
-                .await
-        })
+        tokio::spawn(async move { put_request(&client, "adm", "after", b"ok").send().await })
     };
     let answer = common::raw::read_response(&mut stalled).await;
     assert_eq!(
@@ -359,14 +326,7 @@ async fn large_uploads_cannot_take_the_slots_small_requests_need() {
     ];
     let gw = TestGateway::with_args(common::fresh_database().await, &args).await;
     gw.client.create_bucket().bucket("adm").send().await.unwrap();
-    gw.client
-        .put_object()
-        .bucket("adm")
-        .key("small")
-        .body(ByteStream::from_static(b"tiny"))
-        .send()
-        .await
-        .unwrap();
+    put_object(&gw.client, "adm", "small", b"tiny").await;
     // Six 10 MiB uploads under way (each sent 1 MiB, then paused): one streams, the rest wait
     // their turn in the upload class or are told to slow down.
     let mut uploads = Vec::new();

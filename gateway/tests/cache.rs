@@ -13,7 +13,11 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use common::events::{configure, drain, event, queue_rule};
 use common::ojs::Ojs;
-use common::{ROOT_ACCESS_KEY, ROOT_SECRET_KEY, TestGateway, noise};
+use common::s3::{
+    completion, copy_request, find_object, head_object, http_status, put_etag, put_object, put_request, read_object,
+    start_upload, upload_part,
+};
+use common::{ROOT_ACCESS_KEY, ROOT_SECRET_KEY, TestGateway, noise, query_count};
 use pgvs3_gateway::store::{CacheMode, Origin};
 
 const ORIGIN_BUCKET: &str = "origin-data";
@@ -80,11 +84,11 @@ impl Pair {
     }
 
     async fn put_at_origin(&self, key: &str, body: Vec<u8>) {
-        put(&self.origin.client, ORIGIN_BUCKET, key, body).await;
+        put_object(&self.origin.client, ORIGIN_BUCKET, key, body).await;
     }
 
     async fn origin_has(&self, key: &str) -> Option<Vec<u8>> {
-        get(&self.origin.client, ORIGIN_BUCKET, key).await
+        find_object(&self.origin.client, ORIGIN_BUCKET, key).await
     }
 
     async fn stop(self) {
@@ -102,27 +106,6 @@ async fn origin_requests(origin: &TestGateway, operation: &str, status: u16) -> 
         .unwrap_or(0.0)
 }
 
-async fn put(client: &Client, bucket: &str, key: &str, body: Vec<u8>) -> String {
-    client
-        .put_object()
-        .bucket(bucket)
-        .key(key)
-        .body(ByteStream::from(body))
-        .send()
-        .await
-        .unwrap()
-        .e_tag
-        .unwrap()
-}
-
-async fn get(client: &Client, bucket: &str, key: &str) -> Option<Vec<u8>> {
-    match client.get_object().bucket(bucket).key(key).send().await {
-        Ok(output) => Some(output.body.collect().await.unwrap().to_vec()),
-        Err(err) if err.raw_response().map(|r| r.status().as_u16()) == Some(404) => None,
-        Err(err) => panic!("GET {bucket}/{key}: {err:?}"),
-    }
-}
-
 async fn status_of_get(client: &Client, bucket: &str, key: &str) -> (u16, Option<String>) {
     match client.get_object().bucket(bucket).key(key).send().await {
         Ok(output) => {
@@ -131,25 +114,23 @@ async fn status_of_get(client: &Client, bucket: &str, key: &str) -> (u16, Option
         }
         Err(err) => {
             use aws_sdk_s3::error::ProvideErrorMetadata;
-            let status = err.raw_response().map(|r| r.status().as_u16()).unwrap_or(0);
-            (status, err.code().map(str::to_owned))
+            (http_status(&err), err.code().map(str::to_owned))
         }
     }
 }
 
-/// Waits (bounded) until `check` holds; the condition is what the test asserts.
+/// Waits (bounded, by the shared poller) until `check` holds; the condition is what the test
+/// asserts.
 async fn eventually<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    for _ in 0..300 {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out waiting for {what}");
+    common::eventually(Duration::from_secs(15), what, || {
+        let done = check();
+        async move { done.await.then_some(()) }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -161,21 +142,15 @@ async fn a_miss_fills_once_and_warm_reads_never_reach_the_origin() {
     pair.put_at_origin("dir/large.parquet", large.clone()).await;
     let client = &pair.cache.client;
 
-    assert_eq!(get(client, CACHE, "small.bin").await.unwrap(), small);
-    assert_eq!(get(client, CACHE, "dir/large.parquet").await.unwrap(), large);
+    assert_eq!(read_object(client, CACHE, "small.bin").await, small);
+    assert_eq!(read_object(client, CACHE, "dir/large.parquet").await, large);
     assert_eq!(pair.origin_gets().await, 2.0, "one origin GET per miss, no HEAD first");
     assert_eq!(origin_requests(&pair.origin, "HeadObject", 200).await, 0.0);
 
     for _ in 0..3 {
-        assert_eq!(get(client, CACHE, "small.bin").await.unwrap(), small);
-        assert_eq!(get(client, CACHE, "dir/large.parquet").await.unwrap(), large);
-        let head = client
-            .head_object()
-            .bucket(CACHE)
-            .key("dir/large.parquet")
-            .send()
-            .await
-            .unwrap();
+        assert_eq!(read_object(client, CACHE, "small.bin").await, small);
+        assert_eq!(read_object(client, CACHE, "dir/large.parquet").await, large);
+        let head = head_object(client, CACHE, "dir/large.parquet").await;
         assert_eq!(head.content_length, Some(large.len() as i64));
     }
     // A whole-object entry serves ranges locally.
@@ -199,22 +174,8 @@ async fn a_miss_fills_once_and_warm_reads_never_reach_the_origin() {
     assert_eq!(origin_requests(&pair.origin, "HeadObject", 200).await, 0.0);
 
     // The origin's ETag is the cache's, so clients see one identity for the object.
-    let at_origin = pair
-        .origin
-        .client
-        .head_object()
-        .bucket(ORIGIN_BUCKET)
-        .key("small.bin")
-        .send()
-        .await
-        .unwrap();
-    let cached = client
-        .head_object()
-        .bucket(CACHE)
-        .key("small.bin")
-        .send()
-        .await
-        .unwrap();
+    let at_origin = head_object(&pair.origin.client, ORIGIN_BUCKET, "small.bin").await;
+    let cached = head_object(client, CACHE, "small.bin").await;
     assert_eq!(cached.e_tag, at_origin.e_tag);
     assert_eq!(
         pair.cache.metric("pgvs3_cache_fills_total{outcome=\"ok\"}").await,
@@ -238,7 +199,7 @@ async fn concurrent_misses_on_two_gateways_share_one_origin_get() {
             second.client.clone()
         };
         readers.push(tokio::spawn(
-            async move { get(&client, CACHE, "hot.bin").await.unwrap() },
+            async move { read_object(&client, CACHE, "hot.bin").await },
         ));
     }
     for reader in readers {
@@ -323,7 +284,7 @@ async fn ranges_fill_aligned_chunks_and_never_fetch_a_whole_large_object() {
     assert_eq!(pair.origin_gets().await, 0.0, "never the whole object");
 
     // A whole read fills the whole object, which replaces the chunks.
-    assert_eq!(get(client, CACHE, "table.parquet").await.unwrap(), body);
+    assert_eq!(read_object(client, CACHE, "table.parquet").await, body);
     filled(&pair.cache, "table.parquet").await;
     let left: i64 = sql
         .query_one("SELECT count(*) FROM s3c.ranges", &[])
@@ -340,7 +301,7 @@ async fn ranges_fill_aligned_chunks_and_never_fetch_a_whole_large_object() {
         (Some("bytes 0-3/8"), &b"{\"a\""[..])
     );
     let gets = pair.origin_gets().await + ranged_gets().await;
-    assert_eq!(get(client, CACHE, "small.json").await.unwrap(), b"{\"a\": 1}");
+    assert_eq!(read_object(client, CACHE, "small.json").await, b"{\"a\": 1}");
     assert_eq!(pair.origin_gets().await + ranged_gets().await, gets, "cached whole");
 
     // A range past the end is S3's InvalidRange.
@@ -352,7 +313,7 @@ async fn ranges_fill_aligned_chunks_and_never_fetch_a_whole_large_object() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(err.raw_response().unwrap().status().as_u16(), 416);
+    assert_eq!(http_status(&err), 416);
     pair.stop().await;
 }
 
@@ -360,11 +321,7 @@ async fn ranges_fill_aligned_chunks_and_never_fetch_a_whole_large_object() {
 async fn filled(cache: &TestGateway, key: &str) {
     let sql = cache.sql().await;
     eventually("the fill to commit", || async {
-        let row = sql
-            .query_one("SELECT count(*) FROM s3c.objects WHERE key = $1", &[&key])
-            .await
-            .unwrap();
-        row.get::<_, i64>(0) == 1
+        query_count(&sql, "SELECT count(*) FROM s3c.objects WHERE key = $1", &[&key]).await == 1
     })
     .await;
 }
@@ -385,11 +342,11 @@ async fn a_stale_entry_is_revalidated_without_a_body_when_unchanged() {
     let body = noise(200_000, 5);
     pair.put_at_origin("doc.json", body.clone()).await;
     let client = &pair.cache.client;
-    assert_eq!(get(client, CACHE, "doc.json").await.unwrap(), body);
+    assert_eq!(read_object(client, CACHE, "doc.json").await, body);
     filled(&pair.cache, "doc.json").await;
 
     expire_entries(&pair.cache).await;
-    assert_eq!(get(client, CACHE, "doc.json").await.unwrap(), body);
+    assert_eq!(read_object(client, CACHE, "doc.json").await, body);
     assert_eq!(
         origin_requests(&pair.origin, "GetObject", 304).await,
         1.0,
@@ -403,15 +360,15 @@ async fn a_stale_entry_is_revalidated_without_a_body_when_unchanged() {
         Some(1.0)
     );
     // Fresh again: no origin request at all.
-    assert_eq!(get(client, CACHE, "doc.json").await.unwrap(), body);
+    assert_eq!(read_object(client, CACHE, "doc.json").await, body);
     assert_eq!(origin_requests(&pair.origin, "GetObject", 304).await, 1.0);
 
     // Changed at the origin: within the TTL the cache still serves its copy; after it, the new one.
     let changed = noise(1000, 6);
     pair.put_at_origin("doc.json", changed.clone()).await;
-    assert_eq!(get(client, CACHE, "doc.json").await.unwrap(), body);
+    assert_eq!(read_object(client, CACHE, "doc.json").await, body);
     expire_entries(&pair.cache).await;
-    assert_eq!(get(client, CACHE, "doc.json").await.unwrap(), changed);
+    assert_eq!(read_object(client, CACHE, "doc.json").await, changed);
     assert_eq!(
         pair.cache
             .metric("pgvs3_cache_revalidations_total{outcome=\"changed\"}")
@@ -448,7 +405,7 @@ async fn a_404_is_remembered_for_the_negative_ttl() {
         Some(1.0)
     );
     expire_entries(&pair.cache).await;
-    assert_eq!(get(client, CACHE, "later.txt").await.unwrap(), b"now here");
+    assert_eq!(read_object(client, CACHE, "later.txt").await, b"now here");
     pair.stop().await;
 }
 
@@ -457,34 +414,22 @@ async fn small_writes_reach_the_origin_before_they_are_acknowledged() {
     let pair = Pair::start(CacheMode::WriteBack).await;
     let client = &pair.cache.client;
     let body = noise(100_000, 7);
-    let etag = put(client, CACHE, "written.bin", body.clone()).await;
+    let etag = put_etag(client, CACHE, "written.bin", body.clone()).await;
     // Straight after the 200, without waiting for anything.
     assert_eq!(pair.origin_has("written.bin").await.unwrap(), body);
-    let at_origin = pair
-        .origin
-        .client
-        .head_object()
-        .bucket(ORIGIN_BUCKET)
-        .key("written.bin")
-        .send()
-        .await
-        .unwrap();
+    let at_origin = head_object(&pair.origin.client, ORIGIN_BUCKET, "written.bin").await;
     assert_eq!(at_origin.e_tag.as_deref(), Some(&*etag));
     // ... and the cache holds it: reading it back makes no origin request.
-    assert_eq!(get(client, CACHE, "written.bin").await.unwrap(), body);
+    assert_eq!(read_object(client, CACHE, "written.bin").await, body);
     assert_eq!(pair.origin_gets().await, 1.0, "only the check above read the origin");
 
     // A conditional write is decided by the origin.
-    let refused = client
-        .put_object()
-        .bucket(CACHE)
-        .key("written.bin")
+    let refused = put_request(client, CACHE, "written.bin", b"x")
         .if_none_match("*")
-        .body(ByteStream::from_static(b"x"))
         .send()
         .await
         .unwrap_err();
-    assert_eq!(refused.raw_response().unwrap().status().as_u16(), 412);
+    assert_eq!(http_status(&refused), 412);
     assert_eq!(pair.origin_has("written.bin").await.unwrap(), body);
 
     // Deletes go to the origin and invalidate the entry.
@@ -496,7 +441,7 @@ async fn small_writes_reach_the_origin_before_they_are_acknowledged() {
         .await
         .unwrap();
     assert_eq!(pair.origin_has("written.bin").await, None);
-    assert_eq!(get(client, CACHE, "written.bin").await, None);
+    assert_eq!(find_object(client, CACHE, "written.bin").await, None);
     pair.stop().await;
 }
 
@@ -505,33 +450,22 @@ async fn large_writes_are_acknowledged_first_and_uploaded_by_the_worker() {
     let pair = Pair::start(CacheMode::WriteBack).await;
     let client = &pair.cache.client;
     let body = noise(3 << 20, 8);
-    put(client, CACHE, "big/part-0.parquet", body.clone()).await;
+    put_object(client, CACHE, "big/part-0.parquet", body.clone()).await;
     // Readable through the cache at once, whether or not the upload has happened yet.
-    assert_eq!(get(client, CACHE, "big/part-0.parquet").await.unwrap(), body);
+    assert_eq!(read_object(client, CACHE, "big/part-0.parquet").await, body);
     eventually("the upload", || async {
         pair.origin_has("big/part-0.parquet").await.as_deref() == Some(&body[..])
     })
     .await;
     let sql = pair.cache.sql().await;
     eventually("the outbox to drain", || async {
-        let row = sql
-            .query_one("SELECT count(*) FROM pgvs3.origin_outbox", &[])
-            .await
-            .unwrap();
-        row.get::<_, i64>(0) == 0
+        query_count(&sql, "SELECT count(*) FROM pgvs3.origin_outbox", &[]).await == 0
     })
     .await;
     // The uploaded body stays where it was written, now clean with the origin's ETag; nothing
     // was copied into the filled namespace, so its bytes were written once.
-    let at_origin = pair
-        .origin
-        .client
-        .head_object()
-        .bucket(ORIGIN_BUCKET)
-        .key("big/part-0.parquet")
-        .send()
+    let at_origin = head_object(&pair.origin.client, ORIGIN_BUCKET, "big/part-0.parquet")
         .await
-        .unwrap()
         .e_tag
         .unwrap();
     let clean: Vec<Option<String>> = sql
@@ -574,14 +508,13 @@ async fn large_writes_are_acknowledged_first_and_uploaded_by_the_worker() {
 async fn uploaded(cache: &TestGateway, key: &str) {
     let sql = cache.sql().await;
     eventually("the upload to settle", || async {
-        let row = sql
-            .query_one(
-                "SELECT count(*) FROM s3w.objects WHERE key = $1 AND origin_etag IS NOT NULL",
-                &[&key],
-            )
-            .await
-            .unwrap();
-        row.get::<_, i64>(0) == 1
+        query_count(
+            &sql,
+            "SELECT count(*) FROM s3w.objects WHERE key = $1 AND origin_etag IS NOT NULL",
+            &[&key],
+        )
+        .await
+            == 1
     })
     .await;
 }
@@ -595,13 +528,13 @@ async fn a_clean_write_back_body_is_overwritten_revalidated_and_deleted_like_any
     let client = &pair.cache.client;
     let sql = pair.cache.sql().await;
     let first = noise(2 << 20, 70);
-    put(client, CACHE, "wb", first.clone()).await;
+    put_object(client, CACHE, "wb", first.clone()).await;
     uploaded(&pair.cache, "wb").await;
 
     // Overwritten with another large body: pending again (served at once), then uploaded.
     let second = noise(3 << 20, 71);
-    put(client, CACHE, "wb", second.clone()).await;
-    assert_eq!(get(client, CACHE, "wb").await.unwrap(), second);
+    put_object(client, CACHE, "wb", second.clone()).await;
+    assert_eq!(read_object(client, CACHE, "wb").await, second);
     uploaded(&pair.cache, "wb").await;
     assert_eq!(pair.origin_has("wb").await.unwrap(), second);
     assert_eq!(
@@ -614,7 +547,7 @@ async fn a_clean_write_back_body_is_overwritten_revalidated_and_deleted_like_any
     sql.execute("UPDATE s3w.objects SET validated_at = now() - interval '1 day'", &[])
         .await
         .unwrap();
-    assert_eq!(get(client, CACHE, "wb").await.unwrap(), second);
+    assert_eq!(read_object(client, CACHE, "wb").await, second);
     assert_eq!(origin_requests(&pair.origin, "GetObject", 304).await, 1.0);
     assert_eq!(pair.origin_gets().await, gets, "no body from the origin");
     let fresh: bool = sql
@@ -633,7 +566,7 @@ async fn a_clean_write_back_body_is_overwritten_revalidated_and_deleted_like_any
     sql.execute("UPDATE s3w.objects SET validated_at = now() - interval '1 day'", &[])
         .await
         .unwrap();
-    assert_eq!(get(client, CACHE, "wb").await.unwrap(), changed);
+    assert_eq!(read_object(client, CACHE, "wb").await, changed);
     filled(&pair.cache, "wb").await;
     let written: i64 = sql
         .query_one("SELECT count(*) FROM s3w.objects", &[])
@@ -643,17 +576,17 @@ async fn a_clean_write_back_body_is_overwritten_revalidated_and_deleted_like_any
     assert_eq!(written, 0, "the superseded clean body is gone");
 
     // A small write-through over a clean body replaces it too.
-    put(client, CACHE, "wb2", noise(2 << 20, 73)).await;
+    put_object(client, CACHE, "wb2", noise(2 << 20, 73)).await;
     uploaded(&pair.cache, "wb2").await;
-    put(client, CACHE, "wb2", b"small".to_vec()).await;
-    assert_eq!(get(client, CACHE, "wb2").await.unwrap(), b"small");
+    put_object(client, CACHE, "wb2", b"small".to_vec()).await;
+    assert_eq!(read_object(client, CACHE, "wb2").await, b"small");
 
     // Deleted: gone from the origin and from the cache, clean body included.
-    put(client, CACHE, "wb3", noise(2 << 20, 74)).await;
+    put_object(client, CACHE, "wb3", noise(2 << 20, 74)).await;
     uploaded(&pair.cache, "wb3").await;
     client.delete_object().bucket(CACHE).key("wb3").send().await.unwrap();
     assert_eq!(pair.origin_has("wb3").await, None);
-    assert_eq!(get(client, CACHE, "wb3").await, None);
+    assert_eq!(find_object(client, CACHE, "wb3").await, None);
     let left: i64 = sql
         .query_one("SELECT count(*) FROM s3w.objects", &[])
         .await
@@ -670,29 +603,10 @@ async fn a_multipart_upload_is_written_back_and_stays_cached_once_uploaded() {
     let pair = Pair::start(CacheMode::WriteBack).await;
     let client = &pair.cache.client;
     let parts = [noise(5 << 20, 90), noise(1 << 20, 91)];
-    let upload_id = client
-        .create_multipart_upload()
-        .bucket(CACHE)
-        .key("mpu.bin")
-        .send()
-        .await
-        .unwrap()
-        .upload_id
-        .unwrap();
+    let upload_id = start_upload(client, CACHE, "mpu.bin").await;
     let mut completed = Vec::new();
     for (number, body) in (1..).zip(&parts) {
-        let etag = client
-            .upload_part()
-            .bucket(CACHE)
-            .key("mpu.bin")
-            .upload_id(&upload_id)
-            .part_number(number)
-            .body(ByteStream::from(body.clone()))
-            .send()
-            .await
-            .unwrap()
-            .e_tag
-            .unwrap();
+        let etag = upload_part(client, CACHE, "mpu.bin", &upload_id, number, body).await;
         completed.push(CompletedPart::builder().part_number(number).e_tag(etag).build());
     }
     client
@@ -710,7 +624,7 @@ async fn a_multipart_upload_is_written_back_and_stays_cached_once_uploaded() {
 
     let origin_reads = async || pair.origin_gets().await + origin_requests(&pair.origin, "GetObject", 206).await;
     let before = origin_reads().await;
-    assert_eq!(get(client, CACHE, "mpu.bin").await.unwrap(), whole);
+    assert_eq!(read_object(client, CACHE, "mpu.bin").await, whole);
     let seam = (5 << 20) - 10;
     let (_, bytes) = range(client, "mpu.bin", &format!("bytes={seam}-{}", seam + 19)).await;
     assert_eq!(bytes, &whole[seam..seam + 20]);
@@ -726,10 +640,10 @@ async fn a_clean_write_back_body_is_evicted_by_last_use_and_a_pending_one_never(
     let client = &pair.cache.client;
     let sql = pair.cache.sql().await;
     let clean = noise(2 << 20, 80);
-    put(client, CACHE, "clean.bin", clean.clone()).await;
+    put_object(client, CACHE, "clean.bin", clean.clone()).await;
     uploaded(&pair.cache, "clean.bin").await;
     pair.put_at_origin("filled", noise(100_000, 81)).await;
-    get(client, CACHE, "filled").await.unwrap();
+    read_object(client, CACHE, "filled").await;
     filled(&pair.cache, "filled").await;
     // Uploads fail from here on: the next write-back body stays pending.
     let mut dead = origin_settings(&pair.origin, CacheMode::WriteBack);
@@ -746,7 +660,7 @@ async fn a_clean_write_back_body_is_evicted_by_last_use_and_a_pending_one_never(
         .get(0);
     assert!(stale, "a cache moved to another origin revalidates its clean bodies");
     let pending = noise(2 << 20, 82);
-    put(client, CACHE, "pending.bin", pending.clone()).await;
+    put_object(client, CACHE, "pending.bin", pending.clone()).await;
 
     // clean.bin was last used long ago, then read again: the read is recorded (in the
     // background), which makes "filled" the least recently used.
@@ -764,7 +678,7 @@ async fn a_clean_write_back_body_is_evicted_by_last_use_and_a_pending_one_never(
     )
     .await
     .unwrap();
-    assert_eq!(get(client, CACHE, "clean.bin").await.unwrap(), clean);
+    assert_eq!(read_object(client, CACHE, "clean.bin").await, clean);
     eventually("the read to be recorded", || async {
         let row = sql
             .query_one(
@@ -788,7 +702,7 @@ async fn a_clean_write_back_body_is_evicted_by_last_use_and_a_pending_one_never(
         .unwrap()
         .get(0);
     assert_eq!(filled_left, 0);
-    assert_eq!(get(client, CACHE, "clean.bin").await.unwrap(), clean);
+    assert_eq!(read_object(client, CACHE, "clean.bin").await, clean);
 
     // Down to nothing: the clean body goes, the pending one stays and is still served.
     assert_eq!(store.cache_evict(bucket.id, 0).await.unwrap(), 1);
@@ -801,7 +715,7 @@ async fn a_clean_write_back_body_is_evicted_by_last_use_and_a_pending_one_never(
         .map(|row| row.get(0))
         .collect();
     assert_eq!(kept, ["pending.bin"]);
-    assert_eq!(get(client, CACHE, "pending.bin").await.unwrap(), pending);
+    assert_eq!(read_object(client, CACHE, "pending.bin").await, pending);
     pair.stop().await;
 }
 
@@ -846,12 +760,12 @@ async fn origin_failures_are_errors_and_warm_entries_still_serve() {
     pair.put_at_origin("warm", b"kept".to_vec()).await;
     pair.put_at_origin("cold", b"not yet".to_vec()).await;
     let client = &pair.cache.client;
-    assert_eq!(get(client, CACHE, "warm").await.unwrap(), b"kept");
+    assert_eq!(read_object(client, CACHE, "warm").await, b"kept");
     let origin_addr = pair.origin.gateway.s3_addr;
     let origin_db = pair.origin.stop().await;
 
     assert_eq!(
-        get(client, CACHE, "warm").await.unwrap(),
+        read_object(client, CACHE, "warm").await,
         b"kept",
         "a warm hit needs no origin"
     );
@@ -863,24 +777,13 @@ async fn origin_failures_are_errors_and_warm_entries_still_serve() {
         .metric("pgvs3_cache_origin_errors_total{kind=\"unreachable\"}")
         .await;
     assert!(unreachable.is_some_and(|n| n >= 1.0), "{unreachable:?}");
-    let failed_put = client
-        .put_object()
-        .bucket(CACHE)
-        .key("new")
-        .body(ByteStream::from_static(b"x"))
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(
-        failed_put.raw_response().unwrap().status().as_u16(),
-        502,
-        "not acknowledged"
-    );
+    let failed_put = put_request(client, CACHE, "new", b"x").send().await.unwrap_err();
+    assert_eq!(http_status(&failed_put), 502, "not acknowledged");
 
     // The origin comes back where it was: the cache recovers by itself.
     let origin_addr = origin_addr.to_string();
     let origin = TestGateway::with_args(origin_db, &["--s3-addr", &origin_addr]).await;
-    assert_eq!(get(client, CACHE, "cold").await.unwrap(), b"not yet");
+    assert_eq!(read_object(client, CACHE, "cold").await, b"not yet");
     origin.stop().await;
     pair.cache.stop().await;
 }
@@ -913,7 +816,7 @@ async fn bad_origin_credentials_are_refused_at_configuration_and_request_time() 
         .put_origin(CACHE, &settings)
         .await
         .unwrap();
-    put(&origin.client, ORIGIN_BUCKET, "k", b"v".to_vec()).await;
+    put_object(&origin.client, ORIGIN_BUCKET, "k", b"v".to_vec()).await;
     let err = cache
         .client
         .get_object()
@@ -935,7 +838,7 @@ async fn eviction_keeps_recent_entries_and_never_drops_a_pending_body() {
     let client = &pair.cache.client;
     for i in 0..6 {
         pair.put_at_origin(&format!("e{i}"), noise(100_000, 20 + i)).await;
-        get(client, CACHE, &format!("e{i}")).await.unwrap();
+        read_object(client, CACHE, &format!("e{i}")).await;
         filled(&pair.cache, &format!("e{i}")).await;
     }
     // A write-back body that cannot reach its origin (pointed at a closed port) stays pending.
@@ -944,7 +847,7 @@ async fn eviction_keeps_recent_entries_and_never_drops_a_pending_body() {
     let store = &pair.cache.gateway.store;
     store.catalog().put_origin(CACHE, &dead).await.unwrap();
     let pending = noise(2 << 20, 30);
-    put(client, CACHE, "pending.bin", pending.clone()).await;
+    put_object(client, CACHE, "pending.bin", pending.clone()).await;
     let sql = pair.cache.sql().await;
     // e5 was used last; e0 longest ago.
     sql.execute(
@@ -965,7 +868,7 @@ async fn eviction_keeps_recent_entries_and_never_drops_a_pending_body() {
         .collect();
     assert_eq!(kept, ["e4", "e5"], "the most recently used entries stay");
     assert_eq!(
-        get(client, CACHE, "pending.bin").await.unwrap(),
+        read_object(client, CACHE, "pending.bin").await,
         pending,
         "the pending body is still served"
     );
@@ -980,7 +883,7 @@ async fn range_chunks_and_whole_entries_are_evicted_by_last_use() {
     let client = &pair.cache.client;
     for (seed, key) in ["whole-old", "whole-new"].into_iter().enumerate() {
         pair.put_at_origin(key, noise(100_000, 50 + seed as u64)).await;
-        get(client, CACHE, key).await.unwrap();
+        read_object(client, CACHE, key).await;
         filled(&pair.cache, key).await;
     }
     let ranged = noise(1 << 20, 60);
@@ -1067,8 +970,8 @@ async fn a_standby_gateway_serves_warm_hits_and_passes_misses_through_without_fi
         .send()
         .await
         .unwrap();
-    put(&origin.client, ORIGIN_BUCKET, "warm", noise(300_000, 40)).await;
-    put(&origin.client, ORIGIN_BUCKET, "cold", noise(1000, 41)).await;
+    put_object(&origin.client, ORIGIN_BUCKET, "warm", noise(300_000, 40)).await;
+    put_object(&origin.client, ORIGIN_BUCKET, "cold", noise(1000, 41)).await;
     let writer = TestGateway::on(primary.url("postgres")).await;
     writer
         .gateway
@@ -1078,7 +981,7 @@ async fn a_standby_gateway_serves_warm_hits_and_passes_misses_through_without_fi
         .await
         .unwrap();
     let reader = TestGateway::with_args(standby.url("postgres"), &["--catalog-poll", "100ms"]).await;
-    assert_eq!(get(&writer.client, CACHE, "warm").await.unwrap(), noise(300_000, 40));
+    assert_eq!(read_object(&writer.client, CACHE, "warm").await, noise(300_000, 40));
 
     // Once the fill has replayed, the standby serves it without the origin.
     let (replica, connection) = tokio_postgres::connect(&standby.url("postgres"), tokio_postgres::NoTls)
@@ -1086,11 +989,7 @@ async fn a_standby_gateway_serves_warm_hits_and_passes_misses_through_without_fi
         .unwrap();
     tokio::spawn(connection);
     eventually("the fill to replay", || async {
-        let row = replica
-            .query_one("SELECT count(*) FROM s3c.objects WHERE key = 'warm'", &[])
-            .await
-            .unwrap();
-        row.get::<_, i64>(0) == 1
+        query_count(&replica, "SELECT count(*) FROM s3c.objects WHERE key = 'warm'", &[]).await == 1
     })
     .await;
     eventually("the standby to see the cache bucket", || async {
@@ -1104,7 +1003,7 @@ async fn a_standby_gateway_serves_warm_hits_and_passes_misses_through_without_fi
     })
     .await;
     let gets = origin_requests(&origin, "GetObject", 200).await;
-    assert_eq!(get(&reader.client, CACHE, "warm").await.unwrap(), noise(300_000, 40));
+    assert_eq!(read_object(&reader.client, CACHE, "warm").await, noise(300_000, 40));
     assert_eq!(
         origin_requests(&origin, "GetObject", 200).await,
         gets,
@@ -1112,24 +1011,23 @@ async fn a_standby_gateway_serves_warm_hits_and_passes_misses_through_without_fi
     );
     // So is a body written back through the primary, once its upload has settled there.
     let written = noise(2 << 20, 42);
-    put(&writer.client, CACHE, "written", written.clone()).await;
+    put_object(&writer.client, CACHE, "written", written.clone()).await;
     uploaded(&writer, "written").await;
     eventually("the settled upload to replay", || async {
-        let row = replica
-            .query_one(
-                "SELECT count(*) FROM s3w.objects WHERE key = 'written' AND origin_etag IS NOT NULL",
-                &[],
-            )
-            .await
-            .unwrap();
-        row.get::<_, i64>(0) == 1
+        query_count(
+            &replica,
+            "SELECT count(*) FROM s3w.objects WHERE key = 'written' AND origin_etag IS NOT NULL",
+            &[],
+        )
+        .await
+            == 1
     })
     .await;
-    assert_eq!(get(&reader.client, CACHE, "written").await.unwrap(), written);
+    assert_eq!(read_object(&reader.client, CACHE, "written").await, written);
     assert_eq!(origin_requests(&origin, "GetObject", 200).await, gets);
 
     // A miss is answered from the origin, and nothing is filled.
-    assert_eq!(get(&reader.client, CACHE, "cold").await.unwrap(), noise(1000, 41));
+    assert_eq!(read_object(&reader.client, CACHE, "cold").await, noise(1000, 41));
     assert_eq!(origin_requests(&origin, "GetObject", 200).await, gets + 1.0);
     assert_eq!(
         reader.metric("pgvs3_cache_passthrough_total{kind=\"standby\"}").await,
@@ -1144,17 +1042,12 @@ async fn a_standby_gateway_serves_warm_hits_and_passes_misses_through_without_fi
     assert_eq!(filled, 0);
 
     // Writes are refused before the origin sees them.
-    let refused = reader
-        .client
-        .put_object()
-        .bucket(CACHE)
-        .key("new")
-        .body(ByteStream::from_static(b"x"))
+    let refused = put_request(&reader.client, CACHE, "new", b"x")
         .send()
         .await
         .unwrap_err();
-    assert_eq!(refused.raw_response().unwrap().status().as_u16(), 403);
-    assert_eq!(get(&origin.client, ORIGIN_BUCKET, "new").await, None);
+    assert_eq!(http_status(&refused), 403);
+    assert_eq!(find_object(&origin.client, ORIGIN_BUCKET, "new").await, None);
     reader.stop().await;
     writer.stop().await;
     origin.stop().await;
@@ -1230,8 +1123,8 @@ async fn an_rclone_origin_fills_takes_writes_through_and_back_and_lists() {
         .unwrap();
     let client = &cache.client;
 
-    assert_eq!(get(client, CACHE, "seed.csv").await.unwrap(), b"a,b\n1,2\n");
-    assert_eq!(get(client, CACHE, "seed.csv").await.unwrap(), b"a,b\n1,2\n");
+    assert_eq!(read_object(client, CACHE, "seed.csv").await, b"a,b\n1,2\n");
+    assert_eq!(read_object(client, CACHE, "seed.csv").await, b"a,b\n1,2\n");
     assert_eq!(cache.metric("pgvs3_cache_fills_total{outcome=\"ok\"}").await, Some(1.0));
     assert_eq!(
         cache.metric("pgvs3_cache_lookups_total{result=\"hit\"}").await,
@@ -1239,7 +1132,7 @@ async fn an_rclone_origin_fills_takes_writes_through_and_back_and_lists() {
     );
 
     let small = noise(50_000, 50);
-    put(client, CACHE, "small.bin", small.clone()).await;
+    put_object(client, CACHE, "small.bin", small.clone()).await;
     let on_disk = rclone.root.join(ORIGIN_BUCKET).join("small.bin");
     assert_eq!(
         std::fs::read(&on_disk).unwrap(),
@@ -1248,8 +1141,8 @@ async fn an_rclone_origin_fills_takes_writes_through_and_back_and_lists() {
     );
 
     let large = noise(3 << 20, 51);
-    put(client, CACHE, "dir/large.bin", large.clone()).await;
-    assert_eq!(get(client, CACHE, "dir/large.bin").await.unwrap(), large);
+    put_object(client, CACHE, "dir/large.bin", large.clone()).await;
+    assert_eq!(read_object(client, CACHE, "dir/large.bin").await, large);
     let uploaded = rclone.root.join(ORIGIN_BUCKET).join("dir/large.bin");
     eventually("the write-back upload", || async {
         std::fs::read(&uploaded).is_ok_and(|b| b == large)
@@ -1268,7 +1161,7 @@ async fn an_rclone_origin_fills_takes_writes_through_and_back_and_lists() {
         .await
         .unwrap();
     assert!(!on_disk.exists());
-    assert_eq!(get(client, CACHE, "small.bin").await, None);
+    assert_eq!(find_object(client, CACHE, "small.bin").await, None);
     cache.stop().await;
     rclone.child.kill().await.unwrap();
     let _ = std::fs::remove_dir_all(&rclone.root);
@@ -1298,7 +1191,7 @@ async fn a_simulated_remote_origin_is_at_least_as_slow_as_configured() {
         .unwrap();
     let body = noise(1 << 20, 60);
     let started = std::time::Instant::now();
-    put(&origin.client, ORIGIN_BUCKET, "slow", body.clone()).await;
+    put_object(&origin.client, ORIGIN_BUCKET, "slow", body.clone()).await;
     // Lower bounds only: two latencies plus the upload at 4 MiB/s.
     assert!(
         started.elapsed() >= Duration::from_millis(200 + 250),
@@ -1306,7 +1199,7 @@ async fn a_simulated_remote_origin_is_at_least_as_slow_as_configured() {
         started.elapsed()
     );
     let started = std::time::Instant::now();
-    assert_eq!(get(&origin.client, ORIGIN_BUCKET, "slow").await.unwrap(), body);
+    assert_eq!(read_object(&origin.client, ORIGIN_BUCKET, "slow").await, body);
     assert!(
         started.elapsed() >= Duration::from_millis(200 + 250),
         "{:?}",
@@ -1315,14 +1208,7 @@ async fn a_simulated_remote_origin_is_at_least_as_slow_as_configured() {
     // Five requests at five per second cannot all start within 0.8 s.
     let started = std::time::Instant::now();
     for _ in 0..5 {
-        origin
-            .client
-            .head_object()
-            .bucket(ORIGIN_BUCKET)
-            .key("slow")
-            .send()
-            .await
-            .unwrap();
+        head_object(&origin.client, ORIGIN_BUCKET, "slow").await;
     }
     assert!(
         started.elapsed() >= Duration::from_millis(800),
@@ -1413,7 +1299,7 @@ async fn a_fill_cut_off_by_the_origin_leaves_no_entry() {
         .send()
         .await
         .unwrap();
-    put(&origin.client, ORIGIN_BUCKET, "cut.bin", noise(4 << 20, 70)).await;
+    put_object(&origin.client, ORIGIN_BUCKET, "cut.bin", noise(4 << 20, 70)).await;
     let proxy = CuttableProxy::start(origin.gateway.s3_addr).await;
     let cache = TestGateway::start().await;
     let mut settings = origin_settings(&origin, CacheMode::WriteBack);
@@ -1515,10 +1401,10 @@ async fn a_spent_buffer_budget_sends_requests_down_their_unbuffered_paths() {
 
     // Too large to hold in memory: staged in PostgreSQL, and still at the origin before the 200.
     let body = noise(100_000, 31);
-    put(client, CACHE, "staged.bin", body.clone()).await;
+    put_object(client, CACHE, "staged.bin", body.clone()).await;
     assert_eq!(exhausted("write_through").await, 1.0);
     assert_eq!(pair.origin_has("staged.bin").await.unwrap(), body);
-    assert_eq!(get(client, CACHE, "staged.bin").await.unwrap(), body);
+    assert_eq!(read_object(client, CACHE, "staged.bin").await, body);
 
     // A range needing two chunks passes through, every time; one needing a single chunk fills.
     let table = noise(1 << 20, 32);
@@ -1552,36 +1438,19 @@ async fn copies_and_completions_keep_the_cache_mode_and_read_through() {
     let pair = Pair::start(CacheMode::WriteThrough).await;
     let s3 = &pair.cache.client;
     s3.create_bucket().bucket("plain").send().await.unwrap();
-    put(s3, "plain", "src", noise(1000, 1)).await;
+    put_object(s3, "plain", "src", noise(1000, 1)).await;
 
-    s3.copy_object()
-        .bucket(CACHE)
-        .key("copied-in")
-        .copy_source("plain/src")
-        .send()
-        .await
-        .unwrap();
+    copy_request(s3, CACHE, "copied-in", "plain/src").send().await.unwrap();
     assert_eq!(pair.origin_has("copied-in").await, Some(noise(1000, 1)));
 
     pair.put_at_origin("only-there", noise(2000, 2)).await;
-    s3.copy_object()
-        .bucket("plain")
-        .key("copied-out")
-        .copy_source(format!("{CACHE}/only-there"))
+    copy_request(s3, "plain", "copied-out", &format!("{CACHE}/only-there"))
         .send()
         .await
         .unwrap();
-    assert_eq!(get(s3, "plain", "copied-out").await, Some(noise(2000, 2)));
+    assert_eq!(find_object(s3, "plain", "copied-out").await, Some(noise(2000, 2)));
 
-    let upload_id = s3
-        .create_multipart_upload()
-        .bucket(CACHE)
-        .key("assembled")
-        .send()
-        .await
-        .unwrap()
-        .upload_id
-        .unwrap();
+    let upload_id = start_upload(s3, CACHE, "assembled").await;
     let copied = s3
         .upload_part_copy()
         .bucket(CACHE)
@@ -1597,11 +1466,7 @@ async fn copies_and_completions_keep_the_cache_mode_and_read_through() {
         .bucket(CACHE)
         .key("assembled")
         .upload_id(&upload_id)
-        .multipart_upload(
-            CompletedMultipartUpload::builder()
-                .parts(CompletedPart::builder().part_number(1).e_tag(etag).build())
-                .build(),
-        )
+        .multipart_upload(completion(&[(1, &etag)]))
         .send()
         .await
         .unwrap();
@@ -1686,35 +1551,20 @@ async fn a_cache_buckets_writes_raise_one_event_each_and_its_fills_none() {
     pair.put_at_origin("at-origin.txt", b"filled, not written".to_vec())
         .await;
 
-    let etag = put(s3, CACHE, "small.txt", b"through".to_vec()).await;
-    let refused = s3
-        .put_object()
-        .bucket(CACHE)
-        .key("small.txt")
+    let etag = put_etag(s3, CACHE, "small.txt", b"through".to_vec()).await;
+    let refused = put_request(s3, CACHE, "small.txt", b"again")
         .if_none_match("*")
-        .body(ByteStream::from_static(b"again"))
         .send()
         .await
         .unwrap_err();
-    assert_eq!(refused.raw_response().unwrap().status().as_u16(), 412);
+    assert_eq!(http_status(&refused), 412);
     let large = noise(2 << 20, 7);
-    put(s3, CACHE, "large.bin", large.clone()).await;
-    s3.copy_object()
-        .bucket(CACHE)
-        .key("copy.txt")
-        .copy_source(format!("{CACHE}/small.txt"))
+    put_object(s3, CACHE, "large.bin", large.clone()).await;
+    copy_request(s3, CACHE, "copy.txt", &format!("{CACHE}/small.txt"))
         .send()
         .await
         .unwrap();
-    let upload_id = s3
-        .create_multipart_upload()
-        .bucket(CACHE)
-        .key("parts.bin")
-        .send()
-        .await
-        .unwrap()
-        .upload_id
-        .unwrap();
+    let upload_id = start_upload(s3, CACHE, "parts.bin").await;
     let part = s3
         .upload_part()
         .bucket(CACHE)
@@ -1729,21 +1579,12 @@ async fn a_cache_buckets_writes_raise_one_event_each_and_its_fills_none() {
         .bucket(CACHE)
         .key("parts.bin")
         .upload_id(&upload_id)
-        .multipart_upload(
-            CompletedMultipartUpload::builder()
-                .parts(
-                    CompletedPart::builder()
-                        .part_number(1)
-                        .e_tag(part.e_tag.unwrap())
-                        .build(),
-                )
-                .build(),
-        )
+        .multipart_upload(completion(&[(1, part.e_tag.as_deref().unwrap())]))
         .send()
         .await
         .unwrap();
     assert_eq!(pair.origin_has("parts.bin").await, Some(b"one part".to_vec()));
-    assert_eq!(get(s3, CACHE, "at-origin.txt").await.unwrap(), b"filled, not written");
+    assert_eq!(read_object(s3, CACHE, "at-origin.txt").await, b"filled, not written");
     filled(&pair.cache, "at-origin.txt").await;
     s3.delete_object().bucket(CACHE).key("small.txt").send().await.unwrap();
 
@@ -1770,14 +1611,14 @@ async fn a_cache_buckets_writes_raise_one_event_each_and_its_fills_none() {
     // The large body's upload settles in the background and raises nothing more; a warm read
     // raises nothing either.
     uploaded(&pair.cache, "large.bin").await;
-    assert_eq!(get(s3, CACHE, "large.bin").await.unwrap(), large);
+    assert_eq!(read_object(s3, CACHE, "large.bin").await, large);
     assert!(cache_events(&pair.cache).await.is_empty());
     pair.stop().await;
 }
 
 /// PUTs "same body as small.txt" under `key` and returns the record of its one event.
 async fn drain_one_more_put(cache: &TestGateway, key: &str) -> serde_json::Value {
-    put(&cache.client, CACHE, key, b"through".to_vec()).await;
+    put_object(&cache.client, CACHE, key, b"through".to_vec()).await;
     let mut jobs = drain(&Ojs::of(cache), "cache-events").await;
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     jobs.remove(0)["args"][0].take()
@@ -1791,7 +1632,7 @@ async fn a_write_through_cache_raises_no_event_for_a_write_the_origin_refused() 
     let pair = Pair::start(CacheMode::WriteThrough).await;
     let s3 = &pair.cache.client;
     watch_cache_bucket(&pair.cache).await;
-    put(s3, CACHE, "staged.bin", noise(2 << 20, 1)).await;
+    put_object(s3, CACHE, "staged.bin", noise(2 << 20, 1)).await;
     assert_eq!(
         cache_events(&pair.cache).await,
         vec![created("Put", "staged.bin", 2 << 20)]
@@ -1802,15 +1643,8 @@ async fn a_write_through_cache_raises_no_event_for_a_write_the_origin_refused() 
     dead.endpoint = "http://127.0.0.1:9".into();
     store.catalog().put_origin(CACHE, &dead).await.unwrap();
     for (key, body) in [("staged.bin", noise(2 << 20, 2)), ("small.txt", b"x".to_vec())] {
-        let failed = s3
-            .put_object()
-            .bucket(CACHE)
-            .key(key)
-            .body(ByteStream::from(body))
-            .send()
-            .await
-            .unwrap_err();
-        assert_eq!(failed.raw_response().unwrap().status().as_u16(), 502, "{key}");
+        let failed = put_request(s3, CACHE, key, body).send().await.unwrap_err();
+        assert_eq!(http_status(&failed), 502, "{key}");
     }
     assert!(
         cache_events(&pair.cache).await.is_empty(),
@@ -1826,7 +1660,7 @@ async fn a_write_through_cache_raises_no_event_for_a_write_the_origin_refused() 
 
     let live = origin_settings(&pair.origin, CacheMode::WriteThrough);
     store.catalog().put_origin(CACHE, &live).await.unwrap();
-    put(s3, CACHE, "staged.bin", noise(2 << 20, 3)).await;
+    put_object(s3, CACHE, "staged.bin", noise(2 << 20, 3)).await;
     assert_eq!(
         cache_events(&pair.cache).await,
         vec![created("Put", "staged.bin", 2 << 20)]
@@ -1849,21 +1683,21 @@ async fn a_write_queued_behind_a_pending_body_raises_its_event_once() {
     dead.endpoint = "http://127.0.0.1:9".into();
     store.catalog().put_origin(CACHE, &dead).await.unwrap();
 
-    put(s3, CACHE, "k", noise(2 << 20, 5)).await;
-    put(s3, CACHE, "k", b"first".to_vec()).await;
+    put_object(s3, CACHE, "k", noise(2 << 20, 5)).await;
+    put_object(s3, CACHE, "k", b"first".to_vec()).await;
     assert_eq!(
         cache_events(&pair.cache).await,
         vec![created("Put", "k", 2 << 20)],
         "the small write owes its event to its upload"
     );
-    put(s3, CACHE, "k", b"second!".to_vec()).await;
+    put_object(s3, CACHE, "k", b"second!".to_vec()).await;
     assert_eq!(
         cache_events(&pair.cache).await,
         vec![created("Put", "k", 5)],
         "superseded: raised"
     );
     let refused = s3.delete_object().bucket(CACHE).key("k").send().await.unwrap_err();
-    assert_eq!(refused.raw_response().unwrap().status().as_u16(), 502);
+    assert_eq!(http_status(&refused), 502);
     assert_eq!(
         cache_events(&pair.cache).await,
         vec![created("Put", "k", 7)],

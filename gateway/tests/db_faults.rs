@@ -13,6 +13,7 @@ use common::faults::{
 };
 use common::ojs::Ojs;
 use common::resp::{RawResp, Value};
+use common::s3::{put_object, put_request};
 use common::{TestGateway, eventually, noise, primary_and_standby};
 use pgvs3_gateway::pg::embedded::{EmbeddedOptions, EmbeddedPostgres, running_cluster};
 use serde_json::json;
@@ -44,15 +45,7 @@ async fn wait_unready(gateway: &TestGateway, what: &str) -> String {
 async fn put_objects(gateway: &TestGateway, bucket: &str) {
     gateway.client.create_bucket().bucket(bucket).send().await.unwrap();
     for i in 0..OBJECTS {
-        gateway
-            .client
-            .put_object()
-            .bucket(bucket)
-            .key(format!("k{i}"))
-            .body(ByteStream::from(noise(1000 + i, i as u64)))
-            .send()
-            .await
-            .unwrap();
+        put_object(&gateway.client, bucket, &format!("k{i}"), noise(1000 + i, i as u64)).await;
     }
 }
 
@@ -165,15 +158,7 @@ async fn killed_embedded_postgres_is_restarted_and_keeps_every_acknowledged_writ
         .await
         .expect("the job enqueued before the kill");
     assert_eq!(fetched["id"], job.as_str());
-    gateway
-        .client
-        .put_object()
-        .bucket("kept")
-        .key("after")
-        .body(ByteStream::from_static(b"new"))
-        .send()
-        .await
-        .unwrap();
+    put_object(&gateway.client, "kept", "after", b"new").await;
 
     // One backend killed: the postmaster resets every session (crash recovery in place); the
     // pool's dead connections are replaced.
@@ -430,12 +415,7 @@ async fn failover_behind_one_address_is_ridden_out() {
     let (_, body) = ready_status(&gateway).await;
     assert!(body.contains("\"role\":\"primary\""), "{body}");
     assert_objects(&gateway, "kept").await;
-    gateway
-        .client
-        .put_object()
-        .bucket("kept")
-        .key("after-failover")
-        .body(ByteStream::from_static(b"new"))
+    put_request(&gateway.client, "kept", "after-failover", b"new")
         .send()
         .await
         .expect("writes go to the promoted server");
@@ -482,14 +462,6 @@ async fn a_primary_only_gateway_whose_address_turns_standby_reports_unready() {
 
     proxy.set(Route::To(primary_addr));
     wait_ready(&gateway, Duration::from_secs(30), "ready on the primary again").await;
-    gateway
-        .client
-        .put_object()
-        .bucket("roles")
-        .key("k")
-        .body(ByteStream::from_static(b"x"))
-        .send()
-        .await
-        .unwrap();
+    put_object(&gateway.client, "roles", "k", b"x").await;
     gateway.stop().await;
 }

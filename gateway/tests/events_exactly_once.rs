@@ -11,10 +11,11 @@ use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{BucketVersioningStatus, CompletedMultipartUpload, CompletedPart, VersioningConfiguration};
+use aws_sdk_s3::types::{BucketVersioningStatus, CompletedMultipartUpload, CompletedPart};
 use common::events::{configure, drain, event, queue_rule};
 use common::ojs::Ojs;
 use common::raw::{Signer, sha256_hex};
+use common::s3::{http_status, put_object, put_request, set_versioning};
 use common::{ROOT_ACCESS_KEY, ROOT_SECRET_KEY, TestGateway, eventually};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -252,11 +253,7 @@ async fn uploads_that_do_not_commit_enqueue_nothing() {
     let answer = String::from_utf8_lossy(&answer);
     assert!(!answer.starts_with("HTTP/1.1 200"), "{answer}");
 
-    let over = s3
-        .put_object()
-        .bucket("capped")
-        .key("too-big")
-        .body(ByteStream::from(common::noise(700_000, 2)))
+    let over = put_request(s3, "capped", "too-big", common::noise(700_000, 2))
         .send()
         .await
         .unwrap_err();
@@ -264,30 +261,14 @@ async fn uploads_that_do_not_commit_enqueue_nothing() {
         over.as_service_error().and_then(|e| e.meta().code()),
         Some("XMinioAdminBucketQuotaExceeded")
     );
-    s3.put_object()
-        .bucket("capped")
-        .key("kept")
-        .body(ByteStream::from_static(b"1"))
-        .send()
-        .await
-        .unwrap();
-    let refused = s3
-        .put_object()
-        .bucket("capped")
-        .key("kept")
+    put_object(s3, "capped", "kept", b"1").await;
+    let refused = put_request(s3, "capped", "kept", b"2")
         .if_none_match("*")
-        .body(ByteStream::from_static(b"2"))
         .send()
         .await
         .unwrap_err();
-    assert_eq!(refused.raw_response().unwrap().status().as_u16(), 412);
-    s3.put_object()
-        .bucket("capped")
-        .key("last")
-        .body(ByteStream::from_static(b"3"))
-        .send()
-        .await
-        .unwrap();
+    assert_eq!(http_status(&refused), 412);
+    put_object(s3, "capped", "last", b"3").await;
 
     let jobs = drain(&ojs, "uploads").await;
     let keys: Vec<_> = jobs.iter().map(|job| event(job).2).collect();
@@ -312,16 +293,7 @@ async fn concurrent_overwrites_enqueue_one_job_per_version_in_commit_order() {
     let gw = TestGateway::start().await;
     let s3 = &gw.client;
     s3.create_bucket().bucket("hot").send().await.unwrap();
-    s3.put_bucket_versioning()
-        .bucket("hot")
-        .versioning_configuration(
-            VersioningConfiguration::builder()
-                .status(BucketVersioningStatus::Enabled)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    set_versioning(s3, "hot", BucketVersioningStatus::Enabled).await;
     configure(
         s3,
         "hot",
@@ -343,14 +315,7 @@ async fn concurrent_overwrites_enqueue_one_job_per_version_in_commit_order() {
         writers.spawn(async move {
             let mut versions = Vec::new();
             for put in 0..PUTS {
-                let written = s3
-                    .put_object()
-                    .bucket("hot")
-                    .key("shared.csv")
-                    .body(ByteStream::from(format!("{client},{put}\n").into_bytes()))
-                    .send()
-                    .await
-                    .unwrap();
+                let written = put_object(&s3, "hot", "shared.csv", format!("{client},{put}\n")).await;
                 versions.push(written.version_id.unwrap());
             }
             versions
@@ -511,13 +476,7 @@ async fn jobs_reach_a_worker_on_another_gateway_and_a_standby_gateway_after_repl
         vec![queue_rule("csv", "csv-to-parquet", &["s3:ObjectCreated:*"], "", ".csv")],
     )
     .await;
-    s3.put_object()
-        .bucket("shared")
-        .key("in/day 1.csv")
-        .body(ByteStream::from_static(b"a,b\n1,2\n"))
-        .send()
-        .await
-        .unwrap();
+    put_object(s3, "shared", "in/day 1.csv", b"a,b\n1,2\n").await;
     let id: String = writer
         .sql()
         .await

@@ -7,6 +7,7 @@ mod common;
 use std::time::Duration;
 
 use aws_sdk_s3::primitives::ByteStream;
+use common::s3::{put_object, put_request};
 use common::{TestGateway, eventually, noise, primary_and_standby};
 
 async fn admin_get(gw: &TestGateway, path: &str) -> common::raw::RawResponse {
@@ -29,15 +30,7 @@ async fn a_standby_gateway_serves_reads_refuses_writes_and_takes_writes_after_pr
     let small = noise(1000, 1);
     let large = noise(300_000, 2);
     for (key, body) in [("small", &small), ("large", &large)] {
-        writer
-            .client
-            .put_object()
-            .bucket("shared")
-            .key(key)
-            .body(ByteStream::from(body.clone()))
-            .send()
-            .await
-            .unwrap();
+        put_object(&writer.client, "shared", key, body.clone()).await;
     }
 
     // Reads on the standby see the primary's writes once replayed.
@@ -53,26 +46,14 @@ async fn a_standby_gateway_serves_reads_refuses_writes_and_takes_writes_after_pr
     assert_eq!(listed.key_count(), Some(2));
 
     // Writes are refused with S3's error, and nothing hangs or half-writes.
-    let refused = reader
-        .client
-        .put_object()
-        .bucket("shared")
-        .key("new")
-        .body(ByteStream::from_static(b"x"))
-        .send()
-        .await;
+    let refused = put_request(&reader.client, "shared", "new", b"x").send().await;
     let refused = refused.unwrap_err().into_service_error();
     assert_eq!(refused.meta().code(), Some("AccessDenied"));
     assert!(
         refused.meta().message().unwrap_or_default().contains("read-only"),
         "{refused:?}"
     );
-    let big = reader
-        .client
-        .put_object()
-        .bucket("shared")
-        .key("new-big")
-        .body(ByteStream::from(large.clone()))
+    let big = put_request(&reader.client, "shared", "new-big", large.clone())
         .send()
         .await;
     assert_eq!(
@@ -174,14 +155,7 @@ async fn lost_database_connections_fail_cleanly_and_are_replaced() {
     let gw = TestGateway::start().await;
     gw.client.create_bucket().bucket("loss").send().await.unwrap();
     let body = noise(200_000, 3);
-    gw.client
-        .put_object()
-        .bucket("loss")
-        .key("obj")
-        .body(ByteStream::from(body.clone()))
-        .send()
-        .await
-        .unwrap();
+    put_object(&gw.client, "loss", "obj", body.clone()).await;
     // Warm the pool so several connections exist, then cut every one of them, as a restart or
     // failover of PostgreSQL would.
     let reads = (0..8).map(|_| gw.client.get_object().bucket("loss").key("obj").send());
@@ -250,15 +224,7 @@ async fn a_standby_too_far_behind_refuses_reads_until_replay_catches_up() {
         common::resp::Value::Simple("OK".into())
     );
     writer.client.create_bucket().bucket("lagging").send().await.unwrap();
-    let put = |key: &'static str| {
-        writer
-            .client
-            .put_object()
-            .bucket("lagging")
-            .key(key)
-            .body(ByteStream::from_static(b"v"))
-            .send()
-    };
+    let put = |key: &'static str| put_request(&writer.client, "lagging", key, b"v").send();
     put("first").await.unwrap();
     let read = || async {
         match reader.client.get_object().bucket("lagging").key("first").send().await {
@@ -321,14 +287,7 @@ async fn the_reaper_drains_a_backlog_larger_than_its_batches() {
         let client = gw.client.clone();
         async move {
             for seed in [i, i + 1000] {
-                client
-                    .put_object()
-                    .bucket("churn")
-                    .key(format!("object-{i}"))
-                    .body(ByteStream::from(noise(100_000, seed)))
-                    .send()
-                    .await
-                    .unwrap();
+                put_object(&client, "churn", &format!("object-{i}"), noise(100_000, seed)).await;
             }
         }
     });
@@ -407,15 +366,7 @@ async fn a_primary_lost_mid_put_leaves_no_partial_object_anywhere() {
     let reader = TestGateway::on(standby.url("postgres")).await;
     writer.client.create_bucket().bucket("torn").send().await.unwrap();
     let whole = noise(300_000, 5);
-    writer
-        .client
-        .put_object()
-        .bucket("torn")
-        .key("whole")
-        .body(ByteStream::from(whole.clone()))
-        .send()
-        .await
-        .unwrap();
+    put_object(&writer.client, "torn", "whole", whole.clone()).await;
     eventually(Duration::from_secs(20), "replication of the whole object", || async {
         reader
             .client

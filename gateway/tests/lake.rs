@@ -13,6 +13,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::s3::read_object;
 use common::{ROOT_ACCESS_KEY, TestGateway};
 use pgvs3_gateway::pg::embedded::{EmbeddedOptions, EmbeddedPostgres};
 
@@ -70,7 +71,10 @@ fn python_command(dir: &std::path::Path, script: &str, args: &[&str]) -> tokio::
     command
 }
 
-const SCRIPT: &str = r#"
+/// What the DuckLake scripts start with: `session()` opens a connection with the extensions
+/// loaded and the lake of the attach statement in the file argv[1] in use; `one` runs a query
+/// for its first row.
+const DUCKLAKE_SESSION: &str = r#"
 import json, pathlib, sys, threading
 import duckdb, duckdb_ext
 
@@ -88,6 +92,14 @@ def session():
 
 def one(con, sql):
     return con.execute(sql).fetchone()
+"#;
+
+/// A script that starts a DuckLake session (`DUCKLAKE_SESSION`) and goes on with `body`.
+fn ducklake_script(body: &str) -> String {
+    format!("{DUCKLAKE_SESSION}{body}")
+}
+
+const SCRIPT: &str = r#"
 
 def snapshot(con):
     return one(con, "SELECT max(snapshot_id) FROM lake.snapshots()")[0]
@@ -151,7 +163,12 @@ async fn a_ducklake_keeps_its_catalog_and_its_files_in_one_database() {
     assert!(attach.contains("ATTACH 'ducklake:postgres:") && attach.contains("(DATA_PATH 's3://lake/')"));
     std::fs::write(dir.join("attach.sql"), &attach).unwrap();
 
-    let out = python(&dir, SCRIPT, &[dir.join("attach.sql").to_str().unwrap()]).await;
+    let out = python(
+        &dir,
+        &ducklake_script(SCRIPT),
+        &[dir.join("attach.sql").to_str().unwrap()],
+    )
+    .await;
     let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|_| panic!("{out}"));
     let base: i64 = (0..299_990).sum::<i64>() + (300_000..300_032).sum::<i64>();
     let writers: i64 = (1_000_000..1_100_000).sum::<i64>() + (2_000_000..2_100_000).sum::<i64>();
@@ -459,22 +476,6 @@ impl ArchivingCluster {
 /// while the test names a restore point, then commits it and goes on writing, merging and
 /// cleaning up, so files the restore point's catalog names are deleted afterwards.
 const BEFORE_AND_AFTER: &str = r#"
-import json, pathlib, sys
-import duckdb, duckdb_ext
-extensions = pathlib.Path(list(duckdb_ext.__path__)[0]) / "extensions"
-attach = open(sys.argv[1]).read()
-
-def session():
-    con = duckdb.connect()
-    con.execute(f"SET extension_directory = '{extensions}'")
-    for extension in ("httpfs", "postgres", "ducklake"):
-        con.execute(f"LOAD {extension}")
-    con.execute(attach)
-    con.execute("USE lake")
-    return con
-
-def one(con, sql):
-    return con.execute(sql).fetchone()
 
 def state(con):
     rows, ids = one(con, "SELECT count(*), sum(id) FROM events")
@@ -584,11 +585,15 @@ async fn a_point_in_time_restore_brings_back_the_lake_of_that_instant() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("attach.sql"), attach_string(&gw, "lake", &[]).await).unwrap();
 
-    let mut child = python_command(&dir, BEFORE_AND_AFTER, &[dir.join("attach.sql").to_str().unwrap()])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("python3 (run the tests with scripts/test)");
+    let mut child = python_command(
+        &dir,
+        &ducklake_script(BEFORE_AND_AFTER),
+        &[dir.join("attach.sql").to_str().unwrap()],
+    )
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .expect("python3 (run the tests with scripts/test)");
     let mut stdin = child.stdin.take().unwrap();
     let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
     let ready = tokio::time::timeout(Duration::from_secs(120), lines.next_line())
@@ -688,19 +693,7 @@ async fn a_point_in_time_restore_brings_back_the_lake_of_that_instant() {
     // there too (orphans DuckLake collects).
     for key in &named_at_point {
         assert!(stored_before_orphans.contains(key), "{key} restored");
-        let body = gw
-            .client
-            .get_object()
-            .bucket("lake")
-            .key(key)
-            .send()
-            .await
-            .unwrap()
-            .body
-            .collect()
-            .await
-            .unwrap()
-            .into_bytes();
+        let body = read_object(&gw.client, "lake", key).await;
         assert!(
             body.starts_with(b"PAR1") && body.ends_with(b"PAR1"),
             "{key} is a whole Parquet file"

@@ -13,7 +13,9 @@ use aws_sdk_s3::types::{
     BucketCannedAcl, ObjectCannedAcl, ObjectOwnership, OwnershipControls, OwnershipControlsRule,
     PublicAccessBlockConfiguration,
 };
-use common::s3::{add_key, get, list, put, unsigned};
+use common::s3::{
+    BOTO3_ROOT_BOB_ANON, add_key, completion, copy_request, get, list, put, put_object, put_request, unsigned,
+};
 use common::{ROOT_ACCESS_KEY, TestGateway};
 
 const ALL_USERS: &str = "http://acs.amazonaws.com/groups/global/AllUsers";
@@ -35,12 +37,8 @@ async fn bucket_with(client: &Client, bucket: &str, ownership: ObjectOwnership) 
 }
 
 async fn put_acl(client: &Client, bucket: &str, key: &str, acl: ObjectCannedAcl) -> Result<(), String> {
-    client
-        .put_object()
-        .bucket(bucket)
-        .key(key)
+    put_request(client, bucket, key, b"data")
         .acl(acl)
-        .body(ByteStream::from_static(b"data"))
         .send()
         .await
         .map(|_| ())
@@ -91,12 +89,8 @@ async fn bucket_owner_enforced_is_the_default_and_refuses_acls_with_s3s_codes() 
         .await
         .unwrap();
     put_acl(c, "enf", "k", ObjectCannedAcl::Private).await.unwrap();
-    let granted = c
-        .put_object()
-        .bucket("enf")
-        .key("g")
+    let granted = put_request(c, "enf", "g", b"x")
         .grant_read(format!("uri=\"{ALL_USERS}\""))
-        .body(ByteStream::from_static(b"x"))
         .send()
         .await
         .unwrap_err();
@@ -207,12 +201,8 @@ async fn grants_give_one_keys_objects_and_bucket_to_another_key() {
     let alice = add_key(&gw, "ALICEKEY").await;
     let bob = add_key(&gw, "BOBKEY").await;
     bucket_with(&alice, "shared", ObjectOwnership::ObjectWriter).await;
-    alice
-        .put_object()
-        .bucket("shared")
-        .key("for-bob")
+    put_request(&alice, "shared", "for-bob", b"hello bob")
         .grant_read("id=\"BOBKEY\"")
-        .body(ByteStream::from_static(b"hello bob"))
         .send()
         .await
         .unwrap();
@@ -378,18 +368,9 @@ async fn copies_and_multipart_uploads_get_the_acl_their_request_asks_for() {
         .await
         .unwrap();
     // A copy never takes its source's ACL.
-    c.copy_object()
-        .bucket("copies")
-        .key("copy")
-        .copy_source("copies/public")
-        .send()
-        .await
-        .unwrap();
+    copy_request(c, "copies", "copy", "copies/public").send().await.unwrap();
     assert_eq!(unsigned(&gw, "GET", "/copies/copy", b"").await.status, 403);
-    c.copy_object()
-        .bucket("copies")
-        .key("copy-public")
-        .copy_source("copies/public")
+    copy_request(c, "copies", "copy-public", "copies/public")
         .acl(ObjectCannedAcl::PublicRead)
         .send()
         .await
@@ -419,16 +400,7 @@ async fn copies_and_multipart_uploads_get_the_acl_their_request_asks_for() {
         .bucket("copies")
         .key("big")
         .upload_id(id)
-        .multipart_upload(
-            aws_sdk_s3::types::CompletedMultipartUpload::builder()
-                .parts(
-                    aws_sdk_s3::types::CompletedPart::builder()
-                        .part_number(1)
-                        .e_tag(part.e_tag().unwrap())
-                        .build(),
-                )
-                .build(),
-        )
+        .multipart_upload(completion(&[(1, part.e_tag().unwrap())]))
         .send()
         .await
         .unwrap();
@@ -445,14 +417,7 @@ async fn copies_and_multipart_uploads_get_the_acl_their_request_asks_for() {
         .send()
         .await
         .unwrap();
-    let first = c
-        .put_object()
-        .bucket("copies")
-        .key("v")
-        .body(ByteStream::from_static(b"one"))
-        .send()
-        .await
-        .unwrap();
+    let first = put_object(c, "copies", "v", b"one").await;
     put(c, "copies", "v").await.unwrap();
     let first = first.version_id().unwrap();
     c.put_object_acl()
@@ -499,11 +464,8 @@ async fn the_public_access_block_refuses_and_ignores_public_acls() {
     let bob = add_key(&gw, "BOBKEY").await;
     bucket_with(c, "pab", ObjectOwnership::BucketOwnerPreferred).await;
     put_acl(c, "pab", "public", ObjectCannedAcl::PublicRead).await.unwrap();
-    c.put_object()
-        .bucket("pab")
-        .key("bobs")
+    put_request(c, "pab", "bobs", b"x")
         .grant_read("id=\"BOBKEY\"")
-        .body(ByteStream::from_static(b"x"))
         .send()
         .await
         .unwrap();
@@ -556,22 +518,9 @@ async fn the_public_access_block_refuses_and_ignores_public_acls() {
 async fn boto3_puts_and_reads_acls() {
     let gw = TestGateway::start().await;
     add_key(&gw, "BOBKEY").await;
-    let script = r#"
-import os, boto3, botocore
-from botocore import UNSIGNED
-from botocore.config import Config
-url = os.environ["AWS_ENDPOINT_URL"]
-root = boto3.client("s3", endpoint_url=url, region_name="us-east-1",
-                    aws_access_key_id=os.environ["AK"], aws_secret_access_key=os.environ["SK"])
-bob = boto3.client("s3", endpoint_url=url, region_name="us-east-1",
-                   aws_access_key_id="BOBKEY", aws_secret_access_key="BOBKEY-secret")
-anon = boto3.client("s3", endpoint_url=url, region_name="us-east-1", config=Config(signature_version=UNSIGNED))
-def code(call):
-    try:
-        call()
-    except botocore.exceptions.ClientError as err:
-        return err.response["Error"]["Code"]
-    return None
+    let script = [
+        BOTO3_ROOT_BOB_ANON,
+        r#"
 root.create_bucket(Bucket="boto-acl", ObjectOwnership="BucketOwnerPreferred")
 root.put_object(Bucket="boto-acl", Key="pub.txt", Body=b"hi", ACL="public-read")
 acl = root.get_object_acl(Bucket="boto-acl", Key="pub.txt")
@@ -599,7 +548,9 @@ assert code(lambda: bob.put_object(Bucket="boto-acl", Key="x", Body=b"x")) == "A
 assert code(lambda: root.put_bucket_acl(Bucket="boto-acl", AccessControlPolicy={"Owner": owner, "Grants": [
     {"Grantee": {"Type": "AmazonCustomerByEmail", "EmailAddress": "a@example.com"}, "Permission": "READ"}]})) == "UnresolvableGrantByEmailAddress"
 print("boto3 acl ok")
-"#;
-    gw.python_passes(script, "boto3 acl ok").await;
+"#,
+    ]
+    .concat();
+    gw.python_passes(&script, "boto3 acl ok").await;
     gw.stop().await;
 }

@@ -4,8 +4,8 @@ mod common;
 
 use std::time::{Duration, SystemTime};
 
-use aws_sdk_s3::primitives::ByteStream;
 use common::raw::{RawResponse, Signer, send, sha256_hex};
+use common::s3::{copy_request, put_object, put_request};
 use common::{ROOT_ACCESS_KEY, ROOT_SECRET_KEY, TestGateway};
 use tokio::io::AsyncWriteExt;
 
@@ -272,14 +272,7 @@ async fn a_client_that_disconnects_mid_upload_leaves_nothing_behind() {
     assert!(!exists(&gw, "bkt", "cut").await);
     // The gateway is still healthy and its pool is not poisoned by the aborted COPY.
     for i in 0..20 {
-        gw.client
-            .put_object()
-            .bucket("bkt")
-            .key(format!("after-{i}"))
-            .body(ByteStream::from(vec![1u8; 100_000]))
-            .send()
-            .await
-            .unwrap();
+        put_object(&gw.client, "bkt", &format!("after-{i}"), vec![1u8; 100_000]).await;
     }
     gw.stop().await;
 }
@@ -407,12 +400,8 @@ async fn user_metadata_over_two_kibibytes_is_refused() {
     let fits = "v".repeat(2048 - "name".len());
     let over = "v".repeat(2049 - "name".len());
     let put = |value: &str| {
-        gw.client
-            .put_object()
-            .bucket("bkt")
-            .key("meta")
+        put_request(&gw.client, "bkt", "meta", b"x")
             .metadata("name", value)
-            .body(ByteStream::from_static(b"x"))
             .send()
     };
     let refused = put(&over).await.unwrap_err();
@@ -431,12 +420,7 @@ async fn user_metadata_over_two_kibibytes_is_refused() {
         .await
         .unwrap_err();
     assert_eq!(multipart.into_service_error().meta().code(), Some("MetadataTooLarge"));
-    let copy = gw
-        .client
-        .copy_object()
-        .bucket("bkt")
-        .key("meta-copy")
-        .copy_source("bkt/there")
+    let copy = copy_request(&gw.client, "bkt", "meta-copy", "bkt/there")
         .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
         .metadata("name", &over)
         .send()

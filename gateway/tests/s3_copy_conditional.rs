@@ -7,55 +7,20 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use aws_sdk_s3::Client;
-use aws_sdk_s3::primitives::{ByteStream, DateTime};
+use aws_sdk_s3::primitives::DateTime;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, MetadataDirective};
+use common::s3::{
+    answered_status, completion, copy_request, error_code, put_etag, put_object, put_request, read_object,
+    start_upload, upload_part,
+};
 use common::{TestGateway, noise};
-
-async fn put(s3: &Client, bucket: &str, key: &str, body: Vec<u8>) -> String {
-    s3.put_object()
-        .bucket(bucket)
-        .key(key)
-        .body(ByteStream::from(body))
-        .send()
-        .await
-        .unwrap_or_else(|err| panic!("put {key}: {err:?}"))
-        .e_tag
-        .unwrap()
-}
-
-async fn get(s3: &Client, bucket: &str, key: &str) -> Vec<u8> {
-    let out = s3
-        .get_object()
-        .bucket(bucket)
-        .key(key)
-        .send()
-        .await
-        .unwrap_or_else(|err| panic!("get {key}: {err:?}"));
-    out.body.collect().await.unwrap().into_bytes().to_vec()
-}
-
-/// The HTTP status of a failed request, or 200.
-fn status<O, E>(result: Result<O, aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>>) -> u16 {
-    match result {
-        Ok(_) => 200,
-        Err(err) => err.raw_response().map(|r| r.status().as_u16()).unwrap_or(0),
-    }
-}
-
-fn error_code<O, E: aws_sdk_s3::error::ProvideErrorMetadata>(
-    result: Result<O, aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>>,
-) -> Option<String> {
-    use aws_sdk_s3::error::ProvideErrorMetadata;
-    result.err().and_then(|err| err.code().map(str::to_owned))
-}
 
 #[tokio::test]
 async fn read_preconditions_answer_304_and_412_as_s3_does() {
     let gw = TestGateway::start().await;
     let s3 = &gw.client;
     s3.create_bucket().bucket("cond").send().await.unwrap();
-    let etag = put(s3, "cond", "k", b"hello".to_vec()).await;
+    let etag = put_etag(s3, "cond", "k", b"hello".to_vec()).await;
     let modified = s3
         .head_object()
         .bucket("cond")
@@ -99,8 +64,8 @@ async fn read_preconditions_answer_304_and_412_as_s3_does() {
     ];
     for (if_match, if_none_match, modified_since, unmodified_since, expected) in cases {
         let case = format!("{if_match:?} {if_none_match:?} {modified_since:?} {unmodified_since:?}");
-        let got = status(
-            s3.get_object()
+        let got = answered_status(
+            &s3.get_object()
                 .bucket("cond")
                 .key("k")
                 .set_if_match(if_match.map(str::to_owned))
@@ -111,8 +76,8 @@ async fn read_preconditions_answer_304_and_412_as_s3_does() {
                 .await,
         );
         assert_eq!(got, expected, "GET {case}");
-        let got = status(
-            s3.head_object()
+        let got = answered_status(
+            &s3.head_object()
                 .bucket("cond")
                 .key("k")
                 .set_if_match(if_match.map(str::to_owned))
@@ -125,7 +90,7 @@ async fn read_preconditions_answer_304_and_412_as_s3_does() {
         assert_eq!(got, expected, "HEAD {case}");
     }
     let failed = s3.get_object().bucket("cond").key("k").if_match(other).send().await;
-    assert_eq!(error_code(failed).as_deref(), Some("PreconditionFailed"));
+    assert_eq!(error_code(&failed.unwrap_err()), "PreconditionFailed");
     // A 304 still names the version the client has.
     let cached = s3
         .get_object()
@@ -143,7 +108,7 @@ async fn read_preconditions_answer_304_and_412_as_s3_does() {
     );
     assert_eq!(date.unwrap(), modified);
     let missing = s3.get_object().bucket("cond").key("nope").if_match(&etag).send().await;
-    assert_eq!(error_code(missing).as_deref(), Some("NoSuchKey"));
+    assert_eq!(error_code(&missing.unwrap_err()), "NoSuchKey");
 }
 
 #[tokio::test]
@@ -153,64 +118,40 @@ async fn conditional_puts_create_only_and_compare_and_swap() {
     s3.create_bucket().bucket("cond").send().await.unwrap();
     for (key, size) in [("inline", 100), ("chunked", 200_000)] {
         let first = noise(size, 1);
-        let created = s3
-            .put_object()
-            .bucket("cond")
-            .key(key)
+        let created = put_request(s3, "cond", key, first.clone())
             .if_none_match("*")
-            .body(ByteStream::from(first.clone()))
             .send()
             .await;
         let etag = created.unwrap().e_tag.unwrap();
-        let again = s3
-            .put_object()
-            .bucket("cond")
-            .key(key)
+        let again = put_request(s3, "cond", key, noise(size, 2))
             .if_none_match("*")
-            .body(ByteStream::from(noise(size, 2)))
             .send()
             .await;
-        assert_eq!(error_code(again).as_deref(), Some("PreconditionFailed"), "{key}");
-        let stale = s3
-            .put_object()
-            .bucket("cond")
-            .key(key)
+        assert_eq!(error_code(&again.unwrap_err()), "PreconditionFailed", "{key}");
+        let stale = put_request(s3, "cond", key, noise(size, 3))
             .if_match("\"0123456789abcdef0123456789abcdef\"")
-            .body(ByteStream::from(noise(size, 3)))
             .send()
             .await;
-        assert_eq!(error_code(stale).as_deref(), Some("PreconditionFailed"), "{key}");
-        assert!(get(s3, "cond", key).await == first, "{key} unchanged by refused writes");
-        let swapped = s3
-            .put_object()
-            .bucket("cond")
-            .key(key)
+        assert_eq!(error_code(&stale.unwrap_err()), "PreconditionFailed", "{key}");
+        assert!(
+            read_object(s3, "cond", key).await == first,
+            "{key} unchanged by refused writes"
+        );
+        let swapped = put_request(s3, "cond", key, noise(size, 4))
             .if_match(&etag)
-            .body(ByteStream::from(noise(size, 4)))
             .send()
             .await
             .unwrap();
         assert_ne!(swapped.e_tag.unwrap(), etag);
-        assert!(get(s3, "cond", key).await == noise(size, 4), "{key} swapped");
+        assert!(read_object(s3, "cond", key).await == noise(size, 4), "{key} swapped");
     }
-    let missing = s3
-        .put_object()
-        .bucket("cond")
-        .key("absent")
+    let missing = put_request(s3, "cond", "absent", b"x")
         .if_match("\"0123456789abcdef0123456789abcdef\"")
-        .body(ByteStream::from_static(b"x"))
         .send()
         .await;
-    assert_eq!(error_code(missing).as_deref(), Some("NoSuchKey"));
-    let no_bucket = s3
-        .put_object()
-        .bucket("nobucket")
-        .key("k")
-        .if_none_match("*")
-        .body(ByteStream::from_static(b"x"))
-        .send()
-        .await;
-    assert_eq!(error_code(no_bucket).as_deref(), Some("NoSuchBucket"));
+    assert_eq!(error_code(&missing.unwrap_err()), "NoSuchKey");
+    let no_bucket = put_request(s3, "nobucket", "k", b"x").if_none_match("*").send().await;
+    assert_eq!(error_code(&no_bucket.unwrap_err()), "NoSuchBucket");
     // Refused chunked writes left no chunks behind: only the two live bodies remain.
     let sql = gw.sql().await;
     let bodies: i64 = sql
@@ -238,22 +179,15 @@ async fn of_concurrent_conditional_writers_exactly_one_wins() {
             let key = key.clone();
             tokio::spawn(async move {
                 let body = noise(size, round * 100 + writer);
-                let outcome = s3
-                    .put_object()
-                    .bucket("cond")
-                    .key(&key)
-                    .if_none_match("*")
-                    .body(ByteStream::from(body))
-                    .send()
-                    .await;
-                (writer, status(outcome))
+                let outcome = put_request(&s3, "cond", &key, body).if_none_match("*").send().await;
+                (writer, answered_status(&outcome))
             })
         });
         let results: Vec<(u64, u16)> = futures::future::try_join_all(attempts).await.unwrap();
         let winners: Vec<u64> = results.iter().filter(|(_, s)| *s == 200).map(|(w, _)| *w).collect();
         assert_eq!(winners.len(), 1, "create-only, size {size}: {results:?}");
         assert!(results.iter().all(|(_, s)| *s == 200 || *s == 412), "{results:?}");
-        assert!(get(&s3, "cond", &key).await == noise(size, round * 100 + winners[0]));
+        assert!(read_object(&s3, "cond", &key).await == noise(size, round * 100 + winners[0]));
 
         // Compare-and-swap: every writer read the same ETag and tries to replace it.
         let etag = s3
@@ -270,21 +204,14 @@ async fn of_concurrent_conditional_writers_exactly_one_wins() {
             let (key, etag) = (key.clone(), etag.clone());
             tokio::spawn(async move {
                 let body = noise(size, round * 100 + 50 + writer);
-                let outcome = s3
-                    .put_object()
-                    .bucket("cond")
-                    .key(&key)
-                    .if_match(&etag)
-                    .body(ByteStream::from(body))
-                    .send()
-                    .await;
-                (writer, status(outcome))
+                let outcome = put_request(&s3, "cond", &key, body).if_match(&etag).send().await;
+                (writer, answered_status(&outcome))
             })
         });
         let results: Vec<(u64, u16)> = futures::future::try_join_all(attempts).await.unwrap();
         let winners: Vec<u64> = results.iter().filter(|(_, s)| *s == 200).map(|(w, _)| *w).collect();
         assert_eq!(winners.len(), 1, "compare-and-swap, size {size}: {results:?}");
-        assert!(get(&s3, "cond", &key).await == noise(size, round * 100 + 50 + winners[0]));
+        assert!(read_object(&s3, "cond", &key).await == noise(size, round * 100 + 50 + winners[0]));
     }
 }
 
@@ -293,32 +220,11 @@ async fn conditional_completion_refuses_an_existing_key_and_keeps_the_upload() {
     let gw = TestGateway::start().await;
     let s3 = &gw.client;
     s3.create_bucket().bucket("cond").send().await.unwrap();
-    put(s3, "cond", "k", b"already here".to_vec()).await;
-    let upload_id = s3
-        .create_multipart_upload()
-        .bucket("cond")
-        .key("k")
-        .send()
-        .await
-        .unwrap()
-        .upload_id
-        .unwrap();
+    put_object(s3, "cond", "k", b"already here").await;
+    let upload_id = start_upload(s3, "cond", "k").await;
     let body = noise(1234, 5);
-    let etag = s3
-        .upload_part()
-        .bucket("cond")
-        .key("k")
-        .upload_id(&upload_id)
-        .part_number(1)
-        .body(ByteStream::from(body.clone()))
-        .send()
-        .await
-        .unwrap()
-        .e_tag
-        .unwrap();
-    let parts = CompletedMultipartUpload::builder()
-        .parts(CompletedPart::builder().part_number(1).e_tag(&etag).build())
-        .build();
+    let etag = upload_part(s3, "cond", "k", &upload_id, 1, &body).await;
+    let parts = completion(&[(1, &etag)]);
     let refused = s3
         .complete_multipart_upload()
         .bucket("cond")
@@ -328,8 +234,8 @@ async fn conditional_completion_refuses_an_existing_key_and_keeps_the_upload() {
         .multipart_upload(parts.clone())
         .send()
         .await;
-    assert_eq!(error_code(refused).as_deref(), Some("PreconditionFailed"));
-    assert_eq!(get(s3, "cond", "k").await, b"already here");
+    assert_eq!(error_code(&refused.unwrap_err()), "PreconditionFailed");
+    assert_eq!(read_object(s3, "cond", "k").await, b"already here");
     let current = s3
         .head_object()
         .bucket("cond")
@@ -348,7 +254,7 @@ async fn conditional_completion_refuses_an_existing_key_and_keeps_the_upload() {
         .send()
         .await
         .unwrap();
-    assert!(get(s3, "cond", "k").await == body);
+    assert!(read_object(s3, "cond", "k").await == body);
 }
 
 #[tokio::test]
@@ -359,42 +265,20 @@ async fn copies_share_nothing_but_bytes_and_follow_the_metadata_directive() {
     s3.create_bucket().bucket("dst").send().await.unwrap();
     let small = b"tiny".to_vec();
     let large = noise(300_000, 9);
-    s3.put_object()
-        .bucket("src")
-        .key("small")
+    put_request(s3, "src", "small", small.clone())
         .content_type("text/plain")
         .metadata("colour", "blue")
-        .body(ByteStream::from(small.clone()))
         .send()
         .await
         .unwrap();
-    let large_etag = put(s3, "src", "large", large.clone()).await;
+    let large_etag = put_etag(s3, "src", "large", large.clone()).await;
     // A multipart source: one 5 MiB part and a short one.
-    let upload_id = s3
-        .create_multipart_upload()
-        .bucket("src")
-        .key("multi")
-        .send()
-        .await
-        .unwrap()
-        .upload_id
-        .unwrap();
+    let upload_id = start_upload(s3, "src", "multi").await;
     let parts = [noise(5 * 1024 * 1024, 10), noise(4321, 11)];
     let mut completed = CompletedMultipartUpload::builder();
     for (i, part) in parts.iter().enumerate() {
         let number = i as i32 + 1;
-        let etag = s3
-            .upload_part()
-            .bucket("src")
-            .key("multi")
-            .upload_id(&upload_id)
-            .part_number(number)
-            .body(ByteStream::from(part.clone()))
-            .send()
-            .await
-            .unwrap()
-            .e_tag
-            .unwrap();
+        let etag = upload_part(s3, "src", "multi", &upload_id, number, part).await;
         completed = completed.parts(CompletedPart::builder().part_number(number).e_tag(etag).build());
     }
     let multi_etag = s3
@@ -411,16 +295,15 @@ async fn copies_share_nothing_but_bytes_and_follow_the_metadata_directive() {
     let multi = parts.concat();
 
     for (key, bytes, etag) in [("large", &large, &large_etag), ("multi", &multi, &multi_etag)] {
-        let copied = s3
-            .copy_object()
-            .bucket("dst")
-            .key(format!("copy-of-{key}"))
-            .copy_source(format!("src/{key}"))
+        let copied = copy_request(s3, "dst", &format!("copy-of-{key}"), &format!("src/{key}"))
             .send()
             .await
             .unwrap();
         assert_eq!(copied.copy_object_result.unwrap().e_tag.as_ref(), Some(etag));
-        assert!(get(s3, "dst", &format!("copy-of-{key}")).await == *bytes, "{key}");
+        assert!(
+            read_object(s3, "dst", &format!("copy-of-{key}")).await == *bytes,
+            "{key}"
+        );
     }
     let ranged = s3
         .get_object()
@@ -435,15 +318,7 @@ async fn copies_share_nothing_but_bytes_and_follow_the_metadata_directive() {
 
     // UploadPartCopy: a 5 MiB part copied whole from the multipart source, then a range of
     // the chunked one.
-    let upload_id = s3
-        .create_multipart_upload()
-        .bucket("dst")
-        .key("assembled")
-        .send()
-        .await
-        .unwrap()
-        .upload_id
-        .unwrap();
+    let upload_id = start_upload(s3, "dst", "assembled").await;
     let mut completed = CompletedMultipartUpload::builder();
     for (number, source, range) in [
         (1, "src/multi", Some("bytes=0-5242879")),
@@ -472,7 +347,7 @@ async fn copies_share_nothing_but_bytes_and_follow_the_metadata_directive() {
         .await
         .unwrap();
     let assembled = [&multi[..5_242_880], &large[1000..9000]].concat();
-    assert!(get(s3, "dst", "assembled").await == assembled);
+    assert!(read_object(s3, "dst", "assembled").await == assembled);
     let bad_range = s3
         .upload_part_copy()
         .bucket("dst")
@@ -483,23 +358,14 @@ async fn copies_share_nothing_but_bytes_and_follow_the_metadata_directive() {
         .copy_source_range("bytes=5-")
         .send()
         .await;
-    assert_eq!(error_code(bad_range).as_deref(), Some("InvalidArgument"));
+    assert_eq!(error_code(&bad_range.unwrap_err()), "InvalidArgument");
 
     // COPY keeps the metadata, REPLACE takes the request's.
-    s3.copy_object()
-        .bucket("dst")
-        .key("kept")
-        .copy_source("src/small")
-        .send()
-        .await
-        .unwrap();
+    copy_request(s3, "dst", "kept", "src/small").send().await.unwrap();
     let kept = s3.head_object().bucket("dst").key("kept").send().await.unwrap();
     assert_eq!(kept.content_type.as_deref(), Some("text/plain"));
     assert_eq!(kept.metadata.unwrap().get("colour").map(String::as_str), Some("blue"));
-    s3.copy_object()
-        .bucket("src")
-        .key("small")
-        .copy_source("src/small")
+    copy_request(s3, "src", "small", "src/small")
         .metadata_directive(MetadataDirective::Replace)
         .content_type("application/json")
         .metadata("colour", "red")
@@ -512,64 +378,28 @@ async fn copies_share_nothing_but_bytes_and_follow_the_metadata_directive() {
         replaced.metadata.unwrap().get("colour").map(String::as_str),
         Some("red")
     );
-    assert_eq!(get(s3, "src", "small").await, small);
+    assert_eq!(read_object(s3, "src", "small").await, small);
 
     // Bad sources and failed source preconditions.
-    let to_itself = s3
-        .copy_object()
-        .bucket("src")
-        .key("small")
-        .copy_source("src/small")
-        .send()
-        .await;
-    assert_eq!(error_code(to_itself).as_deref(), Some("InvalidRequest"));
-    let missing = s3
-        .copy_object()
-        .bucket("dst")
-        .key("x")
-        .copy_source("src/nope")
-        .send()
-        .await;
-    assert_eq!(error_code(missing).as_deref(), Some("NoSuchKey"));
-    let no_bucket = s3
-        .copy_object()
-        .bucket("dst")
-        .key("x")
-        .copy_source("nobucket/k")
-        .send()
-        .await;
-    assert_eq!(error_code(no_bucket).as_deref(), Some("NoSuchBucket"));
-    let malformed = s3
-        .copy_object()
-        .bucket("dst")
-        .key("x")
-        .copy_source("just-a-bucket")
-        .send()
-        .await;
-    assert_eq!(error_code(malformed).as_deref(), Some("InvalidArgument"));
-    let stale = s3
-        .copy_object()
-        .bucket("dst")
-        .key("x")
-        .copy_source("src/large")
+    let to_itself = copy_request(s3, "src", "small", "src/small").send().await;
+    assert_eq!(error_code(&to_itself.unwrap_err()), "InvalidRequest");
+    let missing = copy_request(s3, "dst", "x", "src/nope").send().await;
+    assert_eq!(error_code(&missing.unwrap_err()), "NoSuchKey");
+    let no_bucket = copy_request(s3, "dst", "x", "nobucket/k").send().await;
+    assert_eq!(error_code(&no_bucket.unwrap_err()), "NoSuchBucket");
+    let malformed = copy_request(s3, "dst", "x", "just-a-bucket").send().await;
+    assert_eq!(error_code(&malformed.unwrap_err()), "InvalidArgument");
+    let stale = copy_request(s3, "dst", "x", "src/large")
         .copy_source_if_match("\"0123456789abcdef0123456789abcdef\"")
         .send()
         .await;
-    assert_eq!(error_code(stale).as_deref(), Some("PreconditionFailed"));
-    let unchanged = s3
-        .copy_object()
-        .bucket("dst")
-        .key("x")
-        .copy_source("src/large")
+    assert_eq!(error_code(&stale.unwrap_err()), "PreconditionFailed");
+    let unchanged = copy_request(s3, "dst", "x", "src/large")
         .copy_source_if_none_match(&large_etag)
         .send()
         .await;
-    assert_eq!(error_code(unchanged).as_deref(), Some("PreconditionFailed"));
-    let fresh = s3
-        .copy_object()
-        .bucket("dst")
-        .key("x")
-        .copy_source("src/large")
+    assert_eq!(error_code(&unchanged.unwrap_err()), "PreconditionFailed");
+    let fresh = copy_request(s3, "dst", "x", "src/large")
         .copy_source_if_modified_since(DateTime::from(SystemTime::now() - Duration::from_secs(3600)))
         .send()
         .await;
@@ -582,7 +412,7 @@ async fn copies_share_nothing_but_bytes_and_follow_the_metadata_directive() {
     for _ in 0..3 {
         gw.gateway.store.reap_retired(Duration::ZERO).await.unwrap();
     }
-    assert!(get(s3, "dst", "copy-of-large").await == large);
-    assert!(get(s3, "dst", "copy-of-multi").await == multi);
-    assert_eq!(get(s3, "dst", "kept").await, small);
+    assert!(read_object(s3, "dst", "copy-of-large").await == large);
+    assert!(read_object(s3, "dst", "copy-of-multi").await == multi);
+    assert_eq!(read_object(s3, "dst", "kept").await, small);
 }

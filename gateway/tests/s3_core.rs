@@ -3,16 +3,12 @@
 
 mod common;
 
-use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumMode, Delete, ObjectIdentifier};
+use common::s3::{head_object, http_status, put_object, put_request};
 use common::{TestGateway, noise};
 
 async fn put(gw: &TestGateway, bucket: &str, key: &str, body: Vec<u8>) -> String {
-    gw.client
-        .put_object()
-        .bucket(bucket)
-        .key(key)
-        .body(ByteStream::from(body))
+    put_request(&gw.client, bucket, key, body)
         .send()
         .await
         .unwrap_or_else(|err| panic!("put {key}: {err:?}"))
@@ -67,7 +63,7 @@ async fn buckets_are_created_listed_located_and_deleted() {
     );
 
     let missing = s3.head_bucket().bucket("nope").send().await.unwrap_err();
-    assert_eq!(missing.raw_response().unwrap().status().as_u16(), 404);
+    assert_eq!(http_status(&missing), 404);
 
     put(&gw, "alpha", "x", b"1".to_vec()).await;
     let not_empty = s3.delete_bucket().bucket("alpha").send().await.unwrap_err();
@@ -117,7 +113,7 @@ async fn objects_of_every_size_class_round_trip_byte_exact() {
         let back = get(&gw, "sizes", &key).await;
         assert_eq!(back.len(), size);
         assert!(back == body, "{size} B round trip");
-        let head = gw.client.head_object().bucket("sizes").key(&key).send().await.unwrap();
+        let head = head_object(&gw.client, "sizes", &key).await;
         assert_eq!(head.content_length(), Some(size as i64));
         assert_eq!(head.e_tag(), Some(md5_hex(&body).as_str()));
     }
@@ -235,7 +231,7 @@ async fn every_range_form_is_exact_and_unsatisfiable_ranges_get_416() {
             .send()
             .await
             .unwrap_err();
-        assert_eq!(err.raw_response().unwrap().status().as_u16(), 416);
+        assert_eq!(http_status(&err), 416);
         assert_eq!(err.into_service_error().meta().code(), Some("InvalidRange"));
     }
     put(&gw, "ranges", "empty", Vec::new()).await;
@@ -248,7 +244,7 @@ async fn every_range_form_is_exact_and_unsatisfiable_ranges_get_416() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(err.raw_response().unwrap().status().as_u16(), 416);
+    assert_eq!(http_status(&err), 416);
     gw.stop().await;
 }
 
@@ -256,11 +252,7 @@ async fn every_range_form_is_exact_and_unsatisfiable_ranges_get_416() {
 async fn metadata_and_standard_headers_are_kept() {
     let gw = TestGateway::start().await;
     gw.client.create_bucket().bucket("meta").send().await.unwrap();
-    gw.client
-        .put_object()
-        .bucket("meta")
-        .key("doc.html")
-        .body(ByteStream::from_static(b"<p>hi</p>"))
+    put_request(&gw.client, "meta", "doc.html", b"<p>hi</p>")
         .content_type("text/html; charset=utf-8")
         .content_encoding("identity")
         .content_disposition("attachment; filename=\"doc.html\"")
@@ -272,14 +264,7 @@ async fn metadata_and_standard_headers_are_kept() {
         .send()
         .await
         .unwrap();
-    let head = gw
-        .client
-        .head_object()
-        .bucket("meta")
-        .key("doc.html")
-        .send()
-        .await
-        .unwrap();
+    let head = head_object(&gw.client, "meta", "doc.html").await;
     assert_eq!(head.content_type(), Some("text/html; charset=utf-8"));
     assert_eq!(head.content_encoding(), Some("identity"));
     assert_eq!(head.content_disposition(), Some("attachment; filename=\"doc.html\""));
@@ -294,14 +279,7 @@ async fn metadata_and_standard_headers_are_kept() {
 
     // Overwrite replaces metadata too.
     put(&gw, "meta", "doc.html", b"v2".to_vec()).await;
-    let head = gw
-        .client
-        .head_object()
-        .bucket("meta")
-        .key("doc.html")
-        .send()
-        .await
-        .unwrap();
+    let head = head_object(&gw.client, "meta", "doc.html").await;
     assert!(head.metadata().is_none_or(|m| m.is_empty()));
     assert_eq!(head.content_length(), Some(2));
     gw.stop().await;
@@ -332,11 +310,7 @@ async fn listing_pages_prefixes_and_odd_keys_like_s3() {
     let writes = futures::stream::iter(keys.clone()).map(|key| {
         let client = gw.client.clone();
         async move {
-            client
-                .put_object()
-                .bucket("list")
-                .key(&key)
-                .body(ByteStream::from(key.clone().into_bytes()))
+            put_request(&client, "list", &key, key.clone().into_bytes())
                 .send()
                 .await
                 .map(|_| ())
@@ -554,13 +528,8 @@ async fn checksums_are_verified_stored_and_returned_for_whole_objects_only() {
     ] {
         let key = algorithm.as_str().to_owned();
         let body = noise(size, 3);
-        let put = gw
-            .client
-            .put_object()
-            .bucket("sums")
-            .key(&key)
+        let put = put_request(&gw.client, "sums", &key, body.clone())
             .checksum_algorithm(algorithm.clone())
-            .body(ByteStream::from(body.clone()))
             .send()
             .await
             .unwrap();
@@ -613,13 +582,8 @@ async fn checksums_are_verified_stored_and_returned_for_whole_objects_only() {
             "{key}: no whole-object checksum on a range"
         );
     }
-    let err = gw
-        .client
-        .put_object()
-        .bucket("sums")
-        .key("bad")
+    let err = put_request(&gw.client, "sums", "bad", b"hello")
         .checksum_crc32("AAAAAA==")
-        .body(ByteStream::from_static(b"hello"))
         .send()
         .await
         .unwrap_err();
@@ -632,7 +596,7 @@ async fn checksums_are_verified_stored_and_returned_for_whole_objects_only() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(missing.raw_response().unwrap().status().as_u16(), 404);
+    assert_eq!(http_status(&missing), 404);
     gw.stop().await;
 }
 
@@ -656,24 +620,10 @@ async fn access_keys_own_their_buckets_and_read_only_keys_cannot_write() {
     let bob = gw.client_for("BOBKEY", "BOBKEY-secret");
     let reader = gw.client_for("READERKEY", "READERKEY-secret");
     alice.create_bucket().bucket("alices").send().await.unwrap();
-    alice
-        .put_object()
-        .bucket("alices")
-        .key("k")
-        .body(ByteStream::from_static(b"v"))
-        .send()
-        .await
-        .unwrap();
+    put_object(&alice, "alices", "k", b"v").await;
     let denied = bob.get_object().bucket("alices").key("k").send().await.unwrap_err();
     assert_eq!(denied.into_service_error().meta().code(), Some("AccessDenied"));
-    let denied = bob
-        .put_object()
-        .bucket("alices")
-        .key("k")
-        .body(ByteStream::from_static(b"x"))
-        .send()
-        .await
-        .unwrap_err();
+    let denied = put_request(&bob, "alices", "k", b"x").send().await.unwrap_err();
     assert_eq!(denied.into_service_error().meta().code(), Some("AccessDenied"));
     let taken = bob.create_bucket().bucket("alices").send().await.unwrap_err();
     assert_eq!(taken.into_service_error().meta().code(), Some("BucketAlreadyExists"));

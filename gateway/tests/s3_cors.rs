@@ -10,10 +10,10 @@ mod common;
 use std::time::Duration;
 
 use aws_sdk_s3::presigning::PresigningConfig;
-use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CorsConfiguration, CorsRule};
 use common::TestGateway;
 use common::raw::{self, RawResponse};
+use common::s3::put_object;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn rule(origins: &[&str], methods: &[&str], headers: &[&str]) -> CorsRule {
@@ -173,14 +173,7 @@ async fn preflights_are_answered_unsigned_from_the_rules_and_real_responses_carr
     assert_eq!((no_origin.status, no_origin.code()), (400, Some("BadRequest")));
 
     // A real (signed) request from an allowed origin gets the headers; from another, none.
-    gw.client
-        .put_object()
-        .bucket("web")
-        .key("k")
-        .body(ByteStream::from_static(b"v"))
-        .send()
-        .await
-        .unwrap();
+    put_object(&gw.client, "web", "k", b"v").await;
     let get = gw
         .signed("GET", "/web/k", &[("origin", "http://my.app.test")], b"")
         .await;

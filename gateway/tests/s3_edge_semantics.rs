@@ -6,16 +6,8 @@
 mod common;
 
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use common::TestGateway;
-
-fn status_and_code<E: aws_sdk_s3::error::ProvideErrorMetadata>(
-    err: aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
-) -> (Option<u16>, Option<String>) {
-    use aws_sdk_s3::error::ProvideErrorMetadata;
-    let status = err.raw_response().map(|r| r.status().as_u16());
-    (status, err.code().map(str::to_owned))
-}
+use common::s3::{completion, put_object, put_request, refusal, start_upload, upload_part};
 
 #[tokio::test]
 async fn conditional_writes_with_a_star_or_an_etag_are_evaluated() {
@@ -30,7 +22,7 @@ async fn conditional_writes_with_a_star_or_an_etag_are_evaluated() {
 
     // If-Match: * replaces only an object that exists; it never creates one.
     let refused = put("absent", b"x").if_match("*").send().await.unwrap_err();
-    assert_eq!(status_and_code(refused), (Some(404), Some("NoSuchKey".into())));
+    assert_eq!(refusal(&refused), (404, "NoSuchKey".into()));
     assert!(
         s3.head_object().bucket("bkt").key("absent").send().await.is_err(),
         "nothing was created"
@@ -44,7 +36,7 @@ async fn conditional_writes_with_a_star_or_an_etag_are_evaluated() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(status_and_code(refused), (Some(412), Some("PreconditionFailed".into())));
+    assert_eq!(refusal(&refused), (412, "PreconditionFailed".into()));
     let got = s3.get_object().bucket("bkt").key("there").send().await.unwrap();
     assert_eq!(got.body.collect().await.unwrap().to_vec(), b"replaced");
     put("there", b"newer")
@@ -88,37 +80,16 @@ async fn list_buckets_pages_by_max_buckets_and_continuation_token() {
     }
     assert_eq!(seen, names);
     let refused = s3.list_buckets().max_buckets(0).send().await.unwrap_err();
-    assert_eq!(status_and_code(refused), (Some(400), Some("InvalidArgument".into())));
+    assert_eq!(refusal(&refused), (400, "InvalidArgument".into()));
 }
 
 #[tokio::test]
 async fn a_retried_completion_answers_with_the_object_it_made() {
     let gw = TestGateway::with_sample_object().await;
     let s3 = &gw.client;
-    let upload_id = s3
-        .create_multipart_upload()
-        .bucket("bkt")
-        .key("assembled")
-        .send()
-        .await
-        .unwrap()
-        .upload_id
-        .unwrap();
-    let etag = s3
-        .upload_part()
-        .bucket("bkt")
-        .key("assembled")
-        .upload_id(&upload_id)
-        .part_number(1)
-        .body(ByteStream::from_static(b"the only part"))
-        .send()
-        .await
-        .unwrap()
-        .e_tag
-        .unwrap();
-    let parts = CompletedMultipartUpload::builder()
-        .parts(CompletedPart::builder().part_number(1).e_tag(etag).build())
-        .build();
+    let upload_id = start_upload(s3, "bkt", "assembled").await;
+    let etag = upload_part(s3, "bkt", "assembled", &upload_id, 1, b"the only part").await;
+    let parts = completion(&[(1, &etag)]);
     let complete = || {
         s3.complete_multipart_upload()
             .bucket("bkt")
@@ -133,30 +104,16 @@ async fn a_retried_completion_answers_with_the_object_it_made() {
     assert!(first.e_tag.unwrap().ends_with("-1\""));
 
     // Once the key holds another object, the upload is simply gone.
-    s3.put_object()
-        .bucket("bkt")
-        .key("assembled")
-        .body(ByteStream::from_static(b"overwritten"))
-        .send()
-        .await
-        .unwrap();
+    put_object(s3, "bkt", "assembled", b"overwritten").await;
     let gone = complete().await.unwrap_err();
-    assert_eq!(status_and_code(gone), (Some(404), Some("NoSuchUpload".into())));
+    assert_eq!(refusal(&gone), (404, "NoSuchUpload".into()));
 }
 
 #[tokio::test]
 async fn a_part_copy_range_past_the_source_end_is_invalid_range() {
     let gw = TestGateway::with_sample_object().await;
     let s3 = &gw.client;
-    let upload_id = s3
-        .create_multipart_upload()
-        .bucket("bkt")
-        .key("copy-target")
-        .send()
-        .await
-        .unwrap()
-        .upload_id
-        .unwrap();
+    let upload_id = start_upload(s3, "bkt", "copy-target").await;
     let copy = |range: &'static str| {
         s3.upload_part_copy()
             .bucket("bkt")
@@ -168,7 +125,7 @@ async fn a_part_copy_range_past_the_source_end_is_invalid_range() {
             .send()
     };
     let refused = copy("bytes=5-10").await.unwrap_err();
-    assert_eq!(status_and_code(refused), (Some(416), Some("InvalidRange".into())));
+    assert_eq!(refusal(&refused), (416, "InvalidRange".into()));
     copy("bytes=5-9").await.unwrap();
 }
 
@@ -189,12 +146,8 @@ async fn empty_listing_parameters_and_the_tag_count_on_head() {
     assert_eq!(v1.status, 200, "{}", v1.body);
     assert!(!v1.body.contains("<Delimiter>"), "{}", v1.body);
 
-    gw.client
-        .put_object()
-        .bucket("bkt")
-        .key("tagged")
+    put_request(&gw.client, "bkt", "tagged", b"t")
         .tagging("colour=blue&size=large")
-        .body(ByteStream::from_static(b"t"))
         .send()
         .await
         .unwrap();

@@ -14,6 +14,7 @@ use aws_sdk_s3::types::{
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use common::TestGateway;
+use common::s3::{copy_request, error_code, http_status, put_object, put_request};
 use md5::{Digest, Md5};
 
 /// Text that would be found in the database if a body were stored as sent.
@@ -61,23 +62,8 @@ with_key_on!(
     aws_sdk_s3::operation::upload_part::builders::UploadPartFluentBuilder
 );
 
-fn code<E: aws_sdk_s3::error::ProvideErrorMetadata + std::fmt::Debug>(err: &aws_sdk_s3::error::SdkError<E>) -> String {
-    err.as_service_error()
-        .and_then(|e| e.code())
-        .map(str::to_owned)
-        .unwrap_or_else(|| format!("{err:?}"))
-}
-
-fn status<E>(err: &aws_sdk_s3::error::SdkError<E>) -> u16 {
-    err.raw_response().map(|r| r.status().as_u16()).unwrap_or(0)
-}
-
 async fn put_c(s3: &Client, key: &str, body: Vec<u8>, customer: &Key) {
-    let out = s3
-        .put_object()
-        .bucket("sealed")
-        .key(key)
-        .body(ByteStream::from(body))
+    let out = put_request(s3, "sealed", key, body)
         .with_key(customer)
         .send()
         .await
@@ -137,7 +123,10 @@ async fn sse_c_objects_open_only_with_their_key_and_are_never_stored_as_sent() {
 
     // Without the key: 400; with another: 403; HEAD likewise.
     let missing = s3.get_object().bucket("sealed").key("large").send().await.unwrap_err();
-    assert_eq!((status(&missing), code(&missing).as_str()), (400, "InvalidRequest"));
+    assert_eq!(
+        (http_status(&missing), error_code(&missing).as_str()),
+        (400, "InvalidRequest")
+    );
     let other = s3
         .get_object()
         .bucket("sealed")
@@ -146,9 +135,12 @@ async fn sse_c_objects_open_only_with_their_key_and_are_never_stored_as_sent() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!((status(&other), code(&other).as_str()), (403, "AccessDenied"));
+    assert_eq!(
+        (http_status(&other), error_code(&other).as_str()),
+        (403, "AccessDenied")
+    );
     let head = s3.head_object().bucket("sealed").key("small").send().await.unwrap_err();
-    assert_eq!(status(&head), 400);
+    assert_eq!(http_status(&head), 400);
     let head = s3
         .head_object()
         .bucket("sealed")
@@ -161,41 +153,27 @@ async fn sse_c_objects_open_only_with_their_key_and_are_never_stored_as_sent() {
     assert_eq!(head.sse_customer_algorithm(), Some("AES256"));
 
     // A key whose MD5 does not match, or that is not 256 bits: 400, nothing stored.
-    let bad_md5 = s3
-        .put_object()
-        .bucket("sealed")
-        .key("bad")
-        .body(ByteStream::from_static(b"x"))
+    let bad_md5 = put_request(s3, "sealed", "bad", b"x")
         .sse_customer_algorithm("AES256")
         .sse_customer_key(&right.key)
         .sse_customer_key_md5(&wrong.md5)
         .send()
         .await
         .unwrap_err();
-    assert_eq!(code(&bad_md5), "InvalidArgument");
+    assert_eq!(error_code(&bad_md5), "InvalidArgument");
     let short = [3u8; 16];
-    let short_key = s3
-        .put_object()
-        .bucket("sealed")
-        .key("bad")
-        .body(ByteStream::from_static(b"x"))
+    let short_key = put_request(s3, "sealed", "bad", b"x")
         .sse_customer_algorithm("AES256")
         .sse_customer_key(BASE64.encode(short))
         .sse_customer_key_md5(BASE64.encode(Md5::digest(short)))
         .send()
         .await
         .unwrap_err();
-    assert_eq!(code(&short_key), "InvalidArgument");
+    assert_eq!(error_code(&short_key), "InvalidArgument");
     assert!(s3.head_object().bucket("sealed").key("bad").send().await.is_err());
 
     // A plaintext object refuses a key it does not need.
-    s3.put_object()
-        .bucket("sealed")
-        .key("plain")
-        .body(ByteStream::from_static(b"plain"))
-        .send()
-        .await
-        .unwrap();
+    put_object(s3, "sealed", "plain", b"plain").await;
     let needless = s3
         .get_object()
         .bucket("sealed")
@@ -204,14 +182,10 @@ async fn sse_c_objects_open_only_with_their_key_and_are_never_stored_as_sent() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(code(&needless), "InvalidRequest");
+    assert_eq!(error_code(&needless), "InvalidRequest");
 
     // Copy: the source opens with its key; the copy is encrypted as its own request says.
-    let copied = s3
-        .copy_object()
-        .bucket("sealed")
-        .key("copy")
-        .copy_source("sealed/large")
+    let copied = copy_request(s3, "sealed", "copy", "sealed/large")
         .copy_source_sse_customer_algorithm("AES256")
         .copy_source_sse_customer_key(&right.key)
         .copy_source_sse_customer_key_md5(&right.md5)
@@ -223,28 +197,20 @@ async fn sse_c_objects_open_only_with_their_key_and_are_never_stored_as_sent() {
     let copy = s3.get_object().bucket("sealed").key("copy").send().await.unwrap();
     assert_eq!(copy.server_side_encryption(), Some(&ServerSideEncryption::Aes256));
     assert_eq!(copy.body.collect().await.unwrap().into_bytes().to_vec(), large);
-    let no_source_key = s3
-        .copy_object()
-        .bucket("sealed")
-        .key("copy2")
-        .copy_source("sealed/large")
+    let no_source_key = copy_request(s3, "sealed", "copy2", "sealed/large")
         .send()
         .await
         .unwrap_err();
-    assert_eq!(code(&no_source_key), "InvalidRequest");
+    assert_eq!(error_code(&no_source_key), "InvalidRequest");
     assert!(!plaintext_stored(&gw).await);
 
     // SSE-KMS: there is no KMS.
-    let kms = s3
-        .put_object()
-        .bucket("sealed")
-        .key("kms")
-        .body(ByteStream::from_static(b"x"))
+    let kms = put_request(s3, "sealed", "kms", b"x")
         .server_side_encryption(ServerSideEncryption::AwsKms)
         .send()
         .await
         .unwrap_err();
-    assert_eq!(code(&kms), "NotImplemented");
+    assert_eq!(error_code(&kms), "NotImplemented");
     gw.stop().await;
 }
 
@@ -280,9 +246,9 @@ async fn sse_c_multipart_parts_need_the_uploads_key() {
         .send()
     };
     let without = part(2, second.clone(), None).await.unwrap_err();
-    assert_eq!(code(&without), "InvalidRequest");
+    assert_eq!(error_code(&without), "InvalidRequest");
     let other = part(2, second.clone(), Some(&wrong)).await.unwrap_err();
-    assert_eq!(code(&other), "AccessDenied");
+    assert_eq!(error_code(&other), "AccessDenied");
     let one = part(1, first.clone(), Some(&right)).await.unwrap();
     let two = part(2, second.clone(), Some(&right)).await.unwrap();
     let parts = [(1, one.e_tag().unwrap()), (2, two.e_tag().unwrap())]
@@ -315,14 +281,8 @@ async fn a_buckets_default_encryption_seals_new_objects_with_sse_s3() {
     let s3 = &gw.client;
     s3.create_bucket().bucket("sealed").send().await.unwrap();
     let none = s3.get_bucket_encryption().bucket("sealed").send().await.unwrap_err();
-    assert_eq!(code(&none), "ServerSideEncryptionConfigurationNotFoundError");
-    s3.put_object()
-        .bucket("sealed")
-        .key("before")
-        .body(ByteStream::from(plaintext(64)))
-        .send()
-        .await
-        .unwrap();
+    assert_eq!(error_code(&none), "ServerSideEncryptionConfigurationNotFoundError");
+    put_object(s3, "sealed", "before", plaintext(64)).await;
     assert!(
         plaintext_stored(&gw).await,
         "without encryption the body is stored as sent"
@@ -351,7 +311,7 @@ async fn a_buckets_default_encryption_seals_new_objects_with_sse_s3() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(code(&kms), "NotImplemented");
+    assert_eq!(error_code(&kms), "NotImplemented");
     s3.put_bucket_encryption()
         .bucket("sealed")
         .server_side_encryption_configuration(configuration(ServerSideEncryption::Aes256))
@@ -366,14 +326,7 @@ async fn a_buckets_default_encryption_seals_new_objects_with_sse_s3() {
     );
 
     for (key, len) in [("inline", 1000), ("chunked", 200_000)] {
-        let put = s3
-            .put_object()
-            .bucket("sealed")
-            .key(key)
-            .body(ByteStream::from(plaintext(len)))
-            .send()
-            .await
-            .unwrap();
+        let put = put_object(s3, "sealed", key, plaintext(len)).await;
         assert_eq!(put.server_side_encryption(), Some(&ServerSideEncryption::Aes256));
         let got = s3.get_object().bucket("sealed").key(key).send().await.unwrap();
         assert_eq!(got.server_side_encryption(), Some(&ServerSideEncryption::Aes256));
@@ -385,10 +338,7 @@ async fn a_buckets_default_encryption_seals_new_objects_with_sse_s3() {
     }
     assert!(!plaintext_stored(&gw).await);
     // A copy within the bucket is sealed again (the source's chunks are its own bodies').
-    s3.copy_object()
-        .bucket("sealed")
-        .key("copied")
-        .copy_source("sealed/chunked")
+    copy_request(s3, "sealed", "copied", "sealed/chunked")
         .send()
         .await
         .unwrap();
@@ -400,15 +350,8 @@ async fn a_buckets_default_encryption_seals_new_objects_with_sse_s3() {
 
     s3.delete_bucket_encryption().bucket("sealed").send().await.unwrap();
     let none = s3.get_bucket_encryption().bucket("sealed").send().await.unwrap_err();
-    assert_eq!(code(&none), "ServerSideEncryptionConfigurationNotFoundError");
-    let after = s3
-        .put_object()
-        .bucket("sealed")
-        .key("after")
-        .body(ByteStream::from_static(b"after"))
-        .send()
-        .await
-        .unwrap();
+    assert_eq!(error_code(&none), "ServerSideEncryptionConfigurationNotFoundError");
+    let after = put_object(s3, "sealed", "after", b"after").await;
     assert_eq!(after.server_side_encryption(), None);
     // Objects sealed before still open.
     let old = s3.get_object().bucket("sealed").key("inline").send().await.unwrap();
@@ -430,11 +373,7 @@ async fn resp_refuses_to_read_encrypted_objects() {
         .query_async::<()>(&mut con)
         .await
         .unwrap();
-    gw.client
-        .put_object()
-        .bucket("resp")
-        .key("sealed")
-        .body(ByteStream::from(plaintext(50)))
+    put_request(&gw.client, "resp", "sealed", plaintext(50))
         .server_side_encryption(ServerSideEncryption::Aes256)
         .send()
         .await

@@ -7,7 +7,7 @@ mod common;
 
 use aws_sdk_s3::types::{Delete, ObjectIdentifier};
 use common::TestGateway;
-use common::s3::{add_key, get, list, put};
+use common::s3::{add_key, copy_request, get, list, put};
 
 const TEAM_ONLY: &str = r#"{"Version":"2012-10-17","Statement":[
   {"Effect":"Allow","Action":["s3:GetObject","s3:PutObject","s3:DeleteObject"],"Resource":"arn:aws:s3:::bobs/team/*"},
@@ -41,18 +41,11 @@ async fn a_key_policy_narrows_a_key_to_what_it_allows() {
     let create = bob.create_bucket().bucket("bobs-second").send().await.unwrap_err();
     assert_eq!(create.into_service_error().meta().code(), Some("AccessDenied"));
     // A copy needs the source allowed too.
-    bob.copy_object()
-        .bucket("bobs")
-        .key("team/copy")
-        .copy_source("bobs/team/a")
+    copy_request(&bob, "bobs", "team/copy", "bobs/team/a")
         .send()
         .await
         .unwrap();
-    let copy = bob
-        .copy_object()
-        .bucket("bobs")
-        .key("team/stolen")
-        .copy_source("bobs/other/before")
+    let copy = copy_request(&bob, "bobs", "team/stolen", "bobs/other/before")
         .send()
         .await
         .unwrap_err();

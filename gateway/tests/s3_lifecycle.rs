@@ -10,20 +10,14 @@ mod common;
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::primitives::{ByteStream, DateTime};
+use aws_sdk_s3::primitives::DateTime;
 use aws_sdk_s3::types::{
     AbortIncompleteMultipartUpload, BucketLifecycleConfiguration, BucketVersioningStatus, ExpirationStatus,
     LifecycleExpiration, LifecycleRule, LifecycleRuleFilter, NoncurrentVersionExpiration, ObjectLockMode, Transition,
-    TransitionStorageClass, VersioningConfiguration,
+    TransitionStorageClass,
 };
 use common::TestGateway;
-
-fn code<E: aws_sdk_s3::error::ProvideErrorMetadata + std::fmt::Debug>(err: &aws_sdk_s3::error::SdkError<E>) -> String {
-    err.as_service_error()
-        .and_then(|e| e.code())
-        .map(str::to_owned)
-        .unwrap_or_else(|| format!("{err:?}"))
-}
+use common::s3::{error_code, head_object, http_status, put_object, put_request, set_versioning};
 
 fn rule(id: &str, prefix: &str) -> aws_sdk_s3::types::builders::LifecycleRuleBuilder {
     LifecycleRule::builder()
@@ -51,27 +45,7 @@ async fn set_rules(s3: &Client, bucket: &str, rules: Vec<LifecycleRule>) {
 }
 
 async fn put(s3: &Client, bucket: &str, key: &str) -> Option<String> {
-    s3.put_object()
-        .bucket(bucket)
-        .key(key)
-        .body(ByteStream::from_static(b"data"))
-        .send()
-        .await
-        .unwrap()
-        .version_id
-}
-
-async fn versioned(s3: &Client, bucket: &str) {
-    s3.put_bucket_versioning()
-        .bucket(bucket)
-        .versioning_configuration(
-            VersioningConfiguration::builder()
-                .status(BucketVersioningStatus::Enabled)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    put_object(s3, bucket, key, b"data").await.version_id
 }
 
 /// Moves every timestamp of `bucket` three days back.
@@ -127,7 +101,7 @@ async fn configurations_are_kept_and_checked() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(code(&none), "NoSuchLifecycleConfiguration");
+    assert_eq!(error_code(&none), "NoSuchLifecycleConfiguration");
     set_rules(
         s3,
         "cfg",
@@ -167,12 +141,12 @@ async fn configurations_are_kept_and_checked() {
 
     // GET and HEAD say when a rule will expire the object, rounded to midnight UTC.
     put(s3, "cfg", "logs/today").await;
-    let head = s3.head_object().bucket("cfg").key("logs/today").send().await.unwrap();
+    let head = head_object(s3, "cfg", "logs/today").await;
     let expiration = head.expiration.expect("x-amz-expiration");
     assert!(expiration.contains("rule-id=\"logs\""), "{expiration}");
     assert!(expiration.contains("00:00:00 GMT"), "{expiration}");
     put(s3, "cfg", "other").await;
-    let head = s3.head_object().bucket("cfg").key("other").send().await.unwrap();
+    let head = head_object(s3, "cfg", "other").await;
     assert_eq!(head.expiration, None);
 
     // What S3 refuses, pgvs3 refuses: duplicate ids, a rule with no action, transitions.
@@ -189,7 +163,7 @@ async fn configurations_are_kept_and_checked() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(code(&twice), "InvalidArgument");
+    assert_eq!(error_code(&twice), "InvalidArgument");
     let transition = s3
         .put_bucket_lifecycle_configuration()
         .bucket("cfg")
@@ -212,7 +186,7 @@ async fn configurations_are_kept_and_checked() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(code(&transition), "NotImplemented");
+    assert_eq!(error_code(&transition), "NotImplemented");
     // The refused configurations left the stored one alone.
     let kept = s3
         .get_bucket_lifecycle_configuration()
@@ -229,7 +203,7 @@ async fn configurations_are_kept_and_checked() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(code(&gone), "NoSuchLifecycleConfiguration");
+    assert_eq!(error_code(&gone), "NoSuchLifecycleConfiguration");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -291,7 +265,7 @@ async fn versioned_rules_keep_newer_versions_and_remove_lone_markers() {
     let gw = TestGateway::start().await;
     let s3 = &gw.client;
     s3.create_bucket().bucket("ver").send().await.unwrap();
-    versioned(s3, "ver").await;
+    set_versioning(s3, "ver", BucketVersioningStatus::Enabled).await;
     let mut doc = Vec::new();
     for _ in 0..4 {
         doc.push(put(s3, "ver", "doc").await.unwrap());
@@ -365,11 +339,7 @@ async fn lifecycle_never_removes_a_locked_version() {
         .send()
         .await
         .unwrap();
-    let locked = s3
-        .put_object()
-        .bucket("vault")
-        .key("db.bak")
-        .body(ByteStream::from_static(b"v1"))
+    let locked = put_request(s3, "vault", "db.bak", b"v1")
         .object_lock_mode(ObjectLockMode::Compliance)
         .object_lock_retain_until_date(DateTime::from(SystemTime::now() + Duration::from_secs(86_400 * 10)))
         .send()
@@ -413,5 +383,5 @@ async fn lifecycle_never_removes_a_locked_version() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(removed.raw_response().unwrap().status().as_u16(), 404);
+    assert_eq!(http_status(&removed), 404);
 }

@@ -6,38 +6,15 @@ mod common;
 use std::time::Duration;
 
 use aws_sdk_s3::Client;
+use aws_sdk_s3::operation::list_multipart_uploads::ListMultipartUploadsOutput;
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use aws_sdk_s3::types::CompletedMultipartUpload;
+use common::s3::{completion, http_status, put_object, start_upload, upload_part};
 use common::{TestGateway, noise};
 use futures::StreamExt;
 use md5::Digest;
 
 const MIB: usize = 1024 * 1024;
-
-async fn upload_part(s3: &Client, key: &str, upload_id: &str, number: i32, data: &[u8]) -> String {
-    s3.upload_part()
-        .bucket("mpu")
-        .key(key)
-        .upload_id(upload_id)
-        .part_number(number)
-        .body(ByteStream::from(data.to_vec()))
-        .send()
-        .await
-        .unwrap_or_else(|err| panic!("part {number}: {err:?}"))
-        .e_tag
-        .unwrap()
-}
-
-fn completion(parts: &[(i32, &str)]) -> CompletedMultipartUpload {
-    CompletedMultipartUpload::builder()
-        .set_parts(Some(
-            parts
-                .iter()
-                .map(|(number, etag)| CompletedPart::builder().part_number(*number).e_tag(*etag).build())
-                .collect(),
-        ))
-        .build()
-}
 
 async fn complete(s3: &Client, key: &str, upload_id: &str, parts: &[(i32, &str)]) -> Result<String, Option<String>> {
     s3.complete_multipart_upload()
@@ -85,6 +62,23 @@ fn expected_etag(parts: &[&[u8]]) -> String {
     format!("\"{}-{}\"", hex::encode(md5::Md5::digest(&joined)), parts.len())
 }
 
+/// The uploads of bucket `mpu` rolled up at `/`: the listing and its common prefixes.
+async fn rolled_up(s3: &Client) -> (ListMultipartUploadsOutput, Vec<String>) {
+    let rolled = s3
+        .list_multipart_uploads()
+        .bucket("mpu")
+        .delimiter("/")
+        .send()
+        .await
+        .unwrap();
+    let prefixes = rolled
+        .common_prefixes()
+        .iter()
+        .filter_map(|p| p.prefix.clone())
+        .collect();
+    (rolled, prefixes)
+}
+
 #[tokio::test]
 async fn multipart_objects_read_back_exactly_across_part_boundaries() {
     let gw = TestGateway::start().await;
@@ -98,7 +92,7 @@ async fn multipart_objects_read_back_exactly_across_part_boundaries() {
     let etags = futures::future::join_all(
         (0..parts.len())
             .rev()
-            .map(|i| upload_part(s3, "big.bin", &upload_id, i as i32 + 1, &parts[i])),
+            .map(|i| upload_part(s3, "mpu", "big.bin", &upload_id, i as i32 + 1, &parts[i])),
     )
     .await;
     let etags: Vec<String> = etags.into_iter().rev().collect();
@@ -212,7 +206,7 @@ async fn multipart_objects_read_back_exactly_across_part_boundaries() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(missing.raw_response().unwrap().status().as_u16(), 400);
+    assert_eq!(http_status(&missing), 400);
     assert_eq!(
         missing.as_service_error().and_then(|e| e.meta().code()),
         Some("InvalidPart")
@@ -245,9 +239,9 @@ async fn completion_validates_the_part_list_and_leaves_nothing_on_refusal() {
     let upload_id = start(s3, "k").await;
     let small = noise(1000, 1);
     let big = noise(5 * MIB, 2);
-    let e1 = upload_part(s3, "k", &upload_id, 1, &small).await;
-    let e2 = upload_part(s3, "k", &upload_id, 2, &noise(1000, 3)).await;
-    let e3 = upload_part(s3, "k", &upload_id, 3, &big).await;
+    let e1 = upload_part(s3, "mpu", "k", &upload_id, 1, &small).await;
+    let e2 = upload_part(s3, "mpu", "k", &upload_id, 2, &noise(1000, 3)).await;
+    let e3 = upload_part(s3, "mpu", "k", &upload_id, 3, &big).await;
 
     let refusals = [
         (vec![(1, e1.as_str()), (2, e2.as_str())], "EntityTooSmall"),
@@ -332,7 +326,7 @@ async fn completion_validates_the_part_list_and_leaves_nothing_on_refusal() {
 
     // Aborted: parts and completion are refused, and nothing becomes visible.
     let aborted = start(s3, "gone").await;
-    let part = upload_part(s3, "gone", &aborted, 1, &small).await;
+    let part = upload_part(s3, "mpu", "gone", &aborted, 1, &small).await;
     s3.abort_multipart_upload()
         .bucket("mpu")
         .key("gone")
@@ -417,18 +411,7 @@ async fn uploads_are_listed_and_every_part_body_is_reaped_in_the_end() {
         .unwrap();
     let ids: Vec<String> = next.uploads().iter().filter_map(|u| u.upload_id.clone()).collect();
     assert_eq!(ids, [b2.clone(), other.clone()]);
-    let rolled = s3
-        .list_multipart_uploads()
-        .bucket("mpu")
-        .delimiter("/")
-        .send()
-        .await
-        .unwrap();
-    let prefixes: Vec<String> = rolled
-        .common_prefixes()
-        .iter()
-        .filter_map(|p| p.prefix.clone())
-        .collect();
+    let (_, prefixes) = rolled_up(s3).await;
     assert_eq!(prefixes, ["logs/", "other/"]);
     let first = s3
         .list_multipart_uploads()
@@ -457,11 +440,11 @@ async fn uploads_are_listed_and_every_part_body_is_reaped_in_the_end() {
 
     // Part 2 is uploaded twice (the first body is retired), then left out of the completion.
     let big = noise(5 * MIB, 7);
-    let e1 = upload_part(s3, "logs/a", &a, 1, &big).await;
-    upload_part(s3, "logs/a", &a, 2, &noise(9000, 8)).await;
-    upload_part(s3, "logs/a", &a, 2, &noise(9000, 9)).await;
+    let e1 = upload_part(s3, "mpu", "logs/a", &a, 1, &big).await;
+    upload_part(s3, "mpu", "logs/a", &a, 2, &noise(9000, 8)).await;
+    upload_part(s3, "mpu", "logs/a", &a, 2, &noise(9000, 9)).await;
     let last = noise(20_000, 10);
-    let e3 = upload_part(s3, "logs/a", &a, 3, &last).await;
+    let e3 = upload_part(s3, "mpu", "logs/a", &a, 3, &last).await;
     complete(s3, "logs/a", &a, &[(1, e1.as_str()), (3, e3.as_str())])
         .await
         .unwrap();
@@ -477,7 +460,7 @@ async fn uploads_are_listed_and_every_part_body_is_reaped_in_the_end() {
     assert_eq!(range, whole[5 * MIB - 2..5 * MIB + 2]);
 
     // Abandoned uploads go after the configured age, and their parts with them.
-    upload_part(s3, "other/c", &other, 1, &noise(100, 11)).await;
+    upload_part(s3, "mpu", "other/c", &other, 1, &noise(100, 11)).await;
     let young = store.reap_abandoned_uploads(Duration::from_secs(3600)).await.unwrap();
     assert_eq!(young, 0);
     let reaped = store.reap_abandoned_uploads(Duration::ZERO).await.unwrap();
@@ -511,18 +494,12 @@ async fn overwriting_a_multipart_object_keeps_readers_consistent_and_reaps_old_p
     let first = noise(5 * MIB, 20);
     let second = noise(70_000, 21);
     let upload_id = start(s3, "k").await;
-    let e1 = upload_part(s3, "k", &upload_id, 1, &first).await;
-    let e2 = upload_part(s3, "k", &upload_id, 2, &second).await;
+    let e1 = upload_part(s3, "mpu", "k", &upload_id, 1, &first).await;
+    let e2 = upload_part(s3, "mpu", "k", &upload_id, 2, &second).await;
     complete(s3, "k", &upload_id, &[(1, e1.as_str()), (2, e2.as_str())])
         .await
         .unwrap();
-    s3.put_object()
-        .bucket("mpu")
-        .key("k")
-        .body(ByteStream::from_static(b"small now"))
-        .send()
-        .await
-        .unwrap();
+    put_object(s3, "mpu", "k", b"small now").await;
     assert_eq!(read(s3, "k", None, None).await, b"small now");
     let parts = s3
         .get_object()
@@ -559,7 +536,7 @@ async fn many_parallel_range_reads_of_a_multipart_object_are_exact() {
     let upload_id = start(s3, "table.parquet").await;
     let mut numbered = Vec::new();
     for (i, part) in parts.iter().enumerate() {
-        numbered.push(upload_part(s3, "table.parquet", &upload_id, i as i32 + 1, part).await);
+        numbered.push(upload_part(s3, "mpu", "table.parquet", &upload_id, i as i32 + 1, part).await);
     }
     let list: Vec<(i32, &str)> = numbered
         .iter()
@@ -641,27 +618,8 @@ async fn a_layout_v1_database_upgrades_to_multipart() {
         assert_eq!(tables, 2, "namespace {ns}");
     }
     let s3 = &gw.client;
-    let upload_id = s3
-        .create_multipart_upload()
-        .bucket("before")
-        .key("k")
-        .send()
-        .await
-        .unwrap()
-        .upload_id
-        .unwrap();
-    let etag = s3
-        .upload_part()
-        .bucket("before")
-        .key("k")
-        .upload_id(&upload_id)
-        .part_number(1)
-        .body(ByteStream::from_static(b"after the upgrade"))
-        .send()
-        .await
-        .unwrap()
-        .e_tag
-        .unwrap();
+    let upload_id = start_upload(s3, "before", "k").await;
+    let etag = upload_part(s3, "before", "k", &upload_id, 1, b"after the upgrade").await;
     s3.complete_multipart_upload()
         .bucket("before")
         .key("k")
@@ -694,18 +652,7 @@ async fn upload_listings_page_through_more_than_a_thousand_uploads() {
     assert_eq!(started.len(), keys.len());
 
     // Rolled up, the 1,005 uploads under many/ fill more than one window of rows.
-    let rolled = s3
-        .list_multipart_uploads()
-        .bucket("mpu")
-        .delimiter("/")
-        .send()
-        .await
-        .unwrap();
-    let prefixes: Vec<String> = rolled
-        .common_prefixes()
-        .iter()
-        .filter_map(|p| p.prefix.clone())
-        .collect();
+    let (rolled, prefixes) = rolled_up(s3).await;
     assert_eq!(prefixes, ["many/", "z/"]);
     assert_eq!(rolled.is_truncated, Some(false));
 
@@ -734,14 +681,7 @@ async fn the_maintenance_leader_reports_what_it_left() {
     let gw = TestGateway::with_args(common::fresh_database().await, &["--maintenance-interval", "100ms"]).await;
     gw.client.create_bucket().bucket("backlog").send().await.unwrap();
     for seed in [1, 2] {
-        gw.client
-            .put_object()
-            .bucket("backlog")
-            .key("overwritten")
-            .body(ByteStream::from(noise(200_000, seed)))
-            .send()
-            .await
-            .unwrap();
+        put_object(&gw.client, "backlog", "overwritten", noise(200_000, seed)).await;
     }
     gw.client
         .create_multipart_upload()

@@ -12,13 +12,15 @@ mod receiver;
 
 use std::time::Duration;
 
+use aws_sdk_s3::error::SdkError;
+use aws_sdk_s3::operation::put_bucket_notification_configuration::PutBucketNotificationConfigurationError;
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{
-    BucketVersioningStatus, CompletedMultipartUpload, CompletedPart, Event, NotificationConfiguration,
-    QueueConfiguration, VersioningConfiguration,
-};
-use common::events::{configure, drain, event, queue_rule};
+use aws_sdk_s3::types::{BucketVersioningStatus, Event, QueueConfiguration};
+use common::events::{configure, drain, event, queue_rule, try_configure};
 use common::ojs::Ojs;
+use common::s3::{
+    completion, copy_request, error_code, http_status, put_object, put_request, read_object, set_versioning,
+};
 use common::{TestGateway, eventually};
 use futures::StreamExt;
 use serde_json::Value;
@@ -56,35 +58,18 @@ async fn committed_writes_enqueue_one_job_each() {
     assert_eq!(rules[0].queue_arn(), "arn:pgvs3:ojs:::ingest");
     assert_eq!(rules[0].events(), &[Event::from("s3:ObjectCreated:*")]);
 
-    let put = s3
-        .put_object()
-        .bucket("inbox")
-        .key("incoming/day 1.csv")
-        .body(ByteStream::from_static(b"a,b\n1,2\n"))
-        .send()
-        .await
-        .unwrap();
+    let put = put_object(s3, "inbox", "incoming/day 1.csv", b"a,b\n1,2\n").await;
     // Filtered out: another suffix, another prefix.
     for key in ["incoming/notes.txt", "archive/old.csv"] {
-        s3.put_object()
-            .bucket("inbox")
-            .key(key)
-            .body(ByteStream::from_static(b"x"))
-            .send()
-            .await
-            .unwrap();
+        put_object(s3, "inbox", key, b"x").await;
     }
     // A write that does not commit enqueues nothing.
-    let refused = s3
-        .put_object()
-        .bucket("inbox")
-        .key("incoming/day 1.csv")
+    let refused = put_request(s3, "inbox", "incoming/day 1.csv", b"again")
         .if_none_match("*")
-        .body(ByteStream::from_static(b"again"))
         .send()
         .await
         .unwrap_err();
-    assert_eq!(refused.raw_response().unwrap().status().as_u16(), 412);
+    assert_eq!(http_status(&refused), 412);
     // A multipart completion.
     let upload = s3
         .create_multipart_upload()
@@ -108,16 +93,7 @@ async fn committed_writes_enqueue_one_job_each() {
         .bucket("inbox")
         .key("incoming/big.csv")
         .upload_id(upload_id)
-        .multipart_upload(
-            CompletedMultipartUpload::builder()
-                .parts(
-                    CompletedPart::builder()
-                        .part_number(1)
-                        .e_tag(part.e_tag().unwrap())
-                        .build(),
-                )
-                .build(),
-        )
+        .multipart_upload(completion(&[(1, part.e_tag().unwrap())]))
         .send()
         .await
         .unwrap();
@@ -170,13 +146,7 @@ async fn committed_writes_enqueue_one_job_each() {
 
     // Removing the rules stops the jobs.
     configure(s3, "inbox", vec![]).await;
-    s3.put_object()
-        .bucket("inbox")
-        .key("incoming/day 2.csv")
-        .body(ByteStream::from_static(b"x"))
-        .send()
-        .await
-        .unwrap();
+    put_object(s3, "inbox", "incoming/day 2.csv", b"x").await;
     assert!(drain(&ojs, "ingest").await.is_empty());
 }
 
@@ -186,16 +156,7 @@ async fn versioned_deletes_raise_markers_and_version_removals() {
     let s3 = &gw.client;
     let ojs = Ojs::of(&gw);
     s3.create_bucket().bucket("kept").send().await.unwrap();
-    s3.put_bucket_versioning()
-        .bucket("kept")
-        .versioning_configuration(
-            VersioningConfiguration::builder()
-                .status(BucketVersioningStatus::Enabled)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    set_versioning(s3, "kept", BucketVersioningStatus::Enabled).await;
     configure(
         s3,
         "kept",
@@ -208,26 +169,8 @@ async fn versioned_deletes_raise_markers_and_version_removals() {
         )],
     )
     .await;
-    let v1 = s3
-        .put_object()
-        .bucket("kept")
-        .key("doc")
-        .body(ByteStream::from_static(b"1"))
-        .send()
-        .await
-        .unwrap()
-        .version_id
-        .unwrap();
-    let v2 = s3
-        .put_object()
-        .bucket("kept")
-        .key("doc")
-        .body(ByteStream::from_static(b"2"))
-        .send()
-        .await
-        .unwrap()
-        .version_id
-        .unwrap();
+    let v1 = put_object(s3, "kept", "doc", b"1").await.version_id.unwrap();
+    let v2 = put_object(s3, "kept", "doc", b"2").await.version_id.unwrap();
     let marker = s3.delete_object().bucket("kept").key("doc").send().await.unwrap();
     // Removing the marker brings v2 back (a move, not an event); then v1 goes for good.
     s3.delete_object()
@@ -275,27 +218,20 @@ async fn destinations_other_than_ojs_queues_are_refused() {
     let gw = TestGateway::start().await;
     let s3 = &gw.client;
     s3.create_bucket().bucket("elsewhere").send().await.unwrap();
-    let foreign = s3
-        .put_bucket_notification_configuration()
-        .bucket("elsewhere")
-        .notification_configuration(
-            NotificationConfiguration::builder()
-                .queue_configurations(
-                    QueueConfiguration::builder()
-                        .queue_arn("arn:aws:sqs:us-east-1:123456789012:q")
-                        .events(Event::from("s3:ObjectCreated:*"))
-                        .build()
-                        .unwrap(),
-                )
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(
-        foreign.as_service_error().and_then(|e| e.meta().code()),
-        Some("InvalidArgument")
-    );
+    let foreign = try_configure(
+        s3,
+        "elsewhere",
+        vec![
+            QueueConfiguration::builder()
+                .queue_arn("arn:aws:sqs:us-east-1:123456789012:q")
+                .events(Event::from("s3:ObjectCreated:*"))
+                .build()
+                .unwrap(),
+        ],
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(error_code(&foreign), "InvalidArgument");
     let stored = s3
         .get_bucket_notification_configuration()
         .bucket("elsewhere")
@@ -367,13 +303,7 @@ async fn lifecycle_expirations_are_their_own_events() {
         vec![queue_rule("expired", "expired", &["s3:LifecycleExpiration:*"], "", "")],
     )
     .await;
-    s3.put_object()
-        .bucket("aging")
-        .key("tmp/a")
-        .body(ByteStream::from_static(b"a"))
-        .send()
-        .await
-        .unwrap();
+    put_object(s3, "aging", "tmp/a", b"a").await;
     s3.put_bucket_lifecycle_configuration()
         .bucket("aging")
         .lifecycle_configuration(
@@ -409,6 +339,16 @@ async fn lifecycle_expirations_are_their_own_events() {
     assert_eq!(
         events,
         vec![("s3.lifecycle.expiration", "LifecycleExpiration:Delete", "tmp/a")]
+    );
+}
+
+/// Asserts a configuration was refused as AWS refuses one naming a destination it cannot use.
+fn assert_invalid_destination(refused: &SdkError<PutBucketNotificationConfigurationError>) {
+    assert_eq!(error_code(refused), "InvalidArgument");
+    let message = refused.as_service_error().and_then(|e| e.meta().message());
+    assert!(
+        message.is_some_and(|m| m.starts_with("Unable to validate the following destination configurations")),
+        "{refused:?}"
     );
 }
 
@@ -456,25 +396,10 @@ async fn webhook_targets_get_each_committed_event_signed_and_after_an_outage() {
     let mut receiver = receiver::Receiver::start().await;
     s3.create_bucket().bucket("hooked").send().await.unwrap();
     // A target that is not registered is an invalid destination, as AWS says of an unknown queue.
-    let unknown = s3
-        .put_bucket_notification_configuration()
-        .bucket("hooked")
-        .notification_configuration(
-            NotificationConfiguration::builder()
-                .queue_configurations(webhook_rule("w", "audit", &["s3:ObjectCreated:*"]))
-                .build(),
-        )
-        .send()
+    let unknown = try_configure(s3, "hooked", vec![webhook_rule("w", "audit", &["s3:ObjectCreated:*"])])
         .await
         .unwrap_err();
-    let error = unknown.as_service_error().map(|e| e.meta());
-    assert_eq!(error.and_then(|e| e.code()), Some("InvalidArgument"));
-    assert!(
-        error
-            .and_then(|e| e.message())
-            .unwrap()
-            .starts_with("Unable to validate the following destination configurations")
-    );
+    assert_invalid_destination(&unknown);
     sql.execute(
         "SELECT pgvs3.put_webhook_target('audit', $1, 'target-secret')",
         &[&receiver.url("/s3-events")],
@@ -502,28 +427,15 @@ async fn webhook_targets_get_each_committed_event_signed_and_after_an_outage() {
         "arn:pgvs3:webhook:::audit"
     );
 
-    s3.put_object()
-        .bucket("hooked")
-        .key("data/a.csv")
-        .body(ByteStream::from_static(b"a,b\n"))
-        .send()
-        .await
-        .unwrap();
+    put_object(s3, "hooked", "data/a.csv", b"a,b\n").await;
     // Not committed: no delivery owed.
-    let refused = s3
-        .put_object()
-        .bucket("hooked")
-        .key("data/a.csv")
+    let refused = put_request(s3, "hooked", "data/a.csv", b"again")
         .if_none_match("*")
-        .body(ByteStream::from_static(b"again"))
         .send()
         .await
         .unwrap_err();
-    assert_eq!(refused.raw_response().unwrap().status().as_u16(), 412);
-    s3.copy_object()
-        .bucket("hooked")
-        .key("data/b.csv")
-        .copy_source("hooked/data/a.csv")
+    assert_eq!(http_status(&refused), 412);
+    copy_request(s3, "hooked", "data/b.csv", "hooked/data/a.csv")
         .send()
         .await
         .unwrap();
@@ -555,13 +467,7 @@ async fn webhook_targets_get_each_committed_event_signed_and_after_an_outage() {
     // Down for a while: the writes commit at once, their deliveries wait; none is lost.
     receiver.stop().await;
     for n in 0..4 {
-        s3.put_object()
-            .bucket("hooked")
-            .key(format!("later/{n}.csv"))
-            .body(ByteStream::from_static(b"x"))
-            .send()
-            .await
-            .unwrap();
+        put_object(s3, "hooked", &format!("later/{n}.csv"), b"x").await;
     }
     s3.delete_object()
         .bucket("hooked")
@@ -612,13 +518,7 @@ async fn webhook_targets_get_each_committed_event_signed_and_after_an_outage() {
         .unwrap()
         .get(0);
     assert!(dropped);
-    s3.put_object()
-        .bucket("hooked")
-        .key("data/c.csv")
-        .body(ByteStream::from_static(b"x"))
-        .send()
-        .await
-        .unwrap();
+    put_object(s3, "hooked", "data/c.csv", b"x").await;
     let owed: i64 = sql
         .query_one("SELECT count(*) FROM pgvs3.outbox", &[])
         .await
@@ -675,25 +575,10 @@ async fn pubsub_channel_targets_reach_subscribers_of_every_gateway_once_per_comm
     let s3 = &first.client;
     s3.create_bucket().bucket("feed").send().await.unwrap();
     // A channel ARN naming no channel is an invalid destination.
-    let empty = s3
-        .put_bucket_notification_configuration()
-        .bucket("feed")
-        .notification_configuration(
-            NotificationConfiguration::builder()
-                .queue_configurations(channel_rule("arn:pgvs3:pubsub:::"))
-                .build(),
-        )
-        .send()
+    let empty = try_configure(s3, "feed", vec![channel_rule("arn:pgvs3:pubsub:::")])
         .await
         .unwrap_err();
-    let error = empty.as_service_error().map(|e| e.meta());
-    assert_eq!(error.and_then(|e| e.code()), Some("InvalidArgument"));
-    assert!(
-        error
-            .and_then(|e| e.message())
-            .unwrap()
-            .starts_with("Unable to validate the following destination configurations")
-    );
+    assert_invalid_destination(&empty);
     configure(s3, "feed", vec![channel_rule("arn:pgvs3:pubsub:::s3:feed")]).await;
     let stored = s3
         .get_bucket_notification_configuration()
@@ -738,34 +623,17 @@ async fn pubsub_channel_targets_reach_subscribers_of_every_gateway_once_per_comm
         );
     }
 
-    let put = s3
-        .put_object()
-        .bucket("feed")
-        .key("in/a.csv")
-        .body(ByteStream::from_static(b"a,b\n"))
-        .send()
-        .await
-        .unwrap();
+    let put = put_object(s3, "feed", "in/a.csv", b"a,b\n").await;
     // Not committed: nothing published.
-    let refused = s3
-        .put_object()
-        .bucket("feed")
-        .key("in/a.csv")
+    let refused = put_request(s3, "feed", "in/a.csv", b"again")
         .if_none_match("*")
-        .body(ByteStream::from_static(b"again"))
         .send()
         .await
         .unwrap_err();
-    assert_eq!(refused.raw_response().unwrap().status().as_u16(), 412);
+    assert_eq!(http_status(&refused), 412);
     // Messages come in commit order, so once this one arrives, a message of the refused PUT
     // (had it committed) would have arrived before it.
-    s3.put_object()
-        .bucket("feed")
-        .key("in/b.csv")
-        .body(ByteStream::from_static(b"b"))
-        .send()
-        .await
-        .unwrap();
+    put_object(s3, "feed", "in/b.csv", b"b").await;
     for messages in [&mut on_first, &mut on_second] {
         let (name, key, record) = next_event(messages).await;
         assert_eq!((name.as_str(), key.as_str()), ("ObjectCreated:Put", "in/a.csv"));
@@ -817,13 +685,7 @@ async fn the_worked_example_converts_each_uploaded_csv_to_parquet() {
         )],
     )
     .await;
-    s3.put_object()
-        .bucket("uploads")
-        .key("incoming/day 1.csv")
-        .body(ByteStream::from_static(b"city,temp\nOslo,3\nLima,19\n"))
-        .send()
-        .await
-        .unwrap();
+    put_object(s3, "uploads", "incoming/day 1.csv", b"city,temp\nOslo,3\nLima,19\n").await;
     let script = std::env::temp_dir().join(format!("pgvs3-test-{}-worker.py", std::process::id()));
     std::fs::write(&script, worker).unwrap();
     let driver = format!(
@@ -847,18 +709,7 @@ async fn the_worked_example_converts_each_uploaded_csv_to_parquet() {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    let parquet = s3
-        .get_object()
-        .bucket("uploads")
-        .key("parquet/day 1.parquet")
-        .send()
-        .await
-        .unwrap()
-        .body
-        .collect()
-        .await
-        .unwrap()
-        .into_bytes();
+    let parquet = read_object(s3, "uploads", "parquet/day 1.parquet").await;
     assert!(
         parquet.starts_with(b"PAR1") && parquet.ends_with(b"PAR1"),
         "a Parquet file"

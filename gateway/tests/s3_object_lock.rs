@@ -9,11 +9,14 @@ mod common;
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::primitives::{ByteStream, DateTime};
+use aws_sdk_s3::primitives::DateTime;
 use aws_sdk_s3::types::{
     BucketVersioningStatus, DefaultRetention, ObjectLockConfiguration, ObjectLockEnabled, ObjectLockLegalHold,
     ObjectLockLegalHoldStatus, ObjectLockMode, ObjectLockRetention, ObjectLockRetentionMode, ObjectLockRule,
     VersioningConfiguration,
+};
+use common::s3::{
+    copy_request, error_code, head_object, http_status, put_object, put_request, read_version, set_versioning,
 };
 use common::{TestGateway, noise};
 
@@ -21,21 +24,17 @@ fn in_days(days: u64) -> DateTime {
     DateTime::from(SystemTime::now() + Duration::from_secs(days * 86_400))
 }
 
-fn code<E: aws_sdk_s3::error::ProvideErrorMetadata + std::fmt::Debug>(err: &aws_sdk_s3::error::SdkError<E>) -> String {
-    err.as_service_error()
-        .and_then(|e| e.code())
-        .map(str::to_owned)
-        .unwrap_or_else(|| format!("{err:?}"))
+/// A retention of `mode` until `until`.
+fn retention_until(mode: ObjectLockRetentionMode, until: DateTime) -> ObjectLockRetention {
+    ObjectLockRetention::builder()
+        .mode(mode)
+        .retain_until_date(until)
+        .build()
 }
 
 async fn put(s3: &Client, bucket: &str, key: &str, body: Vec<u8>) -> String {
-    s3.put_object()
-        .bucket(bucket)
-        .key(key)
-        .body(ByteStream::from(body))
-        .send()
+    put_object(s3, bucket, key, body)
         .await
-        .unwrap()
         .version_id
         .expect("a locked bucket is versioned")
 }
@@ -68,15 +67,11 @@ async fn locked_versions_survive_every_delete() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(code(&suspend), "InvalidBucketState");
+    assert_eq!(error_code(&suspend), "InvalidBucketState");
 
     // A COMPLIANCE version: 300 kB, so it has a chunked body for the reaper to look at.
     let body = noise(300_000, 7);
-    let compliance = s3
-        .put_object()
-        .bucket("vault")
-        .key("backup.vbk")
-        .body(ByteStream::from(body.clone()))
+    let compliance = put_request(s3, "vault", "backup.vbk", body.clone())
         .object_lock_mode(ObjectLockMode::Compliance)
         .object_lock_retain_until_date(in_days(2))
         .send()
@@ -84,7 +79,7 @@ async fn locked_versions_survive_every_delete() {
         .unwrap()
         .version_id
         .unwrap();
-    let head = s3.head_object().bucket("vault").key("backup.vbk").send().await.unwrap();
+    let head = head_object(s3, "vault", "backup.vbk").await;
     assert_eq!(head.object_lock_mode, Some(ObjectLockMode::Compliance));
     assert!(head.object_lock_retain_until_date.is_some());
     // Removing it is refused for every key, root included, with or without the bypass.
@@ -98,7 +93,7 @@ async fn locked_versions_survive_every_delete() {
             .send()
             .await
             .unwrap_err();
-        assert_eq!(code(&refused), "AccessDenied");
+        assert_eq!(error_code(&refused), "AccessDenied");
     }
     // A COMPLIANCE retention is never shortened nor weakened to GOVERNANCE.
     for (mode, days) in [
@@ -111,28 +106,18 @@ async fn locked_versions_survive_every_delete() {
             .key("backup.vbk")
             .version_id(&compliance)
             .bypass_governance_retention(true)
-            .retention(
-                ObjectLockRetention::builder()
-                    .mode(mode)
-                    .retain_until_date(in_days(days))
-                    .build(),
-            )
+            .retention(retention_until(mode, in_days(days)))
             .send()
             .await
             .unwrap_err();
-        assert_eq!(code(&shortened), "AccessDenied");
+        assert_eq!(error_code(&shortened), "AccessDenied");
     }
     // ... but it can be extended.
     s3.put_object_retention()
         .bucket("vault")
         .key("backup.vbk")
         .version_id(&compliance)
-        .retention(
-            ObjectLockRetention::builder()
-                .mode(ObjectLockRetentionMode::Compliance)
-                .retain_until_date(in_days(5))
-                .build(),
-        )
+        .retention(retention_until(ObjectLockRetentionMode::Compliance, in_days(5)))
         .send()
         .await
         .unwrap();
@@ -159,15 +144,7 @@ async fn locked_versions_survive_every_delete() {
         .await
         .unwrap();
     assert_eq!(marker.delete_marker, Some(true));
-    let kept = s3
-        .get_object()
-        .bucket("vault")
-        .key("backup.vbk")
-        .version_id(&compliance)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(kept.body.collect().await.unwrap().to_vec(), body);
+    assert_eq!(read_version(s3, "vault", "backup.vbk", &compliance).await, body);
     // DeleteObjects reports the locked version as an error and removes nothing.
     let batch = s3
         .delete_objects()
@@ -202,15 +179,7 @@ async fn locked_versions_survive_every_delete() {
         .map(|db| db.message().to_owned())
         .unwrap_or_default();
     assert!(message.contains("object lock"), "{forced:?}");
-    let kept = s3
-        .get_object()
-        .bucket("vault")
-        .key("backup.vbk")
-        .version_id(&compliance)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(kept.body.collect().await.unwrap().to_vec(), body);
+    assert_eq!(read_version(s3, "vault", "backup.vbk", &compliance).await, body);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -239,31 +208,21 @@ async fn governance_default_retention_and_legal_hold() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(code(&refused), "InvalidBucketState");
+    assert_eq!(error_code(&refused), "InvalidBucketState");
     let missing = s3
         .get_object_lock_configuration()
         .bucket("plain")
         .send()
         .await
         .unwrap_err();
-    assert_eq!(code(&missing), "ObjectLockConfigurationNotFoundError");
-    let headers = s3
-        .put_object()
-        .bucket("plain")
-        .key("k")
-        .body(ByteStream::from_static(b"x"))
+    assert_eq!(error_code(&missing), "ObjectLockConfigurationNotFoundError");
+    let headers = put_request(s3, "plain", "k", b"x")
         .object_lock_legal_hold_status(ObjectLockLegalHoldStatus::On)
         .send()
         .await
         .unwrap_err();
-    assert_eq!(code(&headers), "InvalidRequest");
-    s3.put_object()
-        .bucket("plain")
-        .key("k")
-        .body(ByteStream::from_static(b"x"))
-        .send()
-        .await
-        .unwrap();
+    assert_eq!(error_code(&headers), "InvalidRequest");
+    put_object(s3, "plain", "k", b"x").await;
     let retention = s3
         .get_object_retention()
         .bucket("plain")
@@ -271,19 +230,10 @@ async fn governance_default_retention_and_legal_hold() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(code(&retention), "InvalidRequest");
+    assert_eq!(error_code(&retention), "InvalidRequest");
 
     // Enabled on an existing versioned bucket, with a default GOVERNANCE retention of a day.
-    s3.put_bucket_versioning()
-        .bucket("plain")
-        .versioning_configuration(
-            VersioningConfiguration::builder()
-                .status(BucketVersioningStatus::Enabled)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    set_versioning(s3, "plain", BucketVersioningStatus::Enabled).await;
     s3.put_object_lock_configuration()
         .bucket("plain")
         .object_lock_configuration(config)
@@ -327,7 +277,7 @@ async fn governance_default_retention_and_legal_hold() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(code(&none), "NoSuchObjectLockConfiguration");
+    assert_eq!(error_code(&none), "NoSuchObjectLockConfiguration");
 
     // GOVERNANCE: refused without the bypass, shortened and removed with it.
     let refused = s3
@@ -338,11 +288,11 @@ async fn governance_default_retention_and_legal_hold() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(code(&refused), "AccessDenied");
-    let shorter = ObjectLockRetention::builder()
-        .mode(ObjectLockRetentionMode::Governance)
-        .retain_until_date(DateTime::from(SystemTime::now() + Duration::from_secs(3600)))
-        .build();
+    assert_eq!(error_code(&refused), "AccessDenied");
+    let shorter = retention_until(
+        ObjectLockRetentionMode::Governance,
+        DateTime::from(SystemTime::now() + Duration::from_secs(3600)),
+    );
     let refused = s3
         .put_object_retention()
         .bucket("plain")
@@ -351,7 +301,7 @@ async fn governance_default_retention_and_legal_hold() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(code(&refused), "AccessDenied");
+    assert_eq!(error_code(&refused), "AccessDenied");
     s3.put_object_retention()
         .bucket("plain")
         .key("report.csv")
@@ -393,7 +343,7 @@ async fn governance_default_retention_and_legal_hold() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(code(&held), "AccessDenied");
+    assert_eq!(error_code(&held), "AccessDenied");
     s3.put_object_legal_hold()
         .bucket("plain")
         .key("report.csv")
@@ -421,27 +371,17 @@ async fn governance_default_retention_and_legal_hold() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(gone.raw_response().unwrap().status().as_u16(), 404);
+    assert_eq!(http_status(&gone), 404);
 
     // A copy gets its own request's lock (here the default), never its source's legal hold.
-    let source = s3
-        .put_object()
-        .bucket("plain")
-        .key("held")
-        .body(ByteStream::from_static(b"h"))
+    let source = put_request(s3, "plain", "held", b"h")
         .object_lock_legal_hold_status(ObjectLockLegalHoldStatus::On)
         .send()
         .await
         .unwrap();
     assert!(source.version_id.is_some());
-    s3.copy_object()
-        .bucket("plain")
-        .key("copy")
-        .copy_source("plain/held")
-        .send()
-        .await
-        .unwrap();
-    let copy = s3.head_object().bucket("plain").key("copy").send().await.unwrap();
+    copy_request(s3, "plain", "copy", "plain/held").send().await.unwrap();
+    let copy = head_object(s3, "plain", "copy").await;
     assert_eq!(copy.object_lock_legal_hold_status, None);
     assert_eq!(copy.object_lock_mode, Some(ObjectLockMode::Governance));
 }

@@ -7,16 +7,10 @@
 mod common;
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{BucketVersioningStatus, Tag, Tagging, VersioningConfiguration};
+use aws_sdk_s3::types::{BucketVersioningStatus, Tag, Tagging};
 use common::TestGateway;
-use common::s3::{add_key, get, put, unsigned};
-
-/// The call's S3 error code when it is refused.
-fn code<E: ProvideErrorMetadata>(err: SdkError<E>) -> String {
-    err.code().unwrap_or("(no code)").to_owned()
-}
+use common::s3::{add_key, copy_request, error_code, get, put, set_versioning, unsigned};
 
 /// Puts `key` with `tagging` (`share=yes`); returns its version id.
 async fn put_tagged(client: &Client, bucket: &str, key: &str, tagging: &str) -> Option<String> {
@@ -47,7 +41,7 @@ async fn set_tag(client: &Client, bucket: &str, key: &str, tag: (&str, &str)) ->
         .send()
         .await
         .map(|_| ())
-        .map_err(code)
+        .map_err(|err| error_code(&err))
 }
 
 async fn tags_of(
@@ -63,7 +57,7 @@ async fn tags_of(
         .set_version_id(version.map(str::to_owned))
         .send()
         .await
-        .map_err(code)?;
+        .map_err(|err| error_code(&err))?;
     Ok(got
         .tag_set()
         .iter()
@@ -93,7 +87,7 @@ async fn get_version(client: &Client, bucket: &str, key: &str, version: &str) ->
         .send()
         .await
         .map(|_| ())
-        .map_err(code)
+        .map_err(|err| error_code(&err))
 }
 
 #[tokio::test]
@@ -173,17 +167,7 @@ async fn a_grant_on_a_tag_opens_tagged_objects_only() {
 async fn a_deny_on_a_tag_binds_a_key_the_policy_otherwise_allows_version_by_version() {
     let gw = TestGateway::start().await;
     gw.client.create_bucket().bucket("vault").send().await.unwrap();
-    gw.client
-        .put_bucket_versioning()
-        .bucket("vault")
-        .versioning_configuration(
-            VersioningConfiguration::builder()
-                .status(BucketVersioningStatus::Enabled)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    set_versioning(&gw.client, "vault", BucketVersioningStatus::Enabled).await;
     put_tagged(&gw.client, "vault", "memo", "").await;
     put_tagged(&gw.client, "vault", "plans", "classification=secret").await;
     let secret = put_tagged(&gw.client, "vault", "doc", "classification=secret")
@@ -236,7 +220,7 @@ async fn a_deny_on_a_tag_binds_a_key_the_policy_otherwise_allows_version_by_vers
         .version_id(&secret)
         .send()
         .await
-        .map_err(code);
+        .map_err(|err| error_code(&err));
     assert_eq!(untag.map(|_| ()), Err("AccessDenied".into()));
     assert_eq!(
         tags_of(&gw.client, "vault", "doc", Some(&secret)).await,
@@ -249,14 +233,10 @@ async fn a_deny_on_a_tag_binds_a_key_the_policy_otherwise_allows_version_by_vers
     assert_eq!(get(&bob, "vault", "memo").await, Err("AccessDenied".into()));
     // A copy's source row is not read before the copy is decided: with a Deny on a tag for
     // GetObject, the tags count as matching and the copy is refused (fail-closed).
-    let copy = bob
-        .copy_object()
-        .bucket("vault")
-        .key("copied")
-        .copy_source(format!("vault/doc?versionId={public}"))
+    let copy = copy_request(&bob, "vault", "copied", &format!("vault/doc?versionId={public}"))
         .send()
         .await
-        .map_err(code);
+        .map_err(|err| error_code(&err));
     assert_eq!(copy.map(|_| ()), Err("AccessDenied".into()));
     gw.stop().await;
 }

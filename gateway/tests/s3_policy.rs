@@ -8,7 +8,7 @@ mod common;
 
 use aws_sdk_s3::Client;
 use common::TestGateway;
-use common::s3::{add_key, get, list, put, unsigned};
+use common::s3::{BOTO3_ROOT_BOB_ANON, add_key, copy_request, get, list, put, unsigned};
 
 async fn put_policy(gw: &TestGateway, bucket: &str, policy: &str) -> Result<(), (String, String)> {
     gw.client
@@ -199,7 +199,7 @@ async fn a_second_key_gets_what_the_policy_grants_and_deny_wins() {
     assert_eq!(get(&gw.client, "team", "public/secret.txt").await, Ok(()));
     // A copy needs s3:GetObject on its source: bob copies a granted key into his own bucket.
     bob.create_bucket().bucket("bobs").send().await.unwrap();
-    let copy = |source: &'static str| bob.copy_object().bucket("bobs").key("copy").copy_source(source).send();
+    let copy = |source: &'static str| copy_request(&bob, "bobs", "copy", source).send();
     assert!(copy("team/public/a").await.is_ok());
     let refused = copy("team/private/a").await.unwrap_err();
     assert_eq!(refused.into_service_error().meta().code(), Some("AccessDenied"));
@@ -387,24 +387,11 @@ async fn condition_keys_narrow_and_widen_grants() {
 async fn boto3_puts_a_policy_and_reads_a_public_bucket_unsigned() {
     let gw = TestGateway::start().await;
     add_key(&gw, "BOBKEY").await;
-    let script = r#"
-import json, os, boto3, botocore
-from botocore import UNSIGNED
-from botocore.config import Config
-url = os.environ["AWS_ENDPOINT_URL"]
-root = boto3.client("s3", endpoint_url=url, region_name="us-east-1",
-                    aws_access_key_id=os.environ["AK"], aws_secret_access_key=os.environ["SK"])
-bob = boto3.client("s3", endpoint_url=url, region_name="us-east-1",
-                   aws_access_key_id="BOBKEY", aws_secret_access_key="BOBKEY-secret")
-anon = boto3.client("s3", endpoint_url=url, region_name="us-east-1", config=Config(signature_version=UNSIGNED))
+    let script = [
+        BOTO3_ROOT_BOB_ANON,
+        r#"
 root.create_bucket(Bucket="pub")
 root.put_object(Bucket="pub", Key="docs/a.txt", Body=b"hello")
-def code(call):
-    try:
-        call()
-    except botocore.exceptions.ClientError as err:
-        return err.response["Error"]["Code"]
-    return None
 assert code(lambda: anon.get_object(Bucket="pub", Key="docs/a.txt")) == "AccessDenied"
 policy = {"Version": "2012-10-17", "Statement": [
     {"Effect": "Allow", "Principal": "*", "Action": ["s3:GetObject"], "Resource": "arn:aws:s3:::pub/docs/*"},
@@ -425,8 +412,10 @@ root.delete_bucket_policy(Bucket="pub")
 assert code(lambda: anon.get_object(Bucket="pub", Key="docs/a.txt")) == "AccessDenied"
 assert code(lambda: root.get_bucket_policy(Bucket="pub")) == "NoSuchBucketPolicy"
 print("boto3 policy ok")
-"#;
-    gw.python_passes(script, "boto3 policy ok").await;
+"#,
+    ]
+    .concat();
+    gw.python_passes(&script, "boto3 policy ok").await;
     gw.stop().await;
 }
 

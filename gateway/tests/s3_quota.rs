@@ -6,30 +6,18 @@
 mod common;
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::config::http::HttpResponse;
-use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use common::s3::{completion, copy_request, put_request, refusal, start_upload, upload_part};
 use common::{TestGateway, noise};
 use pgvs3_gateway::store::BucketQuota;
 
 const QUOTA_ERROR: &str = "XMinioAdminBucketQuotaExceeded";
 
 async fn put(s3: &Client, bucket: &str, key: &str, body: Vec<u8>) -> Result<(), (u16, String)> {
-    s3.put_object()
-        .bucket(bucket)
-        .key(key)
-        .body(ByteStream::from(body))
+    put_request(s3, bucket, key, body)
         .send()
         .await
         .map(|_| ())
         .map_err(|err| refusal(&err))
-}
-
-/// Status and S3 error code of a failed request.
-fn refusal<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> (u16, String) {
-    let status = err.raw_response().map_or(0, |response| response.status().as_u16());
-    (status, err.code().unwrap_or_default().to_string())
 }
 
 async fn exists(s3: &Client, bucket: &str, key: &str) -> bool {
@@ -146,13 +134,7 @@ async fn copies_and_multipart_completions_past_the_limit_are_refused() {
     put(s3, "source", "big", noise(200_000, 1)).await.unwrap();
     set_quota(&gw, "capped", Some(12 << 20), None).await;
 
-    let copy = |key: &'static str| {
-        s3.copy_object()
-            .bucket("capped")
-            .key(key)
-            .copy_source("source/big")
-            .send()
-    };
+    let copy = |key: &'static str| copy_request(s3, "capped", key, "source/big").send();
     copy("copied").await.expect("a copy within the limit succeeds");
     set_quota(&gw, "capped", Some(300_000), None).await;
     let refused = copy("copied-again").await.unwrap_err();
@@ -161,31 +143,10 @@ async fn copies_and_multipart_completions_past_the_limit_are_refused() {
 
     // Parts are not counted until completion; the completion is what gets refused, and the
     // upload survives it so the client can still abort (or complete once there is room).
-    let upload_id = s3
-        .create_multipart_upload()
-        .bucket("capped")
-        .key("assembled")
-        .send()
-        .await
-        .unwrap()
-        .upload_id
-        .unwrap();
+    let upload_id = start_upload(s3, "capped", "assembled").await;
     let first = noise(5 << 20, 2);
-    let etag = s3
-        .upload_part()
-        .bucket("capped")
-        .key("assembled")
-        .upload_id(&upload_id)
-        .part_number(1)
-        .body(ByteStream::from(first))
-        .send()
-        .await
-        .unwrap()
-        .e_tag
-        .unwrap();
-    let completion = CompletedMultipartUpload::builder()
-        .parts(CompletedPart::builder().part_number(1).e_tag(&etag).build())
-        .build();
+    let etag = upload_part(s3, "capped", "assembled", &upload_id, 1, &first).await;
+    let completion = completion(&[(1, &etag)]);
     let complete = || {
         s3.complete_multipart_upload()
             .bucket("capped")

@@ -10,6 +10,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::ChecksumMode;
 use base64::Engine;
 use common::raw::{Signer, read_response};
+use common::s3::put_object;
 use common::{ROOT_ACCESS_KEY, ROOT_SECRET_KEY, TestGateway, noise, sha256};
 use s3s::crypto::{Checksum, Crc32, Crc64Nvme};
 use sha2::Digest;
@@ -168,14 +169,7 @@ async fn the_sdk_default_upload_carries_a_checksum_that_is_kept() {
     let gw = TestGateway::start().await;
     gw.client.create_bucket().bucket("stream").send().await.unwrap();
     let data = noise(300_000, 5);
-    gw.client
-        .put_object()
-        .bucket("stream")
-        .key("sdk")
-        .body(ByteStream::from(data.clone()))
-        .send()
-        .await
-        .unwrap();
+    put_object(&gw.client, "stream", "sdk", data.clone()).await;
     let head = gw
         .client
         .head_object()
@@ -198,14 +192,7 @@ async fn a_reader_racing_an_overwrite_and_the_reaper_sees_one_whole_version() {
     gw.client.create_bucket().bucket("race").send().await.unwrap();
     let old = noise(20 << 20, 1);
     let new = noise(20 << 20, 2);
-    gw.client
-        .put_object()
-        .bucket("race")
-        .key("obj")
-        .body(ByteStream::from(old.clone()))
-        .send()
-        .await
-        .unwrap();
+    put_object(&gw.client, "race", "obj", old.clone()).await;
 
     let out = gw.client.get_object().bucket("race").key("obj").send().await.unwrap();
     let mut reader = out.body.into_async_read();
@@ -215,14 +202,7 @@ async fn a_reader_racing_an_overwrite_and_the_reaper_sees_one_whole_version() {
         .unwrap();
 
     // Overwrite and delete the retired body while the old version is mid-stream.
-    gw.client
-        .put_object()
-        .bucket("race")
-        .key("obj")
-        .body(ByteStream::from(new.clone()))
-        .send()
-        .await
-        .unwrap();
+    put_object(&gw.client, "race", "obj", new.clone()).await;
     let reaped = gw.gateway.store.reap_retired(Duration::ZERO).await.unwrap();
     assert_eq!(reaped.bodies, 1);
     assert_eq!(reaped.chunks as usize, (20usize << 20).div_ceil(8120));
@@ -243,14 +223,7 @@ async fn retired_bodies_wait_out_their_grace_period_then_go() {
     let gw = TestGateway::start().await;
     gw.client.create_bucket().bucket("reap").send().await.unwrap();
     for round in 0..3 {
-        gw.client
-            .put_object()
-            .bucket("reap")
-            .key("x")
-            .body(ByteStream::from(noise(100_000, round)))
-            .send()
-            .await
-            .unwrap();
+        put_object(&gw.client, "reap", "x", noise(100_000, round)).await;
     }
     gw.client.delete_object().bucket("reap").key("x").send().await.unwrap();
     let store = &gw.gateway.store;
@@ -279,14 +252,7 @@ async fn shutdown_lets_an_in_flight_download_finish() {
     let gw = TestGateway::start().await;
     gw.client.create_bucket().bucket("drain").send().await.unwrap();
     let body = noise(16 << 20, 9);
-    gw.client
-        .put_object()
-        .bucket("drain")
-        .key("obj")
-        .body(ByteStream::from(body.clone()))
-        .send()
-        .await
-        .unwrap();
+    put_object(&gw.client, "drain", "obj", body.clone()).await;
     let out = gw.client.get_object().bucket("drain").key("obj").send().await.unwrap();
     let mut reader = out.body.into_async_read();
     let mut received = vec![0u8; 1 << 20];

@@ -5,18 +5,12 @@
 mod common;
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{ObjectAttributes, Permission, Tag, Tagging};
 use common::TestGateway;
+use common::s3::{copy_request, head_object, put_object, put_request};
 
 async fn put(s3: &Client, key: &str, body: &'static [u8]) {
-    s3.put_object()
-        .bucket("tools")
-        .key(key)
-        .body(ByteStream::from_static(body))
-        .send()
-        .await
-        .unwrap();
+    put_object(s3, "tools", key, body).await;
 }
 
 #[tokio::test]
@@ -147,7 +141,7 @@ async fn an_unversioned_bucket_answers_versioning_acl_and_attribute_calls() {
         .await
         .unwrap();
     assert_eq!(attributes.object_size, Some(2));
-    let head = s3.head_object().bucket("tools").key("two").send().await.unwrap();
+    let head = head_object(s3, "tools", "two").await;
     assert_eq!(
         attributes.e_tag.as_deref().map(|e| e.trim_matches('"')),
         head.e_tag.as_deref().map(|e| e.trim_matches('"'))
@@ -188,12 +182,8 @@ async fn object_and_bucket_tags_are_kept_apart_from_the_body() {
     let gw = TestGateway::start().await;
     let s3 = &gw.client;
     s3.create_bucket().bucket("tools").send().await.unwrap();
-    let put = s3
-        .put_object()
-        .bucket("tools")
-        .key("k")
+    let put = put_request(s3, "tools", "k", b"body")
         .tagging("team=data&note=a%20b")
-        .body(ByteStream::from_static(b"body"))
         .send()
         .await
         .unwrap();
@@ -225,20 +215,14 @@ async fn object_and_bucket_tags_are_kept_apart_from_the_body() {
         .unwrap();
     let tags = s3.get_object_tagging().bucket("tools").key("k").send().await.unwrap();
     assert_eq!(pairs(tags.tag_set()), [("stage".to_owned(), "gold".to_owned())]);
-    let head = s3.head_object().bucket("tools").key("k").send().await.unwrap();
+    let head = head_object(s3, "tools", "k").await;
     assert_eq!(
         (head.e_tag, head.last_modified),
         (put.e_tag, before),
         "tags leave ETag and date alone"
     );
 
-    s3.copy_object()
-        .bucket("tools")
-        .key("copy")
-        .copy_source("tools/k")
-        .send()
-        .await
-        .unwrap();
+    copy_request(s3, "tools", "copy", "tools/k").send().await.unwrap();
     let copied = s3
         .get_object_tagging()
         .bucket("tools")

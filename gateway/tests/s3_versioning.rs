@@ -11,30 +11,12 @@ mod common;
 use std::time::Duration;
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{
-    BucketVersioningStatus, CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier, VersioningConfiguration,
-};
+use aws_sdk_s3::types::{BucketVersioningStatus, Delete, ObjectIdentifier};
+use common::s3::{completion, copy_request, http_status, put_object, put_request, set_versioning, upload_part};
 use common::{TestGateway, noise};
 
-async fn versioning(s3: &Client, bucket: &str, status: BucketVersioningStatus) {
-    s3.put_bucket_versioning()
-        .bucket(bucket)
-        .versioning_configuration(VersioningConfiguration::builder().status(status).build())
-        .send()
-        .await
-        .unwrap();
-}
-
 async fn put(s3: &Client, bucket: &str, key: &str, body: &[u8]) -> Option<String> {
-    s3.put_object()
-        .bucket(bucket)
-        .key(key)
-        .body(ByteStream::from(body.to_vec()))
-        .send()
-        .await
-        .unwrap()
-        .version_id
+    put_object(s3, bucket, key, body).await.version_id
 }
 
 async fn get_version(
@@ -77,7 +59,7 @@ async fn versions_delete_markers_and_permanent_deletes() {
         "unversioned: no version id"
     );
 
-    versioning(s3, "ver", BucketVersioningStatus::Enabled).await;
+    set_versioning(s3, "ver", BucketVersioningStatus::Enabled).await;
     let status = s3.get_bucket_versioning().bucket("ver").send().await.unwrap();
     assert_eq!(status.status, Some(BucketVersioningStatus::Enabled));
     let v1 = put(s3, "ver", "doc", b"one").await.expect("a version id");
@@ -135,7 +117,7 @@ async fn versions_delete_markers_and_permanent_deletes() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(bogus.raw_response().unwrap().status().as_u16(), 400);
+    assert_eq!(http_status(&bogus), 400);
 
     // Deleting the marker brings v2 back; deleting v2 for good brings v1 back.
     let undone = s3
@@ -177,7 +159,7 @@ async fn versions_delete_markers_and_permanent_deletes() {
     s3.delete_object().bucket("ver").key("doc").send().await.unwrap();
     s3.delete_object().bucket("ver").key("before").send().await.unwrap();
     let refused = s3.delete_bucket().bucket("ver").send().await.unwrap_err();
-    assert_eq!(refused.raw_response().unwrap().status().as_u16(), 409);
+    assert_eq!(http_status(&refused), 409);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -185,9 +167,9 @@ async fn a_suspended_bucket_writes_and_deletes_the_null_version() {
     let gw = TestGateway::start().await;
     let s3 = &gw.client;
     s3.create_bucket().bucket("sus").send().await.unwrap();
-    versioning(s3, "sus", BucketVersioningStatus::Enabled).await;
+    set_versioning(s3, "sus", BucketVersioningStatus::Enabled).await;
     let kept = put(s3, "sus", "k", b"versioned").await.unwrap();
-    versioning(s3, "sus", BucketVersioningStatus::Suspended).await;
+    set_versioning(s3, "sus", BucketVersioningStatus::Suspended).await;
     assert_eq!(put(s3, "sus", "k", b"null one").await.as_deref(), Some("null"));
     assert_eq!(
         put(s3, "sus", "k", &noise(100_000, 3)).await.as_deref(),
@@ -221,7 +203,7 @@ async fn thousands_of_versions_page_by_key_and_version_markers() {
     let gw = TestGateway::start().await;
     let s3 = &gw.client;
     s3.create_bucket().bucket("many").send().await.unwrap();
-    versioning(s3, "many", BucketVersioningStatus::Enabled).await;
+    set_versioning(s3, "many", BucketVersioningStatus::Enabled).await;
     // 3 keys under a/ with 700 versions each, and one key outside.
     let mut written = Vec::new();
     for round in 0..700 {
@@ -306,14 +288,10 @@ async fn copies_from_versions_and_completions_get_version_ids() {
     let gw = TestGateway::start().await;
     let s3 = &gw.client;
     s3.create_bucket().bucket("src").send().await.unwrap();
-    versioning(s3, "src", BucketVersioningStatus::Enabled).await;
+    set_versioning(s3, "src", BucketVersioningStatus::Enabled).await;
     let old = put(s3, "src", "k", b"old").await.unwrap();
     put(s3, "src", "k", b"new").await.unwrap();
-    let copied = s3
-        .copy_object()
-        .bucket("src")
-        .key("copy")
-        .copy_source(format!("src/k?versionId={old}"))
+    let copied = copy_request(s3, "src", "copy", &format!("src/k?versionId={old}"))
         .send()
         .await
         .unwrap();
@@ -329,28 +307,13 @@ async fn copies_from_versions_and_completions_get_version_ids() {
         .await
         .unwrap();
     let upload_id = upload.upload_id.unwrap();
-    let etag = s3
-        .upload_part()
-        .bucket("src")
-        .key("mp")
-        .upload_id(&upload_id)
-        .part_number(1)
-        .body(ByteStream::from_static(b"part"))
-        .send()
-        .await
-        .unwrap()
-        .e_tag
-        .unwrap();
+    let etag = upload_part(s3, "src", "mp", &upload_id, 1, b"part").await;
     let done = s3
         .complete_multipart_upload()
         .bucket("src")
         .key("mp")
         .upload_id(&upload_id)
-        .multipart_upload(
-            CompletedMultipartUpload::builder()
-                .parts(CompletedPart::builder().part_number(1).e_tag(etag).build())
-                .build(),
-        )
+        .multipart_upload(completion(&[(1, &etag)]))
         .send()
         .await
         .unwrap();
@@ -396,7 +359,7 @@ async fn tags_of_a_version_by_id() {
     let gw = TestGateway::start().await;
     let s3 = &gw.client;
     s3.create_bucket().bucket("tagged").send().await.unwrap();
-    versioning(s3, "tagged", BucketVersioningStatus::Enabled).await;
+    set_versioning(s3, "tagged", BucketVersioningStatus::Enabled).await;
     let old = put(s3, "tagged", "k", b"old").await.unwrap();
     let new = put(s3, "tagged", "k", b"new").await.unwrap();
     let tagging = |value: &str| {
@@ -455,7 +418,7 @@ async fn tags_of_a_version_by_id() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(missing.raw_response().unwrap().status().as_u16(), 404);
+    assert_eq!(http_status(&missing), 404);
 }
 
 /// Key, version id, whether current, whether a delete marker: the bucket's versions of `prefix`
@@ -519,7 +482,7 @@ async fn resp_writes_versions_and_delete_markers_in_a_versioned_bucket() {
     let mut con = redis_on(&gw, 0).await;
     // Database 0's bucket exists once the gateway runs.
     let _: () = redis_query(&mut con, &["SET", "before", "unversioned"]).await;
-    versioning(s3, "resp", BucketVersioningStatus::Enabled).await;
+    set_versioning(s3, "resp", BucketVersioningStatus::Enabled).await;
 
     let _: () = redis_query(&mut con, &["SET", "k", "one"]).await;
     // A pipeline of SETs, as a pipelined client sends them: one batch, a version each.
@@ -606,7 +569,7 @@ async fn resp_writes_versions_and_delete_markers_in_a_versioned_bucket() {
     );
 
     // Suspended: writes replace the null version, DEL makes the null version a marker.
-    versioning(s3, "resp", BucketVersioningStatus::Suspended).await;
+    set_versioning(s3, "resp", BucketVersioningStatus::Suspended).await;
     let _: () = redis_query(&mut con, &["SET", "s", "first"]).await;
     let _: () = redis_query(&mut con, &["SET", "s", "second"]).await;
     let _: () = redis_query(&mut con, &["SET", "k", "six"]).await;
@@ -633,7 +596,7 @@ async fn resp_versions_get_the_default_retention_and_stay_locked() {
     // The gateway creates the buckets its databases map to; object lock is turned on after.
     let gw = TestGateway::with_resp(&["--resp-databases", "1=vault"]).await;
     let s3 = &gw.client;
-    versioning(s3, "vault", BucketVersioningStatus::Enabled).await;
+    set_versioning(s3, "vault", BucketVersioningStatus::Enabled).await;
     let rule = aws_sdk_s3::types::ObjectLockRule::builder()
         .default_retention(
             aws_sdk_s3::types::DefaultRetention::builder()
@@ -697,7 +660,7 @@ async fn resp_versions_get_the_default_retention_and_stay_locked() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(refused.raw_response().unwrap().status().as_u16(), 403);
+    assert_eq!(http_status(&refused), 403);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -705,7 +668,7 @@ async fn concurrent_overwrites_make_the_last_committed_version_current() {
     let gw = TestGateway::start().await;
     let s3 = &gw.client;
     s3.create_bucket().bucket("race").send().await.unwrap();
-    versioning(s3, "race", BucketVersioningStatus::Enabled).await;
+    set_versioning(s3, "race", BucketVersioningStatus::Enabled).await;
     let sql = gw.sql().await;
     let bucket_id: i64 = sql
         .query_one("SELECT id FROM pgvs3.buckets WHERE name = 'race'", &[])
@@ -784,7 +747,7 @@ async fn quotas_count_noncurrent_versions_and_delete_markers() {
     let s3 = &gw.client;
     let catalog = gw.gateway.store.catalog();
     s3.create_bucket().bucket("metered").send().await.unwrap();
-    versioning(s3, "metered", BucketVersioningStatus::Enabled).await;
+    set_versioning(s3, "metered", BucketVersioningStatus::Enabled).await;
     // Versions written before the quota are counted when it is set.
     let first = put(s3, "metered", "k", &noise(3_000, 1)).await.unwrap();
     put(s3, "metered", "k", &noise(3_000, 2)).await.unwrap();
@@ -797,15 +760,11 @@ async fn quotas_count_noncurrent_versions_and_delete_markers() {
     // An overwrite keeps what it replaces: it grows the bucket by its whole size.
     put(s3, "metered", "k", &noise(3_000, 3)).await.unwrap();
     assert_eq!(usage(&gw, "metered").await, (9_000, 3));
-    let refused = s3
-        .put_object()
-        .bucket("metered")
-        .key("k")
-        .body(ByteStream::from(noise(1_001, 4)))
+    let refused = put_request(s3, "metered", "k", noise(1_001, 4))
         .send()
         .await
         .unwrap_err();
-    assert_eq!(refused.raw_response().unwrap().status().as_u16(), 400);
+    assert_eq!(http_status(&refused), 400);
     assert_eq!(usage(&gw, "metered").await, (9_000, 3));
 
     // A delete marker is an object of no bytes; a delete is never refused, and removing a
@@ -822,15 +781,11 @@ async fn quotas_count_noncurrent_versions_and_delete_markers() {
     assert_eq!(usage(&gw, "metered").await, (6_000, 3));
     put(s3, "metered", "k", &noise(4_000, 5)).await.unwrap();
     assert_eq!(usage(&gw, "metered").await, (10_000, 4));
-    let refused = s3
-        .put_object()
-        .bucket("metered")
-        .key("other")
-        .body(ByteStream::from(noise(1, 6)))
+    let refused = put_request(s3, "metered", "other", noise(1, 6))
         .send()
         .await
         .unwrap_err();
-    assert_eq!(refused.raw_response().unwrap().status().as_u16(), 400);
+    assert_eq!(http_status(&refused), 400);
 
     // Suspended: a write replaces the null version (here the null delete marker), so only its
     // growth counts, even at the object limit.
@@ -838,7 +793,7 @@ async fn quotas_count_noncurrent_versions_and_delete_markers() {
         .set_bucket_quota("metered", Some(20_000), Some(5))
         .await
         .unwrap();
-    versioning(s3, "metered", BucketVersioningStatus::Suspended).await;
+    set_versioning(s3, "metered", BucketVersioningStatus::Suspended).await;
     s3.delete_object().bucket("metered").key("k").send().await.unwrap();
     let (bytes, objects) = usage(&gw, "metered").await;
     put(s3, "metered", "k", &noise(10, 7)).await.unwrap();
@@ -867,7 +822,7 @@ async fn version_operations_need_the_version_actions_of_a_policy() {
     let gw = TestGateway::start().await;
     let s3 = &gw.client;
     s3.create_bucket().bucket("shared").send().await.unwrap();
-    versioning(s3, "shared", BucketVersioningStatus::Enabled).await;
+    set_versioning(s3, "shared", BucketVersioningStatus::Enabled).await;
     let old = put(s3, "shared", "doc", b"old").await.unwrap();
     let current = put(s3, "shared", "doc", b"current").await.unwrap();
     let bob = common::s3::add_key(&gw, "BOBKEY").await;

@@ -9,9 +9,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
 use common::certs::{Issued, TestCa};
+use common::s3::put_object;
 use common::{ROOT_ACCESS_KEY, ROOT_SECRET_KEY, TestGateway, eventually, fresh_database};
 use http_body_util::{BodyExt, Empty};
 use pgvs3_gateway::serve::RunningGateway;
@@ -130,13 +130,7 @@ async fn s3_over_https_trusts_the_ca_refuses_another_and_keeps_a_plaintext_twin(
     let small = common::noise(4096, 1);
     let large = common::noise(3 << 20, 2);
     for (key, body) in [("small", &small), ("large", &large)] {
-        s3.put_object()
-            .bucket("tls")
-            .key(key)
-            .body(ByteStream::from(body.clone()))
-            .send()
-            .await
-            .unwrap();
+        put_object(&s3, "tls", key, body.clone()).await;
         let got = s3.get_object().bucket("tls").key(key).send().await.unwrap();
         assert_eq!(&got.body.collect().await.unwrap().into_bytes()[..], &body[..], "{key}");
     }

@@ -2,6 +2,11 @@
 //! worker reads them.
 
 use aws_sdk_s3::Client;
+use aws_sdk_s3::config::http::HttpResponse;
+use aws_sdk_s3::error::SdkError;
+use aws_sdk_s3::operation::put_bucket_notification_configuration::{
+    PutBucketNotificationConfigurationError, PutBucketNotificationConfigurationOutput,
+};
 use aws_sdk_s3::types::{
     Event, FilterRule, FilterRuleName, NotificationConfiguration, NotificationConfigurationFilter, QueueConfiguration,
     S3KeyFilter,
@@ -28,7 +33,17 @@ pub fn queue_rule(id: &str, queue: &str, events: &[&str], prefix: &str, suffix: 
         .unwrap()
 }
 
+/// Puts `rules` as the bucket's notification configuration.
 pub async fn configure(s3: &Client, bucket: &str, rules: Vec<QueueConfiguration>) {
+    try_configure(s3, bucket, rules).await.unwrap();
+}
+
+/// Puts `rules` as the bucket's notification configuration; the answer, for tests of refusals.
+pub async fn try_configure(
+    s3: &Client,
+    bucket: &str,
+    rules: Vec<QueueConfiguration>,
+) -> Result<PutBucketNotificationConfigurationOutput, SdkError<PutBucketNotificationConfigurationError, HttpResponse>> {
     s3.put_bucket_notification_configuration()
         .bucket(bucket)
         .notification_configuration(
@@ -38,7 +53,6 @@ pub async fn configure(s3: &Client, bucket: &str, rules: Vec<QueueConfiguration>
         )
         .send()
         .await
-        .unwrap();
 }
 
 /// Every job waiting in `queue`, fetched (and acknowledged) by one worker, in order.

@@ -237,6 +237,18 @@ where
     }
 }
 
+/// The single `bigint` a query answers (a `count(*)`, a sum, a version).
+pub async fn query_count(
+    sql: &tokio_postgres::Client,
+    query: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> i64 {
+    sql.query_one(query, params)
+        .await
+        .unwrap_or_else(|err| panic!("{query}: {err}"))
+        .get(0)
+}
+
 /// A new empty database on the test cluster; returns its connection string.
 pub async fn fresh_database() -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
