@@ -78,7 +78,10 @@ timing=(--duration "$seconds" --warmup "$warmup")
 
 out=${out:-$(mktemp -d /tmp/pgvs3-paired-XXXXXX)}
 mkdir -p "$out"
-[ -e "$out/paired.json" ] && { echo "$out/paired.json exists; choose a fresh --out" >&2; exit 2; }
+# A used --out would mix an earlier attempt's runs into this report (runs.tsv is appended to).
+for used in paired.json runs.tsv; do
+    [ -e "$out/$used" ] && { echo "$out/$used exists; choose a fresh --out" >&2; exit 2; }
+done
 export PGVS3_ROOT_ACCESS_KEY=PAIREDROOTKEY0000001 PGVS3_ROOT_SECRET_KEY=paired-secret-key
 source e2e/scripts/gateway.sh
 
