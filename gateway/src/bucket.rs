@@ -9,11 +9,11 @@ use std::sync::Arc;
 
 use crate::cache::CacheTier;
 use crate::store::{
-    Access, BucketInfo, ByteRange, CacheMode, Catalog, CompletedPart, CopySource, CustomerKey, DeleteOutcome, KvBatch,
-    Lifecycle, ListPage, ListRequest, LockConfig, Notifications, ObjectMeta, ObjectRead, PartsPage, Preconditions,
-    Principal, PutOutcome, ReadOptions, RequestedEncryption, RequestedLock, Retention, Store, StoreError, StoreResult,
-    StoredBytes, Tags, Upload, UploadsPage, UploadsRequest, VersionEntry, Versioning, VersionsPage, VersionsRequest,
-    WriteCondition, valid_version_id,
+    Access, BucketInfo, ByteRange, CacheMode, Catalog, CompletedPart, CopySource, CustomerKey, DeleteCondition,
+    DeleteOutcome, KvBatch, Lifecycle, ListPage, ListRequest, LockConfig, Notifications, ObjectMeta, ObjectRead,
+    PartsPage, Preconditions, Principal, PutOutcome, ReadOptions, RequestedEncryption, RequestedLock, Retention, Store,
+    StoreError, StoreResult, StoredBytes, Tags, Upload, UploadsPage, UploadsRequest, VersionEntry, Versioning,
+    VersionsPage, VersionsRequest, WriteCondition, valid_version_id,
 };
 
 /// Opens buckets for requests: the store and the cache tier behind every bucket handle.
@@ -326,31 +326,42 @@ impl<'a> BucketHandle<'a> {
     /// Deletes a key, or (`version_id`) one version of it for good; a missing key is no error,
     /// as in S3. In a versioned bucket a delete without a version writes a delete marker. A
     /// version object lock protects is never removed (`bypass_governance`: the request may
-    /// remove one under a GOVERNANCE retention).
+    /// remove one under a GOVERNANCE retention). A delete of the key happens only if
+    /// `condition` holds on its current version; a condition this bucket cannot check (on a
+    /// named version, whose conditions S3 does not define, or in a cache bucket, whose current
+    /// version is its origin's) is refused, never ignored.
     pub async fn delete(
         &self,
         key: &str,
         version_id: Option<&str>,
         bypass_governance: bool,
+        condition: &DeleteCondition,
     ) -> StoreResult<DeleteOutcome> {
         self.writable()?;
         let version = self.version(version_id)?;
+        if !condition.is_unconditional() && (version.is_some() || self.cache().is_some()) {
+            return Err(StoreError::NotImplemented(
+                if version.is_some() {
+                    "Conditional deletes apply to the current version; they are not implemented with a versionId."
+                } else {
+                    "Conditional deletes are not implemented for cache buckets."
+                }
+                .into(),
+            ));
+        }
         if let Some(cache) = self.cache() {
             Box::pin(cache.delete(&self.info, key)).await?;
             return Ok(DeleteOutcome::default());
         }
+        let store = self.store();
         match (self.info.versioning, version) {
-            (None, _) => match self.store().delete_object(&self.info, key).await? {
+            (None, _) => match store.delete_object(&self.info, key, condition).await? {
                 None => Ok(DeleteOutcome::default()),
                 // Versioned since this gateway's catalog last looked: a delete marker after all.
-                Some(state) => self.store().delete_versioned(&self.info, key, state).await,
+                Some(state) => store.delete_versioned(&self.info, key, state, condition).await,
             },
-            (Some(state), None) => self.store().delete_versioned(&self.info, key, state).await,
-            (Some(_), Some(version)) => {
-                self.store()
-                    .delete_version(&self.info, key, version, bypass_governance)
-                    .await
-            }
+            (Some(state), None) => store.delete_versioned(&self.info, key, state, condition).await,
+            (Some(_), Some(version)) => store.delete_version(&self.info, key, version, bypass_governance).await,
         }
     }
 
@@ -368,7 +379,10 @@ impl<'a> BucketHandle<'a> {
             None => {
                 if let Some(state) = self.store().delete_objects(&self.info, keys).await? {
                     for key in keys {
-                        self.store().delete_versioned(&self.info, key, state).await?;
+                        let unconditional = DeleteCondition::default();
+                        self.store()
+                            .delete_versioned(&self.info, key, state, &unconditional)
+                            .await?;
                     }
                 }
                 Ok(())

@@ -331,6 +331,7 @@ async fn admin(catalog: &Arc<Catalog>, pool: deadpool_postgres::Pool, command: A
                 read_only,
                 description,
             };
+            key.check().map_err(anyhow::Error::msg)?;
             catalog.put_access_key(&key).await?;
             println!("AWS_ACCESS_KEY_ID={}", key.access_key);
             println!("AWS_SECRET_ACCESS_KEY={}", key.secret);

@@ -343,6 +343,7 @@ fn warn_if_descriptors_short(args: &ServeArgs, open_files: u64) {
 /// Serves until SIGINT or SIGTERM.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     crate::ojs::check_limits(args.ojs_max_args_bytes, args.ojs_max_body_bytes)?;
+    check_root_key(&args)?;
     // Handlers first: a signal that arrives once "ready" is printed (or while starting) must
     // stop the gateway gracefully, not by the signal's default action.
     let signals = Signals::install()?;
@@ -420,6 +421,23 @@ async fn wait_for_layout(pool: &deadpool_postgres::Pool) -> anyhow::Result<()> {
 /// (and the description becomes [`ROOT_DESCRIPTION`]) by the first `serve` that gets ready.
 const ROOT_NOT_SHOWN: &str = "root (secret not shown yet)";
 const ROOT_DESCRIPTION: &str = "root";
+
+/// A root key given by flag or environment is checked before anything starts: the catalog
+/// would refuse it only once the cluster is initialised and migrated.
+fn check_root_key(args: &ServeArgs) -> anyhow::Result<()> {
+    let checks = [
+        args.root_access_key.as_deref().map(NewAccessKey::check_access_key),
+        args.root_secret_key.as_deref().map(NewAccessKey::check_secret),
+    ];
+    for check in checks.into_iter().flatten() {
+        check.map_err(|why| {
+            anyhow::anyhow!(
+                "{why} (from --root-access-key/PGVS3_ROOT_ACCESS_KEY or --root-secret-key/PGVS3_ROOT_SECRET_KEY)"
+            )
+        })?;
+    }
+    Ok(())
+}
 
 /// Creates the root key on first start so the endpoint is usable at once; it is kept (its
 /// secret encrypted) in the catalog. A generated secret is not printed here, amid a start that

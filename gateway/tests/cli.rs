@@ -451,6 +451,40 @@ async fn admin_without_a_data_dir_names_it_and_creates_nothing() {
     std::fs::remove_dir_all(&cwd).unwrap();
 }
 
+/// A root key the catalog would refuse (too short, a character outside its set, an empty
+/// secret) stops `serve` before anything is created, with a message that says what a valid key
+/// looks like and never shows the secret. (An access key `AK` initialised the whole cluster,
+/// then died on the catalog's constraint.)
+#[tokio::test]
+async fn serve_refuses_an_invalid_root_key_before_creating_anything() {
+    let dir = data_dir("badroot");
+    for (access_key, secret, names) in [
+        ("AK", common::ROOT_SECRET_KEY, "3 to 128 characters"),
+        ("ROOT KEY/1", common::ROOT_SECRET_KEY, "3 to 128 characters"),
+        (common::ROOT_ACCESS_KEY, "", "secret key"),
+        (common::ROOT_ACCESS_KEY, "line\nbreak-secret", "control characters"),
+    ] {
+        let out = serve_command(&dir)
+            .env("PGVS3_ROOT_ACCESS_KEY", access_key)
+            .env("PGVS3_ROOT_SECRET_KEY", secret)
+            .output()
+            .await
+            .unwrap();
+        assert!(!out.status.success(), "{access_key:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with("pgvs3: ") && last.contains(names) && last.contains("PGVS3_ROOT_"),
+            "{access_key:?}: {stderr}"
+        );
+        assert!(
+            secret.is_empty() || !stderr.contains(secret),
+            "the secret was shown: {stderr}"
+        );
+        assert!(!dir.exists(), "{access_key:?}: {} was created", dir.display());
+    }
+}
+
 #[tokio::test]
 async fn an_explicit_database_needs_a_master_key() {
     let out = pgvs3(&["serve", "--database-url", "postgres://nobody@127.0.0.1:1/x"]).await;

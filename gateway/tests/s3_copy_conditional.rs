@@ -8,10 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_s3::primitives::DateTime;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, MetadataDirective};
+use aws_sdk_s3::types::{
+    BucketVersioningStatus, CompletedMultipartUpload, CompletedPart, Delete, MetadataDirective, ObjectIdentifier,
+};
 use common::s3::{
-    answered_status, completion, copy_request, error_code, put_etag, put_object, put_request, read_object,
-    start_upload, upload_part,
+    answered_status, completion, copy_request, error_code, put_etag, put_object, put_request, read_object, refusal,
+    set_versioning, start_upload, upload_part,
 };
 use common::{TestGateway, noise};
 
@@ -163,6 +165,127 @@ async fn conditional_puts_create_only_and_compare_and_swap() {
         bodies, 2,
         "the first and the swapped chunked body (the first is only retired)"
     );
+}
+
+/// Conditional deletes as S3 documents them: If-Match, x-amz-if-match-size and
+/// x-amz-if-match-last-modified-time on DeleteObject (412 PreconditionFailed and nothing
+/// deleted when one fails, 404 NoSuchKey for If-Match on a missing key), and the ETag, Size and
+/// LastModifiedTime of DeleteObjects entries (that entry refused, the others deleted). They
+/// apply to the current version in a versioned bucket; with a versionId they are refused
+/// (501), never ignored. (They were ignored: every such delete answered 204 and deleted.)
+#[tokio::test]
+async fn conditional_deletes_delete_only_what_they_name() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("cond").send().await.unwrap();
+    let wrong = "\"0123456789abcdef0123456789abcdef\"";
+    let etag = put_etag(s3, "cond", "k", b"hello".to_vec()).await;
+    let written = s3.head_object().bucket("cond").key("k").send().await.unwrap();
+    let modified = *written.last_modified().unwrap();
+    let another_time = DateTime::from_secs(modified.secs() - 60);
+    let delete = |key: &str| s3.delete_object().bucket("cond").key(key);
+    let refusals = [
+        delete("k").if_match(wrong).send().await,
+        delete("k").if_match(&etag).if_match_size(4).send().await,
+        delete("k").if_match_last_modified_time(another_time).send().await,
+    ];
+    for refused in refusals {
+        assert_eq!(refusal(&refused.unwrap_err()), (412, "PreconditionFailed".to_owned()));
+    }
+    assert_eq!(
+        read_object(s3, "cond", "k").await,
+        b"hello",
+        "refused deletes deleted nothing"
+    );
+    delete("k")
+        .if_match(&etag)
+        .if_match_size(5)
+        .if_match_last_modified_time(modified)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        s3.head_object().bucket("cond").key("k").send().await.is_err(),
+        "deleted"
+    );
+    let missing = delete("k").if_match(&etag).send().await.unwrap_err();
+    assert_eq!(error_code(&missing), "NoSuchKey");
+    let missing = delete("k").if_match("*").send().await.unwrap_err();
+    assert_eq!(error_code(&missing), "NoSuchKey");
+    put_etag(s3, "cond", "any", b"x".to_vec()).await;
+    delete("any").if_match("*").send().await.unwrap();
+
+    // DeleteObjects: each entry's conditions are its own.
+    let etags: Vec<String> =
+        futures::future::join_all(["a", "b", "c", "d"].map(|key| put_etag(s3, "cond", key, key.as_bytes().to_vec())))
+            .await;
+    let entry = |key: &str| ObjectIdentifier::builder().key(key);
+    let out = s3
+        .delete_objects()
+        .bucket("cond")
+        .delete(
+            Delete::builder()
+                .objects(entry("a").e_tag(wrong).build().unwrap())
+                .objects(entry("b").e_tag(&etags[1]).build().unwrap())
+                .objects(entry("c").size(2).build().unwrap())
+                .objects(entry("d").build().unwrap())
+                .objects(entry("gone").e_tag(&etags[1]).build().unwrap())
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let mut refused: Vec<(&str, &str)> = out
+        .errors()
+        .iter()
+        .map(|e| (e.key().unwrap(), e.code().unwrap()))
+        .collect();
+    refused.sort();
+    assert_eq!(
+        refused,
+        [
+            ("a", "PreconditionFailed"),
+            ("c", "PreconditionFailed"),
+            ("gone", "NoSuchKey")
+        ]
+    );
+    let mut deleted: Vec<&str> = out.deleted().iter().map(|d| d.key().unwrap()).collect();
+    deleted.sort();
+    assert_eq!(deleted, ["b", "d"]);
+    assert_eq!(read_object(s3, "cond", "a").await, b"a");
+    assert_eq!(read_object(s3, "cond", "c").await, b"c");
+
+    // A versioned bucket: the conditions are on the current version.
+    s3.create_bucket().bucket("vcond").send().await.unwrap();
+    set_versioning(s3, "vcond", BucketVersioningStatus::Enabled).await;
+    let old = put_request(s3, "vcond", "k", b"old".to_vec()).send().await.unwrap();
+    let new = put_request(s3, "vcond", "k", b"new".to_vec()).send().await.unwrap();
+    let vdelete = || s3.delete_object().bucket("vcond").key("k");
+    let stale = vdelete()
+        .if_match(old.e_tag.as_deref().unwrap())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(error_code(&stale), "PreconditionFailed", "a noncurrent version's ETag");
+    let by_version = vdelete()
+        .version_id(old.version_id.as_deref().unwrap())
+        .if_match(old.e_tag.as_deref().unwrap())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(refusal(&by_version), (501, "NotImplemented".to_owned()));
+    let marked = vdelete().if_match(new.e_tag.as_deref().unwrap()).send().await.unwrap();
+    assert_eq!(marked.delete_marker, Some(true));
+    let hidden = vdelete().if_match("*").send().await.unwrap_err();
+    assert_eq!(
+        error_code(&hidden),
+        "NoSuchKey",
+        "the current version is a delete marker"
+    );
+    let versions = s3.list_object_versions().bucket("vcond").send().await.unwrap();
+    assert_eq!(versions.versions().len(), 2, "both versions kept behind one marker");
+    assert_eq!(versions.delete_markers().len(), 1);
 }
 
 #[tokio::test]

@@ -456,6 +456,65 @@ async fn listing_pages_prefixes_and_odd_keys_like_s3() {
     gw.stop().await;
 }
 
+/// A page resumes from its continuation token alone: S3 applies start-after to the first page
+/// only, and minio-py sends start-after again (the token itself) with every later page. Keys
+/// that sort before the token's text listed 1,000 of 1,500 when the larger of the two won.
+#[tokio::test]
+async fn pages_resume_from_the_continuation_token_whatever_start_after_says() {
+    use futures::StreamExt;
+    let gw = TestGateway::start().await;
+    gw.client.create_bucket().bucket("csv").send().await.unwrap();
+    let keys: Vec<String> = (0..1500).map(|i| format!("2026/{i:05}.csv")).collect();
+    let writes = futures::stream::iter(keys.clone()).map(|key| {
+        let client = gw.client.clone();
+        async move {
+            put_request(&client, "csv", &key, b"x".to_vec())
+                .send()
+                .await
+                .map(|_| ())
+        }
+    });
+    let results: Vec<_> = writes.buffer_unordered(16).collect().await;
+    assert!(results.iter().all(Result::is_ok));
+    // Later pages send start-after as minio-py does (the token), or the first page's again.
+    for (first, later) in [(None, "token"), (Some("2026/00099.csv"), "first")] {
+        let mut listed = Vec::new();
+        let mut token: Option<String> = None;
+        let mut pages = 0;
+        loop {
+            let start_after = match (&token, later) {
+                (None, _) => first.map(str::to_owned),
+                (Some(token), "token") => Some(token.clone()),
+                (Some(_), _) => first.map(str::to_owned),
+            };
+            let out = gw
+                .client
+                .list_objects_v2()
+                .bucket("csv")
+                .set_start_after(start_after)
+                .set_continuation_token(token.clone())
+                .max_keys(400)
+                .send()
+                .await
+                .unwrap();
+            pages += 1;
+            listed.extend(out.contents().iter().map(|o| o.key().unwrap().to_owned()));
+            token = out.next_continuation_token().map(str::to_owned);
+            if token.is_none() {
+                break;
+            }
+        }
+        let skip = if first.is_some() { 100 } else { 0 };
+        assert_eq!(
+            listed.len(),
+            1500 - skip,
+            "later pages sending the {later}: {pages} pages"
+        );
+        assert_eq!(listed, keys[skip..], "later pages sending the {later}");
+    }
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn delete_objects_reports_verbose_and_quiet() {
     let gw = TestGateway::start().await;

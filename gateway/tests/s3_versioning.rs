@@ -926,3 +926,92 @@ async fn version_operations_need_the_version_actions_of_a_policy() {
     let marked = bob.delete_object().bucket("shared").key("doc").send().await;
     assert_eq!(status(refused(marked)), 200);
 }
+
+/// A client that reports a 500 instead of retrying it away.
+fn without_retries(s3: &Client) -> Client {
+    let config = s3
+        .config()
+        .to_builder()
+        .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
+        .build();
+    Client::from_conf(config)
+}
+
+/// Parallel permanent deletes of one key's versions (rclone's `cleanup-hidden`, any parallel
+/// purge): every 204 is final whatever the interleaving. After each round exactly the versions
+/// not deleted remain, ListObjectVersions names the newest one latest, and HEAD reads it (or
+/// 404 when none is left); a PUT racing the deletes stays current. No delete answers 500.
+/// (Without the key's lock, a delete of a version the delete of the newest one was promoting
+/// found it in neither table and answered 204 while the version came back as current, and two
+/// deletes could deadlock into a 500: several rounds of 30 failed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn parallel_permanent_deletes_of_versions_are_all_final() {
+    let gw = TestGateway::start().await;
+    let s3 = &without_retries(&gw.client);
+    s3.create_bucket().bucket("purge").send().await.unwrap();
+    set_versioning(s3, "purge", BucketVersioningStatus::Enabled).await;
+    for round in 0..30 {
+        let key = format!("k{round:02}");
+        let mut ids = Vec::new();
+        for body in ["one", "two", "three"] {
+            ids.push(put(s3, "purge", &key, body.as_bytes()).await.unwrap());
+        }
+        let marker = s3.delete_object().bucket("purge").key(&key).send().await.unwrap();
+        ids.push(marker.version_id.unwrap());
+        // Round kinds: every version goes; all but the oldest go (it must become current);
+        // every version goes while a PUT adds a new one (it must stay current).
+        let kind = round % 3;
+        let doomed: Vec<String> = if kind == 1 { ids[1..].to_vec() } else { ids.clone() };
+        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(doomed.len() + usize::from(kind == 2)));
+        let mut deletes = Vec::new();
+        for id in &doomed {
+            let (s3, key, id, barrier) = (s3.clone(), key.clone(), id.clone(), barrier.clone());
+            deletes.push(tokio::spawn(async move {
+                barrier.wait().await;
+                s3.delete_object()
+                    .bucket("purge")
+                    .key(&key)
+                    .version_id(&id)
+                    .send()
+                    .await
+            }));
+        }
+        let racing_put = (kind == 2).then(|| {
+            let (s3, key, barrier) = (s3.clone(), key.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                put(&s3, "purge", &key, b"new").await
+            })
+        });
+        for (delete, id) in deletes.into_iter().zip(&doomed) {
+            let answer = delete.await.unwrap();
+            assert!(answer.is_ok(), "round {round}: delete of {id}: {answer:?}");
+        }
+        let mut expected: Vec<String> = ids.iter().filter(|id| !doomed.contains(id)).cloned().collect();
+        if let Some(put) = racing_put {
+            expected.push(put.await.unwrap().unwrap());
+        }
+        let versions = versions_of(s3, "purge", &key).await;
+        let listed: Vec<&str> = versions.iter().map(|v| v.1.as_str()).collect();
+        assert_eq!(
+            listed.len(),
+            expected.len(),
+            "round {round}: {versions:?}, expected {expected:?}"
+        );
+        assert!(
+            expected.iter().all(|id| listed.contains(&id.as_str())),
+            "round {round}: {versions:?}, expected {expected:?}"
+        );
+        match versions.first() {
+            None => {
+                let gone = s3.head_object().bucket("purge").key(&key).send().await.unwrap_err();
+                assert_eq!(http_status(&gone), 404, "round {round}");
+            }
+            Some((_, newest, latest, marker)) => {
+                assert!(*latest && !marker, "round {round}: {versions:?}");
+                let head = s3.head_object().bucket("purge").key(&key).send().await.unwrap();
+                assert_eq!(head.version_id.as_deref(), Some(newest.as_str()), "round {round}");
+            }
+        }
+    }
+}

@@ -20,7 +20,8 @@ use super::checksum::{Algorithm, UploadCheck, body_error};
 use super::errors::{RequestId, s3_error};
 use crate::bucket::{BucketHandle, Buckets};
 use crate::store::{
-    self, Access, ListRequest, ObjectHead, ObjectMeta, ObjectRead, Principal, StoreError, WriteCondition,
+    self, Access, DeleteCondition, ListRequest, ObjectHead, ObjectMeta, ObjectRead, Principal, StoreError,
+    WriteCondition,
 };
 use checks::Request;
 
@@ -206,6 +207,11 @@ fn checksum_requested(mode: &Option<ChecksumMode>) -> bool {
 
 fn to_system_time(time: &Option<Timestamp>) -> Option<SystemTime> {
     time.clone().map(|time| time::OffsetDateTime::from(time).into())
+}
+
+/// A delete's size condition: a negative size matches no object.
+fn size_condition(size: i64) -> u64 {
+    u64::try_from(size).unwrap_or(u64::MAX)
 }
 
 fn to_etag_condition(condition: &Option<ETagCondition>) -> Option<store::EtagCondition> {
@@ -743,11 +749,17 @@ impl S3 for S3Front {
     async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
         let principal = self.principal(&req).await?;
         let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
+        let condition = DeleteCondition {
+            if_match: to_etag_condition(&req.input.if_match),
+            last_modified: to_system_time(&req.input.if_match_last_modified_time),
+            size: req.input.if_match_size.map(size_condition),
+        };
         let deleted = bucket
             .delete(
                 &req.input.key,
                 req.input.version_id.as_deref(),
                 lock::bypasses_governance(&req.input.bypass_governance_retention),
+                &condition,
             )
             .await
             .map_err(|e| fail(&req, e))?;
@@ -799,30 +811,45 @@ impl S3 for S3Front {
         }
         let mut deleted = Vec::with_capacity(keys.len());
         let bypass = lock::bypasses_governance(&req.input.bypass_governance_retention);
-        if bucket.versioning().is_none() {
-            let names: Vec<String> = keys.iter().map(|id| id.key.clone()).collect();
+        // An entry's ETag, LastModifiedTime and Size are its delete's conditions.
+        let condition = |id: &ObjectIdentifier| DeleteCondition {
+            if_match: id.e_tag.as_ref().map(|etag| match etag.value() {
+                "*" => store::EtagCondition::Any,
+                value => store::EtagCondition::Tag(value.to_owned()),
+            }),
+            last_modified: to_system_time(&id.last_modified_time),
+            size: id.size.map(size_condition),
+        };
+        // Unconditional entries of a plain bucket go in one statement; the others (each writes
+        // a delete marker, deletes its version or checks its conditions) one at a time.
+        let (one_by_one, batch): (Vec<_>, Vec<_>) = keys
+            .into_iter()
+            .partition(|id| bucket.versioning().is_some() || !condition(id).is_unconditional());
+        if !batch.is_empty() {
+            let names: Vec<String> = batch.iter().map(|id| id.key.clone()).collect();
             bucket.delete_many(&names).await.map_err(|e| fail(&req, e))?;
             deleted.extend(names.into_iter().map(|key| DeletedObject {
                 key: Some(key),
                 ..Default::default()
             }));
-        } else {
-            // Each entry writes a delete marker or deletes its version: one at a time.
-            for id in keys {
-                match bucket.delete(&id.key, id.version_id.as_deref(), bypass).await {
-                    Ok(outcome) => deleted.push(DeletedObject {
-                        key: Some(id.key.clone()),
-                        version_id: id.version_id.clone(),
-                        delete_marker: outcome.delete_marker.then_some(true),
-                        delete_marker_version_id: outcome
-                            .version_id
-                            .filter(|_| outcome.delete_marker && id.version_id.is_none()),
-                    }),
-                    Err(err) => {
-                        let err = fail(&req, err);
-                        let message = err.message().unwrap_or_default().to_owned();
-                        errors.push(error(id, err.code().as_str(), message));
-                    }
+        }
+        for id in one_by_one {
+            match bucket
+                .delete(&id.key, id.version_id.as_deref(), bypass, &condition(id))
+                .await
+            {
+                Ok(outcome) => deleted.push(DeletedObject {
+                    key: Some(id.key.clone()),
+                    version_id: id.version_id.clone(),
+                    delete_marker: outcome.delete_marker.then_some(true),
+                    delete_marker_version_id: outcome
+                        .version_id
+                        .filter(|_| outcome.delete_marker && id.version_id.is_none()),
+                }),
+                Err(err) => {
+                    let err = fail(&req, err);
+                    let message = err.message().unwrap_or_default().to_owned();
+                    errors.push(error(id, err.code().as_str(), message));
                 }
             }
         }

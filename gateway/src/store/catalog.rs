@@ -94,6 +94,41 @@ pub struct NewAccessKey {
     pub description: String,
 }
 
+/// The longest secret key accepted: a signing key, not a document.
+const MAX_SECRET_LEN: usize = 1024;
+
+impl NewAccessKey {
+    /// Whether `access_key` can name a key, said before anything is written: as
+    /// `pgvs3.access_keys` checks it (`^[A-Za-z0-9_.-]{3,128}$`).
+    pub fn check_access_key(access_key: &str) -> Result<(), String> {
+        let id_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+        if (3..=128).contains(&access_key.len()) && access_key.chars().all(id_char) {
+            return Ok(());
+        }
+        Err(format!(
+            "access key {access_key:?} is not valid: an access key is 3 to 128 characters, each a letter \
+             A-Z or a-z, a digit, '_', '.' or '-' (e.g. PGVS3ROOTKEY0001)"
+        ))
+    }
+
+    /// Whether `secret` can be a key's secret: non-empty, bounded, no control characters (the
+    /// message never shows it).
+    pub fn check_secret(secret: &str) -> Result<(), String> {
+        if secret.is_empty() || secret.len() > MAX_SECRET_LEN || secret.chars().any(char::is_control) {
+            return Err(format!(
+                "the secret key is not valid: a secret key is 1 to {MAX_SECRET_LEN} bytes without control characters"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Both checks, for a key about to be stored.
+    pub fn check(&self) -> Result<(), String> {
+        NewAccessKey::check_access_key(&self.access_key)?;
+        NewAccessKey::check_secret(&self.secret)
+    }
+}
+
 #[derive(Default)]
 struct Cached {
     version: i64,

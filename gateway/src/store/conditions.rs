@@ -88,6 +88,53 @@ impl WriteCondition {
     }
 }
 
+/// The conditions of a delete, on the key's current version (S3's conditional deletes):
+/// `If-Match`, `x-amz-if-match-last-modified-time` and `x-amz-if-match-size`, or a DeleteObjects
+/// entry's `ETag`, `LastModifiedTime` and `Size`. Checked under the current version's lock, in
+/// the transaction that deletes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeleteCondition {
+    pub if_match: Option<EtagCondition>,
+    pub last_modified: Option<SystemTime>,
+    pub size: Option<u64>,
+}
+
+/// What a delete's conditions are checked against: the current version as stored.
+pub struct CurrentVersion<'a> {
+    pub etag: &'a str,
+    pub size: u64,
+    pub last_modified: SystemTime,
+}
+
+impl DeleteCondition {
+    pub fn is_unconditional(&self) -> bool {
+        self == &DeleteCondition::default()
+    }
+
+    /// Whether the delete may go on. With no current version, `If-Match` fails as S3's does
+    /// (404 NoSuchKey: there is nothing to match); the time and size conditions alone let the
+    /// delete go on (S3 answers 204). Times compare at the one-second resolution clients read
+    /// Last-Modified with.
+    pub fn check(&self, current: Option<CurrentVersion<'_>>) -> StoreResult<()> {
+        let Some(current) = current else {
+            return match self.if_match {
+                Some(_) => Err(StoreError::NoSuchKey),
+                None => Ok(()),
+            };
+        };
+        let holds = self.if_match.as_ref().is_none_or(|tag| tag.matches(current.etag))
+            && self.size.is_none_or(|size| size == current.size)
+            && self
+                .last_modified
+                .is_none_or(|at| whole_seconds(at) == whole_seconds(current.last_modified));
+        if holds {
+            Ok(())
+        } else {
+            Err(StoreError::PreconditionFailed)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,6 +148,58 @@ mod tests {
             last_modified: UNIX_EPOCH + Duration::from_millis(at * 1000 + 500),
             meta: ObjectMeta::default(),
         }
+    }
+
+    #[test]
+    fn delete_conditions_hold_only_on_the_current_version_they_name() {
+        let at = UNIX_EPOCH + Duration::from_millis(100_500);
+        let current = || {
+            Some(CurrentVersion {
+                etag: "abc",
+                size: 7,
+                last_modified: at,
+            })
+        };
+        let tag = |t: &str| Some(EtagCondition::Tag(format!("\"{t}\"")));
+        assert!(DeleteCondition::default().is_unconditional());
+        assert!(DeleteCondition::default().check(None).is_ok());
+        let matching = DeleteCondition {
+            if_match: tag("abc"),
+            size: Some(7),
+            last_modified: Some(UNIX_EPOCH + Duration::from_secs(100)),
+        };
+        assert!(matching.check(current()).is_ok());
+        assert!(matches!(matching.check(None), Err(StoreError::NoSuchKey)));
+        for wrong in [
+            DeleteCondition {
+                if_match: tag("abd"),
+                ..matching.clone()
+            },
+            DeleteCondition {
+                size: Some(8),
+                ..matching.clone()
+            },
+            DeleteCondition {
+                last_modified: Some(UNIX_EPOCH + Duration::from_secs(101)),
+                ..matching.clone()
+            },
+        ] {
+            assert!(
+                matches!(wrong.check(current()), Err(StoreError::PreconditionFailed)),
+                "{wrong:?}"
+            );
+        }
+        let any = DeleteCondition {
+            if_match: Some(EtagCondition::Any),
+            ..Default::default()
+        };
+        assert!(any.check(current()).is_ok());
+        assert!(matches!(any.check(None), Err(StoreError::NoSuchKey)));
+        let size_only = DeleteCondition {
+            size: Some(1),
+            ..Default::default()
+        };
+        assert!(size_only.check(None).is_ok());
     }
 
     #[test]

@@ -1,5 +1,7 @@
 use std::fmt;
 
+use super::StoreResult;
+
 /// What can go wrong in the store, in terms every protocol front can map to its own errors.
 #[derive(Debug)]
 pub enum StoreError {
@@ -218,6 +220,38 @@ impl From<deadpool_postgres::PoolError> for StoreError {
         match err {
             deadpool_postgres::PoolError::Backend(err) => StoreError::from(err),
             other => StoreError::Unavailable(other.to_string()),
+        }
+    }
+}
+
+impl StoreError {
+    /// PostgreSQL aborted the transaction for a conflict with a concurrent one (a serialization
+    /// failure or a deadlock it broke): the same transaction may simply run again.
+    fn is_transaction_conflict(&self) -> bool {
+        use tokio_postgres::error::SqlState;
+        matches!(self, StoreError::Database(err)
+            if matches!(err.code(), Some(&SqlState::T_R_SERIALIZATION_FAILURE) | Some(&SqlState::T_R_DEADLOCK_DETECTED)))
+    }
+}
+
+/// How many times a transaction runs before its conflict is reported.
+const CONFLICT_ATTEMPTS: u32 = 5;
+
+/// Runs `transaction` again (a bounded number of times) while PostgreSQL aborts it for a conflict
+/// with a concurrent one, so the client sees the outcome, not a 500 for a race it cannot fix.
+pub(super) async fn retry_conflicts<T, F, Fut>(mut transaction: F) -> StoreResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = StoreResult<T>>,
+{
+    let mut attempt = 1;
+    loop {
+        match transaction().await {
+            Err(err) if err.is_transaction_conflict() && attempt < CONFLICT_ATTEMPTS => {
+                tracing::debug!(error = %err, attempt, "transaction conflict: running it again");
+                attempt += 1;
+            }
+            outcome => return outcome,
         }
     }
 }

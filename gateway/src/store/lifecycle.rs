@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use tokio_postgres::types::Json;
 
+use super::conditions::DeleteCondition;
 use super::objects::ObjectMeta;
 use super::{BucketInfo, Store, StoreError, StoreResult, Versioning};
 
@@ -268,7 +269,8 @@ impl Store {
                     }
                     Some(state) => {
                         for key in &keys {
-                            self.delete_versioned(bucket, key, state).await?;
+                            self.delete_versioned(bucket, key, state, &DeleteCondition::default())
+                                .await?;
                             stats.expired += 1;
                         }
                     }

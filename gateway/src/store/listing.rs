@@ -13,7 +13,7 @@ pub const MAX_KEYS: usize = 1000;
 pub struct ListRequest {
     pub prefix: String,
     pub delimiter: Option<String>,
-    /// Start after this key (S3's `start-after` / `marker`).
+    /// Start after this key (S3's `start-after` / `marker`); unused with a continuation token.
     pub start_after: Option<String>,
     /// An opaque token from a previous page's [`ListPage::next_token`].
     pub continuation: Option<String>,
@@ -90,26 +90,35 @@ impl Store {
         let max_keys = request.max_keys.min(MAX_KEYS);
         let delimiter = request.delimiter.as_deref().filter(|d| !d.is_empty());
         // Bounds of the next query: key > after AND key >= from (AND key < below).
-        let mut after = request.start_after.clone().unwrap_or_default();
+        let mut after = String::new();
         let mut from = request.prefix.clone();
-        match request.continuation.as_deref().map(Resume::decode).transpose()? {
-            Some(Resume::AfterKey(key)) => after = after.max(key),
+        // A continuation token alone says where a later page resumes: S3 applies `start-after`
+        // to the first page only, and clients (minio-py) send it again with every token.
+        let resume = match request.continuation.as_deref() {
+            Some(token) => Some(Resume::decode(token)?),
+            None => request.start_after.clone().map(|marker| {
+                // A marker that is itself a common prefix (what S3 hands out as NextMarker)
+                // resumes after every key under it.
+                let rolls_up = delimiter.is_some_and(|d| {
+                    marker
+                        .strip_prefix(request.prefix.as_str())
+                        .and_then(|rest| rest.find(d).map(|at| at + d.len() == rest.len()))
+                        .unwrap_or(false)
+                });
+                if rolls_up {
+                    Resume::AfterPrefix(marker)
+                } else {
+                    Resume::AfterKey(marker)
+                }
+            }),
+        };
+        match resume {
+            Some(Resume::AfterKey(key)) => after = key,
             Some(Resume::AfterPrefix(prefix)) => match prefix_successor(&prefix) {
                 Some(next) => from = from.max(next),
                 None => return Ok(page),
             },
             None => {}
-        }
-        // A marker that is itself a common prefix (what S3 hands out as NextMarker) resumes
-        // after every key under it.
-        if let (Some(d), Some(marker)) = (delimiter, request.start_after.as_deref())
-            && let Some(rest) = marker.strip_prefix(request.prefix.as_str())
-            && rest.find(d).is_some_and(|at| at + d.len() == rest.len())
-        {
-            match prefix_successor(marker) {
-                Some(next) => from = from.max(next),
-                None => return Ok(page),
-            }
         }
         let below = (!request.prefix.is_empty())
             .then(|| prefix_successor(&request.prefix))

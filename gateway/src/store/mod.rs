@@ -31,7 +31,7 @@ use deadpool_postgres::Pool;
 pub use cache::{CacheEntry, DueUpload, EntryHead, FillLock, RangeLookup, UploadLock, WriteEvent};
 pub use catalog::{AccessKey, BucketInfo, BucketSummary, Catalog, NewAccessKey, NewBucket};
 pub use chunks::CHUNK_SIZE;
-pub use conditions::{EtagCondition, Preconditions, WriteCondition, as_copy_source_error};
+pub use conditions::{DeleteCondition, EtagCondition, Preconditions, WriteCondition, as_copy_source_error};
 pub use copy::CopySource;
 pub use encryption::{
     CustomerKey, Mode as EncryptionMode, Requested as RequestedEncryption, Sealed as SealedEncryption,

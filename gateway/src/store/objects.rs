@@ -13,7 +13,7 @@ use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{Json, Type};
 
 use super::chunks::{ChunkStream, Chunker, Segment, worth_compressing};
-use super::conditions::{Preconditions, WriteCondition};
+use super::conditions::{CurrentVersion, DeleteCondition, Preconditions, WriteCondition};
 use super::encryption::ObjectKey;
 use super::{BucketInfo, Store, StoreError, StoreResult};
 
@@ -194,6 +194,7 @@ pub struct NamespaceSql {
     pub(super) next_body_id: String,
     pub(super) copy_chunks: String,
     pub(super) read_chunks: String,
+    pub(super) lock_current: String,
     pub(super) delete_unversioned: String,
     pub(super) delete_many_unversioned: String,
     pub(super) list: String,
@@ -371,6 +372,12 @@ impl NamespaceSql {
             copy_chunks: format!("COPY {ns}.chunks (body_id, seq, data) FROM STDIN (FORMAT binary)"),
             read_chunks: format!(
                 "SELECT seq, data FROM {ns}.chunks WHERE body_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq"
+            ),
+            // The current version a conditional delete compares, held until it is deleted.
+            lock_current: format!(
+                "SELECT etag, size, last_modified FROM {ns}.objects WHERE bucket_id = $1 AND key = $2
+                    AND (expires_at IS NULL OR expires_at > now())
+                  FOR UPDATE"
             ),
             // An S3 delete as the bucket is (not as the catalog cache has it): it deletes only
             // in a bucket that never had versioning, and answers the bucket's state either way.
@@ -801,15 +808,30 @@ impl Store {
         self.found(bucket, current)?;
         Err(StoreError::PreconditionFailed)
     }
-    /// Deletes an object; deleting a missing key succeeds, as in S3.
+    /// Deletes an object if `condition` holds on it; deleting a missing key succeeds, as in S3.
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store delete_object", otel.kind = "client", db.system = "postgresql"))]
     /// Returns the bucket's versioning state instead when it has one after all (this gateway's
     /// catalog had not seen the change yet): nothing is deleted then.
-    pub(crate) async fn delete_object(&self, bucket: &BucketInfo, key: &str) -> StoreResult<Option<super::Versioning>> {
+    pub(crate) async fn delete_object(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        condition: &DeleteCondition,
+    ) -> StoreResult<Option<super::Versioning>> {
         check_key(key)?;
-        let client = self.client().await?;
-        let statement = client.prepare_cached(&bucket.sql.delete_unversioned).await?;
-        let row = client.query_opt(&statement, &[&bucket.id, &key]).await?;
+        let mut client = self.client().await?;
+        let row = if condition.is_unconditional() {
+            let statement = client.prepare_cached(&bucket.sql.delete_unversioned).await?;
+            client.query_opt(&statement, &[&bucket.id, &key]).await?
+        } else {
+            let tx = client.transaction().await?;
+            check_delete_condition(&tx, bucket, key, condition).await?;
+            let row = tx
+                .query_opt(&bucket.sql.delete_unversioned, &[&bucket.id, &key])
+                .await?;
+            tx.commit().await?;
+            row
+        };
         self.versioned_after_all(bucket, row)
     }
 
@@ -846,6 +868,26 @@ impl Store {
         }
         Ok(state)
     }
+}
+
+/// Checks a delete's `condition` on the current version of `key`, which stays locked for the
+/// rest of `tx` (a concurrent write waits, so what was compared is what gets deleted).
+pub(super) async fn check_delete_condition(
+    tx: &impl GenericClient,
+    bucket: &BucketInfo,
+    key: &str,
+    condition: &DeleteCondition,
+) -> StoreResult<()> {
+    if condition.is_unconditional() {
+        return Ok(());
+    }
+    let statement = tx.prepare_cached(&bucket.sql.lock_current).await?;
+    let row = tx.query_opt(&statement, &[&bucket.id, &key]).await?;
+    condition.check(row.as_ref().map(|row| CurrentVersion {
+        etag: row.get(0),
+        size: row.get::<_, i64>(1) as u64,
+        last_modified: row.get(2),
+    }))
 }
 
 /// What writing an object row made: its time, and its version in a versioned bucket.

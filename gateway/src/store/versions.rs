@@ -11,8 +11,12 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use tokio_postgres::types::Json;
 
+use super::conditions::DeleteCondition;
+use super::error::retry_conflicts;
 use super::listing::{ListRequest, prefix_successor};
-use super::objects::{ObjectHead, ObjectMeta, ObjectRead, ReadOptions, check_key, locate, stored_body};
+use super::objects::{
+    ObjectHead, ObjectMeta, ObjectRead, ReadOptions, check_delete_condition, check_key, locate, stored_body,
+};
 use super::{BucketInfo, Store, StoreError, StoreResult};
 
 /// A bucket's versioning state, once it was ever enabled (S3 never returns to "unversioned").
@@ -86,6 +90,7 @@ pub struct VersionsRequest {
 /// The version SQL of one namespace.
 #[derive(Debug)]
 pub(super) struct VersionSql {
+    lock_key: String,
     read: String,
     latest_noncurrent: String,
     archive_current: String,
@@ -110,6 +115,13 @@ impl VersionSql {
                FROM gone"
         );
         VersionSql {
+            // One key's lock, taken first by every transaction that deletes one of its versions
+            // or writes a delete marker: without it, a delete of the newest version promotes the
+            // next one from `versions` into `objects` while a concurrent delete of that very
+            // version looks for it in one table, then the other, and finds it in neither (or
+            // the two deadlock). Bucket ids are at least 1: apart from the seed 0 of OJS's
+            // unique-job locks. A hash collision only serializes two keys.
+            lock_key: "SELECT pg_advisory_xact_lock(hashtextextended($2::text, $1::int8))".to_owned(),
             read: format!(
                 "SELECT size, etag, last_modified, meta, inline, body_id, is_delete_marker
                    FROM {ns}.versions WHERE bucket_id = $1 AND key = $2 AND version_id = $3"
@@ -153,17 +165,23 @@ impl VersionSql {
                  SELECT is_delete_marker FROM dropped"
             ),
             // With no current version left, the newest noncurrent one becomes current, unless it
-            // is a delete marker (the key then reads as deleted).
+            // is a delete marker (the key then reads as deleted). A current version a concurrent
+            // PUT created meanwhile stays current (the conflict waits for it), and the noncurrent
+            // one stays where it is; the row is locked so a concurrent removal (lifecycle) either
+            // completes first or waits.
             promote: format!(
-                "WITH top AS (SELECT version_id FROM {ns}.versions WHERE bucket_id = $1 AND key = $2
+                "WITH top AS (SELECT * FROM {ns}.versions WHERE bucket_id = $1 AND key = $2
                                AND NOT EXISTS (SELECT 1 FROM {ns}.objects WHERE bucket_id = $1 AND key = $2)
-                             ORDER BY coalesce(version_seq, -1) DESC LIMIT 1),
-                      moved AS (DELETE FROM {ns}.versions v USING top
-                                 WHERE v.bucket_id = $1 AND v.key = $2 AND v.version_id = top.version_id
-                                   AND NOT v.is_delete_marker RETURNING v.*)
-                 INSERT INTO {ns}.objects (bucket_id, key, size, etag, last_modified, meta, inline, body_id, version_id, version_seq)
-                 SELECT bucket_id, key, size, etag, last_modified, meta, inline, body_id, nullif(version_id, 'null'), version_seq
-                   FROM moved"
+                             ORDER BY coalesce(version_seq, -1) DESC LIMIT 1 FOR UPDATE),
+                      placed AS (INSERT INTO {ns}.objects (bucket_id, key, size, etag, last_modified, meta, inline,
+                                                           body_id, version_id, version_seq)
+                                 SELECT bucket_id, key, size, etag, last_modified, meta, inline, body_id,
+                                        nullif(version_id, 'null'), version_seq
+                                   FROM top WHERE NOT is_delete_marker
+                                 ON CONFLICT (bucket_id, key) DO NOTHING
+                                 RETURNING coalesce(version_id, 'null') AS version_id)
+                 DELETE FROM {ns}.versions v USING placed
+                  WHERE v.bucket_id = $1 AND v.key = $2 AND v.version_id = placed.version_id"
             ),
             // Versions in listing order (key, newest first) from `$2` (the key marker) on:
             // that key's versions older than `$4` (the version marker's place), then later keys.
@@ -320,20 +338,34 @@ impl Store {
         }
     }
 
-    /// DELETE without a version id in a versioned bucket: the current version becomes
-    /// noncurrent behind a new delete marker (Enabled); in a Suspended bucket a null current
-    /// version and any noncurrent null version go, and the marker is the null version.
+    /// DELETE without a version id in a versioned bucket, if `condition` holds on the current
+    /// version: the current version becomes noncurrent behind a new delete marker (Enabled); in
+    /// a Suspended bucket a null current version and any noncurrent null version go, and the
+    /// marker is the null version.
     pub(crate) async fn delete_versioned(
         &self,
         bucket: &BucketInfo,
         key: &str,
         state: Versioning,
+        condition: &DeleteCondition,
     ) -> StoreResult<DeleteOutcome> {
         check_key(key)?;
+        retry_conflicts(|| self.write_delete_marker(bucket, key, state, condition)).await
+    }
+
+    async fn write_delete_marker(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        state: Versioning,
+        condition: &DeleteCondition,
+    ) -> StoreResult<DeleteOutcome> {
         let enabled = state == Versioning::Enabled;
         let sql = &bucket.sql.versions;
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
+        tx.execute(&sql.lock_key, &[&bucket.id, &key]).await?;
+        check_delete_condition(&tx, bucket, key, condition).await?;
         // Enabled: any current version is kept; Suspended: only a versioned one (a null current
         // version is deleted, its body retired by the trigger).
         tx.execute(&sql.archive_current, &[&bucket.id, &key, &enabled]).await?;
@@ -353,6 +385,8 @@ impl Store {
     /// DELETE of one version, for good; the next newest version becomes current if the current
     /// one went (or a delete marker that hid it). A version object lock protects stays, and the
     /// request is refused (`bypass_governance`: a GOVERNANCE retention does not protect).
+    /// Whatever deletes of the key's other versions run at once, each one acknowledged is done:
+    /// they take the key's lock in turn.
     pub(crate) async fn delete_version(
         &self,
         bucket: &BucketInfo,
@@ -361,11 +395,26 @@ impl Store {
         bypass_governance: bool,
     ) -> StoreResult<DeleteOutcome> {
         check_key(key)?;
+        retry_conflicts(|| self.remove_version(bucket, key, version_id, bypass_governance)).await
+    }
+
+    async fn remove_version(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        version_id: &str,
+        bypass_governance: bool,
+    ) -> StoreResult<DeleteOutcome> {
         let sql = &bucket.sql.versions;
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
+        tx.execute(&sql.lock_key, &[&bucket.id, &key]).await?;
         let current = (version_id != "null").then_some(version_id);
         let bypass = &bypass_governance;
+        // Under the key's lock the version stays in the table it is found in: only a write of
+        // the key (which moves the current version to `versions` first) runs beside this, and
+        // a current version it replaced is found by the second statement, after the first
+        // waited for that write.
         let deleted_current = tx
             .execute(&sql.delete_current, &[&bucket.id, &key, &current, bypass])
             .await?
@@ -513,6 +562,11 @@ impl Store {
         };
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
+        // A named version is looked for in `objects`, then in `versions`: the key's lock keeps a
+        // concurrent delete from moving it between the two lookups.
+        if version_id.is_some() {
+            tx.execute(&sql.lock_key, &[&bucket.id, &key]).await?;
+        }
         let (meta, current) = match tx
             .query_opt(&sql.current_meta, &[&bucket.id, &key, &version_id])
             .await?
