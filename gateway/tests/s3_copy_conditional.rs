@@ -286,6 +286,26 @@ async fn conditional_deletes_delete_only_what_they_name() {
     let versions = s3.list_object_versions().bucket("vcond").send().await.unwrap();
     assert_eq!(versions.versions().len(), 2, "both versions kept behind one marker");
     assert_eq!(versions.delete_markers().len(), 1);
+
+    // Of concurrent deletes conditional on the same current version, exactly one deletes it
+    // (writes one marker); the others find no current version left to match.
+    let current = put_request(s3, "vcond", "k", b"again".to_vec()).send().await.unwrap();
+    let etag = current.e_tag.unwrap();
+    let deletes = (0..4).map(|_| {
+        let (s3, etag) = (s3.clone(), etag.clone());
+        tokio::spawn(async move { s3.delete_object().bucket("vcond").key("k").if_match(etag).send().await })
+    });
+    let mut answers = Vec::new();
+    for delete in deletes.collect::<Vec<_>>() {
+        answers.push(match delete.await.unwrap() {
+            Ok(_) => "deleted".to_owned(),
+            Err(err) => error_code(&err),
+        });
+    }
+    answers.sort();
+    assert_eq!(answers, ["NoSuchKey", "NoSuchKey", "NoSuchKey", "deleted"]);
+    let versions = s3.list_object_versions().bucket("vcond").send().await.unwrap();
+    assert_eq!(versions.delete_markers().len(), 2, "one more marker");
 }
 
 #[tokio::test]
