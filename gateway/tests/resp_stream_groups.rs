@@ -871,4 +871,30 @@ async fn xreadgroup_block_is_unblocked_when_its_group_or_stream_goes() {
             .expect("unblocked");
         assert_eq!(reply, Some(Value::Error(answer.to_owned())), "{change:?}");
     }
+
+    // The change wakes the blocked client, on another gateway too: with `--resp-block-poll`
+    // at 60 s, an answer within the deadline is a wakeup.
+    let (first, second) = gateways_woken_by_notify().await;
+    let mut con = connect(&second).await;
+    for (change, answer) in cases {
+        let _: redis::Value = query(&mut con, &["DEL", "s", "t"]).await;
+        let _: () = query(&mut con, &["XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"]).await;
+        let before = first.metric("pgvs3_resp_group_commits_total").await.unwrap_or(0.0);
+        let mut blocked = RawResp::connect(first.resp_addr()).await;
+        blocked.send(&common::resp::encode(request)).await;
+        common::eventually(std::time::Duration::from_secs(10), "the first attempt", || async {
+            let commits = first.metric("pgvs3_resp_group_commits_total").await.unwrap_or(0.0);
+            (commits > before).then_some(())
+        })
+        .await;
+        let _: redis::Value = query(&mut con, change).await;
+        let reply = tokio::time::timeout(std::time::Duration::from_secs(10), blocked.reply())
+            .await
+            .expect("woken");
+        assert_eq!(
+            reply,
+            Some(Value::Error(answer.to_owned())),
+            "{change:?} on another gateway"
+        );
+    }
 }
