@@ -211,7 +211,7 @@ async fn client_list_and_kill_take_redis_options() {
     };
     assert_eq!(
         ids(me.command(&["CLIENT", "LIST", "ID", &first_id]).await),
-        [first_id.clone()]
+        std::slice::from_ref(&first_id)
     );
     assert_eq!(
         ids(me
