@@ -1655,6 +1655,16 @@ BEGIN
 END $_$;
 
 --
+-- Name: resp_bump(bigint, text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_bump(b bigint, k text) RETURNS void
+    LANGUAGE sql
+    AS $$
+    UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k
+$$;
+
+--
 -- Name: resp_check(bigint, text[], text[], text[], "char", boolean); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -1690,6 +1700,16 @@ BEGIN
         EXECUTE format('DELETE FROM %I.objects WHERE bucket_id = $1 AND key = $2', ns) USING b, k;
     END IF;
 END $_$;
+
+--
+-- Name: resp_create(bigint, text, "char"); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_create(b bigint, k text, t "char") RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, t) ON CONFLICT (bucket_id, key) DO NOTHING
+$$;
 
 --
 -- Name: resp_decimal(bytea); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -1747,10 +1767,13 @@ BEGIN
         )
         SELECT count(*) FILTER (WHERE inserted) INTO n FROM written;
     WHEN 'hsetnx' THEN
-        PERFORM pgvs3.resp_touch(b, k, 'h');
+        PERFORM pgvs3.resp_create(b, k, 'h');
         INSERT INTO pgvs3.resp_hash (bucket_id, key, field, value) VALUES (b, k, args[1], args[2])
         ON CONFLICT DO NOTHING;
         GET DIAGNOSTICS n = ROW_COUNT;
+        IF n > 0 THEN
+            PERFORM pgvs3.resp_bump(b, k);
+        END IF;
     WHEN 'hdel' THEN
         DELETE FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = ANY (args);
         GET DIAGNOSTICS n = ROW_COUNT;
@@ -2215,10 +2238,13 @@ BEGIN
                    WHERE bucket_id = b AND key = ANY (sources) AND (expires_at IS NULL OR expires_at > clock_timestamp()));
     CASE op
     WHEN 'sadd' THEN
-        PERFORM pgvs3.resp_touch(b, k, 's');
+        PERFORM pgvs3.resp_create(b, k, 's');
         INSERT INTO pgvs3.resp_set (bucket_id, key, member) SELECT DISTINCT b, k, m FROM unnest(args) m
         ON CONFLICT DO NOTHING;
         GET DIAGNOSTICS n = ROW_COUNT;
+        IF n > 0 THEN
+            PERFORM pgvs3.resp_bump(b, k);
+        END IF;
     WHEN 'srem' THEN
         DELETE FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND member = ANY (args);
         GET DIAGNOSTICS n = ROW_COUNT;
@@ -2270,8 +2296,13 @@ BEGIN
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n > 0 AND ks[2] <> k THEN
             PERFORM pgvs3.resp_settle(b, k);
-            PERFORM pgvs3.resp_touch(b, ks[2], 's');
+            -- The destination changes only when it did not hold the member.
+            PERFORM pgvs3.resp_create(b, ks[2], 's');
             INSERT INTO pgvs3.resp_set (bucket_id, key, member) VALUES (b, ks[2], args[1]) ON CONFLICT DO NOTHING;
+            GET DIAGNOSTICS total = ROW_COUNT;
+            IF total > 0 THEN
+                PERFORM pgvs3.resp_bump(b, ks[2]);
+            END IF;
         ELSIF n > 0 THEN
             INSERT INTO pgvs3.resp_set (bucket_id, key, member) VALUES (b, k, args[1]);
         END IF;
@@ -2567,6 +2598,18 @@ CREATE FUNCTION pgvs3.resp_stream_flat(entries pgvs3.resp_stream_entry[], OUT it
 $$;
 
 --
+-- Name: resp_stream_gone(); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_stream_gone() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pgvs3.resp_wake(OLD.bucket_id, OLD.key);
+    RETURN NULL;
+END $$;
+
+--
 -- Name: resp_stream_group(text, bigint, text[], text[], bytea[], bigint[], double precision[]); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -2716,6 +2759,8 @@ BEGIN
     WHEN 'xgroup_destroy' THEN
         DELETE FROM pgvs3.resp_stream_group r WHERE r.bucket_id = b AND r.key = k AND r.name = g_name;
         GET DIAGNOSTICS n = ROW_COUNT;
+        -- Clients blocked in XREADGROUP on the group are unblocked (with Redis's NOGROUP).
+        PERFORM pgvs3.resp_wake(b, k);
     WHEN 'xgroup_createconsumer' THEN
         -- args: {group, consumer}.
         INSERT INTO pgvs3.resp_stream_consumer VALUES (b, k, g_name, c_name, now_ms, NULL) ON CONFLICT DO NOTHING;
@@ -5085,6 +5130,12 @@ CREATE TRIGGER origins_revalidate_clean_write_backs AFTER UPDATE OF endpoint, or
 --
 
 CREATE TRIGGER resp_keys_mark_typed AFTER INSERT ON pgvs3.resp_keys FOR EACH ROW EXECUTE FUNCTION pgvs3.resp_mark_typed();
+
+--
+-- Name: resp_keys resp_keys_stream_gone; Type: TRIGGER; Schema: pgvs3; Owner: -
+--
+
+CREATE TRIGGER resp_keys_stream_gone AFTER DELETE OR UPDATE OF key ON pgvs3.resp_keys FOR EACH ROW WHEN ((old.type = 'x'::"char")) EXECUTE FUNCTION pgvs3.resp_stream_gone();
 
 --
 -- Name: objects objects_keep_version; Type: TRIGGER; Schema: s3c; Owner: -

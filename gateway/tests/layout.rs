@@ -43,7 +43,8 @@ const LAYOUT_V10: &[(i32, &str, &str)] = &[
 /// lock, lifecycle, notifications), v14 (RESP data types), v17 (the webhook outbox), v20
 /// (notifications to pub/sub channels), v21 (the control API's key policies and notification
 /// rules), v22 (RESP streams), v23 (cache buckets' notifications, job dependencies), v26 (an
-/// access key's sealed secret) and v27 (RESP stream consumer groups).
+/// access key's sealed secret), v27 (RESP stream consumer groups) and v28 (RESP stream
+/// wakeups, and touching typed keys only when they change).
 const NEW_SINCE_V10: &[&str] = &[
     "ojs.add_dependencies(text,text[])",
     "ojs.delivery_json(pgvs3.outbox)",
@@ -71,8 +72,10 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.put_webhook_target(text,text,text)",
     "pgvs3.raise_owed_event(bigint,text,jsonb)",
     "pgvs3.replace_null_version()",
+    "pgvs3.resp_bump(bigint,text)",
     "pgvs3.resp_check(bigint,text[],text[],text[],\"char\",boolean)",
     "pgvs3.resp_clear(bigint,text,boolean)",
+    "pgvs3.resp_create(bigint,text,\"char\")",
     "pgvs3.resp_decimal(bytea)",
     "pgvs3.resp_hash(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
     "pgvs3.resp_int(bytea)",
@@ -91,6 +94,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.resp_stream_counter(pgvs3.resp_stream,bigint,bigint,bigint,bigint)",
     "pgvs3.resp_stream_first(bigint,text)",
     "pgvs3.resp_stream_flat(pgvs3.resp_stream_entry[])",
+    "pgvs3.resp_stream_gone()",
     "pgvs3.resp_stream_group(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
     "pgvs3.resp_stream_groups_full(pgvs3.resp_stream,bigint)",
     "pgvs3.resp_stream_id(bigint,bigint)",

@@ -44,6 +44,20 @@ async fn setbit_getbit_bitcount_and_bitpos() {
         "ERR syntax error"
     );
     assert_eq!(raw.command(&["BITCOUNT", "missing"]).await, Value::Int(0));
+    // Both ends from the end and reversed select nothing, as in Redis 7.0.15 (clamped, they
+    // would select the first byte); BITPOS clamps them (Redis's BITPOS does too).
+    assert_eq!(raw.command(&["BITCOUNT", "word", "-6", "-7"]).await, Value::Int(0));
+    assert_eq!(raw.command(&["BITCOUNT", "word", "-7", "0"]).await, Value::Int(4));
+    assert_eq!(
+        raw.command(&["BITCOUNT", "word", "-6", "-7", "BIT"]).await,
+        Value::Int(0)
+    );
+    assert_eq!(raw.command(&["GETRANGE", "word", "-6", "-7"]).await, Value::bulk(""));
+    assert_eq!(
+        raw.command(&["GETRANGE", "word", "-100", "-100"]).await,
+        Value::bulk("f")
+    );
+    assert_eq!(raw.command(&["BITPOS", "word", "1", "-6", "-7"]).await, Value::Int(1));
     assert_eq!(raw.command(&["BITPOS", "word", "1"]).await, Value::Int(1));
     assert_eq!(raw.command(&["BITPOS", "missing", "0"]).await, Value::Int(0));
     assert_eq!(raw.command(&["BITPOS", "missing", "1"]).await, Value::Int(-1));

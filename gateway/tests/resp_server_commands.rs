@@ -178,6 +178,99 @@ async fn client_list_kill_and_reply() {
     );
 }
 
+/// CLIENT LIST's and CLIENT KILL's options as redis-server 7.0.15 answers them (compared with
+/// the same inputs): a bare CLIENT KILL is an arity error, not a filter that matches everyone,
+/// and CLIENT LIST ID lists only the clients named.
+#[tokio::test]
+async fn client_list_and_kill_take_redis_options() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut me = RawResp::connect(gateway.resp_addr()).await;
+    let mut first = RawResp::connect(gateway.resp_addr()).await;
+    let mut second = RawResp::connect(gateway.resp_addr()).await;
+    let id = |reply: Value| match reply {
+        Value::Int(id) => id.to_string(),
+        other => panic!("CLIENT ID: {other:?}"),
+    };
+    let first_id = id(first.command(&["CLIENT", "ID"]).await);
+    let second_id = id(second.command(&["CLIENT", "ID"]).await);
+
+    assert_eq!(
+        me.command(&["CLIENT", "KILL"]).await.error(),
+        "ERR wrong number of arguments for 'client|kill' command"
+    );
+    assert_eq!(first.command(&["PING"]).await, Value::Simple("PONG".into()));
+    assert_eq!(second.command(&["PING"]).await, Value::Simple("PONG".into()));
+
+    let ids = |reply: Value| match reply {
+        Value::Bulk(text) => String::from_utf8(text)
+            .unwrap()
+            .lines()
+            .map(|line| line.split(' ').next().unwrap().trim_start_matches("id=").to_owned())
+            .collect::<Vec<_>>(),
+        other => panic!("CLIENT LIST: {other:?}"),
+    };
+    assert_eq!(
+        ids(me.command(&["CLIENT", "LIST", "ID", &first_id]).await),
+        std::slice::from_ref(&first_id)
+    );
+    assert_eq!(
+        ids(me
+            .command(&["CLIENT", "LIST", "ID", &second_id, "999999", &first_id, "0", "-5"])
+            .await),
+        [second_id.clone(), first_id.clone()],
+        "the clients named that exist, in the order given"
+    );
+    assert_eq!(ids(me.command(&["CLIENT", "LIST", "TYPE", "normal"]).await).len(), 3);
+    assert_eq!(ids(me.command(&["CLIENT", "LIST", "TYPE", "pubsub"]).await).len(), 0);
+    for (args, error) in [
+        (&["CLIENT", "LIST", "ID"][..], "ERR syntax error"),
+        (&["CLIENT", "LIST", "ID", "abc"], "ERR Invalid client ID"),
+        (
+            &["CLIENT", "LIST", "ID", &first_id, "TYPE", "normal"],
+            "ERR Invalid client ID",
+        ),
+        (
+            &["CLIENT", "LIST", "TYPE", "normal", "ID", &first_id],
+            "ERR syntax error",
+        ),
+        (&["CLIENT", "LIST", "TYPE"], "ERR syntax error"),
+        (&["CLIENT", "LIST", "TYPE", "bogus"], "ERR Unknown client type 'bogus'"),
+        (&["CLIENT", "LIST", "FOO"], "ERR syntax error"),
+        (
+            &["CLIENT", "KILL", "ID", "abc", "TYPE"],
+            "ERR client-id should be greater than 0",
+        ),
+        (
+            &["CLIENT", "KILL", "ID", "-1"],
+            "ERR client-id should be greater than 0",
+        ),
+        (&["CLIENT", "KILL", "ID", "1", "ID"], "ERR syntax error"),
+        (&["CLIENT", "KILL", "TYPE", "bogus"], "ERR Unknown client type 'bogus'"),
+        (
+            &["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "maybe"],
+            "ERR syntax error",
+        ),
+        (&["CLIENT", "KILL", "USER", "nobody"], "ERR No such user 'nobody'"),
+        (&["CLIENT", "KILL", "FOO", "bar"], "ERR syntax error"),
+        (&["CLIENT", "KILL", "nonsense"], "ERR No such client"),
+    ] {
+        assert_eq!(me.command(args).await.error(), error, "{args:?}");
+    }
+    // Nothing above closed anyone.
+    assert_eq!(ids(me.command(&["CLIENT", "LIST"]).await).len(), 3);
+    assert_eq!(
+        me.command(&["CLIENT", "KILL", "ADDR", "1.2.3.4:5", "LADDR", "x"]).await,
+        Value::Int(0)
+    );
+    assert_eq!(
+        me.command(&["CLIENT", "KILL", "USER", "default", "ID", &first_id])
+            .await,
+        Value::Int(1)
+    );
+    assert!(first.closed().await, "the client killed by ID is closed");
+    assert_eq!(second.command(&["PING"]).await, Value::Simple("PONG".into()));
+}
+
 #[tokio::test]
 async fn expire_combines_xx_with_gt_and_lt() {
     let gateway = TestGateway::with_resp(&[]).await;

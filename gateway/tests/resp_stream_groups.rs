@@ -816,3 +816,85 @@ async fn xinfo_stream_full_lists_the_groups() {
         ]
     );
 }
+
+/// XREADGROUP ... BLOCK whose group is destroyed, or whose stream is deleted or replaced by a
+/// string, is unblocked with redis-server 7.0.15's errors (compared with the same commands);
+/// XGROUP SETID or DELCONSUMER leave it blocked. A short `--resp-block-poll` makes the gateway
+/// look again soon: nothing wakes a blocked client when a key goes.
+#[tokio::test]
+async fn xreadgroup_block_is_unblocked_when_its_group_or_stream_goes() {
+    let gateway = TestGateway::with_resp(&["--resp-block-poll", "100ms"]).await;
+    let mut con = connect(&gateway).await;
+    let request: &[&[u8]] = &[
+        b"XREADGROUP",
+        b"GROUP",
+        b"g",
+        b"c",
+        b"BLOCK",
+        b"0",
+        b"STREAMS",
+        b"s",
+        b">",
+    ];
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["XGROUP", "DESTROY", "s", "g"],
+            "NOGROUP the consumer group this client was blocked on no longer exists",
+        ),
+        (&["DEL", "s"], "UNBLOCKED the stream key no longer exists"),
+        (&["SET", "s", "foo"], "UNBLOCKED the stream key no longer exists"),
+        (&["RENAME", "s", "t"], "UNBLOCKED the stream key no longer exists"),
+    ];
+    for (change, answer) in cases {
+        let _: redis::Value = query(&mut con, &["DEL", "s", "t"]).await;
+        let _: () = query(&mut con, &["XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"]).await;
+        let mut blocked = RawResp::connect(gateway.resp_addr()).await;
+        blocked.send(&common::resp::encode(request)).await;
+        // Still blocked after its first attempts, and after changes Redis does not unblock on.
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(300), blocked.reply())
+                .await
+                .is_err(),
+            "{change:?}: blocked"
+        );
+        let _: () = query(&mut con, &["XGROUP", "SETID", "s", "g", "0"]).await;
+        let _: i64 = query(&mut con, &["XGROUP", "DELCONSUMER", "s", "g", "c"]).await;
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(300), blocked.reply())
+                .await
+                .is_err(),
+            "{change:?}: still blocked"
+        );
+        let _: redis::Value = query(&mut con, change).await;
+        let reply = tokio::time::timeout(std::time::Duration::from_secs(10), blocked.reply())
+            .await
+            .expect("unblocked");
+        assert_eq!(reply, Some(Value::Error(answer.to_owned())), "{change:?}");
+    }
+
+    // The change wakes the blocked client, on another gateway too: with `--resp-block-poll`
+    // at 60 s, an answer within the deadline is a wakeup.
+    let (first, second) = gateways_woken_by_notify().await;
+    let mut con = connect(&second).await;
+    for (change, answer) in cases {
+        let _: redis::Value = query(&mut con, &["DEL", "s", "t"]).await;
+        let _: () = query(&mut con, &["XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"]).await;
+        let before = first.metric("pgvs3_resp_group_commits_total").await.unwrap_or(0.0);
+        let mut blocked = RawResp::connect(first.resp_addr()).await;
+        blocked.send(&common::resp::encode(request)).await;
+        common::eventually(std::time::Duration::from_secs(10), "the first attempt", || async {
+            let commits = first.metric("pgvs3_resp_group_commits_total").await.unwrap_or(0.0);
+            (commits > before).then_some(())
+        })
+        .await;
+        let _: redis::Value = query(&mut con, change).await;
+        let reply = tokio::time::timeout(std::time::Duration::from_secs(10), blocked.reply())
+            .await
+            .expect("woken");
+        assert_eq!(
+            reply,
+            Some(Value::Error(answer.to_owned())),
+            "{change:?} on another gateway"
+        );
+    }
+}

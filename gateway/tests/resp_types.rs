@@ -1289,3 +1289,343 @@ async fn sorted_set_combinations_answer_as_redis() {
         Value::Array(vec![bulk("0"), Value::Array(vec![bulk("f2")])])
     );
 }
+
+/// Waits until `key`, given a short TTL, has expired (the reaper does not run: the test
+/// gateways' maintenance interval is an hour, and the rows are checked to be still there).
+async fn expired(con: &mut redis::aio::MultiplexedConnection, key: &str) {
+    common::eventually(Duration::from_secs(10), "the key expires", || {
+        let mut con = con.clone();
+        async move { (query::<i64>(&mut con, &["EXISTS", key]).await == 0).then_some(()) }
+    })
+    .await;
+}
+
+/// The rows under `key`, live or not: (typed rows, string rows).
+async fn rows(gateway: &TestGateway, key: &str) -> (i64, i64) {
+    let sql = gateway.sql().await;
+    let namespace: String = sql
+        .query_one("SELECT namespace FROM pgvs3.buckets WHERE name = 'resp'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let row = sql
+        .query_one(
+            &format!(
+                "SELECT (SELECT count(*) FROM pgvs3.resp_keys WHERE key = $1),
+                        (SELECT count(*) FROM {namespace}.objects WHERE key = $1)"
+            ),
+            &[&key],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+/// A key that expired is gone for every command at once, whatever table held it: a key of
+/// another type made under its name is what every later command sees, and an EXPIRE, PERSIST,
+/// RENAME or COPY never brings the expired value back (the reaper has not run).
+#[tokio::test]
+async fn an_expired_key_never_comes_back_over_a_new_key_of_another_type() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    let makers: [(&str, &[&str]); 5] = [
+        ("list", &["LPUSH", "KEY", "a"]),
+        ("hash", &["HSET", "KEY", "f", "a"]),
+        ("set", &["SADD", "KEY", "a"]),
+        ("zset", &["ZADD", "KEY", "1", "a"]),
+        ("stream", &["XADD", "KEY", "1-1", "f", "a"]),
+    ];
+    let make = |maker: &[&str], key: &str| -> Vec<String> {
+        maker
+            .iter()
+            .map(|arg| {
+                if *arg == "KEY" {
+                    key.to_owned()
+                } else {
+                    (*arg).to_owned()
+                }
+            })
+            .collect()
+    };
+    for (type_name, maker) in makers {
+        // A typed key made where a string expired: EXPIRE and PERSIST reach the new key only.
+        let key = format!("over-string-{type_name}");
+        query::<String>(&mut con, &["SET", &key, "old", "PX", "100"]).await;
+        expired(&mut con, &key).await;
+        let args = make(maker, &key);
+        query::<redis::Value>(&mut con, &args.iter().map(String::as_str).collect::<Vec<_>>()).await;
+        assert_eq!(query::<i64>(&mut con, &["EXPIRE", &key, "100"]).await, 1);
+        assert_eq!(query::<String>(&mut con, &["TYPE", &key]).await, type_name, "{key}");
+        assert_eq!(error(&mut con, &["GET", &key]).await, WRONGTYPE, "{key}");
+        assert_eq!(query::<i64>(&mut con, &["PERSIST", &key]).await, 1);
+        assert_eq!(query::<String>(&mut con, &["TYPE", &key]).await, type_name, "{key}");
+        assert_eq!(query::<i64>(&mut con, &["DBSIZE"]).await, 1, "{key}");
+        assert_eq!(rows(&gateway, &key).await, (1, 0), "{key}: the expired string went");
+        query::<i64>(&mut con, &["DEL", &key]).await;
+
+        // A string written where a typed key expired: the typed row goes with it.
+        let key = format!("under-string-{type_name}");
+        let args = make(maker, &key);
+        query::<redis::Value>(&mut con, &args.iter().map(String::as_str).collect::<Vec<_>>()).await;
+        query::<i64>(&mut con, &["PEXPIRE", &key, "100"]).await;
+        expired(&mut con, &key).await;
+        assert_eq!(rows(&gateway, &key).await, (1, 0), "{key}: not reaped");
+        // (A SET that reads the key first: a blind one deletes typed rows of any name anyway.)
+        assert_eq!(
+            query::<Option<String>>(&mut con, &["SET", &key, "new", "GET"]).await,
+            None
+        );
+        assert_eq!(query::<i64>(&mut con, &["EXPIRE", &key, "100"]).await, 1);
+        assert_eq!(query::<i64>(&mut con, &["PERSIST", &key]).await, 1);
+        assert_eq!(query::<String>(&mut con, &["TYPE", &key]).await, "string", "{key}");
+        assert_eq!(query::<i64>(&mut con, &["DBSIZE"]).await, 1, "{key}");
+        assert_eq!(rows(&gateway, &key).await, (0, 1), "{key}: the expired typed key went");
+        // Deleting the string over S3 leaves nothing behind.
+        gateway
+            .client
+            .delete_object()
+            .bucket("resp")
+            .key(&key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(query::<String>(&mut con, &["TYPE", &key]).await, "none", "{key}");
+
+        // RENAME and COPY of a typed key onto an expired string.
+        let (source, target) = (format!("source-{type_name}"), format!("target-{type_name}"));
+        query::<String>(&mut con, &["SET", &target, "old", "PX", "100"]).await;
+        let args = make(maker, &source);
+        query::<redis::Value>(&mut con, &args.iter().map(String::as_str).collect::<Vec<_>>()).await;
+        expired(&mut con, &target).await;
+        let _: () = query(&mut con, &["RENAME", &source, &target]).await;
+        assert_eq!(query::<i64>(&mut con, &["EXPIRE", &target, "100"]).await, 1);
+        assert_eq!(query::<String>(&mut con, &["TYPE", &target]).await, type_name);
+        query::<String>(&mut con, &["SET", &source, "old", "PX", "100"]).await;
+        expired(&mut con, &source).await;
+        assert_eq!(query::<i64>(&mut con, &["COPY", &target, &source]).await, 1);
+        assert_eq!(query::<i64>(&mut con, &["PERSIST", &source]).await, 1);
+        assert_eq!(query::<String>(&mut con, &["TYPE", &source]).await, type_name);
+        assert_eq!(rows(&gateway, &source).await, (1, 0));
+        query::<i64>(&mut con, &["DEL", &source, &target]).await;
+    }
+    // A typed key of one type over an expired one of another.
+    query::<i64>(&mut con, &["HSET", "h", "f", "v"]).await;
+    query::<i64>(&mut con, &["PEXPIRE", "h", "100"]).await;
+    expired(&mut con, "h").await;
+    assert_eq!(query::<i64>(&mut con, &["SADD", "h", "m"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["EXPIRE", "h", "100"]).await, 1);
+    assert_eq!(query::<String>(&mut con, &["TYPE", "h"]).await, "set");
+    assert_eq!(error(&mut con, &["HLEN", "h"]).await, WRONGTYPE);
+}
+
+/// Every key command treats an expired key that the reaper has not deleted yet as absent, for
+/// strings and every type.
+#[tokio::test]
+async fn an_expired_key_is_absent_to_every_key_command_before_it_is_reaped() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    let makers: [&[&str]; 6] = [
+        &["SET", "string", "v"],
+        &["RPUSH", "list", "a"],
+        &["HSET", "hash", "f", "a"],
+        &["SADD", "set", "a"],
+        &["ZADD", "zset", "1", "a"],
+        &["XADD", "stream", "1-1", "f", "a"],
+    ];
+    for maker in makers {
+        query::<redis::Value>(&mut con, maker).await;
+    }
+    let keys = ["string", "list", "hash", "set", "zset", "stream"];
+    for key in keys {
+        assert_eq!(query::<i64>(&mut con, &["PEXPIRE", key, "100"]).await, 1);
+    }
+    for key in keys {
+        expired(&mut con, key).await;
+    }
+    for key in keys {
+        assert_ne!(rows(&gateway, key).await, (0, 0), "{key} is not reaped yet");
+        assert_eq!(query::<String>(&mut con, &["TYPE", key]).await, "none", "{key}");
+        assert_eq!(query::<i64>(&mut con, &["TTL", key]).await, -2, "{key}");
+        assert_eq!(query::<i64>(&mut con, &["PTTL", key]).await, -2, "{key}");
+        assert_eq!(query::<i64>(&mut con, &["EXPIRE", key, "100"]).await, 0, "{key}");
+        assert_eq!(query::<i64>(&mut con, &["PERSIST", key]).await, 0, "{key}");
+        assert_eq!(error(&mut con, &["RENAME", key, "elsewhere"]).await, "ERR no such key");
+        assert_eq!(
+            error(&mut con, &["RENAMENX", key, "elsewhere"]).await,
+            "ERR no such key"
+        );
+        assert_eq!(query::<i64>(&mut con, &["COPY", key, "elsewhere"]).await, 0, "{key}");
+        assert_eq!(query::<i64>(&mut con, &["DEL", key]).await, 0, "{key}");
+        assert_eq!(
+            query::<Option<String>>(&mut con, &["OBJECT", "ENCODING", key]).await,
+            None
+        );
+    }
+    assert_eq!(
+        query::<i64>(&mut con, &["EXISTS", "string", "list", "hash", "set", "zset", "stream"]).await,
+        0
+    );
+    assert_eq!(query::<i64>(&mut con, &["DBSIZE"]).await, 0);
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["KEYS", "*"]).await,
+        Vec::<String>::new()
+    );
+    let (cursor, found): (String, Vec<String>) = query(&mut con, &["SCAN", "0", "COUNT", "100"]).await;
+    assert_eq!((cursor.as_str(), found), ("0", Vec::<String>::new()));
+    assert_eq!(query::<Option<String>>(&mut con, &["RANDOMKEY"]).await, None);
+    assert_eq!(query::<i64>(&mut con, &["EXISTS", "elsewhere"]).await, 0);
+}
+
+/// Whether a blocked client still has no reply after half a second (five of its attempts at
+/// a 100 ms `--resp-block-poll`).
+async fn still_blocked(blocked: &mut RawResp) -> bool {
+    tokio::time::timeout(Duration::from_millis(500), blocked.reply())
+        .await
+        .is_err()
+}
+
+/// A blocked client is served only from a key that holds, when it is woken, the type it waits
+/// on, as in Redis: a key made a string meanwhile leaves it blocked (or served by its other
+/// keys), where it used to answer WRONGTYPE. Compared with redis-server 7.0.15.
+#[tokio::test]
+async fn a_blocked_pop_waits_on_when_its_key_changes_type() {
+    // A short poll: the blocked clients look at their keys often, not only when woken.
+    let gateway = TestGateway::with_resp(&["--resp-block-poll", "100ms"]).await;
+    let mut con = connect(&gateway).await;
+    let mut blocked = RawResp::connect(gateway.resp_addr()).await;
+
+    blocked.send(&common::resp::encode(&[b"BLPOP", b"k", b"0"])).await;
+    assert!(still_blocked(&mut blocked).await);
+    // Pushed (which wakes it), then replaced by a string, in one transaction.
+    let mut tx = RawResp::connect(gateway.resp_addr()).await;
+    for args in [
+        &["MULTI"][..],
+        &["RPUSH", "k", "x"],
+        &["DEL", "k"],
+        &["SET", "k", "foo"],
+    ] {
+        tx.command(args).await;
+    }
+    assert_eq!(
+        tx.command(&["EXEC"]).await,
+        Value::Array(vec![Value::Int(1), Value::Int(1), Value::Simple("OK".into())])
+    );
+    assert!(still_blocked(&mut blocked).await, "a string is no list to pop from");
+    query::<i64>(&mut con, &["DEL", "k"]).await;
+    query::<i64>(&mut con, &["RPUSH", "k", "y"]).await;
+    let reply = tokio::time::timeout(Duration::from_secs(10), blocked.reply())
+        .await
+        .expect("served");
+    assert_eq!(reply, Some(Value::Array(vec![Value::bulk("k"), Value::bulk("y")])));
+
+    // Of its keys, the one that became a string is passed over; another serves it.
+    blocked
+        .send(&common::resp::encode(&[b"BZPOPMIN", b"a", b"b", b"0"]))
+        .await;
+    assert!(still_blocked(&mut blocked).await);
+    query::<String>(&mut con, &["SET", "a", "foo"]).await;
+    query::<i64>(&mut con, &["ZADD", "b", "1", "m"]).await;
+    let reply = tokio::time::timeout(Duration::from_secs(10), blocked.reply())
+        .await
+        .expect("served");
+    assert_eq!(
+        reply,
+        Some(Value::Array(vec![Value::bulk("b"), Value::bulk("m"), Value::bulk("1")]))
+    );
+
+    // XREAD waits on a stream made a string, and is served when it is a stream again.
+    query::<String>(&mut con, &["XADD", "s", "1-1", "f", "v"]).await;
+    blocked
+        .send(&common::resp::encode(&[
+            b"XREAD", b"BLOCK", b"0", b"STREAMS", b"s", b"$",
+        ]))
+        .await;
+    assert!(still_blocked(&mut blocked).await);
+    query::<i64>(&mut con, &["DEL", "s"]).await;
+    query::<String>(&mut con, &["SET", "s", "foo"]).await;
+    assert!(still_blocked(&mut blocked).await);
+    query::<i64>(&mut con, &["DEL", "s"]).await;
+    query::<String>(&mut con, &["XADD", "s", "2-1", "f", "w"]).await;
+    let reply = tokio::time::timeout(Duration::from_secs(10), blocked.reply())
+        .await
+        .expect("served");
+    let Some(Value::Array(streams)) = reply else {
+        panic!("{reply:?}")
+    };
+    assert_eq!(streams.len(), 1);
+
+    // BLMOVE whose destination is a string when its source gets an element: WRONGTYPE, and
+    // the element stays, as in Redis.
+    blocked
+        .send(&common::resp::encode(&[
+            b"BLMOVE", b"src", b"dst", b"LEFT", b"RIGHT", b"0",
+        ]))
+        .await;
+    assert!(still_blocked(&mut blocked).await);
+    query::<String>(&mut con, &["SET", "dst", "foo"]).await;
+    query::<i64>(&mut con, &["RPUSH", "src", "a"]).await;
+    let reply = tokio::time::timeout(Duration::from_secs(10), blocked.reply())
+        .await
+        .expect("answered");
+    assert_eq!(reply, Some(Value::Error(WRONGTYPE.into())));
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["LRANGE", "src", "0", "-1"]).await,
+        ["a"]
+    );
+}
+
+/// WATCH sees a typed key changed only when a command changed it, as Redis signals keys: a
+/// write that changes nothing (SADD of a member already there, SREM of a missing one, a no-op
+/// SMOVE, HSETNX of a set field, ZADD of the same score) does not abort EXEC; real changes do,
+/// HSET of the same value included. Each case compared with redis-server 7.0.15.
+#[tokio::test]
+async fn watch_ignores_writes_that_change_nothing() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    let mut watcher = RawResp::connect(gateway.resp_addr()).await;
+    type Case<'a> = (&'a [&'a [&'a str]], &'a str, &'a [&'a str], bool);
+    let cases: &[Case] = &[
+        (&[&["SADD", "d", "a"]], "d", &["SADD", "d", "a"], false),
+        (&[&["SADD", "d", "a"]], "d", &["SADD", "d", "b"], true),
+        (&[&["SADD", "d", "a"]], "d", &["SREM", "d", "zz"], false),
+        (&[&["SADD", "d", "a"]], "d", &["SMOVE", "d", "e", "zz"], false),
+        (&[&["SADD", "d", "a"]], "d", &["SMOVE", "d", "d", "a"], false),
+        (
+            &[&["SADD", "d", "a"], &["SADD", "e", "a"]],
+            "e",
+            &["SMOVE", "d", "e", "a"],
+            false,
+        ),
+        (
+            &[&["SADD", "d", "a", "b"], &["SADD", "e", "a"]],
+            "d",
+            &["SMOVE", "d", "e", "a"],
+            true,
+        ),
+        (&[&["SADD", "d", "a", "b"]], "e", &["SMOVE", "d", "e", "a"], true),
+        (&[&["HSET", "d", "f", "v"]], "d", &["HSETNX", "d", "f", "w"], false),
+        (&[&["HSET", "d", "f", "v"]], "d", &["HSETNX", "d", "g", "w"], true),
+        (&[&["HSET", "d", "f", "v"]], "d", &["HDEL", "d", "zz"], false),
+        (&[&["HSET", "d", "f", "v"]], "d", &["HSET", "d", "f", "v"], true),
+        (&[&["ZADD", "d", "1", "a"]], "d", &["ZADD", "d", "1", "a"], false),
+        (&[&["ZADD", "d", "1", "a"]], "d", &["ZREM", "d", "zz"], false),
+        (&[&["RPUSH", "d", "a"]], "d", &["LREM", "d", "0", "zz"], false),
+        (&[&["RPUSH", "d", "a"]], "d", &["LSET", "d", "0", "a"], true),
+    ];
+    for (setup, watched, change, aborts) in cases {
+        query::<i64>(&mut con, &["DEL", "d", "e"]).await;
+        for args in *setup {
+            query::<redis::Value>(&mut con, args).await;
+        }
+        assert_eq!(watcher.command(&["WATCH", watched]).await, Value::Simple("OK".into()));
+        query::<redis::Value>(&mut con, change).await;
+        watcher.command(&["MULTI"]).await;
+        watcher.command(&["PING"]).await;
+        let exec = watcher.command(&["EXEC"]).await;
+        assert_eq!(
+            exec == Value::Nil,
+            *aborts,
+            "WATCH {watched}, then {change:?}: {exec:?}"
+        );
+    }
+}

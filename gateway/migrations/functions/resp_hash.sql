@@ -41,10 +41,13 @@ BEGIN
         )
         SELECT count(*) FILTER (WHERE inserted) INTO n FROM written;
     WHEN 'hsetnx' THEN
-        PERFORM pgvs3.resp_touch(b, k, 'h');
+        PERFORM pgvs3.resp_create(b, k, 'h');
         INSERT INTO pgvs3.resp_hash (bucket_id, key, field, value) VALUES (b, k, args[1], args[2])
         ON CONFLICT DO NOTHING;
         GET DIAGNOSTICS n = ROW_COUNT;
+        IF n > 0 THEN
+            PERFORM pgvs3.resp_bump(b, k);
+        END IF;
     WHEN 'hdel' THEN
         DELETE FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = ANY (args);
         GET DIAGNOSTICS n = ROW_COUNT;

@@ -41,6 +41,18 @@ CREATE OR REPLACE FUNCTION pgvs3.resp_touch(b bigint, k text, t "char") RETURNS 
     ON CONFLICT (bucket_id, key) DO UPDATE SET version = r.version + 1
 $$;
 
+-- A write is about to add to key `k` of type `t` and does not know yet whether it changes
+-- anything (SADD of members already there, HSETNX of a field already set): creates the key, and
+-- leaves its version to `resp_bump`, called once something changed. Redis signals a key to
+-- WATCH only when a command changes it.
+CREATE OR REPLACE FUNCTION pgvs3.resp_create(b bigint, k text, t "char") RETURNS void LANGUAGE sql AS $$
+    INSERT INTO pgvs3.resp_keys (bucket_id, key, type) VALUES (b, k, t) ON CONFLICT (bucket_id, key) DO NOTHING
+$$;
+
+CREATE OR REPLACE FUNCTION pgvs3.resp_bump(b bigint, k text) RETURNS void LANGUAGE sql AS $$
+    UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k
+$$;
+
 -- A write removed elements of `k`: bumps its version, and deletes the key when it is empty
 -- (Redis has no empty hashes, sets, sorted sets or lists; it keeps empty streams).
 CREATE OR REPLACE FUNCTION pgvs3.resp_settle(b bigint, k text) RETURNS void LANGUAGE sql AS $$
@@ -74,6 +86,15 @@ END $$;
 CREATE OR REPLACE FUNCTION pgvs3.resp_wake(b bigint, k text) RETURNS void LANGUAGE sql AS $$
     SELECT pg_notify('pgvs3_resp', b || ' ' || k)
 $$;
+
+-- Trigger (layout v28): a stream key deleted (DEL, expiry, SET over it, FLUSHDB) or renamed
+-- wakes the clients blocked on it, as a push does, so that an XREADGROUP ... BLOCK is answered
+-- Redis's `UNBLOCKED the stream key no longer exists` at once.
+CREATE OR REPLACE FUNCTION pgvs3.resp_stream_gone() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pgvs3.resp_wake(OLD.bucket_id, OLD.key);
+    RETURN NULL;
+END $$;
 
 -- Integers as Redis reads them (string2ll): NULL when `v` is not one.
 CREATE OR REPLACE FUNCTION pgvs3.resp_int(v bytea) RETURNS numeric LANGUAGE sql IMMUTABLE AS $$

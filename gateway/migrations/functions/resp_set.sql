@@ -23,10 +23,13 @@ BEGIN
                    WHERE bucket_id = b AND key = ANY (sources) AND (expires_at IS NULL OR expires_at > clock_timestamp()));
     CASE op
     WHEN 'sadd' THEN
-        PERFORM pgvs3.resp_touch(b, k, 's');
+        PERFORM pgvs3.resp_create(b, k, 's');
         INSERT INTO pgvs3.resp_set (bucket_id, key, member) SELECT DISTINCT b, k, m FROM unnest(args) m
         ON CONFLICT DO NOTHING;
         GET DIAGNOSTICS n = ROW_COUNT;
+        IF n > 0 THEN
+            PERFORM pgvs3.resp_bump(b, k);
+        END IF;
     WHEN 'srem' THEN
         DELETE FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND member = ANY (args);
         GET DIAGNOSTICS n = ROW_COUNT;
@@ -78,8 +81,13 @@ BEGIN
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n > 0 AND ks[2] <> k THEN
             PERFORM pgvs3.resp_settle(b, k);
-            PERFORM pgvs3.resp_touch(b, ks[2], 's');
+            -- The destination changes only when it did not hold the member.
+            PERFORM pgvs3.resp_create(b, ks[2], 's');
             INSERT INTO pgvs3.resp_set (bucket_id, key, member) VALUES (b, ks[2], args[1]) ON CONFLICT DO NOTHING;
+            GET DIAGNOSTICS total = ROW_COUNT;
+            IF total > 0 THEN
+                PERFORM pgvs3.resp_bump(b, ks[2]);
+            END IF;
         ELSIF n > 0 THEN
             INSERT INTO pgvs3.resp_set (bucket_id, key, member) VALUES (b, k, args[1]);
         END IF;

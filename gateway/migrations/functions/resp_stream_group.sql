@@ -250,6 +250,8 @@ BEGIN
     WHEN 'xgroup_destroy' THEN
         DELETE FROM pgvs3.resp_stream_group r WHERE r.bucket_id = b AND r.key = k AND r.name = g_name;
         GET DIAGNOSTICS n = ROW_COUNT;
+        -- Clients blocked in XREADGROUP on the group are unblocked (with Redis's NOGROUP).
+        PERFORM pgvs3.resp_wake(b, k);
     WHEN 'xgroup_createconsumer' THEN
         -- args: {group, consumer}.
         INSERT INTO pgvs3.resp_stream_consumer VALUES (b, k, g_name, c_name, now_ms, NULL) ON CONFLICT DO NOTHING;

@@ -20,7 +20,7 @@ use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 27;
+pub const LAYOUT_VERSION: i32 = 28;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -129,6 +129,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         27,
         "resp_stream_groups",
         include_str!("../../migrations/0027_resp_stream_groups.sql"),
+    ),
+    (
+        28,
+        "resp_stream_wakeups",
+        include_str!("../../migrations/0028_resp_stream_wakeups.sql"),
     ),
 ];
 
@@ -255,7 +260,7 @@ mod tests {
     /// version must apply the same functions, or each would overwrite the other's at startup:
     /// when this test fails, add a numbered migration (it may hold only a comment saying which
     /// functions changed), bump `LAYOUT_VERSION`, and update both constants here.
-    const PINNED: (i32, &str) = (27, "3372df549240c44874ef4052fff575d43b4a61b00111d94ce661c8b3d1abd062");
+    const PINNED: (i32, &str) = (28, "3b6d220227be96942ef7bd5da4da8d471aa87a2ee07850cae05d70becb78596f");
 
     #[test]
     fn function_files_are_pinned_to_the_layout_version() {

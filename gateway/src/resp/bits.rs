@@ -36,20 +36,24 @@ pub fn set(value: &[u8], offset: u64, bit: bool) -> (Bytes, bool) {
     (out.freeze(), old)
 }
 
-/// The inclusive span `range` selects among `len` units, as Redis resolves it; `None` when
-/// empty.
-fn span(range: BitRange, len: i64) -> Option<(i64, i64)> {
-    let mut start = range.start;
-    let mut end = range.end.unwrap_or(len - 1);
-    if start < 0 {
-        start += len;
-    }
-    if end < 0 {
-        end += len;
-    }
-    start = start.max(0);
-    end = end.max(0).min(len - 1);
+/// The inclusive span `start..=end` selects among `len` units (bytes of GETRANGE, bytes or
+/// bits of BITCOUNT and BITPOS), as Redis resolves it: negative indexes count from the end, then
+/// both are clamped into the value. `None` when it selects nothing.
+pub fn clamp(start: i64, end: i64, len: i64) -> Option<(i64, i64)> {
+    let start = if start < 0 { (start + len).max(0) } else { start };
+    let end = if end < 0 { (end + len).max(0) } else { end }.min(len - 1);
     (len > 0 && start <= end).then_some((start, end))
+}
+
+/// Whether both ends count from the end and the range is reversed (`-1 -2`). GETRANGE and
+/// BITCOUNT answer such a range empty before clamping (clamped, `-6 -7` of a 6-byte value would
+/// select its first byte); Redis 7.0's BITPOS does not, and clamps it.
+pub fn reversed_from_end(start: i64, end: i64) -> bool {
+    start < 0 && end < 0 && start > end
+}
+
+fn span(range: BitRange, len: i64) -> Option<(i64, i64)> {
+    clamp(range.start, range.end.unwrap_or(len - 1), len)
 }
 
 /// BITCOUNT: the set bits of `value`, or of the part `range` selects.
@@ -57,6 +61,9 @@ pub fn count(value: &[u8], range: Option<BitRange>) -> i64 {
     let Some(range) = range else {
         return value.iter().map(|b| b.count_ones() as i64).sum();
     };
+    if range.end.is_some_and(|end| reversed_from_end(range.start, end)) {
+        return 0;
+    }
     if range.bits {
         let Some((start, end)) = span(range, value.len() as i64 * 8) else {
             return 0;
@@ -173,5 +180,42 @@ mod tests {
         assert_eq!(position(b"\xff\xff\xff", false, bytes((0, -1))), -1, "an explicit end");
         assert_eq!(position(b"", false, None), 0);
         assert_eq!(position(b"", true, None), -1);
+    }
+
+    #[test]
+    fn ranges_resolve_as_redis_7_resolves_them() {
+        // (start, end) on "foobar": BITCOUNT by bytes and by bits, BITPOS of a 1 and of a 0 by
+        // bytes, BITPOS of a 1 by bits, as redis-server 7.0.15 answered them.
+        let table = [
+            ((-6, -7), [0, 0, 1, 0, -1]),
+            ((-7, -8), [0, 0, 1, 0, -1]),
+            ((-1, -2), [0, 0, -1, -1, -1]),
+            ((5, 3), [0, 0, -1, -1, -1]),
+            ((-100, -100), [4, 0, 1, 0, -1]),
+            ((-100, -7), [4, 23, 1, 0, 1]),
+            ((0, -7), [4, 23, 1, 0, 1]),
+            ((-7, 0), [4, 0, 1, 0, -1]),
+            ((7, 8), [0, 0, -1, -1, -1]),
+            ((-6, -6), [4, 1, 1, 0, 42]),
+            ((-2, -1), [7, 1, 33, 32, 46]),
+            ((10, -100), [0, 0, -1, -1, -1]),
+        ];
+        for ((start, end), expected) in table {
+            let range = |bits| {
+                Some(BitRange {
+                    start,
+                    end: Some(end),
+                    bits,
+                })
+            };
+            let got = [
+                count(b"foobar", range(false)),
+                count(b"foobar", range(true)),
+                position(b"foobar", true, range(false)),
+                position(b"foobar", false, range(false)),
+                position(b"foobar", true, range(true)),
+            ];
+            assert_eq!(got, expected, "{start} {end}");
+        }
     }
 }

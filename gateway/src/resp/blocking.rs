@@ -13,7 +13,9 @@ use tokio::sync::broadcast;
 use super::codec::Reply;
 use super::command::parse_float;
 use super::pubsub::PubSub;
+use super::typed::Typed;
 use crate::pg::connections::{Connections, session_settings};
+use crate::store::{Family, KeyType};
 
 /// Notifications waiting for slow blocked clients; one that falls behind simply tries again.
 const CHANNEL_DEPTH: usize = 1024;
@@ -104,6 +106,74 @@ async fn listen(
     Ok(())
 }
 
+/// What a blocked client does when an attempt after its first answers an error.
+#[derive(Debug)]
+pub enum Retry {
+    /// Wait on: nothing it may take is there.
+    Wait,
+    /// Answer this.
+    Answer(Reply),
+    /// Try at once again, with the keys that may still serve it.
+    Attempt(Typed),
+}
+
+/// Redis's reply to XREADGROUP ... BLOCK when its stream is deleted or no longer a stream.
+pub const STREAM_GONE: &str = "UNBLOCKED the stream key no longer exists";
+/// ... and when its group is destroyed (the stream there).
+pub const GROUP_GONE: &str = "NOGROUP the consumer group this client was blocked on no longer exists";
+
+/// Decides what a blocked client does after `error` from an attempt after its first, given
+/// what its keys hold now (`None`: nothing, `Some(None)`: a string). Redis serves a blocked
+/// client only from a key that, when it is woken, holds the type it waits on (a list for BLPOP,
+/// a sorted set for BZPOPMIN, a stream for XREAD): a key another client deleted or made a
+/// string meanwhile is no error, the client waits on (and is served by its other keys). Only
+/// BLMOVE's destination of the wrong type, once its source has elements, answers WRONGTYPE; and
+/// XREADGROUP is unblocked with Redis 7's errors when its stream or group is gone.
+pub fn after_error(typed: &Typed, error: &str, holds: impl Fn(&str) -> Option<Option<KeyType>>) -> Retry {
+    let answer = || Retry::Answer(Reply::Error(error.to_owned()));
+    let wanted = match typed.call.family {
+        Family::List => KeyType::List,
+        Family::Zset => KeyType::Zset,
+        Family::Stream | Family::StreamGroup => KeyType::Stream,
+        _ => return answer(),
+    };
+    let keys = &typed.call.keys;
+    let wrong = |key: &str| holds(key).is_some_and(|kind| kind != Some(wanted));
+    if typed.call.family == Family::StreamGroup {
+        if !(error.starts_with("NOGROUP") || error.starts_with("WRONGTYPE")) {
+            return answer();
+        }
+        let streams = keys.iter().all(|key| holds(key) == Some(Some(wanted)));
+        return Retry::Answer(Reply::error(if streams { GROUP_GONE } else { STREAM_GONE }));
+    }
+    if !error.starts_with("WRONGTYPE") {
+        return answer();
+    }
+    if typed.call.op == "lmove" {
+        // keys: {source, destination}.
+        return match (wrong(&keys[0]), keys.iter().any(|key| wrong(key))) {
+            (true, _) => Retry::Wait,
+            (false, true) => answer(),
+            // Changed back meanwhile.
+            (false, false) => Retry::Attempt(typed.clone()),
+        };
+    }
+    let kept: Vec<usize> = (0..keys.len()).filter(|at| !wrong(&keys[*at])).collect();
+    if kept.is_empty() {
+        return Retry::Wait;
+    }
+    let mut attempt = typed.clone();
+    attempt.call.keys = kept.iter().map(|at| keys[*at].clone()).collect();
+    if typed.call.op == "xread" {
+        // ints: {count, then (mode, ms, seq) per stream}.
+        let ints = &typed.call.ints;
+        attempt.call.ints = std::iter::once(ints[0])
+            .chain(kept.iter().flat_map(|at| ints[1 + 3 * at..4 + 3 * at].iter().copied()))
+            .collect();
+    }
+    Retry::Attempt(attempt)
+}
+
 /// A blocking command's timeout in seconds (0: forever), as Redis reads it.
 pub fn timeout(arg: &[u8]) -> Result<Option<Duration>, Reply> {
     let seconds = parse_float(arg)
@@ -113,4 +183,81 @@ pub fn timeout(arg: &[u8]) -> Result<Option<Duration>, Reply> {
         return Err(Reply::error("ERR timeout is negative"));
     }
     Ok((seconds > 0.0).then(|| Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resp::typed::Shape;
+
+    const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+    fn types(strings: &[&'static str]) -> impl Fn(&str) -> Option<Option<KeyType>> {
+        move |key| match key {
+            key if strings.contains(&key) => Some(None),
+            "stream" => Some(Some(KeyType::Stream)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_key_of_another_type_is_passed_over() {
+        let keys = |keys: &[&str]| keys.iter().map(|key| key.to_string()).collect::<Vec<_>>();
+        let pop = Typed::new(Family::List, "blpop", keys(&["a", "b"]), &[], Shape::BlockPop);
+        let Retry::Attempt(attempt) = after_error(&pop, WRONGTYPE, types(&["a"])) else {
+            panic!("b may still serve it")
+        };
+        assert_eq!(attempt.call.keys, ["b"]);
+        assert!(matches!(after_error(&pop, WRONGTYPE, types(&["a", "b"])), Retry::Wait));
+        // XREAD drops the stream's position with it: {count, (mode, ms, seq) per stream}.
+        let read = Typed::new(Family::Stream, "xread", keys(&["a", "b"]), &[], Shape::Bulks).ints(&[
+            Some(10),
+            Some(0),
+            Some(1),
+            Some(2),
+            Some(0),
+            Some(3),
+            Some(4),
+        ]);
+        let Retry::Attempt(attempt) = after_error(&read, WRONGTYPE, types(&["a"])) else {
+            panic!("b may still serve it")
+        };
+        assert_eq!(attempt.call.ints, [Some(10), Some(0), Some(3), Some(4)]);
+        // BLMOVE: a wrong-typed source waits, a wrong-typed destination answers.
+        let lmove = Typed::new(Family::List, "lmove", keys(&["src", "dst"]), &[], Shape::Bulk);
+        assert!(matches!(after_error(&lmove, WRONGTYPE, types(&["src"])), Retry::Wait));
+        assert!(
+            matches!(after_error(&lmove, WRONGTYPE, types(&["dst"])), Retry::Answer(Reply::Error(e)) if e == WRONGTYPE)
+        );
+    }
+
+    #[test]
+    fn xreadgroup_is_unblocked_when_its_stream_or_group_goes() {
+        let group = |key: &str| {
+            Typed::new(
+                Family::StreamGroup,
+                "xreadgroup",
+                vec![key.to_owned()],
+                &[],
+                Shape::Bulks,
+            )
+        };
+        let answer = |retry| match retry {
+            Retry::Answer(Reply::Error(text)) => text,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            answer(after_error(&group("stream"), "NOGROUP x", types(&[]))),
+            GROUP_GONE
+        );
+        assert_eq!(
+            answer(after_error(&group("gone"), "NOGROUP x", types(&[]))),
+            STREAM_GONE
+        );
+        assert_eq!(answer(after_error(&group("s"), WRONGTYPE, types(&["s"]))), STREAM_GONE);
+        assert_eq!(
+            answer(after_error(&group("stream"), "ERR other", types(&[]))),
+            "ERR other"
+        );
+    }
 }

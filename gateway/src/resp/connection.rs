@@ -11,6 +11,7 @@ use tracing::Instrument;
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use super::blocking::Retry;
 use super::clients::Registration;
 use super::codec::{Reply, RequestParser};
 use super::command::{self, KeyCommand, Spec, syntax_error, wrong_arity};
@@ -652,15 +653,37 @@ impl Connection {
             },
             None => typed.clone(),
         };
-        let command = [(KeyCommand::Typed(Box::new(typed.clone())), spec)];
+        // What an attempt that found nothing answered (the first attempt's, when it waits).
+        let mut nothing: Option<Reply> = None;
+        let mut attempt = typed.clone();
+        let mut checks = 0;
         loop {
+            let command = [(KeyCommand::Typed(Box::new(attempt)), spec)];
             let reply = match self.execute(&command, spec.is_write(), &[]).await {
                 Ok(mut replies) => replies.pop().unwrap_or(Reply::Nil),
                 Err(reply) => reply,
             };
-            if !matches!(reply, Reply::Nil | Reply::NilArray) {
-                return reply;
+            attempt = typed.clone();
+            match reply {
+                Reply::Nil | Reply::NilArray => {
+                    nothing = Some(reply);
+                    checks = 0;
+                }
+                // An error after the first attempt: what its keys hold decides (blocking.rs).
+                Reply::Error(error) if nothing.is_some() => match self.after_error(&typed, &error).await {
+                    Retry::Wait => {}
+                    Retry::Answer(reply) => return reply,
+                    // Bounded: the keys may change under each look.
+                    Retry::Attempt(again) if checks < 3 => {
+                        checks += 1;
+                        attempt = again;
+                        continue;
+                    }
+                    Retry::Attempt(_) => {}
+                },
+                reply => return reply,
             }
+            let reply = nothing.clone().expect("set by an attempt that found nothing");
             let poll = Instant::now() + self.server.settings.block_poll;
             let wake_at = deadline.map_or(poll, |deadline| deadline.min(poll));
             loop {
@@ -681,6 +704,27 @@ impl Connection {
             if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 return reply;
             }
+        }
+    }
+
+    /// What a blocked client does after `error` from a later attempt: looks at what its keys
+    /// hold now, when the error may come from a key another client changed.
+    async fn after_error(&self, typed: &super::typed::Typed, error: &str) -> Retry {
+        if !(error.starts_with("WRONGTYPE") || error.starts_with("NOGROUP")) {
+            return Retry::Answer(Reply::Error(error.to_owned()));
+        }
+        let batch = match self.keyspace(Access::Read).await {
+            Ok(keyspace) => keyspace.read(&typed.call.keys).await.map_err(store_error),
+            Err(reply) => Err(reply),
+        };
+        match batch {
+            Ok(batch) => super::blocking::after_error(typed, error, |key| {
+                batch.get(key).map(|entry| match entry.value {
+                    crate::store::KvValue::Typed(kind) => Some(kind),
+                    _ => None,
+                })
+            }),
+            Err(reply) => Retry::Answer(reply),
         }
     }
 
@@ -1071,7 +1115,7 @@ impl Connection {
                 .clients
                 .name(self.id())
                 .map_or(Reply::Nil, |name| Reply::text(&name)),
-            (b"list", _) => Reply::text(&self.server.clients.list()),
+            (b"list", _) => self.client_list(&args[2..]),
             (b"info", 2) => self
                 .server
                 .clients
@@ -1108,6 +1152,9 @@ impl Connection {
                 }
                 _ => syntax_error(),
             },
+            // Redis's arity for the subcommand (which would otherwise be an empty filter that
+            // matches every client).
+            (b"kill", 2) => wrong_arity("client|kill"),
             (b"kill", 3) => {
                 // The old form: CLIENT KILL addr:port.
                 let filter = super::clients::KillFilter {
@@ -1133,39 +1180,66 @@ impl Connection {
         }
     }
 
-    /// CLIENT KILL's filters (`ID`, `ADDR`, `LADDR`, `TYPE`, `MAXAGE`, `SKIPME`), in pairs.
+    /// CLIENT LIST's options, as Redis 7 reads them: `TYPE <type>`, or `ID <id> [<id> ...]`
+    /// (the clients among them that exist, in the order given).
+    fn client_list(&self, options: &[Bytes]) -> Reply {
+        let clients = &self.server.clients;
+        match options {
+            [] => Reply::text(&clients.list()),
+            [option, kind] if option.eq_ignore_ascii_case(b"type") => match client_type(kind) {
+                // Every client of pgvs3 is a normal one.
+                Ok(normal) => Reply::text(&if normal { clients.list() } else { String::new() }),
+                Err(reply) => reply,
+            },
+            [option, ids @ ..] if option.eq_ignore_ascii_case(b"id") && !ids.is_empty() => {
+                let mut text = String::new();
+                for id in ids {
+                    let Some(id) = command::parse_integer(id) else {
+                        return Reply::error("ERR Invalid client ID");
+                    };
+                    if let Some(line) = u64::try_from(id).ok().and_then(|id| clients.line(id)) {
+                        text.push_str(&line);
+                    }
+                }
+                Reply::text(&text)
+            }
+            _ => syntax_error(),
+        }
+    }
+
+    /// CLIENT KILL's filters (`ID`, `ADDR`, `LADDR`, `TYPE`, `USER`, `MAXAGE`, `SKIPME`), in
+    /// pairs, read in order as Redis reads them (so the first bad one is the error).
     fn kill_filter(&self, args: &[Bytes]) -> Result<super::clients::KillFilter, Reply> {
         let mut filter = super::clients::KillFilter {
             skip: Some(self.id()),
             ..Default::default()
         };
-        if !args.len().is_multiple_of(2) {
-            return Err(syntax_error());
-        }
         for pair in args.chunks(2) {
-            let value = String::from_utf8_lossy(&pair[1]).into_owned();
-            match pair[0].to_ascii_lowercase().as_slice() {
+            let [option, value] = pair else {
+                return Err(syntax_error());
+            };
+            let text = String::from_utf8_lossy(value).into_owned();
+            match option.to_ascii_lowercase().as_slice() {
                 b"id" => {
-                    let id = command::parse_integer(&pair[1])
+                    let id = command::parse_integer(value)
                         .and_then(|id| u64::try_from(id).ok())
                         .filter(|id| *id > 0)
                         .ok_or_else(|| Reply::error("ERR client-id should be greater than 0"))?;
                     filter.id = Some(id);
                 }
-                b"addr" => filter.addr = Some(value),
-                b"laddr" => filter.laddr = Some(value),
+                b"addr" => filter.addr = Some(text),
+                b"laddr" => filter.laddr = Some(text),
                 b"maxage" => {
-                    let age = command::parse_integer(&pair[1])
+                    let age = command::parse_integer(value)
                         .and_then(|age| u64::try_from(age).ok())
                         .ok_or_else(command::not_an_integer)?;
                     filter.max_age = Some(age);
                 }
-                b"type" => match value.to_ascii_lowercase().as_str() {
-                    "normal" => filter.other_type = false,
-                    "master" | "replica" | "slave" | "pubsub" => filter.other_type = true,
-                    _ => return Err(Reply::error(format!("ERR Unknown client type '{value}'"))),
-                },
-                b"skipme" => match value.to_ascii_lowercase().as_str() {
+                b"type" => filter.other_type = !client_type(value)?,
+                // Every connection acts as Redis's `default` user (CLIENT LIST's `user=`).
+                b"user" if text == "default" => {}
+                b"user" => return Err(Reply::error(format!("ERR No such user '{text}'"))),
+                b"skipme" => match text.to_ascii_lowercase().as_str() {
                     "yes" => filter.skip = Some(self.id()),
                     "no" => filter.skip = None,
                     _ => return Err(syntax_error()),
@@ -1473,6 +1547,20 @@ fn cpu_seconds() -> (f64, f64) {
 }
 
 /// The Redis version pgvs3 reports: the command set it follows.
+/// A client type of CLIENT LIST and CLIENT KILL: true for `normal`, false for the types no
+/// pgvs3 client has (`master`, `replica`/`slave`, `pubsub`: subscribers count as normal), and
+/// Redis's error for any other.
+fn client_type(name: &[u8]) -> Result<bool, Reply> {
+    match name.to_ascii_lowercase().as_slice() {
+        b"normal" => Ok(true),
+        b"master" | b"replica" | b"slave" | b"pubsub" => Ok(false),
+        _ => Err(Reply::error(format!(
+            "ERR Unknown client type '{}'",
+            String::from_utf8_lossy(name)
+        ))),
+    }
+}
+
 const REDIS_VERSION: &str = "7.0.0";
 
 fn command_command(args: &[Bytes]) -> Reply {

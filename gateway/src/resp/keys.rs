@@ -471,18 +471,15 @@ fn versioned_ttl() -> Reply {
     Reply::error("ERR TTLs are not supported on strings of a bucket with S3 versioning: use a lifecycle rule")
 }
 
-/// GETRANGE's slice: negative indexes count from the end, out-of-range ends are clamped.
+/// GETRANGE's slice, its range resolved as BITCOUNT's is (bits.rs).
 fn substring(value: &Bytes, start: i64, end: i64) -> Bytes {
-    let len = value.len() as i64;
-    if len == 0 || start < 0 && end < 0 && start > end {
+    if bits::reversed_from_end(start, end) {
         return Bytes::new();
     }
-    let start = if start < 0 { (len + start).max(0) } else { start };
-    let end = if end < 0 { (len + end).max(0) } else { end.min(len - 1) };
-    if start > end || start >= len {
-        return Bytes::new();
+    match bits::clamp(start, end, value.len() as i64) {
+        Some((start, end)) => value.slice(start as usize..=end as usize),
+        None => Bytes::new(),
     }
-    value.slice(start as usize..=end as usize)
 }
 
 #[cfg(test)]
@@ -499,5 +496,11 @@ mod tests {
         assert_eq!(substring(&value, 20, 30), "");
         assert_eq!(substring(&value, -1, -5), "");
         assert_eq!(substring(&Bytes::new(), 0, -1), "");
+        // Redis 7.0.15 with "foobar": both ends from the end and reversed is empty, else clamped.
+        let value = Bytes::from("foobar");
+        assert_eq!(substring(&value, -6, -7), "");
+        assert_eq!(substring(&value, -100, -100), "f");
+        assert_eq!(substring(&value, -7, 0), "f");
+        assert_eq!(substring(&value, 10, -100), "");
     }
 }

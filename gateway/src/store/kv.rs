@@ -69,6 +69,7 @@ pub(super) struct KvSql {
     upsert_plain: String,
     upsert_strings: String,
     set_expiry: String,
+    delete_expired_strings: String,
     scan: String,
     count: String,
     random: String,
@@ -76,7 +77,11 @@ pub(super) struct KvSql {
 }
 
 /// Strings and typed keys: a typed key's version is its `version` counter (WATCH compares it),
-/// its type the last column (NULL for a string). `key_condition` names the key as `KEY`.
+/// its type the tenth column (NULL for a string). `key_condition` names the key as `KEY`. An
+/// expired typed row comes too (its expiry at or before the row's clock): the key is absent,
+/// but a string written over it must delete the row, which could otherwise come back to life
+/// with an EXPIRE or PERSIST of the string. (An expired string row is not loaded: typed writes
+/// delete it, see `delete_expired_strings`.)
 fn load_sql(ns: &str, key_condition: &str) -> String {
     let objects = key_condition.replace("KEY", "o.key");
     let typed = key_condition.replace("KEY", "r.key");
@@ -90,7 +95,7 @@ fn load_sql(ns: &str, key_condition: &str) -> String {
          SELECT r.key, 0, 't' || r.version, to_timestamp(0), r.expires_at, NULL, NULL, clock_timestamp(),
                 false, r.type, false
            FROM pgvs3.resp_keys r
-          WHERE r.bucket_id = $1 AND {typed} AND (r.expires_at IS NULL OR r.expires_at > clock_timestamp())"
+          WHERE r.bucket_id = $1 AND {typed}"
     )
 }
 
@@ -216,14 +221,23 @@ impl KvSql {
                 "
             AND NOT EXISTS (SELECT 1 FROM pgvs3.resp_typed WHERE bucket_id = $1 AND pgvs3.resp_typed_conflict())",
             ),
+            // Only rows that were live when the batch loaded them (`$4`, its clock then): an
+            // expired row of the other table under the same name stays expired, where setting
+            // its expiry would bring its old value back over the live key.
             set_expiry: format!(
                 "WITH typed AS (
                      UPDATE pgvs3.resp_keys r SET expires_at = u.expires_at, version = r.version + 1
                        FROM unnest($2::text[], $3::timestamptz[]) AS u(key, expires_at)
-                      WHERE r.bucket_id = $1 AND r.key = u.key)
+                      WHERE r.bucket_id = $1 AND r.key = u.key AND (r.expires_at IS NULL OR r.expires_at > $4))
                  UPDATE {ns}.objects o SET expires_at = u.expires_at
                    FROM unnest($2::text[], $3::timestamptz[]) AS u(key, expires_at)
-                  WHERE o.bucket_id = $1 AND o.key = u.key"
+                  WHERE o.bucket_id = $1 AND o.key = u.key AND (o.expires_at IS NULL OR o.expires_at > $4)"
+            ),
+            // Before a write batch's typed calls: the expired strings among their keys, which a
+            // typed key made there must not leave behind (see `set_expiry`). The reaper's
+            // statement, for these keys now.
+            delete_expired_strings: format!(
+                "DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = ANY($2) AND expires_at <= clock_timestamp()"
             ),
             // Both kinds of key in one order; a name that is both (an S3 write over a typed
             // key) is the string, as loads have it.
@@ -536,6 +550,21 @@ impl KvBatch {
             };
             let inline: Option<&[u8]> = row.get(5);
             let typed = row.get::<_, Option<i8>>(9).and_then(KeyType::from_code);
+            let expires_at: Option<SystemTime> = row.get(4);
+            if typed.is_some() && expires_at.is_some_and(|at| at <= self.now) {
+                // An expired typed row: the key is absent, but the row is there to replace.
+                self.slots
+                    .entry(key)
+                    .or_insert(Slot {
+                        current: None,
+                        existed: false,
+                        change: Change::None,
+                        typed_row: false,
+                        string: false,
+                    })
+                    .typed_row = true;
+                continue;
+            }
             let sealed = row.get::<_, Option<bool>>(10).unwrap_or(false);
             let value = match (typed, inline) {
                 (Some(typed), _) => KvValue::Typed(typed),
@@ -551,7 +580,7 @@ impl KvBatch {
             };
             let entry = KvEntry {
                 value,
-                expires_at: row.get(4),
+                expires_at,
                 version: Some((row.get(2), row.get(3))),
             };
             let slot = Slot {
@@ -563,7 +592,9 @@ impl KvBatch {
             };
             // A name that is both (an S3 write over a typed key) is the string.
             match self.slots.entry(key) {
-                Entry::Occupied(mut both) if typed.is_some() => both.get_mut().typed_row = true,
+                Entry::Occupied(mut both) if typed.is_some() && both.get().current.is_some() => {
+                    both.get_mut().typed_row = true
+                }
                 Entry::Occupied(mut both) => {
                     *both.get_mut() = Slot {
                         typed_row: true,
@@ -644,12 +675,40 @@ impl KvBatch {
             )),
             None => None,
         };
-        let commit = commit && self.in_transaction;
-        let before = async {
-            match &begin {
-                Some((statements, locked)) => statements.send(client, id, locked).await,
-                None => Ok(()),
+        // A write batch first deletes the expired strings among the keys, which a typed key
+        // made there would leave behind (the SQL functions delete expired typed rows, but only
+        // the namespace's statements reach its objects).
+        let expired_strings = match self.in_transaction {
+            true => {
+                let keys: Vec<&str> = calls.iter().flat_map(|call| &call.keys).map(String::as_str).collect();
+                Some((
+                    client
+                        .prepare_cached(&self.bucket.sql.kv.delete_expired_strings)
+                        .await?,
+                    keys,
+                ))
             }
+            false => None,
+        };
+        let commit = commit && self.in_transaction;
+        // Sent in this order on the first poll, so in one round trip with the calls.
+        let before = async {
+            let begin = async {
+                match &begin {
+                    Some((statements, locked)) => statements.send(client, id, locked).await,
+                    None => Ok(()),
+                }
+            };
+            let expired = async {
+                match &expired_strings {
+                    Some((statement, keys)) => {
+                        let params: [&(dyn ToSql + Sync); 2] = [&id, keys];
+                        client.execute(statement, &params).await.map(drop)
+                    }
+                    None => Ok(()),
+                }
+            };
+            futures::try_join!(begin, expired).map(drop)
         };
         let after = async {
             match commit {
@@ -899,7 +958,7 @@ impl KvBatch {
         let delete_params: [&(dyn ToSql + Sync); 2] = [id, &deleted];
         let mark_params: [&(dyn ToSql + Sync); 2] = [id, &marked];
         let meta = self.new_version_meta()?;
-        let expiry_params: [&(dyn ToSql + Sync); 3] = [id, &expiring.0, &expiring.1];
+        let expiry_params: [&(dyn ToSql + Sync); 4] = [id, &expiring.0, &expiring.1, &self.now];
         let upsert_params: [&(dyn ToSql + Sync); 8] = [
             id,
             &written.keys,
