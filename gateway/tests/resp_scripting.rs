@@ -775,3 +775,181 @@ async fn redis_lua_libraries_run_in_scripts() {
     }
     assert_eq!(query::<String>(&mut con, &["PING"]).await, "PONG");
 }
+
+/// Hostile: Lua bytecode is never loaded (Lua 5.1 runs it unverified, and a known trick then
+/// reads and writes the gateway's memory, which holds the master key). Redis 7's Lua parses
+/// every chunk as text; pgvs3 answers as it does. Before: an EVAL body that is a binary chunk
+/// ran, and `loadstring(string.dump(f))` returned `f`.
+#[tokio::test]
+async fn scripts_load_text_only() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    let dumped: Vec<u8> = query(&mut con, &["EVAL", "return string.dump(function() return 42 end)", "0"]).await;
+    assert!(dumped.starts_with(b"\x1bLua"), "string.dump is there, as in Redis");
+    let refused = redis::cmd("EVAL")
+        .arg(&dumped)
+        .arg(0)
+        .query_async::<Value>(&mut con)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (refused.code(), refused.detail()),
+        (
+            Some("ERR"),
+            Some("Error compiling script (new function): user_script:1: unexpected symbol near 'char(27)'")
+        )
+    );
+    // Loaded from a script: Redis 7's answers, word for word.
+    let script = r#"
+        local dumped = string.dump(function() return 42 end)
+        local f, err = loadstring(dumped)
+        local n = 0
+        local g, err2 = load(function() n = n + 1 if n == 1 then return dumped end end)
+        local h = loadstring('return 1 + 1')
+        return {tostring(f), err, tostring(g), err2, tostring(h())}
+    "#;
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["EVAL", script, "0"]).await,
+        [
+            "nil",
+            "[string \"\x1bLuaQ\"]:1: unexpected symbol near 'char(27)'",
+            "nil",
+            "(load):1: unexpected symbol near 'char(27)'",
+            "2",
+        ]
+    );
+    // Text loaded by a script runs with the script's globals.
+    assert_eq!(
+        query::<String>(&mut con, &["EVAL", "return loadstring('return ARGV[1]')()", "0", "q"]).await,
+        "q"
+    );
+}
+
+/// The globals, the libraries and the string metatable are read-only, as in Redis 7, and
+/// read as before. Before: every one of these writes went through.
+#[tokio::test]
+async fn library_tables_are_read_only() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    for script in [
+        "string.rep = nil",
+        "redis.call = function() end",
+        "cjson.encode = nil",
+        "cmsgpack.pack = nil",
+        "bit.band = nil",
+        "struct.pack = nil",
+        "math.floor = nil",
+        "table.insert = nil",
+        "coroutine.x = 1",
+        "redis = nil",
+        "KEYS = {}",
+        "getmetatable('').__index = {}",
+        "local s = string s.x = 1",
+    ] {
+        assert_eq!(
+            error(&mut con, &["EVAL", script, "0"]).await,
+            format!(
+                "ERR user_script:1: Attempt to modify a readonly table script: {}, on @user_script:1.",
+                sha1(script)
+            ),
+            "{script}"
+        );
+    }
+    for script in ["rawset(string, 'x', 1)", "setmetatable(_G, nil)", "rawset(_G, 'x', 1)"] {
+        let answer = error(&mut con, &["EVAL", script, "0"]).await;
+        assert!(
+            answer.starts_with("ERR Attempt to modify a readonly table"),
+            "{script}: {answer}"
+        );
+    }
+    for script in ["return getfenv(1)", "setfenv(1, {})", "return newproxy()"] {
+        let answer = error(&mut con, &["EVAL", script, "0"]).await;
+        assert!(
+            answer.contains("Script attempted to access nonexistent global variable"),
+            "{answer}"
+        );
+    }
+    let read = "KEYS[1] = 'changed' return {string.rep('a', 2), #cjson.encode({1}), \
+                rawget(string, 'rep') ~= nil and 1 or 0, next(math) ~= nil and 1 or 0, \
+                rawequal(getmetatable('').__index, string) and 1 or 0, ('x'):rep(3), KEYS[1]}";
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["EVAL", read, "1", "k"]).await,
+        ["aa", "3", "1", "1", "1", "xxx", "changed"]
+    );
+}
+
+/// Hostile: an `xpcall` whose error handler loops. Lua 5.1 runs the handler of an error the
+/// interpreter's hook raised with the hook off; before, such a script ignored its time limit
+/// and SCRIPT KILL (which answered OK) for ever.
+#[tokio::test]
+async fn a_looping_error_handler_is_stopped() {
+    let gateway = TestGateway::with_resp(&["--resp-script-time-limit", "300ms"]).await;
+    let mut con = connect(&gateway).await;
+    for script in [
+        "xpcall(function() while true do end end, function() while true do end end)",
+        "xpcall(function() error('x') end, function() while true do end end)",
+        "xpcall(function() while true do end end, function() while true do pcall(error) end end)",
+        "local function h() return xpcall(function() while true do end end, h) end h()",
+    ] {
+        let answer = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            error(&mut con, &["EVAL", script, "0"]),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{script} was not stopped"));
+        assert!(answer.contains("--resp-script-time-limit"), "{script}: {answer}");
+    }
+    // An error handler that ends keeps working as in Redis.
+    let handled =
+        "local ok, e = xpcall(function() error('boom', 0) end, function(e) return 'handled ' .. e end) return e";
+    assert_eq!(query::<String>(&mut con, &["EVAL", handled, "0"]).await, "handled boom");
+}
+
+/// Hostile: SCRIPT KILL reaches a script whose error handler loops, and shutting the gateway
+/// down ends running scripts (each rolled back, its client answered) instead of waiting for
+/// them. Before: SCRIPT KILL answered OK and the script went on; shutdown waited for the drain
+/// and left the script's thread running.
+#[tokio::test]
+async fn script_kill_and_shutdown_stop_every_script() {
+    let gateway = TestGateway::with_resp(&[
+        "--resp-script-time-limit",
+        "600s",
+        "--resp-max-running-scripts",
+        "1",
+        "--admission-wait",
+        "100ms",
+        "--shutdown-timeout",
+        "120s",
+    ])
+    .await;
+    let stubborn = "redis.call('SET', 'k', 'v') \
+                    xpcall(function() while true do end end, function() while true do end end)";
+    let mut other = connect(&gateway).await;
+    // Running once another script is BUSY.
+    let running =
+        |mut con: redis::aio::MultiplexedConnection| async move { error(&mut con, &["EVAL", stubborn, "0"]).await };
+    let wait_busy = |mut other: redis::aio::MultiplexedConnection| async move {
+        while command(&["EVAL", "return 1", "0"])
+            .query_async::<Value>(&mut other)
+            .await
+            .is_ok()
+        {}
+    };
+    let script = tokio::spawn(running(connect(&gateway).await));
+    wait_busy(other.clone()).await;
+    let _: () = query(&mut other, &["SCRIPT", "KILL"]).await;
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(30), script)
+        .await
+        .expect("SCRIPT KILL stops the script")
+        .unwrap();
+    assert!(answer.contains("Script killed by user with SCRIPT KILL"), "{answer}");
+    assert_eq!(query::<Option<String>>(&mut other, &["GET", "k"]).await, None);
+
+    let script = tokio::spawn(running(connect(&gateway).await));
+    wait_busy(other.clone()).await;
+    tokio::time::timeout(std::time::Duration::from_secs(30), gateway.stop())
+        .await
+        .expect("shutdown does not wait for a running script");
+    let answer = script.await.unwrap();
+    assert!(answer.contains("the gateway is shutting down"), "{answer}");
+}

@@ -5,9 +5,10 @@
 
 mod common;
 
-use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::types::{Delete, ObjectCannedAcl, ObjectIdentifier, ObjectOwnership};
 use common::TestGateway;
-use common::s3::{add_key, copy_request, get, list, put};
+use common::s3::{add_key, copy_request, get, list, put, put_request};
 
 const TEAM_ONLY: &str = r#"{"Version":"2012-10-17","Statement":[
   {"Effect":"Allow","Action":["s3:GetObject","s3:PutObject","s3:DeleteObject"],"Resource":"arn:aws:s3:::bobs/team/*"},
@@ -143,4 +144,80 @@ async fn a_key_looked_up_before_the_catalog_reloads_is_held_to_its_policy() {
         apart.has_access_rules(),
         "a key with a policy, learnt outside a reload, must switch the access checks on"
     );
+}
+
+/// "allowed", or the S3 error code of a refused call.
+fn outcome<T, E: ProvideErrorMetadata, R>(result: Result<T, SdkError<E, R>>) -> String {
+    match result {
+        Ok(_) => "allowed".to_owned(),
+        Err(err) => err.code().unwrap_or_default().to_owned(),
+    }
+}
+
+/// Hostile: a key allowed only `s3:PutObject` must not set an ACL on what it writes (a canned
+/// ACL or a grant header, on PutObject, CopyObject and CreateMultipartUpload): AWS requires
+/// `s3:PutObjectAcl` too. (Before: `x-amz-acl: public-read` went through.) The same holds for
+/// a bucket policy's grant to another key.
+#[tokio::test]
+async fn writing_an_object_with_an_acl_needs_put_object_acl() {
+    let gw = TestGateway::start().await;
+    let catalog = gw.gateway.store.catalog();
+    let bob = add_key(&gw, "BOBKEY").await;
+    let carol = add_key(&gw, "CAROLKEY").await;
+    bob.create_bucket()
+        .bucket("bobs")
+        .object_ownership(ObjectOwnership::ObjectWriter)
+        .send()
+        .await
+        .unwrap();
+    put(&bob, "bobs", "source").await.unwrap();
+    let write_only = r#"{"Version":"2012-10-17","Statement":[
+      {"Effect":"Allow","Action":["s3:PutObject","s3:GetObject"],"Resource":"arn:aws:s3:::bobs/*"}]}"#;
+    assert!(catalog.set_key_policy("BOBKEY", Some(write_only)).await.unwrap());
+    let all_users = "uri=\"http://acs.amazonaws.com/groups/global/AllUsers\"";
+    let attempts = |client: aws_sdk_s3::Client| async move {
+        let canned = put_request(&client, "bobs", "public", b"x".to_vec())
+            .acl(ObjectCannedAcl::PublicRead)
+            .send()
+            .await;
+        let granted = put_request(&client, "bobs", "granted", b"x".to_vec())
+            .grant_read(all_users)
+            .send()
+            .await;
+        let copied = copy_request(&client, "bobs", "copied", "bobs/source")
+            .acl(ObjectCannedAcl::PublicRead)
+            .send()
+            .await;
+        let multipart = client
+            .create_multipart_upload()
+            .bucket("bobs")
+            .key("parts")
+            .acl(ObjectCannedAcl::PublicRead)
+            .send()
+            .await;
+        [outcome(canned), outcome(granted), outcome(copied), outcome(multipart)]
+    };
+    assert_eq!(attempts(bob.clone()).await, ["AccessDenied"; 4]);
+    // Without an ACL the same writes go through.
+    put(&bob, "bobs", "plain").await.unwrap();
+    copy_request(&bob, "bobs", "copy", "bobs/source").send().await.unwrap();
+    // With s3:PutObjectAcl allowed as well, they all do.
+    let with_acl = r#"{"Version":"2012-10-17","Statement":[
+      {"Effect":"Allow","Action":["s3:PutObject","s3:GetObject","s3:PutObjectAcl"],"Resource":"arn:aws:s3:::bobs/*"}]}"#;
+    assert!(catalog.set_key_policy("BOBKEY", Some(with_acl)).await.unwrap());
+    assert_eq!(attempts(bob.clone()).await, ["allowed"; 4]);
+
+    // A bucket policy granting carol only s3:PutObject (and reads) in bob's bucket.
+    assert!(catalog.set_key_policy("BOBKEY", None).await.unwrap());
+    let carol_writes = r#"{"Version":"2012-10-17","Statement":[
+      {"Effect":"Allow","Principal":{"AWS":"CAROLKEY"},"Action":["s3:PutObject","s3:GetObject"],"Resource":"arn:aws:s3:::bobs/*"}]}"#;
+    bob.put_bucket_policy()
+        .bucket("bobs")
+        .policy(carol_writes)
+        .send()
+        .await
+        .unwrap();
+    put(&carol, "bobs", "by-carol").await.unwrap();
+    assert_eq!(attempts(carol.clone()).await, ["AccessDenied"; 4]);
+    gw.stop().await;
 }

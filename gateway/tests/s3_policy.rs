@@ -488,3 +488,72 @@ async fn a_public_access_block_refuses_and_restricts_public_policies() {
     assert_eq!(unsigned(&gw, "GET", "/guarded/k", b"").await.status, 200);
     gw.stop().await;
 }
+
+/// Hostile: a grant to everyone "from" `0.0.0.0/0` (or another condition that pins no one) is
+/// public, as AWS counts it. With every Block Public Access setting on, it is refused; put
+/// without BlockPublicPolicy, GetBucketPolicyStatus says so and RestrictPublicBuckets keeps
+/// anonymous requests out. (Before: accepted, `IsPublic=false`, anonymous GET 200.)
+#[tokio::test]
+async fn conditions_that_pin_no_one_do_not_hide_a_public_policy() {
+    use aws_sdk_s3::types::PublicAccessBlockConfiguration;
+    let gw = TestGateway::start().await;
+    gw.client.create_bucket().bucket("walled").send().await.unwrap();
+    put(&gw.client, "walled", "k").await.unwrap();
+    let set = |policy: bool, restrict: bool| {
+        gw.client
+            .put_public_access_block()
+            .bucket("walled")
+            .public_access_block_configuration(
+                PublicAccessBlockConfiguration::builder()
+                    .block_public_acls(true)
+                    .ignore_public_acls(true)
+                    .block_public_policy(policy)
+                    .restrict_public_buckets(restrict)
+                    .build(),
+            )
+            .send()
+    };
+    set(true, true).await.unwrap();
+    let grant = |condition: &str| {
+        format!(
+            r#"{{"Version":"2012-10-17","Statement":[{{"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::walled/*","Condition":{condition}}}]}}"#
+        )
+    };
+    let everywhere = grant(r#"{"IpAddress":{"aws:SourceIp":"0.0.0.0/0"}}"#);
+    for pins_no_one in [
+        everywhere.clone(),
+        grant(r#"{"IpAddress":{"aws:SourceIp":["127.0.0.1/32","0.0.0.0/1","128.0.0.0/1"]}}"#),
+        grant(r#"{"StringLike":{"aws:userid":"*"}}"#),
+        grant(r#"{"StringEquals":{"aws:username":"anyone"}}"#),
+    ] {
+        assert_eq!(
+            put_policy(&gw, "walled", &pins_no_one).await.unwrap_err().0,
+            "AccessDenied",
+            "{pins_no_one}"
+        );
+    }
+    // Pinned to one address: not public, so BlockPublicPolicy lets it in.
+    put_policy(
+        &gw,
+        "walled",
+        &grant(r#"{"IpAddress":{"aws:SourceIp":"192.0.2.7/32"}}"#),
+    )
+    .await
+    .unwrap();
+
+    set(false, true).await.unwrap();
+    put_policy(&gw, "walled", &everywhere).await.unwrap();
+    let status = gw
+        .client
+        .get_bucket_policy_status()
+        .bucket("walled")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status.policy_status().and_then(|s| s.is_public()), Some(true));
+    let refused = unsigned(&gw, "GET", "/walled/k", b"").await;
+    assert_eq!((refused.status, refused.code()), (403, Some("AccessDenied")));
+    set(false, false).await.unwrap();
+    assert_eq!(unsigned(&gw, "GET", "/walled/k", b"").await.status, 200);
+    gw.stop().await;
+}

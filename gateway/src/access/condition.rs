@@ -130,15 +130,27 @@ const EXISTING_OBJECT_ACTIONS: &[&str] = &[
 ];
 
 impl Condition {
-    /// Whether the condition narrows who or where the requester is (so an Allow for everyone
-    /// under it is not public).
+    /// Whether the condition pins who or where the requester is to fixed values, so that an
+    /// Allow for everyone under it is not public, as AWS's "meaning of public" for Block Public
+    /// Access counts it: a set of addresses (`aws:SourceIp`, each block no wider than
+    /// [`NARROWEST_PUBLIC_V4`]/[`NARROWEST_PUBLIC_V6`] bits of prefix: `0.0.0.0/0` is everyone),
+    /// or a fixed `aws:userid` (no wildcard, no policy variable). A negated operator, an
+    /// `...IfExists` one, or `aws:username` (not in AWS's list) pins nothing.
     pub(super) fn narrows_requester(&self) -> bool {
-        const NARROWING: &[&str] = &["aws:sourceip", "aws:userid", "aws:username"];
-        NARROWING.contains(&self.key.as_str())
-            && matches!(
-                self.operator,
-                Operator::IpAddress | Operator::StringEquals | Operator::StringLike
-            )
+        if self.if_exists || self.values.is_empty() {
+            return false;
+        }
+        let fixed = |value: &String| !value.contains(['*', '?']) && !value.contains("${");
+        match (self.key.as_str(), self.operator) {
+            ("aws:sourceip", Operator::IpAddress) => self
+                .values
+                .iter()
+                .all(|value| parse_cidr(value).is_some_and(|block| !block.is_broad())),
+            ("aws:userid", Operator::StringEquals | Operator::StringEqualsIgnoreCase | Operator::StringLike) => {
+                self.values.iter().all(fixed)
+            }
+            _ => false,
+        }
     }
 
     /// Whether the condition looks at the existing object's tags.
@@ -408,7 +420,21 @@ fn parse_cidr(text: &str) -> Option<Cidr> {
     (bits <= max).then_some(Cidr { net: addr, bits })
 }
 
+/// The widest address blocks that still pin where a request comes from (pgvs3's line; AWS
+/// documents none): an IPv4 `/8` is one network's, a `/7` and wider, up to `0.0.0.0/0`, count
+/// as everyone; in IPv6, a `/32` (one provider's allocation) and narrower.
+const NARROWEST_PUBLIC_V4: u32 = 7;
+const NARROWEST_PUBLIC_V6: u32 = 31;
+
 impl Cidr {
+    /// Whether the block is too wide to pin where a request comes from.
+    fn is_broad(&self) -> bool {
+        match self.net {
+            IpAddr::V4(_) => self.bits <= NARROWEST_PUBLIC_V4,
+            IpAddr::V6(_) => self.bits <= NARROWEST_PUBLIC_V6,
+        }
+    }
+
     fn contains(&self, ip: IpAddr) -> bool {
         let ip = match (self.net, ip) {
             (IpAddr::V4(_), IpAddr::V6(v6)) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),

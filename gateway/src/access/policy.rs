@@ -281,8 +281,13 @@ impl BucketPolicy {
         };
         let action = cx.action.to_ascii_lowercase();
         let mut decision = Decision::Silent;
+        // RestrictPublicBuckets on a public policy: its public grants allow nothing, and no
+        // grant of it reaches an anonymous request ("public and cross-account access derived
+        // from any public policy, including non-public delegation", as AWS words it).
+        let restricted = cx.restrict_public && self.is_public();
+        let anonymous = matches!(cx.requester, Requester::Anonymous);
         for statement in &self.statements {
-            if cx.restrict_public && statement.public_grant() {
+            if restricted && !statement.deny && (anonymous || statement.public_grant()) {
                 continue;
             }
             if statement.applies(cx, &action, &resource) {
@@ -295,8 +300,9 @@ impl BucketPolicy {
         decision
     }
 
-    /// Whether the policy makes the bucket public, as GetBucketPolicyStatus reports it: an
-    /// Allow for everyone not narrowed by a condition on where the request comes from.
+    /// Whether the policy makes the bucket public, as GetBucketPolicyStatus reports it and
+    /// BlockPublicPolicy refuses it: an Allow for everyone not pinned by a condition to fixed
+    /// requesters or addresses (see `Condition::narrows_requester`).
     pub fn is_public(&self) -> bool {
         self.statements.iter().any(Statement::public_grant)
     }
@@ -318,7 +324,7 @@ fn strings<'v>(value: &'v Value, invalid: &str) -> Result<Vec<&'v str>, PolicyRe
 }
 
 impl Statement {
-    /// An Allow for everyone not narrowed by a condition on who or where the requester is.
+    /// An Allow for everyone not pinned by a condition to fixed requesters or addresses.
     fn public_grant(&self) -> bool {
         !self.deny
             && matches!(self.principals, Principals::Anyone)
@@ -692,6 +698,43 @@ mod tests {
             Decision::Silent
         );
         assert!(late.is_public());
+    }
+
+    /// AWS's "meaning of public": an Allow for everyone is public unless a condition pins
+    /// fixed addresses or requesters; broad blocks, wildcards, negations and `IfExists` pin
+    /// nothing.
+    #[test]
+    fn public_is_what_aws_counts_as_public() {
+        let with = |condition: &str| {
+            parse(&format!(
+                r#"{{"Statement":{{"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::bkt/*","Condition":{condition}}}}}"#
+            ))
+            .unwrap()
+            .is_public()
+        };
+        for public in [
+            r#"{"IpAddress":{"aws:SourceIp":"0.0.0.0/0"}}"#,
+            r#"{"IpAddress":{"aws:SourceIp":["10.0.0.0/8","0.0.0.0/1"]}}"#,
+            r#"{"IpAddress":{"aws:SourceIp":"::/0"}}"#,
+            r#"{"IpAddress":{"aws:SourceIp":"2001::/16"}}"#,
+            r#"{"IpAddressIfExists":{"aws:SourceIp":"10.0.0.1"}}"#,
+            r#"{"NotIpAddress":{"aws:SourceIp":"10.0.0.0/8"}}"#,
+            r#"{"StringLike":{"aws:userid":"AROAEXAMPLE:*"}}"#,
+            r#"{"StringEquals":{"aws:userid":"${aws:username}"}}"#,
+            r#"{"StringEquals":{"aws:username":"alice"}}"#,
+            r#"{"StringNotEquals":{"aws:userid":"alice"}}"#,
+            r#"{"Bool":{"aws:SecureTransport":"true"}}"#,
+        ] {
+            assert!(with(public), "{public} is public");
+        }
+        for pinned in [
+            r#"{"IpAddress":{"aws:SourceIp":"10.0.0.0/8"}}"#,
+            r#"{"IpAddress":{"aws:SourceIp":["192.0.2.1","2001:db8::/32"]}}"#,
+            r#"{"StringEquals":{"aws:userid":"AIDAEXAMPLE"}}"#,
+            r#"{"IpAddress":{"aws:SourceIp":"0.0.0.0/0"},"StringEquals":{"aws:userid":"AIDAEXAMPLE"}}"#,
+        ] {
+            assert!(!with(pinned), "{pinned} is not public");
+        }
     }
 
     #[test]

@@ -12,22 +12,24 @@
 //! the library tables can reach the next one, which Redis gets by making them read-only.
 //!
 //! Redis's C libraries `cjson`, `cmsgpack`, `bit` and `struct` are written in Rust (the
-//! submodules), to behave as Redis's do.
+//! submodules), to behave as Redis's do, and so is Lua's pattern matching (`pattern`), which
+//! must be stoppable.
 
 mod bit;
 mod cjson;
 mod cmsgpack;
 mod library;
 mod lua_struct;
+mod pattern;
 
 use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mlua::{HookTriggers, Lua, LuaOptions, StdLib, Table, Value, VmState};
+use mlua::{ChunkMode, HookTriggers, Lua, LuaOptions, StdLib, Table, Value, VmState};
 use sha1::{Digest, Sha1};
 use tokio::sync::{mpsc, oneshot};
 
@@ -56,17 +58,28 @@ const MAX_DEPTH: usize = 64;
 /// Why a script was stopped from outside its own code.
 #[derive(Debug, Default)]
 pub struct Stop {
-    killed: AtomicBool,
+    /// 0: not stopped; else one of the reasons below.
+    reason: AtomicU8,
 }
 
+const KILLED: u8 = 1;
+const SHUTTING_DOWN: u8 = 2;
+
 impl Stop {
-    /// SCRIPT KILL.
+    /// SCRIPT KILL (or the script's client gone).
     pub fn kill(&self) {
-        self.killed.store(true, Ordering::Relaxed);
+        let _ = self
+            .reason
+            .compare_exchange(0, KILLED, Ordering::Relaxed, Ordering::Relaxed);
     }
 
-    fn killed(&self) -> bool {
-        self.killed.load(Ordering::Relaxed)
+    /// The gateway shuts down: the script must not hold it up.
+    pub fn shut_down(&self) {
+        self.reason.store(SHUTTING_DOWN, Ordering::Relaxed);
+    }
+
+    fn reason(&self) -> u8 {
+        self.reason.load(Ordering::Relaxed)
     }
 }
 
@@ -81,10 +94,13 @@ pub enum Outcome {
 /// Replaces a script's whole `redis` library and protects the globals. Runs once per
 /// interpreter, with the native functions as its arguments; returns the function that runs a
 /// script and turns whatever it raises into an error table (`{err=..., line=...}`).
-const PRELUDE: &str = r#"
-local call, native_pcall, sha1hex, log, stopped = ...
-local type, tostring, error, match, raw_pcall, raw_xpcall, raw_resume, setmetatable =
-    type, tostring, error, string.match, pcall, xpcall, coroutine.resume, setmetatable
+const PRELUDE: &str = r##"
+local call, native_pcall, sha1hex, log, stopped, set_environment = ...
+local type, tostring, error, select, match, byte, raw_pcall, raw_xpcall, raw_resume =
+    type, tostring, error, select, string.match, string.byte, pcall, xpcall, coroutine.resume
+local raw_setmetatable, raw_getmetatable, raw_rawset, raw_rawget, raw_next, raw_pairs =
+    setmetatable, getmetatable, rawset, rawget, next, pairs
+local raw_loadstring, raw_load = loadstring, load
 
 -- An error reply redis.call raised, as the table Redis raises: {err = reply, line = line}.
 local function raised_reply(raised)
@@ -111,7 +127,16 @@ local function caught(ok, raised, ...)
     return ok, raised_reply(raised) or (library_error(raised)) or raised, ...
 end
 pcall = function(...) return caught(raw_pcall(...)) end
-xpcall = function(...) return caught(raw_xpcall(...)) end
+-- The handler of an error the hook raised runs with the hook off (Lua 5.1 turns it off while
+-- the hook runs, and the error leaves from inside it), so a handler that loops would never be
+-- stopped: once the script must stop, the script's handler is not run at all.
+xpcall = function(f, handler)
+    if type(handler) ~= "function" then return caught(raw_xpcall(f, handler)) end
+    return caught(raw_xpcall(f, function(raised)
+        if stopped() then return raised end
+        return handler(raised)
+    end))
+end
 coroutine.resume = function(...) return caught(raw_resume(...)) end
 
 redis = {
@@ -137,16 +162,92 @@ end
 function redis.set_repl(_) end
 function redis.replicate_commands() return true end
 
-loadfile, dofile, print = nil, nil, nil
-setmetatable(_G, {
+-- Not in Redis 7 either: files, and the functions that reach or change a function's globals.
+loadfile, dofile, print, setfenv, getfenv, newproxy = nil, nil, nil, nil, nil, nil
+
+-- Read-only tables, as Redis 7 makes the globals, the libraries and the string metatable: a
+-- script sees each through an empty proxy that reads through to it and refuses writes.
+-- `rawget`, `next` and `pairs` see through a proxy too; `rawset` and `setmetatable` refuse it.
+local READONLY = "Attempt to modify a readonly table"
+local backing = raw_setmetatable({}, { __mode = "k" })
+local function refuse() error(READONLY, 2) end
+local function readonly(t, newindex)
+    local proxy = raw_setmetatable({}, { __index = t, __newindex = newindex or refuse, __metatable = false })
+    backing[proxy] = t
+    return proxy
+end
+for _, name in ipairs({ "string", "table", "math", "coroutine", "redis", "cjson", "cmsgpack", "bit", "struct" }) do
+    _G[name] = readonly(_G[name])
+end
+local string_meta = raw_getmetatable("")
+string_meta.__index = string
+local string_meta_proxy = readonly(string_meta)
+function getmetatable(...)
+    local t = ...
+    if type(t) == "string" then return string_meta_proxy end
+    if backing[t] then return nil end
+    return raw_getmetatable(...)
+end
+function setmetatable(t, ...)
+    if backing[t] then error(READONLY, 0) end
+    return raw_setmetatable(t, ...)
+end
+function rawset(t, ...)
+    if backing[t] then error(READONLY, 0) end
+    return raw_rawset(t, ...)
+end
+function rawget(t, ...) return raw_rawget(backing[t] or t, ...) end
+function next(t, ...) return raw_next(backing[t] or t, ...) end
+function pairs(t)
+    if backing[t] then return next, t, nil end
+    return raw_pairs(t)
+end
+
+-- Redis's Lua parses every chunk as text, never loading bytecode: a binary chunk's first byte
+-- (ESC) is an unexpected symbol. A space before it has 5.1's parser take the chunk as text,
+-- with the same error on the same line.
+local function as_text(piece)
+    if type(piece) == "string" and byte(piece, 1) == 27 then return " " .. piece end
+    return piece
+end
+local function bad_argument(position, name, expected, count, value)
+    local got = count < position and "no value" or type(value)
+    error("bad argument #" .. position .. " to '" .. name .. "' (" .. expected .. " expected, got " .. got .. ")", 3)
+end
+
+-- The globals: new ones are refused, as are changes to those there are.
+local globals = _G
+local env = readonly(globals, function(_, name)
+    if raw_rawget(globals, name) ~= nil then error(READONLY, 2) end
+    error("Script attempted to create global variable '" .. tostring(name) .. "'", 2)
+end)
+globals._G = env
+raw_setmetatable(globals, {
     __index = function(_, name)
         error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
     end,
-    __newindex = function(_, name)
-        error("Script attempted to create global variable '" .. tostring(name) .. "'", 2)
-    end,
     __metatable = false,
 })
+-- What is loaded runs with the script's globals.
+local function loaded(f, ...)
+    if f then set_environment(f, env) end
+    return f, ...
+end
+function loadstring(...)
+    local text, name = ...
+    if type(text) ~= "string" and type(text) ~= "number" then bad_argument(1, "loadstring", "string", select("#", ...), text) end
+    return loaded(raw_loadstring(as_text(text), name or text))
+end
+function load(...)
+    local reader, name = ...
+    if type(reader) ~= "function" then bad_argument(1, "load", "function", select("#", ...), reader) end
+    local first = true
+    return loaded(raw_load(function()
+        local piece = reader()
+        if first then first = false return as_text(piece) end
+        return piece
+    end, name))
+end
 
 local function as_error(raised)
     if type(raised) == "table" and type(raised.err) == "string" then return raised end
@@ -160,6 +261,7 @@ local function as_error(raised)
     return { err = "ERR " .. text, line = match(text, "^user_script:(%d+):") }
 end
 return function(script)
+    set_environment(script, env)
     local ok, result = raw_xpcall(script, as_error)
     if ok then return result end
     -- Out of memory (the handler is not called for it) or an error in the handler.
@@ -168,7 +270,7 @@ return function(script)
     end
     return nil, result
 end
-"#;
+"##;
 
 /// Runs a script to its end; `calls` carries its `redis.call`s to the connection's task.
 pub fn run(
@@ -190,7 +292,12 @@ pub fn run(
         let globals = lua.globals();
         globals.raw_set("KEYS", strings(&lua, keys)?)?;
         globals.raw_set("ARGV", strings(&lua, argv)?)?;
-        let script = match lua.load(source).set_name("@user_script").into_function() {
+        let script = lua
+            .load(as_text(source).as_ref())
+            .set_name("@user_script")
+            .set_mode(ChunkMode::Text)
+            .into_function();
+        let script = match script {
             Ok(script) => script,
             Err(mlua::Error::SyntaxError { message, .. }) => {
                 return Ok(Reply::error(format!(
@@ -223,10 +330,24 @@ pub fn run(
 
 const RUNNER: &str = "pgvs3.runner";
 
+/// A script's body as Redis's Lua parses every chunk: as text. Lua 5.1 would load one that
+/// starts with ESC (`\x1bLua`) as bytecode, which is not verified and can read and write the
+/// process's memory; Redis's parser takes that ESC for an unexpected symbol. A space before it
+/// has 5.1's parser do the same, with the same error on the same line (the prelude does this
+/// for `loadstring` and `load`).
+fn as_text(source: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    match source.first() {
+        Some(0x1b) => std::borrow::Cow::Owned([b" ", source].concat()),
+        _ => std::borrow::Cow::Borrowed(source),
+    }
+}
+
 /// Why the script must stop now, if it must.
 fn stopped(stop: &Stop, deadline: Instant, limit: Duration) -> Option<String> {
-    if stop.killed() {
+    if stop.reason() == KILLED {
         Some("ERR Script killed by user with SCRIPT KILL... (pgvs3 rolled its writes back)".to_owned())
+    } else if stop.reason() == SHUTTING_DOWN {
+        Some("ERR Script killed: the gateway is shutting down; its writes were rolled back".to_owned())
     } else if Instant::now() >= deadline {
         Some(format!(
             "ERR Script killed: it ran longer than {} ms (--resp-script-time-limit); its writes were rolled back",
@@ -265,28 +386,81 @@ fn sandbox(limits: Limits, deadline: Instant, stop: &Arc<Stop>, calls: mpsc::Sen
     let stopped_fn = lua.create_function(move |_, ()| Ok(stopped(&check_stop, deadline, limit)))?;
     let (call, pcall) = native_calls(&lua, calls)?;
     let sha1hex = lua.create_function(|_, text: mlua::String| Ok(hex::encode(Sha1::digest(&*text.as_bytes()))))?;
-    let log = lua.create_function(|lua, (level, message): (i64, mlua::Variadic<Value>)| {
-        let text: Vec<String> = message
-            .into_iter()
-            .filter_map(|part| lua.coerce_string(part).ok().flatten())
-            .map(|part| part.to_string_lossy())
-            .collect();
-        let text = text.join(" ");
+    let log = script_log(&lua)?;
+    let set_environment =
+        lua.create_function(|_, (function, env): (mlua::Function, Table)| function.set_environment(env))?;
+    let runner: mlua::Function =
+        lua.load(PRELUDE)
+            .set_name("=prelude")
+            .call((call, pcall, sha1hex, log, stopped_fn, set_environment))?;
+    lua.set_named_registry_value(RUNNER, runner)?;
+    // Set last: the libraries and the prelude are not the script's to pay for.
+    lua.set_memory_limit(limits.memory.saturating_add(lua.used_memory()))?;
+    Ok(lua)
+}
+
+/// The longest message `redis.log` writes, as Redis's log truncates a line (`LOG_MAX_LEN`).
+const MAX_LOG_LINE: usize = 1024;
+/// Most bytes of messages one script writes with `redis.log`; the rest are dropped, and one
+/// line says so. Redis has no such bound: one script logging in a loop wrote 50 MiB.
+const MAX_LOG_BYTES: usize = 64 * 1024;
+/// Most bytes of script messages the whole gateway writes in one second; past it they are
+/// dropped until the next second, however many scripts log.
+const MAX_LOG_BYTES_PER_SECOND: usize = 1024 * 1024;
+
+/// `redis.log`: to the gateway's log, bounded per line, per script and per second.
+fn script_log(lua: &Lua) -> mlua::Result<mlua::Function> {
+    let written = Cell::new(0usize);
+    lua.create_function(move |lua, (level, message): (i64, mlua::Variadic<Value>)| {
+        if written.get() > MAX_LOG_BYTES {
+            return Ok(());
+        }
+        let mut text = Vec::new();
+        for part in message {
+            let Some(part) = lua.coerce_string(part).ok().flatten() else {
+                continue;
+            };
+            if !text.is_empty() {
+                text.push(b' ');
+            }
+            text.extend_from_slice(&part.as_bytes()[..part.as_bytes().len().min(MAX_LOG_LINE)]);
+            if text.len() >= MAX_LOG_LINE {
+                break;
+            }
+        }
+        text.truncate(MAX_LOG_LINE);
+        written.set(written.get() + text.len());
+        if written.get() > MAX_LOG_BYTES {
+            tracing::warn!(
+                target: "pgvs3::resp::script",
+                "this script logged more than {MAX_LOG_BYTES} bytes; its further messages are dropped"
+            );
+            return Ok(());
+        }
+        if !log_rate_allows(text.len()) {
+            return Ok(());
+        }
+        let text = String::from_utf8_lossy(&text);
         match level {
             0 | 1 => tracing::debug!(target: "pgvs3::resp::script", "{text}"),
             2 => tracing::info!(target: "pgvs3::resp::script", "{text}"),
             _ => tracing::warn!(target: "pgvs3::resp::script", "{text}"),
         }
         Ok(())
-    })?;
-    let runner: mlua::Function = lua
-        .load(PRELUDE)
-        .set_name("=prelude")
-        .call((call, pcall, sha1hex, log, stopped_fn))?;
-    lua.set_named_registry_value(RUNNER, runner)?;
-    // Set last: the libraries and the prelude are not the script's to pay for.
-    lua.set_memory_limit(limits.memory.saturating_add(lua.used_memory()))?;
-    Ok(lua)
+    })
+}
+
+/// Whether the gateway's scripts may log `bytes` more in this second.
+fn log_rate_allows(bytes: usize) -> bool {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    static WINDOW: std::sync::Mutex<(u64, usize)> = std::sync::Mutex::new((0, 0));
+    let second = START.get_or_init(Instant::now).elapsed().as_secs();
+    let mut window = WINDOW.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if window.0 != second {
+        *window = (second, 0);
+    }
+    window.1 += bytes;
+    window.1 <= MAX_LOG_BYTES_PER_SECOND
 }
 
 /// `redis.call` and `redis.pcall`: each sends its command to the connection's task and converts
@@ -480,5 +654,70 @@ fn error_reply(raised: &Table, sha: &str) -> Reply {
     match line {
         Some(line) => Reply::Error(format!("{text} script: {sha}, on @user_script:{line}.")),
         None => Reply::Error(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// Counts the bytes the log gets.
+    #[derive(Clone, Default)]
+    struct Counted(Arc<Mutex<usize>>);
+
+    impl Write for Counted {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            *self.0.lock().unwrap() += buf.len();
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The bytes of log one run of `source` writes.
+    fn logged_by(source: &str) -> usize {
+        let counted = Counted::default();
+        let writer = counted.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_max_level(tracing::Level::DEBUG)
+            .finish();
+        let (calls, _pending) = mpsc::channel(1);
+        let limits = Limits {
+            time: Duration::from_secs(60),
+            memory: 64 << 20,
+        };
+        let outcome = tracing::subscriber::with_default(subscriber, || {
+            run(
+                source.as_bytes(),
+                "sha",
+                &[],
+                &[],
+                limits,
+                &Arc::new(Stop::default()),
+                calls,
+            )
+        });
+        match outcome {
+            Outcome::Reply(Reply::Nil) => {}
+            Outcome::Reply(other) | Outcome::Aborted(other) => panic!("{source}: {other:?}"),
+        }
+        *counted.0.lock().unwrap()
+    }
+
+    /// Hostile: a script logging in a loop wrote 50 MiB from one EVAL. A line is cut at
+    /// Redis's 1,024 bytes and a script's lines stop at their bound.
+    #[test]
+    fn a_script_logs_within_its_bounds() {
+        let one_line = logged_by("redis.log(redis.LOG_WARNING, string.rep('y', 1e6), 'and more')");
+        assert!(one_line < MAX_LOG_LINE + 200, "{one_line}");
+        let looping = logged_by("for i = 1, 100000 do redis.log(redis.LOG_WARNING, string.rep('x', 600)) end");
+        assert!(looping < MAX_LOG_BYTES + 16 * 1024, "{looping}");
+        assert!(looping > MAX_LOG_BYTES / 2, "{looping}");
     }
 }

@@ -262,6 +262,8 @@ impl RespServer {
             }
         }
         drop(listener);
+        // A running script would hold its connection (and its thread) past the drain.
+        self.scripts.shut_down();
         let drained = tokio::time::timeout(drain, async { while connections.join_next().await.is_some() {} }).await;
         if drained.is_err() {
             tracing::warn!(server = "resp", "drain timed out; closing open connections");

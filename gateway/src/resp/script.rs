@@ -153,6 +153,15 @@ impl Scripts {
         }
     }
 
+    /// Stops every running script: the gateway shuts down (each is rolled back, and its
+    /// client answered, before the connections drain).
+    pub fn shut_down(&self) {
+        let running = self.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        for stop in running.iter() {
+            stop.shut_down();
+        }
+    }
+
     fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
         self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }

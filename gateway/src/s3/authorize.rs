@@ -389,6 +389,17 @@ pub fn action_of(operation: &str, versioned: bool) -> Option<&'static str> {
     })
 }
 
+/// The action a request needs besides its operation's: one that writes an object and sets its
+/// ACL (`x-amz-acl`, `x-amz-grant-*`) needs `s3:PutObjectAcl` too, as on AWS; otherwise a key
+/// allowed only to write could make what it writes public.
+fn acl_action(operation: &str, headers: &http::HeaderMap) -> Option<&'static str> {
+    let writes = matches!(operation, "PutObject" | "CopyObject" | "CreateMultipartUpload");
+    let sets_acl = headers
+        .keys()
+        .any(|name| name == "x-amz-acl" || name.as_str().starts_with("x-amz-grant-"));
+    (writes && sets_acl).then_some("s3:PutObjectAcl")
+}
+
 /// The policy actions the bucket's owner (and the root keys) keep whatever the policy says, as
 /// on AWS, where an account cannot lock itself out of its bucket's policy.
 const NEVER_LOCKED_OUT: [&str; 3] = ["s3:GetBucketPolicy", "s3:PutBucketPolicy", "s3:DeleteBucketPolicy"];
@@ -456,8 +467,8 @@ pub async fn authorize(
             _ => action_of(operation, versioned),
         };
         let key = cx.s3_path().get_object_key();
-        let allowed = action
-            .is_some_and(|action| own_allows(cx, peer, own, requester, action, bucket_name, key, cx.uri().query()));
+        let allows = |action| own_allows(cx, peer, own, requester, action, bucket_name, key, cx.uri().query());
+        let allowed = action.is_some_and(allows) && acl_action(operation, cx.headers()).is_none_or(allows);
         let source_allowed = !copy
             || copy_source(cx.headers()).is_some_and(|(source_bucket, source_key, version)| {
                 let action = if version { "s3:GetObjectVersion" } else { "s3:GetObject" };
@@ -548,7 +559,11 @@ pub async fn authorize(
         let key = cx.s3_path().get_object_key();
         let on_tags = tags_on_row(operation, bucket)
             && (own_on_tags || bucket.access.policy.as_ref().is_some_and(|p| p.rules.on_object_tags()));
-        let by_policy = !on_tags && decide(cx, peer, bucket, requester, action, key, cx.uri().query())?;
+        let policy_allows = |action| decide(cx, peer, bucket, requester, action, key, cx.uri().query());
+        // Both decided, so that a Deny of either refuses.
+        let by_policy = !on_tags && policy_allows(action)?;
+        let acl_by_policy = acl_action(operation, cx.headers()).map_or(Ok(true), policy_allows)?;
+        let by_policy = by_policy && acl_by_policy;
         // Where the policies are silent, an ACL may allow: the bucket's now, the object's once
         // its row is read.
         let (mut by_bucket_acl, mut object_acl) = (false, None);
@@ -593,7 +608,11 @@ pub async fn authorize(
         && let Some(source) = catalog.cached_bucket(&source_bucket)
     {
         let action = if version { "s3:GetObjectVersion" } else { "s3:GetObject" };
-        if decide(cx, peer, &source, requester, action, Some(&source_key), None)? {
+        // The grant names buckets, not what may be done in them: a source in the destination's
+        // bucket must not grant the destination (a key that may only read could copy into it,
+        // or copy with an ACL it may not set).
+        let grants_destination = source.name == bucket_name && !grant.covers(bucket_name);
+        if decide(cx, peer, &source, requester, action, Some(&source_key), None)? && !grants_destination {
             grant.buckets.push(source.name.clone());
         }
     }

@@ -17,6 +17,7 @@ pub fn install(lua: &Lua, bounds: &Rc<Bounds>) -> mlua::Result<()> {
     globals.raw_set("cmsgpack", super::cmsgpack::library(lua, bounds)?)?;
     globals.raw_set("bit", super::bit::library(lua)?)?;
     globals.raw_set("struct", super::lua_struct::library(lua)?)?;
+    super::pattern::install(lua, &globals.raw_get("string")?, bounds)?;
     Ok(())
 }
 
@@ -29,7 +30,7 @@ pub fn install(lua: &Lua, bounds: &Rc<Bounds>) -> mlua::Result<()> {
 pub struct Bounds {
     pub max_output: usize,
     stop: Box<dyn Fn() -> Option<String>>,
-    steps: Cell<u32>,
+    steps: Cell<u64>,
 }
 
 impl Bounds {
@@ -43,9 +44,15 @@ impl Bounds {
 
     /// One value more; an error once the script must stop (the run then ends as stopped).
     pub fn step(&self) -> Result<(), LibraryError> {
-        let steps = self.steps.get().wrapping_add(1);
-        self.steps.set(steps);
-        if steps.is_multiple_of(4096)
+        self.advance(1)
+    }
+
+    /// `work` steps more (a step is about the work of one value, or of 64 bytes compared).
+    pub fn advance(&self, work: usize) -> Result<(), LibraryError> {
+        let before = self.steps.get();
+        let after = before.saturating_add(work as u64);
+        self.steps.set(after);
+        if before / 4096 != after / 4096
             && let Some(why) = (self.stop)()
         {
             return Err(LibraryError::Raise(why));
