@@ -75,7 +75,11 @@ impl Recorder {
         let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), &namespace);
         let mut series = self.series.lock().await;
         series.retain(|_, event| {
-            let last = event.series.as_ref().map(|s| &s.last_observed_time).or(event.event_time.as_ref());
+            let last = event
+                .series
+                .as_ref()
+                .map(|s| &s.last_observed_time)
+                .or(event.event_time.as_ref());
             last.is_some_and(|time| time.0.checked_add(window).is_ok_and(|until| until > now))
         });
         let event = match series.get(&key) {

@@ -95,7 +95,11 @@ where
     K: Resource<DynamicType = ()>,
 {
     let note = note.chars().take(1000).collect();
-    if let Err(err) = ctx.recorder.publish(&object.object_ref(&()), type_, action, reason, note).await {
+    if let Err(err) = ctx
+        .recorder
+        .publish(&object.object_ref(&()), type_, action, reason, note)
+        .await
+    {
         tracing::warn!(error = %err, "publishing event");
     }
 }

@@ -67,7 +67,10 @@ async fn tier() {
         ("invalid_bucket_name", tokio::spawn(invalid_bucket_name(plane.clone()))),
         ("tenancy", tokio::spawn(tenancy(plane.clone()))),
         ("pool_day_two", tokio::spawn(pool_day_two(plane.clone()))),
-        ("autoscaling_handover", tokio::spawn(autoscaling_handover(plane.clone()))),
+        (
+            "autoscaling_handover",
+            tokio::spawn(autoscaling_handover(plane.clone())),
+        ),
         (
             "service_monitor_restored",
             tokio::spawn(service_monitor_restored(plane.clone())),
@@ -1266,9 +1269,7 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
 
     // tenant-a's Bucket, retained when deleted.
     let buckets_a: Api<Bucket> = Api::namespaced(client.clone(), a);
-    let bucket = |name: &str, spec: serde_json::Value| {
-        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": name}, "spec": spec})
-    };
+    let bucket = |name: &str, spec: serde_json::Value| json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": name}, "spec": spec});
     apply(&buckets_a, "data", bucket("data", json!({"gatewayPoolRef": "objects"}))).await;
     bucket_ready(&buckets_a, "data").await;
     let first = secrets_a.get("data-credentials").await.unwrap();
@@ -1316,15 +1317,28 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
         .await;
         assert!(!events.iter().any(|(_, reason, _)| reason == "Adopted"), "{events:?}");
     }
-    assert_eq!(bucket_owner(&catalog, "resp").await, Some(None), "the RESP keyspace stays the root's");
+    assert_eq!(
+        bucket_owner(&catalog, "resp").await,
+        Some(None),
+        "the RESP keyspace stays the root's"
+    );
     assert_eq!(bucket_owner(&catalog, "root-made").await, Some(None));
-    assert_eq!(bucket_owner(&catalog, "tenant-a-data").await, Some(Some(custodian.clone())));
+    assert_eq!(
+        bucket_owner(&catalog, "tenant-a-data").await,
+        Some(Some(custodian.clone()))
+    );
     // Deleting the refused Buckets drops nothing.
     for (name, _, _) in grabs {
         buckets_b.delete(name, &DeleteParams::default()).await.unwrap();
     }
     eventually(WAIT, "tenant-b's Buckets gone", || async {
-        buckets_b.list(&Default::default()).await.unwrap().items.is_empty().then_some(())
+        buckets_b
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+            .then_some(())
     })
     .await;
     for target in ["resp", "root-made", "tenant-a-data"] {
@@ -1347,7 +1361,10 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
     apply(
         &buckets_b,
         "marked-resp",
-        bucket("marked-resp", json!({"gatewayPoolRef": "objects", "bucketName": "resp"})),
+        bucket(
+            "marked-resp",
+            json!({"gatewayPoolRef": "objects", "bucketName": "resp"}),
+        ),
     )
     .await;
     eventually(WAIT, "marked-resp refused", || async {
@@ -1366,7 +1383,10 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
     let events = events_of(&client, a, "data").await;
     assert!(events.iter().any(|(_, reason, _)| reason == "Adopted"), "{events:?}");
     let custodians: i64 = catalog
-        .query_one("SELECT count(*) FROM pgvs3.access_keys WHERE access_key = $1", &[&custodian])
+        .query_one(
+            "SELECT count(*) FROM pgvs3.access_keys WHERE access_key = $1",
+            &[&custodian],
+        )
         .await
         .unwrap()
         .get(0);
@@ -1376,7 +1396,13 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
         &secret_text(&again, "AWS_SECRET_ACCESS_KEY"),
     );
     let kept = eventually(WAIT, "the retained object read with the new key", || async {
-        let object = reader.get_object().bucket("tenant-a-data").key("kept.txt").send().await.ok()?;
+        let object = reader
+            .get_object()
+            .bucket("tenant-a-data")
+            .key("kept.txt")
+            .send()
+            .await
+            .ok()?;
         Some(object.body.collect().await.unwrap().into_bytes())
     })
     .await;
@@ -1434,7 +1460,15 @@ async fn pool_day_two(plane: std::sync::Arc<ControlPlane>) {
     // Defect 2: only ca.crt of the CA Secret is mounted.
     let pod = deployment.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
     let ca = pod.volumes.iter().flatten().find(|v| v.name == "postgres-ca").unwrap();
-    let items: Vec<&str> = ca.secret.as_ref().unwrap().items.iter().flatten().map(|i| i.key.as_str()).collect();
+    let items: Vec<&str> = ca
+        .secret
+        .as_ref()
+        .unwrap()
+        .items
+        .iter()
+        .flatten()
+        .map(|i| i.key.as_str())
+        .collect();
     assert_eq!(items, ["ca.crt"]);
 
     // Defect 3: the connection string comes whole from a Secret, its values quoted as libpq
@@ -1442,7 +1476,8 @@ async fn pool_day_two(plane: std::sync::Arc<ControlPlane>) {
     let container = &pod.containers[0];
     let env = container.env.as_ref().unwrap();
     assert!(
-        env.iter().all(|e| !e.value.as_deref().unwrap_or_default().contains("$(")),
+        env.iter()
+            .all(|e| !e.value.as_deref().unwrap_or_default().contains("$(")),
         "{env:?}"
     );
     let url_ref = env
@@ -1506,7 +1541,14 @@ async fn pool_day_two(plane: std::sync::Arc<ControlPlane>) {
         services.get_opt("objects").await.unwrap()
     })
     .await;
-    let s3 = service.spec.unwrap().ports.unwrap().iter().position(|p| p.name.as_deref() == Some("s3")).unwrap();
+    let s3 = service
+        .spec
+        .unwrap()
+        .ports
+        .unwrap()
+        .iter()
+        .position(|p| p.name.as_deref() == Some("s3"))
+        .unwrap();
     plane.kubectl(&[
         "patch",
         "service",
@@ -1539,11 +1581,20 @@ async fn pool_day_two(plane: std::sync::Arc<ControlPlane>) {
 
     // Defect 7: empty references are refused by the CRD's schema.
     for (field, spec) in [
-        ("caSecretRef", json!({"postgres": {"host": "db.example", "secretRef": "db-app", "caSecretRef": ""}})),
-        ("secretRef", json!({"postgres": {"host": "db.example", "secretRef": ""}})),
+        (
+            "caSecretRef",
+            json!({"postgres": {"host": "db.example", "secretRef": "db-app", "caSecretRef": ""}}),
+        ),
+        (
+            "secretRef",
+            json!({"postgres": {"host": "db.example", "secretRef": ""}}),
+        ),
         ("host", json!({"postgres": {"host": "", "secretRef": "db-app"}})),
         ("clusterName", json!({"postgres": {"clusterName": ""}})),
-        ("name", json!({"postgres": {"clusterName": "db"}, "masterKeySecretRef": {"name": ""}})),
+        (
+            "name",
+            json!({"postgres": {"clusterName": "db"}, "masterKeySecretRef": {"name": ""}}),
+        ),
         (
             "ojsTokenSecretRef",
             json!({"postgres": {"clusterName": "db"}, "protocols": {"ojsTokenSecretRef": ""}}),
@@ -1568,7 +1619,11 @@ async fn autoscaling_handover(plane: std::sync::Arc<ControlPlane>) {
     primary_pool(&client, ns, "objects", &url).await;
     let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
     pools
-        .patch("objects", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 3}})))
+        .patch(
+            "objects",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
         .await
         .unwrap();
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
@@ -1580,8 +1635,11 @@ async fn autoscaling_handover(plane: std::sync::Arc<ControlPlane>) {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let recorder = {
         let seen = seen.clone();
-        let stream = watcher(deployments.clone(), watcher::Config::default().fields("metadata.name=objects"))
-            .applied_objects();
+        let stream = watcher(
+            deployments.clone(),
+            watcher::Config::default().fields("metadata.name=objects"),
+        )
+        .applied_objects();
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(Ok(deployment)) = stream.next().await {
@@ -1589,7 +1647,10 @@ async fn autoscaling_handover(plane: std::sync::Arc<ControlPlane>) {
             }
         })
     };
-    eventually(WAIT, "the watch started", || async { (!seen.lock().unwrap().is_empty()).then_some(()) }).await;
+    eventually(WAIT, "the watch started", || async {
+        (!seen.lock().unwrap().is_empty()).then_some(())
+    })
+    .await;
     pools
         .patch(
             "objects",
@@ -1605,7 +1666,10 @@ async fn autoscaling_handover(plane: std::sync::Arc<ControlPlane>) {
         let applies_replicas = deployment.metadata.managed_fields.iter().flatten().any(|entry| {
             entry.manager.as_deref() == Some("pgvs3-operator")
                 && entry.operation.as_deref() == Some("Apply")
-                && entry.fields_v1.as_ref().is_some_and(|f| f.0.pointer("/f:spec/f:replicas").is_some())
+                && entry
+                    .fields_v1
+                    .as_ref()
+                    .is_some_and(|f| f.0.pointer("/f:spec/f:replicas").is_some())
         });
         (!applies_replicas).then_some(())
     })
@@ -1613,8 +1677,14 @@ async fn autoscaling_handover(plane: std::sync::Arc<ControlPlane>) {
     quiet(&plane, ns).await;
     recorder.abort();
     let seen = seen.lock().unwrap().clone();
-    assert!(seen.iter().all(|replicas| *replicas == Some(3)), "replica counts seen: {seen:?}");
-    assert_eq!(deployments.get("objects").await.unwrap().spec.unwrap().replicas, Some(3));
+    assert!(
+        seen.iter().all(|replicas| *replicas == Some(3)),
+        "replica counts seen: {seen:?}"
+    );
+    assert_eq!(
+        deployments.get("objects").await.unwrap().spec.unwrap().replicas,
+        Some(3)
+    );
 }
 
 /// Issue 31, defect 7: a deleted ServiceMonitor is put back at once (it is watched), not at
@@ -1626,7 +1696,11 @@ async fn service_monitor_restored(plane: std::sync::Arc<ControlPlane>) {
     primary_pool(&client, ns, "objects", &url).await;
     let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
     pools
-        .patch("objects", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 0}})))
+        .patch(
+            "objects",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 0}})),
+        )
         .await
         .unwrap();
     eventually(WAIT, "the pool Ready", || async {
@@ -1639,7 +1713,10 @@ async fn service_monitor_restored(plane: std::sync::Arc<ControlPlane>) {
         ns,
         &pgvs3_operator::gateway_pool::build::service_monitor_resource(),
     );
-    let first = eventually(WAIT, "the ServiceMonitor", || async { monitors.get_opt("objects").await.unwrap() }).await;
+    let first = eventually(WAIT, "the ServiceMonitor", || async {
+        monitors.get_opt("objects").await.unwrap()
+    })
+    .await;
     quiet(&plane, ns).await;
     monitors.delete("objects", &DeleteParams::default()).await.unwrap();
     let again = eventually(Duration::from_secs(30), "the ServiceMonitor put back", || async {

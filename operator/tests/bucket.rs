@@ -480,12 +480,18 @@ async fn the_resp_keyspace_is_never_adopted_even_when_marked() {
     let ctx = Arc::new(Context::new(fake.client(), Metrics::default()).with_adoptable(&["team/resp".into()]));
     provision(&ctx, &fake).await;
     assert_eq!(condition(&fake, "Ready"), ("False".into(), "BucketNotAdoptable".into()));
-    assert!(fake.events().contains(&("Warning".to_string(), "BucketNotAdoptable".to_string())));
+    assert!(
+        fake.events()
+            .contains(&("Warning".to_string(), "BucketNotAdoptable".to_string()))
+    );
     delete(&ctx, &fake).await;
-    assert_eq!(bucket_row(&sql, "resp").await, Some(None), "still the root's RESP keyspace");
+    assert_eq!(
+        bucket_row(&sql, "resp").await,
+        Some(None),
+        "still the root's RESP keyspace"
+    );
     gateway.stop().await;
 }
-
 
 #[tokio::test]
 async fn a_bucket_of_another_key_or_a_cache_bucket_is_never_taken_over() {

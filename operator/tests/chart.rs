@@ -70,9 +70,18 @@ fn the_values_schema_refuses_bad_values() {
         ("metrics.port=70000", "/metrics/port"),
         ("watchNamespace=Not_A_Namespace", "/watchNamespace"),
         ("replicaCont=2", "replicaCont"),
-        ("podDisruptionBudget.maxUnavailable=abc", "/podDisruptionBudget/maxUnavailable"),
-        ("podDisruptionBudget.maxUnavailable=-1", "/podDisruptionBudget/maxUnavailable"),
-        ("podDisruptionBudget.maxUnavailable=150%", "/podDisruptionBudget/maxUnavailable"),
+        (
+            "podDisruptionBudget.maxUnavailable=abc",
+            "/podDisruptionBudget/maxUnavailable",
+        ),
+        (
+            "podDisruptionBudget.maxUnavailable=-1",
+            "/podDisruptionBudget/maxUnavailable",
+        ),
+        (
+            "podDisruptionBudget.maxUnavailable=150%",
+            "/podDisruptionBudget/maxUnavailable",
+        ),
         ("priorityClassName=a b", "/priorityClassName"),
         ("priorityClassName=High", "/priorityClassName"),
     ] {
@@ -104,7 +113,10 @@ fn without_leader_election_the_chart_runs_one_replica() {
     // reported as information by lint).
     for verb in [&["lint", "--strict"][..], &["template", "pgvs3-operator"][..]] {
         let (ok, text) = helm_run(verb, &["leaderElection.enabled=false"]);
-        assert!(!ok, "helm {verb:?}: two replicas without leader election passed:\n{text}");
+        assert!(
+            !ok,
+            "helm {verb:?}: two replicas without leader election passed:\n{text}"
+        );
         assert!(text.contains("/replicaCount"), "{text}");
     }
 

@@ -332,5 +332,12 @@ async fn retain(binding: &Binding, bucket: &Bucket, namespace: &str, why: &str) 
         bucket.uid().unwrap_or_default()
     );
     let key_id = build::access_key_id(bucket);
-    catalog::retain_bucket(binding, &bucket_name, &key_id, &build::custodian_key_id(bucket), &description).await
+    catalog::retain_bucket(
+        binding,
+        &bucket_name,
+        &key_id,
+        &build::custodian_key_id(bucket),
+        &description,
+    )
+    .await
 }

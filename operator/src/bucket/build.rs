@@ -305,7 +305,11 @@ mod tests {
         let long = format!("{}.x", "a".repeat(53));
         let value = label_value(&long);
         assert!(value.len() <= 63 && value.starts_with(&"a".repeat(53)), "{value}");
-        assert_ne!(value, label_value(&format!("{}.y", "a".repeat(53))), "distinct per name");
+        assert_ne!(
+            value,
+            label_value(&format!("{}.y", "a".repeat(53))),
+            "distinct per name"
+        );
         let dotted = format!("{}.{}", "b".repeat(53), "c".repeat(20));
         assert!(!label_value(&dotted).contains(".-"), "{}", label_value(&dotted));
     }
@@ -313,7 +317,11 @@ mod tests {
     #[test]
     fn custodian_keys_are_per_namespace_and_name_not_per_uid() {
         let custodian = custodian_key_id(&bucket("a"));
-        assert_eq!(custodian, custodian_key_id(&bucket("b")), "a re-created Bucket finds its bucket");
+        assert_eq!(
+            custodian,
+            custodian_key_id(&bucket("b")),
+            "a re-created Bucket finds its bucket"
+        );
         let mut elsewhere = bucket("a");
         elsewhere.metadata.namespace = Some("other".into());
         assert_ne!(custodian, custodian_key_id(&elsewhere));

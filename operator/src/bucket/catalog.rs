@@ -163,7 +163,10 @@ fn refusal(name: &str, owner: Option<&str>, claim: &Claim<'_>) -> Provisioned {
             "BucketNotAdoptable",
             format!("bucket {name} is the gateways' RESP keyspace: never a Bucket's"),
         ),
-        Some(owner) => ("BucketOwnedElsewhere", format!("bucket {name} already exists and belongs to access key {owner}")),
+        Some(owner) => (
+            "BucketOwnedElsewhere",
+            format!("bucket {name} already exists and belongs to access key {owner}"),
+        ),
         None if claim.marked_adoptable => (
             "BucketNotAdoptable",
             format!("bucket {name} already exists and is a cache bucket"),
@@ -183,7 +186,13 @@ fn refusal(name: &str, owner: Option<&str>, claim: &Claim<'_>) -> Provisioned {
 /// knows, so it grants nothing) and revokes the Bucket's key, in one transaction: the bucket
 /// stays retained for a Bucket of the same namespace and name, and for no one else. False when
 /// the Bucket's key did not own it.
-pub async fn retain_bucket(binding: &Binding, name: &str, key_id: &str, custodian: &str, description: &str) -> Result<bool> {
+pub async fn retain_bucket(
+    binding: &Binding,
+    name: &str,
+    key_id: &str,
+    custodian: &str,
+    description: &str,
+) -> Result<bool> {
     let mut client = database::connect(&binding.connection).await?;
     let transaction = client.transaction().await?;
     if bucket_owner(&transaction, name).await?.flatten().as_deref() != Some(key_id) {

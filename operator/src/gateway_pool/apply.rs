@@ -185,7 +185,12 @@ impl Rollout {
         let (desired, updated, available) = (self.desired, self.updated, self.available);
         match failing {
             _ if self.complete() => vec![
-                Verdict::new(READY, true, "Available", format!("{available} gateways available on {database}")),
+                Verdict::new(
+                    READY,
+                    true,
+                    "Available",
+                    format!("{available} gateways available on {database}"),
+                ),
                 Verdict::new(PROGRESSING, false, "RolledOut", ""),
                 Verdict::new(DEGRADED, false, "Available", ""),
             ],
@@ -196,7 +201,12 @@ impl Rollout {
                     "GatewaysFailing",
                     format!("{available} of {desired} gateways available; {failure}"),
                 ),
-                Verdict::new(PROGRESSING, true, "RollingOut", format!("{updated} of {desired} gateways updated")),
+                Verdict::new(
+                    PROGRESSING,
+                    true,
+                    "RollingOut",
+                    format!("{updated} of {desired} gateways updated"),
+                ),
                 Verdict::new(DEGRADED, true, "GatewaysFailing", failure),
             ],
             None => vec![
@@ -206,7 +216,12 @@ impl Rollout {
                     "Progressing",
                     format!("{available} of {desired} gateways available"),
                 ),
-                Verdict::new(PROGRESSING, true, "RollingOut", format!("{updated} of {desired} gateways updated")),
+                Verdict::new(
+                    PROGRESSING,
+                    true,
+                    "RollingOut",
+                    format!("{updated} of {desired} gateways updated"),
+                ),
                 Verdict::new(DEGRADED, false, "Progressing", ""),
             ],
         }
@@ -238,7 +253,10 @@ async fn failing_gateways(ctx: &Context, pool: &GatewayPool, namespace: &str) ->
         let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
         statuses.iter().find_map(|status| {
             let waiting = status.state.as_ref()?.waiting.as_ref()?;
-            let reason = waiting.reason.as_deref().filter(|reason| NOT_STARTING.contains(reason))?;
+            let reason = waiting
+                .reason
+                .as_deref()
+                .filter(|reason| NOT_STARTING.contains(reason))?;
             let mut text = format!("pod {}: {reason}", pod.name_any());
             if let Some(message) = waiting.message.as_deref().filter(|m| !m.is_empty()) {
                 text.push_str(&format!(" ({message})"));
@@ -248,7 +266,14 @@ async fn failing_gateways(ctx: &Context, pool: &GatewayPool, namespace: &str) ->
                 let words = last.message.as_deref().unwrap_or_default().trim();
                 text.push_str(&format!("; last exit {}", last.exit_code));
                 if !words.is_empty() {
-                    let tail: String = words.chars().rev().take(300).collect::<Vec<_>>().into_iter().rev().collect();
+                    let tail: String = words
+                        .chars()
+                        .rev()
+                        .take(300)
+                        .collect::<Vec<_>>()
+                        .into_iter()
+                        .rev()
+                        .collect();
                     text.push_str(&format!(": {tail}"));
                 }
             }
@@ -302,9 +327,17 @@ async fn apply_children(
 ) -> (Option<Deployment>, Vec<(&'static str, Error)>) {
     let client = &ctx.client;
     let mut refused = Vec::new();
-    let config_map = kube_ops::apply(&Api::<ConfigMap>::namespaced(client.clone(), namespace), &objects.config_map).await;
+    let config_map = kube_ops::apply(
+        &Api::<ConfigMap>::namespaced(client.clone(), namespace),
+        &objects.config_map,
+    )
+    .await;
     note(&mut refused, "ConfigMap", config_map.map(drop));
-    let secret = kube_ops::apply(&Api::<Secret>::namespaced(client.clone(), namespace), &objects.database_secret).await;
+    let secret = kube_ops::apply(
+        &Api::<Secret>::namespaced(client.clone(), namespace),
+        &objects.database_secret,
+    )
+    .await;
     note(&mut refused, "Secret", secret.map(drop));
     let read_first = refused.is_empty();
     let service = kube_ops::apply(&Api::<Service>::namespaced(client.clone(), namespace), &objects.service).await;
@@ -367,7 +400,11 @@ async fn apply_deployment(deployments: &Api<Deployment>, deployment: &Deployment
                 "spec": {"replicas": replicas},
             });
             deployments
-                .patch(&name, &PatchParams::apply(HANDOVER_MANAGER).force(), &Patch::Apply(&handover))
+                .patch(
+                    &name,
+                    &PatchParams::apply(HANDOVER_MANAGER).force(),
+                    &Patch::Apply(&handover),
+                )
                 .await?;
         }
     }

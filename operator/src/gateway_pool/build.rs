@@ -245,20 +245,30 @@ pub fn spec_refusal(pool: &GatewayPool) -> Option<String> {
         ("postgres.clusterName", postgres.cluster_name.as_deref()),
         ("postgres.secretRef", postgres.secret_ref.as_deref()),
         ("postgres.caSecretRef", postgres.ca_secret_ref.as_deref()),
-        ("masterKeySecretRef.name", spec.master_key_secret_ref.as_ref().map(|r| r.name.as_str())),
-        ("protocols.ojsTokenSecretRef", spec.protocols.ojs_token_secret_ref.as_deref()),
+        (
+            "masterKeySecretRef.name",
+            spec.master_key_secret_ref.as_ref().map(|r| r.name.as_str()),
+        ),
+        (
+            "protocols.ojsTokenSecretRef",
+            spec.protocols.ojs_token_secret_ref.as_deref(),
+        ),
         ("tls.secretRef", spec.tls.as_ref().map(|tls| tls.secret_ref.as_str())),
     ];
-    let bad_name = names
-        .into_iter()
-        .find_map(|(field, name)| name.filter(|name| !crate::database::valid_object_name(name)).map(|name| (field, name)));
+    let bad_name = names.into_iter().find_map(|(field, name)| {
+        name.filter(|name| !crate::database::valid_object_name(name))
+            .map(|name| (field, name))
+    });
     if let Some((field, name)) = bad_name {
         return Some(format!("{field} {name:?} is not a valid object name"));
     }
     let empty = [
         ("postgres.host", postgres.host.as_deref()),
         ("postgres.database", postgres.database.as_deref()),
-        ("masterKeySecretRef.key", spec.master_key_secret_ref.as_ref().map(|r| r.key.as_str())),
+        (
+            "masterKeySecretRef.key",
+            spec.master_key_secret_ref.as_ref().map(|r| r.key.as_str()),
+        ),
     ];
     empty
         .into_iter()
@@ -698,7 +708,12 @@ mod tests {
     }
 
     fn url_of(objects: &Objects) -> String {
-        String::from_utf8(objects.database_secret.data.as_ref().unwrap()[DATABASE_URL_KEY].0.clone()).unwrap()
+        String::from_utf8(
+            objects.database_secret.data.as_ref().unwrap()[DATABASE_URL_KEY]
+                .0
+                .clone(),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -800,10 +815,25 @@ mod tests {
         assert!(url.starts_with("host=db-rw port=5432 dbname=app "), "{url}");
         let from = env_value(&objects.deployment, "PGVS3_DATABASE_URL").unwrap();
         let from = from.value_from.unwrap().secret_key_ref.unwrap();
-        assert_eq!((from.name.as_str(), from.key.as_str()), ("p-pgvs3-database", DATABASE_URL_KEY));
-        assert_eq!(objects.database_secret.metadata.name.as_deref(), Some("p-pgvs3-database"));
+        assert_eq!(
+            (from.name.as_str(), from.key.as_str()),
+            ("p-pgvs3-database", DATABASE_URL_KEY)
+        );
+        assert_eq!(
+            objects.database_secret.metadata.name.as_deref(),
+            Some("p-pgvs3-database")
+        );
         assert!(
-            objects.deployment.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0]
+            objects
+                .deployment
+                .spec
+                .as_ref()
+                .unwrap()
+                .template
+                .spec
+                .as_ref()
+                .unwrap()
+                .containers[0]
                 .env
                 .iter()
                 .flatten()
@@ -995,9 +1025,7 @@ mod tests {
 
     #[test]
     fn cloudnativepg_is_verified_in_full_against_its_ca_and_a_host_as_asked() {
-        let url = |pool: &GatewayPool| {
-            url_of(&build(pool, &Inputs::default()))
-        };
+        let url = |pool: &GatewayPool| url_of(&build(pool, &Inputs::default()));
         let cluster = primary();
         assert!(
             url(&cluster).ends_with(&format!(" sslmode=verify-full sslrootcert={POSTGRES_CA_DIR}/ca.crt")),
