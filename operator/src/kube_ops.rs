@@ -33,7 +33,12 @@ where
     match api.patch(&name, &params, &Patch::Apply(object)).await {
         Err(kube::Error::Api(status)) if status.code == 422 => {
             tracing::info!(object = %name, refusal = %status.message, "apply refused: writing over the drift");
-            api.patch(&name, &manager(), &Patch::Merge(object)).await?;
+            // Writing over fails too when there was no drift to write over (the object does
+            // not exist yet: 404; the desired object itself is invalid: 422 again): the
+            // apply's refusal is what to report.
+            if api.patch(&name, &manager(), &Patch::Merge(object)).await.is_err() {
+                return Err(kube::Error::Api(status).into());
+            }
             Ok(api.patch(&name, &params, &Patch::Apply(object)).await?)
         }
         applied => Ok(applied?),
