@@ -5,8 +5,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
 
+use crate::events::Recorder;
 use crate::metrics::Metrics;
 
 pub struct Context {
@@ -21,6 +21,9 @@ pub struct Context {
     /// Pools known to have no HorizontalPodAutoscaler (deleted, or found absent), so a pool
     /// without `autoscaling` is not sent a DELETE on every reconcile.
     without_autoscaler: Mutex<HashSet<String>>,
+    /// `(namespace, bucket)`: root-owned buckets an admin marked adoptable by that namespace's
+    /// Buckets (`--adoptable-bucket`).
+    adoptable: HashSet<(String, String)>,
 }
 
 /// How long the answer of API discovery for ServiceMonitors is trusted: installing the
@@ -34,18 +37,30 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 impl Context {
     pub fn new(client: Client, metrics: Metrics) -> Context {
-        let reporter = Reporter {
-            controller: "pgvs3-operator".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
         Context {
-            recorder: Recorder::new(client.clone(), reporter),
+            recorder: Recorder::new(client.clone(), "pgvs3-operator", std::env::var("POD_NAME").ok()),
             client,
             metrics,
             failures: Mutex::new(HashMap::new()),
             service_monitors: tokio::sync::Mutex::new(None),
             without_autoscaler: Mutex::new(HashSet::new()),
+            adoptable: HashSet::new(),
         }
+    }
+
+    /// With the buckets an admin marked adoptable, as `namespace/bucket`.
+    pub fn with_adoptable(mut self, marks: &[String]) -> Context {
+        self.adoptable = marks
+            .iter()
+            .filter_map(|mark| mark.split_once('/'))
+            .map(|(namespace, bucket)| (namespace.to_string(), bucket.to_string()))
+            .collect();
+        self
+    }
+
+    /// Whether an admin marked the root-owned `bucket` adoptable by Buckets of `namespace`.
+    pub fn adoptable(&self, namespace: &str, bucket: &str) -> bool {
+        self.adoptable.contains(&(namespace.to_string(), bucket.to_string()))
     }
 
     /// Whether the API server serves ServiceMonitors, by discovery (readable by every

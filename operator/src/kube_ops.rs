@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -19,13 +19,39 @@ use crate::crd::{Verdict, merge_conditions, transition};
 pub const FIELD_MANAGER: &str = "pgvs3-operator";
 
 /// Server-side apply, forcing ownership of the fields we set: the operator is the authority
-/// for its children.
+/// for its children. Drift the apply alone cannot revert is written over: when another
+/// manager's edit makes the merged object invalid (a Service port changed by hand keeps that
+/// manager's list entry while the apply adds the operator's back, two ports named `s3`: 422),
+/// the desired object replaces what is there with a JSON merge patch (lists replaced whole),
+/// and the apply runs again to own its fields.
 pub async fn apply<K>(api: &Api<K>, object: &K) -> Result<K>
 where
     K: Resource + Clone + DeserializeOwned + Serialize + Debug,
 {
+    let name = object.name_any();
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    Ok(api.patch(&object.name_any(), &params, &Patch::Apply(object)).await?)
+    match api.patch(&name, &params, &Patch::Apply(object)).await {
+        Err(kube::Error::Api(status)) if status.code == 422 => {
+            tracing::info!(object = %name, refusal = %status.message, "apply refused: writing over the drift");
+            // Writing over fails too when there was no drift to write over (the object does
+            // not exist yet: 404; the desired object itself is invalid: 422 again): the
+            // apply's refusal is what to report.
+            if api.patch(&name, &manager(), &Patch::Merge(object)).await.is_err() {
+                return Err(kube::Error::Api(status).into());
+            }
+            Ok(api.patch(&name, &params, &Patch::Apply(object)).await?)
+        }
+        applied => Ok(applied?),
+    }
+}
+
+/// Patch parameters of the operator's non-apply writes: its field manager named, so that
+/// managedFields and the audit log tell its writes from a user's.
+pub fn manager() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    }
 }
 
 /// Writes `status` through the status subresource with server-side apply.
@@ -73,14 +99,12 @@ pub async fn publish<K>(ctx: &Context, object: &K, action: &str, type_: EventTyp
 where
     K: Resource<DynamicType = ()>,
 {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note.chars().take(1000).collect()),
-        action: action.into(),
-        secondary: None,
-    };
-    if let Err(err) = ctx.recorder.publish(&event, &object.object_ref(&())).await {
+    let note = note.chars().take(1000).collect();
+    if let Err(err) = ctx
+        .recorder
+        .publish(&object.object_ref(&()), type_, action, reason, note)
+        .await
+    {
         tracing::warn!(error = %err, "publishing event");
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PostParams};
 use tokio::time::Instant;
 
 use crate::kube_ops::FIELD_MANAGER;
@@ -104,7 +104,7 @@ impl Elector {
             "metadata": {"resourceVersion": version},
             "spec": {"holderIdentity": null, "renewTime": MicroTime(Timestamp::now())},
         });
-        let params = PatchParams::default();
+        let params = crate::kube_ops::manager();
         let patch = Patch::Merge(&patch);
         let released = self.api.patch(&self.name, &params, &patch);
         if let Err(err) = tokio::time::timeout(self.period(), released)
@@ -170,10 +170,7 @@ impl Elector {
                 "leaseTransitions": spec.lease_transitions.unwrap_or(0) + i32::from(!ours),
             },
         });
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..PatchParams::default()
-        };
+        let params = crate::kube_ops::manager();
         match self.api.patch(&self.name, &params, &Patch::Merge(&patch)).await {
             Ok(renewed) => {
                 self.observe(&renewed);

@@ -8,6 +8,7 @@ pub mod bucket;
 pub mod context;
 pub mod crd;
 pub mod database;
+pub mod events;
 pub mod finalizer;
 pub mod gateway_pool;
 pub mod kube_ops;

@@ -15,7 +15,7 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::Api;
+use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -49,6 +49,18 @@ pub struct RunArgs {
     /// waits before it takes over. The leader renews a third of that before it expires.
     #[arg(long, env = "PGVS3_OPERATOR_LEASE_DURATION", default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..))]
     pub lease_duration: u64,
+    /// A root-owned bucket an admin lets one namespace's Buckets adopt, as `namespace/bucket`
+    /// (repeat, or separate with commas). Without it no Bucket takes over a bucket it did not
+    /// create, save one retained by a Bucket of the same namespace and name.
+    #[arg(long = "adoptable-bucket", env = "PGVS3_OPERATOR_ADOPTABLE_BUCKETS", value_delimiter = ',', value_parser = parse_adoptable)]
+    pub adoptable_buckets: Vec<String>,
+}
+
+fn parse_adoptable(mark: &str) -> Result<String, String> {
+    match mark.split_once('/') {
+        Some((namespace, bucket)) if !namespace.is_empty() && !bucket.is_empty() => Ok(mark.to_string()),
+        _ => Err(format!("{mark:?}: expected namespace/bucket")),
+    }
 }
 
 /// The operator's User-Agent towards the API server.
@@ -128,7 +140,7 @@ async fn lead(
     role: &watch::Sender<Role>,
 ) -> anyhow::Result<()> {
     let mut shutdown = std::pin::pin!(shutdown);
-    let ctx = Arc::new(Context::new(client.clone(), metrics));
+    let ctx = Arc::new(Context::new(client.clone(), metrics).with_adoptable(&args.adoptable_buckets));
     if args.no_leader_election {
         tracing::info!("leader election off: starting controllers");
         role.send_replace(Role::Leading);
@@ -180,6 +192,20 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
     // that use it.
     let pool_store = Controller::new(pools, watcher::Config::default());
     let pools_reader = pool_store.store();
+    // A deleted or edited ServiceMonitor is put back at once, as the other children are; the
+    // API is watched only when served at start (one installed later is applied at the next
+    // reconcile, watched after a restart of the operator).
+    let pool_store = match ctx.serves_service_monitors().await {
+        Ok(true) => {
+            let resource = gateway_pool::build::service_monitor_resource();
+            let monitors: Api<DynamicObject> = match &namespace {
+                Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
+                None => Api::all_with(client.clone(), &resource),
+            };
+            pool_store.owns_with(monitors, resource, watcher::Config::default())
+        }
+        _ => pool_store,
+    };
     let pool_controller = pool_store
         .with_config(config.clone())
         .owns(api::<Deployment>(&client, &namespace), watcher::Config::default())
@@ -193,6 +219,8 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
             api::<HorizontalPodAutoscaler>(&client, &namespace),
             watcher::Config::default(),
         )
+        // The Secret holding the gateways' connection string.
+        .owns(api::<Secret>(&client, &namespace), own_secrets())
         .watches(
             api::<Secret>(&client, &namespace),
             reloaded_secrets(),

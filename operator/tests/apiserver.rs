@@ -24,6 +24,8 @@ use pgvs3_operator::crd::{Bucket, GatewayPool};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
+/// A Bucket name longer than a label value may be (63).
+const LABEL_OVERFLOW: &str = "a-bucket-whose-name-is-longer-than-any-label-value-may-be-seventy";
 
 #[test]
 #[ignore = "the real-apiserver tier: needs PGVS3_KUBE_ASSETS (.ci/apiserver-tier.sh)"]
@@ -43,7 +45,16 @@ async fn tier() {
         "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
     )
     .await;
-    let operator = Operator::start(&plane, "tier-operator", None, ("pgvs3-operator", 15));
+    // Pools get ServiceMonitors (and the operator watches them) when the API is served.
+    plane.install_service_monitor_crd();
+    // An admin lets tenant-b's Buckets adopt the root-owned bucket `marked` (and tries `resp`).
+    let operator = Operator::start_with(
+        &plane,
+        "tier-operator",
+        None,
+        ("pgvs3-operator", 15),
+        &[("PGVS3_OPERATOR_ADOPTABLE_BUCKETS", "tenant-b/marked,tenant-b/resp")],
+    );
     let plane = std::sync::Arc::new(plane);
     let scenarios: Vec<(&str, tokio::task::JoinHandle<()>)> = vec![
         ("pool_and_buckets", tokio::spawn(pool_and_buckets(plane.clone()))),
@@ -54,6 +65,16 @@ async fn tier() {
         ("children_refused", tokio::spawn(children_refused(plane.clone()))),
         ("pool_lifecycle", tokio::spawn(pool_lifecycle(plane.clone()))),
         ("invalid_bucket_name", tokio::spawn(invalid_bucket_name(plane.clone()))),
+        ("tenancy", tokio::spawn(tenancy(plane.clone()))),
+        ("pool_day_two", tokio::spawn(pool_day_two(plane.clone()))),
+        (
+            "autoscaling_handover",
+            tokio::spawn(autoscaling_handover(plane.clone())),
+        ),
+        (
+            "service_monitor_restored",
+            tokio::spawn(service_monitor_restored(plane.clone())),
+        ),
         (
             "requests_in_the_audit_log",
             tokio::spawn(requests_in_the_audit_log(plane.clone())),
@@ -383,10 +404,10 @@ async fn requests_in_the_audit_log(plane: std::sync::Arc<ControlPlane>) {
         agents.iter().all(|agent| agent.starts_with("pgvs3-operator/")),
         "User-Agents of the operator's requests: {agents:?}"
     );
-    // Every write of its own names the field manager (kube's event recorder aside).
+    // Every write of its own names the field manager, Events' included.
     let unnamed: Vec<&str> = requests
         .iter()
-        .filter(|e| e["verb"] == "patch" && e["objectRef"]["resource"] != "events")
+        .filter(|e| e["verb"] == "patch" || (e["verb"] == "create" && e["objectRef"]["resource"] == "events"))
         .map(|e| e["requestURI"].as_str().unwrap_or_default())
         .filter(|uri| !uri.contains("fieldManager=pgvs3-operator"))
         .collect();
@@ -501,6 +522,11 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
             "a-bucket-name-long-enough-to-overflow-the-sixty-three-limit",
             json!({"gatewayPoolRef": "objects"}),
         ),
+        (
+            // 65 characters: no label value either (defect 7).
+            LABEL_OVERFLOW,
+            json!({"gatewayPoolRef": "objects"}),
+        ),
     ] {
         apply(
             &buckets,
@@ -610,6 +636,13 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
         .unwrap();
     put(&gateway, &long_secret, "k").await.unwrap();
 
+    // Issue 31, defect 7: a name longer than a label value still gets its Secret and status.
+    bucket_ready(&buckets, LABEL_OVERFLOW).await;
+    let overflow = secrets.get(&format!("{LABEL_OVERFLOW}-credentials")).await.unwrap();
+    let label = &overflow.labels()["pgvs3.io/bucket"];
+    assert!(label.len() <= 63 && label.starts_with("a-bucket-whose-name"), "{label}");
+    put(&gateway, &overflow, "k").await.unwrap();
+
     // Defect 5 for a Bucket's Secret: orphaned with its Bucket, re-adopted by the new one.
     let long_name = "a-bucket-name-long-enough-to-overflow-the-sixty-three-limit";
     let long_secret_name = format!("{long_name}-credentials");
@@ -635,7 +668,7 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
     put(&gateway, &readopted, "after-readoption").await.unwrap();
 
     // Deletion policies: Delete drops the bucket and revokes the key; Retain keeps the bucket
-    // (now the root key's) and revokes the key.
+    // (held by the custodian key of the Bucket's namespace and name) and revokes the key.
     buckets.delete("photos", &DeleteParams::default()).await.unwrap();
     buckets.delete("archive", &DeleteParams::default()).await.unwrap();
     eventually(WAIT, "both Buckets gone", || async {
@@ -648,10 +681,10 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
     })
     .await;
     assert_eq!(bucket_owner(&catalog, "team-photos").await, None, "Delete dropped it");
-    assert_eq!(
-        bucket_owner(&catalog, "team-archive").await,
-        Some(None),
-        "Retain kept it, unowned"
+    let custodian = bucket_owner(&catalog, "team-archive").await.flatten();
+    assert!(
+        custodian.as_deref().is_some_and(|key| key.starts_with("PGVS3R")),
+        "Retain kept it, held for team/archive: {custodian:?}"
     );
     let keys: i64 = catalog
         .query_one(
@@ -898,7 +931,7 @@ async fn pool_lifecycle(plane: std::sync::Arc<ControlPlane>) {
     )
     .await;
     let message = ready("True Available").await;
-    assert_eq!(message, "0 gateways ready on db-rw");
+    assert_eq!(message, "0 gateways available on db-rw");
 
     // Update: a new image and more replicas roll the Deployment's spec.
     apply(
@@ -914,7 +947,7 @@ async fn pool_lifecycle(plane: std::sync::Arc<ControlPlane>) {
         (spec.replicas == Some(3) && image == "registry.example/pgvs3:v2").then_some(deployment)
     })
     .await;
-    assert_eq!(ready("False Progressing").await, "0 of 3 gateways ready");
+    assert_eq!(ready("False Progressing").await, "0 of 3 gateways available");
     // Scale: replicas only, the pods' template (its checksum) unchanged.
     apply(
         &pools,
@@ -1172,4 +1205,523 @@ async fn database_errors(plane: std::sync::Arc<ControlPlane>) {
         nodb.contains("database \"no_such_db\" does not exist") && nodb.contains("3D000"),
         "the database's message: {nodb}"
     );
+}
+
+/// A Bucket's `(type, reason)` Events, from the API server.
+async fn events_of(client: &Client, ns: &str, name: &str) -> Vec<(String, String, String)> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+    events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| {
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Issue 31, defect 1: Buckets of one namespace may not take over the RESP keyspace, a bucket
+/// the root key owns (unless an admin marked it adoptable for that namespace), or a bucket
+/// another namespace's Bucket retained; each refusal is a condition and a Warning Event, and
+/// deleting the refused Bucket under `Delete` drops nothing. A Bucket of the same namespace and
+/// name adopts what its predecessor retained.
+async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
+    let url = common::fresh_database().await;
+    let catalog = sql(&url).await;
+    // Two namespaces' pools on one database (one master key, as docs/operator.md asks).
+    let a = "tenant-a";
+    let client = namespace(&plane, a).await;
+    primary_pool(&client, a, "objects", &url).await;
+    let secrets_a: Api<Secret> = Api::namespaced(client.clone(), a);
+    let master = eventually(WAIT, "tenant-a's master key", || async {
+        secrets_a.get_opt("objects-pgvs3-master-key").await.unwrap()
+    })
+    .await;
+    let master_key = secret_text(&master, "masterKey");
+    let b = "tenant-b";
+    namespace(&plane, b).await;
+    let secrets_b: Api<Secret> = Api::namespaced(client.clone(), b);
+    apply(
+        &secrets_b,
+        "objects-pgvs3-master-key",
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "objects-pgvs3-master-key"},
+               "stringData": {"masterKey": master_key}}),
+    )
+    .await;
+    primary_pool(&client, b, "objects", &url).await;
+    // The RESP keyspace `resp` as a gateway serving RESP creates it (owned by the root key;
+    // this tier's gateway process serves S3 only), and two buckets an admin made with the
+    // root key.
+    let gateway = Gateway::start(&plane.run_dir, "tenancy", &url, &master_key).await;
+    for name in ["resp", "root-made", "marked"] {
+        catalog
+            .execute("SELECT pgvs3.ensure_bucket($1)", &[&name])
+            .await
+            .unwrap();
+    }
+
+    // tenant-a's Bucket, retained when deleted.
+    let buckets_a: Api<Bucket> = Api::namespaced(client.clone(), a);
+    let bucket = |name: &str, spec: serde_json::Value| json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": name}, "spec": spec});
+    apply(&buckets_a, "data", bucket("data", json!({"gatewayPoolRef": "objects"}))).await;
+    bucket_ready(&buckets_a, "data").await;
+    let first = secrets_a.get("data-credentials").await.unwrap();
+    put(&gateway, &first, "kept.txt").await.unwrap();
+    buckets_a.delete("data", &DeleteParams::default()).await.unwrap();
+    eventually(WAIT, "tenant-a's Bucket gone", || async {
+        buckets_a.get_opt("data").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let custodian = bucket_owner(&catalog, "tenant-a-data").await.flatten().unwrap();
+    assert!(custodian.starts_with("PGVS3R"), "{custodian}");
+
+    // tenant-b reaches for all of them, under deletionPolicy Delete.
+    let buckets_b: Api<Bucket> = Api::namespaced(client.clone(), b);
+    let grabs = [
+        ("grab-resp", "resp", "BucketNotAdoptable"),
+        ("grab-root", "root-made", "BucketNotAdoptable"),
+        ("grab-a", "tenant-a-data", "BucketOwnedElsewhere"),
+    ];
+    for (name, target, _) in grabs {
+        apply(
+            &buckets_b,
+            name,
+            bucket(
+                name,
+                json!({"gatewayPoolRef": "objects", "bucketName": target, "deletionPolicy": "Delete"}),
+            ),
+        )
+        .await;
+    }
+    for (name, target, expected) in grabs {
+        let message = eventually(WAIT, &format!("{name} refused"), || async {
+            let (status, reason, message) = condition(&buckets_b.get(name).await.ok()?, "Ready")?;
+            (status == "False" && reason == expected).then_some(message)
+        })
+        .await;
+        assert!(message.contains(target), "{message}");
+        let events = eventually(WAIT, &format!("{name}'s Warning Event"), || async {
+            let events = events_of(&client, b, name).await;
+            events
+                .iter()
+                .any(|(type_, reason, _)| type_ == "Warning" && reason == expected)
+                .then_some(events)
+        })
+        .await;
+        assert!(!events.iter().any(|(_, reason, _)| reason == "Adopted"), "{events:?}");
+    }
+    assert_eq!(
+        bucket_owner(&catalog, "resp").await,
+        Some(None),
+        "the RESP keyspace stays the root's"
+    );
+    assert_eq!(bucket_owner(&catalog, "root-made").await, Some(None));
+    assert_eq!(
+        bucket_owner(&catalog, "tenant-a-data").await,
+        Some(Some(custodian.clone()))
+    );
+    // Deleting the refused Buckets drops nothing.
+    for (name, _, _) in grabs {
+        buckets_b.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    eventually(WAIT, "tenant-b's Buckets gone", || async {
+        buckets_b
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    for target in ["resp", "root-made", "tenant-a-data"] {
+        assert!(bucket_owner(&catalog, target).await.is_some(), "{target} still exists");
+    }
+
+    // The admin's mark: tenant-b may adopt `marked` (but never `resp`, though marked too).
+    apply(
+        &buckets_b,
+        "legacy",
+        bucket("legacy", json!({"gatewayPoolRef": "objects", "bucketName": "marked"})),
+    )
+    .await;
+    bucket_ready(&buckets_b, "legacy").await;
+    let legacy = secrets_b.get("legacy-credentials").await.unwrap();
+    assert_eq!(
+        bucket_owner(&catalog, "marked").await,
+        Some(Some(secret_text(&legacy, "AWS_ACCESS_KEY_ID")))
+    );
+    apply(
+        &buckets_b,
+        "marked-resp",
+        bucket(
+            "marked-resp",
+            json!({"gatewayPoolRef": "objects", "bucketName": "resp"}),
+        ),
+    )
+    .await;
+    eventually(WAIT, "marked-resp refused", || async {
+        let (status, reason, _) = condition(&buckets_b.get("marked-resp").await.ok()?, "Ready")?;
+        (status == "False" && reason == "BucketNotAdoptable").then_some(())
+    })
+    .await;
+
+    // tenant-a's Bucket of the same name, created again, adopts what its predecessor retained.
+    apply(&buckets_a, "data", bucket("data", json!({"gatewayPoolRef": "objects"}))).await;
+    bucket_ready(&buckets_a, "data").await;
+    let again = secrets_a.get("data-credentials").await.unwrap();
+    let key = secret_text(&again, "AWS_ACCESS_KEY_ID");
+    assert_ne!(key, secret_text(&first, "AWS_ACCESS_KEY_ID"));
+    assert_eq!(bucket_owner(&catalog, "tenant-a-data").await, Some(Some(key)));
+    let events = events_of(&client, a, "data").await;
+    assert!(events.iter().any(|(_, reason, _)| reason == "Adopted"), "{events:?}");
+    let custodians: i64 = catalog
+        .query_one(
+            "SELECT count(*) FROM pgvs3.access_keys WHERE access_key = $1",
+            &[&custodian],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(custodians, 0, "the custodian key is gone with its bucket");
+    let reader = gateway.client(
+        &secret_text(&again, "AWS_ACCESS_KEY_ID"),
+        &secret_text(&again, "AWS_SECRET_ACCESS_KEY"),
+    );
+    let kept = eventually(WAIT, "the retained object read with the new key", || async {
+        let object = reader
+            .get_object()
+            .bucket("tenant-a-data")
+            .key("kept.txt")
+            .send()
+            .await
+            .ok()?;
+        Some(object.body.collect().await.unwrap().into_bytes())
+    })
+    .await;
+    assert_eq!(kept.as_ref(), b"hello");
+}
+
+/// Issue 31, defects 2, 3, 4 and 7 on a pool: the CA Secret mounted without its private key;
+/// a password no connection string can hold verbatim, passed so the gateway reads it as is;
+/// gateways that cannot start named in the pool's status; a Service port edited by hand put
+/// back without wedging the rest; children with `blockOwnerDeletion`; empty references refused.
+async fn pool_day_two(plane: std::sync::Arc<ControlPlane>) {
+    let ns = "daytwo";
+    let client = namespace(&plane, ns).await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let password = r"it's a \ pass'word";
+    apply(
+        &secrets,
+        "db-app",
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-app"},
+               "stringData": {"username": "app user", "password": password}}),
+    )
+    .await;
+    // CloudNativePG's CA Secret holds the CA's private key too.
+    apply(
+        &secrets,
+        "db-ca",
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-ca"},
+               "stringData": {"ca.crt": "-----BEGIN CERTIFICATE-----\n", "ca.key": "-----BEGIN EC PRIVATE KEY-----\n"}}),
+    )
+    .await;
+    apply(
+        &Api::<Service>::namespaced(client.clone(), ns),
+        "db-rw",
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "db-rw"},
+               "spec": {"ports": [{"port": 5432}]}}),
+    )
+    .await;
+    let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
+    let pool = |replicas: i32| {
+        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool", "metadata": {"name": "objects"},
+               "spec": {"postgres": {"clusterName": "db"}, "replicas": replicas}})
+    };
+    let created = apply(&pools, "objects", pool(2)).await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let deployment = eventually(WAIT, "the pool's Deployment", || async {
+        deployments.get_opt("objects").await.unwrap()
+    })
+    .await;
+
+    // Defect 7: owner references block the owner's foreground deletion.
+    let owner = &deployment.owner_references()[0];
+    assert_eq!(owner.uid, created.uid().unwrap());
+    assert_eq!(owner.block_owner_deletion, Some(true), "{owner:?}");
+
+    // Defect 2: only ca.crt of the CA Secret is mounted.
+    let pod = deployment.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    let ca = pod.volumes.iter().flatten().find(|v| v.name == "postgres-ca").unwrap();
+    let items: Vec<&str> = ca
+        .secret
+        .as_ref()
+        .unwrap()
+        .items
+        .iter()
+        .flatten()
+        .map(|i| i.key.as_str())
+        .collect();
+    assert_eq!(items, ["ca.crt"]);
+
+    // Defect 3: the connection string comes whole from a Secret, its values quoted as libpq
+    // reads them; no `$(VAR)` pasting of a password into it.
+    let container = &pod.containers[0];
+    let env = container.env.as_ref().unwrap();
+    assert!(
+        env.iter()
+            .all(|e| !e.value.as_deref().unwrap_or_default().contains("$(")),
+        "{env:?}"
+    );
+    let url_ref = env
+        .iter()
+        .find(|e| e.name == "PGVS3_DATABASE_URL")
+        .and_then(|e| e.value_from.as_ref()?.secret_key_ref.clone())
+        .expect("PGVS3_DATABASE_URL from a Secret");
+    let url_secret = secrets.get(&url_ref.name).await.unwrap();
+    assert_eq!(url_secret.owner_references()[0].uid, created.uid().unwrap());
+    let url = secret_text(&url_secret, &url_ref.key);
+    // The TLS settings name the CA file only a gateway pod has; the rest as libpq reads it.
+    let tls = " sslmode=verify-full sslrootcert=/etc/pgvs3/postgres-ca/ca.crt";
+    let config: tokio_postgres::Config = url
+        .strip_suffix(tls)
+        .unwrap_or_else(|| panic!("{url}"))
+        .parse()
+        .unwrap_or_else(|err| panic!("{url}: {err}"));
+    assert_eq!(config.get_password(), Some(password.as_bytes()), "{url}");
+    assert_eq!(config.get_user(), Some("app user"));
+
+    // Defect 3: a gateway that cannot start makes the pool say so (the kubelet's report,
+    // written here as the kubelet would: no kubelet runs in this tier).
+    let pods = eventually(WAIT, "the pool's pods", || async {
+        let pods = plane.kubectl(&["get", "pods", "-n", ns, "-o", "name"]);
+        let names: Vec<String> = pods.lines().map(|l| l.trim_start_matches("pod/").to_string()).collect();
+        (!names.is_empty()).then_some(names)
+    })
+    .await;
+    let crash = json!({"status": {"containerStatuses": [{
+        "name": "gateway", "image": "ghcr.io/pgvs3/pgvs3", "imageID": "", "ready": false, "restartCount": 4,
+        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 1m20s restarting failed container"}},
+        "lastState": {"terminated": {"exitCode": 1, "reason": "Error",
+                                     "message": "Error: invalid --database-url: invalid connection string",
+                                     "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:01Z"}}
+    }]}});
+    plane.kubectl(&[
+        "patch",
+        "pod",
+        &pods[0],
+        "-n",
+        ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &crash.to_string(),
+    ]);
+    let message = eventually(WAIT, "the pool says its gateways cannot start", || async {
+        let (status, reason, message) = pool_ready(&pools.get("objects").await.ok()?)?;
+        (status == "False" && reason == "GatewaysFailing").then_some(message)
+    })
+    .await;
+    assert!(
+        message.contains("CrashLoopBackOff") && message.contains("invalid --database-url"),
+        "{message}"
+    );
+
+    // Defect 4: the s3 port edited by hand. The operator puts it back, and the next change
+    // (a scale) still reaches the Deployment.
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    let service = eventually(WAIT, "the pool's Service", || async {
+        services.get_opt("objects").await.unwrap()
+    })
+    .await;
+    let s3 = service
+        .spec
+        .unwrap()
+        .ports
+        .unwrap()
+        .iter()
+        .position(|p| p.name.as_deref() == Some("s3"))
+        .unwrap();
+    plane.kubectl(&[
+        "patch",
+        "service",
+        "objects",
+        "-n",
+        ns,
+        "--type=json",
+        "-p",
+        &json!([{"op": "replace", "path": format!("/spec/ports/{s3}/port"), "value": 9100}]).to_string(),
+    ]);
+    apply(&pools, "objects", pool(3)).await;
+    eventually(WAIT, "the scale reaches the Deployment", || async {
+        let deployment = deployments.get("objects").await.ok()?;
+        (deployment.spec?.replicas == Some(3)).then_some(())
+    })
+    .await;
+    eventually(WAIT, "the Service's port put back", || async {
+        let service = services.get("objects").await.ok()?;
+        let ports: Vec<(String, i32)> = service
+            .spec?
+            .ports?
+            .into_iter()
+            .map(|p| (p.name.unwrap_or_default(), p.port))
+            .collect();
+        (ports.contains(&("s3".to_string(), 9000)) && !ports.iter().any(|(_, port)| *port == 9100)).then_some(())
+    })
+    .await;
+    let (_, reason, message) = pool_ready(&pools.get("objects").await.unwrap()).unwrap();
+    assert_ne!(reason, "ApplyFailed", "{message}");
+
+    // Defect 7: empty references are refused by the CRD's schema.
+    for (field, spec) in [
+        (
+            "caSecretRef",
+            json!({"postgres": {"host": "db.example", "secretRef": "db-app", "caSecretRef": ""}}),
+        ),
+        (
+            "secretRef",
+            json!({"postgres": {"host": "db.example", "secretRef": ""}}),
+        ),
+        ("host", json!({"postgres": {"host": "", "secretRef": "db-app"}})),
+        ("clusterName", json!({"postgres": {"clusterName": ""}})),
+        (
+            "name",
+            json!({"postgres": {"clusterName": "db"}, "masterKeySecretRef": {"name": ""}}),
+        ),
+        (
+            "ojsTokenSecretRef",
+            json!({"postgres": {"clusterName": "db"}, "protocols": {"ojsTokenSecretRef": ""}}),
+        ),
+    ] {
+        let manifest = json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool",
+                              "metadata": {"name": "empty", "namespace": ns}, "spec": spec});
+        let (ok, text) = plane.kubectl_status(&["apply", "-f", "-"], &manifest.to_string());
+        assert!(!ok, "an empty {field} was admitted: {text}");
+        assert!(text.contains(field) && text.contains("should be at least 1"), "{text}");
+    }
+}
+
+/// Issue 31, defect 5: switching a 3-gateway pool to autoscaling keeps 3 gateways: the
+/// operator's apply stops setting `replicas` without the API server resetting it to 1.
+async fn autoscaling_handover(plane: std::sync::Arc<ControlPlane>) {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let ns = "handover";
+    let client = namespace(&plane, ns).await;
+    let url = common::fresh_database().await;
+    primary_pool(&client, ns, "objects", &url).await;
+    let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
+    pools
+        .patch(
+            "objects",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    eventually(WAIT, "3 replicas", || async {
+        (deployments.get("objects").await.ok()?.spec?.replicas == Some(3)).then_some(())
+    })
+    .await;
+    // Every replica count the Deployment has from now on.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recorder = {
+        let seen = seen.clone();
+        let stream = watcher(
+            deployments.clone(),
+            watcher::Config::default().fields("metadata.name=objects"),
+        )
+        .applied_objects();
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(Ok(deployment)) = stream.next().await {
+                seen.lock().unwrap().push(deployment.spec.and_then(|s| s.replicas));
+            }
+        })
+    };
+    eventually(WAIT, "the watch started", || async {
+        (!seen.lock().unwrap().is_empty()).then_some(())
+    })
+    .await;
+    pools
+        .patch(
+            "objects",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": null, "autoscaling": {"minReplicas": 1, "maxReplicas": 5}}})),
+        )
+        .await
+        .unwrap();
+    let hpas: Api<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler> = Api::namespaced(client.clone(), ns);
+    eventually(WAIT, "the HPA, and the operator's apply without replicas", || async {
+        hpas.get_opt("objects").await.ok()??;
+        let deployment = deployments.get("objects").await.ok()?;
+        let applies_replicas = deployment.metadata.managed_fields.iter().flatten().any(|entry| {
+            entry.manager.as_deref() == Some("pgvs3-operator")
+                && entry.operation.as_deref() == Some("Apply")
+                && entry
+                    .fields_v1
+                    .as_ref()
+                    .is_some_and(|f| f.0.pointer("/f:spec/f:replicas").is_some())
+        });
+        (!applies_replicas).then_some(())
+    })
+    .await;
+    quiet(&plane, ns).await;
+    recorder.abort();
+    let seen = seen.lock().unwrap().clone();
+    assert!(
+        seen.iter().all(|replicas| *replicas == Some(3)),
+        "replica counts seen: {seen:?}"
+    );
+    assert_eq!(
+        deployments.get("objects").await.unwrap().spec.unwrap().replicas,
+        Some(3)
+    );
+}
+
+/// Issue 31, defect 7: a deleted ServiceMonitor is put back at once (it is watched), not at
+/// the next resync. The pool has no replicas, so it is Ready and not looked at again soon.
+async fn service_monitor_restored(plane: std::sync::Arc<ControlPlane>) {
+    let ns = "monitored";
+    let client = namespace(&plane, ns).await;
+    let url = common::fresh_database().await;
+    primary_pool(&client, ns, "objects", &url).await;
+    let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
+    pools
+        .patch(
+            "objects",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 0}})),
+        )
+        .await
+        .unwrap();
+    eventually(WAIT, "the pool Ready", || async {
+        let (status, _, _) = pool_ready(&pools.get("objects").await.ok()?)?;
+        (status == "True").then_some(())
+    })
+    .await;
+    let monitors: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &pgvs3_operator::gateway_pool::build::service_monitor_resource(),
+    );
+    let first = eventually(WAIT, "the ServiceMonitor", || async {
+        monitors.get_opt("objects").await.unwrap()
+    })
+    .await;
+    quiet(&plane, ns).await;
+    monitors.delete("objects", &DeleteParams::default()).await.unwrap();
+    let again = eventually(Duration::from_secs(30), "the ServiceMonitor put back", || async {
+        monitors.get_opt("objects").await.unwrap()
+    })
+    .await;
+    assert_ne!(first.uid(), again.uid());
 }

@@ -213,10 +213,10 @@ async fn retain_keeps_the_bucket_and_its_objects_but_revokes_the_key() {
     delete(&ctx, &fake).await;
 
     let sql = gateway.sql().await;
-    assert_eq!(
-        bucket_row(&sql, "kept-bucket").await,
-        Some(None),
-        "retained, now owned by the root key"
+    let custodian = bucket_row(&sql, "kept-bucket").await.flatten();
+    assert!(
+        custodian.as_deref().is_some_and(|key| key.starts_with("PGVS3R")),
+        "retained, held by the custodian key of team/photos: {custodian:?}"
     );
     let object = gateway
         .client
@@ -403,7 +403,7 @@ async fn a_quota_the_catalog_refuses_is_a_condition_and_nothing_is_written() {
 }
 
 #[tokio::test]
-async fn a_retained_or_hand_made_bucket_is_adopted_with_its_objects() {
+async fn a_retained_or_marked_bucket_is_adopted_with_its_objects() {
     let gateway = common::TestGateway::start().await;
     let (ctx, fake) = setup(
         &gateway.database_url,
@@ -415,9 +415,10 @@ async fn a_retained_or_hand_made_bucket_is_adopted_with_its_objects() {
         .unwrap();
     delete(&ctx, &fake).await;
     let sql = gateway.sql().await;
-    assert_eq!(bucket_row(&sql, "shared-data").await, Some(None), "retained, unowned");
+    let custodian = bucket_row(&sql, "shared-data").await.flatten().unwrap();
+    assert!(custodian.starts_with("PGVS3R"), "retained for team/photos: {custodian}");
 
-    // A new resource (a new uid, so a new key) naming the same bucket adopts it.
+    // A new resource of the same namespace and name (a new uid, so a new key) adopts it.
     fake.insert(json!({
         "apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket",
         "metadata": {"name": "photos", "namespace": "team"},
@@ -446,7 +447,8 @@ async fn a_retained_or_hand_made_bucket_is_adopted_with_its_objects() {
     delete(&ctx, &fake).await;
     assert_eq!(bucket_row(&sql, "shared-data").await, None);
 
-    // A bucket made by hand with the root key is unowned too.
+    // A bucket made by hand with the root key is the root's: refused, until an admin marks it
+    // adoptable for the namespace.
     gateway.client.create_bucket().bucket("hand-made").send().await.unwrap();
     fake.insert(json!({
         "apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket",
@@ -454,9 +456,39 @@ async fn a_retained_or_hand_made_bucket_is_adopted_with_its_objects() {
         "spec": {"gatewayPoolRef": "objects", "bucketName": "hand-made"},
     }));
     provision(&ctx, &fake).await;
+    assert_eq!(condition(&fake, "Ready"), ("False".into(), "BucketNotAdoptable".into()));
+    assert_eq!(bucket_row(&sql, "hand-made").await, Some(None));
+    let marked = Arc::new(Context::new(fake.client(), Metrics::default()).with_adoptable(&["team/hand-made".into()]));
+    reconcile(&marked, &fake).await.unwrap();
+    assert_eq!(condition(&fake, "Ready"), ("True".into(), "Provisioned".into()));
     assert_eq!(
         bucket_row(&sql, "hand-made").await,
         Some(Some(secret_text(&fake, "AWS_ACCESS_KEY_ID")))
+    );
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn the_resp_keyspace_is_never_adopted_even_when_marked() {
+    let gateway = common::TestGateway::start().await;
+    let sql = gateway.sql().await;
+    sql.execute("SELECT pgvs3.ensure_bucket('resp')", &[]).await.unwrap();
+    let (_, fake) = setup(
+        &gateway.database_url,
+        json!({"gatewayPoolRef": "objects", "bucketName": "resp", "deletionPolicy": "Delete"}),
+    );
+    let ctx = Arc::new(Context::new(fake.client(), Metrics::default()).with_adoptable(&["team/resp".into()]));
+    provision(&ctx, &fake).await;
+    assert_eq!(condition(&fake, "Ready"), ("False".into(), "BucketNotAdoptable".into()));
+    assert!(
+        fake.events()
+            .contains(&("Warning".to_string(), "BucketNotAdoptable".to_string()))
+    );
+    delete(&ctx, &fake).await;
+    assert_eq!(
+        bucket_row(&sql, "resp").await,
+        Some(None),
+        "still the root's RESP keyspace"
     );
     gateway.stop().await;
 }
@@ -533,7 +565,7 @@ async fn a_bucket_of_another_key_or_a_cache_bucket_is_never_taken_over() {
     bucket::reconcile(Arc::new(cache_named), ctx.clone()).await.unwrap();
     assert_eq!(
         fake.condition(&bucket_at("cache-name"), "Ready"),
-        ("False".into(), "BucketOwnedElsewhere".into())
+        ("False".into(), "BucketNotAdoptable".into())
     );
     assert_eq!(
         bucket_row(&sql, "a-cache").await,

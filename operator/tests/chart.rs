@@ -70,6 +70,20 @@ fn the_values_schema_refuses_bad_values() {
         ("metrics.port=70000", "/metrics/port"),
         ("watchNamespace=Not_A_Namespace", "/watchNamespace"),
         ("replicaCont=2", "replicaCont"),
+        (
+            "podDisruptionBudget.maxUnavailable=abc",
+            "/podDisruptionBudget/maxUnavailable",
+        ),
+        (
+            "podDisruptionBudget.maxUnavailable=-1",
+            "/podDisruptionBudget/maxUnavailable",
+        ),
+        (
+            "podDisruptionBudget.maxUnavailable=150%",
+            "/podDisruptionBudget/maxUnavailable",
+        ),
+        ("priorityClassName=a b", "/priorityClassName"),
+        ("priorityClassName=High", "/priorityClassName"),
     ] {
         for verb in [&["lint", "--strict"][..], &["template", "pgvs3-operator"][..]] {
             let (ok, text) = helm_run(verb, &[set]);
@@ -82,17 +96,29 @@ fn the_values_schema_refuses_bad_values() {
     }
     let (ok, text) = helm_run(&["lint", "--strict"], &[]);
     assert!(ok, "{text}");
+    for good in [
+        "podDisruptionBudget.maxUnavailable=0",
+        "podDisruptionBudget.maxUnavailable=25%",
+        "priorityClassName=system-cluster-critical",
+    ] {
+        let (ok, text) = helm_run(&["lint", "--strict"], &[good]);
+        assert!(ok, "--set {good}: {text}");
+    }
 }
 
 #[test]
 #[ignore = "needs helm (PGVS3_HELM; .ci/apiserver-tier.sh)"]
 fn without_leader_election_the_chart_runs_one_replica() {
-    let (ok, text) = helm_run(&["template", "pgvs3-operator"], &["leaderElection.enabled=false"]);
-    assert!(!ok, "two replicas without leader election rendered:\n{text}");
-    assert!(
-        text.contains("leaderElection.enabled=false needs replicaCount=1"),
-        "{text}"
-    );
+    // Refused by the values schema, so by `helm lint` too (a template's `fail` is only
+    // reported as information by lint).
+    for verb in [&["lint", "--strict"][..], &["template", "pgvs3-operator"][..]] {
+        let (ok, text) = helm_run(verb, &["leaderElection.enabled=false"]);
+        assert!(
+            !ok,
+            "helm {verb:?}: two replicas without leader election passed:\n{text}"
+        );
+        assert!(text.contains("/replicaCount"), "{text}");
+    }
 
     let objects = render(&["leaderElection.enabled=false", "replicaCount=1"]);
     let deployment = only(&objects, "Deployment");

@@ -11,13 +11,13 @@ use kube::{Resource, ResourceExt};
 use pgvs3_secret::random_token;
 
 use super::build::{self, FINALIZER, LakeCatalog, Target};
-use super::catalog::{self, BucketKey, Provisioned};
+use super::catalog::{self, BucketKey, Claim, Provisioned};
 use crate::context::{self, Context, Error, Result, backoff_key};
 use crate::crd::{
     AccessMode, Bucket, BucketStatus, DEGRADED, DeletionPolicy, GatewayPool, PROGRESSING, PoolRole, Quota, READY,
     Verdict, valid_bucket_name, waiting,
 };
-use crate::database::{self, INVALID_SPEC, bind};
+use crate::database::{self, Binding, INVALID_SPEC, bind};
 use crate::finalizer::{Event, finalizer};
 use crate::gateway_pool::apply::{RESYNC, WAIT_FOR_DEPENDENCY};
 use crate::gateway_pool::build::endpoints;
@@ -111,9 +111,18 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
         .notifications
         .as_deref()
         .and_then(|n| build::notification_rules(n).ok());
-    let provisioned = catalog::provision(&binding, &bucket_name, &key, quota, notifications.as_ref()).await;
+    let custodian = build::custodian_key_id(bucket);
+    let claim = Claim {
+        custodian: &custodian,
+        marked_adoptable: ctx.adoptable(namespace, &bucket_name),
+    };
+    let provisioned = catalog::provision(&binding, &bucket_name, &key, &claim, quota, notifications.as_ref()).await;
+    // A refusal is a Warning Event with its reason too: the condition's transition (below).
     if let Ok(Provisioned::Ready { adopted: true, .. }) = &provisioned {
-        let note = format!("bucket {bucket_name} had no owner; it is now this resource's, with its objects");
+        let note = format!(
+            "bucket {bucket_name}, retained for {namespace}/{} or marked adoptable for this namespace, is now this resource's, with its objects",
+            bucket.name_any()
+        );
         kube_ops::publish(ctx, bucket, "Provision", EventType::Normal, "Adopted", note).await;
     }
     let mut verdicts = match &provisioned {
@@ -127,7 +136,7 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
             Verdict::new(PROGRESSING, false, "Provisioned", ""),
             Verdict::new(DEGRADED, false, "Provisioned", ""),
         ],
-        Ok(Provisioned::OwnedElsewhere(message)) => waiting("BucketOwnedElsewhere", message),
+        Ok(Provisioned::Refused { reason, message }) => waiting(reason, message),
         Ok(Provisioned::QuotaRejected(message)) => waiting("QuotaRejected", message),
         Ok(Provisioned::NotificationsRejected(message)) => waiting("NotificationTargetUnknown", message),
         Err(err) if database::catalog_outdated(err) => waiting("CatalogOutdated", &err.to_string()),
@@ -293,12 +302,42 @@ async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Acti
             Ok(_) => format!("bucket {bucket_name} and its objects were dropped"),
             // Retried, this would block the resource's deletion until every retention ran
             // out (years, for COMPLIANCE): the bucket is kept, as with Retain, and said so.
-            Err(locked) => format!("bucket {bucket_name} retained: {locked} (object lock); its access key was revoked"),
+            Err(locked) => {
+                retain(&binding, bucket, namespace, "object lock").await?;
+                format!("bucket {bucket_name} retained: {locked} (object lock); its access key was revoked")
+            }
         },
         DeletionPolicy::Delete => format!("bucket {bucket_name} does not belong to this resource; not dropped"),
-        DeletionPolicy::Retain => format!("bucket {bucket_name} retained; its access key was revoked"),
+        DeletionPolicy::Retain if ours => {
+            retain(&binding, bucket, namespace, "deletionPolicy Retain").await?;
+            format!(
+                "bucket {bucket_name} retained for a Bucket named {namespace}/{} only; its access key was revoked",
+                bucket.name_any()
+            )
+        }
+        DeletionPolicy::Retain => format!("bucket {bucket_name} does not belong to this resource; left as it is"),
     };
     catalog::delete_access_key(&client, &key_id).await?;
     kube_ops::publish(ctx, bucket, "Cleanup", EventType::Normal, "Cleanup", note).await;
     Ok(Action::await_change())
+}
+
+/// Hands the Bucket's bucket to the custodian key of its namespace and name
+/// (`catalog::retain_bucket`), so that only a Bucket of the same namespace and name adopts it.
+async fn retain(binding: &Binding, bucket: &Bucket, namespace: &str, why: &str) -> Result<bool> {
+    let bucket_name = bucket.bucket_name();
+    let description = format!(
+        "custodian of bucket {bucket_name}, retained by Bucket {namespace}/{} uid {} ({why})",
+        bucket.name_any(),
+        bucket.uid().unwrap_or_default()
+    );
+    let key_id = build::access_key_id(bucket);
+    catalog::retain_bucket(
+        binding,
+        &bucket_name,
+        &key_id,
+        &build::custodian_key_id(bucket),
+        &description,
+    )
+    .await
 }

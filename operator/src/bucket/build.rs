@@ -39,6 +39,17 @@ pub fn access_key_id(bucket: &Bucket) -> String {
     key_id_of(bucket, "PGVS3B")
 }
 
+/// The custodian key of a Bucket's namespace and name: it holds a bucket a Bucket retained
+/// (deletionPolicy Retain) until a Bucket of the same namespace and name adopts it. Derived
+/// from namespace and name, not the uid, since the Bucket that adopts it is a new object; no
+/// other namespace's Bucket can name it, and its secret is known to nobody.
+pub fn custodian_key_id(bucket: &Bucket) -> String {
+    let namespace = bucket.meta().namespace.as_deref().unwrap_or_default();
+    let name = bucket.meta().name.as_deref().unwrap_or_default();
+    let digest = Sha256::digest(format!("{namespace}/{name}").as_bytes());
+    format!("PGVS3R{}", hex::encode_upper(&digest[..7]))
+}
+
 /// An access key id derived from the resource's uid: stable across reconciles and rotations
 /// of the secret, and distinct for a re-created resource of the same name. The prefix (six
 /// characters) tells the kinds apart.
@@ -180,6 +191,18 @@ fn host_port(endpoint: &str) -> (String, String) {
     }
 }
 
+/// A name as a label value: itself when it fits (63 characters), else its first 54, `-` and 8
+/// hex digits of its hash (an object name goes up to 253 characters; a label the API server
+/// refuses would keep the Secret, and so the resource's status, from ever being written).
+pub fn label_value(name: &str) -> String {
+    if name.len() <= 63 {
+        return name.to_string();
+    }
+    let digest = Sha256::digest(name.as_bytes());
+    let stem: String = name.chars().take(54).collect();
+    format!("{}-{}", stem.trim_end_matches(['-', '.']), hex::encode(&digest[..4]))
+}
+
 /// The credentials Secret of `owner` (a Bucket or an OriginCache), owned by it: the AWS SDKs'
 /// variables, plain `BUCKET_*` ones and COSI's; with `lake`, `DUCKLAKE_ATTACH` and
 /// `DUCKLAKE_CATALOG_SECRET` (the pool's database Secret, by name: never its password).
@@ -223,10 +246,10 @@ pub fn credentials_secret<K: Resource<DynamicType = ()>>(
                 (
                     // pgvs3.io/bucket or pgvs3.io/origincache: the resource's name.
                     format!("pgvs3.io/{}", K::kind(&()).to_lowercase()),
-                    owner.meta().name.clone().unwrap_or_default(),
+                    label_value(owner.meta().name.as_deref().unwrap_or_default()),
                 ),
             ])),
-            owner_references: owner.controller_owner_ref(&()).map(|reference| vec![reference]),
+            owner_references: crate::crd::controller_reference(owner),
             ..ObjectMeta::default()
         },
         type_: Some("Opaque".into()),
@@ -274,6 +297,36 @@ mod tests {
         assert_ne!(id, access_key_id(&bucket("b")));
         assert_eq!(id.len(), 20, "as long as an AWS access key id");
         assert!(id.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit()));
+    }
+
+    #[test]
+    fn long_names_become_valid_label_values() {
+        assert_eq!(label_value("photos"), "photos");
+        let long = format!("{}.x", "a".repeat(53));
+        let value = label_value(&long);
+        assert!(value.len() <= 63 && value.starts_with(&"a".repeat(53)), "{value}");
+        assert_ne!(
+            value,
+            label_value(&format!("{}.y", "a".repeat(53))),
+            "distinct per name"
+        );
+        let dotted = format!("{}.{}", "b".repeat(53), "c".repeat(20));
+        assert!(!label_value(&dotted).contains(".-"), "{}", label_value(&dotted));
+    }
+
+    #[test]
+    fn custodian_keys_are_per_namespace_and_name_not_per_uid() {
+        let custodian = custodian_key_id(&bucket("a"));
+        assert_eq!(
+            custodian,
+            custodian_key_id(&bucket("b")),
+            "a re-created Bucket finds its bucket"
+        );
+        let mut elsewhere = bucket("a");
+        elsewhere.metadata.namespace = Some("other".into());
+        assert_ne!(custodian, custodian_key_id(&elsewhere));
+        assert_ne!(custodian, access_key_id(&bucket("a")));
+        assert_eq!(custodian.len(), 20);
     }
 
     #[test]

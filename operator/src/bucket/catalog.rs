@@ -71,16 +71,21 @@ pub async fn bucket_owner(client: &impl GenericClient, name: &str) -> Result<Opt
 /// How the catalog took a Bucket's settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Provisioned {
-    /// The bucket belongs to the resource's key; `adopted`: it was unowned until this call.
+    /// The bucket belongs to the resource's key; `adopted`: it was retained for this resource's
+    /// namespace and name, or marked adoptable by an admin, until this call.
     Ready { id: i64, adopted: bool },
-    /// The name is taken by another key's bucket, or by a cache bucket: never taken over.
-    OwnedElsewhere(String),
+    /// The name is taken and may not be taken over: `reason` and `message` say by whom.
+    Refused { reason: &'static str, message: String },
     /// The catalog refused the quota.
     QuotaRejected(String),
     /// The catalog refused the notification rules (an unregistered webhook target, a queue name
     /// OJS refuses): nothing of the Bucket's settings was written.
     NotificationsRejected(String),
 }
+
+/// The RESP keyspace of the pool's gateways (database 0; the operator sets no other): a
+/// root-owned bucket every RESP client of the pool reads and writes, never a Bucket's.
+pub const RESP_KEYSPACE: &str = "resp";
 
 /// The key's secret sealed under the master key, and how the key is described in the catalog.
 pub struct BucketKey<'a> {
@@ -92,13 +97,23 @@ pub struct BucketKey<'a> {
     pub policy: Option<&'a str>,
 }
 
-/// Writes the Bucket's key and its policy, its bucket (created, or adopted when unowned), its
-/// quota and (when given) its notification rules in one transaction: a bucket that is somebody
-/// else's is left exactly as it was, and a refused setting leaves nothing half written.
+/// What a Bucket may take over besides a bucket its own key owns.
+pub struct Claim<'a> {
+    /// The custodian key of its namespace and name (`build::custodian_key_id`): a bucket an
+    /// earlier Bucket of the same namespace and name retained is held by it.
+    pub custodian: &'a str,
+    /// An admin marked the (root-owned) bucket adoptable for the Bucket's namespace.
+    pub marked_adoptable: bool,
+}
+
+/// Writes the Bucket's key and its policy, its bucket (created, or adopted when `claim` allows),
+/// its quota and (when given) its notification rules in one transaction: a bucket that is
+/// somebody else's is left exactly as it was, and a refused setting leaves nothing half written.
 pub async fn provision(
     binding: &Binding,
     name: &str,
     key: &BucketKey<'_>,
+    claim: &Claim<'_>,
     quota: Option<&Quota>,
     notifications: Option<&Notifications>,
 ) -> Result<Provisioned> {
@@ -108,19 +123,19 @@ pub async fn provision(
     put_access_key(&transaction, key.id, &sealed, key.read_only, key.description).await?;
     pgvs3_catalog::set_key_policy(&transaction, key.id, key.policy).await?;
     let ensured = ensure_bucket(&transaction, name, key.id, ORDINARY_NAMESPACE).await?;
-    let adopted = if ensured.owner.as_deref() == Some(key.id) {
-        false
-    } else if adopt_bucket(&transaction, name, key.id).await? {
-        true
-    } else {
-        let holder = match ensured.owner {
-            Some(owner) => format!("belongs to access key {owner}"),
-            None => "is a cache bucket".to_string(),
-        };
-        return Ok(Provisioned::OwnedElsewhere(format!(
-            "bucket {name} already exists and {holder}"
-        )));
+    let adopted = match ensured.owner.as_deref() {
+        Some(owner) if owner == key.id => false,
+        // Retained by an earlier Bucket of this namespace and name: revoking the custodian
+        // leaves the bucket unowned for the moment it takes to adopt it, in this transaction.
+        Some(owner) if owner == claim.custodian => {
+            delete_access_key(&transaction, claim.custodian).await? && adopt_bucket(&transaction, name, key.id).await?
+        }
+        None if name != RESP_KEYSPACE && claim.marked_adoptable => adopt_bucket(&transaction, name, key.id).await?,
+        _ => false,
     };
+    if !adopted && ensured.owner.as_deref() != Some(key.id) {
+        return Ok(refusal(name, ensured.owner.as_deref(), claim));
+    }
     let (max_bytes, max_objects) = quota.map_or((None, None), |q| (q.max_bytes, q.max_objects));
     if let Err(refusal) = set_bucket_quota(&transaction, name, max_bytes, max_objects).await? {
         return Ok(Provisioned::QuotaRejected(refusal));
@@ -139,6 +154,57 @@ pub async fn provision(
         id: ensured.id,
         adopted,
     })
+}
+
+/// Why bucket `name`, owned by `owner` (`None`: the root key), is not the Bucket's.
+fn refusal(name: &str, owner: Option<&str>, claim: &Claim<'_>) -> Provisioned {
+    let (reason, message) = match owner {
+        _ if name == RESP_KEYSPACE => (
+            "BucketNotAdoptable",
+            format!("bucket {name} is the gateways' RESP keyspace: never a Bucket's"),
+        ),
+        Some(owner) => (
+            "BucketOwnedElsewhere",
+            format!("bucket {name} already exists and belongs to access key {owner}"),
+        ),
+        None if claim.marked_adoptable => (
+            "BucketNotAdoptable",
+            format!("bucket {name} already exists and is a cache bucket"),
+        ),
+        None => (
+            "BucketNotAdoptable",
+            format!(
+                "bucket {name} already exists and belongs to the root key (made by an admin, or a cache bucket); an \
+                 admin may mark an ordinary one adoptable for this namespace (the operator's adoptableBuckets)"
+            ),
+        ),
+    };
+    Provisioned::Refused { reason, message }
+}
+
+/// Hands a bucket the Bucket's key owns to its custodian key (sealed with a secret nobody
+/// knows, so it grants nothing) and revokes the Bucket's key, in one transaction: the bucket
+/// stays retained for a Bucket of the same namespace and name, and for no one else. False when
+/// the Bucket's key did not own it.
+pub async fn retain_bucket(
+    binding: &Binding,
+    name: &str,
+    key_id: &str,
+    custodian: &str,
+    description: &str,
+) -> Result<bool> {
+    let mut client = database::connect(&binding.connection).await?;
+    let transaction = client.transaction().await?;
+    if bucket_owner(&transaction, name).await?.flatten().as_deref() != Some(key_id) {
+        return Ok(false);
+    }
+    let secret = pgvs3_secret::random_token(30);
+    let sealed = pgvs3_catalog::seal_access_key_secret(&transaction, custodian, &binding.master_key, &secret).await?;
+    put_access_key(&transaction, custodian, &sealed, true, description).await?;
+    delete_access_key(&transaction, key_id).await?;
+    let held = adopt_bucket(&transaction, name, custodian).await?;
+    transaction.commit().await?;
+    Ok(held)
 }
 
 /// Gives an unowned ordinary bucket to `owner`; true when it is `owner`'s now.

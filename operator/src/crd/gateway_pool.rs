@@ -149,17 +149,21 @@ pub enum PoolRole {
 pub struct PostgresSpec {
     /// CloudNativePG cluster: Services `<c>-rw` / `<c>-ro`, credentials in Secret `<c>-app`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
     pub cluster_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
     pub host: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 65535))]
     pub port: Option<i32>,
     /// Database name (default `app`, CloudNativePG's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
     pub database: Option<String>,
     /// Secret with `username` and `password` keys (default for a cluster: `<c>-app`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
     pub secret_ref: Option<String>,
     /// TLS to PostgreSQL, as libpq's `sslmode` (default for a cluster: `verify-full` against
     /// its CA; for a host: `prefer`).
@@ -168,6 +172,7 @@ pub struct PostgresSpec {
     /// Secret whose `ca.crt` is PostgreSQL's CA (default for a cluster: `<c>-ca`,
     /// CloudNativePG's). With `prefer` or `require` it makes the chain checked, as in libpq.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
     pub ca_secret_ref: Option<String>,
 }
 
@@ -202,6 +207,7 @@ pub struct Protocols {
     /// (`Authorization: Bearer <token>`); required when OJS is enabled. S3 and RESP clients
     /// authenticate with access keys instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
     pub ojs_token_secret_ref: Option<String>,
 }
 
@@ -255,8 +261,10 @@ pub struct Admission {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretKeySelector {
+    #[schemars(length(min = 1, max = 253))]
     pub name: String,
     #[serde(default = "master_key_key")]
+    #[schemars(length(min = 1, max = 253))]
     pub key: String,
 }
 

@@ -14,8 +14,8 @@ pub use gateway_pool::*;
 pub use origin_cache::*;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::CustomResourceExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
+use kube::{CustomResourceExt, Resource};
 use serde::{Deserialize, Serialize};
 
 pub const GROUP: &str = "pgvs3.io";
@@ -27,6 +27,18 @@ pub const RELOAD_LABEL: &str = "pgvs3.io/reload";
 /// Every CRD this operator serves, in the order `crdgen` writes them.
 pub fn all() -> Vec<CustomResourceDefinition> {
     vec![GatewayPool::crd(), Bucket::crd(), OriginCache::crd()]
+}
+
+/// The owner references of a child of `owner`: one controller reference with
+/// `blockOwnerDeletion`, as controller-runtime's `SetControllerReference` (CloudNativePG's)
+/// makes it (kube-rs's `controller_owner_ref` leaves it out), so a foreground deletion of the
+/// owner waits for its children. `None` for an owner never stored (no uid: `render`).
+pub fn controller_reference<K: Resource<DynamicType = ()>>(owner: &K) -> Option<Vec<OwnerReference>> {
+    let reference = owner.controller_owner_ref(&())?;
+    Some(vec![OwnerReference {
+        block_owner_deletion: Some(true),
+        ..reference
+    }])
 }
 
 /// A CRD as committed under `crds/`.

@@ -8,18 +8,17 @@ use std::time::Duration;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
-use super::build::{self, Inputs};
+use super::build::{self, Inputs, Login};
 use crate::context::{self, Context, Error, Result, backoff_key};
-use crate::crd::{
-    DEFAULT_REPLICAS, DEGRADED, GatewayPool, GatewayPoolStatus, PROGRESSING, READY, RELOAD_LABEL, Verdict, waiting,
-};
+use crate::crd::{DEGRADED, GatewayPool, GatewayPoolStatus, PROGRESSING, READY, RELOAD_LABEL, Verdict, waiting};
+use crate::database::INVALID_SPEC;
 use crate::kube_ops::{self, FIELD_MANAGER};
 
 pub const KIND: &str = "GatewayPool";
@@ -48,8 +47,14 @@ async fn reconcile_in(pool: &GatewayPool, ctx: &Context, namespace: &str) -> Res
     }
     let client = &ctx.client;
     let pools: Api<GatewayPool> = Api::namespaced(client.clone(), namespace);
-    let previous = pool.status.clone().unwrap_or_default();
     let database = pool.spec.postgres.host(pool.spec.role);
+
+    // What the schema cannot check (or did not, for a pool admitted before its rules): only
+    // an edit of the spec can fix it, and an edit reconciles anyway.
+    if let Some(message) = build::spec_refusal(pool) {
+        report(ctx, pool, &pools, database, INVALID_SPEC, &message).await?;
+        return Ok(Action::await_change());
+    }
 
     // A standby pool on a cluster without replicas has no `-ro` Service: say so and wait for
     // it rather than start gateways that cannot connect.
@@ -67,6 +72,15 @@ async fn reconcile_in(pool: &GatewayPool, ctx: &Context, namespace: &str) -> Res
     let Some(credentials) = secrets.get_opt(&credentials_name).await? else {
         let message = format!("database credentials Secret {credentials_name} does not exist");
         return wait_for(ctx, pool, &pools, database, "CredentialsUnavailable", &message).await;
+    };
+    let login = match (
+        kube_ops::secret_text(&credentials, "username"),
+        kube_ops::secret_text(&credentials, "password"),
+    ) {
+        (Ok(user), Ok(password)) => Login { user, password },
+        (Err(err), _) | (_, Err(err)) => {
+            return wait_for(ctx, pool, &pools, database, "CredentialsUnavailable", &err.to_string()).await;
+        }
     };
 
     let mut referenced = vec![credentials, master_key];
@@ -94,68 +108,179 @@ async fn reconcile_in(pool: &GatewayPool, ctx: &Context, namespace: &str) -> Res
     let inputs = Inputs {
         secrets_digest: kube_ops::secrets_digest(&referenced),
         service_monitor_crd: ctx.serves_service_monitors().await?,
+        login,
     };
     let objects = build::build(pool, &inputs);
 
-    let deployment = match apply_children(ctx, pool, namespace, &objects).await {
-        Ok(deployment) => deployment,
+    let (deployment, mut refused) = apply_children(ctx, pool, namespace, &objects).await;
+    if !refused.is_empty() {
         // Refused by the API server (a quota, an admission plugin, a webhook, a value the
-        // schema let through): the pool says which child and why, then retries with backoff.
-        Err((kind, err)) => {
-            let message = format!("{kind} {}: {}", pool.name_any(), refusal(&err));
-            report(ctx, pool, &pools, database, "ApplyFailed", &message).await?;
-            return Err(err);
-        }
-    };
-
-    let desired = match &pool.spec.autoscaling {
-        Some(autoscaling) => autoscaling.min_replicas,
-        None => pool.spec.replicas.unwrap_or(DEFAULT_REPLICAS),
-    };
-    let deployment_status = deployment.status.unwrap_or_default();
-    let ready = deployment_status.ready_replicas.unwrap_or(0);
-    let updated = deployment_status.updated_replicas.unwrap_or(0);
-    let rolled_out = deployment_status.observed_generation >= deployment.metadata.generation
-        && ready >= desired
-        && updated >= desired;
-    let verdicts = if rolled_out {
-        vec![
-            Verdict::new(
-                READY,
-                true,
-                "Available",
-                format!("{ready} gateways ready on {database}"),
-            ),
-            Verdict::new(PROGRESSING, false, "RolledOut", ""),
-            Verdict::new(DEGRADED, false, "Available", ""),
-        ]
+        // schema let through): the pool says which children and why, then retries with
+        // backoff. The others were applied all the same.
+        let message = refused
+            .iter()
+            .map(|(kind, err)| format!("{kind} {}: {}", pool.name_any(), refusal(err)))
+            .collect::<Vec<_>>()
+            .join("; ");
+        report(ctx, pool, &pools, database, "ApplyFailed", &message).await?;
+        return Err(refused.swap_remove(0).1);
+    }
+    let deployment = deployment.expect("applied when nothing was refused");
+    let rollout = Rollout::of(&deployment);
+    let failing = if rollout.complete() {
+        None
     } else {
-        vec![
-            Verdict::new(
-                READY,
-                false,
-                "Progressing",
-                format!("{ready} of {desired} gateways ready"),
-            ),
-            Verdict::new(
-                PROGRESSING,
-                true,
-                "RollingOut",
-                format!("{updated} of {desired} gateways updated"),
-            ),
-            Verdict::new(DEGRADED, false, "Progressing", ""),
-        ]
+        failing_gateways(ctx, pool, namespace).await?
     };
+    let verdicts = rollout.verdicts(&database, failing.as_deref());
+    let previous = pool.status.clone().unwrap_or_default();
     let status = GatewayPoolStatus {
         observed_generation: pool.meta().generation,
         conditions: kube_ops::conditions(ctx, pool, &previous.conditions, &verdicts).await,
-        replicas: deployment_status.replicas,
-        ready_replicas: Some(ready),
+        replicas: Some(rollout.replicas),
+        ready_replicas: Some(rollout.ready),
         database: Some(database),
         endpoints: Some(build::endpoints(pool)),
     };
     kube_ops::apply_status(&pools, pool, serde_json::to_value(status).expect("status serializes")).await?;
-    Ok(Action::requeue(RESYNC))
+    // Pods are not watched (every gateway pod of the cluster would be in memory): while the
+    // rollout is under way, look again soon, so gateways that cannot start are reported.
+    Ok(Action::requeue(if rollout.complete() { RESYNC } else { ROLLOUT_CHECK }))
+}
+
+/// How often a pool whose rollout is under way is looked at again.
+pub const ROLLOUT_CHECK: Duration = Duration::from_secs(10);
+
+/// Where the Deployment's rollout stands, from its status.
+struct Rollout {
+    desired: i32,
+    replicas: i32,
+    updated: i32,
+    ready: i32,
+    available: i32,
+    observed: bool,
+}
+
+impl Rollout {
+    fn of(deployment: &Deployment) -> Rollout {
+        let status = deployment.status.clone().unwrap_or_default();
+        Rollout {
+            // The Deployment's own count: the pool's, or the autoscaler's.
+            desired: deployment.spec.as_ref().and_then(|spec| spec.replicas).unwrap_or(1),
+            replicas: status.replicas.unwrap_or(0),
+            updated: status.updated_replicas.unwrap_or(0),
+            ready: status.ready_replicas.unwrap_or(0),
+            available: status.available_replicas.unwrap_or(0),
+            observed: status.observed_generation >= deployment.metadata.generation,
+        }
+    }
+
+    /// Every gateway of the current template available, none of an older one left.
+    fn complete(&self) -> bool {
+        self.observed && self.updated >= self.desired && self.available >= self.desired && self.replicas == self.updated
+    }
+
+    /// Ready only when the gateways are; `failing`: why some cannot start.
+    fn verdicts(&self, database: &str, failing: Option<&str>) -> Vec<Verdict> {
+        let (desired, updated, available) = (self.desired, self.updated, self.available);
+        match failing {
+            _ if self.complete() => vec![
+                Verdict::new(
+                    READY,
+                    true,
+                    "Available",
+                    format!("{available} gateways available on {database}"),
+                ),
+                Verdict::new(PROGRESSING, false, "RolledOut", ""),
+                Verdict::new(DEGRADED, false, "Available", ""),
+            ],
+            Some(failure) => vec![
+                Verdict::new(
+                    READY,
+                    false,
+                    "GatewaysFailing",
+                    format!("{available} of {desired} gateways available; {failure}"),
+                ),
+                Verdict::new(
+                    PROGRESSING,
+                    true,
+                    "RollingOut",
+                    format!("{updated} of {desired} gateways updated"),
+                ),
+                Verdict::new(DEGRADED, true, "GatewaysFailing", failure),
+            ],
+            None => vec![
+                Verdict::new(
+                    READY,
+                    false,
+                    "Progressing",
+                    format!("{available} of {desired} gateways available"),
+                ),
+                Verdict::new(
+                    PROGRESSING,
+                    true,
+                    "RollingOut",
+                    format!("{updated} of {desired} gateways updated"),
+                ),
+                Verdict::new(DEGRADED, false, "Progressing", ""),
+            ],
+        }
+    }
+}
+
+/// Container states of a gateway that will not start by itself (kubelet's reasons).
+const NOT_STARTING: [&str; 7] = [
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+];
+
+/// The first of the pool's gateway pods that cannot start, and why, with the last words of its
+/// container (its termination message: the log's tail, `FallbackToLogsOnError`).
+async fn failing_gateways(ctx: &Context, pool: &GatewayPool, namespace: &str) -> Result<Option<String>> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let selector = build::selector_labels(pool)
+        .into_iter()
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let list = pods.list(&ListParams::default().labels(&selector)).await?;
+    let failure = list.items.iter().find_map(|pod| {
+        let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+        statuses.iter().find_map(|status| {
+            let waiting = status.state.as_ref()?.waiting.as_ref()?;
+            let reason = waiting
+                .reason
+                .as_deref()
+                .filter(|reason| NOT_STARTING.contains(reason))?;
+            let mut text = format!("pod {}: {reason}", pod.name_any());
+            if let Some(message) = waiting.message.as_deref().filter(|m| !m.is_empty()) {
+                text.push_str(&format!(" ({message})"));
+            }
+            let last = status.last_state.as_ref().and_then(|last| last.terminated.as_ref());
+            if let Some(last) = last {
+                let words = last.message.as_deref().unwrap_or_default().trim();
+                text.push_str(&format!("; last exit {}", last.exit_code));
+                if !words.is_empty() {
+                    let tail: String = words
+                        .chars()
+                        .rev()
+                        .take(300)
+                        .collect::<Vec<_>>()
+                        .into_iter()
+                        .rev()
+                        .collect();
+                    text.push_str(&format!(": {tail}"));
+                }
+            }
+            Some(text)
+        })
+    });
+    Ok(failure)
 }
 
 /// Reports what the pool waits for and looks again later; nothing is applied meanwhile.
@@ -190,44 +315,120 @@ async fn report(
     kube_ops::apply_status(pools, pool, serde_json::to_value(status).expect("status serializes")).await
 }
 
-/// The pool's children, the ConfigMap before the Deployment that mounts it; the Deployment as
-/// applied, or the kind the API server refused.
+/// The pool's children, each applied whatever became of the others, so one the API server
+/// refuses (or that drifted past what an apply can mend) keeps no change from the rest: the
+/// Deployment as stored, and every refusal by kind. Only the Deployment waits for the
+/// ConfigMap and the Secret its pods read.
 async fn apply_children(
     ctx: &Context,
     pool: &GatewayPool,
     namespace: &str,
     objects: &build::Objects,
-) -> Result<Deployment, (&'static str, Error)> {
+) -> (Option<Deployment>, Vec<(&'static str, Error)>) {
     let client = &ctx.client;
-    let failed = |kind: &'static str| move |err: Error| (kind, err);
-    kube_ops::apply(
+    let mut refused = Vec::new();
+    let config_map = kube_ops::apply(
         &Api::<ConfigMap>::namespaced(client.clone(), namespace),
         &objects.config_map,
     )
-    .await
-    .map_err(failed("ConfigMap"))?;
-    kube_ops::apply(&Api::<Service>::namespaced(client.clone(), namespace), &objects.service)
-        .await
-        .map_err(failed("Service"))?;
-    let deployment = kube_ops::apply(
-        &Api::<Deployment>::namespaced(client.clone(), namespace),
-        &objects.deployment,
+    .await;
+    note(&mut refused, "ConfigMap", config_map.map(drop));
+    let secret = kube_ops::apply(
+        &Api::<Secret>::namespaced(client.clone(), namespace),
+        &objects.database_secret,
     )
-    .await
-    .map_err(failed("Deployment"))?;
-    kube_ops::apply(
-        &Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace),
-        &objects.pod_disruption_budget,
-    )
-    .await
-    .map_err(failed("PodDisruptionBudget"))?;
-    let autoscalers: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), namespace);
+    .await;
+    note(&mut refused, "Secret", secret.map(drop));
+    let read_first = refused.is_empty();
+    let service = kube_ops::apply(&Api::<Service>::namespaced(client.clone(), namespace), &objects.service).await;
+    note(&mut refused, "Service", service.map(drop));
+    let deployment = if read_first {
+        let deployments = Api::<Deployment>::namespaced(client.clone(), namespace);
+        match apply_deployment(&deployments, &objects.deployment).await {
+            Ok(deployment) => Some(deployment),
+            Err(err) => {
+                refused.push(("Deployment", err));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let budgets = Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace);
+    let budget = kube_ops::apply(&budgets, &objects.pod_disruption_budget).await;
+    note(&mut refused, "PodDisruptionBudget", budget.map(drop));
+    let autoscaler = apply_autoscaler(ctx, pool, namespace, objects).await;
+    note(&mut refused, "HorizontalPodAutoscaler", autoscaler);
+    if let Some(monitor) = &objects.service_monitor {
+        let monitors: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), namespace, &build::service_monitor_resource());
+        let outcome = monitors
+            .patch(
+                &pool.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(monitor),
+            )
+            .await;
+        note(&mut refused, "ServiceMonitor", outcome.map(drop).map_err(Error::from));
+    }
+    (deployment, refused)
+}
+
+fn note(refused: &mut Vec<(&'static str, Error)>, kind: &'static str, outcome: Result<()>) {
+    if let Err(err) = outcome {
+        refused.push((kind, err));
+    }
+}
+
+/// The field manager that holds a Deployment's replica count while an autoscaler takes it
+/// over (Kubernetes' documented hand-over: see docs/operator.md, Autoscaling).
+pub const HANDOVER_MANAGER: &str = "pgvs3-operator-handover";
+
+/// Applies the Deployment. Without `replicas` (an autoscaler owns the count) and while the
+/// operator's apply still owns the count, it is first handed to [`HANDOVER_MANAGER`] at its
+/// current value: an apply that merely dropped the field would have the API server reset it to
+/// its default, 1, until the autoscaler scales up again (a 3-gateway pool down to 1 for ~15 s).
+async fn apply_deployment(deployments: &Api<Deployment>, deployment: &Deployment) -> Result<Deployment> {
+    let name = deployment.name_any();
+    let autoscaled = deployment.spec.as_ref().is_some_and(|spec| spec.replicas.is_none());
+    if autoscaled && let Some(current) = deployments.get_opt(&name).await? {
+        let replicas = current.spec.as_ref().and_then(|spec| spec.replicas);
+        if let Some(replicas) = replicas.filter(|_| owns_replicas(&current)) {
+            let handover = serde_json::json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": name},
+                "spec": {"replicas": replicas},
+            });
+            deployments
+                .patch(
+                    &name,
+                    &PatchParams::apply(HANDOVER_MANAGER).force(),
+                    &Patch::Apply(&handover),
+                )
+                .await?;
+        }
+    }
+    kube_ops::apply(deployments, deployment).await
+}
+
+/// Whether the operator's apply owns the Deployment's `spec.replicas`.
+fn owns_replicas(deployment: &Deployment) -> bool {
+    deployment.metadata.managed_fields.iter().flatten().any(|entry| {
+        entry.manager.as_deref() == Some(FIELD_MANAGER)
+            && entry.operation.as_deref() == Some("Apply")
+            && entry
+                .fields_v1
+                .as_ref()
+                .is_some_and(|fields| fields.0.pointer("/f:spec/f:replicas").is_some())
+    })
+}
+
+async fn apply_autoscaler(ctx: &Context, pool: &GatewayPool, namespace: &str, objects: &build::Objects) -> Result<()> {
+    let autoscalers: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), namespace);
     let pool_key = backoff_key(KIND, pool);
     match &objects.autoscaler {
         Some(autoscaler) => {
-            kube_ops::apply(&autoscalers, autoscaler)
-                .await
-                .map_err(failed("HorizontalPodAutoscaler"))?;
+            kube_ops::apply(&autoscalers, autoscaler).await?;
             ctx.set_autoscaler(&pool_key, true);
         }
         // Autoscaling switched off: the old HPA would keep resizing the Deployment. Deleted
@@ -237,24 +438,12 @@ async fn apply_children(
             match autoscalers.delete(&pool.name_any(), &DeleteParams::default()).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(status)) if status.code == 404 => {}
-                Err(err) => return Err(("HorizontalPodAutoscaler", err.into())),
+                Err(err) => return Err(err.into()),
             }
             ctx.set_autoscaler(&pool_key, false);
         }
     }
-    if let Some(monitor) = &objects.service_monitor {
-        let monitors: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), namespace, &build::service_monitor_resource());
-        monitors
-            .patch(
-                &pool.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(monitor),
-            )
-            .await
-            .map_err(|err| ("ServiceMonitor", err.into()))?;
-    }
-    Ok(deployment)
+    Ok(())
 }
 
 /// What the API server said when it refused a write: its message and code, not kube's wrapper.

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
 use k8s_openapi::api::autoscaling::v2::{
     CrossVersionObjectReference, HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec, MetricSpec, MetricTarget,
@@ -10,15 +11,14 @@ use k8s_openapi::api::autoscaling::v2::{
 };
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapEnvSource, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, EnvVar,
-    EnvVarSource, HTTPGetAction, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    SeccompProfile, SecretKeySelector as CoreSecretKeySelector, SecretVolumeSource, SecurityContext, Service,
+    EnvVarSource, HTTPGetAction, KeyToPath, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
+    SeccompProfile, Secret, SecretKeySelector as CoreSecretKeySelector, SecretVolumeSource, SecurityContext, Service,
     ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::Resource;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use sha2::{Digest, Sha256};
 
@@ -32,6 +32,8 @@ pub const ROLE_LABEL: &str = "pgvs3.io/role";
 const GATEWAY_UID: i64 = 65532;
 /// Where the listeners' `kubernetes.io/tls` Secret is mounted.
 const TLS_DIR: &str = "/etc/pgvs3/tls";
+/// The keys of the listeners' Secret the gateway reads (`PGVS3_TLS_CERT`, `PGVS3_TLS_KEY`).
+const TLS_KEYS: [&str; 2] = ["tls.crt", "tls.key"];
 /// Where PostgreSQL's CA Secret is mounted.
 const POSTGRES_CA_DIR: &str = "/etc/pgvs3/postgres-ca";
 
@@ -42,12 +44,34 @@ pub struct Inputs {
     pub secrets_digest: String,
     /// The Prometheus operator's ServiceMonitor CRD exists in the cluster.
     pub service_monitor_crd: bool,
+    /// The login in the pool's database Secret, for the gateways' connection string.
+    pub login: Login,
+}
+
+/// A PostgreSQL user and password, as the pool's database Secret holds them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Login {
+    pub user: String,
+    pub password: String,
+}
+
+/// What `render` shows for a login it never reads.
+impl Default for Login {
+    fn default() -> Login {
+        let unread = "<from the database Secret>".to_string();
+        Login {
+            user: unread.clone(),
+            password: unread,
+        }
+    }
 }
 
 /// Everything one GatewayPool turns into.
 #[derive(Clone, Debug)]
 pub struct Objects {
     pub config_map: ConfigMap,
+    /// The gateways' connection string, password included: a Secret of its own.
+    pub database_secret: Secret,
     pub deployment: Deployment,
     pub service: Service,
     pub pod_disruption_budget: PodDisruptionBudget,
@@ -60,6 +84,7 @@ impl Objects {
     pub fn to_values(&self) -> Vec<serde_json::Value> {
         let mut values = vec![
             serde_json::to_value(&self.config_map),
+            serde_json::to_value(&self.database_secret),
             serde_json::to_value(&self.service),
             serde_json::to_value(&self.deployment),
             serde_json::to_value(&self.pod_disruption_budget),
@@ -112,16 +137,14 @@ fn meta(pool: &GatewayPool, name: String) -> ObjectMeta {
 }
 
 /// The owner reference that garbage-collects children with their pool (absent when rendering
-/// a manifest that was never stored, which has no uid yet). A controller reference with
-/// `blockOwnerDeletion`, as kube-rs's `controller_owner_ref` and controller-runtime's
-/// `SetControllerReference` (CloudNativePG's) both make it: a foreground deletion of the pool
-/// then waits for its gateways to go. Under the admission plugin
+/// a manifest that was never stored, which has no uid yet), with `blockOwnerDeletion`
+/// ([`crate::crd::controller_reference`]). Under the admission plugin
 /// `OwnerReferencesPermissionEnforcement` that takes `update` on `gatewaypools/finalizers`, and
 /// changing the reference of an existing child (re-adopting one orphaned by an
 /// `--cascade=orphan` delete) takes `delete` on the child: the chart grants both, as
 /// CloudNativePG's does.
 fn owner(pool: &GatewayPool) -> Option<Vec<OwnerReference>> {
-    pool.controller_owner_ref(&()).map(|reference| vec![reference])
+    crate::crd::controller_reference(pool)
 }
 
 /// Service endpoints, as clients inside the cluster reach them.
@@ -160,6 +183,9 @@ fn settings(pool: &GatewayPool) -> BTreeMap<String, String> {
         ("PGVS3_REGION".to_string(), spec.region.clone()),
         ("PGVS3_POOL_SIZE".to_string(), spec.pool_size.to_string()),
         ("PGVS3_LOG_FORMAT".to_string(), "json".to_string()),
+        // A gateway whose Service leads to a database of the other role (a misrouted `-rw` or
+        // `-ro`) reports unready instead of serving from it.
+        ("PGVS3_REQUIRE_ROLE".to_string(), role_label(spec.role).to_string()),
     ]);
     let protocols = [
         ("PGVS3_S3_ADDR", &spec.protocols.s3),
@@ -208,6 +234,48 @@ pub fn checksum(config: &BTreeMap<String, String>, secrets_digest: &str) -> Stri
     hex::encode(hasher.finalize())
 }
 
+/// Why the pool's spec cannot be built as written, beyond what the CRD's schema checks (or did
+/// not, for a pool admitted before its rules): a name that is empty, or no object name at all,
+/// would have the gateways (or the operator's reads) wait forever for an object that cannot
+/// exist.
+pub fn spec_refusal(pool: &GatewayPool) -> Option<String> {
+    let spec = &pool.spec;
+    let postgres = &spec.postgres;
+    let names = [
+        ("postgres.clusterName", postgres.cluster_name.as_deref()),
+        ("postgres.secretRef", postgres.secret_ref.as_deref()),
+        ("postgres.caSecretRef", postgres.ca_secret_ref.as_deref()),
+        (
+            "masterKeySecretRef.name",
+            spec.master_key_secret_ref.as_ref().map(|r| r.name.as_str()),
+        ),
+        (
+            "protocols.ojsTokenSecretRef",
+            spec.protocols.ojs_token_secret_ref.as_deref(),
+        ),
+        ("tls.secretRef", spec.tls.as_ref().map(|tls| tls.secret_ref.as_str())),
+    ];
+    let bad_name = names.into_iter().find_map(|(field, name)| {
+        name.filter(|name| !crate::database::valid_object_name(name))
+            .map(|name| (field, name))
+    });
+    if let Some((field, name)) = bad_name {
+        return Some(format!("{field} {name:?} is not a valid object name"));
+    }
+    let empty = [
+        ("postgres.host", postgres.host.as_deref()),
+        ("postgres.database", postgres.database.as_deref()),
+        (
+            "masterKeySecretRef.key",
+            spec.master_key_secret_ref.as_ref().map(|r| r.key.as_str()),
+        ),
+    ];
+    empty
+        .into_iter()
+        .find(|(_, value)| value.is_some_and(str::is_empty))
+        .map(|(field, _)| format!("{field} must not be empty"))
+}
+
 pub fn build(pool: &GatewayPool, inputs: &Inputs) -> Objects {
     let config = settings(pool);
     let checksum = checksum(&config, &inputs.secrets_digest);
@@ -218,6 +286,7 @@ pub fn build(pool: &GatewayPool, inputs: &Inputs) -> Objects {
     };
     Objects {
         config_map,
+        database_secret: database_secret(pool, &inputs.login),
         deployment: deployment(pool, checksum),
         service: service(pool),
         pod_disruption_budget: pod_disruption_budget(pool),
@@ -256,31 +325,54 @@ fn secret_env(name: &str, secret: &str, key: &str) -> EnvVar {
     }
 }
 
-fn env(pool: &GatewayPool) -> Vec<EnvVar> {
+/// `<pool>-pgvs3-database`: the Secret holding the gateways' connection string.
+pub fn database_secret_name(pool: &GatewayPool) -> String {
+    format!("{}-pgvs3-database", pool_name(pool))
+}
+
+/// The key of the connection string in [`database_secret_name`].
+pub const DATABASE_URL_KEY: &str = "PGVS3_DATABASE_URL";
+
+/// The gateways' libpq connection string, every value quoted and escaped as libpq's (and
+/// tokio-postgres's) parser reads it: a password with `'`, `\` or a space is just a password.
+/// Built here rather than by the kubelet's `$(VAR)` expansion, which pastes a value in verbatim.
+pub fn database_url(pool: &GatewayPool, login: &Login) -> String {
     let postgres = &pool.spec.postgres;
-    let credentials = postgres.credentials_secret();
-    let master_key = pool.spec.master_key_ref(&pool_name(pool));
-    // Kubernetes expands $(VAR) from variables defined earlier in the list, so the secret parts
-    // of the connection string never appear in the pod spec.
-    let mut url = format!(
-        "host={} port={} dbname={} user=$(PGVS3_DB_USER) password='$(PGVS3_DB_PASSWORD)' application_name=pgvs3-{} sslmode={}",
-        postgres.host(pool.spec.role),
-        postgres.port(),
-        postgres.database(),
-        pool_name(pool),
-        postgres.ssl_mode().as_str(),
-    );
+    let port = postgres.port().to_string();
+    let application = format!("pgvs3-{}", pool_name(pool));
+    let root_cert = format!("{POSTGRES_CA_DIR}/{POSTGRES_CA_KEY}");
+    let host = postgres.host(pool.spec.role);
+    let mut pairs = vec![
+        ("host", host.as_str()),
+        ("port", port.as_str()),
+        ("dbname", postgres.database()),
+        ("user", login.user.as_str()),
+        ("password", login.password.as_str()),
+        ("application_name", application.as_str()),
+        ("sslmode", postgres.ssl_mode().as_str()),
+    ];
     if postgres.ca_secret().is_some() {
-        url.push_str(&format!(" sslrootcert={POSTGRES_CA_DIR}/{POSTGRES_CA_KEY}"));
+        pairs.push(("sslrootcert", root_cert.as_str()));
     }
+    pgvs3_catalog::lake::conninfo_of(&pairs)
+}
+
+fn database_secret(pool: &GatewayPool, login: &Login) -> Secret {
+    Secret {
+        metadata: meta(pool, database_secret_name(pool)),
+        type_: Some("Opaque".into()),
+        data: Some(BTreeMap::from([(
+            DATABASE_URL_KEY.to_string(),
+            ByteString(database_url(pool, login).into_bytes()),
+        )])),
+        ..Secret::default()
+    }
+}
+
+fn env(pool: &GatewayPool) -> Vec<EnvVar> {
+    let master_key = pool.spec.master_key_ref(&pool_name(pool));
     let mut env = vec![
-        secret_env("PGVS3_DB_USER", &credentials, "username"),
-        secret_env("PGVS3_DB_PASSWORD", &credentials, "password"),
-        EnvVar {
-            name: "PGVS3_DATABASE_URL".into(),
-            value: Some(url),
-            ..EnvVar::default()
-        },
+        secret_env(DATABASE_URL_KEY, &database_secret_name(pool), DATABASE_URL_KEY),
         secret_env("PGVS3_MASTER_KEY", &master_key.name, &master_key.key),
     ];
     if let Some(secret) = pool.spec.protocols.ojs_token_secret() {
@@ -359,6 +451,9 @@ fn deployment(pool: &GatewayPool, checksum: String) -> Deployment {
             ..EnvFromSource::default()
         }]),
         env: Some(env(pool)),
+        // The log's tail becomes the termination message of a gateway that exits with an
+        // error: the pool's status quotes it (why its gateways cannot start).
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
         readiness_probe: Some(probe("/readyz", 5, 3)),
         liveness_probe: Some(probe("/healthz", 10, 6)),
         resources: Some(spec.resources.clone().unwrap_or_else(default_resources)),
@@ -441,14 +536,25 @@ fn volumes(pool: &GatewayPool) -> Vec<(VolumeMount, Volume)> {
         read_only: Some(path != "/tmp"),
         ..VolumeMount::default()
     };
-    let secret = |name: &str, secret: &str| Volume {
+    // Only the keys the gateway reads (`items`): a CloudNativePG CA Secret also holds the CA's
+    // private key (`ca.key`), which would let whoever reads the pod's files sign certificates
+    // PostgreSQL trusts.
+    let secret = |name: &str, secret: &str, keys: &[&str]| Volume {
         name: name.into(),
         secret: Some(SecretVolumeSource {
             secret_name: Some(secret.into()),
+            items: Some(
+                keys.iter()
+                    .map(|key| KeyToPath {
+                        key: (*key).into(),
+                        path: (*key).into(),
+                        mode: None,
+                    })
+                    .collect(),
+            ),
             // Readable by the gateway's group (fsGroup) only: one holds a private key.
             default_mode: Some(0o440),
             optional: Some(false),
-            ..SecretVolumeSource::default()
         }),
         ..Volume::default()
     };
@@ -460,13 +566,16 @@ fn volumes(pool: &GatewayPool) -> Vec<(VolumeMount, Volume)> {
             ..Volume::default()
         },
     )];
-    // Whole-Secret mounts, never subPath: the kubelet then swaps renewed files in place and
-    // the gateway reloads them.
+    // Secret volumes, never subPath: the kubelet then swaps renewed files in place and the
+    // gateway reloads them.
     if let Some(tls) = &pool.spec.tls {
-        volumes.push((mount("tls", TLS_DIR), secret("tls", &tls.secret_ref)));
+        volumes.push((mount("tls", TLS_DIR), secret("tls", &tls.secret_ref, &TLS_KEYS)));
     }
     if let Some(ca) = pool.spec.postgres.ca_secret() {
-        volumes.push((mount("postgres-ca", POSTGRES_CA_DIR), secret("postgres-ca", &ca)));
+        volumes.push((
+            mount("postgres-ca", POSTGRES_CA_DIR),
+            secret("postgres-ca", &ca, &[POSTGRES_CA_KEY]),
+        ));
     }
     volumes
 }
@@ -598,6 +707,84 @@ mod tests {
         assert_eq!(token.value, None, "the token never appears in the pod spec");
     }
 
+    fn url_of(objects: &Objects) -> String {
+        String::from_utf8(
+            objects.database_secret.data.as_ref().unwrap()[DATABASE_URL_KEY]
+                .0
+                .clone(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn any_login_survives_the_connection_string() {
+        for (user, password) in [
+            ("app", "plain"),
+            ("app user", r"it's a \ pass'word"),
+            ("o'hara", "' OR 1=1 --"),
+            ("app", r"ends with \"),
+            ("app", ""),
+            ("app", "sslmode=disable host=evil"),
+        ] {
+            let login = Login {
+                user: user.into(),
+                password: password.into(),
+            };
+            let mut pool = primary();
+            pool.spec.postgres = PostgresSpec {
+                host: Some("pg.example".into()),
+                secret_ref: Some("login".into()),
+                ssl_mode: Some(crate::crd::SslMode::Require),
+                ..PostgresSpec::default()
+            };
+            let url = database_url(&pool, &login);
+            // The gateway's own parser (`--database-url`).
+            let (config, _) = pgvs3_pgtls::parse(&url).unwrap_or_else(|err| panic!("{url}: {err:#}"));
+            assert_eq!(config.get_user(), Some(user), "{url}");
+            assert_eq!(config.get_password(), Some(password.as_bytes()), "{url}");
+            assert_eq!(config.get_hosts().len(), 1, "{url}");
+            assert!(url.ends_with(" sslmode=require"), "{url}");
+        }
+    }
+
+    #[test]
+    fn only_the_keys_the_gateway_reads_are_mounted() {
+        let mut pool = primary();
+        pool.spec.tls = Some(crate::crd::TlsSpec {
+            secret_ref: "gateway-tls".into(),
+        });
+        let objects = build(&pool, &Inputs::default());
+        let volumes = objects.deployment.spec.unwrap().template.spec.unwrap().volumes.unwrap();
+        let keys = |name: &str| -> Vec<String> {
+            let volume = volumes.iter().find(|v| v.name == name).unwrap();
+            let items = volume.secret.as_ref().unwrap().items.as_ref().unwrap();
+            items.iter().map(|item| item.key.clone()).collect()
+        };
+        assert_eq!(keys("postgres-ca"), ["ca.crt"], "never the CA's ca.key");
+        assert_eq!(keys("tls"), ["tls.crt", "tls.key"]);
+    }
+
+    #[test]
+    fn empty_or_invalid_names_are_refused_before_anything_is_built() {
+        assert_eq!(spec_refusal(&primary()), None);
+        let mut pool = primary();
+        pool.spec.postgres.ca_secret_ref = Some(String::new());
+        assert_eq!(
+            spec_refusal(&pool).as_deref(),
+            Some(r#"postgres.caSecretRef "" is not a valid object name"#)
+        );
+        let mut pool = primary();
+        pool.spec.protocols.ojs_token_secret_ref = Some("Not_A_Name".into());
+        assert!(spec_refusal(&pool).unwrap().starts_with("protocols.ojsTokenSecretRef"));
+        let mut pool = primary();
+        pool.spec.postgres = PostgresSpec {
+            host: Some(String::new()),
+            secret_ref: Some("login".into()),
+            ..PostgresSpec::default()
+        };
+        assert_eq!(spec_refusal(&pool).as_deref(), Some("postgres.host must not be empty"));
+    }
+
     fn env_value(deployment: &Deployment, name: &str) -> Option<EnvVar> {
         let container = &deployment.spec.as_ref()?.template.spec.as_ref()?.containers[0];
         container.env.as_ref()?.iter().find(|e| e.name == name).cloned()
@@ -624,13 +811,35 @@ mod tests {
         let objects = build(&primary(), &Inputs::default());
         let spec = objects.deployment.spec.as_ref().unwrap();
         assert_eq!(spec.replicas, Some(DEFAULT_REPLICAS));
-        let url = env_value(&objects.deployment, "PGVS3_DATABASE_URL")
-            .unwrap()
-            .value
-            .unwrap();
+        let url = url_of(&objects);
         assert!(url.starts_with("host=db-rw port=5432 dbname=app "), "{url}");
-        let user = env_value(&objects.deployment, "PGVS3_DB_USER").unwrap();
-        assert_eq!(user.value_from.unwrap().secret_key_ref.unwrap().name, "db-app");
+        let from = env_value(&objects.deployment, "PGVS3_DATABASE_URL").unwrap();
+        let from = from.value_from.unwrap().secret_key_ref.unwrap();
+        assert_eq!(
+            (from.name.as_str(), from.key.as_str()),
+            ("p-pgvs3-database", DATABASE_URL_KEY)
+        );
+        assert_eq!(
+            objects.database_secret.metadata.name.as_deref(),
+            Some("p-pgvs3-database")
+        );
+        assert!(
+            objects
+                .deployment
+                .spec
+                .as_ref()
+                .unwrap()
+                .template
+                .spec
+                .as_ref()
+                .unwrap()
+                .containers[0]
+                .env
+                .iter()
+                .flatten()
+                .all(|e| e.value.as_deref().is_none_or(|v| !v.contains("$("))),
+            "no $(VAR) expansion"
+        );
         let master = env_value(&objects.deployment, "PGVS3_MASTER_KEY").unwrap();
         assert_eq!(
             master.value_from.unwrap().secret_key_ref.unwrap().name,
@@ -660,10 +869,7 @@ mod tests {
         let mut standby = primary();
         standby.spec.role = PoolRole::Standby;
         let objects = build(&standby, &Inputs::default());
-        let url = env_value(&objects.deployment, "PGVS3_DATABASE_URL")
-            .unwrap()
-            .value
-            .unwrap();
+        let url = url_of(&objects);
         assert!(url.starts_with("host=db-ro "), "{url}");
         assert_eq!(objects.deployment.metadata.labels.unwrap()[ROLE_LABEL], "standby");
     }
@@ -679,13 +885,9 @@ mod tests {
             ..PostgresSpec::default()
         };
         let objects = build(&pool, &Inputs::default());
-        let url = env_value(&objects.deployment, "PGVS3_DATABASE_URL")
-            .unwrap()
-            .value
-            .unwrap();
+        let url = url_of(&objects);
         assert!(url.starts_with("host=pg.example port=6432 dbname=objects "), "{url}");
-        let password = env_value(&objects.deployment, "PGVS3_DB_PASSWORD").unwrap();
-        assert_eq!(password.value_from.unwrap().secret_key_ref.unwrap().name, "pg-login");
+
         assert_eq!(
             env_value(&objects.deployment, "PGVS3_MASTER_KEY")
                 .unwrap()
@@ -823,12 +1025,7 @@ mod tests {
 
     #[test]
     fn cloudnativepg_is_verified_in_full_against_its_ca_and_a_host_as_asked() {
-        let url = |pool: &GatewayPool| {
-            env_value(&build(pool, &Inputs::default()).deployment, "PGVS3_DATABASE_URL")
-                .unwrap()
-                .value
-                .unwrap()
-        };
+        let url = |pool: &GatewayPool| url_of(&build(pool, &Inputs::default()));
         let cluster = primary();
         assert!(
             url(&cluster).ends_with(&format!(" sslmode=verify-full sslrootcert={POSTGRES_CA_DIR}/ca.crt")),

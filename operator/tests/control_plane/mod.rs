@@ -131,6 +131,26 @@ impl ControlPlane {
         }
     }
 
+    /// Installs a ServiceMonitor CRD (the Prometheus operator's kind, its schema left open), so
+    /// pools get ServiceMonitors.
+    pub fn install_service_monitor_crd(&self) {
+        let crd = serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+            "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+                     "names": {"kind": "ServiceMonitor", "plural": "servicemonitors", "singular": "servicemonitor", "listKind": "ServiceMonitorList"},
+                     "versions": [{"name": "v1", "served": true, "storage": true,
+                                   "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+        });
+        self.kubectl_stdin(&["apply", "-f", "-"], &crd.to_string());
+        self.kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/servicemonitors.monitoring.coreos.com",
+        ]);
+    }
+
     pub fn kubectl(&self, args: &[&str]) -> String {
         run(Command::new("kubectl").env("KUBECONFIG", &self.kubeconfig).args(args))
     }
@@ -328,6 +348,17 @@ impl Operator {
     /// `watch_namespace`: the one namespace it reconciles; `lease`: its Lease's name (in
     /// `pgvs3-system`) and duration in seconds.
     pub fn start(plane: &ControlPlane, identity: &str, watch_namespace: Option<&str>, lease: (&str, u64)) -> Operator {
+        Operator::start_with(plane, identity, watch_namespace, lease, &[])
+    }
+
+    /// As [`Operator::start`], with settings of its own (`PGVS3_OPERATOR_*` variables).
+    pub fn start_with(
+        plane: &ControlPlane,
+        identity: &str,
+        watch_namespace: Option<&str>,
+        lease: (&str, u64),
+        settings: &[(&str, &str)],
+    ) -> Operator {
         let kubeconfig = plane.service_account_kubeconfig();
         let health_port = free_port();
         let mut command = Command::new(env!("CARGO_BIN_EXE_pgvs3-operator"));
@@ -344,6 +375,7 @@ impl Operator {
         if let Some(namespace) = watch_namespace {
             command.env("PGVS3_OPERATOR_WATCH_NAMESPACE", namespace);
         }
+        command.envs(settings.iter().copied());
         let log = plane.run_dir.join(format!("operator-{identity}.log"));
         Operator {
             process: spawn(command.arg("run"), log),
