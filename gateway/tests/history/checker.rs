@@ -2,8 +2,8 @@
 //! with Lowe's memoisation, as in Knossos and Porcupine): is there an order of the operations,
 //! each taking effect at one instant between its invocation and its response, in which the
 //! model gives every recorded answer? Operations without an answer may take effect at any time
-//! after their invocation, or never. Plus the minimiser that shrinks a failing history to a
-//! small failing sub-history to print.
+//! after their invocation, or never. Plus the minimiser that cuts a failing history down to a
+//! short one that still fails, to print.
 
 use std::collections::HashSet;
 use std::fmt::{Debug, Write};
@@ -22,12 +22,9 @@ pub trait Model: Clone + Eq + Hash + Send + Sync {
     /// than one when the model is uncertain (an expiry deadline that may or may not have passed).
     fn step(&self, op: &Op<Self::Input, Self::Output>) -> Vec<Self>;
 
-    /// Values `op` brings into being (a written value, a new version id).
-    fn writes(op: &Op<Self::Input, Self::Output>) -> Vec<String>;
-
-    /// Values `op` names or observes: a sub-history is only shown if each was brought into
-    /// being by one of its operations, so a minimal failure never rests on a dropped write.
-    fn reads(op: &Op<Self::Input, Self::Output>) -> Vec<String>;
+    /// Whether `op` leaves every state as it was (a read, a refused write): dropping it from a
+    /// failing history cannot make the failure up.
+    fn changes_nothing(op: &Op<Self::Input, Self::Output>) -> bool;
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,59 +131,141 @@ impl<M: Model> Search<'_, M> {
     }
 }
 
-/// Whether every value the operations name that some operation of the whole history brought
-/// into being (`known`) was brought into being by one of them.
-fn self_contained<M: Model>(ops: &[Op<M::Input, M::Output>], known: &HashSet<String>) -> bool {
-    let written: HashSet<String> = ops.iter().flat_map(M::writes).collect();
-    ops.iter()
-        .flat_map(M::reads)
-        .all(|value| written.contains(&value) || !known.contains(&value))
+/// A failing history cut down to what shows the failure: the operations after the latest
+/// quiescent point (no operation spans it) from which the rest still fails, whatever state the
+/// operations before it may have left — those states are shown instead of them — up to the
+/// earliest quiescent point at which the history already fails, without the operations that
+/// change nothing (reads). Each cut is sound: the short history fails only if the whole one does.
+pub struct Minimal<M: Model> {
+    /// The states the operations before the short history may have left.
+    pub start: Vec<M>,
+    /// Operations before the short history.
+    pub skipped: usize,
+    pub ops: Vec<Op<M::Input, M::Output>>,
 }
 
-/// A small sub-history of the failing `ops` that still fails: the shortest failing prefix, then
-/// chunks and single operations dropped while it keeps failing (until `deadline`).
+/// Indices at which no operation spans the cut (every earlier one returned before the next began).
+fn quiescent_cuts<I, O>(ops: &[Op<I, O>]) -> Vec<usize> {
+    let mut cuts = vec![0];
+    let mut latest_end = 0;
+    for (i, op) in ops.iter().enumerate().skip(1) {
+        latest_end = latest_end.max(ops[i - 1].end());
+        if latest_end < op.call {
+            cuts.push(i);
+        }
+    }
+    cuts.push(ops.len());
+    cuts
+}
+
+/// Every state a linearization of `ops` (all answered) may end in; `None` past the budget.
+fn finals<M: Model>(from: &M, ops: &[Op<M::Input, M::Output>], budget: u64) -> Option<HashSet<M>> {
+    fn walk<M: Model>(
+        state: &M,
+        ops: &[Op<M::Input, M::Output>],
+        done: &mut Vec<bool>,
+        seen: &mut HashSet<(Vec<bool>, M)>,
+        out: &mut HashSet<M>,
+        budget: &mut u64,
+    ) -> bool {
+        if done.iter().all(|d| *d) {
+            out.insert(state.clone());
+            return true;
+        }
+        if !seen.insert((done.clone(), state.clone())) {
+            return true;
+        }
+        if *budget == 0 {
+            return false;
+        }
+        *budget -= 1;
+        let horizon = (0..ops.len()).filter(|i| !done[*i]).map(|i| ops[i].end()).min().unwrap_or(u64::MAX);
+        for i in 0..ops.len() {
+            if done[i] || ops[i].call > horizon {
+                continue;
+            }
+            for next in state.step(&ops[i]) {
+                done[i] = true;
+                let within = walk(&next, ops, done, seen, out, budget);
+                done[i] = false;
+                if !within {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+    let mut out = HashSet::new();
+    let mut budget = budget;
+    walk(from, ops, &mut vec![false; ops.len()], &mut HashSet::new(), &mut out, &mut budget).then_some(out)
+}
+
+/// Whether `ops` fails from every one of `starts`.
+fn fails_from<M: Model>(starts: &[M], ops: &[Op<M::Input, M::Output>], budget: u64) -> bool {
+    starts.iter().all(|start| check(start, ops, budget) == Verdict::Violation)
+}
+
+/// See [`Minimal`]; `ops` must fail from `initial`.
 pub fn minimise<M: Model>(
     initial: &M,
     ops: &[Op<M::Input, M::Output>],
     budget: u64,
     deadline: Instant,
-) -> Vec<Op<M::Input, M::Output>> {
-    let known: HashSet<String> = ops.iter().flat_map(M::writes).collect();
-    let fails = |ops: &[Op<M::Input, M::Output>]| {
-        self_contained::<M>(ops, &known) && check(initial, ops, budget) == Verdict::Violation
-    };
-    let mut failing = ops.to_vec();
-    // Failures show up at the end of a prefix: search for the shortest one.
-    let (mut low, mut high) = (1, failing.len());
+) -> Minimal<M> {
+    let cuts = quiescent_cuts(ops);
+    // The earliest cut at which the history already fails (a failing prefix that ends at a
+    // quiescent point stays failing when longer, so this is a binary search).
+    let (mut low, mut high) = (0, cuts.len() - 1);
     while low < high && Instant::now() < deadline {
         let middle = (low + high) / 2;
-        if fails(&failing[..middle]) {
+        if check(initial, &ops[..cuts[middle]], budget) == Verdict::Violation {
             high = middle;
         } else {
             low = middle + 1;
         }
     }
-    if fails(&failing[..high]) {
-        failing.truncate(high);
-    }
-    let mut chunk = failing.len().div_ceil(2);
-    while chunk >= 1 && Instant::now() < deadline {
-        let mut at = 0;
-        while at < failing.len() && Instant::now() < deadline {
-            let mut without = failing[..at].to_vec();
-            without.extend_from_slice(&failing[(at + chunk).min(failing.len())..]);
-            if !without.is_empty() && fails(&without) {
-                failing = without;
-            } else {
-                at += chunk;
+    let end = cuts[high];
+    // The states each earlier cut may be in, cut by cut, while they stay few.
+    let mut reachable: Vec<(usize, Vec<M>)> = vec![(0, vec![initial.clone()])];
+    for pair in cuts[..high].windows(2) {
+        let (from, to) = (pair[0], pair[1]);
+        let mut states = HashSet::new();
+        let mut known = true;
+        for state in &reachable.last().unwrap().1 {
+            match finals(state, &ops[from..to], budget) {
+                Some(found) => states.extend(found),
+                None => known = false,
             }
         }
-        if chunk == 1 {
+        if !known || states.is_empty() || states.len() > 8 || Instant::now() > deadline {
             break;
         }
-        chunk = chunk.div_ceil(2).min(chunk - 1);
+        reachable.push((to, states.into_iter().collect()));
     }
-    failing
+    let (skipped, start) = reachable
+        .iter()
+        .rev()
+        .find(|(at, starts)| Instant::now() > deadline || fails_from(starts, &ops[*at..end], budget))
+        .cloned()
+        .unwrap_or((0, vec![initial.clone()]));
+    let mut short = ops[skipped..end].to_vec();
+    let mut at = 0;
+    while at < short.len() && Instant::now() < deadline {
+        if M::changes_nothing(&short[at]) {
+            let mut without = short.clone();
+            without.remove(at);
+            if fails_from(&start, &without, budget) {
+                short = without;
+                continue;
+            }
+        }
+        at += 1;
+    }
+    Minimal {
+        start,
+        skipped,
+        ops: short,
+    }
 }
 
 /// One line per operation: client, interval in milliseconds since the run began, input, answer.

@@ -14,7 +14,7 @@ use rand::Rng;
 use serde_json::{Value, json};
 
 use super::recorder::{Op, Outcome, Recorder};
-use super::schedule::{Bounds, Schedule};
+use super::schedule::{Bounds, Schedule, join};
 use crate::common::ojs::Ojs;
 
 pub const QUEUE: &str = "history";
@@ -57,11 +57,11 @@ pub enum Reply {
 pub async fn run(ojs: &Ojs, clients: usize, bounds: &Bounds) -> (Vec<Op<Cmd, Reply>>, BTreeMap<String, String>) {
     let recorder = Arc::new(Recorder::new(std::time::Instant::now()));
     let schedule = Schedule::new(clients, bounds, Duration::from_millis(60));
-    let mut tasks = Vec::new();
+    let mut tasks = tokio::task::JoinSet::new();
     for id in 0..clients {
         let (recorder, schedule, ojs) = (recorder.clone(), schedule.clone(), ojs.clone());
         let mut rng = bounds.rng("ojs", id);
-        tasks.push(tokio::spawn(async move {
+        tasks.spawn(async move {
             let mut held: Option<(String, i64)> = None;
             while let Some(ops) = schedule.round(&mut rng).await {
                 for _ in 0..ops {
@@ -82,11 +82,9 @@ pub async fn run(ojs: &Ojs, clients: usize, bounds: &Bounds) -> (Vec<Op<Cmd, Rep
                     }
                 }
             }
-        }));
+        });
     }
-    for task in tasks {
-        task.await.unwrap();
-    }
+    join(tasks).await;
     let states = drain(ojs, &recorder, clients).await;
     (recorder.history(), states)
 }

@@ -20,7 +20,7 @@ use rand::rngs::StdRng;
 
 use super::checker::Model;
 use super::recorder::{Op, Outcome, Recorder};
-use super::schedule::{Bounds, Schedule};
+use super::schedule::{Bounds, Schedule, join};
 use crate::common::s3::{completion, http_status};
 
 /// An ETag no version has: a condition on it must fail.
@@ -231,33 +231,12 @@ impl Model for Versions {
         }
     }
 
-    fn writes(op: &Op<Call, Reply>) -> Vec<String> {
-        let mut values = match &op.input.cmd {
-            Cmd::Put(body) | Cmd::PutIfNoneMatch(body) | Cmd::PutIfMatch(body, _) | Cmd::Multipart(body) => {
-                vec![body.clone()]
-            }
-            _ => Vec::new(),
-        };
-        match op.output() {
-            Some(Reply::Written { version, etag }) => values.extend([version.clone(), etag.clone()]),
-            Some(Reply::Deleted { marker: Some(id) }) if !matches!(op.input.cmd, Cmd::DeleteVersion(_)) => {
-                values.push(id.clone())
-            }
-            _ => {}
-        }
-        values
-    }
-
-    fn reads(op: &Op<Call, Reply>) -> Vec<String> {
-        let mut values = match &op.input.cmd {
-            Cmd::PutIfMatch(_, named) | Cmd::DeleteIfMatch(named) => vec![named.clone()],
-            Cmd::GetVersion(named) | Cmd::DeleteVersion(named) | Cmd::CopyVersion(named) => vec![named.clone()],
-            _ => Vec::new(),
-        };
-        if let Some(Reply::Body { body, .. }) = op.output() {
-            values.push(body.clone());
-        }
-        values
+    fn changes_nothing(op: &Op<Call, Reply>) -> bool {
+        matches!(op.input.cmd, Cmd::Get | Cmd::GetVersion(_))
+            || matches!(
+                op.output(),
+                Some(Reply::PreconditionFailed | Reply::NotFound | Reply::MethodNotAllowed | Reply::Refused(..))
+            )
     }
 }
 
@@ -281,11 +260,13 @@ impl Versions {
 /// What clients know of a key's versions (ids and ETags from answers), to name them in requests.
 type Known = Arc<Mutex<HashMap<String, Vec<(String, String)>>>>;
 
-/// Runs `clients` clients on keys `keys` of the versioned bucket `bucket`; the history.
+/// Runs `clients` clients on keys `keys` of the versioned bucket `bucket` (with conditional
+/// deletes among their operations or not); the history.
 pub async fn run_versions(
     client: &Client,
     bucket: &str,
     keys: &[&str],
+    conditional_deletes: bool,
     clients: usize,
     bounds: &Bounds,
 ) -> Vec<Op<Call, Reply>> {
@@ -293,43 +274,46 @@ pub async fn run_versions(
     let schedule = Schedule::new(clients, bounds, Duration::from_millis(5));
     let known: Known = Arc::default();
     let keys: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
-    let mut tasks = Vec::new();
+    let mut tasks = tokio::task::JoinSet::new();
     for id in 0..clients {
         let (recorder, schedule, known) = (recorder.clone(), schedule.clone(), known.clone());
         let (s3, bucket, keys) = (client.clone(), bucket.to_owned(), keys.clone());
         let mut rng = bounds.rng("s3-versions", id);
-        tasks.push(tokio::spawn(async move {
+        tasks.spawn(async move {
             let mut n = 0;
             while let Some(ops) = schedule.round(&mut rng).await {
                 for _ in 0..ops {
                     n += 1;
                     let key = keys[rng.random_range(0..keys.len())].clone();
-                    let cmd = random_cmd(&mut rng, &known, &key, format!("c{id}.{n}"));
+                    let cmd = random_cmd(&mut rng, &known, &key, format!("c{id}.{n}"), conditional_deletes);
                     let call = Call { key, cmd };
                     let output = recorder.record(id, call.clone(), send(&s3, &bucket, &call)).await;
                     learn(&known, &call, output);
                 }
             }
-        }));
+        });
     }
-    for task in tasks {
-        task.await.unwrap();
-    }
+    join(tasks).await;
     recorder.history()
 }
 
-fn random_cmd(rng: &mut StdRng, known: &Known, key: &str, body: String) -> Cmd {
+fn random_cmd(rng: &mut StdRng, known: &Known, key: &str, body: String, conditional_deletes: bool) -> Cmd {
     let versions = known.lock().unwrap().get(key).cloned().unwrap_or_default();
     let pick = |rng: &mut StdRng| versions[rng.random_range(0..versions.len())].clone();
     let roll = rng.random_range(0..100);
-    if versions.is_empty() && roll >= 40 {
+    // Until a version of the key is known, whatever would name one writes one instead.
+    if versions.is_empty() && !(0..23).contains(&roll) && !(28..46).contains(&roll) && !(54..62).contains(&roll) {
         return Cmd::Put(body);
     }
     match roll {
         0..18 => Cmd::Put(body),
         18..23 => Cmd::PutIfNoneMatch(body),
         23..28 => {
-            let etag = if rng.random_bool(0.2) { WRONG_ETAG.into() } else { pick(rng).1 };
+            let etag = if rng.random_bool(0.2) {
+                WRONG_ETAG.into()
+            } else {
+                pick(rng).1
+            };
             Cmd::PutIfMatch(body, etag)
         }
         28..34 => Cmd::Multipart(body),
@@ -337,10 +321,11 @@ fn random_cmd(rng: &mut StdRng, known: &Known, key: &str, body: String) -> Cmd {
         46..54 => Cmd::GetVersion(pick(rng).0),
         54..62 => Cmd::Delete,
         62..86 => Cmd::DeleteVersion(pick(rng).0),
-        86..92 => {
+        86..92 if conditional_deletes => {
             let etag = if rng.random_bool(0.5) { WRONG_ETAG.into() } else { pick(rng).1 };
             Cmd::DeleteIfMatch(etag)
         }
+        86..92 => Cmd::DeleteVersion(pick(rng).0),
         _ => Cmd::CopyVersion(pick(rng).0),
     }
 }
@@ -546,12 +531,12 @@ pub async fn run_listings(
 ) -> Vec<Op<ListCall, ListReply>> {
     let recorder = Arc::new(Recorder::new(std::time::Instant::now()));
     let schedule = Schedule::new(clients, bounds, Duration::from_millis(5));
-    let mut tasks = Vec::new();
+    let mut tasks = tokio::task::JoinSet::new();
     for id in 0..clients {
         let (recorder, schedule) = (recorder.clone(), schedule.clone());
         let (s3, bucket, keys) = (client.clone(), bucket.to_owned(), keys.to_vec());
         let mut rng = bounds.rng("s3-listings", id);
-        tasks.push(tokio::spawn(async move {
+        tasks.spawn(async move {
             while let Some(ops) = schedule.round(&mut rng).await {
                 for _ in 0..ops {
                     let key = keys[rng.random_range(0..keys.len())].clone();
@@ -573,11 +558,9 @@ pub async fn run_listings(
                     recorder.record(id, call.clone(), send_listing(&s3, &bucket, &call)).await;
                 }
             }
-        }));
+        });
     }
-    for task in tasks {
-        task.await.unwrap();
-    }
+    join(tasks).await;
     recorder.history()
 }
 

@@ -100,3 +100,14 @@ impl Schedule {
         tokio::time::sleep(Duration::from_micros(micros)).await;
     }
 }
+
+/// Waits for every client; the first one that panics ends the run with its panic (the others
+/// would wait for it at the barrier forever).
+pub async fn join(mut clients: tokio::task::JoinSet<()>) {
+    while let Some(done) = clients.join_next().await {
+        if let Err(err) = done {
+            clients.abort_all();
+            std::panic::resume_unwind(err.into_panic());
+        }
+    }
+}
