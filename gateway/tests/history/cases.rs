@@ -18,10 +18,7 @@ fn op<I, O>(client: usize, call: u64, ret: Option<u64>, input: I, output: O) -> 
         call: call * 1000,
         input,
         answer: match ret {
-            Some(ret) => Answer::Returned {
-                at: ret * 1000,
-                output,
-            },
+            Some(ret) => Answer::Returned { at: ret * 1000, output },
             None => Answer::Lost("connection reset".into()),
         },
     }
@@ -55,7 +52,15 @@ fn versions_verdict(ops: &[Op<s3::Call, s3::Reply>]) -> Verdict {
 
 #[test]
 fn concurrent_writes_may_be_read_in_either_order() {
-    let put = |client, body: &str, version: &str| op(client, 0, Some(10), s3("k", s3::Cmd::Put(body.into())), written(version));
+    let put = |client, body: &str, version: &str| {
+        op(
+            client,
+            0,
+            Some(10),
+            s3("k", s3::Cmd::Put(body.into())),
+            written(version),
+        )
+    };
     let ops = [
         put(0, "a", "v1"),
         put(1, "b", "v2"),
@@ -144,10 +149,34 @@ fn key_verdict(ops: &[Op<resp::Call, resp::Reply>]) -> Verdict {
 #[test]
 fn a_resurrected_expired_key_is_a_violation() {
     let mut ops = vec![
-        op(0, 0, Some(1), redis(resp::Cmd::Set("v".into(), Some(500))), resp::Reply::Ok),
-        op(0, 1000, Some(1001), redis(resp::Cmd::LPush("a".into())), resp::Reply::Int(1)),
-        op(0, 1002, Some(1003), redis(resp::Cmd::Expire(100_000)), resp::Reply::Int(1)),
-        op(0, 1004, Some(1005), redis(resp::Cmd::Type), resp::Reply::Status("string".into())),
+        op(
+            0,
+            0,
+            Some(1),
+            redis(resp::Cmd::Set("v".into(), Some(500))),
+            resp::Reply::Ok,
+        ),
+        op(
+            0,
+            1000,
+            Some(1001),
+            redis(resp::Cmd::LPush("a".into())),
+            resp::Reply::Int(1),
+        ),
+        op(
+            0,
+            1002,
+            Some(1003),
+            redis(resp::Cmd::Expire(100_000)),
+            resp::Reply::Int(1),
+        ),
+        op(
+            0,
+            1004,
+            Some(1005),
+            redis(resp::Cmd::Type),
+            resp::Reply::Status("string".into()),
+        ),
     ];
     assert_eq!(key_verdict(&ops), Verdict::Violation);
     ops[3].answer = Answer::Returned {
@@ -161,7 +190,13 @@ fn a_resurrected_expired_key_is_a_violation() {
 fn a_read_at_the_deadline_may_see_the_key_or_not_and_after_it_must_not() {
     let get = |at: u64, seen: resp::Reply| {
         vec![
-            op(0, 0, Some(1), redis(resp::Cmd::Set("v".into(), Some(500))), resp::Reply::Ok),
+            op(
+                0,
+                0,
+                Some(1),
+                redis(resp::Cmd::Set("v".into(), Some(500))),
+                resp::Reply::Ok,
+            ),
             op(1, at, Some(at + 1), redis(resp::Cmd::Get), seen),
         ]
     };
@@ -232,27 +267,55 @@ fn a_skipped_listing_key_is_a_violation() {
     assert!(s3::check_listings(&ops(listing(&[&["a"], &["b"]]), false)).is_empty());
     let skipped = s3::check_listings(&ops(listing(&[&["a"]]), false));
     assert_eq!(skipped.len(), 1, "{skipped:?}");
-    assert!(skipped[0].iter().any(|op| op.input.key == "b"), "the minimal history names b");
+    assert!(
+        skipped[0].iter().any(|op| op.input.key == "b"),
+        "the minimal history names b"
+    );
     // A key deleted during the listing may be missing; one never written may not appear.
     assert!(s3::check_listings(&ops(listing(&[&["a"]]), true)).is_empty());
-    assert_eq!(s3::check_listings(&ops(listing(&[&["a"], &["b"], &["c"]]), false)).len(), 1);
+    assert_eq!(
+        s3::check_listings(&ops(listing(&[&["a"], &["b"], &["c"]]), false)).len(),
+        1
+    );
 }
 
 #[test]
 fn the_minimiser_keeps_only_what_the_failure_needs() {
     let mut ops = Vec::new();
     for i in 0..40u64 {
-        ops.push(op(0, 10 * i, Some(10 * i + 1), redis(resp::Cmd::Set(format!("x{i}"), None)), resp::Reply::Ok));
-        ops.push(op(1, 10 * i + 2, Some(10 * i + 3), redis(resp::Cmd::Get), resp::Reply::Bulk(format!("x{i}"))));
+        ops.push(op(
+            0,
+            10 * i,
+            Some(10 * i + 1),
+            redis(resp::Cmd::Set(format!("x{i}"), None)),
+            resp::Reply::Ok,
+        ));
+        ops.push(op(
+            1,
+            10 * i + 2,
+            Some(10 * i + 3),
+            redis(resp::Cmd::Get),
+            resp::Reply::Bulk(format!("x{i}")),
+        ));
     }
     // A stale read in the middle: the value of write 20 read after write 30.
-    ops.push(op(2, 305, Some(306), redis(resp::Cmd::Get), resp::Reply::Bulk("x20".into())));
+    ops.push(op(
+        2,
+        305,
+        Some(306),
+        redis(resp::Cmd::Get),
+        resp::Reply::Bulk("x20".into()),
+    ));
     ops.sort_by_key(|op| op.call);
     assert_eq!(key_verdict(&ops), Verdict::Violation);
     let minimal = minimise(&Key::default(), &ops, 100_000, Instant::now() + Duration::from_secs(30));
     let shown = super::checker::render(&minimal.ops);
     assert_eq!(minimal.ops.len(), 1, "{shown}");
-    assert_eq!(minimal.ops[0].output(), Some(&resp::Reply::Bulk("x20".into())), "{shown}");
+    assert_eq!(
+        minimal.ops[0].output(),
+        Some(&resp::Reply::Bulk("x20".into())),
+        "{shown}"
+    );
     assert_eq!(
         minimal.start,
         [Key {

@@ -40,7 +40,10 @@ pub fn check<M: Model>(initial: &M, ops: &[Op<M::Input, M::Output>], budget: u64
     let mut search = Search {
         ops,
         done: vec![0; ops.len().div_ceil(64)],
-        pending: ops.iter().filter(|op| matches!(op.answer, Answer::Returned { .. })).count(),
+        pending: ops
+            .iter()
+            .filter(|op| matches!(op.answer, Answer::Returned { .. }))
+            .count(),
         memo: HashSet::new(),
         steps: 0,
         budget,
@@ -179,7 +182,11 @@ fn finals<M: Model>(from: &M, ops: &[Op<M::Input, M::Output>], budget: u64) -> O
             return false;
         }
         *budget -= 1;
-        let horizon = (0..ops.len()).filter(|i| !done[*i]).map(|i| ops[i].end()).min().unwrap_or(u64::MAX);
+        let horizon = (0..ops.len())
+            .filter(|i| !done[*i])
+            .map(|i| ops[i].end())
+            .min()
+            .unwrap_or(u64::MAX);
         for i in 0..ops.len() {
             if done[i] || ops[i].call > horizon {
                 continue;
@@ -197,21 +204,26 @@ fn finals<M: Model>(from: &M, ops: &[Op<M::Input, M::Output>], budget: u64) -> O
     }
     let mut out = HashSet::new();
     let mut budget = budget;
-    walk(from, ops, &mut vec![false; ops.len()], &mut HashSet::new(), &mut out, &mut budget).then_some(out)
+    walk(
+        from,
+        ops,
+        &mut vec![false; ops.len()],
+        &mut HashSet::new(),
+        &mut out,
+        &mut budget,
+    )
+    .then_some(out)
 }
 
 /// Whether `ops` fails from every one of `starts`.
 fn fails_from<M: Model>(starts: &[M], ops: &[Op<M::Input, M::Output>], budget: u64) -> bool {
-    starts.iter().all(|start| check(start, ops, budget) == Verdict::Violation)
+    starts
+        .iter()
+        .all(|start| check(start, ops, budget) == Verdict::Violation)
 }
 
 /// See [`Minimal`]; `ops` must fail from `initial`.
-pub fn minimise<M: Model>(
-    initial: &M,
-    ops: &[Op<M::Input, M::Output>],
-    budget: u64,
-    deadline: Instant,
-) -> Minimal<M> {
+pub fn minimise<M: Model>(initial: &M, ops: &[Op<M::Input, M::Output>], budget: u64, deadline: Instant) -> Minimal<M> {
     let cuts = quiescent_cuts(ops);
     // The earliest cut at which the history already fails (a failing prefix that ends at a
     // quiescent point stays failing when longer, so this is a binary search).
@@ -237,7 +249,7 @@ pub fn minimise<M: Model>(
                 None => known = false,
             }
         }
-        if !known || states.is_empty() || states.len() > 8 || Instant::now() > deadline {
+        if !known || states.is_empty() || states.len() > 32 || Instant::now() > deadline {
             break;
         }
         reachable.push((to, states.into_iter().collect()));

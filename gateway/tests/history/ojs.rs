@@ -45,7 +45,10 @@ impl fmt::Debug for Cmd {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reply {
     Enqueued(String),
-    Claimed { job: String, attempt: i64 },
+    Claimed {
+        job: String,
+        attempt: i64,
+    },
     Empty,
     Done,
     /// Any other status (409 for a stale attempt).
@@ -77,7 +80,9 @@ pub async fn run(ojs: &Ojs, clients: usize, bounds: &Bounds) -> (Vec<Op<Cmd, Rep
                         None if roll < 35 => Cmd::Enqueue,
                         None => Cmd::Fetch,
                     };
-                    if let Some(Reply::Claimed { job, attempt }) = recorder.record(id, cmd.clone(), send(&ojs, &cmd)).await {
+                    if let Some(Reply::Claimed { job, attempt }) =
+                        recorder.record(id, cmd.clone(), send(&ojs, &cmd)).await
+                    {
                         held = Some((job, attempt));
                     }
                 }
@@ -93,7 +98,9 @@ pub async fn run(ojs: &Ojs, clients: usize, bounds: &Bounds) -> (Vec<Op<Cmd, Rep
 async fn drain(ojs: &Ojs, recorder: &Recorder<Cmd, Reply>, client: usize) -> BTreeMap<String, String> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        while let Some(Reply::Claimed { job, attempt }) = recorder.record(client, Cmd::Fetch, send(ojs, &Cmd::Fetch)).await {
+        while let Some(Reply::Claimed { job, attempt }) =
+            recorder.record(client, Cmd::Fetch, send(ojs, &Cmd::Fetch)).await
+        {
             let ack = Cmd::Ack { job, attempt };
             recorder.record(client, ack.clone(), send(ojs, &ack)).await;
         }
@@ -166,7 +173,10 @@ pub fn check(ops: &[Op<Cmd, Reply>], states: &BTreeMap<String, String>) -> Vec<(
     let mut failures = Vec::new();
     for (job, history) in &by_job {
         if let Some(problem) = problem(history, states.get(*job).map(String::as_str)) {
-            failures.push((format!("job {job}: {problem}"), history.iter().map(|op| (*op).clone()).collect()));
+            failures.push((
+                format!("job {job}: {problem}"),
+                history.iter().map(|op| (*op).clone()).collect(),
+            ));
         }
     }
     failures
@@ -194,7 +204,10 @@ fn problem(history: &[&Op<Cmd, Reply>], state: Option<&str>) -> Option<String> {
     }
     for ack in &acks {
         if let Some((claim, _)) = claims.iter().find(|(claim, _)| claim.call > ack.end()) {
-            return Some(format!("delivered again at {} µs after its ack was answered", claim.call));
+            return Some(format!(
+                "delivered again at {} µs after its ack was answered",
+                claim.call
+            ));
         }
         if let Some((_, later)) = claims
             .iter()
@@ -226,7 +239,12 @@ fn problem(history: &[&Op<Cmd, Reply>], state: Option<&str>) -> Option<String> {
         }
     }
     match state {
-        Some("completed") if acks.is_empty() && !history.iter().any(|op| matches!(op.input, Cmd::Ack { .. }) && op.output().is_none()) => {
+        Some("completed")
+            if acks.is_empty()
+                && !history
+                    .iter()
+                    .any(|op| matches!(op.input, Cmd::Ack { .. }) && op.output().is_none()) =>
+        {
             Some("completed without an acknowledged ack".into())
         }
         Some("completed" | "discarded" | "dead" | "cancelled") | None => None,

@@ -229,7 +229,10 @@ impl Key {
             },
             Cmd::HGetAll => match &self.value {
                 None => (Reply::Array(Vec::new()), self),
-                Some(Value::Hash(hash)) => (Reply::Array(hash.iter().map(|(f, v)| format!("{f}={v}")).collect()), self),
+                Some(Value::Hash(hash)) => (
+                    Reply::Array(hash.iter().map(|(f, v)| format!("{f}={v}")).collect()),
+                    self,
+                ),
                 Some(_) => wrong(self),
             },
             Cmd::BLPop(_) => match &mut self.value {

@@ -37,8 +37,10 @@ pub enum Cmd {
     Delete,
     DeleteVersion(String),
     DeleteIfMatch(String),
-    /// CopyObject from this key's version to the key.
-    CopyVersion(String),
+    /// CopyObject from this key's version to the key; the source's body as clients know it
+    /// (none: a delete marker). A copy reads its source before it writes, so a source deleted
+    /// meanwhile may still be copied: only the body is checked.
+    CopyVersion(String, Option<String>),
     /// Create, one part of this body, complete.
     Multipart(String),
 }
@@ -61,7 +63,7 @@ impl fmt::Debug for Call {
             Cmd::Delete => write!(f, "DELETE {k}"),
             Cmd::DeleteVersion(v) => write!(f, "DELETE {k}?versionId={v}"),
             Cmd::DeleteIfMatch(etag) => write!(f, "DELETE {k} If-Match: {etag}"),
-            Cmd::CopyVersion(v) => write!(f, "COPY {k}?versionId={v} -> {k}"),
+            Cmd::CopyVersion(v, _) => write!(f, "COPY {k}?versionId={v} -> {k}"),
             Cmd::Multipart(body) => write!(f, "MULTIPART {k} body={body}"),
         }
     }
@@ -70,14 +72,22 @@ impl fmt::Debug for Call {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Reply {
     /// A new version (PUT, copy, multipart completion).
-    Written { version: String, etag: String },
-    Body { version: String, body: String },
+    Written {
+        version: String,
+        etag: String,
+    },
+    Body {
+        version: String,
+        body: String,
+    },
     /// 404 (NoSuchKey, NoSuchVersion).
     NotFound,
     /// 405: the version is a delete marker.
     MethodNotAllowed,
     /// 204; the delete marker a DELETE without a version id made.
-    Deleted { marker: Option<String> },
+    Deleted {
+        marker: Option<String>,
+    },
     /// 412.
     PreconditionFailed,
     /// Any other 4xx: refused, nothing done.
@@ -217,17 +227,12 @@ impl Model for Versions {
                     _ => vec![],
                 }
             }
-            Cmd::CopyVersion(source) => {
-                let body = self.0.iter().find(|v| &v.id == source).and_then(|v| v.body.clone());
-                match (out, body) {
-                    (None, None) => unchanged(),
-                    (None, Some(body)) => vec![self.clone(), self.with(Versions::written(op, Some(body)))],
-                    (Some(Reply::Written { .. }), Some(body)) => vec![self.with(Versions::written(op, Some(body)))],
-                    // The source is gone or a delete marker.
-                    (Some(Reply::NotFound | Reply::Refused(..) | Reply::MethodNotAllowed), None) => unchanged(),
-                    _ => vec![],
-                }
-            }
+            Cmd::CopyVersion(_, body) => match (out, body) {
+                (None, Some(body)) => vec![self.clone(), self.with(Versions::written(op, Some(body.clone())))],
+                (Some(Reply::Written { .. }), Some(body)) => vec![self.with(Versions::written(op, Some(body.clone())))],
+                (None, None) | (Some(Reply::NotFound | Reply::Refused(..) | Reply::MethodNotAllowed), _) => unchanged(),
+                _ => vec![],
+            },
         }
     }
 
@@ -258,15 +263,23 @@ impl Versions {
 }
 
 /// What clients know of a key's versions (ids and ETags from answers), to name them in requests.
-type Known = Arc<Mutex<HashMap<String, Vec<(String, String)>>>>;
+type Known = Arc<Mutex<HashMap<String, Vec<Named>>>>;
+
+/// A version as clients know it: id, ETag, body (none: a delete marker).
+#[derive(Clone)]
+struct Named {
+    id: String,
+    etag: String,
+    body: Option<String>,
+}
 
 /// Runs `clients` clients on keys `keys` of the versioned bucket `bucket` (with conditional
-/// deletes among their operations or not); the history.
+/// writes and deletes among their operations or not); the history.
 pub async fn run_versions(
     client: &Client,
     bucket: &str,
     keys: &[&str],
-    conditional_deletes: bool,
+    conditional: bool,
     clients: usize,
     bounds: &Bounds,
 ) -> Vec<Op<Call, Reply>> {
@@ -285,7 +298,7 @@ pub async fn run_versions(
                 for _ in 0..ops {
                     n += 1;
                     let key = keys[rng.random_range(0..keys.len())].clone();
-                    let cmd = random_cmd(&mut rng, &known, &key, format!("c{id}.{n}"), conditional_deletes);
+                    let cmd = random_cmd(&mut rng, &known, &key, format!("c{id}.{n}"), conditional);
                     let call = Call { key, cmd };
                     let output = recorder.record(id, call.clone(), send(&s3, &bucket, &call)).await;
                     learn(&known, &call, output);
@@ -297,48 +310,70 @@ pub async fn run_versions(
     recorder.history()
 }
 
-fn random_cmd(rng: &mut StdRng, known: &Known, key: &str, body: String, conditional_deletes: bool) -> Cmd {
+fn random_cmd(rng: &mut StdRng, known: &Known, key: &str, body: String, conditional: bool) -> Cmd {
     let versions = known.lock().unwrap().get(key).cloned().unwrap_or_default();
-    let pick = |rng: &mut StdRng| versions[rng.random_range(0..versions.len())].clone();
+    // Half the time one of the two newest: deleting the current version while others delete
+    // older ones is where promotion races live.
+    let pick = |rng: &mut StdRng| {
+        let from = if rng.random_bool(0.5) {
+            versions.len().saturating_sub(2)
+        } else {
+            0
+        };
+        versions[rng.random_range(from..versions.len())].clone()
+    };
     let roll = rng.random_range(0..100);
-    // Until a version of the key is known, whatever would name one writes one instead.
-    if versions.is_empty() && !(0..23).contains(&roll) && !(28..46).contains(&roll) && !(54..62).contains(&roll) {
+    let etag = |rng: &mut StdRng| {
+        if rng.random_bool(0.3) {
+            WRONG_ETAG.to_owned()
+        } else {
+            pick(rng).etag
+        }
+    };
+    if versions.is_empty() && !matches!(roll, 0..40 | 46..54) {
+        // Until a version of the key is known, whatever would name one writes one instead.
         return Cmd::Put(body);
     }
     match roll {
-        0..18 => Cmd::Put(body),
-        18..23 => Cmd::PutIfNoneMatch(body),
-        23..28 => {
-            let etag = if rng.random_bool(0.2) {
-                WRONG_ETAG.into()
-            } else {
-                pick(rng).1
-            };
-            Cmd::PutIfMatch(body, etag)
-        }
-        28..34 => Cmd::Multipart(body),
-        34..46 => Cmd::Get,
-        46..54 => Cmd::GetVersion(pick(rng).0),
+        0..24 => Cmd::Put(body),
+        24..32 => Cmd::Multipart(body),
+        32..40 if conditional => Cmd::PutIfNoneMatch(body),
+        32..40 => Cmd::Get,
+        40..46 if conditional => Cmd::PutIfMatch(body, etag(rng)),
+        40..54 => Cmd::Get,
         54..62 => Cmd::Delete,
-        62..86 => Cmd::DeleteVersion(pick(rng).0),
-        86..92 if conditional_deletes => {
-            let etag = if rng.random_bool(0.5) { WRONG_ETAG.into() } else { pick(rng).1 };
-            Cmd::DeleteIfMatch(etag)
+        62..68 => Cmd::GetVersion(pick(rng).id),
+        68..74 if conditional => Cmd::DeleteIfMatch(etag(rng)),
+        68..94 => Cmd::DeleteVersion(pick(rng).id),
+        _ => {
+            let source = pick(rng);
+            Cmd::CopyVersion(source.id, source.body)
         }
-        86..92 => Cmd::DeleteVersion(pick(rng).0),
-        _ => Cmd::CopyVersion(pick(rng).0),
     }
 }
 
 fn learn(known: &Known, call: &Call, output: Option<Reply>) {
     let mut known = known.lock().unwrap();
     let versions = known.entry(call.key.clone()).or_default();
-    match (&call.cmd, output) {
-        (_, Some(Reply::Written { version, etag })) => versions.push((version, etag)),
-        (Cmd::DeleteVersion(id), Some(Reply::Deleted { .. })) => versions.retain(|(v, _)| v != id),
-        (Cmd::Delete | Cmd::DeleteIfMatch(_), Some(Reply::Deleted { marker: Some(id) })) => {
-            versions.push((id, WRONG_ETAG.into()))
+    let body = match &call.cmd {
+        Cmd::Put(body) | Cmd::PutIfNoneMatch(body) | Cmd::PutIfMatch(body, _) | Cmd::Multipart(body) => {
+            Some(body.clone())
         }
+        Cmd::CopyVersion(_, body) => body.clone(),
+        _ => None,
+    };
+    match (&call.cmd, output) {
+        (_, Some(Reply::Written { version, etag })) => versions.push(Named {
+            id: version,
+            etag,
+            body,
+        }),
+        (Cmd::DeleteVersion(id), Some(Reply::Deleted { .. })) => versions.retain(|v| &v.id != id),
+        (Cmd::Delete | Cmd::DeleteIfMatch(_), Some(Reply::Deleted { marker: Some(id) })) => versions.push(Named {
+            id,
+            etag: WRONG_ETAG.into(),
+            body: None,
+        }),
         _ => {}
     }
 }
@@ -370,8 +405,18 @@ async fn send(s3: &Client, bucket: &str, call: &Call) -> Outcome<Reply> {
             .key(key)
             .body(ByteStream::from(body.as_bytes().to_vec()))
     };
-    let read = |version: Option<&str>| s3.get_object().bucket(bucket).key(key).set_version_id(version.map(str::to_owned));
-    let delete = |version: Option<&str>| s3.delete_object().bucket(bucket).key(key).set_version_id(version.map(str::to_owned));
+    let read = |version: Option<&str>| {
+        s3.get_object()
+            .bucket(bucket)
+            .key(key)
+            .set_version_id(version.map(str::to_owned))
+    };
+    let delete = |version: Option<&str>| {
+        s3.delete_object()
+            .bucket(bucket)
+            .key(key)
+            .set_version_id(version.map(str::to_owned))
+    };
     let put_result = match &call.cmd {
         Cmd::Put(body) => put(body).send().await,
         Cmd::PutIfNoneMatch(body) => put(body).if_none_match("*").send().await,
@@ -408,7 +453,7 @@ async fn send(s3: &Client, bucket: &str, call: &Call) -> Outcome<Reply> {
                 Err(err) => refusal(err),
             };
         }
-        Cmd::CopyVersion(source) => {
+        Cmd::CopyVersion(source, _) => {
             let result = s3
                 .copy_object()
                 .bucket(bucket)
@@ -417,10 +462,7 @@ async fn send(s3: &Client, bucket: &str, call: &Call) -> Outcome<Reply> {
                 .send()
                 .await;
             return match result {
-                Ok(out) => written(
-                    out.version_id(),
-                    out.copy_object_result().and_then(|r| r.e_tag()),
-                ),
+                Ok(out) => written(out.version_id(), out.copy_object_result().and_then(|r| r.e_tag())),
                 Err(err) => refusal(err),
             };
         }
@@ -555,7 +597,9 @@ pub async fn run_listings(
                             },
                         },
                     };
-                    recorder.record(id, call.clone(), send_listing(&s3, &bucket, &call)).await;
+                    recorder
+                        .record(id, call.clone(), send_listing(&s3, &bucket, &call))
+                        .await;
                 }
             }
         });
@@ -607,7 +651,12 @@ async fn send_listing(s3: &Client, bucket: &str, call: &ListCall) -> Outcome<Lis
             Ok(page) => page,
             Err(err) => return refusal_of_listing(err),
         };
-        pages.push(page.contents().iter().filter_map(|o| o.key().map(str::to_owned)).collect());
+        pages.push(
+            page.contents()
+                .iter()
+                .filter_map(|o| o.key().map(str::to_owned))
+                .collect(),
+        );
         match page.next_continuation_token() {
             Some(next) if page.is_truncated() == Some(true) => token = Some(next.to_owned()),
             _ => return Outcome::Answered(ListReply::Pages(pages)),
@@ -629,10 +678,7 @@ fn refusal_of_listing<E: ProvideErrorMetadata + fmt::Debug>(err: SdkError<E, Htt
 pub fn check_listings(ops: &[Op<ListCall, ListReply>]) -> Vec<Vec<Op<ListCall, ListReply>>> {
     let mut failures = Vec::new();
     for listing in ops {
-        let (
-            ListCmd::List { start_after, .. },
-            Some(ListReply::Pages(pages)),
-        ) = (&listing.input.cmd, listing.output())
+        let (ListCmd::List { start_after, .. }, Some(ListReply::Pages(pages))) = (&listing.input.cmd, listing.output())
         else {
             continue;
         };
@@ -666,7 +712,9 @@ pub fn check_listings(ops: &[Op<ListCall, ListReply>]) -> Vec<Vec<Op<ListCall, L
                         delete.input.cmd == ListCmd::Delete && delete.call < listing.end() && delete.end() > put.call
                     })
             });
-            let ever = writes.iter().any(|put| put.input.cmd == ListCmd::Put && put.call < listing.end());
+            let ever = writes
+                .iter()
+                .any(|put| put.input.cmd == ListCmd::Put && put.call < listing.end());
             if (after && stable && !present) || (present && (!after || !ever)) {
                 let mut history: Vec<_> = writes.into_iter().filter(|op| op.call < listing.end()).collect();
                 // The last acknowledged put before the listing and what came after it.

@@ -49,7 +49,9 @@ impl Bounds {
 
     /// The generator of client `client` of `workload`.
     pub fn rng(&self, workload: &str, client: usize) -> StdRng {
-        let salt = workload.bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
+        let salt = workload
+            .bytes()
+            .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
         StdRng::seed_from_u64(self.seed ^ salt.rotate_left(17) ^ (client as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
     }
 }
