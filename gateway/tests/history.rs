@@ -226,13 +226,13 @@ async fn s3_conditional_writes_are_linearizable() {
 }
 
 async fn s3_versions(name: &str, conditional: bool) {
-    let bounds = Bounds::from_env(20);
+    let bounds = Bounds::from_env(15);
     let started = Instant::now();
     let mut target = Target::start(&bounds, name, &[]).await;
     let client = &target.gateway.client;
     client.create_bucket().bucket("hist").send().await.unwrap();
     common::s3::set_versioning(client, "hist", BucketVersioningStatus::Enabled).await;
-    let ops = history::s3::run_versions(client, "hist", &["k0"], conditional, CLIENTS, &bounds).await;
+    let ops = history::s3::run_versions(client, "hist", &["k0", "k1"], conditional, CLIENTS, &bounds).await;
     let kills = target.calm().await;
     let (keys, undecided, failures) = check_keys(history::s3::Versions::default(), &ops, |call| call.key.clone());
     verdict(summary(name, &bounds, &ops, keys, kills, started), undecided, failures);
