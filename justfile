@@ -77,3 +77,8 @@ e2e-kind:
 # OJS vs the raw SKIP LOCKED claim: enqueue, batch enqueue, fetch+ack at 1 and 16 workers.
 bench-ojs *ARGS:
     cargo bench -p pgvs3-gateway --bench ojs_vs_direct -- {{ARGS}}
+
+# The history checker's long run (docs/history-checker.md): SECONDS per workload, FAULTS 1 kills
+# PostgreSQL -9 mid-run. Prints each workload's seed; PGVS3_HISTORY_SEED replays one.
+history SECONDS="600" FAULTS="1":
+    PGVS3_HISTORY_SECONDS={{SECONDS}} PGVS3_HISTORY_FAULTS={{FAULTS}} cargo test --locked -p pgvs3-gateway --test history -- --nocapture --test-threads 1

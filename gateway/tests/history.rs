@@ -1,0 +1,306 @@
+//! The history checker: seeded random workloads of concurrent real clients (aws-sdk-s3,
+//! redis-rs, OJS over HTTP) against a gateway, every invocation and answer recorded, and each
+//! object's history checked against its sequential model (docs/history-checker.md). A failure
+//! prints the seed and a minimal failing history; `PGVS3_HISTORY_SEED` replays it.
+
+mod common;
+
+mod history {
+    mod cases;
+    pub mod checker;
+    pub mod ojs;
+    pub mod recorder;
+    pub mod resp;
+    pub mod s3;
+    pub mod schedule;
+}
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use aws_sdk_s3::types::BucketVersioningStatus;
+use common::TestGateway;
+use common::faults::{ScratchDir, embedded_gateway, kill9, postmaster_pid};
+use history::checker::{Model, Verdict, check, minimise, render};
+use history::recorder::{Answer, Op};
+use history::schedule::Bounds;
+use rand::Rng;
+
+/// Concurrent clients per workload: more only queue up on a two-core machine.
+const CLIENTS: usize = 4;
+/// Search steps per key history before the checker gives up on it (undecided, not failed).
+const BUDGET: u64 = 200_000;
+
+/// The gateway a workload runs against: in-process on the shared test cluster, or — with
+/// faults — on an embedded PostgreSQL of its own that [`Faults`] kills.
+struct Target {
+    gateway: TestGateway,
+    faults: Option<Faults>,
+}
+
+impl Target {
+    async fn start(bounds: &Bounds, name: &str, extra: &[&str]) -> Target {
+        if !bounds.faults {
+            let mut args = vec!["--resp-addr", "127.0.0.1:0"];
+            args.extend_from_slice(extra);
+            let gateway = TestGateway::with_args(common::fresh_database().await, &args).await;
+            return Target { gateway, faults: None };
+        }
+        let dir = ScratchDir::new(&format!("history-{name}"));
+        let mut args = vec!["--pg-probe-interval", "200ms"];
+        args.extend_from_slice(extra);
+        let gateway = embedded_gateway(&dir.0, &args).await;
+        let faults = Faults::start(&gateway, dir, bounds, name);
+        Target {
+            gateway,
+            faults: Some(faults),
+        }
+    }
+
+    /// Stops injecting faults; how many PostgreSQL kills there were.
+    async fn calm(&mut self) -> usize {
+        match self.faults.take() {
+            None => 0,
+            Some(faults) => faults.stop(&self.gateway).await,
+        }
+    }
+}
+
+/// PostgreSQL under the gateway killed -9 every few seconds (the gateway restarts it).
+struct Faults {
+    stop: Arc<AtomicBool>,
+    kills: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<ScratchDir>,
+}
+
+impl Faults {
+    fn start(gateway: &TestGateway, dir: ScratchDir, bounds: &Bounds, name: &str) -> Faults {
+        let (stop, kills) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+        let mut rng = bounds.rng(&format!("faults-{name}"), 0);
+        let admin = gateway.gateway.admin_addr;
+        let (stopped, killed) = (stop.clone(), kills.clone());
+        let task = tokio::spawn(async move {
+            while !stopped.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(rng.random_range(2000..6000))).await;
+                if stopped.load(Ordering::Relaxed) {
+                    break;
+                }
+                kill9(postmaster_pid(&dir.0));
+                killed.fetch_add(1, Ordering::Relaxed);
+                wait_ready(admin).await;
+            }
+            dir
+        });
+        Faults { stop, kills, task }
+    }
+
+    async fn stop(self, gateway: &TestGateway) -> usize {
+        self.stop.store(true, Ordering::Relaxed);
+        // The scratch dir lives until the gateway on it is gone.
+        std::mem::forget(self.task.await.unwrap());
+        wait_ready(gateway.gateway.admin_addr).await;
+        self.kills.load(Ordering::Relaxed)
+    }
+}
+
+async fn wait_ready(admin: std::net::SocketAddr) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let host = admin.to_string();
+        let answer = tokio::time::timeout(
+            Duration::from_secs(5),
+            common::raw::send(admin, "GET", "/readyz", &[("host".into(), host)], b""),
+        )
+        .await;
+        if matches!(answer, Ok(ref r) if r.status == 200) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the gateway is ready again within a minute");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// What a run did, printed whether it passed or not.
+fn summary<I, O>(
+    name: &str,
+    bounds: &Bounds,
+    ops: &[Op<I, O>],
+    objects: usize,
+    kills: usize,
+    started: Instant,
+) -> String {
+    let lost = ops.iter().filter(|op| matches!(op.answer, Answer::Lost(_))).count();
+    format!(
+        "history {name}: seed {} ({} s, {CLIENTS} clients, faults {}): {} operations ({lost} without an answer) on {objects} objects, {kills} PostgreSQL kills, {:.1} s\n\
+         replay: PGVS3_HISTORY_SEED={} cargo test -p pgvs3-gateway --test history -- {name}",
+        bounds.seed,
+        bounds.seconds,
+        bounds.faults,
+        ops.len(),
+        started.elapsed().as_secs_f64(),
+        bounds.seed,
+    )
+}
+
+/// Checks each key's history against `initial`; a report of each failing key with a minimal
+/// failing history.
+fn check_keys<M: Model + Debug>(
+    initial: M,
+    ops: &[Op<M::Input, M::Output>],
+    key: impl Fn(&M::Input) -> String,
+) -> (usize, usize, Vec<String>) {
+    let mut by_key: BTreeMap<String, Vec<_>> = BTreeMap::new();
+    for op in ops {
+        by_key.entry(key(&op.input)).or_default().push(op.clone());
+    }
+    let (mut undecided, mut failures) = (0, Vec::new());
+    for (name, history) in &by_key {
+        match check(&initial, history, BUDGET) {
+            Verdict::Linearizable => {}
+            Verdict::Undecided => undecided += 1,
+            Verdict::Violation => {
+                let minimal = minimise(&initial, history, BUDGET / 10, Instant::now() + Duration::from_secs(30));
+                let start: Vec<String> = minimal.start.iter().map(|state| format!("  {state:?}")).collect();
+                failures.push(format!(
+                    "key {name}: its {} operations are not linearizable. After the first {} (which may have left it in any of these states)\n{}\nthese fail (times in ms since the run began; reads that do not matter left out):\n{}earlier operations on the values and versions they name:\n{}",
+                    history.len(),
+                    minimal.skipped,
+                    start.join("\n"),
+                    render(&minimal.ops),
+                    render(&origins(&history[..minimal.skipped], &minimal.ops)),
+                ));
+            }
+        }
+    }
+    (by_key.len(), undecided, failures)
+}
+
+/// The earlier operations that name a value (`c<client>.<n>`, as every workload names what it
+/// writes) or a version id that `shown` names: where a resurrected value came from, and how
+/// it was deleted.
+fn origins<I: Debug + Clone, O: Debug + Clone>(earlier: &[Op<I, O>], shown: &[Op<I, O>]) -> Vec<Op<I, O>> {
+    let words = |text: String| -> Vec<String> {
+        text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '.'))
+            .filter(|word| {
+                let value =
+                    word.starts_with('c') && word.contains('.') && word[1..2].chars().all(|c| c.is_ascii_digit());
+                let version = word.len() == 16 && word.chars().all(|c| c.is_ascii_hexdigit());
+                value || version
+            })
+            .map(str::to_owned)
+            .collect()
+    };
+    let named: Vec<String> = shown
+        .iter()
+        .flat_map(|op| words(format!("{:?} {:?}", op.input, op.output())))
+        .collect();
+    earlier
+        .iter()
+        .filter(|op| words(format!("{:?}", op.input)).iter().any(|word| named.contains(word)))
+        .cloned()
+        .collect()
+}
+
+fn verdict(summary: String, undecided: usize, failures: Vec<String>) {
+    println!(
+        "{summary}; {undecided} key histories undecided within the search budget; {} failures",
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{summary}\n{}", failures.join("\n"));
+}
+
+/// Versioned keys under concurrent writes, reads, copies and deletes (by version or not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_version_histories_are_linearizable() {
+    s3_versions("s3_version_histories", false).await;
+}
+
+/// The same with writes and deletes conditional on the current version (If-None-Match,
+/// If-Match) among them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_conditional_writes_are_linearizable() {
+    s3_versions("s3_conditional_writes", true).await;
+}
+
+async fn s3_versions(name: &str, conditional: bool) {
+    let bounds = Bounds::from_env(15);
+    let started = Instant::now();
+    let mut target = Target::start(&bounds, name, &[]).await;
+    let client = &target.gateway.client;
+    client.create_bucket().bucket("hist").send().await.unwrap();
+    common::s3::set_versioning(client, "hist", BucketVersioningStatus::Enabled).await;
+    let ops = history::s3::run_versions(client, "hist", &["k0", "k1"], conditional, CLIENTS, &bounds).await;
+    let kills = target.calm().await;
+    let (keys, undecided, failures) = check_keys(history::s3::Versions::default(), &ops, |call| call.key.clone());
+    verdict(summary(name, &bounds, &ops, keys, kills, started), undecided, failures);
+}
+
+/// Paginated listings (the ways clients resend start-after) while keys come and go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_listings_hold_every_key_that_existed_throughout() {
+    let bounds = Bounds::from_env(10);
+    let started = Instant::now();
+    let mut target = Target::start(&bounds, "s3-listings", &[]).await;
+    let client = &target.gateway.client;
+    client.create_bucket().bucket("listing").send().await.unwrap();
+    let keys: Vec<String> = (0..12).map(|i| format!("2026/{i:05}.csv")).collect();
+    let ops = history::s3::run_listings(client, "listing", &keys, CLIENTS, &bounds).await;
+    let kills = target.calm().await;
+    let failures: Vec<String> = history::s3::check_listings(&ops)
+        .iter()
+        .take(3)
+        .map(|minimal| {
+            format!(
+                "a listing that misses a key which existed throughout it, or holds one that never did:\n{}",
+                render(minimal)
+            )
+        })
+        .collect();
+    verdict(
+        summary("s3_listings_hold", &bounds, &ops, keys.len(), kills, started),
+        0,
+        failures,
+    );
+}
+
+/// RESP keys of every type with TTLs that run out mid-run: the reaper is kept away
+/// (`--maintenance-interval 1h`), so expiry must hold by itself, as clients see it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resp_key_histories_are_linearizable() {
+    let bounds = Bounds::from_env(20);
+    let started = Instant::now();
+    let mut target = Target::start(&bounds, "resp", &["--maintenance-interval", "1h"]).await;
+    let ops = history::resp::run(target.gateway.resp_addr(), CLIENTS, &bounds).await;
+    let kills = target.calm().await;
+    let (keys, undecided, failures) = check_keys(history::resp::Key::default(), &ops, |call| call.key.clone());
+    verdict(
+        summary("resp_key_histories", &bounds, &ops, keys, kills, started),
+        undecided,
+        failures,
+    );
+}
+
+/// Jobs claimed, acked, nacked and abandoned by workers with a short visibility timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ojs_claims_are_exactly_once() {
+    let bounds = Bounds::from_env(10);
+    let started = Instant::now();
+    let mut target = Target::start(&bounds, "ojs", &[]).await;
+    let ojs = common::ojs::Ojs::of(&target.gateway);
+    let (ops, states) = history::ojs::run(&ojs, CLIENTS, &bounds).await;
+    let kills = target.calm().await;
+    let failures: Vec<String> = history::ojs::check(&ops, &states)
+        .into_iter()
+        .take(3)
+        .map(|(problem, ops)| format!("{problem}:\n{}", render(&ops)))
+        .collect();
+    let summary = format!(
+        "{}; final states {}",
+        summary("ojs_claims_are", &bounds, &ops, states.len(), kills, started),
+        history::ojs::describe(&states)
+    );
+    verdict(summary, 0, failures);
+}

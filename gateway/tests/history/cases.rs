@@ -1,0 +1,359 @@
+//! The checker on hand-written histories whose verdict is known: it must accept what a correct
+//! store may answer, concurrency and uncertainty included, and reject the defects it exists
+//! to find.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::checker::{Verdict, check, minimise};
+use super::ojs;
+use super::recorder::{Answer, Op};
+use super::resp::{self, Key};
+use super::s3::{self, ListCall, ListCmd, ListReply, Resend, Versions};
+
+/// An operation of client `client` from `call` to `ret` milliseconds (`None`: no answer).
+fn op<I, O>(client: usize, call: u64, ret: Option<u64>, input: I, output: O) -> Op<I, O> {
+    Op {
+        client,
+        call: call * 1000,
+        input,
+        answer: match ret {
+            Some(ret) => Answer::Returned { at: ret * 1000, output },
+            None => Answer::Lost("connection reset".into()),
+        },
+    }
+}
+
+fn s3(key: &str, cmd: s3::Cmd) -> s3::Call {
+    s3::Call { key: key.into(), cmd }
+}
+
+fn written(version: &str) -> s3::Reply {
+    s3::Reply::Written {
+        version: version.into(),
+        etag: format!("\"etag-{version}\""),
+    }
+}
+
+fn body(version: &str, body: &str) -> s3::Reply {
+    s3::Reply::Body {
+        version: version.into(),
+        body: body.into(),
+    }
+}
+
+fn deleted() -> s3::Reply {
+    s3::Reply::Deleted { marker: None }
+}
+
+fn versions_verdict(ops: &[Op<s3::Call, s3::Reply>]) -> Verdict {
+    check(&Versions::default(), ops, 100_000)
+}
+
+#[test]
+fn concurrent_writes_may_be_read_in_either_order() {
+    let put = |client, body: &str, version: &str| {
+        op(
+            client,
+            0,
+            Some(10),
+            s3("k", s3::Cmd::Put(body.into())),
+            written(version),
+        )
+    };
+    let ops = [
+        put(0, "a", "v1"),
+        put(1, "b", "v2"),
+        op(2, 5, Some(20), s3("k", s3::Cmd::Get), body("v1", "a")),
+        op(2, 21, Some(22), s3("k", s3::Cmd::Get), body("v1", "a")),
+    ];
+    assert_eq!(versions_verdict(&ops), Verdict::Linearizable);
+}
+
+#[test]
+fn a_read_may_not_go_back_to_an_older_version() {
+    let ops = [
+        op(0, 0, Some(1), s3("k", s3::Cmd::Put("a".into())), written("v1")),
+        op(0, 2, Some(3), s3("k", s3::Cmd::Put("b".into())), written("v2")),
+        op(1, 4, Some(5), s3("k", s3::Cmd::Get), body("v1", "a")),
+    ];
+    assert_eq!(versions_verdict(&ops), Verdict::Violation);
+}
+
+/// Defect 1: two versions deleted at once, both acknowledged, one comes back as current.
+#[test]
+fn a_lost_version_delete_is_a_violation() {
+    let ops = [
+        op(0, 0, Some(1), s3("k", s3::Cmd::Put("a".into())), written("v1")),
+        op(0, 2, Some(3), s3("k", s3::Cmd::Put("b".into())), written("v2")),
+        op(0, 4, Some(5), s3("k", s3::Cmd::Put("c".into())), written("v3")),
+        op(1, 6, Some(9), s3("k", s3::Cmd::DeleteVersion("v2".into())), deleted()),
+        op(2, 6, Some(9), s3("k", s3::Cmd::DeleteVersion("v3".into())), deleted()),
+        op(3, 10, Some(11), s3("k", s3::Cmd::Get), body("v2", "b")),
+    ];
+    assert_eq!(versions_verdict(&ops), Verdict::Violation);
+    // With the one acknowledged delete unanswered instead, the version may have survived.
+    let mut unanswered = ops.clone();
+    unanswered[3].answer = Answer::Lost("timeout".into());
+    assert_eq!(versions_verdict(&unanswered), Verdict::Linearizable);
+}
+
+#[test]
+fn an_unanswered_write_may_or_may_not_have_happened() {
+    let ops = |seen: s3::Reply| {
+        [
+            op(0, 0, Some(1), s3("k", s3::Cmd::Put("a".into())), written("v1")),
+            op(1, 2, None, s3("k", s3::Cmd::Put("b".into())), written("?")),
+            op(2, 3, Some(4), s3("k", s3::Cmd::Get), body("v1", "a")),
+            op(2, 5, Some(6), s3("k", s3::Cmd::Get), seen),
+        ]
+    };
+    assert_eq!(versions_verdict(&ops(body("v9", "b"))), Verdict::Linearizable);
+    assert_eq!(versions_verdict(&ops(body("v1", "a"))), Verdict::Linearizable);
+    assert_eq!(versions_verdict(&ops(s3::Reply::NotFound)), Verdict::Violation);
+}
+
+/// Defect 3: a delete whose If-Match names another ETag must not delete.
+#[test]
+fn an_ignored_delete_condition_is_a_violation() {
+    let ops = [
+        op(0, 0, Some(1), s3("k", s3::Cmd::Put("a".into())), written("v1")),
+        op(
+            0,
+            2,
+            Some(3),
+            s3("k", s3::Cmd::DeleteIfMatch(s3::WRONG_ETAG.into())),
+            s3::Reply::Deleted {
+                marker: Some("m1".into()),
+            },
+        ),
+    ];
+    assert_eq!(versions_verdict(&ops), Verdict::Violation);
+    let mut refused = ops.clone();
+    refused[1].answer = Answer::Returned {
+        at: 3000,
+        output: s3::Reply::PreconditionFailed,
+    };
+    assert_eq!(versions_verdict(&refused), Verdict::Linearizable);
+}
+
+fn redis(cmd: resp::Cmd) -> resp::Call {
+    resp::Call { key: "k".into(), cmd }
+}
+
+fn key_verdict(ops: &[Op<resp::Call, resp::Reply>]) -> Verdict {
+    check(&Key::default(), ops, 100_000)
+}
+
+/// Defect 4: `SET k v PX 500`, after expiry `LPUSH k a; EXPIRE k 100`, then TYPE says string.
+#[test]
+fn a_resurrected_expired_key_is_a_violation() {
+    let mut ops = vec![
+        op(
+            0,
+            0,
+            Some(1),
+            redis(resp::Cmd::Set("v".into(), Some(500))),
+            resp::Reply::Ok,
+        ),
+        op(
+            0,
+            1000,
+            Some(1001),
+            redis(resp::Cmd::LPush("a".into())),
+            resp::Reply::Int(1),
+        ),
+        op(
+            0,
+            1002,
+            Some(1003),
+            redis(resp::Cmd::Expire(100_000)),
+            resp::Reply::Int(1),
+        ),
+        op(
+            0,
+            1004,
+            Some(1005),
+            redis(resp::Cmd::Type),
+            resp::Reply::Status("string".into()),
+        ),
+    ];
+    assert_eq!(key_verdict(&ops), Verdict::Violation);
+    ops[3].answer = Answer::Returned {
+        at: 1_005_000,
+        output: resp::Reply::Status("list".into()),
+    };
+    assert_eq!(key_verdict(&ops), Verdict::Linearizable);
+}
+
+#[test]
+fn a_read_at_the_deadline_may_see_the_key_or_not_and_after_it_must_not() {
+    let get = |at: u64, seen: resp::Reply| {
+        vec![
+            op(
+                0,
+                0,
+                Some(1),
+                redis(resp::Cmd::Set("v".into(), Some(500))),
+                resp::Reply::Ok,
+            ),
+            op(1, at, Some(at + 1), redis(resp::Cmd::Get), seen),
+        ]
+    };
+    let value = || resp::Reply::Bulk("v".into());
+    assert_eq!(key_verdict(&get(300, value())), Verdict::Linearizable);
+    assert_eq!(key_verdict(&get(300, resp::Reply::Nil)), Verdict::Violation);
+    assert_eq!(key_verdict(&get(500, value())), Verdict::Linearizable);
+    assert_eq!(key_verdict(&get(500, resp::Reply::Nil)), Verdict::Linearizable);
+    assert_eq!(key_verdict(&get(900, value())), Verdict::Violation);
+    assert_eq!(key_verdict(&get(900, resp::Reply::Nil)), Verdict::Linearizable);
+}
+
+#[test]
+fn a_transaction_commits_only_over_what_it_read() {
+    let ops = |seen: Option<&str>| {
+        vec![
+            op(0, 0, Some(1), redis(resp::Cmd::Set("a".into(), None)), resp::Reply::Ok),
+            op(0, 2, Some(3), redis(resp::Cmd::Set("b".into(), None)), resp::Reply::Ok),
+            op(
+                1,
+                4,
+                Some(6),
+                redis(resp::Cmd::Txn("c".into())),
+                resp::Reply::Committed(seen.map(str::to_owned)),
+            ),
+        ]
+    };
+    assert_eq!(key_verdict(&ops(Some("b"))), Verdict::Linearizable);
+    assert_eq!(key_verdict(&ops(Some("a"))), Verdict::Violation);
+}
+
+fn list(key: &str, cmd: ListCmd) -> ListCall {
+    ListCall { key: key.into(), cmd }
+}
+
+fn listing(pages: &[&[&str]]) -> ListReply {
+    ListReply::Pages(
+        pages
+            .iter()
+            .map(|page| page.iter().map(|k| (*k).to_owned()).collect())
+            .collect(),
+    )
+}
+
+/// Defect 2: a listing resumed past a key that was there all along.
+#[test]
+fn a_skipped_listing_key_is_a_violation() {
+    let lister = list(
+        "",
+        ListCmd::List {
+            start_after: None,
+            max_keys: 1,
+            resend: Resend::Token,
+        },
+    );
+    let ops = |pages: ListReply, delete_during: bool| {
+        let mut ops = vec![
+            op(0, 0, Some(1), list("a", ListCmd::Put), ListReply::Done),
+            op(0, 2, Some(3), list("b", ListCmd::Put), ListReply::Done),
+            op(1, 10, Some(20), lister.clone(), pages),
+        ];
+        if delete_during {
+            ops.push(op(0, 12, Some(13), list("b", ListCmd::Delete), ListReply::Done));
+        }
+        ops.sort_by_key(|op| op.call);
+        ops
+    };
+    assert!(s3::check_listings(&ops(listing(&[&["a"], &["b"]]), false)).is_empty());
+    let skipped = s3::check_listings(&ops(listing(&[&["a"]]), false));
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert!(
+        skipped[0].iter().any(|op| op.input.key == "b"),
+        "the minimal history names b"
+    );
+    // A key deleted during the listing may be missing; one never written may not appear.
+    assert!(s3::check_listings(&ops(listing(&[&["a"]]), true)).is_empty());
+    assert_eq!(
+        s3::check_listings(&ops(listing(&[&["a"], &["b"], &["c"]]), false)).len(),
+        1
+    );
+}
+
+#[test]
+fn the_minimiser_keeps_only_what_the_failure_needs() {
+    let mut ops = Vec::new();
+    for i in 0..40u64 {
+        ops.push(op(
+            0,
+            10 * i,
+            Some(10 * i + 1),
+            redis(resp::Cmd::Set(format!("x{i}"), None)),
+            resp::Reply::Ok,
+        ));
+        ops.push(op(
+            1,
+            10 * i + 2,
+            Some(10 * i + 3),
+            redis(resp::Cmd::Get),
+            resp::Reply::Bulk(format!("x{i}")),
+        ));
+    }
+    // A stale read in the middle: the value of write 20 read after write 30.
+    ops.push(op(
+        2,
+        305,
+        Some(306),
+        redis(resp::Cmd::Get),
+        resp::Reply::Bulk("x20".into()),
+    ));
+    ops.sort_by_key(|op| op.call);
+    assert_eq!(key_verdict(&ops), Verdict::Violation);
+    let minimal = minimise(&Key::default(), &ops, 100_000, Instant::now() + Duration::from_secs(30));
+    let shown = super::checker::render(&minimal.ops);
+    assert_eq!(minimal.ops.len(), 1, "{shown}");
+    assert_eq!(
+        minimal.ops[0].output(),
+        Some(&resp::Reply::Bulk("x20".into())),
+        "{shown}"
+    );
+    assert_eq!(
+        minimal.start,
+        [Key {
+            value: Some(resp::Value::Str("x30".into())),
+            expiry: None
+        }],
+        "what the read should have seen"
+    );
+}
+
+#[test]
+fn a_job_claimed_twice_at_once_is_a_violation() {
+    let claim = |attempt| ojs::Reply::Claimed {
+        job: "j".into(),
+        attempt,
+    };
+    let history = |second_claim_at: u64| {
+        vec![
+            op(0, 0, Some(1), ojs::Cmd::Enqueue, ojs::Reply::Enqueued("j".into())),
+            op(1, 2, Some(3), ojs::Cmd::Fetch, claim(1)),
+            op(2, second_claim_at, Some(second_claim_at + 1), ojs::Cmd::Fetch, claim(2)),
+        ]
+    };
+    let states = BTreeMap::from([("j".to_owned(), "discarded".to_owned())]);
+    assert_eq!(ojs::check(&history(50), &states).len(), 1);
+    assert!(ojs::check(&history(2 + ojs::VISIBILITY_MS + 10), &states).is_empty());
+    let mut acked_twice = history(2 + ojs::VISIBILITY_MS + 10);
+    for attempt in [1, 2] {
+        acked_twice.push(op(
+            3,
+            1000 + attempt as u64,
+            Some(1010),
+            ojs::Cmd::Ack {
+                job: "j".into(),
+                attempt,
+            },
+            ojs::Reply::Done,
+        ));
+    }
+    assert_eq!(ojs::check(&acked_twice, &states).len(), 1);
+}

@@ -1,0 +1,463 @@
+//! RESP: clients issue random commands over a few keys through redis-rs — strings with and
+//! without a TTL, expiry changes, lists, sets, hashes, TYPE, WATCH/MULTI/EXEC and BLPOP — and
+//! each key's history is checked against Redis's semantics for one key: its value, its type and
+//! its expiry deadline. A deadline is known only to within the interval of the command that set
+//! it, widened by [`TOLERANCE`]: a command in that window may see the key or not, one clearly
+//! after it must find the key gone, whatever type the key has and whatever table holds it.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use rand::rngs::StdRng;
+use redis::aio::MultiplexedConnection;
+
+use super::checker::Model;
+use super::recorder::{Op, Outcome, Recorder};
+use super::schedule::{Bounds, Schedule, join};
+
+/// How far the server's clock and request timing may put an expiry from where the client's
+/// interval says it is (microseconds).
+pub const TOLERANCE: u64 = 100_000;
+
+const KEYS: [&str; 3] = ["h0", "h1", "h2"];
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum Cmd {
+    /// SET, with PX milliseconds.
+    Set(String, Option<u64>),
+    Get,
+    Del,
+    Type,
+    /// PEXPIRE milliseconds (sent as EXPIRE seconds when whole).
+    Expire(u64),
+    Persist,
+    LPush(String),
+    LRange,
+    SAdd(String),
+    SMembers,
+    HSet(String, String),
+    HGetAll,
+    /// WATCH k; GET k; MULTI; SET k value; EXEC.
+    Txn(String),
+    /// BLPOP with this timeout in milliseconds.
+    BLPop(u64),
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Call {
+    pub key: String,
+    pub cmd: Cmd,
+}
+
+impl fmt::Debug for Call {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let k = &self.key;
+        match &self.cmd {
+            Cmd::Set(v, None) => write!(f, "SET {k} {v}"),
+            Cmd::Set(v, Some(px)) => write!(f, "SET {k} {v} PX {px}"),
+            Cmd::Get => write!(f, "GET {k}"),
+            Cmd::Del => write!(f, "DEL {k}"),
+            Cmd::Type => write!(f, "TYPE {k}"),
+            Cmd::Expire(ms) if ms % 1000 == 0 => write!(f, "EXPIRE {k} {}", ms / 1000),
+            Cmd::Expire(ms) => write!(f, "PEXPIRE {k} {ms}"),
+            Cmd::Persist => write!(f, "PERSIST {k}"),
+            Cmd::LPush(e) => write!(f, "LPUSH {k} {e}"),
+            Cmd::LRange => write!(f, "LRANGE {k} 0 -1"),
+            Cmd::SAdd(m) => write!(f, "SADD {k} {m}"),
+            Cmd::SMembers => write!(f, "SMEMBERS {k}"),
+            Cmd::HSet(field, v) => write!(f, "HSET {k} {field} {v}"),
+            Cmd::HGetAll => write!(f, "HGETALL {k}"),
+            Cmd::Txn(v) => write!(f, "WATCH {k}; GET {k}; MULTI; SET {k} {v}; EXEC"),
+            Cmd::BLPop(ms) => write!(f, "BLPOP {k} {}", *ms as f64 / 1000.0),
+        }
+    }
+}
+
+/// A reply, normalised (set members and hash fields sorted).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Reply {
+    Ok,
+    Nil,
+    Int(i64),
+    Bulk(String),
+    Status(String),
+    Array(Vec<String>),
+    WrongType,
+    /// EXEC ran; the GET inside the WATCH saw this.
+    Committed(Option<String>),
+    /// EXEC answered nil.
+    Aborted,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Value {
+    Str(String),
+    List(VecDeque<String>),
+    Set(BTreeSet<String>),
+    Hash(BTreeMap<String, String>),
+}
+
+/// One key: its value (none: absent) and the window its expiry deadline lies in.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub value: Option<Value>,
+    pub expiry: Option<(u64, u64)>,
+}
+
+impl Key {
+    /// The states the key may be in when `op` takes effect: alive if that can be before the
+    /// deadline, gone if it can be after it.
+    fn at(&self, op: &Op<Call, Reply>) -> Vec<Key> {
+        let Some((earliest, latest)) = self.expiry else {
+            return vec![self.clone()];
+        };
+        let mut states = Vec::new();
+        if op.call < latest {
+            states.push(self.clone());
+        }
+        if op.end() > earliest {
+            states.push(Key::default());
+        }
+        states
+    }
+
+    /// The deadline `ms` after `op` took effect, as a window.
+    fn deadline(op: &Op<Call, Reply>, ms: u64) -> (u64, u64) {
+        let after = ms * 1000;
+        (
+            (op.call + after).saturating_sub(TOLERANCE),
+            op.end().saturating_add(after + TOLERANCE),
+        )
+    }
+
+    fn kind(&self) -> &'static str {
+        match self.value {
+            None => "none",
+            Some(Value::Str(_)) => "string",
+            Some(Value::List(_)) => "list",
+            Some(Value::Set(_)) => "set",
+            Some(Value::Hash(_)) => "hash",
+        }
+    }
+
+    /// Redis's reply to `op` in this state and the state after it.
+    fn apply(mut self, op: &Op<Call, Reply>) -> (Reply, Key) {
+        let wrong = |key: Key| (Reply::WrongType, key);
+        match &op.input.cmd {
+            Cmd::Set(v, px) => {
+                let expiry = px.map(|ms| Key::deadline(op, ms));
+                (
+                    Reply::Ok,
+                    Key {
+                        value: Some(Value::Str(v.clone())),
+                        expiry,
+                    },
+                )
+            }
+            Cmd::Get => match &self.value {
+                None => (Reply::Nil, self),
+                Some(Value::Str(v)) => (Reply::Bulk(v.clone()), self),
+                Some(_) => wrong(self),
+            },
+            Cmd::Del => match self.value {
+                None => (Reply::Int(0), self),
+                Some(_) => (Reply::Int(1), Key::default()),
+            },
+            Cmd::Type => (Reply::Status(self.kind().into()), self),
+            Cmd::Expire(ms) => match self.value {
+                None => (Reply::Int(0), self),
+                Some(_) => {
+                    self.expiry = Some(Key::deadline(op, *ms));
+                    (Reply::Int(1), self)
+                }
+            },
+            Cmd::Persist => match (&self.value, self.expiry) {
+                (Some(_), Some(_)) => {
+                    self.expiry = None;
+                    (Reply::Int(1), self)
+                }
+                _ => (Reply::Int(0), self),
+            },
+            Cmd::LPush(e) => match &mut self.value {
+                None => (
+                    Reply::Int(1),
+                    Key {
+                        value: Some(Value::List(VecDeque::from([e.clone()]))),
+                        expiry: None,
+                    },
+                ),
+                Some(Value::List(list)) => {
+                    list.push_front(e.clone());
+                    (Reply::Int(list.len() as i64), self)
+                }
+                Some(_) => wrong(self),
+            },
+            Cmd::LRange => match &self.value {
+                None => (Reply::Array(Vec::new()), self),
+                Some(Value::List(list)) => (Reply::Array(list.iter().cloned().collect()), self),
+                Some(_) => wrong(self),
+            },
+            Cmd::SAdd(m) => match &mut self.value {
+                None => (
+                    Reply::Int(1),
+                    Key {
+                        value: Some(Value::Set(BTreeSet::from([m.clone()]))),
+                        expiry: None,
+                    },
+                ),
+                Some(Value::Set(set)) => (Reply::Int(set.insert(m.clone()) as i64), self),
+                Some(_) => wrong(self),
+            },
+            Cmd::SMembers => match &self.value {
+                None => (Reply::Array(Vec::new()), self),
+                Some(Value::Set(set)) => (Reply::Array(set.iter().cloned().collect()), self),
+                Some(_) => wrong(self),
+            },
+            Cmd::HSet(field, v) => match &mut self.value {
+                None => (
+                    Reply::Int(1),
+                    Key {
+                        value: Some(Value::Hash(BTreeMap::from([(field.clone(), v.clone())]))),
+                        expiry: None,
+                    },
+                ),
+                Some(Value::Hash(hash)) => (Reply::Int(hash.insert(field.clone(), v.clone()).is_none() as i64), self),
+                Some(_) => wrong(self),
+            },
+            Cmd::HGetAll => match &self.value {
+                None => (Reply::Array(Vec::new()), self),
+                Some(Value::Hash(hash)) => (
+                    Reply::Array(hash.iter().map(|(f, v)| format!("{f}={v}")).collect()),
+                    self,
+                ),
+                Some(_) => wrong(self),
+            },
+            Cmd::BLPop(_) => match &mut self.value {
+                None => (Reply::Nil, self),
+                Some(Value::List(list)) => {
+                    let head = list.pop_front().expect("lists are never empty");
+                    if list.is_empty() {
+                        self = Key::default();
+                    }
+                    (Reply::Bulk(head), self)
+                }
+                Some(_) => wrong(self),
+            },
+            Cmd::Txn(v) => {
+                let seen = match &self.value {
+                    None => None,
+                    Some(Value::Str(s)) => Some(s.clone()),
+                    Some(_) => return wrong(self),
+                };
+                let after = Key {
+                    value: Some(Value::Str(v.clone())),
+                    expiry: None,
+                };
+                (Reply::Committed(seen), after)
+            }
+        }
+    }
+}
+
+impl Model for Key {
+    type Input = Call;
+    type Output = Reply;
+
+    fn step(&self, op: &Op<Call, Reply>) -> Vec<Key> {
+        let mut next = Vec::new();
+        for before in self.at(op) {
+            // An aborted transaction changed nothing, whatever the key held.
+            if matches!(op.input.cmd, Cmd::Txn(_)) && op.output() == Some(&Reply::Aborted) {
+                next.push(before);
+                continue;
+            }
+            let (reply, after) = before.clone().apply(op);
+            match op.output() {
+                Some(output) if *output == reply => next.push(after),
+                Some(_) => {}
+                // Lost: it took effect (or, for a transaction, may have aborted).
+                None => {
+                    if matches!(op.input.cmd, Cmd::Txn(_)) {
+                        next.push(before);
+                    }
+                    next.push(after);
+                }
+            }
+        }
+        next.dedup();
+        next
+    }
+
+    fn changes_nothing(op: &Op<Call, Reply>) -> bool {
+        matches!(
+            op.input.cmd,
+            Cmd::Get | Cmd::Type | Cmd::LRange | Cmd::SMembers | Cmd::HGetAll
+        ) || matches!(op.output(), Some(Reply::WrongType | Reply::Aborted))
+    }
+}
+
+/// Runs `clients` clients against the RESP endpoint at `addr` within `bounds`; the history.
+pub async fn run(addr: std::net::SocketAddr, clients: usize, bounds: &Bounds) -> Vec<Op<Call, Reply>> {
+    let recorder = Arc::new(Recorder::new(std::time::Instant::now()));
+    // Pauses up to 40 ms: long enough for TTLs of a few hundred milliseconds to run out between
+    // one command on a key and the next.
+    let schedule = Schedule::new(clients, bounds, Duration::from_millis(40));
+    let mut tasks = tokio::task::JoinSet::new();
+    for client in 0..clients {
+        let (recorder, schedule) = (recorder.clone(), schedule.clone());
+        let mut rng = bounds.rng("resp", client);
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(10)));
+        let mut con = redis::Client::open(format!("redis://{addr}/"))
+            .unwrap()
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .unwrap();
+        tasks.spawn(async move {
+            let mut n = 0;
+            while let Some(ops) = schedule.round(&mut rng).await {
+                for _ in 0..ops {
+                    n += 1;
+                    let call = random_call(&mut rng, client, n);
+                    recorder.record(client, call.clone(), send(&mut con, &call)).await;
+                }
+            }
+        });
+    }
+    join(tasks).await;
+    recorder.history()
+}
+
+fn random_call(rng: &mut StdRng, client: usize, n: usize) -> Call {
+    let key = KEYS[rng.random_range(0..KEYS.len())].to_owned();
+    // Every written value is unique, so a read names the write it saw.
+    let value = format!("c{client}.{n}");
+    // Weighted towards what meets at an expiry: short TTLs, new keys of other types made over
+    // them, expiry changes, and reads of the type and value.
+    let cmd = match rng.random_range(0..100) {
+        0..16 => Cmd::Set(value, rng.random_bool(0.7).then(|| rng.random_range(100..400))),
+        16..28 => Cmd::Get,
+        28..31 => Cmd::Del,
+        31..41 => Cmd::Type,
+        41..53 => Cmd::Expire(if rng.random_bool(0.3) {
+            100_000
+        } else {
+            rng.random_range(100..800)
+        }),
+        53..55 => Cmd::Persist,
+        55..64 => Cmd::LPush(value),
+        64..69 => Cmd::LRange,
+        69..75 => Cmd::SAdd(value),
+        75..79 => Cmd::SMembers,
+        79..85 => Cmd::HSet(format!("f{}", rng.random_range(0..2)), value),
+        85..89 => Cmd::HGetAll,
+        89..95 => Cmd::Txn(value),
+        _ => Cmd::BLPop(rng.random_range(1..4) * 100),
+    };
+    Call { key, cmd }
+}
+
+async fn send(con: &mut MultiplexedConnection, call: &Call) -> Outcome<Reply> {
+    let k = call.key.as_str();
+    let words: Vec<String> = match &call.cmd {
+        Cmd::Txn(v) => return transaction(con, k, v).await,
+        Cmd::Set(v, None) => vec!["SET".into(), k.into(), v.clone()],
+        Cmd::Set(v, Some(px)) => vec!["SET".into(), k.into(), v.clone(), "PX".into(), px.to_string()],
+        Cmd::Expire(ms) if ms % 1000 == 0 => vec!["EXPIRE".into(), k.into(), (ms / 1000).to_string()],
+        Cmd::Expire(ms) => vec!["PEXPIRE".into(), k.into(), ms.to_string()],
+        Cmd::LPush(e) => vec!["LPUSH".into(), k.into(), e.clone()],
+        Cmd::SAdd(m) => vec!["SADD".into(), k.into(), m.clone()],
+        Cmd::HSet(f, v) => vec!["HSET".into(), k.into(), f.clone(), v.clone()],
+        Cmd::LRange => vec!["LRANGE".into(), k.into(), "0".into(), "-1".into()],
+        Cmd::BLPop(ms) => vec!["BLPOP".into(), k.into(), (*ms as f64 / 1000.0).to_string()],
+        other => {
+            let name = match other {
+                Cmd::Get => "GET",
+                Cmd::Del => "DEL",
+                Cmd::Type => "TYPE",
+                Cmd::Persist => "PERSIST",
+                Cmd::SMembers => "SMEMBERS",
+                _ => "HGETALL",
+            };
+            vec![name.into(), k.into()]
+        }
+    };
+    let mut cmd = redis::cmd(&words[0]);
+    for word in &words[1..] {
+        cmd.arg(word);
+    }
+    match cmd.query_async::<redis::Value>(con).await {
+        Ok(value) => Outcome::Answered(normalise(&call.cmd, value)),
+        Err(err) => refusal(err),
+    }
+}
+
+/// WRONGTYPE is an answer; any other error leaves the command's effect unknown.
+fn refusal(err: redis::RedisError) -> Outcome<Reply> {
+    if err.code() == Some("WRONGTYPE") {
+        Outcome::Answered(Reply::WrongType)
+    } else {
+        Outcome::Unknown(err.to_string())
+    }
+}
+
+fn text(value: &redis::Value) -> String {
+    match value {
+        redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        redis::Value::SimpleString(s) => s.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn normalise(cmd: &Cmd, value: redis::Value) -> Reply {
+    match (cmd, value) {
+        (_, redis::Value::Okay) => Reply::Ok,
+        (_, redis::Value::Nil) => Reply::Nil,
+        (_, redis::Value::Int(n)) => Reply::Int(n),
+        (_, redis::Value::SimpleString(s)) => Reply::Status(s),
+        (Cmd::BLPop(_), redis::Value::Array(pair)) if pair.len() == 2 => Reply::Bulk(text(&pair[1])),
+        (Cmd::HGetAll, redis::Value::Array(items)) => {
+            let mut pairs: Vec<String> = items
+                .chunks(2)
+                .map(|pair| format!("{}={}", text(&pair[0]), pair.get(1).map(text).unwrap_or_default()))
+                .collect();
+            pairs.sort();
+            Reply::Array(pairs)
+        }
+        (cmd, redis::Value::Array(items)) => {
+            let mut items: Vec<String> = items.iter().map(text).collect();
+            if *cmd == Cmd::SMembers {
+                items.sort();
+            }
+            Reply::Array(items)
+        }
+        (_, other) => Reply::Bulk(text(&other)),
+    }
+}
+
+async fn transaction(con: &mut MultiplexedConnection, k: &str, v: &str) -> Outcome<Reply> {
+    if let Err(err) = redis::cmd("WATCH").arg(k).query_async::<()>(con).await {
+        return Outcome::Unknown(err.to_string());
+    }
+    let seen = match redis::cmd("GET").arg(k).query_async::<Option<String>>(con).await {
+        Ok(seen) => seen,
+        Err(err) => {
+            let _ = redis::cmd("UNWATCH").query_async::<()>(con).await;
+            return refusal(err);
+        }
+    };
+    match redis::pipe()
+        .atomic()
+        .cmd("SET")
+        .arg(k)
+        .arg(v)
+        .query_async::<redis::Value>(con)
+        .await
+    {
+        Ok(redis::Value::Nil) => Outcome::Answered(Reply::Aborted),
+        Ok(_) => Outcome::Answered(Reply::Committed(seen)),
+        Err(err) => Outcome::Unknown(err.to_string()),
+    }
+}

@@ -1,0 +1,734 @@
+//! S3: clients write, read, copy and delete a few keys of a versioned bucket through aws-sdk-s3
+//! — with and without a version id, conditionally (If-None-Match, If-Match) and by multipart
+//! upload — and each key's history is checked against its version history: which versions
+//! exist, in which order, and so which is current. Apart from that, clients list a bucket page
+//! by page (small max-keys, sending start-after along with the continuation token in the ways
+//! clients do) while others write and delete its keys: a listing must hold every key that
+//! existed throughout it and no key that never existed.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::http::HttpResponse;
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::primitives::ByteStream;
+use rand::Rng;
+use rand::rngs::StdRng;
+
+use super::checker::Model;
+use super::recorder::{Op, Outcome, Recorder};
+use super::schedule::{Bounds, Schedule, join};
+use crate::common::s3::{completion, http_status};
+
+/// An ETag no version has: a condition on it must fail.
+pub const WRONG_ETAG: &str = "\"00000000000000000000000000000000\"";
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum Cmd {
+    Put(String),
+    PutIfNoneMatch(String),
+    /// PUT body with If-Match: etag.
+    PutIfMatch(String, String),
+    Get,
+    GetVersion(String),
+    Delete,
+    DeleteVersion(String),
+    DeleteIfMatch(String),
+    /// CopyObject from this key's version to the key; the source's body as clients know it
+    /// (none: a delete marker). A copy reads its source before it writes, so a source deleted
+    /// meanwhile may still be copied: only the body is checked.
+    CopyVersion(String, Option<String>),
+    /// Create, one part of this body, complete.
+    Multipart(String),
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Call {
+    pub key: String,
+    pub cmd: Cmd,
+}
+
+impl fmt::Debug for Call {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let k = &self.key;
+        match &self.cmd {
+            Cmd::Put(body) => write!(f, "PUT {k} body={body}"),
+            Cmd::PutIfNoneMatch(body) => write!(f, "PUT {k} body={body} If-None-Match: *"),
+            Cmd::PutIfMatch(body, etag) => write!(f, "PUT {k} body={body} If-Match: {etag}"),
+            Cmd::Get => write!(f, "GET {k}"),
+            Cmd::GetVersion(v) => write!(f, "GET {k}?versionId={v}"),
+            Cmd::Delete => write!(f, "DELETE {k}"),
+            Cmd::DeleteVersion(v) => write!(f, "DELETE {k}?versionId={v}"),
+            Cmd::DeleteIfMatch(etag) => write!(f, "DELETE {k} If-Match: {etag}"),
+            Cmd::CopyVersion(v, _) => write!(f, "COPY {k}?versionId={v} -> {k}"),
+            Cmd::Multipart(body) => write!(f, "MULTIPART {k} body={body}"),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Reply {
+    /// A new version (PUT, copy, multipart completion).
+    Written {
+        version: String,
+        etag: String,
+    },
+    Body {
+        version: String,
+        body: String,
+    },
+    /// 404 (NoSuchKey, NoSuchVersion).
+    NotFound,
+    /// 405: the version is a delete marker.
+    MethodNotAllowed,
+    /// 204; the delete marker a DELETE without a version id made.
+    Deleted {
+        marker: Option<String>,
+    },
+    /// 412.
+    PreconditionFailed,
+    /// Any other 4xx: refused, nothing done.
+    Refused(u16, String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Version {
+    /// `?…` while unknown (written by an operation that got no answer).
+    pub id: String,
+    /// `None`: a delete marker.
+    pub body: Option<String>,
+    /// `None` when unknown.
+    pub etag: Option<String>,
+}
+
+/// One key of a versioned bucket: its versions, oldest first; the last is current.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Versions(pub Vec<Version>);
+
+impl Versions {
+    fn current_object(&self) -> Option<&Version> {
+        self.0.last().filter(|v| v.body.is_some())
+    }
+
+    fn with(&self, version: Version) -> Versions {
+        let mut next = self.clone();
+        next.0.push(version);
+        next
+    }
+
+    /// Whether the current object's ETag may be `etag`: `Some(answer)`, or `None` when unknown.
+    fn current_matches(&self, etag: &str) -> Option<bool> {
+        match self.current_object() {
+            None => Some(false),
+            Some(Version { etag: None, .. }) => None,
+            Some(Version { etag: Some(e), .. }) => Some(e == etag),
+        }
+    }
+
+    /// The new version `op` wrote with `body`, as its answer names it.
+    fn written(op: &Op<Call, Reply>, body: Option<String>) -> Version {
+        match op.output() {
+            Some(Reply::Written { version, etag }) => Version {
+                id: version.clone(),
+                body,
+                etag: Some(etag.clone()),
+            },
+            Some(Reply::Deleted { marker: Some(id) }) => Version {
+                id: id.clone(),
+                body,
+                etag: None,
+            },
+            _ => Version {
+                id: format!("?c{}@{}", op.client, op.call),
+                body,
+                etag: None,
+            },
+        }
+    }
+}
+
+impl Model for Versions {
+    type Input = Call;
+    type Output = Reply;
+
+    fn step(&self, op: &Op<Call, Reply>) -> Vec<Versions> {
+        let out = op.output();
+        let unchanged = || vec![self.clone()];
+        let refused = matches!(out, Some(Reply::Refused(..)));
+        match &op.input.cmd {
+            Cmd::Put(body) | Cmd::Multipart(body) => match out {
+                None | Some(Reply::Written { .. }) => vec![self.with(Versions::written(op, Some(body.clone())))],
+                _ => vec![],
+            },
+            Cmd::PutIfNoneMatch(body) | Cmd::PutIfMatch(body, _) => {
+                let holds = match &op.input.cmd {
+                    Cmd::PutIfMatch(_, etag) => self.current_matches(etag),
+                    _ => Some(self.current_object().is_none()),
+                };
+                let written = || self.with(Versions::written(op, Some(body.clone())));
+                match (out, holds) {
+                    // 409 ConditionalRequestConflict: a concurrent write won; nothing done.
+                    (Some(Reply::Refused(409, _)), _) => unchanged(),
+                    (None, Some(true)) => vec![self.clone(), written()],
+                    (None, None) => vec![self.clone(), written()],
+                    (None, Some(false)) => unchanged(),
+                    (Some(Reply::Written { .. }), Some(true) | None) => vec![written()],
+                    (Some(Reply::PreconditionFailed), Some(false) | None) => unchanged(),
+                    // If-Match on a key without a current object: 404 NoSuchKey.
+                    (Some(Reply::NotFound), _) if self.current_object().is_none() => unchanged(),
+                    _ => vec![],
+                }
+            }
+            Cmd::Get => match (out, self.current_object()) {
+                (None, _) => unchanged(),
+                (Some(Reply::NotFound), None) => unchanged(),
+                (Some(Reply::Body { version, body }), Some(current)) if current.body.as_ref() == Some(body) => {
+                    self.seen(self.0.len() - 1, version)
+                }
+                _ => vec![],
+            },
+            Cmd::GetVersion(id) => {
+                let at = self.0.iter().position(|v| &v.id == id);
+                match (out, at.map(|i| &self.0[i])) {
+                    (None, _) => unchanged(),
+                    (Some(Reply::NotFound), None) => unchanged(),
+                    (Some(Reply::MethodNotAllowed), Some(Version { body: None, .. })) => unchanged(),
+                    (Some(Reply::Body { body, .. }), Some(v)) if v.body.as_ref() == Some(body) => unchanged(),
+                    _ => vec![],
+                }
+            }
+            Cmd::Delete => match out {
+                None | Some(Reply::Deleted { .. }) => vec![self.with(Versions::written(op, None))],
+                _ => vec![],
+            },
+            Cmd::DeleteVersion(id) => match out {
+                // Deleting a version that is not there succeeds too.
+                None | Some(Reply::Deleted { .. }) => {
+                    let mut next = self.clone();
+                    next.0.retain(|v| &v.id != id);
+                    vec![next]
+                }
+                _ => vec![],
+            },
+            Cmd::DeleteIfMatch(etag) => {
+                let holds = self.current_matches(etag);
+                let deleted = || self.with(Versions::written(op, None));
+                match (out, holds) {
+                    // Refusing the header outright is allowed; ignoring it is not.
+                    _ if refused => unchanged(),
+                    (None, Some(false)) => unchanged(),
+                    (None, _) => vec![self.clone(), deleted()],
+                    (Some(Reply::Deleted { .. }), Some(true) | None) => vec![deleted()],
+                    (Some(Reply::PreconditionFailed), Some(false) | None) => unchanged(),
+                    (Some(Reply::NotFound), _) if self.current_object().is_none() => unchanged(),
+                    _ => vec![],
+                }
+            }
+            Cmd::CopyVersion(_, body) => match (out, body) {
+                (None, Some(body)) => vec![self.clone(), self.with(Versions::written(op, Some(body.clone())))],
+                (Some(Reply::Written { .. }), Some(body)) => vec![self.with(Versions::written(op, Some(body.clone())))],
+                (None, None) | (Some(Reply::NotFound | Reply::Refused(..) | Reply::MethodNotAllowed), _) => unchanged(),
+                _ => vec![],
+            },
+        }
+    }
+
+    fn changes_nothing(op: &Op<Call, Reply>) -> bool {
+        matches!(op.input.cmd, Cmd::Get | Cmd::GetVersion(_))
+            || matches!(
+                op.output(),
+                Some(Reply::PreconditionFailed | Reply::NotFound | Reply::MethodNotAllowed | Reply::Refused(..))
+            )
+    }
+}
+
+impl Versions {
+    /// A read saw version `at` as `id`: consistent if that is its id, or its id is unknown yet
+    /// (then it is this one from now on).
+    fn seen(&self, at: usize, id: &str) -> Vec<Versions> {
+        let known = &self.0[at].id;
+        if known == id {
+            vec![self.clone()]
+        } else if known.starts_with('?') && !self.0.iter().any(|v| v.id == id) {
+            let mut next = self.clone();
+            next.0[at].id = id.to_owned();
+            vec![next]
+        } else {
+            vec![]
+        }
+    }
+}
+
+/// What clients know of a key's versions (ids and ETags from answers), to name them in requests.
+type Known = Arc<Mutex<HashMap<String, Vec<Named>>>>;
+
+/// A version as clients know it: id, ETag, body (none: a delete marker).
+#[derive(Clone)]
+struct Named {
+    id: String,
+    etag: String,
+    body: Option<String>,
+}
+
+/// Runs `clients` clients on keys `keys` of the versioned bucket `bucket` (with conditional
+/// writes and deletes among their operations or not); the history.
+pub async fn run_versions(
+    client: &Client,
+    bucket: &str,
+    keys: &[&str],
+    conditional: bool,
+    clients: usize,
+    bounds: &Bounds,
+) -> Vec<Op<Call, Reply>> {
+    let recorder = Arc::new(Recorder::new(std::time::Instant::now()));
+    let schedule = Schedule::new(clients, bounds, Duration::from_millis(5));
+    let known: Known = Arc::default();
+    let keys: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
+    let mut tasks = tokio::task::JoinSet::new();
+    for id in 0..clients {
+        let (recorder, schedule, known) = (recorder.clone(), schedule.clone(), known.clone());
+        let (s3, bucket, keys) = (client.clone(), bucket.to_owned(), keys.clone());
+        let mut rng = bounds.rng("s3-versions", id);
+        tasks.spawn(async move {
+            let mut n = 0;
+            while let Some(ops) = schedule.round(&mut rng).await {
+                for _ in 0..ops {
+                    n += 1;
+                    let key = keys[rng.random_range(0..keys.len())].clone();
+                    let cmd = random_cmd(&mut rng, &known, &key, format!("c{id}.{n}"), conditional);
+                    let call = Call { key, cmd };
+                    let output = recorder.record(id, call.clone(), send(&s3, &bucket, &call)).await;
+                    learn(&known, &call, output);
+                }
+            }
+        });
+    }
+    join(tasks).await;
+    recorder.history()
+}
+
+fn random_cmd(rng: &mut StdRng, known: &Known, key: &str, body: String, conditional: bool) -> Cmd {
+    let versions = known.lock().unwrap().get(key).cloned().unwrap_or_default();
+    // Half the time one of the two newest: deleting the current version while others delete
+    // older ones is where promotion races live.
+    let pick = |rng: &mut StdRng| {
+        let from = if rng.random_bool(0.5) {
+            versions.len().saturating_sub(2)
+        } else {
+            0
+        };
+        versions[rng.random_range(from..versions.len())].clone()
+    };
+    let roll = rng.random_range(0..100);
+    let etag = |rng: &mut StdRng| {
+        if rng.random_bool(0.3) {
+            WRONG_ETAG.to_owned()
+        } else {
+            pick(rng).etag
+        }
+    };
+    if versions.is_empty() && !matches!(roll, 0..40 | 46..54) {
+        // Until a version of the key is known, whatever would name one writes one instead.
+        return Cmd::Put(body);
+    }
+    match roll {
+        0..24 => Cmd::Put(body),
+        24..32 => Cmd::Multipart(body),
+        32..40 if conditional => Cmd::PutIfNoneMatch(body),
+        32..40 => Cmd::Get,
+        40..46 if conditional => Cmd::PutIfMatch(body, etag(rng)),
+        40..54 => Cmd::Get,
+        54..62 => Cmd::Delete,
+        62..68 => Cmd::GetVersion(pick(rng).id),
+        68..74 if conditional => Cmd::DeleteIfMatch(etag(rng)),
+        68..94 => Cmd::DeleteVersion(pick(rng).id),
+        _ => {
+            let source = pick(rng);
+            Cmd::CopyVersion(source.id, source.body)
+        }
+    }
+}
+
+fn learn(known: &Known, call: &Call, output: Option<Reply>) {
+    let mut known = known.lock().unwrap();
+    let versions = known.entry(call.key.clone()).or_default();
+    let body = match &call.cmd {
+        Cmd::Put(body) | Cmd::PutIfNoneMatch(body) | Cmd::PutIfMatch(body, _) | Cmd::Multipart(body) => {
+            Some(body.clone())
+        }
+        Cmd::CopyVersion(_, body) => body.clone(),
+        _ => None,
+    };
+    match (&call.cmd, output) {
+        (_, Some(Reply::Written { version, etag })) => versions.push(Named {
+            id: version,
+            etag,
+            body,
+        }),
+        (Cmd::DeleteVersion(id), Some(Reply::Deleted { .. })) => versions.retain(|v| &v.id != id),
+        (Cmd::Delete | Cmd::DeleteIfMatch(_), Some(Reply::Deleted { marker: Some(id) })) => versions.push(Named {
+            id,
+            etag: WRONG_ETAG.into(),
+            body: None,
+        }),
+        _ => {}
+    }
+}
+
+/// What a refusal tells: a 4xx is an answer (nothing done), anything else leaves it unknown.
+fn refusal<E: ProvideErrorMetadata + fmt::Debug>(err: SdkError<E, HttpResponse>) -> Outcome<Reply> {
+    match http_status(&err) {
+        404 => Outcome::Answered(Reply::NotFound),
+        405 => Outcome::Answered(Reply::MethodNotAllowed),
+        412 => Outcome::Answered(Reply::PreconditionFailed),
+        status @ 400..=499 => Outcome::Answered(Reply::Refused(status, err.code().unwrap_or("").to_owned())),
+        0 => Outcome::Unknown(format!("no answer: {err}")),
+        status => Outcome::Unknown(format!("{status} {}", err.code().unwrap_or(""))),
+    }
+}
+
+fn written(version: Option<&str>, etag: Option<&str>) -> Outcome<Reply> {
+    Outcome::Answered(Reply::Written {
+        version: version.unwrap_or("null").to_owned(),
+        etag: etag.unwrap_or("").to_owned(),
+    })
+}
+
+async fn send(s3: &Client, bucket: &str, call: &Call) -> Outcome<Reply> {
+    let key = call.key.as_str();
+    let put = |body: &str| {
+        s3.put_object()
+            .bucket(bucket)
+            .key(key)
+            .body(ByteStream::from(body.as_bytes().to_vec()))
+    };
+    let read = |version: Option<&str>| {
+        s3.get_object()
+            .bucket(bucket)
+            .key(key)
+            .set_version_id(version.map(str::to_owned))
+    };
+    let delete = |version: Option<&str>| {
+        s3.delete_object()
+            .bucket(bucket)
+            .key(key)
+            .set_version_id(version.map(str::to_owned))
+    };
+    let put_result = match &call.cmd {
+        Cmd::Put(body) => put(body).send().await,
+        Cmd::PutIfNoneMatch(body) => put(body).if_none_match("*").send().await,
+        Cmd::PutIfMatch(body, etag) => put(body).if_match(etag).send().await,
+        Cmd::Get | Cmd::GetVersion(_) => {
+            let version = match &call.cmd {
+                Cmd::GetVersion(v) => Some(v.as_str()),
+                _ => None,
+            };
+            return match read(version).send().await {
+                Ok(out) => {
+                    let version = out.version_id().unwrap_or("null").to_owned();
+                    match out.body.collect().await {
+                        Ok(bytes) => Outcome::Answered(Reply::Body {
+                            version,
+                            body: String::from_utf8_lossy(&bytes.into_bytes()).into_owned(),
+                        }),
+                        Err(err) => Outcome::Unknown(format!("body: {err}")),
+                    }
+                }
+                Err(err) => refusal(err),
+            };
+        }
+        Cmd::Delete | Cmd::DeleteVersion(_) | Cmd::DeleteIfMatch(_) => {
+            let request = match &call.cmd {
+                Cmd::DeleteVersion(v) => delete(Some(v)),
+                Cmd::DeleteIfMatch(etag) => delete(None).if_match(etag),
+                _ => delete(None),
+            };
+            return match request.send().await {
+                Ok(out) => Outcome::Answered(Reply::Deleted {
+                    marker: out.version_id().map(str::to_owned),
+                }),
+                Err(err) => refusal(err),
+            };
+        }
+        Cmd::CopyVersion(source, _) => {
+            let result = s3
+                .copy_object()
+                .bucket(bucket)
+                .key(key)
+                .copy_source(format!("{bucket}/{key}?versionId={source}"))
+                .send()
+                .await;
+            return match result {
+                Ok(out) => written(out.version_id(), out.copy_object_result().and_then(|r| r.e_tag())),
+                Err(err) => refusal(err),
+            };
+        }
+        Cmd::Multipart(body) => return multipart(s3, bucket, key, body).await,
+    };
+    match put_result {
+        Ok(out) => written(out.version_id(), out.e_tag()),
+        Err(err) => refusal(err),
+    }
+}
+
+/// A one-part multipart upload; the completion is the operation that matters (an upload that
+/// fails before it wrote nothing).
+async fn multipart(s3: &Client, bucket: &str, key: &str, body: &str) -> Outcome<Reply> {
+    let upload = match s3.create_multipart_upload().bucket(bucket).key(key).send().await {
+        Ok(out) => out.upload_id.unwrap_or_default(),
+        Err(err) => return refusal(err),
+    };
+    let part = s3
+        .upload_part()
+        .bucket(bucket)
+        .key(key)
+        .upload_id(&upload)
+        .part_number(1)
+        .body(ByteStream::from(body.as_bytes().to_vec()))
+        .send()
+        .await;
+    let etag = match part {
+        Ok(out) => out.e_tag.unwrap_or_default(),
+        Err(err) => return refusal(err),
+    };
+    let completed = s3
+        .complete_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .upload_id(&upload)
+        .multipart_upload(completion(&[(1, &etag)]))
+        .send()
+        .await;
+    match completed {
+        Ok(out) => written(out.version_id(), out.e_tag()),
+        Err(err) => refusal(err),
+    }
+}
+
+// --- listings ---
+
+/// How a lister sends start-after on the pages after the first (S3 applies it to the first
+/// page only: the continuation token alone says where a page resumes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Resend {
+    /// Not at all (aws-sdk, boto3).
+    Never,
+    /// The first page's start-after again.
+    Original,
+    /// The continuation token, as minio-py sends it.
+    Token,
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum ListCmd {
+    Put,
+    Delete,
+    List {
+        start_after: Option<String>,
+        max_keys: i32,
+        resend: Resend,
+    },
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct ListCall {
+    /// Empty for a listing.
+    pub key: String,
+    pub cmd: ListCmd,
+}
+
+impl fmt::Debug for ListCall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.cmd {
+            ListCmd::Put => write!(f, "PUT {}", self.key),
+            ListCmd::Delete => write!(f, "DELETE {}", self.key),
+            ListCmd::List {
+                start_after,
+                max_keys,
+                resend,
+            } => write!(
+                f,
+                "LIST max-keys={max_keys} start-after={start_after:?} (later pages: start-after {resend:?})"
+            ),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ListReply {
+    Done,
+    Pages(Vec<Vec<String>>),
+}
+
+/// Writers put and delete keys `keys` of (unversioned) `bucket` while listers list it.
+pub async fn run_listings(
+    client: &Client,
+    bucket: &str,
+    keys: &[String],
+    clients: usize,
+    bounds: &Bounds,
+) -> Vec<Op<ListCall, ListReply>> {
+    let recorder = Arc::new(Recorder::new(std::time::Instant::now()));
+    let schedule = Schedule::new(clients, bounds, Duration::from_millis(5));
+    let mut tasks = tokio::task::JoinSet::new();
+    for id in 0..clients {
+        let (recorder, schedule) = (recorder.clone(), schedule.clone());
+        let (s3, bucket, keys) = (client.clone(), bucket.to_owned(), keys.to_vec());
+        let mut rng = bounds.rng("s3-listings", id);
+        tasks.spawn(async move {
+            while let Some(ops) = schedule.round(&mut rng).await {
+                for _ in 0..ops {
+                    let key = keys[rng.random_range(0..keys.len())].clone();
+                    let call = match rng.random_range(0..10) {
+                        0..5 => ListCall { key, cmd: ListCmd::Put },
+                        5..7 => ListCall {
+                            key,
+                            cmd: ListCmd::Delete,
+                        },
+                        _ => ListCall {
+                            key: String::new(),
+                            cmd: ListCmd::List {
+                                start_after: rng.random_bool(0.3).then_some(key),
+                                max_keys: rng.random_range(1..=4),
+                                resend: [Resend::Never, Resend::Original, Resend::Token][rng.random_range(0..3)],
+                            },
+                        },
+                    };
+                    recorder
+                        .record(id, call.clone(), send_listing(&s3, &bucket, &call))
+                        .await;
+                }
+            }
+        });
+    }
+    join(tasks).await;
+    recorder.history()
+}
+
+async fn send_listing(s3: &Client, bucket: &str, call: &ListCall) -> Outcome<ListReply> {
+    let (start_after, max_keys, resend) = match &call.cmd {
+        ListCmd::Put => {
+            let put = s3
+                .put_object()
+                .bucket(bucket)
+                .key(&call.key)
+                .body(ByteStream::from_static(b"x"))
+                .send()
+                .await;
+            return put.map_or_else(refusal_of_listing, |_| Outcome::Answered(ListReply::Done));
+        }
+        ListCmd::Delete => {
+            let delete = s3.delete_object().bucket(bucket).key(&call.key).send().await;
+            return delete.map_or_else(refusal_of_listing, |_| Outcome::Answered(ListReply::Done));
+        }
+        ListCmd::List {
+            start_after,
+            max_keys,
+            resend,
+        } => (start_after, *max_keys, *resend),
+    };
+    let mut pages = Vec::new();
+    let mut token: Option<String> = None;
+    // Bounded: a listing of the few keys there are needs far fewer pages.
+    for _ in 0..1000 {
+        let after = match (&token, resend) {
+            (None, _) | (Some(_), Resend::Original) => start_after.clone(),
+            (Some(_), Resend::Never) => None,
+            (Some(token), Resend::Token) => Some(token.clone()),
+        };
+        let page = s3
+            .list_objects_v2()
+            .bucket(bucket)
+            .max_keys(max_keys)
+            .set_start_after(after)
+            .set_continuation_token(token.clone())
+            .send()
+            .await;
+        let page = match page {
+            Ok(page) => page,
+            Err(err) => return refusal_of_listing(err),
+        };
+        pages.push(
+            page.contents()
+                .iter()
+                .filter_map(|o| o.key().map(str::to_owned))
+                .collect(),
+        );
+        match page.next_continuation_token() {
+            Some(next) if page.is_truncated() == Some(true) => token = Some(next.to_owned()),
+            _ => return Outcome::Answered(ListReply::Pages(pages)),
+        }
+    }
+    Outcome::Unknown("a listing that never ended".into())
+}
+
+fn refusal_of_listing<E: ProvideErrorMetadata + fmt::Debug>(err: SdkError<E, HttpResponse>) -> Outcome<ListReply> {
+    match http_status(&err) {
+        0 => Outcome::Unknown(format!("no answer: {err}")),
+        status => Outcome::Unknown(format!("{status} {}", err.code().unwrap_or(""))),
+    }
+}
+
+/// Every listing that misses a key which existed throughout it, or holds a key that did not
+/// exist at any time during it, lists a key twice or out of order: a minimal history for each
+/// (the listing and the writes of the key in question).
+pub fn check_listings(ops: &[Op<ListCall, ListReply>]) -> Vec<Vec<Op<ListCall, ListReply>>> {
+    let mut failures = Vec::new();
+    for listing in ops {
+        let (ListCmd::List { start_after, .. }, Some(ListReply::Pages(pages))) = (&listing.input.cmd, listing.output())
+        else {
+            continue;
+        };
+        let listed: Vec<&String> = pages.iter().flatten().collect();
+        let on = |key: &str| -> Vec<Op<ListCall, ListReply>> {
+            ops.iter().filter(|op| op.input.key == key).cloned().collect()
+        };
+        if listed.windows(2).any(|pair| pair[0] >= pair[1]) {
+            failures.push(vec![listing.clone()]);
+            continue;
+        }
+        let mut keys: Vec<&String> = ops
+            .iter()
+            .map(|op| &op.input.key)
+            .filter(|k| !k.is_empty())
+            .chain(listed.iter().copied())
+            .collect();
+        keys.sort();
+        keys.dedup();
+        for key in keys {
+            let writes = on(key);
+            let after = start_after.as_ref().is_none_or(|after| key > after);
+            let present = listed.contains(&key);
+            // Put (acknowledged) before the listing began, and no delete that may have taken
+            // effect between that put and the listing's end.
+            let stable = writes.iter().any(|put| {
+                put.input.cmd == ListCmd::Put
+                    && put.output().is_some()
+                    && put.end() < listing.call
+                    && !writes.iter().any(|delete| {
+                        delete.input.cmd == ListCmd::Delete && delete.call < listing.end() && delete.end() > put.call
+                    })
+            });
+            let ever = writes
+                .iter()
+                .any(|put| put.input.cmd == ListCmd::Put && put.call < listing.end());
+            if (after && stable && !present) || (present && (!after || !ever)) {
+                let mut history: Vec<_> = writes.into_iter().filter(|op| op.call < listing.end()).collect();
+                // The last acknowledged put before the listing and what came after it.
+                if let Some(last) = history
+                    .iter()
+                    .rposition(|op| op.input.cmd == ListCmd::Put && op.end() < listing.call)
+                {
+                    history.drain(..last);
+                }
+                history.push(listing.clone());
+                history.sort_by_key(|op| op.call);
+                failures.push(history);
+            }
+        }
+    }
+    failures
+}
