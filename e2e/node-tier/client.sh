@@ -1,0 +1,57 @@
+#!/bin/sh
+# Runs inside the node tier's client pod (busybox sh, curl, redis-cli; .ci/node-tier.sh mounts it
+# from a ConfigMap): S3 requests signed with SigV4 by curl, and the load loop.
+#   env AK, SK: the access key to sign with
+#   client.sh put URL TEXT        -> prints the HTTP status of a PUT of TEXT
+#   client.sh get URL             -> prints "<status> <body>"
+#   client.sh load URL N TAG      PUT URL/load-<i> then GET it back, i = 1..N; appends i to
+#                                 /tmp/acked-TAG for every PUT answered 200; prints a summary
+#   client.sh verify URL TAG      GETs every acknowledged key; prints "lost=<n>" and each loss
+set -u
+EMPTY_SHA=e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
+
+put() {
+    body=/tmp/body.$$
+    printf '%s' "$2" > "$body"
+    curl -s -o /dev/null -w '%{http_code}' --max-time 5 --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AK:$SK" \
+        -H "x-amz-content-sha256: $(sha256sum "$body" | cut -d' ' -f1)" -T "$body" "$1"
+    rm -f "$body"
+}
+
+get() {
+    out=/tmp/get.$$
+    code=$(curl -s -o "$out" -w '%{http_code}' --max-time 5 --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AK:$SK" \
+        -H "x-amz-content-sha256: $EMPTY_SHA" "$1")
+    echo "$code $(cat "$out" 2>/dev/null)"
+    rm -f "$out"
+}
+
+case "$1" in
+put) put "$2" "$3" ;;
+get) get "$2" ;;
+load)
+    url=$2 n=$3 tag=$4 acked=0 put_failed=0 get_failed=0 i=1
+    : > "/tmp/acked-$tag"
+    while [ "$i" -le "$n" ]; do
+        text="$tag-$i"
+        code=$(put "$url/load-$i" "$text")
+        if [ "$code" = 200 ]; then
+            echo "$i" >> "/tmp/acked-$tag"; acked=$((acked + 1))
+            [ "$(get "$url/load-$i")" = "200 $text" ] || get_failed=$((get_failed + 1))
+        else
+            put_failed=$((put_failed + 1))
+        fi
+        i=$((i + 1))
+    done
+    echo "requests=$((n + acked)) acked=$acked put_failed=$put_failed get_failed=$get_failed"
+    ;;
+verify)
+    url=$2 tag=$3 lost=0
+    for i in $(cat "/tmp/acked-$tag"); do
+        got=$(get "$url/load-$i")
+        [ "$got" = "200 $tag-$i" ] || { lost=$((lost + 1)); echo "load-$i: $got"; }
+    done
+    echo "lost=$lost of $(wc -l < "/tmp/acked-$tag")"
+    ;;
+*) echo "client.sh: unknown command $1" >&2; exit 2 ;;
+esac
