@@ -13,13 +13,15 @@ set -a; . "${NODE_ENV:?NODE_ENV=RUN/node/node.env of the running node}"; set +a
 HELM=${HELM:-helm}
 NS=pgvs3-demo SYS=pgvs3-system
 KUBELET_PODS=$(dirname "$NODE_ENV")/kubelet/pods
-LOAD_REQUESTS=${NODE_TIER_LOAD:-150}
 
 ms() { date +%s%3N; }
 T0=${NODE_TIER_T0:-$(ms)}; TS=$(ms)
 step() { local now; now=$(ms); printf '[node-tier %6.1fs] %-58s %5.1fs\n' "$(( now - T0 ))e-3" "$*" "$(( now - TS ))e-3"; TS=$now; }
-die() { echo "node tier FAILED: $*" >&2; exit 1; }
 defects=()
+# the defects found so far, on any exit: a later failure must not hide them
+report() { [ "${#defects[@]}" = 0 ] || printf 'node tier FAILED: %s\n' "${defects[@]}" >&2; }
+die() { echo "node tier FAILED: $*" >&2; report; exit 1; }
+trap 'echo "node tier FAILED: scenario.sh line $LINENO: $BASH_COMMAND" >&2; report' ERR
 k() { kubectl -n "$NS" "$@"; }
 # client.sh in the client pod, signed with the key AK/SK
 pod() { k exec client -- env AK="${AK:-}" SK="${SK:-}" sh /node-tier/client.sh "$@"; }
@@ -86,7 +88,7 @@ psql_at() { k exec "$1" -c postgres -- psql -U app -d app -tAc "$2"; }
 [ "$(psql_at demo-standby-0 'select pg_is_in_recovery()')" = t ] || die "demo-standby-0 is not in recovery"
 streaming() { psql_at demo-primary-0 "select count(*) from pg_stat_replication r join pg_stat_ssl s using (pid) where r.state = 'streaming' and s.ssl"; }
 eventually 30 "the standby streaming from the primary over TLS" '[ "$(streaming)" = 1 ]'
-step "PostgreSQL primary + hot standby streaming (TLS)"
+step "PostgreSQL hot standby streaming over TLS ($(k get pod demo-standby-0 -o jsonpath='{.status.initContainerStatuses[0].restartCount}') init restarts)"
 
 # --- pools, Buckets, OriginCache, client --------------------------------------------------------
 k apply -f "$HERE/fleet.yaml" >/dev/null
@@ -173,26 +175,52 @@ for pool in demo-primary demo-standby; do
 done
 step "gateway pods' Secret volumes: ca.crt present, ca.key checked"
 
-# --- a gateway killed (SIGKILL) mid-load: nothing acknowledged is lost, the pool recovers --------
+# --- load through demo-primary's Service from the client pod (client.sh load) ------------------
 AK=$(secret photos-credentials AWS_ACCESS_KEY_ID) SK=$(secret photos-credentials AWS_SECRET_ACCESS_KEY)
-pod load "$P/demo-photos" "$LOAD_REQUESTS" kill > "$certs/load.out" 2>&1 &
-load=$!
-acked() { in_pod sh -c 'wc -l < /tmp/acked-kill' 2>/dev/null || echo 0; }
-eventually 60 "a third of the load acknowledged" '[ "$(acked)" -ge $(( LOAD_REQUESTS / 3 )) ]'
-victim=$(pods_of demo-primary | head -n1)
+# load_start TAG MAX: the loop in the background; load_finish TAG: stop it, wait, verify every
+# acknowledged write; sets $summary, $lost, $acked, $failed (PUTs and GETs that did not succeed)
+load_start() { pod load "$P/demo-photos" "$2" "$1" > "$certs/load-$1.out" 2>&1 & load_pid=$!; }
+acked_so_far() { in_pod sh -c "wc -l < /tmp/acked-$1" 2>/dev/null || echo 0; }
+load_finish() {
+    in_pod touch "/tmp/stop-$1"
+    wait "$load_pid" || die "the load loop failed: $(cat "$certs/load-$1.out")"
+    summary=$(tail -n1 "$certs/load-$1.out")
+    local verify; verify=$(pod verify "$P/demo-photos" "$1")
+    lost=$(tail -n1 <<<"$verify" | sed -n 's/^lost=\([0-9]*\).*/\1/p')
+    [ "$lost" = 0 ] || die "acknowledged writes lost ($1): $verify"
+    acked=$(sed -n 's/.* acked=\([0-9]*\).*/\1/p' <<<"$summary")
+    failed=$(( $(sed -n 's/.*put_failed=\([0-9]*\) get_failed=\([0-9]*\).*/\1 + \2/p' <<<"$summary") ))
+}
+
+# --- rolling update under load: the database password rotated ------------------------------------
+# The pool's credentials Secret is labelled pgvs3.io/reload: the operator rolls both pools at once
+# (maxUnavailable 0). Every request must succeed through the roll and nothing acknowledged be lost.
+load_start roll 2000
+eventually 60 "the load running" '[ "$(acked_so_far roll)" -ge 10 ]'
+old_pods=$(pods_of demo-primary | sort)
+password=$(openssl rand -hex 16)
+psql_at demo-primary-0 "alter role app password '$password'" >/dev/null
+k patch secret demo-app --type=merge -p "{\"stringData\":{\"password\":\"$password\"}}" >/dev/null
+rolled() { [ -z "$(comm -12 <(pods_of demo-primary | sort) <(echo "$old_pods"))" ] && [ "$(pods_of demo-primary | wc -l)" = 2 ]; }
+eventually 120 "demo-primary's gateways all replaced (old ones terminated)" rolled
+k rollout status deployment/demo-primary --timeout=60s >/dev/null
+load_finish roll
+[ "$failed" = 0 ] || defects+=("rolling update under load (database password rotated): $failed requests failed ($summary)")
+step "password rotated under load, pods replaced: $summary, lost=0"
+
+# --- a gateway killed (SIGKILL) mid-load: nothing acknowledged is lost, the pool recovers --------
+load_start kill 2000
+eventually 60 "the load running" '[ "$(acked_so_far kill)" -ge 30 ]'
+victim=$(k get pods -l app.kubernetes.io/instance=demo-primary -o jsonpath='{.items[0].metadata.name}')
 before=$(restarts "$NS" "$victim")
 kill9 "$NS" "$victim"
-at_kill=$(acked)
-wait "$load" || die "the load loop failed: $(cat "$certs/load.out")"
-summary=$(tail -n1 "$certs/load.out")
+at_kill=$(acked_so_far kill)
 eventually 60 "$victim restarted" '[ "$(restarts "$NS" "$victim")" -gt "$before" ]'
 eventually 90 "demo-primary back to 2 ready gateways" '[ "$(ready_gateways demo-primary)" = 2 ]'
-verify=$(pod verify "$P/demo-photos" kill)
-[ "$(tail -n1 <<<"$verify" | cut -d' ' -f1)" = lost=0 ] || die "acknowledged writes lost after the kill: $verify"
-acked=$(sed -n 's/.* acked=\([0-9]*\).*/\1/p' <<<"$summary")
-[ "$acked" -ge $(( LOAD_REQUESTS / 2 )) ] || die "too few writes acknowledged around the kill: $summary"
-[ "$at_kill" -lt "$acked" ] || die "the load had ended when the gateway was killed: $summary"
-step "gateway SIGKILLed after $at_kill acked writes: $summary, $(tail -n1 <<<"$verify")"
+recovered=$(acked_so_far kill)
+eventually 60 "20 more writes acknowledged once the pool recovered" '[ "$(acked_so_far kill)" -ge $(( recovered + 20 )) ]'
+load_finish kill
+step "gateway SIGKILLed after $at_kill acked writes, recovered: $summary, lost=0"
 
 # --- the operator's leader killed; a scale 1 → 3 → 1 is still reconciled -------------------------
 leader=$(kubectl -n "$SYS" get lease -o jsonpath='{.items[0].spec.holderIdentity}')
@@ -211,6 +239,15 @@ eventually 30 "demo-standby status 1 ready gateway" '[ "$(ready_gateways demo-st
 [ "$(pod get "$S/demo-photos/hello.txt")" = "200 $text" ] || die "S3 GET through demo-standby after scaling down"
 step "standby scaled 3 → 1: pods followed, still serving"
 
+# --- the standby promoted: the standby pool's gateways take writes, without a restart ------------
+[ "$(psql_at demo-standby-0 'select pg_promote()')" = t ] || die "pg_promote() on demo-standby-0"
+eventually 30 "demo-standby taking S3 writes after the promotion" \
+    '[ "$(pod put "$S/demo-photos/promoted.txt" "written after the promotion")" = 200 ]'
+[ "$(pod get "$S/demo-photos/promoted.txt")" = "200 written after the promotion" ] || die "S3 GET of the promoted write"
+[ "$(resp demo-standby "$root_ak" "$root_sk" SET node-tier:promoted yes)" = OK ] || die "RESP SET on demo-standby after the promotion"
+[ "$(restarts "$NS" "$(pods_of demo-standby)")" = 0 ] || die "demo-standby's gateway restarted for the promotion"
+step "standby PostgreSQL promoted: demo-standby takes S3 and RESP writes"
+
 # --- every pod admitted under `restricted`, and still conforming ---------------------------------
 for ns in "$SYS" "$NS"; do
     warn=$(kubectl label --dry-run=server --overwrite namespace "$ns" pod-security.kubernetes.io/enforce=restricted 2>&1 >/dev/null)
@@ -220,7 +257,5 @@ gateways=$(k get pods -l app.kubernetes.io/name=pgvs3-gateway -o name | wc -l)
 operators=$(kubectl -n "$SYS" get pods -o name | wc -l)
 step "PodSecurity restricted: $gateways gateway + $operators operator pods admitted, none violating"
 
-if [ "${#defects[@]}" -gt 0 ]; then
-    printf 'node tier FAILED: %s\n' "${defects[@]}" >&2
-    exit 1
-fi
+report
+[ "${#defects[@]}" = 0 ] || exit 1
