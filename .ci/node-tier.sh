@@ -75,6 +75,7 @@ teardown() {
     exit "$rc"
 }
 trap teardown EXIT
+trap 'exit 143' INT TERM  # a CI timeout's signal still tears down
 
 WITH_KCM=1 quiet "$kube/start-apiserver.sh" "$run"
 step "control plane (etcd, kube-apiserver, kube-controller-manager)"
@@ -92,4 +93,4 @@ ENTRYPOINT=/bin/sleep quiet "$kit/build-image.sh" localhost/pgvs3-node-tier/clie
 wait "$postgres_image"
 step "images: gateway, operator, PostgreSQL, client"
 
-HELM="$helm" e2e/node-tier/scenario.sh .
+HELM="$helm" timeout 480 e2e/node-tier/scenario.sh .
