@@ -89,7 +89,9 @@ psql_at() { k exec "$1" -c postgres -- psql -U app -d app -tAc "$2"; }
 [ "$(psql_at demo-standby-0 'select pg_is_in_recovery()')" = t ] || die "demo-standby-0 is not in recovery"
 streaming() { psql_at demo-primary-0 "select count(*) from pg_stat_replication r join pg_stat_ssl s using (pid) where r.state = 'streaming' and s.ssl"; }
 eventually 30 "the standby streaming from the primary over TLS" '[ "$(streaming)" = 1 ]'
-step "PostgreSQL hot standby streaming over TLS ($(k get pod demo-standby-0 -o jsonpath='{.status.initContainerStatuses[0].restartCount}') init restarts)"
+# how long the clone waited for demo-rw (sometimes half a minute after the primary was Ready)
+waits=$(k logs demo-standby-0 -c basebackup | grep -c 'no response' || true)
+step "PostgreSQL hot standby streaming over TLS (clone waited: $waits unanswered pg_isready)"
 
 # --- pools, Buckets, OriginCache, client --------------------------------------------------------
 k apply -f "$HERE/fleet.yaml" >/dev/null
