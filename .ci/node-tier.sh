@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The real-node tier: gateway and operator pods that really run. A one-node Kubernetes from
+# ../shared/kube/node (containerd, kubelet, scheduler, kube-proxy, bridge CNI, cluster DNS) on the
+# control plane of ../shared/kube, images built from this checkout's debug binaries, then
+# e2e/node-tier/scenario.sh (the chart, PostgreSQL primary + hot standby, two GatewayPools,
+# Buckets, an OriginCache, S3/RESP/OJS from a pod, a gateway and the operator killed, scaling,
+# PodSecurity restricted). Everything is torn down on exit, also on failure, and the host must be
+# as before. About 3 minutes; docs/operator.md says what it checks.
+#   env: PGVS3_KUBE_SOURCE (default /work/shared/kube; its node/ is the kit),
+#        PGVS3_KUBE_ASSETS (default ~/.cache/pgvs3-kube), PGVS3_HELM (default ~/.cache/pgvs3-tools/helm)
+# Where the kit is absent it says "not run" and exits 0; where it is present any failure fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/pgvs3-target}"
+
+source_dir="${PGVS3_KUBE_SOURCE:-/work/shared/kube}"
+kit="$source_dir/node"
+if [ ! -x "$kit/start-node.sh" ] || [ ! -x "$source_dir/start-apiserver.sh" ]; then
+    echo "node tier: not run: no kube-node kit at $kit (set PGVS3_KUBE_SOURCE to a shared/kube with node/)"
+    exit 0
+fi
+[ "$(id -u)" = 0 ] || { echo "node tier: the kube-node kit needs root" >&2; exit 1; }
+assets="${PGVS3_KUBE_ASSETS:-$HOME/.cache/pgvs3-kube}"
+helm="${PGVS3_HELM:-$HOME/.cache/pgvs3-tools/helm}"
+[ -x "$helm" ] || { echo "the tier needs helm at $helm (.ci/run installs it) or PGVS3_HELM" >&2; exit 1; }
+command -v kubectl >/dev/null || { echo "the tier needs kubectl on PATH" >&2; exit 1; }
+if ! command -v etcd >/dev/null 2>&1; then
+    echo "installing etcd-server"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq etcd-server >/dev/null
+fi
+
+ms() { date +%s%3N; }
+export NODE_TIER_T0; NODE_TIER_T0=$(ms); TS=$NODE_TIER_T0
+# quiet COMMAND...: its output only when it fails
+quiet() { local log; log=$(mktemp); "$@" >"$log" 2>&1 || { local rc=$?; cat "$log" >&2; rm -f "$log"; return "$rc"; }; rm -f "$log"; }
+step() { local now; now=$(ms); printf '[node-tier %6.1fs] %-58s %5.1fs\n' "$(( now - NODE_TIER_T0 ))e-3" "$*" "$(( now - TS ))e-3"; TS=$now; }
+
+# The same two builds as .ci/run and .ci/apiserver-tier.sh (no-ops there): one `cargo build` of
+# both packages would unify their features differently and rebuild much of the dependency tree.
+cargo build -q --locked -p pgvs3-gateway --bin pgvs3
+cargo build -q --locked -p pgvs3-operator --bin pgvs3-operator
+gateway="$CARGO_TARGET_DIR/debug/pgvs3" operator="$CARGO_TARGET_DIR/debug/pgvs3-operator"
+kube=$("$source_dir/unpack.sh" "$assets")
+step "binaries built, kube binaries unpacked"
+
+# What the host looks like before (ci-example.sh's check): links, routes, every iptables table,
+# kubepods cgroups, the kernel tunables the kubelet touches. It must look the same after teardown.
+host_state() {
+    { ip -br link | awk '{print $1}' | grep -v '^veth'; ip route
+      for t in filter nat mangle raw; do iptables -w -t $t -S; ip6tables -w -t $t -S; done 2>/dev/null | grep -v '^# Warning'
+      ls -d /sys/fs/cgroup/*/kubepods 2>/dev/null
+      sysctl vm.overcommit_memory kernel.panic kernel.panic_on_oops; } 2>&1 | sort
+}
+before=$(host_state)
+run=$(mktemp -d /tmp/nt.XXXXXX)
+teardown() {
+    local rc=$? t; t=$(ms)
+    if [ "$rc" != 0 ] && [ -f "$run/kubeconfig" ]; then
+        echo "--- node tier diagnostics" >&2
+        export KUBECONFIG="$run/kubeconfig"
+        kubectl get pgvs3,pods,services -A -o wide >&2 || true
+        kubectl get events -A --sort-by=.lastTimestamp 2>/dev/null | tail -n 25 >&2 || true
+        kubectl -n pgvs3-system logs -l app.kubernetes.io/name=pgvs3-operator --tail=30 --prefix >&2 || true
+        kubectl -n pgvs3-demo logs -l app.kubernetes.io/name=pgvs3-gateway --tail=10 --prefix | grep -v AWS_SECRET_ACCESS_KEY >&2 || true
+    fi
+    "$kit/stop-node.sh" "$run" >/dev/null 2>&1
+    echo "[node-tier] node stopped in $(( ($(ms) - t) / 1000 ))s"
+    "$kube/stop-apiserver.sh" "$run" >/dev/null 2>&1
+    rm -rf "$run"
+    if [ "$before" != "$(host_state)" ]; then
+        echo "node tier: the host differs after teardown:" >&2
+        diff <(echo "$before") <(host_state) >&2 || true
+        rc=1
+    fi
+    echo "[node-tier] teardown $(( ($(ms) - t) / 1000 ))s; total $(( ($(ms) - NODE_TIER_T0) / 1000 ))s; $([ "$rc" = 0 ] && echo passed || echo FAILED)"
+    exit "$rc"
+}
+trap teardown EXIT
+trap 'exit 143' INT TERM  # a CI timeout's signal still tears down
+
+WITH_KCM=1 quiet "$kube/start-apiserver.sh" "$run"
+step "control plane (etcd, kube-apiserver, kube-controller-manager)"
+quiet "$kit/start-node.sh" "$run"
+export NODE_ENV="$run/node/node.env"
+set -a; . "$NODE_ENV"; set +a
+step "node Ready"
+
+# Images from this checkout's binaries (stripped of debug info: same code, a tenth of the size).
+quiet "$kit/build-postgres-image.sh" &
+postgres_image=$!
+STRIP=1 CMD='["serve"]' quiet "$kit/build-image.sh" ghcr.io/pgvs3/pgvs3:node-tier "$gateway"
+STRIP=1 CMD='["run"]' quiet "$kit/build-image.sh" ghcr.io/pgvs3/pgvs3-operator:node-tier "$operator"
+ENTRYPOINT=/bin/sleep quiet "$kit/build-image.sh" localhost/pgvs3-node-tier/client:1 /bin/busybox "$(command -v curl)" "$(command -v redis-cli)"
+wait "$postgres_image"
+step "images: gateway, operator, PostgreSQL, client"
+
+HELM="$helm" timeout 480 e2e/node-tier/scenario.sh .

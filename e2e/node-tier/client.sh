@@ -1,0 +1,61 @@
+#!/bin/sh
+# Runs inside the node tier's client pod (busybox sh, curl, redis-cli; .ci/node-tier.sh mounts it
+# from a ConfigMap): S3 requests signed with SigV4 by curl, and the load loop.
+#   env AK, SK: the access key to sign with
+#   client.sh put URL TEXT        -> prints the HTTP status of a PUT of TEXT
+#   client.sh get URL             -> prints "<status> <body>"
+#   client.sh load URL N TAG      PUT URL/load-<i> then GET it back, i = 1..N (or until the file
+#                                 /tmp/stop-TAG exists); appends i to /tmp/acked-TAG for every
+#                                 PUT answered 200; prints a summary
+#   client.sh verify URL TAG      GETs every acknowledged key; prints "lost=<n>" and each loss
+set -u
+EMPTY_SHA=e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
+
+put() {
+    body=/tmp/body.$$
+    printf '%s' "$2" > "$body"
+    curl -s -o /dev/null -w '%{http_code}' --max-time 5 --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AK:$SK" \
+        -H "x-amz-content-sha256: $(sha256sum "$body" | cut -d' ' -f1)" -T "$body" "$1"
+    rm -f "$body"
+}
+
+get() {
+    out=/tmp/get.$$
+    code=$(curl -s -o "$out" -w '%{http_code}' --max-time 5 --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AK:$SK" \
+        -H "x-amz-content-sha256: $EMPTY_SHA" "$1")
+    echo "$code $(cat "$out" 2>/dev/null)"
+    rm -f "$out"
+}
+
+case "$1" in
+put) put "$2" "$3" ;;
+get) get "$2" ;;
+load)
+    url=$2 n=$3 tag=$4 acked=0 put_failed=0 get_failed=0 i=1
+    : > "/tmp/acked-$tag"; : > "/tmp/failed-$tag"
+    while [ "$i" -le "$n" ] && [ ! -e "/tmp/stop-$tag" ]; do
+        text="$tag-$i"
+        code=$(put "$url/load-$i" "$text")
+        if [ "$code" = 200 ]; then
+            echo "$i" >> "/tmp/acked-$tag"; acked=$((acked + 1))
+            got=$(get "$url/load-$i")
+            [ "$got" = "200 $text" ] || { get_failed=$((get_failed + 1)); echo "get:${got%% *}" >> "/tmp/failed-$tag"; }
+        else
+            put_failed=$((put_failed + 1)); echo "put:$code" >> "/tmp/failed-$tag"
+        fi
+        i=$((i + 1))
+    done
+    # failures by request and status (000: no HTTP answer), e.g. "put:000x2"
+    failures=$(sort "/tmp/failed-$tag" | uniq -c | awk '{printf " %sx%s", $2, $1}')
+    echo "requests=$((i - 1 + acked)) acked=$acked put_failed=$put_failed get_failed=$get_failed${failures:+ (}${failures# }${failures:+)}"
+    ;;
+verify)
+    url=$2 tag=$3 lost=0
+    for i in $(cat "/tmp/acked-$tag"); do
+        got=$(get "$url/load-$i")
+        [ "$got" = "200 $tag-$i" ] || { lost=$((lost + 1)); echo "load-$i: $got"; }
+    done
+    echo "lost=$lost of $(wc -l < "/tmp/acked-$tag")"
+    ;;
+*) echo "client.sh: unknown command $1" >&2; exit 2 ;;
+esac

@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# scenario.sh REPO — the node tier's checks on a running kube-node-kit node (.ci/node-tier.sh
+# starts the node, builds the images and calls this; by hand: NODE_ENV=RUN/node/node.env
+# HELM=helm e2e/node-tier/scenario.sh .). Needs the images ghcr.io/pgvs3/{pgvs3,pgvs3-operator}:node-tier,
+# localhost/kit/postgres:15 and localhost/pgvs3-node-tier/client:1 in the node's containerd.
+#
+# Dies at the first failed check, except the checks of issue 31's defects (a gateway pod seeing
+# the database CA's private key, requests failing during a rolling update), which are reported at
+# the end (or when a later check dies) and fail it then.
+set -euo pipefail
+REPO=$(cd "${1:?usage: scenario.sh REPO}" && pwd)
+HERE=$(cd "$(dirname "$0")" && pwd)
+set -a; . "${NODE_ENV:?NODE_ENV=RUN/node/node.env of the running node}"; set +a
+HELM=${HELM:-helm}
+NS=pgvs3-demo SYS=pgvs3-system
+KUBELET_PODS=$(dirname "$NODE_ENV")/kubelet/pods
+
+ms() { date +%s%3N; }
+T0=${NODE_TIER_T0:-$(ms)}; TS=$(ms)
+step() { local now; now=$(ms); printf '[node-tier %6.1fs] %-58s %5.1fs\n' "$(( now - T0 ))e-3" "$*" "$(( now - TS ))e-3"; TS=$now; }
+defects=()
+# the defects found so far, on any exit: a later failure must not hide them
+report() { [ "${#defects[@]}" = 0 ] || printf 'node tier FAILED: %s\n' "${defects[@]}" >&2; }
+die() { echo "node tier FAILED: $*" >&2; report; exit 1; }
+trap 'echo "node tier FAILED: scenario.sh line $LINENO: $BASH_COMMAND" >&2; report' ERR
+k() { kubectl -n "$NS" "$@"; }
+# client.sh in the client pod, signed with the key AK/SK
+pod() { k exec client -- env AK="${AK:-}" SK="${SK:-}" sh /node-tier/client.sh "$@"; }
+in_pod() { k exec client -- "$@"; }
+secret() { k get secret "$1" -o jsonpath="{.data.$2}" | base64 -d; }
+# eventually SECONDS DESCRIPTION CONDITION: evaluates the shell CONDITION (twice a second) until it holds
+eventually() {
+    local seconds=$1 what=$2 condition=$3
+    local limit=$(( $(ms) + seconds * 1000 ))
+    until eval "$condition" >/dev/null 2>&1; do
+        [ "$(ms)" -lt "$limit" ] || die "timed out after ${seconds}s waiting for: $what"
+        sleep 0.5
+    done
+}
+pods_of() { k get pods -l "app.kubernetes.io/instance=$1" -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}'; }
+# kill9 NAMESPACE POD: SIGKILL to the pod's first container through containerd (a crash, not a delete)
+kill9() {
+    local id
+    id=$(kubectl -n "$1" get pod "$2" -o jsonpath='{.status.containerStatuses[0].containerID}')
+    ctr -a "$CONTAINERD_ADDRESS" -n k8s.io tasks kill -s SIGKILL "${id#containerd://}" >/dev/null
+}
+ready_gateways() { k get gatewaypool "$1" -o jsonpath='{.status.readyReplicas}'; }
+restarts() { kubectl -n "$1" get pod "$2" -o jsonpath='{.status.containerStatuses[0].restartCount}'; }
+
+# --- PodSecurity `restricted` enforced where every pgvs3 pod runs --------------------------------
+for ns in "$SYS" "$NS"; do
+    kubectl create namespace "$ns" >/dev/null
+    kubectl label namespace "$ns" pod-security.kubernetes.io/enforce=restricted \
+        pod-security.kubernetes.io/enforce-version=latest >/dev/null
+done
+# The admission plugin is really on: a pod that is not `restricted` is refused.
+if k run psa-probe --image=localhost/kit/busybox:1.35 --restart=Never --dry-run=server -- true >/dev/null 2>&1; then
+    die "PodSecurity admission let an unrestricted pod into $NS"
+fi
+step "namespaces labelled enforce=restricted (probe refused)"
+
+# --- PostgreSQL: primary + streaming hot standby, TLS from the tier's own CA ---------------------
+scratch=$(mktemp -d); trap 'rm -rf "$scratch"' EXIT
+ec() { openssl req -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "$@" 2>/dev/null; }
+ec -x509 -days 2 -subj /CN=demo-ca -keyout "$scratch/ca.key" -out "$scratch/ca.crt"
+ec -subj /CN=demo-rw -keyout "$scratch/tls.key" -out "$scratch/tls.csr"
+sans=""; for svc in demo-rw demo-ro; do sans="$sans,DNS:$svc,DNS:$svc.$NS.svc,DNS:$svc.$NS.svc.cluster.local"; done
+openssl x509 -req -in "$scratch/tls.csr" -CA "$scratch/ca.crt" -CAkey "$scratch/ca.key" -CAcreateserial -days 2 \
+    -extfile <(echo "subjectAltName=${sans#,}") -out "$scratch/tls.crt" 2>/dev/null
+# CloudNativePG's shapes: <cluster>-app (basic-auth), <cluster>-ca (ca.crt and ca.key).
+k create secret generic demo-app --type=kubernetes.io/basic-auth --from-literal=username=app \
+    --from-literal=password="$(openssl rand -hex 16)" >/dev/null
+k label secret demo-app pgvs3.io/reload=true >/dev/null
+k create secret generic demo-ca --from-file="$scratch/ca.crt" --from-file="$scratch/ca.key" >/dev/null
+k create secret tls demo-server-tls --cert="$scratch/tls.crt" --key="$scratch/tls.key" >/dev/null
+k create configmap node-tier-client --from-file="$HERE/client.sh" >/dev/null
+k apply -f "$HERE/postgres.yaml" >/dev/null
+step "CA, certificates, secrets; PostgreSQL applied"
+
+# --- the operator's chart (its pods under `restricted` too) --------------------------------------
+"$HELM" upgrade --install pgvs3-operator "$REPO/charts/pgvs3-operator" --namespace "$SYS" \
+    --set image.tag=node-tier --set image.pullPolicy=Never --wait --timeout 120s >/dev/null
+step "helm install: operator pods Ready"
+
+k rollout status statefulset/demo-primary --timeout=120s >/dev/null
+step "PostgreSQL primary Ready"
+k rollout status statefulset/demo-standby --timeout=120s >/dev/null
+psql_at() { k exec "$1" -c postgres -- psql -U app -d app -tAc "$2"; }
+[ "$(psql_at demo-standby-0 'select pg_is_in_recovery()')" = t ] || die "demo-standby-0 is not in recovery"
+streaming() { psql_at demo-primary-0 "select count(*) from pg_stat_replication r join pg_stat_ssl s using (pid) where r.state = 'streaming' and s.ssl"; }
+eventually 30 "the standby streaming from the primary over TLS" '[ "$(streaming)" = 1 ]'
+# how long the clone waited for demo-rw (sometimes half a minute after the primary was Ready)
+waits=$(k logs demo-standby-0 -c basebackup | grep -c 'no response' || true)
+step "PostgreSQL hot standby streaming over TLS (clone waited: $waits unanswered pg_isready)"
+
+# --- pools, Buckets, OriginCache, client --------------------------------------------------------
+k apply -f "$HERE/fleet.yaml" >/dev/null
+k wait --for=condition=Ready gatewaypool/demo-primary gatewaypool/demo-standby --timeout=180s >/dev/null
+k wait --for=condition=Ready pod/client --timeout=60s >/dev/null
+step "GatewayPools demo-primary (2) and demo-standby (1) Ready"
+k apply -f "$HERE/buckets.yaml" >/dev/null
+k wait --for=condition=Ready bucket/photos bucket/upstream --timeout=120s >/dev/null
+k apply -f "$HERE/origincache.yaml" >/dev/null
+k wait --for=condition=Ready origincache/mirror --timeout=120s >/dev/null
+step "Buckets photos, upstream and OriginCache mirror Ready"
+
+# The first primary gateway printed the generated root key once (RESP's keyspace is the root's).
+root_ak="" root_sk=""
+for p in $(pods_of demo-primary); do
+    log=$(k logs "$p")
+    root_ak=${root_ak:-$(sed -n 's/^ *AWS_ACCESS_KEY_ID=//p' <<<"$log")}
+    root_sk=${root_sk:-$(sed -n 's/^ *AWS_SECRET_ACCESS_KEY=//p' <<<"$log")}
+done
+[ -n "$root_ak" ] && [ -n "$root_sk" ] || die "no primary gateway's log shows the generated root key (RESP needs it)"
+
+# --- S3 through the Services, from the client pod and from the host ------------------------------
+AK=$(secret photos-credentials AWS_ACCESS_KEY_ID) SK=$(secret photos-credentials AWS_SECRET_ACCESS_KEY)
+P=http://demo-primary:9000 S=http://demo-standby:9000
+text="hello from the node tier"
+[ "$(pod put "$P/demo-photos/hello.txt" "$text")" = 200 ] || die "S3 PUT through demo-primary"
+[ "$(pod get "$P/demo-photos/hello.txt")" = "200 $text" ] || die "S3 GET through demo-primary"
+eventually 20 "the standby pool serving what the primary pool wrote" '[ "$(pod get "$S/demo-photos/hello.txt")" = "200 $text" ]'
+code=$(pod put "$S/demo-photos/refused.txt" "no") ; [ "$code" = 403 ] || die "S3 PUT through demo-standby answered $code, not 403"
+[ "$(pod get "$P/demo-photos/refused.txt" | cut -d' ' -f1)" = 404 ] || die "the standby's refused PUT left an object"
+# from the host to the ClusterIP (kube-proxy's OUTPUT rules)
+ip=$(k get service demo-primary -o jsonpath='{.spec.clusterIP}')
+got=$(curl -s --max-time 5 --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AK:$SK" \
+    -H "x-amz-content-sha256: $(printf '' | sha256sum | cut -d' ' -f1)" "http://$ip:9000/demo-photos/hello.txt")
+[ "$got" = "$text" ] || die "S3 GET from the host to $ip:9000: '$got'"
+# the OriginCache: an object put into the origin bucket is read through the cache bucket with its own key
+[ "$(AK=$(secret upstream-credentials AWS_ACCESS_KEY_ID) SK=$(secret upstream-credentials AWS_SECRET_ACCESS_KEY) \
+    pod put "$P/demo-upstream/data.txt" "from the origin")" = 200 ] || die "S3 PUT into the origin bucket"
+got=$(AK=$(secret mirror-credentials AWS_ACCESS_KEY_ID) SK=$(secret mirror-credentials AWS_SECRET_ACCESS_KEY) \
+    pod get "$P/demo-mirror/data.txt")
+[ "$got" = "200 from the origin" ] || die "GET through the OriginCache's bucket: '$got'"
+step "S3: primary write, standby read + 403, host→ClusterIP, OriginCache"
+
+# --- RESP --------------------------------------------------------------------------------------
+resp() { local host=$1 user=$2 pass=$3; shift 3
+    in_pod redis-cli --no-auth-warning -h "$host" -p 6379 --user "$user" --pass "$pass" "$@"; }
+[ "$(resp demo-primary "$AK" "$SK" PING)" = PONG ] || die "RESP AUTH with a Bucket's key + PING"
+[ "$(resp demo-primary "$root_ak" "$root_sk" SET node-tier:greeting "$text")" = OK ] || die "RESP SET on demo-primary"
+[ "$(resp demo-primary "$root_ak" "$root_sk" GET node-tier:greeting)" = "$text" ] || die "RESP GET on demo-primary"
+eventually 20 "RESP GET on demo-standby" '[ "$(resp demo-standby "$root_ak" "$root_sk" GET node-tier:greeting)" = "$text" ]'
+got=$(resp demo-standby "$root_ak" "$root_sk" SET node-tier:greeting no)
+case "$got" in READONLY*) ;; *) die "RESP SET on demo-standby answered '$got', not READONLY" ;; esac
+step "RESP: SET/GET on primary, GET + READONLY on standby"
+
+# --- OJS ---------------------------------------------------------------------------------------
+ojs() { local method=$1 url=$2 body=${3:-}
+    in_pod curl -s -w '\n%{http_code}' --max-time 5 -X "$method" -H "Authorization: Bearer node-tier-ojs-token" \
+        -H 'Content-Type: application/openjobspec+json' ${body:+-d "$body"} "$url"; }
+status() { tail -n1 <<<"$1"; }
+field() { head -n -1 <<<"$1" | python3 -c "import json, sys; d = json.load(sys.stdin); print(eval('d' + sys.argv[1]))" "$2"; }
+O=http://demo-primary:8080/ojs/v1 OS=http://demo-standby:8080/ojs/v1
+job='{"type":"node.tier","args":["hello"],"queue":"node-tier"}'
+out=$(ojs POST "$O/jobs" "$job"); [ "$(status "$out")" = 201 ] || die "OJS enqueue on demo-primary: $out"
+id=$(field "$out" "['job']['id']")
+eventually 20 "OJS job lookup on demo-standby" '[ "$(status "$(ojs GET "$OS/jobs/$id")")" = 200 ]'
+out=$(ojs POST "$OS/jobs" "$job"); case "$(status "$out")" in 2*) die "OJS enqueue on demo-standby was accepted: $out" ;; esac
+out=$(ojs POST "$O/workers/fetch" '{"queues":["node-tier"]}')
+[ "$(field "$out" "['jobs'][0]['id']")" = "$id" ] || die "OJS fetch on demo-primary: $out"
+out=$(ojs POST "$O/workers/ack" "{\"job_id\":\"$id\"}"); [ "$(status "$out")" = 200 ] || die "OJS ack: $out"
+step "OJS: enqueue/fetch/ack on primary, lookup + refusal on standby"
+
+# --- what gateway pods can read: the database CA's certificate, never its private key -------------
+for pool in demo-primary demo-standby; do
+    for p in $(pods_of "$pool"); do
+        vols="$KUBELET_PODS/$(k get pod "$p" -o jsonpath='{.metadata.uid}')/volumes"
+        # what each mounted Secret shows inside the container: the entries at the top of its volume
+        compgen -G "$vols/kubernetes.io~secret/*/ca.crt" >/dev/null || die "gateway pod $p has no ca.crt mounted ($vols)"
+        for key in "$vols"/kubernetes.io~secret/*/ca.key; do
+            [ -e "$key" ] || continue
+            volume=${key%/ca.key}; volume=${volume##*/}
+            defects+=("gateway pod $p can read the database CA's private key: ca.key in its volume $volume (issue 31 defect 2: mount ca.crt only)")
+        done
+    done
+done
+step "gateway pods' Secret volumes: ca.crt present, ca.key checked"
+
+# --- load through demo-primary's Service from the client pod (client.sh load) ------------------
+AK=$(secret photos-credentials AWS_ACCESS_KEY_ID) SK=$(secret photos-credentials AWS_SECRET_ACCESS_KEY)
+# load_start TAG MAX: the loop in the background; load_finish TAG: stop it, wait, verify every
+# acknowledged write; sets $summary, $lost, $acked, $failed (PUTs and GETs that did not succeed)
+load_start() { pod load "$P/demo-photos" "$2" "$1" > "$scratch/load-$1.out" 2>&1 & load_pid=$!; }
+acked_so_far() { in_pod sh -c "wc -l < /tmp/acked-$1" 2>/dev/null || echo 0; }
+load_finish() {
+    in_pod touch "/tmp/stop-$1"
+    wait "$load_pid" || die "the load loop failed: $(cat "$scratch/load-$1.out")"
+    summary=$(tail -n1 "$scratch/load-$1.out")
+    local verify; verify=$(pod verify "$P/demo-photos" "$1")
+    lost=$(tail -n1 <<<"$verify" | sed -n 's/^lost=\([0-9]*\).*/\1/p')
+    [ "$lost" = 0 ] || die "acknowledged writes lost ($1): $verify"
+    acked=$(sed -n 's/.* acked=\([0-9]*\).*/\1/p' <<<"$summary")
+    failed=$(( $(sed -n 's/.*put_failed=\([0-9]*\) get_failed=\([0-9]*\).*/\1 + \2/p' <<<"$summary") ))
+}
+
+# --- rolling update under load: the database password rotated ------------------------------------
+# The pool's credentials Secret is labelled pgvs3.io/reload: the operator rolls both pools at once
+# (maxUnavailable 0). Every request must succeed through the roll and nothing acknowledged be lost.
+load_start roll 2000
+eventually 60 "the load running" '[ "$(acked_so_far roll)" -ge 10 ]'
+old_pods=$(pods_of demo-primary | sort)
+password=$(openssl rand -hex 16)
+psql_at demo-primary-0 "alter role app password '$password'" >/dev/null
+k patch secret demo-app --type=merge -p "{\"stringData\":{\"password\":\"$password\"}}" >/dev/null
+rolled() { [ -z "$(comm -12 <(pods_of demo-primary | sort) <(echo "$old_pods"))" ] && [ "$(pods_of demo-primary | wc -l)" = 2 ]; }
+eventually 120 "demo-primary's gateways all replaced (old ones terminated)" rolled
+k rollout status deployment/demo-primary --timeout=60s >/dev/null
+load_finish roll
+[ "$failed" = 0 ] || defects+=("rolling update under load (database password rotated): $failed requests failed ($summary)")
+step "password rotated under load, pods replaced: $summary, lost=0"
+
+# --- a gateway killed (SIGKILL) mid-load: nothing acknowledged is lost, the pool recovers --------
+load_start kill 2000
+eventually 60 "the load running" '[ "$(acked_so_far kill)" -ge 30 ]'
+victim=$(k get pods -l app.kubernetes.io/instance=demo-primary -o jsonpath='{.items[0].metadata.name}')
+before=$(restarts "$NS" "$victim")
+kill9 "$NS" "$victim"
+at_kill=$(acked_so_far kill)
+eventually 60 "$victim restarted" '[ "$(restarts "$NS" "$victim")" -gt "$before" ]'
+eventually 90 "demo-primary back to 2 ready gateways" '[ "$(ready_gateways demo-primary)" = 2 ]'
+recovered=$(acked_so_far kill)
+eventually 60 "20 more writes acknowledged once the pool recovered" '[ "$(acked_so_far kill)" -ge $(( recovered + 20 )) ]'
+load_finish kill
+step "gateway SIGKILLed after $at_kill acked writes, recovered: $summary, lost=0"
+
+# --- the operator's leader killed; a scale 1 → 3 → 1 is still reconciled -------------------------
+leader=$(kubectl -n "$SYS" get lease -o jsonpath='{.items[0].spec.holderIdentity}')
+kubectl -n "$SYS" get pod "$leader" >/dev/null 2>&1 || die "the operator's Lease names '$leader', not a pod"
+before=$(restarts "$SYS" "$leader")
+kill9 "$SYS" "$leader"
+k patch gatewaypool demo-standby --type=merge -p '{"spec":{"replicas":3}}' >/dev/null
+eventually 60 "demo-standby scaled to 3 ready gateways" '[ "$(ready_gateways demo-standby)" = 3 ]'
+[ "$(pods_of demo-standby | wc -l)" = 3 ] || die "demo-standby has $(pods_of demo-standby | wc -l) pods, not 3"
+eventually 60 "operator pod $leader restarted" '[ "$(restarts "$SYS" "$leader")" -gt "$before" ]'
+kubectl -n "$SYS" wait --for=condition=Ready "pod/$leader" --timeout=60s >/dev/null
+step "operator leader SIGKILLed; standby scaled 1 → 3 (leader now $(kubectl -n "$SYS" get lease -o jsonpath='{.items[0].spec.holderIdentity}'))"
+k patch gatewaypool demo-standby --type=merge -p '{"spec":{"replicas":1}}' >/dev/null
+eventually 90 "demo-standby back to 1 pod" '[ "$(pods_of demo-standby | wc -l)" = 1 ]'
+eventually 30 "demo-standby status 1 ready gateway" '[ "$(ready_gateways demo-standby)" = 1 ]'
+[ "$(pod get "$S/demo-photos/hello.txt")" = "200 $text" ] || die "S3 GET through demo-standby after scaling down"
+step "standby scaled 3 → 1: pods followed, still serving"
+
+# --- the standby promoted: the standby pool's gateways take writes, without a restart ------------
+[ "$(psql_at demo-standby-0 'select pg_promote()')" = t ] || die "pg_promote() on demo-standby-0"
+eventually 30 "demo-standby taking S3 writes after the promotion" \
+    '[ "$(pod put "$S/demo-photos/promoted.txt" "written after the promotion")" = 200 ]'
+[ "$(pod get "$S/demo-photos/promoted.txt")" = "200 written after the promotion" ] || die "S3 GET of the promoted write"
+[ "$(resp demo-standby "$root_ak" "$root_sk" SET node-tier:promoted yes)" = OK ] || die "RESP SET on demo-standby after the promotion"
+[ "$(restarts "$NS" "$(pods_of demo-standby)")" = 0 ] || die "demo-standby's gateway restarted for the promotion"
+step "standby PostgreSQL promoted: demo-standby takes S3 and RESP writes"
+
+# --- every pod admitted under `restricted`, and still conforming ---------------------------------
+for ns in "$SYS" "$NS"; do
+    warn=$(kubectl label --dry-run=server --overwrite namespace "$ns" pod-security.kubernetes.io/enforce=restricted 2>&1 >/dev/null)
+    [ -z "$warn" ] || die "pods in $ns violate PodSecurity restricted: $warn"
+done
+gateways=$(k get pods -l app.kubernetes.io/name=pgvs3-gateway -o name | wc -l)
+operators=$(kubectl -n "$SYS" get pods -o name | wc -l)
+step "PodSecurity restricted: $gateways gateway + $operators operator pods admitted, none violating"
+
+report
+[ "${#defects[@]}" = 0 ] || exit 1
