@@ -6,74 +6,9 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-/// Where the gateway's PostgreSQL is: an explicit URL, or the embedded default in a data dir.
-/// Global: `pgvs3 admin key list --data-dir D` works as well as `pgvs3 admin --data-dir D key list`.
-#[derive(Debug, Clone, Args)]
-pub struct DatabaseArgs {
-    /// PostgreSQL connection URL (postgres://user:pass@host:port/db). Without it, pgvs3 starts
-    /// (or, for admin commands, reaches) an embedded PostgreSQL in --data-dir.
-    #[arg(long, global = true, env = "PGVS3_DATABASE_URL")]
-    pub database_url: Option<String>,
-
-    /// Data directory of the embedded PostgreSQL (cluster, master key, logs).
-    #[arg(long, global = true, env = "PGVS3_DATA_DIR", default_value = ".pgvs3")]
-    pub data_dir: PathBuf,
-
-    /// Directory holding the PostgreSQL server binaries (initdb, postgres).
-    #[arg(long, global = true, env = "PGVS3_PG_BIN")]
-    pub pg_bin: Option<PathBuf>,
-
-    /// Master key that encrypts access-key secrets in the catalog. The embedded default
-    /// generates one and keeps it in the data dir.
-    #[arg(long, global = true, env = "PGVS3_MASTER_KEY", hide_env_values = true)]
-    pub master_key: Option<String>,
-
-    /// Maximum PostgreSQL connections in this gateway's pool.
-    #[arg(long, global = true, env = "PGVS3_POOL_SIZE", default_value_t = 32)]
-    pub pool_size: usize,
-
-    // --- database faults ---
-    /// `shared_buffers` of the embedded PostgreSQL (default: a quarter of RAM, at most 1GiB).
-    #[arg(long, global = true, env = "PGVS3_PG_SHARED_BUFFERS", value_parser = parse_bytes)]
-    pub pg_shared_buffers: Option<u64>,
-
-    /// How long opening a PostgreSQL connection (socket, startup, authentication) may take.
-    #[arg(long, global = true, env = "PGVS3_PG_CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
-    pub pg_connect_timeout: Duration,
-
-    /// How long a request waits for a free pool connection before it fails (503).
-    #[arg(long, global = true, env = "PGVS3_PG_POOL_WAIT_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
-    pub pg_pool_wait_timeout: Duration,
-    // --- end database faults ---
-
-    // --- TLS ---
-    /// The embedded PostgreSQL also accepts TLS on 127.0.0.1 with this PEM certificate (with
-    /// --pg-embedded-tls-key); off by default (the gateway reaches it on its Unix socket).
-    #[arg(
-        long,
-        global = true,
-        env = "PGVS3_PG_EMBEDDED_TLS_CERT",
-        requires = "pg_embedded_tls_key"
-    )]
-    pub pg_embedded_tls_cert: Option<PathBuf>,
-
-    /// The PEM private key of --pg-embedded-tls-cert.
-    #[arg(
-        long,
-        global = true,
-        env = "PGVS3_PG_EMBEDDED_TLS_KEY",
-        requires = "pg_embedded_tls_cert"
-    )]
-    pub pg_embedded_tls_key: Option<PathBuf>,
-    // --- end TLS ---
-}
-
-impl DatabaseArgs {
-    /// The embedded server's certificate and key, when it is to speak TLS.
-    pub fn pg_embedded_tls(&self) -> Option<(PathBuf, PathBuf)> {
-        self.pg_embedded_tls_cert.clone().zip(self.pg_embedded_tls_key.clone())
-    }
-}
+pub use crate::pg::DatabaseArgs;
+pub use crate::telemetry::LogFormat;
+pub use pgvs3_base::args::{ListenAddr, parse_bytes, parse_duration, parse_listen_addr};
 
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
@@ -221,89 +156,8 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_MULTIPART_MAX_AGE", default_value = "168h", value_parser = parse_duration)]
     pub multipart_max_age: Duration,
 
-    // --- RESP ---
-    /// Listen address of the RESP (Redis protocol) endpoint, or `off`.
-    #[arg(long, env = "PGVS3_RESP_ADDR", default_value = "127.0.0.1:6380", value_parser = parse_listen_addr)]
-    pub resp_addr: ListenAddr,
-
-    /// Bucket that holds RESP database 0 (created on first start, owned by the root key).
-    #[arg(long, env = "PGVS3_RESP_BUCKET", default_value = "resp")]
-    pub resp_bucket: String,
-
-    /// Further RESP databases for SELECT, as `index=bucket` pairs: `1=cache,2=sessions`.
-    #[arg(long, env = "PGVS3_RESP_DATABASES", value_delimiter = ',', value_parser = parse_resp_database)]
-    pub resp_databases: Vec<(u32, String)>,
-
-    /// Password for `AUTH <password>`. Without it, clients on a loopback listener need no AUTH;
-    /// on any other listener they must AUTH with an access key and its secret.
-    #[arg(long, env = "PGVS3_RESP_PASSWORD", hide_env_values = true)]
-    pub resp_password: Option<String>,
-
-    /// Allow FLUSHDB (off by default: it deletes every object of the database's bucket).
-    #[arg(long, env = "PGVS3_RESP_FLUSHDB")]
-    pub resp_flushdb: bool,
-
-    /// Most RESP clients connected at once; more are refused with `-ERR max number of clients reached`.
-    #[arg(long, env = "PGVS3_RESP_MAX_CLIENTS", default_value_t = 10_000)]
-    pub resp_max_clients: usize,
-
-    /// Batches of RESP commands served at once (0: twice the pool size); beyond it they wait.
-    #[arg(long, env = "PGVS3_RESP_MAX_ACTIVE", default_value_t = 0)]
-    pub resp_max_active: usize,
-
-    /// RESP batches that may wait for a slot (0: twice the active limit); beyond it, and after
-    /// --admission-wait, every command of the batch gets `-BUSY`.
-    #[arg(long, env = "PGVS3_RESP_MAX_WAITING", default_value_t = 0)]
-    pub resp_max_waiting: usize,
-
-    /// How often a client blocked in BLPOP and its kin tries again without being told of new
-    /// elements (it is told by NOTIFY at once; this covers a lost LISTEN connection).
-    #[arg(long, env = "PGVS3_RESP_BLOCK_POLL", default_value = "1s", value_parser = parse_duration)]
-    pub resp_block_poll: Duration,
-
-    /// Bytes of published messages a RESP subscriber may have waiting unread before its
-    /// connection is closed (Redis's `client-output-buffer-limit pubsub` hard limit, 32 MiB).
-    #[arg(long, env = "PGVS3_RESP_PUBSUB_OUTPUT_LIMIT", default_value = "32MiB", value_parser = parse_bytes)]
-    pub resp_pubsub_output_limit: u64,
-
-    /// How long a Lua script (EVAL, EVALSHA) may run before it is stopped and its writes rolled
-    /// back (Redis's `lua-time-limit`, 5 s; Redis only starts to answer BUSY then).
-    #[arg(long, env = "PGVS3_RESP_SCRIPT_TIME_LIMIT", default_value = "5s", value_parser = parse_duration)]
-    pub resp_script_time_limit: Duration,
-
-    /// Memory one Lua script's interpreter may allocate; past it the script fails and its writes
-    /// are rolled back.
-    #[arg(long, env = "PGVS3_RESP_SCRIPT_MAX_MEMORY", default_value = "64MiB", value_parser = parse_bytes)]
-    pub resp_script_max_memory: u64,
-
-    /// Lua scripts that may run at once (default: the machine's cores, at least 2); a script
-    /// that finds them all busy for `--admission-wait` is answered `BUSY`, as Redis answers
-    /// while a script runs. Bounds the CPU and memory scripts can take (this times
-    /// `--resp-script-max-memory`).
-    #[arg(long, env = "PGVS3_RESP_MAX_RUNNING_SCRIPTS", value_parser = clap::value_parser!(u16).range(1..))]
-    pub resp_max_running_scripts: Option<u16>,
-
-    /// Channels, patterns and shard channels one RESP connection may subscribe to.
-    #[arg(long, env = "PGVS3_RESP_MAX_SUBSCRIPTIONS", default_value_t = 10_000)]
-    pub resp_max_subscriptions: usize,
-
-    /// Longest pattern (bytes) PSUBSCRIBE takes.
-    #[arg(long, env = "PGVS3_RESP_MAX_PATTERN", default_value_t = 1024)]
-    pub resp_max_pattern: usize,
-
-    /// Close RESP connections idle this long (`0s`: never, as Redis's default `timeout 0`).
-    #[arg(long, env = "PGVS3_RESP_IDLE_TIMEOUT", default_value = "0s", value_parser = parse_duration)]
-    pub resp_idle_timeout: Duration,
-
-    /// Close RESP connections that send nothing this long after connecting (`0s`: never).
-    /// Clients write as soon as they connect; a silent connection only holds a descriptor.
-    #[arg(long, env = "PGVS3_RESP_FIRST_BYTE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
-    pub resp_first_byte_timeout: Duration,
-
-    /// Close RESP connections that must AUTH and have not this long after connecting (or
-    /// after RESET) (`0s`: never).
-    #[arg(long, env = "PGVS3_RESP_AUTH_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
-    pub resp_auth_timeout: Duration,
+    #[command(flatten)]
+    pub resp: pgvs3_resp::resp::RespArgs,
 
     // --- OJS ---
     /// Listen address of the OJS (Open Job Spec) HTTP endpoint; `off` disables it.
@@ -454,46 +308,12 @@ pub enum TlsListener {
     Admin,
 }
 
-/// A listen address that can be switched off.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ListenAddr(pub Option<SocketAddr>);
-
-fn parse_listen_addr(text: &str) -> Result<ListenAddr, String> {
-    if text.eq_ignore_ascii_case("off") {
-        return Ok(ListenAddr(None));
-    }
-    text.parse()
-        .map(|addr| ListenAddr(Some(addr)))
-        .map_err(|err| format!("invalid address {text:?} (or `off`): {err}"))
-}
-
-fn parse_resp_database(text: &str) -> Result<(u32, String), String> {
-    let (index, bucket) = text
-        .split_once('=')
-        .ok_or_else(|| format!("expected index=bucket, got {text:?}"))?;
-    let index: u32 = index
-        .trim()
-        .parse()
-        .map_err(|_| format!("invalid database index in {text:?}"))?;
-    if index == 0 {
-        return Err("database 0 is --resp-bucket".into());
-    }
-    Ok((index, bucket.trim().to_owned()))
-}
-
 #[derive(Debug, Clone, Copy, ValueEnum, Default, PartialEq, Eq)]
 pub enum RequiredRole {
     #[default]
     Any,
     Primary,
     Standby,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum, Default)]
-pub enum LogFormat {
-    #[default]
-    Human,
-    Json,
 }
 
 impl ServeArgs {
@@ -548,7 +368,7 @@ impl ServeArgs {
 
     /// The RESP admission limits (per batch of pipelined commands), defaults filled in.
     pub fn resp_limits(&self) -> crate::admission::Limits {
-        self.admission_limits(self.resp_max_active, self.resp_max_waiting)
+        self.admission_limits(self.resp.resp_max_active, self.resp.resp_max_waiting)
     }
 
     /// The OJS admission limits, defaults filled in.
@@ -582,74 +402,3 @@ impl ServeArgs {
     }
 }
 
-/// Parses byte sizes written as `<n>`, `<n>KiB`, `<n>MiB`, `<n>GiB` or `<n>TiB` (also `K`,
-/// `M`, `G`, `T`, and `KB`... as the same binary multiples).
-pub fn parse_bytes(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number.parse().map_err(|_| format!("invalid size: {text:?}"))?;
-    let shift = match unit.trim().to_ascii_uppercase().as_str() {
-        "" | "B" => 0,
-        "K" | "KB" | "KIB" => 10,
-        "M" | "MB" | "MIB" => 20,
-        "G" | "GB" | "GIB" => 30,
-        "T" | "TB" | "TIB" => 40,
-        _ => return Err(format!("invalid size unit in {text:?} (use KiB, MiB, GiB or TiB)")),
-    };
-    number
-        .checked_mul(1 << shift)
-        .ok_or_else(|| format!("size too large: {text:?}"))
-}
-
-/// Parses durations written as `<n>ms`, `<n>s`, `<n>m` or `<n>h`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number.parse().map_err(|_| format!("invalid duration: {text:?}"))?;
-    let seconds = match unit {
-        "ms" => return Ok(Duration::from_millis(number)),
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        _ => {
-            return Err(format!("invalid duration unit in {text:?} (use ms, s, m or h)"));
-        }
-    };
-    number
-        .checked_mul(seconds)
-        .map(Duration::from_secs)
-        .ok_or_else(|| format!("duration too long: {text:?}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_parse_with_units() {
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
-        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
-        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
-        assert!(parse_duration("5d").is_err());
-        assert!(parse_duration("m").is_err());
-        assert!(
-            parse_duration("99999999999999999h").is_err(),
-            "overflow is an error, not a panic"
-        );
-    }
-
-    #[test]
-    fn sizes_parse_with_binary_units() {
-        assert_eq!(parse_bytes("4096"), Ok(4096));
-        assert_eq!(parse_bytes("64KiB"), Ok(64 << 10));
-        assert_eq!(parse_bytes("8MiB"), Ok(8 << 20));
-        assert_eq!(parse_bytes("2G"), Ok(2 << 30));
-        assert!(parse_bytes("1PiB").is_err());
-        assert!(parse_bytes("MiB").is_err());
-        assert!(parse_bytes("99999999999TiB").is_err());
-    }
-}

@@ -8,6 +8,7 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 
 use crate::metrics::Metrics;
+use crate::pg::try_lead;
 use crate::store::{LIFECYCLE_BATCH, ReapStats, Store};
 
 /// Any fixed number works; it only has to be the same for every gateway of one database.
@@ -138,25 +139,4 @@ pub fn spawn_leader_loop(
             }
         }
     })
-}
-
-/// Tries to become the one gateway of the database (a primary) that holds `lock`; the returned
-/// connection holds it for as long as it lives.
-pub(crate) async fn try_lead(pool: &Pool, lock: i64, role: &str) -> Option<deadpool_postgres::ClientWrapper> {
-    let client = pool.get().await.ok()?;
-    let standby: bool = client.query_one("SELECT pg_is_in_recovery()", &[]).await.ok()?.get(0);
-    if standby {
-        return None;
-    }
-    let won: bool = client
-        .query_one("SELECT pg_try_advisory_lock($1)", &[&lock])
-        .await
-        .ok()?
-        .get(0);
-    if !won {
-        return None;
-    }
-    tracing::info!("this gateway is the {role} leader");
-    // Taken out of the pool: the session lock must not be shared with, or released by, requests.
-    Some(deadpool_postgres::Object::take(client))
 }

@@ -137,13 +137,13 @@ impl RunningGateway {
         servers.extend(spawn_http((admin_listener, None), admin, admin_settings, &http));
         // --- RESP ---
         let mut resp_addr = None;
-        if let Some(addr) = args.resp_addr.0 {
+        if let Some(addr) = args.resp.resp_addr.0 {
             let listener = TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("binding RESP on {addr} (change it with --resp-addr, or --resp-addr off)"))?;
             let plaintext = bind_plaintext(args.resp_plaintext_addr, "--resp-plaintext-addr").await?;
             let bound = listener.local_addr()?;
-            let settings = crate::resp::RespSettings::from_args(args, bound);
+            let settings = crate::resp::RespSettings::from_args(&args.resp, bound, args.resp_limits());
             let server = crate::resp::RespServer::new(
                 buckets.clone(),
                 metrics.clone(),
@@ -318,8 +318,8 @@ where
 /// caps and the pool add up to more than the process may open, instead of failing later with
 /// `Too many open files`.
 fn warn_if_descriptors_short(args: &ServeArgs, open_files: u64) {
-    let resp = if args.resp_addr.0.is_some() {
-        args.resp_max_clients
+    let resp = if args.resp.resp_addr.0.is_some() {
+        args.resp.resp_max_clients
     } else {
         0
     };

@@ -21,7 +21,13 @@ use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
-use crate::config::LogFormat;
+/// How logs are written (`--log-format`).
+#[derive(Debug, Clone, Copy, clap::ValueEnum, Default)]
+pub enum LogFormat {
+    #[default]
+    Human,
+    Json,
+}
 
 /// Set when traces are exported: only then is a client's `traceparent` worth parsing.
 static PROPAGATOR: OnceLock<TraceContextPropagator> = OnceLock::new();

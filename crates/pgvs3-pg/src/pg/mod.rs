@@ -13,8 +13,8 @@ use anyhow::{Context, bail};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use pgvs3_pgtls::PgTls;
 
-use crate::config::DatabaseArgs;
 use crate::metrics::Metrics;
+pub use crate::args::DatabaseArgs;
 use connections::Connections;
 use embedded::{EmbeddedOptions, EmbeddedPostgres};
 use health::DatabaseHealth;
@@ -181,4 +181,25 @@ async fn wait_until_reachable(pool: &Pool) -> anyhow::Result<()> {
 pub async fn is_standby(pool: &Pool) -> anyhow::Result<bool> {
     let client = pool.get().await?;
     Ok(client.query_one("SELECT pg_is_in_recovery()", &[]).await?.get(0))
+}
+
+/// Tries to become the one gateway of the database (a primary) that holds `lock`; the returned
+/// connection holds it for as long as it lives.
+pub async fn try_lead(pool: &Pool, lock: i64, role: &str) -> Option<deadpool_postgres::ClientWrapper> {
+    let client = pool.get().await.ok()?;
+    let standby: bool = client.query_one("SELECT pg_is_in_recovery()", &[]).await.ok()?.get(0);
+    if standby {
+        return None;
+    }
+    let won: bool = client
+        .query_one("SELECT pg_try_advisory_lock($1)", &[&lock])
+        .await
+        .ok()?
+        .get(0);
+    if !won {
+        return None;
+    }
+    tracing::info!("this gateway is the {role} leader");
+    // Taken out of the pool: the session lock must not be shared with, or released by, requests.
+    Some(deadpool_postgres::Object::take(client))
 }

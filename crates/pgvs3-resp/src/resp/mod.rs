@@ -36,8 +36,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
+pub use crate::args::RespArgs;
 use crate::bucket::Buckets;
-use crate::config::ServeArgs;
 use crate::http_server::Shutdown;
 use crate::metrics::Metrics;
 use crate::replica_lag::ReplicaLag;
@@ -72,7 +72,7 @@ pub struct RespSettings {
 impl RespSettings {
     /// The defaults documented in docs/resp-compatibility.md: AUTH is needed unless no password
     /// is set and the listener is on loopback.
-    pub fn from_args(args: &ServeArgs, addr: SocketAddr) -> RespSettings {
+    pub fn from_args(args: &RespArgs, addr: SocketAddr, admission: crate::admission::Limits) -> RespSettings {
         let mut databases: BTreeMap<u32, String> = args.resp_databases.iter().cloned().collect();
         databases.insert(0, args.resp_bucket.clone());
         RespSettings {
@@ -81,7 +81,7 @@ impl RespSettings {
             require_auth: args.resp_password.is_some() || !addr.ip().is_loopback(),
             flushdb: args.resp_flushdb,
             max_clients: args.resp_max_clients,
-            admission: args.resp_limits(),
+            admission,
             idle_timeout: (!args.resp_idle_timeout.is_zero()).then_some(args.resp_idle_timeout),
             first_byte_timeout: (!args.resp_first_byte_timeout.is_zero()).then_some(args.resp_first_byte_timeout),
             auth_timeout: (!args.resp_auth_timeout.is_zero()).then_some(args.resp_auth_timeout),

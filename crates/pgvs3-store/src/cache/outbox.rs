@@ -31,7 +31,7 @@ pub fn spawn_uploader(tier: CacheTier, pool: Pool) -> tokio::task::JoinHandle<()
                 Err(err) => tracing::warn!(error = %err, "recording cache entry use failed"),
             }
             if leader.as_ref().is_none_or(|client| client.is_closed()) {
-                leader = crate::maintenance::try_lead(&pool, UPLOADER_LOCK, "write-back").await;
+                leader = crate::pg::try_lead(&pool, UPLOADER_LOCK, "write-back").await;
             }
             if leader.is_none() {
                 continue;

@@ -619,7 +619,7 @@ impl KvBatch {
 
     /// Loads `keys` again (inside the batch's transaction, under its locks): after typed
     /// commands changed them in the database.
-    pub(crate) async fn reload(&mut self, keys: &[String]) -> StoreResult<()> {
+    pub async fn reload(&mut self, keys: &[String]) -> StoreResult<()> {
         if self.client.is_none() {
             self.client = Some(self.pool.get().await?);
         }
@@ -638,7 +638,7 @@ impl KvBatch {
     /// when another transaction holds one of them. Taking them in the sorted order is no longer
     /// possible, and waiting could deadlock; the caller starts over instead, holding the whole
     /// keyspace ([`Store::kv_write_all`]).
-    pub(crate) async fn try_lock(&mut self, keys: &[String]) -> StoreResult<bool> {
+    pub async fn try_lock(&mut self, keys: &[String]) -> StoreResult<bool> {
         if self.client.is_none() {
             self.client = Some(self.pool.get().await?);
         }
@@ -742,7 +742,7 @@ impl KvBatch {
     }
 
     /// The key's value in full, reading a chunked body when it is one.
-    pub(crate) async fn value(&mut self, key: &str) -> StoreResult<Option<Bytes>> {
+    pub async fn value(&mut self, key: &str) -> StoreResult<Option<Bytes>> {
         let Some(entry) = self.get(key) else {
             return Ok(None);
         };
@@ -826,7 +826,7 @@ impl KvBatch {
     }
 
     /// Ends a write batch without writing anything.
-    pub(crate) async fn rollback(mut self) -> StoreResult<()> {
+    pub async fn rollback(mut self) -> StoreResult<()> {
         if self.deferred_locks.take().is_some() {
             // Nothing was sent.
             self.in_transaction = false;
@@ -840,7 +840,7 @@ impl KvBatch {
     }
 
     /// Writes the changes and commits in one round trip (plus one per chunked value).
-    pub(crate) async fn commit(mut self) -> StoreResult<()> {
+    pub async fn commit(mut self) -> StoreResult<()> {
         if !self.in_transaction {
             return Ok(());
         }
@@ -849,7 +849,7 @@ impl KvBatch {
 
     /// Writes what the batch changed so far, without committing (before typed commands, which
     /// run in the database and must see it).
-    pub(crate) async fn write_pending(&mut self) -> StoreResult<()> {
+    pub async fn write_pending(&mut self) -> StoreResult<()> {
         if !self.in_transaction || self.slots.values().all(|slot| slot.change == Change::None) {
             return Ok(());
         }

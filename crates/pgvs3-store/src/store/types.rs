@@ -169,7 +169,7 @@ impl Store {
 impl KvBatch {
     /// Runs typed calls inside the batch, after whatever the batch has changed so far (which is
     /// written first); `commit` ends the batch with them, in the same round trip.
-    pub(crate) async fn typed(&mut self, calls: &[&TypedCall], commit: bool) -> StoreResult<Vec<TypedRow>> {
+    pub async fn typed(&mut self, calls: &[&TypedCall], commit: bool) -> StoreResult<Vec<TypedRow>> {
         self.write_pending().await?;
         self.typed_calls(calls, commit).await
     }

@@ -1,0 +1,11 @@
+//! The Open Job Spec endpoint (`ojs`) and the webhook outbox (`webhooks`) that delivers OJS
+//! webhooks and bucket notification webhook targets. Depends on no storage crate: the queue is
+//! its own SQL.
+//!
+//! The modules keep their old names so moved code keeps its `crate::…` paths; the aliases below
+//! serve the same purpose for what now lives in pgvs3-base.
+
+pub mod ojs;
+pub mod webhooks;
+
+pub use pgvs3_base::{admission, http_server, replica_lag, request_body, telemetry};

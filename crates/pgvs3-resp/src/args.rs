@@ -1,0 +1,106 @@
+//! The RESP endpoint's flags (`RespArgs`, flattened into `pgvs3 serve`).
+
+use std::time::Duration;
+
+use clap::Args;
+use pgvs3_base::args::{ListenAddr, parse_bytes, parse_duration, parse_listen_addr};
+
+#[derive(Debug, Clone, Args)]
+pub struct RespArgs {
+    /// Listen address of the RESP (Redis protocol) endpoint, or `off`.
+    #[arg(long, env = "PGVS3_RESP_ADDR", default_value = "127.0.0.1:6380", value_parser = parse_listen_addr)]
+    pub resp_addr: ListenAddr,
+
+    /// Bucket that holds RESP database 0 (created on first start, owned by the root key).
+    #[arg(long, env = "PGVS3_RESP_BUCKET", default_value = "resp")]
+    pub resp_bucket: String,
+
+    /// Further RESP databases for SELECT, as `index=bucket` pairs: `1=cache,2=sessions`.
+    #[arg(long, env = "PGVS3_RESP_DATABASES", value_delimiter = ',', value_parser = parse_resp_database)]
+    pub resp_databases: Vec<(u32, String)>,
+
+    /// Password for `AUTH <password>`. Without it, clients on a loopback listener need no AUTH;
+    /// on any other listener they must AUTH with an access key and its secret.
+    #[arg(long, env = "PGVS3_RESP_PASSWORD", hide_env_values = true)]
+    pub resp_password: Option<String>,
+
+    /// Allow FLUSHDB (off by default: it deletes every object of the database's bucket).
+    #[arg(long, env = "PGVS3_RESP_FLUSHDB")]
+    pub resp_flushdb: bool,
+
+    /// Most RESP clients connected at once; more are refused with `-ERR max number of clients reached`.
+    #[arg(long, env = "PGVS3_RESP_MAX_CLIENTS", default_value_t = 10_000)]
+    pub resp_max_clients: usize,
+
+    /// Batches of RESP commands served at once (0: twice the pool size); beyond it they wait.
+    #[arg(long, env = "PGVS3_RESP_MAX_ACTIVE", default_value_t = 0)]
+    pub resp_max_active: usize,
+
+    /// RESP batches that may wait for a slot (0: twice the active limit); beyond it, and after
+    /// --admission-wait, every command of the batch gets `-BUSY`.
+    #[arg(long, env = "PGVS3_RESP_MAX_WAITING", default_value_t = 0)]
+    pub resp_max_waiting: usize,
+
+    /// How often a client blocked in BLPOP and its kin tries again without being told of new
+    /// elements (it is told by NOTIFY at once; this covers a lost LISTEN connection).
+    #[arg(long, env = "PGVS3_RESP_BLOCK_POLL", default_value = "1s", value_parser = parse_duration)]
+    pub resp_block_poll: Duration,
+
+    /// Bytes of published messages a RESP subscriber may have waiting unread before its
+    /// connection is closed (Redis's `client-output-buffer-limit pubsub` hard limit, 32 MiB).
+    #[arg(long, env = "PGVS3_RESP_PUBSUB_OUTPUT_LIMIT", default_value = "32MiB", value_parser = parse_bytes)]
+    pub resp_pubsub_output_limit: u64,
+
+    /// How long a Lua script (EVAL, EVALSHA) may run before it is stopped and its writes rolled
+    /// back (Redis's `lua-time-limit`, 5 s; Redis only starts to answer BUSY then).
+    #[arg(long, env = "PGVS3_RESP_SCRIPT_TIME_LIMIT", default_value = "5s", value_parser = parse_duration)]
+    pub resp_script_time_limit: Duration,
+
+    /// Memory one Lua script's interpreter may allocate; past it the script fails and its writes
+    /// are rolled back.
+    #[arg(long, env = "PGVS3_RESP_SCRIPT_MAX_MEMORY", default_value = "64MiB", value_parser = parse_bytes)]
+    pub resp_script_max_memory: u64,
+
+    /// Lua scripts that may run at once (default: the machine's cores, at least 2); a script
+    /// that finds them all busy for `--admission-wait` is answered `BUSY`, as Redis answers
+    /// while a script runs. Bounds the CPU and memory scripts can take (this times
+    /// `--resp-script-max-memory`).
+    #[arg(long, env = "PGVS3_RESP_MAX_RUNNING_SCRIPTS", value_parser = clap::value_parser!(u16).range(1..))]
+    pub resp_max_running_scripts: Option<u16>,
+
+    /// Channels, patterns and shard channels one RESP connection may subscribe to.
+    #[arg(long, env = "PGVS3_RESP_MAX_SUBSCRIPTIONS", default_value_t = 10_000)]
+    pub resp_max_subscriptions: usize,
+
+    /// Longest pattern (bytes) PSUBSCRIBE takes.
+    #[arg(long, env = "PGVS3_RESP_MAX_PATTERN", default_value_t = 1024)]
+    pub resp_max_pattern: usize,
+
+    /// Close RESP connections idle this long (`0s`: never, as Redis's default `timeout 0`).
+    #[arg(long, env = "PGVS3_RESP_IDLE_TIMEOUT", default_value = "0s", value_parser = parse_duration)]
+    pub resp_idle_timeout: Duration,
+
+    /// Close RESP connections that send nothing this long after connecting (`0s`: never).
+    /// Clients write as soon as they connect; a silent connection only holds a descriptor.
+    #[arg(long, env = "PGVS3_RESP_FIRST_BYTE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub resp_first_byte_timeout: Duration,
+
+    /// Close RESP connections that must AUTH and have not this long after connecting (or
+    /// after RESET) (`0s`: never).
+    #[arg(long, env = "PGVS3_RESP_AUTH_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub resp_auth_timeout: Duration,
+}
+
+fn parse_resp_database(text: &str) -> Result<(u32, String), String> {
+    let (index, bucket) = text
+        .split_once('=')
+        .ok_or_else(|| format!("expected index=bucket, got {text:?}"))?;
+    let index: u32 = index
+        .trim()
+        .parse()
+        .map_err(|_| format!("invalid database index in {text:?}"))?;
+    if index == 0 {
+        return Err("database 0 is --resp-bucket".into());
+    }
+    Ok((index, bucket.trim().to_owned()))
+}
