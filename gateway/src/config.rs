@@ -86,39 +86,16 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_MAINTENANCE_INTERVAL", default_value = "30s", value_parser = parse_duration)]
     pub maintenance_interval: Duration,
 
-    // --- database faults ---
-    /// How often a dedicated connection checks that PostgreSQL answers.
-    #[arg(long, env = "PGVS3_PG_PROBE_INTERVAL", default_value = "1s", value_parser = parse_duration)]
-    pub pg_probe_interval: Duration,
+    #[command(flatten)]
+    pub supervision: pgvs3_pg::args::SupervisionArgs,
 
-    /// A check unanswered this long counts as an outage: /readyz turns 503 and every
-    /// connection is dropped, so no request keeps waiting on a dead one.
-    #[arg(long, env = "PGVS3_PG_PROBE_TIMEOUT", default_value = "3s", value_parser = parse_duration)]
-    pub pg_probe_timeout: Duration,
-
-    /// Restarts of an embedded PostgreSQL that exited, with backoff, before the gateway gives
-    /// up and reports /healthz 503.
-    #[arg(long, env = "PGVS3_PG_RESTART_ATTEMPTS", default_value_t = 8)]
-    pub pg_restart_attempts: u32,
-    // --- end database faults ---
     /// How long shutdown waits for in-flight requests.
     #[arg(long, env = "PGVS3_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub shutdown_timeout: Duration,
 
     // --- HTTP listeners (S3, OJS, admin) ---
-    /// A new HTTP connection must send its first request head within this, or it is closed.
-    #[arg(long, env = "PGVS3_HTTP_FIRST_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
-    pub http_first_request_timeout: Duration,
-
-    /// An idle HTTP/1.1 keep-alive connection must send its next request head within this, or it
-    /// is closed (HTTP/2: the PING interval that finds dead peers).
-    #[arg(long, env = "PGVS3_HTTP_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
-    pub http_idle_timeout: Duration,
-
-    /// A request body that sends nothing for this long fails (S3: 400 RequestTimeout), freeing its
-    /// slot and database connection.
-    #[arg(long, env = "PGVS3_HTTP_BODY_IDLE_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
-    pub http_body_idle_timeout: Duration,
+    #[command(flatten)]
+    pub http: pgvs3_base::args::HttpArgs,
 
     /// S3 connections open at once; beyond it a connection is answered 503 SlowDown and closed.
     #[arg(long, env = "PGVS3_S3_MAX_CONNECTIONS", default_value_t = 4096)]
@@ -159,83 +136,25 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub resp: pgvs3_resp::resp::RespArgs,
 
-    // --- OJS ---
-    /// Listen address of the OJS (Open Job Spec) HTTP endpoint; `off` disables it.
-    #[arg(long, env = "PGVS3_OJS_ADDR", default_value = "127.0.0.1:8080", value_parser = parse_listen_addr)]
-    pub ojs_addr: ListenAddr,
+    #[command(flatten)]
+    pub ojs: pgvs3_ojs::args::OjsArgs,
 
-    /// Conformance mode, for conformance runs only: serve POST /ojs/v1/admin/reset (it deletes
-    /// every job) and honour the suite's test hook (`options.metadata.test_directive`).
-    #[arg(long, env = "PGVS3_OJS_ALLOW_RESET")]
-    pub ojs_allow_reset: bool,
+    #[command(flatten)]
+    pub webhooks: pgvs3_ojs::args::WebhookArgs,
 
-    /// Largest serialized `args` of one job, in bytes.
-    #[arg(long, env = "PGVS3_OJS_MAX_ARGS_BYTES", default_value_t = 1 << 20)]
-    pub ojs_max_args_bytes: usize,
+    #[command(flatten)]
+    pub tls: TlsArgs,
 
-    /// Largest OJS request body, checked against Content-Length and while it streams in, before
-    /// it is parsed (a batch's jobs share it); beyond it 413. At least the args limit plus 64 KiB.
-    #[arg(long, env = "PGVS3_OJS_MAX_BODY_BYTES", default_value = "4MiB", value_parser = parse_bytes)]
-    pub ojs_max_body_bytes: u64,
+    #[command(flatten)]
+    pub cache: pgvs3_store::args::CacheArgs,
 
-    /// Bearer token the OJS endpoint requires (manifest and health stay open); none by default.
-    #[arg(long, env = "PGVS3_OJS_TOKEN", hide_env_values = true)]
-    pub ojs_token: Option<String>,
+    #[command(flatten)]
+    pub simulate: pgvs3_base::args::SimulateArgs,
+}
 
-    /// `TENANT=TOKEN` (repeatable): a bearer token that acts as TENANT only (docs/ojs-compatibility.md,
-    /// Tenants); a request with it that names another tenant in `X-OJS-Tenant` is refused (403).
-    #[arg(
-        long = "ojs-tenant-token",
-        env = "PGVS3_OJS_TENANT_TOKENS",
-        value_delimiter = ',',
-        hide_env_values = true
-    )]
-    pub ojs_tenant_tokens: Vec<crate::ojs::tenant::TenantToken>,
-
-    /// How long completed, discarded and cancelled OJS jobs (and settled workflows) stay
-    /// readable before the maintenance leader deletes them; dead-lettered jobs stay until
-    /// deleted or retried.
-    #[arg(long, env = "PGVS3_OJS_JOB_RETENTION", default_value = "24h", value_parser = parse_duration)]
-    pub ojs_job_retention: Duration,
-
-    /// OJS requests served at once (0: twice the pool size); beyond it requests wait.
-    /// Health, readiness and the manifest never wait.
-    #[arg(long, env = "PGVS3_OJS_MAX_ACTIVE", default_value_t = 0)]
-    pub ojs_max_active: usize,
-
-    /// OJS requests that may wait for a slot (0: twice the active limit); beyond it, and after
-    /// --admission-wait, they get 429 `rate_limited` with Retry-After.
-    #[arg(long, env = "PGVS3_OJS_MAX_WAITING", default_value_t = 0)]
-    pub ojs_max_waiting: usize,
-
-    // --- webhook outbox (OJS webhooks and bucket notification webhook targets) ---
-    /// Webhook deliveries this gateway makes at once (0: this gateway delivers none; others
-    /// on the same database still do).
-    #[arg(long, env = "PGVS3_WEBHOOK_CONCURRENCY", default_value_t = 16)]
-    pub webhook_concurrency: usize,
-
-    /// How long one webhook POST may take, connecting included; longer is a failed attempt.
-    #[arg(long, env = "PGVS3_WEBHOOK_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
-    pub webhook_timeout: Duration,
-
-    /// Attempts of one webhook delivery before it is dead-lettered (kept, not retried).
-    #[arg(long, env = "PGVS3_WEBHOOK_MAX_ATTEMPTS", default_value_t = 8, value_parser = clap::value_parser!(i32).range(1..))]
-    pub webhook_max_attempts: i32,
-
-    /// The wait after a webhook delivery's first failure; it grows fourfold with each further one.
-    #[arg(long, env = "PGVS3_WEBHOOK_BACKOFF", default_value = "30s", value_parser = parse_duration)]
-    pub webhook_backoff: Duration,
-
-    /// The longest wait between two attempts of a webhook delivery.
-    #[arg(long, env = "PGVS3_WEBHOOK_MAX_BACKOFF", default_value = "24h", value_parser = parse_duration)]
-    pub webhook_max_backoff: Duration,
-
-    /// How often an idle gateway looks for webhook deliveries that came due.
-    #[arg(long, env = "PGVS3_WEBHOOK_POLL", default_value = "500ms", value_parser = parse_duration)]
-    pub webhook_poll: Duration,
-    // --- end webhook outbox ---
-
-    // --- TLS ---
+/// TLS on the listeners.
+#[derive(Debug, Clone, Args)]
+pub struct TlsArgs {
     /// PEM certificate chain of the listeners; with --tls-key, S3, OJS and admin speak HTTPS
     /// and RESP speaks TLS (as `redis-cli --tls`). Re-read when the files change.
     #[arg(long, env = "PGVS3_TLS_CERT", requires = "tls_key")]
@@ -265,38 +184,6 @@ pub struct ServeArgs {
     /// During a move to TLS: a second, plaintext OJS listener on this address (off by default).
     #[arg(long, env = "PGVS3_OJS_PLAINTEXT_ADDR", requires = "tls_cert")]
     pub ojs_plaintext_addr: Option<SocketAddr>,
-    // --- end TLS ---
-
-    // --- cache tier ---
-    /// Origin fills running at once in this gateway over all cache buckets (each cache bucket
-    /// also has its own limit, set with its origin).
-    #[arg(long, env = "PGVS3_FILL_CONCURRENCY", default_value_t = 8)]
-    pub fill_concurrency: usize,
-
-    /// Bounds connecting to an origin and waiting for each of its answers to begin.
-    #[arg(long, env = "PGVS3_ORIGIN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
-    pub origin_timeout: Duration,
-
-    /// How often the write-back worker looks for due uploads (writes also wake it).
-    #[arg(long, env = "PGVS3_WRITE_BACK_INTERVAL", default_value = "1s", value_parser = parse_duration)]
-    pub write_back_interval: Duration,
-
-    /// Write-back uploads running at once (on the one gateway that runs the worker).
-    #[arg(long, env = "PGVS3_WRITE_BACK_CONCURRENCY", default_value_t = 4)]
-    pub write_back_concurrency: usize,
-
-    // --- simulated remote endpoint (benchmarks) ---
-    /// Make the S3 endpoint answer like a remote store: this one-way latency each way.
-    #[arg(long, env = "PGVS3_SIMULATE_LATENCY", default_value = "0ms", value_parser = parse_duration)]
-    pub simulate_latency: Duration,
-
-    /// ... and this bandwidth per request, in bytes per second (uploads and answers; 0: unlimited).
-    #[arg(long, env = "PGVS3_SIMULATE_BANDWIDTH", default_value_t = 0)]
-    pub simulate_bandwidth: u64,
-
-    /// ... and at most this many requests started per second (0: unlimited).
-    #[arg(long, env = "PGVS3_SIMULATE_RPS", default_value_t = 0)]
-    pub simulate_rps: u32,
 }
 
 /// A listener that may stay plaintext (`--tls-plaintext`).
@@ -317,23 +204,6 @@ pub enum RequiredRole {
 }
 
 impl ServeArgs {
-    pub fn simulated(&self) -> crate::simulate::Constraints {
-        crate::simulate::Constraints {
-            latency: self.simulate_latency,
-            bandwidth: self.simulate_bandwidth,
-            rps: self.simulate_rps,
-        }
-    }
-
-    pub fn cache_settings(&self) -> crate::cache::CacheSettings {
-        crate::cache::CacheSettings {
-            fill_concurrency: self.fill_concurrency,
-            origin_timeout: self.origin_timeout,
-            upload_interval: self.write_back_interval,
-            upload_concurrency: self.write_back_concurrency,
-        }
-    }
-
     /// The S3 admission limits, with the automatic defaults filled in.
     pub fn s3_limits(&self) -> crate::admission::Limits {
         self.admission_limits(self.s3_max_active, self.s3_max_waiting)
@@ -356,35 +226,14 @@ impl ServeArgs {
         }
     }
 
-    /// The bounds of an HTTP listener that takes `max_connections` at once.
-    pub fn http_limits(&self, max_connections: usize) -> crate::http_server::HttpLimits {
-        crate::http_server::HttpLimits {
-            max_connections,
-            first_request_timeout: self.http_first_request_timeout,
-            idle_timeout: self.http_idle_timeout,
-            body_idle_timeout: self.http_body_idle_timeout,
-        }
-    }
-
     /// The RESP admission limits (per batch of pipelined commands), defaults filled in.
     pub fn resp_limits(&self) -> crate::admission::Limits {
         self.admission_limits(self.resp.resp_max_active, self.resp.resp_max_waiting)
     }
 
     /// The OJS admission limits, defaults filled in.
-    pub fn webhook_delivery(&self) -> crate::webhooks::DeliveryOptions {
-        crate::webhooks::DeliveryOptions {
-            concurrency: self.webhook_concurrency,
-            timeout: self.webhook_timeout,
-            max_attempts: self.webhook_max_attempts,
-            backoff: self.webhook_backoff,
-            max_backoff: self.webhook_max_backoff.max(self.webhook_backoff),
-            poll: self.webhook_poll,
-        }
-    }
-
     pub fn ojs_limits(&self) -> crate::admission::Limits {
-        self.admission_limits(self.ojs_max_active, self.ojs_max_waiting)
+        self.admission_limits(self.ojs.ojs_max_active, self.ojs.ojs_max_waiting)
     }
 
     /// 0 active: twice the pool size; 0 waiting: twice the active limit.
@@ -401,4 +250,3 @@ impl ServeArgs {
         }
     }
 }
-

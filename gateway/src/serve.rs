@@ -51,12 +51,16 @@ impl RunningGateway {
     pub async fn start(args: &ServeArgs) -> anyhow::Result<RunningGateway> {
         let master_key = master_key(&args.database)?;
         // Before anything starts: a certificate that does not load stops the start.
-        let tls = crate::tls::ListenerTls::from_args(args)?;
+        let tls = crate::tls::ListenerTls::from_args(&args.tls)?;
         let mut database = Database::open(&args.database).await?;
         let metrics = Metrics::new();
         // An embedded server is supervised from here on, so one lost during the rest of the
         // start is restarted too.
-        let health = database.watch(args.pg_probe_timeout, args.pg_restart_attempts, &metrics);
+        let health = database.watch(
+            args.supervision.pg_probe_timeout,
+            args.supervision.pg_restart_attempts,
+            &metrics,
+        );
         let pool = database.pool.clone();
         let standby = crate::pg::is_standby(&pool).await?;
         if standby {
@@ -76,7 +80,7 @@ impl RunningGateway {
         let admin_listener = TcpListener::bind(args.admin_addr)
             .await
             .with_context(|| format!("binding admin on {} (change it with --admin-addr)", args.admin_addr))?;
-        let s3_plaintext = bind_plaintext(args.s3_plaintext_addr, "--s3-plaintext-addr").await?;
+        let s3_plaintext = bind_plaintext(args.tls.s3_plaintext_addr, "--s3-plaintext-addr").await?;
         let s3_plaintext_addr = s3_plaintext.as_ref().map(TcpListener::local_addr).transpose()?;
         let s3_addr = s3_listener.local_addr()?;
         let admin_addr = admin_listener.local_addr()?;
@@ -87,7 +91,7 @@ impl RunningGateway {
             upload_threshold: args.s3_upload_threshold,
         };
         let buffers = crate::admission::BufferBudget::new(args.buffer_budget, &metrics);
-        let cache = CacheTier::new(store.clone(), args.cache_settings(), &metrics, buffers.clone());
+        let cache = CacheTier::new(store.clone(), args.cache.settings(), &metrics, buffers.clone());
         let lag = ReplicaLag::new(
             standby,
             (!args.max_replication_lag.is_zero()).then_some(args.max_replication_lag),
@@ -112,10 +116,10 @@ impl RunningGateway {
             lag.clone(),
             health.clone(),
         );
-        let simulated = args.simulated();
+        let simulated = args.simulate.constraints();
         let s3_settings = http_server::Listener {
             name: "s3",
-            limits: args.http_limits(args.s3_max_connections),
+            limits: args.http.limits(args.s3_max_connections),
             busy_response: crate::s3::busy_response(),
             tls: tls.s3.clone(),
         };
@@ -130,7 +134,7 @@ impl RunningGateway {
         };
         let admin_settings = http_server::Listener {
             name: "admin",
-            limits: args.http_limits(args.admin_max_connections),
+            limits: args.http.limits(args.admin_max_connections),
             busy_response: http_server::busy_response("text/plain", "too many connections\n"),
             tls: tls.admin.clone(),
         };
@@ -141,7 +145,7 @@ impl RunningGateway {
             let listener = TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("binding RESP on {addr} (change it with --resp-addr, or --resp-addr off)"))?;
-            let plaintext = bind_plaintext(args.resp_plaintext_addr, "--resp-plaintext-addr").await?;
+            let plaintext = bind_plaintext(args.tls.resp_plaintext_addr, "--resp-plaintext-addr").await?;
             let bound = listener.local_addr()?;
             let settings = crate::resp::RespSettings::from_args(&args.resp, bound, args.resp_limits());
             let server = crate::resp::RespServer::new(
@@ -174,30 +178,21 @@ impl RunningGateway {
         // --- end RESP ---
         // --- OJS ---
         let mut background_ojs = Vec::new();
-        let ojs_addr = match args.ojs_addr.0 {
+        let ojs_addr = match args.ojs.ojs_addr.0 {
             Some(addr) => {
                 let listener = TcpListener::bind(addr)
                     .await
                     .with_context(|| format!("binding OJS on {addr} (change it with --ojs-addr, or --ojs-addr off)"))?;
-                let plaintext = bind_plaintext(args.ojs_plaintext_addr, "--ojs-plaintext-addr").await?;
+                let plaintext = bind_plaintext(args.tls.ojs_plaintext_addr, "--ojs-plaintext-addr").await?;
                 let bound = listener.local_addr()?;
-                let options = crate::ojs::OjsOptions {
-                    allow_reset: args.ojs_allow_reset,
-                    max_args_bytes: args.ojs_max_args_bytes,
-                    max_body_bytes: args.ojs_max_body_bytes,
-                    credentials: crate::ojs::tenant::Credentials {
-                        token: args.ojs_token.clone(),
-                        tenant_tokens: args.ojs_tenant_tokens.clone(),
-                    },
-                    webhook_timeout: args.webhook_timeout,
-                };
+                let options = args.ojs.options(args.webhooks.webhook_timeout);
                 let queue = crate::ojs::queue::Queue::new(pool.clone());
                 background_ojs.push(crate::ojs::spawn_cron_ticker(queue.clone(), options.max_args_bytes));
                 let admission = crate::admission::Admission::new("ojs", args.ojs_limits(), metrics.clone());
                 let service = crate::ojs::OjsService::new(queue, options, admission, lag.clone(), signal.clone());
                 let settings = http_server::Listener {
                     name: "ojs",
-                    limits: args.http_limits(args.ojs_max_connections),
+                    limits: args.http.limits(args.ojs_max_connections),
                     busy_response: crate::ojs::busy_response(),
                     tls: tls.ojs.clone(),
                 };
@@ -208,10 +203,10 @@ impl RunningGateway {
         };
         // --- end OJS ---
         // The webhook outbox's deliverer (OJS webhooks, bucket notification webhook targets).
-        let deliverer = crate::webhooks::spawn_deliverer(pool.clone(), args.webhook_delivery(), signal.clone())?;
+        let deliverer = crate::webhooks::spawn_deliverer(pool.clone(), args.webhooks.delivery(), signal.clone())?;
 
         let mut background = vec![
-            health.spawn_probe(database.config.clone(), args.pg_probe_interval),
+            health.spawn_probe(database.config.clone(), args.supervision.pg_probe_interval),
             catalog.spawn_refresher(args.catalog_poll),
             // On a standby it waits for a promotion.
             catalog.spawn_listener(database.config.clone(), database.connections.clone()),
@@ -224,7 +219,7 @@ impl RunningGateway {
                 args.body_grace,
                 args.maintenance_interval,
                 args.multipart_max_age,
-                args.ojs_job_retention,
+                args.ojs.ojs_job_retention,
             ),
         ];
         background.extend(background_ojs);
@@ -323,7 +318,7 @@ fn warn_if_descriptors_short(args: &ServeArgs, open_files: u64) {
     } else {
         0
     };
-    let ojs = if args.ojs_addr.0.is_some() {
+    let ojs = if args.ojs.ojs_addr.0.is_some() {
         args.ojs_max_connections
     } else {
         0
@@ -342,7 +337,7 @@ fn warn_if_descriptors_short(args: &ServeArgs, open_files: u64) {
 
 /// Serves until SIGINT or SIGTERM.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    crate::ojs::check_limits(args.ojs_max_args_bytes, args.ojs_max_body_bytes)?;
+    crate::ojs::check_limits(args.ojs.ojs_max_args_bytes, args.ojs.ojs_max_body_bytes)?;
     check_root_key(&args)?;
     // Handlers first: a signal that arrives once "ready" is printed (or while starting) must
     // stop the gateway gracefully, not by the signal's default action.
@@ -353,7 +348,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     show_generated_root_key(gateway.store.catalog()).await?;
     // Before the S3 line, which scripts (and the CLI tests) read as "ready" and then may stop
     // reading stdout.
-    let tls = |listener| args.tls_cert.is_some() && !args.tls_plaintext.contains(&listener);
+    let tls = |listener| args.tls.tls_cert.is_some() && !args.tls.tls_plaintext.contains(&listener);
     let http = |listener| if tls(listener) { "https" } else { "http" };
     if let Some(resp_addr) = gateway.resp_addr {
         let scheme = if tls(TlsListener::Resp) { "rediss" } else { "redis" };

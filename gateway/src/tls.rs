@@ -12,7 +12,7 @@ use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use tokio_rustls::TlsAcceptor;
 
-use crate::config::{ServeArgs, TlsListener};
+use crate::config::{TlsArgs, TlsListener};
 
 /// How often, at most, a handshake looks at the certificate files.
 const RECHECK: Duration = Duration::from_secs(1);
@@ -167,7 +167,7 @@ pub struct ListenerTls {
 }
 
 impl ListenerTls {
-    pub fn from_args(args: &ServeArgs) -> anyhow::Result<ListenerTls> {
+    pub fn from_args(args: &TlsArgs) -> anyhow::Result<ListenerTls> {
         let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
             return Ok(ListenerTls::default());
         };

@@ -1,8 +1,11 @@
-//! Command-line values every feature's argument group parses the same way: sizes, durations
-//! and listen addresses that can be switched off.
+//! Command-line values every feature's argument group parses the same way (sizes, durations,
+//! listen addresses that can be switched off), and the flags of what this crate owns: the HTTP
+//! listeners' bounds (`HttpArgs`) and the simulated remote store (`SimulateArgs`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
+
+use clap::Args;
 
 /// A listen address that can be switched off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +59,63 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .checked_mul(seconds)
         .map(Duration::from_secs)
         .ok_or_else(|| format!("duration too long: {text:?}"))
+}
+
+/// The bounds every HTTP listener (S3, OJS, admin) shares.
+#[derive(Debug, Clone, Args)]
+pub struct HttpArgs {
+    /// A new HTTP connection must send its first request head within this, or it is closed.
+    #[arg(long, env = "PGVS3_HTTP_FIRST_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub http_first_request_timeout: Duration,
+
+    /// An idle HTTP/1.1 keep-alive connection must send its next request head within this, or it
+    /// is closed (HTTP/2: the PING interval that finds dead peers).
+    #[arg(long, env = "PGVS3_HTTP_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub http_idle_timeout: Duration,
+
+    /// A request body that sends nothing for this long fails (S3: 400 RequestTimeout), freeing its
+    /// slot and database connection.
+    #[arg(long, env = "PGVS3_HTTP_BODY_IDLE_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    pub http_body_idle_timeout: Duration,
+}
+
+impl HttpArgs {
+    /// The bounds of an HTTP listener that takes `max_connections` at once.
+    pub fn limits(&self, max_connections: usize) -> crate::http_server::HttpLimits {
+        crate::http_server::HttpLimits {
+            max_connections,
+            first_request_timeout: self.http_first_request_timeout,
+            idle_timeout: self.http_idle_timeout,
+            body_idle_timeout: self.http_body_idle_timeout,
+        }
+    }
+}
+
+/// A simulated remote endpoint, for benchmarks: the S3 endpoint answers like a distant store.
+#[derive(Debug, Clone, Args)]
+pub struct SimulateArgs {
+    // --- simulated remote endpoint (benchmarks) ---
+    /// Make the S3 endpoint answer like a remote store: this one-way latency each way.
+    #[arg(long, env = "PGVS3_SIMULATE_LATENCY", default_value = "0ms", value_parser = parse_duration)]
+    pub simulate_latency: Duration,
+
+    /// ... and this bandwidth per request, in bytes per second (uploads and answers; 0: unlimited).
+    #[arg(long, env = "PGVS3_SIMULATE_BANDWIDTH", default_value_t = 0)]
+    pub simulate_bandwidth: u64,
+
+    /// ... and at most this many requests started per second (0: unlimited).
+    #[arg(long, env = "PGVS3_SIMULATE_RPS", default_value_t = 0)]
+    pub simulate_rps: u32,
+}
+
+impl SimulateArgs {
+    pub fn constraints(&self) -> crate::simulate::Constraints {
+        crate::simulate::Constraints {
+            latency: self.simulate_latency,
+            bandwidth: self.simulate_bandwidth,
+            rps: self.simulate_rps,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! The modules keep their old names so moved code keeps its `crate::…` paths; the aliases below
 //! serve the same purpose for what now lives in pgvs3-base.
 
+pub mod args;
 pub mod ojs;
 pub mod webhooks;
 

@@ -1,4 +1,5 @@
-//! The database's flags: where it is (`DatabaseArgs`, taken by every command that reaches it).
+//! The database's flags: where it is (`DatabaseArgs`, taken by every command that reaches it)
+//! and how a gateway rides out its faults (`SupervisionArgs`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -73,4 +74,22 @@ impl DatabaseArgs {
     pub fn pg_embedded_tls(&self) -> Option<(PathBuf, PathBuf)> {
         self.pg_embedded_tls_cert.clone().zip(self.pg_embedded_tls_key.clone())
     }
+}
+
+/// How the gateway notices a database fault and restarts an embedded server (`pgvs3 serve`).
+#[derive(Debug, Clone, Args)]
+pub struct SupervisionArgs {
+    /// How often a dedicated connection checks that PostgreSQL answers.
+    #[arg(long, env = "PGVS3_PG_PROBE_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub pg_probe_interval: Duration,
+
+    /// A check unanswered this long counts as an outage: /readyz turns 503 and every
+    /// connection is dropped, so no request keeps waiting on a dead one.
+    #[arg(long, env = "PGVS3_PG_PROBE_TIMEOUT", default_value = "3s", value_parser = parse_duration)]
+    pub pg_probe_timeout: Duration,
+
+    /// Restarts of an embedded PostgreSQL that exited, with backoff, before the gateway gives
+    /// up and reports /healthz 503.
+    #[arg(long, env = "PGVS3_PG_RESTART_ATTEMPTS", default_value_t = 8)]
+    pub pg_restart_attempts: u32,
 }

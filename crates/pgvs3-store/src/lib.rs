@@ -8,6 +8,7 @@
 //! serve the same purpose for what now lives in crates further down.
 
 pub mod access;
+pub mod args;
 pub mod bucket;
 pub mod cache;
 pub mod store;

@@ -13,8 +13,8 @@ use anyhow::{Context, bail};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use pgvs3_pgtls::PgTls;
 
-use crate::metrics::Metrics;
 pub use crate::args::DatabaseArgs;
+use crate::metrics::Metrics;
 use connections::Connections;
 use embedded::{EmbeddedOptions, EmbeddedPostgres};
 use health::DatabaseHealth;

@@ -1,0 +1,116 @@
+//! The OJS endpoint's flags (`OjsArgs`) and the webhook outbox's (`WebhookArgs`), flattened into
+//! `pgvs3 serve`.
+
+use std::time::Duration;
+
+use clap::Args;
+use pgvs3_base::args::{ListenAddr, parse_bytes, parse_duration, parse_listen_addr};
+
+#[derive(Debug, Clone, Args)]
+pub struct OjsArgs {
+    /// Listen address of the OJS (Open Job Spec) HTTP endpoint; `off` disables it.
+    #[arg(long, env = "PGVS3_OJS_ADDR", default_value = "127.0.0.1:8080", value_parser = parse_listen_addr)]
+    pub ojs_addr: ListenAddr,
+
+    /// Conformance mode, for conformance runs only: serve POST /ojs/v1/admin/reset (it deletes
+    /// every job) and honour the suite's test hook (`options.metadata.test_directive`).
+    #[arg(long, env = "PGVS3_OJS_ALLOW_RESET")]
+    pub ojs_allow_reset: bool,
+
+    /// Largest serialized `args` of one job, in bytes.
+    #[arg(long, env = "PGVS3_OJS_MAX_ARGS_BYTES", default_value_t = 1 << 20)]
+    pub ojs_max_args_bytes: usize,
+
+    /// Largest OJS request body, checked against Content-Length and while it streams in, before
+    /// it is parsed (a batch's jobs share it); beyond it 413. At least the args limit plus 64 KiB.
+    #[arg(long, env = "PGVS3_OJS_MAX_BODY_BYTES", default_value = "4MiB", value_parser = parse_bytes)]
+    pub ojs_max_body_bytes: u64,
+
+    /// Bearer token the OJS endpoint requires (manifest and health stay open); none by default.
+    #[arg(long, env = "PGVS3_OJS_TOKEN", hide_env_values = true)]
+    pub ojs_token: Option<String>,
+
+    /// `TENANT=TOKEN` (repeatable): a bearer token that acts as TENANT only (docs/ojs-compatibility.md,
+    /// Tenants); a request with it that names another tenant in `X-OJS-Tenant` is refused (403).
+    #[arg(
+        long = "ojs-tenant-token",
+        env = "PGVS3_OJS_TENANT_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub ojs_tenant_tokens: Vec<crate::ojs::tenant::TenantToken>,
+
+    /// How long completed, discarded and cancelled OJS jobs (and settled workflows) stay
+    /// readable before the maintenance leader deletes them; dead-lettered jobs stay until
+    /// deleted or retried.
+    #[arg(long, env = "PGVS3_OJS_JOB_RETENTION", default_value = "24h", value_parser = parse_duration)]
+    pub ojs_job_retention: Duration,
+
+    /// OJS requests served at once (0: twice the pool size); beyond it requests wait.
+    /// Health, readiness and the manifest never wait.
+    #[arg(long, env = "PGVS3_OJS_MAX_ACTIVE", default_value_t = 0)]
+    pub ojs_max_active: usize,
+
+    /// OJS requests that may wait for a slot (0: twice the active limit); beyond it, and after
+    /// --admission-wait, they get 429 `rate_limited` with Retry-After.
+    #[arg(long, env = "PGVS3_OJS_MAX_WAITING", default_value_t = 0)]
+    pub ojs_max_waiting: usize,
+}
+
+impl OjsArgs {
+    /// What the OJS service is told; `webhook_timeout` bounds its synchronous webhook test call.
+    pub fn options(&self, webhook_timeout: Duration) -> crate::ojs::OjsOptions {
+        crate::ojs::OjsOptions {
+            allow_reset: self.ojs_allow_reset,
+            max_args_bytes: self.ojs_max_args_bytes,
+            max_body_bytes: self.ojs_max_body_bytes,
+            credentials: crate::ojs::tenant::Credentials {
+                token: self.ojs_token.clone(),
+                tenant_tokens: self.ojs_tenant_tokens.clone(),
+            },
+            webhook_timeout,
+        }
+    }
+}
+
+/// The webhook outbox (OJS webhooks and bucket notification webhook targets).
+#[derive(Debug, Clone, Args)]
+pub struct WebhookArgs {
+    /// Webhook deliveries this gateway makes at once (0: this gateway delivers none; others
+    /// on the same database still do).
+    #[arg(long, env = "PGVS3_WEBHOOK_CONCURRENCY", default_value_t = 16)]
+    pub webhook_concurrency: usize,
+
+    /// How long one webhook POST may take, connecting included; longer is a failed attempt.
+    #[arg(long, env = "PGVS3_WEBHOOK_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub webhook_timeout: Duration,
+
+    /// Attempts of one webhook delivery before it is dead-lettered (kept, not retried).
+    #[arg(long, env = "PGVS3_WEBHOOK_MAX_ATTEMPTS", default_value_t = 8, value_parser = clap::value_parser!(i32).range(1..))]
+    pub webhook_max_attempts: i32,
+
+    /// The wait after a webhook delivery's first failure; it grows fourfold with each further one.
+    #[arg(long, env = "PGVS3_WEBHOOK_BACKOFF", default_value = "30s", value_parser = parse_duration)]
+    pub webhook_backoff: Duration,
+
+    /// The longest wait between two attempts of a webhook delivery.
+    #[arg(long, env = "PGVS3_WEBHOOK_MAX_BACKOFF", default_value = "24h", value_parser = parse_duration)]
+    pub webhook_max_backoff: Duration,
+
+    /// How often an idle gateway looks for webhook deliveries that came due.
+    #[arg(long, env = "PGVS3_WEBHOOK_POLL", default_value = "500ms", value_parser = parse_duration)]
+    pub webhook_poll: Duration,
+}
+
+impl WebhookArgs {
+    pub fn delivery(&self) -> crate::webhooks::DeliveryOptions {
+        crate::webhooks::DeliveryOptions {
+            concurrency: self.webhook_concurrency,
+            timeout: self.webhook_timeout,
+            max_attempts: self.webhook_max_attempts,
+            backoff: self.webhook_backoff,
+            max_backoff: self.webhook_max_backoff.max(self.webhook_backoff),
+            poll: self.webhook_poll,
+        }
+    }
+}

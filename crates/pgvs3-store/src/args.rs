@@ -1,0 +1,37 @@
+//! The cache tier's flags (`CacheArgs`, flattened into `pgvs3 serve`).
+
+use std::time::Duration;
+
+use clap::Args;
+use pgvs3_base::args::parse_duration;
+
+#[derive(Debug, Clone, Args)]
+pub struct CacheArgs {
+    /// Origin fills running at once in this gateway over all cache buckets (each cache bucket
+    /// also has its own limit, set with its origin).
+    #[arg(long, env = "PGVS3_FILL_CONCURRENCY", default_value_t = 8)]
+    pub fill_concurrency: usize,
+
+    /// Bounds connecting to an origin and waiting for each of its answers to begin.
+    #[arg(long, env = "PGVS3_ORIGIN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub origin_timeout: Duration,
+
+    /// How often the write-back worker looks for due uploads (writes also wake it).
+    #[arg(long, env = "PGVS3_WRITE_BACK_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub write_back_interval: Duration,
+
+    /// Write-back uploads running at once (on the one gateway that runs the worker).
+    #[arg(long, env = "PGVS3_WRITE_BACK_CONCURRENCY", default_value_t = 4)]
+    pub write_back_concurrency: usize,
+}
+
+impl CacheArgs {
+    pub fn settings(&self) -> crate::cache::CacheSettings {
+        crate::cache::CacheSettings {
+            fill_concurrency: self.fill_concurrency,
+            origin_timeout: self.origin_timeout,
+            upload_interval: self.write_back_interval,
+            upload_concurrency: self.write_back_concurrency,
+        }
+    }
+}
