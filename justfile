@@ -60,6 +60,11 @@ crds:
 schema:
     PGVS3_WRITE_SCHEMA=1 cargo test -q --locked -p pgvs3-gateway --test layout -- schema_sql_is_current
 
+# Re-pin the function files (gateway/migrations/functions.pin) after adding the numbered
+# migration a function change needs; it refuses to re-pin without one.
+pin:
+    PGVS3_WRITE_PIN=1 cargo test -q --locked -p pgvs3-pg --lib -- function_files_are_pinned
+
 # Print what the operator would apply for the resources in a file.
 render FILE:
     cargo run -q -p pgvs3-operator --bin pgvs3-operator -- render -f {{FILE}}
