@@ -2,7 +2,7 @@
 # The operator's real-apiserver tier (operator/tests/apiserver*.rs): etcd + kube-apiserver +
 # kube-controller-manager from ../shared/kube, the operator process as the chart's
 # ServiceAccount, a real PostgreSQL and real gateway processes; and the chart as helm renders
-# it (operator/tests/chart.rs). A few minutes.
+# it (operator/tests/operator/chart.rs). A few minutes.
 #   env: PGVS3_KUBE_SOURCE (default /work/shared/kube), PGVS3_KUBE_ASSETS (default ~/.cache/pgvs3-kube)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,4 +26,4 @@ helm="${PGVS3_HELM:-$HOME/.cache/pgvs3-tools/helm}"
 # unless asked for: without PGVS3_KUBE_ASSETS they report themselves as not run).
 cargo build -q --locked -p pgvs3-gateway --bin pgvs3
 PGVS3_KUBE_ASSETS="$assets" PGVS3_HELM="$helm" timeout 900 \
-    cargo test -q --locked -p pgvs3-operator --test apiserver --test apiserver_fencing --test apiserver_scoped --test chart -- --ignored --test-threads=2
+    cargo test -q --locked -p pgvs3-operator --test operator -- --ignored --test-threads=2

@@ -1,13 +1,14 @@
 //! Shared test harness: one throwaway PostgreSQL per test binary (started by the same launcher
-//! as the embedded default), a fresh database per test, and gateways started in-process.
-
-#![allow(dead_code)] // each test binary uses a different part of the harness
+//! as the embedded default), a fresh database per test, and gateways started in-process. The
+//! gateway's, the operator's and e2e's test binaries use it as `common`
+//! (`use pgvs3_testkit as common;`).
 
 pub mod certs;
 pub mod events;
 pub mod faults;
 pub mod ojs;
 pub mod raw;
+pub mod receiver;
 pub mod resp;
 pub mod s3;
 
@@ -44,11 +45,7 @@ fn cluster() -> &'static Cluster {
                 .enable_all()
                 .build()
                 .unwrap();
-            let data_dir: PathBuf = std::env::temp_dir().join(format!(
-                "pgvs3-test-{}-{}",
-                std::process::id(),
-                env!("CARGO_CRATE_NAME")
-            ));
+            let data_dir = shared_cluster_dir();
             let _ = std::fs::remove_dir_all(&data_dir);
             let server = runtime
                 .block_on(EmbeddedPostgres::start(EmbeddedOptions {
@@ -79,6 +76,11 @@ fn cluster() -> &'static Cluster {
         });
         receiver.recv().expect("test PostgreSQL thread")
     })
+}
+
+/// The data dir of this process's shared cluster (the one [`fresh_database`] creates databases on).
+pub fn shared_cluster_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("pgvs3-test-{}-shared", std::process::id()))
 }
 
 /// Where a test cluster listens: its Unix socket directory and port.
@@ -391,7 +393,6 @@ impl TestGateway {
     /// Runs a Python script (boto3 and the other clients come from the venv scripts/test puts
     /// first on PATH) with the endpoint in `AWS_ENDPOINT_URL` and the root key in `AK`/`SK`;
     /// the script passes when it exits 0 and prints `done`.
-    #[allow(dead_code)]
     pub async fn python_passes(&self, script: &str, done: &str) {
         let output = tokio::process::Command::new("python3")
             .args(["-c", script])

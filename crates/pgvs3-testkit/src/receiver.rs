@@ -1,7 +1,6 @@
 //! A webhook receiver for the outbox tests: an HTTP server on 127.0.0.1 that records every
 //! request it is sent and answers a status the test sets; it can be taken down (its port
 //! refuses connections, open connections are cut) and brought back up on the same port.
-#![allow(dead_code)] // each test binary uses a different part of it
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, Ordering};

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! kind/up.sh
-//! PGVS3_E2E_KIND=1 cargo test -p pgvs3-e2e --test kind_fleet -- --ignored --test-threads 1
+//! PGVS3_E2E_KIND=1 cargo test -p pgvs3-e2e --test e2e -- --ignored kind_fleet:: --test-threads 1
 //! ```
 
 use std::process::{Child, Command, Stdio};

@@ -2,8 +2,7 @@
 //! accepted, its verification passes, nothing errors, and what it claims to have done is what
 //! the gateway saw. (A smoke, not a measurement: no performance is asserted.)
 
-#[path = "../../gateway/tests/common/mod.rs"]
-mod common;
+use pgvs3_testkit as common;
 
 use std::sync::Arc;
 use std::time::Duration;

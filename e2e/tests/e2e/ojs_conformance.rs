@@ -3,8 +3,7 @@
 //! `EXPECTED_FAILURES`, and the test fails when that list is not exact, so both progress and
 //! regressions show. Cases that wait for cron ticks run as a separate test.
 
-#[path = "../../gateway/tests/common/mod.rs"]
-mod common;
+use pgvs3_testkit as common;
 
 use pgvs3_e2e::ojs_conformance::{Case, Outcome, Runner, load_cases, suites_dir, tally};
 

@@ -3,8 +3,8 @@
 //! HTTP receiver on 127.0.0.1: signed, filtered, owed only by what commits, kept through a
 //! receiver outage, dead-lettered after the last attempt and retried on request.
 
-mod common;
-mod receiver;
+use pgvs3_testkit as common;
+use pgvs3_testkit::receiver;
 
 use std::collections::HashSet;
 use std::time::Duration;

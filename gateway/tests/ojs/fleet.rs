@@ -2,7 +2,7 @@
 //! bounded line waiting, then 429 `rate_limited` with Retry-After; probes never wait), and a
 //! standby gateway that stops serving reads while its replay lags too far behind.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! they are read or parsed, and values PostgreSQL cannot store (NUL, out-of-range times) get a
 //! 400 OJS error object, never a 5xx.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -2,7 +2,7 @@
 //! 16 concurrent workers, fencing of stale workers, durability across a restart, read-only mode,
 //! size limits and the bearer token.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

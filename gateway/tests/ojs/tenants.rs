@@ -3,7 +3,7 @@
 //! jobs, a tenant token acts as its tenant only (and on the job routes only), and the claim stays
 //! one index range scan.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::collections::HashSet;
 

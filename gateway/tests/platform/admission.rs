@@ -1,7 +1,7 @@
 //! S3 admission control: a bounded number active, a bounded queue that waits up to a deadline,
 //! then 503 SlowDown with Retry-After; health stays reachable while data traffic is saturated.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::time::{Duration, SystemTime};
 

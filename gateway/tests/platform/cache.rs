@@ -4,7 +4,7 @@
 //! notifications of a cache bucket's writes. Origin requests are counted from the origin's own
 //! metrics.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::time::Duration;
 

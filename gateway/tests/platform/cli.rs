@@ -1,7 +1,7 @@
 //! The `pgvs3` binary as a user runs it: the embedded default, admin commands next to a running
 //! server, health and metrics endpoints, signals, and a clear error without PostgreSQL.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

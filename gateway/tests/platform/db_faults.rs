@@ -3,7 +3,7 @@
 //! cut off by the network. Each is ridden out without restarting the gateway: requests fail
 //! fast meanwhile, /readyz tells, and everything serves again afterwards.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::time::{Duration, Instant};
 
@@ -291,12 +291,7 @@ async fn shared_cluster_tcp() -> (u16, String, String) {
             .to_owned()
     };
     let port: u16 = field("port").parse().unwrap();
-    let data_dir = std::env::temp_dir().join(format!(
-        "pgvs3-test-{}-{}",
-        std::process::id(),
-        env!("CARGO_CRATE_NAME")
-    ));
-    (port, password_of(&data_dir), field("dbname"))
+    (port, password_of(&common::shared_cluster_dir()), field("dbname"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

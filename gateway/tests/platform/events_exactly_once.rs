@@ -5,7 +5,7 @@
 //! order read from PostgreSQL's WAL), multipart uploads (one job, at completion), and the jobs
 //! seen by a worker on another gateway and by a gateway on a hot standby after replay.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::process::Stdio;
 use std::time::{Duration, SystemTime};

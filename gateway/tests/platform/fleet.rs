@@ -2,7 +2,7 @@
 //! writes with S3's AccessDenied, reports its role, and accepts writes after a promotion
 //! without a restart.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::time::Duration;
 

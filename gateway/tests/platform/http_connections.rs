@@ -2,7 +2,7 @@
 //! closed, connections beyond a listener's cap are answered at once and cost nothing, and the
 //! admin port keeps answering while a data port is flooded.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -9,7 +9,7 @@
 //! on an origin gateway read by DuckDB's iceberg extension directly and through a cache bucket,
 //! warm reads without an origin request, appends written through.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! they change, an upgraded database ending with the same functions as a fresh one, and the
 //! committed `gateway/schema.sql` matching what a fresh migration produces.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::collections::BTreeMap;
 

@@ -4,7 +4,7 @@
 //! rotated on disk, the handshake inside the first-request deadline, a plaintext twin; and the
 //! gateway's PostgreSQL connections in each sslmode against a server with ssl=on.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::sync::Arc;
 use std::time::Duration;

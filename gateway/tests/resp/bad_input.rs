@@ -2,7 +2,7 @@
 //! the connection closes; bad arguments get Redis's texts and the connection stays usable;
 //! idle and total client limits hold.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! The bit commands and LCS on string values, over the wire, with Redis's replies and errors.
 
-mod common;
+use pgvs3_testkit as common;
 
 use common::TestGateway;
 use common::resp::{RawResp, Value};

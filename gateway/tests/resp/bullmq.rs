@@ -9,8 +9,8 @@
 //! Without node or the installed packages the test says "not run" and passes, unless
 //! PGVS3_REQUIRE_NODE is set (CI sets it), as the browser tier does.
 
-mod common;
-mod redis_rs;
+use crate::redis_rs;
+use pgvs3_testkit as common;
 
 use std::path::PathBuf;
 

@@ -5,7 +5,7 @@
 //! hash and sorted set), a task that retries itself and one that fails; results come back
 //! through Celery's own API.
 
-mod common;
+use pgvs3_testkit as common;
 
 use common::TestGateway;
 

@@ -1,8 +1,8 @@
 //! RESP: redis-rs and a raw client against a gateway on a real PostgreSQL. Every command of the
 //! table, RESP3, expiry, S3 cross-visibility, concurrency, pipelines and transactions.
 
-mod common;
-mod redis_rs;
+use crate::redis_rs;
+use pgvs3_testkit as common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -2,7 +2,7 @@
 //! limits (before and after AUTH), a huge request dribbled in small writes, expiries and other
 //! numbers at the edge of i64, and connections that never speak or never AUTH.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! ones too), pattern subscriptions, PUBSUB introspection, a slow subscriber cut off, and the
 //! typed-keyspace fast path for strings staying correct across gateways.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::time::Duration;
 

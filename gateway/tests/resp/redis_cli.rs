@@ -1,7 +1,7 @@
 //! The real `redis-cli` (Debian's redis-tools) against the gateway: one-shot commands,
 //! commands read from stdin, RESP3, `--scan`, and `--pipe` mass insert.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::process::Stdio;
 

@@ -1,15 +1,13 @@
-//! redis-rs calls the RESP test binaries share: a connection to a gateway's RESP endpoint, a
-//! command from its words, its reply, and its error as Redis writes it. (Kept out of `common`,
-//! which other crates include without depending on redis-rs.)
-
-#![allow(dead_code)] // each test binary uses a different part
+//! redis-rs calls the RESP test modules share: a connection to a gateway's RESP endpoint, a
+//! command from its words, its reply, and its error as Redis writes it. (Kept out of
+//! pgvs3-testkit, which would otherwise depend on redis-rs.)
 
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 
-use crate::common::TestGateway;
-use crate::common::resp::{RawResp, Value};
+use pgvs3_testkit::TestGateway;
+use pgvs3_testkit::resp::{RawResp, Value};
 
 /// A redis-rs client for the gateway's RESP endpoint; `query` like `?protocol=resp3`, or empty.
 pub fn client(gateway: &TestGateway, query: &str) -> redis::Client {
@@ -55,7 +53,7 @@ pub async fn woken_by_xadd(
     stream: &str,
 ) -> (Vec<String>, String) {
     let request: Vec<&[u8]> = request.iter().map(|arg| arg.as_bytes()).collect();
-    blocked.send(&crate::common::resp::encode(&request)).await;
+    blocked.send(&pgvs3_testkit::resp::encode(&request)).await;
     let mut added = Vec::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let woken = loop {
@@ -88,7 +86,7 @@ pub async fn woken_by_xadd(
 /// Two gateways on one fresh database whose blocked clients are woken only by NOTIFY
 /// (`--resp-block-poll` at 60 s), for [`woken_by_xadd`].
 pub async fn gateways_woken_by_notify() -> (TestGateway, TestGateway) {
-    let url = crate::common::fresh_database().await;
+    let url = pgvs3_testkit::fresh_database().await;
     let args = ["--resp-addr", "127.0.0.1:0", "--resp-block-poll", "60s"];
     let first = TestGateway::with_args(url.clone(), &args).await;
     (first, TestGateway::with_args(url, &args).await)

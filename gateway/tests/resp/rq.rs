@@ -5,7 +5,7 @@
 //! `XREVRANGE`, `XLEN`, `XREAD`). `Queue.empty()` runs rq's Lua script (`EVALSHA`, then `EVAL`
 //! on NOSCRIPT), which pops every job id and deletes job hashes its KEYS do not declare.
 
-mod common;
+use pgvs3_testkit as common;
 
 use common::TestGateway;
 

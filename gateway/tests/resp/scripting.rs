@@ -2,8 +2,8 @@
 //! client: the conversions both ways, Redis's error texts, atomicity, the bounds against
 //! hostile scripts, typed keys from Lua, and the scripts client libraries run.
 
-mod common;
-mod redis_rs;
+use crate::redis_rs;
+use pgvs3_testkit as common;
 
 use std::process::Stdio;
 

@@ -3,7 +3,7 @@
 //! sections, CLIENT LIST's fields, CLIENT KILL and CLIENT REPLY, and EXPIRE's combined options,
 //! each answered as Redis 7 answers it.
 
-mod common;
+use pgvs3_testkit as common;
 
 use common::TestGateway;
 use common::resp::{RawResp, Value, encode};

@@ -3,8 +3,8 @@
 //! CONSUMERS answer as Redis 7 does, with its error texts, and the keyspace commands,
 //! transactions and WATCH cover groups as they cover the stream.
 
-mod common;
-mod redis_rs;
+use crate::redis_rs;
+use pgvs3_testkit as common;
 
 use common::TestGateway;
 use common::resp::{RawResp, Value};

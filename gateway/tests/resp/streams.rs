@@ -2,8 +2,8 @@
 //! woken across gateways), XDEL, XTRIM and XINFO answer as Redis 7 does, with its error texts,
 //! and the keyspace commands, expiry, WATCH and pipelines cover streams as the other types.
 
-mod common;
-mod redis_rs;
+use crate::redis_rs;
+use pgvs3_testkit as common;
 
 use std::time::Duration;
 

@@ -1,8 +1,8 @@
 //! RESP's typed keys over the wire with redis-rs: hashes (and the keyspace they share with
 //! strings), with Redis's replies and error texts, expiry, WATCH, pipelines and the S3 view.
 
-mod common;
-mod redis_rs;
+use crate::redis_rs;
+use pgvs3_testkit as common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! another key, to every signed key and to everyone, object writers owning what they write, a
 //! policy's Deny over an ACL grant, and the public access block's two ACL settings.
 
-mod common;
+use pgvs3_testkit as common;
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};

@@ -1,6 +1,6 @@
 //! Bad input gets the error S3 returns, and loses nothing: no partial object is ever visible.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::time::{Duration, SystemTime};
 

@@ -4,7 +4,7 @@
 //! polars (Parquet over S3), each verified byte for byte or by content. `scripts/test` (the
 //! README's test command) installs them from PyPI into a cached venv when they are missing.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::path::Path;
 

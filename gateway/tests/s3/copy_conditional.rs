@@ -2,7 +2,7 @@
 //! answers them), create-only and compare-and-swap writes under concurrency, and server-side
 //! copies of every body shape.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};

@@ -1,7 +1,7 @@
 //! The S3 object core through aws-sdk-s3: buckets, objects of every size class, ranges,
 //! metadata, listing, batch deletes, checksums, ownership, and a gateway restart.
 
-mod common;
+use pgvs3_testkit as common;
 
 use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumMode, Delete, ObjectIdentifier};
 use common::s3::{head_object, http_status, put_object, put_request};

@@ -5,7 +5,7 @@
 //! browser test says "browser tier not run" and passes, unless PGVS3_REQUIRE_BROWSER=1 (what a
 //! CI that installs chromium sets) makes that a failure.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! source's end, empty `delimiter` and `continuation-token` parameters, and the tag count on
 //! HEAD. Each as AWS S3 documents it.
 
-mod common;
+use pgvs3_testkit as common;
 
 use aws_sdk_s3::primitives::ByteStream;
 use common::TestGateway;

@@ -3,7 +3,7 @@
 //! and as a bucket's default (Put/Get/DeleteBucketEncryption), SSE-KMS refused — and in every
 //! case the bytes PostgreSQL holds are not the plaintext.
 
-mod common;
+use pgvs3_testkit as common;
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;

@@ -3,7 +3,7 @@
 //! with an explicit Deny winning, and never grants beyond what the key had (another key's
 //! bucket stays closed). Detached, the key is an owner again.
 
-mod common;
+use pgvs3_testkit as common;
 
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::types::{Delete, ObjectCannedAcl, ObjectIdentifier, ObjectOwnership};

@@ -5,7 +5,7 @@
 //! delete markers go, incomplete uploads are aborted, and object lock protects what it locks.
 //! Objects are aged by moving their timestamps back in the database: lifecycle counts days.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::time::{Duration, SystemTime};
 

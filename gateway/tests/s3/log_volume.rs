@@ -1,7 +1,7 @@
 //! A client cannot fill the gateway's log: refused requests and malformed bodies, the client's
 //! faults, log nothing at the default level (the binary as it runs, its stderr read whole).
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::process::Stdio;
 use std::time::{Duration, SystemTime};

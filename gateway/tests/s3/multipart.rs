@@ -1,7 +1,7 @@
 //! Multipart uploads through aws-sdk-s3: completion, exact reads across part boundaries,
 //! reads by part number, validation errors, listing, abort, and the reaping of parts.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::time::Duration;
 

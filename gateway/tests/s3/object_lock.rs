@@ -4,7 +4,7 @@
 //! by no reaper pass, a GOVERNANCE retention only with the bypass header, a COMPLIANCE one never
 //! shortened; delete markers still work; errors as S3 answers them.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::time::{Duration, SystemTime};
 

@@ -4,7 +4,7 @@
 //! tag binds a key the policy otherwise allows, and requests acting on no existing object
 //! (PutObject) see the key absent.
 
-mod common;
+use pgvs3_testkit as common;
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;

@@ -4,7 +4,7 @@
 //! (which cannot lock it out of the policy itself), anonymous access to a public bucket and
 //! its refusals (AccessDenied, NoSuchBucket), and the condition keys.
 
-mod common;
+use pgvs3_testkit as common;
 
 use aws_sdk_s3::Client;
 use common::TestGateway;

@@ -4,7 +4,7 @@
 //! form bounded before s3s reads it (Content-Length required, the size limit, the buffer
 //! budget), unsigned forms to a private bucket refused.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::time::Duration;
 

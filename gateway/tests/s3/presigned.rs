@@ -1,7 +1,7 @@
 //! Presigned URLs (query-string SigV4) made by aws-sdk-s3's presigner and sent as plain HTTP:
 //! PUT, GET, HEAD and DELETE work within their expiry; expired or tampered URLs are refused.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::time::{Duration, SystemTime};
 

@@ -3,7 +3,7 @@
 //! leaves nothing behind; deletes and shrinking overwrites always go through; the usage the
 //! catalog keeps matches the objects; concurrent writers cannot overshoot.
 
-mod common;
+use pgvs3_testkit as common;
 
 use aws_sdk_s3::Client;
 use common::s3::{completion, copy_request, put_request, refusal, start_upload, upload_part};

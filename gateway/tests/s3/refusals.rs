@@ -2,7 +2,7 @@
 //! where a bucket has none, ACLs where the bucket disables them, storage classes, website redirects, MFA delete, other regions, and
 //! every S3 operation it does not implement. A refused write stores nothing.
 
-mod common;
+use pgvs3_testkit as common;
 
 use common::TestGateway;
 use common::raw::RawResponse;

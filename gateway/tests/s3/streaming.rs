@@ -2,7 +2,7 @@
 //! (aws-chunked, trailing checksums, no Content-Length, Expect: 100-continue); readers racing
 //! an overwrite see one whole version; retired bodies are reaped.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::time::{Duration, SystemTime};
 

@@ -2,7 +2,7 @@
 //! and GetBucketVersioning on an unversioned bucket, ACL getters, GetObjectAttributes, and
 //! S3's NotImplemented for what the gateway does not do.
 
-mod common;
+use pgvs3_testkit as common;
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::types::{ObjectAttributes, Permission, Tag, Tagging};

@@ -6,7 +6,7 @@
 //! and delete markers S3 sees, under the bucket's default retention. Concurrent overwrites of a
 //! key number their versions in the order they commit.
 
-mod common;
+use pgvs3_testkit as common;
 
 use std::time::Duration;
 

@@ -5,9 +5,8 @@
 //!
 //! One control plane and one operator serve every scenario; each scenario has its namespace.
 
-#[path = "../../gateway/tests/common/mod.rs"]
-mod common;
-mod control_plane;
+use crate::control_plane;
+use pgvs3_testkit as common;
 
 use std::time::Duration;
 
@@ -99,7 +98,7 @@ async fn tier() {
 
 /// The Bucket fields that map onto the gateway's features (notifications, a key limited to
 /// prefixes, a DuckLake's ATTACH string), on a control plane of their own so they can be run
-/// alone: `cargo test -p pgvs3-operator --test apiserver -- --ignored bucket_gateway_features`.
+/// alone: `cargo test -p pgvs3-operator --test operator -- --ignored bucket_gateway_features`.
 #[test]
 #[ignore = "the real-apiserver tier: needs PGVS3_KUBE_ASSETS (.ci/apiserver-tier.sh)"]
 fn bucket_gateway_features() {
@@ -376,7 +375,7 @@ async fn requests_in_the_audit_log(plane: std::sync::Arc<ControlPlane>) {
     }
 
     // A Bucket gets its finalizer by patch (no gateway migrated this database's catalog, so it
-    // goes no further; removing the finalizer is asserted in tests/bucket.rs).
+    // goes no further; removing the finalizer is asserted in bucket.rs).
     let buckets: Api<Bucket> = Api::namespaced(client.clone(), ns);
     apply(
         &buckets,

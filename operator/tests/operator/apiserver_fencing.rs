@@ -4,7 +4,7 @@
 //! sampled moment may both processes lead. Its own control plane: the outage would disturb the
 //! other scenarios. Ignored without `PGVS3_KUBE_ASSETS` (`.ci/apiserver-tier.sh` runs it).
 
-mod control_plane;
+use crate::control_plane;
 
 use std::time::Duration;
 

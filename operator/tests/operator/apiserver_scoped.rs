@@ -3,12 +3,11 @@
 //! `PGVS3_OPERATOR_WATCH_NAMESPACE`, as the chart's ServiceAccount. It provisions a pool and a
 //! Bucket there (the keys used against a gateway), leaves another namespace alone, and asks the
 //! API server for nothing outside its namespace and its Lease's. Its own control plane: the
-//! cluster-wide operator of tests/apiserver.rs would reconcile the namespace too. Ignored
+//! cluster-wide operator of apiserver.rs would reconcile the namespace too. Ignored
 //! without `PGVS3_KUBE_ASSETS` (`.ci/apiserver-tier.sh` runs it).
 
-#[path = "../../gateway/tests/common/mod.rs"]
-mod common;
-mod control_plane;
+use crate::control_plane;
+use pgvs3_testkit as common;
 
 use std::time::Duration;
 

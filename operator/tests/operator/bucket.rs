@@ -2,9 +2,8 @@
 //! against a real PostgreSQL and a real gateway (the gateway tests' own harness), driven with
 //! aws-sdk-s3 using the credentials the operator wrote.
 
-#[path = "../../gateway/tests/common/mod.rs"]
-mod common;
-mod mock;
+use crate::mock;
+use pgvs3_testkit as common;
 
 use std::sync::Arc;
 use std::time::Duration;

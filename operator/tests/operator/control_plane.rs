@@ -2,8 +2,6 @@
 //! scripts and binaries in `PGVS3_KUBE_ASSETS`, the generated CRDs and the chart's RBAC, the
 //! `pgvs3-operator` binary run as the chart's ServiceAccount, and `pgvs3` gateway processes.
 
-#![allow(dead_code)] // each test binary uses a different part of the harness
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! GatewayPool reconciles against the fake API server: create, configuration and Secret
 //! changes rolling pods, a missing database Service, readiness, and failures with backoff.
 
-mod mock;
+use crate::mock;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! Golden manifests: `render` of the documented examples must match `tests/golden/` exactly,
 //! and the committed CRDs must match what the types generate. `UPDATE_GOLDEN=1 cargo test -p
-//! pgvs3-operator --test golden` rewrites the goldens (review the diff before committing).
+//! pgvs3-operator --test operator golden` rewrites the goldens (review the diff before committing).
 
 use std::path::{Path, PathBuf};
 

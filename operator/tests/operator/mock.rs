@@ -3,8 +3,6 @@
 //! the operator's reconcilers, its controllers and its lease, with every request recorded and
 //! faults injectable. Watches stream every later change of a matching object.
 
-#![allow(dead_code)] // each test binary uses a different part of the fake
-
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};

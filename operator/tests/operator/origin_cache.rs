@@ -2,9 +2,8 @@
 //! against a real PostgreSQL, with a real cache gateway serving the row the operator wrote and a
 //! real origin (another gateway on its own database).
 
-#[path = "../../gateway/tests/common/mod.rs"]
-mod common;
-mod mock;
+use crate::mock;
+use pgvs3_testkit as common;
 
 use std::sync::Arc;
 use std::time::Duration;

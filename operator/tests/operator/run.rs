@@ -3,7 +3,7 @@
 //! loses its Lease exiting, the health and metrics endpoints, and graceful shutdown releasing
 //! the Lease.
 
-mod mock;
+use crate::mock;
 
 use std::time::Duration;
 
@@ -155,7 +155,7 @@ async fn the_leader_watches_its_kinds_reconciles_on_events_and_releases_its_leas
         eventually(collection, async || fake.watched(collection)).await;
     }
     // The pool is reconciled by the controller, not by the test. (A referenced Secret's change
-    // reconciling its pool is tests/apiserver.rs's: this fake ignores label selectors.)
+    // reconciling its pool is apiserver.rs's: this fake ignores label selectors.)
     eventually("the pool's Deployment", async || fake.get(DEPLOYMENT).is_some()).await;
 
     // An owned child is deleted: the owner is reconciled and the child comes back.
@@ -337,7 +337,7 @@ fn chart_rules() -> Vec<Permission> {
 /// Grants no request in the scenario below makes, each for a reason outside the requests:
 /// under `OwnerReferencesPermissionEnforcement`, setting an owner reference with
 /// `blockOwnerDeletion` needs `update` on the owner's finalizers and changing an existing
-/// child's references needs `delete` on the child (tests/apiserver.rs re-adopts orphans with
+/// child's references needs `delete` on the child (apiserver.rs re-adopts orphans with
 /// that plugin on); kube's event recorder patches an Event that repeats.
 const GRANTED_BEYOND_REQUESTS: [(&str, &str, &str); 10] = [
     ("pgvs3.io", "gatewaypools/finalizers", "update"),
