@@ -319,7 +319,16 @@ async fn a_due_cron_tick_fires_once_across_three_gateways() {
     first.stop().await;
 }
 
-impl Ojs {
+/// The worker and workflow calls these tests make, on the kit's client (a trait of this module:
+/// `Ojs` is pgvs3-testkit's).
+trait QueueCalls {
+    async fn ack(&self, job: &Value, result: Value) -> Value;
+    async fn fail(&self, job: &Value) -> Value;
+    async fn create_workflow(&self, definition: Value) -> Value;
+    async fn workflow(&self, id: &Value) -> Value;
+}
+
+impl QueueCalls for Ojs {
     async fn ack(&self, job: &Value, result: Value) -> Value {
         let (status, body) = self
             .post(

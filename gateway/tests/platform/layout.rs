@@ -10,31 +10,43 @@ use pgvs3_gateway::pg::migrate;
 
 /// Migrations 0001–0010 as the layout-v10 gateway ran them (before function files existed).
 const LAYOUT_V10: &[(i32, &str, &str)] = &[
-    (1, "layout_v1", include_str!("../migrations/0001_layout_v1.sql")),
-    (2, "multipart", include_str!("../migrations/0002_multipart.sql")),
-    (3, "ojs", include_str!("../migrations/0003_ojs.sql")),
-    (4, "origin_cache", include_str!("../migrations/0004_origin_cache.sql")),
-    (5, "ojs_workflows", include_str!("../migrations/0005_ojs_workflows.sql")),
+    (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
+    (2, "multipart", include_str!("../../migrations/0002_multipart.sql")),
+    (3, "ojs", include_str!("../../migrations/0003_ojs.sql")),
+    (
+        4,
+        "origin_cache",
+        include_str!("../../migrations/0004_origin_cache.sql"),
+    ),
+    (
+        5,
+        "ojs_workflows",
+        include_str!("../../migrations/0005_ojs_workflows.sql"),
+    ),
     (
         6,
         "ojs_inline_timestamps",
-        include_str!("../migrations/0006_ojs_inline_timestamps.sql"),
+        include_str!("../../migrations/0006_ojs_inline_timestamps.sql"),
     ),
-    (7, "bucket_quotas", include_str!("../migrations/0007_bucket_quotas.sql")),
+    (
+        7,
+        "bucket_quotas",
+        include_str!("../../migrations/0007_bucket_quotas.sql"),
+    ),
     (
         8,
         "ojs_events_nested_workflows",
-        include_str!("../migrations/0008_ojs_events_nested_workflows.sql"),
+        include_str!("../../migrations/0008_ojs_events_nested_workflows.sql"),
     ),
     (
         9,
         "cache_range_lru",
-        include_str!("../migrations/0009_cache_range_lru.sql"),
+        include_str!("../../migrations/0009_cache_range_lru.sql"),
     ),
     (
         10,
         "cache_keep_uploaded_bodies",
-        include_str!("../migrations/0010_cache_keep_uploaded_bodies.sql"),
+        include_str!("../../migrations/0010_cache_keep_uploaded_bodies.sql"),
     ),
 ];
 

@@ -585,7 +585,7 @@ async fn a_layout_v1_database_upgrades_to_multipart() {
     )
     .await
     .unwrap();
-    sql.batch_execute(include_str!("../migrations/0001_layout_v1.sql"))
+    sql.batch_execute(include_str!("../../migrations/0001_layout_v1.sql"))
         .await
         .unwrap();
     sql.batch_execute(

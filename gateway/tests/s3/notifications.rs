@@ -663,7 +663,7 @@ async fn pubsub_channel_targets_reach_subscribers_of_every_gateway_once_per_comm
 /// from the page): one uploaded CSV becomes one Parquet file and one acknowledged job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_worked_example_converts_each_uploaded_csv_to_parquet() {
-    let page = include_str!("../../docs/events.md");
+    let page = include_str!("../../../docs/events.md");
     let start = page
         .find("```python\n# worker.py")
         .expect("the worked example's worker")
