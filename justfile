@@ -58,7 +58,7 @@ crds:
 
 # Regenerate gateway/schema.sql (the whole layout, pg_dump of a freshly migrated database).
 schema:
-    PGVS3_WRITE_SCHEMA=1 cargo test -q --locked -p pgvs3-gateway --test layout -- schema_sql_is_current
+    PGVS3_WRITE_SCHEMA=1 cargo test -q --locked -p pgvs3-gateway --test platform -- layout::schema_sql_is_current
 
 # Re-pin the function files (gateway/migrations/functions.pin) after adding the numbered
 # migration a function change needs; it refuses to re-pin without one.
@@ -77,7 +77,7 @@ chart:
 # The kind end-to-end suite (needs docker, kind, kubectl, helm): cluster up, then the tests.
 e2e-kind:
     kind/up.sh
-    PGVS3_E2E_KIND=1 cargo test -p pgvs3-e2e --test kind_fleet -- --ignored --test-threads 1
+    PGVS3_E2E_KIND=1 cargo test -p pgvs3-e2e --test e2e -- --ignored kind_fleet:: --test-threads 1
 
 # OJS vs the raw SKIP LOCKED claim: enqueue, batch enqueue, fetch+ack at 1 and 16 workers.
 bench-ojs *ARGS:

@@ -2,7 +2,7 @@
 # The operator's real-apiserver tier (operator/tests/apiserver*.rs): etcd + kube-apiserver +
 # kube-controller-manager from ../shared/kube, the operator process as the chart's
 # ServiceAccount, a real PostgreSQL and real gateway processes; and the chart as helm renders
-# it (operator/tests/chart.rs). A few minutes.
+# it (operator/tests/operator/chart.rs). A few minutes.
 #   env: PGVS3_KUBE_SOURCE (default /work/shared/kube), PGVS3_KUBE_ASSETS (default ~/.cache/pgvs3-kube)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,8 +22,9 @@ command -v kubectl >/dev/null || { echo "the tier needs kubectl on PATH" >&2; ex
 helm="${PGVS3_HELM:-$HOME/.cache/pgvs3-tools/helm}"
 [ -x "$helm" ] || { echo "the tier needs helm at $helm (.ci/run installs it) or PGVS3_HELM" >&2; exit 1; }
 
-# The gateway binary the tier runs as a process, then the tier itself (its tests are ignored
-# unless asked for: without PGVS3_KUBE_ASSETS they report themselves as not run).
-cargo build -q --locked -p pgvs3-gateway --bin pgvs3
+# The tier is the ignored tests of the operator's test binary (without PGVS3_KUBE_ASSETS they
+# report themselves as not run); it also runs the gateway binary as a process. Both are built by
+# `cargo test --workspace` (nothing to build after CI's build): with `-p pgvs3-operator` cargo
+# would unify features differently and rebuild much of the tree.
 PGVS3_KUBE_ASSETS="$assets" PGVS3_HELM="$helm" timeout 900 \
-    cargo test -q --locked -p pgvs3-operator --test apiserver --test apiserver_fencing --test apiserver_scoped --test chart -- --ignored --test-threads=2
+    cargo test -q --locked --workspace --test operator -- --ignored --test-threads=2

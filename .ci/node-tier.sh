@@ -37,10 +37,9 @@ export NODE_TIER_T0; NODE_TIER_T0=$(ms); TS=$NODE_TIER_T0
 quiet() { local log; log=$(mktemp); "$@" >"$log" 2>&1 || { local rc=$?; cat "$log" >&2; rm -f "$log"; return "$rc"; }; rm -f "$log"; }
 step() { local now; now=$(ms); printf '[node-tier %6.1fs] %-58s %5.1fs\n' "$(( now - NODE_TIER_T0 ))e-3" "$*" "$(( now - TS ))e-3"; TS=$now; }
 
-# The same two builds as .ci/run and .ci/apiserver-tier.sh (no-ops there): one `cargo build` of
-# both packages would unify their features differently and rebuild much of the dependency tree.
-cargo build -q --locked -p pgvs3-gateway --bin pgvs3
-cargo build -q --locked -p pgvs3-operator --bin pgvs3-operator
+# The binaries `cargo test --workspace` builds (a no-op after .ci/run's build): a `cargo build -p`
+# of either package would unify features differently and rebuild much of the dependency tree.
+cargo test -q --locked --workspace --no-run
 gateway="$CARGO_TARGET_DIR/debug/pgvs3" operator="$CARGO_TARGET_DIR/debug/pgvs3-operator"
 kube=$("$source_dir/unpack.sh" "$assets")
 step "binaries built, kube binaries unpacked"

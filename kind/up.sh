@@ -3,7 +3,7 @@
 # gateway and operator images, PostgreSQL (CloudNativePG when its CRD is present, else the plain
 # primary + standby in kind/postgres.yaml), the operator chart, and a Primary and a Standby pool.
 #
-# Needs docker, kind, kubectl and helm. Then: PGVS3_E2E_KIND=1 cargo test -p pgvs3-e2e --test kind_fleet -- --ignored
+# Needs docker, kind, kubectl and helm. Then: PGVS3_E2E_KIND=1 cargo test -p pgvs3-e2e --test e2e -- --ignored kind_fleet::
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

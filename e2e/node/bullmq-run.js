@@ -1,5 +1,5 @@
 // BullMQ (npm `bullmq`, pinned in package.json) runs a queue over pgvs3's RESP port; driven by
-// gateway/tests/resp_bullmq.rs, which reads the JSON report this prints on stdout.
+// gateway/tests/resp/bullmq.rs, which reads the JSON report this prints on stdout.
 // Usage: node bullmq-run.js redis://host:port/0 <jobs>
 'use strict';
 const { FlowProducer, Queue, Worker, QueueEvents } = require('bullmq');

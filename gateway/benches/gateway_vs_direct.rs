@@ -7,8 +7,7 @@
 //! runs a fixed number of operations on one side: the difference between two runs with different
 //! N cancels the start-up and fixtures.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use pgvs3_testkit as common;
 
 use common::raw;
 

@@ -3,7 +3,7 @@
 //! object's history checked against its sequential model (docs/history-checker.md). A failure
 //! prints the seed and a minimal failing history; `PGVS3_HISTORY_SEED` replays it.
 
-mod common;
+use pgvs3_testkit as common;
 
 mod history {
     mod cases;

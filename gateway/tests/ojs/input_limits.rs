@@ -1,0 +1,362 @@
+//! Hostile input on the OJS endpoint: oversized bodies are refused while they stream in, before
+//! they are read or parsed, and values PostgreSQL cannot store (NUL, out-of-range times) get a
+//! 400 OJS error object, never a 5xx.
+
+use pgvs3_testkit as common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::TestGateway;
+use common::ojs::Ojs;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const SIXTY_MIB: u64 = 60 << 20;
+const DEFAULT_LIMIT: u64 = 4 << 20;
+
+/// This process's resident set (the gateway runs in it), in bytes.
+fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/self/status");
+    kib << 10
+}
+
+/// Reads one response (head and its Content-Length body) without waiting for the connection to
+/// close: the server may close it with the rest of the request unread.
+async fn read_one_response(read: &mut tokio::net::tcp::OwnedReadHalf) -> (u16, Value) {
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .expect("the response has a Content-Length");
+            if raw.len() >= end + 4 + length {
+                let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap();
+                let body = serde_json::from_slice(&raw[end + 4..end + 4 + length]).unwrap();
+                return (status, body);
+            }
+        }
+        let n = read.read(&mut buf).await.expect("the response arrives before a reset");
+        assert!(n > 0, "the connection closed before a whole response: {raw:?}");
+        raw.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// Sends a 60 MiB enqueue (declared by Content-Length, or chunked) and returns the answer and
+/// how many body bytes had been sent when it arrived.
+async fn send_huge_enqueue(gateway: &TestGateway, chunked: bool) -> (u16, Value, u64) {
+    let stream = TcpStream::connect(gateway.gateway.ojs_addr.unwrap()).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    let framing = if chunked {
+        "transfer-encoding: chunked".to_string()
+    } else {
+        format!("content-length: {SIXTY_MIB}")
+    };
+    let head = format!(
+        "POST /ojs/v1/jobs HTTP/1.1\r\nhost: ojs\r\ncontent-type: application/openjobspec+json\r\n{framing}\r\n\r\n"
+    );
+    write.write_all(head.as_bytes()).await.unwrap();
+    let sent = Arc::new(AtomicU64::new(0));
+    let counter = Arc::clone(&sent);
+    let writer = tokio::spawn(async move {
+        // One big string argument: `{"type":"big.task","args":["xxxx...`, never finished.
+        let opening = br#"{"type":"big.task","args":[""#;
+        let mut chunk = vec![b'x'; 64 << 10];
+        chunk[..opening.len()].copy_from_slice(opening);
+        while counter.load(Ordering::Relaxed) < SIXTY_MIB {
+            let framed = if chunked {
+                let mut framed = format!("{:x}\r\n", chunk.len()).into_bytes();
+                framed.extend_from_slice(&chunk);
+                framed.extend_from_slice(b"\r\n");
+                framed
+            } else {
+                chunk.clone()
+            };
+            if write.write_all(&framed).await.is_err() {
+                return;
+            }
+            counter.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            chunk[..opening.len()].fill(b'x');
+        }
+    });
+    let (status, body) = tokio::time::timeout(Duration::from_secs(30), read_one_response(&mut read))
+        .await
+        .expect("an answer within 30 s");
+    let sent_when_answered = sent.load(Ordering::Relaxed);
+    drop(read);
+    tokio::time::timeout(Duration::from_secs(30), writer)
+        .await
+        .expect("the writer stops once the gateway stops reading")
+        .unwrap();
+    (status, body, sent_when_answered)
+}
+
+fn assert_too_large(status: u16, body: &Value, limit: u64) {
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_payload", "{body}");
+    assert_eq!(body["error"]["retryable"], false, "{body}");
+    assert_eq!(body["error"]["details"]["max_body_bytes"], limit, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sixty_mib_enqueue_is_refused_before_it_is_read() {
+    let gateway = TestGateway::start().await;
+    let before = rss();
+    for chunked in [false, true] {
+        let (status, body, sent) = send_huge_enqueue(&gateway, chunked).await;
+        assert_too_large(status, &body, DEFAULT_LIMIT);
+        // The answer came while the client was still sending: the gateway read at most its
+        // limit (plus what socket buffers hold), not the 60 MiB.
+        assert!(
+            sent < SIXTY_MIB / 2,
+            "chunked={chunked}: {sent} bytes had been sent when the refusal arrived"
+        );
+    }
+    let grown = rss().saturating_sub(before);
+    assert!(
+        grown < 32 << 20,
+        "the gateway grew by {grown} bytes refusing two 60 MiB bodies"
+    );
+    // The endpoint still serves.
+    let ojs = Ojs::of(&gateway);
+    let (status, body) = ojs
+        .post("/ojs/v1/jobs", json!({ "type": "small.task", "args": [1] }))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn the_body_limit_is_a_flag_and_covers_meta_and_batches() {
+    let gateway = TestGateway::with_args(
+        common::fresh_database().await,
+        &["--ojs-max-body-bytes", "100KiB", "--ojs-max-args-bytes", "1024"],
+    )
+    .await;
+    let ojs = Ojs::of(&gateway);
+    let limit = 100 << 10;
+    // `meta` is bounded by the body limit (args have their own, smaller one).
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "a.b", "args": [], "meta": { "note": "m".repeat(limit as usize) } }),
+        )
+        .await;
+    assert_too_large(status, &body, limit);
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "a.b", "args": [], "unknown": "u".repeat(limit as usize) }),
+        )
+        .await;
+    assert_too_large(status, &body, limit);
+    // A batch shares one body: 200 jobs of 512-byte args fit, 400 do not.
+    let batch = |n: usize| {
+        let jobs: Vec<Value> = (0..n)
+            .map(|i| json!({ "type": "a.b", "args": [i, "p".repeat(500)] }))
+            .collect();
+        json!({ "jobs": jobs })
+    };
+    let (status, body) = ojs.post("/ojs/v1/jobs/batch", batch(150)).await;
+    assert_eq!((status, body["count"].as_u64()), (201, Some(150)), "{body}");
+    let (status, body) = ojs.post("/ojs/v1/jobs/batch", batch(400)).await;
+    assert_too_large(status, &body, limit);
+    gateway.stop().await;
+}
+
+/// Every answer here is a 400 (or 404) with an OJS error object: nothing the client sends may
+/// reach PostgreSQL and come back as "the job store is unavailable".
+fn assert_client_error(what: &str, status: u16, body: &Value) {
+    assert!((400..500).contains(&status), "{what}: {status} {body}");
+    let error = &body["error"];
+    assert!(
+        error["code"].is_string() && error["message"].is_string() && error["retryable"] == false,
+        "{what}: not an OJS error object: {body}"
+    );
+}
+
+#[tokio::test]
+async fn values_postgresql_cannot_store_get_400s() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    let nul = "a\u{0}b";
+    let jobs = [
+        ("NUL in args", json!({ "type": "a.b", "args": [nul] })),
+        (
+            "NUL in a nested arg",
+            json!({ "type": "a.b", "args": [{ "k": [nul] }] }),
+        ),
+        (
+            "NUL in a key",
+            serde_json::from_str(r#"{"type": "a.b", "args": [{"a\u0000": 1}]}"#).unwrap(),
+        ),
+        (
+            "NUL in meta",
+            json!({ "type": "a.b", "args": [], "meta": { "trace": nul } }),
+        ),
+        (
+            "NUL in an unknown field",
+            json!({ "type": "a.b", "args": [], "extra": nul }),
+        ),
+        (
+            "a delay of 10^25 weeks",
+            json!({ "type": "a.b", "args": [], "scheduled_at": "+P10000000000000000000000000W" }),
+        ),
+        (
+            "a delay of 20,000 years",
+            json!({ "type": "a.b", "args": [], "scheduled_at": "+P1043000W" }),
+        ),
+        (
+            "year 0",
+            json!({ "type": "a.b", "args": [], "scheduled_at": "0000-01-01T00:00:00Z" }),
+        ),
+        (
+            "30 February",
+            json!({ "type": "a.b", "args": [], "expires_at": "2026-02-30T00:00:00Z" }),
+        ),
+        (
+            "hour 25",
+            json!({ "type": "a.b", "args": [], "scheduled_at": "2026-01-01T25:00:00+00:00" }),
+        ),
+        (
+            "a huge priority",
+            json!({ "type": "a.b", "args": [], "priority": 1e30 }),
+        ),
+        (
+            "a huge timeout",
+            json!({ "type": "a.b", "args": [], "timeout_ms": 1e20 }),
+        ),
+        (
+            "a huge unique period",
+            json!({ "type": "a.b", "args": [], "unique": { "period": "P99999999999999999999D" } }),
+        ),
+    ];
+    for (what, job) in jobs {
+        let (status, body) = ojs.post("/ojs/v1/jobs", job.clone()).await;
+        assert_client_error(what, status, &body);
+        let (status, body) = ojs.post("/ojs/v1/jobs/batch", json!({ "jobs": [job] })).await;
+        assert_client_error(&format!("{what} (batch)"), status, &body);
+    }
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/workflows",
+            json!({ "type": "chain", "name": "w", "steps": [{ "type": "a.b", "args": [nul] }] }),
+        )
+        .await;
+    assert_client_error("NUL in a workflow step", status, &body);
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/cron",
+            json!({ "name": nul, "expression": "* * * * *", "job_template": { "type": "a.b", "args": [] } }),
+        )
+        .await;
+    assert_client_error("NUL in a cron name", status, &body);
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/workers/fetch",
+            json!({ "queues": ["default"], "worker_id": nul }),
+        )
+        .await;
+    assert_client_error("NUL in a worker id", status, &body);
+    let (status, body) = ojs.post("/ojs/v1/workers/heartbeat", json!({ "worker_id": nul })).await;
+    assert_client_error("NUL in a heartbeat", status, &body);
+    // Too long for the workers' index, and not compressible below its limit.
+    let long_id: String = (0..200u8).map(|i| common::sha256(&[i])).collect();
+    let (status, body) = ojs
+        .post("/ojs/v1/workers/heartbeat", json!({ "worker_id": long_id }))
+        .await;
+    assert_client_error("a 12 KiB worker id", status, &body);
+    for path in [
+        "/ojs/v1/dead-letter?queue=a%00b",
+        "/ojs/v1/events?types=job.%00&queues=x",
+        "/ojs/v1/events?queues=a%00b",
+        "/ojs/v1/jobs/not-a-uuid",
+        "/ojs/v1/workflows/not-a-uuid",
+    ] {
+        let (status, body) = ojs.get(path).await;
+        assert_client_error(path, status, &body);
+    }
+    // Not JSON at all, or not UTF-8: the spec's invalid_payload.
+    for raw in [
+        &b"{\"type\":\"a.b\",\"args\":[\"\xff\xfe\"]}"[..],
+        b"{\"type\":\"a.b\",\"args\":[\"\0\"]}",
+        b"[1e999]",
+    ] {
+        let host = gateway.gateway.ojs_addr.unwrap().to_string();
+        let response = common::raw::send(
+            gateway.gateway.ojs_addr.unwrap(),
+            "POST",
+            "/ojs/v1/jobs",
+            &[
+                ("host".into(), host),
+                ("content-type".into(), "application/openjobspec+json".into()),
+                ("content-length".into(), raw.len().to_string()),
+            ],
+            raw,
+        )
+        .await;
+        let body: Value = serde_json::from_str(&response.body).unwrap();
+        assert_eq!(
+            (response.status, body["error"]["code"].as_str()),
+            (400, Some("invalid_payload")),
+            "{body}"
+        );
+    }
+
+    // A claimed job: a result or error the store cannot hold is refused, and the job is still
+    // the worker's to finish.
+    let (status, body) = ojs.post("/ojs/v1/jobs", json!({ "type": "a.b", "args": [1] })).await;
+    assert_eq!(status, 201, "{body}");
+    let job = ojs.fetch("default", "w1").await.expect("the job is claimed");
+    let claim = |extra: Value| {
+        let mut body = json!({ "job_id": job["id"], "attempt": job["attempt"], "worker_id": "w1" });
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        body
+    };
+    let (status, body) = ojs
+        .post("/ojs/v1/workers/ack", claim(json!({ "result": { "r": nul } })))
+        .await;
+    assert_client_error("NUL in an ack's result", status, &body);
+    let (status, body) = ojs
+        .post("/ojs/v1/workers/nack", claim(json!({ "error": { "message": nul } })))
+        .await;
+    assert_client_error("NUL in a nack's error", status, &body);
+    let (status, body) = ojs.post("/ojs/v1/workers/ack", claim(json!({ "attempt": 1e20 }))).await;
+    assert_client_error("a huge attempt", status, &body);
+    let (status, body) = ojs
+        .post("/ojs/v1/workers/ack", claim(json!({ "result": { "r": 1 } })))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn requests_without_the_token_are_refused_before_they_take_a_slot() {
+    let gateway = TestGateway::with_args(common::fresh_database().await, &["--ojs-token", "sesame"]).await;
+    let mut ojs = Ojs::of(&gateway);
+    for _ in 0..20 {
+        let (status, body) = ojs.post("/ojs/v1/jobs", json!({ "type": "t", "args": [1] })).await;
+        assert_eq!((status, body["error"]["code"].as_str()), (401, Some("unauthenticated")));
+    }
+    // Admission's gauge for OJS appears with the first admitted request: none so far.
+    assert_eq!(gateway.metric("pgvs3_admission_active{protocol=\"ojs\"}").await, None);
+    ojs.token = Some("sesame".into());
+    let (status, _) = ojs.post("/ojs/v1/jobs", json!({ "type": "t", "args": [1] })).await;
+    assert_eq!(status, 201);
+    assert_eq!(
+        gateway.metric("pgvs3_admission_active{protocol=\"ojs\"}").await,
+        Some(0.0)
+    );
+    gateway.stop().await;
+}

@@ -1,0 +1,8 @@
+//! The OJS test binary: every OJS test module over HTTP against gateways started in-process on
+//! one throwaway PostgreSQL (crates/pgvs3-testkit).
+
+mod events;
+mod fleet;
+mod input_limits;
+mod queue;
+mod tenants;

@@ -1,0 +1,299 @@
+//! OJS tenants (`X-OJS-Tenant`) over plain HTTP against a real PostgreSQL: another tenant's job
+//! is not found by any job route and is left as it was, a worker only ever receives its tenant's
+//! jobs, a tenant token acts as its tenant only (and on the job routes only), and the claim stays
+//! one index range scan.
+
+use pgvs3_testkit as common;
+
+use std::collections::HashSet;
+
+use common::TestGateway;
+use common::ojs::Ojs;
+use serde_json::{Value, json};
+
+async fn enqueue(ojs: &Ojs, queue: &str) -> String {
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "tenant.task", "args": [1], "options": { "queue": queue } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    body["job"]["id"].as_str().unwrap().to_string()
+}
+
+fn assert_not_found((status, body): (u16, Value), what: &str) {
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("not_found")),
+        "{what}: {body}"
+    );
+}
+
+async fn job_row(gateway: &TestGateway, id: &str) -> (String, i32, String) {
+    let row = gateway
+        .sql()
+        .await
+        .query_one("SELECT state, attempt, tenant FROM ojs.jobs WHERE id = $1", &[&id])
+        .await
+        .unwrap();
+    (row.get(0), row.get(1), row.get(2))
+}
+
+#[tokio::test]
+async fn another_tenants_job_is_not_found_by_any_job_route_and_stays_as_it_was() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    let (acme, globex) = (ojs.as_tenant("acme"), ojs.as_tenant("globex"));
+    let id = enqueue(&acme, "reports").await;
+    assert_eq!(job_row(&gateway, &id).await, ("available".into(), 0, "acme".into()));
+
+    for intruder in [&globex, &ojs] {
+        assert_not_found(intruder.get(&format!("/ojs/v1/jobs/{id}")).await, "get");
+        assert_not_found(
+            intruder.call("DELETE", &format!("/ojs/v1/jobs/{id}"), None).await,
+            "delete",
+        );
+        assert_not_found(
+            intruder.post(&format!("/ojs/v1/jobs/{id}/cancel"), json!({})).await,
+            "cancel",
+        );
+        assert_not_found(intruder.get(&format!("/ojs/v1/jobs/{id}/progress")).await, "progress");
+        assert!(
+            intruder.fetch("reports", "intruder").await.is_none(),
+            "a fetch of another tenant"
+        );
+    }
+    assert_eq!(job_row(&gateway, &id).await, ("available".into(), 0, "acme".into()));
+
+    let claimed = acme
+        .fetch("reports", "acme-worker")
+        .await
+        .expect("acme's worker gets acme's job");
+    assert_eq!(claimed["id"], id.as_str());
+    for intruder in [&globex, &ojs] {
+        let settle = json!({ "job_id": id, "worker_id": "acme-worker" });
+        assert_not_found(intruder.post("/ojs/v1/workers/ack", settle.clone()).await, "ack");
+        assert_not_found(
+            intruder.post(&format!("/ojs/v1/jobs/{id}/ack"), json!({})).await,
+            "per-job ack",
+        );
+        assert_not_found(intruder.post("/ojs/v1/workers/nack", settle.clone()).await, "nack");
+        assert_not_found(
+            intruder.post(&format!("/ojs/v1/jobs/{id}/nack"), json!({})).await,
+            "per-job nack",
+        );
+        assert_not_found(
+            intruder
+                .post(&format!("/ojs/v1/jobs/{id}/progress"), json!({ "progress": 0.5 }))
+                .await,
+            "progress report",
+        );
+        let (status, beat) = intruder
+            .post(
+                "/ojs/v1/workers/heartbeat",
+                json!({ "worker_id": "acme-worker", "active_jobs": [id] }),
+            )
+            .await;
+        assert_eq!((status, &beat["jobs_extended"]), (200, &json!([])), "{beat}");
+    }
+    let (status, progress) = acme.get(&format!("/ojs/v1/jobs/{id}/progress")).await;
+    assert_eq!(
+        (status, &progress["progress"]),
+        (200, &Value::Null),
+        "no report was taken: {progress}"
+    );
+    assert_eq!(job_row(&gateway, &id).await, ("active".into(), 1, "acme".into()));
+
+    let (status, body) = acme
+        .post(
+            "/ojs/v1/workers/ack",
+            json!({ "job_id": id, "worker_id": "acme-worker" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(job_row(&gateway, &id).await, ("completed".into(), 1, "acme".into()));
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_worker_receives_only_its_own_tenants_jobs() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    let acme = ojs.as_tenant("acme");
+    let mut acme_jobs = HashSet::new();
+    let mut default_jobs = HashSet::new();
+    for _ in 0..5 {
+        acme_jobs.insert(enqueue(&acme, "shared").await);
+        default_jobs.insert(enqueue(&ojs, "shared").await);
+    }
+    // The header naming the default tenant is the same as no header.
+    default_jobs.insert(enqueue(&ojs.as_tenant("default"), "shared").await);
+
+    assert!(ojs.as_tenant("globex").fetch("shared", "globex-worker").await.is_none());
+    for (worker, expected) in [(&acme, &acme_jobs), (&ojs, &default_jobs)] {
+        let (status, body) = worker
+            .post(
+                "/ojs/v1/workers/fetch",
+                json!({ "queues": ["shared"], "count": 100, "worker_id": "w" }),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let fetched: HashSet<String> = body["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|job| job["id"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(&fetched, expected);
+    }
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_job_cannot_depend_on_another_tenants_job_or_share_its_unique_key() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    let (acme, globex) = (ojs.as_tenant("acme"), ojs.as_tenant("globex"));
+    let theirs = enqueue(&acme, "dag").await;
+    let (status, body) = globex
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "tenant.task", "args": [], "options": { "queue": "dag", "depends_on": [theirs] } }),
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("not_found")),
+        "{body}"
+    );
+
+    let unique = json!({ "type": "tenant.task", "args": [7], "options": { "unique": { "keys": ["args"] } } });
+    for tenant in [&acme, &globex] {
+        let (status, body) = tenant.post("/ojs/v1/jobs", unique.clone()).await;
+        assert_eq!(status, 201, "each tenant's first unique job is new: {body}");
+    }
+    let (status, body) = globex.post("/ojs/v1/jobs", unique).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("duplicate")),
+        "within one tenant: {body}"
+    );
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_tenant_token_acts_as_its_tenant_only() {
+    let gateway = TestGateway::with_args(
+        common::fresh_database().await,
+        &["--ojs-token", "operator", "--ojs-tenant-token", "acme=acme-secret"],
+    )
+    .await;
+    let mut acme = Ojs::of(&gateway);
+    acme.token = Some("acme-secret".into());
+    let id = enqueue(&acme, "billing").await;
+    assert_eq!(
+        job_row(&gateway, &id).await.2,
+        "acme",
+        "the token's tenant, without a header"
+    );
+    let (status, body) = acme.as_tenant("globex").get(&format!("/ojs/v1/jobs/{id}")).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (403, Some("forbidden")),
+        "{body}"
+    );
+    let (status, _) = acme.as_tenant("acme").get(&format!("/ojs/v1/jobs/{id}")).await;
+    assert_eq!(status, 200);
+
+    // Routes that span all tenants are the operator's.
+    for path in [
+        "/ojs/v1/events",
+        "/ojs/v1/events/stream",
+        "/ojs/v1/queues",
+        "/ojs/v1/admin/stats",
+        "/ojs/v1/cron",
+    ] {
+        let (status, body) = acme.get(path).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (403, Some("forbidden")),
+            "{path}: {body}"
+        );
+    }
+    let (status, body) = acme.get("/ojs/v1/dead-letter").await;
+    assert_eq!(status, 200, "the dead letter is scoped by tenant: {body}");
+
+    let mut operator = Ojs::of(&gateway);
+    operator.token = Some("operator".into());
+    assert_not_found(
+        operator.get(&format!("/ojs/v1/jobs/{id}")).await,
+        "the operator's default tenant",
+    );
+    let (status, _) = operator.as_tenant("acme").get(&format!("/ojs/v1/jobs/{id}")).await;
+    assert_eq!(status, 200, "the operator token may name any tenant");
+
+    let mut stranger = acme.as_tenant("acme");
+    stranger.token = Some("guess".into());
+    let (status, body) = stranger.get(&format!("/ojs/v1/jobs/{id}")).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (401, Some("unauthenticated")),
+        "{body}"
+    );
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_malformed_tenant_header_is_refused() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    for tenant in ["two words", &"t".repeat(129)] {
+        let (status, body) = ojs
+            .as_tenant(tenant)
+            .post("/ojs/v1/jobs", json!({ "type": "tenant.task", "args": [] }))
+            .await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (400, Some("invalid_request")),
+            "{body}"
+        );
+    }
+    let count: i64 = gateway
+        .sql()
+        .await
+        .query_one("SELECT count(*) FROM ojs.jobs", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(count, 0);
+    gateway.stop().await;
+}
+
+/// The claim's tenant predicate is served by the `jobs_claim` index: one range per (queue,
+/// tenant), already in claim order (no sort), whichever the tenant.
+#[tokio::test]
+async fn the_claim_reads_one_index_range_per_queue_and_tenant() {
+    let gateway = TestGateway::start().await;
+    let sql = gateway.sql().await;
+    sql.batch_execute("SET enable_seqscan = off; SET enable_bitmapscan = off")
+        .await
+        .unwrap();
+    for tenant in ["default", "acme"] {
+        let plan: Value = sql
+            .query_one(
+                "EXPLAIN (FORMAT JSON) SELECT j.id FROM ojs.jobs j
+                 WHERE j.state = 'available' AND j.queue = 'q' AND j.tenant = $1
+                 ORDER BY j.priority DESC, j.seq LIMIT 10 FOR UPDATE SKIP LOCKED",
+                &[&tenant],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        let text = plan.to_string();
+        assert!(text.contains("\"Index Name\":\"jobs_claim\""), "{text}");
+        assert!(!text.contains("\"Node Type\":\"Sort\""), "{text}");
+        assert!(text.contains("tenant ="), "the tenant is an index condition: {text}");
+    }
+    gateway.stop().await;
+}

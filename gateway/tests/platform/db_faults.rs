@@ -1,0 +1,462 @@
+//! The database goes away and comes back: the embedded PostgreSQL killed (restarted by the
+//! gateway, or not restartable), an external one restarted, failed over behind one address, or
+//! cut off by the network. Each is ridden out without restarting the gateway: requests fail
+//! fast meanwhile, /readyz tells, and everything serves again afterwards.
+
+use pgvs3_testkit as common;
+
+use std::time::{Duration, Instant};
+
+use aws_sdk_s3::primitives::ByteStream;
+use common::faults::{
+    Proxy, Route, ScratchDir, admin_get, embedded_gateway, kill9, pair_dir, password_of, postmaster_pid, tcp_url,
+};
+use common::ojs::Ojs;
+use common::resp::{RawResp, Value};
+use common::s3::{put_object, put_request};
+use common::{TestGateway, eventually, noise, primary_and_standby};
+use pgvs3_gateway::pg::embedded::{EmbeddedOptions, EmbeddedPostgres, running_cluster};
+use serde_json::json;
+
+const OBJECTS: usize = 20;
+/// A request while the database is unreachable must end (with an error) within this, given the
+/// tight probe and connect timeouts the tests set.
+const FAIL_FAST: Duration = Duration::from_secs(6);
+
+async fn ready_status(gateway: &TestGateway) -> (u16, String) {
+    admin_get(gateway, "/readyz").await
+}
+
+async fn wait_ready(gateway: &TestGateway, limit: Duration, what: &str) {
+    eventually(limit, what, || async {
+        (ready_status(gateway).await.0 == 200).then_some(())
+    })
+    .await;
+}
+
+async fn wait_unready(gateway: &TestGateway, what: &str) -> String {
+    eventually(Duration::from_secs(10), what, || async {
+        let (status, body) = ready_status(gateway).await;
+        (status == 503).then_some(body)
+    })
+    .await
+}
+
+async fn put_objects(gateway: &TestGateway, bucket: &str) {
+    gateway.client.create_bucket().bucket(bucket).send().await.unwrap();
+    for i in 0..OBJECTS {
+        put_object(&gateway.client, bucket, &format!("k{i}"), noise(1000 + i, i as u64)).await;
+    }
+}
+
+/// Every object written before the fault reads back whole.
+async fn assert_objects(gateway: &TestGateway, bucket: &str) {
+    for i in 0..OBJECTS {
+        let object = gateway
+            .client
+            .get_object()
+            .bucket(bucket)
+            .key(format!("k{i}"))
+            .send()
+            .await
+            .unwrap_or_else(|err| panic!("k{i} after the fault: {err:?}"));
+        let body = object.body.collect().await.unwrap().into_bytes();
+        assert_eq!(body.as_ref(), noise(1000 + i, i as u64).as_slice(), "k{i}");
+    }
+}
+
+/// The same client without the SDK's retries, so one request is one request.
+fn single_try(gateway: &TestGateway) -> aws_sdk_s3::Client {
+    let config = gateway
+        .client
+        .config()
+        .to_builder()
+        .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
+        .build();
+    aws_sdk_s3::Client::from_conf(config)
+}
+
+/// An S3 request during the outage gets 503 ServiceUnavailable, within [`FAIL_FAST`].
+async fn assert_s3_fails_fast(gateway: &TestGateway, bucket: &str) {
+    let client = single_try(gateway);
+    let started = Instant::now();
+    let Ok(outcome) = tokio::time::timeout(FAIL_FAST, client.get_object().bucket(bucket).key("k0").send()).await else {
+        panic!("an S3 GET during the outage hung for {FAIL_FAST:?}");
+    };
+    let err = outcome.expect_err("an S3 GET while the database is unreachable");
+    let status = err.raw_response().map(|r| r.status().as_u16());
+    assert_eq!(status, Some(503), "{err:?} after {:?}", started.elapsed());
+}
+
+async fn metric(gateway: &TestGateway, name: &str) -> f64 {
+    gateway.metric(name).await.unwrap_or_else(|| panic!("metric {name}"))
+}
+
+async fn enqueue(ojs: &Ojs) -> String {
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/jobs",
+            json!({ "type": "fault.test", "args": [1], "options": { "queue": "faults" } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    body["job"]["id"].as_str().unwrap().to_owned()
+}
+
+async fn sql(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+fn unix_url(server: &EmbeddedPostgres, database: &str) -> String {
+    let config = server.connect_config();
+    let tokio_postgres::config::Host::Unix(dir) = &config.get_hosts()[0] else {
+        unreachable!("the embedded server is reached over its Unix socket")
+    };
+    format!(
+        "host={} port={} user=pgvs3 dbname={database}",
+        dir.display(),
+        server.port()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_embedded_postgres_is_restarted_and_keeps_every_acknowledged_write() {
+    let dir = ScratchDir::new("embedded-kill");
+    let gateway = embedded_gateway(&dir.0, &["--pg-probe-interval", "200ms"]).await;
+    wait_ready(&gateway, Duration::from_secs(10), "ready at start").await;
+    put_objects(&gateway, "kept").await;
+    let mut resp = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(
+        resp.command(&["SET", "survivor", "yes"]).await,
+        Value::Simple("OK".into())
+    );
+    let ojs = Ojs::of(&gateway);
+    let job = enqueue(&ojs).await;
+
+    let first = postmaster_pid(&dir.0);
+    kill9(first);
+    let outage = wait_unready(&gateway, "/readyz reports the lost PostgreSQL").await;
+    assert!(outage.contains("\"ready\":false"), "{outage}");
+    // A gateway restarting its database is alive: liveness must not kill it meanwhile.
+    assert_eq!(admin_get(&gateway, "/healthz").await.0, 200);
+    wait_ready(&gateway, Duration::from_secs(60), "ready again after the restart").await;
+    assert_ne!(postmaster_pid(&dir.0), first, "a new postmaster");
+    // Counted once the launch returns, which may be a moment after the server answers.
+    eventually(Duration::from_secs(10), "the restart counted", || async {
+        (metric(&gateway, "pgvs3_database_restarts_total").await == 1.0).then_some(())
+    })
+    .await;
+    assert_eq!(metric(&gateway, "pgvs3_database_up").await, 1.0);
+
+    // Every front serves again by itself, with everything acknowledged before the kill.
+    assert_objects(&gateway, "kept").await;
+    assert_eq!(resp.command(&["GET", "survivor"]).await, Value::bulk("yes"));
+    let fetched = ojs
+        .fetch("faults", "w1")
+        .await
+        .expect("the job enqueued before the kill");
+    assert_eq!(fetched["id"], job.as_str());
+    put_object(&gateway.client, "kept", "after", b"new").await;
+
+    // One backend killed: the postmaster resets every session (crash recovery in place); the
+    // pool's dead connections are replaced.
+    let admin = embedded_sql(&dir.0).await;
+    let backend: i32 = admin
+        .query_one(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgvs3' LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    kill9(backend);
+    // The reset ends every session, this one too; until then the old ones may still answer.
+    eventually(Duration::from_secs(30), "PostgreSQL resets every session", || async {
+        admin.simple_query("SELECT 1").await.is_err().then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(60), "S3 serves after a backend crash", || async {
+        let got = gateway
+            .client
+            .get_object()
+            .bucket("kept")
+            .key("after")
+            .send()
+            .await
+            .ok()?;
+        (got.body.collect().await.ok()?.into_bytes().as_ref() == b"new").then_some(())
+    })
+    .await;
+    wait_ready(&gateway, Duration::from_secs(30), "ready after a backend crash").await;
+    assert_eq!(resp.command(&["GET", "survivor"]).await, Value::bulk("yes"));
+    gateway.stop().await;
+}
+
+async fn embedded_sql(data_dir: &std::path::Path) -> tokio_postgres::Client {
+    let config = running_cluster(data_dir).expect("the embedded cluster runs");
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_postgres_that_cannot_restart_fails_liveness() {
+    let dir = ScratchDir::new("embedded-broken");
+    let gateway = embedded_gateway(&dir.0, &["--pg-probe-interval", "200ms", "--pg-restart-attempts", "2"]).await;
+    wait_ready(&gateway, Duration::from_secs(10), "ready at start").await;
+    assert_eq!(admin_get(&gateway, "/healthz").await.0, 200);
+    put_objects(&gateway, "lost").await;
+
+    // PostgreSQL refuses a data directory without its version file.
+    let cluster = dir.0.join("pg");
+    std::fs::rename(cluster.join("PG_VERSION"), cluster.join("PG_VERSION.moved")).unwrap();
+    kill9(postmaster_pid(&dir.0));
+    wait_unready(&gateway, "/readyz reports the lost PostgreSQL").await;
+    let reason = eventually(Duration::from_secs(60), "/healthz gives up", || async {
+        // Unready throughout, restarts or not.
+        assert_eq!(ready_status(&gateway).await.0, 503);
+        let (status, body) = admin_get(&gateway, "/healthz").await;
+        (status == 503).then_some(body)
+    })
+    .await;
+    assert!(reason.contains("did not restart in 2 attempts"), "{reason}");
+    assert_eq!(ready_status(&gateway).await.0, 503);
+    assert_s3_fails_fast(&gateway, "lost").await;
+    assert_eq!(metric(&gateway, "pgvs3_database_up").await, 0.0);
+    gateway.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_postgres_restart_is_ridden_out_and_listen_resumes() {
+    let dir = ScratchDir::new("external-restart");
+    let mut server = EmbeddedPostgres::start(EmbeddedOptions {
+        data_dir: dir.0.clone(),
+        pg_bin: None,
+        memory_budget: Some(1 << 30),
+        shared_buffers: Some(32 << 20),
+        tls: None,
+    })
+    .await
+    .unwrap();
+    sql(&unix_url(&server, "postgres"))
+        .await
+        .batch_execute("CREATE DATABASE restarted")
+        .await
+        .unwrap();
+    let url = unix_url(&server, "restarted");
+    // Catalog changes reach the gateways through LISTEN only (the poll is an hour).
+    let quiet_catalog = ["--catalog-poll", "1h", "--pg-probe-interval", "200ms"];
+    let gateway = TestGateway::with_args(url.clone(), &quiet_catalog).await;
+    let other = TestGateway::with_args(url, &quiet_catalog).await;
+    put_objects(&gateway, "kept").await;
+    gateway.client.create_bucket().bucket("doomed").send().await.unwrap();
+
+    server.stop().await.unwrap();
+    wait_unready(&gateway, "/readyz reports the stopped PostgreSQL").await;
+    assert_s3_fails_fast(&gateway, "kept").await;
+    server.restart().await.unwrap();
+    wait_ready(&gateway, Duration::from_secs(30), "ready after PostgreSQL is back").await;
+    assert_objects(&gateway, "kept").await;
+
+    // A catalog change after the restart reaches the gateway: its LISTEN connection is back.
+    assert_listen_works(&gateway, &other, "doomed").await;
+    gateway.stop().await;
+    other.stop().await;
+    server.stop().await.unwrap();
+}
+
+/// `other` deletes `bucket`; `gateway`, whose catalog poll is too slow to matter, notices at
+/// once through LISTEN.
+async fn assert_listen_works(gateway: &TestGateway, other: &TestGateway, bucket: &str) {
+    // Cached by `gateway` before the change.
+    gateway.client.head_bucket().bucket(bucket).send().await.unwrap();
+    other.client.delete_bucket().bucket(bucket).send().await.unwrap();
+    eventually(Duration::from_secs(10), "the deletion seen through LISTEN", || async {
+        let err = gateway.client.list_objects_v2().bucket(bucket).send().await.err()?;
+        let code = err.into_service_error().meta().code().map(str::to_owned);
+        (code.as_deref() == Some("NoSuchBucket")).then_some(())
+    })
+    .await;
+}
+
+/// The shared test cluster's port, its password and a fresh database on it.
+async fn shared_cluster_tcp() -> (u16, String, String) {
+    let url = common::fresh_database().await;
+    let field = |name: &str| {
+        url.split_whitespace()
+            .find_map(|part| part.strip_prefix(&format!("{name}=")))
+            .unwrap()
+            .to_owned()
+    };
+    let port: u16 = field("port").parse().unwrap();
+    (port, password_of(&common::shared_cluster_dir()), field("dbname"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_cut_fails_requests_fast_and_everything_recovers() {
+    let (port, password, database) = shared_cluster_tcp().await;
+    let target = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let proxy = Proxy::start(Route::To(target)).await;
+    let gateway = TestGateway::with_args(
+        tcp_url(proxy.addr.port(), &password, &database),
+        &[
+            "--catalog-poll",
+            "1h",
+            "--pg-probe-interval",
+            "250ms",
+            "--pg-probe-timeout",
+            "1s",
+            "--pg-connect-timeout",
+            "1s",
+            "--pg-pool-wait-timeout",
+            "2s",
+            "--resp-addr",
+            "127.0.0.1:0",
+        ],
+    )
+    .await;
+    let other = TestGateway::with_args(tcp_url(port, &password, &database), &["--catalog-poll", "1h"]).await;
+    put_objects(&gateway, "kept").await;
+    gateway.client.create_bucket().bucket("doomed").send().await.unwrap();
+    let mut resp = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(
+        resp.command(&["SET", "survivor", "yes"]).await,
+        Value::Simple("OK".into())
+    );
+    let ojs = Ojs::of(&gateway);
+    let job = enqueue(&ojs).await;
+
+    // The network stops delivering: nothing is closed, every packet just goes nowhere. The
+    // first request runs on a pooled connection that was fine a moment ago.
+    proxy.set(Route::Blackhole);
+    assert_s3_fails_fast(&gateway, "kept").await;
+    // The probe's verdict: no answer within its timeout.
+    eventually(Duration::from_secs(10), "/readyz reports the cut", || async {
+        let (status, body) = ready_status(&gateway).await;
+        (status == 503 && body.contains("database unavailable: no answer within")).then_some(())
+    })
+    .await;
+    // Later requests meet a pool that has to connect through the cut.
+    assert_s3_fails_fast(&gateway, "kept").await;
+    let reply = tokio::time::timeout(FAIL_FAST, resp.command(&["GET", "survivor"]))
+        .await
+        .expect("a RESP GET during the cut ends");
+    assert!(matches!(reply, Value::Error(_)), "{reply:?}");
+    let (status, body) = tokio::time::timeout(FAIL_FAST, ojs.get(&format!("/ojs/v1/jobs/{job}")))
+        .await
+        .expect("an OJS request during the cut ends");
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(
+        admin_get(&gateway, "/healthz").await.0,
+        200,
+        "a cut is no reason to restart"
+    );
+    assert_eq!(metric(&gateway, "pgvs3_database_up").await, 0.0);
+
+    proxy.set(Route::To(target));
+    wait_ready(&gateway, Duration::from_secs(30), "ready after the cut").await;
+    assert_eq!(metric(&gateway, "pgvs3_database_up").await, 1.0);
+    assert_objects(&gateway, "kept").await;
+    assert_eq!(resp.command(&["GET", "survivor"]).await, Value::bulk("yes"));
+    let (status, body) = ojs.get(&format!("/ojs/v1/jobs/{job}")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_listen_works(&gateway, &other, "doomed").await;
+    gateway.stop().await;
+    other.stop().await;
+}
+
+/// The standby has replayed everything the primary wrote so far.
+async fn wait_replayed(primary: &tokio_postgres::Client, standby: &tokio_postgres::Client) {
+    let lsn: String = primary
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    eventually(Duration::from_secs(30), "the standby replays the primary", || async {
+        let row = standby
+            .query_one("SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn", &[&lsn])
+            .await
+            .ok()?;
+        row.get::<_, bool>(0).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_behind_one_address_is_ridden_out() {
+    let (primary, standby) = primary_and_standby("failover");
+    let password = password_of(&pair_dir("failover", "primary"));
+    let primary_sql = sql(&primary.url("postgres")).await;
+    primary_sql.batch_execute("CREATE DATABASE failover").await.unwrap();
+    let proxy = Proxy::start(Route::To(([127, 0, 0, 1], primary.port).into())).await;
+    let gateway = TestGateway::with_args(
+        tcp_url(proxy.addr.port(), &password, "failover"),
+        &["--pg-probe-interval", "200ms", "--require-role", "primary"],
+    )
+    .await;
+    put_objects(&gateway, "kept").await;
+    let standby_sql = sql(&standby.url("postgres")).await;
+    wait_replayed(&primary_sql, &standby_sql).await;
+
+    kill9(postmaster_pid(&pair_dir("failover", "primary")));
+    wait_unready(&gateway, "/readyz reports the lost primary").await;
+    assert_s3_fails_fast(&gateway, "kept").await;
+    standby_sql.execute("SELECT pg_promote()", &[]).await.unwrap();
+    proxy.set(Route::To(([127, 0, 0, 1], standby.port).into()));
+
+    wait_ready(&gateway, Duration::from_secs(30), "ready on the promoted standby").await;
+    let (_, body) = ready_status(&gateway).await;
+    assert!(body.contains("\"role\":\"primary\""), "{body}");
+    assert_objects(&gateway, "kept").await;
+    put_request(&gateway.client, "kept", "after-failover", b"new")
+        .send()
+        .await
+        .expect("writes go to the promoted server");
+    gateway.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_only_gateway_whose_address_turns_standby_reports_unready() {
+    let (primary, standby) = primary_and_standby("role");
+    let password = password_of(&pair_dir("role", "primary"));
+    let primary_sql = sql(&primary.url("postgres")).await;
+    primary_sql.batch_execute("CREATE DATABASE roles").await.unwrap();
+    let primary_addr = std::net::SocketAddr::from(([127, 0, 0, 1], primary.port));
+    let proxy = Proxy::start(Route::To(primary_addr)).await;
+    let gateway = TestGateway::with_args(
+        tcp_url(proxy.addr.port(), &password, "roles"),
+        &["--pg-probe-interval", "200ms", "--require-role", "primary"],
+    )
+    .await;
+    wait_ready(&gateway, Duration::from_secs(10), "ready on the primary").await;
+    gateway.client.create_bucket().bucket("roles").send().await.unwrap();
+    wait_replayed(&primary_sql, &sql(&standby.url("postgres")).await).await;
+
+    // The address now leads to a standby (a failover gone wrong, a DNS change).
+    proxy.set(Route::To(([127, 0, 0, 1], standby.port).into()));
+    // The switch itself may show as a lost connection first; then the role is what counts.
+    eventually(
+        Duration::from_secs(10),
+        "/readyz refuses a standby for a primary-only gateway",
+        || async {
+            let (status, body) = ready_status(&gateway).await;
+            (status == 503 && body.contains("\"role\":\"standby\"")).then_some(())
+        },
+    )
+    .await;
+    let refused = single_try(&gateway)
+        .put_object()
+        .bucket("roles")
+        .key("k")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await;
+    assert!(refused.is_err(), "a write through a standby must not succeed");
+
+    proxy.set(Route::To(primary_addr));
+    wait_ready(&gateway, Duration::from_secs(30), "ready on the primary again").await;
+    put_object(&gateway.client, "roles", "k", b"x").await;
+    gateway.stop().await;
+}

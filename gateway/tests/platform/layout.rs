@@ -1,0 +1,625 @@
+//! The storage layout as the migration runner builds it: function files re-applied only when
+//! they change, an upgraded database ending with the same functions as a fresh one, and the
+//! committed `gateway/schema.sql` matching what a fresh migration produces.
+
+use pgvs3_testkit as common;
+
+use std::collections::BTreeMap;
+
+use pgvs3_gateway::pg::migrate;
+
+/// Migrations 0001–0010 as the layout-v10 gateway ran them (before function files existed).
+const LAYOUT_V10: &[(i32, &str, &str)] = &[
+    (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
+    (2, "multipart", include_str!("../../migrations/0002_multipart.sql")),
+    (3, "ojs", include_str!("../../migrations/0003_ojs.sql")),
+    (
+        4,
+        "origin_cache",
+        include_str!("../../migrations/0004_origin_cache.sql"),
+    ),
+    (
+        5,
+        "ojs_workflows",
+        include_str!("../../migrations/0005_ojs_workflows.sql"),
+    ),
+    (
+        6,
+        "ojs_inline_timestamps",
+        include_str!("../../migrations/0006_ojs_inline_timestamps.sql"),
+    ),
+    (
+        7,
+        "bucket_quotas",
+        include_str!("../../migrations/0007_bucket_quotas.sql"),
+    ),
+    (
+        8,
+        "ojs_events_nested_workflows",
+        include_str!("../../migrations/0008_ojs_events_nested_workflows.sql"),
+    ),
+    (
+        9,
+        "cache_range_lru",
+        include_str!("../../migrations/0009_cache_range_lru.sql"),
+    ),
+    (
+        10,
+        "cache_keep_uploaded_bodies",
+        include_str!("../../migrations/0010_cache_keep_uploaded_bodies.sql"),
+    ),
+];
+
+/// Functions added by layout v11 (they did not exist before it).
+/// Functions added since layout v10: by v11 (the control API), v12 (versioning), v13 (object
+/// lock, lifecycle, notifications), v14 (RESP data types), v17 (the webhook outbox), v20
+/// (notifications to pub/sub channels), v21 (the control API's key policies and notification
+/// rules), v22 (RESP streams), v23 (cache buckets' notifications, job dependencies), v26 (an
+/// access key's sealed secret), v27 (RESP stream consumer groups) and v28 (RESP stream
+/// wakeups, and touching typed keys only when they change).
+const NEW_SINCE_V10: &[&str] = &[
+    "ojs.add_dependencies(text,text[])",
+    "ojs.delivery_json(pgvs3.outbox)",
+    "ojs.dependency_settled()",
+    "ojs.ensure_webhook_trigger()",
+    "ojs.event_matches(text[],text)",
+    "ojs.event_webhooks()",
+    "ojs.resolve_dependencies(text)",
+    "ojs.webhook_json(ojs.webhooks)",
+    "pgvs3.access_key_secret(text)",
+    "pgvs3.bucket_owner(text)",
+    "pgvs3.cache_write_event(bigint,text,text,bigint,text)",
+    "pgvs3.drop_webhook_target(text)",
+    "pgvs3.emit_object_event(bigint,text,text,bigint,text,text)",
+    "pgvs3.ensure_event_triggers(text)",
+    "pgvs3.ensure_versions(text)",
+    "pgvs3.event_key(text)",
+    "pgvs3.keep_version()",
+    "pgvs3.object_event()",
+    "pgvs3.object_locked(jsonb,boolean)",
+    "pgvs3.origin_secret(text)",
+    "pgvs3.owe_object_event(text,text,jsonb)",
+    "pgvs3.publish_object_event(text,jsonb)",
+    "pgvs3.put_bucket_notifications(text,jsonb)",
+    "pgvs3.put_webhook_target(text,text,text)",
+    "pgvs3.raise_owed_event(bigint,text,jsonb)",
+    "pgvs3.replace_null_version()",
+    "pgvs3.resp_bump(bigint,text)",
+    "pgvs3.resp_check(bigint,text[],text[],text[],\"char\",boolean)",
+    "pgvs3.resp_clear(bigint,text,boolean)",
+    "pgvs3.resp_create(bigint,text,\"char\")",
+    "pgvs3.resp_decimal(bytea)",
+    "pgvs3.resp_hash(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
+    "pgvs3.resp_int(bytea)",
+    "pgvs3.resp_keys(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
+    "pgvs3.resp_list(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
+    "pgvs3.resp_list_at(bigint,text,bigint)",
+    "pgvs3.resp_list_pop(bigint,text,boolean,bigint)",
+    "pgvs3.resp_list_push(bigint,text,boolean,bytea[])",
+    "pgvs3.resp_list_shrink(bigint,text,bigint)",
+    "pgvs3.resp_mark_typed()",
+    "pgvs3.resp_notify(bytea,bytea,integer)",
+    "pgvs3.resp_publish(bytea,bytea,integer)",
+    "pgvs3.resp_set(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
+    "pgvs3.resp_settle(bigint,text)",
+    "pgvs3.resp_stream(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
+    "pgvs3.resp_stream_counter(pgvs3.resp_stream,bigint,bigint,bigint,bigint)",
+    "pgvs3.resp_stream_first(bigint,text)",
+    "pgvs3.resp_stream_flat(pgvs3.resp_stream_entry[])",
+    "pgvs3.resp_stream_gone()",
+    "pgvs3.resp_stream_group(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
+    "pgvs3.resp_stream_groups_full(pgvs3.resp_stream,bigint)",
+    "pgvs3.resp_stream_id(bigint,bigint)",
+    "pgvs3.resp_stream_lag(pgvs3.resp_stream,bigint,bigint,pgvs3.resp_stream_group)",
+    "pgvs3.resp_stream_max()",
+    "pgvs3.resp_stream_min()",
+    "pgvs3.resp_stream_next_id(bigint,bigint,bigint,bigint,bigint)",
+    "pgvs3.resp_stream_now()",
+    "pgvs3.resp_stream_range(bigint,text,bigint,bigint,bigint,bigint,boolean,bigint)",
+    "pgvs3.resp_stream_tombstone_after(pgvs3.resp_stream,bigint,bigint,bigint,bigint)",
+    "pgvs3.resp_stream_trim(bigint,text,boolean,bigint,bigint,bigint)",
+    "pgvs3.resp_touch(bigint,text,\"char\")",
+    "pgvs3.resp_type(bigint,text)",
+    "pgvs3.resp_typed_conflict()",
+    "pgvs3.resp_wake(bigint,text)",
+    "pgvs3.resp_wrongtype()",
+    "pgvs3.resp_zrange(bigint,text,bigint[],double precision[],bytea[])",
+    "pgvs3.resp_zset(text,bigint,text[],text[],bytea[],bigint[],double precision[])",
+    "pgvs3.retry_dead_deliveries(text)",
+    "pgvs3.set_key_policy(text,text)",
+    "pgvs3.settle_write_back(bigint,text,bigint,text)",
+    "pgvs3.uuid_v7()",
+];
+/// v10 functions a later layout changed on purpose: v12 (versioning) keeps bodies that moved to
+/// `versions`, counts versions as content, and gives new namespaces their versions table; v13
+/// (object lock) refuses to force-drop a bucket holding locked versions; v17 shows a job's progress;
+/// v23 raises the event a superseded cache write still owed; v24 counts every version in bucket quotas.
+const CHANGED_SINCE_V10: &[&str] = &[
+    "ojs.job_json(ojs.jobs)",
+    "pgvs3.count_bucket_usage()",
+    "pgvs3.drop_bucket(text,boolean)",
+    "pgvs3.enqueue_write_back()",
+    "pgvs3.ensure_namespace(text,text)",
+    "pgvs3.retire_body()",
+    "pgvs3.set_bucket_quota(text,bigint,bigint)",
+];
+
+async fn connect(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    // Names print schema-qualified whatever the user's default search path holds.
+    client.batch_execute("SET search_path = pg_catalog").await.unwrap();
+    client
+}
+
+async fn run_migrate(url: &str) -> i32 {
+    let pool = pgvs3_gateway::pg::pool(url.parse().unwrap(), 1).unwrap();
+    migrate::migrate(&pool).await.unwrap()
+}
+
+/// Every function of the layout's schemas, by signature, with its full definition.
+async fn functions(sql: &tokio_postgres::Client) -> BTreeMap<String, String> {
+    sql.query(
+        "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid)
+           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+          WHERE n.nspname IN ('pgvs3', 'ojs', 's3p', 's3w', 's3c')",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|row| (row.get(0), row.get(1)))
+    .collect()
+}
+
+/// Every trigger of the layout, with its definition.
+async fn triggers(sql: &tokio_postgres::Client) -> BTreeMap<String, String> {
+    sql.query(
+        "SELECT t.tgrelid::regclass::text || ' ' || t.tgname, pg_get_triggerdef(t.oid)
+           FROM pg_trigger t WHERE NOT t.tgisinternal",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|row| (row.get(0), row.get(1)))
+    .collect()
+}
+
+/// The row version of every function: `CREATE OR REPLACE` writes a new one even when nothing
+/// in the definition changed.
+async fn function_row_versions(sql: &tokio_postgres::Client) -> BTreeMap<String, String> {
+    sql.query(
+        "SELECT p.oid::regprocedure::text, p.xmin::text
+           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+          WHERE n.nspname IN ('pgvs3', 'ojs')",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|row| (row.get(0), row.get(1)))
+    .collect()
+}
+
+/// A database the layout-v10 gateway migrated, upgraded by this one, has the functions and
+/// triggers of a freshly migrated database, and every function it had before is unchanged:
+/// the function files hold exactly the latest definitions the migrations left behind.
+#[tokio::test]
+async fn an_upgraded_database_has_the_functions_of_a_fresh_one() {
+    let old_url = common::fresh_database().await;
+    let old = connect(&old_url).await;
+    old.batch_execute(
+        "CREATE SCHEMA pgvs3;
+         CREATE TABLE pgvs3.layout (version int PRIMARY KEY, name text NOT NULL,
+                                    applied_at timestamptz NOT NULL DEFAULT now());",
+    )
+    .await
+    .unwrap();
+    for (version, name, sql) in LAYOUT_V10 {
+        let tx =
+            format!("BEGIN; {sql}\n; INSERT INTO pgvs3.layout (version, name) VALUES ({version}, '{name}'); COMMIT;");
+        old.batch_execute(&tx).await.unwrap();
+    }
+    let before = functions(&old).await;
+    let triggers_before = triggers(&old).await;
+    assert!(before.len() > 30, "the v10 layout has its functions: {}", before.len());
+
+    assert_eq!(run_migrate(&old_url).await, migrate::LAYOUT_VERSION);
+    let upgraded = functions(&old).await;
+    for (signature, definition) in &before {
+        if CHANGED_SINCE_V10.contains(&signature.as_str()) {
+            assert_ne!(
+                upgraded.get(signature),
+                Some(definition),
+                "{signature} is the newer layout's"
+            );
+            continue;
+        }
+        assert_eq!(
+            upgraded.get(signature),
+            Some(definition),
+            "{signature} changed by the function files"
+        );
+    }
+    let added: Vec<&str> = upgraded
+        .keys()
+        .filter(|signature| !before.contains_key(*signature))
+        .map(String::as_str)
+        .collect();
+    assert_eq!(added, NEW_SINCE_V10);
+    let triggers_after = triggers(&old).await;
+    assert!(
+        triggers_before
+            .iter()
+            .all(|(name, definition)| triggers_after.get(name) == Some(definition)),
+        "every v10 trigger is still there"
+    );
+
+    let fresh_url = common::fresh_database().await;
+    run_migrate(&fresh_url).await;
+    let fresh = connect(&fresh_url).await;
+    assert_eq!(functions(&fresh).await, upgraded);
+    assert_eq!(
+        triggers(&fresh).await,
+        triggers_after,
+        "upgraded and fresh have the same triggers"
+    );
+}
+
+/// Re-running the migration with unchanged files rewrites no function; a file whose recorded
+/// digest differs is re-applied, and only that file.
+#[tokio::test]
+async fn unchanged_function_files_are_not_applied_again() {
+    let url = common::fresh_database().await;
+    run_migrate(&url).await;
+    let sql = connect(&url).await;
+    let files: Vec<(String, String)> = sql
+        .query("SELECT name, digest FROM pgvs3.function_files ORDER BY name", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    let names: Vec<&str> = files.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "cache",
+            "catalog",
+            "events",
+            "objects",
+            "ojs",
+            "quotas",
+            "resp_hash",
+            "resp_keys",
+            "resp_list",
+            "resp_pubsub",
+            "resp_set",
+            "resp_stream",
+            "resp_stream_group",
+            "resp_zset"
+        ]
+    );
+    let versions = function_row_versions(&sql).await;
+
+    run_migrate(&url).await;
+    assert_eq!(function_row_versions(&sql).await, versions, "nothing re-applied");
+
+    sql.execute(
+        "UPDATE pgvs3.function_files SET digest = 'stale' WHERE name = 'quotas'",
+        &[],
+    )
+    .await
+    .unwrap();
+    run_migrate(&url).await;
+    let after = function_row_versions(&sql).await;
+    let rewritten: Vec<&str> = after
+        .iter()
+        .filter(|(signature, xmin)| versions.get(*signature) != Some(*xmin))
+        .map(|(signature, _)| signature.as_str())
+        .collect();
+    assert_eq!(
+        rewritten,
+        [
+            "pgvs3.count_bucket_usage()",
+            "pgvs3.set_bucket_quota(text,bigint,bigint)"
+        ]
+    );
+    let digest: String = sql
+        .query_one("SELECT digest FROM pgvs3.function_files WHERE name = 'quotas'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        Some(&digest),
+        files.iter().find(|(name, _)| name == "quotas").map(|(_, d)| d)
+    );
+}
+
+/// A database with a newer layout is refused, and keeps its functions.
+#[tokio::test]
+async fn a_newer_layout_is_refused() {
+    let url = common::fresh_database().await;
+    run_migrate(&url).await;
+    let sql = connect(&url).await;
+    sql.batch_execute(
+        "INSERT INTO pgvs3.layout (version, name) VALUES (1000, 'from_the_future');
+         UPDATE pgvs3.function_files SET digest = 'newer'",
+    )
+    .await
+    .unwrap();
+    let versions = function_row_versions(&sql).await;
+    let pool = pgvs3_gateway::pg::pool(url.parse().unwrap(), 1).unwrap();
+    let refused = migrate::migrate(&pool).await.unwrap_err().to_string();
+    assert!(refused.contains("newer than this gateway"), "{refused}");
+    assert_eq!(function_row_versions(&sql).await, versions);
+}
+
+/// The layout as `pg_dump --schema-only` prints it, without what differs between runs or
+/// installations (the version banner, session settings, psql's restrict keys).
+fn normalized(dump: &str) -> String {
+    let mut out = String::from(
+        "-- The whole pgvs3 storage layout: `pg_dump --schema-only --no-owner --no-privileges` of a\n\
+         -- freshly migrated database (PostgreSQL 15). Generated by `just schema`; CI checks it is\n\
+         -- current. Read it, never apply it: migrations and function files build the layout.\n",
+    );
+    let mut blank = false;
+    for line in dump.lines() {
+        let noise = line.starts_with("-- Dumped ")
+            || line.starts_with("SET ")
+            || line.starts_with("SELECT pg_catalog.set_config")
+            || line.starts_with("\\restrict")
+            || line.starts_with("\\unrestrict");
+        if noise || (line.is_empty() && blank) {
+            continue;
+        }
+        blank = line.is_empty();
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// `gateway/schema.sql` is what a fresh migration produces (`PGVS3_WRITE_SCHEMA=1` rewrites it:
+/// `just schema`).
+#[tokio::test]
+async fn schema_sql_is_current() {
+    let url = common::fresh_database().await;
+    run_migrate(&url).await;
+    let pg_bin = pgvs3_gateway::pg::embedded::find_pg_bin(None).unwrap();
+    let dump = tokio::process::Command::new(pg_bin.join("pg_dump"))
+        .args(["--schema-only", "--no-owner", "--no-privileges", "--dbname", &url])
+        .output()
+        .await
+        .unwrap();
+    assert!(dump.status.success(), "{}", String::from_utf8_lossy(&dump.stderr));
+    let generated = normalized(&String::from_utf8(dump.stdout).unwrap());
+    let committed_path = concat!(env!("CARGO_MANIFEST_DIR"), "/schema.sql");
+    if std::env::var_os("PGVS3_WRITE_SCHEMA").is_some() {
+        std::fs::write(committed_path, &generated).unwrap();
+        return;
+    }
+    let committed = std::fs::read_to_string(committed_path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "gateway/schema.sql drifted from the migrations: run `just schema` and commit it"
+    );
+}
+
+/// The kind of a control call's refusal.
+async fn catalog_version(sql: &tokio_postgres::Client) -> i64 {
+    sql.query_one("SELECT version FROM pgvs3.catalog_version", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+fn kind<T>(result: Result<T, pgvs3_catalog::Error>) -> pgvs3_catalog::ErrorKind {
+    match result {
+        Ok(_) => panic!("the catalog accepted the call"),
+        Err(err) => err.kind(),
+    }
+}
+
+/// A cache bucket's settings for the control API tests.
+fn origin<'a>(bucket: &'a str, endpoint: &'a str, sealed_secret: &'a [u8]) -> pgvs3_catalog::OriginSettings<'a> {
+    pgvs3_catalog::OriginSettings {
+        bucket,
+        endpoint,
+        origin_bucket: "remote",
+        region: "us-east-1",
+        access_key: "origin-key",
+        sealed_secret,
+        cache_mode: "write-back",
+        path_style: true,
+        ttl_seconds: 60,
+        negative_ttl_seconds: 0,
+        fill_concurrency: 8,
+        size_limit_bytes: None,
+        write_back_threshold: 8 << 20,
+        range_chunk_bytes: 1 << 20,
+    }
+}
+
+/// The typed control client against the real functions: each refusal comes back as its kind,
+/// and a catalog older than the client's layout is `CatalogOutdated`.
+#[tokio::test]
+async fn the_control_api_refuses_with_typed_errors() {
+    use pgvs3_catalog::notifications::{NotificationRule, Notifications, put_bucket_notifications};
+    use pgvs3_catalog::{ErrorKind, ORDINARY_NAMESPACE};
+
+    let url = common::fresh_database().await;
+    run_migrate(&url).await;
+    let sql = connect(&url).await;
+
+    let refused = pgvs3_catalog::ensure_bucket(&sql, "Not_A_Bucket", None, ORDINARY_NAMESPACE).await;
+    assert_eq!(kind(refused), ErrorKind::InvalidBucketName);
+    let bucket = pgvs3_catalog::ensure_bucket(&sql, "plain", None, ORDINARY_NAMESPACE)
+        .await
+        .unwrap();
+    assert!(bucket.created);
+    let again = pgvs3_catalog::ensure_bucket(&sql, "plain", None, ORDINARY_NAMESPACE)
+        .await
+        .unwrap();
+    assert_eq!((again.id, again.created), (bucket.id, false));
+    assert_eq!(pgvs3_catalog::bucket_owner(&sql, "plain").await.unwrap(), Some(None));
+    assert_eq!(pgvs3_catalog::bucket_owner(&sql, "absent").await.unwrap(), None);
+
+    let key = pgvs3_catalog::AccessKey {
+        id: "owner-key",
+        sealed_secret: b"sealed",
+        is_root: false,
+        read_only: false,
+        description: "",
+    };
+    pgvs3_catalog::put_access_key(&sql, &key).await.unwrap();
+    assert!(pgvs3_catalog::adopt_bucket(&sql, "plain", "owner-key").await.unwrap());
+    assert_eq!(
+        pgvs3_catalog::bucket_owner(&sql, "plain").await.unwrap(),
+        Some(Some("owner-key".to_string()))
+    );
+
+    let no_bucket = pgvs3_catalog::set_bucket_quota(&sql, "absent", Some(1), None).await;
+    assert_eq!(kind(no_bucket), ErrorKind::NoSuchBucket);
+    let negative = pgvs3_catalog::set_bucket_quota(&sql, "plain", Some(-1), None).await;
+    assert_eq!(kind(negative), ErrorKind::Refused);
+
+    // Layout v21: a key's own policy; re-attaching the same document changes no row (every
+    // gateway would reload its catalog otherwise), and the root key never gets one.
+    let policy = r#"{"Version":"2012-10-17","Statement":[]}"#;
+    assert!(
+        pgvs3_catalog::set_key_policy(&sql, "owner-key", Some(policy))
+            .await
+            .unwrap()
+    );
+    let version = catalog_version(&sql).await;
+    assert!(
+        pgvs3_catalog::set_key_policy(&sql, "owner-key", Some(policy))
+            .await
+            .unwrap()
+    );
+    assert_eq!(catalog_version(&sql).await, version, "an unchanged policy is no update");
+    assert!(!pgvs3_catalog::set_key_policy(&sql, "absent-key", None).await.unwrap());
+
+    // Notification rules: what only the database knows is checked there, for every writer.
+    let rules = |arn: &str| {
+        let rule = NotificationRule::new("r".into(), arn, &["s3:ObjectCreated:*"], String::new(), String::new());
+        Notifications::new(vec![rule.unwrap()]).unwrap()
+    };
+    let absent = put_bucket_notifications(&sql, "absent", &rules("arn:pgvs3:ojs:::q")).await;
+    assert_eq!(kind(absent), ErrorKind::NoSuchBucket);
+    let unregistered = put_bucket_notifications(&sql, "plain", &rules("arn:pgvs3:webhook:::nobody")).await;
+    assert_eq!(kind(unregistered), ErrorKind::UnknownDestination);
+    let bad_queue = put_bucket_notifications(&sql, "plain", &rules("arn:pgvs3:ojs:::Not_A_Queue")).await;
+    assert_eq!(kind(bad_queue), ErrorKind::UnknownDestination);
+    put_bucket_notifications(&sql, "plain", &rules("arn:pgvs3:ojs:::q"))
+        .await
+        .unwrap();
+    let installed: i64 = sql
+        .query_one(
+            "SELECT count(*) FROM pg_trigger WHERE tgname IN ('objects_event', 'versions_event')
+               AND tgrelid IN ('s3p.objects'::regclass, 's3p.versions'::regclass)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(installed, 2, "the namespace's event triggers");
+    let version = catalog_version(&sql).await;
+    put_bucket_notifications(&sql, "plain", &rules("arn:pgvs3:ojs:::q"))
+        .await
+        .unwrap();
+    assert_eq!(catalog_version(&sql).await, version, "unchanged rules are no update");
+
+    sql.execute(
+        "INSERT INTO s3p.objects (bucket_id, key, size, etag, inline) VALUES ($1, 'k', 1, 'e', '\\x00')",
+        &[&bucket.id],
+    )
+    .await
+    .unwrap();
+    let not_empty = pgvs3_catalog::drop_bucket(&sql, "plain", false).await;
+    assert_eq!(kind(not_empty), ErrorKind::BucketNotEmpty);
+
+    let master_key = pgvs3_gateway::master_key::MasterKey::from_text("layout-test");
+    let sealed = pgvs3_catalog::seal_origin_secret(&sql, "cache", &master_key, "origin-secret")
+        .await
+        .unwrap();
+    let over_ordinary = pgvs3_catalog::put_origin(&sql, &origin("plain", "http://127.0.0.1:9", &sealed)).await;
+    assert_eq!(kind(over_ordinary), ErrorKind::Refused);
+    let bad_endpoint = pgvs3_catalog::put_origin(&sql, &origin("cache", "ftp://nowhere", &sealed)).await;
+    assert_eq!(kind(bad_endpoint), ErrorKind::InvalidSetting);
+    let cache_id = pgvs3_catalog::put_origin(&sql, &origin("cache", "http://127.0.0.1:9", &sealed))
+        .await
+        .unwrap();
+    // A cache bucket's rules see the writes made through it (functions/cache.sql).
+    put_bucket_notifications(&sql, "cache", &rules("arn:pgvs3:ojs:::q"))
+        .await
+        .unwrap();
+    let triggers: i64 = sql
+        .query_one(
+            "SELECT count(*) FROM pg_trigger WHERE tgname IN ('objects_event', 'versions_event')
+                AND tgrelid IN ('s3w.objects'::regclass, 's3w.versions'::regclass)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(triggers, 2);
+    // Layout v26: an access key's seal is reused the same way, so that an unchanged put of the
+    // key (an operator's resync) is no update.
+    let key_seal = pgvs3_catalog::seal_access_key_secret(&sql, "sealed-key", &master_key, "key-secret")
+        .await
+        .unwrap();
+    let sealed_key = pgvs3_catalog::AccessKey {
+        id: "sealed-key",
+        sealed_secret: &key_seal,
+        is_root: false,
+        read_only: false,
+        description: "",
+    };
+    pgvs3_catalog::put_access_key(&sql, &sealed_key).await.unwrap();
+    let version = catalog_version(&sql).await;
+    let resealed = pgvs3_catalog::seal_access_key_secret(&sql, "sealed-key", &master_key, "key-secret")
+        .await
+        .unwrap();
+    assert_eq!(resealed, key_seal);
+    pgvs3_catalog::put_access_key(&sql, &sealed_key).await.unwrap();
+    assert_eq!(catalog_version(&sql).await, version, "an unchanged key is no update");
+    let rotated = pgvs3_catalog::seal_access_key_secret(&sql, "sealed-key", &master_key, "rotated")
+        .await
+        .unwrap();
+    assert_eq!(master_key.open(&rotated).unwrap(), "rotated");
+
+    // The stored seal is reused while it opens to the same secret; another secret is sealed anew.
+    let reused = pgvs3_catalog::seal_origin_secret(&sql, "cache", &master_key, "origin-secret")
+        .await
+        .unwrap();
+    assert_eq!(reused, sealed);
+    let other = pgvs3_catalog::seal_origin_secret(&sql, "cache", &master_key, "rotated")
+        .await
+        .unwrap();
+    assert_ne!(other, sealed);
+    assert_eq!(master_key.open(&other).unwrap(), "rotated");
+
+    // A body written to the cache bucket waits for its upload: dropping it is refused.
+    sql.execute(
+        "INSERT INTO s3w.objects (bucket_id, key, size, etag, inline) VALUES ($1, 'k', 1, 'e', '\\x00')",
+        &[&cache_id],
+    )
+    .await
+    .unwrap();
+    let pending = pgvs3_catalog::drop_origin(&sql, "cache", false).await;
+    assert_eq!(kind(pending), ErrorKind::PendingWriteBack);
+    assert!(pgvs3_catalog::drop_origin(&sql, "cache", true).await.unwrap());
+    assert!(!pgvs3_catalog::drop_origin(&sql, "cache", true).await.unwrap());
+    assert!(pgvs3_catalog::drop_bucket(&sql, "plain", true).await.unwrap());
+    assert!(pgvs3_catalog::delete_access_key(&sql, "owner-key").await.unwrap());
+
+    // A catalog from before layout v11 has no pgvs3.bucket_owner.
+    sql.batch_execute("DROP FUNCTION pgvs3.bucket_owner(text)")
+        .await
+        .unwrap();
+    let outdated = pgvs3_catalog::bucket_owner(&sql, "plain").await;
+    assert_eq!(kind(outdated), ErrorKind::CatalogOutdated);
+}

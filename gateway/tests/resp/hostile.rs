@@ -1,0 +1,417 @@
+//! RESP under hostile input: frames that once crashed a connection task, Redis's protocol
+//! limits (before and after AUTH), a huge request dribbled in small writes, expiries and other
+//! numbers at the edge of i64, and connections that never speak or never AUTH.
+
+use pgvs3_testkit as common;
+
+use std::time::Duration;
+
+use common::TestGateway;
+use common::resp::{RawResp, Value, encode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const PONG: fn() -> Value = || Value::Simple("PONG".into());
+
+/// Sends `bytes` on a fresh connection; returns the reply and whether the server then closed.
+async fn refused(raw: &mut RawResp, bytes: &[u8]) -> (String, bool) {
+    raw.send(bytes).await;
+    let reply = raw.reply().await.expect("an error before closing");
+    (reply.error().to_owned(), raw.closed().await)
+}
+
+/// The clients CLIENT LIST shows.
+async fn client_count(raw: &mut RawResp) -> usize {
+    match raw.command(&["CLIENT", "LIST"]).await {
+        Value::Bulk(list) => String::from_utf8(list).unwrap().lines().count(),
+        other => panic!("CLIENT LIST: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn empty_and_negative_multibulk_counts_are_skipped_as_redis_does() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    for frame in [
+        &b"*0\r\n"[..],
+        b"*-1\r\n",
+        b"*-10\r\n",
+        b"*-9223372036854775808\r\n",
+        b"\r\n",
+    ] {
+        raw.send(frame).await;
+        assert_eq!(
+            raw.command(&["PING"]).await,
+            PONG(),
+            "after {:?}",
+            String::from_utf8_lossy(frame)
+        );
+    }
+    // All at once, around a real command, split inside the empty ones.
+    let pipeline = [&b"*0\r\n*-1\r\n"[..], &encode(&[b"ECHO", b"x"]), b"*-3\r\n*0\r\n"].concat();
+    for byte in pipeline.chunks(1) {
+        raw.send(byte).await;
+    }
+    assert_eq!(raw.command(&["PING"]).await, Value::bulk("x"), "ECHO's reply first");
+    assert_eq!(raw.reply().await, Some(PONG()));
+}
+
+#[tokio::test]
+async fn protocol_errors_answer_redis_texts_and_close() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let long_number = "1".repeat(70 * 1024);
+    let too_long_count = format!("*{long_number}");
+    let too_long_len = format!("*1\r\n${long_number}");
+    let cases: [(&[u8], &str); 10] = [
+        (b"*1\r\n$-2\r\n", "ERR Protocol error: invalid bulk length"),
+        (
+            b"*1\r\n$9223372036854775807\r\n",
+            "ERR Protocol error: invalid bulk length",
+        ),
+        (
+            b"*1\r\n$99999999999999999999\r\n",
+            "ERR Protocol error: invalid bulk length",
+        ),
+        (b"*3000000000\r\n", "ERR Protocol error: invalid multibulk length"),
+        // Numbers as Redis's string2ll reads them: no plus sign, no leading zero.
+        (b"*+1\r\n$4\r\nPING\r\n", "ERR Protocol error: invalid multibulk length"),
+        (b"*01\r\n$4\r\nPING\r\n", "ERR Protocol error: invalid multibulk length"),
+        (b"*1\r\n$+4\r\nPING\r\n", "ERR Protocol error: invalid bulk length"),
+        (
+            b"*2\r\n$4\r\nECHO\r\nx\r\n",
+            "ERR Protocol error: expected '$', got 'x'",
+        ),
+        (
+            too_long_count.as_bytes(),
+            "ERR Protocol error: too big mbulk count string",
+        ),
+        (too_long_len.as_bytes(), "ERR Protocol error: too big bulk count string"),
+    ];
+    for (bytes, expected) in cases {
+        let mut raw = RawResp::connect(gateway.resp_addr()).await;
+        let (reply, closed) = refused(&mut raw, bytes).await;
+        let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(40)]).into_owned();
+        assert_eq!(reply, expected, "{shown:?}");
+        assert!(closed, "{shown:?} closes the connection");
+    }
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(raw.command(&["PING"]).await, PONG());
+}
+
+/// Bad frames in a row, from connections that then go away, leave no CLIENT LIST entry and no
+/// --resp-max-clients slot behind (they used to panic their task, which kept both).
+#[tokio::test]
+async fn bad_frames_leak_no_client_slots() {
+    let gateway = TestGateway::with_resp(&["--resp-max-clients", "4"]).await;
+    for _ in 0..20 {
+        let mut raw = RawResp::connect(gateway.resp_addr()).await;
+        raw.send(b"*0\r\n*-1\r\n*-10\r\n*1\r\n$-2\r\n").await;
+        assert!(raw.closed().await, "a bad frame closes the connection");
+    }
+    // Closed connections leave the registry as soon as their tasks notice.
+    let mut raw = common::eventually(Duration::from_secs(10), "a free client slot", || async {
+        let mut raw = RawResp::connect(gateway.resp_addr()).await;
+        (raw.command(&["PING"]).await == PONG()).then_some(raw)
+    })
+    .await;
+    let mut others = Vec::new();
+    for _ in 0..3 {
+        let mut other = RawResp::connect(gateway.resp_addr()).await;
+        assert_eq!(other.command(&["PING"]).await, PONG());
+        others.push(other);
+    }
+    assert_eq!(client_count(&mut raw).await, 4);
+    drop(others);
+    let mut count = 4;
+    for _ in 0..200 {
+        count = client_count(&mut raw).await;
+        if count == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(count, 1, "only this client is left");
+}
+
+#[tokio::test]
+async fn before_auth_requests_are_limited_as_in_redis() {
+    let gateway = TestGateway::with_resp(&["--resp-password", "secret"]).await;
+    let addr = gateway.resp_addr();
+    let mut raw = RawResp::connect(addr).await;
+    let (reply, closed) = refused(&mut raw, b"*11\r\n").await;
+    assert_eq!(reply, "ERR Protocol error: unauthenticated multibulk length");
+    assert!(closed);
+    let mut raw = RawResp::connect(addr).await;
+    let (reply, closed) = refused(&mut raw, b"*1\r\n$16385\r\n").await;
+    assert_eq!(reply, "ERR Protocol error: unauthenticated bulk length");
+    assert!(closed);
+    // Within the limits, a command is refused for want of AUTH and the connection stays.
+    let mut raw = RawResp::connect(addr).await;
+    let ten: Vec<&[u8]> = std::iter::once(&b"MGET"[..]).chain([&b"k"[..]; 9]).collect();
+    raw.send(&encode(&ten)).await;
+    assert_eq!(raw.reply().await.unwrap().error(), "NOAUTH Authentication required.");
+    raw.send(&encode(&[b"ECHO", &vec![b'e'; 16384]])).await;
+    assert_eq!(raw.reply().await.unwrap().error(), "NOAUTH Authentication required.");
+    // AUTH and, in the same write, what only an authenticated client may send: the request
+    // after AUTH is read with the limits of an authenticated client, as in Redis.
+    let value = vec![b'v'; 100_000];
+    let many: Vec<&[u8]> = std::iter::once(&b"MGET"[..]).chain([&b"big"[..]; 50]).collect();
+    let pipeline = [
+        encode(&[b"AUTH", b"secret"]),
+        encode(&[b"SET", b"big", &value]),
+        encode(&many),
+    ]
+    .concat();
+    raw.send(&pipeline).await;
+    assert_eq!(raw.reply().await, Some(Value::Simple("OK".into())));
+    assert_eq!(raw.reply().await, Some(Value::Simple("OK".into())));
+    assert_eq!(raw.reply().await, Some(Value::Array(vec![Value::Bulk(value); 50])));
+    // RESET takes the client back to before AUTH, and to its limits.
+    assert_eq!(raw.command(&["RESET"]).await, Value::Simple("RESET".into()));
+    let (reply, closed) = refused(&mut raw, &encode(&many)).await;
+    assert_eq!(reply, "ERR Protocol error: unauthenticated multibulk length");
+    assert!(closed);
+}
+
+/// A 640,000-key MGET sent in 512-byte writes: parsed in one pass over its bytes (it used to be
+/// parsed again from its start on every read, seconds of CPU), and answered right.
+#[tokio::test]
+async fn a_huge_request_in_small_writes_is_parsed_once() {
+    const KEYS: usize = 640_000;
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(raw.command(&["SET", "k7", "seven"]).await, Value::Simple("OK".into()));
+    assert_eq!(
+        raw.command(&["SET", "k639999", "last"]).await,
+        Value::Simple("OK".into())
+    );
+    drop(raw);
+
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("k{i}")).collect();
+    let mut args: Vec<&[u8]> = vec![b"MGET"];
+    args.extend(keys.iter().map(|key| key.as_bytes()));
+    let request = encode(&args);
+    let mut expected = format!("*{KEYS}\r\n").into_bytes();
+    for i in 0..KEYS {
+        expected.extend_from_slice(match i {
+            7 => b"$5\r\nseven\r\n",
+            639_999 => b"$4\r\nlast\r\n",
+            _ => b"$-1\r\n",
+        });
+    }
+
+    let stream = tokio::net::TcpStream::connect(gateway.resp_addr()).await.unwrap();
+    stream.set_nodelay(true).unwrap();
+    let (mut read, mut write) = stream.into_split();
+    let writer = tokio::spawn(async move {
+        for piece in request.chunks(512) {
+            write.write_all(piece).await.unwrap();
+        }
+        write
+    });
+    let mut reply = vec![0; expected.len()];
+    tokio::time::timeout(Duration::from_secs(120), read.read_exact(&mut reply))
+        .await
+        .expect("the reply within 120 s")
+        .unwrap();
+    assert!(reply == expected, "the MGET's reply");
+    let _write = writer.await.unwrap();
+}
+
+#[tokio::test]
+async fn expiries_beyond_i64_are_refused_and_keep_the_key() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let invalid = |name: &str| format!("ERR invalid expire time in '{name}' command");
+    raw.command(&["SET", "k", "v"]).await;
+    for args in [
+        &["EXPIRE", "k", "9223370399119966"][..],
+        &["EXPIRE", "k", "9223372036854776"],
+        &["EXPIRE", "k", "-9223372036854776"],
+        &["PEXPIRE", "k", "9223372036854770000"],
+        &["EXPIREAT", "k", "9223372036854776"],
+        &["SET", "k", "v", "EX", "9223372036854776"],
+        &["SET", "k", "v", "PX", "9223372036854775807"],
+        &["SET", "k", "v", "EXAT", "9223372036854776"],
+        &["SET", "k", "v", "EX", "0"],
+        &["SET", "k", "v", "PX", "-1"],
+        &["GETEX", "k", "EX", "9223372036854776"],
+        &["GETEX", "k", "PX", "9223372036854775000"],
+        &["GETEX", "k", "PXAT", "0"],
+        &["SETEX", "k", "9223372036854776", "v"],
+        &["PSETEX", "k", "9223372036854775000", "v"],
+    ] {
+        let name = args[0].to_ascii_lowercase();
+        assert_eq!(raw.command(args).await.error(), invalid(&name), "{args:?}");
+        assert_eq!(
+            raw.command(&["GET", "k"]).await,
+            Value::bulk("v"),
+            "{args:?} keeps the key"
+        );
+        assert_eq!(
+            raw.command(&["TTL", "k"]).await,
+            Value::Int(-1),
+            "{args:?} keeps no TTL"
+        );
+    }
+    // Far but within i64 milliseconds: Redis takes these, and so does pgvs3.
+    for args in [
+        &["EXPIRE", "k", "9223370399119"][..],
+        &["PEXPIREAT", "k", "9223372036854775807"],
+        &["SET", "k", "v", "PXAT", "9223372036854775807"],
+        &["GETEX", "k", "EXAT", "9223372036854775"],
+    ] {
+        raw.command(args).await;
+        assert_eq!(
+            raw.command(&["GET", "k"]).await,
+            Value::bulk("v"),
+            "{args:?} keeps the key"
+        );
+        let Value::Int(ttl) = raw.command(&["TTL", "k"]).await else {
+            panic!("TTL");
+        };
+        assert!(ttl > 200_000 * 365 * 86_400, "{args:?}: TTL {ttl}");
+        raw.command(&["PERSIST", "k"]).await;
+    }
+    // A past expiry deletes the key, as in Redis.
+    assert_eq!(raw.command(&["EXPIRE", "k", "-9223372036854775"]).await, Value::Int(1));
+    assert_eq!(raw.command(&["EXISTS", "k"]).await, Value::Int(0));
+}
+
+#[tokio::test]
+async fn numbers_at_the_edges_get_redis_texts() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let not_integer = "ERR value is not an integer or out of range";
+    raw.command(&["SET", "n", "9223372036854775807"]).await;
+    assert_eq!(
+        raw.command(&["INCR", "n"]).await.error(),
+        "ERR increment or decrement would overflow"
+    );
+    assert_eq!(
+        raw.command(&["DECRBY", "n", "-9223372036854775808"]).await.error(),
+        "ERR decrement would overflow"
+    );
+    assert_eq!(
+        raw.command(&["INCRBY", "n", "9223372036854775808"]).await.error(),
+        not_integer
+    );
+    assert_eq!(raw.command(&["GET", "n"]).await, Value::bulk("9223372036854775807"));
+    assert_eq!(
+        raw.command(&["INCRBYFLOAT", "f", "inf"]).await.error(),
+        "ERR increment would produce NaN or Infinity"
+    );
+    assert_eq!(
+        raw.command(&["INCRBYFLOAT", "f", "1e400"]).await.error(),
+        "ERR value is not a valid float"
+    );
+    assert_eq!(
+        raw.command(&["INCRBYFLOAT", "f", "nan"]).await.error(),
+        "ERR value is not a valid float"
+    );
+    raw.command(&["SET", "f", "1e308"]).await;
+    assert_eq!(
+        raw.command(&["INCRBYFLOAT", "f", "1e308"]).await.error(),
+        "ERR increment would produce NaN or Infinity"
+    );
+    raw.command(&["SET", "s", "hello"]).await;
+    assert_eq!(
+        raw.command(&["SETRANGE", "s", "-1", "x"]).await.error(),
+        "ERR offset is out of range"
+    );
+    for offset in ["536870912", "9223372036854775807"] {
+        assert_eq!(
+            raw.command(&["SETRANGE", "s", offset, "x"]).await.error(),
+            "ERR string exceeds maximum allowed size (proto-max-bulk-len)"
+        );
+    }
+    assert_eq!(
+        raw.command(&["SETRANGE", "s", "9223372036854775807", ""]).await,
+        Value::Int(5)
+    );
+    assert_eq!(
+        raw.command(&["GETRANGE", "s", "-9223372036854775808", "9223372036854775807"])
+            .await,
+        Value::bulk("hello")
+    );
+    assert_eq!(
+        raw.command(&["GETRANGE", "s", "9223372036854775807", "-9223372036854775808"])
+            .await,
+        Value::bulk("")
+    );
+    for db in ["9223372036854775807", "-1", "4294967296"] {
+        assert_eq!(
+            raw.command(&["SELECT", db]).await.error(),
+            "ERR DB index is out of range"
+        );
+    }
+    assert_eq!(
+        raw.command(&["SELECT", "99999999999999999999"]).await.error(),
+        not_integer
+    );
+    assert!(matches!(
+        raw.command(&["SCAN", "0", "COUNT", "9223372036854775807"]).await,
+        Value::Array(_)
+    ));
+    assert_eq!(
+        raw.command(&["SCAN", "0", "COUNT", "-9223372036854775808"])
+            .await
+            .error(),
+        "ERR syntax error"
+    );
+    assert_eq!(raw.command(&["SCAN", "-1"]).await.error(), "ERR invalid cursor");
+    assert_eq!(
+        raw.command(&["HELLO", "9223372036854775807"]).await.error(),
+        "NOPROTO unsupported protocol version"
+    );
+    assert_eq!(
+        raw.command(&["PING", "a", "b"]).await.error(),
+        "ERR wrong number of arguments for 'ping' command"
+    );
+    assert_eq!(raw.command(&["PING"]).await, PONG());
+}
+
+#[tokio::test]
+async fn silent_and_unauthenticated_connections_are_closed() {
+    let gateway = TestGateway::with_resp(&[
+        "--resp-first-byte-timeout",
+        "300ms",
+        "--resp-auth-timeout",
+        "1s",
+        "--resp-password",
+        "secret",
+    ])
+    .await;
+    let addr = gateway.resp_addr();
+    let mut talking = RawResp::connect(addr).await;
+    assert_eq!(talking.command(&["AUTH", "secret"]).await, Value::Simple("OK".into()));
+    // Silent from the start: closed after the first-byte timeout.
+    let mut silent = RawResp::connect(addr).await;
+    assert!(silent.closed().await, "a silent connection is closed");
+    // Talking but never authenticating, even when busy: closed after the AUTH timeout.
+    let mut unauthenticated = RawResp::connect(addr).await;
+    let mut refusals = 0;
+    loop {
+        unauthenticated.send(&encode(&[b"GET", b"k"])).await;
+        match unauthenticated.reply().await {
+            Some(reply) => {
+                assert_eq!(reply.error(), "NOAUTH Authentication required.");
+                refusals += 1;
+                assert!(refusals < 1000, "still open after {refusals} refusals");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            None => break,
+        }
+    }
+    // The authenticated client is idle well past both and stays (no idle timeout by default).
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(talking.command(&["PING"]).await, PONG());
+    let mut count = 0;
+    for _ in 0..200 {
+        count = client_count(&mut talking).await;
+        if count == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(count, 1, "closed connections leave CLIENT LIST");
+}

@@ -1,0 +1,18 @@
+//! The RESP test binary: every RESP test module (redis-rs, redis-cli, raw RESP, BullMQ, Celery,
+//! RQ) against gateways started in-process on one throwaway PostgreSQL (crates/pgvs3-testkit).
+
+mod bad_input;
+mod bits_and_lcs;
+mod bullmq;
+mod celery;
+mod core;
+mod hostile;
+mod pubsub;
+mod redis_cli;
+mod redis_rs;
+mod rq;
+mod scripting;
+mod server_commands;
+mod stream_groups;
+mod streams;
+mod types;

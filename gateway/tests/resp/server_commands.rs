@@ -1,0 +1,297 @@
+//! The server commands the Redis test suite and client libraries use around the data:
+//! FLUSHALL, FUNCTION FLUSH, CONFIG SET of encoding parameters, INFO's memory, stats and CPU
+//! sections, CLIENT LIST's fields, CLIENT KILL and CLIENT REPLY, and EXPIRE's combined options,
+//! each answered as Redis 7 answers it.
+
+use pgvs3_testkit as common;
+
+use common::TestGateway;
+use common::resp::{RawResp, Value, encode};
+
+fn ok() -> Value {
+    Value::Simple("OK".into())
+}
+
+#[tokio::test]
+async fn flushall_empties_every_database_and_function_flush_is_accepted() {
+    let gateway = TestGateway::with_resp(&["--resp-flushdb", "--resp-databases", "1=second"]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(raw.command(&["SET", "a", "0"]).await, ok());
+    assert_eq!(raw.command(&["SELECT", "1"]).await, ok());
+    assert_eq!(raw.command(&["SET", "b", "1"]).await, ok());
+    assert_eq!(raw.command(&["FLUSHALL", "LATER"]).await.error(), "ERR syntax error");
+    assert_eq!(
+        raw.command(&["DBSIZE"]).await,
+        Value::Int(1),
+        "a refused FLUSHALL flushes nothing"
+    );
+    assert_eq!(raw.command(&["FLUSHALL"]).await, ok());
+    assert_eq!(raw.command(&["DBSIZE"]).await, Value::Int(0));
+    assert_eq!(raw.command(&["SELECT", "0"]).await, ok());
+    assert_eq!(raw.command(&["DBSIZE"]).await, Value::Int(0));
+    assert_eq!(raw.command(&["FLUSHALL", "ASYNC"]).await, ok());
+
+    assert_eq!(raw.command(&["FUNCTION", "FLUSH"]).await, ok());
+    assert_eq!(raw.command(&["FUNCTION", "FLUSH", "SYNC"]).await, ok());
+    assert_eq!(raw.command(&["FUNCTION", "LIST"]).await, Value::Array(vec![]));
+    assert!(
+        raw.command(&["FUNCTION", "LOAD", "#!lua name=x\n"])
+            .await
+            .error()
+            .starts_with("ERR FUNCTION LOAD is not supported")
+    );
+
+    let refused = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(refused.resp_addr()).await;
+    assert_eq!(raw.command(&["SET", "kept", "v"]).await, ok());
+    assert_eq!(
+        raw.command(&["FLUSHALL"]).await.error(),
+        "ERR FLUSHALL is disabled on this server (start pgvs3 with --resp-flushdb)"
+    );
+    assert_eq!(raw.command(&["DBSIZE"]).await, Value::Int(1));
+}
+
+#[tokio::test]
+async fn config_set_takes_encoding_parameters_and_info_has_the_standard_sections() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(
+        raw.command(&[
+            "CONFIG",
+            "SET",
+            "list-max-ziplist-size",
+            "4",
+            "set-max-intset-entries",
+            "64"
+        ])
+        .await,
+        ok()
+    );
+    assert_eq!(
+        raw.command(&["CONFIG", "SET", "maxmemory", "1"]).await.error(),
+        "ERR Unknown option or number of arguments for CONFIG SET - 'maxmemory'"
+    );
+    assert_eq!(
+        raw.command(&["CONFIG", "SET", "list-max-ziplist-size"]).await.error(),
+        "ERR wrong number of arguments for 'config|set' command"
+    );
+
+    let Value::Bulk(info) = raw.command(&["INFO"]).await else {
+        panic!("INFO is a bulk string")
+    };
+    let info = String::from_utf8(info).unwrap();
+    for section in ["# Server", "# Clients", "# Memory", "# Stats", "# CPU", "# Keyspace"] {
+        assert!(info.contains(section), "{section} in {info}");
+    }
+    assert!(info.contains("mem_allocator:mimalloc\r\n"));
+    let field = |name: &str| -> f64 {
+        info.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("{name} in {info}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(field("used_memory") > 1e6, "a gateway uses megabytes");
+    assert!(
+        field("total_commands_processed") >= 3.0,
+        "the commands above were counted"
+    );
+    assert!(field("total_connections_received") >= 1.0);
+    assert!(field("used_cpu_user") > 0.0);
+    let Value::Bulk(memory) = raw.command(&["INFO", "memory"]).await else {
+        panic!("INFO memory")
+    };
+    let memory = String::from_utf8(memory).unwrap();
+    assert!(memory.contains("# Memory") && !memory.contains("# Server"), "{memory}");
+}
+
+#[tokio::test]
+async fn client_list_kill_and_reply() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut me = RawResp::connect(gateway.resp_addr()).await;
+    let mut other = RawResp::connect(gateway.resp_addr()).await;
+    let Value::Int(other_id) = other.command(&["CLIENT", "ID"]).await else {
+        panic!("CLIENT ID")
+    };
+    let Value::Bulk(list) = me.command(&["CLIENT", "LIST"]).await else {
+        panic!("CLIENT LIST")
+    };
+    let list = String::from_utf8(list).unwrap();
+    let line = list
+        .lines()
+        .find(|line| line.starts_with(&format!("id={other_id} ")))
+        .unwrap_or_else(|| panic!("the other client in {list}"));
+    for field in [
+        "addr=",
+        "laddr=",
+        "fd=",
+        "flags=N",
+        "db=0",
+        "multi=-1",
+        "qbuf=",
+        "omem=",
+        "tot-mem=",
+        "cmd=client",
+    ] {
+        assert!(line.contains(field), "{field} in {line}");
+    }
+
+    // CLIENT KILL by ID answers how many went; the killed connection is closed.
+    assert_eq!(
+        me.command(&["CLIENT", "KILL", "ID", &other_id.to_string()]).await,
+        Value::Int(1)
+    );
+    assert!(other.closed().await, "the killed client's connection is closed");
+    assert_eq!(me.command(&["CLIENT", "KILL", "ID", "999999"]).await, Value::Int(0));
+    assert_eq!(
+        me.command(&["CLIENT", "KILL", "ID", "0"]).await.error(),
+        "ERR client-id should be greater than 0"
+    );
+    assert_eq!(me.command(&["CLIENT", "KILL", "TYPE", "pubsub"]).await, Value::Int(0));
+    assert_eq!(
+        me.command(&["CLIENT", "KILL", "1.2.3.4:5"]).await.error(),
+        "ERR No such client"
+    );
+    // SKIPME yes (the default) spares the caller.
+    assert_eq!(me.command(&["CLIENT", "KILL", "TYPE", "normal"]).await, Value::Int(0));
+    assert_eq!(me.command(&["PING"]).await, Value::Simple("PONG".into()));
+
+    // CLIENT REPLY OFF silences everything until ON; SKIP silences itself and the next reply.
+    me.send(&encode(&[b"CLIENT", b"REPLY", b"OFF"])).await;
+    me.send(&encode(&[b"SET", b"quiet", b"1"])).await;
+    assert_eq!(
+        me.command(&["CLIENT", "REPLY", "ON"]).await,
+        ok(),
+        "the first reply after OFF is ON's"
+    );
+    assert_eq!(
+        me.command(&["GET", "quiet"]).await,
+        Value::bulk("1"),
+        "the silenced SET ran"
+    );
+    me.send(&encode(&[b"CLIENT", b"REPLY", b"SKIP"])).await;
+    me.send(&encode(&[b"SET", b"skipped", b"2"])).await;
+    assert_eq!(me.command(&["GET", "skipped"]).await, Value::bulk("2"));
+    assert_eq!(
+        me.command(&["CLIENT", "REPLY", "MAYBE"]).await.error(),
+        "ERR syntax error"
+    );
+}
+
+/// CLIENT LIST's and CLIENT KILL's options as redis-server 7.0.15 answers them (compared with
+/// the same inputs): a bare CLIENT KILL is an arity error, not a filter that matches everyone,
+/// and CLIENT LIST ID lists only the clients named.
+#[tokio::test]
+async fn client_list_and_kill_take_redis_options() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut me = RawResp::connect(gateway.resp_addr()).await;
+    let mut first = RawResp::connect(gateway.resp_addr()).await;
+    let mut second = RawResp::connect(gateway.resp_addr()).await;
+    let id = |reply: Value| match reply {
+        Value::Int(id) => id.to_string(),
+        other => panic!("CLIENT ID: {other:?}"),
+    };
+    let first_id = id(first.command(&["CLIENT", "ID"]).await);
+    let second_id = id(second.command(&["CLIENT", "ID"]).await);
+
+    assert_eq!(
+        me.command(&["CLIENT", "KILL"]).await.error(),
+        "ERR wrong number of arguments for 'client|kill' command"
+    );
+    assert_eq!(first.command(&["PING"]).await, Value::Simple("PONG".into()));
+    assert_eq!(second.command(&["PING"]).await, Value::Simple("PONG".into()));
+
+    let ids = |reply: Value| match reply {
+        Value::Bulk(text) => String::from_utf8(text)
+            .unwrap()
+            .lines()
+            .map(|line| line.split(' ').next().unwrap().trim_start_matches("id=").to_owned())
+            .collect::<Vec<_>>(),
+        other => panic!("CLIENT LIST: {other:?}"),
+    };
+    assert_eq!(
+        ids(me.command(&["CLIENT", "LIST", "ID", &first_id]).await),
+        std::slice::from_ref(&first_id)
+    );
+    assert_eq!(
+        ids(me
+            .command(&["CLIENT", "LIST", "ID", &second_id, "999999", &first_id, "0", "-5"])
+            .await),
+        [second_id.clone(), first_id.clone()],
+        "the clients named that exist, in the order given"
+    );
+    assert_eq!(ids(me.command(&["CLIENT", "LIST", "TYPE", "normal"]).await).len(), 3);
+    assert_eq!(ids(me.command(&["CLIENT", "LIST", "TYPE", "pubsub"]).await).len(), 0);
+    for (args, error) in [
+        (&["CLIENT", "LIST", "ID"][..], "ERR syntax error"),
+        (&["CLIENT", "LIST", "ID", "abc"], "ERR Invalid client ID"),
+        (
+            &["CLIENT", "LIST", "ID", &first_id, "TYPE", "normal"],
+            "ERR Invalid client ID",
+        ),
+        (
+            &["CLIENT", "LIST", "TYPE", "normal", "ID", &first_id],
+            "ERR syntax error",
+        ),
+        (&["CLIENT", "LIST", "TYPE"], "ERR syntax error"),
+        (&["CLIENT", "LIST", "TYPE", "bogus"], "ERR Unknown client type 'bogus'"),
+        (&["CLIENT", "LIST", "FOO"], "ERR syntax error"),
+        (
+            &["CLIENT", "KILL", "ID", "abc", "TYPE"],
+            "ERR client-id should be greater than 0",
+        ),
+        (
+            &["CLIENT", "KILL", "ID", "-1"],
+            "ERR client-id should be greater than 0",
+        ),
+        (&["CLIENT", "KILL", "ID", "1", "ID"], "ERR syntax error"),
+        (&["CLIENT", "KILL", "TYPE", "bogus"], "ERR Unknown client type 'bogus'"),
+        (
+            &["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "maybe"],
+            "ERR syntax error",
+        ),
+        (&["CLIENT", "KILL", "USER", "nobody"], "ERR No such user 'nobody'"),
+        (&["CLIENT", "KILL", "FOO", "bar"], "ERR syntax error"),
+        (&["CLIENT", "KILL", "nonsense"], "ERR No such client"),
+    ] {
+        assert_eq!(me.command(args).await.error(), error, "{args:?}");
+    }
+    // Nothing above closed anyone.
+    assert_eq!(ids(me.command(&["CLIENT", "LIST"]).await).len(), 3);
+    assert_eq!(
+        me.command(&["CLIENT", "KILL", "ADDR", "1.2.3.4:5", "LADDR", "x"]).await,
+        Value::Int(0)
+    );
+    assert_eq!(
+        me.command(&["CLIENT", "KILL", "USER", "default", "ID", &first_id])
+            .await,
+        Value::Int(1)
+    );
+    assert!(first.closed().await, "the client killed by ID is closed");
+    assert_eq!(second.command(&["PING"]).await, Value::Simple("PONG".into()));
+}
+
+#[tokio::test]
+async fn expire_combines_xx_with_gt_and_lt() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(raw.command(&["SET", "k", "v"]).await, ok());
+    // XX: only with a TTL, so nothing happens to a persistent key, with GT or LT alike.
+    assert_eq!(raw.command(&["EXPIRE", "k", "100", "XX", "GT"]).await, Value::Int(0));
+    assert_eq!(raw.command(&["EXPIRE", "k", "100", "XX", "LT"]).await, Value::Int(0));
+    assert_eq!(raw.command(&["TTL", "k"]).await, Value::Int(-1));
+    // LT alone on a persistent key sets it (no TTL counts as infinite).
+    assert_eq!(raw.command(&["EXPIRE", "k", "100", "LT"]).await, Value::Int(1));
+    assert_eq!(raw.command(&["EXPIRE", "k", "50", "XX", "GT"]).await, Value::Int(0));
+    assert_eq!(raw.command(&["EXPIRE", "k", "200", "XX", "GT"]).await, Value::Int(1));
+    assert_eq!(raw.command(&["EXPIRE", "k", "300", "XX", "LT"]).await, Value::Int(0));
+    assert_eq!(raw.command(&["EXPIRE", "k", "150", "XX", "LT"]).await, Value::Int(1));
+    let Value::Int(ttl) = raw.command(&["TTL", "k"]).await else {
+        panic!("TTL")
+    };
+    assert!((140..=150).contains(&ttl), "{ttl}");
+    assert_eq!(
+        raw.command(&["EXPIRE", "k", "10", "NX", "GT"]).await.error(),
+        "ERR NX and XX, GT or LT options at the same time are not compatible"
+    );
+}

@@ -1,0 +1,1631 @@
+//! RESP's typed keys over the wire with redis-rs: hashes (and the keyspace they share with
+//! strings), with Redis's replies and error texts, expiry, WATCH, pipelines and the S3 view.
+
+use crate::redis_rs;
+use pgvs3_testkit as common;
+
+use std::time::Duration;
+
+use common::TestGateway;
+use common::resp::{RawResp, Value};
+use redis_rs::{connect, error, query};
+
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+#[tokio::test]
+async fn hash_commands_answer_as_redis() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+
+    assert_eq!(
+        query::<i64>(&mut con, &["HSET", "h", "a", "1", "b", "2", "a", "3"]).await,
+        2
+    );
+    assert_eq!(
+        query::<String>(&mut con, &["HGET", "h", "a"]).await,
+        "3",
+        "the last value wins"
+    );
+    assert_eq!(query::<i64>(&mut con, &["HSET", "h", "a", "4", "c", "5"]).await, 1);
+    assert_eq!(query::<String>(&mut con, &["HMSET", "h", "d", "6"]).await, "OK");
+    assert_eq!(query::<Option<String>>(&mut con, &["HGET", "h", "missing"]).await, None);
+    assert_eq!(query::<Option<String>>(&mut con, &["HGET", "nohash", "a"]).await, None);
+    assert_eq!(
+        query::<Vec<Option<String>>>(&mut con, &["HMGET", "h", "a", "zz", "c"]).await,
+        vec![Some("4".into()), None, Some("5".into())]
+    );
+    assert_eq!(
+        query::<Vec<Option<String>>>(&mut con, &["HMGET", "nohash", "a", "b"]).await,
+        vec![None, None]
+    );
+    assert_eq!(query::<i64>(&mut con, &["HLEN", "h"]).await, 4);
+    assert_eq!(query::<i64>(&mut con, &["HLEN", "nohash"]).await, 0);
+    let all: std::collections::BTreeMap<String, String> = query(&mut con, &["HGETALL", "h"]).await;
+    assert_eq!(all.len(), 4);
+    assert_eq!(all["b"], "2");
+    let mut keys: Vec<String> = query(&mut con, &["HKEYS", "h"]).await;
+    keys.sort();
+    assert_eq!(keys, ["a", "b", "c", "d"]);
+    let mut values: Vec<String> = query(&mut con, &["HVALS", "h"]).await;
+    values.sort();
+    assert_eq!(values, ["2", "4", "5", "6"]);
+    assert_eq!(query::<i64>(&mut con, &["HEXISTS", "h", "a"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["HEXISTS", "h", "zz"]).await, 0);
+    assert_eq!(query::<i64>(&mut con, &["HSTRLEN", "h", "a"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["HSTRLEN", "h", "zz"]).await, 0);
+    assert_eq!(query::<i64>(&mut con, &["HSETNX", "h", "a", "x"]).await, 0);
+    assert_eq!(query::<i64>(&mut con, &["HSETNX", "h", "e", "x"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["HDEL", "h", "e", "zz", "d"]).await, 2);
+
+    // HINCRBY and HINCRBYFLOAT.
+    assert_eq!(query::<i64>(&mut con, &["HINCRBY", "h", "n", "5"]).await, 5);
+    assert_eq!(query::<i64>(&mut con, &["HINCRBY", "h", "n", "-7"]).await, -2);
+    assert_eq!(
+        query::<String>(&mut con, &["HINCRBYFLOAT", "h", "f", "10.5"]).await,
+        "10.5"
+    );
+    assert_eq!(
+        query::<String>(&mut con, &["HINCRBYFLOAT", "h", "f", "0.1"]).await,
+        "10.6"
+    );
+    assert_eq!(
+        query::<String>(&mut con, &["HINCRBYFLOAT", "h", "n", "1.5"]).await,
+        "-0.5"
+    );
+    assert_eq!(
+        query::<String>(&mut con, &["HINCRBYFLOAT", "h", "f", "-10.6"]).await,
+        "0"
+    );
+
+    // HRANDFIELD: one, distinct up to the size, repeats with a negative count, with values.
+    let one: String = query(&mut con, &["HRANDFIELD", "h"]).await;
+    assert!(all.contains_key(&one) || ["n", "f"].contains(&one.as_str()), "{one}");
+    let distinct: Vec<String> = query(&mut con, &["HRANDFIELD", "h", "100"]).await;
+    assert_eq!(distinct.len(), 5);
+    let repeated: Vec<String> = query(&mut con, &["HRANDFIELD", "h", "-20"]).await;
+    assert_eq!(repeated.len(), 20);
+    let with_values: Vec<String> = query(&mut con, &["HRANDFIELD", "h", "2", "WITHVALUES"]).await;
+    assert_eq!(with_values.len(), 4);
+    assert_eq!(query::<Vec<String>>(&mut con, &["HRANDFIELD", "h", "0"]).await.len(), 0);
+    assert_eq!(query::<Option<String>>(&mut con, &["HRANDFIELD", "nohash"]).await, None);
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["HRANDFIELD", "nohash", "3"])
+            .await
+            .len(),
+        0
+    );
+
+    // HSCAN walks every field, page by page, and MATCH filters.
+    for i in 0..25 {
+        query::<i64>(&mut con, &["HSET", "big", &format!("field:{i}"), &i.to_string()]).await;
+    }
+    let mut cursor = "0".to_owned();
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..100 {
+        let (next, page): (String, Vec<String>) = query(&mut con, &["HSCAN", "big", &cursor, "COUNT", "7"]).await;
+        for pair in page.chunks(2) {
+            seen.insert(pair[0].clone());
+        }
+        cursor = next;
+        if cursor == "0" {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 25);
+    let (_, page): (String, Vec<String>) =
+        query(&mut con, &["HSCAN", "big", "0", "MATCH", "field:1*", "COUNT", "100"]).await;
+    assert_eq!(page.len(), 2 * 11, "field:1 and field:10..19");
+
+    // Deleting the last field deletes the key.
+    assert_eq!(query::<i64>(&mut con, &["HSET", "tiny", "only", "1"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["HDEL", "tiny", "only"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["EXISTS", "tiny"]).await, 0);
+    assert_eq!(query::<String>(&mut con, &["TYPE", "tiny"]).await, "none");
+}
+
+#[tokio::test]
+async fn hash_errors_are_redis_texts() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    query::<String>(&mut con, &["SET", "s", "text"]).await;
+    query::<i64>(
+        &mut con,
+        &["HSET", "h", "text", "abc", "big", "9223372036854775807", "inf", "1e5"],
+    )
+    .await;
+
+    // WRONGTYPE both ways.
+    for args in [
+        &["HSET", "s", "f", "v"][..],
+        &["HGET", "s", "f"],
+        &["HGETALL", "s"],
+        &["HLEN", "s"],
+        &["HINCRBY", "s", "f", "1"],
+        &["HSCAN", "s", "0"],
+    ] {
+        assert_eq!(error(&mut con, args).await, WRONGTYPE, "{args:?}");
+    }
+    for args in [
+        &["GET", "h"][..],
+        &["APPEND", "h", "x"],
+        &["INCR", "h"],
+        &["STRLEN", "h"],
+        &["SET", "h", "x", "GET"],
+        &["GETDEL", "h"],
+        &["SETRANGE", "h", "0", "x"],
+    ] {
+        assert_eq!(error(&mut con, args).await, WRONGTYPE, "{args:?}");
+    }
+    assert_eq!(
+        query::<Vec<Option<String>>>(&mut con, &["MGET", "s", "h"]).await,
+        vec![Some("text".into()), None],
+        "MGET answers nil for a key that is not a string"
+    );
+
+    // Arity.
+    for (args, name) in [
+        (&["HSET", "h", "f"][..], "hset"),
+        (&["HSET", "h", "f", "v", "g"], "hset"),
+        (&["HMSET", "h", "f", "v", "g"], "hmset"),
+        (&["HGET", "h"], "hget"),
+        (&["HLEN"], "hlen"),
+        (&["HINCRBY", "h", "f"], "hincrby"),
+    ] {
+        assert_eq!(
+            error(&mut con, args).await,
+            format!("ERR wrong number of arguments for '{name}' command")
+        );
+    }
+
+    // Numbers.
+    assert_eq!(
+        error(&mut con, &["HINCRBY", "h", "text", "1"]).await,
+        "ERR hash value is not an integer"
+    );
+    assert_eq!(
+        error(&mut con, &["HINCRBY", "h", "big", "1"]).await,
+        "ERR increment or decrement would overflow"
+    );
+    assert_eq!(
+        error(&mut con, &["HINCRBY", "h", "f", "x"]).await,
+        "ERR value is not an integer or out of range"
+    );
+    assert_eq!(
+        error(&mut con, &["HINCRBYFLOAT", "h", "text", "1"]).await,
+        "ERR hash value is not a float"
+    );
+    assert_eq!(
+        error(&mut con, &["HINCRBYFLOAT", "h", "f", "x"]).await,
+        "ERR value is not a valid float"
+    );
+    assert_eq!(
+        error(&mut con, &["HINCRBYFLOAT", "h", "f", "+inf"]).await,
+        "ERR value is NaN or Infinity"
+    );
+    assert_eq!(
+        query::<String>(&mut con, &["HINCRBYFLOAT", "h", "inf", "0.5"]).await,
+        "100000.5"
+    );
+    assert!(
+        error(&mut con, &["HRANDFIELD", "h", "-9223372036854770000"])
+            .await
+            .starts_with("ERR value is out of range")
+    );
+    assert_eq!(
+        error(&mut con, &["HRANDFIELD", "h", "1", "WITHSCORES"]).await,
+        "ERR syntax error"
+    );
+    // The hash is unchanged by the refusals.
+    assert_eq!(
+        query::<String>(&mut con, &["HGET", "h", "big"]).await,
+        "9223372036854775807"
+    );
+}
+
+#[tokio::test]
+async fn the_keyspace_commands_work_across_types() {
+    let gateway = TestGateway::with_resp(&["--resp-flushdb"]).await;
+    let mut con = connect(&gateway).await;
+    query::<String>(&mut con, &["SET", "str", "v"]).await;
+    query::<i64>(&mut con, &["HSET", "hash", "f", "v", "g", "w"]).await;
+
+    assert_eq!(query::<String>(&mut con, &["TYPE", "str"]).await, "string");
+    assert_eq!(query::<String>(&mut con, &["TYPE", "hash"]).await, "hash");
+    assert_eq!(query::<String>(&mut con, &["TYPE", "nothing"]).await, "none");
+    assert_eq!(query::<i64>(&mut con, &["EXISTS", "str", "hash", "nothing"]).await, 2);
+    assert_eq!(query::<i64>(&mut con, &["DBSIZE"]).await, 2);
+    assert_eq!(
+        query::<String>(&mut con, &["OBJECT", "ENCODING", "hash"]).await,
+        "hashtable"
+    );
+    assert_eq!(
+        query::<String>(&mut con, &["OBJECT", "ENCODING", "str"]).await,
+        "embstr"
+    );
+
+    // SCAN sees both, and TYPE filters.
+    let (_, keys): (String, Vec<String>) = query(&mut con, &["SCAN", "0", "COUNT", "100"]).await;
+    assert_eq!(keys, ["hash", "str"]);
+    let (_, keys): (String, Vec<String>) = query(&mut con, &["SCAN", "0", "TYPE", "hash"]).await;
+    assert_eq!(keys, ["hash"]);
+    let (_, keys): (String, Vec<String>) = query(&mut con, &["SCAN", "0", "TYPE", "string"]).await;
+    assert_eq!(keys, ["str"]);
+    let (_, keys): (String, Vec<String>) = query(&mut con, &["SCAN", "0", "TYPE", "list"]).await;
+    assert!(keys.is_empty());
+    let mut all: Vec<String> = query(&mut con, &["KEYS", "*"]).await;
+    all.sort();
+    assert_eq!(all, ["hash", "str"]);
+    let random: String = query(&mut con, &["RANDOMKEY"]).await;
+    assert!(random == "hash" || random == "str");
+
+    // RENAME and COPY move elements; onto a key of another type they replace it.
+    assert_eq!(query::<String>(&mut con, &["RENAME", "hash", "moved"]).await, "OK");
+    assert_eq!(query::<i64>(&mut con, &["EXISTS", "hash"]).await, 0);
+    assert_eq!(query::<String>(&mut con, &["HGET", "moved", "g"]).await, "w");
+    assert_eq!(query::<i64>(&mut con, &["RENAMENX", "moved", "str"]).await, 0);
+    assert_eq!(query::<i64>(&mut con, &["COPY", "moved", "copy"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["COPY", "moved", "str"]).await, 0);
+    assert_eq!(query::<i64>(&mut con, &["COPY", "moved", "str", "REPLACE"]).await, 1);
+    assert_eq!(query::<String>(&mut con, &["TYPE", "str"]).await, "hash");
+    assert_eq!(query::<i64>(&mut con, &["HSET", "copy", "f", "changed"]).await, 0);
+    assert_eq!(
+        query::<String>(&mut con, &["HGET", "moved", "f"]).await,
+        "v",
+        "a copy is its own"
+    );
+    assert_eq!(error(&mut con, &["RENAME", "nothing", "x"]).await, "ERR no such key");
+    // A string over a hash: SET replaces it, RENAME of a string onto it too.
+    assert_eq!(query::<String>(&mut con, &["SET", "copy", "now a string"]).await, "OK");
+    assert_eq!(query::<String>(&mut con, &["TYPE", "copy"]).await, "string");
+    assert_eq!(error(&mut con, &["HLEN", "copy"]).await, WRONGTYPE);
+    query::<String>(&mut con, &["RENAME", "copy", "moved"]).await;
+    assert_eq!(query::<String>(&mut con, &["GET", "moved"]).await, "now a string");
+    assert_eq!(query::<i64>(&mut con, &["DEL", "str", "moved"]).await, 2);
+    assert_eq!(query::<i64>(&mut con, &["DBSIZE"]).await, 0);
+
+    query::<i64>(&mut con, &["HSET", "h2", "f", "v"]).await;
+    assert_eq!(query::<String>(&mut con, &["FLUSHDB"]).await, "OK");
+    assert_eq!(query::<i64>(&mut con, &["EXISTS", "h2"]).await, 0);
+    assert_eq!(query::<i64>(&mut con, &["HLEN", "h2"]).await, 0);
+}
+
+#[tokio::test]
+async fn a_hash_is_hidden_from_s3() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    query::<i64>(&mut con, &["HSET", "profile", "name", "ada"]).await;
+    query::<String>(&mut con, &["SET", "plain", "v"]).await;
+    let listed = gateway.client.list_objects_v2().bucket("resp").send().await.unwrap();
+    let keys: Vec<&str> = listed.contents().iter().filter_map(|object| object.key()).collect();
+    assert_eq!(keys, ["plain"], "S3 lists strings only");
+    let got = gateway.client.get_object().bucket("resp").key("profile").send().await;
+    assert!(got.is_err(), "a hash is no S3 object");
+}
+
+#[tokio::test]
+async fn hashes_expire() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    query::<i64>(&mut con, &["HSET", "h", "f", "v"]).await;
+    assert_eq!(query::<i64>(&mut con, &["TTL", "h"]).await, -1);
+    assert_eq!(query::<i64>(&mut con, &["EXPIRE", "h", "100"]).await, 1);
+    let ttl: i64 = query(&mut con, &["TTL", "h"]).await;
+    assert!((99..=100).contains(&ttl), "{ttl}");
+    assert_eq!(query::<i64>(&mut con, &["PERSIST", "h"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["TTL", "h"]).await, -1);
+    // Writing to a hash keeps its TTL, as in Redis.
+    assert_eq!(query::<i64>(&mut con, &["PEXPIRE", "h", "300"]).await, 1);
+    query::<i64>(&mut con, &["HSET", "h", "g", "w"]).await;
+    assert!(query::<i64>(&mut con, &["PTTL", "h"]).await > 0);
+    common::eventually(Duration::from_secs(10), "the hash expires", || {
+        let mut con = con.clone();
+        async move { (query::<i64>(&mut con, &["EXISTS", "h"]).await == 0).then_some(()) }
+    })
+    .await;
+    assert_eq!(query::<Option<String>>(&mut con, &["HGET", "h", "f"]).await, None);
+    assert_eq!(query::<i64>(&mut con, &["HLEN", "h"]).await, 0);
+    // A new hash of that name starts empty.
+    assert_eq!(query::<i64>(&mut con, &["HSET", "h", "x", "1"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["HLEN", "h"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["TTL", "h"]).await, -1);
+    // An expiry in the past deletes at once.
+    assert_eq!(query::<i64>(&mut con, &["EXPIRE", "h", "-1"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["EXISTS", "h"]).await, 0);
+}
+
+#[tokio::test]
+async fn watch_sees_a_change_to_a_hash() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    query::<i64>(&mut con, &["HSET", "h", "f", "1"]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(raw.command(&["WATCH", "h"]).await, Value::Simple("OK".into()));
+    query::<i64>(&mut con, &["HINCRBY", "h", "f", "1"]).await;
+    raw.command(&["MULTI"]).await;
+    raw.command(&["HSET", "h", "f", "100"]).await;
+    assert_eq!(raw.command(&["EXEC"]).await, Value::Nil, "the transaction aborts");
+    assert_eq!(query::<String>(&mut con, &["HGET", "h", "f"]).await, "2");
+
+    // Unchanged, it runs; the hash commands and string commands of one EXEC see each other.
+    assert_eq!(raw.command(&["WATCH", "h"]).await, Value::Simple("OK".into()));
+    raw.command(&["MULTI"]).await;
+    raw.command(&["HSET", "h", "g", "x"]).await;
+    raw.command(&["SET", "s", "1"]).await;
+    raw.command(&["HLEN", "h"]).await;
+    raw.command(&["GET", "h"]).await;
+    raw.command(&["DEL", "h"]).await;
+    raw.command(&["HLEN", "h"]).await;
+    assert_eq!(
+        raw.command(&["EXEC"]).await,
+        Value::Array(vec![
+            Value::Int(1),
+            Value::Simple("OK".into()),
+            Value::Int(2),
+            Value::Error(WRONGTYPE.into()),
+            Value::Int(1),
+            Value::Int(0),
+        ])
+    );
+}
+
+#[tokio::test]
+async fn a_pipeline_of_hsets_is_one_commit() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    query::<i64>(&mut con, &["HSET", "warm", "f", "v"]).await;
+    let commits = gateway.metric("pgvs3_resp_group_commits_total").await.unwrap();
+    let mut pipe = redis::pipe();
+    for i in 0..50 {
+        pipe.cmd("HSET").arg("pipelined").arg(format!("f{i}")).arg(i);
+    }
+    pipe.cmd("HINCRBY").arg("pipelined").arg("f1").arg(10);
+    pipe.cmd("HLEN").arg("pipelined");
+    let replies: Vec<i64> = pipe.query_async(&mut con).await.unwrap();
+    assert_eq!(replies[..50], [1; 50]);
+    assert_eq!(replies[50..], [11, 50]);
+    let after = gateway.metric("pgvs3_resp_group_commits_total").await.unwrap();
+    assert_eq!(after - commits, 1.0, "the 51 writes shared one transaction");
+}
+
+fn sorted(mut members: Vec<String>) -> Vec<String> {
+    members.sort();
+    members
+}
+
+#[tokio::test]
+async fn set_commands_answer_as_redis() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    assert_eq!(query::<i64>(&mut con, &["SADD", "s", "a", "b", "c", "a"]).await, 3);
+    assert_eq!(query::<i64>(&mut con, &["SADD", "s", "c", "d"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["SCARD", "s"]).await, 4);
+    assert_eq!(query::<i64>(&mut con, &["SCARD", "none"]).await, 0);
+    assert_eq!(sorted(query(&mut con, &["SMEMBERS", "s"]).await), ["a", "b", "c", "d"]);
+    assert_eq!(query::<Vec<String>>(&mut con, &["SMEMBERS", "none"]).await.len(), 0);
+    assert_eq!(query::<i64>(&mut con, &["SISMEMBER", "s", "a"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["SISMEMBER", "s", "z"]).await, 0);
+    assert_eq!(
+        query::<Vec<i64>>(&mut con, &["SMISMEMBER", "s", "a", "z", "d"]).await,
+        [1, 0, 1]
+    );
+    assert_eq!(query::<i64>(&mut con, &["SREM", "s", "d", "z"]).await, 1);
+    query::<i64>(&mut con, &["SADD", "t", "b", "c", "x"]).await;
+    query::<i64>(&mut con, &["SADD", "u", "c", "y"]).await;
+    assert_eq!(sorted(query(&mut con, &["SINTER", "s", "t"]).await), ["b", "c"]);
+    assert_eq!(sorted(query(&mut con, &["SINTER", "s", "t", "u"]).await), ["c"]);
+    assert_eq!(query::<Vec<String>>(&mut con, &["SINTER", "s", "none"]).await.len(), 0);
+    assert_eq!(
+        sorted(query(&mut con, &["SUNION", "s", "t", "none"]).await),
+        ["a", "b", "c", "x"]
+    );
+    assert_eq!(sorted(query(&mut con, &["SDIFF", "s", "t"]).await), ["a"]);
+    assert_eq!(query::<Vec<String>>(&mut con, &["SDIFF", "s", "s"]).await.len(), 0);
+    assert_eq!(query::<i64>(&mut con, &["SINTERCARD", "2", "s", "t"]).await, 2);
+    assert_eq!(
+        query::<i64>(&mut con, &["SINTERCARD", "2", "s", "t", "LIMIT", "1"]).await,
+        1
+    );
+    assert_eq!(
+        error(&mut con, &["SINTERCARD", "0", "s"]).await,
+        "ERR numkeys should be greater than 0"
+    );
+    assert_eq!(query::<i64>(&mut con, &["SUNIONSTORE", "dest", "s", "t"]).await, 4);
+    assert_eq!(
+        sorted(query(&mut con, &["SMEMBERS", "dest"]).await),
+        ["a", "b", "c", "x"]
+    );
+    // A *STORE destination of another type is replaced; an empty result deletes it.
+    query::<String>(&mut con, &["SET", "str", "v"]).await;
+    assert_eq!(query::<i64>(&mut con, &["SINTERSTORE", "str", "s", "t"]).await, 2);
+    assert_eq!(query::<String>(&mut con, &["TYPE", "str"]).await, "set");
+    assert_eq!(query::<i64>(&mut con, &["SDIFFSTORE", "str", "s", "s"]).await, 0);
+    assert_eq!(query::<i64>(&mut con, &["EXISTS", "str"]).await, 0);
+
+    assert_eq!(query::<i64>(&mut con, &["SMOVE", "s", "moved", "a"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["SMOVE", "s", "moved", "a"]).await, 0);
+    assert_eq!(query::<Vec<String>>(&mut con, &["SMEMBERS", "moved"]).await, ["a"]);
+    let one: String = query(&mut con, &["SRANDMEMBER", "s"]).await;
+    assert!(["b", "c"].contains(&one.as_str()));
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["SRANDMEMBER", "s", "10"]).await.len(),
+        2
+    );
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["SRANDMEMBER", "s", "-10"]).await.len(),
+        10
+    );
+    assert_eq!(query::<Option<String>>(&mut con, &["SRANDMEMBER", "none"]).await, None);
+    let popped: Vec<String> = query(&mut con, &["SPOP", "s", "5"]).await;
+    assert_eq!(sorted(popped), ["b", "c"]);
+    assert_eq!(
+        query::<i64>(&mut con, &["EXISTS", "s"]).await,
+        0,
+        "popped empty, the set is gone"
+    );
+    assert_eq!(query::<Option<String>>(&mut con, &["SPOP", "s"]).await, None);
+    assert_eq!(
+        query::<Option<String>>(&mut con, &["SPOP", "moved"]).await,
+        Some("a".into())
+    );
+
+    for i in 0..30 {
+        query::<i64>(&mut con, &["SADD", "big", &format!("m{i}")]).await;
+    }
+    let mut cursor = "0".to_owned();
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..100 {
+        let (next, page): (String, Vec<String>) = query(&mut con, &["SSCAN", "big", &cursor, "COUNT", "8"]).await;
+        seen.extend(page);
+        cursor = next;
+        if cursor == "0" {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 30);
+
+    // Errors.
+    query::<i64>(&mut con, &["HSET", "h", "f", "v"]).await;
+    for args in [
+        &["SADD", "h", "a"][..],
+        &["SMEMBERS", "h"],
+        &["SINTER", "t", "h"],
+        &["SMOVE", "t", "h", "b"],
+        &["SUNIONSTORE", "dest", "t", "h"],
+    ] {
+        assert_eq!(error(&mut con, args).await, WRONGTYPE, "{args:?}");
+    }
+    assert_eq!(error(&mut con, &["GET", "t"]).await, WRONGTYPE);
+    assert_eq!(
+        error(&mut con, &["SADD", "t"]).await,
+        "ERR wrong number of arguments for 'sadd' command"
+    );
+    assert_eq!(
+        error(&mut con, &["SPOP", "t", "-1"]).await,
+        "ERR value is out of range, must be positive"
+    );
+    // Expiry applies to sets too.
+    assert_eq!(query::<i64>(&mut con, &["PEXPIRE", "t", "200"]).await, 1);
+    common::eventually(Duration::from_secs(10), "the set expires", || {
+        let mut con = con.clone();
+        async move { (query::<i64>(&mut con, &["SCARD", "t"]).await == 0).then_some(()) }
+    })
+    .await;
+    assert_eq!(query::<String>(&mut con, &["TYPE", "t"]).await, "none");
+}
+
+#[tokio::test]
+async fn sorted_set_commands_answer_as_redis() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    assert_eq!(
+        query::<i64>(&mut con, &["ZADD", "z", "1", "a", "2", "b", "3", "c"]).await,
+        3
+    );
+    assert_eq!(query::<i64>(&mut con, &["ZADD", "z", "2.5", "b", "4", "d"]).await, 1);
+    assert_eq!(
+        query::<i64>(&mut con, &["ZADD", "z", "CH", "2", "b", "5", "e"]).await,
+        2
+    );
+    assert_eq!(
+        query::<i64>(&mut con, &["ZADD", "z", "NX", "9", "a", "6", "f"]).await,
+        1
+    );
+    assert_eq!(
+        query::<i64>(&mut con, &["ZADD", "z", "XX", "CH", "1.5", "a", "7", "new"]).await,
+        1
+    );
+    assert_eq!(
+        query::<i64>(&mut con, &["ZADD", "z", "GT", "CH", "1", "a", "8", "f"]).await,
+        1
+    );
+    assert_eq!(query::<i64>(&mut con, &["ZADD", "z", "LT", "CH", "9", "c"]).await, 0);
+    assert_eq!(query::<f64>(&mut con, &["ZADD", "z", "INCR", "10", "a"]).await, 11.5);
+    assert_eq!(
+        query::<Option<f64>>(&mut con, &["ZADD", "z", "NX", "INCR", "1", "a"]).await,
+        None
+    );
+    assert_eq!(query::<f64>(&mut con, &["ZINCRBY", "z", "-10", "a"]).await, 1.5);
+    assert_eq!(query::<f64>(&mut con, &["ZINCRBY", "z", "2", "fresh"]).await, 2.0);
+    assert_eq!(query::<i64>(&mut con, &["ZREM", "z", "fresh", "nothing"]).await, 1);
+    // z: a 1.5, b 2, c 3, d 4, e 5, f 8
+    assert_eq!(query::<Option<f64>>(&mut con, &["ZSCORE", "z", "b"]).await, Some(2.0));
+    assert_eq!(query::<Option<f64>>(&mut con, &["ZSCORE", "z", "zz"]).await, None);
+    assert_eq!(
+        query::<Vec<Option<f64>>>(&mut con, &["ZMSCORE", "z", "a", "zz", "f"]).await,
+        [Some(1.5), None, Some(8.0)]
+    );
+    assert_eq!(query::<i64>(&mut con, &["ZCARD", "z"]).await, 6);
+    assert_eq!(query::<Option<i64>>(&mut con, &["ZRANK", "z", "c"]).await, Some(2));
+    assert_eq!(query::<Option<i64>>(&mut con, &["ZREVRANK", "z", "c"]).await, Some(3));
+    assert_eq!(query::<Option<i64>>(&mut con, &["ZRANK", "z", "zz"]).await, None);
+    assert_eq!(query::<i64>(&mut con, &["ZCOUNT", "z", "2", "5"]).await, 4);
+    assert_eq!(query::<i64>(&mut con, &["ZCOUNT", "z", "(2", "(5"]).await, 2);
+    assert_eq!(query::<i64>(&mut con, &["ZCOUNT", "z", "-inf", "+inf"]).await, 6);
+
+    let reader = con.clone();
+    let range = |args: &[&str]| {
+        let mut con = reader.clone();
+        let args: Vec<String> = args.iter().map(|arg| (*arg).to_owned()).collect();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            query::<Vec<String>>(&mut con, &args).await
+        }
+    };
+    assert_eq!(range(&["ZRANGE", "z", "0", "2"]).await, ["a", "b", "c"]);
+    assert_eq!(range(&["ZRANGE", "z", "-2", "-1"]).await, ["e", "f"]);
+    assert_eq!(
+        range(&["ZRANGE", "z", "0", "1", "WITHSCORES"]).await,
+        ["a", "1.5", "b", "2"]
+    );
+    assert_eq!(range(&["ZRANGE", "z", "0", "1", "REV"]).await, ["f", "e"]);
+    assert_eq!(range(&["ZRANGE", "z", "2", "(5", "BYSCORE"]).await, ["b", "c", "d"]);
+    assert_eq!(
+        range(&["ZRANGE", "z", "5", "2", "BYSCORE", "REV", "LIMIT", "1", "2"]).await,
+        ["d", "c"]
+    );
+    assert_eq!(
+        range(&["ZRANGEBYSCORE", "z", "(1.5", "3", "WITHSCORES"]).await,
+        ["b", "2", "c", "3"]
+    );
+    assert_eq!(
+        range(&["ZRANGEBYSCORE", "z", "-inf", "+inf", "LIMIT", "4", "10"]).await,
+        ["e", "f"]
+    );
+    assert_eq!(range(&["ZREVRANGEBYSCORE", "z", "+inf", "4"]).await, ["f", "e", "d"]);
+    assert_eq!(range(&["ZREVRANGE", "z", "0", "0", "WITHSCORES"]).await, ["f", "8"]);
+    assert_eq!(range(&["ZRANGE", "z", "5", "1"]).await.len(), 0);
+    assert_eq!(range(&["ZRANGE", "none", "0", "-1"]).await.len(), 0);
+
+    // By lex, on equal scores.
+    query::<i64>(
+        &mut con,
+        &["ZADD", "lex", "0", "a", "0", "b", "0", "c", "0", "d", "0", "e"],
+    )
+    .await;
+    assert_eq!(range(&["ZRANGEBYLEX", "lex", "-", "[c"]).await, ["a", "b", "c"]);
+    assert_eq!(range(&["ZRANGEBYLEX", "lex", "(a", "(c"]).await, ["b"]);
+    assert_eq!(range(&["ZREVRANGEBYLEX", "lex", "+", "[d"]).await, ["e", "d"]);
+    assert_eq!(
+        range(&["ZRANGE", "lex", "[b", "+", "BYLEX", "LIMIT", "1", "2"]).await,
+        ["c", "d"]
+    );
+    assert_eq!(query::<i64>(&mut con, &["ZLEXCOUNT", "lex", "[b", "[d"]).await, 3);
+    assert_eq!(query::<i64>(&mut con, &["ZREMRANGEBYLEX", "lex", "[a", "(c"]).await, 2);
+    assert_eq!(query::<i64>(&mut con, &["ZREMRANGEBYRANK", "lex", "0", "0"]).await, 1);
+    assert_eq!(
+        query::<i64>(&mut con, &["ZREMRANGEBYSCORE", "lex", "-inf", "inf"]).await,
+        2
+    );
+    assert_eq!(query::<i64>(&mut con, &["EXISTS", "lex"]).await, 0);
+
+    // Stores.
+    assert_eq!(
+        query::<i64>(&mut con, &["ZRANGESTORE", "top", "z", "0", "2", "REV"]).await,
+        3
+    );
+    assert_eq!(range(&["ZRANGE", "top", "0", "-1"]).await, ["d", "e", "f"]);
+    query::<i64>(&mut con, &["SADD", "plain", "a", "f"]).await;
+    assert_eq!(
+        query::<i64>(&mut con, &["ZUNIONSTORE", "u", "2", "z", "plain", "WEIGHTS", "2", "10"]).await,
+        6
+    );
+    assert_eq!(query::<Option<f64>>(&mut con, &["ZSCORE", "u", "a"]).await, Some(13.0));
+    assert_eq!(
+        query::<i64>(&mut con, &["ZINTERSTORE", "i", "2", "z", "plain", "AGGREGATE", "MAX"]).await,
+        2
+    );
+    assert_eq!(
+        range(&["ZRANGE", "i", "0", "-1", "WITHSCORES"]).await,
+        ["a", "1.5", "f", "8"]
+    );
+
+    // Pops.
+    assert_eq!(
+        query::<(String, f64)>(&mut con, &["ZPOPMIN", "top"]).await,
+        ("d".into(), 4.0)
+    );
+    assert_eq!(range(&["ZPOPMAX", "top", "5"]).await, ["f", "8", "e", "5"]);
+    assert_eq!(query::<Vec<String>>(&mut con, &["ZPOPMIN", "top"]).await.len(), 0);
+    assert_eq!(query::<i64>(&mut con, &["EXISTS", "top"]).await, 0);
+
+    let (cursor, page): (String, Vec<String>) = query(&mut con, &["ZSCAN", "z", "0", "COUNT", "100"]).await;
+    assert_eq!(cursor, "0");
+    assert_eq!(page[..2], ["a".to_owned(), "1.5".to_owned()]);
+
+    // Errors.
+    for (args, text) in [
+        (&["ZADD", "z", "x", "a"][..], "ERR value is not a valid float"),
+        (&["ZADD", "z", "1", "a", "2"], "ERR syntax error"),
+        (
+            &["ZADD", "z", "NX", "XX", "1", "a"],
+            "ERR XX and NX options at the same time are not compatible",
+        ),
+        (
+            &["ZADD", "z", "GT", "LT", "1", "a"],
+            "ERR GT, LT, and/or NX options at the same time are not compatible",
+        ),
+        (
+            &["ZADD", "z", "INCR", "1", "a", "2", "b"],
+            "ERR INCR option supports a single increment-element pair",
+        ),
+        (&["ZCOUNT", "z", "x", "1"], "ERR min or max is not a float"),
+        (
+            &["ZRANGEBYLEX", "z", "a", "[b"],
+            "ERR min or max not valid string range item",
+        ),
+        (
+            &["ZRANGE", "z", "0", "1", "LIMIT", "0", "1"],
+            "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
+        ),
+        (
+            &["ZRANGE", "z", "x", "1"],
+            "ERR value is not an integer or out of range",
+        ),
+        (&["ZADD", "z"], "ERR wrong number of arguments for 'zadd' command"),
+        (
+            &["ZUNIONSTORE", "u", "0", "z"],
+            "ERR at least 1 input key is needed for 'zunionstore' command",
+        ),
+    ] {
+        assert_eq!(error(&mut con, args).await, text, "{args:?}");
+    }
+    query::<f64>(&mut con, &["ZADD", "z", "INCR", "+inf", "infinite"]).await;
+    assert_eq!(
+        error(&mut con, &["ZINCRBY", "z", "-inf", "infinite"]).await,
+        "ERR resulting score is not a number (NaN)"
+    );
+    query::<String>(&mut con, &["SET", "str", "v"]).await;
+    for args in [
+        &["ZADD", "str", "1", "a"][..],
+        &["ZRANGE", "str", "0", "-1"],
+        &["ZUNIONSTORE", "u", "1", "str"],
+    ] {
+        assert_eq!(error(&mut con, args).await, WRONGTYPE, "{args:?}");
+    }
+    assert_eq!(error(&mut con, &["SADD", "z", "a"]).await, WRONGTYPE);
+
+    // Expiry.
+    assert_eq!(query::<i64>(&mut con, &["PEXPIRE", "z", "200"]).await, 1);
+    common::eventually(Duration::from_secs(10), "the sorted set expires", || {
+        let mut con = con.clone();
+        async move { (query::<i64>(&mut con, &["ZCARD", "z"]).await == 0).then_some(()) }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn list_commands_answer_as_redis() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    assert_eq!(query::<i64>(&mut con, &["RPUSH", "l", "a", "b", "c"]).await, 3);
+    assert_eq!(query::<i64>(&mut con, &["LPUSH", "l", "y", "z"]).await, 5);
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["LRANGE", "l", "0", "-1"]).await,
+        ["z", "y", "a", "b", "c"]
+    );
+    assert_eq!(query::<i64>(&mut con, &["LPUSHX", "none", "a"]).await, 0);
+    assert_eq!(query::<i64>(&mut con, &["RPUSHX", "l", "d"]).await, 6);
+    assert_eq!(query::<i64>(&mut con, &["LLEN", "l"]).await, 6);
+    assert_eq!(query::<i64>(&mut con, &["LLEN", "none"]).await, 0);
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["LRANGE", "l", "-3", "100"]).await,
+        ["b", "c", "d"]
+    );
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["LRANGE", "l", "4", "2"]).await.len(),
+        0
+    );
+    assert_eq!(
+        query::<Option<String>>(&mut con, &["LINDEX", "l", "1"]).await,
+        Some("y".into())
+    );
+    assert_eq!(
+        query::<Option<String>>(&mut con, &["LINDEX", "l", "-1"]).await,
+        Some("d".into())
+    );
+    assert_eq!(query::<Option<String>>(&mut con, &["LINDEX", "l", "99"]).await, None);
+    assert_eq!(query::<String>(&mut con, &["LSET", "l", "-2", "C"]).await, "OK");
+    assert_eq!(
+        error(&mut con, &["LSET", "l", "99", "x"]).await,
+        "ERR index out of range"
+    );
+    assert_eq!(error(&mut con, &["LSET", "none", "0", "x"]).await, "ERR no such key");
+    assert_eq!(query::<String>(&mut con, &["LPOP", "l"]).await, "z");
+    assert_eq!(query::<String>(&mut con, &["RPOP", "l"]).await, "d");
+    assert_eq!(query::<Vec<String>>(&mut con, &["LPOP", "l", "2"]).await, ["y", "a"]);
+    assert_eq!(query::<Option<String>>(&mut con, &["LPOP", "none"]).await, None);
+    let missing: redis::Value = query(&mut con, &["LPOP", "none", "2"]).await;
+    assert_eq!(missing, redis::Value::Nil, "a count on a missing list: the null array");
+    // l: b C
+    assert_eq!(query::<i64>(&mut con, &["LINSERT", "l", "BEFORE", "C", "x"]).await, 3);
+    assert_eq!(query::<i64>(&mut con, &["LINSERT", "l", "AFTER", "C", "w"]).await, 4);
+    assert_eq!(
+        query::<i64>(&mut con, &["LINSERT", "l", "AFTER", "nothing", "w"]).await,
+        -1
+    );
+    assert_eq!(query::<i64>(&mut con, &["LINSERT", "none", "AFTER", "a", "w"]).await, 0);
+    // Many inserts at one place: the positions run out of room and the list is renumbered.
+    for i in 0..30 {
+        query::<i64>(&mut con, &["LINSERT", "l", "BEFORE", "C", &format!("i{i}")]).await;
+    }
+    let all: Vec<String> = query(&mut con, &["LRANGE", "l", "0", "-1"]).await;
+    assert_eq!(all.len(), 34);
+    assert_eq!(all[..3], ["b", "x", "i0"]);
+    assert_eq!(all[31..], ["i29", "C", "w"]);
+    assert_eq!(query::<String>(&mut con, &["LTRIM", "l", "1", "-3"]).await, "OK");
+    assert_eq!(query::<i64>(&mut con, &["LLEN", "l"]).await, 31);
+    query::<String>(&mut con, &["LTRIM", "l", "0", "0"]).await;
+    assert_eq!(query::<Vec<String>>(&mut con, &["LRANGE", "l", "0", "-1"]).await, ["x"]);
+
+    query::<i64>(&mut con, &["RPUSH", "r", "a", "b", "a", "c", "a"]).await;
+    assert_eq!(query::<Option<i64>>(&mut con, &["LPOS", "r", "a"]).await, Some(0));
+    assert_eq!(
+        query::<Option<i64>>(&mut con, &["LPOS", "r", "a", "RANK", "2"]).await,
+        Some(2)
+    );
+    assert_eq!(
+        query::<Option<i64>>(&mut con, &["LPOS", "r", "a", "RANK", "-1"]).await,
+        Some(4)
+    );
+    assert_eq!(
+        query::<Vec<i64>>(&mut con, &["LPOS", "r", "a", "COUNT", "0"]).await,
+        [0, 2, 4]
+    );
+    assert_eq!(
+        query::<Vec<i64>>(&mut con, &["LPOS", "r", "a", "COUNT", "2", "RANK", "-1"]).await,
+        [4, 2]
+    );
+    assert_eq!(
+        query::<Vec<i64>>(&mut con, &["LPOS", "r", "a", "COUNT", "0", "MAXLEN", "3"]).await,
+        [0, 2]
+    );
+    assert_eq!(query::<Option<i64>>(&mut con, &["LPOS", "r", "zz"]).await, None);
+    assert!(
+        error(&mut con, &["LPOS", "r", "a", "RANK", "0"])
+            .await
+            .starts_with("ERR RANK can't be zero")
+    );
+    assert_eq!(query::<i64>(&mut con, &["LREM", "r", "-2", "a"]).await, 2);
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["LRANGE", "r", "0", "-1"]).await,
+        ["a", "b", "c"]
+    );
+    assert_eq!(query::<i64>(&mut con, &["LREM", "r", "0", "a"]).await, 1);
+
+    assert_eq!(
+        query::<String>(&mut con, &["LMOVE", "r", "dst", "LEFT", "RIGHT"]).await,
+        "b"
+    );
+    assert_eq!(query::<String>(&mut con, &["RPOPLPUSH", "r", "dst"]).await, "c");
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["LRANGE", "dst", "0", "-1"]).await,
+        ["c", "b"]
+    );
+    assert_eq!(
+        query::<i64>(&mut con, &["EXISTS", "r"]).await,
+        0,
+        "the emptied source is gone"
+    );
+    assert_eq!(
+        query::<Option<String>>(&mut con, &["RPOPLPUSH", "r", "dst"]).await,
+        None
+    );
+    assert_eq!(
+        query::<String>(&mut con, &["LMOVE", "dst", "dst", "RIGHT", "LEFT"]).await,
+        "b",
+        "rotation"
+    );
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["LRANGE", "dst", "0", "-1"]).await,
+        ["b", "c"]
+    );
+
+    query::<String>(&mut con, &["SET", "str", "v"]).await;
+    for args in [
+        &["LPUSH", "str", "a"][..],
+        &["LRANGE", "str", "0", "-1"],
+        &["LMOVE", "dst", "str", "LEFT", "LEFT"],
+    ] {
+        assert_eq!(error(&mut con, args).await, WRONGTYPE, "{args:?}");
+    }
+    assert_eq!(error(&mut con, &["GET", "dst"]).await, WRONGTYPE);
+    assert_eq!(
+        error(&mut con, &["LPOP", "dst", "-1"]).await,
+        "ERR value is out of range, must be positive"
+    );
+    assert_eq!(
+        error(&mut con, &["LINDEX", "dst", "x"]).await,
+        "ERR value is not an integer or out of range"
+    );
+    assert_eq!(
+        error(&mut con, &["LPUSH", "dst"]).await,
+        "ERR wrong number of arguments for 'lpush' command"
+    );
+    assert_eq!(query::<String>(&mut con, &["TYPE", "dst"]).await, "list");
+
+    assert_eq!(query::<i64>(&mut con, &["PEXPIRE", "dst", "200"]).await, 1);
+    common::eventually(Duration::from_secs(10), "the list expires", || {
+        let mut con = con.clone();
+        async move { (query::<i64>(&mut con, &["LLEN", "dst"]).await == 0).then_some(()) }
+    })
+    .await;
+    assert_eq!(
+        query::<i64>(&mut con, &["RPUSH", "dst", "fresh"]).await,
+        1,
+        "a new list after expiry"
+    );
+}
+
+#[tokio::test]
+async fn strings_and_typed_commands_in_one_pipeline_see_each_other() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    pipe.cmd("SET").arg("k").arg("v");
+    pipe.cmd("HSET").arg("k").arg("f").arg("v");
+    pipe.cmd("DEL").arg("k");
+    pipe.cmd("HSET").arg("k").arg("f").arg("v");
+    pipe.cmd("GET").arg("k");
+    pipe.cmd("TYPE").arg("k");
+    pipe.cmd("SET").arg("k").arg("again");
+    pipe.cmd("HLEN").arg("k");
+    pipe.cmd("GET").arg("k");
+    let replies: Vec<redis::Value> = pipe.query_async(&mut con).await.unwrap();
+    let wrongtype = |value: &redis::Value| matches!(value, redis::Value::ServerError(err) if err.code() == "WRONGTYPE");
+    assert_eq!(replies[0], redis::Value::Okay);
+    assert!(wrongtype(&replies[1]), "{:?}", replies[1]);
+    assert_eq!(replies[2], redis::Value::Int(1));
+    assert_eq!(replies[3], redis::Value::Int(1));
+    assert!(wrongtype(&replies[4]), "{:?}", replies[4]);
+    assert_eq!(replies[5], redis::Value::SimpleString("hash".into()));
+    assert_eq!(replies[6], redis::Value::Okay);
+    assert!(wrongtype(&replies[7]), "{:?}", replies[7]);
+    assert_eq!(replies[8], redis::Value::BulkString(b"again".to_vec()));
+}
+
+#[tokio::test]
+async fn resp3_answers_maps_pairs_and_doubles() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    raw.command(&["HELLO", "3"]).await;
+    raw.command(&["HSET", "h", "f", "v"]).await;
+    assert_eq!(
+        raw.command(&["HGETALL", "h"]).await,
+        Value::Map(vec![(Value::bulk("f"), Value::bulk("v"))])
+    );
+    assert_eq!(
+        raw.command(&["HRANDFIELD", "h", "1", "WITHVALUES"]).await,
+        Value::Array(vec![Value::Array(vec![Value::bulk("f"), Value::bulk("v")])])
+    );
+    raw.command(&["ZADD", "z", "1.5", "a", "2", "b"]).await;
+    assert_eq!(raw.command(&["ZSCORE", "z", "a"]).await, Value::Double("1.5".into()));
+    assert_eq!(
+        raw.command(&["ZRANGE", "z", "0", "-1", "WITHSCORES"]).await,
+        Value::Array(vec![
+            Value::Array(vec![Value::bulk("a"), Value::Double("1.5".into())]),
+            Value::Array(vec![Value::bulk("b"), Value::Double("2".into())]),
+        ])
+    );
+    assert_eq!(
+        raw.command(&["ZPOPMIN", "z"]).await,
+        Value::Array(vec![Value::bulk("a"), Value::Double("1.5".into())])
+    );
+    // RESP2: flat.
+    let mut raw2 = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(
+        raw2.command(&["ZRANGE", "z", "0", "-1", "WITHSCORES"]).await,
+        Value::Array(vec![Value::bulk("b"), Value::bulk("2")])
+    );
+}
+
+/// Waits until a blocked client's first attempt has committed (its empty pop is one group
+/// commit), so that what follows must wake it.
+async fn wait_for_attempt(gateway: &TestGateway, commits_before: f64) {
+    common::eventually(Duration::from_secs(10), "the blocked pop's first attempt", || async {
+        let commits = gateway.metric("pgvs3_resp_group_commits_total").await.unwrap_or(0.0);
+        (commits > commits_before).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn blocking_pops_are_woken_by_pushes_from_other_gateways() {
+    let url = common::fresh_database().await;
+    // Without NOTIFY a blocked client would only try again after 60 s: a reply within the
+    // test's deadline is a wakeup.
+    let args = ["--resp-addr", "127.0.0.1:0", "--resp-block-poll", "60s"];
+    let first = TestGateway::with_args(url.clone(), &args).await;
+    let second = TestGateway::with_args(url, &args).await;
+    let mut pusher = connect(&second).await;
+
+    let mut blocked = RawResp::connect(first.resp_addr()).await;
+    let before = first.metric("pgvs3_resp_group_commits_total").await.unwrap_or(0.0);
+    blocked
+        .send(&common::resp::encode(&[b"BLPOP", b"empty", b"jobs", b"0"]))
+        .await;
+    wait_for_attempt(&first, before).await;
+    assert_eq!(query::<i64>(&mut pusher, &["RPUSH", "jobs", "job-1"]).await, 1);
+    let woken = tokio::time::timeout(Duration::from_secs(10), blocked.reply())
+        .await
+        .expect("woken");
+    assert_eq!(
+        woken,
+        Some(Value::Array(vec![Value::bulk("jobs"), Value::bulk("job-1")]))
+    );
+    assert_eq!(query::<i64>(&mut pusher, &["EXISTS", "jobs"]).await, 0, "popped");
+
+    let before = first.metric("pgvs3_resp_group_commits_total").await.unwrap_or(0.0);
+    blocked
+        .send(&common::resp::encode(&[b"BZPOPMIN", b"scores", b"0"]))
+        .await;
+    wait_for_attempt(&first, before).await;
+    query::<i64>(&mut pusher, &["ZADD", "scores", "2", "b", "1", "a"]).await;
+    let woken = tokio::time::timeout(Duration::from_secs(10), blocked.reply())
+        .await
+        .expect("woken");
+    assert_eq!(
+        woken,
+        Some(Value::Array(vec![
+            Value::bulk("scores"),
+            Value::bulk("a"),
+            Value::bulk("1")
+        ]))
+    );
+
+    let before = first.metric("pgvs3_resp_group_commits_total").await.unwrap_or(0.0);
+    blocked
+        .send(&common::resp::encode(&[
+            b"BLMOVE", b"src", b"dst", b"LEFT", b"RIGHT", b"0",
+        ]))
+        .await;
+    wait_for_attempt(&first, before).await;
+    query::<i64>(&mut pusher, &["LPUSH", "src", "moved"]).await;
+    let woken = tokio::time::timeout(Duration::from_secs(10), blocked.reply())
+        .await
+        .expect("woken");
+    assert_eq!(woken, Some(Value::bulk("moved")));
+    assert_eq!(
+        query::<Vec<String>>(&mut pusher, &["LRANGE", "dst", "0", "-1"]).await,
+        ["moved"]
+    );
+}
+
+#[tokio::test]
+async fn blocking_pops_time_out_and_check_their_arguments() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    let started = std::time::Instant::now();
+    let reply: redis::Value = query(&mut con, &["BLPOP", "nothing", "0.3"]).await;
+    assert_eq!(reply, redis::Value::Nil);
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        started.elapsed()
+    );
+    let reply: redis::Value = query(&mut con, &["BRPOPLPUSH", "nothing", "dst", "0.1"]).await;
+    assert_eq!(reply, redis::Value::Nil);
+    // Something there: no waiting, first key with elements wins.
+    query::<i64>(&mut con, &["RPUSH", "b", "1", "2"]).await;
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["BRPOP", "a", "b", "0"]).await,
+        ["b", "2"]
+    );
+    assert_eq!(error(&mut con, &["BLPOP", "b", "-1"]).await, "ERR timeout is negative");
+    assert_eq!(
+        error(&mut con, &["BLPOP", "b", "soon"]).await,
+        "ERR timeout is not a float or out of range"
+    );
+    assert_eq!(
+        error(&mut con, &["BLPOP", "b"]).await,
+        "ERR wrong number of arguments for 'blpop' command"
+    );
+    query::<String>(&mut con, &["SET", "s", "v"]).await;
+    assert_eq!(error(&mut con, &["BLPOP", "s", "0"]).await, WRONGTYPE);
+    // Inside MULTI a blocking pop does not block.
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    raw.command(&["MULTI"]).await;
+    raw.command(&["BLPOP", "nothing", "0"]).await;
+    raw.command(&["BLPOP", "b", "0"]).await;
+    assert_eq!(
+        raw.command(&["EXEC"]).await,
+        Value::Array(vec![Value::Nil, Value::Array(vec![Value::bulk("b"), Value::bulk("1")])])
+    );
+    // A blocked client that goes away leaves nothing behind; the next one still works.
+    let mut gone = RawResp::connect(gateway.resp_addr()).await;
+    gone.send(&common::resp::encode(&[b"BLPOP", b"later", b"0"])).await;
+    drop(gone);
+    common::eventually(Duration::from_secs(10), "the closed client is gone", || {
+        let mut con = con.clone();
+        async move {
+            let list: String = query(&mut con, &["CLIENT", "LIST"]).await;
+            (list.lines().count() <= 2).then_some(())
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_reaper_deletes_expired_typed_keys_and_their_elements() {
+    let gateway = TestGateway::with_args(
+        common::fresh_database().await,
+        &["--resp-addr", "127.0.0.1:0", "--maintenance-interval", "100ms"],
+    )
+    .await;
+    let mut con = connect(&gateway).await;
+    query::<i64>(&mut con, &["HSET", "h", "a", "1", "b", "2"]).await;
+    query::<i64>(&mut con, &["RPUSH", "l", "x"]).await;
+    query::<i64>(&mut con, &["SADD", "kept", "m"]).await;
+    query::<i64>(&mut con, &["PEXPIRE", "h", "50"]).await;
+    query::<i64>(&mut con, &["PEXPIRE", "l", "50"]).await;
+    let sql = gateway.sql().await;
+    common::eventually(Duration::from_secs(15), "expired typed keys reaped", || {
+        let sql = &sql;
+        async move {
+            let row = sql
+                .query_one(
+                    "SELECT (SELECT count(*) FROM pgvs3.resp_keys), (SELECT count(*) FROM pgvs3.resp_hash),
+                            (SELECT count(*) FROM pgvs3.resp_list)",
+                    &[],
+                )
+                .await
+                .unwrap();
+            let counts: (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+            (counts == (1, 0, 0)).then_some(())
+        }
+    })
+    .await;
+    assert_eq!(query::<i64>(&mut con, &["SCARD", "kept"]).await, 1);
+}
+
+#[tokio::test]
+async fn multi_key_pops_answer_as_redis() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let bulk = Value::bulk;
+    raw.command(&["RPUSH", "l2", "a", "b", "c"]).await;
+    assert_eq!(
+        raw.command(&["LMPOP", "2", "l1", "l2", "LEFT"]).await,
+        Value::Array(vec![bulk("l2"), Value::Array(vec![bulk("a")])])
+    );
+    assert_eq!(
+        raw.command(&["LMPOP", "2", "l1", "l2", "RIGHT", "COUNT", "5"]).await,
+        Value::Array(vec![bulk("l2"), Value::Array(vec![bulk("c"), bulk("b")])])
+    );
+    assert_eq!(
+        raw.command(&["LMPOP", "1", "l2", "LEFT"]).await,
+        Value::Nil,
+        "emptied and deleted"
+    );
+    assert_eq!(
+        raw.command(&["LMPOP", "0", "l2", "LEFT"]).await.error(),
+        "ERR numkeys should be greater than 0"
+    );
+    assert_eq!(
+        raw.command(&["LMPOP", "x", "l2", "LEFT"]).await.error(),
+        "ERR numkeys should be greater than 0"
+    );
+    assert_eq!(
+        raw.command(&["LMPOP", "2", "l2", "LEFT"]).await.error(),
+        "ERR syntax error"
+    );
+    assert_eq!(
+        raw.command(&["LMPOP", "1", "l2", "UP"]).await.error(),
+        "ERR syntax error"
+    );
+    assert_eq!(
+        raw.command(&["LMPOP", "1", "l2", "LEFT", "COUNT", "0"]).await.error(),
+        "ERR count should be greater than 0"
+    );
+    assert_eq!(
+        raw.command(&["LMPOP", "1"]).await.error(),
+        "ERR wrong number of arguments for 'lmpop' command"
+    );
+    raw.command(&["SET", "s", "v"]).await;
+    assert_eq!(raw.command(&["LMPOP", "1", "s", "LEFT"]).await.error(), WRONGTYPE);
+
+    raw.command(&["ZADD", "z", "1", "a", "2", "b", "3", "c"]).await;
+    assert_eq!(
+        raw.command(&["ZMPOP", "1", "z", "MAX", "COUNT", "2"]).await,
+        Value::Array(vec![
+            bulk("z"),
+            Value::Array(vec![
+                Value::Array(vec![bulk("c"), bulk("3")]),
+                Value::Array(vec![bulk("b"), bulk("2")]),
+            ])
+        ])
+    );
+    assert_eq!(
+        raw.command(&["ZMPOP", "2", "none", "z", "MIN"]).await,
+        Value::Array(vec![
+            bulk("z"),
+            Value::Array(vec![Value::Array(vec![bulk("a"), bulk("1")])])
+        ])
+    );
+    assert_eq!(raw.command(&["ZMPOP", "1", "z", "MIN"]).await, Value::Nil);
+    assert_eq!(raw.command(&["ZMPOP", "1", "s", "MIN"]).await.error(), WRONGTYPE);
+
+    // The blocking forms: at once when there is something, else woken by a push.
+    assert_eq!(raw.command(&["BLMPOP", "0.1", "1", "nolist", "LEFT"]).await, Value::Nil);
+    let mut pusher = RawResp::connect(gateway.resp_addr()).await;
+    raw.send(&common::resp::encode(&[b"BZMPOP", b"0", b"1", b"later", b"MIN"]))
+        .await;
+    // Until the pop waits, an add may come first: either way the pop gets it.
+    pusher.command(&["ZADD", "later", "5", "m"]).await;
+    let woken = tokio::time::timeout(Duration::from_secs(10), raw.reply())
+        .await
+        .expect("woken");
+    assert_eq!(
+        woken,
+        Some(Value::Array(vec![
+            bulk("later"),
+            Value::Array(vec![Value::Array(vec![bulk("m"), bulk("5")])])
+        ]))
+    );
+}
+
+#[tokio::test]
+async fn sorted_set_combinations_answer_as_redis() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let bulk = Value::bulk;
+    raw.command(&["ZADD", "a", "1", "x", "2", "y", "3", "z"]).await;
+    raw.command(&["ZADD", "b", "10", "y", "20", "z", "30", "w"]).await;
+    raw.command(&["SADD", "s", "x", "w"]).await;
+    assert_eq!(
+        raw.command(&["ZUNION", "2", "a", "b", "WITHSCORES"]).await,
+        Value::Array(["x", "1", "y", "12", "z", "23", "w", "30"].map(bulk).to_vec())
+    );
+    assert_eq!(
+        raw.command(&["ZINTER", "2", "a", "b", "WEIGHTS", "2", "1", "AGGREGATE", "MAX"])
+            .await,
+        Value::Array(vec![bulk("y"), bulk("z")])
+    );
+    assert_eq!(
+        raw.command(&["ZINTER", "2", "a", "s", "WITHSCORES"]).await,
+        Value::Array(["x", "2"].map(bulk).to_vec()),
+        "a set's members score 1"
+    );
+    assert_eq!(
+        raw.command(&["ZDIFF", "2", "a", "b", "WITHSCORES"]).await,
+        Value::Array(["x", "1"].map(bulk).to_vec())
+    );
+    assert_eq!(raw.command(&["ZDIFF", "3", "a", "b", "s"]).await, Value::Array(vec![]));
+    assert_eq!(raw.command(&["ZDIFFSTORE", "d", "2", "b", "a"]).await, Value::Int(1));
+    assert_eq!(
+        raw.command(&["ZRANGE", "d", "0", "-1", "WITHSCORES"]).await,
+        Value::Array(["w", "30"].map(bulk).to_vec())
+    );
+    assert_eq!(raw.command(&["ZINTERCARD", "2", "a", "b"]).await, Value::Int(2));
+    assert_eq!(
+        raw.command(&["ZINTERCARD", "2", "a", "b", "LIMIT", "1"]).await,
+        Value::Int(1)
+    );
+    assert_eq!(raw.command(&["ZINTERCARD", "2", "a", "missing"]).await, Value::Int(0));
+    assert_eq!(
+        raw.command(&["ZINTERCARD", "0", "a"]).await.error(),
+        "ERR numkeys should be greater than 0"
+    );
+    assert_eq!(
+        raw.command(&["ZINTERCARD", "3", "a", "b"]).await.error(),
+        "ERR Number of keys can't be greater than number of args"
+    );
+    assert_eq!(
+        raw.command(&["ZINTERCARD", "1", "a", "LIMIT", "-1"]).await.error(),
+        "ERR LIMIT can't be negative"
+    );
+    assert_eq!(
+        raw.command(&["ZDIFF", "2", "a", "b", "WEIGHTS", "1", "1"])
+            .await
+            .error(),
+        "ERR syntax error"
+    );
+    assert_eq!(
+        raw.command(&["ZUNION", "0", "a"]).await.error(),
+        "ERR at least 1 input key is needed for 'zunion' command"
+    );
+    raw.command(&["SET", "str", "v"]).await;
+    assert_eq!(raw.command(&["ZUNION", "2", "a", "str"]).await.error(), WRONGTYPE);
+
+    // ZRANK WITHSCORE, ZRANDMEMBER, HSCAN NOVALUES.
+    assert_eq!(
+        raw.command(&["ZRANK", "a", "y", "WITHSCORE"]).await,
+        Value::Array(vec![Value::Int(1), bulk("2")])
+    );
+    assert_eq!(
+        raw.command(&["ZREVRANK", "a", "y", "WITHSCORE"]).await,
+        Value::Array(vec![Value::Int(1), bulk("2")])
+    );
+    assert_eq!(raw.command(&["ZRANK", "a", "nope", "WITHSCORE"]).await, Value::Nil);
+    assert_eq!(
+        raw.command(&["ZRANK", "a", "y", "WITHSCORES"]).await.error(),
+        "ERR syntax error"
+    );
+    let Value::Bulk(member) = raw.command(&["ZRANDMEMBER", "a"]).await else {
+        panic!("a member")
+    };
+    assert!([&b"x"[..], b"y", b"z"].contains(&&member[..]));
+    let Value::Array(all) = raw.command(&["ZRANDMEMBER", "a", "5", "WITHSCORES"]).await else {
+        panic!("pairs")
+    };
+    assert_eq!(all.len(), 6, "three distinct members with their scores");
+    let Value::Array(repeats) = raw.command(&["ZRANDMEMBER", "a", "-7"]).await else {
+        panic!("members")
+    };
+    assert_eq!(repeats.len(), 7);
+    assert_eq!(raw.command(&["ZRANDMEMBER", "nothing"]).await, Value::Nil);
+    assert_eq!(
+        raw.command(&["ZRANDMEMBER", "nothing", "3"]).await,
+        Value::Array(vec![])
+    );
+    assert_eq!(raw.command(&["ZRANDMEMBER", "str"]).await.error(), WRONGTYPE);
+    raw.command(&["HSET", "h", "f1", "v1", "f2", "v2"]).await;
+    assert_eq!(
+        raw.command(&["HSCAN", "h", "0", "NOVALUES"]).await,
+        Value::Array(vec![bulk("0"), Value::Array(vec![bulk("f1"), bulk("f2")])])
+    );
+    assert_eq!(
+        raw.command(&["HSCAN", "h", "0", "MATCH", "*2", "NOVALUES"]).await,
+        Value::Array(vec![bulk("0"), Value::Array(vec![bulk("f2")])])
+    );
+}
+
+/// Waits until `key`, given a short TTL, has expired (the reaper does not run: the test
+/// gateways' maintenance interval is an hour, and the rows are checked to be still there).
+async fn expired(con: &mut redis::aio::MultiplexedConnection, key: &str) {
+    common::eventually(Duration::from_secs(10), "the key expires", || {
+        let mut con = con.clone();
+        async move { (query::<i64>(&mut con, &["EXISTS", key]).await == 0).then_some(()) }
+    })
+    .await;
+}
+
+/// The rows under `key`, live or not: (typed rows, string rows).
+async fn rows(gateway: &TestGateway, key: &str) -> (i64, i64) {
+    let sql = gateway.sql().await;
+    let namespace: String = sql
+        .query_one("SELECT namespace FROM pgvs3.buckets WHERE name = 'resp'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let row = sql
+        .query_one(
+            &format!(
+                "SELECT (SELECT count(*) FROM pgvs3.resp_keys WHERE key = $1),
+                        (SELECT count(*) FROM {namespace}.objects WHERE key = $1)"
+            ),
+            &[&key],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+/// A key that expired is gone for every command at once, whatever table held it: a key of
+/// another type made under its name is what every later command sees, and an EXPIRE, PERSIST,
+/// RENAME or COPY never brings the expired value back (the reaper has not run).
+#[tokio::test]
+async fn an_expired_key_never_comes_back_over_a_new_key_of_another_type() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    let makers: [(&str, &[&str]); 5] = [
+        ("list", &["LPUSH", "KEY", "a"]),
+        ("hash", &["HSET", "KEY", "f", "a"]),
+        ("set", &["SADD", "KEY", "a"]),
+        ("zset", &["ZADD", "KEY", "1", "a"]),
+        ("stream", &["XADD", "KEY", "1-1", "f", "a"]),
+    ];
+    let make = |maker: &[&str], key: &str| -> Vec<String> {
+        maker
+            .iter()
+            .map(|arg| {
+                if *arg == "KEY" {
+                    key.to_owned()
+                } else {
+                    (*arg).to_owned()
+                }
+            })
+            .collect()
+    };
+    for (type_name, maker) in makers {
+        // A typed key made where a string expired: EXPIRE and PERSIST reach the new key only.
+        let key = format!("over-string-{type_name}");
+        query::<String>(&mut con, &["SET", &key, "old", "PX", "100"]).await;
+        expired(&mut con, &key).await;
+        let args = make(maker, &key);
+        query::<redis::Value>(&mut con, &args.iter().map(String::as_str).collect::<Vec<_>>()).await;
+        assert_eq!(query::<i64>(&mut con, &["EXPIRE", &key, "100"]).await, 1);
+        assert_eq!(query::<String>(&mut con, &["TYPE", &key]).await, type_name, "{key}");
+        assert_eq!(error(&mut con, &["GET", &key]).await, WRONGTYPE, "{key}");
+        assert_eq!(query::<i64>(&mut con, &["PERSIST", &key]).await, 1);
+        assert_eq!(query::<String>(&mut con, &["TYPE", &key]).await, type_name, "{key}");
+        assert_eq!(query::<i64>(&mut con, &["DBSIZE"]).await, 1, "{key}");
+        assert_eq!(rows(&gateway, &key).await, (1, 0), "{key}: the expired string went");
+        query::<i64>(&mut con, &["DEL", &key]).await;
+
+        // A string written where a typed key expired: the typed row goes with it.
+        let key = format!("under-string-{type_name}");
+        let args = make(maker, &key);
+        query::<redis::Value>(&mut con, &args.iter().map(String::as_str).collect::<Vec<_>>()).await;
+        query::<i64>(&mut con, &["PEXPIRE", &key, "100"]).await;
+        expired(&mut con, &key).await;
+        assert_eq!(rows(&gateway, &key).await, (1, 0), "{key}: not reaped");
+        // (A SET that reads the key first: a blind one deletes typed rows of any name anyway.)
+        assert_eq!(
+            query::<Option<String>>(&mut con, &["SET", &key, "new", "GET"]).await,
+            None
+        );
+        assert_eq!(query::<i64>(&mut con, &["EXPIRE", &key, "100"]).await, 1);
+        assert_eq!(query::<i64>(&mut con, &["PERSIST", &key]).await, 1);
+        assert_eq!(query::<String>(&mut con, &["TYPE", &key]).await, "string", "{key}");
+        assert_eq!(query::<i64>(&mut con, &["DBSIZE"]).await, 1, "{key}");
+        assert_eq!(rows(&gateway, &key).await, (0, 1), "{key}: the expired typed key went");
+        // Deleting the string over S3 leaves nothing behind.
+        gateway
+            .client
+            .delete_object()
+            .bucket("resp")
+            .key(&key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(query::<String>(&mut con, &["TYPE", &key]).await, "none", "{key}");
+
+        // RENAME and COPY of a typed key onto an expired string.
+        let (source, target) = (format!("source-{type_name}"), format!("target-{type_name}"));
+        query::<String>(&mut con, &["SET", &target, "old", "PX", "100"]).await;
+        let args = make(maker, &source);
+        query::<redis::Value>(&mut con, &args.iter().map(String::as_str).collect::<Vec<_>>()).await;
+        expired(&mut con, &target).await;
+        let _: () = query(&mut con, &["RENAME", &source, &target]).await;
+        assert_eq!(query::<i64>(&mut con, &["EXPIRE", &target, "100"]).await, 1);
+        assert_eq!(query::<String>(&mut con, &["TYPE", &target]).await, type_name);
+        query::<String>(&mut con, &["SET", &source, "old", "PX", "100"]).await;
+        expired(&mut con, &source).await;
+        assert_eq!(query::<i64>(&mut con, &["COPY", &target, &source]).await, 1);
+        assert_eq!(query::<i64>(&mut con, &["PERSIST", &source]).await, 1);
+        assert_eq!(query::<String>(&mut con, &["TYPE", &source]).await, type_name);
+        assert_eq!(rows(&gateway, &source).await, (1, 0));
+        query::<i64>(&mut con, &["DEL", &source, &target]).await;
+    }
+    // A typed key of one type over an expired one of another.
+    query::<i64>(&mut con, &["HSET", "h", "f", "v"]).await;
+    query::<i64>(&mut con, &["PEXPIRE", "h", "100"]).await;
+    expired(&mut con, "h").await;
+    assert_eq!(query::<i64>(&mut con, &["SADD", "h", "m"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["EXPIRE", "h", "100"]).await, 1);
+    assert_eq!(query::<String>(&mut con, &["TYPE", "h"]).await, "set");
+    assert_eq!(error(&mut con, &["HLEN", "h"]).await, WRONGTYPE);
+}
+
+/// Every key command treats an expired key that the reaper has not deleted yet as absent, for
+/// strings and every type.
+#[tokio::test]
+async fn an_expired_key_is_absent_to_every_key_command_before_it_is_reaped() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    let makers: [&[&str]; 6] = [
+        &["SET", "string", "v"],
+        &["RPUSH", "list", "a"],
+        &["HSET", "hash", "f", "a"],
+        &["SADD", "set", "a"],
+        &["ZADD", "zset", "1", "a"],
+        &["XADD", "stream", "1-1", "f", "a"],
+    ];
+    for maker in makers {
+        query::<redis::Value>(&mut con, maker).await;
+    }
+    let keys = ["string", "list", "hash", "set", "zset", "stream"];
+    for key in keys {
+        assert_eq!(query::<i64>(&mut con, &["PEXPIRE", key, "100"]).await, 1);
+    }
+    for key in keys {
+        expired(&mut con, key).await;
+    }
+    for key in keys {
+        assert_ne!(rows(&gateway, key).await, (0, 0), "{key} is not reaped yet");
+        assert_eq!(query::<String>(&mut con, &["TYPE", key]).await, "none", "{key}");
+        assert_eq!(query::<i64>(&mut con, &["TTL", key]).await, -2, "{key}");
+        assert_eq!(query::<i64>(&mut con, &["PTTL", key]).await, -2, "{key}");
+        assert_eq!(query::<i64>(&mut con, &["EXPIRE", key, "100"]).await, 0, "{key}");
+        assert_eq!(query::<i64>(&mut con, &["PERSIST", key]).await, 0, "{key}");
+        assert_eq!(error(&mut con, &["RENAME", key, "elsewhere"]).await, "ERR no such key");
+        assert_eq!(
+            error(&mut con, &["RENAMENX", key, "elsewhere"]).await,
+            "ERR no such key"
+        );
+        assert_eq!(query::<i64>(&mut con, &["COPY", key, "elsewhere"]).await, 0, "{key}");
+        assert_eq!(query::<i64>(&mut con, &["DEL", key]).await, 0, "{key}");
+        assert_eq!(
+            query::<Option<String>>(&mut con, &["OBJECT", "ENCODING", key]).await,
+            None
+        );
+    }
+    assert_eq!(
+        query::<i64>(&mut con, &["EXISTS", "string", "list", "hash", "set", "zset", "stream"]).await,
+        0
+    );
+    assert_eq!(query::<i64>(&mut con, &["DBSIZE"]).await, 0);
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["KEYS", "*"]).await,
+        Vec::<String>::new()
+    );
+    let (cursor, found): (String, Vec<String>) = query(&mut con, &["SCAN", "0", "COUNT", "100"]).await;
+    assert_eq!((cursor.as_str(), found), ("0", Vec::<String>::new()));
+    assert_eq!(query::<Option<String>>(&mut con, &["RANDOMKEY"]).await, None);
+    assert_eq!(query::<i64>(&mut con, &["EXISTS", "elsewhere"]).await, 0);
+}
+
+/// Whether a blocked client still has no reply after half a second (five of its attempts at
+/// a 100 ms `--resp-block-poll`).
+async fn still_blocked(blocked: &mut RawResp) -> bool {
+    tokio::time::timeout(Duration::from_millis(500), blocked.reply())
+        .await
+        .is_err()
+}
+
+/// A blocked client is served only from a key that holds, when it is woken, the type it waits
+/// on, as in Redis: a key made a string meanwhile leaves it blocked (or served by its other
+/// keys), where it used to answer WRONGTYPE. Compared with redis-server 7.0.15.
+#[tokio::test]
+async fn a_blocked_pop_waits_on_when_its_key_changes_type() {
+    // A short poll: the blocked clients look at their keys often, not only when woken.
+    let gateway = TestGateway::with_resp(&["--resp-block-poll", "100ms"]).await;
+    let mut con = connect(&gateway).await;
+    let mut blocked = RawResp::connect(gateway.resp_addr()).await;
+
+    blocked.send(&common::resp::encode(&[b"BLPOP", b"k", b"0"])).await;
+    assert!(still_blocked(&mut blocked).await);
+    // Pushed (which wakes it), then replaced by a string, in one transaction.
+    let mut tx = RawResp::connect(gateway.resp_addr()).await;
+    for args in [
+        &["MULTI"][..],
+        &["RPUSH", "k", "x"],
+        &["DEL", "k"],
+        &["SET", "k", "foo"],
+    ] {
+        tx.command(args).await;
+    }
+    assert_eq!(
+        tx.command(&["EXEC"]).await,
+        Value::Array(vec![Value::Int(1), Value::Int(1), Value::Simple("OK".into())])
+    );
+    assert!(still_blocked(&mut blocked).await, "a string is no list to pop from");
+    query::<i64>(&mut con, &["DEL", "k"]).await;
+    query::<i64>(&mut con, &["RPUSH", "k", "y"]).await;
+    let reply = tokio::time::timeout(Duration::from_secs(10), blocked.reply())
+        .await
+        .expect("served");
+    assert_eq!(reply, Some(Value::Array(vec![Value::bulk("k"), Value::bulk("y")])));
+
+    // Of its keys, the one that became a string is passed over; another serves it.
+    blocked
+        .send(&common::resp::encode(&[b"BZPOPMIN", b"a", b"b", b"0"]))
+        .await;
+    assert!(still_blocked(&mut blocked).await);
+    query::<String>(&mut con, &["SET", "a", "foo"]).await;
+    query::<i64>(&mut con, &["ZADD", "b", "1", "m"]).await;
+    let reply = tokio::time::timeout(Duration::from_secs(10), blocked.reply())
+        .await
+        .expect("served");
+    assert_eq!(
+        reply,
+        Some(Value::Array(vec![Value::bulk("b"), Value::bulk("m"), Value::bulk("1")]))
+    );
+
+    // XREAD waits on a stream made a string, and is served when it is a stream again.
+    query::<String>(&mut con, &["XADD", "s", "1-1", "f", "v"]).await;
+    blocked
+        .send(&common::resp::encode(&[
+            b"XREAD", b"BLOCK", b"0", b"STREAMS", b"s", b"$",
+        ]))
+        .await;
+    assert!(still_blocked(&mut blocked).await);
+    query::<i64>(&mut con, &["DEL", "s"]).await;
+    query::<String>(&mut con, &["SET", "s", "foo"]).await;
+    assert!(still_blocked(&mut blocked).await);
+    query::<i64>(&mut con, &["DEL", "s"]).await;
+    query::<String>(&mut con, &["XADD", "s", "2-1", "f", "w"]).await;
+    let reply = tokio::time::timeout(Duration::from_secs(10), blocked.reply())
+        .await
+        .expect("served");
+    let Some(Value::Array(streams)) = reply else {
+        panic!("{reply:?}")
+    };
+    assert_eq!(streams.len(), 1);
+
+    // BLMOVE whose destination is a string when its source gets an element: WRONGTYPE, and
+    // the element stays, as in Redis.
+    blocked
+        .send(&common::resp::encode(&[
+            b"BLMOVE", b"src", b"dst", b"LEFT", b"RIGHT", b"0",
+        ]))
+        .await;
+    assert!(still_blocked(&mut blocked).await);
+    query::<String>(&mut con, &["SET", "dst", "foo"]).await;
+    query::<i64>(&mut con, &["RPUSH", "src", "a"]).await;
+    let reply = tokio::time::timeout(Duration::from_secs(10), blocked.reply())
+        .await
+        .expect("answered");
+    assert_eq!(reply, Some(Value::Error(WRONGTYPE.into())));
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["LRANGE", "src", "0", "-1"]).await,
+        ["a"]
+    );
+}
+
+/// WATCH sees a typed key changed only when a command changed it, as Redis signals keys: a
+/// write that changes nothing (SADD of a member already there, SREM of a missing one, a no-op
+/// SMOVE, HSETNX of a set field, ZADD of the same score) does not abort EXEC; real changes do,
+/// HSET of the same value included. Each case compared with redis-server 7.0.15.
+#[tokio::test]
+async fn watch_ignores_writes_that_change_nothing() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    let mut watcher = RawResp::connect(gateway.resp_addr()).await;
+    type Case<'a> = (&'a [&'a [&'a str]], &'a str, &'a [&'a str], bool);
+    let cases: &[Case] = &[
+        (&[&["SADD", "d", "a"]], "d", &["SADD", "d", "a"], false),
+        (&[&["SADD", "d", "a"]], "d", &["SADD", "d", "b"], true),
+        (&[&["SADD", "d", "a"]], "d", &["SREM", "d", "zz"], false),
+        (&[&["SADD", "d", "a"]], "d", &["SMOVE", "d", "e", "zz"], false),
+        (&[&["SADD", "d", "a"]], "d", &["SMOVE", "d", "d", "a"], false),
+        (
+            &[&["SADD", "d", "a"], &["SADD", "e", "a"]],
+            "e",
+            &["SMOVE", "d", "e", "a"],
+            false,
+        ),
+        (
+            &[&["SADD", "d", "a", "b"], &["SADD", "e", "a"]],
+            "d",
+            &["SMOVE", "d", "e", "a"],
+            true,
+        ),
+        (&[&["SADD", "d", "a", "b"]], "e", &["SMOVE", "d", "e", "a"], true),
+        (&[&["HSET", "d", "f", "v"]], "d", &["HSETNX", "d", "f", "w"], false),
+        (&[&["HSET", "d", "f", "v"]], "d", &["HSETNX", "d", "g", "w"], true),
+        (&[&["HSET", "d", "f", "v"]], "d", &["HDEL", "d", "zz"], false),
+        (&[&["HSET", "d", "f", "v"]], "d", &["HSET", "d", "f", "v"], true),
+        (&[&["ZADD", "d", "1", "a"]], "d", &["ZADD", "d", "1", "a"], false),
+        (&[&["ZADD", "d", "1", "a"]], "d", &["ZREM", "d", "zz"], false),
+        (&[&["RPUSH", "d", "a"]], "d", &["LREM", "d", "0", "zz"], false),
+        (&[&["RPUSH", "d", "a"]], "d", &["LSET", "d", "0", "a"], true),
+    ];
+    for (setup, watched, change, aborts) in cases {
+        query::<i64>(&mut con, &["DEL", "d", "e"]).await;
+        for args in *setup {
+            query::<redis::Value>(&mut con, args).await;
+        }
+        assert_eq!(watcher.command(&["WATCH", watched]).await, Value::Simple("OK".into()));
+        query::<redis::Value>(&mut con, change).await;
+        watcher.command(&["MULTI"]).await;
+        watcher.command(&["PING"]).await;
+        let exec = watcher.command(&["EXEC"]).await;
+        assert_eq!(
+            exec == Value::Nil,
+            *aborts,
+            "WATCH {watched}, then {change:?}: {exec:?}"
+        );
+    }
+}

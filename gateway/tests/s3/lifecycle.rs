@@ -1,0 +1,387 @@
+//! S3 lifecycle with aws-sdk-s3: configurations stored and checked as S3 does, the
+//! `x-amz-expiration` header, and the maintenance pass applying the rules in bounded batches —
+//! a backlog larger than one batch drains over several passes; current versions expire (deleted,
+//! or behind a delete marker when versioned), noncurrent versions beyond the newest kept go, lone
+//! delete markers go, incomplete uploads are aborted, and object lock protects what it locks.
+//! Objects are aged by moving their timestamps back in the database: lifecycle counts days.
+
+use pgvs3_testkit as common;
+
+use std::time::{Duration, SystemTime};
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::primitives::DateTime;
+use aws_sdk_s3::types::{
+    AbortIncompleteMultipartUpload, BucketLifecycleConfiguration, BucketVersioningStatus, ExpirationStatus,
+    LifecycleExpiration, LifecycleRule, LifecycleRuleFilter, NoncurrentVersionExpiration, ObjectLockMode, Transition,
+    TransitionStorageClass,
+};
+use common::TestGateway;
+use common::s3::{error_code, head_object, http_status, put_object, put_request, set_versioning};
+
+fn rule(id: &str, prefix: &str) -> aws_sdk_s3::types::builders::LifecycleRuleBuilder {
+    LifecycleRule::builder()
+        .id(id)
+        .status(ExpirationStatus::Enabled)
+        .filter(LifecycleRuleFilter::builder().prefix(prefix).build())
+}
+
+fn expire_after(days: i32) -> LifecycleExpiration {
+    LifecycleExpiration::builder().days(days).build()
+}
+
+async fn set_rules(s3: &Client, bucket: &str, rules: Vec<LifecycleRule>) {
+    s3.put_bucket_lifecycle_configuration()
+        .bucket(bucket)
+        .lifecycle_configuration(
+            BucketLifecycleConfiguration::builder()
+                .set_rules(Some(rules))
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+}
+
+async fn put(s3: &Client, bucket: &str, key: &str) -> Option<String> {
+    put_object(s3, bucket, key, b"data").await.version_id
+}
+
+/// Moves every timestamp of `bucket` three days back.
+async fn age(gw: &TestGateway, bucket: &str) {
+    let sql = gw.sql().await;
+    for table in ["objects", "versions"] {
+        sql.execute(
+            &format!(
+                "UPDATE s3p.{table} SET last_modified = last_modified - interval '3 days'
+                  WHERE bucket_id = (SELECT id FROM pgvs3.buckets WHERE name = $1)"
+            ),
+            &[&bucket],
+        )
+        .await
+        .unwrap();
+    }
+    sql.execute(
+        "UPDATE s3p.uploads SET initiated = initiated - interval '3 days'
+          WHERE bucket_id = (SELECT id FROM pgvs3.buckets WHERE name = $1)",
+        &[&bucket],
+    )
+    .await
+    .unwrap();
+}
+
+async fn keys(s3: &Client, bucket: &str) -> Vec<String> {
+    let mut keys = Vec::new();
+    let mut token = None;
+    loop {
+        let page = s3
+            .list_objects_v2()
+            .bucket(bucket)
+            .set_continuation_token(token)
+            .send()
+            .await
+            .unwrap();
+        keys.extend(page.contents().iter().filter_map(|o| o.key.clone()));
+        token = page.next_continuation_token;
+        if token.is_none() {
+            return keys;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn configurations_are_kept_and_checked() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("cfg").send().await.unwrap();
+    let none = s3
+        .get_bucket_lifecycle_configuration()
+        .bucket("cfg")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(error_code(&none), "NoSuchLifecycleConfiguration");
+    set_rules(
+        s3,
+        "cfg",
+        vec![
+            rule("logs", "logs/").expiration(expire_after(30)).build().unwrap(),
+            rule("uploads", "")
+                .abort_incomplete_multipart_upload(
+                    AbortIncompleteMultipartUpload::builder()
+                        .days_after_initiation(2)
+                        .build(),
+                )
+                .build()
+                .unwrap(),
+        ],
+    )
+    .await;
+    let rules = s3
+        .get_bucket_lifecycle_configuration()
+        .bucket("cfg")
+        .send()
+        .await
+        .unwrap()
+        .rules
+        .unwrap();
+    assert_eq!(rules.len(), 2);
+    assert_eq!(rules[0].id.as_deref(), Some("logs"));
+    assert_eq!(rules[0].expiration.as_ref().unwrap().days, Some(30));
+    assert_eq!(rules[0].filter.as_ref().unwrap().prefix.as_deref(), Some("logs/"));
+    assert_eq!(
+        rules[1]
+            .abort_incomplete_multipart_upload
+            .as_ref()
+            .unwrap()
+            .days_after_initiation,
+        Some(2)
+    );
+
+    // GET and HEAD say when a rule will expire the object, rounded to midnight UTC.
+    put(s3, "cfg", "logs/today").await;
+    let head = head_object(s3, "cfg", "logs/today").await;
+    let expiration = head.expiration.expect("x-amz-expiration");
+    assert!(expiration.contains("rule-id=\"logs\""), "{expiration}");
+    assert!(expiration.contains("00:00:00 GMT"), "{expiration}");
+    put(s3, "cfg", "other").await;
+    let head = head_object(s3, "cfg", "other").await;
+    assert_eq!(head.expiration, None);
+
+    // What S3 refuses, pgvs3 refuses: duplicate ids, a rule with no action, transitions.
+    let twice = s3
+        .put_bucket_lifecycle_configuration()
+        .bucket("cfg")
+        .lifecycle_configuration(
+            BucketLifecycleConfiguration::builder()
+                .rules(rule("a", "x").expiration(expire_after(1)).build().unwrap())
+                .rules(rule("a", "y").expiration(expire_after(1)).build().unwrap())
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(error_code(&twice), "InvalidArgument");
+    let transition = s3
+        .put_bucket_lifecycle_configuration()
+        .bucket("cfg")
+        .lifecycle_configuration(
+            BucketLifecycleConfiguration::builder()
+                .rules(
+                    rule("cold", "")
+                        .transitions(
+                            Transition::builder()
+                                .days(30)
+                                .storage_class(TransitionStorageClass::Glacier)
+                                .build(),
+                        )
+                        .build()
+                        .unwrap(),
+                )
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(error_code(&transition), "NotImplemented");
+    // The refused configurations left the stored one alone.
+    let kept = s3
+        .get_bucket_lifecycle_configuration()
+        .bucket("cfg")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(kept.rules().len(), 2);
+
+    s3.delete_bucket_lifecycle().bucket("cfg").send().await.unwrap();
+    let gone = s3
+        .get_bucket_lifecycle_configuration()
+        .bucket("cfg")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(error_code(&gone), "NoSuchLifecycleConfiguration");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn expiration_drains_a_backlog_in_batches() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("logs").send().await.unwrap();
+    for n in 0..250 {
+        put(s3, "logs", &format!("logs/{n:04}")).await;
+    }
+    for n in 0..3 {
+        put(s3, "logs", &format!("keep/{n}")).await;
+    }
+    s3.create_multipart_upload()
+        .bucket("logs")
+        .key("logs/big")
+        .send()
+        .await
+        .unwrap();
+    set_rules(
+        s3,
+        "logs",
+        vec![
+            rule("logs", "logs/")
+                .expiration(expire_after(1))
+                .abort_incomplete_multipart_upload(
+                    AbortIncompleteMultipartUpload::builder()
+                        .days_after_initiation(1)
+                        .build(),
+                )
+                .build()
+                .unwrap(),
+        ],
+    )
+    .await;
+    let store = &gw.gateway.store;
+    // Nothing is old enough yet.
+    assert_eq!(store.apply_lifecycle(100).await.unwrap().expired, 0);
+    age(&gw, "logs").await;
+    let mut passes = Vec::new();
+    loop {
+        let stats = store.apply_lifecycle(100).await.unwrap();
+        passes.push(stats.expired);
+        if stats.expired == 0 {
+            break;
+        }
+        if passes.len() == 1 {
+            assert_eq!(stats.uploads_aborted, 1);
+        }
+    }
+    assert_eq!(passes, vec![100, 100, 50, 0]);
+    assert_eq!(keys(s3, "logs").await, vec!["keep/0", "keep/1", "keep/2"]);
+    let uploads = s3.list_multipart_uploads().bucket("logs").send().await.unwrap();
+    assert!(uploads.uploads().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn versioned_rules_keep_newer_versions_and_remove_lone_markers() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("ver").send().await.unwrap();
+    set_versioning(s3, "ver", BucketVersioningStatus::Enabled).await;
+    let mut doc = Vec::new();
+    for _ in 0..4 {
+        doc.push(put(s3, "ver", "doc").await.unwrap());
+    }
+    put(s3, "ver", "old/report").await.unwrap();
+    let gone = put(s3, "ver", "gone").await.unwrap();
+    s3.delete_object().bucket("ver").key("gone").send().await.unwrap();
+    set_rules(
+        s3,
+        "ver",
+        vec![
+            rule("doc", "doc")
+                .noncurrent_version_expiration(
+                    NoncurrentVersionExpiration::builder()
+                        .noncurrent_days(1)
+                        .newer_noncurrent_versions(1)
+                        .build(),
+                )
+                .build()
+                .unwrap(),
+            rule("gone", "gone")
+                .noncurrent_version_expiration(NoncurrentVersionExpiration::builder().noncurrent_days(1).build())
+                .build()
+                .unwrap(),
+            rule("old", "old/").expiration(expire_after(1)).build().unwrap(),
+            rule("markers", "")
+                .expiration(
+                    LifecycleExpiration::builder()
+                        .expired_object_delete_marker(true)
+                        .build(),
+                )
+                .build()
+                .unwrap(),
+        ],
+    )
+    .await;
+    age(&gw, "ver").await;
+    let store = &gw.gateway.store;
+    let first = store.apply_lifecycle(1000).await.unwrap();
+    // doc: two of its three noncurrent versions (the newest is kept); gone: its only data.
+    assert_eq!(first.noncurrent_deleted, 3, "{first:?}");
+    assert_eq!(first.expired, 1, "old/report is hidden behind a delete marker");
+    // gone's marker became lone in this pass (the marker rule comes last) and went with it.
+    assert_eq!(first.delete_markers_removed, 1, "{first:?}");
+    let versions = s3.list_object_versions().bucket("ver").send().await.unwrap();
+    let doc_versions: Vec<&str> = versions
+        .versions()
+        .iter()
+        .filter(|v| v.key() == Some("doc"))
+        .filter_map(|v| v.version_id())
+        .collect();
+    assert_eq!(doc_versions, vec![doc[3].as_str(), doc[2].as_str()]);
+    assert!(versions.versions().iter().all(|v| v.key() != Some("gone")));
+    assert!(
+        versions.delete_markers().iter().all(|m| m.key() != Some("gone")),
+        "{gone}"
+    );
+    // old/report's data stays as a noncurrent version behind its marker.
+    assert!(versions.delete_markers().iter().any(|m| m.key() == Some("old/report")));
+    assert!(versions.versions().iter().any(|v| v.key() == Some("old/report")));
+    assert_eq!(keys(s3, "ver").await, vec!["doc"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lifecycle_never_removes_a_locked_version() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket()
+        .bucket("vault")
+        .object_lock_enabled_for_bucket(true)
+        .send()
+        .await
+        .unwrap();
+    let locked = put_request(s3, "vault", "db.bak", b"v1")
+        .object_lock_mode(ObjectLockMode::Compliance)
+        .object_lock_retain_until_date(DateTime::from(SystemTime::now() + Duration::from_secs(86_400 * 10)))
+        .send()
+        .await
+        .unwrap()
+        .version_id
+        .unwrap();
+    let unlocked = put(s3, "vault", "db.bak").await.unwrap();
+    put(s3, "vault", "db.bak").await.unwrap();
+    set_rules(
+        s3,
+        "vault",
+        vec![
+            rule("noncurrent", "")
+                .noncurrent_version_expiration(NoncurrentVersionExpiration::builder().noncurrent_days(1).build())
+                .build()
+                .unwrap(),
+        ],
+    )
+    .await;
+    age(&gw, "vault").await;
+    let stats = gw.gateway.store.apply_lifecycle(1000).await.unwrap();
+    assert_eq!(
+        stats.noncurrent_deleted, 1,
+        "only the unlocked noncurrent version: {stats:?}"
+    );
+    let read = s3
+        .get_object()
+        .bucket("vault")
+        .key("db.bak")
+        .version_id(&locked)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.body.collect().await.unwrap().to_vec(), b"v1");
+    let removed = s3
+        .head_object()
+        .bucket("vault")
+        .key("db.bak")
+        .version_id(&unlocked)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(http_status(&removed), 404);
+}

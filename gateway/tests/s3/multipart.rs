@@ -1,0 +1,708 @@
+//! Multipart uploads through aws-sdk-s3: completion, exact reads across part boundaries,
+//! reads by part number, validation errors, listing, abort, and the reaping of parts.
+
+use pgvs3_testkit as common;
+
+use std::time::Duration;
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::operation::list_multipart_uploads::ListMultipartUploadsOutput;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::CompletedMultipartUpload;
+use common::s3::{completion, http_status, put_object, start_upload, upload_part};
+use common::{TestGateway, noise};
+use futures::StreamExt;
+use md5::Digest;
+
+const MIB: usize = 1024 * 1024;
+
+async fn complete(s3: &Client, key: &str, upload_id: &str, parts: &[(i32, &str)]) -> Result<String, Option<String>> {
+    s3.complete_multipart_upload()
+        .bucket("mpu")
+        .key(key)
+        .upload_id(upload_id)
+        .multipart_upload(completion(parts))
+        .send()
+        .await
+        .map(|out| out.e_tag.unwrap())
+        .map_err(|err| err.into_service_error().meta().code().map(str::to_owned))
+}
+
+async fn start(s3: &Client, key: &str) -> String {
+    s3.create_multipart_upload()
+        .bucket("mpu")
+        .key(key)
+        .content_type("application/x-test")
+        .metadata("origin", "multipart")
+        .send()
+        .await
+        .unwrap()
+        .upload_id
+        .unwrap()
+}
+
+async fn read(s3: &Client, key: &str, range: Option<String>, part: Option<i32>) -> Vec<u8> {
+    let out = s3
+        .get_object()
+        .bucket("mpu")
+        .key(key)
+        .set_range(range)
+        .set_part_number(part)
+        .send()
+        .await
+        .unwrap_or_else(|err| panic!("get {key}: {err:?}"));
+    out.body.collect().await.unwrap().into_bytes().to_vec()
+}
+
+fn expected_etag(parts: &[&[u8]]) -> String {
+    let mut joined = Vec::new();
+    for part in parts {
+        joined.extend_from_slice(&md5::Md5::digest(part));
+    }
+    format!("\"{}-{}\"", hex::encode(md5::Md5::digest(&joined)), parts.len())
+}
+
+/// The uploads of bucket `mpu` rolled up at `/`: the listing and its common prefixes.
+async fn rolled_up(s3: &Client) -> (ListMultipartUploadsOutput, Vec<String>) {
+    let rolled = s3
+        .list_multipart_uploads()
+        .bucket("mpu")
+        .delimiter("/")
+        .send()
+        .await
+        .unwrap();
+    let prefixes = rolled
+        .common_prefixes()
+        .iter()
+        .filter_map(|p| p.prefix.clone())
+        .collect();
+    (rolled, prefixes)
+}
+
+#[tokio::test]
+async fn multipart_objects_read_back_exactly_across_part_boundaries() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("mpu").send().await.unwrap();
+    let sizes = [5 * MIB, 5 * MIB + 3, 5 * MIB, MIB + 123];
+    let parts: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, n)| noise(*n, i as u64 + 1)).collect();
+    let whole: Vec<u8> = parts.concat();
+    let upload_id = start(s3, "big.bin").await;
+    // Parts may arrive in any order, and concurrently.
+    let etags = futures::future::join_all(
+        (0..parts.len())
+            .rev()
+            .map(|i| upload_part(s3, "mpu", "big.bin", &upload_id, i as i32 + 1, &parts[i])),
+    )
+    .await;
+    let etags: Vec<String> = etags.into_iter().rev().collect();
+    for (etag, part) in etags.iter().zip(&parts) {
+        assert_eq!(*etag, format!("\"{}\"", hex::encode(md5::Md5::digest(part))));
+    }
+
+    let listed = s3
+        .list_parts()
+        .bucket("mpu")
+        .key("big.bin")
+        .upload_id(&upload_id)
+        .max_parts(3)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.is_truncated, Some(true));
+    assert_eq!(listed.next_part_number_marker.as_deref(), Some("3"));
+    let numbers: Vec<i32> = listed.parts().iter().filter_map(|p| p.part_number).collect();
+    assert_eq!(numbers, [1, 2, 3]);
+    assert_eq!(listed.parts()[1].size, Some(sizes[1] as i64));
+    let rest = s3
+        .list_parts()
+        .bucket("mpu")
+        .key("big.bin")
+        .upload_id(&upload_id)
+        .part_number_marker("3")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rest.parts().len(), 1);
+    assert_eq!(rest.is_truncated, Some(false));
+
+    let head = s3.head_object().bucket("mpu").key("big.bin").send().await.unwrap_err();
+    assert!(
+        head.into_service_error().is_not_found(),
+        "nothing visible before completion"
+    );
+
+    let numbered: Vec<(i32, &str)> = etags
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (i as i32 + 1, e.as_str()))
+        .collect();
+    let etag = complete(s3, "big.bin", &upload_id, &numbered).await.unwrap();
+    let part_refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+    assert_eq!(etag, expected_etag(&part_refs));
+
+    let head = s3.head_object().bucket("mpu").key("big.bin").send().await.unwrap();
+    assert_eq!(head.content_length, Some(whole.len() as i64));
+    assert_eq!(head.e_tag.as_deref(), Some(etag.as_str()));
+    assert_eq!(head.content_type.as_deref(), Some("application/x-test"));
+    assert_eq!(
+        head.metadata.unwrap().get("origin").map(String::as_str),
+        Some("multipart")
+    );
+
+    assert!(read(s3, "big.bin", None, None).await == whole, "whole object");
+    let boundary = 5 * MIB;
+    let second_end = 10 * MIB + 3;
+    let ranges = [
+        (boundary - 10, boundary + 10),
+        (boundary - 1, boundary),
+        (boundary, boundary),
+        (0, whole.len() - 1),
+        (boundary - 7, second_end + 7),
+        (123, whole.len() - 5),
+        (second_end, whole.len() - 1),
+        (whole.len() - 1, whole.len() - 1),
+    ];
+    for (first, last) in ranges {
+        let got = read(s3, "big.bin", Some(format!("bytes={first}-{last}")), None).await;
+        assert!(got == whole[first..=last], "range {first}-{last}");
+    }
+    let tail = read(s3, "big.bin", Some(format!("bytes=-{}", MIB + 500)), None).await;
+    assert!(
+        tail == whole[whole.len() - MIB - 500..],
+        "suffix range across the last boundary"
+    );
+
+    for (i, part) in parts.iter().enumerate() {
+        let number = i as i32 + 1;
+        let out = s3
+            .get_object()
+            .bucket("mpu")
+            .key("big.bin")
+            .part_number(number)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(out.parts_count, Some(4));
+        assert_eq!(out.content_length, Some(part.len() as i64));
+        let got = out.body.collect().await.unwrap().into_bytes();
+        assert!(got == part[..], "part {number}");
+        let head = s3
+            .head_object()
+            .bucket("mpu")
+            .key("big.bin")
+            .part_number(number)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(head.content_length, Some(part.len() as i64));
+        assert_eq!(head.parts_count, Some(4));
+    }
+    let missing = s3
+        .get_object()
+        .bucket("mpu")
+        .key("big.bin")
+        .part_number(5)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(http_status(&missing), 400);
+    assert_eq!(
+        missing.as_service_error().and_then(|e| e.meta().code()),
+        Some("InvalidPart")
+    );
+
+    // Completion moved no bytes: the manifest has no chunks; the parts' chunks are all there is.
+    let sql = gw.sql().await;
+    let manifest_chunks: i64 = sql
+        .query_one(
+            "SELECT count(*) FROM s3p.chunks c JOIN s3p.objects o ON o.body_id = c.body_id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(manifest_chunks, 0);
+    let chunk_bytes: i64 = sql
+        .query_one("SELECT sum(octet_length(data))::bigint FROM s3p.chunks", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(chunk_bytes, whole.len() as i64, "noise is stored raw, once");
+}
+
+#[tokio::test]
+async fn completion_validates_the_part_list_and_leaves_nothing_on_refusal() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("mpu").send().await.unwrap();
+    let upload_id = start(s3, "k").await;
+    let small = noise(1000, 1);
+    let big = noise(5 * MIB, 2);
+    let e1 = upload_part(s3, "mpu", "k", &upload_id, 1, &small).await;
+    let e2 = upload_part(s3, "mpu", "k", &upload_id, 2, &noise(1000, 3)).await;
+    let e3 = upload_part(s3, "mpu", "k", &upload_id, 3, &big).await;
+
+    let refusals = [
+        (vec![(1, e1.as_str()), (2, e2.as_str())], "EntityTooSmall"),
+        (vec![(2, e2.as_str()), (1, e1.as_str())], "InvalidPartOrder"),
+        (vec![(1, e1.as_str()), (1, e1.as_str())], "InvalidPartOrder"),
+        (vec![(1, e2.as_str())], "InvalidPart"),
+        (vec![(3, e3.as_str()), (4, e3.as_str())], "InvalidPart"),
+        (vec![(3, "\"00000000000000000000000000000000\"")], "InvalidPart"),
+    ];
+    for (parts, code) in refusals {
+        assert_eq!(
+            complete(s3, "k", &upload_id, &parts).await,
+            Err(Some(code.into())),
+            "{parts:?}"
+        );
+        let head = s3.head_object().bucket("mpu").key("k").send().await.unwrap_err();
+        assert!(head.into_service_error().is_not_found());
+    }
+    let empty = s3
+        .complete_multipart_upload()
+        .bucket("mpu")
+        .key("k")
+        .upload_id(&upload_id)
+        .multipart_upload(CompletedMultipartUpload::builder().build())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(empty.into_service_error().meta().code(), Some("MalformedXML"));
+    for bad in [0, 10_001] {
+        let err = s3
+            .upload_part()
+            .bucket("mpu")
+            .key("k")
+            .upload_id(&upload_id)
+            .part_number(bad)
+            .body(ByteStream::from_static(b"x"))
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.into_service_error().meta().code(),
+            Some("InvalidArgument"),
+            "part {bad}"
+        );
+    }
+    // A part whose declared checksum does not match its bytes is refused and not kept.
+    let corrupt = s3
+        .upload_part()
+        .bucket("mpu")
+        .key("k")
+        .upload_id(&upload_id)
+        .part_number(4)
+        .checksum_crc32("AAAAAA==")
+        .body(ByteStream::from(small.clone()))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(corrupt.into_service_error().meta().code(), Some("BadDigest"));
+    let listed = s3
+        .list_parts()
+        .bucket("mpu")
+        .key("k")
+        .upload_id(&upload_id)
+        .send()
+        .await
+        .unwrap();
+    let numbers: Vec<i32> = listed.parts().iter().filter_map(|p| p.part_number).collect();
+    assert_eq!(numbers, [1, 2, 3]);
+    let wrong_key = complete(s3, "other", &upload_id, &[(3, e3.as_str())]).await;
+    assert_eq!(wrong_key, Err(Some("NoSuchUpload".into())));
+    let bogus = complete(s3, "k", "not-an-upload", &[(3, e3.as_str())]).await;
+    assert_eq!(bogus, Err(Some("NoSuchUpload".into())));
+
+    // The upload survived every refusal: a valid list completes it (a lone part may be small).
+    let etag = complete(s3, "k", &upload_id, &[(1, e1.as_str())]).await.unwrap();
+    assert_eq!(etag, expected_etag(&[&small]));
+    assert!(read(s3, "k", None, None).await == small);
+    // A retried completion (its answer lost) gets the same answer, as from S3.
+    let again = complete(s3, "k", &upload_id, &[(1, e1.as_str())]).await;
+    assert_eq!(again, Ok(etag.clone()), "a completed upload answers with its object");
+    assert!(read(s3, "k", None, None).await == small);
+
+    // Aborted: parts and completion are refused, and nothing becomes visible.
+    let aborted = start(s3, "gone").await;
+    let part = upload_part(s3, "mpu", "gone", &aborted, 1, &small).await;
+    s3.abort_multipart_upload()
+        .bucket("mpu")
+        .key("gone")
+        .upload_id(&aborted)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        complete(s3, "gone", &aborted, &[(1, part.as_str())]).await,
+        Err(Some("NoSuchUpload".into()))
+    );
+    let late = s3
+        .upload_part()
+        .bucket("mpu")
+        .key("gone")
+        .upload_id(&aborted)
+        .part_number(2)
+        .body(ByteStream::from(small.clone()))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(late.into_service_error().meta().code(), Some("NoSuchUpload"));
+    let twice = s3
+        .abort_multipart_upload()
+        .bucket("mpu")
+        .key("gone")
+        .upload_id(&aborted)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(twice.into_service_error().meta().code(), Some("NoSuchUpload"));
+    let head = s3.head_object().bucket("mpu").key("gone").send().await.unwrap_err();
+    assert!(head.into_service_error().is_not_found());
+}
+
+#[tokio::test]
+async fn uploads_are_listed_and_every_part_body_is_reaped_in_the_end() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    let store = &gw.gateway.store;
+    s3.create_bucket().bucket("mpu").send().await.unwrap();
+    let a = start(s3, "logs/a").await;
+    let b1 = start(s3, "logs/b").await;
+    let b2 = start(s3, "logs/b").await;
+    let other = start(s3, "other/c").await;
+    let listed = s3
+        .list_multipart_uploads()
+        .bucket("mpu")
+        .prefix("logs/")
+        .send()
+        .await
+        .unwrap();
+    let uploads: Vec<(String, String)> = listed
+        .uploads()
+        .iter()
+        .map(|u| (u.key.clone().unwrap(), u.upload_id.clone().unwrap()))
+        .collect();
+    assert_eq!(
+        uploads,
+        [
+            ("logs/a".to_owned(), a.clone()),
+            ("logs/b".to_owned(), b1.clone()),
+            ("logs/b".to_owned(), b2.clone())
+        ]
+    );
+    let page = s3
+        .list_multipart_uploads()
+        .bucket("mpu")
+        .max_uploads(2)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.is_truncated, Some(true));
+    assert_eq!(page.uploads().len(), 2);
+    let next = s3
+        .list_multipart_uploads()
+        .bucket("mpu")
+        .key_marker(page.next_key_marker.clone().unwrap())
+        .upload_id_marker(page.next_upload_id_marker.clone().unwrap())
+        .send()
+        .await
+        .unwrap();
+    let ids: Vec<String> = next.uploads().iter().filter_map(|u| u.upload_id.clone()).collect();
+    assert_eq!(ids, [b2.clone(), other.clone()]);
+    let (_, prefixes) = rolled_up(s3).await;
+    assert_eq!(prefixes, ["logs/", "other/"]);
+    let first = s3
+        .list_multipart_uploads()
+        .bucket("mpu")
+        .delimiter("/")
+        .max_uploads(1)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.next_key_marker.as_deref(), Some("logs/"));
+    let second = s3
+        .list_multipart_uploads()
+        .bucket("mpu")
+        .delimiter("/")
+        .max_uploads(1)
+        .key_marker("logs/")
+        .send()
+        .await
+        .unwrap();
+    let prefixes: Vec<String> = second
+        .common_prefixes()
+        .iter()
+        .filter_map(|p| p.prefix.clone())
+        .collect();
+    assert_eq!(prefixes, ["other/"], "paging goes past a rolled-up prefix");
+
+    // Part 2 is uploaded twice (the first body is retired), then left out of the completion.
+    let big = noise(5 * MIB, 7);
+    let e1 = upload_part(s3, "mpu", "logs/a", &a, 1, &big).await;
+    upload_part(s3, "mpu", "logs/a", &a, 2, &noise(9000, 8)).await;
+    upload_part(s3, "mpu", "logs/a", &a, 2, &noise(9000, 9)).await;
+    let last = noise(20_000, 10);
+    let e3 = upload_part(s3, "mpu", "logs/a", &a, 3, &last).await;
+    complete(s3, "logs/a", &a, &[(1, e1.as_str()), (3, e3.as_str())])
+        .await
+        .unwrap();
+    let whole = [big.as_slice(), last.as_slice()].concat();
+    assert!(read(s3, "logs/a", None, None).await == whole);
+    let range = read(
+        s3,
+        "logs/a",
+        Some(format!("bytes={}-{}", 5 * MIB - 2, 5 * MIB + 1)),
+        None,
+    )
+    .await;
+    assert_eq!(range, whole[5 * MIB - 2..5 * MIB + 2]);
+
+    // Abandoned uploads go after the configured age, and their parts with them.
+    upload_part(s3, "mpu", "other/c", &other, 1, &noise(100, 11)).await;
+    let young = store.reap_abandoned_uploads(Duration::from_secs(3600)).await.unwrap();
+    assert_eq!(young, 0);
+    let reaped = store.reap_abandoned_uploads(Duration::ZERO).await.unwrap();
+    assert_eq!(reaped, 3, "a, being completed, is no longer an upload");
+    let left = s3.list_multipart_uploads().bucket("mpu").send().await.unwrap();
+    assert!(left.uploads().is_empty());
+
+    // Deleting the object retires its manifest; reaping drops its parts, then their bodies.
+    s3.delete_object().bucket("mpu").key("logs/a").send().await.unwrap();
+    let sql = gw.sql().await;
+    for _ in 0..3 {
+        store.reap_retired(Duration::ZERO).await.unwrap();
+    }
+    let counts = sql
+        .query_one(
+            "SELECT (SELECT count(*) FROM s3p.chunks), (SELECT count(*) FROM s3p.parts),
+                    (SELECT count(*) FROM s3p.uploads), (SELECT count(*) FROM s3p.retired_bodies)",
+            &[],
+        )
+        .await
+        .unwrap();
+    let counts: [i64; 4] = [counts.get(0), counts.get(1), counts.get(2), counts.get(3)];
+    assert_eq!(counts, [0, 0, 0, 0], "chunks, parts, uploads, retired bodies");
+}
+
+#[tokio::test]
+async fn overwriting_a_multipart_object_keeps_readers_consistent_and_reaps_old_parts() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("mpu").send().await.unwrap();
+    let first = noise(5 * MIB, 20);
+    let second = noise(70_000, 21);
+    let upload_id = start(s3, "k").await;
+    let e1 = upload_part(s3, "mpu", "k", &upload_id, 1, &first).await;
+    let e2 = upload_part(s3, "mpu", "k", &upload_id, 2, &second).await;
+    complete(s3, "k", &upload_id, &[(1, e1.as_str()), (2, e2.as_str())])
+        .await
+        .unwrap();
+    put_object(s3, "mpu", "k", b"small now").await;
+    assert_eq!(read(s3, "k", None, None).await, b"small now");
+    let parts = s3
+        .get_object()
+        .bucket("mpu")
+        .key("k")
+        .part_number(1)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(parts.parts_count, None, "a plain object has no parts count");
+    assert_eq!(parts.body.collect().await.unwrap().into_bytes().as_ref(), b"small now");
+    let store = &gw.gateway.store;
+    for _ in 0..2 {
+        store.reap_retired(Duration::ZERO).await.unwrap();
+    }
+    let sql = gw.sql().await;
+    let chunks: i64 = sql
+        .query_one("SELECT count(*) FROM s3p.chunks", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(chunks, 0);
+}
+
+/// The primary workload: a columnar file read by an engine with many parallel range GETs
+/// (footer first, then column chunks that straddle part boundaries).
+#[tokio::test]
+async fn many_parallel_range_reads_of_a_multipart_object_are_exact() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("mpu").send().await.unwrap();
+    let parts: Vec<Vec<u8>> = (0..3).map(|i| noise(5 * MIB + i * 4099, 30 + i as u64)).collect();
+    let whole = parts.concat();
+    let upload_id = start(s3, "table.parquet").await;
+    let mut numbered = Vec::new();
+    for (i, part) in parts.iter().enumerate() {
+        numbered.push(upload_part(s3, "mpu", "table.parquet", &upload_id, i as i32 + 1, part).await);
+    }
+    let list: Vec<(i32, &str)> = numbered
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (i as i32 + 1, e.as_str()))
+        .collect();
+    complete(s3, "table.parquet", &upload_id, &list).await.unwrap();
+
+    let footer = read(s3, "table.parquet", Some("bytes=-8".into()), None).await;
+    assert_eq!(footer, whole[whole.len() - 8..]);
+    // 48 reads of 300 KiB at a stride that walks every part boundary, 16 at a time.
+    let len = whole.len();
+    let spans: Vec<(usize, usize)> = (0..48)
+        .map(|i| {
+            let first = (i * 331_111) % (len - 1);
+            (first, (first + 300 * 1024).min(len - 1))
+        })
+        .collect();
+    let reads = futures::stream::iter(spans.iter().copied())
+        .map(|(first, last)| async move {
+            (
+                first,
+                last,
+                read(s3, "table.parquet", Some(format!("bytes={first}-{last}")), None).await,
+            )
+        })
+        .buffer_unordered(16);
+    let results: Vec<(usize, usize, Vec<u8>)> = reads.collect().await;
+    assert_eq!(results.len(), spans.len());
+    for (first, last, got) in results {
+        assert!(got == whole[first..=last], "range {first}-{last}");
+    }
+}
+
+/// A database laid out by v1 (before multipart) upgrades in place: every namespace, old or
+/// new, gets the upload tables, and objects written before the upgrade stay readable.
+#[tokio::test]
+async fn a_layout_v1_database_upgrades_to_multipart() {
+    let url = common::fresh_database().await;
+    let (sql, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    sql.batch_execute(
+        "CREATE SCHEMA pgvs3;
+         CREATE TABLE pgvs3.layout (version int PRIMARY KEY, name text NOT NULL,
+                                    applied_at timestamptz NOT NULL DEFAULT now());",
+    )
+    .await
+    .unwrap();
+    sql.batch_execute(include_str!("../../migrations/0001_layout_v1.sql"))
+        .await
+        .unwrap();
+    sql.batch_execute(
+        "INSERT INTO pgvs3.layout (version, name) VALUES (1, 'layout_v1');
+         SELECT pgvs3.ensure_namespace('older', 'objects');
+         SELECT pgvs3.ensure_bucket('before', NULL, 's3p');",
+    )
+    .await
+    .unwrap();
+
+    let gw = TestGateway::on(url).await;
+    let version: i32 = sql
+        .query_one("SELECT max(version) FROM pgvs3.layout", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, pgvs3_gateway::pg::migrate::LAYOUT_VERSION);
+    sql.batch_execute("SELECT pgvs3.ensure_namespace('newer', 'objects')")
+        .await
+        .unwrap();
+    for ns in ["s3p", "older", "newer"] {
+        let tables: i64 = sql
+            .query_one(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename IN ('uploads', 'parts')",
+                &[&ns],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(tables, 2, "namespace {ns}");
+    }
+    let s3 = &gw.client;
+    let upload_id = start_upload(s3, "before", "k").await;
+    let etag = upload_part(s3, "before", "k", &upload_id, 1, b"after the upgrade").await;
+    s3.complete_multipart_upload()
+        .bucket("before")
+        .key("k")
+        .upload_id(&upload_id)
+        .multipart_upload(completion(&[(1, etag.as_str())]))
+        .send()
+        .await
+        .unwrap();
+    let out = s3.get_object().bucket("before").key("k").send().await.unwrap();
+    assert_eq!(
+        out.body.collect().await.unwrap().into_bytes().as_ref(),
+        b"after the upgrade"
+    );
+}
+
+#[tokio::test]
+async fn upload_listings_page_through_more_than_a_thousand_uploads() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("mpu").send().await.unwrap();
+    let keys: Vec<String> = (0..1005)
+        .map(|i| format!("many/{i:04}"))
+        .chain(["z/last".to_owned()])
+        .collect();
+    let started: Vec<String> = futures::stream::iter(keys.iter())
+        .map(|key| start(s3, key))
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    assert_eq!(started.len(), keys.len());
+
+    // Rolled up, the 1,005 uploads under many/ fill more than one window of rows.
+    let (rolled, prefixes) = rolled_up(s3).await;
+    assert_eq!(prefixes, ["many/", "z/"]);
+    assert_eq!(rolled.is_truncated, Some(false));
+
+    let first = s3.list_multipart_uploads().bucket("mpu").send().await.unwrap();
+    assert_eq!((first.uploads().len(), first.is_truncated), (1000, Some(true)));
+    let rest = s3
+        .list_multipart_uploads()
+        .bucket("mpu")
+        .key_marker(first.next_key_marker.clone().unwrap())
+        .upload_id_marker(first.next_upload_id_marker.clone().unwrap())
+        .send()
+        .await
+        .unwrap();
+    let listed: Vec<String> = first
+        .uploads()
+        .iter()
+        .chain(rest.uploads())
+        .filter_map(|u| u.key.clone())
+        .collect();
+    assert_eq!(listed, keys);
+    assert_eq!(rest.is_truncated, Some(false));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_maintenance_leader_reports_what_it_left() {
+    let gw = TestGateway::with_args(common::fresh_database().await, &["--maintenance-interval", "100ms"]).await;
+    gw.client.create_bucket().bucket("backlog").send().await.unwrap();
+    for seed in [1, 2] {
+        put_object(&gw.client, "backlog", "overwritten", noise(200_000, seed)).await;
+    }
+    gw.client
+        .create_multipart_upload()
+        .bucket("backlog")
+        .key("open")
+        .send()
+        .await
+        .unwrap();
+    // The first body is retired (in its 10-minute grace period) and the upload is open.
+    let mut seen = (None, None);
+    for _ in 0..200 {
+        seen = (
+            gw.metric("pgvs3_maintenance_backlog{kind=\"retired_bodies\"}").await,
+            gw.metric("pgvs3_maintenance_backlog{kind=\"uploads_in_progress\"}")
+                .await,
+        );
+        if seen == (Some(1.0), Some(1.0)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(seen, (Some(1.0), Some(1.0)));
+    gw.stop().await;
+}

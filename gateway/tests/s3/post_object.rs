@@ -1,0 +1,280 @@
+//! Browser uploads (POST Object) as S3 answers them: boto3's presigned POST policies (SigV4 and
+//! SigV2) with `${filename}`, the 204/201/303 answers with the stored key, conditions refused
+//! with 403 or EntityTooLarge/EntityTooSmall, settings pgvs3 does not keep refused; and the
+//! form bounded before s3s reads it (Content-Length required, the size limit, the buffer
+//! budget), unsigned forms to a private bucket refused.
+
+use pgvs3_testkit as common;
+
+use std::time::Duration;
+
+use common::TestGateway;
+use common::raw;
+use tokio::io::AsyncWriteExt;
+
+const CLIENT: &str = r#"
+import json, os, re, uuid, urllib.request, urllib.error, boto3, botocore
+from botocore.config import Config
+url = os.environ["AWS_ENDPOINT_URL"]
+
+def client(signature):
+    return boto3.client("s3", endpoint_url=url, region_name="us-east-1",
+                        aws_access_key_id=os.environ["AK"], aws_secret_access_key=os.environ["SK"],
+                        config=Config(signature_version=signature))
+
+def post(target, fields, filename, content):
+    boundary = uuid.uuid4().hex
+    parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
+             for k, v in fields.items()]
+    parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
+                 f'Content-Type: text/plain\r\n\r\n'.encode() + content + b'\r\n')
+    parts.append(f'--{boundary}--\r\n'.encode())
+    request = urllib.request.Request(target, data=b"".join(parts), method="POST",
+                                     headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args):
+            return None
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        with opener.open(request) as response:
+            return response.status, response.read().decode(), response.headers
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode(), err.headers
+
+def code(body):
+    found = re.search(r"<Code>([^<]*)</Code>", body)
+    return found.group(1) if found else None
+
+def keys(s3):
+    return sorted(o["Key"] for o in s3.list_objects_v2(Bucket="web").get("Contents", []))
+
+root = client("s3v4")
+root.create_bucket(Bucket="web")
+for signature in ["s3v4", "s3"]:
+    s3 = client(signature)
+    root_prefix = f"{signature}/"
+    conditions = [["starts-with", "$key", root_prefix], ["content-length-range", 2, 100]]
+    form = s3.generate_presigned_post("web", root_prefix + "${filename}", Conditions=conditions, ExpiresIn=600)
+
+    # 204 by default, with the object's ETag and Location; ${filename} is the file's name.
+    status, body, headers = post(form["url"], form["fields"], "hello world.txt", b"hello world")
+    assert status == 204, (signature, status, body)
+    key = root_prefix + "hello world.txt"
+    head = root.head_object(Bucket="web", Key=key)
+    assert headers["ETag"] == head["ETag"], (headers["ETag"], head["ETag"])
+    assert headers["Location"].endswith("/web/" + root_prefix + "hello%20world.txt"), headers["Location"]
+    assert root.get_object(Bucket="web", Key=key)["Body"].read() == b"hello world"
+
+    # Conditions: too large, too small (400), a key outside the prefix (403); nothing stored.
+    before = keys(root)
+    status, body, _ = post(form["url"], form["fields"], "big.txt", b"x" * 101)
+    assert (status, code(body)) == (400, "EntityTooLarge"), (status, body)
+    status, body, _ = post(form["url"], form["fields"], "small.txt", b"x")
+    assert (status, code(body)) == (400, "EntityTooSmall"), (status, body)
+    outside = dict(form["fields"], key="elsewhere/${filename}")
+    status, body, _ = post(form["url"], outside, "a.txt", b"abc")
+    assert (status, code(body)) == (403, "AccessDenied"), (status, body)
+    assert "Policy Condition failed" in body, body
+    # A field the policy does not name is refused; a tampered signature is refused.
+    status, body, _ = post(form["url"], dict(form["fields"], **{"x-amz-meta-extra": "1"}), "a.txt", b"abc")
+    assert (status, code(body)) == (403, "AccessDenied"), (status, body)
+    signature_field = "x-amz-signature" if signature == "s3v4" else "signature"
+    tampered = dict(form["fields"], **{signature_field: "0" * 64 if signature == "s3v4" else "AAAA"})
+    status, body, _ = post(form["url"], tampered, "a.txt", b"abc")
+    assert status == 403 and code(body) == "SignatureDoesNotMatch", (status, body)
+    assert keys(root) == before, (keys(root), before)
+
+# success_action_status 201: the PostResponse names the stored key and its ETag.
+form = root.generate_presigned_post("web", "created/${filename}",
+                                    Fields={"success_action_status": "201"},
+                                    Conditions=[{"success_action_status": "201"}], ExpiresIn=600)
+status, body, headers = post(form["url"], form["fields"], "c.txt", b"created")
+assert status == 201, (status, body)
+etag = root.head_object(Bucket="web", Key="created/c.txt")["ETag"]
+assert "<Key>created/c.txt</Key>" in body and "<Bucket>web</Bucket>" in body, body
+assert f"<ETag>{etag.replace(chr(34), '&quot;')}</ETag>" in body, (body, etag)
+
+# success_action_redirect: 303 to the page with the bucket, the stored key and the ETag.
+form = root.generate_presigned_post("web", "redirected/${filename}",
+                                    Fields={"success_action_redirect": "http://app.example/done?from=form"},
+                                    Conditions=[{"success_action_redirect": "http://app.example/done?from=form"}],
+                                    ExpiresIn=600)
+status, body, headers = post(form["url"], form["fields"], "r.txt", b"redirect")
+assert status == 303, (status, body)
+location = headers["Location"]
+assert location.startswith("http://app.example/done?from=form&bucket=web&key=redirected%2Fr.txt&etag="), location
+
+# An expired policy is refused before the file is read.
+form = root.generate_presigned_post("web", "late", ExpiresIn=-10)
+status, body, _ = post(form["url"], form["fields"], "l.txt", b"late")
+assert (status, code(body)) == (403, "AccessDenied"), (status, body)
+
+# Settings pgvs3 does not keep are refused, never stored without them; SSE-S3 is kept.
+form = root.generate_presigned_post("web", "public", Fields={"acl": "public-read"},
+                                    Conditions=[{"acl": "public-read"}], ExpiresIn=600)
+status, body, _ = post(form["url"], form["fields"], "p.txt", b"public")
+assert (status, code(body)) == (400, "AccessControlListNotSupported"), (status, body)
+form = root.generate_presigned_post("web", "sse", Fields={"x-amz-server-side-encryption": "AES256"},
+                                    Conditions=[{"x-amz-server-side-encryption": "AES256"}], ExpiresIn=600)
+status, body, _ = post(form["url"], form["fields"], "s.txt", b"secret")
+assert status == 204, (status, body)
+assert root.head_object(Bucket="web", Key="sse")["ServerSideEncryption"] == "AES256"
+form = root.generate_presigned_post("web", "kms", Fields={"x-amz-server-side-encryption": "aws:kms"},
+                                    Conditions=[{"x-amz-server-side-encryption": "aws:kms"}], ExpiresIn=600)
+status, body, _ = post(form["url"], form["fields"], "k.txt", b"secret")
+assert (status, code(body)) == (501, "NotImplemented"), (status, body)
+assert "public" not in keys(root) and "kms" not in keys(root), keys(root)
+# Checksum fields are checked as PutObject's headers are: a wrong one is refused and nothing is
+# stored; a right one is kept and answered.
+import base64, hashlib
+summed = base64.b64encode(hashlib.sha256(b"summed").digest()).decode()
+wrong = base64.b64encode(hashlib.sha256(b"other").digest()).decode()
+for value, expected in [(wrong, (400, "BadDigest")), (summed, (204, None))]:
+    form = root.generate_presigned_post("web", "summed", Fields={"x-amz-checksum-sha256": value},
+                                        Conditions=[{"x-amz-checksum-sha256": value}], ExpiresIn=600)
+    status, body, _ = post(form["url"], form["fields"], "s.txt", b"summed")
+    assert (status, code(body)) == expected, (status, body)
+    if status == 400:
+        assert "summed" not in keys(root), keys(root)
+head = root.head_object(Bucket="web", Key="summed", ChecksumMode="ENABLED")
+assert head.get("ChecksumSHA256") == summed, head
+# A private acl is what every object has: accepted.
+form = root.generate_presigned_post("web", "private", Fields={"acl": "private"},
+                                    Conditions=[{"acl": "private"}], ExpiresIn=600)
+status, body, _ = post(form["url"], form["fields"], "p.txt", b"private")
+assert status == 204, (status, body)
+# Where the bucket takes ACLs (BucketOwnerPreferred), the form's acl is the object's ACL.
+root.create_bucket(Bucket="web-acl", ObjectOwnership="BucketOwnerPreferred")
+form = root.generate_presigned_post("web-acl", "public", Fields={"acl": "public-read"},
+                                    Conditions=[{"acl": "public-read"}], ExpiresIn=600)
+status, body, _ = post(form["url"], form["fields"], "p.txt", b"public")
+assert status == 204, (status, body)
+grants = root.get_object_acl(Bucket="web-acl", Key="public")["Grants"]
+assert {(g["Grantee"].get("URI"), g["Permission"]) for g in grants if g["Grantee"]["Type"] == "Group"} == {
+    ("http://acs.amazonaws.com/groups/global/AllUsers", "READ")}, grants
+print("post object ok")
+"#;
+
+#[tokio::test]
+async fn boto3_presigned_posts_upload_as_s3_answers_them() {
+    let gw = TestGateway::start().await;
+    gw.python_passes(CLIENT, "post object ok").await;
+    gw.stop().await;
+}
+
+fn form(boundary: &str, file: &[u8]) -> Vec<u8> {
+    let mut body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\nanonymous\r\n\
+         --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(file);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    body
+}
+
+fn form_headers(length: Option<usize>) -> Vec<(String, String)> {
+    let mut headers = vec![
+        ("host".to_owned(), "localhost".to_owned()),
+        (
+            "content-type".to_owned(),
+            "multipart/form-data; boundary=BND".to_owned(),
+        ),
+    ];
+    match length {
+        Some(length) => headers.push(("content-length".to_owned(), length.to_string())),
+        None => headers.push(("transfer-encoding".to_owned(), "chunked".to_owned())),
+    }
+    headers
+}
+
+#[tokio::test]
+async fn forms_are_bounded_before_they_are_read_and_unsigned_ones_refused() {
+    let database = common::fresh_database().await;
+    let gw = TestGateway::with_args(database, &["--s3-post-max-size", "256KiB", "--buffer-budget", "1MiB"]).await;
+    gw.client.create_bucket().bucket("private").send().await.unwrap();
+    let addr = gw.gateway.s3_addr;
+    let missing = |response: &raw::RawResponse| (response.status, response.code().map(str::to_owned));
+
+    // No Content-Length (a chunked form): S3's 411.
+    let body = form("BND", b"data");
+    let chunked = [
+        format!("{:x}\r\n", body.len()).into_bytes(),
+        body.clone(),
+        b"\r\n0\r\n\r\n".to_vec(),
+    ]
+    .concat();
+    let response = raw::send(addr, "POST", "/private", &form_headers(None), &chunked).await;
+    assert_eq!(
+        missing(&response),
+        (411, Some("MissingContentLength".into())),
+        "{}",
+        response.body
+    );
+
+    // Over the size limit: refused on its headers (the body is never sent here).
+    let response = raw::send(addr, "POST", "/private", &form_headers(Some(10 << 20)), b"").await;
+    assert_eq!(
+        missing(&response),
+        (400, Some("EntityTooLarge".into())),
+        "{}",
+        response.body
+    );
+
+    // Forms of 200 KiB, each holding its size (and the window of fields) from the 1 MiB budget
+    // while s3s waits for the rest of it: three fit, a fourth is turned away at once with
+    // SlowDown, and the three are then read whole (and refused as unsigned uploads to a private
+    // bucket) with every byte of the budget returned.
+    let big = form("BND", &vec![b'x'; 200 << 10]);
+    let held_each = (big.len() + big.len().min(60 << 10)) as f64;
+    let head = |length: usize| {
+        let mut head = "POST /private HTTP/1.1\r\n".to_owned();
+        for (name, value) in form_headers(Some(length)) {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        head + "connection: close\r\n\r\n"
+    };
+    let mut held = Vec::new();
+    for count in 1..=3 {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(head(big.len()).as_bytes()).await.unwrap();
+        stream.write_all(&big[..big.len() / 2]).await.unwrap();
+        held.push(stream);
+        common::eventually(Duration::from_secs(10), "the form's reservation", || async {
+            let in_use = gw.metric("pgvs3_buffer_bytes_in_use").await?;
+            (in_use >= held_each * count as f64).then_some(())
+        })
+        .await;
+    }
+    let mut turned_away = tokio::net::TcpStream::connect(addr).await.unwrap();
+    turned_away.write_all(head(big.len()).as_bytes()).await.unwrap();
+    let response = raw::read_response(&mut turned_away).await;
+    assert_eq!(missing(&response), (503, Some("SlowDown".into())), "{}", response.body);
+    for mut stream in held {
+        stream.write_all(&big[big.len() / 2..]).await.unwrap();
+        let response = raw::read_response(&mut stream).await;
+        assert_eq!(
+            missing(&response),
+            (403, Some("AccessDenied".into())),
+            "{}",
+            response.body
+        );
+    }
+    common::eventually(Duration::from_secs(10), "every reservation returned", || async {
+        (gw.metric("pgvs3_buffer_bytes_in_use").await? == 0.0).then_some(())
+    })
+    .await;
+
+    // An unsigned form within bounds: AccessDenied, nothing stored.
+    let body = form("BND", b"data");
+    let response = raw::send(addr, "POST", "/private", &form_headers(Some(body.len())), &body).await;
+    assert_eq!(
+        missing(&response),
+        (403, Some("AccessDenied".into())),
+        "{}",
+        response.body
+    );
+    let listed = gw.client.list_objects_v2().bucket("private").send().await.unwrap();
+    assert_eq!(listed.contents().len(), 0);
+    gw.stop().await;
+}

@@ -1,0 +1,599 @@
+//! Bucket reconciles: the Kubernetes side against the fake API server, the catalog side
+//! against a real PostgreSQL and a real gateway (the gateway tests' own harness), driven with
+//! aws-sdk-s3 using the credentials the operator wrote.
+
+use crate::mock;
+use pgvs3_testkit as common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_s3::primitives::ByteStream;
+use http::Method;
+use kube::runtime::controller::Action;
+use mock::{FakeApi, b64};
+use pgvs3_operator::bucket;
+use pgvs3_operator::context::Context;
+use pgvs3_operator::crd::Bucket;
+use pgvs3_operator::metrics::Metrics;
+use serde_json::{Value, json};
+
+/// The master key the gateway test harness starts gateways with.
+const HARNESS_MASTER_KEY: &str = "integration-test-master-key";
+const BUCKET: &str = "/apis/pgvs3.io/v1alpha1/namespaces/team/buckets/photos";
+const SECRET: &str = "/api/v1/namespaces/team/secrets/photos-credentials";
+
+fn secret_text(fake: &FakeApi, key: &str) -> String {
+    use base64::Engine;
+    let secret = fake.get(SECRET).expect("credentials Secret");
+    let encoded = secret["data"][key].as_str().unwrap_or_else(|| panic!("no {key}"));
+    String::from_utf8(base64::engine::general_purpose::STANDARD.decode(encoded).unwrap()).unwrap()
+}
+
+/// The Primary pool on the test database, a Standby pool elsewhere, and the Bucket.
+fn setup(database_url: &str, bucket_spec: Value) -> (Arc<Context>, FakeApi) {
+    let (client, fake) = FakeApi::start();
+    fake.insert_primary_pool(database_url, HARNESS_MASTER_KEY);
+    fake.insert(json!({
+        "apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool",
+        "metadata": {"name": "reader", "namespace": "team"},
+        "spec": {"role": "Standby", "postgres": {"host": "standby.example", "secretRef": "login"}},
+    }));
+    fake.insert(json!({
+        "apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket",
+        "metadata": {"name": "photos", "namespace": "team"},
+        "spec": bucket_spec,
+    }));
+    (Arc::new(Context::new(client, Metrics::default())), fake)
+}
+
+async fn reconcile(ctx: &Arc<Context>, fake: &FakeApi) -> Result<Action, pgvs3_operator::context::Error> {
+    let bucket: Bucket = fake.typed(BUCKET);
+    bucket::reconcile(Arc::new(bucket), ctx.clone()).await
+}
+
+fn condition(fake: &FakeApi, type_: &str) -> (String, String) {
+    fake.condition(BUCKET, type_)
+}
+
+/// The first reconcile adds the finalizer, the second provisions.
+async fn provision(ctx: &Arc<Context>, fake: &FakeApi) {
+    reconcile(ctx, fake).await.unwrap();
+    assert_eq!(
+        fake.get(BUCKET).unwrap()["metadata"]["finalizers"],
+        json!(["pgvs3.io/bucket-cleanup"])
+    );
+    let added = fake.requests_to(Method::PATCH, "/buckets/photos");
+    assert!(
+        added.iter().all(|r| r.query.contains("fieldManager=pgvs3-operator")),
+        "finalizer patches without the field manager: {:?}",
+        added.iter().map(|r| &r.query).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        reconcile(ctx, fake).await.unwrap(),
+        Action::requeue(Duration::from_secs(300))
+    );
+}
+
+async fn delete(ctx: &Arc<Context>, fake: &FakeApi) {
+    fake.update(BUCKET, |b| {
+        b["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z")
+    });
+    reconcile(ctx, fake).await.unwrap();
+    assert!(fake.get(BUCKET).is_none(), "finalizer removed, object gone");
+    let patches = fake.requests_to(Method::PATCH, "/buckets/photos");
+    assert!(patches.last().unwrap().query.contains("fieldManager=pgvs3-operator"));
+}
+
+/// S3 client with the Secret's credentials; the gateway learns new keys from the catalog by
+/// notification, so the first request is retried for a bounded time.
+async fn put_with_secret(gateway: &common::TestGateway, fake: &FakeApi, bucket: &str, key: &str) -> Result<(), String> {
+    put_until_accepted(gateway, fake, bucket, key, |_| true).await
+}
+
+/// Like [`put_with_secret`], but stops retrying at the first refusal `retry` says is final.
+async fn put_until_accepted(
+    gateway: &common::TestGateway,
+    fake: &FakeApi,
+    bucket: &str,
+    key: &str,
+    retry: impl Fn(&str) -> bool,
+) -> Result<(), String> {
+    let client = gateway.client_for(
+        &secret_text(fake, "AWS_ACCESS_KEY_ID"),
+        &secret_text(fake, "AWS_SECRET_ACCESS_KEY"),
+    );
+    let mut last = String::new();
+    for _ in 0..50 {
+        match client
+            .put_object()
+            .bucket(bucket)
+            .key(key)
+            .body(ByteStream::from_static(b"hello"))
+            .send()
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(err) => last = format!("{:?}", err.into_service_error()),
+        }
+        if !retry(&last) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(last)
+}
+
+async fn bucket_row(sql: &tokio_postgres::Client, name: &str) -> Option<Option<String>> {
+    sql.query_opt("SELECT owner FROM pgvs3.buckets WHERE name = $1", &[&name])
+        .await
+        .unwrap()
+        .map(|row| row.get(0))
+}
+
+#[tokio::test]
+async fn provisioned_credentials_work_against_a_real_gateway_and_delete_drops_the_data() {
+    let gateway = common::TestGateway::start().await;
+    let (ctx, fake) = setup(
+        &gateway.database_url,
+        json!({"gatewayPoolRef": "objects", "deletionPolicy": "Delete"}),
+    );
+    provision(&ctx, &fake).await;
+
+    assert_eq!(condition(&fake, "Ready"), ("True".into(), "Provisioned".into()));
+    let status = fake.get(BUCKET).unwrap()["status"].clone();
+    assert_eq!(status["bucketName"], "team-photos");
+    assert!(status["bucketID"].as_i64().unwrap() > 0);
+    assert_eq!(status["secretName"], "photos-credentials");
+    assert_eq!(status["endpoint"], "http://objects.team.svc:9000");
+    assert_eq!(secret_text(&fake, "BUCKET_NAME"), "team-photos");
+    assert_eq!(
+        secret_text(&fake, "COSI_S3_ACCESS_SECRET_KEY"),
+        secret_text(&fake, "AWS_SECRET_ACCESS_KEY")
+    );
+    assert_eq!(
+        secret_text(&fake, "BUCKET_READ_ENDPOINT_URLS"),
+        "",
+        "the standby pool is on another database"
+    );
+    let secret = fake.get(SECRET).unwrap();
+    assert_eq!(secret["metadata"]["ownerReferences"][0]["kind"], "Bucket");
+
+    // The sealed secret opens under the gateway's master key: the S3 key works.
+    put_with_secret(&gateway, &fake, "team-photos", "a.txt").await.unwrap();
+    let sql = gateway.sql().await;
+    let key_id = secret_text(&fake, "AWS_ACCESS_KEY_ID");
+    assert_eq!(bucket_row(&sql, "team-photos").await, Some(Some(key_id.clone())));
+
+    // Reconciling again keeps the same key and secret (no rotation on resync), and writes no
+    // catalog row: a changed row would make every gateway reload its catalog on each resync.
+    let secret_before = secret_text(&fake, "AWS_SECRET_ACCESS_KEY");
+    let catalog_version = || async {
+        sql.query_one("SELECT version FROM pgvs3.catalog_version", &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    let version_before = catalog_version().await;
+    reconcile(&ctx, &fake).await.unwrap();
+    assert_eq!(secret_text(&fake, "AWS_SECRET_ACCESS_KEY"), secret_before);
+    assert_eq!(catalog_version().await, version_before, "a resync changed the catalog");
+
+    delete(&ctx, &fake).await;
+    assert_eq!(
+        bucket_row(&sql, "team-photos").await,
+        None,
+        "Delete drops the bucket and its objects"
+    );
+    let keys: i64 = sql
+        .query_one(
+            "SELECT count(*) FROM pgvs3.access_keys WHERE access_key = $1",
+            &[&key_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(keys, 0, "the access key is revoked");
+    assert!(fake.events().iter().any(|e| e.1 == "Cleanup"));
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn retain_keeps_the_bucket_and_its_objects_but_revokes_the_key() {
+    let gateway = common::TestGateway::start().await;
+    let (ctx, fake) = setup(
+        &gateway.database_url,
+        json!({"gatewayPoolRef": "objects", "bucketName": "kept-bucket"}),
+    );
+    provision(&ctx, &fake).await;
+    put_with_secret(&gateway, &fake, "kept-bucket", "keep.txt")
+        .await
+        .unwrap();
+    delete(&ctx, &fake).await;
+
+    let sql = gateway.sql().await;
+    let custodian = bucket_row(&sql, "kept-bucket").await.flatten();
+    assert!(
+        custodian.as_deref().is_some_and(|key| key.starts_with("PGVS3R")),
+        "retained, held by the custodian key of team/photos: {custodian:?}"
+    );
+    let object = gateway
+        .client
+        .get_object()
+        .bucket("kept-bucket")
+        .key("keep.txt")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(object.body.collect().await.unwrap().into_bytes().as_ref(), b"hello");
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_bucket_deleted_without_its_pool_keeps_the_secret_of_its_unrevoked_key() {
+    let gateway = common::TestGateway::start().await;
+    let (ctx, fake) = setup(&gateway.database_url, json!({"gatewayPoolRef": "objects"}));
+    provision(&ctx, &fake).await;
+    let key_id = secret_text(&fake, "AWS_ACCESS_KEY_ID");
+    assert!(!fake.get(SECRET).unwrap()["metadata"]["ownerReferences"].is_null());
+    fake.remove("/apis/pgvs3.io/v1alpha1/namespaces/team/gatewaypools/objects");
+    delete(&ctx, &fake).await;
+    assert!(
+        fake.events()
+            .contains(&("Warning".to_string(), "CleanupSkipped".to_string()))
+    );
+    // The key still works, so its only copy is not left to garbage collection.
+    let secret = fake.get(SECRET).expect("the credentials Secret is kept");
+    assert!(secret["metadata"]["ownerReferences"].is_null(), "{secret}");
+    assert!(secret["metadata"]["annotations"]["pgvs3.io/key-not-revoked"].is_string());
+    assert_eq!(secret_text(&fake, "AWS_ACCESS_KEY_ID"), key_id);
+    put_with_secret(&gateway, &fake, "team-photos", "still.txt")
+        .await
+        .unwrap();
+    let patches = fake.requests_to(Method::PATCH, "/secrets/photos-credentials");
+    assert!(
+        patches.last().unwrap().query.contains("fieldManager=pgvs3-operator"),
+        "{:?}",
+        patches.last().unwrap().query
+    );
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn bucket_on_a_standby_pool_or_missing_pool_waits_with_a_condition() {
+    let (client, fake) = FakeApi::start();
+    let ctx = Arc::new(Context::new(client, Metrics::default()));
+    fake.insert(json!({
+        "apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket",
+        "metadata": {"name": "photos", "namespace": "team", "finalizers": ["pgvs3.io/bucket-cleanup"]},
+        "spec": {"gatewayPoolRef": "reader"},
+    }));
+    assert_eq!(
+        reconcile(&ctx, &fake).await.unwrap(),
+        Action::requeue(Duration::from_secs(30))
+    );
+    assert_eq!(condition(&fake, "Ready"), ("False".into(), "PoolNotFound".into()));
+
+    fake.insert(json!({
+        "apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool",
+        "metadata": {"name": "reader", "namespace": "team"},
+        "spec": {"role": "Standby", "postgres": {"clusterName": "db"}},
+    }));
+    reconcile(&ctx, &fake).await.unwrap();
+    assert_eq!(condition(&fake, "Ready"), ("False".into(), "PoolNotPrimary".into()));
+    assert!(fake.get(SECRET).is_none());
+
+    // Deleting it without a reachable catalog releases the finalizer and says so.
+    fake.update(BUCKET, |b| {
+        b["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z")
+    });
+    reconcile(&ctx, &fake).await.unwrap();
+    assert!(fake.get(BUCKET).is_none());
+    assert!(
+        fake.events()
+            .contains(&("Warning".to_string(), "CleanupSkipped".to_string()))
+    );
+}
+
+#[tokio::test]
+async fn unreachable_database_is_a_condition_and_a_retried_error() {
+    let (client, fake) = FakeApi::start();
+    let ctx = Arc::new(Context::new(client, Metrics::default()));
+    fake.insert(json!({
+        "apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool",
+        "metadata": {"name": "objects", "namespace": "team"},
+        "spec": {"postgres": {"host": "127.0.0.1", "port": 1, "secretRef": "login"}, "masterKeySecretRef": {"name": "master"}},
+    }));
+    fake.insert(
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "login", "namespace": "team"},
+        "data": {"username": b64("u"), "password": b64("p")}}),
+    );
+    fake.insert(
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "master", "namespace": "team"},
+        "data": {"masterKey": b64("k")}}),
+    );
+    fake.insert(json!({
+        "apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket",
+        "metadata": {"name": "photos", "namespace": "team", "finalizers": ["pgvs3.io/bucket-cleanup"]},
+        "spec": {"gatewayPoolRef": "objects", "quota": {"maxBytes": 1000}},
+    }));
+    let err = reconcile(&ctx, &fake).await.unwrap_err();
+    let bucket = Arc::new(fake.typed::<Bucket>(BUCKET));
+    assert_eq!(
+        bucket::error_policy(bucket, &err, ctx.clone()),
+        Action::requeue(Duration::from_secs(2))
+    );
+    assert_eq!(condition(&fake, "Ready"), ("False".into(), "CatalogUnavailable".into()));
+    assert_eq!(
+        condition(&fake, "QuotaEnforced"),
+        ("False".into(), "CatalogUnavailable".into())
+    );
+    // The Secret was written before the catalog was tried, so the key survives the retry.
+    assert!(fake.get(SECRET).is_some());
+    assert_eq!(fake.requests_to(Method::PATCH, "/secrets/photos-credentials").len(), 1);
+}
+
+fn bucket_at(name: &str) -> String {
+    format!("/apis/pgvs3.io/v1alpha1/namespaces/team/buckets/{name}")
+}
+
+#[tokio::test]
+async fn the_quota_is_enforced_by_the_gateway_and_follows_the_spec() {
+    let gateway = common::TestGateway::start().await;
+    let (ctx, fake) = setup(
+        &gateway.database_url,
+        json!({"gatewayPoolRef": "objects", "quota": {"maxObjects": 1, "maxBytes": 1000000}}),
+    );
+    provision(&ctx, &fake).await;
+    assert_eq!(condition(&fake, "QuotaEnforced"), ("True".into(), "QuotaSet".into()));
+    let quota_row = |sql: tokio_postgres::Client| async move {
+        sql.query_opt(
+            "SELECT q.max_bytes, q.max_objects FROM pgvs3.bucket_quotas q
+               JOIN pgvs3.buckets b ON b.id = q.bucket_id WHERE b.name = 'team-photos'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .map(|row| (row.get::<_, Option<i64>>(0), row.get::<_, Option<i64>>(1)))
+    };
+    assert_eq!(quota_row(gateway.sql().await).await, Some((Some(1_000_000), Some(1))));
+
+    put_with_secret(&gateway, &fake, "team-photos", "first").await.unwrap();
+    let refused = put_until_accepted(&gateway, &fake, "team-photos", "second", |err| {
+        !err.contains("XMinioAdminBucketQuotaExceeded")
+    })
+    .await
+    .unwrap_err();
+    assert!(refused.contains("XMinioAdminBucketQuotaExceeded"), "{refused}");
+
+    // Lifting the quota in the spec lifts it in the catalog.
+    fake.update(BUCKET, |b| {
+        b["spec"].as_object_mut().unwrap().remove("quota");
+    });
+    reconcile(&ctx, &fake).await.unwrap();
+    assert_eq!(quota_row(gateway.sql().await).await, None);
+    put_with_secret(&gateway, &fake, "team-photos", "second").await.unwrap();
+    let conditions = fake.get(BUCKET).unwrap()["status"]["conditions"].clone();
+    assert!(
+        !conditions
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "QuotaEnforced"),
+        "no quota, no QuotaEnforced condition: {conditions}"
+    );
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_quota_the_catalog_refuses_is_a_condition_and_nothing_is_written() {
+    let gateway = common::TestGateway::start().await;
+    // The CRD's schema refuses negative limits; a resource written before it (or with
+    // validation off) still must not get a half-provisioned bucket.
+    let (ctx, fake) = setup(
+        &gateway.database_url,
+        json!({"gatewayPoolRef": "objects", "quota": {"maxBytes": -5}}),
+    );
+    reconcile(&ctx, &fake).await.unwrap();
+    reconcile(&ctx, &fake).await.unwrap();
+    assert_eq!(condition(&fake, "Ready"), ("False".into(), "QuotaRejected".into()));
+    assert_eq!(bucket_row(&gateway.sql().await, "team-photos").await, None);
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_retained_or_marked_bucket_is_adopted_with_its_objects() {
+    let gateway = common::TestGateway::start().await;
+    let (ctx, fake) = setup(
+        &gateway.database_url,
+        json!({"gatewayPoolRef": "objects", "bucketName": "shared-data"}),
+    );
+    provision(&ctx, &fake).await;
+    put_with_secret(&gateway, &fake, "shared-data", "old.txt")
+        .await
+        .unwrap();
+    delete(&ctx, &fake).await;
+    let sql = gateway.sql().await;
+    let custodian = bucket_row(&sql, "shared-data").await.flatten().unwrap();
+    assert!(custodian.starts_with("PGVS3R"), "retained for team/photos: {custodian}");
+
+    // A new resource of the same namespace and name (a new uid, so a new key) adopts it.
+    fake.insert(json!({
+        "apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket",
+        "metadata": {"name": "photos", "namespace": "team"},
+        "spec": {"gatewayPoolRef": "objects", "bucketName": "shared-data", "deletionPolicy": "Delete"},
+    }));
+    provision(&ctx, &fake).await;
+    assert_eq!(condition(&fake, "Ready"), ("True".into(), "Provisioned".into()));
+    assert!(fake.events().contains(&("Normal".to_string(), "Adopted".to_string())));
+    let key_id = secret_text(&fake, "AWS_ACCESS_KEY_ID");
+    assert_eq!(bucket_row(&sql, "shared-data").await, Some(Some(key_id.clone())));
+    let adopter = gateway.client_for(&key_id, &secret_text(&fake, "AWS_SECRET_ACCESS_KEY"));
+    let mut old = None;
+    for _ in 0..50 {
+        if let Ok(object) = adopter.get_object().bucket("shared-data").key("old.txt").send().await {
+            old = Some(object.body.collect().await.unwrap().into_bytes());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        old.as_deref(),
+        Some(&b"hello"[..]),
+        "the adopter reads the retained objects"
+    );
+    // Adopted means governed: Delete now drops it.
+    delete(&ctx, &fake).await;
+    assert_eq!(bucket_row(&sql, "shared-data").await, None);
+
+    // A bucket made by hand with the root key is the root's: refused, until an admin marks it
+    // adoptable for the namespace.
+    gateway.client.create_bucket().bucket("hand-made").send().await.unwrap();
+    fake.insert(json!({
+        "apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket",
+        "metadata": {"name": "photos", "namespace": "team"},
+        "spec": {"gatewayPoolRef": "objects", "bucketName": "hand-made"},
+    }));
+    provision(&ctx, &fake).await;
+    assert_eq!(condition(&fake, "Ready"), ("False".into(), "BucketNotAdoptable".into()));
+    assert_eq!(bucket_row(&sql, "hand-made").await, Some(None));
+    let marked = Arc::new(Context::new(fake.client(), Metrics::default()).with_adoptable(&["team/hand-made".into()]));
+    reconcile(&marked, &fake).await.unwrap();
+    assert_eq!(condition(&fake, "Ready"), ("True".into(), "Provisioned".into()));
+    assert_eq!(
+        bucket_row(&sql, "hand-made").await,
+        Some(Some(secret_text(&fake, "AWS_ACCESS_KEY_ID")))
+    );
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn the_resp_keyspace_is_never_adopted_even_when_marked() {
+    let gateway = common::TestGateway::start().await;
+    let sql = gateway.sql().await;
+    sql.execute("SELECT pgvs3.ensure_bucket('resp')", &[]).await.unwrap();
+    let (_, fake) = setup(
+        &gateway.database_url,
+        json!({"gatewayPoolRef": "objects", "bucketName": "resp", "deletionPolicy": "Delete"}),
+    );
+    let ctx = Arc::new(Context::new(fake.client(), Metrics::default()).with_adoptable(&["team/resp".into()]));
+    provision(&ctx, &fake).await;
+    assert_eq!(condition(&fake, "Ready"), ("False".into(), "BucketNotAdoptable".into()));
+    assert!(
+        fake.events()
+            .contains(&("Warning".to_string(), "BucketNotAdoptable".to_string()))
+    );
+    delete(&ctx, &fake).await;
+    assert_eq!(
+        bucket_row(&sql, "resp").await,
+        Some(None),
+        "still the root's RESP keyspace"
+    );
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_bucket_of_another_key_or_a_cache_bucket_is_never_taken_over() {
+    let gateway = common::TestGateway::start().await;
+    let catalog = gateway.gateway.store.catalog();
+    catalog
+        .put_access_key(&pgvs3_gateway::store::NewAccessKey {
+            access_key: "OTHERTEAMKEY0001".into(),
+            secret: "other-secret".into(),
+            is_root: false,
+            read_only: false,
+            description: String::new(),
+        })
+        .await
+        .unwrap();
+    let other = gateway.client_for("OTHERTEAMKEY0001", "other-secret");
+    other.create_bucket().bucket("theirs").send().await.unwrap();
+    other
+        .put_object()
+        .bucket("theirs")
+        .key("private.txt")
+        .body(ByteStream::from_static(b"theirs"))
+        .send()
+        .await
+        .unwrap();
+    let sql = gateway.sql().await;
+    sql.execute("SELECT pgvs3.ensure_bucket('a-cache', NULL, 's3w')", &[])
+        .await
+        .unwrap();
+
+    let (ctx, fake) = setup(
+        &gateway.database_url,
+        json!({"gatewayPoolRef": "objects", "bucketName": "theirs", "deletionPolicy": "Delete", "quota": {"maxObjects": 0}}),
+    );
+    provision(&ctx, &fake).await;
+    let (status, reason) = condition(&fake, "Ready");
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "BucketOwnedElsewhere"));
+    let message = fake.get(BUCKET).unwrap()["status"]["conditions"][0]["message"].clone();
+    assert!(message.as_str().unwrap().contains("OTHERTEAMKEY0001"), "{message}");
+    assert_eq!(bucket_row(&sql, "theirs").await, Some(Some("OTHERTEAMKEY0001".into())));
+    let untouched: i64 = sql
+        .query_one(
+            "SELECT count(*) FROM pgvs3.bucket_quotas q JOIN pgvs3.buckets b ON b.id = q.bucket_id WHERE b.name = 'theirs'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(untouched, 0, "no quota lands on a bucket that is not the resource's");
+    // Deleting the resource under Delete leaves their bucket and objects alone.
+    delete(&ctx, &fake).await;
+    let kept = other
+        .get_object()
+        .bucket("theirs")
+        .key("private.txt")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(kept.body.collect().await.unwrap().into_bytes().as_ref(), b"theirs");
+
+    fake.insert(json!({
+        "apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket",
+        "metadata": {"name": "cache-name", "namespace": "team"},
+        "spec": {"gatewayPoolRef": "objects", "bucketName": "a-cache"},
+    }));
+    let cache_named: Bucket = fake.typed(&bucket_at("cache-name"));
+    bucket::reconcile(Arc::new(cache_named.clone()), ctx.clone())
+        .await
+        .unwrap();
+    let cache_named: Bucket = fake.typed(&bucket_at("cache-name"));
+    bucket::reconcile(Arc::new(cache_named), ctx.clone()).await.unwrap();
+    assert_eq!(
+        fake.condition(&bucket_at("cache-name"), "Ready"),
+        ("False".into(), "BucketNotAdoptable".into())
+    );
+    assert_eq!(
+        bucket_row(&sql, "a-cache").await,
+        Some(None),
+        "the cache bucket stays unowned"
+    );
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn an_empty_pool_reference_is_invalid_and_never_blocks_deletion() {
+    // Admitted before the CRD refused empty references (or with validation off).
+    let (client, fake) = FakeApi::start();
+    let ctx = Arc::new(Context::new(client, Metrics::default()));
+    fake.insert(json!({
+        "apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket",
+        "metadata": {"name": "photos", "namespace": "team", "finalizers": ["pgvs3.io/bucket-cleanup"]},
+        "spec": {"gatewayPoolRef": ""},
+    }));
+    assert_eq!(
+        reconcile(&ctx, &fake).await.unwrap(),
+        Action::await_change(),
+        "no retries"
+    );
+    assert_eq!(condition(&fake, "Ready"), ("False".into(), "InvalidSpec".into()));
+    assert!(fake.get(SECRET).is_none());
+    fake.update(BUCKET, |b| {
+        b["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z")
+    });
+    reconcile(&ctx, &fake).await.unwrap();
+    assert!(fake.get(BUCKET).is_none(), "the finalizer is released");
+}
