@@ -20,7 +20,7 @@ use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 
 /// Layout version this gateway reads and writes.
-pub const LAYOUT_VERSION: i32 = 28;
+pub const LAYOUT_VERSION: i32 = 29;
 
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "layout_v1", include_str!("../../migrations/0001_layout_v1.sql")),
@@ -134,6 +134,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         28,
         "resp_stream_wakeups",
         include_str!("../../migrations/0028_resp_stream_wakeups.sql"),
+    ),
+    (
+        29,
+        "resp_linear_hset",
+        include_str!("../../migrations/0029_resp_linear_hset.sql"),
     ),
 ];
 
@@ -260,7 +265,7 @@ mod tests {
     /// version must apply the same functions, or each would overwrite the other's at startup:
     /// when this test fails, add a numbered migration (it may hold only a comment saying which
     /// functions changed), bump `LAYOUT_VERSION`, and update both constants here.
-    const PINNED: (i32, &str) = (28, "3b6d220227be96942ef7bd5da4da8d471aa87a2ee07850cae05d70becb78596f");
+    const PINNED: (i32, &str) = (29, "093df7a2cf45a6cd7b3bf1cdb1aa55755063140df7a01385bf52926ba85d1c09");
 
     #[test]
     fn function_files_are_pinned_to_the_layout_version() {
