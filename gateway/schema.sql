@@ -1756,10 +1756,12 @@ BEGIN
     CASE op
     WHEN 'hset' THEN
         PERFORM pgvs3.resp_touch(b, k, 'h');
+        -- unnest, not args[i]: a subscript of a bytea[] walks the array from its start, so
+        -- pairing by subscripts was quadratic in the argument count.
         WITH input AS (
             SELECT DISTINCT ON (f) f, v FROM (
-                SELECT args[i] AS f, args[i + 1] AS v, i FROM generate_series(1, cardinality(args), 2) i
-            ) p ORDER BY f, i DESC
+                SELECT a AS f, lead(a) OVER (ORDER BY i) AS v, i FROM unnest(args) WITH ORDINALITY u(a, i)
+            ) p WHERE i % 2 = 1 ORDER BY f, i DESC
         ), written AS (
             INSERT INTO pgvs3.resp_hash AS h (bucket_id, key, field, value) SELECT b, k, f, v FROM input
             ON CONFLICT (bucket_id, key, field) DO UPDATE SET value = EXCLUDED.value

@@ -110,6 +110,18 @@ impl Admission {
         }
     }
 
+    /// Waits for a slot as long as it takes, outside the bounded queue: for a request admitted
+    /// once that gave its slot back to wait on something else (a blocked RESP client woken to
+    /// try again). Their number is bounded by their connections, and they must not be refused
+    /// for a load they did not add to; the slots are granted in order all the same.
+    pub async fn admit_again(&self) -> Result<Admitted, Rejected> {
+        match Arc::clone(&self.active).acquire_owned().await {
+            Ok(permit) => Ok(self.admitted(permit)),
+            // The semaphore is never closed.
+            Err(_) => Err(self.reject(Rejected::TimedOut)),
+        }
+    }
+
     fn admitted(&self, permit: OwnedSemaphorePermit) -> Admitted {
         let active = self.limits.max_active - self.active.available_permits();
         self.metrics

@@ -415,3 +415,184 @@ async fn silent_and_unauthenticated_connections_are_closed() {
     }
     assert_eq!(count, 1, "closed connections leave CLIENT LIST");
 }
+
+/// The `name:value` field of INFO `section` as a number.
+async fn info_field(raw: &mut RawResp, section: &str, name: &str) -> i64 {
+    let Value::Bulk(info) = raw.command(&["INFO", section]).await else {
+        panic!("INFO is a bulk string")
+    };
+    let info = String::from_utf8(info).unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("{name} in {info}"))
+        .parse()
+        .unwrap()
+}
+
+/// The id of the first entry of XREAD's reply `[[stream, [[id, fields]...]]...]`.
+fn first_entry_id(streams: &[Value]) -> String {
+    let Some(Value::Array(stream)) = streams.first() else {
+        panic!("{streams:?}")
+    };
+    let Some(Value::Array(entries)) = stream.get(1) else {
+        panic!("{stream:?}")
+    };
+    match entries.first() {
+        Some(Value::Array(entry)) => match entry.first() {
+            Some(Value::Bulk(id)) => String::from_utf8(id.clone()).unwrap(),
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn hundreds_of_blocked_clients_hold_no_slot_and_no_database_connection() {
+    // The harness's pool of 16 gives 32 admission slots and 64 places to wait for one; a 60 s
+    // poll means every waiter below is served by a wakeup.
+    let gateway = TestGateway::with_resp(&["--resp-password", "secret", "--resp-block-poll", "60s"]).await;
+    let addr = gateway.resp_addr();
+    let ok = || Value::Simple("OK".into());
+    let mut pusher = RawResp::connect(addr).await;
+    assert_eq!(pusher.command(&["AUTH", "secret"]).await, ok());
+    assert_eq!(
+        pusher.command(&["XGROUP", "CREATE", "gs", "g", "$", "MKSTREAM"]).await,
+        ok()
+    );
+    // 320 waiters, every blocking family: (how many, the command with `{n}` for the waiter).
+    let families: [(usize, &str); 5] = [
+        (128, "BLPOP jobs 0"),
+        (32, "BLMOVE moves moved LEFT RIGHT 0"),
+        (64, "BZPOPMIN zjobs 0"),
+        (32, "XREAD BLOCK 0 STREAMS s $"),
+        (64, "XREADGROUP GROUP g c{n} COUNT 1 BLOCK 0 STREAMS gs >"),
+    ];
+    let mut waiters: Vec<(usize, RawResp)> = Vec::new();
+    for (family, (count, command)) in families.iter().enumerate() {
+        for n in 0..*count {
+            let mut raw = RawResp::connect(addr).await;
+            // Served although every slot's worth of clients before it is blocked.
+            assert_eq!(
+                raw.command(&["AUTH", "secret"]).await,
+                ok(),
+                "AUTH of waiter {}",
+                waiters.len()
+            );
+            let command = command.replace("{n}", &n.to_string());
+            let args: Vec<&[u8]> = command.split(' ').map(str::as_bytes).collect();
+            raw.send(&encode(&args)).await;
+            waiters.push((family, raw));
+        }
+    }
+    let total = waiters.len() as i64;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while info_field(&mut pusher, "clients", "blocked_clients").await != total {
+        assert!(std::time::Instant::now() < deadline, "every waiter blocked within 30 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Waiting, they cost no statement and no connection of their own.
+    let sql = gateway.sql().await;
+    let busy = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                AND backend_type = 'client backend' AND pid <> pg_backend_pid() AND state <> 'idle'";
+    let sql_ref = &sql;
+    common::eventually(
+        Duration::from_secs(10),
+        "no statement runs for the waiters",
+        move || async move { (common::query_count(sql_ref, busy, &[]).await == 0).then_some(()) },
+    )
+    .await;
+    let connections = common::query_count(
+        &sql,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND backend_type = 'client backend' AND pid <> pg_backend_pid()",
+        &[],
+    )
+    .await;
+    eprintln!("{total} blocked clients; the gateway's database connections: {connections}");
+    assert!(
+        connections <= 16 + 8,
+        "{connections} database connections for {total} waiters"
+    );
+    // Everyone else is served, the pushes that wake them included.
+    let mut other = RawResp::connect(addr).await;
+    assert_eq!(other.command(&["AUTH", "secret"]).await, ok());
+    assert_eq!(other.command(&["SET", "k", "v"]).await, ok());
+    let jobs: Vec<String> = (0..128).map(|n| format!("job{n}")).collect();
+    let mut push = vec!["RPUSH", "jobs"];
+    push.extend(jobs.iter().map(String::as_str));
+    assert_eq!(pusher.command(&push).await, Value::Int(128));
+    for n in 0..32 {
+        pusher.command(&["LPUSH", "moves", &format!("m{n}")]).await;
+    }
+    let mut zadd = vec!["ZADD".to_owned(), "zjobs".to_owned()];
+    for n in 0..64 {
+        zadd.extend([n.to_string(), format!("z{n}")]);
+    }
+    let zadd: Vec<&str> = zadd.iter().map(String::as_str).collect();
+    assert_eq!(pusher.command(&zadd).await, Value::Int(64));
+    let Value::Bulk(entry) = pusher.command(&["XADD", "s", "*", "f", "v"]).await else {
+        panic!("XADD answers the id")
+    };
+    for n in 0..64 {
+        pusher.command(&["XADD", "gs", "*", "n", &n.to_string()]).await;
+    }
+    // Exactly once: every element to one waiter (the stream entry to every XREAD).
+    let mut got: Vec<Vec<String>> = vec![Vec::new(); families.len()];
+    for (family, raw) in &mut waiters {
+        let reply = raw.reply().await.expect("woken");
+        let item = match (*family, reply) {
+            (0 | 2, Value::Array(items)) => match &items[1] {
+                Value::Bulk(item) => String::from_utf8(item.clone()).unwrap(),
+                other => panic!("{other:?}"),
+            },
+            (1, Value::Bulk(item)) => String::from_utf8(item).unwrap(),
+            (3 | 4, Value::Array(streams)) => first_entry_id(&streams),
+            (family, other) => panic!("family {family}: {other:?}"),
+        };
+        got[*family].push(item);
+    }
+    let sorted = |mut items: Vec<String>| {
+        items.sort();
+        items
+    };
+    let mut expected_jobs = jobs.clone();
+    expected_jobs.sort();
+    assert_eq!(sorted(got[0].clone()), expected_jobs);
+    assert_eq!(
+        sorted(got[1].clone()),
+        sorted((0..32).map(|n| format!("m{n}")).collect())
+    );
+    assert_eq!(
+        sorted(got[2].clone()),
+        sorted((0..64).map(|n| format!("z{n}")).collect())
+    );
+    let entry = String::from_utf8(entry).unwrap();
+    assert!(got[3].iter().all(|read| *read == entry), "{:?}", got[3]);
+    got[4].sort();
+    got[4].dedup();
+    assert_eq!(got[4].len(), 64, "each group entry to one consumer");
+    assert_eq!(info_field(&mut other, "clients", "blocked_clients").await, 0);
+}
+
+#[tokio::test]
+async fn hset_time_grows_linearly_with_its_fields() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let mut times = Vec::new();
+    for fields in [10_000usize, 20_000, 40_000] {
+        let key = format!("h{fields}");
+        let pairs: Vec<String> = (0..fields)
+            .flat_map(|n| [format!("field{n}"), format!("v{n}")])
+            .collect();
+        let mut args: Vec<&[u8]> = vec![b"HSET", key.as_bytes()];
+        args.extend(pairs.iter().map(|arg| arg.as_bytes()));
+        let started = std::time::Instant::now();
+        raw.send(&encode(&args)).await;
+        assert_eq!(raw.reply().await, Some(Value::Int(fields as i64)));
+        times.push(started.elapsed().as_secs_f64());
+    }
+    // Loose: quadratic work is 4x per doubling (it was), linear 2x; the machine may be busy.
+    let per_doubling = (times[2] / times[0]).sqrt();
+    eprintln!("HSET of 10k, 20k, 40k fields: {times:.3?} s, {per_doubling:.2}x per doubling");
+    assert!(per_doubling < 3.5, "{per_doubling:.2}x per doubling: {times:?}");
+}

@@ -1,14 +1,22 @@
-//! Blocking pops (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BZPOPMIN, BZPOPMAX): a blocked client tries
-//! its pop, then waits to be told that one of its keys got elements — on any gateway of the
-//! database, by NOTIFY `pgvs3_resp` (sent at commit by the SQL functions that add elements),
-//! which one LISTEN connection per gateway hands to every blocked client here. The same
-//! connection listens to `pgvs3_pubsub` for pub/sub (pubsub.rs) and carries PUBLISH.
+//! Blocking pops (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BZPOPMIN, BZPOPMAX) and XREAD/XREADGROUP
+//! BLOCK: a blocked client tries its command, then waits to be told that one of its keys got
+//! elements — on any gateway of the database, by NOTIFY `pgvs3_resp` (sent at commit by the SQL
+//! functions that add elements), which one LISTEN connection per gateway hands to the clients
+//! blocked on that key here. The same connection listens to `pgvs3_pubsub` for pub/sub
+//! (pubsub.rs) and carries PUBLISH.
+//!
+//! While it waits, a blocked client costs a registration here and its connection's task: no
+//! admission slot and no database connection (it takes both again for each attempt), so
+//! hundreds of waiting workers leave the gateway to everyone else, as redis-server does. Their
+//! number is bounded by `--resp-max-clients`, as Redis's by `maxclients`.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt;
-use tokio::sync::broadcast;
+use tokio::sync::Notify;
 
 use super::codec::Reply;
 use super::command::parse_float;
@@ -17,29 +25,67 @@ use super::typed::Typed;
 use crate::pg::connections::{Connections, session_settings};
 use crate::store::{Family, KeyType};
 
-/// Notifications waiting for slow blocked clients; one that falls behind simply tries again.
-const CHANNEL_DEPTH: usize = 1024;
 /// How long to wait before opening a lost LISTEN connection again.
 const LISTEN_RETRY: Duration = Duration::from_secs(1);
 const LISTEN_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The keys that got elements, for every blocked client to check. (Keys of every bucket: a
-/// key of the same name in another database only costs a blocked client one more attempt.)
+/// The blocked clients of this gateway, by key. (Keys of every bucket: a key of the same name
+/// in another database only costs a blocked client one more attempt.)
+#[derive(Default)]
 pub struct Wakeups {
-    sender: broadcast::Sender<String>,
+    blocked: Mutex<Blocked>,
+    next_id: AtomicU64,
+}
+
+#[derive(Default)]
+struct Blocked {
+    by_key: HashMap<String, Vec<(u64, Arc<Notify>)>>,
+    clients: usize,
+}
+
+/// A blocked client's registration: woken when one of its keys gets elements; gone on drop,
+/// however the client's wait ends.
+pub struct Waiter {
+    wakeups: Arc<Wakeups>,
+    id: u64,
+    keys: Vec<String>,
+    woken: Arc<Notify>,
+}
+
+impl Waiter {
+    /// Returns once one of the keys got elements since the last return (or since the
+    /// registration): a wakeup between an attempt and this wait is not lost.
+    pub async fn woken(&self) {
+        self.woken.notified().await;
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let mut blocked = self.wakeups.lock();
+        blocked.clients -= 1;
+        for key in &self.keys {
+            if let Some(waiters) = blocked.by_key.get_mut(key) {
+                waiters.retain(|(id, _)| *id != self.id);
+                if waiters.is_empty() {
+                    blocked.by_key.remove(key);
+                }
+            }
+        }
+    }
 }
 
 impl Wakeups {
     /// Starts the gateway's LISTEN connection (given a database to listen on), re-opened
     /// whenever it is lost. A standby cannot LISTEN, but refuses blocking commands (writes)
     /// anyway.
-    pub fn start(database: Option<(tokio_postgres::Config, Connections)>, pubsub: Arc<PubSub>) -> Wakeups {
-        let (sender, _) = broadcast::channel(CHANNEL_DEPTH);
+    pub fn start(database: Option<(tokio_postgres::Config, Connections)>, pubsub: Arc<PubSub>) -> Arc<Wakeups> {
+        let wakeups = Arc::new(Wakeups::default());
         if let Some((config, connections)) = database {
-            let sender = sender.clone();
+            let wakeups = Arc::clone(&wakeups);
             tokio::spawn(async move {
                 loop {
-                    if let Err(err) = listen(&config, &connections, &sender, &pubsub).await {
+                    if let Err(err) = listen(&config, &connections, &wakeups, &pubsub).await {
                         tracing::debug!(error = %format!("{err:#}"), "RESP LISTEN connection lost; reconnecting");
                     }
                     pubsub.set_client(None);
@@ -47,19 +93,67 @@ impl Wakeups {
                 }
             });
         }
-        Wakeups { sender }
+        wakeups
     }
 
-    /// Subscribes before the first attempt, so no wakeup after it is missed.
-    pub fn subscribe(&self) -> broadcast::Receiver<String> {
-        self.sender.subscribe()
+    fn lock(&self) -> std::sync::MutexGuard<'_, Blocked> {
+        self.blocked.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Registers a client blocked on `keys`, before its first attempt, so that no wakeup after
+    /// that attempt is missed.
+    pub fn register(self: &Arc<Self>, keys: &[String]) -> Waiter {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let woken = Arc::new(Notify::new());
+        let mut keys = keys.to_vec();
+        keys.sort_unstable();
+        keys.dedup();
+        let mut blocked = self.lock();
+        blocked.clients += 1;
+        for key in &keys {
+            blocked
+                .by_key
+                .entry(key.clone())
+                .or_default()
+                .push((id, Arc::clone(&woken)));
+        }
+        drop(blocked);
+        Waiter {
+            wakeups: Arc::clone(self),
+            id,
+            keys,
+            woken,
+        }
+    }
+
+    /// Clients blocked now (INFO's `blocked_clients`).
+    pub fn blocked_clients(&self) -> usize {
+        self.lock().clients
+    }
+
+    /// Wakes the clients blocked on `key`.
+    fn wake(&self, key: &str) {
+        if let Some(waiters) = self.lock().by_key.get(key) {
+            for (_, woken) in waiters {
+                woken.notify_one();
+            }
+        }
+    }
+
+    /// Wakes every blocked client: notifications may have been missed (a new LISTEN connection).
+    fn wake_all(&self) {
+        for waiters in self.lock().by_key.values() {
+            for (_, woken) in waiters {
+                woken.notify_one();
+            }
+        }
     }
 }
 
 async fn listen(
     config: &tokio_postgres::Config,
     connections: &Connections,
-    sender: &broadcast::Sender<String>,
+    wakeups: &Arc<Wakeups>,
     pubsub: &PubSub,
 ) -> anyhow::Result<()> {
     let (client, mut connection) = tokio::time::timeout(
@@ -68,7 +162,7 @@ async fn listen(
     )
     .await
     .map_err(|_| anyhow::anyhow!("no connection within {LISTEN_CONNECT_TIMEOUT:?}"))??;
-    let sender = sender.clone();
+    let driver_wakeups = Arc::clone(wakeups);
     // Unbounded: the driver must never wait, or the reads of large messages on this same
     // connection would never complete. Payloads are small (under 8,000 bytes).
     let (published, payloads) = tokio::sync::mpsc::unbounded_channel();
@@ -81,8 +175,7 @@ async fn listen(
             if notification.channel() == "pgvs3_pubsub" {
                 let _ = published.send(notification.payload().to_owned());
             } else if let Some((_bucket, key)) = notification.payload().split_once(' ') {
-                // An error only means that nobody is blocked.
-                let _ = sender.send(key.to_owned());
+                driver_wakeups.wake(key);
             }
         }
         anyhow::Ok(())
@@ -96,6 +189,8 @@ async fn listen(
         anyhow::bail!("a standby cannot LISTEN");
     }
     client.batch_execute("LISTEN pgvs3_resp; LISTEN pgvs3_pubsub").await?;
+    // Elements added while no connection listened told nobody.
+    wakeups.wake_all();
     let publish = client.prepare(PubSub::PUBLISH).await?;
     pubsub.set_client(Some((Arc::clone(&client), publish)));
     let dispatch = pubsub.dispatch(&client, payloads);

@@ -39,6 +39,7 @@ const INPUT_OVER_BUDGET: &str =
     "OOM command not allowed: the request does not fit in the server's buffer budget now, retry later";
 
 const READONLY: &str = "READONLY You can't write against a read only replica.";
+const BUSY: &str = "BUSY the server is overloaded, try again later";
 const NOAUTH: &str = "NOAUTH Authentication required.";
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 
@@ -72,6 +73,9 @@ pub struct Connection {
     /// Since when the client has been without AUTH (accept, or its last RESET).
     unauthenticated_since: Instant,
     principal: Option<Principal>,
+    /// The admission slot of the batch running now; a blocked client gives it back while it
+    /// waits.
+    admitted: Option<crate::admission::Admitted>,
     db: u32,
     resp3: bool,
     multi: Option<Vec<Queued>>,
@@ -122,6 +126,7 @@ impl Connection {
             accepted: Instant::now(),
             unauthenticated_since: Instant::now(),
             principal,
+            admitted: None,
             db: 0,
             resp3: false,
             multi: None,
@@ -258,7 +263,8 @@ impl Connection {
             }
             if !requests.is_empty() {
                 match self.server.admission.admit().await {
-                    Ok(_admitted) => {
+                    Ok(admitted) => {
+                        self.admitted = Some(admitted);
                         let span = self.batch_span(&requests);
                         let blocks = requests.iter().any(|args| is_blocking(args));
                         let handling = self.handle(requests, &mut output).instrument(span);
@@ -283,12 +289,12 @@ impl Connection {
                                 break;
                             }
                         }
+                        self.admitted = None;
                     }
                     // Every command of the batch gets an answer, so replies stay paired.
                     Err(_) => {
                         for _ in &requests {
-                            Reply::error("BUSY the server is overloaded, try again later")
-                                .encode(self.resp3, &mut output);
+                            Reply::error(BUSY).encode(self.resp3, &mut output);
                         }
                     }
                 }
@@ -638,15 +644,17 @@ impl Connection {
 
     /// A blocking pop or XREAD BLOCK: tries, and until it finds something or its timeout
     /// passes, waits to be told that one of its keys got elements (or `--resp-block-poll`),
-    /// then tries again.
-    async fn block(&self, typed: &super::typed::Typed, spec: &'static Spec) -> Reply {
+    /// then tries again. It waits without its admission slot (and without a database
+    /// connection), and takes a slot again for each attempt: blocked clients must not keep the
+    /// others, among them the one that would push their element, from being served.
+    async fn block(&mut self, typed: &super::typed::Typed, spec: &'static Spec) -> Reply {
         let deadline = typed
             .blocking
             .flatten()
             .and_then(|timeout| Instant::now().checked_add(timeout));
-        let mut wakeups = self.server.wakeups.subscribe();
+        let waiter = self.server.wakeups.register(&typed.call.keys);
         let typed = match super::stream::last_ids_call(typed) {
-            // Read after subscribing: an entry added in between wakes this client.
+            // Read after registering: an entry added in between wakes this client.
             Some(last_ids) => match self.typed_read(&last_ids).await {
                 Ok(row) => super::stream::after_last_ids(typed, &row),
                 Err(reply) => return reply,
@@ -658,6 +666,12 @@ impl Connection {
         let mut attempt = typed.clone();
         let mut checks = 0;
         loop {
+            if self.admitted.is_none() {
+                match self.server.admission.admit_again().await {
+                    Ok(admitted) => self.admitted = Some(admitted),
+                    Err(_) => return Reply::error(BUSY),
+                }
+            }
             let command = [(KeyCommand::Typed(Box::new(attempt)), spec)];
             let reply = match self.execute(&command, spec.is_write(), &[]).await {
                 Ok(mut replies) => replies.pop().unwrap_or(Reply::Nil),
@@ -684,22 +698,13 @@ impl Connection {
                 reply => return reply,
             }
             let reply = nothing.clone().expect("set by an attempt that found nothing");
+            self.admitted = None;
             let poll = Instant::now() + self.server.settings.block_poll;
             let wake_at = deadline.map_or(poll, |deadline| deadline.min(poll));
-            loop {
-                tokio::select! {
-                    woken = wakeups.recv() => match woken {
-                        Ok(key) if !typed.call.keys.contains(&key) => continue,
-                        // Its key, or notifications were missed: try again.
-                        Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => {
-                            tokio::time::sleep_until(wake_at.into()).await;
-                            break;
-                        }
-                    },
-                    () = tokio::time::sleep_until(wake_at.into()) => break,
-                    () = self.registration.killed() => return reply,
-                }
+            tokio::select! {
+                () = waiter.woken() => {}
+                () = tokio::time::sleep_until(wake_at.into()) => {}
+                () = self.registration.killed() => return reply,
             }
             if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 return reply;
@@ -1274,8 +1279,9 @@ impl Connection {
         if show("clients") {
             let connected = self.server.clients.len();
             text.push_str(&format!(
-                "# Clients\r\nconnected_clients:{connected}\r\nmaxclients:{}\r\n\r\n",
-                self.server.settings.max_clients
+                "# Clients\r\nconnected_clients:{connected}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n\r\n",
+                self.server.settings.max_clients,
+                self.server.wakeups.blocked_clients()
             ));
         }
         if show("memory") {

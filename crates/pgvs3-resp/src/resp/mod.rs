@@ -120,7 +120,7 @@ pub struct RespServer {
     buffers: crate::admission::BufferBudget,
     clients: Arc<clients::Clients>,
     /// Tells blocked clients (BLPOP, ...) that their keys got elements.
-    wakeups: blocking::Wakeups,
+    wakeups: Arc<blocking::Wakeups>,
     pubsub: Arc<pubsub::PubSub>,
     /// EVAL's script cache and the scripts running now.
     scripts: script::Scripts,
