@@ -333,7 +333,12 @@ async fn anonymous_forms_hold_no_buffer_budget_before_they_may_write() {
     assert_eq!(gw.metric("pgvs3_buffer_bytes_in_use").await, Some(0.0));
     let mut resp = common::resp::RawResp::connect(gw.resp_addr()).await;
     let value = vec![b'v'; 2 << 20];
-    resp.send(&common::resp::encode(&[b"SET", b"large", &value])).await;
+    resp.send(&common::resp::encode(&[
+        b"SET".as_slice(),
+        b"large".as_slice(),
+        value.as_slice(),
+    ]))
+    .await;
     assert_eq!(resp.reply().await, Some(common::resp::Value::Simple("OK".into())));
     gw.stop().await;
 }

@@ -227,11 +227,11 @@ impl Body for NotingBody {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = &mut *self;
-        if let Some(gate) = this.gate.take_if(|gate| gate.armed) {
-            if let Err(refusal) = gate.pass() {
-                let _ = gate.notes.0.refused.set(refusal);
-                return Poll::Ready(Some(Err(BodyError::Refused)));
-            }
+        if let Some(gate) = this.gate.take_if(|gate| gate.armed)
+            && let Err(refusal) = gate.pass()
+        {
+            let _ = gate.notes.0.refused.set(refusal);
+            return Poll::Ready(Some(Err(BodyError::Refused)));
         }
         let frame = Pin::new(&mut this.inner).poll_frame(cx);
         if let Poll::Ready(Some(Ok(frame))) = &frame
