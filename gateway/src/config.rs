@@ -379,6 +379,12 @@ pub struct ServeArgs {
     /// How often an idle gateway looks for webhook deliveries that came due.
     #[arg(long, env = "PGVS3_WEBHOOK_POLL", default_value = "500ms", value_parser = parse_duration)]
     pub webhook_poll: Duration,
+
+    /// Internal networks webhooks may reach (comma-separated addresses or blocks, such as
+    /// `127.0.0.1,10.0.0.0/8`). By default deliveries and tests reach public addresses only:
+    /// loopback, link-local (cloud metadata), private, unique-local and the like are refused.
+    #[arg(long, env = "PGVS3_WEBHOOK_ALLOW_NETWORKS", value_delimiter = ',')]
+    pub webhook_allow_networks: Vec<crate::webhooks::AddressBlock>,
     // --- end webhook outbox ---
 
     // --- TLS ---
@@ -560,6 +566,7 @@ impl ServeArgs {
             backoff: self.webhook_backoff,
             max_backoff: self.webhook_max_backoff.max(self.webhook_backoff),
             poll: self.webhook_poll,
+            destinations: crate::webhooks::Destinations::allowing(&self.webhook_allow_networks),
         }
     }
 

@@ -190,11 +190,19 @@ impl RunningGateway {
                         tenant_tokens: args.ojs_tenant_tokens.clone(),
                     },
                     webhook_timeout: args.webhook_timeout,
+                    webhook_destinations: args.webhook_delivery().destinations,
                 };
                 let queue = crate::ojs::queue::Queue::new(pool.clone());
                 background_ojs.push(crate::ojs::spawn_cron_ticker(queue.clone(), options.max_args_bytes));
                 let admission = crate::admission::Admission::new("ojs", args.ojs_limits(), metrics.clone());
-                let service = crate::ojs::OjsService::new(queue, options, admission, lag.clone(), signal.clone());
+                let service = crate::ojs::OjsService::new(
+                    queue,
+                    options,
+                    admission,
+                    lag.clone(),
+                    signal.clone(),
+                    buffers.clone(),
+                );
                 let settings = http_server::Listener {
                     name: "ojs",
                     limits: args.http_limits(args.ojs_max_connections),
