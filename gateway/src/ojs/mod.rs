@@ -99,6 +99,8 @@ struct Inner {
     shutdown: Shutdown,
     /// The gateway's buffer budget, which large request bodies draw on ([`request`]).
     budget: BufferBudget,
+    /// When this service started (the health answer's `uptime_seconds`).
+    started: std::time::Instant,
 }
 
 /// A JSON answer, or an event stream.
@@ -416,6 +418,7 @@ impl OjsService {
                 lag,
                 shutdown,
                 budget,
+                started: std::time::Instant::now(),
             }),
         }
     }
@@ -708,7 +711,8 @@ impl OjsService {
             (&Method::GET, ["rate-limits"]) => Ok((StatusCode::OK, listing("items", queue.rate_limits().await?))),
             (&Method::GET, ["rate-limits", key]) => Ok((StatusCode::OK, queue.rate_limit(key).await?)),
             (&Method::GET, ["events"]) => self.events(&query).await,
-            (&Method::POST, ["cron"]) => self.register_cron(request::json(&body)?).await,
+            (&Method::POST, ["cron"]) => self.register_cron(request::json(&body)?, None).await,
+            (&Method::PUT, ["cron", name]) => self.register_cron(request::json(&body)?, Some(*name)).await,
             (&Method::GET, ["cron"]) => {
                 let crons = queue.list_crons().await?;
                 Ok((StatusCode::OK, listing("crons", crons)))
@@ -782,17 +786,24 @@ impl OjsService {
         })
     }
 
+    /// The HTTP binding's health answer (§8.1): the protocol `version`, this gateway's uptime,
+    /// and the database's state with the round trip it took.
     async fn health(&self) -> (StatusCode, Value) {
-        match self.inner.queue.ping().await {
+        let asked = std::time::Instant::now();
+        let (status, mut answer) = match self.inner.queue.ping().await {
             Ok(()) => (
                 StatusCode::OK,
-                json!({ "status": "ok", "backend": { "type": "postgresql", "status": "ok" } }),
+                json!({ "status": "ok", "backend": { "type": "postgresql", "status": "ok",
+                                                     "latency_ms": asked.elapsed().as_millis() as u64 } }),
             ),
             Err(_) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 json!({ "status": "degraded", "backend": { "type": "postgresql", "status": "unreachable" } }),
             ),
-        }
+        };
+        answer["version"] = json!(OJS_VERSION);
+        answer["uptime_seconds"] = json!(self.inner.started.elapsed().as_secs());
+        (status, answer)
     }
 
     async fn enqueue(&self, body: Value, tenant: &str, headers: &mut Vec<(&'static str, String)>) -> Reply {
@@ -1107,28 +1118,29 @@ impl OjsService {
         Ok((StatusCode::OK, json!({ "retried": retried, "count": retried })))
     }
 
-    async fn register_cron(&self, body: Value) -> Reply {
-        let name = match body.get("name") {
-            Some(Value::String(name)) if !name.is_empty() && name.len() <= 255 => name.clone(),
-            _ => return Err(OjsError::invalid("a cron schedule needs a \"name\"")),
-        };
-        let expression = body
-            .get("expression")
-            .or_else(|| body.get("schedule"))
-            .and_then(Value::as_str)
-            .map(String::from)
-            .ok_or_else(|| OjsError::invalid("a cron schedule needs an \"expression\""))?;
-        let schedule = cron::Schedule::parse(&expression)?;
-        let template = body
-            .get("job_template")
-            .cloned()
-            .ok_or_else(|| OjsError::invalid("a cron schedule needs a \"job_template\""))?;
+    /// Registers a cron schedule (`POST /cron`; an existing name is 409), or registers or
+    /// replaces one by name (`PUT /cron/{name}`).
+    async fn register_cron(&self, mut body: Value, path_name: Option<&str>) -> Reply {
+        if let (Some(path_name), Some(fields)) = (path_name, body.as_object_mut()) {
+            match fields.get("name") {
+                None => {
+                    fields.insert("name".into(), Value::String(path_name.to_string()));
+                }
+                Some(name) if name == path_name => {}
+                Some(_) => return Err(OjsError::invalid("the body's \"name\" is not the path's")),
+            }
+        }
+        let registration = cron::parse_registration(body)?;
         // Checked now so a bad template fails here rather than at every tick.
-        envelope::parse_job(template, self.inner.options.max_args_bytes)?.without_dependencies("a cron template")?;
-        let mut definition = body;
-        definition["expression"] = Value::String(expression);
-        let cron = self.inner.queue.put_cron(&name, &definition, &schedule).await?;
-        Ok((StatusCode::CREATED, json!({ "cron": cron })))
+        envelope::parse_job(
+            registration.definition["job_template"].clone(),
+            self.inner.options.max_args_bytes,
+        )?
+        .without_dependencies("a cron template")?;
+        let replace = path_name.is_some();
+        let cron = self.inner.queue.put_cron(&registration, replace).await?;
+        let status = if replace { StatusCode::OK } else { StatusCode::CREATED };
+        Ok((status, json!({ "cron": cron })))
     }
 
     async fn events(&self, query: &HashMap<String, String>) -> Reply {
