@@ -150,7 +150,7 @@ impl RunningGateway {
                 settings,
                 bound.port(),
                 lag.clone(),
-                buffers,
+                buffers.clone(),
                 Some((database.config.clone(), database.connections.clone())),
             )
             .await?;

@@ -268,9 +268,17 @@ mod tests {
         ] {
             assert!(Schedule::parse(good).is_ok(), "{good}");
         }
-        assert_eq!(Schedule::parse("0 9 * * MON-FRI"), Schedule::parse("0 9 * * 1-5"));
-        assert_eq!(Schedule::parse("0 0 1 jan,Jul sun"), Schedule::parse("0 0 1 1,7 0"));
-        assert_eq!(Schedule::parse("0 0 * FEB-DEC/2 *"), Schedule::parse("0 0 * 2-12/2 *"));
+        for (named, numbered) in [
+            ("0 9 * * MON-FRI", "0 9 * * 1-5"),
+            ("0 0 1 jan,Jul sun", "0 0 1 1,7 0"),
+            ("0 0 * FEB-DEC/2 *", "0 0 * 2-12/2 *"),
+        ] {
+            assert_eq!(
+                Schedule::parse(named).unwrap(),
+                Schedule::parse(numbered).unwrap(),
+                "{named}"
+            );
+        }
         for bad in [
             "not a valid cron",
             "0 0 0 0 0 0 0",

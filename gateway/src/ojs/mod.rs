@@ -23,8 +23,7 @@ use tracing::Instrument;
 use crate::request_body::RequestBody;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Either, Full};
-use hyper::body::Body as _;
+use http_body_util::{Either, Full};
 use serde_json::{Value, json};
 use tokio_postgres::error::SqlState;
 

@@ -10,6 +10,7 @@
 
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
+use hyper::body::Body as _;
 use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
