@@ -154,7 +154,7 @@ impl RunningGateway {
                 settings,
                 bound.port(),
                 lag.clone(),
-                buffers,
+                buffers.clone(),
                 Some((database.config.clone(), database.connections.clone())),
             )
             .await?;
@@ -185,11 +185,18 @@ impl RunningGateway {
                     .with_context(|| format!("binding OJS on {addr} (change it with --ojs-addr, or --ojs-addr off)"))?;
                 let plaintext = bind_plaintext(args.tls.ojs_plaintext_addr, "--ojs-plaintext-addr").await?;
                 let bound = listener.local_addr()?;
-                let options = args.ojs.options(args.webhooks.webhook_timeout);
+                let options = args.ojs.options(&args.webhooks);
                 let queue = crate::ojs::queue::Queue::new(pool.clone());
                 background_ojs.push(crate::ojs::spawn_cron_ticker(queue.clone(), options.max_args_bytes));
                 let admission = crate::admission::Admission::new("ojs", args.ojs_limits(), metrics.clone());
-                let service = crate::ojs::OjsService::new(queue, options, admission, lag.clone(), signal.clone());
+                let service = crate::ojs::OjsService::new(
+                    queue,
+                    options,
+                    admission,
+                    lag.clone(),
+                    signal.clone(),
+                    buffers.clone(),
+                );
                 let settings = http_server::Listener {
                     name: "ojs",
                     limits: args.http.limits(args.ojs_max_connections),

@@ -157,6 +157,7 @@ impl Admission {
 #[derive(Clone)]
 pub struct BufferBudget {
     bytes: Arc<Semaphore>,
+    total: u64,
     in_use: prometheus::IntGauge,
     exhausted: prometheus::IntCounterVec,
 }
@@ -200,9 +201,15 @@ impl BufferBudget {
         metrics.register(Box::new(exhausted.clone()));
         BufferBudget {
             bytes: Arc::new(Semaphore::new(permits)),
+            total: permits as u64,
             in_use,
             exhausted,
         }
+    }
+
+    /// The whole budget: a reservation larger than this can never succeed.
+    pub fn total(&self) -> u64 {
+        self.total
     }
 
     /// Reserves `bytes` for `purpose` (a metric label), or `None` at once when they are not free.

@@ -58,8 +58,9 @@ pub struct OjsArgs {
 }
 
 impl OjsArgs {
-    /// What the OJS service is told; `webhook_timeout` bounds its synchronous webhook test call.
-    pub fn options(&self, webhook_timeout: Duration) -> crate::ojs::OjsOptions {
+    /// What the OJS service is told; the webhook settings bound its synchronous webhook test call
+    /// (its timeout, and the destinations it may reach).
+    pub fn options(&self, webhooks: &WebhookArgs) -> crate::ojs::OjsOptions {
         crate::ojs::OjsOptions {
             allow_reset: self.ojs_allow_reset,
             max_args_bytes: self.ojs_max_args_bytes,
@@ -68,7 +69,8 @@ impl OjsArgs {
                 token: self.ojs_token.clone(),
                 tenant_tokens: self.ojs_tenant_tokens.clone(),
             },
-            webhook_timeout,
+            webhook_timeout: webhooks.webhook_timeout,
+            webhook_destinations: webhooks.delivery().destinations,
         }
     }
 }
@@ -100,6 +102,12 @@ pub struct WebhookArgs {
     /// How often an idle gateway looks for webhook deliveries that came due.
     #[arg(long, env = "PGVS3_WEBHOOK_POLL", default_value = "500ms", value_parser = parse_duration)]
     pub webhook_poll: Duration,
+
+    /// Internal networks webhooks may reach (comma-separated addresses or blocks, such as
+    /// `127.0.0.1,10.0.0.0/8`). By default deliveries and tests reach public addresses only:
+    /// loopback, link-local (cloud metadata), private, unique-local and the like are refused.
+    #[arg(long, env = "PGVS3_WEBHOOK_ALLOW_NETWORKS", value_delimiter = ',')]
+    pub webhook_allow_networks: Vec<crate::webhooks::AddressBlock>,
 }
 
 impl WebhookArgs {
@@ -111,6 +119,7 @@ impl WebhookArgs {
             backoff: self.webhook_backoff,
             max_backoff: self.webhook_max_backoff.max(self.webhook_backoff),
             poll: self.webhook_poll,
+            destinations: crate::webhooks::Destinations::allowing(&self.webhook_allow_networks),
         }
     }
 }

@@ -7,8 +7,17 @@
 //! The write path never waits for a delivery: it only inserts the row. Deliverers claim due rows
 //! with `FOR UPDATE SKIP LOCKED` and push their `due_at` past the HTTP timeout (the lease), so
 //! gateways share the work without delivering a row twice while it is in flight.
+//!
+//! Deliveries go to public addresses only, unless an operator allows a network
+//! (`--webhook-allow-networks`): whoever may register a subscription or a notification target
+//! must not make the gateway reach its own host, the cloud metadata service or the private
+//! network behind it ([`Destinations`]).
 
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -16,7 +25,8 @@ use hmac::{KeyInit, Mac};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::client::legacy::connect::dns::Name;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use crate::http_server::Shutdown;
 
@@ -36,9 +46,192 @@ pub struct DeliveryOptions {
     pub max_backoff: Duration,
     /// How often an idle deliverer looks for due rows.
     pub poll: Duration,
+    /// The internal networks deliveries may reach (`--webhook-allow-networks`).
+    pub destinations: Destinations,
 }
 
-type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+type HttpsClient = Client<hyper_rustls::HttpsConnector<GuardedConnector>, Full<Bytes>>;
+
+/// An address block of `--webhook-allow-networks`: `a.b.c.d/n`, an IPv6 block, or one address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddressBlock {
+    net: IpAddr,
+    bits: u32,
+}
+
+impl std::str::FromStr for AddressBlock {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<AddressBlock, String> {
+        let invalid = || format!("{text:?} is not an address or an address block (10.0.0.0/8, fd00::/8, 127.0.0.1)");
+        let (net, bits) = match text.split_once('/') {
+            Some((net, bits)) => (net, Some(bits.parse::<u32>().map_err(|_| invalid())?)),
+            None => (text, None),
+        };
+        let net = net.parse::<IpAddr>().map_err(|_| invalid())?;
+        let width = if net.is_ipv4() { 32 } else { 128 };
+        let bits = bits.unwrap_or(width);
+        if bits > width {
+            return Err(invalid());
+        }
+        Ok(AddressBlock { net, bits })
+    }
+}
+
+impl AddressBlock {
+    fn contains(&self, ip: IpAddr) -> bool {
+        let same_prefix = |net: u128, ip: u128, width: u32| {
+            self.bits == 0 || (net >> (width - self.bits)) == (ip >> (width - self.bits))
+        };
+        match (self.net, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => same_prefix(u32::from(net).into(), u32::from(ip).into(), 32),
+            (IpAddr::V6(net), IpAddr::V6(ip)) => same_prefix(u128::from(net), u128::from(ip), 128),
+            _ => false,
+        }
+    }
+}
+
+/// Where deliveries may go: public addresses, and the internal ones an operator allowed.
+#[derive(Debug, Clone, Default)]
+pub struct Destinations {
+    allowed: Arc<[AddressBlock]>,
+}
+
+impl Destinations {
+    pub fn allowing(blocks: &[AddressBlock]) -> Destinations {
+        Destinations { allowed: blocks.into() }
+    }
+
+    /// Whether a delivery may connect to `ip`. An IPv6 address that carries an IPv4 one
+    /// (`::ffff:a.b.c.d`, the older `::a.b.c.d`) is judged as both: internal if either is, allowed
+    /// if either is in an allowed block.
+    pub fn permits(&self, ip: IpAddr) -> bool {
+        let carried = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4().map(IpAddr::V4),
+            IpAddr::V4(_) => None,
+        };
+        let forms = || std::iter::once(ip).chain(carried);
+        !forms().any(is_internal) || forms().any(|form| self.allowed.iter().any(|block| block.contains(form)))
+    }
+}
+
+/// Why a delivery was not attempted: its endpoint is at an internal address not allowed.
+#[derive(Debug)]
+struct InternalDestination(IpAddr);
+
+impl std::fmt::Display for InternalDestination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the endpoint is at {}, an internal address: webhooks reach only public ones unless --webhook-allow-networks allows it",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for InternalDestination {}
+
+/// Addresses that are not the public internet's: this host, link-local (the cloud metadata
+/// service, 169.254.169.254), private and shared (carrier NAT) networks, IPv6 unique-local and
+/// site-local, unspecified, multicast, broadcast and reserved blocks, and IPv6's translations of
+/// IPv4 (NAT64, 6to4), which a router turns back into any IPv4 address. (Addresses that carry
+/// an IPv4 one are judged by [`Destinations::permits`].)
+fn is_internal(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_multicast()
+                || v4.is_broadcast()
+                || a == 0
+                || a >= 240
+                || (a == 100 && (64..128).contains(&b))
+                || (a == 192 && b == 0 && v4.octets()[2] == 0)
+                || (a == 198 && (b == 18 || b == 19))
+        }
+        IpAddr::V6(v6) => {
+            let first = v6.segments()[0];
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80
+                || (first & 0xffc0) == 0xfec0
+                || first == 0x2002
+                || (first == 0x64 && v6.segments()[1] == 0xff9b)
+        }
+    }
+}
+
+/// Resolves a delivery's host name and refuses it when any of its addresses is internal, so
+/// the addresses checked are the ones connected to (a name cannot change its answer between a
+/// check and the connection).
+#[derive(Clone)]
+struct GuardedResolver {
+    destinations: Destinations,
+}
+
+type Resolving = Pin<Box<dyn Future<Output = std::io::Result<std::vec::IntoIter<SocketAddr>>> + Send>>;
+
+impl tower_service::Service<Name> for GuardedResolver {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = std::io::Error;
+    type Future = Resolving;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, name: Name) -> Resolving {
+        let destinations = self.destinations.clone();
+        Box::pin(async move {
+            let addresses: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
+            match addresses.iter().find(|address| !destinations.permits(address.ip())) {
+                Some(internal) => Err(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    InternalDestination(internal.ip()),
+                )),
+                None => Ok(addresses.into_iter()),
+            }
+        })
+    }
+}
+
+/// The TCP connector of deliveries: a host written as an address (which the HTTP connector
+/// connects to without resolving) is checked here, a name by [`GuardedResolver`]. Redirects are
+/// not followed (a 3xx answer is a failed attempt), so nothing else chooses where to connect.
+#[derive(Clone)]
+pub struct GuardedConnector {
+    http: HttpConnector<GuardedResolver>,
+    destinations: Destinations,
+}
+
+type Connecting = Pin<Box<dyn Future<Output = Result<TokioIo<tokio::net::TcpStream>, BoxError>> + Send>>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower_service::Service<http::Uri> for GuardedConnector {
+    type Response = TokioIo<tokio::net::TcpStream>;
+    type Error = BoxError;
+    type Future = Connecting;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.http.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Connecting {
+        let literal = uri
+            .host()
+            .map(|host| host.trim_start_matches('[').trim_end_matches(']'))
+            .and_then(|host| host.parse::<IpAddr>().ok());
+        if let Some(ip) = literal.filter(|ip| !self.destinations.permits(*ip)) {
+            return Box::pin(async move { Err(InternalDestination(ip).into()) });
+        }
+        let connecting = self.http.call(uri);
+        Box::pin(async move { connecting.await.map_err(Into::into) })
+    }
+}
 
 /// One delivery: claimed from the outbox, or the test delivery of a subscription.
 pub struct Delivery {
@@ -60,6 +253,9 @@ pub enum Outcome {
     /// A 4xx other than 429 (ojs-webhooks §7.1): the endpoint refuses it, retrying will not
     /// help, so it is dead-lettered at once.
     Refused(String),
+    /// The endpoint is at an internal address this gateway may not reach (nothing was sent):
+    /// dead-lettered at once too, until an operator allows its network and retries it.
+    Forbidden(String),
 }
 
 /// Claims up to $1 due rows and leases them for $2 ms. The endpoint is read now, so a changed
@@ -127,7 +323,11 @@ struct Deliverer {
 
 impl Deliverer {
     fn new(pool: deadpool_postgres::Pool, options: DeliveryOptions) -> anyhow::Result<Deliverer> {
-        let client = WebhookClient::new(options.timeout, options.concurrency.max(1))?;
+        let client = WebhookClient::new(
+            options.timeout,
+            options.concurrency.max(1),
+            options.destinations.clone(),
+        )?;
         Ok(Deliverer { pool, options, client })
     }
 
@@ -163,7 +363,7 @@ impl Deliverer {
                     continue;
                 }
                 Outcome::Failed(error) => (error, false),
-                Outcome::Refused(error) => (error, true),
+                Outcome::Refused(error) | Outcome::Forbidden(error) => (error, true),
             };
             let wait = backoff(&self.options, *attempts).as_millis() as i64;
             let row = client
@@ -188,7 +388,11 @@ pub struct WebhookClient {
 }
 
 impl WebhookClient {
-    pub fn new(timeout: Duration, max_idle_per_host: usize) -> anyhow::Result<WebhookClient> {
+    pub fn new(
+        timeout: Duration,
+        max_idle_per_host: usize,
+        destinations: Destinations,
+    ) -> anyhow::Result<WebhookClient> {
         use tokio_rustls::rustls;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = match hyper_rustls::HttpsConnectorBuilder::new().with_provider_and_native_roots(provider.clone())
@@ -205,7 +409,15 @@ impl WebhookClient {
                 hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config)
             }
         };
-        let https = builder.https_or_http().enable_http1().build();
+        let mut http = HttpConnector::new_with_resolver(GuardedResolver {
+            destinations: destinations.clone(),
+        });
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(timeout));
+        let https = builder
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(GuardedConnector { http, destinations });
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .pool_max_idle_per_host(max_idle_per_host)
@@ -246,7 +458,7 @@ impl WebhookClient {
         let exchange = async {
             let response = match self.client.request(request).await {
                 Ok(response) => response,
-                Err(error) => return Outcome::Failed(error.to_string()),
+                Err(error) => return failure(&error),
             };
             let status = response.status();
             // Read (a bounded part of) the answer so the connection can be reused.
@@ -266,6 +478,28 @@ impl WebhookClient {
             Err(_) => Outcome::Failed(format!("no answer within {:?}", self.timeout)),
         }
     }
+}
+
+/// A request that got no answer: [`Outcome::Forbidden`] when the destination was refused,
+/// else a failure worth retrying.
+fn failure(error: &hyper_util::client::legacy::Error) -> Outcome {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = source {
+        // The resolver's refusal comes wrapped in an io::Error, whose source() skips it.
+        let inner = cause
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .map(|inner| inner as &(dyn std::error::Error + 'static));
+        if let Some(refusal) = [Some(cause), inner]
+            .into_iter()
+            .flatten()
+            .find_map(|error| error.downcast_ref::<InternalDestination>())
+        {
+            return Outcome::Forbidden(refusal.to_string());
+        }
+        source = cause.source();
+    }
+    Outcome::Failed(error.to_string())
 }
 
 /// `sha256=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>`, as the OJS webhooks extension
@@ -302,9 +536,75 @@ mod tests {
             backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(100),
             poll: Duration::from_secs(1),
+            destinations: Destinations::default(),
         };
         let third = backoff(&options, 2);
         assert!(third >= Duration::from_millis(12_800) && third <= Duration::from_millis(19_200));
         assert!(backoff(&options, 30) <= Duration::from_secs(120));
+    }
+
+    #[test]
+    fn internal_addresses_are_refused_unless_allowed() {
+        let none = Destinations::default();
+        for internal in [
+            "127.0.0.1",
+            "127.255.0.9",
+            "0.0.0.0",
+            "0.1.2.3",
+            "10.1.2.3",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "224.0.0.1",
+            "255.255.255.255",
+            "240.0.0.1",
+            "::1",
+            "::",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+            "::127.0.0.1",
+            "fe80::1",
+            "fc00::1",
+            "fd12:3456::1",
+            "fec0::1",
+            "64:ff9b::a9fe:a9fe",
+            "2002:7f00:1::1",
+            "ff02::1",
+        ] {
+            assert!(!none.permits(internal.parse().unwrap()), "{internal}");
+        }
+        for public in [
+            "8.8.8.8",
+            "1.1.1.1",
+            "172.32.0.1",
+            "100.128.0.1",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+        ] {
+            assert!(none.permits(public.parse().unwrap()), "{public}");
+        }
+        let blocks: Vec<AddressBlock> = ["127.0.0.0/8", "fd00::/8", "10.0.0.7"]
+            .iter()
+            .map(|b| b.parse().unwrap())
+            .collect();
+        let some = Destinations::allowing(&blocks);
+        for allowed in ["127.0.0.1", "::ffff:127.0.0.2", "fd00::5", "10.0.0.7", "8.8.8.8"] {
+            assert!(some.permits(allowed.parse().unwrap()), "{allowed}");
+        }
+        assert!(Destinations::allowing(&["::1".parse().unwrap()]).permits("::1".parse().unwrap()));
+        for refused in ["10.0.0.8", "::1", "169.254.169.254", "fc00::1"] {
+            assert!(!some.permits(refused.parse().unwrap()), "{refused}");
+        }
+        for bad in ["", "10.0.0.0/33", "::/129", "example.com", "10.0.0.0/x", "1.2.3/8"] {
+            assert!(bad.parse::<AddressBlock>().is_err(), "{bad}");
+        }
+        assert!(
+            "0.0.0.0/0"
+                .parse::<AddressBlock>()
+                .unwrap()
+                .contains("10.9.9.9".parse().unwrap())
+        );
     }
 }

@@ -293,7 +293,13 @@ pub fn serve_args(database_url: &str, extra: &[&str]) -> ServeArgs {
         "--pool-size",
         "16",
     ];
-    for (flag, default) in [("--s3-addr", "127.0.0.1:0"), ("--maintenance-interval", "1h")] {
+    // Webhook receivers of the tests listen on 127.0.0.1, which deliveries may not reach by
+    // default; a test of that refusal names its own networks.
+    for (flag, default) in [
+        ("--s3-addr", "127.0.0.1:0"),
+        ("--maintenance-interval", "1h"),
+        ("--webhook-allow-networks", "127.0.0.0/8"),
+    ] {
         if !extra.contains(&flag) {
             argv.extend_from_slice(&[flag, default]);
         }

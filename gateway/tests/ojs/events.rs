@@ -1,7 +1,8 @@
 //! OJS events beyond the log: job progress reported by a worker (stored on the job, logged as
 //! `job.progress`), and webhooks (the webhooks extension) delivered from the outbox to a real
 //! HTTP receiver on 127.0.0.1: signed, filtered, owed only by what commits, kept through a
-//! receiver outage, dead-lettered after the last attempt and retried on request.
+//! receiver outage, dead-lettered after the last attempt and retried on request; and never to
+//! an internal address unless allowed, nor a test route that tells ports apart.
 
 use pgvs3_testkit as common;
 use pgvs3_testkit::receiver;
@@ -16,9 +17,16 @@ use serde_json::{Value, json};
 
 /// A gateway that retries webhooks quickly, so outages and dead letters fit in a test.
 async fn start(max_attempts: &str) -> TestGateway {
+    start_allowing(max_attempts, "127.0.0.0/8").await
+}
+
+/// The same, with deliveries allowed into `networks` (besides public addresses).
+async fn start_allowing(max_attempts: &str, networks: &str) -> TestGateway {
     TestGateway::with_args(
         common::fresh_database().await,
         &[
+            "--webhook-allow-networks",
+            networks,
             "--webhook-poll",
             "50ms",
             "--webhook-backoff",
@@ -483,4 +491,123 @@ async fn heartbeats_log_the_worker_events() {
     // The official conformance runner compares /metrics' Content-Type exactly.
     let (status, headers, _) = ojs.exchange("GET", "/metrics", None).await;
     assert_eq!((status, headers["content-type"].to_str().unwrap()), (200, "text/plain"));
+}
+
+/// Loopback in every spelling a URL can carry it, the cloud metadata address and private ones:
+/// refused by a gateway that allows only an unrelated network, for the test route and for
+/// deliveries alike, and nothing reaches the receiver on 127.0.0.1. Fails without the filter:
+/// the test route reached the receiver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn webhooks_reach_no_internal_address_unless_allowed() {
+    let gw = start_allowing("3", "10.255.255.0/24").await;
+    let ojs = Ojs::of(&gw);
+    let receiver = Receiver::start().await;
+    let port = receiver.addr.port();
+    let targets: Vec<String> = [
+        "127.0.0.1",
+        "localhost",
+        "127.1",
+        "2130706433",
+        "0x7f000001",
+        "017700000001",
+        "0.0.0.0",
+        "[::1]",
+        "[::ffff:127.0.0.1]",
+        "[::ffff:7f00:1]",
+        "[0:0:0:0:0:ffff:127.0.0.1]",
+        "169.254.169.254",
+        "10.0.0.1",
+        "192.168.0.1",
+        "[fd00::1]",
+    ]
+    .iter()
+    .map(|host| format!("http://{host}:{port}/hook"))
+    .collect();
+    for url in &targets {
+        let id = subscribe(&ojs, url, json!(["job.completed"]), "s").await;
+        let (status, body) = ojs
+            .post(&format!("/ojs/v1/webhooks/subscriptions/{id}/test"), json!({}))
+            .await;
+        assert_eq!((status, &body["success"]), (200, &json!(false)), "{url}: {body}");
+        assert!(
+            body["error"].as_str().unwrap().contains("internal address"),
+            "{url}: {body}"
+        );
+    }
+    // Owed deliveries: each one dead at its first attempt, saying why, none received.
+    complete_one(&ojs, "internal").await;
+    let dead = eventually(Duration::from_secs(20), "every delivery refused", || async {
+        let (_, body) = ojs.get("/ojs/v1/webhooks/deliveries?status=dead&limit=100").await;
+        let dead = body["deliveries"].as_array().cloned().unwrap_or_default();
+        (dead.len() == targets.len()).then_some(dead)
+    })
+    .await;
+    for delivery in &dead {
+        assert_eq!(delivery["attempts"], 1, "{delivery}");
+        assert!(
+            delivery["last_error"].as_str().unwrap().contains("internal address"),
+            "{delivery}"
+        );
+    }
+    assert!(receiver.received().is_empty(), "{:?}", receiver.received());
+}
+
+/// The test route answers a closed port, an open one that never answers, one that answers
+/// something that is not HTTP and an HTTP server that refuses the same way, after the same
+/// time, so it cannot scan ports (the targets are allowed: the harness allows 127.0.0.0/8).
+/// Fails today: each told its own story ("client error (Connect)", "no answer within 1s", "the
+/// endpoint answered 500"), closed ports at once. Redirects are not followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_test_route_does_not_tell_ports_apart() {
+    let gw = TestGateway::with_args(common::fresh_database().await, &["--webhook-timeout", "1s"]).await;
+    let ojs = Ojs::of(&gw);
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    let chatty = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let chatty_port = chatty.local_addr().unwrap().port();
+    let servers = tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        let mut held = Vec::new();
+        loop {
+            tokio::select! {
+                Ok((socket, _)) = silent.accept() => held.push(socket),
+                Ok((mut socket, _)) = chatty.accept() => {
+                    let _ = socket.write_all(b"SSH-2.0-OpenSSH_9.6\r\n").await;
+                }
+            }
+        }
+    });
+    let refusing = Receiver::start().await;
+    refusing.answer(500);
+    let redirecting = Receiver::start().await;
+    redirecting.answer(307);
+    let mut answers = Vec::new();
+    for url in [
+        format!("http://127.0.0.1:{closed}/"),
+        format!("http://127.0.0.1:{silent_port}/"),
+        format!("http://127.0.0.1:{chatty_port}/"),
+        refusing.url("/"),
+        redirecting.url("/"),
+    ] {
+        let id = subscribe(&ojs, &url, json!(["job.*"]), "s").await;
+        let started = std::time::Instant::now();
+        let (status, mut body) = ojs
+            .post(&format!("/ojs/v1/webhooks/subscriptions/{id}/test"), json!({}))
+            .await;
+        let took = started.elapsed();
+        assert_eq!(status, 200, "{url}: {body}");
+        assert!(took >= Duration::from_secs(1), "{url} answered in {took:?}: {body}");
+        body.as_object_mut().unwrap().remove("delivery_id");
+        answers.push((url, body));
+    }
+    servers.abort();
+    for (url, body) in &answers {
+        assert_eq!(body, &answers[0].1, "{url} against {}", answers[0].0);
+    }
+    assert_eq!(answers[0].1["success"], false);
+    assert_eq!(redirecting.received().len(), 1, "a redirect is not followed");
 }

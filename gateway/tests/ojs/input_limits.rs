@@ -1,6 +1,7 @@
 //! Hostile input on the OJS endpoint: oversized bodies are refused while they stream in, before
 //! they are read or parsed, and values PostgreSQL cannot store (NUL, out-of-range times) get a
-//! 400 OJS error object, never a 5xx.
+//! 400 OJS error object, never a 5xx; and concurrent large bodies are held within the buffer
+//! budget, whatever JSON trees they make.
 
 use pgvs3_testkit as common;
 
@@ -19,14 +20,30 @@ const DEFAULT_LIMIT: u64 = 4 << 20;
 
 /// This process's resident set (the gateway runs in it), in bytes.
 fn rss() -> u64 {
+    status_bytes("VmRSS:")
+}
+
+/// The most this process has held since [`reset_peak`].
+fn peak_rss() -> u64 {
+    status_bytes("VmHWM:")
+}
+
+fn reset_peak() {
+    std::fs::write("/proc/self/clear_refs", "5").expect("resetting the peak resident set");
+}
+
+fn status_bytes(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let kib: u64 = status
         .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .find_map(|line| line.strip_prefix(field))
         .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/self/status");
+        .unwrap_or_else(|| panic!("{field} in /proc/self/status"));
     kib << 10
 }
+
+/// Tests that measure this process's memory take turns (tests of a binary run concurrently).
+static MEASURING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Reads one response (head and its Content-Length body) without waiting for the connection to
 /// close: the server may close it with the rest of the request unread.
@@ -111,6 +128,7 @@ fn assert_too_large(status: u16, body: &Value, limit: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sixty_mib_enqueue_is_refused_before_it_is_read() {
+    let _measuring = MEASURING.lock().await;
     let gateway = TestGateway::start().await;
     let before = rss();
     for chunked in [false, true] {
@@ -172,6 +190,76 @@ async fn the_body_limit_is_a_flag_and_covers_meta_and_batches() {
     assert_eq!((status, body["count"].as_u64()), (201, Some(150)), "{body}");
     let (status, body) = ojs.post("/ojs/v1/jobs/batch", batch(400)).await;
     assert_too_large(status, &body, limit);
+    gateway.stop().await;
+}
+
+/// 16 concurrent enqueues of just under 4 MiB each, whose `meta` is 1.9 million zeros (a JSON
+/// tree of 32 bytes a value: 16 times the text, built again for the answer): the gateway's peak
+/// stays within its buffer budget plus a margin. Those that do not fit now get 429
+/// `rate_limited` (retryable), and each is served when retried. Fails without the budget (the
+/// issue measured 1.67 GB for 16).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_large_enqueues_stay_within_the_buffer_budget() {
+    let _measuring = MEASURING.lock().await;
+    // Each of these requests needs about 210 MiB (two trees of 2^21 values, the text's copies):
+    // a 1 GiB budget serves four at once.
+    let budget: u64 = 1 << 30;
+    let gateway = TestGateway::with_args(common::fresh_database().await, &["--buffer-budget", "1GiB"]).await;
+    let zeros = (DEFAULT_LIMIT as usize - (64 << 10)) / 2;
+    let mut text = String::with_capacity(DEFAULT_LIMIT as usize);
+    text.push_str(r#"{"type":"big.meta","args":[],"meta":{"pad":["#);
+    text.push_str(&"0,".repeat(zeros));
+    text.push_str("0]}}");
+    let body = bytes::Bytes::from(text);
+    let addr = gateway.gateway.ojs_addr.unwrap();
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let enqueue = || {
+        let request = http::Request::post(format!("http://{addr}/ojs/v1/jobs"))
+            .header("content-type", "application/openjobspec+json")
+            .body(http_body_util::Full::new(body.clone()))
+            .unwrap();
+        let client = client.clone();
+        async move {
+            use http_body_util::BodyExt;
+            let response = client.request(request).await.unwrap();
+            let status = response.status().as_u16();
+            let answer = response.into_body().collect().await.unwrap().to_bytes();
+            // Only an error is parsed: a job's answer is as large as its request, and its tree
+            // would count in this process's peak (the gateway's too).
+            let code = (status != 201)
+                .then(|| serde_json::from_slice::<Value>(&answer).ok())
+                .flatten()
+                .and_then(|answer| answer["error"]["code"].as_str().map(String::from));
+            (status, code)
+        }
+    };
+    let ojs = Ojs::of(&gateway);
+    let (status, _) = ojs.post("/ojs/v1/jobs", json!({ "type": "warm", "args": [] })).await;
+    assert_eq!(status, 201);
+    reset_peak();
+    let before = rss();
+    let answers = futures::future::join_all((0..16).map(|_| enqueue())).await;
+    let peak = peak_rss().saturating_sub(before);
+    println!("16 concurrent 4 MiB enqueues: peak growth {} MiB", peak >> 20);
+    let served = answers.iter().filter(|(status, _)| *status == 201).count();
+    for (status, code) in &answers {
+        assert!(
+            *status == 201 || (*status == 429 && code.as_deref() == Some("rate_limited")),
+            "{status} {code:?}"
+        );
+    }
+    assert!(served >= 1, "{answers:?}");
+    assert!(
+        peak < budget + (128 << 20),
+        "16 concurrent 4 MiB enqueues grew the gateway by {} MiB at their peak ({served} served)",
+        peak >> 20
+    );
+    // Those turned away are served when retried, one at a time.
+    for _ in served..16 {
+        assert_eq!(enqueue().await, (201, None));
+    }
+    assert_eq!(gateway.metric("pgvs3_buffer_bytes_in_use").await, Some(0.0));
     gateway.stop().await;
 }
 

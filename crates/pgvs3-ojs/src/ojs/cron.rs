@@ -1,9 +1,115 @@
 //! Cron expressions: five fields (minute hour day-of-month month day-of-week) with `*`, lists,
-//! ranges and steps, or the `@hourly`-style shorthands; and the next matching minute.
+//! ranges and steps, month and weekday names (`JAN`, `MON-FRI`, any case, ojs-cron §3.4), or the
+//! `@hourly`-style shorthands; and the next matching minute.
 
+use serde_json::{Value, json};
 use time::{Date, Duration, Month, OffsetDateTime, PrimitiveDateTime, Time};
 
 use super::OjsError;
+
+/// What a cron schedule does when a tick comes while its previous job is still running
+/// (ojs-cron §6); the job is found by its `meta.cron_name`.
+pub const OVERLAP_POLICIES: [&str; 4] = ["skip", "allow", "cancel_previous", "enqueue"];
+
+/// A registration, checked: its name, the definition to store (the request as sent, with the
+/// expression, job template, overlap policy and time zone filled in), its schedule.
+pub struct Registration {
+    pub name: String,
+    pub definition: Value,
+    pub schedule: Schedule,
+}
+
+/// Checks a registration (ojs-cron §2) in the spec's form (`cron`, `type`, `args`, `options`)
+/// or this binding's older one (`expression`, `job_template`). The time zone must look like an
+/// IANA name (`UTC`, `Area/Location`); whether the database knows it is checked on storing.
+pub fn parse_registration(body: Value) -> Result<Registration, OjsError> {
+    let Value::Object(mut fields) = body else {
+        return Err(OjsError::invalid("a cron schedule is a JSON object"));
+    };
+    let name = match fields.get("name") {
+        Some(Value::String(name)) if !name.is_empty() && name.len() <= 255 => name.clone(),
+        _ => {
+            return Err(OjsError::invalid(
+                "a cron schedule needs a \"name\" (1 to 255 characters)",
+            ));
+        }
+    };
+    let expressions: Vec<&str> = ["cron", "expression", "schedule"]
+        .iter()
+        .filter_map(|field| fields.get(*field).and_then(Value::as_str))
+        .collect();
+    let Some(expression) = expressions.first().map(|e| e.to_string()) else {
+        return Err(OjsError::invalid("a cron schedule needs a \"cron\" expression"));
+    };
+    if expressions.iter().any(|other| *other != expression) {
+        return Err(OjsError::invalid("\"cron\" and \"expression\" disagree"));
+    }
+    let schedule = Schedule::parse(&expression)?;
+    let template = match fields.get("job_template") {
+        Some(template @ Value::Object(_)) => template.clone(),
+        Some(_) => return Err(OjsError::invalid("\"job_template\" must be an object")),
+        None => {
+            let Some(job_type) = fields.get("type").filter(|t| t.is_string()) else {
+                return Err(OjsError::invalid(
+                    "a cron schedule needs the \"type\" of the job it enqueues",
+                ));
+            };
+            json!({
+                "type": job_type,
+                "args": fields.get("args").cloned().unwrap_or_else(|| json!([])),
+                "options": fields.get("options").cloned().unwrap_or_else(|| json!({})),
+            })
+        }
+    };
+    match fields.get("timezone") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(zone)) if is_zone_name(zone) => {}
+        Some(zone) => {
+            return Err(OjsError::invalid(format!(
+                "\"timezone\" must be an IANA time zone name such as \"America/New_York\" or \"UTC\", not {zone}: \
+                 fixed offsets and abbreviations do not follow daylight saving time"
+            )));
+        }
+    }
+    let overlap = match fields.get("overlap_policy") {
+        None | Some(Value::Null) => "skip",
+        Some(Value::String(policy)) if OVERLAP_POLICIES.contains(&policy.as_str()) => policy.as_str(),
+        Some(policy) => {
+            return Err(OjsError::invalid(format!(
+                "\"overlap_policy\" must be one of {}, not {policy}",
+                OVERLAP_POLICIES.join(", ")
+            )));
+        }
+    }
+    .to_string();
+    fields.insert("expression".into(), Value::String(expression.clone()));
+    fields.insert("cron".into(), Value::String(expression));
+    fields.insert("job_template".into(), template);
+    fields.insert("overlap_policy".into(), Value::String(overlap));
+    Ok(Registration {
+        name,
+        definition: Value::Object(fields),
+        schedule,
+    })
+}
+
+/// `UTC`, or `Area/Location` names of the tz database (`America/Argentina/Buenos_Aires`,
+/// `Etc/GMT+5`); never a bare offset (`+05:00`, `UTC+5`) or abbreviation (`EST`), which
+/// PostgreSQL would take as POSIX zones (with the offset's sign reversed).
+fn is_zone_name(zone: &str) -> bool {
+    let mut parts = zone.split('/');
+    let area = parts.next().unwrap_or_default();
+    zone == "UTC"
+        || (area.len() >= 3
+            && area.starts_with(|c: char| c.is_ascii_uppercase())
+            && area.chars().all(|c| c.is_ascii_alphabetic())
+            && zone.len() <= 64
+            && zone.contains('/')
+            && zone
+                .split('/')
+                .skip(1)
+                .all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || "_+-".contains(c))))
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Schedule {
@@ -33,7 +139,12 @@ impl Schedule {
             )));
         };
         let field = |text: &str, low: u32, high: u32, name: &str| {
-            parse_field(text, low, high).ok_or_else(|| {
+            let names: &[&str] = match name {
+                "month" => &MONTHS,
+                "day-of-week" => &WEEKDAYS,
+                _ => &[],
+            };
+            parse_field(text, low, high, names).ok_or_else(|| {
                 OjsError::invalid(format!(
                     "invalid cron expression {expression:?}: bad {name} field {text:?} (allowed {low}-{high})"
                 ))
@@ -91,8 +202,21 @@ impl Schedule {
     }
 }
 
+const MONTHS: [&str; 12] = [
+    "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
+];
+const WEEKDAYS: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
+
+/// A field's value: a number, or one of its `names` (the first is `low`).
+fn value(text: &str, low: u32, names: &[&str]) -> Option<u32> {
+    match names.iter().position(|name| name.eq_ignore_ascii_case(text)) {
+        Some(index) => Some(low + index as u32),
+        None => text.parse().ok(),
+    }
+}
+
 /// One field as a bitmap indexed by value (indexes below `low` unused).
-fn parse_field(text: &str, low: u32, high: u32) -> Option<Vec<bool>> {
+fn parse_field(text: &str, low: u32, high: u32, names: &[&str]) -> Option<Vec<bool>> {
     let mut set = vec![false; high as usize + 1];
     for part in text.split(',') {
         let (range, step) = match part.split_once('/') {
@@ -102,9 +226,9 @@ fn parse_field(text: &str, low: u32, high: u32) -> Option<Vec<bool>> {
         let (start, end) = match range {
             "*" => (low, high),
             _ => match range.split_once('-') {
-                Some((a, b)) => (a.parse().ok()?, b.parse().ok()?),
+                Some((a, b)) => (value(a, low, names)?, value(b, low, names)?),
                 None => {
-                    let value: u32 = range.parse().ok()?;
+                    let value = value(range, low, names)?;
                     (value, if step > 1 { high } else { value })
                 }
             },
@@ -144,14 +268,71 @@ mod tests {
         ] {
             assert!(Schedule::parse(good).is_ok(), "{good}");
         }
+        for (named, numbered) in [
+            ("0 9 * * MON-FRI", "0 9 * * 1-5"),
+            ("0 0 1 jan,Jul sun", "0 0 1 1,7 0"),
+            ("0 0 * FEB-DEC/2 *", "0 0 * 2-12/2 *"),
+        ] {
+            assert_eq!(
+                Schedule::parse(named).unwrap(),
+                Schedule::parse(numbered).unwrap(),
+                "{named}"
+            );
+        }
         for bad in [
             "not a valid cron",
             "0 0 0 0 0 0 0",
             "99 25 32 13 8",
             "*/0 * * * *",
             "5-1 * * * *",
+            "0 0 * * MONDAY",
+            "0 0 JAN * *",
+            "0 0 * 13 *",
+            "",
         ] {
             assert!(Schedule::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn registrations_take_both_forms_and_iana_zones_only() {
+        let spec = parse_registration(
+            json!({ "name": "r", "cron": "0 9 * * MON-FRI", "timezone": "America/New_York",
+                                               "type": "report.generate", "args": [1], "options": { "queue": "q" } }),
+        )
+        .unwrap();
+        assert_eq!(
+            spec.definition["job_template"],
+            json!({ "type": "report.generate", "args": [1], "options": { "queue": "q" } })
+        );
+        assert_eq!(
+            (
+                spec.definition["expression"].as_str(),
+                spec.definition["overlap_policy"].as_str()
+            ),
+            (Some("0 9 * * MON-FRI"), Some("skip"))
+        );
+        let older = parse_registration(json!({ "name": "r", "expression": "@daily", "overlap_policy": "allow",
+                                                "job_template": { "type": "t" } }))
+        .unwrap();
+        assert_eq!(older.definition["cron"], "@daily");
+        for zone in ["UTC", "Asia/Tokyo", "America/Argentina/Buenos_Aires", "Etc/GMT+5"] {
+            assert!(is_zone_name(zone), "{zone}");
+        }
+        for zone in [
+            "+05:00", "-08:00", "UTC+5", "EST", "PST", "GMT-3", "utc", "America/", "/Tokyo", "5/5",
+        ] {
+            assert!(!is_zone_name(zone), "{zone}");
+        }
+        for bad in [
+            json!({ "name": "r", "cron": "* * * * *" }),
+            json!({ "name": "r", "type": "t" }),
+            json!({ "name": "r", "cron": "* * * * *", "expression": "@daily", "type": "t" }),
+            json!({ "name": "r", "cron": "* * * * *", "type": "t", "overlap_policy": "sometimes" }),
+            json!({ "name": "r", "cron": "* * * * *", "type": "t", "timezone": "+05:00" }),
+            json!({ "cron": "* * * * *", "type": "t" }),
+        ] {
+            assert!(parse_registration(bad.clone()).is_err(), "{bad}");
         }
     }
 

@@ -167,7 +167,11 @@ pub fn parse_job(value: Value, max_args_bytes: usize) -> Result<NewJob, OjsError
             _ => return Err(OjsError::invalid("timeouts must be positive integers of milliseconds")),
         },
     };
-    let (scheduled_at, delay_ms) = moment(option("scheduled_at").or_else(|| option("delay_until")), "scheduled_at")?;
+    // An error names the field the client sent.
+    let (scheduled_at, delay_ms) = match option("scheduled_at") {
+        Some(value) => moment(Some(value), "scheduled_at")?,
+        None => moment(option("delay_until"), "delay_until")?,
+    };
     let (expires_at, ttl_ms) = moment(option("expires_at"), "expires_at")?;
     let unique = match option("unique") {
         None => None,

@@ -8,6 +8,7 @@
 pub mod cron;
 pub mod envelope;
 pub mod queue;
+mod request;
 pub mod stream;
 pub mod tenant;
 pub mod webhooks;
@@ -22,12 +23,11 @@ use tracing::Instrument;
 use crate::request_body::RequestBody;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
-use hyper::body::Body as _;
+use http_body_util::{Either, Full};
 use serde_json::{Value, json};
 use tokio_postgres::error::SqlState;
 
-use crate::admission::Admission;
+use crate::admission::{Admission, BufferBudget};
 use crate::http_server::Shutdown;
 use crate::replica_lag::ReplicaLag;
 use envelope::NewJob;
@@ -69,6 +69,8 @@ pub struct OjsOptions {
     pub credentials: tenant::Credentials,
     /// How long a subscription's test delivery may take (`--webhook-timeout`).
     pub webhook_timeout: Duration,
+    /// Where test deliveries may go (`--webhook-allow-networks`), as the outbox's deliveries.
+    pub webhook_destinations: crate::webhooks::Destinations,
 }
 
 /// Refuses a body limit that could not carry a job with the largest `args` allowed.
@@ -94,6 +96,10 @@ struct Inner {
     lag: ReplicaLag,
     events: EventHub,
     shutdown: Shutdown,
+    /// The gateway's buffer budget, which large request bodies draw on ([`request`]).
+    budget: BufferBudget,
+    /// When this service started (the health answer's `uptime_seconds`).
+    started: std::time::Instant,
 }
 
 /// A JSON answer, or an event stream.
@@ -174,6 +180,32 @@ impl OjsError {
         error.retryable = true;
         error.headers = vec![("retry-after", "1".to_string())];
         error
+    }
+
+    /// A request whose body (and the JSON tree it makes) does not fit in what is left of the
+    /// buffer budget: retryable, as the budget frees when other requests finish.
+    fn out_of_memory(bytes: u64) -> OjsError {
+        let mut error = OjsError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            "rate_limited",
+            format!("this gateway's request memory (--buffer-budget) cannot hold this request's {bytes} bytes now; retry after a second"),
+        )
+        .with_details(json!({ "retry_after_seconds": OVERLOADED_RETRY_AFTER_SECONDS, "memory_bytes": bytes }));
+        error.retryable = true;
+        error.headers = vec![("retry-after", OVERLOADED_RETRY_AFTER_SECONDS.to_string())];
+        error
+    }
+
+    /// A request that would need more memory than the whole buffer budget: never served.
+    fn beyond_memory(bytes: u64, budget: u64) -> OjsError {
+        OjsError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_payload",
+            "validation_error",
+            format!("the request would take {bytes} bytes of memory to serve, more than this gateway's --buffer-budget ({budget})"),
+        )
+        .with_details(json!({ "memory_bytes": bytes, "buffer_budget_bytes": budget }))
     }
 
     /// A request body over `--ojs-max-body-bytes`, refused before the rest of it is read.
@@ -374,6 +406,7 @@ impl OjsService {
         admission: Admission,
         lag: ReplicaLag,
         shutdown: Shutdown,
+        budget: BufferBudget,
     ) -> OjsService {
         OjsService {
             inner: Arc::new(Inner {
@@ -383,6 +416,8 @@ impl OjsService {
                 admission,
                 lag,
                 shutdown,
+                budget,
+                started: std::time::Instant::now(),
             }),
         }
     }
@@ -566,13 +601,11 @@ impl OjsService {
         let tenant = acting.tenant.as_str();
         let queue = &self.inner.queue;
         let method = parts.method.clone();
-        let limit = self.inner.options.max_body_bytes;
+        let body = request::read(body, self.inner.options.max_body_bytes, &self.inner.budget).await?;
         match (&method, segments.as_slice()) {
             (&Method::GET, ["health"]) => Ok(self.health().await),
-            (&Method::POST, ["jobs"]) => self.enqueue(read_json(body, limit).await?, tenant, headers).await,
-            (&Method::POST, ["jobs", "batch"]) => {
-                self.enqueue_batch(read_json(body, limit).await?, tenant, headers).await
-            }
+            (&Method::POST, ["jobs"]) => self.enqueue(request::json(&body)?, tenant, headers).await,
+            (&Method::POST, ["jobs", "batch"]) => self.enqueue_batch(request::json(&body)?, tenant, headers).await,
             (&Method::GET, ["jobs", id]) => {
                 Ok((StatusCode::OK, json!({ "job": queue.get(job_id(id)?, tenant).await? })))
             }
@@ -581,16 +614,16 @@ impl OjsService {
                 StatusCode::OK,
                 json!({ "job": queue.cancel(job_id(id)?, tenant).await? }),
             )),
-            (&Method::POST, ["workers", "fetch"]) => self.fetch(read_json(body, limit).await?, tenant).await,
-            (&Method::POST, ["workers", "ack"]) => self.ack(read_json(body, limit).await?, tenant).await,
-            (&Method::POST, ["workers", "nack"]) => self.nack(read_json(body, limit).await?, tenant).await,
+            (&Method::POST, ["workers", "fetch"]) => self.fetch(request::json(&body)?, tenant).await,
+            (&Method::POST, ["workers", "ack"]) => self.ack(request::json(&body)?, tenant).await,
+            (&Method::POST, ["workers", "nack"]) => self.nack(request::json(&body)?, tenant).await,
             // The per-job forms: the job is the path's, the body (optional) the rest.
-            (&Method::POST, ["jobs", id, "ack"]) => self.ack(job_body(id, body, limit).await?, tenant).await,
-            (&Method::POST, ["jobs", id, "nack"]) => self.nack(job_body(id, body, limit).await?, tenant).await,
+            (&Method::POST, ["jobs", id, "ack"]) => self.ack(request::job_json(id, &body)?, tenant).await,
+            (&Method::POST, ["jobs", id, "nack"]) => self.nack(request::job_json(id, &body)?, tenant).await,
             (&Method::PUT | &Method::POST, ["jobs", id, "progress"]) => {
-                self.progress(job_body(id, body, limit).await?, tenant).await
+                self.progress(request::job_json(id, &body)?, tenant).await
             }
-            (&Method::POST, ["workers", "progress"]) => self.progress(read_json(body, limit).await?, tenant).await,
+            (&Method::POST, ["workers", "progress"]) => self.progress(request::json(&body)?, tenant).await,
             (&Method::GET, ["jobs", id, "progress"]) => {
                 let progress = queue.progress(job_id(id)?, tenant).await?;
                 progress_headers(&progress, headers);
@@ -603,10 +636,10 @@ impl OjsService {
                     ["subscriptions", rest @ ..] => rest,
                     rest => rest,
                 };
-                self.webhooks(method, rest, body, &query).await
+                self.webhooks(method, rest, &body, &query).await
             }
             (&Method::POST, ["workers", "heartbeat"]) | (&Method::POST, ["workers", "beat"]) => {
-                self.heartbeat(read_json(body, limit).await?, tenant).await
+                self.heartbeat(request::json(&body)?, tenant).await
             }
             (&Method::GET, ["queues"]) | (&Method::GET, ["admin", "queues"]) => {
                 let queues = queue.list_queues().await?;
@@ -624,7 +657,7 @@ impl OjsService {
                 Ok((StatusCode::OK, queue.queue_stats(name).await?["queue"].take()))
             }
             (&Method::PUT, ["admin", "queues", name, "config"]) => {
-                let settings = queue_settings(read_json(body, limit).await?)?;
+                let settings = queue_settings(request::json(&body)?)?;
                 let config = queue.configure_queue(queue_name(name)?, &settings).await?;
                 Ok((StatusCode::OK, json!({ "queue": name, "config": config })))
             }
@@ -662,8 +695,7 @@ impl OjsService {
                 Ok((StatusCode::NO_CONTENT, Value::Null))
             }
             (&Method::POST, ["workflows"]) => {
-                let workflow =
-                    workflow::parse_workflow(read_json(body, limit).await?, self.inner.options.max_args_bytes)?;
+                let workflow = workflow::parse_workflow(request::json(&body)?, self.inner.options.max_args_bytes)?;
                 let workflow = queue.create_workflow(&workflow, tenant).await?;
                 Ok((StatusCode::CREATED, json!({ "workflow": workflow })))
             }
@@ -678,7 +710,8 @@ impl OjsService {
             (&Method::GET, ["rate-limits"]) => Ok((StatusCode::OK, listing("items", queue.rate_limits().await?))),
             (&Method::GET, ["rate-limits", key]) => Ok((StatusCode::OK, queue.rate_limit(key).await?)),
             (&Method::GET, ["events"]) => self.events(&query).await,
-            (&Method::POST, ["cron"]) => self.register_cron(read_json(body, limit).await?).await,
+            (&Method::POST, ["cron"]) => self.register_cron(request::json(&body)?, None).await,
+            (&Method::PUT, ["cron", name]) => self.register_cron(request::json(&body)?, Some(*name)).await,
             (&Method::GET, ["cron"]) => {
                 let crons = queue.list_crons().await?;
                 Ok((StatusCode::OK, listing("crons", crons)))
@@ -687,7 +720,7 @@ impl OjsService {
                 Ok((StatusCode::OK, json!({ "cron": queue.delete_cron(name).await? })))
             }
             (&Method::POST, ["admin", "jobs", "bulk", "retry"]) => {
-                self.retry_in_bulk(read_json(body, limit).await?, tenant).await
+                self.retry_in_bulk(request::json(&body)?, tenant).await
             }
             (&Method::GET, ["admin", "stats"]) => Ok((StatusCode::OK, queue.stats().await?)),
             (&Method::GET, ["workers", id, "health"]) | (&Method::GET, ["admin", "workers", id]) => {
@@ -752,17 +785,24 @@ impl OjsService {
         })
     }
 
+    /// The HTTP binding's health answer (§8.1): the protocol `version`, this gateway's uptime,
+    /// and the database's state with the round trip it took.
     async fn health(&self) -> (StatusCode, Value) {
-        match self.inner.queue.ping().await {
+        let asked = std::time::Instant::now();
+        let (status, mut answer) = match self.inner.queue.ping().await {
             Ok(()) => (
                 StatusCode::OK,
-                json!({ "status": "ok", "backend": { "type": "postgresql", "status": "ok" } }),
+                json!({ "status": "ok", "backend": { "type": "postgresql", "status": "ok",
+                                                     "latency_ms": asked.elapsed().as_millis() as u64 } }),
             ),
             Err(_) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 json!({ "status": "degraded", "backend": { "type": "postgresql", "status": "unreachable" } }),
             ),
-        }
+        };
+        answer["version"] = json!(OJS_VERSION);
+        answer["uptime_seconds"] = json!(self.inner.started.elapsed().as_secs());
+        (status, answer)
     }
 
     async fn enqueue(&self, body: Value, tenant: &str, headers: &mut Vec<(&'static str, String)>) -> Reply {
@@ -926,14 +966,13 @@ impl OjsService {
         &self,
         method: &Method,
         rest: &[&str],
-        body: RequestBody,
+        body: &request::Body,
         query: &HashMap<String, String>,
     ) -> Reply {
         let queue = &self.inner.queue;
-        let limit = self.inner.options.max_body_bytes;
         match (method, rest) {
             (&Method::POST, []) => {
-                let webhook = webhooks::parse_webhook(read_json(body, limit).await?)?;
+                let webhook = webhooks::parse_webhook(request::json(body)?)?;
                 Ok((StatusCode::CREATED, subscription(queue.create_webhook(&webhook).await?)))
             }
             (&Method::GET, []) => Ok((StatusCode::OK, listing("subscriptions", queue.list_webhooks().await?))),
@@ -957,7 +996,7 @@ impl OjsService {
             )),
             (&Method::GET, [id]) => Ok((StatusCode::OK, subscription(queue.webhook(id).await?))),
             (&Method::PATCH, [id]) => {
-                let update = webhooks::parse_update(&read_json(body, limit).await?)?;
+                let update = webhooks::parse_update(&request::json(body)?)?;
                 Ok((StatusCode::OK, subscription(queue.update_webhook(id, &update).await?)))
             }
             (&Method::DELETE, [id]) => {
@@ -977,7 +1016,11 @@ impl OjsService {
     }
 
     /// Sends a `webhook.test` event to a subscription's endpoint now, outside the outbox, and
-    /// says how it answered (ojs-webhooks §6.6).
+    /// says whether it accepted it (ojs-webhooks §6.6). Every failure answers alike, and only
+    /// once the whole timeout has passed: a refused connection, an open port that does not speak
+    /// HTTP, a silent one and a non-2xx answer must look the same, or the route scans ports
+    /// (the gateway's log has the cause). An internal destination is refused before any
+    /// connection, so saying so tells nothing about the port.
     async fn test_webhook(&self, id: &str) -> Reply {
         let (url, secret) = self.inner.queue.webhook_endpoint(id).await?;
         let event_id = format!("evt_{}", envelope::new_uuid_v7());
@@ -991,18 +1034,21 @@ impl OjsService {
             secret: Some(secret),
             subscription: Some(id.to_string()),
         };
-        let client =
-            crate::webhooks::WebhookClient::new(self.inner.options.webhook_timeout, 1).map_err(OjsError::backend)?;
-        let started = std::time::Instant::now();
-        let outcome = client.post(&delivery).await;
-        let elapsed = started.elapsed().as_millis() as u64;
-        let mut answer = match outcome {
-            crate::webhooks::Outcome::Delivered => json!({ "success": true }),
+        let timeout = self.inner.options.webhook_timeout;
+        let client = crate::webhooks::WebhookClient::new(timeout, 1, self.inner.options.webhook_destinations.clone())
+            .map_err(OjsError::backend)?;
+        let started = tokio::time::Instant::now();
+        let mut answer = match client.post(&delivery).await {
+            crate::webhooks::Outcome::Delivered => {
+                json!({ "success": true, "response_time_ms": started.elapsed().as_millis() as u64 })
+            }
+            crate::webhooks::Outcome::Forbidden(error) => json!({ "success": false, "error": error }),
             crate::webhooks::Outcome::Failed(error) | crate::webhooks::Outcome::Refused(error) => {
-                json!({ "success": false, "error": error })
+                tracing::info!(subscription = id, %error, "webhook test delivery failed");
+                tokio::time::sleep_until(started + timeout).await;
+                json!({ "success": false, "error": "the endpoint did not accept the delivery (no 2xx answer in time)" })
             }
         };
-        answer["response_time_ms"] = json!(elapsed);
         answer["delivery_id"] = json!(delivery.delivery_id);
         Ok((StatusCode::OK, answer))
     }
@@ -1071,28 +1117,29 @@ impl OjsService {
         Ok((StatusCode::OK, json!({ "retried": retried, "count": retried })))
     }
 
-    async fn register_cron(&self, body: Value) -> Reply {
-        let name = match body.get("name") {
-            Some(Value::String(name)) if !name.is_empty() && name.len() <= 255 => name.clone(),
-            _ => return Err(OjsError::invalid("a cron schedule needs a \"name\"")),
-        };
-        let expression = body
-            .get("expression")
-            .or_else(|| body.get("schedule"))
-            .and_then(Value::as_str)
-            .map(String::from)
-            .ok_or_else(|| OjsError::invalid("a cron schedule needs an \"expression\""))?;
-        let schedule = cron::Schedule::parse(&expression)?;
-        let template = body
-            .get("job_template")
-            .cloned()
-            .ok_or_else(|| OjsError::invalid("a cron schedule needs a \"job_template\""))?;
+    /// Registers a cron schedule (`POST /cron`; an existing name is 409), or registers or
+    /// replaces one by name (`PUT /cron/{name}`).
+    async fn register_cron(&self, mut body: Value, path_name: Option<&str>) -> Reply {
+        if let (Some(path_name), Some(fields)) = (path_name, body.as_object_mut()) {
+            match fields.get("name") {
+                None => {
+                    fields.insert("name".into(), Value::String(path_name.to_string()));
+                }
+                Some(name) if name == path_name => {}
+                Some(_) => return Err(OjsError::invalid("the body's \"name\" is not the path's")),
+            }
+        }
+        let registration = cron::parse_registration(body)?;
         // Checked now so a bad template fails here rather than at every tick.
-        envelope::parse_job(template, self.inner.options.max_args_bytes)?.without_dependencies("a cron template")?;
-        let mut definition = body;
-        definition["expression"] = Value::String(expression);
-        let cron = self.inner.queue.put_cron(&name, &definition, &schedule).await?;
-        Ok((StatusCode::CREATED, json!({ "cron": cron })))
+        envelope::parse_job(
+            registration.definition["job_template"].clone(),
+            self.inner.options.max_args_bytes,
+        )?
+        .without_dependencies("a cron template")?;
+        let replace = path_name.is_some();
+        let cron = self.inner.queue.put_cron(&registration, replace).await?;
+        let status = if replace { StatusCode::OK } else { StatusCode::CREATED };
+        Ok((status, json!({ "cron": cron })))
     }
 
     async fn events(&self, query: &HashMap<String, String>) -> Reply {
@@ -1268,50 +1315,6 @@ fn settled(job: Value, flag: &str) -> Value {
     answer[flag] = Value::Bool(true);
     answer["job"] = job;
     answer
-}
-
-/// The body of a per-job route (`/jobs/{id}/ack`): optional, an object, and naming the
-/// path's job whatever it says.
-async fn job_body(id: &str, body: RequestBody, limit: u64) -> Result<Value, OjsError> {
-    let id = job_id(id)?.to_string();
-    let mut value = if http_body::Body::is_end_stream(&body) {
-        json!({})
-    } else {
-        read_json(body, limit).await?
-    };
-    let Some(fields) = value.as_object_mut() else {
-        return Err(invalid_payload("the request body must be a JSON object"));
-    };
-    fields.insert("job_id".into(), Value::String(id));
-    fields.remove("id");
-    Ok(value)
-}
-
-async fn read_json(body: RequestBody, limit: u64) -> Result<Value, OjsError> {
-    if body.size_hint().lower() > limit {
-        return Err(OjsError::too_large(limit));
-    }
-    let bytes = Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX))
-        .collect()
-        .await
-        .map_err(|err| {
-            if err.is::<LengthLimitError>() {
-                OjsError::too_large(limit)
-            } else if crate::request_body::BodyError::is_idle_timeout(err.as_ref()) {
-                invalid_payload("the request body stalled: nothing arrived within the body idle timeout")
-            } else {
-                invalid_payload("the request body was cut off")
-            }
-        })?
-        .to_bytes();
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err(invalid_payload("the request body is empty; send a JSON object"));
-    }
-    serde_json::from_slice(&bytes).map_err(|err| invalid_payload(&format!("the request body is not valid JSON: {err}")))
-}
-
-fn invalid_payload(message: &str) -> OjsError {
-    OjsError::new(StatusCode::BAD_REQUEST, "invalid_payload", "validation_error", message)
 }
 
 fn parse_query(query: &str) -> HashMap<String, String> {

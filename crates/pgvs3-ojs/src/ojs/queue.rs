@@ -1113,23 +1113,50 @@ impl Queue {
         Ok(rows.iter().map(|row| row.get(0)).collect())
     }
 
-    /// Registers (or replaces) a cron schedule; `definition` is the request as sent.
-    pub async fn put_cron(&self, name: &str, definition: &Value, schedule: &Schedule) -> Result<Value, OjsError> {
+    /// Stores a cron schedule: a new one, or (`replace`) whatever has its name. An existing name
+    /// not to be replaced is 409; a time zone PostgreSQL does not know is 400.
+    pub async fn put_cron(&self, cron: &super::cron::Registration, replace: bool) -> Result<Value, OjsError> {
         let client = self.client().await?;
-        let offset = tz_offset(&client, definition).await?;
-        let next = schedule
+        if let Some(zone) = cron.definition.get("timezone").and_then(Value::as_str) {
+            let known: bool = client
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = $1)",
+                    &[&zone],
+                )
+                .await
+                .map_err(OjsError::sql)?
+                .get(0);
+            if !known {
+                return Err(OjsError::invalid(format!("unknown time zone {zone:?}")));
+            }
+        }
+        let offset = tz_offset(&client, &cron.definition).await?;
+        let next = cron
+            .schedule
             .next_after(time::OffsetDateTime::now_utc(), offset)
             .ok_or_else(|| OjsError::invalid("the cron expression never matches"))?;
+        let statement = if replace {
+            "INSERT INTO ojs.cron (name, definition, next_run) VALUES ($1, $2, to_timestamp($3))
+             ON CONFLICT (name) DO UPDATE SET definition = excluded.definition, next_run = excluded.next_run
+             RETURNING ojs.cron_json(cron)"
+        } else {
+            "INSERT INTO ojs.cron (name, definition, next_run) VALUES ($1, $2, to_timestamp($3))
+             ON CONFLICT (name) DO NOTHING
+             RETURNING ojs.cron_json(cron)"
+        };
         let row = client
-            .query_one(
-                "INSERT INTO ojs.cron (name, definition, next_run) VALUES ($1, $2, to_timestamp($3))
-                 ON CONFLICT (name) DO UPDATE SET definition = excluded.definition, next_run = excluded.next_run
-                 RETURNING ojs.cron_json(cron)",
-                &[&name, definition, &(next.unix_timestamp() as f64)],
+            .query_opt(
+                statement,
+                &[&cron.name, &cron.definition, &(next.unix_timestamp() as f64)],
             )
             .await
             .map_err(OjsError::sql)?;
-        Ok(row.get(0))
+        row.map(|row| row.get(0)).ok_or_else(|| {
+            OjsError::duplicate(format!(
+                "a cron schedule named {:?} exists; PUT /ojs/v1/cron/{} replaces it",
+                cron.name, cron.name
+            ))
+        })
     }
 
     pub async fn list_crons(&self) -> Result<Vec<Value>, OjsError> {
@@ -1185,12 +1212,14 @@ impl Queue {
             let next = schedule
                 .next_after(time::OffsetDateTime::now_utc(), offset)
                 .map(|next| next.unix_timestamp() as f64);
-            let job = envelope::parse_job(definition["job_template"].clone(), max_args_bytes)?;
-            let overlapping: Option<String> = if definition["overlap_policy"].as_str() == Some("skip") {
+            let policy = definition["overlap_policy"].as_str().unwrap_or("allow");
+            let job = envelope::parse_job(cron_job(&name, &definition, &tick, policy), max_args_bytes)?;
+            // The schedule's previous job, when it is still running (found by its meta.cron_name).
+            let running: Option<String> = if matches!(policy, "skip" | "cancel_previous") {
                 tx.query_opt(
-                    "SELECT id FROM ojs.jobs WHERE queue = $1 AND type = $2
-                     AND state IN ('scheduled', 'available', 'pending', 'active', 'retryable') LIMIT 1",
-                    &[&job.queue, &job.job_type],
+                    "SELECT id FROM ojs.jobs WHERE queue = $1 AND type = $2 AND state = 'active'
+                        AND envelope #>> '{meta,cron_name}' = $3 LIMIT 1",
+                    &[&job.queue, &job.job_type, &name],
                 )
                 .await
                 .map_err(OjsError::sql)?
@@ -1198,6 +1227,16 @@ impl Queue {
             } else {
                 None
             };
+            if let (Some(previous), "cancel_previous") = (&running, policy) {
+                tx.execute(
+                    "UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now(), visible_until = NULL
+                      WHERE id = $1 AND state = 'active'",
+                    &[previous],
+                )
+                .await
+                .map_err(OjsError::sql)?;
+            }
+            let overlapping = running.filter(|_| policy == "skip");
             let (kind, mut data) = match overlapping {
                 Some(existing) => (
                     "cron.skipped",
@@ -1336,6 +1375,25 @@ impl<'a> Placement<'a> {
             ..Placement::default()
         }
     }
+}
+
+/// The job a cron tick enqueues: its template, with the schedule's name and tick in `meta`
+/// (ojs-cron §6.3, the correlation overlap policies use); under `enqueue`, a rate limit of one
+/// at a time keyed by the schedule, so its jobs wait for each other instead of overlapping.
+fn cron_job(name: &str, definition: &Value, tick: &str, policy: &str) -> Value {
+    let mut job = definition["job_template"].clone();
+    if !job["meta"].is_object() {
+        job["meta"] = json!({});
+    }
+    job["meta"]["cron_name"] = json!(name);
+    job["meta"]["cron_triggered_at"] = json!(tick);
+    if policy == "enqueue" {
+        if !job["options"].is_object() {
+            job["options"] = json!({});
+        }
+        job["options"]["rate_limit"] = json!({ "key": format!("cron:{name}"), "concurrency": 1 });
+    }
+    job
 }
 
 /// Inserts jobs of the default tenant (cron's).
