@@ -78,7 +78,7 @@ k create secret generic demo-app --type=kubernetes.io/basic-auth --from-literal=
 k label secret demo-app pgvs3.io/reload=true >/dev/null
 k create secret generic demo-ca --from-file="$scratch/ca.crt" --from-file="$scratch/ca.key" >/dev/null
 k create secret tls demo-server-tls --cert="$scratch/tls.crt" --key="$scratch/tls.key" >/dev/null
-k create secret tls demo-gateway-tls --cert="$scratch/gateway.crt" --key="$scratch/gateway.key" >/dev/null
+k create secret tls demo-gateway-tls --cert="$scratch/gateway.crt" --key="$scratch/gateway.key" --save-config >/dev/null
 k label secret demo-gateway-tls pgvs3.io/reload=true >/dev/null
 k create configmap node-tier-client --from-file="$HERE/client.sh" >/dev/null
 # what the client pod trusts: the tier's CA (client.sh, redis-cli --tls, pgvs3-loadgen --ca-cert)
