@@ -6,7 +6,7 @@
 # Buckets, an OriginCache, S3/RESP/OJS from a pod, the database password and the TLS certificate
 # rotated under load, a gateway and the operator killed, a capacity run, scaling, autoscaling,
 # a failover with the primary's Service moved, PodSecurity restricted). Everything is torn down on
-# exit, also on failure, and the host must be as before. About 3-4 minutes; docs/operator.md says
+# exit, also on failure, and the host must be as before. About 4-6 minutes; docs/operator.md says
 # what it checks.
 #   env: PGVS3_KUBE_SOURCE (default /work/shared/kube; its node/ is the kit),
 #        PGVS3_KUBE_ASSETS (default ~/.cache/pgvs3-kube), PGVS3_HELM (default ~/.cache/pgvs3-tools/helm)
