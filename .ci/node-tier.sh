@@ -3,9 +3,11 @@
 # ../shared/kube/node (containerd, kubelet, scheduler, kube-proxy, bridge CNI, cluster DNS) on the
 # control plane of ../shared/kube, images built from this checkout's debug binaries, then
 # e2e/node-tier/scenario.sh (the chart, PostgreSQL primary + hot standby, two GatewayPools,
-# Buckets, an OriginCache, S3/RESP/OJS from a pod, a gateway and the operator killed, scaling,
-# PodSecurity restricted). Everything is torn down on exit, also on failure, and the host must be
-# as before. About 3 minutes; docs/operator.md says what it checks.
+# Buckets, an OriginCache, S3/RESP/OJS from a pod, the database password and the TLS certificate
+# rotated under load, a gateway and the operator killed, a capacity run, scaling, autoscaling,
+# a failover with the primary's Service moved, PodSecurity restricted). Everything is torn down on
+# exit, also on failure, and the host must be as before. About 4-6 minutes; docs/operator.md says
+# what it checks.
 #   env: PGVS3_KUBE_SOURCE (default /work/shared/kube; its node/ is the kit),
 #        PGVS3_KUBE_ASSETS (default ~/.cache/pgvs3-kube), PGVS3_HELM (default ~/.cache/pgvs3-tools/helm)
 # Where the kit is absent it says "not run" and exits 0; where it is present any failure fails.
@@ -41,6 +43,10 @@ step() { local now; now=$(ms); printf '[node-tier %6.1fs] %-58s %5.1fs\n' "$(( n
 # of either package would unify features differently and rebuild much of the dependency tree.
 cargo test -q --locked --workspace --no-run
 gateway="$CARGO_TARGET_DIR/debug/pgvs3" operator="$CARGO_TARGET_DIR/debug/pgvs3-operator"
+# The load generator of the capacity run: .ci/run's `cargo test --workspace` built it already; a
+# `cargo build -p pgvs3-e2e` would unify features differently and rebuild much, so only if absent.
+loadgen="$CARGO_TARGET_DIR/debug/pgvs3-loadgen"
+[ -x "$loadgen" ] || cargo build -q --locked -p pgvs3-e2e --bin pgvs3-loadgen
 kube=$("$source_dir/unpack.sh" "$assets")
 step "binaries built, kube binaries unpacked"
 
@@ -91,7 +97,8 @@ quiet "$kit/build-postgres-image.sh" &
 postgres_image=$!
 STRIP=1 CMD='["serve"]' quiet "$kit/build-image.sh" ghcr.io/pgvs3/pgvs3:node-tier "$gateway"
 STRIP=1 CMD='["run"]' quiet "$kit/build-image.sh" ghcr.io/pgvs3/pgvs3-operator:node-tier "$operator"
-ENTRYPOINT=/bin/sleep quiet "$kit/build-image.sh" localhost/pgvs3-node-tier/client:1 /bin/busybox "$(command -v curl)" "$(command -v redis-cli)"
+ENTRYPOINT=/bin/sleep STRIP=1 quiet "$kit/build-image.sh" localhost/pgvs3-node-tier/client:1 /bin/busybox \
+    "$(command -v curl)" "$(command -v redis-cli)" "$loadgen"
 wait "$postgres_image"
 step "images: gateway, operator, PostgreSQL, client"
 

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Runs inside the node tier's client pod (busybox sh, curl, redis-cli; .ci/node-tier.sh mounts it
-# from a ConfigMap): S3 requests signed with SigV4 by curl, and the load loop.
+# from a ConfigMap): S3 requests signed with SigV4 by curl, and the load loop. `https://` URLs are
+# verified against the tier's CA (ConfigMap node-tier-ca).
 #   env AK, SK: the access key to sign with
 #   client.sh put URL TEXT        -> prints the HTTP status of a PUT of TEXT
 #   client.sh get URL             -> prints "<status> <body>"
@@ -10,18 +11,19 @@
 #   client.sh verify URL TAG      GETs every acknowledged key; prints "lost=<n>" and each loss
 set -u
 EMPTY_SHA=e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
+CA=/etc/node-tier-ca/ca.crt
 
 put() {
     body=/tmp/body.$$
     printf '%s' "$2" > "$body"
-    curl -s -o /dev/null -w '%{http_code}' --max-time 5 --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AK:$SK" \
+    curl -s -o /dev/null -w '%{http_code}' --max-time 5 --cacert "$CA" --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AK:$SK" \
         -H "x-amz-content-sha256: $(sha256sum "$body" | cut -d' ' -f1)" -T "$body" "$1"
     rm -f "$body"
 }
 
 get() {
     out=/tmp/get.$$
-    code=$(curl -s -o "$out" -w '%{http_code}' --max-time 5 --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AK:$SK" \
+    code=$(curl -s -o "$out" -w '%{http_code}' --max-time 5 --cacert "$CA" --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AK:$SK" \
         -H "x-amz-content-sha256: $EMPTY_SHA" "$1")
     echo "$code $(cat "$out" 2>/dev/null)"
     rm -f "$out"
@@ -42,6 +44,9 @@ load)
             [ "$got" = "200 $text" ] || { get_failed=$((get_failed + 1)); echo "get:${got%% *}" >> "/tmp/failed-$tag"; }
         else
             put_failed=$((put_failed + 1)); echo "put:$code" >> "/tmp/failed-$tag"
+            # a client's back-off: without it an outage (no ready gateway: refused at once)
+            # would spend the whole budget N in a few seconds
+            sleep 0.1
         fi
         i=$((i + 1))
     done

@@ -63,17 +63,26 @@ step "namespaces labelled enforce=restricted (probe refused)"
 scratch=$(mktemp -d); trap 'rm -rf "$scratch"' EXIT
 ec() { openssl req -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "$@" 2>/dev/null; }
 ec -x509 -days 2 -subj /CN=demo-ca -keyout "$scratch/ca.key" -out "$scratch/ca.crt"
-ec -subj /CN=demo-rw -keyout "$scratch/tls.key" -out "$scratch/tls.csr"
-sans=""; for svc in demo-rw demo-ro; do sans="$sans,DNS:$svc,DNS:$svc.$NS.svc,DNS:$svc.$NS.svc.cluster.local"; done
-openssl x509 -req -in "$scratch/tls.csr" -CA "$scratch/ca.crt" -CAkey "$scratch/ca.key" -CAcreateserial -days 2 \
-    -extfile <(echo "subjectAltName=${sans#,}") -out "$scratch/tls.crt" 2>/dev/null
+# issue NAME SERVICE...: $scratch/NAME.{crt,key}, a server certificate of the tier's CA for the Services
+issue() { local name=$1 cn=$2 sans=""; shift
+    for svc in "$@"; do sans="$sans,DNS:$svc,DNS:$svc.$NS.svc,DNS:$svc.$NS.svc.cluster.local"; done
+    ec -subj "/CN=$cn" -keyout "$scratch/$name.key" -out "$scratch/$name.csr"
+    openssl x509 -req -in "$scratch/$name.csr" -CA "$scratch/ca.crt" -CAkey "$scratch/ca.key" -CAcreateserial -days 2 \
+        -extfile <(echo "subjectAltName=${sans#,}") -out "$scratch/$name.crt" 2>/dev/null; }
+issue tls demo-rw demo-ro
+# the primary pool serves S3, RESP and OJS over TLS (the standby pool plain): its first certificate
+issue gateway demo-primary
 # CloudNativePG's shapes: <cluster>-app (basic-auth), <cluster>-ca (ca.crt and ca.key).
 k create secret generic demo-app --type=kubernetes.io/basic-auth --from-literal=username=app \
     --from-literal=password="$(openssl rand -hex 16)" >/dev/null
 k label secret demo-app pgvs3.io/reload=true >/dev/null
 k create secret generic demo-ca --from-file="$scratch/ca.crt" --from-file="$scratch/ca.key" >/dev/null
 k create secret tls demo-server-tls --cert="$scratch/tls.crt" --key="$scratch/tls.key" >/dev/null
+k create secret tls demo-gateway-tls --cert="$scratch/gateway.crt" --key="$scratch/gateway.key" --save-config >/dev/null
+k label secret demo-gateway-tls pgvs3.io/reload=true >/dev/null
 k create configmap node-tier-client --from-file="$HERE/client.sh" >/dev/null
+# what the client pod trusts: the tier's CA (client.sh, redis-cli --tls, pgvs3-loadgen --ca-cert)
+k create configmap node-tier-ca --from-file="$scratch/ca.crt" >/dev/null
 k apply -f "$HERE/postgres.yaml" >/dev/null
 step "CA, certificates, secrets; PostgreSQL applied"
 
@@ -97,7 +106,7 @@ step "PostgreSQL hot standby streaming over TLS (clone waited: $waits unanswered
 k apply -f "$HERE/fleet.yaml" >/dev/null
 k wait --for=condition=Ready gatewaypool/demo-primary gatewaypool/demo-standby --timeout=180s >/dev/null
 k wait --for=condition=Ready pod/client --timeout=60s >/dev/null
-step "GatewayPools demo-primary (2) and demo-standby (1) Ready"
+step "GatewayPools demo-primary (2, TLS) and demo-standby (1) Ready"
 k apply -f "$HERE/buckets.yaml" >/dev/null
 k wait --for=condition=Ready bucket/photos bucket/upstream --timeout=120s >/dev/null
 k apply -f "$HERE/origincache.yaml" >/dev/null
@@ -115,44 +124,49 @@ done
 
 # --- S3 through the Services, from the client pod and from the host ------------------------------
 AK=$(secret photos-credentials AWS_ACCESS_KEY_ID) SK=$(secret photos-credentials AWS_SECRET_ACCESS_KEY)
-P=http://demo-primary:9000 S=http://demo-standby:9000
+P=https://demo-primary:9000 S=http://demo-standby:9000 CA=/etc/node-tier-ca/ca.crt
 text="hello from the node tier"
 [ "$(pod put "$P/demo-photos/hello.txt" "$text")" = 200 ] || die "S3 PUT through demo-primary"
 [ "$(pod get "$P/demo-photos/hello.txt")" = "200 $text" ] || die "S3 GET through demo-primary"
 eventually 20 "the standby pool serving what the primary pool wrote" '[ "$(pod get "$S/demo-photos/hello.txt")" = "200 $text" ]'
 code=$(pod put "$S/demo-photos/refused.txt" "no") ; [ "$code" = 403 ] || die "S3 PUT through demo-standby answered $code, not 403"
 [ "$(pod get "$P/demo-photos/refused.txt" | cut -d' ' -f1)" = 404 ] || die "the standby's refused PUT left an object"
-# from the host to the ClusterIP (kube-proxy's OUTPUT rules)
+# from the host to the ClusterIP (kube-proxy's OUTPUT rules), over TLS with the Service's name
 ip=$(k get service demo-primary -o jsonpath='{.spec.clusterIP}')
-got=$(curl -s --max-time 5 --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AK:$SK" \
-    -H "x-amz-content-sha256: $(printf '' | sha256sum | cut -d' ' -f1)" "http://$ip:9000/demo-photos/hello.txt")
+got=$(curl -s --max-time 5 --cacert "$scratch/ca.crt" --resolve "demo-primary.$NS.svc:9000:$ip" \
+    --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AK:$SK" \
+    -H "x-amz-content-sha256: $(printf '' | sha256sum | cut -d' ' -f1)" "https://demo-primary.$NS.svc:9000/demo-photos/hello.txt")
 [ "$got" = "$text" ] || die "S3 GET from the host to $ip:9000: '$got'"
-# the OriginCache: an object put into the origin bucket is read through the cache bucket with its own key
-[ "$(AK=$(secret upstream-credentials AWS_ACCESS_KEY_ID) SK=$(secret upstream-credentials AWS_SECRET_ACCESS_KEY) \
-    pod put "$P/demo-upstream/data.txt" "from the origin")" = 200 ] || die "S3 PUT into the origin bucket"
+# the OriginCache: an object put into the origin bucket is read through the cache bucket with its
+# own key (the origin is the standby pool's plain Service: once it serves the object)
+UAK=$(secret upstream-credentials AWS_ACCESS_KEY_ID) USK=$(secret upstream-credentials AWS_SECRET_ACCESS_KEY)
+[ "$(AK=$UAK SK=$USK pod put "$P/demo-upstream/data.txt" "from the origin")" = 200 ] || die "S3 PUT into the origin bucket"
+eventually 20 "the origin (demo-standby) serving the object" \
+    '[ "$(AK=$UAK SK=$USK pod get "$S/demo-upstream/data.txt")" = "200 from the origin" ]'
 got=$(AK=$(secret mirror-credentials AWS_ACCESS_KEY_ID) SK=$(secret mirror-credentials AWS_SECRET_ACCESS_KEY) \
     pod get "$P/demo-mirror/data.txt")
 [ "$got" = "200 from the origin" ] || die "GET through the OriginCache's bucket: '$got'"
-step "S3: primary write, standby read + 403, host→ClusterIP, OriginCache"
+step "S3: primary write (HTTPS), standby read + 403, host→ClusterIP, OriginCache"
 
 # --- RESP --------------------------------------------------------------------------------------
-resp() { local host=$1 user=$2 pass=$3; shift 3
-    in_pod redis-cli --no-auth-warning -h "$host" -p 6379 --user "$user" --pass "$pass" "$@"; }
+resp() { local host=$1 user=$2 pass=$3 tls=(); shift 3
+    [ "$host" != demo-primary ] || tls=(--tls --cacert "$CA")
+    in_pod redis-cli --no-auth-warning "${tls[@]}" -h "$host" -p 6379 --user "$user" --pass "$pass" "$@"; }
 [ "$(resp demo-primary "$AK" "$SK" PING)" = PONG ] || die "RESP AUTH with a Bucket's key + PING"
 [ "$(resp demo-primary "$root_ak" "$root_sk" SET node-tier:greeting "$text")" = OK ] || die "RESP SET on demo-primary"
 [ "$(resp demo-primary "$root_ak" "$root_sk" GET node-tier:greeting)" = "$text" ] || die "RESP GET on demo-primary"
 eventually 20 "RESP GET on demo-standby" '[ "$(resp demo-standby "$root_ak" "$root_sk" GET node-tier:greeting)" = "$text" ]'
 got=$(resp demo-standby "$root_ak" "$root_sk" SET node-tier:greeting no)
 case "$got" in READONLY*) ;; *) die "RESP SET on demo-standby answered '$got', not READONLY" ;; esac
-step "RESP: SET/GET on primary, GET + READONLY on standby"
+step "RESP: SET/GET on primary (TLS), GET + READONLY on standby"
 
 # --- OJS ---------------------------------------------------------------------------------------
 ojs() { local method=$1 url=$2 body=${3:-}
-    in_pod curl -s -w '\n%{http_code}' --max-time 5 -X "$method" -H "Authorization: Bearer node-tier-ojs-token" \
+    in_pod curl -s -w '\n%{http_code}' --max-time 5 --cacert "$CA" -X "$method" -H "Authorization: Bearer node-tier-ojs-token" \
         -H 'Content-Type: application/openjobspec+json' ${body:+-d "$body"} "$url"; }
 status() { tail -n1 <<<"$1"; }
 field() { head -n -1 <<<"$1" | python3 -c "import json, sys; d = json.load(sys.stdin); print(eval('d' + sys.argv[1]))" "$2"; }
-O=http://demo-primary:8080/ojs/v1 OS=http://demo-standby:8080/ojs/v1
+O=https://demo-primary:8080/ojs/v1 OS=http://demo-standby:8080/ojs/v1
 job='{"type":"node.tier","args":["hello"],"queue":"node-tier"}'
 out=$(ojs POST "$O/jobs" "$job"); [ "$(status "$out")" = 201 ] || die "OJS enqueue on demo-primary: $out"
 id=$(field "$out" "['job']['id']")
@@ -211,6 +225,32 @@ load_finish roll
 [ "$failed" = 0 ] || defects+=("rolling update under load (database password rotated): $failed requests failed ($summary)")
 step "password rotated under load, pods replaced: $summary, lost=0"
 
+# --- rolling update under load: the pool's TLS certificate replaced ------------------------------
+# A renewal (cert-manager writes the new pair into the same Secret): the gateways reload it and,
+# its digest being in the pod template, the operator rolls them. Every request must succeed, and
+# every connection then gets the new certificate.
+# served_serials N: the serial of the certificate of N new TLS connections from the host to the ClusterIP
+served_serials() { local n
+    for n in $(seq "$1"); do
+        openssl s_client -connect "$ip:9000" -servername "demo-primary.$NS.svc" </dev/null 2>/dev/null \
+            | openssl x509 -noout -serial
+    done | sort -u; }
+old_serial=$(openssl x509 -noout -serial -in "$scratch/gateway.crt")
+[ "$(served_serials 2)" = "$old_serial" ] || die "demo-primary does not serve its first certificate"
+issue gateway demo-primary
+new_serial=$(openssl x509 -noout -serial -in "$scratch/gateway.crt")
+load_start tls 2000
+eventually 60 "the load running" '[ "$(acked_so_far tls)" -ge 10 ]'
+old_pods=$(pods_of demo-primary | sort)
+k create secret tls demo-gateway-tls --cert="$scratch/gateway.crt" --key="$scratch/gateway.key" \
+    --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+eventually 120 "demo-primary's gateways all replaced after the renewal" rolled
+k rollout status deployment/demo-primary --timeout=60s >/dev/null
+eventually 30 "every connection served the renewed certificate" '[ "$(served_serials 6)" = "$new_serial" ]'
+load_finish tls
+[ "$failed" = 0 ] || defects+=("rolling update under load (TLS certificate renewed): $failed requests failed ($summary)")
+step "TLS certificate renewed under load, pods replaced, new one served: $summary, lost=0"
+
 # --- a gateway killed (SIGKILL) mid-load: nothing acknowledged is lost, the pool recovers --------
 load_start kill 2000
 eventually 60 "the load running" '[ "$(acked_so_far kill)" -ge 30 ]'
@@ -224,6 +264,24 @@ recovered=$(acked_so_far kill)
 eventually 60 "20 more writes acknowledged once the pool recovered" '[ "$(acked_so_far kill)" -ge $(( recovered + 20 )) ]'
 load_finish kill
 step "gateway SIGKILLed after $at_kill acked writes, recovered: $summary, lost=0"
+
+# --- a capacity run: pgvs3-loadgen in the client pod against the primary pool's Service ---------
+# Short and bounded (2 cases of 5 s after 1 s of warm-up, 8 workers, 4 KiB objects over HTTPS);
+# debug builds on a shared 2-core node: a smoke figure of the path through kube-proxy, not a
+# benchmark (docs/benchmarks.md).
+in_pod pgvs3-loadgen s3 --endpoint "$P" --ca-cert "$CA" --access-key "$AK" --secret-key "$SK" \
+    --bucket demo-photos --ops put,get --sizes 4KiB --keys 200 --workers 8 --duration 5 --warmup 1 --timeout 30 \
+    --json /tmp/capacity.json > "$scratch/capacity.out" 2>&1 || die "pgvs3-loadgen: $(tail -n 20 "$scratch/capacity.out")"
+# one line per case: "<case> <req/s> req/s p50 <ms> p99 <ms> errors <n>"; a case with errors fails
+capacity=$(in_pod cat /tmp/capacity.json | python3 -c '
+import json, sys
+for line in sys.stdin:
+    c = json.loads(line); r = c["result"]
+    print("%s %.0f req/s p50 %.1f ms p99 %.1f ms errors %d" % (c["case"], r["rate"], r["p50_ms"], r["p99_ms"], sum(r["errors"].values())))
+')
+echo "$capacity" | sed 's/^/[node-tier capacity] /'
+[ "$(grep -c ' errors 0$' <<<"$capacity")" = 2 ] || die "the capacity run had errors or not two cases: $capacity"
+step "capacity run: pgvs3-loadgen s3 put,get (4 KiB, 8 workers, 5 s each) through the Service"
 
 # --- the operator's leader killed; a scale 1 → 3 → 1 is still reconciled -------------------------
 leader=$(kubectl -n "$SYS" get lease -o jsonpath='{.items[0].spec.holderIdentity}')
@@ -242,14 +300,57 @@ eventually 30 "demo-standby status 1 ready gateway" '[ "$(ready_gateways demo-st
 [ "$(pod get "$S/demo-photos/hello.txt")" = "200 $text" ] || die "S3 GET through demo-standby after scaling down"
 step "standby scaled 3 → 1: pods followed, still serving"
 
-# --- the standby promoted: the standby pool's gateways take writes, without a restart ------------
+# --- autoscaling on: the HPA is the pool's, and the replica count is handed over without a dip ----
+pods_before=$(pods_of demo-primary | sort)
+k patch gatewaypool demo-primary --type=merge \
+    -p '{"spec":{"replicas":null,"autoscaling":{"minReplicas":2,"maxReplicas":3,"targetCPUUtilizationPercentage":80}}}' >/dev/null
+eventually 30 "the HorizontalPodAutoscaler demo-primary" 'k get hpa demo-primary'
+hpa=$(k get hpa demo-primary -o json)
+python3 - "$hpa" "$(k get gatewaypool demo-primary -o jsonpath='{.metadata.uid}')" <<'PY' || die "the HPA demo-primary: $hpa"
+import json, sys
+hpa, uid = json.loads(sys.argv[1]), sys.argv[2]
+owner, = hpa["metadata"]["ownerReferences"]
+assert (owner["kind"], owner["name"], owner["uid"], owner["controller"], owner["blockOwnerDeletion"]) == \
+    ("GatewayPool", "demo-primary", uid, True, True), owner
+target = hpa["spec"]["scaleTargetRef"]
+assert (target["kind"], target["name"]) == ("Deployment", "demo-primary"), target
+assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 3), hpa["spec"]
+PY
+[ "$(k get deployment demo-primary -o jsonpath='{.spec.replicas}')" = 2 ] || die "autoscaling on changed demo-primary's replicas"
+[ "$(pods_of demo-primary | sort)" = "$pods_before" ] || die "autoscaling on replaced or added demo-primary's pods"
+step "autoscaling on: HPA owned by the pool (controller, blockOwnerDeletion), 2 replicas kept"
+
+# --- failover: the primary stopped, the standby promoted, the primary's Service moved to it ------
+# What CloudNativePG does on a failover, by hand: the primary stops (a fast shutdown, which sends
+# the standby all of its WAL first, so nothing acknowledged may be lost), the standby is
+# promoted and `demo-rw` then leads to it. The primary pool's gateways reach it through the same
+# Service name, without a restart; requests in between may fail (unacknowledged).
+restarts_before=$(for p in $(pods_of demo-primary); do restarts "$NS" "$p"; done)
+load_start failover 100000
+eventually 60 "the load running" '[ "$(acked_so_far failover)" -ge 10 ]'
+k scale statefulset demo-primary --replicas=0 >/dev/null
+# the pod's SIGTERM is a smart shutdown, which waits for the gateways' sessions: make it fast
+k exec demo-primary-0 -c postgres -- sh -c 'pg_ctl stop -m fast' >/dev/null 2>&1 || true
+k wait --for=delete pod/demo-primary-0 --timeout=60s >/dev/null
+at_stop=$(acked_so_far failover)
 [ "$(psql_at demo-standby-0 'select pg_promote()')" = t ] || die "pg_promote() on demo-standby-0"
-eventually 30 "demo-standby taking S3 writes after the promotion" \
-    '[ "$(pod put "$S/demo-photos/promoted.txt" "written after the promotion")" = 200 ]'
-[ "$(pod get "$S/demo-photos/promoted.txt")" = "200 written after the promotion" ] || die "S3 GET of the promoted write"
-[ "$(resp demo-standby "$root_ak" "$root_sk" SET node-tier:promoted yes)" = OK ] || die "RESP SET on demo-standby after the promotion"
-[ "$(restarts "$NS" "$(pods_of demo-standby)")" = 0 ] || die "demo-standby's gateway restarted for the promotion"
-step "standby PostgreSQL promoted: demo-standby takes S3 and RESP writes"
+k patch service demo-rw --type=merge -p '{"spec":{"selector":{"role":"standby"}}}' >/dev/null
+eventually 90 "demo-primary's gateways ready on the promoted server" '[ "$(ready_gateways demo-primary)" = 2 ]'
+moved=$(acked_so_far failover)
+eventually 60 "20 more writes acknowledged after the failover" '[ "$(acked_so_far failover)" -ge $(( moved + 20 )) ]'
+load_finish failover
+[ "$(resp demo-primary "$root_ak" "$root_sk" SET node-tier:failover yes)" = OK ] || die "RESP SET on demo-primary after the failover"
+[ "$(for p in $(pods_of demo-primary); do restarts "$NS" "$p"; done)" = "$restarts_before" ] \
+    || die "demo-primary's gateways restarted for the failover"
+step "failover: primary stopped after $at_stop acked writes, standby promoted, demo-rw moved: $summary, lost=0"
+# The standby pool's gateways (PGVS3_REQUIRE_ROLE=standby) now sit on a primary: unready, so its
+# Service routes nothing to them.
+eventually 60 "demo-standby unready on a primary" '[ "$(ready_gateways demo-standby)" = 0 ] || [ -z "$(ready_gateways demo-standby)" ]'
+# HPA acting needs the resource metrics API (a metrics server), which the kit does not run: the
+# HPA controller says so, and the replica count stays where the hand-over left it.
+eventually 60 "the HPA reporting it cannot get CPU metrics" \
+    '[ "$(k get hpa demo-primary -o jsonpath="{.status.conditions[?(@.type==\"ScalingActive\")].reason}")" = FailedGetResourceMetric ]'
+step "standby pool unready on the promoted server; HPA: FailedGetResourceMetric (no metrics server)"
 
 # --- every pod admitted under `restricted`, and still conforming ---------------------------------
 for ns in "$SYS" "$NS"; do
