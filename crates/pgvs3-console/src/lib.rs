@@ -45,6 +45,33 @@ pub struct Gateway {
     pub tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
+impl Gateway {
+    /// The gateway's S3 listener as the console reaches it: on loopback, through the plaintext
+    /// twin when there is one (no certificate to trust), else as the listener speaks.
+    pub fn loopback(
+        s3: SocketAddr,
+        s3_plaintext: Option<SocketAddr>,
+        region: String,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> Gateway {
+        let local = |mut addr: SocketAddr| {
+            if addr.ip().is_unspecified() {
+                addr.set_ip(match addr {
+                    SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                    SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+                });
+            }
+            addr
+        };
+        let s3_url = match (s3_plaintext, &tls) {
+            (Some(plaintext), _) => format!("http://{}", local(plaintext)),
+            (None, Some(_)) => format!("https://{}", local(s3)),
+            (None, None) => format!("http://{}", local(s3)),
+        };
+        Gateway { s3_url, region, tls }
+    }
+}
+
 /// A running console listener.
 pub struct Console {
     pub addr: SocketAddr,

@@ -317,6 +317,8 @@ async fn a_browser_signs_in_uploads_by_drag_and_drop_restores_a_version_and_edit
     };
     let stack = Stack::start().await;
     let console = |path: &str| stack.url(path);
+    // Shared references, copied into each poll of `eventually`.
+    let (b, s) = (&browser, &stack);
 
     browser.goto(&console("/")).await;
     browser.find("#access_key").await;
@@ -351,7 +353,9 @@ async fn a_browser_signs_in_uploads_by_drag_and_drop_restores_a_version_and_edit
     browser.screenshot("buckets").await;
     browser.goto(&console("/bucket?bucket=photos")).await;
     browser.click("#versioning-toggle").await;
-    eventually("versioning on", || async { browser.text("#versioning-status").await == "Enabled" }).await;
+    eventually("versioning on", move || async move {
+        b.source().await.contains("id=\"versioning-status\">Enabled<")
+    }).await;
 
     // The policy editor: refused with its reasons, then saved.
     browser.clear("#policy").await;
@@ -359,15 +363,17 @@ async fn a_browser_signs_in_uploads_by_drag_and_drop_restores_a_version_and_edit
         .type_into("#policy", r#"{"Version":"2012-10-17","Statement":[{"Effect":"Permit"}]}"#)
         .await;
     browser.click("#save-policy").await;
-    let problems = browser.text("#policy-problems").await;
-    assert!(problems.contains("Effect must be \"Allow\" or \"Deny\""), "{problems}");
+    eventually("the policy refused with its reason", move || async move {
+        b.source().await.contains("<li>Statement 1: Effect must be \"Allow\" or \"Deny\"</li>")
+    })
+    .await;
     assert!(stack.root.get_bucket_policy().bucket("photos").send().await.is_err());
     let policy = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::photos/public/*"}]}"#;
     browser.clear("#policy").await;
     browser.type_into("#policy", policy).await;
     browser.click("#save-policy").await;
-    eventually("the policy saved", || async {
-        browser.source().await.contains("Bucket policy saved.")
+    eventually("the policy saved", move || async move {
+        b.source().await.contains("Bucket policy saved.")
     })
     .await;
     let saved = stack.root.get_bucket_policy().bucket("photos").send().await.unwrap();
@@ -378,19 +384,19 @@ async fn a_browser_signs_in_uploads_by_drag_and_drop_restores_a_version_and_edit
     // Uploads by drag and drop, straight to the gateway (the console first adds a CORS rule).
     browser.goto(&console("/objects?bucket=photos")).await;
     browser.click("#allow-uploads").await;
-    eventually("uploads allowed", || async {
-        browser.source().await.contains("This console may now upload to the bucket.")
+    eventually("uploads allowed", move || async move {
+        b.source().await.contains("This console may now upload to the bucket.")
     })
     .await;
     drop_file(&browser, "notes.txt", "first version").await;
-    eventually("the first upload", || async {
-        stack.root.head_object().bucket("photos").key("notes.txt").send().await.is_ok()
+    eventually("the first upload", move || async move {
+        s.root.head_object().bucket("photos").key("notes.txt").send().await.is_ok()
     })
     .await;
     browser.find("a.object").await;
     drop_file(&browser, "notes.txt", "second version").await;
-    eventually("the second upload", || async {
-        body_of(&stack, "photos", "notes.txt").await == "second version"
+    eventually("the second upload", move || async move {
+        body_of(s, "photos", "notes.txt").await == "second version"
     })
     .await;
     put(&stack, "photos", "<img src=x onerror=alert(1)>.txt", "hostile").await;
@@ -404,24 +410,23 @@ async fn a_browser_signs_in_uploads_by_drag_and_drop_restores_a_version_and_edit
 
     // Versions: restore the first, then delete one permanently.
     browser.goto(&console("/object?bucket=photos&key=notes.txt")).await;
-    let count = || async {
-        browser
-            .run("return document.querySelectorAll('tr.version').length;", vec![])
+    let count = move || async move {
+        b.run("return document.querySelectorAll('tr.version').length;", vec![])
             .await
     };
     assert_eq!(count().await, json!(2));
     browser.screenshot("object").await;
     browser.click("tr.version:not(.latest) button.restore").await;
-    eventually("the restore", || async {
-        browser.source().await.contains("That version is now the current one.")
+    eventually("the restore", move || async move {
+        b.source().await.contains("That version is now the current one.")
     })
     .await;
     assert_eq!(body_of(&stack, "photos", "notes.txt").await, "first version");
     assert_eq!(count().await, json!(3));
     browser.click("tr.version:not(.latest) button.danger").await;
     browser.accept_dialog().await;
-    eventually("the permanent delete", || async {
-        browser.source().await.contains("Version deleted permanently.")
+    eventually("the permanent delete", move || async move {
+        b.source().await.contains("Version deleted permanently.")
     })
     .await;
     assert_eq!(count().await, json!(2));
