@@ -99,9 +99,7 @@ impl Request {
 fn origin_of(url: &str) -> Option<String> {
     let (scheme, rest) = url.split_once("://")?;
     let host = rest.split('/').next()?;
-    let safe = |s: &str| {
-        !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-.:[]".contains(c))
-    };
+    let safe = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-.:[]".contains(c));
     (matches!(scheme, "http" | "https") && safe(host)).then(|| format!("{scheme}://{host}"))
 }
 
@@ -129,9 +127,10 @@ impl App {
     pub fn plain(status: StatusCode, text: &'static str) -> Response {
         let mut response = hyper::Response::new(Full::new(Bytes::from_static(text.as_bytes())));
         *response.status_mut() = status;
-        response
-            .headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
         response
     }
 
@@ -148,8 +147,9 @@ impl App {
         headers.insert(header::CONTENT_SECURITY_POLICY, self.csp.clone());
         headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
         headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-        // Presigned URLs must not leak to other sites through Referer.
-        headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+        // No Referer to other sites (the gateway's, where downloads go, included). Not
+        // `no-referrer`: with it browsers send `Origin: null` on this site's own forms.
+        headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
         headers.insert("cross-origin-opener-policy", HeaderValue::from_static("same-origin"));
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         if self.tls {
@@ -210,7 +210,7 @@ impl App {
                 return self.respond(StatusCode::OK, "text/javascript; charset=utf-8", SCRIPT);
             }
             ("/static/console.css", true) => return self.respond(StatusCode::OK, "text/css; charset=utf-8", STYLE),
-            ("/login", true) => return self.login_page(None, StatusCode::OK),
+            ("/login", true) => return self.login_page(&request, None, StatusCode::OK),
             ("/login", false) if post => return self.login(&request).await,
             _ => {}
         }
@@ -231,9 +231,7 @@ impl App {
             flash,
         };
         if post {
-            let token = request
-                .header("x-csrf-token")
-                .unwrap_or_else(|| request.arg("_csrf"));
+            let token = request.header("x-csrf-token").unwrap_or_else(|| request.arg("_csrf"));
             if !self.same_origin(&request) || !same_secret(token, &session.csrf) {
                 return self.respond(
                     StatusCode::FORBIDDEN,
@@ -249,9 +247,19 @@ impl App {
         context.view(&request).await
     }
 
-    fn login_page(&self, problem: Option<&str>, status: StatusCode) -> Response {
+    fn login_page(&self, request: &Request, problem: Option<&str>, status: StatusCode) -> Response {
         // Login CSRF: the form carries a token that must match a cookie only this site can set.
-        let token = random_token();
+        // A token the browser has is kept, so a second tab (or a favicon fetch sent to sign-in)
+        // does not spoil the first form.
+        let token = request
+            .cookie(self.login_cookie)
+            .filter(|token| {
+                token.len() == 43
+                    && token
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            })
+            .map_or_else(random_token, str::to_owned);
         let mut body = String::from("<section class=\"login\"><h1>Sign in</h1>");
         if let Some(problem) = problem {
             let _ = write!(body, "<p class=\"flash error\" role=\"alert\">{}</p>", esc(problem));
@@ -285,6 +293,7 @@ impl App {
             .is_some_and(|cookie| same_secret(cookie, request.arg("_login")));
         if !self.same_origin(request) || !fresh {
             return self.login_page(
+                request,
                 Some("The sign-in form expired or came from elsewhere; try again."),
                 StatusCode::FORBIDDEN,
             );
@@ -292,11 +301,16 @@ impl App {
         let access_key = request.arg("access_key").trim();
         let secret = request.arg("secret_key");
         if access_key.is_empty() || secret.is_empty() || access_key.len() > 128 || secret.len() > 256 {
-            return self.login_page(Some("Give an access key and its secret."), StatusCode::BAD_REQUEST);
+            return self.login_page(
+                request,
+                Some("Give an access key and its secret."),
+                StatusCode::BAD_REQUEST,
+            );
         }
         let subjects = Throttle::subjects(request.peer.ip(), access_key);
         if !self.sessions.throttle.allowed(&subjects) {
             return self.login_page(
+                request,
                 Some("Too many failed sign-ins; wait a few minutes."),
                 StatusCode::TOO_MANY_REQUESTS,
             );
@@ -305,9 +319,13 @@ impl App {
             Ok(clients) => clients,
             Err(SignIn::Refused) => {
                 self.sessions.throttle.failed(&subjects);
-                return self.login_page(Some("Unknown access key or wrong secret."), StatusCode::UNAUTHORIZED);
+                return self.login_page(
+                    request,
+                    Some("Unknown access key or wrong secret."),
+                    StatusCode::UNAUTHORIZED,
+                );
             }
-            Err(SignIn::Unreachable(why)) => return self.login_page(Some(&why), StatusCode::BAD_GATEWAY),
+            Err(SignIn::Unreachable(why)) => return self.login_page(request, Some(&why), StatusCode::BAD_GATEWAY),
         };
         // A session the browser already had ends: sign-in always starts a new id.
         if let Some(old) = request.cookie(self.session_cookie) {
@@ -320,7 +338,11 @@ impl App {
             presign,
         };
         let Some(id) = self.sessions.create(session) else {
-            return self.login_page(Some("The console has too many sessions open."), StatusCode::SERVICE_UNAVAILABLE);
+            return self.login_page(
+                request,
+                Some("The console has too many sessions open."),
+                StatusCode::SERVICE_UNAVAILABLE,
+            );
         };
         let mut response = self.redirect("/buckets");
         let headers = response.headers_mut();
@@ -341,7 +363,12 @@ struct Context<'a> {
 /// The outcome of a change, shown on the page it returns to.
 type Outcome = Result<String, String>;
 
-fn sdk<E, R>(result: Result<E, aws_sdk_s3::error::SdkError<impl aws_sdk_s3::error::ProvideErrorMetadata + std::error::Error + 'static, R>>) -> Result<E, String>
+fn sdk<E, R>(
+    result: Result<
+        E,
+        aws_sdk_s3::error::SdkError<impl aws_sdk_s3::error::ProvideErrorMetadata + std::error::Error + 'static, R>,
+    >,
+) -> Result<E, String>
 where
     R: std::fmt::Debug,
 {
@@ -409,19 +436,20 @@ impl Context<'_> {
             "/logout" => {
                 self.app.sessions.remove(self.id);
                 let mut response = self.app.redirect("/login");
-                response
-                    .headers_mut()
-                    .append(header::SET_COOKIE, self.app.cookie(self.app.session_cookie, "", Some(0)));
+                response.headers_mut().append(
+                    header::SET_COOKIE,
+                    self.app.cookie(self.app.session_cookie, "", Some(0)),
+                );
                 response
             }
             "/buckets/create" => {
-                let outcome = sdk(s3.create_bucket().bucket(bucket).send().await)
-                    .map(|_| format!("Bucket {bucket} created."));
+                let outcome =
+                    sdk(s3.create_bucket().bucket(bucket).send().await).map(|_| format!("Bucket {bucket} created."));
                 self.done(outcome, "/buckets")
             }
             "/buckets/delete" => {
-                let outcome = sdk(s3.delete_bucket().bucket(bucket).send().await)
-                    .map(|_| format!("Bucket {bucket} deleted."));
+                let outcome =
+                    sdk(s3.delete_bucket().bucket(bucket).send().await).map(|_| format!("Bucket {bucket} deleted."));
                 self.done(outcome, "/buckets")
             }
             "/bucket/versioning" => {
@@ -429,13 +457,12 @@ impl Context<'_> {
                 let config = aws_sdk_s3::types::VersioningConfiguration::builder()
                     .status(status.clone())
                     .build();
-                let outcome = sdk(
-                    s3.put_bucket_versioning()
-                        .bucket(bucket)
-                        .versioning_configuration(config)
-                        .send()
-                        .await,
-                )
+                let outcome = sdk(s3
+                    .put_bucket_versioning()
+                    .bucket(bucket)
+                    .versioning_configuration(config)
+                    .send()
+                    .await)
                 .map(|_| format!("Versioning is now {}.", status.as_str()));
                 self.done(outcome, &bucket_page)
             }
@@ -457,31 +484,44 @@ impl Context<'_> {
             }
             "/bucket/cors-console" => {
                 let outcome = self.allow_console_uploads(request, bucket).await;
-                self.done(outcome, &link("/objects", &[("bucket", bucket), ("prefix", request.arg("prefix"))]))
+                self.done(
+                    outcome,
+                    &link("/objects", &[("bucket", bucket), ("prefix", request.arg("prefix"))]),
+                )
             }
             "/object/restore" => {
                 let version = request.arg("version");
-                let source = format!("{}/{}?versionId={}", bucket, copy_source_key(key), copy_source_key(version));
-                let outcome = sdk(s3.copy_object().bucket(bucket).key(key).copy_source(source).send().await)
-                    .map(|_| "That version is now the current one.".to_owned());
+                let source = format!(
+                    "{}/{}?versionId={}",
+                    bucket,
+                    copy_source_key(key),
+                    copy_source_key(version)
+                );
+                let outcome = sdk(s3
+                    .copy_object()
+                    .bucket(bucket)
+                    .key(key)
+                    .copy_source(source)
+                    .send()
+                    .await)
+                .map(|_| "That version is now the current one.".to_owned());
                 self.done(outcome, &object_page)
             }
             "/object/delete-version" => {
                 let version = request.arg("version");
-                let outcome = sdk(
-                    s3.delete_object()
-                        .bucket(bucket)
-                        .key(key)
-                        .version_id(version)
-                        .send()
-                        .await,
-                )
+                let outcome = sdk(s3
+                    .delete_object()
+                    .bucket(bucket)
+                    .key(key)
+                    .version_id(version)
+                    .send()
+                    .await)
                 .map(|_| "Version deleted permanently.".to_owned());
                 self.done(outcome, &object_page)
             }
             "/object/delete" => {
-                let outcome = sdk(s3.delete_object().bucket(bucket).key(key).send().await)
-                    .map(|_| "Object deleted.".to_owned());
+                let outcome =
+                    sdk(s3.delete_object().bucket(bucket).key(key).send().await).map(|_| "Object deleted.".to_owned());
                 let parent = key.rfind('/').map(|end| &key[..=end]).unwrap_or("");
                 self.done(outcome, &link("/objects", &[("bucket", bucket), ("prefix", parent)]))
             }
@@ -573,7 +613,12 @@ impl Context<'_> {
             Some((text, problems)) => (text.to_owned(), problems),
             None => match s3.get_bucket_policy().bucket(bucket).send().await {
                 Ok(policy) => (policy.policy().unwrap_or_default().to_owned(), Vec::new()),
-                Err(err) if err.as_service_error().and_then(|e| aws_sdk_s3::error::ProvideErrorMetadata::code(e)) == Some("NoSuchBucketPolicy") => {
+                Err(err)
+                    if err
+                        .as_service_error()
+                        .and_then(|e| aws_sdk_s3::error::ProvideErrorMetadata::code(e))
+                        == Some("NoSuchBucketPolicy") =>
+                {
                     (String::new(), Vec::new())
                 }
                 Err(err) => (String::new(), vec![describe(&err)]),
@@ -673,11 +718,17 @@ impl Context<'_> {
                 if page.contents().is_empty() && page.common_prefixes().is_empty() {
                     body.push_str("<p>Nothing here.</p>");
                 }
-                if let Some(next) = page.next_continuation_token().filter(|_| page.is_truncated() == Some(true)) {
+                if let Some(next) = page
+                    .next_continuation_token()
+                    .filter(|_| page.is_truncated() == Some(true))
+                {
                     let _ = write!(
                         body,
                         "<p><a id=\"next-page\" href=\"{}\">Next page</a></p>",
-                        esc(&link("/objects", &[("bucket", bucket), ("prefix", prefix), ("token", next)]))
+                        esc(&link(
+                            "/objects",
+                            &[("bucket", bucket), ("prefix", prefix), ("token", next)]
+                        ))
                     );
                 }
             }
@@ -732,7 +783,14 @@ impl Context<'_> {
         let s3 = &self.session.s3;
         let mut rules = match s3.get_bucket_cors().bucket(bucket).send().await {
             Ok(cors) => cors.cors_rules().to_vec(),
-            Err(err) if err.as_service_error().and_then(|e| aws_sdk_s3::error::ProvideErrorMetadata::code(e)) == Some("NoSuchCORSConfiguration") => Vec::new(),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .and_then(|e| aws_sdk_s3::error::ProvideErrorMetadata::code(e))
+                    == Some("NoSuchCORSConfiguration") =>
+            {
+                Vec::new()
+            }
             Err(err) => return Err(describe(&err)),
         };
         let rule = CorsRule::builder()
@@ -751,8 +809,13 @@ impl Context<'_> {
             .set_cors_rules(Some(rules))
             .build()
             .map_err(|err| err.to_string())?;
-        sdk(s3.put_bucket_cors().bucket(bucket).cors_configuration(config).send().await)
-            .map(|_| "This console may now upload to the bucket.".to_owned())
+        sdk(s3
+            .put_bucket_cors()
+            .bucket(bucket)
+            .cors_configuration(config)
+            .send()
+            .await)
+        .map(|_| "This console may now upload to the bucket.".to_owned())
     }
 
     async fn download_url(&self, bucket: &str, key: &str, version: Option<&str>) -> String {
@@ -812,7 +875,11 @@ impl Context<'_> {
                         "/object/delete",
                         self.csrf(),
                         &[("bucket", bucket), ("key", key)],
-                        &button("Delete", "danger", Some("Delete this object? With versioning on, older versions stay.")),
+                        &button(
+                            "Delete",
+                            "danger",
+                            Some("Delete this object? With versioning on, older versions stay.")
+                        ),
                     )
                 );
                 if let Ok(tags) = s3.get_object_tagging().bucket(bucket).key(key).send().await {
@@ -843,16 +910,15 @@ impl Context<'_> {
     }
 
     async fn versions(&self, bucket: &str, key: &str) -> String {
-        let listed = sdk(
-            self.session
-                .s3
-                .list_object_versions()
-                .bucket(bucket)
-                .prefix(key)
-                .max_keys(1000)
-                .send()
-                .await,
-        );
+        let listed = sdk(self
+            .session
+            .s3
+            .list_object_versions()
+            .bucket(bucket)
+            .prefix(key)
+            .max_keys(1000)
+            .send()
+            .await);
         let listed = match listed {
             Ok(listed) => listed,
             Err(err) => return format!("<p class=\"flash error\">{}</p>", name(&err)),
@@ -883,7 +949,11 @@ impl Context<'_> {
             let mut actions = String::new();
             if let Some(_size) = size {
                 let download = self.download_url(bucket, key, Some(version)).await;
-                let _ = write!(actions, "<a href=\"{}\" rel=\"noreferrer\">Download</a>", esc(&download));
+                let _ = write!(
+                    actions,
+                    "<a href=\"{}\" rel=\"noreferrer\">Download</a>",
+                    esc(&download)
+                );
                 if !latest {
                     actions.push_str(&form(
                         "/object/restore",
@@ -939,16 +1009,15 @@ impl Context<'_> {
             .set_tag_set(Some(tags))
             .build()
             .map_err(|err| err.to_string())?;
-        sdk(
-            self.session
-                .s3
-                .put_object_tagging()
-                .bucket(bucket)
-                .key(key)
-                .tagging(tagging)
-                .send()
-                .await,
-        )
+        sdk(self
+            .session
+            .s3
+            .put_object_tagging()
+            .bucket(bucket)
+            .key(key)
+            .tagging(tagging)
+            .send()
+            .await)
         .map(|_| "Tags saved.".to_owned())
     }
 
@@ -993,16 +1062,13 @@ impl Context<'_> {
                     .map_err(|err| err.to_string()),
                 _ => Err("part must be 1 to 10000".to_owned()),
             },
-            "parts" => self
-                .parts(bucket, key, upload_id)
-                .await
-                .map(|parts| {
-                    let done: Vec<_> = parts
-                        .iter()
-                        .map(|part| serde_json::json!({ "part": part.part_number(), "size": part.size() }))
-                        .collect();
-                    serde_json::json!({ "parts": done })
-                }),
+            "parts" => self.parts(bucket, key, upload_id).await.map(|parts| {
+                let done: Vec<_> = parts
+                    .iter()
+                    .map(|part| serde_json::json!({ "part": part.part_number(), "size": part.size() }))
+                    .collect();
+                serde_json::json!({ "parts": done })
+            }),
             "complete" => match self.parts(bucket, key, upload_id).await {
                 Ok(parts) => {
                     let completed: Vec<_> = parts
@@ -1017,15 +1083,14 @@ impl Context<'_> {
                     let upload = aws_sdk_s3::types::CompletedMultipartUpload::builder()
                         .set_parts(Some(completed))
                         .build();
-                    sdk(
-                        s3.complete_multipart_upload()
-                            .bucket(bucket)
-                            .key(key)
-                            .upload_id(upload_id)
-                            .multipart_upload(upload)
-                            .send()
-                            .await,
-                    )
+                    sdk(s3
+                        .complete_multipart_upload()
+                        .bucket(bucket)
+                        .key(key)
+                        .upload_id(upload_id)
+                        .multipart_upload(upload)
+                        .send()
+                        .await)
                     .map(|_| serde_json::json!({}))
                 }
                 Err(err) => Err(err),
@@ -1034,7 +1099,9 @@ impl Context<'_> {
         };
         match answer {
             Ok(value) => self.app.json(StatusCode::OK, value),
-            Err(err) => self.app.json(StatusCode::BAD_REQUEST, serde_json::json!({ "error": err })),
+            Err(err) => self
+                .app
+                .json(StatusCode::BAD_REQUEST, serde_json::json!({ "error": err })),
         }
     }
 
@@ -1043,19 +1110,21 @@ impl Context<'_> {
         let mut parts = Vec::new();
         let mut marker: Option<String> = None;
         loop {
-            let page = sdk(
-                self.session
-                    .s3
-                    .list_parts()
-                    .bucket(bucket)
-                    .key(key)
-                    .upload_id(upload_id)
-                    .set_part_number_marker(marker.clone())
-                    .send()
-                    .await,
-            )?;
+            let page = sdk(self
+                .session
+                .s3
+                .list_parts()
+                .bucket(bucket)
+                .key(key)
+                .upload_id(upload_id)
+                .set_part_number_marker(marker.clone())
+                .send()
+                .await)?;
             parts.extend(page.parts().iter().cloned());
-            match page.next_part_number_marker().filter(|_| page.is_truncated() == Some(true)) {
+            match page
+                .next_part_number_marker()
+                .filter(|_| page.is_truncated() == Some(true))
+            {
                 Some(next) if Some(next) != marker.as_deref() => marker = Some(next.to_owned()),
                 _ => return Ok(parts),
             }

@@ -35,7 +35,11 @@ pub fn problems(text: &str) -> Vec<String> {
             Some("Allow" | "Deny") => {}
             _ => problems.push(format!("{at}: Effect must be \"Allow\" or \"Deny\"")),
         }
-        for (one, not) in [("Principal", "NotPrincipal"), ("Action", "NotAction"), ("Resource", "NotResource")] {
+        for (one, not) in [
+            ("Principal", "NotPrincipal"),
+            ("Action", "NotAction"),
+            ("Resource", "NotResource"),
+        ] {
             match (statement.get(one), statement.get(not)) {
                 (Some(_), Some(_)) => problems.push(format!("{at}: {one} and {not} cannot both be given")),
                 (None, None) => problems.push(format!("{at}: {one} (or {not}) is required")),

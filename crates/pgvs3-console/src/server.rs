@@ -92,7 +92,12 @@ async fn handle(
     let (head, body) = request.into_parts();
     let body = match Limited::new(body, MAX_BODY).collect().await {
         Ok(body) => body.to_bytes(),
-        Err(_) => return Ok(App::plain(http::StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n")),
+        Err(_) => {
+            return Ok(App::plain(
+                http::StatusCode::PAYLOAD_TOO_LARGE,
+                "request body too large\n",
+            ));
+        }
     };
     Ok(app.handle(Request::new(head, body, peer)).await)
 }

@@ -35,8 +35,7 @@ fn cluster() -> &'static (String, u16) {
                 .enable_all()
                 .build()
                 .unwrap();
-            let data_dir: PathBuf =
-                std::env::temp_dir().join(format!("pgvs3-test-{}-console", std::process::id()));
+            let data_dir: PathBuf = std::env::temp_dir().join(format!("pgvs3-test-{}-console", std::process::id()));
             let _ = std::fs::remove_dir_all(&data_dir);
             let server = runtime
                 .block_on(EmbeddedPostgres::start(EmbeddedOptions {
@@ -112,7 +111,9 @@ impl Stack {
             "--maintenance-interval",
             "1h",
         ]);
-        let gateway = Box::pin(RunningGateway::start(&cli.serve)).await.expect("gateway starts");
+        let gateway = Box::pin(RunningGateway::start(&cli.serve))
+            .await
+            .expect("gateway starts");
         let args = pgvs3_console::ConsoleArgs {
             console_addr: Some("127.0.0.1:0".parse().unwrap()),
             console_s3_url: None,
@@ -202,11 +203,31 @@ pub async fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, 
     }
     request.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
     stream.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut raw))
+    // Until the declared length (chromedriver keeps the connection open), else the close.
+    let read = async {
+        let mut raw = Vec::new();
+        let mut chunk = [0u8; 16384];
+        loop {
+            let n = stream.read(&mut chunk).await.unwrap();
+            if n == 0 {
+                return raw;
+            }
+            raw.extend_from_slice(&chunk[..n]);
+            if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+                let length = head
+                    .lines()
+                    .find_map(|line| line.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok());
+                if length.is_some_and(|length| raw.len() >= end + 4 + length) {
+                    return raw;
+                }
+            }
+        }
+    };
+    let raw = tokio::time::timeout(Duration::from_secs(60), read)
         .await
-        .expect("an answer within 30 s")
-        .unwrap();
+        .expect("an answer within 60 s");
     let text = String::from_utf8_lossy(&raw).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").expect("a complete answer");
     let mut lines = head.split("\r\n");
@@ -245,7 +266,10 @@ fn dechunk(mut body: &str) -> String {
 
 /// The value of `<input name="{field}" value="...">` or `<meta name="{field}" content="...">`.
 pub fn field(page: &str, name: &str) -> String {
-    for marker in [format!("name=\"{name}\" value=\""), format!("name=\"{name}\" content=\"")] {
+    for marker in [
+        format!("name=\"{name}\" value=\""),
+        format!("name=\"{name}\" content=\""),
+    ] {
         if let Some(start) = page.find(&marker) {
             let rest = &page[start + marker.len()..];
             return rest[..rest.find('"').unwrap()].to_owned();

@@ -57,7 +57,10 @@ pub async fn launch() -> Option<Browser> {
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while tokio::net::TcpStream::connect(addr).await.is_err() {
-        assert!(tokio::time::Instant::now() < deadline, "chromedriver listens within 20 s");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "chromedriver listens within 20 s"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let profile = std::env::temp_dir().join(format!("pgvs3-console-chromium-{}-{port}", std::process::id()));
@@ -80,7 +83,12 @@ pub async fn launch() -> Option<Browser> {
 }
 
 async fn command(addr: SocketAddr, method: &str, path: &str, body: Option<Value>) -> Value {
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    // A POST without parameters still sends an (empty) JSON object.
+    let body = match body {
+        Some(body) => body.to_string(),
+        None if method == "POST" => "{}".to_owned(),
+        None => String::new(),
+    };
     let answer = http(
         addr,
         method,
@@ -90,7 +98,12 @@ async fn command(addr: SocketAddr, method: &str, path: &str, body: Option<Value>
     )
     .await;
     let value: Value = serde_json::from_str(&answer.body).unwrap_or(Value::Null);
-    assert!(answer.status == 200, "WebDriver {method} {path}: {} {}", answer.status, answer.body);
+    assert!(
+        answer.status == 200,
+        "WebDriver {method} {path}: {} {}",
+        answer.status,
+        answer.body
+    );
     value["value"].clone()
 }
 
@@ -150,8 +163,12 @@ impl Browser {
 
     pub async fn type_into(&self, css: &str, text: &str) {
         let element = self.find(css).await;
-        self.call("POST", &format!("/element/{element}/value"), Some(json!({ "text": text })))
-            .await;
+        self.call(
+            "POST",
+            &format!("/element/{element}/value"),
+            Some(json!({ "text": text })),
+        )
+        .await;
     }
 
     pub async fn text(&self, css: &str) -> String {
@@ -208,14 +225,7 @@ impl Browser {
     }
 
     pub async fn quit(mut self) {
-        let _ = http(
-            self.addr,
-            "DELETE",
-            &format!("/session/{}", self.session),
-            &[],
-            "",
-        )
-        .await;
+        let _ = http(self.addr, "DELETE", &format!("/session/{}", self.session), &[], "").await;
         let _ = self.driver.kill().await;
         let _ = std::fs::remove_dir_all(&self.profile);
     }
