@@ -443,6 +443,10 @@ pub struct ServeArgs {
     /// ... and at most this many requests started per second (0: unlimited).
     #[arg(long, env = "PGVS3_SIMULATE_RPS", default_value_t = 0)]
     pub simulate_rps: u32,
+
+    /// The web console (docs/console.md).
+    #[command(flatten)]
+    pub console: pgvs3_console::ConsoleArgs,
 }
 
 /// A listener that may stay plaintext (`--tls-plaintext`).
