@@ -150,6 +150,10 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub simulate: pgvs3_base::args::SimulateArgs,
+
+    /// The web console (docs/console.md).
+    #[command(flatten)]
+    pub console: pgvs3_console::ConsoleArgs,
 }
 
 /// TLS on the listeners.

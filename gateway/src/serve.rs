@@ -209,6 +209,14 @@ impl RunningGateway {
             None => None,
         };
         // --- end OJS ---
+        // The web console: a client of the S3 listener above (docs/console.md).
+        let console_gateway =
+            pgvs3_console::Gateway::loopback(s3_addr, s3_plaintext_addr, args.region.clone(), tls.s3.clone());
+        let mut console_stop = signal.clone();
+        let console_stop = async move { console_stop.wait().await };
+        if let Some(console) = pgvs3_console::start(&args.console, console_gateway, console_stop).await? {
+            servers.push(console.task);
+        }
         // The webhook outbox's deliverer (OJS webhooks, bucket notification webhook targets).
         let deliverer = crate::webhooks::spawn_deliverer(pool.clone(), args.webhooks.delivery(), signal.clone())?;
 

@@ -1,0 +1,126 @@
+//! The pgvs3 web console (docs/console.md): a browser front end that is a *client* of the
+//! gateway, never a side door. A visitor signs in with an access key and its secret; the secret
+//! stays in this process's memory, and every action is an S3 request signed with that key and sent
+//! to the gateway's own endpoint, so every decision is the gateway's authorization. Object bytes
+//! go between the browser and the gateway directly, through presigned URLs.
+
+mod app;
+mod gateway;
+mod html;
+mod policy;
+mod server;
+mod session;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+/// The console's flags (flattened into `pgvs3 serve`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConsoleArgs {
+    /// Listen address of the web console (docs/console.md); off unless set. With --tls-cert it
+    /// speaks HTTPS with the gateway's certificate.
+    #[arg(long, env = "PGVS3_CONSOLE_ADDR")]
+    pub console_addr: Option<SocketAddr>,
+
+    /// The S3 URL browsers reach this gateway at (presigned downloads and uploads go there
+    /// directly). Default: the S3 listener's own address.
+    #[arg(long, env = "PGVS3_CONSOLE_S3_URL")]
+    pub console_s3_url: Option<String>,
+
+    /// A console session unused this long ends (it ends 12 hours after sign-in in any case).
+    #[arg(long, env = "PGVS3_CONSOLE_SESSION_IDLE", default_value = "30m", value_parser = parse_duration)]
+    pub console_session_idle: Duration,
+}
+
+/// How the console reaches the gateway it fronts.
+pub struct Gateway {
+    /// The S3 endpoint's URL from this process (loopback), e.g. `http://127.0.0.1:9000`.
+    pub s3_url: String,
+    /// The region the gateway accepts in signatures.
+    pub region: String,
+    /// The gateway's TLS acceptor, when its listeners speak TLS: the console then does too.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+impl Gateway {
+    /// The gateway's S3 listener as the console reaches it: on loopback, through the plaintext
+    /// twin when there is one (no certificate to trust), else as the listener speaks.
+    pub fn loopback(
+        s3: SocketAddr,
+        s3_plaintext: Option<SocketAddr>,
+        region: String,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> Gateway {
+        let local = |mut addr: SocketAddr| {
+            if addr.ip().is_unspecified() {
+                addr.set_ip(match addr {
+                    SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                    SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+                });
+            }
+            addr
+        };
+        let s3_url = match (s3_plaintext, &tls) {
+            (Some(plaintext), _) => format!("http://{}", local(plaintext)),
+            (None, Some(_)) => format!("https://{}", local(s3)),
+            (None, None) => format!("http://{}", local(s3)),
+        };
+        Gateway { s3_url, region, tls }
+    }
+}
+
+/// A running console listener.
+pub struct Console {
+    pub addr: SocketAddr,
+    /// Ends once `shutdown` has resolved and in-flight requests are done.
+    pub task: JoinHandle<()>,
+}
+
+/// Starts the console when `--console-addr` is set; `None` otherwise.
+pub async fn start(
+    args: &ConsoleArgs,
+    gateway: Gateway,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<Option<Console>> {
+    let Some(addr) = args.console_addr else {
+        return Ok(None);
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|err| anyhow::anyhow!("binding the console on {addr} (change it with --console-addr): {err}"))?;
+    let addr = listener.local_addr()?;
+    let public_s3 = args
+        .console_s3_url
+        .clone()
+        .unwrap_or_else(|| gateway.s3_url.clone())
+        .trim_end_matches('/')
+        .to_owned();
+    let app = app::App::new(
+        gateway::Gateway::new(gateway.s3_url, public_s3, gateway.region),
+        session::Sessions::new(args.console_session_idle),
+        gateway.tls.is_some(),
+    );
+    let task = tokio::spawn(server::serve(listener, gateway.tls, app, shutdown));
+    tracing::info!(%addr, "pgvs3 console ready");
+    Ok(Some(Console { addr, task }))
+}
+
+/// `90s`, `30m`, `2h` (the gateway's duration flags take the same).
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| format!("{text:?}: expected e.g. 30m"))?;
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => return Err(format!("{text:?}: the unit is s, m or h")),
+    };
+    number
+        .checked_mul(seconds)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("{text:?} is too long"))
+}
