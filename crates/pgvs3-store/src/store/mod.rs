@@ -20,7 +20,6 @@ mod objects;
 mod origins;
 mod quotas;
 mod reaper;
-mod staging;
 mod tagging;
 mod types;
 mod versions;
@@ -78,14 +77,11 @@ pub enum Access {
 pub struct Store {
     pool: Pool,
     catalog: Arc<Catalog>,
-    /// The connections uploads' writes may hold at once.
-    uploads: staging::UploadShare,
 }
 
 impl Store {
     pub fn new(pool: Pool, catalog: Arc<Catalog>) -> Store {
-        let uploads = staging::UploadShare::of(&pool);
-        Store { pool, catalog, uploads }
+        Store { pool, catalog }
     }
 
     pub fn catalog(&self) -> &Arc<Catalog> {
