@@ -320,10 +320,6 @@ impl FakeApi {
         self.state.lock().unwrap().requests.clone()
     }
 
-    pub fn clear_requests(&self) {
-        self.state.lock().unwrap().requests.clear();
-    }
-
     /// Requests with this method whose path ends with `suffix`.
     pub fn requests_to(&self, method: Method, suffix: &str) -> Vec<Recorded> {
         self.requests()
