@@ -397,8 +397,9 @@ async fn each_cron_overlap_policy_acts() {
         }
     };
     for policy in ["skip", "allow", "cancel_previous", "enqueue"] {
-        let queue = format!("overlap-{policy}");
+        // Queue and schedule names take no '_' (cancel_previous).
         let name = format!("overlap-{}", policy.replace('_', "-"));
+        let queue = name.clone();
         let (status, body) = ojs
             .post(
                 "/ojs/v1/cron",
