@@ -9,10 +9,12 @@ use std::time::Duration;
 
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::DateTimeFormat;
-use aws_sdk_s3::types::{BucketVersioningStatus, CorsConfiguration, CorsRule, Tag, Tagging};
+use aws_sdk_s3::types::{BucketVersioningStatus, CorsRule, Tag, Tagging};
 use bytes::Bytes;
 use http::{HeaderValue, Method, StatusCode, header};
 use http_body_util::Full;
+
+mod settings;
 
 use crate::gateway::{Gateway, SignIn, describe};
 use crate::html::{self, Page, button, esc, form, link, name};
@@ -432,6 +434,9 @@ impl Context<'_> {
         let key = request.arg("key");
         let bucket_page = link("/bucket", &[("bucket", bucket)]);
         let object_page = link("/object", &[("bucket", bucket), ("key", key)]);
+        if let Some(outcome) = self.change_setting(request, bucket).await {
+            return self.done(outcome, &bucket_page);
+        }
         match request.path.as_str() {
             "/logout" => {
                 self.app.sessions.remove(self.id);
@@ -443,8 +448,12 @@ impl Context<'_> {
                 response
             }
             "/buckets/create" => {
-                let outcome =
-                    sdk(s3.create_bucket().bucket(bucket).send().await).map(|_| format!("Bucket {bucket} created."));
+                // Object lock is chosen at creation only (S3 turns it on no later).
+                let mut create = s3.create_bucket().bucket(bucket);
+                if request.arg("object_lock") == "on" {
+                    create = create.object_lock_enabled_for_bucket(true);
+                }
+                let outcome = sdk(create.send().await).map(|_| format!("Bucket {bucket} created."));
                 self.done(outcome, "/buckets")
             }
             "/buckets/delete" => {
@@ -543,7 +552,9 @@ impl Context<'_> {
             "/buckets/create",
             self.csrf(),
             &[],
-            "<label>New bucket <input name=\"bucket\" id=\"new-bucket\" required minlength=\"3\" maxlength=\"63\"></label> <button id=\"create-bucket\">Create</button>",
+            "<label>New bucket <input name=\"bucket\" id=\"new-bucket\" required minlength=\"3\" maxlength=\"63\"></label> \
+             <label><input type=\"checkbox\" name=\"object_lock\" id=\"new-bucket-lock\" value=\"on\"> with object lock</label> \
+             <button id=\"create-bucket\">Create</button>",
         ));
         match listed {
             Err(err) => {
@@ -608,21 +619,17 @@ impl Context<'_> {
                 let _ = write!(body, "<p class=\"flash error\">{}</p>", name(&err));
             }
         }
-        body.push_str("</section><section><h2>Bucket policy</h2>");
+        body.push_str("</section>");
+        body.push_str(&self.settings(bucket).await);
+        body.push_str("<section><h2>Bucket policy</h2>");
         let (text, problems) = match edited {
             Some((text, problems)) => (text.to_owned(), problems),
-            None => match s3.get_bucket_policy().bucket(bucket).send().await {
-                Ok(policy) => (policy.policy().unwrap_or_default().to_owned(), Vec::new()),
-                Err(err)
-                    if err
-                        .as_service_error()
-                        .and_then(|e| aws_sdk_s3::error::ProvideErrorMetadata::code(e))
-                        == Some("NoSuchBucketPolicy") =>
-                {
-                    (String::new(), Vec::new())
+            None => {
+                match settings::optional(s3.get_bucket_policy().bucket(bucket).send().await, "NoSuchBucketPolicy") {
+                    Ok(policy) => (policy.and_then(|p| p.policy).unwrap_or_default(), Vec::new()),
+                    Err(err) => (String::new(), vec![err]),
                 }
-                Err(err) => (String::new(), vec![describe(&err)]),
-            },
+            }
         };
         let status = if problems.is_empty() {
             StatusCode::OK
@@ -749,13 +756,12 @@ impl Context<'_> {
         let Some(origin) = self.console_origin(request) else {
             return out;
         };
-        let allowed = match self.session.s3.get_bucket_cors().bucket(bucket).send().await {
-            Ok(cors) => cors.cors_rules().iter().any(|rule| {
+        let allowed = self.cors_rules(bucket).await.is_ok_and(|rules| {
+            rules.iter().any(|rule| {
                 rule.allowed_methods().iter().any(|m| m == "PUT")
                     && rule.allowed_origins().iter().any(|o| o == "*" || *o == origin)
-            }),
-            Err(_) => false,
-        };
+            })
+        });
         if !allowed {
             out.push_str(&form(
                 "/bucket/cors-console",
@@ -780,19 +786,7 @@ impl Context<'_> {
 
     async fn allow_console_uploads(&self, request: &Request, bucket: &str) -> Outcome {
         let origin = self.console_origin(request).ok_or("no Host header")?;
-        let s3 = &self.session.s3;
-        let mut rules = match s3.get_bucket_cors().bucket(bucket).send().await {
-            Ok(cors) => cors.cors_rules().to_vec(),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .and_then(|e| aws_sdk_s3::error::ProvideErrorMetadata::code(e))
-                    == Some("NoSuchCORSConfiguration") =>
-            {
-                Vec::new()
-            }
-            Err(err) => return Err(describe(&err)),
-        };
+        let mut rules = self.cors_rules(bucket).await?;
         let rule = CorsRule::builder()
             .id("pgvs3-console")
             .allowed_origins(origin)
@@ -805,17 +799,9 @@ impl Context<'_> {
             .map_err(|err| err.to_string())?;
         rules.retain(|rule| rule.id() != Some("pgvs3-console"));
         rules.push(rule);
-        let config = CorsConfiguration::builder()
-            .set_cors_rules(Some(rules))
-            .build()
-            .map_err(|err| err.to_string())?;
-        sdk(s3
-            .put_bucket_cors()
-            .bucket(bucket)
-            .cors_configuration(config)
-            .send()
-            .await)
-        .map(|_| "This console may now upload to the bucket.".to_owned())
+        self.put_cors_rules(bucket, rules)
+            .await
+            .map(|_| "This console may now upload to the bucket.".to_owned())
     }
 
     async fn download_url(&self, bucket: &str, key: &str, version: Option<&str>) -> String {

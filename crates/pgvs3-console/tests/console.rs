@@ -339,6 +339,241 @@ async fn a_read_only_key_can_change_nothing_through_the_console() {
     );
 }
 
+#[tokio::test]
+async fn bucket_settings_are_s3_configurations_edited_with_the_sessions_key() {
+    let stack = Stack::start().await;
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let done = root
+        .post("/buckets/create", &[("bucket", "configured"), ("object_lock", "on")])
+        .await;
+    assert!(root.follow(&done).await.body.contains("Bucket configured created."));
+    let bucket = [("bucket", "configured")];
+    let change = async |path: &str, pairs: &[(&str, &str)]| {
+        let mut all = bucket.to_vec();
+        all.extend_from_slice(pairs);
+        root.follow(&root.post(path, &all).await).await.body
+    };
+
+    // Object lock: on from creation; a default retention set and shown.
+    let page = change("/bucket/object-lock", &[("mode", "GOVERNANCE"), ("days", "7")]).await;
+    assert!(page.contains("New objects are now kept 7 days (GOVERNANCE)."), "{page}");
+    assert!(
+        page.contains("Default retention: <strong>GOVERNANCE for 7 days</strong>"),
+        "{page}"
+    );
+    let lock = stack
+        .root
+        .get_object_lock_configuration()
+        .bucket("configured")
+        .send()
+        .await
+        .unwrap();
+    let retention = lock
+        .object_lock_configuration()
+        .unwrap()
+        .rule()
+        .unwrap()
+        .default_retention()
+        .unwrap();
+    assert_eq!(
+        (retention.mode().unwrap().as_str(), retention.days()),
+        ("GOVERNANCE", Some(7))
+    );
+
+    // Lifecycle: two rules, one replaced, one deleted; a bad number changes nothing.
+    let page = change(
+        "/bucket/lifecycle/add",
+        &[
+            ("rule_id", "logs"),
+            ("prefix", "logs/"),
+            ("expire_days", "30"),
+            ("abort_days", "2"),
+        ],
+    )
+    .await;
+    assert!(page.contains("Lifecycle rule logs saved."), "{page}");
+    let page = change(
+        "/bucket/lifecycle/add",
+        &[("rule_id", "<b>old</b>"), ("noncurrent_days", "9")],
+    )
+    .await;
+    assert!(
+        page.contains("<td>&lt;b&gt;old&lt;/b&gt;</td>"),
+        "a rule id is text: {page}"
+    );
+    let page = change("/bucket/lifecycle/add", &[("rule_id", "logs"), ("expire_days", "many")]).await;
+    assert!(
+        page.contains("flash error") && page.contains("a whole number of days"),
+        "{page}"
+    );
+    let page = change(
+        "/bucket/lifecycle/add",
+        &[("rule_id", "logs"), ("prefix", "logs/"), ("expire_days", "60")],
+    )
+    .await;
+    assert!(page.contains("<td>60 days</td>"), "{page}");
+    let rules = async || {
+        let config = stack
+            .root
+            .get_bucket_lifecycle_configuration()
+            .bucket("configured")
+            .send()
+            .await
+            .unwrap();
+        config
+            .rules()
+            .iter()
+            .map(|rule| {
+                (
+                    rule.id().unwrap().to_owned(),
+                    rule.expiration().and_then(|e| e.days()),
+                    rule.noncurrent_version_expiration().and_then(|e| e.noncurrent_days()),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        rules().await,
+        vec![
+            ("<b>old</b>".to_owned(), None, Some(9)),
+            ("logs".to_owned(), Some(60), None)
+        ]
+    );
+    let page = change("/bucket/lifecycle/delete", &[("rule_id", "<b>old</b>")]).await;
+    assert!(
+        page.contains(
+            "Lifecycle rule <b>old</b> deleted."
+                .replace('<', "&lt;")
+                .replace('>', "&gt;")
+                .as_str()
+        ),
+        "{page}"
+    );
+    assert_eq!(rules().await, vec![("logs".to_owned(), Some(60), None)]);
+
+    // CORS: a rule added, shown, and deleted (the last one: no configuration left).
+    let page = change(
+        "/bucket/cors/add",
+        &[
+            ("rule_id", "app"),
+            ("origins", "https://app.example, https://admin.example"),
+            ("method_GET", "on"),
+            ("method_PUT", "on"),
+            ("expose", "ETag"),
+            ("max_age", "600"),
+        ],
+    )
+    .await;
+    assert!(page.contains("CORS rule app saved."), "{page}");
+    assert!(
+        page.contains("<td>https://app.example, https://admin.example</td><td>GET, PUT</td>"),
+        "{page}"
+    );
+    let cors = stack.root.get_bucket_cors().bucket("configured").send().await.unwrap();
+    assert_eq!(
+        cors.cors_rules()[0].allowed_origins(),
+        ["https://app.example", "https://admin.example"]
+    );
+    assert_eq!(cors.cors_rules()[0].max_age_seconds(), Some(600));
+    let page = change("/bucket/cors/delete", &[("rule_id", "app")]).await;
+    assert!(
+        page.contains("CORS rule app deleted.") && page.contains("No CORS rules"),
+        "{page}"
+    );
+    assert!(stack.root.get_bucket_cors().bucket("configured").send().await.is_err());
+
+    // Default encryption on, then off.
+    let page = change("/bucket/encryption", &[("default", "AES256")]).await;
+    assert!(
+        page.contains("New objects are encrypted with AES256 by default."),
+        "{page}"
+    );
+    let encryption = stack
+        .root
+        .get_bucket_encryption()
+        .bucket("configured")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        encryption.server_side_encryption_configuration().unwrap().rules()[0]
+            .apply_server_side_encryption_by_default()
+            .unwrap()
+            .sse_algorithm()
+            .as_str(),
+        "AES256"
+    );
+
+    // Notifications are shown as the gateway has them.
+    let queue = aws_sdk_s3::types::QueueConfiguration::builder()
+        .id("to-jobs")
+        .queue_arn("arn:pgvs3:ojs:::uploads")
+        .events(aws_sdk_s3::types::Event::from("s3:ObjectCreated:*"))
+        .build()
+        .unwrap();
+    stack
+        .root
+        .put_bucket_notification_configuration()
+        .bucket("configured")
+        .notification_configuration(
+            aws_sdk_s3::types::NotificationConfiguration::builder()
+                .queue_configurations(queue)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let page = root.get("/bucket?bucket=configured").await.body;
+    assert!(
+        page.contains("<td>to-jobs</td><td><code>arn:pgvs3:ojs:::uploads</code></td><td>s3:ObjectCreated:*</td>"),
+        "{page}"
+    );
+
+    // A read-only key sees the settings and gets the gateway's AccessDenied for each change.
+    stack.add_key("READER", true).await;
+    let reader = Visitor::sign_in(stack.console, "READER", "READER-secret").await;
+    for (path, pairs) in [
+        (
+            "/bucket/lifecycle/add",
+            vec![("rule_id", "sneaky"), ("expire_days", "1")],
+        ),
+        ("/bucket/lifecycle/delete", vec![("rule_id", "logs")]),
+        (
+            "/bucket/cors/add",
+            vec![("rule_id", "sneaky"), ("origins", "*"), ("method_GET", "on")],
+        ),
+        ("/bucket/encryption", vec![("default", "none")]),
+        ("/bucket/object-lock", vec![("mode", "")]),
+    ] {
+        let mut all = bucket.to_vec();
+        all.extend(pairs);
+        let page = reader.follow(&reader.post(path, &all).await).await.body;
+        assert!(
+            page.contains("flash error") && page.contains("AccessDenied"),
+            "{path}: {page}"
+        );
+    }
+    assert_eq!(rules().await, vec![("logs".to_owned(), Some(60), None)]);
+    assert!(stack.root.get_bucket_cors().bucket("configured").send().await.is_err());
+    assert!(
+        stack
+            .root
+            .get_bucket_encryption()
+            .bucket("configured")
+            .send()
+            .await
+            .is_ok()
+    );
+    let lock = stack
+        .root
+        .get_object_lock_configuration()
+        .bucket("configured")
+        .send()
+        .await
+        .unwrap();
+    assert!(lock.object_lock_configuration().unwrap().rule().is_some());
+}
+
 /// Drops a file made of `text` on the upload zone, as a drag from the desktop does.
 async fn drop_file(browser: &webdriver::Browser, name: &str, text: &str) {
     browser
@@ -460,6 +695,24 @@ async fn walk_through(browser: webdriver::Browser) {
     let saved = stack.root.get_bucket_policy().bucket("photos").send().await.unwrap();
     let saved: serde_json::Value = serde_json::from_str(saved.policy().unwrap()).unwrap();
     assert_eq!(saved["Statement"][0]["Resource"], json!("arn:aws:s3:::photos/public/*"));
+
+    // A lifecycle rule, from the bucket page's form.
+    browser.type_into("#lifecycle-id", "tmp").await;
+    browser.type_into("#lifecycle-prefix", "tmp/").await;
+    browser.type_into("#lifecycle-expire", "3").await;
+    browser.click("#add-lifecycle-rule").await;
+    eventually("the lifecycle rule saved", move || async move {
+        b.source().await.contains("Lifecycle rule tmp saved.")
+    })
+    .await;
+    let lifecycle = stack
+        .root
+        .get_bucket_lifecycle_configuration()
+        .bucket("photos")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(lifecycle.rules()[0].expiration().and_then(|e| e.days()), Some(3));
     browser.screenshot("bucket").await;
 
     // Uploads by drag and drop, straight to the gateway (the console first adds a CORS rule).
