@@ -141,12 +141,14 @@ impl RunningGateway {
         servers.extend(spawn_http((admin_listener, None), admin, admin_settings, &http));
         // --- RESP ---
         let mut resp_addr = None;
+        let mut resp_for_console = None;
         if let Some(addr) = args.resp.resp_addr.0 {
             let listener = TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("binding RESP on {addr} (change it with --resp-addr, or --resp-addr off)"))?;
             let plaintext = bind_plaintext(args.tls.resp_plaintext_addr, "--resp-plaintext-addr").await?;
             let bound = listener.local_addr()?;
+            let plaintext_addr = plaintext.as_ref().map(TcpListener::local_addr).transpose()?;
             let settings = crate::resp::RespSettings::from_args(&args.resp, bound, args.resp_limits());
             let server = crate::resp::RespServer::new(
                 buckets.clone(),
@@ -174,6 +176,7 @@ impl RunningGateway {
                 tls.resp.clone(),
             )));
             resp_addr = Some(bound);
+            resp_for_console = Some((bound, plaintext_addr, tls.resp.is_some()));
         }
         // --- end RESP ---
         // --- OJS ---
@@ -210,8 +213,11 @@ impl RunningGateway {
         };
         // --- end OJS ---
         // The web console: a client of the S3 listener above (docs/console.md).
-        let console_gateway =
+        let mut console_gateway =
             pgvs3_console::Gateway::loopback(s3_addr, s3_plaintext_addr, args.region.clone(), tls.s3.clone());
+        if let Some((listener, plaintext, tls)) = resp_for_console {
+            console_gateway = console_gateway.with_resp(listener, plaintext, tls);
+        }
         let mut console_stop = signal.clone();
         let console_stop = async move { console_stop.wait().await };
         if let Some(console) = pgvs3_console::start(&args.console, console_gateway, console_stop).await? {

@@ -14,6 +14,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, StatusCode, header};
 use http_body_util::Full;
 
+mod keyspace;
 mod settings;
 
 use crate::gateway::{Gateway, SignIn, describe};
@@ -338,6 +339,8 @@ impl App {
             csrf: random_token(),
             s3,
             presign,
+            secret: secret.into(),
+            keyspace: Default::default(),
         };
         let Some(id) = self.sessions.create(session) else {
             return self.login_page(
@@ -424,6 +427,8 @@ impl Context<'_> {
             "/bucket" => self.bucket(request.arg("bucket"), None).await,
             "/objects" => self.objects(request, request.arg("bucket")).await,
             "/object" => self.object(request.arg("bucket"), request.arg("key")).await,
+            "/keys" => self.keys(request).await,
+            "/key" => self.key(request).await,
             _ => self.page(StatusCode::NOT_FOUND, "Not found", "<h1>Not found</h1>".to_owned()),
         }
     }
@@ -538,6 +543,7 @@ impl Context<'_> {
                 let outcome = self.put_tags(bucket, key, request.arg("tags")).await;
                 self.done(outcome, &object_page)
             }
+            "/key/command" => self.key_command(request).await,
             path if path.starts_with("/api/upload/") => self.upload(request, &path["/api/upload/".len()..]).await,
             _ => self
                 .app

@@ -11,6 +11,8 @@ pub struct Gateway {
     /// The URL browsers use (presigned URLs name it).
     pub public: String,
     region: String,
+    /// The RESP listener, plaintext on loopback, if the console can reach one.
+    pub resp: Option<std::net::SocketAddr>,
 }
 
 /// Why a sign-in failed.
@@ -20,7 +22,7 @@ pub enum SignIn {
 }
 
 impl Gateway {
-    pub fn new(internal: String, public: String, region: String) -> Gateway {
+    pub fn new(internal: String, public: String, region: String, resp: Option<std::net::SocketAddr>) -> Gateway {
         let http = aws_smithy_http_client::Builder::new()
             .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
                 aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
@@ -31,6 +33,7 @@ impl Gateway {
             internal,
             public,
             region,
+            resp,
         }
     }
 

@@ -33,6 +33,11 @@ pub fn name(text: &str) -> String {
     out
 }
 
+/// A value as a block of text: `name` line by line, so line breaks stay line breaks.
+pub fn value(text: &str) -> String {
+    text.split('\n').map(name).collect::<Vec<_>>().join("\n")
+}
+
 fn invisible(c: char) -> bool {
     c.is_control()
         || matches!(c as u32,
@@ -124,7 +129,7 @@ impl Page<'_> {
         }
         out.push_str("</head><body><header><a class=\"brand\" href=\"/\">pgvs3 console</a>");
         if let Some((key, csrf)) = self.session {
-            out.push_str("<nav><a href=\"/buckets\">Buckets</a></nav>");
+            out.push_str("<nav><a href=\"/buckets\">Buckets</a><a href=\"/keys\">Keys</a></nav>");
             let _ = write!(out, "<span class=\"who\">{}</span>", name(key));
             out.push_str(&form("/logout", csrf, &[], "<button id=\"logout\">Sign out</button>"));
         }

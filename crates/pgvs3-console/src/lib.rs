@@ -8,6 +8,7 @@ mod app;
 mod gateway;
 mod html;
 mod policy;
+mod resp;
 mod server;
 mod session;
 
@@ -43,6 +44,20 @@ pub struct Gateway {
     pub region: String,
     /// The gateway's TLS acceptor, when its listeners speak TLS: the console then does too.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// The RESP listener as the console reaches it (plaintext, loopback), for the keyspace
+    /// pages; `None` without one the console can reach.
+    pub resp: Option<SocketAddr>,
+}
+
+/// `addr` as this process reaches it: an unspecified address is loopback.
+fn loopback(mut addr: SocketAddr) -> SocketAddr {
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    addr
 }
 
 impl Gateway {
@@ -54,21 +69,28 @@ impl Gateway {
         region: String,
         tls: Option<tokio_rustls::TlsAcceptor>,
     ) -> Gateway {
-        let local = |mut addr: SocketAddr| {
-            if addr.ip().is_unspecified() {
-                addr.set_ip(match addr {
-                    SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-                    SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-                });
-            }
-            addr
-        };
         let s3_url = match (s3_plaintext, &tls) {
-            (Some(plaintext), _) => format!("http://{}", local(plaintext)),
-            (None, Some(_)) => format!("https://{}", local(s3)),
-            (None, None) => format!("http://{}", local(s3)),
+            (Some(plaintext), _) => format!("http://{}", loopback(plaintext)),
+            (None, Some(_)) => format!("https://{}", loopback(s3)),
+            (None, None) => format!("http://{}", loopback(s3)),
         };
-        Gateway { s3_url, region, tls }
+        Gateway {
+            s3_url,
+            region,
+            tls,
+            resp: None,
+        }
+    }
+
+    /// The RESP listener (and its plaintext twin, and whether it speaks TLS): the console speaks
+    /// plain RESP on loopback, so through the twin when the listener has TLS, else not at all.
+    pub fn with_resp(mut self, listener: SocketAddr, plaintext: Option<SocketAddr>, tls: bool) -> Gateway {
+        self.resp = match (plaintext, tls) {
+            (Some(plaintext), _) => Some(loopback(plaintext)),
+            (None, false) => Some(loopback(listener)),
+            (None, true) => None,
+        };
+        self
     }
 }
 
@@ -99,7 +121,7 @@ pub async fn start(
         .trim_end_matches('/')
         .to_owned();
     let app = app::App::new(
-        gateway::Gateway::new(gateway.s3_url, public_s3, gateway.region),
+        gateway::Gateway::new(gateway.s3_url, public_s3, gateway.region, gateway.resp),
         session::Sessions::new(args.console_session_idle),
         gateway.tls.is_some(),
     );

@@ -574,6 +574,161 @@ async fn bucket_settings_are_s3_configurations_edited_with_the_sessions_key() {
     assert!(lock.object_lock_configuration().unwrap().rule().is_some());
 }
 
+/// The `class="key"` links of a keys page, as the names they show.
+fn listed_keys(page: &str) -> Vec<String> {
+    page.split("<a class=\"key\" href=\"")
+        .skip(1)
+        .map(|rest| {
+            let text = &rest[rest.find("\">").unwrap() + 2..];
+            text[..text.find("</a>").unwrap()].to_owned()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_keyspace_is_scanned_shown_per_type_and_edited_with_the_sessions_rights() {
+    let stack = Stack::start().await;
+    let redis = async |args: &[&str]| stack.redis(args).await;
+    redis(&["SET", "greeting", "hello\nworld"]).await;
+    redis(&["EXPIRE", "greeting", "1000"]).await;
+    redis(&["SET", "big", &"x".repeat(20_000)]).await;
+    redis(&["HSET", "user:1", "name", "<script>alert(1)</script>", "age", "42"]).await;
+    redis(&["SADD", "tags", "red", "blue"]).await;
+    redis(&["ZADD", "board", "1", "alice", "2.5", "bob"]).await;
+    redis(&["RPUSH", "queue", "one", "two"]).await;
+    redis(&["XADD", "events", "1-1", "kind", "created"]).await;
+    redis(&["XADD", "events", "2-1", "kind", "deleted"]).await;
+    redis(&["XGROUP", "CREATE", "events", "workers", "0"]).await;
+    redis(&[
+        "XREADGROUP",
+        "GROUP",
+        "workers",
+        "w1",
+        "COUNT",
+        "1",
+        "STREAMS",
+        "events",
+        ">",
+    ])
+    .await;
+    redis(&["SET", "evil\u{202E}gpj", "x"]).await;
+    let mut mass = vec!["MSET".to_owned()];
+    for n in 0..150 {
+        mass.push(format!("page:{n}"));
+        mass.push("v".to_owned());
+    }
+    redis(&mass.iter().map(String::as_str).collect::<Vec<_>>()).await;
+
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    // By pattern, with each key's type.
+    let page = root.get("/keys?pattern=user:*").await.body;
+    assert_eq!(listed_keys(&page), ["user:1"], "{page}");
+    assert!(page.contains("<td class=\"type\">hash</td>"), "{page}");
+    // Every key, SCAN step by step: each page bounded, all keys found once the cursor is 0.
+    let mut found = std::collections::HashSet::new();
+    let mut next = "/keys?db=0".to_owned();
+    let mut pages = 0;
+    loop {
+        let page = root.get(&next).await.body;
+        let keys = listed_keys(&page);
+        assert!(keys.len() <= 200, "a bounded step: {}", keys.len());
+        found.extend(keys);
+        pages += 1;
+        match page.split("<a id=\"next-keys\" href=\"").nth(1) {
+            Some(rest) => next = rest[..rest.find('"').unwrap()].replace("&amp;", "&"),
+            None => break,
+        }
+        assert!(pages < 50, "the scan ends");
+    }
+    assert!(pages > 1, "158 keys take more than one step");
+    // A step's cursor is single-use (pgvs3's SCAN): reading it again says so.
+    let again = root.get(&next).await.body;
+    assert!(again.contains("This page of the scan was read already"), "{again}");
+    assert_eq!(found.len(), 158, "{found:?}");
+    assert!(
+        found.contains("evil<span class=\"cp\">⟨U+202E⟩</span>gpj"),
+        "shown, not obeyed: {found:?}"
+    );
+
+    // A view per type.
+    let page = root.get("/key?key=greeting").await.body;
+    assert!(page.contains("<dd id=\"key-type\">string</dd>"), "{page}");
+    assert!(page.contains("<dd id=\"key-ttl\">16 min"), "{page}");
+    assert!(page.contains(">hello\nworld</textarea>"), "{page}");
+    let page = root.get("/key?key=big").await.body;
+    assert!(page.contains("The first 16.0 KiB shown; not editable here."), "{page}");
+    assert!(page.contains(&"x".repeat(16 * 1024)) && !page.contains(&"x".repeat(16 * 1024 + 1)));
+    let page = root.get("/key?key=user:1").await.body;
+    assert!(
+        page.contains("<td>&lt;script&gt;alert(1)&lt;/script&gt;</td>"),
+        "{page}"
+    );
+    assert!(!page.contains("<script>alert"), "{page}");
+    let page = root.get("/key?key=board").await.body;
+    assert!(
+        page.contains("<td>alice</td><td>1</td>") && page.contains("<td>bob</td><td>2.5</td>"),
+        "{page}"
+    );
+    let page = root.get("/key?key=queue").await.body;
+    assert!(
+        page.contains("<td>0</td><td>one</td>") && page.contains("<td>1</td><td>two</td>"),
+        "{page}"
+    );
+    let page = root.get("/key?key=tags").await.body;
+    assert!(
+        page.contains("<td>red</td>") && page.contains("<td>blue</td>"),
+        "{page}"
+    );
+    let page = root.get("/key?key=events").await.body;
+    assert!(page.contains("<code>1-1</code></td><td>kind = created</td>"), "{page}");
+    assert!(
+        page.contains("<tr class=\"group\"><td>workers</td><td>1</td><td>1</td><td><code>1-1</code></td>"),
+        "{page}"
+    );
+    assert!(page.contains("w1: 1"), "{page}");
+
+    // Edits, each one RESP command.
+    let edit = async |pairs: &[(&str, &str)]| root.follow(&root.post("/key/command", pairs).await).await.body;
+    let page = edit(&[("key", "user:1"), ("op", "hset"), ("field", "city"), ("value", "Oslo")]).await;
+    assert!(page.contains("Field saved."), "{page}");
+    assert_eq!(redis(&["HGET", "user:1", "city"]).await, "Oslo");
+    let page = edit(&[("key", "greeting"), ("op", "set"), ("value", "bye")]).await;
+    assert!(page.contains("Value saved."), "{page}");
+    assert_eq!(redis(&["GET", "greeting"]).await, "bye");
+    assert_ne!(redis(&["TTL", "greeting"]).await, "-1", "KEEPTTL");
+    edit(&[("key", "greeting"), ("op", "expire"), ("ttl", "")]).await;
+    assert_eq!(redis(&["TTL", "greeting"]).await, "-1");
+    let page = edit(&[("key", "board"), ("op", "zadd"), ("score", "lots"), ("member", "carol")]).await;
+    assert!(
+        page.contains("flash error") && page.contains("ERR value is not a valid float"),
+        "{page}"
+    );
+    let page = edit(&[("key", "tags"), ("op", "del")]).await;
+    assert!(
+        page.contains("Key deleted.") && page.contains("<h1>Keys</h1>"),
+        "{page}"
+    );
+    assert_eq!(redis(&["EXISTS", "tags"]).await, "0");
+
+    // A key that does not own the database's bucket gets RESP's NOPERM, and changes nothing.
+    stack.add_key("OTHERKEY", false).await;
+    let other = Visitor::sign_in(stack.console, "OTHERKEY", "OTHERKEY-secret").await;
+    let page = other.get("/keys").await.body;
+    assert!(page.contains("NOPERM"), "{page}");
+    assert!(listed_keys(&page).is_empty());
+    let page = other
+        .follow(&other.post("/key/command", &[("key", "queue"), ("op", "del")]).await)
+        .await
+        .body;
+    assert!(page.contains("flash error") && page.contains("NOPERM"), "{page}");
+    assert_eq!(redis(&["EXISTS", "queue"]).await, "1");
+    // A wrong secret never reaches RESP: sign-in is S3's check first.
+    assert_eq!(
+        sign_in_answer(stack.console, "OTHERKEY", "wrong", None).await.status,
+        401
+    );
+}
+
 /// Drops a file made of `text` on the upload zone, as a drag from the desktop does.
 async fn drop_file(browser: &webdriver::Browser, name: &str, text: &str) {
     browser
@@ -786,6 +941,34 @@ async fn walk_through(browser: webdriver::Browser) {
         .await
         .unwrap();
     assert_eq!(versions.versions().len(), 2);
+
+    // The keyspace: found by pattern, a hash shown and a field added.
+    stack
+        .redis(&["HSET", "session:42", "user", "ada", "<b>role</b>", "admin"])
+        .await;
+    stack.redis(&["XADD", "audit", "*", "event", "login"]).await;
+    browser.goto(&console("/keys")).await;
+    browser.clear("#pattern").await;
+    browser.type_into("#pattern", "session:*").await;
+    browser.click("#find-keys").await;
+    eventually("the key found", move || async move {
+        b.source().await.contains("class=\"key\"")
+    })
+    .await;
+    browser.screenshot("keys").await;
+    browser.click("a.key").await;
+    browser.find("#key-type").await;
+    assert_eq!(browser.text("#key-type").await, "hash");
+    browser.type_into("#field", "theme").await;
+    browser.type_into("#field-value", "dark").await;
+    browser.click("#add-element").await;
+    eventually("the field saved", move || async move {
+        b.source().await.contains("Field saved.")
+    })
+    .await;
+    assert_eq!(stack.redis(&["HGET", "session:42", "theme"]).await, "dark");
+    assert!(browser.text("#elements").await.contains("<b>role</b>"));
+    browser.screenshot("key").await;
 
     // Sign out: the session is gone, in the browser and on the server.
     browser.click("#logout").await;

@@ -101,7 +101,7 @@ impl Stack {
             "--ojs-addr",
             "off",
             "--resp-addr",
-            "off",
+            "127.0.0.1:0",
             "--root-access-key",
             ROOT_ACCESS_KEY,
             "--root-secret-key",
@@ -125,6 +125,7 @@ impl Stack {
                 s3_url: format!("http://{}", gateway.s3_addr),
                 region: "us-east-1".into(),
                 tls: None,
+                resp: gateway.resp_addr,
             },
             std::future::pending(),
         )
@@ -141,6 +142,20 @@ impl Stack {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.console)
+    }
+
+    /// `redis-cli` against the gateway's RESP listener (on loopback without a password it acts
+    /// as the root key): its output, trimmed.
+    pub async fn redis(&self, args: &[&str]) -> String {
+        let port = self.gateway.resp_addr.expect("RESP is on").port().to_string();
+        let output = tokio::process::Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &port])
+            .args(args)
+            .output()
+            .await
+            .expect("redis-cli runs");
+        assert!(output.status.success(), "redis-cli {args:?}: {output:?}");
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
     }
 
     /// A further key (`read_only` or not) with secret `<key>-secret`.
