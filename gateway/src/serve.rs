@@ -181,6 +181,7 @@ impl RunningGateway {
         // --- end RESP ---
         // --- OJS ---
         let mut background_ojs = Vec::new();
+        let mut ojs_for_console = None;
         let ojs_addr = match args.ojs.ojs_addr.0 {
             Some(addr) => {
                 let listener = TcpListener::bind(addr)
@@ -188,6 +189,8 @@ impl RunningGateway {
                     .with_context(|| format!("binding OJS on {addr} (change it with --ojs-addr, or --ojs-addr off)"))?;
                 let plaintext = bind_plaintext(args.tls.ojs_plaintext_addr, "--ojs-plaintext-addr").await?;
                 let bound = listener.local_addr()?;
+                let plaintext_addr = plaintext.as_ref().map(TcpListener::local_addr).transpose()?;
+                ojs_for_console = Some((bound, plaintext_addr, tls.ojs.is_some()));
                 let options = args.ojs.options(&args.webhooks);
                 let queue = crate::ojs::queue::Queue::new(pool.clone());
                 background_ojs.push(crate::ojs::spawn_cron_ticker(queue.clone(), options.max_args_bytes));
@@ -218,6 +221,10 @@ impl RunningGateway {
         if let Some((listener, plaintext, tls)) = resp_for_console {
             console_gateway = console_gateway.with_resp(listener, plaintext, tls);
         }
+        if let Some((listener, plaintext, tls)) = ojs_for_console {
+            console_gateway = console_gateway.with_ojs(listener, plaintext, tls, args.ojs.ojs_token.clone());
+        }
+        console_gateway = console_gateway.with_root_check(root_check(store.catalog().clone()));
         let mut console_stop = signal.clone();
         let console_stop = async move { console_stop.wait().await };
         if let Some(console) = pgvs3_console::start(&args.console, console_gateway, console_stop).await? {
@@ -274,6 +281,14 @@ impl RunningGateway {
 }
 
 /// Binds a listener's plaintext twin, when asked for one.
+/// The console's admin check: whether a key (already proven by its signature) is the root key.
+pub fn root_check(catalog: Arc<crate::store::Catalog>) -> pgvs3_console::RootCheck {
+    Arc::new(move |access_key| {
+        let catalog = Arc::clone(&catalog);
+        Box::pin(async move { matches!(catalog.access_key(&access_key).await, Ok(Some(key)) if key.is_root) })
+    })
+}
+
 async fn bind_plaintext(addr: Option<SocketAddr>, flag: &str) -> anyhow::Result<Option<TcpListener>> {
     let Some(addr) = addr else { return Ok(None) };
     let listener = TcpListener::bind(addr)

@@ -14,6 +14,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, StatusCode, header};
 use http_body_util::Full;
 
+mod jobs;
 mod keyspace;
 mod settings;
 
@@ -280,6 +281,7 @@ impl App {
             Page {
                 title: "Sign in",
                 session: None,
+                admin: false,
                 flash: None,
                 body,
             },
@@ -341,6 +343,7 @@ impl App {
             presign,
             secret: secret.into(),
             keyspace: Default::default(),
+            admin: self.gateway.is_root(access_key).await,
         };
         let Some(id) = self.sessions.create(session) else {
             return self.login_page(
@@ -401,6 +404,7 @@ impl Context<'_> {
             Page {
                 title,
                 session: Some((&self.session.access_key, &self.session.csrf)),
+                admin: self.session.admin,
                 flash,
                 body,
             },
@@ -428,6 +432,9 @@ impl Context<'_> {
             "/objects" => self.objects(request, request.arg("bucket")).await,
             "/object" => self.object(request.arg("bucket"), request.arg("key")).await,
             "/keys" => self.keys(request).await,
+            "/jobs" => self.jobs(request).await,
+            "/jobs/queue" => self.jobs_queue(request).await,
+            "/job" => self.job(request).await,
             "/key" => self.key(request).await,
             _ => self.page(StatusCode::NOT_FOUND, "Not found", "<h1>Not found</h1>".to_owned()),
         }
@@ -544,6 +551,8 @@ impl Context<'_> {
                 self.done(outcome, &object_page)
             }
             "/key/command" => self.key_command(request).await,
+            "/jobs/retry" => self.dead_letter_change(request, true).await,
+            "/jobs/delete" => self.dead_letter_change(request, false).await,
             path if path.starts_with("/api/upload/") => self.upload(request, &path["/api/upload/".len()..]).await,
             _ => self
                 .app

@@ -13,6 +13,9 @@ pub struct Gateway {
     region: String,
     /// The RESP listener, plaintext on loopback, if the console can reach one.
     pub resp: Option<std::net::SocketAddr>,
+    /// The OJS listener with the operator's token (root-key sessions only).
+    pub ojs: Option<crate::ojs::Ojs>,
+    is_root: Option<crate::RootCheck>,
 }
 
 /// Why a sign-in failed.
@@ -34,6 +37,23 @@ impl Gateway {
             public,
             region,
             resp,
+            ojs: None,
+            is_root: None,
+        }
+    }
+
+    /// What admin (root-key) sessions reach: the OJS listener, and the check that makes one.
+    pub fn admin(mut self, ojs: Option<crate::ojs::Ojs>, is_root: Option<crate::RootCheck>) -> Gateway {
+        self.ojs = ojs;
+        self.is_root = is_root;
+        self
+    }
+
+    /// Whether a signed-in key is the root key (asked of the gateway in-process).
+    pub async fn is_root(&self, access_key: &str) -> bool {
+        match &self.is_root {
+            Some(check) => check(access_key.to_owned()).await,
+            None => false,
         }
     }
 

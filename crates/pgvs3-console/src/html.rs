@@ -113,6 +113,8 @@ pub struct Page<'a> {
     pub title: &'a str,
     /// The signed-in key and its CSRF token, for the header and scripts.
     pub session: Option<(&'a str, &'a str)>,
+    /// An admin (root-key) session: its pages are in the menu too.
+    pub admin: bool,
     pub flash: Option<(bool, &'a str)>,
     pub body: String,
 }
@@ -129,7 +131,11 @@ impl Page<'_> {
         }
         out.push_str("</head><body><header><a class=\"brand\" href=\"/\">pgvs3 console</a>");
         if let Some((key, csrf)) = self.session {
-            out.push_str("<nav><a href=\"/buckets\">Buckets</a><a href=\"/keys\">Keys</a></nav>");
+            out.push_str("<nav><a href=\"/buckets\">Buckets</a><a href=\"/keys\">Keys</a>");
+            if self.admin {
+                out.push_str("<a href=\"/jobs\">Jobs</a>");
+            }
+            out.push_str("</nav>");
             let _ = write!(out, "<span class=\"who\">{}</span>", name(key));
             out.push_str(&form("/logout", csrf, &[], "<button id=\"logout\">Sign out</button>"));
         }

@@ -7,6 +7,7 @@
 mod app;
 mod gateway;
 mod html;
+mod ojs;
 mod policy;
 mod resp;
 mod server;
@@ -47,7 +48,16 @@ pub struct Gateway {
     /// The RESP listener as the console reaches it (plaintext, loopback), for the keyspace
     /// pages; `None` without one the console can reach.
     pub resp: Option<SocketAddr>,
+    /// The OJS listener (plaintext, loopback) and the operator's token, for the jobs pages.
+    pub ojs: Option<(SocketAddr, Option<String>)>,
+    /// Whether an access key (already proven by a signed request) is the root key: such
+    /// sessions are the console's admin sessions (jobs). `None`: no session is.
+    pub is_root: Option<RootCheck>,
 }
+
+/// See [`Gateway::is_root`].
+pub type RootCheck =
+    std::sync::Arc<dyn Fn(String) -> std::pin::Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>;
 
 /// `addr` as this process reaches it: an unspecified address is loopback.
 fn loopback(mut addr: SocketAddr) -> SocketAddr {
@@ -79,7 +89,30 @@ impl Gateway {
             region,
             tls,
             resp: None,
+            ojs: None,
+            is_root: None,
         }
+    }
+
+    /// The OJS listener, as [`Gateway::with_resp`] takes the RESP one, and `--ojs-token`.
+    pub fn with_ojs(
+        mut self,
+        listener: SocketAddr,
+        plaintext: Option<SocketAddr>,
+        tls: bool,
+        token: Option<String>,
+    ) -> Gateway {
+        self.ojs = match (plaintext, tls) {
+            (Some(plaintext), _) => Some((loopback(plaintext), token)),
+            (None, false) => Some((loopback(listener), token)),
+            (None, true) => None,
+        };
+        self
+    }
+
+    pub fn with_root_check(mut self, check: RootCheck) -> Gateway {
+        self.is_root = Some(check);
+        self
     }
 
     /// The RESP listener (and its plaintext twin, and whether it speaks TLS): the console speaks
@@ -121,7 +154,10 @@ pub async fn start(
         .trim_end_matches('/')
         .to_owned();
     let app = app::App::new(
-        gateway::Gateway::new(gateway.s3_url, public_s3, gateway.region, gateway.resp),
+        gateway::Gateway::new(gateway.s3_url, public_s3, gateway.region, gateway.resp).admin(
+            gateway.ojs.map(|(addr, token)| ojs::Ojs { addr, token }),
+            gateway.is_root,
+        ),
         session::Sessions::new(args.console_session_idle),
         gateway.tls.is_some(),
     );

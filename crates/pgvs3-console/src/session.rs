@@ -32,6 +32,8 @@ pub struct Session {
     pub secret: std::sync::Arc<str>,
     /// The session's RESP connection (keyspace pages), closed when the session ends.
     pub keyspace: std::sync::Arc<crate::resp::Held>,
+    /// A root-key session: the jobs pages are its alone.
+    pub admin: bool,
 }
 
 struct Entry {

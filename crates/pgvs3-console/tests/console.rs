@@ -729,6 +729,142 @@ async fn the_keyspace_is_scanned_shown_per_type_and_edited_with_the_sessions_rig
     );
 }
 
+/// A job in `queue` that fails once and is dead-lettered with `code: message`; its id.
+async fn dead_job(stack: &Stack, queue: &str, code: &str, message: &str) -> String {
+    let (status, job) = stack
+        .ojs(
+            "POST",
+            "/ojs/v1/jobs",
+            json!({ "type": "mail.send", "args": ["<script>alert(1)</script>"], "options": { "queue": queue,
+                    "retry": { "max_attempts": 1, "on_exhaustion": "dead_letter" } } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{job}");
+    let (status, fetched) = stack
+        .ojs(
+            "POST",
+            "/ojs/v1/workers/fetch",
+            json!({ "queues": [queue], "worker_id": "w1" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{fetched}");
+    let claimed = &fetched["jobs"][0];
+    let (status, nacked) = stack
+        .ojs(
+            "POST",
+            "/ojs/v1/workers/nack",
+            json!({ "job_id": claimed["id"], "attempt": claimed["attempt"], "error": { "code": code, "message": message } }),
+        )
+        .await;
+    assert_eq!(status, 200, "{nacked}");
+    job["job"]["id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn the_jobs_pages_are_the_root_keys_and_retry_and_delete_dead_jobs() {
+    let stack = Stack::start().await;
+    let first = dead_job(&stack, "mail", "SMTP", "mailbox <b>full</b>").await;
+    let second = dead_job(&stack, "mail", "SMTP", "gone").await;
+    let (status, _) = stack
+        .ojs(
+            "POST",
+            "/ojs/v1/jobs",
+            json!({ "type": "report.build", "args": [], "options": { "queue": "reports" } }),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let (status, cron) = stack
+        .ojs(
+            "POST",
+            "/ojs/v1/cron",
+            json!({ "name": "nightly", "cron": "0 3 * * *", "timezone": "UTC", "type": "report.build", "args": [] }),
+        )
+        .await;
+    assert!(status == 200 || status == 201, "{cron}");
+
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let page = root.get("/jobs").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let body = &page.body;
+    assert!(
+        body.contains("<a href=\"/jobs\">Jobs</a>"),
+        "the root key's menu has Jobs"
+    );
+    assert!(
+        body.contains("<tr class=\"queue\"><td><a href=\"/jobs/queue?name=reports&amp;tenant=default\">reports</a></td><td>active</td><td>1</td>"),
+        "{body}"
+    );
+    assert!(
+        body.contains(&format!("<tr class=\"dead\" data-job=\"{first}\">")),
+        "{body}"
+    );
+    assert!(
+        body.contains("SMTP: mailbox &lt;b&gt;full&lt;/b&gt;"),
+        "an error is text: {body}"
+    );
+    assert!(
+        body.contains(
+            "<tr class=\"cron\"><td>nightly</td><td><code>0 3 * * *</code></td><td>UTC</td><td>report.build</td>"
+        ),
+        "{body}"
+    );
+    let page = root.get("/jobs/queue?name=reports").await.body;
+    assert!(
+        page.contains("<dd id=\"depth\">1</dd>") && page.contains("<tr><td>available</td><td>1</td></tr>"),
+        "{page}"
+    );
+    let page = root.get(&format!("/job?id={first}")).await.body;
+    assert!(
+        page.contains("<td>1</td><td>SMTP</td><td>mailbox &lt;b&gt;full&lt;/b&gt;</td>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("&lt;script&gt;alert(1)&lt;/script&gt;") && !page.contains("<script>alert"),
+        "{page}"
+    );
+    let page = root.get("/job?id=../../admin/reset").await.body;
+    assert!(page.contains("That is not a job id."), "{page}");
+
+    // Retry one from the dead letter, delete the other.
+    let page = root
+        .follow(&root.post("/jobs/retry", &[("id", &first)]).await)
+        .await
+        .body;
+    assert!(page.contains(&format!("Job {first} is queued again.")), "{page}");
+    let (_, job) = stack.ojs("GET", &format!("/ojs/v1/jobs/{first}"), json!(null)).await;
+    assert_eq!(
+        job["job"]["state"].as_str().or(job["state"].as_str()),
+        Some("available"),
+        "{job}"
+    );
+    let page = root
+        .follow(&root.post("/jobs/delete", &[("id", &second)]).await)
+        .await
+        .body;
+    assert!(page.contains(&format!("Job {second} deleted.")), "{page}");
+    assert!(page.contains("No dead-lettered jobs."), "{page}");
+    let (status, _) = stack.ojs("GET", &format!("/ojs/v1/jobs/{second}"), json!(null)).await;
+    assert_eq!(status, 404);
+
+    // Any other key, however privileged over S3, gets no OJS through the console.
+    stack.add_key("OTHERKEY", false).await;
+    let other = Visitor::sign_in(stack.console, "OTHERKEY", "OTHERKEY-secret").await;
+    let page = other.get("/jobs").await;
+    assert_eq!(page.status, 403);
+    assert!(page.body.contains("for the root key&#39;s sessions") && !page.body.contains("<a href=\"/jobs\">Jobs</a>"));
+    assert!(!page.body.contains("reports"));
+    let third = dead_job(&stack, "mail", "SMTP", "again").await;
+    let page = other
+        .follow(&other.post("/jobs/delete", &[("id", &third)]).await)
+        .await
+        .body;
+    assert!(page.contains("flash error"), "{page}");
+    let (status, _) = stack.ojs("GET", &format!("/ojs/v1/jobs/{third}"), json!(null)).await;
+    assert_eq!(status, 200, "still there");
+    assert_eq!(other.get(&format!("/job?id={third}")).await.status, 200);
+    assert!(!other.get(&format!("/job?id={third}")).await.body.contains("SMTP"));
+}
+
 /// Drops a file made of `text` on the upload zone, as a drag from the desktop does.
 async fn drop_file(browser: &webdriver::Browser, name: &str, text: &str) {
     browser
@@ -969,6 +1105,23 @@ async fn walk_through(browser: webdriver::Browser) {
     assert_eq!(stack.redis(&["HGET", "session:42", "theme"]).await, "dark");
     assert!(browser.text("#elements").await.contains("<b>role</b>"));
     browser.screenshot("key").await;
+
+    // Jobs: a dead job retried from the dead letter.
+    let dead = dead_job(&stack, "mail", "SMTP", "mailbox full").await;
+    browser.goto(&console("/jobs")).await;
+    browser.find("tr.dead").await;
+    browser.screenshot("jobs").await;
+    browser.click("tr.dead button.retry").await;
+    eventually("the retry", move || async move {
+        b.source().await.contains("is queued again.")
+    })
+    .await;
+    let (_, job) = stack.ojs("GET", &format!("/ojs/v1/jobs/{dead}"), json!(null)).await;
+    assert_eq!(
+        job["job"]["state"].as_str().or(job["state"].as_str()),
+        Some("available"),
+        "{job}"
+    );
 
     // Sign out: the session is gone, in the browser and on the server.
     browser.click("#logout").await;
