@@ -224,7 +224,12 @@ impl RunningGateway {
         if let Some((listener, plaintext, tls)) = ojs_for_console {
             console_gateway = console_gateway.with_ojs(listener, plaintext, tls, args.ojs.ojs_token.clone());
         }
-        console_gateway = console_gateway.with_root_check(root_check(store.catalog().clone()));
+        console_gateway = console_gateway
+            .with_admin(Arc::new(ConsoleAdmin {
+                catalog: store.catalog().clone(),
+                pool: pool.clone(),
+            }))
+            .with_admin_listener(admin_addr, tls.admin.is_some());
         let mut console_stop = signal.clone();
         let console_stop = async move { console_stop.wait().await };
         if let Some(console) = pgvs3_console::start(&args.console, console_gateway, console_stop).await? {
@@ -281,12 +286,27 @@ impl RunningGateway {
 }
 
 /// Binds a listener's plaintext twin, when asked for one.
-/// The console's admin check: whether a key (already proven by its signature) is the root key.
-pub fn root_check(catalog: Arc<crate::store::Catalog>) -> pgvs3_console::RootCheck {
-    Arc::new(move |access_key| {
-        let catalog = Arc::clone(&catalog);
-        Box::pin(async move { matches!(catalog.access_key(&access_key).await, Ok(Some(key)) if key.is_root) })
-    })
+/// What the web console asks of this gateway in-process for its admin (root-key) pages.
+pub struct ConsoleAdmin {
+    pub catalog: Arc<Catalog>,
+    pub pool: deadpool_postgres::Pool,
+}
+
+impl pgvs3_console::Admin for ConsoleAdmin {
+    fn is_root(&self, access_key: String) -> pgvs3_console::BoxFuture<'_, bool> {
+        Box::pin(async move { matches!(self.catalog.access_key(&access_key).await, Ok(Some(key)) if key.is_root) })
+    }
+
+    fn database_size(&self) -> pgvs3_console::BoxFuture<'_, Result<i64, String>> {
+        Box::pin(async move {
+            let client = self.pool.get().await.map_err(|err| err.to_string())?;
+            let row = client
+                .query_one("SELECT pg_database_size(current_database())", &[])
+                .await
+                .map_err(|err| err.to_string())?;
+            Ok(row.get(0))
+        })
+    }
 }
 
 async fn bind_plaintext(addr: Option<SocketAddr>, flag: &str) -> anyhow::Result<Option<TcpListener>> {

@@ -14,6 +14,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, StatusCode, header};
 use http_body_util::Full;
 
+mod fleet;
 mod jobs;
 mod keyspace;
 mod settings;
@@ -39,6 +40,8 @@ pub struct App {
     csp: HeaderValue,
     session_cookie: &'static str,
     login_cookie: &'static str,
+    /// The health page's previous request counts, for rates.
+    samples: fleet::Samples,
 }
 
 /// What a handler needs of a request.
@@ -124,6 +127,7 @@ impl App {
             // Under TLS the __Host- prefix makes the browser insist on Secure, Path=/ and no Domain.
             session_cookie: if tls { "__Host-pgvs3_session" } else { "pgvs3_session" },
             login_cookie: if tls { "__Host-pgvs3_login" } else { "pgvs3_login" },
+            samples: fleet::Samples::default(),
         }
     }
 
@@ -433,6 +437,7 @@ impl Context<'_> {
             "/object" => self.object(request.arg("bucket"), request.arg("key")).await,
             "/keys" => self.keys(request).await,
             "/jobs" => self.jobs(request).await,
+            "/health" => self.fleet().await,
             "/jobs/queue" => self.jobs_queue(request).await,
             "/job" => self.job(request).await,
             "/key" => self.key(request).await,

@@ -15,7 +15,10 @@ pub struct Gateway {
     pub resp: Option<std::net::SocketAddr>,
     /// The OJS listener with the operator's token (root-key sessions only).
     pub ojs: Option<crate::ojs::Ojs>,
-    is_root: Option<crate::RootCheck>,
+    /// The gateway's in-process answers for admin sessions.
+    pub admin: Option<std::sync::Arc<dyn crate::Admin>>,
+    /// The admin listener (fleet page).
+    pub admin_listener: Option<std::net::SocketAddr>,
 }
 
 /// Why a sign-in failed.
@@ -38,21 +41,28 @@ impl Gateway {
             region,
             resp,
             ojs: None,
-            is_root: None,
+            admin: None,
+            admin_listener: None,
         }
     }
 
     /// What admin (root-key) sessions reach: the OJS listener, and the check that makes one.
-    pub fn admin(mut self, ojs: Option<crate::ojs::Ojs>, is_root: Option<crate::RootCheck>) -> Gateway {
+    pub fn admin(
+        mut self,
+        ojs: Option<crate::ojs::Ojs>,
+        admin: Option<std::sync::Arc<dyn crate::Admin>>,
+        admin_listener: Option<std::net::SocketAddr>,
+    ) -> Gateway {
         self.ojs = ojs;
-        self.is_root = is_root;
+        self.admin = admin;
+        self.admin_listener = admin_listener;
         self
     }
 
     /// Whether a signed-in key is the root key (asked of the gateway in-process).
     pub async fn is_root(&self, access_key: &str) -> bool {
-        match &self.is_root {
-            Some(check) => check(access_key.to_owned()).await,
+        match &self.admin {
+            Some(admin) => admin.is_root(access_key.to_owned()).await,
             None => false,
         }
     }

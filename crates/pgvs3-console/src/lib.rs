@@ -7,6 +7,7 @@
 mod app;
 mod gateway;
 mod html;
+mod loopback;
 mod ojs;
 mod policy;
 mod resp;
@@ -50,14 +51,23 @@ pub struct Gateway {
     pub resp: Option<SocketAddr>,
     /// The OJS listener (plaintext, loopback) and the operator's token, for the jobs pages.
     pub ojs: Option<(SocketAddr, Option<String>)>,
-    /// Whether an access key (already proven by a signed request) is the root key: such
-    /// sessions are the console's admin sessions (jobs). `None`: no session is.
-    pub is_root: Option<RootCheck>,
+    /// The gateway's in-process answers for admin (root-key) sessions. `None`: no session is one.
+    pub admin: Option<std::sync::Arc<dyn Admin>>,
+    /// The admin listener (plaintext, loopback): `/readyz` and `/metrics` for the fleet page.
+    pub admin_listener: Option<SocketAddr>,
 }
 
-/// See [`Gateway::is_root`].
-pub type RootCheck =
-    std::sync::Arc<dyn Fn(String) -> std::pin::Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>;
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What the gateway answers in-process for the console's admin pages (jobs, fleet): only what
+/// no listener serves to a client.
+pub trait Admin: Send + Sync {
+    /// Whether `access_key` (already proven by a signed request) is the root key: its sessions
+    /// are the console's admin sessions.
+    fn is_root(&self, access_key: String) -> BoxFuture<'_, bool>;
+    /// The database's size in bytes.
+    fn database_size(&self) -> BoxFuture<'_, Result<i64, String>>;
+}
 
 /// `addr` as this process reaches it: an unspecified address is loopback.
 fn loopback(mut addr: SocketAddr) -> SocketAddr {
@@ -90,7 +100,8 @@ impl Gateway {
             tls,
             resp: None,
             ojs: None,
-            is_root: None,
+            admin: None,
+            admin_listener: None,
         }
     }
 
@@ -110,8 +121,14 @@ impl Gateway {
         self
     }
 
-    pub fn with_root_check(mut self, check: RootCheck) -> Gateway {
-        self.is_root = Some(check);
+    pub fn with_admin(mut self, admin: std::sync::Arc<dyn Admin>) -> Gateway {
+        self.admin = Some(admin);
+        self
+    }
+
+    /// The admin listener, unless it speaks TLS (it has no plaintext twin).
+    pub fn with_admin_listener(mut self, listener: SocketAddr, tls: bool) -> Gateway {
+        self.admin_listener = (!tls).then(|| loopback(listener));
         self
     }
 
@@ -156,7 +173,8 @@ pub async fn start(
     let app = app::App::new(
         gateway::Gateway::new(gateway.s3_url, public_s3, gateway.region, gateway.resp).admin(
             gateway.ojs.map(|(addr, token)| ojs::Ojs { addr, token }),
-            gateway.is_root,
+            gateway.admin,
+            gateway.admin_listener,
         ),
         session::Sessions::new(args.console_session_idle),
         gateway.tls.is_some(),

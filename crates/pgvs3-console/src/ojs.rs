@@ -3,18 +3,13 @@
 //! body bound. Only root-key sessions get here (docs/console.md, "Jobs").
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
-use bytes::Bytes;
-use http::{Method, Request, header};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::rt::TokioIo;
+use http::Method;
 use serde_json::Value;
 
 /// The most of one OJS answer the console reads (a dead-letter page of 100 jobs with their args
 /// and errors fits many times over).
 const MAX_ANSWER: usize = 8 << 20;
-const DEADLINE: Duration = Duration::from_secs(15);
 
 #[derive(Clone)]
 pub struct Ojs {
@@ -26,41 +21,13 @@ impl Ojs {
     /// `method` on `/ojs/v1{path}` as tenant `tenant`: the JSON answer, or the OJS error's
     /// code and message.
     pub async fn call(&self, method: Method, path: &str, tenant: &str) -> Result<Value, String> {
-        tokio::time::timeout(DEADLINE, self.exchange(method, path, tenant))
-            .await
-            .map_err(|_| "the OJS listener did not answer in time".to_owned())?
-    }
-
-    async fn exchange(&self, method: Method, path: &str, tenant: &str) -> Result<Value, String> {
-        let unreachable = |err: &dyn std::fmt::Display| format!("the OJS listener could not be reached: {err}");
-        let stream = tokio::net::TcpStream::connect(self.addr)
-            .await
-            .map_err(|err| unreachable(&err))?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|err| unreachable(&err))?;
-        tokio::spawn(connection);
-        let mut request = Request::builder()
-            .method(method)
-            .uri(format!("/ojs/v1{path}"))
-            .header(header::HOST, self.addr.to_string())
-            .header("x-ojs-tenant", tenant);
-        if let Some(token) = &self.token {
-            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        let bearer = self.token.as_ref().map(|token| format!("Bearer {token}"));
+        let mut headers = vec![("x-ojs-tenant", tenant)];
+        if let Some(bearer) = &bearer {
+            headers.push(("authorization", bearer));
         }
-        let request = request.body(Full::new(Bytes::new())).map_err(|err| err.to_string())?;
-        let response = sender.send_request(request).await.map_err(|err| unreachable(&err))?;
-        let status = response.status();
-        let body = Limited::new(response.into_body(), MAX_ANSWER)
-            .collect()
-            .await
-            .map_err(|_| {
-                format!(
-                    "the OJS answer is larger than the console reads ({} MiB)",
-                    MAX_ANSWER >> 20
-                )
-            })?
-            .to_bytes();
+        let (status, body) =
+            crate::loopback::request(self.addr, method, &format!("/ojs/v1{path}"), &headers, MAX_ANSWER).await?;
         let value: Value = if body.is_empty() {
             Value::Null
         } else {

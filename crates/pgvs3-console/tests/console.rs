@@ -865,6 +865,47 @@ async fn the_jobs_pages_are_the_root_keys_and_retry_and_delete_dead_jobs() {
     assert!(!other.get(&format!("/job?id={third}")).await.body.contains("SMTP"));
 }
 
+#[tokio::test]
+async fn the_health_page_shows_this_gateway_to_the_root_key_only() {
+    let stack = Stack::start().await;
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let page = root.get("/health").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let body = &page.body;
+    assert!(
+        body.contains("<dd id=\"ready\">yes</dd><dt>Role</dt><dd id=\"role\">primary</dd>"),
+        "{body}"
+    );
+    assert!(body.contains("<dd id=\"lag\">0.0 s</dd>"), "{body}");
+    assert!(
+        body.contains("<dd id=\"database-size\">") && body.contains(" MiB</dd>"),
+        "{body}"
+    );
+    assert!(
+        body.contains("<tr class=\"protocol\"><td>s3</td>"),
+        "the sign-in's ListBuckets counted: {body}"
+    );
+    assert!(body.contains("Rates show from the next look"), "{body}");
+    for _ in 0..20 {
+        stack.root.list_buckets().send().await.unwrap();
+    }
+    // The next look, at least half a second on, has rates.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let page = root.get("/health").await.body;
+    assert!(page.contains("Rates over the"), "{page}");
+    assert!(page.contains("/s</td></tr>"), "{page}");
+
+    stack.add_key("OTHERKEY", false).await;
+    let other = Visitor::sign_in(stack.console, "OTHERKEY", "OTHERKEY-secret").await;
+    let page = other.get("/health").await;
+    assert_eq!(page.status, 403);
+    assert!(
+        !page.body.contains("database-size") && !page.body.contains("/health\">Health"),
+        "{}",
+        page.body
+    );
+}
+
 /// Drops a file made of `text` on the upload zone, as a drag from the desktop does.
 async fn drop_file(browser: &webdriver::Browser, name: &str, text: &str) {
     browser
@@ -1122,6 +1163,11 @@ async fn walk_through(browser: webdriver::Browser) {
         Some("available"),
         "{job}"
     );
+
+    // Health: this gateway as its admin listener reports it.
+    browser.goto(&console("/health")).await;
+    assert_eq!(browser.text("#role").await, "primary");
+    browser.screenshot("health").await;
 
     // Sign out: the session is gone, in the browser and on the server.
     browser.click("#logout").await;

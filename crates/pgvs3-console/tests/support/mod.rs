@@ -126,7 +126,11 @@ impl Stack {
         let front = pgvs3_console::Gateway::loopback(gateway.s3_addr, None, "us-east-1".into(), None)
             .with_resp(gateway.resp_addr.unwrap(), None, false)
             .with_ojs(gateway.ojs_addr.unwrap(), None, false, Some(OJS_TOKEN.to_owned()))
-            .with_root_check(pgvs3_gateway::serve::root_check(gateway.store.catalog().clone()));
+            .with_admin(std::sync::Arc::new(pgvs3_gateway::serve::ConsoleAdmin {
+                catalog: gateway.store.catalog().clone(),
+                pool: gateway.store.pool().clone(),
+            }))
+            .with_admin_listener(gateway.admin_addr, false);
         let console = pgvs3_console::start(&args, front, std::future::pending())
             .await
             .expect("console starts")
