@@ -297,6 +297,70 @@ impl pgvs3_console::Admin for ConsoleAdmin {
         Box::pin(async move { matches!(self.catalog.access_key(&access_key).await, Ok(Some(key)) if key.is_root) })
     }
 
+    fn list_keys(&self) -> pgvs3_console::BoxFuture<'_, Result<Vec<pgvs3_console::KeyInfo>, String>> {
+        Box::pin(async move {
+            let keys = self.catalog.list_access_keys().await.map_err(|err| err.to_string())?;
+            let root = crate::store::Principal {
+                access_key: String::new(),
+                is_root: true,
+                read_only: false,
+            };
+            let mut owners: std::collections::HashMap<String, Vec<String>> = std::collections::HashMap::new();
+            for bucket in self.catalog.list_buckets(&root).await.map_err(|err| err.to_string())? {
+                if let Ok(info) = self.catalog.bucket(&bucket.name).await
+                    && let Some(owner) = &info.owner
+                {
+                    owners.entry(owner.clone()).or_default().push(bucket.name);
+                }
+            }
+            Ok(keys
+                .into_iter()
+                .map(|key| pgvs3_console::KeyInfo {
+                    buckets: owners.remove(&key.access_key).unwrap_or_default(),
+                    has_policy: key.policy_text.is_some(),
+                    access_key: key.access_key,
+                    is_root: key.is_root,
+                    read_only: key.read_only,
+                    description: key.description,
+                    created: key.created_at,
+                })
+                .collect())
+        })
+    }
+
+    fn create_key(&self, key: pgvs3_console::NewKey) -> pgvs3_console::BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            let key = NewAccessKey {
+                access_key: key.access_key,
+                secret: key.secret,
+                is_root: false,
+                read_only: key.read_only,
+                description: key.description,
+            };
+            key.check()?;
+            // put_access_key updates a key that exists: refuse rather than replace its secret.
+            if self
+                .catalog
+                .access_key(&key.access_key)
+                .await
+                .map_err(|err| err.to_string())?
+                .is_some()
+            {
+                return Err(format!("access key {} exists already", key.access_key));
+            }
+            self.catalog.put_access_key(&key).await.map_err(|err| err.to_string())
+        })
+    }
+
+    fn delete_key(&self, access_key: String) -> pgvs3_console::BoxFuture<'_, Result<bool, String>> {
+        Box::pin(async move {
+            self.catalog
+                .delete_access_key(&access_key)
+                .await
+                .map_err(|err| err.to_string())
+        })
+    }
+
     fn database_size(&self) -> pgvs3_console::BoxFuture<'_, Result<i64, String>> {
         Box::pin(async move {
             let client = self.pool.get().await.map_err(|err| err.to_string())?;

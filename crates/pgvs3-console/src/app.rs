@@ -14,6 +14,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, StatusCode, header};
 use http_body_util::Full;
 
+mod access_keys;
 mod fleet;
 mod jobs;
 mod keyspace;
@@ -438,6 +439,7 @@ impl Context<'_> {
             "/keys" => self.keys(request).await,
             "/jobs" => self.jobs(request).await,
             "/health" => self.fleet().await,
+            "/access-keys" => self.access_keys(None).await,
             "/jobs/queue" => self.jobs_queue(request).await,
             "/job" => self.job(request).await,
             "/key" => self.key(request).await,
@@ -556,6 +558,8 @@ impl Context<'_> {
                 self.done(outcome, &object_page)
             }
             "/key/command" => self.key_command(request).await,
+            "/access-keys/create" => self.create_access_key(request).await,
+            "/access-keys/delete" => self.delete_access_key(request).await,
             "/jobs/retry" => self.dead_letter_change(request, true).await,
             "/jobs/delete" => self.dead_letter_change(request, false).await,
             path if path.starts_with("/api/upload/") => self.upload(request, &path["/api/upload/".len()..]).await,

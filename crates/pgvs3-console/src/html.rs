@@ -133,7 +133,9 @@ impl Page<'_> {
         if let Some((key, csrf)) = self.session {
             out.push_str("<nav><a href=\"/buckets\">Buckets</a><a href=\"/keys\">Keys</a>");
             if self.admin {
-                out.push_str("<a href=\"/jobs\">Jobs</a><a href=\"/health\">Health</a>");
+                out.push_str(
+                    "<a href=\"/jobs\">Jobs</a><a href=\"/health\">Health</a><a href=\"/access-keys\">Access keys</a>",
+                );
             }
             out.push_str("</nav>");
             let _ = write!(out, "<span class=\"who\">{}</span>", name(key));

@@ -67,6 +67,34 @@ pub trait Admin: Send + Sync {
     fn is_root(&self, access_key: String) -> BoxFuture<'_, bool>;
     /// The database's size in bytes.
     fn database_size(&self) -> BoxFuture<'_, Result<i64, String>>;
+    /// Every access key (never a secret), with the buckets each owns.
+    fn list_keys(&self) -> BoxFuture<'_, Result<Vec<KeyInfo>, String>>;
+    /// Creates a key that does not exist yet (an existing one, the root key included, is never
+    /// overwritten).
+    fn create_key(&self, key: NewKey) -> BoxFuture<'_, Result<(), String>>;
+    /// Deletes a key other than the root key (its buckets pass to root); false when none.
+    fn delete_key(&self, access_key: String) -> BoxFuture<'_, Result<bool, String>>;
+}
+
+/// An access key as the console lists it.
+pub struct KeyInfo {
+    pub access_key: String,
+    pub is_root: bool,
+    pub read_only: bool,
+    pub description: String,
+    pub created: std::time::SystemTime,
+    /// Whether the key carries its own (identity) policy.
+    pub has_policy: bool,
+    /// The buckets it owns, by name.
+    pub buckets: Vec<String>,
+}
+
+/// A key to create: its secret made by the console, shown once.
+pub struct NewKey {
+    pub access_key: String,
+    pub secret: String,
+    pub read_only: bool,
+    pub description: String,
 }
 
 /// `addr` as this process reaches it: an unspecified address is loopback.

@@ -134,6 +134,14 @@ impl Sessions {
         }
     }
 
+    /// Ends every session of `access_key` (the key was deleted).
+    pub fn end_key(&self, access_key: &str) {
+        self.entries
+            .lock()
+            .unwrap()
+            .retain(|_, entry| entry.session.access_key != access_key);
+    }
+
     pub fn remove(&self, id: &str) {
         self.entries.lock().unwrap().remove(id);
     }

@@ -906,6 +906,121 @@ async fn the_health_page_shows_this_gateway_to_the_root_key_only() {
     );
 }
 
+/// The text of `<code id="{id}">…</code>` in a page.
+fn code(page: &str, id: &str) -> String {
+    let marker = format!("<code id=\"{id}\">");
+    let rest = &page[page.find(&marker).unwrap_or_else(|| panic!("no {id} in {page}")) + marker.len()..];
+    rest[..rest.find("</code>").unwrap()].to_owned()
+}
+
+#[tokio::test]
+async fn the_root_key_creates_lists_and_deletes_access_keys_and_a_secret_shows_once() {
+    let stack = Stack::start().await;
+    stack.add_key("OWNER", false).await;
+    support::s3_client(stack.gateway.s3_addr, "OWNER", "OWNER-secret")
+        .create_bucket()
+        .bucket("owned-by-owner")
+        .send()
+        .await
+        .unwrap();
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let page = root.get("/access-keys").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains(&format!("<tr class=\"access-key\" data-key=\"{ROOT_ACCESS_KEY}\"><td><code>{ROOT_ACCESS_KEY}</code></td><td>root</td>")),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("<td>owned-by-owner</td>"), "{}", page.body);
+    assert!(!page.body.contains(ROOT_SECRET_KEY) && !page.body.contains("OWNER-secret"));
+
+    // Created read-only, its secret shown in the answer itself and nowhere after.
+    let answer = root
+        .post(
+            "/access-keys/create",
+            &[
+                ("access_key", "CIREADER01"),
+                ("description", "<b>ci</b>"),
+                ("read_only", "on"),
+            ],
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(code(&answer.body, "new-access-key"), "CIREADER01");
+    let secret = code(&answer.body, "new-secret");
+    assert_eq!(secret.len(), 43);
+    assert!(
+        answer.body.contains("<td>read-only</td><td>&lt;b&gt;ci&lt;/b&gt;</td>"),
+        "{}",
+        answer.body
+    );
+    assert!(!root.get("/access-keys").await.body.contains(&secret), "shown once");
+    let reader = support::s3_client(stack.gateway.s3_addr, "CIREADER01", &secret);
+    reader.list_buckets().send().await.unwrap();
+    assert!(
+        reader.create_bucket().bucket("by-reader").send().await.is_err(),
+        "read-only"
+    );
+    // An existing key — the root key included — is never overwritten.
+    for taken in ["CIREADER01", ROOT_ACCESS_KEY] {
+        let page = root
+            .follow(&root.post("/access-keys/create", &[("access_key", taken)]).await)
+            .await
+            .body;
+        assert!(page.contains("exists already"), "{page}");
+    }
+    reader.list_buckets().send().await.unwrap();
+    stack.root.list_buckets().send().await.unwrap();
+    // An empty id is generated; a bad one is refused.
+    let answer = root.post("/access-keys/create", &[("access_key", "")]).await;
+    let generated = code(&answer.body, "new-access-key");
+    assert!(generated.len() == 20 && generated.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()));
+    let page = root
+        .follow(&root.post("/access-keys/create", &[("access_key", "<bad id>")]).await)
+        .await
+        .body;
+    assert!(page.contains("flash error") && page.contains("is not valid"), "{page}");
+
+    // Deleting a key ends its console sessions; the root key cannot be deleted.
+    let owner = Visitor::sign_in(stack.console, "OWNER", "OWNER-secret").await;
+    let page = root
+        .follow(&root.post("/access-keys/delete", &[("access_key", "OWNER")]).await)
+        .await
+        .body;
+    assert!(page.contains("Key OWNER deleted"), "{page}");
+    assert!(!page.contains("data-key=\"OWNER\""), "{page}");
+    assert_eq!(owner.get("/buckets").await.status, 303, "its session ended");
+    assert!(
+        support::s3_client(stack.gateway.s3_addr, "OWNER", "OWNER-secret")
+            .list_buckets()
+            .send()
+            .await
+            .is_err()
+    );
+    let page = root
+        .follow(
+            &root
+                .post("/access-keys/delete", &[("access_key", ROOT_ACCESS_KEY)])
+                .await,
+        )
+        .await
+        .body;
+    assert!(page.contains("flash error"), "{page}");
+    stack.root.list_buckets().send().await.unwrap();
+
+    // Other keys: no page, no menu, no change.
+    let other = Visitor::sign_in(stack.console, "CIREADER01", &secret).await;
+    let page = other.get("/access-keys").await;
+    assert_eq!(page.status, 403);
+    assert!(!page.body.contains("CIREADER01</code></td>") && !page.body.contains("href=\"/access-keys\""));
+    let page = other
+        .follow(&other.post("/access-keys/create", &[("access_key", "SNEAKY01")]).await)
+        .await
+        .body;
+    assert!(page.contains("flash error"), "{page}");
+    assert!(!root.get("/access-keys").await.body.contains("SNEAKY01"));
+}
+
 /// Drops a file made of `text` on the upload zone, as a drag from the desktop does.
 async fn drop_file(browser: &webdriver::Browser, name: &str, text: &str) {
     browser
@@ -1168,6 +1283,20 @@ async fn walk_through(browser: webdriver::Browser) {
     browser.goto(&console("/health")).await;
     assert_eq!(browser.text("#role").await, "primary");
     browser.screenshot("health").await;
+
+    // Access keys: one created, its secret shown once.
+    browser.goto(&console("/access-keys")).await;
+    browser.type_into("#key-id", "BROWSERKEY01").await;
+    browser.type_into("#key-description", "made in the browser").await;
+    browser.click("#create-key-button").await;
+    browser.find("#new-secret").await;
+    let secret = browser.text("#new-secret").await;
+    support::s3_client(stack.gateway.s3_addr, "BROWSERKEY01", &secret)
+        .list_buckets()
+        .send()
+        .await
+        .unwrap();
+    browser.screenshot("access-keys").await;
 
     // Sign out: the session is gone, in the browser and on the server.
     browser.click("#logout").await;
