@@ -361,6 +361,25 @@ impl pgvs3_console::Admin for ConsoleAdmin {
         })
     }
 
+    fn bucket_quota(
+        &self,
+        bucket: String,
+    ) -> pgvs3_console::BoxFuture<'_, Result<Option<pgvs3_console::Quota>, String>> {
+        Box::pin(async move {
+            let quota = self
+                .catalog
+                .bucket_quota(&bucket)
+                .await
+                .map_err(|err| err.to_string())?;
+            Ok(quota.map(|quota| pgvs3_console::Quota {
+                max_bytes: quota.max_bytes,
+                max_objects: quota.max_objects,
+                used_bytes: quota.used_bytes,
+                used_objects: quota.used_objects,
+            }))
+        })
+    }
+
     fn database_size(&self) -> pgvs3_console::BoxFuture<'_, Result<i64, String>> {
         Box::pin(async move {
             let client = self.pool.get().await.map_err(|err| err.to_string())?;

@@ -74,6 +74,16 @@ pub trait Admin: Send + Sync {
     fn create_key(&self, key: NewKey) -> BoxFuture<'_, Result<(), String>>;
     /// Deletes a key other than the root key (its buckets pass to root); false when none.
     fn delete_key(&self, access_key: String) -> BoxFuture<'_, Result<bool, String>>;
+    /// A bucket's quota and usage (no S3 API has them); `None` without a quota.
+    fn bucket_quota(&self, bucket: String) -> BoxFuture<'_, Result<Option<Quota>, String>>;
+}
+
+/// A bucket's hard quota (`None`: unlimited) and what counts against it.
+pub struct Quota {
+    pub max_bytes: Option<i64>,
+    pub max_objects: Option<i64>,
+    pub used_bytes: i64,
+    pub used_objects: i64,
 }
 
 /// An access key as the console lists it.

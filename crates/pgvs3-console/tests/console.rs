@@ -529,6 +529,20 @@ async fn bucket_settings_are_s3_configurations_edited_with_the_sessions_key() {
         "{page}"
     );
 
+    // Quotas have no S3 API: the root key's session sees them (asked of the gateway in-process).
+    stack
+        .gateway
+        .store
+        .catalog()
+        .set_bucket_quota("configured", Some(10 << 20), None)
+        .await
+        .unwrap();
+    let page = root.get("/bucket?bucket=configured").await.body;
+    assert!(
+        page.contains("<p id=\"quota-status\">0 B of 10.0 MiB; 0 of unlimited objects.</p>"),
+        "{page}"
+    );
+
     // A read-only key sees the settings and gets the gateway's AccessDenied for each change.
     stack.add_key("READER", true).await;
     let reader = Visitor::sign_in(stack.console, "READER", "READER-secret").await;
@@ -553,6 +567,8 @@ async fn bucket_settings_are_s3_configurations_edited_with_the_sessions_key() {
             "{path}: {page}"
         );
     }
+    let page = reader.get("/bucket?bucket=configured").await.body;
+    assert!(!page.contains("quota-status"), "only root sessions see quotas: {page}");
     assert_eq!(rules().await, vec![("logs".to_owned(), Some(60), None)]);
     assert!(stack.root.get_bucket_cors().bucket("configured").send().await.is_err());
     assert!(
@@ -709,6 +725,10 @@ async fn the_keyspace_is_scanned_shown_per_type_and_edited_with_the_sessions_rig
         "{page}"
     );
     assert_eq!(redis(&["EXISTS", "tags"]).await, "0");
+
+    let page = edit(&[("db", "x"), ("key", "queue"), ("op", "del")]).await;
+    assert!(page.contains("The database is a number"), "never database 0: {page}");
+    assert_eq!(redis(&["EXISTS", "queue"]).await, "1");
 
     // A key that does not own the database's bucket gets RESP's NOPERM, and changes nothing.
     stack.add_key("OTHERKEY", false).await;

@@ -650,9 +650,11 @@ impl Context<'_> {
     /// A key page's edit: one RESP command as the session's key.
     pub(super) async fn key_command(&self, request: &Request) -> Response {
         let key = request.arg("key");
-        let db = Self::db(request).unwrap_or_else(|_| "0".to_owned());
+        let db = Self::db(request);
         let op = request.arg("op");
         let outcome: Outcome = async {
+            // A database that does not parse is refused, never taken for database 0.
+            let db = db.clone()?;
             if key.is_empty() || key.len() > MAX_KEY {
                 return Err(format!("A key is 1 to {MAX_KEY} bytes."));
             }
@@ -665,6 +667,7 @@ impl Context<'_> {
             }
         }
         .await;
+        let db = db.unwrap_or_default();
         let to = if op == "del" && outcome.is_ok() {
             link("/keys", &[("db", &db)])
         } else {

@@ -91,12 +91,7 @@ impl Context<'_> {
         for section in [lock, lifecycle, cors, encryption, notifications] {
             out.push_str(&section);
         }
-        out.push_str(
-            "<section id=\"quota\"><h2>Quota</h2><p class=\"hint\">Bucket quotas are not part of the S3 API, so an \
-             S3 client (this console) cannot read or set them: they are set with <code>pgvs3 admin quota</code> or a \
-             Bucket's <code>spec.quota</code>. A write past one is refused with <code>XMinioAdminBucketQuotaExceeded</code>, \
-             which the upload shows.</p></section>",
-        );
+        out.push_str(&self.quota_section(bucket).await);
         out
     }
 
@@ -111,6 +106,38 @@ impl Context<'_> {
             "/bucket/encryption" => self.put_encryption(bucket, request.arg("default")).await,
             _ => return None,
         })
+    }
+
+    /// Quotas are not part of the S3 API: a root-key session sees them, asked of the gateway
+    /// in-process (as `pgvs3 admin quota` shows them); other sessions are told where they live.
+    async fn quota_section(&self, bucket: &str) -> String {
+        let mut out = String::from("<section id=\"quota\"><h2>Quota</h2>");
+        let admin = self.app.gateway.admin.as_ref().filter(|_| self.session.admin);
+        match admin {
+            Some(admin) => match admin.bucket_quota(bucket.to_owned()).await {
+                Err(err) => out.push_str(&refused(&err)),
+                Ok(None) => out.push_str("<p id=\"quota-status\">No quota.</p>"),
+                Ok(Some(quota)) => {
+                    let limit = |max: Option<i64>, show: &dyn Fn(i64) -> String| max.map_or("unlimited".to_owned(), show);
+                    let _ = write!(
+                        out,
+                        "<p id=\"quota-status\">{} of {}; {} of {} objects.</p>",
+                        esc(&crate::html::size(quota.used_bytes)),
+                        esc(&limit(quota.max_bytes, &crate::html::size)),
+                        quota.used_objects,
+                        esc(&limit(quota.max_objects, &|n| n.to_string())),
+                    );
+                }
+            },
+            None => out.push_str(
+                "<p class=\"hint\">Bucket quotas are not part of the S3 API; the root key's sessions see them here.</p>",
+            ),
+        }
+        out.push_str(
+            "<p class=\"hint\">Set with <code>pgvs3 admin quota</code> or a Bucket&#39;s <code>spec.quota</code>. A write past \
+             one is refused with <code>XMinioAdminBucketQuotaExceeded</code>, which the upload shows.</p></section>",
+        );
+        out
     }
 
     async fn object_lock_section(&self, bucket: &str) -> String {
