@@ -703,6 +703,27 @@ async fn the_keyspace_is_scanned_shown_per_type_and_edited_with_the_sessions_rig
     );
     assert!(page.contains("w1: 1"), "{page}");
 
+    // A hash of 60 fields, 50 a page by HSCAN cursor.
+    let mut fields = vec!["HSET".to_owned(), "wide".to_owned()];
+    for n in 0..60 {
+        fields.push(format!("f{n:02}"));
+        fields.push(n.to_string());
+    }
+    redis(&fields.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let page = root.get("/key?key=wide").await.body;
+    assert_eq!(page.matches("<tr class=\"element\">").count(), 50, "{page}");
+    let rest = page
+        .split("<a id=\"next-elements\" href=\"")
+        .nth(1)
+        .expect("a next page");
+    let next = rest[..rest.find('"').unwrap()].replace("&amp;", "&");
+    let page = root.get(&next).await.body;
+    assert_eq!(page.matches("<tr class=\"element\">").count(), 10, "{page}");
+    assert!(
+        page.contains("<td>f59</td>") && !page.contains("next-elements"),
+        "{page}"
+    );
+
     // Edits, each one RESP command.
     let edit = async |pairs: &[(&str, &str)]| root.follow(&root.post("/key/command", pairs).await).await.body;
     let page = edit(&[("key", "user:1"), ("op", "hset"), ("field", "city"), ("value", "Oslo")]).await;

@@ -34,6 +34,15 @@ fn cell(reply: &Reply) -> String {
     }
 }
 
+/// A SCAN-family cursor from a link: a number, else the start.
+fn scan_cursor(cursor: &str) -> &str {
+    if !cursor.is_empty() && cursor.len() <= 20 && cursor.bytes().all(|b| b.is_ascii_digit()) {
+        cursor
+    } else {
+        "0"
+    }
+}
+
 fn refused(err: &str) -> String {
     format!("<p class=\"flash error\" role=\"alert\">{}</p>", name(err))
 }
@@ -158,11 +167,7 @@ impl Context<'_> {
 
     /// One SCAN step and each key's type and TTL, as a table with the next step's link.
     async fn scan(&self, db: &str, pattern: &str, cursor: &str) -> Result<String, String> {
-        let cursor = if cursor.bytes().all(|b| b.is_ascii_digit()) && !cursor.is_empty() && cursor.len() <= 20 {
-            cursor
-        } else {
-            "0"
-        };
+        let cursor = scan_cursor(cursor);
         let mut resp = self.resp(db).await?;
         let step = resp
             .call(&[
@@ -362,11 +367,7 @@ impl Context<'_> {
         kind: &str,
         cursor: &str,
     ) -> Result<String, String> {
-        let cursor = if cursor.bytes().all(|b| b.is_ascii_digit()) && cursor.len() <= 20 {
-            cursor
-        } else {
-            "0"
-        };
+        let cursor = scan_cursor(cursor);
         let hash = kind == "hash";
         let (length, scan): (&[u8], &[u8]) = if hash {
             (b"HLEN", b"HSCAN")
