@@ -141,12 +141,14 @@ impl RunningGateway {
         servers.extend(spawn_http((admin_listener, None), admin, admin_settings, &http));
         // --- RESP ---
         let mut resp_addr = None;
+        let mut resp_for_console = None;
         if let Some(addr) = args.resp.resp_addr.0 {
             let listener = TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("binding RESP on {addr} (change it with --resp-addr, or --resp-addr off)"))?;
             let plaintext = bind_plaintext(args.tls.resp_plaintext_addr, "--resp-plaintext-addr").await?;
             let bound = listener.local_addr()?;
+            let plaintext_addr = plaintext.as_ref().map(TcpListener::local_addr).transpose()?;
             let settings = crate::resp::RespSettings::from_args(&args.resp, bound, args.resp_limits());
             let server = crate::resp::RespServer::new(
                 buckets.clone(),
@@ -174,10 +176,12 @@ impl RunningGateway {
                 tls.resp.clone(),
             )));
             resp_addr = Some(bound);
+            resp_for_console = Some((bound, plaintext_addr, tls.resp.is_some()));
         }
         // --- end RESP ---
         // --- OJS ---
         let mut background_ojs = Vec::new();
+        let mut ojs_for_console = None;
         let ojs_addr = match args.ojs.ojs_addr.0 {
             Some(addr) => {
                 let listener = TcpListener::bind(addr)
@@ -185,6 +189,8 @@ impl RunningGateway {
                     .with_context(|| format!("binding OJS on {addr} (change it with --ojs-addr, or --ojs-addr off)"))?;
                 let plaintext = bind_plaintext(args.tls.ojs_plaintext_addr, "--ojs-plaintext-addr").await?;
                 let bound = listener.local_addr()?;
+                let plaintext_addr = plaintext.as_ref().map(TcpListener::local_addr).transpose()?;
+                ojs_for_console = Some((bound, plaintext_addr, tls.ojs.is_some()));
                 let options = args.ojs.options(&args.webhooks);
                 let queue = crate::ojs::queue::Queue::new(pool.clone());
                 background_ojs.push(crate::ojs::spawn_cron_ticker(queue.clone(), options.max_args_bytes));
@@ -210,8 +216,20 @@ impl RunningGateway {
         };
         // --- end OJS ---
         // The web console: a client of the S3 listener above (docs/console.md).
-        let console_gateway =
+        let mut console_gateway =
             pgvs3_console::Gateway::loopback(s3_addr, s3_plaintext_addr, args.region.clone(), tls.s3.clone());
+        if let Some((listener, plaintext, tls)) = resp_for_console {
+            console_gateway = console_gateway.with_resp(listener, plaintext, tls);
+        }
+        if let Some((listener, plaintext, tls)) = ojs_for_console {
+            console_gateway = console_gateway.with_ojs(listener, plaintext, tls, args.ojs.ojs_token.clone());
+        }
+        console_gateway = console_gateway
+            .with_admin(Arc::new(ConsoleAdmin {
+                catalog: store.catalog().clone(),
+                pool: pool.clone(),
+            }))
+            .with_admin_listener(admin_addr, tls.admin.is_some());
         let mut console_stop = signal.clone();
         let console_stop = async move { console_stop.wait().await };
         if let Some(console) = pgvs3_console::start(&args.console, console_gateway, console_stop).await? {
@@ -268,6 +286,112 @@ impl RunningGateway {
 }
 
 /// Binds a listener's plaintext twin, when asked for one.
+/// What the web console asks of this gateway in-process for its admin (root-key) pages.
+pub struct ConsoleAdmin {
+    pub catalog: Arc<Catalog>,
+    pub pool: deadpool_postgres::Pool,
+}
+
+impl pgvs3_console::Admin for ConsoleAdmin {
+    fn is_root(&self, access_key: String) -> pgvs3_console::BoxFuture<'_, bool> {
+        Box::pin(async move { matches!(self.catalog.access_key(&access_key).await, Ok(Some(key)) if key.is_root) })
+    }
+
+    fn list_keys(&self) -> pgvs3_console::BoxFuture<'_, Result<Vec<pgvs3_console::KeyInfo>, String>> {
+        Box::pin(async move {
+            let keys = self.catalog.list_access_keys().await.map_err(|err| err.to_string())?;
+            let root = crate::store::Principal {
+                access_key: String::new(),
+                is_root: true,
+                read_only: false,
+            };
+            let mut owners: std::collections::HashMap<String, Vec<String>> = std::collections::HashMap::new();
+            for bucket in self.catalog.list_buckets(&root).await.map_err(|err| err.to_string())? {
+                if let Ok(info) = self.catalog.bucket(&bucket.name).await
+                    && let Some(owner) = &info.owner
+                {
+                    owners.entry(owner.clone()).or_default().push(bucket.name);
+                }
+            }
+            Ok(keys
+                .into_iter()
+                .map(|key| pgvs3_console::KeyInfo {
+                    buckets: owners.remove(&key.access_key).unwrap_or_default(),
+                    has_policy: key.policy_text.is_some(),
+                    access_key: key.access_key,
+                    is_root: key.is_root,
+                    read_only: key.read_only,
+                    description: key.description,
+                    created: key.created_at,
+                })
+                .collect())
+        })
+    }
+
+    fn create_key(&self, key: pgvs3_console::NewKey) -> pgvs3_console::BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            let key = NewAccessKey {
+                access_key: key.access_key,
+                secret: key.secret,
+                is_root: false,
+                read_only: key.read_only,
+                description: key.description,
+            };
+            key.check()?;
+            // put_access_key updates a key that exists: refuse rather than replace its secret.
+            if self
+                .catalog
+                .access_key(&key.access_key)
+                .await
+                .map_err(|err| err.to_string())?
+                .is_some()
+            {
+                return Err(format!("access key {} exists already", key.access_key));
+            }
+            self.catalog.put_access_key(&key).await.map_err(|err| err.to_string())
+        })
+    }
+
+    fn delete_key(&self, access_key: String) -> pgvs3_console::BoxFuture<'_, Result<bool, String>> {
+        Box::pin(async move {
+            self.catalog
+                .delete_access_key(&access_key)
+                .await
+                .map_err(|err| err.to_string())
+        })
+    }
+
+    fn bucket_quota(
+        &self,
+        bucket: String,
+    ) -> pgvs3_console::BoxFuture<'_, Result<Option<pgvs3_console::Quota>, String>> {
+        Box::pin(async move {
+            let quota = self
+                .catalog
+                .bucket_quota(&bucket)
+                .await
+                .map_err(|err| err.to_string())?;
+            Ok(quota.map(|quota| pgvs3_console::Quota {
+                max_bytes: quota.max_bytes,
+                max_objects: quota.max_objects,
+                used_bytes: quota.used_bytes,
+                used_objects: quota.used_objects,
+            }))
+        })
+    }
+
+    fn database_size(&self) -> pgvs3_console::BoxFuture<'_, Result<i64, String>> {
+        Box::pin(async move {
+            let client = self.pool.get().await.map_err(|err| err.to_string())?;
+            let row = client
+                .query_one("SELECT pg_database_size(current_database())", &[])
+                .await
+                .map_err(|err| err.to_string())?;
+            Ok(row.get(0))
+        })
+    }
+}
+
 async fn bind_plaintext(addr: Option<SocketAddr>, flag: &str) -> anyhow::Result<Option<TcpListener>> {
     let Some(addr) = addr else { return Ok(None) };
     let listener = TcpListener::bind(addr)

@@ -9,10 +9,16 @@ use std::time::Duration;
 
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::DateTimeFormat;
-use aws_sdk_s3::types::{BucketVersioningStatus, CorsConfiguration, CorsRule, Tag, Tagging};
+use aws_sdk_s3::types::{BucketVersioningStatus, CorsRule, Tag, Tagging};
 use bytes::Bytes;
 use http::{HeaderValue, Method, StatusCode, header};
 use http_body_util::Full;
+
+mod access_keys;
+mod fleet;
+mod jobs;
+mod keyspace;
+mod settings;
 
 use crate::gateway::{Gateway, SignIn, describe};
 use crate::html::{self, Page, button, esc, form, link, name};
@@ -35,6 +41,8 @@ pub struct App {
     csp: HeaderValue,
     session_cookie: &'static str,
     login_cookie: &'static str,
+    /// The health page's previous request counts, for rates.
+    samples: fleet::Samples,
 }
 
 /// What a handler needs of a request.
@@ -120,6 +128,7 @@ impl App {
             // Under TLS the __Host- prefix makes the browser insist on Secure, Path=/ and no Domain.
             session_cookie: if tls { "__Host-pgvs3_session" } else { "pgvs3_session" },
             login_cookie: if tls { "__Host-pgvs3_login" } else { "pgvs3_login" },
+            samples: fleet::Samples::default(),
         }
     }
 
@@ -277,6 +286,7 @@ impl App {
             Page {
                 title: "Sign in",
                 session: None,
+                admin: false,
                 flash: None,
                 body,
             },
@@ -336,6 +346,9 @@ impl App {
             csrf: random_token(),
             s3,
             presign,
+            secret: secret.into(),
+            keyspace: Default::default(),
+            admin: self.gateway.is_root(access_key).await,
         };
         let Some(id) = self.sessions.create(session) else {
             return self.login_page(
@@ -396,6 +409,7 @@ impl Context<'_> {
             Page {
                 title,
                 session: Some((&self.session.access_key, &self.session.csrf)),
+                admin: self.session.admin,
                 flash,
                 body,
             },
@@ -422,6 +436,13 @@ impl Context<'_> {
             "/bucket" => self.bucket(request.arg("bucket"), None).await,
             "/objects" => self.objects(request, request.arg("bucket")).await,
             "/object" => self.object(request.arg("bucket"), request.arg("key")).await,
+            "/keys" => self.keys(request).await,
+            "/jobs" => self.jobs(request).await,
+            "/health" => self.fleet().await,
+            "/access-keys" => self.access_keys(None).await,
+            "/jobs/queue" => self.jobs_queue(request).await,
+            "/job" => self.job(request).await,
+            "/key" => self.key(request).await,
             _ => self.page(StatusCode::NOT_FOUND, "Not found", "<h1>Not found</h1>".to_owned()),
         }
     }
@@ -432,6 +453,9 @@ impl Context<'_> {
         let key = request.arg("key");
         let bucket_page = link("/bucket", &[("bucket", bucket)]);
         let object_page = link("/object", &[("bucket", bucket), ("key", key)]);
+        if let Some(outcome) = self.change_setting(request, bucket).await {
+            return self.done(outcome, &bucket_page);
+        }
         match request.path.as_str() {
             "/logout" => {
                 self.app.sessions.remove(self.id);
@@ -443,8 +467,12 @@ impl Context<'_> {
                 response
             }
             "/buckets/create" => {
-                let outcome =
-                    sdk(s3.create_bucket().bucket(bucket).send().await).map(|_| format!("Bucket {bucket} created."));
+                // Object lock is chosen at creation only (S3 turns it on no later).
+                let mut create = s3.create_bucket().bucket(bucket);
+                if request.arg("object_lock") == "on" {
+                    create = create.object_lock_enabled_for_bucket(true);
+                }
+                let outcome = sdk(create.send().await).map(|_| format!("Bucket {bucket} created."));
                 self.done(outcome, "/buckets")
             }
             "/buckets/delete" => {
@@ -529,6 +557,11 @@ impl Context<'_> {
                 let outcome = self.put_tags(bucket, key, request.arg("tags")).await;
                 self.done(outcome, &object_page)
             }
+            "/key/command" => self.key_command(request).await,
+            "/access-keys/create" => self.create_access_key(request).await,
+            "/access-keys/delete" => self.delete_access_key(request).await,
+            "/jobs/retry" => self.dead_letter_change(request, true).await,
+            "/jobs/delete" => self.dead_letter_change(request, false).await,
             path if path.starts_with("/api/upload/") => self.upload(request, &path["/api/upload/".len()..]).await,
             _ => self
                 .app
@@ -543,7 +576,9 @@ impl Context<'_> {
             "/buckets/create",
             self.csrf(),
             &[],
-            "<label>New bucket <input name=\"bucket\" id=\"new-bucket\" required minlength=\"3\" maxlength=\"63\"></label> <button id=\"create-bucket\">Create</button>",
+            "<label>New bucket <input name=\"bucket\" id=\"new-bucket\" required minlength=\"3\" maxlength=\"63\"></label> \
+             <label><input type=\"checkbox\" name=\"object_lock\" id=\"new-bucket-lock\" value=\"on\"> with object lock</label> \
+             <button id=\"create-bucket\">Create</button>",
         ));
         match listed {
             Err(err) => {
@@ -608,21 +643,17 @@ impl Context<'_> {
                 let _ = write!(body, "<p class=\"flash error\">{}</p>", name(&err));
             }
         }
-        body.push_str("</section><section><h2>Bucket policy</h2>");
+        body.push_str("</section>");
+        body.push_str(&self.settings(bucket).await);
+        body.push_str("<section><h2>Bucket policy</h2>");
         let (text, problems) = match edited {
             Some((text, problems)) => (text.to_owned(), problems),
-            None => match s3.get_bucket_policy().bucket(bucket).send().await {
-                Ok(policy) => (policy.policy().unwrap_or_default().to_owned(), Vec::new()),
-                Err(err)
-                    if err
-                        .as_service_error()
-                        .and_then(|e| aws_sdk_s3::error::ProvideErrorMetadata::code(e))
-                        == Some("NoSuchBucketPolicy") =>
-                {
-                    (String::new(), Vec::new())
+            None => {
+                match settings::optional(s3.get_bucket_policy().bucket(bucket).send().await, "NoSuchBucketPolicy") {
+                    Ok(policy) => (policy.and_then(|p| p.policy).unwrap_or_default(), Vec::new()),
+                    Err(err) => (String::new(), vec![err]),
                 }
-                Err(err) => (String::new(), vec![describe(&err)]),
-            },
+            }
         };
         let status = if problems.is_empty() {
             StatusCode::OK
@@ -749,13 +780,12 @@ impl Context<'_> {
         let Some(origin) = self.console_origin(request) else {
             return out;
         };
-        let allowed = match self.session.s3.get_bucket_cors().bucket(bucket).send().await {
-            Ok(cors) => cors.cors_rules().iter().any(|rule| {
+        let allowed = self.cors_rules(bucket).await.is_ok_and(|rules| {
+            rules.iter().any(|rule| {
                 rule.allowed_methods().iter().any(|m| m == "PUT")
                     && rule.allowed_origins().iter().any(|o| o == "*" || *o == origin)
-            }),
-            Err(_) => false,
-        };
+            })
+        });
         if !allowed {
             out.push_str(&form(
                 "/bucket/cors-console",
@@ -780,19 +810,7 @@ impl Context<'_> {
 
     async fn allow_console_uploads(&self, request: &Request, bucket: &str) -> Outcome {
         let origin = self.console_origin(request).ok_or("no Host header")?;
-        let s3 = &self.session.s3;
-        let mut rules = match s3.get_bucket_cors().bucket(bucket).send().await {
-            Ok(cors) => cors.cors_rules().to_vec(),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .and_then(|e| aws_sdk_s3::error::ProvideErrorMetadata::code(e))
-                    == Some("NoSuchCORSConfiguration") =>
-            {
-                Vec::new()
-            }
-            Err(err) => return Err(describe(&err)),
-        };
+        let mut rules = self.cors_rules(bucket).await?;
         let rule = CorsRule::builder()
             .id("pgvs3-console")
             .allowed_origins(origin)
@@ -805,17 +823,9 @@ impl Context<'_> {
             .map_err(|err| err.to_string())?;
         rules.retain(|rule| rule.id() != Some("pgvs3-console"));
         rules.push(rule);
-        let config = CorsConfiguration::builder()
-            .set_cors_rules(Some(rules))
-            .build()
-            .map_err(|err| err.to_string())?;
-        sdk(s3
-            .put_bucket_cors()
-            .bucket(bucket)
-            .cors_configuration(config)
-            .send()
-            .await)
-        .map(|_| "This console may now upload to the bucket.".to_owned())
+        self.put_cors_rules(bucket, rules)
+            .await
+            .map(|_| "This console may now upload to the bucket.".to_owned())
     }
 
     async fn download_url(&self, bucket: &str, key: &str, version: Option<&str>) -> String {

@@ -11,6 +11,14 @@ pub struct Gateway {
     /// The URL browsers use (presigned URLs name it).
     pub public: String,
     region: String,
+    /// The RESP listener, plaintext on loopback, if the console can reach one.
+    pub resp: Option<std::net::SocketAddr>,
+    /// The OJS listener with the operator's token (root-key sessions only).
+    pub ojs: Option<crate::ojs::Ojs>,
+    /// The gateway's in-process answers for admin sessions.
+    pub admin: Option<std::sync::Arc<dyn crate::Admin>>,
+    /// The admin listener (fleet page).
+    pub admin_listener: Option<std::net::SocketAddr>,
 }
 
 /// Why a sign-in failed.
@@ -20,7 +28,7 @@ pub enum SignIn {
 }
 
 impl Gateway {
-    pub fn new(internal: String, public: String, region: String) -> Gateway {
+    pub fn new(internal: String, public: String, region: String, resp: Option<std::net::SocketAddr>) -> Gateway {
         let http = aws_smithy_http_client::Builder::new()
             .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
                 aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
@@ -31,6 +39,31 @@ impl Gateway {
             internal,
             public,
             region,
+            resp,
+            ojs: None,
+            admin: None,
+            admin_listener: None,
+        }
+    }
+
+    /// What admin (root-key) sessions reach: the OJS listener, and the check that makes one.
+    pub fn admin(
+        mut self,
+        ojs: Option<crate::ojs::Ojs>,
+        admin: Option<std::sync::Arc<dyn crate::Admin>>,
+        admin_listener: Option<std::net::SocketAddr>,
+    ) -> Gateway {
+        self.ojs = ojs;
+        self.admin = admin;
+        self.admin_listener = admin_listener;
+        self
+    }
+
+    /// Whether a signed-in key is the root key (asked of the gateway in-process).
+    pub async fn is_root(&self, access_key: &str) -> bool {
+        match &self.admin {
+            Some(admin) => admin.is_root(access_key.to_owned()).await,
+            None => false,
         }
     }
 

@@ -33,6 +33,11 @@ pub fn name(text: &str) -> String {
     out
 }
 
+/// A value as a block of text: `name` line by line, so line breaks stay line breaks.
+pub fn value(text: &str) -> String {
+    text.split('\n').map(name).collect::<Vec<_>>().join("\n")
+}
+
 fn invisible(c: char) -> bool {
     c.is_control()
         || matches!(c as u32,
@@ -108,6 +113,8 @@ pub struct Page<'a> {
     pub title: &'a str,
     /// The signed-in key and its CSRF token, for the header and scripts.
     pub session: Option<(&'a str, &'a str)>,
+    /// An admin (root-key) session: its pages are in the menu too.
+    pub admin: bool,
     pub flash: Option<(bool, &'a str)>,
     pub body: String,
 }
@@ -124,7 +131,13 @@ impl Page<'_> {
         }
         out.push_str("</head><body><header><a class=\"brand\" href=\"/\">pgvs3 console</a>");
         if let Some((key, csrf)) = self.session {
-            out.push_str("<nav><a href=\"/buckets\">Buckets</a></nav>");
+            out.push_str("<nav><a href=\"/buckets\">Buckets</a><a href=\"/keys\">Keys</a>");
+            if self.admin {
+                out.push_str(
+                    "<a href=\"/jobs\">Jobs</a><a href=\"/health\">Health</a><a href=\"/access-keys\">Access keys</a>",
+                );
+            }
+            out.push_str("</nav>");
             let _ = write!(out, "<span class=\"who\">{}</span>", name(key));
             out.push_str(&form("/logout", csrf, &[], "<button id=\"logout\">Sign out</button>"));
         }

@@ -7,7 +7,10 @@
 mod app;
 mod gateway;
 mod html;
+mod loopback;
+mod ojs;
 mod policy;
+mod resp;
 mod server;
 mod session;
 
@@ -43,6 +46,76 @@ pub struct Gateway {
     pub region: String,
     /// The gateway's TLS acceptor, when its listeners speak TLS: the console then does too.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// The RESP listener as the console reaches it (plaintext, loopback), for the keyspace
+    /// pages; `None` without one the console can reach.
+    pub resp: Option<SocketAddr>,
+    /// The OJS listener (plaintext, loopback) and the operator's token, for the jobs pages.
+    pub ojs: Option<(SocketAddr, Option<String>)>,
+    /// The gateway's in-process answers for admin (root-key) sessions. `None`: no session is one.
+    pub admin: Option<std::sync::Arc<dyn Admin>>,
+    /// The admin listener (plaintext, loopback): `/readyz` and `/metrics` for the fleet page.
+    pub admin_listener: Option<SocketAddr>,
+}
+
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What the gateway answers in-process for the console's admin pages (jobs, fleet): only what
+/// no listener serves to a client.
+pub trait Admin: Send + Sync {
+    /// Whether `access_key` (already proven by a signed request) is the root key: its sessions
+    /// are the console's admin sessions.
+    fn is_root(&self, access_key: String) -> BoxFuture<'_, bool>;
+    /// The database's size in bytes.
+    fn database_size(&self) -> BoxFuture<'_, Result<i64, String>>;
+    /// Every access key (never a secret), with the buckets each owns.
+    fn list_keys(&self) -> BoxFuture<'_, Result<Vec<KeyInfo>, String>>;
+    /// Creates a key that does not exist yet (an existing one, the root key included, is never
+    /// overwritten).
+    fn create_key(&self, key: NewKey) -> BoxFuture<'_, Result<(), String>>;
+    /// Deletes a key other than the root key (its buckets pass to root); false when none.
+    fn delete_key(&self, access_key: String) -> BoxFuture<'_, Result<bool, String>>;
+    /// A bucket's quota and usage (no S3 API has them); `None` without a quota.
+    fn bucket_quota(&self, bucket: String) -> BoxFuture<'_, Result<Option<Quota>, String>>;
+}
+
+/// A bucket's hard quota (`None`: unlimited) and what counts against it.
+pub struct Quota {
+    pub max_bytes: Option<i64>,
+    pub max_objects: Option<i64>,
+    pub used_bytes: i64,
+    pub used_objects: i64,
+}
+
+/// An access key as the console lists it.
+pub struct KeyInfo {
+    pub access_key: String,
+    pub is_root: bool,
+    pub read_only: bool,
+    pub description: String,
+    pub created: std::time::SystemTime,
+    /// Whether the key carries its own (identity) policy.
+    pub has_policy: bool,
+    /// The buckets it owns, by name.
+    pub buckets: Vec<String>,
+}
+
+/// A key to create: its secret made by the console, shown once.
+pub struct NewKey {
+    pub access_key: String,
+    pub secret: String,
+    pub read_only: bool,
+    pub description: String,
+}
+
+/// `addr` as this process reaches it: an unspecified address is loopback.
+fn loopback(mut addr: SocketAddr) -> SocketAddr {
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    addr
 }
 
 impl Gateway {
@@ -54,21 +127,58 @@ impl Gateway {
         region: String,
         tls: Option<tokio_rustls::TlsAcceptor>,
     ) -> Gateway {
-        let local = |mut addr: SocketAddr| {
-            if addr.ip().is_unspecified() {
-                addr.set_ip(match addr {
-                    SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-                    SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-                });
-            }
-            addr
-        };
         let s3_url = match (s3_plaintext, &tls) {
-            (Some(plaintext), _) => format!("http://{}", local(plaintext)),
-            (None, Some(_)) => format!("https://{}", local(s3)),
-            (None, None) => format!("http://{}", local(s3)),
+            (Some(plaintext), _) => format!("http://{}", loopback(plaintext)),
+            (None, Some(_)) => format!("https://{}", loopback(s3)),
+            (None, None) => format!("http://{}", loopback(s3)),
         };
-        Gateway { s3_url, region, tls }
+        Gateway {
+            s3_url,
+            region,
+            tls,
+            resp: None,
+            ojs: None,
+            admin: None,
+            admin_listener: None,
+        }
+    }
+
+    /// The OJS listener, as [`Gateway::with_resp`] takes the RESP one, and `--ojs-token`.
+    pub fn with_ojs(
+        mut self,
+        listener: SocketAddr,
+        plaintext: Option<SocketAddr>,
+        tls: bool,
+        token: Option<String>,
+    ) -> Gateway {
+        self.ojs = match (plaintext, tls) {
+            (Some(plaintext), _) => Some((loopback(plaintext), token)),
+            (None, false) => Some((loopback(listener), token)),
+            (None, true) => None,
+        };
+        self
+    }
+
+    pub fn with_admin(mut self, admin: std::sync::Arc<dyn Admin>) -> Gateway {
+        self.admin = Some(admin);
+        self
+    }
+
+    /// The admin listener, unless it speaks TLS (it has no plaintext twin).
+    pub fn with_admin_listener(mut self, listener: SocketAddr, tls: bool) -> Gateway {
+        self.admin_listener = (!tls).then(|| loopback(listener));
+        self
+    }
+
+    /// The RESP listener (and its plaintext twin, and whether it speaks TLS): the console speaks
+    /// plain RESP on loopback, so through the twin when the listener has TLS, else not at all.
+    pub fn with_resp(mut self, listener: SocketAddr, plaintext: Option<SocketAddr>, tls: bool) -> Gateway {
+        self.resp = match (plaintext, tls) {
+            (Some(plaintext), _) => Some(loopback(plaintext)),
+            (None, false) => Some(loopback(listener)),
+            (None, true) => None,
+        };
+        self
     }
 }
 
@@ -99,7 +209,11 @@ pub async fn start(
         .trim_end_matches('/')
         .to_owned();
     let app = app::App::new(
-        gateway::Gateway::new(gateway.s3_url, public_s3, gateway.region),
+        gateway::Gateway::new(gateway.s3_url, public_s3, gateway.region, gateway.resp).admin(
+            gateway.ojs.map(|(addr, token)| ojs::Ojs { addr, token }),
+            gateway.admin,
+            gateway.admin_listener,
+        ),
         session::Sessions::new(args.console_session_idle),
         gateway.tls.is_some(),
     );

@@ -14,6 +14,8 @@ use rand::RngCore;
 const MAX_LIFETIME: Duration = Duration::from_secs(12 * 3600);
 /// Sessions held at once; a sign-in beyond it first drops expired ones, then is refused.
 const MAX_SESSIONS: usize = 10_000;
+/// Ended sessions are dropped (with their RESP connections) at most this long after they end.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 /// A signed-in key: what a request may use of its session.
 #[derive(Clone)]
@@ -25,6 +27,13 @@ pub struct Session {
     pub s3: aws_sdk_s3::Client,
     /// Signs presigned URLs for the browser's view of the endpoint.
     pub presign: aws_sdk_s3::Client,
+    /// The key's secret, for the RESP listener's `AUTH <key> <secret>` (S3 requests are signed
+    /// by the clients above, which hold it too).
+    pub secret: std::sync::Arc<str>,
+    /// The session's RESP connection (keyspace pages), closed when the session ends.
+    pub keyspace: std::sync::Arc<crate::resp::Held>,
+    /// A root-key session: the jobs pages are its alone.
+    pub admin: bool,
 }
 
 struct Entry {
@@ -43,6 +52,9 @@ pub struct Flash {
 
 pub struct Sessions {
     entries: Mutex<HashMap<String, Entry>>,
+    /// When ended sessions were last dropped: they hold RESP connections, so they are not left
+    /// until someone presents their id.
+    swept: Mutex<Instant>,
     idle: Duration,
     pub throttle: Throttle,
 }
@@ -63,6 +75,7 @@ impl Sessions {
     pub fn new(idle: Duration) -> Sessions {
         Sessions {
             entries: Mutex::new(HashMap::new()),
+            swept: Mutex::new(Instant::now()),
             idle,
             throttle: Throttle::default(),
         }
@@ -99,6 +112,13 @@ impl Sessions {
     pub fn get(&self, id: &str) -> Option<(Session, Option<Flash>)> {
         let now = Instant::now();
         let mut entries = self.entries.lock().unwrap();
+        {
+            let mut swept = self.swept.lock().unwrap();
+            if now.duration_since(*swept) >= SWEEP_EVERY {
+                *swept = now;
+                entries.retain(|_, entry| self.alive(entry, now));
+            }
+        }
         let entry = entries.get_mut(id)?;
         if !self.alive(entry, now) {
             entries.remove(id);
@@ -112,6 +132,14 @@ impl Sessions {
         if let Some(entry) = self.entries.lock().unwrap().get_mut(id) {
             entry.flash = Some(Flash { ok, text });
         }
+    }
+
+    /// Ends every session of `access_key` (the key was deleted).
+    pub fn end_key(&self, access_key: &str) {
+        self.entries
+            .lock()
+            .unwrap()
+            .retain(|_, entry| entry.session.access_key != access_key);
     }
 
     pub fn remove(&self, id: &str) {

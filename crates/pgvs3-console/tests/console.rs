@@ -339,6 +339,729 @@ async fn a_read_only_key_can_change_nothing_through_the_console() {
     );
 }
 
+#[tokio::test]
+async fn bucket_settings_are_s3_configurations_edited_with_the_sessions_key() {
+    let stack = Stack::start().await;
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let done = root
+        .post("/buckets/create", &[("bucket", "configured"), ("object_lock", "on")])
+        .await;
+    assert!(root.follow(&done).await.body.contains("Bucket configured created."));
+    let bucket = [("bucket", "configured")];
+    let change = async |path: &str, pairs: &[(&str, &str)]| {
+        let mut all = bucket.to_vec();
+        all.extend_from_slice(pairs);
+        root.follow(&root.post(path, &all).await).await.body
+    };
+
+    // Object lock: on from creation; a default retention set and shown.
+    let page = change("/bucket/object-lock", &[("mode", "GOVERNANCE"), ("days", "7")]).await;
+    assert!(page.contains("New objects are now kept 7 days (GOVERNANCE)."), "{page}");
+    assert!(
+        page.contains("Default retention: <strong>GOVERNANCE for 7 days</strong>"),
+        "{page}"
+    );
+    let lock = stack
+        .root
+        .get_object_lock_configuration()
+        .bucket("configured")
+        .send()
+        .await
+        .unwrap();
+    let retention = lock
+        .object_lock_configuration()
+        .unwrap()
+        .rule()
+        .unwrap()
+        .default_retention()
+        .unwrap();
+    assert_eq!(
+        (retention.mode().unwrap().as_str(), retention.days()),
+        ("GOVERNANCE", Some(7))
+    );
+
+    // Lifecycle: two rules, one replaced, one deleted; a bad number changes nothing.
+    let page = change(
+        "/bucket/lifecycle/add",
+        &[
+            ("rule_id", "logs"),
+            ("prefix", "logs/"),
+            ("expire_days", "30"),
+            ("abort_days", "2"),
+        ],
+    )
+    .await;
+    assert!(page.contains("Lifecycle rule logs saved."), "{page}");
+    let page = change(
+        "/bucket/lifecycle/add",
+        &[("rule_id", "<b>old</b>"), ("noncurrent_days", "9")],
+    )
+    .await;
+    assert!(
+        page.contains("<td>&lt;b&gt;old&lt;/b&gt;</td>"),
+        "a rule id is text: {page}"
+    );
+    let page = change("/bucket/lifecycle/add", &[("rule_id", "logs"), ("expire_days", "many")]).await;
+    assert!(
+        page.contains("flash error") && page.contains("a whole number of days"),
+        "{page}"
+    );
+    let page = change(
+        "/bucket/lifecycle/add",
+        &[("rule_id", "logs"), ("prefix", "logs/"), ("expire_days", "60")],
+    )
+    .await;
+    assert!(page.contains("<td>60 days</td>"), "{page}");
+    let rules = async || {
+        let config = stack
+            .root
+            .get_bucket_lifecycle_configuration()
+            .bucket("configured")
+            .send()
+            .await
+            .unwrap();
+        config
+            .rules()
+            .iter()
+            .map(|rule| {
+                (
+                    rule.id().unwrap().to_owned(),
+                    rule.expiration().and_then(|e| e.days()),
+                    rule.noncurrent_version_expiration().and_then(|e| e.noncurrent_days()),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        rules().await,
+        vec![
+            ("<b>old</b>".to_owned(), None, Some(9)),
+            ("logs".to_owned(), Some(60), None)
+        ]
+    );
+    let page = change("/bucket/lifecycle/delete", &[("rule_id", "<b>old</b>")]).await;
+    assert!(
+        page.contains(
+            "Lifecycle rule <b>old</b> deleted."
+                .replace('<', "&lt;")
+                .replace('>', "&gt;")
+                .as_str()
+        ),
+        "{page}"
+    );
+    assert_eq!(rules().await, vec![("logs".to_owned(), Some(60), None)]);
+
+    // CORS: a rule added, shown, and deleted (the last one: no configuration left).
+    let page = change(
+        "/bucket/cors/add",
+        &[
+            ("rule_id", "app"),
+            ("origins", "https://app.example, https://admin.example"),
+            ("method_GET", "on"),
+            ("method_PUT", "on"),
+            ("expose", "ETag"),
+            ("max_age", "600"),
+        ],
+    )
+    .await;
+    assert!(page.contains("CORS rule app saved."), "{page}");
+    assert!(
+        page.contains("<td>https://app.example, https://admin.example</td><td>GET, PUT</td>"),
+        "{page}"
+    );
+    let cors = stack.root.get_bucket_cors().bucket("configured").send().await.unwrap();
+    assert_eq!(
+        cors.cors_rules()[0].allowed_origins(),
+        ["https://app.example", "https://admin.example"]
+    );
+    assert_eq!(cors.cors_rules()[0].max_age_seconds(), Some(600));
+    let page = change("/bucket/cors/delete", &[("rule_id", "app")]).await;
+    assert!(
+        page.contains("CORS rule app deleted.") && page.contains("No CORS rules"),
+        "{page}"
+    );
+    assert!(stack.root.get_bucket_cors().bucket("configured").send().await.is_err());
+
+    // Default encryption on, then off.
+    let page = change("/bucket/encryption", &[("default", "AES256")]).await;
+    assert!(
+        page.contains("New objects are encrypted with AES256 by default."),
+        "{page}"
+    );
+    let encryption = stack
+        .root
+        .get_bucket_encryption()
+        .bucket("configured")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        encryption.server_side_encryption_configuration().unwrap().rules()[0]
+            .apply_server_side_encryption_by_default()
+            .unwrap()
+            .sse_algorithm()
+            .as_str(),
+        "AES256"
+    );
+
+    // Notifications are shown as the gateway has them.
+    let queue = aws_sdk_s3::types::QueueConfiguration::builder()
+        .id("to-jobs")
+        .queue_arn("arn:pgvs3:ojs:::uploads")
+        .events(aws_sdk_s3::types::Event::from("s3:ObjectCreated:*"))
+        .build()
+        .unwrap();
+    stack
+        .root
+        .put_bucket_notification_configuration()
+        .bucket("configured")
+        .notification_configuration(
+            aws_sdk_s3::types::NotificationConfiguration::builder()
+                .queue_configurations(queue)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let page = root.get("/bucket?bucket=configured").await.body;
+    assert!(
+        page.contains("<td>to-jobs</td><td><code>arn:pgvs3:ojs:::uploads</code></td><td>s3:ObjectCreated:*</td>"),
+        "{page}"
+    );
+
+    // Quotas have no S3 API: the root key's session sees them (asked of the gateway in-process).
+    stack
+        .gateway
+        .store
+        .catalog()
+        .set_bucket_quota("configured", Some(10 << 20), None)
+        .await
+        .unwrap();
+    let page = root.get("/bucket?bucket=configured").await.body;
+    assert!(
+        page.contains("<p id=\"quota-status\">0 B of 10.0 MiB; 0 of unlimited objects.</p>"),
+        "{page}"
+    );
+
+    // A read-only key sees the settings and gets the gateway's AccessDenied for each change.
+    stack.add_key("READER", true).await;
+    let reader = Visitor::sign_in(stack.console, "READER", "READER-secret").await;
+    for (path, pairs) in [
+        (
+            "/bucket/lifecycle/add",
+            vec![("rule_id", "sneaky"), ("expire_days", "1")],
+        ),
+        ("/bucket/lifecycle/delete", vec![("rule_id", "logs")]),
+        (
+            "/bucket/cors/add",
+            vec![("rule_id", "sneaky"), ("origins", "*"), ("method_GET", "on")],
+        ),
+        ("/bucket/encryption", vec![("default", "none")]),
+        ("/bucket/object-lock", vec![("mode", "")]),
+    ] {
+        let mut all = bucket.to_vec();
+        all.extend(pairs);
+        let page = reader.follow(&reader.post(path, &all).await).await.body;
+        assert!(
+            page.contains("flash error") && page.contains("AccessDenied"),
+            "{path}: {page}"
+        );
+    }
+    let page = reader.get("/bucket?bucket=configured").await.body;
+    assert!(!page.contains("quota-status"), "only root sessions see quotas: {page}");
+    assert_eq!(rules().await, vec![("logs".to_owned(), Some(60), None)]);
+    assert!(stack.root.get_bucket_cors().bucket("configured").send().await.is_err());
+    assert!(
+        stack
+            .root
+            .get_bucket_encryption()
+            .bucket("configured")
+            .send()
+            .await
+            .is_ok()
+    );
+    let lock = stack
+        .root
+        .get_object_lock_configuration()
+        .bucket("configured")
+        .send()
+        .await
+        .unwrap();
+    assert!(lock.object_lock_configuration().unwrap().rule().is_some());
+}
+
+/// The `class="key"` links of a keys page, as the names they show.
+fn listed_keys(page: &str) -> Vec<String> {
+    page.split("<a class=\"key\" href=\"")
+        .skip(1)
+        .map(|rest| {
+            let text = &rest[rest.find("\">").unwrap() + 2..];
+            text[..text.find("</a>").unwrap()].to_owned()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_keyspace_is_scanned_shown_per_type_and_edited_with_the_sessions_rights() {
+    let stack = Stack::start().await;
+    let redis = async |args: &[&str]| stack.redis(args).await;
+    redis(&["SET", "greeting", "hello\nworld"]).await;
+    redis(&["EXPIRE", "greeting", "1000"]).await;
+    redis(&["SET", "big", &"x".repeat(20_000)]).await;
+    redis(&["HSET", "user:1", "name", "<script>alert(1)</script>", "age", "42"]).await;
+    redis(&["SADD", "tags", "red", "blue"]).await;
+    redis(&["ZADD", "board", "1", "alice", "2.5", "bob"]).await;
+    redis(&["RPUSH", "queue", "one", "two"]).await;
+    redis(&["XADD", "events", "1-1", "kind", "created"]).await;
+    redis(&["XADD", "events", "2-1", "kind", "deleted"]).await;
+    redis(&["XGROUP", "CREATE", "events", "workers", "0"]).await;
+    redis(&[
+        "XREADGROUP",
+        "GROUP",
+        "workers",
+        "w1",
+        "COUNT",
+        "1",
+        "STREAMS",
+        "events",
+        ">",
+    ])
+    .await;
+    redis(&["SET", "evil\u{202E}gpj", "x"]).await;
+    let mut mass = vec!["MSET".to_owned()];
+    for n in 0..150 {
+        mass.push(format!("page:{n}"));
+        mass.push("v".to_owned());
+    }
+    redis(&mass.iter().map(String::as_str).collect::<Vec<_>>()).await;
+
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    // By pattern, with each key's type.
+    let page = root.get("/keys?pattern=user:*").await.body;
+    assert_eq!(listed_keys(&page), ["user:1"], "{page}");
+    assert!(page.contains("<td class=\"type\">hash</td>"), "{page}");
+    // Every key, SCAN step by step: each page bounded, all keys found once the cursor is 0.
+    let mut found = std::collections::HashSet::new();
+    let mut next = "/keys?db=0".to_owned();
+    let mut pages = 0;
+    loop {
+        let page = root.get(&next).await.body;
+        let keys = listed_keys(&page);
+        assert!(keys.len() <= 200, "a bounded step: {}", keys.len());
+        found.extend(keys);
+        pages += 1;
+        match page.split("<a id=\"next-keys\" href=\"").nth(1) {
+            Some(rest) => next = rest[..rest.find('"').unwrap()].replace("&amp;", "&"),
+            None => break,
+        }
+        assert!(pages < 50, "the scan ends");
+    }
+    assert!(pages > 1, "158 keys take more than one step");
+    // A step's cursor is single-use (pgvs3's SCAN): reading it again says so.
+    let again = root.get(&next).await.body;
+    assert!(again.contains("This page of the scan was read already"), "{again}");
+    assert_eq!(found.len(), 158, "{found:?}");
+    assert!(
+        found.contains("evil<span class=\"cp\">⟨U+202E⟩</span>gpj"),
+        "shown, not obeyed: {found:?}"
+    );
+
+    // A view per type.
+    let page = root.get("/key?key=greeting").await.body;
+    assert!(page.contains("<dd id=\"key-type\">string</dd>"), "{page}");
+    assert!(page.contains("<dd id=\"key-ttl\">16 min"), "{page}");
+    assert!(page.contains(">hello\nworld</textarea>"), "{page}");
+    let page = root.get("/key?key=big").await.body;
+    assert!(page.contains("The first 16.0 KiB shown; not editable here."), "{page}");
+    assert!(page.contains(&"x".repeat(16 * 1024)) && !page.contains(&"x".repeat(16 * 1024 + 1)));
+    let page = root.get("/key?key=user:1").await.body;
+    assert!(
+        page.contains("<td>&lt;script&gt;alert(1)&lt;/script&gt;</td>"),
+        "{page}"
+    );
+    assert!(!page.contains("<script>alert"), "{page}");
+    let page = root.get("/key?key=board").await.body;
+    assert!(
+        page.contains("<td>alice</td><td>1</td>") && page.contains("<td>bob</td><td>2.5</td>"),
+        "{page}"
+    );
+    let page = root.get("/key?key=queue").await.body;
+    assert!(
+        page.contains("<td>0</td><td>one</td>") && page.contains("<td>1</td><td>two</td>"),
+        "{page}"
+    );
+    let page = root.get("/key?key=tags").await.body;
+    assert!(
+        page.contains("<td>red</td>") && page.contains("<td>blue</td>"),
+        "{page}"
+    );
+    let page = root.get("/key?key=events").await.body;
+    assert!(page.contains("<code>1-1</code></td><td>kind = created</td>"), "{page}");
+    assert!(
+        page.contains("<tr class=\"group\"><td>workers</td><td>1</td><td>1</td><td><code>1-1</code></td>"),
+        "{page}"
+    );
+    assert!(page.contains("w1: 1"), "{page}");
+
+    // A hash of 60 fields, 50 a page by HSCAN cursor.
+    let mut fields = vec!["HSET".to_owned(), "wide".to_owned()];
+    for n in 0..60 {
+        fields.push(format!("f{n:02}"));
+        fields.push(n.to_string());
+    }
+    redis(&fields.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let page = root.get("/key?key=wide").await.body;
+    assert_eq!(page.matches("<tr class=\"element\">").count(), 50, "{page}");
+    let rest = page
+        .split("<a id=\"next-elements\" href=\"")
+        .nth(1)
+        .expect("a next page");
+    let next = rest[..rest.find('"').unwrap()].replace("&amp;", "&");
+    let page = root.get(&next).await.body;
+    assert_eq!(page.matches("<tr class=\"element\">").count(), 10, "{page}");
+    assert!(
+        page.contains("<td>f59</td>") && !page.contains("next-elements"),
+        "{page}"
+    );
+
+    // Edits, each one RESP command.
+    let edit = async |pairs: &[(&str, &str)]| root.follow(&root.post("/key/command", pairs).await).await.body;
+    let page = edit(&[("key", "user:1"), ("op", "hset"), ("field", "city"), ("value", "Oslo")]).await;
+    assert!(page.contains("Field saved."), "{page}");
+    assert_eq!(redis(&["HGET", "user:1", "city"]).await, "Oslo");
+    let page = edit(&[("key", "greeting"), ("op", "set"), ("value", "bye")]).await;
+    assert!(page.contains("Value saved."), "{page}");
+    assert_eq!(redis(&["GET", "greeting"]).await, "bye");
+    assert_ne!(redis(&["TTL", "greeting"]).await, "-1", "KEEPTTL");
+    edit(&[("key", "greeting"), ("op", "expire"), ("ttl", "")]).await;
+    assert_eq!(redis(&["TTL", "greeting"]).await, "-1");
+    let page = edit(&[("key", "board"), ("op", "zadd"), ("score", "lots"), ("member", "carol")]).await;
+    assert!(
+        page.contains("flash error") && page.contains("ERR value is not a valid float"),
+        "{page}"
+    );
+    let page = edit(&[("key", "tags"), ("op", "del")]).await;
+    assert!(
+        page.contains("Key deleted.") && page.contains("<h1>Keys</h1>"),
+        "{page}"
+    );
+    assert_eq!(redis(&["EXISTS", "tags"]).await, "0");
+
+    let page = edit(&[("db", "x"), ("key", "queue"), ("op", "del")]).await;
+    assert!(page.contains("The database is a number"), "never database 0: {page}");
+    assert_eq!(redis(&["EXISTS", "queue"]).await, "1");
+
+    // A key that does not own the database's bucket gets RESP's NOPERM, and changes nothing.
+    stack.add_key("OTHERKEY", false).await;
+    let other = Visitor::sign_in(stack.console, "OTHERKEY", "OTHERKEY-secret").await;
+    let page = other.get("/keys").await.body;
+    assert!(page.contains("NOPERM"), "{page}");
+    assert!(listed_keys(&page).is_empty());
+    let page = other
+        .follow(&other.post("/key/command", &[("key", "queue"), ("op", "del")]).await)
+        .await
+        .body;
+    assert!(page.contains("flash error") && page.contains("NOPERM"), "{page}");
+    assert_eq!(redis(&["EXISTS", "queue"]).await, "1");
+    // A wrong secret never reaches RESP: sign-in is S3's check first.
+    assert_eq!(
+        sign_in_answer(stack.console, "OTHERKEY", "wrong", None).await.status,
+        401
+    );
+}
+
+/// A job in `queue` that fails once and is dead-lettered with `code: message`; its id.
+async fn dead_job(stack: &Stack, queue: &str, code: &str, message: &str) -> String {
+    let (status, job) = stack
+        .ojs(
+            "POST",
+            "/ojs/v1/jobs",
+            json!({ "type": "mail.send", "args": ["<script>alert(1)</script>"], "options": { "queue": queue,
+                    "retry": { "max_attempts": 1, "on_exhaustion": "dead_letter" } } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{job}");
+    let (status, fetched) = stack
+        .ojs(
+            "POST",
+            "/ojs/v1/workers/fetch",
+            json!({ "queues": [queue], "worker_id": "w1" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{fetched}");
+    let claimed = &fetched["jobs"][0];
+    let (status, nacked) = stack
+        .ojs(
+            "POST",
+            "/ojs/v1/workers/nack",
+            json!({ "job_id": claimed["id"], "attempt": claimed["attempt"], "error": { "code": code, "message": message } }),
+        )
+        .await;
+    assert_eq!(status, 200, "{nacked}");
+    job["job"]["id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn the_jobs_pages_are_the_root_keys_and_retry_and_delete_dead_jobs() {
+    let stack = Stack::start().await;
+    let first = dead_job(&stack, "mail", "SMTP", "mailbox <b>full</b>").await;
+    let second = dead_job(&stack, "mail", "SMTP", "gone").await;
+    let (status, _) = stack
+        .ojs(
+            "POST",
+            "/ojs/v1/jobs",
+            json!({ "type": "report.build", "args": [], "options": { "queue": "reports" } }),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let (status, cron) = stack
+        .ojs(
+            "POST",
+            "/ojs/v1/cron",
+            json!({ "name": "nightly", "cron": "0 3 * * *", "timezone": "UTC", "type": "report.build", "args": [] }),
+        )
+        .await;
+    assert!(status == 200 || status == 201, "{cron}");
+
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let page = root.get("/jobs").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let body = &page.body;
+    assert!(
+        body.contains("<a href=\"/jobs\">Jobs</a>"),
+        "the root key's menu has Jobs"
+    );
+    assert!(
+        body.contains("<tr class=\"queue\"><td><a href=\"/jobs/queue?name=reports&amp;tenant=default\">reports</a></td><td>active</td><td>1</td>"),
+        "{body}"
+    );
+    assert!(
+        body.contains(&format!("<tr class=\"dead\" data-job=\"{first}\">")),
+        "{body}"
+    );
+    assert!(
+        body.contains("SMTP: mailbox &lt;b&gt;full&lt;/b&gt;"),
+        "an error is text: {body}"
+    );
+    assert!(
+        body.contains(
+            "<tr class=\"cron\"><td>nightly</td><td><code>0 3 * * *</code></td><td>UTC</td><td>report.build</td>"
+        ),
+        "{body}"
+    );
+    let page = root.get("/jobs/queue?name=reports").await.body;
+    assert!(
+        page.contains("<dd id=\"depth\">1</dd>") && page.contains("<tr><td>available</td><td>1</td></tr>"),
+        "{page}"
+    );
+    let page = root.get(&format!("/job?id={first}")).await.body;
+    assert!(
+        page.contains("<td>1</td><td>SMTP</td><td>mailbox &lt;b&gt;full&lt;/b&gt;</td>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("&lt;script&gt;alert(1)&lt;/script&gt;") && !page.contains("<script>alert"),
+        "{page}"
+    );
+    let page = root.get("/job?id=../../admin/reset").await.body;
+    assert!(page.contains("That is not a job id."), "{page}");
+
+    // Retry one from the dead letter, delete the other.
+    let page = root
+        .follow(&root.post("/jobs/retry", &[("id", &first)]).await)
+        .await
+        .body;
+    assert!(page.contains(&format!("Job {first} is queued again.")), "{page}");
+    let (_, job) = stack.ojs("GET", &format!("/ojs/v1/jobs/{first}"), json!(null)).await;
+    assert_eq!(
+        job["job"]["state"].as_str().or(job["state"].as_str()),
+        Some("available"),
+        "{job}"
+    );
+    let page = root
+        .follow(&root.post("/jobs/delete", &[("id", &second)]).await)
+        .await
+        .body;
+    assert!(page.contains(&format!("Job {second} deleted.")), "{page}");
+    assert!(page.contains("No dead-lettered jobs."), "{page}");
+    let (status, _) = stack.ojs("GET", &format!("/ojs/v1/jobs/{second}"), json!(null)).await;
+    assert_eq!(status, 404);
+
+    // Any other key, however privileged over S3, gets no OJS through the console.
+    stack.add_key("OTHERKEY", false).await;
+    let other = Visitor::sign_in(stack.console, "OTHERKEY", "OTHERKEY-secret").await;
+    let page = other.get("/jobs").await;
+    assert_eq!(page.status, 403);
+    assert!(page.body.contains("for the root key&#39;s sessions") && !page.body.contains("<a href=\"/jobs\">Jobs</a>"));
+    assert!(!page.body.contains("reports"));
+    let third = dead_job(&stack, "mail", "SMTP", "again").await;
+    let page = other
+        .follow(&other.post("/jobs/delete", &[("id", &third)]).await)
+        .await
+        .body;
+    assert!(page.contains("flash error"), "{page}");
+    let (status, _) = stack.ojs("GET", &format!("/ojs/v1/jobs/{third}"), json!(null)).await;
+    assert_eq!(status, 200, "still there");
+    assert_eq!(other.get(&format!("/job?id={third}")).await.status, 200);
+    assert!(!other.get(&format!("/job?id={third}")).await.body.contains("SMTP"));
+}
+
+#[tokio::test]
+async fn the_health_page_shows_this_gateway_to_the_root_key_only() {
+    let stack = Stack::start().await;
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let page = root.get("/health").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let body = &page.body;
+    assert!(
+        body.contains("<dd id=\"ready\">yes</dd><dt>Role</dt><dd id=\"role\">primary</dd>"),
+        "{body}"
+    );
+    assert!(body.contains("<dd id=\"lag\">0.0 s</dd>"), "{body}");
+    assert!(
+        body.contains("<dd id=\"database-size\">") && body.contains(" MiB</dd>"),
+        "{body}"
+    );
+    assert!(
+        body.contains("<tr class=\"protocol\"><td>s3</td>"),
+        "the sign-in's ListBuckets counted: {body}"
+    );
+    assert!(body.contains("Rates show from the next look"), "{body}");
+    for _ in 0..20 {
+        stack.root.list_buckets().send().await.unwrap();
+    }
+    // The next look, at least half a second on, has rates.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let page = root.get("/health").await.body;
+    assert!(page.contains("Rates over the"), "{page}");
+    assert!(page.contains("/s</td></tr>"), "{page}");
+
+    stack.add_key("OTHERKEY", false).await;
+    let other = Visitor::sign_in(stack.console, "OTHERKEY", "OTHERKEY-secret").await;
+    let page = other.get("/health").await;
+    assert_eq!(page.status, 403);
+    assert!(
+        !page.body.contains("database-size") && !page.body.contains("/health\">Health"),
+        "{}",
+        page.body
+    );
+}
+
+/// The text of `<code id="{id}">…</code>` in a page.
+fn code(page: &str, id: &str) -> String {
+    let marker = format!("<code id=\"{id}\">");
+    let rest = &page[page.find(&marker).unwrap_or_else(|| panic!("no {id} in {page}")) + marker.len()..];
+    rest[..rest.find("</code>").unwrap()].to_owned()
+}
+
+#[tokio::test]
+async fn the_root_key_creates_lists_and_deletes_access_keys_and_a_secret_shows_once() {
+    let stack = Stack::start().await;
+    stack.add_key("OWNER", false).await;
+    support::s3_client(stack.gateway.s3_addr, "OWNER", "OWNER-secret")
+        .create_bucket()
+        .bucket("owned-by-owner")
+        .send()
+        .await
+        .unwrap();
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let page = root.get("/access-keys").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains(&format!("<tr class=\"access-key\" data-key=\"{ROOT_ACCESS_KEY}\"><td><code>{ROOT_ACCESS_KEY}</code></td><td>root</td>")),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("<td>owned-by-owner</td>"), "{}", page.body);
+    assert!(!page.body.contains(ROOT_SECRET_KEY) && !page.body.contains("OWNER-secret"));
+
+    // Created read-only, its secret shown in the answer itself and nowhere after.
+    let answer = root
+        .post(
+            "/access-keys/create",
+            &[
+                ("access_key", "CIREADER01"),
+                ("description", "<b>ci</b>"),
+                ("read_only", "on"),
+            ],
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(code(&answer.body, "new-access-key"), "CIREADER01");
+    let secret = code(&answer.body, "new-secret");
+    assert_eq!(secret.len(), 43);
+    assert!(
+        answer.body.contains("<td>read-only</td><td>&lt;b&gt;ci&lt;/b&gt;</td>"),
+        "{}",
+        answer.body
+    );
+    assert!(!root.get("/access-keys").await.body.contains(&secret), "shown once");
+    let reader = support::s3_client(stack.gateway.s3_addr, "CIREADER01", &secret);
+    reader.list_buckets().send().await.unwrap();
+    assert!(
+        reader.create_bucket().bucket("by-reader").send().await.is_err(),
+        "read-only"
+    );
+    // An existing key — the root key included — is never overwritten.
+    for taken in ["CIREADER01", ROOT_ACCESS_KEY] {
+        let page = root
+            .follow(&root.post("/access-keys/create", &[("access_key", taken)]).await)
+            .await
+            .body;
+        assert!(page.contains("exists already"), "{page}");
+    }
+    reader.list_buckets().send().await.unwrap();
+    stack.root.list_buckets().send().await.unwrap();
+    // An empty id is generated; a bad one is refused.
+    let answer = root.post("/access-keys/create", &[("access_key", "")]).await;
+    let generated = code(&answer.body, "new-access-key");
+    assert!(generated.len() == 20 && generated.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()));
+    let page = root
+        .follow(&root.post("/access-keys/create", &[("access_key", "<bad id>")]).await)
+        .await
+        .body;
+    assert!(page.contains("flash error") && page.contains("is not valid"), "{page}");
+
+    // Deleting a key ends its console sessions; the root key cannot be deleted.
+    let owner = Visitor::sign_in(stack.console, "OWNER", "OWNER-secret").await;
+    let page = root
+        .follow(&root.post("/access-keys/delete", &[("access_key", "OWNER")]).await)
+        .await
+        .body;
+    assert!(page.contains("Key OWNER deleted"), "{page}");
+    assert!(!page.contains("data-key=\"OWNER\""), "{page}");
+    assert_eq!(owner.get("/buckets").await.status, 303, "its session ended");
+    assert!(
+        support::s3_client(stack.gateway.s3_addr, "OWNER", "OWNER-secret")
+            .list_buckets()
+            .send()
+            .await
+            .is_err()
+    );
+    let page = root
+        .follow(
+            &root
+                .post("/access-keys/delete", &[("access_key", ROOT_ACCESS_KEY)])
+                .await,
+        )
+        .await
+        .body;
+    assert!(page.contains("flash error"), "{page}");
+    stack.root.list_buckets().send().await.unwrap();
+
+    // Other keys: no page, no menu, no change.
+    let other = Visitor::sign_in(stack.console, "CIREADER01", &secret).await;
+    let page = other.get("/access-keys").await;
+    assert_eq!(page.status, 403);
+    assert!(!page.body.contains("CIREADER01</code></td>") && !page.body.contains("href=\"/access-keys\""));
+    let page = other
+        .follow(&other.post("/access-keys/create", &[("access_key", "SNEAKY01")]).await)
+        .await
+        .body;
+    assert!(page.contains("flash error"), "{page}");
+    assert!(!root.get("/access-keys").await.body.contains("SNEAKY01"));
+}
+
 /// Drops a file made of `text` on the upload zone, as a drag from the desktop does.
 async fn drop_file(browser: &webdriver::Browser, name: &str, text: &str) {
     browser
@@ -460,6 +1183,24 @@ async fn walk_through(browser: webdriver::Browser) {
     let saved = stack.root.get_bucket_policy().bucket("photos").send().await.unwrap();
     let saved: serde_json::Value = serde_json::from_str(saved.policy().unwrap()).unwrap();
     assert_eq!(saved["Statement"][0]["Resource"], json!("arn:aws:s3:::photos/public/*"));
+
+    // A lifecycle rule, from the bucket page's form.
+    browser.type_into("#lifecycle-id", "tmp").await;
+    browser.type_into("#lifecycle-prefix", "tmp/").await;
+    browser.type_into("#lifecycle-expire", "3").await;
+    browser.click("#add-lifecycle-rule").await;
+    eventually("the lifecycle rule saved", move || async move {
+        b.source().await.contains("Lifecycle rule tmp saved.")
+    })
+    .await;
+    let lifecycle = stack
+        .root
+        .get_bucket_lifecycle_configuration()
+        .bucket("photos")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(lifecycle.rules()[0].expiration().and_then(|e| e.days()), Some(3));
     browser.screenshot("bucket").await;
 
     // Uploads by drag and drop, straight to the gateway (the console first adds a CORS rule).
@@ -533,6 +1274,70 @@ async fn walk_through(browser: webdriver::Browser) {
         .await
         .unwrap();
     assert_eq!(versions.versions().len(), 2);
+
+    // The keyspace: found by pattern, a hash shown and a field added.
+    stack
+        .redis(&["HSET", "session:42", "user", "ada", "<b>role</b>", "admin"])
+        .await;
+    stack.redis(&["XADD", "audit", "*", "event", "login"]).await;
+    browser.goto(&console("/keys")).await;
+    browser.clear("#pattern").await;
+    browser.type_into("#pattern", "session:*").await;
+    browser.click("#find-keys").await;
+    eventually("the key found", move || async move {
+        b.source().await.contains("class=\"key\"")
+    })
+    .await;
+    browser.screenshot("keys").await;
+    browser.click("a.key").await;
+    browser.find("#key-type").await;
+    assert_eq!(browser.text("#key-type").await, "hash");
+    browser.type_into("#field", "theme").await;
+    browser.type_into("#field-value", "dark").await;
+    browser.click("#add-element").await;
+    eventually("the field saved", move || async move {
+        b.source().await.contains("Field saved.")
+    })
+    .await;
+    assert_eq!(stack.redis(&["HGET", "session:42", "theme"]).await, "dark");
+    assert!(browser.text("#elements").await.contains("<b>role</b>"));
+    browser.screenshot("key").await;
+
+    // Jobs: a dead job retried from the dead letter.
+    let dead = dead_job(&stack, "mail", "SMTP", "mailbox full").await;
+    browser.goto(&console("/jobs")).await;
+    browser.find("tr.dead").await;
+    browser.screenshot("jobs").await;
+    browser.click("tr.dead button.retry").await;
+    eventually("the retry", move || async move {
+        b.source().await.contains("is queued again.")
+    })
+    .await;
+    let (_, job) = stack.ojs("GET", &format!("/ojs/v1/jobs/{dead}"), json!(null)).await;
+    assert_eq!(
+        job["job"]["state"].as_str().or(job["state"].as_str()),
+        Some("available"),
+        "{job}"
+    );
+
+    // Health: this gateway as its admin listener reports it.
+    browser.goto(&console("/health")).await;
+    assert_eq!(browser.text("#role").await, "primary");
+    browser.screenshot("health").await;
+
+    // Access keys: one created, its secret shown once.
+    browser.goto(&console("/access-keys")).await;
+    browser.type_into("#key-id", "BROWSERKEY01").await;
+    browser.type_into("#key-description", "made in the browser").await;
+    browser.click("#create-key-button").await;
+    browser.find("#new-secret").await;
+    let secret = browser.text("#new-secret").await;
+    support::s3_client(stack.gateway.s3_addr, "BROWSERKEY01", &secret)
+        .list_buckets()
+        .send()
+        .await
+        .unwrap();
+    browser.screenshot("access-keys").await;
 
     // Sign out: the session is gone, in the browser and on the server.
     browser.click("#logout").await;

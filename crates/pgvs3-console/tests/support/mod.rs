@@ -23,6 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub const ROOT_ACCESS_KEY: &str = "PGVS3CONSOLEROOT0001";
 pub const ROOT_SECRET_KEY: &str = "console-root-secret-0123456789";
+pub const OJS_TOKEN: &str = "console-ojs-operator-token";
 
 /// The test cluster's Unix socket directory and port; the server lives on a thread of its own
 /// and stops when the test process exits.
@@ -99,9 +100,11 @@ impl Stack {
             "--admin-addr",
             "127.0.0.1:0",
             "--ojs-addr",
-            "off",
+            "127.0.0.1:0",
+            "--ojs-token",
+            OJS_TOKEN,
             "--resp-addr",
-            "off",
+            "127.0.0.1:0",
             "--root-access-key",
             ROOT_ACCESS_KEY,
             "--root-secret-key",
@@ -119,18 +122,19 @@ impl Stack {
             console_s3_url: None,
             console_session_idle: Duration::from_secs(1800),
         };
-        let console = pgvs3_console::start(
-            &args,
-            pgvs3_console::Gateway {
-                s3_url: format!("http://{}", gateway.s3_addr),
-                region: "us-east-1".into(),
-                tls: None,
-            },
-            std::future::pending(),
-        )
-        .await
-        .expect("console starts")
-        .expect("--console-addr is set");
+        // As `pgvs3 serve` builds it.
+        let front = pgvs3_console::Gateway::loopback(gateway.s3_addr, None, "us-east-1".into(), None)
+            .with_resp(gateway.resp_addr.unwrap(), None, false)
+            .with_ojs(gateway.ojs_addr.unwrap(), None, false, Some(OJS_TOKEN.to_owned()))
+            .with_admin(std::sync::Arc::new(pgvs3_gateway::serve::ConsoleAdmin {
+                catalog: gateway.store.catalog().clone(),
+                pool: gateway.store.pool().clone(),
+            }))
+            .with_admin_listener(gateway.admin_addr, false);
+        let console = pgvs3_console::start(&args, front, std::future::pending())
+            .await
+            .expect("console starts")
+            .expect("--console-addr is set");
         let root = s3_client(gateway.s3_addr, ROOT_ACCESS_KEY, ROOT_SECRET_KEY);
         Stack {
             gateway,
@@ -141,6 +145,37 @@ impl Stack {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.console)
+    }
+
+    /// `redis-cli` against the gateway's RESP listener (on loopback without a password it acts
+    /// as the root key): its output, trimmed.
+    pub async fn redis(&self, args: &[&str]) -> String {
+        let port = self.gateway.resp_addr.expect("RESP is on").port().to_string();
+        let output = tokio::process::Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &port])
+            .args(args)
+            .output()
+            .await
+            .expect("redis-cli runs");
+        assert!(output.status.success(), "redis-cli {args:?}: {output:?}");
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    }
+
+    /// An OJS request with the operator's token: status and JSON answer.
+    pub async fn ojs(&self, method: &str, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+        let auth = format!("Bearer {OJS_TOKEN}");
+        let answer = http(
+            self.gateway.ojs_addr.unwrap(),
+            method,
+            path,
+            &[
+                ("Authorization", &auth),
+                ("Content-Type", "application/openjobspec+json"),
+            ],
+            &body.to_string(),
+        )
+        .await;
+        (answer.status, serde_json::from_str(&answer.body).unwrap_or_default())
     }
 
     /// A further key (`read_only` or not) with secret `<key>-secret`.

@@ -1,0 +1,169 @@
+//! The access keys page (root-key sessions): every key with its role, description, own policy
+//! and the buckets it owns; create one (its secret made here and shown once, never again) and
+//! delete one. The key catalog has no S3 API, so these are asked of the gateway in-process
+//! (the `Admin` interface), for the root key's sessions only.
+
+use std::fmt::Write;
+
+use http::StatusCode;
+use rand::Rng;
+
+use super::{Context, Request, Response};
+use crate::html::{button, esc, form, name};
+
+/// Buckets named per key; more are counted.
+const BUCKETS_SHOWN: usize = 20;
+
+/// An access key id in the style of the others: 20 upper-case letters and digits.
+fn new_key_id() -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    let mut rng = rand::rng();
+    (0..20)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+impl Context<'_> {
+    fn admin(&self) -> Result<&dyn crate::Admin, String> {
+        match &self.app.gateway.admin {
+            Some(admin) if self.session.admin => Ok(admin.as_ref()),
+            _ => Err("The access keys page is for the root key's sessions.".to_owned()),
+        }
+    }
+
+    /// The page; `created` is a key just made, with its secret, shown this once.
+    pub(super) async fn access_keys(&self, created: Option<(&str, &str)>) -> Response {
+        let mut body = String::from("<h1>Access keys</h1>");
+        let admin = match self.admin() {
+            Ok(admin) => admin,
+            Err(err) => {
+                let _ = write!(body, "<p class=\"flash error\" role=\"alert\">{}</p>", name(&err));
+                return self.page(StatusCode::FORBIDDEN, "Access keys", body);
+            }
+        };
+        if let Some((key, secret)) = created {
+            let _ = write!(
+                body,
+                "<section class=\"flash ok\" id=\"created\" role=\"status\"><p>Key <code id=\"new-access-key\">{}</code> created. \
+                 Its secret, shown this once (the console keeps no copy):</p><p><code id=\"new-secret\">{}</code></p></section>",
+                name(key),
+                esc(secret)
+            );
+        }
+        body.push_str(&form(
+            "/access-keys/create",
+            self.csrf(),
+            &[],
+            "<fieldset><legend>New key</legend>\
+             <label>Access key <input name=\"access_key\" id=\"key-id\" maxlength=\"128\" placeholder=\"generated when empty\"></label>\
+             <label>Description <input name=\"description\" id=\"key-description\" maxlength=\"256\"></label>\
+             <label><input type=\"checkbox\" name=\"read_only\" id=\"key-read-only\" value=\"on\"> read-only</label>\
+             <button id=\"create-key-button\">Create</button></fieldset>",
+        ));
+        match admin.list_keys().await {
+            Err(err) => {
+                let _ = write!(body, "<p class=\"flash error\">{}</p>", name(&err));
+            }
+            Ok(keys) => {
+                body.push_str(
+                    "<table id=\"access-keys\"><thead><tr><th>Access key</th><th>Role</th><th>Description</th><th>Own policy</th>\
+                     <th>Buckets owned</th><th>Created</th><th></th></tr></thead><tbody>",
+                );
+                for key in &keys {
+                    let mut buckets = key
+                        .buckets
+                        .iter()
+                        .take(BUCKETS_SHOWN)
+                        .map(|bucket| name(bucket))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    if key.buckets.len() > BUCKETS_SHOWN {
+                        let _ = write!(buckets, " and {} more", key.buckets.len() - BUCKETS_SHOWN);
+                    }
+                    let role = match (key.is_root, key.read_only) {
+                        (true, _) => "root",
+                        (false, true) => "read-only",
+                        (false, false) => "read-write",
+                    };
+                    let delete = if key.is_root {
+                        String::new()
+                    } else {
+                        form(
+                            "/access-keys/delete",
+                            self.csrf(),
+                            &[("access_key", &key.access_key)],
+                            &button(
+                                "Delete",
+                                "danger",
+                                Some("Delete this key? Its buckets pass to the root key."),
+                            ),
+                        )
+                    };
+                    let created = aws_sdk_s3::primitives::DateTime::from(key.created)
+                        .fmt(aws_sdk_s3::primitives::DateTimeFormat::DateTime)
+                        .unwrap_or_default();
+                    let _ = write!(
+                        body,
+                        "<tr class=\"access-key\" data-key=\"{}\"><td><code>{}</code></td><td>{role}</td><td>{}</td><td>{}</td><td>{buckets}</td><td>{}</td><td class=\"actions\">{delete}</td></tr>",
+                        esc(&key.access_key),
+                        name(&key.access_key),
+                        name(&key.description),
+                        if key.has_policy { "yes" } else { "" },
+                        esc(&created),
+                    );
+                }
+                body.push_str("</tbody></table>");
+            }
+        }
+        body.push_str(
+            "<p class=\"hint\">A key's own policy is attached with <code>pgvs3 admin key policy</code>. \
+             Keys cannot be disabled yet: delete one to revoke it.</p>",
+        );
+        self.page(StatusCode::OK, "Access keys", body)
+    }
+
+    pub(super) async fn create_access_key(&self, request: &Request) -> Response {
+        let admin = match self.admin() {
+            Ok(admin) => admin,
+            Err(err) => return self.done(Err(err), "/access-keys"),
+        };
+        let access_key = match request.arg("access_key").trim() {
+            "" => new_key_id(),
+            given => given.to_owned(),
+        };
+        let description = request.arg("description").trim();
+        if description.len() > 256 {
+            return self.done(Err("A description is at most 256 bytes.".to_owned()), "/access-keys");
+        }
+        let secret = crate::session::random_token();
+        let key = crate::NewKey {
+            access_key: access_key.clone(),
+            secret: secret.clone(),
+            read_only: request.arg("read_only") == "on",
+            description: description.to_owned(),
+        };
+        match admin.create_key(key).await {
+            Ok(()) => self.access_keys(Some((&access_key, &secret))).await,
+            Err(err) => self.done(Err(err), "/access-keys"),
+        }
+    }
+
+    pub(super) async fn delete_access_key(&self, request: &Request) -> Response {
+        let access_key = request.arg("access_key");
+        let outcome = match self.admin() {
+            Err(err) => Err(err),
+            Ok(admin) => match admin.delete_key(access_key.to_owned()).await {
+                Ok(true) => {
+                    // Its console sessions end with it (their RESP connections too).
+                    self.app.sessions.end_key(access_key);
+                    Ok(format!("Key {access_key} deleted; its buckets passed to the root key."))
+                }
+                Ok(false) => Err(format!(
+                    "No key {access_key} that may be deleted (the root key may not)."
+                )),
+                Err(err) => Err(err),
+            },
+        };
+        self.done(outcome, "/access-keys")
+    }
+}
