@@ -125,6 +125,7 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
         );
         kube_ops::publish(ctx, bucket, "Provision", EventType::Normal, "Adopted", note).await;
     }
+    let pool_not_ready = pool_not_ready(&binding.pool);
     let mut verdicts = match &provisioned {
         Ok(Provisioned::Ready { .. }) => vec![
             Verdict::new(
@@ -143,6 +144,15 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
         Err(err) if database::catalog_refused_name(err) => waiting(INVALID_SPEC, &err.to_string()),
         Err(err) => waiting("CatalogUnavailable", &err.to_string()),
     };
+    // In the catalog, but nothing serves it yet (or any more): not Ready either.
+    if let (Ok(Provisioned::Ready { .. }), Some((degraded, why))) = (&provisioned, &pool_not_ready) {
+        let message = format!("bucket {bucket_name} is in the catalog, but {why}");
+        verdicts = vec![
+            Verdict::new(READY, false, POOL_NOT_READY, &message),
+            Verdict::new(PROGRESSING, !degraded, POOL_NOT_READY, &message),
+            Verdict::new(DEGRADED, *degraded, POOL_NOT_READY, &message),
+        ];
+    }
     if let Some(quota) = quota {
         let enforced = matches!(provisioned, Ok(Provisioned::Ready { .. }));
         let (reason, message) = if enforced {
@@ -176,12 +186,42 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
         Err(err) => Err(err),
         // A webhook target is registered in the database, not in Kubernetes: no watch sees it.
         Ok(Provisioned::NotificationsRejected(_)) => Ok(Action::requeue(WAIT_FOR_DEPENDENCY)),
+        // The pool's changes are watched (run.rs); this is the fallback.
+        Ok(_) if pool_not_ready.is_some() => Ok(Action::requeue(WAIT_FOR_DEPENDENCY)),
         Ok(_) => Ok(Action::requeue(RESYNC)),
     }
 }
 
 /// The condition type that says whether the catalog enforces the Bucket's quota.
 pub const QUOTA_ENFORCED: &str = "QuotaEnforced";
+
+/// The reason of a Bucket that is in the catalog while its pool is not Ready.
+pub const POOL_NOT_READY: &str = "PoolNotReady";
+
+/// Why `pool` does not serve its Buckets, and whether it says it is degraded; `None` when it
+/// does: it is Ready, or it is rolling out with gateways ready and nothing failing (a rolling
+/// update, which keeps every gateway until its successor is ready, must not make every Bucket
+/// of the pool unready).
+fn pool_not_ready(pool: &GatewayPool) -> Option<(bool, String)> {
+    let status = pool.status.clone().unwrap_or_default();
+    let condition = |type_: &str| status.conditions.iter().find(|condition| condition.type_ == type_);
+    let ready = condition(READY);
+    let degraded = condition(DEGRADED).is_some_and(|degraded| degraded.status == "True");
+    let serving = status.ready_replicas.unwrap_or(0) > 0 && !degraded;
+    if serving || ready.is_some_and(|ready| ready.status == "True") {
+        return None;
+    }
+    let why = match ready {
+        Some(ready) => format!(
+            "GatewayPool {} is not Ready ({}: {})",
+            pool.name_any(),
+            ready.reason,
+            ready.message
+        ),
+        None => format!("GatewayPool {} has no Ready condition yet", pool.name_any()),
+    };
+    Some((degraded, why))
+}
 
 fn describe_quota(quota: &Quota) -> String {
     let limit =

@@ -214,6 +214,9 @@ fn settings(pool: &GatewayPool) -> BTreeMap<String, String> {
         ];
         env.extend(limits.into_iter().filter_map(|(k, v)| Some((k.to_string(), v?))));
     }
+    if let Some(console) = spec.console.as_ref().filter(|console| console.enabled) {
+        env.insert("PGVS3_CONSOLE_ADDR".to_string(), format!("0.0.0.0:{}", console.port));
+    }
     if spec.tls.is_some() {
         env.extend([
             ("PGVS3_TLS_CERT".to_string(), format!("{TLS_DIR}/tls.crt")),
@@ -310,6 +313,9 @@ fn ports(pool: &GatewayPool) -> Vec<(&'static str, i32)> {
     .map(|(name, protocol)| (name, protocol.port))
     .collect();
     ports.push(("admin", pool.spec.admin_port));
+    if let Some(console) = pool.spec.console.as_ref().filter(|console| console.enabled) {
+        ports.push(("console", console.port));
+    }
     ports
 }
 
@@ -1038,6 +1044,64 @@ mod tests {
         };
         assert_ne!(checksum_of(&objects), checksum_of(&build(&pool, &renewed)));
         assert!(!secret_mounts(&build(&primary(), &Inputs::default()).deployment).contains_key("tls"));
+    }
+
+    #[test]
+    fn the_console_is_served_only_when_enabled_on_its_own_port() {
+        let ports = |objects: &Objects| {
+            let container = &objects
+                .deployment
+                .spec
+                .as_ref()
+                .unwrap()
+                .template
+                .spec
+                .as_ref()
+                .unwrap()
+                .containers[0];
+            let container: Vec<(String, i32)> = container
+                .ports
+                .iter()
+                .flatten()
+                .map(|p| (p.name.clone().unwrap(), p.container_port))
+                .collect();
+            let service: Vec<(String, i32)> = objects
+                .service
+                .spec
+                .as_ref()
+                .unwrap()
+                .ports
+                .iter()
+                .flatten()
+                .map(|p| (p.name.clone().unwrap(), p.port))
+                .collect();
+            (container, service)
+        };
+        let off = build(&primary(), &Inputs::default());
+        assert!(!off.config_map.data.as_ref().unwrap().contains_key("PGVS3_CONSOLE_ADDR"));
+        assert!(!ports(&off).0.iter().any(|(name, _)| name == "console"));
+
+        let mut pool: GatewayPool = serde_json::from_value(serde_json::json!({
+            "apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool", "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"postgres": {"clusterName": "db"}, "console": {"enabled": true}}}))
+        .unwrap();
+        let on = build(&pool, &Inputs::default());
+        assert_eq!(
+            on.config_map.data.as_ref().unwrap()["PGVS3_CONSOLE_ADDR"],
+            "0.0.0.0:9091"
+        );
+        let (container, service) = ports(&on);
+        assert!(container.contains(&("console".into(), 9091)), "{container:?}");
+        assert!(service.contains(&("console".into(), 9091)), "{service:?}");
+        assert_ne!(checksum_of(&off), checksum_of(&on), "turning it on rolls the pods");
+
+        pool.spec.console.as_mut().unwrap().enabled = false;
+        assert!(
+            !ports(&build(&pool, &Inputs::default()))
+                .1
+                .iter()
+                .any(|(name, _)| name == "console")
+        );
     }
 
     #[test]

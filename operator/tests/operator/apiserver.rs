@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use aws_sdk_s3::primitives::ByteStream;
 use control_plane::{
-    ControlPlane, Gateway, Operator, apply, database_parts, eventually, primary_pool, put, secret_text,
+    ControlPlane, Gateway, Operator, apply, database_parts, eventually, gateways_ready, primary_pool, put, secret_text,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
@@ -125,6 +125,7 @@ async fn bucket_features(plane: std::sync::Arc<ControlPlane>) {
     let client = namespace(&plane, ns).await;
     let url = common::fresh_database().await;
     primary_pool(&client, ns, "objects", &url).await;
+    gateways_ready(&client, ns, "objects").await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     let master = eventually(WAIT, "the pool's master key Secret", || async {
         secrets.get_opt("objects-pgvs3-master-key").await.unwrap()
@@ -535,6 +536,18 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
         .await;
     }
 
+    // In the catalog, but no gateway of the pool is available yet: not Ready, and says why.
+    let message = eventually(WAIT, "Bucket photos waiting for its pool", || async {
+        let (status, reason, message) = condition(&buckets.get("photos").await.ok()?, "Ready")?;
+        (status == "False" && reason == "PoolNotReady").then_some(message)
+    })
+    .await;
+    assert!(
+        message.contains("is in the catalog") && message.contains("GatewayPool objects is not Ready (Progressing"),
+        "{message}"
+    );
+    gateways_ready(&client, ns, "objects").await;
+
     // Read-write with deletion policy Delete.
     let photos = bucket_ready(&buckets, "photos").await;
     let status = photos.status.clone().unwrap();
@@ -700,6 +713,44 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
             && secrets.get_opt("archive-credentials").await.unwrap().is_none())
         .then_some(())
     })
+    .await;
+
+    // The web console switched on: its address for the gateways, a container port and a
+    // Service port `console` (9091: 9090 is the admin port's).
+    let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
+    pools
+        .patch(
+            "objects",
+            &PatchParams::apply("pgvs3-tests"),
+            &Patch::Merge(json!({"spec": {"console": {"enabled": true}}})),
+        )
+        .await
+        .unwrap();
+    let configs: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    eventually(
+        WAIT,
+        "the console in the ConfigMap, the Deployment and the Service",
+        || async {
+            let config = configs.get("objects-config").await.ok()?.data?;
+            let deployment = deployments.get("objects").await.ok()?;
+            let container = &deployment.spec?.template.spec?.containers[0];
+            let container_port = container
+                .ports
+                .iter()
+                .flatten()
+                .any(|p| p.name.as_deref() == Some("console") && p.container_port == 9091);
+            let service = services.get("objects").await.ok()?;
+            let service_port = service
+                .spec?
+                .ports?
+                .iter()
+                .any(|p| p.name.as_deref() == Some("console") && p.port == 9091);
+            (config.get("PGVS3_CONSOLE_ADDR").map(String::as_str) == Some("0.0.0.0:9091")
+                && container_port
+                && service_port)
+                .then_some(())
+        },
+    )
     .await;
 }
 
@@ -1080,6 +1131,16 @@ async fn cel_rejections(plane: std::sync::Arc<ControlPlane>) {
         pool(json!({"postgres": {"clusterName": "db", "host": "h"}})),
         "set exactly one of clusterName or host",
     );
+    // The console on the admin port's default, or on S3's: two listeners on one port.
+    for console in [
+        json!({"enabled": true, "port": 9090}),
+        json!({"enabled": true, "port": 9000}),
+    ] {
+        refused(
+            pool(json!({"postgres": {"clusterName": "db"}, "console": console})),
+            "console.port must differ from adminPort and the enabled protocols' ports",
+        );
+    }
     refused(
         pool(json!({"postgres": {"clusterName": "db"}, "protocols": {"ojs": {"enabled": true, "port": 8080}}})),
         "an enabled OJS endpoint needs ojsTokenSecretRef",
@@ -1238,6 +1299,7 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
     let a = "tenant-a";
     let client = namespace(&plane, a).await;
     primary_pool(&client, a, "objects", &url).await;
+    gateways_ready(&client, a, "objects").await;
     let secrets_a: Api<Secret> = Api::namespaced(client.clone(), a);
     let master = eventually(WAIT, "tenant-a's master key", || async {
         secrets_a.get_opt("objects-pgvs3-master-key").await.unwrap()
@@ -1255,6 +1317,7 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
     )
     .await;
     primary_pool(&client, b, "objects", &url).await;
+    gateways_ready(&client, b, "objects").await;
     // The RESP keyspace `resp` as a gateway serving RESP creates it (owned by the root key;
     // this tier's gateway process serves S3 only), and two buckets an admin made with the
     // root key.
