@@ -279,7 +279,20 @@ pub(crate) async fn target(ctx: &Context, pool: &GatewayPool, namespace: &str, b
         endpoint: endpoints(pool).s3.unwrap_or_default(),
         region: pool.spec.region.clone(),
         read_endpoints,
+        ca_cert: pool_ca(ctx, pool, namespace).await?,
     })
+}
+
+/// `ca.crt` of a TLS pool's Secret (cert-manager writes the issuer's CA there): public, and what
+/// a client of the `https://` endpoint needs to trust. `None` without TLS, or when the Secret
+/// (not yet there, or a certificate of a public CA) has none.
+async fn pool_ca(ctx: &Context, pool: &GatewayPool, namespace: &str) -> Result<Option<String>> {
+    let Some(tls) = &pool.spec.tls else { return Ok(None) };
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    Ok(secrets
+        .get_opt(&tls.secret_ref)
+        .await?
+        .and_then(|secret| kube_ops::secret_text(&secret, build::CA_CERT_KEY).ok()))
 }
 
 /// Annotation on a credentials Secret kept after its Bucket was deleted without revoking the key.

@@ -88,6 +88,12 @@ pub struct GatewayPoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub master_key_secret_ref: Option<SecretKeySelector>,
 
+    /// Secret with the root access key (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`) the first
+    /// gateway on an empty catalog creates, instead of a generated one printed to its log. Read
+    /// only then: a catalog that has a root key keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_key_secret_ref: Option<RootKeySecretRef>,
+
     /// Overrides for the gateway pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_template: Option<PodOverrides>,
@@ -126,6 +132,19 @@ pub struct Console {
     #[schemars(range(min = 1, max = 65535))]
     pub port: i32,
 }
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RootKeySecretRef {
+    /// The Secret's name; its keys are [`ROOT_ACCESS_KEY_KEY`] and [`ROOT_SECRET_KEY_KEY`].
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// The keys of a root key Secret: the AWS names, so the same Secret serves an admin's client
+/// through `envFrom`.
+pub const ROOT_ACCESS_KEY_KEY: &str = "AWS_ACCESS_KEY_ID";
+pub const ROOT_SECRET_KEY_KEY: &str = "AWS_SECRET_ACCESS_KEY";
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]

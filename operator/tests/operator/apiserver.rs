@@ -65,6 +65,7 @@ async fn tier() {
         ("pool_lifecycle", tokio::spawn(pool_lifecycle(plane.clone()))),
         ("invalid_bucket_name", tokio::spawn(invalid_bucket_name(plane.clone()))),
         ("tenancy", tokio::spawn(tenancy(plane.clone()))),
+        ("tls_bucket_secret", tokio::spawn(tls_bucket_secret(plane.clone()))),
         ("pool_day_two", tokio::spawn(pool_day_two(plane.clone()))),
         (
             "autoscaling_handover",
@@ -1195,6 +1196,54 @@ async fn namespace_deletion(plane: std::sync::Arc<ControlPlane>) {
     .await;
 }
 
+/// Issue 31 item 8: a TLS pool's Bucket Secret names an `https://` endpoint and carries the CA
+/// to trust it (`ca.crt` of the pool's TLS Secret), never the pool's key.
+async fn tls_bucket_secret(plane: std::sync::Arc<ControlPlane>) {
+    let ns = "tlsbucket";
+    let client = namespace(&plane, ns).await;
+    let url = common::fresh_database().await;
+    primary_pool(&client, ns, "objects", &url).await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let ca = "-----BEGIN CERTIFICATE-----\nthe issuer\n-----END CERTIFICATE-----\n";
+    apply(
+        &secrets,
+        "objects-tls",
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "objects-tls"},
+               "type": "kubernetes.io/tls",
+               "stringData": {"tls.crt": "-----BEGIN CERTIFICATE-----\n", "tls.key": "-----BEGIN EC PRIVATE KEY-----\n", "ca.crt": ca}}),
+    )
+    .await;
+    let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
+    pools
+        .patch(
+            "objects",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"tls": {"secretRef": "objects-tls"}}})),
+        )
+        .await
+        .unwrap();
+    let buckets: Api<Bucket> = Api::namespaced(client.clone(), ns);
+    apply(
+        &buckets,
+        "photos",
+        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": "photos"},
+               "spec": {"gatewayPoolRef": "objects"}}),
+    )
+    .await;
+    let credentials = eventually(WAIT, "the Bucket's Secret with the pool's CA", || async {
+        let secret = secrets.get_opt("photos-credentials").await.unwrap()?;
+        secret.data.as_ref()?.contains_key("ca.crt").then_some(secret)
+    })
+    .await;
+    assert_eq!(secret_text(&credentials, "ca.crt"), ca);
+    assert!(secret_text(&credentials, "AWS_ENDPOINT_URL").starts_with("https://"));
+    let keys: Vec<&String> = credentials.data.as_ref().unwrap().keys().collect();
+    assert!(
+        keys.iter().all(|key| !key.starts_with("tls.")),
+        "only the CA, never the pool's certificate or key: {keys:?}"
+    );
+}
+
 /// Defect 3: a catalog that cannot be reached, or refuses, is reported with its cause: the
 /// server tried and the database's own message.
 async fn database_errors(plane: std::sync::Arc<ControlPlane>) {
@@ -1641,6 +1690,37 @@ async fn pool_day_two(plane: std::sync::Arc<ControlPlane>) {
     let (_, reason, message) = pool_ready(&pools.get("objects").await.unwrap()).unwrap();
     assert_ne!(reason, "ApplyFailed", "{message}");
 
+    // Item 8: the pool's root key from a Secret. Missing, the pool says so; there, both halves
+    // reach the gateways from it (by reference, never as values).
+    let mut with_root = pool(3);
+    with_root["spec"]["rootKeySecretRef"] = json!({"name": "root-key"});
+    apply(&pools, "objects", with_root).await;
+    eventually(WAIT, "the pool waiting for its root key Secret", || async {
+        let (_, reason, message) = pool_ready(&pools.get("objects").await.ok()?)?;
+        (reason == "CredentialsUnavailable" && message == "root key Secret root-key does not exist").then_some(())
+    })
+    .await;
+    apply(
+        &secrets,
+        "root-key",
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "root-key"},
+               "stringData": {"AWS_ACCESS_KEY_ID": "ADMINKEY", "AWS_SECRET_ACCESS_KEY": "admin-secret"}}),
+    )
+    .await;
+    eventually(WAIT, "the root key in the gateways' environment", || async {
+        let deployment = deployments.get("objects").await.ok()?;
+        let env = deployment.spec?.template.spec?.containers[0].env.clone()?;
+        let from = |name: &str| {
+            let var = env.iter().find(|e| e.name == name)?;
+            let reference = var.value_from.as_ref()?.secret_key_ref.as_ref()?;
+            (var.value.is_none()).then(|| (reference.name.clone(), reference.key.clone()))
+        };
+        (from("PGVS3_ROOT_ACCESS_KEY")? == ("root-key".into(), "AWS_ACCESS_KEY_ID".into())
+            && from("PGVS3_ROOT_SECRET_KEY")? == ("root-key".into(), "AWS_SECRET_ACCESS_KEY".into()))
+            .then_some(())
+    })
+    .await;
+
     // Defect 7: empty references are refused by the CRD's schema.
     for (field, spec) in [
         (
@@ -1660,6 +1740,10 @@ async fn pool_day_two(plane: std::sync::Arc<ControlPlane>) {
         (
             "ojsTokenSecretRef",
             json!({"postgres": {"clusterName": "db"}, "protocols": {"ojsTokenSecretRef": ""}}),
+        ),
+        (
+            "rootKeySecretRef.name",
+            json!({"postgres": {"clusterName": "db"}, "rootKeySecretRef": {"name": ""}}),
         ),
     ] {
         let manifest = json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool",
