@@ -103,6 +103,7 @@ pub async fn bind(ctx: &Context, namespace: &str, pool_name: &str) -> Result<Res
         tls,
     };
     let master_key = MasterKey::from_text(&kube_ops::secret_text(&master, &master_ref.key)?);
+    ctx.remember_connection(namespace, pool_name, &connection);
     Ok(Ok(Binding {
         pool,
         connection,

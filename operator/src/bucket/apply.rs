@@ -323,29 +323,29 @@ async fn keep_credentials(ctx: &Context, bucket: &Bucket, namespace: &str) -> Re
 async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Action> {
     let bucket_name = bucket.bucket_name();
     let key_id = build::access_key_id(bucket);
-    let binding = match bind(ctx, namespace, &bucket.spec.gateway_pool_ref).await? {
+    let pool_ref = &bucket.spec.gateway_pool_ref;
+    let binding = match bind(ctx, namespace, pool_ref).await? {
         Ok(binding) => binding,
         Err(verdicts) => {
-            // Without its pool the catalog is out of reach; holding the finalizer would block
-            // the namespace forever, so the data stays and the user is told. The access key
-            // cannot be revoked either: its credentials Secret is kept (no longer owned by the
-            // Bucket, so garbage collection leaves it) rather than lose the only copy of a key
-            // that still works.
-            let kept = keep_credentials(ctx, bucket, namespace).await?;
-            let note = format!(
-                "catalog not reachable ({}); bucket {bucket_name} left in place{}",
-                verdicts[0].message,
-                if kept {
-                    format!(
-                        ", its access key {key_id} still active: Secret {} kept",
-                        build::secret_name(bucket)
-                    )
-                } else {
-                    String::new()
+            // The pool or its Secrets are gone (a namespace's deletion takes them alongside
+            // the Bucket): the key is revoked through the connection the pool was last bound
+            // with, when this process has one and the database answers; the bucket is left
+            // as it is (dropping or retaining it needs the pool).
+            let why = &verdicts[0].message;
+            if let Some(connection) = ctx.last_connection(namespace, pool_ref) {
+                match database::connect(&connection).await {
+                    Ok(client) => {
+                        catalog::delete_access_key(&client, &key_id).await?;
+                        let note = format!(
+                            "{why}; bucket {bucket_name} left in place, its access key {key_id} revoked through the pool's last connection"
+                        );
+                        kube_ops::publish(ctx, bucket, "Cleanup", EventType::Warning, "CleanupPartial", note).await;
+                        return Ok(Action::await_change());
+                    }
+                    Err(err) => return skip_cleanup(ctx, bucket, namespace, &format!("{why}; {err}")).await,
                 }
-            );
-            kube_ops::publish(ctx, bucket, "Cleanup", EventType::Warning, "CleanupSkipped", note).await;
-            return Ok(Action::await_change());
+            }
+            return skip_cleanup(ctx, bucket, namespace, why).await;
         }
     };
     let client = database::connect(&binding.connection).await?;
@@ -372,6 +372,29 @@ async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Acti
     };
     catalog::delete_access_key(&client, &key_id).await?;
     kube_ops::publish(ctx, bucket, "Cleanup", EventType::Normal, "Cleanup", note).await;
+    Ok(Action::await_change())
+}
+
+/// The catalog is out of reach: holding the finalizer would block the namespace forever, so the
+/// data stays and the user is told. The access key cannot be revoked either: its credentials
+/// Secret is kept (no longer owned by the Bucket, so garbage collection leaves it) rather than
+/// lose the only copy of a key that still works.
+async fn skip_cleanup(ctx: &Context, bucket: &Bucket, namespace: &str, why: &str) -> Result<Action> {
+    let bucket_name = bucket.bucket_name();
+    let key_id = build::access_key_id(bucket);
+    let kept = keep_credentials(ctx, bucket, namespace).await?;
+    let note = format!(
+        "catalog not reachable ({why}); bucket {bucket_name} left in place{}",
+        if kept {
+            format!(
+                ", its access key {key_id} still active: Secret {} kept",
+                build::secret_name(bucket)
+            )
+        } else {
+            String::new()
+        }
+    );
+    kube_ops::publish(ctx, bucket, "Cleanup", EventType::Warning, "CleanupSkipped", note).await;
     Ok(Action::await_change())
 }
 

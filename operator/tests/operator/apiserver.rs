@@ -66,6 +66,7 @@ async fn tier() {
         ("invalid_bucket_name", tokio::spawn(invalid_bucket_name(plane.clone()))),
         ("tenancy", tokio::spawn(tenancy(plane.clone()))),
         ("tls_bucket_secret", tokio::spawn(tls_bucket_secret(plane.clone()))),
+        ("namespace_teardown", tokio::spawn(namespace_teardown(plane.clone()))),
         ("pool_day_two", tokio::spawn(pool_day_two(plane.clone()))),
         (
             "autoscaling_handover",
@@ -1242,6 +1243,47 @@ async fn tls_bucket_secret(plane: std::sync::Arc<ControlPlane>) {
         keys.iter().all(|key| !key.starts_with("tls.")),
         "only the CA, never the pool's certificate or key: {keys:?}"
     );
+}
+
+/// Issue 31 item 8: deleting a namespace deletes its pool and the pool's Secrets alongside its
+/// Buckets; a Bucket's cleanup that finds them gone still revokes its key (a database outside
+/// the namespace keeps the catalog). Before, the key stayed active (observed: its row left).
+async fn namespace_teardown(plane: std::sync::Arc<ControlPlane>) {
+    let ns = "teardown";
+    let client = namespace(&plane, ns).await;
+    let url = common::fresh_database().await;
+    let catalog = sql(&url).await;
+    primary_pool(&client, ns, "objects", &url).await;
+    gateways_ready(&client, ns, "objects").await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let master = eventually(WAIT, "master key", || async {
+        secrets.get_opt("objects-pgvs3-master-key").await.unwrap()
+    })
+    .await;
+    let _gateway = Gateway::start(&plane.run_dir, "teardown", &url, &secret_text(&master, "masterKey")).await;
+    let buckets: Api<Bucket> = Api::namespaced(client.clone(), ns);
+    let bucket = json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": "data"},
+                        "spec": {"gatewayPoolRef": "objects"}});
+    apply(&buckets, "data", bucket).await;
+    let ready = bucket_ready(&buckets, "data").await;
+    let key = ready.status.unwrap().access_key_id.unwrap();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces.delete(ns, &DeleteParams::default()).await.unwrap();
+    eventually(Duration::from_secs(90), "the namespace is deleted", || async {
+        namespaces.get_opt(ns).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let left: i64 = catalog
+        .query_one("SELECT count(*) FROM pgvs3.access_keys WHERE access_key = $1", &[&key])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        left, 0,
+        "the key {key} of a Bucket deleted with its namespace is still active"
+    );
+    // The bucket itself is left as it was: dropping or retaining it needs the pool.
+    assert!(bucket_owner(&catalog, "teardown-data").await.is_some());
 }
 
 /// Defect 3: a catalog that cannot be reached, or refuses, is reported with its cause: the
