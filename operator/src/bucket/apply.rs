@@ -332,20 +332,16 @@ async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Acti
             // with, when this process has one and the database answers; the bucket is left
             // as it is (dropping or retaining it needs the pool).
             let why = &verdicts[0].message;
-            if let Some(connection) = ctx.last_connection(namespace, pool_ref) {
-                match database::connect(&connection).await {
-                    Ok(client) => {
-                        catalog::delete_access_key(&client, &key_id).await?;
-                        let note = format!(
-                            "{why}; bucket {bucket_name} left in place, its access key {key_id} revoked through the pool's last connection"
-                        );
-                        kube_ops::publish(ctx, bucket, "Cleanup", EventType::Warning, "CleanupPartial", note).await;
-                        return Ok(Action::await_change());
-                    }
-                    Err(err) => return skip_cleanup(ctx, bucket, namespace, &format!("{why}; {err}")).await,
+            return match database::revoke_through_last_connection(ctx, namespace, pool_ref, &key_id).await? {
+                Ok(()) => {
+                    let note = format!(
+                        "{why}; bucket {bucket_name} left in place, its access key {key_id} revoked through the pool's last connection"
+                    );
+                    kube_ops::publish(ctx, bucket, "Cleanup", EventType::Warning, "CleanupPartial", note).await;
+                    Ok(Action::await_change())
                 }
-            }
-            return skip_cleanup(ctx, bucket, namespace, why).await;
+                Err(unrevoked) => skip_cleanup(ctx, bucket, namespace, &format!("{why}; {unrevoked}")).await,
+            };
         }
     };
     let client = database::connect(&binding.connection).await?;
