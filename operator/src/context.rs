@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use kube::Client;
 
+use crate::database::Connection;
 use crate::events::Recorder;
 use crate::metrics::Metrics;
 
@@ -24,6 +25,11 @@ pub struct Context {
     /// `(namespace, bucket)`: root-owned buckets an admin marked adoptable by that namespace's
     /// Buckets (`--adoptable-bucket`).
     adoptable: HashSet<(String, String)>,
+    /// `(namespace, pool)`: the connection each pool was last bound with. Deleting a namespace
+    /// deletes a pool and its Secrets alongside its Buckets; a Bucket's cleanup that finds them
+    /// gone still revokes its key through this (lost with the process: an operator restarted
+    /// in between skips the cleanup as before).
+    connections: Mutex<HashMap<(String, String), Connection>>,
 }
 
 /// How long the answer of API discovery for ServiceMonitors is trusted: installing the
@@ -45,7 +51,20 @@ impl Context {
             service_monitors: tokio::sync::Mutex::new(None),
             without_autoscaler: Mutex::new(HashSet::new()),
             adoptable: HashSet::new(),
+            connections: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Keeps `connection` as the last one `pool` of `namespace` was bound with.
+    pub fn remember_connection(&self, namespace: &str, pool: &str, connection: &Connection) {
+        let mut connections = self.connections.lock().expect("not poisoned");
+        connections.insert((namespace.to_string(), pool.to_string()), connection.clone());
+    }
+
+    /// The connection `pool` of `namespace` was last bound with, if any since the start.
+    pub fn last_connection(&self, namespace: &str, pool: &str) -> Option<Connection> {
+        let connections = self.connections.lock().expect("not poisoned");
+        connections.get(&(namespace.to_string(), pool.to_string())).cloned()
     }
 
     /// With the buckets an admin marked adoptable, as `namespace/bucket`.

@@ -103,11 +103,32 @@ pub async fn bind(ctx: &Context, namespace: &str, pool_name: &str) -> Result<Res
         tls,
     };
     let master_key = MasterKey::from_text(&kube_ops::secret_text(&master, &master_ref.key)?);
+    ctx.remember_connection(namespace, pool_name, &connection);
     Ok(Ok(Binding {
         pool,
         connection,
         master_key,
     }))
+}
+
+/// For a cleanup that cannot bind `pool` (it or its Secrets are gone: a namespace's deletion
+/// takes them alongside the resource): revokes `key_id` through the connection the pool was
+/// last bound with. `Ok(Err(why))` when this process has none or the database does not answer.
+pub async fn revoke_through_last_connection(
+    ctx: &Context,
+    namespace: &str,
+    pool: &str,
+    key_id: &str,
+) -> Result<std::result::Result<(), String>> {
+    let Some(connection) = ctx.last_connection(namespace, pool) else {
+        return Ok(Err("no connection to it since the operator started".to_string()));
+    };
+    let client = match connect(&connection).await {
+        Ok(client) => client,
+        Err(err) => return Ok(Err(err.to_string())),
+    };
+    crate::bucket::catalog::delete_access_key(&client, key_id).await?;
+    Ok(Ok(()))
 }
 
 /// The reason of a resource whose spec can never be provisioned as written.

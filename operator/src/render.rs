@@ -91,5 +91,7 @@ fn target<K: Resource>(owner: &K, pool_ref: &str, bucket_name: String, pools: &[
             .unwrap_or_else(|| format!("http://{pool_ref}.{namespace}.svc:9000")),
         region: pool.map_or_else(|| "us-east-1".to_string(), |p| p.spec.region.clone()),
         read_endpoints,
+        // In the cluster's TLS Secret, which rendering offline cannot read.
+        ca_cert: None,
     }
 }

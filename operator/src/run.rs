@@ -242,9 +242,19 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
         .run(gateway_pool::reconcile, gateway_pool::error_policy, ctx.clone())
         .for_each(|_| async {});
 
-    let bucket_controller = Controller::new(api::<Bucket>(&client, &namespace), watcher::Config::default())
+    let buckets = Controller::new(api::<Bucket>(&client, &namespace), watcher::Config::default());
+    let buckets_reader = buckets.store();
+    let bucket_controller = buckets
         .with_config(config.clone())
         .owns(api::<Secret>(&client, &namespace), own_secrets())
+        // A Bucket is Ready only while its pool is: a pool's change reaches its Buckets.
+        .watches(
+            api::<GatewayPool>(&client, &namespace),
+            watcher::Config::default(),
+            referrers(buckets_reader, |bucket: &Bucket, pool| {
+                bucket.spec.gateway_pool_ref == pool
+            }),
+        )
         .run(bucket::reconcile, bucket::error_policy, ctx.clone())
         .for_each(|_| async {});
 

@@ -327,7 +327,8 @@ where
     fn call(&self, request: http::Request<Incoming>) -> S::Future {
         self.first_request.notify_one();
         let idle = self.body_idle_timeout;
-        let mut request = request.map(|body| RequestBody::new(body, idle));
+        let drain_on_drop = request.version() == http::Version::HTTP_2;
+        let mut request = request.map(|body| RequestBody::new(body, idle, drain_on_drop));
         request.extensions_mut().insert(self.peer);
         self.inner.call(request)
     }

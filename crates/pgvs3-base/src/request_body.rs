@@ -1,6 +1,12 @@
 //! The request body every HTTP front reads: hyper's body with an idle deadline, so a client that
 //! stops sending in the middle of a body cannot hold its request (and the admission slot and
 //! database connection behind it) for longer than `--http-body-idle-timeout`.
+//!
+//! Over HTTP/2 a body its handler leaves unread (a PUT refused before its body, 403) is read
+//! on and discarded after the handler is done with it, up to [`DRAIN_BYTES`] within
+//! [`DRAIN_TIME`]: a stream whose request is still arriving when its response ends is otherwise
+//! reset (RST_STREAM NO_ERROR, as RFC 9113 §8.1 allows), and clients that are still uploading
+//! then (curl 7.88: exit 92) report the reset instead of the response they already received.
 
 use std::fmt;
 use std::pin::Pin;
@@ -12,9 +18,21 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
+/// The most of an unread HTTP/2 request body read on after its handler dropped it: a refused
+/// multipart part or single PUT of up to 64 MiB still gets its answer; beyond, the stream is
+/// reset after the response (at once when its declared length says so). Reading and discarding
+/// costs no memory (the flow-control window bounds what is buffered), only the bandwidth an
+/// upload would have cost anyway, and [`DRAIN_TIME`] bounds how long the stream is held.
+pub const DRAIN_BYTES: u64 = 64 << 20;
+/// How long an unread HTTP/2 request body is read on at most, however slowly it arrives.
+pub const DRAIN_TIME: Duration = Duration::from_secs(10);
+
 /// A request body that fails with [`BodyError::IdleTimeout`] when no byte arrives for `idle`.
 pub struct RequestBody {
-    inner: Incoming,
+    /// `None` only once dropped: [`Drop`] hands the rest of an HTTP/2 body to [`drain`].
+    inner: Option<Incoming>,
+    /// HTTP/2: read what is left of the body when this is dropped (see the module's comment).
+    drain_on_drop: bool,
     idle: Duration,
     /// Armed at the first wait, so bodies that arrive with their head (and empty ones) never
     /// touch the timer wheel.
@@ -24,9 +42,10 @@ pub struct RequestBody {
 }
 
 impl RequestBody {
-    pub fn new(inner: Incoming, idle: Duration) -> RequestBody {
+    pub fn new(inner: Incoming, idle: Duration, drain_on_drop: bool) -> RequestBody {
         RequestBody {
-            inner,
+            inner: Some(inner),
+            drain_on_drop,
             idle,
             deadline: None,
             progressed: false,
@@ -86,7 +105,10 @@ impl Body for RequestBody {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_frame(cx) {
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match Pin::new(inner).poll_frame(cx) {
             Poll::Ready(frame) => {
                 this.progressed = true;
                 Poll::Ready(frame.map(|frame| frame.map_err(BodyError::Transport)))
@@ -106,10 +128,45 @@ impl Body for RequestBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.inner.as_ref().is_none_or(Incoming::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        self.inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint)
+    }
+}
+
+impl Drop for RequestBody {
+    fn drop(&mut self) {
+        let Some(inner) = self.inner.take() else { return };
+        // A declared length past the limit would be reset after the limit anyway: reset now.
+        if !self.drain_on_drop || inner.is_end_stream() || inner.size_hint().lower() > DRAIN_BYTES {
+            return;
+        }
+        // Dropped by a handler, always inside the runtime; elsewhere the stream is just reset.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(drain(inner));
+        }
+    }
+}
+
+/// Reads and discards `body` to its end, or until [`DRAIN_BYTES`] or [`DRAIN_TIME`] is spent;
+/// dropping it then resets the stream (after its response: hyper holds the stream for that).
+async fn drain(mut body: Incoming) {
+    let mut left = DRAIN_BYTES;
+    let read = async {
+        while let Some(Ok(frame)) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+            let size = frame.data_ref().map_or(0, |data| data.len() as u64);
+            let Some(rest) = left.checked_sub(size) else {
+                tracing::debug!("an unread request body is larger than the drain limit; resetting its stream");
+                return;
+            };
+            left = rest;
+        }
+    };
+    if tokio::time::timeout(DRAIN_TIME, read).await.is_err() {
+        tracing::debug!("an unread request body did not end within the drain time; resetting its stream");
     }
 }

@@ -1,19 +1,26 @@
 //! TLS end to end with real clients and a CA made in the test: S3 over HTTPS (aws-sdk-s3 and
 //! boto3; another CA refused), OJS over HTTPS with HTTP/1.1 and HTTP/2 by ALPN, the admin port
 //! with client certificates, RESP over TLS (redis-rs and `redis-cli --tls`), a certificate
-//! rotated on disk, the handshake inside the first-request deadline, a plaintext twin; and the
-//! gateway's PostgreSQL connections in each sslmode against a server with ssl=on.
+//! rotated on disk, the handshake inside the first-request deadline, a plaintext twin, an upload
+//! refused over HTTP/2 answered without a stream reset; and the gateway's PostgreSQL connections
+//! in each sslmode against a server with ssl=on.
 
 use pgvs3_testkit as common;
 
+use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use common::certs::{Issued, TestCa};
 use common::s3::put_object;
 use common::{ROOT_ACCESS_KEY, ROOT_SECRET_KEY, TestGateway, eventually, fresh_database};
+use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Empty};
+use pgvs3_gateway::request_body::DRAIN_BYTES;
 use pgvs3_gateway::serve::RunningGateway;
 use pgvs3_pgtls::rustls;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -458,6 +465,167 @@ async fn the_tls_handshake_counts_inside_the_first_request_deadline() {
         !matches!(read, Ok(n) if n > 0 && sink[..n].starts_with(b"HTTP/")),
         "{read:?}"
     );
+}
+
+const CHUNK: usize = 64 << 10;
+static ZEROS: [u8; CHUNK] = [0; CHUNK];
+
+/// How far a client got with an [`Upload`].
+#[derive(Default)]
+struct UploadProgress {
+    /// The client took the whole body (its end included).
+    ended: AtomicBool,
+    /// The client let go of the body: sent, or given up when its stream was reset.
+    dropped: AtomicBool,
+}
+
+/// A request body of zeros, `left` chunks of 64 KiB, handed out as fast as the client takes them.
+struct Upload {
+    left: usize,
+    /// Its length is declared (content-length), or it is sent without one.
+    declared: bool,
+    progress: Arc<UploadProgress>,
+}
+
+impl Body for Upload {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        if this.left == 0 {
+            this.progress.ended.store(true, Ordering::SeqCst);
+            return Poll::Ready(None);
+        }
+        this.left -= 1;
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(&ZEROS)))))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        if self.declared {
+            SizeHint::with_exact((self.left * CHUNK) as u64)
+        } else {
+            SizeHint::default()
+        }
+    }
+}
+
+impl Drop for Upload {
+    fn drop(&mut self) {
+        self.progress.dropped.store(true, Ordering::SeqCst);
+    }
+}
+
+/// An anonymous PUT of `bytes` into `bucket` over an HTTP/2 connection: its status, and how far
+/// the body got once the client let go of it.
+async fn refused_put(
+    sender: &mut hyper::client::conn::http2::SendRequest<Upload>,
+    bucket: &str,
+    bytes: u64,
+    declared: bool,
+) -> (u16, Arc<UploadProgress>) {
+    let progress = Arc::new(UploadProgress::default());
+    let body = Upload {
+        left: usize::try_from(bytes).unwrap() / CHUNK,
+        declared,
+        progress: Arc::clone(&progress),
+    };
+    let request = http::Request::put(format!("https://localhost/{bucket}/key"))
+        .body(body)
+        .unwrap();
+    let response = sender.send_request(request).await.expect("an answer");
+    let status = response.status().as_u16();
+    response.into_body().collect().await.expect("the whole answer");
+    eventually(LIMIT, "the client done with the request body", || {
+        let dropped = progress.dropped.load(Ordering::SeqCst);
+        async move { dropped.then_some(()) }
+    })
+    .await;
+    (status, progress)
+}
+
+#[tokio::test]
+async fn an_upload_refused_over_http2_gets_its_answer_without_a_stream_reset() {
+    let ca = TestCa::new("h2-refused");
+    let server = ca.issue("server", "localhost", "DNS:localhost,IP:127.0.0.1");
+    let gw = gateway(&tls_flags(&server)).await;
+    let s3 = gw.gateway.s3_addr;
+    https_s3(s3, &ca.ca_pem())
+        .create_bucket()
+        .bucket("private")
+        .send()
+        .await
+        .unwrap();
+    // curl 7.88 reported the reset (exit 92) instead of the answer it had received, on 10 of
+    // 10 PUTs of 10 MB: waiting for `100 Continue` (curl's default for large uploads), and with
+    // `Expect:` off, sending its body at once. Run without blocking: the gateway serves from
+    // this test's runtime.
+    let upload = ca.ca_cert().with_file_name("upload");
+    std::fs::File::create(&upload).unwrap().set_len(10 << 20).unwrap();
+    for expect in ["Expect: 100-continue", "Expect:"] {
+        for _ in 0..10 {
+            let output = tokio::process::Command::new("curl")
+                .args(["-sS", "--http2", "--max-time", "60", "-o", "/dev/null"])
+                .args(["-w", "%{http_code} %{http_version}", "-H", expect])
+                .arg("--cacert")
+                .arg(ca.ca_cert())
+                .arg("-T")
+                .arg(&upload)
+                .arg(format!("https://localhost:{}/private/key", s3.port()))
+                .arg("--resolve")
+                .arg(format!("localhost:{}:127.0.0.1", s3.port()))
+                .output()
+                .await
+                .expect("curl runs");
+            assert_eq!(
+                String::from_utf8_lossy(&output.stdout),
+                "403 2",
+                "curl with {expect:?} ({}): {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+    }
+
+    let stream = tls_connect(s3, client_config(&ca.ca_pem(), &[b"h2"], None))
+        .await
+        .unwrap();
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+
+    // The 403 comes before the body is read. The gateway then reads the rest, so the client
+    // sends its whole body and the stream ends cleanly (it used to be reset after the answer:
+    // 4 MiB is well past the 1 MiB the client may send before the gateway reads).
+    for declared in [true, false] {
+        let (status, progress) = refused_put(&mut sender, "private", 4 << 20, declared).await;
+        assert_eq!(status, 403);
+        assert!(
+            progress.ended.load(Ordering::SeqCst),
+            "the stream was reset before the client could send its body (declared length: {declared})"
+        );
+    }
+
+    // Beyond the drain limit the stream is reset, after the answer: at once when the declared
+    // length says so, else once the limit is read.
+    for declared in [true, false] {
+        let started = std::time::Instant::now();
+        let (status, progress) = refused_put(&mut sender, "private", DRAIN_BYTES + (4 << 20), declared).await;
+        assert_eq!(status, 403);
+        assert!(
+            !progress.ended.load(Ordering::SeqCst),
+            "a body past the drain limit was read to its end (declared length: {declared})"
+        );
+        eprintln!("past the limit, declared length {declared}: {:?}", started.elapsed());
+    }
+
+    // The connection goes on serving.
+    let (status, _) = refused_put(&mut sender, "private", CHUNK as u64, true).await;
+    assert_eq!(status, 403);
 }
 
 // --- PostgreSQL ---

@@ -125,6 +125,7 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
         );
         kube_ops::publish(ctx, bucket, "Provision", EventType::Normal, "Adopted", note).await;
     }
+    let pool_not_ready = pool_not_ready(&binding.pool);
     let mut verdicts = match &provisioned {
         Ok(Provisioned::Ready { .. }) => vec![
             Verdict::new(
@@ -143,6 +144,15 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
         Err(err) if database::catalog_refused_name(err) => waiting(INVALID_SPEC, &err.to_string()),
         Err(err) => waiting("CatalogUnavailable", &err.to_string()),
     };
+    // In the catalog, but nothing serves it yet (or any more): not Ready either.
+    if let (Ok(Provisioned::Ready { .. }), Some((degraded, why))) = (&provisioned, &pool_not_ready) {
+        let message = format!("bucket {bucket_name} is in the catalog, but {why}");
+        verdicts = vec![
+            Verdict::new(READY, false, POOL_NOT_READY, &message),
+            Verdict::new(PROGRESSING, !degraded, POOL_NOT_READY, &message),
+            Verdict::new(DEGRADED, *degraded, POOL_NOT_READY, &message),
+        ];
+    }
     if let Some(quota) = quota {
         let enforced = matches!(provisioned, Ok(Provisioned::Ready { .. }));
         let (reason, message) = if enforced {
@@ -176,12 +186,42 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
         Err(err) => Err(err),
         // A webhook target is registered in the database, not in Kubernetes: no watch sees it.
         Ok(Provisioned::NotificationsRejected(_)) => Ok(Action::requeue(WAIT_FOR_DEPENDENCY)),
+        // The pool's changes are watched (run.rs); this is the fallback.
+        Ok(_) if pool_not_ready.is_some() => Ok(Action::requeue(WAIT_FOR_DEPENDENCY)),
         Ok(_) => Ok(Action::requeue(RESYNC)),
     }
 }
 
 /// The condition type that says whether the catalog enforces the Bucket's quota.
 pub const QUOTA_ENFORCED: &str = "QuotaEnforced";
+
+/// The reason of a Bucket that is in the catalog while its pool is not Ready.
+pub const POOL_NOT_READY: &str = "PoolNotReady";
+
+/// Why `pool` does not serve its Buckets, and whether it says it is degraded; `None` when it
+/// does: it is Ready, or it is rolling out with gateways ready and nothing failing (a rolling
+/// update, which keeps every gateway until its successor is ready, must not make every Bucket
+/// of the pool unready).
+fn pool_not_ready(pool: &GatewayPool) -> Option<(bool, String)> {
+    let status = pool.status.clone().unwrap_or_default();
+    let condition = |type_: &str| status.conditions.iter().find(|condition| condition.type_ == type_);
+    let ready = condition(READY);
+    let degraded = condition(DEGRADED).is_some_and(|degraded| degraded.status == "True");
+    let serving = status.ready_replicas.unwrap_or(0) > 0 && !degraded;
+    if serving || ready.is_some_and(|ready| ready.status == "True") {
+        return None;
+    }
+    let why = match ready {
+        Some(ready) => format!(
+            "GatewayPool {} is not Ready ({}: {})",
+            pool.name_any(),
+            ready.reason,
+            ready.message
+        ),
+        None => format!("GatewayPool {} has no Ready condition yet", pool.name_any()),
+    };
+    Some((degraded, why))
+}
 
 fn describe_quota(quota: &Quota) -> String {
     let limit =
@@ -239,7 +279,20 @@ pub(crate) async fn target(ctx: &Context, pool: &GatewayPool, namespace: &str, b
         endpoint: endpoints(pool).s3.unwrap_or_default(),
         region: pool.spec.region.clone(),
         read_endpoints,
+        ca_cert: pool_ca(ctx, pool, namespace).await?,
     })
+}
+
+/// `ca.crt` of a TLS pool's Secret (cert-manager writes the issuer's CA there): public, and what
+/// a client of the `https://` endpoint needs to trust. `None` without TLS, or when the Secret
+/// (not yet there, or a certificate of a public CA) has none.
+async fn pool_ca(ctx: &Context, pool: &GatewayPool, namespace: &str) -> Result<Option<String>> {
+    let Some(tls) = &pool.spec.tls else { return Ok(None) };
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    Ok(secrets
+        .get_opt(&tls.secret_ref)
+        .await?
+        .and_then(|secret| kube_ops::secret_text(&secret, build::CA_CERT_KEY).ok()))
 }
 
 /// Annotation on a credentials Secret kept after its Bucket was deleted without revoking the key.
@@ -270,29 +323,25 @@ async fn keep_credentials(ctx: &Context, bucket: &Bucket, namespace: &str) -> Re
 async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Action> {
     let bucket_name = bucket.bucket_name();
     let key_id = build::access_key_id(bucket);
-    let binding = match bind(ctx, namespace, &bucket.spec.gateway_pool_ref).await? {
+    let pool_ref = &bucket.spec.gateway_pool_ref;
+    let binding = match bind(ctx, namespace, pool_ref).await? {
         Ok(binding) => binding,
         Err(verdicts) => {
-            // Without its pool the catalog is out of reach; holding the finalizer would block
-            // the namespace forever, so the data stays and the user is told. The access key
-            // cannot be revoked either: its credentials Secret is kept (no longer owned by the
-            // Bucket, so garbage collection leaves it) rather than lose the only copy of a key
-            // that still works.
-            let kept = keep_credentials(ctx, bucket, namespace).await?;
-            let note = format!(
-                "catalog not reachable ({}); bucket {bucket_name} left in place{}",
-                verdicts[0].message,
-                if kept {
-                    format!(
-                        ", its access key {key_id} still active: Secret {} kept",
-                        build::secret_name(bucket)
-                    )
-                } else {
-                    String::new()
+            // The pool or its Secrets are gone (a namespace's deletion takes them alongside
+            // the Bucket): the key is revoked through the connection the pool was last bound
+            // with, when this process has one and the database answers; the bucket is left
+            // as it is (dropping or retaining it needs the pool).
+            let why = &verdicts[0].message;
+            return match database::revoke_through_last_connection(ctx, namespace, pool_ref, &key_id).await? {
+                Ok(()) => {
+                    let note = format!(
+                        "{why}; bucket {bucket_name} left in place, its access key {key_id} revoked through the pool's last connection"
+                    );
+                    kube_ops::publish(ctx, bucket, "Cleanup", EventType::Warning, "CleanupPartial", note).await;
+                    Ok(Action::await_change())
                 }
-            );
-            kube_ops::publish(ctx, bucket, "Cleanup", EventType::Warning, "CleanupSkipped", note).await;
-            return Ok(Action::await_change());
+                Err(unrevoked) => skip_cleanup(ctx, bucket, namespace, &format!("{why}; {unrevoked}")).await,
+            };
         }
     };
     let client = database::connect(&binding.connection).await?;
@@ -319,6 +368,29 @@ async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Acti
     };
     catalog::delete_access_key(&client, &key_id).await?;
     kube_ops::publish(ctx, bucket, "Cleanup", EventType::Normal, "Cleanup", note).await;
+    Ok(Action::await_change())
+}
+
+/// The catalog is out of reach: holding the finalizer would block the namespace forever, so the
+/// data stays and the user is told. The access key cannot be revoked either: its credentials
+/// Secret is kept (no longer owned by the Bucket, so garbage collection leaves it) rather than
+/// lose the only copy of a key that still works.
+async fn skip_cleanup(ctx: &Context, bucket: &Bucket, namespace: &str, why: &str) -> Result<Action> {
+    let bucket_name = bucket.bucket_name();
+    let key_id = build::access_key_id(bucket);
+    let kept = keep_credentials(ctx, bucket, namespace).await?;
+    let note = format!(
+        "catalog not reachable ({why}); bucket {bucket_name} left in place{}",
+        if kept {
+            format!(
+                ", its access key {key_id} still active: Secret {} kept",
+                build::secret_name(bucket)
+            )
+        } else {
+            String::new()
+        }
+    );
+    kube_ops::publish(ctx, bucket, "Cleanup", EventType::Warning, "CleanupSkipped", note).await;
     Ok(Action::await_change())
 }
 

@@ -27,7 +27,14 @@ pub struct Target {
     pub region: String,
     /// S3 endpoint URLs of Standby pools on the same cluster.
     pub read_endpoints: Vec<String>,
+    /// With TLS: the CA that issued the pool's certificate (`ca.crt` of its TLS Secret, a
+    /// certificate, never a key), for clients to trust the `https://` endpoint.
+    pub ca_cert: Option<String>,
 }
+
+/// The key of the CA certificate in a credentials Secret, as in cert-manager's TLS Secrets, so
+/// a pod that mounts it gets a file `ca.crt` (`AWS_CA_BUNDLE` is a path).
+pub const CA_CERT_KEY: &str = "ca.crt";
 
 /// `<name>-credentials`, the Secret of the resource that owns the key.
 pub fn secret_name<K: Resource>(owner: &K) -> String {
@@ -233,6 +240,9 @@ pub fn credentials_secret<K: Resource<DynamicType = ()>>(
         ("COSI_S3_ACCESS_SECRET_KEY", secret_access_key.to_string()),
         ("COSI_S3_READ_ENDPOINTS", read_endpoints),
     ]);
+    if let Some(ca) = &target.ca_cert {
+        data.insert(CA_CERT_KEY, ca.clone());
+    }
     if let Some(lake) = lake {
         data.insert("DUCKLAKE_ATTACH", lake.attach(target, access_key_id, secret_access_key));
         data.insert("DUCKLAKE_CATALOG_SECRET", lake.credentials_secret.clone());
@@ -424,6 +434,7 @@ mod tests {
             endpoint: "http://pool.team.svc:9000".into(),
             region: "eu-west-1".into(),
             read_endpoints: vec![],
+            ca_cert: None,
         };
         let lake = LakeCatalog {
             alias: "sales".into(),
@@ -460,6 +471,7 @@ mod tests {
             endpoint: "http://pool.team.svc:9000".into(),
             region: "eu-west-1".into(),
             read_endpoints: vec!["http://ro-a.team.svc:9000".into(), "http://ro-b.team.svc:9000".into()],
+            ca_cert: None,
         };
         let secret = credentials_secret(&bucket("a"), &target, "KEYID", "s3cret", None);
         assert_eq!(secret.metadata.name.as_deref(), Some("photos-credentials"));
@@ -479,5 +491,17 @@ mod tests {
         assert_eq!(text(&secret, "COSI_S3_ACCESS_SECRET_KEY"), "s3cret");
         assert_eq!(text(&secret, "COSI_S3_ENDPOINT"), "http://pool.team.svc:9000");
         assert_eq!(text(&secret, "COSI_S3_BUCKET_ID"), "team-photos");
+        assert!(
+            !secret.data.as_ref().unwrap().contains_key(CA_CERT_KEY),
+            "no TLS, no CA"
+        );
+
+        let tls = Target {
+            endpoint: "https://pool.team.svc:9000".into(),
+            ca_cert: Some("-----BEGIN CERTIFICATE-----\n".into()),
+            ..target
+        };
+        let secret = credentials_secret(&bucket("a"), &tls, "KEYID", "s3cret", None);
+        assert_eq!(text(&secret, CA_CERT_KEY), "-----BEGIN CERTIFICATE-----\n");
     }
 }

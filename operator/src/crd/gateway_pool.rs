@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[x_kube(validation = Rule::new("!(has(self.replicas) && has(self.autoscaling))").message("set either replicas or autoscaling, not both"))]
+#[x_kube(validation = Rule::new(CONSOLE_PORT_RULE).message("console.port must differ from adminPort and the enabled protocols' ports"))]
 #[serde(rename_all = "camelCase")]
 pub struct GatewayPoolSpec {
     /// Primary binds to the read-write Service, Standby to the read-only one. Immutable.
@@ -87,6 +88,12 @@ pub struct GatewayPoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub master_key_secret_ref: Option<SecretKeySelector>,
 
+    /// Secret with the root access key (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`) the first
+    /// gateway on an empty catalog creates, instead of a generated one printed to its log. Read
+    /// only then: a catalog that has a root key keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_key_secret_ref: Option<RootKeySecretRef>,
+
     /// Overrides for the gateway pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_template: Option<PodOverrides>,
@@ -99,7 +106,45 @@ pub struct GatewayPoolSpec {
     /// scraped by Prometheus, stays plaintext).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,
+
+    /// The gateways' web console (`PGVS3_CONSOLE_ADDR`): off unless enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub console: Option<Console>,
 }
+
+/// Two listeners of one gateway on one port: the second would fail to bind and the gateway
+/// would crash-loop, so the CRD refuses it (defaults are applied before the rule runs).
+const CONSOLE_PORT_RULE: &str = "!has(self.console) || !self.console.enabled || \
+    (self.console.port != self.adminPort \
+     && !(self.protocols.s3.enabled && self.protocols.s3.port == self.console.port) \
+     && !(self.protocols.resp.enabled && self.protocols.resp.port == self.console.port) \
+     && !(self.protocols.ojs.enabled && self.protocols.ojs.port == self.console.port))";
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Console {
+    /// Serve the console (S3 buckets and objects in a browser, signed in with an access key)
+    /// on `port` of every gateway and of the pool's Service (port name `console`).
+    #[serde(default)]
+    pub enabled: bool,
+    /// Its port; not the admin port's (9090 by default) nor a protocol's.
+    #[serde(default = "default_console_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RootKeySecretRef {
+    /// The Secret's name; its keys are [`ROOT_ACCESS_KEY_KEY`] and [`ROOT_SECRET_KEY_KEY`].
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// The keys of a root key Secret: the AWS names, so the same Secret serves an admin's client
+/// through `envFrom`.
+pub const ROOT_ACCESS_KEY_KEY: &str = "AWS_ACCESS_KEY_ID";
+pub const ROOT_SECRET_KEY_KEY: &str = "AWS_SECRET_ACCESS_KEY";
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -338,6 +383,9 @@ fn default_image() -> String {
 }
 fn default_admin_port() -> i32 {
     9090
+}
+fn default_console_port() -> i32 {
+    9091
 }
 fn default_pool_size() -> i32 {
     32

@@ -17,7 +17,10 @@ use kube::{Resource, ResourceExt};
 
 use super::build::{self, Inputs, Login};
 use crate::context::{self, Context, Error, Result, backoff_key};
-use crate::crd::{DEGRADED, GatewayPool, GatewayPoolStatus, PROGRESSING, READY, RELOAD_LABEL, Verdict, waiting};
+use crate::crd::{
+    DEGRADED, GatewayPool, GatewayPoolStatus, PROGRESSING, READY, RELOAD_LABEL, ROOT_ACCESS_KEY_KEY,
+    ROOT_SECRET_KEY_KEY, Verdict, waiting,
+};
 use crate::database::INVALID_SPEC;
 use crate::kube_ops::{self, FIELD_MANAGER};
 
@@ -90,6 +93,21 @@ async fn reconcile_in(pool: &GatewayPool, ctx: &Context, namespace: &str) -> Res
             return wait_for(ctx, pool, &pools, database, "CredentialsUnavailable", &message).await;
         };
         referenced.push(token);
+    }
+    // The root key is read by a gateway only on an empty catalog, so it is not in the digest
+    // (a change would roll the pods for nothing); checked here, since a gateway without it
+    // could not even start (CreateContainerConfigError).
+    if let Some(root) = &pool.spec.root_key_secret_ref {
+        let problem = match secrets.get_opt(&root.name).await? {
+            None => Some(format!("root key Secret {} does not exist", root.name)),
+            Some(secret) => [ROOT_ACCESS_KEY_KEY, ROOT_SECRET_KEY_KEY]
+                .into_iter()
+                .find_map(|key| kube_ops::secret_text(&secret, key).err())
+                .map(|err| err.to_string()),
+        };
+        if let Some(message) = problem {
+            return wait_for(ctx, pool, &pools, database, "CredentialsUnavailable", &message).await;
+        }
     }
     // The listeners' certificate and PostgreSQL's CA: in the digest, so a renewal rolls the
     // pods (the gateways also reload the mounted files by themselves).

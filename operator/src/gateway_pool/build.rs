@@ -23,7 +23,10 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use sha2::{Digest, Sha256};
 
-use crate::crd::{DEFAULT_REPLICAS, Endpoints, GatewayPool, OJS_TOKEN_KEY, POSTGRES_CA_KEY, PoolRole};
+use crate::crd::{
+    DEFAULT_REPLICAS, Endpoints, GatewayPool, OJS_TOKEN_KEY, POSTGRES_CA_KEY, PoolRole, ROOT_ACCESS_KEY_KEY,
+    ROOT_SECRET_KEY_KEY,
+};
 
 pub const CONTAINER: &str = "gateway";
 pub const CHECKSUM_ANNOTATION: &str = "pgvs3.io/config-checksum";
@@ -214,6 +217,9 @@ fn settings(pool: &GatewayPool) -> BTreeMap<String, String> {
         ];
         env.extend(limits.into_iter().filter_map(|(k, v)| Some((k.to_string(), v?))));
     }
+    if let Some(console) = spec.console.as_ref().filter(|console| console.enabled) {
+        env.insert("PGVS3_CONSOLE_ADDR".to_string(), format!("0.0.0.0:{}", console.port));
+    }
     if spec.tls.is_some() {
         env.extend([
             ("PGVS3_TLS_CERT".to_string(), format!("{TLS_DIR}/tls.crt")),
@@ -257,6 +263,10 @@ pub fn spec_refusal(pool: &GatewayPool) -> Option<String> {
             spec.protocols.ojs_token_secret_ref.as_deref(),
         ),
         ("tls.secretRef", spec.tls.as_ref().map(|tls| tls.secret_ref.as_str())),
+        (
+            "rootKeySecretRef.name",
+            spec.root_key_secret_ref.as_ref().map(|r| r.name.as_str()),
+        ),
     ];
     let bad_name = names.into_iter().find_map(|(field, name)| {
         name.filter(|name| !crate::database::valid_object_name(name))
@@ -310,6 +320,9 @@ fn ports(pool: &GatewayPool) -> Vec<(&'static str, i32)> {
     .map(|(name, protocol)| (name, protocol.port))
     .collect();
     ports.push(("admin", pool.spec.admin_port));
+    if let Some(console) = pool.spec.console.as_ref().filter(|console| console.enabled) {
+        ports.push(("console", console.port));
+    }
     ports
 }
 
@@ -380,6 +393,10 @@ fn env(pool: &GatewayPool) -> Vec<EnvVar> {
     ];
     if let Some(secret) = pool.spec.protocols.ojs_token_secret() {
         env.push(secret_env("PGVS3_OJS_TOKEN", secret, OJS_TOKEN_KEY));
+    }
+    if let Some(root) = &pool.spec.root_key_secret_ref {
+        env.push(secret_env("PGVS3_ROOT_ACCESS_KEY", &root.name, ROOT_ACCESS_KEY_KEY));
+        env.push(secret_env("PGVS3_ROOT_SECRET_KEY", &root.name, ROOT_SECRET_KEY_KEY));
     }
     env
 }
@@ -1038,6 +1055,89 @@ mod tests {
         };
         assert_ne!(checksum_of(&objects), checksum_of(&build(&pool, &renewed)));
         assert!(!secret_mounts(&build(&primary(), &Inputs::default()).deployment).contains_key("tls"));
+    }
+
+    #[test]
+    fn a_root_key_secret_reaches_the_gateways_by_reference_only() {
+        let none = build(&primary(), &Inputs::default());
+        assert!(env_value(&none.deployment, "PGVS3_ROOT_ACCESS_KEY").is_none());
+        let mut pool = primary();
+        pool.spec.root_key_secret_ref = Some(crate::crd::RootKeySecretRef {
+            name: "root-key".into(),
+        });
+        let objects = build(&pool, &Inputs::default());
+        for (name, key) in [
+            ("PGVS3_ROOT_ACCESS_KEY", ROOT_ACCESS_KEY_KEY),
+            ("PGVS3_ROOT_SECRET_KEY", ROOT_SECRET_KEY_KEY),
+        ] {
+            let var = env_value(&objects.deployment, name).unwrap();
+            assert_eq!(var.value, None);
+            let reference = var.value_from.unwrap().secret_key_ref.unwrap();
+            assert_eq!((reference.name.as_str(), reference.key.as_str()), ("root-key", key));
+        }
+        pool.spec.root_key_secret_ref.as_mut().unwrap().name = "Not_A_Name".into();
+        assert_eq!(
+            spec_refusal(&pool).as_deref(),
+            Some(r#"rootKeySecretRef.name "Not_A_Name" is not a valid object name"#)
+        );
+    }
+
+    #[test]
+    fn the_console_is_served_only_when_enabled_on_its_own_port() {
+        let ports = |objects: &Objects| {
+            let container = &objects
+                .deployment
+                .spec
+                .as_ref()
+                .unwrap()
+                .template
+                .spec
+                .as_ref()
+                .unwrap()
+                .containers[0];
+            let container: Vec<(String, i32)> = container
+                .ports
+                .iter()
+                .flatten()
+                .map(|p| (p.name.clone().unwrap(), p.container_port))
+                .collect();
+            let service: Vec<(String, i32)> = objects
+                .service
+                .spec
+                .as_ref()
+                .unwrap()
+                .ports
+                .iter()
+                .flatten()
+                .map(|p| (p.name.clone().unwrap(), p.port))
+                .collect();
+            (container, service)
+        };
+        let off = build(&primary(), &Inputs::default());
+        assert!(!off.config_map.data.as_ref().unwrap().contains_key("PGVS3_CONSOLE_ADDR"));
+        assert!(!ports(&off).0.iter().any(|(name, _)| name == "console"));
+
+        let mut pool: GatewayPool = serde_json::from_value(serde_json::json!({
+            "apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool", "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"postgres": {"clusterName": "db"}, "console": {"enabled": true}}}))
+        .unwrap();
+        let on = build(&pool, &Inputs::default());
+        assert_eq!(
+            on.config_map.data.as_ref().unwrap()["PGVS3_CONSOLE_ADDR"],
+            "0.0.0.0:9091"
+        );
+        let (container, service) = ports(&on);
+        assert!(container.contains(&("console".into(), 9091)), "{container:?}");
+        assert!(service.contains(&("console".into(), 9091)), "{service:?}");
+        assert_ne!(checksum_of(&off), checksum_of(&on), "turning it on rolls the pods");
+
+        pool.spec.console.as_mut().unwrap().enabled = false;
+        assert!(
+            !ports(&build(&pool, &Inputs::default()))
+                .1
+                .iter()
+                .any(|(name, _)| name == "console")
+        );
     }
 
     #[test]

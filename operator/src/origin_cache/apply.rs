@@ -188,13 +188,31 @@ async fn cleanup(cache: &OriginCache, ctx: &Context, namespace: &str) -> Result<
     let binding = match bind(ctx, namespace, &cache.spec.gateway_pool_ref).await? {
         Ok(binding) => binding,
         Err(verdicts) => {
-            // Without its pool the catalog is out of reach; holding the finalizer would block
-            // the namespace forever, so the cache bucket stays and the user is told.
-            let note = format!(
-                "catalog not reachable ({}); cache bucket {bucket} left in place",
-                verdicts[0].message
-            );
-            kube_ops::publish(ctx, cache, "Cleanup", EventType::Warning, "CleanupSkipped", note).await;
+            // Without its pool the cache bucket cannot be dropped; holding the finalizer would
+            // block the namespace forever, so it stays and the user is told. The cache's key
+            // is revoked when the pool's last connection still reaches the catalog.
+            let why = &verdicts[0].message;
+            let key_id = build::access_key_id(cache);
+            let (reason, note) = match database::revoke_through_last_connection(
+                ctx,
+                namespace,
+                &cache.spec.gateway_pool_ref,
+                &key_id,
+            )
+            .await?
+            {
+                Ok(()) => (
+                    "CleanupPartial",
+                    format!(
+                        "{why}; cache bucket {bucket} left in place, its access key {key_id} revoked through the pool's last connection"
+                    ),
+                ),
+                Err(unrevoked) => (
+                    "CleanupSkipped",
+                    format!("catalog not reachable ({why}; {unrevoked}); cache bucket {bucket} left in place"),
+                ),
+            };
+            kube_ops::publish(ctx, cache, "Cleanup", EventType::Warning, reason, note).await;
             return Ok(Action::await_change());
         }
     };

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use aws_sdk_s3::primitives::ByteStream;
 use control_plane::{
-    ControlPlane, Gateway, Operator, apply, database_parts, eventually, primary_pool, put, secret_text,
+    ControlPlane, Gateway, Operator, apply, database_parts, eventually, gateways_ready, primary_pool, put, secret_text,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
@@ -65,6 +65,8 @@ async fn tier() {
         ("pool_lifecycle", tokio::spawn(pool_lifecycle(plane.clone()))),
         ("invalid_bucket_name", tokio::spawn(invalid_bucket_name(plane.clone()))),
         ("tenancy", tokio::spawn(tenancy(plane.clone()))),
+        ("tls_bucket_secret", tokio::spawn(tls_bucket_secret(plane.clone()))),
+        ("namespace_teardown", tokio::spawn(namespace_teardown(plane.clone()))),
         ("pool_day_two", tokio::spawn(pool_day_two(plane.clone()))),
         (
             "autoscaling_handover",
@@ -125,6 +127,7 @@ async fn bucket_features(plane: std::sync::Arc<ControlPlane>) {
     let client = namespace(&plane, ns).await;
     let url = common::fresh_database().await;
     primary_pool(&client, ns, "objects", &url).await;
+    gateways_ready(&client, ns, "objects").await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     let master = eventually(WAIT, "the pool's master key Secret", || async {
         secrets.get_opt("objects-pgvs3-master-key").await.unwrap()
@@ -535,6 +538,18 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
         .await;
     }
 
+    // In the catalog, but no gateway of the pool is available yet: not Ready, and says why.
+    let message = eventually(WAIT, "Bucket photos waiting for its pool", || async {
+        let (status, reason, message) = condition(&buckets.get("photos").await.ok()?, "Ready")?;
+        (status == "False" && reason == "PoolNotReady").then_some(message)
+    })
+    .await;
+    assert!(
+        message.contains("is in the catalog") && message.contains("GatewayPool objects is not Ready (Progressing"),
+        "{message}"
+    );
+    gateways_ready(&client, ns, "objects").await;
+
     // Read-write with deletion policy Delete.
     let photos = bucket_ready(&buckets, "photos").await;
     let status = photos.status.clone().unwrap();
@@ -700,6 +715,44 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
             && secrets.get_opt("archive-credentials").await.unwrap().is_none())
         .then_some(())
     })
+    .await;
+
+    // The web console switched on: its address for the gateways, a container port and a
+    // Service port `console` (9091: 9090 is the admin port's).
+    let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
+    pools
+        .patch(
+            "objects",
+            &PatchParams::apply("pgvs3-tests"),
+            &Patch::Merge(json!({"spec": {"console": {"enabled": true}}})),
+        )
+        .await
+        .unwrap();
+    let configs: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    eventually(
+        WAIT,
+        "the console in the ConfigMap, the Deployment and the Service",
+        || async {
+            let config = configs.get("objects-config").await.ok()?.data?;
+            let deployment = deployments.get("objects").await.ok()?;
+            let container = &deployment.spec?.template.spec?.containers[0];
+            let container_port = container
+                .ports
+                .iter()
+                .flatten()
+                .any(|p| p.name.as_deref() == Some("console") && p.container_port == 9091);
+            let service = services.get("objects").await.ok()?;
+            let service_port = service
+                .spec?
+                .ports?
+                .iter()
+                .any(|p| p.name.as_deref() == Some("console") && p.port == 9091);
+            (config.get("PGVS3_CONSOLE_ADDR").map(String::as_str) == Some("0.0.0.0:9091")
+                && container_port
+                && service_port)
+                .then_some(())
+        },
+    )
     .await;
 }
 
@@ -1080,6 +1133,16 @@ async fn cel_rejections(plane: std::sync::Arc<ControlPlane>) {
         pool(json!({"postgres": {"clusterName": "db", "host": "h"}})),
         "set exactly one of clusterName or host",
     );
+    // The console on the admin port's default, or on S3's: two listeners on one port.
+    for console in [
+        json!({"enabled": true, "port": 9090}),
+        json!({"enabled": true, "port": 9000}),
+    ] {
+        refused(
+            pool(json!({"postgres": {"clusterName": "db"}, "console": console})),
+            "console.port must differ from adminPort and the enabled protocols' ports",
+        );
+    }
     refused(
         pool(json!({"postgres": {"clusterName": "db"}, "protocols": {"ojs": {"enabled": true, "port": 8080}}})),
         "an enabled OJS endpoint needs ojsTokenSecretRef",
@@ -1132,6 +1195,95 @@ async fn namespace_deletion(plane: std::sync::Arc<ControlPlane>) {
         namespaces.get_opt(ns).await.unwrap().is_none().then_some(())
     })
     .await;
+}
+
+/// Issue 31 item 8: a TLS pool's Bucket Secret names an `https://` endpoint and carries the CA
+/// to trust it (`ca.crt` of the pool's TLS Secret), never the pool's key.
+async fn tls_bucket_secret(plane: std::sync::Arc<ControlPlane>) {
+    let ns = "tlsbucket";
+    let client = namespace(&plane, ns).await;
+    let url = common::fresh_database().await;
+    primary_pool(&client, ns, "objects", &url).await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let ca = "-----BEGIN CERTIFICATE-----\nthe issuer\n-----END CERTIFICATE-----\n";
+    apply(
+        &secrets,
+        "objects-tls",
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "objects-tls"},
+               "type": "kubernetes.io/tls",
+               "stringData": {"tls.crt": "-----BEGIN CERTIFICATE-----\n", "tls.key": "-----BEGIN EC PRIVATE KEY-----\n", "ca.crt": ca}}),
+    )
+    .await;
+    let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
+    pools
+        .patch(
+            "objects",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"tls": {"secretRef": "objects-tls"}}})),
+        )
+        .await
+        .unwrap();
+    let buckets: Api<Bucket> = Api::namespaced(client.clone(), ns);
+    apply(
+        &buckets,
+        "photos",
+        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": "photos"},
+               "spec": {"gatewayPoolRef": "objects"}}),
+    )
+    .await;
+    let credentials = eventually(WAIT, "the Bucket's Secret with the pool's CA", || async {
+        let secret = secrets.get_opt("photos-credentials").await.unwrap()?;
+        secret.data.as_ref()?.contains_key("ca.crt").then_some(secret)
+    })
+    .await;
+    assert_eq!(secret_text(&credentials, "ca.crt"), ca);
+    assert!(secret_text(&credentials, "AWS_ENDPOINT_URL").starts_with("https://"));
+    let keys: Vec<&String> = credentials.data.as_ref().unwrap().keys().collect();
+    assert!(
+        keys.iter().all(|key| !key.starts_with("tls.")),
+        "only the CA, never the pool's certificate or key: {keys:?}"
+    );
+}
+
+/// Issue 31 item 8: deleting a namespace deletes its pool and the pool's Secrets alongside its
+/// Buckets; a Bucket's cleanup that finds them gone still revokes its key (a database outside
+/// the namespace keeps the catalog). Before, the key stayed active (observed: its row left).
+async fn namespace_teardown(plane: std::sync::Arc<ControlPlane>) {
+    let ns = "teardown";
+    let client = namespace(&plane, ns).await;
+    let url = common::fresh_database().await;
+    let catalog = sql(&url).await;
+    primary_pool(&client, ns, "objects", &url).await;
+    gateways_ready(&client, ns, "objects").await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let master = eventually(WAIT, "master key", || async {
+        secrets.get_opt("objects-pgvs3-master-key").await.unwrap()
+    })
+    .await;
+    let _gateway = Gateway::start(&plane.run_dir, "teardown", &url, &secret_text(&master, "masterKey")).await;
+    let buckets: Api<Bucket> = Api::namespaced(client.clone(), ns);
+    let bucket = json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": "data"},
+                        "spec": {"gatewayPoolRef": "objects"}});
+    apply(&buckets, "data", bucket).await;
+    let ready = bucket_ready(&buckets, "data").await;
+    let key = ready.status.unwrap().access_key_id.unwrap();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces.delete(ns, &DeleteParams::default()).await.unwrap();
+    eventually(Duration::from_secs(90), "the namespace is deleted", || async {
+        namespaces.get_opt(ns).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let left: i64 = catalog
+        .query_one("SELECT count(*) FROM pgvs3.access_keys WHERE access_key = $1", &[&key])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        left, 0,
+        "the key {key} of a Bucket deleted with its namespace is still active"
+    );
+    // The bucket itself is left as it was: dropping or retaining it needs the pool.
+    assert!(bucket_owner(&catalog, "teardown-data").await.is_some());
 }
 
 /// Defect 3: a catalog that cannot be reached, or refuses, is reported with its cause: the
@@ -1238,6 +1390,7 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
     let a = "tenant-a";
     let client = namespace(&plane, a).await;
     primary_pool(&client, a, "objects", &url).await;
+    gateways_ready(&client, a, "objects").await;
     let secrets_a: Api<Secret> = Api::namespaced(client.clone(), a);
     let master = eventually(WAIT, "tenant-a's master key", || async {
         secrets_a.get_opt("objects-pgvs3-master-key").await.unwrap()
@@ -1255,6 +1408,7 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
     )
     .await;
     primary_pool(&client, b, "objects", &url).await;
+    gateways_ready(&client, b, "objects").await;
     // The RESP keyspace `resp` as a gateway serving RESP creates it (owned by the root key;
     // this tier's gateway process serves S3 only), and two buckets an admin made with the
     // root key.
@@ -1578,6 +1732,37 @@ async fn pool_day_two(plane: std::sync::Arc<ControlPlane>) {
     let (_, reason, message) = pool_ready(&pools.get("objects").await.unwrap()).unwrap();
     assert_ne!(reason, "ApplyFailed", "{message}");
 
+    // Item 8: the pool's root key from a Secret. Missing, the pool says so; there, both halves
+    // reach the gateways from it (by reference, never as values).
+    let mut with_root = pool(3);
+    with_root["spec"]["rootKeySecretRef"] = json!({"name": "root-key"});
+    apply(&pools, "objects", with_root).await;
+    eventually(WAIT, "the pool waiting for its root key Secret", || async {
+        let (_, reason, message) = pool_ready(&pools.get("objects").await.ok()?)?;
+        (reason == "CredentialsUnavailable" && message == "root key Secret root-key does not exist").then_some(())
+    })
+    .await;
+    apply(
+        &secrets,
+        "root-key",
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "root-key"},
+               "stringData": {"AWS_ACCESS_KEY_ID": "ADMINKEY", "AWS_SECRET_ACCESS_KEY": "admin-secret"}}),
+    )
+    .await;
+    eventually(WAIT, "the root key in the gateways' environment", || async {
+        let deployment = deployments.get("objects").await.ok()?;
+        let env = deployment.spec?.template.spec?.containers[0].env.clone()?;
+        let from = |name: &str| {
+            let var = env.iter().find(|e| e.name == name)?;
+            let reference = var.value_from.as_ref()?.secret_key_ref.as_ref()?;
+            (var.value.is_none()).then(|| (reference.name.clone(), reference.key.clone()))
+        };
+        (from("PGVS3_ROOT_ACCESS_KEY")? == ("root-key".into(), "AWS_ACCESS_KEY_ID".into())
+            && from("PGVS3_ROOT_SECRET_KEY")? == ("root-key".into(), "AWS_SECRET_ACCESS_KEY".into()))
+            .then_some(())
+    })
+    .await;
+
     // Defect 7: empty references are refused by the CRD's schema.
     for (field, spec) in [
         (
@@ -1597,6 +1782,10 @@ async fn pool_day_two(plane: std::sync::Arc<ControlPlane>) {
         (
             "ojsTokenSecretRef",
             json!({"postgres": {"clusterName": "db"}, "protocols": {"ojsTokenSecretRef": ""}}),
+        ),
+        (
+            "rootKeySecretRef.name",
+            json!({"postgres": {"clusterName": "db"}, "rootKeySecretRef": {"name": ""}}),
         ),
     ] {
         let manifest = json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool",

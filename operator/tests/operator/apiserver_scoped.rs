@@ -41,6 +41,7 @@ async fn scoped() {
     let url = common::fresh_database().await;
     primary_pool(&client, "outside", "objects", &url).await;
     primary_pool(&client, WATCHED, "objects", &url).await;
+    control_plane::gateways_ready(&client, WATCHED, "objects").await;
 
     let secrets: Api<Secret> = Api::namespaced(client.clone(), WATCHED);
     let master = eventually(WAIT, "the pool's master key Secret", || async {

@@ -230,6 +230,38 @@ async fn retain_keeps_the_bucket_and_its_objects_but_revokes_the_key() {
 }
 
 #[tokio::test]
+async fn a_bucket_deleted_after_its_pool_still_has_its_key_revoked() {
+    let gateway = common::TestGateway::start().await;
+    let (ctx, fake) = setup(
+        &gateway.database_url,
+        json!({"gatewayPoolRef": "objects", "deletionPolicy": "Delete"}),
+    );
+    provision(&ctx, &fake).await;
+    let key_id = secret_text(&fake, "AWS_ACCESS_KEY_ID");
+    // A namespace's deletion: the pool and its Secrets go alongside the Bucket.
+    fake.remove("/apis/pgvs3.io/v1alpha1/namespaces/team/gatewaypools/objects");
+    fake.remove("/api/v1/namespaces/team/secrets/login");
+    delete(&ctx, &fake).await;
+    assert!(
+        fake.events()
+            .contains(&("Warning".to_string(), "CleanupPartial".to_string()))
+    );
+    let sql = gateway.sql().await;
+    let keys: i64 = sql
+        .query_one(
+            "SELECT count(*) FROM pgvs3.access_keys WHERE access_key = $1",
+            &[&key_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(keys, 0, "the access key is revoked through the pool's last connection");
+    // Dropping needs the pool: the bucket is left as it was.
+    assert!(bucket_row(&sql, "team-photos").await.is_some());
+    gateway.stop().await;
+}
+
+#[tokio::test]
 async fn a_bucket_deleted_without_its_pool_keeps_the_secret_of_its_unrevoked_key() {
     let gateway = common::TestGateway::start().await;
     let (ctx, fake) = setup(&gateway.database_url, json!({"gatewayPoolRef": "objects"}));
@@ -237,7 +269,9 @@ async fn a_bucket_deleted_without_its_pool_keeps_the_secret_of_its_unrevoked_key
     let key_id = secret_text(&fake, "AWS_ACCESS_KEY_ID");
     assert!(!fake.get(SECRET).unwrap()["metadata"]["ownerReferences"].is_null());
     fake.remove("/apis/pgvs3.io/v1alpha1/namespaces/team/gatewaypools/objects");
-    delete(&ctx, &fake).await;
+    // An operator restarted since: it never bound the pool, so it has no connection to use.
+    let restarted = Arc::new(Context::new(ctx.client.clone(), Metrics::default()));
+    delete(&restarted, &fake).await;
     assert!(
         fake.events()
             .contains(&("Warning".to_string(), "CleanupSkipped".to_string()))

@@ -7,9 +7,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use aws_sdk_s3::primitives::ByteStream;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use pgvs3_operator::crd::GatewayPool;
@@ -552,6 +552,31 @@ pub async fn primary_pool(client: &Client, ns: &str, pool: &str, url: &str) -> G
                         "postgres": {"host": host, "port": port, "database": database, "secretRef": "login"}}}),
     )
     .await
+}
+
+/// Reports `pool`'s pods Ready as a kubelet would (no kubelet runs in this tier: the gateways
+/// are processes of the test), until the pool itself is Ready: its Buckets are Ready only then.
+/// Pods the ReplicaSet creates later are reported too, on the next look.
+pub async fn gateways_ready(client: &Client, ns: &str, pool: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pools: Api<GatewayPool> = Api::namespaced(client.clone(), ns);
+    let selector = ListParams::default().labels(&format!("app.kubernetes.io/instance={pool}"));
+    eventually(Duration::from_secs(90), "the pool Ready, its pods reported Ready", || async {
+        let ready = json!({"status": {"phase": "Running", "conditions": [{
+            "type": "Ready", "status": "True",
+            "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second).unwrap().to_string(),
+        }]}});
+        for pod in pods.list(&selector).await.ok()? {
+            let reported = pod.status.iter().flat_map(|s| s.conditions.iter().flatten()).any(|c| c.type_ == "Ready" && c.status == "True");
+            if !reported {
+                let name = pod.metadata.name.unwrap_or_default();
+                pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&ready)).await.ok()?;
+            }
+        }
+        let conditions = pools.get(pool).await.ok()?.status?.conditions;
+        conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True").then_some(())
+    })
+    .await;
 }
 
 /// Puts an object with the credentials of `secret`, retrying while the gateway has not yet

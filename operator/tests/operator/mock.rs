@@ -527,6 +527,9 @@ impl FakeApi {
                 "postgres": {"host": host, "port": config.get_ports()[0], "database": config.get_dbname().unwrap(), "secretRef": "login"},
                 "masterKeySecretRef": {"name": "master"},
             },
+            // Its gateways available: a Bucket is Ready only when its pool is.
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Available", "message": "",
+                                       "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
         }));
         self.insert(json!({
             "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "login", "namespace": "team"},

@@ -189,6 +189,35 @@ async fn deleting_without_a_pool_releases_the_finalizer_and_warns() {
     );
 }
 
+#[tokio::test]
+async fn deleting_after_the_pool_went_revokes_the_cache_key() {
+    let setup = Setup::start(json!({})).await;
+    create_origin_bucket(&setup.origin).await;
+    setup.reconcile().await.unwrap();
+    let (key_id, _) = cache_credentials(&setup.fake);
+    assert_eq!(setup.access_keys_named(&key_id).await, 1);
+    // A namespace's deletion: the pool and its Secrets go alongside the OriginCache.
+    setup
+        .fake
+        .remove("/apis/pgvs3.io/v1alpha1/namespaces/team/gatewaypools/objects");
+    setup.fake.remove("/api/v1/namespaces/team/secrets/login");
+    mark_deleted(&setup.fake);
+    setup.reconcile().await.unwrap();
+    assert!(setup.fake.get(CACHE).is_none(), "finalizer removed, object gone");
+    assert_eq!(setup.access_keys_named(&key_id).await, 0, "the cache's key is revoked");
+    assert!(
+        setup.bucket_exists().await,
+        "dropping needs the pool: the cache bucket stays"
+    );
+    assert!(
+        setup
+            .fake
+            .events()
+            .contains(&("Warning".to_string(), "CleanupPartial".to_string()))
+    );
+    setup.stop().await;
+}
+
 /// An origin gateway, a cache gateway on a database of its own, and the fake API server with
 /// the cache gateway's pool, the origin's credentials and an OriginCache in front of the origin
 /// with `changes` merged into its spec (after its first reconcile, which adds the finalizer).
