@@ -1,7 +1,7 @@
 //! S3 semantics at the edges a conformance suite probes: conditional writes with `*` and with an
 //! ETag, ListBuckets paging, a retried CompleteMultipartUpload, part-copy ranges past the
-//! source's end, empty `delimiter` and `continuation-token` parameters, and the tag count on
-//! HEAD. Each as AWS S3 documents it.
+//! source's end, empty `delimiter` and `continuation-token` parameters, the tag count on HEAD,
+//! and the Content-Type of an object stored without one. Each as AWS S3 documents it.
 
 use pgvs3_testkit as common;
 
@@ -156,4 +156,56 @@ async fn empty_listing_parameters_and_the_tag_count_on_head() {
     assert_eq!(head.header("x-amz-tagging-count"), Some("2"));
     let untagged = gw.signed("HEAD", "/bkt/there", &[], b"").await;
     assert_eq!(untagged.header("x-amz-tagging-count"), None);
+}
+
+/// Issue 34: an object stored without a Content-Type (a PutObject without the header, a
+/// CopyObject REPLACE without one) is answered `binary/octet-stream`, as S3 does; before, GET
+/// and HEAD sent no Content-Type at all.
+#[tokio::test]
+async fn an_object_stored_without_a_content_type_is_binary_octet_stream() {
+    let gw = TestGateway::with_sample_object().await;
+    let put = gw.signed("PUT", "/bkt/untyped", &[], b"bytes").await;
+    assert_eq!(put.status, 200, "{}", put.body);
+    let got = gw.signed("GET", "/bkt/untyped", &[], b"").await;
+    assert_eq!(got.header("content-type"), Some("binary/octet-stream"));
+    let head = gw
+        .client
+        .head_object()
+        .bucket("bkt")
+        .key("untyped")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_type(), Some("binary/octet-stream"));
+    gw.client
+        .copy_object()
+        .bucket("bkt")
+        .key("replaced")
+        .copy_source("bkt/there")
+        .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
+        .send()
+        .await
+        .unwrap();
+    let head = gw
+        .client
+        .head_object()
+        .bucket("bkt")
+        .key("replaced")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_type(), Some("binary/octet-stream"));
+    let typed = gw
+        .client
+        .put_object()
+        .bucket("bkt")
+        .key("typed")
+        .content_type("text/plain")
+        .body(ByteStream::from_static(b"t"))
+        .send()
+        .await;
+    typed.unwrap();
+    let head = gw.client.head_object().bucket("bkt").key("typed").send().await.unwrap();
+    assert_eq!(head.content_type(), Some("text/plain"), "a given type is kept");
+    gw.stop().await;
 }

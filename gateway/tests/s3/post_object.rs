@@ -1,8 +1,9 @@
 //! Browser uploads (POST Object) as S3 answers them: boto3's presigned POST policies (SigV4 and
 //! SigV2) with `${filename}`, the 204/201/303 answers with the stored key, conditions refused
 //! with 403 or EntityTooLarge/EntityTooSmall, settings pgvs3 does not keep refused; and the
-//! form bounded before s3s reads it (Content-Length required, the size limit, the buffer
-//! budget), unsigned forms to a private bucket refused.
+//! form bounded before s3s reads it (Content-Length required, the size limit, the bucket, the
+//! buffer budget reserved only once the form may write), unsigned forms to a private bucket
+//! refused before their file is read.
 
 use pgvs3_testkit as common;
 
@@ -193,6 +194,15 @@ async fn forms_are_bounded_before_they_are_read_and_unsigned_ones_refused() {
     let database = common::fresh_database().await;
     let gw = TestGateway::with_args(database, &["--s3-post-max-size", "256KiB", "--buffer-budget", "1MiB"]).await;
     gw.client.create_bucket().bucket("private").send().await.unwrap();
+    gw.client.create_bucket().bucket("open").send().await.unwrap();
+    let anyone_writes = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*","Action":"s3:PutObject","Resource":"arn:aws:s3:::open/*"}]}"#;
+    gw.client
+        .put_bucket_policy()
+        .bucket("open")
+        .policy(anyone_writes)
+        .send()
+        .await
+        .unwrap();
     let addr = gw.gateway.s3_addr;
     let missing = |response: &raw::RawResponse| (response.status, response.code().map(str::to_owned));
 
@@ -221,21 +231,23 @@ async fn forms_are_bounded_before_they_are_read_and_unsigned_ones_refused() {
         response.body
     );
 
-    // Forms of 200 KiB, each holding its size (and the window of fields) from the 1 MiB budget
-    // while s3s waits for the rest of it: three fit, a fourth is turned away at once with
-    // SlowDown, and the three are then read whole (and refused as unsigned uploads to a private
-    // bucket) with every byte of the budget returned.
+    // Forms of 200 KiB to a bucket whose policy may let anyone write, each holding its size
+    // from the 1 MiB budget (once its fields are in) while s3s waits for the rest of it: as many
+    // as fit are held, the next is turned away with SlowDown once its fields are in, and those
+    // held are then read whole (and refused by the access check: the policy allows PutObject,
+    // which a form's access check does not ask for) with every byte of the budget returned.
     let big = form("BND", &vec![b'x'; 200 << 10]);
-    let held_each = (big.len() + big.len().min(60 << 10)) as f64;
+    let held_each = big.len() as f64;
+    let fit = (1 << 20) / big.len();
     let head = |length: usize| {
-        let mut head = "POST /private HTTP/1.1\r\n".to_owned();
+        let mut head = "POST /open HTTP/1.1\r\n".to_owned();
         for (name, value) in form_headers(Some(length)) {
             head.push_str(&format!("{name}: {value}\r\n"));
         }
         head + "connection: close\r\n\r\n"
     };
     let mut held = Vec::new();
-    for count in 1..=3 {
+    for count in 1..=fit {
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         stream.write_all(head(big.len()).as_bytes()).await.unwrap();
         stream.write_all(&big[..big.len() / 2]).await.unwrap();
@@ -248,6 +260,7 @@ async fn forms_are_bounded_before_they_are_read_and_unsigned_ones_refused() {
     }
     let mut turned_away = tokio::net::TcpStream::connect(addr).await.unwrap();
     turned_away.write_all(head(big.len()).as_bytes()).await.unwrap();
+    turned_away.write_all(&big[..big.len() / 2]).await.unwrap();
     let response = raw::read_response(&mut turned_away).await;
     assert_eq!(missing(&response), (503, Some("SlowDown".into())), "{}", response.body);
     for mut stream in held {
@@ -276,5 +289,56 @@ async fn forms_are_bounded_before_they_are_read_and_unsigned_ones_refused() {
     );
     let listed = gw.client.list_objects_v2().bucket("private").send().await.unwrap();
     assert_eq!(listed.contents().len(), 0);
+    gw.stop().await;
+}
+
+/// Issue 30 item 4: forms that have shown no credential hold no byte of the shared buffer
+/// budget. Anonymous forms declaring 3 MiB each, with a 12 MiB budget, trickle towards a
+/// bucket that does not exist (answered NoSuchBucket on their headers) and a private one
+/// (answered AccessDenied once their fields are in, before their file is read): none holds
+/// budget, and a RESP request over 1 MiB, which takes from the same budget, is still served.
+/// Before, each held its length from the budget for as long as its client took.
+#[tokio::test]
+async fn anonymous_forms_hold_no_buffer_budget_before_they_may_write() {
+    let gw = TestGateway::with_resp(&["--s3-post-max-size", "4MiB", "--buffer-budget", "12MiB"]).await;
+    gw.client.create_bucket().bucket("private").send().await.unwrap();
+    let addr = gw.gateway.s3_addr;
+    let body = form("BND", &vec![b'x'; 3 << 20]);
+    let fields_end = body.windows(4).rposition(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let mut trickling = Vec::new();
+    for i in 0..8 {
+        let bucket = if i % 2 == 0 { "missing" } else { "private" };
+        let mut head = format!("POST /{bucket} HTTP/1.1\r\n");
+        for (name, value) in form_headers(Some(body.len())) {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(format!("{head}\r\n").as_bytes()).await.unwrap();
+        // The fields and the first 64 KiB of the file, then a byte now and then.
+        stream.write_all(&body[..fields_end + (64 << 10)]).await.unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(5), raw::read_response(&mut stream))
+            .await
+            .expect("answered before the file is read");
+        let expected = if i % 2 == 0 {
+            (404, Some("NoSuchBucket"))
+        } else {
+            (403, Some("AccessDenied"))
+        };
+        assert_eq!((answer.status, answer.code()), expected, "{}", answer.body);
+        trickling.push(stream);
+    }
+    for stream in &mut trickling {
+        let _ = stream.write_all(b"x").await;
+    }
+    assert_eq!(gw.metric("pgvs3_buffer_bytes_in_use").await, Some(0.0));
+    let mut resp = common::resp::RawResp::connect(gw.resp_addr()).await;
+    let value = vec![b'v'; 2 << 20];
+    resp.send(&common::resp::encode(&[
+        b"SET".as_slice(),
+        b"large".as_slice(),
+        value.as_slice(),
+    ]))
+    .await;
+    assert_eq!(resp.reply().await, Some(common::resp::Value::Simple("OK".into())));
     gw.stop().await;
 }

@@ -436,7 +436,14 @@ macro_rules! describe_object {
         let [crc32, crc32c, crc64nvme, sha1, sha256] = $checksums;
         $output.e_tag = Some(ETag::Strong(head.etag.clone()));
         $output.last_modified = Some(timestamp(head.last_modified));
-        $output.content_type = head.meta.content_type.clone();
+        // S3 answers an object stored without a Content-Type (PutObject, or CopyObject's
+        // REPLACE, without one) with this one.
+        $output.content_type = Some(
+            head.meta
+                .content_type
+                .clone()
+                .unwrap_or_else(|| "binary/octet-stream".into()),
+        );
         $output.content_encoding = head.meta.content_encoding.clone();
         $output.content_disposition = head.meta.content_disposition.clone();
         $output.content_language = head.meta.content_language.clone();

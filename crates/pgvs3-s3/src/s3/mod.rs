@@ -199,22 +199,37 @@ impl Endpoint {
             }
             match post_form::FormPost::of(&request) {
                 None => self.service.call(request.map(s3s_body)).await,
-                Some(form) => match form.admit(request.headers(), &self.post) {
-                    Err((status, code, message)) => {
-                        facts.name_operation("PostObject");
-                        Ok(error_response(status, code, message, &request_id))
+                Some(form) => {
+                    let gate = match form.length(request.headers(), &self.post) {
+                        Ok(length) => self
+                            .unsigned_forms_may_write(&request)
+                            .await
+                            .map(|may| post_form::Gate::new(length, may, &self.post)),
+                        Err(refusal) => Err(refusal),
+                    };
+                    match gate {
+                        Err((status, code, message)) => {
+                            facts.name_operation("PostObject");
+                            Ok(error_response(status, code, message, &request_id))
+                        }
+                        Ok(gate) => {
+                            let request = form.observe(request, gate);
+                            let notes = request.extensions().get::<post_form::FormNotes>().cloned();
+                            // The notes hold the file's reservation until s3s has stored it.
+                            let outcome = self.service.call(request).await;
+                            outcome.map(|response| match notes {
+                                Some(notes) => match notes.refused() {
+                                    Some((status, code, message)) => {
+                                        facts.name_operation("PostObject");
+                                        error_response(status, code, message, &request_id)
+                                    }
+                                    None => post_form::finish(response, &notes, &request_id),
+                                },
+                                None => response,
+                            })
+                        }
                     }
-                    // The reservation is held until s3s has stored the file it buffered.
-                    Ok(_held) => {
-                        let request = form.observe(request);
-                        let notes = request.extensions().get::<post_form::FormNotes>().cloned();
-                        let outcome = self.service.call(request).await;
-                        outcome.map(|response| match notes {
-                            Some(notes) => post_form::finish(response, &notes, &request_id),
-                            None => response,
-                        })
-                    }
-                },
+                }
             }
         };
         let mut response = match outcome {
@@ -238,6 +253,35 @@ impl Endpoint {
         }
         self.record(started, facts, &response, received);
         response
+    }
+
+    /// Whether the bucket a form is posted to may let an unsigned form write (it has a policy,
+    /// or ACLs); refused when it does not exist, as S3 does, before a byte of the form is read.
+    async fn unsigned_forms_may_write<B>(&self, request: &Request<B>) -> Result<bool, post_form::Refusal> {
+        let Some(name) = self.bucket_of(request) else {
+            return Ok(false);
+        };
+        let bucket = match self.catalog.cached_bucket(&name) {
+            Some(bucket) => bucket,
+            None => match self.catalog.bucket(&name).await {
+                Ok(bucket) => bucket,
+                Err(crate::store::StoreError::NoSuchBucket) => {
+                    return Err((
+                        http::StatusCode::NOT_FOUND,
+                        "NoSuchBucket",
+                        "The specified bucket does not exist",
+                    ));
+                }
+                Err(_) => {
+                    return Err((
+                        http::StatusCode::SERVICE_UNAVAILABLE,
+                        "ServiceUnavailable",
+                        "Please reduce your request rate.",
+                    ));
+                }
+            },
+        };
+        Ok(bucket.access.policy.is_some() || bucket.access.acls_enabled())
     }
 
     /// The bucket a virtual-host-style request names in its Host header (`--s3-domain`).

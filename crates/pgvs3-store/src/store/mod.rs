@@ -20,6 +20,7 @@ mod objects;
 mod origins;
 mod quotas;
 mod reaper;
+mod staging;
 mod tagging;
 mod types;
 mod versions;
@@ -77,11 +78,14 @@ pub enum Access {
 pub struct Store {
     pool: Pool,
     catalog: Arc<Catalog>,
+    /// The connections uploads' writes may hold at once.
+    uploads: staging::UploadShare,
 }
 
 impl Store {
     pub fn new(pool: Pool, catalog: Arc<Catalog>) -> Store {
-        Store { pool, catalog }
+        let uploads = staging::UploadShare::of(&pool);
+        Store { pool, catalog, uploads }
     }
 
     pub fn catalog(&self) -> &Arc<Catalog> {
