@@ -213,7 +213,8 @@ async fn stalled_put(gw: &TestGateway, key: &str, declared: usize, sent: usize) 
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
     }
-    request.push_str("\r\n");
+    // The answer is read to the end of the stream.
+    request.push_str("connection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
     stream.write_all(&noise(sent, 3)).await.unwrap();
     stream
@@ -435,6 +436,24 @@ async fn uploads_whose_clients_pause_hold_no_database_connection() {
         (retired == 1).then_some(())
     })
     .await;
+    // A reaper pass now takes the abandoned batch and none of the live uploads' leased ones.
+    gw.gateway.store.reap_retired(Duration::ZERO).await.unwrap();
+    let row = sql
+        .query_one(
+            &format!(
+                "SELECT (SELECT count(*) FROM \"{ns}\".retired_bodies WHERE retired_at <= now()),
+                        (SELECT count(DISTINCT c.body_id) FROM \"{ns}\".chunks c
+                           JOIN \"{ns}\".retired_bodies r USING (body_id))"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, i64>(0), row.get::<_, i64>(1)),
+        (0, 7),
+        "the abandoned body reaped, the seven leased ones kept"
+    );
     for (i, mut stream) in uploads.into_iter().enumerate() {
         stream.write_all(&bodies[i][SENT..]).await.unwrap();
         let answer = common::raw::read_response(&mut stream).await;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use deadpool_postgres::{Object, Pool};
+use deadpool_postgres::{GenericClient, Object, Pool};
 use futures::StreamExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -53,8 +53,11 @@ impl StagingSql {
                 "INSERT INTO {ns}.retired_bodies (body_id, retired_at)
                  SELECT nextval('{ns}.body_ids'), now() + make_interval(secs => $1) RETURNING body_id"
             ),
+            // A lease that ran out is never renewed: the reaper may already be deleting its
+            // chunks, so the upload fails instead of writing more or committing a body with holes.
             renew: format!(
-                "UPDATE {ns}.retired_bodies SET retired_at = now() + make_interval(secs => $2) WHERE body_id = $1"
+                "UPDATE {ns}.retired_bodies SET retired_at = now() + make_interval(secs => $2)
+                  WHERE body_id = $1 AND retired_at > now()"
             ),
             take: format!(
                 "DELETE FROM {ns}.retired_bodies WHERE body_id = $1 AND retired_at > now() + make_interval(secs => $2)"
@@ -195,12 +198,16 @@ impl Staged<'_> {
             match tokio::time::timeout_at(lease.renew_due(), body.next()).await {
                 Ok(piece) => return piece.transpose(),
                 Err(_) => {
-                    // A lease not renewed now is renewed with the next batch; one that runs out
-                    // fails the upload when it commits, not before.
-                    if let Ok(client) = self.store.upload_client().await
-                        && let Err(err) = lease.renew(&client).await
-                    {
-                        tracing::warn!(error = %err, "renewing an upload's lease failed");
+                    // A lease not renewed now (no connection, a database error) is renewed with
+                    // the next batch; one that ran out fails the upload.
+                    let renewed = match self.store.upload_client().await {
+                        Ok(client) => lease.renew(&*client).await,
+                        Err(err) => Err(err),
+                    };
+                    match renewed {
+                        Ok(true) => {}
+                        Ok(false) => return Err(lease_ran_out()),
+                        Err(err) => tracing::warn!(error = %err, "renewing an upload's lease failed"),
                     }
                     lease.renewed = Instant::now();
                 }
@@ -211,15 +218,19 @@ impl Staged<'_> {
     /// Writes the full chunks read so far, in a transaction of their own, under the body's lease.
     async fn flush(&mut self) -> StoreResult<()> {
         let mut client = self.store.upload_client().await?;
+        let tx = client.transaction().await?;
+        // Each batch renews the lease in its own transaction: chunks are only ever written
+        // under a lease that has not run out, so none can outlive the reaper's pass unseen.
         let lease = match &mut self.lease {
             Some(lease) => {
-                if lease.renew_due() <= Instant::now() {
-                    lease.renew(&client).await?;
+                if !lease.renew(&tx).await? {
+                    return Err(lease_ran_out());
                 }
                 lease
             }
             None => {
-                let body_id: i64 = client
+                // In the batch's transaction: the chunks are never there without their lease.
+                let body_id: i64 = tx
                     .query_one(&self.sql.staging.lease, &[&LEASE.as_secs_f64()])
                     .await?
                     .get(0);
@@ -234,7 +245,6 @@ impl Staged<'_> {
             }
         };
         let body_id = lease.body_id;
-        let tx = client.transaction().await?;
         self.write_ready(&tx, body_id).await?;
         tx.commit().await?;
         Ok(())
@@ -253,9 +263,7 @@ impl Staged<'_> {
                     .execute(&self.sql.staging.take, &[&lease.body_id, &COMMIT_MARGIN.as_secs_f64()])
                     .await?;
                 if taken != 1 {
-                    return Err(StoreError::Unavailable(
-                        "the upload's lease on its body ran out (the database was unreachable too long)".into(),
-                    ));
+                    return Err(lease_ran_out());
                 }
                 lease.body_id
             }
@@ -298,6 +306,10 @@ impl Staged<'_> {
     }
 }
 
+fn lease_ran_out() -> StoreError {
+    StoreError::Unavailable("the upload's lease on its body ran out (the database was unreachable too long)".into())
+}
+
 /// A body written ahead of its row: kept from the reaper while the upload lives, handed to it
 /// at once when the upload fails or is dropped.
 struct Lease {
@@ -314,12 +326,13 @@ impl Lease {
         self.renewed + RENEW_EVERY
     }
 
-    async fn renew(&mut self, client: &Object) -> StoreResult<()> {
-        client
+    /// Extends the lease; false when it had already run out.
+    async fn renew(&mut self, client: &impl GenericClient) -> StoreResult<bool> {
+        let renewed = client
             .execute(&self.renew, &[&self.body_id, &LEASE.as_secs_f64()])
             .await?;
         self.renewed = Instant::now();
-        Ok(())
+        Ok(renewed == 1)
     }
 }
 
