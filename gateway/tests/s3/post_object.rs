@@ -13,7 +13,9 @@ use common::TestGateway;
 use common::raw;
 use tokio::io::AsyncWriteExt;
 
-const CLIENT: &str = r#"
+/// The scripts' imports and helpers: `post` sends a form as a browser does, `code` reads an
+/// error's code.
+const HELPERS: &str = r#"
 import json, os, re, uuid, urllib.request, urllib.error, boto3, botocore
 from botocore.config import Config
 url = os.environ["AWS_ENDPOINT_URL"]
@@ -45,7 +47,9 @@ def post(target, fields, filename, content):
 def code(body):
     found = re.search(r"<Code>([^<]*)</Code>", body)
     return found.group(1) if found else None
+"#;
 
+const CLIENT: &str = r#"
 def keys(s3):
     return sorted(o["Key"] for o in s3.list_objects_v2(Bucket="web").get("Contents", []))
 
@@ -159,7 +163,7 @@ print("post object ok")
 #[tokio::test]
 async fn boto3_presigned_posts_upload_as_s3_answers_them() {
     let gw = TestGateway::start().await;
-    gw.python_passes(CLIENT, "post object ok").await;
+    gw.python_passes(&format!("{HELPERS}{CLIENT}"), "post object ok").await;
     gw.stop().await;
 }
 
@@ -234,8 +238,8 @@ async fn forms_are_bounded_before_they_are_read_and_unsigned_ones_refused() {
     // Forms of 200 KiB to a bucket whose policy may let anyone write, each holding its size
     // from the 1 MiB budget (once its fields are in) while s3s waits for the rest of it: as many
     // as fit are held, the next is turned away with SlowDown once its fields are in, and those
-    // held are then read whole (and refused by the access check: the policy allows PutObject,
-    // which a form's access check does not ask for) with every byte of the budget returned.
+    // held are then read whole and stored (the policy lets anyone s3:PutObject, which is what
+    // AWS decides a form upload as) with every byte of the budget returned.
     let big = form("BND", &vec![b'x'; 200 << 10]);
     let held_each = big.len() as f64;
     let fit = (1 << 20) / big.len();
@@ -266,13 +270,10 @@ async fn forms_are_bounded_before_they_are_read_and_unsigned_ones_refused() {
     for mut stream in held {
         stream.write_all(&big[big.len() / 2..]).await.unwrap();
         let response = raw::read_response(&mut stream).await;
-        assert_eq!(
-            missing(&response),
-            (403, Some("AccessDenied".into())),
-            "{}",
-            response.body
-        );
+        assert_eq!(response.status, 204, "{}", response.body);
     }
+    let stored = gw.client.get_object().bucket("open").key("anonymous").send().await.unwrap();
+    assert_eq!(stored.body.collect().await.unwrap().into_bytes().len(), 200 << 10);
     common::eventually(Duration::from_secs(10), "every reservation returned", || async {
         (gw.metric("pgvs3_buffer_bytes_in_use").await? == 0.0).then_some(())
     })
@@ -340,5 +341,61 @@ async fn anonymous_forms_hold_no_buffer_budget_before_they_may_write() {
     ]))
     .await;
     assert_eq!(resp.reply().await, Some(common::resp::Value::Simple("OK".into())));
+    gw.stop().await;
+}
+
+/// Issue 30: a form's `acl` field needs `s3:PutObjectAcl` as the `x-amz-acl` header does (a key
+/// allowed only `s3:PutObject` made its form uploads public); without an ACL the same form is
+/// stored, and with `s3:PutObjectAcl` allowed as well the ACL is kept.
+#[tokio::test]
+async fn a_forms_acl_field_needs_put_object_acl() {
+    let gw = TestGateway::start().await;
+    let catalog = gw.gateway.store.catalog();
+    let bob = common::s3::add_key(&gw, "BOBKEY").await;
+    bob.create_bucket()
+        .bucket("bobs")
+        .object_ownership(aws_sdk_s3::types::ObjectOwnership::ObjectWriter)
+        .send()
+        .await
+        .unwrap();
+    let policy = |actions: &str| {
+        format!(
+            r#"{{"Version":"2012-10-17","Statement":[
+              {{"Effect":"Allow","Action":[{actions}],"Resource":"arn:aws:s3:::bobs/*"}}]}}"#
+        )
+    };
+    let script = |key: &str, acl: Option<&str>| {
+        let (fields, conditions) = match acl {
+            Some(acl) => (format!(r#"{{"acl": "{acl}"}}"#), format!(r#"[{{"acl": "{acl}"}}]"#)),
+            None => ("{}".to_owned(), "[]".to_owned()),
+        };
+        format!(
+            r#"{HELPERS}
+bob = boto3.client("s3", endpoint_url=url, region_name="us-east-1",
+                   aws_access_key_id="BOBKEY", aws_secret_access_key="BOBKEY-secret")
+form = bob.generate_presigned_post("bobs", "{key}", Fields={fields}, Conditions={conditions}, ExpiresIn=600)
+status, body, _ = post(form["url"], form["fields"], "f.txt", b"form")
+print("outcome", status, code(body))
+"#
+        )
+    };
+    let write_only = policy(r#""s3:PutObject","s3:GetObject""#);
+    assert!(catalog.set_key_policy("BOBKEY", Some(&write_only)).await.unwrap());
+    gw.python_passes(&script("public", Some("public-read")), "outcome 403 AccessDenied")
+        .await;
+    gw.python_passes(&script("plain", None), "outcome 204 None").await;
+    assert!(bob.head_object().bucket("bobs").key("public").send().await.is_err());
+    let with_acl = policy(r#""s3:PutObject","s3:GetObject","s3:PutObjectAcl""#);
+    assert!(catalog.set_key_policy("BOBKEY", Some(&with_acl)).await.unwrap());
+    gw.python_passes(&script("public", Some("public-read")), "outcome 204 None")
+        .await;
+    let grants = gw.client.get_object_acl().bucket("bobs").key("public").send().await.unwrap();
+    assert!(
+        grants.grants().iter().any(|grant| grant
+            .grantee()
+            .and_then(|grantee| grantee.uri())
+            .is_some_and(|uri| uri.ends_with("/global/AllUsers"))),
+        "{grants:?}"
+    );
     gw.stop().await;
 }

@@ -106,7 +106,10 @@ impl S3Access for SignedOnly {
         if let Some(bucket) = bucket {
             let _ = facts.0.bucket.set(bucket);
         }
-        if let Some(grant) = super::authorize::authorize(&self.catalog, cx, peer, name).await? {
+        // A browser upload's fields went by before s3s's access check: its key and settings.
+        let form = cx.extensions_mut().get::<super::post_form::FormNotes>().cloned();
+        let fields = form.as_ref().and_then(super::post_form::FormNotes::get);
+        if let Some(grant) = super::authorize::authorize(&self.catalog, cx, peer, name, fields).await? {
             cx.extensions_mut().insert(grant);
         }
         match class.admit().await {

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 
 use crate::admission::{BufferBudget, Reservation};
@@ -207,6 +207,36 @@ impl FormFields {
             .find(|(field, _)| field == name)
             .map(|(_, value)| value.as_str())
     }
+
+    /// The key the form stores its file as: its `key` field, `${filename}` replaced.
+    pub fn key(&self) -> Option<String> {
+        let key = self.field("key")?;
+        Some(match &self.filename {
+            Some(filename) => substitute_filename(key, filename),
+            None => key.to_owned(),
+        })
+    }
+
+    /// The form's settings as the request headers a PutObject would carry them in (the form's
+    /// `acl` is the header `x-amz-acl`).
+    pub fn settings(&self) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in &self.fields {
+            let name = if name == "acl" { "x-amz-acl" } else { name.as_str() };
+            if !name.starts_with("x-amz-") {
+                continue;
+            }
+            if let (Ok(name), Ok(value)) = (HeaderName::try_from(name), HeaderValue::from_str(value)) {
+                headers.append(name, value);
+            }
+        }
+        headers
+    }
+}
+
+/// A form's key with `${filename}` replaced by the uploaded file's name, as S3 does.
+pub fn substitute_filename(key: &str, filename: &str) -> String {
+    key.replace("${filename}", filename)
 }
 
 /// The request body, passed through unchanged, with the bytes before the file part kept until
