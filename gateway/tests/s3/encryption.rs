@@ -398,3 +398,122 @@ async fn resp_refuses_to_read_encrypted_objects() {
     assert_eq!(now, "mine");
     gw.stop().await;
 }
+
+/// Issue 34: encryption that can be enforced and is said as S3 says it. The standard "deny
+/// unencrypted PutObject" policy (`s3:x-amz-server-side-encryption`, StringNotEquals and Null)
+/// installs and refuses a plain upload (before: 501 on the condition key); a policy on the SSE-C
+/// algorithm, the grant and object lock keys installs too. UploadPart and UploadPartCopy of an
+/// SSE-S3 upload answer `x-amz-server-side-encryption: AES256` (before: nothing). A GET or HEAD
+/// that asks for an encryption is 400 InvalidArgument, as S3 answers (before: served).
+#[tokio::test]
+async fn encryption_can_be_enforced_by_policy_and_is_said_on_parts_and_refused_on_reads() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("enc").send().await.unwrap();
+    let deny_unencrypted = r#"{"Version":"2012-10-17","Statement":[
+      {"Sid":"DenyWrongEncryption","Effect":"Deny","Principal":"*","Action":"s3:PutObject",
+       "Resource":"arn:aws:s3:::enc/*",
+       "Condition":{"StringNotEquals":{"s3:x-amz-server-side-encryption":"AES256"}}},
+      {"Sid":"DenyUnencrypted","Effect":"Deny","Principal":"*","Action":"s3:PutObject",
+       "Resource":"arn:aws:s3:::enc/*",
+       "Condition":{"Null":{"s3:x-amz-server-side-encryption":"true"}}}]}"#;
+    s3.put_bucket_policy()
+        .bucket("enc")
+        .policy(deny_unencrypted)
+        .send()
+        .await
+        .unwrap();
+    let plain = put_request(s3, "enc", "plain", b"plain".to_vec()).send().await.unwrap_err();
+    assert_eq!(error_code(&plain), "AccessDenied");
+    put_request(s3, "enc", "sealed", b"sealed".to_vec())
+        .server_side_encryption(ServerSideEncryption::Aes256)
+        .send()
+        .await
+        .unwrap();
+    let other_keys = r#"{"Version":"2012-10-17","Statement":[
+      {"Effect":"Deny","Principal":"*","Action":"s3:PutObject","Resource":"arn:aws:s3:::enc/c/*",
+       "Condition":{"StringNotEquals":{"s3:x-amz-server-side-encryption-customer-algorithm":"AES256"}}},
+      {"Effect":"Deny","Principal":"*","Action":"s3:PutObject","Resource":"arn:aws:s3:::enc/g/*",
+       "Condition":{"StringLike":{"s3:x-amz-grant-read":"*AllUsers*","s3:x-amz-grant-full-control":"*"}}},
+      {"Effect":"Deny","Principal":"*","Action":"s3:PutObject","Resource":"arn:aws:s3:::enc/l/*",
+       "Condition":{"StringEquals":{"s3:object-lock-mode":"GOVERNANCE"}}}]}"#;
+    s3.put_bucket_policy().bucket("enc").policy(other_keys).send().await.unwrap();
+    let unsealed = put_request(s3, "enc", "c/plain", b"x".to_vec()).send().await.unwrap_err();
+    assert_eq!(error_code(&unsealed), "AccessDenied");
+    s3.delete_bucket_policy().bucket("enc").send().await.unwrap();
+
+    // Parts of an SSE-S3 upload say so.
+    put_object(s3, "enc", "source", plaintext(6 << 20)).await;
+    let upload = s3
+        .create_multipart_upload()
+        .bucket("enc")
+        .key("parts")
+        .server_side_encryption(ServerSideEncryption::Aes256)
+        .send()
+        .await
+        .unwrap();
+    let upload_id = upload.upload_id().unwrap();
+    let part = s3
+        .upload_part()
+        .bucket("enc")
+        .key("parts")
+        .upload_id(upload_id)
+        .part_number(1)
+        .body(ByteStream::from(plaintext(5 << 20)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(part.server_side_encryption(), Some(&ServerSideEncryption::Aes256));
+    let copied = s3
+        .upload_part_copy()
+        .bucket("enc")
+        .key("parts")
+        .upload_id(upload_id)
+        .part_number(2)
+        .copy_source("enc/source")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(copied.server_side_encryption(), Some(&ServerSideEncryption::Aes256));
+    // A plain upload's parts say nothing.
+    let plain_upload = s3.create_multipart_upload().bucket("enc").key("plain-parts").send().await.unwrap();
+    let plain_part = s3
+        .upload_part()
+        .bucket("enc")
+        .key("plain-parts")
+        .upload_id(plain_upload.upload_id().unwrap())
+        .part_number(1)
+        .body(ByteStream::from(plaintext(64)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain_part.server_side_encryption(), None);
+
+    // Reads that ask for an encryption are refused.
+    let ask = |req: &mut aws_sdk_s3::config::http::HttpRequest| {
+        req.headers_mut().insert("x-amz-server-side-encryption", "AES256");
+    };
+    let get = s3
+        .get_object()
+        .bucket("enc")
+        .key("sealed")
+        .customize()
+        .mutate_request(ask)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!((http_status(&get), error_code(&get).as_str()), (400, "InvalidArgument"));
+    let head = s3
+        .head_object()
+        .bucket("enc")
+        .key("sealed")
+        .customize()
+        .mutate_request(ask)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(http_status(&head), 400);
+    let got = s3.get_object().bucket("enc").key("sealed").send().await.unwrap();
+    assert_eq!(got.server_side_encryption(), Some(&ServerSideEncryption::Aes256));
+    gw.stop().await;
+}

@@ -421,7 +421,12 @@ pub async fn authorize(
     // s3:PutObjectAcl as the header does).
     let form = form.filter(|_| operation == "PostObject");
     let operation = if form.is_some() { "PutObject" } else { operation };
-    let form_settings = form.map(FormFields::settings);
+    let form_settings = form.map(|fields| {
+        let mut headers = cx.headers().clone();
+        headers.extend(fields.settings());
+        headers
+    });
+    // The request's headers, as the policy's condition keys read them.
     let settings = form_settings.as_ref().unwrap_or(cx.headers());
     let form_key = form.and_then(FormFields::key);
     let object_key = form_key.as_deref().or(cx.s3_path().get_object_key());
@@ -479,13 +484,13 @@ pub async fn authorize(
             _ => action_of(operation, versioned),
         };
         let key = object_key;
-        let allows = |action| own_allows(cx, peer, own, requester, action, bucket_name, key, cx.uri().query());
+        let allows = |action| own_allows(settings, peer, own, requester, action, bucket_name, key, cx.uri().query());
         let allowed = action.is_some_and(allows) && acl_action(operation, settings).is_none_or(allows);
         let source_allowed = !copy
             || copy_source(cx.headers()).is_some_and(|(source_bucket, source_key, version)| {
                 let action = if version { "s3:GetObjectVersion" } else { "s3:GetObject" };
                 own_allows(
-                    cx,
+                    settings,
                     peer,
                     own,
                     requester,
@@ -571,7 +576,7 @@ pub async fn authorize(
         let key = object_key;
         let on_tags = tags_on_row(operation, bucket)
             && (own_on_tags || bucket.access.policy.as_ref().is_some_and(|p| p.rules.on_object_tags()));
-        let policy_allows = |action| decide(cx, peer, bucket, requester, action, key, cx.uri().query());
+        let policy_allows = |action| decide(settings, peer, bucket, requester, action, key, cx.uri().query());
         // Both decided, so that a Deny of either refuses.
         let by_policy = !on_tags && policy_allows(action)?;
         let acl_by_policy = acl_action(operation, settings).map_or(Ok(true), policy_allows)?;
@@ -612,7 +617,7 @@ pub async fn authorize(
             grant.hide_missing = matches!(operation, "GetObject" | "HeadObject")
                 && !owns(bucket, requester)
                 && !bucket_acl_allows(bucket, requester, Permission::Read)
-                && !decide(cx, peer, bucket, requester, "s3:ListBucket", None, None)?;
+                && !decide(settings, peer, bucket, requester, "s3:ListBucket", None, None)?;
         }
     }
     if copy
@@ -624,7 +629,7 @@ pub async fn authorize(
         // bucket must not grant the destination (a key that may only read could copy into it,
         // or copy with an ACL it may not set).
         let grants_destination = source.name == bucket_name && !grant.covers(bucket_name);
-        if decide(cx, peer, &source, requester, action, Some(&source_key), None)? && !grants_destination {
+        if decide(settings, peer, &source, requester, action, Some(&source_key), None)? && !grants_destination {
             grant.buckets.push(source.name.clone());
         }
     }
@@ -638,7 +643,7 @@ pub async fn authorize(
 /// Allow lets the request go on to the owner and bucket-policy checks, anything else refuses it.
 #[allow(clippy::too_many_arguments)]
 fn own_allows(
-    cx: &S3AccessContext<'_>,
+    headers: &http::HeaderMap,
     peer: Option<Peer>,
     policy: &BucketPolicy,
     requester: Requester<'_>,
@@ -655,7 +660,7 @@ fn own_allows(
         source_ip: peer.map(|peer| peer.addr.ip()),
         secure_transport: peer.is_some_and(|peer| peer.tls),
         now: SystemTime::now(),
-        headers: cx.headers(),
+        headers,
         query,
         object_tags: None,
         restrict_public: false,
@@ -665,7 +670,7 @@ fn own_allows(
 
 /// Whether `bucket`'s policy allows the request (an explicit Deny refuses it here).
 fn decide(
-    cx: &S3AccessContext<'_>,
+    headers: &http::HeaderMap,
     peer: Option<Peer>,
     bucket: &Arc<BucketInfo>,
     requester: Requester<'_>,
@@ -684,7 +689,7 @@ fn decide(
         source_ip: peer.map(|peer| peer.addr.ip()),
         secure_transport: peer.is_some_and(|peer| peer.tls),
         now: SystemTime::now(),
-        headers: cx.headers(),
+        headers,
         query,
         object_tags: None,
         restrict_public: restricted(bucket),

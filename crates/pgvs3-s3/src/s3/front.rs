@@ -70,7 +70,7 @@ impl S3Front {
         customer: encryption::CustomerFields<'_>,
     ) -> S3Result<(ObjectRead, store::ReadOptions, Option<String>)> {
         let principal = self.principal(req).await?;
-        checks::refuse_unkept(&req.headers, Request::Other)?;
+        checks::refuse_unkept(&req.headers, Request::Read)?;
         let options = store::ReadOptions {
             range: range.map(to_range),
             part_number: part_number(part)?,
@@ -1421,13 +1421,10 @@ impl S3 for S3Front {
         let part_number = part_number(Some(input.part_number))?.unwrap_or_default();
         let source = self.open(&req, &principal, source_bucket, Access::Read).await?;
         let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
-        let answer = encryption::answer_requested(
-            &part_key
-                .clone()
-                .map_or(store::RequestedEncryption::None, store::RequestedEncryption::Customer),
-            false,
-        );
-        let outcome = bucket
+        let requested = part_key
+            .clone()
+            .map_or(store::RequestedEncryption::None, store::RequestedEncryption::Customer);
+        let store::PartOutcome { written: outcome, sse_s3 } = bucket
             .upload_part_copy(
                 &source,
                 source_key,
@@ -1447,7 +1444,7 @@ impl S3 for S3Front {
             }),
             ..Default::default()
         };
-        set_encryption!(output, answer);
+        set_encryption!(output, encryption::answer_requested(&requested, sse_s3));
         Ok(S3Response::new(output))
     }
 
@@ -1591,16 +1588,18 @@ impl S3 for S3Front {
         };
         let part_number = part_number(Some(input.part_number))?.unwrap_or_default();
         let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
-        let outcome = bucket
+        let requested = upload.encryption.clone();
+        let store::PartOutcome { written: outcome, sse_s3 } = bucket
             .upload_part(&input.key, &input.upload_id, part_number, upload)
             .await
             .map_err(|e| fail(&req, e))?;
         let mut output = UploadPartOutput {
             e_tag: Some(ETag::Strong(outcome.etag)),
-            sse_customer_algorithm: part_key.as_ref().map(|_| "AES256".to_owned()),
-            sse_customer_key_md5: part_key.map(|key| key.key_md5),
             ..Default::default()
         };
+        // The part is encrypted as its upload is: SSE-S3 (asked for, or the bucket's default)
+        // is said as S3 says it; SSE-C names the key this request brought.
+        set_encryption!(output, encryption::answer_requested(&requested, sse_s3));
         let _ = set_checksum!(output, outcome.checksum);
         Ok(S3Response::new(output))
     }

@@ -11,6 +11,13 @@ use tokio_postgres::types::Json;
 use super::objects::{BodyDigest, NewObjectRow, check_length};
 use super::{BucketInfo, ObjectMeta, PutOutcome, Store, StoreError, StoreResult, Upload, WriteCondition};
 
+/// A part stored, and whether its upload is encrypted with SSE-S3 (which S3's answer says; an
+/// SSE-C upload's answer names the key the request brought).
+pub struct PartOutcome {
+    pub written: PutOutcome,
+    pub sse_s3: bool,
+}
+
 /// S3's limits: parts are numbered 1 to 10,000, and all but the last hold at least 5 MiB.
 pub const MAX_PART_NUMBER: u32 = 10_000;
 pub const MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
@@ -127,7 +134,7 @@ impl Store {
         upload_id: &str,
         part_number: u32,
         upload: Upload,
-    ) -> StoreResult<PutOutcome> {
+    ) -> StoreResult<PartOutcome> {
         let part_number = check_part_number(part_number)?;
         let upload_id = upload_number(upload_id)?;
         let Upload {
@@ -190,12 +197,15 @@ impl Store {
             .await?;
         tx.commit().await?;
         staged.committed();
-        Ok(PutOutcome {
-            etag,
-            size,
-            last_modified: row.get(0),
-            checksum,
-            version_id: None,
+        Ok(PartOutcome {
+            written: PutOutcome {
+                etag,
+                size,
+                last_modified: row.get(0),
+                checksum,
+                version_id: None,
+            },
+            sse_s3: sealed.is_some_and(|Json(sealed)| sealed.mode == super::encryption::Mode::S3),
         })
     }
 
