@@ -59,7 +59,8 @@ with_key_on!(
     aws_sdk_s3::operation::get_object::builders::GetObjectFluentBuilder,
     aws_sdk_s3::operation::head_object::builders::HeadObjectFluentBuilder,
     aws_sdk_s3::operation::create_multipart_upload::builders::CreateMultipartUploadFluentBuilder,
-    aws_sdk_s3::operation::upload_part::builders::UploadPartFluentBuilder
+    aws_sdk_s3::operation::upload_part::builders::UploadPartFluentBuilder,
+    aws_sdk_s3::operation::get_object_attributes::builders::GetObjectAttributesFluentBuilder
 );
 
 async fn put_c(s3: &Client, key: &str, body: Vec<u8>, customer: &Key) {
@@ -515,5 +516,60 @@ async fn encryption_can_be_enforced_by_policy_and_is_said_on_parts_and_refused_o
     assert_eq!(http_status(&head), 400);
     let got = s3.get_object().bucket("enc").key("sealed").send().await.unwrap();
     assert_eq!(got.server_side_encryption(), Some(&ServerSideEncryption::Aes256));
+    gw.stop().await;
+}
+
+/// Issue 34: GetObjectAttributes as S3 answers it: `x-amz-version-id` names the version read
+/// (the latest, or the one `versionId` asks for), the ETag is unquoted, and an SSE-C object's
+/// attributes are read with its key (400 without). Before: no version id, a quoted ETag, and
+/// the key was ignored, so an SSE-C object's attributes could not be read at all.
+#[tokio::test]
+async fn get_object_attributes_names_the_version_unquoted_and_opens_sse_c_objects() {
+    use aws_sdk_s3::types::{BucketVersioningStatus, ObjectAttributes, VersioningConfiguration};
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("sealed").send().await.unwrap();
+    s3.put_bucket_versioning()
+        .bucket("sealed")
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let first = put_object(s3, "sealed", "plain", b"one".to_vec()).await;
+    let second = put_object(s3, "sealed", "plain", b"two!".to_vec()).await;
+    let attributes = |version: Option<&str>| {
+        s3.get_object_attributes()
+            .bucket("sealed")
+            .key("plain")
+            .set_version_id(version.map(str::to_owned))
+            .object_attributes(ObjectAttributes::Etag)
+            .object_attributes(ObjectAttributes::ObjectSize)
+            .send()
+    };
+    let latest = attributes(None).await.unwrap();
+    assert!(second.version_id().is_some());
+    assert_eq!(latest.version_id(), second.version_id());
+    assert_eq!(latest.e_tag(), second.e_tag().map(|etag| etag.trim_matches('"')));
+    assert_eq!(latest.object_size(), Some(4));
+    let older = attributes(first.version_id()).await.unwrap();
+    assert_eq!(older.version_id(), first.version_id());
+    assert_eq!(older.object_size(), Some(3));
+
+    let customer = customer_key(7);
+    put_c(s3, "secret", plaintext(100), &customer).await;
+    let of_secret = || {
+        s3.get_object_attributes()
+            .bucket("sealed")
+            .key("secret")
+            .object_attributes(ObjectAttributes::ObjectSize)
+    };
+    let without = of_secret().send().await.unwrap_err();
+    assert_eq!(http_status(&without), 400);
+    let with = of_secret().with_key(&customer).send().await.unwrap();
+    assert_eq!(with.object_size(), Some(100));
     gw.stop().await;
 }

@@ -1276,8 +1276,10 @@ impl S3 for S3Front {
         let principal = self.principal(&req).await?;
         let input = &req.input;
         let bucket = self.open(&req, &principal, &input.bucket, Access::Read).await?;
+        // An SSE-C object's attributes are read with its key, as its HEAD is.
         let options = store::ReadOptions {
             version_id: input.version_id.clone(),
+            customer_key: customer_fields!(input).key(&req)?,
             ..Default::default()
         };
         let head = bucket
@@ -1296,8 +1298,10 @@ impl S3 for S3Front {
         };
         let [crc32, crc32c, crc64nvme, sha1, sha256] = checksum_fields(&head, true);
         let has_checksum = head.meta.checksum.is_some();
+        // The ETag goes out unquoted, as S3 writes it here (see `unquote_attributes_etag`).
         Ok(S3Response::new(GetObjectAttributesOutput {
             e_tag: wanted(ObjectAttributes::ETAG).then(|| ETag::Strong(head.etag.clone())),
+            version_id: head.version_id.clone(),
             last_modified: Some(timestamp(head.last_modified)),
             object_size: wanted(ObjectAttributes::OBJECT_SIZE).then_some(head.size as i64),
             storage_class: wanted(ObjectAttributes::STORAGE_CLASS)

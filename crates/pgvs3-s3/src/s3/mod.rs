@@ -233,6 +233,7 @@ impl Endpoint {
             }
         };
         let mut response = match outcome {
+            Ok(response) if facts.operation() == Some("GetObjectAttributes") => unquote_attributes_etag(response),
             Ok(response) => response,
             Err(err) => {
                 tracing::error!(error = ?err, "S3 request failed inside the service");
@@ -423,4 +424,26 @@ impl hyper::service::Service<Request<RequestBody>> for S3Endpoint {
         let endpoint = Arc::clone(&self.0);
         Box::pin(async move { Ok(endpoint.handle(request).await) })
     }
+}
+
+/// GetObjectAttributes' `<ETag>` as S3 writes it: without the quotes every other ETag has
+/// (s3s writes them all quoted). The body is a short XML document s3s has already built whole.
+fn unquote_attributes_etag(mut response: Response<s3s::Body>) -> Response<s3s::Body> {
+    let Some(body) = response.body().bytes() else {
+        return response;
+    };
+    let Ok(text) = std::str::from_utf8(&body) else {
+        return response;
+    };
+    let (Some(open), Some(close)) = (text.find("<ETag>\""), text.find("\"</ETag>")) else {
+        return response;
+    };
+    if close <= open {
+        return response;
+    }
+    let value = &text[open + "<ETag>\"".len()..close];
+    let unquoted = format!("{}<ETag>{value}</ETag>{}", &text[..open], &text[close + "\"</ETag>".len()..]);
+    response.headers_mut().remove(http::header::CONTENT_LENGTH);
+    *response.body_mut() = s3s::Body::from(unquoted);
+    response
 }
