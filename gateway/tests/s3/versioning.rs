@@ -1015,3 +1015,33 @@ async fn parallel_permanent_deletes_of_versions_are_all_final() {
         }
     }
 }
+
+/// Issue 34: MinIO's versioning extensions (`ExcludedPrefixes`, `ExcludeFolders`) are refused
+/// with 501 NotImplemented, never answered 200 and dropped (s3s reads the document as AWS's and
+/// skipped them, so versioning was enabled for every key while the client believed some were
+/// excluded). Without them the same document enables versioning.
+#[tokio::test]
+async fn minio_versioning_exclusions_are_refused_not_dropped() {
+    let gw = TestGateway::start().await;
+    gw.client.create_bucket().bucket("vexcl").send().await.unwrap();
+    let document = |extra: &str| {
+        format!(
+            "<VersioningConfiguration xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
+             <Status>Enabled</Status>{extra}</VersioningConfiguration>"
+        )
+    };
+    for extra in [
+        "<ExcludedPrefixes><Prefix>tmp/</Prefix></ExcludedPrefixes>",
+        "<ExcludeFolders>true</ExcludeFolders>",
+    ] {
+        let refused = gw.signed("PUT", "/vexcl?versioning", &[], document(extra).as_bytes()).await;
+        assert_eq!((refused.status, refused.code()), (501, Some("NotImplemented")), "{}", refused.body);
+    }
+    let status = gw.client.get_bucket_versioning().bucket("vexcl").send().await.unwrap();
+    assert_eq!(status.status(), None, "nothing was applied");
+    let enabled = gw.signed("PUT", "/vexcl?versioning", &[], document("").as_bytes()).await;
+    assert_eq!(enabled.status, 200, "{}", enabled.body);
+    let status = gw.client.get_bucket_versioning().bucket("vexcl").send().await.unwrap();
+    assert_eq!(status.status(), Some(&BucketVersioningStatus::Enabled));
+    gw.stop().await;
+}

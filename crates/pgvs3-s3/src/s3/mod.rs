@@ -8,6 +8,7 @@ mod domains;
 mod errors;
 mod front;
 mod post_form;
+mod unkept_xml;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -198,7 +199,21 @@ impl Endpoint {
                 auth::slash_v2_bucket_path(&mut request);
             }
             match post_form::FormPost::of(&request) {
-                None => self.service.call(request.map(s3s_body)).await,
+                None => match unkept_xml::watch(request) {
+                    Err(request) => self.service.call(request.map(s3s_body)).await,
+                    Ok((request, unkept)) => {
+                        let outcome = self.service.call(request).await;
+                        match unkept.refused() {
+                            Some(message) => Ok(error_response(
+                                http::StatusCode::NOT_IMPLEMENTED,
+                                "NotImplemented",
+                                message,
+                                &request_id,
+                            )),
+                            None => outcome,
+                        }
+                    }
+                },
                 Some(form) => {
                     let gate = match form.length(request.headers(), &self.post) {
                         Ok(length) => self
