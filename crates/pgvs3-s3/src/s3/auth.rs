@@ -173,6 +173,51 @@ pub fn presigned_expiry(uri: &http::Uri) -> S3Result<()> {
     Ok(())
 }
 
+/// How far a SigV2 request's date may be from the gateway's clock, as S3 allows.
+const MAX_SIGV2_SKEW: time::Duration = time::Duration::minutes(15);
+
+/// A SigV2 request's date (`x-amz-date`, else `Date`), checked as S3 checks it — s3s does not
+/// look at it, so a request signed once was good forever. Unreadable, empty or before 1970: 403
+/// `AccessDenied`; more than 15 minutes from now: 403 `RequestTimeTooSkewed`. The code and
+/// message of the refusal.
+pub fn sigv2_date(headers: &http::HeaderMap, now: time::OffsetDateTime) -> Result<(), (&'static str, &'static str)> {
+    let sigv2 = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("AWS "));
+    if !sigv2 {
+        return Ok(());
+    }
+    let invalid = (
+        "AccessDenied",
+        "AWS authentication requires a valid Date or x-amz-date header",
+    );
+    let date = headers
+        .get("x-amz-date")
+        .or_else(|| headers.get(http::header::DATE))
+        .and_then(|value| value.to_str().ok())
+        .ok_or(invalid)?;
+    // The weekday is not held against the date (S3 reads "Tue, 07 Jul 2010", a Wednesday, as
+    // a date that is too old).
+    let (_weekday, date) = date.trim().split_once(", ").ok_or(invalid)?;
+    let format =
+        time::format_description::parse_borrowed::<2>("[day] [month repr:short] [year] [hour]:[minute]:[second] GMT")
+            .map_err(|_| invalid)?;
+    let at = time::PrimitiveDateTime::parse(date, &format)
+        .map_err(|_| invalid)?
+        .assume_utc();
+    if at.year() < 1970 {
+        return Err(invalid);
+    }
+    if (at - now).abs() > MAX_SIGV2_SKEW {
+        return Err((
+            "RequestTimeTooSkewed",
+            "The difference between the request time and the current time is too large.",
+        ));
+    }
+    Ok(())
+}
+
 /// Interns an operation name so metric labels are `&'static str` without leaking per request.
 fn operation_name(name: &str) -> &'static str {
     static NAMES: OnceLock<std::sync::Mutex<std::collections::HashSet<&'static str>>> = OnceLock::new();
@@ -249,6 +294,31 @@ mod tests {
         presigned_expiry(&uri)
             .err()
             .and_then(|e| e.message().map(str::to_owned))
+    }
+
+    #[test]
+    fn sigv2_dates_are_checked_as_s3_does() {
+        let now = time::OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap();
+        let check = |date: &str| {
+            let mut headers = http::HeaderMap::new();
+            headers.insert(http::header::AUTHORIZATION, "AWS AK:c2ln".parse().unwrap());
+            if let Ok(value) = date.parse() {
+                headers.insert(http::header::DATE, value);
+            }
+            sigv2_date(&headers, now).map_err(|(code, _)| code)
+        };
+        assert_eq!(check("Tue, 14 Nov 2023 22:13:20 GMT"), Ok(()));
+        assert_eq!(check("Tue, 14 Nov 2023 22:20:00 GMT"), Ok(()));
+        for bad in ["Bad Date", "", "\x07", "Sat, 01 Jan 1950 00:00:00 GMT"] {
+            assert_eq!(check(bad), Err("AccessDenied"), "{bad}");
+        }
+        for skewed in ["Tue, 07 Jul 2010 21:53:04 GMT", "Tue, 01 Jan 2030 00:00:00 GMT", "Fri, 31 Dec 9999 00:00:00 GMT"] {
+            assert_eq!(check(skewed), Err("RequestTimeTooSkewed"), "{skewed}");
+        }
+        // A SigV4 request's date is s3s's.
+        let mut headers = http::HeaderMap::new();
+        headers.insert(http::header::AUTHORIZATION, "AWS4-HMAC-SHA256 Credential=x".parse().unwrap());
+        assert_eq!(sigv2_date(&headers, now), Ok(()));
     }
 
     #[test]

@@ -186,6 +186,9 @@ impl Endpoint {
                 message,
                 &request_id,
             ))
+        } else if let Err((code, message)) = auth::sigv2_date(request.headers(), time::OffsetDateTime::now_utc()) {
+            // Before s3s, which checks no SigV2 date.
+            Ok(error_response(http::StatusCode::FORBIDDEN, code, message, &request_id))
         } else if undated {
             // S3's answer; s3s would call it a 400 InvalidRequest.
             Ok(error_response(
