@@ -28,11 +28,26 @@ use checks::Request;
 pub struct S3Front {
     buckets: Buckets,
     region: String,
+    /// The ownership of a bucket created without one; `None`: AWS's (BucketOwnerEnforced).
+    default_ownership: Option<crate::access::acl::Ownership>,
+}
+
+/// The server-wide settings of the S3 front.
+pub struct FrontSettings {
+    /// `--region`.
+    pub region: String,
+    /// `--s3-default-object-ownership`.
+    pub default_ownership: crate::access::acl::Ownership,
 }
 
 impl S3Front {
-    pub fn new(buckets: Buckets, region: String) -> S3Front {
-        S3Front { buckets, region }
+    pub fn new(buckets: Buckets, settings: FrontSettings) -> S3Front {
+        use crate::access::acl::Ownership;
+        S3Front {
+            buckets,
+            region: settings.region,
+            default_ownership: Some(settings.default_ownership).filter(|o| *o != Ownership::BucketOwnerEnforced),
+        }
     }
 
     /// The request's bucket, which `principal` must be allowed to use as `access` says (or a
@@ -589,7 +604,7 @@ impl S3 for S3Front {
         if let Some(config) = &req.input.create_bucket_configuration {
             self.check_bucket_configuration(config)?;
         }
-        let new = acl::new_bucket(&req, &principal, self.buckets.catalog()).await?;
+        let new = acl::new_bucket(&req, &principal, self.buckets.catalog(), self.default_ownership).await?;
         self.buckets
             .catalog()
             .create_bucket(&principal, &req.input.bucket, &new)

@@ -10,6 +10,8 @@ mod front;
 mod post_form;
 mod unkept_xml;
 
+pub use front::FrontSettings;
+
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,7 +57,7 @@ struct Endpoint {
 impl S3Endpoint {
     pub fn new(
         buckets: Buckets,
-        region: String,
+        settings: front::FrontSettings,
         domains: &[String],
         metrics: Metrics,
         admission: S3Admission,
@@ -63,7 +65,7 @@ impl S3Endpoint {
         post: post_form::PostLimits,
     ) -> anyhow::Result<S3Endpoint> {
         let catalog = Arc::clone(buckets.catalog());
-        let mut builder = S3ServiceBuilder::new(front::S3Front::new(buckets, region));
+        let mut builder = S3ServiceBuilder::new(front::S3Front::new(buckets, settings));
         let mut config = s3s::config::S3Config::default();
         config.post_object_max_file_size = post.max_file;
         config.form_max_field_size = post_form::MAX_FIELDS_SIZE;
