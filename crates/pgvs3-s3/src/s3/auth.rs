@@ -173,6 +173,18 @@ pub fn presigned_expiry(uri: &http::Uri) -> S3Result<()> {
     Ok(())
 }
 
+/// Whether a presigned URL's `X-Amz-Signature` is not a signature at all (not 64 lowercase
+/// hex digits). S3 computes the signature and answers that it does not match; s3s refuses the
+/// URL's form instead (400 InvalidRequest "missing presigned url v4 fields").
+pub fn presigned_signature_malformed(uri: &http::Uri) -> bool {
+    let Some(query) = uri.query().filter(|query| query.contains("X-Amz-Signature=")) else {
+        return false;
+    };
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(name, _)| name == "X-Amz-Signature")
+        .is_some_and(|(_, value)| value.len() != 64 || !value.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+}
+
 /// How far a SigV2 request's date may be from the gateway's clock, as S3 allows.
 const MAX_SIGV2_SKEW: time::Duration = time::Duration::minutes(15);
 

@@ -188,6 +188,13 @@ impl Endpoint {
                 message,
                 &request_id,
             ))
+        } else if auth::presigned_signature_malformed(request.uri()) {
+            Ok(error_response(
+                http::StatusCode::FORBIDDEN,
+                "SignatureDoesNotMatch",
+                "The request signature we calculated does not match the signature you provided. Check your key and signing method.",
+                &request_id,
+            ))
         } else if let Err((code, message)) = auth::sigv2_date(request.headers(), time::OffsetDateTime::now_utc()) {
             // Before s3s, which checks no SigV2 date.
             Ok(error_response(http::StatusCode::FORBIDDEN, code, message, &request_id))
