@@ -399,3 +399,35 @@ print("outcome", status, code(body))
     );
     gw.stop().await;
 }
+
+/// Issue 34: a form whose policy's `expiration` is not ISO 8601 (Python's `str(datetime)`,
+/// `2030-01-01 12:00:00.123456+00:00`, as Ceph's s3-tests `test_post_object_invalid_date_format`
+/// sends) is 400 InvalidPolicyDocument, as S3 answers; the same policy dated
+/// `2030-01-01T12:00:00.000Z` stores the file. (s3s reads the date as RFC 3339, which takes any
+/// separator, so the form was stored.)
+const EXPIRATION: &str = r#"
+import base64, hashlib, hmac
+from datetime import datetime, timedelta, timezone
+boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id=os.environ["AK"],
+             aws_secret_access_key=os.environ["SK"]).create_bucket(Bucket="web")
+expires = datetime.now(timezone.utc) + timedelta(hours=1)
+
+def signed_form(expiration):
+    document = {"expiration": expiration, "conditions": [{"bucket": "web"}, ["starts-with", "$key", ""]]}
+    policy = base64.b64encode(json.dumps(document).encode()).decode()
+    signature = base64.b64encode(hmac.new(os.environ["SK"].encode(), policy.encode(), hashlib.sha1).digest()).decode()
+    return {"key": "dated", "AWSAccessKeyId": os.environ["AK"], "policy": policy, "signature": signature}
+
+status, body, _ = post(url + "/web", signed_form(str(expires)), "d.txt", b"dated")
+assert (status, code(body)) == (400, "InvalidPolicyDocument"), (status, body)
+status, body, _ = post(url + "/web", signed_form(expires.strftime("%Y-%m-%dT%H:%M:%S.000Z")), "d.txt", b"dated")
+assert status == 204, (status, body)
+print("expiration ok")
+"#;
+
+#[tokio::test]
+async fn a_policy_expiration_that_is_not_iso_8601_is_refused() {
+    let gw = TestGateway::start().await;
+    gw.python_passes(&format!("{HELPERS}{EXPIRATION}"), "expiration ok").await;
+    gw.stop().await;
+}

@@ -208,6 +208,20 @@ impl FormFields {
             .map(|(_, value)| value.as_str())
     }
 
+    /// Whether the policy's `expiration` (if it has a policy s3s could read) is ISO 8601 as S3
+    /// reads it (`2030-01-01T00:00:00.000Z`). s3s reads it as RFC 3339, which takes any character
+    /// between the date and the time, so `2030-01-01 00:00:00+00:00` (Python's `str(datetime)`)
+    /// passed where S3 answers 400; s3s checks the rest of the date itself.
+    pub fn expiration_is_iso(&self) -> bool {
+        use base64::Engine;
+        let expiration = self
+            .field("policy")
+            .and_then(|policy| base64::engine::general_purpose::STANDARD.decode(policy.trim()).ok())
+            .and_then(|json| serde_json::from_slice::<serde_json::Value>(&json).ok())
+            .and_then(|policy| policy.get("expiration")?.as_str().map(str::to_owned));
+        expiration.is_none_or(|expiration| expiration.as_bytes().get(10) == Some(&b'T'))
+    }
+
     /// The key the form stores its file as: its `key` field, `${filename}` replaced.
     pub fn key(&self) -> Option<String> {
         let key = self.field("key")?;

@@ -25,6 +25,12 @@ impl FormUpload {
             return Ok(None);
         };
         let fields = notes.get();
+        if fields.is_some_and(|fields| !fields.expiration_is_iso()) {
+            return Err(s3s::s3_error!(
+                InvalidPolicyDocument,
+                "Invalid Policy: Invalid 'expiration' value."
+            ));
+        }
         let settings = fields.map(FormFields::settings).unwrap_or_default();
         checks::refuse_unkept(&settings, Request::NewObject)?;
         if req.input.key.contains("${filename}") {
