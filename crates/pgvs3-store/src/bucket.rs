@@ -11,9 +11,9 @@ use crate::cache::CacheTier;
 use crate::store::{
     Access, BucketInfo, ByteRange, CacheMode, Catalog, CompletedPart, CopySource, CustomerKey, DeleteCondition,
     DeleteOutcome, KvBatch, Lifecycle, ListPage, ListRequest, LockConfig, Notifications, ObjectMeta, ObjectRead,
-    PartOutcome, PartsPage, Preconditions, Principal, PutOutcome, ReadOptions, RequestedEncryption, RequestedLock, Retention, Store,
-    StoreError, StoreResult, StoredBytes, Tags, Upload, UploadsPage, UploadsRequest, VersionEntry, Versioning,
-    VersionsPage, VersionsRequest, WriteCondition, valid_version_id,
+    PartOutcome, PartsPage, Preconditions, Principal, PutOutcome, ReadOptions, RequestedEncryption, RequestedLock,
+    Retention, Store, StoreError, StoreResult, StoredBytes, Tags, Upload, UploadsPage, UploadsRequest, VersionEntry,
+    Versioning, VersionsPage, VersionsRequest, WriteCondition, valid_version_id,
 };
 
 /// Opens buckets for requests: the store and the cache tier behind every bucket handle.

@@ -571,8 +571,16 @@ async fn a_server_wide_default_ownership_lets_acl_era_tools_work() {
         .send()
         .await
         .unwrap();
-    let ownership = s3.get_bucket_ownership_controls().bucket("legacy").send().await.unwrap();
-    let rules = ownership.ownership_controls().map(|controls| controls.rules()).unwrap_or_default();
+    let ownership = s3
+        .get_bucket_ownership_controls()
+        .bucket("legacy")
+        .send()
+        .await
+        .unwrap();
+    let rules = ownership
+        .ownership_controls()
+        .map(|controls| controls.rules())
+        .unwrap_or_default();
     assert_eq!(rules[0].object_ownership(), &ObjectOwnership::ObjectWriter);
     s3.put_bucket_acl()
         .bucket("legacy")

@@ -424,7 +424,10 @@ async fn encryption_can_be_enforced_by_policy_and_is_said_on_parts_and_refused_o
         .send()
         .await
         .unwrap();
-    let plain = put_request(s3, "enc", "plain", b"plain".to_vec()).send().await.unwrap_err();
+    let plain = put_request(s3, "enc", "plain", b"plain".to_vec())
+        .send()
+        .await
+        .unwrap_err();
     assert_eq!(error_code(&plain), "AccessDenied");
     put_request(s3, "enc", "sealed", b"sealed".to_vec())
         .server_side_encryption(ServerSideEncryption::Aes256)
@@ -438,8 +441,16 @@ async fn encryption_can_be_enforced_by_policy_and_is_said_on_parts_and_refused_o
        "Condition":{"StringLike":{"s3:x-amz-grant-read":"*AllUsers*","s3:x-amz-grant-full-control":"*"}}},
       {"Effect":"Deny","Principal":"*","Action":"s3:PutObject","Resource":"arn:aws:s3:::enc/l/*",
        "Condition":{"StringEquals":{"s3:object-lock-mode":"GOVERNANCE"}}}]}"#;
-    s3.put_bucket_policy().bucket("enc").policy(other_keys).send().await.unwrap();
-    let unsealed = put_request(s3, "enc", "c/plain", b"x".to_vec()).send().await.unwrap_err();
+    s3.put_bucket_policy()
+        .bucket("enc")
+        .policy(other_keys)
+        .send()
+        .await
+        .unwrap();
+    let unsealed = put_request(s3, "enc", "c/plain", b"x".to_vec())
+        .send()
+        .await
+        .unwrap_err();
     assert_eq!(error_code(&unsealed), "AccessDenied");
     s3.delete_bucket_policy().bucket("enc").send().await.unwrap();
 
@@ -477,7 +488,13 @@ async fn encryption_can_be_enforced_by_policy_and_is_said_on_parts_and_refused_o
         .unwrap();
     assert_eq!(copied.server_side_encryption(), Some(&ServerSideEncryption::Aes256));
     // A plain upload's parts say nothing.
-    let plain_upload = s3.create_multipart_upload().bucket("enc").key("plain-parts").send().await.unwrap();
+    let plain_upload = s3
+        .create_multipart_upload()
+        .bucket("enc")
+        .key("plain-parts")
+        .send()
+        .await
+        .unwrap();
     let plain_part = s3
         .upload_part()
         .bucket("enc")

@@ -410,10 +410,19 @@ async fn governance_becomes_compliance_only_with_the_bypass() {
     };
     set(ObjectLockRetentionMode::Governance, 1, false).await.unwrap();
     let refused = set(ObjectLockRetentionMode::Compliance, 2, false).await.unwrap_err();
-    assert_eq!((http_status(&refused), error_code(&refused).as_str()), (403, "AccessDenied"));
+    assert_eq!(
+        (http_status(&refused), error_code(&refused).as_str()),
+        (403, "AccessDenied")
+    );
     set(ObjectLockRetentionMode::Governance, 2, false).await.unwrap();
     set(ObjectLockRetentionMode::Compliance, 2, true).await.unwrap();
-    let kept = s3.get_object_retention().bucket("locked").key("k").send().await.unwrap();
+    let kept = s3
+        .get_object_retention()
+        .bucket("locked")
+        .key("k")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(
         kept.retention().and_then(|retention| retention.mode()),
         Some(&ObjectLockRetentionMode::Compliance)

@@ -272,7 +272,14 @@ async fn forms_are_bounded_before_they_are_read_and_unsigned_ones_refused() {
         let response = raw::read_response(&mut stream).await;
         assert_eq!(response.status, 204, "{}", response.body);
     }
-    let stored = gw.client.get_object().bucket("open").key("anonymous").send().await.unwrap();
+    let stored = gw
+        .client
+        .get_object()
+        .bucket("open")
+        .key("anonymous")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(stored.body.collect().await.unwrap().into_bytes().len(), 200 << 10);
     common::eventually(Duration::from_secs(10), "every reservation returned", || async {
         (gw.metric("pgvs3_buffer_bytes_in_use").await? == 0.0).then_some(())
@@ -389,7 +396,14 @@ print("outcome", status, code(body))
     assert!(catalog.set_key_policy("BOBKEY", Some(&with_acl)).await.unwrap());
     gw.python_passes(&script("public", Some("public-read")), "outcome 204 None")
         .await;
-    let grants = gw.client.get_object_acl().bucket("bobs").key("public").send().await.unwrap();
+    let grants = gw
+        .client
+        .get_object_acl()
+        .bucket("bobs")
+        .key("public")
+        .send()
+        .await
+        .unwrap();
     assert!(
         grants.grants().iter().any(|grant| grant
             .grantee()
@@ -428,6 +442,7 @@ print("expiration ok")
 #[tokio::test]
 async fn a_policy_expiration_that_is_not_iso_8601_is_refused() {
     let gw = TestGateway::start().await;
-    gw.python_passes(&format!("{HELPERS}{EXPIRATION}"), "expiration ok").await;
+    gw.python_passes(&format!("{HELPERS}{EXPIRATION}"), "expiration ok")
+        .await;
     gw.stop().await;
 }

@@ -1034,12 +1034,21 @@ async fn minio_versioning_exclusions_are_refused_not_dropped() {
         "<ExcludedPrefixes><Prefix>tmp/</Prefix></ExcludedPrefixes>",
         "<ExcludeFolders>true</ExcludeFolders>",
     ] {
-        let refused = gw.signed("PUT", "/vexcl?versioning", &[], document(extra).as_bytes()).await;
-        assert_eq!((refused.status, refused.code()), (501, Some("NotImplemented")), "{}", refused.body);
+        let refused = gw
+            .signed("PUT", "/vexcl?versioning", &[], document(extra).as_bytes())
+            .await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (501, Some("NotImplemented")),
+            "{}",
+            refused.body
+        );
     }
     let status = gw.client.get_bucket_versioning().bucket("vexcl").send().await.unwrap();
     assert_eq!(status.status(), None, "nothing was applied");
-    let enabled = gw.signed("PUT", "/vexcl?versioning", &[], document("").as_bytes()).await;
+    let enabled = gw
+        .signed("PUT", "/vexcl?versioning", &[], document("").as_bytes())
+        .await;
     assert_eq!(enabled.status, 200, "{}", enabled.body);
     let status = gw.client.get_bucket_versioning().bucket("vexcl").send().await.unwrap();
     assert_eq!(status.status(), Some(&BucketVersioningStatus::Enabled));

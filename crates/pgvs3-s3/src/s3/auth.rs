@@ -324,12 +324,19 @@ mod tests {
         for bad in ["Bad Date", "", "\x07", "Sat, 01 Jan 1950 00:00:00 GMT"] {
             assert_eq!(check(bad), Err("AccessDenied"), "{bad}");
         }
-        for skewed in ["Tue, 07 Jul 2010 21:53:04 GMT", "Tue, 01 Jan 2030 00:00:00 GMT", "Fri, 31 Dec 9999 00:00:00 GMT"] {
+        for skewed in [
+            "Tue, 07 Jul 2010 21:53:04 GMT",
+            "Tue, 01 Jan 2030 00:00:00 GMT",
+            "Fri, 31 Dec 9999 00:00:00 GMT",
+        ] {
             assert_eq!(check(skewed), Err("RequestTimeTooSkewed"), "{skewed}");
         }
         // A SigV4 request's date is s3s's.
         let mut headers = http::HeaderMap::new();
-        headers.insert(http::header::AUTHORIZATION, "AWS4-HMAC-SHA256 Credential=x".parse().unwrap());
+        headers.insert(
+            http::header::AUTHORIZATION,
+            "AWS4-HMAC-SHA256 Credential=x".parse().unwrap(),
+        );
         assert_eq!(sigv2_date(&headers, now), Ok(()));
     }
 

@@ -484,7 +484,18 @@ pub async fn authorize(
             _ => action_of(operation, versioned),
         };
         let key = object_key;
-        let allows = |action| own_allows(settings, peer, own, requester, action, bucket_name, key, cx.uri().query());
+        let allows = |action| {
+            own_allows(
+                settings,
+                peer,
+                own,
+                requester,
+                action,
+                bucket_name,
+                key,
+                cx.uri().query(),
+            )
+        };
         let allowed = action.is_some_and(allows) && acl_action(operation, settings).is_none_or(allows);
         let source_allowed = !copy
             || copy_source(cx.headers()).is_some_and(|(source_bucket, source_key, version)| {

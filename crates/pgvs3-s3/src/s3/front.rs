@@ -1443,7 +1443,10 @@ impl S3 for S3Front {
         let requested = part_key
             .clone()
             .map_or(store::RequestedEncryption::None, store::RequestedEncryption::Customer);
-        let store::PartOutcome { written: outcome, sse_s3 } = bucket
+        let store::PartOutcome {
+            written: outcome,
+            sse_s3,
+        } = bucket
             .upload_part_copy(
                 &source,
                 source_key,
@@ -1608,7 +1611,10 @@ impl S3 for S3Front {
         let part_number = part_number(Some(input.part_number))?.unwrap_or_default();
         let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
         let requested = upload.encryption.clone();
-        let store::PartOutcome { written: outcome, sse_s3 } = bucket
+        let store::PartOutcome {
+            written: outcome,
+            sse_s3,
+        } = bucket
             .upload_part(&input.key, &input.upload_id, part_number, upload)
             .await
             .map_err(|e| fail(&req, e))?;

@@ -211,21 +211,20 @@ impl Endpoint {
                 auth::slash_v2_bucket_path(&mut request);
             }
             match post_form::FormPost::of(&request) {
-                None => match unkept_xml::watch(request) {
-                    Err(request) => self.service.call(request.map(s3s_body)).await,
-                    Ok((request, unkept)) => {
-                        let outcome = self.service.call(request).await;
-                        match unkept.refused() {
-                            Some(message) => Ok(error_response(
-                                http::StatusCode::NOT_IMPLEMENTED,
-                                "NotImplemented",
-                                message,
-                                &request_id,
-                            )),
-                            None => outcome,
-                        }
+                None if unkept_xml::watched(&request) => {
+                    let (request, unkept) = unkept_xml::watch(request);
+                    let outcome = self.service.call(request).await;
+                    match unkept.refused() {
+                        Some(message) => Ok(error_response(
+                            http::StatusCode::NOT_IMPLEMENTED,
+                            "NotImplemented",
+                            message,
+                            &request_id,
+                        )),
+                        None => outcome,
                     }
-                },
+                }
+                None => self.service.call(request.map(s3s_body)).await,
                 Some(form) => {
                     let gate = match form.length(request.headers(), &self.post) {
                         Ok(length) => self
@@ -469,7 +468,11 @@ fn unquote_attributes_etag(mut response: Response<s3s::Body>) -> Response<s3s::B
         return response;
     }
     let value = &text[open + "<ETag>\"".len()..close];
-    let unquoted = format!("{}<ETag>{value}</ETag>{}", &text[..open], &text[close + "\"</ETag>".len()..]);
+    let unquoted = format!(
+        "{}<ETag>{value}</ETag>{}",
+        &text[..open],
+        &text[close + "\"</ETag>".len()..]
+    );
     response.headers_mut().remove(http::header::CONTENT_LENGTH);
     *response.body_mut() = s3s::Body::from(unquoted);
     response

@@ -40,16 +40,17 @@ impl Unkept {
     }
 }
 
-/// A PutBucketVersioning request (PUT `?versioning`) with its body watched; any other back as it was.
-pub fn watch(request: Request<RequestBody>) -> Result<(Request<s3s::Body>, Unkept), Request<RequestBody>> {
-    let versioning = request.method() == http::Method::PUT
+/// Whether the request's body is one to watch: a PutBucketVersioning (PUT `?versioning`).
+pub fn watched<B>(request: &Request<B>) -> bool {
+    request.method() == http::Method::PUT
         && request
             .uri()
             .query()
-            .is_some_and(|query| form_urlencoded::parse(query.as_bytes()).any(|(name, _)| name == "versioning"));
-    if !versioning {
-        return Err(request);
-    }
+            .is_some_and(|query| form_urlencoded::parse(query.as_bytes()).any(|(name, _)| name == "versioning"))
+}
+
+/// The request with its body watched, and what the watch finds.
+pub fn watch(request: Request<RequestBody>) -> (Request<s3s::Body>, Unkept) {
     let unkept = Unkept::default();
     let (parts, inner) = request.into_parts();
     let body = Watched {
@@ -57,7 +58,7 @@ pub fn watch(request: Request<RequestBody>) -> Result<(Request<s3s::Body>, Unkep
         carry: Vec::new(),
         unkept: unkept.clone(),
     };
-    Ok((Request::from_parts(parts, s3s::Body::http_body(body)), unkept))
+    (Request::from_parts(parts, s3s::Body::http_body(body)), unkept)
 }
 
 struct Watched {
