@@ -406,18 +406,22 @@ async fn a_primary_lost_mid_put_leaves_no_partial_object_anywhere() {
     // the row, under a lease (issue 30 item 2: a body is written in 1 MiB batches, the last
     // with the object's row).
     let primary_sql = writer.sql().await;
-    eventually(Duration::from_secs(20), "the upload's first batches written", || async {
-        let leased: i64 = primary_sql
-            .query_one(
-                "SELECT count(*) FROM s3p.retired_bodies r WHERE retired_at > now()
+    eventually(
+        Duration::from_secs(20),
+        "the upload's first batches written",
+        || async {
+            let leased: i64 = primary_sql
+                .query_one(
+                    "SELECT count(*) FROM s3p.retired_bodies r WHERE retired_at > now()
                     AND EXISTS (SELECT 1 FROM s3p.chunks c WHERE c.body_id = r.body_id)",
-                &[],
-            )
-            .await
-            .ok()?
-            .get(0);
-        (leased > 0).then_some(())
-    })
+                    &[],
+                )
+                .await
+                .ok()?
+                .get(0);
+            (leased > 0).then_some(())
+        },
+    )
     .await;
 
     // Immediate shutdown: what PostgreSQL sees when its host is lost.
@@ -469,9 +473,15 @@ async fn a_primary_lost_mid_put_leaves_no_partial_object_anywhere() {
     };
     let (unleased, leased) = orphans().await;
     assert_eq!(unleased, 0, "every chunk without an object is leased");
-    assert!(leased > 0, "the crashed upload's batches wait for their lease to run out");
+    assert!(
+        leased > 0,
+        "the crashed upload's batches wait for their lease to run out"
+    );
     standby_sql
-        .execute("UPDATE s3p.retired_bodies SET retired_at = now() - interval '1 hour'", &[])
+        .execute(
+            "UPDATE s3p.retired_bodies SET retired_at = now() - interval '1 hour'",
+            &[],
+        )
         .await
         .unwrap();
     reader.gateway.store.reap_retired(Duration::ZERO).await.unwrap();
