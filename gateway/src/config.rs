@@ -53,6 +53,18 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_S3_POST_MAX_SIZE", default_value = "64MiB", value_parser = parse_bytes)]
     pub s3_post_max_size: u64,
 
+    /// The object ownership of a bucket created without `x-amz-object-ownership`:
+    /// BucketOwnerEnforced (AWS's default: ACLs off), or ObjectWriter / BucketOwnerPreferred for
+    /// ACL-era tools (`create_bucket(ACL=...)`, s3cmd `--acl-public`, PutBucketAcl), as buckets
+    /// made on MinIO or Ceph behave.
+    #[arg(
+        long,
+        env = "PGVS3_S3_DEFAULT_OBJECT_OWNERSHIP",
+        default_value = "BucketOwnerEnforced",
+        value_parser = parse_ownership
+    )]
+    pub s3_default_object_ownership: crate::access::acl::Ownership,
+
     /// Region reported by GetBucketLocation and accepted in signatures.
     #[arg(long, env = "PGVS3_REGION", default_value = "us-east-1")]
     pub region: String,
@@ -253,4 +265,9 @@ impl ServeArgs {
             max_wait: self.admission_wait,
         }
     }
+}
+
+fn parse_ownership(text: &str) -> Result<crate::access::acl::Ownership, String> {
+    crate::access::acl::Ownership::parse(text)
+        .ok_or_else(|| format!("{text}: not BucketOwnerEnforced, BucketOwnerPreferred or ObjectWriter"))
 }

@@ -99,7 +99,10 @@ impl RunningGateway {
         let buckets = crate::bucket::Buckets::new(store.clone(), cache.clone());
         let endpoint = S3Endpoint::new(
             buckets.clone(),
-            args.region.clone(),
+            crate::s3::FrontSettings {
+                region: args.region.clone(),
+                default_ownership: args.s3_default_object_ownership,
+            },
             &args.s3_domains,
             metrics.clone(),
             s3_admission,

@@ -60,6 +60,9 @@ pub enum BodyError {
     Transport(hyper::Error),
     /// The client sent nothing for this long in the middle of the body.
     IdleTimeout(Duration),
+    /// The request was refused before the rest of its body was read (its answer is decided
+    /// by whoever refused it).
+    Refused,
 }
 
 impl BodyError {
@@ -86,6 +89,7 @@ impl fmt::Display for BodyError {
                 "the client sent no part of the request body for {} s",
                 idle.as_secs_f64()
             ),
+            BodyError::Refused => write!(f, "the request was refused before its body was read"),
         }
     }
 }
@@ -94,7 +98,7 @@ impl std::error::Error for BodyError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             BodyError::Transport(err) => Some(err),
-            BodyError::IdleTimeout(_) => None,
+            BodyError::IdleTimeout(_) | BodyError::Refused => None,
         }
     }
 }

@@ -11,9 +11,9 @@ use crate::cache::CacheTier;
 use crate::store::{
     Access, BucketInfo, ByteRange, CacheMode, Catalog, CompletedPart, CopySource, CustomerKey, DeleteCondition,
     DeleteOutcome, KvBatch, Lifecycle, ListPage, ListRequest, LockConfig, Notifications, ObjectMeta, ObjectRead,
-    PartsPage, Preconditions, Principal, PutOutcome, ReadOptions, RequestedEncryption, RequestedLock, Retention, Store,
-    StoreError, StoreResult, StoredBytes, Tags, Upload, UploadsPage, UploadsRequest, VersionEntry, Versioning,
-    VersionsPage, VersionsRequest, WriteCondition, valid_version_id,
+    PartOutcome, PartsPage, Preconditions, Principal, PutOutcome, ReadOptions, RequestedEncryption, RequestedLock,
+    Retention, Store, StoreError, StoreResult, StoredBytes, Tags, Upload, UploadsPage, UploadsRequest, VersionEntry,
+    Versioning, VersionsPage, VersionsRequest, WriteCondition, valid_version_id,
 };
 
 /// Opens buckets for requests: the store and the cache tier behind every bucket handle.
@@ -531,7 +531,7 @@ impl<'a> BucketHandle<'a> {
         upload_id: &str,
         part_number: u32,
         upload: Upload,
-    ) -> StoreResult<PutOutcome> {
+    ) -> StoreResult<PartOutcome> {
         self.writable()?;
         self.store()
             .upload_part(&self.info, key, upload_id, part_number, upload)
@@ -551,7 +551,7 @@ impl<'a> BucketHandle<'a> {
         upload_id: &str,
         part_number: u32,
         part_key: Option<CustomerKey>,
-    ) -> StoreResult<PutOutcome> {
+    ) -> StoreResult<PartOutcome> {
         self.writable()?;
         let read = source
             .get(source_key, options)

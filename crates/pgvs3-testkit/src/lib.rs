@@ -290,8 +290,6 @@ pub fn serve_args(database_url: &str, extra: &[&str]) -> ServeArgs {
         ROOT_ACCESS_KEY,
         "--root-secret-key",
         ROOT_SECRET_KEY,
-        "--pool-size",
-        "16",
     ];
     // Webhook receivers of the tests listen on 127.0.0.1, which deliveries may not reach by
     // default; a test of that refusal names its own networks.
@@ -299,6 +297,7 @@ pub fn serve_args(database_url: &str, extra: &[&str]) -> ServeArgs {
         ("--s3-addr", "127.0.0.1:0"),
         ("--maintenance-interval", "1h"),
         ("--webhook-allow-networks", "127.0.0.0/8"),
+        ("--pool-size", "16"),
     ] {
         if !extra.contains(&flag) {
             argv.extend_from_slice(&[flag, default]);

@@ -213,7 +213,8 @@ async fn stalled_put(gw: &TestGateway, key: &str, declared: usize, sent: usize) 
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
     }
-    request.push_str("\r\n");
+    // The answer is read to the end of the stream.
+    request.push_str("connection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
     stream.write_all(&noise(sent, 3)).await.unwrap();
     stream
@@ -344,5 +345,142 @@ async fn large_uploads_cannot_take_the_slots_small_requests_need() {
     }
     assert_eq!(gw.metric("pgvs3_admission_rejected_total{protocol=\"s3\",").await, None);
     drop(uploads);
+    gw.stop().await;
+}
+
+/// Issue 30 item 2: an upload whose client sends slowly holds no database connection. A pool of
+/// four, eight signed 3 MiB PUTs that each send 1.5 MiB and pause: S3, RESP and OJS requests
+/// are answered at once (on the old write path each upload held a connection for as long as
+/// its client took, and everything else failed after the pool's wait timeout). Sent the rest,
+/// every upload stores exactly its bytes; one whose client leaves hands its written batches
+/// to the reaper at once.
+#[tokio::test]
+async fn uploads_whose_clients_pause_hold_no_database_connection() {
+    let args = [
+        "--pool-size",
+        "4",
+        "--pg-pool-wait-timeout",
+        "2s",
+        "--s3-max-active-uploads",
+        "16",
+        "--http-body-idle-timeout",
+        "60s",
+    ];
+    let gw = TestGateway::with_resp(&args).await;
+    gw.client.create_bucket().bucket("adm").send().await.unwrap();
+    put_object(&gw.client, "adm", "small", b"tiny").await;
+    const SIZE: usize = 3 << 20;
+    const SENT: usize = 1536 << 10;
+    let bodies: Vec<Vec<u8>> = (0..8).map(|i| noise(SIZE, 100 + i)).collect();
+    let mut uploads = Vec::new();
+    for (i, body) in bodies.iter().enumerate() {
+        let mut stream = stalled_put(&gw, &format!("slow-{i}"), SIZE, 0).await;
+        stream.write_all(&body[..SENT]).await.unwrap();
+        uploads.push(stream);
+    }
+    admin_metric_eventually(&gw, "pgvs3_admission_active{protocol=\"s3_upload\"}", 8.0).await;
+    let sql = gw.sql().await;
+    let ns: String = sql
+        .query_one("SELECT namespace FROM pgvs3.buckets WHERE name = 'adm'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    // The uploads are under way: each has written its first batch (1 MiB, leased) and waits
+    // for its client — or, as the old write path did, the pool's four connections are copying.
+    common::eventually(Duration::from_secs(20), "the uploads under way", || async {
+        let row = sql
+            .query_one(
+                &format!(
+                    "SELECT (SELECT count(*) FROM \"{ns}\".retired_bodies WHERE retired_at > now()),
+                            (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+                                AND state = 'active' AND query LIKE 'COPY%')"
+                ),
+                &[],
+            )
+            .await
+            .unwrap();
+        (row.get::<_, i64>(0) == 8 || row.get::<_, i64>(1) == 4).then_some(())
+    })
+    .await;
+    let quick = Duration::from_millis(1500);
+    for _ in 0..5 {
+        let answer = tokio::time::timeout(quick, small_get(&gw))
+            .await
+            .expect("S3 answers at once");
+        assert_eq!((answer.status, answer.body.as_str()), (200, "tiny"));
+    }
+    let mut resp = common::resp::RawResp::connect(gw.resp_addr()).await;
+    let set = tokio::time::timeout(quick, resp.command(&["SET", "k", "v"])).await;
+    assert_eq!(
+        set.expect("RESP answers at once"),
+        common::resp::Value::Simple("OK".into())
+    );
+    let ojs = common::ojs::Ojs::of(&gw);
+    let job = serde_json::json!({ "type": "t.task", "args": [] });
+    let (status, body) = tokio::time::timeout(quick, ojs.call("POST", "/ojs/v1/jobs", Some(job)))
+        .await
+        .expect("OJS answers at once");
+    assert_eq!(status, 201, "{body}");
+
+    // The last client leaves: its batch is retired now, not when its lease runs out.
+    drop(uploads.pop());
+    common::eventually(Duration::from_secs(20), "the abandoned batch retired", || async {
+        let retired: i64 = sql
+            .query_one(
+                &format!("SELECT count(*) FROM \"{ns}\".retired_bodies WHERE retired_at <= now()"),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        (retired == 1).then_some(())
+    })
+    .await;
+    // A reaper pass now takes the abandoned batch and none of the live uploads' leased ones.
+    gw.gateway.store.reap_retired(Duration::ZERO).await.unwrap();
+    let row = sql
+        .query_one(
+            &format!(
+                "SELECT (SELECT count(*) FROM \"{ns}\".retired_bodies WHERE retired_at <= now()),
+                        (SELECT count(DISTINCT c.body_id) FROM \"{ns}\".chunks c
+                           JOIN \"{ns}\".retired_bodies r USING (body_id))"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, i64>(0), row.get::<_, i64>(1)),
+        (0, 7),
+        "the abandoned body reaped, the seven leased ones kept"
+    );
+    for (i, mut stream) in uploads.into_iter().enumerate() {
+        stream.write_all(&bodies[i][SENT..]).await.unwrap();
+        let answer = common::raw::read_response(&mut stream).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    for (i, body) in bodies.iter().enumerate().take(7) {
+        let got = gw
+            .client
+            .get_object()
+            .bucket("adm")
+            .key(format!("slow-{i}"))
+            .send()
+            .await
+            .unwrap();
+        let bytes = got.body.collect().await.unwrap().into_bytes();
+        assert!(bytes[..] == body[..], "upload {i} stored exactly its bytes");
+    }
+    let missing = gw.client.head_object().bucket("adm").key("slow-7").send().await;
+    assert!(missing.is_err(), "nothing of the abandoned upload is visible");
+    let leased: i64 = sql
+        .query_one(
+            &format!("SELECT count(*) FROM \"{ns}\".retired_bodies WHERE retired_at > now()"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(leased, 0, "committed bodies left their leases");
     gw.stop().await;
 }

@@ -554,3 +554,55 @@ print("boto3 acl ok")
     gw.python_passes(&script, "boto3 acl ok").await;
     gw.stop().await;
 }
+
+/// Issue 34: `--s3-default-object-ownership ObjectWriter` makes a bucket created without
+/// `x-amz-object-ownership` take ACLs, as buckets made on MinIO or Ceph do: CreateBucket with a
+/// canned ACL, PutBucketAcl and a public object ACL work, and GetBucketOwnershipControls says
+/// ObjectWriter. A request's own `x-amz-object-ownership` still wins. (By default the same
+/// CreateBucket is 400 InvalidBucketAclWithObjectOwnership, as AWS answers since 2023.)
+#[tokio::test]
+async fn a_server_wide_default_ownership_lets_acl_era_tools_work() {
+    let database = common::fresh_database().await;
+    let gw = TestGateway::with_args(database, &["--s3-default-object-ownership", "ObjectWriter"]).await;
+    let s3 = &gw.client;
+    s3.create_bucket()
+        .bucket("legacy")
+        .acl(BucketCannedAcl::PublicRead)
+        .send()
+        .await
+        .unwrap();
+    let ownership = s3
+        .get_bucket_ownership_controls()
+        .bucket("legacy")
+        .send()
+        .await
+        .unwrap();
+    let rules = ownership
+        .ownership_controls()
+        .map(|controls| controls.rules())
+        .unwrap_or_default();
+    assert_eq!(rules[0].object_ownership(), &ObjectOwnership::ObjectWriter);
+    s3.put_bucket_acl()
+        .bucket("legacy")
+        .acl(BucketCannedAcl::Private)
+        .send()
+        .await
+        .unwrap();
+    put_request(s3, "legacy", "k", b"public".to_vec())
+        .acl(ObjectCannedAcl::PublicRead)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unsigned(&gw, "GET", "/legacy/k", b"").await.status, 200);
+    // A bucket that asks for BucketOwnerEnforced gets it.
+    let enforced = s3
+        .create_bucket()
+        .bucket("modern")
+        .object_ownership(ObjectOwnership::BucketOwnerEnforced)
+        .acl(BucketCannedAcl::PublicRead)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(enforced.code(), Some("InvalidBucketAclWithObjectOwnership"));
+    gw.stop().await;
+}

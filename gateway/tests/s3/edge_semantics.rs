@@ -1,7 +1,7 @@
 //! S3 semantics at the edges a conformance suite probes: conditional writes with `*` and with an
 //! ETag, ListBuckets paging, a retried CompleteMultipartUpload, part-copy ranges past the
-//! source's end, empty `delimiter` and `continuation-token` parameters, and the tag count on
-//! HEAD. Each as AWS S3 documents it.
+//! source's end, empty `delimiter` and `continuation-token` parameters, the tag count on HEAD,
+//! and the Content-Type of an object stored without one. Each as AWS S3 documents it.
 
 use pgvs3_testkit as common;
 
@@ -156,4 +156,90 @@ async fn empty_listing_parameters_and_the_tag_count_on_head() {
     assert_eq!(head.header("x-amz-tagging-count"), Some("2"));
     let untagged = gw.signed("HEAD", "/bkt/there", &[], b"").await;
     assert_eq!(untagged.header("x-amz-tagging-count"), None);
+}
+
+/// Issue 34: an object stored without a Content-Type (a PutObject without the header, a
+/// CopyObject REPLACE without one) is answered `binary/octet-stream`, as S3 does; before, GET
+/// and HEAD sent no Content-Type at all.
+#[tokio::test]
+async fn an_object_stored_without_a_content_type_is_binary_octet_stream() {
+    let gw = TestGateway::with_sample_object().await;
+    let put = gw.signed("PUT", "/bkt/untyped", &[], b"bytes").await;
+    assert_eq!(put.status, 200, "{}", put.body);
+    let got = gw.signed("GET", "/bkt/untyped", &[], b"").await;
+    assert_eq!(got.header("content-type"), Some("binary/octet-stream"));
+    let head = gw
+        .client
+        .head_object()
+        .bucket("bkt")
+        .key("untyped")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_type(), Some("binary/octet-stream"));
+    gw.client
+        .copy_object()
+        .bucket("bkt")
+        .key("replaced")
+        .copy_source("bkt/there")
+        .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
+        .send()
+        .await
+        .unwrap();
+    let head = gw
+        .client
+        .head_object()
+        .bucket("bkt")
+        .key("replaced")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_type(), Some("binary/octet-stream"));
+    let typed = gw
+        .client
+        .put_object()
+        .bucket("bkt")
+        .key("typed")
+        .content_type("text/plain")
+        .body(ByteStream::from_static(b"t"))
+        .send()
+        .await;
+    typed.unwrap();
+    let head = gw.client.head_object().bucket("bkt").key("typed").send().await.unwrap();
+    assert_eq!(head.content_type(), Some("text/plain"), "a given type is kept");
+    gw.stop().await;
+}
+
+/// A SigV2 request (as botocore's `s3` signer and s3cmd sign them) whose `Date` is unreadable or
+/// far from now, signed correctly: S3 answers 403 AccessDenied / RequestTimeTooSkewed (Ceph's
+/// s3-tests `test_bad_date_*_aws2`); s3s checked no SigV2 date, so the request was served.
+const SIGV2_DATES: &str = r#"
+import base64, email.utils, hashlib, hmac, os, re, urllib.request, urllib.error
+url = os.environ["AWS_ENDPOINT_URL"]
+
+def get(date):
+    string_to_sign = f"GET\n\n\n{date}\n/bkt/"
+    signature = base64.b64encode(hmac.new(os.environ["SK"].encode(), string_to_sign.encode(), hashlib.sha1).digest()).decode()
+    request = urllib.request.Request(url + "/bkt/", headers={"Date": date, "Authorization": f"AWS {os.environ['AK']}:{signature}"})
+    try:
+        with urllib.request.urlopen(request) as response:
+            return response.status, None
+    except urllib.error.HTTPError as err:
+        found = re.search(r"<Code>([^<]*)</Code>", err.read().decode())
+        return err.code, found.group(1) if found else None
+
+assert get(email.utils.formatdate(usegmt=True)) == (200, None)
+for date, expected in [("Bad Date", (403, "AccessDenied")),
+                       ("Tue, 07 Jul 2010 21:53:04 GMT", (403, "RequestTimeTooSkewed")),
+                       ("Tue, 07 Jul 2030 21:53:04 GMT", (403, "RequestTimeTooSkewed")),
+                       ("Tue, 07 Jul 1950 21:53:04 GMT", (403, "AccessDenied"))]:
+    assert get(date) == expected, (date, get(date))
+print("sigv2 dates ok")
+"#;
+
+#[tokio::test]
+async fn sigv2_requests_with_a_bad_date_are_refused_as_s3_refuses_them() {
+    let gw = TestGateway::with_sample_object().await;
+    gw.python_passes(SIGV2_DATES, "sigv2 dates ok").await;
+    gw.stop().await;
 }

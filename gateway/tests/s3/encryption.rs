@@ -59,7 +59,8 @@ with_key_on!(
     aws_sdk_s3::operation::get_object::builders::GetObjectFluentBuilder,
     aws_sdk_s3::operation::head_object::builders::HeadObjectFluentBuilder,
     aws_sdk_s3::operation::create_multipart_upload::builders::CreateMultipartUploadFluentBuilder,
-    aws_sdk_s3::operation::upload_part::builders::UploadPartFluentBuilder
+    aws_sdk_s3::operation::upload_part::builders::UploadPartFluentBuilder,
+    aws_sdk_s3::operation::get_object_attributes::builders::GetObjectAttributesFluentBuilder
 );
 
 async fn put_c(s3: &Client, key: &str, body: Vec<u8>, customer: &Key) {
@@ -396,5 +397,196 @@ async fn resp_refuses_to_read_encrypted_objects() {
         .unwrap();
     let now: String = redis::cmd("GET").arg("sealed").query_async(&mut con).await.unwrap();
     assert_eq!(now, "mine");
+    gw.stop().await;
+}
+
+/// Issue 34: encryption that can be enforced and is said as S3 says it. The standard "deny
+/// unencrypted PutObject" policy (`s3:x-amz-server-side-encryption`, StringNotEquals and Null)
+/// installs and refuses a plain upload (before: 501 on the condition key); a policy on the SSE-C
+/// algorithm, the grant and object lock keys installs too. UploadPart and UploadPartCopy of an
+/// SSE-S3 upload answer `x-amz-server-side-encryption: AES256` (before: nothing). A GET or HEAD
+/// that asks for an encryption is 400 InvalidArgument, as S3 answers (before: served).
+#[tokio::test]
+async fn encryption_can_be_enforced_by_policy_and_is_said_on_parts_and_refused_on_reads() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("enc").send().await.unwrap();
+    let deny_unencrypted = r#"{"Version":"2012-10-17","Statement":[
+      {"Sid":"DenyWrongEncryption","Effect":"Deny","Principal":"*","Action":"s3:PutObject",
+       "Resource":"arn:aws:s3:::enc/*",
+       "Condition":{"StringNotEquals":{"s3:x-amz-server-side-encryption":"AES256"}}},
+      {"Sid":"DenyUnencrypted","Effect":"Deny","Principal":"*","Action":"s3:PutObject",
+       "Resource":"arn:aws:s3:::enc/*",
+       "Condition":{"Null":{"s3:x-amz-server-side-encryption":"true"}}}]}"#;
+    s3.put_bucket_policy()
+        .bucket("enc")
+        .policy(deny_unencrypted)
+        .send()
+        .await
+        .unwrap();
+    let plain = put_request(s3, "enc", "plain", b"plain".to_vec())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(error_code(&plain), "AccessDenied");
+    put_request(s3, "enc", "sealed", b"sealed".to_vec())
+        .server_side_encryption(ServerSideEncryption::Aes256)
+        .send()
+        .await
+        .unwrap();
+    let other_keys = r#"{"Version":"2012-10-17","Statement":[
+      {"Effect":"Deny","Principal":"*","Action":"s3:PutObject","Resource":"arn:aws:s3:::enc/c/*",
+       "Condition":{"StringNotEquals":{"s3:x-amz-server-side-encryption-customer-algorithm":"AES256"}}},
+      {"Effect":"Deny","Principal":"*","Action":"s3:PutObject","Resource":"arn:aws:s3:::enc/g/*",
+       "Condition":{"StringLike":{"s3:x-amz-grant-read":"*AllUsers*","s3:x-amz-grant-full-control":"*"}}},
+      {"Effect":"Deny","Principal":"*","Action":"s3:PutObject","Resource":"arn:aws:s3:::enc/l/*",
+       "Condition":{"StringEquals":{"s3:object-lock-mode":"GOVERNANCE"}}}]}"#;
+    s3.put_bucket_policy()
+        .bucket("enc")
+        .policy(other_keys)
+        .send()
+        .await
+        .unwrap();
+    let unsealed = put_request(s3, "enc", "c/plain", b"x".to_vec())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(error_code(&unsealed), "AccessDenied");
+    s3.delete_bucket_policy().bucket("enc").send().await.unwrap();
+
+    // Parts of an SSE-S3 upload say so.
+    put_object(s3, "enc", "source", plaintext(6 << 20)).await;
+    let upload = s3
+        .create_multipart_upload()
+        .bucket("enc")
+        .key("parts")
+        .server_side_encryption(ServerSideEncryption::Aes256)
+        .send()
+        .await
+        .unwrap();
+    let upload_id = upload.upload_id().unwrap();
+    let part = s3
+        .upload_part()
+        .bucket("enc")
+        .key("parts")
+        .upload_id(upload_id)
+        .part_number(1)
+        .body(ByteStream::from(plaintext(5 << 20)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(part.server_side_encryption(), Some(&ServerSideEncryption::Aes256));
+    let copied = s3
+        .upload_part_copy()
+        .bucket("enc")
+        .key("parts")
+        .upload_id(upload_id)
+        .part_number(2)
+        .copy_source("enc/source")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(copied.server_side_encryption(), Some(&ServerSideEncryption::Aes256));
+    // A plain upload's parts say nothing.
+    let plain_upload = s3
+        .create_multipart_upload()
+        .bucket("enc")
+        .key("plain-parts")
+        .send()
+        .await
+        .unwrap();
+    let plain_part = s3
+        .upload_part()
+        .bucket("enc")
+        .key("plain-parts")
+        .upload_id(plain_upload.upload_id().unwrap())
+        .part_number(1)
+        .body(ByteStream::from(plaintext(64)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain_part.server_side_encryption(), None);
+
+    // Reads that ask for an encryption are refused.
+    let ask = |req: &mut aws_sdk_s3::config::http::HttpRequest| {
+        req.headers_mut().insert("x-amz-server-side-encryption", "AES256");
+    };
+    let get = s3
+        .get_object()
+        .bucket("enc")
+        .key("sealed")
+        .customize()
+        .mutate_request(ask)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!((http_status(&get), error_code(&get).as_str()), (400, "InvalidArgument"));
+    let head = s3
+        .head_object()
+        .bucket("enc")
+        .key("sealed")
+        .customize()
+        .mutate_request(ask)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(http_status(&head), 400);
+    let got = s3.get_object().bucket("enc").key("sealed").send().await.unwrap();
+    assert_eq!(got.server_side_encryption(), Some(&ServerSideEncryption::Aes256));
+    gw.stop().await;
+}
+
+/// Issue 34: GetObjectAttributes as S3 answers it: `x-amz-version-id` names the version read
+/// (the latest, or the one `versionId` asks for), the ETag is unquoted, and an SSE-C object's
+/// attributes are read with its key (400 without). Before: no version id, a quoted ETag, and
+/// the key was ignored, so an SSE-C object's attributes could not be read at all.
+#[tokio::test]
+async fn get_object_attributes_names_the_version_unquoted_and_opens_sse_c_objects() {
+    use aws_sdk_s3::types::{BucketVersioningStatus, ObjectAttributes, VersioningConfiguration};
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("sealed").send().await.unwrap();
+    s3.put_bucket_versioning()
+        .bucket("sealed")
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let first = put_object(s3, "sealed", "plain", b"one".to_vec()).await;
+    let second = put_object(s3, "sealed", "plain", b"two!".to_vec()).await;
+    let attributes = |version: Option<&str>| {
+        s3.get_object_attributes()
+            .bucket("sealed")
+            .key("plain")
+            .set_version_id(version.map(str::to_owned))
+            .object_attributes(ObjectAttributes::Etag)
+            .object_attributes(ObjectAttributes::ObjectSize)
+            .send()
+    };
+    let latest = attributes(None).await.unwrap();
+    assert!(second.version_id().is_some());
+    assert_eq!(latest.version_id(), second.version_id());
+    assert_eq!(latest.e_tag(), second.e_tag().map(|etag| etag.trim_matches('"')));
+    assert_eq!(latest.object_size(), Some(4));
+    let older = attributes(first.version_id()).await.unwrap();
+    assert_eq!(older.version_id(), first.version_id());
+    assert_eq!(older.object_size(), Some(3));
+
+    let customer = customer_key(7);
+    put_c(s3, "secret", plaintext(100), &customer).await;
+    let of_secret = || {
+        s3.get_object_attributes()
+            .bucket("sealed")
+            .key("secret")
+            .object_attributes(ObjectAttributes::ObjectSize)
+    };
+    let without = of_secret().send().await.unwrap_err();
+    assert_eq!(http_status(&without), 400);
+    let with = of_secret().with_key(&customer).send().await.unwrap();
+    assert_eq!(with.object_size(), Some(100));
     gw.stop().await;
 }

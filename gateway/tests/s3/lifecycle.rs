@@ -385,3 +385,40 @@ async fn lifecycle_never_removes_a_locked_version() {
         .unwrap_err();
     assert_eq!(http_status(&removed), 404);
 }
+
+/// Issue 34: a rule given the legacy rule-level `Prefix` (no `Filter`) comes back as it was sent
+/// — before, it came back as `Filter.Prefix`, and infrastructure-as-code tools saw a change on
+/// every plan. A rule with a `Filter` still comes back with one.
+#[tokio::test]
+#[allow(deprecated)]
+async fn a_rule_level_prefix_comes_back_as_it_was_sent() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("legacy").send().await.unwrap();
+    let legacy = LifecycleRule::builder()
+        .id("old")
+        .status(ExpirationStatus::Enabled)
+        .prefix("old/")
+        .expiration(expire_after(7))
+        .build()
+        .unwrap();
+    set_rules(
+        s3,
+        "legacy",
+        vec![legacy, rule("new", "new/").expiration(expire_after(7)).build().unwrap()],
+    )
+    .await;
+    let rules = s3
+        .get_bucket_lifecycle_configuration()
+        .bucket("legacy")
+        .send()
+        .await
+        .unwrap()
+        .rules
+        .unwrap();
+    assert_eq!(rules[0].prefix.as_deref(), Some("old/"));
+    assert!(rules[0].filter.is_none(), "{:?}", rules[0].filter);
+    assert_eq!(rules[1].prefix, None);
+    assert_eq!(rules[1].filter.as_ref().unwrap().prefix.as_deref(), Some("new/"));
+    gw.stop().await;
+}

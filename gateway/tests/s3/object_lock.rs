@@ -385,3 +385,47 @@ async fn governance_default_retention_and_legal_hold() {
     assert_eq!(copy.object_lock_legal_hold_status, None);
     assert_eq!(copy.object_lock_mode, Some(ObjectLockMode::Governance));
 }
+
+/// Issue 34: a GOVERNANCE retention changed to COMPLIANCE needs the bypass header, as S3
+/// answers (Ceph's s3-tests `test_object_lock_changing_mode_from_governance_without_bypass`:
+/// 403 AccessDenied); before, the change went through. Extending it in the same mode does not.
+#[tokio::test]
+async fn governance_becomes_compliance_only_with_the_bypass() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket()
+        .bucket("locked")
+        .object_lock_enabled_for_bucket(true)
+        .send()
+        .await
+        .unwrap();
+    put(s3, "locked", "k", b"locked".to_vec()).await;
+    let set = |mode: ObjectLockRetentionMode, days: u64, bypass: bool| {
+        s3.put_object_retention()
+            .bucket("locked")
+            .key("k")
+            .retention(retention_until(mode, in_days(days)))
+            .set_bypass_governance_retention(bypass.then_some(true))
+            .send()
+    };
+    set(ObjectLockRetentionMode::Governance, 1, false).await.unwrap();
+    let refused = set(ObjectLockRetentionMode::Compliance, 2, false).await.unwrap_err();
+    assert_eq!(
+        (http_status(&refused), error_code(&refused).as_str()),
+        (403, "AccessDenied")
+    );
+    set(ObjectLockRetentionMode::Governance, 2, false).await.unwrap();
+    set(ObjectLockRetentionMode::Compliance, 2, true).await.unwrap();
+    let kept = s3
+        .get_object_retention()
+        .bucket("locked")
+        .key("k")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        kept.retention().and_then(|retention| retention.mode()),
+        Some(&ObjectLockRetentionMode::Compliance)
+    );
+    gw.stop().await;
+}

@@ -1,8 +1,9 @@
 //! Browser uploads (POST Object) as S3 answers them: boto3's presigned POST policies (SigV4 and
 //! SigV2) with `${filename}`, the 204/201/303 answers with the stored key, conditions refused
 //! with 403 or EntityTooLarge/EntityTooSmall, settings pgvs3 does not keep refused; and the
-//! form bounded before s3s reads it (Content-Length required, the size limit, the buffer
-//! budget), unsigned forms to a private bucket refused.
+//! form bounded before s3s reads it (Content-Length required, the size limit, the bucket, the
+//! buffer budget reserved only once the form may write), unsigned forms to a private bucket
+//! refused before their file is read.
 
 use pgvs3_testkit as common;
 
@@ -12,7 +13,9 @@ use common::TestGateway;
 use common::raw;
 use tokio::io::AsyncWriteExt;
 
-const CLIENT: &str = r#"
+/// The scripts' imports and helpers: `post` sends a form as a browser does, `code` reads an
+/// error's code.
+const HELPERS: &str = r#"
 import json, os, re, uuid, urllib.request, urllib.error, boto3, botocore
 from botocore.config import Config
 url = os.environ["AWS_ENDPOINT_URL"]
@@ -44,7 +47,9 @@ def post(target, fields, filename, content):
 def code(body):
     found = re.search(r"<Code>([^<]*)</Code>", body)
     return found.group(1) if found else None
+"#;
 
+const CLIENT: &str = r#"
 def keys(s3):
     return sorted(o["Key"] for o in s3.list_objects_v2(Bucket="web").get("Contents", []))
 
@@ -158,7 +163,7 @@ print("post object ok")
 #[tokio::test]
 async fn boto3_presigned_posts_upload_as_s3_answers_them() {
     let gw = TestGateway::start().await;
-    gw.python_passes(CLIENT, "post object ok").await;
+    gw.python_passes(&format!("{HELPERS}{CLIENT}"), "post object ok").await;
     gw.stop().await;
 }
 
@@ -193,6 +198,15 @@ async fn forms_are_bounded_before_they_are_read_and_unsigned_ones_refused() {
     let database = common::fresh_database().await;
     let gw = TestGateway::with_args(database, &["--s3-post-max-size", "256KiB", "--buffer-budget", "1MiB"]).await;
     gw.client.create_bucket().bucket("private").send().await.unwrap();
+    gw.client.create_bucket().bucket("open").send().await.unwrap();
+    let anyone_writes = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*","Action":"s3:PutObject","Resource":"arn:aws:s3:::open/*"}]}"#;
+    gw.client
+        .put_bucket_policy()
+        .bucket("open")
+        .policy(anyone_writes)
+        .send()
+        .await
+        .unwrap();
     let addr = gw.gateway.s3_addr;
     let missing = |response: &raw::RawResponse| (response.status, response.code().map(str::to_owned));
 
@@ -221,21 +235,23 @@ async fn forms_are_bounded_before_they_are_read_and_unsigned_ones_refused() {
         response.body
     );
 
-    // Forms of 200 KiB, each holding its size (and the window of fields) from the 1 MiB budget
-    // while s3s waits for the rest of it: three fit, a fourth is turned away at once with
-    // SlowDown, and the three are then read whole (and refused as unsigned uploads to a private
-    // bucket) with every byte of the budget returned.
+    // Forms of 200 KiB to a bucket whose policy may let anyone write, each holding its size
+    // from the 1 MiB budget (once its fields are in) while s3s waits for the rest of it: as many
+    // as fit are held, the next is turned away with SlowDown once its fields are in, and those
+    // held are then read whole and stored (the policy lets anyone s3:PutObject, which is what
+    // AWS decides a form upload as) with every byte of the budget returned.
     let big = form("BND", &vec![b'x'; 200 << 10]);
-    let held_each = (big.len() + big.len().min(60 << 10)) as f64;
+    let held_each = big.len() as f64;
+    let fit = (1 << 20) / big.len();
     let head = |length: usize| {
-        let mut head = "POST /private HTTP/1.1\r\n".to_owned();
+        let mut head = "POST /open HTTP/1.1\r\n".to_owned();
         for (name, value) in form_headers(Some(length)) {
             head.push_str(&format!("{name}: {value}\r\n"));
         }
         head + "connection: close\r\n\r\n"
     };
     let mut held = Vec::new();
-    for count in 1..=3 {
+    for count in 1..=fit {
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         stream.write_all(head(big.len()).as_bytes()).await.unwrap();
         stream.write_all(&big[..big.len() / 2]).await.unwrap();
@@ -248,18 +264,23 @@ async fn forms_are_bounded_before_they_are_read_and_unsigned_ones_refused() {
     }
     let mut turned_away = tokio::net::TcpStream::connect(addr).await.unwrap();
     turned_away.write_all(head(big.len()).as_bytes()).await.unwrap();
+    turned_away.write_all(&big[..big.len() / 2]).await.unwrap();
     let response = raw::read_response(&mut turned_away).await;
     assert_eq!(missing(&response), (503, Some("SlowDown".into())), "{}", response.body);
     for mut stream in held {
         stream.write_all(&big[big.len() / 2..]).await.unwrap();
         let response = raw::read_response(&mut stream).await;
-        assert_eq!(
-            missing(&response),
-            (403, Some("AccessDenied".into())),
-            "{}",
-            response.body
-        );
+        assert_eq!(response.status, 204, "{}", response.body);
     }
+    let stored = gw
+        .client
+        .get_object()
+        .bucket("open")
+        .key("anonymous")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stored.body.collect().await.unwrap().into_bytes().len(), 200 << 10);
     common::eventually(Duration::from_secs(10), "every reservation returned", || async {
         (gw.metric("pgvs3_buffer_bytes_in_use").await? == 0.0).then_some(())
     })
@@ -276,5 +297,152 @@ async fn forms_are_bounded_before_they_are_read_and_unsigned_ones_refused() {
     );
     let listed = gw.client.list_objects_v2().bucket("private").send().await.unwrap();
     assert_eq!(listed.contents().len(), 0);
+    gw.stop().await;
+}
+
+/// Issue 30 item 4: forms that have shown no credential hold no byte of the shared buffer
+/// budget. Anonymous forms declaring 3 MiB each, with a 12 MiB budget, trickle towards a
+/// bucket that does not exist (answered NoSuchBucket on their headers) and a private one
+/// (answered AccessDenied once their fields are in, before their file is read): none holds
+/// budget, and a RESP request over 1 MiB, which takes from the same budget, is still served.
+/// Before, each held its length from the budget for as long as its client took.
+#[tokio::test]
+async fn anonymous_forms_hold_no_buffer_budget_before_they_may_write() {
+    let gw = TestGateway::with_resp(&["--s3-post-max-size", "4MiB", "--buffer-budget", "12MiB"]).await;
+    gw.client.create_bucket().bucket("private").send().await.unwrap();
+    let addr = gw.gateway.s3_addr;
+    let body = form("BND", &vec![b'x'; 3 << 20]);
+    let fields_end = body.windows(4).rposition(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let mut trickling = Vec::new();
+    for i in 0..8 {
+        let bucket = if i % 2 == 0 { "missing" } else { "private" };
+        let mut head = format!("POST /{bucket} HTTP/1.1\r\n");
+        for (name, value) in form_headers(Some(body.len())) {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(format!("{head}\r\n").as_bytes()).await.unwrap();
+        // The fields and the first 64 KiB of the file, then a byte now and then.
+        stream.write_all(&body[..fields_end + (64 << 10)]).await.unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(5), raw::read_response(&mut stream))
+            .await
+            .expect("answered before the file is read");
+        let expected = if i % 2 == 0 {
+            (404, Some("NoSuchBucket"))
+        } else {
+            (403, Some("AccessDenied"))
+        };
+        assert_eq!((answer.status, answer.code()), expected, "{}", answer.body);
+        trickling.push(stream);
+    }
+    for stream in &mut trickling {
+        let _ = stream.write_all(b"x").await;
+    }
+    assert_eq!(gw.metric("pgvs3_buffer_bytes_in_use").await, Some(0.0));
+    let mut resp = common::resp::RawResp::connect(gw.resp_addr()).await;
+    let value = vec![b'v'; 2 << 20];
+    resp.send(&common::resp::encode(&[
+        b"SET".as_slice(),
+        b"large".as_slice(),
+        value.as_slice(),
+    ]))
+    .await;
+    assert_eq!(resp.reply().await, Some(common::resp::Value::Simple("OK".into())));
+    gw.stop().await;
+}
+
+/// Issue 30: a form's `acl` field needs `s3:PutObjectAcl` as the `x-amz-acl` header does (a key
+/// allowed only `s3:PutObject` made its form uploads public); without an ACL the same form is
+/// stored, and with `s3:PutObjectAcl` allowed as well the ACL is kept.
+#[tokio::test]
+async fn a_forms_acl_field_needs_put_object_acl() {
+    let gw = TestGateway::start().await;
+    let catalog = gw.gateway.store.catalog();
+    let bob = common::s3::add_key(&gw, "BOBKEY").await;
+    bob.create_bucket()
+        .bucket("bobs")
+        .object_ownership(aws_sdk_s3::types::ObjectOwnership::ObjectWriter)
+        .send()
+        .await
+        .unwrap();
+    let policy = |actions: &str| {
+        format!(
+            r#"{{"Version":"2012-10-17","Statement":[
+              {{"Effect":"Allow","Action":[{actions}],"Resource":"arn:aws:s3:::bobs/*"}}]}}"#
+        )
+    };
+    let script = |key: &str, acl: Option<&str>| {
+        let (fields, conditions) = match acl {
+            Some(acl) => (format!(r#"{{"acl": "{acl}"}}"#), format!(r#"[{{"acl": "{acl}"}}]"#)),
+            None => ("{}".to_owned(), "[]".to_owned()),
+        };
+        format!(
+            r#"{HELPERS}
+bob = boto3.client("s3", endpoint_url=url, region_name="us-east-1",
+                   aws_access_key_id="BOBKEY", aws_secret_access_key="BOBKEY-secret")
+form = bob.generate_presigned_post("bobs", "{key}", Fields={fields}, Conditions={conditions}, ExpiresIn=600)
+status, body, _ = post(form["url"], form["fields"], "f.txt", b"form")
+print("outcome", status, code(body))
+"#
+        )
+    };
+    let write_only = policy(r#""s3:PutObject","s3:GetObject""#);
+    assert!(catalog.set_key_policy("BOBKEY", Some(&write_only)).await.unwrap());
+    gw.python_passes(&script("public", Some("public-read")), "outcome 403 AccessDenied")
+        .await;
+    gw.python_passes(&script("plain", None), "outcome 204 None").await;
+    assert!(bob.head_object().bucket("bobs").key("public").send().await.is_err());
+    let with_acl = policy(r#""s3:PutObject","s3:GetObject","s3:PutObjectAcl""#);
+    assert!(catalog.set_key_policy("BOBKEY", Some(&with_acl)).await.unwrap());
+    gw.python_passes(&script("public", Some("public-read")), "outcome 204 None")
+        .await;
+    let grants = gw
+        .client
+        .get_object_acl()
+        .bucket("bobs")
+        .key("public")
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        grants.grants().iter().any(|grant| grant
+            .grantee()
+            .and_then(|grantee| grantee.uri())
+            .is_some_and(|uri| uri.ends_with("/global/AllUsers"))),
+        "{grants:?}"
+    );
+    gw.stop().await;
+}
+
+/// Issue 34: a form whose policy's `expiration` is not ISO 8601 (Python's `str(datetime)`,
+/// `2030-01-01 12:00:00.123456+00:00`, as Ceph's s3-tests `test_post_object_invalid_date_format`
+/// sends) is 400 InvalidPolicyDocument, as S3 answers; the same policy dated
+/// `2030-01-01T12:00:00.000Z` stores the file. (s3s reads the date as RFC 3339, which takes any
+/// separator, so the form was stored.)
+const EXPIRATION: &str = r#"
+import base64, hashlib, hmac
+from datetime import datetime, timedelta, timezone
+boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id=os.environ["AK"],
+             aws_secret_access_key=os.environ["SK"]).create_bucket(Bucket="web")
+expires = datetime.now(timezone.utc) + timedelta(hours=1)
+
+def signed_form(expiration):
+    document = {"expiration": expiration, "conditions": [{"bucket": "web"}, ["starts-with", "$key", ""]]}
+    policy = base64.b64encode(json.dumps(document).encode()).decode()
+    signature = base64.b64encode(hmac.new(os.environ["SK"].encode(), policy.encode(), hashlib.sha1).digest()).decode()
+    return {"key": "dated", "AWSAccessKeyId": os.environ["AK"], "policy": policy, "signature": signature}
+
+status, body, _ = post(url + "/web", signed_form(str(expires)), "d.txt", b"dated")
+assert (status, code(body)) == (400, "InvalidPolicyDocument"), (status, body)
+status, body, _ = post(url + "/web", signed_form(expires.strftime("%Y-%m-%dT%H:%M:%S.000Z")), "d.txt", b"dated")
+assert status == 204, (status, body)
+print("expiration ok")
+"#;
+
+#[tokio::test]
+async fn a_policy_expiration_that_is_not_iso_8601_is_refused() {
+    let gw = TestGateway::start().await;
+    gw.python_passes(&format!("{HELPERS}{EXPIRATION}"), "expiration ok")
+        .await;
     gw.stop().await;
 }

@@ -136,6 +136,25 @@ async fn expired_and_tampered_presigned_urls_are_refused() {
         answer.body
     );
 
+    // A signature that is not hex at all is one that does not match, as S3 answers (s3s:
+    // 400 InvalidRequest).
+    let garbled = format!("{}zz{}", &put.uri()[..at], &put.uri()[at + 2..]);
+    let uri: http::Uri = garbled.parse().unwrap();
+    let answer = raw::send(
+        gw.gateway.s3_addr,
+        "PUT",
+        uri.path_and_query().unwrap().as_str(),
+        &headers,
+        b"evil!",
+    )
+    .await;
+    assert_eq!(
+        (answer.status, answer.code()),
+        (403, Some("SignatureDoesNotMatch")),
+        "{}",
+        answer.body
+    );
+
     // A URL for one key does not open another.
     let other = s3
         .get_object()

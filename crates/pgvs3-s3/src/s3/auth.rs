@@ -106,7 +106,10 @@ impl S3Access for SignedOnly {
         if let Some(bucket) = bucket {
             let _ = facts.0.bucket.set(bucket);
         }
-        if let Some(grant) = super::authorize::authorize(&self.catalog, cx, peer, name).await? {
+        // A browser upload's fields went by before s3s's access check: its key and settings.
+        let form = cx.extensions_mut().get::<super::post_form::FormNotes>().cloned();
+        let fields = form.as_ref().and_then(super::post_form::FormNotes::get);
+        if let Some(grant) = super::authorize::authorize(&self.catalog, cx, peer, name, fields).await? {
             cx.extensions_mut().insert(grant);
         }
         match class.admit().await {
@@ -166,6 +169,63 @@ pub fn presigned_expiry(uri: &http::Uri) -> S3Result<()> {
         return refuse(
             "X-Amz-Expires must be less than a week (in seconds); that is, the given X-Amz-Expires must be less than 604800 seconds",
         );
+    }
+    Ok(())
+}
+
+/// Whether a presigned URL's `X-Amz-Signature` is not a signature at all (not 64 lowercase
+/// hex digits). S3 computes the signature and answers that it does not match; s3s refuses the
+/// URL's form instead (400 InvalidRequest "missing presigned url v4 fields").
+pub fn presigned_signature_malformed(uri: &http::Uri) -> bool {
+    let Some(query) = uri.query().filter(|query| query.contains("X-Amz-Signature=")) else {
+        return false;
+    };
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(name, _)| name == "X-Amz-Signature")
+        .is_some_and(|(_, value)| value.len() != 64 || !value.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+}
+
+/// How far a SigV2 request's date may be from the gateway's clock, as S3 allows.
+const MAX_SIGV2_SKEW: time::Duration = time::Duration::minutes(15);
+
+/// A SigV2 request's date (`x-amz-date`, else `Date`), checked as S3 checks it — s3s does not
+/// look at it, so a request signed once was good forever. Unreadable, empty or before 1970: 403
+/// `AccessDenied`; more than 15 minutes from now: 403 `RequestTimeTooSkewed`. The code and
+/// message of the refusal.
+pub fn sigv2_date(headers: &http::HeaderMap, now: time::OffsetDateTime) -> Result<(), (&'static str, &'static str)> {
+    let sigv2 = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("AWS "));
+    if !sigv2 {
+        return Ok(());
+    }
+    let invalid = (
+        "AccessDenied",
+        "AWS authentication requires a valid Date or x-amz-date header",
+    );
+    let date = headers
+        .get("x-amz-date")
+        .or_else(|| headers.get(http::header::DATE))
+        .and_then(|value| value.to_str().ok())
+        .ok_or(invalid)?;
+    // The weekday is not held against the date (S3 reads "Tue, 07 Jul 2010", a Wednesday, as
+    // a date that is too old).
+    let (_weekday, date) = date.trim().split_once(", ").ok_or(invalid)?;
+    let format =
+        time::format_description::parse_borrowed::<2>("[day] [month repr:short] [year] [hour]:[minute]:[second] GMT")
+            .map_err(|_| invalid)?;
+    let at = time::PrimitiveDateTime::parse(date, &format)
+        .map_err(|_| invalid)?
+        .assume_utc();
+    if at.year() < 1970 {
+        return Err(invalid);
+    }
+    if (at - now).abs() > MAX_SIGV2_SKEW {
+        return Err((
+            "RequestTimeTooSkewed",
+            "The difference between the request time and the current time is too large.",
+        ));
     }
     Ok(())
 }
@@ -246,6 +306,38 @@ mod tests {
         presigned_expiry(&uri)
             .err()
             .and_then(|e| e.message().map(str::to_owned))
+    }
+
+    #[test]
+    fn sigv2_dates_are_checked_as_s3_does() {
+        let now = time::OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap();
+        let check = |date: &str| {
+            let mut headers = http::HeaderMap::new();
+            headers.insert(http::header::AUTHORIZATION, "AWS AK:c2ln".parse().unwrap());
+            if let Ok(value) = date.parse() {
+                headers.insert(http::header::DATE, value);
+            }
+            sigv2_date(&headers, now).map_err(|(code, _)| code)
+        };
+        assert_eq!(check("Tue, 14 Nov 2023 22:13:20 GMT"), Ok(()));
+        assert_eq!(check("Tue, 14 Nov 2023 22:20:00 GMT"), Ok(()));
+        for bad in ["Bad Date", "", "\x07", "Sat, 01 Jan 1950 00:00:00 GMT"] {
+            assert_eq!(check(bad), Err("AccessDenied"), "{bad}");
+        }
+        for skewed in [
+            "Tue, 07 Jul 2010 21:53:04 GMT",
+            "Tue, 01 Jan 2030 00:00:00 GMT",
+            "Fri, 31 Dec 9999 00:00:00 GMT",
+        ] {
+            assert_eq!(check(skewed), Err("RequestTimeTooSkewed"), "{skewed}");
+        }
+        // A SigV4 request's date is s3s's.
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            http::header::AUTHORIZATION,
+            "AWS4-HMAC-SHA256 Credential=x".parse().unwrap(),
+        );
+        assert_eq!(sigv2_date(&headers, now), Ok(()));
     }
 
     #[test]

@@ -24,6 +24,7 @@ use s3s::access::S3AccessContext;
 use crate::access::acl::{Acl, Permission};
 use crate::access::policy::{BucketPolicy, Decision, RequestContext, Requester};
 use crate::http_server::Peer;
+use crate::s3::post_form::FormFields;
 use crate::store::{BucketInfo, Catalog, StoreError, Tags};
 
 /// The buckets a policy allowed this request to use, beyond the requester's own. In the
@@ -337,6 +338,7 @@ pub fn action_of(operation: &str, versioned: bool) -> Option<&'static str> {
         "GetObjectAttributes" if versioned => "s3:GetObjectVersionAttributes",
         "GetObjectAttributes" => "s3:GetObjectAttributes",
         "PutObject"
+        | "PostObject"
         | "CopyObject"
         | "CreateMultipartUpload"
         | "UploadPart"
@@ -412,7 +414,22 @@ pub async fn authorize(
     cx: &S3AccessContext<'_>,
     peer: Option<Peer>,
     operation: &str,
+    form: Option<&FormFields>,
 ) -> S3Result<Option<PolicyGrant>> {
+    // AWS decides a browser upload as the PutObject it is: on the key the form names (its
+    // `${filename}` replaced), with the form's fields as its settings (`acl` needs
+    // s3:PutObjectAcl as the header does).
+    let form = form.filter(|_| operation == "PostObject");
+    let operation = if form.is_some() { "PutObject" } else { operation };
+    let form_settings = form.map(|fields| {
+        let mut headers = cx.headers().clone();
+        headers.extend(fields.settings());
+        headers
+    });
+    // The request's headers, as the policy's condition keys read them.
+    let settings = form_settings.as_ref().unwrap_or(cx.headers());
+    let form_key = form.and_then(FormFields::key);
+    let object_key = form_key.as_deref().or(cx.s3_path().get_object_key());
     let signed = cx.credentials().map(|c| c.access_key.as_str());
     let Some(bucket_name) = cx.s3_path().get_bucket_name() else {
         return match signed {
@@ -466,14 +483,25 @@ pub async fn authorize(
             "CreateBucket" => Some("s3:CreateBucket"),
             _ => action_of(operation, versioned),
         };
-        let key = cx.s3_path().get_object_key();
-        let allows = |action| own_allows(cx, peer, own, requester, action, bucket_name, key, cx.uri().query());
-        let allowed = action.is_some_and(allows) && acl_action(operation, cx.headers()).is_none_or(allows);
+        let key = object_key;
+        let allows = |action| {
+            own_allows(
+                settings,
+                peer,
+                own,
+                requester,
+                action,
+                bucket_name,
+                key,
+                cx.uri().query(),
+            )
+        };
+        let allowed = action.is_some_and(allows) && acl_action(operation, settings).is_none_or(allows);
         let source_allowed = !copy
             || copy_source(cx.headers()).is_some_and(|(source_bucket, source_key, version)| {
                 let action = if version { "s3:GetObjectVersion" } else { "s3:GetObject" };
                 own_allows(
-                    cx,
+                    settings,
                     peer,
                     own,
                     requester,
@@ -512,7 +540,7 @@ pub async fn authorize(
                     on_row: Some(OnRow::Tags(Arc::new(TagCheck {
                         asker: Asker::new(bucket, requester, peer, own_policy),
                         action,
-                        key: cx.s3_path().get_object_key().unwrap_or_default().to_owned(),
+                        key: object_key.unwrap_or_default().to_owned(),
                         silent_allows: true,
                         acl: None,
                     }))),
@@ -556,13 +584,13 @@ pub async fn authorize(
     } else if let Some(bucket) = &bucket
         && let Some(action) = action_of(operation, versioned)
     {
-        let key = cx.s3_path().get_object_key();
+        let key = object_key;
         let on_tags = tags_on_row(operation, bucket)
             && (own_on_tags || bucket.access.policy.as_ref().is_some_and(|p| p.rules.on_object_tags()));
-        let policy_allows = |action| decide(cx, peer, bucket, requester, action, key, cx.uri().query());
+        let policy_allows = |action| decide(settings, peer, bucket, requester, action, key, cx.uri().query());
         // Both decided, so that a Deny of either refuses.
         let by_policy = !on_tags && policy_allows(action)?;
-        let acl_by_policy = acl_action(operation, cx.headers()).map_or(Ok(true), policy_allows)?;
+        let acl_by_policy = acl_action(operation, settings).map_or(Ok(true), policy_allows)?;
         let by_policy = by_policy && acl_by_policy;
         // Where the policies are silent, an ACL may allow: the bucket's now, the object's once
         // its row is read.
@@ -600,7 +628,7 @@ pub async fn authorize(
             grant.hide_missing = matches!(operation, "GetObject" | "HeadObject")
                 && !owns(bucket, requester)
                 && !bucket_acl_allows(bucket, requester, Permission::Read)
-                && !decide(cx, peer, bucket, requester, "s3:ListBucket", None, None)?;
+                && !decide(settings, peer, bucket, requester, "s3:ListBucket", None, None)?;
         }
     }
     if copy
@@ -612,7 +640,7 @@ pub async fn authorize(
         // bucket must not grant the destination (a key that may only read could copy into it,
         // or copy with an ACL it may not set).
         let grants_destination = source.name == bucket_name && !grant.covers(bucket_name);
-        if decide(cx, peer, &source, requester, action, Some(&source_key), None)? && !grants_destination {
+        if decide(settings, peer, &source, requester, action, Some(&source_key), None)? && !grants_destination {
             grant.buckets.push(source.name.clone());
         }
     }
@@ -626,7 +654,7 @@ pub async fn authorize(
 /// Allow lets the request go on to the owner and bucket-policy checks, anything else refuses it.
 #[allow(clippy::too_many_arguments)]
 fn own_allows(
-    cx: &S3AccessContext<'_>,
+    headers: &http::HeaderMap,
     peer: Option<Peer>,
     policy: &BucketPolicy,
     requester: Requester<'_>,
@@ -643,7 +671,7 @@ fn own_allows(
         source_ip: peer.map(|peer| peer.addr.ip()),
         secure_transport: peer.is_some_and(|peer| peer.tls),
         now: SystemTime::now(),
-        headers: cx.headers(),
+        headers,
         query,
         object_tags: None,
         restrict_public: false,
@@ -653,7 +681,7 @@ fn own_allows(
 
 /// Whether `bucket`'s policy allows the request (an explicit Deny refuses it here).
 fn decide(
-    cx: &S3AccessContext<'_>,
+    headers: &http::HeaderMap,
     peer: Option<Peer>,
     bucket: &Arc<BucketInfo>,
     requester: Requester<'_>,
@@ -672,7 +700,7 @@ fn decide(
         source_ip: peer.map(|peer| peer.addr.ip()),
         secure_transport: peer.is_some_and(|peer| peer.tls),
         now: SystemTime::now(),
-        headers: cx.headers(),
+        headers,
         query,
         object_tags: None,
         restrict_public: restricted(bucket),

@@ -28,11 +28,26 @@ use checks::Request;
 pub struct S3Front {
     buckets: Buckets,
     region: String,
+    /// The ownership of a bucket created without one; `None`: AWS's (BucketOwnerEnforced).
+    default_ownership: Option<crate::access::acl::Ownership>,
+}
+
+/// The server-wide settings of the S3 front.
+pub struct FrontSettings {
+    /// `--region`.
+    pub region: String,
+    /// `--s3-default-object-ownership`.
+    pub default_ownership: crate::access::acl::Ownership,
 }
 
 impl S3Front {
-    pub fn new(buckets: Buckets, region: String) -> S3Front {
-        S3Front { buckets, region }
+    pub fn new(buckets: Buckets, settings: FrontSettings) -> S3Front {
+        use crate::access::acl::Ownership;
+        S3Front {
+            buckets,
+            region: settings.region,
+            default_ownership: Some(settings.default_ownership).filter(|o| *o != Ownership::BucketOwnerEnforced),
+        }
     }
 
     /// The request's bucket, which `principal` must be allowed to use as `access` says (or a
@@ -70,7 +85,7 @@ impl S3Front {
         customer: encryption::CustomerFields<'_>,
     ) -> S3Result<(ObjectRead, store::ReadOptions, Option<String>)> {
         let principal = self.principal(req).await?;
-        checks::refuse_unkept(&req.headers, Request::Other)?;
+        checks::refuse_unkept(&req.headers, Request::Read)?;
         let options = store::ReadOptions {
             range: range.map(to_range),
             part_number: part_number(part)?,
@@ -436,7 +451,14 @@ macro_rules! describe_object {
         let [crc32, crc32c, crc64nvme, sha1, sha256] = $checksums;
         $output.e_tag = Some(ETag::Strong(head.etag.clone()));
         $output.last_modified = Some(timestamp(head.last_modified));
-        $output.content_type = head.meta.content_type.clone();
+        // S3 answers an object stored without a Content-Type (PutObject, or CopyObject's
+        // REPLACE, without one) with this one.
+        $output.content_type = Some(
+            head.meta
+                .content_type
+                .clone()
+                .unwrap_or_else(|| "binary/octet-stream".into()),
+        );
         $output.content_encoding = head.meta.content_encoding.clone();
         $output.content_disposition = head.meta.content_disposition.clone();
         $output.content_language = head.meta.content_language.clone();
@@ -582,7 +604,7 @@ impl S3 for S3Front {
         if let Some(config) = &req.input.create_bucket_configuration {
             self.check_bucket_configuration(config)?;
         }
-        let new = acl::new_bucket(&req, &principal, self.buckets.catalog()).await?;
+        let new = acl::new_bucket(&req, &principal, self.buckets.catalog(), self.default_ownership).await?;
         self.buckets
             .catalog()
             .create_bucket(&principal, &req.input.bucket, &new)
@@ -1269,8 +1291,10 @@ impl S3 for S3Front {
         let principal = self.principal(&req).await?;
         let input = &req.input;
         let bucket = self.open(&req, &principal, &input.bucket, Access::Read).await?;
+        // An SSE-C object's attributes are read with its key, as its HEAD is.
         let options = store::ReadOptions {
             version_id: input.version_id.clone(),
+            customer_key: customer_fields!(input).key(&req)?,
             ..Default::default()
         };
         let head = bucket
@@ -1289,8 +1313,10 @@ impl S3 for S3Front {
         };
         let [crc32, crc32c, crc64nvme, sha1, sha256] = checksum_fields(&head, true);
         let has_checksum = head.meta.checksum.is_some();
+        // The ETag goes out unquoted, as S3 writes it here (see `unquote_attributes_etag`).
         Ok(S3Response::new(GetObjectAttributesOutput {
             e_tag: wanted(ObjectAttributes::ETAG).then(|| ETag::Strong(head.etag.clone())),
+            version_id: head.version_id.clone(),
             last_modified: Some(timestamp(head.last_modified)),
             object_size: wanted(ObjectAttributes::OBJECT_SIZE).then_some(head.size as i64),
             storage_class: wanted(ObjectAttributes::STORAGE_CLASS)
@@ -1414,13 +1440,13 @@ impl S3 for S3Front {
         let part_number = part_number(Some(input.part_number))?.unwrap_or_default();
         let source = self.open(&req, &principal, source_bucket, Access::Read).await?;
         let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
-        let answer = encryption::answer_requested(
-            &part_key
-                .clone()
-                .map_or(store::RequestedEncryption::None, store::RequestedEncryption::Customer),
-            false,
-        );
-        let outcome = bucket
+        let requested = part_key
+            .clone()
+            .map_or(store::RequestedEncryption::None, store::RequestedEncryption::Customer);
+        let store::PartOutcome {
+            written: outcome,
+            sse_s3,
+        } = bucket
             .upload_part_copy(
                 &source,
                 source_key,
@@ -1440,7 +1466,7 @@ impl S3 for S3Front {
             }),
             ..Default::default()
         };
-        set_encryption!(output, answer);
+        set_encryption!(output, encryption::answer_requested(&requested, sse_s3));
         Ok(S3Response::new(output))
     }
 
@@ -1584,16 +1610,21 @@ impl S3 for S3Front {
         };
         let part_number = part_number(Some(input.part_number))?.unwrap_or_default();
         let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
-        let outcome = bucket
+        let requested = upload.encryption.clone();
+        let store::PartOutcome {
+            written: outcome,
+            sse_s3,
+        } = bucket
             .upload_part(&input.key, &input.upload_id, part_number, upload)
             .await
             .map_err(|e| fail(&req, e))?;
         let mut output = UploadPartOutput {
             e_tag: Some(ETag::Strong(outcome.etag)),
-            sse_customer_algorithm: part_key.as_ref().map(|_| "AES256".to_owned()),
-            sse_customer_key_md5: part_key.map(|key| key.key_md5),
             ..Default::default()
         };
+        // The part is encrypted as its upload is: SSE-S3 (asked for, or the bucket's default)
+        // is said as S3 says it; SSE-C names the key this request brought.
+        set_encryption!(output, encryption::answer_requested(&requested, sse_s3));
         let _ = set_checksum!(output, outcome.checksum);
         Ok(S3Response::new(output))
     }

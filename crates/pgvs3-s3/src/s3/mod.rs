@@ -8,6 +8,9 @@ mod domains;
 mod errors;
 mod front;
 mod post_form;
+mod unkept_xml;
+
+pub use front::FrontSettings;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -54,7 +57,7 @@ struct Endpoint {
 impl S3Endpoint {
     pub fn new(
         buckets: Buckets,
-        region: String,
+        settings: front::FrontSettings,
         domains: &[String],
         metrics: Metrics,
         admission: S3Admission,
@@ -62,7 +65,7 @@ impl S3Endpoint {
         post: post_form::PostLimits,
     ) -> anyhow::Result<S3Endpoint> {
         let catalog = Arc::clone(buckets.catalog());
-        let mut builder = S3ServiceBuilder::new(front::S3Front::new(buckets, region));
+        let mut builder = S3ServiceBuilder::new(front::S3Front::new(buckets, settings));
         let mut config = s3s::config::S3Config::default();
         config.post_object_max_file_size = post.max_file;
         config.form_max_field_size = post_form::MAX_FIELDS_SIZE;
@@ -185,6 +188,16 @@ impl Endpoint {
                 message,
                 &request_id,
             ))
+        } else if auth::presigned_signature_malformed(request.uri()) {
+            Ok(error_response(
+                http::StatusCode::FORBIDDEN,
+                "SignatureDoesNotMatch",
+                "The request signature we calculated does not match the signature you provided. Check your key and signing method.",
+                &request_id,
+            ))
+        } else if let Err((code, message)) = auth::sigv2_date(request.headers(), time::OffsetDateTime::now_utc()) {
+            // Before s3s, which checks no SigV2 date.
+            Ok(error_response(http::StatusCode::FORBIDDEN, code, message, &request_id))
         } else if undated {
             // S3's answer; s3s would call it a 400 InvalidRequest.
             Ok(error_response(
@@ -198,26 +211,55 @@ impl Endpoint {
                 auth::slash_v2_bucket_path(&mut request);
             }
             match post_form::FormPost::of(&request) {
+                None if unkept_xml::watched(&request) => {
+                    let (request, unkept) = unkept_xml::watch(request);
+                    let outcome = self.service.call(request).await;
+                    match unkept.refused() {
+                        Some(message) => Ok(error_response(
+                            http::StatusCode::NOT_IMPLEMENTED,
+                            "NotImplemented",
+                            message,
+                            &request_id,
+                        )),
+                        None => outcome,
+                    }
+                }
                 None => self.service.call(request.map(s3s_body)).await,
-                Some(form) => match form.admit(request.headers(), &self.post) {
-                    Err((status, code, message)) => {
-                        facts.name_operation("PostObject");
-                        Ok(error_response(status, code, message, &request_id))
+                Some(form) => {
+                    let gate = match form.length(request.headers(), &self.post) {
+                        Ok(length) => self
+                            .unsigned_forms_may_write(&request)
+                            .await
+                            .map(|may| post_form::Gate::new(length, may, &self.post)),
+                        Err(refusal) => Err(refusal),
+                    };
+                    match gate {
+                        Err((status, code, message)) => {
+                            facts.name_operation("PostObject");
+                            Ok(error_response(status, code, message, &request_id))
+                        }
+                        Ok(gate) => {
+                            let request = form.observe(request, gate);
+                            let notes = request.extensions().get::<post_form::FormNotes>().cloned();
+                            // The notes hold the file's reservation until s3s has stored it.
+                            let outcome = self.service.call(request).await;
+                            outcome.map(|response| match notes {
+                                Some(notes) => match notes.refused() {
+                                    Some((status, code, message)) => {
+                                        facts.name_operation("PostObject");
+                                        error_response(status, code, message, &request_id)
+                                    }
+                                    None => post_form::finish(response, &notes, &request_id),
+                                },
+                                None => response,
+                            })
+                        }
                     }
-                    // The reservation is held until s3s has stored the file it buffered.
-                    Ok(_held) => {
-                        let request = form.observe(request);
-                        let notes = request.extensions().get::<post_form::FormNotes>().cloned();
-                        let outcome = self.service.call(request).await;
-                        outcome.map(|response| match notes {
-                            Some(notes) => post_form::finish(response, &notes, &request_id),
-                            None => response,
-                        })
-                    }
-                },
+                }
             }
         };
         let mut response = match outcome {
+            Ok(response) if facts.operation() == Some("GetObjectAttributes") => unquote_attributes_etag(response),
             Ok(response) => response,
             Err(err) => {
                 tracing::error!(error = ?err, "S3 request failed inside the service");
@@ -238,6 +280,35 @@ impl Endpoint {
         }
         self.record(started, facts, &response, received);
         response
+    }
+
+    /// Whether the bucket a form is posted to may let an unsigned form write (it has a policy,
+    /// or ACLs); refused when it does not exist, as S3 does, before a byte of the form is read.
+    async fn unsigned_forms_may_write<B>(&self, request: &Request<B>) -> Result<bool, post_form::Refusal> {
+        let Some(name) = self.bucket_of(request) else {
+            return Ok(false);
+        };
+        let bucket = match self.catalog.cached_bucket(&name) {
+            Some(bucket) => bucket,
+            None => match self.catalog.bucket(&name).await {
+                Ok(bucket) => bucket,
+                Err(crate::store::StoreError::NoSuchBucket) => {
+                    return Err((
+                        http::StatusCode::NOT_FOUND,
+                        "NoSuchBucket",
+                        "The specified bucket does not exist",
+                    ));
+                }
+                Err(_) => {
+                    return Err((
+                        http::StatusCode::SERVICE_UNAVAILABLE,
+                        "ServiceUnavailable",
+                        "Please reduce your request rate.",
+                    ));
+                }
+            },
+        };
+        Ok(bucket.access.policy.is_some() || bucket.access.acls_enabled())
     }
 
     /// The bucket a virtual-host-style request names in its Host header (`--s3-domain`).
@@ -379,4 +450,30 @@ impl hyper::service::Service<Request<RequestBody>> for S3Endpoint {
         let endpoint = Arc::clone(&self.0);
         Box::pin(async move { Ok(endpoint.handle(request).await) })
     }
+}
+
+/// GetObjectAttributes' `<ETag>` as S3 writes it: without the quotes every other ETag has
+/// (s3s writes them all quoted). The body is a short XML document s3s has already built whole.
+fn unquote_attributes_etag(mut response: Response<s3s::Body>) -> Response<s3s::Body> {
+    let Some(body) = response.body().bytes() else {
+        return response;
+    };
+    let Ok(text) = std::str::from_utf8(&body) else {
+        return response;
+    };
+    let (Some(open), Some(close)) = (text.find("<ETag>\""), text.find("\"</ETag>")) else {
+        return response;
+    };
+    if close <= open {
+        return response;
+    }
+    let value = &text[open + "<ETag>\"".len()..close];
+    let unquoted = format!(
+        "{}<ETag>{value}</ETag>{}",
+        &text[..open],
+        &text[close + "\"</ETag>".len()..]
+    );
+    response.headers_mut().remove(http::header::CONTENT_LENGTH);
+    *response.body_mut() = s3s::Body::from(unquoted);
+    response
 }

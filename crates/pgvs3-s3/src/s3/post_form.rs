@@ -1,17 +1,21 @@
 //! Browser uploads (POST Object: a multipart form to a bucket) on their way into s3s. s3s checks
 //! the form's signature and policy and holds the file in memory before any access check runs,
 //! so the form is bounded here first: a Content-Length is required, the form may not exceed
-//! `--s3-post-max-size`, and the bytes s3s will hold are reserved from the buffer budget (or the
-//! request is turned away with 503 SlowDown). As the body streams past, the fields before the
-//! file are noted — s3s drops the file part's name (which `${filename}` in the key stands for)
-//! and every field it has no input member for (the form's `acl`, for one) — for the operation.
+//! `--s3-post-max-size`, and its bucket must exist. As the body streams past, the fields before
+//! the file are noted — s3s drops the file part's name (which `${filename}` in the key stands
+//! for) and every field it has no input member for (the form's `acl`, for one) — for the
+//! operation. Then the form passes its [`Gate`] before s3s reads a byte of the file: an unsigned
+//! form only where the bucket's rules may let one write at all, and the bytes s3s will hold are
+//! reserved from the buffer budget only then — for a signed form, after s3s verified its
+//! signature — so clients that have shown no credential hold no byte of the shared budget,
+//! only the fields' window of their own connection.
 
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 
 use crate::admission::{BufferBudget, Reservation};
@@ -64,9 +68,8 @@ impl FormPost {
         (!boundary.is_empty()).then_some(FormPost { boundary })
     }
 
-    /// Admits the form: its length is known and within bounds, and the memory s3s will hold for
-    /// it is reserved (kept until the response is built).
-    pub fn admit(&self, headers: &HeaderMap, limits: &PostLimits) -> Result<Reservation, Refusal> {
+    /// The form's length, when it is declared and within bounds.
+    pub fn length(&self, headers: &HeaderMap, limits: &PostLimits) -> Result<u64, Refusal> {
         let length = headers
             .get(http::header::CONTENT_LENGTH)
             .and_then(|value| value.to_str().ok())
@@ -83,19 +86,13 @@ impl FormPost {
                 "Your proposed upload exceeds the maximum allowed object size.",
             ));
         }
-        // The file as s3s aggregates it, plus the window kept here.
-        let held = length + length.min(NOTE_WINDOW as u64);
-        limits.budget.try_reserve(held, "post_object").ok_or((
-            StatusCode::SERVICE_UNAVAILABLE,
-            "SlowDown",
-            "Please reduce your request rate (the gateway's upload buffers are in use).",
-        ))
+        Ok(length)
     }
 
-    /// The request with a body that notes the form's fields on the way, and the notes in its
-    /// extensions (where the operation finds them).
-    pub fn observe(self, request: Request<RequestBody>) -> Request<s3s::Body> {
-        let notes = FormNotes::default();
+    /// The request with a body that notes the form's fields on the way and then passes `gate`,
+    /// and the notes in its extensions (where the operation finds them).
+    pub fn observe(self, request: Request<RequestBody>, gate: Gate) -> Request<s3s::Body> {
+        let notes = gate.notes.clone();
         let (mut parts, body) = request.into_parts();
         parts.extensions.insert(notes.clone());
         let body = NotingBody {
@@ -103,8 +100,53 @@ impl FormPost {
             boundary: self.boundary,
             window: Vec::new(),
             notes: Some(notes),
+            gate: Some(gate),
         };
         Request::from_parts(parts, s3s::Body::http_body(body))
+    }
+}
+
+/// What a form must pass once its fields are in, before s3s reads its file.
+pub struct Gate {
+    notes: FormNotes,
+    /// The form's bucket has rules (a policy, or ACLs) that may let an unsigned form write;
+    /// where it has none, the access check would refuse an unsigned form anyway.
+    unsigned_may_write: bool,
+    /// The form's declared length: what s3s may hold of it.
+    length: u64,
+    budget: BufferBudget,
+    /// The fields went by on an earlier read: s3s has checked the signature (if the form has
+    /// one) and is reading the file.
+    armed: bool,
+}
+
+impl Gate {
+    pub fn new(length: u64, unsigned_may_write: bool, limits: &PostLimits) -> Gate {
+        Gate {
+            notes: FormNotes::default(),
+            unsigned_may_write,
+            length,
+            budget: limits.budget.clone(),
+            armed: false,
+        }
+    }
+
+    /// Lets the form's file be read, its memory reserved; or the answer that refuses it.
+    fn pass(&self) -> Result<(), Refusal> {
+        let signed = self
+            .notes
+            .get()
+            .is_some_and(|fields| fields.field("x-amz-signature").is_some() || fields.field("signature").is_some());
+        if !signed && !self.unsigned_may_write {
+            return Err((StatusCode::FORBIDDEN, "AccessDenied", "Access Denied"));
+        }
+        let held = self.budget.try_reserve(self.length, "post_object").ok_or((
+            StatusCode::SERVICE_UNAVAILABLE,
+            "SlowDown",
+            "Please reduce your request rate (the gateway's upload buffers are in use).",
+        ))?;
+        *self.notes.0.held.lock().expect("form reservation") = Some(held);
+        Ok(())
     }
 }
 
@@ -117,6 +159,11 @@ pub struct FormNotes(Arc<Notes>);
 struct Notes {
     fields: OnceLock<FormFields>,
     stored: OnceLock<Stored>,
+    /// The memory s3s holds for the file, reserved at the gate; returned with the last clone
+    /// of the notes, once the response is built.
+    held: Mutex<Option<Reservation>>,
+    /// The gate's refusal: the answer, instead of s3s's to the body it could not read.
+    refused: OnceLock<Refusal>,
 }
 
 struct Stored {
@@ -128,6 +175,11 @@ struct Stored {
 impl FormNotes {
     pub fn get(&self) -> Option<&FormFields> {
         self.0.fields.get()
+    }
+
+    /// Why the form was refused before its file was read, if it was.
+    pub fn refused(&self) -> Option<Refusal> {
+        self.0.refused.get().copied()
     }
 
     /// Notes the object the upload became.
@@ -155,16 +207,62 @@ impl FormFields {
             .find(|(field, _)| field == name)
             .map(|(_, value)| value.as_str())
     }
+
+    /// Whether the policy's `expiration` (if it has a policy s3s could read) is ISO 8601 as S3
+    /// reads it (`2030-01-01T00:00:00.000Z`). s3s reads it as RFC 3339, which takes any character
+    /// between the date and the time, so `2030-01-01 00:00:00+00:00` (Python's `str(datetime)`)
+    /// passed where S3 answers 400; s3s checks the rest of the date itself.
+    pub fn expiration_is_iso(&self) -> bool {
+        use base64::Engine;
+        let expiration = self
+            .field("policy")
+            .and_then(|policy| base64::engine::general_purpose::STANDARD.decode(policy.trim()).ok())
+            .and_then(|json| serde_json::from_slice::<serde_json::Value>(&json).ok())
+            .and_then(|policy| policy.get("expiration")?.as_str().map(str::to_owned));
+        expiration.is_none_or(|expiration| expiration.as_bytes().get(10) == Some(&b'T'))
+    }
+
+    /// The key the form stores its file as: its `key` field, `${filename}` replaced.
+    pub fn key(&self) -> Option<String> {
+        let key = self.field("key")?;
+        Some(match &self.filename {
+            Some(filename) => substitute_filename(key, filename),
+            None => key.to_owned(),
+        })
+    }
+
+    /// The form's settings as the request headers a PutObject would carry them in (the form's
+    /// `acl` is the header `x-amz-acl`).
+    pub fn settings(&self) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in &self.fields {
+            let name = if name == "acl" { "x-amz-acl" } else { name.as_str() };
+            if !name.starts_with("x-amz-") {
+                continue;
+            }
+            if let (Ok(name), Ok(value)) = (HeaderName::try_from(name), HeaderValue::from_str(value)) {
+                headers.append(name, value);
+            }
+        }
+        headers
+    }
+}
+
+/// A form's key with `${filename}` replaced by the uploaded file's name, as S3 does.
+pub fn substitute_filename(key: &str, filename: &str) -> String {
+    key.replace("${filename}", filename)
 }
 
 /// The request body, passed through unchanged, with the bytes before the file part kept until
-/// its headers have gone by.
+/// its headers have gone by; then held at its gate.
 struct NotingBody {
     inner: RequestBody,
     boundary: Vec<u8>,
     window: Vec<u8>,
     /// `None` once the fields are noted (or the window is full without a file part).
     notes: Option<FormNotes>,
+    /// `None` once passed.
+    gate: Option<Gate>,
 }
 
 impl Body for NotingBody {
@@ -173,6 +271,12 @@ impl Body for NotingBody {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = &mut *self;
+        if let Some(gate) = this.gate.take_if(|gate| gate.armed)
+            && let Err(refusal) = gate.pass()
+        {
+            let _ = gate.notes.0.refused.set(refusal);
+            return Poll::Ready(Some(Err(BodyError::Refused)));
+        }
         let frame = Pin::new(&mut this.inner).poll_frame(cx);
         if let Poll::Ready(Some(Ok(frame))) = &frame
             && let Some(data) = frame.data_ref()
@@ -188,6 +292,11 @@ impl Body for NotingBody {
             } else if this.window.len() == NOTE_WINDOW {
                 this.notes = None;
                 this.window = Vec::new();
+            }
+            if this.notes.is_none()
+                && let Some(gate) = &mut this.gate
+            {
+                gate.armed = true;
             }
         }
         frame

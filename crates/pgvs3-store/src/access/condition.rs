@@ -96,6 +96,18 @@ const CONDITION_KEYS: &[&str] = &[
     "s3:x-amz-copy-source",
     "s3:x-amz-metadata-directive",
     "s3:x-amz-storage-class",
+    "s3:x-amz-server-side-encryption",
+    "s3:x-amz-server-side-encryption-customer-algorithm",
+    "s3:x-amz-server-side-encryption-aws-kms-key-id",
+    "s3:x-amz-grant-read",
+    "s3:x-amz-grant-write",
+    "s3:x-amz-grant-read-acp",
+    "s3:x-amz-grant-write-acp",
+    "s3:x-amz-grant-full-control",
+    "s3:x-amz-website-redirect-location",
+    "s3:object-lock-mode",
+    "s3:object-lock-retain-until-date",
+    "s3:object-lock-legal-hold",
     "s3:authtype",
     "s3:signatureversion",
 ];
@@ -383,6 +395,10 @@ impl RequestContext<'_> {
                 Requester::Anonymous => None,
                 Requester::Key { .. } => Some(Cow::Borrowed("AWS4-HMAC-SHA256")),
             },
+            // The object lock keys name the headers without their `x-amz-`.
+            "s3:object-lock-mode" => header("x-amz-object-lock-mode"),
+            "s3:object-lock-retain-until-date" => header("x-amz-object-lock-retain-until-date"),
+            "s3:object-lock-legal-hold" => header("x-amz-object-lock-legal-hold"),
             other => header(other.strip_prefix("s3:")?),
         }
     }

@@ -33,6 +33,10 @@ pub struct LifecycleRule {
     /// Days after which an incomplete multipart upload is aborted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abort_incomplete_after_days: Option<u32>,
+    /// The rule was given the legacy rule-level `Prefix` rather than a `Filter`: it is answered
+    /// as it was sent, so tools that compare what they sent see no difference.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rule_prefix: bool,
 }
 
 /// Which objects a rule applies to: all of its conditions hold.

@@ -208,8 +208,9 @@ impl Store {
     }
 
     /// Sets (or, `None`, removes) a version's retention, as S3 allows: a COMPLIANCE retention
-    /// is only ever extended; a GOVERNANCE one is shortened, removed or weakened only by a
-    /// request that bypasses governance retention.
+    /// is only ever extended; a GOVERNANCE one is shortened, removed or changed to another
+    /// mode (COMPLIANCE too, as S3 refuses that without the bypass) only by a request that
+    /// bypasses governance retention.
     pub(crate) async fn set_retention(
         &self,
         bucket: &BucketInfo,
@@ -238,9 +239,9 @@ impl Store {
             let Some(old) = meta.retention.as_ref().filter(|old| old.active(now)) else {
                 return Ok(());
             };
-            let kept = retention.as_ref().is_some_and(|new| {
-                new.until >= old.until && (new.mode == LockMode::Compliance || old.mode == LockMode::Governance)
-            });
+            let kept = retention
+                .as_ref()
+                .is_some_and(|new| new.until >= old.until && new.mode == old.mode);
             match (kept, old.mode) {
                 (true, _) => Ok(()),
                 (false, LockMode::Governance) if bypass_governance => Ok(()),

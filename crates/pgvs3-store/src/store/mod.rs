@@ -20,6 +20,7 @@ mod objects;
 mod origins;
 mod quotas;
 mod reaper;
+mod staging;
 mod tagging;
 mod types;
 mod versions;
@@ -43,7 +44,7 @@ pub use lifecycle::{
 };
 pub use listing::{ListPage, ListRequest, ListedObject, MAX_KEYS as LIST_MAX_KEYS};
 pub use lock::{DefaultRetention, LockConfig, LockMode, RequestedLock, Retention, RetentionPeriod, lock_missing};
-pub use multipart::{CompletedPart, MultipartUpload, PartInfo, PartsPage, UploadsPage, UploadsRequest};
+pub use multipart::{CompletedPart, MultipartUpload, PartInfo, PartOutcome, PartsPage, UploadsPage, UploadsRequest};
 pub use notifications::{MAX_RULES as MAX_NOTIFICATION_RULES, NotificationRule, Notifications, RuleError};
 pub use objects::{
     BodyObserver, BodyStream, ByteRange, INLINE_LIMIT, ObjectHead, ObjectMeta, ObjectRead, PutOutcome, ReadOptions,
@@ -77,11 +78,14 @@ pub enum Access {
 pub struct Store {
     pool: Pool,
     catalog: Arc<Catalog>,
+    /// The connections uploads' writes may hold at once.
+    uploads: staging::UploadShare,
 }
 
 impl Store {
     pub fn new(pool: Pool, catalog: Arc<Catalog>) -> Store {
-        Store { pool, catalog }
+        let uploads = staging::UploadShare::of(&pool);
+        Store { pool, catalog, uploads }
     }
 
     pub fn catalog(&self) -> &Arc<Catalog> {

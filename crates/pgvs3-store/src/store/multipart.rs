@@ -8,8 +8,15 @@ use bytes::BytesMut;
 use md5::{Digest, Md5};
 use tokio_postgres::types::Json;
 
-use super::objects::{BodyDigest, NewObjectRow, check_length, write_chunks};
+use super::objects::{BodyDigest, NewObjectRow, check_length};
 use super::{BucketInfo, ObjectMeta, PutOutcome, Store, StoreError, StoreResult, Upload, WriteCondition};
+
+/// A part stored, and whether its upload is encrypted with SSE-S3 (which S3's answer says; an
+/// SSE-C upload's answer names the key the request brought).
+pub struct PartOutcome {
+    pub written: PutOutcome,
+    pub sse_s3: bool,
+}
 
 /// S3's limits: parts are numbered 1 to 10,000, and all but the last hold at least 5 MiB.
 pub const MAX_PART_NUMBER: u32 = 10_000;
@@ -127,7 +134,7 @@ impl Store {
         upload_id: &str,
         part_number: u32,
         upload: Upload,
-    ) -> StoreResult<PutOutcome> {
+    ) -> StoreResult<PartOutcome> {
         let part_number = check_part_number(part_number)?;
         let upload_id = upload_number(upload_id)?;
         let Upload {
@@ -137,15 +144,16 @@ impl Store {
             encryption,
             ..
         } = upload;
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
         // A part is encrypted with the upload's key: an SSE-C upload's parts must come with
         // the key it was started with.
-        let statement = tx.prepare_cached(&bucket.sql.upload_encryption).await?;
-        let Some(row) = tx.query_opt(&statement, &[&upload_id, &bucket.id, &key]).await? else {
-            return Err(StoreError::NoSuchUpload);
+        let sealed: Option<Json<super::encryption::Sealed>> = {
+            let client = self.client().await?;
+            let statement = client.prepare_cached(&bucket.sql.upload_encryption).await?;
+            let Some(row) = client.query_opt(&statement, &[&upload_id, &bucket.id, &key]).await? else {
+                return Err(StoreError::NoSuchUpload);
+            };
+            row.get(0)
         };
-        let sealed: Option<Json<super::encryption::Sealed>> = row.get(0);
         let offered = match &encryption {
             super::encryption::Requested::Customer(customer) => Some(customer),
             _ => None,
@@ -155,20 +163,25 @@ impl Store {
             offered,
             self.catalog.master_key(),
         )?;
+        // Read ahead in batches and written without holding a connection while the client
+        // sends; the last batch commits with the part's row.
         let digest = BodyDigest::start(observer);
-        let (body_id, size) = write_chunks(
-            &tx,
-            &bucket.sql,
-            true,
-            BytesMut::new(),
-            &mut body,
-            Some(&digest),
-            object_key.as_ref(),
-        )
-        .await?;
+        let mut staged = self
+            .stage_body(
+                &bucket.sql,
+                true,
+                BytesMut::new(),
+                &mut body,
+                Some(&digest),
+                object_key.as_ref(),
+            )
+            .await?;
+        let size = staged.size();
         check_length(declared_len, size)?;
         let (md5, checksum) = digest.finish(size).await?;
         let etag = hex::encode(md5);
+        let mut client = self.upload_client().await?;
+        let tx = client.transaction().await?;
         let statement = tx.prepare_cached(&bucket.sql.lock_upload).await?;
         if tx
             .query_opt(&statement, &[&upload_id, &bucket.id, &key])
@@ -177,17 +190,22 @@ impl Store {
         {
             return Err(StoreError::NoSuchUpload);
         }
+        let body_id = staged.finish(&tx).await?;
         let statement = tx.prepare_cached(&bucket.sql.put_part).await?;
         let row = tx
             .query_one(&statement, &[&upload_id, &part_number, &(size as i64), &etag, &body_id])
             .await?;
         tx.commit().await?;
-        Ok(PutOutcome {
-            etag,
-            size,
-            last_modified: row.get(0),
-            checksum,
-            version_id: None,
+        staged.committed();
+        Ok(PartOutcome {
+            written: PutOutcome {
+                etag,
+                size,
+                last_modified: row.get(0),
+                checksum,
+                version_id: None,
+            },
+            sse_s3: sealed.is_some_and(|Json(sealed)| sealed.mode == super::encryption::Mode::S3),
         })
     }
 

@@ -208,6 +208,7 @@ pub struct NamespaceSql {
     pub(super) types: super::types::TypedSql,
     pub(super) versions: super::versions::VersionSql,
     pub(super) lock: super::lock::LockSql,
+    pub(super) staging: super::staging::StagingSql,
 }
 
 impl NamespaceSql {
@@ -413,6 +414,7 @@ impl NamespaceSql {
             types: super::types::TypedSql::new(&ns),
             versions: super::versions::VersionSql::new(&ns),
             lock: super::lock::LockSql::new(&ns),
+            staging: super::staging::StagingSql::new(&ns),
         }
     }
 }
@@ -673,9 +675,9 @@ impl Store {
     }
 
     /// Stores an object from a stream, if `condition` holds when it commits. Bodies up to
-    /// [`INLINE_LIMIT`] go into the object row in one statement; larger ones are copied chunk
-    /// by chunk in one transaction that also flips the object row, so nothing is visible until
-    /// the whole body is in and verified.
+    /// [`INLINE_LIMIT`] go into the object row in one statement; larger ones are chunked and
+    /// written in batches (`staging`), the last with the transaction that flips the object row,
+    /// so nothing is visible until the whole body is in and verified.
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store put_object", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn put_object(
         &self,
@@ -732,24 +734,28 @@ impl Store {
             });
         }
 
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
+        // Read ahead in batches and written without holding a connection while the client
+        // sends; the last batch commits with the row.
         let compress = worth_compressing(meta.content_type.as_deref());
         let digest = BodyDigest::start(observer);
-        let (body_id, size) = write_chunks(
-            &tx,
-            &bucket.sql,
-            compress,
-            head,
-            &mut body,
-            Some(&digest),
-            object_key.as_ref(),
-        )
-        .await?;
+        let mut staged = self
+            .stage_body(
+                &bucket.sql,
+                compress,
+                head,
+                &mut body,
+                Some(&digest),
+                object_key.as_ref(),
+            )
+            .await?;
+        let size = staged.size();
         check_length(declared_len, size)?;
         let (md5, checksum) = digest.finish(size).await?;
         meta.checksum = checksum;
         let etag = hex::encode(md5);
+        let mut client = self.upload_client().await?;
+        let tx = client.transaction().await?;
+        let body_id = staged.finish(&tx).await?;
         let row = NewObjectRow {
             key,
             size,
@@ -760,6 +766,7 @@ impl Store {
         };
         let written = self.write_object_row(&tx, bucket, &row, condition).await?;
         tx.commit().await?;
+        staged.committed();
         Ok(PutOutcome {
             etag,
             size,
@@ -984,7 +991,7 @@ impl BodyDigest {
         BodyDigest { pieces, hashed }
     }
 
-    async fn update(&self, piece: Bytes) -> StoreResult<()> {
+    pub(super) async fn update(&self, piece: Bytes) -> StoreResult<()> {
         self.pieces
             .send(piece)
             .await

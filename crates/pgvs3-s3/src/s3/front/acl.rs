@@ -223,11 +223,13 @@ async fn check_grantees(requested: &Requested, catalog: &Catalog) -> S3Result<()
 }
 
 /// What a CreateBucket asks for beyond its name: object lock, ownership (`x-amz-object-ownership`,
-/// default BucketOwnerEnforced) and the ACL, which BucketOwnerEnforced takes only owner-only.
+/// else `default_ownership` — `--s3-default-object-ownership` — else BucketOwnerEnforced) and the
+/// ACL, which BucketOwnerEnforced takes only owner-only.
 pub(super) async fn new_bucket(
     req: &S3Request<CreateBucketInput>,
     principal: &Principal,
     catalog: &Catalog,
+    default_ownership: Option<Ownership>,
 ) -> S3Result<NewBucket> {
     let ownership = req
         .input
@@ -237,7 +239,8 @@ pub(super) async fn new_bucket(
             Ownership::parse(text.as_str())
                 .ok_or_else(|| s3s::s3_error!(InvalidArgument, "Invalid x-amz-object-ownership header"))
         })
-        .transpose()?;
+        .transpose()?
+        .or(default_ownership);
     let owner = match principal.is_root {
         true => catalog.root_key_id().unwrap_or_else(|| principal.access_key.clone()),
         false => principal.access_key.clone(),

@@ -11,7 +11,9 @@ pub enum Request {
     /// PutObject and CreateMultipartUpload: the request that declares a new object.
     NewObject,
     CopyObject,
-    /// UploadPart, UploadPartCopy, GetObject, HeadObject: only encryption keys apply.
+    /// GetObject, HeadObject: an SSE-C key may come with them, no other encryption setting.
+    Read,
+    /// UploadPart, UploadPartCopy: only encryption keys apply.
     Other,
 }
 
@@ -31,6 +33,20 @@ pub fn refuse_unkept(headers: &HeaderMap, request: Request) -> S3Result<()> {
             (_, "storage-class") if writes && value != "STANDARD" => return Err(storage_class_refused(value)),
             (_, "website-redirect-location") if writes => {
                 return Err(not_implemented("Website redirects are not implemented"));
+            }
+            // A read decrypts with what the object was written with: S3 refuses a read that
+            // asks for an encryption (SSE-C's key headers are the read's own).
+            (
+                Request::Read,
+                "server-side-encryption"
+                | "server-side-encryption-aws-kms-key-id"
+                | "server-side-encryption-context"
+                | "server-side-encryption-bucket-key-enabled",
+            ) => {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::InvalidArgument,
+                    format!("x-amz-{setting} header is not supported for this operation."),
+                ));
             }
             _ => {}
         }

@@ -199,6 +199,7 @@ fn rule_from(rule: &LifecycleRule) -> S3Result<store::LifecycleRule> {
         expiration,
         noncurrent,
         abort_incomplete_after_days,
+        rule_prefix: rule.filter.is_none() && rule.prefix.is_some(),
     })
 }
 
@@ -263,7 +264,7 @@ fn rule_xml(rule: &store::LifecycleRule) -> LifecycleRule {
         } else {
             ExpirationStatus::DISABLED
         }),
-        filter: Some(filter_xml(&rule.filter)),
+        filter: (!rule.rule_prefix).then(|| filter_xml(&rule.filter)),
         expiration: rule.expiration.as_ref().map(|e| LifecycleExpiration {
             days: e.days.map(|d| d as i32),
             date: e
@@ -280,7 +281,7 @@ fn rule_xml(rule: &store::LifecycleRule) -> LifecycleRule {
                 days_after_initiation: Some(days as i32),
             }
         }),
-        prefix: None,
+        prefix: rule.rule_prefix.then(|| rule.filter.prefix.clone()),
         transitions: None,
         noncurrent_version_transitions: None,
     }

@@ -3,12 +3,12 @@
 //! form's settings are held to the same refusals as a PutObject's headers, and the answer
 //! carries the object's ETag and Location.
 
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderValue};
 use s3s::dto::PutObjectInput;
 use s3s::{S3Request, S3Result};
 
 use super::checks::{self, Request};
-use crate::s3::post_form::{FormFields, FormNotes};
+use crate::s3::post_form::{FormFields, FormNotes, substitute_filename};
 
 /// The form a PutObject came from, if it is a browser upload.
 pub struct FormUpload {
@@ -25,7 +25,13 @@ impl FormUpload {
             return Ok(None);
         };
         let fields = notes.get();
-        let settings = settings(fields);
+        if fields.is_some_and(|fields| !fields.expiration_is_iso()) {
+            return Err(s3s::s3_error!(
+                InvalidPolicyDocument,
+                "Invalid Policy: Invalid 'expiration' value."
+            ));
+        }
+        let settings = fields.map(FormFields::settings).unwrap_or_default();
         checks::refuse_unkept(&settings, Request::NewObject)?;
         if req.input.key.contains("${filename}") {
             let Some(filename) = fields.and_then(|fields| fields.filename.as_deref()) else {
@@ -34,7 +40,7 @@ impl FormUpload {
                     "POST requires exactly one file upload per request."
                 ));
             };
-            req.input.key = req.input.key.replace("${filename}", filename);
+            req.input.key = substitute_filename(&req.input.key, filename);
         }
         Ok(Some(FormUpload { notes, settings }))
     }
@@ -63,20 +69,4 @@ impl FormUpload {
             }
         }
     }
-}
-
-/// The form's settings as the request headers a PutObject would carry them in (the form's `acl`
-/// is the header `x-amz-acl`).
-fn settings(fields: Option<&FormFields>) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    for (name, value) in fields.map(|fields| fields.fields.as_slice()).unwrap_or_default() {
-        let name = if name == "acl" { "x-amz-acl" } else { name.as_str() };
-        if !name.starts_with("x-amz-") {
-            continue;
-        }
-        if let (Ok(name), Ok(value)) = (HeaderName::try_from(name), HeaderValue::from_str(value)) {
-            headers.append(name, value);
-        }
-    }
-    headers
 }

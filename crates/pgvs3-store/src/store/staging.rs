@@ -1,0 +1,355 @@
+//! Large bodies from clients, written so that a client sending slowly holds no database
+//! connection: up to [`BATCH_BYTES`] of a body are read ahead in memory, and only a full batch
+//! (or the end of the body) takes a connection, for as long as writing it takes. A body that
+//! fits one batch is written in the transaction that stores its row, as before. A longer one is
+//! written batch by batch, each batch committed on its own: nothing of it is visible until the
+//! last batch commits with the row that names the body, and until then the body is *leased* —
+//! a row in `retired_bodies` dated in the future — so the reaper takes the chunks of an upload
+//! whose client left or whose gateway died (once the lease ran out), and never those of a live
+//! one. Uploads take their connections within [`UploadShare`], so requests that are not uploads
+//! always find some of the pool free.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use deadpool_postgres::{GenericClient, Object, Pool};
+use futures::StreamExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::types::Type;
+
+use super::chunks::Chunker;
+use super::encryption::ObjectKey;
+use super::objects::{BodyDigest, BodyStream, NamespaceSql};
+use super::{Store, StoreError, StoreResult};
+
+/// Bytes of a body read ahead in memory before they are written (per upload streaming).
+pub const BATCH_BYTES: usize = 1 << 20;
+
+/// How long a leased body is safe from the reaper without word from its upload.
+const LEASE: Duration = Duration::from_secs(15 * 60);
+/// An upload renews its lease this often, while it waits for its client too.
+const RENEW_EVERY: Duration = Duration::from_secs(60);
+/// The least a lease must have left when its body commits. The reaper takes a body only once
+/// its lease has run out; with this margin the final transaction would have to run for minutes
+/// for the reaper to start on a body it is committing.
+const COMMIT_MARGIN: Duration = Duration::from_secs(5 * 60);
+
+/// The lease statements of one namespace (quoted).
+#[derive(Debug)]
+pub(super) struct StagingSql {
+    lease: String,
+    renew: String,
+    take: String,
+    retire: String,
+}
+
+impl StagingSql {
+    pub(super) fn new(ns: &str) -> StagingSql {
+        StagingSql {
+            lease: format!(
+                "INSERT INTO {ns}.retired_bodies (body_id, retired_at)
+                 SELECT nextval('{ns}.body_ids'), now() + make_interval(secs => $1) RETURNING body_id"
+            ),
+            // A lease that ran out is never renewed: the reaper may already be deleting its
+            // chunks, so the upload fails instead of writing more or committing a body with holes.
+            renew: format!(
+                "UPDATE {ns}.retired_bodies SET retired_at = now() + make_interval(secs => $2)
+                  WHERE body_id = $1 AND retired_at > now()"
+            ),
+            take: format!(
+                "DELETE FROM {ns}.retired_bodies WHERE body_id = $1 AND retired_at > now() + make_interval(secs => $2)"
+            ),
+            retire: format!("UPDATE {ns}.retired_bodies SET retired_at = now() WHERE body_id = $1"),
+        }
+    }
+}
+
+/// The pool connections uploads may hold at once: all but a quarter of the pool (at least one
+/// connection is kept for other requests; at least one is the uploads').
+#[derive(Clone)]
+pub(super) struct UploadShare {
+    permits: Arc<Semaphore>,
+}
+
+impl UploadShare {
+    pub(super) fn of(pool: &Pool) -> UploadShare {
+        let pool_size = pool.status().max_size;
+        let size = pool_size.saturating_sub((pool_size / 4).max(1)).max(1);
+        UploadShare {
+            permits: Arc::new(Semaphore::new(size)),
+        }
+    }
+}
+
+/// A pool connection taken for an upload's write, within the [`UploadShare`].
+pub(super) struct UploadClient {
+    client: Object,
+    _share: OwnedSemaphorePermit,
+}
+
+impl std::ops::Deref for UploadClient {
+    type Target = Object;
+    fn deref(&self) -> &Object {
+        &self.client
+    }
+}
+
+impl std::ops::DerefMut for UploadClient {
+    fn deref_mut(&mut self) -> &mut Object {
+        &mut self.client
+    }
+}
+
+impl Store {
+    /// A connection for an upload's write: first a place in the upload share, then one of the
+    /// pool, both within the pool's wait timeout.
+    pub(super) async fn upload_client(&self) -> StoreResult<UploadClient> {
+        let wait = self.pool.timeouts().wait.unwrap_or(Duration::from_secs(30));
+        let share = tokio::time::timeout(wait, Arc::clone(&self.uploads.permits).acquire_owned())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .ok_or_else(|| StoreError::Unavailable("timed out waiting for a connection for uploads".into()))?;
+        Ok(UploadClient {
+            client: self.client().await?,
+            _share: share,
+        })
+    }
+
+    /// Reads `body` (after `head`, bytes already taken from it) into chunks, each piece also
+    /// given to `digest`; every full batch but the last is written on a connection of its own.
+    /// The rest is written by [`Staged::finish`], in the transaction that stores the row.
+    pub(super) async fn stage_body<'a>(
+        &'a self,
+        sql: &'a NamespaceSql,
+        compress: bool,
+        head: BytesMut,
+        body: &mut BodyStream,
+        digest: Option<&BodyDigest>,
+        key: Option<&'a ObjectKey>,
+    ) -> StoreResult<Staged<'a>> {
+        let mut staged = Staged {
+            store: self,
+            sql,
+            key,
+            chunker: Chunker::new(compress),
+            ready: Vec::new(),
+            ready_bytes: 0,
+            next_seq: 0,
+            size: 0,
+            lease: None,
+        };
+        staged.take(head.freeze(), digest).await?;
+        while let Some(piece) = staged.next_piece(body).await? {
+            staged.take(piece, digest).await?;
+            if staged.ready_bytes >= BATCH_BYTES {
+                staged.flush().await?;
+            }
+        }
+        Ok(staged)
+    }
+}
+
+/// A body read to its end, all but its last batch written.
+pub(super) struct Staged<'a> {
+    store: &'a Store,
+    sql: &'a NamespaceSql,
+    key: Option<&'a ObjectKey>,
+    chunker: Chunker,
+    /// Full chunks (compressed where it paid, not yet sealed) waiting for their batch.
+    ready: Vec<Bytes>,
+    ready_bytes: usize,
+    next_seq: i32,
+    size: u64,
+    /// Set once the first batch is written ahead of the row.
+    lease: Option<Lease>,
+}
+
+impl Staged<'_> {
+    pub(super) fn size(&self) -> u64 {
+        self.size
+    }
+
+    async fn take(&mut self, piece: Bytes, digest: Option<&BodyDigest>) -> StoreResult<()> {
+        if piece.is_empty() {
+            return Ok(());
+        }
+        self.size += piece.len() as u64;
+        self.chunker.push(&piece);
+        while let Some(chunk) = self.chunker.next_full() {
+            self.ready_bytes += chunk.len();
+            self.ready.push(chunk);
+        }
+        if let Some(digest) = digest {
+            digest.update(piece).await?;
+        }
+        Ok(())
+    }
+
+    /// The body's next piece; while it waits, a lease is renewed when due.
+    async fn next_piece(&mut self, body: &mut BodyStream) -> StoreResult<Option<Bytes>> {
+        loop {
+            let Some(lease) = &mut self.lease else {
+                return body.next().await.transpose();
+            };
+            match tokio::time::timeout_at(lease.renew_due(), body.next()).await {
+                Ok(piece) => return piece.transpose(),
+                Err(_) => {
+                    // A lease not renewed now (no connection, a database error) is renewed with
+                    // the next batch; one that ran out fails the upload.
+                    let renewed = match self.store.upload_client().await {
+                        Ok(client) => lease.renew(&*client).await,
+                        Err(err) => Err(err),
+                    };
+                    match renewed {
+                        Ok(true) => {}
+                        Ok(false) => return Err(lease_ran_out()),
+                        Err(err) => tracing::warn!(error = %err, "renewing an upload's lease failed"),
+                    }
+                    lease.renewed = Instant::now();
+                }
+            }
+        }
+    }
+
+    /// Writes the full chunks read so far, in a transaction of their own, under the body's lease.
+    async fn flush(&mut self) -> StoreResult<()> {
+        let mut client = self.store.upload_client().await?;
+        let tx = client.transaction().await?;
+        // Each batch renews the lease in its own transaction: chunks are only ever written
+        // under a lease that has not run out, so none can outlive the reaper's pass unseen.
+        let lease = match &mut self.lease {
+            Some(lease) => {
+                if !lease.renew(&tx).await? {
+                    return Err(lease_ran_out());
+                }
+                lease
+            }
+            None => {
+                // In the batch's transaction: the chunks are never there without their lease.
+                let body_id: i64 = tx
+                    .query_one(&self.sql.staging.lease, &[&LEASE.as_secs_f64()])
+                    .await?
+                    .get(0);
+                self.lease.insert(Lease {
+                    store: self.store.clone(),
+                    retire: self.sql.staging.retire.clone(),
+                    renew: self.sql.staging.renew.clone(),
+                    body_id,
+                    renewed: Instant::now(),
+                    done: false,
+                })
+            }
+        };
+        let body_id = lease.body_id;
+        self.write_ready(&tx, body_id).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Writes the rest of the body inside `tx` (the transaction that stores the row naming it)
+    /// and takes it out of its lease; returns the body id. [`Staged::committed`] once `tx` has
+    /// committed.
+    pub(super) async fn finish(&mut self, tx: &tokio_postgres::Transaction<'_>) -> StoreResult<i64> {
+        if let Some(chunk) = self.chunker.finish() {
+            self.ready.push(chunk);
+        }
+        let body_id = match &self.lease {
+            Some(lease) => {
+                let taken = tx
+                    .execute(&self.sql.staging.take, &[&lease.body_id, &COMMIT_MARGIN.as_secs_f64()])
+                    .await?;
+                if taken != 1 {
+                    return Err(lease_ran_out());
+                }
+                lease.body_id
+            }
+            None => tx.query_one(&self.sql.next_body_id, &[]).await?.get(0),
+        };
+        self.write_ready(tx, body_id).await?;
+        Ok(body_id)
+    }
+
+    /// The body's row has committed: its chunks are no longer the lease's.
+    pub(super) fn committed(mut self) {
+        if let Some(lease) = &mut self.lease {
+            lease.done = true;
+        }
+    }
+
+    async fn write_ready(&mut self, tx: &tokio_postgres::Transaction<'_>, body_id: i64) -> StoreResult<()> {
+        if self.ready.is_empty() {
+            return Ok(());
+        }
+        let sink = tx.copy_in(&self.sql.copy_chunks).await?;
+        let writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT4, Type::BYTEA]);
+        futures::pin_mut!(writer);
+        for chunk in self.ready.drain(..) {
+            let seq = self.next_seq;
+            let chunk = match self.key {
+                None => chunk,
+                Some(key) => {
+                    let mut sealed = BytesMut::from(&chunk[..]);
+                    key.apply(body_id, i64::from(seq), &mut sealed);
+                    sealed.freeze()
+                }
+            };
+            writer.as_mut().write(&[&body_id, &seq, &&chunk[..]]).await?;
+            self.next_seq += 1;
+        }
+        self.ready_bytes = 0;
+        writer.finish().await?;
+        Ok(())
+    }
+}
+
+fn lease_ran_out() -> StoreError {
+    StoreError::Unavailable("the upload's lease on its body ran out (the database was unreachable too long)".into())
+}
+
+/// A body written ahead of its row: kept from the reaper while the upload lives, handed to it
+/// at once when the upload fails or is dropped.
+struct Lease {
+    store: Store,
+    renew: String,
+    retire: String,
+    body_id: i64,
+    renewed: Instant,
+    done: bool,
+}
+
+impl Lease {
+    fn renew_due(&self) -> Instant {
+        self.renewed + RENEW_EVERY
+    }
+
+    /// Extends the lease; false when it had already run out.
+    async fn renew(&mut self, client: &impl GenericClient) -> StoreResult<bool> {
+        let renewed = client
+            .execute(&self.renew, &[&self.body_id, &LEASE.as_secs_f64()])
+            .await?;
+        self.renewed = Instant::now();
+        Ok(renewed == 1)
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        // The upload failed, or its request was dropped (client gone): its chunks go to the
+        // reaper now rather than when the lease runs out.
+        let (store, retire, body_id) = (self.store.clone(), std::mem::take(&mut self.retire), self.body_id);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Ok(client) = store.client().await {
+                    let _ = client.execute(&retire, &[&body_id]).await;
+                }
+            });
+        }
+    }
+}
