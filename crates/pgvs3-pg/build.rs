@@ -5,7 +5,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 fn main() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    // Read at run time, not baked in with env!: a target directory shared by checkouts at other
+    // paths reuses this compiled script, and it must read the checkout that runs it.
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let dir = Path::new(&manifest_dir).join("migrations");
     // A new or removed file changes the directory; edits to a file are tracked by its include_str!.
     println!("cargo:rerun-if-changed={}", dir.display());
     let mut migrations: Vec<(u32, String)> = std::fs::read_dir(&dir)
