@@ -1199,7 +1199,23 @@ fn progress_headers(progress: &Value, headers: &mut Vec<(&'static str, String)>)
     if let Some(value) = progress["progress"].as_f64() {
         headers.push(("x-ojs-progress", value.to_string()));
     }
+    if let Some(modified) = progress["updated_at"].as_str().and_then(http_date) {
+        headers.push(("last-modified", modified));
+    }
     headers.push(("cache-control", "no-cache".to_string()));
+}
+
+/// An RFC 3339 time as an HTTP date (RFC 9110 §5.6.7: `Sun, 06 Nov 1994 08:49:37 GMT`).
+fn http_date(rfc3339: &str) -> Option<String> {
+    use time::format_description::well_known::Rfc3339;
+    let at = time::OffsetDateTime::parse(rfc3339, &Rfc3339)
+        .ok()?
+        .to_offset(time::UtcOffset::UTC);
+    let format = time::format_description::parse_borrowed::<2>(
+        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT",
+    )
+    .ok()?;
+    at.format(&format).ok()
 }
 
 /// Tells a producer that a bounded queue is past its warning threshold (ext-backpressure).
