@@ -10,6 +10,22 @@ use pgvs3_e2e::ojs_conformance::{Case, Outcome, Runner, load_cases, suites_dir, 
 /// Cases that sleep this long or longer (cron ticks) form the slow group.
 const SLOW_CASE_MS: u64 = 60_000;
 
+/// Every suite directory this runner claims to play, and how many cases each holds on disk: a
+/// directory missing, added, or with another count fails the test, so none can silently not run.
+const SUITES: &[(&str, usize)] = &[
+    ("ext-admin-api", 6),
+    ("ext-backpressure", 5),
+    ("ext-dead-letter", 4),
+    ("ext-graceful-shutdown", 3),
+    ("ext-observability", 5),
+    ("ext-rate-limiting", 5),
+    ("level-0-core", 65),
+    ("level-1-reliable", 25),
+    ("level-2-scheduled", 13),
+    ("level-3-workflows", 14),
+    ("level-4-advanced", 16),
+];
+
 /// Known failures, by path under `suites/`, each with the reason.
 const EXPECTED_FAILURES: &[(&str, &str)] = &[(
     "level-1-reliable/retry/retry-error-history-tracked.json",
@@ -28,6 +44,12 @@ async fn run_group(slow: bool) -> Vec<Outcome> {
             "EXPECTED_FAILURES names no case: {path}"
         );
     }
+    let on_disk: Vec<(String, usize)> = tally_cases(&all);
+    let claimed: Vec<(String, usize)> = SUITES.iter().map(|(suite, n)| (suite.to_string(), *n)).collect();
+    assert_eq!(
+        on_disk, claimed,
+        "the suite directories (and their case counts) are not the ones claimed"
+    );
     let cases: Vec<Case> = all
         .into_iter()
         .filter(|case| (case.waits_ms() >= SLOW_CASE_MS) == slow)
@@ -42,6 +64,15 @@ async fn run_group(slow: bool) -> Vec<Outcome> {
     }
     gateway.stop().await;
     outcomes
+}
+
+/// Cases per suite directory, in name order.
+fn tally_cases(cases: &[Case]) -> Vec<(String, usize)> {
+    let mut counts = std::collections::BTreeMap::new();
+    for case in cases {
+        *counts.entry(case.suite.clone()).or_insert(0) += 1;
+    }
+    counts.into_iter().collect()
 }
 
 fn check(outcomes: &[Outcome]) {

@@ -152,6 +152,15 @@ async fn a_worker_reports_progress_readable_on_the_job_and_as_an_event() {
     let (status, headers, body) = ojs.exchange("GET", &path, None).await;
     assert_eq!(status, 200);
     assert_eq!(headers["x-ojs-progress"], "0.75");
+    // ojs-progress §10.3: the report's time as an HTTP date, `Thu, 03 Dec 2026 13:05:01 GMT`.
+    let modified = headers["last-modified"].to_str().unwrap();
+    let updated = body["updated_at"].as_str().unwrap();
+    assert_eq!(
+        (modified.len(), &modified[3..5], &modified[17..], &updated[11..19]),
+        (29, ", ", &*format!("{} GMT", &updated[11..19]), &modified[17..25]),
+        "{modified} for {updated}"
+    );
+    assert_eq!(&modified[5..7], &updated[8..10], "the day of {updated}: {modified}");
     assert_eq!(body["data"]["message"], "three quarters");
     assert_eq!(body["last_checkpoint"], json!({ "offset": 500 }));
     let (_, job) = ojs.get(&format!("/ojs/v1/jobs/{id}")).await;

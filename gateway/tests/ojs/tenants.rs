@@ -205,6 +205,12 @@ async fn a_tenant_token_acts_as_its_tenant_only() {
     );
     let (status, _) = acme.as_tenant("acme").get(&format!("/ojs/v1/jobs/{id}")).await;
     assert_eq!(status, 200);
+    let (status, body) = enqueue_with_meta(&acme, json!({ "tenant_id": "globex" })).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (403, Some("forbidden")),
+        "a meta.tenant_id is no way around the token's tenant: {body}"
+    );
 
     // Routes that span all tenants are the operator's.
     for path in [
@@ -212,6 +218,8 @@ async fn a_tenant_token_acts_as_its_tenant_only() {
         "/ojs/v1/events/stream",
         "/ojs/v1/queues",
         "/ojs/v1/admin/stats",
+        "/ojs/v1/admin/tenants",
+        "/ojs/v1/admin/tenants/acme/stats",
         "/ojs/v1/cron",
     ] {
         let (status, body) = acme.get(path).await;
@@ -296,4 +304,165 @@ async fn the_claim_reads_one_index_range_per_queue_and_tenant() {
         assert!(text.contains("tenant ="), "the tenant is an index condition: {text}");
     }
     gateway.stop().await;
+}
+
+async fn enqueue_with_meta(ojs: &Ojs, meta: Value) -> (u16, Value) {
+    ojs.post(
+        "/ojs/v1/jobs",
+        json!({ "type": "tenant.task", "args": [1], "meta": meta, "options": { "queue": "reports" } }),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn meta_tenant_id_names_the_tenant_when_no_header_does() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    let (status, body) = enqueue_with_meta(&ojs, json!({ "tenant_id": "acme", "source": "api" })).await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["job"]["id"].as_str().unwrap().to_string();
+    assert_eq!(job_row(&gateway, &id).await, ("available".into(), 0, "acme".into()));
+    assert_not_found(
+        ojs.get(&format!("/ojs/v1/jobs/{id}")).await,
+        "the default tenant's view",
+    );
+    let claimed = ojs.as_tenant("acme").fetch("reports", "acme-worker").await;
+    assert_eq!(claimed.expect("acme's worker gets it")["id"], id.as_str());
+
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/jobs/batch",
+            json!({ "jobs": [
+                { "type": "tenant.task", "args": [1], "meta": { "tenant_id": "globex" } },
+                { "type": "tenant.task", "args": [2], "meta": { "tenant_id": "globex" } },
+            ] }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    for job in body["jobs"].as_array().unwrap() {
+        assert_eq!(job_row(&gateway, job["id"].as_str().unwrap()).await.2, "globex");
+    }
+}
+
+#[tokio::test]
+async fn a_header_and_a_meta_tenant_that_disagree_are_refused() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    let acme = ojs.as_tenant("acme");
+    let (status, body) = enqueue_with_meta(&acme, json!({ "tenant_id": "globex" })).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_request")),
+        "{body}"
+    );
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("disagree"),
+        "{body}"
+    );
+    let (status, body) = ojs
+        .as_tenant("acme")
+        .post(
+            "/ojs/v1/jobs/batch",
+            json!({ "jobs": [
+                { "type": "tenant.task", "args": [1] },
+                { "type": "tenant.task", "args": [2], "meta": { "tenant_id": "globex" } },
+            ] }),
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_request")),
+        "{body}"
+    );
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/jobs/batch",
+            json!({ "jobs": [
+                { "type": "tenant.task", "args": [1], "meta": { "tenant_id": "acme" } },
+                { "type": "tenant.task", "args": [2], "meta": { "tenant_id": "globex" } },
+            ] }),
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_request")),
+        "{body}"
+    );
+    let (status, body) = enqueue_with_meta(&ojs, json!({ "tenant_id": "a b" })).await;
+    assert_eq!(status, 400, "a malformed meta.tenant_id: {body}");
+    let stored: i64 = gateway
+        .sql()
+        .await
+        .query_one("SELECT count(*) FROM ojs.jobs", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(stored, 0, "a refused request stores no job");
+
+    // Agreeing is fine, and a header alone is written into the job's meta (§5.3).
+    let (status, body) = enqueue_with_meta(&acme, json!({ "tenant_id": "acme" })).await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = enqueue_with_meta(&acme, json!({ "source": "api" })).await;
+    assert_eq!(status, 201, "{body}");
+    let (_, read) = acme
+        .get(&format!("/ojs/v1/jobs/{}", body["job"]["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(
+        read["job"]["meta"],
+        json!({ "source": "api", "tenant_id": "acme" }),
+        "{read}"
+    );
+}
+
+#[tokio::test]
+async fn stats_are_kept_per_tenant() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    let (acme, globex) = (ojs.as_tenant("acme"), ojs.as_tenant("globex"));
+    for _ in 0..2 {
+        enqueue(&acme, "reports").await;
+    }
+    enqueue(&globex, "mail").await;
+    enqueue(&globex, "mail").await;
+    let claimed = globex.fetch("mail", "globex-worker").await.expect("a globex job");
+    let (status, body) = globex
+        .post(
+            "/ojs/v1/workers/ack",
+            json!({ "job_id": claimed["id"], "worker_id": "globex-worker" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+
+    let (status, stats) = ojs.get("/ojs/v1/admin/tenants/acme/stats").await;
+    assert_eq!(status, 200, "{stats}");
+    assert_eq!(stats["tenant_id"], "acme");
+    assert_eq!(
+        (
+            &stats["jobs"]["available"],
+            &stats["jobs"]["completed"],
+            &stats["queues"]
+        ),
+        (&json!(2), &json!(0), &json!(1)),
+        "{stats}"
+    );
+    assert_eq!(stats["throughput"]["processed_per_minute"], 0, "{stats}");
+    let (_, stats) = ojs.get("/ojs/v1/admin/tenants/globex/stats").await;
+    assert_eq!(
+        (&stats["jobs"]["available"], &stats["jobs"]["completed"]),
+        (&json!(1), &json!(1)),
+        "{stats}"
+    );
+    assert_eq!(stats["throughput"]["processed_per_minute"], 1, "{stats}");
+    let (_, stats) = ojs.get("/ojs/v1/admin/tenants/initech/stats").await;
+    assert_eq!(stats["jobs"]["available"], 0, "a tenant without jobs: {stats}");
+    let (_, all) = ojs.get("/ojs/v1/admin/stats").await;
+    assert_eq!(all["jobs"]["available"], 3, "{all}");
+
+    let (status, listed) = ojs.get("/ojs/v1/admin/tenants").await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(
+        listed,
+        json!({ "tenants": [{ "tenant_id": "acme", "jobs": 2 }, { "tenant_id": "globex", "jobs": 2 }],
+                "truncated": false })
+    );
 }

@@ -541,7 +541,7 @@ impl OjsService {
     /// Job counts by state, in the Prometheus text format (the gateway's own metrics are on the
     /// admin port).
     async fn metrics(&self) -> Response<Full<Bytes>> {
-        let (status, text) = match self.inner.queue.stats().await {
+        let (status, text) = match self.inner.queue.stats(None).await {
             Ok(stats) => {
                 let mut text = String::from("# HELP ojs_jobs Jobs by state.\n# TYPE ojs_jobs gauge\n");
                 for state in queue::STATES {
@@ -586,10 +586,7 @@ impl OjsService {
         };
         let segments: Vec<&str> = route.split('/').filter(|s| !s.is_empty()).collect();
         let acting = if route == "/health" {
-            tenant::Acting {
-                tenant: tenant::DEFAULT_TENANT.to_string(),
-                bound: false,
-            }
+            tenant::Acting::default_tenant()
         } else {
             self.authorize(&parts.headers)?
         };
@@ -604,8 +601,8 @@ impl OjsService {
         let body = request::read(body, self.inner.options.max_body_bytes, &self.inner.budget).await?;
         match (&method, segments.as_slice()) {
             (&Method::GET, ["health"]) => Ok(self.health().await),
-            (&Method::POST, ["jobs"]) => self.enqueue(request::json(&body)?, tenant, headers).await,
-            (&Method::POST, ["jobs", "batch"]) => self.enqueue_batch(request::json(&body)?, tenant, headers).await,
+            (&Method::POST, ["jobs"]) => self.enqueue(request::json(&body)?, &acting, headers).await,
+            (&Method::POST, ["jobs", "batch"]) => self.enqueue_batch(request::json(&body)?, &acting, headers).await,
             (&Method::GET, ["jobs", id]) => {
                 Ok((StatusCode::OK, json!({ "job": queue.get(job_id(id)?, tenant).await? })))
             }
@@ -722,7 +719,13 @@ impl OjsService {
             (&Method::POST, ["admin", "jobs", "bulk", "retry"]) => {
                 self.retry_in_bulk(request::json(&body)?, tenant).await
             }
-            (&Method::GET, ["admin", "stats"]) => Ok((StatusCode::OK, queue.stats().await?)),
+            (&Method::GET, ["admin", "stats"]) => Ok((StatusCode::OK, queue.stats(None).await?)),
+            (&Method::GET, ["admin", "tenants"]) => Ok((StatusCode::OK, queue.tenants().await?)),
+            (&Method::GET, ["admin", "tenants", id, "stats"]) => {
+                let mut stats = queue.stats(Some(id)).await?;
+                stats["tenant_id"] = json!(id);
+                Ok((StatusCode::OK, stats))
+            }
             (&Method::GET, ["workers", id, "health"]) | (&Method::GET, ["admin", "workers", id]) => {
                 Ok((StatusCode::OK, queue.worker(id).await?))
             }
@@ -805,12 +808,18 @@ impl OjsService {
         (status, answer)
     }
 
-    async fn enqueue(&self, body: Value, tenant: &str, headers: &mut Vec<(&'static str, String)>) -> Reply {
+    async fn enqueue(
+        &self,
+        mut body: Value,
+        acting: &tenant::Acting,
+        headers: &mut Vec<(&'static str, String)>,
+    ) -> Reply {
+        let tenant = acting.tenant_of_job(&mut body)?;
         let job = envelope::parse_job(body, self.inner.options.max_args_bytes)?;
         let mut inserted = self
             .inner
             .queue
-            .enqueue(std::slice::from_ref(&job), tenant, Answer::Job)
+            .enqueue(std::slice::from_ref(&job), &tenant, Answer::Job)
             .await?;
         pressure_headers(&inserted, headers);
         if let Some(limit) = &job.rate_limit {
@@ -828,7 +837,12 @@ impl OjsService {
         Ok((status, json!({ "job": job })))
     }
 
-    async fn enqueue_batch(&self, body: Value, tenant: &str, headers: &mut Vec<(&'static str, String)>) -> Reply {
+    async fn enqueue_batch(
+        &self,
+        body: Value,
+        acting: &tenant::Acting,
+        headers: &mut Vec<(&'static str, String)>,
+    ) -> Reply {
         let list = match body {
             Value::Object(mut fields) => fields.remove("jobs"),
             array @ Value::Array(_) => Some(array),
@@ -840,16 +854,30 @@ impl OjsService {
         if list.is_empty() || list.len() > MAX_BATCH {
             return Err(OjsError::invalid(format!("a batch holds 1 to {MAX_BATCH} jobs")));
         }
+        // One batch is one tenant's: the jobs' `meta.tenant_id`s (or the request's) must agree.
+        let mut tenant: Option<String> = None;
         let jobs = list
             .into_iter()
             .enumerate()
-            .map(|(index, job)| {
-                envelope::parse_job(job, self.inner.options.max_args_bytes).map_err(|mut error| {
+            .map(|(index, mut job)| {
+                let parsed = acting.tenant_of_job(&mut job).and_then(|of_job| {
+                    match &tenant {
+                        Some(first) if *first != of_job => {
+                            return Err(OjsError::invalid(format!(
+                                "meta.tenant_id {of_job:?} is not the batch's tenant {first:?}; a batch is one tenant's"
+                            )));
+                        }
+                        _ => tenant = Some(of_job),
+                    }
+                    envelope::parse_job(job, self.inner.options.max_args_bytes)
+                });
+                parsed.map_err(|mut error| {
                     error.message = format!("jobs[{index}]: {}", error.message);
                     error
                 })
             })
             .collect::<Result<Vec<NewJob>, _>>()?;
+        let tenant = tenant.unwrap_or_else(|| acting.tenant.clone());
         if jobs.iter().any(|job| job.unique.is_some()) {
             return Err(OjsError::invalid(
                 "unique options are not supported in batches; enqueue such jobs singly",
@@ -865,7 +893,7 @@ impl OjsService {
                 )));
             }
         }
-        let inserted = self.inner.queue.enqueue(&jobs, tenant, Answer::Summary).await?;
+        let inserted = self.inner.queue.enqueue(&jobs, &tenant, Answer::Summary).await?;
         pressure_headers(&inserted, headers);
         let stored = inserted.jobs;
         let count = stored.len();
@@ -1171,7 +1199,23 @@ fn progress_headers(progress: &Value, headers: &mut Vec<(&'static str, String)>)
     if let Some(value) = progress["progress"].as_f64() {
         headers.push(("x-ojs-progress", value.to_string()));
     }
+    if let Some(modified) = progress["updated_at"].as_str().and_then(http_date) {
+        headers.push(("last-modified", modified));
+    }
     headers.push(("cache-control", "no-cache".to_string()));
+}
+
+/// An RFC 3339 time as an HTTP date (RFC 9110 §5.6.7: `Sun, 06 Nov 1994 08:49:37 GMT`).
+fn http_date(rfc3339: &str) -> Option<String> {
+    use time::format_description::well_known::Rfc3339;
+    let at = time::OffsetDateTime::parse(rfc3339, &Rfc3339)
+        .ok()?
+        .to_offset(time::UtcOffset::UTC);
+    let format = time::format_description::parse_borrowed::<2>(
+        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT",
+    )
+    .ok()?;
+    at.format(&format).ok()
 }
 
 /// Tells a producer that a bounded queue is past its warning threshold (ext-backpressure).

@@ -88,6 +88,9 @@ pub struct Failure {
 const CRON_LOCK: i64 = 0x7067_7673_335f_6372; // "pgvs3_cr"
 
 /// Every state a job can be in.
+/// Most tenants `GET /admin/tenants` lists in one answer.
+const MAX_TENANTS_LISTED: i64 = 1000;
+
 pub const STATES: [&str; 8] = [
     "scheduled",
     "available",
@@ -1064,19 +1067,25 @@ impl Queue {
 
     /// Counts over all queues: jobs by state, queues, workers holding claims, and the last
     /// minute's completions and failures (from the event log).
-    pub async fn stats(&self) -> Result<Value, OjsError> {
+    /// Job counts by state, queues, workers and the last minute's throughput: of every tenant
+    /// (`None`), or of one (ojs-multi-tenancy §10.2; its queues and workers are those its jobs
+    /// are in and claimed by).
+    pub async fn stats(&self, tenant: Option<&str>) -> Result<Value, OjsError> {
         let client = self.client().await?;
         let row = client
             .query_one(
-                "SELECT coalesce((SELECT jsonb_object_agg(state, n) FROM
-                    (SELECT state, count(*) AS n FROM ojs.jobs GROUP BY state) s), '{}'),
-                        (SELECT count(DISTINCT queue) FROM ojs.jobs),
-                        (SELECT count(DISTINCT worker_id) FROM ojs.jobs WHERE state = 'active'),
-                        (SELECT count(*) FILTER (WHERE type = 'job.completed') FROM ojs.events
-                          WHERE time > now() - interval '1 minute'),
-                        (SELECT count(*) FILTER (WHERE type = 'job.failed') FROM ojs.events
-                          WHERE time > now() - interval '1 minute')",
-                &[],
+                "WITH j AS (SELECT * FROM ojs.jobs WHERE $1::text IS NULL OR tenant = $1)
+                 SELECT coalesce((SELECT jsonb_object_agg(state, n) FROM
+                    (SELECT state, count(*) AS n FROM j GROUP BY state) s), '{}'),
+                        (SELECT count(DISTINCT queue) FROM j),
+                        (SELECT count(DISTINCT worker_id) FROM j WHERE state = 'active'),
+                        (SELECT count(*) FILTER (WHERE e.type = 'job.completed') FROM ojs.events e
+                          WHERE e.time > now() - interval '1 minute'
+                            AND ($1 IS NULL OR e.job_id IN (SELECT id FROM j))),
+                        (SELECT count(*) FILTER (WHERE e.type = 'job.failed') FROM ojs.events e
+                          WHERE e.time > now() - interval '1 minute'
+                            AND ($1 IS NULL OR e.job_id IN (SELECT id FROM j)))",
+                &[&tenant],
             )
             .await
             .map_err(OjsError::sql)?;
@@ -1091,6 +1100,26 @@ impl Queue {
             "workers": row.get::<_, i64>(2),
             "throughput": { "processed_per_minute": row.get::<_, i64>(3), "failed_per_minute": row.get::<_, i64>(4) },
         }))
+    }
+
+    /// The tenants that have jobs, each with its job count, in name order (at most
+    /// [`MAX_TENANTS_LISTED`]; `truncated` says when there are more).
+    pub async fn tenants(&self) -> Result<Value, OjsError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT tenant, count(*) FROM ojs.jobs GROUP BY tenant ORDER BY tenant LIMIT $1",
+                &[&(MAX_TENANTS_LISTED + 1)],
+            )
+            .await
+            .map_err(OjsError::sql)?;
+        let truncated = rows.len() as i64 > MAX_TENANTS_LISTED;
+        let tenants: Vec<Value> = rows
+            .iter()
+            .take(MAX_TENANTS_LISTED as usize)
+            .map(|row| json!({ "tenant_id": row.get::<_, String>(0), "jobs": row.get::<_, i64>(1) }))
+            .collect();
+        Ok(json!({ "tenants": tenants, "truncated": truncated }))
     }
 
     /// Workers that sent heartbeats or hold claims now, with the claims they hold.

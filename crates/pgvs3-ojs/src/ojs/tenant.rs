@@ -10,6 +10,7 @@
 //! (events, webhooks, workflows, cron, queues, admin) span all tenants and stay the operator's.
 
 use http::{HeaderMap, StatusCode, header};
+use serde_json::Value;
 
 use super::{OjsError, constant_time_eq};
 
@@ -51,6 +52,61 @@ pub struct Acting {
     pub tenant: String,
     /// Authenticated by a tenant token: limited to the routes scoped by tenant.
     pub bound: bool,
+    /// The tenant was named (by the header or a tenant token), not defaulted: a job's
+    /// `meta.tenant_id` must then agree with it.
+    pub named: bool,
+}
+
+impl Acting {
+    /// The tenant a request acts as when it names none (health, internal jobs).
+    pub fn default_tenant() -> Acting {
+        Acting {
+            tenant: DEFAULT_TENANT.to_string(),
+            bound: false,
+            named: false,
+        }
+    }
+
+    /// The tenant of a job this request enqueues (ojs-multi-tenancy §5.1, §5.3): its
+    /// `meta.tenant_id` when the request names no tenant (the spec's default strategy); the
+    /// request's tenant otherwise, written into `meta.tenant_id` when the job carries none. A
+    /// `meta.tenant_id` that disagrees with the header is 400, with a tenant token 403 (the
+    /// token acts as its tenant only). A malformed `meta` is left to the envelope's checks.
+    pub fn tenant_of_job(&self, job: &mut Value) -> Result<String, OjsError> {
+        let Some(meta) = job.get_mut("meta").and_then(Value::as_object_mut) else {
+            if self.named
+                && let Some(fields) = job.as_object_mut()
+                && !fields.contains_key("meta")
+            {
+                fields.insert("meta".into(), serde_json::json!({ "tenant_id": self.tenant }));
+            }
+            return Ok(self.tenant.clone());
+        };
+        let Some(given) = meta.get("tenant_id") else {
+            if self.named {
+                meta.insert("tenant_id".into(), Value::String(self.tenant.clone()));
+            }
+            return Ok(self.tenant.clone());
+        };
+        let Some(given) = given.as_str() else {
+            return Err(OjsError::invalid("meta.tenant_id must be a string"));
+        };
+        check_name(given).map_err(|error| OjsError::invalid(format!("meta.tenant_id: {}", error.message)))?;
+        if !self.named || given == self.tenant {
+            return Ok(given.to_string());
+        }
+        if self.bound {
+            return Err(OjsError::forbidden(format!(
+                "this token acts as tenant {:?} only, not meta.tenant_id {given:?}",
+                self.tenant
+            )));
+        }
+        Err(OjsError::invalid(format!(
+            "X-OJS-Tenant {:?} and meta.tenant_id {given:?} disagree",
+            self.tenant
+        ))
+        .with_details(serde_json::json!({ "header": self.tenant, "meta_tenant_id": given })))
+    }
 }
 
 /// Whether a route under `/ojs/v1` (its path segments) sees only the request's tenant's jobs.
@@ -104,6 +160,7 @@ impl Credentials {
                 _ => Ok(Acting {
                     tenant: bound.tenant.clone(),
                     bound: true,
+                    named: true,
                 }),
             };
         }
@@ -118,6 +175,7 @@ impl Credentials {
         Ok(Acting {
             tenant: claimed.unwrap_or(DEFAULT_TENANT).to_string(),
             bound: false,
+            named: claimed.is_some(),
         })
     }
 }
@@ -175,6 +233,7 @@ mod tests {
         let as_acme = Acting {
             tenant: "acme".into(),
             bound: true,
+            named: true,
         };
         assert_eq!(credentials.tenant_of(&headers(&acme)).unwrap(), as_acme);
         let claimed = [acme[0], (TENANT_HEADER, "acme")];
