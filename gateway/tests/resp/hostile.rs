@@ -596,3 +596,26 @@ async fn hset_time_grows_linearly_with_its_fields() {
     eprintln!("HSET of 10k, 20k, 40k fields: {times:.3?} s, {per_doubling:.2}x per doubling");
     assert!(per_doubling < 3.5, "{per_doubling:.2}x per doubling: {times:?}");
 }
+
+#[tokio::test]
+async fn zadd_time_grows_linearly_with_its_members() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let mut times = Vec::new();
+    for members in [10_000usize, 20_000, 40_000] {
+        let key = format!("z{members}");
+        let pairs: Vec<String> = (0..members)
+            .flat_map(|n| [format!("{}", n % 97), format!("member{n}")])
+            .collect();
+        let mut args: Vec<&[u8]> = vec![b"ZADD", key.as_bytes()];
+        args.extend(pairs.iter().map(|arg| arg.as_bytes()));
+        let started = std::time::Instant::now();
+        raw.send(&encode(&args)).await;
+        assert_eq!(raw.reply().await, Some(Value::Int(members as i64)));
+        times.push(started.elapsed().as_secs_f64());
+    }
+    // Loose: quadratic work is 4x per doubling (it was), linear 2x; the machine may be busy.
+    let per_doubling = (times[2] / times[0]).sqrt();
+    eprintln!("ZADD of 10k, 20k, 40k members: {times:.3?} s, {per_doubling:.2}x per doubling");
+    assert!(per_doubling < 3.5, "{per_doubling:.2}x per doubling: {times:?}");
+}

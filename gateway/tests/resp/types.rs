@@ -513,6 +513,33 @@ async fn set_commands_answer_as_redis() {
     assert_eq!(query::<String>(&mut con, &["TYPE", "t"]).await, "none");
 }
 
+/// A member named twice in one ZADD: each pair applies in turn, as redis-server 7.0.15 answers
+/// (one statement for all pairs must still see the score the earlier pair left).
+#[tokio::test]
+async fn zadd_applies_a_repeated_member_pair_by_pair() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    let cases: [(&[&str], i64); 10] = [
+        (&["ZADD", "a", "CH", "1", "x", "2", "x", "1", "x"], 3),
+        (&["ZADD", "b", "GT", "CH", "5", "x", "3", "x", "7", "x"], 2),
+        (&["ZADD", "b", "GT", "CH", "5", "x", "9", "x", "8", "x"], 1),
+        (&["ZADD", "c", "XX", "1", "x", "2", "x"], 0),
+        (&["ZADD", "c", "NX", "CH", "3", "x", "2", "x"], 1),
+        (&["ZADD", "c", "NX", "CH", "3", "x", "2", "x"], 0),
+        (&["ZADD", "d", "LT", "CH", "5", "x", "7", "x", "3", "x", "4", "x"], 2),
+        (&["ZADD", "e", "1", "x", "1", "x", "1", "x"], 1),
+        (&["ZADD", "e", "CH", "1", "x", "2", "x"], 1),
+        (&["ZADD", "c", "XX", "CH", "1", "x", "5", "x", "6", "x", "7", "nobody"], 3),
+    ];
+    for (command, expected) in cases {
+        assert_eq!(query::<i64>(&mut con, command).await, expected, "{command:?}");
+    }
+    for (key, score) in [("a", 1.0), ("b", 9.0), ("c", 6.0), ("d", 3.0), ("e", 2.0)] {
+        assert_eq!(query::<f64>(&mut con, &["ZSCORE", key, "x"]).await, score, "{key}");
+    }
+    assert_eq!(query::<i64>(&mut con, &["ZCARD", "c"]).await, 1);
+}
+
 #[tokio::test]
 async fn sorted_set_commands_answer_as_redis() {
     let gateway = TestGateway::with_resp(&[]).await;
