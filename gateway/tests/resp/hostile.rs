@@ -619,3 +619,86 @@ async fn zadd_time_grows_linearly_with_its_members() {
     eprintln!("ZADD of 10k, 20k, 40k members: {times:.3?} s, {per_doubling:.2}x per doubling");
     assert!(per_doubling < 3.5, "{per_doubling:.2}x per doubling: {times:?}");
 }
+
+/// The backend (pid) of the statement waiting on a lock, once there is one.
+async fn lock_waiter(watch: &tokio_postgres::Client) -> i32 {
+    common::eventually(Duration::from_secs(10), "a statement waiting on the lock", || async {
+        watch
+            .query_opt(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .map(|row| row.get::<_, i32>(0))
+    })
+    .await
+}
+
+/// Until backend `pid` is gone from pg_stat_activity (its connection closed).
+async fn backend_gone(watch: &tokio_postgres::Client, pid: i32) {
+    common::eventually(Duration::from_secs(10), "the abandoned statement's backend gone", || async {
+        let left = common::query_count(watch, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", &[&pid]).await;
+        (left == 0).then_some(())
+    })
+    .await;
+}
+
+/// A client that goes away while its command runs in PostgreSQL (here: waits on a lock, as a
+/// huge command would run) has the statement cancelled: its backend is gone at once instead of
+/// running to the end, and its write never lands.
+#[tokio::test]
+async fn a_disconnected_clients_statement_is_cancelled() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let (lock, watch) = (gateway.sql().await, gateway.sql().await);
+    lock.batch_execute("BEGIN; LOCK TABLE pgvs3.resp_zset IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    raw.send(&encode(&[b"ZADD", b"z", b"1", b"a"])).await;
+    let pid = lock_waiter(&watch).await;
+    drop(raw);
+    backend_gone(&watch, pid).await;
+    lock.batch_execute("ROLLBACK").await.unwrap();
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(raw.command(&["ZCARD", "z"]).await, Value::Int(0));
+    assert_eq!(raw.command(&["ZADD", "z", "1", "a"]).await, Value::Int(1));
+}
+
+/// `--resp-read-timeout` and `--resp-write-timeout`: a command past its limit answers an error,
+/// and its statement is cancelled (its backend gone, its write rolled back).
+#[tokio::test]
+async fn commands_past_their_time_limit_are_cancelled() {
+    let gateway = TestGateway::with_resp(&["--resp-read-timeout", "1s", "--resp-write-timeout", "1s"]).await;
+    let (lock, watch) = (gateway.sql().await, gateway.sql().await);
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(raw.command(&["ZADD", "z", "1", "a"]).await, Value::Int(1));
+    lock.batch_execute("BEGIN; LOCK TABLE pgvs3.resp_zset IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    for (command, flag) in [
+        (&["ZADD", "z", "2", "b"][..], "--resp-write-timeout"),
+        (&["ZCARD", "z"], "--resp-read-timeout"),
+    ] {
+        let started = std::time::Instant::now();
+        let reply = raw.command(command).await;
+        assert_eq!(
+            reply.error(),
+            format!("ERR command timed out after 1 s ({flag}) and was cancelled"),
+            "{command:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(10), "{command:?}");
+    }
+    common::eventually(Duration::from_secs(10), "no statement waiting on the lock", || async {
+        let waiting = common::query_count(
+            &watch,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            &[],
+        )
+        .await;
+        (waiting == 0).then_some(())
+    })
+    .await;
+    lock.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(raw.command(&["ZCARD", "z"]).await, Value::Int(1));
+}

@@ -267,27 +267,28 @@ impl Connection {
                         self.admitted = Some(admitted);
                         let span = self.batch_span(&requests);
                         let blocks = requests.iter().any(|args| is_blocking(args));
-                        let handling = self.handle(requests, &mut output).instrument(span);
-                        if !blocks {
-                            handling.await
-                        } else {
-                            // A blocked client may wait long: meanwhile its further input is
-                            // buffered, and its going away (or shutdown) ends the wait.
+                        // Meanwhile the client's further input is buffered, and its going
+                        // away ends the batch: dropped, its statement is cancelled, so a
+                        // disconnected client holds no backend (Redis frees a client at EOF
+                        // too). A blocked client may wait long: shutdown ends its wait.
+                        let ended = {
+                            let handling = self.handle(requests, &mut output).instrument(span);
                             futures::pin_mut!(handling);
-                            let ended = loop {
+                            loop {
                                 tokio::select! {
+                                    biased;
                                     () = &mut handling => break false,
                                     read = stream.read_buf(&mut input), if input.len() < UNBUDGETED_INPUT => {
                                         if matches!(read, Ok(0) | Err(_)) {
                                             break true;
                                         }
                                     }
-                                    _ = shutdown.wait() => break true,
+                                    _ = shutdown.wait(), if blocks => break true,
                                 }
-                            };
-                            if ended {
-                                break;
                             }
+                        };
+                        if ended {
+                            break;
                         }
                         self.admitted = None;
                     }
@@ -558,6 +559,35 @@ impl Connection {
     /// When a `watched` key changed since WATCH, nothing runs and the error is the null array
     /// EXEC answers with.
     async fn execute(
+        &self,
+        commands: &[(KeyCommand, &'static Spec)],
+        write: bool,
+        watched: &[(String, Fingerprint)],
+    ) -> Result<Vec<Reply>, Reply> {
+        self.within(write, self.execute_now(commands, write, watched)).await?
+    }
+
+    /// Database work of a command, within its class's time limit (`--resp-read-timeout`,
+    /// `--resp-write-timeout`). Past it the work is dropped, which cancels its statement (a
+    /// shared commit only once every client waiting for it is gone).
+    async fn within<T>(&self, write: bool, work: impl Future<Output = T>) -> Result<T, Reply> {
+        let settings = &self.server.settings;
+        let (limit, flag) = match write {
+            true => (settings.write_timeout, "--resp-write-timeout"),
+            false => (settings.read_timeout, "--resp-read-timeout"),
+        };
+        let Some(limit) = limit else {
+            return Ok(work.await);
+        };
+        tokio::time::timeout(limit, work).await.map_err(|_| {
+            Reply::error(format!(
+                "ERR command timed out after {} s ({flag}) and was cancelled",
+                limit.as_secs_f64()
+            ))
+        })
+    }
+
+    async fn execute_now(
         &self,
         commands: &[(KeyCommand, &'static Spec)],
         write: bool,
@@ -1333,6 +1363,12 @@ impl Connection {
     }
 
     async fn keys(&self, pattern: &[u8]) -> Reply {
+        self.within(false, self.keys_now(pattern))
+            .await
+            .unwrap_or_else(|reply| reply)
+    }
+
+    async fn keys_now(&self, pattern: &[u8]) -> Reply {
         let prefix = glob::literal_prefix(pattern);
         let keyspace = match self.keyspace(Access::Read).await {
             Ok(keyspace) => keyspace,
@@ -1398,9 +1434,10 @@ impl Connection {
             Ok(keyspace) => keyspace,
             Err(reply) => return reply,
         };
-        let page = match keyspace.scan(&after, &prefix, count).await {
-            Ok(page) => page,
-            Err(err) => return store_error(err),
+        let page = match self.within(false, keyspace.scan(&after, &prefix, count)).await {
+            Ok(Ok(page)) => page,
+            Ok(Err(err)) => return store_error(err),
+            Err(reply) => return reply,
         };
         let next = match page.last() {
             Some((last, _)) if page.len() as i64 == count => {

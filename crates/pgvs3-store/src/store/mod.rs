@@ -77,11 +77,25 @@ pub enum Access {
 pub struct Store {
     pool: Pool,
     catalog: Arc<Catalog>,
+    /// How to reach the server to cancel a keyspace statement its caller abandoned (see
+    /// `kv::abandon`); without it such a statement runs to its end.
+    cancel: Option<crate::pg::connections::Connections>,
 }
 
 impl Store {
     pub fn new(pool: Pool, catalog: Arc<Catalog>) -> Store {
-        Store { pool, catalog }
+        Store {
+            pool,
+            catalog,
+            cancel: None,
+        }
+    }
+
+    /// Cancels keyspace statements whose caller goes away (a RESP client that disconnects, a
+    /// command past its time limit) through `connections`' way of reaching the server.
+    pub fn cancelling_with(mut self, connections: crate::pg::connections::Connections) -> Store {
+        self.cancel = Some(connections);
+        self
     }
 
     pub fn catalog(&self) -> &Arc<Catalog> {
