@@ -11,6 +11,7 @@ use common::resp::{RawResp, Value, encode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const PONG: fn() -> Value = || Value::Simple("PONG".into());
+const OK: fn() -> Value = || Value::Simple("OK".into());
 
 /// Sends `bytes` on a fresh connection; returns the reply and whether the server then closed.
 async fn refused(raw: &mut RawResp, bytes: &[u8]) -> (String, bool) {
@@ -701,4 +702,60 @@ async fn commands_past_their_time_limit_are_cancelled() {
     .await;
     lock.batch_execute("ROLLBACK").await.unwrap();
     assert_eq!(raw.command(&["ZCARD", "z"]).await, Value::Int(1));
+}
+
+/// A MULTI queue is bounded: at most 100,000 commands (the next one is refused and fails the
+/// transaction, as an error while queueing does in Redis), and its bytes beyond 1 MiB come
+/// out of the buffer budget (given back when the transaction ends).
+#[tokio::test]
+async fn multi_queues_are_bounded_in_count_and_bytes() {
+    let gateway = TestGateway::with_resp(&["--buffer-budget", "40MiB"]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(raw.command(&["MULTI"]).await, OK());
+    let queued = 100_000;
+    let pipeline: Vec<u8> = (0..queued).flat_map(|_| encode(&[b"INCR", b"n"])).collect();
+    raw.send(&pipeline).await;
+    for _ in 0..queued {
+        assert_eq!(raw.reply().await, Some(Value::Simple("QUEUED".into())));
+    }
+    let refused = raw.command(&["INCR", "n"]).await;
+    assert_eq!(
+        refused.error(),
+        "ERR MULTI queue full: at most 100000 commands and 536870912 bytes per transaction"
+    );
+    assert_eq!(
+        raw.command(&["EXEC"]).await.error(),
+        "EXECABORT Transaction discarded because of previous errors."
+    );
+    assert_eq!(raw.command(&["GET", "n"]).await, Value::Nil);
+
+    // 1 MiB values: the queue passes its 1 MiB allowance and the 40 MiB budget.
+    let value = vec![b'v'; 1024 * 1024];
+    assert_eq!(raw.command(&["MULTI"]).await, OK());
+    let mut errors = Vec::new();
+    for n in 0..48 {
+        let key = format!("big{n}");
+        raw.send(&encode(&[b"SET", key.as_bytes(), &value])).await;
+        match raw.reply().await.expect("a reply") {
+            Value::Simple(queued) if queued == "QUEUED" => {}
+            other => errors.push(other.error().to_owned()),
+        }
+    }
+    assert!(!errors.is_empty(), "48 MiB queued against a 40 MiB budget");
+    assert!(errors[0].starts_with("OOM command not allowed: the MULTI queue"), "{errors:?}");
+    assert_eq!(
+        raw.command(&["EXEC"]).await.error(),
+        "EXECABORT Transaction discarded because of previous errors."
+    );
+    // The budget is back: a transaction that fits runs.
+    assert_eq!(raw.command(&["MULTI"]).await, OK());
+    for n in 0..4 {
+        let key = format!("big{n}");
+        raw.send(&encode(&[b"SET", key.as_bytes(), &value])).await;
+        assert_eq!(raw.reply().await, Some(Value::Simple("QUEUED".into())));
+    }
+    assert_eq!(
+        raw.command(&["EXEC"]).await,
+        Value::Array(vec![OK(); 4])
+    );
 }

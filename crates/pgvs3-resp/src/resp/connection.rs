@@ -55,6 +55,50 @@ enum Queued {
     Other(Vec<Bytes>, &'static Spec),
 }
 
+/// Commands one MULTI may queue, and their bytes (arguments, plus [`QUEUED_OVERHEAD`] each).
+const MAX_QUEUED: usize = 100_000;
+const MAX_QUEUED_BYTES: usize = 512 * 1024 * 1024;
+/// What a queued command costs besides its arguments' bytes (its parsed form).
+const QUEUED_OVERHEAD: usize = 256;
+
+/// A MULTI's queued commands. A queue outlives the input it came in, so it is bounded in
+/// count and bytes, and its bytes beyond [`UNBUDGETED_INPUT`] are held against the buffer
+/// budget, as large input is.
+struct MultiQueue {
+    commands: Vec<Queued>,
+    bytes: usize,
+    budget: InputBudget,
+}
+
+impl MultiQueue {
+    fn new(budget: crate::admission::BufferBudget) -> MultiQueue {
+        MultiQueue {
+            commands: Vec::new(),
+            bytes: 0,
+            budget: InputBudget::new(budget),
+        }
+    }
+
+    /// Queues a command whose arguments take `size` bytes, or refuses it with the error it
+    /// answers (which fails the transaction, as an error while queueing does in Redis).
+    fn push(&mut self, queued: Queued, size: usize) -> Result<(), Reply> {
+        let bytes = self.bytes + size + QUEUED_OVERHEAD;
+        if self.commands.len() >= MAX_QUEUED || bytes > MAX_QUEUED_BYTES {
+            return Err(Reply::error(format!(
+                "ERR MULTI queue full: at most {MAX_QUEUED} commands and {MAX_QUEUED_BYTES} bytes per transaction"
+            )));
+        }
+        if !self.budget.cover(bytes) {
+            return Err(Reply::error(
+                "OOM command not allowed: the MULTI queue does not fit in the server's buffer budget now, retry later",
+            ));
+        }
+        self.bytes = bytes;
+        self.commands.push(queued);
+        Ok(())
+    }
+}
+
 /// A run of consecutive key commands, executed together: as one statement when all of them
 /// read, else as one transaction (reads then see the writes before them, as they would in
 /// Redis, and the whole run costs one commit).
@@ -78,7 +122,7 @@ pub struct Connection {
     admitted: Option<crate::admission::Admitted>,
     db: u32,
     resp3: bool,
-    multi: Option<Vec<Queued>>,
+    multi: Option<MultiQueue>,
     multi_failed: bool,
     watched: Vec<(u32, String, Fingerprint)>,
     cursors: HashMap<u64, String>,
@@ -391,6 +435,7 @@ impl Connection {
             let spec = spec.expect("admitted commands are known");
             let queueing = !matches!(spec.name, "exec" | "discard" | "multi" | "watch" | "quit" | "reset");
             if let (true, Some(_)) = (queueing, &self.multi) {
+                let size = args.iter().map(Bytes::len).sum();
                 let queued = match key_command {
                     Some(command) => Queued::Key(command, spec),
                     None if matches!(spec.name, "select" | "auth" | "hello" | "client")
@@ -406,10 +451,14 @@ impl Connection {
                     }
                     None => Queued::Other(args, spec),
                 };
-                if let Some(multi) = self.multi.as_mut() {
-                    multi.push(queued);
+                let pushed = self.multi.as_mut().map(|multi| multi.push(queued, size));
+                match pushed {
+                    Some(Err(reply)) => {
+                        self.multi_failed = true;
+                        self.finish(Some(spec), reply, out);
+                    }
+                    _ => self.emit(Reply::Simple("QUEUED"), out),
                 }
-                self.emit(Reply::Simple("QUEUED"), out);
                 continue;
             }
             match key_command {
@@ -436,7 +485,7 @@ impl Connection {
         }
         self.flush(&mut run, out).await;
         let (db, resp) = (self.db, if self.resp3 { 3 } else { 2 });
-        let queued = self.multi.as_ref().map_or(-1, |queued| queued.len() as i64);
+        let queued = self.multi.as_ref().map_or(-1, |multi| multi.commands.len() as i64);
         self.set_client(|info| {
             info.last_active = Instant::now();
             info.last_command = last_command;
@@ -842,7 +891,7 @@ impl Connection {
                 if self.multi.is_some() {
                     return Reply::error("ERR MULTI calls can not be nested");
                 }
-                self.multi = Some(Vec::new());
+                self.multi = Some(MultiQueue::new(self.server.buffers.clone()));
                 self.multi_failed = false;
                 Reply::OK
             }
@@ -948,7 +997,7 @@ impl Connection {
     }
 
     async fn exec(&mut self) -> Reply {
-        let Some(queued) = self.multi.take() else {
+        let Some(MultiQueue { commands: queued, .. }) = self.multi.take() else {
             return Reply::error("ERR EXEC without MULTI");
         };
         let watched = std::mem::take(&mut self.watched);
@@ -1675,8 +1724,8 @@ async fn close_after_error<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S) {
     let _ = tokio::time::timeout(LINGER, drain).await;
 }
 
-/// The share of a connection's input buffer that is held against the process's buffer budget:
-/// everything beyond [`UNBUDGETED_INPUT`].
+/// The share of a connection's input buffer (or MULTI queue) that is held against the
+/// process's buffer budget: everything beyond [`UNBUDGETED_INPUT`].
 struct InputBudget {
     budget: crate::admission::BufferBudget,
     held: Vec<crate::admission::Reservation>,
