@@ -295,3 +295,40 @@ async fn expire_combines_xx_with_gt_and_lt() {
         "ERR NX and XX, GT or LT options at the same time are not compatible"
     );
 }
+
+/// The INFO fields clients and exporters read: `cluster_enabled` (redis-py's own test suite
+/// reads it first), `loading` (ioredis's ready check), `connected_clients`, and Redis 7's
+/// `total_error_replies`, as redis-server 7.0.15 answers and counts them.
+#[tokio::test]
+async fn info_has_the_fields_clients_and_exporters_read() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(
+        raw.command(&["INFO", "cluster"]).await,
+        Value::bulk("# Cluster\r\ncluster_enabled:0\r\n")
+    );
+    raw.command(&["FOO"]).await.error();
+    raw.command(&["SET", "s", "x"]).await;
+    raw.command(&["INCR", "s"]).await.error();
+    let Value::Bulk(info) = raw.command(&["INFO"]).await else {
+        panic!("INFO is a bulk string")
+    };
+    let info = String::from_utf8(info).unwrap();
+    let field = |name: &str| -> String {
+        info.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("{name} in {info}"))
+            .to_owned()
+    };
+    for (name, value) in [
+        ("cluster_enabled", "0"),
+        ("loading", "0"),
+        ("connected_clients", "1"),
+        ("redis_mode", "standalone"),
+        ("total_error_replies", "2"),
+        ("unexpected_error_replies", "0"),
+    ] {
+        assert_eq!(field(name), value, "{name}");
+    }
+    assert_eq!(field("process_id"), std::process::id().to_string());
+}

@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use tracing::Instrument;
@@ -553,9 +554,10 @@ impl Connection {
     fn count(&self, operation: &str, reply: &Reply) {
         self.server
             .commands_processed
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            .fetch_add(1, Relaxed);
         let status = if reply.is_error() { "error" } else { "ok" };
         if reply.is_error() {
+            self.server.error_replies.fetch_add(1, Relaxed);
             tracing::Span::current().record("status", status);
         }
         self.server
@@ -1347,18 +1349,24 @@ impl Connection {
         };
         let mut text = String::new();
         if show("server") {
+            let uptime = self.server.started.elapsed().as_secs();
             text.push_str(&format!(
-                "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_mode:standalone\r\npgvs3_version:{}\r\n\
-                 arch_bits:64\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\n\r\n",
+                "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_git_sha1:00000000\r\nredis_git_dirty:0\r\n\
+                 redis_mode:standalone\r\npgvs3_version:{}\r\nos:{} {}\r\narch_bits:64\r\nprocess_id:{}\r\n\
+                 tcp_port:{}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\n\r\n",
                 env!("CARGO_PKG_VERSION"),
+                std::env::consts::OS,
+                std::env::consts::ARCH,
+                std::process::id(),
                 self.server.port,
-                self.server.started.elapsed().as_secs(),
+                uptime / 86_400,
             ));
         }
         if show("clients") {
             let connected = self.server.clients.len();
             text.push_str(&format!(
-                "# Clients\r\nconnected_clients:{connected}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n\r\n",
+                "# Clients\r\nconnected_clients:{connected}\r\ncluster_connections:0\r\nmaxclients:{}\r\n\
+                 blocked_clients:{}\r\ntracking_clients:0\r\n\r\n",
                 self.server.settings.max_clients,
                 self.server.wakeups.blocked_clients()
             ));
@@ -1371,14 +1379,22 @@ impl Connection {
                 used as f64 / (1024.0 * 1024.0)
             ));
         }
+        if show("persistence") {
+            // Every write is durable at its reply (PostgreSQL's commit): nothing loads, nothing
+            // waits for a save. Clients (ioredis's ready check) read `loading`.
+            text.push_str(
+                "# Persistence\r\nloading:0\r\nasync_loading:0\r\nrdb_changes_since_last_save:0\r\n\
+                 rdb_bgsave_in_progress:0\r\nrdb_last_bgsave_status:ok\r\naof_enabled:0\r\n\
+                 aof_rewrite_in_progress:0\r\n\r\n",
+            );
+        }
         if show("stats") {
             text.push_str(&format!(
                 "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
-                 expired_keys:0\r\nevicted_keys:0\r\n\r\n",
+                 expired_keys:0\r\nevicted_keys:0\r\ntotal_error_replies:{}\r\nunexpected_error_replies:0\r\n\r\n",
                 self.server.clients.total_registered(),
-                self.server
-                    .commands_processed
-                    .load(std::sync::atomic::Ordering::Relaxed),
+                self.server.commands_processed.load(Relaxed),
+                self.server.error_replies.load(Relaxed),
             ));
         }
         if show("cpu") {
@@ -1393,7 +1409,12 @@ impl Connection {
             } else {
                 "master"
             };
-            text.push_str(&format!("# Replication\r\nrole:{role}\r\n\r\n"));
+            text.push_str(&format!(
+                "# Replication\r\nrole:{role}\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\n\r\n"
+            ));
+        }
+        if show("cluster") {
+            text.push_str("# Cluster\r\ncluster_enabled:0\r\n\r\n");
         }
         if show("keyspace") {
             text.push_str("# Keyspace\r\n");
@@ -1407,6 +1428,10 @@ impl Connection {
                     text.push_str(&format!("db{db}:keys={keys},expires={expires},avg_ttl=0\r\n"));
                 }
             }
+        }
+        // Redis puts a blank line between sections, none after the last.
+        if text.ends_with("\r\n\r\n") {
+            text.truncate(text.len() - 2);
         }
         Reply::text(&text)
     }

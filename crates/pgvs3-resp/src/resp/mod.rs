@@ -131,6 +131,8 @@ pub struct RespServer {
     scripts: script::Scripts,
     /// Commands answered since the start (INFO's `total_commands_processed`).
     commands_processed: std::sync::atomic::AtomicU64,
+    /// Of them, answered with an error (`total_error_replies`).
+    error_replies: std::sync::atomic::AtomicU64,
     started: Instant,
     port: u16,
 }
@@ -198,6 +200,7 @@ impl RespServer {
             pubsub,
             scripts,
             commands_processed: std::sync::atomic::AtomicU64::new(0),
+            error_replies: std::sync::atomic::AtomicU64::new(0),
             started: Instant::now(),
             port,
         }))
