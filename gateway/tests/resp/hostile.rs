@@ -638,10 +638,15 @@ async fn lock_waiter(watch: &tokio_postgres::Client) -> i32 {
 
 /// Until backend `pid` is gone from pg_stat_activity (its connection closed).
 async fn backend_gone(watch: &tokio_postgres::Client, pid: i32) {
-    common::eventually(Duration::from_secs(10), "the abandoned statement's backend gone", || async {
-        let left = common::query_count(watch, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", &[&pid]).await;
-        (left == 0).then_some(())
-    })
+    common::eventually(
+        Duration::from_secs(10),
+        "the abandoned statement's backend gone",
+        || async {
+            let left =
+                common::query_count(watch, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", &[&pid]).await;
+            (left == 0).then_some(())
+        },
+    )
     .await;
 }
 
@@ -745,7 +750,10 @@ async fn multi_queues_are_bounded_in_count_and_bytes() {
         }
     }
     assert!(!errors.is_empty(), "48 MiB queued against a 40 MiB budget");
-    assert!(errors[0].starts_with("OOM command not allowed: the MULTI queue"), "{errors:?}");
+    assert!(
+        errors[0].starts_with("OOM command not allowed: the MULTI queue"),
+        "{errors:?}"
+    );
     assert_eq!(
         raw.command(&["EXEC"]).await.error(),
         "EXECABORT Transaction discarded because of previous errors."
@@ -757,8 +765,5 @@ async fn multi_queues_are_bounded_in_count_and_bytes() {
         raw.send(&encode(&[b"SET", key.as_bytes(), &value])).await;
         assert_eq!(raw.reply().await, Some(Value::Simple("QUEUED".into())));
     }
-    assert_eq!(
-        raw.command(&["EXEC"]).await,
-        Value::Array(vec![OK(); 4])
-    );
+    assert_eq!(raw.command(&["EXEC"]).await, Value::Array(vec![OK(); 4]));
 }

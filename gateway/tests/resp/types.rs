@@ -529,7 +529,10 @@ async fn zadd_applies_a_repeated_member_pair_by_pair() {
         (&["ZADD", "d", "LT", "CH", "5", "x", "7", "x", "3", "x", "4", "x"], 2),
         (&["ZADD", "e", "1", "x", "1", "x", "1", "x"], 1),
         (&["ZADD", "e", "CH", "1", "x", "2", "x"], 1),
-        (&["ZADD", "c", "XX", "CH", "1", "x", "5", "x", "6", "x", "7", "nobody"], 3),
+        (
+            &["ZADD", "c", "XX", "CH", "1", "x", "5", "x", "6", "x", "7", "nobody"],
+            3,
+        ),
     ];
     for (command, expected) in cases {
         assert_eq!(query::<i64>(&mut con, command).await, expected, "{command:?}");
@@ -1680,7 +1683,11 @@ async fn scores_print_as_redis_7_0_prints_doubles() {
     ];
     for (member, score, printed) in cases {
         raw.command(&["ZADD", "s", score, member]).await;
-        assert_eq!(raw.command(&["ZSCORE", "s", member]).await, Value::bulk(printed), "{score}");
+        assert_eq!(
+            raw.command(&["ZSCORE", "s", member]).await,
+            Value::bulk(printed),
+            "{score}"
+        );
     }
     assert_eq!(
         raw.command(&["ZRANGE", "s", "0", "1", "WITHSCORES"]).await,
@@ -1698,7 +1705,8 @@ async fn scores_print_as_redis_7_0_prints_doubles() {
         ])
     );
     assert_eq!(
-        raw.command(&["EVAL", "return redis.call('ZSCORE', KEYS[1], 'a')", "1", "s"]).await,
+        raw.command(&["EVAL", "return redis.call('ZSCORE', KEYS[1], 'a')", "1", "s"])
+            .await,
         Value::bulk("0.20000000000000001")
     );
     raw.command(&["SET", "n", "1.5"]).await;

@@ -552,9 +552,7 @@ impl Connection {
     }
 
     fn count(&self, operation: &str, reply: &Reply) {
-        self.server
-            .commands_processed
-            .fetch_add(1, Relaxed);
+        self.server.commands_processed.fetch_add(1, Relaxed);
         let status = if reply.is_error() { "error" } else { "ok" };
         if reply.is_error() {
             self.server.error_replies.fetch_add(1, Relaxed);

@@ -145,7 +145,8 @@ async fn commit_loop(metrics: Metrics, receiver: SharedReceiver<WriteJob>) {
 
 async fn read_loop(metrics: Metrics, receiver: SharedReceiver<ReadJob>) {
     while let Some(jobs) = take_waiting(&receiver, |job| job.keys.len()).await {
-        let (work, mut done): (Vec<_>, Vec<_>) = jobs.into_iter().map(|job| ((job.keyspace, job.keys), job.done)).unzip();
+        let (work, mut done): (Vec<_>, Vec<_>) =
+            jobs.into_iter().map(|job| ((job.keyspace, job.keys), job.done)).unzip();
         let requests: Vec<&[String]> = work.iter().map(|(_, keys)| keys.as_slice()).collect();
         let Some(outcome) = unless_abandoned(work[0].0.read_many(&requests), &mut done).await else {
             continue;
