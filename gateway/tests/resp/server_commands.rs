@@ -332,3 +332,17 @@ async fn info_has_the_fields_clients_and_exporters_read() {
     }
     assert_eq!(field("process_id"), std::process::id().to_string());
 }
+
+/// TOUCH answers as redis-server 7.0.15: the keys that exist, a key named twice counted twice.
+#[tokio::test]
+async fn touch_counts_the_keys_that_exist() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    raw.command(&["SET", "a", "1"]).await;
+    raw.command(&["RPUSH", "l", "x"]).await;
+    assert_eq!(raw.command(&["TOUCH", "a", "nosuch", "a", "l"]).await, Value::Int(3));
+    assert_eq!(
+        raw.command(&["TOUCH"]).await.error(),
+        "ERR wrong number of arguments for 'touch' command"
+    );
+}
