@@ -333,6 +333,29 @@ async fn info_has_the_fields_clients_and_exporters_read() {
     assert_eq!(field("process_id"), std::process::id().to_string());
 }
 
+/// CONFIG GET answers the parameters clients ask for, by glob pattern, as redis-server 7.0.15
+/// names them; values stand for what the gateway does (no eviction, no snapshots). Redis
+/// answers in its own table's order; this answers in pgvs3's.
+#[tokio::test]
+async fn config_get_answers_what_clients_ask_for() {
+    let gateway = TestGateway::with_resp(&["--resp-databases", "3=other"]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let pairs = |pairs: &[&str]| Value::Array(pairs.iter().map(|text| Value::bulk(text)).collect());
+    assert_eq!(
+        raw.command(&["CONFIG", "GET", "maxmemory-policy"]).await,
+        pairs(&["maxmemory-policy", "noeviction"])
+    );
+    assert_eq!(
+        raw.command(&["CONFIG", "GET", "databases", "appendonly"]).await,
+        pairs(&["databases", "4", "appendonly", "no"])
+    );
+    assert_eq!(
+        raw.command(&["CONFIG", "GET", "maxmemory*"]).await,
+        pairs(&["maxmemory", "0", "maxmemory-policy", "noeviction"])
+    );
+    assert_eq!(raw.command(&["CONFIG", "GET", "nothing-such"]).await, pairs(&[]));
+}
+
 /// TOUCH answers as redis-server 7.0.15: the keys that exist, a key named twice counted twice.
 #[tokio::test]
 async fn touch_counts_the_keys_that_exist() {

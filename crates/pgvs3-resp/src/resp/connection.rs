@@ -885,7 +885,7 @@ impl Connection {
             },
             "client" => self.client(args),
             "command" => command_command(args),
-            "config" => config_command(args),
+            "config" => config_command(args, &self.config_parameters()),
             "info" => self.info(args).await,
             "multi" => {
                 if self.multi.is_some() {
@@ -1434,6 +1434,36 @@ impl Connection {
         Reply::text(&text)
     }
 
+    /// What CONFIG GET shows: the parameters client libraries and tools ask for (redis-cli,
+    /// BullMQ's `maxmemory-policy` check, ...), with what stands for them here.
+    fn config_parameters(&self) -> Vec<(&'static str, String)> {
+        let settings = &self.server.settings;
+        let databases = settings.databases.keys().max().map_or(1, |last| last + 1);
+        let script_ms = settings.script.time.as_millis().to_string();
+        let idle = settings.idle_timeout.map_or(0, |timeout| timeout.as_secs());
+        let pubsub = settings.pubsub.output_limit;
+        vec![
+            ("databases", databases.to_string()),
+            ("maxclients", settings.max_clients.to_string()),
+            ("timeout", idle.to_string()),
+            ("port", self.server.port.to_string()),
+            ("maxmemory", "0".into()),
+            ("maxmemory-policy", "noeviction".into()),
+            // Every write is durable at its reply (PostgreSQL): no snapshots, no AOF.
+            ("save", String::new()),
+            ("appendonly", "no".into()),
+            ("notify-keyspace-events", String::new()),
+            ("proto-max-bulk-len", (512 * 1024 * 1024).to_string()),
+            ("busy-reply-threshold", script_ms.clone()),
+            ("lua-time-limit", script_ms),
+            ("cluster-enabled", "no".into()),
+            (
+                "client-output-buffer-limit",
+                format!("normal 0 0 0 slave 268435456 67108864 60 pubsub {pubsub} {pubsub} 0"),
+            ),
+        ]
+    }
+
     async fn keys(&self, pattern: &[u8]) -> Reply {
         self.within(false, self.keys_now(pattern))
             .await
@@ -1614,10 +1644,19 @@ const ENCODING_PARAMETERS: &[&str] = &[
     "lazyfree-lazy-user-flush",
 ];
 
-fn config_command(args: &[Bytes]) -> Reply {
+/// CONFIG GET answers the parameters of `parameters` that one of its glob patterns names.
+fn config_command(args: &[Bytes], parameters: &[(&'static str, String)]) -> Reply {
     match args[1].to_ascii_lowercase().as_slice() {
-        // Clients (redis-benchmark among them) read settings; there are none to show.
-        b"get" if args.len() >= 3 => Reply::Map(Vec::new()),
+        b"get" if args.len() >= 3 => {
+            let patterns: Vec<Vec<u8>> = args[2..].iter().map(|pattern| pattern.to_ascii_lowercase()).collect();
+            Reply::Map(
+                parameters
+                    .iter()
+                    .filter(|(name, _)| patterns.iter().any(|pattern| glob::matches(pattern, name.as_bytes())))
+                    .map(|(name, value)| (Reply::text(name), Reply::bulk(value.clone())))
+                    .collect(),
+            )
+        }
         b"get" => wrong_arity("config|get"),
         b"set" if args.len() >= 4 && args.len().is_multiple_of(2) => {
             for pair in args[2..].chunks(2) {
