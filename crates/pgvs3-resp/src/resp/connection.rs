@@ -1853,6 +1853,11 @@ impl Connection {
             self.emit(Reply::error(STANDBY_PUBSUB), out);
             return;
         }
+        // Confirmations are pushes (in RESP2 too): sent whatever CLIENT REPLY says, as
+        // redis-server 7.0 sends them; the command still uses up a SKIP.
+        if self.reply_mode == ReplyMode::SkipNext {
+            self.reply_mode = ReplyMode::On;
+        }
         let shard = matches!(name, "ssubscribe" | "sunsubscribe");
         let mailbox = Arc::clone(self.mailbox.get_or_insert_with(Arc::default));
         let all: Vec<Bytes>;
@@ -1869,10 +1874,8 @@ impl Connection {
                         true => self.shard_channels.len(),
                         false => self.channels.len() + self.patterns.len(),
                     };
-                    self.emit(
-                        Reply::Push(vec![Reply::text(name), Reply::Nil, Reply::Integer(count as i64)]),
-                        out,
-                    );
+                    Reply::Push(vec![Reply::text(name), Reply::Nil, Reply::Integer(count as i64)])
+                        .encode(self.resp3, out);
                     return;
                 }
                 &all[..]
@@ -1919,14 +1922,12 @@ impl Connection {
             } else {
                 self.channels.len() + self.patterns.len()
             };
-            self.emit(
-                Reply::Push(vec![
-                    Reply::text(name),
-                    Reply::Bulk(target.clone()),
-                    Reply::Integer(count as i64),
-                ]),
-                out,
-            );
+            Reply::Push(vec![
+                Reply::text(name),
+                Reply::Bulk(target.clone()),
+                Reply::Integer(count as i64),
+            ])
+            .encode(self.resp3, out);
         }
         if !self.subscribed() {
             // Messages that came before the last unsubscription are not for it any more.
