@@ -3276,7 +3276,6 @@ DECLARE
     i int;
     added bigint := 0;
     changed bigint := 0;
-    touched boolean := false;
 BEGIN
     IF combining THEN
         err := pgvs3.resp_check(b, ks, strings, '{}', 'z', write);
@@ -3324,48 +3323,78 @@ BEGIN
     CASE op
     WHEN 'zadd', 'zincrby' THEN
         -- ints: {nx, xx, gt, lt, ch, incr} as 0 or 1; floats: the scores of args' members.
-        FOR i IN 1 .. cardinality(args) LOOP
-            SELECT score INTO cur FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND member = args[i];
+        IF ints[6] = 1 THEN
+            -- INCR (and ZINCRBY), one pair: the new score, NULL when a condition stopped it.
+            SELECT score INTO cur FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND member = args[1];
             IF NOT FOUND THEN
                 cur := NULL;
             END IF;
-            new := NULL;
-            IF cur IS NULL THEN
-                CONTINUE WHEN ints[2] = 1;
-                new := floats[i];
-                IF NOT touched THEN
-                    PERFORM pgvs3.resp_touch(b, k, 'z');
-                    touched := true;
-                END IF;
-                INSERT INTO pgvs3.resp_zset (bucket_id, key, member, score) VALUES (b, k, args[i], new);
-                added := added + 1;
-            ELSE
-                CONTINUE WHEN ints[1] = 1;
-                new := CASE WHEN ints[6] = 1 THEN cur + floats[i] ELSE floats[i] END;
-                IF new = 'NaN'::float8 THEN
-                    err := 'ERR resulting score is not a number (NaN)';
-                    RETURN;
-                END IF;
-                IF ints[3] = 1 AND new <= cur OR ints[4] = 1 AND new >= cur THEN
-                    new := NULL;
-                    CONTINUE;
-                END IF;
-                IF new <> cur THEN
-                    IF NOT touched THEN
-                        PERFORM pgvs3.resp_touch(b, k, 'z');
-                        touched := true;
-                    END IF;
-                    UPDATE pgvs3.resp_zset SET score = new WHERE bucket_id = b AND key = k AND member = args[i];
-                    changed := changed + 1;
-                END IF;
+            scores := ARRAY[NULL::float8];
+            IF cur IS NULL AND ints[2] = 1 OR cur IS NOT NULL AND ints[1] = 1 THEN
+                RETURN;
             END IF;
-        END LOOP;
+            new := CASE WHEN cur IS NULL THEN floats[1] ELSE cur + floats[1] END;
+            IF new = 'NaN'::float8 THEN
+                err := 'ERR resulting score is not a number (NaN)';
+                RETURN;
+            END IF;
+            IF ints[3] = 1 AND new <= cur OR ints[4] = 1 AND new >= cur THEN
+                RETURN;
+            END IF;
+            scores := ARRAY[new];
+            IF cur IS NULL THEN
+                added := 1;
+            ELSIF new <> cur THEN
+                changed := 1;
+            ELSE
+                RETURN;
+            END IF;
+            ma := args[1:1];
+            sa := ARRAY[new];
+        ELSE
+            -- One statement over all pairs (a statement per pair, or args[i], was quadratic in
+            -- the argument count). Pairs apply in order, as in Redis: a member given twice
+            -- sees the score the earlier pair left (`before`): the one before it, or under GT
+            -- (LT) the highest (lowest) so far.
+            WITH pairs AS (
+                SELECT p.m, p.s, p.pos, z.score AS was
+                  FROM unnest(args, floats) WITH ORDINALITY AS p(m, s, pos)
+                  LEFT JOIN pgvs3.resp_zset z ON z.bucket_id = b AND z.key = k AND z.member = p.m
+            ), steps AS (
+                SELECT m, s, pos, was,
+                       CASE WHEN ints[3] = 1 THEN greatest(was, max(s) OVER earlier)
+                            WHEN ints[4] = 1 THEN least(was, min(s) OVER earlier)
+                            ELSE coalesce(lag(s) OVER (PARTITION BY m ORDER BY pos), was) END AS before
+                  FROM pairs
+                WINDOW earlier AS (PARTITION BY m ORDER BY pos ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+            ), applied AS (
+                -- A member added by its first pair (unless XX); changed by a later one unless
+                -- NX, or XX of a member that was not there, or GT/LT forbid, or the same score.
+                SELECT m, s, pos, before IS NULL AND ints[2] = 0 AS adds,
+                       before IS NOT NULL AND ints[1] = 0 AND (was IS NOT NULL OR ints[2] = 0)
+                       AND NOT (ints[3] = 1 AND s <= before) AND NOT (ints[4] = 1 AND s >= before)
+                       AND s <> before AS changes
+                  FROM steps
+            ), final AS (
+                -- The score a member ends with: that of its last pair that applied.
+                SELECT DISTINCT ON (m) m, s FROM applied WHERE adds OR changes ORDER BY m, pos DESC
+            )
+            SELECT c.added, c.changed, f.ma, f.sa INTO added, changed, ma, sa
+              FROM (SELECT count(*) FILTER (WHERE adds) AS added, count(*) FILTER (WHERE changes) AS changed
+                      FROM applied) c,
+                   (SELECT coalesce(array_agg(m ORDER BY m), '{}') AS ma, coalesce(array_agg(s ORDER BY m), '{}') AS sa
+                      FROM final) f;
+        END IF;
+        IF cardinality(ma) > 0 THEN
+            PERFORM pgvs3.resp_touch(b, k, 'z');
+            INSERT INTO pgvs3.resp_zset AS z (bucket_id, key, member, score)
+            SELECT b, k, f.m, f.s FROM unnest(ma, sa) AS f(m, s)
+            ON CONFLICT (bucket_id, key, member) DO UPDATE SET score = EXCLUDED.score;
+        END IF;
         n := added + CASE WHEN ints[5] = 1 THEN changed ELSE 0 END;
         IF added > 0 THEN
             PERFORM pgvs3.resp_wake(b, k);
         END IF;
-        -- INCR (and ZINCRBY): the new score, NULL when a condition stopped it.
-        scores := ARRAY[new];
     WHEN 'zrem' THEN
         DELETE FROM pgvs3.resp_zset WHERE bucket_id = b AND key = k AND member = ANY (args);
         GET DIAGNOSTICS n = ROW_COUNT;

@@ -70,7 +70,7 @@ impl RunningGateway {
         }
         let catalog = Catalog::load(pool.clone(), master_key).await?;
         ensure_root_key(&catalog, args).await?;
-        let store = Store::new(pool.clone(), Arc::clone(&catalog));
+        let store = Store::new(pool.clone(), Arc::clone(&catalog)).cancelling_with(database.connections.clone());
 
         let open_files = http_server::raise_open_file_limit();
         warn_if_descriptors_short(args, open_files);

@@ -68,6 +68,18 @@ pub struct RespArgs {
     #[arg(long, env = "PGVS3_RESP_MAX_RUNNING_SCRIPTS", value_parser = clap::value_parser!(u16).range(1..))]
     pub resp_max_running_scripts: Option<u16>,
 
+    /// How long the database work of a RESP command that only reads (a run of pipelined reads,
+    /// KEYS, SCAN) may take; past it the command answers an error and its statement is
+    /// cancelled (`0s`: no limit, as in Redis).
+    #[arg(long, env = "PGVS3_RESP_READ_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub resp_read_timeout: Duration,
+
+    /// The same for commands that write (and MULTI/EXEC): past it the command answers an error
+    /// and its transaction is cancelled and rolled back, unless it shares its commit with
+    /// other clients' writes still waiting for it (`0s`: no limit).
+    #[arg(long, env = "PGVS3_RESP_WRITE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub resp_write_timeout: Duration,
+
     /// Channels, patterns and shard channels one RESP connection may subscribe to.
     #[arg(long, env = "PGVS3_RESP_MAX_SUBSCRIPTIONS", default_value_t = 10_000)]
     pub resp_max_subscriptions: usize,

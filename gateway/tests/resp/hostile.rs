@@ -11,6 +11,7 @@ use common::resp::{RawResp, Value, encode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const PONG: fn() -> Value = || Value::Simple("PONG".into());
+const OK: fn() -> Value = || Value::Simple("OK".into());
 
 /// Sends `bytes` on a fresh connection; returns the reply and whether the server then closed.
 async fn refused(raw: &mut RawResp, bytes: &[u8]) -> (String, bool) {
@@ -595,4 +596,174 @@ async fn hset_time_grows_linearly_with_its_fields() {
     let per_doubling = (times[2] / times[0]).sqrt();
     eprintln!("HSET of 10k, 20k, 40k fields: {times:.3?} s, {per_doubling:.2}x per doubling");
     assert!(per_doubling < 3.5, "{per_doubling:.2}x per doubling: {times:?}");
+}
+
+#[tokio::test]
+async fn zadd_time_grows_linearly_with_its_members() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let mut times = Vec::new();
+    for members in [10_000usize, 20_000, 40_000] {
+        let key = format!("z{members}");
+        let pairs: Vec<String> = (0..members)
+            .flat_map(|n| [format!("{}", n % 97), format!("member{n}")])
+            .collect();
+        let mut args: Vec<&[u8]> = vec![b"ZADD", key.as_bytes()];
+        args.extend(pairs.iter().map(|arg| arg.as_bytes()));
+        let started = std::time::Instant::now();
+        raw.send(&encode(&args)).await;
+        assert_eq!(raw.reply().await, Some(Value::Int(members as i64)));
+        times.push(started.elapsed().as_secs_f64());
+    }
+    // Loose: quadratic work is 4x per doubling (it was), linear 2x; the machine may be busy.
+    let per_doubling = (times[2] / times[0]).sqrt();
+    eprintln!("ZADD of 10k, 20k, 40k members: {times:.3?} s, {per_doubling:.2}x per doubling");
+    assert!(per_doubling < 3.5, "{per_doubling:.2}x per doubling: {times:?}");
+}
+
+/// The backend (pid) of the statement waiting on a lock, once there is one.
+async fn lock_waiter(watch: &tokio_postgres::Client) -> i32 {
+    common::eventually(Duration::from_secs(10), "a statement waiting on the lock", || async {
+        watch
+            .query_opt(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .map(|row| row.get::<_, i32>(0))
+    })
+    .await
+}
+
+/// Until backend `pid` is gone from pg_stat_activity (its connection closed).
+async fn backend_gone(watch: &tokio_postgres::Client, pid: i32) {
+    common::eventually(
+        Duration::from_secs(10),
+        "the abandoned statement's backend gone",
+        || async {
+            let left =
+                common::query_count(watch, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", &[&pid]).await;
+            (left == 0).then_some(())
+        },
+    )
+    .await;
+}
+
+/// A client that goes away while its command runs in PostgreSQL (here: waits on a lock, as a
+/// huge command would run) has the statement cancelled: its backend is gone at once instead of
+/// running to the end, and its write never lands.
+#[tokio::test]
+async fn a_disconnected_clients_statement_is_cancelled() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let (lock, watch) = (gateway.sql().await, gateway.sql().await);
+    lock.batch_execute("BEGIN; LOCK TABLE pgvs3.resp_zset IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    raw.send(&encode(&[b"ZADD", b"z", b"1", b"a"])).await;
+    let pid = lock_waiter(&watch).await;
+    drop(raw);
+    backend_gone(&watch, pid).await;
+    lock.batch_execute("ROLLBACK").await.unwrap();
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(raw.command(&["ZCARD", "z"]).await, Value::Int(0));
+    assert_eq!(raw.command(&["ZADD", "z", "1", "a"]).await, Value::Int(1));
+}
+
+/// `--resp-read-timeout` and `--resp-write-timeout`: a command past its limit answers an error,
+/// and its statement is cancelled (its backend gone, its write rolled back).
+#[tokio::test]
+async fn commands_past_their_time_limit_are_cancelled() {
+    let gateway = TestGateway::with_resp(&["--resp-read-timeout", "1s", "--resp-write-timeout", "1s"]).await;
+    let (lock, watch) = (gateway.sql().await, gateway.sql().await);
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(raw.command(&["ZADD", "z", "1", "a"]).await, Value::Int(1));
+    lock.batch_execute("BEGIN; LOCK TABLE pgvs3.resp_zset IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    for (command, flag) in [
+        (&["ZADD", "z", "2", "b"][..], "--resp-write-timeout"),
+        (&["ZCARD", "z"], "--resp-read-timeout"),
+    ] {
+        let started = std::time::Instant::now();
+        let reply = raw.command(command).await;
+        assert_eq!(
+            reply.error(),
+            format!("ERR command timed out after 1 s ({flag}) and was cancelled"),
+            "{command:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(10), "{command:?}");
+    }
+    common::eventually(Duration::from_secs(10), "no statement waiting on the lock", || async {
+        let waiting = common::query_count(
+            &watch,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            &[],
+        )
+        .await;
+        (waiting == 0).then_some(())
+    })
+    .await;
+    lock.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(raw.command(&["ZCARD", "z"]).await, Value::Int(1));
+}
+
+/// A MULTI queue is bounded: at most 100,000 commands (the next one is refused and fails the
+/// transaction, as an error while queueing does in Redis), and its bytes beyond 1 MiB come
+/// out of the buffer budget (given back when the transaction ends).
+#[tokio::test]
+async fn multi_queues_are_bounded_in_count_and_bytes() {
+    let gateway = TestGateway::with_resp(&["--buffer-budget", "40MiB"]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(raw.command(&["MULTI"]).await, OK());
+    // In pipelines of 1,000, each read back before the next: one of 100,000 would fill both
+    // sockets' buffers (the client not reading its replies while it sends) and stall.
+    let pipeline: Vec<u8> = (0..1000).flat_map(|_| encode(&[b"INCR", b"n"])).collect();
+    for _ in 0..100 {
+        raw.send(&pipeline).await;
+        for _ in 0..1000 {
+            assert_eq!(raw.reply().await, Some(Value::Simple("QUEUED".into())));
+        }
+    }
+    let refused = raw.command(&["INCR", "n"]).await;
+    assert_eq!(
+        refused.error(),
+        "ERR MULTI queue full: at most 100000 commands and 536870912 bytes per transaction"
+    );
+    assert_eq!(
+        raw.command(&["EXEC"]).await.error(),
+        "EXECABORT Transaction discarded because of previous errors."
+    );
+    assert_eq!(raw.command(&["GET", "n"]).await, Value::Nil);
+
+    // 1 MiB values: the queue passes its 1 MiB allowance and the 40 MiB budget.
+    let value = vec![b'v'; 1024 * 1024];
+    assert_eq!(raw.command(&["MULTI"]).await, OK());
+    let mut errors = Vec::new();
+    for n in 0..48 {
+        let key = format!("big{n}");
+        raw.send(&encode(&[b"SET", key.as_bytes(), &value])).await;
+        match raw.reply().await.expect("a reply") {
+            Value::Simple(queued) if queued == "QUEUED" => {}
+            other => errors.push(other.error().to_owned()),
+        }
+    }
+    assert!(!errors.is_empty(), "48 MiB queued against a 40 MiB budget");
+    assert!(
+        errors[0].starts_with("OOM command not allowed: the MULTI queue"),
+        "{errors:?}"
+    );
+    assert_eq!(
+        raw.command(&["EXEC"]).await.error(),
+        "EXECABORT Transaction discarded because of previous errors."
+    );
+    // The budget is back: a transaction that fits runs.
+    assert_eq!(raw.command(&["MULTI"]).await, OK());
+    for n in 0..4 {
+        let key = format!("big{n}");
+        raw.send(&encode(&[b"SET", key.as_bytes(), &value])).await;
+        assert_eq!(raw.reply().await, Some(Value::Simple("QUEUED".into())));
+    }
+    assert_eq!(raw.command(&["EXEC"]).await, Value::Array(vec![OK(); 4]));
 }

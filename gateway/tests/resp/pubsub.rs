@@ -8,7 +8,7 @@ use pgvs3_testkit as common;
 use std::time::Duration;
 
 use common::TestGateway;
-use common::resp::{RawResp, Value};
+use common::resp::{RawResp, Value, encode};
 use futures::StreamExt;
 
 fn bulk(text: &str) -> Value {
@@ -390,4 +390,39 @@ async fn string_writes_replace_typed_keys_made_on_another_gateway() {
         .await
         .unwrap_err();
     assert!(wrong.to_string().contains("WRONGTYPE"), "{wrong}");
+}
+
+/// Subscription confirmations and messages are pushes, not replies: CLIENT REPLY OFF does not
+/// silence them, in RESP3 or RESP2, as redis-server 7.0.15 answers.
+#[tokio::test]
+async fn client_reply_off_does_not_silence_pushes() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut publisher = RawResp::connect(gateway.resp_addr()).await;
+    for (protocol, push) in [("3", true), ("2", false)] {
+        let mut raw = RawResp::connect(gateway.resp_addr()).await;
+        raw.command(&["HELLO", protocol]).await;
+        raw.send(&encode(&[b"CLIENT", b"REPLY", b"OFF"])).await;
+        raw.send(&encode(&[b"SUBSCRIBE", b"ch"])).await;
+        let frame = |items: Vec<Value>| if push { Value::Push(items) } else { Value::Array(items) };
+        assert_eq!(
+            raw.reply().await,
+            Some(frame(vec![Value::bulk("subscribe"), Value::bulk("ch"), Value::Int(1)])),
+            "RESP{protocol}"
+        );
+        // Until the subscriber is the only one (the previous round's is gone).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while publisher.command(&["PUBLISH", "ch", "hi"]).await != Value::Int(1) {
+            assert!(std::time::Instant::now() < deadline, "one subscriber within 10 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(
+            raw.reply().await,
+            Some(frame(vec![
+                Value::bulk("message"),
+                Value::bulk("ch"),
+                Value::bulk("hi")
+            ])),
+            "RESP{protocol}"
+        );
+    }
 }

@@ -295,3 +295,77 @@ async fn expire_combines_xx_with_gt_and_lt() {
         "ERR NX and XX, GT or LT options at the same time are not compatible"
     );
 }
+
+/// The INFO fields clients and exporters read: `cluster_enabled` (redis-py's own test suite
+/// reads it first), `loading` (ioredis's ready check), `connected_clients`, and Redis 7's
+/// `total_error_replies`, as redis-server 7.0.15 answers and counts them.
+#[tokio::test]
+async fn info_has_the_fields_clients_and_exporters_read() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(
+        raw.command(&["INFO", "cluster"]).await,
+        Value::bulk("# Cluster\r\ncluster_enabled:0\r\n")
+    );
+    raw.command(&["FOO"]).await.error();
+    raw.command(&["SET", "s", "x"]).await;
+    raw.command(&["INCR", "s"]).await.error();
+    let Value::Bulk(info) = raw.command(&["INFO"]).await else {
+        panic!("INFO is a bulk string")
+    };
+    let info = String::from_utf8(info).unwrap();
+    let field = |name: &str| -> String {
+        info.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("{name} in {info}"))
+            .to_owned()
+    };
+    for (name, value) in [
+        ("cluster_enabled", "0"),
+        ("loading", "0"),
+        ("connected_clients", "1"),
+        ("redis_mode", "standalone"),
+        ("total_error_replies", "2"),
+        ("unexpected_error_replies", "0"),
+    ] {
+        assert_eq!(field(name), value, "{name}");
+    }
+    assert_eq!(field("process_id"), std::process::id().to_string());
+}
+
+/// CONFIG GET answers the parameters clients ask for, by glob pattern, as redis-server 7.0.15
+/// names them; values stand for what the gateway does (no eviction, no snapshots). Redis
+/// answers in its own table's order; this answers in pgvs3's.
+#[tokio::test]
+async fn config_get_answers_what_clients_ask_for() {
+    let gateway = TestGateway::with_resp(&["--resp-databases", "3=other"]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let pairs = |pairs: &[&str]| Value::Array(pairs.iter().map(|text| Value::bulk(text)).collect());
+    assert_eq!(
+        raw.command(&["CONFIG", "GET", "maxmemory-policy"]).await,
+        pairs(&["maxmemory-policy", "noeviction"])
+    );
+    assert_eq!(
+        raw.command(&["CONFIG", "GET", "databases", "appendonly"]).await,
+        pairs(&["databases", "4", "appendonly", "no"])
+    );
+    assert_eq!(
+        raw.command(&["CONFIG", "GET", "maxmemory*"]).await,
+        pairs(&["maxmemory", "0", "maxmemory-policy", "noeviction"])
+    );
+    assert_eq!(raw.command(&["CONFIG", "GET", "nothing-such"]).await, pairs(&[]));
+}
+
+/// TOUCH answers as redis-server 7.0.15: the keys that exist, a key named twice counted twice.
+#[tokio::test]
+async fn touch_counts_the_keys_that_exist() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    raw.command(&["SET", "a", "1"]).await;
+    raw.command(&["RPUSH", "l", "x"]).await;
+    assert_eq!(raw.command(&["TOUCH", "a", "nosuch", "a", "l"]).await, Value::Int(3));
+    assert_eq!(
+        raw.command(&["TOUCH"]).await.error(),
+        "ERR wrong number of arguments for 'touch' command"
+    );
+}

@@ -513,6 +513,36 @@ async fn set_commands_answer_as_redis() {
     assert_eq!(query::<String>(&mut con, &["TYPE", "t"]).await, "none");
 }
 
+/// A member named twice in one ZADD: each pair applies in turn, as redis-server 7.0.15 answers
+/// (one statement for all pairs must still see the score the earlier pair left).
+#[tokio::test]
+async fn zadd_applies_a_repeated_member_pair_by_pair() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    let cases: [(&[&str], i64); 10] = [
+        (&["ZADD", "a", "CH", "1", "x", "2", "x", "1", "x"], 3),
+        (&["ZADD", "b", "GT", "CH", "5", "x", "3", "x", "7", "x"], 2),
+        (&["ZADD", "b", "GT", "CH", "5", "x", "9", "x", "8", "x"], 1),
+        (&["ZADD", "c", "XX", "1", "x", "2", "x"], 0),
+        (&["ZADD", "c", "NX", "CH", "3", "x", "2", "x"], 1),
+        (&["ZADD", "c", "NX", "CH", "3", "x", "2", "x"], 0),
+        (&["ZADD", "d", "LT", "CH", "5", "x", "7", "x", "3", "x", "4", "x"], 2),
+        (&["ZADD", "e", "1", "x", "1", "x", "1", "x"], 1),
+        (&["ZADD", "e", "CH", "1", "x", "2", "x"], 1),
+        (
+            &["ZADD", "c", "XX", "CH", "1", "x", "5", "x", "6", "x", "7", "nobody"],
+            3,
+        ),
+    ];
+    for (command, expected) in cases {
+        assert_eq!(query::<i64>(&mut con, command).await, expected, "{command:?}");
+    }
+    for (key, score) in [("a", 1.0), ("b", 9.0), ("c", 6.0), ("d", 3.0), ("e", 2.0)] {
+        assert_eq!(query::<f64>(&mut con, &["ZSCORE", key, "x"]).await, score, "{key}");
+    }
+    assert_eq!(query::<i64>(&mut con, &["ZCARD", "c"]).await, 1);
+}
+
 #[tokio::test]
 async fn sorted_set_commands_answer_as_redis() {
     let gateway = TestGateway::with_resp(&[]).await;
@@ -1628,4 +1658,62 @@ async fn watch_ignores_writes_that_change_nothing() {
             "WATCH {watched}, then {change:?}: {exec:?}"
         );
     }
+}
+
+/// Scores as redis-server 7.0.15 prints them (`addReplyDouble`: C's `%.17g`), in RESP2 and
+/// RESP3 replies, WITHSCORES, ZSCAN and scripts; INCRBYFLOAT keeps its own format.
+#[tokio::test]
+async fn scores_print_as_redis_7_0_prints_doubles() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let cases = [
+        ("a", "0.1", "0.10000000000000001"),
+        ("b", "1e300", "1.0000000000000001e+300"),
+        ("c", "3", "3"),
+        ("d", "1.5", "1.5"),
+        ("e", "1e17", "1e+17"),
+        ("f", "123456789012345678", "1.2345678901234568e+17"),
+        ("g", "1e-5", "1.0000000000000001e-05"),
+        ("h", "1e16", "10000000000000000"),
+        ("i", "0.0001", "0.0001"),
+        ("j", "-2.5e-7", "-2.4999999999999999e-07"),
+        ("k", "-inf", "-inf"),
+        ("l", "12345.678", "12345.678"),
+        ("m", "5e-324", "4.9406564584124654e-324"),
+    ];
+    for (member, score, printed) in cases {
+        raw.command(&["ZADD", "s", score, member]).await;
+        assert_eq!(
+            raw.command(&["ZSCORE", "s", member]).await,
+            Value::bulk(printed),
+            "{score}"
+        );
+    }
+    assert_eq!(
+        raw.command(&["ZRANGE", "s", "0", "1", "WITHSCORES"]).await,
+        Value::Array(["k", "-inf", "j", "-2.4999999999999999e-07"].map(Value::bulk).to_vec())
+    );
+    assert_eq!(
+        raw.command(&["ZINCRBY", "s", "0.1", "a"]).await,
+        Value::bulk("0.20000000000000001")
+    );
+    assert_eq!(
+        raw.command(&["ZSCAN", "s", "0", "MATCH", "b", "COUNT", "100"]).await,
+        Value::Array(vec![
+            Value::bulk("0"),
+            Value::Array(["b", "1.0000000000000001e+300"].map(Value::bulk).to_vec())
+        ])
+    );
+    assert_eq!(
+        raw.command(&["EVAL", "return redis.call('ZSCORE', KEYS[1], 'a')", "1", "s"])
+            .await,
+        Value::bulk("0.20000000000000001")
+    );
+    raw.command(&["SET", "n", "1.5"]).await;
+    assert_eq!(raw.command(&["INCRBYFLOAT", "n", "0.1"]).await, Value::bulk("1.6"));
+    raw.command(&["HELLO", "3"]).await;
+    assert_eq!(
+        raw.command(&["ZSCORE", "s", "b"]).await,
+        Value::Double("1.0000000000000001e+300".into())
+    );
 }

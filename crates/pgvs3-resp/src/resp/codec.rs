@@ -410,8 +410,8 @@ impl Reply {
                     second.encode(resp3, out);
                 }
             }
-            Reply::Double(value) if resp3 => line(out, b',', format_double(*value).as_bytes()),
-            Reply::Double(value) => Reply::text(&format_double(*value)).encode(resp3, out),
+            Reply::Double(value) if resp3 => line(out, b',', format_score(*value).as_bytes()),
+            Reply::Double(value) => Reply::text(&format_score(*value)).encode(resp3, out),
         }
     }
 }
@@ -421,6 +421,33 @@ fn line(out: &mut BytesMut, marker: u8, text: &[u8]) {
     out.put_u8(marker);
     out.put_slice(text);
     out.put_slice(b"\r\n");
+}
+
+/// Formats a double reply as Redis 7.0's `addReplyDouble` does (scores of ZSCORE, ZRANGE
+/// WITHSCORES, ZINCRBY, ..., in RESP2 and RESP3): C's `%.17g`, so 0.1 is `0.10000000000000001`
+/// and 1e300 `1.0000000000000001e+300`; infinities `inf`/`-inf`.
+pub fn format_score(value: f64) -> String {
+    if value.is_infinite() {
+        return if value > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    // 17 significant digits, rounded once; the exponent after rounding picks the style.
+    let scientific = format!("{value:.16e}");
+    let (mantissa, exponent) = scientific.split_once('e').expect("{:e} has an exponent");
+    let exponent: i32 = exponent.parse().expect("{:e}'s exponent is a number");
+    if !(-4..17).contains(&exponent) {
+        let sign = if exponent < 0 { '-' } else { '+' };
+        return format!("{}e{sign}{:02}", strip_fraction_zeros(mantissa), exponent.abs());
+    }
+    let decimals = usize::try_from(16 - exponent).expect("exponent below 17");
+    strip_fraction_zeros(&format!("{value:.decimals$}")).to_owned()
+}
+
+/// `%g` drops trailing zeros of the fraction, and the point when nothing is left of it.
+fn strip_fraction_zeros(text: &str) -> &str {
+    match text.contains('.') {
+        true => text.trim_end_matches('0').trim_end_matches('.'),
+        false => text,
+    }
 }
 
 /// Formats a float as Redis does for INCRBYFLOAT: shortest round-trip form, no exponent, no
@@ -675,6 +702,7 @@ mod tests {
         assert_eq!(&encode(map.clone(), false)[..], b"*2\r\n$1\r\na\r\n:1\r\n");
         assert_eq!(&encode(map, true)[..], b"%1\r\n$1\r\na\r\n:1\r\n");
         assert_eq!(&encode(Reply::Double(3.5), true)[..], b",3.5\r\n");
+        assert_eq!(&encode(Reply::Double(0.1), true)[..], b",0.10000000000000001\r\n");
         assert_eq!(format_double(10.0), "10");
         assert_eq!(format_double(10.5), "10.5");
     }

@@ -184,6 +184,7 @@ pub static COMMANDS: &[Spec] = &[
     spec("del", -2, &["write"], ALL),
     spec("unlink", -2, &["write", "fast"], ALL),
     spec("exists", -2, R, ALL),
+    spec("touch", -2, R, ALL),
     spec("expire", -3, &["write", "fast"], ONE),
     spec("pexpire", -3, &["write", "fast"], ONE),
     spec("expireat", -3, &["write", "fast"], ONE),
@@ -611,7 +612,8 @@ impl KeyCommand {
                 parse_float(arg(2)).ok_or_else(|| Reply::error("ERR value is not a valid float"))?,
             ),
             "del" | "unlink" => Del(keys(&args[1..])?),
-            "exists" => Exists(keys(&args[1..])?),
+            // TOUCH counts as EXISTS does; there is no access time to update.
+            "exists" | "touch" => Exists(keys(&args[1..])?),
             "expire" | "pexpire" | "expireat" | "pexpireat" => parse_expire(name, args)?,
             "expiretime" | "pexpiretime" => ExpireTime {
                 key: key(arg(1))?,

@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use tracing::Instrument;
@@ -55,6 +56,50 @@ enum Queued {
     Other(Vec<Bytes>, &'static Spec),
 }
 
+/// Commands one MULTI may queue, and their bytes (arguments, plus [`QUEUED_OVERHEAD`] each).
+const MAX_QUEUED: usize = 100_000;
+const MAX_QUEUED_BYTES: usize = 512 * 1024 * 1024;
+/// What a queued command costs besides its arguments' bytes (its parsed form).
+const QUEUED_OVERHEAD: usize = 256;
+
+/// A MULTI's queued commands. A queue outlives the input it came in, so it is bounded in
+/// count and bytes, and its bytes beyond [`UNBUDGETED_INPUT`] are held against the buffer
+/// budget, as large input is.
+struct MultiQueue {
+    commands: Vec<Queued>,
+    bytes: usize,
+    budget: InputBudget,
+}
+
+impl MultiQueue {
+    fn new(budget: crate::admission::BufferBudget) -> MultiQueue {
+        MultiQueue {
+            commands: Vec::new(),
+            bytes: 0,
+            budget: InputBudget::new(budget),
+        }
+    }
+
+    /// Queues a command whose arguments take `size` bytes, or refuses it with the error it
+    /// answers (which fails the transaction, as an error while queueing does in Redis).
+    fn push(&mut self, queued: Queued, size: usize) -> Result<(), Reply> {
+        let bytes = self.bytes + size + QUEUED_OVERHEAD;
+        if self.commands.len() >= MAX_QUEUED || bytes > MAX_QUEUED_BYTES {
+            return Err(Reply::error(format!(
+                "ERR MULTI queue full: at most {MAX_QUEUED} commands and {MAX_QUEUED_BYTES} bytes per transaction"
+            )));
+        }
+        if !self.budget.cover(bytes) {
+            return Err(Reply::error(
+                "OOM command not allowed: the MULTI queue does not fit in the server's buffer budget now, retry later",
+            ));
+        }
+        self.bytes = bytes;
+        self.commands.push(queued);
+        Ok(())
+    }
+}
+
 /// A run of consecutive key commands, executed together: as one statement when all of them
 /// read, else as one transaction (reads then see the writes before them, as they would in
 /// Redis, and the whole run costs one commit).
@@ -78,7 +123,7 @@ pub struct Connection {
     admitted: Option<crate::admission::Admitted>,
     db: u32,
     resp3: bool,
-    multi: Option<Vec<Queued>>,
+    multi: Option<MultiQueue>,
     multi_failed: bool,
     watched: Vec<(u32, String, Fingerprint)>,
     cursors: HashMap<u64, String>,
@@ -267,27 +312,28 @@ impl Connection {
                         self.admitted = Some(admitted);
                         let span = self.batch_span(&requests);
                         let blocks = requests.iter().any(|args| is_blocking(args));
-                        let handling = self.handle(requests, &mut output).instrument(span);
-                        if !blocks {
-                            handling.await
-                        } else {
-                            // A blocked client may wait long: meanwhile its further input is
-                            // buffered, and its going away (or shutdown) ends the wait.
+                        // Meanwhile the client's further input is buffered, and its going
+                        // away ends the batch: dropped, its statement is cancelled, so a
+                        // disconnected client holds no backend (Redis frees a client at EOF
+                        // too). A blocked client may wait long: shutdown ends its wait.
+                        let ended = {
+                            let handling = self.handle(requests, &mut output).instrument(span);
                             futures::pin_mut!(handling);
-                            let ended = loop {
+                            loop {
                                 tokio::select! {
+                                    biased;
                                     () = &mut handling => break false,
                                     read = stream.read_buf(&mut input), if input.len() < UNBUDGETED_INPUT => {
                                         if matches!(read, Ok(0) | Err(_)) {
                                             break true;
                                         }
                                     }
-                                    _ = shutdown.wait() => break true,
+                                    _ = shutdown.wait(), if blocks => break true,
                                 }
-                            };
-                            if ended {
-                                break;
                             }
+                        };
+                        if ended {
+                            break;
                         }
                         self.admitted = None;
                     }
@@ -390,6 +436,7 @@ impl Connection {
             let spec = spec.expect("admitted commands are known");
             let queueing = !matches!(spec.name, "exec" | "discard" | "multi" | "watch" | "quit" | "reset");
             if let (true, Some(_)) = (queueing, &self.multi) {
+                let size = args.iter().map(Bytes::len).sum();
                 let queued = match key_command {
                     Some(command) => Queued::Key(command, spec),
                     None if matches!(spec.name, "select" | "auth" | "hello" | "client")
@@ -405,10 +452,14 @@ impl Connection {
                     }
                     None => Queued::Other(args, spec),
                 };
-                if let Some(multi) = self.multi.as_mut() {
-                    multi.push(queued);
+                let pushed = self.multi.as_mut().map(|multi| multi.push(queued, size));
+                match pushed {
+                    Some(Err(reply)) => {
+                        self.multi_failed = true;
+                        self.finish(Some(spec), reply, out);
+                    }
+                    _ => self.emit(Reply::Simple("QUEUED"), out),
                 }
-                self.emit(Reply::Simple("QUEUED"), out);
                 continue;
             }
             match key_command {
@@ -435,7 +486,7 @@ impl Connection {
         }
         self.flush(&mut run, out).await;
         let (db, resp) = (self.db, if self.resp3 { 3 } else { 2 });
-        let queued = self.multi.as_ref().map_or(-1, |queued| queued.len() as i64);
+        let queued = self.multi.as_ref().map_or(-1, |multi| multi.commands.len() as i64);
         self.set_client(|info| {
             info.last_active = Instant::now();
             info.last_command = last_command;
@@ -501,11 +552,10 @@ impl Connection {
     }
 
     fn count(&self, operation: &str, reply: &Reply) {
-        self.server
-            .commands_processed
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.server.commands_processed.fetch_add(1, Relaxed);
         let status = if reply.is_error() { "error" } else { "ok" };
         if reply.is_error() {
+            self.server.error_replies.fetch_add(1, Relaxed);
             tracing::Span::current().record("status", status);
         }
         self.server
@@ -558,6 +608,35 @@ impl Connection {
     /// When a `watched` key changed since WATCH, nothing runs and the error is the null array
     /// EXEC answers with.
     async fn execute(
+        &self,
+        commands: &[(KeyCommand, &'static Spec)],
+        write: bool,
+        watched: &[(String, Fingerprint)],
+    ) -> Result<Vec<Reply>, Reply> {
+        self.within(write, self.execute_now(commands, write, watched)).await?
+    }
+
+    /// Database work of a command, within its class's time limit (`--resp-read-timeout`,
+    /// `--resp-write-timeout`). Past it the work is dropped, which cancels its statement (a
+    /// shared commit only once every client waiting for it is gone).
+    async fn within<T>(&self, write: bool, work: impl Future<Output = T>) -> Result<T, Reply> {
+        let settings = &self.server.settings;
+        let (limit, flag) = match write {
+            true => (settings.write_timeout, "--resp-write-timeout"),
+            false => (settings.read_timeout, "--resp-read-timeout"),
+        };
+        let Some(limit) = limit else {
+            return Ok(work.await);
+        };
+        tokio::time::timeout(limit, work).await.map_err(|_| {
+            Reply::error(format!(
+                "ERR command timed out after {} s ({flag}) and was cancelled",
+                limit.as_secs_f64()
+            ))
+        })
+    }
+
+    async fn execute_now(
         &self,
         commands: &[(KeyCommand, &'static Spec)],
         write: bool,
@@ -806,13 +885,13 @@ impl Connection {
             },
             "client" => self.client(args),
             "command" => command_command(args),
-            "config" => config_command(args),
+            "config" => config_command(args, &self.config_parameters()),
             "info" => self.info(args).await,
             "multi" => {
                 if self.multi.is_some() {
                     return Reply::error("ERR MULTI calls can not be nested");
                 }
-                self.multi = Some(Vec::new());
+                self.multi = Some(MultiQueue::new(self.server.buffers.clone()));
                 self.multi_failed = false;
                 Reply::OK
             }
@@ -918,7 +997,7 @@ impl Connection {
     }
 
     async fn exec(&mut self) -> Reply {
-        let Some(queued) = self.multi.take() else {
+        let Some(MultiQueue { commands: queued, .. }) = self.multi.take() else {
             return Reply::error("ERR EXEC without MULTI");
         };
         let watched = std::mem::take(&mut self.watched);
@@ -1268,18 +1347,24 @@ impl Connection {
         };
         let mut text = String::new();
         if show("server") {
+            let uptime = self.server.started.elapsed().as_secs();
             text.push_str(&format!(
-                "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_mode:standalone\r\npgvs3_version:{}\r\n\
-                 arch_bits:64\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\n\r\n",
+                "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_git_sha1:00000000\r\nredis_git_dirty:0\r\n\
+                 redis_mode:standalone\r\npgvs3_version:{}\r\nos:{} {}\r\narch_bits:64\r\nprocess_id:{}\r\n\
+                 tcp_port:{}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\n\r\n",
                 env!("CARGO_PKG_VERSION"),
+                std::env::consts::OS,
+                std::env::consts::ARCH,
+                std::process::id(),
                 self.server.port,
-                self.server.started.elapsed().as_secs(),
+                uptime / 86_400,
             ));
         }
         if show("clients") {
             let connected = self.server.clients.len();
             text.push_str(&format!(
-                "# Clients\r\nconnected_clients:{connected}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n\r\n",
+                "# Clients\r\nconnected_clients:{connected}\r\ncluster_connections:0\r\nmaxclients:{}\r\n\
+                 blocked_clients:{}\r\ntracking_clients:0\r\n\r\n",
                 self.server.settings.max_clients,
                 self.server.wakeups.blocked_clients()
             ));
@@ -1292,14 +1377,22 @@ impl Connection {
                 used as f64 / (1024.0 * 1024.0)
             ));
         }
+        if show("persistence") {
+            // Every write is durable at its reply (PostgreSQL's commit): nothing loads, nothing
+            // waits for a save. Clients (ioredis's ready check) read `loading`.
+            text.push_str(
+                "# Persistence\r\nloading:0\r\nasync_loading:0\r\nrdb_changes_since_last_save:0\r\n\
+                 rdb_bgsave_in_progress:0\r\nrdb_last_bgsave_status:ok\r\naof_enabled:0\r\n\
+                 aof_rewrite_in_progress:0\r\n\r\n",
+            );
+        }
         if show("stats") {
             text.push_str(&format!(
                 "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
-                 expired_keys:0\r\nevicted_keys:0\r\n\r\n",
+                 expired_keys:0\r\nevicted_keys:0\r\ntotal_error_replies:{}\r\nunexpected_error_replies:0\r\n\r\n",
                 self.server.clients.total_registered(),
-                self.server
-                    .commands_processed
-                    .load(std::sync::atomic::Ordering::Relaxed),
+                self.server.commands_processed.load(Relaxed),
+                self.server.error_replies.load(Relaxed),
             ));
         }
         if show("cpu") {
@@ -1314,7 +1407,12 @@ impl Connection {
             } else {
                 "master"
             };
-            text.push_str(&format!("# Replication\r\nrole:{role}\r\n\r\n"));
+            text.push_str(&format!(
+                "# Replication\r\nrole:{role}\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\n\r\n"
+            ));
+        }
+        if show("cluster") {
+            text.push_str("# Cluster\r\ncluster_enabled:0\r\n\r\n");
         }
         if show("keyspace") {
             text.push_str("# Keyspace\r\n");
@@ -1329,10 +1427,50 @@ impl Connection {
                 }
             }
         }
+        // Redis puts a blank line between sections, none after the last.
+        if text.ends_with("\r\n\r\n") {
+            text.truncate(text.len() - 2);
+        }
         Reply::text(&text)
     }
 
+    /// What CONFIG GET shows: the parameters client libraries and tools ask for (redis-cli,
+    /// BullMQ's `maxmemory-policy` check, ...), with what stands for them here.
+    fn config_parameters(&self) -> Vec<(&'static str, String)> {
+        let settings = &self.server.settings;
+        let databases = settings.databases.keys().max().map_or(1, |last| last + 1);
+        let script_ms = settings.script.time.as_millis().to_string();
+        let idle = settings.idle_timeout.map_or(0, |timeout| timeout.as_secs());
+        let pubsub = settings.pubsub.output_limit;
+        vec![
+            ("databases", databases.to_string()),
+            ("maxclients", settings.max_clients.to_string()),
+            ("timeout", idle.to_string()),
+            ("port", self.server.port.to_string()),
+            ("maxmemory", "0".into()),
+            ("maxmemory-policy", "noeviction".into()),
+            // Every write is durable at its reply (PostgreSQL): no snapshots, no AOF.
+            ("save", String::new()),
+            ("appendonly", "no".into()),
+            ("notify-keyspace-events", String::new()),
+            ("proto-max-bulk-len", (512 * 1024 * 1024).to_string()),
+            ("busy-reply-threshold", script_ms.clone()),
+            ("lua-time-limit", script_ms),
+            ("cluster-enabled", "no".into()),
+            (
+                "client-output-buffer-limit",
+                format!("normal 0 0 0 slave 268435456 67108864 60 pubsub {pubsub} {pubsub} 0"),
+            ),
+        ]
+    }
+
     async fn keys(&self, pattern: &[u8]) -> Reply {
+        self.within(false, self.keys_now(pattern))
+            .await
+            .unwrap_or_else(|reply| reply)
+    }
+
+    async fn keys_now(&self, pattern: &[u8]) -> Reply {
         let prefix = glob::literal_prefix(pattern);
         let keyspace = match self.keyspace(Access::Read).await {
             Ok(keyspace) => keyspace,
@@ -1398,9 +1536,10 @@ impl Connection {
             Ok(keyspace) => keyspace,
             Err(reply) => return reply,
         };
-        let page = match keyspace.scan(&after, &prefix, count).await {
-            Ok(page) => page,
-            Err(err) => return store_error(err),
+        let page = match self.within(false, keyspace.scan(&after, &prefix, count)).await {
+            Ok(Ok(page)) => page,
+            Ok(Err(err)) => return store_error(err),
+            Err(reply) => return reply,
         };
         let next = match page.last() {
             Some((last, _)) if page.len() as i64 == count => {
@@ -1505,10 +1644,19 @@ const ENCODING_PARAMETERS: &[&str] = &[
     "lazyfree-lazy-user-flush",
 ];
 
-fn config_command(args: &[Bytes]) -> Reply {
+/// CONFIG GET answers the parameters of `parameters` that one of its glob patterns names.
+fn config_command(args: &[Bytes], parameters: &[(&'static str, String)]) -> Reply {
     match args[1].to_ascii_lowercase().as_slice() {
-        // Clients (redis-benchmark among them) read settings; there are none to show.
-        b"get" if args.len() >= 3 => Reply::Map(Vec::new()),
+        b"get" if args.len() >= 3 => {
+            let patterns: Vec<Vec<u8>> = args[2..].iter().map(|pattern| pattern.to_ascii_lowercase()).collect();
+            Reply::Map(
+                parameters
+                    .iter()
+                    .filter(|(name, _)| patterns.iter().any(|pattern| glob::matches(pattern, name.as_bytes())))
+                    .map(|(name, value)| (Reply::text(name), Reply::bulk(value.clone())))
+                    .collect(),
+            )
+        }
         b"get" => wrong_arity("config|get"),
         b"set" if args.len() >= 4 && args.len().is_multiple_of(2) => {
             for pair in args[2..].chunks(2) {
@@ -1638,8 +1786,8 @@ async fn close_after_error<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S) {
     let _ = tokio::time::timeout(LINGER, drain).await;
 }
 
-/// The share of a connection's input buffer that is held against the process's buffer budget:
-/// everything beyond [`UNBUDGETED_INPUT`].
+/// The share of a connection's input buffer (or MULTI queue) that is held against the
+/// process's buffer budget: everything beyond [`UNBUDGETED_INPUT`].
 struct InputBudget {
     budget: crate::admission::BufferBudget,
     held: Vec<crate::admission::Reservation>,
@@ -1705,6 +1853,11 @@ impl Connection {
             self.emit(Reply::error(STANDBY_PUBSUB), out);
             return;
         }
+        // Confirmations are pushes (in RESP2 too): sent whatever CLIENT REPLY says, as
+        // redis-server 7.0 sends them; the command still uses up a SKIP.
+        if self.reply_mode == ReplyMode::SkipNext {
+            self.reply_mode = ReplyMode::On;
+        }
         let shard = matches!(name, "ssubscribe" | "sunsubscribe");
         let mailbox = Arc::clone(self.mailbox.get_or_insert_with(Arc::default));
         let all: Vec<Bytes>;
@@ -1721,10 +1874,8 @@ impl Connection {
                         true => self.shard_channels.len(),
                         false => self.channels.len() + self.patterns.len(),
                     };
-                    self.emit(
-                        Reply::Push(vec![Reply::text(name), Reply::Nil, Reply::Integer(count as i64)]),
-                        out,
-                    );
+                    Reply::Push(vec![Reply::text(name), Reply::Nil, Reply::Integer(count as i64)])
+                        .encode(self.resp3, out);
                     return;
                 }
                 &all[..]
@@ -1771,14 +1922,12 @@ impl Connection {
             } else {
                 self.channels.len() + self.patterns.len()
             };
-            self.emit(
-                Reply::Push(vec![
-                    Reply::text(name),
-                    Reply::Bulk(target.clone()),
-                    Reply::Integer(count as i64),
-                ]),
-                out,
-            );
+            Reply::Push(vec![
+                Reply::text(name),
+                Reply::Bulk(target.clone()),
+                Reply::Integer(count as i64),
+            ])
+            .encode(self.resp3, out);
         }
         if !self.subscribed() {
             // Messages that came before the last unsubscription are not for it any more.

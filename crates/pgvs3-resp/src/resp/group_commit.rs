@@ -129,21 +129,43 @@ async fn take_waiting<J>(receiver: &SharedReceiver<J>, size: impl Fn(&J) -> usiz
 
 async fn commit_loop(metrics: Metrics, receiver: SharedReceiver<WriteJob>) {
     while let Some(jobs) = take_waiting(&receiver, |job| job.commands.len()).await {
-        let outcome = run(&jobs).await;
+        let (work, mut done): (Vec<_>, Vec<_>) = jobs
+            .into_iter()
+            .map(|job| ((job.keyspace, job.commands), job.done))
+            .unzip();
+        let Some(outcome) = unless_abandoned(run(&work), &mut done).await else {
+            continue;
+        };
         // How many connections' batches each commit carried: the gain of grouping.
         metrics.resp_group_commits.inc();
-        metrics.resp_group_committed_batches.inc_by(jobs.len() as u64);
-        answer(jobs.into_iter().map(|job| job.done), outcome);
+        metrics.resp_group_committed_batches.inc_by(done.len() as u64);
+        answer(done.into_iter(), outcome);
     }
 }
 
 async fn read_loop(metrics: Metrics, receiver: SharedReceiver<ReadJob>) {
     while let Some(jobs) = take_waiting(&receiver, |job| job.keys.len()).await {
-        let requests: Vec<&[String]> = jobs.iter().map(|job| job.keys.as_slice()).collect();
-        let outcome = jobs[0].keyspace.read_many(&requests).await;
+        let (work, mut done): (Vec<_>, Vec<_>) =
+            jobs.into_iter().map(|job| ((job.keyspace, job.keys), job.done)).unzip();
+        let requests: Vec<&[String]> = work.iter().map(|(_, keys)| keys.as_slice()).collect();
+        let Some(outcome) = unless_abandoned(work[0].0.read_many(&requests), &mut done).await else {
+            continue;
+        };
         metrics.resp_group_reads.inc();
-        metrics.resp_group_read_batches.inc_by(jobs.len() as u64);
-        answer(jobs.into_iter().map(|job| job.done), outcome);
+        metrics.resp_group_read_batches.inc_by(done.len() as u64);
+        answer(done.into_iter(), outcome);
+    }
+}
+
+/// Runs a shared batch unless every connection waiting for it goes away first (disconnected,
+/// or past its command time limit): then the batch is dropped, which cancels its statement
+/// and rolls back its transaction, and `None`.
+async fn unless_abandoned<T, R>(batch: impl Future<Output = R>, done: &mut [oneshot::Sender<T>]) -> Option<R> {
+    let abandoned = futures::future::join_all(done.iter_mut().map(|done| done.closed()));
+    tokio::select! {
+        biased;
+        outcome = batch => Some(outcome),
+        _ = abandoned => None,
     }
 }
 
@@ -175,20 +197,20 @@ fn shared_error(err: &StoreError) -> StoreError {
 
 /// A shared commit serves many connections' requests, so its span is a trace of its own.
 #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_group_commit", otel.kind = "client", db.system = "postgresql", batches = jobs.len()))]
-async fn run(jobs: &[WriteJob]) -> Result<Vec<Vec<Reply>>, StoreError> {
+async fn run(jobs: &[(Keyspace, Vec<KeyCommand>)]) -> Result<Vec<Vec<Reply>>, StoreError> {
     let mut keys: Vec<String> = jobs
         .iter()
-        .flat_map(|job| job.commands.iter().flat_map(KeyCommand::keys))
+        .flat_map(|(_, commands)| commands.iter().flat_map(KeyCommand::keys))
         .cloned()
         .collect();
     keys.sort_unstable();
     keys.dedup();
-    let commands: Vec<&KeyCommand> = jobs.iter().flat_map(|job| job.commands.iter()).collect();
+    let commands: Vec<&KeyCommand> = jobs.iter().flat_map(|(_, commands)| commands.iter()).collect();
     // Typed commands need nothing loaded either: they run in SQL.
     let nothing_to_load = commands
         .iter()
         .all(|command| command.overwrites_blindly() || matches!(command, KeyCommand::Typed(_)));
-    let keyspace = &jobs[0].keyspace;
+    let keyspace = &jobs[0].0;
     let mut batch = if nothing_to_load {
         keyspace.overwrite(keys).await?
     } else {
@@ -198,6 +220,6 @@ async fn run(jobs: &[WriteJob]) -> Result<Vec<Vec<Reply>>, StoreError> {
     batch.commit().await?;
     Ok(jobs
         .iter()
-        .map(|job| all.by_ref().take(job.commands.len()).collect())
+        .map(|(_, commands)| all.by_ref().take(commands.len()).collect())
         .collect())
 }

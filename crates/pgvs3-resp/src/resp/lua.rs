@@ -33,7 +33,7 @@ use mlua::{ChunkMode, HookTriggers, Lua, LuaOptions, StdLib, Table, Value, VmSta
 use sha1::{Digest, Sha1};
 use tokio::sync::{mpsc, oneshot};
 
-use super::codec::{Reply, format_double};
+use super::codec::{Reply, format_score};
 
 /// A `redis.call` on its way to the connection's task, with where its reply goes.
 pub type Call = (Vec<Bytes>, oneshot::Sender<Reply>);
@@ -580,7 +580,7 @@ fn to_lua(lua: &Lua, reply: &Reply) -> mlua::Result<Value> {
         Reply::Integer(number) => Value::Number(*number as f64),
         Reply::Bulk(bytes) => Value::String(lua.create_string(bytes)?),
         Reply::Nil | Reply::NilArray => Value::Boolean(false),
-        Reply::Double(number) => Value::String(lua.create_string(format_double(*number))?),
+        Reply::Double(number) => Value::String(lua.create_string(format_score(*number))?),
         Reply::Array(items) | Reply::Push(items) => {
             let table = lua.create_table_with_capacity(items.len(), 0)?;
             for (i, item) in items.iter().enumerate() {

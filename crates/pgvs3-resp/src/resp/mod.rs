@@ -58,6 +58,9 @@ pub struct RespSettings {
     pub first_byte_timeout: Option<Duration>,
     /// How long a connection that must AUTH may go without.
     pub auth_timeout: Option<Duration>,
+    /// How long a command's database work may take, for reads and for writes.
+    pub read_timeout: Option<Duration>,
+    pub write_timeout: Option<Duration>,
     pub admission: crate::admission::Limits,
     /// How often a blocked client (BLPOP, ...) tries again without being told of new elements:
     /// the safety net should a notification be lost with the LISTEN connection.
@@ -85,6 +88,8 @@ impl RespSettings {
             idle_timeout: (!args.resp_idle_timeout.is_zero()).then_some(args.resp_idle_timeout),
             first_byte_timeout: (!args.resp_first_byte_timeout.is_zero()).then_some(args.resp_first_byte_timeout),
             auth_timeout: (!args.resp_auth_timeout.is_zero()).then_some(args.resp_auth_timeout),
+            read_timeout: (!args.resp_read_timeout.is_zero()).then_some(args.resp_read_timeout),
+            write_timeout: (!args.resp_write_timeout.is_zero()).then_some(args.resp_write_timeout),
             block_poll: args.resp_block_poll,
             pubsub: pubsub::Limits {
                 output_limit: usize::try_from(args.resp_pubsub_output_limit).unwrap_or(usize::MAX),
@@ -126,6 +131,8 @@ pub struct RespServer {
     scripts: script::Scripts,
     /// Commands answered since the start (INFO's `total_commands_processed`).
     commands_processed: std::sync::atomic::AtomicU64,
+    /// Of them, answered with an error (`total_error_replies`).
+    error_replies: std::sync::atomic::AtomicU64,
     started: Instant,
     port: u16,
 }
@@ -193,6 +200,7 @@ impl RespServer {
             pubsub,
             scripts,
             commands_processed: std::sync::atomic::AtomicU64::new(0),
+            error_replies: std::sync::atomic::AtomicU64::new(0),
             started: Instant::now(),
             port,
         }))

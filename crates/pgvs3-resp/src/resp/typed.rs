@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::codec::{Reply, format_double};
+use super::codec::{Reply, format_score};
 use super::command::{integer, not_an_integer, parse_integer};
 use super::glob;
 use crate::store::{Family, TypedCall, TypedRow};
@@ -212,7 +212,7 @@ impl Typed {
                         found.extend(chunk.iter().cloned().map(bulk));
                         if *scored {
                             let score = row.scores.get(index).copied().flatten().unwrap_or_default();
-                            found.push(Reply::text(&format_double(score)));
+                            found.push(Reply::text(&format_score(score)));
                         }
                     }
                 }

@@ -45,6 +45,7 @@ use super::chunks::{ChunkStream, Chunker};
 use super::objects::{INLINE_LIMIT, check_key};
 use super::types::{KeyType, TypedCall, TypedRow};
 use super::{BucketInfo, Store, StoreError, StoreResult};
+use crate::pg::connections::Connections;
 
 /// Most keys a write batch locks one by one.
 pub const FINE_LOCK_LIMIT: usize = 64;
@@ -346,6 +347,10 @@ pub struct KvBatch {
     /// others (see [`Store::kv_read_many`]).
     client: Option<deadpool_postgres::Object>,
     pool: deadpool_postgres::Pool,
+    /// Set while a statement is under way on `client`: a batch dropped then (its caller went
+    /// away) has the statement cancelled (see [`abandon`]).
+    busy: bool,
+    cancel: Option<Connections>,
     in_transaction: bool,
     /// The keys of a batch that only overwrites: its BEGIN and locks wait to go out with the
     /// writes at commit.
@@ -362,7 +367,7 @@ impl Store {
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_read", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn kv_read(&self, bucket: &Arc<BucketInfo>, keys: &[String]) -> StoreResult<KvBatch> {
         let client = self.client().await?;
-        KvBatch::load(Arc::clone(bucket), client, self.pool.clone(), keys, Locking::None).await
+        KvBatch::load(self, Arc::clone(bucket), client, keys, Locking::None).await
     }
 
     /// Loads the keys of several read batches in one statement: reads from many
@@ -384,6 +389,8 @@ impl Store {
                 bucket: Arc::clone(&all.bucket),
                 client: None,
                 pool: self.pool.clone(),
+                busy: false,
+                cancel: self.cancel.clone(),
                 in_transaction: false,
                 deferred_locks: None,
                 blind: false,
@@ -401,7 +408,7 @@ impl Store {
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_write", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn kv_write(&self, bucket: &Arc<BucketInfo>, keys: &[String]) -> StoreResult<KvBatch> {
         let client = self.client().await?;
-        KvBatch::load(Arc::clone(bucket), client, self.pool.clone(), keys, Locking::Keys).await
+        KvBatch::load(self, Arc::clone(bucket), client, keys, Locking::Keys).await
     }
 
     /// Begins a write batch that holds the whole keyspace (its lock exclusively), with `keys`
@@ -410,7 +417,7 @@ impl Store {
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_write_all", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn kv_write_all(&self, bucket: &Arc<BucketInfo>, keys: &[String]) -> StoreResult<KvBatch> {
         let client = self.client().await?;
-        KvBatch::load(Arc::clone(bucket), client, self.pool.clone(), keys, Locking::Keyspace).await
+        KvBatch::load(self, Arc::clone(bucket), client, keys, Locking::Keyspace).await
     }
 
     /// Begins a write batch whose commands only overwrite `keys`, never reading them: nothing
@@ -426,6 +433,8 @@ impl Store {
             bucket: Arc::clone(bucket),
             client: Some(client),
             pool: self.pool.clone(),
+            busy: false,
+            cancel: self.cancel.clone(),
             in_transaction: true,
             deferred_locks: Some(keys),
             blind: true,
@@ -443,9 +452,11 @@ impl Store {
         prefix: &str,
         count: i64,
     ) -> StoreResult<Vec<(String, Option<KeyType>)>> {
-        let client = self.client().await?;
+        let under_way = UnderWay::new(self.client().await?, self.cancel.as_ref());
+        let client = under_way.client();
         let statement = client.prepare_cached(&bucket.sql.kv.scan).await?;
         let rows = client.query(&statement, &[&bucket.id, &after, &prefix, &count]).await?;
+        under_way.done();
         Ok(rows
             .iter()
             .map(|row| (row.get(0), row.get::<_, Option<i8>>(1).and_then(KeyType::from_code)))
@@ -489,9 +500,9 @@ enum Locking {
 
 impl KvBatch {
     async fn load(
+        store: &Store,
         bucket: Arc<BucketInfo>,
         client: deadpool_postgres::Object,
-        pool: deadpool_postgres::Pool,
         keys: &[String],
         locking: Locking,
     ) -> StoreResult<KvBatch> {
@@ -499,10 +510,13 @@ impl KvBatch {
         for key in keys {
             check_key(key)?;
         }
+        // Busy until loaded: a load abandoned midway (or failed) is cancelled.
         let mut batch = KvBatch {
             bucket,
             client: Some(client),
-            pool,
+            pool: store.pool.clone(),
+            busy: true,
+            cancel: store.cancel.clone(),
             in_transaction: write,
             deferred_locks: None,
             blind: false,
@@ -538,6 +552,7 @@ impl KvBatch {
             rows = client.query(&load, &[id, &keys]).await?;
         }
         batch.absorb(&rows, keys);
+        batch.busy = false;
         Ok(batch)
     }
 
@@ -660,6 +675,13 @@ impl KvBatch {
     /// Runs typed calls, sending first the BEGIN and locks a batch that only overwrites still
     /// owes; `commit` ends the batch with them (one round trip in all).
     pub(super) async fn typed_calls(&mut self, calls: &[&TypedCall], commit: bool) -> StoreResult<Vec<TypedRow>> {
+        self.busy = true;
+        let rows = self.send_typed_calls(calls, commit).await;
+        self.busy = false;
+        rows
+    }
+
+    async fn send_typed_calls(&mut self, calls: &[&TypedCall], commit: bool) -> StoreResult<Vec<TypedRow>> {
         if self.client.is_none() {
             self.client = Some(self.pool.get().await?);
         }
@@ -866,6 +888,13 @@ impl KvBatch {
     }
 
     async fn write_changes(&mut self, commit: bool) -> StoreResult<()> {
+        self.busy = true;
+        let written = self.write_changes_now(commit).await;
+        self.busy = false;
+        written
+    }
+
+    async fn write_changes_now(&mut self, commit: bool) -> StoreResult<()> {
         match self.send_changes(commit).await {
             Err(StoreError::Database(err)) if err.as_db_error().and_then(|db| db.hint()) == Some("RespTyped") => {
                 // A blind overwrite met a bucket that has typed keys now: nothing of the
@@ -998,14 +1027,67 @@ impl KvBatch {
 
 /// A batch that ends without commit (an error, a dropped connection) must not hand a
 /// connection inside an open transaction back to the pool: the connection is closed instead,
-/// which rolls the transaction back.
+/// which rolls the transaction back. One dropped while its statement runs has it cancelled.
 impl Drop for KvBatch {
     fn drop(&mut self) {
-        if self.in_transaction
-            && let Some(client) = self.client.take()
-        {
-            drop(deadpool_postgres::Object::take(client));
+        if let Some(client) = self.client.take() {
+            if self.busy {
+                abandon(client, self.cancel.as_ref());
+            } else if self.in_transaction {
+                drop(deadpool_postgres::Object::take(client));
+            }
         }
+    }
+}
+
+/// A connection with a statement under way outside a batch: dropped before
+/// [`UnderWay::done`] (its caller went away), the statement is abandoned.
+pub(super) struct UnderWay<'a> {
+    client: Option<deadpool_postgres::Object>,
+    cancel: Option<&'a Connections>,
+}
+
+impl<'a> UnderWay<'a> {
+    pub(super) fn new(client: deadpool_postgres::Object, cancel: Option<&'a Connections>) -> UnderWay<'a> {
+        UnderWay {
+            client: Some(client),
+            cancel,
+        }
+    }
+
+    pub(super) fn client(&self) -> &deadpool_postgres::Object {
+        self.client.as_ref().expect("until done")
+    }
+
+    /// The statement ended: the connection goes back to the pool.
+    pub(super) fn done(mut self) {
+        self.client = None;
+    }
+}
+
+impl Drop for UnderWay<'_> {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            abandon(client, self.cancel);
+        }
+    }
+}
+
+/// The connection of a statement whose caller went away (its future was dropped: the RESP
+/// client disconnected, or its command ran past its time limit). PostgreSQL would run the
+/// statement to its end, holding a backend, its locks and maybe minutes of work: the server is
+/// asked to cancel it, and the connection is closed rather than handed to anyone else (a
+/// cancel arriving late would hit the next statement).
+fn abandon(client: deadpool_postgres::Object, cancel: Option<&Connections>) {
+    let client = deadpool_postgres::Object::take(client);
+    if let (Some(connections), Ok(runtime)) = (cancel, tokio::runtime::Handle::try_current()) {
+        let token = client.cancel_token();
+        let tls = connections.tls();
+        runtime.spawn(async move {
+            if let Err(err) = token.cancel_query(tls).await {
+                tracing::warn!(error = %err, "cancelling an abandoned statement");
+            }
+        });
     }
 }
 

@@ -80,12 +80,27 @@ pub struct Store {
     catalog: Arc<Catalog>,
     /// The connections uploads' writes may hold at once.
     uploads: staging::UploadShare,
+    /// How to reach the server to cancel a keyspace statement its caller abandoned (see
+    /// `kv::abandon`); without it such a statement runs to its end.
+    cancel: Option<crate::pg::connections::Connections>,
 }
 
 impl Store {
     pub fn new(pool: Pool, catalog: Arc<Catalog>) -> Store {
         let uploads = staging::UploadShare::of(&pool);
-        Store { pool, catalog, uploads }
+        Store {
+            pool,
+            catalog,
+            uploads,
+            cancel: None,
+        }
+    }
+
+    /// Cancels keyspace statements whose caller goes away (a RESP client that disconnects, a
+    /// command past its time limit) through `connections`' way of reaching the server.
+    pub fn cancelling_with(mut self, connections: crate::pg::connections::Connections) -> Store {
+        self.cancel = Some(connections);
+        self
     }
 
     pub fn catalog(&self) -> &Arc<Catalog> {

@@ -5,6 +5,7 @@
 use bytes::Bytes;
 use tokio_postgres::types::ToSql;
 
+use super::kv::UnderWay;
 use super::{BucketInfo, KvBatch, Store, StoreResult};
 
 /// The type of a typed key, as `pgvs3.resp_keys.type` holds it.
@@ -161,8 +162,10 @@ impl Store {
     /// Runs typed reads, outside any transaction, in one round trip.
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_typed_read", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn kv_typed_read(&self, bucket: &BucketInfo, calls: &[&TypedCall]) -> StoreResult<Vec<TypedRow>> {
-        let client = self.client().await?;
-        send_calls(&client, bucket, calls, async { Ok(()) }, async { Ok(()) }).await
+        let under_way = UnderWay::new(self.client().await?, self.cancel.as_ref());
+        let rows = send_calls(under_way.client(), bucket, calls, async { Ok(()) }, async { Ok(()) }).await;
+        under_way.done();
+        rows
     }
 }
 
