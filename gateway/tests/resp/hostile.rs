@@ -671,6 +671,35 @@ async fn a_disconnected_clients_statement_is_cancelled() {
     assert_eq!(raw.command(&["ZADD", "z", "1", "a"]).await, Value::Int(1));
 }
 
+/// A client that sends its commands and then half-closes (`nc -N`, socat, a script's
+/// `shutdown(SHUT_WR)`) still reads: as in Redis, the commands it sent before the end of its
+/// input run and are answered, not cancelled as a gone client's.
+#[tokio::test]
+async fn a_half_closed_client_gets_its_commands_run_and_answered() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    for round in 0..10 {
+        let mut socket = tokio::net::TcpStream::connect(gateway.resp_addr()).await.unwrap();
+        let key = format!("half-closed-{round}");
+        let mut pipeline = encode(&[b"SET", key.as_bytes(), b"v"]);
+        pipeline.extend_from_slice(&encode(&[b"ZADD", b"z", b"1", key.as_bytes()]));
+        pipeline.extend_from_slice(&encode(&[b"GET", key.as_bytes()]));
+        socket.write_all(&pipeline).await.unwrap();
+        socket.shutdown().await.unwrap();
+        let mut answers = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), socket.read_to_end(&mut answers))
+            .await
+            .expect("the gateway answers and closes")
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&answers),
+            "+OK\r\n:1\r\n$1\r\nv\r\n",
+            "round {round}"
+        );
+    }
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(raw.command(&["ZCARD", "z"]).await, Value::Int(10));
+}
+
 /// `--resp-read-timeout` and `--resp-write-timeout`: a command past its limit answers an error,
 /// and its statement is cancelled (its backend gone, its write rolled back).
 #[tokio::test]

@@ -34,6 +34,9 @@ const READ_SIZE: usize = 16 * 1024;
 /// Input a connection may buffer without drawing on the buffer budget: ordinary requests and
 /// pipelines never reach it.
 const UNBUDGETED_INPUT: usize = 1024 * 1024;
+/// How long a batch runs on after its client's input ended (a half-closed client still reads
+/// the answers) before it is dropped and its statement cancelled as a gone client's.
+const EOF_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 /// What a client whose request does not fit the buffer budget gets before the connection is
 /// closed (as Redis closes a client beyond its query buffer limit).
 const INPUT_OVER_BUDGET: &str =
@@ -314,20 +317,35 @@ impl Connection {
                         let blocks = requests.iter().any(|args| is_blocking(args));
                         // Meanwhile the client's further input is buffered, and its going
                         // away ends the batch: dropped, its statement is cancelled, so a
-                        // disconnected client holds no backend (Redis frees a client at EOF
-                        // too). A blocked client may wait long: shutdown ends its wait.
+                        // disconnected client holds no backend. A reset ends it at once; an
+                        // end of input (which may be a half-close: `nc -N`, socat) gives the
+                        // batch `EOF_GRACE` first, as Redis runs the commands it read before
+                        // the EOF and still answers them. A blocked client is freed at EOF
+                        // (as in Redis) and by shutdown.
                         let ended = {
                             let handling = self.handle(requests, &mut output).instrument(span);
                             futures::pin_mut!(handling);
+                            let mut input_ended: Option<tokio::time::Instant> = None;
                             loop {
+                                let grace_over = async {
+                                    match input_ended {
+                                        Some(deadline) => tokio::time::sleep_until(deadline).await,
+                                        None => std::future::pending().await,
+                                    }
+                                };
                                 tokio::select! {
                                     biased;
                                     () = &mut handling => break false,
-                                    read = stream.read_buf(&mut input), if input.len() < UNBUDGETED_INPUT => {
-                                        if matches!(read, Ok(0) | Err(_)) {
-                                            break true;
+                                    read = stream.read_buf(&mut input), if input_ended.is_none() && input.len() < UNBUDGETED_INPUT => {
+                                        match read {
+                                            Ok(0) if !blocks => {
+                                                input_ended = Some(tokio::time::Instant::now() + EOF_GRACE);
+                                            }
+                                            Ok(0) | Err(_) => break true,
+                                            Ok(_) => {}
                                         }
                                     }
+                                    () = grace_over => break true,
                                     _ = shutdown.wait(), if blocks => break true,
                                 }
                             }
