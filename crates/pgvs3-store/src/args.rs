@@ -23,6 +23,11 @@ pub struct CacheArgs {
     /// Write-back uploads running at once (on the one gateway that runs the worker).
     #[arg(long, env = "PGVS3_WRITE_BACK_CONCURRENCY", default_value_t = 4)]
     pub write_back_concurrency: usize,
+
+    /// How long past its TTL a cached object is still served while its origin cannot answer
+    /// (unreachable, timed out, throttled, a server error): stale-if-error. `0s` turns it off.
+    #[arg(long, env = "PGVS3_ORIGIN_STALE_IF_ERROR", default_value = "24h", value_parser = parse_stale_if_error)]
+    pub origin_stale_if_error: Duration,
 }
 
 impl CacheArgs {
@@ -32,6 +37,16 @@ impl CacheArgs {
             origin_timeout: self.origin_timeout,
             upload_interval: self.write_back_interval,
             upload_concurrency: self.write_back_concurrency,
+            stale_if_error: self.origin_stale_if_error,
         }
     }
+}
+
+/// A stale-if-error window: a duration of at most a year (it is added to TTLs in SQL).
+fn parse_stale_if_error(text: &str) -> Result<Duration, String> {
+    let window = parse_duration(text)?;
+    if window > Duration::from_secs(366 * 24 * 3600) {
+        return Err(format!("{text:?} is more than a year"));
+    }
+    Ok(window)
 }

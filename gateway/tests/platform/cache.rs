@@ -788,6 +788,141 @@ async fn origin_failures_are_errors_and_warm_entries_still_serve() {
     pair.cache.stop().await;
 }
 
+/// Every S3 request the origin has answered, whatever its operation and status.
+async fn origin_requests_total(origin: &TestGateway) -> f64 {
+    let admin = origin.gateway.admin_addr;
+    let response = common::raw::send(admin, "GET", "/metrics", &[("host".into(), admin.to_string())], b"").await;
+    response
+        .body
+        .lines()
+        .filter(|line| line.starts_with("pgvs3_requests_total{") && line.contains("protocol=\"s3\""))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn head_status(client: &Client, key: &str) -> Result<i64, u16> {
+    match client.head_object().bucket(CACHE).key(key).send().await {
+        Ok(head) => Ok(head.content_length.unwrap_or(-1)),
+        Err(err) => Err(http_status(&err)),
+    }
+}
+
+async fn range_status(client: &Client, key: &str, range: &str) -> Result<Vec<u8>, u16> {
+    match client.get_object().bucket(CACHE).key(key).range(range).send().await {
+        Ok(output) => Ok(output.body.collect().await.unwrap().to_vec()),
+        Err(err) => Err(http_status(&err)),
+    }
+}
+
+/// Ages every entry and range chunk of the cache by `age` (an SQL interval).
+async fn age_entries(cache: &TestGateway, age: &str) {
+    let sql = cache.sql().await;
+    for table in ["s3c.objects", "s3c.ranges"] {
+        sql.execute(
+            &format!("UPDATE {table} SET validated_at = now() - $1::text::interval"),
+            &[&age],
+        )
+        .await
+        .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_warm_object_needs_no_origin_and_is_served_stale_while_the_origin_is_down() {
+    let pair = Pair::start(CacheMode::WriteBack).await; // TTL 1h, 64 KiB range chunks
+    let whole = noise(3000, 7);
+    let table = noise(1 << 20, 8);
+    let len = table.len();
+    pair.put_at_origin("whole.bin", whole.clone()).await;
+    pair.put_at_origin("table.parquet", table.clone()).await;
+    pair.put_at_origin("cold", b"never read".to_vec()).await;
+    let client = &pair.cache.client;
+    // Warm: one object cached whole, one in range chunks (its first and its last).
+    assert_eq!(read_object(client, CACHE, "whole.bin").await, whole);
+    filled(&pair.cache, "whole.bin").await;
+    assert_eq!(
+        range_status(client, "table.parquet", "bytes=0-99").await.unwrap(),
+        &table[..100]
+    );
+    assert_eq!(
+        range_status(client, "table.parquet", "bytes=-8").await.unwrap(),
+        &table[len - 8..]
+    );
+
+    // Within the TTL, HEAD, GET and ranges of both are answered from PostgreSQL alone.
+    let before = origin_requests_total(&pair.origin).await;
+    assert!(before >= 3.0, "the origin's requests are counted: {before}");
+    assert_eq!(head_status(client, "whole.bin").await, Ok(3000));
+    assert_eq!(read_object(client, CACHE, "whole.bin").await, whole);
+    assert_eq!(
+        range_status(client, "whole.bin", "bytes=10-19").await.unwrap(),
+        &whole[10..20]
+    );
+    assert_eq!(head_status(client, "table.parquet").await, Ok(len as i64));
+    assert_eq!(
+        range_status(client, "table.parquet", "bytes=-8").await.unwrap(),
+        &table[len - 8..]
+    );
+    assert_eq!(
+        range_status(client, "table.parquet", "bytes=10-20").await.unwrap(),
+        &table[10..21]
+    );
+    let etag = head_object(client, CACHE, "table.parquet").await.e_tag.unwrap();
+    let unchanged = client
+        .head_object()
+        .bucket(CACHE)
+        .key("table.parquet")
+        .if_none_match(etag)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(http_status(&unchanged), 304, "conditions hold against the chunks' head");
+    assert_eq!(
+        origin_requests_total(&pair.origin).await,
+        before,
+        "warm reads sent no request to the origin"
+    );
+
+    // Past the TTL with the origin gone: warm objects are served stale, cold ones are 502.
+    age_entries(&pair.cache, "2 hours").await;
+    pair.origin.stop().await;
+    assert_eq!(head_status(client, "whole.bin").await, Ok(3000));
+    assert_eq!(read_object(client, CACHE, "whole.bin").await, whole);
+    assert_eq!(
+        range_status(client, "whole.bin", "bytes=10-19").await.unwrap(),
+        &whole[10..20]
+    );
+    assert_eq!(head_status(client, "table.parquet").await, Ok(len as i64));
+    assert_eq!(
+        range_status(client, "table.parquet", "bytes=-8").await.unwrap(),
+        &table[len - 8..]
+    );
+    assert!(
+        pair.cache
+            .metric("pgvs3_cache_lookups_total{result=\"stale_if_error\"}")
+            .await
+            .is_some_and(|n| n >= 5.0)
+    );
+    assert_eq!(
+        range_status(client, "table.parquet", "bytes=300000-300010").await,
+        Err(502),
+        "a cold chunk"
+    );
+    assert_eq!(
+        status_of_get(client, CACHE, "table.parquet").await.0,
+        502,
+        "not cached whole"
+    );
+    assert_eq!(status_of_get(client, CACHE, "cold").await.0, 502);
+    assert_eq!(head_status(client, "cold").await, Err(502));
+
+    // Beyond the stale-if-error window (24 hours by default) the origin's error stands.
+    age_entries(&pair.cache, "25 hours").await;
+    assert_eq!(status_of_get(client, CACHE, "whole.bin").await.0, 502);
+    assert_eq!(head_status(client, "table.parquet").await, Err(502));
+    pair.cache.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bad_origin_credentials_are_refused_at_configuration_and_request_time() {
     let origin = TestGateway::start().await;
