@@ -924,6 +924,77 @@ async fn a_warm_object_needs_no_origin_and_is_served_stale_while_the_origin_is_d
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_origin_with_a_private_ca_is_trusted_with_the_origin_ca_file() {
+    let ca = common::certs::TestCa::new("origin");
+    let server = ca.issue("origin", "localhost", "DNS:localhost,IP:127.0.0.1");
+    let (cert, key) = (server.cert.display().to_string(), server.key.display().to_string());
+    let origin = TestGateway::with_args(
+        common::fresh_database().await,
+        &[
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--s3-plaintext-addr",
+            "127.0.0.1:0",
+        ],
+    )
+    .await;
+    // Set up through the origin's plaintext twin; the caches reach it over TLS only.
+    let twin = origin.gateway.s3_plaintext_addr.expect("the plaintext twin");
+    let setup = common::s3_client_at(twin, ROOT_ACCESS_KEY, ROOT_SECRET_KEY);
+    setup.create_bucket().bucket(ORIGIN_BUCKET).send().await.unwrap();
+    put_object(&setup, ORIGIN_BUCKET, "private", b"behind a private CA".to_vec()).await;
+    let settings = Origin {
+        endpoint: format!("https://{}", origin.gateway.s3_addr),
+        ..origin_settings(&origin, CacheMode::WriteBack)
+    };
+
+    // Without the flag the origin's certificate is refused: the origin is unreachable.
+    let untrusting = TestGateway::with_args(common::fresh_database().await, &[]).await;
+    untrusting
+        .gateway
+        .store
+        .catalog()
+        .put_origin(CACHE, &settings)
+        .await
+        .unwrap();
+    assert_eq!(
+        status_of_get(&untrusting.client, CACHE, "private").await,
+        (502, Some("BadGateway".into()))
+    );
+    let refused =
+        pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(10), &Default::default()).await;
+    assert!(refused.is_err(), "{refused:?}");
+
+    // With the CA bundle it is verified and served.
+    let ca_file = ca.ca_cert().display().to_string();
+    let trusting = TestGateway::with_args(common::fresh_database().await, &["--origin-ca-file", &ca_file]).await;
+    trusting
+        .gateway
+        .store
+        .catalog()
+        .put_origin(CACHE, &settings)
+        .await
+        .unwrap();
+    assert_eq!(
+        read_object(&trusting.client, CACHE, "private").await,
+        b"behind a private CA"
+    );
+    let tls = pgvs3_gateway::cache::origin::OriginTls::load(Some(&ca.ca_cert())).unwrap();
+    pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(10), &tls)
+        .await
+        .unwrap();
+    // A file that holds no CA certificate is refused at start, not at the first request.
+    let not_pem = pgvs3_gateway::cache::origin::OriginTls::load(Some(&server.key));
+    assert!(not_pem.is_err());
+
+    trusting.stop().await;
+    untrusting.stop().await;
+    origin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bad_origin_credentials_are_refused_at_configuration_and_request_time() {
     let origin = TestGateway::start().await;
     origin
@@ -935,7 +1006,7 @@ async fn bad_origin_credentials_are_refused_at_configuration_and_request_time() 
         .unwrap();
     let mut settings = origin_settings(&origin, CacheMode::WriteBack);
     settings.secret_key = "not-the-secret".into();
-    let refused = pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(5))
+    let refused = pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(5), &Default::default())
         .await
         .unwrap_err();
     assert!(
@@ -1246,7 +1317,7 @@ async fn an_rclone_origin_fills_takes_writes_through_and_back_and_lists() {
         write_back_threshold: 1 << 20,
         range_chunk: 64 << 10,
     };
-    pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(5))
+    pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(5), &Default::default())
         .await
         .unwrap();
     cache

@@ -21,7 +21,7 @@ use md5::{Digest, Md5};
 use tokio::sync::{Notify, OwnedMutexGuard, OwnedSemaphorePermit, Semaphore, mpsc};
 
 pub use metrics::CacheMetrics;
-use origin::{ChannelBody, Fetch, OriginClient, OriginError};
+use origin::{ChannelBody, Fetch, OriginClient, OriginError, OriginTls};
 pub use outbox::spawn_uploader;
 
 use crate::admission::BufferBudget;
@@ -46,6 +46,8 @@ pub struct CacheSettings {
     /// How long past its TTL an entry is still served when its origin cannot answer
     /// (stale-if-error; zero turns it off).
     pub stale_if_error: Duration,
+    /// What origins' TLS certificates are verified with.
+    pub origin_tls: OriginTls,
 }
 
 /// A cache bucket's origin client and fill limit, rebuilt when its catalog row changes.
@@ -128,7 +130,11 @@ impl CacheTier {
         }
         let remote = Arc::new(Remote {
             origin: Arc::clone(origin),
-            client: OriginClient::new(origin, self.inner.settings.origin_timeout),
+            client: OriginClient::new(
+                origin,
+                self.inner.settings.origin_timeout,
+                &self.inner.settings.origin_tls,
+            ),
             fills: Arc::new(Semaphore::new(origin.fill_concurrency.max(1) as usize)),
         });
         remotes.insert(bucket.id, Arc::clone(&remote));
@@ -772,8 +778,8 @@ impl CacheTier {
     }
 
     /// Checks that an origin is reachable with its credentials, for `admin origin put`.
-    pub async fn verify(origin: &Origin, timeout: Duration) -> StoreResult<()> {
-        OriginClient::new(origin, timeout)
+    pub async fn verify(origin: &Origin, timeout: Duration, tls: &OriginTls) -> StoreResult<()> {
+        OriginClient::new(origin, timeout, tls)
             .verify()
             .await
             .map_err(StoreError::from)
