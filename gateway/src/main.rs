@@ -199,6 +199,10 @@ struct OriginPut {
     /// Save without checking that the origin answers.
     #[arg(long)]
     no_verify: bool,
+    /// A PEM bundle of CA certificates to verify the origin's TLS certificate with (besides
+    /// the system's roots), for this check; gateways take theirs from `serve --origin-ca-file`.
+    #[arg(long, env = "PGVS3_ORIGIN_CA_FILE")]
+    origin_ca_file: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -448,6 +452,7 @@ async fn admin_origin(catalog: &Catalog, command: OriginCommand) -> anyhow::Resu
                 write_back_threshold,
                 range_chunk_size,
                 no_verify,
+                origin_ca_file,
             } = *put;
             let origin = Origin {
                 endpoint,
@@ -465,7 +470,9 @@ async fn admin_origin(catalog: &Catalog, command: OriginCommand) -> anyhow::Resu
                 range_chunk: range_chunk_size.min(u32::MAX as u64) as u32,
             };
             if !no_verify {
-                CacheTier::verify(&origin, Duration::from_secs(10))
+                let tls = pgvs3_gateway::cache::origin::OriginTls::load(origin_ca_file.as_deref())
+                    .context("--origin-ca-file")?;
+                CacheTier::verify(&origin, Duration::from_secs(10), &tls)
                     .await
                     .with_context(|| {
                         format!("checking origin bucket {} at {}", origin.origin_bucket, origin.endpoint)

@@ -91,7 +91,7 @@ impl RunningGateway {
             upload_threshold: args.s3_upload_threshold,
         };
         let buffers = crate::admission::BufferBudget::new(args.buffer_budget, &metrics);
-        let cache = CacheTier::new(store.clone(), args.cache.settings(), &metrics, buffers.clone());
+        let cache = CacheTier::new(store.clone(), args.cache.settings()?, &metrics, buffers.clone());
         let lag = ReplicaLag::new(
             standby,
             (!args.max_replication_lag.is_zero()).then_some(args.max_replication_lag),

@@ -1,6 +1,9 @@
 //! The cache tier's flags (`CacheArgs`, flattened into `pgvs3 serve`).
 
+use std::path::PathBuf;
 use std::time::Duration;
+
+use anyhow::Context;
 
 use clap::Args;
 use pgvs3_base::args::parse_duration;
@@ -23,15 +26,37 @@ pub struct CacheArgs {
     /// Write-back uploads running at once (on the one gateway that runs the worker).
     #[arg(long, env = "PGVS3_WRITE_BACK_CONCURRENCY", default_value_t = 4)]
     pub write_back_concurrency: usize,
+
+    /// How long past its TTL a cached object is still served while its origin cannot answer
+    /// (unreachable, timed out, throttled, a server error): stale-if-error. `0s` turns it off.
+    #[arg(long, env = "PGVS3_ORIGIN_STALE_IF_ERROR", default_value = "24h", value_parser = parse_stale_if_error)]
+    pub origin_stale_if_error: Duration,
+
+    /// A PEM bundle of CA certificates that origins' TLS certificates are also verified with
+    /// (besides the system's roots): for origins whose certificate is from a private CA.
+    #[arg(long, env = "PGVS3_ORIGIN_CA_FILE")]
+    pub origin_ca_file: Option<PathBuf>,
 }
 
 impl CacheArgs {
-    pub fn settings(&self) -> crate::cache::CacheSettings {
-        crate::cache::CacheSettings {
+    pub fn settings(&self) -> anyhow::Result<crate::cache::CacheSettings> {
+        Ok(crate::cache::CacheSettings {
             fill_concurrency: self.fill_concurrency,
             origin_timeout: self.origin_timeout,
             upload_interval: self.write_back_interval,
             upload_concurrency: self.write_back_concurrency,
-        }
+            stale_if_error: self.origin_stale_if_error,
+            origin_tls: crate::cache::origin::OriginTls::load(self.origin_ca_file.as_deref())
+                .context("--origin-ca-file")?,
+        })
     }
+}
+
+/// A stale-if-error window: a duration of at most a year (it is added to TTLs in SQL).
+fn parse_stale_if_error(text: &str) -> Result<Duration, String> {
+    let window = parse_duration(text)?;
+    if window > Duration::from_secs(366 * 24 * 3600) {
+        return Err(format!("{text:?} is more than a year"));
+    }
+    Ok(window)
 }

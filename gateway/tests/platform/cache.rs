@@ -788,6 +788,212 @@ async fn origin_failures_are_errors_and_warm_entries_still_serve() {
     pair.cache.stop().await;
 }
 
+/// Every S3 request the origin has answered, whatever its operation and status.
+async fn origin_requests_total(origin: &TestGateway) -> f64 {
+    let admin = origin.gateway.admin_addr;
+    let response = common::raw::send(admin, "GET", "/metrics", &[("host".into(), admin.to_string())], b"").await;
+    response
+        .body
+        .lines()
+        .filter(|line| line.starts_with("pgvs3_requests_total{") && line.contains("protocol=\"s3\""))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn head_status(client: &Client, key: &str) -> Result<i64, u16> {
+    match client.head_object().bucket(CACHE).key(key).send().await {
+        Ok(head) => Ok(head.content_length.unwrap_or(-1)),
+        Err(err) => Err(http_status(&err)),
+    }
+}
+
+async fn range_status(client: &Client, key: &str, range: &str) -> Result<Vec<u8>, u16> {
+    match client.get_object().bucket(CACHE).key(key).range(range).send().await {
+        Ok(output) => Ok(output.body.collect().await.unwrap().to_vec()),
+        Err(err) => Err(http_status(&err)),
+    }
+}
+
+/// Ages every entry and range chunk of the cache by `age` (an SQL interval).
+async fn age_entries(cache: &TestGateway, age: &str) {
+    let sql = cache.sql().await;
+    for table in ["s3c.objects", "s3c.ranges"] {
+        sql.execute(
+            &format!("UPDATE {table} SET validated_at = now() - $1::text::interval"),
+            &[&age],
+        )
+        .await
+        .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_warm_object_needs_no_origin_and_is_served_stale_while_the_origin_is_down() {
+    let pair = Pair::start(CacheMode::WriteBack).await; // TTL 1h, 64 KiB range chunks
+    let whole = noise(3000, 7);
+    let table = noise(1 << 20, 8);
+    let len = table.len();
+    pair.put_at_origin("whole.bin", whole.clone()).await;
+    pair.put_at_origin("table.parquet", table.clone()).await;
+    pair.put_at_origin("cold", b"never read".to_vec()).await;
+    let client = &pair.cache.client;
+    // Warm: one object cached whole, one in range chunks (its first and its last).
+    assert_eq!(read_object(client, CACHE, "whole.bin").await, whole);
+    filled(&pair.cache, "whole.bin").await;
+    assert_eq!(
+        range_status(client, "table.parquet", "bytes=0-99").await.unwrap(),
+        &table[..100]
+    );
+    assert_eq!(
+        range_status(client, "table.parquet", "bytes=-8").await.unwrap(),
+        &table[len - 8..]
+    );
+
+    // Within the TTL, HEAD, GET and ranges of both are answered from PostgreSQL alone.
+    let before = origin_requests_total(&pair.origin).await;
+    assert!(before >= 3.0, "the origin's requests are counted: {before}");
+    assert_eq!(head_status(client, "whole.bin").await, Ok(3000));
+    assert_eq!(read_object(client, CACHE, "whole.bin").await, whole);
+    assert_eq!(
+        range_status(client, "whole.bin", "bytes=10-19").await.unwrap(),
+        &whole[10..20]
+    );
+    assert_eq!(head_status(client, "table.parquet").await, Ok(len as i64));
+    assert_eq!(
+        range_status(client, "table.parquet", "bytes=-8").await.unwrap(),
+        &table[len - 8..]
+    );
+    assert_eq!(
+        range_status(client, "table.parquet", "bytes=10-20").await.unwrap(),
+        &table[10..21]
+    );
+    let etag = head_object(client, CACHE, "table.parquet").await.e_tag.unwrap();
+    let unchanged = client
+        .head_object()
+        .bucket(CACHE)
+        .key("table.parquet")
+        .if_none_match(etag)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(http_status(&unchanged), 304, "conditions hold against the chunks' head");
+    assert_eq!(
+        origin_requests_total(&pair.origin).await,
+        before,
+        "warm reads sent no request to the origin"
+    );
+
+    // Past the TTL with the origin gone: warm objects are served stale, cold ones are 502.
+    age_entries(&pair.cache, "2 hours").await;
+    pair.origin.stop().await;
+    assert_eq!(head_status(client, "whole.bin").await, Ok(3000));
+    assert_eq!(read_object(client, CACHE, "whole.bin").await, whole);
+    assert_eq!(
+        range_status(client, "whole.bin", "bytes=10-19").await.unwrap(),
+        &whole[10..20]
+    );
+    assert_eq!(head_status(client, "table.parquet").await, Ok(len as i64));
+    assert_eq!(
+        range_status(client, "table.parquet", "bytes=-8").await.unwrap(),
+        &table[len - 8..]
+    );
+    assert!(
+        pair.cache
+            .metric("pgvs3_cache_lookups_total{result=\"stale_if_error\"}")
+            .await
+            .is_some_and(|n| n >= 5.0)
+    );
+    assert_eq!(
+        range_status(client, "table.parquet", "bytes=300000-300010").await,
+        Err(502),
+        "a cold chunk"
+    );
+    assert_eq!(
+        status_of_get(client, CACHE, "table.parquet").await.0,
+        502,
+        "not cached whole"
+    );
+    assert_eq!(status_of_get(client, CACHE, "cold").await.0, 502);
+    assert_eq!(head_status(client, "cold").await, Err(502));
+
+    // Beyond the stale-if-error window (24 hours by default) the origin's error stands.
+    age_entries(&pair.cache, "25 hours").await;
+    assert_eq!(status_of_get(client, CACHE, "whole.bin").await.0, 502);
+    assert_eq!(head_status(client, "table.parquet").await, Err(502));
+    pair.cache.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_origin_with_a_private_ca_is_trusted_with_the_origin_ca_file() {
+    let ca = common::certs::TestCa::new("origin");
+    let server = ca.issue("origin", "localhost", "DNS:localhost,IP:127.0.0.1");
+    let (cert, key) = (server.cert.display().to_string(), server.key.display().to_string());
+    let origin = TestGateway::with_args(
+        common::fresh_database().await,
+        &[
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--s3-plaintext-addr",
+            "127.0.0.1:0",
+        ],
+    )
+    .await;
+    // Set up through the origin's plaintext twin; the caches reach it over TLS only.
+    let twin = origin.gateway.s3_plaintext_addr.expect("the plaintext twin");
+    let setup = common::s3_client_at(twin, ROOT_ACCESS_KEY, ROOT_SECRET_KEY);
+    setup.create_bucket().bucket(ORIGIN_BUCKET).send().await.unwrap();
+    put_object(&setup, ORIGIN_BUCKET, "private", b"behind a private CA".to_vec()).await;
+    let settings = Origin {
+        endpoint: format!("https://{}", origin.gateway.s3_addr),
+        ..origin_settings(&origin, CacheMode::WriteBack)
+    };
+
+    // Without the flag the origin's certificate is refused: the origin is unreachable.
+    let untrusting = TestGateway::with_args(common::fresh_database().await, &[]).await;
+    untrusting
+        .gateway
+        .store
+        .catalog()
+        .put_origin(CACHE, &settings)
+        .await
+        .unwrap();
+    assert_eq!(
+        status_of_get(&untrusting.client, CACHE, "private").await,
+        (502, Some("BadGateway".into()))
+    );
+    let refused =
+        pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(10), &Default::default()).await;
+    assert!(refused.is_err(), "{refused:?}");
+
+    // With the CA bundle it is verified and served.
+    let ca_file = ca.ca_cert().display().to_string();
+    let trusting = TestGateway::with_args(common::fresh_database().await, &["--origin-ca-file", &ca_file]).await;
+    trusting
+        .gateway
+        .store
+        .catalog()
+        .put_origin(CACHE, &settings)
+        .await
+        .unwrap();
+    assert_eq!(
+        read_object(&trusting.client, CACHE, "private").await,
+        b"behind a private CA"
+    );
+    let tls = pgvs3_gateway::cache::origin::OriginTls::load(Some(&ca.ca_cert())).unwrap();
+    pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(10), &tls)
+        .await
+        .unwrap();
+    // A file that holds no CA certificate is refused at start, not at the first request.
+    let not_pem = pgvs3_gateway::cache::origin::OriginTls::load(Some(&server.key));
+    assert!(not_pem.is_err());
+
+    trusting.stop().await;
+    untrusting.stop().await;
+    origin.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bad_origin_credentials_are_refused_at_configuration_and_request_time() {
     let origin = TestGateway::start().await;
@@ -800,7 +1006,7 @@ async fn bad_origin_credentials_are_refused_at_configuration_and_request_time() 
         .unwrap();
     let mut settings = origin_settings(&origin, CacheMode::WriteBack);
     settings.secret_key = "not-the-secret".into();
-    let refused = pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(5))
+    let refused = pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(5), &Default::default())
         .await
         .unwrap_err();
     assert!(
@@ -1111,7 +1317,7 @@ async fn an_rclone_origin_fills_takes_writes_through_and_back_and_lists() {
         write_back_threshold: 1 << 20,
         range_chunk: 64 << 10,
     };
-    pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(5))
+    pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(5), &Default::default())
         .await
         .unwrap();
     cache

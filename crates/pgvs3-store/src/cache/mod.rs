@@ -21,7 +21,7 @@ use md5::{Digest, Md5};
 use tokio::sync::{Notify, OwnedMutexGuard, OwnedSemaphorePermit, Semaphore, mpsc};
 
 pub use metrics::CacheMetrics;
-use origin::{ChannelBody, Fetch, OriginClient, OriginError};
+use origin::{ChannelBody, Fetch, OriginClient, OriginError, OriginTls};
 pub use outbox::spawn_uploader;
 
 use crate::admission::BufferBudget;
@@ -43,6 +43,11 @@ pub struct CacheSettings {
     pub upload_interval: Duration,
     /// Uploads the worker runs at once.
     pub upload_concurrency: usize,
+    /// How long past its TTL an entry is still served when its origin cannot answer
+    /// (stale-if-error; zero turns it off).
+    pub stale_if_error: Duration,
+    /// What origins' TLS certificates are verified with.
+    pub origin_tls: OriginTls,
 }
 
 /// A cache bucket's origin client and fill limit, rebuilt when its catalog row changes.
@@ -125,7 +130,11 @@ impl CacheTier {
         }
         let remote = Arc::new(Remote {
             origin: Arc::clone(origin),
-            client: OriginClient::new(origin, self.inner.settings.origin_timeout),
+            client: OriginClient::new(
+                origin,
+                self.inner.settings.origin_timeout,
+                &self.inner.settings.origin_tls,
+            ),
             fills: Arc::new(Semaphore::new(origin.fill_concurrency.max(1) as usize)),
         });
         remotes.insert(bucket.id, Arc::clone(&remote));
@@ -150,23 +159,93 @@ impl CacheTier {
         options: &ReadOptions,
         with_body: bool,
     ) -> StoreResult<ObjectRead> {
-        let entry = self.store().cache_lookup(bucket, key, with_body).await?;
+        let entry = self
+            .store()
+            .cache_lookup(bucket, key, with_body, Duration::ZERO)
+            .await?;
         let stale = match entry {
             Some(entry) if entry.fresh => return self.serve(bucket, key, entry, options, with_body).await,
             Some(_) => "stale",
             None => "miss",
         };
-        self.metrics().lookups.with_label_values(&[stale]).inc();
         let remote = self.remote(bucket)?;
+        // A HEAD of an object cached in range chunks (a Parquet file read by its footer and
+        // column chunks) is answered from their head, like a range read of them.
+        if !with_body && let Some(head) = self.store().cache_range_head(bucket, key, Duration::ZERO).await? {
+            self.metrics().lookups.with_label_values(&["range_hit"]).inc();
+            return head_read(head, options);
+        }
+        self.metrics().lookups.with_label_values(&[stale]).inc();
+        let answer = self.read_from_origin(bucket, &remote, key, options, with_body).await;
+        match answer {
+            Err(err) if origin_unavailable(&err) && !self.inner.settings.stale_if_error.is_zero() => {
+                match self.serve_stale(bucket, &remote, key, options, with_body).await? {
+                    Some(read) => Ok(read),
+                    None => Err(err),
+                }
+            }
+            answer => answer,
+        }
+    }
+
+    /// A read that the cache could not answer alone.
+    async fn read_from_origin(
+        &self,
+        bucket: &Arc<BucketInfo>,
+        remote: &Arc<Remote>,
+        key: &str,
+        options: &ReadOptions,
+        with_body: bool,
+    ) -> StoreResult<ObjectRead> {
         if !with_body {
-            return self.head_from_origin(&remote, key, options).await;
+            return self.head_from_origin(remote, key, options).await;
         }
         match (options.range, options.part_number) {
-            (Some(range), None) => return self.range_read(bucket, &remote, key, range, options).await,
-            (None, None) => {}
-            _ => return self.pass_through(&remote, key, options, "part").await,
+            (Some(range), None) => self.range_read(bucket, remote, key, range, options).await,
+            (None, None) => self.fill(bucket, remote, key, options).await,
+            _ => self.pass_through(remote, key, options, "part").await,
         }
-        self.fill(bucket, &remote, key, options).await
+    }
+
+    /// Stale-if-error: while the origin cannot answer, what the cache holds of a key (a whole
+    /// entry, or for a range or a HEAD its range chunks) is served up to `stale_if_error` past
+    /// its TTL. `None`: nothing to serve, the origin's error stands.
+    async fn serve_stale(
+        &self,
+        bucket: &BucketInfo,
+        remote: &Remote,
+        key: &str,
+        options: &ReadOptions,
+        with_body: bool,
+    ) -> StoreResult<Option<ObjectRead>> {
+        let grace = self.inner.settings.stale_if_error;
+        let read = match self.store().cache_lookup(bucket, key, with_body, grace).await? {
+            Some(entry) if entry.fresh && !entry.absent() => {
+                Some(self.store().cache_read(bucket, entry, options, with_body).await?)
+            }
+            _ if !with_body => match self.store().cache_range_head(bucket, key, grace).await? {
+                Some(head) => Some(head_read(head, options)?),
+                None => None,
+            },
+            _ => match (options.range, options.part_number) {
+                (Some(range), None) => {
+                    let chunk_size = remote.origin.range_chunk.max(MIN_RANGE_CHUNK);
+                    match self
+                        .store()
+                        .cache_range(bucket, key, range, chunk_size, &options.conditions, grace)
+                        .await?
+                    {
+                        RangeLookup::Hit { read, .. } => Some(*read),
+                        RangeLookup::Miss { .. } => None,
+                    }
+                }
+                _ => None,
+            },
+        };
+        if read.is_some() {
+            self.metrics().lookups.with_label_values(&["stale_if_error"]).inc();
+        }
+        Ok(read)
     }
 
     async fn serve(
@@ -191,7 +270,7 @@ impl CacheTier {
 
     /// Serves a fresh entry found after a fill or revalidation.
     async fn serve_cached(&self, bucket: &BucketInfo, key: &str, options: &ReadOptions) -> StoreResult<ObjectRead> {
-        match self.store().cache_lookup(bucket, key, true).await? {
+        match self.store().cache_lookup(bucket, key, true, Duration::ZERO).await? {
             Some(entry) => self.serve(bucket, key, entry, options, true).await,
             None => Err(StoreError::NoSuchKey),
         }
@@ -200,19 +279,7 @@ impl CacheTier {
     async fn head_from_origin(&self, remote: &Remote, key: &str, options: &ReadOptions) -> StoreResult<ObjectRead> {
         self.metrics().passthrough.with_label_values(&["head"]).inc();
         let head = remote.client.head(key).await.map_err(|err| self.origin_error(err))?;
-        let head = object_head(head);
-        options.conditions.check(&head)?;
-        let (span, partial) = match (options.range, options.part_number) {
-            (Some(range), _) => (range.resolve(head.size)?, true),
-            (None, Some(1) | None) => ((0, head.size), false),
-            (None, Some(_)) => return Err(StoreError::InvalidPartNumber),
-        };
-        Ok(ObjectRead {
-            head,
-            span,
-            partial,
-            body: Box::pin(futures::stream::empty()),
-        })
+        head_read(object_head(head), options)
     }
 
     /// Serves a read straight from the origin, without filling.
@@ -257,7 +324,7 @@ impl CacheTier {
         let chunk_size = remote.origin.range_chunk.max(MIN_RANGE_CHUNK);
         let size = match self
             .store()
-            .cache_range(bucket, key, range, chunk_size, &options.conditions)
+            .cache_range(bucket, key, range, chunk_size, &options.conditions, Duration::ZERO)
             .await?
         {
             RangeLookup::Hit { read, use_unrecorded } => {
@@ -374,7 +441,7 @@ impl CacheTier {
     ) -> StoreResult<ObjectRead> {
         let flight = self.flight(bucket.id, key).await;
         // Another task of this process may have filled it while this one waited.
-        if let Some(entry) = self.store().cache_lookup(bucket, key, true).await?
+        if let Some(entry) = self.store().cache_lookup(bucket, key, true, Duration::ZERO).await?
             && entry.fresh
         {
             return self.serve(bucket, key, entry, options, true).await;
@@ -508,7 +575,7 @@ impl CacheTier {
         key: &str,
         options: &ReadOptions,
     ) -> StoreResult<ObjectRead> {
-        let current = self.store().cache_lookup(bucket, key, false).await?;
+        let current = self.store().cache_lookup(bucket, key, false, Duration::ZERO).await?;
         let known_etag = current
             .filter(|entry| !entry.absent() && !entry.pending)
             .map(|entry| entry.head.etag);
@@ -711,8 +778,8 @@ impl CacheTier {
     }
 
     /// Checks that an origin is reachable with its credentials, for `admin origin put`.
-    pub async fn verify(origin: &Origin, timeout: Duration) -> StoreResult<()> {
-        OriginClient::new(origin, timeout)
+    pub async fn verify(origin: &Origin, timeout: Duration, tls: &OriginTls) -> StoreResult<()> {
+        OriginClient::new(origin, timeout, tls)
             .verify()
             .await
             .map_err(StoreError::from)
@@ -732,6 +799,31 @@ impl FillPermits {
             _process: Arc::clone(process).acquire_owned().await.expect("never closed"),
         }
     }
+}
+
+/// The answer to a HEAD of an object whose head is known.
+fn head_read(head: ObjectHead, options: &ReadOptions) -> StoreResult<ObjectRead> {
+    options.conditions.check(&head)?;
+    let (span, partial) = match (options.range, options.part_number) {
+        (Some(range), _) => (range.resolve(head.size)?, true),
+        (None, Some(1) | None) => ((0, head.size), false),
+        (None, Some(_)) => return Err(StoreError::InvalidPartNumber),
+    };
+    Ok(ObjectRead {
+        head,
+        span,
+        partial,
+        body: Box::pin(futures::stream::empty()),
+    })
+}
+
+/// The origin could not answer (unreachable, timed out, throttled, a server error), as
+/// opposed to answering that the key is missing or the cache may not have it.
+fn origin_unavailable(err: &StoreError) -> bool {
+    matches!(
+        err,
+        StoreError::OriginFailed(_) | StoreError::OriginTimeout(_) | StoreError::OriginThrottled(_)
+    )
 }
 
 fn object_head(head: EntryHead) -> ObjectHead {

@@ -1,5 +1,6 @@
 //! The S3 client a cache bucket uses to reach its origin.
 
+use std::path::Path;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
@@ -9,6 +10,7 @@ use aws_sdk_s3::config::timeout::TimeoutConfig;
 use aws_sdk_s3::config::{Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation};
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::{ByteStream, DateTime};
+use aws_smithy_http_client::tls::{TlsContext, TrustStore};
 use bytes::Bytes;
 use futures::Stream;
 use tokio::sync::mpsc;
@@ -157,6 +159,34 @@ pub struct Fetched {
     pub body: BodyStream,
 }
 
+/// What origins' TLS certificates are verified with: the system's roots, and the CA bundle of
+/// `--origin-ca-file` when given (an origin with a private CA).
+#[derive(Debug, Clone, Default)]
+pub struct OriginTls(Option<TlsContext>);
+
+impl OriginTls {
+    pub fn load(ca_file: Option<&Path>) -> anyhow::Result<OriginTls> {
+        use anyhow::Context;
+        let Some(path) = ca_file else {
+            return Ok(OriginTls::default());
+        };
+        let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        // The HTTP client panics on a certificate it cannot take as a root: each is tried here.
+        let mut roots = pgvs3_pgtls::rustls::RootCertStore::empty();
+        for cert in pgvs3_pgtls::pem_certs(&pem).with_context(|| path.display().to_string())? {
+            roots
+                .add(cert)
+                .with_context(|| format!("a certificate of {} is not usable as a CA", path.display()))?;
+        }
+        let trust = TrustStore::default().with_pem_certificate(pem);
+        let context = TlsContext::builder()
+            .with_trust_store(trust)
+            .build()
+            .map_err(|err| anyhow::anyhow!("{err:?}"))?;
+        Ok(OriginTls(Some(context)))
+    }
+}
+
 pub struct OriginClient {
     client: aws_sdk_s3::Client,
     bucket: String,
@@ -170,12 +200,15 @@ const PART_SIZE: usize = 16 * 1024 * 1024;
 
 impl OriginClient {
     /// `timeout` bounds connecting and waiting for each response's head (not the transfer).
-    pub fn new(origin: &Origin, timeout: Duration) -> OriginClient {
-        let http = aws_smithy_http_client::Builder::new()
-            .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
+    pub fn new(origin: &Origin, timeout: Duration, tls: &OriginTls) -> OriginClient {
+        let mut http =
+            aws_smithy_http_client::Builder::new().tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
                 aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
-            ))
-            .build_https();
+            ));
+        if let Some(context) = &tls.0 {
+            http = http.tls_context(context.clone());
+        }
+        let http = http.build_https();
         let config = aws_sdk_s3::Config::builder()
             .behavior_version_latest()
             .region(Region::new(origin.region.clone()))

@@ -43,6 +43,7 @@ struct CacheSql {
     outbox_depth: String,
     range_size: String,
     range_chunks: String,
+    range_head: String,
     store_ranges: String,
     drop_other_ranges: String,
     supersede: String,
@@ -162,6 +163,12 @@ static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
                         WHERE bucket_id = $1 AND key = $2 AND chunk_size = $3 AND chunk = ANY($4)
                         ORDER BY chunk"
             .into(),
+        // Every chunk of a key has the same head (other versions' chunks are dropped when one
+        // is stored): the most recently validated tells it.
+        range_head: "SELECT size, etag, last_modified, meta FROM s3c.ranges
+                      WHERE bucket_id = $1 AND key = $2 AND validated_at > now() - make_interval(secs => $3::float8)
+                      ORDER BY validated_at DESC LIMIT 1"
+            .into(),
         store_ranges:
             "INSERT INTO s3c.ranges (bucket_id, key, chunk, chunk_size, size, etag, last_modified, meta, data)
                        SELECT $1, $2, c.chunk, $3, $4, $5, $6, $7, c.data
@@ -268,11 +275,13 @@ fn entry_from_row(row: &tokio_postgres::Row) -> CacheEntry {
     }
 }
 
+/// `grace`: how long past the TTL an entry still counts as fresh (negative entries get none).
 async fn lookup(
     db: &impl GenericClient,
     bucket: &BucketInfo,
     key: &str,
     with_body: bool,
+    grace: Duration,
 ) -> StoreResult<Option<CacheEntry>> {
     let origin = bucket.origin.as_ref().ok_or(StoreError::NoSuchBucket)?;
     let sql = if with_body { &SQL.lookup_get } else { &SQL.lookup_head };
@@ -280,7 +289,12 @@ async fn lookup(
     let row = db
         .query_opt(
             &statement,
-            &[&bucket.id, &key, &secs(origin.ttl), &secs(origin.negative_ttl)],
+            &[
+                &bucket.id,
+                &key,
+                &secs(origin.ttl.saturating_add(grace)),
+                &secs(origin.negative_ttl),
+            ],
         )
         .await?;
     Ok(row.as_ref().map(entry_from_row))
@@ -422,7 +436,7 @@ impl FillLock {
 
     /// Looks again, now that no other fill of this key is running.
     pub async fn lookup(&mut self, bucket: &BucketInfo, key: &str) -> StoreResult<Option<CacheEntry>> {
-        lookup(&*self.0.client(), bucket, key, false).await
+        lookup(&*self.0.client(), bucket, key, false, Duration::ZERO).await
     }
 
     pub async fn store(&mut self, bucket_id: i64, key: &str, head: &EntryHead, body: BodyStream) -> StoreResult<()> {
@@ -465,16 +479,44 @@ async fn forget(db: &impl GenericClient, bucket_id: i64, key: &str) -> StoreResu
 }
 
 impl Store {
-    /// Looks a key up in a cache bucket: its pending body, else its filled entry.
+    /// Looks a key up in a cache bucket: its pending body, else its filled entry. `grace`: how
+    /// long past the TTL the entry still counts as fresh (zero but when the origin fails).
     pub async fn cache_lookup(
         &self,
         bucket: &BucketInfo,
         key: &str,
         with_body: bool,
+        grace: Duration,
     ) -> StoreResult<Option<CacheEntry>> {
         super::objects::check_key(key)?;
         let client = self.client().await?;
-        lookup(&client, bucket, key, with_body).await
+        lookup(&client, bucket, key, with_body, grace).await
+    }
+
+    /// The head of an object cached in range chunks only, if a chunk of it is fresh (within
+    /// the TTL plus `grace`), so a HEAD of it needs no origin request.
+    pub async fn cache_range_head(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        grace: Duration,
+    ) -> StoreResult<Option<ObjectHead>> {
+        let origin = bucket.origin.as_ref().ok_or(StoreError::NoSuchBucket)?;
+        let client = self.client().await?;
+        let statement = client.prepare_cached(&SQL.range_head).await?;
+        let row = client
+            .query_opt(&statement, &[&bucket.id, &key, &secs(origin.ttl.saturating_add(grace))])
+            .await?;
+        Ok(row.map(|row| {
+            let Json(meta): Json<ObjectMeta> = row.get(3);
+            ObjectHead {
+                version_id: None,
+                size: row.get::<_, i64>(0) as u64,
+                etag: row.get(1),
+                last_modified: row.get(2),
+                meta,
+            }
+        }))
     }
 
     /// Serves a read from a cached entry (found by [`Store::cache_lookup`]).
@@ -607,8 +649,9 @@ impl Store {
         Ok(evicted)
     }
 
-    /// A range read served from aligned chunks, if every chunk it needs is cached and fresh.
-    /// On a miss, tells the object's size when a chunk of it is cached.
+    /// A range read served from aligned chunks, if every chunk it needs is cached and fresh
+    /// (within the TTL plus `grace`). On a miss, tells the object's size when a chunk of it is
+    /// cached.
     pub async fn cache_range(
         &self,
         bucket: &BucketInfo,
@@ -616,12 +659,13 @@ impl Store {
         range: ByteRange,
         chunk_size: u32,
         conditions: &Preconditions,
+        grace: Duration,
     ) -> StoreResult<RangeLookup> {
         let origin = bucket.origin.as_ref().ok_or(StoreError::NoSuchBucket)?;
         let client = self.client().await?;
         let chunk = u64::from(chunk_size);
         let chunk_size = chunk_size as i32;
-        let ttl = secs(origin.ttl);
+        let ttl = secs(origin.ttl.saturating_add(grace));
         // An explicit range names its chunks; other forms need the size first.
         let guess: Vec<i32> = match range {
             ByteRange::From {
@@ -797,7 +841,7 @@ impl UploadLock {
         if current.map(|row| row.get::<_, i64>(0)) != Some(due.generation) {
             return Ok(None);
         }
-        match lookup(&*client, bucket, &due.key, true).await? {
+        match lookup(&*client, bucket, &due.key, true, Duration::ZERO).await? {
             Some(entry) if entry.pending => store
                 .cache_read(bucket, entry, &ReadOptions::default(), true)
                 .await
