@@ -176,6 +176,7 @@ pub static COMMANDS: &[Spec] = &[
     spec("xrevrange", -4, &["readonly"], ONE),
     spec("xdel", -3, &["write", "fast"], ONE),
     spec("xtrim", -4, &["write"], ONE),
+    spec("xsetid", -3, &["write", "denyoom", "fast"], ONE),
     spec("xread", -4, &["readonly", "blocking", "movablekeys"], NONE),
     spec("xinfo", -2, &["readonly"], TWO_ONLY),
     // XREADGROUP moves its group's last delivered ID: a write.

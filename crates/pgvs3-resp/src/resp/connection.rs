@@ -988,8 +988,9 @@ impl Connection {
                 }
             }
             "script" => self.server.scripts.command(args),
-            // XGROUP HELP (the other subcommands are key commands).
+            // XGROUP HELP and XINFO HELP (the other subcommands are key commands).
             "xgroup" => super::stream_group::help(),
+            "xinfo" => super::stream::help(),
             "keys" => self.keys(&args[1]).await,
             "scan" => self.scan(args).await,
             other => unreachable!("{other} is in the command table but not handled"),
