@@ -1,6 +1,6 @@
 //! RESP streams over the wire with redis-rs (and redis-cli): XADD, XRANGE, XREAD (blocking,
-//! woken across gateways), XDEL, XTRIM, XSETID and XINFO answer as Redis 7 does, with its error texts,
-//! and the keyspace commands, expiry, WATCH and pipelines cover streams as the other types.
+//! woken across gateways), XDEL, XTRIM, XSETID and XINFO answer as Redis 7 does, with its error
+//! texts, and the keyspace commands, expiry, WATCH and pipelines cover streams as the other types.
 
 use crate::redis_rs;
 use pgvs3_testkit as common;
