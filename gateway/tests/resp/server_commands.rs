@@ -493,4 +493,26 @@ async fn command_getkeys_info_and_docs_answer_as_redis() {
         panic!()
     };
     assert_eq!(list.len() as i64, count);
+    assert_eq!(
+        raw.command(&["COMMAND", "LIST", "FILTERBY", "PATTERN", "xs*"]).await,
+        bulks(&["xsetid"])
+    );
+    let Value::Array(streams) = raw.command(&["COMMAND", "LIST", "FILTERBY", "ACLCAT", "stream"]).await else {
+        panic!()
+    };
+    assert!(streams.contains(&Value::bulk("xread")) && !streams.contains(&Value::bulk("get")));
+    assert_eq!(
+        raw.command(&["COMMAND", "LIST", "FILTERBY", "MODULE", "x"]).await,
+        Value::Array(vec![])
+    );
+    assert_eq!(
+        raw.command(&["COMMAND", "LIST", "FILTERBY", "OTHER", "x"])
+            .await
+            .error(),
+        "ERR syntax error"
+    );
+    assert_eq!(
+        raw.command(&["COMMAND", "LIST", "BOGUS"]).await.error(),
+        "ERR syntax error"
+    );
 }

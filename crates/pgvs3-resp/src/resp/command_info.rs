@@ -7,6 +7,7 @@ use bytes::Bytes;
 
 use super::codec::Reply;
 use super::command::{self, COMMANDS, Spec};
+use super::glob;
 
 pub fn command(args: &[Bytes]) -> Reply {
     let Some(subcommand) = args.get(1) else {
@@ -19,7 +20,7 @@ pub fn command(args: &[Bytes]) -> Reply {
     };
     match subcommand.to_ascii_lowercase().as_slice() {
         b"count" => Reply::Integer(COMMANDS.len() as i64),
-        b"list" => Reply::Array(COMMANDS.iter().map(|spec| Reply::text(spec.name)).collect()),
+        b"list" => list(&args[2..]),
         b"info" if args.len() == 2 => Reply::Array(COMMANDS.iter().map(info).collect()),
         b"info" => Reply::Array(
             names()
@@ -50,6 +51,33 @@ pub fn command(args: &[Bytes]) -> Reply {
             String::from_utf8_lossy(subcommand)
         )),
     }
+}
+
+/// COMMAND LIST [FILTERBY MODULE name | ACLCAT category | PATTERN pattern]; there are no
+/// modules.
+fn list(filter: &[Bytes]) -> Reply {
+    let keep: Box<dyn Fn(&Spec) -> bool> = match filter {
+        [] => Box::new(|_| true),
+        [filterby, kind, value] if filterby.eq_ignore_ascii_case(b"filterby") => {
+            match kind.to_ascii_lowercase().as_slice() {
+                b"module" => Box::new(|_| false),
+                b"aclcat" => {
+                    let category = format!("@{}", String::from_utf8_lossy(value).to_ascii_lowercase());
+                    Box::new(move |spec| acl_categories(spec).contains(&category.as_str()))
+                }
+                b"pattern" => Box::new(|spec| glob::matches(value, spec.name.as_bytes())),
+                _ => return command::syntax_error(),
+            }
+        }
+        _ => return command::syntax_error(),
+    };
+    Reply::Array(
+        COMMANDS
+            .iter()
+            .filter(|spec| keep(spec))
+            .map(|spec| Reply::text(spec.name))
+            .collect(),
+    )
 }
 
 /// COMMAND GETKEYS: the checks and error texts of Redis's `getKeysSubcommandImpl`, in its order.
