@@ -97,7 +97,7 @@ CREATE OR REPLACE FUNCTION pgvs3.resp_stream(op text, b bigint, ks text[], strin
 LANGUAGE plpgsql AS $$
 DECLARE
     k text := ks[1];
-    write boolean := op IN ('xadd', 'xdel', 'xtrim');
+    write boolean := op IN ('xadd', 'xdel', 'xtrim', 'xsetid');
     s pgvs3.resp_stream;
     id record;
     flat record;
@@ -145,7 +145,7 @@ BEGIN
     IF s.key IS NULL AND op <> 'xadd' THEN
         CASE op
         WHEN 'xrange', 'xrevrange' THEN items := '{}';
-        WHEN 'xinfo' THEN err := 'ERR no such key';
+        WHEN 'xinfo', 'xsetid' THEN err := 'ERR no such key';
         ELSE n := 0;
         END CASE;
         RETURN;
@@ -214,6 +214,26 @@ BEGIN
     WHEN 'xtrim' THEN
         -- ints: as XADD's trimming.
         n := pgvs3.resp_stream_trim(b, k, ints[1] = 1, ints[2], ints[3], ints[4]);
+    WHEN 'xsetid' THEN
+        -- ints: {last ID ms, seq, entries added (NULL: unchanged), greatest deleted ID ms, seq
+        -- (NULL: unchanged)}; Redis 7.0's checks against the stream, in its order (7.0 does not
+        -- compare the ID with the stream's greatest deleted ID).
+        IF s.length > 0 THEN
+            IF EXISTS (SELECT 1 FROM pgvs3.resp_stream_entry e
+                        WHERE e.bucket_id = b AND e.key = k AND (e.ms, e.seq) > (ints[1], ints[2])) THEN
+                err := 'ERR The ID specified in XSETID is smaller than the target stream top item';
+                RETURN;
+            END IF;
+            IF ints[3] < s.length THEN
+                err := 'ERR The entries_added specified in XSETID is smaller than the target stream length';
+                RETURN;
+            END IF;
+        END IF;
+        UPDATE pgvs3.resp_stream r
+           SET last_ms = ints[1], last_seq = ints[2], added = coalesce(ints[3], r.added),
+               deleted_ms = coalesce(ints[4], r.deleted_ms), deleted_seq = coalesce(ints[5], r.deleted_seq)
+         WHERE r.bucket_id = b AND r.key = k;
+        UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
     WHEN 'xinfo' THEN
         -- ints: {how many entries from the start (FULL; 0: all), or NULL for the first and
         -- last}. n: the length; items: {last ID, greatest deleted ID, first ID (0-0 when

@@ -787,7 +787,10 @@ async fn connection_commands() {
         panic!()
     };
     assert_eq!(all.len() as i64, count);
-    assert_eq!(raw.command(&["COMMAND", "DOCS"]).await, Value::Array(Vec::new()));
+    assert_eq!(
+        raw.command(&["COMMAND", "DOCS", "nosuch"]).await,
+        Value::Array(Vec::new())
+    );
     raw.command(&["SET", "k", "v"]).await;
     let Value::Bulk(info) = raw.command(&["INFO"]).await else {
         panic!()

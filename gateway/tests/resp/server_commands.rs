@@ -1,7 +1,7 @@
 //! The server commands the Redis test suite and client libraries use around the data:
 //! FLUSHALL, FUNCTION FLUSH, CONFIG SET of encoding parameters, INFO's memory, stats and CPU
-//! sections, CLIENT LIST's fields, CLIENT KILL and CLIENT REPLY, and EXPIRE's combined options,
-//! each answered as Redis 7 answers it.
+//! sections, CLIENT LIST's fields, CLIENT KILL and CLIENT REPLY, EXPIRE's combined options and
+//! COMMAND's introspection, each answered as Redis 7 answers it.
 
 use pgvs3_testkit as common;
 
@@ -367,5 +367,152 @@ async fn touch_counts_the_keys_that_exist() {
     assert_eq!(
         raw.command(&["TOUCH"]).await.error(),
         "ERR wrong number of arguments for 'touch' command"
+    );
+}
+
+fn bulks(items: &[&str]) -> Value {
+    Value::Array(items.iter().map(|item| Value::bulk(item)).collect())
+}
+
+fn statuses(items: &[&str]) -> Value {
+    Value::Array(items.iter().map(|item| Value::Simple((*item).into())).collect())
+}
+
+/// Answers and error texts compared with redis-server 7.0.15.
+#[tokio::test]
+async fn command_getkeys_info_and_docs_answer_as_redis() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    for (command, keys) in [
+        (&["GET", "a"][..], &["a"][..]),
+        (&["MSET", "a", "1", "b", "2"], &["a", "b"]),
+        (&["BLPOP", "a", "b", "0"], &["a", "b"]),
+        (&["EVAL", "return 1", "2", "a", "b", "c"], &["a", "b"]),
+        // More keys than arguments: none, and EVAL may have none.
+        (&["EVAL", "return 1", "5", "a"], &[]),
+        (&["ZUNIONSTORE", "d", "2", "a", "b"], &["d", "a", "b"]),
+        (&["ZINTER", "2", "a", "b", "WITHSCORES"], &["a", "b"]),
+        (&["BLMPOP", "0", "2", "a", "b", "LEFT"], &["a", "b"]),
+        (&["XREAD", "COUNT", "2", "STREAMS", "a", "b", "0", "0"], &["a", "b"]),
+        (&["XREAD", "STREAMS", "a", "b", "0"], &["a"]),
+        (&["XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", ">"], &["s"]),
+        (&["OBJECT", "ENCODING", "k"], &["k"]),
+    ] {
+        let mut args = vec!["COMMAND", "GETKEYS"];
+        args.extend_from_slice(command);
+        assert_eq!(raw.command(&args).await, bulks(keys), "{command:?}");
+    }
+    for (args, error) in [
+        (
+            &["COMMAND", "GETKEYS", "GET"][..],
+            "ERR wrong number of arguments for 'command|getkeys' command",
+        ),
+        (&["COMMAND", "GETKEYS", "NOSUCH", "a"], "ERR Invalid command specified"),
+        (
+            &["COMMAND", "GETKEYS", "PING", "x"],
+            "ERR The command has no key arguments",
+        ),
+        (
+            &["COMMAND", "GETKEYS", "GET", "a", "b"],
+            "ERR Invalid number of arguments specified for command",
+        ),
+        (
+            &["COMMAND", "GETKEYS", "ZUNIONSTORE", "d", "0", "a"],
+            "ERR Invalid arguments specified for command",
+        ),
+        (
+            &["COMMAND", "GETKEYS", "XREAD", "COUNT", "1", "STREAMS", "a"],
+            "ERR Invalid arguments specified for command",
+        ),
+    ] {
+        assert_eq!(raw.command(args).await.error(), error, "{args:?}");
+    }
+    assert_eq!(
+        raw.command(&["COMMAND", "GETKEYSANDFLAGS", "DEL", "a", "b"]).await,
+        Value::Array(vec![
+            Value::Array(vec![Value::bulk("a"), statuses(&["RM", "delete"])]),
+            Value::Array(vec![Value::bulk("b"), statuses(&["RM", "delete"])]),
+        ])
+    );
+    assert_eq!(
+        raw.command(&["COMMAND", "GETKEYSANDFLAGS", "GET", "a"]).await,
+        Value::Array(vec![Value::Array(vec![Value::bulk("a"), statuses(&["RO", "access"])])])
+    );
+
+    // Redis 7's ten fields; cluster clients read arity, flags and the key range.
+    let Value::Array(info) = raw.command(&["COMMAND", "INFO", "get", "zunionstore"]).await else {
+        panic!()
+    };
+    let Value::Array(get) = &info[0] else { panic!() };
+    assert_eq!(get.len(), 10);
+    assert_eq!(
+        &get[..7],
+        &[
+            Value::bulk("get"),
+            Value::Int(2),
+            statuses(&["readonly", "fast"]),
+            Value::Int(1),
+            Value::Int(1),
+            Value::Int(1),
+            statuses(&["@read", "@string", "@fast"]),
+        ]
+    );
+    let Value::Array(specs) = &get[8] else { panic!() };
+    assert_eq!(specs.len(), 1, "{specs:?}");
+    let Value::Array(zunionstore) = &info[1] else { panic!() };
+    assert_eq!(
+        &zunionstore[..7],
+        &[
+            Value::bulk("zunionstore"),
+            Value::Int(-4),
+            statuses(&["write", "denyoom", "movablekeys"]),
+            Value::Int(1),
+            Value::Int(1),
+            Value::Int(1),
+            statuses(&["@write", "@sortedset", "@slow"]),
+        ]
+    );
+
+    // DOCS: the commands asked for that exist; an empty answer only for unknown names.
+    assert_eq!(
+        raw.command(&["COMMAND", "DOCS", "get", "nosuch"]).await,
+        Value::Array(vec![
+            Value::bulk("get"),
+            Value::Array(vec![Value::bulk("group"), Value::bulk("string")]),
+        ])
+    );
+    assert_eq!(raw.command(&["COMMAND", "DOCS", "nosuch"]).await, Value::Array(vec![]));
+    let Value::Int(count) = raw.command(&["COMMAND", "COUNT"]).await else {
+        panic!()
+    };
+    let Value::Array(docs) = raw.command(&["COMMAND", "DOCS"]).await else {
+        panic!()
+    };
+    assert_eq!(docs.len() as i64, 2 * count);
+    let Value::Array(list) = raw.command(&["COMMAND", "LIST"]).await else {
+        panic!()
+    };
+    assert_eq!(list.len() as i64, count);
+    assert_eq!(
+        raw.command(&["COMMAND", "LIST", "FILTERBY", "PATTERN", "xs*"]).await,
+        bulks(&["xsetid"])
+    );
+    let Value::Array(streams) = raw.command(&["COMMAND", "LIST", "FILTERBY", "ACLCAT", "stream"]).await else {
+        panic!()
+    };
+    assert!(streams.contains(&Value::bulk("xread")) && !streams.contains(&Value::bulk("get")));
+    assert_eq!(
+        raw.command(&["COMMAND", "LIST", "FILTERBY", "MODULE", "x"]).await,
+        Value::Array(vec![])
+    );
+    assert_eq!(
+        raw.command(&["COMMAND", "LIST", "FILTERBY", "OTHER", "x"])
+            .await
+            .error(),
+        "ERR syntax error"
+    );
+    assert_eq!(
+        raw.command(&["COMMAND", "LIST", "BOGUS"]).await.error(),
+        "ERR syntax error"
     );
 }

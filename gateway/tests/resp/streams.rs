@@ -1,6 +1,6 @@
 //! RESP streams over the wire with redis-rs (and redis-cli): XADD, XRANGE, XREAD (blocking,
-//! woken across gateways), XDEL, XTRIM and XINFO answer as Redis 7 does, with its error texts,
-//! and the keyspace commands, expiry, WATCH and pipelines cover streams as the other types.
+//! woken across gateways), XDEL, XTRIM, XSETID and XINFO answer as Redis 7 does, with its error
+//! texts, and the keyspace commands, expiry, WATCH and pipelines cover streams as the other types.
 
 use crate::redis_rs;
 use pgvs3_testkit as common;
@@ -683,4 +683,104 @@ async fn redis_cli_reads_streams() {
     );
     assert_eq!(cli(&["TYPE", "s"]).await, "stream\n");
     assert_eq!(cli(&["XADD", "s", "1-1", "a", "b"]).await, format!("{TOO_SMALL}\n\n"));
+}
+
+/// XSETID and XINFO HELP, each answer compared with redis-server 7.0.15.
+#[tokio::test]
+async fn xsetid_sets_the_last_id_as_redis_and_xinfo_has_help() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let ok = || Value::Simple("OK".into());
+    // XINFO STREAM's last ID, greatest deleted ID and entries added.
+    async fn ids_and_added(raw: &mut RawResp, key: &str) -> (Value, Value, Value) {
+        let Value::Array(info) = raw.command(&["XINFO", "STREAM", key]).await else {
+            panic!()
+        };
+        let field = |name: &str| {
+            let at = info.iter().position(|value| *value == Value::bulk(name)).unwrap();
+            info[at + 1].clone()
+        };
+        (
+            field("last-generated-id"),
+            field("max-deleted-entry-id"),
+            field("entries-added"),
+        )
+    }
+    assert_eq!(raw.command(&["XSETID", "s", "5-0"]).await.error(), "ERR no such key");
+    assert_eq!(raw.command(&["XADD", "s", "5-1", "f", "v"]).await, Value::bulk("5-1"));
+    assert_eq!(raw.command(&["XADD", "s", "6-0", "f", "v"]).await, Value::bulk("6-0"));
+    for (args, error) in [
+        (
+            &["XSETID", "s", "5-9"][..],
+            "ERR The ID specified in XSETID is smaller than the target stream top item",
+        ),
+        (
+            &["XSETID", "s", "6-0", "ENTRIESADDED", "1"],
+            "ERR The entries_added specified in XSETID is smaller than the target stream length",
+        ),
+        (
+            &["XSETID", "s", "6-0", "ENTRIESADDED", "-1"],
+            "ERR entries_added must be positive",
+        ),
+        (
+            &["XSETID", "s", "10-0", "MAXDELETEDID", "11-0"],
+            "ERR The ID specified in XSETID is smaller than the provided max_deleted_entry_id",
+        ),
+        (&["XSETID", "s", "30", "BOGUS"], "ERR syntax error"),
+        (&["XSETID", "s", "30", "ENTRIESADDED"], "ERR syntax error"),
+        (&["XSETID", "s", "-"], INVALID_ID),
+        (&["XSETID", "s"], "ERR wrong number of arguments for 'xsetid' command"),
+    ] {
+        assert_eq!(raw.command(args).await.error(), error, "{args:?}");
+    }
+    assert_eq!(
+        ids_and_added(&mut raw, "s").await,
+        (Value::bulk("6-0"), Value::bulk("0-0"), Value::Int(2)),
+        "a refused XSETID changes nothing"
+    );
+    assert_eq!(
+        raw.command(&["XSETID", "s", "10-0", "MAXDELETEDID", "9-0", "ENTRIESADDED", "7"])
+            .await,
+        ok()
+    );
+    assert_eq!(
+        ids_and_added(&mut raw, "s").await,
+        (Value::bulk("10-0"), Value::bulk("9-0"), Value::Int(7))
+    );
+    // XADD continues after the ID set.
+    assert_eq!(
+        raw.command(&["XADD", "s", "10-0", "f", "v"]).await.error(),
+        "ERR The ID specified in XADD is equal or smaller than the target stream top item"
+    );
+    assert_eq!(raw.command(&["XADD", "s", "10-1", "f", "v"]).await, Value::bulk("10-1"));
+
+    // An emptied stream: no top item bounds the ID, and Redis 7.0 does not compare it with
+    // the greatest deleted ID.
+    assert_eq!(raw.command(&["XADD", "e", "1-0", "f", "v"]).await, Value::bulk("1-0"));
+    assert_eq!(raw.command(&["XDEL", "e", "1-0"]).await, Value::Int(1));
+    assert_eq!(raw.command(&["XSETID", "e", "0-5"]).await, ok());
+    assert_eq!(
+        ids_and_added(&mut raw, "e").await,
+        (Value::bulk("0-5"), Value::bulk("1-0"), Value::Int(1))
+    );
+    assert_eq!(raw.command(&["XSETID", "e", "2", "ENTRIESADDED", "0"]).await, ok());
+    assert_eq!(
+        ids_and_added(&mut raw, "e").await,
+        (Value::bulk("2-0"), Value::bulk("1-0"), Value::Int(0))
+    );
+    assert_eq!(raw.command(&["SET", "n", "1"]).await, ok());
+    assert_eq!(raw.command(&["XSETID", "n", "1-0"]).await.error(), WRONGTYPE);
+
+    let Value::Array(help) = raw.command(&["XINFO", "HELP"]).await else {
+        panic!()
+    };
+    assert_eq!(help.len(), 9);
+    assert_eq!(
+        help[0],
+        Value::Simple("XINFO <subcommand> [<arg> [value] [opt] ...]. Subcommands are:".into())
+    );
+    assert_eq!(
+        raw.command(&["XINFO", "HELP", "x"]).await.error(),
+        "ERR wrong number of arguments for 'xinfo|help' command"
+    );
 }

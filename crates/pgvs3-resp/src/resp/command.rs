@@ -1,5 +1,6 @@
-//! The command table (names, arities, flags for COMMAND) and parsing of key commands into
-//! typed requests, with Redis's own error texts for bad arguments.
+//! The command table (names, arities, flags, key ranges; COMMAND answers from it in
+//! `command_info.rs`) and parsing of key commands into typed requests, with Redis's own error
+//! texts for bad arguments.
 
 use bytes::Bytes;
 
@@ -50,6 +51,10 @@ const SCRIPT_RO: &[&str] = &[
     "no_mandatory_keys",
     "movablekeys",
 ];
+/// Commands whose keys follow a numkeys argument or a STREAMS keyword (`movablekeys`).
+const MOVABLE_READ: &[&str] = &["readonly", "movablekeys"];
+const MOVABLE_STORE: &[&str] = &["write", "denyoom", "movablekeys"];
+const MOVABLE_BLOCKING: &[&str] = &["write", "blocking", "movablekeys"];
 const NONE: (i64, i64, i64) = (0, 0, 0);
 const ONE: (i64, i64, i64) = (1, 1, 1);
 const TWO: (i64, i64, i64) = (1, 2, 1);
@@ -116,7 +121,7 @@ pub static COMMANDS: &[Spec] = &[
     spec("sinterstore", -3, W, ALL),
     spec("sunionstore", -3, W, ALL),
     spec("sdiffstore", -3, W, ALL),
-    spec("sintercard", -3, &["readonly"], NONE),
+    spec("sintercard", -3, MOVABLE_READ, NONE),
     spec("sscan", -3, &["readonly"], ONE),
     spec("zadd", -4, W, ONE),
     spec("zincrby", 4, W, ONE),
@@ -140,8 +145,8 @@ pub static COMMANDS: &[Spec] = &[
     spec("zremrangebylex", 4, &["write"], ONE),
     spec("zpopmin", -2, &["write", "fast"], ONE),
     spec("zpopmax", -2, &["write", "fast"], ONE),
-    spec("zunionstore", -4, &["write", "denyoom"], NONE),
-    spec("zinterstore", -4, &["write", "denyoom"], NONE),
+    spec("zunionstore", -4, MOVABLE_STORE, ONE),
+    spec("zinterstore", -4, MOVABLE_STORE, ONE),
     spec("zscan", -3, &["readonly"], ONE),
     spec("lpush", -3, &["write", "denyoom", "fast"], ONE),
     spec("rpush", -3, &["write", "denyoom", "fast"], ONE),
@@ -171,11 +176,12 @@ pub static COMMANDS: &[Spec] = &[
     spec("xrevrange", -4, &["readonly"], ONE),
     spec("xdel", -3, &["write", "fast"], ONE),
     spec("xtrim", -4, &["write"], ONE),
-    spec("xread", -4, &["readonly", "blocking"], NONE),
+    spec("xsetid", -3, &["write", "denyoom", "fast"], ONE),
+    spec("xread", -4, &["readonly", "blocking", "movablekeys"], NONE),
     spec("xinfo", -2, &["readonly"], TWO_ONLY),
     // XREADGROUP moves its group's last delivered ID: a write.
     spec("xgroup", -2, &["write"], TWO_ONLY),
-    spec("xreadgroup", -7, &["write", "blocking"], NONE),
+    spec("xreadgroup", -7, MOVABLE_BLOCKING, NONE),
     spec("xack", -4, &["write", "fast"], ONE),
     spec("xpending", -3, &["readonly"], ONE),
     spec("xclaim", -6, &["write", "fast"], ONE),
@@ -220,18 +226,18 @@ pub static COMMANDS: &[Spec] = &[
     spec("multi", 1, C, NONE),
     spec("exec", 1, &["noscript", "loading", "stale"], NONE),
     spec("discard", 1, C, NONE),
-    spec("watch", -2, C, ONE),
+    spec("watch", -2, C, ALL),
     spec("unwatch", 1, C, NONE),
     spec("zrandmember", -2, R, ONE),
-    spec("zunion", -3, &["readonly"], NONE),
-    spec("zinter", -3, &["readonly"], NONE),
-    spec("zdiff", -3, &["readonly"], NONE),
-    spec("zintercard", -3, &["readonly"], NONE),
-    spec("zdiffstore", -4, &["write", "denyoom"], NONE),
-    spec("zmpop", -4, &["write"], NONE),
-    spec("bzmpop", -5, &["write", "blocking"], NONE),
-    spec("lmpop", -4, &["write"], NONE),
-    spec("blmpop", -5, &["write", "blocking"], NONE),
+    spec("zunion", -3, MOVABLE_READ, NONE),
+    spec("zinter", -3, MOVABLE_READ, NONE),
+    spec("zdiff", -3, MOVABLE_READ, NONE),
+    spec("zintercard", -3, MOVABLE_READ, NONE),
+    spec("zdiffstore", -4, MOVABLE_STORE, ONE),
+    spec("zmpop", -4, &["write", "movablekeys"], NONE),
+    spec("bzmpop", -5, MOVABLE_BLOCKING, NONE),
+    spec("lmpop", -4, &["write", "movablekeys"], NONE),
+    spec("blmpop", -5, MOVABLE_BLOCKING, NONE),
     spec("eval", -3, SCRIPT, NONE),
     spec("evalsha", -3, SCRIPT, NONE),
     spec("eval_ro", -3, SCRIPT_RO, NONE),
@@ -264,22 +270,6 @@ impl Spec {
 
     pub fn is_write(&self) -> bool {
         self.flags.contains(&"write")
-    }
-
-    pub fn info(&self) -> Reply {
-        Reply::Array(vec![
-            Reply::text(self.name),
-            Reply::Integer(self.arity),
-            Reply::Array(
-                self.flags
-                    .iter()
-                    .map(|flag| Reply::Status((*flag).to_owned()))
-                    .collect(),
-            ),
-            Reply::Integer(self.first_key),
-            Reply::Integer(self.last_key),
-            Reply::Integer(self.step),
-        ])
     }
 }
 

@@ -18,7 +18,7 @@ use super::codec::{Reply, RequestParser};
 use super::command::{self, KeyCommand, Spec, syntax_error, wrong_arity};
 use super::pubsub::Mailbox;
 use super::script::{self, Step};
-use super::{RespServer, glob, keys};
+use super::{RespServer, command_info, glob, keys};
 use crate::bucket::Keyspace;
 use crate::http_server::Shutdown;
 use crate::store::{Access, KvEntry, Principal, StoreError, TypedRow};
@@ -902,7 +902,7 @@ impl Connection {
                 Some(_) => Reply::error("ERR DB index is out of range"),
             },
             "client" => self.client(args),
-            "command" => command_command(args),
+            "command" => command_info::command(args),
             "config" => config_command(args, &self.config_parameters()),
             "info" => self.info(args).await,
             "multi" => {
@@ -1006,8 +1006,9 @@ impl Connection {
                 }
             }
             "script" => self.server.scripts.command(args),
-            // XGROUP HELP (the other subcommands are key commands).
+            // XGROUP HELP and XINFO HELP (the other subcommands are key commands).
             "xgroup" => super::stream_group::help(),
+            "xinfo" => super::stream::help(),
             "keys" => self.keys(&args[1]).await,
             "scan" => self.scan(args).await,
             other => unreachable!("{other} is in the command table but not handled"),
@@ -1734,33 +1735,6 @@ fn client_type(name: &[u8]) -> Result<bool, Reply> {
 }
 
 const REDIS_VERSION: &str = "7.0.0";
-
-fn command_command(args: &[Bytes]) -> Reply {
-    let Some(subcommand) = args.get(1) else {
-        return Reply::Array(command::COMMANDS.iter().map(Spec::info).collect());
-    };
-    let names = || {
-        args[2..]
-            .iter()
-            .map(|name| String::from_utf8_lossy(name).to_ascii_lowercase())
-    };
-    match subcommand.to_ascii_lowercase().as_slice() {
-        b"count" => Reply::Integer(command::COMMANDS.len() as i64),
-        b"list" => Reply::Array(command::COMMANDS.iter().map(|spec| Reply::text(spec.name)).collect()),
-        b"info" if args.len() == 2 => Reply::Array(command::COMMANDS.iter().map(Spec::info).collect()),
-        b"info" => Reply::Array(
-            names()
-                .map(|name| command::lookup(&name).map_or(Reply::Nil, Spec::info))
-                .collect(),
-        ),
-        // No documentation to offer; clients (redis-cli) only use it for hints.
-        b"docs" => Reply::Map(Vec::new()),
-        _ => Reply::error(format!(
-            "ERR unknown subcommand '{}'. Try COMMAND HELP.",
-            String::from_utf8_lossy(subcommand)
-        )),
-    }
-}
 
 fn constant_time_eq(expected: &[u8], given: &[u8]) -> bool {
     expected.len() == given.len() && expected.iter().zip(given).fold(0u8, |diff, (a, b)| diff | (a ^ b)) == 0

@@ -11,6 +11,7 @@ mod blocking;
 mod clients;
 pub mod codec;
 mod command;
+mod command_info;
 mod connection;
 mod glob;
 mod group_commit;

@@ -579,6 +579,8 @@ fn parse_xinfo(args: &[Bytes]) -> Result<Typed, Reply> {
         b"stream" => args.len() >= 3,
         b"groups" => args.len() == 3,
         b"consumers" => args.len() == 4,
+        // `XINFO HELP` alone is answered by `help`; with arguments, Redis's arity error.
+        b"help" => false,
         _ => {
             return Err(Reply::error(format!(
                 "ERR unknown subcommand '{}'. Try XINFO HELP.",
@@ -610,6 +612,62 @@ fn parse_xinfo(args: &[Bytes]) -> Result<Typed, Reply> {
     })
 }
 
+/// XSETID key last-id [ENTRIESADDED n] [MAXDELETEDID id]: the options checked as Redis checks
+/// them, before the stream is looked at (the SQL's checks need the stream).
+fn parse_xsetid(args: &[Bytes]) -> Result<Typed, Reply> {
+    let last = parse_id(&args[2], 0, true)?;
+    let (mut entries_added, mut max_deleted) = (None, None);
+    let mut options = &args[3..];
+    while let [option, rest @ ..] = options {
+        match rest {
+            [value, rest @ ..] if option.eq_ignore_ascii_case(b"entriesadded") => {
+                let added = integer(value)?;
+                if added < 0 {
+                    return Err(Reply::error("ERR entries_added must be positive"));
+                }
+                entries_added = Some(added);
+                options = rest;
+            }
+            [value, rest @ ..] if option.eq_ignore_ascii_case(b"maxdeletedid") => {
+                let id = parse_id(value, 0, true)?;
+                if last < id {
+                    return Err(Reply::error(
+                        "ERR The ID specified in XSETID is smaller than the provided max_deleted_entry_id",
+                    ));
+                }
+                // 0-0, Redis's "none", leaves the stream's own.
+                max_deleted = Some(id).filter(|id| *id != StreamId::MIN);
+                options = rest;
+            }
+            _ => return Err(syntax_error()),
+        }
+    }
+    let [deleted_ms, deleted_seq] = max_deleted.map_or([None, None], StreamId::stored);
+    let [last_ms, last_seq] = last.stored();
+    let ints = [last_ms, last_seq, entries_added, deleted_ms, deleted_seq];
+    Ok(Typed::new(Family::Stream, "xsetid", vec![key(&args[1])?], &[], Shape::Ok).ints(&ints))
+}
+
+/// XINFO HELP's lines, as Redis 7.0 prints them.
+pub fn help() -> Reply {
+    Reply::Array(
+        [
+            "XINFO <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "CONSUMERS <key> <groupname>",
+            "    Show consumers of <groupname>.",
+            "GROUPS <key>",
+            "    Show the stream consumer groups.",
+            "STREAM <key> [FULL [COUNT <count>]",
+            "    Show information about the stream.",
+            "HELP",
+            "    Prints this help.",
+        ]
+        .into_iter()
+        .map(|line| Reply::Status(line.to_owned()))
+        .collect(),
+    )
+}
+
 pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
     let stream = |op, shape| Ok::<_, Reply>(Typed::new(Family::Stream, op, vec![key(&args[1])?], &[], shape));
     let typed = match name {
@@ -629,7 +687,9 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
             stream("xtrim", Shape::Int)?.ints(&Trim::ints(trim))
         }
         "xread" => parse_xread(args)?,
+        "xinfo" if args.len() == 2 && args[1].eq_ignore_ascii_case(b"help") => return Ok(None),
         "xinfo" => parse_xinfo(args)?,
+        "xsetid" => parse_xsetid(args)?,
         _ => return Ok(None),
     };
     Ok(Some(typed))
