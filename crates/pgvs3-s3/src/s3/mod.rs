@@ -8,6 +8,7 @@ mod domains;
 mod errors;
 mod front;
 mod post_form;
+mod sts;
 mod unkept_xml;
 
 pub use front::FrontSettings;
@@ -52,6 +53,8 @@ struct Endpoint {
     hosts: Option<domains::Domains>,
     /// Bounds on browser uploads, which s3s reads into memory before any access check.
     post: post_form::PostLimits,
+    /// STS calls (AssumeRoleWithWebIdentity), answered before s3s: they name no bucket.
+    sts: sts::Sts,
 }
 
 impl S3Endpoint {
@@ -86,6 +89,7 @@ impl S3Endpoint {
                 Some(domains::Domains::new(domains)?)
             }
         };
+        let sts = sts::Sts::new(Arc::clone(&catalog), &metrics);
         Ok(S3Endpoint(Arc::new(Endpoint {
             service: builder.build(),
             bytes_received: metrics.bytes_received.with_label_values(&["s3"]),
@@ -97,6 +101,7 @@ impl S3Endpoint {
             catalog,
             hosts,
             post,
+            sts,
         })))
     }
 }
@@ -179,6 +184,9 @@ impl Endpoint {
                     Err((status, code, message)) => error_response(status, code, message, &request_id),
                 },
             )
+        } else if sts::Sts::wants(&request) && self.host_bucket(&request).is_none() {
+            facts.name_operation("STS");
+            Ok(self.sts.handle(request, &request_id).await)
         } else if let Err(refused) = auth::presigned_expiry(request.uri()) {
             // Before s3s, which refuses a negative or non-numeric expiry with an answer of its own.
             let message = refused.message().unwrap_or_default();
