@@ -648,6 +648,23 @@ s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=os.environ["AWS_EN
                   aws_access_key_id=c["AccessKeyId"], aws_secret_access_key=c["SecretAccessKey"],
                   aws_session_token=c["SessionToken"])
 s3.put_object(Bucket="data", Key="boto", Body=b"b")
+# GetCallerIdentity, signed with service sts: the root key, then the session.
+root = boto3.client("sts", region_name="us-east-1", endpoint_url=os.environ["AWS_ENDPOINT_URL"],
+                    aws_access_key_id=os.environ["AK"], aws_secret_access_key=os.environ["SK"])
+assert root.get_caller_identity()["Arn"] == "arn:aws:iam::000000000000:root"
+me = boto3.client("sts", region_name="us-east-1", endpoint_url=os.environ["AWS_ENDPOINT_URL"],
+                  aws_access_key_id=c["AccessKeyId"], aws_secret_access_key=c["SecretAccessKey"],
+                  aws_session_token=c["SessionToken"]).get_caller_identity()
+assert me["Arn"] == "arn:aws:sts::000000000000:assumed-role/reader/boto", me
+assert me["Account"] == "000000000000", me
+forged = boto3.client("sts", region_name="us-east-1", endpoint_url=os.environ["AWS_ENDPOINT_URL"],
+                      aws_access_key_id=c["AccessKeyId"], aws_secret_access_key=c["SecretAccessKey"],
+                      aws_session_token="forged")
+try:
+    forged.get_caller_identity()
+    raise SystemExit("a forged session token was accepted")
+except forged.exceptions.ClientError as err:
+    assert err.response["Error"]["Code"] == "InvalidClientTokenId", err.response
 for name in ("AK", "SK"):
     os.environ.pop(name, None)
 os.environ.update(AWS_ROLE_ARN="arn:aws:iam::000000000000:role/reader", AWS_WEB_IDENTITY_TOKEN_FILE={token:?},

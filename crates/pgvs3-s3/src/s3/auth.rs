@@ -133,7 +133,7 @@ impl S3Access for SignedOnly {
 /// Temporary credentials are good only with their session token (`x-amz-security-token`, or
 /// `X-Amz-Security-Token` in a presigned URL) and until they expire, as on S3: a missing or
 /// wrong token is 400 InvalidToken, an expired session 400 ExpiredToken.
-async fn session_token(
+pub(super) async fn session_token(
     catalog: &Catalog,
     access_key: &str,
     headers: &http::HeaderMap,

@@ -53,8 +53,9 @@ struct Endpoint {
     hosts: Option<domains::Domains>,
     /// Bounds on browser uploads, which s3s reads into memory before any access check.
     post: post_form::PostLimits,
-    /// STS calls (AssumeRoleWithWebIdentity), answered before s3s: they name no bucket.
-    sts: sts::Sts,
+    /// Unsigned STS calls (AssumeRoleWithWebIdentity), answered before s3s: they name no
+    /// bucket. Signed ones (GetCallerIdentity) are s3s's custom route.
+    sts: Arc<sts::Sts>,
 }
 
 impl S3Endpoint {
@@ -75,6 +76,8 @@ impl S3Endpoint {
         config.form_max_fields_size = post_form::MAX_FIELDS_SIZE;
         config.form_max_parts = post_form::MAX_PARTS;
         builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(config))));
+        let sts = Arc::new(sts::Sts::new(Arc::clone(&catalog), &metrics));
+        builder.set_route(sts::SignedSts(Arc::clone(&sts)));
         builder.set_auth(CatalogAuth {
             catalog: Arc::clone(&catalog),
         });
@@ -89,7 +92,6 @@ impl S3Endpoint {
                 Some(domains::Domains::new(domains)?)
             }
         };
-        let sts = sts::Sts::new(Arc::clone(&catalog), &metrics);
         Ok(S3Endpoint(Arc::new(Endpoint {
             service: builder.build(),
             bytes_received: metrics.bytes_received.with_label_values(&["s3"]),

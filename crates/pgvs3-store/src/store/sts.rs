@@ -26,6 +26,8 @@ pub fn is_session_key(access_key: &str) -> bool {
 #[derive(Debug, Clone)]
 pub struct Session {
     pub role: String,
+    /// The `RoleSessionName` it was issued under.
+    pub session_name: String,
     /// The token's `sub` (`system:serviceaccount:<ns>:<name>`).
     pub subject: String,
     /// What `${aws:username}` is in the role's policy: `<namespace>/<name>` for a ServiceAccount,
@@ -142,7 +144,7 @@ impl Catalog {
         let row = client
             .query_opt(
                 "SELECT secret_encrypted, token_sha256, role, subject, expires_at, policy::text,
-                        (SELECT version FROM pgvs3.catalog_version)
+                        (SELECT version FROM pgvs3.catalog_version), session_name
                    FROM pgvs3.sts_session($1)",
                 &[&access_key],
             )
@@ -172,6 +174,7 @@ impl Catalog {
                 username: username_of(&subject),
                 subject,
                 role,
+                session_name: row.get(7),
                 token_sha256: row.get(1),
                 expires_at: row.get(4),
             }),

@@ -19,7 +19,7 @@ use prometheus::{IntCounterVec, Opts};
 use sha2::{Digest, Sha256};
 
 use crate::request_body::RequestBody;
-use crate::store::{Catalog, NewSession, RoleTrust};
+use crate::store::{AccessKey, Catalog, NewSession, RoleTrust};
 
 /// The STS API version every SDK sends.
 const VERSION: &str = "2011-06-15";
@@ -60,6 +60,7 @@ impl Refusal {
             "AccessDenied" => "access_denied",
             "ValidationError" | "MissingParameter" => "validation",
             "InvalidAction" => "invalid_action",
+            "MissingAuthenticationToken" => "unsigned",
             _ => "internal",
         }
     }
@@ -123,45 +124,39 @@ impl Sts {
         }
     }
 
-    /// Whether a request on the endpoint's root (no bucket) is an STS call: a GET or POST with
-    /// `Action=` in its query, or a POST of a URL-encoded form (S3 has no such request on `/`).
+    /// Whether a request on the endpoint's root (no bucket) is an unsigned STS call: a GET or
+    /// POST with `Action=` in its query, or a POST of a URL-encoded form (S3 has no such request
+    /// on `/`). Signed ones go through s3s, which checks their signature ([`SignedSts`]).
     pub fn wants<B>(request: &Request<B>) -> bool {
-        if request.uri().path() != "/" {
+        if signed(request.headers(), request.uri()) {
             return false;
         }
-        let method = request.method();
-        let query_action = request
-            .uri()
-            .query()
-            .is_some_and(|query| query.starts_with("Action=") || query.contains("&Action="));
-        let form = request
-            .headers()
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|value| value.to_str().ok())
-            .is_some_and(|value| value.starts_with("application/x-www-form-urlencoded"));
-        (query_action && (method == http::Method::GET || method == http::Method::POST))
-            || (form && method == http::Method::POST)
+        is_sts(request.method(), request.uri(), request.headers())
     }
 
-    /// Answers an STS call (the request [`Sts::wants`]).
+    /// Answers an unsigned STS call (the request [`Sts::wants`]).
     pub async fn handle(&self, request: Request<RequestBody>, request_id: &str) -> Response<s3s::Body> {
         let (parts, body) = request.into_parts();
-        let mut params: HashMap<String, String> = HashMap::new();
-        if let Some(query) = parts.uri.query() {
-            params.extend(form_urlencoded::parse(query.as_bytes()).into_owned());
-        }
-        if parts.method == http::Method::POST {
-            match http_body_util::Limited::new(body, MAX_FORM_BYTES).collect().await {
-                Ok(collected) => {
-                    let bytes: Bytes = collected.to_bytes();
-                    params.extend(form_urlencoded::parse(&bytes).into_owned());
-                }
+        let body = match parts.method == http::Method::POST {
+            true => match http_body_util::Limited::new(body, MAX_FORM_BYTES).collect().await {
+                Ok(collected) => collected.to_bytes(),
                 Err(_) => {
                     let refusal = validation("The request body is over 64 KiB or was cut short");
                     return self.refuse(refusal.reason(), &refusal, request_id);
                 }
-            }
-        }
+            },
+            false => Bytes::new(),
+        };
+        self.answer(&params(&parts.uri, &body), request_id, None).await
+    }
+
+    /// Answers an STS call's parameters; `caller` is the signer of a signed one.
+    async fn answer(
+        &self,
+        params: &HashMap<String, String>,
+        request_id: &str,
+        caller: Option<&AccessKey>,
+    ) -> Response<s3s::Body> {
         let action = params.get("Action").map(String::as_str).unwrap_or_default();
         if let Some(version) = params.get("Version")
             && version != VERSION
@@ -174,7 +169,7 @@ impl Sts {
             return self.refuse(refusal.reason(), &refusal, request_id);
         }
         match action {
-            "AssumeRoleWithWebIdentity" => match self.assume(&params).await {
+            "AssumeRoleWithWebIdentity" => match self.assume(params).await {
                 Ok(issued) => {
                     self.assumed.with_label_values(&[&issued.role]).inc();
                     tracing::info!(
@@ -199,6 +194,17 @@ impl Sts {
                         "AssumeRoleWithWebIdentity"
                     );
                     self.refuse(reason, &refusal, request_id)
+                }
+            },
+            "GetCallerIdentity" => match caller {
+                Some(key) => xml_response(StatusCode::OK, caller_xml(key, request_id)),
+                None => {
+                    let refusal = Refusal(
+                        StatusCode::FORBIDDEN,
+                        "MissingAuthenticationToken",
+                        "Request is missing Authentication Token".into(),
+                    );
+                    self.refuse(refusal.reason(), &refusal, request_id)
                 }
             },
             other => {
@@ -370,6 +376,144 @@ impl Sts {
     }
 }
 
+/// An STS call on `/`: a GET or POST with `Action=` in its query, or a POST of a URL-encoded
+/// form.
+fn is_sts(method: &http::Method, uri: &http::Uri, headers: &http::HeaderMap) -> bool {
+    if uri.path() != "/" {
+        return false;
+    }
+    let query_action = uri
+        .query()
+        .is_some_and(|query| query.starts_with("Action=") || query.contains("&Action="));
+    let form = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("application/x-www-form-urlencoded"));
+    (query_action && (method == http::Method::GET || method == http::Method::POST))
+        || (form && method == http::Method::POST)
+}
+
+/// Whether a request carries a signature (a header or a presigned query).
+fn signed(headers: &http::HeaderMap, uri: &http::Uri) -> bool {
+    headers.contains_key(http::header::AUTHORIZATION)
+        || uri.query().is_some_and(|query| query.contains("X-Amz-Credential="))
+}
+
+/// A call's parameters: its query's and its form body's.
+fn params(uri: &http::Uri, body: &[u8]) -> HashMap<String, String> {
+    let mut params: HashMap<String, String> = HashMap::new();
+    if let Some(query) = uri.query() {
+        params.extend(form_urlencoded::parse(query.as_bytes()).into_owned());
+    }
+    params.extend(form_urlencoded::parse(body).into_owned());
+    params
+}
+
+/// Signed STS calls (GetCallerIdentity, as the SDKs sign it with service `sts`), through s3s's
+/// custom route: s3s verifies the signature (reading the form, bounded, for its hash) and
+/// requires one, then the session token is checked as for S3.
+pub struct SignedSts(pub Arc<Sts>);
+
+#[async_trait::async_trait]
+impl s3s::route::S3Route for SignedSts {
+    fn is_match(
+        &self,
+        method: &http::Method,
+        uri: &http::Uri,
+        headers: &http::HeaderMap,
+        _: &mut http::Extensions,
+    ) -> bool {
+        signed(headers, uri) && is_sts(method, uri, headers)
+    }
+
+    async fn call(&self, mut req: s3s::S3Request<s3s::Body>) -> s3s::S3Result<s3s::S3Response<s3s::Body>> {
+        let body = req
+            .input
+            .store_all_limited(MAX_FORM_BYTES)
+            .await
+            .map_err(|_| s3s::s3_error!(InvalidRequest, "The request body is over 64 KiB"))?;
+        let request_id = req
+            .extensions
+            .get::<super::errors::RequestId>()
+            .map(|id| id.0.clone())
+            .unwrap_or_default();
+        let Some(access_key) = req.credentials.as_ref().map(|c| c.access_key.clone()) else {
+            return Err(s3s::s3_error!(AccessDenied, "Signature required"));
+        };
+        if crate::store::is_session_key(&access_key)
+            && let Err(err) = super::auth::session_token(&self.0.catalog, &access_key, &req.headers, &req.uri).await
+        {
+            // In STS's terms, which the SDKs' query protocol parses.
+            let refusal = match err.code() {
+                s3s::S3ErrorCode::ExpiredToken => Refusal(
+                    StatusCode::BAD_REQUEST,
+                    "ExpiredToken",
+                    "The security token included in the request is expired".into(),
+                ),
+                _ => Refusal(
+                    StatusCode::FORBIDDEN,
+                    "InvalidClientTokenId",
+                    "The security token included in the request is invalid.".into(),
+                ),
+            };
+            return Ok(s3_response(self.0.refuse("token", &refusal, &request_id)));
+        }
+        let key = self
+            .0
+            .catalog
+            .access_key(&access_key)
+            .await
+            .map_err(|err| super::errors::s3_error(err, None))?
+            .ok_or_else(|| s3s::s3_error!(InvalidAccessKeyId))?;
+        Ok(s3_response(
+            self.0.answer(&params(&req.uri, &body), &request_id, Some(&key)).await,
+        ))
+    }
+}
+
+fn s3_response(response: Response<s3s::Body>) -> s3s::S3Response<s3s::Body> {
+    let (parts, body) = response.into_parts();
+    let mut answer = s3s::S3Response::new(body);
+    answer.status = Some(parts.status);
+    answer.headers = parts.headers;
+    answer
+}
+
+/// GetCallerIdentity's answer: a key as an IAM user (`root` for a root key), a session as its
+/// assumed role.
+fn caller_xml(key: &AccessKey, request_id: &str) -> String {
+    let account = pgvs3_catalog::sts::ACCOUNT_ID;
+    let (arn, user_id) = match &key.session {
+        Some(session) => (
+            format!(
+                "arn:aws:sts::{account}:assumed-role/{}/{}",
+                session.role, session.session_name
+            ),
+            format!("{}:{}", role_id(&session.role), session.session_name),
+        ),
+        None if key.is_root => (format!("arn:aws:iam::{account}:root"), account.to_owned()),
+        None => (
+            format!("arn:aws:iam::{account}:user/{}", key.access_key),
+            key.access_key.clone(),
+        ),
+    };
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<GetCallerIdentityResponse xmlns=\"{NAMESPACE}\"><GetCallerIdentityResult>\
+<Arn>{}</Arn><UserId>{}</UserId><Account>{account}</Account></GetCallerIdentityResult>\
+<ResponseMetadata><RequestId>{request_id}</RequestId></ResponseMetadata></GetCallerIdentityResponse>",
+        escape(&arn),
+        escape(&user_id)
+    )
+}
+
+/// A role's id as AWS shows it (`AROA` and 16 characters), derived from its name.
+fn role_id(role: &str) -> String {
+    format!(
+        "AROA{}",
+        hex::encode(&Sha256::digest(role.as_bytes())[..8]).to_uppercase()
+    )
+}
+
 fn unavailable() -> Refusal {
     Refusal(
         StatusCode::SERVICE_UNAVAILABLE,
@@ -424,11 +568,11 @@ fn assumed_xml(issued: &Issued, request_id: &str) -> String {
         .unwrap_or(issued.expiration)
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default();
-    let role_id = hex::encode(&Sha256::digest(issued.role.as_bytes())[..8]).to_uppercase();
+    let role_id = role_id(&issued.role);
     format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<AssumeRoleWithWebIdentityResponse xmlns=\"{NAMESPACE}\"><AssumeRoleWithWebIdentityResult>\
 <SubjectFromWebIdentityToken>{subject}</SubjectFromWebIdentityToken><Audience>{audience}</Audience>\
-<AssumedRoleUser><Arn>arn:aws:sts::{account}:assumed-role/{role}/{session}</Arn><AssumedRoleId>AROA{role_id}:{session}</AssumedRoleId></AssumedRoleUser>\
+<AssumedRoleUser><Arn>arn:aws:sts::{account}:assumed-role/{role}/{session}</Arn><AssumedRoleId>{role_id}:{session}</AssumedRoleId></AssumedRoleUser>\
 <Credentials><AccessKeyId>{access_key}</AccessKeyId><SecretAccessKey>{secret}</SecretAccessKey><SessionToken>{token}</SessionToken><Expiration>{expiration}</Expiration></Credentials>\
 <Provider>{provider}</Provider></AssumeRoleWithWebIdentityResult><ResponseMetadata><RequestId>{request_id}</RequestId></ResponseMetadata></AssumeRoleWithWebIdentityResponse>",
         subject = escape(&issued.subject),
