@@ -688,9 +688,6 @@ pub async fn authorize(
     Ok((!grant.buckets.is_empty() || grant.anonymous || grant.per_key.is_some()).then_some(grant))
 }
 
-/// Whether a key's own policy allows the request. It can only narrow what the key may do: an
-/// Allow lets the request go on to the owner and bucket-policy checks, anything else refuses it.
-#[allow(clippy::too_many_arguments)]
 /// A session's request, as its role's policy sees it (`${aws:username}` the ServiceAccount).
 struct SessionAsk<'a> {
     headers: &'a http::HeaderMap,
@@ -770,6 +767,9 @@ fn session_grant(
     Ok(Some(grant))
 }
 
+/// Whether a key's own policy allows the request. It can only narrow what the key may do: an
+/// Allow lets the request go on to the owner and bucket-policy checks, anything else refuses it.
+#[allow(clippy::too_many_arguments)]
 fn own_allows(
     headers: &http::HeaderMap,
     peer: Option<Peer>,

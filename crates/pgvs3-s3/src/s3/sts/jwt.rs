@@ -181,7 +181,7 @@ pub fn decode(token: &str) -> Result<Unverified, Refusal> {
     Ok(Unverified {
         alg,
         kid: head.kid,
-        signed: token[..header.len() + 1 + payload.len()].as_bytes().to_vec(),
+        signed: token.as_bytes()[..header.len() + 1 + payload.len()].to_vec(),
         signature: b64(signature)?,
         claims,
     })
