@@ -104,6 +104,12 @@ impl NewAccessKey {
     /// `pgvs3.access_keys` checks it (`^[A-Za-z0-9_.-]{3,128}$`).
     pub fn check_access_key(access_key: &str) -> Result<(), String> {
         let id_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+        if super::is_session_key(access_key) {
+            return Err(format!(
+                "access key {access_key:?} is not valid: ASIA and 16 upper-case letters or digits is the form of \
+                 temporary (STS) credentials, which are looked up as sessions"
+            ));
+        }
         if (3..=128).contains(&access_key.len()) && access_key.chars().all(id_char) {
             return Ok(());
         }

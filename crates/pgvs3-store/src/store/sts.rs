@@ -202,5 +202,8 @@ mod tests {
         assert!(!is_session_key("ASIA"));
         assert_eq!(username_of("system:serviceaccount:apps:reader"), "apps/reader");
         assert_eq!(username_of("alice"), "alice");
+        // A static key of that form would never be found: refused when it is made.
+        assert!(super::super::NewAccessKey::check_access_key("ASIAABCDEFGH23456723").is_err());
+        assert!(super::super::NewAccessKey::check_access_key("AKIAABCDEFGH23456723").is_ok());
     }
 }
