@@ -75,7 +75,10 @@ async fn get_json(client: &Client, path: &str) -> Result<serde_json::Value> {
         .map_err(|err| Error::Issuer(format!("{path}: {err}")))?;
     let text = client.request_text(request).await?;
     if text.len() > MAX_DOCUMENT {
-        return Err(Error::Issuer(format!("{path}: {} bytes, more than {MAX_DOCUMENT}", text.len())));
+        return Err(Error::Issuer(format!(
+            "{path}: {} bytes, more than {MAX_DOCUMENT}",
+            text.len()
+        )));
     }
     serde_json::from_str(&text).map_err(|err| Error::Issuer(format!("{path}: {err}")))
 }
@@ -101,13 +104,24 @@ async fn refresh(ctx: &Context) -> Result<Arc<Issuer>> {
 
 /// Writes `issuer` into the catalog of `binding`'s pool unless that catalog already has it.
 pub async fn publish(ctx: &Context, binding: &Binding, issuer: &Issuer) -> Result<()> {
-    let pool = format!("{}/{}", binding.pool.namespace().unwrap_or_default(), binding.pool.name_any());
+    let pool = format!(
+        "{}/{}",
+        binding.pool.namespace().unwrap_or_default(),
+        binding.pool.name_any()
+    );
     let catalog = binding.connection.describe();
     let digest = issuer.digest();
     let fresh = |(at, given, when): &(String, String, Instant)| {
         *at == catalog && *given == digest && when.elapsed() < REPUBLISH
     };
-    if ctx.issuer.published.lock().expect("published").get(&pool).is_some_and(fresh) {
+    if ctx
+        .issuer
+        .published
+        .lock()
+        .expect("published")
+        .get(&pool)
+        .is_some_and(fresh)
+    {
         return Ok(());
     }
     let client = database::connect(&binding.connection).await?;

@@ -11,8 +11,8 @@ use kube::{Resource, ResourceExt};
 use pgvs3_secret::random_token;
 
 use super::build::{self, FINALIZER, LakeCatalog, Target};
-use super::role;
 use super::catalog::{self, BucketKey, Claim, Provisioned};
+use super::role;
 use crate::context::{self, Context, Error, Result, backoff_key};
 use crate::crd::{
     AccessMode, Bucket, BucketStatus, DEGRADED, DeletionPolicy, GatewayPool, PROGRESSING, PoolRole, Quota, READY,
@@ -20,9 +20,9 @@ use crate::crd::{
 };
 use crate::database::{self, Binding, INVALID_SPEC, bind};
 use crate::finalizer::{Event, finalizer};
-use crate::identity;
 use crate::gateway_pool::apply::{RESYNC, WAIT_FOR_DEPENDENCY};
 use crate::gateway_pool::build::endpoints;
+use crate::identity;
 use crate::kube_ops;
 
 pub const KIND: &str = "Bucket";
@@ -95,12 +95,18 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
 
     let key_id = build::access_key_id(bucket);
     let lake = build::lake_catalog(bucket, &binding.pool, namespace);
-    let static_key = bucket.spec.workload_identity.as_ref().is_none_or(|identity| identity.static_key);
+    let static_key = bucket
+        .spec
+        .workload_identity
+        .as_ref()
+        .is_none_or(|identity| identity.static_key);
     let secret_key = if static_key {
         write_credentials(ctx, namespace, bucket, &target, &key_id, lake.as_ref()).await?
     } else {
         // The key still owns the bucket in the catalog; its secret is given to nobody.
-        role::delete_owned::<Secret>(ctx, bucket, &build::secret_name(bucket)).await?;
+        if previous.secret_name.is_some() {
+            role::delete_written::<Secret>(ctx, bucket, &build::secret_name(bucket)).await?;
+        }
         random_token(30)
     };
 
@@ -240,7 +246,9 @@ async fn write_identity(
     let issuer = match identity::current(ctx).await {
         Ok(issuer) => issuer,
         Err(err) => {
-            let message = format!("{err} (the operator reads the API server's /.well-known/openid-configuration and /openid/v1/jwks)");
+            let message = format!(
+                "{err} (the operator reads the API server's /.well-known/openid-configuration and /openid/v1/jwks)"
+            );
             return Ok(Err(("IssuerUnavailable", message)));
         }
     };
@@ -266,7 +274,7 @@ async fn write_identity(
 async fn remove_identity(ctx: &Context, binding: &Binding, bucket: &Bucket) -> Result<()> {
     let client = database::connect(&binding.connection).await?;
     role::delete_role(&client, bucket).await?;
-    role::delete_owned::<ConfigMap>(ctx, bucket, &role::config_map_name(bucket)).await
+    role::delete_written::<ConfigMap>(ctx, bucket, &role::config_map_name(bucket)).await
 }
 
 /// The condition type that says whether the catalog enforces the Bucket's quota.

@@ -1,6 +1,6 @@
 //! A Bucket's workload identity (`spec.workloadIdentity`): the role its ServiceAccounts may
 //! assume through STS AssumeRoleWithWebIdentity — trusted: tokens of the cluster's issuer for
-//! audience [`AUDIENCE`] whose subject is one of them; granted: this bucket only — and the
+//! audience `pgvs3` whose subject is one of them; granted: this bucket only — and the
 //! ConfigMap `<name>-identity` that tells their pods the role and the endpoints.
 
 use std::collections::BTreeMap;
@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams};
 use kube::{Resource, ResourceExt};
+use pgvs3_catalog::sts;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use tokio_postgres::GenericClient;
@@ -18,15 +19,10 @@ use crate::context::{Context, Result};
 use crate::crd::{AccessMode, Bucket, WorkloadIdentity};
 use crate::kube_ops;
 
-/// The audience a token must be issued for (`serviceAccountToken.audience` of the pod's
-/// projected volume).
-pub const AUDIENCE: &str = "pgvs3";
 /// Where the documented pod spec mounts its projected token; the ConfigMap's
 /// `AWS_WEB_IDENTITY_TOKEN_FILE`.
 pub const TOKEN_FILE: &str = "/var/run/secrets/pgvs3.io/serviceaccount/token";
-/// The account of every pgvs3 role ARN.
-const ACCOUNT: &str = "000000000000";
-/// The longest role name (IAM's limit).
+/// The longest role name (IAM's limit, which the catalog enforces).
 const MAX_ROLE_NAME: usize = 64;
 /// The session length when the Bucket sets none (AWS's default).
 pub const DEFAULT_SESSION_SECONDS: i32 = 3600;
@@ -47,10 +43,6 @@ pub fn role_name(bucket: &Bucket) -> String {
     format!("{}-{}", stem.trim_end_matches(['-', '.']), hex::encode(&digest[..4]))
 }
 
-pub fn role_arn(role: &str) -> String {
-    format!("arn:aws:iam::{ACCOUNT}:role/{role}")
-}
-
 /// The token subjects that may assume the role: `system:serviceaccount:<namespace>:<name>`
 /// (`*`: any of the namespace), sorted, each once.
 pub fn subjects(bucket: &Bucket, identity: &WorkloadIdentity) -> Vec<String> {
@@ -60,7 +52,7 @@ pub fn subjects(bucket: &Bucket, identity: &WorkloadIdentity) -> Vec<String> {
         .iter()
         .map(|account| {
             let namespace = account.namespace.as_deref().unwrap_or(&own);
-            format!("system:serviceaccount:{namespace}:{}", account.name)
+            sts::service_account_subject(namespace, &account.name)
         })
         .collect();
     subjects.sort();
@@ -68,9 +60,14 @@ pub fn subjects(bucket: &Bucket, identity: &WorkloadIdentity) -> Vec<String> {
     subjects
 }
 
-/// The role's trust: who may assume it.
-pub fn trust(issuer: &str, subjects: &[String]) -> serde_json::Value {
-    json!({"issuer": issuer, "audience": AUDIENCE, "subjects": subjects})
+/// The role's trust: tokens of the cluster's issuer for audience `pgvs3` (the projected
+/// token's `audience`) whose subject is one of `subjects`.
+pub fn trust(issuer: &str, subjects: Vec<String>) -> sts::Trust {
+    sts::Trust {
+        issuer: issuer.to_string(),
+        audience: sts::DEFAULT_AUDIENCE.to_string(),
+        subjects,
+    }
 }
 
 /// The role's policy: the bucket `bucket_name` and nothing else — under `prefixes` only when
@@ -87,7 +84,11 @@ pub fn policy(bucket_name: &str, prefixes: &[String], access: AccessMode) -> ser
         AccessMode::ReadWrite => json!("s3:*"),
         AccessMode::ReadOnly => json!(["s3:GetObject*"]),
     };
-    let list_actions = json!(["s3:ListBucket", "s3:ListBucketVersions", "s3:ListBucketMultipartUploads"]);
+    let list_actions = json!([
+        "s3:ListBucket",
+        "s3:ListBucketVersions",
+        "s3:ListBucketMultipartUploads"
+    ]);
     let mut list = json!({"Sid": "List", "Effect": "Allow", "Action": list_actions, "Resource": bucket});
     if !prefixes.is_empty() {
         let listed: Vec<String> = prefixes.iter().map(|prefix| format!("{prefix}*")).collect();
@@ -156,16 +157,16 @@ pub async fn put_role(
 ) -> Result<String> {
     let name = role_name(bucket);
     let access = identity.access.unwrap_or(bucket.spec.access);
-    let trust = trust(issuer, &subjects(bucket, identity));
+    let trust = trust(issuer, subjects(bucket, identity));
     let policy = policy(bucket_name, &bucket.spec.access_prefixes, access);
     let seconds = identity.max_session_seconds.unwrap_or(DEFAULT_SESSION_SECONDS);
-    pgvs3_catalog::sts::put_role(client, &name, &trust, &policy, seconds).await?;
-    Ok(role_arn(&name))
+    sts::put_role(client, &name, &trust, &policy, seconds).await?;
+    Ok(sts::role_arn(&name))
 }
 
 /// Removes the Bucket's role from the catalog (none there: nothing to do).
 pub async fn delete_role(client: &impl GenericClient, bucket: &Bucket) -> Result<()> {
-    pgvs3_catalog::sts::delete_role(client, &role_name(bucket)).await?;
+    sts::delete_role(client, &role_name(bucket)).await?;
     Ok(())
 }
 
@@ -177,9 +178,10 @@ pub async fn apply_config_map(ctx: &Context, bucket: &Bucket, target: &Target, r
     Ok(())
 }
 
-/// Deletes the object `name` of the Bucket's namespace if it exists and the Bucket owns it
-/// (its ConfigMap once `workloadIdentity` is unset, its Secret once `staticKey` is off).
-pub async fn delete_owned<K>(ctx: &Context, bucket: &Bucket, name: &str) -> Result<()>
+/// Deletes the object `name` the operator wrote in the Bucket's namespace (its ConfigMap once
+/// `workloadIdentity` is unset, its credentials Secret once `staticKey` is off); gone already
+/// is fine.
+pub async fn delete_written<K>(ctx: &Context, bucket: &Bucket, name: &str) -> Result<()>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -188,14 +190,11 @@ where
 {
     let namespace = bucket.namespace().unwrap_or_default();
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
-    let Some(object) = api.get_opt(name).await? else {
-        return Ok(());
-    };
-    let uid = bucket.uid();
-    if object.meta().owner_references.iter().flatten().any(|owner| Some(&owner.uid) == uid.as_ref()) {
-        api.delete(name, &DeleteParams::default()).await?;
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(err) => Err(err.into()),
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -223,10 +222,6 @@ mod tests {
             role_name(&bucket(&"n".repeat(63), "x"))
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "+=,.@-_".contains(c))
-        );
-        assert_eq!(
-            role_arn("k8s.team.photos"),
-            "arn:aws:iam::000000000000:role/k8s.team.photos"
         );
     }
 
@@ -261,7 +256,10 @@ mod tests {
     fn the_policy_grants_the_bucket_only() {
         let read_only = policy("team-photos", &[], AccessMode::ReadOnly);
         let text = read_only.to_string();
-        assert!(text.contains("arn:aws:s3:::team-photos/*") && !text.contains("s3:*"), "{text}");
+        assert!(
+            text.contains("arn:aws:s3:::team-photos/*") && !text.contains("s3:*"),
+            "{text}"
+        );
         let scoped = policy("team-photos", &["in/".to_string()], AccessMode::ReadWrite);
         assert_eq!(
             scoped["Statement"][0]["Resource"],

@@ -117,7 +117,10 @@ fn static_key_default() -> bool {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceAccountRef {
-    #[schemars(length(min = 1, max = 253), regex(pattern = r"^(\*|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$"))]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^(\*|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$")
+    )]
     pub name: String,
     /// Default: the Bucket's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
