@@ -52,6 +52,22 @@ pub struct IssuerState {
     published: Mutex<HashMap<String, (String, String, Instant)>>,
 }
 
+impl IssuerState {
+    /// Whether `pool`'s catalog (`catalog`; `None`: whichever it was) got `digest` less than
+    /// [`REPUBLISH`] ago.
+    fn has(&self, pool: &str, catalog: Option<&str>, digest: &str) -> bool {
+        let published = self.published.lock().expect("published");
+        published.get(pool).is_some_and(|(at, given, when)| {
+            catalog.is_none_or(|catalog| catalog == at) && given == digest && when.elapsed() < REPUBLISH
+        })
+    }
+}
+
+/// The key of a pool in [`IssuerState`].
+fn pool_key(pool: &GatewayPool) -> String {
+    format!("{}/{}", pool.namespace().unwrap_or_default(), pool.name_any())
+}
+
 /// Reads the issuer from the API server's OIDC discovery and its keys from `/openid/v1/jwks`
 /// (the chart grants `get` on both nonResourceURLs).
 pub async fn fetch(client: &Client) -> Result<Issuer> {
@@ -104,24 +120,10 @@ async fn refresh(ctx: &Context) -> Result<Arc<Issuer>> {
 
 /// Writes `issuer` into the catalog of `binding`'s pool unless that catalog already has it.
 pub async fn publish(ctx: &Context, binding: &Binding, issuer: &Issuer) -> Result<()> {
-    let pool = format!(
-        "{}/{}",
-        binding.pool.namespace().unwrap_or_default(),
-        binding.pool.name_any()
-    );
+    let pool = pool_key(&binding.pool);
     let catalog = binding.connection.describe();
     let digest = issuer.digest();
-    let fresh = |(at, given, when): &(String, String, Instant)| {
-        *at == catalog && *given == digest && when.elapsed() < REPUBLISH
-    };
-    if ctx
-        .issuer
-        .published
-        .lock()
-        .expect("published")
-        .get(&pool)
-        .is_some_and(fresh)
-    {
+    if ctx.issuer.has(&pool, Some(&catalog), &digest) {
         return Ok(());
     }
     let client = database::connect(&binding.connection).await?;
@@ -150,8 +152,10 @@ pub async fn publisher(ctx: Arc<Context>, pools: Store<GatewayPool>) {
                 continue;
             }
         };
+        let digest = issuer.digest();
         for pool in pools.state() {
-            if pool.spec.role != PoolRole::Primary {
+            // Binding reads the pool's Secrets: only for a catalog that lacks the keys.
+            if pool.spec.role != PoolRole::Primary || ctx.issuer.has(&pool_key(&pool), None, &digest) {
                 continue;
             }
             let Some(namespace) = pool.namespace() else { continue };
