@@ -990,6 +990,27 @@ CREATE FUNCTION pgvs3.delete_access_key(key_id text) RETURNS boolean
 $$;
 
 --
+-- Name: delete_oidc_issuer(text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.delete_oidc_issuer(p_issuer text) RETURNS boolean
+    LANGUAGE sql
+    AS $$
+    WITH gone AS (DELETE FROM pgvs3.oidc_issuers WHERE issuer = p_issuer RETURNING 1)
+    SELECT EXISTS (SELECT 1 FROM gone)
+$$;
+
+--
+-- Name: delete_role(text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.delete_role(p_name text) RETURNS void
+    LANGUAGE sql
+    AS $$
+    DELETE FROM pgvs3.sts_roles WHERE name = p_name
+$$;
+
+--
 -- Name: drop_bucket(text, boolean); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -1389,6 +1410,18 @@ BEGIN
 END $_$;
 
 --
+-- Name: list_roles(); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.list_roles() RETURNS TABLE(name text, trust jsonb, policy jsonb, max_session_seconds integer, live_sessions bigint)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT r.name, r.trust, r.policy, r.max_session_seconds,
+           (SELECT count(*) FROM pgvs3.sts_sessions s WHERE s.role = r.name AND s.expires_at > now())
+      FROM pgvs3.sts_roles r ORDER BY r.name
+$$;
+
+--
 -- Name: mark_write_back_pending(); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -1461,6 +1494,16 @@ CREATE FUNCTION pgvs3.object_locked(meta jsonb, bypass_governance boolean) RETUR
     SELECT coalesce((meta->>'lh')::boolean, false)
         OR coalesce((meta->'rt'->>'u')::timestamptz > now()
                     AND (meta->'rt'->>'m' = 'COMPLIANCE' OR NOT bypass_governance), false)
+$$;
+
+--
+-- Name: oidc_issuer_jwks(text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.oidc_issuer_jwks(p_issuer text, OUT jwks jsonb, OUT version bigint) RETURNS SETOF record
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT i.jwks, i.version FROM pgvs3.oidc_issuers i WHERE i.issuer = p_issuer
 $$;
 
 --
@@ -1566,6 +1609,26 @@ BEGIN
 END $_$;
 
 --
+-- Name: put_oidc_issuer(text, jsonb); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.put_oidc_issuer(p_issuer text, p_jwks jsonb) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF jsonb_typeof(p_jwks -> 'keys') IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'a JSON Web Key Set is an object with a "keys" array' USING ERRCODE = '22023';
+    END IF;
+    IF octet_length(p_jwks::text) > 65536 OR jsonb_array_length(p_jwks -> 'keys') > 64 THEN
+        RAISE EXCEPTION 'the key set is over 64 KiB or 64 keys' USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO pgvs3.oidc_issuers AS i (issuer, jwks) VALUES (p_issuer, p_jwks)
+    ON CONFLICT (issuer) DO UPDATE
+        SET jwks = EXCLUDED.jwks, version = i.version + 1, updated_at = now()
+        WHERE i.jwks IS DISTINCT FROM EXCLUDED.jwks;
+END $$;
+
+--
 -- Name: put_origin(text, text, text, text, text, bytea, text, boolean, integer, integer, integer, bigint, bigint, integer); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -1613,6 +1676,33 @@ BEGIN
         DELETE FROM s3c.ranges WHERE bucket_id = cache_id;
     END IF;
     RETURN cache_id;
+END $$;
+
+--
+-- Name: put_role(text, jsonb, jsonb, integer); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.put_role(p_name text, p_trust jsonb, p_policy jsonb, p_max_session_seconds integer) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF jsonb_typeof(p_trust -> 'issuer') IS DISTINCT FROM 'string'
+       OR jsonb_typeof(p_trust -> 'audience') IS DISTINCT FROM 'string'
+       OR jsonb_typeof(p_trust -> 'subjects') IS DISTINCT FROM 'array'
+       OR EXISTS (SELECT 1 FROM jsonb_array_elements(p_trust -> 'subjects') s WHERE jsonb_typeof(s) <> 'string') THEN
+        RAISE EXCEPTION 'a role trust is {"issuer": text, "audience": text, "subjects": [text, ...]}'
+            USING ERRCODE = '22023';
+    END IF;
+    IF jsonb_typeof(p_policy -> 'Statement') IS NULL OR octet_length(p_policy::text) > 20480 THEN
+        RAISE EXCEPTION 'a role policy is a policy document with a Statement, at most 20 KiB'
+            USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO pgvs3.sts_roles AS r (name, trust, policy, max_session_seconds)
+    VALUES (p_name, p_trust, p_policy, p_max_session_seconds)
+    ON CONFLICT (name) DO UPDATE
+        SET trust = EXCLUDED.trust, policy = EXCLUDED.policy, max_session_seconds = EXCLUDED.max_session_seconds
+        WHERE (r.trust, r.policy, r.max_session_seconds)
+              IS DISTINCT FROM (EXCLUDED.trust, EXCLUDED.policy, EXCLUDED.max_session_seconds);
 END $$;
 
 --
@@ -3705,6 +3795,55 @@ BEGIN
 END $$;
 
 --
+-- Name: sts_open_session(text, bytea, bytea, text, text, text, integer); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.sts_open_session(p_access_key text, p_secret_encrypted bytea, p_token_sha256 bytea, p_role text, p_subject text, p_session_name text, p_seconds integer) RETURNS timestamp with time zone
+    LANGUAGE sql
+    AS $$
+    INSERT INTO pgvs3.sts_sessions (access_key, secret_encrypted, token_sha256, role, subject, session_name, expires_at)
+    VALUES (p_access_key, p_secret_encrypted, p_token_sha256, p_role, p_subject, p_session_name,
+            now() + make_interval(secs => p_seconds))
+    RETURNING expires_at
+$$;
+
+--
+-- Name: sts_reap_sessions(interval); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.sts_reap_sessions(grace interval DEFAULT '01:00:00'::interval) RETURNS bigint
+    LANGUAGE sql
+    AS $$
+    WITH gone AS (DELETE FROM pgvs3.sts_sessions WHERE expires_at < now() - grace RETURNING 1)
+    SELECT count(*) FROM gone
+$$;
+
+--
+-- Name: sts_role(text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.sts_role(p_name text) RETURNS TABLE(trust jsonb, policy jsonb, max_session_seconds integer, issuer_version bigint)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT r.trust, r.policy, r.max_session_seconds, i.version
+      FROM pgvs3.sts_roles r LEFT JOIN pgvs3.oidc_issuers i ON i.issuer = r.trust ->> 'issuer'
+     WHERE r.name = p_name
+$$;
+
+--
+-- Name: sts_session(text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.sts_session(p_access_key text) RETURNS TABLE(secret_encrypted bytea, token_sha256 bytea, role text, subject text, session_name text, expires_at timestamp with time zone, policy jsonb, seconds_left double precision)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT s.secret_encrypted, s.token_sha256, s.role, s.subject, s.session_name, s.expires_at, r.policy,
+           extract(epoch FROM s.expires_at - now())::double precision
+      FROM pgvs3.sts_sessions s JOIN pgvs3.sts_roles r ON r.name = s.role
+     WHERE s.access_key = p_access_key
+$$;
+
+--
 -- Name: uuid_v7(); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -3905,6 +4044,18 @@ CREATE TABLE pgvs3.namespaces (
 );
 
 --
+-- Name: oidc_issuers; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.oidc_issuers (
+    issuer text NOT NULL,
+    jwks jsonb NOT NULL,
+    version bigint DEFAULT 1 NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT oidc_issuers_issuer_check CHECK (((length(issuer) >= 1) AND (length(issuer) <= 2048)))
+);
+
+--
 -- Name: outbox_generations; Type: SEQUENCE; Schema: pgvs3; Owner: -
 --
 
@@ -4089,6 +4240,37 @@ CREATE TABLE pgvs3.resp_zset (
     key text NOT NULL COLLATE pg_catalog."C",
     member bytea NOT NULL,
     score double precision NOT NULL
+);
+
+--
+-- Name: sts_roles; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.sts_roles (
+    name text NOT NULL,
+    trust jsonb NOT NULL,
+    policy jsonb NOT NULL,
+    max_session_seconds integer NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT sts_roles_max_session_seconds_check CHECK (((max_session_seconds >= 900) AND (max_session_seconds <= 43200))),
+    CONSTRAINT sts_roles_name_check CHECK ((name ~ '^[A-Za-z0-9+=,.@_-]{1,64}$'::text))
+);
+
+--
+-- Name: sts_sessions; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.sts_sessions (
+    access_key text NOT NULL,
+    secret_encrypted bytea NOT NULL,
+    token_sha256 bytea NOT NULL,
+    role text NOT NULL,
+    subject text NOT NULL,
+    session_name text NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT sts_sessions_access_key_check CHECK ((access_key ~ '^ASIA[A-Z0-9]{16}$'::text)),
+    CONSTRAINT sts_sessions_token_sha256_check CHECK ((octet_length(token_sha256) = 32))
 );
 
 --
@@ -4578,6 +4760,13 @@ ALTER TABLE ONLY pgvs3.namespaces
     ADD CONSTRAINT namespaces_pkey PRIMARY KEY (name);
 
 --
+-- Name: oidc_issuers oidc_issuers_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.oidc_issuers
+    ADD CONSTRAINT oidc_issuers_pkey PRIMARY KEY (issuer);
+
+--
 -- Name: origin_outbox origin_outbox_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
 --
 
@@ -4681,6 +4870,20 @@ ALTER TABLE ONLY pgvs3.resp_typed
 
 ALTER TABLE ONLY pgvs3.resp_zset
     ADD CONSTRAINT resp_zset_pkey PRIMARY KEY (bucket_id, key, member);
+
+--
+-- Name: sts_roles sts_roles_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.sts_roles
+    ADD CONSTRAINT sts_roles_pkey PRIMARY KEY (name);
+
+--
+-- Name: sts_sessions sts_sessions_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.sts_sessions
+    ADD CONSTRAINT sts_sessions_pkey PRIMARY KEY (access_key);
 
 --
 -- Name: webhook_targets webhook_targets_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
@@ -4973,6 +5176,18 @@ CREATE INDEX resp_stream_pending_consumer ON pgvs3.resp_stream_pending USING btr
 CREATE INDEX resp_zset_by_score ON pgvs3.resp_zset USING btree (bucket_id, key, score, member);
 
 --
+-- Name: sts_sessions_expiry; Type: INDEX; Schema: pgvs3; Owner: -
+--
+
+CREATE INDEX sts_sessions_expiry ON pgvs3.sts_sessions USING btree (expires_at);
+
+--
+-- Name: sts_sessions_role; Type: INDEX; Schema: pgvs3; Owner: -
+--
+
+CREATE INDEX sts_sessions_role ON pgvs3.sts_sessions USING btree (role);
+
+--
 -- Name: objects_expiry; Type: INDEX; Schema: s3c; Owner: -
 --
 
@@ -5189,6 +5404,12 @@ CREATE TRIGGER resp_keys_mark_typed AFTER INSERT ON pgvs3.resp_keys FOR EACH ROW
 CREATE TRIGGER resp_keys_stream_gone AFTER DELETE OR UPDATE OF key ON pgvs3.resp_keys FOR EACH ROW WHEN ((old.type = 'x'::"char")) EXECUTE FUNCTION pgvs3.resp_stream_gone();
 
 --
+-- Name: sts_roles sts_roles_catalog_version; Type: TRIGGER; Schema: pgvs3; Owner: -
+--
+
+CREATE TRIGGER sts_roles_catalog_version AFTER INSERT OR DELETE OR UPDATE ON pgvs3.sts_roles FOR EACH ROW EXECUTE FUNCTION pgvs3.bump_catalog_version();
+
+--
 -- Name: objects objects_keep_version; Type: TRIGGER; Schema: s3c; Owner: -
 --
 
@@ -5397,6 +5618,13 @@ ALTER TABLE ONLY pgvs3.resp_typed
 
 ALTER TABLE ONLY pgvs3.resp_zset
     ADD CONSTRAINT resp_zset_bucket_id_key_fkey FOREIGN KEY (bucket_id, key) REFERENCES pgvs3.resp_keys(bucket_id, key) ON UPDATE CASCADE ON DELETE CASCADE;
+
+--
+-- Name: sts_sessions sts_sessions_role_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.sts_sessions
+    ADD CONSTRAINT sts_sessions_role_fkey FOREIGN KEY (role) REFERENCES pgvs3.sts_roles(name) ON DELETE CASCADE;
 
 --
 -- PostgreSQL database dump complete

@@ -1,5 +1,5 @@
 //! The typed client of the catalog's SQL control API: the `pgvs3.*` functions defined in
-//! gateway/migrations/functions/ (catalog.sql, quotas.sql, cache.sql), the contract between the
+//! gateway/migrations/functions/ (catalog.sql, quotas.sql, cache.sql, sts.sql), the contract between the
 //! gateways, their admin CLI and the operator. Each call is one statement on the caller's client
 //! or transaction; what the catalog refuses comes back as a typed [`ErrorKind`].
 //!
@@ -10,6 +10,7 @@ use std::fmt;
 
 pub mod lake;
 pub mod notifications;
+pub mod sts;
 
 use pgvs3_secret::MasterKey;
 use tokio_postgres::GenericClient;

@@ -69,18 +69,24 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.access_key_secret(text)",
     "pgvs3.bucket_owner(text)",
     "pgvs3.cache_write_event(bigint,text,text,bigint,text)",
+    "pgvs3.delete_oidc_issuer(text)",
+    "pgvs3.delete_role(text)",
     "pgvs3.drop_webhook_target(text)",
     "pgvs3.emit_object_event(bigint,text,text,bigint,text,text)",
     "pgvs3.ensure_event_triggers(text)",
     "pgvs3.ensure_versions(text)",
     "pgvs3.event_key(text)",
     "pgvs3.keep_version()",
+    "pgvs3.list_roles()",
     "pgvs3.object_event()",
     "pgvs3.object_locked(jsonb,boolean)",
+    "pgvs3.oidc_issuer_jwks(text)",
     "pgvs3.origin_secret(text)",
     "pgvs3.owe_object_event(text,text,jsonb)",
     "pgvs3.publish_object_event(text,jsonb)",
     "pgvs3.put_bucket_notifications(text,jsonb)",
+    "pgvs3.put_oidc_issuer(text,jsonb)",
+    "pgvs3.put_role(text,jsonb,jsonb,integer)",
     "pgvs3.put_webhook_target(text,text,text)",
     "pgvs3.raise_owed_event(bigint,text,jsonb)",
     "pgvs3.replace_null_version()",
@@ -128,6 +134,10 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.retry_dead_deliveries(text)",
     "pgvs3.set_key_policy(text,text)",
     "pgvs3.settle_write_back(bigint,text,bigint,text)",
+    "pgvs3.sts_open_session(text,bytea,bytea,text,text,text,integer)",
+    "pgvs3.sts_reap_sessions(interval)",
+    "pgvs3.sts_role(text)",
+    "pgvs3.sts_session(text)",
     "pgvs3.uuid_v7()",
 ];
 /// v10 functions a later layout changed on purpose: v12 (versioning) keeps bodies that moved to
@@ -298,7 +308,8 @@ async fn unchanged_function_files_are_not_applied_again() {
             "resp_set",
             "resp_stream",
             "resp_stream_group",
-            "resp_zset"
+            "resp_zset",
+            "sts"
         ]
     );
     let versions = function_row_versions(&sql).await;
@@ -622,4 +633,100 @@ async fn the_control_api_refuses_with_typed_errors() {
         .unwrap();
     let outdated = pgvs3_catalog::bucket_owner(&sql, "plain").await;
     assert_eq!(kind(outdated), ErrorKind::CatalogOutdated);
+}
+
+/// The STS control API the operator and `pgvs3 admin` write through: an issuer's key set is
+/// upserted and replaced (its version moves only when the set changes), a role is upserted
+/// without touching an unchanged row, and deleting it ends its sessions.
+#[tokio::test]
+async fn the_sts_control_api_upserts_replaces_and_deletes() {
+    use pgvs3_catalog::ErrorKind;
+    use pgvs3_catalog::sts::{self, Trust};
+    use serde_json::json;
+
+    let url = common::fresh_database().await;
+    run_migrate(&url).await;
+    let sql = connect(&url).await;
+    let issuer = "https://kubernetes.default.svc.cluster.local";
+    let keys_version = async |sql: &tokio_postgres::Client| -> (serde_json::Value, i64) {
+        let row = sql
+            .query_one("SELECT jwks, version FROM pgvs3.oidc_issuer_jwks($1)", &[&issuer])
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+
+    let first = json!({"keys": [{"kty": "RSA", "kid": "one", "n": "AQAB", "e": "AQAB"}]});
+    sts::put_oidc_issuer(&sql, issuer, &first).await.unwrap();
+    assert_eq!(keys_version(&sql).await, (first.clone(), 1));
+    sts::put_oidc_issuer(&sql, issuer, &first).await.unwrap();
+    assert_eq!(keys_version(&sql).await.1, 1, "the same set again changes nothing");
+    let rotated = json!({"keys": [{"kty": "EC", "kid": "two", "crv": "P-256", "x": "AA", "y": "AA"}]});
+    sts::put_oidc_issuer(&sql, issuer, &rotated).await.unwrap();
+    assert_eq!(keys_version(&sql).await, (rotated, 2), "a rotation replaces the set");
+    for bad in [json!({}), json!({"keys": {}}), json!([1])] {
+        assert_eq!(
+            kind(sts::put_oidc_issuer(&sql, issuer, &bad).await),
+            ErrorKind::Refused,
+            "{bad}"
+        );
+    }
+
+    let trust = Trust {
+        issuer: issuer.into(),
+        audience: sts::DEFAULT_AUDIENCE.into(),
+        subjects: vec![sts::service_account_subject("apps", "reader")],
+    };
+    let policy = json!({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::data/*"}]});
+    sts::put_role(&sql, "reader", &trust, &policy, 3600).await.unwrap();
+    let before = catalog_version(&sql).await;
+    sts::put_role(&sql, "reader", &trust, &policy, 3600).await.unwrap();
+    assert_eq!(
+        catalog_version(&sql).await,
+        before,
+        "an unchanged role is not rewritten"
+    );
+    sts::put_role(&sql, "reader", &trust, &policy, 7200).await.unwrap();
+    assert!(
+        catalog_version(&sql).await > before,
+        "a changed role reaches every gateway"
+    );
+    let roles = sts::list_roles(&sql).await.unwrap();
+    assert_eq!(roles.len(), 1);
+    assert_eq!(
+        (
+            roles[0].name.as_str(),
+            &roles[0].trust,
+            &roles[0].policy,
+            roles[0].max_session_seconds
+        ),
+        ("reader", &trust, &policy, 7200)
+    );
+    let refused = sts::put_role(&sql, "reader", &trust, &json!({"Version": "2012-10-17"}), 3600).await;
+    assert_eq!(kind(refused), ErrorKind::Refused);
+    let refused = sts::put_role(&sql, "reader", &trust, &policy, 60).await;
+    assert_eq!(kind(refused), ErrorKind::InvalidSetting);
+    let refused = sts::put_role(&sql, "no spaces", &trust, &policy, 3600).await;
+    assert_eq!(kind(refused), ErrorKind::InvalidSetting);
+
+    // A session of the role, then the role deleted: the session is gone with it.
+    sql.execute(
+        "SELECT pgvs3.sts_open_session('ASIAAAAAAAAAAAAAAAAA', '\\x00', sha256('t'), 'reader', 'sub', 's', 900)",
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_eq!(sts::list_roles(&sql).await.unwrap()[0].live_sessions, 1);
+    sts::delete_role(&sql, "reader").await.unwrap();
+    sts::delete_role(&sql, "reader").await.unwrap();
+    assert!(sts::list_roles(&sql).await.unwrap().is_empty());
+    let sessions: i64 = sql
+        .query_one("SELECT count(*) FROM pgvs3.sts_sessions", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(sessions, 0, "deleting a role ends its sessions");
+    assert!(sts::delete_oidc_issuer(&sql, issuer).await.unwrap());
+    assert!(!sts::delete_oidc_issuer(&sql, issuer).await.unwrap());
 }

@@ -50,6 +50,7 @@ const FUNCTION_FILES: &[(&str, &str)] = &[
         include_str!("../../migrations/functions/resp_pubsub.sql"),
     ),
     ("events", include_str!("../../migrations/functions/events.sql")),
+    ("sts", include_str!("../../migrations/functions/sts.sql")),
 ];
 
 fn digest(text: &str) -> String {
