@@ -51,6 +51,13 @@ pub struct RespArgs {
     #[arg(long, env = "PGVS3_RESP_PUBSUB_OUTPUT_LIMIT", default_value = "32MiB", value_parser = parse_bytes)]
     pub resp_pubsub_output_limit: u64,
 
+    /// Bytes of replies one RESP batch (the commands a client pipelined at once) may produce;
+    /// past them the connection is closed without them, as Redis closes a normal client past
+    /// its `client-output-buffer-limit` hard limit. Whole-collection replies larger than this
+    /// are cut in PostgreSQL, before they reach the gateway's memory (`0`: no limit).
+    #[arg(long, env = "PGVS3_RESP_OUTPUT_LIMIT", default_value = "64MiB", value_parser = parse_bytes)]
+    pub resp_output_limit: u64,
+
     /// How long a Lua script (EVAL, EVALSHA) may run before it is stopped and its writes rolled
     /// back (Redis's `lua-time-limit`, 5 s; Redis only starts to answer BUSY then).
     #[arg(long, env = "PGVS3_RESP_SCRIPT_TIME_LIMIT", default_value = "5s", value_parser = parse_duration)]

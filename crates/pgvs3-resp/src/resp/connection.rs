@@ -132,6 +132,8 @@ pub struct Connection {
     cursors: HashMap<u64, String>,
     next_cursor: u64,
     quit: bool,
+    /// The batch's replies passed `--resp-output-limit`: the connection closes without them.
+    over_limit: bool,
     /// CLIENT REPLY: whether replies are sent.
     reply_mode: ReplyMode,
     /// Pub/sub: where this connection's messages wait, once it has subscribed, and what it is
@@ -183,6 +185,7 @@ impl Connection {
             cursors: HashMap::new(),
             next_cursor: 1,
             quit: false,
+            over_limit: false,
             reply_mode: ReplyMode::On,
             mailbox: None,
             channels: HashSet::new(),
@@ -363,6 +366,10 @@ impl Connection {
                     }
                 }
             }
+            if self.over_limit {
+                self.close_over_limit(output.len());
+                break;
+            }
             // Redis answers the requests before a protocol error, then the error, then closes.
             if let Some(err) = &broken {
                 Reply::Error(err.0.clone()).encode(self.resp3, &mut output);
@@ -372,6 +379,10 @@ impl Connection {
                 break;
             }
             output.clear();
+            // A large reply's buffer is let go once it is sent.
+            if output.capacity() > UNBUDGETED_INPUT {
+                output = BytesMut::with_capacity(16 * 1024);
+            }
             if broken.is_some() {
                 close_after_error(&mut stream).await;
                 break;
@@ -435,7 +446,7 @@ impl Connection {
         let mut run = Run::default();
         let mut last_command = "NULL";
         for args in requests {
-            if self.quit {
+            if self.quit || self.over_limit {
                 break;
             }
             // The parser never yields an empty request; nothing to answer if one came.
@@ -559,14 +570,40 @@ impl Connection {
         self.emit(reply, out);
     }
 
-    /// Encodes a reply, unless CLIENT REPLY turned replies off or skips this one.
+    /// Encodes a reply, unless CLIENT REPLY turned replies off or skips this one. A reply cut
+    /// at the output limit, or one that takes the batch's replies past it, ends the connection
+    /// (see `close_over_limit`).
     fn emit(&mut self, reply: Reply, out: &mut BytesMut) {
         match self.reply_mode {
-            ReplyMode::On => reply.encode(self.resp3, out),
+            ReplyMode::On if reply.is_cut() => self.over_limit = true,
+            ReplyMode::On => {
+                reply.encode(self.resp3, out);
+                if self.server.settings.output_limit.is_some_and(|limit| out.len() > limit) {
+                    self.over_limit = true;
+                }
+            }
             ReplyMode::Off => {}
             ReplyMode::SkipThisAndNext => self.reply_mode = ReplyMode::SkipNext,
             ReplyMode::SkipNext => self.reply_mode = ReplyMode::On,
         }
+    }
+
+    /// What Redis does to a normal client past its `client-output-buffer-limit`: the client
+    /// is closed, its pending replies dropped, with a log line.
+    fn close_over_limit(&self, pending: usize) {
+        self.server.metrics.resp_output_limit_closed.inc();
+        tracing::warn!(
+            client = self.id(),
+            pending_bytes = pending,
+            limit = self.server.settings.output_limit.unwrap_or_default(),
+            "RESP client closed for overcoming of output buffer limits (--resp-output-limit)"
+        );
+    }
+
+    /// Bytes the batch's replies may still take after `out` (`None`: no limit).
+    fn output_room(&self, out: &BytesMut) -> Option<i64> {
+        let limit = self.server.settings.output_limit?;
+        Some(i64::try_from(limit.saturating_sub(out.len())).unwrap_or(i64::MAX))
     }
 
     fn count(&self, operation: &str, reply: &Reply) {
@@ -612,12 +649,31 @@ impl Connection {
         if run.commands.is_empty() {
             return;
         }
-        let commands = std::mem::take(&mut run.commands);
+        let mut commands = std::mem::take(&mut run.commands);
         let write = std::mem::take(&mut run.write);
+        // The run's replies share what is left of the limit; each is cut in the database past
+        // its share, so that a pipeline of whole-collection reads cannot fill the memory.
+        let room = self.output_room(out);
+        let parts = commands.len() as i64;
+        if let Some(room) = room {
+            for (command, _) in &mut commands {
+                command.limit_reply(room / parts);
+            }
+        }
         let replies = Box::pin(self.execute(&commands, write, &[]))
             .await
             .unwrap_or_else(|reply| vec![reply; commands.len()]);
-        for ((_, spec), reply) in commands.iter().zip(replies) {
+        for ((mut command, spec), reply) in commands.into_iter().zip(replies) {
+            let reply = match (reply, self.output_room(out)) {
+                // A read cut at its share may still fit what is left: it is read again alone
+                // (what Redis would answer: the limit is on the batch's replies together).
+                (Reply::OverLimit, Some(room)) if !write && parts > 1 && room > 0 && !self.over_limit => {
+                    command.limit_reply(room);
+                    let again = Box::pin(self.execute(&[(command, spec)], false, &[])).await;
+                    again.map_or_else(|reply| reply, |mut replies| replies.pop().unwrap_or(Reply::Nil))
+                }
+                (reply, _) => reply,
+            };
             self.finish(Some(spec), reply, out);
         }
     }
@@ -1040,13 +1096,20 @@ impl Connection {
                 Err(err) => return store_error(err),
             }
         }
-        let commands: Vec<(KeyCommand, &'static Spec)> = queued
+        let mut commands: Vec<(KeyCommand, &'static Spec)> = queued
             .iter()
             .filter_map(|queued| match queued {
                 Queued::Key(command, spec) => Some((command.clone(), *spec)),
                 Queued::Other(..) => None,
             })
             .collect();
+        // EXEC's reply is one: its parts share the output limit.
+        if let Some(limit) = self.server.settings.output_limit {
+            let share = i64::try_from(limit / commands.len().max(1)).unwrap_or(i64::MAX);
+            for (command, _) in &mut commands {
+                command.limit_reply(share);
+            }
+        }
         let write = commands.iter().any(|(_, spec)| spec.is_write());
         let scripted = queued
             .iter()
@@ -1461,6 +1524,7 @@ impl Connection {
         let script_ms = settings.script.time.as_millis().to_string();
         let idle = settings.idle_timeout.map_or(0, |timeout| timeout.as_secs());
         let pubsub = settings.pubsub.output_limit;
+        let normal = settings.output_limit.unwrap_or(0);
         vec![
             ("databases", databases.to_string()),
             ("maxclients", settings.max_clients.to_string()),
@@ -1478,7 +1542,7 @@ impl Connection {
             ("cluster-enabled", "no".into()),
             (
                 "client-output-buffer-limit",
-                format!("normal 0 0 0 slave 268435456 67108864 60 pubsub {pubsub} {pubsub} 0"),
+                format!("normal {normal} 0 0 slave 268435456 67108864 60 pubsub {pubsub} {pubsub} 0"),
             ),
         ]
     }
@@ -1497,6 +1561,8 @@ impl Connection {
         };
         let mut after = String::new();
         let mut found = Vec::new();
+        // Bytes of the reply so far: past the output limit it is not gathered further.
+        let mut bytes = 0;
         loop {
             let page = keyspace.scan(&after, &prefix, KEYS_PAGE).await;
             let page = match page {
@@ -1510,8 +1576,12 @@ impl Connection {
             found.extend(
                 page.into_iter()
                     .filter(|(key, _)| glob::matches(pattern, key.as_bytes()))
+                    .inspect(|(key, _)| bytes += key.len() + 5)
                     .map(|(key, _)| Reply::bulk(key)),
             );
+            if self.server.settings.output_limit.is_some_and(|limit| bytes > limit) {
+                return Reply::OverLimit;
+            }
             if done {
                 return Reply::Array(found);
             }

@@ -67,6 +67,8 @@ pub struct RespSettings {
     /// the safety net should a notification be lost with the LISTEN connection.
     pub block_poll: Duration,
     pub pubsub: pubsub::Limits,
+    /// Bytes of replies one batch may produce (`--resp-output-limit`; `None`: any).
+    pub output_limit: Option<usize>,
     /// How far one Lua script may go (time, memory).
     pub script: lua::Limits,
     /// Lua interpreters that may run at once.
@@ -97,6 +99,8 @@ impl RespSettings {
                 max_subscriptions: args.resp_max_subscriptions,
                 max_pattern: args.resp_max_pattern,
             },
+            output_limit: (args.resp_output_limit > 0)
+                .then(|| usize::try_from(args.resp_output_limit).unwrap_or(usize::MAX)),
             script: lua::Limits {
                 time: args.resp_script_time_limit,
                 memory: usize::try_from(args.resp_script_max_memory).unwrap_or(usize::MAX),

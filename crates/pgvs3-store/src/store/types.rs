@@ -68,6 +68,10 @@ pub struct TypedCall {
     pub args: Vec<Bytes>,
     pub ints: Vec<Option<i64>>,
     pub floats: Vec<f64>,
+    /// Bytes the call's reply may take (`None`: any). PostgreSQL drops the elements of a
+    /// larger one before they are sent, so a whole-collection read (LRANGE 0 -1 of millions of
+    /// elements) never comes into the gateway's memory; its row says `too_large` instead.
+    pub reply_limit: Option<i64>,
 }
 
 /// What a call answered: a Redis error, or its integer, strings (`None`: nil) and scores.
@@ -77,6 +81,21 @@ pub struct TypedRow {
     pub n: Option<i64>,
     pub items: Vec<Option<Bytes>>,
     pub scores: Vec<Option<f64>>,
+    /// The reply passed the call's `reply_limit`: its elements were left out.
+    pub too_large: bool,
+}
+
+impl TypedRow {
+    /// About the bytes the row's elements take encoded as a reply, at least: a bulk string
+    /// adds at least 5 bytes of framing to its data, a score at least 3.
+    pub fn reply_bytes(&self) -> u64 {
+        let items: usize = self
+            .items
+            .iter()
+            .map(|item| item.as_ref().map_or(3, |item| item.len() + 5))
+            .sum();
+        (items + 3 * self.scores.len()) as u64
+    }
 }
 
 /// The statements of one namespace: a call per family, and the typed keys' share of the
@@ -88,12 +107,24 @@ pub(super) struct TypedSql {
 
 impl TypedSql {
     pub(super) fn new(ns: &str) -> TypedSql {
+        // A reply is cut ($7) when its elements surely encode to more than the limit: an
+        // element of an array datum takes at most 7 bytes besides its data (a 4-byte length and
+        // alignment) where its reply takes at least 5, and a float8 score 8 where its reply
+        // takes at least 3, so half the datum (and 3 bytes an element) is below the reply's
+        // size. What is cut is never sent; what is not is at most about twice the limit.
         let call = |family: &str| {
             format!(
-                "SELECT err, n, items, scores FROM pgvs3.resp_{family}($1, $2, $3,
-                    ARRAY(SELECT key FROM {ns}.objects WHERE bucket_id = $2 AND key = ANY($3)
-                           AND (expires_at IS NULL OR expires_at > clock_timestamp())),
-                    $4, $5, $6)"
+                "SELECT err, n, CASE WHEN cut THEN NULL ELSE items END, CASE WHEN cut THEN NULL ELSE scores END, cut
+                   FROM (SELECT r.err, r.n, r.items, r.scores,
+                                coalesce($7::bigint < (coalesce(pg_column_size(r.items), 0)
+                                                       + coalesce(pg_column_size(r.scores), 0)) / 2 - 64
+                                         OR $7::bigint < 3 * (coalesce(cardinality(r.items), 0)
+                                                              + coalesce(cardinality(r.scores), 0)),
+                                         false) AS cut
+                           FROM pgvs3.resp_{family}($1, $2, $3,
+                                ARRAY(SELECT key FROM {ns}.objects WHERE bucket_id = $2 AND key = ANY($3)
+                                       AND (expires_at IS NULL OR expires_at > clock_timestamp())),
+                                $4, $5, $6) r) called"
             )
         };
         TypedSql {
@@ -130,11 +161,19 @@ where
         .iter()
         .map(|call| call.args.iter().map(|arg| &arg[..]).collect())
         .collect();
-    let params: Vec<[&(dyn ToSql + Sync); 6]> = calls
+    let params: Vec<[&(dyn ToSql + Sync); 7]> = calls
         .iter()
         .zip(&args)
-        .map(|(call, args)| -> [&(dyn ToSql + Sync); 6] {
-            [&call.op, &bucket.id, &call.keys, args, &call.ints, &call.floats]
+        .map(|(call, args)| -> [&(dyn ToSql + Sync); 7] {
+            [
+                &call.op,
+                &bucket.id,
+                &call.keys,
+                args,
+                &call.ints,
+                &call.floats,
+                &call.reply_limit,
+            ]
         })
         .collect();
     let queries = calls.iter().zip(&params).map(|(call, params)| {
@@ -154,6 +193,7 @@ where
                 .map(|item| item.map(Bytes::from))
                 .collect(),
             scores: row.get::<_, Option<Vec<Option<f64>>>>(3).unwrap_or_default(),
+            too_large: row.get(4),
         })
         .collect())
 }
