@@ -948,3 +948,42 @@ async fn a_huge_whole_collection_reply_never_comes_into_memory() {
     );
     assert_eq!(raw.command(&["LLEN", "big"]).await, Value::Int(1280));
 }
+
+#[tokio::test]
+async fn a_large_reply_is_read_within_the_buffer_budget() {
+    let gateway = TestGateway::with_resp(&["--buffer-budget", "10MiB"]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    // Replies of about 3 MB and 4 MB: past the 1 MiB a reply may take without budget, so each
+    // reserves about three times its size (the row, its elements, their encoding).
+    let members = elements(4000, 1000, 7);
+    fill(&mut raw, &[b"RPUSH", b"three"], &members[..3000]).await;
+    fill(&mut raw, &[b"RPUSH", b"four"], &members).await;
+    let expected: Vec<Value> = members[..3000]
+        .iter()
+        .map(|member| Value::Bulk(member.clone()))
+        .collect();
+    // Twice: the first reply's budget is given back once it is written.
+    for _ in 0..2 {
+        assert_eq!(
+            raw.command(&["LRANGE", "three", "0", "-1"]).await,
+            Value::Array(expected.clone())
+        );
+    }
+    assert_eq!(
+        raw.command(&["LRANGE", "four", "0", "-1"]).await.error(),
+        "OOM command not allowed: the reply does not fit in the server's buffer budget now, retry later"
+    );
+    // Refused, not closed; and what fits is still served.
+    assert_eq!(raw.command(&["LLEN", "four"]).await, Value::Int(4000));
+    assert_eq!(
+        raw.command(&["LRANGE", "four", "0", "0"]).await,
+        Value::Array(vec![Value::Bulk(members[0].clone())])
+    );
+    assert_eq!(
+        gateway
+            .metric("pgvs3_buffer_budget_exhausted_total{use=\"resp_reply\"}")
+            .await,
+        Some(1.0)
+    );
+    assert_eq!(gateway.metric("pgvs3_buffer_bytes_in_use").await, Some(0.0));
+}

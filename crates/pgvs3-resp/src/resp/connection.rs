@@ -34,6 +34,12 @@ const READ_SIZE: usize = 16 * 1024;
 /// Input a connection may buffer without drawing on the buffer budget: ordinary requests and
 /// pipelines never reach it.
 const UNBUDGETED_INPUT: usize = 1024 * 1024;
+/// A read's reply the database may send without its memory reserved from the buffer budget
+/// (about twice this as a datum: see `TypedCall::reply_limit`).
+const UNBUDGETED_REPLY: i64 = 1024 * 1024;
+/// What a read gets whose reply does not fit in the buffer budget now.
+const REPLY_OVER_BUDGET: &str =
+    "OOM command not allowed: the reply does not fit in the server's buffer budget now, retry later";
 /// How long a batch runs on after its client's input ended (a half-closed client still reads
 /// the answers) before it is dropped and its statement cancelled as a gone client's.
 const EOF_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
@@ -134,6 +140,8 @@ pub struct Connection {
     quit: bool,
     /// The batch's replies passed `--resp-output-limit`: the connection closes without them.
     over_limit: bool,
+    /// The buffer budget the batch's large replies hold until they are written.
+    reply_memory: Vec<crate::admission::Reservation>,
     /// CLIENT REPLY: whether replies are sent.
     reply_mode: ReplyMode,
     /// Pub/sub: where this connection's messages wait, once it has subscribed, and what it is
@@ -186,6 +194,7 @@ impl Connection {
             next_cursor: 1,
             quit: false,
             over_limit: false,
+            reply_memory: Vec::new(),
             reply_mode: ReplyMode::On,
             mailbox: None,
             channels: HashSet::new(),
@@ -379,10 +388,11 @@ impl Connection {
                 break;
             }
             output.clear();
-            // A large reply's buffer is let go once it is sent.
+            // A large reply's buffer is let go once it is sent, and its budget with it.
             if output.capacity() > UNBUDGETED_INPUT {
                 output = BytesMut::with_capacity(16 * 1024);
             }
+            self.reply_memory.clear();
             if broken.is_some() {
                 close_after_error(&mut stream).await;
                 break;
@@ -600,10 +610,36 @@ impl Connection {
         );
     }
 
-    /// Bytes the batch's replies may still take after `out` (`None`: no limit).
-    fn output_room(&self, out: &BytesMut) -> Option<i64> {
-        let limit = self.server.settings.output_limit?;
-        Some(i64::try_from(limit.saturating_sub(out.len())).unwrap_or(i64::MAX))
+    /// Bytes the batch's replies may still take after `out`.
+    fn output_room(&self, out: &BytesMut) -> i64 {
+        match self.server.settings.output_limit {
+            Some(limit) => i64::try_from(limit.saturating_sub(out.len())).unwrap_or(i64::MAX),
+            None => i64::MAX,
+        }
+    }
+
+    /// A read whose reply was cut at its share of the limit or at [`UNBUDGETED_REPLY`], read
+    /// again alone once the memory it takes is reserved from the buffer budget: cut at what is
+    /// left of the limit, or `-OOM` while the budget cannot cover it.
+    async fn read_again(
+        &mut self,
+        mut command: KeyCommand,
+        spec: &'static Spec,
+        cut: crate::store::Cut,
+        out: &BytesMut,
+    ) -> Reply {
+        let room = self.output_room(out);
+        if cut.least_reply_bytes() > room as u64 {
+            return Reply::OverLimit(Some(cut));
+        }
+        let Some(reservation) = self.server.buffers.try_reserve(cut.memory_bytes(), "resp_reply") else {
+            return Reply::error(REPLY_OVER_BUDGET);
+        };
+        self.reply_memory.push(reservation);
+        command.limit_reply(room);
+        Box::pin(self.execute(&[(command, spec)], false, &[]))
+            .await
+            .map_or_else(|reply| reply, |mut replies| replies.pop().unwrap_or(Reply::Nil))
     }
 
     fn count(&self, operation: &str, reply: &Reply) {
@@ -651,28 +687,26 @@ impl Connection {
         }
         let mut commands = std::mem::take(&mut run.commands);
         let write = std::mem::take(&mut run.write);
-        // The run's replies share what is left of the limit; each is cut in the database past
-        // its share, so that a pipeline of whole-collection reads cannot fill the memory.
-        let room = self.output_room(out);
-        let parts = commands.len() as i64;
-        if let Some(room) = room {
-            for (command, _) in &mut commands {
-                command.limit_reply(room / parts);
-            }
+        // The run's replies share what is left of the limit, each cut in the database past its
+        // share, so that a pipeline of whole-collection reads cannot fill the memory. A read's
+        // reply is besides cut at `UNBUDGETED_REPLY`: a larger one is read again alone, within
+        // the buffer budget. (A write's is not: it must not run twice.)
+        let share = self.output_room(out) / commands.len() as i64;
+        for (command, spec) in &mut commands {
+            command.limit_reply(match spec.is_write() {
+                true => share,
+                false => share.min(UNBUDGETED_REPLY),
+            });
         }
         let replies = Box::pin(self.execute(&commands, write, &[]))
             .await
             .unwrap_or_else(|reply| vec![reply; commands.len()]);
-        for ((mut command, spec), reply) in commands.into_iter().zip(replies) {
-            let reply = match (reply, self.output_room(out)) {
-                // A read cut at its share may still fit what is left: it is read again alone
-                // (what Redis would answer: the limit is on the batch's replies together).
-                (Reply::OverLimit, Some(room)) if !write && parts > 1 && room > 0 && !self.over_limit => {
-                    command.limit_reply(room);
-                    let again = Box::pin(self.execute(&[(command, spec)], false, &[])).await;
-                    again.map_or_else(|reply| reply, |mut replies| replies.pop().unwrap_or(Reply::Nil))
+        for ((command, spec), reply) in commands.into_iter().zip(replies) {
+            let reply = match reply {
+                Reply::OverLimit(Some(cut)) if !spec.is_write() && !self.over_limit => {
+                    self.read_again(command, spec, cut, out).await
                 }
-                (reply, _) => reply,
+                reply => reply,
             };
             self.finish(Some(spec), reply, out);
         }
@@ -1580,7 +1614,7 @@ impl Connection {
                     .map(|(key, _)| Reply::bulk(key)),
             );
             if self.server.settings.output_limit.is_some_and(|limit| bytes > limit) {
-                return Reply::OverLimit;
+                return Reply::OverLimit(None);
             }
             if done {
                 return Reply::Array(found);

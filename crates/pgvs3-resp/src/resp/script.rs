@@ -551,7 +551,7 @@ impl Session {
         match KeyCommand::parse(&name, args) {
             Err(reply) => reply,
             Ok(Some(mut command)) => match self.apply(command.limit_reply(self.reply_limit)).await {
-                Ok(Reply::OverLimit) => Reply::error(format!(
+                Ok(Reply::OverLimit(_)) => Reply::error(format!(
                     "ERR the reply is larger than the script's memory ({} bytes, --resp-script-max-memory)",
                     self.reply_limit
                 )),

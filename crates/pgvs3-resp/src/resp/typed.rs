@@ -117,8 +117,8 @@ impl Typed {
 
     /// Redis's reply to the call's row.
     pub fn reply(&self, row: TypedRow) -> Reply {
-        if row.too_large {
-            return Reply::OverLimit;
+        if let Some(cut) = row.cut {
+            return Reply::OverLimit(Some(cut));
         }
         // (A group command words its own errors.)
         if !matches!(self.shape, Shape::Group(_))
