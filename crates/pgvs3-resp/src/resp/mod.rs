@@ -76,15 +76,17 @@ pub struct RespSettings {
 }
 
 impl RespSettings {
-    /// The defaults documented in docs/resp-compatibility.md: AUTH is needed unless no password
-    /// is set and the listener is on loopback.
+    /// The defaults documented in docs/resp-compatibility.md: AUTH is needed unless
+    /// `--resp-auth none`, no password is set and the listener is on loopback.
     pub fn from_args(args: &RespArgs, addr: SocketAddr, admission: crate::admission::Limits) -> RespSettings {
         let mut databases: BTreeMap<u32, String> = args.resp_databases.iter().cloned().collect();
         databases.insert(0, args.resp_bucket.clone());
         RespSettings {
             databases,
             password: args.resp_password.clone(),
-            require_auth: args.resp_password.is_some() || !addr.ip().is_loopback(),
+            require_auth: args.resp_auth == crate::args::RespAuth::Key
+                || args.resp_password.is_some()
+                || !addr.ip().is_loopback(),
             flushdb: args.resp_flushdb,
             max_clients: args.resp_max_clients,
             admission,
