@@ -55,7 +55,7 @@ pub use origins::{CacheMode, Origin, OriginEntry};
 pub use quotas::BucketQuota;
 pub use reaper::ReapStats;
 pub use tagging::{MAX_BUCKET_TAGS, MAX_OBJECT_TAGS, Tags, tag_set};
-pub use types::{Family, KeyType, TypedCall, TypedRow};
+pub use types::{Cut, Family, KeyType, TypedCall, TypedRow};
 pub use versions::{DeleteOutcome, VersionEntry, Versioning, VersionsPage, VersionsRequest, valid_version_id};
 
 pub type StoreResult<T> = Result<T, StoreError>;
