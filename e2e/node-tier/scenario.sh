@@ -25,7 +25,7 @@ die() { echo "node tier FAILED: $*" >&2; report; exit 1; }
 trap 'echo "node tier FAILED: scenario.sh line $LINENO: $BASH_COMMAND" >&2; report' ERR
 k() { kubectl -n "$NS" "$@"; }
 # client.sh in the client pod, signed with the key AK/SK
-pod() { k exec client -- env AK="${AK:-}" SK="${SK:-}" sh /node-tier/client.sh "$@"; }
+pod() { k exec client -- env AK="${AK:-}" SK="${SK:-}" PINS="${pins:-}" sh /node-tier/client.sh "$@"; }
 in_pod() { k exec client -- "$@"; }
 secret() { k get secret "$1" -o jsonpath="{.data.$2}" | base64 -d; }
 # eventually SECONDS DESCRIPTION CONDITION: evaluates the shell CONDITION (twice a second) until it holds
@@ -106,6 +106,12 @@ step "PostgreSQL hot standby streaming over TLS (clone waited: $waits unanswered
 k apply -f "$HERE/fleet.yaml" >/dev/null
 k wait --for=condition=Ready gatewaypool/demo-primary gatewaypool/demo-standby --timeout=180s >/dev/null
 k wait --for=condition=Ready pod/client --timeout=60s >/dev/null
+# client.sh reaches the pools' Services at their ClusterIPs, looked up here once (curl --resolve):
+# the kit's DNS stand-in answers a name it has not looked up in the last second with a fresh
+# request to the API server, and once took more than the client's 5 s while a rolling update
+# kept the API server busy (docs/operator.md). A Service's ClusterIP does not change.
+svc_ip() { k get service "$1" -o jsonpath='{.spec.clusterIP}'; }
+pins="demo-primary:9000:$(svc_ip demo-primary) demo-standby:9000:$(svc_ip demo-standby)"
 step "GatewayPools demo-primary (2, TLS) and demo-standby (1) Ready"
 k apply -f "$HERE/buckets.yaml" >/dev/null
 k wait --for=condition=Ready bucket/photos bucket/upstream --timeout=120s >/dev/null
@@ -132,7 +138,7 @@ eventually 20 "the standby pool serving what the primary pool wrote" '[ "$(pod g
 code=$(pod put "$S/demo-photos/refused.txt" "no") ; [ "$code" = 403 ] || die "S3 PUT through demo-standby answered $code, not 403"
 [ "$(pod get "$P/demo-photos/refused.txt" | cut -d' ' -f1)" = 404 ] || die "the standby's refused PUT left an object"
 # from the host to the ClusterIP (kube-proxy's OUTPUT rules), over TLS with the Service's name
-ip=$(k get service demo-primary -o jsonpath='{.spec.clusterIP}')
+ip=$(svc_ip demo-primary)
 got=$(curl -s --max-time 5 --cacert "$scratch/ca.crt" --resolve "demo-primary.$NS.svc:9000:$ip" \
     --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AK:$SK" \
     -H "x-amz-content-sha256: $(printf '' | sha256sum | cut -d' ' -f1)" "https://demo-primary.$NS.svc:9000/demo-photos/hello.txt")
@@ -196,12 +202,14 @@ step "gateway pods' Secret volumes: ca.crt present, ca.key checked"
 AK=$(secret photos-credentials AWS_ACCESS_KEY_ID) SK=$(secret photos-credentials AWS_SECRET_ACCESS_KEY)
 # load_start TAG MAX: the loop in the background; load_finish TAG: stop it, wait, verify every
 # acknowledged write; sets $summary, $lost, $acked, $failed (PUTs and GETs that did not succeed)
+# and $failures (one line per failed request, with curl's timings)
 load_start() { pod load "$P/demo-photos" "$2" "$1" > "$scratch/load-$1.out" 2>&1 & load_pid=$!; }
 acked_so_far() { in_pod sh -c "wc -l < /tmp/acked-$1" 2>/dev/null || echo 0; }
 load_finish() {
     in_pod touch "/tmp/stop-$1"
     wait "$load_pid" || die "the load loop failed: $(cat "$scratch/load-$1.out")"
-    summary=$(tail -n1 "$scratch/load-$1.out")
+    summary=$(grep '^requests=' "$scratch/load-$1.out")
+    failures=$(grep -v '^requests=' "$scratch/load-$1.out" || true)
     local verify; verify=$(pod verify "$P/demo-photos" "$1")
     lost=$(tail -n1 <<<"$verify" | sed -n 's/^lost=\([0-9]*\).*/\1/p')
     [ "$lost" = 0 ] || die "acknowledged writes lost ($1): $verify"
@@ -222,7 +230,7 @@ rolled() { [ -z "$(comm -12 <(pods_of demo-primary | sort) <(echo "$old_pods"))"
 eventually 120 "demo-primary's gateways all replaced (old ones terminated)" rolled
 k rollout status deployment/demo-primary --timeout=60s >/dev/null
 load_finish roll
-[ "$failed" = 0 ] || defects+=("rolling update under load (database password rotated): $failed requests failed ($summary)")
+[ "$failed" = 0 ] || defects+=("rolling update under load (database password rotated): $failed requests failed ($summary): $failures")
 step "password rotated under load, pods replaced: $summary, lost=0"
 
 # --- rolling update under load: the pool's TLS certificate replaced ------------------------------
@@ -248,7 +256,7 @@ eventually 120 "demo-primary's gateways all replaced after the renewal" rolled
 k rollout status deployment/demo-primary --timeout=60s >/dev/null
 eventually 30 "every connection served the renewed certificate" '[ "$(served_serials 6)" = "$new_serial" ]'
 load_finish tls
-[ "$failed" = 0 ] || defects+=("rolling update under load (TLS certificate renewed): $failed requests failed ($summary)")
+[ "$failed" = 0 ] || defects+=("rolling update under load (TLS certificate renewed): $failed requests failed ($summary): $failures")
 step "TLS certificate renewed under load, pods replaced, new one served: $summary, lost=0"
 
 # --- a gateway killed (SIGKILL) mid-load: nothing acknowledged is lost, the pool recovers --------

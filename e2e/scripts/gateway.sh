@@ -85,7 +85,10 @@ start_gateway() {
     mkdir -p "$data"
     # As root, PostgreSQL runs as an unprivileged user that must be able to enter the directory.
     chmod 755 "$data"
-    "$pgvs3" serve --data-dir "$data/data" --s3-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 \
+    # The load generator's RESP and OJS clients send no credentials (environment, not flags:
+    # an older gateway of a paired run ignores them).
+    PGVS3_RESP_AUTH=none PGVS3_OJS_AUTH=none \
+        "$pgvs3" serve --data-dir "$data/data" --s3-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 \
         --resp-addr 127.0.0.1:0 --ojs-addr 127.0.0.1:0 "$@" >"$data/serve.log" 2>&1 &
     gw_pid=$!
     pids+=("$gw_pid")

@@ -187,14 +187,19 @@ impl RunningGateway {
         let mut ojs_for_console = None;
         let ojs_addr = match args.ojs.ojs_addr.0 {
             Some(addr) => {
+                let root = match args.ojs.root_key_is_token() {
+                    true => Some(root_credentials(store.catalog()).await?),
+                    false => None,
+                };
+                let ojs_token = args.ojs.token(root);
                 let listener = TcpListener::bind(addr)
                     .await
                     .with_context(|| format!("binding OJS on {addr} (change it with --ojs-addr, or --ojs-addr off)"))?;
                 let plaintext = bind_plaintext(args.tls.ojs_plaintext_addr, "--ojs-plaintext-addr").await?;
                 let bound = listener.local_addr()?;
                 let plaintext_addr = plaintext.as_ref().map(TcpListener::local_addr).transpose()?;
-                ojs_for_console = Some((bound, plaintext_addr, tls.ojs.is_some()));
-                let options = args.ojs.options(&args.webhooks);
+                ojs_for_console = Some((bound, plaintext_addr, tls.ojs.is_some(), ojs_token.clone()));
+                let options = args.ojs.options(&args.webhooks, ojs_token);
                 let queue = crate::ojs::queue::Queue::new(pool.clone());
                 background_ojs.push(crate::ojs::spawn_cron_ticker(queue.clone(), options.max_args_bytes));
                 let admission = crate::admission::Admission::new("ojs", args.ojs_limits(), metrics.clone());
@@ -224,8 +229,8 @@ impl RunningGateway {
         if let Some((listener, plaintext, tls)) = resp_for_console {
             console_gateway = console_gateway.with_resp(listener, plaintext, tls);
         }
-        if let Some((listener, plaintext, tls)) = ojs_for_console {
-            console_gateway = console_gateway.with_ojs(listener, plaintext, tls, args.ojs.ojs_token.clone());
+        if let Some((listener, plaintext, tls, token)) = ojs_for_console {
+            console_gateway = console_gateway.with_ojs(listener, plaintext, tls, token);
         }
         console_gateway = console_gateway
             .with_admin(Arc::new(ConsoleAdmin {
@@ -602,6 +607,19 @@ async fn ensure_root_key(catalog: &Catalog, args: &ServeArgs) -> anyhow::Result<
     }
 }
 
+/// The root access key and its secret (the RESP and OJS credentials by default).
+async fn root_credentials(catalog: &Catalog) -> anyhow::Result<(String, String)> {
+    let access_key = catalog
+        .root_key()
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no root access key"))?;
+    let key = catalog
+        .access_key(&access_key)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the root access key {access_key} is missing"))?;
+    Ok((key.access_key.clone(), key.secret.clone()))
+}
+
 /// Prints a generated root key whose secret no ready gateway has shown yet (the first start,
 /// or a later one after the first failed), framed apart from the log lines, then marks it shown.
 async fn show_generated_root_key(catalog: &Catalog) -> anyhow::Result<()> {
@@ -619,6 +637,9 @@ async fn show_generated_root_key(catalog: &Catalog) -> anyhow::Result<()> {
     println!("pgvs3 created the root access key. Its secret is shown this once; keep it:");
     println!("  AWS_ACCESS_KEY_ID={}", root.access_key);
     println!("  AWS_SECRET_ACCESS_KEY={}", root.secret);
+    println!("It is also what RESP and OJS clients present (unless --resp-auth none / --ojs-auth none):");
+    println!("  RESP: AUTH {} {}", root.access_key, root.secret);
+    println!("  OJS:  Authorization: Bearer {}:{}", root.access_key, root.secret);
     println!("More keys: pgvs3 admin key create (see `pgvs3 admin key --help`).");
     println!("{rule}");
     // Marked after printing: a crash in between shows the key again rather than never.

@@ -8,6 +8,7 @@ use kube::Client;
 
 use crate::database::Connection;
 use crate::events::Recorder;
+use crate::identity::IssuerState;
 use crate::metrics::Metrics;
 
 pub struct Context {
@@ -30,6 +31,8 @@ pub struct Context {
     /// gone still revokes its key through this (lost with the process: an operator restarted
     /// in between skips the cleanup as before).
     connections: Mutex<HashMap<(String, String), Connection>>,
+    /// The cluster's service-account token issuer, and the catalogs it was published into.
+    pub issuer: IssuerState,
 }
 
 /// How long the answer of API discovery for ServiceMonitors is trusted: installing the
@@ -52,6 +55,7 @@ impl Context {
             without_autoscaler: Mutex::new(HashSet::new()),
             adoptable: HashSet::new(),
             connections: Mutex::new(HashMap::new()),
+            issuer: IssuerState::default(),
         }
     }
 
@@ -158,6 +162,9 @@ pub enum Error {
     /// reached the origin. Retried with backoff until the uploads drain.
     #[error("{0}")]
     PendingWriteBack(String),
+    /// The API server's service-account issuer could not be read (OIDC discovery, JWKS).
+    #[error("service-account issuer: {0}")]
+    Issuer(String),
 }
 
 impl Error {
@@ -176,6 +183,7 @@ impl Error {
             Error::Secret { .. } => "Secret",
             Error::NoNamespace => "NoNamespace",
             Error::PendingWriteBack(_) => "PendingWriteBack",
+            Error::Issuer(_) => "Issuer",
         }
     }
 }

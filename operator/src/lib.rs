@@ -11,6 +11,7 @@ pub mod database;
 pub mod events;
 pub mod finalizer;
 pub mod gateway_pool;
+pub mod identity;
 pub mod kube_ops;
 pub mod lease;
 pub mod metrics;

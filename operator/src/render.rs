@@ -2,6 +2,7 @@
 //! same `build` functions the controllers use.
 
 use crate::bucket::build::{self as bucket_build, Target};
+use crate::bucket::role;
 use crate::crd::{Bucket, GatewayPool, OriginCache, PoolRole};
 use crate::gateway_pool::build::{self as pool_build, Inputs, endpoints};
 use crate::origin_cache::build::{access_key_id, origin_row};
@@ -40,7 +41,16 @@ pub fn render(text: &str, inputs: &Inputs) -> anyhow::Result<String> {
                     GENERATED,
                     lake.as_ref(),
                 );
-                vec![serde_json::to_value(secret)?]
+                let identity = bucket.spec.workload_identity.as_ref();
+                let mut values = Vec::new();
+                if identity.is_none_or(|identity| identity.static_key) {
+                    values.push(serde_json::to_value(secret)?);
+                }
+                if identity.is_some() {
+                    let arn = pgvs3_catalog::sts::role_arn(&role::role_name(&bucket));
+                    values.push(serde_json::to_value(role::config_map(&bucket, &target, &arn))?);
+                }
+                values
             }
             "OriginCache" => {
                 let cache: OriginCache = serde_json::from_value(document.clone())?;

@@ -26,7 +26,7 @@ use crate::context::Context;
 use crate::crd::{Bucket, GatewayPool, OriginCache, RELOAD_LABEL};
 use crate::lease::Elector;
 use crate::metrics::Metrics;
-use crate::{bucket, gateway_pool, origin_cache};
+use crate::{bucket, gateway_pool, identity, origin_cache};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
@@ -192,6 +192,8 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
     // that use it.
     let pool_store = Controller::new(pools, watcher::Config::default());
     let pools_reader = pool_store.store();
+    // The cluster's service-account issuer into every Primary pool's catalog (workload identity).
+    let issuer_publisher = identity::publisher(ctx.clone(), pools_reader.clone());
     // A deleted or edited ServiceMonitor is put back at once, as the other children are; the
     // API is watched only when served at start (one installed later is applied at the next
     // reconcile, watched after a restart of the operator).
@@ -247,6 +249,8 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
     let bucket_controller = buckets
         .with_config(config.clone())
         .owns(api::<Secret>(&client, &namespace), own_secrets())
+        // The ConfigMap of a Bucket's workload identity, put back when edited or deleted.
+        .owns(api::<ConfigMap>(&client, &namespace), own_secrets())
         // A Bucket is Ready only while its pool is: a pool's change reaches its Buckets.
         .watches(
             api::<GatewayPool>(&client, &namespace),
@@ -273,11 +277,11 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
         .run(origin_cache::reconcile, origin_cache::error_policy, ctx)
         .for_each(|_| async {});
 
-    tokio::join!(pool_controller, bucket_controller, cache_controller);
+    tokio::join!(pool_controller, bucket_controller, cache_controller, issuer_publisher);
 }
 
-/// The watch of the credentials Secrets the operator writes: only those it labels, not every
-/// Secret of the cluster.
+/// The watch of the credentials Secrets (and Bucket ConfigMaps) the operator writes: only those
+/// it labels, not every Secret of the cluster.
 fn own_secrets() -> watcher::Config {
     watcher::Config::default().labels("app.kubernetes.io/managed-by=pgvs3-operator")
 }

@@ -21,6 +21,7 @@ pub struct Metrics {
     pub resp_group_committed_batches: IntCounter,
     pub resp_group_reads: IntCounter,
     pub resp_group_read_batches: IntCounter,
+    pub resp_output_limit_closed: IntCounter,
     pub replication_lag_seconds: Gauge,
     pub admission_active: IntGaugeVec,
     pub admission_waiting: IntGaugeVec,
@@ -107,6 +108,12 @@ impl Metrics {
             "RESP read batches (one connection's pipelined reads) carried by those statements",
         )
         .expect("metric");
+        let resp_output_limit_closed = IntCounter::new(
+            "pgvs3_resp_client_output_limit_closed_total",
+            "RESP connections closed because a reply passed --resp-output-limit \
+             (Redis's client-output-buffer-limit for normal clients)",
+        )
+        .expect("metric");
         let replication_lag_seconds = Gauge::new(
             "pgvs3_replication_lag_seconds",
             "On a hot standby, seconds since the last replayed transaction committed on the primary",
@@ -169,6 +176,7 @@ impl Metrics {
             Box::new(resp_group_committed_batches.clone()),
             Box::new(resp_group_reads.clone()),
             Box::new(resp_group_read_batches.clone()),
+            Box::new(resp_output_limit_closed.clone()),
             Box::new(replication_lag_seconds.clone()),
             Box::new(admission_active.clone()),
             Box::new(admission_waiting.clone()),
@@ -195,6 +203,7 @@ impl Metrics {
             resp_group_committed_batches,
             resp_group_reads,
             resp_group_read_batches,
+            resp_output_limit_closed,
             replication_lag_seconds,
             admission_active,
             admission_waiting,

@@ -26,7 +26,14 @@ pub struct OjsArgs {
     #[arg(long, env = "PGVS3_OJS_MAX_BODY_BYTES", default_value = "4MiB", value_parser = parse_bytes)]
     pub ojs_max_body_bytes: u64,
 
-    /// Bearer token the OJS endpoint requires (manifest and health stay open); none by default.
+    /// Whether the OJS job routes need a bearer token: `token` (the default) takes `--ojs-token`
+    /// and the tenant tokens, or without them the root access key as `<access-key>:<secret>`
+    /// (printed at the first start); `none` needs none unless `--ojs-token` or tenant tokens
+    /// are set (for conformance runners and test suites that cannot send one).
+    #[arg(long, env = "PGVS3_OJS_AUTH", value_enum, default_value_t = OjsAuth::Token)]
+    pub ojs_auth: OjsAuth,
+
+    /// Bearer token the OJS endpoint requires (manifest and health stay open).
     #[arg(long, env = "PGVS3_OJS_TOKEN", hide_env_values = true)]
     pub ojs_token: Option<String>,
 
@@ -57,16 +64,39 @@ pub struct OjsArgs {
     pub ojs_max_waiting: usize,
 }
 
+/// `--ojs-auth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OjsAuth {
+    Token,
+    None,
+}
+
 impl OjsArgs {
-    /// What the OJS service is told; the webhook settings bound its synchronous webhook test call
-    /// (its timeout, and the destinations it may reach).
-    pub fn options(&self, webhooks: &WebhookArgs) -> crate::ojs::OjsOptions {
+    /// Whether the root key is the token: `--ojs-auth token` without a token of either kind.
+    pub fn root_key_is_token(&self) -> bool {
+        self.ojs_auth == OjsAuth::Token && self.ojs_token.is_none() && self.ojs_tenant_tokens.is_empty()
+    }
+
+    /// The token that authenticates without binding a tenant: `--ojs-token`, or the root key
+    /// (`root`: its access key and secret, when [`Self::root_key_is_token`]) as
+    /// `<access-key>:<secret>`.
+    pub fn token(&self, root: Option<(String, String)>) -> Option<String> {
+        match (&self.ojs_token, root) {
+            (Some(token), _) => Some(token.clone()),
+            (None, Some((access_key, secret))) => Some(format!("{access_key}:{secret}")),
+            (None, None) => None,
+        }
+    }
+
+    /// What the OJS service is told (`token`: see [`Self::token`]); the webhook settings bound
+    /// its synchronous webhook test call (its timeout, and the destinations it may reach).
+    pub fn options(&self, webhooks: &WebhookArgs, token: Option<String>) -> crate::ojs::OjsOptions {
         crate::ojs::OjsOptions {
             allow_reset: self.ojs_allow_reset,
             max_args_bytes: self.ojs_max_args_bytes,
             max_body_bytes: self.ojs_max_body_bytes,
             credentials: crate::ojs::tenant::Credentials {
-                token: self.ojs_token.clone(),
+                token,
                 tenant_tokens: self.ojs_tenant_tokens.clone(),
             },
             webhook_timeout: webhooks.webhook_timeout,

@@ -19,8 +19,14 @@ pub struct RespArgs {
     #[arg(long, env = "PGVS3_RESP_DATABASES", value_delimiter = ',', value_parser = parse_resp_database)]
     pub resp_databases: Vec<(u32, String)>,
 
-    /// Password for `AUTH <password>`. Without it, clients on a loopback listener need no AUTH;
-    /// on any other listener they must AUTH with an access key and its secret.
+    /// Whether RESP clients must AUTH: `key` (the default) on every listener, with an access key
+    /// and its secret (`AUTH <access-key> <secret>`: the root key printed at the first start, or
+    /// any other) or `--resp-password`; `none` lets clients of a loopback listener in without
+    /// AUTH when no password is set (for test suites that cannot send one, such as Redis's own).
+    #[arg(long, env = "PGVS3_RESP_AUTH", value_enum, default_value_t = RespAuth::Key)]
+    pub resp_auth: RespAuth,
+
+    /// Password for `AUTH <password>` (besides access keys and their secrets).
     #[arg(long, env = "PGVS3_RESP_PASSWORD", hide_env_values = true)]
     pub resp_password: Option<String>,
 
@@ -50,6 +56,13 @@ pub struct RespArgs {
     /// connection is closed (Redis's `client-output-buffer-limit pubsub` hard limit, 32 MiB).
     #[arg(long, env = "PGVS3_RESP_PUBSUB_OUTPUT_LIMIT", default_value = "32MiB", value_parser = parse_bytes)]
     pub resp_pubsub_output_limit: u64,
+
+    /// Bytes of replies one RESP batch (the commands a client pipelined at once) may produce;
+    /// past them the connection is closed without them, as Redis closes a normal client past
+    /// its `client-output-buffer-limit` hard limit. Whole-collection replies larger than this
+    /// are cut in PostgreSQL, before they reach the gateway's memory (`0`: no limit).
+    #[arg(long, env = "PGVS3_RESP_OUTPUT_LIMIT", default_value = "64MiB", value_parser = parse_bytes)]
+    pub resp_output_limit: u64,
 
     /// How long a Lua script (EVAL, EVALSHA) may run before it is stopped and its writes rolled
     /// back (Redis's `lua-time-limit`, 5 s; Redis only starts to answer BUSY then).
@@ -101,6 +114,13 @@ pub struct RespArgs {
     /// after RESET) (`0s`: never).
     #[arg(long, env = "PGVS3_RESP_AUTH_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub resp_auth_timeout: Duration,
+}
+
+/// `--resp-auth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RespAuth {
+    Key,
+    None,
 }
 
 fn parse_resp_database(text: &str) -> Result<(u32, String), String> {

@@ -141,6 +141,10 @@ pub async fn embedded_gateway(data_dir: &Path, extra: &[&str]) -> TestGateway {
         "8",
         "--maintenance-interval",
         "1h",
+        "--resp-auth",
+        "none",
+        "--ojs-auth",
+        "none",
     ];
     argv.extend_from_slice(extra);
     let args = <Cli as clap::Parser>::parse_from(argv).serve;

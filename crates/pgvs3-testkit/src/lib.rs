@@ -298,6 +298,9 @@ pub fn serve_args(database_url: &str, extra: &[&str]) -> ServeArgs {
         ("--maintenance-interval", "1h"),
         ("--webhook-allow-networks", "127.0.0.0/8"),
         ("--pool-size", "16"),
+        // The tests' clients do not AUTH or send a token unless a test of that says so.
+        ("--resp-auth", "none"),
+        ("--ojs-auth", "none"),
     ] {
         if !extra.contains(&flag) {
             argv.extend_from_slice(&[flag, default]);

@@ -23,6 +23,8 @@ struct Served {
     child: Child,
     s3: String,
     admin: String,
+    /// The OJS base URL (`http://addr/ojs/v1`), when OJS is on.
+    ojs: Option<String>,
 }
 
 /// Starts `pgvs3 serve` on ephemeral ports and reads the addresses it prints.
@@ -86,7 +88,8 @@ async fn started(mut command: Command) -> (Served, Vec<String>) {
         .trim_end_matches(')')
         .trim_end_matches("/metrics")
         .to_owned();
-    (Served { child, s3, admin }, before)
+    let ojs = urls.next().map(str::to_owned);
+    (Served { child, s3, admin, ojs }, before)
 }
 
 fn client(endpoint: &str, access_key: &str, secret_key: &str) -> aws_sdk_s3::Client {
@@ -104,10 +107,15 @@ fn client(endpoint: &str, access_key: &str, secret_key: &str) -> aws_sdk_s3::Cli
 }
 
 async fn http_get(base: &str, path: &str) -> (u16, String) {
+    http_get_with(base, path, "").await
+}
+
+/// A GET with `headers` (whole `name: value\r\n` lines) besides the host.
+async fn http_get_with(base: &str, path: &str, headers: &str) -> (u16, String) {
     let addr = base.trim_start_matches("http://");
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n").as_bytes())
+        .write_all(format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\n{headers}connection: close\r\n\r\n").as_bytes())
         .await
         .unwrap();
     let mut raw = String::new();
@@ -466,13 +474,58 @@ async fn a_generated_root_key_is_shown_once_the_gateway_is_ready() {
     assert_eq!(framed, 2, "the key is framed apart from other lines: {printed:#?}");
     let root = client(&served.s3, &access_key, &secret);
     root.create_bucket().bucket("first").send().await.unwrap();
+    // With default flags RESP and OJS take the same key, on loopback too.
+    let resp_line = format!("RESP: AUTH {access_key} {secret}");
+    assert!(printed.iter().any(|line| line.trim() == resp_line), "{printed:#?}");
+    let bearer = format!("{access_key}:{secret}");
+    let ojs_line = format!("OJS:  Authorization: Bearer {bearer}");
+    assert!(printed.iter().any(|line| line.trim() == ojs_line), "{printed:#?}");
+    let credentials_work = |served: &Served, printed: &[String]| {
+        let resp_addr = printed
+            .iter()
+            .find_map(|line| line.strip_prefix("pgvs3 RESP endpoint: redis://"))
+            .expect("the RESP endpoint line")
+            .parse()
+            .unwrap();
+        let ojs = served.ojs.clone().expect("the OJS endpoint");
+        let (key, bearer) = (access_key.clone(), bearer.clone());
+        async move {
+            let mut raw = common::resp::RawResp::connect(resp_addr).await;
+            assert_eq!(raw.command(&["PING"]).await.error(), "NOAUTH Authentication required.");
+            assert_eq!(
+                raw.command(&["EVAL", "return 1", "0"]).await.error(),
+                "NOAUTH Authentication required."
+            );
+            assert_eq!(
+                raw.command(&["AUTH", &key, "wrong"]).await.error(),
+                "WRONGPASS invalid username-password pair or user is disabled."
+            );
+            let secret = bearer.split_once(':').unwrap().1.to_owned();
+            assert_eq!(
+                raw.command(&["AUTH", &key, &secret]).await,
+                common::resp::Value::Simple("OK".into())
+            );
+            assert_eq!(raw.command(&["PING"]).await, common::resp::Value::Simple("PONG".into()));
+            let base = ojs.trim_end_matches("/ojs/v1");
+            assert_eq!(http_get(base, "/ojs/v1/queues").await.0, 401);
+            let authorized = format!("authorization: Bearer {bearer}\r\n");
+            assert_eq!(http_get_with(base, "/ojs/v1/queues", &authorized).await.0, 200);
+            // The manifest stays open, as with --ojs-token.
+            assert_eq!(http_get(base, "/ojs/manifest").await.0, 200);
+        }
+    };
+    credentials_work(&served, &printed).await;
     terminate(served).await;
 
+    // A restart keeps the credentials, and shows them no more.
     let (served, printed) = started(generated(&dir)).await;
     assert!(
-        !printed.iter().any(|line| line.contains("AWS_SECRET_ACCESS_KEY")),
+        !printed
+            .iter()
+            .any(|line| line.contains("AWS_SECRET_ACCESS_KEY") || line.contains("Bearer")),
         "shown once only: {printed:#?}"
     );
+    credentials_work(&served, &printed).await;
     terminate(served).await;
     std::fs::remove_dir_all(&dir).unwrap();
 }

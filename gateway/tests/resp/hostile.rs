@@ -796,3 +796,194 @@ async fn multi_queues_are_bounded_in_count_and_bytes() {
     }
     assert_eq!(raw.command(&["EXEC"]).await, Value::Array(vec![OK(); 4]));
 }
+
+/// This process's resident set and its peak since [`reset_peak_rss`] (the gateway runs in it).
+fn rss_bytes(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} in /proc/self/status"));
+    kib * 1024
+}
+
+fn reset_peak_rss() {
+    std::fs::write("/proc/self/clear_refs", "5").expect("resetting the peak resident set");
+}
+
+/// Sends `command key element...` with the elements in commands of 100, each answered.
+async fn fill(raw: &mut RawResp, command: &[&[u8]], elements: &[Vec<u8>]) {
+    for chunk in elements.chunks(100) {
+        let mut args: Vec<&[u8]> = command.to_vec();
+        args.extend(chunk.iter().map(Vec::as_slice));
+        raw.send(&encode(&args)).await;
+        let reply = raw.reply().await.expect("a reply");
+        assert!(matches!(reply, Value::Int(_)), "{reply:?}");
+    }
+}
+
+/// `count` distinct elements of `size` bytes, each starting with its number.
+fn elements(count: usize, size: usize, seed: u64) -> Vec<Vec<u8>> {
+    (0..count)
+        .map(|n| {
+            let mut element = format!("{n:08}").into_bytes();
+            element.extend(common::noise(size - 8, seed + n as u64));
+            element
+        })
+        .collect()
+}
+
+/// Whether `args` (sent on a fresh connection) gets its connection closed without a reply.
+async fn closed_without_reply(gateway: &TestGateway, args: &[&str]) -> bool {
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let args: Vec<&[u8]> = args.iter().map(|arg| arg.as_bytes()).collect();
+    raw.send(&encode(&args)).await;
+    raw.reply().await.is_none()
+}
+
+#[tokio::test]
+async fn replies_past_the_output_limit_close_the_connection_as_redis_does() {
+    let gateway = TestGateway::with_resp(&["--resp-output-limit", "1MiB"]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    match raw.command(&["CONFIG", "GET", "client-output-buffer-limit"]).await {
+        Value::Array(pair) => assert_eq!(
+            pair[1],
+            Value::bulk("normal 1048576 0 0 slave 268435456 67108864 60 pubsub 33554432 33554432 0")
+        ),
+        other => panic!("CONFIG GET: {other:?}"),
+    }
+    // 4,000 elements of 1,000 bytes: about 4 MB as a reply, in every collection type.
+    let members = elements(4000, 1000, 1);
+    fill(&mut raw, &[b"RPUSH", b"list"], &members).await;
+    fill(&mut raw, &[b"SADD", b"set"], &members).await;
+    let pairs: Vec<Vec<u8>> = members
+        .iter()
+        .enumerate()
+        .flat_map(|(n, member)| [n.to_string().into_bytes(), member.clone()])
+        .collect();
+    fill(&mut raw, &[b"ZADD", b"zset"], &pairs).await;
+    fill(&mut raw, &[b"HSET", b"hash"], &pairs).await;
+    for member in &members {
+        raw.send(&encode(&[b"XADD", b"stream", b"*", b"f", member])).await;
+    }
+    for _ in &members {
+        assert!(matches!(raw.reply().await, Some(Value::Bulk(_))));
+    }
+    for command in [
+        &["LRANGE", "list", "0", "-1"][..],
+        &["SMEMBERS", "set"],
+        &["SUNION", "set", "set"],
+        &["ZRANGE", "zset", "0", "-1"],
+        &["HGETALL", "hash"],
+        &["HVALS", "hash"],
+        &["XRANGE", "stream", "-", "+"],
+        &["EVAL", "return 1", "0"],
+    ] {
+        let closed = closed_without_reply(&gateway, command).await;
+        assert_eq!(closed, command[0] != "EVAL", "{command:?}");
+    }
+    // In MULTI, and in a pipeline whose replies together pass the limit (Redis too counts
+    // what one read's commands answer before it writes).
+    let mut multi = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(multi.command(&["MULTI"]).await, OK());
+    assert_eq!(
+        multi.command(&["LRANGE", "list", "0", "-1"]).await,
+        Value::Simple("QUEUED".into())
+    );
+    multi.send(&encode(&[b"EXEC"])).await;
+    assert_eq!(multi.reply().await, None, "EXEC of a reply past the limit");
+    let mut pipelined = RawResp::connect(gateway.resp_addr()).await;
+    let half = [
+        encode(&[b"LRANGE", b"list", b"0", b"599"]),
+        encode(&[b"LRANGE", b"list", b"0", b"599"]),
+    ]
+    .concat();
+    pipelined.send(&half).await;
+    assert_eq!(pipelined.reply().await, None, "two replies of 600 KB pipelined");
+
+    // Just under the limit the reply arrives whole and exact: 1,039 elements of 1,000 bytes
+    // are 1,048,358 bytes of reply; 1,040 are 1,049,367.
+    let mut under = RawResp::connect(gateway.resp_addr()).await;
+    let expected: Vec<Value> = members[..1039]
+        .iter()
+        .map(|member| Value::Bulk(member.clone()))
+        .collect();
+    assert_eq!(
+        under.command(&["LRANGE", "list", "0", "1038"]).await,
+        Value::Array(expected)
+    );
+    assert!(closed_without_reply(&gateway, &["LRANGE", "list", "0", "1039"]).await);
+    // The others were not disturbed, and the limit is counted per batch.
+    assert_eq!(raw.command(&["LLEN", "list"]).await, Value::Int(4000));
+    assert_eq!(
+        under.command(&["LINDEX", "list", "3999"]).await,
+        Value::Bulk(members[3999].clone())
+    );
+    assert!(gateway.metric("pgvs3_resp_client_output_limit_closed_total").await >= Some(10.0));
+}
+
+#[tokio::test]
+async fn a_huge_whole_collection_reply_never_comes_into_memory() {
+    let gateway = TestGateway::with_resp(&["--resp-output-limit", "1MiB"]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    // 160 MiB of list: 1,280 elements of 128 KiB (incompressible), 16 MiB a command.
+    let element_size = 128 * 1024;
+    for batch in 0..10 {
+        let chunk = elements(128, element_size, batch * 1000);
+        let mut args: Vec<&[u8]> = vec![b"RPUSH", b"big"];
+        args.extend(chunk.iter().map(Vec::as_slice));
+        raw.send(&encode(&args)).await;
+        assert!(matches!(raw.reply().await, Some(Value::Int(_))));
+    }
+    let before = rss_bytes("VmRSS:");
+    reset_peak_rss();
+    assert!(closed_without_reply(&gateway, &["LRANGE", "big", "0", "-1"]).await);
+    let grown = rss_bytes("VmHWM:").saturating_sub(before);
+    // Read whole, the reply would take 160 MiB at least (before, 450 MiB and more).
+    assert!(
+        grown < 48 << 20,
+        "the gateway grew by {} MiB for a reply past a 1 MiB limit",
+        grown >> 20
+    );
+    assert_eq!(raw.command(&["LLEN", "big"]).await, Value::Int(1280));
+}
+
+#[tokio::test]
+async fn a_large_reply_is_read_within_the_buffer_budget() {
+    let gateway = TestGateway::with_resp(&["--buffer-budget", "10MiB"]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    // Replies of about 3 MB and 4 MB: past the 1 MiB a reply may take without budget, so each
+    // reserves about three times its size (the row, its elements, their encoding).
+    let members = elements(4000, 1000, 7);
+    fill(&mut raw, &[b"RPUSH", b"three"], &members[..3000]).await;
+    fill(&mut raw, &[b"RPUSH", b"four"], &members).await;
+    let expected: Vec<Value> = members[..3000]
+        .iter()
+        .map(|member| Value::Bulk(member.clone()))
+        .collect();
+    // Twice: the first reply's budget is given back once it is written.
+    for _ in 0..2 {
+        assert_eq!(
+            raw.command(&["LRANGE", "three", "0", "-1"]).await,
+            Value::Array(expected.clone())
+        );
+    }
+    assert_eq!(
+        raw.command(&["LRANGE", "four", "0", "-1"]).await.error(),
+        "OOM command not allowed: the reply does not fit in the server's buffer budget now, retry later"
+    );
+    // Refused, not closed; and what fits is still served.
+    assert_eq!(raw.command(&["LLEN", "four"]).await, Value::Int(4000));
+    assert_eq!(
+        raw.command(&["LRANGE", "four", "0", "0"]).await,
+        Value::Array(vec![Value::Bulk(members[0].clone())])
+    );
+    assert_eq!(
+        gateway
+            .metric("pgvs3_buffer_budget_exhausted_total{use=\"resp_reply\"}")
+            .await,
+        Some(1.0)
+    );
+    assert_eq!(gateway.metric("pgvs3_buffer_bytes_in_use").await, Some(0.0));
+}

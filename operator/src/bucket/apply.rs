@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -12,15 +12,17 @@ use pgvs3_secret::random_token;
 
 use super::build::{self, FINALIZER, LakeCatalog, Target};
 use super::catalog::{self, BucketKey, Claim, Provisioned};
+use super::role;
 use crate::context::{self, Context, Error, Result, backoff_key};
 use crate::crd::{
     AccessMode, Bucket, BucketStatus, DEGRADED, DeletionPolicy, GatewayPool, PROGRESSING, PoolRole, Quota, READY,
-    Verdict, valid_bucket_name, waiting,
+    Verdict, WorkloadIdentity, valid_bucket_name, waiting,
 };
 use crate::database::{self, Binding, INVALID_SPEC, bind};
 use crate::finalizer::{Event, finalizer};
 use crate::gateway_pool::apply::{RESYNC, WAIT_FOR_DEPENDENCY};
 use crate::gateway_pool::build::endpoints;
+use crate::identity;
 use crate::kube_ops;
 
 pub const KIND: &str = "Bucket";
@@ -93,7 +95,20 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
 
     let key_id = build::access_key_id(bucket);
     let lake = build::lake_catalog(bucket, &binding.pool, namespace);
-    let secret_key = write_credentials(ctx, namespace, bucket, &target, &key_id, lake.as_ref()).await?;
+    let static_key = bucket
+        .spec
+        .workload_identity
+        .as_ref()
+        .is_none_or(|identity| identity.static_key);
+    let secret_key = if static_key {
+        write_credentials(ctx, namespace, bucket, &target, &key_id, lake.as_ref()).await?
+    } else {
+        // The key still owns the bucket in the catalog; its secret is given to nobody.
+        if previous.secret_name.is_some() {
+            role::delete_written::<Secret>(ctx, bucket, &build::secret_name(bucket)).await?;
+        }
+        random_token(30)
+    };
 
     let description = format!("Bucket {namespace}/{}", bucket.name_any());
     let policy = build::key_policy(&bucket_name, &bucket.spec.access_prefixes);
@@ -125,6 +140,20 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
         );
         kube_ops::publish(ctx, bucket, "Provision", EventType::Normal, "Adopted", note).await;
     }
+    // The workload identity's role and ConfigMap, once the bucket is in the catalog; unset,
+    // what an earlier spec had written is removed.
+    let identity = match (&provisioned, &bucket.spec.workload_identity) {
+        (Ok(Provisioned::Ready { .. }), Some(identity)) => {
+            Some(write_identity(ctx, &binding, bucket, identity, &target).await?)
+        }
+        (_, None) => {
+            if previous.role_arn.is_some() {
+                remove_identity(ctx, &binding, bucket).await?;
+            }
+            None
+        }
+        _ => None,
+    };
     let pool_not_ready = pool_not_ready(&binding.pool);
     let mut verdicts = match &provisioned {
         Ok(Provisioned::Ready { .. }) => vec![
@@ -144,6 +173,9 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
         Err(err) if database::catalog_refused_name(err) => waiting(INVALID_SPEC, &err.to_string()),
         Err(err) => waiting("CatalogUnavailable", &err.to_string()),
     };
+    if let Some(Err((reason, message))) = &identity {
+        verdicts = waiting(reason, message);
+    }
     // In the catalog, but nothing serves it yet (or any more): not Ready either.
     if let (Ok(Provisioned::Ready { .. }), Some((degraded, why))) = (&provisioned, &pool_not_ready) {
         let message = format!("bucket {bucket_name} is in the catalog, but {why}");
@@ -165,6 +197,7 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
         };
         verdicts.push(Verdict::new(QUOTA_ENFORCED, enforced, &reason, message));
     }
+    let identity_waiting = matches!(identity, Some(Err(_)));
     let status = BucketStatus {
         observed_generation: bucket.meta().generation,
         conditions: kube_ops::conditions(ctx, bucket, &previous.conditions, &verdicts).await,
@@ -173,10 +206,16 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
             Ok(Provisioned::Ready { id, .. }) => Some(*id),
             _ => previous.bucket_id,
         },
-        secret_name: Some(build::secret_name(bucket)),
+        secret_name: static_key.then(|| build::secret_name(bucket)),
         access_key_id: Some(key_id),
         endpoint: Some(target.endpoint),
         read_endpoints: target.read_endpoints,
+        role_arn: match identity {
+            Some(Ok(arn)) => Some(arn),
+            Some(Err(_)) => previous.role_arn,
+            None if bucket.spec.workload_identity.is_none() => None,
+            None => previous.role_arn,
+        },
     };
     write_status(ctx, bucket, namespace, status).await?;
     // A catalog failure is retried with backoff; its reason is already in the status. A name
@@ -188,8 +227,54 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
         Ok(Provisioned::NotificationsRejected(_)) => Ok(Action::requeue(WAIT_FOR_DEPENDENCY)),
         // The pool's changes are watched (run.rs); this is the fallback.
         Ok(_) if pool_not_ready.is_some() => Ok(Action::requeue(WAIT_FOR_DEPENDENCY)),
+        // The issuer or the gateways' STS is not there yet.
+        Ok(_) if identity_waiting => Ok(Action::requeue(WAIT_FOR_DEPENDENCY)),
         Ok(_) => Ok(Action::requeue(RESYNC)),
     }
+}
+
+/// Writes the Bucket's role (its trust naming the cluster's issuer, published into the same
+/// catalog first so the gateways can verify its tokens) and its ConfigMap: the role's ARN, or
+/// why not (a reason and a message for the Bucket's conditions).
+async fn write_identity(
+    ctx: &Context,
+    binding: &Binding,
+    bucket: &Bucket,
+    identity: &WorkloadIdentity,
+    target: &Target,
+) -> Result<Result<String, (&'static str, String)>> {
+    let issuer = match identity::current(ctx).await {
+        Ok(issuer) => issuer,
+        Err(err) => {
+            let message = format!(
+                "{err} (the operator reads the API server's /.well-known/openid-configuration and /openid/v1/jwks)"
+            );
+            return Ok(Err(("IssuerUnavailable", message)));
+        }
+    };
+    let written = async {
+        identity::publish(ctx, binding, &issuer).await?;
+        let client = database::connect(&binding.connection).await?;
+        role::put_role(&client, bucket, identity, &issuer.issuer, &target.bucket_name).await
+    }
+    .await;
+    let arn = match written {
+        Ok(arn) => arn,
+        Err(err) if database::catalog_outdated(&err) => {
+            let message = format!("the pool's gateways do not serve STS yet (the catalog lacks it): {err}");
+            return Ok(Err(("CatalogOutdated", message)));
+        }
+        Err(err) => return Ok(Err(("CatalogUnavailable", err.to_string()))),
+    };
+    role::apply_config_map(ctx, bucket, target, &arn).await?;
+    Ok(Ok(arn))
+}
+
+/// Removes the role and ConfigMap of a Bucket whose `workloadIdentity` was unset.
+async fn remove_identity(ctx: &Context, binding: &Binding, bucket: &Bucket) -> Result<()> {
+    let client = database::connect(&binding.connection).await?;
+    role::delete_role(&client, bucket).await?;
+    role::delete_written::<ConfigMap>(ctx, bucket, &role::config_map_name(bucket)).await
 }
 
 /// The condition type that says whether the catalog enforces the Bucket's quota.
@@ -334,6 +419,15 @@ async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Acti
             let why = &verdicts[0].message;
             return match database::revoke_through_last_connection(ctx, namespace, pool_ref, &key_id).await? {
                 Ok(()) => {
+                    if has_role(bucket)
+                        && let Some(connection) = ctx.last_connection(namespace, pool_ref)
+                    {
+                        // Best effort, as the revocation: the key no longer opens the bucket.
+                        let deleted = async { role::delete_role(&database::connect(&connection).await?, bucket).await };
+                        if let Err(error) = deleted.await {
+                            tracing::warn!(%error, role = %role::role_name(bucket), "the Bucket's role not deleted");
+                        }
+                    }
                     let note = format!(
                         "{why}; bucket {bucket_name} left in place, its access key {key_id} revoked through the pool's last connection"
                     );
@@ -367,8 +461,16 @@ async fn cleanup(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Acti
         DeletionPolicy::Retain => format!("bucket {bucket_name} does not belong to this resource; left as it is"),
     };
     catalog::delete_access_key(&client, &key_id).await?;
+    if has_role(bucket) {
+        role::delete_role(&client, bucket).await?;
+    }
     kube_ops::publish(ctx, bucket, "Cleanup", EventType::Normal, "Cleanup", note).await;
     Ok(Action::await_change())
+}
+
+/// Whether the Bucket has (or had) a role in the catalog.
+fn has_role(bucket: &Bucket) -> bool {
+    bucket.spec.workload_identity.is_some() || bucket.status.as_ref().is_some_and(|status| status.role_arn.is_some())
 }
 
 /// The catalog is out of reach: holding the finalizer would block the namespace forever, so the

@@ -289,6 +289,7 @@ mod tests {
                 access_prefixes: Vec::new(),
                 notifications: None,
                 ducklake: None,
+                workload_identity: None,
             },
         );
         bucket.metadata.namespace = Some("team".into());

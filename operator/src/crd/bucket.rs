@@ -78,6 +78,54 @@ pub struct BucketSpec {
     /// A DuckLake on this bucket: its files in the bucket, its catalog in the pool's database.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ducklake: Option<DuckLake>,
+
+    /// Pods that reach the bucket with their Kubernetes ServiceAccount instead of a static key:
+    /// the operator writes a role that these ServiceAccounts' tokens (audience `pgvs3`) may
+    /// assume through STS AssumeRoleWithWebIdentity on the pool's S3 endpoint, granting this
+    /// bucket only, and a ConfigMap `<name>-identity` with `AWS_ROLE_ARN` and the endpoints for
+    /// the pods (docs/operator.md, "Workload identity").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload_identity: Option<WorkloadIdentity>,
+}
+
+/// Who may assume a Bucket's role, and what it grants.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadIdentity {
+    /// The ServiceAccounts whose tokens may assume the role.
+    #[schemars(length(min = 1, max = 32))]
+    pub service_accounts: Vec<ServiceAccountRef>,
+    /// What the role may do in the bucket (default: the Bucket's `access`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<AccessMode>,
+    /// The longest session the role grants, in seconds (default 3600; 900 to 43200, as AWS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 900, max = 43200))]
+    pub max_session_seconds: Option<i32>,
+    /// Whether the Bucket still gets its static access key in the credentials Secret. `false`:
+    /// no Secret (an existing one is deleted); the bucket's key stays in the catalog as its
+    /// owner, with a secret nobody is given.
+    #[serde(default = "static_key_default")]
+    pub static_key: bool,
+}
+
+fn static_key_default() -> bool {
+    true
+}
+
+/// A ServiceAccount, `name` `*` for every one of the namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceAccountRef {
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^(\*|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$")
+    )]
+    pub name: String,
+    /// Default: the Bucket's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub namespace: Option<String>,
 }
 
 /// One notification rule of a Bucket.
@@ -179,6 +227,9 @@ pub struct BucketStatus {
     /// S3 endpoints of Standby pools on the same cluster (reads only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub read_endpoints: Vec<String>,
+    /// The role of `workloadIdentity`, once written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role_arn: Option<String>,
 }
 
 impl Bucket {

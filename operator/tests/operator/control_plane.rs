@@ -240,6 +240,22 @@ impl ControlPlane {
     /// Starts the API server again with the command line [`kill_apiserver`] returned; returns
     /// once it is ready.
     pub async fn restart_apiserver(&self, argv: &[String]) {
+        // The killed server's port may stay taken a moment after its process is gone (the
+        // restart then fails at once with "address already in use").
+        let port: Option<u16> = argv
+            .iter()
+            .find_map(|arg| arg.strip_prefix("--secure-port="))
+            .and_then(|port| port.parse().ok());
+        if let Some(port) = port {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            while std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "port {port} still taken after 30s"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
         let log = std::fs::OpenOptions::new()
             .append(true)
             .open(self.run_dir.join("apiserver.log"))

@@ -4,6 +4,7 @@
 
 mod apiserver;
 mod apiserver_fencing;
+mod apiserver_identity;
 mod apiserver_scoped;
 mod bucket;
 mod chart;

@@ -282,6 +282,12 @@ impl FakeApi {
         state.store(path_of(&value), value)
     }
 
+    /// Serves `document` at `path`, a URL that is no resource (the service-account issuer's
+    /// OIDC discovery and keys).
+    pub fn serve(&self, path: &str, document: Value) {
+        self.state.lock().unwrap().objects.insert(path.to_string(), document);
+    }
+
     pub fn get(&self, path: &str) -> Option<Value> {
         self.state.lock().unwrap().objects.get(path).cloned()
     }

@@ -269,6 +269,11 @@ fn permissions(request: &mock::Recorded) -> Vec<Permission> {
     if segments[0] == "apis" && segments.len() == 3 {
         return Vec::new();
     }
+    if !matches!(segments[0], "api" | "apis") {
+        // A URL that is no resource (the service-account issuer's discovery and keys).
+        assert_eq!(request.method, "GET", "{}", request.path);
+        return vec![(NON_RESOURCE.to_string(), request.path.clone(), "get".to_string())];
+    }
     let (group, rest) = match segments[0] {
         "api" => ("", &segments[2..]),
         _ => (segments[1], &segments[3..]),
@@ -301,7 +306,10 @@ fn permissions(request: &mock::Recorded) -> Vec<Permission> {
     needed
 }
 
-/// The rules of the chart's ClusterRole and leader-election Role, read from the template
+/// The "API group" of a permission on a URL that is no resource (`nonResourceURLs`).
+const NON_RESOURCE: &str = "nonResourceURLs";
+
+/// The rules of the chart's ClusterRoles and leader-election Role, read from the template
 /// (its Helm directives only touch names and labels, so dropping those lines leaves the rules).
 fn chart_rules() -> Vec<Permission> {
     let path = concat!(
@@ -316,8 +324,24 @@ fn chart_rules() -> Vec<Permission> {
         .collect();
     let documents: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
     let mut granted = Vec::new();
+    let strings = |value: &serde_json::Value| -> Vec<String> {
+        value
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    };
     for document in documents.iter().filter(|d| d.get("rules").is_some()) {
         for rule in document["rules"].as_array().unwrap() {
+            if let Some(urls) = rule.get("nonResourceURLs") {
+                for url in strings(urls) {
+                    for verb in strings(&rule["verbs"]) {
+                        granted.push((NON_RESOURCE.to_string(), url.clone(), verb));
+                    }
+                }
+                continue;
+            }
             for group in rule["apiGroups"].as_array().unwrap() {
                 for resource in rule["resources"].as_array().unwrap() {
                     for verb in rule["verbs"].as_array().unwrap() {
@@ -367,7 +391,20 @@ async fn the_chart_grants_exactly_the_verbs_the_operator_uses() {
         "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "origin", "namespace": "team"},
         "data": {"AWS_ACCESS_KEY_ID": b64("AKIA"), "AWS_SECRET_ACCESS_KEY": b64("secret")},
     }));
+    // The API server's service-account issuer, which the operator publishes into catalogs.
+    fake.serve(
+        "/.well-known/openid-configuration",
+        json!({"issuer": "https://kubernetes.default.svc", "jwks_uri": "https://kubernetes.default.svc/openid/v1/jwks"}),
+    );
+    fake.serve(
+        "/openid/v1/jwks",
+        json!({"keys": [{"kty": "RSA", "kid": "a", "n": "AQAB", "e": "AQAB"}]}),
+    );
     let replica = Replica::start(&fake, "replica-a", args(&[])).await;
+    eventually("the issuer's keys read", async || {
+        fake.requests().iter().any(|request| request.path == "/openid/v1/jwks")
+    })
+    .await;
     eventually("the ServiceMonitor", async || {
         fake.get("/apis/monitoring.coreos.com/v1/namespaces/team/servicemonitors/objects")
             .is_some()

@@ -327,6 +327,11 @@ pub enum Reply {
     Double(f64),
     /// An out-of-band frame (pub/sub): `>` in RESP3, a plain array in RESP2.
     Push(Vec<Reply>),
+    /// A reply larger than the limit it was read with, cut before it was read whole (with the
+    /// size of what the database left out; `None`: gathered in the gateway, KEYS). Never
+    /// sent: read again within `--resp-output-limit` where it may fit, else its connection is
+    /// closed instead, as Redis closes a client past its `client-output-buffer-limit`.
+    OverLimit(Option<crate::store::Cut>),
 }
 
 impl Reply {
@@ -350,6 +355,15 @@ impl Reply {
 
     pub fn is_error(&self) -> bool {
         matches!(self, Reply::Error(_))
+    }
+
+    /// Whether the reply is, or holds (EXEC's), a reply cut at the output limit.
+    pub fn is_cut(&self) -> bool {
+        match self {
+            Reply::OverLimit(_) => true,
+            Reply::Array(items) => items.iter().any(Reply::is_cut),
+            _ => false,
+        }
     }
 
     pub fn encode(&self, resp3: bool, out: &mut BytesMut) {
@@ -412,6 +426,8 @@ impl Reply {
             }
             Reply::Double(value) if resp3 => line(out, b',', format_score(*value).as_bytes()),
             Reply::Double(value) => Reply::text(&format_score(*value)).encode(resp3, out),
+            // Its connection closes without it (see `is_cut`).
+            Reply::OverLimit(_) => {}
         }
     }
 }

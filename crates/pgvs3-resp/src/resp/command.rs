@@ -503,6 +503,15 @@ pub enum LcsAnswer {
 }
 
 impl KeyCommand {
+    /// Has a typed command's reply cut in the database when it would take more than `bytes`
+    /// (see `TypedCall::reply_limit`); string commands' replies are bounded by their values.
+    pub fn limit_reply(&mut self, bytes: i64) -> &mut KeyCommand {
+        if let KeyCommand::Typed(typed) = self {
+            typed.call.reply_limit = Some(bytes);
+        }
+        self
+    }
+
     /// The keys the command reads or writes.
     pub fn keys(&self) -> Vec<&String> {
         use KeyCommand::*;

@@ -34,6 +34,12 @@ const READ_SIZE: usize = 16 * 1024;
 /// Input a connection may buffer without drawing on the buffer budget: ordinary requests and
 /// pipelines never reach it.
 const UNBUDGETED_INPUT: usize = 1024 * 1024;
+/// A read's reply the database may send without its memory reserved from the buffer budget
+/// (about twice this as a datum: see `TypedCall::reply_limit`).
+const UNBUDGETED_REPLY: i64 = 1024 * 1024;
+/// What a read gets whose reply does not fit in the buffer budget now.
+const REPLY_OVER_BUDGET: &str =
+    "OOM command not allowed: the reply does not fit in the server's buffer budget now, retry later";
 /// How long a batch runs on after its client's input ended (a half-closed client still reads
 /// the answers) before it is dropped and its statement cancelled as a gone client's.
 const EOF_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
@@ -135,6 +141,10 @@ pub struct Connection {
     cursors: HashMap<u64, String>,
     next_cursor: u64,
     quit: bool,
+    /// The batch's replies passed `--resp-output-limit`: the connection closes without them.
+    over_limit: bool,
+    /// The buffer budget the batch's large replies hold until they are written.
+    reply_memory: Vec<crate::admission::Reservation>,
     /// CLIENT REPLY: whether replies are sent.
     reply_mode: ReplyMode,
     /// Pub/sub: where this connection's messages wait, once it has subscribed, and what it is
@@ -186,6 +196,8 @@ impl Connection {
             cursors: HashMap::new(),
             next_cursor: 1,
             quit: false,
+            over_limit: false,
+            reply_memory: Vec::new(),
             reply_mode: ReplyMode::On,
             mailbox: None,
             channels: HashSet::new(),
@@ -366,6 +378,10 @@ impl Connection {
                     }
                 }
             }
+            if self.over_limit {
+                self.close_over_limit(output.len());
+                break;
+            }
             // Redis answers the requests before a protocol error, then the error, then closes.
             if let Some(err) = &broken {
                 Reply::Error(err.0.clone()).encode(self.resp3, &mut output);
@@ -375,6 +391,11 @@ impl Connection {
                 break;
             }
             output.clear();
+            // A large reply's buffer is let go once it is sent, and its budget with it.
+            if output.capacity() > UNBUDGETED_INPUT {
+                output = BytesMut::with_capacity(16 * 1024);
+            }
+            self.reply_memory.clear();
             if broken.is_some() {
                 close_after_error(&mut stream).await;
                 break;
@@ -438,7 +459,7 @@ impl Connection {
         let mut run = Run::default();
         let mut last_command = "NULL";
         for args in requests {
-            if self.quit {
+            if self.quit || self.over_limit {
                 break;
             }
             // The parser never yields an empty request; nothing to answer if one came.
@@ -562,14 +583,66 @@ impl Connection {
         self.emit(reply, out);
     }
 
-    /// Encodes a reply, unless CLIENT REPLY turned replies off or skips this one.
+    /// Encodes a reply, unless CLIENT REPLY turned replies off or skips this one. A reply cut
+    /// at the output limit, or one that takes the batch's replies past it, ends the connection
+    /// (see `close_over_limit`).
     fn emit(&mut self, reply: Reply, out: &mut BytesMut) {
         match self.reply_mode {
-            ReplyMode::On => reply.encode(self.resp3, out),
+            ReplyMode::On if reply.is_cut() => self.over_limit = true,
+            ReplyMode::On => {
+                reply.encode(self.resp3, out);
+                if self.server.settings.output_limit.is_some_and(|limit| out.len() > limit) {
+                    self.over_limit = true;
+                }
+            }
             ReplyMode::Off => {}
             ReplyMode::SkipThisAndNext => self.reply_mode = ReplyMode::SkipNext,
             ReplyMode::SkipNext => self.reply_mode = ReplyMode::On,
         }
+    }
+
+    /// What Redis does to a normal client past its `client-output-buffer-limit`: the client
+    /// is closed, its pending replies dropped, with a log line.
+    fn close_over_limit(&self, pending: usize) {
+        self.server.metrics.resp_output_limit_closed.inc();
+        tracing::warn!(
+            client = self.id(),
+            pending_bytes = pending,
+            limit = self.server.settings.output_limit.unwrap_or_default(),
+            "RESP client closed for overcoming of output buffer limits (--resp-output-limit)"
+        );
+    }
+
+    /// Bytes the batch's replies may still take after `out`.
+    fn output_room(&self, out: &BytesMut) -> i64 {
+        match self.server.settings.output_limit {
+            Some(limit) => i64::try_from(limit.saturating_sub(out.len())).unwrap_or(i64::MAX),
+            None => i64::MAX,
+        }
+    }
+
+    /// A read whose reply was cut at its share of the limit or at [`UNBUDGETED_REPLY`], read
+    /// again alone once the memory it takes is reserved from the buffer budget: cut at what is
+    /// left of the limit, or `-OOM` while the budget cannot cover it.
+    async fn read_again(
+        &mut self,
+        mut command: KeyCommand,
+        spec: &'static Spec,
+        cut: crate::store::Cut,
+        out: &BytesMut,
+    ) -> Reply {
+        let room = self.output_room(out);
+        if cut.least_reply_bytes() > room as u64 {
+            return Reply::OverLimit(Some(cut));
+        }
+        let Some(reservation) = self.server.buffers.try_reserve(cut.memory_bytes(), "resp_reply") else {
+            return Reply::error(REPLY_OVER_BUDGET);
+        };
+        self.reply_memory.push(reservation);
+        command.limit_reply(room);
+        Box::pin(self.execute(&[(command, spec)], false, &[]))
+            .await
+            .map_or_else(|reply| reply, |mut replies| replies.pop().unwrap_or(Reply::Nil))
     }
 
     fn count(&self, operation: &str, reply: &Reply) {
@@ -615,12 +688,29 @@ impl Connection {
         if run.commands.is_empty() {
             return;
         }
-        let commands = std::mem::take(&mut run.commands);
+        let mut commands = std::mem::take(&mut run.commands);
         let write = std::mem::take(&mut run.write);
+        // The run's replies share what is left of the limit, each cut in the database past its
+        // share, so that a pipeline of whole-collection reads cannot fill the memory. A read's
+        // reply is besides cut at `UNBUDGETED_REPLY`: a larger one is read again alone, within
+        // the buffer budget. (A write's is not: it must not run twice.)
+        let share = self.output_room(out) / commands.len() as i64;
+        for (command, spec) in &mut commands {
+            command.limit_reply(match spec.is_write() {
+                true => share,
+                false => share.min(UNBUDGETED_REPLY),
+            });
+        }
         let replies = Box::pin(self.execute(&commands, write, &[]))
             .await
             .unwrap_or_else(|reply| vec![reply; commands.len()]);
-        for ((_, spec), reply) in commands.iter().zip(replies) {
+        for ((command, spec), reply) in commands.into_iter().zip(replies) {
+            let reply = match reply {
+                Reply::OverLimit(Some(cut)) if !spec.is_write() && !self.over_limit => {
+                    self.read_again(command, spec, cut, out).await
+                }
+                reply => reply,
+            };
             self.finish(Some(spec), reply, out);
         }
     }
@@ -1043,13 +1133,20 @@ impl Connection {
                 Err(err) => return store_error(err),
             }
         }
-        let commands: Vec<(KeyCommand, &'static Spec)> = queued
+        let mut commands: Vec<(KeyCommand, &'static Spec)> = queued
             .iter()
             .filter_map(|queued| match queued {
                 Queued::Key(command, spec) => Some((command.clone(), *spec)),
                 Queued::Other(..) => None,
             })
             .collect();
+        // EXEC's reply is one: its parts share the output limit.
+        if let Some(limit) = self.server.settings.output_limit {
+            let share = i64::try_from(limit / commands.len().max(1)).unwrap_or(i64::MAX);
+            for (command, _) in &mut commands {
+                command.limit_reply(share);
+            }
+        }
         let write = commands.iter().any(|(_, spec)| spec.is_write());
         let scripted = queued
             .iter()
@@ -1467,6 +1564,7 @@ impl Connection {
         let script_ms = settings.script.time.as_millis().to_string();
         let idle = settings.idle_timeout.map_or(0, |timeout| timeout.as_secs());
         let pubsub = settings.pubsub.output_limit;
+        let normal = settings.output_limit.unwrap_or(0);
         vec![
             ("databases", databases.to_string()),
             ("maxclients", settings.max_clients.to_string()),
@@ -1484,7 +1582,7 @@ impl Connection {
             ("cluster-enabled", "no".into()),
             (
                 "client-output-buffer-limit",
-                format!("normal 0 0 0 slave 268435456 67108864 60 pubsub {pubsub} {pubsub} 0"),
+                format!("normal {normal} 0 0 slave 268435456 67108864 60 pubsub {pubsub} {pubsub} 0"),
             ),
         ]
     }
@@ -1503,6 +1601,8 @@ impl Connection {
         };
         let mut after = String::new();
         let mut found = Vec::new();
+        // Bytes of the reply so far: past the output limit it is not gathered further.
+        let mut bytes = 0;
         loop {
             let page = keyspace.scan(&after, &prefix, KEYS_PAGE).await;
             let page = match page {
@@ -1516,8 +1616,12 @@ impl Connection {
             found.extend(
                 page.into_iter()
                     .filter(|(key, _)| glob::matches(pattern, key.as_bytes()))
+                    .inspect(|(key, _)| bytes += key.len() + 5)
                     .map(|(key, _)| Reply::bulk(key)),
             );
+            if self.server.settings.output_limit.is_some_and(|limit| bytes > limit) {
+                return Reply::OverLimit(None);
+            }
             if done {
                 return Reply::Array(found);
             }

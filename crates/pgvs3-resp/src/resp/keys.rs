@@ -62,6 +62,7 @@ async fn move_typed(batch: &mut KvBatch, op: &'static str, from: &str, to: &str,
         args: Vec::new(),
         ints: vec![Some(i64::from(only_new))],
         floats: Vec::new(),
+        reply_limit: None,
     };
     let row = batch.typed(&[&call], false).await?;
     batch.reload(&call.keys).await?;

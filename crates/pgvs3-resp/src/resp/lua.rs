@@ -577,6 +577,8 @@ fn to_lua(lua: &Lua, reply: &Reply) -> mlua::Result<Value> {
         Reply::Simple(text) => Value::Table(lua.create_table_from([("ok", *text)])?),
         Reply::Status(text) => Value::Table(lua.create_table_from([("ok", text.as_str())])?),
         Reply::Error(text) => Value::Table(lua.create_table_from([("err", text.as_str())])?),
+        // (`Session::call` words it as an error first.)
+        Reply::OverLimit(_) => Value::Table(lua.create_table_from([("err", "ERR the reply is too large")])?),
         Reply::Integer(number) => Value::Number(*number as f64),
         Reply::Bulk(bytes) => Value::String(lua.create_string(bytes)?),
         Reply::Nil | Reply::NilArray => Value::Boolean(false),

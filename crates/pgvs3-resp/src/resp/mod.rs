@@ -67,6 +67,8 @@ pub struct RespSettings {
     /// the safety net should a notification be lost with the LISTEN connection.
     pub block_poll: Duration,
     pub pubsub: pubsub::Limits,
+    /// Bytes of replies one batch may produce (`--resp-output-limit`; `None`: any).
+    pub output_limit: Option<usize>,
     /// How far one Lua script may go (time, memory).
     pub script: lua::Limits,
     /// Lua interpreters that may run at once.
@@ -74,15 +76,17 @@ pub struct RespSettings {
 }
 
 impl RespSettings {
-    /// The defaults documented in docs/resp-compatibility.md: AUTH is needed unless no password
-    /// is set and the listener is on loopback.
+    /// The defaults documented in docs/resp-compatibility.md: AUTH is needed unless
+    /// `--resp-auth none`, no password is set and the listener is on loopback.
     pub fn from_args(args: &RespArgs, addr: SocketAddr, admission: crate::admission::Limits) -> RespSettings {
         let mut databases: BTreeMap<u32, String> = args.resp_databases.iter().cloned().collect();
         databases.insert(0, args.resp_bucket.clone());
         RespSettings {
             databases,
             password: args.resp_password.clone(),
-            require_auth: args.resp_password.is_some() || !addr.ip().is_loopback(),
+            require_auth: args.resp_auth == crate::args::RespAuth::Key
+                || args.resp_password.is_some()
+                || !addr.ip().is_loopback(),
             flushdb: args.resp_flushdb,
             max_clients: args.resp_max_clients,
             admission,
@@ -97,6 +101,8 @@ impl RespSettings {
                 max_subscriptions: args.resp_max_subscriptions,
                 max_pattern: args.resp_max_pattern,
             },
+            output_limit: (args.resp_output_limit > 0)
+                .then(|| usize::try_from(args.resp_output_limit).unwrap_or(usize::MAX)),
             script: lua::Limits {
                 time: args.resp_script_time_limit,
                 memory: usize::try_from(args.resp_script_max_memory).unwrap_or(usize::MAX),

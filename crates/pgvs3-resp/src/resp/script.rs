@@ -340,6 +340,7 @@ impl Scripts {
             contended: false,
             standby,
             failure: None,
+            reply_limit: i64::try_from(self.limits.memory).unwrap_or(i64::MAX),
         };
         let mut replies = Vec::with_capacity(steps.len());
         for step in steps {
@@ -486,6 +487,8 @@ struct Session {
     standby: bool,
     /// The database failed: the run ends with this, rolled back.
     failure: Option<StoreError>,
+    /// A reply larger than the script's memory could never reach it: cut in the database.
+    reply_limit: i64,
 }
 
 impl Session {
@@ -547,7 +550,11 @@ impl Session {
         }
         match KeyCommand::parse(&name, args) {
             Err(reply) => reply,
-            Ok(Some(command)) => match self.apply(&command).await {
+            Ok(Some(mut command)) => match self.apply(command.limit_reply(self.reply_limit)).await {
+                Ok(Reply::OverLimit(_)) => Reply::error(format!(
+                    "ERR the reply is larger than the script's memory ({} bytes, --resp-script-max-memory)",
+                    self.reply_limit
+                )),
                 Ok(reply) => reply,
                 Err(err) => {
                     let reply = Reply::error(format!("ERR {err}"));

@@ -92,6 +92,7 @@ impl Typed {
                 args: args.to_vec(),
                 ints: Vec::new(),
                 floats: Vec::new(),
+                reply_limit: None,
             },
             shape,
             blocking: None,
@@ -116,6 +117,9 @@ impl Typed {
 
     /// Redis's reply to the call's row.
     pub fn reply(&self, row: TypedRow) -> Reply {
+        if let Some(cut) = row.cut {
+            return Reply::OverLimit(Some(cut));
+        }
         // (A group command words its own errors.)
         if !matches!(self.shape, Shape::Group(_))
             && let Some(err) = row.err

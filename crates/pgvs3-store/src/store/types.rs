@@ -68,6 +68,32 @@ pub struct TypedCall {
     pub args: Vec<Bytes>,
     pub ints: Vec<Option<i64>>,
     pub floats: Vec<f64>,
+    /// Bytes the call's reply may take (`None`: any). PostgreSQL drops the elements of a
+    /// larger one before they are sent, so a whole-collection read (LRANGE 0 -1 of millions of
+    /// elements) never comes into the gateway's memory; its row says `cut` instead.
+    pub reply_limit: Option<i64>,
+}
+
+/// The size of a reply cut at its call's `reply_limit`, as PostgreSQL built it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cut {
+    /// Bytes of its array datums (the items' and the scores').
+    pub datum_bytes: u64,
+    /// Its items and scores.
+    pub elements: u64,
+}
+
+impl Cut {
+    /// The least its reply takes encoded: what the statement's cut is sure of.
+    pub fn least_reply_bytes(&self) -> u64 {
+        (self.datum_bytes / 2).saturating_sub(64).max(3 * self.elements)
+    }
+
+    /// About the memory the gateway takes to read it whole: the row as received, its elements
+    /// copied out of it, their encoding, and some 128 bytes an element of values around them.
+    pub fn memory_bytes(&self) -> u64 {
+        3 * self.datum_bytes + 128 * self.elements
+    }
 }
 
 /// What a call answered: a Redis error, or its integer, strings (`None`: nil) and scores.
@@ -77,6 +103,8 @@ pub struct TypedRow {
     pub n: Option<i64>,
     pub items: Vec<Option<Bytes>>,
     pub scores: Vec<Option<f64>>,
+    /// The reply passed the call's `reply_limit`: its elements were left out.
+    pub cut: Option<Cut>,
 }
 
 /// The statements of one namespace: a call per family, and the typed keys' share of the
@@ -88,12 +116,26 @@ pub(super) struct TypedSql {
 
 impl TypedSql {
     pub(super) fn new(ns: &str) -> TypedSql {
+        // A reply is cut ($7) when its elements surely encode to more than the limit: an
+        // element of an array datum takes at most 7 bytes besides its data (a 4-byte length and
+        // alignment) where its reply takes at least 5, and a float8 score 8 where its reply
+        // takes at least 3, so half the datum (and 3 bytes an element) is below the reply's
+        // size (`Cut::least_reply_bytes`). What is cut is never sent, only its size; what is
+        // not is at most about twice the limit.
         let call = |family: &str| {
             format!(
-                "SELECT err, n, items, scores FROM pgvs3.resp_{family}($1, $2, $3,
-                    ARRAY(SELECT key FROM {ns}.objects WHERE bucket_id = $2 AND key = ANY($3)
-                           AND (expires_at IS NULL OR expires_at > clock_timestamp())),
-                    $4, $5, $6)"
+                "SELECT err, n, CASE WHEN cut THEN NULL ELSE items END, CASE WHEN cut THEN NULL ELSE scores END,
+                        CASE WHEN cut THEN bytes END, CASE WHEN cut THEN elements END
+                   FROM (SELECT *, coalesce($7::bigint < bytes / 2 - 64 OR $7::bigint < 3 * elements, false) AS cut
+                           FROM (SELECT r.err, r.n, r.items, r.scores,
+                                        coalesce(pg_column_size(r.items), 0)::bigint
+                                          + coalesce(pg_column_size(r.scores), 0) AS bytes,
+                                        coalesce(cardinality(r.items), 0)::bigint
+                                          + coalesce(cardinality(r.scores), 0) AS elements
+                                   FROM pgvs3.resp_{family}($1, $2, $3,
+                                        ARRAY(SELECT key FROM {ns}.objects WHERE bucket_id = $2 AND key = ANY($3)
+                                               AND (expires_at IS NULL OR expires_at > clock_timestamp())),
+                                        $4, $5, $6) r) sized) called"
             )
         };
         TypedSql {
@@ -130,11 +172,19 @@ where
         .iter()
         .map(|call| call.args.iter().map(|arg| &arg[..]).collect())
         .collect();
-    let params: Vec<[&(dyn ToSql + Sync); 6]> = calls
+    let params: Vec<[&(dyn ToSql + Sync); 7]> = calls
         .iter()
         .zip(&args)
-        .map(|(call, args)| -> [&(dyn ToSql + Sync); 6] {
-            [&call.op, &bucket.id, &call.keys, args, &call.ints, &call.floats]
+        .map(|(call, args)| -> [&(dyn ToSql + Sync); 7] {
+            [
+                &call.op,
+                &bucket.id,
+                &call.keys,
+                args,
+                &call.ints,
+                &call.floats,
+                &call.reply_limit,
+            ]
         })
         .collect();
     let queries = calls.iter().zip(&params).map(|(call, params)| {
@@ -154,6 +204,10 @@ where
                 .map(|item| item.map(Bytes::from))
                 .collect(),
             scores: row.get::<_, Option<Vec<Option<f64>>>>(3).unwrap_or_default(),
+            cut: row.get::<_, Option<i64>>(4).map(|bytes| Cut {
+                datum_bytes: bytes.max(0) as u64,
+                elements: row.get::<_, Option<i64>>(5).unwrap_or(0).max(0) as u64,
+            }),
         })
         .collect())
 }

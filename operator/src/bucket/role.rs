@@ -1,0 +1,274 @@
+//! A Bucket's workload identity (`spec.workloadIdentity`): the role its ServiceAccounts may
+//! assume through STS AssumeRoleWithWebIdentity — trusted: tokens of the cluster's issuer for
+//! audience `pgvs3` whose subject is one of them; granted: this bucket only — and the
+//! ConfigMap `<name>-identity` that tells their pods the role and the endpoints.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams};
+use kube::{Resource, ResourceExt};
+use pgvs3_catalog::sts;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use tokio_postgres::GenericClient;
+
+use super::build::{CA_CERT_KEY, Target, label_value};
+use crate::context::{Context, Result};
+use crate::crd::{AccessMode, Bucket, WorkloadIdentity};
+use crate::kube_ops;
+
+/// Where the documented pod spec mounts its projected token; the ConfigMap's
+/// `AWS_WEB_IDENTITY_TOKEN_FILE`.
+pub const TOKEN_FILE: &str = "/var/run/secrets/pgvs3.io/serviceaccount/token";
+/// The longest role name (IAM's limit, which the catalog enforces).
+const MAX_ROLE_NAME: usize = 64;
+/// The session length when the Bucket sets none (AWS's default).
+pub const DEFAULT_SESSION_SECONDS: i32 = 3600;
+
+/// `k8s.<namespace>.<name>`: the role of a Bucket. Namespaces have no dots, so no two Buckets
+/// share one; the `k8s.` prefix keeps the operator's roles apart from those an admin writes
+/// (`pgvs3 admin role`). Longer than [`MAX_ROLE_NAME`]: its first 55 characters, `-` and 8 hex
+/// digits of a hash of namespace and name.
+pub fn role_name(bucket: &Bucket) -> String {
+    let namespace = bucket.namespace().unwrap_or_default();
+    let name = bucket.name_any();
+    let plain = format!("k8s.{namespace}.{name}");
+    if plain.len() <= MAX_ROLE_NAME {
+        return plain;
+    }
+    let digest = Sha256::digest(format!("{namespace}/{name}").as_bytes());
+    let stem: String = plain.chars().take(55).collect();
+    format!("{}-{}", stem.trim_end_matches(['-', '.']), hex::encode(&digest[..4]))
+}
+
+/// The token subjects that may assume the role: `system:serviceaccount:<namespace>:<name>`
+/// (`*`: any of the namespace), sorted, each once.
+pub fn subjects(bucket: &Bucket, identity: &WorkloadIdentity) -> Vec<String> {
+    let own = bucket.namespace().unwrap_or_default();
+    let mut subjects: Vec<String> = identity
+        .service_accounts
+        .iter()
+        .map(|account| {
+            let namespace = account.namespace.as_deref().unwrap_or(&own);
+            sts::service_account_subject(namespace, &account.name)
+        })
+        .collect();
+    subjects.sort();
+    subjects.dedup();
+    subjects
+}
+
+/// The role's trust: tokens of the cluster's issuer for audience `pgvs3` (the projected
+/// token's `audience`) whose subject is one of `subjects`.
+pub fn trust(issuer: &str, subjects: Vec<String>) -> sts::Trust {
+    sts::Trust {
+        issuer: issuer.to_string(),
+        audience: sts::DEFAULT_AUDIENCE.to_string(),
+        subjects,
+    }
+}
+
+/// The role's policy: the bucket `bucket_name` and nothing else — under `prefixes` only when
+/// the Bucket limits its key to them — read-only (objects read, listings, the bucket's
+/// location) or everything.
+pub fn policy(bucket_name: &str, prefixes: &[String], access: AccessMode) -> serde_json::Value {
+    let bucket = format!("arn:aws:s3:::{bucket_name}");
+    let objects: Vec<String> = if prefixes.is_empty() {
+        vec![format!("{bucket}/*")]
+    } else {
+        prefixes.iter().map(|prefix| format!("{bucket}/{prefix}*")).collect()
+    };
+    let object_actions = match access {
+        AccessMode::ReadWrite => json!("s3:*"),
+        AccessMode::ReadOnly => json!(["s3:GetObject*"]),
+    };
+    let list_actions = json!([
+        "s3:ListBucket",
+        "s3:ListBucketVersions",
+        "s3:ListBucketMultipartUploads"
+    ]);
+    let mut list = json!({"Sid": "List", "Effect": "Allow", "Action": list_actions, "Resource": bucket});
+    if !prefixes.is_empty() {
+        let listed: Vec<String> = prefixes.iter().map(|prefix| format!("{prefix}*")).collect();
+        list["Condition"] = json!({"StringLike": {"s3:prefix": listed}});
+    }
+    let bucket_actions = match (access, prefixes.is_empty()) {
+        // The whole bucket, read-write: its settings too, as its owner's key may.
+        (AccessMode::ReadWrite, true) => json!("s3:*"),
+        _ => json!("s3:GetBucketLocation"),
+    };
+    json!({
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Sid": "Objects", "Effect": "Allow", "Action": object_actions, "Resource": objects},
+            list,
+            {"Sid": "Bucket", "Effect": "Allow", "Action": bucket_actions, "Resource": bucket},
+        ],
+    })
+}
+
+/// `<name>-identity`.
+pub fn config_map_name(bucket: &Bucket) -> String {
+    format!("{}-identity", bucket.name_any())
+}
+
+/// What a pod of one of the ServiceAccounts needs besides its token: the role, the endpoints
+/// (STS is served on the S3 endpoint), the region and the bucket, and the CA with TLS. Mounted
+/// with `envFrom` (`ca.crt`, no variable name, is skipped there; mount it as a file for
+/// `AWS_CA_BUNDLE`).
+pub fn config_map(bucket: &Bucket, target: &Target, role_arn: &str) -> ConfigMap {
+    let mut data = BTreeMap::from([
+        ("AWS_ROLE_ARN".to_string(), role_arn.to_string()),
+        ("AWS_WEB_IDENTITY_TOKEN_FILE".to_string(), TOKEN_FILE.to_string()),
+        ("AWS_ENDPOINT_URL".to_string(), target.endpoint.clone()),
+        ("AWS_ENDPOINT_URL_S3".to_string(), target.endpoint.clone()),
+        ("AWS_ENDPOINT_URL_STS".to_string(), target.endpoint.clone()),
+        ("AWS_REGION".to_string(), target.region.clone()),
+        ("BUCKET_NAME".to_string(), target.bucket_name.clone()),
+    ]);
+    if let Some(ca) = &target.ca_cert {
+        data.insert(CA_CERT_KEY.to_string(), ca.clone());
+    }
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(config_map_name(bucket)),
+            namespace: bucket.namespace(),
+            labels: Some(BTreeMap::from([
+                ("app.kubernetes.io/managed-by".to_string(), "pgvs3-operator".to_string()),
+                ("pgvs3.io/bucket".to_string(), label_value(&bucket.name_any())),
+            ])),
+            owner_references: crate::crd::controller_reference(bucket),
+            ..ObjectMeta::default()
+        },
+        data: Some(data),
+        ..ConfigMap::default()
+    }
+}
+
+/// Writes the Bucket's role into the catalog; its ARN.
+pub async fn put_role(
+    client: &impl GenericClient,
+    bucket: &Bucket,
+    identity: &WorkloadIdentity,
+    issuer: &str,
+    bucket_name: &str,
+) -> Result<String> {
+    let name = role_name(bucket);
+    let access = identity.access.unwrap_or(bucket.spec.access);
+    let trust = trust(issuer, subjects(bucket, identity));
+    let policy = policy(bucket_name, &bucket.spec.access_prefixes, access);
+    let seconds = identity.max_session_seconds.unwrap_or(DEFAULT_SESSION_SECONDS);
+    sts::put_role(client, &name, &trust, &policy, seconds).await?;
+    Ok(sts::role_arn(&name))
+}
+
+/// Removes the Bucket's role from the catalog (none there: nothing to do).
+pub async fn delete_role(client: &impl GenericClient, bucket: &Bucket) -> Result<()> {
+    sts::delete_role(client, &role_name(bucket)).await?;
+    Ok(())
+}
+
+/// Applies the Bucket's ConfigMap.
+pub async fn apply_config_map(ctx: &Context, bucket: &Bucket, target: &Target, role_arn: &str) -> Result<()> {
+    let namespace = bucket.namespace().unwrap_or_default();
+    let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
+    kube_ops::apply(&config_maps, &config_map(bucket, target, role_arn)).await?;
+    Ok(())
+}
+
+/// Deletes the object `name` the operator wrote in the Bucket's namespace (its ConfigMap once
+/// `workloadIdentity` is unset, its credentials Secret once `staticKey` is off); gone already
+/// is fine.
+pub async fn delete_written<K>(ctx: &Context, bucket: &Bucket, name: &str) -> Result<()>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let namespace = bucket.namespace().unwrap_or_default();
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(err) => Err(err.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{BucketSpec, ServiceAccountRef};
+
+    fn bucket(namespace: &str, name: &str) -> Bucket {
+        let spec: BucketSpec = serde_json::from_value(json!({"gatewayPoolRef": "pool"})).unwrap();
+        let mut bucket = Bucket::new(name, spec);
+        bucket.metadata.namespace = Some(namespace.into());
+        bucket
+    }
+
+    #[test]
+    fn role_names_are_per_namespace_and_name_and_bounded() {
+        assert_eq!(role_name(&bucket("team", "photos")), "k8s.team.photos");
+        let long = bucket("team", &"a".repeat(100));
+        let name = role_name(&long);
+        assert!(name.len() <= MAX_ROLE_NAME, "{name}");
+        assert!(name.starts_with("k8s.team.aaa"), "{name}");
+        assert_ne!(name, role_name(&bucket("team", &"a".repeat(101))), "distinct per name");
+        assert_ne!(role_name(&bucket("a-b", "c")), role_name(&bucket("a", "b-c")));
+        assert!(
+            role_name(&bucket(&"n".repeat(63), "x"))
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+=,.@-_".contains(c))
+        );
+    }
+
+    #[test]
+    fn subjects_default_to_the_buckets_namespace() {
+        let identity = WorkloadIdentity {
+            service_accounts: vec![
+                ServiceAccountRef {
+                    name: "app".into(),
+                    namespace: None,
+                },
+                ServiceAccountRef {
+                    name: "*".into(),
+                    namespace: Some("batch".into()),
+                },
+                ServiceAccountRef {
+                    name: "app".into(),
+                    namespace: Some("team".into()),
+                },
+            ],
+            access: None,
+            max_session_seconds: None,
+            static_key: true,
+        };
+        assert_eq!(
+            subjects(&bucket("team", "photos"), &identity),
+            ["system:serviceaccount:batch:*", "system:serviceaccount:team:app"]
+        );
+    }
+
+    #[test]
+    fn the_policy_grants_the_bucket_only() {
+        let read_only = policy("team-photos", &[], AccessMode::ReadOnly);
+        let text = read_only.to_string();
+        assert!(
+            text.contains("arn:aws:s3:::team-photos/*") && !text.contains("s3:*"),
+            "{text}"
+        );
+        let scoped = policy("team-photos", &["in/".to_string()], AccessMode::ReadWrite);
+        assert_eq!(
+            scoped["Statement"][0]["Resource"],
+            json!(["arn:aws:s3:::team-photos/in/*"])
+        );
+        assert_eq!(
+            scoped["Statement"][1]["Condition"]["StringLike"]["s3:prefix"],
+            json!(["in/*"])
+        );
+        assert_eq!(scoped["Statement"][2]["Action"], "s3:GetBucketLocation");
+    }
+}
