@@ -243,12 +243,13 @@ async fn stream_reads_after_a_trim_skip_the_trimmed_entries() {
     })
     .await;
 
+    /// A stream entry as redis-rs reads it: its ID, fields and values.
+    type Entry = (String, Vec<String>);
     let first = format!("{}-1", LEN - KEPT + 1);
     for _ in 0..READS {
-        let range: Vec<(String, Vec<String>)> = query(&mut con, &["XRANGE", "s", "-", "+", "COUNT", "2"]).await;
+        let range: Vec<Entry> = query(&mut con, &["XRANGE", "s", "-", "+", "COUNT", "2"]).await;
         assert_eq!(range[0].0, first);
-        let read: Vec<(String, Vec<(String, Vec<String>)>)> =
-            query(&mut con, &["XREAD", "COUNT", "2", "STREAMS", "s", "0"]).await;
+        let read: Vec<(String, Vec<Entry>)> = query(&mut con, &["XREAD", "COUNT", "2", "STREAMS", "s", "0"]).await;
         assert_eq!(read[0].1[0].0, first);
     }
     let after = counters_when(&sql, "resp_stream_entry", "the reads' statistics", |c| {
@@ -272,7 +273,7 @@ async fn stream_reads_after_a_trim_skip_the_trimmed_entries() {
         query::<i64>(&mut con, &["XTRIM", "s", "MINID", &format!("{}-1", LEN - 1)]).await,
         3
     );
-    let rest: Vec<(String, Vec<String>)> = query(&mut con, &["XRANGE", "s", "-", "+"]).await;
+    let rest: Vec<Entry> = query(&mut con, &["XRANGE", "s", "-", "+"]).await;
     let ids: Vec<&str> = rest.iter().map(|(id, _)| id.as_str()).collect();
     assert_eq!(ids, [format!("{}-1", LEN - 1), format!("{LEN}-1")]);
     assert_eq!(query::<i64>(&mut con, &["XLEN", "s"]).await, 2);
