@@ -85,6 +85,9 @@ async fn never_analyzed() -> (TestGateway, tokio_postgres::Client) {
     (gateway, sql)
 }
 
+/// A stream entry as redis-rs reads it: its ID, fields and values.
+type Entry = (String, Vec<String>);
+
 /// A connection that waits for the bulk loads' replies (redis-rs gives up after 500 ms).
 async fn connect(gateway: &TestGateway) -> MultiplexedConnection {
     let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(60)));
@@ -243,8 +246,6 @@ async fn stream_reads_after_a_trim_skip_the_trimmed_entries() {
     })
     .await;
 
-    /// A stream entry as redis-rs reads it: its ID, fields and values.
-    type Entry = (String, Vec<String>);
     let first = format!("{}-1", LEN - KEPT + 1);
     for _ in 0..READS {
         let range: Vec<Entry> = query(&mut con, &["XRANGE", "s", "-", "+", "COUNT", "2"]).await;
@@ -297,4 +298,25 @@ async fn copy_of_a_list_keeps_its_length() {
         ["z", "a", "b"]
     );
     assert_eq!(query::<i64>(&mut con, &["LLEN", "src"]).await, 3);
+}
+
+#[tokio::test]
+async fn entries_added_below_a_trim_after_xsetid_are_read() {
+    // XSETID may set an emptied stream's last ID below what a trim removed; entries added after
+    // it lie below the stream's first possible ID, which XSETID therefore starts over.
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    for id in ["5-1", "6-1", "7-1"] {
+        query::<String>(&mut con, &["XADD", "s", id, "f", "v"]).await;
+    }
+    assert_eq!(query::<i64>(&mut con, &["XTRIM", "s", "MAXLEN", "0"]).await, 3);
+    assert_eq!(query::<String>(&mut con, &["XSETID", "s", "1-1"]).await, "OK");
+    assert_eq!(
+        query::<String>(&mut con, &["XADD", "s", "2-1", "f", "back"]).await,
+        "2-1"
+    );
+    let range: Vec<Entry> = query(&mut con, &["XRANGE", "s", "-", "+"]).await;
+    assert_eq!(range, [("2-1".to_string(), vec!["f".to_string(), "back".to_string()])]);
+    let read: Vec<(String, Vec<Entry>)> = query(&mut con, &["XREAD", "STREAMS", "s", "0"]).await;
+    assert_eq!(read[0].1[0].0, "2-1");
 }
