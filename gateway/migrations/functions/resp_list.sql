@@ -204,12 +204,19 @@ BEGIN
         last := CASE WHEN ints[2] < 0 THEN ints[2] + len ELSE least(ints[2], len - 1) END;
         IF first > last OR first >= len THEN
             DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k;
+            GET DIAGNOSTICS n = ROW_COUNT;
         ELSE
             p := pgvs3.resp_list_at(b, k, first);
             q := pgvs3.resp_list_at(b, k, last);
-            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND (pos < p OR pos > q);
+            -- Two index ranges, each from a bound (`pos < p OR pos > q` could plan as a scan of
+            -- the whole list, and walked what earlier trims deleted).
+            SELECT list_head, list_tail INTO first, last FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k;
+            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos >= first AND pos < p;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos > q AND pos <= last;
+            GET DIAGNOSTICS j = ROW_COUNT;
+            n := n + j;
         END IF;
-        GET DIAGNOSTICS n = ROW_COUNT;
         PERFORM pgvs3.resp_list_shrink(b, k, n, p, q);
     WHEN 'lpos' THEN
         -- ints: {rank (negative: from the tail), count (NULL: one, 0: all), maxlen (0: all)}.
