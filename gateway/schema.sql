@@ -1909,9 +1909,11 @@ BEGIN
     WHEN 'hget' THEN
         items := ARRAY[(SELECT value FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = args[1])];
     WHEN 'hmget' THEN
-        SELECT array_agg(h.value ORDER BY a.i) INTO items
-          FROM unnest(args) WITH ORDINALITY AS a(f, i)
-          LEFT JOIN pgvs3.resp_hash h ON h.bucket_id = b AND h.key = k AND h.field = a.f;
+        -- A probe of the whole primary key per field (a join planned before ANALYZE read
+        -- the whole hash: 0032_resp_plans.sql).
+        SELECT array_agg((SELECT h.value FROM pgvs3.resp_hash h WHERE h.bucket_id = b AND h.key = k AND h.field = a.f)
+                         ORDER BY a.i) INTO items
+          FROM unnest(args) WITH ORDINALITY AS a(f, i);
     WHEN 'hexists' THEN
         n := (SELECT count(*) FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = args[1]);
     WHEN 'hstrlen' THEN
@@ -2001,8 +2003,9 @@ BEGIN
         -- The elements follow (ON UPDATE CASCADE).
         UPDATE pgvs3.resp_keys SET key = dst, version = version + 1 WHERE bucket_id = b AND key = src;
     ELSE
-        INSERT INTO pgvs3.resp_keys (bucket_id, key, type, expires_at)
-            SELECT b, dst, type, expires_at FROM pgvs3.resp_keys WHERE bucket_id = b AND key = src;
+        -- With a list's length and bounds (functions/resp_list.sql).
+        INSERT INTO pgvs3.resp_keys (bucket_id, key, type, expires_at, length, list_head, list_tail)
+            SELECT b, dst, type, expires_at, length, list_head, list_tail FROM pgvs3.resp_keys WHERE bucket_id = b AND key = src;
         CASE src_type
         WHEN 'h' THEN
             INSERT INTO pgvs3.resp_hash SELECT b, dst, field, value FROM pgvs3.resp_hash WHERE bucket_id = b AND key = src;
@@ -2013,7 +2016,7 @@ BEGIN
         WHEN 'l' THEN
             INSERT INTO pgvs3.resp_list SELECT b, dst, pos, value FROM pgvs3.resp_list WHERE bucket_id = b AND key = src;
         ELSE
-            INSERT INTO pgvs3.resp_stream SELECT b, dst, last_ms, last_seq, deleted_ms, deleted_seq, added, length
+            INSERT INTO pgvs3.resp_stream SELECT b, dst, last_ms, last_seq, deleted_ms, deleted_seq, added, length, first_ms, first_seq
                 FROM pgvs3.resp_stream WHERE bucket_id = b AND key = src;
             INSERT INTO pgvs3.resp_stream_entry SELECT b, dst, ms, seq, fields
                 FROM pgvs3.resp_stream_entry WHERE bucket_id = b AND key = src;
@@ -2133,9 +2136,13 @@ BEGIN
                 SELECT b, k, i * 1048576, v FROM unnest(vals) WITH ORDINALITY AS a(v, i);
             p := (first + 1) * 1048576;
             q := CASE WHEN ints[1] = 1 THEN p - 1048576 ELSE p + 1048576 END;
+            UPDATE pgvs3.resp_keys SET list_head = 1048576, list_tail = cardinality(vals) * 1048576
+             WHERE bucket_id = b AND key = k;
         END IF;
         INSERT INTO pgvs3.resp_list (bucket_id, key, pos, value) VALUES (b, k, (p + q) / 2, args[2]);
-        UPDATE pgvs3.resp_keys SET length = length + 1, version = version + 1
+        UPDATE pgvs3.resp_keys
+           SET length = length + 1, version = version + 1,
+               list_head = least(list_head, (p + q) / 2), list_tail = greatest(list_tail, (p + q) / 2)
          WHERE bucket_id = b AND key = k RETURNING length INTO n;
     WHEN 'lrem' THEN
         -- ints: {count}: > 0 from the head, < 0 from the tail, 0 all.
@@ -2149,19 +2156,26 @@ BEGIN
                  ORDER BY pos DESC LIMIT -ints[1]);
         END IF;
         GET DIAGNOSTICS n = ROW_COUNT;
-        PERFORM pgvs3.resp_list_shrink(b, k, n);
+        PERFORM pgvs3.resp_list_shrink(b, k, n, NULL, NULL);
     WHEN 'ltrim' THEN
         first := CASE WHEN ints[1] < 0 THEN greatest(ints[1] + len, 0) ELSE ints[1] END;
         last := CASE WHEN ints[2] < 0 THEN ints[2] + len ELSE least(ints[2], len - 1) END;
         IF first > last OR first >= len THEN
             DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k;
+            GET DIAGNOSTICS n = ROW_COUNT;
         ELSE
             p := pgvs3.resp_list_at(b, k, first);
             q := pgvs3.resp_list_at(b, k, last);
-            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND (pos < p OR pos > q);
+            -- Two index ranges, each from a bound (`pos < p OR pos > q` could plan as a scan of
+            -- the whole list, and walked what earlier trims deleted).
+            SELECT list_head, list_tail INTO first, last FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k;
+            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos >= first AND pos < p;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos > q AND pos <= last;
+            GET DIAGNOSTICS j = ROW_COUNT;
+            n := n + j;
         END IF;
-        GET DIAGNOSTICS n = ROW_COUNT;
-        PERFORM pgvs3.resp_list_shrink(b, k, n);
+        PERFORM pgvs3.resp_list_shrink(b, k, n, p, q);
     WHEN 'lpos' THEN
         -- ints: {rank (negative: from the tail), count (NULL: one, 0: all), maxlen (0: all)}.
         SELECT coalesce(array_agg(CASE WHEN ints[1] < 0 THEN len - 1 - idx ELSE idx END ORDER BY idx), '{}') INTO scores FROM (
@@ -2201,22 +2215,27 @@ CREATE FUNCTION pgvs3.resp_list_pop(b bigint, k text, left_end boolean, c bigint
     LANGUAGE plpgsql
     AS $$
 DECLARE
+    head bigint;
+    tail bigint;
     popped bytea[];
+    reached bigint;
 BEGIN
+    SELECT list_head, list_tail INTO head, tail FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k;
     IF left_end THEN
         WITH d AS (
-            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos IN (
-                SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos LIMIT c)
+            DELETE FROM pgvs3.resp_list WHERE ctid = ANY (ARRAY(
+                SELECT ctid FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos >= head ORDER BY pos LIMIT c))
             RETURNING pos, value)
-        SELECT coalesce(array_agg(value ORDER BY pos), '{}') INTO popped FROM d;
+        SELECT coalesce(array_agg(value ORDER BY pos), '{}'), max(pos) INTO popped, reached FROM d;
+        PERFORM pgvs3.resp_list_shrink(b, k, cardinality(popped), reached + 1, NULL);
     ELSE
         WITH d AS (
-            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos IN (
-                SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos DESC LIMIT c)
+            DELETE FROM pgvs3.resp_list WHERE ctid = ANY (ARRAY(
+                SELECT ctid FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos <= tail ORDER BY pos DESC LIMIT c))
             RETURNING pos, value)
-        SELECT coalesce(array_agg(value ORDER BY pos DESC), '{}') INTO popped FROM d;
+        SELECT coalesce(array_agg(value ORDER BY pos DESC), '{}'), min(pos) INTO popped, reached FROM d;
+        PERFORM pgvs3.resp_list_shrink(b, k, cardinality(popped), NULL, reached - 1);
     END IF;
-    PERFORM pgvs3.resp_list_shrink(b, k, cardinality(popped));
     RETURN popped;
 END $$;
 
@@ -2229,32 +2248,34 @@ CREATE FUNCTION pgvs3.resp_list_push(b bigint, k text, left_end boolean, vals by
     AS $$
 DECLARE
     edge bigint;
+    step bigint := CASE WHEN left_end THEN -1048576 ELSE 1048576 END;
     len bigint;
 BEGIN
     PERFORM pgvs3.resp_touch(b, k, 'l');
-    IF left_end THEN
-        edge := coalesce((SELECT min(pos) FROM pgvs3.resp_list WHERE bucket_id = b AND key = k), 0);
-        INSERT INTO pgvs3.resp_list (bucket_id, key, pos, value)
-            SELECT b, k, edge - i * 1048576, v FROM unnest(vals) WITH ORDINALITY AS a(v, i);
-    ELSE
-        edge := coalesce((SELECT max(pos) FROM pgvs3.resp_list WHERE bucket_id = b AND key = k), 0);
-        INSERT INTO pgvs3.resp_list (bucket_id, key, pos, value)
-            SELECT b, k, edge + i * 1048576, v FROM unnest(vals) WITH ORDINALITY AS a(v, i);
-    END IF;
-    UPDATE pgvs3.resp_keys SET length = coalesce(length, 0) + cardinality(vals)
+    -- A new list has no bounds yet: it starts around 0.
+    edge := coalesce((SELECT CASE WHEN left_end THEN list_head ELSE list_tail END
+                        FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k), 0);
+    INSERT INTO pgvs3.resp_list (bucket_id, key, pos, value)
+        SELECT b, k, edge + i * step, v FROM unnest(vals) WITH ORDINALITY AS a(v, i);
+    UPDATE pgvs3.resp_keys
+       SET length = coalesce(length, 0) + cardinality(vals),
+           list_head = least(list_head, edge + step, edge + cardinality(vals) * step),
+           list_tail = greatest(list_tail, edge + step, edge + cardinality(vals) * step)
      WHERE bucket_id = b AND key = k RETURNING length INTO len;
     PERFORM pgvs3.resp_wake(b, k);
     RETURN len;
 END $$;
 
 --
--- Name: resp_list_shrink(bigint, text, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
+-- Name: resp_list_shrink(bigint, text, bigint, bigint, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
-CREATE FUNCTION pgvs3.resp_list_shrink(b bigint, k text, removed bigint) RETURNS void
+CREATE FUNCTION pgvs3.resp_list_shrink(b bigint, k text, removed bigint, head bigint, tail bigint) RETURNS void
     LANGUAGE sql
     AS $$
-    UPDATE pgvs3.resp_keys SET length = length - removed, version = version + 1
+    UPDATE pgvs3.resp_keys
+       SET length = length - removed, version = version + 1,
+           list_head = coalesce(head, list_head), list_tail = coalesce(tail, list_tail)
      WHERE bucket_id = b AND key = k AND removed > 0;
     DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND type = 'l' AND length <= 0;
 $$;
@@ -2349,17 +2370,22 @@ BEGIN
     WHEN 'sismember' THEN
         n := (SELECT count(*) FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND k = ANY (live) AND member = args[1]);
     WHEN 'smismember' THEN
-        SELECT array_agg(CASE WHEN s.member IS NULL THEN 0 ELSE 1 END ORDER BY a.i) INTO scores
-          FROM unnest(args) WITH ORDINALITY AS a(m, i)
-          LEFT JOIN pgvs3.resp_set s ON s.bucket_id = b AND s.key = k AND k = ANY (live) AND s.member = a.m;
+        -- A probe of the whole primary key per member (a join planned before ANALYZE read
+        -- the whole set: 0032_resp_plans.sql).
+        SELECT array_agg(CASE WHEN k = ANY (live) AND EXISTS (
+                                  SELECT 1 FROM pgvs3.resp_set s WHERE s.bucket_id = b AND s.key = k AND s.member = a.m)
+                              THEN 1 ELSE 0 END ORDER BY a.i) INTO scores
+          FROM unnest(args) WITH ORDINALITY AS a(m, i);
     WHEN 'scard' THEN
         n := (SELECT count(*) FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND k = ANY (live));
     WHEN 'spop' THEN
         -- ints: {count (NULL: one, answered as a string)}; the gateway bounds the count.
         WITH popped AS (
-            DELETE FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND member IN (
-                SELECT member FROM pgvs3.resp_set WHERE bucket_id = b AND key = k
-                 ORDER BY random() LIMIT coalesce(ints[1], 1))
+            -- One draw, then a delete by ctid (a semi-join planned before ANALYZE drew again
+            -- per member).
+            DELETE FROM pgvs3.resp_set WHERE ctid = ANY (ARRAY(
+                SELECT ctid FROM pgvs3.resp_set WHERE bucket_id = b AND key = k
+                 ORDER BY random() LIMIT coalesce(ints[1], 1)))
             RETURNING member)
         SELECT coalesce(array_agg(member), '{}') INTO items FROM popped;
         IF ints[1] IS NULL AND cardinality(items) = 0 THEN
@@ -2492,9 +2518,10 @@ BEGIN
                 found_entries := pgvs3.resp_stream_range(b, ks[j], pgvs3.resp_stream_min(), pgvs3.resp_stream_min(),
                                                          pgvs3.resp_stream_max(), pgvs3.resp_stream_max(), true, 1);
             ELSE
-                found_entries := ARRAY(SELECT e FROM pgvs3.resp_stream_entry e
-                                        WHERE bucket_id = b AND key = ks[j] AND (ms, seq) > (ints[3 * j], ints[3 * j + 1])
-                                        ORDER BY ms, seq LIMIT ints[1]);
+                SELECT * INTO id FROM pgvs3.resp_stream_successor(ints[3 * j], ints[3 * j + 1]);
+                CONTINUE WHEN id.next_ms IS NULL;
+                found_entries := pgvs3.resp_stream_range(b, ks[j], id.next_ms, id.next_seq,
+                                                         pgvs3.resp_stream_max(), pgvs3.resp_stream_max(), false, ints[1]);
             END IF;
             CONTINUE WHEN cardinality(found_entries) = 0;
             SELECT * INTO flat FROM pgvs3.resp_stream_flat(found_entries);
@@ -2600,9 +2627,12 @@ BEGIN
                 RETURN;
             END IF;
         END IF;
+        -- The last ID may go down on an empty stream, and later entries below the first
+        -- possible ID: that bound starts over.
         UPDATE pgvs3.resp_stream r
            SET last_ms = ints[1], last_seq = ints[2], added = coalesce(ints[3], r.added),
-               deleted_ms = coalesce(ints[4], r.deleted_ms), deleted_seq = coalesce(ints[5], r.deleted_seq)
+               deleted_ms = coalesce(ints[4], r.deleted_ms), deleted_seq = coalesce(ints[5], r.deleted_seq),
+               first_ms = pgvs3.resp_stream_min(), first_seq = pgvs3.resp_stream_min()
          WHERE r.bucket_id = b AND r.key = k;
         UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
     WHEN 'xinfo' THEN
@@ -2650,7 +2680,9 @@ CREATE TABLE pgvs3.resp_stream (
     deleted_ms bigint NOT NULL,
     deleted_seq bigint NOT NULL,
     added bigint NOT NULL,
-    length bigint NOT NULL
+    length bigint NOT NULL,
+    first_ms bigint DEFAULT ('-9223372036854775807'::bigint - 1) NOT NULL,
+    first_seq bigint DEFAULT ('-9223372036854775807'::bigint - 1) NOT NULL
 );
 
 --
@@ -3206,7 +3238,14 @@ $$;
 CREATE FUNCTION pgvs3.resp_stream_range(b bigint, k text, lo_ms bigint, lo_seq bigint, hi_ms bigint, hi_seq bigint, rev boolean, c bigint) RETURNS pgvs3.resp_stream_entry[]
     LANGUAGE plpgsql STABLE
     AS $$
+DECLARE
+    first record;
 BEGIN
+    SELECT first_ms, first_seq INTO first FROM pgvs3.resp_stream WHERE bucket_id = b AND key = k;
+    IF (first.first_ms, first.first_seq) > (lo_ms, lo_seq) THEN
+        lo_ms := first.first_ms;
+        lo_seq := first.first_seq;
+    END IF;
     IF rev THEN
         RETURN ARRAY(SELECT e FROM pgvs3.resp_stream_entry e
                       WHERE bucket_id = b AND key = k AND (ms, seq) >= (lo_ms, lo_seq) AND (ms, seq) <= (hi_ms, hi_seq)
@@ -3216,6 +3255,17 @@ BEGIN
                   WHERE bucket_id = b AND key = k AND (ms, seq) >= (lo_ms, lo_seq) AND (ms, seq) <= (hi_ms, hi_seq)
                   ORDER BY ms, seq LIMIT c);
 END $$;
+
+--
+-- Name: resp_stream_successor(bigint, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_stream_successor(ms bigint, seq bigint, OUT next_ms bigint, OUT next_seq bigint) RETURNS record
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE WHEN seq < pgvs3.resp_stream_max() THEN ms WHEN ms < pgvs3.resp_stream_max() THEN ms + 1 END,
+           CASE WHEN seq < pgvs3.resp_stream_max() THEN seq + 1 WHEN ms < pgvs3.resp_stream_max() THEN pgvs3.resp_stream_min() END
+$$;
 
 --
 -- Name: resp_stream_tombstone_after(pgvs3.resp_stream, bigint, bigint, bigint, bigint); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -3238,25 +3288,29 @@ CREATE FUNCTION pgvs3.resp_stream_trim(b bigint, k text, by_id boolean, threshol
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    len bigint := (SELECT length FROM pgvs3.resp_stream WHERE bucket_id = b AND key = k);
-    removed bigint;
+    s pgvs3.resp_stream;
+    gone record;
 BEGIN
-    IF by_id THEN
-        DELETE FROM pgvs3.resp_stream_entry WHERE bucket_id = b AND key = k AND (ms, seq) IN (
-            SELECT ms, seq FROM pgvs3.resp_stream_entry
-             WHERE bucket_id = b AND key = k AND (ms, seq) < (threshold, threshold_seq)
-             ORDER BY ms, seq LIMIT most);
-    ELSE
-        DELETE FROM pgvs3.resp_stream_entry WHERE bucket_id = b AND key = k AND (ms, seq) IN (
-            SELECT ms, seq FROM pgvs3.resp_stream_entry WHERE bucket_id = b AND key = k
-             ORDER BY ms, seq LIMIT least(greatest(len - threshold, 0), most));
+    SELECT * INTO s FROM pgvs3.resp_stream WHERE bucket_id = b AND key = k;
+    WITH d AS (
+        DELETE FROM pgvs3.resp_stream_entry WHERE ctid = ANY (ARRAY(
+            SELECT ctid FROM pgvs3.resp_stream_entry
+             WHERE bucket_id = b AND key = k AND (ms, seq) >= (s.first_ms, s.first_seq)
+               AND (NOT by_id OR (ms, seq) < (threshold, threshold_seq))
+             ORDER BY ms, seq
+             LIMIT CASE WHEN by_id THEN most ELSE least(greatest(s.length - threshold, 0), most) END))
+        RETURNING ms, seq)
+    SELECT count(*) OVER () AS removed, ms, seq INTO gone FROM d ORDER BY ms DESC, seq DESC LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN 0;
     END IF;
-    GET DIAGNOSTICS removed = ROW_COUNT;
-    IF removed > 0 THEN
-        UPDATE pgvs3.resp_stream SET length = length - removed WHERE bucket_id = b AND key = k;
-        UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
-    END IF;
-    RETURN removed;
+    UPDATE pgvs3.resp_stream r
+       SET length = r.length - gone.removed,
+           (first_ms, first_seq) = (SELECT coalesce(x.next_ms, gone.ms), coalesce(x.next_seq, gone.seq)
+                                      FROM pgvs3.resp_stream_successor(gone.ms, gone.seq) x)
+     WHERE r.bucket_id = b AND r.key = k;
+    UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+    RETURN gone.removed;
 END $$;
 
 --
@@ -3465,11 +3519,13 @@ BEGIN
             -- One statement over all pairs (a statement per pair, or args[i], was quadratic in
             -- the argument count). Pairs apply in order, as in Redis: a member given twice
             -- sees the score the earlier pair left (`before`): the one before it, or under GT
-            -- (LT) the highest (lowest) so far.
+            -- (LT) the highest (lowest) so far. A member's score now is a probe of the whole
+            -- primary key per pair, which no plan reads as a scan of the set: a join planned
+            -- before ANALYZE (when a key seems to hold one member) read every member per call.
             WITH pairs AS (
-                SELECT p.m, p.s, p.pos, z.score AS was
+                SELECT p.m, p.s, p.pos,
+                       (SELECT z.score FROM pgvs3.resp_zset z WHERE z.bucket_id = b AND z.key = k AND z.member = p.m) AS was
                   FROM unnest(args, floats) WITH ORDINALITY AS p(m, s, pos)
-                  LEFT JOIN pgvs3.resp_zset z ON z.bucket_id = b AND z.key = k AND z.member = p.m
             ), steps AS (
                 SELECT m, s, pos, was,
                        CASE WHEN ints[3] = 1 THEN greatest(was, max(s) OVER earlier)
@@ -4147,6 +4203,8 @@ CREATE TABLE pgvs3.resp_keys (
     expires_at timestamp with time zone,
     version bigint DEFAULT 1 NOT NULL,
     length bigint,
+    list_head bigint,
+    list_tail bigint,
     CONSTRAINT resp_keys_type_check CHECK ((type = ANY (ARRAY['h'::"char", 's'::"char", 'z'::"char", 'l'::"char", 'x'::"char"])))
 );
 
@@ -4869,7 +4927,7 @@ ALTER TABLE ONLY pgvs3.resp_typed
 --
 
 ALTER TABLE ONLY pgvs3.resp_zset
-    ADD CONSTRAINT resp_zset_pkey PRIMARY KEY (bucket_id, key, member);
+    ADD CONSTRAINT resp_zset_pkey PRIMARY KEY (bucket_id, key, member) INCLUDE (score);
 
 --
 -- Name: sts_roles sts_roles_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -

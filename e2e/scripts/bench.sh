@@ -198,6 +198,33 @@ if wants resp; then
             done
         done
     done
+    # The cold cases (issue 39): a fresh data directory, whose tables autovacuum has not
+    # analyzed yet, with 64 clients: the first 3,000 LPOPs after LPUSH x20,000, and ZADD of new
+    # members on an empty sorted set and at ~20,000 members.
+    fresh_gateway
+    resp_url[pgvs3]=$gw_resp
+    cold=(20000 3000)
+    [ "$smoke" = yes ] && cold=(2000 300)
+    # cold_case LABEL REQUESTS COMMAND...: one redis-benchmark run against $port, as $target.
+    cold_case() {
+        local label=$1 n=$2 rate
+        shift 2
+        rate=$(redis-benchmark -p "$port" -c 64 -r 1000000000 -n "$n" --csv "$@" 2>/dev/null |
+            awk -F'","' 'NR == 2 { print $2 }')
+        [[ "$rate" =~ ^[0-9.]+$ ]] || rate=null
+        printf '{"target":"%s","case":"cold: %s -c 64","rate":%s}\n' "$target" "$label" "$rate" \
+            >>"$out/redis-benchmark.ndjson"
+    }
+    for target in pgvs3 redis-always; do
+        port=${resp_url[$target]##*:}
+        redis-cli -p "$port" DEL coldlist coldzset >/dev/null
+        cold_case "LPUSH x${cold[0]}" "${cold[0]}" LPUSH coldlist element:__rand_int__
+        cold_case "first ${cold[1]} LPOP after it" "${cold[1]}" LPOP coldlist
+        cold_case "ZADD, empty set" "${cold[1]}" ZADD coldzset __rand_int__ element:__rand_int__
+        redis-benchmark -p "$port" -c 64 -r 1000000000 -n "$((cold[0] - 2 * cold[1]))" -q \
+            ZADD coldzset __rand_int__ element:__rand_int__ >/dev/null
+        cold_case "ZADD, ~${cold[0]} members" "${cold[1]}" ZADD coldzset __rand_int__ element:__rand_int__
+    done
 fi
 
 if wants ojs; then

@@ -93,9 +93,11 @@ BEGIN
     WHEN 'hget' THEN
         items := ARRAY[(SELECT value FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = args[1])];
     WHEN 'hmget' THEN
-        SELECT array_agg(h.value ORDER BY a.i) INTO items
-          FROM unnest(args) WITH ORDINALITY AS a(f, i)
-          LEFT JOIN pgvs3.resp_hash h ON h.bucket_id = b AND h.key = k AND h.field = a.f;
+        -- A probe of the whole primary key per field (a join planned before ANALYZE read
+        -- the whole hash: 0032_resp_plans.sql).
+        SELECT array_agg((SELECT h.value FROM pgvs3.resp_hash h WHERE h.bucket_id = b AND h.key = k AND h.field = a.f)
+                         ORDER BY a.i) INTO items
+          FROM unnest(args) WITH ORDINALITY AS a(f, i);
     WHEN 'hexists' THEN
         n := (SELECT count(*) FROM pgvs3.resp_hash WHERE bucket_id = b AND key = k AND field = args[1]);
     WHEN 'hstrlen' THEN

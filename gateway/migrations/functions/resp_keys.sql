@@ -145,8 +145,9 @@ BEGIN
         -- The elements follow (ON UPDATE CASCADE).
         UPDATE pgvs3.resp_keys SET key = dst, version = version + 1 WHERE bucket_id = b AND key = src;
     ELSE
-        INSERT INTO pgvs3.resp_keys (bucket_id, key, type, expires_at)
-            SELECT b, dst, type, expires_at FROM pgvs3.resp_keys WHERE bucket_id = b AND key = src;
+        -- With a list's length and bounds (functions/resp_list.sql).
+        INSERT INTO pgvs3.resp_keys (bucket_id, key, type, expires_at, length, list_head, list_tail)
+            SELECT b, dst, type, expires_at, length, list_head, list_tail FROM pgvs3.resp_keys WHERE bucket_id = b AND key = src;
         CASE src_type
         WHEN 'h' THEN
             INSERT INTO pgvs3.resp_hash SELECT b, dst, field, value FROM pgvs3.resp_hash WHERE bucket_id = b AND key = src;
@@ -157,7 +158,7 @@ BEGIN
         WHEN 'l' THEN
             INSERT INTO pgvs3.resp_list SELECT b, dst, pos, value FROM pgvs3.resp_list WHERE bucket_id = b AND key = src;
         ELSE
-            INSERT INTO pgvs3.resp_stream SELECT b, dst, last_ms, last_seq, deleted_ms, deleted_seq, added, length
+            INSERT INTO pgvs3.resp_stream SELECT b, dst, last_ms, last_seq, deleted_ms, deleted_seq, added, length, first_ms, first_seq
                 FROM pgvs3.resp_stream WHERE bucket_id = b AND key = src;
             INSERT INTO pgvs3.resp_stream_entry SELECT b, dst, ms, seq, fields
                 FROM pgvs3.resp_stream_entry WHERE bucket_id = b AND key = src;

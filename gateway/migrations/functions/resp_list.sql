@@ -1,26 +1,31 @@
 -- RESP lists (layout v14): one call per command, as functions/resp_keys.sql describes.
 -- keys[1] is the list (for LMOVE and RPOPLPUSH the source, keys[2] the destination). Elements
 -- have positions 2^20 apart, so that LINSERT finds room between two neighbours; a list that
--- runs out of room there is renumbered. `resp_keys.length` keeps the length.
+-- runs out of room there is renumbered. `resp_keys.length` keeps the length, and
+-- `resp_keys.list_head`/`list_tail` bound the positions (layout v32): a push goes past them
+-- without a scan, and a pop's index scan starts there, past the entries of popped elements,
+-- which stay in the index until VACUUM (and are walked while any snapshot may see them).
+-- Statements delete by ctid = ANY (ARRAY(...)) and take each end by one ordered index scan
+-- with LIMIT: shapes that plan the same before and after ANALYZE (0032_resp_plans.sql).
 
 -- Pushes `vals` at the head (`left`) or the tail, in order; returns the new length.
 CREATE OR REPLACE FUNCTION pgvs3.resp_list_push(b bigint, k text, left_end boolean, vals bytea[]) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     edge bigint;
+    step bigint := CASE WHEN left_end THEN -1048576 ELSE 1048576 END;
     len bigint;
 BEGIN
     PERFORM pgvs3.resp_touch(b, k, 'l');
-    IF left_end THEN
-        edge := coalesce((SELECT min(pos) FROM pgvs3.resp_list WHERE bucket_id = b AND key = k), 0);
-        INSERT INTO pgvs3.resp_list (bucket_id, key, pos, value)
-            SELECT b, k, edge - i * 1048576, v FROM unnest(vals) WITH ORDINALITY AS a(v, i);
-    ELSE
-        edge := coalesce((SELECT max(pos) FROM pgvs3.resp_list WHERE bucket_id = b AND key = k), 0);
-        INSERT INTO pgvs3.resp_list (bucket_id, key, pos, value)
-            SELECT b, k, edge + i * 1048576, v FROM unnest(vals) WITH ORDINALITY AS a(v, i);
-    END IF;
-    UPDATE pgvs3.resp_keys SET length = coalesce(length, 0) + cardinality(vals)
+    -- A new list has no bounds yet: it starts around 0.
+    edge := coalesce((SELECT CASE WHEN left_end THEN list_head ELSE list_tail END
+                        FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k), 0);
+    INSERT INTO pgvs3.resp_list (bucket_id, key, pos, value)
+        SELECT b, k, edge + i * step, v FROM unnest(vals) WITH ORDINALITY AS a(v, i);
+    UPDATE pgvs3.resp_keys
+       SET length = coalesce(length, 0) + cardinality(vals),
+           list_head = least(list_head, edge + step, edge + cardinality(vals) * step),
+           list_tail = greatest(list_tail, edge + step, edge + cardinality(vals) * step)
      WHERE bucket_id = b AND key = k RETURNING length INTO len;
     PERFORM pgvs3.resp_wake(b, k);
     RETURN len;
@@ -30,28 +35,37 @@ END $$;
 CREATE OR REPLACE FUNCTION pgvs3.resp_list_pop(b bigint, k text, left_end boolean, c bigint) RETURNS bytea[]
 LANGUAGE plpgsql AS $$
 DECLARE
+    head bigint;
+    tail bigint;
     popped bytea[];
+    reached bigint;
 BEGIN
+    SELECT list_head, list_tail INTO head, tail FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k;
     IF left_end THEN
         WITH d AS (
-            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos IN (
-                SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos LIMIT c)
+            DELETE FROM pgvs3.resp_list WHERE ctid = ANY (ARRAY(
+                SELECT ctid FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos >= head ORDER BY pos LIMIT c))
             RETURNING pos, value)
-        SELECT coalesce(array_agg(value ORDER BY pos), '{}') INTO popped FROM d;
+        SELECT coalesce(array_agg(value ORDER BY pos), '{}'), max(pos) INTO popped, reached FROM d;
+        PERFORM pgvs3.resp_list_shrink(b, k, cardinality(popped), reached + 1, NULL);
     ELSE
         WITH d AS (
-            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos IN (
-                SELECT pos FROM pgvs3.resp_list WHERE bucket_id = b AND key = k ORDER BY pos DESC LIMIT c)
+            DELETE FROM pgvs3.resp_list WHERE ctid = ANY (ARRAY(
+                SELECT ctid FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos <= tail ORDER BY pos DESC LIMIT c))
             RETURNING pos, value)
-        SELECT coalesce(array_agg(value ORDER BY pos DESC), '{}') INTO popped FROM d;
+        SELECT coalesce(array_agg(value ORDER BY pos DESC), '{}'), min(pos) INTO popped, reached FROM d;
+        PERFORM pgvs3.resp_list_shrink(b, k, cardinality(popped), NULL, reached - 1);
     END IF;
-    PERFORM pgvs3.resp_list_shrink(b, k, cardinality(popped));
     RETURN popped;
 END $$;
 
--- `removed` elements went: the length follows, and an empty list is deleted.
-CREATE OR REPLACE FUNCTION pgvs3.resp_list_shrink(b bigint, k text, removed bigint) RETURNS void LANGUAGE sql AS $$
-    UPDATE pgvs3.resp_keys SET length = length - removed, version = version + 1
+-- `removed` elements went: the length follows, the bounds move to `head` and `tail` where
+-- given (no element lies beyond them), and an empty list is deleted.
+CREATE OR REPLACE FUNCTION pgvs3.resp_list_shrink(b bigint, k text, removed bigint, head bigint, tail bigint) RETURNS void
+LANGUAGE sql AS $$
+    UPDATE pgvs3.resp_keys
+       SET length = length - removed, version = version + 1,
+           list_head = coalesce(head, list_head), list_tail = coalesce(tail, list_tail)
      WHERE bucket_id = b AND key = k AND removed > 0;
     DELETE FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k AND type = 'l' AND length <= 0;
 $$;
@@ -164,9 +178,13 @@ BEGIN
                 SELECT b, k, i * 1048576, v FROM unnest(vals) WITH ORDINALITY AS a(v, i);
             p := (first + 1) * 1048576;
             q := CASE WHEN ints[1] = 1 THEN p - 1048576 ELSE p + 1048576 END;
+            UPDATE pgvs3.resp_keys SET list_head = 1048576, list_tail = cardinality(vals) * 1048576
+             WHERE bucket_id = b AND key = k;
         END IF;
         INSERT INTO pgvs3.resp_list (bucket_id, key, pos, value) VALUES (b, k, (p + q) / 2, args[2]);
-        UPDATE pgvs3.resp_keys SET length = length + 1, version = version + 1
+        UPDATE pgvs3.resp_keys
+           SET length = length + 1, version = version + 1,
+               list_head = least(list_head, (p + q) / 2), list_tail = greatest(list_tail, (p + q) / 2)
          WHERE bucket_id = b AND key = k RETURNING length INTO n;
     WHEN 'lrem' THEN
         -- ints: {count}: > 0 from the head, < 0 from the tail, 0 all.
@@ -180,19 +198,26 @@ BEGIN
                  ORDER BY pos DESC LIMIT -ints[1]);
         END IF;
         GET DIAGNOSTICS n = ROW_COUNT;
-        PERFORM pgvs3.resp_list_shrink(b, k, n);
+        PERFORM pgvs3.resp_list_shrink(b, k, n, NULL, NULL);
     WHEN 'ltrim' THEN
         first := CASE WHEN ints[1] < 0 THEN greatest(ints[1] + len, 0) ELSE ints[1] END;
         last := CASE WHEN ints[2] < 0 THEN ints[2] + len ELSE least(ints[2], len - 1) END;
         IF first > last OR first >= len THEN
             DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k;
+            GET DIAGNOSTICS n = ROW_COUNT;
         ELSE
             p := pgvs3.resp_list_at(b, k, first);
             q := pgvs3.resp_list_at(b, k, last);
-            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND (pos < p OR pos > q);
+            -- Two index ranges, each from a bound (`pos < p OR pos > q` could plan as a scan of
+            -- the whole list, and walked what earlier trims deleted).
+            SELECT list_head, list_tail INTO first, last FROM pgvs3.resp_keys WHERE bucket_id = b AND key = k;
+            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos >= first AND pos < p;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            DELETE FROM pgvs3.resp_list WHERE bucket_id = b AND key = k AND pos > q AND pos <= last;
+            GET DIAGNOSTICS j = ROW_COUNT;
+            n := n + j;
         END IF;
-        GET DIAGNOSTICS n = ROW_COUNT;
-        PERFORM pgvs3.resp_list_shrink(b, k, n);
+        PERFORM pgvs3.resp_list_shrink(b, k, n, p, q);
     WHEN 'lpos' THEN
         -- ints: {rank (negative: from the tail), count (NULL: one, 0: all), maxlen (0: all)}.
         SELECT coalesce(array_agg(CASE WHEN ints[1] < 0 THEN len - 1 - idx ELSE idx END ORDER BY idx), '{}') INTO scores FROM (

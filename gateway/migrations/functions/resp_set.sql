@@ -42,17 +42,22 @@ BEGIN
     WHEN 'sismember' THEN
         n := (SELECT count(*) FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND k = ANY (live) AND member = args[1]);
     WHEN 'smismember' THEN
-        SELECT array_agg(CASE WHEN s.member IS NULL THEN 0 ELSE 1 END ORDER BY a.i) INTO scores
-          FROM unnest(args) WITH ORDINALITY AS a(m, i)
-          LEFT JOIN pgvs3.resp_set s ON s.bucket_id = b AND s.key = k AND k = ANY (live) AND s.member = a.m;
+        -- A probe of the whole primary key per member (a join planned before ANALYZE read
+        -- the whole set: 0032_resp_plans.sql).
+        SELECT array_agg(CASE WHEN k = ANY (live) AND EXISTS (
+                                  SELECT 1 FROM pgvs3.resp_set s WHERE s.bucket_id = b AND s.key = k AND s.member = a.m)
+                              THEN 1 ELSE 0 END ORDER BY a.i) INTO scores
+          FROM unnest(args) WITH ORDINALITY AS a(m, i);
     WHEN 'scard' THEN
         n := (SELECT count(*) FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND k = ANY (live));
     WHEN 'spop' THEN
         -- ints: {count (NULL: one, answered as a string)}; the gateway bounds the count.
         WITH popped AS (
-            DELETE FROM pgvs3.resp_set WHERE bucket_id = b AND key = k AND member IN (
-                SELECT member FROM pgvs3.resp_set WHERE bucket_id = b AND key = k
-                 ORDER BY random() LIMIT coalesce(ints[1], 1))
+            -- One draw, then a delete by ctid (a semi-join planned before ANALYZE drew again
+            -- per member).
+            DELETE FROM pgvs3.resp_set WHERE ctid = ANY (ARRAY(
+                SELECT ctid FROM pgvs3.resp_set WHERE bucket_id = b AND key = k
+                 ORDER BY random() LIMIT coalesce(ints[1], 1)))
             RETURNING member)
         SELECT coalesce(array_agg(member), '{}') INTO items FROM popped;
         IF ints[1] IS NULL AND cardinality(items) = 0 THEN

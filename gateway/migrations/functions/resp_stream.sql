@@ -22,12 +22,27 @@ LANGUAGE sql IMMUTABLE AS $$
                        FROM unnest(entries) WITH ORDINALITY AS e(bucket_id, key, ms, seq, fields, r)), '{}')
 $$;
 
+-- The ID right after (`ms`, `seq`), NULLs after the greatest.
+CREATE OR REPLACE FUNCTION pgvs3.resp_stream_successor(ms bigint, seq bigint, OUT next_ms bigint, OUT next_seq bigint)
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN seq < pgvs3.resp_stream_max() THEN ms WHEN ms < pgvs3.resp_stream_max() THEN ms + 1 END,
+           CASE WHEN seq < pgvs3.resp_stream_max() THEN seq + 1 WHEN ms < pgvs3.resp_stream_max() THEN pgvs3.resp_stream_min() END
+$$;
+
 -- Up to `c` entries (NULL: all) from `lo` to `hi`, both included, in ID order or (`rev`) the
--- reverse: an index range scan.
+-- reverse: an index range scan, which starts no lower than the stream's first possible ID
+-- (layout v32), past the index entries of trimmed entries.
 CREATE OR REPLACE FUNCTION pgvs3.resp_stream_range(b bigint, k text, lo_ms bigint, lo_seq bigint, hi_ms bigint, hi_seq bigint,
     rev boolean, c bigint) RETURNS pgvs3.resp_stream_entry[]
 LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    first record;
 BEGIN
+    SELECT first_ms, first_seq INTO first FROM pgvs3.resp_stream WHERE bucket_id = b AND key = k;
+    IF (first.first_ms, first.first_seq) > (lo_ms, lo_seq) THEN
+        lo_ms := first.first_ms;
+        lo_seq := first.first_seq;
+    END IF;
     IF rev THEN
         RETURN ARRAY(SELECT e FROM pgvs3.resp_stream_entry e
                       WHERE bucket_id = b AND key = k AND (ms, seq) >= (lo_ms, lo_seq) AND (ms, seq) <= (hi_ms, hi_seq)
@@ -39,30 +54,34 @@ BEGIN
 END $$;
 
 -- Removes the oldest entries: beyond the newest `threshold` (`by_id` false, MAXLEN) or those
--- before ID (`threshold`, `threshold_seq`) (MINID), at most `most` of them (NULL: no limit).
--- Returns how many went.
+-- before ID (`threshold`, `threshold_seq`) (MINID), at most `most` of them (NULL: no limit),
+-- from the stream's first possible ID on; that bound then moves past them. Returns how many went.
 CREATE OR REPLACE FUNCTION pgvs3.resp_stream_trim(b bigint, k text, by_id boolean, threshold bigint, threshold_seq bigint, most bigint)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
-    len bigint := (SELECT length FROM pgvs3.resp_stream WHERE bucket_id = b AND key = k);
-    removed bigint;
+    s pgvs3.resp_stream;
+    gone record;
 BEGIN
-    IF by_id THEN
-        DELETE FROM pgvs3.resp_stream_entry WHERE bucket_id = b AND key = k AND (ms, seq) IN (
-            SELECT ms, seq FROM pgvs3.resp_stream_entry
-             WHERE bucket_id = b AND key = k AND (ms, seq) < (threshold, threshold_seq)
-             ORDER BY ms, seq LIMIT most);
-    ELSE
-        DELETE FROM pgvs3.resp_stream_entry WHERE bucket_id = b AND key = k AND (ms, seq) IN (
-            SELECT ms, seq FROM pgvs3.resp_stream_entry WHERE bucket_id = b AND key = k
-             ORDER BY ms, seq LIMIT least(greatest(len - threshold, 0), most));
+    SELECT * INTO s FROM pgvs3.resp_stream WHERE bucket_id = b AND key = k;
+    WITH d AS (
+        DELETE FROM pgvs3.resp_stream_entry WHERE ctid = ANY (ARRAY(
+            SELECT ctid FROM pgvs3.resp_stream_entry
+             WHERE bucket_id = b AND key = k AND (ms, seq) >= (s.first_ms, s.first_seq)
+               AND (NOT by_id OR (ms, seq) < (threshold, threshold_seq))
+             ORDER BY ms, seq
+             LIMIT CASE WHEN by_id THEN most ELSE least(greatest(s.length - threshold, 0), most) END))
+        RETURNING ms, seq)
+    SELECT count(*) OVER () AS removed, ms, seq INTO gone FROM d ORDER BY ms DESC, seq DESC LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN 0;
     END IF;
-    GET DIAGNOSTICS removed = ROW_COUNT;
-    IF removed > 0 THEN
-        UPDATE pgvs3.resp_stream SET length = length - removed WHERE bucket_id = b AND key = k;
-        UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
-    END IF;
-    RETURN removed;
+    UPDATE pgvs3.resp_stream r
+       SET length = r.length - gone.removed,
+           (first_ms, first_seq) = (SELECT coalesce(x.next_ms, gone.ms), coalesce(x.next_seq, gone.seq)
+                                      FROM pgvs3.resp_stream_successor(gone.ms, gone.seq) x)
+     WHERE r.bucket_id = b AND r.key = k;
+    UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
+    RETURN gone.removed;
 END $$;
 
 -- The ID XADD gives an entry, after the stream's last ID (`last_ms`, `last_seq`): `mode` 0 is
@@ -121,9 +140,10 @@ BEGIN
                 found_entries := pgvs3.resp_stream_range(b, ks[j], pgvs3.resp_stream_min(), pgvs3.resp_stream_min(),
                                                          pgvs3.resp_stream_max(), pgvs3.resp_stream_max(), true, 1);
             ELSE
-                found_entries := ARRAY(SELECT e FROM pgvs3.resp_stream_entry e
-                                        WHERE bucket_id = b AND key = ks[j] AND (ms, seq) > (ints[3 * j], ints[3 * j + 1])
-                                        ORDER BY ms, seq LIMIT ints[1]);
+                SELECT * INTO id FROM pgvs3.resp_stream_successor(ints[3 * j], ints[3 * j + 1]);
+                CONTINUE WHEN id.next_ms IS NULL;
+                found_entries := pgvs3.resp_stream_range(b, ks[j], id.next_ms, id.next_seq,
+                                                         pgvs3.resp_stream_max(), pgvs3.resp_stream_max(), false, ints[1]);
             END IF;
             CONTINUE WHEN cardinality(found_entries) = 0;
             SELECT * INTO flat FROM pgvs3.resp_stream_flat(found_entries);
@@ -229,9 +249,12 @@ BEGIN
                 RETURN;
             END IF;
         END IF;
+        -- The last ID may go down on an empty stream, and later entries below the first
+        -- possible ID: that bound starts over.
         UPDATE pgvs3.resp_stream r
            SET last_ms = ints[1], last_seq = ints[2], added = coalesce(ints[3], r.added),
-               deleted_ms = coalesce(ints[4], r.deleted_ms), deleted_seq = coalesce(ints[5], r.deleted_seq)
+               deleted_ms = coalesce(ints[4], r.deleted_ms), deleted_seq = coalesce(ints[5], r.deleted_seq),
+               first_ms = pgvs3.resp_stream_min(), first_seq = pgvs3.resp_stream_min()
          WHERE r.bucket_id = b AND r.key = k;
         UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
     WHEN 'xinfo' THEN

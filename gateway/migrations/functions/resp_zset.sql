@@ -157,11 +157,13 @@ BEGIN
             -- One statement over all pairs (a statement per pair, or args[i], was quadratic in
             -- the argument count). Pairs apply in order, as in Redis: a member given twice
             -- sees the score the earlier pair left (`before`): the one before it, or under GT
-            -- (LT) the highest (lowest) so far.
+            -- (LT) the highest (lowest) so far. A member's score now is a probe of the whole
+            -- primary key per pair, which no plan reads as a scan of the set: a join planned
+            -- before ANALYZE (when a key seems to hold one member) read every member per call.
             WITH pairs AS (
-                SELECT p.m, p.s, p.pos, z.score AS was
+                SELECT p.m, p.s, p.pos,
+                       (SELECT z.score FROM pgvs3.resp_zset z WHERE z.bucket_id = b AND z.key = k AND z.member = p.m) AS was
                   FROM unnest(args, floats) WITH ORDINALITY AS p(m, s, pos)
-                  LEFT JOIN pgvs3.resp_zset z ON z.bucket_id = b AND z.key = k AND z.member = p.m
             ), steps AS (
                 SELECT m, s, pos, was,
                        CASE WHEN ints[3] = 1 THEN greatest(was, max(s) OVER earlier)

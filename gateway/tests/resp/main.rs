@@ -7,6 +7,7 @@ mod bullmq;
 mod celery;
 mod core;
 mod hostile;
+mod plans;
 mod pubsub;
 mod redis_cli;
 mod redis_rs;

@@ -1,0 +1,322 @@
+//! Plans that hold from the first request (issue 39): on tables never analyzed (autovacuum off,
+//! as on a fresh data directory before autovacuum first runs), after bulk loads, the work a
+//! pop, an add or a read does stays bounded by what it returns, not by the size of the key or
+//! by what earlier pops and trims deleted. Asserted on PostgreSQL's own counters of index
+//! entries read, never on times. A transaction holding an old snapshot stands for the busy
+//! server's concurrent readers: while one may see deleted rows, their index entries are walked
+//! again by every scan that starts before them.
+
+use crate::redis_rs;
+use pgvs3_testkit as common;
+
+use std::time::Duration;
+
+use common::TestGateway;
+use redis::aio::MultiplexedConnection;
+use redis_rs::query;
+
+/// Index scans, index entries read and index pages visited on `table`'s indexes, rows
+/// inserted and deleted, and whether it was ever analyzed: PostgreSQL's cumulative statistics.
+#[derive(Debug, Clone, Copy)]
+struct Counters {
+    scans: i64,
+    entries: i64,
+    pages: i64,
+    inserted: i64,
+    deleted: i64,
+    analyzed: i64,
+}
+
+async fn counters(sql: &tokio_postgres::Client, table: &str) -> Counters {
+    let row = sql
+        .query_one(
+            "SELECT (SELECT coalesce(sum(idx_scan), 0)::bigint FROM pg_stat_user_indexes i WHERE i.relid = t.relid),
+                    (SELECT coalesce(sum(idx_tup_read), 0)::bigint FROM pg_stat_user_indexes i WHERE i.relid = t.relid),
+                    (SELECT coalesce(sum(idx_blks_hit + idx_blks_read), 0)::bigint
+                       FROM pg_statio_user_indexes i WHERE i.relid = t.relid),
+                    n_tup_ins, n_tup_del, analyze_count + autoanalyze_count
+               FROM pg_stat_user_tables t WHERE schemaname = 'pgvs3' AND relname = $1",
+            &[&table],
+        )
+        .await
+        .unwrap();
+    Counters {
+        scans: row.get(0),
+        entries: row.get(1),
+        pages: row.get(2),
+        inserted: row.get(3),
+        deleted: row.get(4),
+        analyzed: row.get(5),
+    }
+}
+
+/// The counters once `done` says the gateway's backends reported what was sent: each reports
+/// its statistics within seconds of going idle, all it has at once.
+async fn counters_when(
+    sql: &tokio_postgres::Client,
+    table: &str,
+    what: &str,
+    done: impl Fn(&Counters) -> bool,
+) -> Counters {
+    common::eventually(Duration::from_secs(30), what, || async {
+        let now = counters(sql, table).await;
+        done(&now).then_some(now)
+    })
+    .await
+}
+
+/// A gateway whose typed-key tables autovacuum leaves alone (so none is analyzed during the
+/// test), and a SQL session to it.
+async fn never_analyzed() -> (TestGateway, tokio_postgres::Client) {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let sql = gateway.sql().await;
+    for table in [
+        "resp_keys",
+        "resp_list",
+        "resp_zset",
+        "resp_stream",
+        "resp_stream_entry",
+    ] {
+        sql.batch_execute(&format!("ALTER TABLE pgvs3.{table} SET (autovacuum_enabled = off)"))
+            .await
+            .unwrap();
+        assert_eq!(counters(&sql, table).await.analyzed, 0, "{table} is never analyzed");
+    }
+    (gateway, sql)
+}
+
+/// A stream entry as redis-rs reads it: its ID, fields and values.
+type Entry = (String, Vec<String>);
+
+/// A connection that waits for the bulk loads' replies (redis-rs gives up after 500 ms).
+async fn connect(gateway: &TestGateway) -> MultiplexedConnection {
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(60)));
+    redis_rs::client(gateway, "")
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap()
+}
+
+/// A snapshot taken now and held: rows deleted from here on stay visible to it.
+async fn old_snapshot(gateway: &TestGateway) -> tokio_postgres::Client {
+    let reader = gateway.sql().await;
+    reader
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pgvs3.resp_keys")
+        .await
+        .unwrap();
+    reader
+}
+
+#[tokio::test]
+async fn list_pops_read_their_elements_only() {
+    const LEN: usize = 20_000;
+    const POPS: i64 = 100;
+    let (gateway, sql) = never_analyzed().await;
+    let mut con = connect(&gateway).await;
+    // A bulk push of 20,000, 1,000 per command.
+    for chunk in 0..LEN / 1000 {
+        let mut args = vec!["RPUSH".to_string(), "q".into()];
+        args.extend((chunk * 1000..(chunk + 1) * 1000).map(|i| i.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        query::<i64>(&mut con, &args).await;
+    }
+    let _reader = old_snapshot(&gateway).await;
+    let before = counters_when(&sql, "resp_list", "the push's statistics", |c| c.inserted == LEN as i64).await;
+
+    for i in 0..POPS {
+        assert_eq!(query::<String>(&mut con, &["LPOP", "q"]).await, i.to_string());
+        assert_eq!(
+            query::<String>(&mut con, &["RPOP", "q"]).await,
+            (LEN as i64 - 1 - i).to_string()
+        );
+    }
+    let after = counters_when(&sql, "resp_list", "the pops' statistics", |c| {
+        c.deleted == before.deleted + 2 * POPS
+    })
+    .await;
+    let (scans, entries) = (after.scans - before.scans, after.entries - before.entries);
+    // One index scan per pop, reading the popped element: a few, whatever the length and
+    // however many pops went before (today 2 scans and 1 entry per pop; before layout v33 a
+    // pop was a join of the list with itself, 20,000 scans, and read every element popped
+    // before it).
+    assert!(
+        scans <= 4 * 2 * POPS && entries <= 4 * 2 * POPS,
+        "{scans} index scans and {entries} index entries read for {} pops of a list of {LEN}",
+        2 * POPS
+    );
+    assert_eq!(after.analyzed, 0, "resp_list was never analyzed");
+
+    // The ends stay right for pushes after pops, and LINSERT, LTRIM and LRANGE agree.
+    assert_eq!(
+        query::<i64>(&mut con, &["LPUSH", "q", "head"]).await,
+        LEN as i64 - 2 * POPS + 1
+    );
+    assert_eq!(
+        query::<i64>(&mut con, &["RPUSH", "q", "tail"]).await,
+        LEN as i64 - 2 * POPS + 2
+    );
+    assert_eq!(
+        query::<i64>(&mut con, &["LINSERT", "q", "BEFORE", "head", "first"]).await,
+        LEN as i64 - 2 * POPS + 3
+    );
+    assert_eq!(query::<String>(&mut con, &["LTRIM", "q", "0", "2"]).await, "OK");
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["LRANGE", "q", "0", "-1"]).await,
+        ["first", "head", POPS.to_string().as_str()]
+    );
+    assert_eq!(query::<String>(&mut con, &["RPOP", "q"]).await, POPS.to_string());
+    assert_eq!(query::<i64>(&mut con, &["RPUSH", "q", "last"]).await, 3);
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["LPOP", "q", "5"]).await,
+        ["first", "head", "last"]
+    );
+    assert_eq!(query::<i64>(&mut con, &["EXISTS", "q"]).await, 0);
+}
+
+#[tokio::test]
+async fn zadd_to_a_large_sorted_set_reads_its_members_only() {
+    const SIZE: usize = 20_000;
+    const ADDS: i64 = 200;
+    let (gateway, sql) = never_analyzed().await;
+    let mut con = connect(&gateway).await;
+    for chunk in 0..SIZE / 1000 {
+        let mut args = vec!["ZADD".to_string(), "z".into()];
+        for i in chunk * 1000..(chunk + 1) * 1000 {
+            args.push(i.to_string());
+            args.push(format!("m{i}"));
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_eq!(query::<i64>(&mut con, &args).await, 1000);
+    }
+    let before = counters_when(&sql, "resp_zset", "the load's statistics", |c| {
+        c.inserted == SIZE as i64
+    })
+    .await;
+
+    for i in 0..ADDS {
+        let (score, member) = (format!("{}.5", i), format!("n{i}"));
+        assert_eq!(query::<i64>(&mut con, &["ZADD", "z", &score, &member]).await, 1);
+    }
+    let after = counters_when(&sql, "resp_zset", "the adds' statistics", |c| {
+        c.inserted == SIZE as i64 + ADDS
+    })
+    .await;
+    // A probe of the member and an insert per ZADD, a few index pages each (before layout
+    // v33, a join that read the whole set; index pages count what an index condition walks
+    // past, which index entries read do not).
+    let (entries, pages) = (after.entries - before.entries, after.pages - before.pages);
+    assert!(
+        entries <= 4 * ADDS && pages <= 20 * ADDS,
+        "{entries} index entries read and {pages} index pages visited for {ADDS} ZADDs to a set of {SIZE}"
+    );
+    assert_eq!(after.analyzed, 0, "resp_zset was never analyzed");
+    assert_eq!(query::<i64>(&mut con, &["ZCARD", "z"]).await, SIZE as i64 + ADDS);
+    assert_eq!(
+        query::<i64>(&mut con, &["ZADD", "z", "CH", "7", "n3", "8", "m3"]).await,
+        2
+    );
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["ZRANGE", "z", "3", "5", "BYSCORE"]).await,
+        ["m4", "n4", "m5"]
+    );
+}
+
+#[tokio::test]
+async fn stream_reads_after_a_trim_skip_the_trimmed_entries() {
+    const LEN: usize = 20_000;
+    const KEPT: usize = 10;
+    const READS: i64 = 20;
+    let (gateway, sql) = never_analyzed().await;
+    let mut con = connect(&gateway).await;
+    for chunk in 0..LEN / 1000 {
+        let mut pipe = redis::pipe();
+        for i in chunk * 1000..(chunk + 1) * 1000 {
+            pipe.cmd("XADD").arg("s").arg(format!("{}-1", i + 1)).arg("f").arg(i);
+        }
+        let ids: Vec<String> = pipe.query_async(&mut con).await.unwrap();
+        assert_eq!(ids.len(), 1000);
+    }
+    let _reader = old_snapshot(&gateway).await;
+    assert_eq!(
+        query::<i64>(&mut con, &["XTRIM", "s", "MAXLEN", &KEPT.to_string()]).await,
+        (LEN - KEPT) as i64
+    );
+    let before = counters_when(&sql, "resp_stream_entry", "the trim's statistics", |c| {
+        c.deleted == (LEN - KEPT) as i64
+    })
+    .await;
+
+    let first = format!("{}-1", LEN - KEPT + 1);
+    for _ in 0..READS {
+        let range: Vec<Entry> = query(&mut con, &["XRANGE", "s", "-", "+", "COUNT", "2"]).await;
+        assert_eq!(range[0].0, first);
+        let read: Vec<(String, Vec<Entry>)> = query(&mut con, &["XREAD", "COUNT", "2", "STREAMS", "s", "0"]).await;
+        assert_eq!(read[0].1[0].0, first);
+    }
+    let after = counters_when(&sql, "resp_stream_entry", "the reads' statistics", |c| {
+        c.scans >= before.scans + 2 * READS
+    })
+    .await;
+    let entries = after.entries - before.entries;
+    // Each read starts at the stream's first entry (before layout v33, at the first trimmed
+    // one: 19,990 index entries per read while any snapshot could still see them).
+    assert!(
+        entries <= 4 * 2 * 2 * READS,
+        "{entries} index entries read by {} reads of 2 entries after a trim of {}",
+        2 * READS,
+        LEN - KEPT
+    );
+    assert_eq!(after.analyzed, 0, "resp_stream_entry was never analyzed");
+
+    // Trimming again from the bound, and MINID, keep Redis's answers.
+    assert_eq!(query::<i64>(&mut con, &["XTRIM", "s", "MAXLEN", "5"]).await, 5);
+    assert_eq!(
+        query::<i64>(&mut con, &["XTRIM", "s", "MINID", &format!("{}-1", LEN - 1)]).await,
+        3
+    );
+    let rest: Vec<Entry> = query(&mut con, &["XRANGE", "s", "-", "+"]).await;
+    let ids: Vec<&str> = rest.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, [format!("{}-1", LEN - 1), format!("{LEN}-1")]);
+    assert_eq!(query::<i64>(&mut con, &["XLEN", "s"]).await, 2);
+}
+
+#[tokio::test]
+async fn copy_of_a_list_keeps_its_length() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    assert_eq!(query::<i64>(&mut con, &["RPUSH", "src", "a", "b", "c"]).await, 3);
+    assert_eq!(query::<i64>(&mut con, &["COPY", "src", "dst"]).await, 1);
+    assert_eq!(query::<i64>(&mut con, &["LLEN", "dst"]).await, 3);
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["LRANGE", "dst", "0", "-1"]).await,
+        ["a", "b", "c"]
+    );
+    assert_eq!(query::<String>(&mut con, &["RPOP", "dst"]).await, "c");
+    assert_eq!(query::<i64>(&mut con, &["LPUSH", "dst", "z"]).await, 3);
+    assert_eq!(
+        query::<Vec<String>>(&mut con, &["LRANGE", "dst", "0", "-1"]).await,
+        ["z", "a", "b"]
+    );
+    assert_eq!(query::<i64>(&mut con, &["LLEN", "src"]).await, 3);
+}
+
+#[tokio::test]
+async fn entries_added_below_a_trim_after_xsetid_are_read() {
+    // XSETID may set an emptied stream's last ID below what a trim removed; entries added after
+    // it lie below the stream's first possible ID, which XSETID therefore starts over.
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    for id in ["5-1", "6-1", "7-1"] {
+        query::<String>(&mut con, &["XADD", "s", id, "f", "v"]).await;
+    }
+    assert_eq!(query::<i64>(&mut con, &["XTRIM", "s", "MAXLEN", "0"]).await, 3);
+    assert_eq!(query::<String>(&mut con, &["XSETID", "s", "1-1"]).await, "OK");
+    assert_eq!(
+        query::<String>(&mut con, &["XADD", "s", "2-1", "f", "back"]).await,
+        "2-1"
+    );
+    let range: Vec<Entry> = query(&mut con, &["XRANGE", "s", "-", "+"]).await;
+    assert_eq!(range, [("2-1".to_string(), vec!["f".to_string(), "back".to_string()])]);
+    let read: Vec<(String, Vec<Entry>)> = query(&mut con, &["XREAD", "STREAMS", "s", "0"]).await;
+    assert_eq!(read[0].1[0].0, "2-1");
+}
