@@ -98,6 +98,13 @@ enum AdminCommand {
         #[arg(long, conflicts_with_all = ["max_bytes", "max_objects"])]
         remove: bool,
     },
+    /// OpenID issuers whose web identity tokens STS accepts (e.g. a Kubernetes cluster's
+    /// service-account issuer), with their key sets.
+    #[command(subcommand)]
+    OidcIssuer(OidcIssuerCommand),
+    /// STS roles: who may assume them with a web identity token, and what they grant.
+    #[command(subcommand)]
+    Role(RoleCommand),
     /// Run the maintenance reaper once and report what it removed.
     Maintenance {
         #[arg(long, required = true)]
@@ -138,6 +145,54 @@ enum KeyCommand {
         #[arg(long)]
         clear: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum OidcIssuerCommand {
+    /// Register ISSUER (its tokens' `iss`) with its JSON Web Key Set, or replace the set (a key
+    /// rotation: tokens of keys no longer in the set are refused). For a Kubernetes cluster:
+    /// `kubectl get --raw /openid/v1/jwks > jwks.json` and the `iss` of
+    /// `kubectl get --raw /.well-known/openid-configuration`.
+    Put {
+        #[arg(long)]
+        issuer: String,
+        #[arg(long)]
+        jwks_file: std::path::PathBuf,
+    },
+    /// Forget ISSUER: its tokens are refused from then on.
+    Delete {
+        #[arg(long)]
+        issuer: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum RoleCommand {
+    /// Create or replace role NAME (its ARN: arn:aws:iam::000000000000:role/NAME).
+    Create {
+        name: String,
+        /// The issuer whose tokens may assume the role (registered with `oidc-issuer put`).
+        #[arg(long)]
+        issuer: String,
+        /// The audience the tokens must carry.
+        #[arg(long, default_value = pgvs3_catalog::sts::DEFAULT_AUDIENCE)]
+        audience: String,
+        /// A subject that may assume the role, e.g. system:serviceaccount:NS:NAME, or
+        /// system:serviceaccount:NS:* for every ServiceAccount of NS. Repeatable.
+        #[arg(long = "subject", required = true)]
+        subjects: Vec<String>,
+        /// The role's IAM identity policy (JSON): what its sessions may do;
+        /// ${aws:username} is the ServiceAccount as NAMESPACE/NAME.
+        #[arg(long)]
+        policy_file: std::path::PathBuf,
+        /// The longest session the role hands out, in seconds (900 to 43200).
+        #[arg(long, default_value_t = 3600)]
+        max_session_seconds: i32,
+    },
+    /// Delete role NAME; its live sessions end on every gateway.
+    Delete { name: String },
+    /// List roles with their trust and live sessions.
+    List,
 }
 
 #[derive(Subcommand)]
@@ -387,6 +442,8 @@ async fn admin(catalog: &Arc<Catalog>, pool: deadpool_postgres::Pool, command: A
             println!("deleted {access_key}");
         }
         AdminCommand::Origin(command) => admin_origin(catalog, command).await?,
+        AdminCommand::OidcIssuer(command) => admin_oidc_issuer(&*pool.get().await?, command).await?,
+        AdminCommand::Role(command) => admin_role(&*pool.get().await?, command).await?,
         AdminCommand::Quota {
             bucket,
             max_bytes,
@@ -428,6 +485,73 @@ async fn admin(catalog: &Arc<Catalog>, pool: deadpool_postgres::Pool, command: A
                 "reaped {} retired bodies ({} chunks) and {} expired objects",
                 stats.bodies, stats.chunks, stats.expired_objects
             );
+        }
+    }
+    Ok(())
+}
+
+async fn admin_oidc_issuer(client: &tokio_postgres::Client, command: OidcIssuerCommand) -> anyhow::Result<()> {
+    use pgvs3_catalog::sts;
+    match command {
+        OidcIssuerCommand::Put { issuer, jwks_file } => {
+            let text = std::fs::read_to_string(&jwks_file).with_context(|| jwks_file.display().to_string())?;
+            let jwks: serde_json::Value =
+                serde_json::from_str(&text).with_context(|| format!("{}: not JSON", jwks_file.display()))?;
+            sts::put_oidc_issuer(client, &issuer, &jwks).await?;
+            println!("registered {issuer}");
+        }
+        OidcIssuerCommand::Delete { issuer } => {
+            anyhow::ensure!(
+                sts::delete_oidc_issuer(client, &issuer).await?,
+                "no such issuer: {issuer}"
+            );
+            println!("deleted {issuer}");
+        }
+    }
+    Ok(())
+}
+
+async fn admin_role(client: &tokio_postgres::Client, command: RoleCommand) -> anyhow::Result<()> {
+    use pgvs3_catalog::sts::{self, Trust};
+    match command {
+        RoleCommand::Create {
+            name,
+            issuer,
+            audience,
+            subjects,
+            policy_file,
+            max_session_seconds,
+        } => {
+            let text = std::fs::read_to_string(&policy_file).with_context(|| policy_file.display().to_string())?;
+            // Checked as the gateways will read it at each session's requests.
+            pgvs3_gateway::access::policy::BucketPolicy::parse_identity(&text)
+                .map_err(|err| anyhow::anyhow!("{}: {err}", policy_file.display()))?;
+            let policy: serde_json::Value = serde_json::from_str(&text)?;
+            let trust = Trust {
+                issuer,
+                audience,
+                subjects,
+            };
+            sts::put_role(client, &name, &trust, &policy, max_session_seconds).await?;
+            println!("AWS_ROLE_ARN={}", sts::role_arn(&name));
+        }
+        RoleCommand::Delete { name } => {
+            sts::delete_role(client, &name).await?;
+            println!("deleted {name}");
+        }
+        RoleCommand::List => {
+            println!("{:<24} {:<8} {:<10} TRUST", "ROLE", "SESSIONS", "MAX SECS");
+            for role in sts::list_roles(client).await? {
+                println!(
+                    "{:<24} {:<8} {:<10} {} aud={} {}",
+                    role.name,
+                    role.live_sessions,
+                    role.max_session_seconds,
+                    role.trust.issuer,
+                    role.trust.audience,
+                    role.trust.subjects.join(",")
+                );
+            }
         }
     }
     Ok(())

@@ -90,6 +90,16 @@ pub fn spawn_leader_loop(
                 }
                 Err(err) => tracing::warn!(error = %err, "lifecycle pass failed"),
             }
+            match store.catalog().reap_sessions().await {
+                Ok(0) => {}
+                Ok(sessions) => {
+                    metrics
+                        .maintenance_reaped
+                        .with_label_values(&["sts_sessions"])
+                        .inc_by(sessions.unsigned_abs());
+                }
+                Err(err) => tracing::warn!(error = %err, "reaping expired STS sessions failed"),
+            }
             match reap_finished_jobs(&pool, job_retention).await {
                 Ok(0) => {}
                 Ok(jobs) => {

@@ -200,6 +200,67 @@ async fn the_embedded_default_serves_s3_and_admin_commands_work_beside_it() {
     let after = pgvs3(&["admin", "key", "list", "--data-dir", dir_arg]).await;
     assert!(after.status.success(), "{}", String::from_utf8_lossy(&after.stderr));
     assert_eq!(String::from_utf8_lossy(&after.stdout), listed);
+    // STS for plain installs: an issuer's key set, then a role its ServiceAccount may assume.
+    let jwks = dir.join("jwks.json");
+    std::fs::write(&jwks, r#"{"keys":[{"kty":"RSA","kid":"k","n":"AQAB","e":"AQAB"}]}"#).unwrap();
+    let policy = dir.join("role-policy.json");
+    std::fs::write(
+        &policy,
+        r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:GetObject","Resource":"arn:aws:s3:::laptop/*"}]}"#,
+    )
+    .unwrap();
+    let issuer = "https://kubernetes.default.svc";
+    let jwks_arg = jwks.to_str().unwrap();
+    let put = pgvs3(&[
+        "admin",
+        "--data-dir",
+        dir_arg,
+        "oidc-issuer",
+        "put",
+        "--issuer",
+        issuer,
+        "--jwks-file",
+        jwks_arg,
+    ])
+    .await;
+    assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
+    let role = [
+        "admin",
+        "--data-dir",
+        dir_arg,
+        "role",
+        "create",
+        "laptop-reader",
+        "--issuer",
+        issuer,
+        "--subject",
+        "system:serviceaccount:apps:*",
+        "--policy-file",
+        policy.to_str().unwrap(),
+    ];
+    let created_role = pgvs3(&role).await;
+    assert_eq!(
+        String::from_utf8_lossy(&created_role.stdout).trim(),
+        "AWS_ROLE_ARN=arn:aws:iam::000000000000:role/laptop-reader",
+        "{}",
+        String::from_utf8_lossy(&created_role.stderr)
+    );
+    std::fs::write(&policy, r#"{"Statement":[{"Effect":"Allow"}]}"#).unwrap();
+    let refused = pgvs3(&role).await;
+    assert!(
+        !refused.status.success(),
+        "a policy the gateways cannot read is refused"
+    );
+    let roles = pgvs3(&["admin", "--data-dir", dir_arg, "role", "list"]).await;
+    let roles = String::from_utf8_lossy(&roles.stdout).into_owned();
+    assert!(
+        roles.contains("laptop-reader") && roles.contains("system:serviceaccount:apps:*"),
+        "{roles}"
+    );
+    let deleted = pgvs3(&["admin", "--data-dir", dir_arg, "role", "delete", "laptop-reader"]).await;
+    assert!(deleted.status.success(), "{}", String::from_utf8_lossy(&deleted.stderr));
+    let roles = pgvs3(&["admin", "--data-dir", dir_arg, "role", "list"]).await;
+    assert!(!String::from_utf8_lossy(&roles.stdout).contains("laptop-reader"));
     let cli = client(&served.s3, "CLIKEY", "cli-secret");
     assert!(cli.list_buckets().send().await.unwrap().buckets().is_empty());
     let denied = cli

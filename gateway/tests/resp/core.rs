@@ -814,6 +814,46 @@ async fn connection_commands() {
     assert!(metrics.max_size > 0);
 }
 
+/// Temporary (STS) credentials are refused by AUTH, which cannot carry their session token.
+#[tokio::test]
+async fn auth_refuses_session_credentials() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let sql = gateway.sql().await;
+    let trust = pgvs3_catalog::sts::Trust {
+        issuer: "https://issuer".into(),
+        audience: "pgvs3".into(),
+        subjects: vec!["system:serviceaccount:apps:reader".into()],
+    };
+    let policy = serde_json::json!({"Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]});
+    pgvs3_catalog::sts::put_role(&sql, "r", &trust, &policy, 3600)
+        .await
+        .unwrap();
+    let access_key = "ASIAAAAAAAAAAAAAAAAA";
+    let opened = gateway
+        .gateway
+        .store
+        .catalog()
+        .open_session(&pgvs3_gateway::store::NewSession {
+            access_key,
+            secret: "session-secret",
+            token_sha256: &[0; 32],
+            role: "r",
+            subject: "system:serviceaccount:apps:reader",
+            session_name: "s",
+            seconds: 900,
+        })
+        .await
+        .unwrap();
+    assert!(opened.is_some());
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    assert!(
+        raw.command(&["AUTH", access_key, "session-secret"])
+            .await
+            .error()
+            .starts_with("WRONGPASS temporary (STS) credentials need their session token"),
+    );
+}
+
 #[tokio::test]
 async fn auth_with_password_or_access_key() {
     let gateway = TestGateway::with_resp(&["--resp-password", "sesame"]).await;

@@ -22,5 +22,6 @@ mod presigned;
 mod quota;
 mod refusals;
 mod streaming;
+mod sts;
 mod tool_calls;
 mod versioning;

@@ -52,6 +52,9 @@ const READONLY: &str = "READONLY You can't write against a read only replica.";
 const BUSY: &str = "BUSY the server is overloaded, try again later";
 const NOAUTH: &str = "NOAUTH Authentication required.";
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+/// AUTH with temporary (STS) credentials: refused, they are good only with their session token.
+const STS_REFUSED: &str =
+    "WRONGPASS temporary (STS) credentials need their session token, which AUTH cannot carry: use a static access key";
 
 /// A WATCHed key as it was: its version (ETag, last modified) and expiry, or absent.
 type Fingerprint = Option<(Option<(String, SystemTime)>, Option<SystemTime>)>;
@@ -1221,6 +1224,9 @@ impl Connection {
             Some(access_key) => {
                 let access_key = String::from_utf8_lossy(access_key);
                 match self.server.buckets.catalog().access_key(&access_key).await {
+                    // AUTH cannot carry a session token, without which temporary credentials
+                    // are not to be used (docs/resp-compatibility.md).
+                    Ok(Some(key)) if key.session.is_some() => Err(Reply::error(STS_REFUSED)),
                     Ok(Some(key)) if constant_time_eq(key.secret.as_bytes(), password) => Ok(key.principal()),
                     Ok(_) => Err(Reply::error(WRONGPASS)),
                     Err(err) => Err(store_error(err)),

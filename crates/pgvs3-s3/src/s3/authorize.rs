@@ -25,7 +25,7 @@ use crate::access::acl::{Acl, Permission};
 use crate::access::policy::{BucketPolicy, Decision, RequestContext, Requester};
 use crate::http_server::Peer;
 use crate::s3::post_form::FormFields;
-use crate::store::{BucketInfo, Catalog, StoreError, Tags};
+use crate::store::{AccessKey, BucketInfo, Catalog, StoreError, Tags};
 
 /// The buckets a policy allowed this request to use, beyond the requester's own. In the
 /// request's extensions; the front passes it to `Buckets::open`.
@@ -99,6 +99,8 @@ struct Asker {
     peer: Option<Peer>,
     /// The requester's own policy (a key with one may do only what it allows).
     own_policy: Option<Arc<BucketPolicy>>,
+    /// Whether that policy also grants (a session's role policy), where the bucket's is silent.
+    own_grants: bool,
 }
 
 impl Asker {
@@ -118,6 +120,7 @@ impl Asker {
             is_root,
             peer,
             own_policy: own,
+            own_grants: false,
         }
     }
 
@@ -164,10 +167,17 @@ impl Asker {
         {
             return Some(false);
         }
-        match self.bucket.access.policy.as_ref()?.rules.evaluate(&context) {
-            Decision::Allow => Some(true),
-            Decision::Deny => Some(false),
-            Decision::Silent => None,
+        match self
+            .bucket
+            .access
+            .policy
+            .as_ref()
+            .map(|policy| policy.rules.evaluate(&context))
+        {
+            Some(Decision::Allow) => Some(true),
+            Some(Decision::Deny) => Some(false),
+            _ if self.own_grants => Some(true),
+            _ => None,
         }
     }
 }
@@ -452,6 +462,34 @@ pub async fn authorize(
             Err(err) => return Err(super::errors::s3_error(err, None)),
         };
     }
+    if let Some(access_key) = signed
+        && crate::store::is_session_key(access_key)
+    {
+        let key = catalog.access_key(access_key).await.ok().flatten();
+        return match key.as_deref() {
+            Some(AccessKey {
+                session: Some(session),
+                policy: Some(policy),
+                ..
+            }) => session_grant(
+                SessionAsk {
+                    headers: settings,
+                    query: cx.uri().query(),
+                    peer,
+                    requester: Requester::Key {
+                        access_key: &session.username,
+                        is_root: false,
+                    },
+                    policy,
+                },
+                bucket.as_ref(),
+                bucket_name,
+                operation,
+                object_key,
+            ),
+            _ => Err(denied()),
+        };
+    }
     // The hot path: while no bucket has a policy or ACLs enabled (this one included), a signed
     // request is the owner check's alone.
     if signed.is_some() && !catalog.has_access_rules() {
@@ -648,6 +686,85 @@ pub async fn authorize(
         return Err(denied());
     }
     Ok((!grant.buckets.is_empty() || grant.anonymous || grant.per_key.is_some()).then_some(grant))
+}
+
+/// A session's request, as its role's policy sees it (`${aws:username}` the ServiceAccount).
+struct SessionAsk<'a> {
+    headers: &'a http::HeaderMap,
+    query: Option<&'a str>,
+    peer: Option<Peer>,
+    requester: Requester<'a>,
+    policy: &'a Arc<BucketPolicy>,
+}
+
+impl SessionAsk<'_> {
+    /// The role's policy allows `action` on the object (or bucket) and the bucket's policy, if
+    /// any, does not deny it.
+    fn allows(&self, action: &str, bucket_name: &str, bucket: Option<&Arc<BucketInfo>>, key: Option<&str>) -> bool {
+        own_allows(
+            self.headers,
+            self.peer,
+            self.policy,
+            self.requester,
+            action,
+            bucket_name,
+            key,
+            self.query,
+        ) && bucket.is_none_or(|bucket| {
+            decide(self.headers, self.peer, bucket, self.requester, action, key, self.query).is_ok()
+        })
+    }
+}
+
+/// Temporary credentials (STS) own nothing: their role's policy grants what they may do, where
+/// the bucket's policy does not deny it. Object tags are not known here, so a statement on them
+/// counts as its effect demands least (a Deny applies, an Allow does not); ACLs grant them
+/// nothing. They create no buckets.
+fn session_grant(
+    ask: SessionAsk<'_>,
+    bucket: Option<&Arc<BucketInfo>>,
+    bucket_name: &str,
+    operation: &str,
+    object_key: Option<&str>,
+) -> S3Result<Option<PolicyGrant>> {
+    let versioned = query_has(ask.query, "versionId");
+    let mut grant = PolicyGrant {
+        buckets: vec![bucket_name.to_owned()],
+        ..PolicyGrant::default()
+    };
+    if operation == "DeleteObjects" {
+        let Some(bucket) = bucket else {
+            return Ok(Some(grant));
+        };
+        let mut asker = Asker::new(bucket, ask.requester, ask.peer, Some(Arc::clone(ask.policy)));
+        asker.own_grants = true;
+        grant.per_key = Some(Arc::new(PerKey {
+            asker,
+            acl_writes: false,
+        }));
+        return Ok(Some(grant));
+    }
+    let Some(action) = action_of(operation, versioned) else {
+        return Err(denied());
+    };
+    let allowed = ask.allows(action, bucket_name, bucket, object_key)
+        && acl_action(operation, ask.headers).is_none_or(|acl| ask.allows(acl, bucket_name, bucket, object_key));
+    let copy = matches!(operation, "CopyObject" | "UploadPartCopy");
+    let source_allowed = !copy
+        || copy_source(ask.headers).is_some_and(|(source_bucket, source_key, version)| {
+            let action = if version { "s3:GetObjectVersion" } else { "s3:GetObject" };
+            let source = bucket.filter(|bucket| bucket.name == source_bucket);
+            ask.allows(action, &source_bucket, source, Some(&source_key))
+        });
+    if !allowed || !source_allowed {
+        return Err(denied());
+    }
+    if copy && let Some((source_bucket, ..)) = copy_source(ask.headers) {
+        grant.buckets.push(source_bucket);
+    }
+    grant.hide_missing =
+        matches!(operation, "GetObject" | "HeadObject") && !ask.allows("s3:ListBucket", bucket_name, bucket, None);
+    Ok(Some(grant))
 }
 
 /// Whether a key's own policy allows the request. It can only narrow what the key may do: an

@@ -8,6 +8,7 @@ mod domains;
 mod errors;
 mod front;
 mod post_form;
+mod sts;
 mod unkept_xml;
 
 pub use front::FrontSettings;
@@ -52,6 +53,9 @@ struct Endpoint {
     hosts: Option<domains::Domains>,
     /// Bounds on browser uploads, which s3s reads into memory before any access check.
     post: post_form::PostLimits,
+    /// Unsigned STS calls (AssumeRoleWithWebIdentity), answered before s3s: they name no
+    /// bucket. Signed ones (GetCallerIdentity) are s3s's custom route.
+    sts: Arc<sts::Sts>,
 }
 
 impl S3Endpoint {
@@ -72,6 +76,8 @@ impl S3Endpoint {
         config.form_max_fields_size = post_form::MAX_FIELDS_SIZE;
         config.form_max_parts = post_form::MAX_PARTS;
         builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(config))));
+        let sts = Arc::new(sts::Sts::new(Arc::clone(&catalog), &metrics));
+        builder.set_route(sts::SignedSts(Arc::clone(&sts)));
         builder.set_auth(CatalogAuth {
             catalog: Arc::clone(&catalog),
         });
@@ -97,6 +103,7 @@ impl S3Endpoint {
             catalog,
             hosts,
             post,
+            sts,
         })))
     }
 }
@@ -179,6 +186,9 @@ impl Endpoint {
                     Err((status, code, message)) => error_response(status, code, message, &request_id),
                 },
             )
+        } else if sts::Sts::wants(&request) && self.host_bucket(&request).is_none() {
+            facts.name_operation("STS");
+            Ok(self.sts.handle(request, &request_id).await)
         } else if let Err(refused) = auth::presigned_expiry(request.uri()) {
             // Before s3s, which refuses a negative or non-numeric expiry with an answer of its own.
             let message = refused.message().unwrap_or_default();

@@ -63,6 +63,8 @@ pub struct AccessKey {
     pub read_only: bool,
     pub description: String,
     pub created_at: SystemTime,
+    /// For temporary credentials (STS): their token and expiry. Their policy is their role's.
+    pub session: Option<super::Session>,
 }
 
 impl AccessKey {
@@ -102,6 +104,12 @@ impl NewAccessKey {
     /// `pgvs3.access_keys` checks it (`^[A-Za-z0-9_.-]{3,128}$`).
     pub fn check_access_key(access_key: &str) -> Result<(), String> {
         let id_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+        if super::is_session_key(access_key) {
+            return Err(format!(
+                "access key {access_key:?} is not valid: ASIA and 16 upper-case letters or digits is the form of \
+                 temporary (STS) credentials, which are looked up as sessions"
+            ));
+        }
         if (3..=128).contains(&access_key.len()) && access_key.chars().all(id_char) {
             return Ok(());
         }
@@ -282,6 +290,7 @@ impl Catalog {
             read_only: row.get("read_only"),
             description: row.get("description"),
             created_at: row.get("created_at"),
+            session: None,
         })
     }
 
@@ -485,6 +494,18 @@ impl Catalog {
     pub async fn access_key(&self, access_key: &str) -> StoreResult<Option<Arc<AccessKey>>> {
         if let Some(key) = self.cached.read().expect("catalog lock").keys.get(access_key) {
             return Ok(Some(Arc::clone(key)));
+        }
+        if super::is_session_key(access_key) {
+            // Learnt like a key until the next reload of the catalog (a role's change or
+            // deletion is one), its expiry checked on every request.
+            let Some((key, version)) = self.session_key(access_key).await? else {
+                return Ok(None);
+            };
+            let key = Arc::new(key);
+            let mut cached = self.cached.write().expect("catalog lock");
+            self.rules.store(true, Ordering::Release);
+            cached.keys.learn(key.access_key.clone(), Arc::clone(&key), version);
+            return Ok(Some(key));
         }
         let client = self.pool.get().await?;
         // With the catalog version of the same snapshot: the key's row is in every snapshot of

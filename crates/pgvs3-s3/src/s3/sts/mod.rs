@@ -1,0 +1,588 @@
+//! STS on the S3 endpoint: `AssumeRoleWithWebIdentity` (AWS's query API, unsigned: a form POST
+//! or a GET with the query) exchanges a web identity token (a Kubernetes ServiceAccount token)
+//! for temporary credentials. The token is verified here against its issuer's key set from the
+//! catalog ([`jwt`]); the role's trust names who may assume it. The credentials are stored in
+//! the catalog (`pgvs3.sts_sessions`), so every gateway of the fleet accepts them at once; the
+//! catalog's session lookup and the access check take them from there.
+
+mod jwt;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode};
+use http_body_util::BodyExt as _;
+use pgvs3_catalog::sts::role_name;
+use prometheus::{IntCounterVec, Opts};
+use sha2::{Digest, Sha256};
+
+use crate::request_body::RequestBody;
+use crate::store::{AccessKey, Catalog, NewSession, RoleTrust};
+
+/// The STS API version every SDK sends.
+const VERSION: &str = "2011-06-15";
+const NAMESPACE: &str = "https://sts.amazonaws.com/doc/2011-06-15/";
+/// The largest form body read (the token is at most 16 KiB; percent-encoding can triple it).
+const MAX_FORM_BYTES: usize = 64 * 1024;
+/// `DurationSeconds` when the request names none, as on AWS.
+const DEFAULT_DURATION_SECS: i32 = 3600;
+
+/// The STS endpoint: the catalog, the parsed keys of each issuer (by the version of its set) and
+/// the audit metrics.
+pub struct Sts {
+    catalog: Arc<Catalog>,
+    keys: Mutex<HashMap<String, (i64, Arc<jwt::KeySet>)>>,
+    assumed: IntCounterVec,
+    refused: IntCounterVec,
+}
+
+/// An STS error: HTTP status, code, message.
+struct Refusal(StatusCode, &'static str, String);
+
+fn validation(message: impl Into<String>) -> Refusal {
+    Refusal(StatusCode::BAD_REQUEST, "ValidationError", message.into())
+}
+
+fn not_authorized() -> Refusal {
+    Refusal(
+        StatusCode::FORBIDDEN,
+        "AccessDenied",
+        "Not authorized to perform sts:AssumeRoleWithWebIdentity".into(),
+    )
+}
+
+impl Refusal {
+    /// The metric label of a refusal that is not the token's.
+    fn reason(&self) -> &'static str {
+        match self.1 {
+            "AccessDenied" => "access_denied",
+            "ValidationError" | "MissingParameter" => "validation",
+            "InvalidAction" => "invalid_action",
+            "MissingAuthenticationToken" => "unsigned",
+            _ => "internal",
+        }
+    }
+}
+
+impl From<jwt::Refusal> for Refusal {
+    fn from(refusal: jwt::Refusal) -> Refusal {
+        let invalid = |message: String| Refusal(StatusCode::BAD_REQUEST, "InvalidIdentityToken", message);
+        match refusal {
+            jwt::Refusal::Malformed(why) => invalid(format!("The web identity token is not valid: {why}")),
+            jwt::Refusal::Algorithm(alg) => invalid(format!("The token's signing algorithm is not accepted: {alg}")),
+            jwt::Refusal::KeyNotFound => invalid("No key of the issuer's key set has the token's kid".into()),
+            jwt::Refusal::BadSignature => invalid("The token's signature does not verify".into()),
+            jwt::Refusal::Issuer(iss) => invalid(format!("No OpenIDConnect provider found for {iss}")),
+            jwt::Refusal::Audience => invalid("Incorrect token audience".into()),
+            jwt::Refusal::NotYetValid => invalid("The token is not valid yet".into()),
+            jwt::Refusal::Expired => Refusal(
+                StatusCode::BAD_REQUEST,
+                "ExpiredTokenException",
+                "Token expired: current date/time is after the token's exp".into(),
+            ),
+        }
+    }
+}
+
+/// What an assumption hands back.
+struct Issued {
+    access_key: String,
+    secret: String,
+    token: String,
+    expiration: time::OffsetDateTime,
+    subject: String,
+    audience: String,
+    issuer: String,
+    role: String,
+    session_name: String,
+}
+
+impl Sts {
+    pub fn new(catalog: Arc<Catalog>, metrics: &crate::metrics::Metrics) -> Sts {
+        let assumed = IntCounterVec::new(
+            Opts::new("pgvs3_sts_assumed_total", "Temporary credentials issued, by role"),
+            &["role"],
+        )
+        .expect("valid metric");
+        let refused = IntCounterVec::new(
+            Opts::new(
+                "pgvs3_sts_refused_total",
+                "AssumeRoleWithWebIdentity refusals, by reason",
+            ),
+            &["reason"],
+        )
+        .expect("valid metric");
+        metrics.register(Box::new(assumed.clone()));
+        metrics.register(Box::new(refused.clone()));
+        Sts {
+            catalog,
+            keys: Mutex::default(),
+            assumed,
+            refused,
+        }
+    }
+
+    /// Whether a request on the endpoint's root (no bucket) is an unsigned STS call: a GET or
+    /// POST with `Action=` in its query, or a POST of a URL-encoded form (S3 has no such request
+    /// on `/`). Signed ones go through s3s, which checks their signature ([`SignedSts`]).
+    pub fn wants<B>(request: &Request<B>) -> bool {
+        if signed(request.headers(), request.uri()) {
+            return false;
+        }
+        is_sts(request.method(), request.uri(), request.headers())
+    }
+
+    /// Answers an unsigned STS call (the request [`Sts::wants`]).
+    pub async fn handle(&self, request: Request<RequestBody>, request_id: &str) -> Response<s3s::Body> {
+        let (parts, body) = request.into_parts();
+        let body = match parts.method == http::Method::POST {
+            true => match http_body_util::Limited::new(body, MAX_FORM_BYTES).collect().await {
+                Ok(collected) => collected.to_bytes(),
+                Err(_) => {
+                    let refusal = validation("The request body is over 64 KiB or was cut short");
+                    return self.refuse(refusal.reason(), &refusal, request_id);
+                }
+            },
+            false => Bytes::new(),
+        };
+        self.answer(&params(&parts.uri, &body), request_id, None).await
+    }
+
+    /// Answers an STS call's parameters; `caller` is the signer of a signed one.
+    async fn answer(
+        &self,
+        params: &HashMap<String, String>,
+        request_id: &str,
+        caller: Option<&AccessKey>,
+    ) -> Response<s3s::Body> {
+        let action = params.get("Action").map(String::as_str).unwrap_or_default();
+        if let Some(version) = params.get("Version")
+            && version != VERSION
+        {
+            let refusal = Refusal(
+                StatusCode::BAD_REQUEST,
+                "InvalidAction",
+                format!("Could not find operation {action} for version {version}"),
+            );
+            return self.refuse(refusal.reason(), &refusal, request_id);
+        }
+        match action {
+            "AssumeRoleWithWebIdentity" => match self.assume(params).await {
+                Ok(issued) => {
+                    self.assumed.with_label_values(&[&issued.role]).inc();
+                    tracing::info!(
+                        target: "pgvs3::sts",
+                        role = %issued.role,
+                        subject = %issued.subject,
+                        session = %issued.session_name,
+                        access_key = %issued.access_key,
+                        expires = %issued.expiration,
+                        outcome = "assumed",
+                        "AssumeRoleWithWebIdentity"
+                    );
+                    xml_response(StatusCode::OK, assumed_xml(&issued, request_id))
+                }
+                Err((reason, refusal)) => {
+                    tracing::info!(
+                        target: "pgvs3::sts",
+                        role = params.get("RoleArn").and_then(|arn| role_name(arn)).unwrap_or_default(),
+                        outcome = "refused",
+                        reason,
+                        code = refusal.1,
+                        "AssumeRoleWithWebIdentity"
+                    );
+                    self.refuse(reason, &refusal, request_id)
+                }
+            },
+            "GetCallerIdentity" => match caller {
+                Some(key) => xml_response(StatusCode::OK, caller_xml(key, request_id)),
+                None => {
+                    let refusal = Refusal(
+                        StatusCode::FORBIDDEN,
+                        "MissingAuthenticationToken",
+                        "Request is missing Authentication Token".into(),
+                    );
+                    self.refuse(refusal.reason(), &refusal, request_id)
+                }
+            },
+            other => {
+                let refusal = Refusal(
+                    StatusCode::BAD_REQUEST,
+                    "InvalidAction",
+                    format!(
+                        "Could not find operation {} for version {VERSION}",
+                        other.chars().take(64).collect::<String>()
+                    ),
+                );
+                self.refuse(refusal.reason(), &refusal, request_id)
+            }
+        }
+    }
+
+    fn refuse(&self, reason: &str, refusal: &Refusal, request_id: &str) -> Response<s3s::Body> {
+        self.refused.with_label_values(&[reason]).inc();
+        let Refusal(status, code, message) = refusal;
+        let kind = if status.is_server_error() { "Receiver" } else { "Sender" };
+        let body = format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ErrorResponse xmlns=\"{NAMESPACE}\"><Error><Type>{kind}</Type><Code>{code}</Code><Message>{}</Message></Error><RequestId>{request_id}</RequestId></ErrorResponse>",
+            escape(message)
+        );
+        xml_response(*status, body)
+    }
+
+    /// Verifies the token and the role's trust, and stores new credentials. A refusal comes
+    /// with its metric reason.
+    async fn assume(&self, params: &HashMap<String, String>) -> Result<Issued, (&'static str, Refusal)> {
+        let plain = |refusal: Refusal| (refusal.reason(), refusal);
+        let required = |name: &str, field: &str| {
+            params
+                .get(name)
+                .filter(|value| !value.is_empty())
+                .ok_or_else(|| {
+                    plain(validation(format!(
+                        "1 validation error detected: Value null at '{field}' failed to satisfy constraint: Member must not be null"
+                    )))
+                })
+        };
+        let arn = required("RoleArn", "roleArn")?;
+        let session_name = required("RoleSessionName", "roleSessionName")?;
+        let token = required("WebIdentityToken", "webIdentityToken")?;
+        let session_ok = (2..=64).contains(&session_name.len())
+            && session_name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_+=,.@-".contains(c));
+        if !session_ok {
+            return Err(plain(validation(
+                "1 validation error detected: Value at 'roleSessionName' failed to satisfy constraint: Member must satisfy regular expression pattern: [\\w+=,.@-]{2,64}",
+            )));
+        }
+        if params.contains_key("Policy") || params.keys().any(|name| name.starts_with("PolicyArns")) {
+            return Err(plain(validation(
+                "Session policies (Policy, PolicyArns) are not supported",
+            )));
+        }
+        let duration = match params.get("DurationSeconds") {
+            None => None,
+            Some(text) => Some(text.parse::<i32>().map_err(|_| {
+                plain(validation("1 validation error detected: Value at 'durationSeconds' failed to satisfy constraint: Member must be a number"))
+            })?),
+        };
+        if let Some(secs) = duration
+            && secs < pgvs3_catalog::sts::MIN_SESSION_SECONDS
+        {
+            return Err(plain(validation(format!(
+                "1 validation error detected: Value '{secs}' at 'durationSeconds' failed to satisfy constraint: Member must have value greater than or equal to 900"
+            ))));
+        }
+        let token = jwt::decode(token).map_err(|refusal| (refusal.reason(), Refusal::from(refusal)))?;
+        let Some(role) = role_name(arn) else {
+            return Err(plain(validation(format!(
+                "{} is not a role ARN",
+                arn.chars().take(256).collect::<String>()
+            ))));
+        };
+        let Some(role_trust) = self.catalog.sts_role(role).await.map_err(|_| plain(unavailable()))? else {
+            return Err(plain(not_authorized()));
+        };
+        let RoleTrust {
+            trust,
+            max_session_seconds: max_session,
+            issuer_version,
+        } = role_trust;
+        let secs = duration.unwrap_or(DEFAULT_DURATION_SECS.min(max_session));
+        if secs > max_session {
+            return Err(plain(validation(
+                "The requested DurationSeconds exceeds the MaxSessionDuration set for this role.",
+            )));
+        }
+        let issuer = token.claims.iss.clone();
+        let keys = match (issuer == trust.issuer, issuer_version) {
+            (true, Some(version)) => self.key_set(&issuer, version).await.map_err(plain)?,
+            _ => {
+                // Another issuer than the role trusts: refused as AWS does, unknown or not.
+                let known = self
+                    .catalog
+                    .oidc_issuer_jwks(&issuer)
+                    .await
+                    .map_err(|_| plain(unavailable()))?
+                    .is_some();
+                let refusal = jwt::Refusal::Issuer(issuer.chars().take(256).collect());
+                return Err(match known {
+                    true => ("issuer", not_authorized()),
+                    false => (refusal.reason(), Refusal::from(refusal)),
+                });
+            }
+        };
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        let claims = token
+            .verify(&keys, &trust.audience, now)
+            .map_err(|refusal| (refusal.reason(), Refusal::from(refusal)))?;
+        if !trust.admits(&claims.sub) {
+            return Err(("subject", not_authorized()));
+        }
+        let access_key = format!("ASIA{}", random_id(16));
+        let secret = random_secret();
+        let session_token = base64::engine::general_purpose::STANDARD.encode(random_bytes::<96>());
+        let token_digest = Sha256::digest(session_token.as_bytes()).to_vec();
+        let opened = self
+            .catalog
+            .open_session(&NewSession {
+                access_key: &access_key,
+                secret: &secret,
+                token_sha256: &token_digest,
+                role,
+                subject: &claims.sub,
+                session_name,
+                seconds: secs,
+            })
+            .await
+            .map_err(|_| plain(unavailable()))?;
+        // None: the role was deleted meanwhile.
+        let expires = opened.ok_or_else(|| plain(not_authorized()))?;
+        Ok(Issued {
+            access_key,
+            secret,
+            token: session_token,
+            expiration: expires.into(),
+            subject: claims.sub,
+            audience: trust.audience,
+            issuer,
+            role: role.to_owned(),
+            session_name: session_name.clone(),
+        })
+    }
+
+    /// The issuer's parsed keys at `version`: from the cache while the catalog's set is the one
+    /// parsed, else read and parsed once.
+    async fn key_set(&self, issuer: &str, version: i64) -> Result<Arc<jwt::KeySet>, Refusal> {
+        if let Some((cached, keys)) = self.keys.lock().expect("sts keys").get(issuer)
+            && *cached == version
+        {
+            return Ok(Arc::clone(keys));
+        }
+        let (jwks, version) = self
+            .catalog
+            .oidc_issuer_jwks(issuer)
+            .await
+            .map_err(|_| unavailable())?
+            .ok_or_else(|| Refusal::from(jwt::Refusal::Issuer(issuer.to_owned())))?;
+        let keys = Arc::new(jwt::parse_key_set(&jwks));
+        let mut cache = self.keys.lock().expect("sts keys");
+        // Bounded by the issuers registered; an issuer deleted leaves one entry until restart.
+        cache.insert(issuer.to_owned(), (version, Arc::clone(&keys)));
+        Ok(keys)
+    }
+}
+
+/// An STS call on `/`: a GET or POST with `Action=` in its query, or a POST of a URL-encoded
+/// form.
+fn is_sts(method: &http::Method, uri: &http::Uri, headers: &http::HeaderMap) -> bool {
+    if uri.path() != "/" {
+        return false;
+    }
+    let query_action = uri
+        .query()
+        .is_some_and(|query| query.starts_with("Action=") || query.contains("&Action="));
+    let form = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("application/x-www-form-urlencoded"));
+    (query_action && (method == http::Method::GET || method == http::Method::POST))
+        || (form && method == http::Method::POST)
+}
+
+/// Whether a request carries a signature (a header or a presigned query).
+fn signed(headers: &http::HeaderMap, uri: &http::Uri) -> bool {
+    headers.contains_key(http::header::AUTHORIZATION)
+        || uri.query().is_some_and(|query| query.contains("X-Amz-Credential="))
+}
+
+/// A call's parameters: its query's and its form body's.
+fn params(uri: &http::Uri, body: &[u8]) -> HashMap<String, String> {
+    let mut params: HashMap<String, String> = HashMap::new();
+    if let Some(query) = uri.query() {
+        params.extend(form_urlencoded::parse(query.as_bytes()).into_owned());
+    }
+    params.extend(form_urlencoded::parse(body).into_owned());
+    params
+}
+
+/// Signed STS calls (GetCallerIdentity, as the SDKs sign it with service `sts`), through s3s's
+/// custom route: s3s verifies the signature (reading the form, bounded, for its hash) and
+/// requires one, then the session token is checked as for S3.
+pub struct SignedSts(pub Arc<Sts>);
+
+#[async_trait::async_trait]
+impl s3s::route::S3Route for SignedSts {
+    fn is_match(
+        &self,
+        method: &http::Method,
+        uri: &http::Uri,
+        headers: &http::HeaderMap,
+        _: &mut http::Extensions,
+    ) -> bool {
+        signed(headers, uri) && is_sts(method, uri, headers)
+    }
+
+    async fn call(&self, mut req: s3s::S3Request<s3s::Body>) -> s3s::S3Result<s3s::S3Response<s3s::Body>> {
+        let body = req
+            .input
+            .store_all_limited(MAX_FORM_BYTES)
+            .await
+            .map_err(|_| s3s::s3_error!(InvalidRequest, "The request body is over 64 KiB"))?;
+        let request_id = req
+            .extensions
+            .get::<super::errors::RequestId>()
+            .map(|id| id.0.clone())
+            .unwrap_or_default();
+        let Some(access_key) = req.credentials.as_ref().map(|c| c.access_key.clone()) else {
+            return Err(s3s::s3_error!(AccessDenied, "Signature required"));
+        };
+        if crate::store::is_session_key(&access_key)
+            && let Err(err) = super::auth::session_token(&self.0.catalog, &access_key, &req.headers, &req.uri).await
+        {
+            // In STS's terms, which the SDKs' query protocol parses.
+            let refusal = match err.code() {
+                s3s::S3ErrorCode::ExpiredToken => Refusal(
+                    StatusCode::BAD_REQUEST,
+                    "ExpiredToken",
+                    "The security token included in the request is expired".into(),
+                ),
+                _ => Refusal(
+                    StatusCode::FORBIDDEN,
+                    "InvalidClientTokenId",
+                    "The security token included in the request is invalid.".into(),
+                ),
+            };
+            return Ok(s3_response(self.0.refuse("token", &refusal, &request_id)));
+        }
+        let key = self
+            .0
+            .catalog
+            .access_key(&access_key)
+            .await
+            .map_err(|err| super::errors::s3_error(err, None))?
+            .ok_or_else(|| s3s::s3_error!(InvalidAccessKeyId))?;
+        Ok(s3_response(
+            self.0.answer(&params(&req.uri, &body), &request_id, Some(&key)).await,
+        ))
+    }
+}
+
+fn s3_response(response: Response<s3s::Body>) -> s3s::S3Response<s3s::Body> {
+    let (parts, body) = response.into_parts();
+    let mut answer = s3s::S3Response::new(body);
+    answer.status = Some(parts.status);
+    answer.headers = parts.headers;
+    answer
+}
+
+/// GetCallerIdentity's answer: a key as an IAM user (`root` for a root key), a session as its
+/// assumed role.
+fn caller_xml(key: &AccessKey, request_id: &str) -> String {
+    let account = pgvs3_catalog::sts::ACCOUNT_ID;
+    let (arn, user_id) = match &key.session {
+        Some(session) => (
+            format!(
+                "arn:aws:sts::{account}:assumed-role/{}/{}",
+                session.role, session.session_name
+            ),
+            format!("{}:{}", role_id(&session.role), session.session_name),
+        ),
+        None if key.is_root => (format!("arn:aws:iam::{account}:root"), account.to_owned()),
+        None => (
+            format!("arn:aws:iam::{account}:user/{}", key.access_key),
+            key.access_key.clone(),
+        ),
+    };
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<GetCallerIdentityResponse xmlns=\"{NAMESPACE}\"><GetCallerIdentityResult>\
+<Arn>{}</Arn><UserId>{}</UserId><Account>{account}</Account></GetCallerIdentityResult>\
+<ResponseMetadata><RequestId>{request_id}</RequestId></ResponseMetadata></GetCallerIdentityResponse>",
+        escape(&arn),
+        escape(&user_id)
+    )
+}
+
+/// A role's id as AWS shows it (`AROA` and 16 characters), derived from its name.
+fn role_id(role: &str) -> String {
+    format!(
+        "AROA{}",
+        hex::encode(&Sha256::digest(role.as_bytes())[..8]).to_uppercase()
+    )
+}
+
+fn unavailable() -> Refusal {
+    Refusal(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "ServiceUnavailable",
+        "The catalog is not reachable; retry".into(),
+    )
+}
+
+fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut bytes = [0u8; N];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).expect("the system's random source");
+    bytes
+}
+
+/// `len` characters of A-Z and 2-7 (AWS access key ids are upper case and digits).
+fn random_id(len: usize) -> String {
+    const ALPHABET: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+    random_bytes::<32>()[..len]
+        .iter()
+        .map(|byte| ALPHABET[usize::from(byte & 31)] as char)
+        .collect()
+}
+
+/// A 40-character secret, as AWS's.
+fn random_secret() -> String {
+    base64::engine::general_purpose::STANDARD
+        .encode(random_bytes::<30>())
+        .replace(['+', '/'], "x")
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&apos;")
+}
+
+fn xml_response(status: StatusCode, body: String) -> Response<s3s::Body> {
+    let mut response = Response::new(s3s::Body::from(body));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/xml"));
+    response
+}
+
+fn assumed_xml(issued: &Issued, request_id: &str) -> String {
+    let expiration = issued
+        .expiration
+        .replace_nanosecond(0)
+        .unwrap_or(issued.expiration)
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default();
+    let role_id = role_id(&issued.role);
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<AssumeRoleWithWebIdentityResponse xmlns=\"{NAMESPACE}\"><AssumeRoleWithWebIdentityResult>\
+<SubjectFromWebIdentityToken>{subject}</SubjectFromWebIdentityToken><Audience>{audience}</Audience>\
+<AssumedRoleUser><Arn>arn:aws:sts::{account}:assumed-role/{role}/{session}</Arn><AssumedRoleId>{role_id}:{session}</AssumedRoleId></AssumedRoleUser>\
+<Credentials><AccessKeyId>{access_key}</AccessKeyId><SecretAccessKey>{secret}</SecretAccessKey><SessionToken>{token}</SessionToken><Expiration>{expiration}</Expiration></Credentials>\
+<Provider>{provider}</Provider></AssumeRoleWithWebIdentityResult><ResponseMetadata><RequestId>{request_id}</RequestId></ResponseMetadata></AssumeRoleWithWebIdentityResponse>",
+        subject = escape(&issued.subject),
+        audience = escape(&issued.audience),
+        account = pgvs3_catalog::sts::ACCOUNT_ID,
+        role = escape(&issued.role),
+        session = escape(&issued.session_name),
+        access_key = issued.access_key,
+        secret = issued.secret,
+        token = issued.token,
+        provider = escape(&issued.issuer),
+    )
+}
