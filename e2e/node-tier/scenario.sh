@@ -80,7 +80,7 @@ k create secret generic demo-ca --from-file="$scratch/ca.crt" --from-file="$scra
 k create secret tls demo-server-tls --cert="$scratch/tls.crt" --key="$scratch/tls.key" >/dev/null
 k create secret tls demo-gateway-tls --cert="$scratch/gateway.crt" --key="$scratch/gateway.key" --save-config >/dev/null
 k label secret demo-gateway-tls pgvs3.io/reload=true >/dev/null
-k create configmap node-tier-client --from-file="$HERE/client.sh" >/dev/null
+k create configmap node-tier-client --from-file="$HERE/client.sh" --from-file="$HERE/sdk.py" >/dev/null
 # what the client pod trusts: the tier's CA (client.sh, redis-cli --tls, pgvs3-loadgen --ca-cert)
 k create configmap node-tier-ca --from-file="$scratch/ca.crt" >/dev/null
 k apply -f "$HERE/postgres.yaml" >/dev/null
@@ -162,8 +162,8 @@ step "S3: primary write (HTTPS), standby read + 403, host→ClusterIP, OriginCac
 # --- workload identity (issue 37): pods with only their ServiceAccount's token -----------------
 # Bucket ledger names ServiceAccount `app` (no static key); app-client and other-client
 # (identity.yaml) have a projected token for audience pgvs3 and ledger's ConfigMap as their env.
-# The exchange is the one an AWS SDK makes (the client image has no Python: curl, client.sh
-# assume), then S3 with the session's credentials and x-amz-security-token.
+# The exchange is the one an AWS SDK makes, by curl first (client.sh assume: each answer
+# checked), then S3 with the session's credentials and x-amz-security-token; then boto3.
 # as_pod POD client.sh-ARGS...: client.sh in POD, signed with AK/SK and the session token ST
 as_pod() { local p=$1; shift; k exec "$p" -- env AK="${AK:-}" SK="${SK:-}" ST="${ST:-}" PINS="$pins" sh /node-tier/client.sh "$@"; }
 ! k get secret ledger-credentials >/dev/null 2>&1 || die "Bucket ledger (staticKey: false) has a credentials Secret"
@@ -194,6 +194,13 @@ got=$(as_pod other-client assume "$token")
 got=$(as_pod app-client assume /var/run/secrets/other-audience/token)
 [ "$got" = "400 InvalidIdentityToken" ] || die "AssumeRoleWithWebIdentity with a token for audience not-pgvs3 answered '$got', not 400 InvalidIdentityToken"
 step "workload identity: app's pod read+write ($tries tries), other's AccessDenied, audience refused"
+# the same with boto3 and nothing but the ConfigMap's environment (and the CA): the SDK's own
+# web identity provider
+role=$(k get configmap ledger-identity -o jsonpath='{.data.AWS_ROLE_ARN}')
+got=$(k exec app-client -- python3.11 /node-tier/sdk.py 2>&1) || die "boto3 in app's pod: $got"
+[ "$got" = "written-by-boto3 arn:aws:sts::000000000000:assumed-role/${role##*/}/${got##*/}" ] && [ "${got##*/}" != "" ] \
+    || die "boto3 in app's pod: '$got'"
+step "workload identity: boto3 in app's pod (web identity provider) PUT, GET, GetCallerIdentity"
 
 # --- RESP --------------------------------------------------------------------------------------
 resp() { local host=$1 user=$2 pass=$3 tls=(); shift 3
