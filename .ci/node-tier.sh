@@ -3,7 +3,8 @@
 # ../shared/kube/node (containerd, kubelet, scheduler, kube-proxy, bridge CNI, cluster DNS) on the
 # control plane of ../shared/kube, images built from this checkout's debug binaries, then
 # e2e/node-tier/scenario.sh (the chart, PostgreSQL primary + hot standby, two GatewayPools,
-# Buckets, an OriginCache, S3/RESP/OJS from a pod, the database password and the TLS certificate
+# Buckets, an OriginCache, S3/RESP/OJS from a pod, workload identity (curl and boto3 with a
+# ServiceAccount's token), the database password and the TLS certificate
 # rotated under load, a gateway and the operator killed, a capacity run, scaling, autoscaling,
 # a failover with the primary's Service moved, PodSecurity restricted). Everything is torn down on
 # exit, also on failure, and the host must be as before. About 4-6 minutes; docs/operator.md says
@@ -98,7 +99,8 @@ postgres_image=$!
 # The workload identity's pod runs boto3 as an application would (e2e/node-tier/sdk.py): the
 # clients venv's Python at its host path (it finds its standard library relative to itself), the
 # standard library without its tests, GUI and tools, the extension modules boto3 can load (with
-# the libraries they link), and boto3 with its dependencies only (PYTHONPATH), about 30 MB.
+# the libraries they link), and boto3 with its dependencies only (PYTHONPATH): about 125 MB
+# unpacked (standard library 54, boto3 and its dependencies 34, libpython 23).
 # In the background, as the PostgreSQL image.
 sdk_image() {
     venv="${PGVS3_TOOLS_DIR:-$HOME/.cache/pgvs3-tools}/clients-venv"
