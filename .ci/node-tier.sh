@@ -3,7 +3,8 @@
 # ../shared/kube/node (containerd, kubelet, scheduler, kube-proxy, bridge CNI, cluster DNS) on the
 # control plane of ../shared/kube, images built from this checkout's debug binaries, then
 # e2e/node-tier/scenario.sh (the chart, PostgreSQL primary + hot standby, two GatewayPools,
-# Buckets, an OriginCache, S3/RESP/OJS from a pod, the database password and the TLS certificate
+# Buckets, an OriginCache, S3/RESP/OJS from a pod, workload identity (curl and boto3 with a
+# ServiceAccount's token), the database password and the TLS certificate
 # rotated under load, a gateway and the operator killed, a capacity run, scaling, autoscaling,
 # a failover with the primary's Service moved, PodSecurity restricted). Everything is torn down on
 # exit, also on failure, and the host must be as before. About 4-6 minutes; docs/operator.md says
@@ -95,11 +96,37 @@ step "node Ready"
 # Images from this checkout's binaries (stripped of debug info: same code, a tenth of the size).
 quiet "$kit/build-postgres-image.sh" &
 postgres_image=$!
+# The workload identity's pod runs boto3 as an application would (e2e/node-tier/sdk.py): the
+# clients venv's Python at its host path (it finds its standard library relative to itself), the
+# standard library without its tests, GUI and tools, the extension modules boto3 can load (with
+# the libraries they link), and boto3 with its dependencies only (PYTHONPATH): about 125 MB
+# unpacked (standard library 54, boto3 and its dependencies 34, libpython 23).
+# In the background, as the PostgreSQL image.
+sdk_image() {
+    venv="${PGVS3_TOOLS_DIR:-$HOME/.cache/pgvs3-tools}/clients-venv"
+    [ -x "$venv/bin/python3" ] || { echo "the tier needs the clients venv at $venv (.ci/run installs it)" >&2; return 1; }
+    read -r stdlib site <<<"$("$venv/bin/python3" -c 'import sysconfig; print(sysconfig.get_path("stdlib"), sysconfig.get_path("purelib"))')"
+    mkdir "$run/sdk"
+    tar -C "$stdlib" --exclude=./test --exclude=./site-packages --exclude=./lib-dynload --exclude=./idlelib \
+        --exclude=./tkinter --exclude=./turtledemo --exclude=./lib2to3 --exclude=./ensurepip \
+        --exclude='./config-*' -cf - . | tar -C "$run/sdk" -xf -
+    modules=$(find "$stdlib/lib-dynload" -name '*.so' ! -name '_test*' ! -name 'xx*' ! -name '_ctypes_test*' \
+        ! -name '_tkinter*' ! -name '_curses*' ! -name '_sqlite3*' ! -name 'readline*' ! -name 'nis*' \
+        ! -name '_dbm*' ! -name '_gdbm*' ! -name 'ossaudiodev*' ! -name 'spwd*' ! -name '_crypt*')
+    extra="$run/sdk:$stdlib"
+    for m in boto3 botocore s3transfer jmespath dateutil urllib3 six.py; do extra="$extra $site/$m:/opt/sdk/$m"; done
+    # shellcheck disable=SC2086 # $modules: one path per word
+    ENTRYPOINT=/bin/sleep KEEP_PATHS=1 EXTRA="$extra" IMAGE_ENV=PYTHONPATH=/opt/sdk quiet "$kit/build-image.sh" \
+        localhost/pgvs3-node-tier/sdk:1 /bin/busybox "$(command -v curl)" "$(realpath "$venv/bin/python3")" $modules
+}
+sdk_image &
+sdk=$!
 STRIP=1 CMD='["serve"]' quiet "$kit/build-image.sh" ghcr.io/pgvs3/pgvs3:node-tier "$gateway"
 STRIP=1 CMD='["run"]' quiet "$kit/build-image.sh" ghcr.io/pgvs3/pgvs3-operator:node-tier "$operator"
 ENTRYPOINT=/bin/sleep STRIP=1 quiet "$kit/build-image.sh" localhost/pgvs3-node-tier/client:1 /bin/busybox \
     "$(command -v curl)" "$(command -v redis-cli)" "$loadgen"
 wait "$postgres_image"
-step "images: gateway, operator, PostgreSQL, client"
+wait "$sdk"
+step "images: gateway, operator, PostgreSQL, client, SDK client"
 
 HELM="$helm" timeout 480 e2e/node-tier/scenario.sh .

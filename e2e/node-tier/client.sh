@@ -2,7 +2,8 @@
 # Runs inside the node tier's client pod (busybox sh, curl, redis-cli; .ci/node-tier.sh mounts it
 # from a ConfigMap): S3 requests signed with SigV4 by curl, and the load loop. `https://` URLs are
 # verified against the tier's CA (ConfigMap node-tier-ca).
-#   env AK, SK: the access key to sign with
+#   env AK, SK: the access key to sign with; ST: a session's token (x-amz-security-token), with
+#             AK/SK a session's credentials (client.sh assume)
 #   env PINS: "host:port:address ..." — names curl uses without a DNS lookup (curl --resolve;
 #             TLS still verifies the name). The tier pins the pools' Services to their
 #             ClusterIPs: the kit's DNS stand-in once took over 5 s to answer during a rolling
@@ -19,6 +20,11 @@
 # failure is listed with how far the request got (seconds: dns, tcp, tls, first byte, total):
 # a phase that never completed shows 0.
 #   client.sh verify URL TAG      GETs every acknowledged key; prints "lost=<n>" and each loss
+#   client.sh assume TOKEN_FILE   STS AssumeRoleWithWebIdentity as an AWS SDK sends it (an unsigned
+#                                 form POST to AWS_ENDPOINT_URL_STS, role AWS_ROLE_ARN: the env of
+#                                 the Bucket's identity ConfigMap) with the token in TOKEN_FILE;
+#                                 prints "<status> <key id> <secret> <session token>", or
+#                                 "<status> <error code>" when refused
 set -u
 EMPTY_SHA=e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
 CA=/etc/node-tier-ca/ca.crt
@@ -31,9 +37,10 @@ for pin in ${PINS:-}; do resolve="$resolve --resolve $pin"; done
 # code> without an answer) and $timings
 s3() {
     out=$1; shift
+    [ -z "${ST:-}" ] || set -- -H "x-amz-security-token: $ST" "$@"
     # shellcheck disable=SC2086 # $resolve: one word per option and value
     timings=$(curl -s -o "$out" -w "$TIMINGS" --max-time 5 --cacert "$CA" $resolve \
-        --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AK:$SK" "$@")
+        --aws-sigv4 "aws:amz:${AWS_REGION:-us-east-1}:s3" --user "$AK:$SK" "$@")
     exit_code=$?
     code=${timings%% *}
     [ "$code" = 000 ] && code="000/$exit_code"
@@ -87,6 +94,21 @@ verify)
         [ "$got" = "200 $tag-$i" ] || { lost=$((lost + 1)); echo "load-$i: $got"; }
     done
     echo "lost=$lost of $(wc -l < "/tmp/acked-$tag")"
+    ;;
+assume)
+    # the answer's XML, one element looked up at a time (busybox has no XML parser)
+    xml() { sed -n "s:.*<$1>\([^<]*\)</$1>.*:\1:p" /tmp/sts.$$ | head -n1; }
+    # shellcheck disable=SC2086 # $resolve: one word per option and value
+    code=$(curl -s -o /tmp/sts.$$ -w '%{http_code}' --max-time 5 --cacert "$CA" $resolve \
+        --data-urlencode Action=AssumeRoleWithWebIdentity --data-urlencode Version=2011-06-15 \
+        --data-urlencode "RoleArn=$AWS_ROLE_ARN" --data-urlencode RoleSessionName=node-tier \
+        --data-urlencode "WebIdentityToken@$2" "$AWS_ENDPOINT_URL_STS/")
+    if [ "$code" = 200 ]; then
+        echo "$code $(xml AccessKeyId) $(xml SecretAccessKey) $(xml SessionToken)"
+    else
+        echo "$code $(xml Code)"
+    fi
+    rm -f /tmp/sts.$$
     ;;
 *) echo "client.sh: unknown command $1" >&2; exit 2 ;;
 esac

@@ -80,7 +80,7 @@ k create secret generic demo-ca --from-file="$scratch/ca.crt" --from-file="$scra
 k create secret tls demo-server-tls --cert="$scratch/tls.crt" --key="$scratch/tls.key" >/dev/null
 k create secret tls demo-gateway-tls --cert="$scratch/gateway.crt" --key="$scratch/gateway.key" --save-config >/dev/null
 k label secret demo-gateway-tls pgvs3.io/reload=true >/dev/null
-k create configmap node-tier-client --from-file="$HERE/client.sh" >/dev/null
+k create configmap node-tier-client --from-file="$HERE/client.sh" --from-file="$HERE/sdk.py" >/dev/null
 # what the client pod trusts: the tier's CA (client.sh, redis-cli --tls, pgvs3-loadgen --ca-cert)
 k create configmap node-tier-ca --from-file="$scratch/ca.crt" >/dev/null
 k apply -f "$HERE/postgres.yaml" >/dev/null
@@ -112,12 +112,17 @@ k wait --for=condition=Ready pod/client --timeout=60s >/dev/null
 # kept the API server busy (docs/operator.md). A Service's ClusterIP does not change.
 svc_ip() { k get service "$1" -o jsonpath='{.spec.clusterIP}'; }
 pins="demo-primary:9000:$(svc_ip demo-primary) demo-standby:9000:$(svc_ip demo-standby)"
+# the name the operator writes into a Bucket's endpoints (the workload identity's ConfigMap)
+pins="$pins demo-primary.$NS.svc:9000:$(svc_ip demo-primary)"
 step "GatewayPools demo-primary (2, TLS) and demo-standby (1) Ready"
 k apply -f "$HERE/buckets.yaml" >/dev/null
-k wait --for=condition=Ready bucket/photos bucket/upstream --timeout=120s >/dev/null
+k wait --for=condition=Ready bucket/photos bucket/upstream bucket/ledger --timeout=120s >/dev/null
+# the workload identity's ServiceAccounts and pods (their env is ledger's ConfigMap): they start
+# while the checks below run
+k apply -f "$HERE/identity.yaml" >/dev/null
 k apply -f "$HERE/origincache.yaml" >/dev/null
 k wait --for=condition=Ready origincache/mirror --timeout=120s >/dev/null
-step "Buckets photos, upstream and OriginCache mirror Ready"
+step "Buckets photos, upstream, ledger and OriginCache mirror Ready"
 
 # The first primary gateway printed the generated root key once (RESP's keyspace is the root's).
 root_ak="" root_sk=""
@@ -153,6 +158,49 @@ got=$(AK=$(secret mirror-credentials AWS_ACCESS_KEY_ID) SK=$(secret mirror-crede
     pod get "$P/demo-mirror/data.txt")
 [ "$got" = "200 from the origin" ] || die "GET through the OriginCache's bucket: '$got'"
 step "S3: primary write (HTTPS), standby read + 403, host→ClusterIP, OriginCache"
+
+# --- workload identity (issue 37): pods with only their ServiceAccount's token -----------------
+# Bucket ledger names ServiceAccount `app` (no static key); app-client and other-client
+# (identity.yaml) have a projected token for audience pgvs3 and ledger's ConfigMap as their env.
+# The exchange is the one an AWS SDK makes, by curl first (client.sh assume: each answer
+# checked), then S3 with the session's credentials and x-amz-security-token; then boto3.
+# as_pod POD client.sh-ARGS...: client.sh in POD, signed with AK/SK and the session token ST
+as_pod() { local p=$1; shift; k exec "$p" -- env AK="${AK:-}" SK="${SK:-}" ST="${ST:-}" PINS="$pins" sh /node-tier/client.sh "$@"; }
+! k get secret ledger-credentials >/dev/null 2>&1 || die "Bucket ledger (staticKey: false) has a credentials Secret"
+k wait --for=condition=Ready pod/app-client pod/other-client --timeout=60s >/dev/null
+token=$(k get configmap ledger-identity -o jsonpath='{.data.AWS_WEB_IDENTITY_TOKEN_FILE}')
+L=$(k get configmap ledger-identity -o jsonpath='{.data.AWS_ENDPOINT_URL}')/$(k get configmap ledger-identity -o jsonpath='{.data.BUCKET_NAME}')
+# The Bucket is Ready once its role is in the catalog; the issuer's keys are the operator's other
+# loop (every 15 s) and the gateways' catalog reload: tries are counted, not hidden.
+tries=0
+until answer=$(as_pod app-client assume "$token"); tries=$((tries + 1)); [ "${answer%% *}" = 200 ] || [ "$tries" -ge 30 ]; do sleep 1; done
+[ "${answer%% *}" = 200 ] || die "AssumeRoleWithWebIdentity with app's token, $tries tries: $answer"
+read -r _ SAK SSK SST <<<"$answer"
+[ "${SAK#ASIA}" != "$SAK" ] && [ -n "$SSK" ] && [ -n "$SST" ] || die "AssumeRoleWithWebIdentity's credentials: key '$SAK', secret or token empty"
+session() { AK=$SAK SK=$SSK ST=$SST as_pod app-client "$@"; }
+got=$(session put "$L/from-app.txt" "written by app's session"); [ "$got" = 200 ] || die "S3 PUT into $L with app's session: $got"
+got=$(session get "$L/from-app.txt"); [ "$got" = "200 written by app's session" ] || die "S3 GET from $L with app's session: $got"
+# the session's key without its token
+got=$(AK=$SAK SK=$SSK as_pod app-client get "$L/from-app.txt")
+case "$got" in "400 "*InvalidToken*) ;; *) die "S3 GET with the session's key but no token answered '$got', not 400 InvalidToken" ;; esac
+# another Bucket (photos, in the same namespace and pool) is not the role's
+got=$(session get "$P/demo-photos/hello.txt")
+case "$got" in "403 "*AccessDenied*) ;; *) die "S3 GET of another Bucket with app's session answered '$got', not 403 AccessDenied" ;; esac
+got=$(session put "$P/demo-photos/from-app.txt" "no")
+[ "$got" = 403 ] || die "S3 PUT into another Bucket with app's session answered $got, not 403"
+# a ServiceAccount the Bucket does not name; a token of app for another audience
+got=$(as_pod other-client assume "$token")
+[ "$got" = "403 AccessDenied" ] || die "AssumeRoleWithWebIdentity with other's token answered '$got', not 403 AccessDenied"
+got=$(as_pod app-client assume /var/run/secrets/other-audience/token)
+[ "$got" = "400 InvalidIdentityToken" ] || die "AssumeRoleWithWebIdentity with a token for audience not-pgvs3 answered '$got', not 400 InvalidIdentityToken"
+step "workload identity: app's pod read+write ($tries tries), other's AccessDenied, audience refused"
+# the same with boto3 and nothing but the ConfigMap's environment (and the CA): the SDK's own
+# web identity provider
+role=$(k get configmap ledger-identity -o jsonpath='{.data.AWS_ROLE_ARN}')
+got=$(k exec app-client -- python3.11 /node-tier/sdk.py 2>&1) || die "boto3 in app's pod: $got"
+[ "$got" = "written-by-boto3 arn:aws:sts::000000000000:assumed-role/${role##*/}/${got##*/}" ] && [ "${got##*/}" != "" ] \
+    || die "boto3 in app's pod: '$got'"
+step "workload identity: boto3 in app's pod (web identity provider) PUT, GET, GetCallerIdentity"
 
 # --- RESP --------------------------------------------------------------------------------------
 resp() { local host=$1 user=$2 pass=$3 tls=(); shift 3

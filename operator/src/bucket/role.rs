@@ -126,6 +126,9 @@ pub fn config_map(bucket: &Bucket, target: &Target, role_arn: &str) -> ConfigMap
         ("AWS_ENDPOINT_URL_S3".to_string(), target.endpoint.clone()),
         ("AWS_ENDPOINT_URL_STS".to_string(), target.endpoint.clone()),
         ("AWS_REGION".to_string(), target.region.clone()),
+        // boto3 (botocore) reads only this one: without it its STS client, and any client of a
+        // regional service, stops at NoRegionError (the node tier's boto3 pod showed it)
+        ("AWS_DEFAULT_REGION".to_string(), target.region.clone()),
         ("BUCKET_NAME".to_string(), target.bucket_name.clone()),
     ]);
     if let Some(ca) = &target.ca_cert {

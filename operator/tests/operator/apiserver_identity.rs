@@ -152,6 +152,7 @@ async fn scenario(plane: Arc<ControlPlane>) {
     );
     assert_eq!(data(&config_map, "AWS_ENDPOINT_URL_S3"), "http://objects.apps.svc:9000");
     assert_eq!(data(&config_map, "AWS_REGION"), "us-east-1");
+    assert_eq!(data(&config_map, "AWS_DEFAULT_REGION"), "us-east-1");
     assert_eq!(data(&config_map, "BUCKET_NAME"), "apps-photos");
     assert_eq!(
         data(&config_map, "AWS_WEB_IDENTITY_TOKEN_FILE"),
