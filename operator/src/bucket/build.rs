@@ -227,6 +227,8 @@ pub fn credentials_secret<K: Resource<DynamicType = ()>>(
         ("AWS_SECRET_ACCESS_KEY", secret_access_key.to_string()),
         ("AWS_ENDPOINT_URL", target.endpoint.clone()),
         ("AWS_REGION", target.region.clone()),
+        // boto3 and the AWS CLI v1 read only this one.
+        ("AWS_DEFAULT_REGION", target.region.clone()),
         ("BUCKET_NAME", target.bucket_name.clone()),
         ("BUCKET_HOST", host),
         ("BUCKET_PORT", port),
@@ -481,6 +483,7 @@ mod tests {
         assert_eq!(text(&secret, "AWS_SECRET_ACCESS_KEY"), "s3cret");
         assert_eq!(text(&secret, "AWS_ENDPOINT_URL"), "http://pool.team.svc:9000");
         assert_eq!(text(&secret, "AWS_REGION"), "eu-west-1");
+        assert_eq!(text(&secret, "AWS_DEFAULT_REGION"), "eu-west-1");
         assert_eq!(text(&secret, "BUCKET_NAME"), "team-photos");
         assert_eq!(text(&secret, "BUCKET_HOST"), "pool.team.svc");
         assert_eq!(text(&secret, "BUCKET_PORT"), "9000");

@@ -152,7 +152,9 @@ impl Stack {
     pub async fn redis(&self, args: &[&str]) -> String {
         let port = self.gateway.resp_addr.expect("RESP is on").port().to_string();
         let output = tokio::process::Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &port])
+            // RESP needs AUTH by default (`--resp-auth key`): the root key, as an operator would.
+            .args(["-h", "127.0.0.1", "-p", &port, "--no-auth-warning"])
+            .args(["--user", ROOT_ACCESS_KEY, "--pass", ROOT_SECRET_KEY])
             .args(args)
             .output()
             .await
