@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 use std::fmt::{Debug, Write};
-use std::hash::Hash;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::time::Instant;
 
 use super::recorder::{Answer, Op};
@@ -44,7 +44,7 @@ pub fn check<M: Model>(initial: &M, ops: &[Op<M::Input, M::Output>], budget: u64
             .iter()
             .filter(|op| matches!(op.answer, Answer::Returned { .. }))
             .count(),
-        memo: HashSet::new(),
+        memo: HashSet::default(),
         steps: 0,
         budget,
     };
@@ -63,6 +63,33 @@ pub fn check<M: Model>(initial: &M, ops: &[Op<M::Input, M::Output>], budget: u64
     })
 }
 
+/// The memo's hasher: a multiply-rotate over words (as rustc's FxHasher). The default SipHash,
+/// resistant to chosen keys the checker never meets, was the largest cost of a search step.
+#[derive(Default)]
+struct WordHasher(u64);
+
+impl Hasher for WordHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_usize(&mut self, word: usize) {
+        self.write_u64(word as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 struct Search<'a, M: Model> {
     ops: &'a [Op<M::Input, M::Output>],
     /// Bit i: operation i is linearized.
@@ -70,7 +97,7 @@ struct Search<'a, M: Model> {
     /// Answered operations not yet linearized (lost ones need not be).
     pending: usize,
     /// (linearized set, state) pairs already explored without success.
-    memo: HashSet<(Vec<u64>, M)>,
+    memo: HashSet<(Vec<u64>, M), BuildHasherDefault<WordHasher>>,
     steps: u64,
     budget: u64,
 }
@@ -117,10 +144,21 @@ impl<M: Model> Search<'_, M> {
                 candidates.push(i);
             }
         }
-        for i in candidates {
-            if self.ops[i].call > horizon {
-                continue;
+        candidates.retain(|&i| self.ops[i].call <= horizon);
+        // A candidate that leaves the state exactly as it is (a read that agrees with it) can be
+        // taken now without losing a linearization: any order that takes it later stays valid
+        // with it moved here, since nothing it precedes in real time is taken yet. So no branch.
+        for &i in &candidates {
+            if let [next] = state.step(&self.ops[i]).as_slice()
+                && next == state
+            {
+                self.flip(i);
+                let found = self.explore(state);
+                self.flip(i);
+                return found;
             }
+        }
+        for i in candidates {
             for next in state.step(&self.ops[i]) {
                 self.flip(i);
                 let found = self.explore(&next);

@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -94,29 +95,128 @@ pub enum Reply {
     Refused(u16, String),
 }
 
+/// One version of a key. Its strings are shared: the checker copies version lists at every
+/// write it linearizes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Version {
     /// `?…` while unknown (written by an operation that got no answer).
-    pub id: String,
+    pub id: Arc<str>,
     /// `None`: a delete marker.
-    pub body: Option<String>,
+    pub body: Option<Arc<str>>,
     /// `None` when unknown.
-    pub etag: Option<String>,
+    pub etag: Option<Arc<str>>,
 }
 
 /// One key of a versioned bucket: its versions, oldest first; the last is current.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Versions(pub Vec<Version>);
+///
+/// The search clones, hashes and compares a state at every step, and a key's history grows to
+/// hundreds of versions: the versions are a shared list, newest first, each node carrying the
+/// hash of the list up to it, so a write it linearizes costs one node, not a copy and a rehash of
+/// the whole list (which made a hard history's 200,000-step budget take 7 minutes).
+#[derive(Clone, Default)]
+pub struct Versions {
+    newest: Option<Arc<Node>>,
+}
+
+struct Node {
+    version: Version,
+    older: Option<Arc<Node>>,
+    /// This version's own hash, kept for rebuilding the newer part of a list.
+    own: u64,
+    /// The hash of this version and every older one, in order.
+    hash: u64,
+}
+
+impl Drop for Node {
+    /// Iteratively: a recursive drop of a long list would overflow the stack.
+    fn drop(&mut self) {
+        let mut older = self.older.take();
+        while let Some(node) = older {
+            older = match Arc::try_unwrap(node) {
+                Ok(mut node) => node.older.take(),
+                Err(_) => None,
+            };
+        }
+    }
+}
+
+impl PartialEq for Versions {
+    fn eq(&self, other: &Versions) -> bool {
+        let (mut a, mut b) = (&self.newest, &other.newest);
+        loop {
+            match (a, b) {
+                (None, None) => return true,
+                (Some(x), Some(y)) if Arc::ptr_eq(x, y) => return true,
+                (Some(x), Some(y)) if x.hash == y.hash && x.version == y.version => (a, b) = (&x.older, &y.older),
+                _ => return false,
+            }
+        }
+    }
+}
+
+impl Eq for Versions {}
+
+impl Hash for Versions {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.newest.as_ref().map_or(0, |node| node.hash));
+    }
+}
+
+impl fmt::Debug for Versions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Versions").field(&self.oldest_first()).finish()
+    }
+}
 
 impl Versions {
-    fn current_object(&self) -> Option<&Version> {
-        self.0.last().filter(|v| v.body.is_some())
+    /// Newest first.
+    fn iter(&self) -> impl Iterator<Item = &Version> {
+        std::iter::successors(self.newest.as_deref(), |node| node.older.as_deref()).map(|node| &node.version)
+    }
+
+    fn oldest_first(&self) -> Vec<Version> {
+        let mut versions: Vec<Version> = self.iter().cloned().collect();
+        versions.reverse();
+        versions
     }
 
     fn with(&self, version: Version) -> Versions {
-        let mut next = self.clone();
-        next.0.push(version);
-        next
+        let mut hasher = DefaultHasher::new();
+        version.hash(&mut hasher);
+        self.pushed(version, hasher.finish())
+    }
+
+    fn pushed(&self, version: Version, own: u64) -> Versions {
+        let older_hash = self.newest.as_ref().map_or(0, |node| node.hash);
+        Versions {
+            newest: Some(Arc::new(Node {
+                version,
+                older: self.newest.clone(),
+                own,
+                hash: (older_hash.rotate_left(5) ^ own).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            })),
+        }
+    }
+
+    /// Without the versions named `id`: the versions older than the oldest of them are shared,
+    /// only the newer ones are rebuilt (deletes mostly name one of the newest).
+    fn without(&self, id: &str) -> Versions {
+        let nodes: Vec<&Node> = std::iter::successors(self.newest.as_deref(), |node| node.older.as_deref()).collect();
+        let Some(oldest) = nodes.iter().rposition(|node| *node.version.id == *id) else {
+            return self.clone();
+        };
+        let kept = Versions {
+            newest: nodes[oldest].older.clone(),
+        };
+        nodes[..oldest]
+            .iter()
+            .rev()
+            .filter(|node| *node.version.id != *id)
+            .fold(kept, |list, node| list.pushed(node.version.clone(), node.own))
+    }
+
+    fn current_object(&self) -> Option<&Version> {
+        self.iter().next().filter(|v| v.body.is_some())
     }
 
     /// Whether the current object's ETag may be `etag`: `Some(answer)`, or `None` when unknown.
@@ -124,7 +224,7 @@ impl Versions {
         match self.current_object() {
             None => Some(false),
             Some(Version { etag: None, .. }) => None,
-            Some(Version { etag: Some(e), .. }) => Some(e == etag),
+            Some(Version { etag: Some(e), .. }) => Some(**e == *etag),
         }
     }
 
@@ -132,18 +232,18 @@ impl Versions {
     fn written(op: &Op<Call, Reply>, body: Option<String>) -> Version {
         match op.output() {
             Some(Reply::Written { version, etag }) => Version {
-                id: version.clone(),
-                body,
-                etag: Some(etag.clone()),
+                id: version.as_str().into(),
+                body: body.map(Arc::from),
+                etag: Some(etag.as_str().into()),
             },
             Some(Reply::Deleted { marker: Some(id) }) => Version {
-                id: id.clone(),
-                body,
+                id: id.as_str().into(),
+                body: body.map(Arc::from),
                 etag: None,
             },
             _ => Version {
-                id: format!("?c{}@{}", op.client, op.call),
-                body,
+                id: format!("?c{}@{}", op.client, op.call).into(),
+                body: body.map(Arc::from),
                 etag: None,
             },
         }
@@ -185,21 +285,20 @@ impl Model for Versions {
             Cmd::Get => match (out, self.current_object()) {
                 (None, _) => unchanged(),
                 (Some(Reply::NotFound), None) => unchanged(),
-                (Some(Reply::Body { version, body }), Some(current)) if current.body.as_ref() == Some(body) => {
-                    self.seen(self.0.len() - 1, version)
+                (Some(Reply::Body { version, body }), Some(current))
+                    if current.body.as_deref() == Some(body.as_str()) =>
+                {
+                    self.seen(version)
                 }
                 _ => vec![],
             },
-            Cmd::GetVersion(id) => {
-                let at = self.0.iter().position(|v| &v.id == id);
-                match (out, at.map(|i| &self.0[i])) {
-                    (None, _) => unchanged(),
-                    (Some(Reply::NotFound), None) => unchanged(),
-                    (Some(Reply::MethodNotAllowed), Some(Version { body: None, .. })) => unchanged(),
-                    (Some(Reply::Body { body, .. }), Some(v)) if v.body.as_ref() == Some(body) => unchanged(),
-                    _ => vec![],
-                }
-            }
+            Cmd::GetVersion(id) => match (out, self.iter().find(|v| *v.id == **id)) {
+                (None, _) => unchanged(),
+                (Some(Reply::NotFound), None) => unchanged(),
+                (Some(Reply::MethodNotAllowed), Some(Version { body: None, .. })) => unchanged(),
+                (Some(Reply::Body { body, .. }), Some(v)) if v.body.as_deref() == Some(body.as_str()) => unchanged(),
+                _ => vec![],
+            },
             Cmd::Delete => match out {
                 None | Some(Reply::Deleted { .. }) => vec![self.with(Versions::written(op, None))],
                 _ => vec![],
@@ -207,9 +306,7 @@ impl Model for Versions {
             Cmd::DeleteVersion(id) => match out {
                 // Deleting a version that is not there succeeds too.
                 None | Some(Reply::Deleted { .. }) => {
-                    let mut next = self.clone();
-                    next.0.retain(|v| &v.id != id);
-                    vec![next]
+                    vec![self.without(id)]
                 }
                 _ => vec![],
             },
@@ -246,16 +343,22 @@ impl Model for Versions {
 }
 
 impl Versions {
-    /// A read saw version `at` as `id`: consistent if that is its id, or its id is unknown yet
-    /// (then it is this one from now on).
-    fn seen(&self, at: usize, id: &str) -> Vec<Versions> {
-        let known = &self.0[at].id;
-        if known == id {
+    /// A read saw the current version as `id`: consistent if that is its id, or its id is
+    /// unknown yet (then it is this one from now on).
+    fn seen(&self, id: &str) -> Vec<Versions> {
+        let Some(current) = self.iter().next() else {
+            return vec![];
+        };
+        if *current.id == *id {
             vec![self.clone()]
-        } else if known.starts_with('?') && !self.0.iter().any(|v| v.id == id) {
-            let mut next = self.clone();
-            next.0[at].id = id.to_owned();
-            vec![next]
+        } else if current.id.starts_with('?') && !self.iter().any(|v| *v.id == *id) {
+            let older = Versions {
+                newest: self.newest.as_ref().and_then(|node| node.older.clone()),
+            };
+            vec![older.with(Version {
+                id: id.into(),
+                ..current.clone()
+            })]
         } else {
             vec![]
         }
