@@ -159,8 +159,8 @@ async fn empty_listing_parameters_and_the_tag_count_on_head() {
 }
 
 /// Issue 34: an object stored without a Content-Type (a PutObject without the header, a
-/// CopyObject REPLACE without one) is answered `binary/octet-stream`, as S3 does; before, GET
-/// and HEAD sent no Content-Type at all.
+/// multipart upload created without one, a CopyObject REPLACE without one) is answered
+/// `binary/octet-stream`, as S3 does; before, GET and HEAD sent no Content-Type at all.
 #[tokio::test]
 async fn an_object_stored_without_a_content_type_is_binary_octet_stream() {
     let gw = TestGateway::with_sample_object().await;
@@ -195,6 +195,19 @@ async fn an_object_stored_without_a_content_type_is_binary_octet_stream() {
         .await
         .unwrap();
     assert_eq!(head.content_type(), Some("binary/octet-stream"));
+    let s3 = &gw.client;
+    let upload_id = start_upload(s3, "bkt", "assembled-untyped").await;
+    let etag = upload_part(s3, "bkt", "assembled-untyped", &upload_id, 1, b"one part").await;
+    s3.complete_multipart_upload()
+        .bucket("bkt")
+        .key("assembled-untyped")
+        .upload_id(&upload_id)
+        .multipart_upload(completion(&[(1, &etag)]))
+        .send()
+        .await
+        .unwrap();
+    let got = gw.signed("GET", "/bkt/assembled-untyped", &[], b"").await;
+    assert_eq!(got.header("content-type"), Some("binary/octet-stream"), "multipart");
     let typed = gw
         .client
         .put_object()
