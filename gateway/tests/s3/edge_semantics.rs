@@ -256,3 +256,24 @@ async fn sigv2_requests_with_a_bad_date_are_refused_as_s3_refuses_them() {
     gw.python_passes(SIGV2_DATES, "sigv2 dates ok").await;
     gw.stop().await;
 }
+
+/// Issue 34: ListObjects (v1) answers its `Prefix` as it was sent, `encoding-type=url` or not, as
+/// S3 does: boto3 asks every v1 listing for `encoding-type=url` and decodes the keys, `Marker`,
+/// `NextMarker` and `Delimiter` but not `Prefix` (botocore's `decode_list_object`), so an
+/// encoded prefix reached the caller as `a%20b/`. The keys are encoded only when asked.
+#[tokio::test]
+async fn list_objects_v1_answers_its_prefix_as_sent_and_encodes_keys_only_when_asked() {
+    let gw = TestGateway::with_sample_object().await;
+    put_object(&gw.client, "bkt", "a b/c+d", b"x".to_vec()).await;
+    let plain = gw.signed("GET", "/bkt?prefix=a%20b%2F", &[], b"").await;
+    assert_eq!(plain.status, 200, "{}", plain.body);
+    assert!(plain.body.contains("<Prefix>a b/</Prefix>"), "{}", plain.body);
+    assert!(plain.body.contains("<Key>a b/c+d</Key>"), "{}", plain.body);
+    let encoded = gw
+        .signed("GET", "/bkt?encoding-type=url&prefix=a%20b%2F", &[], b"")
+        .await;
+    assert_eq!(encoded.status, 200, "{}", encoded.body);
+    assert!(encoded.body.contains("<Prefix>a b/</Prefix>"), "{}", encoded.body);
+    assert!(encoded.body.contains("<Key>a%20b/c%2Bd</Key>"), "{}", encoded.body);
+    gw.stop().await;
+}

@@ -73,7 +73,9 @@ pub(super) async fn list_objects(
         .filter(|_| request.delimiter.as_deref().is_some_and(|d| !d.is_empty()));
     Ok(S3Response::new(ListObjectsOutput {
         name: Some(input.bucket.clone()),
-        prefix: Some(listing.encode(request.prefix)),
+        // S3 sends a v1 listing's Prefix as it was sent, `encoding-type=url` or not (botocore,
+        // which asks every v1 listing for url encoding, decodes every field but this one).
+        prefix: Some(request.prefix),
         marker: Some(input.marker.clone().map(|m| listing.encode(m)).unwrap_or_default()),
         delimiter: request.delimiter.filter(|d| !d.is_empty()).map(|d| listing.encode(d)),
         max_keys: Some(request.max_keys.min(i32::MAX as usize) as i32),
