@@ -62,6 +62,21 @@ impl Buckets {
             return Err(StoreError::AccessDenied);
         }
         let info = self.store.catalog().bucket(name).await?;
+        self.open_resolved(principal, info, access, granted)
+    }
+
+    /// [`Buckets::open_granted`] for a bucket the request already resolved (the S3 access
+    /// check looks it up before admission; it is not looked up again).
+    pub fn open_resolved(
+        &self,
+        principal: &Principal,
+        info: Arc<BucketInfo>,
+        access: Access,
+        granted: bool,
+    ) -> StoreResult<BucketHandle<'_>> {
+        if access == Access::Write && principal.read_only {
+            return Err(StoreError::AccessDenied);
+        }
         if !granted && !principal.is_root && info.owner.as_deref() != Some(principal.access_key.as_str()) {
             return Err(StoreError::AccessDenied);
         }

@@ -159,8 +159,8 @@ async fn empty_listing_parameters_and_the_tag_count_on_head() {
 }
 
 /// Issue 34: an object stored without a Content-Type (a PutObject without the header, a
-/// CopyObject REPLACE without one) is answered `binary/octet-stream`, as S3 does; before, GET
-/// and HEAD sent no Content-Type at all.
+/// multipart upload created without one, a CopyObject REPLACE without one) is answered
+/// `binary/octet-stream`, as S3 does; before, GET and HEAD sent no Content-Type at all.
 #[tokio::test]
 async fn an_object_stored_without_a_content_type_is_binary_octet_stream() {
     let gw = TestGateway::with_sample_object().await;
@@ -195,6 +195,19 @@ async fn an_object_stored_without_a_content_type_is_binary_octet_stream() {
         .await
         .unwrap();
     assert_eq!(head.content_type(), Some("binary/octet-stream"));
+    let s3 = &gw.client;
+    let upload_id = start_upload(s3, "bkt", "assembled-untyped").await;
+    let etag = upload_part(s3, "bkt", "assembled-untyped", &upload_id, 1, b"one part").await;
+    s3.complete_multipart_upload()
+        .bucket("bkt")
+        .key("assembled-untyped")
+        .upload_id(&upload_id)
+        .multipart_upload(completion(&[(1, &etag)]))
+        .send()
+        .await
+        .unwrap();
+    let got = gw.signed("GET", "/bkt/assembled-untyped", &[], b"").await;
+    assert_eq!(got.header("content-type"), Some("binary/octet-stream"), "multipart");
     let typed = gw
         .client
         .put_object()
@@ -241,5 +254,26 @@ print("sigv2 dates ok")
 async fn sigv2_requests_with_a_bad_date_are_refused_as_s3_refuses_them() {
     let gw = TestGateway::with_sample_object().await;
     gw.python_passes(SIGV2_DATES, "sigv2 dates ok").await;
+    gw.stop().await;
+}
+
+/// Issue 34: ListObjects (v1) answers its `Prefix` as it was sent, `encoding-type=url` or not, as
+/// S3 does: boto3 asks every v1 listing for `encoding-type=url` and decodes the keys, `Marker`,
+/// `NextMarker` and `Delimiter` but not `Prefix` (botocore's `decode_list_object`), so an
+/// encoded prefix reached the caller as `a%20b/`. The keys are encoded only when asked.
+#[tokio::test]
+async fn list_objects_v1_answers_its_prefix_as_sent_and_encodes_keys_only_when_asked() {
+    let gw = TestGateway::with_sample_object().await;
+    put_object(&gw.client, "bkt", "a b/c+d", b"x".to_vec()).await;
+    let plain = gw.signed("GET", "/bkt?prefix=a%20b%2F", &[], b"").await;
+    assert_eq!(plain.status, 200, "{}", plain.body);
+    assert!(plain.body.contains("<Prefix>a b/</Prefix>"), "{}", plain.body);
+    assert!(plain.body.contains("<Key>a b/c+d</Key>"), "{}", plain.body);
+    let encoded = gw
+        .signed("GET", "/bkt?encoding-type=url&prefix=a%20b%2F", &[], b"")
+        .await;
+    assert_eq!(encoded.status, 200, "{}", encoded.body);
+    assert!(encoded.body.contains("<Prefix>a b/</Prefix>"), "{}", encoded.body);
+    assert!(encoded.body.contains("<Key>a%20b/c%2Bd</Key>"), "{}", encoded.body);
     gw.stop().await;
 }

@@ -82,6 +82,13 @@ pub struct GatewayPoolSpec {
     #[serde(default = "default_region")]
     pub region: String,
 
+    /// The object ownership of an S3 bucket created without `x-amz-object-ownership`
+    /// (`PGVS3_S3_DEFAULT_OBJECT_OWNERSHIP`): BucketOwnerEnforced (AWS's default: ACLs off), or
+    /// ObjectWriter / BucketOwnerPreferred for ACL-era tools (`create_bucket(ACL=...)`, s3cmd
+    /// `--acl-public`, PutBucketAcl), as buckets made on MinIO or Ceph behave.
+    #[serde(default)]
+    pub default_object_ownership: ObjectOwnership,
+
     /// Secret holding the master key that seals access-key secrets in the catalog. Generated
     /// once by the operator when absent and never overwritten; every pool on one database must
     /// use the same key. Default: `<clusterName>-pgvs3-master-key`, or `<pool>-pgvs3-master-key`.
@@ -337,6 +344,25 @@ pub struct ServiceSettings {
     pub type_: ServiceType,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<BTreeMap<String, String>>,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ObjectOwnership {
+    #[default]
+    BucketOwnerEnforced,
+    BucketOwnerPreferred,
+    ObjectWriter,
+}
+
+impl ObjectOwnership {
+    /// The name the gateway's flag takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObjectOwnership::BucketOwnerEnforced => "BucketOwnerEnforced",
+            ObjectOwnership::BucketOwnerPreferred => "BucketOwnerPreferred",
+            ObjectOwnership::ObjectWriter => "ObjectWriter",
+        }
+    }
 }
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -24,8 +24,8 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use sha2::{Digest, Sha256};
 
 use crate::crd::{
-    DEFAULT_REPLICAS, Endpoints, GatewayPool, OJS_TOKEN_KEY, POSTGRES_CA_KEY, PoolRole, ROOT_ACCESS_KEY_KEY,
-    ROOT_SECRET_KEY_KEY,
+    DEFAULT_REPLICAS, Endpoints, GatewayPool, OJS_TOKEN_KEY, ObjectOwnership, POSTGRES_CA_KEY, PoolRole,
+    ROOT_ACCESS_KEY_KEY, ROOT_SECRET_KEY_KEY,
 };
 
 pub const CONTAINER: &str = "gateway";
@@ -193,6 +193,14 @@ fn settings(pool: &GatewayPool) -> BTreeMap<String, String> {
         // `-ro`) reports unready instead of serving from it.
         ("PGVS3_REQUIRE_ROLE".to_string(), role_label(spec.role).to_string()),
     ]);
+    // Only when not the gateway's default: a pool that does not set it keeps its ConfigMap (and
+    // its pods) as they were.
+    if spec.default_object_ownership != ObjectOwnership::default() {
+        env.insert(
+            "PGVS3_S3_DEFAULT_OBJECT_OWNERSHIP".to_string(),
+            spec.default_object_ownership.as_str().to_string(),
+        );
+    }
     let protocols = [
         ("PGVS3_S3_ADDR", &spec.protocols.s3),
         ("PGVS3_RESP_ADDR", &spec.protocols.resp),
@@ -720,6 +728,22 @@ mod tests {
         pool(
             "apiVersion: pgvs3.io/v1alpha1\nkind: GatewayPool\nmetadata: {name: p, namespace: ns}\nspec: {postgres: {clusterName: db}}",
         )
+    }
+
+    #[test]
+    fn the_default_object_ownership_reaches_the_gateways_only_when_set() {
+        let config = |pool: &GatewayPool| settings(pool);
+        let mut pool = primary();
+        assert!(!config(&pool).contains_key("PGVS3_S3_DEFAULT_OBJECT_OWNERSHIP"));
+        pool.spec.default_object_ownership = ObjectOwnership::ObjectWriter;
+        assert_eq!(config(&pool)["PGVS3_S3_DEFAULT_OBJECT_OWNERSHIP"], "ObjectWriter");
+        let parsed = self::pool(
+            "apiVersion: pgvs3.io/v1alpha1\nkind: GatewayPool\nmetadata: {name: p, namespace: ns}\nspec: {postgres: {clusterName: db}, defaultObjectOwnership: BucketOwnerPreferred}",
+        );
+        assert_eq!(
+            config(&parsed)["PGVS3_S3_DEFAULT_OBJECT_OWNERSHIP"],
+            "BucketOwnerPreferred"
+        );
     }
 
     #[test]

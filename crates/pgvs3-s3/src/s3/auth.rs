@@ -7,8 +7,10 @@ use s3s::S3Result;
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::auth::{S3Auth, SecretKey};
 
+use super::front::Resolved;
+use super::front::operations::Class;
 use crate::admission::{Admission, Admitted};
-use crate::store::Catalog;
+use crate::store::{AccessKey, Catalog};
 
 pub struct CatalogAuth {
     pub catalog: Arc<Catalog>,
@@ -93,10 +95,10 @@ impl S3Access for SignedOnly {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
         let name = operation_name(cx.s3_op().name());
         let bucket = cx.s3_path().get_bucket_name().map(str::to_owned);
-        let class = if self.admission.is_upload(cx.headers()) {
-            &self.admission.uploads
-        } else {
-            &self.admission.requests
+        let class = match super::front::operations::operation(name).map(|op| op.class) {
+            Some(Class::Requests) => &self.admission.requests,
+            _ if self.admission.is_upload(cx.headers()) => &self.admission.uploads,
+            _ => &self.admission.requests,
         };
         let peer = cx.extensions_mut().get::<crate::http_server::Peer>().copied();
         let Some(facts) = cx.extensions_mut().get::<RequestFacts>().cloned() else {
@@ -106,17 +108,42 @@ impl S3Access for SignedOnly {
         if let Some(bucket) = bucket {
             let _ = facts.0.bucket.set(bucket);
         }
-        if let Some(access_key) = cx.credentials().map(|c| c.access_key.as_str())
-            && crate::store::is_session_key(access_key)
+        // The signing key and the bucket, looked up once here for the access check and the
+        // front (`front::RequestContext`).
+        let key = match cx.credentials().map(|c| c.access_key.as_str()) {
+            Some(access_key) => Some(
+                self.catalog
+                    .access_key(access_key)
+                    .await
+                    .map_err(|err| super::errors::s3_error(err, None))?
+                    .ok_or_else(unknown_key)?,
+            ),
+            None => None,
+        };
+        if let Some(key) = &key
+            && crate::store::is_session_key(&key.access_key)
         {
-            session_token(&self.catalog, access_key, cx.headers(), cx.uri()).await?;
+            session_token_of(key, cx.headers(), cx.uri())?;
         }
+        let resolved_bucket = super::authorize::resolve_bucket(&self.catalog, cx, name).await?;
         // A browser upload's fields went by before s3s's access check: its key and settings.
         let form = cx.extensions_mut().get::<super::post_form::FormNotes>().cloned();
         let fields = form.as_ref().and_then(super::post_form::FormNotes::get);
-        if let Some(grant) = super::authorize::authorize(&self.catalog, cx, peer, name, fields).await? {
+        if let Some(grant) = super::authorize::authorize(
+            &self.catalog,
+            cx,
+            peer,
+            name,
+            fields,
+            key.as_ref(),
+            resolved_bucket.as_ref(),
+        )? {
             cx.extensions_mut().insert(grant);
         }
+        cx.extensions_mut().insert(Resolved {
+            key,
+            bucket: resolved_bucket,
+        });
         match class.admit().await {
             Ok(admitted) => {
                 *facts.0.admitted.lock().expect("admission slot") = Some(admitted);
@@ -143,11 +170,23 @@ pub(super) async fn session_token(
         .access_key(access_key)
         .await
         .map_err(|err| super::errors::s3_error(err, None))?;
-    let Some(session) = key.as_ref().and_then(|key| key.session.as_ref()) else {
-        return Err(s3s::s3_error!(
-            InvalidAccessKeyId,
-            "The AWS Access Key Id you provided does not exist in our records."
-        ));
+    match key {
+        Some(key) => session_token_of(&key, headers, uri),
+        None => Err(unknown_key()),
+    }
+}
+
+fn unknown_key() -> s3s::S3Error {
+    s3s::s3_error!(
+        InvalidAccessKeyId,
+        "The AWS Access Key Id you provided does not exist in our records."
+    )
+}
+
+/// [`session_token`] for a key already looked up.
+fn session_token_of(key: &AccessKey, headers: &http::HeaderMap, uri: &http::Uri) -> S3Result<()> {
+    let Some(session) = key.session.as_ref() else {
+        return Err(unknown_key());
     };
     let in_query = || {
         let query = uri.query().filter(|query| query.contains("X-Amz-Security-Token="))?;

@@ -24,6 +24,7 @@ use s3s::access::S3AccessContext;
 use crate::access::acl::{Acl, Permission};
 use crate::access::policy::{BucketPolicy, Decision, RequestContext, Requester};
 use crate::http_server::Peer;
+use crate::s3::front::operations::{self, AclTarget, Resource};
 use crate::s3::post_form::FormFields;
 use crate::store::{AccessKey, BucketInfo, Catalog, StoreError, Tags};
 
@@ -43,24 +44,11 @@ pub struct PolicyGrant {
     on_row: Option<OnRow>,
 }
 
-/// The operations whose front reads (or, for a tag write, locks) the object's row before it
-/// answers anything of the object, and decides a pending [`OnRow`] check on it.
-const ON_THE_ROW: &[&str] = &[
-    "GetObject",
-    "HeadObject",
-    "GetObjectAttributes",
-    "GetObjectAcl",
-    "PutObjectAcl",
-    "GetObjectTagging",
-    "PutObjectTagging",
-    "DeleteObjectTagging",
-];
-
 /// Whether the front can decide `operation` on the object's tags in its row. A cache bucket's
 /// rows do not hold the origin's tags: its requests are decided in the access check, the tags
 /// unknown (a Deny on a tag applies, an Allow on a tag does not).
 fn tags_on_row(operation: &str, bucket: &BucketInfo) -> bool {
-    ON_THE_ROW.contains(&operation) && bucket.origin.is_none()
+    operations::operation(operation).is_some_and(|op| op.decided_on_row) && bucket.origin.is_none()
 }
 
 /// A decision the front takes on the object's row.
@@ -274,37 +262,9 @@ impl PolicyGrant {
     }
 }
 
-/// Where an operation's ACL permission is granted: on the bucket or on the object.
-enum AclTarget {
-    Bucket,
-    Object,
-}
-
 /// The ACL permission an operation needs, as S3's ACL overview maps them.
 fn acl_permission(operation: &str) -> Option<(AclTarget, Permission)> {
-    Some(match operation {
-        "ListObjects"
-        | "ListObjectsV2"
-        | "ListObjectVersions"
-        | "HeadBucket"
-        | "ListMultipartUploads"
-        | "ListParts" => (AclTarget::Bucket, Permission::Read),
-        "PutObject"
-        | "CopyObject"
-        | "CreateMultipartUpload"
-        | "UploadPart"
-        | "UploadPartCopy"
-        | "CompleteMultipartUpload"
-        | "AbortMultipartUpload"
-        | "DeleteObject"
-        | "DeleteObjects" => (AclTarget::Bucket, Permission::Write),
-        "GetBucketAcl" => (AclTarget::Bucket, Permission::ReadAcp),
-        "PutBucketAcl" => (AclTarget::Bucket, Permission::WriteAcp),
-        "GetObject" | "HeadObject" => (AclTarget::Object, Permission::Read),
-        "GetObjectAcl" => (AclTarget::Object, Permission::ReadAcp),
-        "PutObjectAcl" => (AclTarget::Object, Permission::WriteAcp),
-        _ => return None,
-    })
+    operations::operation(operation)?.acl
 }
 
 fn requester_key<'a>(requester: Requester<'a>) -> Option<&'a str> {
@@ -339,73 +299,16 @@ fn denied() -> s3s::S3Error {
 }
 
 /// The IAM action an operation needs. `versioned`: the request names a version, which AWS's
-/// Service Authorization Reference gives actions of their own for reads, deletes, tags and ACLs
-/// (a version's retention and legal hold use the object's actions).
+/// Service Authorization Reference gives actions of their own for reads, deletes, tags and ACLs.
 pub fn action_of(operation: &str, versioned: bool) -> Option<&'static str> {
-    Some(match operation {
-        "GetObject" | "HeadObject" if versioned => "s3:GetObjectVersion",
-        "GetObject" | "HeadObject" => "s3:GetObject",
-        "GetObjectAttributes" if versioned => "s3:GetObjectVersionAttributes",
-        "GetObjectAttributes" => "s3:GetObjectAttributes",
-        "PutObject"
-        | "PostObject"
-        | "CopyObject"
-        | "CreateMultipartUpload"
-        | "UploadPart"
-        | "UploadPartCopy"
-        | "CompleteMultipartUpload" => "s3:PutObject",
-        "DeleteObject" if versioned => "s3:DeleteObjectVersion",
-        "DeleteObject" | "DeleteObjects" => "s3:DeleteObject",
-        "AbortMultipartUpload" => "s3:AbortMultipartUpload",
-        "ListParts" => "s3:ListMultipartUploadParts",
-        "ListMultipartUploads" => "s3:ListBucketMultipartUploads",
-        "ListObjects" | "ListObjectsV2" | "HeadBucket" => "s3:ListBucket",
-        "ListObjectVersions" => "s3:ListBucketVersions",
-        "GetObjectTagging" if versioned => "s3:GetObjectVersionTagging",
-        "GetObjectTagging" => "s3:GetObjectTagging",
-        "PutObjectTagging" if versioned => "s3:PutObjectVersionTagging",
-        "PutObjectTagging" => "s3:PutObjectTagging",
-        "DeleteObjectTagging" if versioned => "s3:DeleteObjectVersionTagging",
-        "DeleteObjectTagging" => "s3:DeleteObjectTagging",
-        "GetObjectAcl" if versioned => "s3:GetObjectVersionAcl",
-        "GetObjectAcl" => "s3:GetObjectAcl",
-        "PutObjectAcl" if versioned => "s3:PutObjectVersionAcl",
-        "PutObjectAcl" => "s3:PutObjectAcl",
-        "GetBucketLocation" => "s3:GetBucketLocation",
-        "GetBucketVersioning" => "s3:GetBucketVersioning",
-        "PutBucketVersioning" => "s3:PutBucketVersioning",
-        "GetBucketTagging" => "s3:GetBucketTagging",
-        "PutBucketTagging" | "DeleteBucketTagging" => "s3:PutBucketTagging",
-        "GetBucketCors" => "s3:GetBucketCORS",
-        "PutBucketCors" | "DeleteBucketCors" => "s3:PutBucketCORS",
-        "GetBucketPolicy" => "s3:GetBucketPolicy",
-        "PutBucketPolicy" => "s3:PutBucketPolicy",
-        "DeleteBucketPolicy" => "s3:DeleteBucketPolicy",
-        "GetBucketPolicyStatus" => "s3:GetBucketPolicyStatus",
-        "GetBucketAcl" => "s3:GetBucketAcl",
-        "PutBucketAcl" => "s3:PutBucketAcl",
-        "DeleteBucket" => "s3:DeleteBucket",
-        "GetPublicAccessBlock" => "s3:GetBucketPublicAccessBlock",
-        "PutPublicAccessBlock" | "DeletePublicAccessBlock" => "s3:PutBucketPublicAccessBlock",
-        "GetObjectLockConfiguration" => "s3:GetBucketObjectLockConfiguration",
-        "PutObjectLockConfiguration" => "s3:PutBucketObjectLockConfiguration",
-        "GetObjectRetention" => "s3:GetObjectRetention",
-        "PutObjectRetention" => "s3:PutObjectRetention",
-        "GetObjectLegalHold" => "s3:GetObjectLegalHold",
-        "PutObjectLegalHold" => "s3:PutObjectLegalHold",
-        "GetBucketOwnershipControls" => "s3:GetBucketOwnershipControls",
-        "PutBucketOwnershipControls" | "DeleteBucketOwnershipControls" => "s3:PutBucketOwnershipControls",
-        "GetBucketLifecycleConfiguration" => "s3:GetLifecycleConfiguration",
-        "PutBucketLifecycleConfiguration" | "DeleteBucketLifecycle" => "s3:PutLifecycleConfiguration",
-        _ => return None,
-    })
+    operations::operation(operation)?.action_of(versioned)
 }
 
 /// The action a request needs besides its operation's: one that writes an object and sets its
 /// ACL (`x-amz-acl`, `x-amz-grant-*`) needs `s3:PutObjectAcl` too, as on AWS; otherwise a key
 /// allowed only to write could make what it writes public.
 fn acl_action(operation: &str, headers: &http::HeaderMap) -> Option<&'static str> {
-    let writes = matches!(operation, "PutObject" | "CopyObject" | "CreateMultipartUpload");
+    let writes = operations::operation(operation).is_some_and(|op| op.sets_object_acl);
     let sets_acl = headers
         .keys()
         .any(|name| name == "x-amz-acl" || name.as_str().starts_with("x-amz-grant-"));
@@ -416,15 +319,48 @@ fn acl_action(operation: &str, headers: &http::HeaderMap) -> Option<&'static str
 /// on AWS, where an account cannot lock itself out of its bucket's policy.
 const NEVER_LOCKED_OUT: [&str; 3] = ["s3:GetBucketPolicy", "s3:PutBucketPolicy", "s3:DeleteBucketPolicy"];
 
+/// The request's bucket, resolved once for the access check and the front: `None` when the
+/// request names none, or (signed) names one that does not exist. Unsigned requests must name a
+/// bucket, which must exist (NoSuchBucket).
+pub async fn resolve_bucket(
+    catalog: &Catalog,
+    cx: &S3AccessContext<'_>,
+    operation: &str,
+) -> S3Result<Option<Arc<BucketInfo>>> {
+    let signed = cx.credentials().is_some();
+    let Some(bucket_name) = cx.s3_path().get_bucket_name() else {
+        return match signed {
+            true => Ok(None),
+            false => Err(s3s::s3_error!(AccessDenied, "Anonymous access is not allowed.")),
+        };
+    };
+    let bucket = catalog.cached_bucket(bucket_name);
+    if bucket.is_some() || (!signed && operation == "CreateBucket") {
+        return Ok(bucket);
+    }
+    // Not cached: a bucket made a moment ago (through another gateway, its NOTIFY still on the
+    // way) is checked against its own rules, not the owner check's alone, and for an unsigned
+    // request only a bucket that does not exist is NoSuchBucket. One indexed lookup, holding no
+    // admission slot; the store finds the row cached.
+    match catalog.bucket(bucket_name).await {
+        Ok(found) => Ok(Some(found)),
+        Err(StoreError::NoSuchBucket) if signed => Ok(None),
+        Err(StoreError::NoSuchBucket) => Err(s3s::s3_error!(NoSuchBucket, "The specified bucket does not exist")),
+        Err(err) => Err(super::errors::s3_error(err, None)),
+    }
+}
+
 /// Checks the request against its bucket's policy (and, for a copy, the source bucket's).
 /// Returns the grant to carry, or the refusal. Unsigned requests pass only where a policy
-/// allows everyone; a bucket that does not exist is NoSuchBucket for them.
-pub async fn authorize(
+/// allows everyone. `signer` is the signing key, `bucket` the request's (`resolve_bucket`).
+pub fn authorize(
     catalog: &Catalog,
     cx: &S3AccessContext<'_>,
     peer: Option<Peer>,
     operation: &str,
     form: Option<&FormFields>,
+    signer: Option<&Arc<AccessKey>>,
+    bucket: Option<&Arc<BucketInfo>>,
 ) -> S3Result<Option<PolicyGrant>> {
     // AWS decides a browser upload as the PutObject it is: on the key the form names (its
     // `${filename}` replaced), with the form's fields as its settings (`acl` needs
@@ -439,34 +375,21 @@ pub async fn authorize(
     // The request's headers, as the policy's condition keys read them.
     let settings = form_settings.as_ref().unwrap_or(cx.headers());
     let form_key = form.and_then(FormFields::key);
-    let object_key = form_key.as_deref().or(cx.s3_path().get_object_key());
+    // Only an object's operations name a key in their policy context.
+    let on_object = operations::operation(operation).is_none_or(|op| op.resource == Resource::Object);
+    let object_key = form_key
+        .as_deref()
+        .or(cx.s3_path().get_object_key())
+        .filter(|_| on_object);
     let signed = cx.credentials().map(|c| c.access_key.as_str());
     let Some(bucket_name) = cx.s3_path().get_bucket_name() else {
-        return match signed {
-            Some(_) => Ok(None),
-            None => Err(s3s::s3_error!(AccessDenied, "Anonymous access is not allowed.")),
-        };
+        return Ok(None);
     };
-    let mut bucket = catalog.cached_bucket(bucket_name);
-    if bucket.is_none() && (signed.is_some() || operation != "CreateBucket") {
-        // Not cached: a bucket made a moment ago (through another gateway, its NOTIFY still on
-        // the way) is checked against its own rules, not the owner check's alone, and for an
-        // unsigned request only a bucket that does not exist is NoSuchBucket. One indexed
-        // lookup, holding no admission slot; the store finds the row cached.
-        bucket = match catalog.bucket(bucket_name).await {
-            Ok(found) => Some(found),
-            Err(StoreError::NoSuchBucket) if signed.is_some() => None,
-            Err(StoreError::NoSuchBucket) => {
-                return Err(s3s::s3_error!(NoSuchBucket, "The specified bucket does not exist"));
-            }
-            Err(err) => return Err(super::errors::s3_error(err, None)),
-        };
-    }
+    let bucket = bucket.cloned();
     if let Some(access_key) = signed
         && crate::store::is_session_key(access_key)
     {
-        let key = catalog.access_key(access_key).await.ok().flatten();
-        return match key.as_deref() {
+        return match signer.map(Arc::as_ref) {
             Some(AccessKey {
                 session: Some(session),
                 policy: Some(policy),
@@ -497,10 +420,6 @@ pub async fn authorize(
     }
     let copy = matches!(operation, "CopyObject" | "UploadPartCopy");
     let versioned = query_has(cx.uri().query(), "versionId");
-    let signer = match signed {
-        Some(access_key) => catalog.access_key(access_key).await.ok().flatten(),
-        None => None,
-    };
     let own_policy = signer
         .as_ref()
         .filter(|key| !key.is_root)

@@ -7,196 +7,185 @@ use http::HeaderMap;
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
-use super::{S3Front, fail, missing, row_allows};
+use super::context::RequestContext;
+use super::wire::{fail, missing, row_allows};
 use crate::access::acl::{self, Acl, AclRefused, Canned, Ownership, Requested};
 use crate::bucket::BucketHandle;
-use crate::store::{self, Access, Catalog, NewBucket, Principal};
+use crate::store::{self, Catalog, NewBucket, Principal};
 
-impl S3Front {
-    pub(super) async fn put_ownership(
-        &self,
-        req: S3Request<PutBucketOwnershipControlsInput>,
-    ) -> S3Result<S3Response<PutBucketOwnershipControlsOutput>> {
-        let principal = self.principal(&req).await?;
-        let rules = &req.input.ownership_controls.rules;
-        let malformed_xml = || {
-            s3s::s3_error!(
-                MalformedXML,
-                "The XML you provided was not well-formed or did not validate against our published schema."
-            )
-        };
-        let [rule] = rules.as_slice() else {
-            return Err(malformed_xml());
-        };
-        let ownership = Ownership::parse(rule.object_ownership.as_str()).ok_or_else(malformed_xml)?;
-        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
-        let owner = owner_id(&bucket, self.buckets.catalog());
-        if ownership == Ownership::BucketOwnerEnforced
-            && bucket
-                .access()
-                .acl
-                .as_ref()
-                .is_some_and(|acl| !acl.is_owner_only(&owner))
-        {
-            return Err(bucket_acl_with_enforced());
-        }
-        bucket.set_ownership(Some(ownership)).await.map_err(|e| fail(&req, e))?;
-        Ok(S3Response::new(PutBucketOwnershipControlsOutput::default()))
-    }
-
-    pub(super) async fn get_ownership(
-        &self,
-        req: S3Request<GetBucketOwnershipControlsInput>,
-    ) -> S3Result<S3Response<GetBucketOwnershipControlsOutput>> {
-        let principal = self.principal(&req).await?;
-        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
-        let Some(ownership) = bucket.access().ownership else {
-            return Err(S3Error::with_message(
-                S3ErrorCode::OwnershipControlsNotFoundError,
-                "The bucket ownership controls were not found",
-            ));
-        };
-        Ok(S3Response::new(GetBucketOwnershipControlsOutput {
-            ownership_controls: Some(OwnershipControls {
-                rules: vec![OwnershipControlsRule {
-                    object_ownership: ObjectOwnership::from(ownership.as_str().to_owned()),
-                }],
-            }),
-        }))
-    }
-
-    pub(super) async fn delete_ownership(
-        &self,
-        req: S3Request<DeleteBucketOwnershipControlsInput>,
-    ) -> S3Result<S3Response<DeleteBucketOwnershipControlsOutput>> {
-        let principal = self.principal(&req).await?;
-        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
-        bucket.set_ownership(None).await.map_err(|e| fail(&req, e))?;
-        Ok(S3Response::new(DeleteBucketOwnershipControlsOutput::default()))
-    }
-
-    pub(super) async fn get_bucket_acl(
-        &self,
-        req: S3Request<GetBucketAclInput>,
-    ) -> S3Result<S3Response<GetBucketAclOutput>> {
-        let principal = self.principal(&req).await?;
-        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
-        let owner = owner_id(&bucket, self.buckets.catalog());
-        let acl = bucket
+pub(super) async fn put_ownership(
+    cx: RequestContext<'_>,
+    req: S3Request<PutBucketOwnershipControlsInput>,
+) -> S3Result<S3Response<PutBucketOwnershipControlsOutput>> {
+    let rules = &req.input.ownership_controls.rules;
+    let malformed_xml = || {
+        s3s::s3_error!(
+            MalformedXML,
+            "The XML you provided was not well-formed or did not validate against our published schema."
+        )
+    };
+    let [rule] = rules.as_slice() else {
+        return Err(malformed_xml());
+    };
+    let ownership = Ownership::parse(rule.object_ownership.as_str()).ok_or_else(malformed_xml)?;
+    let bucket = &cx.bucket;
+    let owner = owner_id(bucket, cx.front.buckets.catalog());
+    if ownership == Ownership::BucketOwnerEnforced
+        && bucket
             .access()
-            .acls_enabled()
-            .then_some(bucket.access().acl.as_ref())
-            .flatten();
-        Ok(S3Response::new(GetBucketAclOutput {
-            grants: Some(wire_grants(acl, &owner)),
-            owner: Some(wire_owner(&owner)),
-        }))
+            .acl
+            .as_ref()
+            .is_some_and(|acl| !acl.is_owner_only(&owner))
+    {
+        return Err(bucket_acl_with_enforced());
     }
+    bucket.set_ownership(Some(ownership)).await.map_err(|e| fail(&req, e))?;
+    Ok(S3Response::new(PutBucketOwnershipControlsOutput::default()))
+}
 
-    pub(super) async fn put_bucket_acl(
-        &self,
-        req: S3Request<PutBucketAclInput>,
-    ) -> S3Result<S3Response<PutBucketAclOutput>> {
-        let principal = self.principal(&req).await?;
-        let catalog = self.buckets.catalog();
-        let requested = requested_of_put(&req.headers, req.input.access_control_policy.as_ref())?;
-        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
-        let owner = owner_id(&bucket, catalog);
-        let acl = requested.resolve(&owner, &owner);
-        if !bucket.access().acls_enabled() {
-            return match acl.is_owner_only(&owner) {
-                true => Ok(S3Response::new(PutBucketAclOutput::default())),
-                false => Err(acls_disabled()),
-            };
-        }
-        check_grantees(&requested, catalog).await?;
-        if acl.is_public() && bucket.access().blocks_public_acls() {
-            return Err(public_acl_blocked());
-        }
-        let stored = (!acl.is_owner_only(&owner)).then_some(&acl);
-        bucket.set_acl(stored).await.map_err(|e| fail(&req, e))?;
-        Ok(S3Response::new(PutBucketAclOutput::default()))
-    }
+pub(super) async fn get_ownership(
+    cx: RequestContext<'_>,
+    _req: S3Request<GetBucketOwnershipControlsInput>,
+) -> S3Result<S3Response<GetBucketOwnershipControlsOutput>> {
+    let bucket = &cx.bucket;
+    let Some(ownership) = bucket.access().ownership else {
+        return Err(S3Error::with_message(
+            S3ErrorCode::OwnershipControlsNotFoundError,
+            "The bucket ownership controls were not found",
+        ));
+    };
+    Ok(S3Response::new(GetBucketOwnershipControlsOutput {
+        ownership_controls: Some(OwnershipControls {
+            rules: vec![OwnershipControlsRule {
+                object_ownership: ObjectOwnership::from(ownership.as_str().to_owned()),
+            }],
+        }),
+    }))
+}
 
-    pub(super) async fn get_object_acl(
-        &self,
-        req: S3Request<GetObjectAclInput>,
-    ) -> S3Result<S3Response<GetObjectAclOutput>> {
-        let principal = self.principal(&req).await?;
-        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
-        let acl = self
-            .object_acl(&req, &bucket, &req.input.key, &req.input.version_id)
-            .await?;
-        let bucket_owner = owner_id(&bucket, self.buckets.catalog());
-        let owner = acl.as_ref().and_then(|acl| acl.owner.clone()).unwrap_or(bucket_owner);
-        Ok(S3Response::new(GetObjectAclOutput {
-            grants: Some(wire_grants(acl.as_ref(), &owner)),
-            owner: Some(wire_owner(&owner)),
-            ..Default::default()
-        }))
-    }
+pub(super) async fn delete_ownership(
+    cx: RequestContext<'_>,
+    req: S3Request<DeleteBucketOwnershipControlsInput>,
+) -> S3Result<S3Response<DeleteBucketOwnershipControlsOutput>> {
+    let bucket = &cx.bucket;
+    bucket.set_ownership(None).await.map_err(|e| fail(&req, e))?;
+    Ok(S3Response::new(DeleteBucketOwnershipControlsOutput::default()))
+}
 
-    pub(super) async fn put_object_acl(
-        &self,
-        req: S3Request<PutObjectAclInput>,
-    ) -> S3Result<S3Response<PutObjectAclOutput>> {
-        let principal = self.principal(&req).await?;
-        let catalog = self.buckets.catalog();
-        let requested = requested_of_put(&req.headers, req.input.access_control_policy.as_ref())?;
-        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
-        let input = &req.input;
-        let current = self.object_acl(&req, &bucket, &input.key, &input.version_id).await?;
-        let bucket_owner = owner_id(&bucket, catalog);
-        if !bucket.access().acls_enabled() {
-            return match requested
-                .resolve(&bucket_owner, &bucket_owner)
-                .is_owner_only(&bucket_owner)
-            {
-                true => Ok(S3Response::new(PutObjectAclOutput::default())),
-                false => Err(acls_disabled()),
-            };
-        }
-        check_grantees(&requested, catalog).await?;
-        // An ACL never changes who owns the object.
-        let owner = current
-            .and_then(|acl| acl.owner)
-            .unwrap_or_else(|| bucket_owner.clone());
-        let acl = requested.resolve(&owner, &bucket_owner);
-        if acl.is_public() && bucket.access().blocks_public_acls() {
-            return Err(public_acl_blocked());
-        }
-        bucket
-            .set_object_acl(
-                &input.key,
-                input.version_id.as_deref(),
-                stored(acl, &bucket_owner).as_ref(),
-            )
-            .await
-            .map_err(|e| fail(&req, e))?;
-        Ok(S3Response::new(PutObjectAclOutput::default()))
-    }
+pub(super) async fn get_bucket_acl(
+    cx: RequestContext<'_>,
+    _req: S3Request<GetBucketAclInput>,
+) -> S3Result<S3Response<GetBucketAclOutput>> {
+    let bucket = &cx.bucket;
+    let owner = owner_id(bucket, cx.front.buckets.catalog());
+    let acl = bucket
+        .access()
+        .acls_enabled()
+        .then_some(bucket.access().acl.as_ref())
+        .flatten();
+    Ok(S3Response::new(GetBucketAclOutput {
+        grants: Some(wire_grants(acl, &owner)),
+        owner: Some(wire_owner(&owner)),
+    }))
+}
 
-    /// The stored ACL of an object (its version, if named), once the request may see it: a
-    /// request only the object's ACL or tags can decide is decided here, on the row just read.
-    async fn object_acl<T>(
-        &self,
-        req: &S3Request<T>,
-        bucket: &BucketHandle<'_>,
-        key: &str,
-        version_id: &Option<String>,
-    ) -> S3Result<Option<Acl>> {
-        let options = store::ReadOptions {
-            version_id: version_id.clone(),
-            ..Default::default()
+pub(super) async fn put_bucket_acl(
+    cx: RequestContext<'_>,
+    req: S3Request<PutBucketAclInput>,
+) -> S3Result<S3Response<PutBucketAclOutput>> {
+    let catalog = cx.front.buckets.catalog();
+    let requested = requested_of_put(&req.headers, req.input.access_control_policy.as_ref())?;
+    let bucket = &cx.bucket;
+    let owner = owner_id(bucket, catalog);
+    let acl = requested.resolve(&owner, &owner);
+    if !bucket.access().acls_enabled() {
+        return match acl.is_owner_only(&owner) {
+            true => Ok(S3Response::new(PutBucketAclOutput::default())),
+            false => Err(acls_disabled()),
         };
-        let head = bucket
-            .head(key, &options)
-            .await
-            .map_err(|e| fail(req, missing(req, e)))?
-            .head;
-        row_allows(req, &head.meta)?;
-        Ok(head.meta.acl)
     }
+    check_grantees(&requested, catalog).await?;
+    if acl.is_public() && bucket.access().blocks_public_acls() {
+        return Err(public_acl_blocked());
+    }
+    let stored = (!acl.is_owner_only(&owner)).then_some(&acl);
+    bucket.set_acl(stored).await.map_err(|e| fail(&req, e))?;
+    Ok(S3Response::new(PutBucketAclOutput::default()))
+}
+
+pub(super) async fn get_object_acl(
+    cx: RequestContext<'_>,
+    req: S3Request<GetObjectAclInput>,
+) -> S3Result<S3Response<GetObjectAclOutput>> {
+    let bucket = &cx.bucket;
+    let acl = object_acl(&req, bucket, &req.input.key, &req.input.version_id).await?;
+    let bucket_owner = owner_id(bucket, cx.front.buckets.catalog());
+    let owner = acl.as_ref().and_then(|acl| acl.owner.clone()).unwrap_or(bucket_owner);
+    Ok(S3Response::new(GetObjectAclOutput {
+        grants: Some(wire_grants(acl.as_ref(), &owner)),
+        owner: Some(wire_owner(&owner)),
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn put_object_acl(
+    cx: RequestContext<'_>,
+    req: S3Request<PutObjectAclInput>,
+) -> S3Result<S3Response<PutObjectAclOutput>> {
+    let catalog = cx.front.buckets.catalog();
+    let requested = requested_of_put(&req.headers, req.input.access_control_policy.as_ref())?;
+    let bucket = &cx.bucket;
+    let input = &req.input;
+    let current = object_acl(&req, bucket, &input.key, &input.version_id).await?;
+    let bucket_owner = owner_id(bucket, catalog);
+    if !bucket.access().acls_enabled() {
+        return match requested
+            .resolve(&bucket_owner, &bucket_owner)
+            .is_owner_only(&bucket_owner)
+        {
+            true => Ok(S3Response::new(PutObjectAclOutput::default())),
+            false => Err(acls_disabled()),
+        };
+    }
+    check_grantees(&requested, catalog).await?;
+    // An ACL never changes who owns the object.
+    let owner = current
+        .and_then(|acl| acl.owner)
+        .unwrap_or_else(|| bucket_owner.clone());
+    let acl = requested.resolve(&owner, &bucket_owner);
+    if acl.is_public() && bucket.access().blocks_public_acls() {
+        return Err(public_acl_blocked());
+    }
+    bucket
+        .set_object_acl(
+            &input.key,
+            input.version_id.as_deref(),
+            stored(acl, &bucket_owner).as_ref(),
+        )
+        .await
+        .map_err(|e| fail(&req, e))?;
+    Ok(S3Response::new(PutObjectAclOutput::default()))
+}
+
+/// The stored ACL of an object (its version, if named), once the request may see it: a
+/// request only the object's ACL or tags can decide is decided here, on the row just read.
+async fn object_acl<T>(
+    req: &S3Request<T>,
+    bucket: &BucketHandle<'_>,
+    key: &str,
+    version_id: &Option<String>,
+) -> S3Result<Option<Acl>> {
+    let options = store::ReadOptions {
+        version_id: version_id.clone(),
+        ..Default::default()
+    };
+    let head = bucket
+        .head(key, &options)
+        .await
+        .map_err(|e| fail(req, missing(req, e)))?
+        .head;
+    row_allows(req, &head.meta)?;
+    Ok(head.meta.acl)
 }
 
 /// The ACL a request's headers ask for (`x-amz-acl`, `x-amz-grant-*`), checked before any work.

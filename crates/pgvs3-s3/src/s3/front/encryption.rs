@@ -7,8 +7,9 @@
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
-use super::{S3Front, fail};
-use crate::store::{Access, CustomerKey, EncryptionMode, RequestedEncryption, SealedEncryption, StoreError};
+use super::context::RequestContext;
+use super::wire::fail;
+use crate::store::{CustomerKey, EncryptionMode, RequestedEncryption, SealedEncryption, StoreError};
 
 fn kms_refused() -> S3Error {
     S3Error::with_message(
@@ -122,74 +123,69 @@ fn answer_s3() -> Answer {
     }
 }
 
-impl S3Front {
-    pub(super) async fn put_bucket_encryption(
-        &self,
-        req: S3Request<PutBucketEncryptionInput>,
-    ) -> S3Result<S3Response<PutBucketEncryptionOutput>> {
-        let principal = self.principal(&req).await?;
-        let rules = &req.input.server_side_encryption_configuration.rules;
-        let [rule] = rules.as_slice() else {
+pub(super) async fn put_bucket_encryption(
+    cx: RequestContext<'_>,
+    req: S3Request<PutBucketEncryptionInput>,
+) -> S3Result<S3Response<PutBucketEncryptionOutput>> {
+    let rules = &req.input.server_side_encryption_configuration.rules;
+    let [rule] = rules.as_slice() else {
+        return Err(S3Error::with_message(
+            S3ErrorCode::MalformedXML,
+            "The XML you provided was not well-formed or did not validate against our published schema.",
+        ));
+    };
+    let Some(default) = &rule.apply_server_side_encryption_by_default else {
+        return Err(S3Error::with_message(
+            S3ErrorCode::MalformedXML,
+            "The XML you provided was not well-formed or did not validate against our published schema.",
+        ));
+    };
+    match default.sse_algorithm.as_str() {
+        ServerSideEncryption::AES256 if default.kms_master_key_id.is_none() => {}
+        ServerSideEncryption::AES256 => {
+            return Err(S3Error::with_message(
+                S3ErrorCode::InvalidArgument,
+                "a KMSMasterKeyID is not applicable if the default sse algorithm is not aws:kms or aws:kms:dsse",
+            ));
+        }
+        ServerSideEncryption::AWS_KMS | ServerSideEncryption::AWS_KMS_DSSE => return Err(kms_refused()),
+        _ => {
             return Err(S3Error::with_message(
                 S3ErrorCode::MalformedXML,
                 "The XML you provided was not well-formed or did not validate against our published schema.",
             ));
-        };
-        let Some(default) = &rule.apply_server_side_encryption_by_default else {
-            return Err(S3Error::with_message(
-                S3ErrorCode::MalformedXML,
-                "The XML you provided was not well-formed or did not validate against our published schema.",
-            ));
-        };
-        match default.sse_algorithm.as_str() {
-            ServerSideEncryption::AES256 if default.kms_master_key_id.is_none() => {}
-            ServerSideEncryption::AES256 => {
-                return Err(S3Error::with_message(
-                    S3ErrorCode::InvalidArgument,
-                    "a KMSMasterKeyID is not applicable if the default sse algorithm is not aws:kms or aws:kms:dsse",
-                ));
-            }
-            ServerSideEncryption::AWS_KMS | ServerSideEncryption::AWS_KMS_DSSE => return Err(kms_refused()),
-            _ => {
-                return Err(S3Error::with_message(
-                    S3ErrorCode::MalformedXML,
-                    "The XML you provided was not well-formed or did not validate against our published schema.",
-                ));
-            }
         }
-        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
-        bucket.set_default_encryption(true).await.map_err(|e| fail(&req, e))?;
-        Ok(S3Response::new(PutBucketEncryptionOutput::default()))
     }
+    let bucket = &cx.bucket;
+    bucket.set_default_encryption(true).await.map_err(|e| fail(&req, e))?;
+    Ok(S3Response::new(PutBucketEncryptionOutput::default()))
+}
 
-    pub(super) async fn get_bucket_encryption(
-        &self,
-        req: S3Request<GetBucketEncryptionInput>,
-    ) -> S3Result<S3Response<GetBucketEncryptionOutput>> {
-        let principal = self.principal(&req).await?;
-        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
-        if !bucket.default_encryption() {
-            return Err(fail(&req, StoreError::NoEncryptionConfiguration));
-        }
-        let rule = ServerSideEncryptionRule {
-            apply_server_side_encryption_by_default: Some(ServerSideEncryptionByDefault {
-                kms_master_key_id: None,
-                sse_algorithm: ServerSideEncryption::from_static(ServerSideEncryption::AES256),
-            }),
-            bucket_key_enabled: Some(false),
-        };
-        Ok(S3Response::new(GetBucketEncryptionOutput {
-            server_side_encryption_configuration: Some(ServerSideEncryptionConfiguration { rules: vec![rule] }),
-        }))
+pub(super) async fn get_bucket_encryption(
+    cx: RequestContext<'_>,
+    req: S3Request<GetBucketEncryptionInput>,
+) -> S3Result<S3Response<GetBucketEncryptionOutput>> {
+    let bucket = &cx.bucket;
+    if !bucket.default_encryption() {
+        return Err(fail(&req, StoreError::NoEncryptionConfiguration));
     }
+    let rule = ServerSideEncryptionRule {
+        apply_server_side_encryption_by_default: Some(ServerSideEncryptionByDefault {
+            kms_master_key_id: None,
+            sse_algorithm: ServerSideEncryption::from_static(ServerSideEncryption::AES256),
+        }),
+        bucket_key_enabled: Some(false),
+    };
+    Ok(S3Response::new(GetBucketEncryptionOutput {
+        server_side_encryption_configuration: Some(ServerSideEncryptionConfiguration { rules: vec![rule] }),
+    }))
+}
 
-    pub(super) async fn delete_bucket_encryption(
-        &self,
-        req: S3Request<DeleteBucketEncryptionInput>,
-    ) -> S3Result<S3Response<DeleteBucketEncryptionOutput>> {
-        let principal = self.principal(&req).await?;
-        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
-        bucket.set_default_encryption(false).await.map_err(|e| fail(&req, e))?;
-        Ok(S3Response::new(DeleteBucketEncryptionOutput::default()))
-    }
+pub(super) async fn delete_bucket_encryption(
+    cx: RequestContext<'_>,
+    req: S3Request<DeleteBucketEncryptionInput>,
+) -> S3Result<S3Response<DeleteBucketEncryptionOutput>> {
+    let bucket = &cx.bucket;
+    bucket.set_default_encryption(false).await.map_err(|e| fail(&req, e))?;
+    Ok(S3Response::new(DeleteBucketEncryptionOutput::default()))
 }

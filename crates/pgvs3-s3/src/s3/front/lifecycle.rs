@@ -7,8 +7,9 @@ use std::time::{Duration, SystemTime};
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
-use super::{S3Front, fail, timestamp, to_system_time};
-use crate::store::{self, Access, Lifecycle, NoncurrentExpiration, RuleFilter};
+use super::context::RequestContext;
+use super::wire::{fail, timestamp, to_system_time};
+use crate::store::{self, Lifecycle, NoncurrentExpiration, RuleFilter};
 
 /// S3's limit on rules per configuration.
 const MAX_RULES: usize = 1000;
@@ -287,44 +288,39 @@ fn rule_xml(rule: &store::LifecycleRule) -> LifecycleRule {
     }
 }
 
-impl S3Front {
-    pub(super) async fn put_bucket_lifecycle_configuration(
-        &self,
-        req: S3Request<PutBucketLifecycleConfigurationInput>,
-    ) -> S3Result<S3Response<PutBucketLifecycleConfigurationOutput>> {
-        let principal = self.principal(&req).await?;
-        let xml = req.input.lifecycle_configuration.as_ref().ok_or_else(malformed_xml)?;
-        let lifecycle = lifecycle_from(xml)?;
-        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
-        bucket
-            .set_lifecycle(Some(&lifecycle))
-            .await
-            .map_err(|e| fail(&req, e))?;
-        Ok(S3Response::new(PutBucketLifecycleConfigurationOutput::default()))
-    }
+pub(super) async fn put_bucket_lifecycle_configuration(
+    cx: RequestContext<'_>,
+    req: S3Request<PutBucketLifecycleConfigurationInput>,
+) -> S3Result<S3Response<PutBucketLifecycleConfigurationOutput>> {
+    let xml = req.input.lifecycle_configuration.as_ref().ok_or_else(malformed_xml)?;
+    let lifecycle = lifecycle_from(xml)?;
+    let bucket = &cx.bucket;
+    bucket
+        .set_lifecycle(Some(&lifecycle))
+        .await
+        .map_err(|e| fail(&req, e))?;
+    Ok(S3Response::new(PutBucketLifecycleConfigurationOutput::default()))
+}
 
-    pub(super) async fn get_bucket_lifecycle_configuration(
-        &self,
-        req: S3Request<GetBucketLifecycleConfigurationInput>,
-    ) -> S3Result<S3Response<GetBucketLifecycleConfigurationOutput>> {
-        let principal = self.principal(&req).await?;
-        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
-        let lifecycle = bucket.lifecycle().map_err(|e| fail(&req, e))?;
-        Ok(S3Response::new(GetBucketLifecycleConfigurationOutput {
-            rules: Some(lifecycle.rules.iter().map(rule_xml).collect()),
-            ..Default::default()
-        }))
-    }
+pub(super) async fn get_bucket_lifecycle_configuration(
+    cx: RequestContext<'_>,
+    req: S3Request<GetBucketLifecycleConfigurationInput>,
+) -> S3Result<S3Response<GetBucketLifecycleConfigurationOutput>> {
+    let bucket = &cx.bucket;
+    let lifecycle = bucket.lifecycle().map_err(|e| fail(&req, e))?;
+    Ok(S3Response::new(GetBucketLifecycleConfigurationOutput {
+        rules: Some(lifecycle.rules.iter().map(rule_xml).collect()),
+        ..Default::default()
+    }))
+}
 
-    pub(super) async fn delete_bucket_lifecycle(
-        &self,
-        req: S3Request<DeleteBucketLifecycleInput>,
-    ) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
-        let principal = self.principal(&req).await?;
-        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
-        bucket.set_lifecycle(None).await.map_err(|e| fail(&req, e))?;
-        Ok(S3Response::new(DeleteBucketLifecycleOutput::default()))
-    }
+pub(super) async fn delete_bucket_lifecycle(
+    cx: RequestContext<'_>,
+    req: S3Request<DeleteBucketLifecycleInput>,
+) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
+    let bucket = &cx.bucket;
+    bucket.set_lifecycle(None).await.map_err(|e| fail(&req, e))?;
+    Ok(S3Response::new(DeleteBucketLifecycleOutput::default()))
 }
 
 #[cfg(test)]

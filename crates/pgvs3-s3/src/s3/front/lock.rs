@@ -6,10 +6,9 @@ use std::time::SystemTime;
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
-use super::{S3Front, fail, timestamp, to_system_time};
-use crate::store::{
-    Access, DefaultRetention, LockConfig, LockMode, ObjectHead, RequestedLock, Retention, RetentionPeriod,
-};
+use super::context::RequestContext;
+use super::wire::{fail, timestamp, to_system_time};
+use crate::store::{DefaultRetention, LockConfig, LockMode, ObjectHead, RequestedLock, Retention, RetentionPeriod};
 
 fn invalid_argument(message: &str) -> S3Error {
     S3Error::with_message(S3ErrorCode::InvalidArgument, message.to_owned())
@@ -135,125 +134,117 @@ pub(super) fn bypasses_governance(header: &Option<bool>) -> bool {
     header.unwrap_or(false)
 }
 
-impl S3Front {
-    pub(super) async fn put_object_lock_configuration(
-        &self,
-        req: S3Request<PutObjectLockConfigurationInput>,
-    ) -> S3Result<S3Response<PutObjectLockConfigurationOutput>> {
-        let principal = self.principal(&req).await?;
-        if req.input.token.is_some() {
-            return Err(s3s::s3_error!(NotImplemented, "Object lock tokens are not supported"));
-        }
-        let config = lock_config(req.input.object_lock_configuration.as_ref().ok_or_else(malformed_xml)?)?;
-        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
-        bucket.set_object_lock(&config).await.map_err(|e| fail(&req, e))?;
-        Ok(S3Response::new(PutObjectLockConfigurationOutput::default()))
+pub(super) async fn put_object_lock_configuration(
+    cx: RequestContext<'_>,
+    req: S3Request<PutObjectLockConfigurationInput>,
+) -> S3Result<S3Response<PutObjectLockConfigurationOutput>> {
+    if req.input.token.is_some() {
+        return Err(s3s::s3_error!(NotImplemented, "Object lock tokens are not supported"));
     }
+    let config = lock_config(req.input.object_lock_configuration.as_ref().ok_or_else(malformed_xml)?)?;
+    let bucket = &cx.bucket;
+    bucket.set_object_lock(&config).await.map_err(|e| fail(&req, e))?;
+    Ok(S3Response::new(PutObjectLockConfigurationOutput::default()))
+}
 
-    pub(super) async fn get_object_lock_configuration(
-        &self,
-        req: S3Request<GetObjectLockConfigurationInput>,
-    ) -> S3Result<S3Response<GetObjectLockConfigurationOutput>> {
-        let principal = self.principal(&req).await?;
-        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
-        let config = bucket.object_lock().map_err(|e| fail(&req, e))?;
-        Ok(S3Response::new(GetObjectLockConfigurationOutput {
-            object_lock_configuration: Some(lock_config_xml(config)),
-        }))
-    }
+pub(super) async fn get_object_lock_configuration(
+    cx: RequestContext<'_>,
+    req: S3Request<GetObjectLockConfigurationInput>,
+) -> S3Result<S3Response<GetObjectLockConfigurationOutput>> {
+    let bucket = &cx.bucket;
+    let config = bucket.object_lock().map_err(|e| fail(&req, e))?;
+    Ok(S3Response::new(GetObjectLockConfigurationOutput {
+        object_lock_configuration: Some(lock_config_xml(config)),
+    }))
+}
 
-    pub(super) async fn put_object_retention(
-        &self,
-        req: S3Request<PutObjectRetentionInput>,
-    ) -> S3Result<S3Response<PutObjectRetentionOutput>> {
-        let principal = self.principal(&req).await?;
-        let input = &req.input;
-        // An empty <Retention/> removes the retention (governance bypass permitting).
-        let retention = match &input.retention {
-            Some(ObjectLockRetention {
-                mode: Some(mode),
-                retain_until_date: Some(until),
-            }) => Some(Retention {
-                mode: LockMode::parse(mode.as_str()).ok_or_else(malformed_xml)?,
-                until: to_system_time(&Some(until.clone())).ok_or_else(malformed_xml)?,
-            }),
-            Some(ObjectLockRetention {
-                mode: None,
-                retain_until_date: None,
-            }) => None,
-            _ => return Err(malformed_xml()),
-        };
-        let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
-        bucket
-            .set_retention(
-                &input.key,
-                input.version_id.as_deref(),
-                retention,
-                bypasses_governance(&input.bypass_governance_retention),
-            )
-            .await
-            .map_err(|e| fail(&req, e))?;
-        Ok(S3Response::new(PutObjectRetentionOutput::default()))
-    }
+pub(super) async fn put_object_retention(
+    cx: RequestContext<'_>,
+    req: S3Request<PutObjectRetentionInput>,
+) -> S3Result<S3Response<PutObjectRetentionOutput>> {
+    let input = &req.input;
+    // An empty <Retention/> removes the retention (governance bypass permitting).
+    let retention = match &input.retention {
+        Some(ObjectLockRetention {
+            mode: Some(mode),
+            retain_until_date: Some(until),
+        }) => Some(Retention {
+            mode: LockMode::parse(mode.as_str()).ok_or_else(malformed_xml)?,
+            until: to_system_time(&Some(until.clone())).ok_or_else(malformed_xml)?,
+        }),
+        Some(ObjectLockRetention {
+            mode: None,
+            retain_until_date: None,
+        }) => None,
+        _ => return Err(malformed_xml()),
+    };
+    let bucket = &cx.bucket;
+    bucket
+        .set_retention(
+            &input.key,
+            input.version_id.as_deref(),
+            retention,
+            bypasses_governance(&input.bypass_governance_retention),
+        )
+        .await
+        .map_err(|e| fail(&req, e))?;
+    Ok(S3Response::new(PutObjectRetentionOutput::default()))
+}
 
-    pub(super) async fn get_object_retention(
-        &self,
-        req: S3Request<GetObjectRetentionInput>,
-    ) -> S3Result<S3Response<GetObjectRetentionOutput>> {
-        let principal = self.principal(&req).await?;
-        let input = &req.input;
-        let bucket = self.open(&req, &principal, &input.bucket, Access::Read).await?;
-        let retention = bucket
-            .retention(&input.key, input.version_id.as_deref())
-            .await
-            .map_err(|e| fail(&req, e))?;
-        Ok(S3Response::new(GetObjectRetentionOutput {
-            retention: Some(ObjectLockRetention {
-                mode: Some(ObjectLockRetentionMode::from(retention.mode.as_str().to_owned())),
-                retain_until_date: Some(timestamp(retention.until)),
-            }),
-        }))
-    }
+pub(super) async fn get_object_retention(
+    cx: RequestContext<'_>,
+    req: S3Request<GetObjectRetentionInput>,
+) -> S3Result<S3Response<GetObjectRetentionOutput>> {
+    let input = &req.input;
+    let bucket = &cx.bucket;
+    let retention = bucket
+        .retention(&input.key, input.version_id.as_deref())
+        .await
+        .map_err(|e| fail(&req, e))?;
+    Ok(S3Response::new(GetObjectRetentionOutput {
+        retention: Some(ObjectLockRetention {
+            mode: Some(ObjectLockRetentionMode::from(retention.mode.as_str().to_owned())),
+            retain_until_date: Some(timestamp(retention.until)),
+        }),
+    }))
+}
 
-    pub(super) async fn put_object_legal_hold(
-        &self,
-        req: S3Request<PutObjectLegalHoldInput>,
-    ) -> S3Result<S3Response<PutObjectLegalHoldOutput>> {
-        let principal = self.principal(&req).await?;
-        let input = &req.input;
-        let on = input
-            .legal_hold
-            .as_ref()
-            .and_then(|hold| hold.status.as_ref())
-            .ok_or_else(malformed_xml)
-            .and_then(|status| legal_hold_on(status.as_str()).map_err(|_| malformed_xml()))?;
-        let bucket = self.open(&req, &principal, &input.bucket, Access::Write).await?;
-        bucket
-            .set_legal_hold(&input.key, input.version_id.as_deref(), on)
-            .await
-            .map_err(|e| fail(&req, e))?;
-        Ok(S3Response::new(PutObjectLegalHoldOutput::default()))
-    }
+pub(super) async fn put_object_legal_hold(
+    cx: RequestContext<'_>,
+    req: S3Request<PutObjectLegalHoldInput>,
+) -> S3Result<S3Response<PutObjectLegalHoldOutput>> {
+    let input = &req.input;
+    let on = input
+        .legal_hold
+        .as_ref()
+        .and_then(|hold| hold.status.as_ref())
+        .ok_or_else(malformed_xml)
+        .and_then(|status| legal_hold_on(status.as_str()).map_err(|_| malformed_xml()))?;
+    let bucket = &cx.bucket;
+    bucket
+        .set_legal_hold(&input.key, input.version_id.as_deref(), on)
+        .await
+        .map_err(|e| fail(&req, e))?;
+    Ok(S3Response::new(PutObjectLegalHoldOutput::default()))
+}
 
-    pub(super) async fn get_object_legal_hold(
-        &self,
-        req: S3Request<GetObjectLegalHoldInput>,
-    ) -> S3Result<S3Response<GetObjectLegalHoldOutput>> {
-        let principal = self.principal(&req).await?;
-        let input = &req.input;
-        let bucket = self.open(&req, &principal, &input.bucket, Access::Read).await?;
-        let on = bucket
-            .legal_hold(&input.key, input.version_id.as_deref())
-            .await
-            .map_err(|e| fail(&req, e))?;
-        Ok(S3Response::new(GetObjectLegalHoldOutput {
-            legal_hold: Some(ObjectLockLegalHold {
-                status: Some(ObjectLockLegalHoldStatus::from(
-                    if on { "ON" } else { "OFF" }.to_owned(),
-                )),
-            }),
-        }))
-    }
+pub(super) async fn get_object_legal_hold(
+    cx: RequestContext<'_>,
+    req: S3Request<GetObjectLegalHoldInput>,
+) -> S3Result<S3Response<GetObjectLegalHoldOutput>> {
+    let input = &req.input;
+    let bucket = &cx.bucket;
+    let on = bucket
+        .legal_hold(&input.key, input.version_id.as_deref())
+        .await
+        .map_err(|e| fail(&req, e))?;
+    Ok(S3Response::new(GetObjectLegalHoldOutput {
+        legal_hold: Some(ObjectLockLegalHold {
+            status: Some(ObjectLockLegalHoldStatus::from(
+                if on { "ON" } else { "OFF" }.to_owned(),
+            )),
+        }),
+    }))
 }
 
 #[cfg(test)]

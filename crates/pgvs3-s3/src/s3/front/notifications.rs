@@ -8,8 +8,9 @@
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
-use super::{S3Front, fail};
-use crate::store::{Access, MAX_NOTIFICATION_RULES, NotificationRule, Notifications, RuleError};
+use super::context::RequestContext;
+use super::wire::fail;
+use crate::store::{MAX_NOTIFICATION_RULES, NotificationRule, Notifications, RuleError};
 
 fn invalid_argument(message: String) -> S3Error {
     S3Error::with_message(S3ErrorCode::InvalidArgument, message)
@@ -119,30 +120,26 @@ fn queue_xml(rule: &NotificationRule) -> QueueConfiguration {
     }
 }
 
-impl S3Front {
-    pub(super) async fn put_bucket_notification_configuration(
-        &self,
-        req: S3Request<PutBucketNotificationConfigurationInput>,
-    ) -> S3Result<S3Response<PutBucketNotificationConfigurationOutput>> {
-        let principal = self.principal(&req).await?;
-        let rules = rules_from(&req.input.notification_configuration)?;
-        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Write).await?;
-        bucket.set_notifications(&rules).await.map_err(|e| fail(&req, e))?;
-        Ok(S3Response::new(PutBucketNotificationConfigurationOutput::default()))
-    }
+pub(super) async fn put_bucket_notification_configuration(
+    cx: RequestContext<'_>,
+    req: S3Request<PutBucketNotificationConfigurationInput>,
+) -> S3Result<S3Response<PutBucketNotificationConfigurationOutput>> {
+    let rules = rules_from(&req.input.notification_configuration)?;
+    let bucket = &cx.bucket;
+    bucket.set_notifications(&rules).await.map_err(|e| fail(&req, e))?;
+    Ok(S3Response::new(PutBucketNotificationConfigurationOutput::default()))
+}
 
-    pub(super) async fn get_bucket_notification_configuration(
-        &self,
-        req: S3Request<GetBucketNotificationConfigurationInput>,
-    ) -> S3Result<S3Response<GetBucketNotificationConfigurationOutput>> {
-        let principal = self.principal(&req).await?;
-        let bucket = self.open(&req, &principal, &req.input.bucket, Access::Read).await?;
-        let rules = bucket.notifications().await.map_err(|e| fail(&req, e))?;
-        Ok(S3Response::new(GetBucketNotificationConfigurationOutput {
-            queue_configurations: (!rules.rules.is_empty()).then(|| rules.rules.iter().map(queue_xml).collect()),
-            ..Default::default()
-        }))
-    }
+pub(super) async fn get_bucket_notification_configuration(
+    cx: RequestContext<'_>,
+    req: S3Request<GetBucketNotificationConfigurationInput>,
+) -> S3Result<S3Response<GetBucketNotificationConfigurationOutput>> {
+    let bucket = &cx.bucket;
+    let rules = bucket.notifications().await.map_err(|e| fail(&req, e))?;
+    Ok(S3Response::new(GetBucketNotificationConfigurationOutput {
+        queue_configurations: (!rules.rules.is_empty()).then(|| rules.rules.iter().map(queue_xml).collect()),
+        ..Default::default()
+    }))
 }
 
 #[cfg(test)]

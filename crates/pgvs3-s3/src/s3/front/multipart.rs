@@ -1,0 +1,234 @@
+//! Multipart uploads: Create, UploadPart, Complete, Abort, ListParts, ListMultipartUploads.
+
+use futures::TryStreamExt;
+use s3s::dto::*;
+use s3s::{S3Request, S3Response, S3Result};
+
+use super::checks::{self, Request};
+use super::context::RequestContext;
+use super::tagging::header_tags;
+use super::wire::{fail, owner, part_number, timestamp, write_condition};
+use super::{acl, encryption};
+use crate::s3::checksum::{UploadCheck, body_error};
+use crate::store::{self, ObjectMeta};
+
+pub(super) async fn create_multipart_upload(
+    cx: RequestContext<'_>,
+    req: S3Request<CreateMultipartUploadInput>,
+) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+    checks::refuse_unkept(&req.headers, Request::NewObject)?;
+    let input = &req.input;
+    let mut meta = meta_from_input!(input, req.headers);
+    checks::check_user_metadata(&meta.user)?;
+    meta.tags = header_tags(&input.tagging).map_err(|e| fail(&req, e))?;
+    requested_lock!(input)?.apply(&mut meta);
+    let requested = requested_encryption!(req, input)?;
+    let requested_acl = acl::requested(&req.headers)?;
+    let bucket = &cx.bucket;
+    meta.acl = acl::new_object_acl(requested_acl, bucket, &cx.principal, cx.front.buckets.catalog()).await?;
+    let answer = encryption::answer_requested(&requested, bucket.default_encryption());
+    let upload_id = bucket
+        .create_multipart_upload(&input.key, meta, requested)
+        .await
+        .map_err(|e| fail(&req, e))?;
+    let mut output = CreateMultipartUploadOutput {
+        bucket: Some(input.bucket.clone()),
+        key: Some(input.key.clone()),
+        upload_id: Some(upload_id),
+        ..Default::default()
+    };
+    set_encryption!(output, answer);
+    Ok(S3Response::new(output))
+}
+
+pub(super) async fn upload_part(
+    cx: RequestContext<'_>,
+    mut req: S3Request<UploadPartInput>,
+) -> S3Result<S3Response<UploadPartOutput>> {
+    checks::refuse_unkept(&req.headers, Request::Other)?;
+    let check = UploadCheck::from_request(&req.headers, req.trailing_headers.clone())?;
+    let body: store::BodyStream = match req.input.body.take() {
+        Some(blob) => Box::pin(blob.map_err(|err| body_error(err.as_ref()))),
+        None => Box::pin(futures::stream::empty()),
+    };
+    let input = &req.input;
+    let part_key = customer_fields!(input).key(&req)?;
+    let upload = store::Upload {
+        meta: ObjectMeta::default(),
+        body,
+        declared_len: input.content_length.map(|len| len.max(0) as u64),
+        observer: Box::new(check),
+        encryption: part_key
+            .clone()
+            .map_or(store::RequestedEncryption::None, store::RequestedEncryption::Customer),
+    };
+    let part_number = part_number(Some(input.part_number))?.unwrap_or_default();
+    let bucket = &cx.bucket;
+    let requested = upload.encryption.clone();
+    let store::PartOutcome {
+        written: outcome,
+        sse_s3,
+    } = bucket
+        .upload_part(&input.key, &input.upload_id, part_number, upload)
+        .await
+        .map_err(|e| fail(&req, e))?;
+    let mut output = UploadPartOutput {
+        e_tag: Some(ETag::Strong(outcome.etag)),
+        ..Default::default()
+    };
+    // The part is encrypted as its upload is: SSE-S3 (asked for, or the bucket's default)
+    // is said as S3 says it; SSE-C names the key this request brought.
+    set_encryption!(output, encryption::answer_requested(&requested, sse_s3));
+    let _ = set_checksum!(output, outcome.checksum);
+    Ok(S3Response::new(output))
+}
+
+pub(super) async fn complete_multipart_upload(
+    cx: RequestContext<'_>,
+    req: S3Request<CompleteMultipartUploadInput>,
+) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+    let input = &req.input;
+    let listed = input
+        .multipart_upload
+        .as_ref()
+        .and_then(|upload| upload.parts.as_ref())
+        .filter(|parts| !parts.is_empty())
+        .ok_or_else(|| {
+            s3s::s3_error!(
+                MalformedXML,
+                "The XML you provided was not well-formed or did not validate against our published schema."
+            )
+        })?;
+    let parts: Vec<store::CompletedPart> = listed
+        .iter()
+        .map(|part| store::CompletedPart {
+            part_number: part.part_number.unwrap_or(0).max(0) as u32,
+            etag: part
+                .e_tag
+                .as_ref()
+                .map(|etag| etag.value().to_owned())
+                .unwrap_or_default(),
+        })
+        .collect();
+    let condition = write_condition(&input.if_match, &input.if_none_match)?;
+    let bucket = &cx.bucket;
+    let outcome = bucket
+        .complete_multipart_upload(&input.key, &input.upload_id, &parts, &condition)
+        .await
+        .map_err(|e| fail(&req, e))?;
+    Ok(S3Response::new(CompleteMultipartUploadOutput {
+        bucket: Some(input.bucket.clone()),
+        key: Some(input.key.clone()),
+        location: Some(format!("/{}/{}", input.bucket, input.key)),
+        e_tag: Some(ETag::Strong(outcome.etag)),
+        version_id: outcome.version_id,
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn abort_multipart_upload(
+    cx: RequestContext<'_>,
+    req: S3Request<AbortMultipartUploadInput>,
+) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+    let input = &req.input;
+    let bucket = &cx.bucket;
+    bucket
+        .abort_multipart_upload(&input.key, &input.upload_id)
+        .await
+        .map_err(|e| fail(&req, e))?;
+    Ok(S3Response::new(AbortMultipartUploadOutput::default()))
+}
+
+pub(super) async fn list_parts(
+    cx: RequestContext<'_>,
+    req: S3Request<ListPartsInput>,
+) -> S3Result<S3Response<ListPartsOutput>> {
+    let input = &req.input;
+    let max_parts = input.max_parts.unwrap_or(1000).clamp(0, 1000);
+    let marker = input.part_number_marker.unwrap_or(0).max(0);
+    let bucket = &cx.bucket;
+    let page = bucket
+        .list_parts(&input.key, &input.upload_id, marker as u32, max_parts as usize)
+        .await
+        .map_err(|e| fail(&req, e))?;
+    let parts = page
+        .parts
+        .into_iter()
+        .map(|part| Part {
+            e_tag: Some(ETag::Strong(part.etag)),
+            last_modified: Some(timestamp(part.last_modified)),
+            part_number: Some(part.part_number as i32),
+            size: Some(part.size as i64),
+            ..Default::default()
+        })
+        .collect();
+    Ok(S3Response::new(ListPartsOutput {
+        bucket: Some(input.bucket.clone()),
+        key: Some(input.key.clone()),
+        upload_id: Some(input.upload_id.clone()),
+        max_parts: Some(max_parts),
+        part_number_marker: Some(marker),
+        is_truncated: Some(page.next_marker.is_some()),
+        next_part_number_marker: page.next_marker.map(|n| n as i32),
+        parts: Some(parts),
+        owner: Some(owner(&cx.principal)),
+        initiator: Some(Initiator {
+            id: Some(cx.principal.access_key.clone()),
+            display_name: Some(cx.principal.access_key.clone()),
+        }),
+        storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn list_multipart_uploads(
+    cx: RequestContext<'_>,
+    req: S3Request<ListMultipartUploadsInput>,
+) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+    let input = &req.input;
+    let max_uploads = input.max_uploads.unwrap_or(1000).clamp(0, 1000);
+    let request = store::UploadsRequest {
+        prefix: input.prefix.clone().unwrap_or_default(),
+        delimiter: input.delimiter.clone(),
+        key_marker: input.key_marker.clone(),
+        upload_id_marker: input.upload_id_marker.clone(),
+        max_uploads: max_uploads as usize,
+    };
+    let bucket = &cx.bucket;
+    let page = bucket
+        .list_multipart_uploads(&request)
+        .await
+        .map_err(|e| fail(&req, e))?;
+    let uploads = page
+        .uploads
+        .into_iter()
+        .map(|upload| MultipartUpload {
+            key: Some(upload.key),
+            upload_id: Some(upload.upload_id),
+            initiated: Some(timestamp(upload.initiated)),
+            owner: Some(owner(&cx.principal)),
+            storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
+            ..Default::default()
+        })
+        .collect();
+    let common_prefixes = page
+        .common_prefixes
+        .into_iter()
+        .map(|prefix| CommonPrefix { prefix: Some(prefix) })
+        .collect();
+    let (next_key_marker, next_upload_id_marker) = page.next_marker.unzip();
+    Ok(S3Response::new(ListMultipartUploadsOutput {
+        bucket: Some(input.bucket.clone()),
+        prefix: Some(request.prefix),
+        delimiter: input.delimiter.clone().filter(|d| !d.is_empty()),
+        key_marker: input.key_marker.clone(),
+        upload_id_marker: input.upload_id_marker.clone(),
+        max_uploads: Some(max_uploads),
+        is_truncated: Some(next_key_marker.is_some()),
+        next_key_marker,
+        next_upload_id_marker,
+        uploads: Some(uploads),
+        common_prefixes: Some(common_prefixes),
+        ..Default::default()
+    }))
+}
