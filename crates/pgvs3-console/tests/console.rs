@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use aws_sdk_s3::primitives::ByteStream;
 use serde_json::json;
+use support::front::Fault;
 use support::{ROOT_ACCESS_KEY, ROOT_SECRET_KEY, Stack, Visitor, http, sign_in_answer, webdriver};
 
 async fn put(stack: &Stack, bucket: &str, key: &str, body: &str) {
@@ -1062,20 +1063,51 @@ async fn the_root_key_creates_lists_and_deletes_access_keys_and_a_secret_shows_o
     assert!(!root.get("/access-keys").await.body.contains("SNEAKY01"));
 }
 
-/// Drops a file made of `text` on the upload zone, as a drag from the desktop does.
+/// Drops a file on the upload zone, as a drag from the desktop does: `file` is a JavaScript
+/// expression making a `File` from `arguments`.
+async fn drop_on_zone(browser: &webdriver::Browser, file: &str, args: Vec<serde_json::Value>) {
+    let script = format!(
+        "const transfer = new DataTransfer();
+         transfer.items.add({file});
+         const zone = document.getElementById('upload');
+         for (const type of ['dragenter', 'dragover', 'drop']) {{
+           zone.dispatchEvent(new DragEvent(type, {{ dataTransfer: transfer, bubbles: true, cancelable: true }}));
+         }}"
+    );
+    browser.run(&script, args).await;
+}
+
+/// Drops a file made of `text`.
 async fn drop_file(browser: &webdriver::Browser, name: &str, text: &str) {
-    browser
-        .run(
-            "const [name, text] = arguments;
-             const transfer = new DataTransfer();
-             transfer.items.add(new File([text], name, { type: 'text/plain' }));
-             const zone = document.getElementById('upload');
-             for (const type of ['dragenter', 'dragover', 'drop']) {
-               zone.dispatchEvent(new DragEvent(type, { dataTransfer: transfer, bubbles: true, cancelable: true }));
-             }",
-            vec![json!(name), json!(text)],
-        )
-        .await;
+    drop_on_zone(
+        browser,
+        "new File([arguments[1]], arguments[0], { type: 'text/plain' })",
+        vec![json!(name), json!(text)],
+    )
+    .await;
+}
+
+/// The console's multipart part size.
+const PART: usize = 16 << 20;
+
+/// The bytes of a big dropped file: byte i is i % 251, made alike in the page.
+fn pattern(size: usize) -> Vec<u8> {
+    (0..size).map(|i| (i % 251) as u8).collect()
+}
+
+/// Drops a file of `size` [`pattern`] bytes, always with the same modification time, so a drop
+/// after a reload is the same file to the console's resume memo.
+async fn drop_big_file(browser: &webdriver::Browser, name: &str, size: usize) {
+    drop_on_zone(
+        browser,
+        "new File([(() => {
+           const bytes = new Uint8Array(arguments[1]);
+           for (let i = 0; i < bytes.length; i++) bytes[i] = i % 251;
+           return bytes;
+         })()], arguments[0], { type: 'application/octet-stream', lastModified: 1700000000000 })",
+        vec![json!(name), json!(size)],
+    )
+    .await;
 }
 
 async fn eventually<F, Fut>(what: &str, mut check: F)
@@ -1090,8 +1122,12 @@ where
     }
 }
 
-#[test]
-fn a_browser_signs_in_uploads_by_drag_and_drop_restores_a_version_and_edits_a_policy() {
+/// Runs `walk` with a browser, unless the browser tier does not run here.
+fn in_browser<F, Fut>(walk: F)
+where
+    F: FnOnce(webdriver::Browser) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
     // The gateway and console run on this thread's runtime too; unoptimised, their request
     // futures need more than a test thread's 2 MiB of stack.
     std::thread::Builder::new()
@@ -1103,13 +1139,115 @@ fn a_browser_signs_in_uploads_by_drag_and_drop_restores_a_version_and_edits_a_po
                 .unwrap();
             runtime.block_on(async {
                 if let Some(browser) = webdriver::launch().await {
-                    walk_through(browser).await;
+                    walk(browser).await;
                 }
             });
         })
         .unwrap()
         .join()
         .unwrap();
+}
+
+#[test]
+fn a_browser_signs_in_uploads_by_drag_and_drop_restores_a_version_and_edits_a_policy() {
+    in_browser(walk_through);
+}
+
+#[test]
+fn a_browser_uploads_a_big_file_in_parts_retries_a_dropped_part_and_resumes_after_a_reload() {
+    in_browser(multipart_walk);
+}
+
+async fn sign_in_browser(browser: &webdriver::Browser, stack: &Stack) {
+    browser.goto(&stack.url("/")).await;
+    browser.type_into("#access_key", ROOT_ACCESS_KEY).await;
+    browser.type_into("#secret_key", ROOT_SECRET_KEY).await;
+    browser.click("#sign-in").await;
+    browser.find("#create-bucket").await;
+}
+
+/// The object's bytes and ETag.
+async fn object_of(stack: &Stack, bucket: &str, key: &str) -> (Vec<u8>, String) {
+    let object = stack.root.get_object().bucket(bucket).key(key).send().await.unwrap();
+    let etag = object.e_tag().unwrap_or_default().to_owned();
+    (object.body.collect().await.unwrap().to_vec(), etag)
+}
+
+async fn multipart_walk(browser: webdriver::Browser) {
+    let stack = Stack::start_with_s3_front().await;
+    let front = stack.s3_front.as_ref().unwrap();
+    let (b, s) = (&browser, &stack);
+    // Two parts: 16 MiB and 4 MiB.
+    let size = PART + (4 << 20);
+    sign_in_browser(&browser, &stack).await;
+    stack.root.create_bucket().bucket("big").send().await.unwrap();
+    let objects = stack.url("/objects?bucket=big");
+    browser.goto(&objects).await;
+    browser.click("#allow-uploads").await;
+    eventually("uploads allowed", move || async move {
+        b.source().await.contains("This console may now upload to the bucket.")
+    })
+    .await;
+    let uploaded =
+        |key: &'static str| move || async move { s.root.head_object().bucket("big").key(key).send().await.is_ok() };
+
+    // The second part's first PUT meets a network error; the page retries it.
+    front.fail(2, Fault::Drop);
+    drop_big_file(&browser, "big.bin", size).await;
+    eventually("the upload with a part retried", uploaded("big.bin")).await;
+    assert_eq!(front.take_parts(), [1, 2, 2]);
+    let (bytes, etag) = object_of(&stack, "big", "big.bin").await;
+    assert!(bytes == pattern(size), "the object is the file, {} bytes", bytes.len());
+    assert!(etag.ends_with("-2\""), "{etag}");
+
+    // The second part is held unanswered; the page shows the first part's progress.
+    browser.goto(&objects).await;
+    front.fail(2, Fault::Hold);
+    drop_big_file(&browser, "resumed.bin", size).await;
+    eventually("the second part sent", move || async move { front.parts() == [1, 2] }).await;
+    let bar = browser
+        .run(
+            "const bar = document.querySelector('#uploads progress');
+             return [bar.value, bar.max, bar.closest('li').dataset.state ?? null];",
+            vec![],
+        )
+        .await;
+    assert!(bar[0].as_u64().unwrap() >= PART as u64, "{bar}");
+    assert_eq!(bar[1], json!(size));
+    assert_eq!(bar[2], json!(null), "the upload is not over: {bar}");
+    let uploads = stack.root.list_multipart_uploads().bucket("big").send().await.unwrap();
+    assert_eq!(uploads.uploads().len(), 1);
+    let upload_id = uploads.uploads()[0].upload_id().unwrap().to_owned();
+    let parts = stack
+        .root
+        .list_parts()
+        .bucket("big")
+        .key("resumed.bin")
+        .upload_id(&upload_id)
+        .send()
+        .await
+        .unwrap();
+    let held: Vec<_> = parts.parts().iter().map(|p| (p.part_number(), p.size())).collect();
+    assert_eq!(held, [(Some(1), Some(PART as i64))]);
+    let memo = "return Object.keys(localStorage).filter((k) => k.startsWith('pgvs3-upload')).map((k) => localStorage.getItem(k));";
+    assert_eq!(browser.run(memo, vec![]).await, json!([upload_id]));
+
+    // A reload abandons the held part; the same file dropped again sends only what is missing.
+    browser.goto(&objects).await;
+    front.take_parts();
+    drop_big_file(&browser, "resumed.bin", size).await;
+    eventually("the resumed upload", uploaded("resumed.bin")).await;
+    assert_eq!(front.take_parts(), [2], "only the missing part is sent again");
+    let (bytes, etag) = object_of(&stack, "big", "resumed.bin").await;
+    assert!(bytes == pattern(size), "the object is the file, {} bytes", bytes.len());
+    assert!(etag.ends_with("-2\""), "{etag}");
+    let uploads = stack.root.list_multipart_uploads().bucket("big").send().await.unwrap();
+    assert!(uploads.uploads().is_empty());
+    eventually("the memo forgotten", move || async move {
+        b.run(memo, vec![]).await == json!([])
+    })
+    .await;
+    browser.quit().await;
 }
 
 async fn walk_through(browser: webdriver::Browser) {
@@ -1121,10 +1259,7 @@ async fn walk_through(browser: webdriver::Browser) {
     browser.goto(&console("/")).await;
     browser.find("#access_key").await;
     browser.screenshot("login").await;
-    browser.type_into("#access_key", ROOT_ACCESS_KEY).await;
-    browser.type_into("#secret_key", ROOT_SECRET_KEY).await;
-    browser.click("#sign-in").await;
-    browser.find("#create-bucket").await;
+    sign_in_browser(&browser, &stack).await;
     let cookies = browser.cookies().await;
     let session = cookies
         .as_array()
