@@ -308,6 +308,11 @@ impl pgvs3_console::Admin for ConsoleAdmin {
     fn list_keys(&self) -> pgvs3_console::BoxFuture<'_, Result<Vec<pgvs3_console::KeyInfo>, String>> {
         Box::pin(async move {
             let keys = self.catalog.list_access_keys().await.map_err(|err| err.to_string())?;
+            let disabled = self
+                .catalog
+                .disabled_access_keys()
+                .await
+                .map_err(|err| err.to_string())?;
             let root = crate::store::Principal {
                 access_key: String::new(),
                 is_root: true,
@@ -326,6 +331,7 @@ impl pgvs3_console::Admin for ConsoleAdmin {
                 .map(|key| pgvs3_console::KeyInfo {
                     buckets: owners.remove(&key.access_key).unwrap_or_default(),
                     has_policy: key.policy_text.is_some(),
+                    disabled: disabled.contains(&key.access_key),
                     access_key: key.access_key,
                     is_root: key.is_root,
                     read_only: key.read_only,
@@ -346,13 +352,13 @@ impl pgvs3_console::Admin for ConsoleAdmin {
                 description: key.description,
             };
             key.check()?;
-            // put_access_key updates a key that exists: refuse rather than replace its secret.
+            // put_access_key updates a key that exists (a disabled one too): refuse rather than
+            // replace its secret.
             if self
                 .catalog
-                .access_key(&key.access_key)
+                .access_key_exists(&key.access_key)
                 .await
                 .map_err(|err| err.to_string())?
-                .is_some()
             {
                 return Err(format!("access key {} exists already", key.access_key));
             }
@@ -364,6 +370,19 @@ impl pgvs3_console::Admin for ConsoleAdmin {
         Box::pin(async move {
             self.catalog
                 .delete_access_key(&access_key)
+                .await
+                .map_err(|err| err.to_string())
+        })
+    }
+
+    fn set_key_disabled(
+        &self,
+        access_key: String,
+        disabled: bool,
+    ) -> pgvs3_console::BoxFuture<'_, Result<bool, String>> {
+        Box::pin(async move {
+            self.catalog
+                .set_access_key_disabled(&access_key, disabled)
                 .await
                 .map_err(|err| err.to_string())
         })

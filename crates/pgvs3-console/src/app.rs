@@ -560,6 +560,8 @@ impl Context<'_> {
             "/key/command" => self.key_command(request).await,
             "/access-keys/create" => self.create_access_key(request).await,
             "/access-keys/delete" => self.delete_access_key(request).await,
+            "/access-keys/disable" => self.set_access_key_disabled(request, true).await,
+            "/access-keys/enable" => self.set_access_key_disabled(request, false).await,
             "/jobs/retry" => self.dead_letter_change(request, true).await,
             "/jobs/delete" => self.dead_letter_change(request, false).await,
             path if path.starts_with("/api/upload/") => self.upload(request, &path["/api/upload/".len()..]).await,

@@ -74,6 +74,9 @@ pub trait Admin: Send + Sync {
     fn create_key(&self, key: NewKey) -> BoxFuture<'_, Result<(), String>>;
     /// Deletes a key other than the root key (its buckets pass to root); false when none.
     fn delete_key(&self, access_key: String) -> BoxFuture<'_, Result<bool, String>>;
+    /// Disables (or enables again) a key other than the root key: every gateway of the
+    /// database refuses a disabled key at once. False when there is no such key.
+    fn set_key_disabled(&self, access_key: String, disabled: bool) -> BoxFuture<'_, Result<bool, String>>;
     /// A bucket's quota and usage (no S3 API has them); `None` without a quota.
     fn bucket_quota(&self, bucket: String) -> BoxFuture<'_, Result<Option<Quota>, String>>;
 }
@@ -91,6 +94,8 @@ pub struct KeyInfo {
     pub access_key: String,
     pub is_root: bool,
     pub read_only: bool,
+    /// Refused by every listener until enabled again.
+    pub disabled: bool,
     pub description: String,
     pub created: std::time::SystemTime,
     /// Whether the key carries its own (identity) policy.

@@ -969,7 +969,7 @@ async fn the_root_key_creates_lists_and_deletes_access_keys_and_a_secret_shows_o
     let page = root.get("/access-keys").await;
     assert_eq!(page.status, 200, "{}", page.body);
     assert!(
-        page.body.contains(&format!("<tr class=\"access-key\" data-key=\"{ROOT_ACCESS_KEY}\"><td><code>{ROOT_ACCESS_KEY}</code></td><td>root</td>")),
+        page.body.contains(&format!("<tr class=\"access-key active\" data-key=\"{ROOT_ACCESS_KEY}\"><td><code>{ROOT_ACCESS_KEY}</code></td><td>root</td>")),
         "{}",
         page.body
     );
@@ -992,7 +992,9 @@ async fn the_root_key_creates_lists_and_deletes_access_keys_and_a_secret_shows_o
     let secret = code(&answer.body, "new-secret");
     assert_eq!(secret.len(), 43);
     assert!(
-        answer.body.contains("<td>read-only</td><td>&lt;b&gt;ci&lt;/b&gt;</td>"),
+        answer
+            .body
+            .contains("<td>read-only</td><td class=\"state\">active</td><td>&lt;b&gt;ci&lt;/b&gt;</td>"),
         "{}",
         answer.body
     );
@@ -1061,6 +1063,143 @@ async fn the_root_key_creates_lists_and_deletes_access_keys_and_a_secret_shows_o
         .body;
     assert!(page.contains("flash error"), "{page}");
     assert!(!root.get("/access-keys").await.body.contains("SNEAKY01"));
+}
+
+/// The first line of the RESP listener's answer to `AUTH key secret`.
+async fn resp_auth(addr: std::net::SocketAddr, key: &str, secret: &str) -> String {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut stream = tokio::io::BufReader::new(tokio::net::TcpStream::connect(addr).await.unwrap());
+    let command = format!(
+        "*3\r\n$4\r\nAUTH\r\n${}\r\n{key}\r\n${}\r\n{secret}\r\n",
+        key.len(),
+        secret.len()
+    );
+    stream.get_mut().write_all(command.as_bytes()).await.unwrap();
+    let mut line = String::new();
+    stream.read_line(&mut line).await.unwrap();
+    line.trim_end().to_owned()
+}
+
+/// The S3 error code of a ListBuckets with `key`, or "" when it succeeds.
+async fn list_buckets_error(addr: std::net::SocketAddr, key: &str, secret: &str) -> String {
+    use aws_sdk_s3::error::ProvideErrorMetadata;
+    match support::s3_client(addr, key, secret).list_buckets().send().await {
+        Ok(_) => String::new(),
+        Err(err) => err.code().unwrap_or("no code").to_owned(),
+    }
+}
+
+#[tokio::test]
+async fn the_root_key_disables_a_key_on_every_gateway_at_once_and_enables_it_again() {
+    let stack = Stack::start().await;
+    let second = stack.second_gateway().await;
+    let (first_s3, second_s3) = (stack.gateway.s3_addr, second.s3_addr);
+    let (first_resp, second_resp) = (stack.gateway.resp_addr.unwrap(), second.resp_addr.unwrap());
+    stack.add_key("PAUSED01", false).await;
+    support::s3_client(first_s3, "PAUSED01", "PAUSED01-secret")
+        .create_bucket()
+        .bucket("paused-bucket")
+        .send()
+        .await
+        .unwrap();
+    for addr in [first_s3, second_s3] {
+        assert_eq!(list_buckets_error(addr, "PAUSED01", "PAUSED01-secret").await, "");
+    }
+    assert_eq!(resp_auth(second_resp, "PAUSED01", "PAUSED01-secret").await, "+OK");
+    let its_session = Visitor::sign_in(stack.console, "PAUSED01", "PAUSED01-secret").await;
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+
+    let page = root
+        .follow(&root.post("/access-keys/disable", &[("access_key", "PAUSED01")]).await)
+        .await
+        .body;
+    assert!(page.contains("Key PAUSED01 disabled."), "{page}");
+    assert!(
+        page.contains("<tr class=\"access-key disabled\" data-key=\"PAUSED01\">"),
+        "{page}"
+    );
+    assert!(page.contains("<td>paused-bucket</td>"), "it keeps its bucket: {page}");
+    assert!(page.contains("action=\"/access-keys/enable\""), "{page}");
+    // This gateway refuses it at once, as S3 refuses an unknown key; the other one as soon as
+    // the catalog's notification reaches it.
+    assert_eq!(
+        list_buckets_error(first_s3, "PAUSED01", "PAUSED01-secret").await,
+        "InvalidAccessKeyId"
+    );
+    assert!(
+        resp_auth(first_resp, "PAUSED01", "PAUSED01-secret")
+            .await
+            .starts_with("-WRONGPASS")
+    );
+    eventually("the other gateway refuses it", || async {
+        list_buckets_error(second_s3, "PAUSED01", "PAUSED01-secret").await == "InvalidAccessKeyId"
+    })
+    .await;
+    assert!(
+        resp_auth(second_resp, "PAUSED01", "PAUSED01-secret")
+            .await
+            .starts_with("-WRONGPASS")
+    );
+    // Its console session ended and it cannot sign in again.
+    assert_eq!(its_session.get("/buckets").await.status, 303, "its session ended");
+    let answer = sign_in_answer(stack.console, "PAUSED01", "PAUSED01-secret", None).await;
+    assert_eq!(answer.status, 401, "{}", answer.body);
+    // Creating a key of its id does not replace it (its secret stays).
+    let page = root
+        .follow(&root.post("/access-keys/create", &[("access_key", "PAUSED01")]).await)
+        .await
+        .body;
+    assert!(page.contains("exists already"), "{page}");
+
+    // The root key cannot be disabled, nor a key that does not exist; a hostile id is text.
+    for key in [ROOT_ACCESS_KEY, "NOSUCHKEY", "<i>x</i>"] {
+        let page = root
+            .follow(&root.post("/access-keys/disable", &[("access_key", key)]).await)
+            .await
+            .body;
+        assert!(
+            page.contains("flash error") && page.contains("the root key may not"),
+            "{page}"
+        );
+        assert!(!page.contains("<i>x</i>"), "{page}");
+    }
+    assert_eq!(list_buckets_error(first_s3, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await, "");
+
+    // Another key may neither disable nor enable.
+    stack.add_key("PLAINKEY", false).await;
+    let plain = Visitor::sign_in(stack.console, "PLAINKEY", "PLAINKEY-secret").await;
+    for (path, key) in [
+        ("/access-keys/enable", "PAUSED01"),
+        ("/access-keys/disable", "PLAINKEY"),
+    ] {
+        let page = plain.follow(&plain.post(path, &[("access_key", key)]).await).await.body;
+        assert!(page.contains("flash error"), "{page}");
+    }
+    assert_eq!(
+        list_buckets_error(first_s3, "PAUSED01", "PAUSED01-secret").await,
+        "InvalidAccessKeyId"
+    );
+
+    // Enabled again: its old secret works on both gateways, and in the console.
+    let page = root
+        .follow(&root.post("/access-keys/enable", &[("access_key", "PAUSED01")]).await)
+        .await
+        .body;
+    assert!(page.contains("Key PAUSED01 enabled."), "{page}");
+    assert!(
+        page.contains("<tr class=\"access-key active\" data-key=\"PAUSED01\">"),
+        "{page}"
+    );
+    assert_eq!(list_buckets_error(first_s3, "PAUSED01", "PAUSED01-secret").await, "");
+    eventually("the other gateway takes it again", || async {
+        list_buckets_error(second_s3, "PAUSED01", "PAUSED01-secret")
+            .await
+            .is_empty()
+    })
+    .await;
+    assert_eq!(resp_auth(second_resp, "PAUSED01", "PAUSED01-secret").await, "+OK");
+    let answer = sign_in_answer(stack.console, "PAUSED01", "PAUSED01-secret", None).await;
+    assert_eq!(answer.status, 303);
 }
 
 /// Drops a file on the upload zone, as a drag from the desktop does: `file` is a JavaScript
