@@ -18,6 +18,7 @@ mod access_keys;
 mod fleet;
 mod jobs;
 mod keyspace;
+mod preview;
 mod settings;
 
 use crate::gateway::{Gateway, SignIn, describe};
@@ -113,11 +114,12 @@ fn origin_of(url: &str) -> Option<String> {
 
 impl App {
     pub fn new(gateway: Gateway, sessions: Sessions, tls: bool) -> App {
-        // The browser fetches only this console and, for uploads, the gateway's S3 endpoint.
-        let connect = origin_of(&gateway.public).unwrap_or_default();
+        // The browser fetches only this console and, for uploads and image previews (presigned
+        // URLs), the gateway's S3 endpoint.
+        let s3 = origin_of(&gateway.public).unwrap_or_default();
         let csp = format!(
-            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
-             connect-src 'self' {connect}; form-action 'self'; frame-ancestors 'none'; \
+            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: {s3}; \
+             connect-src 'self' {s3}; form-action 'self'; frame-ancestors 'none'; \
              base-uri 'none'; object-src 'none'"
         );
         App {
@@ -894,6 +896,7 @@ impl Context<'_> {
                         ),
                     )
                 );
+                body.push_str(&self.preview(bucket, key, &head).await);
                 if let Ok(tags) = s3.get_object_tagging().bucket(bucket).key(key).send().await {
                     body.push_str("<section><h2>Tags</h2>");
                     body.push_str(&form(

@@ -9,6 +9,7 @@ mod gateway;
 mod html;
 mod loopback;
 mod ojs;
+mod parquet;
 mod policy;
 mod resp;
 mod server;

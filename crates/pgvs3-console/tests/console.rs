@@ -12,13 +12,13 @@ use serde_json::json;
 use support::front::Fault;
 use support::{ROOT_ACCESS_KEY, ROOT_SECRET_KEY, Stack, Visitor, http, sign_in_answer, webdriver};
 
-async fn put(stack: &Stack, bucket: &str, key: &str, body: &str) {
+async fn put(stack: &Stack, bucket: &str, key: &str, body: impl AsRef<[u8]>) {
     stack
         .root
         .put_object()
         .bucket(bucket)
         .key(key)
-        .body(ByteStream::from(body.as_bytes().to_vec()))
+        .body(ByteStream::from(body.as_ref().to_vec()))
         .send()
         .await
         .unwrap_or_else(|err| panic!("put {key:?}: {err:?}"));
@@ -1202,6 +1202,160 @@ async fn the_root_key_disables_a_key_on_every_gateway_at_once_and_enables_it_aga
     assert_eq!(answer.status, 303);
 }
 
+/// A Parquet file as pyarrow 26 writes it (columns: plain, string, a `<script>` name, a struct,
+/// a list, a timestamp, a decimal), and a 2×1 PNG.
+const PARQUET: &[u8] = include_bytes!("fixtures/columns.parquet");
+const PNG: &[u8] = include_bytes!("fixtures/dot.png");
+
+/// A file ending in `footer`, its length and `magic`, as Parquet files end.
+fn parquet_tail(footer: &[u8], length: u32, magic: &[u8; 4]) -> Vec<u8> {
+    let mut file = b"PAR1".to_vec();
+    file.extend_from_slice(footer);
+    file.extend_from_slice(&length.to_le_bytes());
+    file.extend_from_slice(magic);
+    file
+}
+
+#[tokio::test]
+async fn objects_are_previewed_as_text_images_and_parquet_schemas_each_bounded() {
+    let stack = Stack::start().await;
+    stack.root.create_bucket().bucket("files").send().await.unwrap();
+    let long = format!("{}TAIL-MARKER", "a line of text\n".repeat(70_000 / 15));
+    let nested = vec![0x1c_u8; 100];
+    // Field 1, a list of 2^32 - 1 structs.
+    let long_list = [0x19_u8, 0xfc, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x00];
+    let objects: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "notes/hostile.txt",
+            "<script>alert(1)</script>\r\nsecond line evil\u{202E}gpj.exe\n".into(),
+            "text/plain",
+        ),
+        ("notes/long.log", long.into_bytes(), ""),
+        ("pic.png", PNG.to_vec(), "image/png"),
+        ("drawing.svg", b"<svg onload=alert(1)></svg>".to_vec(), "image/svg+xml"),
+        ("data/columns.parquet", PARQUET.to_vec(), "application/octet-stream"),
+        ("bad/huge.parquet", parquet_tail(b"x", 0x7fff_ffff, b"PAR1"), ""),
+        ("bad/nested.parquet", parquet_tail(&nested, 100, b"PAR1"), ""),
+        ("bad/list.parquet", parquet_tail(&long_list, 8, b"PAR1"), ""),
+        ("bad/truncated.parquet", parquet_tail(&[0x15], 1, b"PAR1"), ""),
+        ("bad/not.parquet", b"hello, not parquet at all".to_vec(), ""),
+        ("bad/encrypted.parquet", parquet_tail(b"xxxx", 4, b"PARE"), ""),
+        ("archive.bin", vec![0, 1, 2], "application/octet-stream"),
+    ];
+    for (key, body, content_type) in objects {
+        let mut put = stack
+            .root
+            .put_object()
+            .bucket("files")
+            .key(key)
+            .body(ByteStream::from(body));
+        if !content_type.is_empty() {
+            put = put.content_type(content_type);
+        }
+        put.send().await.unwrap();
+    }
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let preview = |key: &'static str| {
+        let root = &root;
+        async move {
+            let page = root.get(&format!("/object?bucket=files&key={key}")).await;
+            assert_eq!(page.status, 200, "{key}: {}", page.body);
+            let start = page
+                .body
+                .find("<section id=\"preview\">")
+                .unwrap_or_else(|| panic!("{key}: {}", page.body));
+            let section = &page.body[start..];
+            (section[..section.find("</section>").unwrap()].to_owned(), page)
+        }
+    };
+
+    // Text, as text: markup escaped, a bidi override shown as its code point; 64 KiB of it.
+    let (text, _) = preview("notes/hostile.txt").await;
+    assert!(
+        text.contains("<pre id=\"preview-text\">&lt;script&gt;alert(1)&lt;/script&gt;\nsecond line evil<span class=\"cp\">⟨U+202E⟩</span>gpj.exe\n</pre>"),
+        "{text}"
+    );
+    let (text, _) = preview("notes/long.log").await;
+    assert!(text.contains("The first 64.0 KiB of "), "{text}");
+    assert!(text.contains("a line of text") && !text.contains("TAIL-MARKER"));
+    // An SVG is text, never an image.
+    let (text, _) = preview("drawing.svg").await;
+    assert!(
+        text.contains("&lt;svg onload=alert(1)&gt;") && !text.contains("<img"),
+        "{text}"
+    );
+
+    // An image: a presigned URL of the S3 origin, which the CSP names for images and nothing else.
+    let (image, page) = preview("pic.png").await;
+    let s3 = format!("http://{}", stack.gateway.s3_addr);
+    let prefix = format!("<img id=\"preview-image\" src=\"{s3}/files/pic.png?");
+    assert!(image.contains(&prefix), "{image}");
+    let csp = page.header("content-security-policy");
+    assert!(csp.contains(&format!("img-src 'self' data: {s3};")), "{csp}");
+    assert!(csp.contains("script-src 'self';") && !csp.contains("unsafe"), "{csp}");
+    let src = image
+        .split("src=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .replace("&amp;", "&");
+    let url = src.strip_prefix(&s3).unwrap();
+    let fetched = http(stack.gateway.s3_addr, "GET", url, &[], "").await;
+    assert_eq!(fetched.status, 200, "{url}");
+    assert_eq!(fetched.header("content-type"), "image/png");
+
+    // A Parquet schema from the footer, names as text, nesting shown.
+    let (schema, _) = preview("data/columns.parquet").await;
+    for row in [
+        "<p id=\"preview-rows\">3 rows, written by parquet-cpp-arrow version 26.0.1</p>",
+        "<tr class=\"column depth-0\"><td>id</td><td>INT64</td><td>optional</td><td></td></tr>",
+        "<tr class=\"column depth-0\"><td>name</td><td>BYTE_ARRAY</td><td>optional</td><td>STRING</td></tr>",
+        "<td>&lt;script&gt;alert(1)&lt;/script&gt;</td><td>DOUBLE</td>",
+        "<tr class=\"column depth-0\"><td>point</td><td>group</td><td>optional</td><td></td></tr>",
+        "<tr class=\"column depth-1\"><td>· x</td><td>INT32</td><td>optional</td><td></td></tr>",
+        "<tr class=\"column depth-0\"><td>tags</td><td>group</td><td>optional</td><td>LIST</td></tr>",
+        "<tr class=\"column depth-2\"><td>· · element</td><td>BYTE_ARRAY</td><td>optional</td><td>STRING</td></tr>",
+        "<td>when</td><td>INT64</td><td>optional</td><td>TIMESTAMP</td>",
+        "<td>price</td><td>FIXED_LEN_BYTE_ARRAY</td><td>optional</td><td>DECIMAL(10, 2)</td>",
+    ] {
+        assert!(schema.contains(row), "{row} in {schema}");
+    }
+    assert!(!schema.contains("<script>"));
+    // Hostile footers: each refused with its reason, the page served.
+    for (key, reason) in [
+        (
+            "bad/huge.parquet",
+            "its footer is 2147483647 bytes, more than the 4194304 this preview reads",
+        ),
+        ("bad/nested.parquet", "its footer nests deeper than a schema needs"),
+        ("bad/list.parquet", "its footer has a list longer than the footer"),
+        ("bad/truncated.parquet", "its footer ends in the middle of a value"),
+        (
+            "bad/not.parquet",
+            "it does not end in PAR1, so it is not a Parquet file",
+        ),
+        ("bad/encrypted.parquet", "its footer is encrypted"),
+    ] {
+        let (error, _) = preview(key).await;
+        assert!(error.contains(&format!("Not previewed: {reason}.")), "{key}: {error}");
+    }
+    let (none, _) = preview("archive.bin").await;
+    assert!(none.contains("No preview for this type"), "{none}");
+
+    // A key that may not read the bucket previews nothing of it.
+    stack.add_key("NOREADER", false).await;
+    let other = Visitor::sign_in(stack.console, "NOREADER", "NOREADER-secret").await;
+    let page = other.get("/object?bucket=files&key=notes/hostile.txt").await;
+    assert!(
+        !page.body.contains("preview-text") && !page.body.contains("alert(1)"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("AccessDenied"), "{}", page.body);
+}
+
 /// Drops a file on the upload zone, as a drag from the desktop does: `file` is a JavaScript
 /// expression making a `File` from `arguments`.
 async fn drop_on_zone(browser: &webdriver::Browser, file: &str, args: Vec<serde_json::Value>) {
@@ -1548,6 +1702,36 @@ async fn walk_through(browser: webdriver::Browser) {
         .await
         .unwrap();
     assert_eq!(versions.versions().len(), 2);
+
+    // Previews: an image loads from its presigned URL under the CSP; a Parquet schema.
+    stack
+        .root
+        .put_object()
+        .bucket("photos")
+        .key("dot.png")
+        .content_type("image/png")
+        .body(ByteStream::from_static(PNG))
+        .send()
+        .await
+        .unwrap();
+    put(&stack, "photos", "tables/columns.parquet", PARQUET).await;
+    browser.goto(&console("/object?bucket=photos&key=dot.png")).await;
+    eventually("the image preview loaded", move || async move {
+        b.run("return document.getElementById('preview-image').naturalWidth;", vec![])
+            .await
+            == json!(2)
+    })
+    .await;
+    browser
+        .goto(&console("/object?bucket=photos&key=tables/columns.parquet"))
+        .await;
+    assert!(
+        browser
+            .text("#parquet-schema")
+            .await
+            .contains("<script>alert(1)</script>")
+    );
+    browser.screenshot("preview").await;
 
     // The keyspace: found by pattern, a hash shown and a field added.
     stack
