@@ -42,8 +42,8 @@ pub struct App {
     csp: HeaderValue,
     session_cookie: &'static str,
     login_cookie: &'static str,
-    /// The health page's previous request counts, for rates.
-    samples: fleet::Samples,
+    /// The health page's samples of the request counters (rates, charts).
+    samples: std::sync::Arc<fleet::Samples>,
 }
 
 /// What a handler needs of a request.
@@ -122,6 +122,10 @@ impl App {
              connect-src 'self' {s3}; form-action 'self'; frame-ancestors 'none'; \
              base-uri 'none'; object-src 'none'"
         );
+        let samples = std::sync::Arc::new(fleet::Samples::default());
+        if let Some(listener) = gateway.admin_listener {
+            tokio::spawn(fleet::keep_sampling(std::sync::Arc::downgrade(&samples), listener));
+        }
         App {
             gateway,
             sessions,
@@ -130,7 +134,7 @@ impl App {
             // Under TLS the __Host- prefix makes the browser insist on Secure, Path=/ and no Domain.
             session_cookie: if tls { "__Host-pgvs3_session" } else { "pgvs3_session" },
             login_cookie: if tls { "__Host-pgvs3_login" } else { "pgvs3_login" },
-            samples: fleet::Samples::default(),
+            samples,
         }
     }
 

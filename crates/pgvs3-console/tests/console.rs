@@ -927,15 +927,33 @@ async fn the_health_page_shows_this_gateway_to_the_root_key_only() {
         body.contains("<tr class=\"protocol\"><td>s3</td>"),
         "the sign-in's ListBuckets counted: {body}"
     );
-    assert!(body.contains("Rates show from the next look"), "{body}");
     for _ in 0..20 {
         stack.root.list_buckets().send().await.unwrap();
     }
-    // The next look, at least half a second on, has rates.
+    // The next look, at least half a second on, is a sample of its own: rates, and a point in
+    // each chart.
     tokio::time::sleep(Duration::from_millis(600)).await;
     let page = root.get("/health").await.body;
-    assert!(page.contains("Rates over the"), "{page}");
+    assert!(page.contains("Rates over the last interval"), "{page}");
     assert!(page.contains("/s</td></tr>"), "{page}");
+    let points = |page: &str, chart: &str| -> usize {
+        let svg = &page[page
+            .find(&format!("<svg id=\"{chart}\""))
+            .unwrap_or_else(|| panic!("{chart}: {page}"))..];
+        let svg = &svg[..svg.find("</svg>").unwrap()];
+        assert!(!svg.contains("<script") && !svg.contains("style="), "{svg}");
+        let series = &svg[svg
+            .find("data-protocol=\"s3\"")
+            .unwrap_or_else(|| panic!("s3 in {svg}"))..];
+        series[..series.find("</g>").unwrap()].matches("<circle").count()
+    };
+    let (rates, latency) = (points(&page, "chart-rates"), points(&page, "chart-latency"));
+    assert!(rates >= 1 && latency >= 1, "{page}");
+    // The console samples on its own too: after more than its 5 s, the next look has at least
+    // two more points (the sampler's and its own).
+    tokio::time::sleep(Duration::from_millis(5600)).await;
+    let page = root.get("/health").await.body;
+    assert!(points(&page, "chart-rates") >= rates + 2, "{page}");
 
     stack.add_key("OTHERKEY", false).await;
     let other = Visitor::sign_in(stack.console, "OTHERKEY", "OTHERKEY-secret").await;
