@@ -407,6 +407,20 @@ impl pgvs3_console::Admin for ConsoleAdmin {
         })
     }
 
+    fn set_bucket_quota(
+        &self,
+        bucket: String,
+        max_bytes: Option<i64>,
+        max_objects: Option<i64>,
+    ) -> pgvs3_console::BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            self.catalog
+                .set_bucket_quota(&bucket, max_bytes, max_objects)
+                .await
+                .map_err(|err| err.to_string())
+        })
+    }
+
     fn database_size(&self) -> pgvs3_console::BoxFuture<'_, Result<i64, String>> {
         Box::pin(async move {
             let client = self.pool.get().await.map_err(|err| err.to_string())?;

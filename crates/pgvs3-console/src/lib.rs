@@ -80,6 +80,13 @@ pub trait Admin: Send + Sync {
     fn set_key_disabled(&self, access_key: String, disabled: bool) -> BoxFuture<'_, Result<bool, String>>;
     /// A bucket's quota and usage (no S3 API has them); `None` without a quota.
     fn bucket_quota(&self, bucket: String) -> BoxFuture<'_, Result<Option<Quota>, String>>;
+    /// Sets a bucket's quota (`None`: that limit unlimited); both `None` removes it.
+    fn set_bucket_quota(
+        &self,
+        bucket: String,
+        max_bytes: Option<i64>,
+        max_objects: Option<i64>,
+    ) -> BoxFuture<'_, Result<(), String>>;
 }
 
 /// A bucket's hard quota (`None`: unlimited) and what counts against it.

@@ -966,6 +966,84 @@ async fn the_health_page_shows_this_gateway_to_the_root_key_only() {
     );
 }
 
+#[tokio::test]
+async fn the_root_key_sets_and_removes_a_bucket_quota_and_other_keys_cannot() {
+    use aws_sdk_s3::error::ProvideErrorMetadata;
+    let stack = Stack::start().await;
+    stack.root.create_bucket().bucket("limited").send().await.unwrap();
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let quota = || async { stack.gateway.store.catalog().bucket_quota("limited").await.unwrap() };
+    let set = |pairs: Vec<(&'static str, &'static str)>| {
+        let root = &root;
+        async move {
+            let mut all = vec![("bucket", "limited")];
+            all.extend(pairs);
+            root.follow(&root.post("/bucket/quota", &all).await).await.body
+        }
+    };
+    let page = root.get("/bucket?bucket=limited").await.body;
+    assert!(
+        page.contains("<p id=\"quota-status\">No quota.</p>") && page.contains("id=\"set-quota\""),
+        "{page}"
+    );
+
+    let page = set(vec![("max_size", "1 KiB"), ("max_objects", "2")]).await;
+    assert!(page.contains("Quota set."), "{page}");
+    assert!(
+        page.contains("<p id=\"quota-status\">0 B of 1.0 KiB; 0 of 2 objects.</p>"),
+        "{page}"
+    );
+    let limits = quota().await.unwrap();
+    assert_eq!((limits.max_bytes, limits.max_objects), (Some(1024), Some(2)));
+    // The gateway enforces it.
+    let refused = stack
+        .root
+        .put_object()
+        .bucket("limited")
+        .key("big")
+        .body(ByteStream::from(vec![7; 2048]))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Some("XMinioAdminBucketQuotaExceeded"));
+
+    // Bad input changes nothing, and says why.
+    for (field, value, reason) in [
+        ("max_size", "12 parsecs", "the unit is B, KiB, MiB, GiB or TiB"),
+        ("max_size", "99999999999 TiB", "is not a size"),
+        ("max_objects", "-3", "is not a number of objects"),
+    ] {
+        let page = set(vec![(field, value)]).await;
+        assert!(page.contains("flash error") && page.contains(reason), "{value}: {page}");
+    }
+    let limits = quota().await.unwrap();
+    assert_eq!((limits.max_bytes, limits.max_objects), (Some(1024), Some(2)));
+
+    // Another key (which may write the bucket's objects under a policy or not) cannot touch it.
+    stack.add_key("TENANT", false).await;
+    let tenant = Visitor::sign_in(stack.console, "TENANT", "TENANT-secret").await;
+    let page = tenant.get("/bucket?bucket=limited").await.body;
+    assert!(!page.contains("id=\"set-quota\""), "{page}");
+    for pairs in [
+        vec![("bucket", "limited"), ("remove", "on")],
+        vec![("bucket", "limited"), ("max_size", "1 TiB")],
+    ] {
+        let page = tenant.follow(&tenant.post("/bucket/quota", &pairs).await).await.body;
+        assert!(page.contains("flash error"), "{page}");
+    }
+    let limits = quota().await.unwrap();
+    assert_eq!((limits.max_bytes, limits.max_objects), (Some(1024), Some(2)));
+
+    // Removed: writes go through again.
+    let page = set(vec![("remove", "on"), ("max_size", "5 MiB")]).await;
+    assert!(
+        page.contains("Quota removed.") && page.contains("<p id=\"quota-status\">No quota.</p>"),
+        "{page}"
+    );
+    assert!(quota().await.is_none());
+    put(&stack, "limited", "big", vec![7; 2048]).await;
+}
+
 /// The text of `<code id="{id}">…</code>` in a page.
 fn code(page: &str, id: &str) -> String {
     let marker = format!("<code id=\"{id}\">");
