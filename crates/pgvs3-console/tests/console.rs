@@ -955,6 +955,63 @@ async fn the_health_page_shows_this_gateway_to_the_root_key_only() {
     let page = root.get("/health").await.body;
     assert!(points(&page, "chart-rates") >= rates + 2, "{page}");
 
+    // Cache buckets: none read yet; then one in front of this gateway's own bucket, read twice
+    // (a miss, then a hit), and one whose origin is down.
+    assert!(
+        page.contains("No reads of cache buckets since this gateway started."),
+        "{page}"
+    );
+    stack.root.create_bucket().bucket("source").send().await.unwrap();
+    put(&stack, "source", "cached.txt", "from the origin").await;
+    for (bucket, endpoint) in [
+        ("mirror", format!("http://{}", stack.gateway.s3_addr)),
+        ("broken", "http://127.0.0.1:9".to_owned()),
+    ] {
+        let origin = pgvs3_gateway::store::Origin {
+            endpoint,
+            region: "us-east-1".into(),
+            origin_bucket: "source".into(),
+            access_key: ROOT_ACCESS_KEY.into(),
+            secret_key: ROOT_SECRET_KEY.into(),
+            path_style: true,
+            mode: pgvs3_gateway::store::CacheMode::ReadThrough,
+            ttl: Duration::from_secs(600),
+            negative_ttl: Duration::from_secs(60),
+            fill_concurrency: pgvs3_gateway::store::Origin::DEFAULT_FILL_CONCURRENCY,
+            size_limit: None,
+            write_back_threshold: 8 << 20,
+            range_chunk: 1 << 20,
+        };
+        stack.gateway.store.catalog().put_origin(bucket, &origin).await.unwrap();
+    }
+    for _ in 0..2 {
+        assert_eq!(body_of(&stack, "mirror", "cached.txt").await, "from the origin");
+    }
+    assert!(
+        stack
+            .root
+            .get_object()
+            .bucket("broken")
+            .key("cached.txt")
+            .send()
+            .await
+            .is_err()
+    );
+    let page = root.get("/health").await.body;
+    // The SDK retries the broken bucket's read, so the counts are "at least".
+    let field = |id: &str| {
+        let start = page
+            .find(&format!("<dd id=\"{id}\">"))
+            .unwrap_or_else(|| panic!("{id}: {page}"));
+        let value = &page[start + id.len() + 10..];
+        value[..value.find("</dd>").unwrap()].to_owned()
+    };
+    let reads: u32 = field("cache-reads").parse().unwrap();
+    assert!(reads >= 3, "{page}");
+    let ratio: f64 = field("cache-hit-ratio").trim_end_matches(" %").parse().unwrap();
+    assert!(ratio > 0.0 && ratio < 50.0, "one hit in {reads} reads: {page}");
+    assert!(field("origin-errors").starts_with("unreachable: "), "{page}");
+
     stack.add_key("OTHERKEY", false).await;
     let other = Visitor::sign_in(stack.console, "OTHERKEY", "OTHERKEY-secret").await;
     let page = other.get("/health").await;

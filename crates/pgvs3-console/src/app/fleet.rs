@@ -71,6 +71,10 @@ struct Metrics {
     errors: BTreeMap<String, f64>,
     latency: BTreeMap<String, (f64, f64)>,
     gauges: BTreeMap<String, f64>,
+    /// Cache bucket reads by result (`hit`, `miss`, `stale`, `range_hit`, ...).
+    cache_reads: BTreeMap<String, f64>,
+    /// Failed origin requests by kind.
+    origin_errors: BTreeMap<String, f64>,
 }
 
 /// A label's value in `{a="x",b="y"}`.
@@ -105,7 +109,17 @@ fn parse(text: &str) -> Metrics {
                 let state = label(labels, "state").unwrap_or("");
                 metrics.gauges.insert(format!("pool {state}"), value);
             }
+            "pgvs3_cache_lookups_total" => {
+                let result = label(labels, "result").unwrap_or("").to_owned();
+                *metrics.cache_reads.entry(result).or_default() += value;
+            }
+            "pgvs3_cache_origin_errors_total" => {
+                let kind = label(labels, "kind").unwrap_or("").to_owned();
+                *metrics.origin_errors.entry(kind).or_default() += value;
+            }
             "pgvs3_db_pool_max_connections"
+            | "pgvs3_cache_outbox_depth"
+            | "pgvs3_cache_outbox_oldest_seconds"
             | "pgvs3_database_up"
             | "pgvs3_replication_lag_seconds"
             | "pgvs3_buffer_bytes_in_use"
@@ -241,6 +255,55 @@ fn chart(id: &str, title: &str, unit: &str, span: f64, series: &BTreeMap<String,
     out
 }
 
+/// Cache buckets' reads since this gateway started, the share served from the cache, and the
+/// health of their origins (failed requests by kind, write-backs not yet there).
+fn cache_section(metrics: &Metrics) -> String {
+    let mut out = String::from("<section id=\"cache\"><h2>Cache and origins</h2>");
+    let reads: f64 = metrics.cache_reads.values().sum();
+    if reads == 0.0 {
+        out.push_str("<p id=\"cache-status\">No reads of cache buckets since this gateway started.</p></section>");
+        return out;
+    }
+    // Misses and stale entries went to the origin; every other result was served from here.
+    let from_origin: f64 = ["miss", "stale"]
+        .iter()
+        .filter_map(|result| metrics.cache_reads.get(*result))
+        .sum();
+    let errors = match metrics
+        .origin_errors
+        .iter()
+        .filter(|(_, count)| **count > 0.0)
+        .collect::<Vec<_>>()
+    {
+        errors if errors.is_empty() => "none".to_owned(),
+        errors => errors
+            .iter()
+            .map(|(kind, count)| format!("{}: {count}", name(kind)))
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    let _ = write!(
+        out,
+        "<dl class=\"meta\"><dt>Cache reads</dt><dd id=\"cache-reads\">{reads}</dd>\
+         <dt>Served from the cache</dt><dd id=\"cache-hit-ratio\">{:.1} %</dd>\
+         <dt>Origin errors</dt><dd id=\"origin-errors\">{errors}</dd>",
+        (reads - from_origin) / reads * 100.0,
+    );
+    if let Some(depth) = metrics.gauges.get("pgvs3_cache_outbox_depth") {
+        let _ = write!(
+            out,
+            "<dt>Write-backs waiting</dt><dd id=\"outbox\">{depth} (oldest {} s)</dd>",
+            metrics
+                .gauges
+                .get("pgvs3_cache_outbox_oldest_seconds")
+                .copied()
+                .unwrap_or(0.0)
+        );
+    }
+    out.push_str("</dl></section>");
+    out
+}
+
 fn format_value(value: f64) -> String {
     if value >= 100.0 {
         format!("{value:.0}")
@@ -372,7 +435,9 @@ impl Context<'_> {
                     }
                 );
                 body.push_str(&charts(&intervals));
-                body.push_str("</section><section><h2>Database pool and buffers</h2><dl class=\"meta\">");
+                body.push_str("</section>");
+                body.push_str(&cache_section(&metrics));
+                body.push_str("<section><h2>Database pool and buffers</h2><dl class=\"meta\">");
                 for (label, gauge) in [
                     ("Connections in use", "pool in_use"),
                     ("Idle", "pool idle"),
