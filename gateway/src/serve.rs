@@ -421,6 +421,31 @@ impl pgvs3_console::Admin for ConsoleAdmin {
         })
     }
 
+    fn standbys(&self) -> pgvs3_console::BoxFuture<'_, Result<Vec<pgvs3_console::Standby>, String>> {
+        Box::pin(async move {
+            let client = self.pool.get().await.map_err(|err| err.to_string())?;
+            let rows = client
+                .query(
+                    "SELECT coalesce(application_name, ''), coalesce(host(client_addr), ''), coalesce(state, ''),
+                            coalesce(sync_state, ''), extract(epoch FROM replay_lag)::float8
+                       FROM pg_stat_replication ORDER BY application_name LIMIT 100",
+                    &[],
+                )
+                .await
+                .map_err(|err| err.to_string())?;
+            Ok(rows
+                .iter()
+                .map(|row| pgvs3_console::Standby {
+                    name: row.get(0),
+                    address: row.get(1),
+                    state: row.get(2),
+                    sync_state: row.get(3),
+                    replay_lag_seconds: row.get(4),
+                })
+                .collect())
+        })
+    }
+
     fn database_size(&self) -> pgvs3_console::BoxFuture<'_, Result<i64, String>> {
         Box::pin(async move {
             let client = self.pool.get().await.map_err(|err| err.to_string())?;

@@ -68,6 +68,9 @@ pub trait Admin: Send + Sync {
     fn is_root(&self, access_key: String) -> BoxFuture<'_, bool>;
     /// The database's size in bytes.
     fn database_size(&self) -> BoxFuture<'_, Result<i64, String>>;
+    /// The standbys streaming from this database's server (`pg_stat_replication`; none on a
+    /// standby or without any).
+    fn standbys(&self) -> BoxFuture<'_, Result<Vec<Standby>, String>>;
     /// Every access key (never a secret), with the buckets each owns.
     fn list_keys(&self) -> BoxFuture<'_, Result<Vec<KeyInfo>, String>>;
     /// Creates a key that does not exist yet (an existing one, the root key included, is never
@@ -87,6 +90,17 @@ pub trait Admin: Send + Sync {
         max_bytes: Option<i64>,
         max_objects: Option<i64>,
     ) -> BoxFuture<'_, Result<(), String>>;
+}
+
+/// A standby as the primary sees it.
+pub struct Standby {
+    pub name: String,
+    /// Its address, when this server's role may read it.
+    pub address: String,
+    pub state: String,
+    pub sync_state: String,
+    /// How far its replay is behind, when known.
+    pub replay_lag_seconds: Option<f64>,
 }
 
 /// A bucket's hard quota (`None`: unlimited) and what counts against it.

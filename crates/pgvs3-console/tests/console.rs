@@ -955,6 +955,11 @@ async fn the_health_page_shows_this_gateway_to_the_root_key_only() {
     let page = root.get("/health").await.body;
     assert!(points(&page, "chart-rates") >= rates + 2, "{page}");
 
+    // The test cluster has no standby.
+    assert!(
+        page.contains("<p id=\"standbys-status\">No standby streams from this server"),
+        "{page}"
+    );
     // Cache buckets: none read yet; then one in front of this gateway's own bucket, read twice
     // (a miss, then a hit), and one whose origin is down.
     assert!(

@@ -255,6 +255,43 @@ fn chart(id: &str, title: &str, unit: &str, span: f64, series: &BTreeMap<String,
     out
 }
 
+/// The standbys of this database's server, from PostgreSQL (`pg_stat_replication`): their
+/// state and how far their replay is behind.
+fn standbys_section(standbys: Result<Vec<crate::Standby>, String>) -> String {
+    let mut out = String::from("<section id=\"standbys\"><h2>Standbys of this database</h2>");
+    match standbys {
+        Err(err) => {
+            let _ = write!(out, "<p class=\"flash error\">{}</p>", name(&err));
+        }
+        Ok(standbys) if standbys.is_empty() => out.push_str(
+            "<p id=\"standbys-status\">No standby streams from this server (it has none, or it is a standby itself).</p>",
+        ),
+        Ok(standbys) => {
+            out.push_str(
+                "<table id=\"standby-list\"><thead><tr><th>Name</th><th>Address</th><th>State</th><th>Sync</th>\
+                 <th>Replay lag</th></tr></thead><tbody>",
+            );
+            for standby in &standbys {
+                let _ = write!(
+                    out,
+                    "<tr class=\"standby\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    name(&standby.name),
+                    name(&standby.address),
+                    name(&standby.state),
+                    name(&standby.sync_state),
+                    standby
+                        .replay_lag_seconds
+                        .map(|lag| format!("{lag:.1} s"))
+                        .unwrap_or_else(|| "caught up (no recent WAL)".to_owned()),
+                );
+            }
+            out.push_str("</tbody></table>");
+        }
+    }
+    out.push_str("</section>");
+    out
+}
+
 /// Cache buckets' reads since this gateway started, the share served from the cache, and the
 /// health of their origins (failed requests by kind, write-backs not yet there).
 fn cache_section(metrics: &Metrics) -> String {
@@ -355,10 +392,17 @@ impl Context<'_> {
                 None => Err("not asked".to_owned()),
             }
         };
-        let (ready, metrics, database_size) = tokio::join!(
+        let standbys = async {
+            match &gateway.admin {
+                Some(admin) => admin.standbys().await,
+                None => Err("not asked".to_owned()),
+            }
+        };
+        let (ready, metrics, database_size, standbys) = tokio::join!(
             crate::loopback::request(listener, Method::GET, "/readyz", &[], MAX_READY),
             crate::loopback::request(listener, Method::GET, "/metrics", &[], MAX_METRICS),
             size,
+            standbys,
         );
         body.push_str("<section><h2>This gateway</h2><dl class=\"meta\">");
         match ready {
@@ -395,6 +439,7 @@ impl Context<'_> {
                 Err(err) => name(&err),
             }
         );
+        body.push_str(&standbys_section(standbys));
         match metrics {
             Ok((status, text)) if status.is_success() => {
                 let metrics = parse(&String::from_utf8_lossy(&text));
