@@ -3999,6 +3999,7 @@ CREATE TABLE pgvs3.access_keys (
     description text DEFAULT ''::text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     policy text,
+    disabled boolean DEFAULT false NOT NULL,
     CONSTRAINT access_keys_access_key_check CHECK ((access_key ~ '^[A-Za-z0-9_.-]{3,128}$'::text))
 );
 

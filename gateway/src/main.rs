@@ -133,6 +133,11 @@ enum KeyCommand {
     List,
     /// Delete an access key; its buckets pass to the root key.
     Delete { access_key: String },
+    /// Disable an access key: every gateway refuses it at once (S3, RESP, the console), its
+    /// buckets, secret and policy kept. Not for the root key.
+    Disable { access_key: String },
+    /// Enable a disabled access key again.
+    Enable { access_key: String },
     /// Show, attach (`--file`) or detach (`--clear`) a key's own policy: an IAM identity policy
     /// (no Principal; resources in any bucket) that narrows what the key may do, its own buckets
     /// included — e.g. only reads, or only one prefix. Not for the root key.
@@ -375,6 +380,15 @@ fn require_data_dir(database: &DatabaseArgs) -> anyhow::Result<()> {
     )
 }
 
+async fn set_key_disabled(catalog: &Catalog, access_key: &str, disabled: bool) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        catalog.set_access_key_disabled(access_key, disabled).await?,
+        "no such access key, or it is the root key: {access_key}"
+    );
+    println!("{} {access_key}", if disabled { "disabled" } else { "enabled" });
+    Ok(())
+}
+
 async fn admin(catalog: &Arc<Catalog>, pool: deadpool_postgres::Pool, command: AdminCommand) -> anyhow::Result<()> {
     match command {
         AdminCommand::Key(KeyCommand::Create {
@@ -441,6 +455,8 @@ async fn admin(catalog: &Arc<Catalog>, pool: deadpool_postgres::Pool, command: A
             );
             println!("deleted {access_key}");
         }
+        AdminCommand::Key(KeyCommand::Disable { access_key }) => set_key_disabled(catalog, &access_key, true).await?,
+        AdminCommand::Key(KeyCommand::Enable { access_key }) => set_key_disabled(catalog, &access_key, false).await?,
         AdminCommand::Origin(command) => admin_origin(catalog, command).await?,
         AdminCommand::OidcIssuer(command) => admin_oidc_issuer(&*pool.get().await?, command).await?,
         AdminCommand::Role(command) => admin_role(&*pool.get().await?, command).await?,

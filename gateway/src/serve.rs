@@ -308,6 +308,11 @@ impl pgvs3_console::Admin for ConsoleAdmin {
     fn list_keys(&self) -> pgvs3_console::BoxFuture<'_, Result<Vec<pgvs3_console::KeyInfo>, String>> {
         Box::pin(async move {
             let keys = self.catalog.list_access_keys().await.map_err(|err| err.to_string())?;
+            let disabled = self
+                .catalog
+                .disabled_access_keys()
+                .await
+                .map_err(|err| err.to_string())?;
             let root = crate::store::Principal {
                 access_key: String::new(),
                 is_root: true,
@@ -326,6 +331,7 @@ impl pgvs3_console::Admin for ConsoleAdmin {
                 .map(|key| pgvs3_console::KeyInfo {
                     buckets: owners.remove(&key.access_key).unwrap_or_default(),
                     has_policy: key.policy_text.is_some(),
+                    disabled: disabled.contains(&key.access_key),
                     access_key: key.access_key,
                     is_root: key.is_root,
                     read_only: key.read_only,
@@ -346,13 +352,13 @@ impl pgvs3_console::Admin for ConsoleAdmin {
                 description: key.description,
             };
             key.check()?;
-            // put_access_key updates a key that exists: refuse rather than replace its secret.
+            // put_access_key updates a key that exists (a disabled one too): refuse rather than
+            // replace its secret.
             if self
                 .catalog
-                .access_key(&key.access_key)
+                .access_key_exists(&key.access_key)
                 .await
                 .map_err(|err| err.to_string())?
-                .is_some()
             {
                 return Err(format!("access key {} exists already", key.access_key));
             }
@@ -364,6 +370,19 @@ impl pgvs3_console::Admin for ConsoleAdmin {
         Box::pin(async move {
             self.catalog
                 .delete_access_key(&access_key)
+                .await
+                .map_err(|err| err.to_string())
+        })
+    }
+
+    fn set_key_disabled(
+        &self,
+        access_key: String,
+        disabled: bool,
+    ) -> pgvs3_console::BoxFuture<'_, Result<bool, String>> {
+        Box::pin(async move {
+            self.catalog
+                .set_access_key_disabled(&access_key, disabled)
                 .await
                 .map_err(|err| err.to_string())
         })
@@ -385,6 +404,45 @@ impl pgvs3_console::Admin for ConsoleAdmin {
                 used_bytes: quota.used_bytes,
                 used_objects: quota.used_objects,
             }))
+        })
+    }
+
+    fn set_bucket_quota(
+        &self,
+        bucket: String,
+        max_bytes: Option<i64>,
+        max_objects: Option<i64>,
+    ) -> pgvs3_console::BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            self.catalog
+                .set_bucket_quota(&bucket, max_bytes, max_objects)
+                .await
+                .map_err(|err| err.to_string())
+        })
+    }
+
+    fn standbys(&self) -> pgvs3_console::BoxFuture<'_, Result<Vec<pgvs3_console::Standby>, String>> {
+        Box::pin(async move {
+            let client = self.pool.get().await.map_err(|err| err.to_string())?;
+            let rows = client
+                .query(
+                    "SELECT coalesce(application_name, ''), coalesce(host(client_addr), ''), coalesce(state, ''),
+                            coalesce(sync_state, ''), extract(epoch FROM replay_lag)::float8
+                       FROM pg_stat_replication ORDER BY application_name LIMIT 100",
+                    &[],
+                )
+                .await
+                .map_err(|err| err.to_string())?;
+            Ok(rows
+                .iter()
+                .map(|row| pgvs3_console::Standby {
+                    name: row.get(0),
+                    address: row.get(1),
+                    state: row.get(2),
+                    sync_state: row.get(3),
+                    replay_lag_seconds: row.get(4),
+                })
+                .collect())
         })
     }
 

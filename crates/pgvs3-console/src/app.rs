@@ -18,6 +18,7 @@ mod access_keys;
 mod fleet;
 mod jobs;
 mod keyspace;
+mod preview;
 mod settings;
 
 use crate::gateway::{Gateway, SignIn, describe};
@@ -41,8 +42,8 @@ pub struct App {
     csp: HeaderValue,
     session_cookie: &'static str,
     login_cookie: &'static str,
-    /// The health page's previous request counts, for rates.
-    samples: fleet::Samples,
+    /// The health page's samples of the request counters (rates, charts).
+    samples: std::sync::Arc<fleet::Samples>,
 }
 
 /// What a handler needs of a request.
@@ -113,13 +114,18 @@ fn origin_of(url: &str) -> Option<String> {
 
 impl App {
     pub fn new(gateway: Gateway, sessions: Sessions, tls: bool) -> App {
-        // The browser fetches only this console and, for uploads, the gateway's S3 endpoint.
-        let connect = origin_of(&gateway.public).unwrap_or_default();
+        // The browser fetches only this console and, for uploads and image previews (presigned
+        // URLs), the gateway's S3 endpoint.
+        let s3 = origin_of(&gateway.public).unwrap_or_default();
         let csp = format!(
-            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
-             connect-src 'self' {connect}; form-action 'self'; frame-ancestors 'none'; \
+            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: {s3}; \
+             connect-src 'self' {s3}; form-action 'self'; frame-ancestors 'none'; \
              base-uri 'none'; object-src 'none'"
         );
+        let samples = std::sync::Arc::new(fleet::Samples::default());
+        if let Some(listener) = gateway.admin_listener {
+            tokio::spawn(fleet::keep_sampling(std::sync::Arc::downgrade(&samples), listener));
+        }
         App {
             gateway,
             sessions,
@@ -128,7 +134,7 @@ impl App {
             // Under TLS the __Host- prefix makes the browser insist on Secure, Path=/ and no Domain.
             session_cookie: if tls { "__Host-pgvs3_session" } else { "pgvs3_session" },
             login_cookie: if tls { "__Host-pgvs3_login" } else { "pgvs3_login" },
-            samples: fleet::Samples::default(),
+            samples,
         }
     }
 
@@ -560,6 +566,8 @@ impl Context<'_> {
             "/key/command" => self.key_command(request).await,
             "/access-keys/create" => self.create_access_key(request).await,
             "/access-keys/delete" => self.delete_access_key(request).await,
+            "/access-keys/disable" => self.set_access_key_disabled(request, true).await,
+            "/access-keys/enable" => self.set_access_key_disabled(request, false).await,
             "/jobs/retry" => self.dead_letter_change(request, true).await,
             "/jobs/delete" => self.dead_letter_change(request, false).await,
             path if path.starts_with("/api/upload/") => self.upload(request, &path["/api/upload/".len()..]).await,
@@ -892,6 +900,7 @@ impl Context<'_> {
                         ),
                     )
                 );
+                body.push_str(&self.preview(bucket, key, &head).await);
                 if let Ok(tags) = s3.get_object_tagging().bucket(bucket).key(key).send().await {
                     body.push_str("<section><h2>Tags</h2>");
                     body.push_str(&form(

@@ -9,6 +9,7 @@ mod gateway;
 mod html;
 mod loopback;
 mod ojs;
+mod parquet;
 mod policy;
 mod resp;
 mod server;
@@ -67,6 +68,9 @@ pub trait Admin: Send + Sync {
     fn is_root(&self, access_key: String) -> BoxFuture<'_, bool>;
     /// The database's size in bytes.
     fn database_size(&self) -> BoxFuture<'_, Result<i64, String>>;
+    /// The standbys streaming from this database's server (`pg_stat_replication`; none on a
+    /// standby or without any).
+    fn standbys(&self) -> BoxFuture<'_, Result<Vec<Standby>, String>>;
     /// Every access key (never a secret), with the buckets each owns.
     fn list_keys(&self) -> BoxFuture<'_, Result<Vec<KeyInfo>, String>>;
     /// Creates a key that does not exist yet (an existing one, the root key included, is never
@@ -74,8 +78,29 @@ pub trait Admin: Send + Sync {
     fn create_key(&self, key: NewKey) -> BoxFuture<'_, Result<(), String>>;
     /// Deletes a key other than the root key (its buckets pass to root); false when none.
     fn delete_key(&self, access_key: String) -> BoxFuture<'_, Result<bool, String>>;
+    /// Disables (or enables again) a key other than the root key: every gateway of the
+    /// database refuses a disabled key at once. False when there is no such key.
+    fn set_key_disabled(&self, access_key: String, disabled: bool) -> BoxFuture<'_, Result<bool, String>>;
     /// A bucket's quota and usage (no S3 API has them); `None` without a quota.
     fn bucket_quota(&self, bucket: String) -> BoxFuture<'_, Result<Option<Quota>, String>>;
+    /// Sets a bucket's quota (`None`: that limit unlimited); both `None` removes it.
+    fn set_bucket_quota(
+        &self,
+        bucket: String,
+        max_bytes: Option<i64>,
+        max_objects: Option<i64>,
+    ) -> BoxFuture<'_, Result<(), String>>;
+}
+
+/// A standby as the primary sees it.
+pub struct Standby {
+    pub name: String,
+    /// Its address, when this server's role may read it.
+    pub address: String,
+    pub state: String,
+    pub sync_state: String,
+    /// How far its replay is behind, when known.
+    pub replay_lag_seconds: Option<f64>,
 }
 
 /// A bucket's hard quota (`None`: unlimited) and what counts against it.
@@ -91,6 +116,8 @@ pub struct KeyInfo {
     pub access_key: String,
     pub is_root: bool,
     pub read_only: bool,
+    /// Refused by every listener until enabled again.
+    pub disabled: bool,
     pub description: String,
     pub created: std::time::SystemTime,
     /// Whether the key carries its own (identity) policy.

@@ -134,7 +134,7 @@ impl Sessions {
         }
     }
 
-    /// Ends every session of `access_key` (the key was deleted).
+    /// Ends every session of `access_key` (the key was deleted or disabled).
     pub fn end_key(&self, access_key: &str) {
         self.entries
             .lock()

@@ -9,15 +9,16 @@ use std::time::Duration;
 
 use aws_sdk_s3::primitives::ByteStream;
 use serde_json::json;
+use support::front::Fault;
 use support::{ROOT_ACCESS_KEY, ROOT_SECRET_KEY, Stack, Visitor, http, sign_in_answer, webdriver};
 
-async fn put(stack: &Stack, bucket: &str, key: &str, body: &str) {
+async fn put(stack: &Stack, bucket: &str, key: &str, body: impl AsRef<[u8]>) {
     stack
         .root
         .put_object()
         .bucket(bucket)
         .key(key)
-        .body(ByteStream::from(body.as_bytes().to_vec()))
+        .body(ByteStream::from(body.as_ref().to_vec()))
         .send()
         .await
         .unwrap_or_else(|err| panic!("put {key:?}: {err:?}"));
@@ -926,15 +927,95 @@ async fn the_health_page_shows_this_gateway_to_the_root_key_only() {
         body.contains("<tr class=\"protocol\"><td>s3</td>"),
         "the sign-in's ListBuckets counted: {body}"
     );
-    assert!(body.contains("Rates show from the next look"), "{body}");
     for _ in 0..20 {
         stack.root.list_buckets().send().await.unwrap();
     }
-    // The next look, at least half a second on, has rates.
+    // The next look, at least half a second on, is a sample of its own: rates, and a point in
+    // each chart.
     tokio::time::sleep(Duration::from_millis(600)).await;
     let page = root.get("/health").await.body;
-    assert!(page.contains("Rates over the"), "{page}");
+    assert!(page.contains("Rates over the last interval"), "{page}");
     assert!(page.contains("/s</td></tr>"), "{page}");
+    let points = |page: &str, chart: &str| -> usize {
+        let svg = &page[page
+            .find(&format!("<svg id=\"{chart}\""))
+            .unwrap_or_else(|| panic!("{chart}: {page}"))..];
+        let svg = &svg[..svg.find("</svg>").unwrap()];
+        assert!(!svg.contains("<script") && !svg.contains("style="), "{svg}");
+        let series = &svg[svg
+            .find("data-protocol=\"s3\"")
+            .unwrap_or_else(|| panic!("s3 in {svg}"))..];
+        series[..series.find("</g>").unwrap()].matches("<circle").count()
+    };
+    let (rates, latency) = (points(&page, "chart-rates"), points(&page, "chart-latency"));
+    assert!(rates >= 1 && latency >= 1, "{page}");
+    // The console samples on its own too: after more than its 5 s, the next look has at least
+    // two more points (the sampler's and its own).
+    tokio::time::sleep(Duration::from_millis(5600)).await;
+    let page = root.get("/health").await.body;
+    assert!(points(&page, "chart-rates") >= rates + 2, "{page}");
+
+    // The test cluster has no standby.
+    assert!(
+        page.contains("<p id=\"standbys-status\">No standby streams from this server"),
+        "{page}"
+    );
+    // Cache buckets: none read yet; then one in front of this gateway's own bucket, read twice
+    // (a miss, then a hit), and one whose origin is down.
+    assert!(
+        page.contains("No reads of cache buckets since this gateway started."),
+        "{page}"
+    );
+    stack.root.create_bucket().bucket("source").send().await.unwrap();
+    put(&stack, "source", "cached.txt", "from the origin").await;
+    for (bucket, endpoint) in [
+        ("mirror", format!("http://{}", stack.gateway.s3_addr)),
+        ("broken", "http://127.0.0.1:9".to_owned()),
+    ] {
+        let origin = pgvs3_gateway::store::Origin {
+            endpoint,
+            region: "us-east-1".into(),
+            origin_bucket: "source".into(),
+            access_key: ROOT_ACCESS_KEY.into(),
+            secret_key: ROOT_SECRET_KEY.into(),
+            path_style: true,
+            mode: pgvs3_gateway::store::CacheMode::ReadThrough,
+            ttl: Duration::from_secs(600),
+            negative_ttl: Duration::from_secs(60),
+            fill_concurrency: pgvs3_gateway::store::Origin::DEFAULT_FILL_CONCURRENCY,
+            size_limit: None,
+            write_back_threshold: 8 << 20,
+            range_chunk: 1 << 20,
+        };
+        stack.gateway.store.catalog().put_origin(bucket, &origin).await.unwrap();
+    }
+    for _ in 0..2 {
+        assert_eq!(body_of(&stack, "mirror", "cached.txt").await, "from the origin");
+    }
+    assert!(
+        stack
+            .root
+            .get_object()
+            .bucket("broken")
+            .key("cached.txt")
+            .send()
+            .await
+            .is_err()
+    );
+    let page = root.get("/health").await.body;
+    // The SDK retries the broken bucket's read, so the counts are "at least".
+    let field = |id: &str| {
+        let start = page
+            .find(&format!("<dd id=\"{id}\">"))
+            .unwrap_or_else(|| panic!("{id}: {page}"));
+        let value = &page[start + id.len() + 10..];
+        value[..value.find("</dd>").unwrap()].to_owned()
+    };
+    let reads: u32 = field("cache-reads").parse().unwrap();
+    assert!(reads >= 3, "{page}");
+    let ratio: f64 = field("cache-hit-ratio").trim_end_matches(" %").parse().unwrap();
+    assert!(ratio > 0.0 && ratio < 50.0, "one hit in {reads} reads: {page}");
+    assert!(field("origin-errors").starts_with("unreachable: "), "{page}");
 
     stack.add_key("OTHERKEY", false).await;
     let other = Visitor::sign_in(stack.console, "OTHERKEY", "OTHERKEY-secret").await;
@@ -945,6 +1026,84 @@ async fn the_health_page_shows_this_gateway_to_the_root_key_only() {
         "{}",
         page.body
     );
+}
+
+#[tokio::test]
+async fn the_root_key_sets_and_removes_a_bucket_quota_and_other_keys_cannot() {
+    use aws_sdk_s3::error::ProvideErrorMetadata;
+    let stack = Stack::start().await;
+    stack.root.create_bucket().bucket("limited").send().await.unwrap();
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let quota = || async { stack.gateway.store.catalog().bucket_quota("limited").await.unwrap() };
+    let set = |pairs: Vec<(&'static str, &'static str)>| {
+        let root = &root;
+        async move {
+            let mut all = vec![("bucket", "limited")];
+            all.extend(pairs);
+            root.follow(&root.post("/bucket/quota", &all).await).await.body
+        }
+    };
+    let page = root.get("/bucket?bucket=limited").await.body;
+    assert!(
+        page.contains("<p id=\"quota-status\">No quota.</p>") && page.contains("id=\"set-quota\""),
+        "{page}"
+    );
+
+    let page = set(vec![("max_size", "1 KiB"), ("max_objects", "2")]).await;
+    assert!(page.contains("Quota set."), "{page}");
+    assert!(
+        page.contains("<p id=\"quota-status\">0 B of 1.0 KiB; 0 of 2 objects.</p>"),
+        "{page}"
+    );
+    let limits = quota().await.unwrap();
+    assert_eq!((limits.max_bytes, limits.max_objects), (Some(1024), Some(2)));
+    // The gateway enforces it.
+    let refused = stack
+        .root
+        .put_object()
+        .bucket("limited")
+        .key("big")
+        .body(ByteStream::from(vec![7; 2048]))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Some("XMinioAdminBucketQuotaExceeded"));
+
+    // Bad input changes nothing, and says why.
+    for (field, value, reason) in [
+        ("max_size", "12 parsecs", "the unit is B, KiB, MiB, GiB or TiB"),
+        ("max_size", "99999999999 TiB", "is not a size"),
+        ("max_objects", "-3", "is not a number of objects"),
+    ] {
+        let page = set(vec![(field, value)]).await;
+        assert!(page.contains("flash error") && page.contains(reason), "{value}: {page}");
+    }
+    let limits = quota().await.unwrap();
+    assert_eq!((limits.max_bytes, limits.max_objects), (Some(1024), Some(2)));
+
+    // Another key (which may write the bucket's objects under a policy or not) cannot touch it.
+    stack.add_key("TENANT", false).await;
+    let tenant = Visitor::sign_in(stack.console, "TENANT", "TENANT-secret").await;
+    let page = tenant.get("/bucket?bucket=limited").await.body;
+    assert!(!page.contains("id=\"set-quota\""), "{page}");
+    for pairs in [
+        vec![("bucket", "limited"), ("remove", "on")],
+        vec![("bucket", "limited"), ("max_size", "1 TiB")],
+    ] {
+        let page = tenant.follow(&tenant.post("/bucket/quota", &pairs).await).await.body;
+        assert!(page.contains("flash error"), "{page}");
+    }
+    let limits = quota().await.unwrap();
+    assert_eq!((limits.max_bytes, limits.max_objects), (Some(1024), Some(2)));
+
+    // Removed: writes go through again.
+    let page = set(vec![("remove", "on"), ("max_size", "5 MiB")]).await;
+    assert!(
+        page.contains("Quota removed.") && page.contains("<p id=\"quota-status\">No quota.</p>"),
+        "{page}"
+    );
+    assert!(quota().await.is_none());
+    put(&stack, "limited", "big", vec![7; 2048]).await;
 }
 
 /// The text of `<code id="{id}">…</code>` in a page.
@@ -968,7 +1127,7 @@ async fn the_root_key_creates_lists_and_deletes_access_keys_and_a_secret_shows_o
     let page = root.get("/access-keys").await;
     assert_eq!(page.status, 200, "{}", page.body);
     assert!(
-        page.body.contains(&format!("<tr class=\"access-key\" data-key=\"{ROOT_ACCESS_KEY}\"><td><code>{ROOT_ACCESS_KEY}</code></td><td>root</td>")),
+        page.body.contains(&format!("<tr class=\"access-key active\" data-key=\"{ROOT_ACCESS_KEY}\"><td><code>{ROOT_ACCESS_KEY}</code></td><td>root</td>")),
         "{}",
         page.body
     );
@@ -991,7 +1150,9 @@ async fn the_root_key_creates_lists_and_deletes_access_keys_and_a_secret_shows_o
     let secret = code(&answer.body, "new-secret");
     assert_eq!(secret.len(), 43);
     assert!(
-        answer.body.contains("<td>read-only</td><td>&lt;b&gt;ci&lt;/b&gt;</td>"),
+        answer
+            .body
+            .contains("<td>read-only</td><td class=\"state\">active</td><td>&lt;b&gt;ci&lt;/b&gt;</td>"),
         "{}",
         answer.body
     );
@@ -1062,20 +1223,342 @@ async fn the_root_key_creates_lists_and_deletes_access_keys_and_a_secret_shows_o
     assert!(!root.get("/access-keys").await.body.contains("SNEAKY01"));
 }
 
-/// Drops a file made of `text` on the upload zone, as a drag from the desktop does.
+/// The first line of the RESP listener's answer to `AUTH key secret`.
+async fn resp_auth(addr: std::net::SocketAddr, key: &str, secret: &str) -> String {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut stream = tokio::io::BufReader::new(tokio::net::TcpStream::connect(addr).await.unwrap());
+    let command = format!(
+        "*3\r\n$4\r\nAUTH\r\n${}\r\n{key}\r\n${}\r\n{secret}\r\n",
+        key.len(),
+        secret.len()
+    );
+    stream.get_mut().write_all(command.as_bytes()).await.unwrap();
+    let mut line = String::new();
+    stream.read_line(&mut line).await.unwrap();
+    line.trim_end().to_owned()
+}
+
+/// The S3 error code of a ListBuckets with `key`, or "" when it succeeds.
+async fn list_buckets_error(addr: std::net::SocketAddr, key: &str, secret: &str) -> String {
+    use aws_sdk_s3::error::ProvideErrorMetadata;
+    match support::s3_client(addr, key, secret).list_buckets().send().await {
+        Ok(_) => String::new(),
+        Err(err) => err.code().unwrap_or("no code").to_owned(),
+    }
+}
+
+#[tokio::test]
+async fn the_root_key_disables_a_key_on_every_gateway_at_once_and_enables_it_again() {
+    let stack = Stack::start().await;
+    let second = stack.second_gateway().await;
+    let (first_s3, second_s3) = (stack.gateway.s3_addr, second.s3_addr);
+    let (first_resp, second_resp) = (stack.gateway.resp_addr.unwrap(), second.resp_addr.unwrap());
+    stack.add_key("PAUSED01", false).await;
+    support::s3_client(first_s3, "PAUSED01", "PAUSED01-secret")
+        .create_bucket()
+        .bucket("paused-bucket")
+        .send()
+        .await
+        .unwrap();
+    for addr in [first_s3, second_s3] {
+        assert_eq!(list_buckets_error(addr, "PAUSED01", "PAUSED01-secret").await, "");
+    }
+    assert_eq!(resp_auth(second_resp, "PAUSED01", "PAUSED01-secret").await, "+OK");
+    let its_session = Visitor::sign_in(stack.console, "PAUSED01", "PAUSED01-secret").await;
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+
+    let page = root
+        .follow(&root.post("/access-keys/disable", &[("access_key", "PAUSED01")]).await)
+        .await
+        .body;
+    assert!(page.contains("Key PAUSED01 disabled."), "{page}");
+    assert!(
+        page.contains("<tr class=\"access-key disabled\" data-key=\"PAUSED01\">"),
+        "{page}"
+    );
+    assert!(page.contains("<td>paused-bucket</td>"), "it keeps its bucket: {page}");
+    assert!(page.contains("action=\"/access-keys/enable\""), "{page}");
+    // This gateway refuses it at once, as S3 refuses an unknown key; the other one as soon as
+    // the catalog's notification reaches it.
+    assert_eq!(
+        list_buckets_error(first_s3, "PAUSED01", "PAUSED01-secret").await,
+        "InvalidAccessKeyId"
+    );
+    assert!(
+        resp_auth(first_resp, "PAUSED01", "PAUSED01-secret")
+            .await
+            .starts_with("-WRONGPASS")
+    );
+    eventually("the other gateway refuses it", || async {
+        list_buckets_error(second_s3, "PAUSED01", "PAUSED01-secret").await == "InvalidAccessKeyId"
+    })
+    .await;
+    assert!(
+        resp_auth(second_resp, "PAUSED01", "PAUSED01-secret")
+            .await
+            .starts_with("-WRONGPASS")
+    );
+    // Its console session ended and it cannot sign in again.
+    assert_eq!(its_session.get("/buckets").await.status, 303, "its session ended");
+    let answer = sign_in_answer(stack.console, "PAUSED01", "PAUSED01-secret", None).await;
+    assert_eq!(answer.status, 401, "{}", answer.body);
+    // Creating a key of its id does not replace it (its secret stays).
+    let page = root
+        .follow(&root.post("/access-keys/create", &[("access_key", "PAUSED01")]).await)
+        .await
+        .body;
+    assert!(page.contains("exists already"), "{page}");
+
+    // The root key cannot be disabled, nor a key that does not exist; a hostile id is text.
+    for key in [ROOT_ACCESS_KEY, "NOSUCHKEY", "<i>x</i>"] {
+        let page = root
+            .follow(&root.post("/access-keys/disable", &[("access_key", key)]).await)
+            .await
+            .body;
+        assert!(
+            page.contains("flash error") && page.contains("the root key may not"),
+            "{page}"
+        );
+        assert!(!page.contains("<i>x</i>"), "{page}");
+    }
+    assert_eq!(list_buckets_error(first_s3, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await, "");
+
+    // Another key may neither disable nor enable.
+    stack.add_key("PLAINKEY", false).await;
+    let plain = Visitor::sign_in(stack.console, "PLAINKEY", "PLAINKEY-secret").await;
+    for (path, key) in [
+        ("/access-keys/enable", "PAUSED01"),
+        ("/access-keys/disable", "PLAINKEY"),
+    ] {
+        let page = plain.follow(&plain.post(path, &[("access_key", key)]).await).await.body;
+        assert!(page.contains("flash error"), "{page}");
+    }
+    assert_eq!(
+        list_buckets_error(first_s3, "PAUSED01", "PAUSED01-secret").await,
+        "InvalidAccessKeyId"
+    );
+
+    // Enabled again: its old secret works on both gateways, and in the console.
+    let page = root
+        .follow(&root.post("/access-keys/enable", &[("access_key", "PAUSED01")]).await)
+        .await
+        .body;
+    assert!(page.contains("Key PAUSED01 enabled."), "{page}");
+    assert!(
+        page.contains("<tr class=\"access-key active\" data-key=\"PAUSED01\">"),
+        "{page}"
+    );
+    assert_eq!(list_buckets_error(first_s3, "PAUSED01", "PAUSED01-secret").await, "");
+    eventually("the other gateway takes it again", || async {
+        list_buckets_error(second_s3, "PAUSED01", "PAUSED01-secret")
+            .await
+            .is_empty()
+    })
+    .await;
+    assert_eq!(resp_auth(second_resp, "PAUSED01", "PAUSED01-secret").await, "+OK");
+    let answer = sign_in_answer(stack.console, "PAUSED01", "PAUSED01-secret", None).await;
+    assert_eq!(answer.status, 303);
+}
+
+/// A Parquet file as pyarrow 26 writes it (columns: plain, string, a `<script>` name, a struct,
+/// a list, a timestamp, a decimal), and a 2×1 PNG.
+const PARQUET: &[u8] = include_bytes!("fixtures/columns.parquet");
+const PNG: &[u8] = include_bytes!("fixtures/dot.png");
+
+/// A file ending in `footer`, its length and `magic`, as Parquet files end.
+fn parquet_tail(footer: &[u8], length: u32, magic: &[u8; 4]) -> Vec<u8> {
+    let mut file = b"PAR1".to_vec();
+    file.extend_from_slice(footer);
+    file.extend_from_slice(&length.to_le_bytes());
+    file.extend_from_slice(magic);
+    file
+}
+
+#[tokio::test]
+async fn objects_are_previewed_as_text_images_and_parquet_schemas_each_bounded() {
+    let stack = Stack::start().await;
+    stack.root.create_bucket().bucket("files").send().await.unwrap();
+    let long = format!("{}TAIL-MARKER", "a line of text\n".repeat(70_000 / 15));
+    let nested = vec![0x1c_u8; 100];
+    // Field 1, a list of 2^32 - 1 structs.
+    let long_list = [0x19_u8, 0xfc, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x00];
+    let objects: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "notes/hostile.txt",
+            "<script>alert(1)</script>\r\nsecond line evil\u{202E}gpj.exe\n".into(),
+            "text/plain",
+        ),
+        ("notes/long.log", long.into_bytes(), ""),
+        ("pic.png", PNG.to_vec(), "image/png"),
+        ("drawing.svg", b"<svg onload=alert(1)></svg>".to_vec(), "image/svg+xml"),
+        ("data/columns.parquet", PARQUET.to_vec(), "application/octet-stream"),
+        ("bad/huge.parquet", parquet_tail(b"x", 0x7fff_ffff, b"PAR1"), ""),
+        ("bad/nested.parquet", parquet_tail(&nested, 100, b"PAR1"), ""),
+        ("bad/list.parquet", parquet_tail(&long_list, 8, b"PAR1"), ""),
+        ("bad/truncated.parquet", parquet_tail(&[0x15], 1, b"PAR1"), ""),
+        ("bad/not.parquet", b"hello, not parquet at all".to_vec(), ""),
+        ("bad/encrypted.parquet", parquet_tail(b"xxxx", 4, b"PARE"), ""),
+        ("archive.bin", vec![0, 1, 2], "application/octet-stream"),
+    ];
+    for (key, body, content_type) in objects {
+        let mut put = stack
+            .root
+            .put_object()
+            .bucket("files")
+            .key(key)
+            .body(ByteStream::from(body));
+        if !content_type.is_empty() {
+            put = put.content_type(content_type);
+        }
+        put.send().await.unwrap();
+    }
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let preview = |key: &'static str| {
+        let root = &root;
+        async move {
+            let page = root.get(&format!("/object?bucket=files&key={key}")).await;
+            assert_eq!(page.status, 200, "{key}: {}", page.body);
+            let start = page
+                .body
+                .find("<section id=\"preview\">")
+                .unwrap_or_else(|| panic!("{key}: {}", page.body));
+            let section = &page.body[start..];
+            (section[..section.find("</section>").unwrap()].to_owned(), page)
+        }
+    };
+
+    // Text, as text: markup escaped, a bidi override shown as its code point; 64 KiB of it.
+    let (text, _) = preview("notes/hostile.txt").await;
+    assert!(
+        text.contains("<pre id=\"preview-text\">&lt;script&gt;alert(1)&lt;/script&gt;\nsecond line evil<span class=\"cp\">⟨U+202E⟩</span>gpj.exe\n</pre>"),
+        "{text}"
+    );
+    let (text, _) = preview("notes/long.log").await;
+    assert!(text.contains("The first 64.0 KiB of "), "{text}");
+    assert!(text.contains("a line of text") && !text.contains("TAIL-MARKER"));
+    // An SVG is text, never an image.
+    let (text, _) = preview("drawing.svg").await;
+    assert!(
+        text.contains("&lt;svg onload=alert(1)&gt;") && !text.contains("<img"),
+        "{text}"
+    );
+
+    // An image: a presigned URL of the S3 origin, which the CSP names for images and nothing else.
+    let (image, page) = preview("pic.png").await;
+    let s3 = format!("http://{}", stack.gateway.s3_addr);
+    let prefix = format!("<img id=\"preview-image\" src=\"{s3}/files/pic.png?");
+    assert!(image.contains(&prefix), "{image}");
+    let csp = page.header("content-security-policy");
+    assert!(csp.contains(&format!("img-src 'self' data: {s3};")), "{csp}");
+    assert!(csp.contains("script-src 'self';") && !csp.contains("unsafe"), "{csp}");
+    let src = image
+        .split("src=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .replace("&amp;", "&");
+    let url = src.strip_prefix(&s3).unwrap();
+    let fetched = http(stack.gateway.s3_addr, "GET", url, &[], "").await;
+    assert_eq!(fetched.status, 200, "{url}");
+    assert_eq!(fetched.header("content-type"), "image/png");
+
+    // A Parquet schema from the footer, names as text, nesting shown.
+    let (schema, _) = preview("data/columns.parquet").await;
+    for row in [
+        "<p id=\"preview-rows\">3 rows, written by parquet-cpp-arrow version 26.0.1</p>",
+        "<tr class=\"column depth-0\"><td>id</td><td>INT64</td><td>optional</td><td></td></tr>",
+        "<tr class=\"column depth-0\"><td>name</td><td>BYTE_ARRAY</td><td>optional</td><td>STRING</td></tr>",
+        "<td>&lt;script&gt;alert(1)&lt;/script&gt;</td><td>DOUBLE</td>",
+        "<tr class=\"column depth-0\"><td>point</td><td>group</td><td>optional</td><td></td></tr>",
+        "<tr class=\"column depth-1\"><td>· x</td><td>INT32</td><td>optional</td><td></td></tr>",
+        "<tr class=\"column depth-0\"><td>tags</td><td>group</td><td>optional</td><td>LIST</td></tr>",
+        "<tr class=\"column depth-2\"><td>· · element</td><td>BYTE_ARRAY</td><td>optional</td><td>STRING</td></tr>",
+        "<td>when</td><td>INT64</td><td>optional</td><td>TIMESTAMP</td>",
+        "<td>price</td><td>FIXED_LEN_BYTE_ARRAY</td><td>optional</td><td>DECIMAL(10, 2)</td>",
+    ] {
+        assert!(schema.contains(row), "{row} in {schema}");
+    }
+    assert!(!schema.contains("<script>"));
+    // Hostile footers: each refused with its reason, the page served.
+    for (key, reason) in [
+        (
+            "bad/huge.parquet",
+            "its footer is 2147483647 bytes, more than the 4194304 this preview reads",
+        ),
+        ("bad/nested.parquet", "its footer nests deeper than a schema needs"),
+        ("bad/list.parquet", "its footer has a list longer than the footer"),
+        ("bad/truncated.parquet", "its footer ends in the middle of a value"),
+        (
+            "bad/not.parquet",
+            "it does not end in PAR1, so it is not a Parquet file",
+        ),
+        ("bad/encrypted.parquet", "its footer is encrypted"),
+    ] {
+        let (error, _) = preview(key).await;
+        assert!(error.contains(&format!("Not previewed: {reason}.")), "{key}: {error}");
+    }
+    let (none, _) = preview("archive.bin").await;
+    assert!(none.contains("No preview for this type"), "{none}");
+
+    // A key that may not read the bucket previews nothing of it.
+    stack.add_key("NOREADER", false).await;
+    let other = Visitor::sign_in(stack.console, "NOREADER", "NOREADER-secret").await;
+    let page = other.get("/object?bucket=files&key=notes/hostile.txt").await;
+    assert!(
+        !page.body.contains("preview-text") && !page.body.contains("alert(1)"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("AccessDenied"), "{}", page.body);
+}
+
+/// Drops a file on the upload zone, as a drag from the desktop does: `file` is a JavaScript
+/// expression making a `File` from `arguments`.
+async fn drop_on_zone(browser: &webdriver::Browser, file: &str, args: Vec<serde_json::Value>) {
+    let script = format!(
+        "const transfer = new DataTransfer();
+         transfer.items.add({file});
+         const zone = document.getElementById('upload');
+         for (const type of ['dragenter', 'dragover', 'drop']) {{
+           zone.dispatchEvent(new DragEvent(type, {{ dataTransfer: transfer, bubbles: true, cancelable: true }}));
+         }}"
+    );
+    browser.run(&script, args).await;
+}
+
+/// Drops a file made of `text`.
 async fn drop_file(browser: &webdriver::Browser, name: &str, text: &str) {
-    browser
-        .run(
-            "const [name, text] = arguments;
-             const transfer = new DataTransfer();
-             transfer.items.add(new File([text], name, { type: 'text/plain' }));
-             const zone = document.getElementById('upload');
-             for (const type of ['dragenter', 'dragover', 'drop']) {
-               zone.dispatchEvent(new DragEvent(type, { dataTransfer: transfer, bubbles: true, cancelable: true }));
-             }",
-            vec![json!(name), json!(text)],
-        )
-        .await;
+    drop_on_zone(
+        browser,
+        "new File([arguments[1]], arguments[0], { type: 'text/plain' })",
+        vec![json!(name), json!(text)],
+    )
+    .await;
+}
+
+/// The console's multipart part size.
+const PART: usize = 16 << 20;
+
+/// The bytes of a big dropped file: byte i is i % 251, made alike in the page.
+fn pattern(size: usize) -> Vec<u8> {
+    (0..size).map(|i| (i % 251) as u8).collect()
+}
+
+/// Drops a file of `size` [`pattern`] bytes, always with the same modification time, so a drop
+/// after a reload is the same file to the console's resume memo.
+async fn drop_big_file(browser: &webdriver::Browser, name: &str, size: usize) {
+    drop_on_zone(
+        browser,
+        "new File([(() => {
+           const bytes = new Uint8Array(arguments[1]);
+           for (let i = 0; i < bytes.length; i++) bytes[i] = i % 251;
+           return bytes;
+         })()], arguments[0], { type: 'application/octet-stream', lastModified: 1700000000000 })",
+        vec![json!(name), json!(size)],
+    )
+    .await;
 }
 
 async fn eventually<F, Fut>(what: &str, mut check: F)
@@ -1090,8 +1573,12 @@ where
     }
 }
 
-#[test]
-fn a_browser_signs_in_uploads_by_drag_and_drop_restores_a_version_and_edits_a_policy() {
+/// Runs `walk` with a browser, unless the browser tier does not run here.
+fn in_browser<F, Fut>(walk: F)
+where
+    F: FnOnce(webdriver::Browser) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
     // The gateway and console run on this thread's runtime too; unoptimised, their request
     // futures need more than a test thread's 2 MiB of stack.
     std::thread::Builder::new()
@@ -1103,13 +1590,115 @@ fn a_browser_signs_in_uploads_by_drag_and_drop_restores_a_version_and_edits_a_po
                 .unwrap();
             runtime.block_on(async {
                 if let Some(browser) = webdriver::launch().await {
-                    walk_through(browser).await;
+                    walk(browser).await;
                 }
             });
         })
         .unwrap()
         .join()
         .unwrap();
+}
+
+#[test]
+fn a_browser_signs_in_uploads_by_drag_and_drop_restores_a_version_and_edits_a_policy() {
+    in_browser(walk_through);
+}
+
+#[test]
+fn a_browser_uploads_a_big_file_in_parts_retries_a_dropped_part_and_resumes_after_a_reload() {
+    in_browser(multipart_walk);
+}
+
+async fn sign_in_browser(browser: &webdriver::Browser, stack: &Stack) {
+    browser.goto(&stack.url("/")).await;
+    browser.type_into("#access_key", ROOT_ACCESS_KEY).await;
+    browser.type_into("#secret_key", ROOT_SECRET_KEY).await;
+    browser.click("#sign-in").await;
+    browser.find("#create-bucket").await;
+}
+
+/// The object's bytes and ETag.
+async fn object_of(stack: &Stack, bucket: &str, key: &str) -> (Vec<u8>, String) {
+    let object = stack.root.get_object().bucket(bucket).key(key).send().await.unwrap();
+    let etag = object.e_tag().unwrap_or_default().to_owned();
+    (object.body.collect().await.unwrap().to_vec(), etag)
+}
+
+async fn multipart_walk(browser: webdriver::Browser) {
+    let stack = Stack::start_with_s3_front().await;
+    let front = stack.s3_front.as_ref().unwrap();
+    let (b, s) = (&browser, &stack);
+    // Two parts: 16 MiB and 4 MiB.
+    let size = PART + (4 << 20);
+    sign_in_browser(&browser, &stack).await;
+    stack.root.create_bucket().bucket("big").send().await.unwrap();
+    let objects = stack.url("/objects?bucket=big");
+    browser.goto(&objects).await;
+    browser.click("#allow-uploads").await;
+    eventually("uploads allowed", move || async move {
+        b.source().await.contains("This console may now upload to the bucket.")
+    })
+    .await;
+    let uploaded =
+        |key: &'static str| move || async move { s.root.head_object().bucket("big").key(key).send().await.is_ok() };
+
+    // The second part's first PUT meets a network error; the page retries it.
+    front.fail(2, Fault::Drop);
+    drop_big_file(&browser, "big.bin", size).await;
+    eventually("the upload with a part retried", uploaded("big.bin")).await;
+    assert_eq!(front.take_parts(), [1, 2, 2]);
+    let (bytes, etag) = object_of(&stack, "big", "big.bin").await;
+    assert!(bytes == pattern(size), "the object is the file, {} bytes", bytes.len());
+    assert!(etag.ends_with("-2\""), "{etag}");
+
+    // The second part is held unanswered; the page shows the first part's progress.
+    browser.goto(&objects).await;
+    front.fail(2, Fault::Hold);
+    drop_big_file(&browser, "resumed.bin", size).await;
+    eventually("the second part sent", move || async move { front.parts() == [1, 2] }).await;
+    let bar = browser
+        .run(
+            "const bar = document.querySelector('#uploads progress');
+             return [bar.value, bar.max, bar.closest('li').dataset.state ?? null];",
+            vec![],
+        )
+        .await;
+    assert!(bar[0].as_u64().unwrap() >= PART as u64, "{bar}");
+    assert_eq!(bar[1], json!(size));
+    assert_eq!(bar[2], json!(null), "the upload is not over: {bar}");
+    let uploads = stack.root.list_multipart_uploads().bucket("big").send().await.unwrap();
+    assert_eq!(uploads.uploads().len(), 1);
+    let upload_id = uploads.uploads()[0].upload_id().unwrap().to_owned();
+    let parts = stack
+        .root
+        .list_parts()
+        .bucket("big")
+        .key("resumed.bin")
+        .upload_id(&upload_id)
+        .send()
+        .await
+        .unwrap();
+    let held: Vec<_> = parts.parts().iter().map(|p| (p.part_number(), p.size())).collect();
+    assert_eq!(held, [(Some(1), Some(PART as i64))]);
+    let memo = "return Object.keys(localStorage).filter((k) => k.startsWith('pgvs3-upload')).map((k) => localStorage.getItem(k));";
+    assert_eq!(browser.run(memo, vec![]).await, json!([upload_id]));
+
+    // A reload abandons the held part; the same file dropped again sends only what is missing.
+    browser.goto(&objects).await;
+    front.take_parts();
+    drop_big_file(&browser, "resumed.bin", size).await;
+    eventually("the resumed upload", uploaded("resumed.bin")).await;
+    assert_eq!(front.take_parts(), [2], "only the missing part is sent again");
+    let (bytes, etag) = object_of(&stack, "big", "resumed.bin").await;
+    assert!(bytes == pattern(size), "the object is the file, {} bytes", bytes.len());
+    assert!(etag.ends_with("-2\""), "{etag}");
+    let uploads = stack.root.list_multipart_uploads().bucket("big").send().await.unwrap();
+    assert!(uploads.uploads().is_empty());
+    eventually("the memo forgotten", move || async move {
+        b.run(memo, vec![]).await == json!([])
+    })
+    .await;
+    browser.quit().await;
 }
 
 async fn walk_through(browser: webdriver::Browser) {
@@ -1121,10 +1710,7 @@ async fn walk_through(browser: webdriver::Browser) {
     browser.goto(&console("/")).await;
     browser.find("#access_key").await;
     browser.screenshot("login").await;
-    browser.type_into("#access_key", ROOT_ACCESS_KEY).await;
-    browser.type_into("#secret_key", ROOT_SECRET_KEY).await;
-    browser.click("#sign-in").await;
-    browser.find("#create-bucket").await;
+    sign_in_browser(&browser, &stack).await;
     let cookies = browser.cookies().await;
     let session = cookies
         .as_array()
@@ -1274,6 +1860,36 @@ async fn walk_through(browser: webdriver::Browser) {
         .await
         .unwrap();
     assert_eq!(versions.versions().len(), 2);
+
+    // Previews: an image loads from its presigned URL under the CSP; a Parquet schema.
+    stack
+        .root
+        .put_object()
+        .bucket("photos")
+        .key("dot.png")
+        .content_type("image/png")
+        .body(ByteStream::from_static(PNG))
+        .send()
+        .await
+        .unwrap();
+    put(&stack, "photos", "tables/columns.parquet", PARQUET).await;
+    browser.goto(&console("/object?bucket=photos&key=dot.png")).await;
+    eventually("the image preview loaded", move || async move {
+        b.run("return document.getElementById('preview-image').naturalWidth;", vec![])
+            .await
+            == json!(2)
+    })
+    .await;
+    browser
+        .goto(&console("/object?bucket=photos&key=tables/columns.parquet"))
+        .await;
+    assert!(
+        browser
+            .text("#parquet-schema")
+            .await
+            .contains("<script>alert(1)</script>")
+    );
+    browser.screenshot("preview").await;
 
     // The keyspace: found by pattern, a hash shown and a field added.
     stack

@@ -1,6 +1,6 @@
 //! The access keys page (root-key sessions): every key with its role, description, own policy
-//! and the buckets it owns; create one (its secret made here and shown once, never again) and
-//! delete one. The key catalog has no S3 API, so these are asked of the gateway in-process
+//! and the buckets it owns; create one (its secret made here and shown once, never again),
+//! disable or enable one, and delete one. The key catalog has no S3 API, so these are asked of the gateway in-process
 //! (the `Admin` interface), for the root key's sessions only.
 
 use std::fmt::Write;
@@ -66,8 +66,8 @@ impl Context<'_> {
             }
             Ok(keys) => {
                 body.push_str(
-                    "<table id=\"access-keys\"><thead><tr><th>Access key</th><th>Role</th><th>Description</th><th>Own policy</th>\
-                     <th>Buckets owned</th><th>Created</th><th></th></tr></thead><tbody>",
+                    "<table id=\"access-keys\"><thead><tr><th>Access key</th><th>Role</th><th>State</th><th>Description</th>\
+                     <th>Own policy</th><th>Buckets owned</th><th>Created</th><th></th></tr></thead><tbody>",
                 );
                 for key in &keys {
                     let mut buckets = key
@@ -85,26 +85,47 @@ impl Context<'_> {
                         (false, true) => "read-only",
                         (false, false) => "read-write",
                     };
-                    let delete = if key.is_root {
+                    let actions = if key.is_root {
                         String::new()
                     } else {
-                        form(
-                            "/access-keys/delete",
-                            self.csrf(),
-                            &[("access_key", &key.access_key)],
-                            &button(
-                                "Delete",
-                                "danger",
-                                Some("Delete this key? Its buckets pass to the root key."),
+                        let toggle = match key.disabled {
+                            true => form(
+                                "/access-keys/enable",
+                                self.csrf(),
+                                &[("access_key", &key.access_key)],
+                                &button("Enable", "enable", None),
                             ),
-                        )
+                            false => form(
+                                "/access-keys/disable",
+                                self.csrf(),
+                                &[("access_key", &key.access_key)],
+                                &button(
+                                    "Disable",
+                                    "disable",
+                                    Some("Disable this key? Every gateway refuses it until it is enabled again."),
+                                ),
+                            ),
+                        };
+                        toggle
+                            + &form(
+                                "/access-keys/delete",
+                                self.csrf(),
+                                &[("access_key", &key.access_key)],
+                                &button(
+                                    "Delete",
+                                    "danger",
+                                    Some("Delete this key? Its buckets pass to the root key."),
+                                ),
+                            )
                     };
+                    let state = if key.disabled { "disabled" } else { "active" };
                     let created = aws_sdk_s3::primitives::DateTime::from(key.created)
                         .fmt(aws_sdk_s3::primitives::DateTimeFormat::DateTime)
                         .unwrap_or_default();
                     let _ = write!(
                         body,
-                        "<tr class=\"access-key\" data-key=\"{}\"><td><code>{}</code></td><td>{role}</td><td>{}</td><td>{}</td><td>{buckets}</td><td>{}</td><td class=\"actions\">{delete}</td></tr>",
+                        "<tr class=\"access-key {state}\" data-key=\"{}\"><td><code>{}</code></td><td>{role}</td><td class=\"state\">{state}</td>\
+                         <td>{}</td><td>{}</td><td>{buckets}</td><td>{}</td><td class=\"actions\">{actions}</td></tr>",
                         esc(&key.access_key),
                         name(&key.access_key),
                         name(&key.description),
@@ -117,7 +138,8 @@ impl Context<'_> {
         }
         body.push_str(
             "<p class=\"hint\">A key's own policy is attached with <code>pgvs3 admin key policy</code>. \
-             Keys cannot be disabled yet: delete one to revoke it.</p>",
+             A disabled key keeps its buckets, secret and policy; every gateway of this database refuses it \
+             (S3 and new RESP connections) until it is enabled again.</p>",
         );
         self.page(StatusCode::OK, "Access keys", body)
     }
@@ -146,6 +168,26 @@ impl Context<'_> {
             Ok(()) => self.access_keys(Some((&access_key, &secret))).await,
             Err(err) => self.done(Err(err), "/access-keys"),
         }
+    }
+
+    /// Disables (`disabled`) or enables a key; a disabled key's console sessions end.
+    pub(super) async fn set_access_key_disabled(&self, request: &Request, disabled: bool) -> Response {
+        let access_key = request.arg("access_key");
+        let outcome = match self.admin() {
+            Err(err) => Err(err),
+            Ok(admin) => match admin.set_key_disabled(access_key.to_owned(), disabled).await {
+                Ok(true) if disabled => {
+                    self.app.sessions.end_key(access_key);
+                    Ok(format!("Key {access_key} disabled."))
+                }
+                Ok(true) => Ok(format!("Key {access_key} enabled.")),
+                Ok(false) => Err(format!(
+                    "No key {access_key} that may be disabled (the root key may not)."
+                )),
+                Err(err) => Err(err),
+            },
+        };
+        self.done(outcome, "/access-keys")
     }
 
     pub(super) async fn delete_access_key(&self, request: &Request) -> Response {

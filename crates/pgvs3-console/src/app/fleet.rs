@@ -1,13 +1,14 @@
 //! The health page (root-key sessions): this gateway's readiness, role and replication lag (its
 //! admin listener's `/readyz`), request counts, rates and mean latencies per protocol and its
-//! database pool (its own `/metrics`), and the database's size (asked in-process). Rates are
-//! the change of the request counters since the previous look at this page, so the console
-//! keeps one sample and no history.
+//! database pool (its own `/metrics`), and the database's size (asked in-process). The request
+//! counters are sampled every few seconds by a task of the console, and at each look at the
+//! page, into a small ring: the rates and the charts of the last minutes come from it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write;
-use std::sync::Mutex;
-use std::time::Instant;
+use std::net::SocketAddr;
+use std::sync::{Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use http::{Method, StatusCode};
 
@@ -18,10 +19,49 @@ use crate::html::{esc, name};
 const MAX_METRICS: usize = 8 << 20;
 /// The most of `/readyz`.
 const MAX_READY: usize = 64 * 1024;
+/// How often the console samples the counters on its own.
+const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+/// Samples kept: five minutes at one each [`SAMPLE_EVERY`] (looks at the page add more, and
+/// push the oldest out sooner).
+const HISTORY: usize = 61;
+/// Samples closer together than this are one (their interval would mean little).
+const MIN_INTERVAL: Duration = Duration::from_millis(500);
 
-/// The request counters per protocol at the previous look, for rates.
+/// The request counters and latency sums per protocol at one moment.
+struct Sample {
+    at: Instant,
+    requests: BTreeMap<String, f64>,
+    latency: BTreeMap<String, (f64, f64)>,
+}
+
+/// The last [`HISTORY`] samples, oldest first.
 #[derive(Default)]
-pub struct Samples(Mutex<Option<(Instant, BTreeMap<String, f64>)>>);
+pub struct Samples(Mutex<VecDeque<Sample>>);
+
+/// Between two samples: when it ended (seconds before now), and per protocol the requests a
+/// second and the mean latency in milliseconds (`None` without requests).
+struct Interval {
+    ago: f64,
+    rates: BTreeMap<String, f64>,
+    latency_ms: BTreeMap<String, Option<f64>>,
+}
+
+/// Samples the admin listener's `/metrics` every [`SAMPLE_EVERY`] while the console's app (the
+/// owner of `samples`) lives.
+pub async fn keep_sampling(samples: Weak<Samples>, listener: SocketAddr) {
+    let mut tick = tokio::time::interval(SAMPLE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let answer = crate::loopback::request(listener, Method::GET, "/metrics", &[], MAX_METRICS).await;
+        let Some(samples) = samples.upgrade() else { return };
+        if let Ok((status, text)) = answer
+            && status.is_success()
+        {
+            samples.record(Instant::now(), &parse(&String::from_utf8_lossy(&text)));
+        }
+    }
+}
 
 /// What the page shows of Prometheus text: per protocol its requests, server errors, and
 /// latency sum and count; and single gauges by name.
@@ -31,6 +71,10 @@ struct Metrics {
     errors: BTreeMap<String, f64>,
     latency: BTreeMap<String, (f64, f64)>,
     gauges: BTreeMap<String, f64>,
+    /// Cache bucket reads by result (`hit`, `miss`, `stale`, `range_hit`, ...).
+    cache_reads: BTreeMap<String, f64>,
+    /// Failed origin requests by kind.
+    origin_errors: BTreeMap<String, f64>,
 }
 
 /// A label's value in `{a="x",b="y"}`.
@@ -65,7 +109,17 @@ fn parse(text: &str) -> Metrics {
                 let state = label(labels, "state").unwrap_or("");
                 metrics.gauges.insert(format!("pool {state}"), value);
             }
+            "pgvs3_cache_lookups_total" => {
+                let result = label(labels, "result").unwrap_or("").to_owned();
+                *metrics.cache_reads.entry(result).or_default() += value;
+            }
+            "pgvs3_cache_origin_errors_total" => {
+                let kind = label(labels, "kind").unwrap_or("").to_owned();
+                *metrics.origin_errors.entry(kind).or_default() += value;
+            }
             "pgvs3_db_pool_max_connections"
+            | "pgvs3_cache_outbox_depth"
+            | "pgvs3_cache_outbox_oldest_seconds"
             | "pgvs3_database_up"
             | "pgvs3_replication_lag_seconds"
             | "pgvs3_buffer_bytes_in_use"
@@ -79,29 +133,243 @@ fn parse(text: &str) -> Metrics {
 }
 
 impl Samples {
-    /// Requests a second per protocol since the previous sample (none at the first look, or
-    /// when the counters went back, as after a restart).
-    fn rates(&self, now: Instant, totals: &BTreeMap<String, f64>) -> Option<(f64, BTreeMap<String, f64>)> {
-        let mut last = self.0.lock().unwrap();
-        let previous = last.replace((now, totals.clone()));
-        let (then, before) = previous?;
-        let seconds = now.duration_since(then).as_secs_f64();
-        if seconds < 0.5 {
-            // Two looks within half a second: keep the older sample, whose interval means more.
-            *last = Some((then, before));
-            return None;
+    /// Keeps the counters of `metrics` as the sample of `now`, unless the last sample is under
+    /// [`MIN_INTERVAL`] old. A counter that went back (the gateway restarted) starts the history
+    /// again.
+    fn record(&self, now: Instant, metrics: &Metrics) {
+        let mut samples = self.0.lock().unwrap();
+        if let Some(last) = samples.back() {
+            if now.saturating_duration_since(last.at) < MIN_INTERVAL {
+                return;
+            }
+            if metrics
+                .requests
+                .iter()
+                .any(|(protocol, total)| total < last.requests.get(protocol).unwrap_or(&0.0))
+            {
+                samples.clear();
+            }
         }
-        let rates = totals
-            .iter()
-            .map(|(protocol, total)| {
-                (
-                    protocol.clone(),
-                    (total - before.get(protocol).unwrap_or(&0.0)) / seconds,
-                )
-            })
-            .collect::<BTreeMap<_, _>>();
-        rates.values().all(|rate| *rate >= 0.0).then_some((seconds, rates))
+        samples.push_back(Sample {
+            at: now,
+            requests: metrics.requests.clone(),
+            latency: metrics.latency.clone(),
+        });
+        while samples.len() > HISTORY {
+            samples.pop_front();
+        }
     }
+
+    /// Every interval between consecutive samples, oldest first.
+    fn intervals(&self, now: Instant) -> Vec<Interval> {
+        let samples = self.0.lock().unwrap();
+        samples
+            .iter()
+            .zip(samples.iter().skip(1))
+            .map(|(before, after)| {
+                let seconds = after.at.duration_since(before.at).as_secs_f64();
+                let rates = after
+                    .requests
+                    .iter()
+                    .map(|(protocol, total)| {
+                        let change = total - before.requests.get(protocol).unwrap_or(&0.0);
+                        (protocol.clone(), change / seconds)
+                    })
+                    .collect();
+                let latency_ms = after
+                    .latency
+                    .iter()
+                    .map(|(protocol, (sum, count))| {
+                        let (sum_before, count_before) = before.latency.get(protocol).copied().unwrap_or_default();
+                        let requests = count - count_before;
+                        (
+                            protocol.clone(),
+                            (requests > 0.0).then(|| (sum - sum_before) / requests * 1000.0),
+                        )
+                    })
+                    .collect();
+                Interval {
+                    ago: now.saturating_duration_since(after.at).as_secs_f64(),
+                    rates,
+                    latency_ms,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Chart size, in SVG user units.
+const CHART_WIDTH: f64 = 600.0;
+const CHART_HEIGHT: f64 = 140.0;
+
+/// An SVG line chart (server-side: no script, no inline style — classes from the stylesheet)
+/// of one series per protocol over the last `span` seconds; each point is an interval's end.
+fn chart(id: &str, title: &str, unit: &str, span: f64, series: &BTreeMap<String, Vec<(f64, f64)>>) -> String {
+    let top = series
+        .values()
+        .flatten()
+        .map(|(_, value)| *value)
+        .fold(0.0_f64, f64::max);
+    let scale = if top > 0.0 { top * 1.1 } else { 1.0 };
+    let (left, bottom) = (48.0, 18.0);
+    let x = |ago: f64| left + (span - ago.min(span)) / span * (CHART_WIDTH - left);
+    let y = |value: f64| CHART_HEIGHT - bottom - value / scale * (CHART_HEIGHT - bottom - 6.0);
+    let mut out = format!(
+        "<figure class=\"chart\"><figcaption>{}</figcaption><svg id=\"{}\" viewBox=\"0 0 {CHART_WIDTH} {CHART_HEIGHT}\" role=\"img\" aria-label=\"{}\">\
+         <line class=\"axis\" x1=\"{left}\" y1=\"{}\" x2=\"{CHART_WIDTH}\" y2=\"{}\"/>\
+         <text class=\"label\" x=\"0\" y=\"12\">{} {}</text><text class=\"label\" x=\"0\" y=\"{}\">0</text>\
+         <text class=\"label\" x=\"{left}\" y=\"{CHART_HEIGHT}\">{span:.0} s ago</text>\
+         <text class=\"label end\" x=\"{CHART_WIDTH}\" y=\"{CHART_HEIGHT}\">now</text>",
+        esc(title),
+        esc(id),
+        esc(title),
+        CHART_HEIGHT - bottom,
+        CHART_HEIGHT - bottom,
+        format_value(top),
+        esc(unit),
+        CHART_HEIGHT - bottom,
+    );
+    for (index, (protocol, points)) in series.iter().enumerate() {
+        let class = format!("series series-{}", index % 6);
+        let line: Vec<String> = points
+            .iter()
+            .map(|(ago, value)| format!("{:.1},{:.1}", x(*ago), y(*value)))
+            .collect();
+        let _ = write!(
+            out,
+            "<g class=\"{class}\" data-protocol=\"{}\"><title>{}</title><polyline points=\"{}\"/>",
+            esc(protocol),
+            name(protocol),
+            line.join(" ")
+        );
+        for (ago, value) in points {
+            let _ = write!(out, "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"2\"/>", x(*ago), y(*value));
+        }
+        out.push_str("</g>");
+    }
+    out.push_str("</svg><p class=\"legend\">");
+    for (index, protocol) in series.keys().enumerate() {
+        let _ = write!(out, "<span class=\"series-{}\">{}</span> ", index % 6, name(protocol));
+    }
+    out.push_str("</p></figure>");
+    out
+}
+
+/// The standbys of this database's server, from PostgreSQL (`pg_stat_replication`): their
+/// state and how far their replay is behind.
+fn standbys_section(standbys: Result<Vec<crate::Standby>, String>) -> String {
+    let mut out = String::from("<section id=\"standbys\"><h2>Standbys of this database</h2>");
+    match standbys {
+        Err(err) => {
+            let _ = write!(out, "<p class=\"flash error\">{}</p>", name(&err));
+        }
+        Ok(standbys) if standbys.is_empty() => out.push_str(
+            "<p id=\"standbys-status\">No standby streams from this server (it has none, or it is a standby itself).</p>",
+        ),
+        Ok(standbys) => {
+            out.push_str(
+                "<table id=\"standby-list\"><thead><tr><th>Name</th><th>Address</th><th>State</th><th>Sync</th>\
+                 <th>Replay lag</th></tr></thead><tbody>",
+            );
+            for standby in &standbys {
+                let _ = write!(
+                    out,
+                    "<tr class=\"standby\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    name(&standby.name),
+                    name(&standby.address),
+                    name(&standby.state),
+                    name(&standby.sync_state),
+                    standby
+                        .replay_lag_seconds
+                        .map(|lag| format!("{lag:.1} s"))
+                        .unwrap_or_else(|| "caught up (no recent WAL)".to_owned()),
+                );
+            }
+            out.push_str("</tbody></table>");
+        }
+    }
+    out.push_str("</section>");
+    out
+}
+
+/// Cache buckets' reads since this gateway started, the share served from the cache, and the
+/// health of their origins (failed requests by kind, write-backs not yet there).
+fn cache_section(metrics: &Metrics) -> String {
+    let mut out = String::from("<section id=\"cache\"><h2>Cache and origins</h2>");
+    let reads: f64 = metrics.cache_reads.values().sum();
+    if reads == 0.0 {
+        out.push_str("<p id=\"cache-status\">No reads of cache buckets since this gateway started.</p></section>");
+        return out;
+    }
+    // Misses and stale entries went to the origin; every other result was served from here.
+    let from_origin: f64 = ["miss", "stale"]
+        .iter()
+        .filter_map(|result| metrics.cache_reads.get(*result))
+        .sum();
+    let errors = match metrics
+        .origin_errors
+        .iter()
+        .filter(|(_, count)| **count > 0.0)
+        .collect::<Vec<_>>()
+    {
+        errors if errors.is_empty() => "none".to_owned(),
+        errors => errors
+            .iter()
+            .map(|(kind, count)| format!("{}: {count}", name(kind)))
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    let _ = write!(
+        out,
+        "<dl class=\"meta\"><dt>Cache reads</dt><dd id=\"cache-reads\">{reads}</dd>\
+         <dt>Served from the cache</dt><dd id=\"cache-hit-ratio\">{:.1} %</dd>\
+         <dt>Origin errors</dt><dd id=\"origin-errors\">{errors}</dd>",
+        (reads - from_origin) / reads * 100.0,
+    );
+    if let Some(depth) = metrics.gauges.get("pgvs3_cache_outbox_depth") {
+        let _ = write!(
+            out,
+            "<dt>Write-backs waiting</dt><dd id=\"outbox\">{depth} (oldest {} s)</dd>",
+            metrics
+                .gauges
+                .get("pgvs3_cache_outbox_oldest_seconds")
+                .copied()
+                .unwrap_or(0.0)
+        );
+    }
+    out.push_str("</dl></section>");
+    out
+}
+
+fn format_value(value: f64) -> String {
+    if value >= 100.0 {
+        format!("{value:.0}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+/// The requests-a-second and latency charts of `intervals`.
+fn charts(intervals: &[Interval]) -> String {
+    let span = (HISTORY as f64 - 1.0) * SAMPLE_EVERY.as_secs_f64();
+    let mut rates: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut latency: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for interval in intervals.iter().filter(|interval| interval.ago <= span) {
+        for (protocol, rate) in &interval.rates {
+            rates.entry(protocol.clone()).or_default().push((interval.ago, *rate));
+        }
+        for (protocol, ms) in &interval.latency_ms {
+            if let Some(ms) = ms {
+                latency.entry(protocol.clone()).or_default().push((interval.ago, *ms));
+            }
+        }
+    }
+    format!(
+        "<section><h2>The last {} minutes</h2>{}{}</section>",
+        span / 60.0,
+        chart("chart-rates", "Requests a second", "/s", span, &rates),
+        chart("chart-latency", "Mean latency", "ms", span, &latency),
+    )
 }
 
 impl Context<'_> {
@@ -124,10 +392,17 @@ impl Context<'_> {
                 None => Err("not asked".to_owned()),
             }
         };
-        let (ready, metrics, database_size) = tokio::join!(
+        let standbys = async {
+            match &gateway.admin {
+                Some(admin) => admin.standbys().await,
+                None => Err("not asked".to_owned()),
+            }
+        };
+        let (ready, metrics, database_size, standbys) = tokio::join!(
             crate::loopback::request(listener, Method::GET, "/readyz", &[], MAX_READY),
             crate::loopback::request(listener, Method::GET, "/metrics", &[], MAX_METRICS),
             size,
+            standbys,
         );
         body.push_str("<section><h2>This gateway</h2><dl class=\"meta\">");
         match ready {
@@ -164,17 +439,21 @@ impl Context<'_> {
                 Err(err) => name(&err),
             }
         );
+        body.push_str(&standbys_section(standbys));
         match metrics {
             Ok((status, text)) if status.is_success() => {
                 let metrics = parse(&String::from_utf8_lossy(&text));
-                let rates = self.app.samples.rates(Instant::now(), &metrics.requests);
+                let now = Instant::now();
+                self.app.samples.record(now, &metrics);
+                let intervals = self.app.samples.intervals(now);
+                let last = intervals.last();
                 body.push_str(
                     "<section><h2>Requests</h2><table id=\"requests\"><thead><tr><th>Protocol</th><th>Requests</th>\
                      <th>Server errors</th><th>Mean latency</th><th>Rate</th></tr></thead><tbody>",
                 );
                 for (protocol, total) in &metrics.requests {
                     let (sum, count) = metrics.latency.get(protocol).copied().unwrap_or_default();
-                    let rate = rates.as_ref().and_then(|(_, rates)| rates.get(protocol));
+                    let rate = last.and_then(|interval| interval.rates.get(protocol));
                     let _ = write!(
                         body,
                         "<tr class=\"protocol\"><td>{}</td><td>{total}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -192,14 +471,18 @@ impl Context<'_> {
                 let _ = write!(
                     body,
                     "<p class=\"hint\">{}</p>",
-                    match &rates {
-                        Some((seconds, _)) =>
-                            format!("Rates over the {seconds:.0} s since this page was last looked at."),
-                        None => "Rates show from the next look at this page (the change of the counters since then)."
-                            .to_owned(),
+                    match last {
+                        Some(_) => format!(
+                            "Rates over the last interval between samples (the counters are sampled every {} s and at each look at this page).",
+                            SAMPLE_EVERY.as_secs()
+                        ),
+                        None => "Rates show once the counters have been sampled twice.".to_owned(),
                     }
                 );
-                body.push_str("</section><section><h2>Database pool and buffers</h2><dl class=\"meta\">");
+                body.push_str(&charts(&intervals));
+                body.push_str("</section>");
+                body.push_str(&cache_section(&metrics));
+                body.push_str("<section><h2>Database pool and buffers</h2><dl class=\"meta\">");
                 for (label, gauge) in [
                     ("Connections in use", "pool in_use"),
                     ("Idle", "pool idle"),
@@ -244,7 +527,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn requests_are_summed_per_protocol_and_rates_need_two_looks() {
+    fn requests_are_summed_per_protocol_and_sampled_into_a_bounded_ring() {
         let text = "# HELP x\n\
             pgvs3_requests_total{protocol=\"s3\",operation=\"GetObject\",status=\"200\"} 10\n\
             pgvs3_requests_total{protocol=\"s3\",operation=\"PutObject\",status=\"503\"} 2\n\
@@ -260,12 +543,30 @@ mod tests {
         assert_eq!(metrics.gauges["pool idle"], 3.0);
         let samples = Samples::default();
         let start = Instant::now();
-        assert!(samples.rates(start, &metrics.requests).is_none());
-        let mut later = metrics.requests.clone();
-        *later.get_mut("s3").unwrap() += 20.0;
-        let (seconds, rates) = samples
-            .rates(start + std::time::Duration::from_secs(10), &later)
-            .unwrap();
-        assert_eq!((seconds, rates["s3"], rates["resp"]), (10.0, 2.0, 0.0));
+        samples.record(start, &metrics);
+        assert!(samples.intervals(start).is_empty());
+        let mut later = parse(text);
+        *later.requests.get_mut("s3").unwrap() += 20.0;
+        later.latency.get_mut("s3").unwrap().0 += 1.0;
+        later.latency.get_mut("s3").unwrap().1 += 20.0;
+        let ten = start + std::time::Duration::from_secs(10);
+        // A look within half a second adds no sample.
+        samples.record(start + std::time::Duration::from_millis(100), &later);
+        samples.record(ten, &later);
+        let intervals = samples.intervals(ten + std::time::Duration::from_secs(1));
+        assert_eq!(intervals.len(), 1);
+        let interval = &intervals[0];
+        assert_eq!(
+            (interval.ago, interval.rates["s3"], interval.rates["resp"]),
+            (1.0, 2.0, 0.0)
+        );
+        assert!((interval.latency_ms["s3"].unwrap() - 50.0).abs() < 1e-9);
+        // A restart (counters back to zero) starts the history again; it stays bounded.
+        samples.record(ten + std::time::Duration::from_secs(5), &metrics);
+        assert!(samples.intervals(ten).is_empty());
+        for second in 0..200 {
+            samples.record(ten + std::time::Duration::from_secs(10 + second), &metrics);
+        }
+        assert_eq!(samples.0.lock().unwrap().len(), HISTORY);
     }
 }

@@ -104,12 +104,13 @@ impl Context<'_> {
             "/bucket/cors/add" => self.add_cors_rule(request, bucket).await,
             "/bucket/cors/delete" => self.delete_cors_rule(bucket, request.arg("rule_id")).await,
             "/bucket/encryption" => self.put_encryption(bucket, request.arg("default")).await,
+            "/bucket/quota" => self.set_quota(request, bucket).await,
             _ => return None,
         })
     }
 
-    /// Quotas are not part of the S3 API: a root-key session sees them, asked of the gateway
-    /// in-process (as `pgvs3 admin quota` shows them); other sessions are told where they live.
+    /// Quotas are not part of the S3 API: a root-key session sees and sets them, asked of the
+    /// gateway in-process (as `pgvs3 admin quota` does); other sessions are told where they live.
     async fn quota_section(&self, bucket: &str) -> String {
         let mut out = String::from("<section id=\"quota\"><h2>Quota</h2>");
         let admin = self.app.gateway.admin.as_ref().filter(|_| self.session.admin);
@@ -133,11 +134,51 @@ impl Context<'_> {
                 "<p class=\"hint\">Bucket quotas are not part of the S3 API; the root key's sessions see them here.</p>",
             ),
         }
+        if admin.is_some() {
+            out.push_str(&form(
+                "/bucket/quota",
+                self.csrf(),
+                &[("bucket", bucket)],
+                "<label>Most bytes <input name=\"max_size\" id=\"quota-size\" maxlength=\"32\" placeholder=\"e.g. 10 GiB; empty: unlimited\"></label>\
+                 <label>Most objects <input name=\"max_objects\" id=\"quota-objects\" maxlength=\"20\" inputmode=\"numeric\" placeholder=\"empty: unlimited\"></label>\
+                 <button id=\"set-quota\">Set quota</button> <button name=\"remove\" value=\"on\" id=\"remove-quota\" class=\"danger\">Remove quota</button>",
+            ));
+        }
         out.push_str(
-            "<p class=\"hint\">Set with <code>pgvs3 admin quota</code> or a Bucket&#39;s <code>spec.quota</code>. A write past \
-             one is refused with <code>XMinioAdminBucketQuotaExceeded</code>, which the upload shows.</p></section>",
+            "<p class=\"hint\">Also set with <code>pgvs3 admin quota</code> or a Bucket&#39;s <code>spec.quota</code> (the operator \
+             puts that one back). A write past one is refused with <code>XMinioAdminBucketQuotaExceeded</code>, which the upload shows.</p></section>",
         );
         out
+    }
+
+    /// Sets or removes the bucket's quota (root-key sessions only).
+    async fn set_quota(&self, request: &Request, bucket: &str) -> Outcome {
+        let Some(admin) = self.app.gateway.admin.as_ref().filter(|_| self.session.admin) else {
+            return Err("Bucket quotas are set by the root key's sessions.".to_owned());
+        };
+        let (max_bytes, max_objects) = match request.arg("remove") {
+            "on" => (None, None),
+            _ => (
+                parse_size(request.arg("max_size"))?,
+                match request.arg("max_objects").trim() {
+                    "" => None,
+                    count => Some(
+                        count
+                            .parse::<i64>()
+                            .ok()
+                            .filter(|count| *count >= 0)
+                            .ok_or_else(|| format!("{count:?} is not a number of objects"))?,
+                    ),
+                },
+            ),
+        };
+        admin
+            .set_bucket_quota(bucket.to_owned(), max_bytes, max_objects)
+            .await
+            .map(|()| match (max_bytes, max_objects) {
+                (None, None) => "Quota removed.".to_owned(),
+                _ => "Quota set.".to_owned(),
+            })
     }
 
     async fn object_lock_section(&self, bucket: &str) -> String {
@@ -686,4 +727,28 @@ impl Context<'_> {
         );
         out
     }
+}
+
+/// `10 GiB`, `512MiB`, `1000` (bytes): a quota's size; empty is unlimited.
+fn parse_size(text: &str) -> Result<Option<i64>, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "kib" => 10,
+        "mib" => 20,
+        "gib" => 30,
+        "tib" => 40,
+        _ => return Err(format!("{text:?}: the unit is B, KiB, MiB, GiB or TiB")),
+    };
+    number
+        .parse::<i64>()
+        .ok()
+        .and_then(|number| number.checked_mul(1 << shift))
+        .map(Some)
+        .ok_or_else(|| format!("{text:?} is not a size"))
 }

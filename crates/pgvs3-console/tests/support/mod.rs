@@ -4,6 +4,7 @@
 
 #![allow(dead_code)] // the HTTP and browser tests use different parts
 
+pub mod front;
 pub mod webdriver;
 
 use std::collections::HashMap;
@@ -84,42 +85,64 @@ pub struct Stack {
     pub console: SocketAddr,
     /// The root key's S3 client: what the tests check the console's work with.
     pub root: Client,
+    /// The front the browser reaches S3 through, when the test asked for one.
+    pub s3_front: Option<front::Front>,
+    /// The database's connection string.
+    database: String,
+}
+
+/// A gateway on `database`, on loopback ports of its own.
+async fn gateway_on(database: &str) -> RunningGateway {
+    let cli = Cli::parse_from([
+        "pgvs3",
+        "--database-url",
+        database,
+        "--master-key",
+        "console-test-master-key",
+        "--s3-addr",
+        "127.0.0.1:0",
+        "--admin-addr",
+        "127.0.0.1:0",
+        "--ojs-addr",
+        "127.0.0.1:0",
+        "--ojs-token",
+        OJS_TOKEN,
+        "--resp-addr",
+        "127.0.0.1:0",
+        "--root-access-key",
+        ROOT_ACCESS_KEY,
+        "--root-secret-key",
+        ROOT_SECRET_KEY,
+        "--pool-size",
+        "8",
+        "--maintenance-interval",
+        "1h",
+    ]);
+    Box::pin(RunningGateway::start(&cli.serve))
+        .await
+        .expect("gateway starts")
 }
 
 impl Stack {
     pub async fn start() -> Stack {
+        Stack::start_with(false).await
+    }
+
+    /// A stack whose console names a [`front::Front`] of the S3 listener in presigned URLs.
+    pub async fn start_with_s3_front() -> Stack {
+        Stack::start_with(true).await
+    }
+
+    async fn start_with(s3_front: bool) -> Stack {
         let database = fresh_database().await;
-        let cli = Cli::parse_from([
-            "pgvs3",
-            "--database-url",
-            &database,
-            "--master-key",
-            "console-test-master-key",
-            "--s3-addr",
-            "127.0.0.1:0",
-            "--admin-addr",
-            "127.0.0.1:0",
-            "--ojs-addr",
-            "127.0.0.1:0",
-            "--ojs-token",
-            OJS_TOKEN,
-            "--resp-addr",
-            "127.0.0.1:0",
-            "--root-access-key",
-            ROOT_ACCESS_KEY,
-            "--root-secret-key",
-            ROOT_SECRET_KEY,
-            "--pool-size",
-            "8",
-            "--maintenance-interval",
-            "1h",
-        ]);
-        let gateway = Box::pin(RunningGateway::start(&cli.serve))
-            .await
-            .expect("gateway starts");
+        let gateway = gateway_on(&database).await;
+        let s3_front = match s3_front {
+            true => Some(front::Front::start(gateway.s3_addr).await),
+            false => None,
+        };
         let args = pgvs3_console::ConsoleArgs {
             console_addr: Some("127.0.0.1:0".parse().unwrap()),
-            console_s3_url: None,
+            console_s3_url: s3_front.as_ref().map(|front| format!("http://{}", front.addr)),
             console_session_idle: Duration::from_secs(1800),
         };
         // As `pgvs3 serve` builds it.
@@ -140,7 +163,14 @@ impl Stack {
             gateway,
             console: console.addr,
             root,
+            s3_front,
+            database,
         }
+    }
+
+    /// Another gateway of this stack's database (no console): a fleet of two.
+    pub async fn second_gateway(&self) -> RunningGateway {
+        gateway_on(&self.database).await
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -113,3 +113,46 @@ impl Store {
         Ok(())
     }
 }
+
+/// Disabled access keys: kept in the catalog (their buckets, policy and secret stay) but skipped
+/// by the key lookup (`Catalog::access_key` and the cached keys read `WHERE NOT disabled`), so
+/// every listener refuses one as an unknown key.
+impl super::Catalog {
+    /// Disables or enables a key other than the root key (disabling the root key would lock the
+    /// operator out). False when there is no such key. The change moves the catalog version:
+    /// this gateway reloads now, the others on the NOTIFY.
+    pub async fn set_access_key_disabled(&self, access_key: &str, disabled: bool) -> anyhow::Result<bool> {
+        let client = self.pool().get().await?;
+        let found = client
+            .query_opt(
+                "WITH changed AS (
+                     UPDATE pgvs3.access_keys SET disabled = $2
+                      WHERE access_key = $1 AND NOT is_root AND disabled IS DISTINCT FROM $2)
+                 SELECT 1 FROM pgvs3.access_keys WHERE access_key = $1 AND NOT is_root",
+                &[&access_key, &disabled],
+            )
+            .await?
+            .is_some();
+        drop(client);
+        self.reload_now().await?;
+        Ok(found)
+    }
+
+    /// The disabled keys' ids (the key lookup does not see them; the key lists name them).
+    pub async fn disabled_access_keys(&self) -> StoreResult<std::collections::HashSet<String>> {
+        let client = self.pool().get().await?;
+        let rows = client
+            .query("SELECT access_key FROM pgvs3.access_keys WHERE disabled", &[])
+            .await?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
+    /// Whether a key of this id exists, disabled or not: creating one must not replace it.
+    pub async fn access_key_exists(&self, access_key: &str) -> StoreResult<bool> {
+        let client = self.pool().get().await?;
+        let row = client
+            .query_opt("SELECT 1 FROM pgvs3.access_keys WHERE access_key = $1", &[&access_key])
+            .await?;
+        Ok(row.is_some())
+    }
+}

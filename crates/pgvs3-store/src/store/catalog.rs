@@ -232,7 +232,10 @@ impl Catalog {
             .get(0);
         let bucket_rows = tx.query(&bucket_select(), &[]).await?;
         let key_rows = tx
-            .query(&format!("SELECT {KEY_COLUMNS} FROM pgvs3.access_keys"), &[])
+            .query(
+                &format!("SELECT {KEY_COLUMNS} FROM pgvs3.access_keys WHERE NOT disabled"),
+                &[],
+            )
             .await?;
         tx.commit().await?;
 
@@ -514,7 +517,7 @@ impl Catalog {
             .query_opt(
                 &format!(
                     "SELECT {KEY_COLUMNS}, (SELECT version FROM pgvs3.catalog_version) AS catalog_version
-                       FROM pgvs3.access_keys WHERE access_key = $1"
+                       FROM pgvs3.access_keys WHERE access_key = $1 AND NOT disabled"
                 ),
                 &[&access_key],
             )
