@@ -13,7 +13,7 @@ use http_body_util::Full;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
@@ -255,9 +255,25 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
         .watches(
             api::<GatewayPool>(&client, &namespace),
             watcher::Config::default(),
-            referrers(buckets_reader, |bucket: &Bucket, pool| {
+            referrers(buckets_reader.clone(), |bucket: &Bucket, pool| {
                 bucket.spec.gateway_pool_ref == pool
             }),
+        )
+        // A ServiceAccount created, deleted or recreated: the roles that name it pin its UID
+        // (bucket/role.rs), so a deleted one's tokens stop at once.
+        .watches(
+            api::<ServiceAccount>(&client, &namespace),
+            watcher::Config::default(),
+            move |account: ServiceAccount| {
+                let namespace = account.namespace().unwrap_or_default();
+                let name = account.name_any();
+                buckets_reader
+                    .state()
+                    .into_iter()
+                    .filter(|bucket| bucket::role::names_service_account(bucket, &namespace, &name))
+                    .map(|bucket| ObjectRef::from_obj(&*bucket))
+                    .collect::<Vec<_>>()
+            },
         )
         .run(bucket::reconcile, bucket::error_policy, ctx.clone())
         .for_each(|_| async {});

@@ -175,18 +175,25 @@ fn claims(subject: &str, audience: &str, shift: i64) -> Value {
 async fn setup(gw: &TestGateway, cluster: &Cluster) {
     let sql = gw.sql().await;
     sts::put_oidc_issuer(&sql, ISSUER, &cluster.jwks()).await.unwrap();
+    put_reader(&sql, None).await;
+    for bucket in ["data", "other"] {
+        gw.client.create_bucket().bucket(bucket).send().await.unwrap();
+    }
+}
+
+/// Writes role `reader`: apps/reader may assume it (of the ServiceAccount UIDs `uids` when
+/// given, as the operator pins them), reading and writing bucket `data` only.
+async fn put_reader(sql: &tokio_postgres::Client, uids: Option<&[&str]>) {
     let trust = Trust {
         issuer: ISSUER.into(),
         audience: sts::DEFAULT_AUDIENCE.into(),
         subjects: vec![READER.into()],
+        service_account_uids: uids.map(|uids| uids.iter().map(|uid| uid.to_string()).collect()),
     };
     let policy = json!({"Version": "2012-10-17", "Statement": [
         {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:ListBucket"],
          "Resource": ["arn:aws:s3:::data", "arn:aws:s3:::data/*"]}]});
-    sts::put_role(&sql, "reader", &trust, &policy, 7200).await.unwrap();
-    for bucket in ["data", "other"] {
-        gw.client.create_bucket().bucket(bucket).send().await.unwrap();
-    }
+    sts::put_role(sql, "reader", &trust, &policy, 7200).await.unwrap();
 }
 
 async fn assume_at(addr: std::net::SocketAddr, params: &[(&str, &str)]) -> RawResponse {
@@ -556,6 +563,44 @@ async fn foreign_stale_and_hostile_tokens_are_refused_with_sts_codes() {
     )
     .await;
     assert_eq!(assume(&gw, &es256, &[]).await.code(), Some("AccessDenied"));
+}
+
+/// A trust that pins its ServiceAccounts' UIDs (the operator's roles do) refuses a token of
+/// the right subject whose ServiceAccount is gone: deleted, or deleted and recreated under the
+/// same name (a new UID); and a token without the claim.
+#[tokio::test]
+async fn a_token_of_a_deleted_service_account_is_refused_once_its_uid_is_unpinned() {
+    let gw = TestGateway::start().await;
+    let cluster = Cluster::new();
+    setup(&gw, &cluster).await;
+    let sql = gw.sql().await;
+    let token_of = |uid: Option<&str>| {
+        let mut claims = claims(READER, "pgvs3", 0);
+        match uid {
+            Some(uid) => claims["kubernetes.io"]["serviceaccount"]["uid"] = json!(uid),
+            None => drop(claims.as_object_mut().unwrap().remove("kubernetes.io")),
+        }
+        cluster.token(&json!({"alg": "RS256", "kid": "rsa-1"}), &claims, "rsa")
+    };
+    let (old, new, claimless) = (token_of(Some("uid-1")), token_of(Some("uid-2")), token_of(None));
+
+    put_reader(&sql, Some(&["uid-1"])).await;
+    issued(&assume(&gw, &old, &[]).await);
+    for (token, what) in [(&new, "another UID"), (&claimless, "no uid claim")] {
+        let answer = assume(&gw, token, &[]).await;
+        assert_eq!((answer.status, answer.code()), (403, Some("AccessDenied")), "{what}: {}", answer.body);
+    }
+
+    // Recreated under the same name: the new account's tokens only.
+    put_reader(&sql, Some(&["uid-2"])).await;
+    let answer = assume(&gw, &old, &[]).await;
+    assert_eq!((answer.status, answer.code()), (403, Some("AccessDenied")), "{}", answer.body);
+    issued(&assume(&gw, &new, &[]).await);
+
+    // Deleted: none.
+    put_reader(&sql, Some(&[])).await;
+    assert_eq!(assume(&gw, &new, &[]).await.code(), Some("AccessDenied"));
+    assert!(gw.metric("pgvs3_sts_refused_total{reason=\"subject\"}").await >= Some(4.0));
 }
 
 #[tokio::test]

@@ -5,9 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Resource, ResourceExt};
 use pgvs3_catalog::sts;
 use serde_json::json;
@@ -26,6 +26,8 @@ pub const TOKEN_FILE: &str = "/var/run/secrets/pgvs3.io/serviceaccount/token";
 const MAX_ROLE_NAME: usize = 64;
 /// The session length when the Bucket sets none (AWS's default).
 pub const DEFAULT_SESSION_SECONDS: i32 = 3600;
+/// The most ServiceAccount UIDs a role's trust pins.
+pub const MAX_PINNED_UIDS: usize = 1024;
 
 /// `k8s.<namespace>.<name>`: the role of a Bucket. Namespaces have no dots, so no two Buckets
 /// share one; the `k8s.` prefix keeps the operator's roles apart from those an admin writes
@@ -60,14 +62,58 @@ pub fn subjects(bucket: &Bucket, identity: &WorkloadIdentity) -> Vec<String> {
     subjects
 }
 
+/// Whether the Bucket's workload identity names ServiceAccount `name` of `namespace` (by name,
+/// or by `*`).
+pub fn names_service_account(bucket: &Bucket, namespace: &str, name: &str) -> bool {
+    let own = bucket.namespace().unwrap_or_default();
+    bucket.spec.workload_identity.as_ref().is_some_and(|identity| {
+        identity.service_accounts.iter().any(|account| {
+            account.namespace.as_deref().unwrap_or(&own) == namespace && (account.name == name || account.name == "*")
+        })
+    })
+}
+
 /// The role's trust: tokens of the cluster's issuer for audience `pgvs3` (the projected
-/// token's `audience`) whose subject is one of `subjects`.
-pub fn trust(issuer: &str, subjects: Vec<String>) -> sts::Trust {
+/// token's `audience`) whose subject is one of `subjects` and whose ServiceAccount is one of
+/// `uids` (those that exist now).
+pub fn trust(issuer: &str, subjects: Vec<String>, uids: Vec<String>) -> sts::Trust {
     sts::Trust {
         issuer: issuer.to_string(),
         audience: sts::DEFAULT_AUDIENCE.to_string(),
         subjects,
+        service_account_uids: Some(uids),
     }
+}
+
+/// The UIDs of the ServiceAccounts that `identity` names and that exist now (a `*` entry:
+/// every one of its namespace), sorted, each once: what the role's trust pins, so a token of
+/// an account deleted (or deleted and recreated under its name) is refused although it has not
+/// expired. ServiceAccounts are watched (run.rs): a change rewrites the trust. `None` when
+/// there are more than [`MAX_PINNED_UIDS`] (each assumption reads the trust).
+pub async fn service_account_uids(
+    ctx: &Context,
+    bucket: &Bucket,
+    identity: &WorkloadIdentity,
+) -> Result<Option<Vec<String>>> {
+    let own = bucket.namespace().unwrap_or_default();
+    let mut uids = Vec::new();
+    for account in &identity.service_accounts {
+        let namespace = account.namespace.as_deref().unwrap_or(&own);
+        let accounts: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), namespace);
+        if account.name == "*" {
+            let params = ListParams::default().limit(MAX_PINNED_UIDS as u32 + 1);
+            let listed = accounts.list_metadata(&params).await?;
+            if listed.metadata.continue_.as_deref().is_some_and(|next| !next.is_empty()) {
+                return Ok(None);
+            }
+            uids.extend(listed.items.into_iter().filter_map(|account| account.metadata.uid));
+        } else if let Some(found) = accounts.get_metadata_opt(&account.name).await? {
+            uids.extend(found.metadata.uid);
+        }
+    }
+    uids.sort();
+    uids.dedup();
+    Ok((uids.len() <= MAX_PINNED_UIDS).then_some(uids))
 }
 
 /// The role's policy: the bucket `bucket_name` and nothing else — under `prefixes` only when
@@ -150,17 +196,18 @@ pub fn config_map(bucket: &Bucket, target: &Target, role_arn: &str) -> ConfigMap
     }
 }
 
-/// Writes the Bucket's role into the catalog; its ARN.
+/// Writes the Bucket's role into the catalog, its trust pinning `uids`; its ARN.
 pub async fn put_role(
     client: &impl GenericClient,
     bucket: &Bucket,
     identity: &WorkloadIdentity,
     issuer: &str,
+    uids: Vec<String>,
     bucket_name: &str,
 ) -> Result<String> {
     let name = role_name(bucket);
     let access = identity.access.unwrap_or(bucket.spec.access);
-    let trust = trust(issuer, subjects(bucket, identity));
+    let trust = trust(issuer, subjects(bucket, identity), uids);
     let policy = policy(bucket_name, &bucket.spec.access_prefixes, access);
     let seconds = identity.max_session_seconds.unwrap_or(DEFAULT_SESSION_SECONDS);
     sts::put_role(client, &name, &trust, &policy, seconds).await?;
@@ -253,6 +300,31 @@ mod tests {
             subjects(&bucket("team", "photos"), &identity),
             ["system:serviceaccount:batch:*", "system:serviceaccount:team:app"]
         );
+    }
+
+    #[test]
+    fn service_accounts_are_named_by_name_or_namespace_wildcard() {
+        let mut photos = bucket("team", "photos");
+        assert!(!names_service_account(&photos, "team", "app"), "no workload identity");
+        photos.spec.workload_identity = Some(WorkloadIdentity {
+            service_accounts: vec![
+                ServiceAccountRef {
+                    name: "app".into(),
+                    namespace: None,
+                },
+                ServiceAccountRef {
+                    name: "*".into(),
+                    namespace: Some("batch".into()),
+                },
+            ],
+            access: None,
+            max_session_seconds: None,
+            static_key: true,
+        });
+        assert!(names_service_account(&photos, "team", "app"));
+        assert!(!names_service_account(&photos, "team", "other"));
+        assert!(!names_service_account(&photos, "apps", "app"));
+        assert!(names_service_account(&photos, "batch", "anyone"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Workload identity on the real API server (issue 37, the operator's half): the API server's
 //! service-account issuer and keys published into the pool's catalog, also after a key is
-//! added; a Bucket's role and ConfigMap written, updated, restored and deleted with it. A
+//! added; a Bucket's role and ConfigMap written, updated, restored and deleted with it; a
+//! token replayed after its ServiceAccount's deletion (and recreation) refused. A
 //! control plane of its own, so it runs alone:
 //! `cargo test --workspace --locked --test operator -- --ignored workload_identity`.
 
@@ -12,9 +13,11 @@ use pgvs3_testkit as common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use pgvs3_catalog::sts;
 use pgvs3_operator::crd::Bucket;
 use serde_json::{Value, json};
@@ -69,6 +72,126 @@ async fn role(catalog: &tokio_postgres::Client, name: &str) -> Option<sts::Role>
         .unwrap()
         .into_iter()
         .find(|role| role.name == name)
+}
+
+/// AssumeRoleWithWebIdentity of role `role` with `token` on the gateway at `port`.
+async fn assume(port: u16, role: &str, token: &str) -> common::raw::RawResponse {
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    // Percent-encoded: the ARN's `:` and `/` (a token is URL-safe already).
+    let encode = |text: &str| {
+        text.bytes()
+            .map(|byte| match byte {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (byte as char).to_string(),
+                _ => format!("%{byte:02X}"),
+            })
+            .collect::<String>()
+    };
+    let body = format!(
+        "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleSessionName=apiserver&RoleArn={}&WebIdentityToken={}",
+        encode(&sts::role_arn(role)),
+        encode(token)
+    );
+    let headers = [
+        ("host".to_owned(), addr.to_string()),
+        (
+            "content-type".to_owned(),
+            "application/x-www-form-urlencoded".to_owned(),
+        ),
+        ("content-length".to_owned(), body.len().to_string()),
+    ];
+    common::raw::send(addr, "POST", "/", &headers, body.as_bytes()).await
+}
+
+/// A token the API server issues for ServiceAccount `name` (TokenRequest, audience `pgvs3`).
+async fn token_of(accounts: &Api<ServiceAccount>, name: &str) -> String {
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![sts::DEFAULT_AUDIENCE.to_string()],
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    accounts
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token
+}
+
+/// The ServiceAccount UIDs role `name`'s trust pins.
+async fn pinned(catalog: &tokio_postgres::Client, name: &str) -> Option<Vec<String>> {
+    role(catalog, name).await?.trust.service_account_uids
+}
+
+/// The Bucket names ServiceAccount `app`: its token assumes the role while it exists; deleted,
+/// its unexpired token is refused; recreated under the same name (a new UID), the old token
+/// stays refused and the new account's works. The operator pins the UIDs in the role's trust
+/// and watches ServiceAccounts; the gateway checks the token's `kubernetes.io` →
+/// `serviceaccount` → `uid`.
+async fn replayed_after_deletion(
+    client: &Client,
+    catalog: &tokio_postgres::Client,
+    ns: &str,
+    role_name: &str,
+    port: u16,
+) {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let create = || async {
+        let account = ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some("app".into()),
+                ..ObjectMeta::default()
+            },
+            ..ServiceAccount::default()
+        };
+        accounts
+            .create(&PostParams::default(), &account)
+            .await
+            .unwrap()
+            .metadata
+            .uid
+            .unwrap()
+    };
+    let first = create().await;
+    eventually(WAIT, "the first account's UID pinned", || async {
+        (pinned(catalog, role_name).await? == [first.clone()]).then_some(())
+    })
+    .await;
+    let old = token_of(&accounts, "app").await;
+    let answer = assume(port, role_name, &old).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+
+    accounts.delete("app", &DeleteParams::default()).await.unwrap();
+    eventually(WAIT, "no UID pinned once the account is deleted", || async {
+        pinned(catalog, role_name).await?.is_empty().then_some(())
+    })
+    .await;
+    let answer = assume(port, role_name, &old).await;
+    assert_eq!(
+        (answer.status, answer.code()),
+        (403, Some("AccessDenied")),
+        "a deleted account's token: {}",
+        answer.body
+    );
+
+    let second = create().await;
+    assert_ne!(first, second);
+    eventually(WAIT, "the recreated account's UID pinned", || async {
+        (pinned(catalog, role_name).await? == [second.clone()]).then_some(())
+    })
+    .await;
+    let answer = assume(port, role_name, &old).await;
+    assert_eq!(
+        (answer.status, answer.code()),
+        (403, Some("AccessDenied")),
+        "the old account's token after its name was reused: {}",
+        answer.body
+    );
+    let answer = assume(port, role_name, &token_of(&accounts, "app").await).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
 }
 
 fn data(config_map: &ConfigMap, key: &str) -> String {
@@ -174,6 +297,8 @@ async fn scenario(plane: Arc<ControlPlane>) {
     })
     .await;
     assert!(secrets.get_opt("photos-credentials").await.unwrap().is_some());
+
+    replayed_after_deletion(&client, &catalog, ns, name, _gateway.s3_port).await;
 
     // Edited: read-write, longer sessions, no static key: the role follows, the Secret goes.
     apply(

@@ -78,9 +78,30 @@ pub struct Claims {
     nbf: Option<i64>,
     #[serde(default)]
     iat: Option<i64>,
+    /// What the API server adds about the token's ServiceAccount (and pod).
+    #[serde(default, rename = "kubernetes.io")]
+    kubernetes: Option<KubernetesClaims>,
+}
+
+#[derive(Deserialize)]
+struct KubernetesClaims {
+    #[serde(default)]
+    serviceaccount: Option<ServiceAccountClaim>,
+}
+
+#[derive(Deserialize)]
+struct ServiceAccountClaim {
+    #[serde(default)]
+    uid: Option<String>,
 }
 
 impl Claims {
+    /// The UID of the token's ServiceAccount (`kubernetes.io` → `serviceaccount` → `uid`),
+    /// which a role's trust may pin.
+    pub fn service_account_uid(&self) -> Option<&str> {
+        self.kubernetes.as_ref()?.serviceaccount.as_ref()?.uid.as_deref()
+    }
+
     pub fn audiences(&self) -> &[String] {
         match &self.aud {
             Audience::One(one) => std::slice::from_ref(one),

@@ -319,7 +319,7 @@ impl Sts {
         let claims = token
             .verify(&keys, &trust.audience, now)
             .map_err(|refusal| (refusal.reason(), Refusal::from(refusal)))?;
-        if !trust.admits(&claims.sub) {
+        if !trust.admits(&claims.sub, claims.service_account_uid()) {
             return Err(("subject", not_authorized()));
         }
         let access_key = format!("ASIA{}", random_id(16));
