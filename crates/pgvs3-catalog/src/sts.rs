@@ -111,10 +111,10 @@ pub async fn put_oidc_issuer(client: &impl GenericClient, issuer: &str, jwks: &s
 /// Forgets `issuer`: its tokens are refused from then on. False when it was not registered.
 pub async fn delete_oidc_issuer(client: &impl GenericClient, issuer: &str) -> Result<bool> {
     let row = client
-        .query_one("SELECT pgvs3.delete_oidc_issuer($1)", &[&issuer])
+        .query_one("SELECT pgvs3.delete_oidc_issuer($1) AS deleted", &[&issuer])
         .await
         .map_err(classify(&[]))?;
-    Ok(row.get(0))
+    Ok(row.get("deleted"))
 }
 
 /// Creates or replaces role `name` (its ARN: [`role_arn`]). A malformed trust or a policy
@@ -166,11 +166,11 @@ pub async fn list_roles(client: &impl GenericClient) -> Result<Vec<Role>> {
     Ok(rows
         .iter()
         .map(|row| Role {
-            name: row.get(0),
-            trust: row.get::<_, Json<Trust>>(1).0,
-            policy: row.get::<_, Json<serde_json::Value>>(2).0,
-            max_session_seconds: row.get(3),
-            live_sessions: row.get(4),
+            name: row.get("name"),
+            trust: row.get::<_, Json<Trust>>("trust").0,
+            policy: row.get::<_, Json<serde_json::Value>>("policy").0,
+            max_session_seconds: row.get("max_session_seconds"),
+            live_sessions: row.get("live_sessions"),
         })
         .collect())
 }
@@ -222,7 +222,10 @@ mod tests {
         };
         let reader = "system:serviceaccount:apps:reader";
         assert!(trust.admits(reader, Some("uid-now")));
-        assert!(!trust.admits(reader, Some("uid-before")), "a recreated account's old token");
+        assert!(
+            !trust.admits(reader, Some("uid-before")),
+            "a recreated account's old token"
+        );
         assert!(!trust.admits(reader, None), "a token without the claim");
         assert!(!trust.admits("system:serviceaccount:apps:writer", Some("uid-now")));
         // Stored without the field when none are pinned, read back as before.

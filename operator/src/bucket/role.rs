@@ -103,7 +103,12 @@ pub async fn service_account_uids(
         if account.name == "*" {
             let params = ListParams::default().limit(MAX_PINNED_UIDS as u32 + 1);
             let listed = accounts.list_metadata(&params).await?;
-            if listed.metadata.continue_.as_deref().is_some_and(|next| !next.is_empty()) {
+            if listed
+                .metadata
+                .continue_
+                .as_deref()
+                .is_some_and(|next| !next.is_empty())
+            {
                 return Ok(None);
             }
             uids.extend(listed.items.into_iter().filter_map(|account| account.metadata.uid));

@@ -106,10 +106,8 @@ impl S3Access for SignedOnly {
         if let Some(bucket) = bucket {
             let _ = facts.0.bucket.set(bucket);
         }
-        if let Some(access_key) = cx.credentials().map(|c| c.access_key.as_str())
-            && crate::store::is_session_key(access_key)
-        {
-            session_token(&self.catalog, access_key, cx.headers(), cx.uri()).await?;
+        if let Some(access_key) = cx.credentials().map(|c| c.access_key.as_str()) {
+            security_token(&self.catalog, access_key, cx.headers(), cx.uri()).await?;
         }
         // A browser upload's fields went by before s3s's access check: its key and settings.
         let form = cx.extensions_mut().get::<super::post_form::FormNotes>().cloned();
@@ -132,13 +130,35 @@ impl S3Access for SignedOnly {
 
 /// Temporary credentials are good only with their session token (`x-amz-security-token`, or
 /// `X-Amz-Security-Token` in a presigned URL) and until they expire, as on S3: a missing or
-/// wrong token is 400 InvalidToken, an expired session 400 ExpiredToken.
-pub(super) async fn session_token(
+/// wrong token is 400 InvalidToken, an expired session 400 ExpiredToken. A static key has no
+/// token: one sent with it is 400 InvalidToken too, as S3 answers a long-term key with a
+/// session token, rather than a token silently ignored.
+pub(super) async fn security_token(
     catalog: &Catalog,
     access_key: &str,
     headers: &http::HeaderMap,
     uri: &http::Uri,
 ) -> S3Result<()> {
+    let in_query = || {
+        let query = uri.query().filter(|query| query.contains("X-Amz-Security-Token="))?;
+        form_urlencoded::parse(query.as_bytes())
+            .find(|(name, _)| name == "X-Amz-Security-Token")
+            .map(|(_, value)| value.into_owned())
+    };
+    // A header that is not text counts as presented (and matches no session's token).
+    let token = match headers.get("x-amz-security-token") {
+        Some(value) => Some(value.to_str().unwrap_or_default().to_owned()),
+        None => in_query(),
+    };
+    if !crate::store::is_session_key(access_key) {
+        return match token {
+            Some(_) => Err(s3s::s3_error!(
+                InvalidToken,
+                "The provided token is malformed or otherwise invalid."
+            )),
+            None => Ok(()),
+        };
+    }
     let key = catalog
         .access_key(access_key)
         .await
@@ -148,16 +168,6 @@ pub(super) async fn session_token(
             InvalidAccessKeyId,
             "The AWS Access Key Id you provided does not exist in our records."
         ));
-    };
-    let in_query = || {
-        let query = uri.query().filter(|query| query.contains("X-Amz-Security-Token="))?;
-        form_urlencoded::parse(query.as_bytes())
-            .find(|(name, _)| name == "X-Amz-Security-Token")
-            .map(|(_, value)| value.into_owned())
-    };
-    let token = match headers.get("x-amz-security-token") {
-        Some(value) => value.to_str().ok().map(str::to_owned),
-        None => in_query(),
     };
     if !token.is_some_and(|token| session.token_matches(&token)) {
         return Err(s3s::s3_error!(
