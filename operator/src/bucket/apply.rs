@@ -252,17 +252,22 @@ async fn write_identity(
             return Ok(Err(("IssuerUnavailable", message)));
         }
     };
-    let Some(uids) = role::service_account_uids(ctx, bucket, identity).await? else {
-        let message = format!(
-            "the ServiceAccounts named have more than {} UIDs to pin in the role's trust; name fewer",
-            role::MAX_PINNED_UIDS
-        );
-        return Ok(Err(("TooManyServiceAccounts", message)));
+    let principals = match role::principals(ctx, bucket, identity).await? {
+        Ok(principals) => principals,
+        Err(refused) => return Ok(Err(refused)),
     };
     let written = async {
         identity::publish(ctx, binding, &issuer).await?;
         let client = database::connect(&binding.connection).await?;
-        role::put_role(&client, bucket, identity, &issuer.issuer, uids, &target.bucket_name).await
+        role::put_role(
+            &client,
+            bucket,
+            identity,
+            &issuer.issuer,
+            principals,
+            &target.bucket_name,
+        )
+        .await
     }
     .await;
     let arn = match written {
