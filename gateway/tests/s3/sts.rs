@@ -501,11 +501,12 @@ async fn foreign_stale_and_hostile_tokens_are_refused_with_sts_codes() {
     // DurationSeconds, status, code).
     let good = cluster.service_account(READER);
     let (reader, absent) = (sts::role_arn("reader"), sts::role_arn("absent"));
-    let requests: [(&str, &str, &str, Option<&str>, u16, &str); 6] = [
-        ("below 900 s", &reader, "ok", Some("899"), 400, "ValidationError"),
+    let (reader, absent) = (reader.as_str(), absent.as_str());
+    let requests = [
+        ("below 900 s", reader, "ok", Some("899"), 400, "ValidationError"),
         (
             "over the role's maximum",
-            &reader,
+            reader,
             "ok",
             Some("7201"),
             400,
@@ -513,7 +514,7 @@ async fn foreign_stale_and_hostile_tokens_are_refused_with_sts_codes() {
         ),
         (
             "a duration not a number",
-            &reader,
+            reader,
             "ok",
             Some("x"),
             400,
@@ -521,7 +522,7 @@ async fn foreign_stale_and_hostile_tokens_are_refused_with_sts_codes() {
         ),
         (
             "a one-character session name",
-            &absent,
+            absent,
             "s",
             None,
             400,
@@ -535,7 +536,7 @@ async fn foreign_stale_and_hostile_tokens_are_refused_with_sts_codes() {
             400,
             "ValidationError",
         ),
-        ("no such role", &absent, "ok", None, 403, "AccessDenied"),
+        ("no such role", absent, "ok", None, 403, "AccessDenied"),
     ];
     for (what, arn, session, duration, status, code) in requests {
         let mut params = vec![

@@ -344,7 +344,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::{BucketSpec, ServiceAccountRef};
+    use crate::crd::BucketSpec;
 
     fn bucket(namespace: &str, name: &str) -> Bucket {
         let spec: BucketSpec = serde_json::from_value(json!({"gatewayPoolRef": "pool"})).unwrap();
