@@ -547,6 +547,7 @@ async fn admin_role(client: &tokio_postgres::Client, command: RoleCommand) -> an
                 issuer,
                 audience,
                 subjects,
+                service_account_uids: None,
             };
             sts::put_role(client, &name, &trust, &policy, max_session_seconds).await?;
             println!("AWS_ROLE_ARN={}", sts::role_arn(&name));

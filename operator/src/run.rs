@@ -13,7 +13,7 @@ use http_body_util::Full;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
@@ -255,10 +255,34 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
         .watches(
             api::<GatewayPool>(&client, &namespace),
             watcher::Config::default(),
-            referrers(buckets_reader, |bucket: &Bucket, pool| {
+            referrers(buckets_reader.clone(), |bucket: &Bucket, pool| {
                 bucket.spec.gateway_pool_ref == pool
             }),
         )
+        // A ServiceAccount created, deleted or recreated: the roles that name it pin its UID
+        // (bucket/role.rs), so a deleted one's tokens stop at once.
+        .watches(
+            api::<ServiceAccount>(&client, &namespace),
+            watcher::Config::default(),
+            buckets_where(buckets_reader.clone(), |bucket, account: &ServiceAccount| {
+                let namespace = account.namespace().unwrap_or_default();
+                bucket::role::names_service_account(bucket, &namespace, &account.name_any())
+            }),
+        );
+    // A namespace labelled, unlabelled, created or deleted: the Buckets that select namespaces
+    // by label resolve their roles' subjects again. Namespaces are cluster-scoped: watched only
+    // by an operator of every namespace (one of one namespace refuses `namespaceSelector`).
+    let bucket_controller = match &namespace {
+        None => bucket_controller.watches(
+            Api::<Namespace>::all(client.clone()),
+            watcher::Config::default(),
+            buckets_where(buckets_reader, |bucket, _: &Namespace| {
+                bucket::role::selects_namespaces(bucket)
+            }),
+        ),
+        Some(_) => bucket_controller,
+    };
+    let bucket_controller = bucket_controller
         .run(bucket::reconcile, bucket::error_policy, ctx.clone())
         .for_each(|_| async {});
 
@@ -314,6 +338,21 @@ where
             .into_iter()
             .filter(|object| object.namespace() == namespace && refers(object, &name))
             .map(|object| ObjectRef::from_obj(&*object))
+            .collect()
+    }
+}
+
+/// Maps a changed object to the Buckets `concerns` says it concerns.
+fn buckets_where<W>(
+    store: Store<Bucket>,
+    concerns: impl Fn(&Bucket, &W) -> bool + Send + Sync + 'static,
+) -> impl Fn(W) -> Vec<ObjectRef<Bucket>> + Send + Sync + 'static {
+    move |changed: W| {
+        store
+            .state()
+            .into_iter()
+            .filter(|bucket| concerns(bucket, &changed))
+            .map(|bucket| ObjectRef::from_obj(&*bucket))
             .collect()
     }
 }

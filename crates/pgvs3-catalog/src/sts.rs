@@ -42,21 +42,36 @@ pub fn service_account_subject(namespace: &str, name: &str) -> String {
 
 /// Who may assume a role: tokens of `issuer`, for `audience`, whose `sub` is one of
 /// `subjects` (an entry ending in `*` matches every subject with that prefix, as
-/// `system:serviceaccount:<ns>:*` does every ServiceAccount of a namespace).
+/// `system:serviceaccount:<ns>:*` does every ServiceAccount of a namespace) and, when the trust
+/// pins them, whose ServiceAccount is one of `service_account_uids`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Trust {
     pub issuer: String,
     pub audience: String,
     pub subjects: Vec<String>,
+    /// The UIDs of the ServiceAccounts that exist now (the operator's roles pin them, and
+    /// rewrite them as ServiceAccounts come and go): a token's `kubernetes.io` →
+    /// `serviceaccount` → `uid` must be one of them. A token stays valid offline until its
+    /// `exp` however its ServiceAccount fares; this is what refuses one replayed after the
+    /// ServiceAccount's deletion, and one of a deleted account recreated under the same name
+    /// (which gets a new UID). `None`: subjects alone (`pgvs3 admin role` without UIDs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_uids: Option<Vec<String>>,
 }
 
 impl Trust {
-    /// Whether `subject` is one this trust names.
-    pub fn admits(&self, subject: &str) -> bool {
-        self.subjects.iter().any(|pattern| match pattern.strip_suffix('*') {
+    /// Whether a token of `subject`, of the ServiceAccount `uid` (its claim, when it has one),
+    /// is one this trust admits.
+    pub fn admits(&self, subject: &str, uid: Option<&str>) -> bool {
+        let named = self.subjects.iter().any(|pattern| match pattern.strip_suffix('*') {
             Some(prefix) => subject.starts_with(prefix),
             None => pattern == subject,
-        })
+        });
+        named
+            && self
+                .service_account_uids
+                .as_ref()
+                .is_none_or(|uids| uid.is_some_and(|uid| uids.iter().any(|pinned| pinned == uid)))
     }
 }
 
@@ -96,10 +111,10 @@ pub async fn put_oidc_issuer(client: &impl GenericClient, issuer: &str, jwks: &s
 /// Forgets `issuer`: its tokens are refused from then on. False when it was not registered.
 pub async fn delete_oidc_issuer(client: &impl GenericClient, issuer: &str) -> Result<bool> {
     let row = client
-        .query_one("SELECT pgvs3.delete_oidc_issuer($1)", &[&issuer])
+        .query_one("SELECT pgvs3.delete_oidc_issuer($1) AS deleted", &[&issuer])
         .await
         .map_err(classify(&[]))?;
-    Ok(row.get(0))
+    Ok(row.get("deleted"))
 }
 
 /// Creates or replaces role `name` (its ARN: [`role_arn`]). A malformed trust or a policy
@@ -151,11 +166,11 @@ pub async fn list_roles(client: &impl GenericClient) -> Result<Vec<Role>> {
     Ok(rows
         .iter()
         .map(|row| Role {
-            name: row.get(0),
-            trust: row.get::<_, Json<Trust>>(1).0,
-            policy: row.get::<_, Json<serde_json::Value>>(2).0,
-            max_session_seconds: row.get(3),
-            live_sessions: row.get(4),
+            name: row.get("name"),
+            trust: row.get::<_, Json<Trust>>("trust").0,
+            policy: row.get::<_, Json<serde_json::Value>>("policy").0,
+            max_session_seconds: row.get("max_session_seconds"),
+            live_sessions: row.get("live_sessions"),
         })
         .collect())
 }
@@ -188,11 +203,38 @@ mod tests {
                 service_account_subject("apps", "reader"),
                 service_account_subject("batch", "*"),
             ],
+            service_account_uids: None,
         };
-        assert!(trust.admits("system:serviceaccount:apps:reader"));
-        assert!(!trust.admits("system:serviceaccount:apps:reader2"));
-        assert!(!trust.admits("system:serviceaccount:apps:writer"));
-        assert!(trust.admits("system:serviceaccount:batch:anyone"));
-        assert!(!trust.admits("system:serviceaccount:batch2:anyone"));
+        assert!(trust.admits("system:serviceaccount:apps:reader", None));
+        assert!(!trust.admits("system:serviceaccount:apps:reader2", None));
+        assert!(!trust.admits("system:serviceaccount:apps:writer", None));
+        assert!(trust.admits("system:serviceaccount:batch:anyone", Some("u")));
+        assert!(!trust.admits("system:serviceaccount:batch2:anyone", None));
+    }
+
+    #[test]
+    fn pinned_uids_refuse_other_and_missing_ones() {
+        let trust = Trust {
+            issuer: "https://kubernetes.default.svc".into(),
+            audience: DEFAULT_AUDIENCE.into(),
+            subjects: vec![service_account_subject("apps", "reader")],
+            service_account_uids: Some(vec!["uid-now".into()]),
+        };
+        let reader = "system:serviceaccount:apps:reader";
+        assert!(trust.admits(reader, Some("uid-now")));
+        assert!(
+            !trust.admits(reader, Some("uid-before")),
+            "a recreated account's old token"
+        );
+        assert!(!trust.admits(reader, None), "a token without the claim");
+        assert!(!trust.admits("system:serviceaccount:apps:writer", Some("uid-now")));
+        // Stored without the field when none are pinned, read back as before.
+        let plain = Trust {
+            service_account_uids: None,
+            ..trust.clone()
+        };
+        assert!(!serde_json::to_string(&plain).unwrap().contains("service_account_uids"));
+        let back: Trust = serde_json::from_str(&serde_json::to_string(&trust).unwrap()).unwrap();
+        assert_eq!(back, trust);
     }
 }

@@ -677,6 +677,7 @@ async fn the_sts_control_api_upserts_replaces_and_deletes() {
         issuer: issuer.into(),
         audience: sts::DEFAULT_AUDIENCE.into(),
         subjects: vec![sts::service_account_subject("apps", "reader")],
+        service_account_uids: None,
     };
     let policy = json!({"Version": "2012-10-17", "Statement": [
         {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::data/*"}]});

@@ -823,6 +823,7 @@ async fn auth_refuses_session_credentials() {
         issuer: "https://issuer".into(),
         audience: "pgvs3".into(),
         subjects: vec!["system:serviceaccount:apps:reader".into()],
+        service_account_uids: None,
     };
     let policy = serde_json::json!({"Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]});
     pgvs3_catalog::sts::put_role(&sql, "r", &trust, &policy, 3600)

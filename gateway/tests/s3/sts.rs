@@ -175,18 +175,25 @@ fn claims(subject: &str, audience: &str, shift: i64) -> Value {
 async fn setup(gw: &TestGateway, cluster: &Cluster) {
     let sql = gw.sql().await;
     sts::put_oidc_issuer(&sql, ISSUER, &cluster.jwks()).await.unwrap();
+    put_reader(&sql, None).await;
+    for bucket in ["data", "other"] {
+        gw.client.create_bucket().bucket(bucket).send().await.unwrap();
+    }
+}
+
+/// Writes role `reader`: apps/reader may assume it (of the ServiceAccount UIDs `uids` when
+/// given, as the operator pins them), reading and writing bucket `data` only.
+async fn put_reader(sql: &tokio_postgres::Client, uids: Option<&[&str]>) {
     let trust = Trust {
         issuer: ISSUER.into(),
         audience: sts::DEFAULT_AUDIENCE.into(),
         subjects: vec![READER.into()],
+        service_account_uids: uids.map(|uids| uids.iter().map(|uid| uid.to_string()).collect()),
     };
     let policy = json!({"Version": "2012-10-17", "Statement": [
         {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:ListBucket"],
          "Resource": ["arn:aws:s3:::data", "arn:aws:s3:::data/*"]}]});
-    sts::put_role(&sql, "reader", &trust, &policy, 7200).await.unwrap();
-    for bucket in ["data", "other"] {
-        gw.client.create_bucket().bucket(bucket).send().await.unwrap();
-    }
+    sts::put_role(sql, "reader", &trust, &policy, 7200).await.unwrap();
 }
 
 async fn assume_at(addr: std::net::SocketAddr, params: &[(&str, &str)]) -> RawResponse {
@@ -490,39 +497,62 @@ async fn foreign_stale_and_hostile_tokens_are_refused_with_sts_codes() {
                 .contains("<ErrorResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\">")
         );
     }
+    // A good token, the request around it refused: (what, RoleArn, RoleSessionName,
+    // DurationSeconds, status, code).
     let good = cluster.service_account(READER);
-    for (duration, what) in [
-        ("899", "below 900"),
-        ("7201", "over the role's maximum"),
-        ("x", "not a number"),
-    ] {
-        let answer = assume(&gw, &good, &[("DurationSeconds", duration)]).await;
-        assert_eq!((answer.status, answer.code()), (400, Some("ValidationError")), "{what}");
+    let (reader, absent) = (sts::role_arn("reader"), sts::role_arn("absent"));
+    let (reader, absent) = (reader.as_str(), absent.as_str());
+    let requests = [
+        ("below 900 s", reader, "ok", Some("899"), 400, "ValidationError"),
+        (
+            "over the role's maximum",
+            reader,
+            "ok",
+            Some("7201"),
+            400,
+            "ValidationError",
+        ),
+        (
+            "a duration not a number",
+            reader,
+            "ok",
+            Some("x"),
+            400,
+            "ValidationError",
+        ),
+        (
+            "a one-character session name",
+            absent,
+            "s",
+            None,
+            400,
+            "ValidationError",
+        ),
+        (
+            "not a role ARN",
+            "arn:aws:s3:::data",
+            "ok",
+            None,
+            400,
+            "ValidationError",
+        ),
+        ("no such role", absent, "ok", None, 403, "AccessDenied"),
+    ];
+    for (what, arn, session, duration, status, code) in requests {
+        let mut params = vec![
+            ("RoleArn", arn),
+            ("RoleSessionName", session),
+            ("WebIdentityToken", &good),
+        ];
+        params.extend(duration.map(|duration| ("DurationSeconds", duration)));
+        let answer = assume_at(gw.gateway.s3_addr, &params).await;
+        assert_eq!(
+            (answer.status, answer.code()),
+            (status, Some(code)),
+            "{what}: {}",
+            answer.body
+        );
     }
-    let answer = assume_at(
-        gw.gateway.s3_addr,
-        &[
-            ("RoleArn", "arn:aws:iam::000000000000:role/absent"),
-            ("RoleSessionName", "s"),
-            ("WebIdentityToken", &good),
-        ],
-    )
-    .await;
-    assert_eq!(answer.code(), Some("ValidationError"), "a one-character session name");
-    let answer = assume_at(
-        gw.gateway.s3_addr,
-        &[
-            ("RoleArn", "arn:aws:iam::000000000000:role/absent"),
-            ("RoleSessionName", "ok"),
-            ("WebIdentityToken", &good),
-        ],
-    )
-    .await;
-    assert_eq!(
-        (answer.status, answer.code()),
-        (403, Some("AccessDenied")),
-        "no such role"
-    );
     assert!(gw.metric("pgvs3_sts_refused_total{reason=\"signature\"}").await >= Some(1.0));
     assert!(gw.metric("pgvs3_sts_refused_total{reason=\"algorithm\"}").await >= Some(3.0));
 
@@ -556,6 +586,54 @@ async fn foreign_stale_and_hostile_tokens_are_refused_with_sts_codes() {
     )
     .await;
     assert_eq!(assume(&gw, &es256, &[]).await.code(), Some("AccessDenied"));
+}
+
+/// A trust that pins its ServiceAccounts' UIDs (the operator's roles do) refuses a token of
+/// the right subject whose ServiceAccount is gone: deleted, or deleted and recreated under the
+/// same name (a new UID); and a token without the claim.
+#[tokio::test]
+async fn a_token_of_a_deleted_service_account_is_refused_once_its_uid_is_unpinned() {
+    let gw = TestGateway::start().await;
+    let cluster = Cluster::new();
+    setup(&gw, &cluster).await;
+    let sql = gw.sql().await;
+    let token_of = |uid: Option<&str>| {
+        let mut claims = claims(READER, "pgvs3", 0);
+        match uid {
+            Some(uid) => claims["kubernetes.io"]["serviceaccount"]["uid"] = json!(uid),
+            None => drop(claims.as_object_mut().unwrap().remove("kubernetes.io")),
+        }
+        cluster.token(&json!({"alg": "RS256", "kid": "rsa-1"}), &claims, "rsa")
+    };
+    let (old, new, claimless) = (token_of(Some("uid-1")), token_of(Some("uid-2")), token_of(None));
+
+    put_reader(&sql, Some(&["uid-1"])).await;
+    issued(&assume(&gw, &old, &[]).await);
+    for (token, what) in [(&new, "another UID"), (&claimless, "no uid claim")] {
+        let answer = assume(&gw, token, &[]).await;
+        assert_eq!(
+            (answer.status, answer.code()),
+            (403, Some("AccessDenied")),
+            "{what}: {}",
+            answer.body
+        );
+    }
+
+    // Recreated under the same name: the new account's tokens only.
+    put_reader(&sql, Some(&["uid-2"])).await;
+    let answer = assume(&gw, &old, &[]).await;
+    assert_eq!(
+        (answer.status, answer.code()),
+        (403, Some("AccessDenied")),
+        "{}",
+        answer.body
+    );
+    issued(&assume(&gw, &new, &[]).await);
+
+    // Deleted: none.
+    put_reader(&sql, Some(&[])).await;
+    assert_eq!(assume(&gw, &new, &[]).await.code(), Some("AccessDenied"));
+    assert!(gw.metric("pgvs3_sts_refused_total{reason=\"subject\"}").await >= Some(4.0));
 }
 
 #[tokio::test]
@@ -686,4 +764,143 @@ print("done")
         reader = READER,
     );
     gw.python_passes(&script, "done").await;
+}
+
+/// A session copying out of another bucket is held to that bucket's policy too (a Deny there
+/// refuses it, as it refuses a static key); and sessions do not turn off the access checks'
+/// fast path that static keys take while no bucket or key has rules.
+#[tokio::test]
+async fn a_session_copy_obeys_the_source_buckets_deny_and_sessions_keep_the_fast_path() {
+    let gw = TestGateway::start().await;
+    let cluster = Cluster::new();
+    setup(&gw, &cluster).await;
+    let catalog = gw.gateway.store.catalog();
+    let session = issued(&assume(&gw, &cluster.service_account(READER), &[]).await);
+    let s3 = session_client(
+        gw.gateway.s3_addr,
+        &session.access_key,
+        &session.secret,
+        Some(&session.token),
+    );
+    put_code(&s3, "data", "mine").await.unwrap();
+    assert!(
+        !catalog.has_access_rules(),
+        "a session's role policy turned the access checks on for every static key"
+    );
+
+    // The role may read `other` too; `other`'s policy denies reading it to everyone.
+    let sql = gw.sql().await;
+    let trust = Trust {
+        issuer: ISSUER.into(),
+        audience: sts::DEFAULT_AUDIENCE.into(),
+        subjects: vec![READER.into()],
+        service_account_uids: None,
+    };
+    let policy = json!({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject"],
+         "Resource": ["arn:aws:s3:::data/*", "arn:aws:s3:::other/*"]}]});
+    sts::put_role(&sql, "reader", &trust, &policy, 7200).await.unwrap();
+    common::s3::put_object(&gw.client, "other", "secret", b"s".to_vec()).await;
+    let copy = |source: &'static str| {
+        let s3 = s3.clone();
+        async move {
+            s3.copy_object()
+                .bucket("data")
+                .key("copy")
+                .copy_source(source)
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|err| err.into_service_error().code().unwrap_or("?").to_owned())
+        }
+    };
+    common::eventually(Duration::from_secs(10), "the role's new policy", || async {
+        copy("other/secret").await.ok()
+    })
+    .await;
+    gw.client
+        .put_bucket_policy()
+        .bucket("other")
+        .policy(
+            json!({"Version": "2012-10-17", "Statement": [
+                {"Effect": "Deny", "Principal": "*", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::other/*"}]})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    common::eventually(Duration::from_secs(10), "the source's Deny applied", || async {
+        (copy("other/secret").await == Err("AccessDenied".into())).then_some(())
+    })
+    .await;
+    assert_eq!(copy("data/mine").await, Ok(()), "a source without a Deny");
+}
+
+/// A static key sent with a session token is refused, as AWS refuses a long-term key with one:
+/// S3 `InvalidToken`, STS `InvalidClientTokenId`; and GetCallerIdentity's signature errors are
+/// STS's XML (boto3 parses their codes), not S3's.
+#[tokio::test]
+async fn a_static_key_with_a_session_token_and_bad_signatures_are_refused_in_each_apis_terms() {
+    let gw = TestGateway::start().await;
+    gw.client.create_bucket().bucket("data").send().await.unwrap();
+    let with_token = session_client(
+        gw.gateway.s3_addr,
+        common::ROOT_ACCESS_KEY,
+        common::ROOT_SECRET_KEY,
+        Some("a-token-of-nobody"),
+    );
+    assert_eq!(put_code(&with_token, "data", "x").await, Err("InvalidToken".into()));
+    let script = r#"
+import os, boto3
+def code(**kwargs):
+    client = boto3.client("sts", region_name="us-east-1", endpoint_url=os.environ["AWS_ENDPOINT_URL"], **kwargs)
+    try:
+        client.get_caller_identity()
+        return "OK"
+    except client.exceptions.ClientError as err:
+        return err.response["Error"]["Code"]
+ak, sk = os.environ["AK"], os.environ["SK"]
+assert code(aws_access_key_id=ak, aws_secret_access_key=sk) == "OK"
+got = code(aws_access_key_id=ak, aws_secret_access_key=sk, aws_session_token="a-token-of-nobody")
+assert got == "InvalidClientTokenId", got
+got = code(aws_access_key_id=ak, aws_secret_access_key="wrong")
+assert got == "SignatureDoesNotMatch", got
+got = code(aws_access_key_id="NOSUCHKEY0000", aws_secret_access_key="wrong")
+assert got == "InvalidClientTokenId", got
+print("done")
+"#;
+    gw.python_passes(script, "done").await;
+}
+
+/// The role is read only for a token that verified: a forged token is refused as a token
+/// (`InvalidIdentityToken`) whether its role exists or not, so an unauthenticated caller
+/// learns nothing of the roles and costs no role read.
+#[tokio::test]
+async fn a_forged_token_is_refused_before_its_role_is_looked_at() {
+    let gw = TestGateway::start().await;
+    let cluster = Cluster::new();
+    setup(&gw, &cluster).await;
+    let forged = cluster.token(
+        &json!({"alg": "RS256", "kid": "rsa-1"}),
+        &claims(READER, "pgvs3", 0),
+        "stranger",
+    );
+    for role in ["reader", "absent"] {
+        let arn = sts::role_arn(role);
+        let answer = assume_at(
+            gw.gateway.s3_addr,
+            &[
+                ("RoleArn", &arn),
+                ("RoleSessionName", "ok"),
+                ("WebIdentityToken", &forged),
+            ],
+        )
+        .await;
+        assert_eq!(
+            (answer.status, answer.code()),
+            (400, Some("InvalidIdentityToken")),
+            "role {role}: {}",
+            answer.body
+        );
+    }
 }

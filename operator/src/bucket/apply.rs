@@ -252,10 +252,22 @@ async fn write_identity(
             return Ok(Err(("IssuerUnavailable", message)));
         }
     };
+    let principals = match role::principals(ctx, bucket, identity).await? {
+        Ok(principals) => principals,
+        Err(refused) => return Ok(Err(refused)),
+    };
     let written = async {
         identity::publish(ctx, binding, &issuer).await?;
         let client = database::connect(&binding.connection).await?;
-        role::put_role(&client, bucket, identity, &issuer.issuer, &target.bucket_name).await
+        role::put_role(
+            &client,
+            bucket,
+            identity,
+            &issuer.issuer,
+            principals,
+            &target.bucket_name,
+        )
+        .await
     }
     .await;
     let arn = match written {

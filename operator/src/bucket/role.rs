@@ -5,9 +5,11 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::core::Selector;
 use kube::{Resource, ResourceExt};
 use pgvs3_catalog::sts;
 use serde_json::json;
@@ -16,7 +18,7 @@ use tokio_postgres::GenericClient;
 
 use super::build::{CA_CERT_KEY, Target, label_value};
 use crate::context::{Context, Result};
-use crate::crd::{AccessMode, Bucket, WorkloadIdentity};
+use crate::crd::{AccessMode, Bucket, ServiceAccountRef, WorkloadIdentity};
 use crate::kube_ops;
 
 /// Where the documented pod spec mounts its projected token; the ConfigMap's
@@ -26,6 +28,8 @@ pub const TOKEN_FILE: &str = "/var/run/secrets/pgvs3.io/serviceaccount/token";
 const MAX_ROLE_NAME: usize = 64;
 /// The session length when the Bucket sets none (AWS's default).
 pub const DEFAULT_SESSION_SECONDS: i32 = 3600;
+/// The most ServiceAccount UIDs a role's trust pins.
+pub const MAX_PINNED_UIDS: usize = 1024;
 
 /// `k8s.<namespace>.<name>`: the role of a Bucket. Namespaces have no dots, so no two Buckets
 /// share one; the `k8s.` prefix keeps the operator's roles apart from those an admin writes
@@ -43,30 +47,166 @@ pub fn role_name(bucket: &Bucket) -> String {
     format!("{}-{}", stem.trim_end_matches(['-', '.']), hex::encode(&digest[..4]))
 }
 
-/// The token subjects that may assume the role: `system:serviceaccount:<namespace>:<name>`
-/// (`*`: any of the namespace), sorted, each once.
-pub fn subjects(bucket: &Bucket, identity: &WorkloadIdentity) -> Vec<String> {
-    let own = bucket.namespace().unwrap_or_default();
-    let mut subjects: Vec<String> = identity
-        .service_accounts
-        .iter()
-        .map(|account| {
-            let namespace = account.namespace.as_deref().unwrap_or(&own);
-            sts::service_account_subject(namespace, &account.name)
+/// The namespace an entry names outright (default: the Bucket's); `None` for a
+/// `namespaceSelector`.
+fn named_namespace(bucket: &Bucket, account: &ServiceAccountRef) -> Option<String> {
+    match &account.namespace_selector {
+        Some(_) => None,
+        None => Some(
+            account
+                .namespace
+                .clone()
+                .or_else(|| bucket.namespace())
+                .unwrap_or_default(),
+        ),
+    }
+}
+
+/// Whether the Bucket's workload identity may name ServiceAccount `name` of `namespace` (by
+/// name, or by `*`; an entry with a `namespaceSelector` for any namespace, whose labels are not
+/// at hand here).
+pub fn names_service_account(bucket: &Bucket, namespace: &str, name: &str) -> bool {
+    bucket.spec.workload_identity.as_ref().is_some_and(|identity| {
+        identity.service_accounts.iter().any(|account| {
+            named_namespace(bucket, account).is_none_or(|named| named == namespace)
+                && (account.name == name || account.name == "*")
         })
-        .collect();
-    subjects.sort();
-    subjects.dedup();
-    subjects
+    })
+}
+
+/// Whether the Bucket's workload identity selects namespaces by label.
+pub fn selects_namespaces(bucket: &Bucket) -> bool {
+    bucket.spec.workload_identity.as_ref().is_some_and(|identity| {
+        identity
+            .service_accounts
+            .iter()
+            .any(|account| account.namespace_selector.is_some())
+    })
+}
+
+/// Who may assume the role, resolved against the cluster now.
+#[derive(Debug, Default, PartialEq)]
+pub struct Principals {
+    /// `system:serviceaccount:<namespace>:<name>` (`*`: any of the namespace), sorted, each once.
+    pub subjects: Vec<String>,
+    /// The UIDs of those ServiceAccounts that exist now, sorted, each once: what the trust
+    /// pins, so a token of an account deleted (or deleted and recreated under its name) is
+    /// refused although it has not expired.
+    pub uids: Vec<String>,
+}
+
+/// The principals `identity` names: each entry's namespace (or those its `namespaceSelector`
+/// matches now) and the ServiceAccounts there. ServiceAccounts and namespaces are watched
+/// (run.rs): a change resolves them again. Why not, as a reason and a message for the Bucket's
+/// conditions: more than [`MAX_PINNED_UIDS`] subjects or UIDs (each assumption reads the
+/// trust), or a selector the operator may not follow.
+pub async fn principals(
+    ctx: &Context,
+    bucket: &Bucket,
+    identity: &WorkloadIdentity,
+) -> Result<Result<Principals, (&'static str, String)>> {
+    let too_many = || {
+        let message = format!(
+            "the ServiceAccounts named come to more than {MAX_PINNED_UIDS} subjects or UIDs to pin in the role's trust; name fewer"
+        );
+        Ok(Err(("TooManyServiceAccounts", message)))
+    };
+    let mut principals = Principals::default();
+    for account in &identity.service_accounts {
+        let namespaces = match (&account.namespace_selector, named_namespace(bucket, account)) {
+            (_, Some(named)) => vec![named],
+            (Some(selector), None) => match selected_namespaces(ctx, selector).await? {
+                Some(Ok(namespaces)) => namespaces,
+                Some(Err(refused)) => return Ok(Err(refused)),
+                None => return too_many(),
+            },
+            (None, None) => Vec::new(),
+        };
+        for namespace in namespaces {
+            principals
+                .subjects
+                .push(sts::service_account_subject(&namespace, &account.name));
+            let accounts: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), &namespace);
+            if account.name == "*" {
+                let params = ListParams::default().limit(MAX_PINNED_UIDS as u32 + 1);
+                let listed = accounts.list_metadata(&params).await?;
+                if listed
+                    .metadata
+                    .continue_
+                    .as_deref()
+                    .is_some_and(|next| !next.is_empty())
+                {
+                    return too_many();
+                }
+                principals
+                    .uids
+                    .extend(listed.items.into_iter().filter_map(|account| account.metadata.uid));
+            } else if let Some(found) = accounts.get_metadata_opt(&account.name).await? {
+                principals.uids.extend(found.metadata.uid);
+            }
+            if principals.uids.len() > MAX_PINNED_UIDS || principals.subjects.len() > MAX_PINNED_UIDS {
+                return too_many();
+            }
+        }
+    }
+    for list in [&mut principals.subjects, &mut principals.uids] {
+        list.sort();
+        list.dedup();
+    }
+    Ok(Ok(principals))
+}
+
+/// The names of the namespaces `selector` matches now; `None` when more than
+/// [`MAX_PINNED_UIDS`]; a refusal when the selector is malformed or the operator may not list
+/// namespaces (its namespaced role, `watchNamespace`).
+async fn selected_namespaces(
+    ctx: &Context,
+    selector: &LabelSelector,
+) -> Result<Option<Result<Vec<String>, (&'static str, String)>>> {
+    let selector = match Selector::try_from(selector.clone()) {
+        Ok(selector) => selector,
+        Err(err) => return Ok(Some(Err(("InvalidNamespaceSelector", err.to_string())))),
+    };
+    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
+    let params = ListParams::default()
+        .labels_from(&selector)
+        .limit(MAX_PINNED_UIDS as u32 + 1);
+    let listed = match namespaces.list_metadata(&params).await {
+        Ok(listed) => listed,
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            let message = format!(
+                "namespaceSelector needs the operator's cluster-wide role to list namespaces (not with watchNamespace): {}",
+                status.message
+            );
+            return Ok(Some(Err(("NamespaceSelectorForbidden", message))));
+        }
+        Err(err) => return Err(err.into()),
+    };
+    if listed
+        .metadata
+        .continue_
+        .as_deref()
+        .is_some_and(|next| !next.is_empty())
+    {
+        return Ok(None);
+    }
+    Ok(Some(Ok(listed
+        .items
+        .into_iter()
+        // A namespace being deleted takes its ServiceAccounts with it.
+        .filter(|namespace| namespace.metadata.deletion_timestamp.is_none())
+        .filter_map(|namespace| namespace.metadata.name)
+        .collect())))
 }
 
 /// The role's trust: tokens of the cluster's issuer for audience `pgvs3` (the projected
-/// token's `audience`) whose subject is one of `subjects`.
-pub fn trust(issuer: &str, subjects: Vec<String>) -> sts::Trust {
+/// token's `audience`) of one of `principals`.
+pub fn trust(issuer: &str, principals: Principals) -> sts::Trust {
     sts::Trust {
         issuer: issuer.to_string(),
         audience: sts::DEFAULT_AUDIENCE.to_string(),
-        subjects,
+        subjects: principals.subjects,
+        service_account_uids: Some(principals.uids),
     }
 }
 
@@ -150,17 +290,18 @@ pub fn config_map(bucket: &Bucket, target: &Target, role_arn: &str) -> ConfigMap
     }
 }
 
-/// Writes the Bucket's role into the catalog; its ARN.
+/// Writes the Bucket's role into the catalog, its trust admitting `principals`; its ARN.
 pub async fn put_role(
     client: &impl GenericClient,
     bucket: &Bucket,
     identity: &WorkloadIdentity,
     issuer: &str,
+    principals: Principals,
     bucket_name: &str,
 ) -> Result<String> {
     let name = role_name(bucket);
     let access = identity.access.unwrap_or(bucket.spec.access);
-    let trust = trust(issuer, subjects(bucket, identity));
+    let trust = trust(issuer, principals);
     let policy = policy(bucket_name, &bucket.spec.access_prefixes, access);
     let seconds = identity.max_session_seconds.unwrap_or(DEFAULT_SESSION_SECONDS);
     sts::put_role(client, &name, &trust, &policy, seconds).await?;
@@ -203,7 +344,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::{BucketSpec, ServiceAccountRef};
+    use crate::crd::BucketSpec;
 
     fn bucket(namespace: &str, name: &str) -> Bucket {
         let spec: BucketSpec = serde_json::from_value(json!({"gatewayPoolRef": "pool"})).unwrap();
@@ -229,30 +370,35 @@ mod tests {
     }
 
     #[test]
-    fn subjects_default_to_the_buckets_namespace() {
-        let identity = WorkloadIdentity {
-            service_accounts: vec![
-                ServiceAccountRef {
-                    name: "app".into(),
-                    namespace: None,
-                },
-                ServiceAccountRef {
-                    name: "*".into(),
-                    namespace: Some("batch".into()),
-                },
-                ServiceAccountRef {
-                    name: "app".into(),
-                    namespace: Some("team".into()),
-                },
-            ],
-            access: None,
-            max_session_seconds: None,
-            static_key: true,
-        };
-        assert_eq!(
-            subjects(&bucket("team", "photos"), &identity),
-            ["system:serviceaccount:batch:*", "system:serviceaccount:team:app"]
-        );
+    fn entries_name_their_namespace_the_buckets_or_a_selector() {
+        let mut photos = bucket("team", "photos");
+        assert!(!names_service_account(&photos, "team", "app"), "no workload identity");
+        assert!(!selects_namespaces(&photos));
+        let identity: WorkloadIdentity = serde_json::from_value(json!({"serviceAccounts": [
+            {"name": "app"},
+            {"name": "*", "namespace": "batch"},
+        ]}))
+        .unwrap();
+        let accounts = &identity.service_accounts;
+        assert_eq!(named_namespace(&photos, &accounts[0]).as_deref(), Some("team"));
+        assert_eq!(named_namespace(&photos, &accounts[1]).as_deref(), Some("batch"));
+        photos.spec.workload_identity = Some(identity);
+        assert!(names_service_account(&photos, "team", "app"));
+        assert!(!names_service_account(&photos, "team", "other"));
+        assert!(!names_service_account(&photos, "apps", "app"));
+        assert!(names_service_account(&photos, "batch", "anyone"));
+        assert!(!selects_namespaces(&photos));
+
+        let selected: WorkloadIdentity = serde_json::from_value(json!({"serviceAccounts": [
+            {"name": "reports", "namespaceSelector": {"matchLabels": {"team": "data"}}},
+        ]}))
+        .unwrap();
+        assert_eq!(named_namespace(&photos, &selected.service_accounts[0]), None);
+        photos.spec.workload_identity = Some(selected);
+        assert!(selects_namespaces(&photos));
+        // Any namespace may be selected: its account's change is looked at.
+        assert!(names_service_account(&photos, "anywhere", "reports"));
+        assert!(!names_service_account(&photos, "anywhere", "app"));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -116,6 +116,7 @@ fn static_key_default() -> bool {
 /// A ServiceAccount, `name` `*` for every one of the namespace.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!(has(self.__namespace__) && has(self.namespaceSelector))").message("set namespace or namespaceSelector, not both"))]
 pub struct ServiceAccountRef {
     #[schemars(
         length(min = 1, max = 253),
@@ -126,6 +127,11 @@ pub struct ServiceAccountRef {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
     pub namespace: Option<String>,
+    /// Instead of `namespace`: the account (`*`: every one) of each namespace whose labels
+    /// match, followed as namespaces are labelled, unlabelled, created and deleted. Needs the
+    /// operator's cluster-wide role (not with `watchNamespace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
 }
 
 /// One notification rule of a Bucket.

@@ -13,6 +13,7 @@ use std::time::Duration;
 use aws_sdk_s3::primitives::ByteStream;
 use control_plane::{
     ControlPlane, Gateway, Operator, apply, database_parts, eventually, gateways_ready, primary_pool, put, secret_text,
+    served_pool,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
@@ -125,15 +126,8 @@ fn bucket_gateway_features() {
 async fn bucket_features(plane: std::sync::Arc<ControlPlane>) {
     let ns = "lakes";
     let client = namespace(&plane, ns).await;
-    let url = common::fresh_database().await;
-    primary_pool(&client, ns, "objects", &url).await;
-    gateways_ready(&client, ns, "objects").await;
+    let (url, gateway) = served_pool(&plane, &client, ns).await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let master = eventually(WAIT, "the pool's master key Secret", || async {
-        secrets.get_opt("objects-pgvs3-master-key").await.unwrap()
-    })
-    .await;
-    let gateway = Gateway::start(&plane.run_dir, "lakes", &url, &secret_text(&master, "masterKey")).await;
     let catalog = sql(&url).await;
     let buckets: Api<Bucket> = Api::namespaced(client.clone(), ns);
     let bucket = |name: &str, spec: serde_json::Value| json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": name}, "spec": spec});
@@ -1251,16 +1245,8 @@ async fn tls_bucket_secret(plane: std::sync::Arc<ControlPlane>) {
 async fn namespace_teardown(plane: std::sync::Arc<ControlPlane>) {
     let ns = "teardown";
     let client = namespace(&plane, ns).await;
-    let url = common::fresh_database().await;
+    let (url, _gateway) = served_pool(&plane, &client, ns).await;
     let catalog = sql(&url).await;
-    primary_pool(&client, ns, "objects", &url).await;
-    gateways_ready(&client, ns, "objects").await;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let master = eventually(WAIT, "master key", || async {
-        secrets.get_opt("objects-pgvs3-master-key").await.unwrap()
-    })
-    .await;
-    let _gateway = Gateway::start(&plane.run_dir, "teardown", &url, &secret_text(&master, "masterKey")).await;
     let buckets: Api<Bucket> = Api::namespaced(client.clone(), ns);
     let bucket = json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": "data"},
                         "spec": {"gatewayPoolRef": "objects"}});

@@ -1,20 +1,22 @@
 //! Workload identity on the real API server (issue 37, the operator's half): the API server's
 //! service-account issuer and keys published into the pool's catalog, also after a key is
-//! added; a Bucket's role and ConfigMap written, updated, restored and deleted with it. A
+//! added; a Bucket's role and ConfigMap written, updated, restored and deleted with it; a
+//! token replayed after its ServiceAccount's deletion (and recreation) refused; a
+//! namespaceSelector followed as namespaces are labelled and unlabelled. A
 //! control plane of its own, so it runs alone:
 //! `cargo test --workspace --locked --test operator -- --ignored workload_identity`.
 
-use crate::control_plane::{
-    ControlPlane, Gateway, Operator, apply, eventually, gateways_ready, primary_pool, secret_text,
-};
+use crate::control_plane::{ControlPlane, Operator, apply, eventually, served_pool};
 use pgvs3_testkit as common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use pgvs3_catalog::sts;
 use pgvs3_operator::crd::Bucket;
 use serde_json::{Value, json};
@@ -71,6 +73,199 @@ async fn role(catalog: &tokio_postgres::Client, name: &str) -> Option<sts::Role>
         .find(|role| role.name == name)
 }
 
+/// AssumeRoleWithWebIdentity of role `role` with `token` on the gateway at `port`.
+async fn assume(port: u16, role: &str, token: &str) -> common::raw::RawResponse {
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    // Percent-encoded: the ARN's `:` and `/` (a token is URL-safe already).
+    let encode = |text: &str| {
+        text.bytes()
+            .map(|byte| match byte {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (byte as char).to_string(),
+                _ => format!("%{byte:02X}"),
+            })
+            .collect::<String>()
+    };
+    let body = format!(
+        "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleSessionName=apiserver&RoleArn={}&WebIdentityToken={}",
+        encode(&sts::role_arn(role)),
+        encode(token)
+    );
+    let headers = [
+        ("host".to_owned(), addr.to_string()),
+        (
+            "content-type".to_owned(),
+            "application/x-www-form-urlencoded".to_owned(),
+        ),
+        ("content-length".to_owned(), body.len().to_string()),
+    ];
+    common::raw::send(addr, "POST", "/", &headers, body.as_bytes()).await
+}
+
+/// A token the API server issues for ServiceAccount `name` (TokenRequest, audience `pgvs3`).
+async fn token_of(accounts: &Api<ServiceAccount>, name: &str) -> String {
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![sts::DEFAULT_AUDIENCE.to_string()],
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    accounts
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token
+}
+
+/// The ServiceAccount UIDs role `name`'s trust pins.
+async fn pinned(catalog: &tokio_postgres::Client, name: &str) -> Option<Vec<String>> {
+    role(catalog, name).await?.trust.service_account_uids
+}
+
+/// The Bucket names ServiceAccount `app`: its token assumes the role while it exists; deleted,
+/// its unexpired token is refused; recreated under the same name (a new UID), the old token
+/// stays refused and the new account's works. The operator pins the UIDs in the role's trust
+/// and watches ServiceAccounts; the gateway checks the token's `kubernetes.io` →
+/// `serviceaccount` → `uid`.
+async fn replayed_after_deletion(
+    client: &Client,
+    catalog: &tokio_postgres::Client,
+    ns: &str,
+    role_name: &str,
+    port: u16,
+) {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let create = || async {
+        let account = ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some("app".into()),
+                ..ObjectMeta::default()
+            },
+            ..ServiceAccount::default()
+        };
+        accounts
+            .create(&PostParams::default(), &account)
+            .await
+            .unwrap()
+            .metadata
+            .uid
+            .unwrap()
+    };
+    let first = create().await;
+    eventually(WAIT, "the first account's UID pinned", || async {
+        (pinned(catalog, role_name).await? == [first.clone()]).then_some(())
+    })
+    .await;
+    let old = token_of(&accounts, "app").await;
+    let answer = assume(port, role_name, &old).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+
+    accounts.delete("app", &DeleteParams::default()).await.unwrap();
+    eventually(WAIT, "no UID pinned once the account is deleted", || async {
+        pinned(catalog, role_name).await?.is_empty().then_some(())
+    })
+    .await;
+    let answer = assume(port, role_name, &old).await;
+    assert_eq!(
+        (answer.status, answer.code()),
+        (403, Some("AccessDenied")),
+        "a deleted account's token: {}",
+        answer.body
+    );
+
+    let second = create().await;
+    assert_ne!(first, second);
+    eventually(WAIT, "the recreated account's UID pinned", || async {
+        (pinned(catalog, role_name).await? == [second.clone()]).then_some(())
+    })
+    .await;
+    let answer = assume(port, role_name, &old).await;
+    assert_eq!(
+        (answer.status, answer.code()),
+        (403, Some("AccessDenied")),
+        "the old account's token after its name was reused: {}",
+        answer.body
+    );
+    let answer = assume(port, role_name, &token_of(&accounts, "app").await).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+}
+
+/// A Bucket that names ServiceAccount `reports` of every namespace labelled `team=data`: the
+/// role's subjects (and pinned UIDs) follow the namespaces as they are labelled and
+/// unlabelled; a token of a namespace no longer selected is refused.
+async fn selected_by_namespace_labels(
+    plane: &ControlPlane,
+    client: &Client,
+    catalog: &tokio_postgres::Client,
+    port: u16,
+) {
+    for namespace in ["reports-a", "reports-b"] {
+        plane.kubectl(&["create", "namespace", namespace]);
+        plane.kubectl(&["-n", namespace, "create", "serviceaccount", "reports"]);
+    }
+    plane.kubectl(&["label", "namespace", "reports-a", "team=data"]);
+    let buckets: Api<Bucket> = Api::namespaced(client.clone(), "apps");
+    apply(
+        &buckets,
+        "shared",
+        json!({"apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket", "metadata": {"name": "shared"},
+               "spec": {"gatewayPoolRef": "objects", "workloadIdentity": {"serviceAccounts": [
+                   {"name": "reports", "namespaceSelector": {"matchLabels": {"team": "data"}}}]}}}),
+    )
+    .await;
+    let role_name = "k8s.apps.shared";
+    let subjects = |namespaces: &[&str]| {
+        namespaces
+            .iter()
+            .map(|namespace| sts::service_account_subject(namespace, "reports"))
+            .collect::<Vec<_>>()
+    };
+    let trusted = |expected: Vec<String>| async move {
+        let trust = role(catalog, role_name).await?.trust;
+        (trust.subjects == expected && trust.service_account_uids.as_ref().map(Vec::len) == Some(expected.len()))
+            .then_some(())
+    };
+    eventually(WAIT, "the labelled namespace's account trusted", || {
+        trusted(subjects(&["reports-a"]))
+    })
+    .await;
+    let a: Api<ServiceAccount> = Api::namespaced(client.clone(), "reports-a");
+    let b: Api<ServiceAccount> = Api::namespaced(client.clone(), "reports-b");
+    let (token_a, token_b) = (token_of(&a, "reports").await, token_of(&b, "reports").await);
+    assert_eq!(assume(port, role_name, &token_a).await.status, 200);
+    let answer = assume(port, role_name, &token_b).await;
+    assert_eq!(
+        answer.code(),
+        Some("AccessDenied"),
+        "an unlabelled namespace: {}",
+        answer.body
+    );
+
+    plane.kubectl(&["label", "namespace", "reports-b", "team=data"]);
+    eventually(WAIT, "a namespace labelled later trusted", || {
+        trusted(subjects(&["reports-a", "reports-b"]))
+    })
+    .await;
+    assert_eq!(assume(port, role_name, &token_b).await.status, 200);
+
+    plane.kubectl(&["label", "namespace", "reports-a", "team-"]);
+    eventually(WAIT, "an unlabelled namespace no longer trusted", || {
+        trusted(subjects(&["reports-b"]))
+    })
+    .await;
+    let answer = assume(port, role_name, &token_a).await;
+    assert_eq!(answer.code(), Some("AccessDenied"), "{}", answer.body);
+
+    buckets.delete("shared", &DeleteParams::default()).await.unwrap();
+    eventually(WAIT, "the shared Bucket's role deleted", || async {
+        role(catalog, role_name).await.is_none().then_some(())
+    })
+    .await;
+}
+
 fn data(config_map: &ConfigMap, key: &str) -> String {
     config_map
         .data
@@ -84,16 +279,9 @@ async fn scenario(plane: Arc<ControlPlane>) {
     let ns = "apps";
     plane.kubectl(&["create", "namespace", ns]);
     let client = plane.admin.clone();
-    let url = common::fresh_database().await;
-    primary_pool(&client, ns, "objects", &url).await;
-    gateways_ready(&client, ns, "objects").await;
+    // The gateway's migrations give the catalog the STS tables and functions.
+    let (url, gateway) = served_pool(&plane, &client, ns).await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let master = eventually(WAIT, "the pool's master key Secret", || async {
-        secrets.get_opt("objects-pgvs3-master-key").await.unwrap()
-    })
-    .await;
-    // Its migrations give the catalog the STS tables and functions.
-    let _gateway = Gateway::start(&plane.run_dir, "identity", &url, &secret_text(&master, "masterKey")).await;
     let (catalog, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(connection);
 
@@ -174,6 +362,9 @@ async fn scenario(plane: Arc<ControlPlane>) {
     })
     .await;
     assert!(secrets.get_opt("photos-credentials").await.unwrap().is_some());
+
+    replayed_after_deletion(&client, &catalog, ns, name, gateway.s3_port).await;
+    selected_by_namespace_labels(&plane, &client, &catalog, gateway.s3_port).await;
 
     // Edited: read-write, longer sessions, no static key: the role follows, the Secret goes.
     apply(

@@ -232,16 +232,20 @@ fn a_watched_namespace_gets_roles_not_cluster_roles() {
     assert_eq!(binding["roleRef"]["kind"], "Role");
     assert_eq!(binding["roleRef"]["name"], operator_role["metadata"]["name"]);
     assert_eq!(binding["subjects"][0]["namespace"], "pgvs3-system");
-    // The same rules as the cluster-wide role, but for the service-account issuer's URLs, which
-    // only a ClusterRole can grant (a watched namespace relies on the cluster's default grant).
+    // The same rules as the cluster-wide role, but for what only a ClusterRole can grant: the
+    // service-account issuer's URLs (a watched namespace relies on the cluster's default grant)
+    // and namespaces (a Bucket's namespaceSelector, refused with watchNamespace).
     let cluster = render(&[]);
     let cluster_rules = only(&cluster, "ClusterRole")["rules"].as_array().unwrap().clone();
-    let (urls, objects): (Vec<_>, Vec<_>) = cluster_rules
+    let (cluster_only, objects): (Vec<_>, Vec<_>) = cluster_rules
         .into_iter()
-        .partition(|rule| rule.get("nonResourceURLs").is_some());
+        .partition(|rule| rule.get("nonResourceURLs").is_some() || rule["resources"] == json!(["namespaces"]));
     assert_eq!(operator_role["rules"], Value::Array(objects));
     assert_eq!(
-        urls,
-        [json!({"nonResourceURLs": ["/.well-known/openid-configuration", "/openid/v1/jwks"], "verbs": ["get"]})]
+        cluster_only,
+        [
+            json!({"nonResourceURLs": ["/.well-known/openid-configuration", "/openid/v1/jwks"], "verbs": ["get"]}),
+            json!({"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}),
+        ]
     );
 }

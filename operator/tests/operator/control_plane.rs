@@ -570,6 +570,22 @@ pub async fn primary_pool(client: &Client, ns: &str, pool: &str, url: &str) -> G
     .await
 }
 
+/// A Primary pool `objects` in `ns` on a fresh database, Ready, and a gateway process on that
+/// database with the pool's master key (its migrations give the catalog its layout): the
+/// database's URL and the gateway.
+pub async fn served_pool(plane: &ControlPlane, client: &Client, ns: &str) -> (String, Gateway) {
+    let url = pgvs3_testkit::fresh_database().await;
+    primary_pool(client, ns, "objects", &url).await;
+    gateways_ready(client, ns, "objects").await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let master = eventually(Duration::from_secs(60), "the pool's master key Secret", || async {
+        secrets.get_opt("objects-pgvs3-master-key").await.unwrap()
+    })
+    .await;
+    let gateway = Gateway::start(&plane.run_dir, ns, &url, &secret_text(&master, "masterKey")).await;
+    (url, gateway)
+}
+
 /// Reports `pool`'s pods Ready as a kubelet would (no kubelet runs in this tier: the gateways
 /// are processes of the test), until the pool itself is Ready: its Buckets are Ready only then.
 /// Pods the ReplicaSet creates later are reported too, on the next look.

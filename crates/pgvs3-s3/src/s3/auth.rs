@@ -120,10 +120,8 @@ impl S3Access for SignedOnly {
             ),
             None => None,
         };
-        if let Some(key) = &key
-            && crate::store::is_session_key(&key.access_key)
-        {
-            session_token_of(key, cx.headers(), cx.uri())?;
+        if let Some(key) = &key {
+            security_token_of(key, cx.headers(), cx.uri())?;
         }
         let resolved_bucket = super::authorize::resolve_bucket(&self.catalog, cx, name).await?;
         // A browser upload's fields went by before s3s's access check: its key and settings.
@@ -159,19 +157,24 @@ impl S3Access for SignedOnly {
 
 /// Temporary credentials are good only with their session token (`x-amz-security-token`, or
 /// `X-Amz-Security-Token` in a presigned URL) and until they expire, as on S3: a missing or
-/// wrong token is 400 InvalidToken, an expired session 400 ExpiredToken.
-pub(super) async fn session_token(
+/// wrong token is 400 InvalidToken, an expired session 400 ExpiredToken. A static key has no
+/// token: one sent with it is 400 InvalidToken too, as S3 answers a long-term key with a
+/// session token, rather than a token silently ignored.
+pub(super) async fn security_token(
     catalog: &Catalog,
     access_key: &str,
     headers: &http::HeaderMap,
     uri: &http::Uri,
 ) -> S3Result<()> {
+    if !crate::store::is_session_key(access_key) {
+        return no_token(headers, uri);
+    }
     let key = catalog
         .access_key(access_key)
         .await
         .map_err(|err| super::errors::s3_error(err, None))?;
     match key {
-        Some(key) => session_token_of(&key, headers, uri),
+        Some(key) => security_token_of(&key, headers, uri),
         None => Err(unknown_key()),
     }
 }
@@ -183,26 +186,45 @@ fn unknown_key() -> s3s::S3Error {
     )
 }
 
-/// [`session_token`] for a key already looked up.
-fn session_token_of(key: &AccessKey, headers: &http::HeaderMap, uri: &http::Uri) -> S3Result<()> {
+fn invalid_token() -> s3s::S3Error {
+    s3s::s3_error!(
+        InvalidToken,
+        "The provided token is malformed or otherwise invalid."
+    )
+}
+
+/// The session token the request presents, if any. A header that is not text counts as
+/// presented (and matches no session's token).
+fn presented_token(headers: &http::HeaderMap, uri: &http::Uri) -> Option<String> {
+    match headers.get("x-amz-security-token") {
+        Some(value) => Some(value.to_str().unwrap_or_default().to_owned()),
+        None => {
+            let query = uri.query().filter(|query| query.contains("X-Amz-Security-Token="))?;
+            form_urlencoded::parse(query.as_bytes())
+                .find(|(name, _)| name == "X-Amz-Security-Token")
+                .map(|(_, value)| value.into_owned())
+        }
+    }
+}
+
+/// A static key's request: it may carry no session token.
+fn no_token(headers: &http::HeaderMap, uri: &http::Uri) -> S3Result<()> {
+    match presented_token(headers, uri) {
+        Some(_) => Err(invalid_token()),
+        None => Ok(()),
+    }
+}
+
+/// [`security_token`] for a key already looked up.
+fn security_token_of(key: &AccessKey, headers: &http::HeaderMap, uri: &http::Uri) -> S3Result<()> {
+    if !crate::store::is_session_key(&key.access_key) {
+        return no_token(headers, uri);
+    }
     let Some(session) = key.session.as_ref() else {
         return Err(unknown_key());
     };
-    let in_query = || {
-        let query = uri.query().filter(|query| query.contains("X-Amz-Security-Token="))?;
-        form_urlencoded::parse(query.as_bytes())
-            .find(|(name, _)| name == "X-Amz-Security-Token")
-            .map(|(_, value)| value.into_owned())
-    };
-    let token = match headers.get("x-amz-security-token") {
-        Some(value) => value.to_str().ok().map(str::to_owned),
-        None => in_query(),
-    };
-    if !token.is_some_and(|token| session.token_matches(&token)) {
-        return Err(s3s::s3_error!(
-            InvalidToken,
-            "The provided token is malformed or otherwise invalid."
-        ));
+    if !presented_token(headers, uri).is_some_and(|token| session.token_matches(&token)) {
+        return Err(invalid_token());
     }
     if session.expired() {
         return Err(s3s::s3_error!(ExpiredToken, "The provided token has expired."));

@@ -389,6 +389,12 @@ pub fn authorize(
     if let Some(access_key) = signed
         && crate::store::is_session_key(access_key)
     {
+        // A copy's source bucket, whose policy may deny reading it (as the static keys' path
+        // below reads it: from the cache).
+        let source = matches!(operation, "CopyObject" | "UploadPartCopy")
+            .then(|| copy_source(cx.headers()))
+            .flatten()
+            .and_then(|(source_bucket, ..)| catalog.cached_bucket(&source_bucket));
         return match signer.map(Arc::as_ref) {
             Some(AccessKey {
                 session: Some(session),
@@ -406,6 +412,7 @@ pub fn authorize(
                     policy,
                 },
                 bucket.as_ref(),
+                source.as_ref(),
                 bucket_name,
                 operation,
                 object_key,
@@ -636,12 +643,13 @@ impl SessionAsk<'_> {
 }
 
 /// Temporary credentials (STS) own nothing: their role's policy grants what they may do, where
-/// the bucket's policy does not deny it. Object tags are not known here, so a statement on them
-/// counts as its effect demands least (a Deny applies, an Allow does not); ACLs grant them
-/// nothing. They create no buckets.
+/// the bucket's policy (and a copy's source bucket's, `source`) does not deny it. Object tags
+/// are not known here, so a statement on them counts as its effect demands least (a Deny
+/// applies, an Allow does not); ACLs grant them nothing. They create no buckets.
 fn session_grant(
     ask: SessionAsk<'_>,
     bucket: Option<&Arc<BucketInfo>>,
+    source: Option<&Arc<BucketInfo>>,
     bucket_name: &str,
     operation: &str,
     object_key: Option<&str>,
@@ -672,7 +680,7 @@ fn session_grant(
     let source_allowed = !copy
         || copy_source(ask.headers).is_some_and(|(source_bucket, source_key, version)| {
             let action = if version { "s3:GetObjectVersion" } else { "s3:GetObject" };
-            let source = bucket.filter(|bucket| bucket.name == source_bucket);
+            let source = source.filter(|source| source.name == source_bucket);
             ask.allows(action, &source_bucket, source, Some(&source_key))
         });
     if !allowed || !source_allowed {

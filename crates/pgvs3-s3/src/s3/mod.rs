@@ -174,6 +174,7 @@ impl Endpoint {
         // error s3s raises before routing (a bad signature) carries the CORS headers.
         let origin = request.headers().get(http::header::ORIGIN).cloned();
         let cors_bucket = origin.as_ref().and_then(|_| self.bucket_of(&request));
+        let signed_sts = sts::Sts::signed_call(&request) && self.host_bucket(&request).is_none();
         let outcome = if request.method() == http::Method::OPTIONS {
             facts.name_operation("PreflightCors");
             Ok(
@@ -278,6 +279,9 @@ impl Endpoint {
                 response
             }
         };
+        if signed_sts {
+            response = self.sts.in_sts_terms(response, &request_id).await;
+        }
         if let Ok(value) = HeaderValue::from_str(&request_id) {
             response.headers_mut().insert("x-amz-request-id", value);
         }

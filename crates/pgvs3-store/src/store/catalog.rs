@@ -146,9 +146,15 @@ struct Cached {
 }
 
 impl Cached {
-    /// Whether some cached bucket has a policy or ACLs enabled, or some key a policy.
+    /// Whether some cached bucket has a policy or ACLs enabled, or some static key a policy
+    /// (a session's key always has its role's, but sessions never take the fast path: their
+    /// requests are decided apart, see `authorize`).
     fn has_rules(&self) -> bool {
-        self.buckets.values().any(|bucket| has_rules(bucket)) || self.keys.values().any(|key| key.policy.is_some())
+        self.buckets.values().any(|bucket| has_rules(bucket))
+            || self
+                .keys
+                .values()
+                .any(|key| key.policy.is_some() && key.session.is_none())
     }
 }
 
@@ -506,7 +512,6 @@ impl Catalog {
             };
             let key = Arc::new(key);
             let mut cached = self.cached.write().expect("catalog lock");
-            self.rules.store(true, Ordering::Release);
             cached.keys.learn(key.access_key.clone(), Arc::clone(&key), version);
             return Ok(Some(key));
         }

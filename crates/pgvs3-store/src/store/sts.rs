@@ -70,8 +70,6 @@ fn username_of(subject: &str) -> String {
 pub struct RoleTrust {
     pub trust: Trust,
     pub max_session_seconds: i32,
-    /// The version of the trusted issuer's key set; `None` when it is not registered.
-    pub issuer_version: Option<i64>,
 }
 
 /// A session to store.
@@ -90,25 +88,34 @@ impl Catalog {
     pub async fn sts_role(&self, name: &str) -> StoreResult<Option<RoleTrust>> {
         let client = self.pool().get().await?;
         let row = client
-            .query_opt(
-                "SELECT trust, max_session_seconds, issuer_version FROM pgvs3.sts_role($1)",
-                &[&name],
-            )
+            .query_opt("SELECT trust, max_session_seconds FROM pgvs3.sts_role($1)", &[&name])
             .await?;
         Ok(row.map(|row| RoleTrust {
-            trust: row.get::<_, Json<Trust>>(0).0,
-            max_session_seconds: row.get(1),
-            issuer_version: row.get(2),
+            trust: row.get::<_, Json<Trust>>("trust").0,
+            max_session_seconds: row.get("max_session_seconds"),
         }))
     }
 
-    /// The issuer's key set and its version, `None` when it is not registered.
-    pub async fn oidc_issuer_jwks(&self, issuer: &str) -> StoreResult<Option<(serde_json::Value, i64)>> {
+    /// The version of `issuer`'s key set, with the set unless its version is `known` (the one
+    /// the caller parsed already: a verification then transfers no keys); `None` when the
+    /// issuer is not registered.
+    pub async fn oidc_issuer_keys(
+        &self,
+        issuer: &str,
+        known: Option<i64>,
+    ) -> StoreResult<Option<(i64, Option<serde_json::Value>)>> {
         let client = self.pool().get().await?;
         let row = client
-            .query_opt("SELECT jwks, version FROM pgvs3.oidc_issuer_jwks($1)", &[&issuer])
+            .query_opt(
+                "SELECT version, CASE WHEN version IS DISTINCT FROM $2 THEN jwks END AS jwks
+                   FROM pgvs3.oidc_issuer_jwks($1)",
+                &[&issuer, &known],
+            )
             .await?;
-        Ok(row.map(|row| (row.get::<_, Json<serde_json::Value>>(0).0, row.get(1))))
+        Ok(row.map(|row| {
+            let jwks: Option<Json<serde_json::Value>> = row.get("jwks");
+            (row.get("version"), jwks.map(|jwks| jwks.0))
+        }))
     }
 
     /// Stores a session (its secret sealed); its expiry on the database's clock. `None` when the
@@ -118,7 +125,7 @@ impl Catalog {
         let client = self.pool().get().await?;
         let opened = client
             .query_one(
-                "SELECT pgvs3.sts_open_session($1, $2, $3, $4, $5, $6, $7)",
+                "SELECT pgvs3.sts_open_session($1, $2, $3, $4, $5, $6, $7) AS expires_at",
                 &[
                     &session.access_key,
                     &sealed,
@@ -131,7 +138,7 @@ impl Catalog {
             )
             .await;
         match opened {
-            Ok(row) => Ok(Some(row.get(0))),
+            Ok(row) => Ok(Some(row.get("expires_at"))),
             Err(err) if err.code() == Some(&SqlState::FOREIGN_KEY_VIOLATION) => Ok(None),
             Err(err) => Err(err.into()),
         }
@@ -143,24 +150,24 @@ impl Catalog {
         let client = self.pool().get().await?;
         let row = client
             .query_opt(
-                "SELECT secret_encrypted, token_sha256, role, subject, expires_at, policy::text,
-                        (SELECT version FROM pgvs3.catalog_version), session_name
+                "SELECT secret_encrypted, token_sha256, role, subject, expires_at, policy::text AS policy,
+                        (SELECT version FROM pgvs3.catalog_version) AS catalog_version, session_name
                    FROM pgvs3.sts_session($1)",
                 &[&access_key],
             )
             .await?;
         let Some(row) = row else { return Ok(None) };
         let corrupt = |what: String| StoreError::Corrupt(format!("session {access_key}: {what}"));
-        let sealed: Vec<u8> = row.get(0);
+        let sealed: Vec<u8> = row.get("secret_encrypted");
         let secret = self
             .master_key()
             .open(&sealed)
             .map_err(|err| corrupt(err.to_string()))?;
-        let policy_text: String = row.get(5);
+        let policy_text: String = row.get("policy");
         let policy = crate::access::policy::BucketPolicy::parse_identity(&policy_text)
             .map_err(|err| corrupt(format!("its role's policy: {err}")))?;
-        let subject: String = row.get(3);
-        let role: String = row.get(2);
+        let subject: String = row.get("subject");
+        let role: String = row.get("role");
         let key = AccessKey {
             access_key: access_key.to_owned(),
             secret,
@@ -174,19 +181,22 @@ impl Catalog {
                 username: username_of(&subject),
                 subject,
                 role,
-                session_name: row.get(7),
-                token_sha256: row.get(1),
-                expires_at: row.get(4),
+                session_name: row.get("session_name"),
+                token_sha256: row.get("token_sha256"),
+                expires_at: row.get("expires_at"),
             }),
         };
-        Ok(Some((key, row.get(6))))
+        Ok(Some((key, row.get("catalog_version"))))
     }
 
     /// Deletes sessions expired for more than an hour (until then their keys are answered
     /// ExpiredToken); how many.
     pub async fn reap_sessions(&self) -> StoreResult<i64> {
         let client = self.pool().get().await?;
-        Ok(client.query_one("SELECT pgvs3.sts_reap_sessions()", &[]).await?.get(0))
+        Ok(client
+            .query_one("SELECT pgvs3.sts_reap_sessions() AS reaped", &[])
+            .await?
+            .get("reaped"))
     }
 }
 

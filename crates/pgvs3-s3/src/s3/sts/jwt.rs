@@ -78,13 +78,39 @@ pub struct Claims {
     nbf: Option<i64>,
     #[serde(default)]
     iat: Option<i64>,
+    /// What the API server adds about the token's ServiceAccount (and pod).
+    #[serde(default, rename = "kubernetes.io")]
+    kubernetes: Option<KubernetesClaims>,
+}
+
+#[derive(Deserialize)]
+struct KubernetesClaims {
+    #[serde(default)]
+    serviceaccount: Option<ServiceAccountClaim>,
+}
+
+#[derive(Deserialize)]
+struct ServiceAccountClaim {
+    #[serde(default)]
+    uid: Option<String>,
 }
 
 impl Claims {
-    pub fn audiences(&self) -> &[String] {
-        match &self.aud {
+    /// The UID of the token's ServiceAccount (`kubernetes.io` → `serviceaccount` → `uid`),
+    /// which a role's trust may pin.
+    pub fn service_account_uid(&self) -> Option<&str> {
+        self.kubernetes.as_ref()?.serviceaccount.as_ref()?.uid.as_deref()
+    }
+
+    /// Whether the token was issued for `audience`.
+    pub fn for_audience(&self, audience: &str) -> Result<(), Refusal> {
+        let audiences = match &self.aud {
             Audience::One(one) => std::slice::from_ref(one),
             Audience::Many(many) => many,
+        };
+        match audiences.iter().any(|aud| aud == audience) {
+            true => Ok(()),
+            false => Err(Refusal::Audience),
         }
     }
 }
@@ -189,8 +215,10 @@ pub fn decode(token: &str) -> Result<Unverified, Refusal> {
 
 impl Unverified {
     /// Checks the signature with the set's key the header names (without a `kid`, any key of
-    /// the algorithm's type), then the audience and the times (`now` in Unix seconds).
-    pub fn verify(self, keys: &KeySet, audience: &str, now: i64) -> Result<Claims, Refusal> {
+    /// the algorithm's type), then the times (`now` in Unix seconds). The audience is the
+    /// role's to check ([`Claims::for_audience`]): the role is read only for a token that
+    /// verified.
+    pub fn verify(self, keys: &KeySet, now: i64) -> Result<Claims, Refusal> {
         let candidates: Vec<&Arc<Key>> = match &self.kid {
             Some(kid) => keys.get(kid).into_iter().collect(),
             None => keys.values().collect(),
@@ -221,9 +249,6 @@ impl Unverified {
             return Err(Refusal::BadSignature);
         }
         let claims = self.claims;
-        if !claims.audiences().iter().any(|aud| aud == audience) {
-            return Err(Refusal::Audience);
-        }
         if claims.exp + LEEWAY_SECS <= now {
             return Err(Refusal::Expired);
         }

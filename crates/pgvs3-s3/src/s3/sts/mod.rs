@@ -66,6 +66,11 @@ impl Refusal {
     }
 }
 
+/// A refusal of the token, with its metric reason.
+fn token_refusal(refusal: jwt::Refusal) -> (&'static str, Refusal) {
+    (refusal.reason(), Refusal::from(refusal))
+}
+
 impl From<jwt::Refusal> for Refusal {
     fn from(refusal: jwt::Refusal) -> Refusal {
         let invalid = |message: String| Refusal(StatusCode::BAD_REQUEST, "InvalidIdentityToken", message);
@@ -224,12 +229,45 @@ impl Sts {
     fn refuse(&self, reason: &str, refusal: &Refusal, request_id: &str) -> Response<s3s::Body> {
         self.refused.with_label_values(&[reason]).inc();
         let Refusal(status, code, message) = refusal;
-        let kind = if status.is_server_error() { "Receiver" } else { "Sender" };
-        let body = format!(
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ErrorResponse xmlns=\"{NAMESPACE}\"><Error><Type>{kind}</Type><Code>{code}</Code><Message>{}</Message></Error><RequestId>{request_id}</RequestId></ErrorResponse>",
-            escape(message)
-        );
-        xml_response(*status, body)
+        error_response(*status, code, message, request_id)
+    }
+
+    /// Whether `request` is a signed STS call (GetCallerIdentity), which s3s verifies
+    /// ([`SignedSts`]).
+    pub fn signed_call<B>(request: &Request<B>) -> bool {
+        signed(request.headers(), request.uri()) && is_sts(request.method(), request.uri(), request.headers())
+    }
+
+    /// A signed STS call's refusal in STS's terms: s3s refuses a bad signature, an unknown key
+    /// or a skewed clock before the route runs, in S3's XML (`<Error>` at the root), where
+    /// the SDKs' query protocol finds no code; those become STS's `ErrorResponse`, S3's
+    /// `InvalidAccessKeyId` STS's `InvalidClientTokenId`. Counted as reason `signature`.
+    pub async fn in_sts_terms(&self, response: Response<s3s::Body>, request_id: &str) -> Response<s3s::Body> {
+        if !response.status().is_client_error() && !response.status().is_server_error() {
+            return response;
+        }
+        let (parts, body) = response.into_parts();
+        // An S3 error document is a few hundred bytes.
+        let Ok(collected) = http_body_util::Limited::new(body, MAX_FORM_BYTES).collect().await else {
+            return error_response(parts.status, "InternalFailure", "", request_id);
+        };
+        let text = String::from_utf8_lossy(&collected.to_bytes()).into_owned();
+        if text.contains("<ErrorResponse") {
+            return Response::from_parts(parts, s3s::Body::from(text));
+        }
+        let element = |name: &str| {
+            let open = format!("<{name}>");
+            let start = text.find(&open)? + open.len();
+            let end = text[start..].find(&format!("</{name}>"))? + start;
+            Some(unescape(&text[start..end]))
+        };
+        let code = match element("Code").as_deref() {
+            Some("InvalidAccessKeyId") => "InvalidClientTokenId".to_owned(),
+            Some(code) => code.to_owned(),
+            None => "InternalFailure".to_owned(),
+        };
+        self.refused.with_label_values(&["signature"]).inc();
+        error_response(parts.status, &code, &element("Message").unwrap_or_default(), request_id)
     }
 
     /// Verifies the token and the role's trust, and stores new credentials. A refusal comes
@@ -276,51 +314,39 @@ impl Sts {
                 "1 validation error detected: Value '{secs}' at 'durationSeconds' failed to satisfy constraint: Member must have value greater than or equal to 900"
             ))));
         }
-        let token = jwt::decode(token).map_err(|refusal| (refusal.reason(), Refusal::from(refusal)))?;
         let Some(role) = role_name(arn) else {
             return Err(plain(validation(format!(
                 "{} is not a role ARN",
                 arn.chars().take(256).collect::<String>()
             ))));
         };
+        // Cheap to expensive, and nothing of the role read before the token verified: its
+        // size, shape and algorithm; its issuer's keys (cached); its signature and times.
+        let token = jwt::decode(token).map_err(token_refusal)?;
+        let issuer = token.claims.iss.clone();
+        let keys = self.key_set(&issuer).await?;
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        let claims = token.verify(&keys, now).map_err(token_refusal)?;
         let Some(role_trust) = self.catalog.sts_role(role).await.map_err(|_| plain(unavailable()))? else {
             return Err(plain(not_authorized()));
         };
         let RoleTrust {
             trust,
             max_session_seconds: max_session,
-            issuer_version,
         } = role_trust;
+        // A registered issuer the role does not trust: refused as AWS does.
+        if issuer != trust.issuer {
+            return Err(("issuer", not_authorized()));
+        }
+        claims.for_audience(&trust.audience).map_err(token_refusal)?;
+        if !trust.admits(&claims.sub, claims.service_account_uid()) {
+            return Err(("subject", not_authorized()));
+        }
         let secs = duration.unwrap_or(DEFAULT_DURATION_SECS.min(max_session));
         if secs > max_session {
             return Err(plain(validation(
                 "The requested DurationSeconds exceeds the MaxSessionDuration set for this role.",
             )));
-        }
-        let issuer = token.claims.iss.clone();
-        let keys = match (issuer == trust.issuer, issuer_version) {
-            (true, Some(version)) => self.key_set(&issuer, version).await.map_err(plain)?,
-            _ => {
-                // Another issuer than the role trusts: refused as AWS does, unknown or not.
-                let known = self
-                    .catalog
-                    .oidc_issuer_jwks(&issuer)
-                    .await
-                    .map_err(|_| plain(unavailable()))?
-                    .is_some();
-                let refusal = jwt::Refusal::Issuer(issuer.chars().take(256).collect());
-                return Err(match known {
-                    true => ("issuer", not_authorized()),
-                    false => (refusal.reason(), Refusal::from(refusal)),
-                });
-            }
-        };
-        let now = time::OffsetDateTime::now_utc().unix_timestamp();
-        let claims = token
-            .verify(&keys, &trust.audience, now)
-            .map_err(|refusal| (refusal.reason(), Refusal::from(refusal)))?;
-        if !trust.admits(&claims.sub) {
-            return Err(("subject", not_authorized()));
         }
         let access_key = format!("ASIA{}", random_id(16));
         let secret = random_secret();
@@ -354,23 +380,26 @@ impl Sts {
         })
     }
 
-    /// The issuer's parsed keys at `version`: from the cache while the catalog's set is the one
-    /// parsed, else read and parsed once.
-    async fn key_set(&self, issuer: &str, version: i64) -> Result<Arc<jwt::KeySet>, Refusal> {
-        if let Some((cached, keys)) = self.keys.lock().expect("sts keys").get(issuer)
-            && *cached == version
-        {
-            return Ok(Arc::clone(keys));
-        }
-        let (jwks, version) = self
+    /// The issuer's parsed keys: the cached ones while the catalog's set is still the version
+    /// parsed (one indexed read that transfers no keys), else the set read and parsed once. An
+    /// issuer that is not registered is the token's refusal.
+    async fn key_set(&self, issuer: &str) -> Result<Arc<jwt::KeySet>, (&'static str, Refusal)> {
+        let cached = self.keys.lock().expect("sts keys").get(issuer).cloned();
+        let unknown = || token_refusal(jwt::Refusal::Issuer(issuer.chars().take(256).collect()));
+        let (version, jwks) = self
             .catalog
-            .oidc_issuer_jwks(issuer)
+            .oidc_issuer_keys(issuer, cached.as_ref().map(|(version, _)| *version))
             .await
-            .map_err(|_| unavailable())?
-            .ok_or_else(|| Refusal::from(jwt::Refusal::Issuer(issuer.to_owned())))?;
-        let keys = Arc::new(jwt::parse_key_set(&jwks));
+            .map_err(|_| (unavailable().reason(), unavailable()))?
+            .ok_or_else(unknown)?;
+        // No set: it is still the version cached.
+        if let (None, Some((_, keys))) = (&jwks, cached) {
+            return Ok(keys);
+        }
+        let keys = Arc::new(jwt::parse_key_set(&jwks.unwrap_or_default()));
         let mut cache = self.keys.lock().expect("sts keys");
-        // Bounded by the issuers registered; an issuer deleted leaves one entry until restart.
+        // Bounded by the issuers registered (a token of another issuer is refused before it
+        // is cached); an issuer deleted leaves one entry until restart.
         cache.insert(issuer.to_owned(), (version, Arc::clone(&keys)));
         Ok(keys)
     }
@@ -440,9 +469,7 @@ impl s3s::route::S3Route for SignedSts {
         let Some(access_key) = req.credentials.as_ref().map(|c| c.access_key.clone()) else {
             return Err(s3s::s3_error!(AccessDenied, "Signature required"));
         };
-        if crate::store::is_session_key(&access_key)
-            && let Err(err) = super::auth::session_token(&self.0.catalog, &access_key, &req.headers, &req.uri).await
-        {
+        if let Err(err) = super::auth::security_token(&self.0.catalog, &access_key, &req.headers, &req.uri).await {
             // In STS's terms, which the SDKs' query protocol parses.
             let refusal = match err.code() {
                 s3s::S3ErrorCode::ExpiredToken => Refusal(
@@ -550,6 +577,26 @@ fn escape(text: &str) -> String {
         .replace('>', "&gt;")
         .replace('"', "&quot;")
         .replace('\'', "&apos;")
+}
+
+fn unescape(text: &str) -> String {
+    text.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&amp;", "&")
+}
+
+/// STS's error document.
+fn error_response(status: StatusCode, code: &str, message: &str, request_id: &str) -> Response<s3s::Body> {
+    let kind = if status.is_server_error() { "Receiver" } else { "Sender" };
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ErrorResponse xmlns=\"{NAMESPACE}\"><Error><Type>{kind}</Type><Code>{}</Code><Message>{}</Message></Error><RequestId>{}</RequestId></ErrorResponse>",
+        escape(code),
+        escape(message),
+        escape(request_id)
+    );
+    xml_response(status, body)
 }
 
 fn xml_response(status: StatusCode, body: String) -> Response<s3s::Body> {
