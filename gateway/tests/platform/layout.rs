@@ -171,7 +171,7 @@ async fn run_migrate(url: &str) -> i32 {
 /// Every function of the layout's schemas, by signature, with its full definition.
 async fn functions(sql: &tokio_postgres::Client) -> BTreeMap<String, String> {
     sql.query(
-        "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid)
+        "SELECT p.oid::regprocedure::text AS signature, pg_get_functiondef(p.oid) AS definition
            FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
           WHERE n.nspname IN ('pgvs3', 'ojs', 's3p', 's3w', 's3c')",
         &[],
@@ -179,21 +179,21 @@ async fn functions(sql: &tokio_postgres::Client) -> BTreeMap<String, String> {
     .await
     .unwrap()
     .iter()
-    .map(|row| (row.get(0), row.get(1)))
+    .map(|row| (row.get("signature"), row.get("definition")))
     .collect()
 }
 
 /// Every trigger of the layout, with its definition.
 async fn triggers(sql: &tokio_postgres::Client) -> BTreeMap<String, String> {
     sql.query(
-        "SELECT t.tgrelid::regclass::text || ' ' || t.tgname, pg_get_triggerdef(t.oid)
+        "SELECT t.tgrelid::regclass::text || ' ' || t.tgname AS name, pg_get_triggerdef(t.oid) AS definition
            FROM pg_trigger t WHERE NOT t.tgisinternal",
         &[],
     )
     .await
     .unwrap()
     .iter()
-    .map(|row| (row.get(0), row.get(1)))
+    .map(|row| (row.get("name"), row.get("definition")))
     .collect()
 }
 
@@ -201,7 +201,7 @@ async fn triggers(sql: &tokio_postgres::Client) -> BTreeMap<String, String> {
 /// in the definition changed.
 async fn function_row_versions(sql: &tokio_postgres::Client) -> BTreeMap<String, String> {
     sql.query(
-        "SELECT p.oid::regprocedure::text, p.xmin::text
+        "SELECT p.oid::regprocedure::text AS signature, p.xmin::text AS xmin
            FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
           WHERE n.nspname IN ('pgvs3', 'ojs')",
         &[],
@@ -209,7 +209,7 @@ async fn function_row_versions(sql: &tokio_postgres::Client) -> BTreeMap<String,
     .await
     .unwrap()
     .iter()
-    .map(|row| (row.get(0), row.get(1)))
+    .map(|row| (row.get("signature"), row.get("xmin")))
     .collect()
 }
 
@@ -290,7 +290,7 @@ async fn unchanged_function_files_are_not_applied_again() {
         .await
         .unwrap()
         .iter()
-        .map(|row| (row.get(0), row.get(1)))
+        .map(|row| (row.get("name"), row.get("digest")))
         .collect();
     let names: Vec<&str> = files.iter().map(|(name, _)| name.as_str()).collect();
     assert_eq!(
@@ -342,7 +342,7 @@ async fn unchanged_function_files_are_not_applied_again() {
         .query_one("SELECT digest FROM pgvs3.function_files WHERE name = 'quotas'", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("digest");
     assert_eq!(
         Some(&digest),
         files.iter().find(|(name, _)| name == "quotas").map(|(_, d)| d)
@@ -424,7 +424,7 @@ async fn catalog_version(sql: &tokio_postgres::Client) -> i64 {
     sql.query_one("SELECT version FROM pgvs3.catalog_version", &[])
         .await
         .unwrap()
-        .get(0)
+        .get("version")
 }
 
 fn kind<T>(result: Result<T, pgvs3_catalog::Error>) -> pgvs3_catalog::ErrorKind {
@@ -536,7 +536,7 @@ async fn the_control_api_refuses_with_typed_errors() {
         )
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(installed, 2, "the namespace's event triggers");
     let version = catalog_version(&sql).await;
     put_bucket_notifications(&sql, "plain", &rules("arn:pgvs3:ojs:::q"))
@@ -576,7 +576,7 @@ async fn the_control_api_refuses_with_typed_errors() {
         )
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(triggers, 2);
     // Layout v26: an access key's seal is reused the same way, so that an unchanged put of the
     // key (an operator's resync) is no update.
@@ -654,7 +654,7 @@ async fn the_sts_control_api_upserts_replaces_and_deletes() {
             .query_one("SELECT jwks, version FROM pgvs3.oidc_issuer_jwks($1)", &[&issuer])
             .await
             .unwrap();
-        (row.get(0), row.get(1))
+        (row.get("jwks"), row.get("version"))
     };
 
     let first = json!({"keys": [{"kty": "RSA", "kid": "one", "n": "AQAB", "e": "AQAB"}]});
@@ -726,7 +726,7 @@ async fn the_sts_control_api_upserts_replaces_and_deletes() {
         .query_one("SELECT count(*) FROM pgvs3.sts_sessions", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(sessions, 0, "deleting a role ends its sessions");
     assert!(sts::delete_oidc_issuer(&sql, issuer).await.unwrap());
     assert!(!sts::delete_oidc_issuer(&sql, issuer).await.unwrap());

@@ -6,26 +6,22 @@ use std::path::{Path, PathBuf};
 
 /// Files whose row reads belong to work not landed yet; each leaves this list when it lands.
 const PENDING: &[&str] = &[
-    // The RESP engineer's.
+    // The RESP engineer's (in progress).
     "crates/pgvs3-store/src/store/kv.rs",
     "crates/pgvs3-store/src/store/types.rs",
-    "crates/pgvs3-resp/src/resp/pubsub.rs",
-    "crates/pgvs3-resp/src/resp/blocking.rs",
-    "gateway/tests/resp/",
-    "gateway/tests/history/",
-    // The identity engineer's.
+    // The identity engineer's (in progress).
     "crates/pgvs3-store/src/store/sts.rs",
     "crates/pgvs3-catalog/src/sts.rs",
-    // Not yet converted.
+    // Outside the areas converted so far.
     "crates/pgvs3-base/src/replica_lag.rs",
     "crates/pgvs3-pg/src/",
+    "crates/pgvs3-resp/src/resp/blocking.rs",
+    "crates/pgvs3-resp/src/resp/pubsub.rs",
     "crates/pgvs3-testkit/src/lib.rs",
     "gateway/src/serve.rs",
+    "gateway/tests/resp/",
     "gateway/tests/s3/",
-    "gateway/tests/platform/",
-    "gateway/tests/ojs/",
-    "gateway/benches/",
-    "operator/tests/operator/",
+    "operator/tests/operator/apiserver",
     "e2e/src/loadgen/",
     "e2e/tests/e2e/loadgen_smoke.rs",
 ];

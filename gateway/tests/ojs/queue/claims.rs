@@ -57,13 +57,16 @@ async fn sixteen_workers_complete_ten_thousand_jobs_exactly_once() {
     let sql = gateway.sql().await;
     let row = sql
         .query_one(
-            "SELECT count(*) FILTER (WHERE state = 'completed'), count(*), max(attempt) FROM ojs.jobs",
+            "SELECT count(*) FILTER (WHERE state = 'completed') AS completed, count(*) AS jobs, max(attempt) AS attempts FROM ojs.jobs",
             &[],
         )
         .await
         .unwrap();
-    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (JOBS as i64, JOBS as i64));
-    assert_eq!(row.get::<_, i32>(2), 1, "no job was claimed twice");
+    assert_eq!(
+        (row.get::<_, i64>("completed"), row.get::<_, i64>("jobs")),
+        (JOBS as i64, JOBS as i64)
+    );
+    assert_eq!(row.get::<_, i32>("attempts"), 1, "no job was claimed twice");
     gateway.stop().await;
 }
 

@@ -27,7 +27,7 @@ async fn a_due_cron_tick_fires_once_across_three_gateways() {
         sql.query_one("SELECT count(*) FROM ojs.jobs WHERE queue = 'ticks'", &[])
             .await
             .unwrap()
-            .get::<_, i64>(0)
+            .get::<_, i64>("count")
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while count().await == 0 {
@@ -39,12 +39,12 @@ async fn a_due_cron_tick_fires_once_across_three_gateways() {
     assert_eq!(count().await, 1, "the tick fired once across three gateways");
     let advanced: bool = sql
         .query_one(
-            "SELECT next_run > now() + interval '1 day' FROM ojs.cron WHERE name = 'tick'",
+            "SELECT next_run > now() + interval '1 day' AS postponed FROM ojs.cron WHERE name = 'tick'",
             &[],
         )
         .await
         .unwrap()
-        .get(0);
+        .get("postponed");
     assert!(advanced, "the schedule moved on to next year");
     let events = events_of(&ojs, "tick", 1).await;
     assert_eq!(kinds(&events), ["cron.triggered"], "one tick, one event");
@@ -52,7 +52,7 @@ async fn a_due_cron_tick_fires_once_across_three_gateways() {
         .query_one("SELECT id FROM ojs.jobs WHERE queue = 'ticks'", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("id");
     assert_eq!(
         (
             events[0]["data"]["job_id"].as_str(),
@@ -140,7 +140,7 @@ async fn each_cron_overlap_policy_acts() {
             .await
             .unwrap()
             .iter()
-            .map(|row| row.get::<_, String>(0))
+            .map(|row| row.get::<_, String>("state"))
             .collect::<Vec<_>>()
         }
     };
@@ -164,7 +164,7 @@ async fn each_cron_overlap_policy_acts() {
                 )
                 .await
                 .unwrap()
-                .get(0);
+                .get("count");
             sql.execute(
                 "UPDATE ojs.cron SET next_run = now() - interval '1 second' WHERE name = $1",
                 &[&name],
@@ -179,7 +179,7 @@ async fn each_cron_overlap_policy_acts() {
                     )
                     .await
                     .unwrap()
-                    .get(0);
+                    .get("count");
                 (after > before).then_some(())
             })
             .await;

@@ -113,7 +113,7 @@ async fn a_batch_fans_in_once_under_concurrent_workers_and_fires_the_callbacks_t
         .query_one("SELECT count(*) FROM ojs.jobs WHERE queue LIKE 'cb-%'", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(callbacks, 2, "the callback whose condition failed was never enqueued");
 
     ojs.ack(&on_complete, json!(null)).await;

@@ -147,7 +147,7 @@ async fn a_write_through_cache_raises_no_event_for_a_write_the_origin_refused() 
         .query_one("SELECT count(*) FROM pgvs3.origin_outbox", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(owed, 0, "the undone writes left nothing queued");
 
     let live = origin_settings(&pair.origin, CacheMode::WriteThrough);

@@ -34,7 +34,7 @@ async fn eviction_keeps_recent_entries_and_never_drops_a_pending_body() {
         .await
         .unwrap()
         .iter()
-        .map(|row| row.get(0))
+        .map(|row| row.get("key"))
         .collect();
     assert_eq!(kept, ["e4", "e5"], "the most recently used entries stay");
     assert_eq!(
@@ -66,7 +66,7 @@ async fn range_chunks_and_whole_entries_are_evicted_by_last_use() {
         .query_one("SELECT count(*) FROM s3c.ranges", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(chunks, 2, "one 64 KiB chunk per ranged key");
     // Last uses, oldest first: ranged-used, whole-old, ranged-unused, whole-new.
     for (table, key, age) in [
@@ -94,12 +94,12 @@ async fn range_chunks_and_whole_entries_are_evicted_by_last_use() {
         loop {
             let recent: bool = sql
                 .query_one(
-                    "SELECT accessed_at > now() - interval '1 minute' FROM s3c.ranges WHERE key = 'ranged-used'",
+                    "SELECT accessed_at > now() - interval '1 minute' AS used FROM s3c.ranges WHERE key = 'ranged-used'",
                     &[],
                 )
                 .await
                 .unwrap()
-                .get(0);
+                .get("used");
             if recent {
                 break;
             }
@@ -123,7 +123,7 @@ async fn range_chunks_and_whole_entries_are_evicted_by_last_use() {
         .await
         .unwrap()
         .iter()
-        .map(|row| row.get(0))
+        .map(|row| row.get("key"))
         .collect();
     assert_eq!(kept, ["ranged-used", "whole-new"]);
     pair.stop().await;

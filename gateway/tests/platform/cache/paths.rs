@@ -11,7 +11,7 @@ async fn re_applying_unchanged_origin_settings_does_not_move_the_catalog_version
         sql.query_one("SELECT version FROM pgvs3.catalog_version", &[])
             .await
             .unwrap()
-            .get::<_, i64>(0)
+            .get::<_, i64>("version")
     };
     let catalog = pair.cache.gateway.store.catalog();
     let settings = origin_settings(&pair.origin, CacheMode::WriteBack);

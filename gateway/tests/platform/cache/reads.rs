@@ -119,7 +119,7 @@ async fn ranges_fill_aligned_chunks_and_never_fetch_a_whole_large_object() {
         .await
         .unwrap()
         .iter()
-        .map(|row| row.get(0))
+        .map(|row| row.get("chunk"))
         .collect();
     assert_eq!(chunks, [1], "only the aligned chunk, not the object");
 
@@ -145,7 +145,7 @@ async fn ranges_fill_aligned_chunks_and_never_fetch_a_whole_large_object() {
         .query_one("SELECT count(*) FROM s3c.ranges", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(left, 0);
 
     // A small object comes whole with its first chunk and is cached whole.
@@ -359,7 +359,7 @@ async fn a_standby_gateway_serves_warm_hits_and_passes_misses_through_without_fi
         .query_one("SELECT count(*) FROM s3c.objects WHERE key = 'cold'", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(filled, 0);
 
     // Writes are refused before the origin sees them.

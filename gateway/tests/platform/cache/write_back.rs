@@ -67,17 +67,17 @@ async fn large_writes_are_acknowledged_first_and_uploaded_by_the_worker() {
         .await
         .unwrap()
         .iter()
-        .map(|row| row.get(0))
+        .map(|row| row.get("origin_etag"))
         .collect();
     assert_eq!(clean, [Some(at_origin.trim_matches('"').to_owned())]);
     let copied: i64 = sql
         .query_one(
-            "SELECT (SELECT count(*) FROM s3c.objects) + (SELECT count(*) FROM s3c.chunks)",
+            "SELECT (SELECT count(*) FROM s3c.objects) + (SELECT count(*) FROM s3c.chunks) AS entries",
             &[],
         )
         .await
         .unwrap()
-        .get(0);
+        .get("entries");
     assert_eq!(copied, 0, "no copy in s3c");
     // It is a cache entry now: reading it makes no origin request, under the origin's ETag.
     let gets = pair.origin_gets().await;
@@ -131,12 +131,12 @@ async fn a_clean_write_back_body_is_overwritten_revalidated_and_deleted_like_any
     assert_eq!(pair.origin_gets().await, gets, "no body from the origin");
     let fresh: bool = sql
         .query_one(
-            "SELECT validated_at > now() - interval '1 minute' FROM s3w.objects",
+            "SELECT validated_at > now() - interval '1 minute' AS validated FROM s3w.objects",
             &[],
         )
         .await
         .unwrap()
-        .get(0);
+        .get("validated");
     assert!(fresh, "the revalidation is recorded on the clean body");
 
     // Changed at the origin behind the cache's back: after the TTL, the origin's body replaces it.
@@ -151,7 +151,7 @@ async fn a_clean_write_back_body_is_overwritten_revalidated_and_deleted_like_any
         .query_one("SELECT count(*) FROM s3w.objects", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(written, 0, "the superseded clean body is gone");
 
     // A small write-through over a clean body replaces it too.
@@ -170,7 +170,7 @@ async fn a_clean_write_back_body_is_overwritten_revalidated_and_deleted_like_any
         .query_one("SELECT count(*) FROM s3w.objects", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(left, 0);
     pair.stop().await;
 }
@@ -231,12 +231,12 @@ async fn a_clean_write_back_body_is_evicted_by_last_use_and_a_pending_one_never(
     store.catalog().put_origin(CACHE, &dead).await.unwrap();
     let stale: bool = sql
         .query_one(
-            "SELECT validated_at = '-infinity' FROM s3w.objects WHERE key = 'clean.bin'",
+            "SELECT validated_at = '-infinity' AS expired FROM s3w.objects WHERE key = 'clean.bin'",
             &[],
         )
         .await
         .unwrap()
-        .get(0);
+        .get("expired");
     assert!(stale, "a cache moved to another origin revalidates its clean bodies");
     let pending = noise(2 << 20, 82);
     put_object(client, CACHE, "pending.bin", pending.clone()).await;
@@ -261,12 +261,12 @@ async fn a_clean_write_back_body_is_evicted_by_last_use_and_a_pending_one_never(
     eventually("the read to be recorded", || async {
         let row = sql
             .query_one(
-                "SELECT accessed_at > now() - interval '1 minute' FROM s3w.objects WHERE key = 'clean.bin'",
+                "SELECT accessed_at > now() - interval '1 minute' AS used FROM s3w.objects WHERE key = 'clean.bin'",
                 &[],
             )
             .await
             .unwrap();
-        row.get::<_, bool>(0)
+        row.get::<_, bool>("used")
     })
     .await;
 
@@ -279,7 +279,7 @@ async fn a_clean_write_back_body_is_evicted_by_last_use_and_a_pending_one_never(
         .query_one("SELECT count(*) FROM s3c.objects", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(filled_left, 0);
     assert_eq!(read_object(client, CACHE, "clean.bin").await, clean);
 
@@ -291,7 +291,7 @@ async fn a_clean_write_back_body_is_evicted_by_last_use_and_a_pending_one_never(
         .await
         .unwrap()
         .iter()
-        .map(|row| row.get(0))
+        .map(|row| row.get("key"))
         .collect();
     assert_eq!(kept, ["pending.bin"]);
     assert_eq!(read_object(client, CACHE, "pending.bin").await, pending);
