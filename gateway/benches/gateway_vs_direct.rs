@@ -465,7 +465,7 @@ async fn main() -> anyhow::Result<()> {
         .await?
         .query_one("SELECT id FROM pgvs3.buckets WHERE name = 'bench'", &[])
         .await?
-        .get(0);
+        .get("id");
     let get_sql = "SELECT o.size, o.etag, o.last_modified, o.meta, o.inline, o.body_id, o.key IS NOT NULL
                      FROM pgvs3.buckets b LEFT JOIN s3p.objects o ON o.bucket_id = b.id AND o.key = $2
                           AND (o.expires_at IS NULL OR o.expires_at > now()) WHERE b.id = $1";
@@ -517,7 +517,7 @@ async fn main() -> anyhow::Result<()> {
                 let statement = client.prepare_cached(get_sql).await.unwrap();
                 let key = format!("small-{}", (c * 7919 + i) % SMALL_KEYS);
                 let row = client.query_one(&statement, &[&bucket_id, &key]).await.unwrap();
-                assert_eq!(row.get::<_, Option<&[u8]>>(4).map(<[u8]>::len), Some(SMALL));
+                assert_eq!(row.get::<_, Option<&[u8]>>("inline").map(<[u8]>::len), Some(SMALL));
             }
         })
         .await;
@@ -576,7 +576,7 @@ async fn main() -> anyhow::Result<()> {
             async move {
                 let client = pool.get().await.unwrap();
                 let row = client.query_one(get_sql, &[&bucket_id, &"large-0"]).await.unwrap();
-                let body_id: i64 = row.get(5);
+                let body_id: i64 = row.get("body_id");
                 let params: [&(dyn ToSql + Sync); 3] = [&body_id, &0i32, &i32::MAX];
                 let rows = client
                     .query_raw(
@@ -586,7 +586,7 @@ async fn main() -> anyhow::Result<()> {
                     .await
                     .unwrap();
                 let bytes = rows
-                    .map(|row| row.unwrap().get::<_, &[u8]>(1).len())
+                    .map(|row| row.unwrap().get::<_, &[u8]>("data").len())
                     .fold(0, |a, b| async move { a + b })
                     .await;
                 assert_eq!(bytes, LARGE);
@@ -614,10 +614,10 @@ async fn main() -> anyhow::Result<()> {
                 let mut client = pool.get().await.unwrap();
                 let tx = client.transaction().await.unwrap();
                 let body_id: i64 = tx
-                    .query_one("SELECT nextval('s3p.body_ids')", &[])
+                    .query_one("SELECT nextval('s3p.body_ids') AS body_id", &[])
                     .await
                     .unwrap()
-                    .get(0);
+                    .get("body_id");
                 let sink = tx
                     .copy_in("COPY s3p.chunks (body_id, seq, data) FROM STDIN (FORMAT binary)")
                     .await

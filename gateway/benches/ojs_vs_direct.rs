@@ -235,7 +235,7 @@ async fn main() -> anyhow::Result<()> {
                     .await
                     .unwrap();
                 let Some(row) = claimed else { return false };
-                let id: String = row.get(0);
+                let id: String = row.get("id");
                 client
                     .execute(
                         "UPDATE ojs.jobs SET state = 'completed', completed_at = now() WHERE id = $1 AND state = 'active'",

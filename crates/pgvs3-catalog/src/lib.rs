@@ -146,8 +146,8 @@ pub async fn ensure_bucket(
         .await
         .map_err(classify(REFUSALS))?;
     Ok(EnsuredBucket {
-        id: row.get(0),
-        created: row.get(1),
+        id: row.get("bucket_id"),
+        created: row.get("created"),
     })
 }
 
@@ -160,10 +160,10 @@ pub async fn drop_bucket(client: &impl GenericClient, name: &str, force: bool) -
         (Refusal::Hint("ObjectLocked"), ErrorKind::ObjectLocked),
     ];
     let row = client
-        .query_one("SELECT pgvs3.drop_bucket($1, $2)", &[&name, &force])
+        .query_one("SELECT pgvs3.drop_bucket($1, $2) AS dropped", &[&name, &force])
         .await
         .map_err(classify(REFUSALS))?;
-    Ok(row.get(0))
+    Ok(row.get("dropped"))
 }
 
 /// `None` when there is no such bucket; `Some(None)` when the root key owns it.
@@ -172,17 +172,17 @@ pub async fn bucket_owner(client: &impl GenericClient, name: &str) -> Result<Opt
         .query_opt("SELECT owner_key FROM pgvs3.bucket_owner($1)", &[&name])
         .await
         .map_err(classify(&[]))?;
-    Ok(row.map(|row| row.get(0)))
+    Ok(row.map(|row| row.get("owner_key")))
 }
 
 /// Gives an unowned ordinary bucket to `owner`; true when it is `owner`'s now (adopted, or
 /// theirs already), false when there is no such ordinary bucket or another key owns it.
 pub async fn adopt_bucket(client: &impl GenericClient, name: &str, owner: &str) -> Result<bool> {
     let row = client
-        .query_one("SELECT pgvs3.adopt_bucket($1, $2)", &[&name, &owner])
+        .query_one("SELECT pgvs3.adopt_bucket($1, $2) AS adopted", &[&name, &owner])
         .await
         .map_err(classify(&[]))?;
-    Ok(row.get(0))
+    Ok(row.get("adopted"))
 }
 
 /// Sets the bucket's quota (`None`: no limit on that dimension; both `None`: no quota).
@@ -239,19 +239,19 @@ pub async fn put_access_key(client: &impl GenericClient, key: &AccessKey<'_>) ->
 /// non-root key. Re-attaching the same document changes no row.
 pub async fn set_key_policy(client: &impl GenericClient, key_id: &str, policy: Option<&str>) -> Result<bool> {
     let row = client
-        .query_one("SELECT pgvs3.set_key_policy($1, $2)", &[&key_id, &policy])
+        .query_one("SELECT pgvs3.set_key_policy($1, $2) AS changed", &[&key_id, &policy])
         .await
         .map_err(classify(&[]))?;
-    Ok(row.get(0))
+    Ok(row.get("changed"))
 }
 
 /// Deletes a key (never the root key); false when there was no such non-root key.
 pub async fn delete_access_key(client: &impl GenericClient, key_id: &str) -> Result<bool> {
     let row = client
-        .query_one("SELECT pgvs3.delete_access_key($1)", &[&key_id])
+        .query_one("SELECT pgvs3.delete_access_key($1) AS deleted", &[&key_id])
         .await
         .map_err(classify(&[]))?;
-    Ok(row.get(0))
+    Ok(row.get("deleted"))
 }
 
 /// A cache bucket's origin and policy as `put_origin` takes them: durations in seconds, the
@@ -283,7 +283,7 @@ pub async fn put_origin(client: &impl GenericClient, origin: &OriginSettings<'_>
     ];
     let row = client
         .query_one(
-            "SELECT pgvs3.put_origin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+            "SELECT pgvs3.put_origin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) AS bucket_id",
             &[
                 &origin.bucket,
                 &origin.endpoint,
@@ -303,7 +303,7 @@ pub async fn put_origin(client: &impl GenericClient, origin: &OriginSettings<'_>
         )
         .await
         .map_err(classify(REFUSALS))?;
-    Ok(row.get(0))
+    Ok(row.get("bucket_id"))
 }
 
 /// Drops the cache bucket and everything cached in it; false when it was not a cache bucket.
@@ -311,19 +311,19 @@ pub async fn put_origin(client: &impl GenericClient, origin: &OriginSettings<'_>
 pub async fn drop_origin(client: &impl GenericClient, bucket: &str, force: bool) -> Result<bool> {
     const REFUSALS: Refusals = &[(Refusal::Hint("PendingWriteBack"), ErrorKind::PendingWriteBack)];
     let row = client
-        .query_one("SELECT pgvs3.drop_origin($1, $2)", &[&bucket, &force])
+        .query_one("SELECT pgvs3.drop_origin($1, $2) AS dropped", &[&bucket, &force])
         .await
         .map_err(classify(REFUSALS))?;
-    Ok(row.get(0))
+    Ok(row.get("dropped"))
 }
 
 /// The sealed origin secret of cache bucket `bucket`, `None` when it has no origin.
 pub async fn origin_secret(client: &impl GenericClient, bucket: &str) -> Result<Option<Vec<u8>>> {
     let row = client
-        .query_one("SELECT pgvs3.origin_secret($1)", &[&bucket])
+        .query_one("SELECT pgvs3.origin_secret($1) AS secret", &[&bucket])
         .await
         .map_err(classify(&[]))?;
-    Ok(row.get(0))
+    Ok(row.get("secret"))
 }
 
 /// The origin secret to pass to [`put_origin`], sealed under `master_key` (see [`reseal`]).
@@ -345,10 +345,10 @@ pub async fn seal_access_key_secret(
     secret: &str,
 ) -> Result<Vec<u8>> {
     let row = client
-        .query_one("SELECT pgvs3.access_key_secret($1)", &[&key_id])
+        .query_one("SELECT pgvs3.access_key_secret($1) AS secret", &[&key_id])
         .await
         .map_err(classify(&[]))?;
-    Ok(reseal(row.get(0), master_key, secret))
+    Ok(reseal(row.get("secret"), master_key, secret))
 }
 
 /// The catalog's sealed secret while it still opens to `secret`, else a fresh seal: a fresh

@@ -267,11 +267,11 @@ WITH due AS (
 UPDATE pgvs3.outbox o SET due_at = now() + $2::bigint * interval '1 ms'
   FROM due
  WHERE o.id = due.id
-RETURNING o.id, o.delivery_id, o.event_type, o.body::text, o.attempts,
+RETURNING o.id, o.delivery_id, o.event_type, o.body::text AS body, o.attempts,
           coalesce((SELECT url FROM ojs.webhooks WHERE id = o.webhook_id),
-                   (SELECT url FROM pgvs3.webhook_targets WHERE name = o.target)),
+                   (SELECT url FROM pgvs3.webhook_targets WHERE name = o.target)) AS url,
           coalesce((SELECT secret FROM ojs.webhooks WHERE id = o.webhook_id),
-                   (SELECT secret FROM pgvs3.webhook_targets WHERE name = o.target)),
+                   (SELECT secret FROM pgvs3.webhook_targets WHERE name = o.target)) AS secret,
           o.webhook_id";
 
 const DELIVERED: &str = "DELETE FROM pgvs3.outbox WHERE id = $1";
@@ -344,14 +344,14 @@ impl Deliverer {
             .iter()
             .map(|row| {
                 let delivery = Delivery {
-                    delivery_id: row.get(1),
-                    event_type: row.get(2),
-                    body: row.get(3),
-                    url: row.get(5),
-                    secret: row.get(6),
-                    subscription: row.get(7),
+                    delivery_id: row.get("delivery_id"),
+                    event_type: row.get("event_type"),
+                    body: row.get("body"),
+                    url: row.get("url"),
+                    secret: row.get("secret"),
+                    subscription: row.get("webhook_id"),
                 };
-                (row.get(0), row.get(4), delivery)
+                (row.get("id"), row.get("attempts"), delivery)
             })
             .collect();
         let outcomes =
@@ -369,7 +369,7 @@ impl Deliverer {
             let row = client
                 .query_opt(FAILED, &[id, &error, &wait, &self.options.max_attempts, &refused])
                 .await?;
-            if row.is_some_and(|row| row.get::<_, bool>(0)) {
+            if row.is_some_and(|row| row.get::<_, bool>("dead")) {
                 tracing::warn!(url = %delivery.url, delivery = %delivery.delivery_id, %error,
                                "webhook delivery dead-lettered");
             } else {

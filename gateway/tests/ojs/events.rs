@@ -85,7 +85,7 @@ async fn outbox_rows(gw: &TestGateway) -> i64 {
         .query_one("SELECT count(*) FROM pgvs3.outbox", &[])
         .await
         .unwrap()
-        .get(0)
+        .get("count")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -258,7 +258,7 @@ async fn webhooks_get_the_events_they_match_signed_and_nothing_is_lost_while_the
             )
             .await
             .unwrap()
-            .get(0);
+            .get("count");
         (failing == 5).then_some(())
     })
     .await;
@@ -423,7 +423,7 @@ async fn only_committed_events_are_owed() {
         .query_one("SELECT count(*) FROM pgvs3.outbox", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(owed, 1, "owed inside the transaction");
     tx.rollback().await.unwrap();
     assert_eq!(outbox_rows(&gw).await, 0);

@@ -37,7 +37,7 @@ async fn job_row(gateway: &TestGateway, id: &str) -> (String, i32, String) {
         .query_one("SELECT state, attempt, tenant FROM ojs.jobs WHERE id = $1", &[&id])
         .await
         .unwrap();
-    (row.get(0), row.get(1), row.get(2))
+    (row.get("state"), row.get("attempt"), row.get("tenant"))
 }
 
 #[tokio::test]
@@ -273,7 +273,7 @@ async fn a_malformed_tenant_header_is_refused() {
         .query_one("SELECT count(*) FROM ojs.jobs", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(count, 0);
     gateway.stop().await;
 }
@@ -297,7 +297,7 @@ async fn the_claim_reads_one_index_range_per_queue_and_tenant() {
             )
             .await
             .unwrap()
-            .get(0);
+            .get("QUERY PLAN");
         let text = plan.to_string();
         assert!(text.contains("\"Index Name\":\"jobs_claim\""), "{text}");
         assert!(!text.contains("\"Node Type\":\"Sort\""), "{text}");
@@ -396,7 +396,7 @@ async fn a_header_and_a_meta_tenant_that_disagree_are_refused() {
         .query_one("SELECT count(*) FROM ojs.jobs", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(stored, 0, "a refused request stores no job");
 
     // Agreeing is fine, and a header alone is written into the job's meta (§5.3).

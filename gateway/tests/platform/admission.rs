@@ -384,22 +384,22 @@ async fn uploads_whose_clients_pause_hold_no_database_connection() {
         .query_one("SELECT namespace FROM pgvs3.buckets WHERE name = 'adm'", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("namespace");
     // The uploads are under way: each has written its first batch (1 MiB, leased) and waits
     // for its client — or, as the old write path did, the pool's four connections are copying.
     common::eventually(Duration::from_secs(20), "the uploads under way", || async {
         let row = sql
             .query_one(
                 &format!(
-                    "SELECT (SELECT count(*) FROM \"{ns}\".retired_bodies WHERE retired_at > now()),
+                    "SELECT (SELECT count(*) FROM \"{ns}\".retired_bodies WHERE retired_at > now()) AS retiring,
                             (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-                                AND state = 'active' AND query LIKE 'COPY%')"
+                                AND state = 'active' AND query LIKE 'COPY%') AS copies"
                 ),
                 &[],
             )
             .await
             .unwrap();
-        (row.get::<_, i64>(0) == 8 || row.get::<_, i64>(1) == 4).then_some(())
+        (row.get::<_, i64>("retiring") == 8 || row.get::<_, i64>("copies") == 4).then_some(())
     })
     .await;
     let quick = Duration::from_millis(1500);
@@ -432,7 +432,7 @@ async fn uploads_whose_clients_pause_hold_no_database_connection() {
             )
             .await
             .unwrap()
-            .get(0);
+            .get("count");
         (retired == 1).then_some(())
     })
     .await;
@@ -441,16 +441,16 @@ async fn uploads_whose_clients_pause_hold_no_database_connection() {
     let row = sql
         .query_one(
             &format!(
-                "SELECT (SELECT count(*) FROM \"{ns}\".retired_bodies WHERE retired_at <= now()),
+                "SELECT (SELECT count(*) FROM \"{ns}\".retired_bodies WHERE retired_at <= now()) AS retired,
                         (SELECT count(DISTINCT c.body_id) FROM \"{ns}\".chunks c
-                           JOIN \"{ns}\".retired_bodies r USING (body_id))"
+                           JOIN \"{ns}\".retired_bodies r USING (body_id)) AS with_chunks"
             ),
             &[],
         )
         .await
         .unwrap();
     assert_eq!(
-        (row.get::<_, i64>(0), row.get::<_, i64>(1)),
+        (row.get::<_, i64>("retired"), row.get::<_, i64>("with_chunks")),
         (0, 7),
         "the abandoned body reaped, the seven leased ones kept"
     );
@@ -480,7 +480,7 @@ async fn uploads_whose_clients_pause_hold_no_database_connection() {
         )
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(leased, 0, "committed bodies left their leases");
     gw.stop().await;
 }

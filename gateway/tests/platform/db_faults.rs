@@ -170,7 +170,7 @@ async fn killed_embedded_postgres_is_restarted_and_keeps_every_acknowledged_writ
         )
         .await
         .unwrap()
-        .get(0);
+        .get("pid");
     kill9(backend);
     // The reset ends every session, this one too; until then the old ones may still answer.
     eventually(Duration::from_secs(30), "PostgreSQL resets every session", || async {
@@ -370,16 +370,19 @@ async fn network_cut_fails_requests_fast_and_everything_recovers() {
 /// The standby has replayed everything the primary wrote so far.
 async fn wait_replayed(primary: &tokio_postgres::Client, standby: &tokio_postgres::Client) {
     let lsn: String = primary
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .query_one("SELECT pg_current_wal_lsn()::text AS lsn", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("lsn");
     eventually(Duration::from_secs(30), "the standby replays the primary", || async {
         let row = standby
-            .query_one("SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn", &[&lsn])
+            .query_one(
+                "SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn AS replayed",
+                &[&lsn],
+            )
             .await
             .ok()?;
-        row.get::<_, bool>(0).then_some(())
+        row.get::<_, bool>("replayed").then_some(())
     })
     .await;
 }

@@ -110,7 +110,7 @@ async fn waiting_commits(sql: &tokio_postgres::Client, relations: &[&str]) -> i6
     )
     .await
     .unwrap()
-    .get(0)
+    .get("count")
 }
 
 /// The gateway dies (SIGKILL) after its PUT's commit record is flushed and before the commit
@@ -159,7 +159,7 @@ async fn a_gateway_killed_between_commit_and_answer_leaves_exactly_one_job() {
             )
             .await
             .unwrap()
-            .get(0);
+            .get("count");
         (waiting > 0).then_some(probe)
     })
     .await;
@@ -174,7 +174,7 @@ async fn a_gateway_killed_between_commit_and_answer_leaves_exactly_one_job() {
         .query_one("SELECT count(*) FROM s3p.objects WHERE key = 'report.csv'", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(visible, 0, "the commit has not returned yet");
     common::faults::kill9(child.id().unwrap() as i32);
     child.wait().await.unwrap();
@@ -197,7 +197,7 @@ async fn a_gateway_killed_between_commit_and_answer_leaves_exactly_one_job() {
             .query_one("SELECT count(*) FROM s3p.objects WHERE key = 'report.csv'", &[])
             .await
             .unwrap()
-            .get(0);
+            .get("count");
         (present == 1).then_some(())
     })
     .await;
@@ -305,10 +305,10 @@ async fn concurrent_overwrites_enqueue_one_job_per_version_in_commit_order() {
         .await
         .unwrap();
     let start: String = sql
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .query_one("SELECT pg_current_wal_lsn()::text AS lsn", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("lsn");
     let mut writers = tokio::task::JoinSet::new();
     for client in 0..CLIENTS {
         let s3 = s3.clone();
@@ -332,7 +332,7 @@ async fn concurrent_overwrites_enqueue_one_job_per_version_in_commit_order() {
                  SELECT xid, row_number() OVER (ORDER BY start_lsn) AS position
                    FROM pg_get_wal_records_info_till_end_of_wal($1::text::pg_lsn)
                   WHERE resource_manager = 'Transaction' AND record_type = 'COMMIT')
-             SELECT c.position, j.envelope -> 'args' -> 0
+             SELECT c.position, j.envelope -> 'args' -> 0 AS args
                FROM ojs.jobs j LEFT JOIN commits c ON c.xid = j.xmin
               WHERE j.queue = 'overwrites'",
             &[&start],
@@ -342,10 +342,10 @@ async fn concurrent_overwrites_enqueue_one_job_per_version_in_commit_order() {
     let mut jobs: Vec<(i64, Value)> = rows
         .iter()
         .map(|row| {
-            let position: Option<i64> = row.get(0);
+            let position: Option<i64> = row.get("position");
             (
                 position.expect("the job's transaction committed in the WAL read"),
-                row.get(1),
+                row.get("args"),
             )
         })
         .collect();
@@ -483,7 +483,7 @@ async fn jobs_reach_a_worker_on_another_gateway_and_a_standby_gateway_after_repl
         .query_one("SELECT id FROM ojs.jobs WHERE queue = 'csv-to-parquet'", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("id");
 
     let on_standby = Ojs::of(&reader);
     let state_on_standby = |wanted: &'static str| {

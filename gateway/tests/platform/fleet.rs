@@ -171,7 +171,7 @@ async fn lost_database_connections_fail_cleanly_and_are_replaced() {
         )
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert!(cut >= 1, "the gateway's connections were found");
 
     // Each request either succeeds on a fresh connection or fails with a retryable 503 —
@@ -330,7 +330,7 @@ async fn the_reaper_drains_a_backlog_larger_than_its_batches() {
         .query_one("SELECT count(*) FROM s3p.objects WHERE expires_at IS NOT NULL", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(expired_rows, 0);
     for i in [0, 39] {
         let object = gw
@@ -418,7 +418,7 @@ async fn a_primary_lost_mid_put_leaves_no_partial_object_anywhere() {
                 )
                 .await
                 .ok()?
-                .get(0);
+                .get("count");
             (leased > 0).then_some(())
         },
     )
@@ -450,10 +450,10 @@ async fn a_primary_lost_mid_put_leaves_no_partial_object_anywhere() {
     standby_sql.execute("SELECT pg_promote()", &[]).await.unwrap();
     eventually(Duration::from_secs(30), "promotion", || async {
         let in_recovery: bool = standby_sql
-            .query_one("SELECT pg_is_in_recovery()", &[])
+            .query_one("SELECT pg_is_in_recovery() AS in_recovery", &[])
             .await
             .ok()?
-            .get(0);
+            .get("in_recovery");
         (!in_recovery).then_some(())
     })
     .await;
@@ -462,14 +462,15 @@ async fn a_primary_lost_mid_put_leaves_no_partial_object_anywhere() {
     let orphans = || async {
         let row = standby_sql
             .query_one(
-                "SELECT count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM s3p.retired_bodies r WHERE r.body_id = c.body_id)),
-                        count(*)
+                "SELECT count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM s3p.retired_bodies r WHERE r.body_id = c.body_id))
+                          AS unretired,
+                        count(*) AS orphans
                    FROM s3p.chunks c WHERE NOT EXISTS (SELECT 1 FROM s3p.objects o WHERE o.body_id = c.body_id)",
                 &[],
             )
             .await
             .unwrap();
-        (row.get::<_, i64>(0), row.get::<_, i64>(1))
+        (row.get::<_, i64>("unretired"), row.get::<_, i64>("orphans"))
     };
     let (unleased, leased) = orphans().await;
     assert_eq!(unleased, 0, "every chunk without an object is leased");

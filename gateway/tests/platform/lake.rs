@@ -212,7 +212,7 @@ async fn a_ducklake_keeps_its_catalog_and_its_files_in_one_database() {
         .query_one("SELECT count(*) FROM ducklake_snapshot", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert!(snapshots >= 1);
     // Every file the catalog names is an object of the bucket, and the cleaned-up ones are gone.
     let mut listed = Vec::new();
@@ -304,7 +304,7 @@ async fn a_standby_gateway_reads_the_lake_from_its_replica() {
             .query_opt("SELECT count(*) FROM ducklake_table WHERE table_name = 'readings'", &[])
             .await
             .ok()??;
-        (row.get::<_, i64>(0) == 1).then_some(())
+        (row.get::<_, i64>("count") == 1).then_some(())
     })
     .await;
     let attach = attach_string(&reader, "lake", &["--read-only"]).await;
@@ -617,10 +617,10 @@ async fn a_point_in_time_restore_brings_back_the_lake_of_that_instant() {
         "the open CTAS wrote files before the restore point"
     );
     let point_lsn: String = sql
-        .query_one("SELECT pg_create_restore_point('lake')::text", &[])
+        .query_one("SELECT pg_create_restore_point('lake')::text AS restore_point", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("restore_point");
     stdin.write_all(b"go\n").await.unwrap();
     let after = tokio::time::timeout(Duration::from_secs(120), lines.next_line())
         .await
@@ -644,18 +644,21 @@ async fn a_point_in_time_restore_brings_back_the_lake_of_that_instant() {
     // Every WAL segment up to the restore point reaches the archive.
     let segment: String = sql
         .query_one(
-            "SELECT pg_walfile_name($1::text::pg_lsn) FROM pg_switch_wal()",
+            "SELECT pg_walfile_name($1::text::pg_lsn) AS segment FROM pg_switch_wal()",
             &[&point_lsn],
         )
         .await
         .unwrap()
-        .get(0);
+        .get("segment");
     common::eventually(Duration::from_secs(60), "the WAL to be archived", || async {
         let row = sql
-            .query_one("SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver", &[])
+            .query_one(
+                "SELECT coalesce(last_archived_wal, '') AS archived FROM pg_stat_archiver",
+                &[],
+            )
             .await
             .ok()?;
-        (row.get::<_, String>(0) >= segment).then_some(())
+        (row.get::<_, String>("archived") >= segment).then_some(())
     })
     .await;
     drop(sql);
@@ -670,8 +673,11 @@ async fn a_point_in_time_restore_brings_back_the_lake_of_that_instant() {
         .unwrap();
     tokio::spawn(connection);
     common::eventually(Duration::from_secs(120), "the restore to promote", || async {
-        let row = client.query_one("SELECT pg_is_in_recovery()", &[]).await.ok()?;
-        (!row.get::<_, bool>(0)).then_some(())
+        let row = client
+            .query_one("SELECT pg_is_in_recovery() AS in_recovery", &[])
+            .await
+            .ok()?;
+        (!row.get::<_, bool>("in_recovery")).then_some(())
     })
     .await;
     let gw = TestGateway::on(restored_url).await;

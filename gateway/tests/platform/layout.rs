@@ -171,7 +171,7 @@ async fn run_migrate(url: &str) -> i32 {
 /// Every function of the layout's schemas, by signature, with its full definition.
 async fn functions(sql: &tokio_postgres::Client) -> BTreeMap<String, String> {
     sql.query(
-        "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid)
+        "SELECT p.oid::regprocedure::text AS signature, pg_get_functiondef(p.oid) AS definition
            FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
           WHERE n.nspname IN ('pgvs3', 'ojs', 's3p', 's3w', 's3c')",
         &[],
@@ -179,21 +179,21 @@ async fn functions(sql: &tokio_postgres::Client) -> BTreeMap<String, String> {
     .await
     .unwrap()
     .iter()
-    .map(|row| (row.get(0), row.get(1)))
+    .map(|row| (row.get("signature"), row.get("definition")))
     .collect()
 }
 
 /// Every trigger of the layout, with its definition.
 async fn triggers(sql: &tokio_postgres::Client) -> BTreeMap<String, String> {
     sql.query(
-        "SELECT t.tgrelid::regclass::text || ' ' || t.tgname, pg_get_triggerdef(t.oid)
+        "SELECT t.tgrelid::regclass::text || ' ' || t.tgname AS name, pg_get_triggerdef(t.oid) AS definition
            FROM pg_trigger t WHERE NOT t.tgisinternal",
         &[],
     )
     .await
     .unwrap()
     .iter()
-    .map(|row| (row.get(0), row.get(1)))
+    .map(|row| (row.get("name"), row.get("definition")))
     .collect()
 }
 
@@ -201,7 +201,7 @@ async fn triggers(sql: &tokio_postgres::Client) -> BTreeMap<String, String> {
 /// in the definition changed.
 async fn function_row_versions(sql: &tokio_postgres::Client) -> BTreeMap<String, String> {
     sql.query(
-        "SELECT p.oid::regprocedure::text, p.xmin::text
+        "SELECT p.oid::regprocedure::text AS signature, p.xmin::text AS xmin
            FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
           WHERE n.nspname IN ('pgvs3', 'ojs')",
         &[],
@@ -209,7 +209,7 @@ async fn function_row_versions(sql: &tokio_postgres::Client) -> BTreeMap<String,
     .await
     .unwrap()
     .iter()
-    .map(|row| (row.get(0), row.get(1)))
+    .map(|row| (row.get("signature"), row.get("xmin")))
     .collect()
 }
 
@@ -290,7 +290,7 @@ async fn unchanged_function_files_are_not_applied_again() {
         .await
         .unwrap()
         .iter()
-        .map(|row| (row.get(0), row.get(1)))
+        .map(|row| (row.get("name"), row.get("digest")))
         .collect();
     let names: Vec<&str> = files.iter().map(|(name, _)| name.as_str()).collect();
     assert_eq!(
@@ -342,7 +342,7 @@ async fn unchanged_function_files_are_not_applied_again() {
         .query_one("SELECT digest FROM pgvs3.function_files WHERE name = 'quotas'", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("digest");
     assert_eq!(
         Some(&digest),
         files.iter().find(|(name, _)| name == "quotas").map(|(_, d)| d)
@@ -424,7 +424,7 @@ async fn catalog_version(sql: &tokio_postgres::Client) -> i64 {
     sql.query_one("SELECT version FROM pgvs3.catalog_version", &[])
         .await
         .unwrap()
-        .get(0)
+        .get("version")
 }
 
 fn kind<T>(result: Result<T, pgvs3_catalog::Error>) -> pgvs3_catalog::ErrorKind {
@@ -536,7 +536,7 @@ async fn the_control_api_refuses_with_typed_errors() {
         )
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(installed, 2, "the namespace's event triggers");
     let version = catalog_version(&sql).await;
     put_bucket_notifications(&sql, "plain", &rules("arn:pgvs3:ojs:::q"))
@@ -576,7 +576,7 @@ async fn the_control_api_refuses_with_typed_errors() {
         )
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(triggers, 2);
     // Layout v26: an access key's seal is reused the same way, so that an unchanged put of the
     // key (an operator's resync) is no update.
@@ -654,7 +654,7 @@ async fn the_sts_control_api_upserts_replaces_and_deletes() {
             .query_one("SELECT jwks, version FROM pgvs3.oidc_issuer_jwks($1)", &[&issuer])
             .await
             .unwrap();
-        (row.get(0), row.get(1))
+        (row.get("jwks"), row.get("version"))
     };
 
     let first = json!({"keys": [{"kty": "RSA", "kid": "one", "n": "AQAB", "e": "AQAB"}]});
@@ -727,8 +727,78 @@ async fn the_sts_control_api_upserts_replaces_and_deletes() {
         .query_one("SELECT count(*) FROM pgvs3.sts_sessions", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(sessions, 0, "deleting a role ends its sessions");
     assert!(sts::delete_oidc_issuer(&sql, issuer).await.unwrap());
     assert!(!sts::delete_oidc_issuer(&sql, issuer).await.unwrap());
+}
+
+/// Where an overwrite's triggers on a namespace's `objects` would drop a replaced body that a
+/// noncurrent version still holds. PostgreSQL fires the triggers of one event in name order, so
+/// the order is the triggers' names: `objects_keep_version` (pgvs3.keep_version) moves the
+/// replaced row into `versions` before `objects_retire_body` (pgvs3.retire_body) looks there
+/// for the body; the other way round, the body is retired (and the reaper deletes its chunks)
+/// while the noncurrent version still points at it. Every retiring trigger of an UPDATE must
+/// fire after every keeping one, whatever they are named.
+async fn retired_before_kept(sql: &impl tokio_postgres::GenericClient) -> (usize, Vec<String>) {
+    // tgtype: 1 FOR EACH ROW, 2 BEFORE, 16 UPDATE. `name` compares bytewise, as the firing does.
+    let rows = sql
+        .query(
+            "SELECT n.nspname::text AS namespace, t.tgname::text AS name, t.tgfoid::regproc::text AS function,
+                    (t.tgtype & 2) <> 0 AS before
+               FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+              WHERE c.relname = 'objects' AND NOT t.tgisinternal AND (t.tgtype & 1) <> 0 AND (t.tgtype & 16) <> 0
+                AND t.tgfoid IN ('pgvs3.keep_version'::regproc, 'pgvs3.retire_body'::regproc)",
+            &[],
+        )
+        .await
+        .unwrap();
+    let triggers: Vec<(String, String, bool, bool)> = rows
+        .iter()
+        .map(|row| {
+            (
+                row.get("namespace"),
+                row.get("name"),
+                row.get::<_, String>("function") == "pgvs3.keep_version",
+                row.get("before"),
+            )
+        })
+        .collect();
+    let mut pairs = 0;
+    let mut wrong = Vec::new();
+    for (namespace, keep, _, keep_before) in triggers.iter().filter(|t| t.2) {
+        for (_, retire, _, retire_before) in triggers.iter().filter(|t| !t.2 && &t.0 == namespace) {
+            pairs += 1;
+            let fires_first = (*keep_before && !*retire_before)
+                || (keep_before == retire_before && keep.as_bytes() < retire.as_bytes());
+            if !fires_first {
+                wrong.push(format!("{namespace}.objects: {retire} fires before {keep}"));
+            }
+        }
+    }
+    (pairs, wrong)
+}
+
+#[tokio::test]
+async fn a_versioned_overwrite_keeps_the_replaced_version_before_its_body_is_retired() {
+    let url = common::fresh_database().await;
+    run_migrate(&url).await;
+    let mut sql = connect(&url).await;
+    let (pairs, wrong) = retired_before_kept(&sql).await;
+    assert!(
+        pairs > 0,
+        "no namespace has both triggers: the layout changed, check this test"
+    );
+    assert_eq!(wrong, Vec::<String>::new());
+    // The check sees a rename that changes the order (rolled back).
+    let tx = sql.transaction().await.unwrap();
+    tx.batch_execute("ALTER TRIGGER objects_keep_version ON s3p.objects RENAME TO objects_version_kept")
+        .await
+        .unwrap();
+    let (_, wrong) = retired_before_kept(&tx).await;
+    assert_eq!(
+        wrong,
+        ["s3p.objects: objects_retire_body fires before objects_version_kept"]
+    );
+    tx.rollback().await.unwrap();
 }

@@ -686,7 +686,7 @@ impl TlsPostgres {
                 &[],
             )
             .await?;
-        Ok((row.get(0), row.get(1)))
+        Ok((row.get("ssl"), row.get("client_dn")))
     }
 }
 
@@ -783,7 +783,7 @@ async fn the_gateway_connects_with_verify_full_and_refuses_the_wrong_host_name()
     })
     .await;
     assert!(
-        sessions.iter().all(|row| row.get::<_, bool>(0)),
+        sessions.iter().all(|row| row.get::<_, bool>("ssl")),
         "every gateway session is encrypted"
     );
     gw.stop().await;

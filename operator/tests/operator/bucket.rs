@@ -128,7 +128,7 @@ async fn bucket_row(sql: &tokio_postgres::Client, name: &str) -> Option<Option<S
     sql.query_opt("SELECT owner FROM pgvs3.buckets WHERE name = $1", &[&name])
         .await
         .unwrap()
-        .map(|row| row.get(0))
+        .map(|row| row.get("owner"))
 }
 
 #[tokio::test]
@@ -172,7 +172,7 @@ async fn provisioned_credentials_work_against_a_real_gateway_and_delete_drops_th
         sql.query_one("SELECT version FROM pgvs3.catalog_version", &[])
             .await
             .unwrap()
-            .get::<_, i64>(0)
+            .get::<_, i64>("version")
     };
     let version_before = catalog_version().await;
     reconcile(&ctx, &fake).await.unwrap();
@@ -192,7 +192,7 @@ async fn provisioned_credentials_work_against_a_real_gateway_and_delete_drops_th
         )
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(keys, 0, "the access key is revoked");
     assert!(fake.events().iter().any(|e| e.1 == "Cleanup"));
     gateway.stop().await;
@@ -254,7 +254,7 @@ async fn a_bucket_deleted_after_its_pool_still_has_its_key_revoked() {
         )
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(keys, 0, "the access key is revoked through the pool's last connection");
     // Dropping needs the pool: the bucket is left as it was.
     assert!(bucket_row(&sql, "team-photos").await.is_some());
@@ -388,7 +388,12 @@ async fn the_quota_is_enforced_by_the_gateway_and_follows_the_spec() {
         )
         .await
         .unwrap()
-        .map(|row| (row.get::<_, Option<i64>>(0), row.get::<_, Option<i64>>(1)))
+        .map(|row| {
+            (
+                row.get::<_, Option<i64>>("max_bytes"),
+                row.get::<_, Option<i64>>("max_objects"),
+            )
+        })
     };
     assert_eq!(quota_row(gateway.sql().await).await, Some((Some(1_000_000), Some(1))));
 
@@ -572,7 +577,7 @@ async fn a_bucket_of_another_key_or_a_cache_bucket_is_never_taken_over() {
         )
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(untouched, 0, "no quota lands on a bucket that is not the resource's");
     // Deleting the resource under Delete leaves their bucket and objects alone.
     delete(&ctx, &fake).await;

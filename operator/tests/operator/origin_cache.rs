@@ -263,21 +263,21 @@ impl Setup {
             .await
             .unwrap()?;
         Some(OriginRow {
-            bucket_id: row.get(0),
-            endpoint: row.get(1),
-            region: row.get(2),
-            origin_bucket: row.get(3),
-            access_key: row.get(4),
-            secret_encrypted: row.get(5),
-            path_style: row.get(6),
-            mode: row.get(7),
-            ttl_seconds: row.get(8),
-            negative_ttl_seconds: row.get(9),
-            fill_concurrency: row.get(10),
-            size_limit_bytes: row.get(11),
-            write_back_threshold: row.get(12),
-            range_chunk_bytes: row.get(13),
-            updated_at: row.get(14),
+            bucket_id: row.get("id"),
+            endpoint: row.get("endpoint"),
+            region: row.get("region"),
+            origin_bucket: row.get("origin_bucket"),
+            access_key: row.get("access_key"),
+            secret_encrypted: row.get("secret_encrypted"),
+            path_style: row.get("path_style"),
+            mode: row.get("mode"),
+            ttl_seconds: row.get("ttl_seconds"),
+            negative_ttl_seconds: row.get("negative_ttl_seconds"),
+            fill_concurrency: row.get("fill_concurrency"),
+            size_limit_bytes: row.get("size_limit_bytes"),
+            write_back_threshold: row.get("write_back_threshold"),
+            range_chunk_bytes: row.get("range_chunk_bytes"),
+            updated_at: row.get("updated_at"),
         })
     }
 
@@ -289,7 +289,7 @@ impl Setup {
         )
         .await
         .unwrap()
-        .get(0)
+        .get("count")
     }
 
     async fn bucket_exists(&self) -> bool {

@@ -172,8 +172,9 @@ WITH input AS (
                               'scheduled_at', ojs.ts(run_at)) || ojs.trace_of(envelope)
     FROM job WHERE state = 'scheduled'
 )
-SELECT body, seq, state, CASE WHEN state = 'scheduled' THEN ojs.ts(run_at) END, (SELECT ojs.ts(now())),
-       NULL, NULL::bigint, NULL::bigint, NULL::bigint, NULL::float8
+SELECT body, seq, state, CASE WHEN state = 'scheduled' THEN ojs.ts(run_at) END AS scheduled_at,
+       (SELECT ojs.ts(now())) AS created_at, NULL AS queue, NULL::bigint AS depth, NULL::bigint AS bound,
+       NULL::bigint AS incoming, NULL::float8 AS warning
 FROM job
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, name, depth, bound, incoming, warning FROM pressure
@@ -308,7 +309,7 @@ SELECT body, workflow_id FROM done";
 
 /// The failing half of a nack: the job's claim, locked, for the retry decision.
 const NACK_LOCK: &str = "
-SELECT state, attempt, worker_id, envelope #> '{options,retry}', max_attempts FROM ojs.jobs
+SELECT state, attempt, worker_id, envelope #> '{options,retry}' AS retry, max_attempts FROM ojs.jobs
 WHERE id = $1 AND tenant = $2 FOR UPDATE";
 
 /// The other half: the decided state, the error kept in the history, and the events.
@@ -360,7 +361,7 @@ WITH extended AS (
                               'visible_until', ojs.ts(visible_until)) || ojs.trace_of(envelope)
     FROM extended
 )
-SELECT id, envelope #>> '{options,metadata,test_directive}' FROM extended";
+SELECT id, envelope #>> '{options,metadata,test_directive}' AS test_directive FROM extended";
 
 /// An event as the polled and streamed event APIs show it (CloudEvents-like envelope).
 const EVENT_JSON: &str = "jsonb_build_object('id', id, 'seq', seq, 'type', type, 'specversion', '1.0',
@@ -449,7 +450,7 @@ impl Queue {
             .map_err(OjsError::sql)?;
         let existing = tx
             .query_opt(
-                "SELECT j.id, ojs.job_json(j) FROM ojs.jobs j
+                "SELECT j.id, ojs.job_json(j) AS job FROM ojs.jobs j
                  WHERE j.unique_key = $1 AND j.state = ANY($2) AND j.tenant = $4
                    AND ($3::float8 IS NULL OR j.created_at > now() - $3 * interval '1 ms')
                  ORDER BY j.created_at DESC LIMIT 1",
@@ -458,7 +459,7 @@ impl Queue {
             .await
             .map_err(OjsError::sql)?;
         if let Some(row) = existing {
-            let existing_id: String = row.get(0);
+            let existing_id: String = row.get("id");
             match unique.on_conflict {
                 OnConflict::Reject => {
                     return Err(
@@ -467,7 +468,7 @@ impl Queue {
                     );
                 }
                 OnConflict::Ignore => {
-                    let mut body: Value = row.get(1);
+                    let mut body: Value = row.get("job");
                     body["duplicate"] = Value::Bool(true);
                     body["existing_job_id"] = Value::String(existing_id);
                     return Ok(Inserted {
@@ -494,14 +495,14 @@ impl Queue {
     pub async fn get(&self, id: &str, tenant: &str) -> Result<Value, OjsError> {
         let client = self.client().await?;
         let statement = client
-            .prepare_cached("SELECT ojs.job_json(j) FROM ojs.jobs j WHERE j.id = $1 AND j.tenant = $2")
+            .prepare_cached("SELECT ojs.job_json(j) AS job FROM ojs.jobs j WHERE j.id = $1 AND j.tenant = $2")
             .await
             .map_err(OjsError::sql)?;
         let row = client
             .query_opt(&statement, &[&id, &tenant])
             .await
             .map_err(OjsError::sql)?;
-        row.map(|row| row.get(0)).ok_or_else(|| OjsError::job_not_found(id))
+        row.map(|row| row.get("job")).ok_or_else(|| OjsError::job_not_found(id))
     }
 
     /// When promotion is due, it goes out with the claim: one round trip, two statements. The
@@ -529,8 +530,14 @@ impl Queue {
         };
         let mut rows = claimed.map_err(OjsError::sql)?;
         // RETURNING has no order of its own.
-        rows.sort_by_key(|row| (row.get::<_, i64>(0), -row.get::<_, i32>(1), row.get::<_, i64>(2)));
-        Ok(rows.iter().map(|row| row.get(3)).collect())
+        rows.sort_by_key(|row| {
+            (
+                row.get::<_, i64>("ord"),
+                -row.get::<_, i32>("priority"),
+                row.get::<_, i64>("seq"),
+            )
+        });
+        Ok(rows.iter().map(|row| row.get("body")).collect())
     }
 
     pub async fn ack(&self, claim: &Claim, result: Option<Value>) -> Result<Value, OjsError> {
@@ -544,7 +551,7 @@ impl Queue {
             .await
             .map_err(OjsError::sql)?;
         match row {
-            Some(row) => Ok(row.get(0)),
+            Some(row) => Ok(row.get("body")),
             None => Err(self
                 .explain_refusal(&client, &claim.job_id, &claim.tenant, "acknowledged")
                 .await),
@@ -564,17 +571,17 @@ impl Queue {
         let Some(row) = row else {
             return Err(OjsError::job_not_found(&claim.job_id));
         };
-        let state: String = row.get(0);
-        let attempt: i32 = row.get(1);
-        let worker_id: Option<String> = row.get(2);
+        let state: String = row.get("state");
+        let attempt: i32 = row.get("attempt");
+        let worker_id: Option<String> = row.get("worker_id");
         let fenced_out = claim.attempt.is_some_and(|a| a != attempt)
             || matches!((&claim.worker_id, &worker_id), (Some(mine), Some(theirs)) if mine != theirs);
         if state != "active" || fenced_out {
             return Err(refusal(&claim.job_id, &state, "failed"));
         }
-        let policy = RetryPolicy::from_options(row.get::<_, Option<Value>>(3).as_ref())
+        let policy = RetryPolicy::from_options(row.get::<_, Option<Value>>("retry").as_ref())
             .unwrap_or_else(|_| RetryPolicy::from_options(None).expect("the default policy is valid"));
-        let max_attempts: i32 = row.get(4);
+        let max_attempts: i32 = row.get("max_attempts");
         let error = error_record(&failure.error, attempt);
         let names: Vec<&str> = ["type", "code"]
             .iter()
@@ -613,7 +620,7 @@ impl Queue {
             .await
             .map_err(OjsError::sql)?;
         tx.commit().await.map_err(OjsError::sql)?;
-        let mut body: Value = row.get(0);
+        let mut body: Value = row.get("body");
         if let Some(delay) = delay_ms {
             body["retry_delay_ms"] = json!(delay);
         }
@@ -627,13 +634,13 @@ impl Queue {
                 "UPDATE ojs.jobs j SET state = 'cancelled', cancelled_at = now(), visible_until = NULL
                  WHERE j.id = $1 AND j.tenant = $2
                    AND j.state IN ('scheduled', 'available', 'pending', 'active', 'retryable')
-                 RETURNING ojs.job_json(j)",
+                 RETURNING ojs.job_json(j) AS job",
                 &[&id, &tenant],
             )
             .await
             .map_err(OjsError::sql)?;
         match row {
-            Some(row) => Ok(row.get(0)),
+            Some(row) => Ok(row.get("job")),
             None => Err(self.explain_refusal(&client, id, tenant, "cancelled").await),
         }
     }
@@ -668,10 +675,10 @@ impl Queue {
         let worker = worker.map_err(OjsError::sql)?;
         let extended = extended.map_err(OjsError::sql)?;
         Ok(BeatReply {
-            test_directive: extended.iter().find_map(|row| row.get(1)),
-            extended: extended.iter().map(|row| row.get(0)).collect(),
-            state: worker.as_ref().map_or_else(|| "running".into(), |row| row.get(0)),
-            directive: worker.and_then(|row| row.get(1)),
+            test_directive: extended.iter().find_map(|row| row.get("test_directive")),
+            extended: extended.iter().map(|row| row.get("id")).collect(),
+            state: worker.as_ref().map_or_else(|| "running".into(), |row| row.get("state")),
+            directive: worker.and_then(|row| row.get("directive")),
         })
     }
 
@@ -683,24 +690,24 @@ impl Queue {
             .query_one(
                 "INSERT INTO ojs.workers AS w (id, state, directive) VALUES ($1, 'running', $2)
                  ON CONFLICT (id) DO UPDATE SET directive = $2
-                 RETURNING ojs.worker_json(w)",
+                 RETURNING ojs.worker_json(w) AS worker",
                 &[&worker_id, &directive],
             )
             .await
             .map_err(OjsError::sql)?;
-        Ok(row.get(0))
+        Ok(row.get("worker"))
     }
 
     pub async fn worker(&self, worker_id: &str) -> Result<Value, OjsError> {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                "SELECT ojs.worker_json(w) FROM ojs.workers w WHERE w.id = $1",
+                "SELECT ojs.worker_json(w) AS worker FROM ojs.workers w WHERE w.id = $1",
                 &[&worker_id],
             )
             .await
             .map_err(OjsError::sql)?;
-        row.map(|row| row.get(0))
+        row.map(|row| row.get("worker"))
             .ok_or_else(|| OjsError::not_found(format!("no worker {worker_id:?} has sent a heartbeat")))
     }
 
@@ -736,7 +743,7 @@ impl Queue {
             )
             .await
             .map_err(OjsError::sql)?;
-        Ok(row.get(0))
+        Ok(row.get("config"))
     }
 
     pub async fn queue_config(&self, queue: &str) -> Result<Value, OjsError> {
@@ -745,7 +752,7 @@ impl Queue {
             .query_opt("SELECT config FROM ojs.queues WHERE name = $1", &[&queue])
             .await
             .map_err(OjsError::sql)?;
-        Ok(row.map_or_else(|| json!({}), |row| row.get(0)))
+        Ok(row.map_or_else(|| json!({}), |row| row.get("config")))
     }
 
     /// A rate limit key's limits and what they allow now (ext-rate-limiting inspection).
@@ -753,12 +760,12 @@ impl Queue {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                "SELECT ojs.rate_limit_json(r) FROM ojs.rate_limits r WHERE r.key = $1",
+                "SELECT ojs.rate_limit_json(r) AS rate_limit FROM ojs.rate_limits r WHERE r.key = $1",
                 &[&key],
             )
             .await
             .map_err(OjsError::sql)?;
-        row.map(|row| row.get(0))
+        row.map(|row| row.get("rate_limit"))
             .ok_or_else(|| OjsError::not_found(format!("no job has named rate limit key {key:?}")))
     }
 
@@ -766,31 +773,33 @@ impl Queue {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT ojs.rate_limit_json(r) FROM ojs.rate_limits r ORDER BY key LIMIT 1000",
+                "SELECT ojs.rate_limit_json(r) AS rate_limit FROM ojs.rate_limits r ORDER BY key LIMIT 1000",
                 &[],
             )
             .await
             .map_err(OjsError::sql)?;
-        Ok(rows.iter().map(|row| row.get(0)).collect())
+        Ok(rows.iter().map(|row| row.get("rate_limit")).collect())
     }
 
     pub async fn queue_stats(&self, queue: &str) -> Result<Value, OjsError> {
         let client = self.client().await?;
         let row = client
             .query_one(
-                "SELECT coalesce((SELECT paused FROM ojs.queues WHERE name = $1), false),
+                "SELECT coalesce((SELECT paused FROM ojs.queues WHERE name = $1), false) AS paused,
                         coalesce((SELECT jsonb_object_agg(state, n) FROM
-                            (SELECT state, count(*) AS n FROM ojs.jobs WHERE queue = $1 GROUP BY state) s), '{}'),
-                        (SELECT (config #>> '{backpressure,max_depth}')::bigint FROM ojs.queues WHERE name = $1)",
+                            (SELECT state, count(*) AS n FROM ojs.jobs WHERE queue = $1 GROUP BY state) s), '{}')
+                          AS counts,
+                        (SELECT (config #>> '{backpressure,max_depth}')::bigint FROM ojs.queues WHERE name = $1)
+                          AS max_depth",
                 &[&queue],
             )
             .await
             .map_err(OjsError::sql)?;
-        let paused: bool = row.get(0);
-        let counts: Value = row.get(1);
+        let paused: bool = row.get("paused");
+        let counts: Value = row.get("counts");
         let count = |state: &str| counts.get(state).and_then(Value::as_i64).unwrap_or(0);
         let depth = count("available") + count("scheduled") + count("retryable");
-        let bound = row.get::<_, Option<i64>>(2).filter(|bound| *bound > 0);
+        let bound = row.get::<_, Option<i64>>("max_depth").filter(|bound| *bound > 0);
         let mut summary = json!({
             "name": queue,
             "queue": queue,
@@ -813,7 +822,7 @@ impl Queue {
                         jsonb_build_object('available', count(*) FILTER (WHERE j.state = 'available'),
                                            'active', count(*) FILTER (WHERE j.state = 'active'),
                                            'scheduled', count(*) FILTER (WHERE j.state = 'scheduled'),
-                                           'retryable', count(*) FILTER (WHERE j.state = 'retryable'))
+                                           'retryable', count(*) FILTER (WHERE j.state = 'retryable')) AS counts
                  FROM (SELECT DISTINCT queue AS name FROM ojs.jobs UNION SELECT name FROM ojs.queues) n
                  LEFT JOIN ojs.queues q USING (name)
                  LEFT JOIN ojs.jobs j ON j.queue = n.name AND j.state IN ('available', 'active', 'scheduled', 'retryable')
@@ -825,9 +834,9 @@ impl Queue {
         Ok(rows
             .iter()
             .map(|row| {
-                let paused = row.get::<_, Option<bool>>(1).unwrap_or(false);
-                json!({ "name": row.get::<_, String>(0), "paused": paused, "status": if paused { "paused" } else { "active" },
-                        "counts": row.get::<_, Value>(2) })
+                let paused = row.get::<_, Option<bool>>("paused").unwrap_or(false);
+                json!({ "name": row.get::<_, String>("name"), "paused": paused, "status": if paused { "paused" } else { "active" },
+                        "counts": row.get::<_, Value>("counts") })
             })
             .collect())
     }
@@ -836,23 +845,23 @@ impl Queue {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT ojs.job_json(j) FROM ojs.jobs j
+                "SELECT ojs.job_json(j) AS job FROM ojs.jobs j
                  WHERE j.dead_letter AND j.tenant = $3 AND ($1::text IS NULL OR j.queue = $1)
                  ORDER BY j.completed_at DESC LIMIT $2",
                 &[&queue, &limit, &tenant],
             )
             .await
             .map_err(OjsError::sql)?;
-        Ok(rows.iter().map(|row| row.get(0)).collect())
+        Ok(rows.iter().map(|row| row.get("job")).collect())
     }
 
     pub async fn dead_letter_count(&self) -> Result<i64, OjsError> {
         let client = self.client().await?;
         let row = client
-            .query_one("SELECT count(*) FROM ojs.jobs WHERE dead_letter", &[])
+            .query_one("SELECT count(*) AS jobs FROM ojs.jobs WHERE dead_letter", &[])
             .await
             .map_err(OjsError::sql)?;
-        Ok(row.get(0))
+        Ok(row.get("jobs"))
     }
 
     /// A dead-lettered job goes back to available with a fresh attempt count.
@@ -862,12 +871,12 @@ impl Queue {
             .query_opt(
                 "UPDATE ojs.jobs j SET state = 'available', dead_letter = false, attempt = 0, error = NULL,
                         completed_at = NULL, started_at = NULL, retry_delay_ms = NULL, run_at = now()
-                 WHERE j.id = $1 AND j.tenant = $2 AND j.dead_letter RETURNING ojs.job_json(j)",
+                 WHERE j.id = $1 AND j.tenant = $2 AND j.dead_letter RETURNING ojs.job_json(j) AS job",
                 &[&id, &tenant],
             )
             .await
             .map_err(OjsError::sql)?;
-        row.map(|row| row.get(0))
+        row.map(|row| row.get("job"))
             .ok_or_else(|| OjsError::not_found(format!("no dead-letter job {id}")))
     }
 
@@ -913,25 +922,25 @@ impl Queue {
         store_workflow(&tx, workflow, tenant, None, true).await?;
         let row = tx
             .query_one(
-                "SELECT ojs.workflow_json(w) FROM ojs.workflows w WHERE w.id = $1",
+                "SELECT ojs.workflow_json(w) AS workflow FROM ojs.workflows w WHERE w.id = $1",
                 &[&workflow.id],
             )
             .await
             .map_err(OjsError::sql)?;
         tx.commit().await.map_err(OjsError::sql)?;
-        Ok(row.get(0))
+        Ok(row.get("workflow"))
     }
 
     pub async fn get_workflow(&self, id: &str) -> Result<Value, OjsError> {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                "SELECT ojs.workflow_json(w) FROM ojs.workflows w WHERE w.id = $1",
+                "SELECT ojs.workflow_json(w) AS workflow FROM ojs.workflows w WHERE w.id = $1",
                 &[&id],
             )
             .await
             .map_err(OjsError::sql)?;
-        row.map(|row| row.get(0)).ok_or_else(|| workflow_not_found(id))
+        row.map(|row| row.get("workflow")).ok_or_else(|| workflow_not_found(id))
     }
 
     /// Cancels a running (or, nested, still waiting) workflow: its jobs that have not started
@@ -1013,7 +1022,7 @@ impl Queue {
         let rows = client
             .query(
                 &format!(
-                    "SELECT {EVENT_JSON} FROM ojs.events
+                    "SELECT {EVENT_JSON} AS event FROM ojs.events
                      WHERE seq > $1 AND (cardinality($2::text[]) = 0 OR type = ANY($2))
                        AND (cardinality($3::text[]) = 0 OR queue = ANY($3))
                      ORDER BY seq LIMIT $4"
@@ -1022,7 +1031,7 @@ impl Queue {
             )
             .await
             .map_err(OjsError::sql)?;
-        Ok(rows.iter().map(|row| row.get(0)).collect())
+        Ok(rows.iter().map(|row| row.get("event")).collect())
     }
 
     /// Events after `after` in log order, unfiltered, serialized for the event stream.
@@ -1030,7 +1039,7 @@ impl Queue {
         let client = self.client().await?;
         let statement = client
             .prepare_cached(&format!(
-                "SELECT seq, type, queue, job_id, ({EVENT_JSON})::text FROM ojs.events
+                "SELECT seq, type, queue, job_id, ({EVENT_JSON})::text AS json FROM ojs.events
                  WHERE seq > $1 ORDER BY seq LIMIT $2"
             ))
             .await
@@ -1042,11 +1051,11 @@ impl Queue {
         Ok(rows
             .iter()
             .map(|row| LoggedEvent {
-                seq: row.get(0),
-                kind: row.get(1),
-                queue: row.get(2),
-                job_id: row.get(3),
-                json: row.get(4),
+                seq: row.get("seq"),
+                kind: row.get("type"),
+                queue: row.get("queue"),
+                job_id: row.get("job_id"),
+                json: row.get("json"),
             })
             .collect())
     }
@@ -1057,12 +1066,12 @@ impl Queue {
         let client = self.client().await?;
         let row = client
             .query_one(
-                "SELECT coalesce(max(seq), 0) FROM ojs.events WHERE time < now() - $1::float8 * interval '1 s'",
+                "SELECT coalesce(max(seq), 0) AS seq FROM ojs.events WHERE time < now() - $1::float8 * interval '1 s'",
                 &[&settled_for.as_secs_f64()],
             )
             .await
             .map_err(OjsError::sql)?;
-        Ok(row.get(0))
+        Ok(row.get("seq"))
     }
 
     /// Counts over all queues: jobs by state, queues, workers holding claims, and the last
@@ -1076,29 +1085,32 @@ impl Queue {
             .query_one(
                 "WITH j AS (SELECT * FROM ojs.jobs WHERE $1::text IS NULL OR tenant = $1)
                  SELECT coalesce((SELECT jsonb_object_agg(state, n) FROM
-                    (SELECT state, count(*) AS n FROM j GROUP BY state) s), '{}'),
-                        (SELECT count(DISTINCT queue) FROM j),
-                        (SELECT count(DISTINCT worker_id) FROM j WHERE state = 'active'),
+                    (SELECT state, count(*) AS n FROM j GROUP BY state) s), '{}') AS counts,
+                        (SELECT count(DISTINCT queue) FROM j) AS queues,
+                        (SELECT count(DISTINCT worker_id) FROM j WHERE state = 'active') AS workers,
                         (SELECT count(*) FILTER (WHERE e.type = 'job.completed') FROM ojs.events e
                           WHERE e.time > now() - interval '1 minute'
-                            AND ($1 IS NULL OR e.job_id IN (SELECT id FROM j))),
+                            AND ($1 IS NULL OR e.job_id IN (SELECT id FROM j))) AS completed,
                         (SELECT count(*) FILTER (WHERE e.type = 'job.failed') FROM ojs.events e
                           WHERE e.time > now() - interval '1 minute'
-                            AND ($1 IS NULL OR e.job_id IN (SELECT id FROM j)))",
+                            AND ($1 IS NULL OR e.job_id IN (SELECT id FROM j))) AS failed",
                 &[&tenant],
             )
             .await
             .map_err(OjsError::sql)?;
-        let counts: Value = row.get(0);
+        let counts: Value = row.get("counts");
         let mut jobs = json!({});
         for state in STATES {
             jobs[state] = json!(counts.get(state).and_then(Value::as_i64).unwrap_or(0));
         }
         Ok(json!({
             "jobs": jobs,
-            "queues": row.get::<_, i64>(1),
-            "workers": row.get::<_, i64>(2),
-            "throughput": { "processed_per_minute": row.get::<_, i64>(3), "failed_per_minute": row.get::<_, i64>(4) },
+            "queues": row.get::<_, i64>("queues"),
+            "workers": row.get::<_, i64>("workers"),
+            "throughput": {
+                "processed_per_minute": row.get::<_, i64>("completed"),
+                "failed_per_minute": row.get::<_, i64>("failed"),
+            },
         }))
     }
 
@@ -1108,7 +1120,7 @@ impl Queue {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT tenant, count(*) FROM ojs.jobs GROUP BY tenant ORDER BY tenant LIMIT $1",
+                "SELECT tenant, count(*) AS jobs FROM ojs.jobs GROUP BY tenant ORDER BY tenant LIMIT $1",
                 &[&(MAX_TENANTS_LISTED + 1)],
             )
             .await
@@ -1117,7 +1129,7 @@ impl Queue {
         let tenants: Vec<Value> = rows
             .iter()
             .take(MAX_TENANTS_LISTED as usize)
-            .map(|row| json!({ "tenant_id": row.get::<_, String>(0), "jobs": row.get::<_, i64>(1) }))
+            .map(|row| json!({ "tenant_id": row.get::<_, String>("tenant"), "jobs": row.get::<_, i64>("jobs") }))
             .collect();
         Ok(json!({ "tenants": tenants, "truncated": truncated }))
     }
@@ -1129,7 +1141,7 @@ impl Queue {
             .query(
                 "SELECT CASE WHEN w.id IS NULL THEN jsonb_build_object('id', a.worker_id, 'state', 'running')
                              ELSE ojs.worker_json(w) END
-                        || jsonb_build_object('active_jobs', coalesce(a.claims, 0))
+                        || jsonb_build_object('active_jobs', coalesce(a.claims, 0)) AS worker
                  FROM ojs.workers w
                  FULL JOIN (SELECT worker_id, count(*) AS claims FROM ojs.jobs
                             WHERE state = 'active' AND worker_id IS NOT NULL GROUP BY worker_id) a
@@ -1139,7 +1151,7 @@ impl Queue {
             )
             .await
             .map_err(OjsError::sql)?;
-        Ok(rows.iter().map(|row| row.get(0)).collect())
+        Ok(rows.iter().map(|row| row.get("worker")).collect())
     }
 
     /// Stores a cron schedule: a new one, or (`replace`) whatever has its name. An existing name
@@ -1149,12 +1161,12 @@ impl Queue {
         if let Some(zone) = cron.definition.get("timezone").and_then(Value::as_str) {
             let known: bool = client
                 .query_one(
-                    "SELECT EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = $1)",
+                    "SELECT EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = $1) AS known",
                     &[&zone],
                 )
                 .await
                 .map_err(OjsError::sql)?
-                .get(0);
+                .get("known");
             if !known {
                 return Err(OjsError::invalid(format!("unknown time zone {zone:?}")));
             }
@@ -1167,11 +1179,11 @@ impl Queue {
         let statement = if replace {
             "INSERT INTO ojs.cron (name, definition, next_run) VALUES ($1, $2, to_timestamp($3))
              ON CONFLICT (name) DO UPDATE SET definition = excluded.definition, next_run = excluded.next_run
-             RETURNING ojs.cron_json(cron)"
+             RETURNING ojs.cron_json(cron) AS cron"
         } else {
             "INSERT INTO ojs.cron (name, definition, next_run) VALUES ($1, $2, to_timestamp($3))
              ON CONFLICT (name) DO NOTHING
-             RETURNING ojs.cron_json(cron)"
+             RETURNING ojs.cron_json(cron) AS cron"
         };
         let row = client
             .query_opt(
@@ -1180,7 +1192,7 @@ impl Queue {
             )
             .await
             .map_err(OjsError::sql)?;
-        row.map(|row| row.get(0)).ok_or_else(|| {
+        row.map(|row| row.get("cron")).ok_or_else(|| {
             OjsError::duplicate(format!(
                 "a cron schedule named {:?} exists; PUT /ojs/v1/cron/{} replaces it",
                 cron.name, cron.name
@@ -1191,22 +1203,22 @@ impl Queue {
     pub async fn list_crons(&self) -> Result<Vec<Value>, OjsError> {
         let client = self.client().await?;
         let rows = client
-            .query("SELECT ojs.cron_json(c) FROM ojs.cron c ORDER BY name", &[])
+            .query("SELECT ojs.cron_json(c) AS cron FROM ojs.cron c ORDER BY name", &[])
             .await
             .map_err(OjsError::sql)?;
-        Ok(rows.iter().map(|row| row.get(0)).collect())
+        Ok(rows.iter().map(|row| row.get("cron")).collect())
     }
 
     pub async fn delete_cron(&self, name: &str) -> Result<Value, OjsError> {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                "DELETE FROM ojs.cron c WHERE name = $1 RETURNING ojs.cron_json(c)",
+                "DELETE FROM ojs.cron c WHERE name = $1 RETURNING ojs.cron_json(c) AS cron",
                 &[&name],
             )
             .await
             .map_err(OjsError::sql)?;
-        row.map(|row| row.get(0))
+        row.map(|row| row.get("cron"))
             .ok_or_else(|| OjsError::not_found(format!("no cron schedule {name:?}")))
     }
 
@@ -1217,25 +1229,25 @@ impl Queue {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(OjsError::sql)?;
         let leader: bool = tx
-            .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&CRON_LOCK])
+            .query_one("SELECT pg_try_advisory_xact_lock($1) AS leader", &[&CRON_LOCK])
             .await
             .map_err(OjsError::sql)?
-            .get(0);
+            .get("leader");
         if !leader {
             return Ok(0);
         }
         let due = tx
             .query(
-                "SELECT name, definition, ojs.ts(next_run) FROM ojs.cron WHERE next_run <= now() FOR UPDATE SKIP LOCKED",
+                "SELECT name, definition, ojs.ts(next_run) AS tick FROM ojs.cron WHERE next_run <= now() FOR UPDATE SKIP LOCKED",
                 &[],
             )
             .await
             .map_err(OjsError::sql)?;
         let mut fired = 0;
         for row in &due {
-            let name: String = row.get(0);
-            let definition: Value = row.get(1);
-            let tick: String = row.get(2);
+            let name: String = row.get("name");
+            let definition: Value = row.get("definition");
+            let tick: String = row.get("tick");
             let schedule = Schedule::parse(definition["expression"].as_str().unwrap_or_default())?;
             let offset = tz_offset(&tx, &definition).await?;
             let next = schedule
@@ -1252,7 +1264,7 @@ impl Queue {
                 )
                 .await
                 .map_err(OjsError::sql)?
-                .map(|row| row.get(0))
+                .map(|row| row.get("id"))
             } else {
                 None
             };
@@ -1345,7 +1357,7 @@ impl Queue {
             )
             .await
         {
-            Ok(Some(row)) => refusal(id, &row.get::<_, String>(0), verb),
+            Ok(Some(row)) => refusal(id, &row.get::<_, String>("state"), verb),
             Ok(None) => OjsError::job_not_found(id),
             Err(err) => OjsError::sql(err),
         }
@@ -1455,10 +1467,13 @@ async fn insert_waiting(
             continue;
         }
         let missing: Vec<String> = tx
-            .query_one("SELECT ojs.add_dependencies($1, $2)", &[&job.id, &job.depends_on])
+            .query_one(
+                "SELECT ojs.add_dependencies($1, $2) AS missing",
+                &[&job.id, &job.depends_on],
+            )
             .await
             .map_err(OjsError::sql)?
-            .get(0);
+            .get("missing");
         if let Some(first) = missing.first() {
             return Err(
                 OjsError::not_found(format!("job {} depends on job {first}, which does not exist", job.id))
@@ -1468,14 +1483,14 @@ async fn insert_waiting(
         // Read again: the resolution may have released it already.
         let row = tx
             .query_one(
-                "SELECT j.state, ojs.job_json(j) FROM ojs.jobs j WHERE j.id = $1",
+                "SELECT j.state, ojs.job_json(j) AS job FROM ojs.jobs j WHERE j.id = $1",
                 &[&job.id],
             )
             .await
             .map_err(OjsError::sql)?;
         match answer {
-            Answer::Job => *body = row.get(1),
-            Answer::Summary => body["state"] = Value::String(row.get(0)),
+            Answer::Job => *body = row.get("job"),
+            Answer::Summary => body["state"] = Value::String(row.get("state")),
         }
     }
     Ok(inserted)
@@ -1497,7 +1512,7 @@ async fn cancel_workflow_once(client: &mut deadpool_postgres::Client, id: &str) 
     let state: Option<String> = tx
         .query_opt("SELECT state FROM ojs.workflows WHERE id = $1 FOR UPDATE", &[&id])
         .await?
-        .map(|row| row.get(0));
+        .map(|row| row.get("state"));
     match state.as_deref() {
         None => return Err(CancelError::Ojs(workflow_not_found(id))),
         Some("running" | "pending") => {}
@@ -1519,12 +1534,12 @@ async fn cancel_workflow_once(client: &mut deadpool_postgres::Client, id: &str) 
     tx.execute("SELECT ojs.workflow_cancel_members($1)", &[&id]).await?;
     let row = tx
         .query_one(
-            "SELECT ojs.workflow_json(w) FROM ojs.workflows w WHERE w.id = $1",
+            "SELECT ojs.workflow_json(w) AS workflow FROM ojs.workflows w WHERE w.id = $1",
             &[&id],
         )
         .await?;
     tx.commit().await?;
-    Ok(row.get(0))
+    Ok(row.get("workflow"))
 }
 
 /// One workflow of a tree and, recursively, the workflows nested in it. `parent` is the parent
@@ -1658,15 +1673,15 @@ async fn insert_placed(
     // Job rows come first, in the order of `jobs` (seq is taken in insert order).
     let mut sent = jobs.iter();
     for row in &rows {
-        if row.get::<_, Option<i64>>(1).is_some() {
+        if row.get::<_, Option<i64>>("seq").is_some() {
             let job = sent.next().expect("a row per job");
-            inserted.jobs.push(match row.get::<_, Option<Value>>(0) {
+            inserted.jobs.push(match row.get::<_, Option<Value>>("body") {
                 Some(stored) => stored,
-                None => job_summary(job, row.get(2), row.get(3), row.get(4)),
+                None => job_summary(job, row.get("state"), row.get("scheduled_at"), row.get("created_at")),
             });
         } else {
-            let queue: String = row.get(5);
-            let (depth, bound, incoming): (i64, i64, i64) = (row.get(6), row.get(7), row.get(8));
+            let queue: String = row.get("queue");
+            let (depth, bound, incoming): (i64, i64, i64) = (row.get("depth"), row.get("bound"), row.get("incoming"));
             if depth + incoming > bound {
                 return Err(OjsError::queue_full(&queue, depth, bound));
             }
@@ -1674,7 +1689,7 @@ async fn insert_placed(
                 depth: depth + incoming,
                 bound,
             };
-            let warning: f64 = row.get(9);
+            let warning: f64 = row.get("warning");
             if pressure.ratio() >= warning && inserted.pressure.is_none_or(|p| p.ratio() < pressure.ratio()) {
                 inserted.pressure = Some(pressure);
             }
@@ -1717,7 +1732,7 @@ async fn tz_offset(client: &impl deadpool_postgres::GenericClient, definition: &
     };
     let row = client
         .query_one(
-            "SELECT extract(epoch FROM (now() AT TIME ZONE $1) - (now() AT TIME ZONE 'UTC'))::bigint",
+            "SELECT extract(epoch FROM (now() AT TIME ZONE $1) - (now() AT TIME ZONE 'UTC'))::bigint AS offset_secs",
             &[&zone],
         )
         .await
@@ -1725,7 +1740,7 @@ async fn tz_offset(client: &impl deadpool_postgres::GenericClient, definition: &
             Some(&SqlState::INVALID_PARAMETER_VALUE) => OjsError::invalid(format!("unknown time zone {zone:?}")),
             _ => OjsError::sql(err),
         })?;
-    Ok(row.get(0))
+    Ok(row.get("offset_secs"))
 }
 
 /// The error a worker reported, as kept in the job's history.

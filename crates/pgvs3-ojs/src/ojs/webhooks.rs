@@ -219,10 +219,10 @@ const READ_PROGRESS: &str = "
 SELECT jsonb_build_object('job_id', j.id, 'state', job ->> 'state', 'progress', job -> 'progress',
                           'data', job -> 'progress_data',
                           'updated_at', CASE WHEN job ? 'progress' THEN j.progress -> 'updated_at' END)
-       || jsonb_strip_nulls(jsonb_build_object('last_checkpoint', job -> 'last_checkpoint'))
+       || jsonb_strip_nulls(jsonb_build_object('last_checkpoint', job -> 'last_checkpoint')) AS progress
   FROM ojs.jobs j, ojs.job_json(j) AS job WHERE j.id = $1 AND j.tenant = $2";
 
-const WEBHOOK_JSON: &str = "ojs.webhook_json(w)";
+const WEBHOOK_JSON: &str = "ojs.webhook_json(w) AS webhook";
 
 impl Queue {
     /// Records a progress report; whether the job took it (one that is not active, or held by
@@ -262,7 +262,7 @@ impl Queue {
             .query_opt(&statement, &[&job_id, &tenant])
             .await
             .map_err(OjsError::sql)?
-            .map(|row| row.get(0))
+            .map(|row| row.get("progress"))
             .ok_or_else(|| OjsError::job_not_found(job_id))
     }
 
@@ -295,7 +295,7 @@ impl Queue {
             .await
             .map_err(OjsError::sql)?;
         tx.commit().await.map_err(OjsError::sql)?;
-        let mut created: Value = row.get(0);
+        let mut created: Value = row.get("webhook");
         created["secret"] = Value::String(webhook.secret.clone());
         Ok(created)
     }
@@ -324,7 +324,7 @@ impl Queue {
             )
             .await
             .map_err(OjsError::sql)?
-            .map(|row| row.get(0))
+            .map(|row| row.get("webhook"))
             .ok_or_else(|| webhook_not_found(id))
     }
 
@@ -339,7 +339,7 @@ impl Queue {
             )
             .await
             .map_err(OjsError::sql)?
-            .map(|row| row.get(0))
+            .map(|row| row.get("webhook"))
             .ok_or_else(|| webhook_not_found(id))?;
         rotated["secret"] = Value::String(secret);
         Ok(rotated)
@@ -352,7 +352,7 @@ impl Queue {
             .query_opt("SELECT url, secret FROM ojs.webhooks WHERE id = $1", &[&id])
             .await
             .map_err(OjsError::sql)?
-            .map(|row| (row.get(0), row.get(1)))
+            .map(|row| (row.get("url"), row.get("secret")))
             .ok_or_else(|| webhook_not_found(id))
     }
 
@@ -365,7 +365,7 @@ impl Queue {
             )
             .await
             .map_err(OjsError::sql)?;
-        Ok(rows.iter().map(|row| row.get(0)).collect())
+        Ok(rows.iter().map(|row| row.get("webhook")).collect())
     }
 
     pub async fn webhook(&self, id: &str) -> Result<Value, OjsError> {
@@ -377,7 +377,7 @@ impl Queue {
             )
             .await
             .map_err(OjsError::sql)?
-            .map(|row| row.get(0))
+            .map(|row| row.get("webhook"))
             .ok_or_else(|| webhook_not_found(id))
     }
 
@@ -391,7 +391,7 @@ impl Queue {
             )
             .await
             .map_err(OjsError::sql)?
-            .map(|row| row.get(0))
+            .map(|row| row.get("webhook"))
             .ok_or_else(|| webhook_not_found(id))
     }
 
@@ -414,19 +414,19 @@ impl Queue {
             )
             .await
             .map_err(OjsError::sql)?;
-        Ok(rows.iter().map(|row| row.get(0)).collect())
+        Ok(rows.iter().map(|row| row.get("d")).collect())
     }
 
     pub async fn webhook_delivery(&self, delivery_id: &str) -> Result<Value, OjsError> {
         let client = self.client().await?;
         client
             .query_opt(
-                "SELECT ojs.delivery_json(o) FROM pgvs3.outbox o WHERE delivery_id = $1 AND webhook_id IS NOT NULL",
+                "SELECT ojs.delivery_json(o) AS delivery FROM pgvs3.outbox o WHERE delivery_id = $1 AND webhook_id IS NOT NULL",
                 &[&delivery_id],
             )
             .await
             .map_err(OjsError::sql)?
-            .map(|row| row.get(0))
+            .map(|row| row.get("delivery"))
             .ok_or_else(|| {
                 OjsError::not_found(format!(
                     "no delivery {delivery_id} is owed (delivered ones are not kept)"
@@ -447,12 +447,12 @@ impl Queue {
         client
             .query_opt(
                 "UPDATE pgvs3.outbox o SET dead = false, attempts = 0, due_at = now(), last_error = NULL
-                  WHERE delivery_id = $1 AND webhook_id IS NOT NULL RETURNING ojs.delivery_json(o)",
+                  WHERE delivery_id = $1 AND webhook_id IS NOT NULL RETURNING ojs.delivery_json(o) AS delivery",
                 &[&delivery_id],
             )
             .await
             .map_err(OjsError::sql)?
-            .map(|row| row.get(0))
+            .map(|row| row.get("delivery"))
             .ok_or_else(|| OjsError::not_found(format!("no delivery {delivery_id} is owed")))
     }
 }

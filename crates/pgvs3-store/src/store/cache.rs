@@ -57,9 +57,11 @@ static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
     // caching).
     let lookup = |body: &str| {
         format!(
-            "SELECT size, coalesce(origin_etag, etag), last_modified, meta, {body}, body_id, origin_etag IS NULL,
-                    origin_etag IS NULL OR validated_at > now() - make_interval(secs => $3::float8),
-                    origin_etag IS NOT NULL AND accessed_at < now() - interval '1 minute', true
+            "SELECT size, coalesce(origin_etag, etag) AS etag, last_modified, meta, {body} AS inline, body_id,
+                    origin_etag IS NULL AS pending,
+                    origin_etag IS NULL OR validated_at > now() - make_interval(secs => $3::float8) AS fresh,
+                    origin_etag IS NOT NULL AND accessed_at < now() - interval '1 minute' AS use_unrecorded,
+                    true AS written_here
                FROM s3w.objects WHERE bucket_id = $1 AND key = $2
              UNION ALL
              SELECT size, etag, last_modified, meta, {body}, body_id, false,
@@ -99,7 +101,8 @@ static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
         cached_bytes: "SELECT ((SELECT coalesce(sum(size), 0) FROM s3c.objects WHERE bucket_id = $1)
                              + (SELECT coalesce(sum(size), 0) FROM s3w.objects
                                  WHERE bucket_id = $1 AND origin_etag IS NOT NULL)
-                             + (SELECT coalesce(sum(length(data)), 0) FROM s3c.ranges WHERE bucket_id = $1))::bigint"
+                             + (SELECT coalesce(sum(length(data)), 0) FROM s3c.ranges WHERE bucket_id = $1))::bigint
+                       AS cached"
             .into(),
         // The least recently used filled entries, clean written-back bodies and range chunks,
         // in one order, whose sizes add up to the excess `$2`; at most `$3` rows. A body that
@@ -129,8 +132,8 @@ static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
                            RETURNING length(data)::bigint AS len)
                 SELECT size FROM filled UNION ALL SELECT size FROM clean UNION ALL SELECT len FROM ranges"
             .into(),
-        pending: "SELECT EXISTS (SELECT 1 FROM pgvs3.origin_outbox WHERE bucket_id = $1 AND key = $2),
-                         pg_is_in_recovery()"
+        pending: "SELECT EXISTS (SELECT 1 FROM pgvs3.origin_outbox WHERE bucket_id = $1 AND key = $2) AS pending,
+                         pg_is_in_recovery() AS in_recovery"
             .into(),
         queued:
             "SELECT bucket_id, key, generation, attempts FROM pgvs3.origin_outbox WHERE bucket_id = $1 AND key = $2"
@@ -152,13 +155,14 @@ static SQL: LazyLock<CacheSql> = LazyLock::new(|| {
                       WHERE bucket_id = $1 AND key = $2 AND owed_event IS NOT NULL"
             .into(),
         raise_event: "SELECT pgvs3.emit_object_event($1, $2, $3, $4, $5, NULL)".into(),
-        outbox_depth: "SELECT count(*), coalesce(extract(epoch FROM now() - min(enqueued_at)), 0)::float8
+        outbox_depth:
+            "SELECT count(*) AS depth, coalesce(extract(epoch FROM now() - min(enqueued_at)), 0)::float8 AS age
                          FROM pgvs3.origin_outbox"
-            .into(),
+                .into(),
         range_size: "SELECT size FROM s3c.ranges WHERE bucket_id = $1 AND key = $2 AND chunk_size = $3 LIMIT 1".into(),
         range_chunks: "SELECT chunk, size, etag, last_modified, meta, data,
-                              validated_at > now() - make_interval(secs => $5::float8),
-                              accessed_at < now() - interval '1 minute'
+                              validated_at > now() - make_interval(secs => $5::float8) AS fresh,
+                              accessed_at < now() - interval '1 minute' AS use_unrecorded
                          FROM s3c.ranges
                         WHERE bucket_id = $1 AND key = $2 AND chunk_size = $3 AND chunk = ANY($4)
                         ORDER BY chunk"
@@ -245,10 +249,10 @@ pub struct DueUpload {
 
 fn due_from_row(row: &tokio_postgres::Row) -> DueUpload {
     DueUpload {
-        bucket_id: row.get(0),
-        key: row.get(1),
-        generation: row.get(2),
-        attempts: row.get(3),
+        bucket_id: row.get("bucket_id"),
+        key: row.get("key"),
+        generation: row.get("generation"),
+        attempts: row.get("attempts"),
     }
 }
 
@@ -257,21 +261,14 @@ fn secs(duration: Duration) -> f64 {
 }
 
 fn entry_from_row(row: &tokio_postgres::Row) -> CacheEntry {
-    let Json(meta): Json<ObjectMeta> = row.get(3);
     CacheEntry {
-        head: ObjectHead {
-            version_id: None,
-            size: row.get::<_, i64>(0) as u64,
-            etag: row.get(1),
-            last_modified: row.get(2),
-            meta,
-        },
-        inline: row.get::<_, Option<&[u8]>>(4).map(Bytes::copy_from_slice),
-        body_id: row.get(5),
-        pending: row.get(6),
-        fresh: row.get(7),
-        use_unrecorded: row.get(8),
-        written_here: row.get(9),
+        head: ObjectHead::from_row(row),
+        inline: row.get::<_, Option<&[u8]>>("inline").map(Bytes::copy_from_slice),
+        body_id: row.get("body_id"),
+        pending: row.get("pending"),
+        fresh: row.get("fresh"),
+        use_unrecorded: row.get("use_unrecorded"),
+        written_here: row.get("written_here"),
     }
 }
 
@@ -427,7 +424,10 @@ impl FillLock {
     /// Waits for any other fill of the key to end. A hot standby cannot fill: `ReadOnly`.
     pub async fn acquire(pool: &Pool, bucket_id: i64, key: &str) -> StoreResult<FillLock> {
         let client = pool.get().await?;
-        let standby: bool = client.query_one("SELECT pg_is_in_recovery()", &[]).await?.get(0);
+        let standby: bool = client
+            .query_one("SELECT pg_is_in_recovery() AS in_recovery", &[])
+            .await?
+            .get("in_recovery");
         if standby {
             return Err(StoreError::ReadOnly);
         }
@@ -507,16 +507,7 @@ impl Store {
         let row = client
             .query_opt(&statement, &[&bucket.id, &key, &secs(origin.ttl.saturating_add(grace))])
             .await?;
-        Ok(row.map(|row| {
-            let Json(meta): Json<ObjectMeta> = row.get(3);
-            ObjectHead {
-                version_id: None,
-                size: row.get::<_, i64>(0) as u64,
-                etag: row.get(1),
-                last_modified: row.get(2),
-                meta,
-            }
-        }))
+        Ok(row.map(|row| ObjectHead::from_row(&row)))
     }
 
     /// Serves a read from a cached entry (found by [`Store::cache_lookup`]).
@@ -585,10 +576,10 @@ impl Store {
         let client = self.client().await?;
         let statement = client.prepare_cached(&SQL.pending).await?;
         let row = client.query_one(&statement, &[&bucket_id, &key]).await?;
-        if row.get::<_, bool>(1) {
+        if row.get::<_, bool>("in_recovery") {
             return Err(StoreError::ReadOnly);
         }
-        Ok(row.get(0))
+        Ok(row.get("pending"))
     }
 
     /// The outbox row of a key, if its body waits for an upload.
@@ -634,7 +625,7 @@ impl Store {
         const BATCH: i64 = 100;
         let limit = limit.min(i64::MAX as u64) as i64;
         let client = self.client().await?;
-        let mut cached: i64 = client.query_one(&SQL.cached_bytes, &[&bucket_id]).await?.get(0);
+        let mut cached: i64 = client.query_one(&SQL.cached_bytes, &[&bucket_id]).await?.get("cached");
         let mut evicted = 0;
         while cached > limit {
             let rows = client
@@ -644,7 +635,7 @@ impl Store {
                 break;
             }
             evicted += rows.len() as u64;
-            cached -= rows.iter().map(|row| row.get::<_, i64>(0)).sum::<i64>();
+            cached -= rows.iter().map(|row| row.get::<_, i64>("size")).sum::<i64>();
         }
         Ok(evicted)
     }
@@ -683,7 +674,7 @@ impl Store {
             let Some(row) = client.query_opt(&sized, &[&bucket.id, &key, &chunk_size]).await? else {
                 return Ok(RangeLookup::Miss { size: None });
             };
-            let size = row.get::<_, i64>(0) as u64;
+            let size = row.get::<_, i64>("size") as u64;
             let span = range.resolve(size)?;
             let needed: Vec<i32> = (span.0 / chunk..=(span.1 - 1) / chunk).map(|c| c as i32).collect();
             let rows = client
@@ -699,37 +690,30 @@ impl Store {
         let Some(first) = rows.first() else {
             return Ok(RangeLookup::Miss { size: known_size });
         };
-        let size = first.get::<_, i64>(1) as u64;
-        let etag: String = first.get(2);
+        let size = first.get::<_, i64>("size") as u64;
+        let etag: String = first.get("etag");
         let span = range.resolve(size)?;
         let (first_chunk, last_chunk) = (span.0 / chunk, (span.1 - 1) / chunk);
         let mut data = BytesMut::new();
         let mut expected = first_chunk;
         let mut use_unrecorded = false;
         for row in &rows {
-            let index = row.get::<_, i32>(0) as u64;
+            let index = row.get::<_, i32>("chunk") as u64;
             if index < first_chunk || index > last_chunk {
                 continue;
             }
-            let fresh: bool = row.get(6);
-            if index != expected || !fresh || row.get::<_, &str>(2) != etag {
+            let fresh: bool = row.get("fresh");
+            if index != expected || !fresh || row.get::<_, &str>("etag") != etag {
                 return Ok(RangeLookup::Miss { size: Some(size) });
             }
-            data.extend_from_slice(row.get::<_, &[u8]>(5));
-            use_unrecorded |= row.get::<_, bool>(7);
+            data.extend_from_slice(row.get::<_, &[u8]>("data"));
+            use_unrecorded |= row.get::<_, bool>("use_unrecorded");
             expected += 1;
         }
         if expected != last_chunk + 1 {
             return Ok(RangeLookup::Miss { size: Some(size) });
         }
-        let Json(meta): Json<ObjectMeta> = first.get(4);
-        let head = ObjectHead {
-            version_id: None,
-            size,
-            etag,
-            last_modified: first.get(3),
-            meta,
-        };
+        let head = ObjectHead::from_row(first);
         conditions.check(&head)?;
         let offset = first_chunk * chunk;
         let bytes = data
@@ -799,7 +783,7 @@ impl Store {
     pub async fn outbox_depth(&self) -> StoreResult<(i64, f64)> {
         let client = self.client().await?;
         let row = client.query_one(&SQL.outbox_depth, &[]).await?;
-        Ok((row.get(0), row.get(1)))
+        Ok((row.get("depth"), row.get("age")))
     }
 
     /// Takes the key's upload lock, which a delete of the key waits for.
@@ -838,7 +822,7 @@ impl UploadLock {
             .prepare_cached("SELECT generation FROM pgvs3.origin_outbox WHERE bucket_id = $1 AND key = $2")
             .await?;
         let current = client.query_opt(&statement, &[&due.bucket_id, &due.key]).await?;
-        if current.map(|row| row.get::<_, i64>(0)) != Some(due.generation) {
+        if current.map(|row| row.get::<_, i64>("generation")) != Some(due.generation) {
             return Ok(None);
         }
         match lookup(&*client, bucket, &due.key, true, Duration::ZERO).await? {

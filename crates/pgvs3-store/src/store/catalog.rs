@@ -208,7 +208,7 @@ impl Catalog {
         let version: i64 = client
             .query_one("SELECT version FROM pgvs3.catalog_version", &[])
             .await?
-            .get(0);
+            .get("version");
         drop(client);
         if version == self.cached.read().expect("catalog lock").version {
             return Ok(false);
@@ -235,7 +235,7 @@ impl Catalog {
         let version: i64 = tx
             .query_one("SELECT version FROM pgvs3.catalog_version", &[])
             .await?
-            .get(0);
+            .get("version");
         let bucket_rows = tx.query(&bucket_select(), &[]).await?;
         let key_rows = tx
             .query(
@@ -386,9 +386,9 @@ impl Catalog {
         });
         // A standby refuses LISTEN; this session may LISTEN once its server is promoted.
         while client
-            .query_one("SELECT pg_is_in_recovery()", &[])
+            .query_one("SELECT pg_is_in_recovery() AS in_recovery", &[])
             .await?
-            .get::<_, bool>(0)
+            .get::<_, bool>("in_recovery")
         {
             tokio::time::sleep(LISTEN_RETRY).await;
         }
@@ -557,8 +557,8 @@ impl Catalog {
         Ok(rows
             .iter()
             .map(|row| BucketSummary {
-                name: row.get(0),
-                created_at: row.get(1),
+                name: row.get("name"),
+                created_at: row.get("created_at"),
             })
             .collect())
     }
@@ -694,7 +694,7 @@ impl Catalog {
         let row = client
             .query_opt("SELECT access_key FROM pgvs3.access_keys WHERE is_root", &[])
             .await?;
-        Ok(row.map(|row| row.get(0)))
+        Ok(row.map(|row| row.get("access_key")))
     }
 
     /// Every namespace's SQL, for the maintenance reaper.
@@ -704,7 +704,7 @@ impl Catalog {
             .query("SELECT name FROM pgvs3.namespaces", &[])
             .await?
             .iter()
-            .map(|row| row.get(0))
+            .map(|row| row.get("name"))
             .collect();
         let mut cached = self.cached.write().expect("catalog lock");
         Ok(names
@@ -764,6 +764,6 @@ fn bucket_from_row(
         lifecycle: row
             .get::<_, Option<Json<super::Lifecycle>>>("lifecycle")
             .map(|Json(lifecycle)| Arc::new(lifecycle)),
-        origin: origin_from_row(row, 5, master_key)?.map(Arc::new),
+        origin: origin_from_row(row, master_key)?.map(Arc::new),
     })
 }

@@ -260,8 +260,8 @@ impl Stream for ChunkStream {
                 Poll::Pending if frame.is_empty() => return Poll::Pending,
                 Poll::Pending => break,
                 Poll::Ready(Some(Ok(row))) => {
-                    let seq: i32 = row.get(0);
-                    if let Err(err) = self.decode_into(i64::from(seq), row.get(1), &mut frame) {
+                    let seq: i32 = row.get("seq");
+                    if let Err(err) = self.decode_into(i64::from(seq), row.get("data"), &mut frame) {
                         return self.fail(err);
                     }
                 }

@@ -47,7 +47,7 @@ impl Store {
         let statement = tx.prepare_cached(&from.sql.get).await?;
         let row = tx.query_opt(&statement, &[&from.id, &source.key]).await?;
         let row = self.found(from, row)?;
-        let head = super::objects::head_from_row(&row);
+        let head = super::objects::ObjectHead::from_row(&row);
         source
             .conditions
             .check(&head)
@@ -62,11 +62,11 @@ impl Store {
         meta.acl = acl;
         lock.apply(&mut meta);
         to.lock_new_version(&mut meta)?;
-        let inline: Option<&[u8]> = row.get(4);
-        let body_id = match row.get::<_, Option<i64>>(5) {
+        let inline: Option<&[u8]> = row.get("inline");
+        let body_id = match row.get::<_, Option<i64>>("body_id") {
             None => None,
             Some(source_body) => {
-                let copy: i64 = tx.query_one(&to.sql.next_body_id, &[]).await?.get(0);
+                let copy: i64 = tx.query_one(&to.sql.next_body_id, &[]).await?.get("body_id");
                 let sql = if head.meta.parts.is_some() {
                     &to.sql.copy_parts
                 } else {

@@ -179,7 +179,7 @@ impl Store {
                 )
                 .await?
                 .iter()
-                .map(|row| row.get(0))
+                .map(|row| row.get("name"))
                 .collect()
         };
         for name in names {
@@ -199,11 +199,11 @@ impl Store {
                 )
                 .await?;
             let Some(row) = row else { continue };
-            let Some(Json(lifecycle)) = row.get::<_, Option<Json<Lifecycle>>>(0) else {
+            let Some(Json(lifecycle)) = row.get::<_, Option<Json<Lifecycle>>>("lifecycle") else {
                 continue;
             };
             let versioning = row
-                .get::<_, Option<&str>>(1)
+                .get::<_, Option<&str>>("versioning")
                 .map(Versioning::parse)
                 .transpose()
                 .map_err(|err| StoreError::Unavailable(err.to_string()))?;
@@ -260,7 +260,7 @@ impl Store {
                     )
                     .await?
                     .iter()
-                    .map(|row| row.get(0))
+                    .map(|row| row.get("key"))
                     .collect();
                 match versioning {
                     None => {
@@ -325,7 +325,7 @@ impl Store {
                  retired AS (
                      INSERT INTO \"{ns}\".retired_bodies (body_id)
                      SELECT body_id FROM dropped WHERE body_id IS NOT NULL ON CONFLICT DO NOTHING)
-                 SELECT count(*) FROM dropped"
+                 SELECT count(*) AS deleted FROM dropped"
             );
             let row = client
                 .query_one(
@@ -342,7 +342,7 @@ impl Store {
                     ],
                 )
                 .await?;
-            stats.noncurrent_deleted += row.get::<_, i64>(0) as u64;
+            stats.noncurrent_deleted += row.get::<_, i64>("deleted") as u64;
         }
         if let Some(days) = rule.abort_incomplete_after_days {
             let started_by = now - Duration::from_secs(u64::from(days) * DAY);
@@ -356,7 +356,7 @@ impl Store {
                 .query(&abort, &[&bucket.id, &filter.prefix, &started_by, &batch])
                 .await?
                 .iter()
-                .map(|row| row.get(0))
+                .map(|row| row.get("upload_id"))
                 .collect();
             client.execute(&bucket.sql.drop_parts, &[&uploads]).await?;
             stats.uploads_aborted += uploads.len() as u64;

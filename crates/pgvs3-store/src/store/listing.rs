@@ -145,7 +145,7 @@ impl Store {
             };
             let exhausted = (rows.len() as i64) < batch;
             for row in &rows {
-                let key: String = row.get(0);
+                let key: String = row.get("key");
                 if !key.starts_with(request.prefix.as_str()) {
                     break 'pages;
                 }
@@ -175,9 +175,9 @@ impl Store {
                 entries += 1;
                 page.last_entry = Some(key.clone());
                 page.objects.push(ListedObject {
-                    size: row.get::<_, i64>(1) as u64,
-                    etag: row.get(2),
-                    last_modified: row.get(3),
+                    size: row.get::<_, i64>("size") as u64,
+                    etag: row.get("etag"),
+                    last_modified: row.get("last_modified"),
                     key,
                 });
             }
@@ -185,7 +185,7 @@ impl Store {
                 break;
             }
             // Resume after the last row; skip the rest of a common prefix in one jump.
-            let last_key: String = rows.last().map(|row| row.get(0)).unwrap_or_default();
+            let last_key: String = rows.last().map(|row| row.get("key")).unwrap_or_default();
             match &last_prefix {
                 Some(common) if last_key.starts_with(common.as_str()) => match prefix_successor(common) {
                     Some(next) => from = from.max(next),

@@ -20,6 +20,8 @@ mod objects;
 mod origins;
 mod quotas;
 mod reaper;
+#[cfg(test)]
+mod row_reads;
 mod staging;
 mod sts;
 mod tagging;

@@ -8,7 +8,7 @@ use bytes::BytesMut;
 use md5::{Digest, Md5};
 use tokio_postgres::types::Json;
 
-use super::objects::{BodyDigest, NewObjectRow, check_length};
+use super::objects::{BodyDigest, NewObjectRow, ObjectHead, check_length};
 use super::{BucketInfo, ObjectMeta, PutOutcome, Store, StoreError, StoreResult, Upload, WriteCondition};
 
 /// A part stored, and whether its upload is encrypted with SSE-S3 (which S3's answer says; an
@@ -121,7 +121,7 @@ impl Store {
             self.catalog.forget_bucket(&bucket.name);
             return Err(StoreError::NoSuchBucket);
         };
-        Ok(row.get::<_, i64>(0).to_string())
+        Ok(row.get::<_, i64>("upload_id").to_string())
     }
 
     /// Stores one part, streamed into a body of its own; a part uploaded again under the same
@@ -152,7 +152,7 @@ impl Store {
             let Some(row) = client.query_opt(&statement, &[&upload_id, &bucket.id, &key]).await? else {
                 return Err(StoreError::NoSuchUpload);
             };
-            row.get(0)
+            row.get("encryption")
         };
         let offered = match &encryption {
             super::encryption::Requested::Customer(customer) => Some(customer),
@@ -201,7 +201,7 @@ impl Store {
             written: PutOutcome {
                 etag,
                 size,
-                last_modified: row.get(0),
+                last_modified: row.get("last_modified"),
                 checksum,
                 version_id: None,
             },
@@ -229,13 +229,13 @@ impl Store {
         let Some(upload) = tx.query_opt(&statement, &[&upload_id, &bucket.id, &key]).await? else {
             return self.completed_before(&tx, bucket, key, upload_id).await;
         };
-        let Json(mut meta): Json<ObjectMeta> = upload.get(0);
+        let Json(mut meta): Json<ObjectMeta> = upload.get("meta");
         let statement = tx.prepare_cached(&bucket.sql.upload_parts).await?;
         let stored: Vec<(i32, i64, String)> = tx
             .query(&statement, &[&upload_id])
             .await?
             .iter()
-            .map(|row| (row.get(0), row.get(1), row.get(2)))
+            .map(|row| (row.get("part_number"), row.get("size"), row.get("etag")))
             .collect();
         if parts.windows(2).any(|pair| pair[0].part_number >= pair[1].part_number) {
             return Err(StoreError::InvalidPartOrder);
@@ -308,18 +308,19 @@ impl Store {
             Err(StoreError::NoSuchKey) => return Err(StoreError::NoSuchUpload),
             found => found?,
         };
-        if row.get::<_, Option<i64>>(5) != Some(upload_id) {
+        if row.get::<_, Option<i64>>("body_id") != Some(upload_id) {
             return Err(StoreError::NoSuchUpload);
         }
-        let head = super::objects::head_from_row(&row);
+        let head = ObjectHead::from_row(&row);
         Ok(PutOutcome {
             etag: head.etag,
             size: head.size,
             last_modified: head.last_modified,
             checksum: None,
-            version_id: bucket
-                .versioning
-                .map(|_| row.get::<_, Option<String>>(7).unwrap_or_else(|| "null".into())),
+            version_id: bucket.versioning.map(|_| {
+                row.get::<_, Option<String>>("version_id")
+                    .unwrap_or_else(|| "null".into())
+            }),
         })
     }
 
@@ -375,10 +376,10 @@ impl Store {
         let mut parts: Vec<PartInfo> = rows
             .iter()
             .map(|row| PartInfo {
-                part_number: row.get::<_, i32>(0) as u32,
-                size: row.get::<_, i64>(1) as u64,
-                etag: row.get(2),
-                last_modified: row.get(3),
+                part_number: row.get::<_, i32>("part_number") as u32,
+                size: row.get::<_, i64>("size") as u64,
+                etag: row.get("etag"),
+                last_modified: row.get("last_modified"),
             })
             .collect();
         let next_marker = (parts.len() > max_parts).then(|| {
@@ -438,8 +439,8 @@ impl Store {
                 .await?;
             let mut rolled_up_last = None;
             for row in &rows {
-                let key: String = row.get(0);
-                let upload_id: i64 = row.get(1);
+                let key: String = row.get("key");
+                let upload_id: i64 = row.get("upload_id");
                 (key_marker, id_marker) = (key.clone(), upload_id);
                 let common = delimiter.and_then(|d| {
                     key[prefix.len()..]
@@ -464,7 +465,7 @@ impl Store {
                         page.uploads.push(MultipartUpload {
                             key,
                             upload_id: upload_id.to_string(),
-                            initiated: row.get(2),
+                            initiated: row.get("initiated"),
                         });
                     }
                 }

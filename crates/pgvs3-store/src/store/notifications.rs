@@ -25,7 +25,7 @@ impl Store {
             .await?
             .ok_or(StoreError::NoSuchBucket)?;
         Ok(row
-            .get::<_, Option<Json<Notifications>>>(0)
+            .get::<_, Option<Json<Notifications>>>("notifications")
             .map(|Json(rules)| rules)
             .unwrap_or_default())
     }

@@ -82,6 +82,21 @@ pub struct ObjectHead {
     pub version_id: Option<String>,
 }
 
+impl ObjectHead {
+    /// The head of a row with the columns `size, etag, last_modified, meta` (of `objects` or
+    /// `versions`); its version is the caller's to set.
+    pub(super) fn from_row(row: &tokio_postgres::Row) -> ObjectHead {
+        let Json(meta): Json<ObjectMeta> = row.get("meta");
+        ObjectHead {
+            size: row.get::<_, i64>("size") as u64,
+            etag: row.get("etag"),
+            last_modified: row.get("last_modified"),
+            meta,
+            version_id: None,
+        }
+    }
+}
+
 pub struct ObjectRead {
     pub head: ObjectHead,
     /// The byte span served: `start..end` of the object.
@@ -219,7 +234,7 @@ impl NamespaceSql {
         // round trip, and catches a cached bucket that has since been dropped.
         let lookup = |body: &str| {
             format!(
-                "SELECT o.size, o.etag, o.last_modified, o.meta, {body}, o.body_id, o.key IS NOT NULL,
+                "SELECT o.size, o.etag, o.last_modified, o.meta, {body} AS inline, o.body_id, o.key IS NOT NULL AS found,
                         o.version_id
                    FROM pgvs3.buckets b
                    LEFT JOIN {ns}.objects o ON o.bucket_id = b.id AND o.key = $2
@@ -260,17 +275,17 @@ impl NamespaceSql {
         NamespaceSql {
             get: lookup("o.inline"),
             head: lookup("NULL::bytea"),
-            put: format!("{insert} RETURNING last_modified, version_id, version_seq IS NOT NULL"),
+            put: format!("{insert} RETURNING last_modified, version_id, version_seq IS NOT NULL AS versioned"),
             // The conflict arbiter makes the check atomic: of concurrent creators one inserts,
             // the others find its row and (it being live) update nothing.
             put_if_absent: format!(
                 "{insert} WHERE o.expires_at IS NOT NULL AND o.expires_at <= now()
-                 RETURNING last_modified, version_id, version_seq IS NOT NULL"
+                 RETURNING last_modified, version_id, version_seq IS NOT NULL AS versioned"
             ),
             // Inserted when absent; an existing live object is replaced unless it has the ETag.
             put_if_none_match: format!(
                 "{insert} WHERE (o.expires_at IS NOT NULL AND o.expires_at <= now()) OR o.etag <> $8
-                 RETURNING last_modified, version_id, version_seq IS NOT NULL"
+                 RETURNING last_modified, version_id, version_seq IS NOT NULL AS versioned"
             ),
             // Under READ COMMITTED a concurrent update makes PostgreSQL re-check the WHERE on the
             // newest row version, so of writers that read the same ETag only the first wins.
@@ -280,7 +295,7 @@ impl NamespaceSql {
                    FROM pgvs3.buckets b
                   WHERE b.id = $1 AND o.bucket_id = $1 AND key = $2 AND ($8 = '*' OR etag = $8)
                     AND (expires_at IS NULL OR expires_at > now())
-                 RETURNING o.last_modified, o.version_id, o.version_seq IS NOT NULL",
+                 RETURNING o.last_modified, o.version_id, o.version_seq IS NOT NULL AS versioned",
                 redrawn = version_drawn_under_lock(&ns, "b.versioning IS NOT NULL", "b.versioning = 'Enabled'"),
             ),
             part_span: format!("SELECT start_offset, size FROM {ns}.parts WHERE owner_id = $1 AND part_number = $2"),
@@ -306,7 +321,7 @@ impl NamespaceSql {
             // A part commits under a share lock on its upload, so completion and abort (which
             // delete the upload row) wait for parts in flight and then see them.
             upload_encryption: format!(
-                "SELECT meta->'se' FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3"
+                "SELECT meta->'se' AS encryption FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3"
             ),
             lock_upload: format!(
                 "SELECT 1 FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3 FOR SHARE"
@@ -369,7 +384,7 @@ impl NamespaceSql {
                      WHERE initiated < now() - make_interval(secs => $1) LIMIT $2))
                  RETURNING upload_id"
             ),
-            next_body_id: format!("SELECT nextval('{ns}.body_ids')"),
+            next_body_id: format!("SELECT nextval('{ns}.body_ids') AS body_id"),
             copy_chunks: format!("COPY {ns}.chunks (body_id, seq, data) FROM STDIN (FORMAT binary)"),
             read_chunks: format!(
                 "SELECT seq, data FROM {ns}.chunks WHERE body_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq"
@@ -409,7 +424,9 @@ impl NamespaceSql {
                 "DELETE FROM {ns}.objects WHERE ctid = ANY(ARRAY(
                     SELECT ctid FROM {ns}.objects WHERE expires_at <= now() LIMIT $1))"
             ),
-            backlog: format!("SELECT (SELECT count(*) FROM {ns}.retired_bodies), (SELECT count(*) FROM {ns}.uploads)"),
+            backlog: format!(
+                "SELECT (SELECT count(*) FROM {ns}.retired_bodies) AS bodies, (SELECT count(*) FROM {ns}.uploads) AS uploads"
+            ),
             kv: super::kv::KvSql::new(&ns),
             types: super::types::TypedSql::new(&ns),
             versions: super::versions::VersionSql::new(&ns),
@@ -489,10 +506,10 @@ pub(super) async fn body_rows(
         .await?
         .iter()
         .map(|row| {
-            let size = row.get::<_, i64>(1) as u64;
-            let offset = row.get::<_, i64>(2) as u64;
+            let size = row.get::<_, i64>("size") as u64;
+            let offset = row.get::<_, i64>("start_offset") as u64;
             Segment {
-                body_id: row.get(0),
+                body_id: row.get("body_id"),
                 size,
                 start: span.0.max(offset) - offset,
                 end: span.1.min(offset + size) - offset,
@@ -546,8 +563,14 @@ impl Store {
             Ok(row) => row,
             Err(version) => return self.read_noncurrent(bucket, key, &version, options, false).await,
         };
-        let (head, span, partial) =
-            locate(&client, &bucket.sql, current_head(bucket, &row), row.get(5), options).await?;
+        let (head, span, partial) = locate(
+            &client,
+            &bucket.sql,
+            current_head(bucket, &row),
+            row.get("body_id"),
+            options,
+        )
+        .await?;
         self.object_key(&head, options)?;
         Ok(ObjectRead {
             head,
@@ -579,10 +602,16 @@ impl Store {
                 return self.read_noncurrent(bucket, key, &version, options, true).await;
             }
         };
-        let (head, span, partial) =
-            locate(&client, &bucket.sql, current_head(bucket, &row), row.get(5), options).await?;
+        let (head, span, partial) = locate(
+            &client,
+            &bucket.sql,
+            current_head(bucket, &row),
+            row.get("body_id"),
+            options,
+        )
+        .await?;
         let key = self.object_key(&head, options)?;
-        let inline: Option<&[u8]> = row.get(4);
+        let inline: Option<&[u8]> = row.get("inline");
         if let Some(inline) = inline {
             let bytes = inline_span(inline, span, key.as_ref());
             let body: BodyStream = Box::pin(futures::stream::once(async move { Ok(bytes) }));
@@ -593,7 +622,7 @@ impl Store {
                 body,
             });
         }
-        let body_id: i64 = row.get(5);
+        let body_id: i64 = row.get("body_id");
         if span.0 == span.1 {
             return Ok(ObjectRead {
                 head,
@@ -644,9 +673,9 @@ impl Store {
             self.catalog.forget_bucket(&bucket.name);
             return Err(StoreError::NoSuchBucket);
         };
-        let exists: bool = row.get(6);
+        let exists: bool = row.get("found");
         if let Some(wanted) = &options.version_id {
-            let current: Option<&str> = row.get(7);
+            let current: Option<&str> = row.get("version_id");
             if !exists || current.unwrap_or("null") != wanted {
                 return Ok(Err(wanted.clone()));
             }
@@ -668,7 +697,7 @@ impl Store {
             self.catalog.forget_bucket(&bucket.name);
             return Err(StoreError::NoSuchBucket);
         };
-        if !row.get::<_, bool>(6) {
+        if !row.get::<_, bool>("found") {
             return Err(StoreError::NoSuchKey);
         }
         Ok(row)
@@ -803,10 +832,14 @@ impl Store {
         };
         let statement = db.prepare_cached(sql).await?;
         if let Some(written) = db.query_opt(&statement, &params).await? {
-            let versioned: bool = written.get(2);
+            let versioned: bool = written.get("versioned");
             return Ok(Written {
-                last_modified: written.get(0),
-                version_id: versioned.then(|| written.get::<_, Option<String>>(1).unwrap_or_else(|| "null".into())),
+                last_modified: written.get("last_modified"),
+                version_id: versioned.then(|| {
+                    written
+                        .get::<_, Option<String>>("version_id")
+                        .unwrap_or_else(|| "null".into())
+                }),
             });
         }
         // Refused: tell a missing bucket or key from a precondition that did not hold.
@@ -865,7 +898,7 @@ impl Store {
             self.catalog.forget_bucket(&bucket.name);
             return Err(StoreError::NoSuchBucket);
         };
-        let state: Option<&str> = row.get(0);
+        let state: Option<&str> = row.get("versioning");
         let state = state
             .map(super::Versioning::parse)
             .transpose()
@@ -891,9 +924,9 @@ pub(super) async fn check_delete_condition(
     let statement = tx.prepare_cached(&bucket.sql.lock_current).await?;
     let row = tx.query_opt(&statement, &[&bucket.id, &key]).await?;
     condition.check(row.as_ref().map(|row| CurrentVersion {
-        etag: row.get(0),
-        size: row.get::<_, i64>(1) as u64,
-        last_modified: row.get(2),
+        etag: row.get("etag"),
+        size: row.get::<_, i64>("size") as u64,
+        last_modified: row.get("last_modified"),
     }))
 }
 
@@ -960,8 +993,8 @@ pub(super) async fn locate(
         .query_opt(&statement, &[&body_id, &(part_number.min(i32::MAX as u32) as i32)])
         .await?
         .ok_or(StoreError::InvalidPartNumber)?;
-    let start = part.get::<_, i64>(0) as u64;
-    let end = start + part.get::<_, i64>(1) as u64;
+    let start = part.get::<_, i64>("start_offset") as u64;
+    let end = start + part.get::<_, i64>("size") as u64;
     Ok((head, (start, end), true))
 }
 
@@ -1021,7 +1054,7 @@ pub(super) async fn write_chunks(
     digest: Option<&BodyDigest>,
     key: Option<&ObjectKey>,
 ) -> StoreResult<(i64, u64)> {
-    let body_id: i64 = tx.query_one(&sql.next_body_id, &[]).await?.get(0);
+    let body_id: i64 = tx.query_one(&sql.next_body_id, &[]).await?.get("body_id");
     let sink = tx.copy_in(&sql.copy_chunks).await?;
     let writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT4, Type::BYTEA]);
     futures::pin_mut!(writer);
@@ -1086,22 +1119,12 @@ pub fn check_length(declared: Option<u64>, received: u64) -> StoreResult<()> {
 
 /// The head of a looked-up current row, with its version in a versioned bucket.
 fn current_head(bucket: &BucketInfo, row: &tokio_postgres::Row) -> ObjectHead {
-    let mut head = head_from_row(row);
-    head.version_id = bucket
-        .versioning
-        .map(|_| row.get::<_, Option<String>>(7).unwrap_or_else(|| "null".into()));
+    let mut head = ObjectHead::from_row(row);
+    head.version_id = bucket.versioning.map(|_| {
+        row.get::<_, Option<String>>("version_id")
+            .unwrap_or_else(|| "null".into())
+    });
     head
-}
-
-pub(super) fn head_from_row(row: &tokio_postgres::Row) -> ObjectHead {
-    let Json(meta): Json<ObjectMeta> = row.get(3);
-    ObjectHead {
-        size: row.get::<_, i64>(0) as u64,
-        etag: row.get(1),
-        last_modified: row.get(2),
-        meta,
-        version_id: None,
-    }
 }
 
 #[cfg(test)]

@@ -102,30 +102,30 @@ pub(super) const ORIGIN_COLUMNS: &str = "o.endpoint, o.region, o.origin_bucket, 
      o.path_style, o.mode, o.ttl_seconds, o.negative_ttl_seconds, o.fill_concurrency, o.size_limit_bytes, \
      o.write_back_threshold, o.range_chunk_bytes";
 
-/// Decodes the origin columns starting at `first`; `None` when the bucket has no origin.
-pub(super) fn origin_from_row(row: &Row, first: usize, master_key: &MasterKey) -> anyhow::Result<Option<Origin>> {
-    let Some(endpoint) = row.get::<_, Option<String>>(first) else {
+/// Decodes the origin columns ([`ORIGIN_COLUMNS`], by name); `None` when the bucket has no origin.
+pub(super) fn origin_from_row(row: &Row, master_key: &MasterKey) -> anyhow::Result<Option<Origin>> {
+    let Some(endpoint) = row.get::<_, Option<String>>("endpoint") else {
         return Ok(None);
     };
-    let sealed: Vec<u8> = row.get(first + 4);
+    let sealed: Vec<u8> = row.get("secret_encrypted");
     let secret_key = master_key
         .open(&sealed)
         .map_err(|err| anyhow::anyhow!("origin secret of {endpoint}: {err}"))?;
-    let mode: String = row.get(first + 6);
+    let mode: String = row.get("mode");
     Ok(Some(Origin {
         endpoint,
-        region: row.get(first + 1),
-        origin_bucket: row.get(first + 2),
-        access_key: row.get(first + 3),
+        region: row.get("region"),
+        origin_bucket: row.get("origin_bucket"),
+        access_key: row.get("access_key"),
         secret_key,
-        path_style: row.get(first + 5),
+        path_style: row.get("path_style"),
         mode: mode.parse().map_err(anyhow::Error::msg)?,
-        ttl: Duration::from_secs(row.get::<_, i32>(first + 7) as u64),
-        negative_ttl: Duration::from_secs(row.get::<_, i32>(first + 8) as u64),
-        fill_concurrency: row.get::<_, i32>(first + 9) as u32,
-        size_limit: row.get::<_, Option<i64>>(first + 10).map(|n| n as u64),
-        write_back_threshold: row.get::<_, i64>(first + 11) as u64,
-        range_chunk: row.get::<_, i32>(first + 12) as u32,
+        ttl: Duration::from_secs(row.get::<_, i32>("ttl_seconds") as u64),
+        negative_ttl: Duration::from_secs(row.get::<_, i32>("negative_ttl_seconds") as u64),
+        fill_concurrency: row.get::<_, i32>("fill_concurrency") as u32,
+        size_limit: row.get::<_, Option<i64>>("size_limit_bytes").map(|n| n as u64),
+        write_back_threshold: row.get::<_, i64>("write_back_threshold") as u64,
+        range_chunk: row.get::<_, i32>("range_chunk_bytes") as u32,
     }))
 }
 
@@ -194,12 +194,12 @@ impl Catalog {
             .await?;
         rows.iter()
             .map(|row| {
-                let origin = origin_from_row(row, 2, self.master_key())
+                let origin = origin_from_row(row, self.master_key())
                     .map_err(|err| StoreError::Corrupt(err.to_string()))?
                     .expect("joined rows have an origin");
                 Ok(OriginEntry {
-                    bucket: row.get(0),
-                    updated_at: row.get(1),
+                    bucket: row.get("name"),
+                    updated_at: row.get("updated_at"),
                     origin,
                 })
             })

@@ -45,10 +45,10 @@ impl Catalog {
             )
             .await?;
         Ok(row.map(|row| BucketQuota {
-            max_bytes: row.get(0),
-            max_objects: row.get(1),
-            used_bytes: row.get(2),
-            used_objects: row.get(3),
+            max_bytes: row.get("max_bytes"),
+            max_objects: row.get("max_objects"),
+            used_bytes: row.get("used_bytes"),
+            used_objects: row.get("used_objects"),
         }))
     }
 }

@@ -29,7 +29,7 @@ impl Store {
                     .query(&ns.retired_bodies, &[&grace.as_secs_f64(), &BODY_BATCH])
                     .await?;
                 for row in &rows {
-                    let body_id: i64 = row.get(0);
+                    let body_id: i64 = row.get("body_id");
                     // Chunks are numbered from 0 without gaps, so a short batch is the last one.
                     let mut from = 0i32;
                     loop {
@@ -76,8 +76,8 @@ impl Store {
         let (mut bodies, mut uploads) = (0, 0);
         for ns in self.catalog.namespaces().await? {
             let row = client.query_one(&ns.backlog, &[]).await?;
-            bodies += row.get::<_, i64>(0);
-            uploads += row.get::<_, i64>(1);
+            bodies += row.get::<_, i64>("bodies");
+            uploads += row.get::<_, i64>("uploads");
         }
         Ok((bodies, uploads))
     }
@@ -95,7 +95,7 @@ impl Store {
                     .query(&ns.drop_abandoned_uploads, &[&max_age.as_secs_f64(), &EXPIRED_BATCH])
                     .await?
                     .iter()
-                    .map(|row| row.get(0))
+                    .map(|row| row.get("upload_id"))
                     .collect();
                 client.execute(&ns.drop_parts, &[&uploads]).await?;
                 reaped += uploads.len() as u64;

@@ -233,7 +233,7 @@ impl Staged<'_> {
                 let body_id: i64 = tx
                     .query_one(&self.sql.staging.lease, &[&LEASE.as_secs_f64()])
                     .await?
-                    .get(0);
+                    .get("body_id");
                 self.lease.insert(Lease {
                     store: self.store.clone(),
                     retire: self.sql.staging.retire.clone(),
@@ -267,7 +267,7 @@ impl Staged<'_> {
                 }
                 lease.body_id
             }
-            None => tx.query_one(&self.sql.next_body_id, &[]).await?.get(0),
+            None => tx.query_one(&self.sql.next_body_id, &[]).await?.get("body_id"),
         };
         self.write_ready(tx, body_id).await?;
         Ok(body_id)

@@ -84,7 +84,7 @@ impl Store {
             .query_opt("SELECT tags FROM pgvs3.buckets WHERE id = $1", &[&bucket.id])
             .await?
             .ok_or(StoreError::NoSuchBucket)?;
-        Ok(row.get::<_, Option<Json<Tags>>>(0).map(|Json(tags)| tags))
+        Ok(row.get::<_, Option<Json<Tags>>>("tags").map(|Json(tags)| tags))
     }
 
     /// Replaces a bucket's tags; `None` deletes them.

@@ -218,7 +218,7 @@ impl VersionSql {
                   WHERE bucket_id = $1 AND key = $2 AND version_id = $3"
             ),
             null_seq: format!(
-                "SELECT coalesce(version_seq, -1) FROM {ns}.objects WHERE bucket_id = $1 AND key = $2 AND version_id IS NULL
+                "SELECT coalesce(version_seq, -1) AS seq FROM {ns}.objects WHERE bucket_id = $1 AND key = $2 AND version_id IS NULL
                  UNION ALL
                  SELECT coalesce(version_seq, -1) FROM {ns}.versions WHERE bucket_id = $1 AND key = $2 AND version_id = 'null'
                  LIMIT 1"
@@ -280,25 +280,21 @@ impl Store {
             .query_opt(&statement, &[&bucket.id, &key, &version_id])
             .await?
             .ok_or(StoreError::NoSuchVersion)?;
-        if row.get::<_, bool>(6) {
+        if row.get::<_, bool>("is_delete_marker") {
             return Err(StoreError::DeleteMarker {
                 version_id: version_id.to_owned(),
                 allowed: false,
             });
         }
-        let Json(meta): Json<ObjectMeta> = row.get(3);
         let head = ObjectHead {
-            size: row.get::<_, i64>(0) as u64,
-            etag: row.get(1),
-            last_modified: row.get(2),
-            meta,
             version_id: Some(version_id.to_owned()),
+            ..ObjectHead::from_row(&row)
         };
-        let body_id: Option<i64> = row.get(5);
+        let body_id: Option<i64> = row.get("body_id");
         let multipart = head.meta.parts.is_some();
         let (head, span, partial) = locate(&client, &bucket.sql, head, body_id, options).await?;
         let key = self.object_key(&head, options)?;
-        let inline: Option<Vec<u8>> = row.get(4);
+        let inline: Option<Vec<u8>> = row.get("inline");
         let size = head.size;
         let body = stored_body(
             client,
@@ -329,8 +325,8 @@ impl Store {
             StoreResult::Ok(client.query_opt(&statement, &[&bucket.id, &key]).await?)
         };
         match latest.await {
-            Ok(Some(row)) if row.get::<_, bool>(1) => StoreError::DeleteMarker {
-                version_id: row.get(0),
+            Ok(Some(row)) if row.get::<_, bool>("is_delete_marker") => StoreError::DeleteMarker {
+                version_id: row.get("version_id"),
                 allowed: true,
             },
             Ok(_) => StoreError::NoSuchKey,
@@ -374,7 +370,10 @@ impl Store {
                 .await?;
             tx.execute(&sql.drop_null, &[&bucket.id, &key]).await?;
         }
-        let version_id: String = tx.query_one(&sql.marker, &[&bucket.id, &key, &enabled]).await?.get(0);
+        let version_id: String = tx
+            .query_one(&sql.marker, &[&bucket.id, &key, &enabled])
+            .await?
+            .get("version_id");
         tx.commit().await?;
         Ok(DeleteOutcome {
             version_id: Some(version_id),
@@ -434,7 +433,7 @@ impl Store {
             {
                 return Err(StoreError::ObjectLocked);
             }
-            row.is_some_and(|row| row.get::<_, bool>(0))
+            row.is_some_and(|row| row.get::<_, bool>("is_delete_marker"))
         };
         // Promoting only moves a version: no object event (functions/objects.sql).
         tx.execute("SELECT set_config('pgvs3.events', 'off', true)", &[])
@@ -492,7 +491,7 @@ impl Store {
             let exhausted = (rows.len() as i64) < PAGE_ROWS;
             let mut restart = None;
             for row in &rows {
-                let key: String = row.get(0);
+                let key: String = row.get("key");
                 if let Some(delimiter) = delimiter
                     && let Some(at) = key[list.prefix.len()..].find(delimiter)
                 {
@@ -509,18 +508,18 @@ impl Store {
                     page.next = Some((last_marker(&page), last_version(&page)));
                     return Ok(page);
                 }
-                let current: bool = row.get(6);
+                let current: bool = row.get("current");
                 // A key's first entry is its latest version: its current one, or (none being
                 // current) the newest delete marker.
                 let is_latest = latest_seen.as_deref() != Some(key.as_str());
                 latest_seen = Some(key.clone());
                 page.entries.push(VersionEntry {
-                    version_id: row.get(1),
-                    delete_marker: row.get(2),
-                    size: row.get::<_, i64>(3) as u64,
-                    etag: row.get(4),
-                    last_modified: row.get(5),
-                    is_latest: is_latest && (current || row.get::<_, bool>(2)),
+                    version_id: row.get("version_id"),
+                    delete_marker: row.get("is_delete_marker"),
+                    size: row.get::<_, i64>("size") as u64,
+                    etag: row.get("etag"),
+                    last_modified: row.get("last_modified"),
+                    is_latest: is_latest && (current || row.get::<_, bool>("is_delete_marker")),
                     key,
                 });
             }
@@ -571,7 +570,7 @@ impl Store {
             .query_opt(&sql.current_meta, &[&bucket.id, &key, &version_id])
             .await?
         {
-            Some(row) => (row.get::<_, Json<ObjectMeta>>(0).0, true),
+            Some(row) => (row.get::<_, Json<ObjectMeta>>("meta").0, true),
             None => {
                 let Some(version) = version_id else {
                     return Err(self.missing_key(bucket, key).await);
@@ -580,13 +579,13 @@ impl Store {
                     .query_opt(&sql.noncurrent_meta, &[&bucket.id, &key, &version])
                     .await?
                     .ok_or(StoreError::NoSuchVersion)?;
-                if row.get::<_, bool>(1) {
+                if row.get::<_, bool>("is_delete_marker") {
                     return Err(StoreError::DeleteMarker {
                         version_id: version.to_owned(),
                         allowed: false,
                     });
                 }
-                (row.get::<_, Json<ObjectMeta>>(0).0, false)
+                (row.get::<_, Json<ObjectMeta>>("meta").0, false)
             }
         };
         allowed(&meta)?;
@@ -618,7 +617,7 @@ impl Store {
         }
         let statement = client.prepare_cached(&bucket.sql.versions.null_seq).await?;
         let row = client.query_opt(&statement, &[&bucket.id, &key]).await?;
-        Ok(row.map_or(-1, |row| row.get(0)))
+        Ok(row.map_or(-1, |row| row.get("seq")))
     }
 }
 

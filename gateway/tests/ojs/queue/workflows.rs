@@ -1,0 +1,407 @@
+//! Workflows: chains, batches, cancellation and nested workflows.
+
+use super::*;
+
+#[tokio::test]
+async fn a_chain_runs_its_steps_in_order_with_earlier_results_and_stops_on_failure() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let steps: Vec<Value> = (0..3).map(|i| job_in("chain", "chain.step", json!([i]))).collect();
+    let workflow = ojs.create_workflow(json!({ "type": "chain", "steps": steps })).await;
+    assert_eq!(
+        (workflow["state"].as_str(), workflow["steps_total"].as_i64()),
+        (Some("running"), Some(3))
+    );
+    assert_eq!(workflow["steps"][1]["state"], "waiting");
+    assert!(
+        workflow["steps"][1]["job_id"].is_null(),
+        "a waiting step has no job yet"
+    );
+
+    for step in 0..3 {
+        let job = ojs.fetch("chain", "w").await.expect("the next step is available");
+        assert_eq!(job["args"], json!([step]), "steps run in order");
+        assert!(ojs.fetch("chain", "w").await.is_none(), "one step at a time");
+        let expected: Vec<Value> = (0..step).map(|i| json!({ "step": i })).collect();
+        if step == 0 {
+            assert!(job.get("parent_results").is_none());
+        } else {
+            assert_eq!(job["parent_results"], json!(expected), "every earlier result, by step");
+        }
+        ojs.ack(&job, json!({ "step": step })).await;
+    }
+    let done = ojs.workflow(&workflow["id"]).await;
+    assert_eq!(
+        (done["state"].as_str(), done["steps_completed"].as_i64()),
+        (Some("completed"), Some(3))
+    );
+    assert_eq!(done["steps"][2]["result"], json!({ "step": 2 }));
+
+    // A step that fails for good stops the chain; the steps after it are cancelled, never run.
+    let steps: Vec<Value> = (0..3).map(|i| job_in("broken", "chain.step", json!([i]))).collect();
+    let workflow = ojs.create_workflow(json!({ "type": "chain", "steps": steps })).await;
+    let first = ojs.fetch("broken", "w").await.unwrap();
+    ojs.ack(&first, json!(null)).await;
+    let second = ojs.fetch("broken", "w").await.unwrap();
+    assert_eq!(ojs.fail(&second).await["state"], "discarded");
+    assert!(ojs.fetch("broken", "w").await.is_none(), "no step runs after a failure");
+    let failed = ojs.workflow(&workflow["id"]).await;
+    assert_eq!(failed["state"], "failed");
+    assert_eq!(failed["steps_completed"], 1);
+    assert_eq!(failed["failed_step_index"], 1);
+    assert_eq!(failed["failed_job_ids"], json!([second["id"]]));
+    assert_eq!(failed["steps"][2]["state"], "cancelled");
+    gateway.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_fans_in_once_under_concurrent_workers_and_fires_the_callbacks_that_apply() {
+    const JOBS: usize = 40;
+    const FAILING: i64 = 7;
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let jobs: Vec<Value> = (0..JOBS).map(|i| job_in("fan", "fan.item", json!([i]))).collect();
+    let callback = |name: &str| job_in(&format!("cb-{name}"), "fan.callback", json!([name]));
+    let workflow = ojs
+        .create_workflow(json!({ "type": "batch", "jobs": jobs, "callbacks": {
+            "on_complete": callback("complete"), "on_success": callback("success"), "on_failure": callback("failure") } }))
+        .await;
+    assert_eq!(workflow["jobs_total"], JOBS);
+
+    // Eight workers settle the jobs at once; the last of them, whichever it is, fires the callbacks.
+    let workers: Vec<_> = (0..8)
+        .map(|w| {
+            let ojs = ojs.clone();
+            tokio::spawn(async move {
+                while let Some(job) = ojs.fetch("fan", &format!("worker-{w}")).await {
+                    let index = job["args"][0].as_i64().unwrap();
+                    if index == FAILING {
+                        ojs.fail(&job).await;
+                    } else {
+                        ojs.ack(&job, json!({ "index": index })).await;
+                    }
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    let settled = ojs.workflow(&workflow["id"]).await;
+    assert_eq!(
+        (settled["jobs_completed"].as_u64(), settled["jobs_failed"].as_u64()),
+        (Some(JOBS as u64 - 1), Some(1))
+    );
+    assert_eq!(settled["state"], "running", "a batch runs until its callbacks have");
+
+    let on_complete = ojs.fetch("cb-complete", "w").await.expect("on_complete fires");
+    let on_failure = ojs.fetch("cb-failure", "w").await.expect("on_failure fires");
+    assert!(ojs.fetch("cb-success", "w").await.is_none(), "on_success does not");
+    for callback in [&on_complete, &on_failure] {
+        let results = callback["parent_results"].as_array().expect("every job's result");
+        assert_eq!(results.len(), JOBS);
+        assert_eq!(results[3], json!({ "index": 3 }));
+        assert!(results[FAILING as usize].is_null(), "the failed job has no result");
+    }
+    assert!(
+        ojs.fetch("cb-complete", "w").await.is_none(),
+        "each callback fires once"
+    );
+    assert!(ojs.fetch("cb-failure", "w").await.is_none(), "each callback fires once");
+    let sql = gateway.sql().await;
+    let callbacks: i64 = sql
+        .query_one("SELECT count(*) FROM ojs.jobs WHERE queue LIKE 'cb-%'", &[])
+        .await
+        .unwrap()
+        .get("count");
+    assert_eq!(callbacks, 2, "the callback whose condition failed was never enqueued");
+
+    ojs.ack(&on_complete, json!(null)).await;
+    assert_eq!(ojs.workflow(&workflow["id"]).await["state"], "running");
+    ojs.ack(&on_failure, json!(null)).await;
+    assert_eq!(ojs.workflow(&workflow["id"]).await["state"], "completed");
+
+    // When every job succeeds, on_success fires and on_failure does not.
+    let jobs: Vec<Value> = (0..2).map(|i| job_in("fine", "fine.item", json!([i]))).collect();
+    let batch = ojs
+        .create_workflow(json!({ "type": "batch", "jobs": jobs, "callbacks": {
+            "on_success": job_in("fine-ok", "fine.ok", json!([])), "on_failure": job_in("fine-bad", "fine.bad", json!([])) } }))
+        .await;
+    for _ in 0..2 {
+        let job = ojs.fetch("fine", "w").await.unwrap();
+        ojs.ack(&job, json!({ "ok": job["args"][0] })).await;
+    }
+    let on_success = ojs.fetch("fine-ok", "w").await.expect("on_success fires");
+    assert_eq!(on_success["parent_results"], json!([{ "ok": 0 }, { "ok": 1 }]));
+    assert!(ojs.fetch("fine-bad", "w").await.is_none(), "on_failure does not");
+    ojs.ack(&on_success, json!(null)).await;
+    assert_eq!(ojs.workflow(&batch["id"]).await["state"], "completed");
+
+    // A group has no callbacks: it settles with its last job, failed if any job failed.
+    let jobs: Vec<Value> = (0..3).map(|i| job_in("group", "group.item", json!([i]))).collect();
+    let group = ojs.create_workflow(json!({ "type": "group", "jobs": jobs })).await;
+    let claimed = [
+        ojs.fetch("group", "w").await.unwrap(),
+        ojs.fetch("group", "w").await.unwrap(),
+        ojs.fetch("group", "w").await.unwrap(),
+    ];
+    ojs.ack(&claimed[0], json!(null)).await;
+    ojs.fail(&claimed[1]).await;
+    assert_eq!(ojs.workflow(&group["id"]).await["state"], "running");
+    ojs.ack(&claimed[2], json!(null)).await;
+    assert_eq!(ojs.workflow(&group["id"]).await["state"], "failed");
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn cancelling_a_workflow_cancels_its_waiting_jobs_and_releases_nothing_more() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let steps: Vec<Value> = (0..3).map(|i| job_in("halt", "halt.step", json!([i]))).collect();
+    let workflow = ojs.create_workflow(json!({ "type": "chain", "steps": steps })).await;
+    let path = format!("/ojs/v1/workflows/{}", workflow["id"].as_str().unwrap());
+    let running = ojs.fetch("halt", "w").await.unwrap();
+    let (status, body) = ojs.call("DELETE", &path, None).await;
+    assert_eq!(
+        (status, body["workflow"]["state"].as_str()),
+        (200, Some("cancelled")),
+        "{body}"
+    );
+    // The active step may finish, but the chain goes no further.
+    assert_eq!(ojs.ack(&running, json!(null)).await["state"], "completed");
+    assert!(ojs.fetch("halt", "w").await.is_none());
+    let cancelled = ojs.workflow(&workflow["id"]).await;
+    assert_eq!(cancelled["state"], "cancelled");
+    assert_eq!(cancelled["steps"][1]["state"], "cancelled");
+    let (status, body) = ojs.call("DELETE", &path, None).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("conflict")));
+    let (status, _) = ojs.get("/ojs/v1/workflows/019539a4-0000-7000-8000-000000000000").await;
+    assert_eq!(status, 404);
+    let (status, body) = ojs
+        .post("/ojs/v1/workflows", json!({ "type": "chain", "steps": [] }))
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_workflow"))
+    );
+    gateway.stop().await;
+}
+
+/// Claims every job available in `queue` now, keyed by its first argument.
+async fn claim_all(ojs: &Ojs, queue: &str) -> HashMap<String, Value> {
+    let mut claimed = HashMap::new();
+    while let Some(job) = ojs.fetch(queue, "w").await {
+        claimed.insert(job["args"][0].as_str().unwrap().to_string(), job);
+    }
+    claimed
+}
+
+#[tokio::test]
+async fn nested_workflows_run_as_steps_and_jobs_of_their_parents_and_pass_results_up() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    // A chain whose middle step fans out to a job and a chain of two (three levels).
+    let workflow = ojs
+        .create_workflow(json!({ "type": "chain", "name": "etl", "steps": [
+            step("nest", "extract"),
+            { "type": "group", "name": "transforms", "jobs": [
+                step("nest", "t0"),
+                { "type": "chain", "steps": [step("nest", "c0"), step("nest", "c1")] } ] },
+            step("nest", "load") ] }))
+        .await;
+    assert_eq!(workflow["steps"][1]["state"], "waiting", "{workflow}");
+    assert_eq!(workflow["steps"][1]["workflow"]["type"], "group");
+    assert_eq!(
+        workflow["steps"][1]["workflow"]["jobs"][1]["workflow"]["state"],
+        "pending"
+    );
+    let group_id = workflow["steps"][1]["workflow_id"].clone();
+
+    let claimed = claim_all(&ojs, "nest").await;
+    assert_eq!(
+        claimed.keys().collect::<Vec<_>>(),
+        ["extract"],
+        "only the first step runs"
+    );
+    ojs.ack(&claimed["extract"], json!({ "rows": 10 })).await;
+
+    // The group's job and the nested chain's first step start, with the chain's results so far.
+    let mut claimed = claim_all(&ojs, "nest").await;
+    let mut names: Vec<&String> = claimed.keys().collect();
+    names.sort();
+    assert_eq!(names, ["c0", "t0"]);
+    for job in claimed.values() {
+        assert_eq!(job["parent_results"], json!([{ "rows": 10 }]), "{job}");
+    }
+    let running = ojs.workflow(&workflow["id"]).await;
+    assert_eq!(running["steps"][1]["state"], "active");
+    ojs.ack(&claimed.remove("t0").unwrap(), json!({ "t": 0 })).await;
+    ojs.ack(&claimed.remove("c0").unwrap(), json!({ "c": 0 })).await;
+    assert_eq!(
+        ojs.workflow(&group_id).await["state"],
+        "running",
+        "the nested chain has a step to go"
+    );
+    let c1 = claim_all(&ojs, "nest")
+        .await
+        .remove("c1")
+        .expect("the nested chain's next step");
+    assert_eq!(c1["parent_results"], json!([{ "c": 0 }]));
+    ojs.ack(&c1, json!({ "c": 1 })).await;
+
+    // The group settled with its chain, so the outer chain moves on with every result so far.
+    let load = claim_all(&ojs, "nest").await.remove("load").expect("the last step");
+    assert_eq!(
+        load["parent_results"],
+        json!([{ "rows": 10 }, [{ "t": 0 }, [{ "c": 0 }, { "c": 1 }]]])
+    );
+    ojs.ack(&load, json!({ "loaded": true })).await;
+    let done = ojs.workflow(&workflow["id"]).await;
+    assert_eq!(
+        (done["state"].as_str(), done["steps_completed"].as_i64()),
+        (Some("completed"), Some(3))
+    );
+    assert_eq!(done["steps"][1]["state"], "completed");
+    assert_eq!(ojs.workflow(&group_id).await["parent_workflow_id"], workflow["id"]);
+
+    // Workflow events, nested ones included.
+    let root = workflow["id"].as_str().unwrap();
+    let events = events_of(&ojs, root, 5).await;
+    assert_eq!(
+        kinds(&events),
+        [
+            "workflow.started",
+            "workflow.step_completed",
+            "workflow.step_completed",
+            "workflow.step_completed",
+            "workflow.completed"
+        ]
+    );
+    assert_eq!(
+        (
+            events[0]["data"]["workflow_name"].as_str(),
+            events[0]["data"]["total_steps"].as_i64()
+        ),
+        (Some("etl"), Some(3))
+    );
+    let remaining: Vec<i64> = events[1..4]
+        .iter()
+        .map(|e| e["data"]["steps_remaining"].as_i64().unwrap())
+        .collect();
+    assert_eq!(remaining, [2, 1, 0]);
+    assert_eq!(events[2]["data"]["step_type"], "group");
+    let group_events = events_of(&ojs, group_id.as_str().unwrap(), 4).await;
+    assert_eq!(
+        kinds(&group_events),
+        [
+            "workflow.started",
+            "workflow.step_completed",
+            "workflow.step_completed",
+            "workflow.completed"
+        ]
+    );
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_failed_or_cancelled_nested_workflow_settles_its_parent_and_nothing_after_it_runs() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    // A group step that fails (one job fails for good) fails the chain; the step after it is cancelled.
+    let workflow = ojs
+        .create_workflow(json!({ "type": "chain", "steps": [
+            { "type": "group", "jobs": [step("sad", "a"), step("sad", "b")] },
+            step("sad", "after") ] }))
+        .await;
+    let mut claimed = claim_all(&ojs, "sad").await;
+    ojs.ack(&claimed.remove("a").unwrap(), json!(null)).await;
+    ojs.fail(&claimed.remove("b").unwrap()).await;
+    assert!(
+        claim_all(&ojs, "sad").await.is_empty(),
+        "nothing runs after the failed step"
+    );
+    let failed = ojs.workflow(&workflow["id"]).await;
+    assert_eq!(failed["state"], "failed");
+    assert_eq!(failed["steps"][0]["state"], "failed");
+    assert_eq!(failed["steps"][1]["state"], "cancelled");
+    assert_eq!(failed["failed_step_index"], 0);
+    let events = events_of(&ojs, workflow["id"].as_str().unwrap(), 2).await;
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "workflow.failed");
+    assert_eq!(
+        (
+            last["data"]["failed_step_id"].as_str(),
+            last["data"]["failed_step_type"].as_str()
+        ),
+        (Some("0"), Some("group"))
+    );
+    assert_eq!(last["data"]["error"]["code"], "workflow_failed");
+
+    // Cancelling the outer workflow cancels the nested one that waits, with its jobs.
+    let workflow = ojs
+        .create_workflow(json!({ "type": "chain", "steps": [
+            step("halted", "first"),
+            { "type": "group", "jobs": [step("halted", "x"), step("halted", "y")] } ] }))
+        .await;
+    let first = claim_all(&ojs, "halted").await.remove("first").unwrap();
+    let (status, body) = ojs
+        .call(
+            "DELETE",
+            &format!("/ojs/v1/workflows/{}", workflow["id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, body["workflow"]["state"].as_str()),
+        (200, Some("cancelled")),
+        "{body}"
+    );
+    ojs.ack(&first, json!(null)).await;
+    assert!(claim_all(&ojs, "halted").await.is_empty());
+    let cancelled = ojs.workflow(&workflow["id"]).await;
+    assert_eq!(cancelled["steps"][1]["state"], "cancelled");
+    let inner = &cancelled["steps"][1]["workflow"];
+    assert_eq!(inner["state"], "cancelled");
+    assert_eq!(inner["jobs"][0]["state"], "cancelled");
+
+    // A batch as a chain step: the chain moves on once the batch's callbacks have run.
+    let workflow = ojs
+        .create_workflow(json!({ "type": "chain", "steps": [
+            { "type": "batch", "jobs": [step("cb", "item")],
+              "callbacks": { "on_success": step("cb", "celebrate"), "on_failure": step("cb", "alert") } },
+            step("cb", "next") ] }))
+        .await;
+    let item = claim_all(&ojs, "cb").await.remove("item").unwrap();
+    ojs.ack(&item, json!({ "ok": 1 })).await;
+    let mut claimed = claim_all(&ojs, "cb").await;
+    let names: Vec<&String> = claimed.keys().collect();
+    assert_eq!(
+        names,
+        ["celebrate"],
+        "on_success alone fires, and the next step waits for it"
+    );
+    ojs.ack(&claimed.remove("celebrate").unwrap(), json!({ "party": true }))
+        .await;
+    let next = claim_all(&ojs, "cb")
+        .await
+        .remove("next")
+        .expect("the step after the batch");
+    assert_eq!(next["parent_results"], json!([[{ "ok": 1 }]]));
+    ojs.ack(&next, json!(null)).await;
+    assert_eq!(ojs.workflow(&workflow["id"]).await["state"], "completed");
+
+    // Deeper than the limit is refused at creation, with the spec's error.
+    let too_deep = (0..4).fold(
+        json!({ "type": "chain", "steps": [step("deep", "leaf")] }),
+        |inner, _| json!({ "type": "group", "jobs": [inner] }),
+    );
+    let (status, body) = ojs.post("/ojs/v1/workflows", too_deep).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_workflow")),
+        "{body}"
+    );
+    let (_, body) = ojs.get("/ojs/v1/events?types=job.enqueued&queues=deep").await;
+    assert_eq!(body["events"], json!([]), "nothing of it was stored");
+    gateway.stop().await;
+}
