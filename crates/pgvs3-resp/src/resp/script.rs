@@ -565,7 +565,7 @@ impl Session {
             Ok(None) => match (spec.name, args) {
                 ("ping", [_]) => Reply::Simple("PONG"),
                 ("ping" | "echo", [_, message]) => Reply::Bulk(message.clone()),
-                ("time", _) => super::connection::time_reply(),
+                ("time", _) => super::commands::server::time_reply(),
                 _ => Reply::error(format!(
                     "ERR pgvs3 does not run {} from scripts (only key commands, PING, ECHO and TIME)",
                     spec.name.to_uppercase()

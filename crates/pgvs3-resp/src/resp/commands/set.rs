@@ -3,9 +3,9 @@
 
 use bytes::Bytes;
 
-use super::codec::Reply;
-use super::command::{integer, key, syntax_error};
-use super::typed::{MAX_RANDOM, Shape, Typed, random_count, scan_options};
+use crate::resp::codec::Reply;
+use crate::resp::command::{integer, key, syntax_error};
+use crate::resp::typed::{MAX_RANDOM, Shape, Typed, random_count, scan_options};
 use crate::store::Family;
 
 fn keys(args: &[Bytes]) -> Result<Vec<String>, Reply> {

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::codec::Reply;
-use super::command::{integer, key, parse_integer, syntax_error, wrong_arity};
-use super::typed::{Shape, Typed};
+use crate::resp::codec::Reply;
+use crate::resp::command::{integer, key, parse_integer, syntax_error, wrong_arity};
+use crate::resp::typed::{Shape, Typed};
 use crate::store::{Family, TypedRow};
 
 /// How many entries XADD's and XTRIM's `~` trimming removes at most without LIMIT: Redis's

@@ -5,10 +5,10 @@
 
 use bytes::Bytes;
 
-use super::codec::Reply;
-use super::command::{integer, key, parse_integer, syntax_error, wrong_arity};
 use super::stream::{self, ReadArgs, StreamId, id_reply, interval_end, interval_start, parse_id, parse_read_args};
-use super::typed::{Shape, Typed};
+use crate::resp::codec::Reply;
+use crate::resp::command::{integer, key, parse_integer, syntax_error, wrong_arity};
+use crate::resp::typed::{Shape, Typed};
 use crate::store::{Family, TypedRow};
 
 /// Most entries one XAUTOCLAIM claims, whatever its COUNT: it looks at ten times as many

@@ -3,9 +3,9 @@
 
 use bytes::Bytes;
 
-use super::codec::Reply;
-use super::command::{integer, key, parse_float, syntax_error, wrong_arity};
-use super::typed::{Shape, Typed, random_count, scan_options};
+use crate::resp::codec::Reply;
+use crate::resp::command::{integer, key, parse_float, syntax_error, wrong_arity};
+use crate::resp::typed::{Shape, Typed, random_count, scan_options};
 use crate::store::Family;
 
 pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {

@@ -4,9 +4,9 @@
 
 use bytes::Bytes;
 
-use super::codec::Reply;
-use super::command::{integer, key, parse_float, syntax_error};
-use super::typed::{MAX_RANDOM, Shape, Typed, multi_pop, random_count, scan_options};
+use crate::resp::codec::Reply;
+use crate::resp::command::{integer, key, parse_float, syntax_error};
+use crate::resp::typed::{MAX_RANDOM, Shape, Typed, multi_pop, random_count, scan_options};
 use crate::store::Family;
 
 fn not_a_float() -> Reply {
@@ -212,7 +212,7 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
             let typed = Typed::new(Family::Zset, "zmpop", keys, &[], Shape::MultiPop { scored: true })
                 .ints(&[Some(i64::from(!min)), Some(count)]);
             match blocking {
-                true => typed.blocking(super::blocking::timeout(&args[1])?),
+                true => typed.blocking(crate::resp::blocking::timeout(&args[1])?),
                 false => typed,
             }
         }
@@ -266,7 +266,7 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
             let keys = args[1..args.len() - 1].iter().map(key).collect::<Result<_, _>>()?;
             let op = if name == "bzpopmin" { "bzpopmin" } else { "bzpopmax" };
             Typed::new(Family::Zset, op, keys, &[], Shape::BlockZPop)
-                .blocking(super::blocking::timeout(&args[args.len() - 1])?)
+                .blocking(crate::resp::blocking::timeout(&args[args.len() - 1])?)
         }
         "zscan" => {
             let (cursor, count, pattern) = scan_options(&args[2..])?;
@@ -348,7 +348,7 @@ fn parse_store(name: &str, args: &[Bytes]) -> Result<Typed, Reply> {
     };
     let store = name.ends_with("store");
     let numkeys_at = if store { 2 } else { 1 };
-    let numkeys = match (name, super::command::parse_integer(&args[numkeys_at])) {
+    let numkeys = match (name, crate::resp::command::parse_integer(&args[numkeys_at])) {
         ("zintercard", n) if n.is_none_or(|n| n < 1) => {
             return Err(Reply::error("ERR numkeys should be greater than 0"));
         }
@@ -380,10 +380,10 @@ fn parse_store(name: &str, args: &[Bytes]) -> Result<Typed, Reply> {
                 options = &options[1..];
             }
             b"limit" if op == "zintercard" && options.len() > 1 => {
-                limit = match super::command::parse_integer(&options[1]) {
+                limit = match crate::resp::command::parse_integer(&options[1]) {
                     Some(limit) if limit >= 0 => limit,
                     Some(_) => return Err(Reply::error("ERR LIMIT can't be negative")),
-                    None => return Err(super::command::not_an_integer()),
+                    None => return Err(crate::resp::command::not_an_integer()),
                 };
                 options = &options[2..];
             }

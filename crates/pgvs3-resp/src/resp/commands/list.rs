@@ -4,10 +4,10 @@
 
 use bytes::Bytes;
 
-use super::blocking::timeout;
-use super::codec::Reply;
-use super::command::{integer, key, syntax_error};
-use super::typed::{MAX_RANDOM, Shape, Typed};
+use crate::resp::blocking::timeout;
+use crate::resp::codec::Reply;
+use crate::resp::command::{integer, key, syntax_error};
+use crate::resp::typed::{MAX_RANDOM, Shape, Typed};
 use crate::store::Family;
 
 /// LEFT or RIGHT of LMOVE: whether it is the head.
@@ -76,7 +76,8 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
         }
         "lmpop" | "blmpop" => {
             let blocking = name == "blmpop";
-            let (keys, left, count) = super::typed::multi_pop(&args[1 + usize::from(blocking)..], [b"left", b"right"])?;
+            let (keys, left, count) =
+                crate::resp::typed::multi_pop(&args[1 + usize::from(blocking)..], [b"left", b"right"])?;
             let typed = Typed::new(Family::List, "lmpop", keys, &[], Shape::MultiPop { scored: false })
                 .ints(&[Some(i64::from(left)), Some(count)]);
             match blocking {
