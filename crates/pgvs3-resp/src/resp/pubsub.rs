@@ -338,8 +338,8 @@ impl PubSub {
                     .await
                 {
                     Ok(Some(row)) => {
-                        let channel: Vec<u8> = row.get(0);
-                        let message: Vec<u8> = row.get(1);
+                        let channel: Vec<u8> = row.get("channel");
+                        let message: Vec<u8> = row.get("message");
                         self.deliver(&channel, Bytes::from(message));
                     }
                     Ok(None) => {}
