@@ -190,7 +190,12 @@ impl RespServer {
             }
         }
         let pubsub = Arc::new(pubsub::PubSub::new(settings.pubsub));
-        let scripts = script::Scripts::new(settings.script, settings.running_scripts, settings.admission.max_wait);
+        let scripts = script::Scripts::new(
+            settings.script,
+            settings.running_scripts,
+            settings.admission.max_wait,
+            Arc::clone(&pubsub),
+        );
         Ok(Arc::new(RespServer {
             group_commit: group_commit::GroupCommit::new(metrics.clone()),
             admission: crate::admission::Admission::new("resp", settings.admission, metrics.clone()),

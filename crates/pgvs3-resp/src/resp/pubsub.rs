@@ -186,7 +186,8 @@ impl PubSub {
         Ok(self.receivers(shard, channel))
     }
 
-    fn receivers(&self, shard: bool, channel: &[u8]) -> i64 {
+    /// This gateway's subscribers that a message to `channel` reaches.
+    pub fn receivers(&self, shard: bool, channel: &[u8]) -> i64 {
         let registry = self.registry.lock().expect("pubsub lock");
         let kind = if shard { SHARD } else { PLAIN };
         let direct = registry
