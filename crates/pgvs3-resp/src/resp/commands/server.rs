@@ -174,7 +174,7 @@ impl Connection {
         let idle = settings.idle_timeout.map_or(0, |timeout| timeout.as_secs());
         let pubsub = settings.pubsub.output_limit;
         let normal = settings.output_limit.unwrap_or(0);
-        vec![
+        [
             ("databases", databases.to_string()),
             ("maxclients", settings.max_clients.to_string()),
             ("timeout", idle.to_string()),
@@ -193,7 +193,25 @@ impl Connection {
                 "client-output-buffer-limit",
                 format!("normal {normal} 0 0 slave 268435456 67108864 60 pubsub {pubsub} {pubsub} 0"),
             ),
+            // Each write is committed by PostgreSQL before its reply: as with `appendfsync always`.
+            ("appendfsync", "always".into()),
+            // Redis's defaults, for tools that read them; pgvs3 keeps no slow log, latency
+            // monitor or eviction sampling, and evicts nothing.
+            ("slowlog-log-slower-than", "10000".into()),
+            ("slowlog-max-len", "128".into()),
+            ("latency-monitor-threshold", "0".into()),
+            ("maxmemory-samples", "5".into()),
+            ("hz", "10".into()),
+            ("io-threads", "1".into()),
+            ("replica-read-only", "yes".into()),
         ]
+        .into_iter()
+        .chain(
+            ENCODING_PARAMETERS
+                .iter()
+                .map(|(name, default)| (*name, (*default).to_owned())),
+        )
+        .collect()
     }
 }
 
@@ -231,28 +249,29 @@ fn function_command(args: &[Bytes]) -> Reply {
 }
 
 /// Redis's parameters that only choose in-memory encodings (listpack, intset and quicklist
-/// sizes) or defragmentation: they change no behaviour a client can see, and pgvs3 keeps
-/// values in PostgreSQL, so CONFIG SET accepts them and changes nothing.
-const ENCODING_PARAMETERS: &[&str] = &[
-    "hash-max-listpack-entries",
-    "hash-max-listpack-value",
-    "hash-max-ziplist-entries",
-    "hash-max-ziplist-value",
-    "list-max-listpack-size",
-    "list-max-ziplist-size",
-    "list-compress-depth",
-    "set-max-intset-entries",
-    "set-max-listpack-entries",
-    "set-max-listpack-value",
-    "zset-max-listpack-entries",
-    "zset-max-listpack-value",
-    "zset-max-ziplist-entries",
-    "zset-max-ziplist-value",
-    "stream-node-max-bytes",
-    "stream-node-max-entries",
-    "activedefrag",
-    "lazyfree-lazy-user-del",
-    "lazyfree-lazy-user-flush",
+/// sizes) or defragmentation, with Redis 7's defaults: they change no behaviour a client can
+/// see, and pgvs3 keeps values in PostgreSQL, so CONFIG SET accepts them and changes nothing,
+/// and CONFIG GET answers the defaults.
+const ENCODING_PARAMETERS: &[(&str, &str)] = &[
+    ("hash-max-listpack-entries", "512"),
+    ("hash-max-listpack-value", "64"),
+    ("hash-max-ziplist-entries", "512"),
+    ("hash-max-ziplist-value", "64"),
+    ("list-max-listpack-size", "-2"),
+    ("list-max-ziplist-size", "-2"),
+    ("list-compress-depth", "0"),
+    ("set-max-intset-entries", "512"),
+    ("set-max-listpack-entries", "128"),
+    ("set-max-listpack-value", "64"),
+    ("zset-max-listpack-entries", "128"),
+    ("zset-max-listpack-value", "64"),
+    ("zset-max-ziplist-entries", "128"),
+    ("zset-max-ziplist-value", "64"),
+    ("stream-node-max-bytes", "4096"),
+    ("stream-node-max-entries", "100"),
+    ("activedefrag", "no"),
+    ("lazyfree-lazy-user-del", "no"),
+    ("lazyfree-lazy-user-flush", "no"),
 ];
 
 /// CONFIG GET answers the parameters of `parameters` that one of its glob patterns names.
@@ -272,11 +291,18 @@ fn config_command(args: &[Bytes], parameters: &[(&'static str, String)]) -> Repl
         b"set" if args.len() >= 4 && args.len().is_multiple_of(2) => {
             for pair in args[2..].chunks(2) {
                 let name = String::from_utf8_lossy(&pair[0]).to_ascii_lowercase();
-                if !ENCODING_PARAMETERS.contains(&name.as_str()) {
+                if ENCODING_PARAMETERS.iter().any(|(encoding, _)| *encoding == name) {
+                    continue;
+                }
+                if parameters.iter().any(|(known, _)| *known == name) {
                     return Reply::error(format!(
-                        "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
+                        "ERR CONFIG SET '{name}' is not supported by pgvs3: it is configured by its flags \
+                         (see docs/resp-compatibility.md)"
                     ));
                 }
+                return Reply::error(format!(
+                    "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
+                ));
             }
             Reply::OK
         }
