@@ -953,3 +953,44 @@ async fn script_kill_and_shutdown_stop_every_script() {
     let answer = script.await.unwrap();
     assert!(answer.contains("the gateway is shutting down"), "{answer}");
 }
+
+/// PUBLISH and SPUBLISH from a script (BullMQ schedules delayed jobs that way): answered with
+/// the receivers, and sent once the script's writes are committed, so a subscriber that reads
+/// the key on the message sees what the script wrote. A read-only script may not publish.
+#[tokio::test]
+async fn scripts_publish_after_their_writes() {
+    use futures::StreamExt;
+    let gateway = TestGateway::with_resp(&[]).await;
+    let client = redis::Client::open(format!("redis://{}/", gateway.resp_addr())).unwrap();
+    let mut pubsub = client.get_async_pubsub().await.unwrap();
+    pubsub.subscribe("jobs").await.unwrap();
+    let mut messages = pubsub.on_message();
+    let mut con = connect(&gateway).await;
+    let mut reader = connect(&gateway).await;
+    let script = "redis.call('SET', KEYS[1], ARGV[1]) return redis.call('PUBLISH', 'jobs', ARGV[1])";
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    // Until one arrives (the LISTEN connection may still be starting), each run a new value.
+    for run in 0.. {
+        let value = format!("job-{run}");
+        let receivers: i64 = query(&mut con, &["EVAL", script, "1", "job", &value]).await;
+        assert_eq!(receivers, 1, "the subscriber of this gateway");
+        if let Ok(Some(message)) = tokio::time::timeout(std::time::Duration::from_millis(500), messages.next()).await {
+            let published = message.get_payload::<String>().unwrap();
+            let stored: String = query(&mut reader, &["GET", "job"]).await;
+            let run_of = |value: &str| value.trim_start_matches("job-").parse::<u32>().unwrap();
+            assert!(run_of(&stored) >= run_of(&published), "{stored} read after {published}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a script's message arrives within 20 s"
+        );
+    }
+    let spublished: i64 = query(&mut con, &["EVAL", "return redis.call('SPUBLISH', 'shard', 'm')", "0"]).await;
+    assert_eq!(spublished, 0);
+    assert!(
+        error(&mut con, &["EVAL_RO", "return redis.call('PUBLISH', 'jobs', 'm')", "0"])
+            .await
+            .starts_with("ERR Write commands are not allowed from read-only scripts.")
+    );
+}

@@ -23,7 +23,7 @@ use super::command::parse_float;
 use super::pubsub::PubSub;
 use super::typed::Typed;
 use crate::pg::connections::{Connections, session_settings};
-use crate::store::{Family, KeyType};
+use crate::store::{Family, KeyType, ListOp, StreamOp};
 
 /// How long to wait before opening a lost LISTEN connection again.
 const LISTEN_RETRY: Duration = Duration::from_secs(1);
@@ -226,7 +226,7 @@ pub const GROUP_GONE: &str = "NOGROUP the consumer group this client was blocked
 /// XREADGROUP is unblocked with Redis 7's errors when its stream or group is gone.
 pub fn after_error(typed: &Typed, error: &str, holds: impl Fn(&str) -> Option<Option<KeyType>>) -> Retry {
     let answer = || Retry::Answer(Reply::Error(error.to_owned()));
-    let wanted = match typed.call.family {
+    let wanted = match typed.call.family() {
         Family::List => KeyType::List,
         Family::Zset => KeyType::Zset,
         Family::Stream | Family::StreamGroup => KeyType::Stream,
@@ -234,7 +234,7 @@ pub fn after_error(typed: &Typed, error: &str, holds: impl Fn(&str) -> Option<Op
     };
     let keys = &typed.call.keys;
     let wrong = |key: &str| holds(key).is_some_and(|kind| kind != Some(wanted));
-    if typed.call.family == Family::StreamGroup {
+    if typed.call.family() == Family::StreamGroup {
         if !(error.starts_with("NOGROUP") || error.starts_with("WRONGTYPE")) {
             return answer();
         }
@@ -244,7 +244,7 @@ pub fn after_error(typed: &Typed, error: &str, holds: impl Fn(&str) -> Option<Op
     if !error.starts_with("WRONGTYPE") {
         return answer();
     }
-    if typed.call.op == "lmove" {
+    if typed.call.is(ListOp::Lmove) {
         // keys: {source, destination}.
         return match (wrong(&keys[0]), keys.iter().any(|key| wrong(key))) {
             (true, _) => Retry::Wait,
@@ -259,7 +259,7 @@ pub fn after_error(typed: &Typed, error: &str, holds: impl Fn(&str) -> Option<Op
     }
     let mut attempt = typed.clone();
     attempt.call.keys = kept.iter().map(|at| keys[*at].clone()).collect();
-    if typed.call.op == "xread" {
+    if typed.call.is(StreamOp::Xread) {
         // ints: {count, then (mode, ms, seq) per stream}.
         let ints = &typed.call.ints;
         attempt.call.ints = std::iter::once(ints[0])
@@ -284,6 +284,7 @@ pub fn timeout(arg: &[u8]) -> Result<Option<Duration>, Reply> {
 mod tests {
     use super::*;
     use crate::resp::typed::Shape;
+    use crate::store::StreamGroupOp;
 
     const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
@@ -298,14 +299,14 @@ mod tests {
     #[test]
     fn a_key_of_another_type_is_passed_over() {
         let keys = |keys: &[&str]| keys.iter().map(|key| key.to_string()).collect::<Vec<_>>();
-        let pop = Typed::new(Family::List, "blpop", keys(&["a", "b"]), &[], Shape::BlockPop);
+        let pop = Typed::new(ListOp::Blpop, keys(&["a", "b"]), &[], Shape::BlockPop);
         let Retry::Attempt(attempt) = after_error(&pop, WRONGTYPE, types(&["a"])) else {
             panic!("b may still serve it")
         };
         assert_eq!(attempt.call.keys, ["b"]);
         assert!(matches!(after_error(&pop, WRONGTYPE, types(&["a", "b"])), Retry::Wait));
         // XREAD drops the stream's position with it: {count, (mode, ms, seq) per stream}.
-        let read = Typed::new(Family::Stream, "xread", keys(&["a", "b"]), &[], Shape::Bulks).ints(&[
+        let read = Typed::new(StreamOp::Xread, keys(&["a", "b"]), &[], Shape::Bulks).ints(&[
             Some(10),
             Some(0),
             Some(1),
@@ -319,7 +320,7 @@ mod tests {
         };
         assert_eq!(attempt.call.ints, [Some(10), Some(0), Some(3), Some(4)]);
         // BLMOVE: a wrong-typed source waits, a wrong-typed destination answers.
-        let lmove = Typed::new(Family::List, "lmove", keys(&["src", "dst"]), &[], Shape::Bulk);
+        let lmove = Typed::new(ListOp::Lmove, keys(&["src", "dst"]), &[], Shape::Bulk);
         assert!(matches!(after_error(&lmove, WRONGTYPE, types(&["src"])), Retry::Wait));
         assert!(
             matches!(after_error(&lmove, WRONGTYPE, types(&["dst"])), Retry::Answer(Reply::Error(e)) if e == WRONGTYPE)
@@ -328,15 +329,7 @@ mod tests {
 
     #[test]
     fn xreadgroup_is_unblocked_when_its_stream_or_group_goes() {
-        let group = |key: &str| {
-            Typed::new(
-                Family::StreamGroup,
-                "xreadgroup",
-                vec![key.to_owned()],
-                &[],
-                Shape::Bulks,
-            )
-        };
+        let group = |key: &str| Typed::new(StreamGroupOp::Xreadgroup, vec![key.to_owned()], &[], Shape::Bulks);
         let answer = |retry| match retry {
             Retry::Answer(Reply::Error(text)) => text,
             other => panic!("{other:?}"),

@@ -34,6 +34,8 @@ const R: &[&str] = &["readonly", "fast"];
 const W: &[&str] = &["write", "denyoom"];
 const C: &[&str] = &["fast", "loading", "stale"];
 const PUBSUB: &[&str] = &["pubsub", "noscript", "loading", "stale"];
+/// PUBLISH and SPUBLISH, which scripts may call (BullMQ's scripts do).
+const PUBLISH: &[&str] = &["pubsub", "loading", "stale", "fast"];
 /// EVAL and its kin: their keys are found by their numkeys argument (`movablekeys`).
 const SCRIPT: &[&str] = &[
     "noscript",
@@ -249,8 +251,8 @@ pub static COMMANDS: &[Spec] = &[
     spec("unsubscribe", -1, PUBSUB, NONE),
     spec("punsubscribe", -1, PUBSUB, NONE),
     spec("sunsubscribe", -1, PUBSUB, NONE),
-    spec("publish", 3, PUBSUB, NONE),
-    spec("spublish", 3, PUBSUB, NONE),
+    spec("publish", 3, PUBLISH, NONE),
+    spec("spublish", 3, PUBLISH, NONE),
     spec("pubsub", -2, PUBSUB, NONE),
 ];
 

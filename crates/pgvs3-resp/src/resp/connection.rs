@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use tracing::Instrument;
 
@@ -15,20 +15,17 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use super::blocking::Retry;
 use super::clients::Registration;
 use super::codec::{Reply, RequestParser};
-use super::command::{self, KeyCommand, Spec, syntax_error, wrong_arity};
+use super::command::{self, KeyCommand, Spec, wrong_arity};
+use super::commands::pubsub::is_subscription;
+use super::commands::transactions::{Fingerprint, MultiQueue, Queued, fingerprint};
 use super::pubsub::Mailbox;
-use super::script::{self, Step};
-use super::{RespServer, command_info, glob, keys};
+use super::{RespServer, keys};
 use crate::bucket::Keyspace;
 use crate::http_server::Shutdown;
-use crate::store::{Access, KvEntry, Principal, StoreError, TypedRow};
+use crate::store::{Access, Principal, StoreError, TypedRow};
 
 /// Requests taken from the input buffer per batch: bounds the replies held in memory.
 const MAX_BATCH: usize = 1024;
-const SCAN_DEFAULT_COUNT: i64 = 10;
-const KEYS_PAGE: i64 = 1000;
-/// Open SCAN cursors kept per connection.
-const MAX_CURSORS: usize = 256;
 /// The input buffer's initial size, and the room it gets when full.
 const READ_SIZE: usize = 16 * 1024;
 /// Input a connection may buffer without drawing on the buffer budget: ordinary requests and
@@ -51,66 +48,10 @@ const INPUT_OVER_BUDGET: &str =
 const READONLY: &str = "READONLY You can't write against a read only replica.";
 const BUSY: &str = "BUSY the server is overloaded, try again later";
 const NOAUTH: &str = "NOAUTH Authentication required.";
-const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+pub(crate) const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 /// AUTH with temporary (STS) credentials: refused, they are good only with their session token.
-const STS_REFUSED: &str =
+pub(crate) const STS_REFUSED: &str =
     "WRONGPASS temporary (STS) credentials need their session token, which AUTH cannot carry: use a static access key";
-
-/// A WATCHed key as it was: its version (ETag, last modified) and expiry, or absent.
-type Fingerprint = Option<(Option<(String, SystemTime)>, Option<SystemTime>)>;
-
-fn fingerprint(entry: Option<&KvEntry>) -> Fingerprint {
-    entry.map(|entry| (entry.version.clone(), entry.expires_at))
-}
-
-enum Queued {
-    Key(KeyCommand, &'static Spec),
-    Other(Vec<Bytes>, &'static Spec),
-}
-
-/// Commands one MULTI may queue, and their bytes (arguments, plus [`QUEUED_OVERHEAD`] each).
-const MAX_QUEUED: usize = 100_000;
-const MAX_QUEUED_BYTES: usize = 512 * 1024 * 1024;
-/// What a queued command costs besides its arguments' bytes (its parsed form).
-const QUEUED_OVERHEAD: usize = 256;
-
-/// A MULTI's queued commands. A queue outlives the input it came in, so it is bounded in
-/// count and bytes, and its bytes beyond [`UNBUDGETED_INPUT`] are held against the buffer
-/// budget, as large input is.
-struct MultiQueue {
-    commands: Vec<Queued>,
-    bytes: usize,
-    budget: InputBudget,
-}
-
-impl MultiQueue {
-    fn new(budget: crate::admission::BufferBudget) -> MultiQueue {
-        MultiQueue {
-            commands: Vec::new(),
-            bytes: 0,
-            budget: InputBudget::new(budget),
-        }
-    }
-
-    /// Queues a command whose arguments take `size` bytes, or refuses it with the error it
-    /// answers (which fails the transaction, as an error while queueing does in Redis).
-    fn push(&mut self, queued: Queued, size: usize) -> Result<(), Reply> {
-        let bytes = self.bytes + size + QUEUED_OVERHEAD;
-        if self.commands.len() >= MAX_QUEUED || bytes > MAX_QUEUED_BYTES {
-            return Err(Reply::error(format!(
-                "ERR MULTI queue full: at most {MAX_QUEUED} commands and {MAX_QUEUED_BYTES} bytes per transaction"
-            )));
-        }
-        if !self.budget.cover(bytes) {
-            return Err(Reply::error(
-                "OOM command not allowed: the MULTI queue does not fit in the server's buffer budget now, retry later",
-            ));
-        }
-        self.bytes = bytes;
-        self.commands.push(queued);
-        Ok(())
-    }
-}
 
 /// A run of consecutive key commands, executed together: as one statement when all of them
 /// read, else as one transaction (reads then see the writes before them, as they would in
@@ -122,37 +63,37 @@ struct Run {
 }
 
 pub struct Connection {
-    server: Arc<RespServer>,
+    pub(crate) server: Arc<RespServer>,
     /// This client's CLIENT LIST entry and --resp-max-clients slot, freed when the connection
     /// is dropped however its task ends.
-    registration: Registration,
-    accepted: Instant,
+    pub(crate) registration: Registration,
+    pub(crate) accepted: Instant,
     /// Since when the client has been without AUTH (accept, or its last RESET).
-    unauthenticated_since: Instant,
-    principal: Option<Principal>,
+    pub(crate) unauthenticated_since: Instant,
+    pub(crate) principal: Option<Principal>,
     /// The admission slot of the batch running now; a blocked client gives it back while it
     /// waits.
-    admitted: Option<crate::admission::Admitted>,
-    db: u32,
-    resp3: bool,
-    multi: Option<MultiQueue>,
-    multi_failed: bool,
-    watched: Vec<(u32, String, Fingerprint)>,
-    cursors: HashMap<u64, String>,
-    next_cursor: u64,
-    quit: bool,
+    pub(crate) admitted: Option<crate::admission::Admitted>,
+    pub(crate) db: u32,
+    pub(crate) resp3: bool,
+    pub(crate) multi: Option<MultiQueue>,
+    pub(crate) multi_failed: bool,
+    pub(crate) watched: Vec<(u32, String, Fingerprint)>,
+    pub(crate) cursors: HashMap<u64, String>,
+    pub(crate) next_cursor: u64,
+    pub(crate) quit: bool,
     /// The batch's replies passed `--resp-output-limit`: the connection closes without them.
-    over_limit: bool,
+    pub(crate) over_limit: bool,
     /// The buffer budget the batch's large replies hold until they are written.
-    reply_memory: Vec<crate::admission::Reservation>,
+    pub(crate) reply_memory: Vec<crate::admission::Reservation>,
     /// CLIENT REPLY: whether replies are sent.
-    reply_mode: ReplyMode,
+    pub(crate) reply_mode: ReplyMode,
     /// Pub/sub: where this connection's messages wait, once it has subscribed, and what it is
     /// subscribed to (all empty: not in subscribe mode).
-    mailbox: Option<Arc<Mailbox>>,
-    channels: HashSet<Bytes>,
-    patterns: HashSet<Bytes>,
-    shard_channels: HashSet<Bytes>,
+    pub(crate) mailbox: Option<Arc<Mailbox>>,
+    pub(crate) channels: HashSet<Bytes>,
+    pub(crate) patterns: HashSet<Bytes>,
+    pub(crate) shard_channels: HashSet<Bytes>,
 }
 
 /// What a RESP2 client in subscribe mode may still send, with Redis's refusal of the rest.
@@ -167,11 +108,10 @@ const SUBSCRIBE_MODE: &[&str] = &[
     "quit",
     "reset",
 ];
-const STANDBY_PUBSUB: &str = "ERR pub/sub is not available on a standby gateway: NOTIFY does not reach a hot standby; use a gateway of the primary";
 
 /// CLIENT REPLY's modes. SKIP drops its own reply and the next command's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ReplyMode {
+pub(crate) enum ReplyMode {
     On,
     Off,
     SkipThisAndNext,
@@ -206,7 +146,7 @@ impl Connection {
         }
     }
 
-    fn subscribed(&self) -> bool {
+    pub(crate) fn subscribed(&self) -> bool {
         !(self.channels.is_empty() && self.patterns.is_empty() && self.shard_channels.is_empty())
     }
 
@@ -436,7 +376,7 @@ impl Connection {
         Some(fixed.into_iter().chain(idle).min())
     }
 
-    fn id(&self) -> u64 {
+    pub(crate) fn id(&self) -> u64 {
         self.registration.id()
     }
 
@@ -586,7 +526,7 @@ impl Connection {
     /// Encodes a reply, unless CLIENT REPLY turned replies off or skips this one. A reply cut
     /// at the output limit, or one that takes the batch's replies past it, ends the connection
     /// (see `close_over_limit`).
-    fn emit(&mut self, reply: Reply, out: &mut BytesMut) {
+    pub(crate) fn emit(&mut self, reply: Reply, out: &mut BytesMut) {
         match self.reply_mode {
             ReplyMode::On if reply.is_cut() => self.over_limit = true,
             ReplyMode::On => {
@@ -645,7 +585,7 @@ impl Connection {
             .map_or_else(|reply| reply, |mut replies| replies.pop().unwrap_or(Reply::Nil))
     }
 
-    fn count(&self, operation: &str, reply: &Reply) {
+    pub(crate) fn count(&self, operation: &str, reply: &Reply) {
         self.server.commands_processed.fetch_add(1, Relaxed);
         let status = if reply.is_error() { "error" } else { "ok" };
         if reply.is_error() {
@@ -669,7 +609,7 @@ impl Connection {
 
     /// Database `db` as a keyspace this connection may use as `access` says: its one
     /// authorization for a batch.
-    async fn keyspace_of(&self, db: u32, access: Access) -> Result<Keyspace, Reply> {
+    pub(crate) async fn keyspace_of(&self, db: u32, access: Access) -> Result<Keyspace, Reply> {
         let bucket = &self.server.settings.databases[&db];
         self.server
             .buckets
@@ -679,7 +619,7 @@ impl Connection {
             .map_err(store_error)
     }
 
-    async fn keyspace(&self, access: Access) -> Result<Keyspace, Reply> {
+    pub(crate) async fn keyspace(&self, access: Access) -> Result<Keyspace, Reply> {
         self.keyspace_of(self.db, access).await
     }
 
@@ -718,7 +658,7 @@ impl Connection {
     /// Runs key commands as one batch: one statement for reads, one transaction for writes.
     /// When a `watched` key changed since WATCH, nothing runs and the error is the null array
     /// EXEC answers with.
-    async fn execute(
+    pub(crate) async fn execute(
         &self,
         commands: &[(KeyCommand, &'static Spec)],
         write: bool,
@@ -730,7 +670,7 @@ impl Connection {
     /// Database work of a command, within its class's time limit (`--resp-read-timeout`,
     /// `--resp-write-timeout`). Past it the work is dropped, which cancels its statement (a
     /// shared commit only once every client waiting for it is gone).
-    async fn within<T>(&self, write: bool, work: impl Future<Output = T>) -> Result<T, Reply> {
+    pub(crate) async fn within<T>(&self, write: bool, work: impl Future<Output = T>) -> Result<T, Reply> {
         let settings = &self.server.settings;
         let (limit, flag) = match write {
             true => (settings.write_timeout, "--resp-write-timeout"),
@@ -809,27 +749,6 @@ impl Connection {
             .map_err(store_error)?;
         batch.commit().await.map_err(store_error)?;
         Ok(replies)
-    }
-
-    /// Runs scripts (and key commands queued with them) in one batch: see `script.rs`. A
-    /// `watched` key that changed since WATCH answers the null array, as [`Self::execute`].
-    async fn run_scripted(&self, steps: &[Step], watched: &[(String, Fingerprint)]) -> Result<Vec<Reply>, Reply> {
-        let standby = self.server.replica.is_standby();
-        let write = !standby && script::writes(steps);
-        let keyspace = self.keyspace(if write { Access::Write } else { Access::Read }).await?;
-        let watched_keys: Vec<String> = watched.iter().map(|(key, _)| key.clone()).collect();
-        let unchanged =
-            |batch: &crate::store::KvBatch| watched.iter().all(|(key, seen)| fingerprint(batch.get(key)) == *seen);
-        match self
-            .server
-            .scripts
-            .run(&keyspace, steps, write, standby, &watched_keys, unchanged)
-            .await
-        {
-            Ok(Some(replies)) => Ok(replies),
-            Ok(None) => Err(Reply::NilArray),
-            Err(err) => Err(store_error(err)),
-        }
     }
 
     /// A blocking pop or XREAD BLOCK: tries, and until it finds something or its timeout
@@ -932,768 +851,6 @@ impl Connection {
             row => Ok(row),
         }
     }
-
-    /// Everything that is not a key command.
-    async fn other_command(&mut self, spec: &'static Spec, args: &[Bytes]) -> Reply {
-        match spec.name {
-            // A RESP2 subscriber's PING answers in the shape of its messages.
-            "ping" if !self.resp3 && self.subscribed() => Reply::Array(vec![
-                Reply::text("pong"),
-                Reply::Bulk(args.get(1).cloned().unwrap_or_default()),
-            ]),
-            "ping" => match args {
-                [_] => Reply::Simple("PONG"),
-                [_, message] => Reply::Bulk(message.clone()),
-                _ => wrong_arity("ping"),
-            },
-            "echo" => Reply::Bulk(args[1].clone()),
-            "publish" | "spublish" if self.server.replica.is_standby() => Reply::error(STANDBY_PUBSUB),
-            "publish" | "spublish" => {
-                match self
-                    .server
-                    .pubsub
-                    .publish(spec.name == "spublish", &args[1], &args[2])
-                    .await
-                {
-                    Ok(receivers) => Reply::Integer(receivers),
-                    Err(reply) => reply,
-                }
-            }
-            "pubsub" => self.pubsub_introspection(args),
-            "time" => time_reply(),
-            "quit" => {
-                self.quit = true;
-                Reply::OK
-            }
-            "reset" => {
-                self.unsubscribe_all();
-                self.multi = None;
-                self.multi_failed = false;
-                self.watched.clear();
-                self.cursors.clear();
-                self.db = 0;
-                self.resp3 = false;
-                if self.server.settings.require_auth {
-                    self.principal = None;
-                    self.unauthenticated_since = Instant::now();
-                }
-                self.set_client(|info| info.name.clear());
-                Reply::Simple("RESET")
-            }
-            "auth" => match args {
-                [_, password] => self.authenticate(None, password).await,
-                [_, user, password] => self.authenticate(Some(user), password).await,
-                _ => syntax_error(),
-            },
-            "hello" => self.hello(args).await,
-            "select" => match command::parse_integer(&args[1]) {
-                None => command::not_an_integer(),
-                Some(db) if u32::try_from(db).is_ok_and(|db| self.server.settings.databases.contains_key(&db)) => {
-                    self.db = db as u32;
-                    Reply::OK
-                }
-                Some(_) => Reply::error("ERR DB index is out of range"),
-            },
-            "client" => self.client(args),
-            "command" => command_info::command(args),
-            "config" => config_command(args, &self.config_parameters()),
-            "info" => self.info(args).await,
-            "multi" => {
-                if self.multi.is_some() {
-                    return Reply::error("ERR MULTI calls can not be nested");
-                }
-                self.multi = Some(MultiQueue::new(self.server.buffers.clone()));
-                self.multi_failed = false;
-                Reply::OK
-            }
-            "discard" => {
-                if self.multi.take().is_none() {
-                    return Reply::error("ERR DISCARD without MULTI");
-                }
-                self.watched.clear();
-                Reply::OK
-            }
-            "exec" => self.exec().await,
-            "watch" => {
-                if self.multi.is_some() {
-                    return Reply::error("ERR WATCH inside MULTI is not allowed");
-                }
-                let keys: Result<Vec<String>, Reply> = args[1..].iter().map(command::key).collect();
-                let keys = match keys {
-                    Ok(keys) => keys,
-                    Err(reply) => return reply,
-                };
-                let keyspace = match self.keyspace(Access::Read).await {
-                    Ok(keyspace) => keyspace,
-                    Err(reply) => return reply,
-                };
-                match keyspace.read(&keys).await {
-                    Ok(batch) => {
-                        for key in keys {
-                            let seen = fingerprint(batch.get(&key));
-                            self.watched.push((self.db, key, seen));
-                        }
-                        Reply::OK
-                    }
-                    Err(err) => store_error(err),
-                }
-            }
-            "unwatch" => {
-                self.watched.clear();
-                Reply::OK
-            }
-            "dbsize" => match self.keyspace(Access::Read).await {
-                Ok(keyspace) => keyspace
-                    .count()
-                    .await
-                    .map_or_else(store_error, |(keys, _)| Reply::Integer(keys)),
-                Err(reply) => reply,
-            },
-            "randomkey" => match self.keyspace(Access::Read).await {
-                Ok(keyspace) => keyspace
-                    .random_key()
-                    .await
-                    .map_or_else(store_error, |key| key.map_or(Reply::Nil, Reply::bulk)),
-                Err(reply) => reply,
-            },
-            "flushdb" => {
-                if !flush_mode_ok(args) {
-                    return syntax_error();
-                }
-                if !self.server.settings.flushdb {
-                    return Reply::error("ERR FLUSHDB is disabled on this server (start pgvs3 with --resp-flushdb)");
-                }
-                match self.keyspace(Access::Write).await {
-                    Ok(keyspace) => keyspace.flush().await.map_or_else(store_error, |()| Reply::OK),
-                    Err(reply) => reply,
-                }
-            }
-            "flushall" => {
-                if !flush_mode_ok(args) {
-                    return syntax_error();
-                }
-                if !self.server.settings.flushdb {
-                    return Reply::error("ERR FLUSHALL is disabled on this server (start pgvs3 with --resp-flushdb)");
-                }
-                // Every database this server maps, one after the other (each its own statement).
-                for db in self.server.settings.databases.keys() {
-                    let flushed = match self.keyspace_of(*db, Access::Write).await {
-                        Ok(keyspace) => keyspace.flush().await.map_err(store_error),
-                        Err(reply) => Err(reply),
-                    };
-                    if let Err(reply) = flushed {
-                        return reply;
-                    }
-                }
-                Reply::OK
-            }
-            "function" => function_command(args),
-            "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => {
-                let steps = match self.server.scripts.request(spec.name, args) {
-                    Ok(request) => [Step::Script(request)],
-                    Err(reply) => return reply,
-                };
-                match self.run_scripted(&steps, &[]).await {
-                    Ok(mut replies) => replies.pop().unwrap_or(Reply::Nil),
-                    Err(reply) => reply,
-                }
-            }
-            "script" => self.server.scripts.command(args),
-            // XGROUP HELP and XINFO HELP (the other subcommands are key commands).
-            "xgroup" => super::stream_group::help(),
-            "xinfo" => super::stream::help(),
-            "keys" => self.keys(&args[1]).await,
-            "scan" => self.scan(args).await,
-            other => unreachable!("{other} is in the command table but not handled"),
-        }
-    }
-
-    async fn exec(&mut self) -> Reply {
-        let Some(MultiQueue { commands: queued, .. }) = self.multi.take() else {
-            return Reply::error("ERR EXEC without MULTI");
-        };
-        let watched = std::mem::take(&mut self.watched);
-        if std::mem::take(&mut self.multi_failed) {
-            return Reply::error("EXECABORT Transaction discarded because of previous errors.");
-        }
-        // Keys watched in other databases are checked on their own (not under the batch's lock).
-        let mut here = Vec::new();
-        for (db, key, seen) in watched {
-            if db == self.db {
-                here.push((key, seen));
-                continue;
-            }
-            let keyspace = match self.keyspace_of(db, Access::Read).await {
-                Ok(keyspace) => keyspace,
-                Err(reply) => return reply,
-            };
-            match keyspace.read(std::slice::from_ref(&key)).await {
-                Ok(batch) if fingerprint(batch.get(&key)) == seen => {}
-                Ok(_) => return Reply::NilArray,
-                Err(err) => return store_error(err),
-            }
-        }
-        let mut commands: Vec<(KeyCommand, &'static Spec)> = queued
-            .iter()
-            .filter_map(|queued| match queued {
-                Queued::Key(command, spec) => Some((command.clone(), *spec)),
-                Queued::Other(..) => None,
-            })
-            .collect();
-        // EXEC's reply is one: its parts share the output limit.
-        if let Some(limit) = self.server.settings.output_limit {
-            let share = i64::try_from(limit / commands.len().max(1)).unwrap_or(i64::MAX);
-            for (command, _) in &mut commands {
-                command.limit_reply(share);
-            }
-        }
-        let write = commands.iter().any(|(_, spec)| spec.is_write());
-        let scripted = queued
-            .iter()
-            .any(|queued| matches!(queued, Queued::Other(_, spec) if script::is_script(spec.name)));
-        let mut key_replies = if scripted {
-            // Scripts and key commands in their order, in one transaction.
-            let steps: Vec<Step> = queued
-                .iter()
-                .filter_map(|queued| match queued {
-                    Queued::Key(command, spec) => Some(Step::Key(command.clone(), spec)),
-                    Queued::Other(args, spec) if script::is_script(spec.name) => {
-                        Some(match self.server.scripts.request(spec.name, args) {
-                            Ok(request) => Step::Script(request),
-                            Err(reply) => Step::Failed(reply),
-                        })
-                    }
-                    Queued::Other(..) => None,
-                })
-                .collect();
-            match self.run_scripted(&steps, &here).await {
-                Ok(replies) => replies,
-                Err(Reply::NilArray) => return Reply::NilArray,
-                Err(reply) => vec![reply; steps.len()],
-            }
-        } else if commands.is_empty() && here.is_empty() {
-            Vec::new()
-        } else {
-            match self.execute(&commands, write, &here).await {
-                Ok(replies) => replies,
-                Err(Reply::NilArray) => return Reply::NilArray,
-                Err(reply) => vec![reply; commands.len()],
-            }
-        }
-        .into_iter();
-        let mut replies = Vec::with_capacity(queued.len());
-        for queued in queued {
-            let reply = match queued {
-                Queued::Other(args, spec) if !script::is_script(spec.name) => {
-                    let reply = Box::pin(self.other_command(spec, &args)).await;
-                    self.count(spec.name, &reply);
-                    reply
-                }
-                Queued::Key(_, spec) | Queued::Other(_, spec) => {
-                    let reply = key_replies.next().expect("one reply per key command and script");
-                    self.count(spec.name, &reply);
-                    reply
-                }
-            };
-            replies.push(reply);
-        }
-        Reply::Array(replies)
-    }
-
-    async fn authenticate(&mut self, user: Option<&Bytes>, password: &Bytes) -> Reply {
-        match self.check_credentials(user, password).await {
-            Ok(principal) => {
-                self.principal = Some(principal);
-                Reply::OK
-            }
-            Err(reply) => reply,
-        }
-    }
-
-    async fn check_credentials(&self, user: Option<&Bytes>, password: &Bytes) -> Result<Principal, Reply> {
-        let configured = self.server.settings.password.as_deref();
-        match user.map(|user| &user[..]) {
-            None | Some(b"default") => match configured {
-                Some(configured) if constant_time_eq(configured.as_bytes(), password) => Ok(self.server.root.clone()),
-                None if user.is_none() => Err(Reply::error(
-                    "ERR AUTH <password> called without any password configured for the default user. \
-                     Are you sure your configuration is correct?",
-                )),
-                _ => Err(Reply::error(WRONGPASS)),
-            },
-            Some(access_key) => {
-                let access_key = String::from_utf8_lossy(access_key);
-                match self.server.buckets.catalog().access_key(&access_key).await {
-                    // AUTH cannot carry a session token, without which temporary credentials
-                    // are not to be used (docs/resp-compatibility.md).
-                    Ok(Some(key)) if key.session.is_some() => Err(Reply::error(STS_REFUSED)),
-                    Ok(Some(key)) if constant_time_eq(key.secret.as_bytes(), password) => Ok(key.principal()),
-                    Ok(_) => Err(Reply::error(WRONGPASS)),
-                    Err(err) => Err(store_error(err)),
-                }
-            }
-        }
-    }
-
-    async fn hello(&mut self, args: &[Bytes]) -> Reply {
-        let mut protocol = if self.resp3 { 3 } else { 2 };
-        if let Some(version) = args.get(1) {
-            protocol = match command::parse_integer(version) {
-                Some(version @ (2 | 3)) => version,
-                Some(_) => return Reply::error("NOPROTO unsupported protocol version"),
-                None => return Reply::error("ERR Protocol version is not an integer or out of range"),
-            };
-        }
-        let mut name = None;
-        let mut i = 2;
-        while i < args.len() {
-            let option = args[i].to_ascii_lowercase();
-            match option.as_slice() {
-                b"auth" if i + 2 < args.len() => {
-                    match self.check_credentials(Some(&args[i + 1]), &args[i + 2]).await {
-                        Ok(principal) => self.principal = Some(principal),
-                        Err(reply) => return reply,
-                    }
-                    i += 3;
-                }
-                b"setname" if i + 1 < args.len() => {
-                    name = Some(args[i + 1].clone());
-                    i += 2;
-                }
-                _ => {
-                    return Reply::error(format!(
-                        "ERR Syntax error in HELLO option '{}'",
-                        String::from_utf8_lossy(&args[i])
-                    ));
-                }
-            }
-        }
-        if self.principal.is_none() {
-            return Reply::error(
-                "NOAUTH HELLO must be called with the client already authenticated, otherwise the \
-                 HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and \
-                 select the RESP protocol version at the same time",
-            );
-        }
-        if let Some(name) = name {
-            let reply = self.set_name(&name);
-            if reply.is_error() {
-                return reply;
-            }
-        }
-        self.resp3 = protocol == 3;
-        let role = if self.server.replica.is_standby() {
-            "replica"
-        } else {
-            "master"
-        };
-        Reply::Map(vec![
-            (Reply::text("server"), Reply::text("redis")),
-            (Reply::text("version"), Reply::text(REDIS_VERSION)),
-            (Reply::text("proto"), Reply::Integer(protocol)),
-            (Reply::text("id"), Reply::Integer(self.id() as i64)),
-            (Reply::text("mode"), Reply::text("standalone")),
-            (Reply::text("role"), Reply::text(role)),
-            (Reply::text("modules"), Reply::Array(Vec::new())),
-        ])
-    }
-
-    fn set_client(&self, update: impl FnOnce(&mut super::clients::ClientInfo)) {
-        self.server.clients.update(self.id(), update);
-    }
-
-    fn set_name(&self, name: &[u8]) -> Reply {
-        if name.iter().any(|&byte| !(b'!'..=b'~').contains(&byte)) {
-            return Reply::error("ERR Client names cannot contain spaces, newlines or special characters.");
-        }
-        let name = String::from_utf8_lossy(name).into_owned();
-        self.set_client(|info| info.name = name);
-        Reply::OK
-    }
-
-    fn client(&mut self, args: &[Bytes]) -> Reply {
-        let subcommand = args[1].to_ascii_lowercase();
-        match (subcommand.as_slice(), args.len()) {
-            (b"id", 2) => Reply::Integer(self.id() as i64),
-            (b"setname", 3) => self.set_name(&args[2]),
-            (b"getname", 2) => self
-                .server
-                .clients
-                .name(self.id())
-                .map_or(Reply::Nil, |name| Reply::text(&name)),
-            (b"list", _) => self.client_list(&args[2..]),
-            (b"info", 2) => self
-                .server
-                .clients
-                .line(self.id())
-                .map_or(Reply::Nil, |line| Reply::text(&line)),
-            (b"setinfo", 4) => {
-                let value = String::from_utf8_lossy(&args[3]).into_owned();
-                match args[2].to_ascii_lowercase().as_slice() {
-                    b"lib-name" => self.set_client(|info| info.lib_name = value),
-                    b"lib-ver" => self.set_client(|info| info.lib_version = value),
-                    _ => {
-                        return Reply::error(format!(
-                            "ERR Unrecognized option '{}'",
-                            String::from_utf8_lossy(&args[2])
-                        ));
-                    }
-                }
-                Reply::OK
-            }
-            (b"no-evict" | b"no-touch", 3) => Reply::OK,
-            (b"reply", 3) => match args[2].to_ascii_lowercase().as_slice() {
-                b"on" => {
-                    self.reply_mode = ReplyMode::On;
-                    Reply::OK
-                }
-                // These two answer nothing, the mode already applying to their own reply.
-                b"off" => {
-                    self.reply_mode = ReplyMode::Off;
-                    Reply::OK
-                }
-                b"skip" => {
-                    self.reply_mode = ReplyMode::SkipThisAndNext;
-                    Reply::OK
-                }
-                _ => syntax_error(),
-            },
-            // Redis's arity for the subcommand (which would otherwise be an empty filter that
-            // matches every client).
-            (b"kill", 2) => wrong_arity("client|kill"),
-            (b"kill", 3) => {
-                // The old form: CLIENT KILL addr:port.
-                let filter = super::clients::KillFilter {
-                    addr: Some(String::from_utf8_lossy(&args[2]).into_owned()),
-                    ..Default::default()
-                };
-                match self.server.clients.kill(&filter) {
-                    0 => Reply::error("ERR No such client"),
-                    _ => Reply::OK,
-                }
-            }
-            (b"kill", _) => match self.kill_filter(&args[2..]) {
-                Ok(filter) => Reply::Integer(self.server.clients.kill(&filter) as i64),
-                Err(reply) => reply,
-            },
-            (b"id" | b"setname" | b"getname" | b"info" | b"setinfo" | b"no-evict" | b"no-touch" | b"reply", _) => {
-                wrong_arity(&format!("client|{}", String::from_utf8_lossy(&subcommand)))
-            }
-            _ => Reply::error(format!(
-                "ERR unknown subcommand '{}'. Try CLIENT HELP.",
-                String::from_utf8_lossy(&args[1])
-            )),
-        }
-    }
-
-    /// CLIENT LIST's options, as Redis 7 reads them: `TYPE <type>`, or `ID <id> [<id> ...]`
-    /// (the clients among them that exist, in the order given).
-    fn client_list(&self, options: &[Bytes]) -> Reply {
-        let clients = &self.server.clients;
-        match options {
-            [] => Reply::text(&clients.list()),
-            [option, kind] if option.eq_ignore_ascii_case(b"type") => match client_type(kind) {
-                // Every client of pgvs3 is a normal one.
-                Ok(normal) => Reply::text(&if normal { clients.list() } else { String::new() }),
-                Err(reply) => reply,
-            },
-            [option, ids @ ..] if option.eq_ignore_ascii_case(b"id") && !ids.is_empty() => {
-                let mut text = String::new();
-                for id in ids {
-                    let Some(id) = command::parse_integer(id) else {
-                        return Reply::error("ERR Invalid client ID");
-                    };
-                    if let Some(line) = u64::try_from(id).ok().and_then(|id| clients.line(id)) {
-                        text.push_str(&line);
-                    }
-                }
-                Reply::text(&text)
-            }
-            _ => syntax_error(),
-        }
-    }
-
-    /// CLIENT KILL's filters (`ID`, `ADDR`, `LADDR`, `TYPE`, `USER`, `MAXAGE`, `SKIPME`), in
-    /// pairs, read in order as Redis reads them (so the first bad one is the error).
-    fn kill_filter(&self, args: &[Bytes]) -> Result<super::clients::KillFilter, Reply> {
-        let mut filter = super::clients::KillFilter {
-            skip: Some(self.id()),
-            ..Default::default()
-        };
-        for pair in args.chunks(2) {
-            let [option, value] = pair else {
-                return Err(syntax_error());
-            };
-            let text = String::from_utf8_lossy(value).into_owned();
-            match option.to_ascii_lowercase().as_slice() {
-                b"id" => {
-                    let id = command::parse_integer(value)
-                        .and_then(|id| u64::try_from(id).ok())
-                        .filter(|id| *id > 0)
-                        .ok_or_else(|| Reply::error("ERR client-id should be greater than 0"))?;
-                    filter.id = Some(id);
-                }
-                b"addr" => filter.addr = Some(text),
-                b"laddr" => filter.laddr = Some(text),
-                b"maxage" => {
-                    let age = command::parse_integer(value)
-                        .and_then(|age| u64::try_from(age).ok())
-                        .ok_or_else(command::not_an_integer)?;
-                    filter.max_age = Some(age);
-                }
-                b"type" => filter.other_type = !client_type(value)?,
-                // Every connection acts as Redis's `default` user (CLIENT LIST's `user=`).
-                b"user" if text == "default" => {}
-                b"user" => return Err(Reply::error(format!("ERR No such user '{text}'"))),
-                b"skipme" => match text.to_ascii_lowercase().as_str() {
-                    "yes" => filter.skip = Some(self.id()),
-                    "no" => filter.skip = None,
-                    _ => return Err(syntax_error()),
-                },
-                _ => return Err(syntax_error()),
-            }
-        }
-        Ok(filter)
-    }
-
-    async fn info(&self, args: &[Bytes]) -> Reply {
-        let wanted: Vec<String> = args[1..]
-            .iter()
-            .map(|arg| String::from_utf8_lossy(arg).to_ascii_lowercase())
-            .collect();
-        let show = |section: &str| {
-            wanted.is_empty()
-                || wanted
-                    .iter()
-                    .any(|w| w == section || w == "all" || w == "everything" || w == "default")
-        };
-        let mut text = String::new();
-        if show("server") {
-            let uptime = self.server.started.elapsed().as_secs();
-            text.push_str(&format!(
-                "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_git_sha1:00000000\r\nredis_git_dirty:0\r\n\
-                 redis_mode:standalone\r\npgvs3_version:{}\r\nos:{} {}\r\narch_bits:64\r\nprocess_id:{}\r\n\
-                 tcp_port:{}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\n\r\n",
-                env!("CARGO_PKG_VERSION"),
-                std::env::consts::OS,
-                std::env::consts::ARCH,
-                std::process::id(),
-                self.server.port,
-                uptime / 86_400,
-            ));
-        }
-        if show("clients") {
-            let connected = self.server.clients.len();
-            text.push_str(&format!(
-                "# Clients\r\nconnected_clients:{connected}\r\ncluster_connections:0\r\nmaxclients:{}\r\n\
-                 blocked_clients:{}\r\ntracking_clients:0\r\n\r\n",
-                self.server.settings.max_clients,
-                self.server.wakeups.blocked_clients()
-            ));
-        }
-        if show("memory") {
-            let used = resident_bytes();
-            text.push_str(&format!(
-                "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{used}\r\n\
-                 maxmemory:0\r\nmaxmemory_policy:noeviction\r\nmem_allocator:mimalloc\r\n\r\n",
-                used as f64 / (1024.0 * 1024.0)
-            ));
-        }
-        if show("persistence") {
-            // Every write is durable at its reply (PostgreSQL's commit): nothing loads, nothing
-            // waits for a save. Clients (ioredis's ready check) read `loading`.
-            text.push_str(
-                "# Persistence\r\nloading:0\r\nasync_loading:0\r\nrdb_changes_since_last_save:0\r\n\
-                 rdb_bgsave_in_progress:0\r\nrdb_last_bgsave_status:ok\r\naof_enabled:0\r\n\
-                 aof_rewrite_in_progress:0\r\n\r\n",
-            );
-        }
-        if show("stats") {
-            text.push_str(&format!(
-                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
-                 expired_keys:0\r\nevicted_keys:0\r\ntotal_error_replies:{}\r\nunexpected_error_replies:0\r\n\r\n",
-                self.server.clients.total_registered(),
-                self.server.commands_processed.load(Relaxed),
-                self.server.error_replies.load(Relaxed),
-            ));
-        }
-        if show("cpu") {
-            let (system, user) = cpu_seconds();
-            text.push_str(&format!(
-                "# CPU\r\nused_cpu_sys:{system:.6}\r\nused_cpu_user:{user:.6}\r\n\r\n"
-            ));
-        }
-        if show("replication") {
-            let role = if self.server.replica.is_standby() {
-                "slave"
-            } else {
-                "master"
-            };
-            text.push_str(&format!(
-                "# Replication\r\nrole:{role}\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\n\r\n"
-            ));
-        }
-        if show("cluster") {
-            text.push_str("# Cluster\r\ncluster_enabled:0\r\n\r\n");
-        }
-        if show("keyspace") {
-            text.push_str("# Keyspace\r\n");
-            for db in self.server.settings.databases.keys() {
-                let Ok(keyspace) = self.keyspace_of(*db, Access::Read).await else {
-                    continue;
-                };
-                if let Ok((keys, expires)) = keyspace.count().await
-                    && keys > 0
-                {
-                    text.push_str(&format!("db{db}:keys={keys},expires={expires},avg_ttl=0\r\n"));
-                }
-            }
-        }
-        // Redis puts a blank line between sections, none after the last.
-        if text.ends_with("\r\n\r\n") {
-            text.truncate(text.len() - 2);
-        }
-        Reply::text(&text)
-    }
-
-    /// What CONFIG GET shows: the parameters client libraries and tools ask for (redis-cli,
-    /// BullMQ's `maxmemory-policy` check, ...), with what stands for them here.
-    fn config_parameters(&self) -> Vec<(&'static str, String)> {
-        let settings = &self.server.settings;
-        let databases = settings.databases.keys().max().map_or(1, |last| last + 1);
-        let script_ms = settings.script.time.as_millis().to_string();
-        let idle = settings.idle_timeout.map_or(0, |timeout| timeout.as_secs());
-        let pubsub = settings.pubsub.output_limit;
-        let normal = settings.output_limit.unwrap_or(0);
-        vec![
-            ("databases", databases.to_string()),
-            ("maxclients", settings.max_clients.to_string()),
-            ("timeout", idle.to_string()),
-            ("port", self.server.port.to_string()),
-            ("maxmemory", "0".into()),
-            ("maxmemory-policy", "noeviction".into()),
-            // Every write is durable at its reply (PostgreSQL): no snapshots, no AOF.
-            ("save", String::new()),
-            ("appendonly", "no".into()),
-            ("notify-keyspace-events", String::new()),
-            ("proto-max-bulk-len", (512 * 1024 * 1024).to_string()),
-            ("busy-reply-threshold", script_ms.clone()),
-            ("lua-time-limit", script_ms),
-            ("cluster-enabled", "no".into()),
-            (
-                "client-output-buffer-limit",
-                format!("normal {normal} 0 0 slave 268435456 67108864 60 pubsub {pubsub} {pubsub} 0"),
-            ),
-        ]
-    }
-
-    async fn keys(&self, pattern: &[u8]) -> Reply {
-        self.within(false, self.keys_now(pattern))
-            .await
-            .unwrap_or_else(|reply| reply)
-    }
-
-    async fn keys_now(&self, pattern: &[u8]) -> Reply {
-        let prefix = glob::literal_prefix(pattern);
-        let keyspace = match self.keyspace(Access::Read).await {
-            Ok(keyspace) => keyspace,
-            Err(reply) => return reply,
-        };
-        let mut after = String::new();
-        let mut found = Vec::new();
-        // Bytes of the reply so far: past the output limit it is not gathered further.
-        let mut bytes = 0;
-        loop {
-            let page = keyspace.scan(&after, &prefix, KEYS_PAGE).await;
-            let page = match page {
-                Ok(page) => page,
-                Err(err) => return store_error(err),
-            };
-            let done = (page.len() as i64) < KEYS_PAGE;
-            if let Some((last, _)) = page.last() {
-                after = last.clone();
-            }
-            found.extend(
-                page.into_iter()
-                    .filter(|(key, _)| glob::matches(pattern, key.as_bytes()))
-                    .inspect(|(key, _)| bytes += key.len() + 5)
-                    .map(|(key, _)| Reply::bulk(key)),
-            );
-            if self.server.settings.output_limit.is_some_and(|limit| bytes > limit) {
-                return Reply::OverLimit(None);
-            }
-            if done {
-                return Reply::Array(found);
-            }
-        }
-    }
-
-    /// SCAN walks keys in order; a cursor names where the previous page ended. Cursors are
-    /// numbers (clients parse them) kept per connection.
-    async fn scan(&mut self, args: &[Bytes]) -> Reply {
-        let after = match command::parse_integer(&args[1]) {
-            Some(0) => String::new(),
-            Some(cursor) => match self.cursors.remove(&(cursor as u64)) {
-                Some(after) => after,
-                None => return Reply::error("ERR invalid cursor"),
-            },
-            None => return Reply::error("ERR invalid cursor"),
-        };
-        let mut pattern: Option<&[u8]> = None;
-        let mut count = SCAN_DEFAULT_COUNT;
-        // SCAN ... TYPE: `None` for every key, else the type's name ("string" for strings).
-        let mut wanted_type: Option<Vec<u8>> = None;
-        let mut i = 2;
-        while i < args.len() {
-            let Some(value) = args.get(i + 1) else {
-                return syntax_error();
-            };
-            match args[i].to_ascii_lowercase().as_slice() {
-                b"match" => pattern = Some(value),
-                b"count" => match command::parse_integer(value) {
-                    Some(n) if n >= 1 => count = n.min(100_000),
-                    Some(_) => return syntax_error(),
-                    None => return command::not_an_integer(),
-                },
-                b"type" => wanted_type = Some(value.to_ascii_lowercase()),
-                _ => return syntax_error(),
-            }
-            i += 2;
-        }
-        let prefix = pattern.map(glob::literal_prefix).unwrap_or_default();
-        let keyspace = match self.keyspace(Access::Read).await {
-            Ok(keyspace) => keyspace,
-            Err(reply) => return reply,
-        };
-        let page = match self.within(false, keyspace.scan(&after, &prefix, count)).await {
-            Ok(Ok(page)) => page,
-            Ok(Err(err)) => return store_error(err),
-            Err(reply) => return reply,
-        };
-        let next = match page.last() {
-            Some((last, _)) if page.len() as i64 == count => {
-                if self.cursors.len() >= MAX_CURSORS {
-                    let oldest = *self.cursors.keys().min().expect("not empty");
-                    self.cursors.remove(&oldest);
-                }
-                let cursor = self.next_cursor;
-                self.next_cursor += 1;
-                self.cursors.insert(cursor, last.clone());
-                cursor
-            }
-            _ => 0,
-        };
-        let keys = page
-            .into_iter()
-            .filter(|(key, typed)| {
-                let name = typed.map_or("string", |typed| typed.name());
-                wanted_type.as_ref().is_none_or(|wanted| wanted == name.as_bytes())
-                    && pattern.is_none_or(|pattern| glob::matches(pattern, key.as_bytes()))
-            })
-            .map(|(key, _)| Reply::bulk(key))
-            .collect();
-        Reply::Array(vec![Reply::text(&next.to_string()), Reply::Array(keys)])
-    }
 }
 
 /// Whether a request is a blocking pop or XREAD BLOCK (its batch may wait long; see
@@ -1715,143 +872,8 @@ fn is_blocking(args: &[Bytes]) -> bool {
         .any(|blocking| name.eq_ignore_ascii_case(blocking.as_bytes()))
 }
 
-/// FLUSHDB's and FLUSHALL's one optional argument, SYNC or ASYNC (both flush at once here).
-fn flush_mode_ok(args: &[Bytes]) -> bool {
-    match args {
-        [_] => true,
-        [_, mode] => mode.eq_ignore_ascii_case(b"sync") || mode.eq_ignore_ascii_case(b"async"),
-        _ => false,
-    }
-}
-
-/// TIME: the server's clock, in seconds and microseconds.
-pub(super) fn time_reply() -> Reply {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    Reply::Array(vec![
-        Reply::text(&now.as_secs().to_string()),
-        Reply::text(&now.subsec_micros().to_string()),
-    ])
-}
-
-/// FUNCTION: pgvs3 runs EVAL scripts but no functions: FLUSH and LIST answer as a
-/// server without any does; loading one is refused.
-fn function_command(args: &[Bytes]) -> Reply {
-    match (args[1].to_ascii_lowercase().as_slice(), args.len()) {
-        (b"flush", 2) => Reply::OK,
-        (b"flush", 3) if args[2].eq_ignore_ascii_case(b"sync") || args[2].eq_ignore_ascii_case(b"async") => Reply::OK,
-        (b"flush", _) => syntax_error(),
-        (b"list", _) => Reply::Array(Vec::new()),
-        _ => Reply::error(format!(
-            "ERR FUNCTION {} is not supported by pgvs3 (it runs EVAL scripts, not functions)",
-            String::from_utf8_lossy(&args[1]).to_uppercase()
-        )),
-    }
-}
-
-/// Redis's parameters that only choose in-memory encodings (listpack, intset and quicklist
-/// sizes) or defragmentation: they change no behaviour a client can see, and pgvs3 keeps
-/// values in PostgreSQL, so CONFIG SET accepts them and changes nothing.
-const ENCODING_PARAMETERS: &[&str] = &[
-    "hash-max-listpack-entries",
-    "hash-max-listpack-value",
-    "hash-max-ziplist-entries",
-    "hash-max-ziplist-value",
-    "list-max-listpack-size",
-    "list-max-ziplist-size",
-    "list-compress-depth",
-    "set-max-intset-entries",
-    "set-max-listpack-entries",
-    "set-max-listpack-value",
-    "zset-max-listpack-entries",
-    "zset-max-listpack-value",
-    "zset-max-ziplist-entries",
-    "zset-max-ziplist-value",
-    "stream-node-max-bytes",
-    "stream-node-max-entries",
-    "activedefrag",
-    "lazyfree-lazy-user-del",
-    "lazyfree-lazy-user-flush",
-];
-
-/// CONFIG GET answers the parameters of `parameters` that one of its glob patterns names.
-fn config_command(args: &[Bytes], parameters: &[(&'static str, String)]) -> Reply {
-    match args[1].to_ascii_lowercase().as_slice() {
-        b"get" if args.len() >= 3 => {
-            let patterns: Vec<Vec<u8>> = args[2..].iter().map(|pattern| pattern.to_ascii_lowercase()).collect();
-            Reply::Map(
-                parameters
-                    .iter()
-                    .filter(|(name, _)| patterns.iter().any(|pattern| glob::matches(pattern, name.as_bytes())))
-                    .map(|(name, value)| (Reply::text(name), Reply::bulk(value.clone())))
-                    .collect(),
-            )
-        }
-        b"get" => wrong_arity("config|get"),
-        b"set" if args.len() >= 4 && args.len().is_multiple_of(2) => {
-            for pair in args[2..].chunks(2) {
-                let name = String::from_utf8_lossy(&pair[0]).to_ascii_lowercase();
-                if !ENCODING_PARAMETERS.contains(&name.as_str()) {
-                    return Reply::error(format!(
-                        "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
-                    ));
-                }
-            }
-            Reply::OK
-        }
-        b"set" => wrong_arity("config|set"),
-        _ => Reply::error(format!(
-            "ERR CONFIG {} is not supported by pgvs3 (it is configured by its flags)",
-            String::from_utf8_lossy(&args[1]).to_uppercase()
-        )),
-    }
-}
-
-/// The gateway process's resident memory (INFO's used_memory: the process holds no dataset,
-/// so this is what it uses), from /proc; 0 where there is none.
-fn resident_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|statm| statm.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * 4096)
-}
-
-/// The process's system and user CPU time in seconds.
-fn cpu_seconds() -> (f64, f64) {
-    // SAFETY: getrusage fills the struct it is given and has no other effect.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
-            return (0.0, 0.0);
-        }
-        usage
-    };
-    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    (seconds(usage.ru_stime), seconds(usage.ru_utime))
-}
-
-/// The Redis version pgvs3 reports: the command set it follows.
-/// A client type of CLIENT LIST and CLIENT KILL: true for `normal`, false for the types no
-/// pgvs3 client has (`master`, `replica`/`slave`, `pubsub`: subscribers count as normal), and
-/// Redis's error for any other.
-fn client_type(name: &[u8]) -> Result<bool, Reply> {
-    match name.to_ascii_lowercase().as_slice() {
-        b"normal" => Ok(true),
-        b"master" | b"replica" | b"slave" | b"pubsub" => Ok(false),
-        _ => Err(Reply::error(format!(
-            "ERR Unknown client type '{}'",
-            String::from_utf8_lossy(name)
-        ))),
-    }
-}
-
-const REDIS_VERSION: &str = "7.0.0";
-
-fn constant_time_eq(expected: &[u8], given: &[u8]) -> bool {
-    expected.len() == given.len() && expected.iter().zip(given).fold(0u8, |diff, (a, b)| diff | (a ^ b)) == 0
-}
-
 /// Store failures as Redis error texts.
-fn store_error(err: StoreError) -> Reply {
+pub(crate) fn store_error(err: StoreError) -> Reply {
     match err {
         StoreError::ReadOnly => Reply::error(READONLY),
         StoreError::AccessDenied => {
@@ -1890,14 +912,14 @@ async fn close_after_error<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S) {
 
 /// The share of a connection's input buffer (or MULTI queue) that is held against the
 /// process's buffer budget: everything beyond [`UNBUDGETED_INPUT`].
-struct InputBudget {
+pub(crate) struct InputBudget {
     budget: crate::admission::BufferBudget,
     held: Vec<crate::admission::Reservation>,
     reserved: usize,
 }
 
 impl InputBudget {
-    fn new(budget: crate::admission::BufferBudget) -> InputBudget {
+    pub(crate) fn new(budget: crate::admission::BufferBudget) -> InputBudget {
         InputBudget {
             budget,
             held: Vec::new(),
@@ -1907,7 +929,7 @@ impl InputBudget {
 
     /// Makes sure an input buffer of `capacity` bytes is covered; false when the budget cannot
     /// cover it now.
-    fn cover(&mut self, capacity: usize) -> bool {
+    pub(crate) fn cover(&mut self, capacity: usize) -> bool {
         let needed = capacity.saturating_sub(UNBUDGETED_INPUT);
         if needed <= self.reserved {
             return true;
@@ -1931,180 +953,9 @@ impl InputBudget {
     }
 }
 
-fn is_subscription(name: &str) -> bool {
-    matches!(
-        name,
-        "subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe" | "punsubscribe" | "sunsubscribe"
-    )
-}
-
 /// Subscriptions end with the connection, however it ends.
 impl Drop for Connection {
     fn drop(&mut self) {
         self.unsubscribe_all();
-    }
-}
-
-impl Connection {
-    /// SUBSCRIBE and its kin: one reply per channel or pattern, as Redis sends them.
-    fn subscription(&mut self, name: &'static str, targets: &[Bytes], out: &mut BytesMut) {
-        let pubsub = Arc::clone(&self.server.pubsub);
-        let id = self.id();
-        let subscribing = matches!(name, "subscribe" | "psubscribe" | "ssubscribe");
-        if subscribing && self.server.replica.is_standby() {
-            self.emit(Reply::error(STANDBY_PUBSUB), out);
-            return;
-        }
-        // Confirmations are pushes (in RESP2 too): sent whatever CLIENT REPLY says, as
-        // redis-server 7.0 sends them; the command still uses up a SKIP.
-        if self.reply_mode == ReplyMode::SkipNext {
-            self.reply_mode = ReplyMode::On;
-        }
-        let shard = matches!(name, "ssubscribe" | "sunsubscribe");
-        let mailbox = Arc::clone(self.mailbox.get_or_insert_with(Arc::default));
-        let all: Vec<Bytes>;
-        let targets = match targets {
-            [] if !subscribing => {
-                all = match name {
-                    "unsubscribe" => self.channels.iter().cloned().collect(),
-                    "punsubscribe" => self.patterns.iter().cloned().collect(),
-                    _ => self.shard_channels.iter().cloned().collect(),
-                };
-                if all.is_empty() {
-                    // Redis's answer names no channel and counts what is left.
-                    let count = match shard {
-                        true => self.shard_channels.len(),
-                        false => self.channels.len() + self.patterns.len(),
-                    };
-                    Reply::Push(vec![Reply::text(name), Reply::Nil, Reply::Integer(count as i64)])
-                        .encode(self.resp3, out);
-                    return;
-                }
-                &all[..]
-            }
-            targets => targets,
-        };
-        let limits = pubsub.limits;
-        for target in targets {
-            if subscribing && !self.has_subscription(name, target) {
-                if self.channels.len() + self.patterns.len() + self.shard_channels.len() >= limits.max_subscriptions {
-                    self.emit(
-                        Reply::error(format!(
-                            "ERR max number of subscriptions per connection reached ({}, --resp-max-subscriptions)",
-                            limits.max_subscriptions
-                        )),
-                        out,
-                    );
-                    continue;
-                }
-                if name == "psubscribe" && target.len() > limits.max_pattern {
-                    self.emit(
-                        Reply::error(format!(
-                            "ERR pattern longer than {} bytes (--resp-max-pattern)",
-                            limits.max_pattern
-                        )),
-                        out,
-                    );
-                    continue;
-                }
-            }
-            match name {
-                "subscribe" if self.channels.insert(target.clone()) => pubsub.subscribe(false, target, id, &mailbox),
-                "ssubscribe" if self.shard_channels.insert(target.clone()) => {
-                    pubsub.subscribe(true, target, id, &mailbox)
-                }
-                "psubscribe" if self.patterns.insert(target.clone()) => pubsub.psubscribe(target, id, &mailbox),
-                "unsubscribe" if self.channels.remove(target) => pubsub.unsubscribe(false, target, id),
-                "sunsubscribe" if self.shard_channels.remove(target) => pubsub.unsubscribe(true, target, id),
-                "punsubscribe" if self.patterns.remove(target) => pubsub.punsubscribe(target, id),
-                _ => {}
-            }
-            let count = if shard {
-                self.shard_channels.len()
-            } else {
-                self.channels.len() + self.patterns.len()
-            };
-            Reply::Push(vec![
-                Reply::text(name),
-                Reply::Bulk(target.clone()),
-                Reply::Integer(count as i64),
-            ])
-            .encode(self.resp3, out);
-        }
-        if !self.subscribed() {
-            // Messages that came before the last unsubscription are not for it any more.
-            self.mailbox = None;
-        }
-        let counts = [self.channels.len(), self.patterns.len(), self.shard_channels.len()];
-        self.set_client(|info| info.subscriptions = counts);
-    }
-
-    fn has_subscription(&self, name: &str, target: &Bytes) -> bool {
-        match name {
-            "subscribe" => self.channels.contains(target),
-            "psubscribe" => self.patterns.contains(target),
-            _ => self.shard_channels.contains(target),
-        }
-    }
-
-    fn unsubscribe_all(&mut self) {
-        let pubsub = &self.server.pubsub;
-        let id = self.registration.id();
-        for channel in self.channels.drain() {
-            pubsub.unsubscribe(false, &channel, id);
-        }
-        for channel in self.shard_channels.drain() {
-            pubsub.unsubscribe(true, &channel, id);
-        }
-        for pattern in self.patterns.drain() {
-            pubsub.punsubscribe(&pattern, id);
-        }
-        self.mailbox = None;
-    }
-
-    /// PUBSUB CHANNELS / NUMSUB / NUMPAT / SHARDCHANNELS / SHARDNUMSUB: this gateway's
-    /// subscribers (those of other gateways are not known here).
-    fn pubsub_introspection(&self, args: &[Bytes]) -> Reply {
-        let pubsub = &self.server.pubsub;
-        let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
-        match (sub.as_str(), &args[2..]) {
-            ("channels" | "shardchannels", [] | [_]) => Reply::Array(
-                pubsub
-                    .channels(sub == "shardchannels", args.get(2).map(|pattern| &pattern[..]))
-                    .into_iter()
-                    .map(Reply::Bulk)
-                    .collect(),
-            ),
-            ("numsub" | "shardnumsub", channels) => Reply::Array(
-                channels
-                    .iter()
-                    .flat_map(|channel| {
-                        [
-                            Reply::Bulk(channel.clone()),
-                            Reply::Integer(pubsub.numsub(sub == "shardnumsub", channel)),
-                        ]
-                    })
-                    .collect(),
-            ),
-            ("numpat", []) => Reply::Integer(pubsub.numpat()),
-            ("help", []) => Reply::Array(
-                [
-                    "PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-                    "CHANNELS [<pattern>]",
-                    "NUMPAT",
-                    "NUMSUB [<channel> ...]",
-                    "SHARDCHANNELS [<pattern>]",
-                    "SHARDNUMSUB [<channel> ...]",
-                    "HELP",
-                ]
-                .into_iter()
-                .map(|line| Reply::Status(line.to_owned()))
-                .collect(),
-            ),
-            _ => Reply::error(format!(
-                "ERR unknown subcommand or wrong number of arguments for '{}'. Try PUBSUB HELP.",
-                String::from_utf8_lossy(&args[1])
-            )),
-        }
     }
 }

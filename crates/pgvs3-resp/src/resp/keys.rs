@@ -12,7 +12,7 @@ use super::command::{
     within_string_limit,
 };
 use super::{bits, lcs};
-use crate::store::{Family, KeyType, KvBatch, KvValue, StoreResult, TypedCall};
+use crate::store::{KeyType, KeysOp, KvBatch, KvValue, StoreResult, TypedCall};
 
 pub fn wrongtype() -> Reply {
     Reply::error("WRONGTYPE Operation against a key holding the wrong kind of value")
@@ -54,22 +54,15 @@ pub async fn apply_all(commands: &[&KeyCommand], batch: &mut KvBatch, commit: bo
 }
 
 /// RENAME or COPY of a typed key: its elements move in SQL, then the batch sees the result.
-async fn move_typed(batch: &mut KvBatch, op: &'static str, from: &str, to: &str, only_new: bool) -> StoreResult<Reply> {
-    let call = TypedCall {
-        family: Family::Keys,
-        op,
-        keys: vec![from.to_owned(), to.to_owned()],
-        args: Vec::new(),
-        ints: vec![Some(i64::from(only_new))],
-        floats: Vec::new(),
-        reply_limit: None,
-    };
+async fn move_typed(batch: &mut KvBatch, op: KeysOp, from: &str, to: &str, only_new: bool) -> StoreResult<Reply> {
+    let mut call = TypedCall::new(op, vec![from.to_owned(), to.to_owned()], Vec::new());
+    call.ints = vec![Some(i64::from(only_new))];
     let row = batch.typed(&[&call], false).await?;
     batch.reload(&call.keys).await?;
     let row = row.into_iter().next().unwrap_or_default();
     Ok(match (row.err, op, only_new) {
         (Some(err), ..) => Reply::Error(err),
-        (None, "rename", false) => Reply::OK,
+        (None, KeysOp::Rename, false) => Reply::OK,
         (None, ..) => Reply::Integer(row.n.unwrap_or(0)),
     })
 }
@@ -359,10 +352,10 @@ async fn apply(command: &KeyCommand, batch: &mut KvBatch) -> StoreResult<Reply> 
             (Some(_), Some(typed)) => typed.name(),
         }),
         Rename { from, to, only_new } if batch.key_type(from).is_some() => {
-            move_typed(batch, "rename", from, to, *only_new).await?
+            move_typed(batch, KeysOp::Rename, from, to, *only_new).await?
         }
         Copy { from, to, replace } if batch.key_type(from).is_some() => {
-            move_typed(batch, "copy", from, to, !*replace).await?
+            move_typed(batch, KeysOp::Copy, from, to, !*replace).await?
         }
         Rename { from, to, only_new } => {
             let Some(expires_at) = batch.get(from).map(|entry| entry.expires_at) else {

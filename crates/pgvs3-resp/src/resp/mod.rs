@@ -12,21 +12,19 @@ mod clients;
 pub mod codec;
 mod command;
 mod command_info;
+mod commands;
 mod connection;
 mod glob;
 mod group_commit;
-mod hash;
 mod keys;
 mod lcs;
-mod list;
 mod lua;
 mod pubsub;
 mod script;
-mod set;
-mod stream;
-mod stream_group;
 mod typed;
-mod zset;
+
+// The typed families live with the other commands; their old paths stay.
+use commands::{hash, list, set, stream, stream_group, zset};
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -192,7 +190,12 @@ impl RespServer {
             }
         }
         let pubsub = Arc::new(pubsub::PubSub::new(settings.pubsub));
-        let scripts = script::Scripts::new(settings.script, settings.running_scripts, settings.admission.max_wait);
+        let scripts = script::Scripts::new(
+            settings.script,
+            settings.running_scripts,
+            settings.admission.max_wait,
+            Arc::clone(&pubsub),
+        );
         Ok(Arc::new(RespServer {
             group_commit: group_commit::GroupCommit::new(metrics.clone()),
             admission: crate::admission::Admission::new("resp", settings.admission, metrics.clone()),

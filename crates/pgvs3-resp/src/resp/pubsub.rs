@@ -186,7 +186,8 @@ impl PubSub {
         Ok(self.receivers(shard, channel))
     }
 
-    fn receivers(&self, shard: bool, channel: &[u8]) -> i64 {
+    /// This gateway's subscribers that a message to `channel` reaches.
+    pub fn receivers(&self, shard: bool, channel: &[u8]) -> i64 {
         let registry = self.registry.lock().expect("pubsub lock");
         let kind = if shard { SHARD } else { PLAIN };
         let direct = registry
@@ -338,8 +339,8 @@ impl PubSub {
                     .await
                 {
                     Ok(Some(row)) => {
-                        let channel: Vec<u8> = row.get(0);
-                        let message: Vec<u8> = row.get(1);
+                        let channel: Vec<u8> = row.get("channel");
+                        let message: Vec<u8> = row.get("message");
                         self.deliver(&channel, Bytes::from(message));
                     }
                     Ok(None) => {}

@@ -31,8 +31,10 @@ use tokio::sync::mpsc;
 
 use super::codec::Reply;
 use super::command::{self, KeyCommand, Spec, wrong_arity};
+use super::commands::pubsub::STANDBY_PUBSUB;
 use super::keys;
 use super::lua::{self, Limits, Outcome, Stop};
+use super::pubsub::PubSub;
 use crate::bucket::Keyspace;
 use crate::store::{KvBatch, StoreError, StoreResult};
 
@@ -60,6 +62,8 @@ pub struct Scripts {
     interpreters: Arc<tokio::sync::Semaphore>,
     /// How long a script waits for an interpreter before it is answered BUSY.
     busy_wait: std::time::Duration,
+    /// Where the messages scripts PUBLISH go once their run commits.
+    pubsub: Arc<PubSub>,
 }
 
 #[derive(Default)]
@@ -143,13 +147,14 @@ fn too_large() -> Reply {
 }
 
 impl Scripts {
-    pub fn new(limits: Limits, interpreters: usize, busy_wait: std::time::Duration) -> Scripts {
+    pub fn new(limits: Limits, interpreters: usize, busy_wait: std::time::Duration, pubsub: Arc<PubSub>) -> Scripts {
         Scripts {
             cache: Mutex::default(),
             running: Mutex::default(),
             limits,
             interpreters: Arc::new(tokio::sync::Semaphore::new(interpreters.max(1))),
             busy_wait,
+            pubsub,
         }
     }
 
@@ -341,6 +346,9 @@ impl Scripts {
             standby,
             failure: None,
             reply_limit: i64::try_from(self.limits.memory).unwrap_or(i64::MAX),
+            pubsub: Arc::clone(&self.pubsub),
+            published: Vec::new(),
+            published_bytes: 0,
         };
         let mut replies = Vec::with_capacity(steps.len());
         for step in steps {
@@ -368,6 +376,13 @@ impl Scripts {
             replies.push(reply);
         }
         session.batch.commit().await?;
+        // Sent once the writes they tell of are committed, so that a subscriber reading the
+        // keys on a message sees them (as in Redis, where no one reads before the script ends).
+        for (shard, channel, message) in session.published {
+            if let Err(reply) = self.pubsub.publish(shard, &channel, &message).await {
+                tracing::warn!(error = ?reply, "a script's PUBLISH was not sent");
+            }
+        }
         Ok(Attempt::Done(Some(replies)))
     }
 
@@ -489,6 +504,11 @@ struct Session {
     failure: Option<StoreError>,
     /// A reply larger than the script's memory could never reach it: cut in the database.
     reply_limit: i64,
+    pubsub: Arc<PubSub>,
+    /// PUBLISH and SPUBLISH calls (shard, channel, message), sent when the run commits; their
+    /// bytes are held to the script's memory limit.
+    published: Vec<(bool, Bytes, Bytes)>,
+    published_bytes: i64,
 }
 
 impl Session {
@@ -563,11 +583,28 @@ impl Session {
                 }
             },
             Ok(None) => match (spec.name, args) {
+                ("publish" | "spublish", _) if read_only => {
+                    Reply::error("ERR Write commands are not allowed from read-only scripts.")
+                }
+                ("publish" | "spublish", _) if self.standby => Reply::error(STANDBY_PUBSUB),
+                ("publish" | "spublish", [_, channel, message]) => {
+                    let bytes = (channel.len() + message.len()) as i64;
+                    if self.published_bytes + bytes > self.reply_limit {
+                        return Reply::error(format!(
+                            "ERR the script's published messages are larger than its memory ({} bytes, --resp-script-max-memory)",
+                            self.reply_limit
+                        ));
+                    }
+                    self.published_bytes += bytes;
+                    let shard = spec.name == "spublish";
+                    self.published.push((shard, channel.clone(), message.clone()));
+                    Reply::Integer(self.pubsub.receivers(shard, channel))
+                }
                 ("ping", [_]) => Reply::Simple("PONG"),
                 ("ping" | "echo", [_, message]) => Reply::Bulk(message.clone()),
-                ("time", _) => super::connection::time_reply(),
+                ("time", _) => super::commands::server::time_reply(),
                 _ => Reply::error(format!(
-                    "ERR pgvs3 does not run {} from scripts (only key commands, PING, ECHO and TIME)",
+                    "ERR pgvs3 does not run {} from scripts (only key commands, PUBLISH, SPUBLISH, PING, ECHO and TIME)",
                     spec.name.to_uppercase()
                 )),
             },

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use super::codec::{Reply, format_score};
 use super::command::{integer, not_an_integer, parse_integer};
 use super::glob;
-use crate::store::{Family, TypedCall, TypedRow};
+use crate::store::{SqlOp, TypedCall, TypedRow};
 
 /// Most elements one command may ask for at random with repeats (HRANDFIELD, SRANDMEMBER and
 /// ZRANDMEMBER with a negative count): the reply is built in memory before it is sent.
@@ -83,17 +83,9 @@ pub struct Typed {
 }
 
 impl Typed {
-    pub fn new(family: Family, op: &'static str, keys: Vec<String>, args: &[Bytes], shape: Shape) -> Typed {
+    pub fn new(op: impl SqlOp, keys: Vec<String>, args: &[Bytes], shape: Shape) -> Typed {
         Typed {
-            call: TypedCall {
-                family,
-                op,
-                keys,
-                args: args.to_vec(),
-                ints: Vec::new(),
-                floats: Vec::new(),
-                reply_limit: None,
-            },
+            call: TypedCall::new(op, keys, args.to_vec()),
             shape,
             blocking: None,
         }

@@ -88,7 +88,7 @@ fn load_sql(ns: &str, key_condition: &str) -> String {
     let typed = key_condition.replace("KEY", "r.key");
     format!(
         "SELECT o.key, o.size, o.etag, o.last_modified, o.expires_at, o.inline, o.body_id, t.now,
-                o.meta ? 'pc', NULL::\"char\", o.meta ? 'se'
+                o.meta ? 'pc' AS multipart, NULL::\"char\" AS type, o.meta ? 'se' AS sealed
            FROM (SELECT clock_timestamp() AS now) t
            LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND {objects}
                 AND (o.expires_at IS NULL OR o.expires_at > t.now)
@@ -106,7 +106,7 @@ fn load_strings_sql(ns: &str, key_condition: &str) -> String {
     let objects = key_condition.replace("KEY", "o.key");
     format!(
         "SELECT o.key, o.size, o.etag, o.last_modified, o.expires_at, o.inline, o.body_id, t.now,
-                o.meta ? 'pc', NULL::\"char\", o.meta ? 'se', t.typed
+                o.meta ? 'pc' AS multipart, NULL::\"char\" AS type, o.meta ? 'se' AS sealed, t.typed
            FROM (SELECT clock_timestamp() AS now,
                         EXISTS (SELECT 1 FROM pgvs3.resp_typed WHERE bucket_id = $1) AS typed) t
            LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND {objects}
@@ -203,7 +203,7 @@ impl KvSql {
             lock_keyspace_shared: "SELECT pg_advisory_xact_lock_shared(-$1::int8)".to_owned(),
             lock_keyspace: "SELECT pg_advisory_xact_lock(-$1::int8)".to_owned(),
             // Out of the sorted order, so never waiting: see `KvBatch::try_lock`.
-            try_lock: "SELECT bool_and(pg_try_advisory_xact_lock($1::int4, h))
+            try_lock: "SELECT bool_and(pg_try_advisory_xact_lock($1::int4, h)) AS locked
                          FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k) AS keys"
                 .to_owned(),
             // A string written over a typed key replaces it.
@@ -254,7 +254,7 @@ impl KvSql {
                   ORDER BY key, t IS NOT NULL LIMIT $4"
             ),
             count: format!(
-                "SELECT o.keys + r.keys, o.expiring + r.expiring
+                "SELECT o.keys + r.keys AS keys, o.expiring + r.expiring AS expiring
                    FROM (SELECT count(*) AS keys, count(expires_at) AS expiring FROM {ns}.objects
                           WHERE bucket_id = $1 AND {live}) o,
                         (SELECT count(*) AS keys, count(expires_at) AS expiring FROM pgvs3.resp_keys
@@ -459,7 +459,12 @@ impl Store {
         under_way.done();
         Ok(rows
             .iter()
-            .map(|row| (row.get(0), row.get::<_, Option<i8>>(1).and_then(KeyType::from_code)))
+            .map(|row| {
+                (
+                    row.get("key"),
+                    row.get::<_, Option<i8>>("t").and_then(KeyType::from_code),
+                )
+            })
             .collect())
     }
 
@@ -468,14 +473,14 @@ impl Store {
         let client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.kv.count).await?;
         let row = client.query_one(&statement, &[&bucket.id]).await?;
-        Ok((row.get(0), row.get(1)))
+        Ok((row.get("keys"), row.get("expiring")))
     }
 
     pub(crate) async fn kv_random_key(&self, bucket: &BucketInfo) -> StoreResult<Option<String>> {
         let client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.kv.random).await?;
         let row = client.query_opt(&statement, &[&bucket.id]).await?;
-        Ok(row.map(|row| row.get(0)))
+        Ok(row.map(|row| row.get("key")))
     }
 
     /// Deletes every key of the keyspace (their chunked bodies are retired for the reaper).
@@ -544,7 +549,7 @@ impl KvBatch {
         } else {
             client.query(&load, &load_params).await?
         };
-        if !typed && rows.first().is_some_and(|row| row.get::<_, bool>(11)) {
+        if !typed && rows.first().is_some_and(|row| row.get::<_, bool>("typed")) {
             // The bucket has typed keys after all (the clock row always comes): from now on
             // the namespace is loaded the typed way, this batch first (still under its locks).
             sql.typed.store(true, Ordering::Relaxed);
@@ -559,13 +564,13 @@ impl KvBatch {
     /// Takes loaded rows as the state of `keys`.
     fn absorb(&mut self, rows: &[tokio_postgres::Row], keys: &[String]) {
         for row in rows {
-            self.now = row.get(7);
-            let Some(key) = row.get::<_, Option<String>>(0) else {
+            self.now = row.get("now");
+            let Some(key) = row.get::<_, Option<String>>("key") else {
                 continue;
             };
-            let inline: Option<&[u8]> = row.get(5);
-            let typed = row.get::<_, Option<i8>>(9).and_then(KeyType::from_code);
-            let expires_at: Option<SystemTime> = row.get(4);
+            let inline: Option<&[u8]> = row.get("inline");
+            let typed = row.get::<_, Option<i8>>("type").and_then(KeyType::from_code);
+            let expires_at: Option<SystemTime> = row.get("expires_at");
             if typed.is_some() && expires_at.is_some_and(|at| at <= self.now) {
                 // An expired typed row: the key is absent, but the row is there to replace.
                 self.slots
@@ -580,23 +585,23 @@ impl KvBatch {
                     .typed_row = true;
                 continue;
             }
-            let sealed = row.get::<_, Option<bool>>(10).unwrap_or(false);
+            let sealed = row.get::<_, Option<bool>>("sealed").unwrap_or(false);
             let value = match (typed, inline) {
                 (Some(typed), _) => KvValue::Typed(typed),
                 (None, _) if sealed => KvValue::Sealed {
-                    size: row.get::<_, i64>(1) as u64,
+                    size: row.get::<_, i64>("size") as u64,
                 },
                 (None, Some(inline)) => KvValue::Bytes(Bytes::copy_from_slice(inline)),
                 (None, None) => KvValue::Chunked {
-                    body_id: row.get(6),
-                    size: row.get::<_, i64>(1) as u64,
-                    multipart: row.get(8),
+                    body_id: row.get("body_id"),
+                    size: row.get::<_, i64>("size") as u64,
+                    multipart: row.get("multipart"),
                 },
             };
             let entry = KvEntry {
                 value,
                 expires_at,
-                version: Some((row.get(2), row.get(3))),
+                version: Some((row.get("etag"), row.get("last_modified"))),
             };
             let slot = Slot {
                 current: Some(entry),
@@ -661,7 +666,7 @@ impl KvBatch {
         let statement = client.prepare_cached(&self.bucket.sql.kv.try_lock).await?;
         let lock_id = self.bucket.id as i32;
         let row = client.query_one(&statement, &[&lock_id, &keys]).await?;
-        Ok(row.get::<_, Option<bool>>(0).unwrap_or(true))
+        Ok(row.get::<_, Option<bool>>("locked").unwrap_or(true))
     }
 
     /// The type of a typed key; `None` for a string or a missing key.

@@ -59,7 +59,9 @@ pub use quotas::BucketQuota;
 pub use reaper::ReapStats;
 pub use sts::{NewSession, RoleTrust, Session, is_session_key};
 pub use tagging::{MAX_BUCKET_TAGS, MAX_OBJECT_TAGS, Tags, tag_set};
-pub use types::{Cut, Family, KeyType, TypedCall, TypedRow};
+pub use types::{
+    Cut, Family, HashOp, KeyType, KeysOp, ListOp, SetOp, SqlOp, StreamGroupOp, StreamOp, TypedCall, TypedRow, ZsetOp,
+};
 pub use versions::{DeleteOutcome, VersionEntry, Versioning, VersionsPage, VersionsRequest, valid_version_id};
 
 pub type StoreResult<T> = Result<T, StoreError>;

@@ -58,12 +58,187 @@ pub enum Family {
 
 const FAMILIES: [&str; 7] = ["keys", "hash", "set", "zset", "list", "stream", "stream_group"];
 
+/// An operation of a family's SQL function: the `op` its `CASE op` switches on. Each family's
+/// operations are one enum (below), so a call can name only an operation its function has; the
+/// test `ops_agree_with_the_sql_functions` holds the enums and the function files together.
+pub trait SqlOp: Copy + std::fmt::Debug + 'static {
+    const FAMILY: Family;
+    const ALL: &'static [Self];
+    fn code(self) -> &'static str;
+}
+
+macro_rules! sql_ops {
+    ($(#[$meta:meta])* $name:ident for $family:ident { $($variant:ident = $code:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum $name {
+            $($variant,)*
+        }
+
+        impl SqlOp for $name {
+            const FAMILY: Family = Family::$family;
+            const ALL: &'static [$name] = &[$($name::$variant,)*];
+
+            fn code(self) -> &'static str {
+                match self {
+                    $($name::$variant => $code,)*
+                }
+            }
+        }
+    };
+}
+
+sql_ops! {
+    /// The operations of `pgvs3.resp_keys`: RENAME and COPY of a typed key.
+    KeysOp for Keys {
+        Copy = "copy",
+        Rename = "rename",
+    }
+}
+
+sql_ops! {
+    /// The operations of `pgvs3.resp_hash` (resp_hash.sql).
+    HashOp for Hash {
+        Hdel = "hdel",
+        Hexists = "hexists",
+        Hget = "hget",
+        Hgetall = "hgetall",
+        Hincrby = "hincrby",
+        Hincrbyfloat = "hincrbyfloat",
+        Hkeys = "hkeys",
+        Hlen = "hlen",
+        Hmget = "hmget",
+        Hrandfield = "hrandfield",
+        Hscan = "hscan",
+        Hset = "hset",
+        Hsetnx = "hsetnx",
+        Hstrlen = "hstrlen",
+        Hvals = "hvals",
+    }
+}
+
+sql_ops! {
+    /// The operations of `pgvs3.resp_set` (resp_set.sql).
+    SetOp for Set {
+        Sadd = "sadd",
+        Scard = "scard",
+        Sdiff = "sdiff",
+        Sdiffstore = "sdiffstore",
+        Sinter = "sinter",
+        Sintercard = "sintercard",
+        Sinterstore = "sinterstore",
+        Sismember = "sismember",
+        Smembers = "smembers",
+        Smismember = "smismember",
+        Smove = "smove",
+        Spop = "spop",
+        Srandmember = "srandmember",
+        Srem = "srem",
+        Sscan = "sscan",
+        Sunion = "sunion",
+        Sunionstore = "sunionstore",
+    }
+}
+
+sql_ops! {
+    /// The operations of `pgvs3.resp_zset` (resp_zset.sql).
+    ZsetOp for Zset {
+        Bzpopmax = "bzpopmax",
+        Bzpopmin = "bzpopmin",
+        Zadd = "zadd",
+        Zcard = "zcard",
+        Zcount = "zcount",
+        Zdiff = "zdiff",
+        Zdiffstore = "zdiffstore",
+        Zincrby = "zincrby",
+        Zinter = "zinter",
+        Zintercard = "zintercard",
+        Zinterstore = "zinterstore",
+        Zlexcount = "zlexcount",
+        Zmpop = "zmpop",
+        Zmscore = "zmscore",
+        Zpopmax = "zpopmax",
+        Zpopmin = "zpopmin",
+        Zrandmember = "zrandmember",
+        Zrange = "zrange",
+        Zrangestore = "zrangestore",
+        Zrank = "zrank",
+        Zrem = "zrem",
+        Zremrangebylex = "zremrangebylex",
+        Zremrangebyrank = "zremrangebyrank",
+        Zremrangebyscore = "zremrangebyscore",
+        Zrevrank = "zrevrank",
+        Zscan = "zscan",
+        Zscore = "zscore",
+        Zunion = "zunion",
+        Zunionstore = "zunionstore",
+    }
+}
+
+sql_ops! {
+    /// The operations of `pgvs3.resp_list` (resp_list.sql).
+    ListOp for List {
+        Blpop = "blpop",
+        Brpop = "brpop",
+        Lindex = "lindex",
+        Linsert = "linsert",
+        Llen = "llen",
+        Lmove = "lmove",
+        Lmpop = "lmpop",
+        Lpop = "lpop",
+        Lpos = "lpos",
+        Lpush = "lpush",
+        Lpushx = "lpushx",
+        Lrange = "lrange",
+        Lrem = "lrem",
+        Lset = "lset",
+        Ltrim = "ltrim",
+        Rpop = "rpop",
+        Rpush = "rpush",
+        Rpushx = "rpushx",
+    }
+}
+
+sql_ops! {
+    /// The operations of `pgvs3.resp_stream` (resp_stream.sql).
+    StreamOp for Stream {
+        Xadd = "xadd",
+        Xdel = "xdel",
+        Xinfo = "xinfo",
+        Xlast = "xlast",
+        Xlen = "xlen",
+        Xrange = "xrange",
+        Xread = "xread",
+        Xrevrange = "xrevrange",
+        Xsetid = "xsetid",
+        Xtrim = "xtrim",
+    }
+}
+
+sql_ops! {
+    /// The operations of `pgvs3.resp_stream_group` (resp_stream_group.sql): consumer groups.
+    StreamGroupOp for StreamGroup {
+        Xack = "xack",
+        Xautoclaim = "xautoclaim",
+        Xclaim = "xclaim",
+        XgroupCreate = "xgroup_create",
+        XgroupCreateconsumer = "xgroup_createconsumer",
+        XgroupDelconsumer = "xgroup_delconsumer",
+        XgroupDestroy = "xgroup_destroy",
+        XgroupSetid = "xgroup_setid",
+        XinfoConsumers = "xinfo_consumers",
+        XinfoGroups = "xinfo_groups",
+        Xpending = "xpending",
+        Xreadgroup = "xreadgroup",
+    }
+}
+
 /// One command as its function takes it: the operation, its keys, and its arguments (bytes,
 /// and the integers and floats the gateway parsed).
 #[derive(Debug, Clone)]
 pub struct TypedCall {
-    pub family: Family,
-    pub op: &'static str,
+    family: Family,
+    op: &'static str,
     pub keys: Vec<String>,
     pub args: Vec<Bytes>,
     pub ints: Vec<Option<i64>>,
@@ -72,6 +247,29 @@ pub struct TypedCall {
     /// larger one before they are sent, so a whole-collection read (LRANGE 0 -1 of millions of
     /// elements) never comes into the gateway's memory; its row says `cut` instead.
     pub reply_limit: Option<i64>,
+}
+
+impl TypedCall {
+    pub fn new<O: SqlOp>(op: O, keys: Vec<String>, args: Vec<Bytes>) -> TypedCall {
+        TypedCall {
+            family: O::FAMILY,
+            op: op.code(),
+            keys,
+            args,
+            ints: Vec::new(),
+            floats: Vec::new(),
+            reply_limit: None,
+        }
+    }
+
+    pub fn family(&self) -> Family {
+        self.family
+    }
+
+    /// Whether the call is `op`.
+    pub fn is<O: SqlOp>(&self, op: O) -> bool {
+        self.family == O::FAMILY && self.op == op.code()
+    }
 }
 
 /// The size of a reply cut at its call's `reply_limit`, as PostgreSQL built it.
@@ -124,8 +322,9 @@ impl TypedSql {
         // not is at most about twice the limit.
         let call = |family: &str| {
             format!(
-                "SELECT err, n, CASE WHEN cut THEN NULL ELSE items END, CASE WHEN cut THEN NULL ELSE scores END,
-                        CASE WHEN cut THEN bytes END, CASE WHEN cut THEN elements END
+                "SELECT err, n, CASE WHEN cut THEN NULL ELSE items END AS items,
+                        CASE WHEN cut THEN NULL ELSE scores END AS scores,
+                        CASE WHEN cut THEN bytes END AS cut_bytes, CASE WHEN cut THEN elements END AS cut_elements
                    FROM (SELECT *, coalesce($7::bigint < bytes / 2 - 64 OR $7::bigint < 3 * elements, false) AS cut
                            FROM (SELECT r.err, r.n, r.items, r.scores,
                                         coalesce(pg_column_size(r.items), 0)::bigint
@@ -195,18 +394,18 @@ where
     Ok(rows
         .iter()
         .map(|row| TypedRow {
-            err: row.get(0),
-            n: row.get(1),
+            err: row.get("err"),
+            n: row.get("n"),
             items: row
-                .get::<_, Option<Vec<Option<Vec<u8>>>>>(2)
+                .get::<_, Option<Vec<Option<Vec<u8>>>>>("items")
                 .unwrap_or_default()
                 .into_iter()
                 .map(|item| item.map(Bytes::from))
                 .collect(),
-            scores: row.get::<_, Option<Vec<Option<f64>>>>(3).unwrap_or_default(),
-            cut: row.get::<_, Option<i64>>(4).map(|bytes| Cut {
+            scores: row.get::<_, Option<Vec<Option<f64>>>>("scores").unwrap_or_default(),
+            cut: row.get::<_, Option<i64>>("cut_bytes").map(|bytes| Cut {
                 datum_bytes: bytes.max(0) as u64,
-                elements: row.get::<_, Option<i64>>(5).unwrap_or(0).max(0) as u64,
+                elements: row.get::<_, Option<i64>>("cut_elements").unwrap_or(0).max(0) as u64,
             }),
         })
         .collect())
@@ -237,5 +436,210 @@ impl KvBatch {
     pub async fn typed(&mut self, calls: &[&TypedCall], commit: bool) -> StoreResult<Vec<TypedRow>> {
         self.write_pending().await?;
         self.typed_calls(calls, commit).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// A token of PL/pgSQL, as far as finding its `op` arms needs: a word (lower case), a
+    /// string literal, or one symbol.
+    #[derive(Debug, Clone, PartialEq)]
+    enum Token {
+        Word(String),
+        Str(String),
+        Symbol(String),
+    }
+
+    fn tokens(text: &str) -> Vec<Token> {
+        let chars: Vec<char> = text.chars().collect();
+        let mut tokens = Vec::new();
+        let mut i = 0;
+        while i < chars.len() {
+            let c = chars[i];
+            if c == '-' && chars.get(i + 1) == Some(&'-') {
+                while i < chars.len() && chars[i] != '\n' {
+                    i += 1;
+                }
+            } else if c == '\'' {
+                let mut literal = String::new();
+                i += 1;
+                while i < chars.len() {
+                    if chars[i] == '\'' {
+                        if chars.get(i + 1) == Some(&'\'') {
+                            literal.push('\'');
+                            i += 2;
+                            continue;
+                        }
+                        break;
+                    }
+                    literal.push(chars[i]);
+                    i += 1;
+                }
+                i += 1;
+                tokens.push(Token::Str(literal));
+            } else if c.is_alphanumeric() || c == '_' {
+                let start = i;
+                while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_' || chars[i] == '.') {
+                    i += 1;
+                }
+                tokens.push(Token::Word(chars[start..i].iter().collect::<String>().to_lowercase()));
+            } else if c.is_whitespace() {
+                i += 1;
+            } else if c == '<' && chars.get(i + 1) == Some(&'>') {
+                tokens.push(Token::Symbol("<>".into()));
+                i += 2;
+            } else {
+                tokens.push(Token::Symbol(c.to_string()));
+                i += 1;
+            }
+        }
+        tokens
+    }
+
+    fn word(token: Option<&Token>, expected: &str) -> bool {
+        matches!(token, Some(Token::Word(word)) if word == expected)
+    }
+
+    /// The operations the family's function names (`CASE op WHEN 'a', 'b'`, `op = 'a'`,
+    /// `op <> 'a'`, `op [NOT] IN ('a', ...)`), and the patterns of its `op LIKE '...'`.
+    fn sql_ops(family: &str, text: &str) -> (BTreeSet<String>, Vec<String>) {
+        let head = format!("FUNCTION pgvs3.resp_{family}(op text");
+        let start = text.find(&head).unwrap_or_else(|| panic!("{head} not found"));
+        let end = text[start + 1..]
+            .find("CREATE OR REPLACE FUNCTION")
+            .map_or(text.len(), |end| start + 1 + end);
+        let tokens = tokens(&text[start..end]);
+        let (mut named, mut patterns) = (BTreeSet::new(), Vec::new());
+        // Open CASE expressions and blocks: true for a `CASE op`.
+        let mut open: Vec<bool> = Vec::new();
+        for (k, token) in tokens.iter().enumerate() {
+            let next = tokens.get(k + 1);
+            match token {
+                Token::Word(w) if w == "case" => open.push(word(next, "op")),
+                Token::Word(w) if w == "begin" => open.push(false),
+                Token::Word(w) if w == "end" && !word(next, "if") && !word(next, "loop") => {
+                    open.pop();
+                }
+                Token::Word(w) if w == "when" && open.last() == Some(&true) => {
+                    for token in &tokens[k + 1..] {
+                        match token {
+                            Token::Str(op) => named.insert(op.clone()),
+                            Token::Symbol(comma) if comma == "," => continue,
+                            _ => break,
+                        };
+                    }
+                }
+                Token::Word(w) if w == "op" => {
+                    let mut j = k + 1;
+                    match (tokens.get(j), tokens.get(j + 1)) {
+                        (Some(Token::Symbol(cmp)), Some(Token::Str(op))) if cmp == "=" || cmp == "<>" => {
+                            named.insert(op.clone());
+                            continue;
+                        }
+                        (Some(Token::Word(like)), Some(Token::Str(pattern))) if like == "like" => {
+                            patterns.push(pattern.clone());
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    if word(tokens.get(j), "not") {
+                        j += 1;
+                    }
+                    if word(tokens.get(j), "in") {
+                        for token in &tokens[j + 2..] {
+                            match token {
+                                Token::Str(op) => named.insert(op.clone()),
+                                Token::Symbol(s) if s == ")" => break,
+                                _ => continue,
+                            };
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        (named, patterns)
+    }
+
+    /// SQL LIKE with `%` only (what the functions use).
+    fn like(pattern: &str, text: &str) -> bool {
+        let parts: Vec<&str> = pattern.split('%').collect();
+        let mut rest = text;
+        for (i, part) in parts.iter().enumerate() {
+            if i == 0 {
+                let Some(after) = rest.strip_prefix(part) else {
+                    return false;
+                };
+                rest = after;
+            } else if i == parts.len() - 1 {
+                return rest.ends_with(part);
+            } else {
+                let Some(at) = rest.find(part) else { return false };
+                rest = &rest[at + part.len()..];
+            }
+        }
+        rest.is_empty()
+    }
+
+    fn agree<O: SqlOp>(file: &str, text: &str) {
+        let family = FAMILIES[O::FAMILY as usize];
+        let (named, patterns) = sql_ops(family, text);
+        let codes: BTreeSet<String> = O::ALL.iter().map(|op| op.code().to_owned()).collect();
+        let unknown: Vec<&String> = named.difference(&codes).collect();
+        assert!(
+            unknown.is_empty(),
+            "{file} switches on ops {unknown:?} that {} lacks",
+            std::any::type_name::<O>()
+        );
+        let missing: Vec<&String> = codes
+            .iter()
+            .filter(|code| !named.contains(*code) && !patterns.iter().any(|pattern| like(pattern, code)))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{} has ops {missing:?} that {file} never names",
+            std::any::type_name::<O>()
+        );
+    }
+
+    #[test]
+    fn ops_agree_with_the_sql_functions() {
+        macro_rules! check {
+            ($op:ty, $file:literal) => {
+                agree::<$op>(
+                    $file,
+                    include_str!(concat!("../../../../gateway/migrations/functions/", $file)),
+                )
+            };
+        }
+        check!(KeysOp, "resp_keys.sql");
+        check!(HashOp, "resp_hash.sql");
+        check!(SetOp, "resp_set.sql");
+        check!(ZsetOp, "resp_zset.sql");
+        check!(ListOp, "resp_list.sql");
+        check!(StreamOp, "resp_stream.sql");
+        check!(StreamGroupOp, "resp_stream_group.sql");
+    }
+
+    #[test]
+    fn the_op_finder_sees_every_kind_of_arm() {
+        let text = "CREATE OR REPLACE FUNCTION pgvs3.resp_hash(op text) AS $$
+            DECLARE w boolean := op IN ('a', 'b'); BEGIN
+            IF op = 'c' OR op <> 'd' OR op LIKE 'e%' THEN END IF;
+            x := CASE kind WHEN 'not_an_op' THEN 1 END;
+            -- WHEN 'commented' THEN
+            CASE op WHEN 'f', 'g' THEN y := CASE WHEN op NOT IN ('h') THEN 1 END; WHEN 'i' THEN END CASE;
+            END $$;";
+        let (named, patterns) = sql_ops("hash", text);
+        assert_eq!(
+            named.into_iter().collect::<Vec<_>>(),
+            ["a", "b", "c", "d", "f", "g", "h", "i"]
+        );
+        assert_eq!(patterns, ["e%"]);
+        assert!(like("e%", "ex") && like("%store", "sinterstore") && !like("e%", "xe"));
     }
 }

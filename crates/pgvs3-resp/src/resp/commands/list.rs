@@ -4,11 +4,11 @@
 
 use bytes::Bytes;
 
-use super::blocking::timeout;
-use super::codec::Reply;
-use super::command::{integer, key, syntax_error};
-use super::typed::{MAX_RANDOM, Shape, Typed};
-use crate::store::Family;
+use crate::resp::blocking::timeout;
+use crate::resp::codec::Reply;
+use crate::resp::command::{integer, key, syntax_error};
+use crate::resp::typed::{MAX_RANDOM, Shape, Typed};
+use crate::store::ListOp;
 
 /// LEFT or RIGHT of LMOVE: whether it is the head.
 fn side(arg: &[u8]) -> Result<bool, Reply> {
@@ -21,14 +21,14 @@ fn side(arg: &[u8]) -> Result<bool, Reply> {
 
 pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
     let one = || Ok::<_, Reply>(vec![key(&args[1])?]);
-    let list = |op, rest: &[Bytes], shape| Ok::<_, Reply>(Typed::new(Family::List, op, one()?, rest, shape));
+    let list = |op, rest: &[Bytes], shape| Ok::<_, Reply>(Typed::new(op, one()?, rest, shape));
     let typed: Typed = match name {
-        "lpush" => list("lpush", &args[2..], Shape::Int)?,
-        "rpush" => list("rpush", &args[2..], Shape::Int)?,
-        "lpushx" => list("lpushx", &args[2..], Shape::Int)?,
-        "rpushx" => list("rpushx", &args[2..], Shape::Int)?,
+        "lpush" => list(ListOp::Lpush, &args[2..], Shape::Int)?,
+        "rpush" => list(ListOp::Rpush, &args[2..], Shape::Int)?,
+        "lpushx" => list(ListOp::Lpushx, &args[2..], Shape::Int)?,
+        "rpushx" => list(ListOp::Rpushx, &args[2..], Shape::Int)?,
         "lpop" | "rpop" => {
-            let op = if name == "lpop" { "lpop" } else { "rpop" };
+            let op = if name == "lpop" { ListOp::Lpop } else { ListOp::Rpop };
             match args.len() {
                 2 => list(op, &[], Shape::Bulk)?.ints(&[None]),
                 3 => {
@@ -41,34 +41,30 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
                 _ => return Err(syntax_error()),
             }
         }
-        "llen" => list("llen", &[], Shape::Int)?,
-        "lindex" => list("lindex", &[], Shape::Bulk)?.ints(&[Some(integer(&args[2])?)]),
-        "lrange" => list("lrange", &[], Shape::Bulks)?.ints(&[Some(integer(&args[2])?), Some(integer(&args[3])?)]),
-        "ltrim" => list("ltrim", &[], Shape::Ok)?.ints(&[Some(integer(&args[2])?), Some(integer(&args[3])?)]),
-        "lset" => list("lset", &args[3..4], Shape::Ok)?.ints(&[Some(integer(&args[2])?)]),
+        "llen" => list(ListOp::Llen, &[], Shape::Int)?,
+        "lindex" => list(ListOp::Lindex, &[], Shape::Bulk)?.ints(&[Some(integer(&args[2])?)]),
+        "lrange" => {
+            list(ListOp::Lrange, &[], Shape::Bulks)?.ints(&[Some(integer(&args[2])?), Some(integer(&args[3])?)])
+        }
+        "ltrim" => list(ListOp::Ltrim, &[], Shape::Ok)?.ints(&[Some(integer(&args[2])?), Some(integer(&args[3])?)]),
+        "lset" => list(ListOp::Lset, &args[3..4], Shape::Ok)?.ints(&[Some(integer(&args[2])?)]),
         "linsert" => {
             let before = match args[2].to_ascii_lowercase().as_slice() {
                 b"before" => 1,
                 b"after" => 0,
                 _ => return Err(syntax_error()),
             };
-            list("linsert", &args[3..5], Shape::Int)?.ints(&[Some(before)])
+            list(ListOp::Linsert, &args[3..5], Shape::Int)?.ints(&[Some(before)])
         }
-        "lrem" => list("lrem", &args[3..4], Shape::Int)?.ints(&[Some(integer(&args[2])?)]),
+        "lrem" => list(ListOp::Lrem, &args[3..4], Shape::Int)?.ints(&[Some(integer(&args[2])?)]),
         "lpos" => parse_lpos(one()?, args)?,
         "lmove" | "rpoplpush" | "blmove" | "brpoplpush" => {
             let (from, to) = match name {
                 "lmove" | "blmove" => (side(&args[3])?, side(&args[4])?),
                 _ => (false, true),
             };
-            let typed = Typed::new(
-                Family::List,
-                "lmove",
-                vec![key(&args[1])?, key(&args[2])?],
-                &[],
-                Shape::Bulk,
-            )
-            .ints(&[Some(i64::from(from)), Some(i64::from(to))]);
+            let typed = Typed::new(ListOp::Lmove, vec![key(&args[1])?, key(&args[2])?], &[], Shape::Bulk)
+                .ints(&[Some(i64::from(from)), Some(i64::from(to))]);
             match name {
                 "blmove" | "brpoplpush" => typed.blocking(timeout(&args[args.len() - 1])?),
                 _ => typed,
@@ -76,8 +72,9 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
         }
         "lmpop" | "blmpop" => {
             let blocking = name == "blmpop";
-            let (keys, left, count) = super::typed::multi_pop(&args[1 + usize::from(blocking)..], [b"left", b"right"])?;
-            let typed = Typed::new(Family::List, "lmpop", keys, &[], Shape::MultiPop { scored: false })
+            let (keys, left, count) =
+                crate::resp::typed::multi_pop(&args[1 + usize::from(blocking)..], [b"left", b"right"])?;
+            let typed = Typed::new(ListOp::Lmpop, keys, &[], Shape::MultiPop { scored: false })
                 .ints(&[Some(i64::from(left)), Some(count)]);
             match blocking {
                 true => typed.blocking(timeout(&args[1])?),
@@ -86,8 +83,8 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
         }
         "blpop" | "brpop" => {
             let keys = args[1..args.len() - 1].iter().map(key).collect::<Result<_, _>>()?;
-            let op = if name == "blpop" { "blpop" } else { "brpop" };
-            Typed::new(Family::List, op, keys, &[], Shape::BlockPop).blocking(timeout(&args[args.len() - 1])?)
+            let op = if name == "blpop" { ListOp::Blpop } else { ListOp::Brpop };
+            Typed::new(op, keys, &[], Shape::BlockPop).blocking(timeout(&args[args.len() - 1])?)
         }
         _ => return Ok(None),
     };
@@ -133,5 +130,5 @@ fn parse_lpos(keys: Vec<String>, args: &[Bytes]) -> Result<Typed, Reply> {
         return Err(syntax_error());
     }
     let shape = if count.is_some() { Shape::Ints } else { Shape::FirstInt };
-    Ok(Typed::new(Family::List, "lpos", keys, &args[2..3], shape).ints(&[Some(rank), count, Some(maxlen)]))
+    Ok(Typed::new(ListOp::Lpos, keys, &args[2..3], shape).ints(&[Some(rank), count, Some(maxlen)]))
 }

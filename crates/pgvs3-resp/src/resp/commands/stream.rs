@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::codec::Reply;
-use super::command::{integer, key, parse_integer, syntax_error, wrong_arity};
-use super::typed::{Shape, Typed};
-use crate::store::{Family, TypedRow};
+use crate::resp::codec::Reply;
+use crate::resp::command::{integer, key, parse_integer, syntax_error, wrong_arity};
+use crate::resp::typed::{Shape, Typed};
+use crate::store::{StreamOp, TypedRow};
 
 /// How many entries XADD's and XTRIM's `~` trimming removes at most without LIMIT: Redis's
 /// default, 100 times `stream-node-max-entries` (100).
@@ -417,14 +417,7 @@ fn parse_xadd(args: &[Bytes]) -> Result<Typed, Reply> {
     };
     let mut ints = vec![Some(i64::from(nomkstream)), Some(mode), ms, seq];
     ints.extend(Trim::ints(trim));
-    Ok(Typed::new(
-        Family::Stream,
-        "xadd",
-        vec![key(&args[1])?],
-        fields,
-        Shape::Stream(Reading::Id),
-    )
-    .ints(&ints))
+    Ok(Typed::new(StreamOp::Xadd, vec![key(&args[1])?], fields, Shape::Stream(Reading::Id)).ints(&ints))
 }
 
 fn parse_range(args: &[Bytes], rev: bool) -> Result<Typed, Reply> {
@@ -447,12 +440,11 @@ fn parse_range(args: &[Bytes], rev: bool) -> Result<Typed, Reply> {
     }
     let [from_ms, from_seq] = start.stored();
     let [to_ms, to_seq] = end.stored();
-    let op = if rev { "xrevrange" } else { "xrange" };
+    let op = if rev { StreamOp::Xrevrange } else { StreamOp::Xrange };
     let shape = Shape::Stream(Reading::Entries {
         count_zero: count == Some(0),
     });
-    Ok(Typed::new(Family::Stream, op, vec![key(&args[1])?], &[], shape)
-        .ints(&[from_ms, from_seq, to_ms, to_seq, count]))
+    Ok(Typed::new(op, vec![key(&args[1])?], &[], shape).ints(&[from_ms, from_seq, to_ms, to_seq, count]))
 }
 
 /// XREAD's IDs, as the SQL takes them per key: {mode, ms, seq}, mode 0 after the ID, 1 `$`
@@ -566,7 +558,7 @@ fn parse_xread(args: &[Bytes]) -> Result<Typed, Reply> {
         ints.extend(read_position(id)?);
     }
     let keys = keys.iter().map(key).collect::<Result<_, _>>()?;
-    let typed = Typed::new(Family::Stream, "xread", keys, &[], Shape::Stream(Reading::Read)).ints(&ints);
+    let typed = Typed::new(StreamOp::Xread, keys, &[], Shape::Stream(Reading::Read)).ints(&ints);
     Ok(match block {
         Some(timeout) => typed.blocking(timeout),
         None => typed,
@@ -605,7 +597,7 @@ fn parse_xinfo(args: &[Bytes]) -> Result<Typed, Reply> {
                 _ => return Err(syntax_error()),
             };
             let shape = Shape::Stream(Reading::Info { full: full.is_some() });
-            Typed::new(Family::Stream, "xinfo", keys, &[], shape).ints(&[full])
+            Typed::new(StreamOp::Xinfo, keys, &[], shape).ints(&[full])
         }
         b"groups" => super::stream_group::xinfo_groups(keys),
         _ => super::stream_group::xinfo_consumers(keys, &args[3]),
@@ -645,7 +637,7 @@ fn parse_xsetid(args: &[Bytes]) -> Result<Typed, Reply> {
     let [deleted_ms, deleted_seq] = max_deleted.map_or([None, None], StreamId::stored);
     let [last_ms, last_seq] = last.stored();
     let ints = [last_ms, last_seq, entries_added, deleted_ms, deleted_seq];
-    Ok(Typed::new(Family::Stream, "xsetid", vec![key(&args[1])?], &[], Shape::Ok).ints(&ints))
+    Ok(Typed::new(StreamOp::Xsetid, vec![key(&args[1])?], &[], Shape::Ok).ints(&ints))
 }
 
 /// XINFO HELP's lines, as Redis 7.0 prints them.
@@ -669,10 +661,10 @@ pub fn help() -> Reply {
 }
 
 pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
-    let stream = |op, shape| Ok::<_, Reply>(Typed::new(Family::Stream, op, vec![key(&args[1])?], &[], shape));
+    let stream = |op, shape| Ok::<_, Reply>(Typed::new(op, vec![key(&args[1])?], &[], shape));
     let typed = match name {
         "xadd" => parse_xadd(args)?,
-        "xlen" => stream("xlen", Shape::Int)?,
+        "xlen" => stream(StreamOp::Xlen, Shape::Int)?,
         "xrange" => parse_range(args, false)?,
         "xrevrange" => parse_range(args, true)?,
         "xdel" => {
@@ -680,11 +672,11 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
             for id in &args[2..] {
                 ints.extend(parse_id(id, 0, true)?.stored());
             }
-            stream("xdel", Shape::Int)?.ints(&ints)
+            stream(StreamOp::Xdel, Shape::Int)?.ints(&ints)
         }
         "xtrim" => {
             let trim = parse_add_or_trim(args, false)?.trim;
-            stream("xtrim", Shape::Int)?.ints(&Trim::ints(trim))
+            stream(StreamOp::Xtrim, Shape::Int)?.ints(&Trim::ints(trim))
         }
         "xread" => parse_xread(args)?,
         "xinfo" if args.len() == 2 && args[1].eq_ignore_ascii_case(b"help") => return Ok(None),
@@ -710,8 +702,8 @@ pub fn blocks(args: &[Bytes]) -> bool {
 /// that reads those IDs, when any stream has `$`.
 pub fn last_ids_call(typed: &Typed) -> Option<Typed> {
     let waits_for_new =
-        typed.call.op == "xread" && typed.call.ints.iter().skip(1).step_by(3).any(|mode| *mode == Some(1));
-    waits_for_new.then(|| Typed::new(Family::Stream, "xlast", typed.call.keys.clone(), &[], Shape::Bulks))
+        typed.call.is(StreamOp::Xread) && typed.call.ints.iter().skip(1).step_by(3).any(|mode| *mode == Some(1));
+    waits_for_new.then(|| Typed::new(StreamOp::Xlast, typed.call.keys.clone(), &[], Shape::Bulks))
 }
 
 /// The XREAD with each `$` replaced by its stream's last ID, which `last_ids_call` read.

@@ -3,65 +3,68 @@
 
 use bytes::Bytes;
 
-use super::codec::Reply;
-use super::command::{integer, key, syntax_error};
-use super::typed::{MAX_RANDOM, Shape, Typed, random_count, scan_options};
-use crate::store::Family;
+use crate::resp::codec::Reply;
+use crate::resp::command::{integer, key, syntax_error};
+use crate::resp::typed::{MAX_RANDOM, Shape, Typed, random_count, scan_options};
+use crate::store::SetOp;
 
 fn keys(args: &[Bytes]) -> Result<Vec<String>, Reply> {
     args.iter().map(key).collect()
 }
 
 pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
-    let set = |op, rest: &[Bytes], shape| Ok(Typed::new(Family::Set, op, vec![key(&args[1])?], rest, shape));
+    let set = |op, rest: &[Bytes], shape| Ok(Typed::new(op, vec![key(&args[1])?], rest, shape));
     let typed: Typed = match name {
-        "sadd" | "srem" => set(if name == "sadd" { "sadd" } else { "srem" }, &args[2..], Shape::Int)?,
-        "smembers" => set("smembers", &[], Shape::Bulks)?,
-        "sismember" => set("sismember", &args[2..], Shape::Int)?,
-        "smismember" => set("smismember", &args[2..], Shape::Ints)?,
-        "scard" => set("scard", &[], Shape::Int)?,
+        "sadd" | "srem" => set(
+            if name == "sadd" { SetOp::Sadd } else { SetOp::Srem },
+            &args[2..],
+            Shape::Int,
+        )?,
+        "smembers" => set(SetOp::Smembers, &[], Shape::Bulks)?,
+        "sismember" => set(SetOp::Sismember, &args[2..], Shape::Int)?,
+        "smismember" => set(SetOp::Smismember, &args[2..], Shape::Ints)?,
+        "scard" => set(SetOp::Scard, &[], Shape::Int)?,
         "spop" => match args.len() {
-            2 => set("spop", &[], Shape::Random)?.ints(&[None]),
+            2 => set(SetOp::Spop, &[], Shape::Random)?.ints(&[None]),
             3 => {
                 let count = integer(&args[2])?;
                 if count < 0 {
                     return Err(Reply::error("ERR value is out of range, must be positive"));
                 }
                 // The popped members are the reply: as many as a reply may hold, at most.
-                set("spop", &[], Shape::Bulks)?.ints(&[Some(count.min(MAX_RANDOM))])
+                set(SetOp::Spop, &[], Shape::Bulks)?.ints(&[Some(count.min(MAX_RANDOM))])
             }
             _ => return Err(syntax_error()),
         },
         "srandmember" => match args.len() {
-            2 => set("srandmember", &[], Shape::Random)?.ints(&[None]),
+            2 => set(SetOp::Srandmember, &[], Shape::Random)?.ints(&[None]),
             3 => {
                 let count = random_count(&args[2])?;
-                set("srandmember", &[], Shape::Bulks)?.ints(&[Some(count.min(MAX_RANDOM))])
+                set(SetOp::Srandmember, &[], Shape::Bulks)?.ints(&[Some(count.min(MAX_RANDOM))])
             }
             _ => return Err(syntax_error()),
         },
         "smove" => Typed::new(
-            Family::Set,
-            "smove",
+            SetOp::Smove,
             vec![key(&args[1])?, key(&args[2])?],
             &args[3..],
             Shape::Int,
         ),
         "sinter" | "sunion" | "sdiff" => {
             let op = match name {
-                "sinter" => "sinter",
-                "sunion" => "sunion",
-                _ => "sdiff",
+                "sinter" => SetOp::Sinter,
+                "sunion" => SetOp::Sunion,
+                _ => SetOp::Sdiff,
             };
-            Typed::new(Family::Set, op, keys(&args[1..])?, &[], Shape::Bulks)
+            Typed::new(op, keys(&args[1..])?, &[], Shape::Bulks)
         }
         "sinterstore" | "sunionstore" | "sdiffstore" => {
             let op = match name {
-                "sinterstore" => "sinterstore",
-                "sunionstore" => "sunionstore",
-                _ => "sdiffstore",
+                "sinterstore" => SetOp::Sinterstore,
+                "sunionstore" => SetOp::Sunionstore,
+                _ => SetOp::Sdiffstore,
             };
-            Typed::new(Family::Set, op, keys(&args[1..])?, &[], Shape::Int)
+            Typed::new(op, keys(&args[1..])?, &[], Shape::Int)
         }
         "sintercard" => {
             let numkeys = integer(&args[1])
@@ -81,12 +84,12 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
                     .ok_or_else(|| Reply::error("ERR LIMIT can't be negative"))?,
                 _ => return Err(syntax_error()),
             };
-            Typed::new(Family::Set, "sintercard", keys(sources)?, &[], Shape::Int).ints(&[Some(limit)])
+            Typed::new(SetOp::Sintercard, keys(sources)?, &[], Shape::Int).ints(&[Some(limit)])
         }
         "sscan" => {
             let (cursor, count, pattern) = scan_options(&args[2..])?;
             set(
-                "sscan",
+                SetOp::Sscan,
                 &[],
                 Shape::Scan {
                     pattern,

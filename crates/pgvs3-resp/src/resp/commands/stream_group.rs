@@ -5,11 +5,11 @@
 
 use bytes::Bytes;
 
-use super::codec::Reply;
-use super::command::{integer, key, parse_integer, syntax_error, wrong_arity};
 use super::stream::{self, ReadArgs, StreamId, id_reply, interval_end, interval_start, parse_id, parse_read_args};
-use super::typed::{Shape, Typed};
-use crate::store::{Family, TypedRow};
+use crate::resp::codec::Reply;
+use crate::resp::command::{integer, key, parse_integer, syntax_error, wrong_arity};
+use crate::resp::typed::{Shape, Typed};
+use crate::store::{StreamGroupOp, TypedRow};
 
 /// Most entries one XAUTOCLAIM claims, whatever its COUNT: it looks at ten times as many
 /// pending entries, and its reply is built in memory.
@@ -60,14 +60,8 @@ fn no_such_key_or_group(key: &str, group: &[u8]) -> String {
     format!("NOGROUP No such key '{key}' or consumer group '{}'", lossy(group))
 }
 
-fn group_call(op: &'static str, keys: Vec<String>, args: &[Bytes], reading: Reading, nogroup: Vec<String>) -> Typed {
-    Typed::new(
-        Family::StreamGroup,
-        op,
-        keys,
-        args,
-        Shape::Group(GroupShape { reading, nogroup }),
-    )
+fn group_call(op: StreamGroupOp, keys: Vec<String>, args: &[Bytes], reading: Reading, nogroup: Vec<String>) -> Typed {
+    Typed::new(op, keys, args, Shape::Group(GroupShape { reading, nogroup }))
 }
 
 pub fn reply(shape: &GroupShape, row: TypedRow) -> Reply {
@@ -261,13 +255,13 @@ fn id_or_last(arg: &[u8], strict: bool) -> Result<[Option<i64>; 3], Reply> {
 fn parse_xgroup(args: &[Bytes]) -> Result<Option<Typed>, Reply> {
     let subcommand = args[1].to_ascii_lowercase();
     let (op, arity_ok) = match subcommand.as_slice() {
-        b"create" => ("xgroup_create", args.len() >= 5),
-        b"setid" => ("xgroup_setid", args.len() >= 5),
-        b"destroy" => ("xgroup_destroy", args.len() == 4),
-        b"createconsumer" => ("xgroup_createconsumer", args.len() == 5),
-        b"delconsumer" => ("xgroup_delconsumer", args.len() == 5),
+        b"create" => (StreamGroupOp::XgroupCreate, args.len() >= 5),
+        b"setid" => (StreamGroupOp::XgroupSetid, args.len() >= 5),
+        b"destroy" => (StreamGroupOp::XgroupDestroy, args.len() == 4),
+        b"createconsumer" => (StreamGroupOp::XgroupCreateconsumer, args.len() == 5),
+        b"delconsumer" => (StreamGroupOp::XgroupDelconsumer, args.len() == 5),
         b"help" if args.len() == 2 => return Ok(None),
-        b"help" => ("", false),
+        b"help" => return Err(wrong_arity("xgroup|help")),
         _ => {
             return Err(Reply::error(format!(
                 "ERR unknown subcommand '{}'. Try XGROUP HELP.",
@@ -287,8 +281,8 @@ fn parse_xgroup(args: &[Bytes]) -> Result<Option<Typed>, Reply> {
     let keys = vec![key(&args[2])?];
     let nogroup = vec![no_such_group(&keys[0], &args[3])];
     let typed = match op {
-        "xgroup_create" | "xgroup_setid" => {
-            let create = op == "xgroup_create";
+        StreamGroupOp::XgroupCreate | StreamGroupOp::XgroupSetid => {
+            let create = op == StreamGroupOp::XgroupCreate;
             if args.len() > if create { 8 } else { 7 } || !create && args.len() == 6 {
                 return Err(subcommand_error());
             }
@@ -317,7 +311,7 @@ fn parse_xgroup(args: &[Bytes]) -> Result<Option<Typed>, Reply> {
             ints.extend([Some(i64::from(mkstream)), entries_read]);
             group_call(op, keys, &args[3..4], Reading::Ok, nogroup).ints(&ints)
         }
-        "xgroup_destroy" => group_call(op, keys, &args[3..4], Reading::Int, nogroup),
+        StreamGroupOp::XgroupDestroy => group_call(op, keys, &args[3..4], Reading::Int, nogroup),
         _ => group_call(op, keys, &args[3..5], Reading::Int, nogroup),
     };
     Ok(Some(typed))
@@ -360,7 +354,7 @@ fn parse_xreadgroup(args: &[Bytes]) -> Result<Typed, Reply> {
             )
         })
         .collect();
-    let typed = group_call("xreadgroup", keys, group, Reading::Read, nogroup).ints(&ints);
+    let typed = group_call(StreamGroupOp::Xreadgroup, keys, group, Reading::Read, nogroup).ints(&ints);
     Ok(match block {
         Some(timeout) => typed.blocking(timeout),
         None => typed,
@@ -371,7 +365,7 @@ fn parse_xpending(args: &[Bytes]) -> Result<Typed, Reply> {
     let keys = vec![key(&args[1])?];
     let nogroup = vec![no_such_key_or_group(&keys[0], &args[2])];
     if args.len() == 3 {
-        return Ok(group_call("xpending", keys, &args[2..3], Reading::Summary, nogroup).ints(&[None]));
+        return Ok(group_call(StreamGroupOp::Xpending, keys, &args[2..3], Reading::Summary, nogroup).ints(&[None]));
     }
     if !(6..=9).contains(&args.len()) {
         return Err(syntax_error());
@@ -391,7 +385,7 @@ fn parse_xpending(args: &[Bytes]) -> Result<Typed, Reply> {
     let mut group_args = vec![args[2].clone()];
     group_args.extend(args.get(first + 3).cloned());
     let ints = [Some(1), Some(min_idle), from_ms, from_seq, to_ms, to_seq, Some(count)];
-    Ok(group_call("xpending", keys, &group_args, Reading::Pending, nogroup).ints(&ints))
+    Ok(group_call(StreamGroupOp::Xpending, keys, &group_args, Reading::Pending, nogroup).ints(&ints))
 }
 
 /// XCLAIM's and XAUTOCLAIM's min-idle-time (a negative one is 0).
@@ -459,7 +453,14 @@ fn parse_xclaim(args: &[Bytes]) -> Result<Typed, Reply> {
         last_seq,
     ];
     ints.extend(ids.into_iter().flat_map(StreamId::stored));
-    Ok(group_call("xclaim", keys, &args[2..4], Reading::Claimed { justid }, nogroup).ints(&ints))
+    Ok(group_call(
+        StreamGroupOp::Xclaim,
+        keys,
+        &args[2..4],
+        Reading::Claimed { justid },
+        nogroup,
+    )
+    .ints(&ints))
 }
 
 fn parse_xautoclaim(args: &[Bytes]) -> Result<Typed, Reply> {
@@ -493,7 +494,7 @@ fn parse_xautoclaim(args: &[Bytes]) -> Result<Typed, Reply> {
         Some(i64::from(justid)),
     ];
     Ok(group_call(
-        "xautoclaim",
+        StreamGroupOp::Xautoclaim,
         keys,
         &args[2..4],
         Reading::AutoClaimed { justid },
@@ -507,19 +508,26 @@ fn parse_xack(args: &[Bytes]) -> Result<Typed, Reply> {
     for id in &args[3..] {
         ints.extend(parse_id(id, 0, true)?.stored());
     }
-    Ok(group_call("xack", vec![key(&args[1])?], &args[2..3], Reading::Int, Vec::new()).ints(&ints))
+    Ok(group_call(
+        StreamGroupOp::Xack,
+        vec![key(&args[1])?],
+        &args[2..3],
+        Reading::Int,
+        Vec::new(),
+    )
+    .ints(&ints))
 }
 
 /// XINFO GROUPS of the stream `keys[0]`.
 pub(super) fn xinfo_groups(keys: Vec<String>) -> Typed {
-    group_call("xinfo_groups", keys, &[], Reading::Groups, Vec::new())
+    group_call(StreamGroupOp::XinfoGroups, keys, &[], Reading::Groups, Vec::new())
 }
 
 /// XINFO CONSUMERS of the stream `keys[0]`'s `group`.
 pub(super) fn xinfo_consumers(keys: Vec<String>, group: &Bytes) -> Typed {
     let nogroup = vec![no_such_group(&keys[0], group)];
     group_call(
-        "xinfo_consumers",
+        StreamGroupOp::XinfoConsumers,
         keys,
         std::slice::from_ref(group),
         Reading::Consumers,

@@ -4,10 +4,10 @@
 
 use bytes::Bytes;
 
-use super::codec::Reply;
-use super::command::{integer, key, parse_float, syntax_error};
-use super::typed::{MAX_RANDOM, Shape, Typed, multi_pop, random_count, scan_options};
-use crate::store::Family;
+use crate::resp::codec::Reply;
+use crate::resp::command::{integer, key, parse_float, syntax_error};
+use crate::resp::typed::{MAX_RANDOM, Shape, Typed, multi_pop, random_count, scan_options};
+use crate::store::ZsetOp;
 
 fn not_a_float() -> Reply {
     Reply::error("ERR value is not a valid float")
@@ -87,8 +87,8 @@ impl Range {
         })
     }
 
-    fn call(self, op: &'static str, keys: Vec<String>, shape: Shape) -> Typed {
-        Typed::new(Family::Zset, op, keys, &self.lex, shape)
+    fn call(self, op: ZsetOp, keys: Vec<String>, shape: Shape) -> Typed {
+        Typed::new(op, keys, &self.lex, shape)
             .ints(&[
                 Some(self.mode),
                 Some(i64::from(self.rev)),
@@ -124,7 +124,7 @@ fn range_options(range: &mut Range, options: &[Bytes], allow_limit: bool, allow_
 
 /// ZRANGE's generic form: `key start stop [BYSCORE|BYLEX] [REV] [LIMIT offset count] [WITHSCORES]`
 /// (for ZRANGESTORE, `args` begins with the destination).
-fn parse_zrange(op: &'static str, keys: Vec<String>, args: &[Bytes]) -> Result<Typed, Reply> {
+fn parse_zrange(op: ZsetOp, keys: Vec<String>, args: &[Bytes]) -> Result<Typed, Reply> {
     let (mut by, mut rev, mut with_scores, mut limit) = (0, false, false, None);
     let mut i = 2;
     while i < args.len() {
@@ -132,7 +132,7 @@ fn parse_zrange(op: &'static str, keys: Vec<String>, args: &[Bytes]) -> Result<T
             b"byscore" => by = 1,
             b"bylex" => by = 2,
             b"rev" => rev = true,
-            b"withscores" if op == "zrange" => with_scores = true,
+            b"withscores" if op == ZsetOp::Zrange => with_scores = true,
             b"limit" if i + 2 < args.len() => {
                 limit = Some((integer(&args[i + 1])?, integer(&args[i + 2])?));
                 i += 2;
@@ -167,7 +167,7 @@ fn parse_zrange(op: &'static str, keys: Vec<String>, args: &[Bytes]) -> Result<T
         range.offset = offset;
         range.count = count;
     }
-    let shape = if op == "zrange" {
+    let shape = if op == ZsetOp::Zrange {
         Shape::Scored { with_scores }
     } else {
         Shape::Int
@@ -177,58 +177,66 @@ fn parse_zrange(op: &'static str, keys: Vec<String>, args: &[Bytes]) -> Result<T
 
 pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
     let one = || Ok::<_, Reply>(vec![key(&args[1])?]);
-    let zset = |op, rest: &[Bytes], shape| Ok::<_, Reply>(Typed::new(Family::Zset, op, one()?, rest, shape));
+    let zset = |op, rest: &[Bytes], shape| Ok::<_, Reply>(Typed::new(op, one()?, rest, shape));
     let typed: Typed = match name {
         "zadd" => parse_zadd(one()?, &args[2..])?,
-        "zincrby" => zset("zincrby", &args[3..4], Shape::Double)?
+        "zincrby" => zset(ZsetOp::Zincrby, &args[3..4], Shape::Double)?
             .ints(&[Some(0), Some(0), Some(0), Some(0), Some(0), Some(1)])
             .floats(&[score(&args[2])?]),
-        "zrem" => zset("zrem", &args[2..], Shape::Int)?,
-        "zscore" => zset("zscore", &args[2..], Shape::Double)?,
-        "zmscore" => zset("zmscore", &args[2..], Shape::Doubles)?,
-        "zcard" => zset("zcard", &[], Shape::Int)?,
+        "zrem" => zset(ZsetOp::Zrem, &args[2..], Shape::Int)?,
+        "zscore" => zset(ZsetOp::Zscore, &args[2..], Shape::Double)?,
+        "zmscore" => zset(ZsetOp::Zmscore, &args[2..], Shape::Doubles)?,
+        "zcard" => zset(ZsetOp::Zcard, &[], Shape::Int)?,
         "zrank" | "zrevrank" => {
             let shape = match &args[3..] {
                 [] => Shape::IntOrNil,
                 [option] if option.eq_ignore_ascii_case(b"withscore") => Shape::RankScore,
                 _ => return Err(syntax_error()),
             };
-            zset(if name == "zrank" { "zrank" } else { "zrevrank" }, &args[2..3], shape)?
+            zset(
+                if name == "zrank" {
+                    ZsetOp::Zrank
+                } else {
+                    ZsetOp::Zrevrank
+                },
+                &args[2..3],
+                shape,
+            )?
         }
         "zrandmember" => match &args[2..] {
-            [] => zset("zrandmember", &[], Shape::Random)?.ints(&[None]),
+            [] => zset(ZsetOp::Zrandmember, &[], Shape::Random)?.ints(&[None]),
             [count, rest @ ..] => {
                 let with_scores = match rest {
                     [] => false,
                     [option] if option.eq_ignore_ascii_case(b"withscores") => true,
                     _ => return Err(syntax_error()),
                 };
-                zset("zrandmember", &[], Shape::Scored { with_scores })?.ints(&[Some(random_count(count)?)])
+                zset(ZsetOp::Zrandmember, &[], Shape::Scored { with_scores })?.ints(&[Some(random_count(count)?)])
             }
         },
         "zmpop" | "bzmpop" => {
             let blocking = name == "bzmpop";
             let (keys, min, count) = multi_pop(&args[1 + usize::from(blocking)..], [b"min", b"max"])?;
-            let typed = Typed::new(Family::Zset, "zmpop", keys, &[], Shape::MultiPop { scored: true })
+            let typed = Typed::new(ZsetOp::Zmpop, keys, &[], Shape::MultiPop { scored: true })
                 .ints(&[Some(i64::from(!min)), Some(count)]);
             match blocking {
-                true => typed.blocking(super::blocking::timeout(&args[1])?),
+                true => typed.blocking(crate::resp::blocking::timeout(&args[1])?),
                 false => typed,
             }
         }
         "zunion" | "zinter" | "zdiff" | "zdiffstore" | "zintercard" => parse_store(name, args)?,
-        "zcount" => Range::by_score(&args[2], &args[3])?.call("zcount", one()?, Shape::Int),
-        "zlexcount" => Range::by_lex(&args[2], &args[3])?.call("zlexcount", one()?, Shape::Int),
-        "zremrangebyrank" => Range::by_rank(&args[2], &args[3])?.call("zremrangebyrank", one()?, Shape::Int),
-        "zremrangebyscore" => Range::by_score(&args[2], &args[3])?.call("zremrangebyscore", one()?, Shape::Int),
-        "zremrangebylex" => Range::by_lex(&args[2], &args[3])?.call("zremrangebylex", one()?, Shape::Int),
-        "zrange" => parse_zrange("zrange", one()?, &args[2..])?,
-        "zrangestore" => parse_zrange("zrangestore", vec![key(&args[1])?, key(&args[2])?], &args[3..])?,
+        "zcount" => Range::by_score(&args[2], &args[3])?.call(ZsetOp::Zcount, one()?, Shape::Int),
+        "zlexcount" => Range::by_lex(&args[2], &args[3])?.call(ZsetOp::Zlexcount, one()?, Shape::Int),
+        "zremrangebyrank" => Range::by_rank(&args[2], &args[3])?.call(ZsetOp::Zremrangebyrank, one()?, Shape::Int),
+        "zremrangebyscore" => Range::by_score(&args[2], &args[3])?.call(ZsetOp::Zremrangebyscore, one()?, Shape::Int),
+        "zremrangebylex" => Range::by_lex(&args[2], &args[3])?.call(ZsetOp::Zremrangebylex, one()?, Shape::Int),
+        "zrange" => parse_zrange(ZsetOp::Zrange, one()?, &args[2..])?,
+        "zrangestore" => parse_zrange(ZsetOp::Zrangestore, vec![key(&args[1])?, key(&args[2])?], &args[3..])?,
         "zrevrange" => {
             let mut range = Range::by_rank(&args[2], &args[3])?;
             range.rev = true;
             let with_scores = range_options(&mut range, &args[4..], false, true)?;
-            range.call("zrange", one()?, Shape::Scored { with_scores })
+            range.call(ZsetOp::Zrange, one()?, Shape::Scored { with_scores })
         }
         "zrangebyscore" | "zrevrangebyscore" | "zrangebylex" | "zrevrangebylex" => {
             let rev = name.starts_with("zrev");
@@ -245,10 +253,14 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
             };
             range.rev = rev;
             let with_scores = range_options(&mut range, &args[4..], true, !lex)?;
-            range.call("zrange", one()?, Shape::Scored { with_scores })
+            range.call(ZsetOp::Zrange, one()?, Shape::Scored { with_scores })
         }
         "zpopmin" | "zpopmax" => {
-            let op = if name == "zpopmin" { "zpopmin" } else { "zpopmax" };
+            let op = if name == "zpopmin" {
+                ZsetOp::Zpopmin
+            } else {
+                ZsetOp::Zpopmax
+            };
             match args.len() {
                 2 => zset(op, &[], Shape::Popped { count: false })?.ints(&[Some(1)]),
                 3 => {
@@ -264,14 +276,17 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
         "zunionstore" | "zinterstore" => parse_store(name, args)?,
         "bzpopmin" | "bzpopmax" => {
             let keys = args[1..args.len() - 1].iter().map(key).collect::<Result<_, _>>()?;
-            let op = if name == "bzpopmin" { "bzpopmin" } else { "bzpopmax" };
-            Typed::new(Family::Zset, op, keys, &[], Shape::BlockZPop)
-                .blocking(super::blocking::timeout(&args[args.len() - 1])?)
+            let op = if name == "bzpopmin" {
+                ZsetOp::Bzpopmin
+            } else {
+                ZsetOp::Bzpopmax
+            };
+            Typed::new(op, keys, &[], Shape::BlockZPop).blocking(crate::resp::blocking::timeout(&args[args.len() - 1])?)
         }
         "zscan" => {
             let (cursor, count, pattern) = scan_options(&args[2..])?;
             zset(
-                "zscan",
+                ZsetOp::Zscan,
                 &[],
                 Shape::Scan {
                     pattern,
@@ -328,7 +343,7 @@ fn parse_zadd(keys: Vec<String>, args: &[Bytes]) -> Result<Typed, Reply> {
     let members: Vec<Bytes> = pairs.chunks(2).map(|pair| pair[1].clone()).collect();
     let shape = if incr { Shape::Double } else { Shape::Int };
     let ints: Vec<Option<i64>> = flags.iter().map(|flag| Some(i64::from(*flag))).collect();
-    Ok(Typed::new(Family::Zset, "zadd", keys, &members, shape)
+    Ok(Typed::new(ZsetOp::Zadd, keys, &members, shape)
         .ints(&ints)
         .floats(&scores))
 }
@@ -338,17 +353,17 @@ fn parse_zadd(keys: Vec<String>, args: &[Bytes]) -> Result<Typed, Reply> {
 /// ZINTERCARD (with LIMIT). ZDIFF and ZDIFFSTORE take no WEIGHTS or AGGREGATE.
 fn parse_store(name: &str, args: &[Bytes]) -> Result<Typed, Reply> {
     let op = match name {
-        "zunionstore" => "zunionstore",
-        "zinterstore" => "zinterstore",
-        "zdiffstore" => "zdiffstore",
-        "zunion" => "zunion",
-        "zinter" => "zinter",
-        "zdiff" => "zdiff",
-        _ => "zintercard",
+        "zunionstore" => ZsetOp::Zunionstore,
+        "zinterstore" => ZsetOp::Zinterstore,
+        "zdiffstore" => ZsetOp::Zdiffstore,
+        "zunion" => ZsetOp::Zunion,
+        "zinter" => ZsetOp::Zinter,
+        "zdiff" => ZsetOp::Zdiff,
+        _ => ZsetOp::Zintercard,
     };
     let store = name.ends_with("store");
     let numkeys_at = if store { 2 } else { 1 };
-    let numkeys = match (name, super::command::parse_integer(&args[numkeys_at])) {
+    let numkeys = match (name, crate::resp::command::parse_integer(&args[numkeys_at])) {
         ("zintercard", n) if n.is_none_or(|n| n < 1) => {
             return Err(Reply::error("ERR numkeys should be greater than 0"));
         }
@@ -372,18 +387,18 @@ fn parse_store(name: &str, args: &[Bytes]) -> Result<Typed, Reply> {
     let mut aggregate = 0;
     let mut with_scores = false;
     let mut limit = 0;
-    let combines = !matches!(op, "zdiff" | "zdiffstore" | "zintercard");
+    let combines = !matches!(op, ZsetOp::Zdiff | ZsetOp::Zdiffstore | ZsetOp::Zintercard);
     while let Some(option) = options.first() {
         match option.to_ascii_lowercase().as_slice() {
-            b"withscores" if !store && op != "zintercard" => {
+            b"withscores" if !store && op != ZsetOp::Zintercard => {
                 with_scores = true;
                 options = &options[1..];
             }
-            b"limit" if op == "zintercard" && options.len() > 1 => {
-                limit = match super::command::parse_integer(&options[1]) {
+            b"limit" if op == ZsetOp::Zintercard && options.len() > 1 => {
+                limit = match crate::resp::command::parse_integer(&options[1]) {
                     Some(limit) if limit >= 0 => limit,
                     Some(_) => return Err(Reply::error("ERR LIMIT can't be negative")),
-                    None => return Err(super::command::not_an_integer()),
+                    None => return Err(crate::resp::command::not_an_integer()),
                 };
                 options = &options[2..];
             }
@@ -414,10 +429,10 @@ fn parse_store(name: &str, args: &[Bytes]) -> Result<Typed, Reply> {
         keys.push(key(source)?);
     }
     let shape = match op {
-        "zunion" | "zinter" | "zdiff" => Shape::Scored { with_scores },
+        ZsetOp::Zunion | ZsetOp::Zinter | ZsetOp::Zdiff => Shape::Scored { with_scores },
         _ => Shape::Int,
     };
-    Ok(Typed::new(Family::Zset, op, keys, &[], shape)
+    Ok(Typed::new(op, keys, &[], shape)
         .ints(&[Some(aggregate), Some(limit)])
         .floats(&weights))
 }

@@ -3,34 +3,34 @@
 
 use bytes::Bytes;
 
-use super::codec::Reply;
-use super::command::{integer, key, parse_float, syntax_error, wrong_arity};
-use super::typed::{Shape, Typed, random_count, scan_options};
-use crate::store::Family;
+use crate::resp::codec::Reply;
+use crate::resp::command::{integer, key, parse_float, syntax_error, wrong_arity};
+use crate::resp::typed::{Shape, Typed, random_count, scan_options};
+use crate::store::HashOp;
 
 pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
-    let hash = |op, rest: &[Bytes], shape| Ok(Typed::new(Family::Hash, op, vec![key(&args[1])?], rest, shape));
+    let hash = |op, rest: &[Bytes], shape| Ok(Typed::new(op, vec![key(&args[1])?], rest, shape));
     let typed: Typed = match name {
         "hset" | "hmset" => {
             if !args.len().is_multiple_of(2) {
                 return Err(wrong_arity(name));
             }
             let shape = if name == "hset" { Shape::Int } else { Shape::Ok };
-            hash("hset", &args[2..], shape)?
+            hash(HashOp::Hset, &args[2..], shape)?
         }
-        "hsetnx" => hash("hsetnx", &args[2..], Shape::Int)?,
-        "hget" => hash("hget", &args[2..], Shape::Bulk)?,
-        "hmget" => hash("hmget", &args[2..], Shape::Bulks)?,
-        "hdel" => hash("hdel", &args[2..], Shape::Int)?,
-        "hexists" => hash("hexists", &args[2..], Shape::Int)?,
-        "hstrlen" => hash("hstrlen", &args[2..], Shape::Int)?,
-        "hlen" => hash("hlen", &[], Shape::Int)?,
-        "hgetall" => hash("hgetall", &[], Shape::Map)?,
-        "hkeys" => hash("hkeys", &[], Shape::Bulks)?,
-        "hvals" => hash("hvals", &[], Shape::Bulks)?,
+        "hsetnx" => hash(HashOp::Hsetnx, &args[2..], Shape::Int)?,
+        "hget" => hash(HashOp::Hget, &args[2..], Shape::Bulk)?,
+        "hmget" => hash(HashOp::Hmget, &args[2..], Shape::Bulks)?,
+        "hdel" => hash(HashOp::Hdel, &args[2..], Shape::Int)?,
+        "hexists" => hash(HashOp::Hexists, &args[2..], Shape::Int)?,
+        "hstrlen" => hash(HashOp::Hstrlen, &args[2..], Shape::Int)?,
+        "hlen" => hash(HashOp::Hlen, &[], Shape::Int)?,
+        "hgetall" => hash(HashOp::Hgetall, &[], Shape::Map)?,
+        "hkeys" => hash(HashOp::Hkeys, &[], Shape::Bulks)?,
+        "hvals" => hash(HashOp::Hvals, &[], Shape::Bulks)?,
         "hincrby" => {
             let by = integer(&args[3])?;
-            hash("hincrby", &args[2..3], Shape::Int)?.ints(&[Some(by)])
+            hash(HashOp::Hincrby, &args[2..3], Shape::Int)?.ints(&[Some(by)])
         }
         "hincrbyfloat" => {
             let by = parse_float(&args[3]).ok_or_else(|| Reply::error("ERR value is not a valid float"))?;
@@ -38,10 +38,10 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
             if by.is_infinite() {
                 return Err(Reply::error("ERR value is NaN or Infinity"));
             }
-            hash("hincrbyfloat", &args[2..4], Shape::Bulk)?.floats(&[by])
+            hash(HashOp::Hincrbyfloat, &args[2..4], Shape::Bulk)?.floats(&[by])
         }
         "hrandfield" => match args.len() {
-            2 => hash("hrandfield", &[], Shape::Random)?.ints(&[None, Some(0)]),
+            2 => hash(HashOp::Hrandfield, &[], Shape::Random)?.ints(&[None, Some(0)]),
             3 | 4 => {
                 let count = random_count(&args[2])?;
                 let with_values = match args.get(3) {
@@ -50,7 +50,7 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
                     Some(_) => return Err(syntax_error()),
                 };
                 let shape = if with_values { Shape::Pairs } else { Shape::Bulks };
-                hash("hrandfield", &[], shape)?.ints(&[Some(count), Some(i64::from(with_values))])
+                hash(HashOp::Hrandfield, &[], shape)?.ints(&[Some(count), Some(i64::from(with_values))])
             }
             _ => return Err(syntax_error()),
         },
@@ -68,7 +68,7 @@ pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<Typed>, Reply> {
                     scored: false,
                 },
             };
-            hash("hscan", &[], shape)?.ints(&[Some(cursor), Some(count)])
+            hash(HashOp::Hscan, &[], shape)?.ints(&[Some(cursor), Some(count)])
         }
         _ => return Ok(None),
     };

@@ -1,0 +1,50 @@
+//! The commands, one module per Redis command group: each holds its commands' parsing, their
+//! work and their replies. The connection loop (`resp/connection.rs`) dispatches here.
+
+mod client;
+mod generic;
+pub(crate) mod hash;
+pub(crate) mod list;
+pub(crate) mod pubsub;
+mod scripting;
+pub(crate) mod server;
+pub(crate) mod set;
+pub(crate) mod stream;
+pub(crate) mod stream_group;
+pub(crate) mod transactions;
+pub(crate) mod zset;
+
+use bytes::Bytes;
+
+use super::codec::Reply;
+use super::command::Spec;
+use super::connection::Connection;
+
+impl Connection {
+    /// Everything that is not a key command, to its group.
+    pub(crate) async fn other_command(&mut self, spec: &'static Spec, args: &[Bytes]) -> Reply {
+        match spec.name {
+            "ping" | "echo" | "quit" | "reset" | "auth" | "hello" | "select" | "client" => {
+                self.connection_command(spec, args).await
+            }
+            "publish" | "spublish" => self.publish(spec, args).await,
+            "pubsub" => self.pubsub_introspection(args),
+            "multi" => self.multi(),
+            "discard" => self.discard(),
+            "exec" => self.exec().await,
+            "watch" => self.watch(args).await,
+            "unwatch" => self.unwatch(),
+            "time" | "command" | "config" | "info" | "dbsize" | "flushdb" | "flushall" | "function" => {
+                self.server_command(spec, args).await
+            }
+            "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "script" => self.scripting_command(spec, args).await,
+            // XGROUP HELP and XINFO HELP (the other subcommands are key commands).
+            "xgroup" => super::stream_group::help(),
+            "xinfo" => super::stream::help(),
+            "randomkey" => self.randomkey().await,
+            "keys" => self.keys(&args[1]).await,
+            "scan" => self.scan(args).await,
+            other => unreachable!("{other} is in the command table but not handled"),
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! Scripting: EVAL, EVALSHA and their read-only forms, SCRIPT. The interpreter and its
+//! batches are `resp/script.rs` and `resp/lua.rs`.
+
+use bytes::Bytes;
+
+use super::transactions::{Fingerprint, fingerprint};
+use crate::resp::codec::Reply;
+use crate::resp::command::Spec;
+use crate::resp::connection::{Connection, store_error};
+use crate::resp::script::{self, Step};
+use crate::store::Access;
+
+impl Connection {
+    pub(crate) async fn scripting_command(&mut self, spec: &'static Spec, args: &[Bytes]) -> Reply {
+        match spec.name {
+            "script" => self.server.scripts.command(args),
+            _ => {
+                let steps = match self.server.scripts.request(spec.name, args) {
+                    Ok(request) => [Step::Script(request)],
+                    Err(reply) => return reply,
+                };
+                match self.run_scripted(&steps, &[]).await {
+                    Ok(mut replies) => replies.pop().unwrap_or(Reply::Nil),
+                    Err(reply) => reply,
+                }
+            }
+        }
+    }
+
+    /// Runs scripts (and key commands queued with them) in one batch: see `script.rs`. A
+    /// `watched` key that changed since WATCH answers the null array, as [`Self::execute`].
+    pub(crate) async fn run_scripted(
+        &self,
+        steps: &[Step],
+        watched: &[(String, Fingerprint)],
+    ) -> Result<Vec<Reply>, Reply> {
+        let standby = self.server.replica.is_standby();
+        let write = !standby && script::writes(steps);
+        let keyspace = self.keyspace(if write { Access::Write } else { Access::Read }).await?;
+        let watched_keys: Vec<String> = watched.iter().map(|(key, _)| key.clone()).collect();
+        let unchanged =
+            |batch: &crate::store::KvBatch| watched.iter().all(|(key, seen)| fingerprint(batch.get(key)) == *seen);
+        match self
+            .server
+            .scripts
+            .run(&keyspace, steps, write, standby, &watched_keys, unchanged)
+            .await
+        {
+            Ok(Some(replies)) => Ok(replies),
+            Ok(None) => Err(Reply::NilArray),
+            Err(err) => Err(store_error(err)),
+        }
+    }
+}

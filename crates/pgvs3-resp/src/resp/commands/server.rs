@@ -1,0 +1,338 @@
+//! Redis's "server" group: INFO, CONFIG, COMMAND, TIME, DBSIZE, FLUSHDB, FLUSHALL and
+//! FUNCTION (which pgvs3 does not run: see `function_command`).
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+
+use crate::resp::codec::Reply;
+use crate::resp::command::{Spec, syntax_error, wrong_arity};
+use crate::resp::connection::{Connection, store_error};
+use crate::resp::{command_info, glob};
+use crate::store::Access;
+
+/// The Redis version pgvs3 reports: the command set it follows.
+pub(crate) const REDIS_VERSION: &str = "7.0.0";
+
+impl Connection {
+    pub(crate) async fn server_command(&mut self, spec: &'static Spec, args: &[Bytes]) -> Reply {
+        match spec.name {
+            "time" => time_reply(),
+            "command" => command_info::command(args),
+            "config" => config_command(args, &self.config_parameters()),
+            "info" => self.info(args).await,
+            "dbsize" => match self.keyspace(Access::Read).await {
+                Ok(keyspace) => keyspace
+                    .count()
+                    .await
+                    .map_or_else(store_error, |(keys, _)| Reply::Integer(keys)),
+                Err(reply) => reply,
+            },
+            "flushdb" => {
+                if !flush_mode_ok(args) {
+                    return syntax_error();
+                }
+                if !self.server.settings.flushdb {
+                    return Reply::error("ERR FLUSHDB is disabled on this server (start pgvs3 with --resp-flushdb)");
+                }
+                match self.keyspace(Access::Write).await {
+                    Ok(keyspace) => keyspace.flush().await.map_or_else(store_error, |()| Reply::OK),
+                    Err(reply) => reply,
+                }
+            }
+            "flushall" => {
+                if !flush_mode_ok(args) {
+                    return syntax_error();
+                }
+                if !self.server.settings.flushdb {
+                    return Reply::error("ERR FLUSHALL is disabled on this server (start pgvs3 with --resp-flushdb)");
+                }
+                // Every database this server maps, one after the other (each its own statement).
+                for db in self.server.settings.databases.keys() {
+                    let flushed = match self.keyspace_of(*db, Access::Write).await {
+                        Ok(keyspace) => keyspace.flush().await.map_err(store_error),
+                        Err(reply) => Err(reply),
+                    };
+                    if let Err(reply) = flushed {
+                        return reply;
+                    }
+                }
+                Reply::OK
+            }
+            "function" => function_command(args),
+            other => unreachable!("{other} is not a server command"),
+        }
+    }
+
+    async fn info(&self, args: &[Bytes]) -> Reply {
+        let wanted: Vec<String> = args[1..]
+            .iter()
+            .map(|arg| String::from_utf8_lossy(arg).to_ascii_lowercase())
+            .collect();
+        let show = |section: &str| {
+            wanted.is_empty()
+                || wanted
+                    .iter()
+                    .any(|w| w == section || w == "all" || w == "everything" || w == "default")
+        };
+        let mut text = String::new();
+        if show("server") {
+            let uptime = self.server.started.elapsed().as_secs();
+            text.push_str(&format!(
+                "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_git_sha1:00000000\r\nredis_git_dirty:0\r\n\
+                 redis_mode:standalone\r\npgvs3_version:{}\r\nos:{} {}\r\narch_bits:64\r\nprocess_id:{}\r\n\
+                 tcp_port:{}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\n\r\n",
+                env!("CARGO_PKG_VERSION"),
+                std::env::consts::OS,
+                std::env::consts::ARCH,
+                std::process::id(),
+                self.server.port,
+                uptime / 86_400,
+            ));
+        }
+        if show("clients") {
+            let connected = self.server.clients.len();
+            text.push_str(&format!(
+                "# Clients\r\nconnected_clients:{connected}\r\ncluster_connections:0\r\nmaxclients:{}\r\n\
+                 blocked_clients:{}\r\ntracking_clients:0\r\n\r\n",
+                self.server.settings.max_clients,
+                self.server.wakeups.blocked_clients()
+            ));
+        }
+        if show("memory") {
+            let used = resident_bytes();
+            text.push_str(&format!(
+                "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{used}\r\n\
+                 maxmemory:0\r\nmaxmemory_policy:noeviction\r\nmem_allocator:mimalloc\r\n\r\n",
+                used as f64 / (1024.0 * 1024.0)
+            ));
+        }
+        if show("persistence") {
+            // Every write is durable at its reply (PostgreSQL's commit): nothing loads, nothing
+            // waits for a save. Clients (ioredis's ready check) read `loading`.
+            text.push_str(
+                "# Persistence\r\nloading:0\r\nasync_loading:0\r\nrdb_changes_since_last_save:0\r\n\
+                 rdb_bgsave_in_progress:0\r\nrdb_last_bgsave_status:ok\r\naof_enabled:0\r\n\
+                 aof_rewrite_in_progress:0\r\n\r\n",
+            );
+        }
+        if show("stats") {
+            text.push_str(&format!(
+                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
+                 expired_keys:0\r\nevicted_keys:0\r\ntotal_error_replies:{}\r\nunexpected_error_replies:0\r\n\r\n",
+                self.server.clients.total_registered(),
+                self.server.commands_processed.load(Relaxed),
+                self.server.error_replies.load(Relaxed),
+            ));
+        }
+        if show("cpu") {
+            let (system, user) = cpu_seconds();
+            text.push_str(&format!(
+                "# CPU\r\nused_cpu_sys:{system:.6}\r\nused_cpu_user:{user:.6}\r\n\r\n"
+            ));
+        }
+        if show("replication") {
+            let role = if self.server.replica.is_standby() {
+                "slave"
+            } else {
+                "master"
+            };
+            text.push_str(&format!(
+                "# Replication\r\nrole:{role}\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\n\r\n"
+            ));
+        }
+        if show("cluster") {
+            text.push_str("# Cluster\r\ncluster_enabled:0\r\n\r\n");
+        }
+        if show("keyspace") {
+            text.push_str("# Keyspace\r\n");
+            for db in self.server.settings.databases.keys() {
+                let Ok(keyspace) = self.keyspace_of(*db, Access::Read).await else {
+                    continue;
+                };
+                if let Ok((keys, expires)) = keyspace.count().await
+                    && keys > 0
+                {
+                    text.push_str(&format!("db{db}:keys={keys},expires={expires},avg_ttl=0\r\n"));
+                }
+            }
+        }
+        // Redis puts a blank line between sections, none after the last.
+        if text.ends_with("\r\n\r\n") {
+            text.truncate(text.len() - 2);
+        }
+        Reply::text(&text)
+    }
+
+    /// What CONFIG GET shows: the parameters client libraries and tools ask for (redis-cli,
+    /// BullMQ's `maxmemory-policy` check, ...), with what stands for them here.
+    fn config_parameters(&self) -> Vec<(&'static str, String)> {
+        let settings = &self.server.settings;
+        let databases = settings.databases.keys().max().map_or(1, |last| last + 1);
+        let script_ms = settings.script.time.as_millis().to_string();
+        let idle = settings.idle_timeout.map_or(0, |timeout| timeout.as_secs());
+        let pubsub = settings.pubsub.output_limit;
+        let normal = settings.output_limit.unwrap_or(0);
+        [
+            ("databases", databases.to_string()),
+            ("maxclients", settings.max_clients.to_string()),
+            ("timeout", idle.to_string()),
+            ("port", self.server.port.to_string()),
+            ("maxmemory", "0".into()),
+            ("maxmemory-policy", "noeviction".into()),
+            // Every write is durable at its reply (PostgreSQL): no snapshots, no AOF.
+            ("save", String::new()),
+            ("appendonly", "no".into()),
+            ("notify-keyspace-events", String::new()),
+            ("proto-max-bulk-len", (512 * 1024 * 1024).to_string()),
+            ("busy-reply-threshold", script_ms.clone()),
+            ("lua-time-limit", script_ms),
+            ("cluster-enabled", "no".into()),
+            (
+                "client-output-buffer-limit",
+                format!("normal {normal} 0 0 slave 268435456 67108864 60 pubsub {pubsub} {pubsub} 0"),
+            ),
+            // Each write is committed by PostgreSQL before its reply: as with `appendfsync always`.
+            ("appendfsync", "always".into()),
+            // Redis's defaults, for tools that read them; pgvs3 keeps no slow log, latency
+            // monitor or eviction sampling, and evicts nothing.
+            ("slowlog-log-slower-than", "10000".into()),
+            ("slowlog-max-len", "128".into()),
+            ("latency-monitor-threshold", "0".into()),
+            ("maxmemory-samples", "5".into()),
+            ("hz", "10".into()),
+            ("io-threads", "1".into()),
+            ("replica-read-only", "yes".into()),
+        ]
+        .into_iter()
+        .chain(
+            ENCODING_PARAMETERS
+                .iter()
+                .map(|(name, default)| (*name, (*default).to_owned())),
+        )
+        .collect()
+    }
+}
+
+/// FLUSHDB's and FLUSHALL's one optional argument, SYNC or ASYNC (both flush at once here).
+fn flush_mode_ok(args: &[Bytes]) -> bool {
+    match args {
+        [_] => true,
+        [_, mode] => mode.eq_ignore_ascii_case(b"sync") || mode.eq_ignore_ascii_case(b"async"),
+        _ => false,
+    }
+}
+
+/// TIME: the server's clock, in seconds and microseconds.
+pub(crate) fn time_reply() -> Reply {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    Reply::Array(vec![
+        Reply::text(&now.as_secs().to_string()),
+        Reply::text(&now.subsec_micros().to_string()),
+    ])
+}
+
+/// FUNCTION: pgvs3 runs EVAL scripts but no functions: FLUSH and LIST answer as a
+/// server without any does; loading one is refused.
+fn function_command(args: &[Bytes]) -> Reply {
+    match (args[1].to_ascii_lowercase().as_slice(), args.len()) {
+        (b"flush", 2) => Reply::OK,
+        (b"flush", 3) if args[2].eq_ignore_ascii_case(b"sync") || args[2].eq_ignore_ascii_case(b"async") => Reply::OK,
+        (b"flush", _) => syntax_error(),
+        (b"list", _) => Reply::Array(Vec::new()),
+        _ => Reply::error(format!(
+            "ERR FUNCTION {} is not supported by pgvs3 (it runs EVAL scripts, not functions)",
+            String::from_utf8_lossy(&args[1]).to_uppercase()
+        )),
+    }
+}
+
+/// Redis's parameters that only choose in-memory encodings (listpack, intset and quicklist
+/// sizes) or defragmentation, with Redis 7's defaults: they change no behaviour a client can
+/// see, and pgvs3 keeps values in PostgreSQL, so CONFIG SET accepts them and changes nothing,
+/// and CONFIG GET answers the defaults.
+const ENCODING_PARAMETERS: &[(&str, &str)] = &[
+    ("hash-max-listpack-entries", "512"),
+    ("hash-max-listpack-value", "64"),
+    ("hash-max-ziplist-entries", "512"),
+    ("hash-max-ziplist-value", "64"),
+    ("list-max-listpack-size", "-2"),
+    ("list-max-ziplist-size", "-2"),
+    ("list-compress-depth", "0"),
+    ("set-max-intset-entries", "512"),
+    ("set-max-listpack-entries", "128"),
+    ("set-max-listpack-value", "64"),
+    ("zset-max-listpack-entries", "128"),
+    ("zset-max-listpack-value", "64"),
+    ("zset-max-ziplist-entries", "128"),
+    ("zset-max-ziplist-value", "64"),
+    ("stream-node-max-bytes", "4096"),
+    ("stream-node-max-entries", "100"),
+    ("activedefrag", "no"),
+    ("lazyfree-lazy-user-del", "no"),
+    ("lazyfree-lazy-user-flush", "no"),
+];
+
+/// CONFIG GET answers the parameters of `parameters` that one of its glob patterns names.
+fn config_command(args: &[Bytes], parameters: &[(&'static str, String)]) -> Reply {
+    match args[1].to_ascii_lowercase().as_slice() {
+        b"get" if args.len() >= 3 => {
+            let patterns: Vec<Vec<u8>> = args[2..].iter().map(|pattern| pattern.to_ascii_lowercase()).collect();
+            Reply::Map(
+                parameters
+                    .iter()
+                    .filter(|(name, _)| patterns.iter().any(|pattern| glob::matches(pattern, name.as_bytes())))
+                    .map(|(name, value)| (Reply::text(name), Reply::bulk(value.clone())))
+                    .collect(),
+            )
+        }
+        b"get" => wrong_arity("config|get"),
+        b"set" if args.len() >= 4 && args.len().is_multiple_of(2) => {
+            for pair in args[2..].chunks(2) {
+                let name = String::from_utf8_lossy(&pair[0]).to_ascii_lowercase();
+                if ENCODING_PARAMETERS.iter().any(|(encoding, _)| *encoding == name) {
+                    continue;
+                }
+                if parameters.iter().any(|(known, _)| *known == name) {
+                    return Reply::error(format!(
+                        "ERR CONFIG SET '{name}' is not supported by pgvs3: it is configured by its flags \
+                         (see docs/resp-compatibility.md)"
+                    ));
+                }
+                return Reply::error(format!(
+                    "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
+                ));
+            }
+            Reply::OK
+        }
+        b"set" => wrong_arity("config|set"),
+        _ => Reply::error(format!(
+            "ERR CONFIG {} is not supported by pgvs3 (it is configured by its flags)",
+            String::from_utf8_lossy(&args[1]).to_uppercase()
+        )),
+    }
+}
+
+/// The gateway process's resident memory (INFO's used_memory: the process holds no dataset,
+/// so this is what it uses), from /proc; 0 where there is none.
+fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|statm| statm.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// The process's system and user CPU time in seconds.
+fn cpu_seconds() -> (f64, f64) {
+    // SAFETY: getrusage fills the struct it is given and has no other effect.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
+            return (0.0, 0.0);
+        }
+        usage
+    };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (seconds(usage.ru_stime), seconds(usage.ru_utime))
+}

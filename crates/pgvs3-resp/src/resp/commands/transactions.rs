@@ -1,0 +1,209 @@
+//! MULTI, EXEC, DISCARD, WATCH, UNWATCH: a queue of commands run as one transaction, and the
+//! keys whose change since WATCH makes EXEC answer the null array.
+
+use std::time::SystemTime;
+
+use bytes::Bytes;
+
+use crate::resp::codec::Reply;
+use crate::resp::command::{self, KeyCommand, Spec};
+use crate::resp::connection::{Connection, InputBudget, store_error};
+use crate::resp::script::{self, Step};
+use crate::store::{Access, KvEntry};
+
+/// A WATCHed key as it was: its version (ETag, last modified) and expiry, or absent.
+pub(crate) type Fingerprint = Option<(Option<(String, SystemTime)>, Option<SystemTime>)>;
+
+pub(crate) fn fingerprint(entry: Option<&KvEntry>) -> Fingerprint {
+    entry.map(|entry| (entry.version.clone(), entry.expires_at))
+}
+
+pub(crate) enum Queued {
+    Key(KeyCommand, &'static Spec),
+    Other(Vec<Bytes>, &'static Spec),
+}
+
+/// Commands one MULTI may queue, and their bytes (arguments, plus [`QUEUED_OVERHEAD`] each).
+const MAX_QUEUED: usize = 100_000;
+const MAX_QUEUED_BYTES: usize = 512 * 1024 * 1024;
+/// What a queued command costs besides its arguments' bytes (its parsed form).
+const QUEUED_OVERHEAD: usize = 256;
+
+/// A MULTI's queued commands. A queue outlives the input it came in, so it is bounded in
+/// count and bytes, and its bytes beyond [`UNBUDGETED_INPUT`] are held against the buffer
+/// budget, as large input is.
+pub(crate) struct MultiQueue {
+    pub(crate) commands: Vec<Queued>,
+    bytes: usize,
+    budget: InputBudget,
+}
+
+impl MultiQueue {
+    pub(crate) fn new(budget: crate::admission::BufferBudget) -> MultiQueue {
+        MultiQueue {
+            commands: Vec::new(),
+            bytes: 0,
+            budget: InputBudget::new(budget),
+        }
+    }
+
+    /// Queues a command whose arguments take `size` bytes, or refuses it with the error it
+    /// answers (which fails the transaction, as an error while queueing does in Redis).
+    pub(crate) fn push(&mut self, queued: Queued, size: usize) -> Result<(), Reply> {
+        let bytes = self.bytes + size + QUEUED_OVERHEAD;
+        if self.commands.len() >= MAX_QUEUED || bytes > MAX_QUEUED_BYTES {
+            return Err(Reply::error(format!(
+                "ERR MULTI queue full: at most {MAX_QUEUED} commands and {MAX_QUEUED_BYTES} bytes per transaction"
+            )));
+        }
+        if !self.budget.cover(bytes) {
+            return Err(Reply::error(
+                "OOM command not allowed: the MULTI queue does not fit in the server's buffer budget now, retry later",
+            ));
+        }
+        self.bytes = bytes;
+        self.commands.push(queued);
+        Ok(())
+    }
+}
+
+impl Connection {
+    pub(crate) fn multi(&mut self) -> Reply {
+        if self.multi.is_some() {
+            return Reply::error("ERR MULTI calls can not be nested");
+        }
+        self.multi = Some(MultiQueue::new(self.server.buffers.clone()));
+        self.multi_failed = false;
+        Reply::OK
+    }
+
+    pub(crate) fn discard(&mut self) -> Reply {
+        if self.multi.take().is_none() {
+            return Reply::error("ERR DISCARD without MULTI");
+        }
+        self.watched.clear();
+        Reply::OK
+    }
+
+    pub(crate) async fn watch(&mut self, args: &[Bytes]) -> Reply {
+        if self.multi.is_some() {
+            return Reply::error("ERR WATCH inside MULTI is not allowed");
+        }
+        let keys: Result<Vec<String>, Reply> = args[1..].iter().map(command::key).collect();
+        let keys = match keys {
+            Ok(keys) => keys,
+            Err(reply) => return reply,
+        };
+        let keyspace = match self.keyspace(Access::Read).await {
+            Ok(keyspace) => keyspace,
+            Err(reply) => return reply,
+        };
+        match keyspace.read(&keys).await {
+            Ok(batch) => {
+                for key in keys {
+                    let seen = fingerprint(batch.get(&key));
+                    self.watched.push((self.db, key, seen));
+                }
+                Reply::OK
+            }
+            Err(err) => store_error(err),
+        }
+    }
+
+    pub(crate) fn unwatch(&mut self) -> Reply {
+        self.watched.clear();
+        Reply::OK
+    }
+
+    pub(crate) async fn exec(&mut self) -> Reply {
+        let Some(MultiQueue { commands: queued, .. }) = self.multi.take() else {
+            return Reply::error("ERR EXEC without MULTI");
+        };
+        let watched = std::mem::take(&mut self.watched);
+        if std::mem::take(&mut self.multi_failed) {
+            return Reply::error("EXECABORT Transaction discarded because of previous errors.");
+        }
+        // Keys watched in other databases are checked on their own (not under the batch's lock).
+        let mut here = Vec::new();
+        for (db, key, seen) in watched {
+            if db == self.db {
+                here.push((key, seen));
+                continue;
+            }
+            let keyspace = match self.keyspace_of(db, Access::Read).await {
+                Ok(keyspace) => keyspace,
+                Err(reply) => return reply,
+            };
+            match keyspace.read(std::slice::from_ref(&key)).await {
+                Ok(batch) if fingerprint(batch.get(&key)) == seen => {}
+                Ok(_) => return Reply::NilArray,
+                Err(err) => return store_error(err),
+            }
+        }
+        let mut commands: Vec<(KeyCommand, &'static Spec)> = queued
+            .iter()
+            .filter_map(|queued| match queued {
+                Queued::Key(command, spec) => Some((command.clone(), *spec)),
+                Queued::Other(..) => None,
+            })
+            .collect();
+        // EXEC's reply is one: its parts share the output limit.
+        if let Some(limit) = self.server.settings.output_limit {
+            let share = i64::try_from(limit / commands.len().max(1)).unwrap_or(i64::MAX);
+            for (command, _) in &mut commands {
+                command.limit_reply(share);
+            }
+        }
+        let write = commands.iter().any(|(_, spec)| spec.is_write());
+        let scripted = queued
+            .iter()
+            .any(|queued| matches!(queued, Queued::Other(_, spec) if script::is_script(spec.name)));
+        let mut key_replies = if scripted {
+            // Scripts and key commands in their order, in one transaction.
+            let steps: Vec<Step> = queued
+                .iter()
+                .filter_map(|queued| match queued {
+                    Queued::Key(command, spec) => Some(Step::Key(command.clone(), spec)),
+                    Queued::Other(args, spec) if script::is_script(spec.name) => {
+                        Some(match self.server.scripts.request(spec.name, args) {
+                            Ok(request) => Step::Script(request),
+                            Err(reply) => Step::Failed(reply),
+                        })
+                    }
+                    Queued::Other(..) => None,
+                })
+                .collect();
+            match self.run_scripted(&steps, &here).await {
+                Ok(replies) => replies,
+                Err(Reply::NilArray) => return Reply::NilArray,
+                Err(reply) => vec![reply; steps.len()],
+            }
+        } else if commands.is_empty() && here.is_empty() {
+            Vec::new()
+        } else {
+            match self.execute(&commands, write, &here).await {
+                Ok(replies) => replies,
+                Err(Reply::NilArray) => return Reply::NilArray,
+                Err(reply) => vec![reply; commands.len()],
+            }
+        }
+        .into_iter();
+        let mut replies = Vec::with_capacity(queued.len());
+        for queued in queued {
+            let reply = match queued {
+                Queued::Other(args, spec) if !script::is_script(spec.name) => {
+                    let reply = Box::pin(self.other_command(spec, &args)).await;
+                    self.count(spec.name, &reply);
+                    reply
+                }
+                Queued::Key(_, spec) | Queued::Other(_, spec) => {
+                    let reply = key_replies.next().expect("one reply per key command and script");
+                    self.count(spec.name, &reply);
+                    reply
+                }
+            };
+            replies.push(reply);
+        }
+        Reply::Array(replies)
+    }
+}
