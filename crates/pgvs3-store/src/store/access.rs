@@ -144,7 +144,7 @@ impl super::Catalog {
         let rows = client
             .query("SELECT access_key FROM pgvs3.access_keys WHERE disabled", &[])
             .await?;
-        Ok(rows.iter().map(|row| row.get(0)).collect())
+        Ok(rows.iter().map(|row| row.get("access_key")).collect())
     }
 
     /// Whether a key of this id exists, disabled or not: creating one must not replace it.
