@@ -289,14 +289,29 @@ async fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::Lake { database, command } => {
             let (db, catalog) = open_catalog(&database).await?;
-            let result = lake(&catalog, &db.config, command).await;
+            // A URL's every setting (TLS checks, client certificate, channel binding) goes into
+            // the attach string, so DuckDB connects as carefully as the gateway does.
+            let conninfo = match &database.database_url {
+                Some(url) => pgvs3_pgtls::libpq_settings(url).map(|settings| {
+                    let pairs: Vec<(&str, &str)> = settings
+                        .iter()
+                        .map(|(name, value)| (name.as_str(), value.as_str()))
+                        .collect();
+                    pgvs3_catalog::lake::conninfo_of(&pairs)
+                }),
+                None => Ok(pgvs3_catalog::lake::conninfo(&db.config)),
+            };
+            let result = match conninfo {
+                Ok(conninfo) => lake(&catalog, &conninfo, command).await,
+                Err(err) => Err(err),
+            };
             db.close().await?;
             result
         }
     }
 }
 
-async fn lake(catalog: &Catalog, database: &tokio_postgres::Config, command: LakeCommand) -> anyhow::Result<()> {
+async fn lake(catalog: &Catalog, conninfo: &str, command: LakeCommand) -> anyhow::Result<()> {
     let LakeCommand::AttachString {
         bucket,
         access_key,
@@ -332,7 +347,7 @@ async fn lake(catalog: &Catalog, database: &tokio_postgres::Config, command: Lak
     print!(
         "{}",
         pgvs3_catalog::lake::attach_sql(&pgvs3_catalog::lake::LakeTarget {
-            conninfo: &pgvs3_catalog::lake::conninfo(database),
+            conninfo,
             bucket: &bucket,
             data_prefix: "",
             access_key: &key.access_key,

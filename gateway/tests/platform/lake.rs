@@ -13,6 +13,7 @@ use pgvs3_testkit as common;
 
 use std::time::Duration;
 
+use common::certs::TestCa;
 use common::s3::read_object;
 use common::{ROOT_ACCESS_KEY, TestGateway};
 use pgvs3_gateway::pg::embedded::{EmbeddedOptions, EmbeddedPostgres};
@@ -151,6 +152,60 @@ print(json.dumps({
     "data_files": data_files,
 }))
 "#;
+
+/// The attach string keeps every setting of the gateway's database URL: with
+/// `sslmode=verify-full` and `sslrootcert`, DuckDB checks the server's certificate against that
+/// CA, and refuses the server once the file names another CA (it used to get a string without
+/// them, and connected to whatever answered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_attach_string_keeps_the_database_urls_tls_checks() {
+    let ca = TestCa::new("lake-pg");
+    let server = ca.issue("server", "localhost", "DNS:localhost");
+    let cluster = common::tls_cluster("lake", &server);
+    let (admin, connection) = tokio_postgres::connect(&cluster.url("postgres"), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    admin
+        .batch_execute("CREATE ROLE lake LOGIN SUPERUSER PASSWORD 'lake-secret'")
+        .await
+        .unwrap();
+    admin.batch_execute("CREATE DATABASE lake OWNER lake").await.unwrap();
+    let dir = std::env::temp_dir().join(format!("pgvs3-lake-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let root = dir.join("root.crt");
+    std::fs::copy(ca.ca_cert(), &root).unwrap();
+    let url = format!(
+        "postgres://lake:lake-secret@localhost:{}/lake?sslmode=verify-full&sslrootcert={}",
+        cluster.port,
+        root.display()
+    );
+    let gw = TestGateway::with_args(url, &[]).await;
+    gw.client.create_bucket().bucket("lake").send().await.unwrap();
+    let attach = attach_string(&gw, "lake", &[]).await;
+    assert!(
+        attach.contains("sslmode=verify-full") && attach.contains(&format!("sslrootcert={}", root.display())),
+        "{attach}"
+    );
+    std::fs::write(dir.join("attach.sql"), &attach).unwrap();
+    let script = ducklake_script(
+        "con = session()\ncon.execute(\"CREATE TABLE t AS SELECT 42 AS x\")\nprint(one(con, \"SELECT x FROM t\")[0])\n",
+    );
+    let attach_path = dir.join("attach.sql");
+    let attach_arg = attach_path.to_str().unwrap();
+    assert_eq!(python(&dir, &script, &[attach_arg]).await.trim(), "42");
+
+    // The same string, the CA file now another CA's: DuckDB refuses the server.
+    std::fs::copy(TestCa::new("lake-pg-other").ca_cert(), &root).unwrap();
+    let output = python_command(&dir, &script, &[attach_arg]).output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "DuckDB accepted a certificate from another CA"
+    );
+    assert!(stderr.contains("certificate verify failed"), "{stderr}");
+    gw.stop().await;
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_ducklake_keeps_its_catalog_and_its_files_in_one_database() {
