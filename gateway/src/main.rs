@@ -70,6 +70,10 @@ enum LakeCommand {
         /// The name DuckDB attaches the lake as.
         #[arg(long, default_value = "lake")]
         alias: String,
+        /// The PostgreSQL schema of the lake's catalog tables (default `ducklake_<bucket>`, `-`
+        /// and `.` as `_`): each lake its own, so lakes in several buckets share the database.
+        #[arg(long)]
+        metadata_schema: Option<String>,
         /// Attach read-only: for a reader on a standby (its database and its gateway).
         #[arg(long)]
         read_only: bool,
@@ -318,6 +322,7 @@ async fn lake(catalog: &Catalog, conninfo: &str, command: LakeCommand) -> anyhow
         endpoint,
         region,
         alias,
+        metadata_schema,
         read_only,
     } = command;
     anyhow::ensure!(
@@ -355,6 +360,7 @@ async fn lake(catalog: &Catalog, conninfo: &str, command: LakeCommand) -> anyhow
             endpoint: &endpoint,
             region: &region,
             alias: &alias,
+            metadata_schema: &metadata_schema.unwrap_or_else(|| pgvs3_catalog::lake::metadata_schema(&bucket)),
             read_only,
         })
     );

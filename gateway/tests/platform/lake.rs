@@ -207,6 +207,54 @@ async fn the_attach_string_keeps_the_database_urls_tls_checks() {
     gw.stop().await;
 }
 
+/// Lakes in two buckets of one database: each its own catalog schema, so the second is not
+/// refused for the first's DATA_PATH (one lake per database, as it was).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lakes_in_two_buckets_share_the_database() {
+    let gw = TestGateway::start().await;
+    let dir = std::env::temp_dir().join(format!("pgvs3-lake-two-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut args = Vec::new();
+    for bucket in ["lake", "sales-2"] {
+        gw.client.create_bucket().bucket(bucket).send().await.unwrap();
+        let path = dir.join(format!("{bucket}.sql"));
+        std::fs::write(
+            &path,
+            attach_string(&gw, bucket, &["--alias", &bucket.replace('-', "_")]).await,
+        )
+        .unwrap();
+        args.push(path.to_str().unwrap().to_owned());
+    }
+    let script = ducklake_script(
+        r#"
+con = duckdb.connect()
+con.execute(f"SET extension_directory = '{extensions}'")
+for extension in ("httpfs", "postgres", "ducklake"):
+    con.execute(f"LOAD {extension}")
+for path in sys.argv[1:]:
+    con.execute(open(path).read())
+con.execute("CREATE TABLE lake.t AS SELECT range AS x FROM range(10)")
+con.execute("CREATE TABLE sales_2.t AS SELECT range AS x FROM range(3)")
+print(one(con, "SELECT (SELECT count(*) FROM lake.t), (SELECT count(*) FROM sales_2.t)"))
+"#,
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_eq!(python(&dir, &script, &args).await.trim(), "(10, 3)");
+    let files: Vec<String> = gw
+        .sql()
+        .await
+        .query(
+            "SELECT path FROM ducklake_sales_2.ducklake_data_file ORDER BY path",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_ducklake_keeps_its_catalog_and_its_files_in_one_database() {
     let gw = TestGateway::start().await;
@@ -215,7 +263,10 @@ async fn a_ducklake_keeps_its_catalog_and_its_files_in_one_database() {
     std::fs::create_dir_all(&dir).unwrap();
     let attach = attach_string(&gw, "lake", &[]).await;
     assert!(attach.contains(&format!("KEY_ID '{ROOT_ACCESS_KEY}'")), "{attach}");
-    assert!(attach.contains("ATTACH 'ducklake:postgres:") && attach.contains("(DATA_PATH 's3://lake/')"));
+    assert!(
+        attach.contains("ATTACH 'ducklake:postgres:")
+            && attach.contains("(DATA_PATH 's3://lake/', METADATA_SCHEMA 'ducklake_lake')")
+    );
     std::fs::write(dir.join("attach.sql"), &attach).unwrap();
 
     let out = python(
@@ -264,7 +315,7 @@ async fn a_ducklake_keeps_its_catalog_and_its_files_in_one_database() {
     // The catalog is in the gateway's own database, beside the objects.
     let sql = gw.sql().await;
     let snapshots: i64 = sql
-        .query_one("SELECT count(*) FROM ducklake_snapshot", &[])
+        .query_one("SELECT count(*) FROM ducklake_lake.ducklake_snapshot", &[])
         .await
         .unwrap()
         .get(0);
@@ -356,7 +407,10 @@ async fn a_standby_gateway_reads_the_lake_from_its_replica() {
     tokio::spawn(connection);
     common::eventually(Duration::from_secs(30), "the lake to replay", || async {
         let row = replica
-            .query_opt("SELECT count(*) FROM ducklake_table WHERE table_name = 'readings'", &[])
+            .query_opt(
+                "SELECT count(*) FROM ducklake_lake.ducklake_table WHERE table_name = 'readings'",
+                &[],
+            )
             .await
             .ok()??;
         (row.get::<_, i64>(0) == 1).then_some(())
