@@ -303,7 +303,10 @@ async fn run(command: Command) -> anyhow::Result<()> {
                         .collect();
                     pgvs3_catalog::lake::conninfo_of(&pairs)
                 }),
-                None => Ok(pgvs3_catalog::lake::conninfo(&db.config)),
+                // The embedded server over loopback TCP: its port is kept across restarts,
+                // and its socket directory is private to the server's account.
+                None => pgvs3_gateway::pg::embedded::tcp_config(&database.data_dir, db.config.get_ports()[0])
+                    .map(|config| pgvs3_catalog::lake::conninfo(&config)),
             };
             let result = match conninfo {
                 Ok(conninfo) => lake(&catalog, &conninfo, command).await,

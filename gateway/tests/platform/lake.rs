@@ -255,6 +255,40 @@ print(one(con, "SELECT (SELECT count(*) FROM lake.t), (SELECT count(*) FROM sale
     assert_eq!(files.len(), 1, "{files:?}");
 }
 
+/// The embedded database keeps its port across restarts (recorded in the data dir), so an
+/// attach string printed once stays valid; and it is reached over loopback TCP with the
+/// superuser's password, which works for any OS user (the socket directory is private).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_embedded_database_keeps_its_port_and_answers_over_tcp() {
+    let dir = std::env::temp_dir().join(format!("pgvs3-lake-port-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let options = || EmbeddedOptions {
+        data_dir: dir.clone(),
+        pg_bin: None,
+        memory_budget: Some(1 << 30),
+        shared_buffers: Some(32 << 20),
+        tls: None,
+    };
+    let mut first = EmbeddedPostgres::start(options()).await.unwrap();
+    let port = first.port();
+    first.stop().await.unwrap();
+    let mut second = EmbeddedPostgres::start(options()).await.unwrap();
+    assert_eq!(second.port(), port, "the second start took another port");
+    let config = pgvs3_gateway::pg::embedded::tcp_config(&dir, port).unwrap();
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let row = client
+        .query_one("SELECT inet_server_port(), current_user::text", &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, i32>(0), row.get::<_, String>(1)),
+        (i32::from(port), "pgvs3".to_owned())
+    );
+    second.stop().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_ducklake_keeps_its_catalog_and_its_files_in_one_database() {
     let gw = TestGateway::start().await;
