@@ -146,10 +146,10 @@ impl EmbeddedPostgres {
                         "PostgreSQL {version} listening on 127.0.0.1:{port} and {}",
                         server.socket_dir.display()
                     );
-                    if recorded != Some(port) {
-                        if let Err(err) = fs::write(data_dir.join(PORT_FILE), format!("{port}\n")) {
-                            tracing::warn!("recording the port in {}: {err}", data_dir.display());
-                        }
+                    if recorded != Some(port)
+                        && let Err(err) = fs::write(data_dir.join(PORT_FILE), format!("{port}\n"))
+                    {
+                        tracing::warn!("recording the port in {}: {err}", data_dir.display());
                     }
                     return Ok(EmbeddedPostgres {
                         child: Some(child),
