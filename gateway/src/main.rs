@@ -70,6 +70,10 @@ enum LakeCommand {
         /// The name DuckDB attaches the lake as.
         #[arg(long, default_value = "lake")]
         alias: String,
+        /// The PostgreSQL schema of the lake's catalog tables (default `ducklake_<bucket>`, `-`
+        /// and `.` as `_`): each lake its own, so lakes in several buckets share the database.
+        #[arg(long)]
+        metadata_schema: Option<String>,
         /// Attach read-only: for a reader on a standby (its database and its gateway).
         #[arg(long)]
         read_only: bool,
@@ -294,20 +298,39 @@ async fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::Lake { database, command } => {
             let (db, catalog) = open_catalog(&database).await?;
-            let result = lake(&catalog, &db.config, command).await;
+            // A URL's every setting (TLS checks, client certificate, channel binding) goes into
+            // the attach string, so DuckDB connects as carefully as the gateway does.
+            let conninfo = match &database.database_url {
+                Some(url) => pgvs3_pgtls::libpq_settings(url).map(|settings| {
+                    let pairs: Vec<(&str, &str)> = settings
+                        .iter()
+                        .map(|(name, value)| (name.as_str(), value.as_str()))
+                        .collect();
+                    pgvs3_catalog::lake::conninfo_of(&pairs)
+                }),
+                // The embedded server over loopback TCP: its port is kept across restarts,
+                // and its socket directory is private to the server's account.
+                None => pgvs3_gateway::pg::embedded::tcp_config(&database.data_dir, db.config.get_ports()[0])
+                    .map(|config| pgvs3_catalog::lake::conninfo(&config)),
+            };
+            let result = match conninfo {
+                Ok(conninfo) => lake(&catalog, &conninfo, command).await,
+                Err(err) => Err(err),
+            };
             db.close().await?;
             result
         }
     }
 }
 
-async fn lake(catalog: &Catalog, database: &tokio_postgres::Config, command: LakeCommand) -> anyhow::Result<()> {
+async fn lake(catalog: &Catalog, conninfo: &str, command: LakeCommand) -> anyhow::Result<()> {
     let LakeCommand::AttachString {
         bucket,
         access_key,
         endpoint,
         region,
         alias,
+        metadata_schema,
         read_only,
     } = command;
     anyhow::ensure!(
@@ -337,7 +360,7 @@ async fn lake(catalog: &Catalog, database: &tokio_postgres::Config, command: Lak
     print!(
         "{}",
         pgvs3_catalog::lake::attach_sql(&pgvs3_catalog::lake::LakeTarget {
-            conninfo: &pgvs3_catalog::lake::conninfo(database),
+            conninfo,
             bucket: &bucket,
             data_prefix: "",
             access_key: &key.access_key,
@@ -345,6 +368,7 @@ async fn lake(catalog: &Catalog, database: &tokio_postgres::Config, command: Lak
             endpoint: &endpoint,
             region: &region,
             alias: &alias,
+            metadata_schema: &metadata_schema.unwrap_or_else(|| pgvs3_catalog::lake::metadata_schema(&bucket)),
             read_only,
         })
     );

@@ -21,8 +21,17 @@ pub struct LakeTarget<'a> {
     pub region: &'a str,
     /// The name the lake is attached as (see [`valid_alias`]).
     pub alias: &'a str,
+    /// The PostgreSQL schema of the lake's catalog tables: one per lake, so that lakes in
+    /// several buckets share the database ([`metadata_schema`]).
+    pub metadata_schema: &'a str,
     /// Attach read-only (a reader on a standby, whose database refuses writes).
     pub read_only: bool,
+}
+
+/// The default schema of a bucket's lake catalog: `ducklake_` and the bucket's name, `-` and `.`
+/// as `_` (a plain SQL name, as DuckLake writes it into its statements unquoted).
+pub fn metadata_schema(bucket: &str) -> String {
+    format!("ducklake_{}", bucket.replace(['-', '.'], "_"))
 }
 
 /// Whether `alias` can name the lake unquoted (it also names the files' secret, `<alias>_files`):
@@ -42,7 +51,7 @@ pub fn attach_sql(target: &LakeTarget<'_>) -> String {
     format!(
         "CREATE OR REPLACE SECRET {alias}_files (TYPE s3, KEY_ID {key}, SECRET {secret}, ENDPOINT {host}, \
          URL_STYLE 'path', USE_SSL {use_ssl}, REGION {region}, SCOPE {scope});\n\
-         ATTACH {attach} AS {alias} ({read_only}DATA_PATH {data_path});\n",
+         ATTACH {attach} AS {alias} ({read_only}DATA_PATH {data_path}, METADATA_SCHEMA {schema});\n",
         read_only = if target.read_only { "READ_ONLY, " } else { "" },
         alias = target.alias,
         key = literal(target.access_key),
@@ -52,6 +61,7 @@ pub fn attach_sql(target: &LakeTarget<'_>) -> String {
         scope = literal(&format!("s3://{}/", target.bucket)),
         attach = literal(&format!("ducklake:postgres:{}", target.conninfo)),
         data_path = literal(&format!("s3://{}/{}", target.bucket, target.data_prefix)),
+        schema = literal(target.metadata_schema),
     )
 }
 
@@ -132,6 +142,7 @@ mod tests {
             endpoint: "https://gw.example:9000/",
             region: "us-east-1",
             alias: "lake",
+            metadata_schema: "ducklake_lake",
             read_only: true,
         });
         assert!(sql.contains("SECRET 'S''K'"), "{sql}");
@@ -140,6 +151,10 @@ mod tests {
             "{sql}"
         );
         assert!(sql.contains("password=''it\\''s a \\\\ secret''"), "{sql}");
-        assert!(sql.contains("AS lake (READ_ONLY, DATA_PATH 's3://lake/')"), "{sql}");
+        assert!(
+            sql.contains("AS lake (READ_ONLY, DATA_PATH 's3://lake/', METADATA_SCHEMA 'ducklake_lake')"),
+            "{sql}"
+        );
+        assert_eq!(metadata_schema("my-lake.v2"), "ducklake_my_lake_v2");
     }
 }

@@ -263,6 +263,62 @@ fn split_tls_params(conninfo: &str) -> anyhow::Result<(String, Vec<(&'static str
     Ok((rest, taken))
 }
 
+/// Every setting of a connection string (URL or `key=value` form) as libpq `key=value` pairs,
+/// in order: what another libpq client (DuckDB's postgres extension) needs to connect exactly as
+/// we do, TLS checks, client certificate and channel binding included.
+pub fn libpq_settings(conninfo: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let Some(rest) = conninfo
+        .strip_prefix("postgres://")
+        .or_else(|| conninfo.strip_prefix("postgresql://"))
+    else {
+        return key_values(conninfo);
+    };
+    let decode = |text: &str| -> anyhow::Result<String> {
+        Ok(percent_decode_str(text)
+            .decode_utf8()
+            .context("connection URL")?
+            .into_owned())
+    };
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (authority, dbname) = rest.split_once('/').unwrap_or((rest, ""));
+    let (userinfo, hosts) = authority.rsplit_once('@').unwrap_or(("", authority));
+    let mut settings = Vec::new();
+    if !userinfo.is_empty() {
+        let (user, password) = userinfo.split_once(':').map_or((userinfo, None), |(u, p)| (u, Some(p)));
+        settings.push(("user".to_owned(), decode(user)?));
+        if let Some(password) = password {
+            settings.push(("password".to_owned(), decode(password)?));
+        }
+    }
+    if !hosts.is_empty() {
+        let (mut names, mut ports) = (Vec::new(), Vec::new());
+        for host in hosts.split(',') {
+            // `[::1]:5432`: the port follows the bracket; else the last `:`.
+            let (name, port) = match host.strip_prefix('[') {
+                Some(bracketed) => {
+                    let (name, after) = bracketed.split_once(']').context("connection URL: an unclosed [")?;
+                    (name, after.strip_prefix(':').unwrap_or(""))
+                }
+                None => host.rsplit_once(':').unwrap_or((host, "")),
+            };
+            names.push(decode(name)?);
+            ports.push(port.to_owned());
+        }
+        settings.push(("host".to_owned(), names.join(",")));
+        if ports.iter().any(|port| !port.is_empty()) {
+            settings.push(("port".to_owned(), ports.join(",")));
+        }
+    }
+    if !dbname.is_empty() {
+        settings.push(("dbname".to_owned(), decode(dbname)?));
+    }
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        settings.push((decode(name)?, decode(value)?));
+    }
+    Ok(settings)
+}
+
 const TLS_PARAMS: [&str; 4] = ["sslmode", "sslrootcert", "sslcert", "sslkey"];
 
 /// libpq's `key=value` form: values bare or single-quoted, `\` escaping the next character.
@@ -486,6 +542,36 @@ mod tests {
         );
         let (rest, _) = split_tls_params("postgresql://h/db?sslmode=require").unwrap();
         assert_eq!(rest, "postgresql://h/db");
+    }
+
+    #[test]
+    fn every_setting_of_a_url_becomes_a_libpq_pair() {
+        let settings = libpq_settings(
+            "postgres://u%40x:p%3Aw@h1:5433,[::1]:5434/d%20b?sslmode=verify-full&sslrootcert=%2Fca%20dir%2Fca.pem&channel_binding=require",
+        )
+        .unwrap();
+        let settings: Vec<(&str, &str)> = settings.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        assert_eq!(
+            settings,
+            vec![
+                ("user", "u@x"),
+                ("password", "p:w"),
+                ("host", "h1,::1"),
+                ("port", "5433,5434"),
+                ("dbname", "d b"),
+                ("sslmode", "verify-full"),
+                ("sslrootcert", "/ca dir/ca.pem"),
+                ("channel_binding", "require"),
+            ]
+        );
+        assert_eq!(
+            libpq_settings("host=h sslmode=verify-ca sslcert='/c rt'").unwrap(),
+            vec![
+                ("host".to_owned(), "h".to_owned()),
+                ("sslmode".to_owned(), "verify-ca".to_owned()),
+                ("sslcert".to_owned(), "/c rt".to_owned()),
+            ]
+        );
     }
 
     #[test]

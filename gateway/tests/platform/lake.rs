@@ -13,6 +13,7 @@ use pgvs3_testkit as common;
 
 use std::time::Duration;
 
+use common::certs::TestCa;
 use common::s3::read_object;
 use common::{ROOT_ACCESS_KEY, TestGateway};
 use pgvs3_gateway::pg::embedded::{EmbeddedOptions, EmbeddedPostgres};
@@ -152,6 +153,142 @@ print(json.dumps({
 }))
 "#;
 
+/// The attach string keeps every setting of the gateway's database URL: with
+/// `sslmode=verify-full` and `sslrootcert`, DuckDB checks the server's certificate against that
+/// CA, and refuses the server once the file names another CA (it used to get a string without
+/// them, and connected to whatever answered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_attach_string_keeps_the_database_urls_tls_checks() {
+    let ca = TestCa::new("lake-pg");
+    let server = ca.issue("server", "localhost", "DNS:localhost");
+    let cluster = common::tls_cluster("lake", &server);
+    let (admin, connection) = tokio_postgres::connect(&cluster.url("postgres"), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    admin
+        .batch_execute("CREATE ROLE lake LOGIN SUPERUSER PASSWORD 'lake-secret'")
+        .await
+        .unwrap();
+    admin.batch_execute("CREATE DATABASE lake OWNER lake").await.unwrap();
+    let dir = std::env::temp_dir().join(format!("pgvs3-lake-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let root = dir.join("root.crt");
+    std::fs::copy(ca.ca_cert(), &root).unwrap();
+    let url = format!(
+        "postgres://lake:lake-secret@localhost:{}/lake?sslmode=verify-full&sslrootcert={}",
+        cluster.port,
+        root.display()
+    );
+    let gw = TestGateway::with_args(url, &[]).await;
+    gw.client.create_bucket().bucket("lake").send().await.unwrap();
+    let attach = attach_string(&gw, "lake", &[]).await;
+    assert!(
+        attach.contains("sslmode=verify-full") && attach.contains(&format!("sslrootcert={}", root.display())),
+        "{attach}"
+    );
+    std::fs::write(dir.join("attach.sql"), &attach).unwrap();
+    let script = ducklake_script(
+        "con = session()\ncon.execute(\"CREATE TABLE t AS SELECT 42 AS x\")\nprint(one(con, \"SELECT x FROM t\")[0])\n",
+    );
+    let attach_path = dir.join("attach.sql");
+    let attach_arg = attach_path.to_str().unwrap();
+    assert_eq!(python(&dir, &script, &[attach_arg]).await.trim(), "42");
+
+    // The same string, the CA file now another CA's: DuckDB refuses the server.
+    std::fs::copy(TestCa::new("lake-pg-other").ca_cert(), &root).unwrap();
+    let output = python_command(&dir, &script, &[attach_arg]).output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "DuckDB accepted a certificate from another CA"
+    );
+    assert!(stderr.contains("certificate verify failed"), "{stderr}");
+    gw.stop().await;
+}
+
+/// Lakes in two buckets of one database: each its own catalog schema, so the second is not
+/// refused for the first's DATA_PATH (one lake per database, as it was).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lakes_in_two_buckets_share_the_database() {
+    let gw = TestGateway::start().await;
+    let dir = std::env::temp_dir().join(format!("pgvs3-lake-two-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut args = Vec::new();
+    for bucket in ["lake", "sales-2"] {
+        gw.client.create_bucket().bucket(bucket).send().await.unwrap();
+        let path = dir.join(format!("{bucket}.sql"));
+        std::fs::write(
+            &path,
+            attach_string(&gw, bucket, &["--alias", &bucket.replace('-', "_")]).await,
+        )
+        .unwrap();
+        args.push(path.to_str().unwrap().to_owned());
+    }
+    let script = ducklake_script(
+        r#"
+con = duckdb.connect()
+con.execute(f"SET extension_directory = '{extensions}'")
+for extension in ("httpfs", "postgres", "ducklake"):
+    con.execute(f"LOAD {extension}")
+for path in sys.argv[1:]:
+    con.execute(open(path).read())
+con.execute("CREATE TABLE lake.t AS SELECT range AS x FROM range(10)")
+con.execute("CREATE TABLE sales_2.t AS SELECT range AS x FROM range(3)")
+print(one(con, "SELECT (SELECT count(*) FROM lake.t), (SELECT count(*) FROM sales_2.t)"))
+"#,
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_eq!(python(&dir, &script, &args).await.trim(), "(10, 3)");
+    let files: Vec<String> = gw
+        .sql()
+        .await
+        .query(
+            "SELECT path FROM ducklake_sales_2.ducklake_data_file ORDER BY path",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+}
+
+/// The embedded database keeps its port across restarts (recorded in the data dir), so an
+/// attach string printed once stays valid; and it is reached over loopback TCP with the
+/// superuser's password, which works for any OS user (the socket directory is private).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_embedded_database_keeps_its_port_and_answers_over_tcp() {
+    let dir = std::env::temp_dir().join(format!("pgvs3-lake-port-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let options = || EmbeddedOptions {
+        data_dir: dir.clone(),
+        pg_bin: None,
+        memory_budget: Some(1 << 30),
+        shared_buffers: Some(32 << 20),
+        tls: None,
+    };
+    let mut first = EmbeddedPostgres::start(options()).await.unwrap();
+    let port = first.port();
+    first.stop().await.unwrap();
+    let mut second = EmbeddedPostgres::start(options()).await.unwrap();
+    assert_eq!(second.port(), port, "the second start took another port");
+    let config = pgvs3_gateway::pg::embedded::tcp_config(&dir, port).unwrap();
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let row = client
+        .query_one("SELECT inet_server_port(), current_user::text", &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, i32>(0), row.get::<_, String>(1)),
+        (i32::from(port), "pgvs3".to_owned())
+    );
+    second.stop().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_ducklake_keeps_its_catalog_and_its_files_in_one_database() {
     let gw = TestGateway::start().await;
@@ -160,7 +297,10 @@ async fn a_ducklake_keeps_its_catalog_and_its_files_in_one_database() {
     std::fs::create_dir_all(&dir).unwrap();
     let attach = attach_string(&gw, "lake", &[]).await;
     assert!(attach.contains(&format!("KEY_ID '{ROOT_ACCESS_KEY}'")), "{attach}");
-    assert!(attach.contains("ATTACH 'ducklake:postgres:") && attach.contains("(DATA_PATH 's3://lake/')"));
+    assert!(
+        attach.contains("ATTACH 'ducklake:postgres:")
+            && attach.contains("(DATA_PATH 's3://lake/', METADATA_SCHEMA 'ducklake_lake')")
+    );
     std::fs::write(dir.join("attach.sql"), &attach).unwrap();
 
     let out = python(
@@ -209,7 +349,7 @@ async fn a_ducklake_keeps_its_catalog_and_its_files_in_one_database() {
     // The catalog is in the gateway's own database, beside the objects.
     let sql = gw.sql().await;
     let snapshots: i64 = sql
-        .query_one("SELECT count(*) FROM ducklake_snapshot", &[])
+        .query_one("SELECT count(*) FROM ducklake_lake.ducklake_snapshot", &[])
         .await
         .unwrap()
         .get("count");
@@ -301,7 +441,10 @@ async fn a_standby_gateway_reads_the_lake_from_its_replica() {
     tokio::spawn(connection);
     common::eventually(Duration::from_secs(30), "the lake to replay", || async {
         let row = replica
-            .query_opt("SELECT count(*) FROM ducklake_table WHERE table_name = 'readings'", &[])
+            .query_opt(
+                "SELECT count(*) FROM ducklake_lake.ducklake_table WHERE table_name = 'readings'",
+                &[],
+            )
             .await
             .ok()??;
         (row.get::<_, i64>("count") == 1).then_some(())

@@ -183,6 +183,7 @@ impl LakeCatalog {
             endpoint: &target.endpoint,
             region: &target.region,
             alias: &self.alias,
+            metadata_schema: &lake::metadata_schema(&target.bucket_name),
             read_only: false,
         })
     }
@@ -458,7 +459,7 @@ mod tests {
         assert!(
             attach.contains(
                 "ATTACH 'ducklake:postgres:host=pg-rw.team.svc port=5432 dbname=app sslmode=verify-full' \
-                 AS sales (DATA_PATH 's3://team-photos/tables/')"
+                 AS sales (DATA_PATH 's3://team-photos/tables/', METADATA_SCHEMA 'ducklake_team_photos')"
             ),
             "{attach}"
         );

@@ -130,15 +130,27 @@ impl EmbeddedPostgres {
             settings,
             account,
         };
+        // The port of the last start first, so that connection strings handed out (a lake's
+        // attach string) stay valid across restarts; a fresh one when it is taken (probed
+        // first: the readiness check must not find another server listening there).
+        let recorded = recorded_port(&data_dir);
         let mut attempt = 1;
         loop {
-            let port = free_loopback_port()?;
+            let port = match recorded {
+                Some(port) if attempt == 1 && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() => port,
+                _ => free_loopback_port()?,
+            };
             match server.launch(port).await? {
                 Launch::Ready(child, version) => {
                     tracing::info!(
                         "PostgreSQL {version} listening on 127.0.0.1:{port} and {}",
                         server.socket_dir.display()
                     );
+                    if recorded != Some(port)
+                        && let Err(err) = fs::write(data_dir.join(PORT_FILE), format!("{port}\n"))
+                    {
+                        tracing::warn!("recording the port in {}: {err}", data_dir.display());
+                    }
                     return Ok(EmbeddedPostgres {
                         child: Some(child),
                         server,
@@ -797,6 +809,34 @@ fn newest_packaged_bindir() -> Option<PathBuf> {
         })
         .max_by(|a, b| a.0.cmp(&b.0))
         .map(|(_, bin)| bin)
+}
+
+/// The file in the data dir that records the loopback port of the last start.
+const PORT_FILE: &str = "pg-port";
+
+fn recorded_port(data_dir: &Path) -> Option<u16> {
+    fs::read_to_string(data_dir.join(PORT_FILE))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+        .filter(|port| *port != 0)
+}
+
+/// How any OS user reaches the embedded server of `data_dir` listening on `port`: loopback TCP
+/// with the superuser's password (the Unix socket's directory is private to the server's
+/// account), for clients such as a DuckDB lake session.
+pub fn tcp_config(data_dir: &Path, port: u16) -> Result<tokio_postgres::Config> {
+    let path = data_dir.join("pg-password");
+    let password = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host("127.0.0.1")
+        .port(port)
+        .user(SUPERUSER)
+        .password(password.trim())
+        .dbname("postgres");
+    Ok(config)
 }
 
 fn socket_config(socket_dir: &Path, port: u16) -> tokio_postgres::Config {
