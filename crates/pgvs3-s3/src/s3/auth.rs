@@ -187,10 +187,7 @@ fn unknown_key() -> s3s::S3Error {
 }
 
 fn invalid_token() -> s3s::S3Error {
-    s3s::s3_error!(
-        InvalidToken,
-        "The provided token is malformed or otherwise invalid."
-    )
+    s3s::s3_error!(InvalidToken, "The provided token is malformed or otherwise invalid.")
 }
 
 /// The session token the request presents, if any. A header that is not text counts as
