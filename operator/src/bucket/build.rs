@@ -139,6 +139,8 @@ pub struct LakeCatalog {
     pub alias: String,
     /// Where in the bucket its files go (`""`: anywhere).
     pub data_prefix: String,
+    /// The catalog tables' schema (`spec.ducklake.metadataSchema`, or the bucket's default).
+    pub metadata_schema: Option<String>,
     pub host: String,
     pub port: u16,
     pub database: String,
@@ -155,6 +157,7 @@ pub fn lake_catalog(bucket: &Bucket, pool: &GatewayPool, namespace: &str) -> Opt
     Some(LakeCatalog {
         alias: lake.alias.clone(),
         data_prefix: lake.data_prefix.clone().unwrap_or_default(),
+        metadata_schema: lake.metadata_schema.clone(),
         host: postgres.host_from_anywhere(PoolRole::Primary, namespace),
         port: u16::try_from(postgres.port()).unwrap_or(5432),
         database: postgres.database().to_string(),
@@ -183,7 +186,10 @@ impl LakeCatalog {
             endpoint: &target.endpoint,
             region: &target.region,
             alias: &self.alias,
-            metadata_schema: &lake::metadata_schema(&target.bucket_name),
+            metadata_schema: &self
+                .metadata_schema
+                .clone()
+                .unwrap_or_else(|| lake::metadata_schema(&target.bucket_name)),
             read_only: false,
         })
     }
@@ -416,6 +422,7 @@ mod tests {
             enabled: true,
             alias: "lake".into(),
             data_prefix: Some("tables/sales/".into()),
+            metadata_schema: None,
         });
         assert_eq!(spec_refusal(&limited), None);
         limited.spec.ducklake.as_mut().unwrap().data_prefix = None;
@@ -440,9 +447,10 @@ mod tests {
             read_endpoints: vec![],
             ca_cert: None,
         };
-        let lake = LakeCatalog {
+        let mut lake = LakeCatalog {
             alias: "sales".into(),
             data_prefix: "tables/".into(),
+            metadata_schema: None,
             host: "pg-rw.team.svc".into(),
             port: 5432,
             database: "app".into(),
@@ -464,6 +472,11 @@ mod tests {
             "{attach}"
         );
         assert_eq!(text(&secret, "DUCKLAKE_CATALOG_SECRET"), "pg-app");
+        // A lake made before per-bucket schemas keeps reading its tables in `public`.
+        lake.metadata_schema = Some("public".into());
+        let kept = credentials_secret(&bucket("a"), &target, "KEYID", "s3cret", Some(&lake));
+        let attach = text(&kept, "DUCKLAKE_ATTACH");
+        assert!(attach.contains("METADATA_SCHEMA 'public')"), "{attach}");
         let plain = credentials_secret(&bucket("a"), &target, "KEYID", "s3cret", None);
         assert!(!plain.data.unwrap().contains_key("DUCKLAKE_ATTACH"));
     }

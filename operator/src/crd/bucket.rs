@@ -179,6 +179,12 @@ pub struct DuckLake {
         regex(pattern = r"^[A-Za-z0-9!_.'()=+,;:@&~ -][A-Za-z0-9!_.'()/=+,;:@&~ -]*/$")
     )]
     pub data_prefix: Option<String>,
+    /// The PostgreSQL schema of the lake's catalog tables (default `ducklake_<bucket>`, `-` and
+    /// `.` as `_`): each lake its own, so lakes of several buckets share a database. A lake made
+    /// before per-bucket schemas keeps its tables in `public`: set `public` to keep reading it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z_][a-z0-9_]*$"))]
+    pub metadata_schema: Option<String>,
 }
 
 fn default_lake_alias() -> String {
