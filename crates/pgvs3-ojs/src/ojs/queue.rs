@@ -1255,10 +1255,14 @@ impl Queue {
                 .map(|next| next.unix_timestamp() as f64);
             let policy = definition["overlap_policy"].as_str().unwrap_or("allow");
             let job = envelope::parse_job(cron_job(&name, &definition, &tick, policy), max_args_bytes)?;
-            // The schedule's previous job, when it is still running (found by its meta.cron_name).
+            // The schedule's previous job while it is not done (found by its meta.cron_name):
+            // running, or still waiting to run — a tick that comes before a backlogged queue
+            // reached the previous one would otherwise enqueue a second run of the same
+            // schedule (as Kubernetes' CronJob `Forbid` counts a job not yet started too).
             let running: Option<String> = if matches!(policy, "skip" | "cancel_previous") {
                 tx.query_opt(
-                    "SELECT id FROM ojs.jobs WHERE queue = $1 AND type = $2 AND state = 'active'
+                    "SELECT id FROM ojs.jobs WHERE queue = $1 AND type = $2
+                        AND state NOT IN ('completed', 'cancelled', 'discarded')
                         AND envelope #>> '{meta,cron_name}' = $3 LIMIT 1",
                     &[&job.queue, &job.job_type, &name],
                 )
@@ -1271,7 +1275,7 @@ impl Queue {
             if let (Some(previous), "cancel_previous") = (&running, policy) {
                 tx.execute(
                     "UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now(), visible_until = NULL
-                      WHERE id = $1 AND state = 'active'",
+                      WHERE id = $1 AND state NOT IN ('completed', 'cancelled', 'discarded')",
                     &[previous],
                 )
                 .await
