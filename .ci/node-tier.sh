@@ -66,10 +66,12 @@ teardown() {
     if [ "$rc" != 0 ] && [ -f "$run/kubeconfig" ]; then
         echo "--- node tier diagnostics" >&2
         export KUBECONFIG="$run/kubeconfig"
-        kubectl get pgvs3,pods,services -A -o wide >&2 || true
-        kubectl get events -A --sort-by=.lastTimestamp 2>/dev/null | tail -n 25 >&2 || true
-        kubectl -n pgvs3-system logs -l app.kubernetes.io/name=pgvs3-operator --tail=30 --prefix >&2 || true
-        kubectl -n pgvs3-demo logs -l app.kubernetes.io/name=pgvs3-gateway --tail=10 --prefix | grep -v AWS_SECRET_ACCESS_KEY >&2 || true
+        # Bounded: after a TERM the kubelet may be gone, and a log request to it would hang.
+        local bounded=(kubectl --request-timeout=10s)
+        "${bounded[@]}" get pgvs3,pods,services -A -o wide >&2 || true
+        "${bounded[@]}" get events -A --sort-by=.lastTimestamp 2>/dev/null | tail -n 25 >&2 || true
+        timeout 15 "${bounded[@]}" -n pgvs3-system logs -l app.kubernetes.io/name=pgvs3-operator --tail=30 --prefix >&2 || true
+        timeout 15 "${bounded[@]}" -n pgvs3-demo logs -l app.kubernetes.io/name=pgvs3-gateway --tail=10 --prefix | grep -v AWS_SECRET_ACCESS_KEY >&2 || true
     fi
     "$kit/stop-node.sh" "$run" >/dev/null 2>&1
     echo "[node-tier] node stopped in $(( ($(ms) - t) / 1000 ))s"
