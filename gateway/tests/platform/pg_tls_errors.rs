@@ -6,10 +6,10 @@
 use pgvs3_testkit as common;
 
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::certs::{Issued, TestCa};
-use common::fresh_database;
+use common::{eventually, fresh_database};
 use pgvs3_gateway::serve::RunningGateway;
 
 /// Well under the minute of retries a reachable-later server gets.
@@ -109,11 +109,19 @@ async fn an_expired_certificate_is_named() {
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    // Its notAfter is a whole second no later than now: once the clock is past that second,
+    // it is expired (webpki refuses only after notAfter).
+    let unix_secs = || SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let minted = unix_secs();
     let expired = Issued {
         cert: ca.dir.join("expired.crt"),
         key: valid.key,
     };
     let port = tls_server("expired", &expired).await;
+    eventually(LIMIT, "the certificate's last second to pass", || async {
+        (unix_secs() > minted).then_some(())
+    })
+    .await;
     let ca_file = ca.ca_cert().display().to_string();
     let error = refused(&url(
         "localhost",
