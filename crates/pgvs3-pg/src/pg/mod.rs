@@ -169,9 +169,12 @@ async fn wait_until_reachable(pool: &Pool, tls: &PgTls) -> anyhow::Result<()> {
                 if let Some(reason) = tls.refusal(&err) {
                     bail!("{reason}");
                 }
-                // tokio-postgres's own text ("error performing TLS handshake", "db error")
-                // keeps the reason in the causes.
-                let err = anyhow::Error::new(err);
+                // tokio-postgres's own text ("error connecting to server", "db error") keeps
+                // the reason in the causes; the pool's wrapper only repeats that text.
+                let err = match err {
+                    deadpool_postgres::PoolError::Backend(err) => anyhow::Error::new(err),
+                    other => anyhow::Error::new(other),
+                };
                 if tokio::time::Instant::now() + delay >= deadline {
                     bail!("PostgreSQL is not reachable: {err:#}");
                 }
