@@ -76,6 +76,8 @@ pub struct ClientCert {
 #[derive(Clone)]
 pub struct PgTls {
     config: Arc<rustls::ClientConfig>,
+    /// Where the trusted CAs came from (`sslrootcert`), for the reason of a refusal.
+    roots_file: Option<String>,
 }
 
 impl fmt::Debug for PgTls {
@@ -141,6 +143,7 @@ impl PgTls {
         config.alpn_protocols = vec![b"postgresql".to_vec()];
         Ok(PgTls {
             config: Arc::new(config),
+            roots_file: None,
         })
     }
 }
@@ -178,25 +181,128 @@ pub fn parse(conninfo: &str) -> anyhow::Result<(tokio_postgres::Config, PgTls)> 
         _ => bail!("sslcert and sslkey go together"),
     };
     config.ssl_mode(mode.negotiation());
-    Ok((config, PgTls::new(mode, roots, client)?))
+    let mut tls = PgTls::new(mode, roots, client)?;
+    tls.roots_file = root.filter(|_| mode != SslMode::Disable);
+    Ok((config, tls))
 }
 
-/// Whether `error` (or one of its causes) is the server's certificate refused by our checks:
-/// retrying cannot mend that, unlike a server not up yet.
-pub fn certificate_refused(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(error);
-    while let Some(error) = next {
-        // An I/O error's `source` skips the error it wraps: look at that one directly.
-        let wrapped = error.downcast_ref::<io::Error>().and_then(io::Error::get_ref);
-        let tls = wrapped
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-            .or_else(|| error.downcast_ref::<rustls::Error>());
-        if matches!(tls, Some(rustls::Error::InvalidCertificate(_))) {
-            return true;
-        }
-        next = error.source();
+/// What tokio-postgres says (as the cause of its "authentication error") when
+/// `channel_binding=require` is not met; it has no error kind of its own to match.
+const NOT_BOUND: &str = "server did not use channel binding";
+
+impl PgTls {
+    /// Why `error` (or one of its causes) means a connection can never succeed as configured,
+    /// in words a person can act on; None for an error worth retrying (a server not up yet).
+    /// tokio-postgres prints only "error performing TLS handshake" and keeps the reason in its
+    /// causes.
+    pub fn refusal(&self, error: &(dyn std::error::Error + 'static)) -> Option<String> {
+        causes(error).find_map(|cause| match cause.downcast_ref::<rustls::Error>() {
+            Some(rustls::Error::InvalidCertificate(why)) => Some(self.certificate_refusal(why)),
+            _ if cause.to_string() == NOT_BOUND => Some(
+                "channel_binding=require, but the connection is not channel-bound: pgvs3 does not \
+                 do SCRAM channel binding (SCRAM-SHA-256-PLUS), so no connection can meet it; use \
+                 channel_binding=prefer (the default)"
+                    .to_owned(),
+            ),
+            _ => None,
+        })
     }
-    false
+
+    fn certificate_refusal(&self, why: &CertificateError) -> String {
+        let refused = "PostgreSQL's TLS certificate is refused";
+        match why {
+            CertificateError::UnknownIssuer => {
+                let roots = match &self.roots_file {
+                    Some(path) => format!("sslrootcert ({path})"),
+                    None => "the CA certificates given".to_owned(),
+                };
+                format!(
+                    "{refused}: unknown CA, it is not issued by a CA in {roots}; give the CA that \
+                     issued the server's certificate"
+                )
+            }
+            CertificateError::NotValidForNameContext { expected, presented } => {
+                let names: Vec<&str> = presented.iter().map(|name| presented_name(name)).collect();
+                format!(
+                    "{refused}: host name mismatch, it is not valid for {:?}, the host the \
+                     connection asked for (it names {}); connect by one of its names, or use \
+                     sslmode=verify-ca, which does not check the name",
+                    expected.to_str(),
+                    if names.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        names.join(", ")
+                    }
+                )
+            }
+            CertificateError::NotValidForName => {
+                format!("{refused}: host name mismatch, it is not valid for the host the connection asked for")
+            }
+            CertificateError::ExpiredContext { time, not_after } => format!(
+                "{refused}: expired at {} (now {}); the server needs a renewed certificate",
+                utc(*not_after),
+                utc(*time)
+            ),
+            CertificateError::Expired => {
+                format!("{refused}: expired (or its validity period is empty); the server needs a renewed certificate")
+            }
+            CertificateError::NotValidYetContext { time, not_before } => format!(
+                "{refused}: not valid yet, only from {} (now {}); check the clocks of this host \
+                 and of whoever issued it",
+                utc(*not_before),
+                utc(*time)
+            ),
+            CertificateError::NotValidYet => format!("{refused}: not valid yet; check the clocks"),
+            other => format!("{refused} (see sslmode, sslrootcert): {other}"),
+        }
+    }
+}
+
+/// `error` and its causes. An I/O error's `source` skips the error it wraps (where rustls's
+/// error is): that one is stepped into instead.
+fn causes<'a>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    let mut next = Some(error);
+    std::iter::from_fn(move || {
+        let error = next?;
+        next = match error.downcast_ref::<io::Error>().and_then(io::Error::get_ref) {
+            Some(wrapped) => Some(wrapped as &(dyn std::error::Error + 'static)),
+            None => error.source(),
+        };
+        Some(error)
+    })
+}
+
+/// webpki's names of a certificate (`DnsName("db-rw")`, `IpAddress(10.0.0.1)`) as a person
+/// writes them.
+fn presented_name(name: &str) -> &str {
+    name.strip_prefix("DnsName(\"")
+        .and_then(|rest| rest.strip_suffix("\")"))
+        .or_else(|| name.strip_prefix("IpAddress(").and_then(|rest| rest.strip_suffix(')')))
+        .unwrap_or(name)
+}
+
+/// A certificate time as `2026-12-03 20:09:08 UTC` (days to a civil date: Howard Hinnant's
+/// algorithm).
+fn utc(time: UnixTime) -> String {
+    let secs = time.as_secs();
+    let (days, second) = ((secs / 86_400) as i64, secs % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        second / 3_600,
+        second % 3_600 / 60,
+        second % 60
+    )
 }
 
 /// Every certificate of a PEM file (a chain, or a CA bundle).
@@ -587,6 +693,74 @@ mod tests {
         assert_eq!(config.get_password(), Some(&b"it's a  secret"[..]));
         assert!(split_tls_params("host='h").is_err());
         assert!(split_tls_params("host").is_err());
+    }
+
+    /// As tokio-postgres hands it over: rustls's error inside the I/O error of the handshake,
+    /// inside further context.
+    fn refusal(tls: &PgTls, why: CertificateError) -> String {
+        let handshake = io::Error::new(io::ErrorKind::InvalidData, rustls::Error::InvalidCertificate(why));
+        let error = anyhow::Error::new(handshake).context("error performing TLS handshake");
+        tls.refusal(error.as_ref()).expect("a certificate refusal")
+    }
+
+    #[test]
+    fn each_certificate_refusal_names_its_reason() {
+        let tls = PgTls {
+            roots_file: Some("/etc/pg/ca.crt".to_owned()),
+            ..PgTls::default()
+        };
+        let unknown = refusal(&tls, CertificateError::UnknownIssuer);
+        assert!(
+            unknown.contains("unknown CA") && unknown.contains("/etc/pg/ca.crt"),
+            "{unknown}"
+        );
+        let name = refusal(
+            &tls,
+            CertificateError::NotValidForNameContext {
+                expected: ServerName::try_from("db-rw").unwrap(),
+                presented: vec!["DnsName(\"db-ro\")".to_owned(), "IpAddress(10.0.0.1)".to_owned()],
+            },
+        );
+        assert!(
+            name.contains("host name mismatch")
+                && name.contains("\"db-rw\"")
+                && name.contains("it names db-ro, 10.0.0.1"),
+            "{name}"
+        );
+        let at = |secs| UnixTime::since_unix_epoch(std::time::Duration::from_secs(secs));
+        let expired = refusal(
+            &tls,
+            CertificateError::ExpiredContext {
+                time: at(951_868_800),
+                not_after: at(951_782_400),
+            },
+        );
+        assert!(
+            expired.contains("expired at 2000-02-29 00:00:00 UTC (now 2000-03-01 00:00:00 UTC)"),
+            "{expired}"
+        );
+        let early = refusal(
+            &tls,
+            CertificateError::NotValidYetContext {
+                time: at(0),
+                not_before: at(86_399),
+            },
+        );
+        assert!(
+            early.contains("not valid yet, only from 1970-01-01 23:59:59 UTC (now 1970-01-01 00:00:00 UTC)"),
+            "{early}"
+        );
+        assert!(refusal(&tls, CertificateError::Revoked).contains("Revoked"));
+        assert!(refusal(&PgTls::default(), CertificateError::UnknownIssuer).contains("the CA certificates given"));
+    }
+
+    #[test]
+    fn what_retrying_can_mend_is_no_refusal() {
+        let tls = PgTls::default();
+        let down = io::Error::new(io::ErrorKind::ConnectionRefused, "connection refused");
+        assert_eq!(tls.refusal(&down), None);
+        let other = io::Error::new(io::ErrorKind::InvalidData, rustls::Error::DecryptError);
+        assert_eq!(tls.refusal(&other), None);
     }
 
     #[test]

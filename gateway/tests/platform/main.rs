@@ -12,4 +12,5 @@ mod fleet;
 mod http_connections;
 mod lake;
 mod layout;
+mod pg_tls_errors;
 mod tls;

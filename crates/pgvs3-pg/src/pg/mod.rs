@@ -70,14 +70,14 @@ impl Database {
         };
         let mut config = config;
         config.connect_timeout(args.pg_connect_timeout);
-        let connections = Connections::new(tls);
+        let connections = Connections::new(tls.clone());
         let pool = build_pool(
             config.clone(),
             args.pool_size,
             (args.pg_pool_wait_timeout, args.pg_connect_timeout),
             connections.clone(),
         )?;
-        wait_until_reachable(&pool).await?;
+        wait_until_reachable(&pool, &tls).await?;
         let embedded = embedded.map_or(Embedded::None, |server| Embedded::Owned(Box::new(server)));
         Ok(Database {
             pool,
@@ -158,21 +158,30 @@ fn build_pool(
 }
 
 /// Retries the first connection for a while: in Kubernetes the database often starts alongside.
-async fn wait_until_reachable(pool: &Pool) -> anyhow::Result<()> {
+/// What retrying cannot mend (a refused certificate, channel binding) stops at once, with why.
+async fn wait_until_reachable(pool: &Pool, tls: &PgTls) -> anyhow::Result<()> {
     let mut delay = Duration::from_millis(100);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         match pool.get().await {
             Ok(_) => return Ok(()),
-            Err(err) if pgvs3_pgtls::certificate_refused(&err) => {
-                bail!("PostgreSQL's TLS certificate is refused (see sslmode, sslrootcert): {err}")
-            }
-            Err(err) if tokio::time::Instant::now() + delay < deadline => {
-                tracing::warn!(error = %err, "PostgreSQL not reachable yet; retrying");
+            Err(err) => {
+                if let Some(reason) = tls.refusal(&err) {
+                    bail!("{reason}");
+                }
+                // tokio-postgres's own text ("error connecting to server", "db error") keeps
+                // the reason in the causes; the pool's wrapper only repeats that text.
+                let err = match err {
+                    deadpool_postgres::PoolError::Backend(err) => anyhow::Error::new(err),
+                    other => anyhow::Error::new(other),
+                };
+                if tokio::time::Instant::now() + delay >= deadline {
+                    bail!("PostgreSQL is not reachable: {err:#}");
+                }
+                tracing::warn!(error = format!("{err:#}"), "PostgreSQL not reachable yet; retrying");
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(5));
             }
-            Err(err) => bail!("PostgreSQL is not reachable: {err}"),
         }
     }
 }
