@@ -335,6 +335,71 @@ async fn info_has_the_fields_clients_and_exporters_read() {
     assert_eq!(field("process_id"), std::process::id().to_string());
 }
 
+/// INFO commandstats counts each command's calls, its calls refused before they ran (wrong
+/// arity) and its calls answered with an error (a syntax error, a wrong type), and
+/// `total_commands_processed` leaves the refused out, as redis-server 7.0.15 counts them on the
+/// same commands. Plain INFO leaves the section out, as Redis's `default` does. Counts only:
+/// the times are not asserted.
+#[tokio::test]
+async fn info_commandstats_counts_calls_rejections_and_failures() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let mut info = async |section: &str| -> String {
+        let Value::Bulk(info) = raw.command(&["INFO", section]).await else {
+            panic!("INFO is a bulk string")
+        };
+        String::from_utf8(info).unwrap()
+    };
+    let processed = |info: &str| -> u64 {
+        info.lines()
+            .find_map(|line| line.strip_prefix("total_commands_processed:"))
+            .unwrap_or_else(|| panic!("total_commands_processed in {info}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let before = processed(&info("stats").await);
+    assert!(!info("default").await.contains("Commandstats"));
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(raw.command(&["SET", "a", "1"]).await, ok());
+    assert_eq!(raw.command(&["SET", "s", "x"]).await, ok());
+    raw.command(&["SET", "s", "x", "NX", "XX"]).await.error();
+    assert_eq!(raw.command(&["INCR", "a"]).await, Value::Int(2));
+    raw.command(&["INCR", "s"]).await.error();
+    raw.command(&["GET"]).await.error();
+    raw.command(&["NOSUCHCOMMAND"]).await.error();
+    let Value::Bulk(stats) = raw.command(&["INFO", "commandstats"]).await else {
+        panic!("INFO commandstats is a bulk string")
+    };
+    let stats = String::from_utf8(stats).unwrap();
+    assert!(stats.starts_with("# Commandstats\r\n"), "{stats}");
+    // Each line without its times: `calls=…,rejected_calls=…,failed_calls=…`.
+    let counts = |name: &str| -> String {
+        let line = stats
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("cmdstat_{name}:")))
+            .unwrap_or_else(|| panic!("cmdstat_{name} in {stats}"));
+        line.split(',')
+            .filter(|field| !field.starts_with("usec"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    assert_eq!(counts("set"), "calls=3,rejected_calls=0,failed_calls=1");
+    assert_eq!(counts("incr"), "calls=2,rejected_calls=0,failed_calls=1");
+    assert_eq!(counts("get"), "calls=0,rejected_calls=1,failed_calls=0");
+    assert!(
+        stats.contains("cmdstat_get:calls=0,usec=0,usec_per_call=0.00,"),
+        "{stats}"
+    );
+    assert!(!stats.contains("nosuchcommand"), "{stats}");
+    // The two INFOs, the five calls that ran and this connection's INFO: not the two refused.
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let Value::Bulk(after) = raw.command(&["INFO", "stats"]).await else {
+        panic!("INFO stats")
+    };
+    assert_eq!(processed(&String::from_utf8(after).unwrap()) - before, 2 + 5 + 1);
+}
+
 /// CONFIG GET answers the parameters clients ask for, by glob pattern, as redis-server 7.0.15
 /// names them; values stand for what the gateway does (no eviction, no snapshots). Redis
 /// answers in its own table's order; this answers in pgvs3's.

@@ -4,8 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
@@ -408,9 +407,15 @@ impl Connection {
             let spec = command::lookup(&name);
             last_command = spec.map_or("unknown", |spec| spec.name);
             let key_command = match self.admit(&name, spec, &args) {
-                Err(reply) => {
+                Err(Refusal::Before(reply)) => {
                     self.flush(&mut run, out).await;
-                    self.finish(spec, reply, out);
+                    self.reject(spec, reply, out);
+                    continue;
+                }
+                // Bad arguments: as in Redis, a call that failed (not one refused before it ran).
+                Err(Refusal::Arguments(reply)) => {
+                    self.flush(&mut run, out).await;
+                    self.finish(spec.expect("parsed commands are known"), Duration::ZERO, reply, out);
                     continue;
                 }
                 Ok(admitted) => admitted,
@@ -429,7 +434,7 @@ impl Connection {
                             "ERR {} inside MULTI is not supported",
                             spec.name.to_uppercase()
                         ));
-                        self.finish(Some(spec), reply, out);
+                        self.reject(Some(spec), reply, out);
                         continue;
                     }
                     None => Queued::Other(args, spec),
@@ -438,7 +443,7 @@ impl Connection {
                 match pushed {
                     Some(Err(reply)) => {
                         self.multi_failed = true;
-                        self.finish(Some(spec), reply, out);
+                        self.reject(Some(spec), reply, out);
                     }
                     _ => self.emit(Reply::Simple("QUEUED"), out),
                 }
@@ -447,8 +452,9 @@ impl Connection {
             match key_command {
                 Some(KeyCommand::Typed(typed)) if typed.blocking.is_some() => {
                     self.flush(&mut run, out).await;
+                    let started = Instant::now();
                     let reply = self.block(&typed, spec).await;
-                    self.finish(Some(spec), reply, out);
+                    self.finish(spec, started.elapsed(), reply, out);
                 }
                 Some(command) => {
                     run.write |= spec.is_write();
@@ -456,13 +462,15 @@ impl Connection {
                 }
                 None if is_subscription(spec.name) => {
                     self.flush(&mut run, out).await;
-                    self.count(spec.name, &Reply::OK);
+                    let started = Instant::now();
                     self.subscription(spec.name, &args[1..], out);
+                    self.count(spec, started.elapsed(), &Reply::OK);
                 }
                 None => {
                     self.flush(&mut run, out).await;
+                    let started = Instant::now();
                     let reply = Box::pin(self.other_command(spec, &args)).await;
-                    self.finish(Some(spec), reply, out);
+                    self.finish(spec, started.elapsed(), reply, out);
                 }
             }
         }
@@ -480,8 +488,13 @@ impl Connection {
 
     /// Checks what every command needs before it runs (known, arity, auth, writable, parsable)
     /// and parses key commands. An error marks an open MULTI as failed, as in Redis.
-    fn admit(&mut self, name: &str, spec: Option<&'static Spec>, args: &[Bytes]) -> Result<Option<KeyCommand>, Reply> {
-        let result = (|| {
+    fn admit(
+        &mut self,
+        name: &str,
+        spec: Option<&'static Spec>,
+        args: &[Bytes],
+    ) -> Result<Option<KeyCommand>, Refusal> {
+        let checked = (|| {
             let Some(spec) = spec else {
                 return Err(command::unknown_command(args));
             };
@@ -510,16 +523,29 @@ impl Connection {
                     self.server.replica.limit().unwrap_or_default().as_secs_f64()
                 )));
             }
-            KeyCommand::parse(name, args)
+            Ok(())
         })();
+        let result = match checked {
+            Ok(()) => KeyCommand::parse(name, args).map_err(Refusal::Arguments),
+            Err(reply) => Err(Refusal::Before(reply)),
+        };
         if result.is_err() && self.multi.is_some() {
             self.multi_failed = true;
         }
         result
     }
 
-    fn finish(&mut self, spec: Option<&'static Spec>, reply: Reply, out: &mut BytesMut) {
-        self.count(spec.map_or("unknown", |spec| spec.name), &reply);
+    /// Answers a command that ran, taking `took`.
+    fn finish(&mut self, spec: &'static Spec, took: Duration, reply: Reply, out: &mut BytesMut) {
+        self.count(spec, took, &reply);
+        self.emit(reply, out);
+    }
+
+    /// Answers a command refused before it ran (`None`: one that does not exist): Redis's
+    /// `rejected_calls`, which `total_commands_processed` leaves out.
+    fn reject(&mut self, spec: Option<&'static Spec>, reply: Reply, out: &mut BytesMut) {
+        self.server.stats.rejected(spec);
+        self.record(spec.map_or("unknown", |spec| spec.name), &reply);
         self.emit(reply, out);
     }
 
@@ -585,11 +611,16 @@ impl Connection {
             .map_or_else(|reply| reply, |mut replies| replies.pop().unwrap_or(Reply::Nil))
     }
 
-    pub(crate) fn count(&self, operation: &str, reply: &Reply) {
-        self.server.commands_processed.fetch_add(1, Relaxed);
+    /// Counts a command that ran (INFO's stats and commandstats, the metrics).
+    pub(crate) fn count(&self, spec: &'static Spec, took: Duration, reply: &Reply) {
+        self.server.stats.called(spec, took, reply.is_error());
+        self.record(spec.name, reply);
+    }
+
+    /// The request metric and the batch span's status of one reply.
+    fn record(&self, operation: &str, reply: &Reply) {
         let status = if reply.is_error() { "error" } else { "ok" };
         if reply.is_error() {
-            self.server.error_replies.fetch_add(1, Relaxed);
             tracing::Span::current().record("status", status);
         }
         self.server
@@ -641,17 +672,21 @@ impl Connection {
                 false => share.min(UNBUDGETED_REPLY),
             });
         }
+        let started = Instant::now();
         let replies = Box::pin(self.execute(&commands, write, &[]))
             .await
             .unwrap_or_else(|reply| vec![reply; commands.len()]);
+        // The run's commands share one statement: each is counted its share of its time.
+        let share = started.elapsed() / commands.len() as u32;
         for ((command, spec), reply) in commands.into_iter().zip(replies) {
+            let again = Instant::now();
             let reply = match reply {
                 Reply::OverLimit(Some(cut)) if !spec.is_write() && !self.over_limit => {
                     self.read_again(command, spec, cut, out).await
                 }
                 reply => reply,
             };
-            self.finish(Some(spec), reply, out);
+            self.finish(spec, share + again.elapsed(), reply, out);
         }
     }
 
@@ -851,6 +886,15 @@ impl Connection {
             row => Ok(row),
         }
     }
+}
+
+/// Why `admit` did not let a command run: Redis counts the two apart (INFO commandstats'
+/// `rejected_calls` and `failed_calls`).
+enum Refusal {
+    /// Unknown, wrong arity, not authenticated, not allowed here.
+    Before(Reply),
+    /// Its arguments do not parse.
+    Arguments(Reply),
 }
 
 /// Whether a request is a blocking pop or XREAD BLOCK (its batch may wait long; see
