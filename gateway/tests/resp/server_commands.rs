@@ -400,6 +400,80 @@ async fn info_commandstats_counts_calls_rejections_and_failures() {
     assert_eq!(processed(&String::from_utf8(after).unwrap()) - before, 2 + 5 + 1);
 }
 
+/// MEMORY USAGE estimates a key from its stored sizes (nil for a missing key, Redis's errors
+/// for bad SAMPLES), through redis-rs; a hash of equal-sized fields samples to the size of all
+/// of them. MEMORY's other subcommands answer or are refused as docs/resp-compatibility.md says.
+#[tokio::test]
+async fn memory_usage_estimates_from_stored_sizes() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = redis::Client::open(format!("redis://{}/", gateway.resp_addr()))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let usage = async |con: &mut redis::aio::MultiplexedConnection, args: &[&str]| -> Option<i64> {
+        redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(args)
+            .query_async(con)
+            .await
+            .unwrap()
+    };
+    let _: () = redis::cmd("SET")
+        .arg("s")
+        .arg("x".repeat(1000))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    // The key's row: 28 bytes of PostgreSQL's row header and pointer, the key, the value.
+    assert_eq!(usage(&mut con, &["s"]).await, Some(28 + 1 + 1000));
+    assert_eq!(usage(&mut con, &["missing"]).await, None);
+    for field in 0..100 {
+        let _: () = redis::cmd("HSET")
+            .arg("h")
+            .arg(format!("field{field:03}"))
+            .arg("v".repeat(100))
+            .query_async(&mut con)
+            .await
+            .unwrap();
+    }
+    let all = usage(&mut con, &["h", "SAMPLES", "0"]).await.unwrap();
+    // Each field's bytes (8 + 100) are stored, with the rows' own overhead on top.
+    assert!(all > 100 * 108, "{all}");
+    assert_eq!(usage(&mut con, &["h"]).await, Some(all));
+    assert_eq!(usage(&mut con, &["h", "SAMPLES", "3"]).await, Some(all));
+
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    for (args, error) in [
+        (&["MEMORY", "USAGE", "h", "SAMPLES", "-1"][..], "ERR syntax error"),
+        (
+            &["MEMORY", "USAGE", "h", "SAMPLES", "x"],
+            "ERR value is not an integer or out of range",
+        ),
+        (&["MEMORY", "USAGE", "h", "SAMPLES"], "ERR syntax error"),
+        (&["MEMORY", "USAGE", "h", "FOO", "1"], "ERR syntax error"),
+        (
+            &["MEMORY", "USAGE"],
+            "ERR wrong number of arguments for 'memory|usage' command",
+        ),
+        (&["MEMORY"], "ERR wrong number of arguments for 'memory' command"),
+        (&["MEMORY", "FOO"], "ERR unknown subcommand 'FOO'. Try MEMORY HELP."),
+    ] {
+        assert_eq!(raw.command(args).await.error(), error, "{args:?}");
+    }
+    assert_eq!(raw.command(&["MEMORY", "PURGE"]).await, ok());
+    assert!(
+        raw.command(&["MEMORY", "STATS"])
+            .await
+            .error()
+            .starts_with("ERR MEMORY STATS is not supported")
+    );
+    let Value::Array(help) = raw.command(&["MEMORY", "HELP"]).await else {
+        panic!("MEMORY HELP is an array")
+    };
+    assert!(help.contains(&Value::Simple("USAGE <key> [SAMPLES <count>]".into())));
+}
+
 /// CONFIG GET answers the parameters clients ask for, by glob pattern, as redis-server 7.0.15
 /// names them; values stand for what the gateway does (no eviction, no snapshots). Redis
 /// answers in its own table's order; this answers in pgvs3's.

@@ -60,6 +60,7 @@ impl Connection {
                 Reply::OK
             }
             "function" => function_command(args),
+            "memory" => memory_command(args),
             other => unreachable!("{other} is not a server command"),
         }
     }
@@ -273,6 +274,49 @@ fn function_command(args: &[Bytes]) -> Reply {
         _ => Reply::error(format!(
             "ERR FUNCTION {} is not supported by pgvs3 (it runs EVAL scripts, not functions)",
             String::from_utf8_lossy(&args[1]).to_uppercase()
+        )),
+    }
+}
+
+/// MEMORY's subcommands but USAGE (a key command, `keys.rs`): the gateway keeps no dataset
+/// in memory, so PURGE has nothing to give back and DOCTOR nothing to diagnose; STATS and
+/// MALLOC-STATS describe Redis's allocator, which there is none of here.
+fn memory_command(args: &[Bytes]) -> Reply {
+    match (args[1].to_ascii_lowercase().as_slice(), args.len()) {
+        (b"purge", 2) => Reply::OK,
+        (b"doctor", 2) => Reply::text(
+            "pgvs3 keeps its values in PostgreSQL, not in the gateway's memory: there is nothing to \
+             diagnose here (INFO memory shows the gateway process).",
+        ),
+        (b"help", 2) => Reply::Array(
+            [
+                "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "DOCTOR",
+                "    Return memory problems reports.",
+                "PURGE",
+                "    Attempt to purge dirty pages for reclamation by the allocator.",
+                "USAGE <key> [SAMPLES <count>]",
+                "    Return the bytes <key> and its value take as stored in PostgreSQL. Collections are",
+                "    sampled up to <count> elements (default: 5, 0 means sample all).",
+                "HELP",
+                "    Prints this help.",
+            ]
+            .into_iter()
+            .map(Reply::Simple)
+            .collect(),
+        ),
+        (b"stats" | b"malloc-stats", 2) => Reply::error(format!(
+            "ERR MEMORY {} is not supported by pgvs3: values live in PostgreSQL, not in an allocator \
+             (INFO memory shows the gateway process)",
+            String::from_utf8_lossy(&args[1]).to_uppercase()
+        )),
+        (b"purge" | b"doctor" | b"help" | b"stats" | b"malloc-stats", _) => wrong_arity(&format!(
+            "memory|{}",
+            String::from_utf8_lossy(&args[1]).to_ascii_lowercase()
+        )),
+        _ => Reply::error(format!(
+            "ERR unknown subcommand '{}'. Try MEMORY HELP.",
+            String::from_utf8_lossy(&args[1])
         )),
     }
 }
