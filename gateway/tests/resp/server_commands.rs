@@ -474,6 +474,78 @@ async fn memory_usage_estimates_from_stored_sizes() {
     assert!(help.contains(&Value::Simple("USAGE <key> [SAMPLES <count>]".into())));
 }
 
+/// CLIENT UNBLOCK wakes a client blocked in BLPOP on this gateway: with TIMEOUT (the default)
+/// it answers what its timeout would (nil), with ERROR Redis's `UNBLOCKED` error; a client that
+/// is not blocked answers 0. INFO's `blocked_clients` counts the client while it waits.
+/// CLIENT NO-EVICT and NO-TOUCH take ON or OFF, as Redis.
+#[tokio::test]
+async fn client_unblock_wakes_a_blocked_blpop() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let con = redis::Client::open(format!("redis://{}/", gateway.resp_addr()))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for (reason, answer) in [
+        (None, Value::Nil),
+        (Some("TIMEOUT"), Value::Nil),
+        (
+            Some("ERROR"),
+            Value::Error("UNBLOCKED client unblocked via CLIENT UNBLOCK".into()),
+        ),
+    ] {
+        let mut blocked = RawResp::connect(gateway.resp_addr()).await;
+        let Value::Int(id) = blocked.command(&["CLIENT", "ID"]).await else {
+            panic!("CLIENT ID is an integer")
+        };
+        let waiting = tokio::spawn(async move { blocked.command(&["BLPOP", "nothing", "0"]).await });
+        common::eventually(
+            std::time::Duration::from_secs(10),
+            "CLIENT UNBLOCK finds the client blocked",
+            || {
+                let mut con = con.clone();
+                async move {
+                    let info: String = redis::cmd("INFO").arg("clients").query_async(&mut con).await.unwrap();
+                    if !info.contains("blocked_clients:1\r\n") {
+                        return None;
+                    }
+                    let mut unblock = redis::cmd("CLIENT");
+                    unblock.arg("UNBLOCK").arg(id);
+                    if let Some(reason) = reason {
+                        unblock.arg(reason);
+                    }
+                    let unblocked: i64 = unblock.query_async(&mut con).await.unwrap();
+                    (unblocked == 1).then_some(())
+                }
+            },
+        )
+        .await;
+        assert_eq!(waiting.await.unwrap(), answer, "{reason:?}");
+    }
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(raw.command(&["CLIENT", "UNBLOCK", "99999"]).await, Value::Int(0));
+    for (args, error) in [
+        (
+            &["CLIENT", "UNBLOCK", "x"][..],
+            "ERR value is not an integer or out of range",
+        ),
+        (
+            &["CLIENT", "UNBLOCK", "1", "foo"],
+            "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR",
+        ),
+        (
+            &["CLIENT", "UNBLOCK"],
+            "ERR wrong number of arguments for 'client|unblock' command",
+        ),
+        (&["CLIENT", "NO-EVICT", "maybe"], "ERR syntax error"),
+        (&["CLIENT", "NO-TOUCH", "maybe"], "ERR syntax error"),
+    ] {
+        assert_eq!(raw.command(args).await.error(), error, "{args:?}");
+    }
+    assert_eq!(raw.command(&["CLIENT", "NO-EVICT", "on"]).await, ok());
+    assert_eq!(raw.command(&["CLIENT", "NO-TOUCH", "OFF"]).await, ok());
+}
+
 /// CONFIG GET answers the parameters clients ask for, by glob pattern, as redis-server 7.0.15
 /// names them; values stand for what the gateway does (no eviction, no snapshots). Redis
 /// answers in its own table's order; this answers in pgvs3's.

@@ -47,6 +47,8 @@ const INPUT_OVER_BUDGET: &str =
 const READONLY: &str = "READONLY You can't write against a read only replica.";
 const BUSY: &str = "BUSY the server is overloaded, try again later";
 const NOAUTH: &str = "NOAUTH Authentication required.";
+/// A blocked client's reply to `CLIENT UNBLOCK <id> ERROR`, as Redis's.
+const UNBLOCKED: &str = "UNBLOCKED client unblocked via CLIENT UNBLOCK";
 pub(crate) const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 /// AUTH with temporary (STS) credentials: refused, they are good only with their session token.
 pub(crate) const STS_REFUSED: &str =
@@ -454,6 +456,7 @@ impl Connection {
                     self.flush(&mut run, out).await;
                     let started = Instant::now();
                     let reply = self.block(&typed, spec).await;
+                    self.set_client(|info| info.blocked = None);
                     self.finish(spec, started.elapsed(), reply, out);
                 }
                 Some(command) => {
@@ -809,6 +812,7 @@ impl Connection {
         let mut nothing: Option<Reply> = None;
         let mut attempt = typed.clone();
         let mut checks = 0;
+        let unblock = std::sync::Arc::new(super::clients::Unblock::default());
         loop {
             if self.admitted.is_none() {
                 match self.server.admission.admit_again().await {
@@ -845,10 +849,20 @@ impl Connection {
             self.admitted = None;
             let poll = Instant::now() + self.server.settings.block_poll;
             let wake_at = deadline.map_or(poll, |deadline| deadline.min(poll));
+            // Blocked from the first wait on, for CLIENT UNBLOCK (which takes it back).
+            self.set_client(|info| {
+                info.blocked.get_or_insert_with(|| std::sync::Arc::clone(&unblock));
+            });
             tokio::select! {
                 () = waiter.woken() => {}
                 () = tokio::time::sleep_until(wake_at.into()) => {}
                 () = self.registration.killed() => return reply,
+                error = unblock.woken() => {
+                    return match error {
+                        true => Reply::error(UNBLOCKED),
+                        false => reply,
+                    };
+                }
             }
             if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 return reply;

@@ -205,7 +205,25 @@ impl Connection {
                 }
                 Reply::OK
             }
-            (b"no-evict" | b"no-touch", 3) => Reply::OK,
+            // Nothing is evicted, and no access time is kept (OBJECT IDLETIME is 0): both
+            // modes have nothing to change here.
+            (b"no-evict" | b"no-touch", 3) => match args[2].to_ascii_lowercase().as_slice() {
+                b"on" | b"off" => Reply::OK,
+                _ => syntax_error(),
+            },
+            (b"unblock", 3 | 4) => {
+                let Some(id) = command::parse_integer(&args[2]) else {
+                    return command::not_an_integer();
+                };
+                let error = match args.get(3).map(|reason| reason.to_ascii_lowercase()) {
+                    None => false,
+                    Some(reason) if reason == b"timeout" => false,
+                    Some(reason) if reason == b"error" => true,
+                    Some(_) => return Reply::error("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"),
+                };
+                let unblocked = u64::try_from(id).is_ok_and(|id| self.server.clients.unblock(id, error));
+                Reply::Integer(i64::from(unblocked))
+            }
             (b"reply", 3) => match args[2].to_ascii_lowercase().as_slice() {
                 b"on" => {
                     self.reply_mode = ReplyMode::On;
@@ -240,9 +258,11 @@ impl Connection {
                 Ok(filter) => Reply::Integer(self.server.clients.kill(&filter) as i64),
                 Err(reply) => reply,
             },
-            (b"id" | b"setname" | b"getname" | b"info" | b"setinfo" | b"no-evict" | b"no-touch" | b"reply", _) => {
-                wrong_arity(&format!("client|{}", String::from_utf8_lossy(&subcommand)))
-            }
+            (
+                b"id" | b"setname" | b"getname" | b"info" | b"setinfo" | b"no-evict" | b"no-touch" | b"reply"
+                | b"unblock",
+                _,
+            ) => wrong_arity(&format!("client|{}", String::from_utf8_lossy(&subcommand))),
             _ => Reply::error(format!(
                 "ERR unknown subcommand '{}'. Try CLIENT HELP.",
                 String::from_utf8_lossy(&args[1])
