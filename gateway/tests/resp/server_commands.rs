@@ -546,6 +546,55 @@ async fn client_unblock_wakes_a_blocked_blpop() {
     assert_eq!(raw.command(&["CLIENT", "NO-TOUCH", "OFF"]).await, ok());
 }
 
+/// CLIENT PAUSE WRITE holds this gateway's writes (not its reads) until CLIENT UNPAUSE;
+/// CLIENT PAUSE ALL (the default mode) holds every command until its timeout; Redis 7.0.15's
+/// errors for a bad timeout or mode.
+#[tokio::test]
+async fn client_pause_holds_writes_or_everything_until_unpaused_or_over() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut admin = RawResp::connect(gateway.resp_addr()).await;
+    let mut reader = RawResp::connect(gateway.resp_addr()).await;
+    let mut writer = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(admin.command(&["SET", "k", "before"]).await, ok());
+    assert_eq!(admin.command(&["CLIENT", "PAUSE", "60000", "WRITE"]).await, ok());
+    let write = tokio::spawn(async move { writer.command(&["SET", "k", "after"]).await });
+    assert_eq!(reader.command(&["GET", "k"]).await, Value::bulk("before"));
+    assert!(!write.is_finished(), "a write waits out CLIENT PAUSE WRITE");
+    assert_eq!(admin.command(&["CLIENT", "UNPAUSE"]).await, ok());
+    assert_eq!(write.await.unwrap(), ok());
+    assert_eq!(reader.command(&["GET", "k"]).await, Value::bulk("after"));
+
+    let paused = std::time::Instant::now();
+    assert_eq!(admin.command(&["CLIENT", "PAUSE", "300"]).await, ok());
+    assert_eq!(reader.command(&["GET", "k"]).await, Value::bulk("after"));
+    assert!(
+        paused.elapsed() >= std::time::Duration::from_millis(300),
+        "a read waits out CLIENT PAUSE ALL"
+    );
+
+    for (args, error) in [
+        (
+            &["CLIENT", "PAUSE", "x"][..],
+            "ERR timeout is not an integer or out of range",
+        ),
+        (&["CLIENT", "PAUSE", "-1"], "ERR timeout is negative"),
+        (
+            &["CLIENT", "PAUSE", "10", "foo"],
+            "ERR CLIENT PAUSE mode must be WRITE or ALL",
+        ),
+        (
+            &["CLIENT", "PAUSE"],
+            "ERR wrong number of arguments for 'client|pause' command",
+        ),
+        (
+            &["CLIENT", "UNPAUSE", "x"],
+            "ERR wrong number of arguments for 'client|unpause' command",
+        ),
+    ] {
+        assert_eq!(admin.command(args).await.error(), error, "{args:?}");
+    }
+}
+
 /// CONFIG GET answers the parameters clients ask for, by glob pattern, as redis-server 7.0.15
 /// names them; values stand for what the gateway does (no eviction, no snapshots). Redis
 /// answers in its own table's order; this answers in pgvs3's.

@@ -423,6 +423,13 @@ impl Connection {
                 Ok(admitted) => admitted,
             };
             let spec = spec.expect("admitted commands are known");
+            if self.server.pause.active() {
+                self.flush(&mut run, out).await;
+                if let Err(reply) = self.wait_out_pause(spec).await {
+                    self.reject(Some(spec), reply, out);
+                    continue;
+                }
+            }
             let queueing = !matches!(spec.name, "exec" | "discard" | "multi" | "watch" | "quit" | "reset");
             if let (true, Some(_)) = (queueing, &self.multi) {
                 let size = args.iter().map(Bytes::len).sum();
@@ -487,6 +494,23 @@ impl Connection {
             info.resp = resp;
             info.queued = queued;
         });
+    }
+
+    /// Waits while CLIENT PAUSE holds `spec` (every command with ALL; with WRITE, those that
+    /// may write: write commands, EVAL/EVALSHA, PUBLISH, EXEC), without the batch's admission
+    /// slot, so that a paused client keeps no other from being served.
+    async fn wait_out_pause(&mut self, spec: &'static Spec) -> Result<(), Reply> {
+        let writes = spec.is_write() || matches!(spec.name, "eval" | "evalsha" | "publish" | "spublish" | "exec");
+        self.admitted = None;
+        self.server.pause.wait(writes).await;
+        self.admitted = Some(
+            self.server
+                .admission
+                .admit_again()
+                .await
+                .map_err(|_| Reply::error(BUSY))?,
+        );
+        Ok(())
     }
 
     /// Checks what every command needs before it runs (known, arity, auth, writable, parsable)

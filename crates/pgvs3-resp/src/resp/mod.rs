@@ -19,6 +19,7 @@ mod group_commit;
 mod keys;
 mod lcs;
 mod lua;
+mod pause;
 mod pubsub;
 mod script;
 mod stats;
@@ -137,6 +138,8 @@ pub struct RespServer {
     scripts: script::Scripts,
     /// INFO's counts of commands (`total_commands_processed`, `commandstats`, ...).
     stats: stats::CommandStats,
+    /// CLIENT PAUSE of this gateway's clients.
+    pause: pause::Pause,
     started: Instant,
     port: u16,
 }
@@ -209,6 +212,7 @@ impl RespServer {
             pubsub,
             scripts,
             stats: stats::CommandStats::default(),
+            pause: pause::Pause::default(),
             started: Instant::now(),
             port,
         }))
