@@ -1,7 +1,8 @@
 //! The server commands the Redis test suite and client libraries use around the data:
 //! FLUSHALL, FUNCTION FLUSH, CONFIG SET of encoding parameters, INFO's memory, stats and CPU
-//! sections, CLIENT LIST's fields, CLIENT KILL and CLIENT REPLY, EXPIRE's combined options and
-//! COMMAND's introspection, each answered as Redis 7 answers it.
+//! sections and commandstats, MEMORY USAGE, CLIENT LIST's fields, CLIENT KILL, REPLY, UNBLOCK and
+//! PAUSE, EXPIRE's combined options and COMMAND's introspection, each answered as Redis 7
+//! answers it.
 
 use pgvs3_testkit as common;
 

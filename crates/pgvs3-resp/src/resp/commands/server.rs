@@ -1,5 +1,5 @@
-//! Redis's "server" group: INFO, CONFIG, COMMAND, TIME, DBSIZE, FLUSHDB, FLUSHALL and
-//! FUNCTION (which pgvs3 does not run: see `function_command`).
+//! Redis's "server" group: INFO, CONFIG, COMMAND, TIME, DBSIZE, FLUSHDB, FLUSHALL, MEMORY (but
+//! USAGE, a key command) and FUNCTION (which pgvs3 does not run: see `function_command`).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
