@@ -1,7 +1,8 @@
 //! The server commands the Redis test suite and client libraries use around the data:
 //! FLUSHALL, FUNCTION FLUSH, CONFIG SET of encoding parameters, INFO's memory, stats and CPU
-//! sections, CLIENT LIST's fields, CLIENT KILL and CLIENT REPLY, EXPIRE's combined options and
-//! COMMAND's introspection, each answered as Redis 7 answers it.
+//! sections and commandstats, MEMORY USAGE, CLIENT LIST's fields, CLIENT KILL, REPLY, UNBLOCK and
+//! PAUSE, EXPIRE's combined options and COMMAND's introspection, each answered as Redis 7
+//! answers it.
 
 use pgvs3_testkit as common;
 
@@ -333,6 +334,266 @@ async fn info_has_the_fields_clients_and_exporters_read() {
         assert_eq!(field(name), value, "{name}");
     }
     assert_eq!(field("process_id"), std::process::id().to_string());
+}
+
+/// INFO commandstats counts each command's calls, its calls refused before they ran (wrong
+/// arity) and its calls answered with an error (a syntax error, a wrong type), and
+/// `total_commands_processed` leaves the refused out, as redis-server 7.0.15 counts them on the
+/// same commands. Plain INFO leaves the section out, as Redis's `default` does. Counts only:
+/// the times are not asserted.
+#[tokio::test]
+async fn info_commandstats_counts_calls_rejections_and_failures() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let mut info = async |section: &str| -> String {
+        let Value::Bulk(info) = raw.command(&["INFO", section]).await else {
+            panic!("INFO is a bulk string")
+        };
+        String::from_utf8(info).unwrap()
+    };
+    let processed = |info: &str| -> u64 {
+        info.lines()
+            .find_map(|line| line.strip_prefix("total_commands_processed:"))
+            .unwrap_or_else(|| panic!("total_commands_processed in {info}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let before = processed(&info("stats").await);
+    assert!(!info("default").await.contains("Commandstats"));
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(raw.command(&["SET", "a", "1"]).await, ok());
+    assert_eq!(raw.command(&["SET", "s", "x"]).await, ok());
+    raw.command(&["SET", "s", "x", "NX", "XX"]).await.error();
+    assert_eq!(raw.command(&["INCR", "a"]).await, Value::Int(2));
+    raw.command(&["INCR", "s"]).await.error();
+    raw.command(&["GET"]).await.error();
+    raw.command(&["NOSUCHCOMMAND"]).await.error();
+    let Value::Bulk(stats) = raw.command(&["INFO", "commandstats"]).await else {
+        panic!("INFO commandstats is a bulk string")
+    };
+    let stats = String::from_utf8(stats).unwrap();
+    assert!(stats.starts_with("# Commandstats\r\n"), "{stats}");
+    // Each line without its times: `calls=…,rejected_calls=…,failed_calls=…`.
+    let counts = |name: &str| -> String {
+        let line = stats
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("cmdstat_{name}:")))
+            .unwrap_or_else(|| panic!("cmdstat_{name} in {stats}"));
+        line.split(',')
+            .filter(|field| !field.starts_with("usec"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    assert_eq!(counts("set"), "calls=3,rejected_calls=0,failed_calls=1");
+    assert_eq!(counts("incr"), "calls=2,rejected_calls=0,failed_calls=1");
+    assert_eq!(counts("get"), "calls=0,rejected_calls=1,failed_calls=0");
+    assert!(
+        stats.contains("cmdstat_get:calls=0,usec=0,usec_per_call=0.00,"),
+        "{stats}"
+    );
+    assert!(!stats.contains("nosuchcommand"), "{stats}");
+    // The two INFOs, the five calls that ran and this connection's INFO: not the two refused.
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    let Value::Bulk(after) = raw.command(&["INFO", "stats"]).await else {
+        panic!("INFO stats")
+    };
+    assert_eq!(processed(&String::from_utf8(after).unwrap()) - before, 2 + 5 + 1);
+}
+
+/// MEMORY USAGE estimates a key from its stored sizes (nil for a missing key, Redis's errors
+/// for bad SAMPLES), through redis-rs; a hash of equal-sized fields samples to the size of all
+/// of them. MEMORY's other subcommands answer or are refused as docs/resp-compatibility.md says.
+#[tokio::test]
+async fn memory_usage_estimates_from_stored_sizes() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = redis::Client::open(format!("redis://{}/", gateway.resp_addr()))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let usage = async |con: &mut redis::aio::MultiplexedConnection, args: &[&str]| -> Option<i64> {
+        redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(args)
+            .query_async(con)
+            .await
+            .unwrap()
+    };
+    let _: () = redis::cmd("SET")
+        .arg("s")
+        .arg("x".repeat(1000))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    // The key's row: 28 bytes of PostgreSQL's row header and pointer, the key, the value.
+    assert_eq!(usage(&mut con, &["s"]).await, Some(28 + 1 + 1000));
+    assert_eq!(usage(&mut con, &["missing"]).await, None);
+    for field in 0..100 {
+        let _: () = redis::cmd("HSET")
+            .arg("h")
+            .arg(format!("field{field:03}"))
+            .arg("v".repeat(100))
+            .query_async(&mut con)
+            .await
+            .unwrap();
+    }
+    let all = usage(&mut con, &["h", "SAMPLES", "0"]).await.unwrap();
+    // Each field's bytes (8 + 100) are stored, with the rows' own overhead on top.
+    assert!(all > 100 * 108, "{all}");
+    assert_eq!(usage(&mut con, &["h"]).await, Some(all));
+    assert_eq!(usage(&mut con, &["h", "SAMPLES", "3"]).await, Some(all));
+
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    for (args, error) in [
+        (&["MEMORY", "USAGE", "h", "SAMPLES", "-1"][..], "ERR syntax error"),
+        (
+            &["MEMORY", "USAGE", "h", "SAMPLES", "x"],
+            "ERR value is not an integer or out of range",
+        ),
+        (&["MEMORY", "USAGE", "h", "SAMPLES"], "ERR syntax error"),
+        (&["MEMORY", "USAGE", "h", "FOO", "1"], "ERR syntax error"),
+        (
+            &["MEMORY", "USAGE"],
+            "ERR wrong number of arguments for 'memory|usage' command",
+        ),
+        (&["MEMORY"], "ERR wrong number of arguments for 'memory' command"),
+        (&["MEMORY", "FOO"], "ERR unknown subcommand 'FOO'. Try MEMORY HELP."),
+    ] {
+        assert_eq!(raw.command(args).await.error(), error, "{args:?}");
+    }
+    assert_eq!(raw.command(&["MEMORY", "PURGE"]).await, ok());
+    assert!(
+        raw.command(&["MEMORY", "STATS"])
+            .await
+            .error()
+            .starts_with("ERR MEMORY STATS is not supported")
+    );
+    let Value::Array(help) = raw.command(&["MEMORY", "HELP"]).await else {
+        panic!("MEMORY HELP is an array")
+    };
+    assert!(help.contains(&Value::Simple("USAGE <key> [SAMPLES <count>]".into())));
+}
+
+/// CLIENT UNBLOCK wakes a client blocked in BLPOP on this gateway: with TIMEOUT (the default)
+/// it answers what its timeout would (nil), with ERROR Redis's `UNBLOCKED` error; a client that
+/// is not blocked answers 0. INFO's `blocked_clients` counts the client while it waits.
+/// CLIENT NO-EVICT and NO-TOUCH take ON or OFF, as Redis.
+#[tokio::test]
+async fn client_unblock_wakes_a_blocked_blpop() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let con = redis::Client::open(format!("redis://{}/", gateway.resp_addr()))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for (reason, answer) in [
+        (None, Value::Nil),
+        (Some("TIMEOUT"), Value::Nil),
+        (
+            Some("ERROR"),
+            Value::Error("UNBLOCKED client unblocked via CLIENT UNBLOCK".into()),
+        ),
+    ] {
+        let mut blocked = RawResp::connect(gateway.resp_addr()).await;
+        let Value::Int(id) = blocked.command(&["CLIENT", "ID"]).await else {
+            panic!("CLIENT ID is an integer")
+        };
+        let waiting = tokio::spawn(async move { blocked.command(&["BLPOP", "nothing", "0"]).await });
+        common::eventually(
+            std::time::Duration::from_secs(10),
+            "CLIENT UNBLOCK finds the client blocked",
+            || {
+                let mut con = con.clone();
+                async move {
+                    let info: String = redis::cmd("INFO").arg("clients").query_async(&mut con).await.unwrap();
+                    if !info.contains("blocked_clients:1\r\n") {
+                        return None;
+                    }
+                    let mut unblock = redis::cmd("CLIENT");
+                    unblock.arg("UNBLOCK").arg(id);
+                    if let Some(reason) = reason {
+                        unblock.arg(reason);
+                    }
+                    let unblocked: i64 = unblock.query_async(&mut con).await.unwrap();
+                    (unblocked == 1).then_some(())
+                }
+            },
+        )
+        .await;
+        assert_eq!(waiting.await.unwrap(), answer, "{reason:?}");
+    }
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(raw.command(&["CLIENT", "UNBLOCK", "99999"]).await, Value::Int(0));
+    for (args, error) in [
+        (
+            &["CLIENT", "UNBLOCK", "x"][..],
+            "ERR value is not an integer or out of range",
+        ),
+        (
+            &["CLIENT", "UNBLOCK", "1", "foo"],
+            "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR",
+        ),
+        (
+            &["CLIENT", "UNBLOCK"],
+            "ERR wrong number of arguments for 'client|unblock' command",
+        ),
+        (&["CLIENT", "NO-EVICT", "maybe"], "ERR syntax error"),
+        (&["CLIENT", "NO-TOUCH", "maybe"], "ERR syntax error"),
+    ] {
+        assert_eq!(raw.command(args).await.error(), error, "{args:?}");
+    }
+    assert_eq!(raw.command(&["CLIENT", "NO-EVICT", "on"]).await, ok());
+    assert_eq!(raw.command(&["CLIENT", "NO-TOUCH", "OFF"]).await, ok());
+}
+
+/// CLIENT PAUSE WRITE holds this gateway's writes (not its reads) until CLIENT UNPAUSE;
+/// CLIENT PAUSE ALL (the default mode) holds every command until its timeout; Redis 7.0.15's
+/// errors for a bad timeout or mode.
+#[tokio::test]
+async fn client_pause_holds_writes_or_everything_until_unpaused_or_over() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut admin = RawResp::connect(gateway.resp_addr()).await;
+    let mut reader = RawResp::connect(gateway.resp_addr()).await;
+    let mut writer = RawResp::connect(gateway.resp_addr()).await;
+    assert_eq!(admin.command(&["SET", "k", "before"]).await, ok());
+    assert_eq!(admin.command(&["CLIENT", "PAUSE", "60000", "WRITE"]).await, ok());
+    let write = tokio::spawn(async move { writer.command(&["SET", "k", "after"]).await });
+    assert_eq!(reader.command(&["GET", "k"]).await, Value::bulk("before"));
+    assert!(!write.is_finished(), "a write waits out CLIENT PAUSE WRITE");
+    assert_eq!(admin.command(&["CLIENT", "UNPAUSE"]).await, ok());
+    assert_eq!(write.await.unwrap(), ok());
+    assert_eq!(reader.command(&["GET", "k"]).await, Value::bulk("after"));
+
+    let paused = std::time::Instant::now();
+    assert_eq!(admin.command(&["CLIENT", "PAUSE", "300"]).await, ok());
+    assert_eq!(reader.command(&["GET", "k"]).await, Value::bulk("after"));
+    assert!(
+        paused.elapsed() >= std::time::Duration::from_millis(300),
+        "a read waits out CLIENT PAUSE ALL"
+    );
+
+    for (args, error) in [
+        (
+            &["CLIENT", "PAUSE", "x"][..],
+            "ERR timeout is not an integer or out of range",
+        ),
+        (&["CLIENT", "PAUSE", "-1"], "ERR timeout is negative"),
+        (
+            &["CLIENT", "PAUSE", "10", "foo"],
+            "ERR CLIENT PAUSE mode must be WRITE or ALL",
+        ),
+        (
+            &["CLIENT", "PAUSE"],
+            "ERR wrong number of arguments for 'client|pause' command",
+        ),
+        (
+            &["CLIENT", "UNPAUSE", "x"],
+            "ERR wrong number of arguments for 'client|unpause' command",
+        ),
+    ] {
+        assert_eq!(admin.command(args).await.error(), error, "{args:?}");
+    }
 }
 
 /// CONFIG GET answers the parameters clients ask for, by glob pattern, as redis-server 7.0.15

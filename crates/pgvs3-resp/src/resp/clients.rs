@@ -27,6 +27,26 @@ pub struct ClientInfo {
     pub subscriptions: [usize; 3],
     /// Wakes the connection's task to close it (CLIENT KILL).
     kill: Arc<tokio::sync::Notify>,
+    /// Set while the client waits in a blocking command (BLPOP, XREAD BLOCK, ...): what
+    /// CLIENT UNBLOCK wakes it with.
+    pub blocked: Option<Arc<Unblock>>,
+}
+
+/// CLIENT UNBLOCK's call to a blocked client: wake, and whether to answer an error rather
+/// than what a timeout answers.
+#[derive(Debug, Default)]
+pub struct Unblock {
+    woken: tokio::sync::Notify,
+    error: std::sync::atomic::AtomicBool,
+}
+
+impl Unblock {
+    /// Resolves once CLIENT UNBLOCK chose this client (at once if it already did), with
+    /// whether it asked for an error.
+    pub async fn woken(&self) -> bool {
+        self.woken.notified().await;
+        self.error.load(Ordering::Relaxed)
+    }
 }
 
 impl ClientInfo {
@@ -47,6 +67,7 @@ impl ClientInfo {
             queued: -1,
             subscriptions: [0; 3],
             kill: Arc::new(tokio::sync::Notify::new()),
+            blocked: None,
         }
     }
 
@@ -148,6 +169,16 @@ impl Clients {
             killed += 1;
         }
         killed
+    }
+
+    /// CLIENT UNBLOCK: wakes client `id` if it is blocked; whether it was.
+    pub fn unblock(&self, id: u64, error: bool) -> bool {
+        let Some(unblock) = self.connected().get_mut(&id).and_then(|info| info.blocked.take()) else {
+            return false;
+        };
+        unblock.error.store(error, Ordering::Relaxed);
+        unblock.woken.notify_one();
+        true
     }
 
     pub fn len(&self) -> usize {

@@ -189,6 +189,8 @@ pub static COMMANDS: &[Spec] = &[
     spec("xclaim", -6, &["write", "fast"], ONE),
     spec("xautoclaim", -6, &["write", "fast"], ONE),
     spec("object", -2, &["readonly"], TWO_ONLY),
+    // MEMORY USAGE is a key command; its other subcommands are the server's.
+    spec("memory", -2, &["readonly"], TWO_ONLY),
     spec("del", -2, &["write"], ALL),
     spec("unlink", -2, &["write", "fast"], ALL),
     spec("exists", -2, R, ALL),
@@ -480,6 +482,11 @@ pub enum KeyCommand {
         key: String,
         subcommand: ObjectInfo,
     },
+    /// MEMORY USAGE: `samples` elements of a collection sampled (0: all of them).
+    MemoryUsage {
+        key: String,
+        samples: i64,
+    },
     /// A command on a hash, set, sorted set or list: run in SQL (see `typed.rs`).
     Typed(Box<Typed>),
 }
@@ -539,7 +546,8 @@ impl KeyCommand {
             | GetBit { key, .. }
             | BitCount { key, .. }
             | BitPos { key, .. }
-            | Object { key, .. } => vec![key],
+            | Object { key, .. }
+            | MemoryUsage { key, .. } => vec![key],
             Typed(typed) => typed.call.keys.iter().collect(),
             Lcs { a, b, .. } => vec![a, b],
             MGet(keys) | Del(keys) | Exists(keys) => keys.iter().collect(),
@@ -715,6 +723,24 @@ impl KeyCommand {
                     subcommand,
                 }
             }
+            "memory" if arg(1).eq_ignore_ascii_case(b"usage") => {
+                let samples = match args {
+                    [_, _] => return Err(wrong_arity("memory|usage")),
+                    [_, _, _] => 5,
+                    [_, _, _, option, count] if option.eq_ignore_ascii_case(b"samples") => match parse_integer(count) {
+                        None => return Err(not_an_integer()),
+                        Some(count) if count < 0 => return Err(syntax_error()),
+                        Some(count) => count,
+                    },
+                    _ => return Err(syntax_error()),
+                };
+                MemoryUsage {
+                    key: key(arg(2))?,
+                    samples,
+                }
+            }
+            // MEMORY's other subcommands (`commands/server.rs`).
+            "memory" => return Ok(None),
             _ => return Ok(super::typed::parse(name, args)?.map(|typed| Typed(Box::new(typed)))),
         };
         Ok(Some(command))

@@ -180,7 +180,7 @@ fn group(name: &str) -> &'static str {
         "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "script" | "function" => "scripting",
         "subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe" | "punsubscribe" | "sunsubscribe" | "publish"
         | "spublish" | "pubsub" => "pubsub",
-        "info" | "config" | "command" | "time" | "dbsize" | "flushdb" | "flushall" => "server",
+        "info" | "config" | "command" | "time" | "dbsize" | "flushdb" | "flushall" | "memory" => "server",
         "object" | "del" | "unlink" | "exists" | "touch" | "expire" | "pexpire" | "expireat" | "pexpireat"
         | "expiretime" | "pexpiretime" | "ttl" | "pttl" | "persist" | "type" | "rename" | "renamenx" | "copy"
         | "scan" | "keys" | "randomkey" => "generic",

@@ -4,8 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
@@ -48,6 +47,8 @@ const INPUT_OVER_BUDGET: &str =
 const READONLY: &str = "READONLY You can't write against a read only replica.";
 const BUSY: &str = "BUSY the server is overloaded, try again later";
 const NOAUTH: &str = "NOAUTH Authentication required.";
+/// A blocked client's reply to `CLIENT UNBLOCK <id> ERROR`, as Redis's.
+const UNBLOCKED: &str = "UNBLOCKED client unblocked via CLIENT UNBLOCK";
 pub(crate) const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 /// AUTH with temporary (STS) credentials: refused, they are good only with their session token.
 pub(crate) const STS_REFUSED: &str =
@@ -408,14 +409,27 @@ impl Connection {
             let spec = command::lookup(&name);
             last_command = spec.map_or("unknown", |spec| spec.name);
             let key_command = match self.admit(&name, spec, &args) {
-                Err(reply) => {
+                Err(Refusal::Before(reply)) => {
                     self.flush(&mut run, out).await;
-                    self.finish(spec, reply, out);
+                    self.reject(spec, reply, out);
+                    continue;
+                }
+                // Bad arguments: as in Redis, a call that failed (not one refused before it ran).
+                Err(Refusal::Arguments(reply)) => {
+                    self.flush(&mut run, out).await;
+                    self.finish(spec.expect("parsed commands are known"), Duration::ZERO, reply, out);
                     continue;
                 }
                 Ok(admitted) => admitted,
             };
             let spec = spec.expect("admitted commands are known");
+            if self.server.pause.active() {
+                self.flush(&mut run, out).await;
+                if let Err(reply) = self.wait_out_pause(spec).await {
+                    self.reject(Some(spec), reply, out);
+                    continue;
+                }
+            }
             let queueing = !matches!(spec.name, "exec" | "discard" | "multi" | "watch" | "quit" | "reset");
             if let (true, Some(_)) = (queueing, &self.multi) {
                 let size = args.iter().map(Bytes::len).sum();
@@ -429,7 +443,7 @@ impl Connection {
                             "ERR {} inside MULTI is not supported",
                             spec.name.to_uppercase()
                         ));
-                        self.finish(Some(spec), reply, out);
+                        self.reject(Some(spec), reply, out);
                         continue;
                     }
                     None => Queued::Other(args, spec),
@@ -438,7 +452,7 @@ impl Connection {
                 match pushed {
                     Some(Err(reply)) => {
                         self.multi_failed = true;
-                        self.finish(Some(spec), reply, out);
+                        self.reject(Some(spec), reply, out);
                     }
                     _ => self.emit(Reply::Simple("QUEUED"), out),
                 }
@@ -447,8 +461,10 @@ impl Connection {
             match key_command {
                 Some(KeyCommand::Typed(typed)) if typed.blocking.is_some() => {
                     self.flush(&mut run, out).await;
+                    let started = Instant::now();
                     let reply = self.block(&typed, spec).await;
-                    self.finish(Some(spec), reply, out);
+                    self.set_client(|info| info.blocked = None);
+                    self.finish(spec, started.elapsed(), reply, out);
                 }
                 Some(command) => {
                     run.write |= spec.is_write();
@@ -456,13 +472,15 @@ impl Connection {
                 }
                 None if is_subscription(spec.name) => {
                     self.flush(&mut run, out).await;
-                    self.count(spec.name, &Reply::OK);
+                    let started = Instant::now();
                     self.subscription(spec.name, &args[1..], out);
+                    self.count(spec, started.elapsed(), &Reply::OK);
                 }
                 None => {
                     self.flush(&mut run, out).await;
+                    let started = Instant::now();
                     let reply = Box::pin(self.other_command(spec, &args)).await;
-                    self.finish(Some(spec), reply, out);
+                    self.finish(spec, started.elapsed(), reply, out);
                 }
             }
         }
@@ -478,10 +496,32 @@ impl Connection {
         });
     }
 
+    /// Waits while CLIENT PAUSE holds `spec` (every command with ALL; with WRITE, those that
+    /// may write: write commands, EVAL/EVALSHA, PUBLISH, EXEC), without the batch's admission
+    /// slot, so that a paused client keeps no other from being served.
+    async fn wait_out_pause(&mut self, spec: &'static Spec) -> Result<(), Reply> {
+        let writes = spec.is_write() || matches!(spec.name, "eval" | "evalsha" | "publish" | "spublish" | "exec");
+        self.admitted = None;
+        self.server.pause.wait(writes).await;
+        self.admitted = Some(
+            self.server
+                .admission
+                .admit_again()
+                .await
+                .map_err(|_| Reply::error(BUSY))?,
+        );
+        Ok(())
+    }
+
     /// Checks what every command needs before it runs (known, arity, auth, writable, parsable)
     /// and parses key commands. An error marks an open MULTI as failed, as in Redis.
-    fn admit(&mut self, name: &str, spec: Option<&'static Spec>, args: &[Bytes]) -> Result<Option<KeyCommand>, Reply> {
-        let result = (|| {
+    fn admit(
+        &mut self,
+        name: &str,
+        spec: Option<&'static Spec>,
+        args: &[Bytes],
+    ) -> Result<Option<KeyCommand>, Refusal> {
+        let checked = (|| {
             let Some(spec) = spec else {
                 return Err(command::unknown_command(args));
             };
@@ -510,16 +550,29 @@ impl Connection {
                     self.server.replica.limit().unwrap_or_default().as_secs_f64()
                 )));
             }
-            KeyCommand::parse(name, args)
+            Ok(())
         })();
+        let result = match checked {
+            Ok(()) => KeyCommand::parse(name, args).map_err(Refusal::Arguments),
+            Err(reply) => Err(Refusal::Before(reply)),
+        };
         if result.is_err() && self.multi.is_some() {
             self.multi_failed = true;
         }
         result
     }
 
-    fn finish(&mut self, spec: Option<&'static Spec>, reply: Reply, out: &mut BytesMut) {
-        self.count(spec.map_or("unknown", |spec| spec.name), &reply);
+    /// Answers a command that ran, taking `took`.
+    fn finish(&mut self, spec: &'static Spec, took: Duration, reply: Reply, out: &mut BytesMut) {
+        self.count(spec, took, &reply);
+        self.emit(reply, out);
+    }
+
+    /// Answers a command refused before it ran (`None`: one that does not exist): Redis's
+    /// `rejected_calls`, which `total_commands_processed` leaves out.
+    fn reject(&mut self, spec: Option<&'static Spec>, reply: Reply, out: &mut BytesMut) {
+        self.server.stats.rejected(spec);
+        self.record(spec.map_or("unknown", |spec| spec.name), &reply);
         self.emit(reply, out);
     }
 
@@ -585,11 +638,16 @@ impl Connection {
             .map_or_else(|reply| reply, |mut replies| replies.pop().unwrap_or(Reply::Nil))
     }
 
-    pub(crate) fn count(&self, operation: &str, reply: &Reply) {
-        self.server.commands_processed.fetch_add(1, Relaxed);
+    /// Counts a command that ran (INFO's stats and commandstats, the metrics).
+    pub(crate) fn count(&self, spec: &'static Spec, took: Duration, reply: &Reply) {
+        self.server.stats.called(spec, took, reply.is_error());
+        self.record(spec.name, reply);
+    }
+
+    /// The request metric and the batch span's status of one reply.
+    fn record(&self, operation: &str, reply: &Reply) {
         let status = if reply.is_error() { "error" } else { "ok" };
         if reply.is_error() {
-            self.server.error_replies.fetch_add(1, Relaxed);
             tracing::Span::current().record("status", status);
         }
         self.server
@@ -641,17 +699,21 @@ impl Connection {
                 false => share.min(UNBUDGETED_REPLY),
             });
         }
+        let started = Instant::now();
         let replies = Box::pin(self.execute(&commands, write, &[]))
             .await
             .unwrap_or_else(|reply| vec![reply; commands.len()]);
+        // The run's commands share one statement: each is counted its share of its time.
+        let share = started.elapsed() / commands.len() as u32;
         for ((command, spec), reply) in commands.into_iter().zip(replies) {
+            let again = Instant::now();
             let reply = match reply {
                 Reply::OverLimit(Some(cut)) if !spec.is_write() && !self.over_limit => {
                     self.read_again(command, spec, cut, out).await
                 }
                 reply => reply,
             };
-            self.finish(Some(spec), reply, out);
+            self.finish(spec, share + again.elapsed(), reply, out);
         }
     }
 
@@ -774,6 +836,7 @@ impl Connection {
         let mut nothing: Option<Reply> = None;
         let mut attempt = typed.clone();
         let mut checks = 0;
+        let unblock = std::sync::Arc::new(super::clients::Unblock::default());
         loop {
             if self.admitted.is_none() {
                 match self.server.admission.admit_again().await {
@@ -810,10 +873,20 @@ impl Connection {
             self.admitted = None;
             let poll = Instant::now() + self.server.settings.block_poll;
             let wake_at = deadline.map_or(poll, |deadline| deadline.min(poll));
+            // Blocked from the first wait on, for CLIENT UNBLOCK (which takes it back).
+            self.set_client(|info| {
+                info.blocked.get_or_insert_with(|| std::sync::Arc::clone(&unblock));
+            });
             tokio::select! {
                 () = waiter.woken() => {}
                 () = tokio::time::sleep_until(wake_at.into()) => {}
                 () = self.registration.killed() => return reply,
+                error = unblock.woken() => {
+                    return match error {
+                        true => Reply::error(UNBLOCKED),
+                        false => reply,
+                    };
+                }
             }
             if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 return reply;
@@ -851,6 +924,15 @@ impl Connection {
             row => Ok(row),
         }
     }
+}
+
+/// Why `admit` did not let a command run: Redis counts the two apart (INFO commandstats'
+/// `rejected_calls` and `failed_calls`).
+enum Refusal {
+    /// Unknown, wrong arity, not authenticated, not allowed here.
+    Before(Reply),
+    /// Its arguments do not parse.
+    Arguments(Reply),
 }
 
 /// Whether a request is a blocking pop or XREAD BLOCK (its batch may wait long; see

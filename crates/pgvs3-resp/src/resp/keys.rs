@@ -119,6 +119,14 @@ async fn apply(command: &KeyCommand, batch: &mut KvBatch) -> StoreResult<Reply> 
                 ObjectInfo::RefCount => Reply::Integer(1),
             },
         },
+        MemoryUsage { key, samples } => match batch.get(key).map(|entry| (entry.value.key_type(), entry.value.len())) {
+            None => Reply::Nil,
+            Some((Some(kind), _)) => {
+                let elements = batch.typed_size(key, kind, *samples).await?;
+                Reply::Integer(stored_size(key, elements))
+            }
+            Some((None, len)) => Reply::Integer(stored_size(key, len)),
+        },
         Get(key) => value_reply(batch.value(key).await?),
         MGet(keys) => {
             let mut values = Vec::with_capacity(keys.len());
@@ -427,6 +435,16 @@ fn lcs_reply(a: &[u8], b: &[u8], answer: LcsAnswer) -> Reply {
 /// What OBJECT ENCODING names: Redis's encodings for large values of each type (pgvs3 keeps
 /// every value in PostgreSQL, so the small-value encodings never apply), `int` and `embstr` for
 /// strings as Redis picks them.
+/// PostgreSQL's tuple header (23 bytes, aligned to 24) and line pointer (4): what a row of a
+/// key costs beyond its columns.
+const ROW_OVERHEAD: u64 = 28;
+
+/// MEMORY USAGE's estimate: the key's row (its name and `value` bytes, the value's elements
+/// for a collection) as stored, not memory: the gateway holds no values.
+fn stored_size(key: &str, value: u64) -> i64 {
+    i64::try_from(ROW_OVERHEAD + key.len() as u64 + value).unwrap_or(i64::MAX)
+}
+
 fn encoding(value: &KvValue) -> &'static str {
     match value {
         KvValue::Typed(KeyType::Hash) => "hashtable",

@@ -19,8 +19,10 @@ mod group_commit;
 mod keys;
 mod lcs;
 mod lua;
+mod pause;
 mod pubsub;
 mod script;
+mod stats;
 mod typed;
 
 // The typed families live with the other commands; their old paths stay.
@@ -134,10 +136,10 @@ pub struct RespServer {
     pubsub: Arc<pubsub::PubSub>,
     /// EVAL's script cache and the scripts running now.
     scripts: script::Scripts,
-    /// Commands answered since the start (INFO's `total_commands_processed`).
-    commands_processed: std::sync::atomic::AtomicU64,
-    /// Of them, answered with an error (`total_error_replies`).
-    error_replies: std::sync::atomic::AtomicU64,
+    /// INFO's counts of commands (`total_commands_processed`, `commandstats`, ...).
+    stats: stats::CommandStats,
+    /// CLIENT PAUSE of this gateway's clients.
+    pause: pause::Pause,
     started: Instant,
     port: u16,
 }
@@ -209,8 +211,8 @@ impl RespServer {
             wakeups: blocking::Wakeups::start(database, Arc::clone(&pubsub)),
             pubsub,
             scripts,
-            commands_processed: std::sync::atomic::AtomicU64::new(0),
-            error_replies: std::sync::atomic::AtomicU64::new(0),
+            stats: stats::CommandStats::default(),
+            pause: pause::Pause::default(),
             started: Instant::now(),
             port,
         }))

@@ -308,6 +308,14 @@ impl KvValue {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The collection's type, `None` for a string.
+    pub fn key_type(&self) -> Option<KeyType> {
+        match self {
+            KvValue::Typed(kind) => Some(*kind),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -806,6 +814,37 @@ impl KvBatch {
             entry.value = KvValue::Bytes(data.clone());
         }
         Ok(Some(data))
+    }
+
+    /// MEMORY USAGE of a hash, set, sorted set, list or stream: the stored size of its rows
+    /// (`pg_column_size` of each, its bucket and key columns included), from `samples` of them
+    /// times their count, or all of them with `samples` 0; one statement. The count reads
+    /// the key's index entries (O(n)); the sizes read `samples` rows.
+    pub async fn typed_size(&mut self, key: &str, kind: KeyType, samples: i64) -> StoreResult<u64> {
+        let table = match kind {
+            KeyType::Hash => "resp_hash",
+            KeyType::Set => "resp_set",
+            KeyType::Zset => "resp_zset",
+            KeyType::List => "resp_list",
+            KeyType::Stream => "resp_stream_entry",
+        };
+        let statement = format!(
+            "WITH sampled AS (SELECT pg_column_size(t.*) AS size FROM pgvs3.{table} t
+                               WHERE t.bucket_id = $1 AND t.key = $2 LIMIT $3)
+             SELECT coalesce(round(avg(size) * (SELECT count(*) FROM pgvs3.{table}
+                                                 WHERE bucket_id = $1 AND key = $2)), 0)::bigint
+               FROM sampled"
+        );
+        if self.client.is_none() {
+            self.client = Some(self.pool.get().await?);
+        }
+        let client = self.client.as_ref().expect("taken above");
+        // LIMIT NULL: every row.
+        let limit = (samples > 0).then_some(samples);
+        self.busy = true;
+        let row = client.query_one(&statement, &[&self.bucket.id, &key, &limit]).await;
+        self.busy = false;
+        Ok(u64::try_from(row?.get::<_, i64>(0)).unwrap_or(0))
     }
 
     fn slot(&mut self, key: &str) -> &mut Slot {

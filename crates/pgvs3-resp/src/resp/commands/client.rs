@@ -1,7 +1,7 @@
 //! Redis's "connection" group: PING, ECHO, QUIT, RESET, AUTH, HELLO, SELECT and CLIENT — the
 //! state of this one connection (its authentication, protocol, database, name, reply mode).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -205,7 +205,48 @@ impl Connection {
                 }
                 Reply::OK
             }
-            (b"no-evict" | b"no-touch", 3) => Reply::OK,
+            // Nothing is evicted, and no access time is kept (OBJECT IDLETIME is 0): both
+            // modes have nothing to change here.
+            (b"no-evict" | b"no-touch", 3) => match args[2].to_ascii_lowercase().as_slice() {
+                b"on" | b"off" => Reply::OK,
+                _ => syntax_error(),
+            },
+            (b"pause", 3 | 4) => {
+                let Some(timeout) = command::parse_integer(&args[2]) else {
+                    return Reply::error("ERR timeout is not an integer or out of range");
+                };
+                let Ok(timeout) = u64::try_from(timeout) else {
+                    return Reply::error("ERR timeout is negative");
+                };
+                let all = match args.get(3).map(|mode| mode.to_ascii_lowercase()) {
+                    None => true,
+                    Some(mode) if mode == b"all" => true,
+                    Some(mode) if mode == b"write" => false,
+                    Some(_) => return Reply::error("ERR CLIENT PAUSE mode must be WRITE or ALL"),
+                };
+                let Some(until) = Instant::now().checked_add(Duration::from_millis(timeout)) else {
+                    return Reply::error("ERR timeout is not an integer or out of range");
+                };
+                self.server.pause.pause(until, all);
+                Reply::OK
+            }
+            (b"unpause", 2) => {
+                self.server.pause.unpause();
+                Reply::OK
+            }
+            (b"unblock", 3 | 4) => {
+                let Some(id) = command::parse_integer(&args[2]) else {
+                    return command::not_an_integer();
+                };
+                let error = match args.get(3).map(|reason| reason.to_ascii_lowercase()) {
+                    None => false,
+                    Some(reason) if reason == b"timeout" => false,
+                    Some(reason) if reason == b"error" => true,
+                    Some(_) => return Reply::error("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"),
+                };
+                let unblocked = u64::try_from(id).is_ok_and(|id| self.server.clients.unblock(id, error));
+                Reply::Integer(i64::from(unblocked))
+            }
             (b"reply", 3) => match args[2].to_ascii_lowercase().as_slice() {
                 b"on" => {
                     self.reply_mode = ReplyMode::On;
@@ -240,9 +281,11 @@ impl Connection {
                 Ok(filter) => Reply::Integer(self.server.clients.kill(&filter) as i64),
                 Err(reply) => reply,
             },
-            (b"id" | b"setname" | b"getname" | b"info" | b"setinfo" | b"no-evict" | b"no-touch" | b"reply", _) => {
-                wrong_arity(&format!("client|{}", String::from_utf8_lossy(&subcommand)))
-            }
+            (
+                b"id" | b"setname" | b"getname" | b"info" | b"setinfo" | b"no-evict" | b"no-touch" | b"reply"
+                | b"unblock" | b"pause" | b"unpause",
+                _,
+            ) => wrong_arity(&format!("client|{}", String::from_utf8_lossy(&subcommand))),
             _ => Reply::error(format!(
                 "ERR unknown subcommand '{}'. Try CLIENT HELP.",
                 String::from_utf8_lossy(&args[1])

@@ -34,7 +34,7 @@ impl Connection {
             "exec" => self.exec().await,
             "watch" => self.watch(args).await,
             "unwatch" => self.unwatch(),
-            "time" | "command" | "config" | "info" | "dbsize" | "flushdb" | "flushall" | "function" => {
+            "time" | "command" | "config" | "info" | "dbsize" | "flushdb" | "flushall" | "function" | "memory" => {
                 self.server_command(spec, args).await
             }
             "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "script" => self.scripting_command(spec, args).await,

@@ -1,7 +1,6 @@
-//! Redis's "server" group: INFO, CONFIG, COMMAND, TIME, DBSIZE, FLUSHDB, FLUSHALL and
-//! FUNCTION (which pgvs3 does not run: see `function_command`).
+//! Redis's "server" group: INFO, CONFIG, COMMAND, TIME, DBSIZE, FLUSHDB, FLUSHALL, MEMORY (but
+//! USAGE, a key command) and FUNCTION (which pgvs3 does not run: see `function_command`).
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -61,6 +60,7 @@ impl Connection {
                 Reply::OK
             }
             "function" => function_command(args),
+            "memory" => memory_command(args),
             other => unreachable!("{other} is not a server command"),
         }
     }
@@ -70,25 +70,35 @@ impl Connection {
             .iter()
             .map(|arg| String::from_utf8_lossy(arg).to_ascii_lowercase())
             .collect();
+        // As Redis: no argument is `default`, which leaves out `commandstats`; `all` and
+        // `everything` name every section.
         let show = |section: &str| {
-            wanted.is_empty()
+            let default = section != "commandstats";
+            (wanted.is_empty() && default)
                 || wanted
                     .iter()
-                    .any(|w| w == section || w == "all" || w == "everything" || w == "default")
+                    .any(|w| w == section || w == "all" || w == "everything" || (w == "default" && default))
         };
         let mut text = String::new();
         if show("server") {
             let uptime = self.server.started.elapsed().as_secs();
+            let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+            let executable = std::env::current_exe().unwrap_or_default();
             text.push_str(&format!(
                 "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_git_sha1:00000000\r\nredis_git_dirty:0\r\n\
                  redis_mode:standalone\r\npgvs3_version:{}\r\nos:{} {}\r\narch_bits:64\r\nprocess_id:{}\r\n\
-                 tcp_port:{}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\n\r\n",
+                 run_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{}\r\nuptime_in_seconds:{uptime}\r\n\
+                 uptime_in_days:{}\r\nhz:10\r\nconfigured_hz:10\r\nexecutable:{}\r\nconfig_file:\r\n\
+                 io_threads_active:0\r\n\r\n",
                 env!("CARGO_PKG_VERSION"),
                 std::env::consts::OS,
                 std::env::consts::ARCH,
                 std::process::id(),
+                run_id(),
                 self.server.port,
+                now.as_micros(),
                 uptime / 86_400,
+                executable.display(),
             ));
         }
         if show("clients") {
@@ -120,10 +130,13 @@ impl Connection {
         if show("stats") {
             text.push_str(&format!(
                 "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
-                 expired_keys:0\r\nevicted_keys:0\r\ntotal_error_replies:{}\r\nunexpected_error_replies:0\r\n\r\n",
+                 expired_keys:0\r\nevicted_keys:0\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n\
+                 unexpected_error_replies:0\r\ntotal_error_replies:{}\r\n\r\n",
                 self.server.clients.total_registered(),
-                self.server.commands_processed.load(Relaxed),
-                self.server.error_replies.load(Relaxed),
+                self.server.stats.processed(),
+                self.server.pubsub.channels(false, None).len(),
+                self.server.pubsub.numpat(),
+                self.server.stats.error_replies(),
             ));
         }
         if show("cpu") {
@@ -139,8 +152,14 @@ impl Connection {
                 "master"
             };
             text.push_str(&format!(
-                "# Replication\r\nrole:{role}\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\n\r\n"
+                "# Replication\r\nrole:{role}\r\nconnected_slaves:0\r\nmaster_failover_state:no-failover\r\n\
+                 master_replid:{}\r\nmaster_repl_offset:0\r\nsecond_repl_offset:-1\r\nrepl_backlog_active:0\r\n\r\n",
+                run_id()
             ));
+        }
+        if show("commandstats") {
+            text.push_str(&self.server.stats.section());
+            text.push_str("\r\n");
         }
         if show("cluster") {
             text.push_str("# Cluster\r\ncluster_enabled:0\r\n\r\n");
@@ -215,6 +234,17 @@ impl Connection {
     }
 }
 
+/// INFO's `run_id` (and `master_replid`): 40 hex digits that change with each start of the
+/// gateway, as Redis's do, so a tool can tell a restart.
+fn run_id() -> &'static str {
+    static RUN_ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    RUN_ID.get_or_init(|| {
+        let started = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let seed = format!("{}:{}", std::process::id(), started.as_nanos());
+        hex::encode(<sha1::Sha1 as sha1::Digest>::digest(seed.as_bytes()))
+    })
+}
+
 /// FLUSHDB's and FLUSHALL's one optional argument, SYNC or ASYNC (both flush at once here).
 fn flush_mode_ok(args: &[Bytes]) -> bool {
     match args {
@@ -244,6 +274,49 @@ fn function_command(args: &[Bytes]) -> Reply {
         _ => Reply::error(format!(
             "ERR FUNCTION {} is not supported by pgvs3 (it runs EVAL scripts, not functions)",
             String::from_utf8_lossy(&args[1]).to_uppercase()
+        )),
+    }
+}
+
+/// MEMORY's subcommands but USAGE (a key command, `keys.rs`): the gateway keeps no dataset
+/// in memory, so PURGE has nothing to give back and DOCTOR nothing to diagnose; STATS and
+/// MALLOC-STATS describe Redis's allocator, which there is none of here.
+fn memory_command(args: &[Bytes]) -> Reply {
+    match (args[1].to_ascii_lowercase().as_slice(), args.len()) {
+        (b"purge", 2) => Reply::OK,
+        (b"doctor", 2) => Reply::text(
+            "pgvs3 keeps its values in PostgreSQL, not in the gateway's memory: there is nothing to \
+             diagnose here (INFO memory shows the gateway process).",
+        ),
+        (b"help", 2) => Reply::Array(
+            [
+                "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "DOCTOR",
+                "    Return memory problems reports.",
+                "PURGE",
+                "    Attempt to purge dirty pages for reclamation by the allocator.",
+                "USAGE <key> [SAMPLES <count>]",
+                "    Return the bytes <key> and its value take as stored in PostgreSQL. Collections are",
+                "    sampled up to <count> elements (default: 5, 0 means sample all).",
+                "HELP",
+                "    Prints this help.",
+            ]
+            .into_iter()
+            .map(Reply::Simple)
+            .collect(),
+        ),
+        (b"stats" | b"malloc-stats", 2) => Reply::error(format!(
+            "ERR MEMORY {} is not supported by pgvs3: values live in PostgreSQL, not in an allocator \
+             (INFO memory shows the gateway process)",
+            String::from_utf8_lossy(&args[1]).to_uppercase()
+        )),
+        (b"purge" | b"doctor" | b"help" | b"stats" | b"malloc-stats", _) => wrong_arity(&format!(
+            "memory|{}",
+            String::from_utf8_lossy(&args[1]).to_ascii_lowercase()
+        )),
+        _ => Reply::error(format!(
+            "ERR unknown subcommand '{}'. Try MEMORY HELP.",
+            String::from_utf8_lossy(&args[1])
         )),
     }
 }

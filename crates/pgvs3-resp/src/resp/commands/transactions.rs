@@ -1,7 +1,7 @@
 //! MULTI, EXEC, DISCARD, WATCH, UNWATCH: a queue of commands run as one transaction, and the
 //! keys whose change since WATCH makes EXEC answer the null array.
 
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 
@@ -158,6 +158,7 @@ impl Connection {
         let scripted = queued
             .iter()
             .any(|queued| matches!(queued, Queued::Other(_, spec) if script::is_script(spec.name)));
+        let started = Instant::now();
         let mut key_replies = if scripted {
             // Scripts and key commands in their order, in one transaction.
             let steps: Vec<Step> = queued
@@ -188,17 +189,20 @@ impl Connection {
             }
         }
         .into_iter();
+        // The key commands and scripts ran as one transaction: each is counted its share.
+        let share = started.elapsed() / key_replies.len().max(1) as u32;
         let mut replies = Vec::with_capacity(queued.len());
         for queued in queued {
             let reply = match queued {
                 Queued::Other(args, spec) if !script::is_script(spec.name) => {
+                    let started = Instant::now();
                     let reply = Box::pin(self.other_command(spec, &args)).await;
-                    self.count(spec.name, &reply);
+                    self.count(spec, started.elapsed(), &reply);
                     reply
                 }
                 Queued::Key(_, spec) | Queued::Other(_, spec) => {
                     let reply = key_replies.next().expect("one reply per key command and script");
-                    self.count(spec.name, &reply);
+                    self.count(spec, share, &reply);
                     reply
                 }
             };
