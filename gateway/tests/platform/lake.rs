@@ -250,7 +250,7 @@ print(one(con, "SELECT (SELECT count(*) FROM lake.t), (SELECT count(*) FROM sale
         .await
         .unwrap()
         .iter()
-        .map(|row| row.get(0))
+        .map(|row| row.get("path"))
         .collect();
     assert_eq!(files.len(), 1, "{files:?}");
 }
@@ -278,11 +278,11 @@ async fn the_embedded_database_keeps_its_port_and_answers_over_tcp() {
     let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(connection);
     let row = client
-        .query_one("SELECT inet_server_port(), current_user::text", &[])
+        .query_one("SELECT inet_server_port() AS port, current_user::text AS name", &[])
         .await
         .unwrap();
     assert_eq!(
-        (row.get::<_, i32>(0), row.get::<_, String>(1)),
+        (row.get::<_, i32>("port"), row.get::<_, String>("name")),
         (i32::from(port), "pgvs3".to_owned())
     );
     second.stop().await.unwrap();

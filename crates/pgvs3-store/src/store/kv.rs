@@ -832,7 +832,7 @@ impl KvBatch {
             "WITH sampled AS (SELECT pg_column_size(t.*) AS size FROM pgvs3.{table} t
                                WHERE t.bucket_id = $1 AND t.key = $2 LIMIT $3)
              SELECT coalesce(round(avg(size) * (SELECT count(*) FROM pgvs3.{table}
-                                                 WHERE bucket_id = $1 AND key = $2)), 0)::bigint
+                                                 WHERE bucket_id = $1 AND key = $2)), 0)::bigint AS size
                FROM sampled"
         );
         if self.client.is_none() {
@@ -844,7 +844,7 @@ impl KvBatch {
         self.busy = true;
         let row = client.query_one(&statement, &[&self.bucket.id, &key, &limit]).await;
         self.busy = false;
-        Ok(u64::try_from(row?.get::<_, i64>(0)).unwrap_or(0))
+        Ok(u64::try_from(row?.get::<_, i64>("size")).unwrap_or(0))
     }
 
     fn slot(&mut self, key: &str) -> &mut Slot {
