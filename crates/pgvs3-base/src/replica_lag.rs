@@ -26,11 +26,11 @@ struct Inner {
 /// Replay is behind when the standby has received WAL it has not replayed yet; then the lag is
 /// the age of the last replayed commit. A standby that replayed all it received counts as
 /// current, so an idle primary does not look like lag.
-const SAMPLE_SQL: &str = "SELECT pg_is_in_recovery(), CASE
+const SAMPLE_SQL: &str = "SELECT pg_is_in_recovery() AS standby, CASE
         WHEN NOT pg_is_in_recovery() THEN 0
         WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
         ELSE coalesce(extract(epoch FROM now() - pg_last_xact_replay_timestamp()), 0)
-    END::float8";
+    END::float8 AS lag_seconds";
 
 impl ReplicaLag {
     /// `standby`: the role found at start. `limit`: refuse reads while the lag exceeds it
@@ -76,7 +76,7 @@ impl ReplicaLag {
                 let sample = async {
                     let client = pool.get().await.ok()?;
                     let row = client.query_one(SAMPLE_SQL, &[]).await.ok()?;
-                    Some((row.get::<_, bool>(0), row.get::<_, f64>(1)))
+                    Some((row.get::<_, bool>("standby"), row.get::<_, f64>("lag_seconds")))
                 }
                 .await;
                 if let Some((standby, seconds)) = sample {

@@ -405,8 +405,8 @@ assert anon.head_object(Bucket="pub", Key="docs/a.txt")["ContentLength"] == 5
 assert code(lambda: anon.put_object(Bucket="pub", Key="docs/b.txt", Body=b"x")) == "AccessDenied"
 assert code(lambda: anon.list_objects_v2(Bucket="pub")) == "AccessDenied"
 bob.put_object(Bucket="pub", Key="docs/from-bob.txt", Body=b"bob")
-assert code(lambda: bob.put_object(Bucket="pub", Key="docs/locked.txt", Body=b"x")) == "AccessDenied"
-assert code(lambda: bob.put_object(Bucket="pub", Key="other.txt", Body=b"x")) == "AccessDenied"
+assert (c := code(lambda: bob.put_object(Bucket="pub", Key="docs/locked.txt", Body=b"x"))) == "AccessDenied", c
+assert (c := code(lambda: bob.put_object(Bucket="pub", Key="other.txt", Body=b"x"))) == "AccessDenied", c
 assert code(lambda: root.put_bucket_policy(Bucket="pub", Policy="{")) == "MalformedPolicy"
 root.delete_bucket_policy(Bucket="pub")
 assert code(lambda: anon.get_object(Bucket="pub", Key="docs/a.txt")) == "AccessDenied"

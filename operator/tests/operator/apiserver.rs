@@ -154,7 +154,7 @@ async fn bucket_features(plane: std::sync::Arc<ControlPlane>) {
         .await
         .unwrap()
         .iter()
-        .map(|row| (row.get(0), row.get(1)))
+        .map(|row| (row.get("type"), row.get("envelope")))
         .collect();
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     assert_eq!(jobs[0].0, "s3.object.created");
@@ -200,7 +200,7 @@ async fn bucket_features(plane: std::sync::Arc<ControlPlane>) {
         )
         .await
         .unwrap()
-        .get(0);
+        .get("notifications");
     assert_eq!(stored["rules"][0]["webhook"], "audit", "{stored}");
     assert_eq!(stored["rules"][0]["id"], "notification-1", "{stored}");
 
@@ -308,7 +308,7 @@ async fn bucket_owner(sql: &tokio_postgres::Client, name: &str) -> Option<Option
     sql.query_opt("SELECT owner FROM pgvs3.buckets WHERE name = $1", &[&name])
         .await
         .unwrap()
-        .map(|row| row.get(0))
+        .map(|row| row.get("owner"))
 }
 
 async fn sql(url: &str) -> tokio_postgres::Client {
@@ -619,7 +619,12 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
         )
         .await
         .unwrap();
-    let row: (String, String, String, String) = (row.get(0), row.get(1), row.get(2), row.get(3));
+    let row: (String, String, String, String) = (
+        row.get("endpoint"),
+        row.get("origin_bucket"),
+        row.get("access_key"),
+        row.get("mode"),
+    );
     assert_eq!(
         row,
         (
@@ -696,12 +701,12 @@ async fn pool_and_buckets(plane: std::sync::Arc<ControlPlane>) {
     );
     let keys: i64 = catalog
         .query_one(
-            "SELECT count(*) FROM pgvs3.access_keys WHERE access_key = ANY($1)",
+            "SELECT count(*) AS keys FROM pgvs3.access_keys WHERE access_key = ANY($1)",
             &[&vec![key_id, secret_text(&archive, "AWS_ACCESS_KEY_ID")]],
         )
         .await
         .unwrap()
-        .get(0);
+        .get("keys");
     assert_eq!(keys, 0, "both keys revoked");
     // The credentials Secrets go with their Buckets (garbage collection by owner reference).
     eventually(WAIT, "the credentials Secrets collected", || async {
@@ -1260,10 +1265,13 @@ async fn namespace_teardown(plane: std::sync::Arc<ControlPlane>) {
     })
     .await;
     let left: i64 = catalog
-        .query_one("SELECT count(*) FROM pgvs3.access_keys WHERE access_key = $1", &[&key])
+        .query_one(
+            "SELECT count(*) AS keys FROM pgvs3.access_keys WHERE access_key = $1",
+            &[&key],
+        )
         .await
         .unwrap()
-        .get(0);
+        .get("keys");
     assert_eq!(
         left, 0,
         "the key {key} of a Bucket deleted with its namespace is still active"
@@ -1523,12 +1531,12 @@ async fn tenancy(plane: std::sync::Arc<ControlPlane>) {
     assert!(events.iter().any(|(_, reason, _)| reason == "Adopted"), "{events:?}");
     let custodians: i64 = catalog
         .query_one(
-            "SELECT count(*) FROM pgvs3.access_keys WHERE access_key = $1",
+            "SELECT count(*) AS keys FROM pgvs3.access_keys WHERE access_key = $1",
             &[&custodian],
         )
         .await
         .unwrap()
-        .get(0);
+        .get("keys");
     assert_eq!(custodians, 0, "the custodian key is gone with its bucket");
     let reader = gateway.client(
         &secret_text(&again, "AWS_ACCESS_KEY_ID"),

@@ -62,7 +62,7 @@ async fn published(catalog: &tokio_postgres::Client, issuer: &str) -> Option<Val
         )
         .await
         .ok()??;
-    Some(row.get::<_, tokio_postgres::types::Json<Value>>(0).0)
+    Some(row.get::<_, tokio_postgres::types::Json<Value>>("jwks").0)
 }
 
 async fn role(catalog: &tokio_postgres::Client, name: &str) -> Option<sts::Role> {

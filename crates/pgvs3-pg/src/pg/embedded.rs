@@ -964,7 +964,7 @@ async fn server_version(config: &tokio_postgres::Config) -> Result<String, tokio
     drop(client);
     // The connection task ends once the client is gone; its outcome adds nothing here.
     let _ = connection.await;
-    Ok(version?.get(0))
+    Ok(version?.get("server_version"))
 }
 
 async fn shut_down(child: &mut Child) -> Result<()> {
@@ -1128,7 +1128,11 @@ mod tests {
     async fn select_one(config: &tokio_postgres::Config) -> i32 {
         let (client, connection) = config.connect(NoTls).await.expect("connect");
         let connection = tokio::spawn(connection);
-        let one: i32 = client.query_one("SELECT 1", &[]).await.expect("SELECT 1").get(0);
+        let one: i32 = client
+            .query_one("SELECT 1 AS one", &[])
+            .await
+            .expect("SELECT 1")
+            .get("one");
         drop(client);
         connection.await.expect("join").expect("connection");
         one
@@ -1149,7 +1153,7 @@ mod tests {
             .query_one("SHOW wal_compression", &[])
             .await
             .expect("SHOW wal_compression")
-            .get(0);
+            .get("wal_compression");
         let chosen = wal_compression(&find_pg_bin(None).expect("PostgreSQL server binaries"));
         assert_eq!(compression, if chosen == "on" { "pglz" } else { chosen });
         drop(client);

@@ -77,9 +77,9 @@ pub async fn migrate(pool: &Pool) -> anyhow::Result<i32> {
     )
     .await?;
     let current: i32 = tx
-        .query_one("SELECT coalesce(max(version), 0) FROM pgvs3.layout", &[])
+        .query_one("SELECT coalesce(max(version), 0) AS version FROM pgvs3.layout", &[])
         .await?
-        .get(0);
+        .get("version");
     anyhow::ensure!(
         current <= LAYOUT_VERSION,
         "the database has layout v{current}, newer than this gateway's v{LAYOUT_VERSION}: upgrade the gateway"
@@ -100,7 +100,7 @@ pub async fn migrate(pool: &Pool) -> anyhow::Result<i32> {
         .query("SELECT name, digest FROM pgvs3.function_files", &[])
         .await?
         .iter()
-        .map(|row| (row.get(0), row.get(1)))
+        .map(|row| (row.get("name"), row.get("digest")))
         .collect();
     for (name, sql) in FUNCTION_FILES {
         let digest = digest(sql);
@@ -126,16 +126,16 @@ pub async fn migrate(pool: &Pool) -> anyhow::Result<i32> {
 pub async fn current_version(pool: &Pool) -> anyhow::Result<i32> {
     let client = pool.get().await?;
     let exists: bool = client
-        .query_one("SELECT to_regclass('pgvs3.layout') IS NOT NULL", &[])
+        .query_one("SELECT to_regclass('pgvs3.layout') IS NOT NULL AS exists", &[])
         .await?
-        .get(0);
+        .get("exists");
     if !exists {
         return Ok(0);
     }
     Ok(client
-        .query_one("SELECT coalesce(max(version), 0) FROM pgvs3.layout", &[])
+        .query_one("SELECT coalesce(max(version), 0) AS version FROM pgvs3.layout", &[])
         .await?
-        .get(0))
+        .get("version"))
 }
 
 #[cfg(test)]

@@ -189,22 +189,29 @@ async fn wait_until_reachable(pool: &Pool, tls: &PgTls) -> anyhow::Result<()> {
 /// Whether the server is a hot standby (reads only).
 pub async fn is_standby(pool: &Pool) -> anyhow::Result<bool> {
     let client = pool.get().await?;
-    Ok(client.query_one("SELECT pg_is_in_recovery()", &[]).await?.get(0))
+    Ok(client
+        .query_one("SELECT pg_is_in_recovery() AS standby", &[])
+        .await?
+        .get("standby"))
 }
 
 /// Tries to become the one gateway of the database (a primary) that holds `lock`; the returned
 /// connection holds it for as long as it lives.
 pub async fn try_lead(pool: &Pool, lock: i64, role: &str) -> Option<deadpool_postgres::ClientWrapper> {
     let client = pool.get().await.ok()?;
-    let standby: bool = client.query_one("SELECT pg_is_in_recovery()", &[]).await.ok()?.get(0);
+    let standby: bool = client
+        .query_one("SELECT pg_is_in_recovery() AS standby", &[])
+        .await
+        .ok()?
+        .get("standby");
     if standby {
         return None;
     }
     let won: bool = client
-        .query_one("SELECT pg_try_advisory_lock($1)", &[&lock])
+        .query_one("SELECT pg_try_advisory_lock($1) AS won", &[&lock])
         .await
         .ok()?
-        .get(0);
+        .get("won");
     if !won {
         return None;
     }
