@@ -434,11 +434,19 @@ async fn admin(catalog: &Arc<Catalog>, pool: deadpool_postgres::Pool, command: A
             println!("AWS_SECRET_ACCESS_KEY={}", key.secret);
         }
         AdminCommand::Key(KeyCommand::List) => {
-            println!("{:<24} {:<6} {:<10} DESCRIPTION", "ACCESS KEY", "ROOT", "READ-ONLY");
+            let disabled = catalog.disabled_access_keys().await?;
+            println!(
+                "{:<24} {:<6} {:<10} {:<9} DESCRIPTION",
+                "ACCESS KEY", "ROOT", "READ-ONLY", "DISABLED"
+            );
             for key in catalog.list_access_keys().await? {
                 println!(
-                    "{:<24} {:<6} {:<10} {}",
-                    key.access_key, key.is_root, key.read_only, key.description
+                    "{:<24} {:<6} {:<10} {:<9} {}",
+                    key.access_key,
+                    key.is_root,
+                    key.read_only,
+                    disabled.contains(&key.access_key),
+                    key.description
                 );
             }
         }

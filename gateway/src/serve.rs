@@ -69,7 +69,11 @@ impl RunningGateway {
             migrate::migrate(&pool).await?;
         }
         let catalog = Catalog::load(pool.clone(), master_key).await?;
-        ensure_root_key(&catalog, args).await?;
+        if standby {
+            wait_for_root_key(&catalog).await?;
+        } else {
+            ensure_root_key(&catalog, args).await?;
+        }
         let store = Store::new(pool.clone(), Arc::clone(&catalog)).cancelling_with(database.connections.clone());
 
         let open_files = http_server::raise_open_file_limit();
@@ -615,6 +619,16 @@ async fn wait_for_layout(pool: &deadpool_postgres::Pool) -> anyhow::Result<()> {
         tracing::info!(version, "standby: waiting for the primary to migrate the layout");
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
+}
+
+/// A standby cannot write the root key either: the primary creates it right after migrating,
+/// so a standby started with it may see the layout replayed before the key is.
+async fn wait_for_root_key(catalog: &Catalog) -> anyhow::Result<()> {
+    while catalog.root_key().await?.is_none() {
+        tracing::info!("standby: waiting for the primary to create the root access key");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    Ok(())
 }
 
 /// The description of a generated root key whose secret has not been shown yet: it is shown

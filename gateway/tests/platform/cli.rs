@@ -200,6 +200,24 @@ async fn the_embedded_default_serves_s3_and_admin_commands_work_beside_it() {
     let after = pgvs3(&["admin", "key", "list", "--data-dir", dir_arg]).await;
     assert!(after.status.success(), "{}", String::from_utf8_lossy(&after.stderr));
     assert_eq!(String::from_utf8_lossy(&after.stdout), listed);
+    // A disabled key is listed as such until it is enabled again.
+    let disabled_column = |listing: &str| {
+        let header = listing.lines().next().unwrap_or_default();
+        let at = header.find("DISABLED").expect("a DISABLED column");
+        let row = listing
+            .lines()
+            .find(|line| line.starts_with("CLIKEY"))
+            .expect("CLIKEY listed");
+        row[at..].split_whitespace().next().unwrap_or_default().to_owned()
+    };
+    assert_eq!(disabled_column(&listed), "false", "{listed}");
+    for (command, state) in [("disable", "true"), ("enable", "false")] {
+        let changed = pgvs3(&["admin", "--data-dir", dir_arg, "key", command, "CLIKEY"]).await;
+        assert!(changed.status.success(), "{}", String::from_utf8_lossy(&changed.stderr));
+        let listing = pgvs3(&["admin", "--data-dir", dir_arg, "key", "list"]).await;
+        let listing = String::from_utf8_lossy(&listing.stdout).into_owned();
+        assert_eq!(disabled_column(&listing), state, "after {command}: {listing}");
+    }
     // STS for plain installs: an issuer's key set, then a role its ServiceAccount may assume.
     let jwks = dir.join("jwks.json");
     std::fs::write(&jwks, r#"{"keys":[{"kty":"RSA","kid":"k","n":"AQAB","e":"AQAB"}]}"#).unwrap();

@@ -504,3 +504,61 @@ async fn a_primary_lost_mid_put_leaves_no_partial_object_anywhere() {
         .await
         .expect("a gateway whose database is gone still stops");
 }
+
+#[tokio::test]
+async fn a_standby_gateway_started_before_the_root_key_has_replayed_waits_for_it() {
+    let (primary, standby) = primary_and_standby("rootkey");
+    let connect = |url: String| async move {
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(connection);
+        client
+    };
+    // A primary gateway's start migrates the layout, then creates the root key. With the key
+    // taken away again and replay paused once that has replayed, the standby shows the moment
+    // between the two.
+    TestGateway::with_args(primary.url("postgres"), &[]).await.stop().await;
+    let primary_sql = connect(primary.url("postgres")).await;
+    primary_sql
+        .execute("DELETE FROM pgvs3.access_keys WHERE is_root", &[])
+        .await
+        .unwrap();
+    let standby_sql = connect(standby.url("postgres")).await;
+    eventually(Duration::from_secs(30), "the root key's deletion to replay", || async {
+        let row = standby_sql
+            .query_one("SELECT count(*) AS roots FROM pgvs3.access_keys WHERE is_root", &[])
+            .await
+            .ok()?;
+        (row.get::<_, i64>("roots") == 0).then_some(())
+    })
+    .await;
+    let replay = standby.pause_replay().await;
+    let writer = TestGateway::with_args(primary.url("postgres"), &[]).await;
+
+    let standby_url = standby.url("postgres");
+    let reader = tokio::spawn(async move { TestGateway::with_args(standby_url, &["--require-role", "standby"]).await });
+    // The standby gateway has looked for the root key, and cannot have found it.
+    eventually(
+        Duration::from_secs(30),
+        "the standby gateway to look for the root key",
+        || async {
+            let row = standby_sql
+                .query_one(
+                    "SELECT count(*) AS looking FROM pg_stat_activity
+                  WHERE pid <> pg_backend_pid() AND query LIKE '%FROM pgvs3.access_keys WHERE is_root%'",
+                    &[],
+                )
+                .await
+                .ok()?;
+            (row.get::<_, i64>("looking") > 0).then_some(())
+        },
+    )
+    .await;
+    replay.resume().await;
+    let reader = reader
+        .await
+        .expect("the standby gateway starts once the root key has replayed");
+    let buckets = reader.client.list_buckets().send().await.unwrap();
+    assert!(buckets.buckets().is_empty());
+    reader.stop().await;
+    writer.stop().await;
+}
