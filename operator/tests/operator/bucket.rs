@@ -379,7 +379,10 @@ async fn a_refused_database_certificate_is_named_in_the_condition() {
         .await
         .unwrap();
     tokio::spawn(connection);
-    for statement in ["CREATE ROLE tls LOGIN PASSWORD 'tls-secret'", "CREATE DATABASE tls OWNER tls"] {
+    for statement in [
+        "CREATE ROLE tls LOGIN PASSWORD 'tls-secret'",
+        "CREATE DATABASE tls OWNER tls",
+    ] {
         admin.batch_execute(statement).await.unwrap();
     }
     let other = std::fs::read_to_string(TestCa::new("operator-pg-other").ca_cert()).unwrap();
@@ -413,9 +416,18 @@ async fn a_refused_database_certificate_is_named_in_the_condition() {
         "spec": {"gatewayPoolRef": "objects"},
     }));
     let err = reconcile(&ctx, &fake).await.unwrap_err().to_string();
-    assert!(err.contains("unknown CA") && err.contains("Secret pg-ca (ca.crt)"), "{err}");
+    assert!(
+        err.contains("unknown CA") && err.contains("Secret pg-ca (ca.crt)"),
+        "{err}"
+    );
     let conditions = fake.get(BUCKET).unwrap()["status"]["conditions"].clone();
-    let ready = conditions.as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap().clone();
+    let ready = conditions
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()
+        .clone();
     assert_eq!(ready["reason"], "CatalogUnavailable");
     assert!(ready["message"].as_str().unwrap().contains("unknown CA"), "{ready}");
 }
