@@ -265,8 +265,8 @@ struct OriginPut {
     no_verify: bool,
     /// A PEM bundle of CA certificates to verify the origin's TLS certificate with (besides
     /// the system's roots), for this check; gateways take theirs from `serve --origin-ca-file`.
-    #[arg(long, env = "PGVS3_ORIGIN_CA_FILE")]
-    origin_ca_file: Option<std::path::PathBuf>,
+    #[arg(long, env = "PGVS3_ORIGIN_CA_FILE", value_delimiter = ',')]
+    origin_ca_file: Vec<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -643,8 +643,7 @@ async fn admin_origin(catalog: &Catalog, command: OriginCommand) -> anyhow::Resu
                 range_chunk: range_chunk_size.min(u32::MAX as u64) as u32,
             };
             if !no_verify {
-                let tls = pgvs3_gateway::cache::origin::OriginTls::load(origin_ca_file.as_deref())
-                    .context("--origin-ca-file")?;
+                let tls = pgvs3_gateway::cache::origin::OriginTls::load(&origin_ca_file).context("--origin-ca-file")?;
                 CacheTier::verify(&origin, Duration::from_secs(10), &tls)
                     .await
                     .with_context(|| {

@@ -142,10 +142,12 @@ pub enum Error {
     /// A catalog statement failed; the text is the database's own message (see [`db_cause`]).
     #[error("catalog: {}", db_cause(.0))]
     Catalog(#[from] tokio_postgres::Error),
-    /// The pool's database could not be reached: which server was tried, as whom, and why.
-    #[error("catalog at {target}: {}", db_cause(.source))]
+    /// The pool's database could not be reached: which server was tried, as whom, and why
+    /// (for a refused TLS certificate or channel binding, the reason `PgTls::refusal` names).
+    #[error("catalog at {target}: {}", refusal.clone().unwrap_or_else(|| db_cause(source)))]
     CatalogConnect {
         target: String,
+        refusal: Option<String>,
         source: tokio_postgres::Error,
     },
     /// The resource asks for something that can never work (a name the catalog refuses);

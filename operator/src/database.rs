@@ -93,6 +93,10 @@ pub async fn bind(ctx: &Context, namespace: &str, pool_name: &str) -> Result<Res
     };
     let mode = pgvs3_pgtls::SslMode::parse(postgres.ssl_mode().as_str()).expect("the CRD's modes are libpq's");
     let tls = PgTls::new(mode, roots, None).map_err(|err| Error::InvalidSpec(format!("{err:#}")))?;
+    let tls = match postgres.ca_secret() {
+        Some(name) => tls.roots_from(format!("Secret {name} ({POSTGRES_CA_KEY})")),
+        None => tls,
+    };
     let connection = Connection {
         host,
         port: u16::try_from(postgres.port()).unwrap_or(5432),
@@ -163,6 +167,8 @@ pub async fn connect(connection: &Connection) -> Result<Client> {
         .await
         .map_err(|source| Error::CatalogConnect {
             target: connection.describe(),
+            // tokio-postgres says only "error performing TLS handshake": why it was refused.
+            refusal: connection.tls.refusal(&source),
             source,
         })?;
     tokio::spawn(async move {

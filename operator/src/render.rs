@@ -6,6 +6,7 @@ use crate::bucket::role;
 use crate::crd::{Bucket, GatewayPool, OriginCache, PoolRole};
 use crate::gateway_pool::build::{self as pool_build, Inputs, endpoints};
 use crate::origin_cache::build::{access_key_id, origin_row};
+use crate::origin_cache::ca_bundle;
 use kube::Resource;
 
 /// Shown instead of the secret the operator generates at reconcile time.
@@ -21,11 +22,37 @@ pub fn render(text: &str, inputs: &Inputs) -> anyhow::Result<String> {
         .filter(|d| d["kind"] == "GatewayPool")
         .map(|d| serde_json::from_value(d.clone()))
         .collect::<Result<_, _>>()?;
+    let caches: Vec<OriginCache> = documents
+        .iter()
+        .filter(|d| d["kind"] == "OriginCache")
+        .map(|d| serde_json::from_value(d.clone()))
+        .collect::<Result<_, _>>()?;
     let mut out = String::new();
     for document in &documents {
         let kind = document["kind"].as_str().unwrap_or_default();
         let values: Vec<serde_json::Value> = match kind {
-            "GatewayPool" => pool_build::build(&serde_json::from_value(document.clone())?, inputs).to_values(),
+            "GatewayPool" => {
+                let pool: GatewayPool = serde_json::from_value(document.clone())?;
+                // The CA bundles of the pool's OriginCaches in the same text (a Standby pool's
+                // own are its cluster's Primary pool's).
+                let served = |cache: &&OriginCache| {
+                    pools.iter().any(|served| {
+                        served.metadata.name.as_deref() == Some(cache.spec.gateway_pool_ref.as_str())
+                            && (served.metadata.name == pool.metadata.name
+                                || (pool.spec.role == PoolRole::Standby
+                                    && pool.spec.postgres.cluster_name.is_some()
+                                    && served.spec.postgres.cluster_name == pool.spec.postgres.cluster_name))
+                    })
+                };
+                let mut origin_cas: Vec<_> = caches.iter().filter(served).filter_map(ca_bundle::wanted).collect();
+                origin_cas.sort();
+                origin_cas.dedup();
+                let inputs = Inputs {
+                    origin_cas,
+                    ..inputs.clone()
+                };
+                pool_build::build(&pool, &inputs).to_values()
+            }
             "Bucket" => {
                 let bucket: Bucket = serde_json::from_value(document.clone())?;
                 let target = target(&bucket, &bucket.spec.gateway_pool_ref, bucket.bucket_name(), &pools);

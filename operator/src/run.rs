@@ -23,9 +23,10 @@ use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 
 use crate::context::Context;
-use crate::crd::{Bucket, GatewayPool, OriginCache, RELOAD_LABEL};
+use crate::crd::{Bucket, GatewayPool, OriginCache, PoolRole, RELOAD_LABEL};
 use crate::lease::Elector;
 use crate::metrics::Metrics;
+use crate::origin_cache::ca_bundle::Source;
 use crate::{bucket, gateway_pool, identity, origin_cache};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -192,6 +193,8 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
     // that use it.
     let pool_store = Controller::new(pools, watcher::Config::default());
     let pools_reader = pool_store.store();
+    let caches = Controller::new(api::<OriginCache>(&client, &namespace), watcher::Config::default());
+    let caches_reader = caches.store();
     // The cluster's service-account issuer into every Primary pool's catalog (workload identity).
     let issuer_publisher = identity::publisher(ctx.clone(), pools_reader.clone());
     // A deleted or edited ServiceMonitor is put back at once, as the other children are; the
@@ -223,23 +226,38 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
         )
         // The Secret holding the gateways' connection string.
         .owns(api::<Secret>(&client, &namespace), own_secrets())
-        .watches(
-            api::<Secret>(&client, &namespace),
-            reloaded_secrets(),
-            referrers(pools_reader.clone(), |pool: &GatewayPool, secret| {
+        .watches(api::<Secret>(&client, &namespace), reloaded_secrets(), {
+            let named = referrers(pools_reader.clone(), |pool: &GatewayPool, secret| {
                 pool.spec.postgres.credentials_secret() == secret
                     || pool.spec.master_key_ref(&pool.name_any()).name == secret
                     || pool.spec.protocols.ojs_token_secret() == Some(secret)
                     || pool.spec.tls.as_ref().is_some_and(|tls| tls.secret_ref == secret)
                     || pool.spec.postgres.ca_secret().as_deref() == Some(secret)
-            }),
-        )
+            });
+            let bundles = bundle_holders(pools_reader.clone(), caches_reader.clone(), Source::Secret);
+            move |secret: Secret| {
+                let mut pools = named(secret.clone());
+                pools.extend(bundles(secret));
+                pools
+            }
+        })
         .watches(
             api::<Service>(&client, &namespace),
             watcher::Config::default(),
-            referrers(pools_reader, |pool: &GatewayPool, service| {
+            referrers(pools_reader.clone(), |pool: &GatewayPool, service| {
                 pool.spec.postgres.expected_service(pool.spec.role).as_deref() == Some(service)
             }),
+        )
+        // The gateways mount the CA bundles of their OriginCaches: a cache's change, or one
+        // of the (labelled) Secret or ConfigMap holding its bundle, reaches the pools serving it.
+        .watches(api::<OriginCache>(&client, &namespace), watcher::Config::default(), {
+            let pools = pools_reader.clone();
+            move |cache: OriginCache| serving_pools(&pools, &cache)
+        })
+        .watches(
+            api::<ConfigMap>(&client, &namespace),
+            reloaded_secrets(),
+            bundle_holders(pools_reader, caches_reader.clone(), Source::ConfigMap),
         )
         .run(gateway_pool::reconcile, gateway_pool::error_policy, ctx.clone())
         .for_each(|_| async {});
@@ -286,16 +304,22 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
         .run(bucket::reconcile, bucket::error_policy, ctx.clone())
         .for_each(|_| async {});
 
-    let caches = Controller::new(api::<OriginCache>(&client, &namespace), watcher::Config::default());
-    let caches_reader = caches.store();
     let cache_controller = caches
         .with_config(config)
         .owns(api::<Secret>(&client, &namespace), own_secrets())
         .watches(
             api::<Secret>(&client, &namespace),
             reloaded_secrets(),
-            referrers(caches_reader, |cache: &OriginCache, secret| {
+            referrers(caches_reader.clone(), |cache: &OriginCache, secret| {
                 cache.spec.credentials_secret_ref == secret
+                    || bundle_source(cache) == Some(Source::Secret(secret.into()))
+            }),
+        )
+        .watches(
+            api::<ConfigMap>(&client, &namespace),
+            reloaded_secrets(),
+            referrers(caches_reader, |cache: &OriginCache, config_map| {
+                bundle_source(cache) == Some(Source::ConfigMap(config_map.into()))
             }),
         )
         .run(origin_cache::reconcile, origin_cache::error_policy, ctx)
@@ -338,6 +362,54 @@ where
             .into_iter()
             .filter(|object| object.namespace() == namespace && refers(object, &name))
             .map(|object| ObjectRef::from_obj(&*object))
+            .collect()
+    }
+}
+
+/// Where `cache`'s CA bundle is kept, if it has one.
+fn bundle_source(cache: &OriginCache) -> Option<Source> {
+    cache.spec.origin.ca_bundle.as_ref().and_then(Source::of)
+}
+
+/// The pools whose gateways mount `cache`'s CA bundle: its pool, and the Standby pools of that
+/// pool's cluster.
+fn serving_pools(pools: &Store<GatewayPool>, cache: &OriginCache) -> Vec<ObjectRef<GatewayPool>> {
+    let namespace = cache.namespace();
+    let in_namespace: Vec<_> = pools
+        .state()
+        .into_iter()
+        .filter(|pool| pool.namespace() == namespace)
+        .collect();
+    let primary = in_namespace
+        .iter()
+        .find(|pool| pool.name_any() == cache.spec.gateway_pool_ref);
+    let cluster = primary.and_then(|pool| pool.spec.postgres.cluster_name.clone());
+    in_namespace
+        .iter()
+        .filter(|pool| {
+            pool.name_any() == cache.spec.gateway_pool_ref
+                || (pool.spec.role == PoolRole::Standby
+                    && cluster.is_some()
+                    && pool.spec.postgres.cluster_name == cluster)
+        })
+        .map(|pool| ObjectRef::from_obj(&**pool))
+        .collect()
+}
+
+/// Maps a changed Secret or ConfigMap (`source` makes its [`Source`]) to the pools mounting a CA
+/// bundle it holds.
+fn bundle_holders<W: kube::Resource>(
+    pools: Store<GatewayPool>,
+    caches: Store<OriginCache>,
+    source: fn(String) -> Source,
+) -> impl Fn(W) -> Vec<ObjectRef<GatewayPool>> + Send + Sync + 'static {
+    move |changed: W| {
+        let held = Some(source(changed.name_any()));
+        caches
+            .state()
+            .into_iter()
+            .filter(|cache| cache.namespace() == changed.namespace() && bundle_source(cache) == held)
+            .flat_map(|cache| serving_pools(&pools, &cache))
             .collect()
     }
 }

@@ -76,8 +76,8 @@ pub struct ClientCert {
 #[derive(Clone)]
 pub struct PgTls {
     config: Arc<rustls::ClientConfig>,
-    /// Where the trusted CAs came from (`sslrootcert`), for the reason of a refusal.
-    roots_file: Option<String>,
+    /// Where the trusted CAs came from (`sslrootcert (path)`), for the reason of a refusal.
+    roots_source: Option<String>,
 }
 
 impl fmt::Debug for PgTls {
@@ -143,7 +143,7 @@ impl PgTls {
         config.alpn_protocols = vec![b"postgresql".to_vec()];
         Ok(PgTls {
             config: Arc::new(config),
-            roots_file: None,
+            roots_source: None,
         })
     }
 }
@@ -182,7 +182,9 @@ pub fn parse(conninfo: &str) -> anyhow::Result<(tokio_postgres::Config, PgTls)> 
     };
     config.ssl_mode(mode.negotiation());
     let mut tls = PgTls::new(mode, roots, client)?;
-    tls.roots_file = root.filter(|_| mode != SslMode::Disable);
+    tls.roots_source = root
+        .filter(|_| mode != SslMode::Disable)
+        .map(|path| format!("sslrootcert ({path})"));
     Ok((config, tls))
 }
 
@@ -191,6 +193,13 @@ pub fn parse(conninfo: &str) -> anyhow::Result<(tokio_postgres::Config, PgTls)> 
 const NOT_BOUND: &str = "server did not use channel binding";
 
 impl PgTls {
+    /// Names where the trusted CAs came from (a Kubernetes Secret, say), for the reason of an
+    /// unknown-CA refusal.
+    pub fn roots_from(mut self, source: impl Into<String>) -> PgTls {
+        self.roots_source = Some(source.into());
+        self
+    }
+
     /// Why `error` (or one of its causes) means a connection can never succeed as configured,
     /// in words a person can act on; None for an error worth retrying (a server not up yet).
     /// tokio-postgres prints only "error performing TLS handshake" and keeps the reason in its
@@ -212,10 +221,7 @@ impl PgTls {
         let refused = "PostgreSQL's TLS certificate is refused";
         match why {
             CertificateError::UnknownIssuer => {
-                let roots = match &self.roots_file {
-                    Some(path) => format!("sslrootcert ({path})"),
-                    None => "the CA certificates given".to_owned(),
-                };
+                let roots = self.roots_source.as_deref().unwrap_or("the CA certificates given");
                 format!(
                     "{refused}: unknown CA, it is not issued by a CA in {roots}; give the CA that \
                      issued the server's certificate"
@@ -705,10 +711,7 @@ mod tests {
 
     #[test]
     fn each_certificate_refusal_names_its_reason() {
-        let tls = PgTls {
-            roots_file: Some("/etc/pg/ca.crt".to_owned()),
-            ..PgTls::default()
-        };
+        let tls = PgTls::default().roots_from("sslrootcert (/etc/pg/ca.crt)");
         let unknown = refusal(&tls, CertificateError::UnknownIssuer);
         assert!(
             unknown.contains("unknown CA") && unknown.contains("/etc/pg/ca.crt"),

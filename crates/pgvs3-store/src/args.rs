@@ -34,8 +34,9 @@ pub struct CacheArgs {
 
     /// A PEM bundle of CA certificates that origins' TLS certificates are also verified with
     /// (besides the system's roots): for origins whose certificate is from a private CA.
-    #[arg(long, env = "PGVS3_ORIGIN_CA_FILE")]
-    pub origin_ca_file: Option<PathBuf>,
+    /// Repeat it (or separate files with commas) for several bundles.
+    #[arg(long, env = "PGVS3_ORIGIN_CA_FILE", value_delimiter = ',')]
+    pub origin_ca_file: Vec<PathBuf>,
 }
 
 impl CacheArgs {
@@ -46,8 +47,7 @@ impl CacheArgs {
             upload_interval: self.write_back_interval,
             upload_concurrency: self.write_back_concurrency,
             stale_if_error: self.origin_stale_if_error,
-            origin_tls: crate::cache::origin::OriginTls::load(self.origin_ca_file.as_deref())
-                .context("--origin-ca-file")?,
+            origin_tls: crate::cache::origin::OriginTls::load(&self.origin_ca_file).context("--origin-ca-file")?,
         })
     }
 }

@@ -88,6 +88,31 @@ pub struct Origin {
     pub bucket: String,
     #[serde(default)]
     pub style: AddressingStyle,
+    /// CA certificates (PEM) the origin's TLS certificate is verified with besides the
+    /// system's roots, for an origin whose certificate is from a private CA. Mounted into the
+    /// pool's gateways (`--origin-ca-file`), where it is trusted for every origin they reach;
+    /// a change rolls them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_bundle: Option<CaBundle>,
+}
+
+/// Where an origin's CA bundle is: a key of a Secret or of a ConfigMap of the cache's namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.secretRef) != has(self.configMapRef)").message("set exactly one of secretRef or configMapRef"))]
+pub struct CaBundle {
+    /// A Secret holding the bundle (only that key is mounted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_ref: Option<String>,
+    /// A ConfigMap, as trust-manager's Bundles write them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub config_map_ref: Option<String>,
+    /// The key that holds the PEM bundle.
+    #[serde(default = "default_ca_key")]
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
 }
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -128,6 +153,9 @@ pub struct OriginCacheStatus {
     pub credentials_version: Option<String>,
 }
 
+fn default_ca_key() -> String {
+    "ca.crt".into()
+}
 fn default_region() -> String {
     "us-east-1".into()
 }

@@ -18,11 +18,12 @@ use kube::{Resource, ResourceExt};
 use super::build::{self, Inputs, Login};
 use crate::context::{self, Context, Error, Result, backoff_key};
 use crate::crd::{
-    DEGRADED, GatewayPool, GatewayPoolStatus, PROGRESSING, READY, RELOAD_LABEL, ROOT_ACCESS_KEY_KEY,
+    DEGRADED, GatewayPool, GatewayPoolStatus, PROGRESSING, PoolRole, READY, RELOAD_LABEL, ROOT_ACCESS_KEY_KEY,
     ROOT_SECRET_KEY_KEY, Verdict, waiting,
 };
 use crate::database::INVALID_SPEC;
 use crate::kube_ops::{self, FIELD_MANAGER};
+use crate::origin_cache::ca_bundle;
 
 pub const KIND: &str = "GatewayPool";
 /// While a dependency is missing, look again this often (watches usually notice sooner).
@@ -123,10 +124,13 @@ async fn reconcile_in(pool: &GatewayPool, ctx: &Context, namespace: &str) -> Res
         referenced.push(secret);
     }
 
+    let origin_cas = ca_bundle::of_pools(client, namespace, &served_pools(&pools, pool).await?).await?;
+
     let inputs = Inputs {
         secrets_digest: kube_ops::secrets_digest(&referenced),
         service_monitor_crd: ctx.serves_service_monitors().await?,
         login,
+        origin_cas,
     };
     let objects = build::build(pool, &inputs);
 
@@ -164,6 +168,24 @@ async fn reconcile_in(pool: &GatewayPool, ctx: &Context, namespace: &str) -> Res
     // Pods are not watched (every gateway pod of the cluster would be in memory): while the
     // rollout is under way, look again soon, so gateways that cannot start are reported.
     Ok(Action::requeue(if rollout.complete() { RESYNC } else { ROLLOUT_CHECK }))
+}
+
+/// The pools whose OriginCaches `pool`'s gateways serve: itself, and for a Standby pool the
+/// Primary pools of its cluster (a standby passes misses through to the origin).
+async fn served_pools(pools: &Api<GatewayPool>, pool: &GatewayPool) -> Result<Vec<String>> {
+    let mut served = vec![pool.name_any()];
+    if let (PoolRole::Standby, Some(cluster)) = (pool.spec.role, &pool.spec.postgres.cluster_name) {
+        let primaries = pools
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|other| {
+                other.spec.role == PoolRole::Primary && other.spec.postgres.cluster_name.as_ref() == Some(cluster)
+            });
+        served.extend(primaries.map(|primary| primary.name_any()));
+    }
+    Ok(served)
 }
 
 /// How often a pool whose rollout is under way is looked at again.

@@ -10,11 +10,11 @@ use k8s_openapi::api::autoscaling::v2::{
     ResourceMetricSource,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, ConfigMapEnvSource, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, EnvVar,
-    EnvVarSource, HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler, PodSecurityContext, PodSpec, PodTemplateSpec,
-    Probe, ResourceRequirements, SeccompProfile, Secret, SecretKeySelector as CoreSecretKeySelector,
-    SecretVolumeSource, SecurityContext, Service, ServicePort, ServiceSpec, SleepAction, TopologySpreadConstraint,
-    Volume, VolumeMount,
+    Capabilities, ConfigMap, ConfigMapEnvSource, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
+    EnvFromSource, EnvVar, EnvVarSource, HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler, PodSecurityContext,
+    PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, Secret,
+    SecretKeySelector as CoreSecretKeySelector, SecretVolumeSource, SecurityContext, Service, ServicePort, ServiceSpec,
+    SleepAction, TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -27,6 +27,7 @@ use crate::crd::{
     DEFAULT_REPLICAS, Endpoints, GatewayPool, OJS_TOKEN_KEY, ObjectOwnership, POSTGRES_CA_KEY, PoolRole,
     ROOT_ACCESS_KEY_KEY, ROOT_SECRET_KEY_KEY,
 };
+use crate::origin_cache::ca_bundle::{Mounted, Source};
 
 pub const CONTAINER: &str = "gateway";
 pub const CHECKSUM_ANNOTATION: &str = "pgvs3.io/config-checksum";
@@ -42,6 +43,8 @@ const TLS_DIR: &str = "/etc/pgvs3/tls";
 const TLS_KEYS: [&str; 2] = ["tls.crt", "tls.key"];
 /// Where PostgreSQL's CA Secret is mounted.
 const POSTGRES_CA_DIR: &str = "/etc/pgvs3/postgres-ca";
+/// Where the OriginCaches' CA bundles are mounted: `-0`, `-1`, ... each holding `ca.crt`.
+const ORIGIN_CA_DIR: &str = "/etc/pgvs3/origin-ca";
 
 /// What the pool's objects depend on besides its spec: facts the reconciler looked up.
 #[derive(Clone, Debug, Default)]
@@ -52,6 +55,8 @@ pub struct Inputs {
     pub service_monitor_crd: bool,
     /// The login in the pool's database Secret, for the gateways' connection string.
     pub login: Login,
+    /// The CA bundles of the OriginCaches the pool serves (`--origin-ca-file`).
+    pub origin_cas: Vec<Mounted>,
 }
 
 /// A PostgreSQL user and password, as the pool's database Secret holds them.
@@ -298,8 +303,14 @@ pub fn spec_refusal(pool: &GatewayPool) -> Option<String> {
 }
 
 pub fn build(pool: &GatewayPool, inputs: &Inputs) -> Objects {
-    let config = settings(pool);
-    let checksum = checksum(&config, &inputs.secrets_digest);
+    let mut config = settings(pool);
+    if !inputs.origin_cas.is_empty() {
+        let files: Vec<String> = (0..inputs.origin_cas.len()).map(origin_ca_file).collect();
+        config.insert("PGVS3_ORIGIN_CA_FILE".to_string(), files.join(","));
+    }
+    // The gateway reads the bundles at start: a changed one rolls the pods.
+    let bundles: String = inputs.origin_cas.iter().map(|ca| ca.digest.as_str()).collect();
+    let checksum = checksum(&config, &format!("{}{bundles}", inputs.secrets_digest));
     let config_map = ConfigMap {
         metadata: meta(pool, config_map_name(pool)),
         data: Some(config),
@@ -308,7 +319,7 @@ pub fn build(pool: &GatewayPool, inputs: &Inputs) -> Objects {
     Objects {
         config_map,
         database_secret: database_secret(pool, &inputs.login),
-        deployment: deployment(pool, checksum),
+        deployment: deployment(pool, checksum, &inputs.origin_cas),
         service: service(pool),
         pod_disruption_budget: pod_disruption_budget(pool),
         autoscaler: autoscaler(pool),
@@ -436,7 +447,7 @@ fn default_resources() -> ResourceRequirements {
     }
 }
 
-fn deployment(pool: &GatewayPool, checksum: String) -> Deployment {
+fn deployment(pool: &GatewayPool, checksum: String, origin_cas: &[Mounted]) -> Deployment {
     let spec = &pool.spec;
     let overrides = spec.pod_template.clone().unwrap_or_default();
     let mut pod_labels = labels(pool);
@@ -447,7 +458,7 @@ fn deployment(pool: &GatewayPool, checksum: String) -> Deployment {
         match_labels: Some(selector_labels(pool)),
         ..LabelSelector::default()
     };
-    let mounts = volumes(pool);
+    let mounts = volumes(pool, origin_cas);
     let spread = |topology_key: &str| TopologySpreadConstraint {
         max_skew: 1,
         topology_key: topology_key.into(),
@@ -570,8 +581,14 @@ fn deployment(pool: &GatewayPool, checksum: String) -> Deployment {
     }
 }
 
-/// The gateway's volumes and where each is mounted: a scratch /tmp, and the TLS Secrets.
-fn volumes(pool: &GatewayPool) -> Vec<(VolumeMount, Volume)> {
+/// Where the gateway reads the `index`th origin CA bundle.
+fn origin_ca_file(index: usize) -> String {
+    format!("{ORIGIN_CA_DIR}-{index}/ca.crt")
+}
+
+/// The gateway's volumes and where each is mounted: a scratch /tmp, the TLS Secrets and the
+/// origins' CA bundles.
+fn volumes(pool: &GatewayPool, origin_cas: &[Mounted]) -> Vec<(VolumeMount, Volume)> {
     let mount = |name: &str, path: &str| VolumeMount {
         name: name.into(),
         mount_path: path.into(),
@@ -618,6 +635,38 @@ fn volumes(pool: &GatewayPool) -> Vec<(VolumeMount, Volume)> {
             mount("postgres-ca", POSTGRES_CA_DIR),
             secret("postgres-ca", &ca, &[POSTGRES_CA_KEY]),
         ));
+    }
+    for (index, ca) in origin_cas.iter().enumerate() {
+        let name = format!("origin-ca-{index}");
+        // The bundle's key, whatever it is called, as `ca.crt`.
+        let items = Some(vec![KeyToPath {
+            key: ca.key.clone(),
+            path: "ca.crt".into(),
+            mode: None,
+        }]);
+        let volume = match &ca.source {
+            Source::Secret(secret) => Volume {
+                name: name.clone(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(secret.clone()),
+                    items,
+                    default_mode: Some(0o440),
+                    optional: Some(false),
+                }),
+                ..Volume::default()
+            },
+            Source::ConfigMap(config_map) => Volume {
+                name: name.clone(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: config_map.clone(),
+                    items,
+                    default_mode: Some(0o444),
+                    optional: Some(false),
+                }),
+                ..Volume::default()
+            },
+        };
+        volumes.push((mount(&name, &format!("{ORIGIN_CA_DIR}-{index}")), volume));
     }
     volumes
 }

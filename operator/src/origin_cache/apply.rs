@@ -13,6 +13,7 @@ use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
 use super::build::{self, FINALIZER, origin_row};
+use super::ca_bundle;
 use super::catalog::{self, CacheKey, OriginKey, Written};
 use crate::bucket::apply as bucket_apply;
 use crate::bucket::build as bucket_build;
@@ -128,6 +129,14 @@ async fn configure(
             ));
         }
     };
+
+    // Checked as the pool checks it before mounting it into the gateways (which would refuse
+    // it at start).
+    if let Some(bundle) = &cache.spec.origin.ca_bundle
+        && let Err(problem) = ca_bundle::read(&ctx.client, namespace, bundle).await?
+    {
+        return Ok(Outcome::waiting("CaBundleUnavailable", &problem, WAIT_FOR_DEPENDENCY));
+    }
 
     // The cache bucket's own key, for the applications that use the cache.
     let target = bucket_apply::target(ctx, &binding.pool, namespace, row.bucket.clone()).await?;

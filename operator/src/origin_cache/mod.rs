@@ -3,6 +3,7 @@
 
 pub mod apply;
 pub mod build;
+pub mod ca_bundle;
 pub mod catalog;
 
 pub use apply::{error_policy, reconcile};

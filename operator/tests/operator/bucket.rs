@@ -367,6 +367,71 @@ async fn unreachable_database_is_a_condition_and_a_retried_error() {
     assert_eq!(fake.requests_to(Method::PATCH, "/secrets/photos-credentials").len(), 1);
 }
 
+/// A database whose certificate the pool's CA does not vouch for: the condition says why
+/// (unknown CA, naming the Secret the CA came from), not only tokio-postgres's "error
+/// performing TLS handshake".
+#[tokio::test]
+async fn a_refused_database_certificate_is_named_in_the_condition() {
+    use common::certs::TestCa;
+    let ca = TestCa::new("operator-pg");
+    let cluster = common::tls_cluster("operator", &ca.issue("server", "localhost", "DNS:localhost"));
+    let (admin, connection) = tokio_postgres::connect(&cluster.url("postgres"), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    for statement in [
+        "CREATE ROLE tls LOGIN PASSWORD 'tls-secret'",
+        "CREATE DATABASE tls OWNER tls",
+    ] {
+        admin.batch_execute(statement).await.unwrap();
+    }
+    let other = std::fs::read_to_string(TestCa::new("operator-pg-other").ca_cert()).unwrap();
+
+    let (client, fake) = FakeApi::start();
+    let ctx = Arc::new(Context::new(client, Metrics::default()));
+    fake.insert(json!({
+        "apiVersion": "pgvs3.io/v1alpha1", "kind": "GatewayPool",
+        "metadata": {"name": "objects", "namespace": "team"},
+        "spec": {
+            "postgres": {"host": "localhost", "port": cluster.port, "database": "tls", "secretRef": "login",
+                         "sslMode": "verify-full", "caSecretRef": "pg-ca"},
+            "masterKeySecretRef": {"name": "master"},
+        },
+    }));
+    for (name, key, value) in [
+        ("login", "username", "tls"),
+        ("login", "password", "tls-secret"),
+        ("master", "masterKey", "k"),
+        ("pg-ca", "ca.crt", other.as_str()),
+    ] {
+        let path = format!("/api/v1/namespaces/team/secrets/{name}");
+        if fake.get(&path).is_none() {
+            fake.insert(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "team"}, "data": {}}));
+        }
+        fake.update(&path, |secret| secret["data"][key] = json!(b64(value)));
+    }
+    fake.insert(json!({
+        "apiVersion": "pgvs3.io/v1alpha1", "kind": "Bucket",
+        "metadata": {"name": "photos", "namespace": "team", "finalizers": ["pgvs3.io/bucket-cleanup"]},
+        "spec": {"gatewayPoolRef": "objects"},
+    }));
+    let err = reconcile(&ctx, &fake).await.unwrap_err().to_string();
+    assert!(
+        err.contains("unknown CA") && err.contains("Secret pg-ca (ca.crt)"),
+        "{err}"
+    );
+    let conditions = fake.get(BUCKET).unwrap()["status"]["conditions"].clone();
+    let ready = conditions
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(ready["reason"], "CatalogUnavailable");
+    assert!(ready["message"].as_str().unwrap().contains("unknown CA"), "{ready}");
+}
+
 fn bucket_at(name: &str) -> String {
     format!("/apis/pgvs3.io/v1alpha1/namespaces/team/buckets/{name}")
 }

@@ -298,3 +298,107 @@ async fn autoscaling_applies_an_hpa_and_service_monitor_follows_its_crd() {
         "the HPA owns the replica count"
     );
 }
+
+/// An OriginCache on `pool` whose origin's CA bundle is `bundle`.
+fn origin_cache(name: &str, pool: &str, bundle: Value) -> Value {
+    json!({
+        "apiVersion": "pgvs3.io/v1alpha1", "kind": "OriginCache",
+        "metadata": {"name": name, "namespace": "team"},
+        "spec": {"gatewayPoolRef": pool, "bucket": format!("{name}-cache"), "credentialsSecretRef": "origin",
+                 "origin": {"endpoint": "https://origin.example", "bucket": "remote", "caBundle": bundle}},
+    })
+}
+
+/// The OriginCaches' CA bundles (a Secret's key, a ConfigMap's) reach the gateways as mounted
+/// files named in `PGVS3_ORIGIN_CA_FILE`, each once; one that is not usable is left out (the
+/// gateway refuses such a file at start, which would stop the whole pool), as are those of
+/// another pool's caches; a changed bundle rolls the pods.
+#[tokio::test]
+async fn origin_ca_bundles_are_mounted_and_a_new_one_rolls_the_pods() {
+    let (ctx, fake) = setup("Primary");
+    reconcile(&ctx, &fake).await.unwrap();
+    let without = checksum(&fake);
+    let pem = |name: &str| std::fs::read_to_string(pgvs3_testkit::certs::TestCa::new(name).ca_cert()).unwrap();
+    fake.insert(json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "origin-ca", "namespace": "team"},
+        "data": {"ca.crt": b64(&pem("pool-origin-a"))},
+    }));
+    fake.insert(json!({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "trust", "namespace": "team"},
+        "data": {"bundle.pem": pem("pool-origin-b")},
+    }));
+    fake.insert(json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "other-pool-ca", "namespace": "team"},
+        "data": {"ca.crt": b64(&pem("pool-origin-other"))},
+    }));
+    fake.insert(json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "not-a-ca", "namespace": "team"},
+        "data": {"ca.crt": b64("not a certificate")},
+    }));
+    for (name, pool, bundle) in [
+        ("private", "objects", json!({"secretRef": "origin-ca"})),
+        (
+            "same-bundle",
+            "objects",
+            json!({"secretRef": "origin-ca", "key": "ca.crt"}),
+        ),
+        (
+            "shared",
+            "objects",
+            json!({"configMapRef": "trust", "key": "bundle.pem"}),
+        ),
+        ("broken", "objects", json!({"secretRef": "not-a-ca"})),
+        ("missing", "objects", json!({"configMapRef": "absent"})),
+        ("elsewhere", "other", json!({"secretRef": "other-pool-ca"})),
+    ] {
+        fake.insert(origin_cache(name, pool, bundle));
+    }
+    reconcile(&ctx, &fake).await.unwrap();
+
+    let config = fake.get("/api/v1/namespaces/team/configmaps/objects-config").unwrap();
+    assert_eq!(
+        config["data"]["PGVS3_ORIGIN_CA_FILE"],
+        "/etc/pgvs3/origin-ca-0/ca.crt,/etc/pgvs3/origin-ca-1/ca.crt"
+    );
+    let deployment: Deployment = fake.typed(DEPLOYMENT);
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    let volumes: Vec<Value> = pod
+        .volumes
+        .unwrap()
+        .into_iter()
+        .filter(|v| v.name.starts_with("origin-ca"))
+        .map(|v| serde_json::to_value(v).unwrap())
+        .collect();
+    assert_eq!(
+        volumes,
+        [
+            json!({"name": "origin-ca-0", "secret": {"secretName": "origin-ca", "optional": false, "defaultMode": 0o440,
+                   "items": [{"key": "ca.crt", "path": "ca.crt"}]}}),
+            json!({"name": "origin-ca-1", "configMap": {"name": "trust", "optional": false, "defaultMode": 0o444,
+                   "items": [{"key": "bundle.pem", "path": "ca.crt"}]}}),
+        ]
+    );
+    let mounts: Vec<(String, String)> = pod.containers[0]
+        .volume_mounts
+        .clone()
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.name.starts_with("origin-ca"))
+        .map(|m| (m.name, m.mount_path))
+        .collect();
+    assert_eq!(
+        mounts,
+        [
+            ("origin-ca-0".to_string(), "/etc/pgvs3/origin-ca-0".to_string()),
+            ("origin-ca-1".to_string(), "/etc/pgvs3/origin-ca-1".to_string()),
+        ]
+    );
+    let with = checksum(&fake);
+    assert_ne!(with, without, "new bundles roll the pods");
+
+    fake.update("/api/v1/namespaces/team/configmaps/trust", |m| {
+        m["data"]["bundle.pem"] = json!(pem("pool-origin-c"))
+    });
+    reconcile(&ctx, &fake).await.unwrap();
+    assert_ne!(checksum(&fake), with, "a renewed bundle rolls the pods");
+}

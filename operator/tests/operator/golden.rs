@@ -66,6 +66,33 @@ fn bucket_and_origin_cache_render_as_golden() {
     check("bucket-and-origincache.yaml", tail);
 }
 
+/// A pool whose OriginCaches' origins have private CAs (their bundles in a Secret and a
+/// ConfigMap): its ConfigMap names the mounted files, its Deployment mounts them.
+#[test]
+fn a_pool_mounts_its_origin_caches_ca_bundles_as_golden() {
+    let cache = |name: &str, bundle: &str| {
+        format!(
+            "apiVersion: pgvs3.io/v1alpha1\nkind: OriginCache\nmetadata: {{name: {name}, namespace: pgvs3-demo}}\n\
+             spec:\n  gatewayPoolRef: demo-primary\n  bucket: {name}-cache\n  credentialsSecretRef: {name}-origin\n  \
+             origin: {{endpoint: 'https://minio.storage.svc:9000', bucket: {name}, caBundle: {bundle}}}\n"
+        )
+    };
+    let text = [
+        examples(&["gatewaypool-primary.yaml"]),
+        cache("datasets", "{secretRef: minio-tls, key: ca.crt}"),
+        cache("models", "{configMapRef: corporate-roots, key: roots.pem}"),
+    ]
+    .join("---\n");
+    let rendered = render(&text, &Inputs::default()).unwrap();
+    let pool_parts: Vec<&str> = rendered
+        .split("---\n")
+        .filter(|part| part.contains("\nkind: ConfigMap\n") || part.contains("\nkind: Deployment\n"))
+        .collect();
+    assert_eq!(pool_parts.len(), 2, "{rendered}");
+    check("gatewaypool-origin-ca.yaml", &pool_parts.join("---\n"));
+}
+
+/// `UPDATE_GOLDEN=1` rewrites them too.
 #[test]
 fn committed_crds_match_the_types() {
     for (dir, crd) in ["crds", "charts/pgvs3-operator/crds"]
@@ -73,6 +100,10 @@ fn committed_crds_match_the_types() {
         .flat_map(|dir| pgvs3_operator::crd::all().into_iter().map(move |crd| (dir, crd)))
     {
         let path = workspace().join(dir).join(format!("{}.yaml", crd.spec.names.plural));
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(&path, pgvs3_operator::crd::to_yaml(&crd).unwrap()).unwrap();
+            continue;
+        }
         let committed = std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("missing {}", path.display()));
         assert!(
             committed == pgvs3_operator::crd::to_yaml(&crd).unwrap(),

@@ -136,9 +136,47 @@ async fn waits_for_pool_credentials_and_database_with_conditions() {
     reconcile(&ctx, &fake).await.unwrap();
     assert_eq!(fake.condition(CACHE, "Ready"), ("False".into(), "SecretInvalid".into()));
 
+    // A CA bundle for the origin: it must exist and hold CA certificates the gateways can use
+    // (they would refuse it at start) before anything is written.
+    fake.update(SECRET, |s| s["data"]["AWS_SECRET_ACCESS_KEY"] = json!(b64("secret")));
+    fake.update(CACHE, |c| {
+        c["spec"]["origin"]["caBundle"] = json!({"configMapRef": "trust", "key": "bundle.pem"})
+    });
+    let bundle_refusal = |fake: &FakeApi| {
+        assert_eq!(
+            fake.condition(CACHE, "Ready"),
+            ("False".into(), "CaBundleUnavailable".into())
+        );
+        let conditions = status(fake)["conditions"].clone();
+        let ready = conditions
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap()
+            .clone();
+        ready["message"].as_str().unwrap().to_string()
+    };
+    reconcile(&ctx, &fake).await.unwrap();
+    assert_eq!(bundle_refusal(&fake), "ConfigMap trust does not exist");
+    fake.insert(json!({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "trust", "namespace": "team"},
+        "data": {"bundle.pem": "not a certificate"},
+    }));
+    reconcile(&ctx, &fake).await.unwrap();
+    let refusal = bundle_refusal(&fake);
+    assert!(refusal.starts_with("ConfigMap trust key \"bundle.pem\": "), "{refusal}");
+    assert!(
+        fake.get(CACHE_SECRET).is_none(),
+        "nothing written before the bundle is usable"
+    );
+    let ca = std::fs::read_to_string(common::certs::TestCa::new("operator-origin").ca_cert()).unwrap();
+    fake.update("/api/v1/namespaces/team/configmaps/trust", |m| {
+        m["data"]["bundle.pem"] = json!(ca)
+    });
+
     // With everything in place the database itself is tried: a failure is a condition and an
     // error, retried with the object's backoff.
-    fake.update(SECRET, |s| s["data"]["AWS_SECRET_ACCESS_KEY"] = json!(b64("secret")));
     let err = reconcile(&ctx, &fake).await.unwrap_err();
     assert_eq!(
         fake.condition(CACHE, "Ready"),

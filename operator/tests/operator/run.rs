@@ -422,6 +422,11 @@ async fn the_chart_grants_exactly_the_verbs_the_operator_uses() {
     eventually("the HPA removed", async || fake.get(hpa).is_none()).await;
     // A Bucket and an OriginCache on the pool (their database is unreachable here, so they
     // stop at the catalog after writing their Secrets), and one of each without a pool, deleted.
+    // The OriginCaches' origin has a CA bundle in a ConfigMap (read by them and by the pool).
+    fake.insert(json!({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "origin-ca", "namespace": "team"},
+        "data": {"ca.crt": FIXTURE_CA},
+    }));
     for (kind, plural, name, pool) in [
         ("Bucket", "buckets", "photos", "objects"),
         ("OriginCache", "origincaches", "datasets", "objects"),
@@ -432,7 +437,8 @@ async fn the_chart_grants_exactly_the_verbs_the_operator_uses() {
             "apiVersion": "pgvs3.io/v1alpha1", "kind": kind,
             "metadata": {"name": name, "namespace": "team"},
             "spec": {"gatewayPoolRef": pool, "bucket": "cache-bucket", "credentialsSecretRef": "origin",
-                     "origin": {"endpoint": "http://origin.example", "bucket": "remote"}},
+                     "origin": {"endpoint": "http://origin.example", "bucket": "remote",
+                                "caBundle": {"configMapRef": "origin-ca"}}},
         }));
         let path = format!("/apis/pgvs3.io/v1alpha1/namespaces/team/{plural}/{name}");
         eventually(&format!("{name}'s status"), async || {

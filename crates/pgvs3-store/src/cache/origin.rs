@@ -159,26 +159,29 @@ pub struct Fetched {
     pub body: BodyStream,
 }
 
-/// What origins' TLS certificates are verified with: the system's roots, and the CA bundle of
-/// `--origin-ca-file` when given (an origin with a private CA).
+/// What origins' TLS certificates are verified with: the system's roots, and the CA bundles of
+/// `--origin-ca-file` when given (origins with a private CA).
 #[derive(Debug, Clone, Default)]
 pub struct OriginTls(Option<TlsContext>);
 
 impl OriginTls {
-    pub fn load(ca_file: Option<&Path>) -> anyhow::Result<OriginTls> {
+    pub fn load(ca_files: &[impl AsRef<Path>]) -> anyhow::Result<OriginTls> {
         use anyhow::Context;
-        let Some(path) = ca_file else {
+        if ca_files.is_empty() {
             return Ok(OriginTls::default());
-        };
-        let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        // The HTTP client panics on a certificate it cannot take as a root: each is tried here.
-        let mut roots = pgvs3_pgtls::rustls::RootCertStore::empty();
-        for cert in pgvs3_pgtls::pem_certs(&pem).with_context(|| path.display().to_string())? {
-            roots
-                .add(cert)
-                .with_context(|| format!("a certificate of {} is not usable as a CA", path.display()))?;
         }
-        let trust = TrustStore::default().with_pem_certificate(pem);
+        let mut trust = TrustStore::default();
+        for path in ca_files.iter().map(AsRef::as_ref) {
+            let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            // The HTTP client panics on a certificate it cannot take as a root: each is tried here.
+            let mut roots = pgvs3_pgtls::rustls::RootCertStore::empty();
+            for cert in pgvs3_pgtls::pem_certs(&pem).with_context(|| path.display().to_string())? {
+                roots
+                    .add(cert)
+                    .with_context(|| format!("a certificate of {} is not usable as a CA", path.display()))?;
+            }
+            trust = trust.with_pem_certificate(pem);
+        }
         let context = TlsContext::builder()
             .with_trust_store(trust)
             .build()

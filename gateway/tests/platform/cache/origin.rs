@@ -177,9 +177,12 @@ async fn an_origin_with_a_private_ca_is_trusted_with_the_origin_ca_file() {
         pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(10), &Default::default()).await;
     assert!(refused.is_err(), "{refused:?}");
 
-    // With the CA bundle it is verified and served.
+    // With the CA bundle (one of several, as the operator mounts one per OriginCache) it is
+    // verified and served.
     let ca_file = ca.ca_cert().display().to_string();
-    let trusting = TestGateway::with_args(common::fresh_database().await, &["--origin-ca-file", &ca_file]).await;
+    let other = common::certs::TestCa::new("origin-other");
+    let bundles = format!("{},{ca_file}", other.ca_cert().display());
+    let trusting = TestGateway::with_args(common::fresh_database().await, &["--origin-ca-file", &bundles]).await;
     trusting
         .gateway
         .store
@@ -191,12 +194,12 @@ async fn an_origin_with_a_private_ca_is_trusted_with_the_origin_ca_file() {
         read_object(&trusting.client, CACHE, "private").await,
         b"behind a private CA"
     );
-    let tls = pgvs3_gateway::cache::origin::OriginTls::load(Some(&ca.ca_cert())).unwrap();
+    let tls = pgvs3_gateway::cache::origin::OriginTls::load(&[ca.ca_cert()]).unwrap();
     pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(10), &tls)
         .await
         .unwrap();
     // A file that holds no CA certificate is refused at start, not at the first request.
-    let not_pem = pgvs3_gateway::cache::origin::OriginTls::load(Some(&server.key));
+    let not_pem = pgvs3_gateway::cache::origin::OriginTls::load(&[ca.ca_cert(), server.key.clone()]);
     assert!(not_pem.is_err());
 
     trusting.stop().await;
