@@ -4,6 +4,7 @@
 mod acl;
 mod aws_edges;
 mod bad_input;
+mod bucket_logging;
 mod cli_clients;
 mod copy_conditional;
 mod core;
