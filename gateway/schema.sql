@@ -4004,6 +4004,34 @@ CREATE TABLE pgvs3.access_keys (
 );
 
 --
+-- Name: access_log_records; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.access_log_records (
+    id bigint NOT NULL,
+    bucket_id bigint NOT NULL,
+    at timestamp with time zone NOT NULL,
+    line text NOT NULL
+);
+
+--
+-- Name: access_log_records_id_seq; Type: SEQUENCE; Schema: pgvs3; Owner: -
+--
+
+CREATE SEQUENCE pgvs3.access_log_records_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: access_log_records_id_seq; Type: SEQUENCE OWNED BY; Schema: pgvs3; Owner: -
+--
+
+ALTER SEQUENCE pgvs3.access_log_records_id_seq OWNED BY pgvs3.access_log_records.id;
+
+--
 -- Name: bucket_quotas; Type: TABLE; Schema: pgvs3; Owner: -
 --
 
@@ -4039,6 +4067,7 @@ CREATE TABLE pgvs3.buckets (
     encryption text,
     object_ownership text DEFAULT 'BucketOwnerEnforced'::text,
     acl jsonb,
+    logging jsonb,
     CONSTRAINT buckets_encryption_check CHECK ((encryption = 'AES256'::text)),
     CONSTRAINT buckets_object_ownership_known CHECK ((object_ownership = ANY (ARRAY['BucketOwnerEnforced'::text, 'BucketOwnerPreferred'::text, 'ObjectWriter'::text]))),
     CONSTRAINT buckets_versioning_check CHECK ((versioning = ANY (ARRAY['Enabled'::text, 'Suspended'::text]))),
@@ -4700,6 +4729,12 @@ WITH (toast_tuple_target='8160');
 ALTER TABLE ONLY s3w.versions ALTER COLUMN inline SET STORAGE EXTERNAL;
 
 --
+-- Name: access_log_records id; Type: DEFAULT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.access_log_records ALTER COLUMN id SET DEFAULT nextval('pgvs3.access_log_records_id_seq'::regclass);
+
+--
 -- Name: cron cron_pkey; Type: CONSTRAINT; Schema: ojs; Owner: -
 --
 
@@ -4768,6 +4803,13 @@ ALTER TABLE ONLY ojs.workflows
 
 ALTER TABLE ONLY pgvs3.access_keys
     ADD CONSTRAINT access_keys_pkey PRIMARY KEY (access_key);
+
+--
+-- Name: access_log_records access_log_records_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.access_log_records
+    ADD CONSTRAINT access_log_records_pkey PRIMARY KEY (id);
 
 --
 -- Name: bucket_quotas bucket_quotas_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
@@ -5187,6 +5229,12 @@ CREATE INDEX workflows_parent ON ojs.workflows USING btree (parent_id, parent_st
 CREATE UNIQUE INDEX access_keys_one_root ON pgvs3.access_keys USING btree (is_root) WHERE is_root;
 
 --
+-- Name: access_log_records_bucket; Type: INDEX; Schema: pgvs3; Owner: -
+--
+
+CREATE INDEX access_log_records_bucket ON pgvs3.access_log_records USING btree (bucket_id, id);
+
+--
 -- Name: origin_outbox_due; Type: INDEX; Schema: pgvs3; Owner: -
 --
 
@@ -5558,6 +5606,13 @@ CREATE TRIGGER parts_retire_body AFTER DELETE OR UPDATE ON s3w.parts FOR EACH RO
 
 ALTER TABLE ONLY ojs.job_dependencies
     ADD CONSTRAINT job_dependencies_job_id_fkey FOREIGN KEY (job_id) REFERENCES ojs.jobs(id) ON DELETE CASCADE;
+
+--
+-- Name: access_log_records access_log_records_bucket_id_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.access_log_records
+    ADD CONSTRAINT access_log_records_bucket_id_fkey FOREIGN KEY (bucket_id) REFERENCES pgvs3.buckets(id) ON DELETE CASCADE;
 
 --
 -- Name: bucket_quotas bucket_quotas_bucket_id_fkey; Type: FK CONSTRAINT; Schema: pgvs3; Owner: -

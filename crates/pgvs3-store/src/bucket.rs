@@ -41,6 +41,10 @@ impl Buckets {
         self.store.catalog()
     }
 
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// Resolves the bucket `name` for `principal`, who must be allowed to use it as `access`
     /// says: the one authorization of a request. The bucket comes from the catalog cache (one
     /// map lookup) unless this gateway has not seen it yet.
@@ -664,6 +668,18 @@ impl<'a> BucketHandle<'a> {
     /// The bucket's CORS rules, policy and public access block, as the catalog had them when the bucket was opened.
     pub fn access(&self) -> &crate::access::BucketAccess {
         &self.info.access
+    }
+
+    /// The bucket's server access logging, as the catalog had it when the bucket was opened.
+    pub fn logging(&self) -> Option<&crate::store::LoggingConfig> {
+        self.info.logging.as_deref()
+    }
+
+    /// Replaces the bucket's server access logging (a checked configuration); `None` turns it
+    /// off.
+    pub async fn set_logging(&self, config: Option<&crate::store::LoggingConfig>) -> StoreResult<()> {
+        self.writable()?;
+        self.store().set_bucket_logging(&self.info, config).await
     }
 
     /// Replaces the bucket's CORS rules; `None` deletes them.

@@ -2,7 +2,9 @@
 //! throwaway PostgreSQL (a fresh database per test; crates/pgvs3-testkit), with real clients.
 
 mod acl;
+mod aws_edges;
 mod bad_input;
+mod bucket_logging;
 mod cli_clients;
 mod copy_conditional;
 mod core;

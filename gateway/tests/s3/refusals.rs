@@ -267,7 +267,7 @@ async fn other_storage_classes_redirects_versions_and_regions_are_refused() {
 #[tokio::test]
 async fn operations_that_would_store_unkept_settings_answer_not_implemented() {
     let gw = TestGateway::with_sample_object().await;
-    let cases: [(&str, &str, &[u8]); 4] = [
+    let cases: [(&str, &str, &[u8]); 3] = [
         (
             "PUT",
             "/bkt?versioning",
@@ -282,11 +282,6 @@ async fn operations_that_would_store_unkept_settings_answer_not_implemented() {
             "PUT",
             "/bkt?replication",
             b"<ReplicationConfiguration><Role>arn:aws:iam::1:role/r</Role><Rule><Status>Enabled</Status><Destination><Bucket>arn:aws:s3:::elsewhere</Bucket></Destination></Rule></ReplicationConfiguration>",
-        ),
-        (
-            "PUT",
-            "/bkt?logging",
-            b"<BucketLoggingStatus></BucketLoggingStatus>",
         ),
     ];
     for (method, path, body) in cases {

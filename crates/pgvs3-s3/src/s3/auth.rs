@@ -43,6 +43,8 @@ struct Facts {
     admitted: Mutex<Option<Admitted>>,
     /// Set when admission turned the request away (its 503 then carries Retry-After).
     turned_away: OnceLock<()>,
+    /// The request's server access log record, when its bucket logs (`access_log`).
+    log: Mutex<Option<Box<super::access_log::Draft>>>,
 }
 
 impl RequestFacts {
@@ -66,6 +68,11 @@ impl RequestFacts {
 
     pub fn bucket(&self) -> Option<&str> {
         self.0.bucket.get().map(String::as_str)
+    }
+
+    /// The request's access log record, if its bucket logs.
+    pub fn take_log(&self) -> Option<Box<super::access_log::Draft>> {
+        self.0.log.lock().expect("access log draft").take()
     }
 }
 
@@ -124,6 +131,31 @@ impl S3Access for SignedOnly {
             security_token_of(key, cx.headers(), cx.uri())?;
         }
         let resolved_bucket = super::authorize::resolve_bucket(&self.catalog, cx, name).await?;
+        // Before the access decision, so a refused request is logged too, as S3 logs it.
+        if let Some(bucket) = resolved_bucket.as_ref().filter(|bucket| bucket.logging.is_some()) {
+            let owner = bucket
+                .owner
+                .clone()
+                .or_else(|| self.catalog.root_key_id())
+                .unwrap_or_default();
+            let request_id = cx
+                .extensions_mut()
+                .get::<super::errors::RequestId>()
+                .map(|id| id.0.clone());
+            let draft = super::access_log::Draft::new(super::access_log::RequestSeen {
+                bucket,
+                owner,
+                requester: key.as_ref().map(|key| key.access_key.as_str()),
+                request_id: request_id.as_deref().unwrap_or_default(),
+                operation: name,
+                key: cx.s3_path().get_object_key(),
+                method: cx.method(),
+                uri: cx.uri(),
+                headers: cx.headers(),
+                peer,
+            });
+            *facts.0.log.lock().expect("access log draft") = Some(Box::new(draft));
+        }
         // A browser upload's fields went by before s3s's access check: its key and settings.
         let form = cx.extensions_mut().get::<super::post_form::FormNotes>().cloned();
         let fields = form.as_ref().and_then(super::post_form::FormNotes::get);

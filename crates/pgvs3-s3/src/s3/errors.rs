@@ -87,12 +87,21 @@ pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
             _ => http::StatusCode::BAD_REQUEST,
         });
     }
-    // A delete marker is named in its 404 or 405, as S3 does.
-    if let StoreError::DeleteMarker { version_id, .. } = &err {
+    // A delete marker is named in its 404 or 405, as S3 does; the 405 of a marker read by id
+    // carries its Last-Modified too.
+    if let StoreError::DeleteMarker {
+        version_id,
+        last_modified,
+        ..
+    } = &err
+    {
         let mut headers = http::HeaderMap::new();
         headers.insert("x-amz-delete-marker", http::HeaderValue::from_static("true"));
         if let Ok(value) = http::HeaderValue::from_str(version_id) {
             headers.insert("x-amz-version-id", value);
+        }
+        if let Some(value) = last_modified.and_then(http_date) {
+            headers.insert(http::header::LAST_MODIFIED, value);
         }
         error.set_headers(headers);
     }
@@ -102,12 +111,7 @@ pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
         if let Ok(value) = http::HeaderValue::from_str(&format!("\"{etag}\"")) {
             headers.insert(http::header::ETAG, value);
         }
-        let mut date = Vec::new();
-        if s3s::dto::Timestamp::from(*last_modified)
-            .format(s3s::dto::TimestampFormat::HttpDate, &mut date)
-            .is_ok()
-            && let Ok(value) = http::HeaderValue::from_bytes(&date)
-        {
+        if let Some(value) = http_date(*last_modified) {
             headers.insert(http::header::LAST_MODIFIED, value);
         }
         error.set_headers(headers);
@@ -116,4 +120,13 @@ pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
         error.set_request_id(id.clone());
     }
     error
+}
+
+/// A time as an HTTP date header value.
+fn http_date(time: std::time::SystemTime) -> Option<http::HeaderValue> {
+    let mut date = Vec::new();
+    s3s::dto::Timestamp::from(time)
+        .format(s3s::dto::TimestampFormat::HttpDate, &mut date)
+        .ok()?;
+    http::HeaderValue::from_bytes(&date).ok()
 }

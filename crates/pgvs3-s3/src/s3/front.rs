@@ -16,6 +16,7 @@ mod encryption;
 mod lifecycle;
 mod list;
 mod lock;
+mod logging;
 mod multipart;
 mod notifications;
 mod object_read;
@@ -175,5 +176,7 @@ operations! {
         delete_bucket_encryption(DeleteBucketEncryptionInput) -> DeleteBucketEncryptionOutput => encryption::delete_bucket_encryption,
         get_bucket_notification_configuration(GetBucketNotificationConfigurationInput) -> GetBucketNotificationConfigurationOutput => notifications::get_bucket_notification_configuration,
         put_bucket_notification_configuration(PutBucketNotificationConfigurationInput) -> PutBucketNotificationConfigurationOutput => notifications::put_bucket_notification_configuration,
+        get_bucket_logging(GetBucketLoggingInput) -> GetBucketLoggingOutput => logging::get_bucket_logging,
+        put_bucket_logging(PutBucketLoggingInput) -> PutBucketLoggingOutput => logging::put_bucket_logging,
     ]
 }

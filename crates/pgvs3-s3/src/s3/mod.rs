@@ -1,5 +1,6 @@
 //! The S3 REST front: s3s does routing, SigV4 and XML; `front` maps operations onto bucket handles.
 
+mod access_log;
 mod auth;
 mod authorize;
 mod checksum;
@@ -56,6 +57,9 @@ struct Endpoint {
     /// Unsigned STS calls (AssumeRoleWithWebIdentity), answered before s3s: they name no
     /// bucket. Signed ones (GetCallerIdentity) are s3s's custom route.
     sts: Arc<sts::Sts>,
+    /// Where server access log records go, and the tasks that queue and deliver them; `None`
+    /// on a standby, whose database takes no writes.
+    access_logs: Option<(access_log::Records, access_log::Tasks)>,
 }
 
 impl S3Endpoint {
@@ -69,6 +73,7 @@ impl S3Endpoint {
         post: post_form::PostLimits,
     ) -> anyhow::Result<S3Endpoint> {
         let catalog = Arc::clone(buckets.catalog());
+        let access_logs = (!lag.is_standby()).then(|| access_log::start(buckets.clone(), settings.region.clone()));
         let mut builder = S3ServiceBuilder::new(front::S3Front::new(buckets, settings));
         let mut config = s3s::config::S3Config::default();
         config.post_object_max_file_size = post.max_file;
@@ -104,6 +109,7 @@ impl S3Endpoint {
             hosts,
             post,
             sts,
+            access_logs,
         })))
     }
 }
@@ -139,7 +145,16 @@ impl Endpoint {
                 .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         let admitted = facts.take_admitted();
-        response.map(|body| AdmittedBody { inner: body, admitted })
+        let log = match (facts.take_log(), &self.access_logs) {
+            (Some(draft), Some((records, _))) => Some(Box::new(draft.answered(&response, started, records))),
+            _ => None,
+        };
+        response.map(|body| AdmittedBody {
+            inner: body,
+            admitted,
+            log,
+            sent: 0,
+        })
     }
 
     /// A 503 with Retry-After, before anything of the request was read.
@@ -152,6 +167,8 @@ impl Endpoint {
         response.map(|body| AdmittedBody {
             inner: body,
             admitted: None,
+            log: None,
+            sent: 0,
         })
     }
 
@@ -424,10 +441,22 @@ fn content_length(headers: &http::HeaderMap, name: &str) -> Option<u64> {
     headers.get(name)?.to_str().ok()?.parse().ok()
 }
 
-/// A response body that keeps its request's admission slot until the last byte is sent.
+/// A response body that keeps its request's admission slot until the last byte is sent, and
+/// finishes its access log record (bytes sent, total time) when it ends or is dropped.
 pub struct AdmittedBody {
     inner: s3s::Body,
     admitted: Option<Admitted>,
+    log: Option<Box<access_log::Pending>>,
+    /// Bytes sent, counted while a record waits for them.
+    sent: u64,
+}
+
+impl Drop for AdmittedBody {
+    fn drop(&mut self) {
+        if let Some(log) = self.log.take() {
+            log.finish(self.sent);
+        }
+    }
 }
 
 impl http_body::Body for AdmittedBody {
@@ -440,8 +469,12 @@ impl http_body::Body for AdmittedBody {
     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         let this = self.get_mut();
         let frame = std::pin::Pin::new(&mut this.inner).poll_frame(cx);
-        if let std::task::Poll::Ready(None) = frame {
-            this.admitted = None;
+        match &frame {
+            std::task::Poll::Ready(None) => this.admitted = None,
+            std::task::Poll::Ready(Some(Ok(frame))) if this.log.is_some() => {
+                this.sent += frame.data_ref().map_or(0, |data| data.len() as u64);
+            }
+            _ => {}
         }
         frame
     }

@@ -91,7 +91,7 @@ impl Store {
         .await
     }
 
-    async fn set_access_column(
+    pub(super) async fn set_access_column(
         &self,
         bucket: &BucketInfo,
         sql: &str,

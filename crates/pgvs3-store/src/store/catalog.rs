@@ -43,6 +43,8 @@ pub struct BucketInfo {
     /// Default encryption (PutBucketEncryption with AES256): new objects get SSE-S3 unless
     /// their request asks for SSE-C.
     pub default_encryption: bool,
+    /// Server access logging (PutBucketLogging), if it is on.
+    pub logging: Option<Arc<super::LoggingConfig>>,
     pub(super) sql: Arc<super::objects::NamespaceSql>,
 }
 
@@ -177,7 +179,7 @@ fn bucket_select() -> String {
     format!(
         "SELECT b.id, b.name, b.namespace, b.owner, b.created_at, {ORIGIN_COLUMNS}, b.versioning, b.object_lock,
                 b.lifecycle, b.cors, b.policy, b.public_access_block, b.encryption,
-                b.object_ownership, b.acl, (SELECT version FROM pgvs3.catalog_version) AS catalog_version
+                b.object_ownership, b.acl, b.logging, (SELECT version FROM pgvs3.catalog_version) AS catalog_version
            FROM pgvs3.buckets b LEFT JOIN pgvs3.origins o ON o.bucket_id = b.id"
     )
 }
@@ -765,5 +767,8 @@ fn bucket_from_row(
             .get::<_, Option<Json<super::Lifecycle>>>("lifecycle")
             .map(|Json(lifecycle)| Arc::new(lifecycle)),
         origin: origin_from_row(row, master_key)?.map(Arc::new),
+        logging: row
+            .get::<_, Option<Json<super::LoggingConfig>>>("logging")
+            .map(|Json(config)| Arc::new(config)),
     })
 }

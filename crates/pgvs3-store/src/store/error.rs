@@ -74,6 +74,8 @@ pub enum StoreError {
     DeleteMarker {
         version_id: String,
         allowed: bool,
+        /// When the marker was written, where S3 names it (a GET or HEAD of the marker by id).
+        last_modified: Option<std::time::SystemTime>,
     },
     /// A request S3 answers with 400 InvalidRequest (e.g. a lock on a bucket without one).
     InvalidRequest(String),

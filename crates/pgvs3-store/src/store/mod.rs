@@ -2,6 +2,7 @@
 //! Protocol fronts call it and never write SQL for objects themselves.
 
 mod access;
+mod access_logs;
 mod cache;
 mod catalog;
 mod catalog_entries;
@@ -32,6 +33,7 @@ use std::sync::Arc;
 
 use deadpool_postgres::Pool;
 
+pub use access_logs::{Claim as AccessLogClaim, ClaimedRecords, LoggingConfig, MAX_QUEUED_RECORDS, PartitionDate};
 pub use cache::{CacheEntry, DueUpload, EntryHead, FillLock, RangeLookup, UploadLock, WriteEvent};
 pub use catalog::{AccessKey, BucketInfo, BucketSummary, Catalog, NewAccessKey, NewBucket};
 pub use chunks::CHUNK_SIZE;

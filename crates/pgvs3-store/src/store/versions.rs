@@ -284,6 +284,7 @@ impl Store {
             return Err(StoreError::DeleteMarker {
                 version_id: version_id.to_owned(),
                 allowed: false,
+                last_modified: row.get("last_modified"),
             });
         }
         let head = ObjectHead {
@@ -328,6 +329,7 @@ impl Store {
             Ok(Some(row)) if row.get::<_, bool>("is_delete_marker") => StoreError::DeleteMarker {
                 version_id: row.get("version_id"),
                 allowed: true,
+                last_modified: None,
             },
             Ok(_) => StoreError::NoSuchKey,
             Err(err) => err,
@@ -583,6 +585,7 @@ impl Store {
                     return Err(StoreError::DeleteMarker {
                         version_id: version.to_owned(),
                         allowed: false,
+                        last_modified: None,
                     });
                 }
                 (row.get::<_, Json<ObjectMeta>>("meta").0, false)

@@ -319,42 +319,42 @@ fn from_policy(policy: &AccessControlPolicy) -> Result<Requested, AclRefused> {
     if listed.len() > acl::MAX_GRANTS {
         return Err(acl::too_many_grants());
     }
-    let mut grants = Vec::with_capacity(listed.len());
-    for grant in listed {
-        let grantee = grant
-            .grantee
-            .as_ref()
-            .ok_or_else(|| malformed("A grant has no Grantee"))?;
-        let permission = grant
-            .permission
-            .as_ref()
-            .and_then(|permission| acl::Permission::parse(permission.as_str()))
-            .ok_or_else(|| malformed("A grant has no valid Permission"))?;
-        let grantee = match grantee.type_.as_str() {
-            Type::CANONICAL_USER => {
-                let id = grantee
-                    .id
-                    .as_deref()
-                    .ok_or_else(|| malformed("A CanonicalUser grantee has no ID"))?;
-                Ok(acl::Grantee::Key(id.to_owned()))
-            }
-            Type::GROUP => {
-                let uri = grantee
-                    .uri
-                    .as_deref()
-                    .ok_or_else(|| malformed("A Group grantee has no URI"))?;
-                acl::grantee_group(uri)
-            }
-            Type::AMAZON_CUSTOMER_BY_EMAIL => Err(acl::by_email()),
-            _ => return Err(malformed("Unknown grantee type")),
-        }?;
-        grants.push(acl::Grant { grantee, permission });
-    }
+    let grants = listed
+        .iter()
+        .map(|grant| grant_of(grant.grantee.as_ref(), grant.permission.as_ref().map(|p| p.as_str())))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(Requested::Grants(grants))
 }
 
+/// One grant of an ACL (or of a logging configuration's TargetGrants) as stored.
+pub(super) fn grant_of(grantee: Option<&Grantee>, permission: Option<&str>) -> Result<acl::Grant, AclRefused> {
+    let grantee = grantee.ok_or_else(|| malformed("A grant has no Grantee"))?;
+    let permission = permission
+        .and_then(acl::Permission::parse)
+        .ok_or_else(|| malformed("A grant has no valid Permission"))?;
+    let grantee = match grantee.type_.as_str() {
+        Type::CANONICAL_USER => {
+            let id = grantee
+                .id
+                .as_deref()
+                .ok_or_else(|| malformed("A CanonicalUser grantee has no ID"))?;
+            Ok(acl::Grantee::Key(id.to_owned()))
+        }
+        Type::GROUP => {
+            let uri = grantee
+                .uri
+                .as_deref()
+                .ok_or_else(|| malformed("A Group grantee has no URI"))?;
+            acl::grantee_group(uri)
+        }
+        Type::AMAZON_CUSTOMER_BY_EMAIL => Err(acl::by_email()),
+        _ => return Err(malformed("Unknown grantee type")),
+    }?;
+    Ok(acl::Grant { grantee, permission })
+}
+
 /// The id answers name a bucket's owner by: its owning key, or the root key.
-fn owner_id(bucket: &BucketHandle<'_>, catalog: &Catalog) -> String {
+pub(super) fn owner_id(bucket: &BucketHandle<'_>, catalog: &Catalog) -> String {
     bucket
         .owner()
         .map(str::to_owned)
@@ -376,7 +376,7 @@ fn wire_owner(id: &str) -> Owner {
 }
 
 /// The grants of an answer; no stored ACL is the owner's full control.
-fn wire_grants(acl: Option<&Acl>, owner: &str) -> Vec<Grant> {
+pub(super) fn wire_grants(acl: Option<&Acl>, owner: &str) -> Vec<Grant> {
     let key_grantee = |id: &str| Grantee {
         display_name: Some(id.to_owned()),
         id: Some(id.to_owned()),
@@ -410,7 +410,7 @@ fn wire_grants(acl: Option<&Acl>, owner: &str) -> Vec<Grant> {
         .collect()
 }
 
-fn refused(refused: AclRefused) -> S3Error {
+pub(super) fn refused(refused: AclRefused) -> S3Error {
     let code = S3ErrorCode::from_bytes(refused.code.as_bytes()).unwrap_or(S3ErrorCode::InvalidArgument);
     S3Error::with_message(code, refused.message)
 }

@@ -306,6 +306,11 @@ const OPERATIONS: &[Operation] = &[
     Operation::new("DeleteBucketEncryption", B, WRITE),
     Operation::new("GetBucketNotificationConfiguration", B, READ),
     Operation::new("PutBucketNotificationConfiguration", B, WRITE).with_body(),
+    // Server access logging.
+    Operation::new("GetBucketLogging", B, READ).action("s3:GetBucketLogging"),
+    Operation::new("PutBucketLogging", B, WRITE)
+        .action("s3:PutBucketLogging")
+        .with_body(),
 ];
 
 #[cfg(test)]
