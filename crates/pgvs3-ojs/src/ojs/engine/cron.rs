@@ -2,10 +2,14 @@
 //! ranges and steps, month and weekday names (`JAN`, `MON-FRI`, any case, ojs-cron §3.4), or the
 //! `@hourly`-style shorthands; and the next matching minute.
 
+use deadpool_postgres::GenericClient;
 use serde_json::{Value, json};
 use time::{Date, Duration, Month, OffsetDateTime, PrimitiveDateTime, Time};
+use tokio_postgres::error::SqlState;
 
-use super::OjsError;
+use super::envelope;
+use super::jobs::insert;
+use super::{EngineError, ErrorKind, Queue};
 
 /// What a cron schedule does when a tick comes while its previous job is still running
 /// (ojs-cron §6); the job is found by its `meta.cron_name`.
@@ -22,14 +26,14 @@ pub struct Registration {
 /// Checks a registration (ojs-cron §2) in the spec's form (`cron`, `type`, `args`, `options`)
 /// or this binding's older one (`expression`, `job_template`). The time zone must look like an
 /// IANA name (`UTC`, `Area/Location`); whether the database knows it is checked on storing.
-pub fn parse_registration(body: Value) -> Result<Registration, OjsError> {
+pub fn parse_registration(body: Value) -> Result<Registration, EngineError> {
     let Value::Object(mut fields) = body else {
-        return Err(OjsError::invalid("a cron schedule is a JSON object"));
+        return Err(EngineError::invalid("a cron schedule is a JSON object"));
     };
     let name = match fields.get("name") {
         Some(Value::String(name)) if !name.is_empty() && name.len() <= 255 => name.clone(),
         _ => {
-            return Err(OjsError::invalid(
+            return Err(EngineError::invalid(
                 "a cron schedule needs a \"name\" (1 to 255 characters)",
             ));
         }
@@ -39,18 +43,18 @@ pub fn parse_registration(body: Value) -> Result<Registration, OjsError> {
         .filter_map(|field| fields.get(*field).and_then(Value::as_str))
         .collect();
     let Some(expression) = expressions.first().map(|e| e.to_string()) else {
-        return Err(OjsError::invalid("a cron schedule needs a \"cron\" expression"));
+        return Err(EngineError::invalid("a cron schedule needs a \"cron\" expression"));
     };
     if expressions.iter().any(|other| *other != expression) {
-        return Err(OjsError::invalid("\"cron\" and \"expression\" disagree"));
+        return Err(EngineError::invalid("\"cron\" and \"expression\" disagree"));
     }
     let schedule = Schedule::parse(&expression)?;
     let template = match fields.get("job_template") {
         Some(template @ Value::Object(_)) => template.clone(),
-        Some(_) => return Err(OjsError::invalid("\"job_template\" must be an object")),
+        Some(_) => return Err(EngineError::invalid("\"job_template\" must be an object")),
         None => {
             let Some(job_type) = fields.get("type").filter(|t| t.is_string()) else {
-                return Err(OjsError::invalid(
+                return Err(EngineError::invalid(
                     "a cron schedule needs the \"type\" of the job it enqueues",
                 ));
             };
@@ -65,7 +69,7 @@ pub fn parse_registration(body: Value) -> Result<Registration, OjsError> {
         None | Some(Value::Null) => {}
         Some(Value::String(zone)) if is_zone_name(zone) => {}
         Some(zone) => {
-            return Err(OjsError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "\"timezone\" must be an IANA time zone name such as \"America/New_York\" or \"UTC\", not {zone}: \
                  fixed offsets and abbreviations do not follow daylight saving time"
             )));
@@ -75,7 +79,7 @@ pub fn parse_registration(body: Value) -> Result<Registration, OjsError> {
         None | Some(Value::Null) => "skip",
         Some(Value::String(policy)) if OVERLAP_POLICIES.contains(&policy.as_str()) => policy.as_str(),
         Some(policy) => {
-            return Err(OjsError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "\"overlap_policy\" must be one of {}, not {policy}",
                 OVERLAP_POLICIES.join(", ")
             )));
@@ -123,7 +127,7 @@ pub struct Schedule {
 }
 
 impl Schedule {
-    pub fn parse(expression: &str) -> Result<Schedule, OjsError> {
+    pub fn parse(expression: &str) -> Result<Schedule, EngineError> {
         let expanded = match expression.trim() {
             "@yearly" | "@annually" => "0 0 1 1 *",
             "@monthly" => "0 0 1 * *",
@@ -134,7 +138,7 @@ impl Schedule {
         };
         let fields: Vec<&str> = expanded.split_whitespace().collect();
         let [minute, hour, day, month, weekday] = fields.as_slice() else {
-            return Err(OjsError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "invalid cron expression {expression:?}: expected 5 fields (minute hour day month weekday)"
             )));
         };
@@ -145,7 +149,7 @@ impl Schedule {
                 _ => &[],
             };
             parse_field(text, low, high, names).ok_or_else(|| {
-                OjsError::invalid(format!(
+                EngineError::invalid(format!(
                     "invalid cron expression {expression:?}: bad {name} field {text:?} (allowed {low}-{high})"
                 ))
             })
@@ -241,6 +245,246 @@ fn parse_field(text: &str, low: u32, high: u32, names: &[&str]) -> Option<Vec<bo
         }
     }
     Some(set)
+}
+
+/// Any fixed number works; it only has to be the same for every gateway of one database.
+const CRON_LOCK: i64 = 0x7067_7673_335f_6372; // "pgvs3_cr"
+
+impl Queue {
+    /// Stores a cron schedule: a new one, or (`replace`) whatever has its name. An existing name
+    /// not to be replaced is 409; a time zone PostgreSQL does not know is 400.
+    pub async fn put_cron(&self, cron: &Registration, replace: bool) -> Result<Value, EngineError> {
+        let client = self.client().await?;
+        if let Some(zone) = cron.definition.get("timezone").and_then(Value::as_str) {
+            let known: bool = client
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = $1) AS known",
+                    &[&zone],
+                )
+                .await
+                .map_err(EngineError::sql)?
+                .get("known");
+            if !known {
+                return Err(EngineError::invalid(format!("unknown time zone {zone:?}")));
+            }
+        }
+        let offset = tz_offset(&client, &cron.definition).await?;
+        let next = cron
+            .schedule
+            .next_after(time::OffsetDateTime::now_utc(), offset)
+            .ok_or_else(|| EngineError::invalid("the cron expression never matches"))?;
+        let statement = if replace {
+            "INSERT INTO ojs.cron (name, definition, next_run) VALUES ($1, $2, to_timestamp($3))
+             ON CONFLICT (name) DO UPDATE SET definition = excluded.definition, next_run = excluded.next_run
+             RETURNING ojs.cron_json(cron) AS cron"
+        } else {
+            "INSERT INTO ojs.cron (name, definition, next_run) VALUES ($1, $2, to_timestamp($3))
+             ON CONFLICT (name) DO NOTHING
+             RETURNING ojs.cron_json(cron) AS cron"
+        };
+        let row = client
+            .query_opt(
+                statement,
+                &[&cron.name, &cron.definition, &(next.unix_timestamp() as f64)],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        row.map(|row| row.get("cron")).ok_or_else(|| {
+            EngineError::duplicate(format!(
+                "a cron schedule named {:?} exists; PUT /ojs/v1/cron/{} replaces it",
+                cron.name, cron.name
+            ))
+        })
+    }
+
+    pub async fn list_crons(&self) -> Result<Vec<Value>, EngineError> {
+        let client = self.client().await?;
+        let rows = client
+            .query("SELECT ojs.cron_json(c) AS cron FROM ojs.cron c ORDER BY name", &[])
+            .await
+            .map_err(EngineError::sql)?;
+        Ok(rows.iter().map(|row| row.get("cron")).collect())
+    }
+
+    pub async fn delete_cron(&self, name: &str) -> Result<Value, EngineError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "DELETE FROM ojs.cron c WHERE name = $1 RETURNING ojs.cron_json(c) AS cron",
+                &[&name],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        row.map(|row| row.get("cron"))
+            .ok_or_else(|| EngineError::not_found(format!("no cron schedule {name:?}")))
+    }
+
+    /// Enqueues the jobs of every cron schedule that is due, once: the schedule row is locked
+    /// and moved to its next run in the same transaction as the enqueue, and one gateway at a time
+    /// does it (advisory lock), so any number of gateways fire each tick once.
+    pub async fn fire_due_crons(&self, max_args_bytes: usize) -> Result<usize, EngineError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(EngineError::sql)?;
+        let leader: bool = tx
+            .query_one("SELECT pg_try_advisory_xact_lock($1) AS leader", &[&CRON_LOCK])
+            .await
+            .map_err(EngineError::sql)?
+            .get("leader");
+        if !leader {
+            return Ok(0);
+        }
+        let due = tx
+            .query(
+                "SELECT name, definition, ojs.ts(next_run) AS tick FROM ojs.cron WHERE next_run <= now() FOR UPDATE SKIP LOCKED",
+                &[],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        let mut fired = 0;
+        for row in &due {
+            let name: String = row.get("name");
+            let definition: Value = row.get("definition");
+            let tick: String = row.get("tick");
+            let schedule = Schedule::parse(definition["expression"].as_str().unwrap_or_default())?;
+            let offset = tz_offset(&tx, &definition).await?;
+            let next = schedule
+                .next_after(time::OffsetDateTime::now_utc(), offset)
+                .map(|next| next.unix_timestamp() as f64);
+            let policy = definition["overlap_policy"].as_str().unwrap_or("allow");
+            let job = envelope::parse_job(cron_job(&name, &definition, &tick, policy), max_args_bytes)?;
+            // The schedule's previous job while it is not done (found by its meta.cron_name):
+            // running, or still waiting to run — a tick that comes before a backlogged queue
+            // reached the previous one would otherwise enqueue a second run of the same
+            // schedule (as Kubernetes' CronJob `Forbid` counts a job not yet started too).
+            let running: Option<String> = if matches!(policy, "skip" | "cancel_previous") {
+                tx.query_opt(
+                    "SELECT id FROM ojs.jobs WHERE queue = $1 AND type = $2
+                        AND state NOT IN ('completed', 'cancelled', 'discarded')
+                        AND envelope #>> '{meta,cron_name}' = $3 LIMIT 1",
+                    &[&job.queue, &job.job_type, &name],
+                )
+                .await
+                .map_err(EngineError::sql)?
+                .map(|row| row.get("id"))
+            } else {
+                None
+            };
+            if let (Some(previous), "cancel_previous") = (&running, policy) {
+                tx.execute(
+                    "UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now(), visible_until = NULL
+                      WHERE id = $1 AND state NOT IN ('completed', 'cancelled', 'discarded')",
+                    &[previous],
+                )
+                .await
+                .map_err(EngineError::sql)?;
+            }
+            let overlapping = running.filter(|_| policy == "skip");
+            let (kind, mut data) = match overlapping {
+                Some(existing) => (
+                    "cron.skipped",
+                    json!({ "reason": "overlap_prevention", "existing_job_id": existing }),
+                ),
+                None => match insert(&tx, std::slice::from_ref(&job)).await {
+                    Ok(_) => {
+                        fired += 1;
+                        ("cron.triggered", json!({ "job_id": job.id }))
+                    }
+                    // A full queue misses this tick, as an overlapping run does; the event log
+                    // has the rejection.
+                    Err(error) if matches!(error.kind, ErrorKind::QueueFull { .. }) => {
+                        ("cron.skipped", json!({ "reason": "queue_full" }))
+                    }
+                    Err(error) => return Err(error),
+                },
+            };
+            data["cron_name"] = json!(name);
+            data["cron_expr"] = definition["expression"].clone();
+            data["job_type"] = json!(job.job_type);
+            data["scheduled_at"] = json!(tick);
+            // The event's subject is the schedule (the data names the job).
+            tx.execute(
+                "INSERT INTO ojs.events (id, type, queue, data) VALUES (gen_random_uuid()::text, $1, $2, $3)",
+                &[&kind, &job.queue, &data],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+            tx.execute(
+                "UPDATE ojs.cron SET last_run = now(), next_run = coalesce(to_timestamp($2), 'infinity') WHERE name = $1",
+                &[&name, &next],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        }
+        tx.commit().await.map_err(EngineError::sql)?;
+        Ok(fired)
+    }
+}
+
+/// The job a cron tick enqueues: its template, with the schedule's name and tick in `meta`
+/// (ojs-cron §6.3, the correlation overlap policies use); under `enqueue`, a rate limit of one
+/// at a time keyed by the schedule, so its jobs wait for each other instead of overlapping.
+fn cron_job(name: &str, definition: &Value, tick: &str, policy: &str) -> Value {
+    let mut job = definition["job_template"].clone();
+    if !job["meta"].is_object() {
+        job["meta"] = json!({});
+    }
+    job["meta"]["cron_name"] = json!(name);
+    job["meta"]["cron_triggered_at"] = json!(tick);
+    if policy == "enqueue" {
+        if !job["options"].is_object() {
+            job["options"] = json!({});
+        }
+        job["options"]["rate_limit"] = json!({ "key": format!("cron:{name}"), "concurrency": 1 });
+    }
+    job
+}
+
+/// Seconds east of UTC of a schedule's `timezone` now (UTC when none); PostgreSQL knows the zones.
+async fn tz_offset(client: &impl deadpool_postgres::GenericClient, definition: &Value) -> Result<i64, EngineError> {
+    let Some(zone) = definition.get("timezone").and_then(Value::as_str) else {
+        return Ok(0);
+    };
+    let row = client
+        .query_one(
+            "SELECT extract(epoch FROM (now() AT TIME ZONE $1) - (now() AT TIME ZONE 'UTC'))::bigint AS offset_secs",
+            &[&zone],
+        )
+        .await
+        .map_err(|err| match err.code() {
+            Some(&SqlState::INVALID_PARAMETER_VALUE) => EngineError::invalid(format!("unknown time zone {zone:?}")),
+            _ => EngineError::sql(err),
+        })?;
+    Ok(row.get("offset_secs"))
+}
+
+/// How often a gateway checks for due cron schedules. Ticks are minutes apart, so a second of
+/// lateness is the price of not needing a clock-synchronized scheduler.
+const CRON_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+/// The event log is for pollers catching up, not an archive.
+const EVENT_RETENTION: std::time::Duration = std::time::Duration::from_secs(3600);
+const PRUNE_EVERY_TICKS: u64 = 60;
+
+/// The cron ticker every gateway runs; the advisory lock in [`Queue::fire_due_crons`] makes one
+/// of them fire each tick. On a standby it finds nothing to do (writes fail) and keeps polling.
+/// Once a minute it also prunes old events (idempotent, so every gateway may).
+pub fn spawn_cron_ticker(queue: Queue, max_args_bytes: usize) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(CRON_POLL);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        for tick in 0u64.. {
+            interval.tick().await;
+            if tick % PRUNE_EVERY_TICKS == PRUNE_EVERY_TICKS - 1
+                && let Err(error) = queue.prune_events(EVENT_RETENTION).await
+            {
+                tracing::debug!(?error, "pruning OJS events failed");
+            }
+            match queue.fire_due_crons(max_args_bytes).await {
+                Ok(0) => {}
+                Ok(fired) => tracing::debug!(fired, "cron jobs enqueued"),
+                Err(error) => tracing::debug!(?error, "cron tick failed"),
+            }
+        }
+    })
 }
 
 #[cfg(test)]
