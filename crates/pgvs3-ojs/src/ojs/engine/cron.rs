@@ -1,5 +1,6 @@
 //! Cron expressions: five fields (minute hour day-of-month month day-of-week) with `*`, lists,
-//! ranges and steps, month and weekday names (`JAN`, `MON-FRI`, any case, ojs-cron §3.4), or the
+//! ranges and steps, month and weekday names (`JAN`, `MON-FRI`, any case, ojs-cron §3.4), the
+//! day forms of §3.3 (`L` and `15W` in day-of-month, `5L` and `5#3` in day-of-week), or the
 //! `@hourly`-style shorthands; and the next matching minute.
 
 use deadpool_postgres::GenericClient;
@@ -122,8 +123,21 @@ pub struct Schedule {
     days: Vec<bool>,
     months: Vec<bool>,
     weekdays: Vec<bool>,
+    /// The day forms beyond numbers and names.
+    special: SpecialDays,
     /// Both day fields restricted: a day matches when either does (classic cron).
     either_day: bool,
+}
+
+/// ojs-cron §3.3: `L` (the month's last day) and `15W` (the weekday nearest the 15th, within
+/// the month) in day-of-month; `5L` (the month's last Friday) and `5#3` (its third Friday) in
+/// day-of-week. Weekdays are 0 (Sunday) to 6.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct SpecialDays {
+    last_day: bool,
+    nearest_weekdays: Vec<u8>,
+    last_weekdays: Vec<u8>,
+    nth_weekdays: Vec<(u8, u8)>,
 }
 
 impl Schedule {
@@ -142,6 +156,11 @@ impl Schedule {
                 "invalid cron expression {expression:?}: expected 5 fields (minute hour day month weekday)"
             )));
         };
+        let bad_field = |text: &str, name: &str| {
+            EngineError::invalid(format!(
+                "invalid cron expression {expression:?}: bad {name} field {text:?}"
+            ))
+        };
         let field = |text: &str, low: u32, high: u32, name: &str| {
             let names: &[&str] = match name {
                 "month" => &MONTHS,
@@ -154,16 +173,29 @@ impl Schedule {
                 ))
             })
         };
-        let mut weekdays = field(weekday, 0, 7, "day-of-week")?;
+        // A day field of special forms only matches no day by its plain part.
+        let field_or_none = |parts: &[&str], low: u32, high: u32, name: &str| match parts {
+            [] => Ok(vec![false; high as usize + 1]),
+            parts => field(&parts.join(","), low, high, name),
+        };
+        let mut special = SpecialDays::default();
+        let day_list = special
+            .take_from_days(day)
+            .ok_or_else(|| bad_field(day, "day-of-month"))?;
+        let weekday_list = special
+            .take_from_weekdays(weekday)
+            .ok_or_else(|| bad_field(weekday, "day-of-week"))?;
+        let mut weekdays = field_or_none(&weekday_list, 0, 7, "day-of-week")?;
         if weekdays[7] {
             weekdays[0] = true; // 7 is Sunday too
         }
         Ok(Schedule {
             minutes: field(minute, 0, 59, "minute")?,
             hours: field(hour, 0, 23, "hour")?,
-            days: field(day, 1, 31, "day-of-month")?,
+            days: field_or_none(&day_list, 1, 31, "day-of-month")?,
             months: field(month, 1, 12, "month")?,
             weekdays,
+            special,
             either_day: *day != "*" && *weekday != "*",
         })
     }
@@ -196,14 +228,94 @@ impl Schedule {
     }
 
     fn day_matches(&self, date: Date) -> bool {
-        let day = self.days[date.day() as usize];
-        let weekday = self.weekdays[date.weekday().number_days_from_sunday() as usize];
+        let day = self.days[date.day() as usize] || self.special.day_matches(date);
+        let weekday =
+            self.weekdays[date.weekday().number_days_from_sunday() as usize] || self.special.weekday_matches(date);
         if self.either_day {
             day || weekday
         } else {
             day && weekday
         }
     }
+}
+
+impl SpecialDays {
+    /// Takes `L` and `<day>W` out of a day-of-month field; answers the plain parts left.
+    fn take_from_days<'a>(&mut self, field: &'a str) -> Option<Vec<&'a str>> {
+        let mut plain = Vec::new();
+        for part in field.split(',') {
+            if part.eq_ignore_ascii_case("L") {
+                self.last_day = true;
+            } else if let Some(day) = part.strip_suffix(['W', 'w']) {
+                self.nearest_weekdays
+                    .push(day.parse().ok().filter(|day| (1..=31).contains(day))?);
+            } else {
+                plain.push(part);
+            }
+        }
+        Some(plain)
+    }
+
+    /// Takes `<weekday>L` and `<weekday>#<n>` (n 1 to 5) out of a day-of-week field; answers the
+    /// plain parts left.
+    fn take_from_weekdays<'a>(&mut self, field: &'a str) -> Option<Vec<&'a str>> {
+        let weekday = |text: &str| {
+            value(text, 0, &WEEKDAYS)
+                .filter(|day| *day <= 7)
+                .map(|day| (day % 7) as u8)
+        };
+        let mut plain = Vec::new();
+        for part in field.split(',') {
+            if let Some((day, nth)) = part.split_once('#') {
+                let nth = nth.parse().ok().filter(|nth| (1..=5).contains(nth))?;
+                self.nth_weekdays.push((weekday(day)?, nth));
+            } else if let Some(day) = part.strip_suffix(['L', 'l']).filter(|day| !day.is_empty()) {
+                self.last_weekdays.push(weekday(day)?);
+            } else {
+                plain.push(part);
+            }
+        }
+        Some(plain)
+    }
+
+    fn day_matches(&self, date: Date) -> bool {
+        let last = time::util::days_in_month(date.month(), date.year());
+        (self.last_day && date.day() == last)
+            || self
+                .nearest_weekdays
+                .iter()
+                .any(|&day| nearest_weekday(day, last, date) == Some(date.day()))
+    }
+
+    fn weekday_matches(&self, date: Date) -> bool {
+        let weekday = date.weekday().number_days_from_sunday();
+        let last = time::util::days_in_month(date.month(), date.year());
+        self.last_weekdays
+            .iter()
+            .any(|&day| day == weekday && date.day() + 7 > last)
+            || self
+                .nth_weekdays
+                .iter()
+                .any(|&(day, nth)| day == weekday && (date.day() - 1) / 7 + 1 == nth)
+    }
+}
+
+/// The weekday (Monday to Friday) nearest `day` of `date`'s month, never outside the month
+/// (Quartz's `W`): a Saturday moves to the Friday before (or the Monday after, on the 1st), a
+/// Sunday to the Monday after (or the Friday before, on the month's last day). None when the
+/// month has no such day.
+fn nearest_weekday(day: u8, last: u8, date: Date) -> Option<u8> {
+    if day > last {
+        return None;
+    }
+    let target = date.replace_day(day).ok()?;
+    Some(match target.weekday() {
+        time::Weekday::Saturday if day == 1 => 3,
+        time::Weekday::Saturday => day - 1,
+        time::Weekday::Sunday if day == last => day - 2,
+        time::Weekday::Sunday => day + 1,
+        _ => day,
+    })
 }
 
 const MONTHS: [&str; 12] = [
@@ -516,6 +628,8 @@ mod tests {
             ("0 9 * * MON-FRI", "0 9 * * 1-5"),
             ("0 0 1 jan,Jul sun", "0 0 1 1,7 0"),
             ("0 0 * FEB-DEC/2 *", "0 0 * 2-12/2 *"),
+            ("0 0 l * FRI#3", "0 0 L * 5#3"),
+            ("0 0 * * friL", "0 0 * * 5L"),
         ] {
             assert_eq!(
                 Schedule::parse(named).unwrap(),
@@ -532,6 +646,12 @@ mod tests {
             "0 0 * * MONDAY",
             "0 0 JAN * *",
             "0 0 * 13 *",
+            "0 0 32W * *",
+            "0 0 * * L",
+            "0 0 * * 5#6",
+            "0 0 * * 5#0",
+            "0 0 * * 8L",
+            "0 L * * *",
             "",
         ] {
             assert!(Schedule::parse(bad).is_err(), "{bad}");
@@ -608,6 +728,48 @@ mod tests {
         assert_eq!(
             next("0 0 29 2 *", "2026-01-01T00:00:00Z", 0),
             Some(at("2028-02-29T00:00:00Z"))
+        );
+    }
+
+    #[test]
+    fn the_day_forms_of_the_spec_pick_their_days() {
+        let next = |expr: &str, after: &str| Schedule::parse(expr).unwrap().next_after(at(after), 0);
+        // The last day of February 2026 (not a leap year), then of March.
+        assert_eq!(
+            next("0 0 L * *", "2026-02-01T00:00:00Z"),
+            Some(at("2026-02-28T00:00:00Z"))
+        );
+        assert_eq!(
+            next("0 0 L * *", "2026-02-28T00:00:00Z"),
+            Some(at("2026-03-31T00:00:00Z"))
+        );
+        // Third Friday of January 2026 (Fridays: 2, 9, 16), last Friday (30th).
+        assert_eq!(
+            next("0 9 * * 5#3", "2026-01-01T00:00:00Z"),
+            Some(at("2026-01-16T09:00:00Z"))
+        );
+        assert_eq!(
+            next("0 9 * * FRIL", "2026-01-01T00:00:00Z"),
+            Some(at("2026-01-30T09:00:00Z"))
+        );
+        // The weekday nearest the 15th: Nov 15 2026 is a Sunday (Monday 16th), Aug 15 a Saturday
+        // (Friday 14th); Aug 1 2026 a Saturday, kept in the month (Monday 3rd).
+        assert_eq!(
+            next("0 0 15W * *", "2026-11-01T00:00:00Z"),
+            Some(at("2026-11-16T00:00:00Z"))
+        );
+        assert_eq!(
+            next("0 0 15W * *", "2026-08-01T00:00:00Z"),
+            Some(at("2026-08-14T00:00:00Z"))
+        );
+        assert_eq!(
+            next("0 0 1W * *", "2026-07-31T00:00:00Z"),
+            Some(at("2026-08-03T00:00:00Z"))
+        );
+        // 30W never in February: March.
+        assert_eq!(
+            next("0 0 30W 2,3 *", "2026-02-01T00:00:00Z"),
+            Some(at("2026-03-30T00:00:00Z"))
         );
     }
 }
