@@ -156,6 +156,19 @@ BEGIN
 END $$;
 
 --
+-- Name: event_json(text, bigint, text, timestamp with time zone, text, text, jsonb); Type: FUNCTION; Schema: ojs; Owner: -
+--
+
+CREATE FUNCTION ojs.event_json(event_id text, seq bigint, kind text, at timestamp with time zone, queue text, job_id text, data jsonb) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT jsonb_build_object('id', event_id, 'seq', seq, 'type', kind, 'specversion', '1.0',
+        'source', 'ojs://pgvs3/gateway', 'time', ojs.ts(at),
+        'subject', coalesce(job_id, data ->> 'workflow_id', data ->> 'cron_name', queue, data ->> 'worker_id'),
+        'data', data)
+$$;
+
+--
 -- Name: event_matches(text[], text); Type: FUNCTION; Schema: ojs; Owner: -
 --
 
@@ -177,11 +190,7 @@ CREATE FUNCTION ojs.event_webhooks() RETURNS trigger
 BEGIN
     INSERT INTO pgvs3.outbox (delivery_id, webhook_id, event_type, body)
     SELECT 'del_' || pgvs3.uuid_v7(), w.id, e.type,
-           jsonb_build_object('id', e.id, 'seq', e.seq, 'type', e.type, 'specversion', '1.0',
-               'source', 'ojs://pgvs3/gateway', 'time', ojs.ts(e.time),
-               'subject', coalesce(e.job_id, e.data ->> 'workflow_id', e.data ->> 'cron_name', e.queue,
-                                   e.data ->> 'worker_id'),
-               'data', e.data)
+           ojs.event_json(e.id, e.seq, e.type, e.time, e.queue, e.job_id, e.data)
       FROM new_events e
       JOIN ojs.webhooks w ON w.active AND ojs.event_matches(w.events, e.type)
      WHERE (w.filter -> 'queues' IS NULL OR w.filter -> 'queues' ? e.queue)

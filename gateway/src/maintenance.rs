@@ -17,10 +17,10 @@ const LEADER_LOCK: i64 = 0x7067_7673_335f_6d74; // "pgvs3_mt"
 const JOB_BATCH: i64 = 1000;
 
 /// Deletes OJS jobs that finished more than `retention` ago (see
-/// [`crate::ojs::queue::Queue::reap_finished`]), a batch at a time until none is left. Returns
+/// [`crate::ojs::engine::Queue::reap_finished`]), a batch at a time until none is left. Returns
 /// how many jobs went.
 pub async fn reap_finished_jobs(pool: &Pool, retention: Duration) -> anyhow::Result<u64> {
-    let queue = crate::ojs::queue::Queue::new(pool.clone());
+    let queue = crate::ojs::engine::Queue::new(pool.clone());
     let mut reaped = 0;
     loop {
         let (jobs, workflows) = queue

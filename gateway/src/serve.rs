@@ -204,7 +204,7 @@ impl RunningGateway {
                 let plaintext_addr = plaintext.as_ref().map(TcpListener::local_addr).transpose()?;
                 ojs_for_console = Some((bound, plaintext_addr, tls.ojs.is_some(), ojs_token.clone()));
                 let options = args.ojs.options(&args.webhooks, ojs_token);
-                let queue = crate::ojs::queue::Queue::new(pool.clone());
+                let queue = crate::ojs::engine::Queue::new(pool.clone());
                 background_ojs.push(crate::ojs::spawn_cron_ticker(queue.clone(), options.max_args_bytes));
                 let admission = crate::admission::Admission::new("ojs", args.ojs_limits(), metrics.clone());
                 let service = crate::ojs::OjsService::new(

@@ -45,7 +45,7 @@ pub struct OjsArgs {
         value_delimiter = ',',
         hide_env_values = true
     )]
-    pub ojs_tenant_tokens: Vec<crate::ojs::tenant::TenantToken>,
+    pub ojs_tenant_tokens: Vec<crate::ojs::http::tenant::TenantToken>,
 
     /// How long completed, discarded and cancelled OJS jobs (and settled workflows) stay
     /// readable before the maintenance leader deletes them; dead-lettered jobs stay until
@@ -95,7 +95,7 @@ impl OjsArgs {
             allow_reset: self.ojs_allow_reset,
             max_args_bytes: self.ojs_max_args_bytes,
             max_body_bytes: self.ojs_max_body_bytes,
-            credentials: crate::ojs::tenant::Credentials {
+            credentials: crate::ojs::http::tenant::Credentials {
                 token,
                 tenant_tokens: self.ojs_tenant_tokens.clone(),
             },

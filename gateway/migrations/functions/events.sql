@@ -32,16 +32,12 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- The OJS event envelope a webhook receives (CloudEvents-shaped, as the webhooks extension
--- shows it): the event as `GET /ojs/v1/events` shows it (EVENT_JSON in gateway/src/ojs/queue.rs).
+-- shows it): the event as `GET /ojs/v1/events` shows it (ojs.event_json, functions/ojs.sql).
 CREATE OR REPLACE FUNCTION ojs.event_webhooks() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO pgvs3.outbox (delivery_id, webhook_id, event_type, body)
     SELECT 'del_' || pgvs3.uuid_v7(), w.id, e.type,
-           jsonb_build_object('id', e.id, 'seq', e.seq, 'type', e.type, 'specversion', '1.0',
-               'source', 'ojs://pgvs3/gateway', 'time', ojs.ts(e.time),
-               'subject', coalesce(e.job_id, e.data ->> 'workflow_id', e.data ->> 'cron_name', e.queue,
-                                   e.data ->> 'worker_id'),
-               'data', e.data)
+           ojs.event_json(e.id, e.seq, e.type, e.time, e.queue, e.job_id, e.data)
       FROM new_events e
       JOIN ojs.webhooks w ON w.active AND ojs.event_matches(w.events, e.type)
      WHERE (w.filter -> 'queues' IS NULL OR w.filter -> 'queues' ? e.queue)

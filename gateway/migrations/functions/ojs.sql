@@ -218,6 +218,18 @@ CREATE OR REPLACE FUNCTION ojs.rate_limit_json(r ojs.rate_limits) RETURNS jsonb 
         'waiting_count', (SELECT count(*) FROM ojs.jobs j WHERE j.rate_key = r.key AND j.state = 'available')))
 $$;
 
+-- An event as clients see it, CloudEvents-shaped: the polled and streamed event APIs
+-- (crates/pgvs3-ojs/src/ojs/engine/events.rs) and webhook deliveries (ojs.event_webhooks in
+-- functions/events.sql) all render it here, the one definition. Takes the columns of an
+-- `ojs.events` row, as the webhook trigger reads them from a transition table.
+CREATE OR REPLACE FUNCTION ojs.event_json(event_id text, seq bigint, kind text, at timestamptz, queue text,
+                                          job_id text, data jsonb) RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT jsonb_build_object('id', event_id, 'seq', seq, 'type', kind, 'specversion', '1.0',
+        'source', 'ojs://pgvs3/gateway', 'time', ojs.ts(at),
+        'subject', coalesce(job_id, data ->> 'workflow_id', data ->> 'cron_name', queue, data ->> 'worker_id'),
+        'data', data)
+$$;
+
 -- ojs-events §8.3: every event of a job whose meta carries trace context has its trace_id.
 CREATE OR REPLACE FUNCTION ojs.trace_of(envelope jsonb) RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE WHEN envelope -> 'meta' ?| ARRAY['trace_id', 'traceparent']

@@ -347,6 +347,9 @@ async fn a_delivery_is_dead_lettered_after_its_last_attempt_and_retried_on_reque
     assert_eq!(deliveries[0]["attempts"], 3);
     assert_eq!(deliveries[0]["event_type"], "job.enqueued");
     assert!(deliveries[0]["last_error"].as_str().unwrap().contains("500"));
+    // A webhook carries the event exactly as the event API shows it (one envelope, ojs.event_json).
+    let (_, logged) = ojs.get("/ojs/v1/events?types=job.enqueued&queues=dl").await;
+    assert_eq!(deliveries[0]["event"], logged["events"][0], "{logged}");
     // Dead means no more attempts: exactly three were made.
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(receiver.received().len(), 3);

@@ -209,3 +209,43 @@ async fn each_cron_overlap_policy_acts() {
     }
     gateway.stop().await;
 }
+
+/// The day forms of ojs-cron §3.3: `L` (the month's last day), `15W` (the weekday nearest the
+/// 15th), `5#3` (the third Friday) and `FRIL` (the last Friday) register and are scheduled on
+/// such days. Fails before: each was 400 (bad day field).
+#[tokio::test]
+async fn the_day_forms_of_the_spec_register_and_schedule_on_their_days() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let day_of = |next: &str| next[8..10].parse::<u32>().unwrap();
+    for (name, cron, days) in [
+        ("last-day", "0 12 L * *", 28..=31),
+        ("mid-month", "0 12 15W * *", 13..=17),
+        ("third-friday", "0 9 * * FRI#3", 15..=21),
+        ("last-friday", "0 9 * * 5L", 22..=31),
+    ] {
+        let (status, body) = ojs
+            .post(
+                "/ojs/v1/cron",
+                json!({ "name": name, "cron": cron, "type": "report.generate", "args": [] }),
+            )
+            .await;
+        assert_eq!(status, 201, "{cron}: {body}");
+        let next = body["cron"]["next_run_at"].as_str().unwrap();
+        assert!(days.contains(&day_of(next)), "{cron}: {next}");
+    }
+    for cron in ["0 0 * * L", "0 0 * * 5#6", "0 0 32W * *"] {
+        let (status, body) = ojs
+            .post(
+                "/ojs/v1/cron",
+                json!({ "name": "bad", "cron": cron, "type": "report.generate", "args": [] }),
+            )
+            .await;
+        assert_eq!(
+            (status, &body["error"]["code"]),
+            (400, &json!("invalid_request")),
+            "{cron}: {body}"
+        );
+    }
+    gateway.stop().await;
+}

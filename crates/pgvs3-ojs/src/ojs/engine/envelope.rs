@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use super::OjsError;
+use super::EngineError;
 
 pub const DEFAULT_QUEUE: &str = "default";
 /// The spec's default visibility timeout for a claimed job: 30 minutes (ojs-worker-protocol
@@ -43,11 +43,11 @@ pub const MAX_DEPENDENCIES: usize = 100;
 impl NewJob {
     /// Refuses a job that names dependencies where they cannot apply (`context`: a workflow's
     /// member, a cron template), rather than running it without them.
-    pub fn without_dependencies(self, context: &str) -> Result<NewJob, OjsError> {
+    pub fn without_dependencies(self, context: &str) -> Result<NewJob, EngineError> {
         if self.depends_on.is_empty() {
             Ok(self)
         } else {
-            Err(OjsError::invalid(format!(
+            Err(EngineError::invalid(format!(
                 "options.depends_on is not supported in {context}; name the jobs of a plain enqueue"
             )))
         }
@@ -95,40 +95,40 @@ pub enum OnConflict {
 }
 
 /// Validates one envelope. `max_args_bytes` bounds the serialized `args`.
-pub fn parse_job(value: Value, max_args_bytes: usize) -> Result<NewJob, OjsError> {
+pub fn parse_job(value: Value, max_args_bytes: usize) -> Result<NewJob, EngineError> {
     let Value::Object(mut fields) = value else {
-        return Err(OjsError::invalid("a job must be a JSON object"));
+        return Err(EngineError::invalid("a job must be a JSON object"));
     };
     let job_type = match fields.get("type") {
         Some(Value::String(text)) if is_valid_type(text) => text.clone(),
         Some(Value::String(text)) => {
-            return Err(OjsError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "invalid job type {text:?}: use dot-separated lower-case segments such as \"email.send\""
             )));
         }
-        Some(_) => return Err(OjsError::invalid("\"type\" must be a string")),
-        None => return Err(OjsError::invalid("missing required field \"type\"")),
+        Some(_) => return Err(EngineError::invalid("\"type\" must be a string")),
+        None => return Err(EngineError::invalid("missing required field \"type\"")),
     };
     match fields.get("args") {
         Some(Value::Array(_)) => {}
-        Some(_) => return Err(OjsError::invalid("\"args\" must be a JSON array")),
-        None => return Err(OjsError::invalid("missing required field \"args\"")),
+        Some(_) => return Err(EngineError::invalid("\"args\" must be a JSON array")),
+        None => return Err(EngineError::invalid("missing required field \"args\"")),
     }
     let args_bytes = serde_json::to_vec(&fields["args"]).map_or(0, |bytes| bytes.len());
     if args_bytes > max_args_bytes {
-        return Err(OjsError::invalid(format!(
+        return Err(EngineError::invalid(format!(
             "\"args\" is {args_bytes} bytes, over this server's limit of {max_args_bytes}"
         )));
     }
     if let Some(meta) = fields.get("meta")
         && !meta.is_object()
     {
-        return Err(OjsError::invalid("\"meta\" must be a JSON object"));
+        return Err(EngineError::invalid("\"meta\" must be a JSON object"));
     }
     let id = match fields.get("id") {
         None | Some(Value::Null) => new_uuid_v7(),
         Some(Value::String(text)) if is_uuid_v7(text) => text.clone(),
-        Some(_) => return Err(OjsError::invalid("\"id\" must be a lower-case UUIDv7")),
+        Some(_) => return Err(EngineError::invalid("\"id\" must be a lower-case UUIDv7")),
     };
     fields.insert("id".into(), Value::String(id.clone()));
 
@@ -136,7 +136,7 @@ pub fn parse_job(value: Value, max_args_bytes: usize) -> Result<NewJob, OjsError
     let options = match fields.get("options") {
         None | Some(Value::Null) => &empty,
         Some(Value::Object(options)) => options,
-        Some(_) => return Err(OjsError::invalid("\"options\" must be a JSON object")),
+        Some(_) => return Err(EngineError::invalid("\"options\" must be a JSON object")),
     };
     // Options may also come at the top level (the spec's flat form); `options` wins.
     let option = |name: &str| options.get(name).or_else(|| fields.get(name)).filter(|v| !v.is_null());
@@ -145,7 +145,7 @@ pub fn parse_job(value: Value, max_args_bytes: usize) -> Result<NewJob, OjsError
         None => DEFAULT_QUEUE.to_string(),
         Some(Value::String(name)) if is_valid_queue(name) => name.clone(),
         Some(_) => {
-            return Err(OjsError::invalid(
+            return Err(EngineError::invalid(
                 "invalid queue name: use lower-case letters, digits, '-' and '.', starting with a letter or digit",
             ));
         }
@@ -164,7 +164,11 @@ pub fn parse_job(value: Value, max_args_bytes: usize) -> Result<NewJob, OjsError
         None => DEFAULT_VISIBILITY_MS,
         Some(value) => match value.as_i64() {
             Some(ms) if (1..=i32::MAX as i64).contains(&ms) => ms as i32,
-            _ => return Err(OjsError::invalid("timeouts must be positive integers of milliseconds")),
+            _ => {
+                return Err(EngineError::invalid(
+                    "timeouts must be positive integers of milliseconds",
+                ));
+            }
         },
     };
     // An error names the field the client sent.
@@ -201,12 +205,12 @@ pub fn parse_job(value: Value, max_args_bytes: usize) -> Result<NewJob, OjsError
 }
 
 /// `options.depends_on`: an array of job ids (UUIDs), none of them the job's own.
-fn parse_dependencies(deps: &Value, own_id: &str) -> Result<Vec<String>, OjsError> {
+fn parse_dependencies(deps: &Value, own_id: &str) -> Result<Vec<String>, EngineError> {
     let Value::Array(list) = deps else {
-        return Err(OjsError::invalid("options.depends_on must be an array of job ids"));
+        return Err(EngineError::invalid("options.depends_on must be an array of job ids"));
     };
     if list.len() > MAX_DEPENDENCIES {
-        return Err(OjsError::invalid(format!(
+        return Err(EngineError::invalid(format!(
             "options.depends_on names at most {MAX_DEPENDENCIES} jobs"
         )));
     }
@@ -219,9 +223,9 @@ fn parse_dependencies(deps: &Value, own_id: &str) -> Result<Vec<String>, OjsErro
                 }
             }
             Value::String(id) if id == own_id => {
-                return Err(OjsError::invalid("a job cannot depend on itself"));
+                return Err(EngineError::invalid("a job cannot depend on itself"));
             }
-            _ => return Err(OjsError::invalid("options.depends_on must be an array of job ids")),
+            _ => return Err(EngineError::invalid("options.depends_on must be an array of job ids")),
         }
     }
     Ok(ids)
@@ -230,15 +234,15 @@ fn parse_dependencies(deps: &Value, own_id: &str) -> Result<Vec<String>, OjsErro
 /// Accepts the spec's form (`rate: {limit, period}`, `throttle: {limit, period}`) and the short
 /// ones the conformance cases use (`rate: 1, period: "second"`, `max_per_second: 1`). Without a
 /// key the limit is the queue's. Only `on_limit: "wait"` (the default) is supported.
-fn parse_rate_limit(spec: &Value, queue: &str) -> Result<RateLimit, OjsError> {
+fn parse_rate_limit(spec: &Value, queue: &str) -> Result<RateLimit, EngineError> {
     let Value::Object(spec) = spec else {
-        return Err(OjsError::invalid("\"rate_limit\" must be a JSON object"));
+        return Err(EngineError::invalid("\"rate_limit\" must be a JSON object"));
     };
     let key = match spec.get("key") {
         None => format!("queue:{queue}"),
         Some(Value::String(key)) if is_valid_rate_key(key) => key.clone(),
         Some(_) => {
-            return Err(OjsError::invalid(
+            return Err(EngineError::invalid(
                 "rate_limit.key must be letters, digits and . _ : - (starting with a letter or digit)",
             ));
         }
@@ -248,19 +252,21 @@ fn parse_rate_limit(spec: &Value, queue: &str) -> Result<RateLimit, OjsError> {
             .as_i64()
             .and_then(|n| i32::try_from(n).ok())
             .filter(|n| *n >= 0)
-            .ok_or_else(|| OjsError::invalid(format!("rate_limit.{field} must be a non-negative integer")))
+            .ok_or_else(|| EngineError::invalid(format!("rate_limit.{field} must be a non-negative integer")))
     };
-    let period = |value: Option<&Value>, field: &str| -> Result<i64, OjsError> {
+    let period = |value: Option<&Value>, field: &str| -> Result<i64, EngineError> {
         let millis = match value.and_then(Value::as_str) {
             Some("second") => 1_000,
             Some("minute") => 60_000,
             Some("hour") => 3_600_000,
             Some("day") => 86_400_000,
             Some(text) => parse_iso_duration(text)?.as_millis() as i64,
-            None => return Err(OjsError::invalid(format!("rate_limit.{field} needs a period"))),
+            None => return Err(EngineError::invalid(format!("rate_limit.{field} needs a period"))),
         };
         if millis == 0 {
-            return Err(OjsError::invalid(format!("rate_limit.{field} period must be positive")));
+            return Err(EngineError::invalid(format!(
+                "rate_limit.{field} period must be positive"
+            )));
         }
         Ok(millis)
     };
@@ -280,12 +286,16 @@ fn parse_rate_limit(spec: &Value, queue: &str) -> Result<RateLimit, OjsError> {
             let limit = count(throttle.get("limit").unwrap_or(&Value::Null), "throttle.limit")?.max(1);
             Some(period(throttle.get("period"), "throttle.period")? / i64::from(limit))
         }
-        Some(_) => return Err(OjsError::invalid("rate_limit.throttle must be {\"limit\", \"period\"}")),
+        Some(_) => {
+            return Err(EngineError::invalid(
+                "rate_limit.throttle must be {\"limit\", \"period\"}",
+            ));
+        }
     };
     match spec.get("on_limit").and_then(Value::as_str) {
         None | Some("wait") => {}
         Some(other) => {
-            return Err(OjsError::invalid(format!(
+            return Err(EngineError::invalid(format!(
                 "rate_limit.on_limit {other:?} is not supported (supported: wait)"
             )));
         }
@@ -305,20 +315,20 @@ pub fn is_valid_rate_key(key: &str) -> bool {
 }
 
 /// A point in time given absolutely (RFC 3339) or relative to now (`+PT5S`, as milliseconds).
-fn moment(value: Option<&Value>, field: &str) -> Result<(Option<String>, Option<f64>), OjsError> {
+fn moment(value: Option<&Value>, field: &str) -> Result<(Option<String>, Option<f64>), EngineError> {
     match value {
         None => Ok((None, None)),
         Some(Value::String(text)) => match text.strip_prefix('+') {
             Some(duration) => Ok((None, Some(parse_iso_duration(duration)?.as_secs_f64() * 1000.0))),
             None => Ok((Some(timestamp(text, field)?), None)),
         },
-        Some(_) => Err(OjsError::invalid(format!(
+        Some(_) => Err(EngineError::invalid(format!(
             "\"{field}\" must be an RFC 3339 timestamp or +<ISO 8601 duration>"
         ))),
     }
 }
 
-fn parse_priority(value: &Value) -> Result<i32, OjsError> {
+fn parse_priority(value: &Value) -> Result<i32, EngineError> {
     let named = value.as_str().and_then(|name| match name {
         "critical" => Some(100),
         "high" => Some(50),
@@ -329,12 +339,12 @@ fn parse_priority(value: &Value) -> Result<i32, OjsError> {
     });
     match named.or_else(|| value.as_i64().filter(|p| (-100..=100).contains(p)).map(|p| p as i32)) {
         Some(priority) => Ok(priority),
-        None => Err(OjsError::invalid("\"priority\" must be an integer from -100 to 100")),
+        None => Err(EngineError::invalid("\"priority\" must be an integer from -100 to 100")),
     }
 }
 
 /// Checked for shape here; PostgreSQL parses it on insert.
-fn timestamp(text: &str, field: &str) -> Result<String, OjsError> {
+fn timestamp(text: &str, field: &str) -> Result<String, EngineError> {
     let bytes = text.as_bytes();
     let shaped = bytes.len() >= 20
         && bytes[4] == b'-'
@@ -347,20 +357,20 @@ fn timestamp(text: &str, field: &str) -> Result<String, OjsError> {
     if shaped {
         Ok(text.to_string())
     } else {
-        Err(OjsError::invalid(format!(
+        Err(EngineError::invalid(format!(
             "\"{field}\" must be an RFC 3339 timestamp with a time zone"
         )))
     }
 }
 
-fn parse_unique(spec: &Value, job_type: &str, queue: &str, fields: &Map<String, Value>) -> Result<Unique, OjsError> {
+fn parse_unique(spec: &Value, job_type: &str, queue: &str, fields: &Map<String, Value>) -> Result<Unique, EngineError> {
     let Value::Object(spec) = spec else {
-        return Err(OjsError::invalid("\"unique\" must be a JSON object"));
+        return Err(EngineError::invalid("\"unique\" must be a JSON object"));
     };
     let keys: Vec<&str> = match spec.get("keys") {
         None => vec!["type", "args", "queue"],
         Some(Value::Array(keys)) => keys.iter().filter_map(Value::as_str).collect(),
-        Some(_) => return Err(OjsError::invalid("\"unique.keys\" must be an array of field names")),
+        Some(_) => return Err(EngineError::invalid("\"unique.keys\" must be an array of field names")),
     };
     let mut identity = serde_json::Map::new();
     for key in keys {
@@ -379,20 +389,20 @@ fn parse_unique(spec: &Value, job_type: &str, queue: &str, fields: &Map<String, 
     let period_ms = match spec.get("period") {
         None | Some(Value::Null) => None,
         Some(Value::String(text)) => Some(parse_iso_duration(text)?.as_secs_f64() * 1000.0),
-        Some(_) => return Err(OjsError::invalid("\"unique.period\" must be an ISO 8601 duration")),
+        Some(_) => return Err(EngineError::invalid("\"unique.period\" must be an ISO 8601 duration")),
     };
     let states = match spec.get("states") {
         None => ["available", "active", "scheduled", "retryable", "pending"]
             .map(String::from)
             .to_vec(),
         Some(Value::Array(states)) => states.iter().filter_map(Value::as_str).map(String::from).collect(),
-        Some(_) => return Err(OjsError::invalid("\"unique.states\" must be an array of states")),
+        Some(_) => return Err(EngineError::invalid("\"unique.states\" must be an array of states")),
     };
     let on_conflict = match spec.get("on_conflict").and_then(Value::as_str) {
         None | Some("reject") => OnConflict::Reject,
         Some("ignore") => OnConflict::Ignore,
         Some("replace") => OnConflict::Replace,
-        Some(other) => return Err(OjsError::invalid(format!("unknown unique.on_conflict {other:?}"))),
+        Some(other) => return Err(EngineError::invalid(format!("unknown unique.on_conflict {other:?}"))),
     };
     Ok(Unique {
         key,
@@ -423,7 +433,7 @@ pub enum Backoff {
 }
 
 impl RetryPolicy {
-    pub fn from_options(retry: Option<&Value>) -> Result<RetryPolicy, OjsError> {
+    pub fn from_options(retry: Option<&Value>) -> Result<RetryPolicy, EngineError> {
         let mut policy = RetryPolicy {
             max_attempts: 3,
             initial: Duration::from_secs(1),
@@ -438,13 +448,13 @@ impl RetryPolicy {
             return Ok(policy);
         };
         let Value::Object(retry) = retry else {
-            return Err(OjsError::unprocessable("\"retry\" must be a JSON object"));
+            return Err(EngineError::unprocessable("\"retry\" must be a JSON object"));
         };
         if let Some(value) = retry.get("max_attempts") {
             policy.max_attempts = value
                 .as_i64()
                 .filter(|n| (1..=10_000).contains(n))
-                .ok_or_else(|| OjsError::unprocessable("retry.max_attempts must be an integer of at least 1"))?
+                .ok_or_else(|| EngineError::unprocessable("retry.max_attempts must be an integer of at least 1"))?
                 as i32;
         }
         if let Some(value) = retry.get("initial_interval") {
@@ -454,15 +464,14 @@ impl RetryPolicy {
             policy.max_interval = iso_field(value, "retry.max_interval")?;
         }
         if let Some(value) = retry.get("backoff_coefficient") {
-            policy.coefficient = value
-                .as_f64()
-                .filter(|c| *c >= 1.0)
-                .ok_or_else(|| OjsError::unprocessable("retry.backoff_coefficient must be a number of at least 1"))?;
+            policy.coefficient = value.as_f64().filter(|c| *c >= 1.0).ok_or_else(|| {
+                EngineError::unprocessable("retry.backoff_coefficient must be a number of at least 1")
+            })?;
         }
         if let Some(value) = retry.get("jitter") {
             policy.jitter = value
                 .as_bool()
-                .ok_or_else(|| OjsError::unprocessable("retry.jitter must be a boolean"))?;
+                .ok_or_else(|| EngineError::unprocessable("retry.jitter must be a boolean"))?;
         }
         if let Some(value) = retry.get("backoff_strategy").or_else(|| retry.get("backoff_type")) {
             policy.strategy = match value.as_str() {
@@ -470,7 +479,7 @@ impl RetryPolicy {
                 Some("linear") => Backoff::Linear,
                 Some("constant") => Backoff::Constant,
                 _ => {
-                    return Err(OjsError::unprocessable(
+                    return Err(EngineError::unprocessable(
                         "retry.backoff_strategy must be exponential, linear or constant",
                     ));
                 }
@@ -483,7 +492,7 @@ impl RetryPolicy {
             None | Some("discard") => false,
             Some("dead_letter") => true,
             Some(other) => {
-                return Err(OjsError::unprocessable(format!(
+                return Err(EngineError::unprocessable(format!(
                     "unknown retry.on_exhaustion {other:?}"
                 )));
             }
@@ -523,17 +532,17 @@ impl RetryPolicy {
     }
 }
 
-fn iso_field(value: &Value, field: &str) -> Result<Duration, OjsError> {
+fn iso_field(value: &Value, field: &str) -> Result<Duration, EngineError> {
     value
         .as_str()
         .and_then(|text| parse_iso_duration(text).ok())
-        .ok_or_else(|| OjsError::unprocessable(format!("{field} must be an ISO 8601 duration such as \"PT1S\"")))
+        .ok_or_else(|| EngineError::unprocessable(format!("{field} must be an ISO 8601 duration such as \"PT1S\"")))
 }
 
 /// An ISO 8601 duration (`P1DT2H3M4.5S`, weeks `P2W`); years and months are refused because
 /// their length varies.
-pub fn parse_iso_duration(text: &str) -> Result<Duration, OjsError> {
-    let bad = || OjsError::invalid(format!("invalid ISO 8601 duration {text:?}"));
+pub fn parse_iso_duration(text: &str) -> Result<Duration, EngineError> {
+    let bad = || EngineError::invalid(format!("invalid ISO 8601 duration {text:?}"));
     let rest = text.strip_prefix('P').ok_or_else(bad)?;
     let mut seconds = 0.0;
     let mut in_time = false;
@@ -563,7 +572,7 @@ pub fn parse_iso_duration(text: &str) -> Result<Duration, OjsError> {
         return Err(bad());
     }
     if seconds > MAX_DURATION.as_secs_f64() {
-        return Err(OjsError::invalid(format!(
+        return Err(EngineError::invalid(format!(
             "ISO 8601 duration {text:?} is over 10000 years"
         )));
     }

@@ -101,7 +101,7 @@ pub fn json(body: &Body) -> Result<Value, OjsError> {
 
 /// The body of a per-job route (`/jobs/{id}/ack`): optional, an object, the path naming the job.
 pub fn job_json(id: &str, body: &Body) -> Result<Value, OjsError> {
-    let id = super::job_id(id)?.to_string();
+    let id = super::wire::job_id(id)?.to_string();
     let mut value = if body.bytes.is_empty() {
         serde_json::json!({})
     } else {

@@ -1,14 +1,12 @@
 //! OJS webhook subscriptions (ojs-webhooks: `/ojs/v1/webhooks/subscriptions`, a URL, event
-//! patterns, a filter and a signing secret; the deliveries still owed) and job progress
-//! (ojs-progress: `PUT`/`GET /ojs/v1/jobs/{id}/progress`). A subscription's events are owed to it
+//! patterns, a filter and a signing secret; the deliveries still owed). A subscription's events are owed to it
 //! in the transaction that logs them (functions/events.sql) and delivered by the outbox
 //! (gateway/src/webhooks.rs); this module registers, lists and reports.
 
 use serde_json::{Value, json};
 
-use super::OjsError;
 use super::envelope;
-use super::queue::Queue;
+use super::{EngineError, Queue};
 
 /// A subscription as registered (ojs-webhooks §5.1): checked, not yet stored.
 pub struct NewWebhook {
@@ -37,18 +35,18 @@ const MAX_PATTERNS: usize = 64;
 
 /// Checks a create body. The extension asks for HTTPS endpoints; plain HTTP is taken too, for
 /// receivers on a trusted network (a sidecar, the same host).
-pub fn parse_webhook(body: Value) -> Result<NewWebhook, OjsError> {
+pub fn parse_webhook(body: Value) -> Result<NewWebhook, EngineError> {
     if !body.is_object() {
-        return Err(OjsError::invalid("a subscription is a JSON object"));
+        return Err(EngineError::invalid("a subscription is a JSON object"));
     }
     let update = parse_update(&body)?;
     let (Some(url), Some(events)) = (update.url, update.events) else {
-        return Err(OjsError::invalid("a subscription needs \"url\" and \"events\""));
+        return Err(EngineError::invalid("a subscription needs \"url\" and \"events\""));
     };
     let secret = match body.get("secret") {
         None | Some(Value::Null) => new_secret(),
         Some(Value::String(secret)) if !secret.is_empty() && secret.len() <= 1024 => secret.clone(),
-        Some(_) => return Err(OjsError::invalid("\"secret\" must be a non-empty string")),
+        Some(_) => return Err(EngineError::invalid("\"secret\" must be a non-empty string")),
     };
     Ok(NewWebhook {
         url,
@@ -69,15 +67,15 @@ fn new_secret() -> String {
 }
 
 /// Checks the fields of a create or `PATCH` body that are present.
-pub fn parse_update(body: &Value) -> Result<WebhookUpdate, OjsError> {
+pub fn parse_update(body: &Value) -> Result<WebhookUpdate, EngineError> {
     let Some(fields) = body.as_object() else {
-        return Err(OjsError::invalid("the request body must be a JSON object"));
+        return Err(EngineError::invalid("the request body must be a JSON object"));
     };
     let mut update = WebhookUpdate::default();
     if let Some(url) = fields.get("url") {
         match url.as_str() {
             Some(url) if valid_url(url) => update.url = Some(url.to_string()),
-            _ => return Err(OjsError::invalid("\"url\" must be an http:// or https:// URL")),
+            _ => return Err(EngineError::invalid("\"url\" must be an http:// or https:// URL")),
         }
     }
     if let Some(events) = fields.get("events") {
@@ -90,30 +88,32 @@ pub fn parse_update(body: &Value) -> Result<WebhookUpdate, OjsError> {
             let mut checked = serde_json::Map::new();
             for (key, value) in filter {
                 if key != "queues" && key != "job_types" {
-                    return Err(OjsError::invalid(format!("unknown filter {key:?} (queues, job_types)")));
+                    return Err(EngineError::invalid(format!(
+                        "unknown filter {key:?} (queues, job_types)"
+                    )));
                 }
                 checked.insert(key.clone(), json!(string_list(value, key, 1000)?));
             }
             update.filter = Some((!checked.is_empty()).then_some(Value::Object(checked)));
         }
-        Some(_) => return Err(OjsError::invalid("\"filter\" must be an object")),
+        Some(_) => return Err(EngineError::invalid("\"filter\" must be an object")),
     }
     match fields.get("active") {
         None => {}
         Some(Value::Bool(active)) => update.active = Some(*active),
-        Some(_) => return Err(OjsError::invalid("\"active\" must be true or false")),
+        Some(_) => return Err(EngineError::invalid("\"active\" must be true or false")),
     }
     match fields.get("metadata") {
         None => {}
         Some(Value::Null) => update.metadata = Some(json!({})),
         Some(metadata @ Value::Object(_)) => update.metadata = Some(metadata.clone()),
-        Some(_) => return Err(OjsError::invalid("\"metadata\" must be an object")),
+        Some(_) => return Err(EngineError::invalid("\"metadata\" must be an object")),
     }
     Ok(update)
 }
 
-fn string_list(value: &Value, field: &str, max: usize) -> Result<Vec<String>, OjsError> {
-    let invalid = || OjsError::invalid(format!("\"{field}\" must be an array of 1 to {max} non-empty strings"));
+fn string_list(value: &Value, field: &str, max: usize) -> Result<Vec<String>, EngineError> {
+    let invalid = || EngineError::invalid(format!("\"{field}\" must be an array of 1 to {max} non-empty strings"));
     let Value::Array(items) = value else {
         return Err(invalid());
     };
@@ -137,144 +137,18 @@ pub fn valid_url(url: &str) -> bool {
         })
 }
 
-/// A progress report (ojs-progress §5, §6): `progress` a fraction, clamped to 0–1 (a report is
-/// fire-and-forget, so a value out of range is not an error); `data` and `checkpoint` objects;
-/// at least one of `progress` and `data`. The SDKs' older `percentage` (0–100, clamped too) is
-/// taken as `progress / 100`, and their `message` goes into `data`.
-pub struct ProgressReport {
-    pub progress: Option<f64>,
-    pub data: Option<Value>,
-    pub checkpoint: Option<Value>,
-}
-
-pub fn parse_progress(body: &Value) -> Result<ProgressReport, OjsError> {
-    let number = |field: &str, scale: f64| match body.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(value) => value
-            .as_f64()
-            .filter(|n| n.is_finite())
-            .map(|n| Some((n / scale).clamp(0.0, 1.0)))
-            .ok_or_else(|| OjsError::invalid(format!("\"{field}\" must be a number"))),
-    };
-    let progress = match number("progress", 1.0)? {
-        Some(progress) => Some(progress),
-        None => number("percentage", 100.0)?,
-    };
-    let object = |field: &str| match body.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(value @ Value::Object(_)) => Ok(Some(value.clone())),
-        Some(_) => Err(OjsError::invalid(format!("\"{field}\" must be an object"))),
-    };
-    let mut data = object("data")?;
-    if let Some(message) = body.get("message").and_then(Value::as_str) {
-        data.get_or_insert_with(|| json!({}))["message"] = Value::String(message.to_string());
-    }
-    let checkpoint = object("checkpoint")?;
-    if progress.is_none() && data.is_none() {
-        return Err(OjsError::invalid(
-            "a progress report needs \"progress\" (0 to 1) or \"data\"",
-        ));
-    }
-    Ok(ProgressReport {
-        progress,
-        data,
-        checkpoint,
-    })
-}
-
-/// Stores an active job's progress and logs `job.progress`, in one statement: the numeric
-/// progress never decreases within an attempt, `data` is replaced when given, the checkpoint
-/// kept until a new one comes, and the claim is extended as by a heartbeat (ojs-progress §6.3).
-/// The worker, when named, must hold the job.
-const REPORT_PROGRESS: &str = "
-WITH reported AS (
-    UPDATE ojs.jobs j SET
-        progress = jsonb_strip_nulls(jsonb_build_object(
-            'attempt', j.attempt,
-            'progress', to_jsonb(greatest($2::float8, CASE WHEN (j.progress ->> 'attempt')::int = j.attempt
-                                                           THEN (j.progress ->> 'progress')::float8 END)),
-            'data', coalesce($3::jsonb, CASE WHEN (j.progress ->> 'attempt')::int = j.attempt THEN j.progress -> 'data' END),
-            'checkpoint', coalesce($4::jsonb, j.progress -> 'checkpoint'),
-            'updated_at', ojs.ts(now()))),
-        visible_until = now() + j.visibility_ms * interval '1 ms'
-     WHERE id = $1 AND tenant = $6 AND state = 'active' AND ($5::text IS NULL OR worker_id IS NULL OR worker_id = $5)
-    RETURNING id, queue, type, attempt, worker_id, envelope, progress
-), event AS (
-    INSERT INTO ojs.events (id, type, queue, job_id, data)
-    SELECT gen_random_uuid()::text, 'job.progress', queue, id,
-           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'attempt', attempt,
-                              'worker_id', worker_id)
-           || jsonb_strip_nulls(jsonb_build_object(
-                  'progress', progress -> 'progress', 'data', progress -> 'data',
-                  -- ojs-events §3.2 names these two.
-                  'progress_percent', (progress ->> 'progress')::float8 * 100,
-                  'progress_message', progress #> '{data,message}'))
-           || ojs.trace_of(envelope)
-      FROM reported
-)
-SELECT 1 FROM reported";
-
-/// A job's progress as `GET /jobs/{id}/progress` shows it (§7.1): nulls when none was reported.
-const READ_PROGRESS: &str = "
-SELECT jsonb_build_object('job_id', j.id, 'state', job ->> 'state', 'progress', job -> 'progress',
-                          'data', job -> 'progress_data',
-                          'updated_at', CASE WHEN job ? 'progress' THEN j.progress -> 'updated_at' END)
-       || jsonb_strip_nulls(jsonb_build_object('last_checkpoint', job -> 'last_checkpoint')) AS progress
-  FROM ojs.jobs j, ojs.job_json(j) AS job WHERE j.id = $1 AND j.tenant = $2";
-
 const WEBHOOK_JSON: &str = "ojs.webhook_json(w) AS webhook";
 
 impl Queue {
-    /// Records a progress report; whether the job took it (one that is not active, or held by
-    /// another worker, is ignored, as §6.1 asks). Either way the answer is the job's progress.
-    pub async fn report_progress(
-        &self,
-        job_id: &str,
-        tenant: &str,
-        worker_id: Option<&str>,
-        report: &ProgressReport,
-    ) -> Result<(bool, Value), OjsError> {
-        let client = self.client().await?;
-        let statement = client.prepare_cached(REPORT_PROGRESS).await.map_err(OjsError::sql)?;
-        let taken = client
-            .query_opt(
-                &statement,
-                &[
-                    &job_id,
-                    &report.progress,
-                    &report.data,
-                    &report.checkpoint,
-                    &worker_id,
-                    &tenant,
-                ],
-            )
-            .await
-            .map_err(OjsError::sql)?
-            .is_some();
-        Ok((taken, self.progress(job_id, tenant).await?))
-    }
-
-    /// A job's progress; another tenant's job is not found.
-    pub async fn progress(&self, job_id: &str, tenant: &str) -> Result<Value, OjsError> {
-        let client = self.client().await?;
-        let statement = client.prepare_cached(READ_PROGRESS).await.map_err(OjsError::sql)?;
-        client
-            .query_opt(&statement, &[&job_id, &tenant])
-            .await
-            .map_err(OjsError::sql)?
-            .map(|row| row.get("progress"))
-            .ok_or_else(|| OjsError::job_not_found(job_id))
-    }
-
     /// Stores a subscription; the first one also installs the trigger that owes events to
     /// subscriptions (so a database without any pays nothing per event). The answer is the one
     /// place its secret is shown (§6.1).
-    pub async fn create_webhook(&self, webhook: &NewWebhook) -> Result<Value, OjsError> {
+    pub async fn create_webhook(&self, webhook: &NewWebhook) -> Result<Value, EngineError> {
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(OjsError::sql)?;
+        let tx = client.transaction().await.map_err(EngineError::sql)?;
         tx.execute("SELECT ojs.ensure_webhook_trigger()", &[])
             .await
-            .map_err(OjsError::sql)?;
+            .map_err(EngineError::sql)?;
         let id = format!("sub_{}", envelope::new_uuid_v7());
         let row = tx
             .query_one(
@@ -293,14 +167,14 @@ impl Queue {
                 ],
             )
             .await
-            .map_err(OjsError::sql)?;
-        tx.commit().await.map_err(OjsError::sql)?;
+            .map_err(EngineError::sql)?;
+        tx.commit().await.map_err(EngineError::sql)?;
         let mut created: Value = row.get("webhook");
         created["secret"] = Value::String(webhook.secret.clone());
         Ok(created)
     }
 
-    pub async fn update_webhook(&self, id: &str, update: &WebhookUpdate) -> Result<Value, OjsError> {
+    pub async fn update_webhook(&self, id: &str, update: &WebhookUpdate) -> Result<Value, EngineError> {
         let client = self.client().await?;
         let filter_given = update.filter.is_some();
         let filter = update.filter.clone().flatten();
@@ -323,13 +197,13 @@ impl Queue {
                 ],
             )
             .await
-            .map_err(OjsError::sql)?
+            .map_err(EngineError::sql)?
             .map(|row| row.get("webhook"))
             .ok_or_else(|| webhook_not_found(id))
     }
 
     /// A new signing secret, from now on for what is still owed too; shown once.
-    pub async fn rotate_webhook_secret(&self, id: &str) -> Result<Value, OjsError> {
+    pub async fn rotate_webhook_secret(&self, id: &str) -> Result<Value, EngineError> {
         let secret = new_secret();
         let client = self.client().await?;
         let mut rotated: Value = client
@@ -338,7 +212,7 @@ impl Queue {
                 &[&id, &secret],
             )
             .await
-            .map_err(OjsError::sql)?
+            .map_err(EngineError::sql)?
             .map(|row| row.get("webhook"))
             .ok_or_else(|| webhook_not_found(id))?;
         rotated["secret"] = Value::String(secret);
@@ -346,17 +220,17 @@ impl Queue {
     }
 
     /// A subscription's URL and secret (for the test delivery).
-    pub async fn webhook_endpoint(&self, id: &str) -> Result<(String, String), OjsError> {
+    pub async fn webhook_endpoint(&self, id: &str) -> Result<(String, String), EngineError> {
         let client = self.client().await?;
         client
             .query_opt("SELECT url, secret FROM ojs.webhooks WHERE id = $1", &[&id])
             .await
-            .map_err(OjsError::sql)?
+            .map_err(EngineError::sql)?
             .map(|row| (row.get("url"), row.get("secret")))
             .ok_or_else(|| webhook_not_found(id))
     }
 
-    pub async fn list_webhooks(&self) -> Result<Vec<Value>, OjsError> {
+    pub async fn list_webhooks(&self) -> Result<Vec<Value>, EngineError> {
         let client = self.client().await?;
         let rows = client
             .query(
@@ -364,11 +238,11 @@ impl Queue {
                 &[],
             )
             .await
-            .map_err(OjsError::sql)?;
+            .map_err(EngineError::sql)?;
         Ok(rows.iter().map(|row| row.get("webhook")).collect())
     }
 
-    pub async fn webhook(&self, id: &str) -> Result<Value, OjsError> {
+    pub async fn webhook(&self, id: &str) -> Result<Value, EngineError> {
         let client = self.client().await?;
         client
             .query_opt(
@@ -376,13 +250,13 @@ impl Queue {
                 &[&id],
             )
             .await
-            .map_err(OjsError::sql)?
+            .map_err(EngineError::sql)?
             .map(|row| row.get("webhook"))
             .ok_or_else(|| webhook_not_found(id))
     }
 
     /// Drops a subscription and what is still owed to it (§6.5: pending deliveries cancelled).
-    pub async fn delete_webhook(&self, id: &str) -> Result<Value, OjsError> {
+    pub async fn delete_webhook(&self, id: &str) -> Result<Value, EngineError> {
         let client = self.client().await?;
         client
             .query_opt(
@@ -390,7 +264,7 @@ impl Queue {
                 &[&id],
             )
             .await
-            .map_err(OjsError::sql)?
+            .map_err(EngineError::sql)?
             .map(|row| row.get("webhook"))
             .ok_or_else(|| webhook_not_found(id))
     }
@@ -402,7 +276,7 @@ impl Queue {
         subscription: Option<&str>,
         status: Option<&str>,
         limit: i64,
-    ) -> Result<Vec<Value>, OjsError> {
+    ) -> Result<Vec<Value>, EngineError> {
         let client = self.client().await?;
         let rows = client
             .query(
@@ -413,11 +287,11 @@ impl Queue {
                 &[&subscription, &status, &limit],
             )
             .await
-            .map_err(OjsError::sql)?;
+            .map_err(EngineError::sql)?;
         Ok(rows.iter().map(|row| row.get("d")).collect())
     }
 
-    pub async fn webhook_delivery(&self, delivery_id: &str) -> Result<Value, OjsError> {
+    pub async fn webhook_delivery(&self, delivery_id: &str) -> Result<Value, EngineError> {
         let client = self.client().await?;
         client
             .query_opt(
@@ -425,20 +299,20 @@ impl Queue {
                 &[&delivery_id],
             )
             .await
-            .map_err(OjsError::sql)?
+            .map_err(EngineError::sql)?
             .map(|row| row.get("delivery"))
             .ok_or_else(|| {
-                OjsError::not_found(format!(
+                EngineError::not_found(format!(
                     "no delivery {delivery_id} is owed (delivered ones are not kept)"
                 ))
             })
     }
 
     /// Makes a dead delivery due again, with its attempts reset.
-    pub async fn retry_webhook_delivery(&self, delivery_id: &str) -> Result<Value, OjsError> {
+    pub async fn retry_webhook_delivery(&self, delivery_id: &str) -> Result<Value, EngineError> {
         let current = self.webhook_delivery(delivery_id).await?;
         if current["status"] != "dead" {
-            return Err(OjsError::conflict(format!(
+            return Err(EngineError::conflict(format!(
                 "delivery {delivery_id} is {}, not dead: it is retried already",
                 current["status"]
             )));
@@ -451,14 +325,14 @@ impl Queue {
                 &[&delivery_id],
             )
             .await
-            .map_err(OjsError::sql)?
+            .map_err(EngineError::sql)?
             .map(|row| row.get("delivery"))
-            .ok_or_else(|| OjsError::not_found(format!("no delivery {delivery_id} is owed")))
+            .ok_or_else(|| EngineError::not_found(format!("no delivery {delivery_id} is owed")))
     }
 }
 
-fn webhook_not_found(id: &str) -> OjsError {
-    OjsError::not_found(format!("webhook {id} not found"))
+fn webhook_not_found(id: &str) -> EngineError {
+    EngineError::not_found(format!("webhook {id} not found"))
 }
 
 #[cfg(test)]
@@ -466,7 +340,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn subscriptions_and_progress_reports_are_checked() {
+    fn subscriptions_are_checked() {
         let good = parse_webhook(json!({ "url": "https://example.com/hook", "events": ["job.*"] })).unwrap();
         assert!(good.secret.starts_with("whsec_") && good.active);
         let filtered = parse_webhook(json!({ "url": "http://h/", "events": ["*"], "secret": "s",
@@ -486,18 +360,5 @@ mod tests {
         ] {
             assert!(parse_webhook(bad).is_err());
         }
-        let progress = |body: Value| parse_progress(&body).map(|report| report.progress);
-        assert_eq!(progress(json!({ "progress": 0.5 })).unwrap(), Some(0.5));
-        assert_eq!(progress(json!({ "progress": 1.5 })).unwrap(), Some(1.0), "clamped");
-        assert_eq!(progress(json!({ "progress": -1 })).unwrap(), Some(0.0), "clamped");
-        assert_eq!(progress(json!({ "percentage": 25 })).unwrap(), Some(0.25));
-        assert!(parse_progress(&json!({ "checkpoint": {} })).is_err());
-        assert!(parse_progress(&json!({ "progress": "half" })).is_err());
-        assert_eq!(
-            parse_progress(&json!({ "data": { "rows": 3 }, "message": "m" }))
-                .unwrap()
-                .data,
-            Some(json!({ "rows": 3, "message": "m" }))
-        );
     }
 }

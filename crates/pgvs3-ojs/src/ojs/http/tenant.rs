@@ -12,12 +12,10 @@
 use http::{HeaderMap, StatusCode, header};
 use serde_json::Value;
 
-use super::{OjsError, constant_time_eq};
+use super::super::engine::DEFAULT_TENANT;
+use super::OjsError;
 
 pub const TENANT_HEADER: &str = "x-ojs-tenant";
-/// The tenant of a request without the header, and of jobs that no request enqueued (bucket
-/// notifications, cron).
-pub const DEFAULT_TENANT: &str = "default";
 /// Longest tenant name: a tenant is an identifier, not a payload.
 const MAX_TENANT_BYTES: usize = 128;
 
@@ -188,6 +186,10 @@ fn check_name(name: &str) -> Result<(), OjsError> {
         )));
     }
     Ok(())
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]

@@ -20,7 +20,8 @@ use bytes::Bytes;
 use http_body::Frame;
 use tokio::sync::{broadcast, mpsc};
 
-use super::queue::{LoggedEvent, Queue};
+use super::super::engine::Queue;
+use super::super::engine::events::LoggedEvent;
 use crate::http_server::Shutdown;
 
 /// How often the poller looks for new events while streams are open.

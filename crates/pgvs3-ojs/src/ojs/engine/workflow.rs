@@ -1,14 +1,16 @@
 //! OJS workflows as a client describes them (`ojs-workflows.md`): a chain of steps run one after
 //! another, a group of jobs run side by side, or a batch (a group with callbacks). A step of a
 //! chain, or a job of a group or batch, may itself be a workflow (§10), down to [`MAX_DEPTH`]
-//! levels. This module validates the request; [`super::queue::Queue`] stores the workflow and
+//! levels. This module validates the request; [`Queue`] stores the workflow and
 //! triggers in the layout drive it as its jobs settle.
 
-use http::StatusCode;
 use serde_json::{Value, json};
 
-use super::OjsError;
+use tokio_postgres::error::SqlState;
+
 use super::envelope::{self, NewJob};
+use super::jobs::{Answer, Placement, insert_placed};
+use super::{EngineError, ErrorKind, Queue};
 
 /// Jobs in one workflow, nested ones and callbacks included; a larger fan-out belongs in several
 /// workflows.
@@ -67,7 +69,7 @@ impl NewWorkflow {
 }
 
 /// Validates a `POST /workflows` body.
-pub fn parse_workflow(body: Value, max_args_bytes: usize) -> Result<NewWorkflow, OjsError> {
+pub fn parse_workflow(body: Value, max_args_bytes: usize) -> Result<NewWorkflow, EngineError> {
     let workflow = parse_level(body, "$", 1, max_args_bytes)?;
     if workflow.job_count() > MAX_WORKFLOW_JOBS {
         return Err(invalid(
@@ -79,7 +81,7 @@ pub fn parse_workflow(body: Value, max_args_bytes: usize) -> Result<NewWorkflow,
 }
 
 /// One workflow at `path`, `depth` levels down (the outermost is 1).
-fn parse_level(body: Value, path: &str, depth: usize, max_args_bytes: usize) -> Result<NewWorkflow, OjsError> {
+fn parse_level(body: Value, path: &str, depth: usize, max_args_bytes: usize) -> Result<NewWorkflow, EngineError> {
     let at = |field: &str| {
         if path == "$" {
             format!("$.{field}")
@@ -159,7 +161,7 @@ fn parse_level(body: Value, path: &str, depth: usize, max_args_bytes: usize) -> 
                     }
                     Ok((hook, member_job(job, &path, max_args_bytes)?))
                 })
-                .collect::<Result<Vec<_>, OjsError>>()?;
+                .collect::<Result<Vec<_>, EngineError>>()?;
             if callbacks.is_empty() {
                 return Err(invalid(&at("callbacks"), "a batch needs at least one callback"));
             }
@@ -185,7 +187,7 @@ fn is_workflow(member: &Value) -> bool {
 
 /// One job of a workflow: a plain job envelope. Unique options would make a step's release
 /// depend on other jobs, so they are refused.
-fn member_job(job: Value, path: &str, max_args_bytes: usize) -> Result<NewJob, OjsError> {
+fn member_job(job: Value, path: &str, max_args_bytes: usize) -> Result<NewJob, EngineError> {
     let job = envelope::parse_job(job, max_args_bytes)
         .and_then(|job| job.without_dependencies("a workflow (order its members by its kind)"))
         .map_err(|error| invalid(path, &error.message))?;
@@ -195,21 +197,185 @@ fn member_job(job: Value, path: &str, max_args_bytes: usize) -> Result<NewJob, O
     Ok(job)
 }
 
-fn invalid(path: &str, message: &str) -> OjsError {
-    OjsError::new(
-        StatusCode::BAD_REQUEST,
-        "invalid_workflow",
-        "validation_error",
+fn invalid(path: &str, message: &str) -> EngineError {
+    EngineError::new(
+        ErrorKind::InvalidWorkflow,
         format!("workflow validation failed: {path}: {message}"),
     )
     .with_details(json!({ "validation_errors": [{ "path": path, "message": message }] }))
+}
+
+impl Queue {
+    /// Stores a workflow, its nested workflows and all their jobs in one transaction: what runs
+    /// first is enqueued now (a group's or batch's jobs, a chain's first step, and so on down the
+    /// nested workflows among them); later steps, callbacks and nested workflows whose turn has
+    /// not come wait as `pending` for the triggers of the layout to release them.
+    /// The workflow's jobs belong to `tenant` (the workflow itself is not scoped: any tenant
+    /// that knows its id may read or cancel it).
+    pub async fn create_workflow(&self, workflow: &NewWorkflow, tenant: &str) -> Result<Value, EngineError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(EngineError::sql)?;
+        store_workflow(&tx, workflow, tenant, None, true).await?;
+        let row = tx
+            .query_one(
+                "SELECT ojs.workflow_json(w) AS workflow FROM ojs.workflows w WHERE w.id = $1",
+                &[&workflow.id],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        tx.commit().await.map_err(EngineError::sql)?;
+        Ok(row.get("workflow"))
+    }
+
+    pub async fn get_workflow(&self, id: &str) -> Result<Value, EngineError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT ojs.workflow_json(w) AS workflow FROM ojs.workflows w WHERE w.id = $1",
+                &[&id],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        row.map(|row| row.get("workflow")).ok_or_else(|| workflow_not_found(id))
+    }
+
+    /// Cancels a running (or, nested, still waiting) workflow: its jobs that have not started
+    /// are cancelled, and so are its nested workflows with theirs; active ones may finish, but
+    /// release nothing further.
+    pub async fn cancel_workflow(&self, id: &str) -> Result<Value, EngineError> {
+        let mut client = self.client().await?;
+        // Cancelling walks down the tree while a settling nested workflow walks up it, so the
+        // two can deadlock; PostgreSQL then aborts one of them, and a cancel tries again.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match cancel_workflow_once(&mut client, id).await {
+                Err(CancelError::Sql(err)) if err.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) && attempts < 3 => {}
+                Err(CancelError::Sql(err)) => return Err(EngineError::sql(err)),
+                Err(CancelError::Ojs(error)) => return Err(error),
+                Ok(workflow) => return Ok(workflow),
+            }
+        }
+    }
+}
+
+enum CancelError {
+    Sql(tokio_postgres::Error),
+    Ojs(EngineError),
+}
+
+impl From<tokio_postgres::Error> for CancelError {
+    fn from(err: tokio_postgres::Error) -> Self {
+        CancelError::Sql(err)
+    }
+}
+
+async fn cancel_workflow_once(client: &mut deadpool_postgres::Client, id: &str) -> Result<Value, CancelError> {
+    let tx = client.transaction().await?;
+    let state: Option<String> = tx
+        .query_opt("SELECT state FROM ojs.workflows WHERE id = $1 FOR UPDATE", &[&id])
+        .await?
+        .map(|row| row.get("state"));
+    match state.as_deref() {
+        None => return Err(CancelError::Ojs(workflow_not_found(id))),
+        Some("running" | "pending") => {}
+        Some(state) => {
+            return Err(CancelError::Ojs(EngineError::conflict(format!(
+                "workflow {id} is already in terminal state {state:?}"
+            ))));
+        }
+    }
+    // The workflow goes first, so the triggers see it cancelled and release nothing. Jobs
+    // another transaction holds are left to it (a claim, a job's own cancel or expiry): waiting
+    // for them could deadlock with its trigger waiting for the workflow row, and a cancelled
+    // workflow's jobs are not claimed anyway.
+    tx.execute(
+        "UPDATE ojs.workflows SET state = 'cancelled', cancelled_at = now(), completed_at = now() WHERE id = $1",
+        &[&id],
+    )
+    .await?;
+    tx.execute("SELECT ojs.workflow_cancel_members($1)", &[&id]).await?;
+    let row = tx
+        .query_one(
+            "SELECT ojs.workflow_json(w) AS workflow FROM ojs.workflows w WHERE w.id = $1",
+            &[&id],
+        )
+        .await?;
+    tx.commit().await?;
+    Ok(row.get("workflow"))
+}
+
+/// One workflow of a tree and, recursively, the workflows nested in it. `parent` is the parent
+/// workflow and the member index this one takes in it; `now` says whether it runs from the start.
+fn store_workflow<'a>(
+    tx: &'a deadpool_postgres::Transaction<'a>,
+    workflow: &'a NewWorkflow,
+    tenant: &'a str,
+    parent: Option<(&'a str, i32)>,
+    now: bool,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), EngineError>> + Send + 'a>> {
+    Box::pin(async move {
+        let (parent_id, parent_step) = parent.unzip();
+        tx.execute(
+            "INSERT INTO ojs.workflows (id, type, name, state, jobs_total, parent_id, parent_step)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            &[
+                &workflow.id,
+                &workflow.kind.as_str(),
+                &workflow.name,
+                &if now { "running" } else { "pending" },
+                &(workflow.members.len() as i32),
+                &parent_id,
+                &parent_step,
+            ],
+        )
+        .await
+        .map_err(|err| match err.code() {
+            Some(&SqlState::UNIQUE_VIOLATION) => EngineError::duplicate("a workflow with this id already exists"),
+            _ => EngineError::sql(err),
+        })?;
+        // A chain runs its first member first; a group or batch all of them at once.
+        let runs_now = |index: usize| now && (workflow.kind != Kind::Chain || index == 0);
+        let mut placement = Placement {
+            workflow_id: Some(&workflow.id),
+            ..Placement::of(tenant)
+        };
+        let mut jobs = Vec::new();
+        for (index, member) in workflow.members.iter().enumerate() {
+            match member {
+                Member::Job(job) => {
+                    jobs.push(NewJob::clone(job));
+                    placement.steps.push(Some(index as i32));
+                    placement.callbacks.push(None);
+                    placement.held.push(!runs_now(index));
+                }
+                Member::Workflow(inner) => {
+                    store_workflow(tx, inner, tenant, Some((&workflow.id, index as i32)), runs_now(index)).await?;
+                }
+            }
+        }
+        for (hook, job) in &workflow.callbacks {
+            jobs.push(job.clone());
+            placement.steps.push(None);
+            placement.callbacks.push(Some(*hook));
+            placement.held.push(true);
+        }
+        if !jobs.is_empty() {
+            insert_placed(tx, &jobs, &placement, Answer::Job).await?;
+        }
+        Ok(())
+    })
+}
+
+fn workflow_not_found(id: &str) -> EngineError {
+    EngineError::not_found(format!("workflow {id} not found"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn parse(body: Value) -> Result<NewWorkflow, OjsError> {
+    fn parse(body: Value) -> Result<NewWorkflow, EngineError> {
         parse_workflow(body, 1 << 20)
     }
 
@@ -270,8 +436,7 @@ mod tests {
             ),
         ] {
             let error = parse(body.clone()).err().unwrap_or_else(|| panic!("accepted {body}"));
-            assert_eq!(error.status, StatusCode::BAD_REQUEST, "{body}");
-            assert_eq!(error.code, "invalid_workflow", "{body}");
+            assert_eq!(error.kind, ErrorKind::InvalidWorkflow, "{body}");
             assert_eq!(error.details.unwrap()["validation_errors"][0]["path"], path, "{body}");
         }
     }
@@ -296,10 +461,7 @@ mod tests {
         assert_eq!((depth, level.kind), (MAX_DEPTH, Kind::Chain));
 
         let error = parse(nested(MAX_DEPTH + 1)).err().expect("one level too deep");
-        assert_eq!(
-            (error.status, error.code),
-            (StatusCode::BAD_REQUEST, "invalid_workflow")
-        );
+        assert_eq!(error.kind, ErrorKind::InvalidWorkflow);
         let path = format!("${}", ".jobs[1]".repeat(MAX_DEPTH));
         assert_eq!(error.details.unwrap()["validation_errors"][0]["path"], path.as_str());
     }
@@ -312,6 +474,6 @@ mod tests {
         let body = json!({ "type": "chain", "steps": [
             { "type": "group", "jobs": half.clone() }, { "type": "group", "jobs": half } ] });
         let error = parse(body).err().expect("too many jobs in all");
-        assert_eq!(error.code, "invalid_workflow");
+        assert_eq!(error.kind, ErrorKind::InvalidWorkflow);
     }
 }

@@ -1,0 +1,352 @@
+//! Queues (pause, settings, stats), rate limit keys, the dead letter, counts by state and
+//! tenant, workers, and the reaping of finished jobs.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::{EngineError, Queue};
+
+/// Every state a job can be in.
+pub const STATES: [&str; 8] = [
+    "scheduled",
+    "available",
+    "pending",
+    "active",
+    "completed",
+    "retryable",
+    "cancelled",
+    "discarded",
+];
+
+/// Most tenants `GET /admin/tenants` lists in one answer.
+const MAX_TENANTS_LISTED: i64 = 1000;
+
+impl Queue {
+    pub async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), EngineError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "WITH queue AS (
+                     INSERT INTO ojs.queues (name, paused) VALUES ($1, $2)
+                     ON CONFLICT (name) DO UPDATE SET paused = excluded.paused
+                     RETURNING name
+                 )
+                 INSERT INTO ojs.events (id, type, queue, data)
+                 SELECT gen_random_uuid()::text, CASE WHEN $2 THEN 'queue.paused' ELSE 'queue.resumed' END, name,
+                        jsonb_build_object('queue', name)
+                 FROM queue",
+                &[&queue, &paused],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        Ok(())
+    }
+
+    /// Replaces a queue's settings named in `settings` (today: `backpressure`); returns them all.
+    pub async fn configure_queue(&self, queue: &str, settings: &Value) -> Result<Value, EngineError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "INSERT INTO ojs.queues (name, config) VALUES ($1, $2)
+                 ON CONFLICT (name) DO UPDATE SET config = ojs.queues.config || excluded.config
+                 RETURNING config",
+                &[&queue, settings],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        Ok(row.get("config"))
+    }
+
+    pub async fn queue_config(&self, queue: &str) -> Result<Value, EngineError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt("SELECT config FROM ojs.queues WHERE name = $1", &[&queue])
+            .await
+            .map_err(EngineError::sql)?;
+        Ok(row.map_or_else(|| json!({}), |row| row.get("config")))
+    }
+
+    /// A rate limit key's limits and what they allow now (ext-rate-limiting inspection).
+    pub async fn rate_limit(&self, key: &str) -> Result<Value, EngineError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT ojs.rate_limit_json(r) AS rate_limit FROM ojs.rate_limits r WHERE r.key = $1",
+                &[&key],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        row.map(|row| row.get("rate_limit"))
+            .ok_or_else(|| EngineError::not_found(format!("no job has named rate limit key {key:?}")))
+    }
+
+    pub async fn rate_limits(&self) -> Result<Vec<Value>, EngineError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT ojs.rate_limit_json(r) AS rate_limit FROM ojs.rate_limits r ORDER BY key LIMIT 1000",
+                &[],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        Ok(rows.iter().map(|row| row.get("rate_limit")).collect())
+    }
+
+    pub async fn queue_stats(&self, queue: &str) -> Result<Value, EngineError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT coalesce((SELECT paused FROM ojs.queues WHERE name = $1), false) AS paused,
+                        coalesce((SELECT jsonb_object_agg(state, n) FROM
+                            (SELECT state, count(*) AS n FROM ojs.jobs WHERE queue = $1 GROUP BY state) s), '{}')
+                          AS counts,
+                        (SELECT (config #>> '{backpressure,max_depth}')::bigint FROM ojs.queues WHERE name = $1)
+                          AS max_depth",
+                &[&queue],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        let paused: bool = row.get("paused");
+        let counts: Value = row.get("counts");
+        let count = |state: &str| counts.get(state).and_then(Value::as_i64).unwrap_or(0);
+        let depth = count("available") + count("scheduled") + count("retryable");
+        let bound = row.get::<_, Option<i64>>("max_depth").filter(|bound| *bound > 0);
+        let mut summary = json!({
+            "name": queue,
+            "queue": queue,
+            "max_depth": bound,
+            "paused": paused,
+            "status": if paused { "paused" } else { "active" },
+            "depth": depth,
+        });
+        for state in STATES {
+            summary[state] = json!(count(state));
+        }
+        Ok(json!({ "queue": summary.clone(), "name": queue, "stats": summary }))
+    }
+
+    pub async fn list_queues(&self) -> Result<Vec<Value>, EngineError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT n.name, q.paused,
+                        jsonb_build_object('available', count(*) FILTER (WHERE j.state = 'available'),
+                                           'active', count(*) FILTER (WHERE j.state = 'active'),
+                                           'scheduled', count(*) FILTER (WHERE j.state = 'scheduled'),
+                                           'retryable', count(*) FILTER (WHERE j.state = 'retryable')) AS counts
+                 FROM (SELECT DISTINCT queue AS name FROM ojs.jobs UNION SELECT name FROM ojs.queues) n
+                 LEFT JOIN ojs.queues q USING (name)
+                 LEFT JOIN ojs.jobs j ON j.queue = n.name AND j.state IN ('available', 'active', 'scheduled', 'retryable')
+                 GROUP BY n.name, q.paused ORDER BY n.name",
+                &[],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                let paused = row.get::<_, Option<bool>>("paused").unwrap_or(false);
+                json!({ "name": row.get::<_, String>("name"), "paused": paused, "status": if paused { "paused" } else { "active" },
+                        "counts": row.get::<_, Value>("counts") })
+            })
+            .collect())
+    }
+
+    pub async fn dead_letter(&self, queue: Option<&str>, limit: i64, tenant: &str) -> Result<Vec<Value>, EngineError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT ojs.job_json(j) AS job FROM ojs.jobs j
+                 WHERE j.dead_letter AND j.tenant = $3 AND ($1::text IS NULL OR j.queue = $1)
+                 ORDER BY j.completed_at DESC LIMIT $2",
+                &[&queue, &limit, &tenant],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        Ok(rows.iter().map(|row| row.get("job")).collect())
+    }
+
+    pub async fn dead_letter_count(&self) -> Result<i64, EngineError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one("SELECT count(*) AS jobs FROM ojs.jobs WHERE dead_letter", &[])
+            .await
+            .map_err(EngineError::sql)?;
+        Ok(row.get("jobs"))
+    }
+
+    /// A dead-lettered job goes back to available with a fresh attempt count.
+    pub async fn retry_dead_letter(&self, id: &str, tenant: &str) -> Result<Value, EngineError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "UPDATE ojs.jobs j SET state = 'available', dead_letter = false, attempt = 0, error = NULL,
+                        completed_at = NULL, started_at = NULL, retry_delay_ms = NULL, run_at = now()
+                 WHERE j.id = $1 AND j.tenant = $2 AND j.dead_letter RETURNING ojs.job_json(j) AS job",
+                &[&id, &tenant],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        row.map(|row| row.get("job"))
+            .ok_or_else(|| EngineError::not_found(format!("no dead-letter job {id}")))
+    }
+
+    /// Puts every discarded or cancelled job matching the filter back to available.
+    pub async fn retry_in_bulk(&self, state: &str, queue: Option<&str>, tenant: &str) -> Result<u64, EngineError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE ojs.jobs SET state = 'available', dead_letter = false, attempt = 0, error = NULL,
+                        completed_at = NULL, started_at = NULL, cancelled_at = NULL, retry_delay_ms = NULL,
+                        run_at = now()
+                 WHERE state = $1 AND tenant = $3 AND ($2::text IS NULL OR queue = $2)",
+                &[&state, &queue, &tenant],
+            )
+            .await
+            .map_err(EngineError::sql)
+    }
+
+    pub async fn delete_dead_letter(&self, id: &str, tenant: &str) -> Result<(), EngineError> {
+        let client = self.client().await?;
+        let deleted = client
+            .execute(
+                "DELETE FROM ojs.jobs WHERE id = $1 AND tenant = $2 AND dead_letter",
+                &[&id, &tenant],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        if deleted == 0 {
+            return Err(EngineError::not_found(format!("no dead-letter job {id}")));
+        }
+        Ok(())
+    }
+
+    /// Counts over all queues: jobs by state, queues, workers holding claims, and the last
+    /// minute's completions and failures (from the event log).
+    /// Job counts by state, queues, workers and the last minute's throughput: of every tenant
+    /// (`None`), or of one (ojs-multi-tenancy §10.2; its queues and workers are those its jobs
+    /// are in and claimed by).
+    pub async fn stats(&self, tenant: Option<&str>) -> Result<Value, EngineError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "WITH j AS (SELECT * FROM ojs.jobs WHERE $1::text IS NULL OR tenant = $1)
+                 SELECT coalesce((SELECT jsonb_object_agg(state, n) FROM
+                    (SELECT state, count(*) AS n FROM j GROUP BY state) s), '{}') AS counts,
+                        (SELECT count(DISTINCT queue) FROM j) AS queues,
+                        (SELECT count(DISTINCT worker_id) FROM j WHERE state = 'active') AS workers,
+                        (SELECT count(*) FILTER (WHERE e.type = 'job.completed') FROM ojs.events e
+                          WHERE e.time > now() - interval '1 minute'
+                            AND ($1 IS NULL OR e.job_id IN (SELECT id FROM j))) AS completed,
+                        (SELECT count(*) FILTER (WHERE e.type = 'job.failed') FROM ojs.events e
+                          WHERE e.time > now() - interval '1 minute'
+                            AND ($1 IS NULL OR e.job_id IN (SELECT id FROM j))) AS failed",
+                &[&tenant],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        let counts: Value = row.get("counts");
+        let mut jobs = json!({});
+        for state in STATES {
+            jobs[state] = json!(counts.get(state).and_then(Value::as_i64).unwrap_or(0));
+        }
+        Ok(json!({
+            "jobs": jobs,
+            "queues": row.get::<_, i64>("queues"),
+            "workers": row.get::<_, i64>("workers"),
+            "throughput": {
+                "processed_per_minute": row.get::<_, i64>("completed"),
+                "failed_per_minute": row.get::<_, i64>("failed"),
+            },
+        }))
+    }
+
+    /// The tenants that have jobs, each with its job count, in name order (at most
+    /// [`MAX_TENANTS_LISTED`]; `truncated` says when there are more).
+    pub async fn tenants(&self) -> Result<Value, EngineError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT tenant, count(*) AS jobs FROM ojs.jobs GROUP BY tenant ORDER BY tenant LIMIT $1",
+                &[&(MAX_TENANTS_LISTED + 1)],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        let truncated = rows.len() as i64 > MAX_TENANTS_LISTED;
+        let tenants: Vec<Value> = rows
+            .iter()
+            .take(MAX_TENANTS_LISTED as usize)
+            .map(|row| json!({ "tenant_id": row.get::<_, String>("tenant"), "jobs": row.get::<_, i64>("jobs") }))
+            .collect();
+        Ok(json!({ "tenants": tenants, "truncated": truncated }))
+    }
+
+    /// Workers that sent heartbeats or hold claims now, with the claims they hold.
+    pub async fn active_workers(&self) -> Result<Vec<Value>, EngineError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT CASE WHEN w.id IS NULL THEN jsonb_build_object('id', a.worker_id, 'state', 'running')
+                             ELSE ojs.worker_json(w) END
+                        || jsonb_build_object('active_jobs', coalesce(a.claims, 0)) AS worker
+                 FROM ojs.workers w
+                 FULL JOIN (SELECT worker_id, count(*) AS claims FROM ojs.jobs
+                            WHERE state = 'active' AND worker_id IS NOT NULL GROUP BY worker_id) a
+                   ON a.worker_id = w.id
+                 ORDER BY coalesce(w.id, a.worker_id)",
+                &[],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        Ok(rows.iter().map(|row| row.get("worker")).collect())
+    }
+
+    /// Deletes up to `limit` jobs that finished (completed, discarded, cancelled) more than
+    /// `retention` ago, workflows settled that long ago, and workers silent that long. Dead-lettered jobs
+    /// stay until deleted or retried, and jobs and nested workflows of running workflows stay
+    /// (later steps read their results). Returns how many jobs and workflows went.
+    pub async fn reap_finished(&self, retention: Duration, limit: i64) -> Result<(u64, u64), EngineError> {
+        let client = self.client().await?;
+        let seconds = retention.as_secs_f64();
+        let jobs = client
+            .execute(
+                "DELETE FROM ojs.jobs WHERE id IN (
+                     SELECT j.id FROM ojs.jobs j
+                     WHERE j.state IN ('completed', 'discarded', 'cancelled')
+                       AND coalesce(j.completed_at, j.cancelled_at) < now() - $1 * interval '1 s'
+                       AND NOT j.dead_letter
+                       AND (j.workflow_id IS NULL OR NOT EXISTS (
+                            SELECT 1 FROM ojs.workflows w LEFT JOIN ojs.workflows p ON p.id = w.parent_id
+                            WHERE w.id = j.workflow_id AND (w.state = 'running' OR p.state = 'running')))
+                     ORDER BY coalesce(j.completed_at, j.cancelled_at)
+                     LIMIT $2
+                     FOR UPDATE SKIP LOCKED)",
+                &[&seconds, &limit],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        let workflows = client
+            .execute(
+                "DELETE FROM ojs.workflows WHERE id IN (
+                     SELECT w.id FROM ojs.workflows w
+                     WHERE w.state NOT IN ('running', 'pending') AND w.completed_at < now() - $1 * interval '1 s'
+                       AND NOT EXISTS (SELECT 1 FROM ojs.workflows p WHERE p.id = w.parent_id
+                                       AND p.state IN ('running', 'pending'))
+                     ORDER BY w.completed_at LIMIT $2 FOR UPDATE OF w SKIP LOCKED)",
+                &[&seconds, &limit],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        client
+            .execute(
+                "DELETE FROM ojs.workers WHERE id IN (
+                     SELECT id FROM ojs.workers WHERE last_beat < now() - $1 * interval '1 s'
+                     ORDER BY last_beat LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                &[&seconds, &limit],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        Ok((jobs, workflows))
+    }
+}

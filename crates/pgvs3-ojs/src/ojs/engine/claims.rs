@@ -1,0 +1,501 @@
+//! Workers' side of the queue: claiming jobs (with the promotion of due and lapsed ones),
+//! acknowledging, failing, heartbeats and worker directives.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::envelope::RetryPolicy;
+use super::jobs::refusal;
+use super::{EngineError, Queue};
+
+/// Who claims: the queues in preference order, how many jobs, and for how long.
+pub struct FetchRequest {
+    pub queues: Vec<String>,
+    pub count: i64,
+    /// Only this tenant's jobs are handed out.
+    pub tenant: String,
+    pub worker_id: Option<String>,
+    pub visibility_ms: Option<i32>,
+}
+
+/// A worker's heartbeat: the claims it extends and, when it names itself, its state.
+pub struct Beat<'a> {
+    pub worker_id: Option<&'a str>,
+    pub job_ids: &'a [String],
+    /// Only this tenant's claims are extended.
+    pub tenant: &'a str,
+    pub visibility_ms: Option<i32>,
+    /// running, quiet, drain or terminate; unchanged when absent.
+    pub state: Option<&'a str>,
+    pub active_jobs: Option<i32>,
+}
+
+pub struct BeatReply {
+    pub extended: Vec<String>,
+    pub state: String,
+    /// What an operator asked the worker to do: quiet or terminate.
+    pub directive: Option<String>,
+    /// The conformance suite's test hook: a directive named by an extended job's
+    /// `options.metadata.test_directive` (honoured only in conformance mode).
+    pub test_directive: Option<String>,
+}
+
+/// Which claim an ack or nack speaks for. Both fields are optional; given ones must match the
+/// job's current claim.
+pub struct Claim {
+    pub job_id: String,
+    pub attempt: Option<i32>,
+    pub worker_id: Option<String>,
+    /// The job must be this tenant's: another tenant's is not found.
+    pub tenant: String,
+}
+
+pub struct Failure {
+    pub error: Value,
+    /// Put the job straight back (a worker releasing it), without spending the attempt's retry.
+    pub requeue: bool,
+}
+
+/// Jobs become due or lapse while nobody fetches; at most this many move per promotion.
+const PROMOTE_BATCH: i64 = 1000;
+/// How often a busy gateway promotes; a due job waits at most this long beyond its time.
+const PROMOTE_EVERY: Duration = Duration::from_millis(50);
+
+/// Moves due scheduled/retryable jobs to available, lapsed claims back to available (discarded on
+/// their last attempt), and expired jobs to discarded. Cheap when there is nothing to move: three partial-index range scans.
+const PROMOTE: &str = "
+WITH due AS (
+    UPDATE ojs.jobs SET state = 'available'
+    WHERE id IN (SELECT id FROM ojs.jobs WHERE state IN ('scheduled', 'retryable') AND run_at <= now()
+                 LIMIT $1 FOR UPDATE SKIP LOCKED)
+), lapse AS (
+    SELECT id, attempt >= max_attempts AS exhausted,
+           jsonb_build_object('code', 'visibility_timeout', 'type', 'visibility_timeout', 'attempt', attempt,
+                              'message', 'the claim lapsed before an ack, nack or heartbeat',
+                              'occurred_at', ojs.ts(now())) AS error
+    FROM ojs.jobs WHERE state = 'active' AND visible_until < now()
+    LIMIT $1 FOR UPDATE SKIP LOCKED
+), lapsed AS (
+    -- A lapsed claim spent its attempt: on the last one the job is discarded (or dead-lettered)
+    -- as a nack would, rather than offered again forever.
+    UPDATE ojs.jobs j SET visible_until = NULL, error = lapse.error, errors = j.errors || jsonb_build_array(lapse.error),
+        state = CASE WHEN lapse.exhausted THEN 'discarded' ELSE 'available' END,
+        completed_at = CASE WHEN lapse.exhausted THEN now() END,
+        dead_letter = lapse.exhausted AND coalesce(j.envelope #>> '{options,retry,on_exhaustion}' = 'dead_letter', false)
+    FROM lapse WHERE j.id = lapse.id
+    RETURNING j.id, j.queue, j.type, j.attempt, j.envelope, lapse.exhausted, lapse.error
+), lapse_events AS (
+    INSERT INTO ojs.events (id, type, queue, job_id, data)
+    SELECT gen_random_uuid()::text, 'job.discarded', queue, id,
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'attempt', attempt,
+                              'total_attempts', attempt, 'error', error,
+                              'last_error', error - 'occurred_at' - 'attempt') || ojs.trace_of(envelope)
+    FROM lapsed WHERE exhausted
+), expired AS (
+    UPDATE ojs.jobs SET state = 'discarded',
+        error = jsonb_build_object('code', 'expired', 'type', 'expired', 'message', 'expires_at passed before the job ran')
+    WHERE id IN (SELECT id FROM ojs.jobs WHERE expires_at <= now() AND state IN ('available', 'scheduled')
+                 LIMIT $1 FOR UPDATE SKIP LOCKED)
+    RETURNING id, queue, type, created_at, expires_at, envelope
+), expired_events AS (
+    INSERT INTO ojs.events (id, type, queue, job_id, data)
+    SELECT gen_random_uuid()::text, 'job.expired', queue, id,
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue,
+                              'created_at', ojs.ts(created_at), 'expired_at', ojs.ts(now()),
+                              'ttl_ms', round(extract(epoch FROM expires_at - created_at) * 1000)) || ojs.trace_of(envelope)
+    FROM expired
+)
+SELECT 1";
+
+/// Claims up to $2 jobs of tenant $5: queues in the order given, then priority, then FIFO, each
+/// queue read along the `jobs_claim` index (whose (queue, tenant) prefix is one range).
+/// Rate-limited jobs whose key has no room are passed over; those picked then take their starts
+/// from the key's row atomically (`admitted`), and any the key cannot take now stay available.
+const CLAIM: &str = "
+WITH claimed AS (
+    SELECT c.id, q.ord, c.priority, c.seq, c.rate_key
+    FROM unnest($1::text[]) WITH ORDINALITY AS q(name, ord)
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.seq, j.rate_key FROM ojs.jobs j
+        WHERE j.state = 'available' AND j.queue = q.name AND j.tenant = $5
+          AND (j.rate_key IS NULL
+               OR EXISTS (SELECT 1 FROM ojs.rate_limits r WHERE r.key = j.rate_key AND ojs.rate_room(r) > 0))
+          AND (j.workflow_id IS NULL
+               OR NOT EXISTS (SELECT 1 FROM ojs.workflows w WHERE w.id = j.workflow_id AND w.state = 'cancelled'))
+        ORDER BY j.priority DESC, j.seq
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED
+    ) c
+    WHERE NOT EXISTS (SELECT 1 FROM ojs.queues p WHERE p.name = q.name AND p.paused)
+      AND NOT EXISTS (SELECT 1 FROM ojs.workers w WHERE w.id = $3 AND (w.state <> 'running' OR w.directive IS NOT NULL))
+    ORDER BY q.ord, c.priority DESC, c.seq
+    LIMIT $2
+), wanted AS (
+    SELECT rate_key, count(*)::int AS n FROM claimed WHERE rate_key IS NOT NULL GROUP BY rate_key
+), locked AS (
+    -- Keys are locked in key order, so two claims that span the same keys cannot deadlock.
+    SELECT r.key FROM ojs.rate_limits r WHERE r.key IN (SELECT rate_key FROM wanted) ORDER BY r.key FOR UPDATE
+), admitted AS (
+    UPDATE ojs.rate_limits r
+    SET granted = least(w.n, ojs.rate_room(r)),
+        active = r.active + least(w.n, ojs.rate_room(r)),
+        window_count = CASE WHEN now() >= r.window_start + r.rate_period_ms * interval '1 ms' THEN 0
+                            ELSE r.window_count END + least(w.n, ojs.rate_room(r)),
+        window_start = CASE WHEN now() >= r.window_start + r.rate_period_ms * interval '1 ms'
+                                 AND least(w.n, ojs.rate_room(r)) > 0 THEN now() ELSE r.window_start END,
+        next_start = CASE WHEN r.throttle_ms IS NOT NULL AND least(w.n, ojs.rate_room(r)) > 0
+                          THEN now() + r.throttle_ms * interval '1 ms' ELSE r.next_start END
+    FROM wanted w JOIN locked l ON l.key = w.rate_key
+    WHERE r.key = w.rate_key
+    RETURNING r.key, r.granted
+), started AS (
+    SELECT c.id, c.ord FROM (
+        SELECT claimed.*, row_number() OVER (PARTITION BY rate_key ORDER BY ord, priority DESC, seq) AS turn
+        FROM claimed
+    ) c
+    LEFT JOIN admitted a ON a.key = c.rate_key
+    WHERE c.rate_key IS NULL OR c.turn <= a.granted
+), running AS (
+    UPDATE ojs.jobs j
+    SET state = 'active', attempt = j.attempt + 1, started_at = now(), worker_id = $3,
+        visible_until = now() + coalesce($4, j.visibility_ms) * interval '1 ms'
+    FROM started
+    WHERE j.id = started.id
+    RETURNING started.ord, j.priority, j.seq, j.id, j.queue, j.type, j.attempt, j.envelope, ojs.job_json(j) AS body
+), event AS (
+    INSERT INTO ojs.events (id, type, queue, job_id, data)
+    SELECT gen_random_uuid()::text, 'job.started', queue, id,
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'worker_id', $3::text,
+                              'attempt', attempt) || ojs.trace_of(envelope)
+    FROM running
+)
+SELECT ord, priority, seq, body FROM running";
+
+const ACK: &str = "
+WITH done AS (
+    UPDATE ojs.jobs j
+    SET state = 'completed', completed_at = now(), result = $2, error = NULL, visible_until = NULL
+    WHERE j.id = $1 AND j.state = 'active' AND j.tenant = $5
+      AND ($3::int IS NULL OR j.attempt = $3) AND ($4::text IS NULL OR j.worker_id IS NULL OR j.worker_id = $4)
+    RETURNING j.id, j.queue, j.type, j.attempt, j.started_at, j.workflow_id, j.envelope, ojs.job_json(j) AS body
+), event AS (
+    INSERT INTO ojs.events (id, type, queue, job_id, data)
+    SELECT gen_random_uuid()::text, 'job.completed', queue, id,
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'attempt', attempt,
+                              'duration_ms', round(extract(epoch FROM now() - started_at) * 1000),
+                              'result', $2::jsonb) || ojs.trace_of(envelope)
+    FROM done
+)
+SELECT body, workflow_id FROM done";
+
+/// The failing half of a nack: the job's claim, locked, for the retry decision.
+const NACK_LOCK: &str = "
+SELECT state, attempt, worker_id, envelope #> '{options,retry}' AS retry, max_attempts FROM ojs.jobs
+WHERE id = $1 AND tenant = $2 FOR UPDATE";
+
+/// The other half: the decided state, the error kept in the history, and the events.
+const NACK: &str = "
+WITH failed AS (
+    UPDATE ojs.jobs j
+    SET state = $2, error = $3, errors = errors || jsonb_build_array($3::jsonb), visible_until = NULL,
+        retry_delay_ms = coalesce($4, retry_delay_ms),
+        run_at = CASE WHEN $4::bigint IS NULL THEN run_at ELSE now() + $4 * interval '1 ms' END,
+        completed_at = CASE WHEN $2 = 'discarded' THEN now() END,
+        dead_letter = $5
+    WHERE id = $1
+    RETURNING j.id, j.queue, j.type, j.max_attempts, j.run_at, j.started_at, j.envelope, ojs.job_json(j) AS body
+), said AS (
+    -- The error as events carry it: the spec's code, message and retryable, and what else the worker sent.
+    SELECT $3::jsonb - 'occurred_at' - 'attempt'
+           || jsonb_build_object('code', coalesce($3::jsonb ->> 'code', $3::jsonb ->> 'type'), 'retryable', $8::bool)
+           AS error
+), event AS (
+    INSERT INTO ojs.events (id, type, queue, job_id, data)
+    SELECT gen_random_uuid()::text, e.kind, f.queue, f.id, e.data || ojs.trace_of(f.envelope)
+    FROM failed f CROSS JOIN said CROSS JOIN LATERAL (VALUES
+        ('job.failed', jsonb_build_object('job_id', f.id, 'job_type', f.type, 'queue', f.queue, 'attempt', $7::int,
+                                          'error', said.error,
+                                          'duration_ms', round(extract(epoch FROM now() - f.started_at) * 1000))),
+        ($6::text, jsonb_build_object('job_id', f.id, 'job_type', f.type, 'queue', f.queue, 'attempt', $7::int,
+                                      'error', said.error)
+                   || CASE $6::text
+                      WHEN 'job.retrying' THEN jsonb_build_object('max_attempts', f.max_attempts,
+                                                                  'next_retry_at', ojs.ts(f.run_at))
+                      WHEN 'job.discarded' THEN jsonb_build_object('total_attempts', $7::int,
+                                                                   'last_error', said.error)
+                      ELSE '{}' END)
+    ) AS e(kind, data)
+)
+SELECT body FROM failed";
+
+const EXTEND_CLAIMS: &str = "
+WITH extended AS (
+    UPDATE ojs.jobs SET visible_until = now() + coalesce($3, visibility_ms) * interval '1 ms'
+    WHERE id = ANY($1) AND state = 'active' AND tenant = $4
+      AND ($2::text IS NULL OR worker_id IS NULL OR worker_id = $2)
+    RETURNING id, queue, type, attempt, worker_id, visible_until, envelope
+), event AS (
+    INSERT INTO ojs.events (id, type, queue, job_id, data)
+    SELECT gen_random_uuid()::text, 'job.heartbeat', queue, id,
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue,
+                              'worker_id', coalesce(worker_id, $2), 'attempt', attempt,
+                              'visible_until', ojs.ts(visible_until)) || ojs.trace_of(envelope)
+    FROM extended
+)
+SELECT id, envelope #>> '{options,metadata,test_directive}' AS test_directive FROM extended";
+
+/// Records a worker's heartbeat and logs the worker events of ojs-events §3.4 with it:
+/// `worker.started` at its first heartbeat, `worker.quiet` when it reports quiet (or drain),
+/// `worker.stopped` when it reports terminate, and `worker.heartbeat` every time. (The CTEs
+/// share one snapshot, so `previous` is the row before this heartbeat.)
+const RECORD_WORKER: &str = "
+WITH previous AS (
+    SELECT state FROM ojs.workers WHERE id = $1
+), recorded AS (
+    INSERT INTO ojs.workers AS w (id, state, active_jobs) VALUES ($1, coalesce($2, 'running'), $3)
+    ON CONFLICT (id) DO UPDATE SET state = coalesce($2, w.state), active_jobs = coalesce($3, w.active_jobs), last_beat = now()
+    RETURNING w.state, w.directive, w.active_jobs
+), event AS (
+    INSERT INTO ojs.events (id, type, data)
+    SELECT gen_random_uuid()::text, e.type,
+           jsonb_strip_nulls(jsonb_build_object('worker_id', $1::text, 'active_jobs', r.active_jobs, 'state', r.state))
+           || e.extra
+      FROM recorded r, (SELECT (SELECT state FROM previous) AS state) p,
+           LATERAL (VALUES
+               ('worker.started', p.state IS NULL, '{}'::jsonb),
+               ('worker.quiet', r.state IN ('quiet', 'drain') AND p.state IS DISTINCT FROM r.state, '{}'),
+               ('worker.stopped', r.state = 'terminate' AND p.state IS DISTINCT FROM 'terminate',
+                jsonb_build_object('reason', 'terminate')),
+               ('worker.heartbeat', true, '{}')) AS e(type, wanted, extra)
+     WHERE e.wanted
+)
+SELECT state, directive FROM recorded";
+
+impl Queue {
+    /// Whether this fetch should also promote: true at most once per [`PROMOTE_EVERY`].
+    fn promotion_due(&self) -> bool {
+        let now = self.started.elapsed().as_millis() as u64 + PROMOTE_EVERY.as_millis() as u64;
+        let last = self.last_promote_ms.load(Ordering::Relaxed);
+        // Another fetch may have stored a later `now` since this one read the clock.
+        now.saturating_sub(last) >= PROMOTE_EVERY.as_millis() as u64
+            && self
+                .last_promote_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// When promotion is due, it goes out with the claim: one round trip, two statements. The
+    /// hot statements are prepared once per connection (a plain query would prepare it again
+    /// each time: one more round trip and a fresh plan).
+    pub async fn fetch(&self, request: &FetchRequest) -> Result<Vec<Value>, EngineError> {
+        let client = self.client().await?;
+        let claim_params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
+            &request.queues,
+            &request.count,
+            &request.worker_id,
+            &request.visibility_ms,
+            &request.tenant,
+        ];
+        let claim_statement = client.prepare_cached(CLAIM).await.map_err(EngineError::sql)?;
+        let claim = client.query(&claim_statement, &claim_params);
+        let claimed = if self.promotion_due() {
+            let promote_statement = client.prepare_cached(PROMOTE).await.map_err(EngineError::sql)?;
+            let promote_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&PROMOTE_BATCH];
+            let (promote, claim) = tokio::join!(client.execute(&promote_statement, &promote_params), claim);
+            promote.map_err(EngineError::sql)?;
+            claim
+        } else {
+            claim.await
+        };
+        let mut rows = claimed.map_err(EngineError::sql)?;
+        // RETURNING has no order of its own.
+        rows.sort_by_key(|row| {
+            (
+                row.get::<_, i64>("ord"),
+                -row.get::<_, i32>("priority"),
+                row.get::<_, i64>("seq"),
+            )
+        });
+        Ok(rows.iter().map(|row| row.get("body")).collect())
+    }
+
+    pub async fn ack(&self, claim: &Claim, result: Option<Value>) -> Result<Value, EngineError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(ACK).await.map_err(EngineError::sql)?;
+        let row = client
+            .query_opt(
+                &statement,
+                &[&claim.job_id, &result, &claim.attempt, &claim.worker_id, &claim.tenant],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        match row {
+            Some(row) => Ok(row.get("body")),
+            None => Err(self
+                .explain_refusal(&client, &claim.job_id, &claim.tenant, "acknowledged")
+                .await),
+        }
+    }
+
+    /// A failed attempt: retry after the policy's backoff, or discard (to the dead letter when
+    /// the policy says so).
+    pub async fn nack(&self, claim: &Claim, failure: Failure) -> Result<Value, EngineError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(EngineError::sql)?;
+        let statement = tx.prepare_cached(NACK_LOCK).await.map_err(EngineError::sql)?;
+        let row = tx
+            .query_opt(&statement, &[&claim.job_id, &claim.tenant])
+            .await
+            .map_err(EngineError::sql)?;
+        let Some(row) = row else {
+            return Err(EngineError::job_not_found(&claim.job_id));
+        };
+        let state: String = row.get("state");
+        let attempt: i32 = row.get("attempt");
+        let worker_id: Option<String> = row.get("worker_id");
+        let fenced_out = claim.attempt.is_some_and(|a| a != attempt)
+            || matches!((&claim.worker_id, &worker_id), (Some(mine), Some(theirs)) if mine != theirs);
+        if state != "active" || fenced_out {
+            return Err(refusal(&claim.job_id, &state, "failed"));
+        }
+        let policy = RetryPolicy::from_options(row.get::<_, Option<Value>>("retry").as_ref())
+            .unwrap_or_else(|_| RetryPolicy::from_options(None).expect("the default policy is valid"));
+        let max_attempts: i32 = row.get("max_attempts");
+        let error = error_record(&failure.error, attempt);
+        let names: Vec<&str> = ["type", "code"]
+            .iter()
+            .filter_map(|field| error.get(*field).and_then(Value::as_str))
+            .chain(failure.error.pointer("/details/error_class").and_then(Value::as_str))
+            .collect();
+        let retryable =
+            failure.error.get("retryable").and_then(Value::as_bool).unwrap_or(true) && !policy.is_non_retryable(&names);
+        let (next_state, delay_ms, dead_letter, event) = if failure.requeue {
+            ("available", None, false, "job.requeued")
+        } else if retryable && attempt < max_attempts {
+            (
+                "retryable",
+                Some(policy.delay(attempt).as_millis() as i64),
+                false,
+                "job.retrying",
+            )
+        } else {
+            ("discarded", None, policy.dead_letter, "job.discarded")
+        };
+        let statement = tx.prepare_cached(NACK).await.map_err(EngineError::sql)?;
+        let row = tx
+            .query_one(
+                &statement,
+                &[
+                    &claim.job_id,
+                    &next_state,
+                    &error,
+                    &delay_ms,
+                    &dead_letter,
+                    &event,
+                    &attempt,
+                    &retryable,
+                ],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        tx.commit().await.map_err(EngineError::sql)?;
+        let mut body: Value = row.get("body");
+        if let Some(delay) = delay_ms {
+            body["retry_delay_ms"] = json!(delay);
+        }
+        Ok(body)
+    }
+
+    /// Extends the claims a worker still holds and records the worker's state (both statements
+    /// in one round trip). Returns the ids it extended and the worker's state and directive.
+    pub async fn heartbeat(&self, beat: &Beat<'_>) -> Result<BeatReply, EngineError> {
+        let client = self.client().await?;
+        let extend = async {
+            if beat.job_ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            let statement = client.prepare_cached(EXTEND_CLAIMS).await?;
+            client
+                .query(
+                    &statement,
+                    &[&beat.job_ids, &beat.worker_id, &beat.visibility_ms, &beat.tenant],
+                )
+                .await
+        };
+        let record = async {
+            let Some(worker_id) = beat.worker_id else {
+                return Ok(None);
+            };
+            let statement = client.prepare_cached(RECORD_WORKER).await?;
+            client
+                .query_one(&statement, &[&worker_id, &beat.state, &beat.active_jobs])
+                .await
+                .map(Some)
+        };
+        let (extended, worker) = tokio::join!(extend, record);
+        let worker = worker.map_err(EngineError::sql)?;
+        let extended = extended.map_err(EngineError::sql)?;
+        Ok(BeatReply {
+            test_directive: extended.iter().find_map(|row| row.get("test_directive")),
+            extended: extended.iter().map(|row| row.get("id")).collect(),
+            state: worker.as_ref().map_or_else(|| "running".into(), |row| row.get("state")),
+            directive: worker.and_then(|row| row.get("directive")),
+        })
+    }
+
+    /// Tells a worker, at its next heartbeat, to quiet or terminate (`None` clears the directive);
+    /// either way it is given no new jobs from now on.
+    pub async fn direct_worker(&self, worker_id: &str, directive: Option<&str>) -> Result<Value, EngineError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "INSERT INTO ojs.workers AS w (id, state, directive) VALUES ($1, 'running', $2)
+                 ON CONFLICT (id) DO UPDATE SET directive = $2
+                 RETURNING ojs.worker_json(w) AS worker",
+                &[&worker_id, &directive],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        Ok(row.get("worker"))
+    }
+
+    pub async fn worker(&self, worker_id: &str) -> Result<Value, EngineError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT ojs.worker_json(w) AS worker FROM ojs.workers w WHERE w.id = $1",
+                &[&worker_id],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        row.map(|row| row.get("worker"))
+            .ok_or_else(|| EngineError::not_found(format!("no worker {worker_id:?} has sent a heartbeat")))
+    }
+}
+
+/// The error a worker reported, as kept in the job's history.
+fn error_record(error: &Value, attempt: i32) -> Value {
+    let mut record = match error {
+        Value::Object(fields) => fields.clone(),
+        Value::String(message) => [("message".to_string(), Value::String(message.clone()))]
+            .into_iter()
+            .collect(),
+        _ => serde_json::Map::new(),
+    };
+    if !record.contains_key("type") {
+        let kind = error
+            .pointer("/details/error_class")
+            .or_else(|| error.get("code"))
+            .cloned()
+            .unwrap_or_else(|| Value::String("error".into()));
+        record.insert("type".into(), kind);
+    }
+    record
+        .entry("message")
+        .or_insert_with(|| Value::String("the worker reported a failure".into()));
+    record.insert("attempt".into(), json!(attempt));
+    record.insert("occurred_at".into(), Value::String(super::now_rfc3339()));
+    Value::Object(record)
+}

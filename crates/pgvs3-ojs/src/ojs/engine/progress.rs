@@ -1,0 +1,156 @@
+//! Job progress (ojs-progress: `PUT`/`GET /ojs/v1/jobs/{id}/progress`): a worker's reports,
+//! checked, stored on its active job and logged as `job.progress`.
+
+use serde_json::{Value, json};
+
+use super::{EngineError, Queue};
+
+/// A progress report (ojs-progress §5, §6): `progress` a fraction, clamped to 0–1 (a report is
+/// fire-and-forget, so a value out of range is not an error); `data` and `checkpoint` objects;
+/// at least one of `progress` and `data`. The SDKs' older `percentage` (0–100, clamped too) is
+/// taken as `progress / 100`, and their `message` goes into `data`.
+pub struct ProgressReport {
+    pub progress: Option<f64>,
+    pub data: Option<Value>,
+    pub checkpoint: Option<Value>,
+}
+
+pub fn parse_progress(body: &Value) -> Result<ProgressReport, EngineError> {
+    let number = |field: &str, scale: f64| match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => value
+            .as_f64()
+            .filter(|n| n.is_finite())
+            .map(|n| Some((n / scale).clamp(0.0, 1.0)))
+            .ok_or_else(|| EngineError::invalid(format!("\"{field}\" must be a number"))),
+    };
+    let progress = match number("progress", 1.0)? {
+        Some(progress) => Some(progress),
+        None => number("percentage", 100.0)?,
+    };
+    let object = |field: &str| match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value @ Value::Object(_)) => Ok(Some(value.clone())),
+        Some(_) => Err(EngineError::invalid(format!("\"{field}\" must be an object"))),
+    };
+    let mut data = object("data")?;
+    if let Some(message) = body.get("message").and_then(Value::as_str) {
+        data.get_or_insert_with(|| json!({}))["message"] = Value::String(message.to_string());
+    }
+    let checkpoint = object("checkpoint")?;
+    if progress.is_none() && data.is_none() {
+        return Err(EngineError::invalid(
+            "a progress report needs \"progress\" (0 to 1) or \"data\"",
+        ));
+    }
+    Ok(ProgressReport {
+        progress,
+        data,
+        checkpoint,
+    })
+}
+
+/// Stores an active job's progress and logs `job.progress`, in one statement: the numeric
+/// progress never decreases within an attempt, `data` is replaced when given, the checkpoint
+/// kept until a new one comes, and the claim is extended as by a heartbeat (ojs-progress §6.3).
+/// The worker, when named, must hold the job.
+const REPORT_PROGRESS: &str = "
+WITH reported AS (
+    UPDATE ojs.jobs j SET
+        progress = jsonb_strip_nulls(jsonb_build_object(
+            'attempt', j.attempt,
+            'progress', to_jsonb(greatest($2::float8, CASE WHEN (j.progress ->> 'attempt')::int = j.attempt
+                                                           THEN (j.progress ->> 'progress')::float8 END)),
+            'data', coalesce($3::jsonb, CASE WHEN (j.progress ->> 'attempt')::int = j.attempt THEN j.progress -> 'data' END),
+            'checkpoint', coalesce($4::jsonb, j.progress -> 'checkpoint'),
+            'updated_at', ojs.ts(now()))),
+        visible_until = now() + j.visibility_ms * interval '1 ms'
+     WHERE id = $1 AND tenant = $6 AND state = 'active' AND ($5::text IS NULL OR worker_id IS NULL OR worker_id = $5)
+    RETURNING id, queue, type, attempt, worker_id, envelope, progress
+), event AS (
+    INSERT INTO ojs.events (id, type, queue, job_id, data)
+    SELECT gen_random_uuid()::text, 'job.progress', queue, id,
+           jsonb_build_object('job_id', id, 'job_type', type, 'queue', queue, 'attempt', attempt,
+                              'worker_id', worker_id)
+           || jsonb_strip_nulls(jsonb_build_object(
+                  'progress', progress -> 'progress', 'data', progress -> 'data',
+                  -- ojs-events §3.2 names these two.
+                  'progress_percent', (progress ->> 'progress')::float8 * 100,
+                  'progress_message', progress #> '{data,message}'))
+           || ojs.trace_of(envelope)
+      FROM reported
+)
+SELECT 1 FROM reported";
+
+/// A job's progress as `GET /jobs/{id}/progress` shows it (§7.1): nulls when none was reported.
+const READ_PROGRESS: &str = "
+SELECT jsonb_build_object('job_id', j.id, 'state', job ->> 'state', 'progress', job -> 'progress',
+                          'data', job -> 'progress_data',
+                          'updated_at', CASE WHEN job ? 'progress' THEN j.progress -> 'updated_at' END)
+       || jsonb_strip_nulls(jsonb_build_object('last_checkpoint', job -> 'last_checkpoint')) AS progress
+  FROM ojs.jobs j, ojs.job_json(j) AS job WHERE j.id = $1 AND j.tenant = $2";
+
+impl Queue {
+    /// Records a progress report; whether the job took it (one that is not active, or held by
+    /// another worker, is ignored, as §6.1 asks). Either way the answer is the job's progress.
+    pub async fn report_progress(
+        &self,
+        job_id: &str,
+        tenant: &str,
+        worker_id: Option<&str>,
+        report: &ProgressReport,
+    ) -> Result<(bool, Value), EngineError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(REPORT_PROGRESS).await.map_err(EngineError::sql)?;
+        let taken = client
+            .query_opt(
+                &statement,
+                &[
+                    &job_id,
+                    &report.progress,
+                    &report.data,
+                    &report.checkpoint,
+                    &worker_id,
+                    &tenant,
+                ],
+            )
+            .await
+            .map_err(EngineError::sql)?
+            .is_some();
+        Ok((taken, self.progress(job_id, tenant).await?))
+    }
+
+    /// A job's progress; another tenant's job is not found.
+    pub async fn progress(&self, job_id: &str, tenant: &str) -> Result<Value, EngineError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(READ_PROGRESS).await.map_err(EngineError::sql)?;
+        client
+            .query_opt(&statement, &[&job_id, &tenant])
+            .await
+            .map_err(EngineError::sql)?
+            .map(|row| row.get("progress"))
+            .ok_or_else(|| EngineError::job_not_found(job_id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_reports_are_checked() {
+        let progress = |body: Value| parse_progress(&body).map(|report| report.progress);
+        assert_eq!(progress(json!({ "progress": 0.5 })).unwrap(), Some(0.5));
+        assert_eq!(progress(json!({ "progress": 1.5 })).unwrap(), Some(1.0), "clamped");
+        assert_eq!(progress(json!({ "progress": -1 })).unwrap(), Some(0.0), "clamped");
+        assert_eq!(progress(json!({ "percentage": 25 })).unwrap(), Some(0.25));
+        assert!(parse_progress(&json!({ "checkpoint": {} })).is_err());
+        assert!(parse_progress(&json!({ "progress": "half" })).is_err());
+        assert_eq!(
+            parse_progress(&json!({ "data": { "rows": 3 }, "message": "m" }))
+                .unwrap()
+                .data,
+            Some(json!({ "rows": 3, "message": "m" }))
+        );
+    }
+}

@@ -1,0 +1,587 @@
+//! The routes under `/ojs/v1` and their handlers: each reads its request into the engine's
+//! typed values, calls the engine, and shapes the answer.
+
+use std::collections::HashMap;
+
+use http::{Method, Request, StatusCode};
+use serde_json::{Value, json};
+
+use super::super::engine::claims::{Beat, Failure, FetchRequest};
+use super::super::engine::envelope::{self, NewJob};
+use super::super::engine::jobs::Answer;
+use super::super::engine::{cron, now_rfc3339, progress, webhooks, workflow};
+use super::wire::*;
+use super::{MAX_BATCH, MAX_FETCH, OjsError, OjsService, Reply, request, tenant};
+use crate::request_body::RequestBody;
+
+impl OjsService {
+    /// Serves one request; `headers` collects response headers beyond the usual ones.
+    pub(super) async fn route(
+        &self,
+        request: Request<RequestBody>,
+        headers: &mut Vec<(&'static str, String)>,
+    ) -> Reply {
+        let (parts, body) = request.into_parts();
+        let path = parts.uri.path().trim_end_matches('/').to_string();
+        let query = parse_query(parts.uri.query().unwrap_or(""));
+        match path.as_str() {
+            "/ojs/manifest" => return Ok((StatusCode::OK, self.manifest())),
+            "/health" => return Ok(self.health().await),
+            "/ready" => {
+                let (status, body) = self.health().await;
+                let ready = if status == StatusCode::OK { "ready" } else { "not_ready" };
+                return Ok((status, json!({ "status": ready, "backend": body["backend"] })));
+            }
+            _ => {}
+        }
+        let Some(route) = path.strip_prefix("/ojs/v1") else {
+            return Err(OjsError::not_found(format!("no OJS route {path}")));
+        };
+        let segments: Vec<&str> = route.split('/').filter(|s| !s.is_empty()).collect();
+        let acting = if route == "/health" {
+            tenant::Acting::default_tenant()
+        } else {
+            self.authorize(&parts.headers)?
+        };
+        if acting.bound && !tenant::is_scoped(&segments) {
+            return Err(OjsError::forbidden(format!(
+                "a tenant token reaches the job routes only, not {path}"
+            )));
+        }
+        let tenant = acting.tenant.as_str();
+        let queue = &self.inner.queue;
+        let method = parts.method.clone();
+        let body = request::read(body, self.inner.options.max_body_bytes, &self.inner.budget).await?;
+        match (&method, segments.as_slice()) {
+            (&Method::GET, ["health"]) => Ok(self.health().await),
+            (&Method::POST, ["jobs"]) => self.enqueue(request::json(&body)?, &acting, headers).await,
+            (&Method::POST, ["jobs", "batch"]) => self.enqueue_batch(request::json(&body)?, &acting, headers).await,
+            (&Method::GET, ["jobs", id]) => {
+                Ok((StatusCode::OK, json!({ "job": queue.get(job_id(id)?, tenant).await? })))
+            }
+            (&Method::GET, ["admin", "jobs", id]) => Ok((StatusCode::OK, queue.get(job_id(id)?, tenant).await?)),
+            (&Method::DELETE, ["jobs", id]) | (&Method::POST, ["jobs", id, "cancel"]) => Ok((
+                StatusCode::OK,
+                json!({ "job": queue.cancel(job_id(id)?, tenant).await? }),
+            )),
+            (&Method::POST, ["workers", "fetch"]) => self.fetch(request::json(&body)?, tenant).await,
+            (&Method::POST, ["workers", "ack"]) => self.ack(request::json(&body)?, tenant).await,
+            (&Method::POST, ["workers", "nack"]) => self.nack(request::json(&body)?, tenant).await,
+            // The per-job forms: the job is the path's, the body (optional) the rest.
+            (&Method::POST, ["jobs", id, "ack"]) => self.ack(request::job_json(id, &body)?, tenant).await,
+            (&Method::POST, ["jobs", id, "nack"]) => self.nack(request::job_json(id, &body)?, tenant).await,
+            (&Method::PUT | &Method::POST, ["jobs", id, "progress"]) => {
+                self.progress(request::job_json(id, &body)?, tenant).await
+            }
+            (&Method::POST, ["workers", "progress"]) => self.progress(request::json(&body)?, tenant).await,
+            (&Method::GET, ["jobs", id, "progress"]) => {
+                let progress = queue.progress(job_id(id)?, tenant).await?;
+                progress_headers(&progress, headers);
+                Ok((StatusCode::OK, progress))
+            }
+            // The webhooks extension's routes are under /webhooks/subscriptions; the website's
+            // shorter /webhooks form is the same.
+            (method, ["webhooks", rest @ ..]) => {
+                let rest = match rest {
+                    ["subscriptions", rest @ ..] => rest,
+                    rest => rest,
+                };
+                self.webhooks(method, rest, &body, &query).await
+            }
+            (&Method::POST, ["workers", "heartbeat"]) | (&Method::POST, ["workers", "beat"]) => {
+                self.heartbeat(request::json(&body)?, tenant).await
+            }
+            (&Method::GET, ["queues"]) | (&Method::GET, ["admin", "queues"]) => {
+                let queues = queue.list_queues().await?;
+                Ok((StatusCode::OK, listing("queues", queues)))
+            }
+            (&Method::GET, ["queues", name, "stats"]) | (&Method::GET, ["admin", "queues", name, "stats"]) => {
+                Ok((StatusCode::OK, queue.queue_stats(queue_name(name)?).await?))
+            }
+            (&Method::POST, ["queues", name, action]) if *action == "pause" || *action == "resume" => {
+                queue.set_paused(queue_name(name)?, *action == "pause").await?;
+                Ok((StatusCode::OK, queue.queue_stats(name).await?))
+            }
+            (&Method::POST, ["admin", "queues", name, action]) if *action == "pause" || *action == "resume" => {
+                queue.set_paused(queue_name(name)?, *action == "pause").await?;
+                Ok((StatusCode::OK, queue.queue_stats(name).await?["queue"].take()))
+            }
+            (&Method::PUT, ["admin", "queues", name, "config"]) => {
+                let settings = queue_settings(request::json(&body)?)?;
+                let config = queue.configure_queue(queue_name(name)?, &settings).await?;
+                Ok((StatusCode::OK, json!({ "queue": name, "config": config })))
+            }
+            (&Method::GET, ["admin", "queues", name, "config"]) => {
+                let config = queue.queue_config(queue_name(name)?).await?;
+                Ok((StatusCode::OK, json!({ "queue": name, "config": config })))
+            }
+            (&Method::GET, ["dead-letter"]) | (&Method::GET, ["admin", "dead-letter"]) => {
+                let limit = query
+                    .get("limit")
+                    .and_then(|l| l.parse().ok())
+                    .unwrap_or(100)
+                    .clamp(1, 1000);
+                let jobs = queue
+                    .dead_letter(query.get("queue").map(String::as_str), limit, tenant)
+                    .await?;
+                Ok((StatusCode::OK, listing("jobs", jobs)))
+            }
+            (&Method::GET, ["admin", "dead-letter", "stats"]) => {
+                let total = queue.dead_letter_count().await?;
+                Ok((StatusCode::OK, json!({ "total": total, "count": total })))
+            }
+            (&Method::POST, ["dead-letter", id, "retry"]) | (&Method::POST, ["admin", "dead-letter", id, "retry"]) => {
+                Ok((
+                    StatusCode::OK,
+                    json!({ "job": queue.retry_dead_letter(job_id(id)?, tenant).await? }),
+                ))
+            }
+            (&Method::DELETE, ["dead-letter", id]) => {
+                queue.delete_dead_letter(job_id(id)?, tenant).await?;
+                Ok((StatusCode::OK, json!({ "deleted": true, "job_id": id })))
+            }
+            (&Method::DELETE, ["admin", "dead-letter", id]) => {
+                queue.delete_dead_letter(job_id(id)?, tenant).await?;
+                Ok((StatusCode::NO_CONTENT, Value::Null))
+            }
+            (&Method::POST, ["workflows"]) => {
+                let workflow = workflow::parse_workflow(request::json(&body)?, self.inner.options.max_args_bytes)?;
+                let workflow = queue.create_workflow(&workflow, tenant).await?;
+                Ok((StatusCode::CREATED, json!({ "workflow": workflow })))
+            }
+            (&Method::GET, ["workflows", id]) => Ok((
+                StatusCode::OK,
+                json!({ "workflow": queue.get_workflow(workflow_id(id)?).await? }),
+            )),
+            (&Method::DELETE, ["workflows", id]) | (&Method::POST, ["workflows", id, "cancel"]) => Ok((
+                StatusCode::OK,
+                json!({ "workflow": queue.cancel_workflow(workflow_id(id)?).await? }),
+            )),
+            (&Method::GET, ["rate-limits"]) => Ok((StatusCode::OK, listing("items", queue.rate_limits().await?))),
+            (&Method::GET, ["rate-limits", key]) => Ok((StatusCode::OK, queue.rate_limit(key).await?)),
+            (&Method::GET, ["events"]) => self.events(&query).await,
+            (&Method::POST, ["cron"]) => self.register_cron(request::json(&body)?, None).await,
+            (&Method::PUT, ["cron", name]) => self.register_cron(request::json(&body)?, Some(*name)).await,
+            (&Method::GET, ["cron"]) => {
+                let crons = queue.list_crons().await?;
+                Ok((StatusCode::OK, listing("crons", crons)))
+            }
+            (&Method::DELETE, ["cron", name]) => {
+                Ok((StatusCode::OK, json!({ "cron": queue.delete_cron(name).await? })))
+            }
+            (&Method::POST, ["admin", "jobs", "bulk", "retry"]) => {
+                self.retry_in_bulk(request::json(&body)?, tenant).await
+            }
+            (&Method::GET, ["admin", "stats"]) => Ok((StatusCode::OK, queue.stats(None).await?)),
+            (&Method::GET, ["admin", "tenants"]) => Ok((StatusCode::OK, queue.tenants().await?)),
+            (&Method::GET, ["admin", "tenants", id, "stats"]) => {
+                let mut stats = queue.stats(Some(id)).await?;
+                stats["tenant_id"] = json!(id);
+                Ok((StatusCode::OK, stats))
+            }
+            (&Method::GET, ["workers", id, "health"]) | (&Method::GET, ["admin", "workers", id]) => {
+                Ok((StatusCode::OK, queue.worker(id).await?))
+            }
+            (&Method::POST, ["admin", "workers", id, action]) => {
+                let directive = match *action {
+                    "quiet" => Some("quiet"),
+                    "terminate" => Some("terminate"),
+                    "resume" => None,
+                    _ => return Err(OjsError::not_found(format!("no OJS route POST {path}"))),
+                };
+                Ok((
+                    StatusCode::OK,
+                    json!({ "worker": queue.direct_worker(id, directive).await? }),
+                ))
+            }
+            (&Method::GET, ["admin", "workers"]) => {
+                let workers = queue.active_workers().await?;
+                let mut body = listing("workers", workers);
+                body["summary"] = json!({ "total": body["pagination"]["total"] });
+                Ok((StatusCode::OK, body))
+            }
+            (&Method::POST, ["admin", "reset"]) if self.inner.options.allow_reset => {
+                queue.reset().await?;
+                Ok((StatusCode::OK, json!({ "reset": true })))
+            }
+            _ => Err(OjsError::not_found(format!("no OJS route {method} {path}"))),
+        }
+    }
+
+    async fn enqueue(
+        &self,
+        mut body: Value,
+        acting: &tenant::Acting,
+        headers: &mut Vec<(&'static str, String)>,
+    ) -> Reply {
+        let tenant = acting.tenant_of_job(&mut body)?;
+        let job = envelope::parse_job(body, self.inner.options.max_args_bytes)?;
+        let mut inserted = self
+            .inner
+            .queue
+            .enqueue(std::slice::from_ref(&job), &tenant, Answer::Job)
+            .await?;
+        pressure_headers(&inserted, headers);
+        if let Some(limit) = &job.rate_limit {
+            self.rate_limit_headers(&limit.key, headers).await?;
+        }
+        let job = inserted
+            .jobs
+            .pop()
+            .ok_or_else(|| OjsError::backend("enqueue returned no job"))?;
+        let status = if job.get("duplicate").is_some() {
+            StatusCode::OK
+        } else {
+            StatusCode::CREATED
+        };
+        Ok((status, json!({ "job": job })))
+    }
+
+    async fn enqueue_batch(
+        &self,
+        body: Value,
+        acting: &tenant::Acting,
+        headers: &mut Vec<(&'static str, String)>,
+    ) -> Reply {
+        let list = match body {
+            Value::Object(mut fields) => fields.remove("jobs"),
+            array @ Value::Array(_) => Some(array),
+            _ => None,
+        };
+        let Some(Value::Array(list)) = list else {
+            return Err(OjsError::invalid("a batch is {\"jobs\": [...]}"));
+        };
+        if list.is_empty() || list.len() > MAX_BATCH {
+            return Err(OjsError::invalid(format!("a batch holds 1 to {MAX_BATCH} jobs")));
+        }
+        // One batch is one tenant's: the jobs' `meta.tenant_id`s (or the request's) must agree.
+        let mut tenant: Option<String> = None;
+        let jobs = list
+            .into_iter()
+            .enumerate()
+            .map(|(index, mut job)| {
+                let parsed = acting.tenant_of_job(&mut job).and_then(|of_job| {
+                    match &tenant {
+                        Some(first) if *first != of_job => {
+                            return Err(OjsError::invalid(format!(
+                                "meta.tenant_id {of_job:?} is not the batch's tenant {first:?}; a batch is one tenant's"
+                            )));
+                        }
+                        _ => tenant = Some(of_job),
+                    }
+                    envelope::parse_job(job, self.inner.options.max_args_bytes).map_err(OjsError::from)
+                });
+                parsed.map_err(|mut error| {
+                    error.message = format!("jobs[{index}]: {}", error.message);
+                    error
+                })
+            })
+            .collect::<Result<Vec<NewJob>, _>>()?;
+        let tenant = tenant.unwrap_or_else(|| acting.tenant.clone());
+        if jobs.iter().any(|job| job.unique.is_some()) {
+            return Err(OjsError::invalid(
+                "unique options are not supported in batches; enqueue such jobs singly",
+            ));
+        }
+        // A job may wait for jobs earlier in the batch, never later ones: every dependency is
+        // older than its dependent, so no cycle can form.
+        for (index, job) in jobs.iter().enumerate() {
+            if let Some(later) = jobs[index..].iter().find(|other| job.depends_on.contains(&other.id)) {
+                return Err(OjsError::invalid(format!(
+                    "jobs[{index}]: options.depends_on names job {}, which is not enqueued before it",
+                    later.id
+                )));
+            }
+        }
+        let inserted = self.inner.queue.enqueue(&jobs, &tenant, Answer::Summary).await?;
+        pressure_headers(&inserted, headers);
+        let stored = inserted.jobs;
+        let count = stored.len();
+        Ok((StatusCode::CREATED, json!({ "jobs": stored, "count": count })))
+    }
+
+    /// What the job's rate limit key allows now, in the X-RateLimit-* headers' terms: the limit
+    /// (the window's count, else the concurrency), the starts left, and when one more frees up.
+    async fn rate_limit_headers(&self, key: &str, headers: &mut Vec<(&'static str, String)>) -> Result<(), OjsError> {
+        let state = self.inner.queue.rate_limit(key).await?;
+        let limit = state
+            .pointer("/rate/limit")
+            .or_else(|| state.pointer("/concurrency/limit"))
+            .and_then(Value::as_i64);
+        if let Some(limit) = limit {
+            let reset = state
+                .pointer("/rate/window_resets_unix")
+                .and_then(Value::as_i64)
+                .unwrap_or_else(|| time::OffsetDateTime::now_utc().unix_timestamp());
+            headers.push(("x-ratelimit-limit", limit.to_string()));
+            headers.push((
+                "x-ratelimit-remaining",
+                state["room"].as_i64().unwrap_or(0).min(limit).to_string(),
+            ));
+            headers.push(("x-ratelimit-reset", reset.to_string()));
+        }
+        Ok(())
+    }
+
+    async fn fetch(&self, body: Value, tenant: &str) -> Reply {
+        let queues: Vec<String> = match body.get("queues") {
+            None => vec![envelope::DEFAULT_QUEUE.to_string()],
+            Some(Value::Array(names)) => names
+                .iter()
+                .map(|name| match name.as_str() {
+                    Some(name) if envelope::is_valid_queue(name) => Ok(name.to_string()),
+                    _ => Err(OjsError::invalid("\"queues\" must be an array of valid queue names")),
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err(OjsError::invalid("\"queues\" must be an array of queue names")),
+        };
+        let count = match body.get("count").or_else(|| body.get("max_jobs")) {
+            None => 1,
+            Some(count) => count
+                .as_i64()
+                .filter(|n| (1..=MAX_FETCH).contains(n))
+                .ok_or_else(|| OjsError::invalid(format!("\"count\" must be from 1 to {MAX_FETCH}")))?,
+        };
+        let request = FetchRequest {
+            queues,
+            count,
+            tenant: tenant.to_string(),
+            worker_id: optional_string(&body, "worker_id")?,
+            visibility_ms: optional_ms(&body, "visibility_timeout_ms")?,
+        };
+        let jobs = self.inner.queue.fetch(&request).await?;
+        Ok((StatusCode::OK, json!({ "jobs": jobs })))
+    }
+
+    async fn ack(&self, body: Value, tenant: &str) -> Reply {
+        let claim = claim(&body, tenant)?;
+        let result = body.get("result").cloned();
+        let job = self.inner.queue.ack(&claim, result).await?;
+        Ok((StatusCode::OK, settled(job, "acknowledged")))
+    }
+
+    async fn nack(&self, body: Value, tenant: &str) -> Reply {
+        let claim = claim(&body, tenant)?;
+        let error = match body.get("error") {
+            Some(error @ (Value::Object(_) | Value::String(_))) => error.clone(),
+            None => json!({ "message": "the worker reported a failure" }),
+            Some(_) => return Err(OjsError::invalid("\"error\" must be an object")),
+        };
+        let requeue = body.get("requeue").and_then(Value::as_bool).unwrap_or(false);
+        let job = self.inner.queue.nack(&claim, Failure { error, requeue }).await?;
+        Ok((StatusCode::OK, settled(job, "nacked")))
+    }
+
+    /// A worker's progress on its active job (ojs-progress §6): stored on the job, logged as a
+    /// `job.progress` event, and a heartbeat. A report on a job that is not active is ignored,
+    /// not refused (`accepted: false`).
+    async fn progress(&self, body: Value, tenant: &str) -> Reply {
+        let job_id = optional_string(&body, "job_id")?.ok_or_else(|| OjsError::invalid("missing \"job_id\""))?;
+        let report = progress::parse_progress(&body)?;
+        let worker_id = optional_string(&body, "worker_id")?;
+        let (accepted, mut progress) = self
+            .inner
+            .queue
+            .report_progress(self::job_id(&job_id)?, tenant, worker_id.as_deref(), &report)
+            .await?;
+        progress["accepted"] = Value::Bool(accepted);
+        Ok((StatusCode::OK, progress))
+    }
+
+    /// The webhooks extension (ojs-webhooks §10): `rest` is the path after `/webhooks` (and
+    /// `/subscriptions`): subscriptions by id, or `deliveries`.
+    async fn webhooks(
+        &self,
+        method: &Method,
+        rest: &[&str],
+        body: &request::Body,
+        query: &HashMap<String, String>,
+    ) -> Reply {
+        let queue = &self.inner.queue;
+        match (method, rest) {
+            (&Method::POST, []) => {
+                let webhook = webhooks::parse_webhook(request::json(body)?)?;
+                Ok((StatusCode::CREATED, subscription(queue.create_webhook(&webhook).await?)))
+            }
+            (&Method::GET, []) => Ok((StatusCode::OK, listing("subscriptions", queue.list_webhooks().await?))),
+            (&Method::GET, ["deliveries"]) => {
+                let count = query
+                    .get("limit")
+                    .and_then(|l| l.parse().ok())
+                    .unwrap_or(100)
+                    .clamp(1, 1000);
+                let subscription = query.get("subscription_id").map(String::as_str);
+                let status = query.get("status").map(String::as_str);
+                let deliveries = queue.webhook_deliveries(subscription, status, count).await?;
+                Ok((StatusCode::OK, listing("deliveries", deliveries)))
+            }
+            (&Method::GET, ["deliveries", id]) => {
+                Ok((StatusCode::OK, json!({ "delivery": queue.webhook_delivery(id).await? })))
+            }
+            (&Method::POST, ["deliveries", id, "retry"]) => Ok((
+                StatusCode::OK,
+                json!({ "delivery": queue.retry_webhook_delivery(id).await? }),
+            )),
+            (&Method::GET, [id]) => Ok((StatusCode::OK, subscription(queue.webhook(id).await?))),
+            (&Method::PATCH, [id]) => {
+                let update = webhooks::parse_update(&request::json(body)?)?;
+                Ok((StatusCode::OK, subscription(queue.update_webhook(id, &update).await?)))
+            }
+            (&Method::DELETE, [id]) => {
+                let mut deleted = subscription(queue.delete_webhook(id).await?);
+                deleted["deleted"] = Value::Bool(true);
+                Ok((StatusCode::OK, deleted))
+            }
+            (&Method::POST, [id, "rotate-secret"]) => {
+                Ok((StatusCode::OK, subscription(queue.rotate_webhook_secret(id).await?)))
+            }
+            (&Method::POST, [id, "test"]) => self.test_webhook(id).await,
+            _ => Err(OjsError::not_found(format!(
+                "no OJS webhooks route {method} {}",
+                rest.join("/")
+            ))),
+        }
+    }
+
+    /// Sends a `webhook.test` event to a subscription's endpoint now, outside the outbox, and
+    /// says whether it accepted it (ojs-webhooks §6.6). Every failure answers alike, and only
+    /// once the whole timeout has passed: a refused connection, an open port that does not speak
+    /// HTTP, a silent one and a non-2xx answer must look the same, or the route scans ports
+    /// (the gateway's log has the cause). An internal destination is refused before any
+    /// connection, so saying so tells nothing about the port.
+    async fn test_webhook(&self, id: &str) -> Reply {
+        let (url, secret) = self.inner.queue.webhook_endpoint(id).await?;
+        let event_id = format!("evt_{}", envelope::new_uuid_v7());
+        let body = json!({ "specversion": "1.0", "id": event_id, "type": "webhook.test",
+                           "source": "ojs://pgvs3/gateway", "time": now_rfc3339(), "subject": id, "data": {} });
+        let delivery = crate::webhooks::Delivery {
+            delivery_id: format!("del_{}", envelope::new_uuid_v7()),
+            event_type: "webhook.test".into(),
+            body: body.to_string(),
+            url,
+            secret: Some(secret),
+            subscription: Some(id.to_string()),
+        };
+        let timeout = self.inner.options.webhook_timeout;
+        let client = crate::webhooks::WebhookClient::new(timeout, 1, self.inner.options.webhook_destinations.clone())
+            .map_err(OjsError::backend)?;
+        let started = tokio::time::Instant::now();
+        let mut answer = match client.post(&delivery).await {
+            crate::webhooks::Outcome::Delivered => {
+                json!({ "success": true, "response_time_ms": started.elapsed().as_millis() as u64 })
+            }
+            crate::webhooks::Outcome::Forbidden(error) => json!({ "success": false, "error": error }),
+            crate::webhooks::Outcome::Failed(error) | crate::webhooks::Outcome::Refused(error) => {
+                tracing::info!(subscription = id, %error, "webhook test delivery failed");
+                tokio::time::sleep_until(started + timeout).await;
+                json!({ "success": false, "error": "the endpoint did not accept the delivery (no 2xx answer in time)" })
+            }
+        };
+        answer["delivery_id"] = json!(delivery.delivery_id);
+        Ok((StatusCode::OK, answer))
+    }
+
+    async fn heartbeat(&self, body: Value, tenant: &str) -> Reply {
+        let worker_id = optional_string(&body, "worker_id")?;
+        let mut ids: Vec<String> = match body.get("active_jobs").or_else(|| body.get("job_ids")) {
+            Some(Value::Array(ids)) => ids.iter().filter_map(Value::as_str).map(String::from).collect(),
+            _ => Vec::new(),
+        };
+        if let Some(id) = optional_string(&body, "job_id")? {
+            ids.push(id);
+        }
+        let state = match optional_string(&body, "state")?.as_deref() {
+            None => None,
+            Some(state @ ("running" | "quiet" | "drain" | "terminate")) => Some(state.to_string()),
+            Some("draining") => Some("drain".to_string()),
+            Some(other) => {
+                return Err(OjsError::invalid(format!(
+                    "unknown worker state {other:?} (running, quiet, drain or terminate)"
+                )));
+            }
+        };
+        // A count, or the list of jobs the worker holds.
+        let active_jobs = match body.get("active_jobs") {
+            Some(Value::Array(jobs)) => Some(jobs.len() as i32),
+            Some(count) => count.as_i64().and_then(|n| i32::try_from(n).ok()),
+            None => None,
+        };
+        let beat = Beat {
+            worker_id: worker_id.as_deref(),
+            job_ids: &ids,
+            tenant,
+            visibility_ms: optional_ms(&body, "visibility_timeout_ms")?,
+            state: state.as_deref(),
+            active_jobs,
+        };
+        let mut reply = self.inner.queue.heartbeat(&beat).await?;
+        if self.inner.options.allow_reset && reply.directive.is_none() {
+            reply.directive = reply
+                .test_directive
+                .filter(|directive| matches!(directive.as_str(), "quiet" | "terminate"));
+        }
+        // A directive overrides what the worker reported: it is what the worker should become.
+        let state = reply.directive.clone().unwrap_or(reply.state);
+        Ok((
+            StatusCode::OK,
+            json!({ "acknowledged": true, "state": state, "directive": reply.directive.as_deref().unwrap_or("continue"),
+                    "jobs_extended": reply.extended, "server_time": now_rfc3339() }),
+        ))
+    }
+
+    /// Retrying many jobs at once is easy to regret, so the request must say `confirm: true`.
+    async fn retry_in_bulk(&self, body: Value, tenant: &str) -> Reply {
+        if body.get("confirm").and_then(Value::as_bool) != Some(true) {
+            return Err(OjsError::invalid(
+                "bulk retry changes many jobs: send \"confirm\": true",
+            ));
+        }
+        let state = match body.pointer("/filter/state").and_then(Value::as_str) {
+            Some(state @ ("discarded" | "cancelled")) => state,
+            _ => return Err(OjsError::invalid("filter.state must be \"discarded\" or \"cancelled\"")),
+        };
+        let queue = body.pointer("/filter/queue").and_then(Value::as_str);
+        let retried = self.inner.queue.retry_in_bulk(state, queue, tenant).await?;
+        Ok((StatusCode::OK, json!({ "retried": retried, "count": retried })))
+    }
+
+    /// Registers a cron schedule (`POST /cron`; an existing name is 409), or registers or
+    /// replaces one by name (`PUT /cron/{name}`).
+    async fn register_cron(&self, mut body: Value, path_name: Option<&str>) -> Reply {
+        if let (Some(path_name), Some(fields)) = (path_name, body.as_object_mut()) {
+            match fields.get("name") {
+                None => {
+                    fields.insert("name".into(), Value::String(path_name.to_string()));
+                }
+                Some(name) if name == path_name => {}
+                Some(_) => return Err(OjsError::invalid("the body's \"name\" is not the path's")),
+            }
+        }
+        let registration = cron::parse_registration(body)?;
+        // Checked now so a bad template fails here rather than at every tick.
+        envelope::parse_job(
+            registration.definition["job_template"].clone(),
+            self.inner.options.max_args_bytes,
+        )?
+        .without_dependencies("a cron template")?;
+        let replace = path_name.is_some();
+        let cron = self.inner.queue.put_cron(&registration, replace).await?;
+        let status = if replace { StatusCode::OK } else { StatusCode::CREATED };
+        Ok((status, json!({ "cron": cron })))
+    }
+
+    async fn events(&self, query: &HashMap<String, String>) -> Reply {
+        let after = query.get("after").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let limit = query
+            .get("limit")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100)
+            .clamp(1, 1000);
+        let events = self
+            .inner
+            .queue
+            .events(&list_param(query, "types"), &list_param(query, "queues"), after, limit)
+            .await?;
+        Ok((StatusCode::OK, json!({ "events": events })))
+    }
+}

@@ -1,0 +1,226 @@
+//! The binding's small pieces of wire format: path ids, query strings, optional fields of request
+//! bodies, and the shapes answers take (listings, settled jobs, subscriptions, headers).
+
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+
+use super::super::engine::claims::Claim;
+use super::super::engine::envelope;
+use super::super::engine::jobs::Inserted;
+use super::OjsError;
+
+/// A subscription's answer: its fields at the top (as the webhooks extension shows them) and
+/// under `subscription` (as this binding's other answers nest their object).
+pub(super) fn subscription(webhook: Value) -> Value {
+    let mut answer = webhook.clone();
+    answer["subscription"] = webhook;
+    answer
+}
+
+/// ojs-progress §10.3: the numeric progress as a header, and no caching.
+pub(super) fn progress_headers(progress: &Value, headers: &mut Vec<(&'static str, String)>) {
+    if let Some(value) = progress["progress"].as_f64() {
+        headers.push(("x-ojs-progress", value.to_string()));
+    }
+    if let Some(modified) = progress["updated_at"].as_str().and_then(http_date) {
+        headers.push(("last-modified", modified));
+    }
+    headers.push(("cache-control", "no-cache".to_string()));
+}
+
+/// An RFC 3339 time as an HTTP date (RFC 9110 §5.6.7: `Sun, 06 Nov 1994 08:49:37 GMT`).
+pub(super) fn http_date(rfc3339: &str) -> Option<String> {
+    use time::format_description::well_known::Rfc3339;
+    let at = time::OffsetDateTime::parse(rfc3339, &Rfc3339)
+        .ok()?
+        .to_offset(time::UtcOffset::UTC);
+    let format = time::format_description::parse_borrowed::<2>(
+        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT",
+    )
+    .ok()?;
+    at.format(&format).ok()
+}
+
+/// Tells a producer that a bounded queue is past its warning threshold (ext-backpressure).
+pub(super) fn pressure_headers(inserted: &Inserted, headers: &mut Vec<(&'static str, String)>) {
+    if let Some(pressure) = inserted.pressure {
+        headers.push(("x-ojs-queue-depth", pressure.depth.to_string()));
+        headers.push(("x-ojs-queue-bound", pressure.bound.to_string()));
+        headers.push(("x-ojs-queue-pressure", format!("{:.2}", pressure.ratio())));
+    }
+}
+
+/// A list under its own name and, as the admin API reads it, under `items` with pagination.
+pub(super) fn listing(name: &str, items: Vec<Value>) -> Value {
+    let total = items.len();
+    let mut body = json!({ "items": items, "pagination": { "total": total, "page": 1, "per_page": total.max(1) } });
+    body[name] = body["items"].clone();
+    body
+}
+
+/// Checks `PUT /admin/queues/:name/config`. Of ext-backpressure, depth bounds with the reject
+/// strategy are supported; size bounds and the block and drop-oldest strategies are refused
+/// rather than silently ignored.
+pub(super) fn queue_settings(body: Value) -> Result<Value, OjsError> {
+    let Value::Object(mut fields) = body else {
+        return Err(OjsError::invalid("queue settings are a JSON object"));
+    };
+    if let Some(unknown) = fields.keys().find(|key| *key != "backpressure") {
+        return Err(OjsError::invalid(format!(
+            "unsupported queue setting {unknown:?} (supported: backpressure)"
+        )));
+    }
+    let Some(Value::Object(backpressure)) = fields.remove("backpressure") else {
+        return Err(OjsError::invalid("\"backpressure\" must be an object"));
+    };
+    let max_depth = match backpressure.get("max_depth") {
+        None => 0,
+        Some(value) => value
+            .as_i64()
+            .filter(|depth| *depth >= 0)
+            .ok_or_else(|| OjsError::invalid("backpressure.max_depth must be a non-negative integer"))?,
+    };
+    match backpressure.get("strategy").and_then(Value::as_str) {
+        None | Some("reject") => {}
+        Some(other) => {
+            return Err(OjsError::invalid(format!(
+                "backpressure strategy {other:?} is not supported (supported: reject)"
+            )));
+        }
+    }
+    if backpressure
+        .get("max_size_bytes")
+        .and_then(Value::as_i64)
+        .is_some_and(|size| size != 0)
+    {
+        return Err(OjsError::invalid(
+            "backpressure.max_size_bytes is not supported; bound max_depth",
+        ));
+    }
+    let warning = match backpressure.get("warning_threshold") {
+        None => 0.8,
+        Some(value) => value
+            .as_f64()
+            .filter(|fraction| (0.0..=1.0).contains(fraction))
+            .ok_or_else(|| OjsError::invalid("backpressure.warning_threshold must be from 0 to 1"))?,
+    };
+    Ok(json!({ "backpressure": { "max_depth": max_depth, "strategy": "reject", "warning_threshold": warning } }))
+}
+
+pub(super) fn claim(body: &Value, tenant: &str) -> Result<Claim, OjsError> {
+    let job_id = optional_string(body, "job_id")?
+        .or(optional_string(body, "id")?)
+        .ok_or_else(|| OjsError::invalid("missing \"job_id\""))?;
+    let attempt = match body.get("attempt") {
+        None | Some(Value::Null) => None,
+        Some(value) => Some(
+            value
+                .as_i64()
+                .and_then(|n| i32::try_from(n).ok())
+                .ok_or_else(|| OjsError::invalid("\"attempt\" must be an integer"))?,
+        ),
+    };
+    Ok(Claim {
+        job_id,
+        attempt,
+        worker_id: optional_string(body, "worker_id")?,
+        tenant: tenant.to_string(),
+    })
+}
+
+pub(super) fn optional_string(body: &Value, field: &str) -> Result<Option<String>, OjsError> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => Ok(Some(text.clone())),
+        Some(_) => Err(OjsError::invalid(format!("\"{field}\" must be a string"))),
+    }
+}
+
+pub(super) fn optional_ms(body: &Value, field: &str) -> Result<Option<i32>, OjsError> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => value
+            .as_i64()
+            .filter(|ms| (1..=i32::MAX as i64).contains(ms))
+            .map(|ms| Some(ms as i32))
+            .ok_or_else(|| OjsError::invalid(format!("\"{field}\" must be a positive integer"))),
+    }
+}
+
+pub(super) fn job_id(text: &str) -> Result<&str, OjsError> {
+    if envelope::is_uuid(text) {
+        Ok(text)
+    } else {
+        Err(OjsError::not_found(format!("job {text} not found (ids are UUIDs)")))
+    }
+}
+
+pub(super) fn workflow_id(text: &str) -> Result<&str, OjsError> {
+    if envelope::is_uuid(text) {
+        Ok(text)
+    } else {
+        Err(OjsError::not_found(format!(
+            "workflow {text} not found (ids are UUIDs)"
+        )))
+    }
+}
+
+pub(super) fn queue_name(text: &str) -> Result<&str, OjsError> {
+    if envelope::is_valid_queue(text) {
+        Ok(text)
+    } else {
+        Err(OjsError::invalid(format!("invalid queue name {text:?}")))
+    }
+}
+
+/// The answer to an ACK or NACK: the job's fields at the top (as the core binding reads them)
+/// and the job under `job` (as the extension suites read it), with `flag` set.
+pub(super) fn settled(job: Value, flag: &str) -> Value {
+    let mut answer = job.clone();
+    answer[flag] = Value::Bool(true);
+    answer["job"] = job;
+    answer
+}
+
+pub(super) fn parse_query(query: &str) -> HashMap<String, String> {
+    query
+        .split('&')
+        .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
+        .filter(|(key, _)| !key.is_empty())
+        .map(|(key, value)| (key.to_string(), percent_decode(value)))
+        .collect()
+}
+
+/// Decodes `%XX` escapes (query values are ids, names and lists: `,` and `:` arrive escaped);
+/// a malformed escape is kept as it is.
+pub(super) fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| bytes.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok());
+        match escaped {
+            Some(byte) => {
+                decoded.push(byte);
+                i += 3;
+            }
+            None => {
+                decoded.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&decoded).into_owned()
+}
+
+/// A comma-separated query parameter as a list (absent: empty).
+pub(super) fn list_param(query: &HashMap<String, String>, name: &str) -> Vec<String> {
+    query
+        .get(name)
+        .map(|v| v.split(',').filter(|s| !s.is_empty()).map(String::from).collect())
+        .unwrap_or_default()
+}
