@@ -256,6 +256,21 @@ pub static COMMANDS: &[Spec] = &[
     spec("publish", 3, PUBLISH, NONE),
     spec("spublish", 3, PUBLISH, NONE),
     spec("pubsub", -2, PUBSUB, NONE),
+    spec("sort", -2, MOVABLE_STORE, ONE),
+    spec("sort_ro", -2, MOVABLE_READ, ONE),
+    spec("pfadd", -2, &["write", "denyoom", "fast"], ONE),
+    spec("pfcount", -2, &["readonly", "may_replicate"], ALL),
+    spec("pfmerge", -2, W, ALL),
+    spec("geoadd", -5, W, ONE),
+    spec("geopos", -2, R, ONE),
+    spec("geohash", -2, R, ONE),
+    spec("geodist", -4, R, ONE),
+    spec("georadius", -6, MOVABLE_STORE, ONE),
+    spec("georadius_ro", -6, &["readonly"], ONE),
+    spec("georadiusbymember", -5, MOVABLE_STORE, ONE),
+    spec("georadiusbymember_ro", -5, &["readonly"], ONE),
+    spec("geosearch", -7, &["readonly"], ONE),
+    spec("geosearchstore", -8, W, TWO),
 ];
 
 pub fn lookup(name: &str) -> Option<&'static Spec> {
@@ -489,6 +504,8 @@ pub enum KeyCommand {
     },
     /// A command on a hash, set, sorted set or list: run in SQL (see `typed.rs`).
     Typed(Box<Typed>),
+    /// SORT, the HyperLogLog and the GEO commands (`commands/family.rs`).
+    Family(Box<super::commands::family::FamilyCommand>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -549,6 +566,7 @@ impl KeyCommand {
             | Object { key, .. }
             | MemoryUsage { key, .. } => vec![key],
             Typed(typed) => typed.call.keys.iter().collect(),
+            Family(command) => command.keys(),
             Lcs { a, b, .. } => vec![a, b],
             MGet(keys) | Del(keys) | Exists(keys) => keys.iter().collect(),
             MSet(pairs) | MSetNx(pairs) => pairs.iter().map(|(key, _)| key).collect(),
@@ -741,7 +759,10 @@ impl KeyCommand {
             }
             // MEMORY's other subcommands (`commands/server.rs`).
             "memory" => return Ok(None),
-            _ => return Ok(super::typed::parse(name, args)?.map(|typed| Typed(Box::new(typed)))),
+            _ => match super::commands::family::FamilyCommand::parse(name, args)? {
+                Some(command) => Family(Box::new(command)),
+                None => return Ok(super::typed::parse(name, args)?.map(|typed| Typed(Box::new(typed)))),
+            },
         };
         Ok(Some(command))
     }

@@ -110,6 +110,7 @@ async fn apply(command: &KeyCommand, batch: &mut KvBatch) -> StoreResult<Reply> 
     }
     let reply = match command {
         Typed(_) => unreachable!("apply_all runs typed commands"),
+        Family(command) => Box::pin(command.apply(batch)).await?,
         Object { key, subcommand } => match batch.get(key) {
             None => Reply::Nil,
             Some(entry) => match subcommand {

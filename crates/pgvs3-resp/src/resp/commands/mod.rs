@@ -2,13 +2,19 @@
 //! work and their replies. The connection loop (`resp/connection.rs`) dispatches here.
 
 mod client;
+pub(crate) mod family;
 mod generic;
+pub(crate) mod geo;
+mod geohash;
 pub(crate) mod hash;
+mod hll;
+pub(crate) mod hyperloglog;
 pub(crate) mod list;
 pub(crate) mod pubsub;
 mod scripting;
 pub(crate) mod server;
 pub(crate) mod set;
+pub(crate) mod sort;
 pub(crate) mod stream;
 pub(crate) mod stream_group;
 pub(crate) mod transactions;
