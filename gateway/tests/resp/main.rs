@@ -6,6 +6,7 @@ mod bits_and_lcs;
 mod bullmq;
 mod celery;
 mod core;
+mod dump_restore;
 mod geo;
 mod hostile;
 mod hyperloglog;

@@ -271,6 +271,8 @@ pub static COMMANDS: &[Spec] = &[
     spec("georadiusbymember_ro", -5, &["readonly"], ONE),
     spec("geosearch", -7, &["readonly"], ONE),
     spec("geosearchstore", -8, W, TWO),
+    spec("dump", 2, &["readonly"], ONE),
+    spec("restore", -4, W, ONE),
 ];
 
 pub fn lookup(name: &str) -> Option<&'static Spec> {
@@ -504,7 +506,7 @@ pub enum KeyCommand {
     },
     /// A command on a hash, set, sorted set or list: run in SQL (see `typed.rs`).
     Typed(Box<Typed>),
-    /// SORT, the HyperLogLog and the GEO commands (`commands/family.rs`).
+    /// SORT, HyperLogLog, GEO, DUMP and RESTORE (`commands/family.rs`).
     Family(Box<super::commands::family::FamilyCommand>),
 }
 
@@ -723,7 +725,9 @@ impl KeyCommand {
                     (b"freq", 3) => ObjectInfo::Freq,
                     (b"idletime", 3) => ObjectInfo::IdleTime,
                     (b"refcount", 3) => ObjectInfo::RefCount,
-                    (b"encoding" | b"freq" | b"idletime" | b"refcount", _) => {
+                    // OBJECT HELP names no key (`commands/object.rs`).
+                    (b"help", 2) => return Ok(None),
+                    (b"encoding" | b"freq" | b"idletime" | b"refcount" | b"help", _) => {
                         return Err(wrong_arity(&format!(
                             "object|{}",
                             String::from_utf8_lossy(arg(1)).to_ascii_lowercase()

@@ -1,10 +1,11 @@
-//! The key commands built on the other families' storage (SORT, HyperLogLog, GEO): what
-//! they share to read and write keys of a batch. They run in the gateway on the batch, reading
-//! collections with the typed families' own calls (parsed from Redis's words, so that each
-//! call is the one its command would make) and strings from the batch.
+//! The key commands built on the other families' storage (SORT, HyperLogLog, GEO, DUMP and
+//! RESTORE): what they share to read and write keys of a batch. They run in the gateway on the
+//! batch, reading collections with the typed families' own calls (parsed from Redis's words, so
+//! that each call is the one its command would make) and strings from the batch.
 
 use bytes::Bytes;
 
+use super::dump::Dumped;
 use super::geo::Geo;
 use super::hyperloglog::Pf;
 use super::sort::{Sort, Target};
@@ -18,6 +19,7 @@ pub enum FamilyCommand {
     Sort(Sort),
     Pf(Pf),
     Geo(Geo),
+    Dumped(Dumped),
 }
 
 impl FamilyCommand {
@@ -25,10 +27,11 @@ impl FamilyCommand {
     pub fn parse(name: &str, args: &[Bytes]) -> Result<Option<FamilyCommand>, Reply> {
         Ok(Some(match name {
             "sort" | "sort_ro" => FamilyCommand::Sort(Sort::parse(name == "sort_ro", args)?),
-            _ => match (Pf::parse(name, args)?, Geo::parse(name, args)?) {
-                (Some(pf), _) => FamilyCommand::Pf(pf),
-                (None, Some(geo)) => FamilyCommand::Geo(geo),
-                (None, None) => return Ok(None),
+            "dump" | "restore" => FamilyCommand::Dumped(Dumped::parse(name, args)?.expect("DUMP or RESTORE")),
+            "pfadd" | "pfcount" | "pfmerge" => FamilyCommand::Pf(Pf::parse(name, args)?.expect("a PF command")),
+            _ => match Geo::parse(name, args)? {
+                Some(geo) => FamilyCommand::Geo(geo),
+                None => return Ok(None),
             },
         }))
     }
@@ -39,6 +42,7 @@ impl FamilyCommand {
             FamilyCommand::Sort(sort) => sort.keys(),
             FamilyCommand::Pf(pf) => pf.keys(),
             FamilyCommand::Geo(geo) => geo.keys(),
+            FamilyCommand::Dumped(dumped) => dumped.keys(),
         }
     }
 
@@ -47,6 +51,7 @@ impl FamilyCommand {
             FamilyCommand::Sort(sort) => sort.apply(batch).await,
             FamilyCommand::Pf(pf) => pf.apply(batch).await,
             FamilyCommand::Geo(geo) => geo.apply(batch).await,
+            FamilyCommand::Dumped(dumped) => dumped.apply(batch).await,
         };
         match done {
             Ok(reply) | Err(FamilyError::Reply(reply)) => Ok(reply),
