@@ -163,7 +163,7 @@ pub async fn look_up(batch: &mut KvBatch, targets: &[Target]) -> Result<Vec<Opti
     keys.sort_unstable();
     keys.dedup();
     if keys.is_empty() {
-        return Ok(targets.iter().map(|target| itself(target)).collect());
+        return Ok(targets.iter().map(itself).collect());
     }
     // What the batch changed so far is written first: the reload reads it back.
     batch.write_pending().await?;

@@ -119,7 +119,7 @@ pub struct Hll(Vec<u8>);
 
 impl Hll {
     /// A new empty HLL: sparse, all registers one XZERO run, the cached count 0.
-    pub fn new() -> Hll {
+    pub fn empty() -> Hll {
         let mut bytes = b"HYLL".to_vec();
         bytes.extend_from_slice(&[SPARSE, 0, 0, 0]);
         bytes.extend_from_slice(&[0; 8]);
@@ -266,7 +266,7 @@ impl Hll {
     }
 
     fn promote(&mut self, index: usize, count: u8) -> Result<bool, ()> {
-        self.to_dense()?;
+        self.densify()?;
         let registers = &mut self.0[HEADER..];
         if count > dense_get(registers, index) {
             dense_set(registers, index, count);
@@ -275,7 +275,7 @@ impl Hll {
     }
 
     /// Redis's `hllSparseToDense`: the header (and its cached count) kept.
-    pub fn to_dense(&mut self) -> Result<(), ()> {
+    fn densify(&mut self) -> Result<(), ()> {
         if self.dense() {
             return Ok(());
         }
@@ -321,7 +321,7 @@ impl Hll {
     /// register, as Redis writes them, so that a sparse result has Redis's bytes.
     pub fn merge_registers(&mut self, max: &[u8], dense: bool) -> Result<(), ()> {
         if dense {
-            self.to_dense()?;
+            self.densify()?;
         }
         for (index, value) in max.iter().enumerate() {
             if *value != 0 {
@@ -395,13 +395,13 @@ mod tests {
     #[test]
     fn an_empty_hll_is_redis_s() {
         // redis-server 7.0.15: PFADD k, then GET k.
-        let mut empty = Hll::new();
+        let mut empty = Hll::empty();
         empty.invalidate_cache();
         assert_eq!(
             empty.into_bytes(),
             b"HYLL\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x80\x7f\xff".to_vec()
         );
-        assert_eq!(count(&Hll::new().registers().unwrap()), 0);
+        assert_eq!(count(&Hll::empty().registers().unwrap()), 0);
     }
 
     #[test]

@@ -52,7 +52,7 @@ impl Pf {
             Pf::Add { key, elements } => {
                 let (mut hll, mut updated) = match load(batch, key).await? {
                     Some(hll) => (hll, false),
-                    None => (Hll::new(), true),
+                    None => (Hll::empty(), true),
                 };
                 for element in elements {
                     updated |= hll.add(element).map_err(|()| corrupted())?;
@@ -76,7 +76,7 @@ impl Pf {
             }
             Pf::Merge { keys } => {
                 let (max, dense) = union(batch, keys).await?;
-                let mut hll = load(batch, &keys[0]).await?.unwrap_or_else(Hll::new);
+                let mut hll = load(batch, &keys[0]).await?.unwrap_or_else(Hll::empty);
                 hll.merge_registers(&max, dense).map_err(|()| corrupted())?;
                 store(batch, &keys[0], hll);
                 Ok(Reply::OK)
