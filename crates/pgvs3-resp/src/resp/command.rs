@@ -256,6 +256,23 @@ pub static COMMANDS: &[Spec] = &[
     spec("publish", 3, PUBLISH, NONE),
     spec("spublish", 3, PUBLISH, NONE),
     spec("pubsub", -2, PUBSUB, NONE),
+    spec("sort", -2, MOVABLE_STORE, ONE),
+    spec("sort_ro", -2, MOVABLE_READ, ONE),
+    spec("pfadd", -2, &["write", "denyoom", "fast"], ONE),
+    spec("pfcount", -2, &["readonly", "may_replicate"], ALL),
+    spec("pfmerge", -2, W, ALL),
+    spec("geoadd", -5, W, ONE),
+    spec("geopos", -2, R, ONE),
+    spec("geohash", -2, R, ONE),
+    spec("geodist", -4, R, ONE),
+    spec("georadius", -6, MOVABLE_STORE, ONE),
+    spec("georadius_ro", -6, &["readonly"], ONE),
+    spec("georadiusbymember", -5, MOVABLE_STORE, ONE),
+    spec("georadiusbymember_ro", -5, &["readonly"], ONE),
+    spec("geosearch", -7, &["readonly"], ONE),
+    spec("geosearchstore", -8, W, TWO),
+    spec("dump", 2, &["readonly"], ONE),
+    spec("restore", -4, W, ONE),
 ];
 
 pub fn lookup(name: &str) -> Option<&'static Spec> {
@@ -489,6 +506,8 @@ pub enum KeyCommand {
     },
     /// A command on a hash, set, sorted set or list: run in SQL (see `typed.rs`).
     Typed(Box<Typed>),
+    /// SORT, HyperLogLog, GEO, DUMP and RESTORE (`commands/family.rs`).
+    Family(Box<super::commands::family::FamilyCommand>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -549,6 +568,7 @@ impl KeyCommand {
             | Object { key, .. }
             | MemoryUsage { key, .. } => vec![key],
             Typed(typed) => typed.call.keys.iter().collect(),
+            Family(command) => command.keys(),
             Lcs { a, b, .. } => vec![a, b],
             MGet(keys) | Del(keys) | Exists(keys) => keys.iter().collect(),
             MSet(pairs) | MSetNx(pairs) => pairs.iter().map(|(key, _)| key).collect(),
@@ -705,7 +725,9 @@ impl KeyCommand {
                     (b"freq", 3) => ObjectInfo::Freq,
                     (b"idletime", 3) => ObjectInfo::IdleTime,
                     (b"refcount", 3) => ObjectInfo::RefCount,
-                    (b"encoding" | b"freq" | b"idletime" | b"refcount", _) => {
+                    // OBJECT HELP names no key (`commands/object.rs`).
+                    (b"help", 2) => return Ok(None),
+                    (b"encoding" | b"freq" | b"idletime" | b"refcount" | b"help", _) => {
                         return Err(wrong_arity(&format!(
                             "object|{}",
                             String::from_utf8_lossy(arg(1)).to_ascii_lowercase()
@@ -741,7 +763,10 @@ impl KeyCommand {
             }
             // MEMORY's other subcommands (`commands/server.rs`).
             "memory" => return Ok(None),
-            _ => return Ok(super::typed::parse(name, args)?.map(|typed| Typed(Box::new(typed)))),
+            _ => match super::commands::family::FamilyCommand::parse(name, args)? {
+                Some(command) => Family(Box::new(command)),
+                None => return Ok(super::typed::parse(name, args)?.map(|typed| Typed(Box::new(typed)))),
+            },
         };
         Ok(Some(command))
     }

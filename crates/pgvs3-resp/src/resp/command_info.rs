@@ -133,6 +133,16 @@ fn key_positions(spec: &Spec, args: &[Bytes]) -> Vec<usize> {
         "zunionstore" | "zinterstore" | "zdiffstore" => counted(2, true),
         "zunion" | "zinter" | "zdiff" | "zintercard" | "sintercard" | "zmpop" | "lmpop" => counted(1, false),
         "bzmpop" | "blmpop" => counted(2, false),
+        // The key, and a STORE (or STOREDIST) destination.
+        "sort" | "georadius" | "georadiusbymember" => {
+            let store = args
+                .iter()
+                .skip(2)
+                .position(|arg| arg.eq_ignore_ascii_case(b"store") || arg.eq_ignore_ascii_case(b"storedist"))
+                .map(|at| at + 3)
+                .filter(|at| *at < args.len());
+            std::iter::once(1).chain(store).collect()
+        }
         "xread" | "xreadgroup" => {
             let Some(streams) = args.iter().position(|arg| arg.eq_ignore_ascii_case(b"streams")) else {
                 return Vec::new();
@@ -191,6 +201,9 @@ fn group(name: &str) -> &'static str {
         | "sinter" | "sunion" | "sdiff" | "sinterstore" | "sunionstore" | "sdiffstore" | "sintercard" | "sscan" => {
             "set"
         }
+        "sort" | "sort_ro" | "dump" | "restore" => "generic",
+        "pfadd" | "pfcount" | "pfmerge" => "hyperloglog",
+        _ if name.starts_with("geo") => "geo",
         _ if name.starts_with('x') => "stream",
         _ if name.starts_with('z') || name.starts_with("bz") => "sorted-set",
         _ => "string",
@@ -220,6 +233,8 @@ fn acl_categories(spec: &Spec) -> Vec<&'static str> {
         "bitmap" => Some("@bitmap"),
         "stream" => Some("@stream"),
         "pubsub" => Some("@pubsub"),
+        "hyperloglog" => Some("@hyperloglog"),
+        "geo" => Some("@geo"),
         _ => None,
     });
     if flag("admin") {

@@ -110,12 +110,15 @@ async fn apply(command: &KeyCommand, batch: &mut KvBatch) -> StoreResult<Reply> 
     }
     let reply = match command {
         Typed(_) => unreachable!("apply_all runs typed commands"),
+        Family(command) => Box::pin(command.apply(batch)).await?,
         Object { key, subcommand } => match batch.get(key) {
             None => Reply::Nil,
             Some(entry) => match subcommand {
                 ObjectInfo::Encoding => Reply::text(encoding(&entry.value)),
-                // No LFU or LRU clock: every key looks equally used.
-                ObjectInfo::Freq | ObjectInfo::IdleTime => Reply::Integer(0),
+                // No access is tracked: with the `noeviction` policy CONFIG GET reports, Redis
+                // answers FREQ with this error; IDLETIME counts every key as just used.
+                ObjectInfo::Freq => Reply::error(super::commands::object::NO_LFU),
+                ObjectInfo::IdleTime => Reply::Integer(0),
                 ObjectInfo::RefCount => Reply::Integer(1),
             },
         },

@@ -2,13 +2,22 @@
 //! work and their replies. The connection loop (`resp/connection.rs`) dispatches here.
 
 mod client;
+pub(crate) mod dump;
+pub(crate) mod family;
 mod generic;
+pub(crate) mod geo;
+mod geohash;
 pub(crate) mod hash;
+mod hll;
+pub(crate) mod hyperloglog;
 pub(crate) mod list;
+pub(crate) mod object;
 pub(crate) mod pubsub;
+mod rdb;
 mod scripting;
 pub(crate) mod server;
 pub(crate) mod set;
+pub(crate) mod sort;
 pub(crate) mod stream;
 pub(crate) mod stream_group;
 pub(crate) mod transactions;
@@ -41,6 +50,7 @@ impl Connection {
             // XGROUP HELP and XINFO HELP (the other subcommands are key commands).
             "xgroup" => super::stream_group::help(),
             "xinfo" => super::stream::help(),
+            "object" => object::help(),
             "randomkey" => self.randomkey().await,
             "keys" => self.keys(&args[1]).await,
             "scan" => self.scan(args).await,
