@@ -15,6 +15,8 @@ mod resp;
 mod server;
 mod session;
 
+pub use app::metrics_summary;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -71,6 +73,10 @@ pub trait Admin: Send + Sync {
     /// The standbys streaming from this database's server (`pg_stat_replication`; none on a
     /// standby or without any).
     fn standbys(&self) -> BoxFuture<'_, Result<Vec<Standby>, String>>;
+    /// The gateways of this database by their heartbeat rows (at most 100, oldest first).
+    fn gateways(&self) -> BoxFuture<'_, Result<Vec<GatewayBeat>, String>>;
+    /// The server's WAL position: written (a primary) or replayed (a standby).
+    fn wal_position(&self) -> BoxFuture<'_, Result<WalPosition, String>>;
     /// Every access key (never a secret), with the buckets each owns.
     fn list_keys(&self) -> BoxFuture<'_, Result<Vec<KeyInfo>, String>>;
     /// Creates a key that does not exist yet (an existing one, the root key included, is never
@@ -101,6 +107,25 @@ pub struct Standby {
     pub sync_state: String,
     /// How far its replay is behind, when known.
     pub replay_lag_seconds: Option<f64>,
+}
+
+/// A gateway as its heartbeat row describes it.
+pub struct GatewayBeat {
+    pub id: String,
+    pub host: String,
+    pub version: String,
+    pub started: std::time::SystemTime,
+    /// Listener name to bound address (`null`: off).
+    pub listeners: serde_json::Value,
+    /// [`metrics_summary`] of its `/metrics` at its last beat.
+    pub stats: serde_json::Value,
+    pub seconds_since_beat: f64,
+}
+
+/// A WAL position, as PostgreSQL writes it and as bytes from the start.
+pub struct WalPosition {
+    pub lsn: String,
+    pub bytes: f64,
 }
 
 /// A bucket's hard quota (`None`: unlimited) and what counts against it.

@@ -341,6 +341,227 @@ async fn a_read_only_key_can_change_nothing_through_the_console() {
 }
 
 #[tokio::test]
+async fn an_objects_retention_and_legal_hold_are_shown_and_changed_as_s3_allows() {
+    let stack = Stack::start().await;
+    stack
+        .root
+        .create_bucket()
+        .bucket("vault")
+        .object_lock_enabled_for_bucket(true)
+        .send()
+        .await
+        .unwrap();
+    put(&stack, "vault", "deed.txt", "signed").await;
+    stack.root.create_bucket().bucket("plain").send().await.unwrap();
+    put(&stack, "plain", "note.txt", "unlocked").await;
+    let version = stack
+        .root
+        .head_object()
+        .bucket("vault")
+        .key("deed.txt")
+        .send()
+        .await
+        .unwrap()
+        .version_id()
+        .unwrap()
+        .to_owned();
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let object = "/object?bucket=vault&key=deed.txt";
+    let page = root.get(object).await.body;
+    assert!(page.contains("<strong id=\"retention\">none</strong>"), "{page}");
+    assert!(page.contains("<strong id=\"legal-hold\">OFF</strong>"), "{page}");
+    assert!(
+        page.contains("<a class=\"lock\" href="),
+        "each version links to its lock: {page}"
+    );
+    // A bucket without object lock has no such section (S3 answers InvalidRequest).
+    let page = root.get("/object?bucket=plain&key=note.txt").await.body;
+    assert!(
+        !page.contains("id=\"lock\"") && !page.contains("class=\"lock\""),
+        "{page}"
+    );
+    let retention = || async {
+        stack
+            .root
+            .get_object_retention()
+            .bucket("vault")
+            .key("deed.txt")
+            .send()
+            .await
+            .ok()
+            .and_then(|answer| answer.retention)
+            .and_then(|retention| {
+                Some((
+                    retention.mode()?.as_str().to_owned(),
+                    retention.retain_until_date()?.secs(),
+                ))
+            })
+    };
+    let fields = |extra: &[(&'static str, &'static str)]| {
+        let mut fields = vec![("bucket", "vault"), ("key", "deed.txt")];
+        fields.extend_from_slice(extra);
+        fields
+    };
+
+    // A date that is none is refused before S3 is asked.
+    let page = root
+        .follow(
+            &root
+                .post(
+                    "/object/retention",
+                    &fields(&[("mode", "GOVERNANCE"), ("until", "next tuesday")]),
+                )
+                .await,
+        )
+        .await
+        .body;
+    assert!(
+        page.contains("flash error") && page.contains("Retain until: a date such as"),
+        "{page}"
+    );
+    assert_eq!(retention().await, None);
+
+    // GOVERNANCE for a year, and a legal hold: S3 has both, and the version is kept.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let until_secs = now - now % 86_400 + 366 * 86_400;
+    let until = aws_sdk_s3::primitives::DateTime::from_secs(until_secs)
+        .fmt(aws_sdk_s3::primitives::DateTimeFormat::DateTime)
+        .unwrap();
+    let day = until[..10].to_owned();
+    let page = root
+        .follow(
+            &root
+                .post(
+                    "/object/retention",
+                    &[
+                        ("bucket", "vault"),
+                        ("key", "deed.txt"),
+                        ("mode", "GOVERNANCE"),
+                        ("until", &day),
+                    ],
+                )
+                .await,
+        )
+        .await
+        .body;
+    assert!(page.contains("Retention set: GOVERNANCE."), "{page}");
+    assert!(
+        page.contains(&format!("<strong id=\"retention\">GOVERNANCE until {until}</strong>")),
+        "{page}"
+    );
+    assert_eq!(retention().await, Some(("GOVERNANCE".to_owned(), until_secs)));
+    let page = root
+        .follow(&root.post("/object/legal-hold", &fields(&[("status", "ON")])).await)
+        .await
+        .body;
+    assert!(
+        page.contains("Legal hold ON.") && page.contains("<strong id=\"legal-hold\">ON</strong>"),
+        "{page}"
+    );
+    let hold = || async {
+        stack
+            .root
+            .get_object_legal_hold()
+            .bucket("vault")
+            .key("deed.txt")
+            .version_id(&version)
+            .send()
+            .await
+            .ok()
+            .and_then(|answer| Some(answer.legal_hold?.status?.as_str().to_owned()))
+    };
+    assert_eq!(hold().await.as_deref(), Some("ON"));
+    let page = root
+        .follow(
+            &root
+                .post(
+                    "/object/delete-version",
+                    &[("bucket", "vault"), ("key", "deed.txt"), ("version", &version)],
+                )
+                .await,
+        )
+        .await
+        .body;
+    assert!(
+        page.contains("flash error")
+            && page.contains("AccessDenied: Access Denied because object protected by object lock."),
+        "the gateway's refusal, verbatim: {page}"
+    );
+
+    // Removing the GOVERNANCE retention needs the bypass: without it the gateway refuses.
+    let page = root
+        .follow(&root.post("/object/retention", &fields(&[("mode", "")])).await)
+        .await
+        .body;
+    assert!(page.contains("flash error") && page.contains("AccessDenied"), "{page}");
+    assert_eq!(retention().await, Some(("GOVERNANCE".to_owned(), until_secs)));
+    let page = root
+        .follow(
+            &root
+                .post("/object/retention", &fields(&[("mode", ""), ("bypass", "on")]))
+                .await,
+        )
+        .await
+        .body;
+    assert!(
+        page.contains("Retention removed.") && page.contains("<strong id=\"retention\">none</strong>"),
+        "{page}"
+    );
+    assert_eq!(retention().await, None);
+
+    // Another key that may not write the bucket changes nothing.
+    stack.add_key("LOCKREADER", true).await;
+    let reader = Visitor::sign_in(stack.console, "LOCKREADER", "LOCKREADER-secret").await;
+    let page = reader
+        .follow(&reader.post("/object/legal-hold", &fields(&[("status", "OFF")])).await)
+        .await
+        .body;
+    assert!(page.contains("flash error") && page.contains("AccessDenied"), "{page}");
+    assert_eq!(hold().await.as_deref(), Some("ON"));
+
+    // The version's own page: its lock by version id, released there.
+    let page = root
+        .get(&format!("/object?bucket=vault&key=deed.txt&version={version}"))
+        .await
+        .body;
+    assert!(page.contains(&format!("Of version <code>{version}</code>.")), "{page}");
+    let answer = root
+        .post(
+            "/object/legal-hold",
+            &[
+                ("bucket", "vault"),
+                ("key", "deed.txt"),
+                ("version", &version),
+                ("status", "OFF"),
+            ],
+        )
+        .await;
+    assert!(
+        answer.header("location").contains("version="),
+        "back to the version's page"
+    );
+    let page = root.follow(&answer).await.body;
+    assert!(page.contains("Legal hold OFF."), "{page}");
+    assert_eq!(hold().await.as_deref(), Some("OFF"));
+    // Unlocked, the version can go.
+    let page = root
+        .follow(
+            &root
+                .post(
+                    "/object/delete-version",
+                    &[("bucket", "vault"), ("key", "deed.txt"), ("version", &version)],
+                )
+                .await,
+        )
+        .await
+        .body;
+    assert!(page.contains("Version deleted permanently."), "{page}");
+}
+
+#[tokio::test]
 async fn bucket_settings_are_s3_configurations_edited_with_the_sessions_key() {
     let stack = Stack::start().await;
     let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
@@ -1026,6 +1247,101 @@ async fn the_health_page_shows_this_gateway_to_the_root_key_only() {
         "{}",
         page.body
     );
+}
+
+/// The rows of the fleet table, each from `<tr class="gateway` to its `</tr>`.
+fn gateway_rows(page: &str) -> Vec<String> {
+    page.split("<tr class=\"gateway")
+        .skip(1)
+        .map(|row| row[..row.find("</tr>").unwrap()].to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_fleet_lists_every_gateway_of_the_database_by_its_heartbeat() {
+    let stack = Stack::start().await;
+    let second = stack.second_gateway().await;
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    // Both gateways beat at once when they start, then every 5 s.
+    eventually("both gateways listed", || async {
+        gateway_rows(&root.get("/health").await.body).len() == 2
+    })
+    .await;
+    let page = root.get("/health").await.body;
+    let rows = gateway_rows(&page);
+    for (row, gateway) in rows.iter().zip([&stack.gateway, &second]) {
+        let s3 = format!("s3 {}", gateway.s3_addr);
+        let admin = format!("admin {}", gateway.admin_addr);
+        assert!(
+            rows.iter().any(|row| row.contains(&s3) && row.contains(&admin)),
+            "{s3}: {page}"
+        );
+        assert!(
+            row.contains(&format!("<td>primary</td><td>{}</td>", env!("CARGO_PKG_VERSION"))),
+            "{row}"
+        );
+        assert!(!row.contains("silent"), "{row}");
+    }
+    // The database: its WAL position, and after writes and a look at least half a second on,
+    // the rate it was written at and a point in the WAL chart.
+    assert!(
+        page.contains("<dd id=\"wal-lsn\">") && !page.contains("<dd id=\"wal-lsn\"></dd>"),
+        "{page}"
+    );
+    stack.root.create_bucket().bucket("walled").send().await.unwrap();
+    put(&stack, "walled", "a", vec![7u8; 64 << 10]).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let page = root.get("/health").await.body;
+    assert!(page.contains("<dd id=\"wal-rate\">"), "{page}");
+    let chart = &page[page.find("<svg id=\"chart-wal\"").unwrap_or_else(|| panic!("{page}"))..];
+    let chart = &chart[..chart.find("</svg>").unwrap()];
+    assert!(
+        chart.contains("data-protocol=\"WAL\"") && chart.contains("<circle"),
+        "{chart}"
+    );
+
+    // A gateway that stopped beating 20 s ago is shown silent, its hostile host name as text;
+    // one silent for two minutes is forgotten by the next beat.
+    stack
+        .sql(
+            "INSERT INTO pgvs3.gateways (id, host, version, started, listeners, stats, beat) VALUES
+               ('quiet', '<img src=x onerror=alert(1)>\u{202e}', '0.0.1', now() - interval '1 hour',
+                '{\"s3\": \"10.0.0.9:9000\"}', '{\"requests\": 5}', now() - interval '20 seconds'),
+               ('gone', 'gone-host', '0.0.1', now() - interval '1 hour', '{}', '{}', now() - interval '2 minutes')",
+        )
+        .await;
+    let page = root.get("/health").await.body;
+    let quiet = gateway_rows(&page)
+        .into_iter()
+        .find(|row| row.contains("data-id=\"quiet\""))
+        .unwrap_or_else(|| panic!("{page}"));
+    assert!(quiet.starts_with(" silent\""), "{quiet}");
+    assert!(
+        quiet.contains("&lt;img src=x onerror=alert(1)&gt;<span class=\"cp\">⟨U+202E⟩</span>")
+            && !page.contains("<img src=x"),
+        "{quiet}"
+    );
+    eventually("the long-silent row forgotten", || async {
+        stack
+            .sql_value("SELECT count(*)::text FROM pgvs3.gateways WHERE id = 'gone'")
+            .await
+            == "0"
+    })
+    .await;
+    assert_eq!(
+        stack
+            .sql_value("SELECT count(*)::text FROM pgvs3.gateways WHERE id = 'quiet'")
+            .await,
+        "1"
+    );
+
+    // Another key sees no fleet.
+    stack.add_key("FLEETLESS", false).await;
+    let other = Visitor::sign_in(stack.console, "FLEETLESS", "FLEETLESS-secret").await;
+    let page = other.get("/health").await;
+    assert_eq!(page.status, 403);
+    assert!(gateway_rows(&page.body).is_empty(), "{}", page.body);
+    second.shutdown().await.unwrap();
 }
 
 #[tokio::test]
@@ -1936,9 +2252,52 @@ async fn walk_through(browser: webdriver::Browser) {
         "{job}"
     );
 
-    // Health: this gateway as its admin listener reports it.
+    // Object lock: a retention typed in and a legal hold placed on a version.
+    stack
+        .root
+        .create_bucket()
+        .bucket("vault")
+        .object_lock_enabled_for_bucket(true)
+        .send()
+        .await
+        .unwrap();
+    put(&stack, "vault", "deed.txt", "signed").await;
+    browser.goto(&console("/object?bucket=vault&key=deed.txt")).await;
+    browser.type_into("#retention-until", "2099-12-31").await;
+    browser.click("#save-retention").await;
+    eventually("the retention set", move || async move {
+        b.source()
+            .await
+            .contains("<strong id=\"retention\">GOVERNANCE until 2099-12-31T00:00:00Z</strong>")
+    })
+    .await;
+    browser.click("#toggle-legal-hold").await;
+    eventually("the legal hold placed", move || async move {
+        b.source().await.contains("<strong id=\"legal-hold\">ON</strong>")
+    })
+    .await;
+    let hold = stack
+        .root
+        .get_object_legal_hold()
+        .bucket("vault")
+        .key("deed.txt")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        hold.legal_hold().and_then(|hold| hold.status()).map(|s| s.as_str()),
+        Some("ON")
+    );
+    browser.goto(&console("/object?bucket=vault&key=deed.txt#lock")).await;
+    browser.find("#lock").await;
+    browser.screenshot("lock").await;
+
+    // Fleet and health: this gateway by its heartbeat row, and as its admin listener reports it.
     browser.goto(&console("/health")).await;
     assert_eq!(browser.text("#role").await, "primary");
+    let fleet = browser.text("#gateway-list tr.gateway").await;
+    assert!(fleet.contains(&format!("s3 {}", stack.gateway.s3_addr)), "{fleet}");
+    assert!(browser.text("#wal-lsn").await.contains('/'));
     browser.screenshot("health").await;
 
     // Access keys: one created, its secret shown once.
