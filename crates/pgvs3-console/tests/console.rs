@@ -750,6 +750,130 @@ async fn bucket_settings_are_s3_configurations_edited_with_the_sessions_key() {
         page.contains("<td>to-jobs</td><td><code>arn:pgvs3:ojs:::uploads</code></td><td>s3:ObjectCreated:*</td>"),
         "{page}"
     );
+    // ... and edited: added, checked before S3 is asked, refused by the gateway in its own
+    // words, replaced by id and deleted, the other rules kept as the gateway had them.
+    let notifications = || async {
+        let config = stack
+            .root
+            .get_bucket_notification_configuration()
+            .bucket("configured")
+            .send()
+            .await
+            .unwrap();
+        config
+            .queue_configurations()
+            .iter()
+            .map(|rule| {
+                let filter = rule
+                    .filter()
+                    .and_then(|f| f.key())
+                    .map(|key| {
+                        key.filter_rules()
+                            .iter()
+                            .map(|r| r.value().unwrap_or("").to_owned())
+                            .collect()
+                    })
+                    .unwrap_or_else(Vec::new);
+                (
+                    rule.id().unwrap_or("").to_owned(),
+                    rule.queue_arn().to_owned(),
+                    rule.events().len(),
+                    filter,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let add = |id: &'static str, target: &'static str, events: &'static str, prefix: &'static str| {
+        vec![
+            ("bucket", "configured"),
+            ("rule_id", id),
+            ("target", target),
+            ("events", events),
+            ("prefix", prefix),
+            ("suffix", ""),
+        ]
+    };
+    let page = root
+        .follow(
+            &root
+                .post(
+                    "/bucket/notifications/add",
+                    &add(
+                        "csv",
+                        "arn:pgvs3:pubsub:::s3:csv",
+                        "s3:ObjectCreated:*, s3:ObjectRemoved:*",
+                        "",
+                    ),
+                )
+                .await,
+        )
+        .await
+        .body;
+    assert!(page.contains("Notification rule csv saved."), "{page}");
+    let both = vec![
+        ("to-jobs".to_owned(), "arn:pgvs3:ojs:::uploads".to_owned(), 1, vec![]),
+        ("csv".to_owned(), "arn:pgvs3:pubsub:::s3:csv".to_owned(), 2, vec![]),
+    ];
+    assert_eq!(notifications().await, both);
+    for (pairs, problem) in [
+        (
+            add("bad", "http://elsewhere.example/", "s3:ObjectCreated:*", ""),
+            "Target: arn:pgvs3:ojs:::",
+        ),
+        (
+            add("bad", "arn:pgvs3:ojs:::q", "ObjectCreated", ""),
+            "Events: one or more S3 event names",
+        ),
+        (
+            add("", "arn:pgvs3:ojs:::q", "s3:ObjectCreated:*", ""),
+            "A rule needs an id",
+        ),
+        (
+            add("hook", "arn:pgvs3:webhook:::nowhere", "s3:ObjectCreated:*", ""),
+            "Unable to validate the following destination configurations: arn:pgvs3:webhook:::nowhere",
+        ),
+    ] {
+        let page = root
+            .follow(&root.post("/bucket/notifications/add", &pairs).await)
+            .await
+            .body;
+        assert!(
+            page.contains("flash error") && page.contains(problem),
+            "{problem}: {page}"
+        );
+        assert_eq!(notifications().await, both);
+    }
+    let page = root
+        .follow(
+            &root
+                .post(
+                    "/bucket/notifications/add",
+                    &add("csv", "arn:pgvs3:ojs:::csv-jobs", "s3:ObjectCreated:Put", "in/"),
+                )
+                .await,
+        )
+        .await
+        .body;
+    assert!(page.contains("Notification rule csv saved."), "{page}");
+    let page = root
+        .follow(
+            &root
+                .post(
+                    "/bucket/notifications/delete",
+                    &[("bucket", "configured"), ("rule_id", "to-jobs")],
+                )
+                .await,
+        )
+        .await
+        .body;
+    assert!(page.contains("Notification rule to-jobs deleted."), "{page}");
+    let kept = vec![(
+        "csv".to_owned(),
+        "arn:pgvs3:ojs:::csv-jobs".to_owned(),
+        1,
+        vec!["in/".to_owned()],
+    )];
+    assert_eq!(notifications().await, kept);
 
     // Quotas have no S3 API: the root key's session sees them (asked of the gateway in-process).
     stack
@@ -780,6 +904,15 @@ async fn bucket_settings_are_s3_configurations_edited_with_the_sessions_key() {
         ),
         ("/bucket/encryption", vec![("default", "none")]),
         ("/bucket/object-lock", vec![("mode", "")]),
+        (
+            "/bucket/notifications/add",
+            vec![
+                ("rule_id", "sneaky"),
+                ("target", "arn:pgvs3:ojs:::sneaky"),
+                ("events", "s3:ObjectCreated:*"),
+            ],
+        ),
+        ("/bucket/notifications/delete", vec![("rule_id", "csv")]),
     ] {
         let mut all = bucket.to_vec();
         all.extend(pairs);
@@ -810,6 +943,7 @@ async fn bucket_settings_are_s3_configurations_edited_with_the_sessions_key() {
         .await
         .unwrap();
     assert!(lock.object_lock_configuration().unwrap().rule().is_some());
+    assert_eq!(notifications().await, kept);
 }
 
 /// The `class="key"` links of a keys page, as the names they show.
