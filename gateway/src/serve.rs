@@ -347,7 +347,7 @@ impl pgvs3_console::Admin for ConsoleAdmin {
                 .into_iter()
                 .map(|key| pgvs3_console::KeyInfo {
                     buckets: owners.remove(&key.access_key).unwrap_or_default(),
-                    has_policy: key.policy_text.is_some(),
+                    policy: key.policy_text,
                     disabled: disabled.contains(&key.access_key),
                     access_key: key.access_key,
                     is_root: key.is_root,
@@ -471,6 +471,19 @@ impl pgvs3_console::Admin for ConsoleAdmin {
                 .await
                 .map_err(|err| err.to_string())?;
             Ok(row.get(0))
+        })
+    }
+
+    fn set_key_policy(
+        &self,
+        access_key: String,
+        policy: Option<String>,
+    ) -> pgvs3_console::BoxFuture<'_, Result<bool, String>> {
+        Box::pin(async move {
+            self.catalog
+                .set_key_policy(&access_key, policy.as_deref())
+                .await
+                .map_err(|err| err.to_string())
         })
     }
 

@@ -456,6 +456,7 @@ impl Context<'_> {
             "/jobs" => self.jobs(request).await,
             "/health" => self.fleet().await,
             "/access-keys" => self.access_keys(None).await,
+            "/access-key" => self.key_policy(request.arg("access_key"), None).await,
             "/jobs/queue" => self.jobs_queue(request).await,
             "/job" => self.job(request).await,
             "/key" => self.key(request).await,
@@ -522,7 +523,7 @@ impl Context<'_> {
                         .map(|_| "Bucket policy removed.".to_owned());
                     return self.done(outcome, &bucket_page);
                 }
-                let problems = crate::policy::problems(text);
+                let problems = crate::policy::problems(text, false);
                 if !problems.is_empty() {
                     return self.bucket(bucket, Some((text, problems))).await;
                 }
@@ -591,6 +592,7 @@ impl Context<'_> {
             "/access-keys/delete" => self.delete_access_key(request).await,
             "/access-keys/disable" => self.set_access_key_disabled(request, true).await,
             "/access-keys/enable" => self.set_access_key_disabled(request, false).await,
+            "/access-keys/policy" => self.set_key_policy(request).await,
             "/jobs/retry" => self.dead_letter_change(request, true).await,
             "/jobs/delete" => self.dead_letter_change(request, false).await,
             path if path.starts_with("/api/upload/") => self.upload(request, &path["/api/upload/".len()..]).await,

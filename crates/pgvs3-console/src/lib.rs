@@ -87,6 +87,9 @@ pub trait Admin: Send + Sync {
     /// Disables (or enables again) a key other than the root key: every gateway of the
     /// database refuses a disabled key at once. False when there is no such key.
     fn set_key_disabled(&self, access_key: String, disabled: bool) -> BoxFuture<'_, Result<bool, String>>;
+    /// Attaches an identity policy to a key other than the root key (the gateway checks it
+    /// first), or detaches its policy (`None`). False when there is no such key.
+    fn set_key_policy(&self, access_key: String, policy: Option<String>) -> BoxFuture<'_, Result<bool, String>>;
     /// A bucket's quota and usage (no S3 API has them); `None` without a quota.
     fn bucket_quota(&self, bucket: String) -> BoxFuture<'_, Result<Option<Quota>, String>>;
     /// Sets a bucket's quota (`None`: that limit unlimited); both `None` removes it.
@@ -145,8 +148,8 @@ pub struct KeyInfo {
     pub disabled: bool,
     pub description: String,
     pub created: std::time::SystemTime,
-    /// Whether the key carries its own (identity) policy.
-    pub has_policy: bool,
+    /// The key's own (identity) policy document, if it has one.
+    pub policy: Option<String>,
     /// The buckets it owns, by name.
     pub buckets: Vec<String>,
 }

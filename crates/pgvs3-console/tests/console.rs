@@ -1674,6 +1674,97 @@ async fn the_root_key_creates_lists_and_deletes_access_keys_and_a_secret_shows_o
 }
 
 /// The first line of the RESP listener's answer to `AUTH key secret`.
+#[tokio::test]
+async fn the_root_key_edits_a_keys_own_policy_and_the_gateway_enforces_it() {
+    let stack = Stack::start().await;
+    stack.add_key("POLICIED", false).await;
+    let key = support::s3_client(stack.gateway.s3_addr, "POLICIED", "POLICIED-secret");
+    key.create_bucket().bucket("mine").send().await.unwrap();
+    key.put_object()
+        .bucket("mine")
+        .key("a.txt")
+        .body(aws_sdk_s3::primitives::ByteStream::from_static(b"readable"))
+        .send()
+        .await
+        .unwrap();
+    let reads = || async { key.get_object().bucket("mine").key("a.txt").send().await.is_ok() };
+    assert!(reads().await);
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let page = root.get("/access-keys").await.body;
+    assert!(
+        page.contains("<a class=\"key-policy\" href=\"/access-key?access_key=POLICIED\">Attach</a>"),
+        "{page}"
+    );
+    let page = root.get("/access-key?access_key=POLICIED").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains("<textarea name=\"policy\" id=\"policy\""),
+        "{}",
+        page.body
+    );
+    let save = async |policy: &str| {
+        root.post("/access-keys/policy", &[("access_key", "POLICIED"), ("policy", policy)])
+            .await
+    };
+
+    // Checked before the gateway is asked: not JSON, a Principal; nothing attached.
+    for (policy, problem) in [
+        ("{", "<li>not JSON"),
+        (
+            r#"{"Version":"2012-10-17","Statement":[{"Effect":"Deny","Principal":"*","Action":"s3:GetObject","Resource":"*"}]}"#,
+            "<li>Statement 1: a key&#39;s own policy names no Principal (the key is the principal)</li>",
+        ),
+    ] {
+        let page = save(policy).await;
+        assert_eq!(page.status, 400, "{}", page.body);
+        assert!(page.body.contains(problem), "{problem}: {}", page.body);
+        assert!(reads().await);
+    }
+    // A policy denying its reads: saved, and the gateway enforces it at once.
+    let deny = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Deny","Action":"s3:GetObject","Resource":"arn:aws:s3:::mine/*"}]}"#;
+    let page = root.follow(&save(deny).await).await.body;
+    assert!(page.contains("Policy of key POLICIED saved."), "{page}");
+    assert!(page.contains("yes · <a class=\"key-policy\""), "{page}");
+    assert!(!reads().await, "the key's own policy denies the read");
+    let page = root.get("/access-key?access_key=POLICIED").await.body;
+    assert!(page.contains("s3:GetObject"), "the saved document is shown: {page}");
+
+    // The root key has no policy of its own to edit; another key may not edit any.
+    let page = root
+        .follow(
+            &root
+                .post(
+                    "/access-keys/policy",
+                    &[("access_key", ROOT_ACCESS_KEY), ("policy", deny)],
+                )
+                .await,
+        )
+        .await
+        .body;
+    assert!(
+        page.contains("flash error") && page.contains("the root key may do everything"),
+        "{page}"
+    );
+    assert!(stack.root.get_object().bucket("mine").key("a.txt").send().await.is_ok());
+    let other = Visitor::sign_in(stack.console, "POLICIED", "POLICIED-secret").await;
+    assert_eq!(other.get("/access-key?access_key=POLICIED").await.status, 403);
+    let page = other
+        .follow(
+            &other
+                .post("/access-keys/policy", &[("access_key", "POLICIED"), ("policy", "")])
+                .await,
+        )
+        .await
+        .body;
+    assert!(page.contains("flash error"), "{page}");
+    assert!(!reads().await, "still denied");
+
+    // Detached (an empty document): the key reads again.
+    let page = root.follow(&save("").await).await.body;
+    assert!(page.contains("Key POLICIED has no policy of its own now."), "{page}");
+    assert!(reads().await);
+}
+
 async fn resp_auth(addr: std::net::SocketAddr, key: &str, secret: &str) -> String {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     let mut stream = tokio::io::BufReader::new(tokio::net::TcpStream::connect(addr).await.unwrap());
@@ -2447,6 +2538,32 @@ async fn walk_through(browser: webdriver::Browser) {
         .await
         .unwrap();
     browser.screenshot("access-keys").await;
+    // Its own policy, edited: a Principal refused with its reason, then a document saved.
+    browser.goto(&console("/access-key?access_key=BROWSERKEY01")).await;
+    browser
+        .type_into(
+            "#policy",
+            r#"{"Version":"2012-10-17","Statement":[{"Effect":"Deny","Principal":"*","Action":"s3:DeleteObject","Resource":"*"}]}"#,
+        )
+        .await;
+    browser.click("#save-policy").await;
+    eventually("the key policy refused with its reason", move || async move {
+        b.source().await.contains("names no Principal")
+    })
+    .await;
+    browser.screenshot("key-policy").await;
+    browser.clear("#policy").await;
+    browser
+        .type_into(
+            "#policy",
+            r#"{"Version":"2012-10-17","Statement":[{"Effect":"Deny","Action":"s3:DeleteObject","Resource":"*"}]}"#,
+        )
+        .await;
+    browser.click("#save-policy").await;
+    eventually("the key policy saved", move || async move {
+        b.source().await.contains("Policy of key BROWSERKEY01 saved.")
+    })
+    .await;
 
     // Sign out: the session is gone, in the browser and on the server.
     browser.click("#logout").await;
