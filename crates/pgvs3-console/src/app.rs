@@ -21,6 +21,7 @@ mod keyspace;
 mod lock;
 mod preview;
 mod settings;
+mod workflow;
 
 pub use fleet::metrics_summary;
 
@@ -459,6 +460,7 @@ impl Context<'_> {
             "/access-key" => self.key_policy(request.arg("access_key"), None).await,
             "/jobs/queue" => self.jobs_queue(request).await,
             "/job" => self.job(request).await,
+            "/jobs/workflow" => self.workflow(request).await,
             "/key" => self.key(request).await,
             _ => self.page(StatusCode::NOT_FOUND, "Not found", "<h1>Not found</h1>".to_owned()),
         }

@@ -1157,6 +1157,117 @@ async fn dead_job(stack: &Stack, queue: &str, code: &str, message: &str) -> Stri
     job["job"]["id"].as_str().unwrap().to_owned()
 }
 
+/// The `<g class="node` elements of a page's workflow graph.
+fn graph_nodes(page: &str) -> Vec<String> {
+    page.split("<g class=\"node ")
+        .skip(1)
+        .map(|node| node[..node.find("</g>").unwrap()].to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_workflow_is_drawn_as_a_graph_of_its_jobs_and_their_states() {
+    let stack = Stack::start().await;
+    let job = |kind: &str| json!({ "type": kind, "args": [], "options": { "queue": "flow" } });
+    let (status, created) = stack
+        .ojs(
+            "POST",
+            "/ojs/v1/workflows",
+            json!({ "type": "chain", "name": "etl", "steps": [
+                job("etl.extract"),
+                { "type": "group", "name": "<img onerror=a>\u{202e}", "jobs": [job("etl.t0"), job("etl.t1")] },
+                job("etl.load") ] }),
+        )
+        .await;
+    assert!(status == 200 || status == 201, "{created}");
+    let created = if created["workflow"].is_object() {
+        created["workflow"].clone()
+    } else {
+        created
+    };
+    let id = created["id"].as_str().unwrap().to_owned();
+    let group = created["steps"][1]["workflow_id"].as_str().unwrap().to_owned();
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let jobs = root.get("/jobs").await.body;
+    assert!(jobs.contains("action=\"/jobs/workflow\""), "{jobs}");
+
+    // The chain: three nodes left to right, two arrows; the nested group links to its graph.
+    let page = root.get(&format!("/jobs/workflow?id={id}")).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains("<dd id=\"workflow-type\">chain</dd>"),
+        "{}",
+        page.body
+    );
+    let svg = &page.body[page.body.find("<svg id=\"workflow-graph\"").unwrap()..];
+    assert!(!svg[..svg.find("</svg>").unwrap()].contains("style="), "{svg}");
+    let nodes = graph_nodes(&page.body);
+    assert_eq!(nodes.len(), 3, "{}", page.body);
+    assert!(
+        nodes[0].contains(">etl.extract</text>") && nodes[0].starts_with("state-pending\""),
+        "{}",
+        nodes[0]
+    );
+    // The nested group is drawn with its name, a hostile one as text.
+    assert!(
+        nodes[1].contains(">group &lt;img onerror=a&gt;<tspan class=\"cp\">⟨U+202E⟩</tspan></text>")
+            && nodes[1].contains("data-state=\"waiting\""),
+        "{}",
+        nodes[1]
+    );
+    assert!(!page.body.contains("<img onerror"), "{}", page.body);
+    assert_eq!(page.body.matches("<line class=\"edge\"").count(), 2, "{}", page.body);
+    assert!(
+        page.body
+            .contains(&format!("<a href=\"/jobs/workflow?id={group}&amp;tenant=default\">")),
+        "{}",
+        page.body
+    );
+
+    // The group: its two jobs in one column, no arrows, its hostile name as text.
+    let page = root.get(&format!("/jobs/workflow?id={group}")).await.body;
+    assert_eq!(graph_nodes(&page).len(), 2, "{page}");
+    assert_eq!(page.matches("<line class=\"edge\"").count(), 0, "{page}");
+    assert!(
+        page.contains("&lt;img onerror=a&gt;<span class=\"cp\">⟨U+202E⟩</span>"),
+        "{page}"
+    );
+    assert!(!page.contains("<img onerror"), "{page}");
+    assert!(page.contains("<dt>Part of</dt>"), "{page}");
+
+    // The first step done: its node says so, and the group is released.
+    let (_, fetched) = stack
+        .ojs(
+            "POST",
+            "/ojs/v1/workers/fetch",
+            json!({ "queues": ["flow"], "worker_id": "w1" }),
+        )
+        .await;
+    let claimed = &fetched["jobs"][0];
+    assert_eq!(claimed["type"], "etl.extract", "{fetched}");
+    let (status, acked) = stack
+        .ojs(
+            "POST",
+            "/ojs/v1/workers/ack",
+            json!({ "job_id": claimed["id"], "attempt": claimed["attempt"], "result": { "rows": 3 } }),
+        )
+        .await;
+    assert_eq!(status, 200, "{acked}");
+    let page = root.get(&format!("/jobs/workflow?id={id}")).await.body;
+    let nodes = graph_nodes(&page);
+    assert!(nodes[0].starts_with("state-completed\""), "{}", nodes[0]);
+    assert!(!nodes[1].contains("data-state=\"waiting\""), "{}", nodes[1]);
+
+    // An id that would leave the route is refused before OJS is asked; another key sees nothing.
+    let page = root.get("/jobs/workflow?id=..%2Fqueues").await.body;
+    assert!(page.contains("That is not a job id."), "{page}");
+    stack.add_key("FLOWLESS", false).await;
+    let other = Visitor::sign_in(stack.console, "FLOWLESS", "FLOWLESS-secret").await;
+    let page = other.get(&format!("/jobs/workflow?id={id}")).await;
+    assert_eq!(page.status, 403);
+    assert!(graph_nodes(&page.body).is_empty(), "{}", page.body);
+}
+
 #[tokio::test]
 async fn the_jobs_pages_are_the_root_keys_and_retry_and_delete_dead_jobs() {
     let stack = Stack::start().await;
@@ -2273,7 +2384,8 @@ async fn walk_through(browser: webdriver::Browser) {
     // A bucket, with versioning.
     browser.type_into("#new-bucket", "photos").await;
     browser.click("#create-bucket").await;
-    browser.find("a.bucket").await;
+    // The RESP listener's own bucket is listed too: wait for this one.
+    browser.find("a.bucket[href='/objects?bucket=photos']").await;
     assert!(bucket_exists(&stack, "photos").await);
     browser.screenshot("buckets").await;
     browser.goto(&console("/bucket?bucket=photos")).await;
@@ -2476,6 +2588,36 @@ async fn walk_through(browser: webdriver::Browser) {
         Some("available"),
         "{job}"
     );
+
+    // A workflow as a graph: a chain whose middle step is a group.
+    let step = |kind: &str| json!({ "type": kind, "args": [], "options": { "queue": "etl" } });
+    let (_, created) = stack
+        .ojs(
+            "POST",
+            "/ojs/v1/workflows",
+            json!({ "type": "chain", "name": "nightly", "steps": [
+                step("etl.extract"),
+                { "type": "group", "name": "transforms", "jobs": [step("etl.clean"), step("etl.enrich"), step("etl.index")] },
+                step("etl.load") ] }),
+        )
+        .await;
+    let created = if created["workflow"].is_object() {
+        created["workflow"].clone()
+    } else {
+        created
+    };
+    browser.goto(&console("/jobs")).await;
+    browser.type_into("#workflow-id", created["id"].as_str().unwrap()).await;
+    browser.click("#find-workflow").await;
+    browser.find("#workflow-graph g.node").await;
+    let drawn = browser
+        .run(
+            "return document.querySelectorAll('#workflow-graph g.node').length;",
+            vec![],
+        )
+        .await;
+    assert_eq!(drawn, json!(3));
+    browser.screenshot("workflow").await;
 
     // Object lock: a retention typed in and a legal hold placed on a version.
     stack
