@@ -4117,6 +4117,20 @@ CREATE TABLE pgvs3.function_files (
 );
 
 --
+-- Name: gateways; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.gateways (
+    id text NOT NULL,
+    host text NOT NULL,
+    version text NOT NULL,
+    started timestamp with time zone NOT NULL,
+    listeners jsonb NOT NULL,
+    stats jsonb NOT NULL,
+    beat timestamp with time zone NOT NULL
+);
+
+--
 -- Name: layout; Type: TABLE; Schema: pgvs3; Owner: -
 --
 
@@ -4854,6 +4868,13 @@ ALTER TABLE ONLY pgvs3.catalog_version
 
 ALTER TABLE ONLY pgvs3.function_files
     ADD CONSTRAINT function_files_pkey PRIMARY KEY (name);
+
+--
+-- Name: gateways gateways_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.gateways
+    ADD CONSTRAINT gateways_pkey PRIMARY KEY (id);
 
 --
 -- Name: layout layout_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -

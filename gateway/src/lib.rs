@@ -7,6 +7,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod heartbeat;
 pub mod maintenance;
 pub mod serve;
 pub mod tls;

@@ -244,7 +244,9 @@ impl RunningGateway {
             .with_admin_listener(admin_addr, tls.admin.is_some());
         let mut console_stop = signal.clone();
         let console_stop = async move { console_stop.wait().await };
+        let mut console_addr = None;
         if let Some(console) = pgvs3_console::start(&args.console, console_gateway, console_stop).await? {
+            console_addr = Some(console.addr);
             servers.push(console.task);
         }
         // The webhook outbox's deliverer (OJS webhooks, bucket notification webhook targets).
@@ -257,6 +259,21 @@ impl RunningGateway {
             catalog.spawn_listener(database.config.clone(), database.connections.clone()),
             crate::cache::spawn_uploader(cache, pool.clone()),
             lag.spawn_sampler(pool.clone(), metrics.clone(), Duration::from_millis(500)),
+            crate::heartbeat::spawn(
+                pool.clone(),
+                metrics.clone(),
+                lag.clone(),
+                crate::heartbeat::Beat {
+                    host: crate::heartbeat::host_name(),
+                    listeners: serde_json::json!({
+                        "s3": s3_addr.to_string(),
+                        "admin": admin_addr.to_string(),
+                        "resp": resp_addr.map(|addr| addr.to_string()),
+                        "ojs": ojs_addr.map(|addr| addr.to_string()),
+                        "console": console_addr.map(|addr| addr.to_string()),
+                    }),
+                },
+            ),
             crate::maintenance::spawn_leader_loop(
                 store.clone(),
                 pool,
@@ -334,7 +351,7 @@ impl pgvs3_console::Admin for ConsoleAdmin {
                 .into_iter()
                 .map(|key| pgvs3_console::KeyInfo {
                     buckets: owners.remove(&key.access_key).unwrap_or_default(),
-                    has_policy: key.policy_text.is_some(),
+                    policy: key.policy_text,
                     disabled: disabled.contains(&key.access_key),
                     access_key: key.access_key,
                     is_root: key.is_root,
@@ -458,6 +475,66 @@ impl pgvs3_console::Admin for ConsoleAdmin {
                 .await
                 .map_err(|err| err.to_string())?;
             Ok(row.get(0))
+        })
+    }
+
+    fn set_key_policy(
+        &self,
+        access_key: String,
+        policy: Option<String>,
+    ) -> pgvs3_console::BoxFuture<'_, Result<bool, String>> {
+        Box::pin(async move {
+            self.catalog
+                .set_key_policy(&access_key, policy.as_deref())
+                .await
+                .map_err(|err| err.to_string())
+        })
+    }
+
+    fn gateways(&self) -> pgvs3_console::BoxFuture<'_, Result<Vec<pgvs3_console::GatewayBeat>, String>> {
+        Box::pin(async move {
+            let client = self.pool.get().await.map_err(|err| err.to_string())?;
+            let rows = client
+                .query(
+                    "SELECT id, host, version, started, listeners, stats,
+                            extract(epoch FROM clock_timestamp() - beat)::float8
+                       FROM pgvs3.gateways ORDER BY started, id LIMIT 100",
+                    &[],
+                )
+                .await
+                .map_err(|err| err.to_string())?;
+            Ok(rows
+                .iter()
+                .map(|row| pgvs3_console::GatewayBeat {
+                    id: row.get(0),
+                    host: row.get(1),
+                    version: row.get(2),
+                    started: row.get(3),
+                    listeners: row.get(4),
+                    stats: row.get(5),
+                    seconds_since_beat: row.get(6),
+                })
+                .collect())
+        })
+    }
+
+    fn wal_position(&self) -> pgvs3_console::BoxFuture<'_, Result<pgvs3_console::WalPosition, String>> {
+        Box::pin(async move {
+            let client = self.pool.get().await.map_err(|err| err.to_string())?;
+            // A standby's position is what it has replayed; a primary's, what it has written.
+            let row = client
+                .query_one(
+                    "SELECT lsn::text, (lsn - '0/0')::float8
+                       FROM (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
+                                         ELSE pg_current_wal_lsn() END AS lsn) AS position",
+                    &[],
+                )
+                .await
+                .map_err(|err| err.to_string())?;
+            Ok(pgvs3_console::WalPosition {
+                lsn: row.get::<_, Option<String>>(0).unwrap_or_default(),
+                bytes: row.get::<_, Option<f64>>(1).unwrap_or(0.0),
+            })
         })
     }
 }

@@ -18,8 +18,12 @@ mod access_keys;
 mod fleet;
 mod jobs;
 mod keyspace;
+mod lock;
 mod preview;
 mod settings;
+mod workflow;
+
+pub use fleet::metrics_summary;
 
 use crate::gateway::{Gateway, SignIn, describe};
 use crate::html::{self, Page, button, esc, form, link, name};
@@ -124,7 +128,11 @@ impl App {
         );
         let samples = std::sync::Arc::new(fleet::Samples::default());
         if let Some(listener) = gateway.admin_listener {
-            tokio::spawn(fleet::keep_sampling(std::sync::Arc::downgrade(&samples), listener));
+            tokio::spawn(fleet::keep_sampling(
+                std::sync::Arc::downgrade(&samples),
+                listener,
+                gateway.admin.clone(),
+            ));
         }
         App {
             gateway,
@@ -441,13 +449,18 @@ impl Context<'_> {
             "/buckets" => self.buckets().await,
             "/bucket" => self.bucket(request.arg("bucket"), None).await,
             "/objects" => self.objects(request, request.arg("bucket")).await,
-            "/object" => self.object(request.arg("bucket"), request.arg("key")).await,
+            "/object" => {
+                let version = Some(request.arg("version")).filter(|version| !version.is_empty());
+                self.object(request.arg("bucket"), request.arg("key"), version).await
+            }
             "/keys" => self.keys(request).await,
             "/jobs" => self.jobs(request).await,
             "/health" => self.fleet().await,
             "/access-keys" => self.access_keys(None).await,
+            "/access-key" => self.key_policy(request.arg("access_key"), None).await,
             "/jobs/queue" => self.jobs_queue(request).await,
             "/job" => self.job(request).await,
+            "/jobs/workflow" => self.workflow(request).await,
             "/key" => self.key(request).await,
             _ => self.page(StatusCode::NOT_FOUND, "Not found", "<h1>Not found</h1>".to_owned()),
         }
@@ -459,6 +472,11 @@ impl Context<'_> {
         let key = request.arg("key");
         let bucket_page = link("/bucket", &[("bucket", bucket)]);
         let object_page = link("/object", &[("bucket", bucket), ("key", key)]);
+        // A lock change returns to the version it was about.
+        let version_page = match request.arg("version") {
+            "" => object_page.clone(),
+            version => link("/object", &[("bucket", bucket), ("key", key), ("version", version)]),
+        };
         if let Some(outcome) = self.change_setting(request, bucket).await {
             return self.done(outcome, &bucket_page);
         }
@@ -507,7 +525,7 @@ impl Context<'_> {
                         .map(|_| "Bucket policy removed.".to_owned());
                     return self.done(outcome, &bucket_page);
                 }
-                let problems = crate::policy::problems(text);
+                let problems = crate::policy::problems(text, false);
                 if !problems.is_empty() {
                     return self.bucket(bucket, Some((text, problems))).await;
                 }
@@ -559,6 +577,14 @@ impl Context<'_> {
                 let parent = key.rfind('/').map(|end| &key[..=end]).unwrap_or("");
                 self.done(outcome, &link("/objects", &[("bucket", bucket), ("prefix", parent)]))
             }
+            "/object/retention" => {
+                let outcome = self.put_retention(request).await;
+                self.done(outcome, &version_page)
+            }
+            "/object/legal-hold" => {
+                let outcome = self.put_legal_hold(request).await;
+                self.done(outcome, &version_page)
+            }
             "/object/tags" => {
                 let outcome = self.put_tags(bucket, key, request.arg("tags")).await;
                 self.done(outcome, &object_page)
@@ -568,6 +594,7 @@ impl Context<'_> {
             "/access-keys/delete" => self.delete_access_key(request).await,
             "/access-keys/disable" => self.set_access_key_disabled(request, true).await,
             "/access-keys/enable" => self.set_access_key_disabled(request, false).await,
+            "/access-keys/policy" => self.set_key_policy(request).await,
             "/jobs/retry" => self.dead_letter_change(request, true).await,
             "/jobs/delete" => self.dead_letter_change(request, false).await,
             path if path.starts_with("/api/upload/") => self.upload(request, &path["/api/upload/".len()..]).await,
@@ -858,7 +885,9 @@ impl Context<'_> {
             .unwrap_or_default()
     }
 
-    async fn object(&self, bucket: &str, key: &str) -> Response {
+    /// An object's page; `version` names the version whose retention and legal hold it shows
+    /// (the current one without).
+    async fn object(&self, bucket: &str, key: &str, version: Option<&str>) -> Response {
         let s3 = &self.session.s3;
         let parent = key.rfind('/').map(|end| &key[..=end]).unwrap_or("");
         let mut body = format!(
@@ -924,11 +953,14 @@ impl Context<'_> {
                 );
             }
         }
-        body.push_str(&self.versions(bucket, key).await);
+        let lock = self.lock_section(bucket, key, version).await;
+        body.push_str(&lock);
+        body.push_str(&self.versions(bucket, key, !lock.is_empty()).await);
         self.page(StatusCode::OK, "Object", body)
     }
 
-    async fn versions(&self, bucket: &str, key: &str) -> String {
+    /// The versions of a key; `locks`: each links to its retention and legal hold.
+    async fn versions(&self, bucket: &str, key: &str, locks: bool) -> String {
         let listed = sdk(self
             .session
             .s3
@@ -973,6 +1005,16 @@ impl Context<'_> {
                     "<a href=\"{}\" rel=\"noreferrer\">Download</a>",
                     esc(&download)
                 );
+                if locks {
+                    let _ = write!(
+                        actions,
+                        "<a class=\"lock\" href=\"{}#lock\">Retention</a>",
+                        esc(&link(
+                            "/object",
+                            &[("bucket", bucket), ("key", key), ("version", version)]
+                        ))
+                    );
+                }
                 if !latest {
                     actions.push_str(&form(
                         "/object/restore",

@@ -22,10 +22,19 @@ pub fn esc(text: &str) -> String {
 /// A bucket or key name as text: escaped, with controls, bidi overrides and zero-width
 /// characters made visible (`⟨U+202E⟩`), so `evil\u{202E}gpj.exe` does not read as `evilexe.jpg`.
 pub fn name(text: &str) -> String {
+    marked(text, "span")
+}
+
+/// [`name`] inside SVG `<text>`, where the code points are `<tspan>`s.
+pub fn svg_name(text: &str) -> String {
+    marked(text, "tspan")
+}
+
+fn marked(text: &str, tag: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         if invisible(c) {
-            let _ = write!(out, "<span class=\"cp\">⟨U+{:04X}⟩</span>", c as u32);
+            let _ = write!(out, "<{tag} class=\"cp\">⟨U+{:04X}⟩</{tag}>", c as u32);
         } else {
             out.push_str(&esc(c.encode_utf8(&mut [0; 4])));
         }

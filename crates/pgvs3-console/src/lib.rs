@@ -15,6 +15,8 @@ mod resp;
 mod server;
 mod session;
 
+pub use app::metrics_summary;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -71,6 +73,10 @@ pub trait Admin: Send + Sync {
     /// The standbys streaming from this database's server (`pg_stat_replication`; none on a
     /// standby or without any).
     fn standbys(&self) -> BoxFuture<'_, Result<Vec<Standby>, String>>;
+    /// The gateways of this database by their heartbeat rows (at most 100, oldest first).
+    fn gateways(&self) -> BoxFuture<'_, Result<Vec<GatewayBeat>, String>>;
+    /// The server's WAL position: written (a primary) or replayed (a standby).
+    fn wal_position(&self) -> BoxFuture<'_, Result<WalPosition, String>>;
     /// Every access key (never a secret), with the buckets each owns.
     fn list_keys(&self) -> BoxFuture<'_, Result<Vec<KeyInfo>, String>>;
     /// Creates a key that does not exist yet (an existing one, the root key included, is never
@@ -81,6 +87,9 @@ pub trait Admin: Send + Sync {
     /// Disables (or enables again) a key other than the root key: every gateway of the
     /// database refuses a disabled key at once. False when there is no such key.
     fn set_key_disabled(&self, access_key: String, disabled: bool) -> BoxFuture<'_, Result<bool, String>>;
+    /// Attaches an identity policy to a key other than the root key (the gateway checks it
+    /// first), or detaches its policy (`None`). False when there is no such key.
+    fn set_key_policy(&self, access_key: String, policy: Option<String>) -> BoxFuture<'_, Result<bool, String>>;
     /// A bucket's quota and usage (no S3 API has them); `None` without a quota.
     fn bucket_quota(&self, bucket: String) -> BoxFuture<'_, Result<Option<Quota>, String>>;
     /// Sets a bucket's quota (`None`: that limit unlimited); both `None` removes it.
@@ -103,6 +112,25 @@ pub struct Standby {
     pub replay_lag_seconds: Option<f64>,
 }
 
+/// A gateway as its heartbeat row describes it.
+pub struct GatewayBeat {
+    pub id: String,
+    pub host: String,
+    pub version: String,
+    pub started: std::time::SystemTime,
+    /// Listener name to bound address (`null`: off).
+    pub listeners: serde_json::Value,
+    /// [`metrics_summary`] of its `/metrics` at its last beat.
+    pub stats: serde_json::Value,
+    pub seconds_since_beat: f64,
+}
+
+/// A WAL position, as PostgreSQL writes it and as bytes from the start.
+pub struct WalPosition {
+    pub lsn: String,
+    pub bytes: f64,
+}
+
 /// A bucket's hard quota (`None`: unlimited) and what counts against it.
 pub struct Quota {
     pub max_bytes: Option<i64>,
@@ -120,8 +148,8 @@ pub struct KeyInfo {
     pub disabled: bool,
     pub description: String,
     pub created: std::time::SystemTime,
-    /// Whether the key carries its own (identity) policy.
-    pub has_policy: bool,
+    /// The key's own (identity) policy document, if it has one.
+    pub policy: Option<String>,
     /// The buckets it owns, by name.
     pub buckets: Vec<String>,
 }

@@ -1,10 +1,12 @@
-//! A bucket policy checked before it is sent: JSON, and the shape S3 requires of a bucket
-//! policy, so the editor can say what is wrong where. The gateway still has the last word.
+//! A bucket policy, or a key's own (identity) policy, checked before it is sent: JSON, and the
+//! shape S3 and IAM require, so the editor can say what is wrong where. The gateway still has
+//! the last word.
 
 use serde_json::Value;
 
-/// The problems with `text` as a bucket policy; empty when it may be saved.
-pub fn problems(text: &str) -> Vec<String> {
+/// The problems with `text` as a bucket policy (or, `identity`, as a key's own policy, which
+/// names no principal: the key is the principal); empty when it may be saved.
+pub fn problems(text: &str, identity: bool) -> Vec<String> {
     let document: Value = match serde_json::from_str(text) {
         Ok(document) => document,
         Err(err) => return vec![format!("not JSON: {err}")],
@@ -41,6 +43,10 @@ pub fn problems(text: &str) -> Vec<String> {
             ("Resource", "NotResource"),
         ] {
             match (statement.get(one), statement.get(not)) {
+                (Some(_), _) | (_, Some(_)) if identity && one == "Principal" => problems.push(format!(
+                    "{at}: a key's own policy names no {one} (the key is the principal)"
+                )),
+                (None, None) if identity && one == "Principal" => {}
                 (Some(_), Some(_)) => problems.push(format!("{at}: {one} and {not} cannot both be given")),
                 (None, None) => problems.push(format!("{at}: {one} (or {not}) is required")),
                 (Some(value), None) | (None, Some(value)) => {
@@ -70,14 +76,24 @@ mod tests {
     fn a_valid_policy_has_no_problems() {
         let policy = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*",
             "Action":["s3:GetObject"],"Resource":"arn:aws:s3:::b/*"}]}"#;
-        assert!(problems(policy).is_empty(), "{:?}", problems(policy));
+        assert!(problems(policy, false).is_empty(), "{:?}", problems(policy, false));
+        let identity = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Deny","Action":"s3:GetObject",
+            "Resource":"arn:aws:s3:::b/*"}]}"#;
+        assert!(problems(identity, true).is_empty(), "{:?}", problems(identity, true));
+        assert_eq!(
+            problems(policy, true),
+            ["Statement 1: a key's own policy names no Principal (the key is the principal)"]
+        );
     }
 
     #[test]
     fn each_problem_is_named() {
-        assert!(problems("{").first().unwrap().starts_with("not JSON"));
-        assert_eq!(problems("[]"), ["the policy must be a JSON object"]);
-        let found = problems(r#"{"Version":"2020","Statement":[{"Effect":"allow","Action":3}]}"#);
+        assert!(problems("{", false).first().unwrap().starts_with("not JSON"));
+        assert_eq!(problems("[]", true), ["the policy must be a JSON object"]);
+        let found = problems(
+            r#"{"Version":"2020","Statement":[{"Effect":"allow","Action":3}]}"#,
+            false,
+        );
         assert_eq!(
             found,
             [

@@ -341,6 +341,227 @@ async fn a_read_only_key_can_change_nothing_through_the_console() {
 }
 
 #[tokio::test]
+async fn an_objects_retention_and_legal_hold_are_shown_and_changed_as_s3_allows() {
+    let stack = Stack::start().await;
+    stack
+        .root
+        .create_bucket()
+        .bucket("vault")
+        .object_lock_enabled_for_bucket(true)
+        .send()
+        .await
+        .unwrap();
+    put(&stack, "vault", "deed.txt", "signed").await;
+    stack.root.create_bucket().bucket("plain").send().await.unwrap();
+    put(&stack, "plain", "note.txt", "unlocked").await;
+    let version = stack
+        .root
+        .head_object()
+        .bucket("vault")
+        .key("deed.txt")
+        .send()
+        .await
+        .unwrap()
+        .version_id()
+        .unwrap()
+        .to_owned();
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let object = "/object?bucket=vault&key=deed.txt";
+    let page = root.get(object).await.body;
+    assert!(page.contains("<strong id=\"retention\">none</strong>"), "{page}");
+    assert!(page.contains("<strong id=\"legal-hold\">OFF</strong>"), "{page}");
+    assert!(
+        page.contains("<a class=\"lock\" href="),
+        "each version links to its lock: {page}"
+    );
+    // A bucket without object lock has no such section (S3 answers InvalidRequest).
+    let page = root.get("/object?bucket=plain&key=note.txt").await.body;
+    assert!(
+        !page.contains("id=\"lock\"") && !page.contains("class=\"lock\""),
+        "{page}"
+    );
+    let retention = || async {
+        stack
+            .root
+            .get_object_retention()
+            .bucket("vault")
+            .key("deed.txt")
+            .send()
+            .await
+            .ok()
+            .and_then(|answer| answer.retention)
+            .and_then(|retention| {
+                Some((
+                    retention.mode()?.as_str().to_owned(),
+                    retention.retain_until_date()?.secs(),
+                ))
+            })
+    };
+    let fields = |extra: &[(&'static str, &'static str)]| {
+        let mut fields = vec![("bucket", "vault"), ("key", "deed.txt")];
+        fields.extend_from_slice(extra);
+        fields
+    };
+
+    // A date that is none is refused before S3 is asked.
+    let page = root
+        .follow(
+            &root
+                .post(
+                    "/object/retention",
+                    &fields(&[("mode", "GOVERNANCE"), ("until", "next tuesday")]),
+                )
+                .await,
+        )
+        .await
+        .body;
+    assert!(
+        page.contains("flash error") && page.contains("Retain until: a date such as"),
+        "{page}"
+    );
+    assert_eq!(retention().await, None);
+
+    // GOVERNANCE for a year, and a legal hold: S3 has both, and the version is kept.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let until_secs = now - now % 86_400 + 366 * 86_400;
+    let until = aws_sdk_s3::primitives::DateTime::from_secs(until_secs)
+        .fmt(aws_sdk_s3::primitives::DateTimeFormat::DateTime)
+        .unwrap();
+    let day = until[..10].to_owned();
+    let page = root
+        .follow(
+            &root
+                .post(
+                    "/object/retention",
+                    &[
+                        ("bucket", "vault"),
+                        ("key", "deed.txt"),
+                        ("mode", "GOVERNANCE"),
+                        ("until", &day),
+                    ],
+                )
+                .await,
+        )
+        .await
+        .body;
+    assert!(page.contains("Retention set: GOVERNANCE."), "{page}");
+    assert!(
+        page.contains(&format!("<strong id=\"retention\">GOVERNANCE until {until}</strong>")),
+        "{page}"
+    );
+    assert_eq!(retention().await, Some(("GOVERNANCE".to_owned(), until_secs)));
+    let page = root
+        .follow(&root.post("/object/legal-hold", &fields(&[("status", "ON")])).await)
+        .await
+        .body;
+    assert!(
+        page.contains("Legal hold ON.") && page.contains("<strong id=\"legal-hold\">ON</strong>"),
+        "{page}"
+    );
+    let hold = || async {
+        stack
+            .root
+            .get_object_legal_hold()
+            .bucket("vault")
+            .key("deed.txt")
+            .version_id(&version)
+            .send()
+            .await
+            .ok()
+            .and_then(|answer| Some(answer.legal_hold?.status?.as_str().to_owned()))
+    };
+    assert_eq!(hold().await.as_deref(), Some("ON"));
+    let page = root
+        .follow(
+            &root
+                .post(
+                    "/object/delete-version",
+                    &[("bucket", "vault"), ("key", "deed.txt"), ("version", &version)],
+                )
+                .await,
+        )
+        .await
+        .body;
+    assert!(
+        page.contains("flash error")
+            && page.contains("AccessDenied: Access Denied because object protected by object lock."),
+        "the gateway's refusal, verbatim: {page}"
+    );
+
+    // Removing the GOVERNANCE retention needs the bypass: without it the gateway refuses.
+    let page = root
+        .follow(&root.post("/object/retention", &fields(&[("mode", "")])).await)
+        .await
+        .body;
+    assert!(page.contains("flash error") && page.contains("AccessDenied"), "{page}");
+    assert_eq!(retention().await, Some(("GOVERNANCE".to_owned(), until_secs)));
+    let page = root
+        .follow(
+            &root
+                .post("/object/retention", &fields(&[("mode", ""), ("bypass", "on")]))
+                .await,
+        )
+        .await
+        .body;
+    assert!(
+        page.contains("Retention removed.") && page.contains("<strong id=\"retention\">none</strong>"),
+        "{page}"
+    );
+    assert_eq!(retention().await, None);
+
+    // Another key that may not write the bucket changes nothing.
+    stack.add_key("LOCKREADER", true).await;
+    let reader = Visitor::sign_in(stack.console, "LOCKREADER", "LOCKREADER-secret").await;
+    let page = reader
+        .follow(&reader.post("/object/legal-hold", &fields(&[("status", "OFF")])).await)
+        .await
+        .body;
+    assert!(page.contains("flash error") && page.contains("AccessDenied"), "{page}");
+    assert_eq!(hold().await.as_deref(), Some("ON"));
+
+    // The version's own page: its lock by version id, released there.
+    let page = root
+        .get(&format!("/object?bucket=vault&key=deed.txt&version={version}"))
+        .await
+        .body;
+    assert!(page.contains(&format!("Of version <code>{version}</code>.")), "{page}");
+    let answer = root
+        .post(
+            "/object/legal-hold",
+            &[
+                ("bucket", "vault"),
+                ("key", "deed.txt"),
+                ("version", &version),
+                ("status", "OFF"),
+            ],
+        )
+        .await;
+    assert!(
+        answer.header("location").contains("version="),
+        "back to the version's page"
+    );
+    let page = root.follow(&answer).await.body;
+    assert!(page.contains("Legal hold OFF."), "{page}");
+    assert_eq!(hold().await.as_deref(), Some("OFF"));
+    // Unlocked, the version can go.
+    let page = root
+        .follow(
+            &root
+                .post(
+                    "/object/delete-version",
+                    &[("bucket", "vault"), ("key", "deed.txt"), ("version", &version)],
+                )
+                .await,
+        )
+        .await
+        .body;
+    assert!(page.contains("Version deleted permanently."), "{page}");
+}
+
+#[tokio::test]
 async fn bucket_settings_are_s3_configurations_edited_with_the_sessions_key() {
     let stack = Stack::start().await;
     let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
@@ -529,6 +750,130 @@ async fn bucket_settings_are_s3_configurations_edited_with_the_sessions_key() {
         page.contains("<td>to-jobs</td><td><code>arn:pgvs3:ojs:::uploads</code></td><td>s3:ObjectCreated:*</td>"),
         "{page}"
     );
+    // ... and edited: added, checked before S3 is asked, refused by the gateway in its own
+    // words, replaced by id and deleted, the other rules kept as the gateway had them.
+    let notifications = || async {
+        let config = stack
+            .root
+            .get_bucket_notification_configuration()
+            .bucket("configured")
+            .send()
+            .await
+            .unwrap();
+        config
+            .queue_configurations()
+            .iter()
+            .map(|rule| {
+                let filter = rule
+                    .filter()
+                    .and_then(|f| f.key())
+                    .map(|key| {
+                        key.filter_rules()
+                            .iter()
+                            .map(|r| r.value().unwrap_or("").to_owned())
+                            .collect()
+                    })
+                    .unwrap_or_else(Vec::new);
+                (
+                    rule.id().unwrap_or("").to_owned(),
+                    rule.queue_arn().to_owned(),
+                    rule.events().len(),
+                    filter,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let add = |id: &'static str, target: &'static str, events: &'static str, prefix: &'static str| {
+        vec![
+            ("bucket", "configured"),
+            ("rule_id", id),
+            ("target", target),
+            ("events", events),
+            ("prefix", prefix),
+            ("suffix", ""),
+        ]
+    };
+    let page = root
+        .follow(
+            &root
+                .post(
+                    "/bucket/notifications/add",
+                    &add(
+                        "csv",
+                        "arn:pgvs3:pubsub:::s3:csv",
+                        "s3:ObjectCreated:*, s3:ObjectRemoved:*",
+                        "",
+                    ),
+                )
+                .await,
+        )
+        .await
+        .body;
+    assert!(page.contains("Notification rule csv saved."), "{page}");
+    let both = vec![
+        ("to-jobs".to_owned(), "arn:pgvs3:ojs:::uploads".to_owned(), 1, vec![]),
+        ("csv".to_owned(), "arn:pgvs3:pubsub:::s3:csv".to_owned(), 2, vec![]),
+    ];
+    assert_eq!(notifications().await, both);
+    for (pairs, problem) in [
+        (
+            add("bad", "http://elsewhere.example/", "s3:ObjectCreated:*", ""),
+            "Target: arn:pgvs3:ojs:::",
+        ),
+        (
+            add("bad", "arn:pgvs3:ojs:::q", "ObjectCreated", ""),
+            "Events: one or more S3 event names",
+        ),
+        (
+            add("", "arn:pgvs3:ojs:::q", "s3:ObjectCreated:*", ""),
+            "A rule needs an id",
+        ),
+        (
+            add("hook", "arn:pgvs3:webhook:::nowhere", "s3:ObjectCreated:*", ""),
+            "Unable to validate the following destination configurations: arn:pgvs3:webhook:::nowhere",
+        ),
+    ] {
+        let page = root
+            .follow(&root.post("/bucket/notifications/add", &pairs).await)
+            .await
+            .body;
+        assert!(
+            page.contains("flash error") && page.contains(problem),
+            "{problem}: {page}"
+        );
+        assert_eq!(notifications().await, both);
+    }
+    let page = root
+        .follow(
+            &root
+                .post(
+                    "/bucket/notifications/add",
+                    &add("csv", "arn:pgvs3:ojs:::csv-jobs", "s3:ObjectCreated:Put", "in/"),
+                )
+                .await,
+        )
+        .await
+        .body;
+    assert!(page.contains("Notification rule csv saved."), "{page}");
+    let page = root
+        .follow(
+            &root
+                .post(
+                    "/bucket/notifications/delete",
+                    &[("bucket", "configured"), ("rule_id", "to-jobs")],
+                )
+                .await,
+        )
+        .await
+        .body;
+    assert!(page.contains("Notification rule to-jobs deleted."), "{page}");
+    let kept = vec![(
+        "csv".to_owned(),
+        "arn:pgvs3:ojs:::csv-jobs".to_owned(),
+        1,
+        vec!["in/".to_owned()],
+    )];
+    assert_eq!(notifications().await, kept);
 
     // Quotas have no S3 API: the root key's session sees them (asked of the gateway in-process).
     stack
@@ -559,6 +904,15 @@ async fn bucket_settings_are_s3_configurations_edited_with_the_sessions_key() {
         ),
         ("/bucket/encryption", vec![("default", "none")]),
         ("/bucket/object-lock", vec![("mode", "")]),
+        (
+            "/bucket/notifications/add",
+            vec![
+                ("rule_id", "sneaky"),
+                ("target", "arn:pgvs3:ojs:::sneaky"),
+                ("events", "s3:ObjectCreated:*"),
+            ],
+        ),
+        ("/bucket/notifications/delete", vec![("rule_id", "csv")]),
     ] {
         let mut all = bucket.to_vec();
         all.extend(pairs);
@@ -589,6 +943,7 @@ async fn bucket_settings_are_s3_configurations_edited_with_the_sessions_key() {
         .await
         .unwrap();
     assert!(lock.object_lock_configuration().unwrap().rule().is_some());
+    assert_eq!(notifications().await, kept);
 }
 
 /// The `class="key"` links of a keys page, as the names they show.
@@ -800,6 +1155,117 @@ async fn dead_job(stack: &Stack, queue: &str, code: &str, message: &str) -> Stri
         .await;
     assert_eq!(status, 200, "{nacked}");
     job["job"]["id"].as_str().unwrap().to_owned()
+}
+
+/// The `<g class="node` elements of a page's workflow graph.
+fn graph_nodes(page: &str) -> Vec<String> {
+    page.split("<g class=\"node ")
+        .skip(1)
+        .map(|node| node[..node.find("</g>").unwrap()].to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_workflow_is_drawn_as_a_graph_of_its_jobs_and_their_states() {
+    let stack = Stack::start().await;
+    let job = |kind: &str| json!({ "type": kind, "args": [], "options": { "queue": "flow" } });
+    let (status, created) = stack
+        .ojs(
+            "POST",
+            "/ojs/v1/workflows",
+            json!({ "type": "chain", "name": "etl", "steps": [
+                job("etl.extract"),
+                { "type": "group", "name": "<img onerror=a>\u{202e}", "jobs": [job("etl.t0"), job("etl.t1")] },
+                job("etl.load") ] }),
+        )
+        .await;
+    assert!(status == 200 || status == 201, "{created}");
+    let created = if created["workflow"].is_object() {
+        created["workflow"].clone()
+    } else {
+        created
+    };
+    let id = created["id"].as_str().unwrap().to_owned();
+    let group = created["steps"][1]["workflow_id"].as_str().unwrap().to_owned();
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let jobs = root.get("/jobs").await.body;
+    assert!(jobs.contains("action=\"/jobs/workflow\""), "{jobs}");
+
+    // The chain: three nodes left to right, two arrows; the nested group links to its graph.
+    let page = root.get(&format!("/jobs/workflow?id={id}")).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains("<dd id=\"workflow-type\">chain</dd>"),
+        "{}",
+        page.body
+    );
+    let svg = &page.body[page.body.find("<svg id=\"workflow-graph\"").unwrap()..];
+    assert!(!svg[..svg.find("</svg>").unwrap()].contains("style="), "{svg}");
+    let nodes = graph_nodes(&page.body);
+    assert_eq!(nodes.len(), 3, "{}", page.body);
+    assert!(
+        nodes[0].contains(">etl.extract</text>") && nodes[0].starts_with("state-pending\""),
+        "{}",
+        nodes[0]
+    );
+    // The nested group is drawn with its name, a hostile one as text.
+    assert!(
+        nodes[1].contains(">group &lt;img onerror=a&gt;<tspan class=\"cp\">⟨U+202E⟩</tspan></text>")
+            && nodes[1].contains("data-state=\"waiting\""),
+        "{}",
+        nodes[1]
+    );
+    assert!(!page.body.contains("<img onerror"), "{}", page.body);
+    assert_eq!(page.body.matches("<line class=\"edge\"").count(), 2, "{}", page.body);
+    assert!(
+        page.body
+            .contains(&format!("<a href=\"/jobs/workflow?id={group}&amp;tenant=default\">")),
+        "{}",
+        page.body
+    );
+
+    // The group: its two jobs in one column, no arrows, its hostile name as text.
+    let page = root.get(&format!("/jobs/workflow?id={group}")).await.body;
+    assert_eq!(graph_nodes(&page).len(), 2, "{page}");
+    assert_eq!(page.matches("<line class=\"edge\"").count(), 0, "{page}");
+    assert!(
+        page.contains("&lt;img onerror=a&gt;<span class=\"cp\">⟨U+202E⟩</span>"),
+        "{page}"
+    );
+    assert!(!page.contains("<img onerror"), "{page}");
+    assert!(page.contains("<dt>Part of</dt>"), "{page}");
+
+    // The first step done: its node says so, and the group is released.
+    let (_, fetched) = stack
+        .ojs(
+            "POST",
+            "/ojs/v1/workers/fetch",
+            json!({ "queues": ["flow"], "worker_id": "w1" }),
+        )
+        .await;
+    let claimed = &fetched["jobs"][0];
+    assert_eq!(claimed["type"], "etl.extract", "{fetched}");
+    let (status, acked) = stack
+        .ojs(
+            "POST",
+            "/ojs/v1/workers/ack",
+            json!({ "job_id": claimed["id"], "attempt": claimed["attempt"], "result": { "rows": 3 } }),
+        )
+        .await;
+    assert_eq!(status, 200, "{acked}");
+    let page = root.get(&format!("/jobs/workflow?id={id}")).await.body;
+    let nodes = graph_nodes(&page);
+    assert!(nodes[0].starts_with("state-completed\""), "{}", nodes[0]);
+    assert!(!nodes[1].contains("data-state=\"waiting\""), "{}", nodes[1]);
+
+    // An id that would leave the route is refused before OJS is asked; another key sees nothing.
+    let page = root.get("/jobs/workflow?id=..%2Fqueues").await.body;
+    assert!(page.contains("That is not a job id."), "{page}");
+    stack.add_key("FLOWLESS", false).await;
+    let other = Visitor::sign_in(stack.console, "FLOWLESS", "FLOWLESS-secret").await;
+    let page = other.get(&format!("/jobs/workflow?id={id}")).await;
+    assert_eq!(page.status, 403);
+    assert!(graph_nodes(&page.body).is_empty(), "{}", page.body);
 }
 
 #[tokio::test]
@@ -1028,6 +1494,101 @@ async fn the_health_page_shows_this_gateway_to_the_root_key_only() {
     );
 }
 
+/// The rows of the fleet table, each from `<tr class="gateway` to its `</tr>`.
+fn gateway_rows(page: &str) -> Vec<String> {
+    page.split("<tr class=\"gateway")
+        .skip(1)
+        .map(|row| row[..row.find("</tr>").unwrap()].to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_fleet_lists_every_gateway_of_the_database_by_its_heartbeat() {
+    let stack = Stack::start().await;
+    let second = stack.second_gateway().await;
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    // Both gateways beat at once when they start, then every 5 s.
+    eventually("both gateways listed", || async {
+        gateway_rows(&root.get("/health").await.body).len() == 2
+    })
+    .await;
+    let page = root.get("/health").await.body;
+    let rows = gateway_rows(&page);
+    for (row, gateway) in rows.iter().zip([&stack.gateway, &second]) {
+        let s3 = format!("s3 {}", gateway.s3_addr);
+        let admin = format!("admin {}", gateway.admin_addr);
+        assert!(
+            rows.iter().any(|row| row.contains(&s3) && row.contains(&admin)),
+            "{s3}: {page}"
+        );
+        assert!(
+            row.contains(&format!("<td>primary</td><td>{}</td>", env!("CARGO_PKG_VERSION"))),
+            "{row}"
+        );
+        assert!(!row.contains("silent"), "{row}");
+    }
+    // The database: its WAL position, and after writes and a look at least half a second on,
+    // the rate it was written at and a point in the WAL chart.
+    assert!(
+        page.contains("<dd id=\"wal-lsn\">") && !page.contains("<dd id=\"wal-lsn\"></dd>"),
+        "{page}"
+    );
+    stack.root.create_bucket().bucket("walled").send().await.unwrap();
+    put(&stack, "walled", "a", vec![7u8; 64 << 10]).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let page = root.get("/health").await.body;
+    assert!(page.contains("<dd id=\"wal-rate\">"), "{page}");
+    let chart = &page[page.find("<svg id=\"chart-wal\"").unwrap_or_else(|| panic!("{page}"))..];
+    let chart = &chart[..chart.find("</svg>").unwrap()];
+    assert!(
+        chart.contains("data-protocol=\"WAL\"") && chart.contains("<circle"),
+        "{chart}"
+    );
+
+    // A gateway that stopped beating 20 s ago is shown silent, its hostile host name as text;
+    // one silent for two minutes is forgotten by the next beat.
+    stack
+        .sql(
+            "INSERT INTO pgvs3.gateways (id, host, version, started, listeners, stats, beat) VALUES
+               ('quiet', '<img src=x onerror=alert(1)>\u{202e}', '0.0.1', now() - interval '1 hour',
+                '{\"s3\": \"10.0.0.9:9000\"}', '{\"requests\": 5}', now() - interval '20 seconds'),
+               ('gone', 'gone-host', '0.0.1', now() - interval '1 hour', '{}', '{}', now() - interval '2 minutes')",
+        )
+        .await;
+    let page = root.get("/health").await.body;
+    let quiet = gateway_rows(&page)
+        .into_iter()
+        .find(|row| row.contains("data-id=\"quiet\""))
+        .unwrap_or_else(|| panic!("{page}"));
+    assert!(quiet.starts_with(" silent\""), "{quiet}");
+    assert!(
+        quiet.contains("&lt;img src=x onerror=alert(1)&gt;<span class=\"cp\">⟨U+202E⟩</span>")
+            && !page.contains("<img src=x"),
+        "{quiet}"
+    );
+    eventually("the long-silent row forgotten", || async {
+        stack
+            .sql_value("SELECT count(*)::text FROM pgvs3.gateways WHERE id = 'gone'")
+            .await
+            == "0"
+    })
+    .await;
+    assert_eq!(
+        stack
+            .sql_value("SELECT count(*)::text FROM pgvs3.gateways WHERE id = 'quiet'")
+            .await,
+        "1"
+    );
+
+    // Another key sees no fleet.
+    stack.add_key("FLEETLESS", false).await;
+    let other = Visitor::sign_in(stack.console, "FLEETLESS", "FLEETLESS-secret").await;
+    let page = other.get("/health").await;
+    assert_eq!(page.status, 403);
+    assert!(gateway_rows(&page.body).is_empty(), "{}", page.body);
+    second.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn the_root_key_sets_and_removes_a_bucket_quota_and_other_keys_cannot() {
     use aws_sdk_s3::error::ProvideErrorMetadata;
@@ -1224,6 +1785,97 @@ async fn the_root_key_creates_lists_and_deletes_access_keys_and_a_secret_shows_o
 }
 
 /// The first line of the RESP listener's answer to `AUTH key secret`.
+#[tokio::test]
+async fn the_root_key_edits_a_keys_own_policy_and_the_gateway_enforces_it() {
+    let stack = Stack::start().await;
+    stack.add_key("POLICIED", false).await;
+    let key = support::s3_client(stack.gateway.s3_addr, "POLICIED", "POLICIED-secret");
+    key.create_bucket().bucket("mine").send().await.unwrap();
+    key.put_object()
+        .bucket("mine")
+        .key("a.txt")
+        .body(aws_sdk_s3::primitives::ByteStream::from_static(b"readable"))
+        .send()
+        .await
+        .unwrap();
+    let reads = || async { key.get_object().bucket("mine").key("a.txt").send().await.is_ok() };
+    assert!(reads().await);
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let page = root.get("/access-keys").await.body;
+    assert!(
+        page.contains("<a class=\"key-policy\" href=\"/access-key?access_key=POLICIED\">Attach</a>"),
+        "{page}"
+    );
+    let page = root.get("/access-key?access_key=POLICIED").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains("<textarea name=\"policy\" id=\"policy\""),
+        "{}",
+        page.body
+    );
+    let save = async |policy: &str| {
+        root.post("/access-keys/policy", &[("access_key", "POLICIED"), ("policy", policy)])
+            .await
+    };
+
+    // Checked before the gateway is asked: not JSON, a Principal; nothing attached.
+    for (policy, problem) in [
+        ("{", "<li>not JSON"),
+        (
+            r#"{"Version":"2012-10-17","Statement":[{"Effect":"Deny","Principal":"*","Action":"s3:GetObject","Resource":"*"}]}"#,
+            "<li>Statement 1: a key&#39;s own policy names no Principal (the key is the principal)</li>",
+        ),
+    ] {
+        let page = save(policy).await;
+        assert_eq!(page.status, 400, "{}", page.body);
+        assert!(page.body.contains(problem), "{problem}: {}", page.body);
+        assert!(reads().await);
+    }
+    // A policy denying its reads: saved, and the gateway enforces it at once.
+    let deny = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Deny","Action":"s3:GetObject","Resource":"arn:aws:s3:::mine/*"}]}"#;
+    let page = root.follow(&save(deny).await).await.body;
+    assert!(page.contains("Policy of key POLICIED saved."), "{page}");
+    assert!(page.contains("yes · <a class=\"key-policy\""), "{page}");
+    assert!(!reads().await, "the key's own policy denies the read");
+    let page = root.get("/access-key?access_key=POLICIED").await.body;
+    assert!(page.contains("s3:GetObject"), "the saved document is shown: {page}");
+
+    // The root key has no policy of its own to edit; another key may not edit any.
+    let page = root
+        .follow(
+            &root
+                .post(
+                    "/access-keys/policy",
+                    &[("access_key", ROOT_ACCESS_KEY), ("policy", deny)],
+                )
+                .await,
+        )
+        .await
+        .body;
+    assert!(
+        page.contains("flash error") && page.contains("the root key may do everything"),
+        "{page}"
+    );
+    assert!(stack.root.get_object().bucket("mine").key("a.txt").send().await.is_ok());
+    let other = Visitor::sign_in(stack.console, "POLICIED", "POLICIED-secret").await;
+    assert_eq!(other.get("/access-key?access_key=POLICIED").await.status, 403);
+    let page = other
+        .follow(
+            &other
+                .post("/access-keys/policy", &[("access_key", "POLICIED"), ("policy", "")])
+                .await,
+        )
+        .await
+        .body;
+    assert!(page.contains("flash error"), "{page}");
+    assert!(!reads().await, "still denied");
+
+    // Detached (an empty document): the key reads again.
+    let page = root.follow(&save("").await).await.body;
+    assert!(page.contains("Key POLICIED has no policy of its own now."), "{page}");
+    assert!(reads().await);
+}
+
 async fn resp_auth(addr: std::net::SocketAddr, key: &str, secret: &str) -> String {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     let mut stream = tokio::io::BufReader::new(tokio::net::TcpStream::connect(addr).await.unwrap());
@@ -1732,7 +2384,8 @@ async fn walk_through(browser: webdriver::Browser) {
     // A bucket, with versioning.
     browser.type_into("#new-bucket", "photos").await;
     browser.click("#create-bucket").await;
-    browser.find("a.bucket").await;
+    // The RESP listener's own bucket is listed too: wait for this one.
+    browser.find("a.bucket[href='/objects?bucket=photos']").await;
     assert!(bucket_exists(&stack, "photos").await);
     browser.screenshot("buckets").await;
     browser.goto(&console("/bucket?bucket=photos")).await;
@@ -1936,9 +2589,82 @@ async fn walk_through(browser: webdriver::Browser) {
         "{job}"
     );
 
-    // Health: this gateway as its admin listener reports it.
+    // A workflow as a graph: a chain whose middle step is a group.
+    let step = |kind: &str| json!({ "type": kind, "args": [], "options": { "queue": "etl" } });
+    let (_, created) = stack
+        .ojs(
+            "POST",
+            "/ojs/v1/workflows",
+            json!({ "type": "chain", "name": "nightly", "steps": [
+                step("etl.extract"),
+                { "type": "group", "name": "transforms", "jobs": [step("etl.clean"), step("etl.enrich"), step("etl.index")] },
+                step("etl.load") ] }),
+        )
+        .await;
+    let created = if created["workflow"].is_object() {
+        created["workflow"].clone()
+    } else {
+        created
+    };
+    browser.goto(&console("/jobs")).await;
+    browser.type_into("#workflow-id", created["id"].as_str().unwrap()).await;
+    browser.click("#find-workflow").await;
+    browser.find("#workflow-graph g.node").await;
+    let drawn = browser
+        .run(
+            "return document.querySelectorAll('#workflow-graph g.node').length;",
+            vec![],
+        )
+        .await;
+    assert_eq!(drawn, json!(3));
+    browser.screenshot("workflow").await;
+
+    // Object lock: a retention typed in and a legal hold placed on a version.
+    stack
+        .root
+        .create_bucket()
+        .bucket("vault")
+        .object_lock_enabled_for_bucket(true)
+        .send()
+        .await
+        .unwrap();
+    put(&stack, "vault", "deed.txt", "signed").await;
+    browser.goto(&console("/object?bucket=vault&key=deed.txt")).await;
+    browser.type_into("#retention-until", "2099-12-31").await;
+    browser.click("#save-retention").await;
+    eventually("the retention set", move || async move {
+        b.source()
+            .await
+            .contains("<strong id=\"retention\">GOVERNANCE until 2099-12-31T00:00:00Z</strong>")
+    })
+    .await;
+    browser.click("#toggle-legal-hold").await;
+    eventually("the legal hold placed", move || async move {
+        b.source().await.contains("<strong id=\"legal-hold\">ON</strong>")
+    })
+    .await;
+    let hold = stack
+        .root
+        .get_object_legal_hold()
+        .bucket("vault")
+        .key("deed.txt")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        hold.legal_hold().and_then(|hold| hold.status()).map(|s| s.as_str()),
+        Some("ON")
+    );
+    browser.goto(&console("/object?bucket=vault&key=deed.txt#lock")).await;
+    browser.find("#lock").await;
+    browser.screenshot("lock").await;
+
+    // Fleet and health: this gateway by its heartbeat row, and as its admin listener reports it.
     browser.goto(&console("/health")).await;
     assert_eq!(browser.text("#role").await, "primary");
+    let fleet = browser.text("#gateway-list tr.gateway").await;
+    assert!(fleet.contains(&format!("s3 {}", stack.gateway.s3_addr)), "{fleet}");
+    assert!(browser.text("#wal-lsn").await.contains('/'));
     browser.screenshot("health").await;
 
     // Access keys: one created, its secret shown once.
@@ -1954,6 +2680,32 @@ async fn walk_through(browser: webdriver::Browser) {
         .await
         .unwrap();
     browser.screenshot("access-keys").await;
+    // Its own policy, edited: a Principal refused with its reason, then a document saved.
+    browser.goto(&console("/access-key?access_key=BROWSERKEY01")).await;
+    browser
+        .type_into(
+            "#policy",
+            r#"{"Version":"2012-10-17","Statement":[{"Effect":"Deny","Principal":"*","Action":"s3:DeleteObject","Resource":"*"}]}"#,
+        )
+        .await;
+    browser.click("#save-policy").await;
+    eventually("the key policy refused with its reason", move || async move {
+        b.source().await.contains("names no Principal")
+    })
+    .await;
+    browser.screenshot("key-policy").await;
+    browser.clear("#policy").await;
+    browser
+        .type_into(
+            "#policy",
+            r#"{"Version":"2012-10-17","Statement":[{"Effect":"Deny","Action":"s3:DeleteObject","Resource":"*"}]}"#,
+        )
+        .await;
+    browser.click("#save-policy").await;
+    eventually("the key policy saved", move || async move {
+        b.source().await.contains("Policy of key BROWSERKEY01 saved.")
+    })
+    .await;
 
     // Sign out: the session is gone, in the browser and on the server.
     browser.click("#logout").await;

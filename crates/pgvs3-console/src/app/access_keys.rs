@@ -1,6 +1,6 @@
 //! The access keys page (root-key sessions): every key with its role, description, own policy
 //! and the buckets it owns; create one (its secret made here and shown once, never again),
-//! disable or enable one, and delete one. The key catalog has no S3 API, so these are asked of the gateway in-process
+//! disable or enable one, edit its own policy, and delete one. The key catalog has no S3 API, so these are asked of the gateway in-process
 //! (the `Admin` interface), for the root key's sessions only.
 
 use std::fmt::Write;
@@ -129,7 +129,15 @@ impl Context<'_> {
                         esc(&key.access_key),
                         name(&key.access_key),
                         name(&key.description),
-                        if key.has_policy { "yes" } else { "" },
+                        match (key.is_root, &key.policy) {
+                            (true, _) => "everything".to_owned(),
+                            (false, policy) => format!(
+                                "{}<a class=\"key-policy\" href=\"{}\">{}</a>",
+                                if policy.is_some() { "yes · " } else { "" },
+                                esc(&crate::html::link("/access-key", &[("access_key", &key.access_key)])),
+                                if policy.is_some() { "Edit" } else { "Attach" },
+                            ),
+                        },
                         esc(&created),
                     );
                 }
@@ -137,11 +145,103 @@ impl Context<'_> {
             }
         }
         body.push_str(
-            "<p class=\"hint\">A key's own policy is attached with <code>pgvs3 admin key policy</code>. \
+            "<p class=\"hint\">A key's own policy (an IAM identity policy) is edited on its page here, or with <code>pgvs3 admin key policy</code>. \
              A disabled key keeps its buckets, secret and policy; every gateway of this database refuses it \
              (S3 and new RESP connections) until it is enabled again.</p>",
         );
         self.page(StatusCode::OK, "Access keys", body)
+    }
+
+    /// A key's own policy in an editor; `edited` is a document that was not saved, and why.
+    pub(super) async fn key_policy(&self, access_key: &str, edited: Option<(&str, Vec<String>)>) -> Response {
+        let mut body = format!(
+            "<h1>Policy of key <code class=\"name\">{}</code></h1>",
+            name(access_key)
+        );
+        let admin = match self.admin() {
+            Ok(admin) => admin,
+            Err(err) => {
+                let _ = write!(body, "<p class=\"flash error\" role=\"alert\">{}</p>", name(&err));
+                return self.page(StatusCode::FORBIDDEN, "Key policy", body);
+            }
+        };
+        let (text, problems) = match edited {
+            Some((text, problems)) => (text.to_owned(), problems),
+            None => match admin.list_keys().await {
+                Ok(keys) => match keys
+                    .into_iter()
+                    .find(|key| key.access_key == access_key && !key.is_root)
+                {
+                    Some(key) => (key.policy.unwrap_or_default(), Vec::new()),
+                    None => {
+                        let _ = write!(
+                            body,
+                            "<p class=\"flash error\">No key {} that may have a policy of its own (the root key may do everything).</p>",
+                            name(access_key)
+                        );
+                        return self.page(StatusCode::NOT_FOUND, "Key policy", body);
+                    }
+                },
+                Err(err) => (String::new(), vec![err]),
+            },
+        };
+        body.push_str("<ul id=\"policy-problems\" class=\"problems\" role=\"alert\">");
+        for problem in &problems {
+            let _ = write!(body, "<li>{}</li>", name(problem));
+        }
+        body.push_str("</ul>");
+        body.push_str(&form(
+            "/access-keys/policy",
+            self.csrf(),
+            &[("access_key", access_key)],
+            &format!(
+                "<textarea name=\"policy\" id=\"policy\" rows=\"16\" spellcheck=\"false\" data-validate=\"policy\">{}</textarea>\
+                 <p class=\"hint\">An IAM identity policy: statements of Effect, Action and Resource, no Principal (the key is the principal). \
+                 Checked here and again by the gateway before it is saved. Empty detaches it.</p>\
+                 <button id=\"save-policy\">Save policy</button>",
+                esc(&text)
+            ),
+        ));
+        let status = if problems.is_empty() {
+            StatusCode::OK
+        } else {
+            StatusCode::BAD_REQUEST
+        };
+        self.page(status, "Key policy", body)
+    }
+
+    pub(super) async fn set_key_policy(&self, request: &Request) -> Response {
+        let access_key = request.arg("access_key");
+        let admin = match self.admin() {
+            Ok(admin) => admin,
+            Err(err) => return self.done(Err(err), "/access-keys"),
+        };
+        let text = request.arg("policy");
+        let policy = match text.trim() {
+            "" => None,
+            _ => {
+                let problems = crate::policy::problems(text, true);
+                if !problems.is_empty() {
+                    return self.key_policy(access_key, Some((text, problems))).await;
+                }
+                Some(text.to_owned())
+            }
+        };
+        let detached = policy.is_none();
+        match admin.set_key_policy(access_key.to_owned(), policy).await {
+            Ok(true) if detached => self.done(
+                Ok(format!("Key {access_key} has no policy of its own now.")),
+                "/access-keys",
+            ),
+            Ok(true) => self.done(Ok(format!("Policy of key {access_key} saved.")), "/access-keys"),
+            Ok(false) => self.done(
+                Err(format!(
+                    "No key {access_key} that may have a policy of its own (the root key may do everything)."
+                )),
+                "/access-keys",
+            ),
+            Err(err) => self.key_policy(access_key, Some((text, vec![err]))).await,
+        }
     }
 
     pub(super) async fn create_access_key(&self, request: &Request) -> Response {

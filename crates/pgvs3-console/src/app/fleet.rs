@@ -1,13 +1,15 @@
-//! The health page (root-key sessions): this gateway's readiness, role and replication lag (its
-//! admin listener's `/readyz`), request counts, rates and mean latencies per protocol and its
-//! database pool (its own `/metrics`), and the database's size (asked in-process). The request
-//! counters are sampled every few seconds by a task of the console, and at each look at the
-//! page, into a small ring: the rates and the charts of the last minutes come from it.
+//! The health page (root-key sessions): the gateways of this database (their heartbeat rows,
+//! `gateway/src/heartbeat.rs`) and the standbys of its server, this gateway's readiness, role
+//! and replication lag (its admin listener's `/readyz`), request counts, rates and mean
+//! latencies per protocol and its database pool (its own `/metrics`), and the database's size
+//! and WAL position (asked in-process). The request counters and the WAL position are sampled
+//! every few seconds by a task of the console, and at each look at the page, into a small
+//! ring: the rates and the charts of the last minutes come from it.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write;
 use std::net::SocketAddr;
-use std::sync::{Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use http::{Method, StatusCode};
@@ -27,11 +29,13 @@ const HISTORY: usize = 61;
 /// Samples closer together than this are one (their interval would mean little).
 const MIN_INTERVAL: Duration = Duration::from_millis(500);
 
-/// The request counters and latency sums per protocol at one moment.
+/// The request counters and latency sums per protocol, and the WAL position in bytes, at one
+/// moment.
 struct Sample {
     at: Instant,
     requests: BTreeMap<String, f64>,
     latency: BTreeMap<String, (f64, f64)>,
+    wal: Option<f64>,
 }
 
 /// The last [`HISTORY`] samples, oldest first.
@@ -44,22 +48,56 @@ struct Interval {
     ago: f64,
     rates: BTreeMap<String, f64>,
     latency_ms: BTreeMap<String, Option<f64>>,
+    /// WAL bytes a second (`None` unless both samples have a position).
+    wal_rate: Option<f64>,
 }
 
-/// Samples the admin listener's `/metrics` every [`SAMPLE_EVERY`] while the console's app (the
-/// owner of `samples`) lives.
-pub async fn keep_sampling(samples: Weak<Samples>, listener: SocketAddr) {
+/// Samples the admin listener's `/metrics` (and the WAL position, when the gateway answers
+/// in-process) every [`SAMPLE_EVERY`] while the console's app (the owner of `samples`) lives.
+pub async fn keep_sampling(samples: Weak<Samples>, listener: SocketAddr, admin: Option<Arc<dyn crate::Admin>>) {
     let mut tick = tokio::time::interval(SAMPLE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let answer = crate::loopback::request(listener, Method::GET, "/metrics", &[], MAX_METRICS).await;
+        let (answer, wal) = tokio::join!(
+            crate::loopback::request(listener, Method::GET, "/metrics", &[], MAX_METRICS),
+            wal_bytes(admin.as_deref()),
+        );
         let Some(samples) = samples.upgrade() else { return };
         if let Ok((status, text)) = answer
             && status.is_success()
         {
-            samples.record(Instant::now(), &parse(&String::from_utf8_lossy(&text)));
+            samples.record(Instant::now(), &parse(&String::from_utf8_lossy(&text)), wal);
         }
+    }
+}
+
+/// The WAL position in bytes, if the gateway tells.
+async fn wal_bytes(admin: Option<&dyn crate::Admin>) -> Option<f64> {
+    admin?.wal_position().await.ok().map(|position| position.bytes)
+}
+
+/// See [`crate::metrics_summary`].
+pub fn metrics_summary(text: &str) -> serde_json::Value {
+    let metrics = parse(text);
+    serde_json::json!({
+        "requests": metrics.requests.values().sum::<f64>(),
+        "server_errors": metrics.errors.values().sum::<f64>(),
+        "cache_reads": metrics.cache_reads.values().sum::<f64>(),
+        "cache_hits": metrics.cache_hits(),
+        "origin_errors": metrics.origin_errors.values().sum::<f64>(),
+    })
+}
+
+impl Metrics {
+    /// Cache bucket reads served from the cache: every result but a miss or a stale entry
+    /// (those went to the origin).
+    fn cache_hits(&self) -> f64 {
+        self.cache_reads
+            .iter()
+            .filter(|(result, _)| !matches!(result.as_str(), "miss" | "stale"))
+            .map(|(_, count)| count)
+            .sum()
     }
 }
 
@@ -136,7 +174,7 @@ impl Samples {
     /// Keeps the counters of `metrics` as the sample of `now`, unless the last sample is under
     /// [`MIN_INTERVAL`] old. A counter that went back (the gateway restarted) starts the history
     /// again.
-    fn record(&self, now: Instant, metrics: &Metrics) {
+    fn record(&self, now: Instant, metrics: &Metrics, wal: Option<f64>) {
         let mut samples = self.0.lock().unwrap();
         if let Some(last) = samples.back() {
             if now.saturating_duration_since(last.at) < MIN_INTERVAL {
@@ -154,6 +192,7 @@ impl Samples {
             at: now,
             requests: metrics.requests.clone(),
             latency: metrics.latency.clone(),
+            wal,
         });
         while samples.len() > HISTORY {
             samples.pop_front();
@@ -188,10 +227,15 @@ impl Samples {
                         )
                     })
                     .collect();
+                let wal_rate = match (before.wal, after.wal) {
+                    (Some(before), Some(after)) => Some((after - before).max(0.0) / seconds),
+                    _ => None,
+                };
                 Interval {
                     ago: now.saturating_duration_since(after.at).as_secs_f64(),
                     rates,
                     latency_ms,
+                    wal_rate,
                 }
             })
             .collect()
@@ -255,6 +299,78 @@ fn chart(id: &str, title: &str, unit: &str, span: f64, series: &BTreeMap<String,
     out
 }
 
+/// A heartbeat older than this many beats marks its gateway silent (stopped, stuck or cut off
+/// from the database); rows are forgotten after a minute (`gateway/src/heartbeat.rs`).
+const SILENT_AFTER_BEATS: f64 = 3.0;
+/// The heartbeat interval (`gateway/src/heartbeat.rs`).
+const BEAT_EVERY: f64 = 5.0;
+
+/// The gateways of this database, from their heartbeat rows, each with the summary of its own
+/// `/metrics` at its last beat.
+fn gateways_section(gateways: Result<Vec<crate::GatewayBeat>, String>) -> String {
+    let mut out = String::from("<section id=\"gateways\"><h2>Gateways of this database</h2>");
+    let gateways = match gateways {
+        Err(err) => {
+            let _ = write!(out, "<p class=\"flash error\">{}</p></section>", name(&err));
+            return out;
+        }
+        Ok(gateways) if gateways.is_empty() => {
+            out.push_str("<p id=\"gateways-status\">No gateway has written a heartbeat yet.</p></section>");
+            return out;
+        }
+        Ok(gateways) => gateways,
+    };
+    out.push_str(
+        "<table id=\"gateway-list\"><thead><tr><th>Host</th><th>Role</th><th>Version</th><th>Started</th>\
+         <th>Listeners</th><th>Last heartbeat</th><th>Requests</th><th>Server errors</th>\
+         <th>Served from the cache</th><th>Origin errors</th></tr></thead><tbody>",
+    );
+    for gateway in &gateways {
+        let silent = gateway.seconds_since_beat > SILENT_AFTER_BEATS * BEAT_EVERY;
+        let listeners = gateway
+            .listeners
+            .as_object()
+            .map(|listeners| {
+                listeners
+                    .iter()
+                    .filter_map(|(listener, addr)| Some(format!("{} {}", name(listener), name(addr.as_str()?))))
+                    .collect::<Vec<_>>()
+                    .join("<br>")
+            })
+            .unwrap_or_default();
+        let stat = |key: &str| gateway.stats[key].as_f64().unwrap_or(0.0);
+        let reads = stat("cache_reads");
+        let cache = if reads > 0.0 {
+            format!("{:.1} % of {reads}", stat("cache_hits") / reads * 100.0)
+        } else {
+            "no reads".to_owned()
+        };
+        let _ = write!(
+            out,
+            "<tr class=\"gateway{}\" data-id=\"{}\"><td>{}</td><td>primary</td><td>{}</td><td>{}</td><td class=\"listeners\">{listeners}</td>\
+             <td>{:.0} s ago{}</td><td>{}</td><td>{}</td><td>{cache}</td><td>{}</td></tr>",
+            if silent { " silent" } else { "" },
+            esc(&gateway.id),
+            name(&gateway.host),
+            name(&gateway.version),
+            esc(&super::date(Some(&aws_sdk_s3::primitives::DateTime::from(
+                gateway.started
+            )))),
+            gateway.seconds_since_beat.max(0.0),
+            if silent { " <strong>(silent)</strong>" } else { "" },
+            stat("requests"),
+            stat("server_errors"),
+            stat("origin_errors"),
+        );
+    }
+    out.push_str(
+        "</tbody></table><p class=\"hint\">Each gateway whose server accepts writes records itself every 5 s; \
+         one on a standby server cannot write there and is seen as that server, below. A row silent \
+         for a minute is removed. The numbers are each gateway's own since it started.</p></section>",
+    );
+    out
+}
+
 /// The standbys of this database's server, from PostgreSQL (`pg_stat_replication`): their
 /// state and how far their replay is behind.
 fn standbys_section(standbys: Result<Vec<crate::Standby>, String>) -> String {
@@ -301,11 +417,6 @@ fn cache_section(metrics: &Metrics) -> String {
         out.push_str("<p id=\"cache-status\">No reads of cache buckets since this gateway started.</p></section>");
         return out;
     }
-    // Misses and stale entries went to the origin; every other result was served from here.
-    let from_origin: f64 = ["miss", "stale"]
-        .iter()
-        .filter_map(|result| metrics.cache_reads.get(*result))
-        .sum();
     let errors = match metrics
         .origin_errors
         .iter()
@@ -324,7 +435,7 @@ fn cache_section(metrics: &Metrics) -> String {
         "<dl class=\"meta\"><dt>Cache reads</dt><dd id=\"cache-reads\">{reads}</dd>\
          <dt>Served from the cache</dt><dd id=\"cache-hit-ratio\">{:.1} %</dd>\
          <dt>Origin errors</dt><dd id=\"origin-errors\">{errors}</dd>",
-        (reads - from_origin) / reads * 100.0,
+        metrics.cache_hits() / reads * 100.0,
     );
     if let Some(depth) = metrics.gauges.get("pgvs3_cache_outbox_depth") {
         let _ = write!(
@@ -354,7 +465,13 @@ fn charts(intervals: &[Interval]) -> String {
     let span = (HISTORY as f64 - 1.0) * SAMPLE_EVERY.as_secs_f64();
     let mut rates: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
     let mut latency: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut wal: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
     for interval in intervals.iter().filter(|interval| interval.ago <= span) {
+        if let Some(rate) = interval.wal_rate {
+            wal.entry("WAL".to_owned())
+                .or_default()
+                .push((interval.ago, rate / 1024.0));
+        }
         for (protocol, rate) in &interval.rates {
             rates.entry(protocol.clone()).or_default().push((interval.ago, *rate));
         }
@@ -365,10 +482,11 @@ fn charts(intervals: &[Interval]) -> String {
         }
     }
     format!(
-        "<section><h2>The last {} minutes</h2>{}{}</section>",
+        "<section><h2>The last {} minutes</h2>{}{}{}</section>",
         span / 60.0,
         chart("chart-rates", "Requests a second", "/s", span, &rates),
         chart("chart-latency", "Mean latency", "ms", span, &latency),
+        chart("chart-wal", "WAL written a second", "KiB/s", span, &wal),
     )
 }
 
@@ -398,12 +516,28 @@ impl Context<'_> {
                 None => Err("not asked".to_owned()),
             }
         };
-        let (ready, metrics, database_size, standbys) = tokio::join!(
+        let gateways = async {
+            match &gateway.admin {
+                Some(admin) => admin.gateways().await,
+                None => Err("not asked".to_owned()),
+            }
+        };
+        let wal = async {
+            match &gateway.admin {
+                Some(admin) => admin.wal_position().await,
+                None => Err("not asked".to_owned()),
+            }
+        };
+        let (ready, metrics, database_size, standbys, gateways, wal) = tokio::join!(
             crate::loopback::request(listener, Method::GET, "/readyz", &[], MAX_READY),
             crate::loopback::request(listener, Method::GET, "/metrics", &[], MAX_METRICS),
             size,
             standbys,
+            gateways,
+            wal,
         );
+        body.push_str(&gateways_section(gateways));
+        body.push_str(&standbys_section(standbys));
         body.push_str("<section><h2>This gateway</h2><dl class=\"meta\">");
         match ready {
             Ok((status, answer)) => match serde_json::from_slice::<serde_json::Value>(&answer) {
@@ -431,22 +565,37 @@ impl Context<'_> {
                 let _ = write!(body, "<dt>Ready</dt><dd id=\"ready\">{}</dd>", name(&err));
             }
         }
+        body.push_str("</dl></section>");
         let _ = write!(
             body,
-            "<dt>Database size</dt><dd id=\"database-size\">{}</dd></dl></section>",
+            "<section id=\"database\"><h2>The database</h2><dl class=\"meta\"><dt>Size</dt><dd id=\"database-size\">{}</dd>\
+             <dt>WAL position</dt><dd id=\"wal-lsn\">{}</dd>",
             match database_size {
                 Ok(bytes) => esc(&crate::html::size(bytes)),
                 Err(err) => name(&err),
+            },
+            match &wal {
+                Ok(position) => name(&position.lsn),
+                Err(err) => name(err),
             }
         );
-        body.push_str(&standbys_section(standbys));
         match metrics {
             Ok((status, text)) if status.is_success() => {
                 let metrics = parse(&String::from_utf8_lossy(&text));
                 let now = Instant::now();
-                self.app.samples.record(now, &metrics);
+                self.app
+                    .samples
+                    .record(now, &metrics, wal.as_ref().ok().map(|position| position.bytes));
                 let intervals = self.app.samples.intervals(now);
                 let last = intervals.last();
+                if let Some(rate) = last.and_then(|interval| interval.wal_rate) {
+                    let _ = write!(
+                        body,
+                        "<dt>WAL written</dt><dd id=\"wal-rate\">{}/s</dd>",
+                        esc(&crate::html::size(rate as i64))
+                    );
+                }
+                body.push_str("</dl></section>");
                 body.push_str(
                     "<section><h2>Requests</h2><table id=\"requests\"><thead><tr><th>Protocol</th><th>Requests</th>\
                      <th>Server errors</th><th>Mean latency</th><th>Rate</th></tr></thead><tbody>",
@@ -508,16 +657,15 @@ impl Context<'_> {
                 body.push_str("</dl></section>");
             }
             Ok((status, _)) => {
-                let _ = write!(body, "<p class=\"flash error\">/metrics answered {status}</p>");
+                let _ = write!(
+                    body,
+                    "</dl></section><p class=\"flash error\">/metrics answered {status}</p>"
+                );
             }
             Err(err) => {
-                let _ = write!(body, "<p class=\"flash error\">{}</p>", name(&err));
+                let _ = write!(body, "</dl></section><p class=\"flash error\">{}</p>", name(&err));
             }
         }
-        body.push_str(
-            "<p class=\"hint\">This gateway only: gateways of one database do not know each other. \
-             Scrape each one's <code>/metrics</code> for the fleet.</p>",
-        );
         self.page(StatusCode::OK, "Health", body)
     }
 }
@@ -541,9 +689,17 @@ mod tests {
         assert_eq!(metrics.requests["resp"], 5.0);
         assert_eq!(metrics.latency["s3"], (0.5, 10.0));
         assert_eq!(metrics.gauges["pool idle"], 3.0);
+        let cached = format!(
+            "{text}pgvs3_cache_lookups_total{{result=\"hit\"}} 6\npgvs3_cache_lookups_total{{result=\"miss\"}} 3\n\
+             pgvs3_cache_lookups_total{{result=\"range_hit\"}} 1\npgvs3_cache_origin_errors_total{{kind=\"unreachable\"}} 2\n"
+        );
+        assert_eq!(
+            metrics_summary(&cached),
+            serde_json::json!({ "requests": 17.0, "server_errors": 2.0, "cache_reads": 10.0, "cache_hits": 7.0, "origin_errors": 2.0 })
+        );
         let samples = Samples::default();
         let start = Instant::now();
-        samples.record(start, &metrics);
+        samples.record(start, &metrics, Some(1000.0));
         assert!(samples.intervals(start).is_empty());
         let mut later = parse(text);
         *later.requests.get_mut("s3").unwrap() += 20.0;
@@ -551,8 +707,8 @@ mod tests {
         later.latency.get_mut("s3").unwrap().1 += 20.0;
         let ten = start + std::time::Duration::from_secs(10);
         // A look within half a second adds no sample.
-        samples.record(start + std::time::Duration::from_millis(100), &later);
-        samples.record(ten, &later);
+        samples.record(start + std::time::Duration::from_millis(100), &later, None);
+        samples.record(ten, &later, Some(21_000.0));
         let intervals = samples.intervals(ten + std::time::Duration::from_secs(1));
         assert_eq!(intervals.len(), 1);
         let interval = &intervals[0];
@@ -561,11 +717,12 @@ mod tests {
             (1.0, 2.0, 0.0)
         );
         assert!((interval.latency_ms["s3"].unwrap() - 50.0).abs() < 1e-9);
+        assert_eq!(interval.wal_rate, Some(2000.0));
         // A restart (counters back to zero) starts the history again; it stays bounded.
-        samples.record(ten + std::time::Duration::from_secs(5), &metrics);
+        samples.record(ten + std::time::Duration::from_secs(5), &metrics, None);
         assert!(samples.intervals(ten).is_empty());
         for second in 0..200 {
-            samples.record(ten + std::time::Duration::from_secs(10 + second), &metrics);
+            samples.record(ten + std::time::Duration::from_secs(10 + second), &metrics, None);
         }
         assert_eq!(samples.0.lock().unwrap().len(), HISTORY);
     }

@@ -28,7 +28,7 @@ const STATES: [&str; 8] = [
     "pending",
 ];
 
-fn text(value: &Value) -> String {
+pub(super) fn text(value: &Value) -> String {
     match value {
         Value::Null => String::new(),
         Value::String(text) => name(text),
@@ -47,13 +47,13 @@ fn json_block(value: &Value) -> String {
 }
 
 /// A job id as a path segment: OJS ids are UUIDs; anything else is refused before it is sent.
-fn job_id(id: &str) -> Result<&str, String> {
+pub(super) fn job_id(id: &str) -> Result<&str, String> {
     let ok = !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
     ok.then_some(id).ok_or_else(|| "That is not a job id.".to_owned())
 }
 
 /// A tenant (X-OJS-Tenant) from a request: `default` when none.
-fn tenant(request: &Request) -> Result<&str, String> {
+pub(super) fn tenant(request: &Request) -> Result<&str, String> {
     match request.arg("tenant").trim() {
         "" => Ok("default"),
         tenant if tenant.len() <= 128 && tenant.bytes().all(|b| b.is_ascii_graphic()) => Ok(tenant),
@@ -61,7 +61,7 @@ fn tenant(request: &Request) -> Result<&str, String> {
     }
 }
 
-fn refused(err: &str) -> String {
+pub(super) fn refused(err: &str) -> String {
     format!("<p class=\"flash error\" role=\"alert\">{}</p>", name(err))
 }
 
@@ -88,7 +88,7 @@ fn last_error(job: &Value) -> String {
 
 impl Context<'_> {
     /// The OJS client, for root-key sessions with an OJS listener; else why not.
-    fn ojs(&self) -> Result<&crate::ojs::Ojs, String> {
+    pub(super) fn ojs(&self) -> Result<&crate::ojs::Ojs, String> {
         if !self.session.admin {
             return Err("The jobs pages are for the root key's sessions: OJS authorizes by its operator token, not by access key.".to_owned());
         }
@@ -120,7 +120,10 @@ impl Context<'_> {
             "<form method=\"get\" action=\"/jobs\" class=\"search\"><label>Tenant <input name=\"tenant\" id=\"tenant\" value=\"{}\"></label> \
              <button>Show</button></form>\
              <form method=\"get\" action=\"/job\" class=\"search\"><input type=\"hidden\" name=\"tenant\" value=\"{}\">\
-             <label>Job id <input name=\"id\" id=\"job-id\" required maxlength=\"64\"></label> <button id=\"find-job\">Open</button></form>",
+             <label>Job id <input name=\"id\" id=\"job-id\" required maxlength=\"64\"></label> <button id=\"find-job\">Open</button></form>\
+             <form method=\"get\" action=\"/jobs/workflow\" class=\"search\"><input type=\"hidden\" name=\"tenant\" value=\"{}\">\
+             <label>Workflow id <input name=\"id\" id=\"workflow-id\" required maxlength=\"64\"></label> <button id=\"find-workflow\">Graph</button></form>",
+            esc(tenant),
             esc(tenant),
             esc(tenant)
         );

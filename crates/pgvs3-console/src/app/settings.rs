@@ -1,5 +1,5 @@
 //! A bucket's configurations beyond versioning and policy: object lock defaults, lifecycle rules,
-//! CORS rules and default encryption (shown and edited), notifications (shown). Each is the S3
+//! CORS rules, default encryption and notification rules, shown and edited. Each is the S3
 //! API's own, read and written with the session's key; a section the key may not read shows the
 //! gateway's refusal, a change it may not make comes back as the gateway's error.
 
@@ -8,10 +8,10 @@ use std::fmt::Write;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::types::{
     AbortIncompleteMultipartUpload, BucketLifecycleConfiguration, CorsConfiguration, CorsRule, DefaultRetention,
-    ExpirationStatus, LifecycleExpiration, LifecycleRule, LifecycleRuleFilter, NoncurrentVersionExpiration,
-    NotificationConfigurationFilter, ObjectLockConfiguration, ObjectLockEnabled, ObjectLockRetentionMode,
-    ObjectLockRule, ServerSideEncryption, ServerSideEncryptionByDefault, ServerSideEncryptionConfiguration,
-    ServerSideEncryptionRule,
+    ExpirationStatus, FilterRule, FilterRuleName, LifecycleExpiration, LifecycleRule, LifecycleRuleFilter,
+    NoncurrentVersionExpiration, NotificationConfiguration, NotificationConfigurationFilter, ObjectLockConfiguration,
+    ObjectLockEnabled, ObjectLockRetentionMode, ObjectLockRule, ServerSideEncryption, ServerSideEncryptionByDefault,
+    ServerSideEncryptionConfiguration, ServerSideEncryptionRule,
 };
 
 use super::{Context, Outcome, Request, sdk};
@@ -104,6 +104,8 @@ impl Context<'_> {
             "/bucket/cors/add" => self.add_cors_rule(request, bucket).await,
             "/bucket/cors/delete" => self.delete_cors_rule(bucket, request.arg("rule_id")).await,
             "/bucket/encryption" => self.put_encryption(bucket, request.arg("default")).await,
+            "/bucket/notifications/add" => self.add_notification_rule(request, bucket).await,
+            "/bucket/notifications/delete" => self.delete_notification_rule(bucket, request.arg("rule_id")).await,
             "/bucket/quota" => self.set_quota(request, bucket).await,
             _ => return None,
         })
@@ -643,18 +645,112 @@ impl Context<'_> {
         .map(|_| format!("New objects are now encrypted with {default} by default."))
     }
 
-    /// Notification rules, shown: targets are OJS queues, webhooks and RESP channels of this
-    /// gateway (docs/events.md), named by ARNs an editor here could not check.
-    async fn notifications_section(&self, bucket: &str) -> String {
-        let mut out = String::from("<section id=\"notifications\"><h2>Event notifications</h2>");
-        let answer = match sdk(self
+    async fn notification_rules(&self, bucket: &str) -> Result<NotificationConfiguration, String> {
+        let answer = sdk(self
             .session
             .s3
             .get_bucket_notification_configuration()
             .bucket(bucket)
             .send()
+            .await)?;
+        Ok(NotificationConfiguration::builder()
+            .set_queue_configurations(answer.queue_configurations)
+            .set_topic_configurations(answer.topic_configurations)
+            .set_lambda_function_configurations(answer.lambda_function_configurations)
+            .set_event_bridge_configuration(answer.event_bridge_configuration)
+            .build())
+    }
+
+    async fn put_notification_rules(&self, bucket: &str, rules: NotificationConfiguration) -> Result<(), String> {
+        sdk(self
+            .session
+            .s3
+            .put_bucket_notification_configuration()
+            .bucket(bucket)
+            .notification_configuration(rules)
+            .send()
             .await)
-        {
+        .map(|_| ())
+    }
+
+    /// Adds a rule (a queue configuration: every target of this gateway is one, docs/events.md),
+    /// or replaces the one of its id; the others go back as the gateway returned them. The
+    /// form is checked first; what the gateway still refuses (an unknown queue or webhook, an
+    /// event name it does not know, overlapping filters) comes back as its own error.
+    async fn add_notification_rule(&self, request: &Request, bucket: &str) -> Outcome {
+        let id = rule_id(request)?;
+        let target = request.arg("target").trim();
+        let kind = ["arn:pgvs3:ojs:::", "arn:pgvs3:webhook:::", "arn:pgvs3:pubsub:::"]
+            .into_iter()
+            .find(|kind| target.starts_with(kind));
+        if kind.is_none_or(|kind| target.len() == kind.len()) || target.len() > MAX_TARGET {
+            return Err(
+                "Target: arn:pgvs3:ojs:::<queue>, arn:pgvs3:webhook:::<name> or arn:pgvs3:pubsub:::<channel>."
+                    .to_owned(),
+            );
+        }
+        let events = entries(request.arg("events"));
+        if events.is_empty() || events.iter().any(|event| !event.starts_with("s3:")) {
+            return Err("Events: one or more S3 event names, such as s3:ObjectCreated:*.".to_owned());
+        }
+        let mut filter = Vec::new();
+        for (field, rule) in [("prefix", FilterRuleName::Prefix), ("suffix", FilterRuleName::Suffix)] {
+            let value = request.arg(field);
+            if value.len() > 1024 {
+                return Err(format!("The {field} is longer than a key (1,024 bytes)."));
+            }
+            if !value.is_empty() {
+                filter.push(FilterRule::builder().name(rule).value(value).build());
+            }
+        }
+        let mut queue = aws_sdk_s3::types::QueueConfiguration::builder()
+            .id(id)
+            .queue_arn(target)
+            .set_events(Some(
+                events
+                    .iter()
+                    .map(|e| aws_sdk_s3::types::Event::from(e.as_str()))
+                    .collect(),
+            ));
+        if !filter.is_empty() {
+            queue = queue.filter(
+                NotificationConfigurationFilter::builder()
+                    .key(
+                        aws_sdk_s3::types::S3KeyFilter::builder()
+                            .set_filter_rules(Some(filter))
+                            .build(),
+                    )
+                    .build(),
+            );
+        }
+        let queue = queue.build().map_err(|err| err.to_string())?;
+        let (rules, _) = without_rule(self.notification_rules(bucket).await?, id);
+        let mut queues = rules.queue_configurations().to_vec();
+        queues.push(queue);
+        let rules = NotificationConfiguration::builder()
+            .set_queue_configurations(Some(queues))
+            .set_topic_configurations(rules.topic_configurations)
+            .set_lambda_function_configurations(rules.lambda_function_configurations)
+            .set_event_bridge_configuration(rules.event_bridge_configuration)
+            .build();
+        self.put_notification_rules(bucket, rules).await?;
+        Ok(format!("Notification rule {id} saved."))
+    }
+
+    async fn delete_notification_rule(&self, bucket: &str, id: &str) -> Outcome {
+        let (rules, found) = without_rule(self.notification_rules(bucket).await?, id);
+        if !found {
+            return Err(format!("No notification rule {id}."));
+        }
+        self.put_notification_rules(bucket, rules).await?;
+        Ok(format!("Notification rule {id} deleted."))
+    }
+
+    /// Notification rules: targets are OJS queues, webhooks and RESP channels of this gateway
+    /// (docs/events.md).
+    async fn notifications_section(&self, bucket: &str) -> String {
+        let mut out = String::from("<section id=\"notifications\"><h2>Event notifications</h2>");
+        let answer = match self.notification_rules(bucket).await {
             Err(err) => return out + &refused(&err) + "</section>",
             Ok(answer) => answer,
         };
@@ -708,25 +804,87 @@ impl Context<'_> {
             out.push_str("<p>No notification rules.</p>");
         } else {
             out.push_str(
-                "<table id=\"notification-rules\"><thead><tr><th>Id</th><th>Target</th><th>Events</th><th>Filter</th></tr></thead><tbody>",
+                "<table id=\"notification-rules\"><thead><tr><th>Id</th><th>Target</th><th>Events</th><th>Filter</th><th></th></tr></thead><tbody>",
             );
             for (id, target, events, filter) in rows.into_iter().take(MAX_RULES_SHOWN) {
+                let id = id.unwrap_or("");
                 let _ = write!(
                     out,
-                    "<tr><td>{}</td><td><code>{}</code></td><td>{events}</td><td>{filter}</td></tr>",
-                    name(id.unwrap_or("")),
-                    name(target)
+                    "<tr><td>{}</td><td><code>{}</code></td><td>{events}</td><td>{filter}</td><td class=\"actions\">{}</td></tr>",
+                    name(id),
+                    name(target),
+                    form(
+                        "/bucket/notifications/delete",
+                        self.csrf(),
+                        &[("bucket", bucket), ("rule_id", id)],
+                        &button("Delete", "danger", Some("Delete this notification rule?")),
+                    ),
                 );
             }
             out.push_str("</tbody></table>");
         }
-        out.push_str(
-            "<p class=\"hint\">Shown, not edited here: set them with PutBucketNotificationConfiguration \
-             (targets: <code>arn:pgvs3:ojs:::queue</code>, <code>arn:pgvs3:webhook:::name</code>, \
-             <code>arn:pgvs3:pubsub:::channel</code>).</p></section>",
-        );
+        out.push_str(&form(
+            "/bucket/notifications/add",
+            self.csrf(),
+            &[("bucket", bucket)],
+            "<h3>Add or replace a rule</h3>\
+             <label>Id <input name=\"rule_id\" id=\"notification-id\" required maxlength=\"255\"></label> \
+             <label>Target <input name=\"target\" id=\"notification-target\" required size=\"40\" \
+             placeholder=\"arn:pgvs3:ojs:::queue\"></label> \
+             <label>Events <input name=\"events\" id=\"notification-events\" value=\"s3:ObjectCreated:*\" size=\"40\"></label> \
+             <label>Prefix <input name=\"prefix\" id=\"notification-prefix\"></label> \
+             <label>Suffix <input name=\"suffix\" id=\"notification-suffix\"></label> \
+             <button id=\"add-notification\">Save rule</button>\
+             <p class=\"hint\">Targets: <code>arn:pgvs3:ojs:::queue</code> (an OJS queue of this database), \
+             <code>arn:pgvs3:webhook:::name</code> (a registered webhook target), \
+             <code>arn:pgvs3:pubsub:::channel</code> (a RESP channel). Events separated by commas \
+             (<code>s3:ObjectCreated:*</code>, <code>s3:ObjectRemoved:*</code>, ...). A rule of the same id is replaced.</p>",
+        ));
+        out.push_str("</section>");
         out
     }
+}
+
+/// The longest notification target ARN taken from the form.
+const MAX_TARGET: usize = 1024;
+
+/// `rules` without the rule `id` (of any kind), and whether it had one.
+fn without_rule(rules: NotificationConfiguration, id: &str) -> (NotificationConfiguration, bool) {
+    let before = rules.queue_configurations().len()
+        + rules.topic_configurations().len()
+        + rules.lambda_function_configurations().len();
+    let keep = |rule_id: Option<&str>| rule_id != Some(id);
+    let rules = NotificationConfiguration::builder()
+        .set_queue_configurations(Some(
+            rules
+                .queue_configurations()
+                .iter()
+                .filter(|rule| keep(rule.id()))
+                .cloned()
+                .collect(),
+        ))
+        .set_topic_configurations(Some(
+            rules
+                .topic_configurations()
+                .iter()
+                .filter(|rule| keep(rule.id()))
+                .cloned()
+                .collect(),
+        ))
+        .set_lambda_function_configurations(Some(
+            rules
+                .lambda_function_configurations()
+                .iter()
+                .filter(|rule| keep(rule.id()))
+                .cloned()
+                .collect(),
+        ))
+        .set_event_bridge_configuration(rules.event_bridge_configuration)
+        .build();
+    let after = rules.queue_configurations().len()
+        + rules.topic_configurations().len()
+        + rules.lambda_function_configurations().len();
+    (rules, after < before)
 }
 
 /// `10 GiB`, `512MiB`, `1000` (bytes): a quota's size; empty is unlimited.

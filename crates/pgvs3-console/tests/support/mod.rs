@@ -225,6 +225,25 @@ impl Stack {
             .await
             .unwrap();
     }
+
+    /// Runs SQL on the stack's database as the gateway's user (what a test cannot do through a
+    /// listener: a row of a gateway that is not running).
+    pub async fn sql(&self, statements: &str) {
+        let (client, connection) = tokio_postgres::connect(&self.database, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client.batch_execute(statements).await.unwrap();
+    }
+
+    /// The first column of the first row of `query`, as text.
+    pub async fn sql_value(&self, query: &str) -> String {
+        let (client, connection) = tokio_postgres::connect(&self.database, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client.query_one(query, &[]).await.unwrap().get(0)
+    }
 }
 
 pub fn s3_client(addr: SocketAddr, access_key: &str, secret_key: &str) -> Client {
