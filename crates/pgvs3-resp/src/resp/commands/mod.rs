@@ -11,6 +11,7 @@ pub(crate) mod server;
 pub(crate) mod set;
 pub(crate) mod stream;
 pub(crate) mod stream_group;
+pub(crate) mod strings;
 pub(crate) mod transactions;
 pub(crate) mod zset;
 

@@ -1,0 +1,4 @@
+-- Layout v35: the RESP family functions (functions/resp_*.sql) answer error codes in `err`
+-- (`wrongtype`, `no_such_key`, ...) instead of Redis's texts, which the gateway now holds alone
+-- (store/types.rs `SQL_ERRORS`). Gateways of an older layout would show a code as the error
+-- text: upgrade the fleet together, as with any layout change.
