@@ -6,6 +6,7 @@ mod bits_and_lcs;
 mod bullmq;
 mod celery;
 mod core;
+mod functions;
 mod hostile;
 mod plans;
 mod pubsub;

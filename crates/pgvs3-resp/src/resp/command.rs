@@ -247,6 +247,8 @@ pub static COMMANDS: &[Spec] = &[
     spec("eval_ro", -3, SCRIPT_RO, NONE),
     spec("evalsha_ro", -3, SCRIPT_RO, NONE),
     spec("script", -2, &["noscript"], NONE),
+    spec("fcall", -3, SCRIPT, NONE),
+    spec("fcall_ro", -3, SCRIPT_RO, NONE),
     spec("subscribe", -2, PUBSUB, NONE),
     spec("psubscribe", -2, PUBSUB, NONE),
     spec("ssubscribe", -2, PUBSUB, NONE),

@@ -2,6 +2,7 @@
 //! work and their replies. The connection loop (`resp/connection.rs`) dispatches here.
 
 mod client;
+mod functions;
 mod generic;
 pub(crate) mod hash;
 pub(crate) mod list;
@@ -35,7 +36,8 @@ impl Connection {
             "exec" => self.exec().await,
             "watch" => self.watch(args).await,
             "unwatch" => self.unwatch(),
-            "time" | "command" | "config" | "info" | "dbsize" | "flushdb" | "flushall" | "function" | "memory" => {
+            "function" | "fcall" | "fcall_ro" => self.functions_command(spec, args).await,
+            "time" | "command" | "config" | "info" | "dbsize" | "flushdb" | "flushall" | "memory" => {
                 self.server_command(spec, args).await
             }
             "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "script" => self.scripting_command(spec, args).await,
