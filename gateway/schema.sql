@@ -4183,6 +4183,19 @@ ALTER TABLE pgvs3.outbox ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 );
 
 --
+-- Name: resp_function_libraries; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.resp_function_libraries (
+    name text NOT NULL,
+    code text NOT NULL,
+    functions text[] NOT NULL,
+    flags text[] NOT NULL,
+    descriptions text[] NOT NULL,
+    loaded_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
 -- Name: resp_hash; Type: TABLE; Schema: pgvs3; Owner: -
 --
 
@@ -4845,6 +4858,13 @@ ALTER TABLE ONLY pgvs3.origins
 
 ALTER TABLE ONLY pgvs3.outbox
     ADD CONSTRAINT outbox_pkey PRIMARY KEY (id);
+
+--
+-- Name: resp_function_libraries resp_function_libraries_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_function_libraries
+    ADD CONSTRAINT resp_function_libraries_pkey PRIMARY KEY (name);
 
 --
 -- Name: resp_hash resp_hash_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
