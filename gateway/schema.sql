@@ -1886,12 +1886,12 @@ BEGIN
         IF op = 'hincrby' THEN
             num := CASE WHEN cur IS NULL THEN 0 ELSE pgvs3.resp_int(cur) END;
             IF num IS NULL THEN
-                err := 'ERR hash value is not an integer';
+                err := 'hash_not_integer';
                 RETURN;
             END IF;
             num := num + ints[1];
             IF num NOT BETWEEN -9223372036854775808 AND 9223372036854775807 THEN
-                err := 'ERR increment or decrement would overflow';
+                err := 'overflow';
                 RETURN;
             END IF;
             n := num;
@@ -1899,14 +1899,14 @@ BEGIN
         ELSE
             num := CASE WHEN cur IS NULL THEN 0 ELSE pgvs3.resp_decimal(cur) END;
             IF num IS NULL THEN
-                err := 'ERR hash value is not a float';
+                err := 'hash_not_float';
                 RETURN;
             END IF;
             -- The increment came checked (a finite float); added exactly, in decimal, as
             -- Redis's long double keeps 0.1 + 0.2 at 0.3.
             num := num + coalesce(pgvs3.resp_decimal(args[2]), floats[1]::numeric);
             IF abs(num) > 1.7976931348623157e308 THEN
-                err := 'ERR increment would produce NaN or Infinity';
+                err := 'nan_or_infinity';
                 RETURN;
             END IF;
             cur := convert_to(trim_scale(num)::text, 'UTF8');
@@ -1992,12 +1992,12 @@ BEGIN
     PERFORM pgvs3.resp_check(b, ks, '{}', '{}', 'h', true);
     src_type := pgvs3.resp_type(b, src);
     IF src_type IS NULL THEN
-        err := 'ERR no such key';
+        err := 'no_such_key';
         RETURN;
     END IF;
     IF src = dst THEN
         IF op = 'copy' THEN
-            err := 'ERR source and destination objects are the same';
+            err := 'same_object';
         ELSE
             n := CASE WHEN only_new THEN 0 ELSE 1 END;
         END IF;
@@ -2082,7 +2082,7 @@ BEGIN
     IF len IS NULL AND op NOT IN ('lpush', 'rpush') THEN
         -- Every other command finds nothing in a missing list.
         CASE op
-        WHEN 'lset' THEN err := 'ERR no such key';
+        WHEN 'lset' THEN err := 'no_such_key';
         WHEN 'lpop', 'rpop', 'lmove', 'lindex' THEN items := ARRAY[NULL::bytea];
         WHEN 'lrange' THEN items := '{}';
         WHEN 'lpos' THEN scores := '{}';
@@ -2117,7 +2117,7 @@ BEGIN
     WHEN 'lset' THEN
         p := pgvs3.resp_list_at(b, k, ints[1]);
         IF p IS NULL THEN
-            err := 'ERR index out of range';
+            err := 'index_out_of_range';
             RETURN;
         END IF;
         UPDATE pgvs3.resp_list SET value = args[1] WHERE bucket_id = b AND key = k AND pos = p;
@@ -2552,7 +2552,7 @@ BEGIN
     IF s.key IS NULL AND op <> 'xadd' THEN
         CASE op
         WHEN 'xrange', 'xrevrange' THEN items := '{}';
-        WHEN 'xinfo', 'xsetid' THEN err := 'ERR no such key';
+        WHEN 'xinfo', 'xsetid' THEN err := 'no_such_key';
         ELSE n := 0;
         END CASE;
         RETURN;
@@ -2570,12 +2570,12 @@ BEGIN
             s.last_ms := pgvs3.resp_stream_min();
             s.last_seq := pgvs3.resp_stream_min();
         ELSIF (s.last_ms, s.last_seq) = (pgvs3.resp_stream_max(), pgvs3.resp_stream_max()) THEN
-            err := 'ERR The stream has exhausted the last possible ID, unable to add more items';
+            err := 'stream_exhausted';
             RETURN;
         END IF;
         SELECT * INTO id FROM pgvs3.resp_stream_next_id(ints[2], ints[3], ints[4], s.last_ms, s.last_seq);
         IF id.id_ms IS NULL THEN
-            err := 'ERR The ID specified in XADD is equal or smaller than the target stream top item';
+            err := 'xadd_id_too_small';
             RETURN;
         END IF;
         PERFORM pgvs3.resp_touch(b, k, 'x');
@@ -2628,11 +2628,11 @@ BEGIN
         IF s.length > 0 THEN
             IF EXISTS (SELECT 1 FROM pgvs3.resp_stream_entry e
                         WHERE e.bucket_id = b AND e.key = k AND (e.ms, e.seq) > (ints[1], ints[2])) THEN
-                err := 'ERR The ID specified in XSETID is smaller than the target stream top item';
+                err := 'xsetid_id_too_small';
                 RETURN;
             END IF;
             IF ints[3] < s.length THEN
-                err := 'ERR The entries_added specified in XSETID is smaller than the target stream length';
+                err := 'xsetid_entries_too_small';
                 RETURN;
             END IF;
         END IF;
@@ -2804,7 +2804,7 @@ BEGIN
         FOR j IN 1 .. cardinality(ks) LOOP
             IF NOT EXISTS (SELECT 1 FROM pgvs3.resp_stream_group r
                             WHERE r.bucket_id = b AND r.key = ks[j] AND r.name = g_name AND pgvs3.resp_type(b, ks[j]) IS NOT NULL) THEN
-                err := 'NOGROUP';
+                err := 'nogroup';
                 n := j;
                 RETURN;
             END IF;
@@ -2863,25 +2863,25 @@ BEGIN
     SELECT * INTO g FROM pgvs3.resp_stream_group r WHERE r.bucket_id = b AND r.key = k AND r.name = g_name AND s.key IS NOT NULL;
     IF op LIKE 'xgroup_%' THEN
         IF s.key IS NULL AND NOT (op = 'xgroup_create' AND ints[4] = 1) THEN
-            err := 'ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically.';
+            err := 'xgroup_needs_key';
             RETURN;
         END IF;
         IF g.name IS NULL AND op IN ('xgroup_setid', 'xgroup_createconsumer', 'xgroup_delconsumer') THEN
-            err := 'NOGROUP';
+            err := 'nogroup';
             RETURN;
         END IF;
         -- Group changes are changes of the key, for WATCH.
         UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
     ELSIF op = 'xinfo_groups' THEN
         IF s.key IS NULL THEN
-            err := 'ERR no such key';
+            err := 'no_such_key';
             RETURN;
         END IF;
     ELSIF s.key IS NULL OR g.name IS NULL THEN
         CASE op
         WHEN 'xack' THEN n := 0;
-        WHEN 'xinfo_consumers' THEN err := CASE WHEN s.key IS NULL THEN 'ERR no such key' ELSE 'NOGROUP' END;
-        ELSE err := 'NOGROUP';
+        WHEN 'xinfo_consumers' THEN err := CASE WHEN s.key IS NULL THEN 'no_such_key' ELSE 'nogroup' END;
+        ELSE err := 'nogroup';
         END CASE;
         RETURN;
     END IF;
@@ -2894,7 +2894,7 @@ BEGIN
                                                   pgvs3.resp_stream_min(), pgvs3.resp_stream_min(), 0, 0)
             RETURNING * INTO s;
         ELSIF g.name IS NOT NULL THEN
-            err := 'BUSYGROUP Consumer Group name already exists';
+            err := 'busygroup';
             RETURN;
         END IF;
         INSERT INTO pgvs3.resp_stream_group VALUES (b, k, g_name,
@@ -3371,7 +3371,7 @@ $$;
 
 CREATE FUNCTION pgvs3.resp_wrongtype() RETURNS text
     LANGUAGE sql IMMUTABLE
-    AS $$ SELECT 'WRONGTYPE Operation against a key holding the wrong kind of value' $$;
+    AS $$ SELECT 'wrongtype' $$;
 
 --
 -- Name: resp_zrange(bigint, text, bigint[], double precision[], bytea[]); Type: FUNCTION; Schema: pgvs3; Owner: -
@@ -3508,7 +3508,7 @@ BEGIN
             END IF;
             new := CASE WHEN cur IS NULL THEN floats[1] ELSE cur + floats[1] END;
             IF new = 'NaN'::float8 THEN
-                err := 'ERR resulting score is not a number (NaN)';
+                err := 'zset_nan';
                 RETURN;
             END IF;
             IF ints[3] = 1 AND new <= cur OR ints[4] = 1 AND new >= cur THEN
@@ -4235,6 +4235,19 @@ ALTER TABLE pgvs3.outbox ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 );
 
 --
+-- Name: resp_function_libraries; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.resp_function_libraries (
+    name text NOT NULL,
+    code text NOT NULL,
+    functions text[] NOT NULL,
+    flags text[] NOT NULL,
+    descriptions text[] NOT NULL,
+    loaded_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
 -- Name: resp_hash; Type: TABLE; Schema: pgvs3; Owner: -
 --
 
@@ -4917,6 +4930,13 @@ ALTER TABLE ONLY pgvs3.origins
 
 ALTER TABLE ONLY pgvs3.outbox
     ADD CONSTRAINT outbox_pkey PRIMARY KEY (id);
+
+--
+-- Name: resp_function_libraries resp_function_libraries_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_function_libraries
+    ADD CONSTRAINT resp_function_libraries_pkey PRIMARY KEY (name);
 
 --
 -- Name: resp_hash resp_hash_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -

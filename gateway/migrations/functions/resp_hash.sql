@@ -61,12 +61,12 @@ BEGIN
         IF op = 'hincrby' THEN
             num := CASE WHEN cur IS NULL THEN 0 ELSE pgvs3.resp_int(cur) END;
             IF num IS NULL THEN
-                err := 'ERR hash value is not an integer';
+                err := 'hash_not_integer';
                 RETURN;
             END IF;
             num := num + ints[1];
             IF num NOT BETWEEN -9223372036854775808 AND 9223372036854775807 THEN
-                err := 'ERR increment or decrement would overflow';
+                err := 'overflow';
                 RETURN;
             END IF;
             n := num;
@@ -74,14 +74,14 @@ BEGIN
         ELSE
             num := CASE WHEN cur IS NULL THEN 0 ELSE pgvs3.resp_decimal(cur) END;
             IF num IS NULL THEN
-                err := 'ERR hash value is not a float';
+                err := 'hash_not_float';
                 RETURN;
             END IF;
             -- The increment came checked (a finite float); added exactly, in decimal, as
             -- Redis's long double keeps 0.1 + 0.2 at 0.3.
             num := num + coalesce(pgvs3.resp_decimal(args[2]), floats[1]::numeric);
             IF abs(num) > 1.7976931348623157e308 THEN
-                err := 'ERR increment would produce NaN or Infinity';
+                err := 'nan_or_infinity';
                 RETURN;
             END IF;
             cur := convert_to(trim_scale(num)::text, 'UTF8');

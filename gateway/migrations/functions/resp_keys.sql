@@ -4,14 +4,16 @@
 --     -> (err text, n bigint, items bytea[], scores float8[])
 -- made by the gateway (store/types.rs) with `strings` = the keys among `keys` that are live
 -- strings (objects) of the bucket, which only the gateway's per-namespace SQL can see. Redis's
--- errors come back in `err`, never raised: a raised error would abort the shared transaction of
--- every connection whose commands went with it. Write calls run under the keys' advisory locks
--- (store/kv.rs), so what a call checks stays true until it commits.
+-- errors come back in `err` as codes (`wrongtype`, `no_such_key`, ...), never raised: a raised
+-- error would abort the shared transaction of every connection whose commands went with it. The
+-- gateway words each code (store/types.rs `SQL_ERRORS`: Redis's exact texts live only there).
+-- Write calls run under the keys' advisory locks (store/kv.rs), so what a call checks stays
+-- true until it commits.
 
 CREATE OR REPLACE FUNCTION pgvs3.resp_wrongtype() RETURNS text LANGUAGE sql IMMUTABLE AS
-$$ SELECT 'WRONGTYPE Operation against a key holding the wrong kind of value' $$;
+$$ SELECT 'wrongtype' $$;
 
--- NULL when every key of `check` is absent or of type `t`, else the WRONGTYPE text. A write
+-- NULL when every key of `check` is absent or of type `t`, else the WRONGTYPE code. A write
 -- call (`write`) first deletes the expired typed keys among `all_keys`, which then count as
 -- absent (reads only skip them: a standby cannot delete).
 CREATE OR REPLACE FUNCTION pgvs3.resp_check(b bigint, all_keys text[], strings text[], check_keys text[], t "char", write boolean)
@@ -125,12 +127,12 @@ BEGIN
     PERFORM pgvs3.resp_check(b, ks, '{}', '{}', 'h', true);
     src_type := pgvs3.resp_type(b, src);
     IF src_type IS NULL THEN
-        err := 'ERR no such key';
+        err := 'no_such_key';
         RETURN;
     END IF;
     IF src = dst THEN
         IF op = 'copy' THEN
-            err := 'ERR source and destination objects are the same';
+            err := 'same_object';
         ELSE
             n := CASE WHEN only_new THEN 0 ELSE 1 END;
         END IF;

@@ -115,7 +115,7 @@ BEGIN
     IF len IS NULL AND op NOT IN ('lpush', 'rpush') THEN
         -- Every other command finds nothing in a missing list.
         CASE op
-        WHEN 'lset' THEN err := 'ERR no such key';
+        WHEN 'lset' THEN err := 'no_such_key';
         WHEN 'lpop', 'rpop', 'lmove', 'lindex' THEN items := ARRAY[NULL::bytea];
         WHEN 'lrange' THEN items := '{}';
         WHEN 'lpos' THEN scores := '{}';
@@ -150,7 +150,7 @@ BEGIN
     WHEN 'lset' THEN
         p := pgvs3.resp_list_at(b, k, ints[1]);
         IF p IS NULL THEN
-            err := 'ERR index out of range';
+            err := 'index_out_of_range';
             RETURN;
         END IF;
         UPDATE pgvs3.resp_list SET value = args[1] WHERE bucket_id = b AND key = k AND pos = p;

@@ -165,7 +165,7 @@ BEGIN
     IF s.key IS NULL AND op <> 'xadd' THEN
         CASE op
         WHEN 'xrange', 'xrevrange' THEN items := '{}';
-        WHEN 'xinfo', 'xsetid' THEN err := 'ERR no such key';
+        WHEN 'xinfo', 'xsetid' THEN err := 'no_such_key';
         ELSE n := 0;
         END CASE;
         RETURN;
@@ -183,12 +183,12 @@ BEGIN
             s.last_ms := pgvs3.resp_stream_min();
             s.last_seq := pgvs3.resp_stream_min();
         ELSIF (s.last_ms, s.last_seq) = (pgvs3.resp_stream_max(), pgvs3.resp_stream_max()) THEN
-            err := 'ERR The stream has exhausted the last possible ID, unable to add more items';
+            err := 'stream_exhausted';
             RETURN;
         END IF;
         SELECT * INTO id FROM pgvs3.resp_stream_next_id(ints[2], ints[3], ints[4], s.last_ms, s.last_seq);
         IF id.id_ms IS NULL THEN
-            err := 'ERR The ID specified in XADD is equal or smaller than the target stream top item';
+            err := 'xadd_id_too_small';
             RETURN;
         END IF;
         PERFORM pgvs3.resp_touch(b, k, 'x');
@@ -241,11 +241,11 @@ BEGIN
         IF s.length > 0 THEN
             IF EXISTS (SELECT 1 FROM pgvs3.resp_stream_entry e
                         WHERE e.bucket_id = b AND e.key = k AND (e.ms, e.seq) > (ints[1], ints[2])) THEN
-                err := 'ERR The ID specified in XSETID is smaller than the target stream top item';
+                err := 'xsetid_id_too_small';
                 RETURN;
             END IF;
             IF ints[3] < s.length THEN
-                err := 'ERR The entries_added specified in XSETID is smaller than the target stream length';
+                err := 'xsetid_entries_too_small';
                 RETURN;
             END IF;
         END IF;

@@ -1,7 +1,7 @@
 -- RESP stream consumer groups (layout v27): XGROUP, XREADGROUP, XACK, XPENDING, XCLAIM,
 -- XAUTOCLAIM and XINFO GROUPS/CONSUMERS, one call per command as functions/resp_keys.sql
 -- describes, on the tables of 0027_resp_stream_groups.sql. IDs travel and come back as in
--- functions/resp_stream.sql. A missing group answers err = 'NOGROUP': the gateway words the
+-- functions/resp_stream.sql. A missing group answers err = 'nogroup': the gateway words the
 -- error (resp/stream_group.rs), as the names need not be UTF-8.
 
 -- Now, as the tables keep times: Unix milliseconds.
@@ -142,7 +142,7 @@ BEGIN
         FOR j IN 1 .. cardinality(ks) LOOP
             IF NOT EXISTS (SELECT 1 FROM pgvs3.resp_stream_group r
                             WHERE r.bucket_id = b AND r.key = ks[j] AND r.name = g_name AND pgvs3.resp_type(b, ks[j]) IS NOT NULL) THEN
-                err := 'NOGROUP';
+                err := 'nogroup';
                 n := j;
                 RETURN;
             END IF;
@@ -201,25 +201,25 @@ BEGIN
     SELECT * INTO g FROM pgvs3.resp_stream_group r WHERE r.bucket_id = b AND r.key = k AND r.name = g_name AND s.key IS NOT NULL;
     IF op LIKE 'xgroup_%' THEN
         IF s.key IS NULL AND NOT (op = 'xgroup_create' AND ints[4] = 1) THEN
-            err := 'ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically.';
+            err := 'xgroup_needs_key';
             RETURN;
         END IF;
         IF g.name IS NULL AND op IN ('xgroup_setid', 'xgroup_createconsumer', 'xgroup_delconsumer') THEN
-            err := 'NOGROUP';
+            err := 'nogroup';
             RETURN;
         END IF;
         -- Group changes are changes of the key, for WATCH.
         UPDATE pgvs3.resp_keys SET version = version + 1 WHERE bucket_id = b AND key = k;
     ELSIF op = 'xinfo_groups' THEN
         IF s.key IS NULL THEN
-            err := 'ERR no such key';
+            err := 'no_such_key';
             RETURN;
         END IF;
     ELSIF s.key IS NULL OR g.name IS NULL THEN
         CASE op
         WHEN 'xack' THEN n := 0;
-        WHEN 'xinfo_consumers' THEN err := CASE WHEN s.key IS NULL THEN 'ERR no such key' ELSE 'NOGROUP' END;
-        ELSE err := 'NOGROUP';
+        WHEN 'xinfo_consumers' THEN err := CASE WHEN s.key IS NULL THEN 'no_such_key' ELSE 'nogroup' END;
+        ELSE err := 'nogroup';
         END CASE;
         RETURN;
     END IF;
@@ -232,7 +232,7 @@ BEGIN
                                                   pgvs3.resp_stream_min(), pgvs3.resp_stream_min(), 0, 0)
             RETURNING * INTO s;
         ELSIF g.name IS NOT NULL THEN
-            err := 'BUSYGROUP Consumer Group name already exists';
+            err := 'busygroup';
             RETURN;
         END IF;
         INSERT INTO pgvs3.resp_stream_group VALUES (b, k, g_name,

@@ -137,7 +137,7 @@ BEGIN
             END IF;
             new := CASE WHEN cur IS NULL THEN floats[1] ELSE cur + floats[1] END;
             IF new = 'NaN'::float8 THEN
-                err := 'ERR resulting score is not a number (NaN)';
+                err := 'zset_nan';
                 RETURN;
             END IF;
             IF ints[3] = 1 AND new <= cur OR ints[4] = 1 AND new >= cur THEN

@@ -7,6 +7,7 @@ mod bullmq;
 mod celery;
 mod core;
 mod dump_restore;
+mod functions;
 mod geo;
 mod hostile;
 mod hyperloglog;

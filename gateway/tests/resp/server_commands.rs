@@ -35,12 +35,6 @@ async fn flushall_empties_every_database_and_function_flush_is_accepted() {
     assert_eq!(raw.command(&["FUNCTION", "FLUSH"]).await, ok());
     assert_eq!(raw.command(&["FUNCTION", "FLUSH", "SYNC"]).await, ok());
     assert_eq!(raw.command(&["FUNCTION", "LIST"]).await, Value::Array(vec![]));
-    assert!(
-        raw.command(&["FUNCTION", "LOAD", "#!lua name=x\n"])
-            .await
-            .error()
-            .starts_with("ERR FUNCTION LOAD is not supported")
-    );
 
     let refused = TestGateway::with_resp(&[]).await;
     let mut raw = RawResp::connect(refused.resp_addr()).await;

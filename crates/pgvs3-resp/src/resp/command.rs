@@ -4,8 +4,8 @@
 
 use bytes::Bytes;
 
-use super::bits::BitRange;
 use super::codec::{MAX_BULK_LEN, Reply};
+use super::commands::strings::StringCommand;
 use super::typed::Typed;
 
 /// What COMMAND INFO reports, and what the arity check uses: a positive arity is exact, a
@@ -247,6 +247,8 @@ pub static COMMANDS: &[Spec] = &[
     spec("eval_ro", -3, SCRIPT_RO, NONE),
     spec("evalsha_ro", -3, SCRIPT_RO, NONE),
     spec("script", -2, &["noscript"], NONE),
+    spec("fcall", -3, SCRIPT, NONE),
+    spec("fcall_ro", -3, SCRIPT_RO, NONE),
     spec("subscribe", -2, PUBSUB, NONE),
     spec("psubscribe", -2, PUBSUB, NONE),
     spec("ssubscribe", -2, PUBSUB, NONE),
@@ -360,7 +362,7 @@ pub fn key(arg: &Bytes) -> Result<String, Reply> {
     Ok(text.to_owned())
 }
 
-fn keys(args: &[Bytes]) -> Result<Vec<String>, Reply> {
+pub(crate) fn keys(args: &[Bytes]) -> Result<Vec<String>, Reply> {
     args.iter().map(key).collect()
 }
 
@@ -371,22 +373,6 @@ pub enum Expiry {
     In(i64),
     /// Unix time in milliseconds.
     At(i64),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SetTtl {
-    /// Clear any expiry (the default of SET).
-    Clear,
-    Keep,
-    Expire(Expiry),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Condition {
-    /// Only if the key does not exist (NX).
-    Absent,
-    /// Only if it exists (XX).
-    Present,
 }
 
 /// The options of EXPIRE and its kin, as Redis 7 combines them: NX or XX, and GT or LT (XX
@@ -413,37 +399,11 @@ impl ExpireCondition {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GetExTtl {
-    Unchanged,
-    Persist,
-    Expire(Expiry),
-}
-
 /// A command on keys: runs against the keys of a batch (see `keys.rs`).
 #[derive(Debug, Clone)]
 pub enum KeyCommand {
-    Get(String),
-    Set {
-        key: String,
-        value: Bytes,
-        condition: Option<Condition>,
-        get: bool,
-        ttl: SetTtl,
-    },
-    SetNx(String, Bytes),
-    MGet(Vec<String>),
-    MSet(Vec<(String, Bytes)>),
-    MSetNx(Vec<(String, Bytes)>),
-    GetSet(String, Bytes),
-    GetDel(String),
-    GetEx(String, GetExTtl),
-    Append(String, Bytes),
-    Strlen(String),
-    GetRange(String, i64, i64),
-    SetRange(String, i64, Bytes),
-    IncrBy(String, i64),
-    IncrByFloat(String, f64),
+    /// GET, SET, INCR, ...: `commands/strings.rs`.
+    Str(StringCommand),
     Del(Vec<String>),
     Exists(Vec<String>),
     Expire {
@@ -471,29 +431,6 @@ pub enum KeyCommand {
         to: String,
         replace: bool,
     },
-    SetBit {
-        key: String,
-        offset: u64,
-        bit: bool,
-    },
-    GetBit {
-        key: String,
-        offset: u64,
-    },
-    BitCount {
-        key: String,
-        range: Option<BitRange>,
-    },
-    BitPos {
-        key: String,
-        bit: bool,
-        range: Option<BitRange>,
-    },
-    Lcs {
-        a: String,
-        b: String,
-        answer: LcsAnswer,
-    },
     /// OBJECT ENCODING, FREQ, IDLETIME or REFCOUNT.
     Object {
         key: String,
@@ -518,18 +455,6 @@ pub enum ObjectInfo {
     RefCount,
 }
 
-/// What LCS answers with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LcsAnswer {
-    Sequence,
-    Len,
-    /// The matched ranges (at least `min_len` long), with their lengths if `with_len`.
-    Idx {
-        min_len: usize,
-        with_len: bool,
-    },
-}
-
 impl KeyCommand {
     /// Has a typed command's reply cut in the database when it would take more than `bytes`
     /// (see `TypedCall::reply_limit`); string commands' replies are bounded by their values.
@@ -544,34 +469,17 @@ impl KeyCommand {
     pub fn keys(&self) -> Vec<&String> {
         use KeyCommand::*;
         match self {
-            Get(key)
-            | Set { key, .. }
-            | SetNx(key, _)
-            | GetSet(key, _)
-            | GetDel(key)
-            | GetEx(key, _)
-            | Append(key, _)
-            | Strlen(key)
-            | GetRange(key, ..)
-            | SetRange(key, ..)
-            | IncrBy(key, _)
-            | IncrByFloat(key, _)
-            | Expire { key, .. }
+            Str(command) => command.keys(),
+            Expire { key, .. }
             | ExpireTime { key, .. }
             | Ttl { key, .. }
             | Persist(key)
             | Type(key)
-            | SetBit { key, .. }
-            | GetBit { key, .. }
-            | BitCount { key, .. }
-            | BitPos { key, .. }
             | Object { key, .. }
             | MemoryUsage { key, .. } => vec![key],
             Typed(typed) => typed.call.keys.iter().collect(),
             Family(command) => command.keys(),
-            Lcs { a, b, .. } => vec![a, b],
-            MGet(keys) | Del(keys) | Exists(keys) => keys.iter().collect(),
-            MSet(pairs) | MSetNx(pairs) => pairs.iter().map(|(key, _)| key).collect(),
+            Del(keys) | Exists(keys) => keys.iter().collect(),
             Rename { from, to, .. } | Copy { from, to, .. } => vec![from, to],
         }
     }
@@ -579,15 +487,7 @@ impl KeyCommand {
     /// Whether the command only overwrites its keys, never looking at what they hold or held:
     /// a batch of such commands needs nothing loaded before it runs.
     pub fn overwrites_blindly(&self) -> bool {
-        matches!(
-            self,
-            KeyCommand::Set {
-                condition: None,
-                get: false,
-                ttl: SetTtl::Clear,
-                ..
-            } | KeyCommand::MSet(_)
-        )
+        matches!(self, KeyCommand::Str(command) if command.overwrites_blindly())
     }
 
     /// Parses a key command; `Ok(None)` when `name` is not one. The arity is already checked.
@@ -595,51 +495,6 @@ impl KeyCommand {
         use KeyCommand::*;
         let arg = |i: usize| &args[i];
         let command = match name {
-            "get" => Get(key(arg(1))?),
-            "set" => parse_set(args)?,
-            "setnx" => SetNx(key(arg(1))?, arg(2).clone()),
-            "setex" | "psetex" => {
-                let scale = if name == "setex" { 1000 } else { 1 };
-                let expiry = positive_expiry(name, integer(arg(2))?, scale, false)?;
-                Set {
-                    key: key(arg(1))?,
-                    value: arg(3).clone(),
-                    condition: None,
-                    get: false,
-                    ttl: SetTtl::Expire(expiry),
-                }
-            }
-            "mget" => MGet(keys(&args[1..])?),
-            "mset" | "msetnx" => {
-                if args.len().is_multiple_of(2) {
-                    return Err(wrong_arity(name));
-                }
-                let pairs = args[1..]
-                    .chunks(2)
-                    .map(|pair| Ok((key(&pair[0])?, pair[1].clone())))
-                    .collect::<Result<_, Reply>>()?;
-                if name == "mset" { MSet(pairs) } else { MSetNx(pairs) }
-            }
-            "getset" => GetSet(key(arg(1))?, arg(2).clone()),
-            "getdel" => GetDel(key(arg(1))?),
-            "getex" => GetEx(key(arg(1))?, parse_getex(&args[2..])?),
-            "append" => Append(key(arg(1))?, arg(2).clone()),
-            "strlen" => Strlen(key(arg(1))?),
-            "getrange" | "substr" => GetRange(key(arg(1))?, integer(arg(2))?, integer(arg(3))?),
-            "setrange" => SetRange(key(arg(1))?, integer(arg(2))?, arg(3).clone()),
-            "incr" => IncrBy(key(arg(1))?, 1),
-            "decr" => IncrBy(key(arg(1))?, -1),
-            "incrby" => IncrBy(key(arg(1))?, integer(arg(2))?),
-            "decrby" => {
-                let by = integer(arg(2))?
-                    .checked_neg()
-                    .ok_or_else(|| Reply::error("ERR decrement would overflow"))?;
-                IncrBy(key(arg(1))?, by)
-            }
-            "incrbyfloat" => IncrByFloat(
-                key(arg(1))?,
-                parse_float(arg(2)).ok_or_else(|| Reply::error("ERR value is not a valid float"))?,
-            ),
             "del" | "unlink" => Del(keys(&args[1..])?),
             // TOUCH counts as EXISTS does; there is no access time to update.
             "exists" | "touch" => Exists(keys(&args[1..])?),
@@ -658,50 +513,6 @@ impl KeyCommand {
                 from: key(arg(1))?,
                 to: key(arg(2))?,
                 only_new: name == "renamenx",
-            },
-            "setbit" => SetBit {
-                key: key(arg(1))?,
-                offset: bit_offset(arg(2))?,
-                bit: match arg(3).as_ref() {
-                    b"0" => false,
-                    b"1" => true,
-                    _ => return Err(Reply::error("ERR bit is not an integer or out of range")),
-                },
-            },
-            "getbit" => GetBit {
-                key: key(arg(1))?,
-                offset: bit_offset(arg(2))?,
-            },
-            "bitcount" => BitCount {
-                key: key(arg(1))?,
-                range: match args.len() {
-                    2 => None,
-                    4 | 5 => Some(bit_range(&args[2..])?),
-                    _ => return Err(syntax_error()),
-                },
-            },
-            "bitpos" => BitPos {
-                key: key(arg(1))?,
-                bit: match arg(2).as_ref() {
-                    b"0" => false,
-                    b"1" => true,
-                    _ => return Err(Reply::error("ERR The bit argument must be 1 or 0.")),
-                },
-                range: match args.len() {
-                    3 => None,
-                    4 => Some(BitRange {
-                        start: integer(arg(3))?,
-                        end: None,
-                        bits: false,
-                    }),
-                    5 | 6 => Some(bit_range(&args[3..])?),
-                    _ => return Err(syntax_error()),
-                },
-            },
-            "lcs" => Lcs {
-                a: key(arg(1))?,
-                b: key(arg(2))?,
-                answer: parse_lcs(&args[3..])?,
             },
             "copy" => {
                 let mut replace = false;
@@ -763,186 +574,35 @@ impl KeyCommand {
             }
             // MEMORY's other subcommands (`commands/server.rs`).
             "memory" => return Ok(None),
-            _ => match super::commands::family::FamilyCommand::parse(name, args)? {
-                Some(command) => Family(Box::new(command)),
-                None => return Ok(super::typed::parse(name, args)?.map(|typed| Typed(Box::new(typed)))),
-            },
+            _ => {
+                if let Some(command) = StringCommand::parse(name, args)? {
+                    return Ok(Some(Str(command)));
+                }
+                match super::commands::family::FamilyCommand::parse(name, args)? {
+                    Some(command) => Family(Box::new(command)),
+                    None => return Ok(super::typed::parse(name, args)?.map(|typed| Typed(Box::new(typed)))),
+                }
+            }
         };
         Ok(Some(command))
     }
-
-    /// Whether the command reads or writes a string value, so that a typed key answers
-    /// WRONGTYPE (SET without GET replaces any key, MGET answers nil, and the key commands work
-    /// on every type).
-    pub fn needs_strings(&self) -> bool {
-        use KeyCommand::*;
-        match self {
-            Set { get, .. } => *get,
-            Get(_)
-            | GetSet(..)
-            | GetDel(_)
-            | GetEx(..)
-            | Append(..)
-            | Strlen(_)
-            | GetRange(..)
-            | SetRange(..)
-            | IncrBy(..)
-            | IncrByFloat(..)
-            | SetBit { .. }
-            | GetBit { .. }
-            | BitCount { .. }
-            | BitPos { .. }
-            | Lcs { .. } => true,
-            _ => false,
-        }
-    }
 }
 
-/// The expiry option of SET or GETEX at `args[0]` (with its amount at `args[1]`).
-fn parse_expiry(command: &str, option: &[u8], amount: Option<&Bytes>) -> Result<Option<Expiry>, Reply> {
-    let unit: Option<(bool, i64)> = match option.to_ascii_lowercase().as_slice() {
-        b"ex" => Some((false, 1000)),
-        b"px" => Some((false, 1)),
-        b"exat" => Some((true, 1000)),
-        b"pxat" => Some((true, 1)),
-        _ => None,
-    };
-    let Some((absolute, scale)) = unit else {
-        return Ok(None);
-    };
-    let amount = integer(amount.ok_or_else(syntax_error)?)?;
-    positive_expiry(command, amount, scale, absolute).map(Some)
-}
-
-fn invalid_expire_time(command: &str) -> Reply {
+pub(crate) fn invalid_expire_time(command: &str) -> Reply {
     Reply::error(format!("ERR invalid expire time in '{command}' command"))
 }
 
 /// Milliseconds since the Unix epoch, against which Redis checks that an expiry can be added
 /// to now.
-fn now_millis() -> i64 {
+pub(crate) fn now_millis() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |since| since.as_millis() as i64)
 }
 
-/// The expiry of SET, GETEX, SETEX and PSETEX, checked as Redis's
-/// `getExpireMillisecondsOrReply` does: positive, and neither the conversion to milliseconds
-/// nor the addition of now (for a relative one) overflows.
-fn positive_expiry(command: &str, amount: i64, scale: i64, absolute: bool) -> Result<Expiry, Reply> {
-    let invalid = || invalid_expire_time(command);
-    if amount <= 0 {
-        return Err(invalid());
-    }
-    let millis = amount.checked_mul(scale).ok_or_else(invalid)?;
-    if absolute {
-        return Ok(Expiry::At(millis));
-    }
-    now_millis().checked_add(millis).ok_or_else(invalid)?;
-    Ok(Expiry::In(millis))
-}
-
-fn parse_set(args: &[Bytes]) -> Result<KeyCommand, Reply> {
-    let mut condition = None;
-    let mut get = false;
-    let mut ttl = SetTtl::Clear;
-    let mut i = 3;
-    while i < args.len() {
-        let option = args[i].to_ascii_lowercase();
-        match option.as_slice() {
-            b"nx" | b"xx" if condition.is_none() => {
-                condition = Some(if option == b"nx" {
-                    Condition::Absent
-                } else {
-                    Condition::Present
-                });
-            }
-            b"get" => get = true,
-            b"keepttl" if ttl == SetTtl::Clear => ttl = SetTtl::Keep,
-            _ if ttl == SetTtl::Clear => match parse_expiry("set", &option, args.get(i + 1))? {
-                Some(expiry) => {
-                    ttl = SetTtl::Expire(expiry);
-                    i += 1;
-                }
-                None => return Err(syntax_error()),
-            },
-            _ => return Err(syntax_error()),
-        }
-        i += 1;
-    }
-    Ok(KeyCommand::Set {
-        key: key(&args[1])?,
-        value: args[2].clone(),
-        condition,
-        get,
-        ttl,
-    })
-}
-
-fn parse_getex(options: &[Bytes]) -> Result<GetExTtl, Reply> {
-    match options {
-        [] => Ok(GetExTtl::Unchanged),
-        [persist] if persist.eq_ignore_ascii_case(b"persist") => Ok(GetExTtl::Persist),
-        [option, amount] => parse_expiry("getex", option, Some(amount))?
-            .map(GetExTtl::Expire)
-            .ok_or_else(syntax_error),
-        _ => Err(syntax_error()),
-    }
-}
-
 /// EXPIRE, PEXPIRE, EXPIREAT and PEXPIREAT, checked as Redis's `expireGenericCommand` does:
 /// options first, then the amount, which may be zero or negative (the key is deleted) but must
 /// not overflow when converted to milliseconds or, for a relative one, added to now.
-/// A bit offset as SETBIT and GETBIT take it: 0 to 2^32 - 1 (a 512 MiB string's bits).
-fn bit_offset(arg: &[u8]) -> Result<u64, Reply> {
-    parse_integer(arg)
-        .and_then(|offset| u32::try_from(offset).ok())
-        .map(u64::from)
-        .ok_or_else(|| Reply::error("ERR bit offset is not an integer or out of range"))
-}
-
-/// `start end [BYTE|BIT]` of BITCOUNT and BITPOS.
-fn bit_range(args: &[Bytes]) -> Result<BitRange, Reply> {
-    let bits = match args.get(2) {
-        None => false,
-        Some(unit) if unit.eq_ignore_ascii_case(b"byte") => false,
-        Some(unit) if unit.eq_ignore_ascii_case(b"bit") => true,
-        Some(_) => return Err(syntax_error()),
-    };
-    Ok(BitRange {
-        start: integer(&args[0])?,
-        end: Some(integer(&args[1])?),
-        bits,
-    })
-}
-
-fn parse_lcs(options: &[Bytes]) -> Result<LcsAnswer, Reply> {
-    let (mut len, mut idx, mut with_len, mut min_len) = (false, false, false, 0usize);
-    let mut i = 0;
-    while i < options.len() {
-        match options[i].to_ascii_lowercase().as_slice() {
-            b"len" => len = true,
-            b"idx" => idx = true,
-            b"withmatchlen" => with_len = true,
-            b"minmatchlen" => {
-                let value = options.get(i + 1).ok_or_else(syntax_error)?;
-                min_len = usize::try_from(integer(value)?.max(0)).unwrap_or(usize::MAX);
-                i += 1;
-            }
-            _ => return Err(syntax_error()),
-        }
-        i += 1;
-    }
-    match (len, idx) {
-        (true, true) => Err(Reply::error(
-            "ERR If you want both the length and indexes, please just use IDX.",
-        )),
-        (true, false) => Ok(LcsAnswer::Len),
-        (false, true) => Ok(LcsAnswer::Idx { min_len, with_len }),
-        (false, false) => Ok(LcsAnswer::Sequence),
-    }
-}
-
 fn parse_expire(name: &str, args: &[Bytes]) -> Result<KeyCommand, Reply> {
     let condition = parse_expire_condition(&args[3..])?;
     let amount = integer(&args[2])?;
@@ -1027,32 +687,5 @@ mod tests {
         ] {
             assert_eq!(parse_integer(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
-    }
-
-    #[test]
-    fn set_options_parse_and_conflicts_are_syntax_errors() {
-        let args = |text: &str| {
-            text.split(' ')
-                .map(|part| Bytes::from(part.to_owned()))
-                .collect::<Vec<_>>()
-        };
-        let parsed = parse_set(&args("set k v NX GET PX 1500")).unwrap();
-        assert!(matches!(
-            parsed,
-            KeyCommand::Set {
-                condition: Some(Condition::Absent),
-                get: true,
-                ttl: SetTtl::Expire(Expiry::In(1500)),
-                ..
-            }
-        ));
-        assert_eq!(parse_set(&args("set k v NX XX")).unwrap_err(), syntax_error());
-        assert_eq!(parse_set(&args("set k v EX 1 KEEPTTL")).unwrap_err(), syntax_error());
-        assert_eq!(parse_set(&args("set k v EX")).unwrap_err(), syntax_error());
-        assert_eq!(parse_set(&args("set k v EX x")).unwrap_err(), not_an_integer());
-        assert_eq!(
-            parse_set(&args("set k v EX 0")).unwrap_err(),
-            Reply::error("ERR invalid expire time in 'set' command")
-        );
     }
 }

@@ -129,7 +129,7 @@ fn key_positions(spec: &Spec, args: &[Bytes]) -> Vec<usize> {
         }
     };
     match spec.name {
-        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => counted(2, false),
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => counted(2, false),
         "zunionstore" | "zinterstore" | "zdiffstore" => counted(2, true),
         "zunion" | "zinter" | "zdiff" | "zintercard" | "sintercard" | "zmpop" | "lmpop" => counted(1, false),
         "bzmpop" | "blmpop" => counted(2, false),
@@ -173,7 +173,7 @@ fn key_flags(spec: &Spec) -> &'static [&'static str] {
     match spec.name {
         "del" | "unlink" => &["RM", "delete"],
         // A script may do anything with its keys: Redis assumes the worst too.
-        "eval" | "evalsha" => &["RW", "access", "update"],
+        "eval" | "evalsha" | "fcall" => &["RW", "access", "update"],
         _ if spec.is_write() => &["RW", "access", "update"],
         _ => &["RO", "access"],
     }
@@ -187,7 +187,7 @@ fn group(name: &str) -> &'static str {
         "setbit" | "getbit" | "bitcount" | "bitpos" => "bitmap",
         "ping" | "echo" | "auth" | "hello" | "select" | "client" | "quit" | "reset" => "connection",
         "multi" | "exec" | "discard" | "watch" | "unwatch" => "transactions",
-        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "script" | "function" => "scripting",
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "script" | "function" | "fcall" | "fcall_ro" => "scripting",
         "subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe" | "punsubscribe" | "sunsubscribe" | "publish"
         | "spublish" | "pubsub" => "pubsub",
         "info" | "config" | "command" | "time" | "dbsize" | "flushdb" | "flushall" | "memory" => "server",

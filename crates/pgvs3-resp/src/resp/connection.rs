@@ -500,7 +500,11 @@ impl Connection {
     /// may write: write commands, EVAL/EVALSHA, PUBLISH, EXEC), without the batch's admission
     /// slot, so that a paused client keeps no other from being served.
     async fn wait_out_pause(&mut self, spec: &'static Spec) -> Result<(), Reply> {
-        let writes = spec.is_write() || matches!(spec.name, "eval" | "evalsha" | "publish" | "spublish" | "exec");
+        let writes = spec.is_write()
+            || matches!(
+                spec.name,
+                "eval" | "evalsha" | "fcall" | "publish" | "spublish" | "exec"
+            );
         self.admitted = None;
         self.server.pause.wait(writes).await;
         self.admitted = Some(

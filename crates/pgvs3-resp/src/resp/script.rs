@@ -87,6 +87,22 @@ pub struct Request {
     read_only: bool,
 }
 
+impl Request {
+    /// A run of a Redis Function (FCALL): `body` is the chunk `commands/functions.rs` builds
+    /// around its library's code; `name` stands where an EVAL error names the script's SHA1,
+    /// as Redis names the function.
+    pub fn function(name: &str, body: Bytes, keys: Vec<Bytes>, argv: Vec<Bytes>, read_only: bool) -> Request {
+        Request {
+            body,
+            code_start: 0,
+            sha: name.to_owned(),
+            keys,
+            argv,
+            read_only,
+        }
+    }
+}
+
 /// One thing a batch of scripts runs, in order.
 pub enum Step {
     Key(KeyCommand, &'static Spec),
@@ -384,6 +400,44 @@ impl Scripts {
             }
         }
         Ok(Attempt::Done(Some(replies)))
+    }
+
+    /// Runs code that makes no `redis.call` (FUNCTION LOAD's run of a library, which only
+    /// registers its functions) in an interpreter of its own, bounded as scripts are and
+    /// stoppable by SCRIPT KILL / FUNCTION KILL, and returns what it returned or raised.
+    pub async fn evaluate_alone(&self, name: &str, body: Bytes) -> Reply {
+        let interpreter = tokio::time::timeout(self.busy_wait, Arc::clone(&self.interpreters).acquire_owned()).await;
+        let Ok(Ok(interpreter)) = interpreter else {
+            return Reply::error(
+                "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+            );
+        };
+        let stop = Arc::new(Stop::default());
+        self.running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(Arc::clone(&stop));
+        let running = Running {
+            scripts: self,
+            stop: Arc::clone(&stop),
+        };
+        // No call has anywhere to go: the channel's receiving end is dropped at once.
+        let (calls, _) = mpsc::channel::<lua::Call>(1);
+        let limits = self.limits;
+        let name = name.to_owned();
+        let outcome = tokio::task::spawn_blocking(move || {
+            let _interpreter = interpreter;
+            lua::run(&body, &name, &[], &[], limits, &stop, calls)
+        })
+        .await;
+        drop(running);
+        match outcome {
+            Ok(Outcome::Reply(reply) | Outcome::Aborted(reply)) => reply,
+            Err(err) => {
+                tracing::error!(error = %err, "a Lua interpreter thread failed");
+                Reply::error("ERR the script's interpreter failed")
+            }
+        }
     }
 
     /// Runs one script: its interpreter on a blocking thread, its calls here, in turn.

@@ -1248,3 +1248,164 @@ async fn copy_body(client: &deadpool_postgres::Object, bucket: &BucketInfo, valu
     writer.finish().await?;
     Ok(body_id)
 }
+
+/// A library of Redis Functions (FUNCTION LOAD), kept in `pgvs3.resp_function_libraries`: one
+/// set of libraries for the whole fleet and every database, as Redis keeps one per server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionLibrary {
+    pub name: String,
+    /// The library's source, its `#!lua name=...` line included.
+    pub code: String,
+    /// What it registered, in order: name, flags, description.
+    pub functions: Vec<RegisteredFunction>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegisteredFunction {
+    pub name: String,
+    pub flags: Vec<String>,
+    pub description: Option<String>,
+}
+
+/// Why a library was not stored.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LibraryRefusal {
+    /// A library of that name exists (and REPLACE was not given).
+    Exists,
+    /// Another library has a function of this name.
+    FunctionExists(String),
+    /// The fleet holds the most libraries it may.
+    TooMany,
+}
+
+impl super::Catalog {
+    /// Every library, by name.
+    pub async fn function_libraries(&self) -> StoreResult<Vec<FunctionLibrary>> {
+        let client = self.pool().get().await?;
+        let rows = client
+            .query(
+                "SELECT name, code, functions, flags, descriptions FROM pgvs3.resp_function_libraries ORDER BY name",
+                &[],
+            )
+            .await?;
+        Ok(rows.iter().map(library_row).collect())
+    }
+
+    /// The library that holds function `function`.
+    pub async fn function_library_of(&self, function: &str) -> StoreResult<Option<FunctionLibrary>> {
+        let client = self.pool().get().await?;
+        let row = client
+            .query_opt(
+                "SELECT name, code, functions, flags, descriptions FROM pgvs3.resp_function_libraries
+                  WHERE $1 = ANY (functions)",
+                &[&function],
+            )
+            .await?;
+        Ok(row.as_ref().map(library_row))
+    }
+
+    /// Stores a library (replacing one of its name when `replace`), at most `max_libraries` of
+    /// them, under a lock so that two gateways loading at once cannot both pass the checks.
+    pub async fn put_function_library(
+        &self,
+        library: &FunctionLibrary,
+        replace: bool,
+        max_libraries: i64,
+    ) -> StoreResult<Result<(), LibraryRefusal>> {
+        let mut client = self.pool().get().await?;
+        let tx = client.transaction().await?;
+        tx.execute("LOCK TABLE pgvs3.resp_function_libraries IN EXCLUSIVE MODE", &[])
+            .await?;
+        let existing = tx
+            .query_opt(
+                "SELECT 1 AS found FROM pgvs3.resp_function_libraries WHERE name = $1",
+                &[&library.name],
+            )
+            .await?;
+        if existing.is_some() && !replace {
+            return Ok(Err(LibraryRefusal::Exists));
+        }
+        let names: Vec<&str> = library
+            .functions
+            .iter()
+            .map(|function| function.name.as_str())
+            .collect();
+        let taken = tx
+            .query_opt(
+                "SELECT f AS function FROM pgvs3.resp_function_libraries, unnest(functions) f
+                  WHERE name <> $1 AND f = ANY ($2) LIMIT 1",
+                &[&library.name, &names],
+            )
+            .await?;
+        if let Some(taken) = taken {
+            return Ok(Err(LibraryRefusal::FunctionExists(taken.get("function"))));
+        }
+        if existing.is_none() {
+            let count: i64 = tx
+                .query_one("SELECT count(*) AS libraries FROM pgvs3.resp_function_libraries", &[])
+                .await?
+                .get("libraries");
+            if count >= max_libraries {
+                return Ok(Err(LibraryRefusal::TooMany));
+            }
+        }
+        let flags: Vec<String> = library
+            .functions
+            .iter()
+            .map(|function| function.flags.join(" "))
+            .collect();
+        let descriptions: Vec<Option<&str>> = library
+            .functions
+            .iter()
+            .map(|function| function.description.as_deref())
+            .collect();
+        tx.execute(
+            "INSERT INTO pgvs3.resp_function_libraries (name, code, functions, flags, descriptions)
+             VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (name) DO UPDATE SET code = excluded.code, functions = excluded.functions,
+                 flags = excluded.flags, descriptions = excluded.descriptions, loaded_at = now()",
+            &[&library.name, &library.code, &names, &flags, &descriptions],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Ok(()))
+    }
+
+    /// Deletes library `name`; false when there is none.
+    pub async fn delete_function_library(&self, name: &str) -> StoreResult<bool> {
+        let client = self.pool().get().await?;
+        let deleted = client
+            .execute("DELETE FROM pgvs3.resp_function_libraries WHERE name = $1", &[&name])
+            .await?;
+        Ok(deleted > 0)
+    }
+
+    /// FUNCTION FLUSH: every library goes.
+    pub async fn flush_function_libraries(&self) -> StoreResult<()> {
+        let client = self.pool().get().await?;
+        client.execute("DELETE FROM pgvs3.resp_function_libraries", &[]).await?;
+        Ok(())
+    }
+}
+
+fn library_row(row: &tokio_postgres::Row) -> FunctionLibrary {
+    let names: Vec<String> = row.get("functions");
+    let flags: Vec<String> = row.get("flags");
+    let descriptions: Vec<Option<String>> = row.get("descriptions");
+    FunctionLibrary {
+        name: row.get("name"),
+        code: row.get("code"),
+        functions: names
+            .into_iter()
+            .enumerate()
+            .map(|(i, name)| RegisteredFunction {
+                name,
+                flags: flags
+                    .get(i)
+                    .map(|flags| flags.split_whitespace().map(str::to_owned).collect())
+                    .unwrap_or_default(),
+                description: descriptions.get(i).cloned().flatten(),
+            })
+            .collect(),
+    }
+}

@@ -43,7 +43,7 @@ pub use encryption::{
     CustomerKey, Mode as EncryptionMode, Requested as RequestedEncryption, Sealed as SealedEncryption,
 };
 pub use error::StoreError;
-pub use kv::{KvBatch, KvEntry, KvValue};
+pub use kv::{FunctionLibrary, KvBatch, KvEntry, KvValue, LibraryRefusal, RegisteredFunction};
 pub use lifecycle::{
     Expiration, LIFECYCLE_BATCH, Lifecycle, LifecycleRule, LifecycleStats, NoncurrentExpiration, RuleFilter,
 };

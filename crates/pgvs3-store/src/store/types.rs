@@ -294,9 +294,59 @@ impl Cut {
     }
 }
 
+/// The error codes the family functions answer in `err` (gateway/migrations/functions/resp_*.sql),
+/// and Redis's text for each: the texts live here only. `nogroup` is worded again by the gateway
+/// with the group's name (resp/commands/stream_group.rs).
+pub const SQL_ERRORS: &[(&str, &str)] = &[
+    (
+        "wrongtype",
+        "WRONGTYPE Operation against a key holding the wrong kind of value",
+    ),
+    ("no_such_key", "ERR no such key"),
+    ("same_object", "ERR source and destination objects are the same"),
+    ("hash_not_integer", "ERR hash value is not an integer"),
+    ("hash_not_float", "ERR hash value is not a float"),
+    ("overflow", "ERR increment or decrement would overflow"),
+    ("nan_or_infinity", "ERR increment would produce NaN or Infinity"),
+    ("zset_nan", "ERR resulting score is not a number (NaN)"),
+    ("index_out_of_range", "ERR index out of range"),
+    (
+        "stream_exhausted",
+        "ERR The stream has exhausted the last possible ID, unable to add more items",
+    ),
+    (
+        "xadd_id_too_small",
+        "ERR The ID specified in XADD is equal or smaller than the target stream top item",
+    ),
+    (
+        "xsetid_id_too_small",
+        "ERR The ID specified in XSETID is smaller than the target stream top item",
+    ),
+    (
+        "xsetid_entries_too_small",
+        "ERR The entries_added specified in XSETID is smaller than the target stream length",
+    ),
+    (
+        "xgroup_needs_key",
+        "ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically.",
+    ),
+    ("nogroup", "NOGROUP"),
+    ("busygroup", "BUSYGROUP Consumer Group name already exists"),
+];
+
+/// Redis's text for an error code of the family functions. A code missing from [`SQL_ERRORS`]
+/// (the unit test keeps that from happening) still answers an error, never a panic.
+pub fn sql_error_text(code: &str) -> String {
+    SQL_ERRORS.iter().find(|(known, _)| *known == code).map_or_else(
+        || format!("ERR internal error code '{code}'"),
+        |(_, text)| (*text).to_owned(),
+    )
+}
+
 /// What a call answered: a Redis error, or its integer, strings (`None`: nil) and scores.
 #[derive(Debug, Clone, Default)]
 pub struct TypedRow {
+    /// Redis's error text (the function's code worded by [`sql_error_text`]).
     pub err: Option<String>,
     pub n: Option<i64>,
     pub items: Vec<Option<Bytes>>,
@@ -394,7 +444,7 @@ where
     Ok(rows
         .iter()
         .map(|row| TypedRow {
-            err: row.get("err"),
+            err: row.get::<_, Option<&str>>("err").map(sql_error_text),
             n: row.get("n"),
             items: row
                 .get::<_, Option<Vec<Option<Vec<u8>>>>>("items")
@@ -623,6 +673,93 @@ mod tests {
         check!(ListOp, "resp_list.sql");
         check!(StreamOp, "resp_stream.sql");
         check!(StreamGroupOp, "resp_stream_group.sql");
+    }
+
+    /// The error codes a function file answers: the literals assigned to `err` (`err := 'code'`,
+    /// `err := CASE ... THEN 'code' ELSE 'code' END`) and what `pgvs3.resp_wrongtype()` returns.
+    fn sql_error_codes(text: &str) -> BTreeSet<String> {
+        let tokens = tokens(text);
+        let mut codes = BTreeSet::new();
+        for (k, token) in tokens.iter().enumerate() {
+            let assigned = word(Some(token), "err")
+                && tokens.get(k + 1) == Some(&Token::Symbol(":".into()))
+                && tokens.get(k + 2) == Some(&Token::Symbol("=".into()));
+            let wrongtype = word(Some(token), "pgvs3.resp_wrongtype") && word(tokens.get(k + 3), "returns");
+            if !(assigned || wrongtype) {
+                continue;
+            }
+            // A code is a value of the expression (after `:=`, THEN or ELSE), not an argument
+            // of a call in it (`err := pgvs3.resp_check(..., 'h', ...)`).
+            for (j, token) in tokens.iter().enumerate().skip(k + 1) {
+                match token {
+                    Token::Str(code)
+                        if wrongtype
+                            || matches!(&tokens[j - 1], Token::Symbol(s) if s == "=")
+                            || word(Some(&tokens[j - 1]), "then")
+                            || word(Some(&tokens[j - 1]), "else") =>
+                    {
+                        codes.insert(code.clone());
+                        if wrongtype {
+                            break;
+                        }
+                    }
+                    Token::Symbol(end) if end == ";" => break,
+                    _ => {}
+                }
+            }
+        }
+        codes
+    }
+
+    #[test]
+    fn every_sql_error_code_has_redis_text_and_every_text_a_code() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../gateway/migrations/functions");
+        let mut raised = BTreeSet::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if !(name.starts_with("resp_") && name.ends_with(".sql")) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            // Redis's texts live in SQL_ERRORS only: no literal of a function file is one.
+            for token in tokens(&text) {
+                if let Token::Str(literal) = token {
+                    let redis_text = ["ERR ", "WRONGTYPE", "NOGROUP", "BUSYGROUP"]
+                        .iter()
+                        .any(|prefix| literal.starts_with(prefix));
+                    assert!(!redis_text, "{name} holds the Redis text {literal:?}: answer a code");
+                }
+            }
+            raised.extend(sql_error_codes(&text));
+        }
+        let table: BTreeSet<String> = SQL_ERRORS.iter().map(|(code, _)| (*code).to_owned()).collect();
+        assert_eq!(table.len(), SQL_ERRORS.len(), "a code twice in SQL_ERRORS");
+        let unworded: Vec<&String> = raised.difference(&table).collect();
+        assert!(
+            unworded.is_empty(),
+            "the SQL answers codes {unworded:?} without a text in SQL_ERRORS"
+        );
+        let unused: Vec<&String> = table.difference(&raised).collect();
+        assert!(
+            unused.is_empty(),
+            "SQL_ERRORS has codes {unused:?} that no function answers"
+        );
+        assert_eq!(sql_error_text("wrongtype"), SQL_ERRORS[0].1);
+        assert_eq!(sql_error_text("nonsense"), "ERR internal error code 'nonsense'");
+    }
+
+    #[test]
+    fn the_error_code_finder_sees_assignments_and_cases() {
+        let text = "CREATE OR REPLACE FUNCTION pgvs3.resp_wrongtype() RETURNS text AS $$ SELECT 'a' $$;
+            BEGIN err := 'b'; x := 'not_a_code';
+            CASE op WHEN 'op_name' THEN err := CASE WHEN y THEN 'c' ELSE 'd' END; END CASE;
+            -- err := 'commented';
+            err := pgvs3.resp_check(b, ks, '{}', 'h', true); END";
+        assert_eq!(
+            sql_error_codes(text).into_iter().collect::<Vec<_>>(),
+            ["a", "b", "c", "d"]
+        );
     }
 
     #[test]

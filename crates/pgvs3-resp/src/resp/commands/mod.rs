@@ -4,6 +4,7 @@
 mod client;
 pub(crate) mod dump;
 pub(crate) mod family;
+mod functions;
 mod generic;
 pub(crate) mod geo;
 mod geohash;
@@ -20,6 +21,7 @@ pub(crate) mod set;
 pub(crate) mod sort;
 pub(crate) mod stream;
 pub(crate) mod stream_group;
+pub(crate) mod strings;
 pub(crate) mod transactions;
 pub(crate) mod zset;
 
@@ -43,7 +45,8 @@ impl Connection {
             "exec" => self.exec().await,
             "watch" => self.watch(args).await,
             "unwatch" => self.unwatch(),
-            "time" | "command" | "config" | "info" | "dbsize" | "flushdb" | "flushall" | "function" | "memory" => {
+            "function" | "fcall" | "fcall_ro" => self.functions_command(spec, args).await,
+            "time" | "command" | "config" | "info" | "dbsize" | "flushdb" | "flushall" | "memory" => {
                 self.server_command(spec, args).await
             }
             "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "script" => self.scripting_command(spec, args).await,

@@ -1,5 +1,5 @@
-//! Redis's "server" group: INFO, CONFIG, COMMAND, TIME, DBSIZE, FLUSHDB, FLUSHALL, MEMORY (but
-//! USAGE, a key command) and FUNCTION (which pgvs3 does not run: see `function_command`).
+//! Redis's "server" group: INFO, CONFIG, COMMAND, TIME, DBSIZE, FLUSHDB, FLUSHALL and MEMORY (but
+//! USAGE, a key command). FUNCTION is `commands/functions.rs`.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -59,7 +59,6 @@ impl Connection {
                 }
                 Reply::OK
             }
-            "function" => function_command(args),
             "memory" => memory_command(args),
             other => unreachable!("{other} is not a server command"),
         }
@@ -261,21 +260,6 @@ pub(crate) fn time_reply() -> Reply {
         Reply::text(&now.as_secs().to_string()),
         Reply::text(&now.subsec_micros().to_string()),
     ])
-}
-
-/// FUNCTION: pgvs3 runs EVAL scripts but no functions: FLUSH and LIST answer as a
-/// server without any does; loading one is refused.
-fn function_command(args: &[Bytes]) -> Reply {
-    match (args[1].to_ascii_lowercase().as_slice(), args.len()) {
-        (b"flush", 2) => Reply::OK,
-        (b"flush", 3) if args[2].eq_ignore_ascii_case(b"sync") || args[2].eq_ignore_ascii_case(b"async") => Reply::OK,
-        (b"flush", _) => syntax_error(),
-        (b"list", _) => Reply::Array(Vec::new()),
-        _ => Reply::error(format!(
-            "ERR FUNCTION {} is not supported by pgvs3 (it runs EVAL scripts, not functions)",
-            String::from_utf8_lossy(&args[1]).to_uppercase()
-        )),
-    }
 }
 
 /// MEMORY's subcommands but USAGE (a key command, `keys.rs`): the gateway keeps no dataset

@@ -1,0 +1,389 @@
+//! Redis Functions: FUNCTION LOAD/LIST/DELETE/FLUSH/STATS/KILL (DUMP and RESTORE refused),
+//! FCALL and FCALL_RO.
+//!
+//! A library is kept in PostgreSQL (`pgvs3.resp_function_libraries`, migration 0035), so it
+//! survives restarts and every gateway of the fleet sees it at once; FCALL reads its library
+//! from there each time (one indexed row), so no gateway can call a stale copy. The Lua engine
+//! is the one EVAL runs (`script.rs`, `lua.rs`): a library runs as a chunk with a local `redis`
+//! that adds `register_function` to the sandbox's, followed by the call of the function asked
+//! for (or, at LOAD, by the return of what the library registered).
+
+use bytes::Bytes;
+
+use crate::resp::codec::Reply;
+use crate::resp::command::{Spec, parse_integer, wrong_arity};
+use crate::resp::connection::{Connection, store_error};
+use crate::resp::glob;
+use crate::resp::script::{Request, Step};
+use crate::store::{Access, FunctionLibrary, LibraryRefusal, RegisteredFunction};
+
+/// The largest library FUNCTION LOAD takes (as EVAL's largest script).
+const MAX_LIBRARY_BYTES: usize = 1024 * 1024;
+/// Most libraries the fleet keeps, and functions one library registers.
+const MAX_LIBRARIES: i64 = 1000;
+const MAX_FUNCTIONS: usize = 1000;
+/// Longest library or function name.
+const MAX_NAME: usize = 256;
+/// The flags `redis.register_function` takes (Redis 7.0's). Only `no-writes` changes anything
+/// here: a gateway has no memory limit to be out of, no replica lag to be stale by, no cluster.
+const FLAGS: &[&str] = &[
+    "no-writes",
+    "allow-oom",
+    "allow-stale",
+    "no-cluster",
+    "allow-cross-slot-keys",
+];
+
+const BAD_LIBRARY_NAME: &str =
+    "ERR Library names can only contain letters, numbers, or underscores(_) and must be at least one character long";
+
+/// What replaces a library's `#!lua` line (so that its code keeps its line numbers): a local
+/// `redis` with `register_function`, recording each function's callback and, for LOAD, its
+/// name, flags and description. `LOADING` is replaced by `true` for LOAD, where the library may
+/// not call Redis (as in Redis, `redis.call` does not exist then).
+const PRELUDE: &str = r#"local __fns, __registered, __known = {}, {}, { KNOWN_FLAGS } local redis = setmetatable({ register_function = function(a, b) local name, callback, flags, description if type(a) == "table" then name, callback, flags, description = a.function_name, a.callback, a.flags, a.description else name, callback = a, b end if type(name) ~= "string" or #name == 0 or #name > MAX_NAME or string.find(name, "[^%w_]") then error({ err = "BAD_NAME" }) end if type(callback) ~= "function" then error({ err = "ERR callback argument must be a function" }) end if __fns[name] then error({ err = "ERR Function already exists in the library" }) end if #__registered >= MAX_FUNCTIONS then error({ err = "ERR a pgvs3 library registers at most MAX_FUNCTIONS functions" }) end local given = {} if flags ~= nil then if type(flags) ~= "table" then error({ err = "ERR flags argument to redis.register_function must be a table representing function flags" }) end for _, flag in ipairs(flags) do if not __known[flag] then error({ err = "ERR unknown flag given" }) end given[#given + 1] = flag end end if description ~= nil and type(description) ~= "string" then error({ err = "ERR description argument given to redis.register_function must be a string" }) end __fns[name] = callback __registered[#__registered + 1] = { name, table.concat(given, " "), description or false } end }, { __index = function(_, key) if LOADING and (key == "call" or key == "pcall") then error("Script attempted to access nonexistent global variable '" .. key .. "'", 2) end return redis[key] end, __newindex = function() error("Attempt to modify a readonly table", 2) end }) do "#;
+
+/// The chunk that runs a library: [`PRELUDE`], its code, then `epilogue`.
+fn chunk(code: &str, loading: bool, epilogue: &str) -> Bytes {
+    let prelude = PRELUDE
+        .replace("BAD_NAME", BAD_LIBRARY_NAME)
+        .replace("MAX_NAME", &MAX_NAME.to_string())
+        .replace("MAX_FUNCTIONS", &MAX_FUNCTIONS.to_string())
+        .replace("LOADING", if loading { "true" } else { "false" })
+        .replace(
+            "KNOWN_FLAGS",
+            &FLAGS
+                .iter()
+                .map(|flag| format!("[\"{flag}\"] = true"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+    // The `#!lua` line is replaced, its newline kept.
+    let body = code.find('\n').map_or("", |newline| &code[newline..]);
+    Bytes::from(format!("{prelude}{body}\nend {epilogue}"))
+}
+
+/// The library's name from its `#!lua name=<name>` line, with Redis's errors.
+fn library_name(code: &str) -> Result<String, Reply> {
+    let Some(header) = code.strip_prefix("#!") else {
+        return Err(Reply::error("ERR Missing library metadata"));
+    };
+    let line = header.split('\n').next().unwrap_or_default();
+    let mut parts = line.split(' ').filter(|part| !part.is_empty());
+    let engine = parts.next().unwrap_or_default();
+    if !engine.eq_ignore_ascii_case("lua") {
+        return Err(Reply::error(format!("ERR Engine '{engine}' not found")));
+    }
+    let mut name = None;
+    for part in parts {
+        match part.strip_prefix("name=") {
+            Some(given) => name = Some(given.to_owned()),
+            None => return Err(Reply::error(format!("ERR Invalid metadata value given: {part}"))),
+        }
+    }
+    let name = name.ok_or_else(|| Reply::error("ERR Library name was not given"))?;
+    if !valid_name(&name) {
+        return Err(Reply::error(BAD_LIBRARY_NAME));
+    }
+    Ok(name)
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= MAX_NAME && name.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'_')
+}
+
+/// What LOAD's run of a library answered: the functions it registered, or Redis's error.
+fn registered(reply: Reply) -> Result<Vec<RegisteredFunction>, Reply> {
+    let text = |reply: &Reply| match reply {
+        Reply::Bulk(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        _ => None,
+    };
+    match reply {
+        Reply::Error(error) => Err(Reply::Error(
+            match error.strip_prefix("ERR Error compiling script (new function): ") {
+                Some(message) => format!("ERR Error compiling function: {message}"),
+                None => format!("ERR Error registering functions: {error}"),
+            },
+        )),
+        Reply::Array(entries) if entries.is_empty() => Err(Reply::error("ERR No functions registered")),
+        Reply::Array(entries) => Ok(entries
+            .iter()
+            .filter_map(|entry| match entry {
+                Reply::Array(fields) if fields.len() == 3 => Some(RegisteredFunction {
+                    name: text(&fields[0])?,
+                    flags: text(&fields[1])?.split_whitespace().map(str::to_owned).collect(),
+                    description: text(&fields[2]),
+                }),
+                _ => None,
+            })
+            .collect()),
+        _ => Err(Reply::error("ERR No functions registered")),
+    }
+}
+
+fn library_reply(library: &FunctionLibrary, with_code: bool) -> Reply {
+    let functions = library
+        .functions
+        .iter()
+        .map(|function| {
+            Reply::Map(vec![
+                (Reply::text("name"), Reply::bulk(function.name.clone())),
+                (
+                    Reply::text("description"),
+                    function.description.clone().map_or(Reply::Nil, Reply::bulk),
+                ),
+                (
+                    Reply::text("flags"),
+                    Reply::Array(function.flags.iter().map(|flag| Reply::text(flag)).collect()),
+                ),
+            ])
+        })
+        .collect();
+    let mut fields = vec![
+        (Reply::text("library_name"), Reply::bulk(library.name.clone())),
+        (Reply::text("engine"), Reply::text("LUA")),
+        (Reply::text("functions"), Reply::Array(functions)),
+    ];
+    if with_code {
+        fields.push((Reply::text("library_code"), Reply::bulk(library.code.clone())));
+    }
+    Reply::Map(fields)
+}
+
+impl Connection {
+    pub(crate) async fn functions_command(&mut self, spec: &'static Spec, args: &[Bytes]) -> Reply {
+        match spec.name {
+            "fcall" | "fcall_ro" => self.fcall(spec.name == "fcall_ro", args).await,
+            _ => self.function(args).await.unwrap_or_else(|reply| reply),
+        }
+    }
+
+    async fn function(&mut self, args: &[Bytes]) -> Result<Reply, Reply> {
+        let subcommand = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+        let catalog = self.server.buckets.catalog();
+        match (subcommand.as_str(), &args[2..]) {
+            ("load", [code]) => self.load(code, false).await,
+            ("load", [option, code]) if option.eq_ignore_ascii_case(b"replace") => self.load(code, true).await,
+            ("load", [option, _]) => Err(Reply::error(format!(
+                "ERR Unknown option given: {}",
+                String::from_utf8_lossy(option)
+            ))),
+            ("load", _) => Err(wrong_arity("function|load")),
+            ("list", options) => {
+                let (mut with_code, mut pattern) = (false, None);
+                let mut options = options.iter();
+                while let Some(option) = options.next() {
+                    if option.eq_ignore_ascii_case(b"withcode") {
+                        with_code = true;
+                    } else if option.eq_ignore_ascii_case(b"libraryname") {
+                        let given = options
+                            .next()
+                            .ok_or_else(|| Reply::error("ERR library name argument was not given"))?;
+                        pattern = Some(given.clone());
+                    } else {
+                        return Err(Reply::error(format!(
+                            "ERR Unknown argument {}",
+                            String::from_utf8_lossy(option)
+                        )));
+                    }
+                }
+                let libraries = catalog.function_libraries().await.map_err(store_error)?;
+                Ok(Reply::Array(
+                    libraries
+                        .iter()
+                        .filter(|library| {
+                            pattern
+                                .as_ref()
+                                .is_none_or(|p| glob::matches(p, library.name.as_bytes()))
+                        })
+                        .map(|library| library_reply(library, with_code))
+                        .collect(),
+                ))
+            }
+            ("delete", [name]) => {
+                self.may_change_functions().await?;
+                let name = String::from_utf8_lossy(name);
+                match catalog.delete_function_library(&name).await.map_err(store_error)? {
+                    true => Ok(Reply::OK),
+                    false => Err(Reply::error("ERR Library not found")),
+                }
+            }
+            ("delete", _) => Err(wrong_arity("function|delete")),
+            ("flush", mode) => {
+                let mode_ok = match mode {
+                    [] => true,
+                    [mode] => mode.eq_ignore_ascii_case(b"sync") || mode.eq_ignore_ascii_case(b"async"),
+                    _ => return Err(wrong_arity("function|flush")),
+                };
+                if !mode_ok {
+                    return Err(Reply::error("ERR FUNCTION FLUSH only supports SYNC|ASYNC option"));
+                }
+                self.may_change_functions().await?;
+                catalog.flush_function_libraries().await.map_err(store_error)?;
+                Ok(Reply::OK)
+            }
+            ("stats", []) => {
+                let libraries = catalog.function_libraries().await.map_err(store_error)?;
+                let functions: usize = libraries.iter().map(|library| library.functions.len()).sum();
+                // What runs now runs on some gateway of the fleet: this one does not know.
+                Ok(Reply::Map(vec![
+                    (Reply::text("running_script"), Reply::Nil),
+                    (
+                        Reply::text("engines"),
+                        Reply::Map(vec![(
+                            Reply::text("LUA"),
+                            Reply::Map(vec![
+                                (Reply::text("libraries_count"), Reply::Integer(libraries.len() as i64)),
+                                (Reply::text("functions_count"), Reply::Integer(functions as i64)),
+                            ]),
+                        )]),
+                    ),
+                ]))
+            }
+            ("kill", []) => Ok(self
+                .server
+                .scripts
+                .command(&[Bytes::from_static(b"script"), Bytes::from_static(b"kill")])),
+            ("dump" | "restore", _) => Err(Reply::error(format!(
+                "ERR FUNCTION {} is not supported by pgvs3: its libraries are kept in PostgreSQL for the whole \
+                 fleet; copy them with FUNCTION LIST WITHCODE and FUNCTION LOAD",
+                subcommand.to_uppercase()
+            ))),
+            ("stats" | "kill", _) => Err(wrong_arity(&format!("function|{subcommand}"))),
+            _ => Err(Reply::error(format!(
+                "ERR unknown subcommand '{}'. Try FUNCTION HELP.",
+                String::from_utf8_lossy(&args[1])
+            ))),
+        }
+    }
+
+    /// LOAD, DELETE and FLUSH change what every client of the fleet runs: they take a key that
+    /// may write to the connection's database, and a primary.
+    async fn may_change_functions(&self) -> Result<(), Reply> {
+        self.keyspace(Access::Write).await.map(|_| ())
+    }
+
+    async fn load(&mut self, code: &Bytes, replace: bool) -> Result<Reply, Reply> {
+        if code.len() > MAX_LIBRARY_BYTES {
+            return Err(Reply::error(format!(
+                "ERR pgvs3 takes function libraries of at most {MAX_LIBRARY_BYTES} bytes"
+            )));
+        }
+        let code =
+            std::str::from_utf8(code).map_err(|_| Reply::error("ERR pgvs3 takes function libraries in UTF-8 text"))?;
+        let name = library_name(code)?;
+        self.may_change_functions().await?;
+        let reply = self
+            .server
+            .scripts
+            .evaluate_alone(&name, chunk(code, true, "return __registered"))
+            .await;
+        let library = FunctionLibrary {
+            name: name.clone(),
+            code: code.to_owned(),
+            functions: registered(reply)?,
+        };
+        let stored = self
+            .server
+            .buckets
+            .catalog()
+            .put_function_library(&library, replace, MAX_LIBRARIES)
+            .await
+            .map_err(store_error)?;
+        match stored {
+            Ok(()) => Ok(Reply::bulk(name)),
+            Err(LibraryRefusal::Exists) => Err(Reply::error(format!("ERR Library '{name}' already exists"))),
+            Err(LibraryRefusal::FunctionExists(function)) => {
+                Err(Reply::error(format!("ERR Function {function} already exists")))
+            }
+            Err(LibraryRefusal::TooMany) => Err(Reply::error(format!(
+                "ERR pgvs3 keeps at most {MAX_LIBRARIES} function libraries"
+            ))),
+        }
+    }
+
+    async fn fcall(&mut self, read_only_call: bool, args: &[Bytes]) -> Reply {
+        let numkeys = match parse_integer(&args[2]) {
+            None => return Reply::error("ERR Bad number of keys provided"),
+            Some(numkeys) if numkeys < 0 => return Reply::error("ERR Number of keys can't be negative"),
+            Some(numkeys) if numkeys as u64 > (args.len() - 3) as u64 => {
+                return Reply::error("ERR Number of keys can't be greater than number of args");
+            }
+            Some(numkeys) => numkeys as usize,
+        };
+        let Some(name) = std::str::from_utf8(&args[1]).ok().filter(|name| valid_name(name)) else {
+            return Reply::error("ERR Function not found");
+        };
+        let library = match self.server.buckets.catalog().function_library_of(name).await {
+            Ok(Some(library)) => library,
+            Ok(None) => return Reply::error("ERR Function not found"),
+            Err(err) => return store_error(err),
+        };
+        let no_writes = library
+            .functions
+            .iter()
+            .find(|function| function.name == name)
+            .is_some_and(|function| function.flags.iter().any(|flag| flag == "no-writes"));
+        if read_only_call && !no_writes {
+            return Reply::error("ERR Can not execute a script with write flag using *_ro command.");
+        }
+        let (keys, argv) = args[3..].split_at(numkeys);
+        let body = chunk(&library.code, false, &format!("return __fns[\"{name}\"](KEYS, ARGV)"));
+        let steps = [Step::Script(Request::function(
+            name,
+            body,
+            keys.to_vec(),
+            argv.to_vec(),
+            read_only_call || no_writes,
+        ))];
+        match self.run_scripted(&steps, &[]).await {
+            Ok(mut replies) => replies.pop().unwrap_or(Reply::Nil),
+            Err(reply) => reply,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn library_headers_are_read_with_redis_errors() {
+        assert_eq!(library_name("#!lua name=lib_1\nx").unwrap(), "lib_1");
+        assert_eq!(
+            library_name("return 1").unwrap_err(),
+            Reply::error("ERR Missing library metadata")
+        );
+        assert_eq!(
+            library_name("#!js name=x\n").unwrap_err(),
+            Reply::error("ERR Engine 'js' not found")
+        );
+        assert_eq!(
+            library_name("#!lua name=x foo=bar\n").unwrap_err(),
+            Reply::error("ERR Invalid metadata value given: foo=bar")
+        );
+        assert_eq!(
+            library_name("#!lua\n").unwrap_err(),
+            Reply::error("ERR Library name was not given")
+        );
+        assert_eq!(
+            library_name("#!lua name=lib-2\n").unwrap_err(),
+            Reply::error(BAD_LIBRARY_NAME)
+        );
+        assert!(library_name(&format!("#!lua name={}\n", "a".repeat(MAX_NAME + 1))).is_err());
+    }
+
+    #[test]
+    fn the_chunk_keeps_the_library_line_numbers() {
+        let chunk = chunk("#!lua name=x\nline2\nline3", true, "return __registered");
+        let text = String::from_utf8(chunk.to_vec()).unwrap();
+        let lines: Vec<&str> = text.split('\n').collect();
+        assert_eq!(lines[1], "line2");
+        assert_eq!(lines[2], "line3");
+        assert!(lines[0].ends_with(" do "));
+        assert!(lines[0].contains("if true and (key"));
+        for flag in FLAGS {
+            assert!(lines[0].contains(&format!("[\"{flag}\"] = true")));
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! Redis Functions (FUNCTION LOAD/LIST/DELETE/FLUSH/STATS/KILL/DUMP, FCALL, FCALL_RO) with
+//! redis-rs and redis-cli: Redis 7.0.15's replies and error texts (compared with redis-server),
+//! the `no-writes` flag, and libraries kept in PostgreSQL for the whole fleet.
+
+use crate::redis_rs;
+use pgvs3_testkit as common;
+
+use common::TestGateway;
+use redis::Value;
+use redis_rs::{connect, error, query};
+
+const LIB1: &str = "#!lua name=lib1
+redis.register_function('f1', function(keys, args) return redis.call('set', keys[1], args[1]) end)
+redis.register_function{function_name='r1', callback=function(keys, args) return redis.call('get', keys[1]) end, flags={'no-writes'}, description='reads'}";
+
+fn bulk(text: &str) -> Value {
+    Value::BulkString(text.as_bytes().to_vec())
+}
+
+fn ok() -> Value {
+    Value::Okay
+}
+
+#[tokio::test]
+async fn functions_load_run_and_answer_as_redis() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    assert_eq!(
+        query::<Value>(&mut con, &["FUNCTION", "LOAD", LIB1]).await,
+        bulk("lib1")
+    );
+    assert_eq!(query::<Value>(&mut con, &["FCALL", "f1", "1", "k", "v"]).await, ok());
+    assert_eq!(query::<Value>(&mut con, &["FCALL", "r1", "1", "k"]).await, bulk("v"));
+    assert_eq!(query::<Value>(&mut con, &["FCALL_RO", "r1", "1", "k"]).await, bulk("v"));
+    assert_eq!(
+        error(&mut con, &["FCALL_RO", "f1", "1", "k", "w"]).await,
+        "ERR Can not execute a script with write flag using *_ro command."
+    );
+    assert_eq!(
+        query::<Value>(&mut con, &["GET", "k"]).await,
+        bulk("v"),
+        "FCALL_RO wrote nothing"
+    );
+    assert_eq!(error(&mut con, &["FCALL", "nope", "0"]).await, "ERR Function not found");
+    assert_eq!(
+        error(&mut con, &["FCALL", "f1", "5", "k"]).await,
+        "ERR Number of keys can't be greater than number of args"
+    );
+    assert_eq!(
+        error(&mut con, &["FCALL", "f1", "-1"]).await,
+        "ERR Number of keys can't be negative"
+    );
+    assert_eq!(
+        error(&mut con, &["FCALL", "f1", "x"]).await,
+        "ERR Bad number of keys provided"
+    );
+
+    // A no-writes function may not write, whichever way it is called.
+    let writer = "#!lua name=lib4
+redis.register_function{function_name='w', callback=function(keys) return redis.call('set', keys[1], 'x') end, flags={'no-writes'}}";
+    assert_eq!(
+        query::<Value>(&mut con, &["FUNCTION", "LOAD", writer]).await,
+        bulk("lib4")
+    );
+    assert!(
+        error(&mut con, &["FCALL", "w", "1", "k"])
+            .await
+            .starts_with("ERR Write commands are not allowed from read-only scripts."),
+    );
+    assert_eq!(query::<Value>(&mut con, &["GET", "k"]).await, bulk("v"));
+
+    // LOAD's errors, as redis-server 7.0.15 words them.
+    for (code, expected) in [
+        ("return 1", "ERR Missing library metadata"),
+        (LIB1, "ERR Library 'lib1' already exists"),
+        ("#!lua name=lib2\nlocal x = 1", "ERR No functions registered"),
+        (
+            "#!lua name=lib-2\nredis.register_function('g', function() return 1 end)",
+            "ERR Library names can only contain letters, numbers, or underscores(_) and must be at least one character long",
+        ),
+        (
+            "#!lua name=lib3\nredis.register_function('f1', function() return 1 end)",
+            "ERR Function f1 already exists",
+        ),
+        (
+            "#!lua name=lib3\nredis.register_function{function_name='g', callback=function() return 1 end, flags={'bad'}}",
+            "ERR Error registering functions: ERR unknown flag given",
+        ),
+        (
+            "#!lua name=lib3\nredis.register_function('g', function() return 1 end)\nredis.register_function('g', function() return 1 end)",
+            "ERR Error registering functions: ERR Function already exists in the library",
+        ),
+        (
+            "#!lua name=lib3 foo=bar\nx",
+            "ERR Invalid metadata value given: foo=bar",
+        ),
+        ("#!lua\nx", "ERR Library name was not given"),
+        ("#!js name=x\nx", "ERR Engine 'js' not found"),
+    ] {
+        assert_eq!(error(&mut con, &["FUNCTION", "LOAD", code]).await, expected, "{code}");
+    }
+    let calls_at_load = error(
+        &mut con,
+        &["FUNCTION", "LOAD", "#!lua name=lib3\nredis.call('set','a','b')"],
+    )
+    .await;
+    assert!(
+        calls_at_load.starts_with("ERR Error registering functions: ")
+            && calls_at_load.contains("Script attempted to access nonexistent global variable 'call'"),
+        "{calls_at_load}"
+    );
+    assert!(
+        error(&mut con, &["FUNCTION", "LOAD", "#!lua name=lib3\nsyntax error here"])
+            .await
+            .starts_with("ERR Error compiling function: ")
+    );
+    assert_eq!(query::<Value>(&mut con, &["GET", "a"]).await, Value::Nil);
+
+    // REPLACE: the library's functions are its new ones.
+    let replaced = "#!lua name=lib1\nredis.register_function('f2', function() return 2 end)";
+    assert_eq!(
+        query::<Value>(&mut con, &["FUNCTION", "LOAD", "REPLACE", replaced]).await,
+        bulk("lib1")
+    );
+    assert_eq!(query::<Value>(&mut con, &["FCALL", "f2", "0"]).await, Value::Int(2));
+    assert_eq!(error(&mut con, &["FCALL", "f1", "0"]).await, "ERR Function not found");
+    assert_eq!(
+        query::<Value>(&mut con, &["FUNCTION", "LOAD", "REPLACE", LIB1]).await,
+        bulk("lib1")
+    );
+
+    let listed: Value = query(&mut con, &["FUNCTION", "LIST", "LIBRARYNAME", "lib1", "WITHCODE"]).await;
+    let function = |name: &str, description: Value, flags: &[&str]| {
+        Value::Array(vec![
+            bulk("name"),
+            bulk(name),
+            bulk("description"),
+            description,
+            bulk("flags"),
+            Value::Array(flags.iter().map(|flag| bulk(flag)).collect()),
+        ])
+    };
+    assert_eq!(
+        listed,
+        Value::Array(vec![Value::Array(vec![
+            bulk("library_name"),
+            bulk("lib1"),
+            bulk("engine"),
+            bulk("LUA"),
+            bulk("functions"),
+            Value::Array(vec![
+                function("f1", Value::Nil, &[]),
+                function("r1", bulk("reads"), &["no-writes"])
+            ]),
+            bulk("library_code"),
+            bulk(LIB1),
+        ])])
+    );
+    let Value::Array(all) = query::<Value>(&mut con, &["FUNCTION", "LIST"]).await else {
+        panic!()
+    };
+    assert_eq!(all.len(), 2);
+    assert_eq!(
+        error(&mut con, &["FUNCTION", "LIST", "foo"]).await,
+        "ERR Unknown argument foo"
+    );
+    assert_eq!(
+        error(&mut con, &["FUNCTION", "LIST", "LIBRARYNAME"]).await,
+        "ERR library name argument was not given"
+    );
+    assert_eq!(
+        query::<Value>(&mut con, &["FUNCTION", "STATS"]).await,
+        Value::Array(vec![
+            bulk("running_script"),
+            Value::Nil,
+            bulk("engines"),
+            Value::Array(vec![
+                bulk("LUA"),
+                Value::Array(vec![
+                    bulk("libraries_count"),
+                    Value::Int(2),
+                    bulk("functions_count"),
+                    Value::Int(3)
+                ]),
+            ]),
+        ])
+    );
+    assert_eq!(
+        error(&mut con, &["FUNCTION", "KILL"]).await,
+        "NOTBUSY No scripts in execution right now."
+    );
+    assert!(
+        error(&mut con, &["FUNCTION", "DUMP"])
+            .await
+            .starts_with("ERR FUNCTION DUMP is not supported by pgvs3")
+    );
+    assert_eq!(
+        error(&mut con, &["FUNCTION", "DELETE", "nope"]).await,
+        "ERR Library not found"
+    );
+    assert_eq!(query::<Value>(&mut con, &["FUNCTION", "DELETE", "lib4"]).await, ok());
+    assert_eq!(error(&mut con, &["FCALL", "w", "0"]).await, "ERR Function not found");
+    assert_eq!(
+        error(&mut con, &["FUNCTION", "FLUSH", "bad"]).await,
+        "ERR FUNCTION FLUSH only supports SYNC|ASYNC option"
+    );
+    assert_eq!(query::<Value>(&mut con, &["FUNCTION", "FLUSH"]).await, ok());
+    assert_eq!(
+        query::<Value>(&mut con, &["FUNCTION", "LIST"]).await,
+        Value::Array(vec![])
+    );
+}
+
+#[tokio::test]
+async fn a_library_is_shared_by_the_fleet_and_survives_a_restart() {
+    let url = common::fresh_database().await;
+    let args = ["--resp-addr", "127.0.0.1:0"];
+    let first = TestGateway::with_args(url.clone(), &args).await;
+    let second = TestGateway::with_args(url.clone(), &args).await;
+    let mut on_first = connect(&first).await;
+    let mut on_second = connect(&second).await;
+    assert_eq!(
+        query::<Value>(&mut on_first, &["FUNCTION", "LOAD", LIB1]).await,
+        bulk("lib1")
+    );
+    // Seen by the other gateway at once: no replication, no wait.
+    assert_eq!(
+        query::<Value>(&mut on_second, &["FCALL", "f1", "1", "k", "from-second"]).await,
+        ok()
+    );
+    assert_eq!(
+        query::<Value>(&mut on_first, &["FCALL_RO", "r1", "1", "k"]).await,
+        bulk("from-second")
+    );
+    assert_eq!(
+        query::<Value>(&mut on_second, &["FUNCTION", "DELETE", "lib1"]).await,
+        ok()
+    );
+    assert_eq!(
+        error(&mut on_first, &["FCALL", "f1", "1", "k", "x"]).await,
+        "ERR Function not found"
+    );
+    assert_eq!(
+        query::<Value>(&mut on_first, &["FUNCTION", "LOAD", LIB1]).await,
+        bulk("lib1")
+    );
+    drop((on_first, on_second));
+    first.stop().await;
+    second.stop().await;
+
+    // A gateway started afresh on the database has the library, and redis-cli calls it.
+    let restarted = TestGateway::with_args(url, &args).await;
+    let addr = restarted.resp_addr();
+    let output = tokio::process::Command::new("redis-cli")
+        .args(["-h", &addr.ip().to_string(), "-p", &addr.port().to_string()])
+        .args(["FCALL", "r1", "1", "k"])
+        .output()
+        .await
+        .expect("redis-cli is installed (scripts/test installs it; or apt-get install redis-tools)");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "from-second\n");
+}
