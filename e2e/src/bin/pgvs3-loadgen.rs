@@ -94,8 +94,9 @@ struct S3Connection {
     secret_key: Option<String>,
     /// Session credentials instead of a static key: before the run, assume this role at STS
     /// (the S3 endpoint) with the web identity token in --web-identity-token-file, as an SDK's
-    /// web identity provider does. The session is taken once: it must outlast the run (1 h).
-    #[arg(long, requires = "web_identity_token_file", conflicts_with_all = ["access_key", "secret_key"])]
+    /// web identity provider does (--access-key/--secret-key, from the environment too, are then
+    /// not used). The session is taken once: it must outlast the run (1 h).
+    #[arg(long, requires = "web_identity_token_file")]
     role_arn: Option<String>,
     /// The web identity token (a JWT) for --role-arn.
     #[arg(long, requires = "role_arn")]
