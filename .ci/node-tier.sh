@@ -3,8 +3,8 @@
 # ../shared/kube/node (containerd, kubelet, scheduler, kube-proxy, bridge CNI, cluster DNS) on the
 # control plane of ../shared/kube, images built from this checkout's debug binaries, then
 # e2e/node-tier/scenario.sh (the chart, PostgreSQL primary + hot standby, two GatewayPools,
-# Buckets, an OriginCache, S3/RESP/OJS from a pod, workload identity (curl and boto3 with a
-# ServiceAccount's token), the database password and the TLS certificate
+# Buckets, an OriginCache, S3/RESP/OJS from a pod, workload identity (curl, boto3 and
+# aws-sdk-s3 with a ServiceAccount's token), the database password and the TLS certificate
 # rotated under load, a gateway and the operator killed, a capacity run, scaling, autoscaling,
 # a failover with the primary's Service moved, PodSecurity restricted). Everything is torn down on
 # exit, also on failure, and the host must be as before. About 4-6 minutes; docs/operator.md says
@@ -48,6 +48,8 @@ gateway="$CARGO_TARGET_DIR/debug/pgvs3" operator="$CARGO_TARGET_DIR/debug/pgvs3-
 # `cargo build -p pgvs3-e2e` would unify features differently and rebuild much, so only if absent.
 loadgen="$CARGO_TARGET_DIR/debug/pgvs3-loadgen"
 [ -x "$loadgen" ] || cargo build -q --locked -p pgvs3-e2e --bin pgvs3-loadgen
+# aws-sdk-s3 with a ServiceAccount's token (the workload identity's pods): built with the tests too
+web_identity="$CARGO_TARGET_DIR/debug/pgvs3-web-identity"
 kube=$("$source_dir/unpack.sh" "$assets")
 step "binaries built, kube binaries unpacked"
 
@@ -117,9 +119,15 @@ sdk_image() {
         ! -name '_dbm*' ! -name '_gdbm*' ! -name 'ossaudiodev*' ! -name 'spwd*' ! -name '_crypt*')
     extra="$run/sdk:$stdlib"
     for m in boto3 botocore s3transfer jmespath dateutil urllib3 six.py; do extra="$extra $site/$m:/opt/sdk/$m"; done
+    # aws-sdk-s3's check (pgvs3-web-identity), stripped of debug info as the other images' binaries,
+    # at a path that stays the same in the image (KEEP_PATHS) and outside /tmp (the pods' emptyDir)
+    local stripped="$CARGO_TARGET_DIR/node-tier-sdk/pgvs3-web-identity"
+    mkdir -p "${stripped%/*}"
+    strip --strip-debug -o "$stripped" "$web_identity"
     # shellcheck disable=SC2086 # $modules: one path per word
     ENTRYPOINT=/bin/sleep KEEP_PATHS=1 EXTRA="$extra" IMAGE_ENV=PYTHONPATH=/opt/sdk quiet "$kit/build-image.sh" \
-        localhost/pgvs3-node-tier/sdk:1 /bin/busybox "$(command -v curl)" "$(realpath "$venv/bin/python3")" $modules
+        localhost/pgvs3-node-tier/sdk:1 /bin/busybox "$(command -v curl)" "$(realpath "$venv/bin/python3")" \
+        "$stripped" $modules
 }
 sdk_image &
 sdk=$!

@@ -201,6 +201,14 @@ got=$(k exec app-client -- python3.11 /node-tier/sdk.py 2>&1) || die "boto3 in a
 [ "$got" = "written-by-boto3 arn:aws:sts::000000000000:assumed-role/${role##*/}/${got##*/}" ] && [ "${got##*/}" != "" ] \
     || die "boto3 in app's pod: '$got'"
 step "workload identity: boto3 in app's pod (web identity provider) PUT, GET, GetCallerIdentity"
+# and with aws-sdk-s3 (Rust): pgvs3-web-identity, the same environment, its credentials from the
+# web identity exchange (e2e/src/web_identity.rs); refused at that exchange in other's pod
+got=$(k exec app-client -- pgvs3-web-identity 2>&1) || die "aws-sdk-s3 in app's pod: $got"
+[ "$got" = "written-by-aws-sdk-s3 arn:aws:sts::000000000000:assumed-role/${role##*/}/pgvs3-e2e" ] \
+    || die "aws-sdk-s3 in app's pod: '$got'"
+if got=$(k exec other-client -- pgvs3-web-identity 2>&1); then die "aws-sdk-s3 in other's pod succeeded: '$got'"; fi
+case "$got" in *"AssumeRoleWithWebIdentity: 403 AccessDenied"*) ;; *) die "aws-sdk-s3 in other's pod: '$got', not AccessDenied" ;; esac
+step "workload identity: aws-sdk-s3 in app's pod PUT, GET, GetCallerIdentity; other's AccessDenied"
 
 # --- RESP --------------------------------------------------------------------------------------
 resp() { local host=$1 user=$2 pass=$3 tls=(); shift 3

@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use pgvs3_e2e::loadgen::session::Session;
 use pgvs3_e2e::loadgen::{self, Budget, cache, capacity, human_size, ojs, requests, resp, s3, sha256_hex};
+use pgvs3_e2e::web_identity::WebIdentity;
 use serde_json::json;
 
 #[derive(Parser)]
@@ -82,10 +83,24 @@ struct S3Connection {
     endpoint: String,
     #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
     region: String,
-    #[arg(long, env = "AWS_ACCESS_KEY_ID")]
-    access_key: String,
-    #[arg(long, env = "AWS_SECRET_ACCESS_KEY", hide_env_values = true)]
-    secret_key: String,
+    #[arg(long, env = "AWS_ACCESS_KEY_ID", required_unless_present = "role_arn")]
+    access_key: Option<String>,
+    #[arg(
+        long,
+        env = "AWS_SECRET_ACCESS_KEY",
+        hide_env_values = true,
+        required_unless_present = "role_arn"
+    )]
+    secret_key: Option<String>,
+    /// Session credentials instead of a static key: before the run, assume this role at STS
+    /// (the S3 endpoint) with the web identity token in --web-identity-token-file, as an SDK's
+    /// web identity provider does (--access-key/--secret-key, from the environment too, are then
+    /// not used). The session is taken once: it must outlast the run (1 h).
+    #[arg(long, requires = "web_identity_token_file")]
+    role_arn: Option<String>,
+    /// The web identity token (a JWT) for --role-arn.
+    #[arg(long, requires = "role_arn")]
+    web_identity_token_file: Option<PathBuf>,
     #[arg(long, default_value = "loadgen")]
     bucket: String,
     /// The CA certificate (PEM) an `https://` endpoint's certificate chains to.
@@ -98,16 +113,45 @@ struct S3Connection {
 }
 
 impl S3Connection {
-    fn target(&self) -> s3::Target {
-        s3::Target {
+    /// The target, with a session's credentials when --role-arn asks for them.
+    async fn target(&self) -> anyhow::Result<s3::Target> {
+        let endpoint = self.endpoint.trim_end_matches('/').to_owned();
+        let (access_key, secret_key, session_token) = match (&self.role_arn, &self.web_identity_token_file) {
+            (Some(role_arn), Some(token_file)) => {
+                let session = WebIdentity {
+                    endpoint: endpoint.clone(),
+                    region: self.region.clone(),
+                    role_arn: role_arn.clone(),
+                    token_file: token_file.clone(),
+                    session_name: "pgvs3-loadgen".into(),
+                    ca_cert: self.ca_cert.clone(),
+                }
+                .assume()
+                .await
+                .map_err(anyhow::Error::msg)?;
+                (
+                    session.access_key_id().to_owned(),
+                    session.secret_access_key().to_owned(),
+                    session.session_token().map(str::to_owned),
+                )
+            }
+            // clap requires both keys without --role-arn
+            _ => (
+                self.access_key.clone().unwrap_or_default(),
+                self.secret_key.clone().unwrap_or_default(),
+                None,
+            ),
+        };
+        Ok(s3::Target {
             ca_cert: self.ca_cert.clone(),
-            endpoint: self.endpoint.trim_end_matches('/').to_owned(),
+            endpoint,
             region: self.region.clone(),
-            access_key: self.access_key.clone(),
-            secret_key: self.secret_key.clone(),
+            access_key,
+            secret_key,
+            session_token,
             bucket: self.bucket.clone(),
             versioning: self.versioning,
-        }
+        })
     }
 }
 
@@ -275,7 +319,7 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn run_s3(args: S3Args) -> anyhow::Result<Session> {
-    let target = args.connection.target();
+    let target = args.connection.target().await?;
     let client = Arc::new(s3::S3Client::new(target.clone()));
     let seeder = args.seed_endpoint.as_ref().map(|endpoint| {
         s3::S3Client::new(s3::Target {
@@ -326,7 +370,8 @@ async fn run_s3(args: S3Args) -> anyhow::Result<Session> {
                 Some(seeder) => runner.prepare_via(seeder, setup_concurrency(args.run.workers)).await?,
                 None => runner.prepare(setup_concurrency(args.run.workers)).await?,
             }
-            let config = json!({ "target": target, "case": case, "budget": budget, "payload": label,
+            let config = json!({ "target": target, "session_credentials": target.session_token.is_some(),
+                                 "case": case, "budget": budget, "payload": label,
                                  "payload_sha256": payload_sha256 });
             session.case(&name, config, budget, requests(runner)).await?;
         }
@@ -388,7 +433,7 @@ async fn run_ojs(args: OjsArgs) -> anyhow::Result<Session> {
 }
 
 async fn run_cache(args: CacheArgs) -> anyhow::Result<Session> {
-    let target = args.connection.target();
+    let target = args.connection.target().await?;
     let cache_client = Arc::new(s3::S3Client::new(target.clone()));
     let origin = s3::S3Client::new(s3::Target {
         endpoint: args.origin_endpoint.trim_end_matches('/').to_owned(),

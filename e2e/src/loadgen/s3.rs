@@ -25,6 +25,9 @@ pub struct Target {
     pub access_key: String,
     #[serde(skip)]
     pub secret_key: String,
+    /// A session's token (temporary credentials from STS), sent as `x-amz-security-token`.
+    #[serde(skip)]
+    pub session_token: Option<String>,
     pub bucket: String,
     /// Whether the bucket gets versioning Enabled when it is created.
     pub versioning: bool,
@@ -75,30 +78,80 @@ fn tls_config(ca_cert: Option<&std::path::Path>) -> Result<rustls::ClientConfig,
         .map(|config| config.with_root_certificates(roots).with_no_client_auth())
 }
 
+/// A keep-alive HTTP/1.1 client for `http://` and `https://` endpoints.
+pub type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// The client of an endpoint: `http://` goes straight to TCP, `https://` through rustls,
+/// trusting `ca_cert`.
+pub fn http_client(ca_cert: Option<&std::path::Path>) -> Result<HttpClient, String> {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.enforce_http(false);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls_config(ca_cert)?)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(connector);
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(1024)
+        .build(connector))
+}
+
+/// Signs `request` with SigV4 for `service` (its body as `body` says): the headers it carries
+/// are signed, `x-amz-security-token` added when `identity` is a session's.
+pub fn sign_request(
+    request: &mut http::Request<Full<Bytes>>,
+    body: SignableBody<'_>,
+    identity: &Identity,
+    region: &str,
+    service: &str,
+    settings: SigningSettings,
+) -> Result<(), String> {
+    let params = aws_sigv4::sign::v4::SigningParams::builder()
+        .identity(identity)
+        .region(region)
+        .name(service)
+        .time(SystemTime::now())
+        .settings(settings)
+        .build()
+        .map_err(|e| format!("signing: {e}"))?
+        .into();
+    let uri = request.uri().to_string();
+    let signed_headers: Vec<(String, String)> = request
+        .headers()
+        .iter()
+        .filter_map(|(n, v)| Some((n.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+        .collect();
+    let signable = SignableRequest::new(
+        request.method().as_str(),
+        uri.as_str(),
+        signed_headers.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+        body,
+    )
+    .map_err(|e| format!("signing: {e}"))?;
+    let (instructions, _) = sign(signable, &params)
+        .map_err(|e| format!("signing: {e}"))?
+        .into_parts();
+    instructions.apply_to_request_http1x(request);
+    Ok(())
+}
+
 pub struct S3Client {
-    http: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    http: HttpClient,
     target: Target,
     identity: Identity,
 }
 
 impl S3Client {
     pub fn new(target: Target) -> S3Client {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        // `http://` endpoints go straight to TCP; `https://` ones through rustls, trusting
-        // --ca-cert.
-        connector.enforce_http(false);
-        let tls = tls_config(target.ca_cert.as_deref()).unwrap_or_else(|err| panic!("--ca-cert: {err}"));
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(connector);
-        let http = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(1024)
-            .build(connector);
-        let credentials =
-            aws_credential_types::Credentials::new(&target.access_key, &target.secret_key, None, None, "pgvs3-loadgen");
+        let http = http_client(target.ca_cert.as_deref()).unwrap_or_else(|err| panic!("--ca-cert: {err}"));
+        let credentials = aws_credential_types::Credentials::new(
+            &target.access_key,
+            &target.secret_key,
+            target.session_token.clone(),
+            None,
+            "pgvs3-loadgen",
+        );
         S3Client {
             http,
             identity: credentials.into(),
@@ -175,36 +228,19 @@ impl S3Client {
             .map_err(|e| format!("request: {e}"))?;
         let mut settings = SigningSettings::default();
         settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
-        let params = aws_sigv4::sign::v4::SigningParams::builder()
-            .identity(&self.identity)
-            .region(&self.target.region)
-            .name("s3")
-            .time(SystemTime::now())
-            .settings(settings)
-            .build()
-            .map_err(|e| format!("signing: {e}"))?
-            .into();
-        let signed_headers: Vec<(String, String)> = request
-            .headers()
-            .iter()
-            .filter_map(|(n, v)| Some((n.as_str().to_owned(), v.to_str().ok()?.to_owned())))
-            .collect();
         let signable_body = if body.is_empty() {
             SignableBody::Bytes(&[])
         } else {
             SignableBody::UnsignedPayload
         };
-        let signable = SignableRequest::new(
-            method,
-            uri.as_str(),
-            signed_headers.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+        sign_request(
+            &mut request,
             signable_body,
-        )
-        .map_err(|e| format!("signing: {e}"))?;
-        let (instructions, _) = sign(signable, &params)
-            .map_err(|e| format!("signing: {e}"))?
-            .into_parts();
-        instructions.apply_to_request_http1x(&mut request);
+            &self.identity,
+            &self.target.region,
+            "s3",
+            settings,
+        )?;
         self.http.request(request).await.map_err(|e| format!("connection: {e}"))
     }
 
@@ -225,11 +261,19 @@ impl S3Client {
             tokio::time::sleep(setup_backoff(attempt)).await;
         };
         // Some servers (rclone) answer BucketAlreadyExists for a bucket of the same owner; a bucket
-        // that really is someone else's fails the case's first request instead.
+        // that really is someone else's fails the case's first request instead. A role's session
+        // may not create buckets (pgvs3 refuses it even one its policy grants s3:* on): a bucket
+        // it can HEAD is there for it.
         let text = String::from_utf8_lossy(&body);
         let owned = text.contains("BucketAlreadyOwnedByYou") || text.contains("BucketAlreadyExists");
+        let usable = status == http::StatusCode::FORBIDDEN
+            && self.target.session_token.is_some()
+            && self
+                .send("HEAD", &path, Bytes::new(), &[])
+                .await
+                .is_ok_and(|(status, ..)| status.is_success());
         anyhow::ensure!(
-            status.is_success() || owned,
+            status.is_success() || owned || usable,
             "creating bucket {path}: {status} {}",
             text
         );

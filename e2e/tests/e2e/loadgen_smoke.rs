@@ -28,6 +28,7 @@ fn s3_client(gw: &common::TestGateway, bucket: &str) -> Arc<s3::S3Client> {
         region: "us-east-1".into(),
         access_key: common::ROOT_ACCESS_KEY.into(),
         secret_key: common::ROOT_SECRET_KEY.into(),
+        session_token: None,
         bucket: bucket.into(),
         versioning: false,
     }))
