@@ -1568,14 +1568,14 @@ async fn the_fleet_lists_every_gateway_of_the_database_by_its_heartbeat() {
     );
     eventually("the long-silent row forgotten", || async {
         stack
-            .sql_value("SELECT count(*)::text FROM pgvs3.gateways WHERE id = 'gone'")
+            .sql_value("SELECT count(*)::text AS value FROM pgvs3.gateways WHERE id = 'gone'")
             .await
             == "0"
     })
     .await;
     assert_eq!(
         stack
-            .sql_value("SELECT count(*)::text FROM pgvs3.gateways WHERE id = 'quiet'")
+            .sql_value("SELECT count(*)::text AS value FROM pgvs3.gateways WHERE id = 'quiet'")
             .await,
         "1"
     );

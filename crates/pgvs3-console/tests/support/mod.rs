@@ -236,13 +236,13 @@ impl Stack {
         client.batch_execute(statements).await.unwrap();
     }
 
-    /// The first column of the first row of `query`, as text.
+    /// The column `value` of `query`'s one row, as text.
     pub async fn sql_value(&self, query: &str) -> String {
         let (client, connection) = tokio_postgres::connect(&self.database, tokio_postgres::NoTls)
             .await
             .unwrap();
         tokio::spawn(connection);
-        client.query_one(query, &[]).await.unwrap().get(0)
+        client.query_one(query, &[]).await.unwrap().get("value")
     }
 }
 
