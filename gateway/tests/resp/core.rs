@@ -939,7 +939,11 @@ async fn writes_on_a_read_only_database_get_readonly() {
     );
     // What a hot standby does to every write: the database refuses it (SQLSTATE 25006).
     let sql = gateway.sql().await;
-    let database: String = sql.query_one("SELECT current_database()", &[]).await.unwrap().get(0);
+    let database: String = sql
+        .query_one("SELECT current_database() AS name", &[])
+        .await
+        .unwrap()
+        .get("name");
     sql.batch_execute(&format!(
         "ALTER DATABASE {database} SET default_transaction_read_only = on"
     ))

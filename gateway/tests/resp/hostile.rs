@@ -631,7 +631,7 @@ async fn lock_waiter(watch: &tokio_postgres::Client) -> i32 {
             )
             .await
             .unwrap()
-            .map(|row| row.get::<_, i32>(0))
+            .map(|row| row.get::<_, i32>("pid"))
     })
     .await
 }

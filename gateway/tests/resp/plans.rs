@@ -30,23 +30,23 @@ struct Counters {
 async fn counters(sql: &tokio_postgres::Client, table: &str) -> Counters {
     let row = sql
         .query_one(
-            "SELECT (SELECT coalesce(sum(idx_scan), 0)::bigint FROM pg_stat_user_indexes i WHERE i.relid = t.relid),
-                    (SELECT coalesce(sum(idx_tup_read), 0)::bigint FROM pg_stat_user_indexes i WHERE i.relid = t.relid),
+            "SELECT (SELECT coalesce(sum(idx_scan), 0)::bigint FROM pg_stat_user_indexes i WHERE i.relid = t.relid) AS scans,
+                    (SELECT coalesce(sum(idx_tup_read), 0)::bigint FROM pg_stat_user_indexes i WHERE i.relid = t.relid) AS entries,
                     (SELECT coalesce(sum(idx_blks_hit + idx_blks_read), 0)::bigint
-                       FROM pg_statio_user_indexes i WHERE i.relid = t.relid),
-                    n_tup_ins, n_tup_del, analyze_count + autoanalyze_count
+                       FROM pg_statio_user_indexes i WHERE i.relid = t.relid) AS pages,
+                    n_tup_ins, n_tup_del, analyze_count + autoanalyze_count AS analyzed
                FROM pg_stat_user_tables t WHERE schemaname = 'pgvs3' AND relname = $1",
             &[&table],
         )
         .await
         .unwrap();
     Counters {
-        scans: row.get(0),
-        entries: row.get(1),
-        pages: row.get(2),
-        inserted: row.get(3),
-        deleted: row.get(4),
-        analyzed: row.get(5),
+        scans: row.get("scans"),
+        entries: row.get("entries"),
+        pages: row.get("pages"),
+        inserted: row.get("n_tup_ins"),
+        deleted: row.get("n_tup_del"),
+        analyzed: row.get("analyzed"),
     }
 }
 

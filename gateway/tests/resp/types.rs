@@ -1114,13 +1114,13 @@ async fn the_reaper_deletes_expired_typed_keys_and_their_elements() {
         async move {
             let row = sql
                 .query_one(
-                    "SELECT (SELECT count(*) FROM pgvs3.resp_keys), (SELECT count(*) FROM pgvs3.resp_hash),
-                            (SELECT count(*) FROM pgvs3.resp_list)",
+                    "SELECT (SELECT count(*) FROM pgvs3.resp_keys) AS keys, (SELECT count(*) FROM pgvs3.resp_hash) AS hash,
+                            (SELECT count(*) FROM pgvs3.resp_list) AS list",
                     &[],
                 )
                 .await
                 .unwrap();
-            let counts: (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+            let counts: (i64, i64, i64) = (row.get("keys"), row.get("hash"), row.get("list"));
             (counts == (1, 0, 0)).then_some(())
         }
     })
@@ -1337,18 +1337,18 @@ async fn rows(gateway: &TestGateway, key: &str) -> (i64, i64) {
         .query_one("SELECT namespace FROM pgvs3.buckets WHERE name = 'resp'", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("namespace");
     let row = sql
         .query_one(
             &format!(
-                "SELECT (SELECT count(*) FROM pgvs3.resp_keys WHERE key = $1),
-                        (SELECT count(*) FROM {namespace}.objects WHERE key = $1)"
+                "SELECT (SELECT count(*) FROM pgvs3.resp_keys WHERE key = $1) AS typed,
+                        (SELECT count(*) FROM {namespace}.objects WHERE key = $1) AS strings"
             ),
             &[&key],
         )
         .await
         .unwrap();
-    (row.get(0), row.get(1))
+    (row.get("typed"), row.get("strings"))
 }
 
 /// A key that expired is gone for every command at once, whatever table held it: a key of

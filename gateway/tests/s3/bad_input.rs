@@ -107,7 +107,7 @@ async fn a_payload_that_does_not_match_its_signed_hash_is_not_stored() {
         .query_one("SELECT count(*) FROM s3p.chunks", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(chunks, 0, "the rejected body's chunks were rolled back");
     gw.stop().await;
 }
@@ -233,7 +233,7 @@ async fn wait_for_rollback(sql: &tokio_postgres::Client) -> (i64, i64) {
             )
             .await
             .unwrap()
-            .get(0);
+            .get("count");
         if busy == 0 || tokio::time::Instant::now() > deadline {
             break;
         }
@@ -244,12 +244,12 @@ async fn wait_for_rollback(sql: &tokio_postgres::Client) -> (i64, i64) {
         .query_one("SELECT count(*) FROM s3p.objects", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     let chunks: i64 = sql
         .query_one("SELECT count(*) FROM s3p.chunks", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     (objects, chunks)
 }
 
@@ -388,7 +388,7 @@ async fn a_nul_character_anywhere_is_a_client_error_that_names_no_database() {
         .query_one("SELECT count(*) FROM s3p.objects", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(rows, 1, "only the setup object");
     gw.stop().await;
 }

@@ -160,7 +160,7 @@ async fn conditional_puts_create_only_and_compare_and_swap() {
         .query_one("SELECT count(DISTINCT body_id) FROM s3p.chunks", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(
         bodies, 2,
         "the first and the swapped chunked body (the first is only retired)"

@@ -123,29 +123,29 @@ async fn objects_of_every_size_class_round_trip_byte_exact() {
     let sql = gw.sql().await;
     let toast: String = sql
         .query_one(
-            "SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = 's3p.objects'::regclass",
+            "SELECT reltoastrelid::regclass::text AS toast FROM pg_class WHERE oid = 's3p.objects'::regclass",
             &[],
         )
         .await
         .unwrap()
-        .get(0);
+        .get("toast");
     let toasted: i64 = sql
         .query_one(&format!("SELECT count(DISTINCT chunk_id) FROM {toast}"), &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(toasted, 5);
     let chunked: i64 = sql
         .query_one("SELECT count(*) FROM s3p.objects WHERE body_id IS NOT NULL", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(chunked, 2, "only 65,537 B and 10 MiB exceed the inline limit");
     let chunks: i64 = sql
         .query_one("SELECT count(*) FROM s3p.chunks", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(
         chunks,
         (65_537usize.div_ceil(8120) + (10usize << 20).div_ceil(8120)) as i64
@@ -165,10 +165,10 @@ async fn compressible_bodies_are_stored_smaller_and_read_back_exact() {
     let stored: i64 = gw
         .sql()
         .await
-        .query_one("SELECT sum(length(data)) FROM s3p.chunks", &[])
+        .query_one("SELECT sum(length(data)) AS bytes FROM s3p.chunks", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("bytes");
     assert!((stored as usize) < body.len() / 2, "stored {stored} of {}", body.len());
     let range = gw
         .client
@@ -569,7 +569,7 @@ async fn delete_objects_reports_verbose_and_quiet() {
         .query_one("SELECT count(*) FROM s3p.retired_bodies", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(retired, 1);
     gw.stop().await;
 }

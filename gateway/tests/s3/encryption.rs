@@ -93,12 +93,12 @@ async fn plaintext_stored(gw: &TestGateway) -> bool {
     let row = db
         .query_one(
             "SELECT EXISTS (SELECT 1 FROM s3p.chunks WHERE position(convert_to($1, 'UTF8') IN data) > 0)
-                 OR EXISTS (SELECT 1 FROM s3p.objects WHERE position(convert_to($1, 'UTF8') IN inline) > 0)",
+                 OR EXISTS (SELECT 1 FROM s3p.objects WHERE position(convert_to($1, 'UTF8') IN inline) > 0) AS found",
             &[&MARKER],
         )
         .await
         .unwrap();
-    row.get(0)
+    row.get("found")
 }
 
 #[tokio::test]

@@ -221,13 +221,13 @@ async fn multipart_objects_read_back_exactly_across_part_boundaries() {
         )
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(manifest_chunks, 0);
     let chunk_bytes: i64 = sql
-        .query_one("SELECT sum(octet_length(data))::bigint FROM s3p.chunks", &[])
+        .query_one("SELECT sum(octet_length(data))::bigint AS bytes FROM s3p.chunks", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("bytes");
     assert_eq!(chunk_bytes, whole.len() as i64, "noise is stored raw, once");
 }
 
@@ -476,13 +476,19 @@ async fn uploads_are_listed_and_every_part_body_is_reaped_in_the_end() {
     }
     let counts = sql
         .query_one(
-            "SELECT (SELECT count(*) FROM s3p.chunks), (SELECT count(*) FROM s3p.parts),
-                    (SELECT count(*) FROM s3p.uploads), (SELECT count(*) FROM s3p.retired_bodies)",
+            "SELECT (SELECT count(*) FROM s3p.chunks) AS chunks, (SELECT count(*) FROM s3p.parts) AS parts,
+                    (SELECT count(*) FROM s3p.uploads) AS uploads,
+                    (SELECT count(*) FROM s3p.retired_bodies) AS retired",
             &[],
         )
         .await
         .unwrap();
-    let counts: [i64; 4] = [counts.get(0), counts.get(1), counts.get(2), counts.get(3)];
+    let counts: [i64; 4] = [
+        counts.get("chunks"),
+        counts.get("parts"),
+        counts.get("uploads"),
+        counts.get("retired"),
+    ];
     assert_eq!(counts, [0, 0, 0, 0], "chunks, parts, uploads, retired bodies");
 }
 
@@ -520,7 +526,7 @@ async fn overwriting_a_multipart_object_keeps_readers_consistent_and_reaps_old_p
         .query_one("SELECT count(*) FROM s3p.chunks", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(chunks, 0);
 }
 
@@ -598,10 +604,10 @@ async fn a_layout_v1_database_upgrades_to_multipart() {
 
     let gw = TestGateway::on(url).await;
     let version: i32 = sql
-        .query_one("SELECT max(version) FROM pgvs3.layout", &[])
+        .query_one("SELECT max(version) AS version FROM pgvs3.layout", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("version");
     assert_eq!(version, pgvs3_gateway::pg::migrate::LAYOUT_VERSION);
     sql.batch_execute("SELECT pgvs3.ensure_namespace('newer', 'objects')")
         .await
@@ -614,7 +620,7 @@ async fn a_layout_v1_database_upgrades_to_multipart() {
             )
             .await
             .unwrap()
-            .get(0);
+            .get("count");
         assert_eq!(tables, 2, "namespace {ns}");
     }
     let s3 = &gw.client;

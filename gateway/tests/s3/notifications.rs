@@ -480,7 +480,7 @@ async fn webhook_targets_get_each_committed_event_signed_and_after_an_outage() {
             .query_one("SELECT count(*) FROM pgvs3.outbox WHERE attempts >= 1", &[])
             .await
             .unwrap()
-            .get(0);
+            .get("count");
         (failing == 5).then_some(())
     })
     .await;
@@ -493,7 +493,7 @@ async fn webhook_targets_get_each_committed_event_signed_and_after_an_outage() {
                 .query_one("SELECT count(*) FROM pgvs3.outbox", &[])
                 .await
                 .unwrap()
-                .get(0);
+                .get("count");
             (owed == 0).then_some(())
         },
     )
@@ -513,17 +513,17 @@ async fn webhook_targets_get_each_committed_event_signed_and_after_an_outage() {
 
     // A dropped target owes nothing more, and writes still succeed.
     let dropped: bool = sql
-        .query_one("SELECT pgvs3.drop_webhook_target('audit')", &[])
+        .query_one("SELECT pgvs3.drop_webhook_target('audit') AS dropped", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("dropped");
     assert!(dropped);
     put_object(s3, "hooked", "data/c.csv", b"x").await;
     let owed: i64 = sql
         .query_one("SELECT count(*) FROM pgvs3.outbox", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(owed, 0);
 }
 
@@ -721,7 +721,7 @@ async fn the_worked_example_converts_each_uploaded_csv_to_parquet() {
         .await
         .unwrap()
         .iter()
-        .map(|row| row.get(0))
+        .map(|row| row.get("id"))
         .collect();
     assert_eq!(ids.len(), 1, "one upload, one job");
     let (_, job) = ojs.get(&format!("/ojs/v1/jobs/{}", ids[0])).await;

@@ -40,13 +40,13 @@ async fn counted(gw: &TestGateway, bucket: &str) -> (i64, i64) {
         .sql()
         .await
         .query_one(
-            "SELECT coalesce(sum(o.size), 0)::bigint, count(o.key)
+            "SELECT coalesce(sum(o.size), 0)::bigint AS bytes, count(o.key) AS objects
                FROM pgvs3.buckets b LEFT JOIN s3p.objects o ON o.bucket_id = b.id WHERE b.name = $1",
             &[&bucket],
         )
         .await
         .unwrap();
-    (row.get(0), row.get(1))
+    (row.get("bytes"), row.get("objects"))
 }
 
 async fn set_quota(gw: &TestGateway, bucket: &str, max_bytes: Option<i64>, max_objects: Option<i64>) {
@@ -79,7 +79,7 @@ async fn puts_past_the_byte_limit_are_refused_and_leave_nothing() {
         .query_one("SELECT count(*) FROM s3p.chunks", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     let big = put(s3, "capped", "big", noise(300_000, 4)).await.unwrap_err();
     assert_eq!(big.1, QUOTA_ERROR);
     assert!(!exists(s3, "capped", "big").await);
@@ -89,7 +89,7 @@ async fn puts_past_the_byte_limit_are_refused_and_leave_nothing() {
         .query_one("SELECT count(*) FROM s3p.chunks", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(chunks_after, chunks_before, "a refused body leaves no chunks");
 
     // Exactly up to the limit is allowed; an overwrite counts only its growth.
@@ -210,7 +210,7 @@ async fn a_first_quota_counts_existing_objects_and_a_lowered_one_only_lets_the_b
         .query_one("SELECT count(*) FROM pgvs3.bucket_quotas", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(left, 0);
 }
 

@@ -234,7 +234,7 @@ async fn retired_bodies_wait_out_their_grace_period_then_go() {
         .query_one("SELECT count(*) FROM s3p.retired_bodies", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(retired, 3);
     let reaped = store.reap_retired(Duration::ZERO).await.unwrap();
     assert_eq!((reaped.bodies, reaped.chunks), (3, 3 * 13));
@@ -242,7 +242,7 @@ async fn retired_bodies_wait_out_their_grace_period_then_go() {
         .query_one("SELECT count(*) FROM s3p.chunks", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("count");
     assert_eq!(left, 0);
     gw.stop().await;
 }

@@ -674,7 +674,7 @@ async fn concurrent_overwrites_make_the_last_committed_version_current() {
         .query_one("SELECT id FROM pgvs3.buckets WHERE name = 'race'", &[])
         .await
         .unwrap()
-        .get(0);
+        .get("id");
     // Two PUTs of a key wait on a third transaction's uncommitted insert of it; when that rolls
     // back, they race for the key. Whichever commits last must be the current version, with the
     // newest id. (Numbers drawn before the key's lock made the loser of the race current with
@@ -706,7 +706,7 @@ async fn concurrent_overwrites_make_the_last_committed_version_current() {
                 )
                 .await
                 .unwrap()
-                .get(0);
+                .get("count");
             (waiting == 2).then_some(())
         })
         .await;
@@ -806,7 +806,7 @@ async fn quotas_count_noncurrent_versions_and_delete_markers() {
         .sql()
         .await
         .query_one(
-            "SELECT sum(size)::bigint, count(*) FROM (
+            "SELECT sum(size)::bigint AS bytes, count(*) AS objects FROM (
                  SELECT size FROM s3p.objects o JOIN pgvs3.buckets b ON b.id = o.bucket_id WHERE b.name = 'metered'
                  UNION ALL
                  SELECT size FROM s3p.versions v JOIN pgvs3.buckets b ON b.id = v.bucket_id WHERE b.name = 'metered') c",
@@ -814,7 +814,10 @@ async fn quotas_count_noncurrent_versions_and_delete_markers() {
         )
         .await
         .unwrap();
-    assert_eq!(usage(&gw, "metered").await, (counted.get(0), counted.get(1)));
+    assert_eq!(
+        usage(&gw, "metered").await,
+        (counted.get("bytes"), counted.get("objects"))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1104,7 +1107,7 @@ async fn concurrent_large_puts_of_one_key_each_keep_their_own_bytes() {
             .query_one("SELECT namespace FROM pgvs3.buckets WHERE name = $1", &[&bucket])
             .await
             .unwrap()
-            .get(0);
+            .get("namespace");
         let leased: i64 = sql
             .query_one(
                 &format!("SELECT count(*) FROM \"{ns}\".retired_bodies WHERE retired_at > now()"),
@@ -1112,7 +1115,7 @@ async fn concurrent_large_puts_of_one_key_each_keep_their_own_bytes() {
             )
             .await
             .unwrap()
-            .get(0);
+            .get("count");
         assert_eq!(leased, 0, "{bucket}: no body is left leased");
     }
     gw.stop().await;

@@ -10,8 +10,6 @@ const PENDING: &[&str] = &[
     "crates/pgvs3-resp/src/resp/blocking.rs",
     "crates/pgvs3-testkit/src/lib.rs",
     "gateway/src/serve.rs",
-    "gateway/tests/resp/",
-    "gateway/tests/s3/",
     "e2e/src/loadgen/",
     "e2e/tests/e2e/loadgen_smoke.rs",
 ];
