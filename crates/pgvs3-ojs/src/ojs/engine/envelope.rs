@@ -319,7 +319,11 @@ fn moment(value: Option<&Value>, field: &str) -> Result<(Option<String>, Option<
     match value {
         None => Ok((None, None)),
         Some(Value::String(text)) => match text.strip_prefix('+') {
-            Some(duration) => Ok((None, Some(parse_iso_duration(duration)?.as_secs_f64() * 1000.0))),
+            Some(duration) => {
+                let duration = parse_iso_duration(duration)
+                    .map_err(|err| EngineError::invalid(format!("\"{field}\": {}", err.message)))?;
+                Ok((None, Some(duration.as_secs_f64() * 1000.0)))
+            }
             None => Ok((Some(timestamp(text, field)?), None)),
         },
         Some(_) => Err(EngineError::invalid(format!(
@@ -343,7 +347,8 @@ fn parse_priority(value: &Value) -> Result<i32, EngineError> {
     }
 }
 
-/// Checked for shape here; PostgreSQL parses it on insert.
+/// Checked here as RFC 3339 (a date and time that exist, with a zone), so that an impossible
+/// one is reported under its field's name rather than by PostgreSQL on insert.
 fn timestamp(text: &str, field: &str) -> Result<String, EngineError> {
     let bytes = text.as_bytes();
     let shaped = bytes.len() >= 20
@@ -354,7 +359,8 @@ fn timestamp(text: &str, field: &str) -> Result<String, EngineError> {
             || text.ends_with('z')
             || bytes[bytes.len() - 6] == b'+'
             || bytes[bytes.len() - 6] == b'-');
-    if shaped {
+    let exists = || time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).is_ok();
+    if shaped && exists() {
         Ok(text.to_string())
     } else {
         Err(EngineError::invalid(format!(
@@ -650,6 +656,33 @@ pub fn new_uuid_v7() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bad_moment_is_reported_under_its_field() {
+        for (value, field) in [
+            ("+PT5X", "delay_until"),
+            ("+P1Y", "scheduled_at"),
+            ("2026-13-01T00:00:00Z", "delay_until"),
+            ("2026-02-30T00:00:00Z", "expires_at"),
+            ("2026-01-01T25:00:00+00:00", "scheduled_at"),
+            ("2026-01-01 10:00:00", "delay_until"),
+        ] {
+            let err = moment(Some(&json!(value)), field).unwrap_err();
+            assert!(
+                err.message.starts_with(&format!("\"{field}\"")),
+                "{value}: {}",
+                err.message
+            );
+        }
+        assert_eq!(
+            moment(Some(&json!("2026-03-01T09:00:00.5+05:00")), "delay_until").unwrap(),
+            (Some("2026-03-01T09:00:00.5+05:00".to_owned()), None)
+        );
+        assert_eq!(
+            moment(Some(&json!("+PT1.5S")), "delay_until").unwrap(),
+            (None, Some(1500.0))
+        );
+    }
 
     #[test]
     fn rate_limits_parse_in_the_specs_and_the_short_forms() {
