@@ -62,6 +62,7 @@ const NEW_SINCE_V10: &[&str] = &[
     "ojs.delivery_json(pgvs3.outbox)",
     "ojs.dependency_settled()",
     "ojs.ensure_webhook_trigger()",
+    "ojs.event_json(text,bigint,text,timestamp with time zone,text,text,jsonb)",
     "ojs.event_matches(text[],text)",
     "ojs.event_webhooks()",
     "ojs.resolve_dependencies(text)",
