@@ -447,8 +447,9 @@ impl pgvs3_console::Admin for ConsoleAdmin {
             let client = self.pool.get().await.map_err(|err| err.to_string())?;
             let rows = client
                 .query(
-                    "SELECT coalesce(application_name, ''), coalesce(host(client_addr), ''), coalesce(state, ''),
-                            coalesce(sync_state, ''), extract(epoch FROM replay_lag)::float8
+                    "SELECT coalesce(application_name, '') AS name, coalesce(host(client_addr), '') AS address,
+                            coalesce(state, '') AS state, coalesce(sync_state, '') AS sync_state,
+                            extract(epoch FROM replay_lag)::float8 AS replay_lag_seconds
                        FROM pg_stat_replication ORDER BY application_name LIMIT 100",
                     &[],
                 )
@@ -457,11 +458,11 @@ impl pgvs3_console::Admin for ConsoleAdmin {
             Ok(rows
                 .iter()
                 .map(|row| pgvs3_console::Standby {
-                    name: row.get(0),
-                    address: row.get(1),
-                    state: row.get(2),
-                    sync_state: row.get(3),
-                    replay_lag_seconds: row.get(4),
+                    name: row.get("name"),
+                    address: row.get("address"),
+                    state: row.get("state"),
+                    sync_state: row.get("sync_state"),
+                    replay_lag_seconds: row.get("replay_lag_seconds"),
                 })
                 .collect())
         })
@@ -471,10 +472,10 @@ impl pgvs3_console::Admin for ConsoleAdmin {
         Box::pin(async move {
             let client = self.pool.get().await.map_err(|err| err.to_string())?;
             let row = client
-                .query_one("SELECT pg_database_size(current_database())", &[])
+                .query_one("SELECT pg_database_size(current_database()) AS bytes", &[])
                 .await
                 .map_err(|err| err.to_string())?;
-            Ok(row.get(0))
+            Ok(row.get("bytes"))
         })
     }
 
@@ -497,7 +498,7 @@ impl pgvs3_console::Admin for ConsoleAdmin {
             let rows = client
                 .query(
                     "SELECT id, host, version, started, listeners, stats,
-                            extract(epoch FROM clock_timestamp() - beat)::float8
+                            extract(epoch FROM clock_timestamp() - beat)::float8 AS seconds_since_beat
                        FROM pgvs3.gateways ORDER BY started, id LIMIT 100",
                     &[],
                 )
@@ -506,13 +507,13 @@ impl pgvs3_console::Admin for ConsoleAdmin {
             Ok(rows
                 .iter()
                 .map(|row| pgvs3_console::GatewayBeat {
-                    id: row.get(0),
-                    host: row.get(1),
-                    version: row.get(2),
-                    started: row.get(3),
-                    listeners: row.get(4),
-                    stats: row.get(5),
-                    seconds_since_beat: row.get(6),
+                    id: row.get("id"),
+                    host: row.get("host"),
+                    version: row.get("version"),
+                    started: row.get("started"),
+                    listeners: row.get("listeners"),
+                    stats: row.get("stats"),
+                    seconds_since_beat: row.get("seconds_since_beat"),
                 })
                 .collect())
         })
@@ -524,7 +525,7 @@ impl pgvs3_console::Admin for ConsoleAdmin {
             // A standby's position is what it has replayed; a primary's, what it has written.
             let row = client
                 .query_one(
-                    "SELECT lsn::text, (lsn - '0/0')::float8
+                    "SELECT lsn::text AS lsn, (lsn - '0/0')::float8 AS bytes
                        FROM (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
                                          ELSE pg_current_wal_lsn() END AS lsn) AS position",
                     &[],
@@ -532,8 +533,8 @@ impl pgvs3_console::Admin for ConsoleAdmin {
                 .await
                 .map_err(|err| err.to_string())?;
             Ok(pgvs3_console::WalPosition {
-                lsn: row.get::<_, Option<String>>(0).unwrap_or_default(),
-                bytes: row.get::<_, Option<f64>>(1).unwrap_or(0.0),
+                lsn: row.get::<_, Option<String>>("lsn").unwrap_or_default(),
+                bytes: row.get::<_, Option<f64>>("bytes").unwrap_or(0.0),
             })
         })
     }

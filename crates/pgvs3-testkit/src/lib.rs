@@ -245,10 +245,15 @@ pub async fn query_count(
     query: &str,
     params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
 ) -> i64 {
-    sql.query_one(query, params)
+    let row = sql
+        .query_one(query, params)
         .await
-        .unwrap_or_else(|err| panic!("{query}: {err}"))
-        .get(0)
+        .unwrap_or_else(|err| panic!("{query}: {err}"));
+    // Whatever the column is called (`count`, `sum`, …), there must be only one.
+    let [column] = row.columns() else {
+        panic!("{query}: answers {} columns, not one", row.columns().len());
+    };
+    row.get(column.name())
 }
 
 /// A new empty database on the test cluster; returns its connection string.

@@ -59,14 +59,14 @@ impl Probe {
         let (db, connection) = tokio_postgres::connect(&sources.database_url, tokio_postgres::NoTls).await?;
         tokio::spawn(connection);
         let version: i32 = db
-            .query_one("SELECT current_setting('server_version_num')::int", &[])
+            .query_one("SELECT current_setting('server_version_num')::int AS version", &[])
             .await?
-            .get(0);
+            .get("version");
         // PostgreSQL 17 moved the checkpoint counters to their own view.
         let checkpoints_sql = if version >= 170_000 {
-            "SELECT num_timed + num_requested FROM pg_stat_checkpointer"
+            "SELECT num_timed + num_requested AS checkpoints FROM pg_stat_checkpointer"
         } else {
-            "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"
+            "SELECT checkpoints_timed + checkpoints_req AS checkpoints FROM pg_stat_bgwriter"
         };
         Ok(Probe {
             db,
@@ -82,15 +82,16 @@ impl Probe {
         let row = self
             .db
             .query_one(
-                "SELECT pg_database_size(current_database()), (pg_current_wal_insert_lsn() - '0/0')::bigint",
+                "SELECT pg_database_size(current_database()) AS database_bytes,
+                        (pg_current_wal_insert_lsn() - '0/0')::bigint AS wal_position",
                 &[],
             )
             .await?;
-        let checkpoints: i64 = self.db.query_one(self.checkpoints_sql, &[]).await?.get(0);
+        let checkpoints: i64 = self.db.query_one(self.checkpoints_sql, &[]).await?.get("checkpoints");
         let relations = self
             .db
             .query(
-                "SELECT n.nspname || '.' || c.relname, pg_total_relation_size(c.oid)
+                "SELECT n.nspname || '.' || c.relname AS relation, pg_total_relation_size(c.oid) AS bytes
                    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                   WHERE c.relkind IN ('r', 'p', 'm')
                     AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'",
@@ -98,12 +99,12 @@ impl Probe {
             )
             .await?
             .iter()
-            .map(|row| (row.get(0), row.get(1)))
+            .map(|row| (row.get("relation"), row.get("bytes")))
             .collect();
         Ok(Snapshot {
-            database_bytes: row.get(0),
+            database_bytes: row.get("database_bytes"),
             relations,
-            wal_position: row.get(1),
+            wal_position: row.get("wal_position"),
             checkpoints,
             gateway_rss_bytes: self.sources.gateway_pid.and_then(resident_bytes),
             pool: self.pool_metrics().await?,

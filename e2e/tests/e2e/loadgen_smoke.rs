@@ -167,13 +167,14 @@ async fn every_ojs_case_runs_clean_and_a_drained_queue_is_an_error() {
     let sql = gw.sql().await;
     let counts: Vec<(String, String, i64)> = sql
         .query(
-            "SELECT queue, state::text, count(*) FROM ojs.jobs WHERE queue LIKE 'smoke-%' GROUP BY 1, 2 ORDER BY 1, 2",
+            "SELECT queue, state::text AS state, count(*) AS jobs FROM ojs.jobs WHERE queue LIKE 'smoke-%'
+              GROUP BY 1, 2 ORDER BY 1, 2",
             &[],
         )
         .await
         .unwrap()
         .iter()
-        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .map(|row| (row.get("queue"), row.get("state"), row.get("jobs")))
         .collect();
     let expected = [
         ("smoke-batch", "available", 400),

@@ -182,9 +182,9 @@ async fn listen(
     });
     let client = Arc::new(client);
     if client
-        .query_one("SELECT pg_is_in_recovery()", &[])
+        .query_one("SELECT pg_is_in_recovery() AS standby", &[])
         .await?
-        .get::<_, bool>(0)
+        .get::<_, bool>("standby")
     {
         anyhow::bail!("a standby cannot LISTEN");
     }
