@@ -15,9 +15,9 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
 
-    /// Listen address of the S3 endpoint.
-    #[arg(long, env = "PGVS3_S3_ADDR", default_value = "127.0.0.1:9000")]
-    pub s3_addr: SocketAddr,
+    /// The S3 endpoint.
+    #[command(flatten)]
+    pub s3: pgvs3_s3::args::S3Args,
 
     /// Listen address of /healthz, /readyz and /metrics.
     #[arg(long, env = "PGVS3_ADMIN_ADDR", default_value = "127.0.0.1:9090")]
@@ -28,15 +28,6 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_REQUIRE_ROLE", value_enum, default_value_t)]
     pub require_role: RequiredRole,
 
-    /// S3 requests served at once (0: twice the pool size); beyond it requests wait.
-    #[arg(long, env = "PGVS3_S3_MAX_ACTIVE", default_value_t = 0)]
-    pub s3_max_active: usize,
-
-    /// S3 requests that may wait for a slot (0: twice the active limit); beyond it they get
-    /// 503 SlowDown at once.
-    #[arg(long, env = "PGVS3_S3_MAX_WAITING", default_value_t = 0)]
-    pub s3_max_waiting: usize,
-
     /// How long a request waits for a slot before 503 SlowDown.
     #[arg(long, env = "PGVS3_ADMISSION_WAIT", default_value = "1s", value_parser = parse_duration)]
     pub admission_wait: Duration,
@@ -46,32 +37,6 @@ pub struct ServeArgs {
     /// instead of waiting, and a RESP request that cannot fit gets -OOM.
     #[arg(long, env = "PGVS3_BUFFER_BUDGET", default_value = "256MiB", value_parser = parse_bytes)]
     pub buffer_budget: u64,
-
-    /// The largest file a browser upload (POST Object) may carry. s3s holds the file in memory
-    /// before storing it, so each form draws its size from the buffer budget while it is read
-    /// (a form that does not fit gets 503 SlowDown); keep it well below --buffer-budget.
-    #[arg(long, env = "PGVS3_S3_POST_MAX_SIZE", default_value = "64MiB", value_parser = parse_bytes)]
-    pub s3_post_max_size: u64,
-
-    /// The object ownership of a bucket created without `x-amz-object-ownership`:
-    /// BucketOwnerEnforced (AWS's default: ACLs off), or ObjectWriter / BucketOwnerPreferred for
-    /// ACL-era tools (`create_bucket(ACL=...)`, s3cmd `--acl-public`, PutBucketAcl), as buckets
-    /// made on MinIO or Ceph behave.
-    #[arg(
-        long,
-        env = "PGVS3_S3_DEFAULT_OBJECT_OWNERSHIP",
-        default_value = "BucketOwnerEnforced",
-        value_parser = parse_ownership
-    )]
-    pub s3_default_object_ownership: crate::access::acl::Ownership,
-
-    /// Region reported by GetBucketLocation and accepted in signatures.
-    #[arg(long, env = "PGVS3_REGION", default_value = "us-east-1")]
-    pub region: String,
-
-    /// Base domain(s) for virtual-host-style requests (`<bucket>.<domain>`); path style always works.
-    #[arg(long = "s3-domain", env = "PGVS3_S3_DOMAINS", value_delimiter = ',')]
-    pub s3_domains: Vec<String>,
 
     /// Access key of the root key, created on first start (generated when unset).
     #[arg(long, env = "PGVS3_ROOT_ACCESS_KEY")]
@@ -109,41 +74,10 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub http: pgvs3_base::args::HttpArgs,
 
-    /// S3 connections open at once; beyond it a connection is answered 503 SlowDown and closed.
-    #[arg(long, env = "PGVS3_S3_MAX_CONNECTIONS", default_value_t = 4096)]
-    pub s3_max_connections: usize,
-
-    /// OJS connections open at once; beyond it a connection is answered 503 and closed.
-    #[arg(long, env = "PGVS3_OJS_MAX_CONNECTIONS", default_value_t = 1024)]
-    pub ojs_max_connections: usize,
-
     /// Admin (/healthz, /readyz, /metrics) connections open at once: its own budget, so probes
     /// are answered while the data ports are flooded.
     #[arg(long, env = "PGVS3_ADMIN_MAX_CONNECTIONS", default_value_t = 64)]
     pub admin_max_connections: usize,
-
-    /// S3 requests whose body is declared larger than this (or not declared) are admitted as
-    /// uploads, in their own class (--s3-max-active-uploads), so large bodies cannot take the
-    /// slots small requests need.
-    #[arg(long, env = "PGVS3_S3_UPLOAD_THRESHOLD", default_value = "1MiB", value_parser = parse_bytes)]
-    pub s3_upload_threshold: u64,
-
-    /// Uploads (see --s3-upload-threshold) streaming at once (0: as many as --s3-max-active);
-    /// beyond it they wait (up to --s3-upload-wait), then get 503 SlowDown.
-    #[arg(long, env = "PGVS3_S3_MAX_ACTIVE_UPLOADS", default_value_t = 0)]
-    pub s3_max_active_uploads: usize,
-
-    /// How long an upload waits for its turn. Longer than --admission-wait: a waiting upload
-    /// costs an idle connection (its body is not read yet), while one turned away is sent again
-    /// by its client, body and all.
-    #[arg(long, env = "PGVS3_S3_UPLOAD_WAIT", default_value = "30s", value_parser = parse_duration)]
-    pub s3_upload_wait: Duration,
-
-    // --- S3 multipart ---
-    /// Multipart uploads neither completed nor aborted this long after they started are
-    /// aborted by the maintenance reaper.
-    #[arg(long, env = "PGVS3_MULTIPART_MAX_AGE", default_value = "168h", value_parser = parse_duration)]
-    pub multipart_max_age: Duration,
 
     #[command(flatten)]
     pub resp: pgvs3_resp::resp::RespArgs,
@@ -220,54 +154,11 @@ pub enum RequiredRole {
 }
 
 impl ServeArgs {
-    /// The S3 admission limits, with the automatic defaults filled in.
-    pub fn s3_limits(&self) -> crate::admission::Limits {
-        self.admission_limits(self.s3_max_active, self.s3_max_waiting)
-    }
-
-    /// The admission limits of S3 uploads (large or undeclared bodies), defaults filled in.
-    pub fn s3_upload_limits(&self) -> crate::admission::Limits {
-        // Measured (docs/benchmarks.md, "Small requests beside large uploads"): fewer upload
-        // slots than small-request slots made 4 KiB GETs beside 10 MiB PUTs slower, not faster.
-        let max_active = if self.s3_max_active_uploads == 0 {
-            self.s3_limits().max_active
-        } else {
-            self.s3_max_active_uploads
-        };
-        crate::admission::Limits {
-            max_active,
-            // As many as the other requests may have waiting: uploads wait rather than retry.
-            max_waiting: self.s3_limits().max_waiting,
-            max_wait: self.s3_upload_wait,
+    /// What each protocol's admission limits default to when its flags say 0.
+    pub fn admission_defaults(&self) -> pgvs3_base::feature::AdmissionDefaults {
+        pgvs3_base::feature::AdmissionDefaults {
+            pool_size: self.database.pool_size,
+            wait: self.admission_wait,
         }
     }
-
-    /// The RESP admission limits (per batch of pipelined commands), defaults filled in.
-    pub fn resp_limits(&self) -> crate::admission::Limits {
-        self.admission_limits(self.resp.resp_max_active, self.resp.resp_max_waiting)
-    }
-
-    /// The OJS admission limits, defaults filled in.
-    pub fn ojs_limits(&self) -> crate::admission::Limits {
-        self.admission_limits(self.ojs.ojs_max_active, self.ojs.ojs_max_waiting)
-    }
-
-    /// 0 active: twice the pool size; 0 waiting: twice the active limit.
-    fn admission_limits(&self, max_active: usize, max_waiting: usize) -> crate::admission::Limits {
-        let max_active = if max_active == 0 {
-            self.database.pool_size * 2
-        } else {
-            max_active
-        };
-        crate::admission::Limits {
-            max_active,
-            max_waiting: if max_waiting == 0 { max_active * 2 } else { max_waiting },
-            max_wait: self.admission_wait,
-        }
-    }
-}
-
-fn parse_ownership(text: &str) -> Result<crate::access::acl::Ownership, String> {
-    crate::access::acl::Ownership::parse(text)
-        .ok_or_else(|| format!("{text}: not BucketOwnerEnforced, BucketOwnerPreferred or ObjectWriter"))
 }

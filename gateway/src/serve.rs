@@ -4,8 +4,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
-use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::admin::AdminService;
@@ -16,8 +14,8 @@ use crate::master_key::{MasterKey, random_token};
 use crate::metrics::Metrics;
 use crate::pg::{Database, migrate};
 use crate::replica_lag::ReplicaLag;
-use crate::s3::S3Endpoint;
 use crate::store::{Catalog, NewAccessKey, Store};
+use pgvs3_base::feature::{Listen, Shared, Started, spawn_http};
 
 /// A gateway that is up: its bound addresses, and what it needs to stop cleanly.
 pub struct RunningGateway {
@@ -62,180 +60,94 @@ impl RunningGateway {
             &metrics,
         );
         let pool = database.pool.clone();
-        let standby = crate::pg::is_standby(&pool).await?;
-        if standby {
-            wait_for_layout(&pool).await?;
-        } else {
-            migrate::migrate(&pool).await?;
-        }
-        let catalog = Catalog::load(pool.clone(), master_key).await?;
-        if standby {
-            wait_for_root_key(&catalog).await?;
-        } else {
-            ensure_root_key(&catalog, args).await?;
-        }
-        let store = Store::new(pool.clone(), Arc::clone(&catalog)).cancelling_with(database.connections.clone());
+        let (store, standby) = open_store(args, &database, master_key).await?;
+        let catalog = Arc::clone(store.catalog());
 
         let open_files = http_server::raise_open_file_limit();
         warn_if_descriptors_short(args, open_files);
-        let s3_listener = TcpListener::bind(args.s3_addr)
-            .await
-            .with_context(|| format!("binding S3 on {} (change it with --s3-addr)", args.s3_addr))?;
-        let admin_listener = TcpListener::bind(args.admin_addr)
-            .await
-            .with_context(|| format!("binding admin on {} (change it with --admin-addr)", args.admin_addr))?;
-        let s3_plaintext = bind_plaintext(args.tls.s3_plaintext_addr, "--s3-plaintext-addr").await?;
-        let s3_plaintext_addr = s3_plaintext.as_ref().map(TcpListener::local_addr).transpose()?;
-        let s3_addr = s3_listener.local_addr()?;
-        let admin_addr = admin_listener.local_addr()?;
         let (shutdown, signal) = http_server::shutdown_channel();
-        let s3_admission = crate::s3::S3Admission {
-            requests: crate::admission::Admission::new("s3", args.s3_limits(), metrics.clone()),
-            uploads: crate::admission::Admission::new("s3_upload", args.s3_upload_limits(), metrics.clone()),
-            upload_threshold: args.s3_upload_threshold,
-        };
         let buffers = crate::admission::BufferBudget::new(args.buffer_budget, &metrics);
         let cache = CacheTier::new(store.clone(), args.cache.settings()?, &metrics, buffers.clone());
         let lag = ReplicaLag::new(
             standby,
             (!args.max_replication_lag.is_zero()).then_some(args.max_replication_lag),
         );
+        let shared = Shared {
+            metrics: metrics.clone(),
+            lag: lag.clone(),
+            buffers,
+            shutdown: signal.clone(),
+            drain: args.shutdown_timeout,
+            http: args.http.clone(),
+            admission: args.admission_defaults(),
+        };
         let buckets = crate::bucket::Buckets::new(store.clone(), cache.clone());
-        let endpoint = S3Endpoint::new(
+        let s3 = pgvs3_s3::start(
+            &args.s3,
             buckets.clone(),
-            crate::s3::FrontSettings {
-                region: args.region.clone(),
-                default_ownership: args.s3_default_object_ownership,
+            &shared,
+            Listen {
+                addr: args.s3.s3_addr,
+                plaintext: args.tls.s3_plaintext_addr,
+                tls: tls.s3.clone(),
             },
-            &args.s3_domains,
-            metrics.clone(),
-            s3_admission,
-            lag.clone(),
-            crate::s3::PostLimits {
-                max_file: args.s3_post_max_size,
-                budget: buffers.clone(),
-            },
-        )?;
-        let admin = AdminService::new(
-            pool.clone(),
-            metrics.clone(),
-            args.require_role,
-            lag.clone(),
-            health.clone(),
-        );
-        let simulated = args.simulate.constraints();
-        let s3_settings = http_server::Listener {
-            name: "s3",
-            limits: args.http.limits(args.s3_max_connections),
-            busy_response: crate::s3::busy_response(),
-            tls: tls.s3.clone(),
-        };
-        let s3_listeners = (s3_listener, s3_plaintext);
-        let http = (signal.clone(), args.shutdown_timeout, metrics.clone());
-        let mut servers = if simulated.any() {
-            tracing::warn!(?simulated, "the S3 endpoint simulates a constrained remote store");
-            let endpoint = crate::simulate::Constrained::new(endpoint, simulated);
-            spawn_http(s3_listeners, endpoint, s3_settings, &http)
-        } else {
-            spawn_http(s3_listeners, endpoint, s3_settings, &http)
-        };
-        let admin_settings = http_server::Listener {
-            name: "admin",
-            limits: args.http.limits(args.admin_max_connections),
-            busy_response: http_server::busy_response("text/plain", "too many connections\n"),
-            tls: tls.admin.clone(),
-        };
-        servers.extend(spawn_http((admin_listener, None), admin, admin_settings, &http));
-        // --- RESP ---
-        let mut resp_addr = None;
-        let mut resp_for_console = None;
-        if let Some(addr) = args.resp.resp_addr.0 {
-            let listener = TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("binding RESP on {addr} (change it with --resp-addr, or --resp-addr off)"))?;
-            let plaintext = bind_plaintext(args.tls.resp_plaintext_addr, "--resp-plaintext-addr").await?;
-            let bound = listener.local_addr()?;
-            let plaintext_addr = plaintext.as_ref().map(TcpListener::local_addr).transpose()?;
-            let settings = crate::resp::RespSettings::from_args(&args.resp, bound, args.resp_limits());
-            let server = crate::resp::RespServer::new(
-                buckets.clone(),
+            &args.simulate,
+        )
+        .await?;
+        let admin = start_admin(
+            args,
+            AdminService::new(
+                pool.clone(),
                 metrics.clone(),
-                settings,
-                bound.port(),
+                args.require_role,
                 lag.clone(),
-                buffers.clone(),
-                Some((database.config.clone(), database.connections.clone())),
-            )
-            .await?;
-            if let Some(plaintext) = plaintext {
-                let server = Arc::clone(&server);
-                servers.push(tokio::spawn(server.serve(
-                    plaintext,
-                    signal.clone(),
-                    args.shutdown_timeout,
-                    None,
-                )));
-            }
-            servers.push(tokio::spawn(server.serve(
-                listener,
-                signal.clone(),
-                args.shutdown_timeout,
-                tls.resp.clone(),
-            )));
-            resp_addr = Some(bound);
-            resp_for_console = Some((bound, plaintext_addr, tls.resp.is_some()));
-        }
-        // --- end RESP ---
-        // --- OJS ---
-        let mut background_ojs = Vec::new();
-        let mut ojs_for_console = None;
-        let ojs_addr = match args.ojs.ojs_addr.0 {
-            Some(addr) => {
-                let root = match args.ojs.root_key_is_token() {
-                    true => Some(root_credentials(store.catalog()).await?),
-                    false => None,
-                };
-                let ojs_token = args.ojs.token(root);
-                let listener = TcpListener::bind(addr)
-                    .await
-                    .with_context(|| format!("binding OJS on {addr} (change it with --ojs-addr, or --ojs-addr off)"))?;
-                let plaintext = bind_plaintext(args.tls.ojs_plaintext_addr, "--ojs-plaintext-addr").await?;
-                let bound = listener.local_addr()?;
-                let plaintext_addr = plaintext.as_ref().map(TcpListener::local_addr).transpose()?;
-                ojs_for_console = Some((bound, plaintext_addr, tls.ojs.is_some(), ojs_token.clone()));
-                let options = args.ojs.options(&args.webhooks, ojs_token);
-                let queue = crate::ojs::engine::Queue::new(pool.clone());
-                background_ojs.push(crate::ojs::spawn_cron_ticker(queue.clone(), options.max_args_bytes));
-                let admission = crate::admission::Admission::new("ojs", args.ojs_limits(), metrics.clone());
-                let service = crate::ojs::OjsService::new(
-                    queue,
-                    options,
-                    admission,
-                    lag.clone(),
-                    signal.clone(),
-                    buffers.clone(),
-                );
-                let settings = http_server::Listener {
-                    name: "ojs",
-                    limits: args.http.limits(args.ojs_max_connections),
-                    busy_response: crate::ojs::busy_response(),
-                    tls: tls.ojs.clone(),
-                };
-                servers.extend(spawn_http((listener, plaintext), service, settings, &http));
-                Some(bound)
-            }
-            None => None,
+                health.clone(),
+            ),
+            tls.admin.clone(),
+            &shared,
+        )
+        .await?;
+        let resp = pgvs3_resp::start(
+            &args.resp,
+            buckets,
+            &shared,
+            args.tls.resp_plaintext_addr,
+            tls.resp.clone(),
+            (database.config.clone(), database.connections.clone()),
+        )
+        .await?;
+        let ojs_token = match args.ojs.ojs_addr.0.is_some() && args.ojs.root_key_is_token() {
+            true => args.ojs.token(Some(root_credentials(store.catalog()).await?)),
+            false => args.ojs.token(None),
         };
-        // --- end OJS ---
-        // The web console: a client of the S3 listener above (docs/console.md).
+        let ojs = pgvs3_ojs::start(
+            &args.ojs,
+            &args.webhooks,
+            ojs_token.clone(),
+            pool.clone(),
+            &shared,
+            args.tls.ojs_plaintext_addr,
+            tls.ojs.clone(),
+        )
+        .await?;
+        let (s3_addr, s3_plaintext_addr) = (s3.addr, s3.plaintext_addr);
+        let resp_addr = resp.as_ref().map(|resp| resp.addr);
+        let ojs_addr = ojs.as_ref().map(|ojs| ojs.addr);
+        let admin_addr = admin.addr;
+        let (mut servers, mut background) = (admin.servers, Vec::new());
         let mut console_gateway =
-            pgvs3_console::Gateway::loopback(s3_addr, s3_plaintext_addr, args.region.clone(), tls.s3.clone());
-        if let Some((listener, plaintext, tls)) = resp_for_console {
-            console_gateway = console_gateway.with_resp(listener, plaintext, tls);
+            pgvs3_console::Gateway::loopback(s3_addr, s3_plaintext_addr, args.s3.region.clone(), tls.s3.clone());
+        if let Some(resp) = &resp {
+            console_gateway = console_gateway.with_resp(resp.addr, resp.plaintext_addr, tls.resp.is_some());
         }
-        if let Some((listener, plaintext, tls, token)) = ojs_for_console {
-            console_gateway = console_gateway.with_ojs(listener, plaintext, tls, token);
+        if let Some(ojs) = &ojs {
+            console_gateway = console_gateway.with_ojs(ojs.addr, ojs.plaintext_addr, tls.ojs.is_some(), ojs_token);
         }
+        for started in [Some(s3), resp, ojs].into_iter().flatten() {
+            servers.extend(started.servers);
+            background.extend(started.background);
+        }
+        // The web console: a client of the listeners above (docs/console.md).
         console_gateway = console_gateway
             .with_admin(Arc::new(ConsoleAdmin {
                 catalog: store.catalog().clone(),
@@ -252,7 +164,7 @@ impl RunningGateway {
         // The webhook outbox's deliverer (OJS webhooks, bucket notification webhook targets).
         let deliverer = crate::webhooks::spawn_deliverer(pool.clone(), args.webhooks.delivery(), signal.clone())?;
 
-        let mut background = vec![
+        background.extend([
             health.spawn_probe(database.config.clone(), args.supervision.pg_probe_interval),
             catalog.spawn_refresher(args.catalog_poll),
             // On a standby it waits for a promotion.
@@ -280,12 +192,11 @@ impl RunningGateway {
                 metrics,
                 args.body_grace,
                 args.maintenance_interval,
-                args.multipart_max_age,
+                args.s3.multipart_max_age,
                 args.ojs.ojs_job_retention,
             ),
-        ];
-        background.extend(background_ojs);
-        background.push(deliverer);
+            deliverer,
+        ]);
         tracing::info!(%s3_addr, %admin_addr, ?resp_addr, ?ojs_addr, "pgvs3 gateway ready");
         Ok(RunningGateway {
             s3_addr,
@@ -314,7 +225,50 @@ impl RunningGateway {
     }
 }
 
-/// Binds a listener's plaintext twin, when asked for one.
+/// Brings the database's layout and catalog up to date (a standby waits for its primary's) and
+/// opens the store; says whether the database is a standby.
+async fn open_store(args: &ServeArgs, database: &Database, master_key: MasterKey) -> anyhow::Result<(Store, bool)> {
+    let pool = database.pool.clone();
+    let standby = crate::pg::is_standby(&pool).await?;
+    if standby {
+        wait_for_layout(&pool).await?;
+    } else {
+        migrate::migrate(&pool).await?;
+    }
+    let catalog = Catalog::load(pool.clone(), master_key).await?;
+    if standby {
+        wait_for_root_key(&catalog).await?;
+    } else {
+        ensure_root_key(&catalog, args).await?;
+    }
+    let store = Store::new(pool, catalog).cancelling_with(database.connections.clone());
+    Ok((store, standby))
+}
+
+/// Binds `--admin-addr` and serves /healthz, /readyz and /metrics on its own connection budget.
+async fn start_admin(
+    args: &ServeArgs,
+    admin: AdminService,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shared: &Shared,
+) -> anyhow::Result<Started> {
+    let listen = Listen {
+        addr: args.admin_addr,
+        plaintext: None,
+        tls,
+    };
+    let listeners = listen.bind("admin", "--admin-addr", "").await?;
+    let mut started = Started::bound(&listeners.0, None)?;
+    let settings = http_server::Listener {
+        name: "admin",
+        limits: args.http.limits(args.admin_max_connections),
+        busy_response: http_server::busy_response("text/plain", "too many connections\n"),
+        tls: listen.tls,
+    };
+    started.servers = spawn_http(listeners, admin, settings, shared);
+    Ok(started)
+}
+
 /// What the web console asks of this gateway in-process for its admin (root-key) pages.
 pub struct ConsoleAdmin {
     pub catalog: Arc<Catalog>,
@@ -540,62 +494,6 @@ impl pgvs3_console::Admin for ConsoleAdmin {
     }
 }
 
-async fn bind_plaintext(addr: Option<SocketAddr>, flag: &str) -> anyhow::Result<Option<TcpListener>> {
-    let Some(addr) = addr else { return Ok(None) };
-    let listener = TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("binding {addr} ({flag})"))?;
-    Ok(Some(listener))
-}
-
-/// Serves `service` on a listener and on its plaintext twin, if any (which shares the name,
-/// hence the metrics, and has a connection cap of its own).
-fn spawn_http<S, B>(
-    (listener, plaintext): (TcpListener, Option<TcpListener>),
-    service: S,
-    settings: http_server::Listener,
-    (signal, drain, metrics): &(http_server::Shutdown, Duration, Metrics),
-) -> Vec<JoinHandle<()>>
-where
-    S: hyper::service::Service<
-            http::Request<crate::request_body::RequestBody>,
-            Response = http::Response<B>,
-            Error = std::convert::Infallible,
-        > + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send + 'static,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let mut servers = Vec::new();
-    if let Some(plaintext) = plaintext {
-        let settings = http_server::Listener {
-            tls: None,
-            ..settings.clone()
-        };
-        servers.push(tokio::spawn(http_server::serve(
-            plaintext,
-            service.clone(),
-            signal.clone(),
-            *drain,
-            settings,
-            metrics.clone(),
-        )));
-    }
-    servers.push(tokio::spawn(http_server::serve(
-        listener,
-        service,
-        signal.clone(),
-        *drain,
-        settings,
-        metrics.clone(),
-    )));
-    servers
-}
-
 /// Every connection the gateway may hold at once is a descriptor: say so at start when the
 /// caps and the pool add up to more than the process may open, instead of failing later with
 /// `Too many open files`.
@@ -606,12 +504,12 @@ fn warn_if_descriptors_short(args: &ServeArgs, open_files: u64) {
         0
     };
     let ojs = if args.ojs.ojs_addr.0.is_some() {
-        args.ojs_max_connections
+        args.ojs.ojs_max_connections
     } else {
         0
     };
     // Listeners, PostgreSQL connections, logs, origin clients: a margin for the rest.
-    let wanted = args.s3_max_connections + args.admin_max_connections + resp + ojs + args.database.pool_size + 256;
+    let wanted = args.s3.s3_max_connections + args.admin_max_connections + resp + ojs + args.database.pool_size + 256;
     if wanted as u64 > open_files {
         tracing::warn!(
             open_files,

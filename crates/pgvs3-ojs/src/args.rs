@@ -53,6 +53,10 @@ pub struct OjsArgs {
     #[arg(long, env = "PGVS3_OJS_JOB_RETENTION", default_value = "24h", value_parser = parse_duration)]
     pub ojs_job_retention: Duration,
 
+    /// OJS connections open at once; beyond it a connection is answered 503 and closed.
+    #[arg(long, env = "PGVS3_OJS_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub ojs_max_connections: usize,
+
     /// OJS requests served at once (0: twice the pool size); beyond it requests wait.
     /// Health, readiness and the manifest never wait.
     #[arg(long, env = "PGVS3_OJS_MAX_ACTIVE", default_value_t = 0)]

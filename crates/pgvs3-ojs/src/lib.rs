@@ -7,6 +7,9 @@
 
 pub mod args;
 pub mod ojs;
+mod start;
 pub mod webhooks;
+
+pub use start::start;
 
 pub use pgvs3_base::{admission, http_server, replica_lag, request_body, telemetry};

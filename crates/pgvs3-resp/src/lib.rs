@@ -5,6 +5,9 @@
 
 pub mod args;
 pub mod resp;
+mod start;
+
+pub use start::start;
 
 pub use pgvs3_base::{admission, http_server, metrics, replica_lag, telemetry};
 pub use pgvs3_pg::pg;
