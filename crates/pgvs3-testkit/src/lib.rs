@@ -6,6 +6,7 @@
 pub mod certs;
 pub mod events;
 pub mod faults;
+pub mod oidc;
 pub mod ojs;
 pub mod raw;
 pub mod receiver;

@@ -7,37 +7,14 @@
 use pgvs3_testkit as common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use base64::Engine as _;
+use common::oidc;
 use pgvs3_catalog::sts::{self, Trust};
 use serde_json::{Value, json};
 
 const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 const ROLE_ARN: &str = "arn:aws:iam::000000000000:role/ledger";
-
-fn b64(bytes: &[u8]) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-}
-
-fn openssl(args: &[&str], input: &[u8]) -> Vec<u8> {
-    let mut child = Command::new("openssl")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the openssl CLI");
-    std::io::Write::write_all(&mut child.stdin.take().unwrap(), input).unwrap();
-    let output = child.wait_with_output().unwrap();
-    assert!(
-        output.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output.stdout
-}
 
 /// An issuer's signing key in a directory of its own, and the tokens it signs there.
 struct Issuer {
@@ -48,7 +25,7 @@ impl Issuer {
     fn new(name: &str) -> Issuer {
         let dir = std::env::temp_dir().join(format!("pgvs3-web-identity-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        openssl(&["genrsa", "-out", &dir.join("key.pem").to_string_lossy(), "2048"], b"");
+        oidc::rsa_key(&dir.join("key.pem").to_string_lossy());
         Issuer { dir }
     }
 
@@ -58,9 +35,7 @@ impl Issuer {
 
     /// The key set the API server publishes at /openid/v1/jwks.
     fn jwks(&self) -> Value {
-        let modulus = String::from_utf8(openssl(&["rsa", "-in", &self.key(), "-noout", "-modulus"], b"")).unwrap();
-        let n = hex::decode(modulus.trim().trim_start_matches("Modulus=")).unwrap();
-        json!({"keys": [{"use": "sig", "kty": "RSA", "kid": "k1", "alg": "RS256", "n": b64(&n), "e": "AQAB"}]})
+        json!({"keys": [oidc::rsa_jwk(&self.key(), "k1")]})
     }
 
     /// A projected token of ServiceAccount apps/`account` for audience pgvs3, in a file.
@@ -69,14 +44,10 @@ impl Issuer {
         let claims = json!({"iss": ISSUER, "sub": format!("system:serviceaccount:apps:{account}"), "aud": ["pgvs3"],
             "iat": now, "nbf": now, "exp": now + 600,
             "kubernetes.io": {"namespace": "apps", "serviceaccount": {"name": account, "uid": "u"}}});
-        let input = format!(
-            "{}.{}",
-            b64(json!({"alg": "RS256", "kid": "k1"}).to_string().as_bytes()),
-            b64(claims.to_string().as_bytes())
-        );
-        let signature = openssl(&["dgst", "-sha256", "-sign", &self.key()], input.as_bytes());
+        let input = oidc::signing_input(&json!({"alg": "RS256", "kid": "k1"}), &claims);
+        let signature = oidc::sign_sha256(&self.key(), &input);
         let path = self.dir.join(account);
-        std::fs::write(&path, format!("{input}.{}", b64(&signature))).unwrap();
+        std::fs::write(&path, format!("{input}.{}", oidc::b64url(&signature))).unwrap();
         path
     }
 }

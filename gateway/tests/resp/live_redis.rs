@@ -63,3 +63,11 @@ pub async fn same_replies(ours: &mut RawResp, redis: &mut RawResp, commands: &[&
         assert_eq!(ours.command(command).await, theirs, "{command:?}");
     }
 }
+
+/// [`same_replies`] for commands written as lines of words (no word with a space in it).
+pub async fn same_lines(ours: &mut RawResp, redis: &mut RawResp, lines: &[&str]) {
+    for line in lines {
+        let words: Vec<&str> = line.split_ascii_whitespace().collect();
+        same_replies(ours, redis, &[&words]).await;
+    }
+}

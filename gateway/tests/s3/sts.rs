@@ -6,14 +6,13 @@
 use pgvs3_testkit as common;
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_s3::config::Credentials;
 use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::presigning::PresigningConfig;
-use base64::Engine as _;
 use common::TestGateway;
+use common::oidc;
 use common::raw::{self, RawResponse};
 use hmac::{KeyInit, Mac};
 use pgvs3_catalog::sts::{self, Trust};
@@ -21,34 +20,6 @@ use serde_json::{Value, json};
 
 const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 const READER: &str = "system:serviceaccount:apps:reader";
-
-fn b64(bytes: &[u8]) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-}
-
-fn openssl(args: &[&str], input: Option<&[u8]>) -> Vec<u8> {
-    let mut child = Command::new("openssl")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the openssl CLI");
-    {
-        use std::io::Write;
-        let mut stdin = child.stdin.take().unwrap();
-        if let Some(input) = input {
-            stdin.write_all(input).unwrap();
-        }
-    }
-    let output = child.wait_with_output().unwrap();
-    assert!(
-        output.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output.stdout
-}
 
 /// A cluster's signing keys, made with openssl: an RSA key (`rsa`), a P-256 key (`ec`), and
 /// an RSA key the cluster never published (`stranger`).
@@ -63,9 +34,9 @@ impl Cluster {
         let dir = std::env::temp_dir().join(format!("pgvs3-sts-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = |name: &str| dir.join(name).to_string_lossy().into_owned();
-        openssl(&["genrsa", "-out", &path("rsa.pem"), "2048"], None);
-        openssl(&["genrsa", "-out", &path("stranger.pem"), "2048"], None);
-        openssl(
+        oidc::rsa_key(&path("rsa.pem"));
+        oidc::rsa_key(&path("stranger.pem"));
+        oidc::openssl(
             &[
                 "ecparam",
                 "-name",
@@ -75,11 +46,11 @@ impl Cluster {
                 "-out",
                 &path("ec.pem"),
             ],
-            None,
+            b"",
         );
-        openssl(
+        oidc::openssl(
             &["rsa", "-in", &path("rsa.pem"), "-pubout", "-out", &path("rsa.pub")],
-            None,
+            b"",
         );
         Cluster { dir }
     }
@@ -90,26 +61,19 @@ impl Cluster {
 
     /// The key set the API server would publish at /openid/v1/jwks.
     fn jwks(&self) -> Value {
-        let modulus =
-            String::from_utf8(openssl(&["rsa", "-in", &self.key("rsa"), "-noout", "-modulus"], None)).unwrap();
-        let n = hex::decode(modulus.trim().trim_start_matches("Modulus=")).unwrap();
-        let spki = openssl(&["ec", "-in", &self.key("ec"), "-pubout", "-outform", "DER"], None);
+        let spki = oidc::openssl(&["ec", "-in", &self.key("ec"), "-pubout", "-outform", "DER"], b"");
         let point = &spki[spki.len() - 65..];
         json!({"keys": [
-            {"use": "sig", "kty": "RSA", "kid": "rsa-1", "alg": "RS256", "n": b64(&n), "e": "AQAB"},
+            oidc::rsa_jwk(&self.key("rsa"), "rsa-1"),
             {"use": "sig", "kty": "EC", "kid": "ec-1", "alg": "ES256", "crv": "P-256",
-             "x": b64(&point[1..33]), "y": b64(&point[33..])}
+             "x": oidc::b64url(&point[1..33]), "y": oidc::b64url(&point[33..])}
         ]})
     }
 
     /// A JWT of `header` and `claims`, signed as its `alg` says with key `key` (`none`: no
     /// signature; HS256: an HMAC keyed with the RSA public key's PEM, the confusion attack).
     fn token(&self, header: &Value, claims: &Value, key: &str) -> String {
-        let input = format!(
-            "{}.{}",
-            b64(header.to_string().as_bytes()),
-            b64(claims.to_string().as_bytes())
-        );
+        let input = oidc::signing_input(header, claims);
         let signature = match header["alg"].as_str().unwrap() {
             "none" => Vec::new(),
             "HS256" => {
@@ -118,13 +82,10 @@ impl Cluster {
                 mac.update(input.as_bytes());
                 mac.finalize().into_bytes().to_vec()
             }
-            "ES256" => der_to_fixed(&openssl(
-                &["dgst", "-sha256", "-sign", &self.key(key)],
-                Some(input.as_bytes()),
-            )),
-            _ => openssl(&["dgst", "-sha256", "-sign", &self.key(key)], Some(input.as_bytes())),
+            "ES256" => der_to_fixed(&oidc::sign_sha256(&self.key(key), &input)),
+            _ => oidc::sign_sha256(&self.key(key), &input),
         };
-        format!("{input}.{}", b64(&signature))
+        format!("{input}.{}", oidc::b64url(&signature))
     }
 
     /// A projected ServiceAccount token of `subject`, RS256.
