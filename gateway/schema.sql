@@ -3997,6 +3997,20 @@ CREATE TABLE ojs.queues (
 );
 
 --
+-- Name: schemas; Type: TABLE; Schema: ojs; Owner: -
+--
+
+CREATE TABLE ojs.schemas (
+    job_type text NOT NULL,
+    major integer NOT NULL,
+    minor integer NOT NULL,
+    patch integer NOT NULL,
+    version text NOT NULL,
+    schema jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
 -- Name: access_keys; Type: TABLE; Schema: pgvs3; Owner: -
 --
 
@@ -4811,6 +4825,13 @@ ALTER TABLE ONLY ojs.queues
 
 ALTER TABLE ONLY ojs.rate_limits
     ADD CONSTRAINT rate_limits_pkey PRIMARY KEY (key);
+
+--
+-- Name: schemas schemas_pkey; Type: CONSTRAINT; Schema: ojs; Owner: -
+--
+
+ALTER TABLE ONLY ojs.schemas
+    ADD CONSTRAINT schemas_pkey PRIMARY KEY (job_type, major, minor, patch);
 
 --
 -- Name: webhooks webhooks_pkey; Type: CONSTRAINT; Schema: ojs; Owner: -

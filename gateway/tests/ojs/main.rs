@@ -5,4 +5,5 @@ mod events;
 mod fleet;
 mod input_limits;
 mod queue;
+mod schemas;
 mod tenants;

@@ -174,6 +174,7 @@ impl From<EngineError> for OjsError {
         let (status, code, kind) = match error.kind {
             ErrorKind::Invalid => (StatusCode::BAD_REQUEST, "invalid_request", "validation_error"),
             ErrorKind::Unprocessable => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", "validation_error"),
+            ErrorKind::SchemaMismatch => (StatusCode::UNPROCESSABLE_ENTITY, "validation_error", "validation_error"),
             ErrorKind::InvalidWorkflow => (StatusCode::BAD_REQUEST, "invalid_workflow", "validation_error"),
             ErrorKind::NotFound => (StatusCode::NOT_FOUND, "not_found", "not_found"),
             ErrorKind::Conflict => (StatusCode::CONFLICT, "conflict", "conflict"),
@@ -203,7 +204,7 @@ impl From<EngineError> for OjsError {
 
 fn hint(code: &str) -> &'static str {
     match code {
-        "invalid_request" | "invalid_payload" | "invalid_workflow" => {
+        "invalid_request" | "invalid_payload" | "invalid_workflow" | "validation_error" => {
             "fix the request body as the message says and send it again"
         }
         "not_found" => "check the id; jobs are found by the id enqueue returned",

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::super::engine::claims::{Beat, Failure, FetchRequest};
 use super::super::engine::envelope::{self, NewJob};
 use super::super::engine::jobs::Answer;
-use super::super::engine::{cron, now_rfc3339, progress, webhooks, workflow};
+use super::super::engine::{cron, now_rfc3339, progress, schemas, webhooks, workflow};
 use super::wire::*;
 use super::{MAX_BATCH, MAX_FETCH, OjsError, OjsService, Reply, request, tenant};
 use crate::request_body::RequestBody;
@@ -88,6 +88,8 @@ impl OjsService {
                 };
                 self.webhooks(method, rest, &body, &query).await
             }
+            (method, ["schemas", rest @ ..]) => self.schemas(method, rest, &body, false).await,
+            (method, ["admin", "schemas", rest @ ..]) => self.schemas(method, rest, &body, true).await,
             (&Method::POST, ["workers", "heartbeat"]) | (&Method::POST, ["workers", "beat"]) => {
                 self.heartbeat(request::json(&body)?, tenant).await
             }
@@ -443,6 +445,61 @@ impl OjsService {
         }
     }
 
+    /// The schema registry (ext-schema-registry §10): under `/schemas` with the spec's answers
+    /// (`{"schema": {...}}`), and under `/admin/schemas` with the conformance suite's (the stored
+    /// schema itself; integer versions in the path). `POST` registers from the body, `PUT
+    /// {type}/{version}` from the path; a version that exists is 409 either way.
+    async fn schemas(&self, method: &Method, rest: &[&str], body: &request::Body, admin: bool) -> Reply {
+        let queue = &self.inner.queue;
+        let wrap = |record: Value| if admin { record } else { json!({ "schema": record }) };
+        let schema_of = |body: &request::Body| -> Result<Option<Value>, OjsError> {
+            Ok(match request::json(body)? {
+                Value::Object(mut fields) => fields.remove("schema"),
+                _ => return Err(OjsError::invalid("a schema registration is a JSON object")),
+            })
+        };
+        match (method, rest) {
+            (&Method::POST, []) => {
+                let fields = request::json(body)?;
+                let job_type = fields
+                    .get("job_type")
+                    .or_else(|| fields.get("type"))
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| OjsError::invalid("missing required field \"job_type\""))?;
+                let version = fields
+                    .get("version")
+                    .ok_or_else(|| OjsError::invalid("missing required field \"version\""))?;
+                let new = schemas::parse_schema(job_type, version, fields.get("schema").cloned())?;
+                Ok((StatusCode::CREATED, wrap(queue.register_schema(&new).await?)))
+            }
+            (&Method::PUT, [job_type, version]) => {
+                let new = schemas::parse_schema(job_type, &json!(version), schema_of(body)?)?;
+                Ok((StatusCode::CREATED, wrap(queue.register_schema(&new).await?)))
+            }
+            (&Method::GET, []) => Ok((StatusCode::OK, listing("schemas", queue.list_schemas().await?))),
+            (&Method::GET, [job_type]) => Ok((StatusCode::OK, wrap(queue.schema(job_type, None).await?))),
+            (&Method::GET, [job_type, "versions"]) => Ok((
+                StatusCode::OK,
+                json!({ "job_type": job_type, "versions": queue.schema_versions(job_type).await? }),
+            )),
+            (&Method::GET, [job_type, version]) => {
+                let version = schemas::Version::parse(version)?;
+                Ok((StatusCode::OK, wrap(queue.schema(job_type, Some(&version)).await?)))
+            }
+            (&Method::DELETE, [job_type, version]) => {
+                let mut deleted = queue
+                    .delete_schema(job_type, &schemas::Version::parse(version)?)
+                    .await?;
+                deleted["deleted"] = Value::Bool(true);
+                Ok((StatusCode::OK, wrap(deleted)))
+            }
+            _ => Err(OjsError::not_found(format!(
+                "no OJS schemas route {method} {}",
+                rest.join("/")
+            ))),
+        }
+    }
+
     /// Sends a `webhook.test` event to a subscription's endpoint now, outside the outbox, and
     /// says whether it accepted it (ojs-webhooks §6.6). Every failure answers alike, and only
     /// once the whole timeout has passed: a refused connection, an open port that does not speak
@@ -558,12 +615,14 @@ impl OjsService {
             }
         }
         let registration = cron::parse_registration(body)?;
-        // Checked now so a bad template fails here rather than at every tick.
-        envelope::parse_job(
+        // Checked now (its args against its type's schema too) so a bad template fails here
+        // rather than at every tick.
+        let template = envelope::parse_job(
             registration.definition["job_template"].clone(),
             self.inner.options.max_args_bytes,
         )?
         .without_dependencies("a cron template")?;
+        self.inner.queue.check_args(std::iter::once(&template), false).await?;
         let replace = path_name.is_some();
         let cron = self.inner.queue.put_cron(&registration, replace).await?;
         let status = if replace { StatusCode::OK } else { StatusCode::CREATED };
