@@ -2,6 +2,7 @@
 //! one throwaway PostgreSQL (crates/pgvs3-testkit).
 
 mod events;
+mod fairness;
 mod fleet;
 mod input_limits;
 mod queue;

@@ -344,9 +344,11 @@ impl OjsService {
                 .filter(|n| (1..=MAX_FETCH).contains(n))
                 .ok_or_else(|| OjsError::invalid(format!("\"count\" must be from 1 to {MAX_FETCH}")))?,
         };
+        let strategy = fetch_strategy(&body, &queues)?;
         let request = FetchRequest {
             queues,
             count,
+            strategy,
             tenant: tenant.to_string(),
             worker_id: optional_string(&body, "worker_id")?,
             visibility_ms: optional_ms(&body, "visibility_timeout_ms")?,
