@@ -165,8 +165,36 @@ impl OjsService {
             (&Method::POST, ["cron"]) => self.register_cron(request::json(&body)?, None).await,
             (&Method::PUT, ["cron", name]) => self.register_cron(request::json(&body)?, Some(*name)).await,
             (&Method::GET, ["cron"]) => {
-                let crons = queue.list_crons().await?;
-                Ok((StatusCode::OK, listing("crons", crons)))
+                let enabled = match query.get("enabled").map(String::as_str) {
+                    None => None,
+                    Some("true") => Some(true),
+                    Some("false") => Some(false),
+                    Some(_) => return Err(OjsError::invalid("\"enabled\" filters by true or false")),
+                };
+                let crons = queue.list_crons(enabled).await?;
+                let mut body = listing("crons", crons);
+                body["cron_jobs"] = body["items"].clone();
+                body["count"] = body["pagination"]["total"].clone();
+                Ok((StatusCode::OK, body))
+            }
+            (&Method::GET, ["cron", name]) => Ok((StatusCode::OK, cron_answer(queue.get_cron(name).await?))),
+            (&Method::PATCH, ["cron", name]) => {
+                let enabled = match request::json(&body)? {
+                    Value::Object(fields)
+                        if fields.len() == 1 && fields.get("enabled").is_some_and(Value::is_boolean) =>
+                    {
+                        fields["enabled"].as_bool().unwrap_or(true)
+                    }
+                    _ => {
+                        return Err(OjsError::invalid(
+                            "PATCH /cron/{name} takes {\"enabled\": true|false}; PUT /cron/{name} replaces a schedule",
+                        ));
+                    }
+                };
+                Ok((
+                    StatusCode::OK,
+                    cron_answer(queue.set_cron_enabled(name, enabled).await?),
+                ))
             }
             (&Method::DELETE, ["cron", name]) => {
                 Ok((StatusCode::OK, json!({ "cron": queue.delete_cron(name).await? })))

@@ -52,6 +52,11 @@ pub(super) fn pressure_headers(inserted: &Inserted, headers: &mut Vec<(&'static 
 }
 
 /// A list under its own name and, as the admin API reads it, under `items` with pagination.
+/// One cron schedule: under `cron` (this binding's first form) and `cron_job` (ojs-cron §8).
+pub(super) fn cron_answer(cron: Value) -> Value {
+    json!({ "cron": cron.clone(), "cron_job": cron })
+}
+
 pub(super) fn listing(name: &str, items: Vec<Value>) -> Value {
     let total = items.len();
     let mut body = json!({ "items": items, "pagination": { "total": total, "page": 1, "per_page": total.max(1) } });
