@@ -67,7 +67,9 @@ CREATE TABLE ojs.cron (
     definition jsonb NOT NULL,
     next_run timestamp with time zone NOT NULL,
     last_run timestamp with time zone,
-    created_at timestamp with time zone DEFAULT now() NOT NULL
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    enabled boolean DEFAULT true NOT NULL,
+    run_count bigint DEFAULT 0 NOT NULL
 );
 
 --
@@ -79,13 +81,15 @@ CREATE FUNCTION ojs.cron_json(c ojs.cron) RETURNS jsonb
     AS $$
     SELECT c.definition || jsonb_strip_nulls(jsonb_build_object(
         'name', c.name,
-        'enabled', true,
+        'enabled', c.enabled,
+        'run_count', c.run_count,
         'timezone', coalesce(c.definition ->> 'timezone', 'UTC'),
         'overlap_policy', coalesce(c.definition ->> 'overlap_policy', 'allow'),
-        'next_run_at', CASE WHEN c.next_run < 'infinity' THEN ojs.ts(c.next_run) END,
-        'last_run_at', ojs.ts(c.last_run),
         'created_at', ojs.ts(c.created_at)
-    ))
+    )) || jsonb_build_object(
+        'next_run_at', CASE WHEN c.enabled AND c.next_run < 'infinity' THEN ojs.ts(c.next_run) END,
+        'last_run_at', ojs.ts(c.last_run)
+    )
 $$;
 
 --
@@ -3997,6 +4001,20 @@ CREATE TABLE ojs.queues (
 );
 
 --
+-- Name: schemas; Type: TABLE; Schema: ojs; Owner: -
+--
+
+CREATE TABLE ojs.schemas (
+    job_type text NOT NULL,
+    major integer NOT NULL,
+    minor integer NOT NULL,
+    patch integer NOT NULL,
+    version text NOT NULL,
+    schema jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
 -- Name: access_keys; Type: TABLE; Schema: pgvs3; Owner: -
 --
 
@@ -4811,6 +4829,13 @@ ALTER TABLE ONLY ojs.queues
 
 ALTER TABLE ONLY ojs.rate_limits
     ADD CONSTRAINT rate_limits_pkey PRIMARY KEY (key);
+
+--
+-- Name: schemas schemas_pkey; Type: CONSTRAINT; Schema: ojs; Owner: -
+--
+
+ALTER TABLE ONLY ojs.schemas
+    ADD CONSTRAINT schemas_pkey PRIMARY KEY (job_type, major, minor, patch);
 
 --
 -- Name: webhooks webhooks_pkey; Type: CONSTRAINT; Schema: ojs; Owner: -

@@ -68,16 +68,20 @@ CREATE OR REPLACE FUNCTION ojs.job_json(j ojs.jobs) RETURNS jsonb LANGUAGE sql S
     ))
 $$;
 
+-- ojs-cron §2.2's system-managed fields: `last_run_at` is null until the first trigger and
+-- `next_run_at` null while the schedule is disabled (§8.5), so those two are kept when null.
 CREATE OR REPLACE FUNCTION ojs.cron_json(c ojs.cron) RETURNS jsonb LANGUAGE sql STABLE AS $$
     SELECT c.definition || jsonb_strip_nulls(jsonb_build_object(
         'name', c.name,
-        'enabled', true,
+        'enabled', c.enabled,
+        'run_count', c.run_count,
         'timezone', coalesce(c.definition ->> 'timezone', 'UTC'),
         'overlap_policy', coalesce(c.definition ->> 'overlap_policy', 'allow'),
-        'next_run_at', CASE WHEN c.next_run < 'infinity' THEN ojs.ts(c.next_run) END,
-        'last_run_at', ojs.ts(c.last_run),
         'created_at', ojs.ts(c.created_at)
-    ))
+    )) || jsonb_build_object(
+        'next_run_at', CASE WHEN c.enabled AND c.next_run < 'infinity' THEN ojs.ts(c.next_run) END,
+        'last_run_at', ojs.ts(c.last_run)
+    )
 $$;
 
 -- The job side: a member job settles its workflow's member; a batch callback settles the batch

@@ -2,7 +2,9 @@
 //! one throwaway PostgreSQL (crates/pgvs3-testkit).
 
 mod events;
+mod fairness;
 mod fleet;
 mod input_limits;
 mod queue;
+mod schemas;
 mod tenants;

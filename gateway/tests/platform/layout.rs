@@ -147,6 +147,7 @@ const NEW_SINCE_V10: &[&str] = &[
 /// (object lock) refuses to force-drop a bucket holding locked versions; v17 shows a job's progress;
 /// v23 raises the event a superseded cache write still owed; v24 counts every version in bucket quotas.
 const CHANGED_SINCE_V10: &[&str] = &[
+    "ojs.cron_json(ojs.cron)",
     "ojs.job_json(ojs.jobs)",
     "pgvs3.count_bucket_usage()",
     "pgvs3.drop_bucket(text,boolean)",

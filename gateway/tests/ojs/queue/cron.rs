@@ -249,3 +249,164 @@ async fn the_day_forms_of_the_spec_register_and_schedule_on_their_days() {
     }
     gateway.stop().await;
 }
+
+/// ojs-cron §2.2 and §8: a schedule can be registered disabled, toggled with `PATCH` (disabled:
+/// no tick fires and `next_run_at` is null; enabled again: the next run is computed from now,
+/// so missed ticks do not fire), read by name, listed by `enabled`; `run_count` and
+/// `last_run_at` follow triggers; system fields a client sends are ignored; names outside the
+/// spec's pattern are refused. Fails before: PATCH and GET by name were 404, `enabled` was
+/// always true and ignored, there was no `run_count`, and any name was accepted.
+#[tokio::test]
+async fn cron_schedules_pause_resume_and_count_their_runs() {
+    let gateway = start().await;
+    let ojs = Ojs::of(&gateway);
+    let sql = gateway.sql().await;
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/cron",
+            json!({ "name": "nightly.report-1", "cron": "0 3 * * *", "type": "report.build",
+                    "options": { "queue": "nightly" }, "run_count": 99, "last_run_at": "2020-01-01T00:00:00Z" }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let cron = &body["cron"];
+    assert_eq!(
+        (&cron["enabled"], &cron["run_count"], &cron["last_run_at"]),
+        (&json!(true), &json!(0), &Value::Null),
+        "{body}"
+    );
+    assert!(cron["next_run_at"].is_string(), "{body}");
+
+    let due = || async {
+        sql.execute(
+            "UPDATE ojs.cron SET next_run = now() - interval '1 second' WHERE name = 'nightly.report-1'",
+            &[],
+        )
+        .await
+        .unwrap();
+    };
+    let jobs = || async {
+        sql.query_one("SELECT count(*) FROM ojs.jobs WHERE queue = 'nightly'", &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    due().await;
+    common::eventually(Duration::from_secs(10), "the tick", || async {
+        let (_, body) = ojs.get("/ojs/v1/cron/nightly.report-1").await;
+        (body["cron_job"]["run_count"] == json!(1)).then_some(())
+    })
+    .await;
+    let (_, body) = ojs.get("/ojs/v1/cron/nightly.report-1").await;
+    assert!(body["cron_job"]["last_run_at"].is_string(), "{body}");
+    assert_eq!(jobs().await, 1);
+
+    // Disabled: kept, listed as such, null next run, and a due tick does not fire.
+    let (status, body) = ojs
+        .call(
+            "PATCH",
+            "/ojs/v1/cron/nightly.report-1",
+            Some(json!({ "enabled": false })),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (&body["cron_job"]["enabled"], &body["cron_job"]["next_run_at"]),
+        (&json!(false), &Value::Null),
+        "{body}"
+    );
+    due().await;
+    let (_, listed) = ojs.get("/ojs/v1/cron?enabled=false").await;
+    assert_eq!(listed["cron_jobs"].as_array().map(Vec::len), Some(1), "{listed}");
+    let (_, listed) = ojs.get("/ojs/v1/cron?enabled=true").await;
+    assert_eq!(listed["cron_jobs"].as_array().map(Vec::len), Some(0), "{listed}");
+    assert_eq!(listed["count"], 0, "{listed}");
+    // A due schedule that is enabled shows a tick has passed since; the disabled one did not
+    // fire in it.
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/cron",
+            json!({ "name": "probe", "cron": "@yearly", "type": "report.build", "options": { "queue": "probe" } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    sql.execute(
+        "UPDATE ojs.cron SET next_run = now() - interval '1 second' WHERE name = 'probe'",
+        &[],
+    )
+    .await
+    .unwrap();
+    common::eventually(Duration::from_secs(10), "the probe's tick", || async {
+        let (_, body) = ojs.get("/ojs/v1/cron/probe").await;
+        (body["cron_job"]["run_count"] == json!(1)).then_some(())
+    })
+    .await;
+    assert_eq!(jobs().await, 1);
+
+    // Enabled again: the next run is a future one, not the tick missed while disabled.
+    let (status, body) = ojs
+        .call(
+            "PATCH",
+            "/ojs/v1/cron/nightly.report-1",
+            Some(json!({ "enabled": true })),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let next = body["cron_job"]["next_run_at"].as_str().unwrap().to_string();
+    let in_future: bool = sql
+        .query_one("SELECT $1::text::timestamptz > now() AS later", &[&next])
+        .await
+        .unwrap()
+        .get("later");
+    assert!(in_future, "{body}");
+    assert_eq!(body["cron_job"]["run_count"], 1, "{body}");
+
+    // Registered disabled; bad toggles and names refused; unknown names 404.
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/cron",
+            json!({ "name": "paused", "cron": "@hourly", "type": "report.build", "enabled": false }),
+        )
+        .await;
+    assert_eq!((status, &body["cron"]["next_run_at"]), (201, &Value::Null), "{body}");
+    for (method, path, body) in [
+        ("PATCH", "/ojs/v1/cron/paused", json!({ "enabled": "no" })),
+        (
+            "PATCH",
+            "/ojs/v1/cron/paused",
+            json!({ "enabled": true, "cron": "* * * * *" }),
+        ),
+        (
+            "POST",
+            "/ojs/v1/cron",
+            json!({ "name": "Nightly", "cron": "@daily", "type": "report.build" }),
+        ),
+        (
+            "POST",
+            "/ojs/v1/cron",
+            json!({ "name": "-nightly", "cron": "@daily", "type": "report.build" }),
+        ),
+        (
+            "POST",
+            "/ojs/v1/cron",
+            json!({ "name": "night_ly", "cron": "@daily", "type": "report.build" }),
+        ),
+        (
+            "POST",
+            "/ojs/v1/cron",
+            json!({ "name": "x", "cron": "@daily", "type": "report.build", "enabled": 1 }),
+        ),
+    ] {
+        let (status, answer) = ojs.call(method, path, Some(body.clone())).await;
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (400, Some("invalid_request")),
+            "{body}: {answer}"
+        );
+    }
+    for (method, body) in [("GET", None), ("PATCH", Some(json!({ "enabled": true })))] {
+        let (status, answer) = ojs.call(method, "/ojs/v1/cron/no-such", body).await;
+        assert_eq!(status, 404, "{method}: {answer}");
+    }
+    gateway.stop().await;
+}

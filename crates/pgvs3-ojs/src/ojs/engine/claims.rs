@@ -14,10 +14,64 @@ use super::{EngineError, Queue};
 pub struct FetchRequest {
     pub queues: Vec<String>,
     pub count: i64,
+    /// How the claim shares itself among the queues (ext-fair-scheduling §7).
+    pub strategy: Strategy,
     /// Only this tenant's jobs are handed out.
     pub tenant: String,
     pub worker_id: Option<String>,
     pub visibility_ms: Option<i32>,
+}
+
+/// How one fetch picks among its queues.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Strategy {
+    /// The queues in the order listed: a later queue only gets what the earlier ones leave.
+    Strict,
+    /// One job from each queue in turn (§7.1), starting from a random queue so that fetches
+    /// of one job spread evenly over the queues that have work.
+    RoundRobin,
+    /// Queues served in proportion to their weights (§7.3), aligned with `queues`.
+    Weighted(Vec<u32>),
+}
+
+impl Strategy {
+    /// Each queue's weight and the phase of its first turn, for the claim's ordering: a
+    /// queue's n-th job (from 0) comes at `(n + phase) / weight`, stride scheduling. One queue,
+    /// drawn with a probability proportional to its weight, leads (phase 0); the others start
+    /// at a random phase in (0, 1]. So a fetch of one job comes from each queue that has work
+    /// in proportion to its weight, and a fetch of many takes from each in proportion (to
+    /// within a job). `None` for the strict order.
+    fn turns(&self, queues: usize) -> Option<(Vec<f64>, Vec<f64>)> {
+        use rand::Rng;
+        let weights: Vec<f64> = match self {
+            Strategy::Strict => return None,
+            Strategy::RoundRobin => vec![1.0; queues],
+            Strategy::Weighted(weights) => weights.iter().map(|w| f64::from(*w)).collect(),
+        };
+        let mut rng = rand::rng();
+        let mut draw = rng.random::<f64>() * weights.iter().sum::<f64>();
+        let leader = weights
+            .iter()
+            .position(|w| {
+                draw -= w;
+                draw < 0.0
+            })
+            .unwrap_or(0);
+        let phases = (0..queues)
+            .map(|queue| {
+                if queue == leader {
+                    0.0
+                } else {
+                    1.0 - rng.random::<f64>()
+                }
+            })
+            .collect();
+        Some((weights, phases))
+    }
+}
+
+fn row_turn(row: &tokio_postgres::Row) -> f64 {
+    row.get("fair_turn")
 }
 
 /// A worker's heartbeat: the claims it extends and, when it names itself, its state.
@@ -109,13 +163,18 @@ WITH due AS (
 )
 SELECT 1";
 
-/// Claims up to $2 jobs of tenant $5: queues in the order given, then priority, then FIFO, each
-/// queue read along the `jobs_claim` index (whose (queue, tenant) prefix is one range).
+/// Claims up to $2 jobs of tenant $5: queues in the order given (or, for a fair strategy, in
+/// the turns its weights $6 and phases $7 make), then priority, then FIFO, each queue read along
+/// the `jobs_claim` index (whose (queue, tenant) prefix is one range).
 /// Rate-limited jobs whose key has no room are passed over; those picked then take their starts
 /// from the key's row atomically (`admitted`), and any the key cannot take now stay available.
 const CLAIM: &str = "
 WITH claimed AS (
-    SELECT c.id, q.ord, c.priority, c.seq, c.rate_key
+    SELECT c.id, q.ord, c.priority, c.seq, c.rate_key,
+           -- A fair strategy's turn (Strategy::turns); the strict order has none.
+           CASE WHEN $6::float8[] IS NULL THEN 0
+                ELSE (row_number() OVER (PARTITION BY q.ord ORDER BY c.priority DESC, c.seq) - 1
+                      + ($7::float8[])[q.ord::int]) / ($6::float8[])[q.ord::int] END AS fair_turn
     FROM unnest($1::text[]) WITH ORDINALITY AS q(name, ord)
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.seq, j.rate_key FROM ojs.jobs j
@@ -130,7 +189,7 @@ WITH claimed AS (
     ) c
     WHERE NOT EXISTS (SELECT 1 FROM ojs.queues p WHERE p.name = q.name AND p.paused)
       AND NOT EXISTS (SELECT 1 FROM ojs.workers w WHERE w.id = $3 AND (w.state <> 'running' OR w.directive IS NOT NULL))
-    ORDER BY q.ord, c.priority DESC, c.seq
+    ORDER BY fair_turn, q.ord, c.priority DESC, c.seq
     LIMIT $2
 ), wanted AS (
     SELECT rate_key, count(*)::int AS n FROM claimed WHERE rate_key IS NOT NULL GROUP BY rate_key
@@ -151,8 +210,8 @@ WITH claimed AS (
     WHERE r.key = w.rate_key
     RETURNING r.key, r.granted
 ), started AS (
-    SELECT c.id, c.ord FROM (
-        SELECT claimed.*, row_number() OVER (PARTITION BY rate_key ORDER BY ord, priority DESC, seq) AS turn
+    SELECT c.id, c.ord, c.fair_turn FROM (
+        SELECT claimed.*, row_number() OVER (PARTITION BY rate_key ORDER BY fair_turn, ord, priority DESC, seq) AS turn
         FROM claimed
     ) c
     LEFT JOIN admitted a ON a.key = c.rate_key
@@ -163,7 +222,8 @@ WITH claimed AS (
         visible_until = now() + coalesce($4, j.visibility_ms) * interval '1 ms'
     FROM started
     WHERE j.id = started.id
-    RETURNING started.ord, j.priority, j.seq, j.id, j.queue, j.type, j.attempt, j.envelope, ojs.job_json(j) AS body
+    RETURNING started.ord, started.fair_turn, j.priority, j.seq, j.id, j.queue, j.type, j.attempt, j.envelope,
+              ojs.job_json(j) AS body
 ), event AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
     SELECT gen_random_uuid()::text, 'job.started', queue, id,
@@ -171,7 +231,7 @@ WITH claimed AS (
                               'attempt', attempt) || ojs.trace_of(envelope)
     FROM running
 )
-SELECT ord, priority, seq, body FROM running";
+SELECT ord, fair_turn, priority, seq, body FROM running";
 
 const ACK: &str = "
 WITH done AS (
@@ -291,12 +351,15 @@ impl Queue {
     /// each time: one more round trip and a fresh plan).
     pub async fn fetch(&self, request: &FetchRequest) -> Result<Vec<Value>, EngineError> {
         let client = self.client().await?;
-        let claim_params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
+        let (weights, phases) = request.strategy.turns(request.queues.len()).unzip();
+        let claim_params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
             &request.queues,
             &request.count,
             &request.worker_id,
             &request.visibility_ms,
             &request.tenant,
+            &weights,
+            &phases,
         ];
         let claim_statement = client.prepare_cached(CLAIM).await.map_err(EngineError::sql)?;
         let claim = client.query(&claim_statement, &claim_params);
@@ -311,12 +374,15 @@ impl Queue {
         };
         let mut rows = claimed.map_err(EngineError::sql)?;
         // RETURNING has no order of its own.
-        rows.sort_by_key(|row| {
-            (
-                row.get::<_, i64>("ord"),
-                -row.get::<_, i32>("priority"),
-                row.get::<_, i64>("seq"),
-            )
+        rows.sort_by(|a, b| {
+            let key = |row: &tokio_postgres::Row| {
+                (
+                    row.get::<_, i64>("ord"),
+                    -row.get::<_, i32>("priority"),
+                    row.get::<_, i64>("seq"),
+                )
+            };
+            row_turn(a).total_cmp(&row_turn(b)).then_with(|| key(a).cmp(&key(b)))
         });
         Ok(rows.iter().map(|row| row.get("body")).collect())
     }

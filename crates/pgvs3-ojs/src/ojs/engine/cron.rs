@@ -22,6 +22,20 @@ pub struct Registration {
     pub name: String,
     pub definition: Value,
     pub schedule: Schedule,
+    /// `enabled` (default true): a disabled schedule stays registered and does not fire.
+    pub enabled: bool,
+}
+
+/// Fields the server keeps (ojs-cron §2.2): ignored when a registration sends them.
+const SYSTEM_FIELDS: [&str; 5] = ["enabled", "run_count", "last_run_at", "next_run_at", "created_at"];
+
+/// `[a-z0-9][a-z0-9\-\.]*`, at most 255 bytes (ojs-cron §2.2): safe in a URL, one spelling.
+pub fn is_valid_name(name: &str) -> bool {
+    name.len() <= 255
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
 }
 
 /// Checks a registration (ojs-cron §2) in the spec's form (`cron`, `type`, `args`, `options`)
@@ -32,13 +46,22 @@ pub fn parse_registration(body: Value) -> Result<Registration, EngineError> {
         return Err(EngineError::invalid("a cron schedule is a JSON object"));
     };
     let name = match fields.get("name") {
-        Some(Value::String(name)) if !name.is_empty() && name.len() <= 255 => name.clone(),
+        Some(Value::String(name)) if is_valid_name(name) => name.clone(),
         _ => {
             return Err(EngineError::invalid(
-                "a cron schedule needs a \"name\" (1 to 255 characters)",
+                "a cron schedule needs a \"name\" of lower-case letters, digits, '-' and '.', starting with a \
+                 letter or digit (at most 255 characters)",
             ));
         }
     };
+    let enabled = match fields.get("enabled") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(enabled)) => *enabled,
+        Some(_) => return Err(EngineError::invalid("\"enabled\" must be true or false")),
+    };
+    for field in SYSTEM_FIELDS {
+        fields.remove(field);
+    }
     let expressions: Vec<&str> = ["cron", "expression", "schedule"]
         .iter()
         .filter_map(|field| fields.get(*field).and_then(Value::as_str))
@@ -95,6 +118,7 @@ pub fn parse_registration(body: Value) -> Result<Registration, EngineError> {
         name,
         definition: Value::Object(fields),
         schedule,
+        enabled,
     })
 }
 
@@ -385,19 +409,27 @@ impl Queue {
             .schedule
             .next_after(time::OffsetDateTime::now_utc(), offset)
             .ok_or_else(|| EngineError::invalid("the cron expression never matches"))?;
+        // A replacement keeps the schedule's count and registration time (§2.2: since
+        // registration).
         let statement = if replace {
-            "INSERT INTO ojs.cron (name, definition, next_run) VALUES ($1, $2, to_timestamp($3))
-             ON CONFLICT (name) DO UPDATE SET definition = excluded.definition, next_run = excluded.next_run
+            "INSERT INTO ojs.cron (name, definition, next_run, enabled) VALUES ($1, $2, to_timestamp($3), $4)
+             ON CONFLICT (name) DO UPDATE SET definition = excluded.definition, next_run = excluded.next_run,
+                 enabled = excluded.enabled
              RETURNING ojs.cron_json(cron) AS cron"
         } else {
-            "INSERT INTO ojs.cron (name, definition, next_run) VALUES ($1, $2, to_timestamp($3))
+            "INSERT INTO ojs.cron (name, definition, next_run, enabled) VALUES ($1, $2, to_timestamp($3), $4)
              ON CONFLICT (name) DO NOTHING
              RETURNING ojs.cron_json(cron) AS cron"
         };
         let row = client
             .query_opt(
                 statement,
-                &[&cron.name, &cron.definition, &(next.unix_timestamp() as f64)],
+                &[
+                    &cron.name,
+                    &cron.definition,
+                    &(next.unix_timestamp() as f64),
+                    &cron.enabled,
+                ],
             )
             .await
             .map_err(EngineError::sql)?;
@@ -409,13 +441,65 @@ impl Queue {
         })
     }
 
-    pub async fn list_crons(&self) -> Result<Vec<Value>, EngineError> {
+    /// Every schedule by name, or (`enabled`) only the enabled or disabled ones.
+    pub async fn list_crons(&self, enabled: Option<bool>) -> Result<Vec<Value>, EngineError> {
         let client = self.client().await?;
         let rows = client
-            .query("SELECT ojs.cron_json(c) AS cron FROM ojs.cron c ORDER BY name", &[])
+            .query(
+                "SELECT ojs.cron_json(c) AS cron FROM ojs.cron c WHERE $1::bool IS NULL OR enabled = $1 ORDER BY name",
+                &[&enabled],
+            )
             .await
             .map_err(EngineError::sql)?;
         Ok(rows.iter().map(|row| row.get("cron")).collect())
+    }
+
+    pub async fn get_cron(&self, name: &str) -> Result<Value, EngineError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT ojs.cron_json(c) AS cron FROM ojs.cron c WHERE name = $1",
+                &[&name],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        row.map(|row| row.get("cron"))
+            .ok_or_else(|| EngineError::not_found(format!("no cron schedule {name:?}")))
+    }
+
+    /// Enables or disables a schedule (ojs-cron §8.5). Enabling one that was disabled computes
+    /// its next run from now, so the ticks it missed while disabled do not fire on resuming.
+    pub async fn set_cron_enabled(&self, name: &str, enabled: bool) -> Result<Value, EngineError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(EngineError::sql)?;
+        let row = tx
+            .query_opt(
+                "SELECT definition, enabled FROM ojs.cron WHERE name = $1 FOR UPDATE",
+                &[&name],
+            )
+            .await
+            .map_err(EngineError::sql)?
+            .ok_or_else(|| EngineError::not_found(format!("no cron schedule {name:?}")))?;
+        let definition: Value = row.get("definition");
+        let mut next = None;
+        if enabled && !row.get::<_, bool>("enabled") {
+            let schedule = Schedule::parse(definition["expression"].as_str().unwrap_or_default())?;
+            let offset = tz_offset(&tx, &definition).await?;
+            next = schedule
+                .next_after(time::OffsetDateTime::now_utc(), offset)
+                .map(|next| next.unix_timestamp() as f64);
+        }
+        let row = tx
+            .query_one(
+                "UPDATE ojs.cron c SET enabled = $2,
+                        next_run = CASE WHEN $2 AND NOT c.enabled THEN coalesce(to_timestamp($3), 'infinity') ELSE c.next_run END
+                  WHERE name = $1 RETURNING ojs.cron_json(c) AS cron",
+                &[&name, &enabled, &next],
+            )
+            .await
+            .map_err(EngineError::sql)?;
+        tx.commit().await.map_err(EngineError::sql)?;
+        Ok(row.get("cron"))
     }
 
     pub async fn delete_cron(&self, name: &str) -> Result<Value, EngineError> {
@@ -447,7 +531,8 @@ impl Queue {
         }
         let due = tx
             .query(
-                "SELECT name, definition, ojs.ts(next_run) AS tick FROM ojs.cron WHERE next_run <= now() FOR UPDATE SKIP LOCKED",
+                "SELECT name, definition, ojs.ts(next_run) AS tick FROM ojs.cron WHERE next_run <= now() AND enabled
+                 FOR UPDATE SKIP LOCKED",
                 &[],
             )
             .await
@@ -491,6 +576,7 @@ impl Queue {
                 .map_err(EngineError::sql)?;
             }
             let overlapping = running.filter(|_| policy == "skip");
+            let mut triggered = false;
             let (kind, mut data) = match overlapping {
                 Some(existing) => (
                     "cron.skipped",
@@ -499,6 +585,7 @@ impl Queue {
                 None => match insert(&tx, std::slice::from_ref(&job)).await {
                     Ok(_) => {
                         fired += 1;
+                        triggered = true;
                         ("cron.triggered", json!({ "job_id": job.id }))
                     }
                     // A full queue misses this tick, as an overlapping run does; the event log
@@ -520,9 +607,13 @@ impl Queue {
             )
             .await
             .map_err(EngineError::sql)?;
+            // `last_run_at` and `run_count` follow triggers (§7.3); a skipped tick only moves on.
             tx.execute(
-                "UPDATE ojs.cron SET last_run = now(), next_run = coalesce(to_timestamp($2), 'infinity') WHERE name = $1",
-                &[&name, &next],
+                "UPDATE ojs.cron SET next_run = coalesce(to_timestamp($2), 'infinity'),
+                        last_run = CASE WHEN $3 THEN now() ELSE last_run END,
+                        run_count = run_count + CASE WHEN $3 THEN 1 ELSE 0 END
+                  WHERE name = $1",
+                &[&name, &next, &triggered],
             )
             .await
             .map_err(EngineError::sql)?;

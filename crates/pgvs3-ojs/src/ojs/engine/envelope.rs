@@ -591,7 +591,7 @@ pub fn parse_iso_duration(text: &str) -> Result<Duration, EngineError> {
 const MAX_DURATION: Duration = Duration::from_secs(10_000 * 31_557_600);
 
 /// `^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$`
-fn is_valid_type(text: &str) -> bool {
+pub(super) fn is_valid_type(text: &str) -> bool {
     text.len() <= 255
         && text.split('.').all(|segment| {
             let mut chars = segment.chars();

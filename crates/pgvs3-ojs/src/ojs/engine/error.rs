@@ -10,6 +10,9 @@ pub enum ErrorKind {
     Invalid,
     /// Well-formed but refused (retry policy values).
     Unprocessable,
+    /// Job arguments that do not match their type's registered schema, or a schema version
+    /// that breaks the one before it (ext-schema-registry); details say how.
+    SchemaMismatch,
     /// A workflow definition is malformed; details carry the path of the fault.
     InvalidWorkflow,
     NotFound,

@@ -83,8 +83,9 @@ ORDER BY 2";
 impl Queue {
     /// Inserts jobs all-or-nothing; returns them as stored (or summed up), in order. Jobs with
     /// unique options go through [`Queue::enqueue_unique`]. A queue at its depth bound refuses
-    /// the lot.
+    /// the lot, and so does one job whose `args` do not match its type's schema.
     pub async fn enqueue(&self, jobs: &[NewJob], tenant: &str, answer: Answer) -> Result<Inserted, EngineError> {
+        self.check_args(jobs.iter(), answer == Answer::Summary).await?;
         if let [job] = jobs
             && job.unique.is_some()
         {

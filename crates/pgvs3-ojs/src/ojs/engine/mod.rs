@@ -8,7 +8,8 @@
 //! worker's ack or nack away. The modules split the engine by concern: [`jobs`] (enqueue,
 //! read, cancel), [`claims`] (fetch, ack, nack, heartbeat, promotion), [`admin`] (queues, dead
 //! letter, stats, workers, housekeeping), [`events`], [`cron`], [`workflow`], [`webhooks`],
-//! [`progress`]; [`envelope`] checks the jobs clients send.
+//! [`progress`], [`schemas`] (the schema registry, with [`json_schema`] its validator);
+//! [`envelope`] checks the jobs clients send.
 
 pub mod admin;
 pub mod claims;
@@ -17,7 +18,9 @@ pub mod envelope;
 mod error;
 pub mod events;
 pub mod jobs;
+pub mod json_schema;
 pub mod progress;
+pub mod schemas;
 pub mod webhooks;
 pub mod workflow;
 
@@ -40,6 +43,8 @@ pub struct Queue {
     /// it a few times a second rather than on every fetch.
     last_promote_ms: Arc<AtomicU64>,
     started: Instant,
+    /// The compiled schemas of the job types this gateway enqueues ([`schemas`]).
+    schemas: Arc<schemas::Cache>,
 }
 
 impl Queue {
@@ -48,6 +53,7 @@ impl Queue {
             pool,
             last_promote_ms: Arc::new(AtomicU64::new(0)),
             started: Instant::now(),
+            schemas: Arc::default(),
         }
     }
 
@@ -67,10 +73,12 @@ impl Queue {
         client
             .batch_execute(
                 "TRUNCATE ojs.jobs, ojs.job_dependencies, ojs.queues, ojs.events, ojs.cron, ojs.workflows, ojs.workers,
-                 ojs.rate_limits",
+                 ojs.rate_limits, ojs.schemas",
             )
             .await
-            .map_err(EngineError::sql)
+            .map_err(EngineError::sql)?;
+        self.schemas.forget(None);
+        Ok(())
     }
 }
 

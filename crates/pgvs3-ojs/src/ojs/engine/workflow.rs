@@ -54,6 +54,17 @@ pub enum Member {
 }
 
 impl NewWorkflow {
+    /// Every job of the tree, callbacks included.
+    fn jobs<'a>(&'a self, into: &mut Vec<&'a NewJob>) {
+        for member in &self.members {
+            match member {
+                Member::Job(job) => into.push(job),
+                Member::Workflow(inner) => inner.jobs(into),
+            }
+        }
+        into.extend(self.callbacks.iter().map(|(_, job)| job));
+    }
+
     /// Jobs in the whole tree, callbacks included.
     fn job_count(&self) -> usize {
         let members: usize = self
@@ -213,6 +224,9 @@ impl Queue {
     /// The workflow's jobs belong to `tenant` (the workflow itself is not scoped: any tenant
     /// that knows its id may read or cancel it).
     pub async fn create_workflow(&self, workflow: &NewWorkflow, tenant: &str) -> Result<Value, EngineError> {
+        let mut jobs = Vec::new();
+        workflow.jobs(&mut jobs);
+        self.check_args(jobs.into_iter(), false).await?;
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(EngineError::sql)?;
         store_workflow(&tx, workflow, tenant, None, true).await?;

@@ -127,6 +127,17 @@ impl OjsError {
         OjsError::new(StatusCode::BAD_REQUEST, "invalid_request", "validation_error", message)
     }
 
+    /// A feature this server does not offer (the error catalog's `UNSUPPORTED_FEATURE`, 422),
+    /// refused rather than ignored.
+    pub fn unsupported(message: impl Into<String>) -> OjsError {
+        OjsError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unsupported_feature",
+            "unsupported_feature",
+            message,
+        )
+    }
+
     pub fn not_found(message: impl Into<String>) -> OjsError {
         OjsError::new(StatusCode::NOT_FOUND, "not_found", "not_found", message)
     }
@@ -174,6 +185,7 @@ impl From<EngineError> for OjsError {
         let (status, code, kind) = match error.kind {
             ErrorKind::Invalid => (StatusCode::BAD_REQUEST, "invalid_request", "validation_error"),
             ErrorKind::Unprocessable => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", "validation_error"),
+            ErrorKind::SchemaMismatch => (StatusCode::UNPROCESSABLE_ENTITY, "validation_error", "validation_error"),
             ErrorKind::InvalidWorkflow => (StatusCode::BAD_REQUEST, "invalid_workflow", "validation_error"),
             ErrorKind::NotFound => (StatusCode::NOT_FOUND, "not_found", "not_found"),
             ErrorKind::Conflict => (StatusCode::CONFLICT, "conflict", "conflict"),
@@ -203,13 +215,14 @@ impl From<EngineError> for OjsError {
 
 fn hint(code: &str) -> &'static str {
     match code {
-        "invalid_request" | "invalid_payload" | "invalid_workflow" => {
+        "invalid_request" | "invalid_payload" | "invalid_workflow" | "validation_error" => {
             "fix the request body as the message says and send it again"
         }
         "not_found" => "check the id; jobs are found by the id enqueue returned",
         "conflict" => "the job's state does not allow this; GET the job to see its state",
         "duplicate" => "use a new id, or GET the existing job",
         "read_only" => "send writes to a gateway bound to the primary",
+        "unsupported_feature" => "use one of the alternatives the message names",
         QUEUE_FULL => "wait Retry-After seconds and enqueue again, or raise the queue's max_depth",
         "unauthenticated" => "send Authorization: Bearer <token>",
         "forbidden" => "send this token's own tenant in X-OJS-Tenant, or no X-OJS-Tenant",

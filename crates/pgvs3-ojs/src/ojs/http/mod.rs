@@ -347,7 +347,7 @@ impl OjsService {
                 "webhooks": true, "progress": true,
             },
             "extensions": ["dead-letter", "admin-api", "observability", "backpressure", "graceful-shutdown", "rate-limiting",
-                           "webhooks", "progress"],
+                           "webhooks", "progress", "schema-registry"],
         })
     }
 

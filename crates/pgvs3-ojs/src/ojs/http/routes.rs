@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::super::engine::claims::{Beat, Failure, FetchRequest};
 use super::super::engine::envelope::{self, NewJob};
 use super::super::engine::jobs::Answer;
-use super::super::engine::{cron, now_rfc3339, progress, webhooks, workflow};
+use super::super::engine::{cron, now_rfc3339, progress, schemas, webhooks, workflow};
 use super::wire::*;
 use super::{MAX_BATCH, MAX_FETCH, OjsError, OjsService, Reply, request, tenant};
 use crate::request_body::RequestBody;
@@ -88,6 +88,8 @@ impl OjsService {
                 };
                 self.webhooks(method, rest, &body, &query).await
             }
+            (method, ["schemas", rest @ ..]) => self.schemas(method, rest, &body, false).await,
+            (method, ["admin", "schemas", rest @ ..]) => self.schemas(method, rest, &body, true).await,
             (&Method::POST, ["workers", "heartbeat"]) | (&Method::POST, ["workers", "beat"]) => {
                 self.heartbeat(request::json(&body)?, tenant).await
             }
@@ -163,8 +165,36 @@ impl OjsService {
             (&Method::POST, ["cron"]) => self.register_cron(request::json(&body)?, None).await,
             (&Method::PUT, ["cron", name]) => self.register_cron(request::json(&body)?, Some(*name)).await,
             (&Method::GET, ["cron"]) => {
-                let crons = queue.list_crons().await?;
-                Ok((StatusCode::OK, listing("crons", crons)))
+                let enabled = match query.get("enabled").map(String::as_str) {
+                    None => None,
+                    Some("true") => Some(true),
+                    Some("false") => Some(false),
+                    Some(_) => return Err(OjsError::invalid("\"enabled\" filters by true or false")),
+                };
+                let crons = queue.list_crons(enabled).await?;
+                let mut body = listing("crons", crons);
+                body["cron_jobs"] = body["items"].clone();
+                body["count"] = body["pagination"]["total"].clone();
+                Ok((StatusCode::OK, body))
+            }
+            (&Method::GET, ["cron", name]) => Ok((StatusCode::OK, cron_answer(queue.get_cron(name).await?))),
+            (&Method::PATCH, ["cron", name]) => {
+                let enabled = match request::json(&body)? {
+                    Value::Object(fields)
+                        if fields.len() == 1 && fields.get("enabled").is_some_and(Value::is_boolean) =>
+                    {
+                        fields["enabled"].as_bool().unwrap_or(true)
+                    }
+                    _ => {
+                        return Err(OjsError::invalid(
+                            "PATCH /cron/{name} takes {\"enabled\": true|false}; PUT /cron/{name} replaces a schedule",
+                        ));
+                    }
+                };
+                Ok((
+                    StatusCode::OK,
+                    cron_answer(queue.set_cron_enabled(name, enabled).await?),
+                ))
             }
             (&Method::DELETE, ["cron", name]) => {
                 Ok((StatusCode::OK, json!({ "cron": queue.delete_cron(name).await? })))
@@ -342,9 +372,11 @@ impl OjsService {
                 .filter(|n| (1..=MAX_FETCH).contains(n))
                 .ok_or_else(|| OjsError::invalid(format!("\"count\" must be from 1 to {MAX_FETCH}")))?,
         };
+        let strategy = fetch_strategy(&body, &queues)?;
         let request = FetchRequest {
             queues,
             count,
+            strategy,
             tenant: tenant.to_string(),
             worker_id: optional_string(&body, "worker_id")?,
             visibility_ms: optional_ms(&body, "visibility_timeout_ms")?,
@@ -438,6 +470,61 @@ impl OjsService {
             (&Method::POST, [id, "test"]) => self.test_webhook(id).await,
             _ => Err(OjsError::not_found(format!(
                 "no OJS webhooks route {method} {}",
+                rest.join("/")
+            ))),
+        }
+    }
+
+    /// The schema registry (ext-schema-registry §10): under `/schemas` with the spec's answers
+    /// (`{"schema": {...}}`), and under `/admin/schemas` with the conformance suite's (the stored
+    /// schema itself; integer versions in the path). `POST` registers from the body, `PUT
+    /// {type}/{version}` from the path; a version that exists is 409 either way.
+    async fn schemas(&self, method: &Method, rest: &[&str], body: &request::Body, admin: bool) -> Reply {
+        let queue = &self.inner.queue;
+        let wrap = |record: Value| if admin { record } else { json!({ "schema": record }) };
+        let schema_of = |body: &request::Body| -> Result<Option<Value>, OjsError> {
+            Ok(match request::json(body)? {
+                Value::Object(mut fields) => fields.remove("schema"),
+                _ => return Err(OjsError::invalid("a schema registration is a JSON object")),
+            })
+        };
+        match (method, rest) {
+            (&Method::POST, []) => {
+                let fields = request::json(body)?;
+                let job_type = fields
+                    .get("job_type")
+                    .or_else(|| fields.get("type"))
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| OjsError::invalid("missing required field \"job_type\""))?;
+                let version = fields
+                    .get("version")
+                    .ok_or_else(|| OjsError::invalid("missing required field \"version\""))?;
+                let new = schemas::parse_schema(job_type, version, fields.get("schema").cloned())?;
+                Ok((StatusCode::CREATED, wrap(queue.register_schema(&new).await?)))
+            }
+            (&Method::PUT, [job_type, version]) => {
+                let new = schemas::parse_schema(job_type, &json!(version), schema_of(body)?)?;
+                Ok((StatusCode::CREATED, wrap(queue.register_schema(&new).await?)))
+            }
+            (&Method::GET, []) => Ok((StatusCode::OK, listing("schemas", queue.list_schemas().await?))),
+            (&Method::GET, [job_type]) => Ok((StatusCode::OK, wrap(queue.schema(job_type, None).await?))),
+            (&Method::GET, [job_type, "versions"]) => Ok((
+                StatusCode::OK,
+                json!({ "job_type": job_type, "versions": queue.schema_versions(job_type).await? }),
+            )),
+            (&Method::GET, [job_type, version]) => {
+                let version = schemas::Version::parse(version)?;
+                Ok((StatusCode::OK, wrap(queue.schema(job_type, Some(&version)).await?)))
+            }
+            (&Method::DELETE, [job_type, version]) => {
+                let mut deleted = queue
+                    .delete_schema(job_type, &schemas::Version::parse(version)?)
+                    .await?;
+                deleted["deleted"] = Value::Bool(true);
+                Ok((StatusCode::OK, wrap(deleted)))
+            }
+            _ => Err(OjsError::not_found(format!(
+                "no OJS schemas route {method} {}",
                 rest.join("/")
             ))),
         }
@@ -558,12 +645,14 @@ impl OjsService {
             }
         }
         let registration = cron::parse_registration(body)?;
-        // Checked now so a bad template fails here rather than at every tick.
-        envelope::parse_job(
+        // Checked now (its args against its type's schema too) so a bad template fails here
+        // rather than at every tick.
+        let template = envelope::parse_job(
             registration.definition["job_template"].clone(),
             self.inner.options.max_args_bytes,
         )?
         .without_dependencies("a cron template")?;
+        self.inner.queue.check_args(std::iter::once(&template), false).await?;
         let replace = path_name.is_some();
         let cron = self.inner.queue.put_cron(&registration, replace).await?;
         let status = if replace { StatusCode::OK } else { StatusCode::CREATED };

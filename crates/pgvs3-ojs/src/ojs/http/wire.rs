@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
-use super::super::engine::claims::Claim;
+use super::super::engine::claims::{Claim, Strategy};
 use super::super::engine::envelope;
 use super::super::engine::jobs::Inserted;
 use super::OjsError;
@@ -52,6 +52,11 @@ pub(super) fn pressure_headers(inserted: &Inserted, headers: &mut Vec<(&'static 
 }
 
 /// A list under its own name and, as the admin API reads it, under `items` with pagination.
+/// One cron schedule: under `cron` (this binding's first form) and `cron_job` (ojs-cron §8).
+pub(super) fn cron_answer(cron: Value) -> Value {
+    json!({ "cron": cron.clone(), "cron_job": cron })
+}
+
 pub(super) fn listing(name: &str, items: Vec<Value>) -> Value {
     let total = items.len();
     let mut body = json!({ "items": items, "pagination": { "total": total, "page": 1, "per_page": total.max(1) } });
@@ -106,6 +111,57 @@ pub(super) fn queue_settings(body: Value) -> Result<Value, OjsError> {
             .ok_or_else(|| OjsError::invalid("backpressure.warning_threshold must be from 0 to 1"))?,
     };
     Ok(json!({ "backpressure": { "max_depth": max_depth, "strategy": "reject", "warning_threshold": warning } }))
+}
+
+/// Largest weight a fetch may give a queue (`weights`): enough for any ratio worth asking.
+const MAX_WEIGHT: u64 = 1_000;
+
+/// A fetch's `strategy` and `weights` (ext-fair-scheduling §5.2, §7): `strict` (the default, the
+/// order the queues are listed in), `round-robin`, or `weighted` (weights by queue name, 1 to
+/// [`MAX_WEIGHT`], 1 for a queue not named; `weights` alone implies it). `least-loaded` needs
+/// per-worker capacities the worker protocol does not carry, and is refused as unsupported.
+pub(super) fn fetch_strategy(body: &Value, queues: &[String]) -> Result<Strategy, OjsError> {
+    let weights = match body.get("weights") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(weights)) => {
+            if let Some(unknown) = weights.keys().find(|name| !queues.contains(name)) {
+                return Err(OjsError::invalid(format!(
+                    "\"weights\" names queue {unknown:?}, which the fetch does not list"
+                )));
+            }
+            let weight = |queue: &String| match weights.get(queue) {
+                None => Ok(1),
+                Some(w) => w
+                    .as_u64()
+                    .filter(|w| (1..=MAX_WEIGHT).contains(w))
+                    .map(|w| w as u32)
+                    .ok_or_else(|| {
+                        OjsError::invalid(format!("weights.{queue} must be an integer from 1 to {MAX_WEIGHT}"))
+                    }),
+            };
+            Some(queues.iter().map(weight).collect::<Result<Vec<u32>, _>>()?)
+        }
+        Some(_) => {
+            return Err(OjsError::invalid(
+                "\"weights\" must be an object of queue names to weights",
+            ));
+        }
+    };
+    match (optional_string(body, "strategy")?.as_deref(), weights) {
+        (None | Some("weighted"), Some(weights)) => Ok(Strategy::Weighted(weights)),
+        (Some("weighted"), None) => Ok(Strategy::Weighted(vec![1; queues.len()])),
+        (None | Some("strict"), None) => Ok(Strategy::Strict),
+        (Some("round-robin"), None) => Ok(Strategy::RoundRobin),
+        (Some("strict" | "round-robin"), Some(_)) => {
+            Err(OjsError::invalid("\"weights\" go with the \"weighted\" strategy"))
+        }
+        (Some("least-loaded"), _) => Err(OjsError::unsupported(
+            "the least-loaded strategy is not supported: fetch with strict, round-robin or weighted",
+        )),
+        (Some(other), _) => Err(OjsError::invalid(format!(
+            "unknown fetch strategy {other:?} (strict, round-robin or weighted)"
+        ))),
+    }
 }
 
 pub(super) fn claim(body: &Value, tenant: &str) -> Result<Claim, OjsError> {
