@@ -1054,7 +1054,9 @@ async fn the_keyspace_is_scanned_shown_per_type_and_edited_with_the_sessions_rig
     let page = root.get("/key?key=events").await.body;
     assert!(page.contains("<code>1-1</code></td><td>kind = created</td>"), "{page}");
     assert!(
-        page.contains("<tr class=\"group\"><td>workers</td><td>1</td><td>1</td><td><code>1-1</code></td>"),
+        page.contains(
+            "<tr class=\"group\"><td>workers</td><td>1</td><td>1</td><td><code>1-1</code></td>"
+        ),
         "{page}"
     );
     assert!(page.contains("w1: 1"), "{page}");
@@ -1318,14 +1320,105 @@ async fn the_jobs_pages_are_the_root_keys_and_retry_and_delete_dead_jobs() {
     );
     let page = root.get("/jobs/queue?name=reports").await.body;
     assert!(
-        page.contains("<dd id=\"depth\">1</dd>") && page.contains("<tr><td>available</td><td>1</td></tr>"),
+        page.contains("<dd id=\"depth\">1</dd>")
+            && page.contains(
+                "<tr><td><a href=\"/jobs/queue?name=reports&amp;tenant=default&amp;state=available\">available</a></td><td>1</td></tr>"
+            ),
         "{page}"
     );
+    // Rates, from the event log: the mail queue's two jobs were enqueued and failed this minute.
+    let mail_row = body
+        .split("<tr class=\"queue\">")
+        .find(|row| row.contains(">mail</a>"))
+        .unwrap_or_default();
+    assert!(
+        mail_row.contains("<td class=\"rate\">2</td><td class=\"rate\">0</td><td class=\"rate\">2</td></tr>"),
+        "{body}"
+    );
+    // A queue's jobs by state, newest first, 50 a page by keyset: 55 enqueued, one completed.
+    let bulk: Vec<_> = (0..55)
+        .map(|n| json!({ "type": "bulk.item", "args": [n], "options": { "queue": "bulk" } }))
+        .collect();
+    let (status, batch) = stack.ojs("POST", "/ojs/v1/jobs/batch", json!({ "jobs": bulk })).await;
+    assert_eq!(status, 201, "{batch}");
+    let (status, fetched) = stack
+        .ojs(
+            "POST",
+            "/ojs/v1/workers/fetch",
+            json!({ "queues": ["bulk"], "worker_id": "w1" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{fetched}");
+    let done = fetched["jobs"][0]["id"].as_str().unwrap().to_owned();
+    let (status, acked) = stack
+        .ojs(
+            "POST",
+            "/ojs/v1/workers/ack",
+            json!({ "job_id": done, "attempt": fetched["jobs"][0]["attempt"], "result": { "ok": true } }),
+        )
+        .await;
+    assert_eq!(status, 200, "{acked}");
+    let body = root.get("/jobs").await.body;
+    let bulk_row = body
+        .split("<tr class=\"queue\">")
+        .find(|row| row.contains(">bulk</a>"))
+        .unwrap_or_default();
+    assert!(
+        bulk_row.contains("<td class=\"rate\">55</td><td class=\"rate\">1</td><td class=\"rate\">0</td></tr>"),
+        "{body}"
+    );
+    let page = root.get("/jobs/queue?name=bulk").await.body;
+    assert!(
+        page.contains("<a href=\"/jobs/queue?name=bulk&amp;tenant=default&amp;state=available\">available</a>"),
+        "each state links to its jobs: {page}"
+    );
+    let first_page = root.get("/jobs/queue?name=bulk&state=available").await.body;
+    let rows = |page: &str| page.matches("<tr class=\"job\"").count();
+    assert_eq!(rows(&first_page), 50, "{first_page}");
+    assert!(first_page.contains("<td>bulk.item</td><td>0 of "), "{first_page}");
+    assert!(!first_page.contains(&format!("data-job=\"{done}\"")), "{first_page}");
+    let older = first_page
+        .split("<a id=\"older\" href=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_default()
+        .replace("&amp;", "&");
+    assert!(older.contains("before="), "{older}");
+    let second_page = root.get(&older).await.body;
+    assert_eq!(rows(&second_page), 4, "{second_page}");
+    assert!(!second_page.contains("id=\"older\""), "{second_page}");
+    let completed = root.get("/jobs/queue?name=bulk&state=completed").await.body;
+    assert!(
+        completed.contains(&format!("data-job=\"{done}\"")) && rows(&completed) == 1,
+        "{completed}"
+    );
+    let discarded = root.get("/jobs/queue?name=mail&state=discarded").await.body;
+    assert!(
+        rows(&discarded) == 2 && discarded.contains("SMTP: mailbox &lt;b&gt;full&lt;/b&gt;"),
+        "the dead letter's jobs are discarded, their last error as text: {discarded}"
+    );
+    for bad in [
+        "/jobs/queue?name=bulk&state=%3Cscript%3E",
+        "/jobs/queue?name=bulk&state=available&before=x",
+    ] {
+        let page = root.get(bad).await.body;
+        assert!(
+            page.contains("flash error") && !page.contains("<tr class=\"job\""),
+            "{page}"
+        );
+        assert!(!page.contains("<script>"), "{page}");
+    }
+    // A job's history: enqueued, its attempt failed, discarded — in time order.
     let page = root.get(&format!("/job?id={first}")).await.body;
     assert!(
         page.contains("<td>1</td><td>SMTP</td><td>mailbox &lt;b&gt;full&lt;/b&gt;</td>"),
         "{page}"
     );
+    let history = page.split("<ol id=\"history\">").nth(1).unwrap_or_default();
+    let enqueued = history.find("</time> enqueued</li>");
+    let failed = history.find("</time> attempt 1 failed: SMTP</li>");
+    let discarded = history.find("</time> discarded</li>");
+    assert!(enqueued.is_some() && enqueued < failed && failed <= discarded, "{page}");
     assert!(
         page.contains("&lt;script&gt;alert(1)&lt;/script&gt;") && !page.contains("<script>alert"),
         "{page}"
@@ -1369,6 +1462,11 @@ async fn the_jobs_pages_are_the_root_keys_and_retry_and_delete_dead_jobs() {
     assert!(page.contains("flash error"), "{page}");
     let (status, _) = stack.ojs("GET", &format!("/ojs/v1/jobs/{third}"), json!(null)).await;
     assert_eq!(status, 200, "still there");
+    let page = other.get("/jobs/queue?name=bulk&state=available").await.body;
+    assert!(
+        page.contains("flash error") && !page.contains("<tr class=\"job\""),
+        "{page}"
+    );
     assert_eq!(other.get(&format!("/job?id={third}")).await.status, 200);
     assert!(!other.get(&format!("/job?id={third}")).await.body.contains("SMTP"));
 }
