@@ -21,6 +21,7 @@ mod keyspace;
 mod lock;
 mod preview;
 mod settings;
+mod stream;
 mod workflow;
 
 pub use fleet::metrics_summary;

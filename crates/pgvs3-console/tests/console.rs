@@ -1055,7 +1055,7 @@ async fn the_keyspace_is_scanned_shown_per_type_and_edited_with_the_sessions_rig
     assert!(page.contains("<code>1-1</code></td><td>kind = created</td>"), "{page}");
     assert!(
         page.contains(
-            "<tr class=\"group\"><td>workers</td><td>1</td><td>1</td><td><code>1-1</code></td>"
+            "<tr class=\"group\" data-group=\"workers\"><td>workers</td><td>1</td><td>1</td><td><code>1-1</code></td>"
         ),
         "{page}"
     );
@@ -1126,6 +1126,118 @@ async fn the_keyspace_is_scanned_shown_per_type_and_edited_with_the_sessions_rig
         sign_in_answer(stack.console, "OTHERKEY", "wrong", None).await.status,
         401
     );
+}
+
+#[tokio::test]
+async fn a_streams_groups_consumers_and_pending_entries_are_shown_and_edited_with_the_sessions_rights() {
+    let stack = Stack::start().await;
+    let redis = async |args: &[&str]| stack.redis(args).await;
+    redis(&["XADD", "orders", "1-1", "item", "<img src=x onerror=alert(1)>"]).await;
+    redis(&["XADD", "orders", "2-1", "item", "book"]).await;
+    redis(&["XADD", "orders", "3-1", "item", "pen"]).await;
+    redis(&["XGROUP", "CREATE", "orders", "billing\u{202E}", "0"]).await;
+    redis(&[
+        "XREADGROUP",
+        "GROUP",
+        "billing\u{202E}",
+        "alice",
+        "COUNT",
+        "2",
+        "STREAMS",
+        "orders",
+        ">",
+    ])
+    .await;
+    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let page = root.get("/key?key=orders").await.body;
+    assert!(
+        page.contains("item = &lt;img src=x onerror=alert(1)&gt;") && !page.contains("<img src=x"),
+        "{page}"
+    );
+    // The group (a bidi override in its name shown as a code point), its consumer and its two
+    // pending entries, each with Acknowledge and Claim.
+    assert!(
+        page.contains("<td>billing<span class=\"cp\">⟨U+202E⟩</span></td><td>1</td><td>2</td>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<tr class=\"consumer\"><td>alice</td><td>2</td>"),
+        "{page}"
+    );
+    assert_eq!(page.matches("<tr class=\"pending-entry\"").count(), 2, "{page}");
+    assert!(
+        page.contains("<tr class=\"pending-entry\" data-id=\"1-1\"><td><code>1-1</code></td><td>alice</td>"),
+        "{page}"
+    );
+
+    let edit = async |pairs: &[(&str, &str)]| root.follow(&root.post("/key/command", pairs).await).await.body;
+    let group = "billing\u{202E}";
+    let page = edit(&[("key", "orders"), ("op", "xack"), ("group", group), ("id", "1-1")]).await;
+    assert!(page.contains("Entry acknowledged."), "{page}");
+    let page = edit(&[
+        ("key", "orders"),
+        ("op", "xclaim"),
+        ("group", group),
+        ("id", "2-1"),
+        ("consumer", "bob"),
+    ])
+    .await;
+    assert!(page.contains("Entry claimed."), "{page}");
+    let pending = redis(&["XPENDING", "orders", group, "-", "+", "10"]).await;
+    assert!(pending.starts_with("2-1\nbob\n"), "{pending}");
+    let page = edit(&[("key", "orders"), ("op", "xadd"), ("fields", "item=ink\r\nqty=2")]).await;
+    assert!(page.contains("Entry added."), "{page}");
+    assert_eq!(redis(&["XLEN", "orders"]).await, "4");
+    let page = edit(&[("key", "orders"), ("op", "xadd"), ("fields", "no pair here")]).await;
+    assert!(page.contains("is not field=value"), "{page}");
+    assert_eq!(redis(&["XLEN", "orders"]).await, "4");
+    let page = edit(&[("key", "orders"), ("op", "xdel"), ("id", "3-1")]).await;
+    assert!(page.contains("Entry deleted."), "{page}");
+    assert_eq!(redis(&["XRANGE", "orders", "3-1", "3-1"]).await, "");
+    let page = edit(&[
+        ("key", "orders"),
+        ("op", "xgroup-create"),
+        ("group", "audit"),
+        ("id", "0"),
+    ])
+    .await;
+    assert!(page.contains("Group created."), "{page}");
+    let page = edit(&[("key", "orders"), ("op", "xgroup-create"), ("group", "audit")]).await;
+    assert!(page.contains("BUSYGROUP"), "Redis's own error: {page}");
+    let page = edit(&[
+        ("key", "orders"),
+        ("op", "xgroup-setid"),
+        ("group", "audit"),
+        ("id", "2-1"),
+    ])
+    .await;
+    assert!(page.contains("The group&#39;s last delivered ID is set."), "{page}");
+    assert!(
+        page.contains(
+            "<tr class=\"group\" data-group=\"audit\"><td>audit</td><td>0</td><td>0</td><td><code>2-1</code></td>"
+        ),
+        "{page}"
+    );
+    let page = edit(&[("key", "orders"), ("op", "xgroup-destroy"), ("group", "audit")]).await;
+    assert!(
+        page.contains("Group destroyed.") && !page.contains("data-group=\"audit\""),
+        "{page}"
+    );
+
+    // A key that does not own the database's bucket: RESP's NOPERM for each, nothing changed.
+    stack.add_key("OTHERKEY", false).await;
+    let other = Visitor::sign_in(stack.console, "OTHERKEY", "OTHERKEY-secret").await;
+    assert!(other.get("/key?key=orders").await.body.contains("NOPERM"));
+    for pairs in [
+        &[("key", "orders"), ("op", "xadd"), ("fields", "item=x")][..],
+        &[("key", "orders"), ("op", "xack"), ("group", group), ("id", "2-1")][..],
+        &[("key", "orders"), ("op", "xgroup-destroy"), ("group", group)][..],
+    ] {
+        let page = other.follow(&other.post("/key/command", pairs).await).await.body;
+        assert!(page.contains("flash error") && page.contains("NOPERM"), "{page}");
+    }
+    assert_eq!(redis(&["XLEN", "orders"]).await, "3");
+    assert!(redis(&["XINFO", "GROUPS", "orders"]).await.contains("billing"));
 }
 
 /// A job in `queue` that fails once and is dead-lettered with `code: message`; its id.
