@@ -4127,7 +4127,8 @@ CREATE TABLE pgvs3.gateways (
     started timestamp with time zone NOT NULL,
     listeners jsonb NOT NULL,
     stats jsonb NOT NULL,
-    beat timestamp with time zone NOT NULL
+    beat timestamp with time zone NOT NULL,
+    history jsonb DEFAULT '[]'::jsonb NOT NULL
 );
 
 --

@@ -452,7 +452,11 @@ impl pgvs3_console::Admin for ConsoleAdmin {
             let rows = client
                 .query(
                     "SELECT id, host, version, started, listeners, stats,
-                            extract(epoch FROM clock_timestamp() - beat)::float8 AS seconds_since_beat
+                            extract(epoch FROM clock_timestamp() - beat)::float8 AS seconds_since_beat,
+                            (SELECT coalesce(jsonb_agg(sample || jsonb_build_object('ago',
+                                        extract(epoch FROM clock_timestamp()) - (sample ->> 'at')::float8) ORDER BY n), '[]')
+                               FROM jsonb_array_elements(history) WITH ORDINALITY AS ring(sample, n)
+                              WHERE jsonb_typeof(sample -> 'at') = 'number') AS history
                        FROM pgvs3.gateways ORDER BY started, id LIMIT 100",
                     &[],
                 )
@@ -468,6 +472,7 @@ impl pgvs3_console::Admin for ConsoleAdmin {
                     listeners: row.get("listeners"),
                     stats: row.get("stats"),
                     seconds_since_beat: row.get("seconds_since_beat"),
+                    history: row.get("history"),
                 })
                 .collect())
         })

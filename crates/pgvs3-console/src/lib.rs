@@ -161,6 +161,8 @@ pub struct GatewayBeat {
     /// [`metrics_summary`] of its `/metrics` at its last beat.
     pub stats: serde_json::Value,
     pub seconds_since_beat: f64,
+    /// Its last beats' summaries, oldest first, each with `ago`: seconds before now.
+    pub history: serde_json::Value,
 }
 
 /// A WAL position, as PostgreSQL writes it and as bytes from the start.

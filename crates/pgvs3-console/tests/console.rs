@@ -1759,10 +1759,16 @@ async fn the_fleet_lists_every_gateway_of_the_database_by_its_heartbeat() {
     // one silent for two minutes is forgotten by the next beat.
     stack
         .sql(
-            "INSERT INTO pgvs3.gateways (id, host, version, started, listeners, stats, beat) VALUES
+            "INSERT INTO pgvs3.gateways (id, host, version, started, listeners, stats, history, beat) VALUES
                ('quiet', '<img src=x onerror=alert(1)>\u{202e}', '0.0.1', now() - interval '1 hour',
-                '{\"s3\": \"10.0.0.9:9000\"}', '{\"requests\": 5}', now() - interval '20 seconds'),
-               ('gone', 'gone-host', '0.0.1', now() - interval '1 hour', '{}', '{}', now() - interval '2 minutes')",
+                '{\"s3\": \"10.0.0.9:9000\"}', '{\"requests\": 5}',
+                jsonb_build_array(
+                  jsonb_build_object('at', extract(epoch FROM now()) - 30, 'requests', 5, 'latency_seconds', 1,
+                                     'latency_count', 5, 'cache_reads', 0, 'cache_hits', 0),
+                  jsonb_build_object('at', extract(epoch FROM now()) - 25, 'requests', 15, 'latency_seconds', 1.2,
+                                     'latency_count', 15, 'cache_reads', 4, 'cache_hits', 1)),
+                now() - interval '20 seconds'),
+               ('gone', 'gone-host', '0.0.1', now() - interval '1 hour', '{}', '{}', '[]', now() - interval '2 minutes')",
         )
         .await;
     let page = root.get("/health").await.body;
@@ -1776,6 +1782,59 @@ async fn the_fleet_lists_every_gateway_of_the_database_by_its_heartbeat() {
             && !page.contains("<img src=x"),
         "{quiet}"
     );
+    // Every gateway charted from its heartbeat ring: the silent one's single interval
+    // (10 requests in 5 s, 20 ms each, 1 of 4 cache reads from the cache), a series of its
+    // own under its host name as text.
+    let svg = |page: &str, id: &str| {
+        let start = page
+            .find(&format!("<svg id=\"{id}\""))
+            .unwrap_or_else(|| panic!("{page}"));
+        let chart = &page[start..];
+        chart[..chart.find("</svg>").unwrap()].to_owned()
+    };
+    let quiet_series = |chart: &str| {
+        chart
+            .split("<g class=")
+            .find(|series| series.contains("data-protocol=\"&lt;img src=x onerror=alert(1)&gt;\u{202e} quiet\""))
+            .map(|series| series.matches("<circle").count())
+    };
+    for chart in ["chart-gateway-rates", "chart-gateway-latency", "chart-gateway-cache"] {
+        assert_eq!(quiet_series(&svg(&page, chart)), Some(1), "{chart}: {page}");
+    }
+    let running: Vec<String> = gateway_rows(&page)
+        .into_iter()
+        .filter(|row| !row.contains("quiet") && !row.contains("gone"))
+        .filter_map(|row| {
+            row.split("data-id=\"")
+                .nth(1)
+                .map(|rest| rest[..rest.find('"').unwrap()].to_owned())
+        })
+        .collect();
+    assert!(running.len() >= 2, "{page}");
+    eventually("both running gateways charted", || async {
+        let chart = svg(&root.get("/health").await.body, "chart-gateway-rates");
+        running.iter().all(|id| chart.contains(&format!(" {id}\"")))
+    })
+    .await;
+    // The ring keeps the last 61 beats: one past that loses its oldest at the next beat.
+    let first = &running[0];
+    stack
+        .sql(&format!(
+            "UPDATE pgvs3.gateways SET history = (SELECT jsonb_agg(jsonb_build_object('at', n)) FROM generate_series(1, 70) n)
+              WHERE id = '{first}'"
+        ))
+        .await;
+    eventually("the ring trimmed at the next beat", || async {
+        stack
+            .sql_value(&format!(
+                "SELECT jsonb_array_length(history)::text || ' ' || (history -> 0 ->> 'at') AS value
+                   FROM pgvs3.gateways WHERE id = '{first}'"
+            ))
+            .await
+            == "61 11"
+    })
+    .await;
+
     eventually("the long-silent row forgotten", || async {
         stack
             .sql_value("SELECT count(*)::text AS value FROM pgvs3.gateways WHERE id = 'gone'")
