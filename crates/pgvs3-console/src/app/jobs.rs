@@ -109,7 +109,8 @@ fn history(job: &Value) -> String {
         ("expires_at", "expires"),
     ]
     .into_iter()
-    .filter(|(field, _)| !(*field == "completed_at" && !job["discarded_at"].is_null()))
+    // A discarded job's completed_at is its discarded_at: shown once, as the latter.
+    .filter(|(field, _)| *field != "completed_at" || job["discarded_at"].is_null())
     .filter_map(|(field, what)| job[field].as_str().map(|at| (at, what.to_owned())))
     .collect();
     for error in job["errors"].as_array().into_iter().flatten() {
