@@ -4145,7 +4145,8 @@ CREATE TABLE pgvs3.gateways (
     started timestamp with time zone NOT NULL,
     listeners jsonb NOT NULL,
     stats jsonb NOT NULL,
-    beat timestamp with time zone NOT NULL
+    beat timestamp with time zone NOT NULL,
+    history jsonb DEFAULT '[]'::jsonb NOT NULL
 );
 
 --
@@ -5254,6 +5255,12 @@ CREATE INDEX jobs_finished ON ojs.jobs USING btree (COALESCE(completed_at, cance
 --
 
 CREATE INDEX jobs_lapsed ON ojs.jobs USING btree (visible_until) WHERE (state = 'active'::text);
+
+--
+-- Name: jobs_listing; Type: INDEX; Schema: ojs; Owner: -
+--
+
+CREATE INDEX jobs_listing ON ojs.jobs USING btree (queue, tenant, state, seq);
 
 --
 -- Name: jobs_queue_state; Type: INDEX; Schema: ojs; Owner: -

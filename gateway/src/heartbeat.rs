@@ -1,4 +1,4 @@
-//! This gateway's heartbeat row (`pgvs3.gateways`, migration 0035): gateways of one database do
+//! This gateway's heartbeat row (`pgvs3.gateways`, migrations 0037 and 0039): gateways of one database do
 //! not otherwise know each other, and the console's fleet page lists them from these rows. Only
 //! a gateway whose server accepts writes beats (a standby is read-only; it is seen through its
 //! server's `pg_stat_replication` row instead); each beat also deletes rows silent for
@@ -24,11 +24,21 @@ pub struct Beat {
     pub listeners: serde_json::Value,
 }
 
+/// Summaries kept in a row's `history` ring: five minutes of beats (the console charts them).
+const HISTORY: i32 = 61;
+
+/// The beat: the row's summary, and the summary stamped with the database's clock appended to
+/// its ring, whose oldest samples past [`HISTORY`] are dropped.
 const BEAT_SQL: &str = "WITH forgotten AS (DELETE FROM pgvs3.gateways
                                             WHERE beat < now() - make_interval(secs => $7) AND id <> $1)
-                       INSERT INTO pgvs3.gateways (id, host, version, started, listeners, stats, beat)
-                       VALUES ($1, $2, $3, $4, $5, $6, now())
-                       ON CONFLICT (id) DO UPDATE SET stats = excluded.stats, beat = now()";
+                       INSERT INTO pgvs3.gateways (id, host, version, started, listeners, stats, history, beat)
+                       VALUES ($1, $2, $3, $4, $5, $6,
+                               jsonb_build_array($6::jsonb || jsonb_build_object('at', extract(epoch FROM now()))), now())
+                       ON CONFLICT (id) DO UPDATE SET stats = excluded.stats, beat = now(),
+                           history = (SELECT coalesce(jsonb_agg(sample ORDER BY n), '[]')
+                                        FROM jsonb_array_elements(pgvs3.gateways.history || excluded.history)
+                                             WITH ORDINALITY AS ring(sample, n)
+                                       WHERE n > jsonb_array_length(pgvs3.gateways.history) + 1 - $8::int)";
 
 /// The host name a gateway reports (the pod's name under Kubernetes).
 pub fn host_name() -> String {
@@ -65,6 +75,7 @@ pub fn spawn(pool: Pool, metrics: Metrics, lag: ReplicaLag, beat: Beat) -> JoinH
                             &beat.listeners,
                             &stats,
                             &FORGET_AFTER.as_secs_f64(),
+                            &HISTORY,
                         ],
                     )
                     .await

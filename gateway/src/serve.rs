@@ -452,7 +452,11 @@ impl pgvs3_console::Admin for ConsoleAdmin {
             let rows = client
                 .query(
                     "SELECT id, host, version, started, listeners, stats,
-                            extract(epoch FROM clock_timestamp() - beat)::float8 AS seconds_since_beat
+                            extract(epoch FROM clock_timestamp() - beat)::float8 AS seconds_since_beat,
+                            (SELECT coalesce(jsonb_agg(sample || jsonb_build_object('ago',
+                                        extract(epoch FROM clock_timestamp()) - (sample ->> 'at')::float8) ORDER BY n), '[]')
+                               FROM jsonb_array_elements(history) WITH ORDINALITY AS ring(sample, n)
+                              WHERE jsonb_typeof(sample -> 'at') = 'number') AS history
                        FROM pgvs3.gateways ORDER BY started, id LIMIT 100",
                     &[],
                 )
@@ -468,6 +472,7 @@ impl pgvs3_console::Admin for ConsoleAdmin {
                     listeners: row.get("listeners"),
                     stats: row.get("stats"),
                     seconds_since_beat: row.get("seconds_since_beat"),
+                    history: row.get("history"),
                 })
                 .collect())
         })
@@ -490,6 +495,81 @@ impl pgvs3_console::Admin for ConsoleAdmin {
                 lsn: row.get::<_, Option<String>>("lsn").unwrap_or_default(),
                 bytes: row.get::<_, Option<f64>>("bytes").unwrap_or(0.0),
             })
+        })
+    }
+
+    fn jobs_in_state(
+        &self,
+        page: pgvs3_console::JobsPage,
+    ) -> pgvs3_console::BoxFuture<'_, Result<Vec<pgvs3_console::JobRow>, String>> {
+        Box::pin(async move {
+            let client = self.pool.get().await.map_err(|err| err.to_string())?;
+            // A backward range of jobs_listing (queue, tenant, state, seq): no sort, no OFFSET.
+            let rows = client
+                .query(
+                    "SELECT seq, id, type, attempt, max_attempts, created_at, run_at,
+                            coalesce(error, errors -> -1, 'null') AS error
+                       FROM ojs.jobs
+                      WHERE queue = $1 AND tenant = $2 AND state = $3 AND seq < $4
+                      ORDER BY seq DESC LIMIT $5",
+                    &[
+                        &page.queue,
+                        &page.tenant,
+                        &page.state,
+                        &page.before.unwrap_or(i64::MAX),
+                        &page.limit,
+                    ],
+                )
+                .await
+                .map_err(|err| err.to_string())?;
+            Ok(rows
+                .iter()
+                .map(|row| pgvs3_console::JobRow {
+                    seq: row.get("seq"),
+                    id: row.get("id"),
+                    job_type: row.get("type"),
+                    attempt: row.get("attempt"),
+                    max_attempts: row.get("max_attempts"),
+                    created: row.get("created_at"),
+                    run_at: row.get("run_at"),
+                    error: row.get("error"),
+                })
+                .collect())
+        })
+    }
+
+    fn queue_rates(
+        &self,
+        tenant: String,
+    ) -> pgvs3_console::BoxFuture<'_, Result<Vec<pgvs3_console::QueueRates>, String>> {
+        Box::pin(async move {
+            let client = self.pool.get().await.map_err(|err| err.to_string())?;
+            // Events carry no tenant: their jobs do (a job deleted within the minute is not
+            // counted).
+            let rows = client
+                .query(
+                    "SELECT e.queue,
+                            count(*) FILTER (WHERE e.type = 'job.enqueued') AS enqueued,
+                            count(*) FILTER (WHERE e.type = 'job.completed') AS completed,
+                            count(*) FILTER (WHERE e.type = 'job.failed') AS failed
+                       FROM ojs.events e JOIN ojs.jobs j ON j.id = e.job_id
+                      WHERE e.time > now() - interval '1 minute'
+                        AND e.type IN ('job.enqueued', 'job.completed', 'job.failed')
+                        AND j.tenant = $1 AND e.queue IS NOT NULL
+                      GROUP BY e.queue ORDER BY e.queue LIMIT 1000",
+                    &[&tenant],
+                )
+                .await
+                .map_err(|err| err.to_string())?;
+            Ok(rows
+                .iter()
+                .map(|row| pgvs3_console::QueueRates {
+                    queue: row.get("queue"),
+                    enqueued: row.get("enqueued"),
+                    completed: row.get("completed"),
+                    failed: row.get("failed"),
+                })
+                .collect())
         })
     }
 }

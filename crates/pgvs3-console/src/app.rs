@@ -21,6 +21,7 @@ mod keyspace;
 mod lock;
 mod preview;
 mod settings;
+mod stream;
 mod workflow;
 
 pub use fleet::metrics_summary;
@@ -434,6 +435,34 @@ impl Context<'_> {
         &self.session.csrf
     }
 
+    /// A policy document's editor (a bucket's or a key's): the problems found with the last
+    /// try, then the form posting `policy` with its one hidden field to `action`.
+    fn policy_editor(
+        &self,
+        (action, field): (&str, (&str, &str)),
+        text: &str,
+        problems: &[String],
+        hint: &str,
+    ) -> String {
+        let mut out = String::from("<ul id=\"policy-problems\" class=\"problems\" role=\"alert\">");
+        for problem in problems {
+            let _ = write!(out, "<li>{}</li>", name(problem));
+        }
+        out.push_str("</ul>");
+        out.push_str(&form(
+            action,
+            self.csrf(),
+            &[field],
+            &format!(
+                "<textarea name=\"policy\" id=\"policy\" rows=\"16\" spellcheck=\"false\" data-validate=\"policy\">{}</textarea>\
+                 <p class=\"hint\">{}</p><button id=\"save-policy\">Save policy</button>",
+                esc(text),
+                esc(hint)
+            ),
+        ));
+        out
+    }
+
     /// After a change: its outcome on the next page, which `to` names.
     fn done(&self, outcome: Outcome, to: &str) -> Response {
         match outcome {
@@ -695,21 +724,11 @@ impl Context<'_> {
         } else {
             StatusCode::BAD_REQUEST
         };
-        body.push_str("<ul id=\"policy-problems\" class=\"problems\" role=\"alert\">");
-        for problem in &problems {
-            let _ = write!(body, "<li>{}</li>", name(problem));
-        }
-        body.push_str("</ul>");
-        body.push_str(&form(
-            "/bucket/policy",
-            self.csrf(),
-            &[("bucket", bucket)],
-            &format!(
-                "<textarea name=\"policy\" id=\"policy\" rows=\"16\" spellcheck=\"false\" data-validate=\"policy\">{}</textarea>\
-                 <p class=\"hint\">JSON, checked here and again by the gateway before it is saved. Empty removes the policy.</p>\
-                 <button id=\"save-policy\">Save policy</button>",
-                esc(&text)
-            ),
+        body.push_str(&self.policy_editor(
+            ("/bucket/policy", ("bucket", bucket)),
+            &text,
+            &problems,
+            "JSON, checked here and again by the gateway before it is saved. Empty removes the policy.",
         ));
         body.push_str("</section>");
         self.page(status, "Bucket", body)

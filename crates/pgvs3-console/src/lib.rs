@@ -99,6 +99,44 @@ pub trait Admin: Send + Sync {
         max_bytes: Option<i64>,
         max_objects: Option<i64>,
     ) -> BoxFuture<'_, Result<(), String>>;
+    /// A page of one queue's jobs of one tenant in one state, newest first: at most `limit`
+    /// with `seq` below `before` (keyset; `None` from the newest).
+    fn jobs_in_state(&self, page: JobsPage) -> BoxFuture<'_, Result<Vec<JobRow>, String>>;
+    /// Per queue of a tenant, the jobs enqueued, completed and failed over the last minute,
+    /// from the database's event log: every gateway's work counts (at most 1,000 queues).
+    fn queue_rates(&self, tenant: String) -> BoxFuture<'_, Result<Vec<QueueRates>, String>>;
+}
+
+/// Which jobs [`Admin::jobs_in_state`] lists.
+pub struct JobsPage {
+    pub tenant: String,
+    pub queue: String,
+    pub state: String,
+    pub before: Option<i64>,
+    pub limit: i64,
+}
+
+/// A job as a queue's listing shows it.
+pub struct JobRow {
+    /// Its place in enqueue order: the listing's keyset.
+    pub seq: i64,
+    pub id: String,
+    pub job_type: String,
+    pub attempt: i32,
+    pub max_attempts: i32,
+    pub created: std::time::SystemTime,
+    /// When it runs (or ran) next: a scheduled or retryable job's due time.
+    pub run_at: std::time::SystemTime,
+    /// Its last error (`{code, message, ...}`), or null.
+    pub error: serde_json::Value,
+}
+
+/// A queue's last minute.
+pub struct QueueRates {
+    pub queue: String,
+    pub enqueued: i64,
+    pub completed: i64,
+    pub failed: i64,
 }
 
 /// A standby as the primary sees it.
@@ -123,6 +161,8 @@ pub struct GatewayBeat {
     /// [`metrics_summary`] of its `/metrics` at its last beat.
     pub stats: serde_json::Value,
     pub seconds_since_beat: f64,
+    /// Its last beats' summaries, oldest first, each with `ago`: seconds before now.
+    pub history: serde_json::Value,
 }
 
 /// A WAL position, as PostgreSQL writes it and as bytes from the start.

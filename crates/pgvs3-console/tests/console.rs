@@ -102,7 +102,7 @@ async fn hostile_names_render_as_text() {
     for key in keys {
         put(&stack, "hostile", key, "x").await;
     }
-    let visitor = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let visitor = stack.sign_in_root().await;
     let page = visitor.get("/objects?bucket=hostile").await;
     assert_eq!(page.status, 200);
     assert!(!page.body.contains("<script>alert"), "{}", page.body);
@@ -132,7 +132,7 @@ async fn hostile_names_render_as_text() {
 #[tokio::test]
 async fn changes_without_the_token_or_from_another_origin_are_refused() {
     let stack = Stack::start().await;
-    let visitor = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let visitor = stack.sign_in_root().await;
     let origin = format!("http://{}", stack.console);
     let attempts = [
         (origin.as_str(), "bucket=csrf1".to_owned(), None),
@@ -284,8 +284,7 @@ async fn a_read_only_key_can_change_nothing_through_the_console() {
     let stack = Stack::start().await;
     stack.root.create_bucket().bucket("owned").send().await.unwrap();
     put(&stack, "owned", "a.txt", "kept").await;
-    stack.add_key("READER", true).await;
-    let reader = Visitor::sign_in(stack.console, "READER", "READER-secret").await;
+    let reader = stack.sign_in_new_key("READER", true).await;
 
     let page = reader
         .follow(&reader.post("/buckets/create", &[("bucket", "made-by-reader")]).await)
@@ -365,7 +364,7 @@ async fn an_objects_retention_and_legal_hold_are_shown_and_changed_as_s3_allows(
         .version_id()
         .unwrap()
         .to_owned();
-    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let root = stack.sign_in_root().await;
     let object = "/object?bucket=vault&key=deed.txt";
     let page = root.get(object).await.body;
     assert!(page.contains("<strong id=\"retention\">none</strong>"), "{page}");
@@ -405,16 +404,11 @@ async fn an_objects_retention_and_legal_hold_are_shown_and_changed_as_s3_allows(
 
     // A date that is none is refused before S3 is asked.
     let page = root
-        .follow(
-            &root
-                .post(
-                    "/object/retention",
-                    &fields(&[("mode", "GOVERNANCE"), ("until", "next tuesday")]),
-                )
-                .await,
+        .change(
+            "/object/retention",
+            &fields(&[("mode", "GOVERNANCE"), ("until", "next tuesday")]),
         )
-        .await
-        .body;
+        .await;
     assert!(
         page.contains("flash error") && page.contains("Retain until: a date such as"),
         "{page}"
@@ -432,31 +426,23 @@ async fn an_objects_retention_and_legal_hold_are_shown_and_changed_as_s3_allows(
         .unwrap();
     let day = until[..10].to_owned();
     let page = root
-        .follow(
-            &root
-                .post(
-                    "/object/retention",
-                    &[
-                        ("bucket", "vault"),
-                        ("key", "deed.txt"),
-                        ("mode", "GOVERNANCE"),
-                        ("until", &day),
-                    ],
-                )
-                .await,
+        .change(
+            "/object/retention",
+            &[
+                ("bucket", "vault"),
+                ("key", "deed.txt"),
+                ("mode", "GOVERNANCE"),
+                ("until", &day),
+            ],
         )
-        .await
-        .body;
+        .await;
     assert!(page.contains("Retention set: GOVERNANCE."), "{page}");
     assert!(
         page.contains(&format!("<strong id=\"retention\">GOVERNANCE until {until}</strong>")),
         "{page}"
     );
     assert_eq!(retention().await, Some(("GOVERNANCE".to_owned(), until_secs)));
-    let page = root
-        .follow(&root.post("/object/legal-hold", &fields(&[("status", "ON")])).await)
-        .await
-        .body;
+    let page = root.change("/object/legal-hold", &fields(&[("status", "ON")])).await;
     assert!(
         page.contains("Legal hold ON.") && page.contains("<strong id=\"legal-hold\">ON</strong>"),
         "{page}"
@@ -475,16 +461,11 @@ async fn an_objects_retention_and_legal_hold_are_shown_and_changed_as_s3_allows(
     };
     assert_eq!(hold().await.as_deref(), Some("ON"));
     let page = root
-        .follow(
-            &root
-                .post(
-                    "/object/delete-version",
-                    &[("bucket", "vault"), ("key", "deed.txt"), ("version", &version)],
-                )
-                .await,
+        .change(
+            "/object/delete-version",
+            &[("bucket", "vault"), ("key", "deed.txt"), ("version", &version)],
         )
-        .await
-        .body;
+        .await;
     assert!(
         page.contains("flash error")
             && page.contains("AccessDenied: Access Denied because object protected by object lock."),
@@ -492,20 +473,12 @@ async fn an_objects_retention_and_legal_hold_are_shown_and_changed_as_s3_allows(
     );
 
     // Removing the GOVERNANCE retention needs the bypass: without it the gateway refuses.
-    let page = root
-        .follow(&root.post("/object/retention", &fields(&[("mode", "")])).await)
-        .await
-        .body;
+    let page = root.change("/object/retention", &fields(&[("mode", "")])).await;
     assert!(page.contains("flash error") && page.contains("AccessDenied"), "{page}");
     assert_eq!(retention().await, Some(("GOVERNANCE".to_owned(), until_secs)));
     let page = root
-        .follow(
-            &root
-                .post("/object/retention", &fields(&[("mode", ""), ("bypass", "on")]))
-                .await,
-        )
-        .await
-        .body;
+        .change("/object/retention", &fields(&[("mode", ""), ("bypass", "on")]))
+        .await;
     assert!(
         page.contains("Retention removed.") && page.contains("<strong id=\"retention\">none</strong>"),
         "{page}"
@@ -513,12 +486,8 @@ async fn an_objects_retention_and_legal_hold_are_shown_and_changed_as_s3_allows(
     assert_eq!(retention().await, None);
 
     // Another key that may not write the bucket changes nothing.
-    stack.add_key("LOCKREADER", true).await;
-    let reader = Visitor::sign_in(stack.console, "LOCKREADER", "LOCKREADER-secret").await;
-    let page = reader
-        .follow(&reader.post("/object/legal-hold", &fields(&[("status", "OFF")])).await)
-        .await
-        .body;
+    let reader = stack.sign_in_new_key("LOCKREADER", true).await;
+    let page = reader.change("/object/legal-hold", &fields(&[("status", "OFF")])).await;
     assert!(page.contains("flash error") && page.contains("AccessDenied"), "{page}");
     assert_eq!(hold().await.as_deref(), Some("ON"));
 
@@ -548,23 +517,18 @@ async fn an_objects_retention_and_legal_hold_are_shown_and_changed_as_s3_allows(
     assert_eq!(hold().await.as_deref(), Some("OFF"));
     // Unlocked, the version can go.
     let page = root
-        .follow(
-            &root
-                .post(
-                    "/object/delete-version",
-                    &[("bucket", "vault"), ("key", "deed.txt"), ("version", &version)],
-                )
-                .await,
+        .change(
+            "/object/delete-version",
+            &[("bucket", "vault"), ("key", "deed.txt"), ("version", &version)],
         )
-        .await
-        .body;
+        .await;
     assert!(page.contains("Version deleted permanently."), "{page}");
 }
 
 #[tokio::test]
 async fn bucket_settings_are_s3_configurations_edited_with_the_sessions_key() {
     let stack = Stack::start().await;
-    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let root = stack.sign_in_root().await;
     let done = root
         .post("/buckets/create", &[("bucket", "configured"), ("object_lock", "on")])
         .await;
@@ -573,7 +537,7 @@ async fn bucket_settings_are_s3_configurations_edited_with_the_sessions_key() {
     let change = async |path: &str, pairs: &[(&str, &str)]| {
         let mut all = bucket.to_vec();
         all.extend_from_slice(pairs);
-        root.follow(&root.post(path, &all).await).await.body
+        root.change(path, &all).await
     };
 
     // Object lock: on from creation; a default retention set and shown.
@@ -794,21 +758,16 @@ async fn bucket_settings_are_s3_configurations_edited_with_the_sessions_key() {
         ]
     };
     let page = root
-        .follow(
-            &root
-                .post(
-                    "/bucket/notifications/add",
-                    &add(
-                        "csv",
-                        "arn:pgvs3:pubsub:::s3:csv",
-                        "s3:ObjectCreated:*, s3:ObjectRemoved:*",
-                        "",
-                    ),
-                )
-                .await,
+        .change(
+            "/bucket/notifications/add",
+            &add(
+                "csv",
+                "arn:pgvs3:pubsub:::s3:csv",
+                "s3:ObjectCreated:*, s3:ObjectRemoved:*",
+                "",
+            ),
         )
-        .await
-        .body;
+        .await;
     assert!(page.contains("Notification rule csv saved."), "{page}");
     let both = vec![
         ("to-jobs".to_owned(), "arn:pgvs3:ojs:::uploads".to_owned(), 1, vec![]),
@@ -833,10 +792,7 @@ async fn bucket_settings_are_s3_configurations_edited_with_the_sessions_key() {
             "Unable to validate the following destination configurations: arn:pgvs3:webhook:::nowhere",
         ),
     ] {
-        let page = root
-            .follow(&root.post("/bucket/notifications/add", &pairs).await)
-            .await
-            .body;
+        let page = root.change("/bucket/notifications/add", &pairs).await;
         assert!(
             page.contains("flash error") && page.contains(problem),
             "{problem}: {page}"
@@ -844,28 +800,18 @@ async fn bucket_settings_are_s3_configurations_edited_with_the_sessions_key() {
         assert_eq!(notifications().await, both);
     }
     let page = root
-        .follow(
-            &root
-                .post(
-                    "/bucket/notifications/add",
-                    &add("csv", "arn:pgvs3:ojs:::csv-jobs", "s3:ObjectCreated:Put", "in/"),
-                )
-                .await,
+        .change(
+            "/bucket/notifications/add",
+            &add("csv", "arn:pgvs3:ojs:::csv-jobs", "s3:ObjectCreated:Put", "in/"),
         )
-        .await
-        .body;
+        .await;
     assert!(page.contains("Notification rule csv saved."), "{page}");
     let page = root
-        .follow(
-            &root
-                .post(
-                    "/bucket/notifications/delete",
-                    &[("bucket", "configured"), ("rule_id", "to-jobs")],
-                )
-                .await,
+        .change(
+            "/bucket/notifications/delete",
+            &[("bucket", "configured"), ("rule_id", "to-jobs")],
         )
-        .await
-        .body;
+        .await;
     assert!(page.contains("Notification rule to-jobs deleted."), "{page}");
     let kept = vec![(
         "csv".to_owned(),
@@ -890,8 +836,7 @@ async fn bucket_settings_are_s3_configurations_edited_with_the_sessions_key() {
     );
 
     // A read-only key sees the settings and gets the gateway's AccessDenied for each change.
-    stack.add_key("READER", true).await;
-    let reader = Visitor::sign_in(stack.console, "READER", "READER-secret").await;
+    let reader = stack.sign_in_new_key("READER", true).await;
     for (path, pairs) in [
         (
             "/bucket/lifecycle/add",
@@ -916,7 +861,7 @@ async fn bucket_settings_are_s3_configurations_edited_with_the_sessions_key() {
     ] {
         let mut all = bucket.to_vec();
         all.extend(pairs);
-        let page = reader.follow(&reader.post(path, &all).await).await.body;
+        let page = reader.change(path, &all).await;
         assert!(
             page.contains("flash error") && page.contains("AccessDenied"),
             "{path}: {page}"
@@ -991,7 +936,7 @@ async fn the_keyspace_is_scanned_shown_per_type_and_edited_with_the_sessions_rig
     }
     redis(&mass.iter().map(String::as_str).collect::<Vec<_>>()).await;
 
-    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let root = stack.sign_in_root().await;
     // By pattern, with each key's type.
     let page = root.get("/keys?pattern=user:*").await.body;
     assert_eq!(listed_keys(&page), ["user:1"], "{page}");
@@ -1054,7 +999,9 @@ async fn the_keyspace_is_scanned_shown_per_type_and_edited_with_the_sessions_rig
     let page = root.get("/key?key=events").await.body;
     assert!(page.contains("<code>1-1</code></td><td>kind = created</td>"), "{page}");
     assert!(
-        page.contains("<tr class=\"group\"><td>workers</td><td>1</td><td>1</td><td><code>1-1</code></td>"),
+        page.contains(
+            "<tr class=\"group\" data-group=\"workers\"><td>workers</td><td>1</td><td>1</td><td><code>1-1</code></td>"
+        ),
         "{page}"
     );
     assert!(page.contains("w1: 1"), "{page}");
@@ -1081,7 +1028,7 @@ async fn the_keyspace_is_scanned_shown_per_type_and_edited_with_the_sessions_rig
     );
 
     // Edits, each one RESP command.
-    let edit = async |pairs: &[(&str, &str)]| root.follow(&root.post("/key/command", pairs).await).await.body;
+    let edit = async |pairs: &[(&str, &str)]| root.change("/key/command", pairs).await;
     let page = edit(&[("key", "user:1"), ("op", "hset"), ("field", "city"), ("value", "Oslo")]).await;
     assert!(page.contains("Field saved."), "{page}");
     assert_eq!(redis(&["HGET", "user:1", "city"]).await, "Oslo");
@@ -1108,15 +1055,11 @@ async fn the_keyspace_is_scanned_shown_per_type_and_edited_with_the_sessions_rig
     assert_eq!(redis(&["EXISTS", "queue"]).await, "1");
 
     // A key that does not own the database's bucket gets RESP's NOPERM, and changes nothing.
-    stack.add_key("OTHERKEY", false).await;
-    let other = Visitor::sign_in(stack.console, "OTHERKEY", "OTHERKEY-secret").await;
+    let other = stack.sign_in_new_key("OTHERKEY", false).await;
     let page = other.get("/keys").await.body;
     assert!(page.contains("NOPERM"), "{page}");
     assert!(listed_keys(&page).is_empty());
-    let page = other
-        .follow(&other.post("/key/command", &[("key", "queue"), ("op", "del")]).await)
-        .await
-        .body;
+    let page = other.change("/key/command", &[("key", "queue"), ("op", "del")]).await;
     assert!(page.contains("flash error") && page.contains("NOPERM"), "{page}");
     assert_eq!(redis(&["EXISTS", "queue"]).await, "1");
     // A wrong secret never reaches RESP: sign-in is S3's check first.
@@ -1124,6 +1067,117 @@ async fn the_keyspace_is_scanned_shown_per_type_and_edited_with_the_sessions_rig
         sign_in_answer(stack.console, "OTHERKEY", "wrong", None).await.status,
         401
     );
+}
+
+#[tokio::test]
+async fn a_streams_groups_consumers_and_pending_entries_are_shown_and_edited_with_the_sessions_rights() {
+    let stack = Stack::start().await;
+    let redis = async |args: &[&str]| stack.redis(args).await;
+    redis(&["XADD", "orders", "1-1", "item", "<img src=x onerror=alert(1)>"]).await;
+    redis(&["XADD", "orders", "2-1", "item", "book"]).await;
+    redis(&["XADD", "orders", "3-1", "item", "pen"]).await;
+    redis(&["XGROUP", "CREATE", "orders", "billing\u{202E}", "0"]).await;
+    redis(&[
+        "XREADGROUP",
+        "GROUP",
+        "billing\u{202E}",
+        "alice",
+        "COUNT",
+        "2",
+        "STREAMS",
+        "orders",
+        ">",
+    ])
+    .await;
+    let root = stack.sign_in_root().await;
+    let page = root.get("/key?key=orders").await.body;
+    assert!(
+        page.contains("item = &lt;img src=x onerror=alert(1)&gt;") && !page.contains("<img src=x"),
+        "{page}"
+    );
+    // The group (a bidi override in its name shown as a code point), its consumer and its two
+    // pending entries, each with Acknowledge and Claim.
+    assert!(
+        page.contains("<td>billing<span class=\"cp\">⟨U+202E⟩</span></td><td>1</td><td>2</td>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<tr class=\"consumer\"><td>alice</td><td>2</td>"),
+        "{page}"
+    );
+    assert_eq!(page.matches("<tr class=\"pending-entry\"").count(), 2, "{page}");
+    assert!(
+        page.contains("<tr class=\"pending-entry\" data-id=\"1-1\"><td><code>1-1</code></td><td>alice</td>"),
+        "{page}"
+    );
+
+    let edit = async |pairs: &[(&str, &str)]| root.change("/key/command", pairs).await;
+    let group = "billing\u{202E}";
+    let page = edit(&[("key", "orders"), ("op", "xack"), ("group", group), ("id", "1-1")]).await;
+    assert!(page.contains("Entry acknowledged."), "{page}");
+    let page = edit(&[
+        ("key", "orders"),
+        ("op", "xclaim"),
+        ("group", group),
+        ("id", "2-1"),
+        ("consumer", "bob"),
+    ])
+    .await;
+    assert!(page.contains("Entry claimed."), "{page}");
+    let pending = redis(&["XPENDING", "orders", group, "-", "+", "10"]).await;
+    assert!(pending.starts_with("2-1\nbob\n"), "{pending}");
+    let page = edit(&[("key", "orders"), ("op", "xadd"), ("fields", "item=ink\r\nqty=2")]).await;
+    assert!(page.contains("Entry added."), "{page}");
+    assert_eq!(redis(&["XLEN", "orders"]).await, "4");
+    let page = edit(&[("key", "orders"), ("op", "xadd"), ("fields", "no pair here")]).await;
+    assert!(page.contains("is not field=value"), "{page}");
+    assert_eq!(redis(&["XLEN", "orders"]).await, "4");
+    let page = edit(&[("key", "orders"), ("op", "xdel"), ("id", "3-1")]).await;
+    assert!(page.contains("Entry deleted."), "{page}");
+    assert_eq!(redis(&["XRANGE", "orders", "3-1", "3-1"]).await, "");
+    let page = edit(&[
+        ("key", "orders"),
+        ("op", "xgroup-create"),
+        ("group", "audit"),
+        ("id", "0"),
+    ])
+    .await;
+    assert!(page.contains("Group created."), "{page}");
+    let page = edit(&[("key", "orders"), ("op", "xgroup-create"), ("group", "audit")]).await;
+    assert!(page.contains("BUSYGROUP"), "Redis's own error: {page}");
+    let page = edit(&[
+        ("key", "orders"),
+        ("op", "xgroup-setid"),
+        ("group", "audit"),
+        ("id", "2-1"),
+    ])
+    .await;
+    assert!(page.contains("The group&#39;s last delivered ID is set."), "{page}");
+    assert!(
+        page.contains(
+            "<tr class=\"group\" data-group=\"audit\"><td>audit</td><td>0</td><td>0</td><td><code>2-1</code></td>"
+        ),
+        "{page}"
+    );
+    let page = edit(&[("key", "orders"), ("op", "xgroup-destroy"), ("group", "audit")]).await;
+    assert!(
+        page.contains("Group destroyed.") && !page.contains("data-group=\"audit\""),
+        "{page}"
+    );
+
+    // A key that does not own the database's bucket: RESP's NOPERM for each, nothing changed.
+    let other = stack.sign_in_new_key("OTHERKEY", false).await;
+    assert!(other.get("/key?key=orders").await.body.contains("NOPERM"));
+    for pairs in [
+        &[("key", "orders"), ("op", "xadd"), ("fields", "item=x")][..],
+        &[("key", "orders"), ("op", "xack"), ("group", group), ("id", "2-1")][..],
+        &[("key", "orders"), ("op", "xgroup-destroy"), ("group", group)][..],
+    ] {
+        let page = other.change("/key/command", pairs).await;
+        assert!(page.contains("flash error") && page.contains("NOPERM"), "{page}");
+    }
+    assert_eq!(redis(&["XLEN", "orders"]).await, "3");
+    assert!(redis(&["XINFO", "GROUPS", "orders"]).await.contains("billing"));
 }
 
 /// A job in `queue` that fails once and is dead-lettered with `code: message`; its id.
@@ -1187,7 +1241,7 @@ async fn a_workflow_is_drawn_as_a_graph_of_its_jobs_and_their_states() {
     };
     let id = created["id"].as_str().unwrap().to_owned();
     let group = created["steps"][1]["workflow_id"].as_str().unwrap().to_owned();
-    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let root = stack.sign_in_root().await;
     let jobs = root.get("/jobs").await.body;
     assert!(jobs.contains("action=\"/jobs/workflow\""), "{jobs}");
 
@@ -1261,8 +1315,7 @@ async fn a_workflow_is_drawn_as_a_graph_of_its_jobs_and_their_states() {
     // An id that would leave the route is refused before OJS is asked; another key sees nothing.
     let page = root.get("/jobs/workflow?id=..%2Fqueues").await.body;
     assert!(page.contains("That is not a job id."), "{page}");
-    stack.add_key("FLOWLESS", false).await;
-    let other = Visitor::sign_in(stack.console, "FLOWLESS", "FLOWLESS-secret").await;
+    let other = stack.sign_in_new_key("FLOWLESS", false).await;
     let page = other.get(&format!("/jobs/workflow?id={id}")).await;
     assert_eq!(page.status, 403);
     assert!(graph_nodes(&page.body).is_empty(), "{}", page.body);
@@ -1290,7 +1343,7 @@ async fn the_jobs_pages_are_the_root_keys_and_retry_and_delete_dead_jobs() {
         .await;
     assert!(status == 200 || status == 201, "{cron}");
 
-    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let root = stack.sign_in_root().await;
     let page = root.get("/jobs").await;
     assert_eq!(page.status, 200, "{}", page.body);
     let body = &page.body;
@@ -1318,14 +1371,105 @@ async fn the_jobs_pages_are_the_root_keys_and_retry_and_delete_dead_jobs() {
     );
     let page = root.get("/jobs/queue?name=reports").await.body;
     assert!(
-        page.contains("<dd id=\"depth\">1</dd>") && page.contains("<tr><td>available</td><td>1</td></tr>"),
+        page.contains("<dd id=\"depth\">1</dd>")
+            && page.contains(
+                "<tr><td><a href=\"/jobs/queue?name=reports&amp;tenant=default&amp;state=available\">available</a></td><td>1</td></tr>"
+            ),
         "{page}"
     );
+    // Rates, from the event log: the mail queue's two jobs were enqueued and failed this minute.
+    let mail_row = body
+        .split("<tr class=\"queue\">")
+        .find(|row| row.contains(">mail</a>"))
+        .unwrap_or_default();
+    assert!(
+        mail_row.contains("<td class=\"rate\">2</td><td class=\"rate\">0</td><td class=\"rate\">2</td></tr>"),
+        "{body}"
+    );
+    // A queue's jobs by state, newest first, 50 a page by keyset: 55 enqueued, one completed.
+    let bulk: Vec<_> = (0..55)
+        .map(|n| json!({ "type": "bulk.item", "args": [n], "options": { "queue": "bulk" } }))
+        .collect();
+    let (status, batch) = stack.ojs("POST", "/ojs/v1/jobs/batch", json!({ "jobs": bulk })).await;
+    assert_eq!(status, 201, "{batch}");
+    let (status, fetched) = stack
+        .ojs(
+            "POST",
+            "/ojs/v1/workers/fetch",
+            json!({ "queues": ["bulk"], "worker_id": "w1" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{fetched}");
+    let done = fetched["jobs"][0]["id"].as_str().unwrap().to_owned();
+    let (status, acked) = stack
+        .ojs(
+            "POST",
+            "/ojs/v1/workers/ack",
+            json!({ "job_id": done, "attempt": fetched["jobs"][0]["attempt"], "result": { "ok": true } }),
+        )
+        .await;
+    assert_eq!(status, 200, "{acked}");
+    let body = root.get("/jobs").await.body;
+    let bulk_row = body
+        .split("<tr class=\"queue\">")
+        .find(|row| row.contains(">bulk</a>"))
+        .unwrap_or_default();
+    assert!(
+        bulk_row.contains("<td class=\"rate\">55</td><td class=\"rate\">1</td><td class=\"rate\">0</td></tr>"),
+        "{body}"
+    );
+    let page = root.get("/jobs/queue?name=bulk").await.body;
+    assert!(
+        page.contains("<a href=\"/jobs/queue?name=bulk&amp;tenant=default&amp;state=available\">available</a>"),
+        "each state links to its jobs: {page}"
+    );
+    let first_page = root.get("/jobs/queue?name=bulk&state=available").await.body;
+    let rows = |page: &str| page.matches("<tr class=\"job\"").count();
+    assert_eq!(rows(&first_page), 50, "{first_page}");
+    assert!(first_page.contains("<td>bulk.item</td><td>0 of "), "{first_page}");
+    assert!(!first_page.contains(&format!("data-job=\"{done}\"")), "{first_page}");
+    let older = first_page
+        .split("<a id=\"older\" href=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_default()
+        .replace("&amp;", "&");
+    assert!(older.contains("before="), "{older}");
+    let second_page = root.get(&older).await.body;
+    assert_eq!(rows(&second_page), 4, "{second_page}");
+    assert!(!second_page.contains("id=\"older\""), "{second_page}");
+    let completed = root.get("/jobs/queue?name=bulk&state=completed").await.body;
+    assert!(
+        completed.contains(&format!("data-job=\"{done}\"")) && rows(&completed) == 1,
+        "{completed}"
+    );
+    let discarded = root.get("/jobs/queue?name=mail&state=discarded").await.body;
+    assert!(
+        rows(&discarded) == 2 && discarded.contains("SMTP: mailbox &lt;b&gt;full&lt;/b&gt;"),
+        "the dead letter's jobs are discarded, their last error as text: {discarded}"
+    );
+    for bad in [
+        "/jobs/queue?name=bulk&state=%3Cscript%3E",
+        "/jobs/queue?name=bulk&state=available&before=x",
+    ] {
+        let page = root.get(bad).await.body;
+        assert!(
+            page.contains("flash error") && !page.contains("<tr class=\"job\""),
+            "{page}"
+        );
+        assert!(!page.contains("<script>"), "{page}");
+    }
+    // A job's history: enqueued, its attempt failed, discarded — in time order.
     let page = root.get(&format!("/job?id={first}")).await.body;
     assert!(
         page.contains("<td>1</td><td>SMTP</td><td>mailbox &lt;b&gt;full&lt;/b&gt;</td>"),
         "{page}"
     );
+    let history = page.split("<ol id=\"history\">").nth(1).unwrap_or_default();
+    let enqueued = history.find("</time> enqueued</li>");
+    let failed = history.find("</time> attempt 1 failed: SMTP</li>");
+    let discarded = history.find("</time> discarded</li>");
+    assert!(enqueued.is_some() && enqueued < failed && failed <= discarded, "{page}");
     assert!(
         page.contains("&lt;script&gt;alert(1)&lt;/script&gt;") && !page.contains("<script>alert"),
         "{page}"
@@ -1334,10 +1478,7 @@ async fn the_jobs_pages_are_the_root_keys_and_retry_and_delete_dead_jobs() {
     assert!(page.contains("That is not a job id."), "{page}");
 
     // Retry one from the dead letter, delete the other.
-    let page = root
-        .follow(&root.post("/jobs/retry", &[("id", &first)]).await)
-        .await
-        .body;
+    let page = root.change("/jobs/retry", &[("id", &first)]).await;
     assert!(page.contains(&format!("Job {first} is queued again.")), "{page}");
     let (_, job) = stack.ojs("GET", &format!("/ojs/v1/jobs/{first}"), json!(null)).await;
     assert_eq!(
@@ -1345,30 +1486,28 @@ async fn the_jobs_pages_are_the_root_keys_and_retry_and_delete_dead_jobs() {
         Some("available"),
         "{job}"
     );
-    let page = root
-        .follow(&root.post("/jobs/delete", &[("id", &second)]).await)
-        .await
-        .body;
+    let page = root.change("/jobs/delete", &[("id", &second)]).await;
     assert!(page.contains(&format!("Job {second} deleted.")), "{page}");
     assert!(page.contains("No dead-lettered jobs."), "{page}");
     let (status, _) = stack.ojs("GET", &format!("/ojs/v1/jobs/{second}"), json!(null)).await;
     assert_eq!(status, 404);
 
     // Any other key, however privileged over S3, gets no OJS through the console.
-    stack.add_key("OTHERKEY", false).await;
-    let other = Visitor::sign_in(stack.console, "OTHERKEY", "OTHERKEY-secret").await;
+    let other = stack.sign_in_new_key("OTHERKEY", false).await;
     let page = other.get("/jobs").await;
     assert_eq!(page.status, 403);
     assert!(page.body.contains("for the root key&#39;s sessions") && !page.body.contains("<a href=\"/jobs\">Jobs</a>"));
     assert!(!page.body.contains("reports"));
     let third = dead_job(&stack, "mail", "SMTP", "again").await;
-    let page = other
-        .follow(&other.post("/jobs/delete", &[("id", &third)]).await)
-        .await
-        .body;
+    let page = other.change("/jobs/delete", &[("id", &third)]).await;
     assert!(page.contains("flash error"), "{page}");
     let (status, _) = stack.ojs("GET", &format!("/ojs/v1/jobs/{third}"), json!(null)).await;
     assert_eq!(status, 200, "still there");
+    let page = other.get("/jobs/queue?name=bulk&state=available").await.body;
+    assert!(
+        page.contains("flash error") && !page.contains("<tr class=\"job\""),
+        "{page}"
+    );
     assert_eq!(other.get(&format!("/job?id={third}")).await.status, 200);
     assert!(!other.get(&format!("/job?id={third}")).await.body.contains("SMTP"));
 }
@@ -1376,7 +1515,7 @@ async fn the_jobs_pages_are_the_root_keys_and_retry_and_delete_dead_jobs() {
 #[tokio::test]
 async fn the_health_page_shows_this_gateway_to_the_root_key_only() {
     let stack = Stack::start().await;
-    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let root = stack.sign_in_root().await;
     let page = root.get("/health").await;
     assert_eq!(page.status, 200, "{}", page.body);
     let body = &page.body;
@@ -1483,8 +1622,7 @@ async fn the_health_page_shows_this_gateway_to_the_root_key_only() {
     assert!(ratio > 0.0 && ratio < 50.0, "one hit in {reads} reads: {page}");
     assert!(field("origin-errors").starts_with("unreachable: "), "{page}");
 
-    stack.add_key("OTHERKEY", false).await;
-    let other = Visitor::sign_in(stack.console, "OTHERKEY", "OTHERKEY-secret").await;
+    let other = stack.sign_in_new_key("OTHERKEY", false).await;
     let page = other.get("/health").await;
     assert_eq!(page.status, 403);
     assert!(
@@ -1506,7 +1644,7 @@ fn gateway_rows(page: &str) -> Vec<String> {
 async fn the_fleet_lists_every_gateway_of_the_database_by_its_heartbeat() {
     let stack = Stack::start().await;
     let second = stack.second_gateway().await;
-    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let root = stack.sign_in_root().await;
     // Both gateways beat at once when they start, then every 5 s.
     eventually("both gateways listed", || async {
         gateway_rows(&root.get("/health").await.body).len() == 2
@@ -1549,10 +1687,16 @@ async fn the_fleet_lists_every_gateway_of_the_database_by_its_heartbeat() {
     // one silent for two minutes is forgotten by the next beat.
     stack
         .sql(
-            "INSERT INTO pgvs3.gateways (id, host, version, started, listeners, stats, beat) VALUES
+            "INSERT INTO pgvs3.gateways (id, host, version, started, listeners, stats, history, beat) VALUES
                ('quiet', '<img src=x onerror=alert(1)>\u{202e}', '0.0.1', now() - interval '1 hour',
-                '{\"s3\": \"10.0.0.9:9000\"}', '{\"requests\": 5}', now() - interval '20 seconds'),
-               ('gone', 'gone-host', '0.0.1', now() - interval '1 hour', '{}', '{}', now() - interval '2 minutes')",
+                '{\"s3\": \"10.0.0.9:9000\"}', '{\"requests\": 5}',
+                jsonb_build_array(
+                  jsonb_build_object('at', extract(epoch FROM now()) - 30, 'requests', 5, 'latency_seconds', 1,
+                                     'latency_count', 5, 'cache_reads', 0, 'cache_hits', 0),
+                  jsonb_build_object('at', extract(epoch FROM now()) - 25, 'requests', 15, 'latency_seconds', 1.2,
+                                     'latency_count', 15, 'cache_reads', 4, 'cache_hits', 1)),
+                now() - interval '20 seconds'),
+               ('gone', 'gone-host', '0.0.1', now() - interval '1 hour', '{}', '{}', '[]', now() - interval '2 minutes')",
         )
         .await;
     let page = root.get("/health").await.body;
@@ -1566,6 +1710,59 @@ async fn the_fleet_lists_every_gateway_of_the_database_by_its_heartbeat() {
             && !page.contains("<img src=x"),
         "{quiet}"
     );
+    // Every gateway charted from its heartbeat ring: the silent one's single interval
+    // (10 requests in 5 s, 20 ms each, 1 of 4 cache reads from the cache), a series of its
+    // own under its host name as text.
+    let svg = |page: &str, id: &str| {
+        let start = page
+            .find(&format!("<svg id=\"{id}\""))
+            .unwrap_or_else(|| panic!("{page}"));
+        let chart = &page[start..];
+        chart[..chart.find("</svg>").unwrap()].to_owned()
+    };
+    let quiet_series = |chart: &str| {
+        chart
+            .split("<g class=")
+            .find(|series| series.contains("data-protocol=\"&lt;img src=x onerror=alert(1)&gt;\u{202e} quiet\""))
+            .map(|series| series.matches("<circle").count())
+    };
+    for chart in ["chart-gateway-rates", "chart-gateway-latency", "chart-gateway-cache"] {
+        assert_eq!(quiet_series(&svg(&page, chart)), Some(1), "{chart}: {page}");
+    }
+    let running: Vec<String> = gateway_rows(&page)
+        .into_iter()
+        .filter(|row| !row.contains("quiet") && !row.contains("gone"))
+        .filter_map(|row| {
+            row.split("data-id=\"")
+                .nth(1)
+                .map(|rest| rest[..rest.find('"').unwrap()].to_owned())
+        })
+        .collect();
+    assert!(running.len() >= 2, "{page}");
+    eventually("both running gateways charted", || async {
+        let chart = svg(&root.get("/health").await.body, "chart-gateway-rates");
+        running.iter().all(|id| chart.contains(&format!(" {id}\"")))
+    })
+    .await;
+    // The ring keeps the last 61 beats: one past that loses its oldest at the next beat.
+    let first = &running[0];
+    stack
+        .sql(&format!(
+            "UPDATE pgvs3.gateways SET history = (SELECT jsonb_agg(jsonb_build_object('at', n)) FROM generate_series(1, 70) n)
+              WHERE id = '{first}'"
+        ))
+        .await;
+    eventually("the ring trimmed at the next beat", || async {
+        stack
+            .sql_value(&format!(
+                "SELECT jsonb_array_length(history)::text || ' ' || (history -> 0 ->> 'at') AS value
+                   FROM pgvs3.gateways WHERE id = '{first}'"
+            ))
+            .await
+            == "61 11"
+    })
+    .await;
+
     eventually("the long-silent row forgotten", || async {
         stack
             .sql_value("SELECT count(*)::text AS value FROM pgvs3.gateways WHERE id = 'gone'")
@@ -1581,8 +1778,7 @@ async fn the_fleet_lists_every_gateway_of_the_database_by_its_heartbeat() {
     );
 
     // Another key sees no fleet.
-    stack.add_key("FLEETLESS", false).await;
-    let other = Visitor::sign_in(stack.console, "FLEETLESS", "FLEETLESS-secret").await;
+    let other = stack.sign_in_new_key("FLEETLESS", false).await;
     let page = other.get("/health").await;
     assert_eq!(page.status, 403);
     assert!(gateway_rows(&page.body).is_empty(), "{}", page.body);
@@ -1594,14 +1790,14 @@ async fn the_root_key_sets_and_removes_a_bucket_quota_and_other_keys_cannot() {
     use aws_sdk_s3::error::ProvideErrorMetadata;
     let stack = Stack::start().await;
     stack.root.create_bucket().bucket("limited").send().await.unwrap();
-    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let root = stack.sign_in_root().await;
     let quota = || async { stack.gateway.store.catalog().bucket_quota("limited").await.unwrap() };
     let set = |pairs: Vec<(&'static str, &'static str)>| {
         let root = &root;
         async move {
             let mut all = vec![("bucket", "limited")];
             all.extend(pairs);
-            root.follow(&root.post("/bucket/quota", &all).await).await.body
+            root.change("/bucket/quota", &all).await
         }
     };
     let page = root.get("/bucket?bucket=limited").await.body;
@@ -1643,15 +1839,14 @@ async fn the_root_key_sets_and_removes_a_bucket_quota_and_other_keys_cannot() {
     assert_eq!((limits.max_bytes, limits.max_objects), (Some(1024), Some(2)));
 
     // Another key (which may write the bucket's objects under a policy or not) cannot touch it.
-    stack.add_key("TENANT", false).await;
-    let tenant = Visitor::sign_in(stack.console, "TENANT", "TENANT-secret").await;
+    let tenant = stack.sign_in_new_key("TENANT", false).await;
     let page = tenant.get("/bucket?bucket=limited").await.body;
     assert!(!page.contains("id=\"set-quota\""), "{page}");
     for pairs in [
         vec![("bucket", "limited"), ("remove", "on")],
         vec![("bucket", "limited"), ("max_size", "1 TiB")],
     ] {
-        let page = tenant.follow(&tenant.post("/bucket/quota", &pairs).await).await.body;
+        let page = tenant.change("/bucket/quota", &pairs).await;
         assert!(page.contains("flash error"), "{page}");
     }
     let limits = quota().await.unwrap();
@@ -1684,7 +1879,7 @@ async fn the_root_key_creates_lists_and_deletes_access_keys_and_a_secret_shows_o
         .send()
         .await
         .unwrap();
-    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let root = stack.sign_in_root().await;
     let page = root.get("/access-keys").await;
     assert_eq!(page.status, 200, "{}", page.body);
     assert!(
@@ -1726,10 +1921,7 @@ async fn the_root_key_creates_lists_and_deletes_access_keys_and_a_secret_shows_o
     );
     // An existing key — the root key included — is never overwritten.
     for taken in ["CIREADER01", ROOT_ACCESS_KEY] {
-        let page = root
-            .follow(&root.post("/access-keys/create", &[("access_key", taken)]).await)
-            .await
-            .body;
+        let page = root.change("/access-keys/create", &[("access_key", taken)]).await;
         assert!(page.contains("exists already"), "{page}");
     }
     reader.list_buckets().send().await.unwrap();
@@ -1738,18 +1930,12 @@ async fn the_root_key_creates_lists_and_deletes_access_keys_and_a_secret_shows_o
     let answer = root.post("/access-keys/create", &[("access_key", "")]).await;
     let generated = code(&answer.body, "new-access-key");
     assert!(generated.len() == 20 && generated.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()));
-    let page = root
-        .follow(&root.post("/access-keys/create", &[("access_key", "<bad id>")]).await)
-        .await
-        .body;
+    let page = root.change("/access-keys/create", &[("access_key", "<bad id>")]).await;
     assert!(page.contains("flash error") && page.contains("is not valid"), "{page}");
 
     // Deleting a key ends its console sessions; the root key cannot be deleted.
     let owner = Visitor::sign_in(stack.console, "OWNER", "OWNER-secret").await;
-    let page = root
-        .follow(&root.post("/access-keys/delete", &[("access_key", "OWNER")]).await)
-        .await
-        .body;
+    let page = root.change("/access-keys/delete", &[("access_key", "OWNER")]).await;
     assert!(page.contains("Key OWNER deleted"), "{page}");
     assert!(!page.contains("data-key=\"OWNER\""), "{page}");
     assert_eq!(owner.get("/buckets").await.status, 303, "its session ended");
@@ -1761,13 +1947,8 @@ async fn the_root_key_creates_lists_and_deletes_access_keys_and_a_secret_shows_o
             .is_err()
     );
     let page = root
-        .follow(
-            &root
-                .post("/access-keys/delete", &[("access_key", ROOT_ACCESS_KEY)])
-                .await,
-        )
-        .await
-        .body;
+        .change("/access-keys/delete", &[("access_key", ROOT_ACCESS_KEY)])
+        .await;
     assert!(page.contains("flash error"), "{page}");
     stack.root.list_buckets().send().await.unwrap();
 
@@ -1776,10 +1957,7 @@ async fn the_root_key_creates_lists_and_deletes_access_keys_and_a_secret_shows_o
     let page = other.get("/access-keys").await;
     assert_eq!(page.status, 403);
     assert!(!page.body.contains("CIREADER01</code></td>") && !page.body.contains("href=\"/access-keys\""));
-    let page = other
-        .follow(&other.post("/access-keys/create", &[("access_key", "SNEAKY01")]).await)
-        .await
-        .body;
+    let page = other.change("/access-keys/create", &[("access_key", "SNEAKY01")]).await;
     assert!(page.contains("flash error"), "{page}");
     assert!(!root.get("/access-keys").await.body.contains("SNEAKY01"));
 }
@@ -1800,7 +1978,7 @@ async fn the_root_key_edits_a_keys_own_policy_and_the_gateway_enforces_it() {
         .unwrap();
     let reads = || async { key.get_object().bucket("mine").key("a.txt").send().await.is_ok() };
     assert!(reads().await);
-    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let root = stack.sign_in_root().await;
     let page = root.get("/access-keys").await.body;
     assert!(
         page.contains("<a class=\"key-policy\" href=\"/access-key?access_key=POLICIED\">Attach</a>"),
@@ -1842,16 +2020,11 @@ async fn the_root_key_edits_a_keys_own_policy_and_the_gateway_enforces_it() {
 
     // The root key has no policy of its own to edit; another key may not edit any.
     let page = root
-        .follow(
-            &root
-                .post(
-                    "/access-keys/policy",
-                    &[("access_key", ROOT_ACCESS_KEY), ("policy", deny)],
-                )
-                .await,
+        .change(
+            "/access-keys/policy",
+            &[("access_key", ROOT_ACCESS_KEY), ("policy", deny)],
         )
-        .await
-        .body;
+        .await;
     assert!(
         page.contains("flash error") && page.contains("the root key may do everything"),
         "{page}"
@@ -1860,13 +2033,8 @@ async fn the_root_key_edits_a_keys_own_policy_and_the_gateway_enforces_it() {
     let other = Visitor::sign_in(stack.console, "POLICIED", "POLICIED-secret").await;
     assert_eq!(other.get("/access-key?access_key=POLICIED").await.status, 403);
     let page = other
-        .follow(
-            &other
-                .post("/access-keys/policy", &[("access_key", "POLICIED"), ("policy", "")])
-                .await,
-        )
-        .await
-        .body;
+        .change("/access-keys/policy", &[("access_key", "POLICIED"), ("policy", "")])
+        .await;
     assert!(page.contains("flash error"), "{page}");
     assert!(!reads().await, "still denied");
 
@@ -1917,12 +2085,9 @@ async fn the_root_key_disables_a_key_on_every_gateway_at_once_and_enables_it_aga
     }
     assert_eq!(resp_auth(second_resp, "PAUSED01", "PAUSED01-secret").await, "+OK");
     let its_session = Visitor::sign_in(stack.console, "PAUSED01", "PAUSED01-secret").await;
-    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let root = stack.sign_in_root().await;
 
-    let page = root
-        .follow(&root.post("/access-keys/disable", &[("access_key", "PAUSED01")]).await)
-        .await
-        .body;
+    let page = root.change("/access-keys/disable", &[("access_key", "PAUSED01")]).await;
     assert!(page.contains("Key PAUSED01 disabled."), "{page}");
     assert!(
         page.contains("<tr class=\"access-key disabled\" data-key=\"PAUSED01\">"),
@@ -1955,18 +2120,12 @@ async fn the_root_key_disables_a_key_on_every_gateway_at_once_and_enables_it_aga
     let answer = sign_in_answer(stack.console, "PAUSED01", "PAUSED01-secret", None).await;
     assert_eq!(answer.status, 401, "{}", answer.body);
     // Creating a key of its id does not replace it (its secret stays).
-    let page = root
-        .follow(&root.post("/access-keys/create", &[("access_key", "PAUSED01")]).await)
-        .await
-        .body;
+    let page = root.change("/access-keys/create", &[("access_key", "PAUSED01")]).await;
     assert!(page.contains("exists already"), "{page}");
 
     // The root key cannot be disabled, nor a key that does not exist; a hostile id is text.
     for key in [ROOT_ACCESS_KEY, "NOSUCHKEY", "<i>x</i>"] {
-        let page = root
-            .follow(&root.post("/access-keys/disable", &[("access_key", key)]).await)
-            .await
-            .body;
+        let page = root.change("/access-keys/disable", &[("access_key", key)]).await;
         assert!(
             page.contains("flash error") && page.contains("the root key may not"),
             "{page}"
@@ -1976,13 +2135,12 @@ async fn the_root_key_disables_a_key_on_every_gateway_at_once_and_enables_it_aga
     assert_eq!(list_buckets_error(first_s3, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await, "");
 
     // Another key may neither disable nor enable.
-    stack.add_key("PLAINKEY", false).await;
-    let plain = Visitor::sign_in(stack.console, "PLAINKEY", "PLAINKEY-secret").await;
+    let plain = stack.sign_in_new_key("PLAINKEY", false).await;
     for (path, key) in [
         ("/access-keys/enable", "PAUSED01"),
         ("/access-keys/disable", "PLAINKEY"),
     ] {
-        let page = plain.follow(&plain.post(path, &[("access_key", key)]).await).await.body;
+        let page = plain.change(path, &[("access_key", key)]).await;
         assert!(page.contains("flash error"), "{page}");
     }
     assert_eq!(
@@ -1991,10 +2149,7 @@ async fn the_root_key_disables_a_key_on_every_gateway_at_once_and_enables_it_aga
     );
 
     // Enabled again: its old secret works on both gateways, and in the console.
-    let page = root
-        .follow(&root.post("/access-keys/enable", &[("access_key", "PAUSED01")]).await)
-        .await
-        .body;
+    let page = root.change("/access-keys/enable", &[("access_key", "PAUSED01")]).await;
     assert!(page.contains("Key PAUSED01 enabled."), "{page}");
     assert!(
         page.contains("<tr class=\"access-key active\" data-key=\"PAUSED01\">"),
@@ -2064,7 +2219,7 @@ async fn objects_are_previewed_as_text_images_and_parquet_schemas_each_bounded()
         }
         put.send().await.unwrap();
     }
-    let root = Visitor::sign_in(stack.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await;
+    let root = stack.sign_in_root().await;
     let preview = |key: &'static str| {
         let root = &root;
         async move {
@@ -2155,8 +2310,7 @@ async fn objects_are_previewed_as_text_images_and_parquet_schemas_each_bounded()
     assert!(none.contains("No preview for this type"), "{none}");
 
     // A key that may not read the bucket previews nothing of it.
-    stack.add_key("NOREADER", false).await;
-    let other = Visitor::sign_in(stack.console, "NOREADER", "NOREADER-secret").await;
+    let other = stack.sign_in_new_key("NOREADER", false).await;
     let page = other.get("/object?bucket=files&key=notes/hostile.txt").await;
     assert!(
         !page.body.contains("preview-text") && !page.body.contains("alert(1)"),
@@ -2572,6 +2726,31 @@ async fn walk_through(browser: webdriver::Browser) {
     assert!(browser.text("#elements").await.contains("<b>role</b>"));
     browser.screenshot("key").await;
 
+    // A stream: a group created in the page, an entry delivered to it, acknowledged in the page.
+    browser.goto(&console("/key?key=audit")).await;
+    browser.type_into("#new-group", "mailers").await;
+    browser.type_into("#new-group-id", "0").await;
+    browser.click("#create-group").await;
+    eventually("the group created", move || async move {
+        b.source().await.contains("Group created.")
+    })
+    .await;
+    stack
+        .redis(&["XREADGROUP", "GROUP", "mailers", "mailer-1", "STREAMS", "audit", ">"])
+        .await;
+    browser.goto(&console("/key?key=audit")).await;
+    browser.find("tr.pending-entry").await;
+    browser.screenshot("stream").await;
+    browser.click("tr.pending-entry button.xack").await;
+    eventually("the entry acknowledged", move || async move {
+        b.source().await.contains("Entry acknowledged.")
+    })
+    .await;
+    assert!(
+        stack.redis(&["XPENDING", "audit", "mailers"]).await.starts_with('0'),
+        "nothing pending"
+    );
+
     // Jobs: a dead job retried from the dead letter.
     let dead = dead_job(&stack, "mail", "SMTP", "mailbox full").await;
     browser.goto(&console("/jobs")).await;
@@ -2588,6 +2767,14 @@ async fn walk_through(browser: webdriver::Browser) {
         Some("available"),
         "{job}"
     );
+    // The mail queue's available jobs, the retried one among them, and its history.
+    browser.click("#queues a[href^='/jobs/queue?name=mail&']").await;
+    browser.click("#states a[href$='state=available']").await;
+    browser.find(&format!("tr.job[data-job='{dead}']")).await;
+    browser.screenshot("jobs-state").await;
+    browser.click(&format!("tr.job[data-job='{dead}'] a")).await;
+    browser.find("#history li").await;
+    assert!(browser.text("#history").await.contains("attempt 1 failed: SMTP"));
 
     // A workflow as a graph: a chain whose middle step is a group.
     let step = |kind: &str| json!({ "type": kind, "args": [], "options": { "queue": "etl" } });
@@ -2665,6 +2852,7 @@ async fn walk_through(browser: webdriver::Browser) {
     let fleet = browser.text("#gateway-list tr.gateway").await;
     assert!(fleet.contains(&format!("s3 {}", stack.gateway.s3_addr)), "{fleet}");
     assert!(browser.text("#wal-lsn").await.contains('/'));
+    browser.find("#chart-gateway-rates").await;
     browser.screenshot("health").await;
 
     // Access keys: one created, its secret shown once.

@@ -185,22 +185,12 @@ impl Context<'_> {
                 Err(err) => (String::new(), vec![err]),
             },
         };
-        body.push_str("<ul id=\"policy-problems\" class=\"problems\" role=\"alert\">");
-        for problem in &problems {
-            let _ = write!(body, "<li>{}</li>", name(problem));
-        }
-        body.push_str("</ul>");
-        body.push_str(&form(
-            "/access-keys/policy",
-            self.csrf(),
-            &[("access_key", access_key)],
-            &format!(
-                "<textarea name=\"policy\" id=\"policy\" rows=\"16\" spellcheck=\"false\" data-validate=\"policy\">{}</textarea>\
-                 <p class=\"hint\">An IAM identity policy: statements of Effect, Action and Resource, no Principal (the key is the principal). \
-                 Checked here and again by the gateway before it is saved. Empty detaches it.</p>\
-                 <button id=\"save-policy\">Save policy</button>",
-                esc(&text)
-            ),
+        body.push_str(&self.policy_editor(
+            ("/access-keys/policy", ("access_key", access_key)),
+            &text,
+            &problems,
+            "An IAM identity policy: statements of Effect, Action and Resource, no Principal (the key is the principal). \
+             Checked here and again by the gateway before it is saved. Empty detaches it.",
         ));
         let status = if problems.is_empty() {
             StatusCode::OK

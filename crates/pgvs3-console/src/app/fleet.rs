@@ -86,6 +86,8 @@ pub fn metrics_summary(text: &str) -> serde_json::Value {
         "cache_reads": metrics.cache_reads.values().sum::<f64>(),
         "cache_hits": metrics.cache_hits(),
         "origin_errors": metrics.origin_errors.values().sum::<f64>(),
+        "latency_seconds": metrics.latency.values().map(|(sum, _)| sum).sum::<f64>(),
+        "latency_count": metrics.latency.values().map(|(_, count)| count).sum::<f64>(),
     })
 }
 
@@ -366,9 +368,76 @@ fn gateways_section(gateways: Result<Vec<crate::GatewayBeat>, String>) -> String
     out.push_str(
         "</tbody></table><p class=\"hint\">Each gateway whose server accepts writes records itself every 5 s; \
          one on a standby server cannot write there and is seen as that server, below. A row silent \
-         for a minute is removed. The numbers are each gateway's own since it started.</p></section>",
+         for a minute is removed. The numbers are each gateway's own since it started.</p>",
     );
+    out.push_str(&gateway_charts(&gateways));
+    out.push_str("</section>");
     out
+}
+
+/// Per gateway, between consecutive samples of its heartbeat ring: requests a second, mean
+/// latency (ms) and the share of cache reads served from the cache (%), each at the later
+/// sample's age. A counter that went back (it cannot within one row: a restart is a new row)
+/// gives no point.
+fn gateway_series(history: &serde_json::Value) -> [Vec<(f64, f64)>; 3] {
+    let samples = history.as_array().map(Vec::as_slice).unwrap_or_default();
+    let mut series: [Vec<(f64, f64)>; 3] = Default::default();
+    for pair in samples.windows(2) {
+        let value = |sample: &serde_json::Value, key: &str| sample[key].as_f64().unwrap_or(0.0);
+        let change = |key: &str| value(&pair[1], key) - value(&pair[0], key);
+        let (ago, seconds) = (value(&pair[1], "ago"), value(&pair[0], "ago") - value(&pair[1], "ago"));
+        if seconds < MIN_INTERVAL.as_secs_f64() || change("requests") < 0.0 {
+            continue;
+        }
+        series[0].push((ago, change("requests") / seconds));
+        if change("latency_count") > 0.0 {
+            series[1].push((ago, change("latency_seconds") / change("latency_count") * 1000.0));
+        }
+        if change("cache_reads") > 0.0 {
+            series[2].push((ago, change("cache_hits") / change("cache_reads") * 100.0));
+        }
+    }
+    series
+}
+
+/// The fleet's charts: one series per gateway (its host and id) from its heartbeat ring.
+fn gateway_charts(gateways: &[crate::GatewayBeat]) -> String {
+    let span = (HISTORY as f64 - 1.0) * BEAT_EVERY;
+    let mut charts: [BTreeMap<String, Vec<(f64, f64)>>; 3] = Default::default();
+    for gateway in gateways {
+        let label = format!("{} {}", gateway.host, gateway.id);
+        for (chart, points) in charts.iter_mut().zip(gateway_series(&gateway.history)) {
+            let points: Vec<_> = points.into_iter().filter(|(ago, _)| *ago <= span).collect();
+            if !points.is_empty() {
+                chart.insert(label.clone(), points);
+            }
+        }
+    }
+    format!(
+        "<h3>Every gateway, the last {} minutes (from their heartbeats)</h3>{}{}{}",
+        span / 60.0,
+        chart(
+            "chart-gateway-rates",
+            "Requests a second, per gateway",
+            "/s",
+            span,
+            &charts[0]
+        ),
+        chart(
+            "chart-gateway-latency",
+            "Mean latency, per gateway",
+            "ms",
+            span,
+            &charts[1]
+        ),
+        chart(
+            "chart-gateway-cache",
+            "Cache reads served from the cache, per gateway",
+            "%",
+            span,
+            &charts[2]
+        ),
+    )
 }
 
 /// The standbys of this database's server, from PostgreSQL (`pg_stat_replication`): their
@@ -695,7 +764,8 @@ mod tests {
         );
         assert_eq!(
             metrics_summary(&cached),
-            serde_json::json!({ "requests": 17.0, "server_errors": 2.0, "cache_reads": 10.0, "cache_hits": 7.0, "origin_errors": 2.0 })
+            serde_json::json!({ "requests": 17.0, "server_errors": 2.0, "cache_reads": 10.0, "cache_hits": 7.0,
+                "origin_errors": 2.0, "latency_seconds": 0.5, "latency_count": 10.0 })
         );
         let samples = Samples::default();
         let start = Instant::now();
@@ -725,5 +795,22 @@ mod tests {
             samples.record(ten + std::time::Duration::from_secs(10 + second), &metrics, None);
         }
         assert_eq!(samples.0.lock().unwrap().len(), HISTORY);
+    }
+
+    #[test]
+    fn a_gateways_ring_gives_its_rates_latency_and_cache_share() {
+        let history = serde_json::json!([
+            { "ago": 20.0, "requests": 5.0, "latency_seconds": 1.0, "latency_count": 5.0, "cache_reads": 0.0, "cache_hits": 0.0 },
+            { "ago": 15.0, "requests": 15.0, "latency_seconds": 1.2, "latency_count": 15.0, "cache_reads": 4.0, "cache_hits": 1.0 },
+            // Too close to the one before: no point.
+            { "ago": 14.9, "requests": 16.0, "latency_seconds": 1.2, "latency_count": 16.0, "cache_reads": 4.0, "cache_hits": 1.0 },
+            { "ago": 10.0, "requests": 15.0, "latency_seconds": 1.2, "latency_count": 15.0, "cache_reads": 4.0, "cache_hits": 1.0 },
+        ]);
+        let [rates, latency, cache] = gateway_series(&history);
+        assert_eq!(rates, vec![(15.0, 2.0)]);
+        assert_eq!(latency.len(), 1);
+        assert!((latency[0].1 - 20.0).abs() < 1e-9, "{latency:?}");
+        assert_eq!(cache, vec![(15.0, 25.0)]);
+        assert!(gateway_series(&serde_json::json!("not a ring"))[0].is_empty());
     }
 }

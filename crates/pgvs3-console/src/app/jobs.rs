@@ -7,13 +7,15 @@
 use std::fmt::Write;
 
 use http::{Method, StatusCode};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::{Context, Outcome, Request, Response};
 use crate::html::{button, esc, form, link, name};
 
 /// Dead-lettered jobs on one page (the OJS route's own bound is 1,000).
 const DEAD_LETTER_PAGE: &str = "100";
+/// Jobs of one state on one page.
+const JOBS_PAGE: i64 = 50;
 /// Characters of a job's args or result shown.
 const JSON_CHARS: usize = 4096;
 /// Queue states OJS counts, in the order shown.
@@ -65,6 +67,13 @@ pub(super) fn refused(err: &str) -> String {
     format!("<p class=\"flash error\" role=\"alert\">{}</p>", name(err))
 }
 
+/// A time as RFC 3339, to the second.
+fn moment(time: std::time::SystemTime) -> String {
+    aws_sdk_s3::primitives::DateTime::from(time)
+        .fmt(aws_sdk_s3::primitives::DateTimeFormat::DateTime)
+        .unwrap_or_default()
+}
+
 /// The last error of a job: `code: message`.
 fn last_error(job: &Value) -> String {
     let error = if job["error"].is_object() {
@@ -84,6 +93,44 @@ fn last_error(job: &Value) -> String {
         (Some(code), None) => name(code),
         (None, None) => String::new(),
     }
+}
+
+/// A job's history from its own record (OJS keeps each moment of it there, and every failed
+/// attempt's error with its time): what happened when, in time order.
+fn history(job: &Value) -> String {
+    let mut moments: Vec<(&str, String)> = [
+        ("enqueued_at", "enqueued"),
+        ("scheduled_at", "scheduled to run"),
+        ("started_at", "started (latest attempt)"),
+        ("next_attempt_at", "next attempt"),
+        ("completed_at", "completed"),
+        ("discarded_at", "discarded"),
+        ("cancelled_at", "cancelled"),
+        ("expires_at", "expires"),
+    ]
+    .into_iter()
+    // A discarded job's completed_at is its discarded_at: shown once, as the latter.
+    .filter(|(field, _)| *field != "completed_at" || job["discarded_at"].is_null())
+    .filter_map(|(field, what)| job[field].as_str().map(|at| (at, what.to_owned())))
+    .collect();
+    for error in job["errors"].as_array().into_iter().flatten() {
+        let at = error["occurred_at"].as_str().or(error["at"].as_str());
+        if let Some(at) = at {
+            let code = error["code"].as_str().or(error["type"].as_str()).unwrap_or("error");
+            let attempt = error["attempt"].as_i64().map(|n| format!(" {n}")).unwrap_or_default();
+            moments.push((at, format!("attempt{attempt} failed: {}", name(code))));
+        }
+    }
+    // RFC 3339 times sort as text. The end of a job comes last whatever its stamp: the
+    // database stamps it at its transaction's start, the failure that caused it a moment later.
+    let ending = |what: &str| ["completed", "discarded", "cancelled"].contains(&what);
+    moments.sort_by(|a, b| (ending(&a.1), a.0).cmp(&(ending(&b.1), b.0)));
+    let mut out = String::from("<section><h2>History</h2><ol id=\"history\">");
+    for (at, what) in &moments {
+        let _ = write!(out, "<li><time>{}</time> {what}</li>", name(at));
+    }
+    out.push_str("</ol></section>");
+    out
 }
 
 impl Context<'_> {
@@ -128,11 +175,32 @@ impl Context<'_> {
             esc(tenant)
         );
         let dead_letter = format!("/dead-letter?limit={DEAD_LETTER_PAGE}");
-        let (queues, dead, cron) = tokio::join!(
+        let rates = async {
+            match &self.app.gateway.admin {
+                Some(admin) => admin.queue_rates(tenant.to_owned()).await,
+                None => Err("not asked".to_owned()),
+            }
+        };
+        let (queues, dead, cron, rates) = tokio::join!(
             ojs.call(Method::GET, "/queues", tenant),
             ojs.call(Method::GET, &dead_letter, tenant),
             ojs.call(Method::GET, "/cron", tenant),
+            rates,
         );
+        // A queue without events in the last minute has rates of 0; unknown ones are blank.
+        let rate_of = |queue: &str| -> String {
+            match &rates {
+                Ok(rates) => {
+                    let found = rates.iter().find(|rates| rates.queue == queue);
+                    let (enqueued, completed, failed) =
+                        found.map_or((0, 0, 0), |rates| (rates.enqueued, rates.completed, rates.failed));
+                    format!(
+                        "<td class=\"rate\">{enqueued}</td><td class=\"rate\">{completed}</td><td class=\"rate\">{failed}</td>"
+                    )
+                }
+                Err(_) => "<td></td><td></td><td></td>".to_owned(),
+            }
+        };
         out.push_str("<section><h2>Queues</h2>");
         match queues {
             Err(err) => out.push_str(&refused(&err)),
@@ -143,14 +211,15 @@ impl Context<'_> {
                 } else {
                     out.push_str(
                         "<table id=\"queues\"><thead><tr><th>Queue</th><th>Status</th><th>Available</th><th>Scheduled</th>\
-                         <th>Retryable</th><th>Active</th></tr></thead><tbody>",
+                         <th>Retryable</th><th>Active</th><th>Enqueued a minute</th><th>Completed a minute</th>\
+                         <th>Failed a minute</th></tr></thead><tbody>",
                     );
                     for queue in &queues {
                         let queue_name = queue["name"].as_str().unwrap_or_default();
                         let count = |state: &str| queue["counts"][state].as_i64().unwrap_or(0);
                         let _ = write!(
                             out,
-                            "<tr class=\"queue\"><td><a href=\"{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                            "<tr class=\"queue\"><td><a href=\"{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{}</tr>",
                             esc(&link("/jobs/queue", &[("name", queue_name), ("tenant", tenant)])),
                             name(queue_name),
                             text(&queue["status"]),
@@ -158,9 +227,16 @@ impl Context<'_> {
                             count("scheduled"),
                             count("retryable"),
                             count("active"),
+                            rate_of(queue_name),
                         );
                     }
                     out.push_str("</tbody></table>");
+                    match &rates {
+                        Ok(_) => out.push_str(
+                            "<p class=\"hint\">Rates: the last minute's jobs of this tenant, from the database's event log, so every gateway's work counts.</p>",
+                        ),
+                        Err(err) => out.push_str(&refused(&format!("Rates: {err}"))),
+                    }
                 }
             }
         }
@@ -256,7 +332,8 @@ impl Context<'_> {
         Ok(out)
     }
 
-    /// One queue: its jobs counted by state.
+    /// One queue: its jobs counted by state, each state a link to its jobs; with `state`, a
+    /// page of that state's jobs, newest first, and a link to the next (older) page.
     pub(super) async fn jobs_queue(&self, request: &Request) -> Response {
         let queue = request.arg("name");
         let mut body = format!(
@@ -275,12 +352,17 @@ impl Context<'_> {
             {
                 return Err("That is not a queue name.".to_owned());
             }
-            ojs.call(Method::GET, &format!("/queues/{queue}/stats"), tenant).await
+            let stats = ojs.call(Method::GET, &format!("/queues/{queue}/stats"), tenant).await?;
+            let listing = match request.arg("state") {
+                "" => None,
+                state => Some(self.jobs_listing(request, tenant, queue, state).await?),
+            };
+            Ok((tenant, stats, listing))
         }
         .await;
         match answer {
             Err(err) => body.push_str(&refused(&err)),
-            Ok(stats) => {
+            Ok((tenant, stats, listing)) => {
                 let stats = &stats["stats"];
                 let _ = write!(
                     body,
@@ -295,12 +377,97 @@ impl Context<'_> {
                     },
                 );
                 for state in STATES.iter().filter(|state| !stats[**state].is_null()) {
-                    let _ = write!(body, "<tr><td>{state}</td><td>{}</td></tr>", text(&stats[*state]));
+                    let _ = write!(
+                        body,
+                        "<tr><td><a href=\"{}\">{state}</a></td><td>{}</td></tr>",
+                        esc(&link(
+                            "/jobs/queue",
+                            &[("name", queue), ("tenant", tenant), ("state", state)]
+                        )),
+                        text(&stats[*state])
+                    );
                 }
                 body.push_str("</tbody></table>");
+                body.push_str(&listing.unwrap_or_default());
             }
         }
         self.page(StatusCode::OK, "Queue", body)
+    }
+
+    /// A page of a queue's jobs in `state` (from the database, as OJS has no route listing
+    /// them), newest first, [`JOBS_PAGE`] at a time below the `before` keyset.
+    async fn jobs_listing(&self, request: &Request, tenant: &str, queue: &str, state: &str) -> Result<String, String> {
+        if !STATES.contains(&state) {
+            return Err("That is not a job state.".to_owned());
+        }
+        let before = match request.arg("before") {
+            "" => None,
+            before => Some(
+                before
+                    .parse::<i64>()
+                    .map_err(|_| "That is not a page of this listing.".to_owned())?,
+            ),
+        };
+        let admin = self
+            .app
+            .gateway
+            .admin
+            .as_ref()
+            .ok_or("The gateway lists no jobs to this console.")?;
+        let mut jobs = admin
+            .jobs_in_state(crate::JobsPage {
+                tenant: tenant.to_owned(),
+                queue: queue.to_owned(),
+                state: state.to_owned(),
+                before,
+                limit: JOBS_PAGE + 1,
+            })
+            .await?;
+        let more = jobs.len() as i64 > JOBS_PAGE;
+        jobs.truncate(JOBS_PAGE as usize);
+        let mut out = format!("<section><h2>Jobs {state}</h2>");
+        if jobs.is_empty() {
+            out.push_str("<p>None.</p></section>");
+            return Ok(out);
+        }
+        out.push_str(
+            "<table id=\"jobs\"><thead><tr><th>Job</th><th>Type</th><th>Attempt</th><th>Created</th><th>Runs at</th>\
+             <th>Last error</th></tr></thead><tbody>",
+        );
+        for job in &jobs {
+            let _ = write!(
+                out,
+                "<tr class=\"job\" data-job=\"{}\"><td><a href=\"{}\"><code>{}</code></a></td><td>{}</td><td>{} of {}</td>\
+                 <td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&job.id),
+                esc(&link("/job", &[("id", &job.id), ("tenant", tenant)])),
+                name(&job.id),
+                name(&job.job_type),
+                job.attempt,
+                job.max_attempts,
+                moment(job.created),
+                moment(job.run_at),
+                last_error(&json!({ "error": job.error.clone() })),
+            );
+        }
+        out.push_str("</tbody></table>");
+        if let (true, Some(last)) = (more, jobs.last()) {
+            let _ = write!(
+                out,
+                "<p><a id=\"older\" href=\"{}\">Older jobs</a></p>",
+                esc(&link(
+                    "/jobs/queue",
+                    &[
+                        ("name", queue),
+                        ("tenant", tenant),
+                        ("state", state),
+                        ("before", &last.seq.to_string())
+                    ]
+                ))
+            );
+        }
+        out.push_str("</section>");
+        Ok(out)
     }
 
     /// One job: its state, attempts, every error, args and result.
@@ -329,6 +496,7 @@ impl Context<'_> {
                     text(&job["max_attempts"]),
                     text(&job["created_at"]),
                 );
+                body.push_str(&history(job));
                 body.push_str("<section><h2>Errors</h2>");
                 let errors = job["errors"].as_array().cloned().unwrap_or_default();
                 if errors.is_empty() {

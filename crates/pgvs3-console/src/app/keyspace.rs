@@ -12,12 +12,12 @@ use super::{Context, Outcome, Request, Response};
 use crate::html::{self, button, esc, form, link, name};
 use crate::resp::{Reply, Resp};
 
-type Connection<'a> = tokio::sync::MappedMutexGuard<'a, Resp>;
+pub(super) type Connection<'a> = tokio::sync::MappedMutexGuard<'a, Resp>;
 
 /// Keys asked of one SCAN step (Redis's COUNT: a hint, a page may hold fewer or a few more).
 const SCAN_COUNT: &str = "100";
 /// Elements of a hash, set, sorted set, list or stream on one page.
-const ELEMENTS: i64 = 50;
+pub(super) const ELEMENTS: i64 = 50;
 /// The bytes of a string value shown (and editable when the value is no longer).
 const PREVIEW_BYTES: i64 = 16 * 1024;
 /// The characters of one element shown in a table cell.
@@ -26,7 +26,7 @@ const CELL_CHARS: usize = 512;
 const MAX_KEY: usize = 1024;
 
 /// A cell's text: at most [`CELL_CHARS`] characters, as text.
-fn cell(reply: &Reply) -> String {
+pub(super) fn cell(reply: &Reply) -> String {
     let text = reply.text().unwrap_or_default();
     match text.char_indices().nth(CELL_CHARS) {
         Some((end, _)) => format!("{}<span class=\"hint\">…</span>", name(&text[..end])),
@@ -48,7 +48,7 @@ fn refused(err: &str) -> String {
 }
 
 /// A flat `[name, value, ...]` reply (RESP2's maps) as pairs.
-fn pairs(reply: &Reply) -> Vec<(String, &Reply)> {
+pub(super) fn pairs(reply: &Reply) -> Vec<(String, &Reply)> {
     reply
         .items()
         .chunks_exact(2)
@@ -97,7 +97,7 @@ fn command(op: &str, key: &str, request: &Request) -> Result<(Vec<Vec<u8>>, Stri
         "zrem" => (vec![word("ZREM"), k, arg("member")], "Member removed."),
         "rpush" => (vec![word("RPUSH"), k, arg("value")], "Element appended."),
         "lrem" => (vec![word("LREM"), k, word("1"), arg("value")], "Element removed."),
-        _ => return Err("no such edit".to_owned()),
+        stream_op => return super::stream::command(stream_op, k, request),
     };
     Ok((args, done.to_owned()))
 }
@@ -529,122 +529,6 @@ impl Context<'_> {
             add,
         ));
         out.push_str("</section>");
-        Ok(out)
-    }
-
-    /// A stream's entries from an ID on, and its consumer groups with their pending entries.
-    async fn stream_view(&self, resp: &mut Connection<'_>, db: &str, key: &str, after: &str) -> Result<String, String> {
-        let start = if after == "0" || after.is_empty() {
-            "-".to_owned()
-        } else if after.len() <= 41 && after.bytes().all(|b| b.is_ascii_digit() || b == b'-') {
-            format!("({after}")
-        } else {
-            "-".to_owned()
-        };
-        let k = key.as_bytes().to_vec();
-        let replies = resp
-            .pipeline(&[
-                vec![b"XLEN".to_vec(), k.clone()],
-                vec![
-                    b"XRANGE".to_vec(),
-                    k.clone(),
-                    start.into_bytes(),
-                    b"+".to_vec(),
-                    b"COUNT".to_vec(),
-                    ELEMENTS.to_string().into_bytes(),
-                ],
-                vec![b"XINFO".to_vec(), b"GROUPS".to_vec(), k.clone()],
-            ])
-            .await?;
-        if let Some(err) = replies.iter().find_map(Reply::error) {
-            return Err(err.to_owned());
-        }
-        let mut out = format!(
-            "<section><h2>Entries ({})</h2><table id=\"elements\"><thead><tr><th>ID</th><th>Fields</th></tr></thead><tbody>",
-            replies[0].int().unwrap_or(0)
-        );
-        let entries = replies[1].items();
-        for entry in entries {
-            let [id, fields] = entry.items() else { continue };
-            let fields: Vec<String> = fields
-                .items()
-                .chunks_exact(2)
-                .map(|pair| format!("{} = {}", cell(&pair[0]), cell(&pair[1])))
-                .collect();
-            let _ = write!(
-                out,
-                "<tr class=\"element\"><td><code>{}</code></td><td>{}</td></tr>",
-                esc(&id.text().unwrap_or_default()),
-                fields.join("<br>")
-            );
-        }
-        out.push_str("</tbody></table>");
-        let last = entries.last().and_then(|e| e.items().first()).and_then(Reply::text);
-        if let Some(last) = last.filter(|_| entries.len() as i64 == ELEMENTS) {
-            let _ = write!(
-                out,
-                "<p><a id=\"next-elements\" href=\"{}\">Next page</a></p>",
-                esc(&link("/key", &[("db", db), ("key", key), ("cursor", &last)]))
-            );
-        }
-        out.push_str("</section><section><h2>Consumer groups</h2>");
-        let groups = replies[2].items();
-        if groups.is_empty() {
-            out.push_str("<p>No consumer groups.</p></section>");
-            return Ok(out);
-        }
-        let names: Vec<String> = groups
-            .iter()
-            .filter_map(|group| {
-                pairs(group)
-                    .into_iter()
-                    .find(|(field, _)| field == "name")
-                    .and_then(|(_, v)| v.text())
-            })
-            .collect();
-        let pending = resp
-            .pipeline(
-                &names
-                    .iter()
-                    .map(|group| vec![b"XPENDING".to_vec(), k.clone(), group.as_bytes().to_vec()])
-                    .collect::<Vec<_>>(),
-            )
-            .await?;
-        out.push_str(
-            "<table id=\"groups\"><thead><tr><th>Group</th><th>Consumers</th><th>Pending</th><th>Last delivered</th><th>Lag</th><th>Pending per consumer</th></tr></thead><tbody>",
-        );
-        for (group, summary) in groups.iter().zip(pending.iter()) {
-            let fields = pairs(group);
-            let field = |wanted: &str| {
-                fields
-                    .iter()
-                    .find(|(name, _)| name == wanted)
-                    .and_then(|(_, value)| value.text())
-                    .unwrap_or_default()
-            };
-            let consumers: Vec<String> = match summary.items() {
-                [_, _, _, consumers] => consumers
-                    .items()
-                    .iter()
-                    .map(|c| match c.items() {
-                        [consumer, count] => format!("{}: {}", cell(consumer), cell(count)),
-                        _ => String::new(),
-                    })
-                    .collect(),
-                _ => summary.error().map(|err| vec![name(err)]).unwrap_or_default(),
-            };
-            let _ = write!(
-                out,
-                "<tr class=\"group\"><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",
-                name(&field("name")),
-                esc(&field("consumers")),
-                esc(&field("pending")),
-                esc(&field("last-delivered-id")),
-                esc(&field("lag")),
-                consumers.join("<br>")
-            );
-        }
-        out.push_str("</tbody></table></section>");
         Ok(out)
     }
 

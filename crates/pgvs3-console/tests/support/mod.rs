@@ -226,6 +226,18 @@ impl Stack {
             .unwrap();
     }
 
+    /// A console session of the root key.
+    pub async fn sign_in_root(&self) -> Visitor {
+        Visitor::sign_in(self.console, ROOT_ACCESS_KEY, ROOT_SECRET_KEY).await
+    }
+
+    /// A new access key (its secret `<key>-secret`, as [`Stack::add_key`] makes it) and a
+    /// console session of it.
+    pub async fn sign_in_new_key(&self, key: &str, read_only: bool) -> Visitor {
+        self.add_key(key, read_only).await;
+        Visitor::sign_in(self.console, key, &format!("{key}-secret")).await
+    }
+
     /// Runs SQL on the stack's database as the gateway's user (what a test cannot do through a
     /// listener: a row of a gateway that is not running).
     pub async fn sql(&self, statements: &str) {
@@ -459,5 +471,10 @@ impl Visitor {
     pub async fn follow(&self, answer: &Answer) -> Answer {
         assert_eq!(answer.status, 303, "a change redirects: {}", answer.body);
         self.get(answer.header("location")).await
+    }
+
+    /// Posts a change and follows its redirect: the page it lands on.
+    pub async fn change(&self, path: &str, pairs: &[(&str, &str)]) -> String {
+        self.follow(&self.post(path, pairs).await).await.body
     }
 }
