@@ -88,11 +88,6 @@ impl Flags {
                 "key-miss events ('m') are not supported by pgvs3: reads do not publish (see docs/resp-compatibility.md)",
             );
         }
-        if self.0 & NEW != 0 {
-            return Some(
-                "new-key events ('n') are not supported by pgvs3: blind overwrites do not know whether a key existed (see docs/resp-compatibility.md)",
-            );
-        }
         None
     }
 
@@ -124,6 +119,16 @@ impl Flags {
             if self.0 & bit != 0 {
                 text.push(letter);
             }
+        }
+        text
+    }
+
+    /// The text kept in the database: [`Flags::text`], but with `n` beside `A` (which Redis's
+    /// text leaves out, though the setting keeps it).
+    fn stored(self) -> String {
+        let mut text = self.text();
+        if self.0 & ALL == ALL && self.0 & NEW != 0 {
+            text.push('n');
         }
         text
     }
@@ -189,10 +194,11 @@ impl KeyspaceEvents {
     pub async fn set(&self, bucket: &str, flags: Flags) -> StoreResult<()> {
         let mut channel = vec![SETTING];
         channel.extend_from_slice(bucket.as_bytes());
+        let stored = flags.stored();
         self.catalog
-            .set_keyspace_events(bucket, &flags.text(), &channel, super::pubsub::INLINE_LIMIT)
+            .set_keyspace_events(bucket, &stored, &channel, super::pubsub::INLINE_LIMIT)
             .await?;
-        self.changed(bucket.as_bytes(), flags.text().as_bytes());
+        self.changed(bucket.as_bytes(), stored.as_bytes());
         Ok(())
     }
 
@@ -294,7 +300,26 @@ impl Recorder {
         })
     }
 
+    /// Redis says `new` as a command adds a key, before the command's own event.
+    fn added(&mut self, key: &str) {
+        self.events.push(Event {
+            class: NEW,
+            name: "new",
+            key: key.to_owned(),
+        });
+        self.held.insert(
+            key.to_owned(),
+            Held {
+                exists: true,
+                ttl: false,
+            },
+        );
+    }
+
     fn emit(&mut self, class: u16, name: &'static str, key: &str) {
+        if !self.held(key).exists && !matches!(name, "del" | "rename_from") {
+            self.added(key);
+        }
         self.events.push(Event {
             class,
             name,
@@ -356,11 +381,17 @@ impl Recorder {
             Persist(key) if is_true(reply) => self.emit(GENERIC, "persist", key),
             Rename { from, to, .. } if from != to && (matches!(reply, Reply::Simple(_)) || is_true(reply)) => {
                 let ttl = self.held(from).ttl;
+                // The destination (replaced when it existed) is added before either event.
+                self.added(to);
                 self.emit(GENERIC, "rename_from", from);
                 self.emit(GENERIC, "rename_to", to);
                 self.held.insert(to.clone(), Held { exists: true, ttl });
             }
-            Copy { to, .. } if is_true(reply) => self.emit(GENERIC, "copy_to", to),
+            Copy { to, .. } if is_true(reply) => {
+                // Added (replaced when it existed), as RENAME's destination.
+                self.added(to);
+                self.emit(GENERIC, "copy_to", to)
+            }
             Typed(typed) => self.typed(&typed.call, reply),
             Family(family) => self.family(family, reply),
             _ => {}
@@ -680,6 +711,9 @@ mod tests {
             );
         }
         assert_eq!(Flags::parse(b"KEq"), None);
+        let with_new = Flags::parse(b"KEAn").unwrap();
+        assert_eq!(with_new.text(), "AKE");
+        assert_eq!(Flags::parse(with_new.stored().as_bytes()), Some(with_new));
         assert!(!Flags::parse(b"K").unwrap().emits());
         assert!(!Flags::parse(b"A").unwrap().emits());
         assert!(Flags::parse(b"Kg").unwrap().emits());
