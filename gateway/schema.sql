@@ -4254,6 +4254,15 @@ ALTER TABLE pgvs3.outbox ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 );
 
 --
+-- Name: resp_expired; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.resp_expired (
+    bucket_id bigint NOT NULL,
+    keys bigint NOT NULL
+);
+
+--
 -- Name: resp_function_libraries; Type: TABLE; Schema: pgvs3; Owner: -
 --
 
@@ -4291,6 +4300,15 @@ CREATE TABLE pgvs3.resp_keys (
     list_head bigint,
     list_tail bigint,
     CONSTRAINT resp_keys_type_check CHECK ((type = ANY (ARRAY['h'::"char", 's'::"char", 'z'::"char", 'l'::"char", 'x'::"char"])))
+);
+
+--
+-- Name: resp_keyspace_events; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.resp_keyspace_events (
+    bucket text NOT NULL,
+    flags text NOT NULL
 );
 
 --
@@ -4958,6 +4976,13 @@ ALTER TABLE ONLY pgvs3.outbox
     ADD CONSTRAINT outbox_pkey PRIMARY KEY (id);
 
 --
+-- Name: resp_expired resp_expired_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_expired
+    ADD CONSTRAINT resp_expired_pkey PRIMARY KEY (bucket_id);
+
+--
 -- Name: resp_function_libraries resp_function_libraries_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
 --
 
@@ -4977,6 +5002,13 @@ ALTER TABLE ONLY pgvs3.resp_hash
 
 ALTER TABLE ONLY pgvs3.resp_keys
     ADD CONSTRAINT resp_keys_pkey PRIMARY KEY (bucket_id, key);
+
+--
+-- Name: resp_keyspace_events resp_keyspace_events_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_keyspace_events
+    ADD CONSTRAINT resp_keyspace_events_pkey PRIMARY KEY (bucket);
 
 --
 -- Name: resp_list resp_list_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -

@@ -12,6 +12,7 @@ mod geo;
 mod hostile;
 mod hyperloglog;
 mod live_redis;
+mod notifications;
 mod plans;
 mod pubsub;
 mod redis_cli;

@@ -810,6 +810,18 @@ impl Connection {
             return Err(Reply::NilArray);
         }
         let commands: Vec<&KeyCommand> = commands.iter().map(|(command, _)| command).collect();
+        if write {
+            let flags = self
+                .server
+                .pubsub
+                .events
+                .flags(keyspace.bucket())
+                .await
+                .map_err(store_error)?;
+            return super::notify::apply_and_commit(flags, &commands, batch)
+                .await
+                .map_err(store_error);
+        }
         let replies = keys::apply_all(&commands, &mut batch, true)
             .await
             .map_err(store_error)?;

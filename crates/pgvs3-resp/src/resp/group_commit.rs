@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::codec::Reply;
 use super::command::KeyCommand;
-use super::keys;
+use super::notify::{self, KeyspaceEvents};
 use crate::bucket::Keyspace;
 use crate::metrics::Metrics;
 use crate::store::{KvBatch, StoreError};
@@ -44,14 +44,17 @@ type SharedReceiver<J> = Arc<tokio::sync::Mutex<mpsc::Receiver<J>>>;
 
 pub struct GroupCommit {
     metrics: Metrics,
+    /// Which events each keyspace's writes emit (notify.rs).
+    events: Arc<KeyspaceEvents>,
     writes: Queues<WriteJob>,
     reads: Queues<ReadJob>,
 }
 
 impl GroupCommit {
-    pub fn new(metrics: Metrics) -> GroupCommit {
+    pub fn new(metrics: Metrics, events: Arc<KeyspaceEvents>) -> GroupCommit {
         GroupCommit {
             metrics,
+            events,
             writes: Mutex::default(),
             reads: Mutex::default(),
         }
@@ -60,7 +63,7 @@ impl GroupCommit {
     /// Runs the commands in a shared write transaction on `keyspace`; replies in order.
     pub async fn submit(&self, keyspace: &Keyspace, commands: Vec<KeyCommand>) -> Outcome {
         let queue = queue(&self.writes, keyspace.bucket(), |receiver| {
-            tokio::spawn(commit_loop(self.metrics.clone(), receiver));
+            tokio::spawn(commit_loop(self.metrics.clone(), Arc::clone(&self.events), receiver));
         });
         let (done, outcome) = oneshot::channel();
         let job = WriteJob {
@@ -127,13 +130,13 @@ async fn take_waiting<J>(receiver: &SharedReceiver<J>, size: impl Fn(&J) -> usiz
     Some(jobs)
 }
 
-async fn commit_loop(metrics: Metrics, receiver: SharedReceiver<WriteJob>) {
+async fn commit_loop(metrics: Metrics, events: Arc<KeyspaceEvents>, receiver: SharedReceiver<WriteJob>) {
     while let Some(jobs) = take_waiting(&receiver, |job| job.commands.len()).await {
         let (work, mut done): (Vec<_>, Vec<_>) = jobs
             .into_iter()
             .map(|job| ((job.keyspace, job.commands), job.done))
             .unzip();
-        let Some(outcome) = unless_abandoned(run(&work), &mut done).await else {
+        let Some(outcome) = unless_abandoned(run(&work, &events), &mut done).await else {
             continue;
         };
         // How many connections' batches each commit carried: the gain of grouping.
@@ -197,7 +200,7 @@ fn shared_error(err: &StoreError) -> StoreError {
 
 /// A shared commit serves many connections' requests, so its span is a trace of its own.
 #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_group_commit", otel.kind = "client", db.system = "postgresql", batches = jobs.len()))]
-async fn run(jobs: &[(Keyspace, Vec<KeyCommand>)]) -> Result<Vec<Vec<Reply>>, StoreError> {
+async fn run(jobs: &[(Keyspace, Vec<KeyCommand>)], events: &KeyspaceEvents) -> Result<Vec<Vec<Reply>>, StoreError> {
     let mut keys: Vec<String> = jobs
         .iter()
         .flat_map(|(_, commands)| commands.iter().flat_map(KeyCommand::keys))
@@ -206,18 +209,19 @@ async fn run(jobs: &[(Keyspace, Vec<KeyCommand>)]) -> Result<Vec<Vec<Reply>>, St
     keys.sort_unstable();
     keys.dedup();
     let commands: Vec<&KeyCommand> = jobs.iter().flat_map(|(_, commands)| commands.iter()).collect();
-    // Typed commands need nothing loaded either: they run in SQL.
-    let nothing_to_load = commands
-        .iter()
-        .all(|command| command.overwrites_blindly() || matches!(command, KeyCommand::Typed(_)));
     let keyspace = &jobs[0].0;
-    let mut batch = if nothing_to_load {
+    let flags = events.flags(keyspace.bucket()).await?;
+    // Typed commands need nothing loaded either: they run in SQL.
+    let nothing_to_load = !flags.emits()
+        && commands
+            .iter()
+            .all(|command| command.overwrites_blindly() || matches!(command, KeyCommand::Typed(_)));
+    let batch = if nothing_to_load {
         keyspace.overwrite(keys).await?
     } else {
         keyspace.write(&keys).await?
     };
-    let mut all = keys::apply_all(&commands, &mut batch, true).await?.into_iter();
-    batch.commit().await?;
+    let mut all = notify::apply_and_commit(flags, &commands, batch).await?.into_iter();
     Ok(jobs
         .iter()
         .map(|(_, commands)| all.by_ref().take(commands.len()).collect())

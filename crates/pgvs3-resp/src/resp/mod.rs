@@ -19,6 +19,7 @@ mod group_commit;
 mod keys;
 mod lcs;
 mod lua;
+mod notify;
 mod pause;
 mod pubsub;
 mod script;
@@ -191,7 +192,17 @@ impl RespServer {
                 );
             }
         }
-        let pubsub = Arc::new(pubsub::PubSub::new(settings.pubsub));
+        let keyspace_events = Arc::new(notify::KeyspaceEvents::new(Arc::clone(buckets.catalog())));
+        let databases = settings
+            .databases
+            .iter()
+            .map(|(db, bucket)| (*db, bucket.clone()))
+            .collect();
+        let pubsub = Arc::new(pubsub::PubSub::new(
+            settings.pubsub,
+            Arc::clone(&keyspace_events),
+            databases,
+        ));
         let scripts = script::Scripts::new(
             settings.script,
             settings.running_scripts,
@@ -199,7 +210,7 @@ impl RespServer {
             Arc::clone(&pubsub),
         );
         Ok(Arc::new(RespServer {
-            group_commit: group_commit::GroupCommit::new(metrics.clone()),
+            group_commit: group_commit::GroupCommit::new(metrics.clone(), keyspace_events),
             admission: crate::admission::Admission::new("resp", settings.admission, metrics.clone()),
             buckets,
             metrics,

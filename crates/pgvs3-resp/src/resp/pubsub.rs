@@ -19,9 +19,10 @@ use bytes::Bytes;
 
 use super::codec::Reply;
 use super::glob;
+use super::notify::{self, KeyspaceEvents};
 
 /// A NOTIFY payload must stay under 8,000 bytes; larger messages go by row.
-const INLINE_LIMIT: i32 = 7000;
+pub(crate) const INLINE_LIMIT: i32 = 7000;
 /// How long PUBLISH waits for the LISTEN connection (at startup, or while it is re-opened).
 const CONNECTION_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Kinds of channel, as the first byte of the channel the database carries.
@@ -149,20 +150,29 @@ pub struct PubSub {
     /// goes out on it (tokio-postgres pipelines concurrent publishes).
     client: tokio::sync::watch::Sender<Option<(Arc<tokio_postgres::Client>, tokio_postgres::Statement)>>,
     pub limits: Limits,
+    /// Keyspace notifications: each keyspace's setting, which changes come this way too.
+    pub events: Arc<KeyspaceEvents>,
+    /// This gateway's databases and their buckets: a keyspace's events go to the channels of
+    /// each database that maps to its bucket.
+    databases: Vec<(u32, String)>,
 }
 
 impl PubSub {
-    pub fn new(limits: Limits) -> PubSub {
+    pub fn new(limits: Limits, events: Arc<KeyspaceEvents>, databases: Vec<(u32, String)>) -> PubSub {
         PubSub {
             registry: Mutex::default(),
             client: tokio::sync::watch::Sender::new(None),
             limits,
+            events,
+            databases,
         }
     }
 
     pub(super) const PUBLISH: &str = "SELECT pgvs3.resp_publish($1, $2, $3)";
 
     pub(super) fn set_client(&self, client: Option<(Arc<tokio_postgres::Client>, tokio_postgres::Statement)>) {
+        // Lost or opened again: a keyspace's setting may have changed meanwhile, untold.
+        self.events.forget();
         self.client.send_replace(client);
     }
 
@@ -282,7 +292,30 @@ impl PubSub {
         let Some((&kind, channel)) = tagged.split_first() else {
             return;
         };
-        let channel = Bytes::copy_from_slice(channel);
+        match kind {
+            notify::EVENTS => self.deliver_events(&message),
+            notify::SETTING => self.events.changed(channel, &message),
+            _ => self.deliver_to(kind, Bytes::copy_from_slice(channel), message),
+        }
+    }
+
+    /// A write batch's keyspace events, to the subscribers of each database of its bucket.
+    fn deliver_events(&self, message: &[u8]) {
+        let Some(received) = notify::Received::unpack(message) else {
+            return;
+        };
+        for (db, _) in self
+            .databases
+            .iter()
+            .filter(|(_, name)| name.as_bytes() == received.bucket)
+        {
+            for (channel, message) in received.deliveries(*db) {
+                self.deliver_to(PLAIN, channel, message);
+            }
+        }
+    }
+
+    fn deliver_to(&self, kind: u8, channel: Bytes, message: Bytes) {
         let limit = self.limits.output_limit;
         let registry = self.registry.lock().expect("pubsub lock");
         if let Some(subscribers) = registry.channels.get(&(kind, channel.clone())) {

@@ -34,6 +34,7 @@ use super::command::{self, KeyCommand, Spec, wrong_arity};
 use super::commands::pubsub::STANDBY_PUBSUB;
 use super::keys;
 use super::lua::{self, Limits, Outcome, Stop};
+use super::notify::Recorder;
 use super::pubsub::PubSub;
 use crate::bucket::Keyspace;
 use crate::store::{KvBatch, StoreError, StoreResult};
@@ -353,7 +354,12 @@ impl Scripts {
             batch.rollback().await?;
             return Ok(Attempt::Done(None));
         }
+        let recorder = match locking {
+            Locking::None => None,
+            _ => Recorder::new(self.pubsub.events.flags(keyspace.bucket()).await?),
+        };
         let mut session = Session {
+            recorder,
             batch,
             loaded: keys.iter().cloned().collect(),
             stale: HashSet::new(),
@@ -390,6 +396,9 @@ impl Scripts {
                 }
             };
             replies.push(reply);
+        }
+        if let Some(recorder) = session.recorder.take() {
+            recorder.finish(&mut session.batch).await?;
         }
         session.batch.commit().await?;
         // Sent once the writes they tell of are committed, so that a subscriber reading the
@@ -546,6 +555,8 @@ enum Attempt {
 /// The batch of a run and what it knows of its keys.
 struct Session {
     batch: KvBatch,
+    /// The keyspace events of the run's commands, when its keyspace emits any (notify.rs).
+    recorder: Option<Recorder>,
     loaded: HashSet<String>,
     /// Keys a typed command changed in the database since they were loaded.
     stale: HashSet<String>,
@@ -593,11 +604,18 @@ impl Session {
                 self.loaded.insert(key);
             }
         }
+        if let Some(recorder) = &mut self.recorder {
+            recorder.before(command, &self.batch);
+        }
         let replies = keys::apply_all(&[command], &mut self.batch, false).await?;
         if let KeyCommand::Typed(typed) = command {
             self.stale.extend(typed.call.keys.iter().cloned());
         }
-        Ok(replies.into_iter().next().unwrap_or(Reply::Nil))
+        let reply = replies.into_iter().next().unwrap_or(Reply::Nil);
+        if let Some(recorder) = &mut self.recorder {
+            recorder.after(command, &reply);
+        }
+        Ok(reply)
     }
 
     /// A `redis.call` from a script: checked as Redis checks a script's commands, then run as

@@ -368,6 +368,9 @@ pub struct KvBatch {
     /// The database's clock when the keys were loaded.
     pub now: SystemTime,
     slots: HashMap<String, Slot>,
+    /// A message `pgvs3.resp_notify` sends with the commit (keyspace notifications): channel,
+    /// message, inline limit.
+    notification: Option<(Vec<u8>, Vec<u8>, i32)>,
 }
 
 impl Store {
@@ -407,6 +410,7 @@ impl Store {
                     .iter()
                     .filter_map(|key| Some((key.clone(), all.slots.get(key)?.clone())))
                     .collect(),
+                notification: None,
             })
             .collect())
     }
@@ -448,6 +452,7 @@ impl Store {
             blind: true,
             now: SystemTime::now(),
             slots: HashMap::new(),
+            notification: None,
         })
     }
 
@@ -535,6 +540,7 @@ impl KvBatch {
             blind: false,
             now: SystemTime::now(),
             slots: HashMap::with_capacity(keys.len()),
+            notification: None,
         };
         let client = batch.client.as_ref().expect("client until commit");
         let sql = &batch.bucket.sql.kv;
@@ -905,6 +911,18 @@ impl KvBatch {
         Ok(())
     }
 
+    /// The name of the batch's bucket.
+    pub fn bucket_name(&self) -> &str {
+        &self.bucket.name
+    }
+
+    /// Has `pgvs3.resp_notify(channel, message, inline_limit)` (functions/resp_pubsub.sql) go
+    /// out with the commit, so that its NOTIFY reaches the gateways only if the batch commits,
+    /// in commit order. One per batch: PostgreSQL folds equal payloads of one transaction.
+    pub fn notify_at_commit(&mut self, channel: Vec<u8>, message: Vec<u8>, inline_limit: i32) {
+        self.notification = Some((channel, message, inline_limit));
+    }
+
     /// Writes the changes and commits in one round trip (plus one per chunked value).
     pub async fn commit(mut self) -> StoreResult<()> {
         if !self.in_transaction {
@@ -1028,6 +1046,11 @@ impl KvBatch {
             client.prepare_cached(&sql.kv.set_expiry),
             client.prepare_cached(upsert),
         )?;
+        // Prepared ahead: a statement prepared as it goes would let COMMIT overtake it.
+        let notify = match self.notification.as_ref().filter(|_| commit) {
+            Some(notification) => Some((client.prepare_cached(NOTIFY).await?, notification)),
+            None => None,
+        };
         let delete_params: [&(dyn ToSql + Sync); 2] = [id, &deleted];
         let mark_params: [&(dyn ToSql + Sync); 2] = [id, &marked];
         let meta = self.new_version_meta()?;
@@ -1055,6 +1078,14 @@ impl KvBatch {
             execute_unless_empty(client, &mark_deleted, &mark_params, marked.len()),
             execute_unless_empty(client, &set_expiry, &expiry_params, expiring.0.len()),
             execute_unless_empty(client, &upsert, &upsert_params, written.keys.len()),
+            async {
+                match &notify {
+                    Some((statement, (channel, message, limit))) => {
+                        client.execute(statement, &[channel, message, limit]).await.map(drop)
+                    }
+                    None => Ok(()),
+                }
+            },
             async {
                 match commit {
                     true => client.batch_execute("COMMIT").await,
@@ -1249,6 +1280,9 @@ async fn copy_body(client: &deadpool_postgres::Object, bucket: &BucketInfo, valu
     Ok(body_id)
 }
 
+/// A batch's keyspace notifications, sent before its COMMIT (see [`KvBatch::notify_at_commit`]).
+const NOTIFY: &str = "SELECT pgvs3.resp_notify($1, $2, $3)";
+
 /// A library of Redis Functions (FUNCTION LOAD), kept in `pgvs3.resp_function_libraries`: one
 /// set of libraries for the whole fleet and every database, as Redis keeps one per server.
 #[derive(Debug, Clone, PartialEq)]
@@ -1384,6 +1418,56 @@ impl super::Catalog {
     pub async fn flush_function_libraries(&self) -> StoreResult<()> {
         let client = self.pool().get().await?;
         client.execute("DELETE FROM pgvs3.resp_function_libraries", &[]).await?;
+        Ok(())
+    }
+}
+
+impl super::Catalog {
+    /// The keyspace notifications setting of `bucket`'s keyspace (`None`: never set).
+    pub async fn keyspace_events(&self, bucket: &str) -> StoreResult<Option<String>> {
+        let client = self.pool().get().await?;
+        let row = client
+            .query_opt(
+                "SELECT flags FROM pgvs3.resp_keyspace_events WHERE bucket = $1",
+                &[&bucket],
+            )
+            .await?;
+        Ok(row.map(|row| row.get("flags")))
+    }
+
+    /// The keys of `buckets` the reaper deleted at their expiry (INFO's `expired_keys`).
+    pub async fn expired_keys(&self, buckets: &[&str]) -> StoreResult<i64> {
+        let client = self.pool().get().await?;
+        let row = client
+            .query_one(
+                "SELECT coalesce(sum(e.keys), 0)::bigint AS keys FROM pgvs3.resp_expired e
+                   JOIN pgvs3.buckets b ON b.id = e.bucket_id WHERE b.name = ANY ($1)",
+                &[&buckets],
+            )
+            .await?;
+        Ok(row.get("keys"))
+    }
+
+    /// Sets it, and tells every gateway with `pgvs3.resp_notify(channel, flags, inline_limit)`
+    /// in the same transaction.
+    pub async fn set_keyspace_events(
+        &self,
+        bucket: &str,
+        flags: &str,
+        channel: &[u8],
+        inline_limit: i32,
+    ) -> StoreResult<()> {
+        let mut client = self.pool().get().await?;
+        let tx = client.transaction().await?;
+        tx.execute(
+            "INSERT INTO pgvs3.resp_keyspace_events (bucket, flags) VALUES ($1, $2)
+             ON CONFLICT (bucket) DO UPDATE SET flags = excluded.flags",
+            &[&bucket, &flags],
+        )
+        .await?;
+        tx.execute(NOTIFY, &[&channel, &flags.as_bytes(), &inline_limit])
+            .await?;
+        tx.commit().await?;
         Ok(())
     }
 }

@@ -18,6 +18,54 @@ pub struct ReapStats {
     pub expired_objects: u64,
 }
 
+/// The channel kind of a batch of keyspace events (resp/notify.rs `EVENTS`), and the largest
+/// NOTIFY payload sent inline (resp/pubsub.rs `INLINE_LIMIT`).
+const EVENTS_CHANNEL: &[u8] = b"mexpired";
+const INLINE_LIMIT: i32 = 7000;
+
+/// Deletes the expired keys `delete` (a `DELETE` of at most `$1` rows) finds, batch after batch,
+/// in statements that also count them per bucket (`pgvs3.resp_expired`, INFO's `expired_keys`)
+/// and send their `expired` keyspace events to every gateway when the bucket's setting asks for
+/// them (resp/notify.rs's message format): as each row is deleted once, each key's event is
+/// sent once in the fleet, with the commit of its deletion.
+async fn expire(client: &deadpool_postgres::Object, delete: &str) -> StoreResult<u64> {
+    let statement = format!(
+        "WITH gone AS ({delete} RETURNING bucket_id, key),
+         counted AS (
+             INSERT INTO pgvs3.resp_expired AS e (bucket_id, keys)
+             SELECT bucket_id, count(*) FROM gone GROUP BY bucket_id
+             ON CONFLICT (bucket_id) DO UPDATE SET keys = e.keys + excluded.keys
+             RETURNING 1),
+         told AS (
+             SELECT pgvs3.resp_notify($2, m.message, $3) FROM (
+                 SELECT set_byte('\\x00'::bytea, 0,
+                            CASE WHEN strpos(s.flags, 'K') > 0 THEN 1 ELSE 0 END
+                            + CASE WHEN strpos(s.flags, 'E') > 0 THEN 2 ELSE 0 END)
+                        || int4send(octet_length(convert_to(b.name, 'UTF8'))) || convert_to(b.name, 'UTF8')
+                        || string_agg(int4send(7) || convert_to('expired', 'UTF8')
+                                      || int4send(octet_length(convert_to(g.key, 'UTF8')))
+                                      || convert_to(g.key, 'UTF8'), ''::bytea) AS message
+                   FROM gone g
+                   JOIN pgvs3.buckets b ON b.id = g.bucket_id
+                   JOIN pgvs3.resp_keyspace_events s ON s.bucket = b.name
+                  WHERE s.flags ~ '[Ax]' AND s.flags ~ '[KE]'
+                  GROUP BY b.name, s.flags) m)
+         SELECT (SELECT count(*) FROM gone) AS deleted, (SELECT count(*) FROM counted) AS counted,
+                (SELECT count(*) FROM told) AS told"
+    );
+    let mut expired = 0;
+    loop {
+        let row = client
+            .query_one(&statement, &[&EXPIRED_BATCH, &EVENTS_CHANNEL, &INLINE_LIMIT])
+            .await?;
+        let deleted: i64 = row.get("deleted");
+        expired += deleted as u64;
+        if deleted < EXPIRED_BATCH {
+            return Ok(expired);
+        }
+    }
+}
+
 impl Store {
     /// One full pass: repeats batches until nothing old enough is left, so a pass ends drained.
     pub async fn reap_retired(&self, grace: Duration) -> StoreResult<ReapStats> {
@@ -50,22 +98,10 @@ impl Store {
                     break;
                 }
             }
-            loop {
-                let deleted = client.execute(&ns.delete_expired, &[&EXPIRED_BATCH]).await?;
-                stats.expired_objects += deleted;
-                if (deleted as i64) < EXPIRED_BATCH {
-                    break;
-                }
-            }
+            stats.expired_objects += expire(&client, &ns.delete_expired).await?;
         }
         // RESP's typed keys (hashes, sets, sorted sets, lists) live outside the namespaces.
-        loop {
-            let deleted = client.execute(super::types::DELETE_EXPIRED, &[&EXPIRED_BATCH]).await?;
-            stats.expired_objects += deleted;
-            if (deleted as i64) < EXPIRED_BATCH {
-                break;
-            }
-        }
+        stats.expired_objects += expire(&client, super::types::DELETE_EXPIRED).await?;
         Ok(stats)
     }
 

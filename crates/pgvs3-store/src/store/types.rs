@@ -266,6 +266,11 @@ impl TypedCall {
         self.family
     }
 
+    /// Its operation's code (the SQL function's `op`, named after the Redis command).
+    pub fn op(&self) -> &'static str {
+        self.op
+    }
+
     /// Whether the call is `op`.
     pub fn is<O: SqlOp>(&self, op: O) -> bool {
         self.family == O::FAMILY && self.op == op.code()

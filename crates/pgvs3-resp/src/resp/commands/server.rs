@@ -8,6 +8,7 @@ use bytes::Bytes;
 use crate::resp::codec::Reply;
 use crate::resp::command::{Spec, syntax_error, wrong_arity};
 use crate::resp::connection::{Connection, store_error};
+use crate::resp::notify::{Flags, INVALID_FLAGS};
 use crate::resp::{command_info, glob};
 use crate::store::Access;
 
@@ -19,7 +20,7 @@ impl Connection {
         match spec.name {
             "time" => time_reply(),
             "command" => command_info::command(args),
-            "config" => config_command(args, &self.config_parameters()),
+            "config" => self.config(args).await,
             "info" => self.info(args).await,
             "dbsize" => match self.keyspace(Access::Read).await {
                 Ok(keyspace) => keyspace
@@ -127,9 +128,12 @@ impl Connection {
             );
         }
         if show("stats") {
+            // The fleet's count for this gateway's databases (0 should the database not answer).
+            let buckets: Vec<&str> = self.server.settings.databases.values().map(String::as_str).collect();
+            let expired = self.server.buckets.catalog().expired_keys(&buckets).await.unwrap_or(0);
             text.push_str(&format!(
                 "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
-                 expired_keys:0\r\nevicted_keys:0\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n\
+                 expired_keys:{expired}\r\nevicted_keys:0\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n\
                  unexpected_error_replies:0\r\ntotal_error_replies:{}\r\n\r\n",
                 self.server.clients.total_registered(),
                 self.server.stats.processed(),
@@ -183,9 +187,32 @@ impl Connection {
         Reply::text(&text)
     }
 
+    /// CONFIG. `notify-keyspace-events` is the setting of the database's keyspace, for every
+    /// gateway (resp/notify.rs): CONFIG SET of it needs the right to write there.
+    async fn config(&mut self, args: &[Bytes]) -> Reply {
+        let events = &self.server.pubsub.events;
+        let bucket = &self.server.settings.databases[&self.db];
+        let flags = match events.flags(bucket).await {
+            Ok(flags) => flags,
+            Err(err) => return store_error(err),
+        };
+        let mut set = None;
+        let reply = config_command(args, &self.config_parameters(flags), &mut set);
+        if let (Reply::Simple("OK"), Some(flags)) = (&reply, set) {
+            let keyspace = match self.keyspace(Access::Write).await {
+                Ok(keyspace) => keyspace,
+                Err(reply) => return reply,
+            };
+            if let Err(err) = events.set(keyspace.bucket(), flags).await {
+                return store_error(err);
+            }
+        }
+        reply
+    }
+
     /// What CONFIG GET shows: the parameters client libraries and tools ask for (redis-cli,
     /// BullMQ's `maxmemory-policy` check, ...), with what stands for them here.
-    fn config_parameters(&self) -> Vec<(&'static str, String)> {
+    fn config_parameters(&self, events: Flags) -> Vec<(&'static str, String)> {
         let settings = &self.server.settings;
         let databases = settings.databases.keys().max().map_or(1, |last| last + 1);
         let script_ms = settings.script.time.as_millis().to_string();
@@ -202,7 +229,7 @@ impl Connection {
             // Every write is durable at its reply (PostgreSQL): no snapshots, no AOF.
             ("save", String::new()),
             ("appendonly", "no".into()),
-            ("notify-keyspace-events", String::new()),
+            ("notify-keyspace-events", events.text()),
             ("proto-max-bulk-len", (512 * 1024 * 1024).to_string()),
             ("busy-reply-threshold", script_ms.clone()),
             ("lua-time-limit", script_ms),
@@ -332,7 +359,9 @@ const ENCODING_PARAMETERS: &[(&str, &str)] = &[
 ];
 
 /// CONFIG GET answers the parameters of `parameters` that one of its glob patterns names.
-fn config_command(args: &[Bytes], parameters: &[(&'static str, String)]) -> Reply {
+/// CONFIG SET checks every pair before any is set; `events` takes a keyspace notifications
+/// setting to store.
+fn config_command(args: &[Bytes], parameters: &[(&'static str, String)], events: &mut Option<Flags>) -> Reply {
     match args[1].to_ascii_lowercase().as_slice() {
         b"get" if args.len() >= 3 => {
             let patterns: Vec<Vec<u8>> = args[2..].iter().map(|pattern| pattern.to_ascii_lowercase()).collect();
@@ -349,6 +378,21 @@ fn config_command(args: &[Bytes], parameters: &[(&'static str, String)]) -> Repl
             for pair in args[2..].chunks(2) {
                 let name = String::from_utf8_lossy(&pair[0]).to_ascii_lowercase();
                 if ENCODING_PARAMETERS.iter().any(|(encoding, _)| *encoding == name) {
+                    continue;
+                }
+                if name == "notify-keyspace-events" {
+                    let failed = |why: &str| {
+                        Reply::error(format!(
+                            "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
+                        ))
+                    };
+                    let Some(flags) = Flags::parse(&pair[1]) else {
+                        return failed(INVALID_FLAGS);
+                    };
+                    if let Some(why) = flags.unsupported() {
+                        return failed(why);
+                    }
+                    *events = Some(flags);
                     continue;
                 }
                 if parameters.iter().any(|(known, _)| *known == name) {

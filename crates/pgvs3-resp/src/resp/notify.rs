@@ -1,0 +1,748 @@
+//! Keyspace notifications (`notify-keyspace-events`): which events a keyspace emits, the events
+//! each executed key command emits, and their way to every gateway's subscribers.
+//!
+//! The setting is the keyspace's, kept in `pgvs3.resp_keyspace_events` (migration 0039) and
+//! cached by each gateway; CONFIG SET tells every gateway through the pub/sub NOTIFY channel
+//! (a message of kind [`SETTING`]), and a gateway whose LISTEN connection was lost forgets what
+//! it cached (it may have missed a change).
+//!
+//! A write batch whose keyspace emits events records them as its commands run ([`Recorder`]),
+//! from each command and its reply, and sends them all with its commit as one message of kind
+//! [`EVENTS`] through `pgvs3.resp_notify` (functions/resp_pubsub.sql): NOTIFY is
+//! transactional, so the events reach the gateways only once the writes are committed, in
+//! commit order. There each gateway hands them to its subscribers of `__keyspace@<db>__:<key>`
+//! and `__keyevent@<db>__:<event>` for every database that maps to the keyspace's bucket, as
+//! pub/sub messages: into the same bounded mailboxes, so a slow subscriber is disconnected
+//! (`--resp-pubsub-output-limit`), never buffered without bound.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use bytes::Bytes;
+
+use super::codec::Reply;
+use super::command::KeyCommand;
+use super::commands::strings::{Condition, GetExTtl, SetTtl, StringCommand};
+use crate::store::{Catalog, KvBatch, StoreResult};
+
+/// Kinds of pub/sub payload (the first byte of the channel the database carries, beside
+/// pubsub.rs's plain and shard channels): a batch's events, and a keyspace's new setting.
+pub(crate) const EVENTS: u8 = b'm';
+pub(crate) const SETTING: u8 = b'k';
+
+const KEYSPACE: u16 = 1 << 0;
+const KEYEVENT: u16 = 1 << 1;
+const GENERIC: u16 = 1 << 2;
+const STRING: u16 = 1 << 3;
+const LIST: u16 = 1 << 4;
+const SET: u16 = 1 << 5;
+const HASH: u16 = 1 << 6;
+const ZSET: u16 = 1 << 7;
+const EXPIRED: u16 = 1 << 8;
+const EVICTED: u16 = 1 << 9;
+const STREAM: u16 = 1 << 10;
+const KEY_MISS: u16 = 1 << 11;
+const MODULE: u16 = 1 << 13;
+const NEW: u16 = 1 << 14;
+/// `A`: every class but key misses and new keys, as in Redis.
+const ALL: u16 = GENERIC | STRING | LIST | SET | HASH | ZSET | EXPIRED | EVICTED | STREAM | MODULE;
+
+/// Redis's text for a setting with a letter it does not know.
+pub(crate) const INVALID_FLAGS: &str = "Invalid event class character. Use 'Ag$lshzxeKEtmdn'.";
+
+/// A keyspace's `notify-keyspace-events`, as Redis's flag bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Flags(u16);
+
+impl Flags {
+    /// Redis's `keyspaceEventsStringToFlags`: `None` for a letter it does not know.
+    pub fn parse(text: &[u8]) -> Option<Flags> {
+        let mut flags = 0;
+        for letter in text {
+            flags |= match letter {
+                b'A' => ALL,
+                b'g' => GENERIC,
+                b'$' => STRING,
+                b'l' => LIST,
+                b's' => SET,
+                b'h' => HASH,
+                b'z' => ZSET,
+                b'x' => EXPIRED,
+                b'e' => EVICTED,
+                b'K' => KEYSPACE,
+                b'E' => KEYEVENT,
+                b't' => STREAM,
+                b'm' => KEY_MISS,
+                b'd' => MODULE,
+                b'n' => NEW,
+                _ => return None,
+            };
+        }
+        Some(Flags(flags))
+    }
+
+    /// Those of them this server does not emit, with why (`None`: all are kept).
+    pub fn unsupported(self) -> Option<&'static str> {
+        if self.0 & KEY_MISS != 0 {
+            return Some(
+                "key-miss events ('m') are not supported by pgvs3: reads do not publish (see docs/resp-compatibility.md)",
+            );
+        }
+        None
+    }
+
+    /// Redis's `keyspaceEventsFlagsToString`, what CONFIG GET shows.
+    pub fn text(self) -> String {
+        let mut text = String::new();
+        if self.0 & ALL == ALL {
+            text.push('A');
+        } else {
+            for (bit, letter) in [
+                (GENERIC, 'g'),
+                (STRING, '$'),
+                (LIST, 'l'),
+                (SET, 's'),
+                (HASH, 'h'),
+                (ZSET, 'z'),
+                (EXPIRED, 'x'),
+                (EVICTED, 'e'),
+                (STREAM, 't'),
+                (MODULE, 'd'),
+                (NEW, 'n'),
+            ] {
+                if self.0 & bit != 0 {
+                    text.push(letter);
+                }
+            }
+        }
+        for (bit, letter) in [(KEYSPACE, 'K'), (KEYEVENT, 'E'), (KEY_MISS, 'm')] {
+            if self.0 & bit != 0 {
+                text.push(letter);
+            }
+        }
+        text
+    }
+
+    /// The text kept in the database: [`Flags::text`], but with `n` beside `A` (which Redis's
+    /// text leaves out, though the setting keeps it).
+    fn stored(self) -> String {
+        let mut text = self.text();
+        if self.0 & ALL == ALL && self.0 & NEW != 0 {
+            text.push('n');
+        }
+        text
+    }
+
+    /// Whether any event is published: a class, and a channel kind (K or E), as Redis needs both.
+    pub fn emits(self) -> bool {
+        self.0 & (KEYSPACE | KEYEVENT) != 0 && self.0 & !(KEYSPACE | KEYEVENT) != 0
+    }
+
+    fn has(self, class: u16) -> bool {
+        self.0 & class != 0
+    }
+}
+
+/// Each keyspace's setting as this gateway knows it, by bucket.
+pub struct KeyspaceEvents {
+    catalog: std::sync::Arc<Catalog>,
+    known: Mutex<Known>,
+}
+
+#[derive(Default)]
+struct Known {
+    flags: HashMap<String, Flags>,
+    /// Counts the times everything cached was forgotten: a load that began before must not
+    /// store what it read.
+    generation: u64,
+}
+
+impl KeyspaceEvents {
+    pub fn new(catalog: std::sync::Arc<Catalog>) -> KeyspaceEvents {
+        KeyspaceEvents {
+            catalog,
+            known: Mutex::default(),
+        }
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, Known> {
+        self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `bucket`'s setting: cached, or read from the database once.
+    pub async fn flags(&self, bucket: &str) -> StoreResult<Flags> {
+        let generation = {
+            let known = self.known();
+            if let Some(flags) = known.flags.get(bucket) {
+                return Ok(*flags);
+            }
+            known.generation
+        };
+        let stored = self.catalog.keyspace_events(bucket).await?;
+        let flags = stored
+            .and_then(|text| Flags::parse(text.as_bytes()))
+            .unwrap_or_default();
+        let mut known = self.known();
+        if known.generation == generation {
+            known.flags.insert(bucket.to_owned(), flags);
+        }
+        Ok(flags)
+    }
+
+    /// CONFIG SET: stores the setting and tells every gateway (this one included, through its
+    /// LISTEN connection; until then this one knows it already).
+    pub async fn set(&self, bucket: &str, flags: Flags) -> StoreResult<()> {
+        let mut channel = vec![SETTING];
+        channel.extend_from_slice(bucket.as_bytes());
+        let stored = flags.stored();
+        self.catalog
+            .set_keyspace_events(bucket, &stored, &channel, super::pubsub::INLINE_LIMIT)
+            .await?;
+        self.changed(bucket.as_bytes(), stored.as_bytes());
+        Ok(())
+    }
+
+    /// A keyspace's setting changed (told by the gateway that changed it).
+    pub(crate) fn changed(&self, bucket: &[u8], flags: &[u8]) {
+        let (Ok(bucket), Some(flags)) = (std::str::from_utf8(bucket), Flags::parse(flags)) else {
+            return;
+        };
+        self.known().flags.insert(bucket.to_owned(), flags);
+    }
+
+    /// The LISTEN connection was lost or opened again: changes may have been missed.
+    pub(crate) fn forget(&self) {
+        let mut known = self.known();
+        known.flags.clear();
+        known.generation += 1;
+    }
+}
+
+/// Runs a write batch's `commands` (`keys::apply_all`) and commits it, with their events when
+/// its keyspace's `flags` emit any: the one place a batch of key commands records them (scripts
+/// record theirs command by command, script.rs). A batch that records events must have its
+/// keys loaded (not a blind overwrite): some events depend on what the keys held.
+pub async fn apply_and_commit(flags: Flags, commands: &[&KeyCommand], mut batch: KvBatch) -> StoreResult<Vec<Reply>> {
+    let Some(mut recorder) = Recorder::new(flags) else {
+        let replies = super::keys::apply_all(commands, &mut batch, true).await?;
+        batch.commit().await?;
+        return Ok(replies);
+    };
+    for command in commands {
+        recorder.before(command, &batch);
+    }
+    // Not committed with a last typed run: the events go out with the commit.
+    let replies = super::keys::apply_all(commands, &mut batch, false).await?;
+    for (command, reply) in commands.iter().zip(&replies) {
+        recorder.after(command, reply);
+    }
+    recorder.finish(&mut batch).await?;
+    batch.commit().await?;
+    Ok(replies)
+}
+
+/// One event: its class, its name and its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Event {
+    class: u16,
+    name: &'static str,
+    key: String,
+}
+
+/// What a key held, as far as the batch knows: whether it exists, and with a TTL.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    exists: bool,
+    ttl: bool,
+}
+
+/// The events of one write batch, recorded as its commands run, sent with its commit.
+pub struct Recorder {
+    flags: Flags,
+    events: Vec<Event>,
+    /// The keys as the commands so far left them (first seen as the batch loaded them).
+    held: HashMap<String, Held>,
+    /// Typed keys an element was removed from: `del` follows when they are gone at the end.
+    removed_from: Vec<String>,
+}
+
+impl Recorder {
+    /// `None` when the keyspace emits nothing: the batch then runs as it always does.
+    pub fn new(flags: Flags) -> Option<Recorder> {
+        flags.emits().then(|| Recorder {
+            flags,
+            events: Vec::new(),
+            held: HashMap::new(),
+            removed_from: Vec::new(),
+        })
+    }
+
+    /// Notes what the command's keys hold before it runs (for keys the batch has not seen).
+    pub fn before(&mut self, command: &KeyCommand, batch: &KvBatch) {
+        for key in command.keys() {
+            self.held.entry(key.clone()).or_insert_with(|| match batch.get(key) {
+                Some(entry) => Held {
+                    exists: true,
+                    ttl: entry.expires_at.is_some(),
+                },
+                None => Held {
+                    exists: false,
+                    ttl: false,
+                },
+            });
+        }
+    }
+
+    fn held(&self, key: &str) -> Held {
+        self.held.get(key).copied().unwrap_or(Held {
+            exists: false,
+            ttl: false,
+        })
+    }
+
+    /// Redis says `new` as a command adds a key, before the command's own event.
+    fn added(&mut self, key: &str) {
+        self.events.push(Event {
+            class: NEW,
+            name: "new",
+            key: key.to_owned(),
+        });
+        self.held.insert(
+            key.to_owned(),
+            Held {
+                exists: true,
+                ttl: false,
+            },
+        );
+    }
+
+    fn emit(&mut self, class: u16, name: &'static str, key: &str) {
+        if !self.held(key).exists && !matches!(name, "del" | "rename_from") {
+            self.added(key);
+        }
+        self.events.push(Event {
+            class,
+            name,
+            key: key.to_owned(),
+        });
+        let held = self.held.entry(key.to_owned()).or_insert(Held {
+            exists: false,
+            ttl: false,
+        });
+        match name {
+            "del" | "rename_from" => {
+                *held = Held {
+                    exists: false,
+                    ttl: false,
+                }
+            }
+            "expire" => {
+                *held = Held {
+                    exists: true,
+                    ttl: true,
+                }
+            }
+            "persist" | "set" => {
+                *held = Held {
+                    exists: true,
+                    ttl: false,
+                }
+            }
+            _ => held.exists = true,
+        }
+    }
+
+    /// An element left a typed key, which goes when it was the last.
+    fn removed(&mut self, class: u16, name: &'static str, key: &str) {
+        self.emit(class, name, key);
+        self.removed_from.push(key.to_owned());
+    }
+
+    /// Records the events of a command that ran with `reply`, as Redis 7.0 emits them.
+    pub fn after(&mut self, command: &KeyCommand, reply: &Reply) {
+        if matches!(reply, Reply::Error(_) | Reply::OverLimit(_)) {
+            return;
+        }
+        use KeyCommand::*;
+        match command {
+            Str(string) => self.string(string, reply),
+            Del(keys) => {
+                for key in keys {
+                    if self.held(key).exists {
+                        self.emit(GENERIC, "del", key);
+                    }
+                }
+            }
+            Expire { key, .. } if is_true(reply) => {
+                // An expiry in the past deleted the key.
+                let name = if expired_now(command) { "del" } else { "expire" };
+                self.emit(GENERIC, name, key);
+            }
+            Persist(key) if is_true(reply) => self.emit(GENERIC, "persist", key),
+            Rename { from, to, .. } if from != to && (matches!(reply, Reply::Simple(_)) || is_true(reply)) => {
+                let ttl = self.held(from).ttl;
+                // The destination (replaced when it existed) is added before either event.
+                self.added(to);
+                self.emit(GENERIC, "rename_from", from);
+                self.emit(GENERIC, "rename_to", to);
+                self.held.insert(to.clone(), Held { exists: true, ttl });
+            }
+            Copy { to, .. } if is_true(reply) => {
+                // Added (replaced when it existed), as RENAME's destination.
+                self.added(to);
+                self.emit(GENERIC, "copy_to", to)
+            }
+            Typed(typed) => self.typed(&typed.call, reply),
+            Family(family) => self.family(family, reply),
+            _ => {}
+        }
+    }
+
+    fn string(&mut self, command: &StringCommand, reply: &Reply) {
+        use StringCommand::*;
+        match command {
+            Set {
+                key,
+                condition,
+                get,
+                ttl,
+                ..
+            } => {
+                let performed = match (condition, get) {
+                    (None, _) => true,
+                    (Some(_), false) => !matches!(reply, Reply::Nil),
+                    (Some(Condition::Absent), true) => !self.held(key).exists,
+                    (Some(Condition::Present), true) => self.held(key).exists,
+                };
+                if performed {
+                    self.emit(STRING, "set", key);
+                    if let SetTtl::Expire(_) = ttl {
+                        self.emit(GENERIC, "expire", key);
+                    }
+                }
+            }
+            SetNx(key, _) if is_true(reply) => self.emit(STRING, "set", key),
+            MSet(pairs) => pairs.iter().for_each(|(key, _)| self.emit(STRING, "set", key)),
+            MSetNx(pairs) if is_true(reply) => pairs.iter().for_each(|(key, _)| self.emit(STRING, "set", key)),
+            GetSet(key, _) => self.emit(STRING, "set", key),
+            GetDel(key) if !matches!(reply, Reply::Nil) => self.emit(GENERIC, "del", key),
+            GetEx(key, ttl) if !matches!(reply, Reply::Nil) => match ttl {
+                GetExTtl::Unchanged => {}
+                GetExTtl::Persist if self.held(key).ttl => self.emit(GENERIC, "persist", key),
+                GetExTtl::Persist => {}
+                GetExTtl::Expire(_) if self.held.get(key).is_some_and(|held| held.exists) => {
+                    // GETEX with a time in the past deletes the key.
+                    self.emit(GENERIC, "expire", key)
+                }
+                GetExTtl::Expire(_) => {}
+            },
+            Append(key, _) => self.emit(STRING, "append", key),
+            SetRange(key, _, value) if !value.is_empty() => self.emit(STRING, "setrange", key),
+            IncrBy(key, _) => self.emit(STRING, "incrby", key),
+            IncrByFloat(key, _) => self.emit(STRING, "incrbyfloat", key),
+            SetBit { key, .. } => self.emit(STRING, "setbit", key),
+            _ => {}
+        }
+    }
+
+    /// Commands on hashes, lists, sets, sorted sets and streams, by their SQL operation.
+    fn typed(&mut self, call: &crate::store::TypedCall, reply: &Reply) {
+        let key = call.keys.first().cloned().unwrap_or_default();
+        let positive = matches!(reply, Reply::Integer(n) if *n > 0);
+        let popped = !matches!(reply, Reply::Nil | Reply::NilArray) && !is_empty_array(reply);
+        let op = call.op();
+        let class = match call.family() {
+            crate::store::Family::Hash => HASH,
+            crate::store::Family::List => LIST,
+            crate::store::Family::Set => SET,
+            crate::store::Family::Zset => ZSET,
+            _ => STREAM,
+        };
+        match op {
+            "hset" | "hincrby" | "hincrbyfloat" | "lset" | "xsetid" | "xgroup_create" | "xgroup_setid"
+            | "xgroup_delconsumer" => self.emit(class, event_name(op), &key),
+            "hsetnx" | "sadd" | "lpushx" | "rpushx" | "linsert" | "xgroup_createconsumer" | "xgroup_destroy"
+                if positive =>
+            {
+                self.emit(class, event_name(op), &key)
+            }
+            "lpush" | "rpush" => self.emit(class, op, &key),
+            "xadd" if !matches!(reply, Reply::Nil) => self.emit(class, op, &key),
+            "xdel" | "xtrim" if positive => self.emit(class, op, &key),
+            "hdel" | "srem" | "zrem" | "lrem" | "zremrangebyscore" | "zremrangebyrank" | "zremrangebylex"
+                if positive =>
+            {
+                self.removed(class, event_name(op), &key)
+            }
+            "ltrim" => self.removed(class, op, &key),
+            "lpop" | "rpop" | "spop" | "zpopmin" | "zpopmax" if popped => self.removed(class, op, &key),
+            "blpop" | "brpop" | "bzpopmin" | "bzpopmax" | "lmpop" | "zmpop" if popped => {
+                // The reply names the key popped from first.
+                let from = match reply {
+                    Reply::Array(items) => match items.first() {
+                        Some(Reply::Bulk(key)) => String::from_utf8_lossy(key).into_owned(),
+                        _ => key,
+                    },
+                    _ => key,
+                };
+                let name = match op {
+                    "blpop" => "lpop",
+                    "brpop" => "rpop",
+                    "bzpopmin" => "zpopmin",
+                    "bzpopmax" => "zpopmax",
+                    "lmpop" if call.ints.first() == Some(&Some(1)) => "lpop",
+                    "lmpop" => "rpop",
+                    _ if call.ints.first() == Some(&Some(0)) => "zpopmin",
+                    _ => "zpopmax",
+                };
+                self.removed(class, name, &from)
+            }
+            "lmove" if popped => {
+                let to = call.keys.get(1).cloned().unwrap_or_default();
+                let (from_left, to_left) = (call.ints.first() == Some(&Some(1)), call.ints.get(1) == Some(&Some(1)));
+                self.emit(LIST, if to_left { "lpush" } else { "rpush" }, &to);
+                self.removed(LIST, if from_left { "lpop" } else { "rpop" }, &key);
+            }
+            "smove" if is_true(reply) => {
+                let to = call.keys.get(1).cloned().unwrap_or_default();
+                self.removed(SET, "srem", &key);
+                self.emit(SET, "sadd", &to);
+            }
+            "zadd" => {
+                // INCR answers nil when a condition stopped it; otherwise the set changed
+                // unless nothing was added or updated (told apart only by CH: emitted alike).
+                let incr = call.ints.get(5) == Some(&Some(1));
+                let nx = call.ints.first() == Some(&Some(1));
+                if incr && !matches!(reply, Reply::Nil) {
+                    self.emit(ZSET, "zincr", &key);
+                } else if !incr && (positive || !nx) {
+                    self.emit(ZSET, "zadd", &key);
+                }
+            }
+            "zincrby" => self.emit(ZSET, "zincr", &key),
+            "sinterstore" | "sunionstore" | "sdiffstore" | "zunionstore" | "zinterstore" | "zdiffstore"
+            | "zrangestore" => {
+                if positive {
+                    self.emit(class, event_name(op), &key);
+                } else if self.held(&key).exists {
+                    self.emit(GENERIC, "del", &key);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn family(&mut self, command: &super::commands::family::FamilyCommand, reply: &Reply) {
+        use super::commands::family::FamilyCommand;
+        use super::commands::geo::Geo;
+        use super::commands::hyperloglog::Pf;
+        match command {
+            FamilyCommand::Pf(Pf::Add { key, .. }) if is_true(reply) => self.emit(STRING, "pfadd", key),
+            FamilyCommand::Pf(Pf::Merge { keys }) => {
+                let key = keys[0].clone();
+                self.emit(STRING, "pfadd", &key)
+            }
+            FamilyCommand::Geo(Geo::Add { key, .. }) => self.emit(ZSET, "zadd", key),
+            FamilyCommand::Dumped(dumped) if matches!(reply, Reply::Simple(_)) => {
+                if let Some(key) = dumped.keys().first() {
+                    let key = (*key).clone();
+                    self.emit(GENERIC, "restore", &key);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Adds `del` for the typed keys left empty (loaded again to see), and has the events go
+    /// out with the batch's commit.
+    pub async fn finish(mut self, batch: &mut KvBatch) -> StoreResult<()> {
+        if !self.removed_from.is_empty() {
+            let mut keys = self.removed_from.clone();
+            keys.sort_unstable();
+            keys.dedup();
+            batch.reload(&keys).await?;
+            // After each key's last removal event.
+            for key in keys {
+                if batch.get(&key).is_none()
+                    && let Some(last) = self.events.iter().rposition(|event| event.key == key)
+                {
+                    self.events.insert(
+                        last + 1,
+                        Event {
+                            class: GENERIC,
+                            name: "del",
+                            key,
+                        },
+                    );
+                }
+            }
+        }
+        if let Some(message) = self.pack(batch.bucket_name()) {
+            let mut channel = vec![EVENTS];
+            channel.extend_from_slice(b"events");
+            batch.notify_at_commit(channel, message, super::pubsub::INLINE_LIMIT);
+        }
+        Ok(())
+    }
+
+    /// The batch's events of the classes the keyspace emits, for [`Received`]: the K and E bits,
+    /// the bucket, then each event's name and key. `None` when there are none.
+    fn pack(&self, bucket: &str) -> Option<Vec<u8>> {
+        let events: Vec<&Event> = self.events.iter().filter(|event| self.flags.has(event.class)).collect();
+        if events.is_empty() {
+            return None;
+        }
+        let mut message = vec![(self.flags.0 & (KEYSPACE | KEYEVENT)) as u8];
+        put(&mut message, bucket.as_bytes());
+        for event in events {
+            put(&mut message, event.name.as_bytes());
+            put(&mut message, event.key.as_bytes());
+        }
+        Some(message)
+    }
+}
+
+fn put(message: &mut Vec<u8>, part: &[u8]) {
+    message.extend_from_slice(&(part.len() as u32).to_be_bytes());
+    message.extend_from_slice(part);
+}
+
+/// A batch's events as a gateway receives them (see [`Recorder::pack`]).
+pub(crate) struct Received<'a> {
+    pub bucket: &'a [u8],
+    kinds: u16,
+    events: Vec<(&'a [u8], &'a [u8])>,
+}
+
+impl<'a> Received<'a> {
+    pub(crate) fn unpack(message: &'a [u8]) -> Option<Received<'a>> {
+        fn take<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
+            let len = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+            let part = rest.get(4..4usize.checked_add(len)?)?;
+            *rest = &rest[4 + len..];
+            Some(part)
+        }
+        let (&kinds, mut rest) = message.split_first()?;
+        let bucket = take(&mut rest)?;
+        let mut events = Vec::new();
+        while !rest.is_empty() {
+            let name = take(&mut rest)?;
+            let key = take(&mut rest)?;
+            events.push((name, key));
+        }
+        Some(Received {
+            bucket,
+            kinds: u16::from(kinds),
+            events,
+        })
+    }
+
+    /// The (channel, message) pairs to deliver for a database numbered `db`, the keyspace
+    /// channel's first, as Redis sends them.
+    pub(crate) fn deliveries(&self, db: u32) -> Vec<(Bytes, Bytes)> {
+        let mut out = Vec::with_capacity(self.events.len() * 2);
+        for (name, key) in &self.events {
+            if self.kinds & KEYSPACE != 0 {
+                let mut channel = format!("__keyspace@{db}__:").into_bytes();
+                channel.extend_from_slice(key);
+                out.push((Bytes::from(channel), Bytes::copy_from_slice(name)));
+            }
+            if self.kinds & KEYEVENT != 0 {
+                let mut channel = format!("__keyevent@{db}__:").into_bytes();
+                channel.extend_from_slice(name);
+                out.push((Bytes::from(channel), Bytes::copy_from_slice(key)));
+            }
+        }
+        out
+    }
+}
+
+/// Redis's event names where they differ from the operation's.
+fn event_name(op: &'static str) -> &'static str {
+    match op {
+        "hsetnx" => "hset",
+        "lpushx" => "lpush",
+        "rpushx" => "rpush",
+        "xgroup_create" => "xgroup-create",
+        "xgroup_setid" => "xgroup-setid",
+        "xgroup_destroy" => "xgroup-destroy",
+        "xgroup_createconsumer" => "xgroup-createconsumer",
+        "xgroup_delconsumer" => "xgroup-delconsumer",
+        op => op,
+    }
+}
+
+fn is_true(reply: &Reply) -> bool {
+    matches!(reply, Reply::Integer(n) if *n > 0) || matches!(reply, Reply::Simple("OK"))
+}
+
+fn is_empty_array(reply: &Reply) -> bool {
+    matches!(reply, Reply::Array(items) if items.is_empty()) || matches!(reply, Reply::Pairs(items) if items.is_empty())
+}
+
+/// EXPIRE with a time already past (it deletes the key, as Redis does, and says `del`).
+fn expired_now(command: &KeyCommand) -> bool {
+    match command {
+        KeyCommand::Expire { when, .. } => {
+            super::keys::at(std::time::SystemTime::now(), *when) <= std::time::SystemTime::now()
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_read_and_show_as_redis_does() {
+        for (given, shown) in [
+            ("", ""),
+            ("KEA", "AKE"),
+            ("Kx", "xK"),
+            ("E$lshzxetg", "g$lshzxetE"),
+            ("g$lshzxetdK", "AK"),
+            ("KEm", "KEm"),
+        ] {
+            assert_eq!(
+                Flags::parse(given.as_bytes()).map(Flags::text).as_deref(),
+                Some(shown),
+                "{given}"
+            );
+        }
+        assert_eq!(Flags::parse(b"KEq"), None);
+        let with_new = Flags::parse(b"KEAn").unwrap();
+        assert_eq!(with_new.text(), "AKE");
+        assert_eq!(Flags::parse(with_new.stored().as_bytes()), Some(with_new));
+        assert!(!Flags::parse(b"K").unwrap().emits());
+        assert!(!Flags::parse(b"A").unwrap().emits());
+        assert!(Flags::parse(b"Kg").unwrap().emits());
+    }
+
+    #[test]
+    fn events_pack_and_unpack() {
+        let mut recorder = Recorder::new(Flags::parse(b"KEA").unwrap()).unwrap();
+        recorder.emit(STRING, "set", "a");
+        recorder.emit(GENERIC, "del", "b:c");
+        let message = recorder.pack("bucket").unwrap();
+        let received = Received::unpack(&message).unwrap();
+        assert_eq!(received.bucket, b"bucket");
+        let got: Vec<(String, String)> = received
+            .deliveries(2)
+            .into_iter()
+            .map(|(c, m)| {
+                (
+                    String::from_utf8(c.to_vec()).unwrap(),
+                    String::from_utf8(m.to_vec()).unwrap(),
+                )
+            })
+            .collect();
+        let want = [
+            ("__keyspace@2__:a", "set"),
+            ("__keyevent@2__:set", "a"),
+            ("__keyspace@2__:b:c", "del"),
+            ("__keyevent@2__:del", "b:c"),
+        ];
+        assert_eq!(got, want.map(|(c, m)| (c.to_owned(), m.to_owned())));
+    }
+}

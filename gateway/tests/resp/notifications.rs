@@ -1,0 +1,638 @@
+//! Keyspace notifications (`notify-keyspace-events`): the events of each command family
+//! compared with a live redis-server 7.0.15's, the setting's texts, events across two gateways,
+//! a slow subscriber cut off, redis-py's keyspace subscription, and CLIENT TRACKING refused.
+
+use pgvs3_testkit as common;
+
+use std::time::Duration;
+
+use common::TestGateway;
+use common::resp::{RawResp, Value};
+
+use super::live_redis::LiveRedis;
+
+fn bulk(text: &str) -> Value {
+    Value::bulk(text)
+}
+
+fn text(value: &Value) -> String {
+    match value {
+        Value::Bulk(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// A subscriber of every keyspace and keyevent channel of database 0.
+async fn subscriber(addr: std::net::SocketAddr) -> RawResp {
+    let mut subscriber = RawResp::connect(addr).await;
+    assert_eq!(
+        subscriber.command(&["PSUBSCRIBE", "__key*@0__:*"]).await,
+        Value::Array(vec![bulk("psubscribe"), bulk("__key*@0__:*"), Value::Int(1)])
+    );
+    subscriber
+}
+
+/// The (channel, message) pairs a subscriber gets until the events of `SET <marker> x`.
+async fn events_until(subscriber: &mut RawResp, marker: &str) -> Vec<(String, String)> {
+    let mut events = Vec::new();
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(20), subscriber.reply())
+            .await
+            .expect("the events arrive within 20 s")
+            .expect("the subscriber stays connected");
+        let Value::Array(parts) = message else {
+            panic!("a pmessage, got {message:?}");
+        };
+        let (channel, message) = (text(&parts[2]), text(&parts[3]));
+        if channel.ends_with(&format!(":{marker}")) || message == marker {
+            if channel.starts_with("__keyevent") {
+                return events;
+            }
+            continue;
+        }
+        events.push((channel, message));
+    }
+}
+
+/// Runs `commands` on both servers, then compares what their subscribers got.
+async fn same_events(
+    ours: &mut RawResp,
+    redis: &mut RawResp,
+    our_events: &mut RawResp,
+    redis_events: &mut RawResp,
+    family: &str,
+    commands: &[&[&str]],
+) {
+    for command in commands {
+        let theirs = redis.command(command).await;
+        let got = ours.command(command).await;
+        // The same outcome (not always the same bytes: stream ids, error wording).
+        assert_eq!(
+            matches!(got, Value::Error(_)),
+            matches!(theirs, Value::Error(_)),
+            "{family}: {command:?}: {got:?} vs {theirs:?}"
+        );
+    }
+    let marker = format!("marker:{family}");
+    redis.command(&["SET", &marker, "x"]).await;
+    ours.command(&["SET", &marker, "x"]).await;
+    let theirs = events_until(redis_events, &marker).await;
+    let got = events_until(our_events, &marker).await;
+    assert_eq!(got, theirs, "{family}: the events");
+    assert!(!theirs.is_empty(), "{family}: Redis emitted events");
+}
+
+#[tokio::test]
+async fn each_command_family_emits_the_events_redis_emits() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let redis = LiveRedis::start().await;
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let mut theirs = redis.connect().await;
+    for server in [&mut ours, &mut theirs] {
+        assert_eq!(
+            server
+                .command(&["CONFIG", "SET", "notify-keyspace-events", "KEA"])
+                .await,
+            Value::Simple("OK".into())
+        );
+    }
+    let mut our_events = subscriber(gateway.resp_addr()).await;
+    let mut redis_events = redis.connect().await;
+    redis_events.command(&["PSUBSCRIBE", "__key*@0__:*"]).await;
+
+    let families: &[(&str, &[&[&str]])] = &[
+        (
+            "strings",
+            &[
+                &["SET", "a", "1"],
+                &["SET", "a", "2", "EX", "100"],
+                &["SET", "a", "5", "KEEPTTL"],
+                &["SETNX", "a", "3"],
+                &["SETNX", "b", "1"],
+                &["MSET", "c", "1", "d", "2"],
+                &["MSETNX", "c", "1", "e", "2"],
+                &["MSETNX", "i", "1", "j", "2"],
+                &["INCR", "c"],
+                &["INCRBY", "c", "5"],
+                &["DECR", "c"],
+                &["DECRBY", "c", "2"],
+                &["INCRBYFLOAT", "c", "1.5"],
+                &["INCR", "d2"],
+                &["APPEND", "d", "x"],
+                &["SETRANGE", "d", "0", "yy"],
+                &["SETRANGE", "d", "0", ""],
+                &["GETSET", "d", "z"],
+                &["GETDEL", "d"],
+                &["GETDEL", "d"],
+                &["SET", "e", "v", "NX"],
+                &["SET", "e", "w", "XX", "GET"],
+                &["SET", "e", "w", "NX", "GET"],
+                &["SET", "f", "v", "NX", "GET"],
+                &["GETEX", "e", "PERSIST"],
+                &["SET", "g", "1", "EX", "100"],
+                &["GETEX", "g", "PERSIST"],
+                &["GETEX", "g", "EX", "50"],
+                &["GETEX", "nothing", "EX", "50"],
+                &["SETBIT", "bits", "3", "1"],
+                &["PSETEX", "h", "100000", "v"],
+                &["SETEX", "h", "100", "v"],
+                &["INCR", "a2"],
+                &["INCR", "a"],
+                &["HSET", "wrong", "f", "v"],
+                &["INCR", "wrong"],
+            ],
+        ),
+        (
+            "generic",
+            &[
+                &["SET", "k1", "v"],
+                &["SET", "k2", "v"],
+                &["DEL", "k1", "k2", "nothing"],
+                &["DEL", "k1"],
+                &["SET", "r", "v"],
+                &["RENAME", "r", "r2"],
+                &["RENAMENX", "r2", "r3"],
+                &["SET", "r4", "x"],
+                &["RENAMENX", "r3", "r4"],
+                &["RENAME", "r3", "r4"],
+                &["COPY", "r4", "c1"],
+                &["COPY", "r4", "c1"],
+                &["EXPIRE", "r4", "100"],
+                &["EXPIRE", "r4", "100", "NX"],
+                &["PERSIST", "r4"],
+                &["PERSIST", "r4"],
+                &["PEXPIRE", "r4", "-1"],
+                &["EXPIRE", "missing", "10"],
+                &["UNLINK", "c1", "missing"],
+                &["HSET", "th", "f", "v"],
+                &["RENAME", "th", "th2"],
+                &["COPY", "th2", "th3"],
+            ],
+        ),
+        (
+            "hash",
+            &[
+                &["HSET", "hh", "a", "1", "b", "2"],
+                &["HMSET", "hh", "a", "1"],
+                &["HSETNX", "hh", "a", "3"],
+                &["HSETNX", "hh", "c", "3"],
+                &["HINCRBY", "hh", "a", "2"],
+                &["HINCRBYFLOAT", "hh", "a", "0.5"],
+                &["HDEL", "hh", "a", "zz"],
+                &["HDEL", "hh", "zz"],
+                &["HDEL", "hh", "b", "c"],
+                &["HDEL", "hh", "b"],
+            ],
+        ),
+        (
+            "list",
+            &[
+                &["RPUSH", "l", "a", "b", "c", "d", "e"],
+                &["LPUSH", "l", "z"],
+                &["LPUSHX", "nolist", "x"],
+                &["RPUSHX", "l", "f"],
+                &["LINSERT", "l", "BEFORE", "a", "y"],
+                &["LINSERT", "l", "BEFORE", "nope", "y"],
+                &["LSET", "l", "0", "q"],
+                &["LPOP", "l"],
+                &["RPOP", "l", "2"],
+                &["LPOP", "nolist"],
+                &["LREM", "l", "1", "y"],
+                &["LREM", "l", "1", "nope"],
+                &["LTRIM", "l", "0", "1"],
+                &["LMOVE", "l", "l2", "LEFT", "RIGHT"],
+                &["RPOPLPUSH", "l", "l2"],
+                &["LPOP", "l2", "5"],
+                &["RPUSH", "l3", "x", "y"],
+                &["BLPOP", "l3", "1"],
+                &["BRPOP", "l3", "1"],
+                &["RPUSH", "l4", "x", "y"],
+                &["LMPOP", "1", "l4", "RIGHT", "COUNT", "5"],
+                &["RPUSH", "l5", "x"],
+                &["LTRIM", "l5", "1", "0"],
+            ],
+        ),
+        (
+            "set",
+            &[
+                &["SADD", "s", "a", "b", "c"],
+                &["SADD", "s", "a"],
+                &["SREM", "s", "a", "zz"],
+                &["SREM", "s", "zz"],
+                &["SMOVE", "s", "s2", "b"],
+                &["SMOVE", "s", "s2", "nope"],
+                &["SINTERSTORE", "d", "s2", "s2"],
+                &["SUNIONSTORE", "d2", "nothing"],
+                &["SADD", "d3", "x"],
+                &["SDIFFSTORE", "d3", "nothing"],
+                &["SPOP", "s2"],
+                &["SPOP", "s2"],
+                &["SADD", "s3", "x"],
+                &["SPOP", "s3", "3"],
+            ],
+        ),
+        (
+            "zset",
+            &[
+                &["ZADD", "z", "1", "a", "2", "b"],
+                &["ZADD", "z", "3", "a"],
+                &["ZADD", "z", "NX", "5", "a"],
+                &["ZINCRBY", "z", "1", "b"],
+                &["ZADD", "z", "INCR", "1", "b"],
+                &["ZADD", "z", "NX", "INCR", "1", "b"],
+                &["ZREM", "z", "a", "zz"],
+                &["ZREM", "z", "zz"],
+                &["ZPOPMIN", "z"],
+                &["ZADD", "z2", "1", "a", "2", "b", "3", "c", "4", "d"],
+                &["ZREMRANGEBYSCORE", "z2", "0", "1"],
+                &["ZREMRANGEBYRANK", "z2", "0", "0"],
+                &["ZREMRANGEBYLEX", "z2", "-", "+"],
+                &["ZADD", "z3", "1", "x", "2", "y"],
+                &["ZUNIONSTORE", "z4", "1", "z3"],
+                &["ZINTERSTORE", "z4", "2", "z3", "nothing"],
+                &["ZRANGESTORE", "z5", "z3", "0", "-1"],
+                &["ZPOPMAX", "z3"],
+                &["BZPOPMIN", "z3", "1"],
+                &["ZADD", "z6", "1", "x"],
+                &["ZMPOP", "1", "z6", "MAX"],
+            ],
+        ),
+        (
+            "stream",
+            &[
+                &["XADD", "x", "1-1", "a", "1"],
+                &["XADD", "x", "2-1", "b", "2"],
+                &["XADD", "x", "3-1", "c", "3"],
+                &["XGROUP", "CREATE", "x", "g", "0"],
+                &["XGROUP", "CREATECONSUMER", "x", "g", "c1"],
+                &["XGROUP", "CREATECONSUMER", "x", "g", "c1"],
+                &["XGROUP", "DELCONSUMER", "x", "g", "c1"],
+                &["XGROUP", "SETID", "x", "g", "$"],
+                &["XDEL", "x", "1-1"],
+                &["XDEL", "x", "9-9"],
+                &["XTRIM", "x", "MAXLEN", "1"],
+                &["XTRIM", "x", "MAXLEN", "1"],
+                &["XGROUP", "DESTROY", "x", "g"],
+                &["XGROUP", "DESTROY", "x", "g"],
+                &["XSETID", "x", "5-1"],
+            ],
+        ),
+        (
+            "transactions and scripts",
+            &[
+                &["MULTI"],
+                &["SET", "m", "1"],
+                &["INCR", "m"],
+                &["RPUSH", "ml", "a"],
+                &["LPOP", "ml"],
+                &["DEL", "m"],
+                &["EXEC"],
+                &[
+                    "EVAL",
+                    "redis.call('SET', KEYS[1], 'v') redis.call('HSET', KEYS[2], 'f', 'v') redis.call('HDEL', KEYS[2], 'f') redis.call('DEL', KEYS[1]) return 1",
+                    "2",
+                    "e1",
+                    "e2",
+                ],
+            ],
+        ),
+    ];
+    // New-key events (not in `A`): added keys say `new` before the command's event.
+    let new_keys: &[&[&str]] = &[
+        &["CONFIG", "SET", "notify-keyspace-events", "KEAn"],
+        &["SET", "n1", "v", "EX", "100"],
+        &["SET", "n1", "w"],
+        &["MSET", "n2", "v", "n1", "x"],
+        &["INCR", "n3"],
+        &["RENAME", "n3", "n4"],
+        &["RENAME", "n4", "n2"],
+        &["COPY", "n2", "n5"],
+        &["COPY", "n2", "n5", "REPLACE"],
+        &["HSET", "n6", "f", "v"],
+        &["HSET", "n6", "g", "v"],
+        &["RPUSH", "n7", "a", "b"],
+        &["LMOVE", "n7", "n8", "LEFT", "RIGHT"],
+        &["SADD", "n9", "a", "b"],
+        &["SMOVE", "n9", "n10", "a"],
+        &["ZADD", "n11", "INCR", "1", "a"],
+        &["SINTERSTORE", "n12", "n9"],
+        &["XADD", "n13", "1-1", "f", "v"],
+        &["XGROUP", "CREATE", "n14", "g", "$", "MKSTREAM"],
+        &["DEL", "n1", "n2"],
+        &["SET", "n1", "again"],
+    ];
+    let families = [families, &[("new keys", new_keys)]].concat();
+    for (family, commands) in &families {
+        same_events(
+            &mut ours,
+            &mut theirs,
+            &mut our_events,
+            &mut redis_events,
+            family,
+            commands,
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn the_setting_reads_and_fails_as_in_redis() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let redis = LiveRedis::start().await;
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let mut theirs = redis.connect().await;
+    for value in ["KEA", "g$lshzxetdK", "Ex", "Kgh", "EAK", "", "KEq", "x y"] {
+        for command in [
+            &["CONFIG", "SET", "notify-keyspace-events", value][..],
+            &["CONFIG", "GET", "notify-keyspace-events"],
+        ] {
+            assert_eq!(
+                ours.command(command).await,
+                theirs.command(command).await,
+                "{command:?}"
+            );
+        }
+    }
+    // Key-miss events are refused, saying why.
+    for value in ["KEm", "Am"] {
+        let reply = ours.command(&["CONFIG", "SET", "notify-keyspace-events", value]).await;
+        assert!(
+            reply
+                .error()
+                .starts_with("ERR CONFIG SET failed (possibly related to argument 'notify-keyspace-events') - "),
+            "{reply:?}"
+        );
+        assert!(reply.error().contains("not supported by pgvs3"), "{reply:?}");
+    }
+    // Client-side caching is refused; the forms that report it answer as Redis does for a
+    // client without tracking.
+    for command in [
+        &["CLIENT", "TRACKINGINFO"][..],
+        &["CLIENT", "GETREDIR"],
+        &["CLIENT", "TRACKING", "OFF"],
+        &["CLIENT", "CACHING", "YES"],
+    ] {
+        assert_eq!(
+            ours.command(command).await,
+            theirs.command(command).await,
+            "{command:?}"
+        );
+    }
+    for command in [
+        &["CLIENT", "TRACKING", "ON"][..],
+        &["CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "a"],
+        &["CLIENT", "TRACKING", "ON", "REDIRECT", "1"],
+        &["CLIENT", "TRACKING", "ON", "OPTIN"],
+    ] {
+        let reply = ours.command(command).await;
+        assert!(
+            reply
+                .error()
+                .starts_with("ERR CLIENT TRACKING is not supported by pgvs3"),
+            "{command:?}: {reply:?}"
+        );
+    }
+}
+
+async fn two_gateways(extra: &[&str]) -> (TestGateway, TestGateway) {
+    let url = common::fresh_database().await;
+    let mut args = vec!["--resp-addr", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let first = TestGateway::with_args(url.clone(), &args).await;
+    let second = TestGateway::with_args(url, &args).await;
+    (first, second)
+}
+
+#[tokio::test]
+async fn a_write_on_one_gateway_is_notified_on_another_in_commit_order() {
+    let (a, b) = two_gateways(&[]).await;
+    let mut on_a = RawResp::connect(a.resp_addr()).await;
+    let mut on_b = RawResp::connect(b.resp_addr()).await;
+    // Set on A, the setting is B's too.
+    assert_eq!(
+        on_b.command(&["CONFIG", "GET", "notify-keyspace-events"]).await,
+        Value::Array(vec![bulk("notify-keyspace-events"), bulk("")])
+    );
+    on_a.command(&["CONFIG", "SET", "notify-keyspace-events", "Kg$"]).await;
+    common::eventually(Duration::from_secs(20), "B knows the setting", || {
+        let addr = b.resp_addr();
+        async move {
+            let mut on_b = RawResp::connect(addr).await;
+            let got = on_b.command(&["CONFIG", "GET", "notify-keyspace-events"]).await;
+            (got == Value::Array(vec![bulk("notify-keyspace-events"), bulk("g$K")])).then_some(())
+        }
+    })
+    .await;
+    let mut events = subscriber(b.resp_addr()).await;
+    // The subscription is live at once; A's LISTEN connection may still be starting: the
+    // first event is awaited with retries.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        on_a.command(&["SET", "first", "1"]).await;
+        if let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(500), events.reply()).await {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the first event within 20 s");
+    }
+    on_a.command(&["DEL", "first"]).await;
+    // Drain the retries' events: until the DEL's.
+    loop {
+        let Some(Value::Array(parts)) = events.reply().await else {
+            panic!("a pmessage");
+        };
+        if text(&parts[3]) == "del" {
+            break;
+        }
+    }
+    // Two writers on A and one on B, each key's events in its commands' order.
+    let mut on_a2 = RawResp::connect(a.resp_addr()).await;
+    for n in 0..30 {
+        let key = format!("k{}", n % 3);
+        let writer = match n % 3 {
+            0 => &mut on_a,
+            1 => &mut on_a2,
+            _ => &mut on_b,
+        };
+        writer.command(&["SET", &key, "v"]).await;
+        writer.command(&["INCR", "counter"]).await;
+        writer.command(&["DEL", &key]).await;
+    }
+    let mut got = Vec::new();
+    while got.len() < 90 {
+        let Some(Value::Array(parts)) = events.reply().await else {
+            panic!("a pmessage");
+        };
+        got.push((text(&parts[2]), text(&parts[3])));
+    }
+    let mut want = Vec::new();
+    for n in 0..30 {
+        let key = format!("__keyspace@0__:k{}", n % 3);
+        want.push((key.clone(), "set".to_owned()));
+        want.push(("__keyspace@0__:counter".to_owned(), "incrby".to_owned()));
+        want.push((key, "del".to_owned()));
+    }
+    assert_eq!(got, want);
+    // Off again: nothing more is sent.
+    on_b.command(&["CONFIG", "SET", "notify-keyspace-events", ""]).await;
+    common::eventually(Duration::from_secs(20), "A knows the setting", || {
+        let addr = a.resp_addr();
+        async move {
+            let mut on_a = RawResp::connect(addr).await;
+            let got = on_a.command(&["CONFIG", "GET", "notify-keyspace-events"]).await;
+            (got == Value::Array(vec![bulk("notify-keyspace-events"), bulk("")])).then_some(())
+        }
+    })
+    .await;
+    on_a.command(&["SET", "quiet", "1"]).await;
+    assert_eq!(
+        events.command(&["PING"]).await,
+        Value::Array(vec![bulk("pong"), bulk("")])
+    );
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(1), events.reply())
+            .await
+            .ok()
+            .flatten(),
+        None,
+        "no event after the setting was cleared"
+    );
+}
+
+#[tokio::test]
+async fn a_subscriber_that_does_not_read_events_is_disconnected() {
+    let gateway = TestGateway::with_resp(&["--resp-pubsub-output-limit", "1MiB"]).await;
+    let mut writer = RawResp::connect(gateway.resp_addr()).await;
+    writer
+        .command(&["CONFIG", "SET", "notify-keyspace-events", "KEA"])
+        .await;
+    let mut slow = RawResp::connect(gateway.resp_addr()).await;
+    slow.command(&["PSUBSCRIBE", "*"]).await;
+    // 100 keys of 1,000 bytes a command: about 200 KB of events each. Bounded: 2,000 commands
+    // (400 MB of events) at most; the socket buffers take some megabytes, then the 1 MiB limit.
+    let mut sent = 0;
+    let cut = loop {
+        let keys: Vec<String> = (0..100).map(|n| format!("{n:0>1000}")).collect();
+        let mut command = vec!["MSET"];
+        for key in &keys {
+            command.push(key);
+            command.push("v");
+        }
+        assert_eq!(writer.command(&command).await, Value::Simple("OK".into()));
+        sent += 1;
+        if writer.command(&["PUBSUB", "NUMPAT"]).await == Value::Int(0) {
+            break true;
+        }
+        if sent >= 2000 {
+            break false;
+        }
+    };
+    assert!(cut, "the slow subscriber is still subscribed after {sent} commands");
+    let ended = tokio::time::timeout(Duration::from_secs(30), async { while slow.reply().await.is_some() {} }).await;
+    assert!(ended.is_ok(), "the connection was closed");
+}
+
+#[tokio::test]
+async fn redis_py_subscribes_to_keyspace_events() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let addr = gateway.resp_addr();
+    let python = format!(
+        r#"
+import redis, time
+r = redis.Redis(host="{}", port={})
+r.config_set("notify-keyspace-events", "KEhg")
+print(r.config_get("notify-keyspace-events"))
+p = r.pubsub()
+p.psubscribe("__keyspace@0__:user:*")
+assert p.get_message(timeout=5)["type"] == "psubscribe"
+got = []
+deadline = time.time() + 20
+# The first write is repeated until its event comes (the LISTEN connection may be starting).
+while not got and time.time() < deadline:
+    r.hset("user:1", "name", "ada")
+    message = p.get_message(timeout=0.5)
+    if message and message["data"] == b"hset":
+        got.append((message["channel"].decode(), "hset"))
+r.hdel("user:1", "name")
+while len(got) < 3 and time.time() < deadline:
+    message = p.get_message(timeout=1)
+    if message and message["data"] != b"hset":
+        got.append((message["channel"].decode(), message["data"].decode()))
+print(got[:3])
+"#,
+        addr.ip(),
+        addr.port()
+    );
+    let output = tokio::process::Command::new("python3")
+        .args(["-c", &python])
+        .output()
+        .await
+        .expect("python3 (scripts/test puts the clients' venv first on PATH)");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "{'notify-keyspace-events': 'ghKE'}\n[('__keyspace@0__:user:1', 'hset'), ('__keyspace@0__:user:1', 'hdel'), ('__keyspace@0__:user:1', 'del')]\n",
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[tokio::test]
+async fn expired_keys_are_notified_once_by_the_reaper_of_the_fleet() {
+    let (a, b) = two_gateways(&["--maintenance-interval", "200ms"]).await;
+    let mut on_a = RawResp::connect(a.resp_addr()).await;
+    on_a.command(&["CONFIG", "SET", "notify-keyspace-events", "Ex"]).await;
+    // A subscriber on each gateway: each must get each key's event once.
+    let mut events = Vec::new();
+    for gateway in [&a, &b] {
+        let mut subscriber = RawResp::connect(gateway.resp_addr()).await;
+        subscriber.command(&["SUBSCRIBE", "__keyevent@0__:expired"]).await;
+        events.push(subscriber);
+    }
+    let mut want = Vec::new();
+    for n in 0..20 {
+        let key = format!("ttl:{n}");
+        match n % 3 {
+            0 => on_a.command(&["SET", &key, "v", "PX", "300"]).await,
+            1 => on_a.command(&["HSET", &key, "f", "v"]).await,
+            _ => on_a.command(&["RPUSH", &key, "v"]).await,
+        };
+        if n % 3 != 0 {
+            on_a.command(&["PEXPIRE", &key, "300"]).await;
+        }
+        want.push(key);
+    }
+    // Not expiring, and not notified.
+    on_a.command(&["SET", "kept", "v", "EX", "1000"]).await;
+    for subscriber in &mut events {
+        let mut got = Vec::new();
+        while got.len() < want.len() {
+            let message = tokio::time::timeout(Duration::from_secs(30), subscriber.reply())
+                .await
+                .expect("the expired events within 30 s")
+                .expect("connected");
+            let Value::Array(parts) = message else {
+                panic!("a message, got {message:?}");
+            };
+            if text(&parts[0]) == "message" {
+                assert_eq!(text(&parts[1]), "__keyevent@0__:expired");
+                got.push(text(&parts[2]));
+            }
+        }
+        got.sort();
+        let mut want = want.clone();
+        want.sort();
+        assert_eq!(got, want);
+        // Once: no further event comes.
+        assert_eq!(
+            subscriber.command(&["PING"]).await,
+            Value::Array(vec![bulk("pong"), bulk("")])
+        );
+        let more = tokio::time::timeout(Duration::from_millis(1500), subscriber.reply()).await;
+        assert!(more.is_err(), "a second event: {more:?}");
+    }
+    // INFO counts them, for the fleet.
+    for gateway in [&a, &b] {
+        let mut client = RawResp::connect(gateway.resp_addr()).await;
+        let info = text(&client.command(&["INFO", "stats"]).await);
+        assert!(info.contains("\r\nexpired_keys:20\r\n"), "{info}");
+    }
+}
