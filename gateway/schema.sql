@@ -4235,6 +4235,16 @@ ALTER TABLE pgvs3.outbox ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 );
 
 --
+-- Name: resp_acl_users; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.resp_acl_users (
+    name text NOT NULL,
+    rules text NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
 -- Name: resp_function_libraries; Type: TABLE; Schema: pgvs3; Owner: -
 --
 
@@ -4932,6 +4942,13 @@ ALTER TABLE ONLY pgvs3.outbox
     ADD CONSTRAINT outbox_pkey PRIMARY KEY (id);
 
 --
+-- Name: resp_acl_users resp_acl_users_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_acl_users
+    ADD CONSTRAINT resp_acl_users_pkey PRIMARY KEY (name);
+
+--
 -- Name: resp_function_libraries resp_function_libraries_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
 --
 
@@ -5547,6 +5564,12 @@ CREATE TRIGGER origins_forget AFTER DELETE ON pgvs3.origins FOR EACH ROW EXECUTE
 --
 
 CREATE TRIGGER origins_revalidate_clean_write_backs AFTER UPDATE OF endpoint, origin_bucket ON pgvs3.origins FOR EACH ROW WHEN (((old.endpoint IS DISTINCT FROM new.endpoint) OR (old.origin_bucket IS DISTINCT FROM new.origin_bucket))) EXECUTE FUNCTION pgvs3.revalidate_clean_write_backs();
+
+--
+-- Name: resp_acl_users resp_acl_users_catalog_version; Type: TRIGGER; Schema: pgvs3; Owner: -
+--
+
+CREATE TRIGGER resp_acl_users_catalog_version AFTER INSERT OR DELETE OR UPDATE ON pgvs3.resp_acl_users FOR EACH ROW EXECUTE FUNCTION pgvs3.bump_catalog_version();
 
 --
 -- Name: resp_keys resp_keys_mark_typed; Type: TRIGGER; Schema: pgvs3; Owner: -

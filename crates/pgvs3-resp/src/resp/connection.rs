@@ -72,6 +72,11 @@ pub struct Connection {
     /// Since when the client has been without AUTH (accept, or its last RESET).
     pub(crate) unauthenticated_since: Instant,
     pub(crate) principal: Option<Principal>,
+    /// The ACL user: `default`, or the access key AUTH named; its rules, and the catalog
+    /// version they were read at (checked before each batch: see `refresh_user`).
+    pub(crate) username: String,
+    pub(crate) user: Arc<super::acl::User>,
+    pub(crate) acl_version: i64,
     /// The admission slot of the batch running now; a blocked client gives it back while it
     /// waits.
     pub(crate) admitted: Option<crate::admission::Admitted>,
@@ -128,6 +133,9 @@ impl Connection {
             accepted: Instant::now(),
             unauthenticated_since: Instant::now(),
             principal,
+            username: "default".into(),
+            user: super::acl::unnarrowed(),
+            acl_version: i64::MIN,
             admitted: None,
             db: 0,
             resp3: false,
@@ -381,6 +389,34 @@ impl Connection {
         self.registration.id()
     }
 
+    /// This client's CLIENT LIST line, for ACL LOG.
+    pub(crate) fn client_info(&self) -> String {
+        self.server
+            .clients
+            .line(self.id())
+            .map(|line| line.trim_end().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// Reads the user's rules again after the catalog version moved (an ACL change here or on
+    /// another gateway, or a key's), and its key: false when the key is gone or disabled. A
+    /// database that does not answer keeps the rules known, to be read again next time.
+    async fn refresh_user(&mut self) -> bool {
+        let catalog = self.server.buckets.catalog();
+        if self.username != "default" {
+            match catalog.access_key(&self.username).await {
+                Ok(Some(key)) => self.principal = Some(key.principal()),
+                Ok(None) => return false,
+                Err(_) => return true,
+            }
+        }
+        if let Ok((user, version)) = self.server.acl.user(catalog, &self.username).await {
+            self.user = user;
+            self.acl_version = version;
+        }
+        true
+    }
+
     /// One span per batch (a round trip of pipelined commands), named after its command when
     /// it holds one.
     fn batch_span(&self, requests: &[Vec<Bytes>]) -> tracing::Span {
@@ -397,6 +433,15 @@ impl Connection {
 
     /// Runs a batch of requests, encoding their replies in order.
     async fn handle(&mut self, requests: Vec<Vec<Bytes>>, out: &mut BytesMut) {
+        if self.principal.is_some()
+            && self.acl_version != self.server.buckets.catalog().version()
+            && !self.refresh_user().await
+        {
+            // Its access key was deleted or disabled: closed without a word, as Redis closes
+            // the connections of a deleted user.
+            self.quit = true;
+            return;
+        }
         let mut run = Run::default();
         let mut last_command = "NULL";
         for args in requests {
@@ -534,6 +579,25 @@ impl Connection {
             }
             if self.principal.is_none() && !spec.flags.contains(&"no_auth") {
                 return Err(Reply::error(NOAUTH));
+            }
+            if let Err(denied) = self.user.check(spec, args) {
+                let context = if self.multi.is_some() { "multi" } else { "toplevel" };
+                self.server
+                    .acl
+                    .log_denied(&denied, context, &self.username, self.client_info());
+                if spec.name == "exec" {
+                    // A refused EXEC discards the transaction, as Redis's `execCommandAbort`.
+                    self.multi = None;
+                    self.multi_failed = false;
+                    self.watched.clear();
+                    let Reply::Error(error) = denied.reply() else {
+                        unreachable!("a denial is an error")
+                    };
+                    return Err(Reply::error(format!(
+                        "EXECABORT Transaction discarded because of: {error}"
+                    )));
+                }
+                return Err(denied.reply());
             }
             if !self.resp3 && self.subscribed() && !SUBSCRIBE_MODE.contains(&spec.name) {
                 return Err(Reply::error(format!(

@@ -6,6 +6,7 @@
 //! and lists live in tables of their own, out of S3's sight (`typed.rs` and the family modules
 //! beside it; `blocking.rs` for the blocking pops).
 
+mod acl;
 mod bits;
 mod blocking;
 mod clients;
@@ -140,6 +141,8 @@ pub struct RespServer {
     stats: stats::CommandStats,
     /// CLIENT PAUSE of this gateway's clients.
     pause: pause::Pause,
+    /// ACL users' rules as this gateway last read them, and its ACL LOG.
+    acl: Arc<acl::Acl>,
     started: Instant,
     port: u16,
 }
@@ -173,7 +176,9 @@ impl RespServer {
                     .await
                 {
                     Ok(_) => tracing::info!(bucket, "created the RESP keyspace bucket"),
-                    Err(StoreError::BucketAlreadyOwnedByYou) => {}
+                    // A bucket an access key owns may be a database too: its key (as a RESP
+                    // user) and the root key use it.
+                    Err(StoreError::BucketAlreadyOwnedByYou | StoreError::BucketAlreadyExists) => {}
                     Err(err) => anyhow::bail!("RESP bucket {bucket}: {err}"),
                 }
             }
@@ -213,6 +218,7 @@ impl RespServer {
             scripts,
             stats: stats::CommandStats::default(),
             pause: pause::Pause::default(),
+            acl: Arc::default(),
             started: Instant::now(),
             port,
         }))
