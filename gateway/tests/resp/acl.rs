@@ -576,3 +576,108 @@ print("done")
     );
     gateway.python_passes(&python, "done").await;
 }
+
+/// MONITOR: this gateway's commands in Redis's format (credentials redacted, admin commands not
+/// shown), for the root key only and users allowed `monitor`; a monitor that does not read is
+/// disconnected once its lines pass `--resp-pubsub-output-limit`, not buffered without bound.
+#[tokio::test]
+async fn monitor_shows_commands_as_redis_and_drops_a_slow_monitor() {
+    let gateway = TestGateway::with_resp(&["--resp-pubsub-output-limit", "1MiB"]).await;
+    add_keys(&gateway).await;
+    give(OPS.0, &[&gateway]).await;
+    let addr = gateway.resp_addr();
+    let mut monitor = RawResp::connect(addr).await;
+    assert_eq!(monitor.command(&["MONITOR"]).await, ok());
+    let mut client = RawResp::connect(addr).await;
+    assert_eq!(client.command(&["SET", "a b", "x\"y\nz"]).await, ok());
+    assert_eq!(
+        client.command(&["CONFIG", "GET", "maxmemory"]).await,
+        Value::Array(vec![Value::bulk("maxmemory"), Value::bulk("0")])
+    );
+    assert_eq!(client.command(&["AUTH", OPS.0, OPS.1]).await, ok());
+    client.send(&common::resp::encode(&[b"ECHO", b"\x01\xff"])).await;
+    assert_eq!(client.reply().await, Some(Value::Bulk(b"\x01\xff".to_vec())));
+    let local = client_addr(&mut client).await;
+    let mut lines = Vec::new();
+    for _ in 0..4 {
+        let Some(Value::Simple(line)) = monitor.reply().await else {
+            panic!("a monitor line is a simple string");
+        };
+        lines.push(line);
+    }
+    let (time, rest) = lines[0].split_once(' ').unwrap();
+    let (seconds, micros) = time.split_once('.').unwrap();
+    assert!(
+        seconds.parse::<u64>().unwrap() > 1_700_000_000 && micros.len() == 6,
+        "{time}"
+    );
+    assert_eq!(rest, format!("[0 {local}] \"SET\" \"a b\" \"x\\\"y\\nz\""));
+    assert!(
+        lines[1].ends_with(&format!("[0 {local}] \"AUTH\" \"(redacted)\" \"(redacted)\"")),
+        "{lines:?}"
+    );
+    assert!(
+        lines[2].ends_with(&format!("[0 {local}] \"ECHO\" \"\\x01\\xff\"")),
+        "{lines:?}"
+    );
+    assert!(lines[3].ends_with("\"CLIENT\" \"INFO\""), "{lines:?}");
+
+    // Only the root key; a user's ACL rules may take MONITOR away.
+    let mut ops = signed_in(addr, OPS).await;
+    assert_eq!(
+        ops.command(&["MONITOR"]).await.error(),
+        "NOPERM this user has no permissions to run the 'monitor' command"
+    );
+    let mut admin = RawResp::connect(addr).await;
+    assert_eq!(admin.command(&["ACL", "SETUSER", "default", "-monitor"]).await, ok());
+    assert_eq!(
+        admin.command(&["MONITOR"]).await.error(),
+        "NOPERM this user has no permissions to run the 'monitor' command"
+    );
+    assert_eq!(admin.command(&["ACL", "SETUSER", "default", "+monitor"]).await, ok());
+
+    // A monitor that reads nothing: 64 MiB of lines are more than the socket buffers and the
+    // 1 MiB limit hold; it is closed without reading a byte, and the clients go on.
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    slow.write_all(&common::resp::encode(&[b"CLIENT", b"ID"]))
+        .await
+        .unwrap();
+    slow.write_all(&common::resp::encode(&[b"MONITOR"])).await.unwrap();
+    let mut answered = Vec::new();
+    while !answered.ends_with(b"+OK\r\n") {
+        let mut byte = [0u8; 1];
+        slow.read_exact(&mut byte).await.unwrap();
+        answered.push(byte[0]);
+    }
+    let answered = String::from_utf8(answered).unwrap();
+    let slow_id = answered.trim_start_matches(':').split('\r').next().unwrap().to_owned();
+    let big = "a".repeat(512 * 1024);
+    for _ in 0..128 {
+        assert_eq!(client.command(&["ECHO", &big]).await, Value::bulk(&big));
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let Value::Bulk(list) = client.command(&["CLIENT", "LIST"]).await else {
+            panic!("CLIENT LIST answers a bulk string");
+        };
+        if !String::from_utf8_lossy(&list).contains(&format!("id={slow_id} ")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the slow monitor was not closed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(client.command(&["PING"]).await, Value::Simple("PONG".into()));
+}
+
+/// The client's own address, as the gateway sees it (CLIENT INFO's `addr=`).
+async fn client_addr(client: &mut RawResp) -> String {
+    let Value::Bulk(info) = client.command(&["CLIENT", "INFO"]).await else {
+        panic!("CLIENT INFO answers a bulk string");
+    };
+    let info = String::from_utf8(info).unwrap();
+    info.split(' ')
+        .find_map(|field| field.strip_prefix("addr="))
+        .unwrap()
+        .to_owned()
+}

@@ -203,6 +203,11 @@ impl Clients {
             .filter(|name| !name.is_empty())
     }
 
+    /// Client `id`'s address.
+    pub fn addr(&self, id: u64) -> Option<SocketAddr> {
+        self.connected().get(&id).map(|info| info.addr)
+    }
+
     /// CLIENT INFO's line for client `id`.
     pub fn line(&self, id: u64) -> Option<String> {
         self.connected().get(&id).map(|info| info.line(id))

@@ -100,6 +100,8 @@ pub struct Connection {
     pub(crate) channels: HashSet<Bytes>,
     pub(crate) patterns: HashSet<Bytes>,
     pub(crate) shard_channels: HashSet<Bytes>,
+    /// MONITOR: the lines of this gateway's commands waiting for this client.
+    pub(crate) monitor: Option<Arc<super::monitor::Feed>>,
 }
 
 /// What a RESP2 client in subscribe mode may still send, with Redis's refusal of the rest.
@@ -152,6 +154,7 @@ impl Connection {
             channels: HashSet::new(),
             patterns: HashSet::new(),
             shard_channels: HashSet::new(),
+            monitor: None,
         }
     }
 
@@ -253,8 +256,23 @@ impl Connection {
                         None => std::future::pending().await,
                     }
                 };
+                let monitor = self.monitor.clone();
+                let monitored = async {
+                    match &monitor {
+                        Some(feed) => feed.arrived().await,
+                        None => std::future::pending().await,
+                    }
+                };
                 let read = tokio::select! {
                     read = read => read,
+                    // A monitor that fell behind past its limit is closed (see monitor.rs).
+                    () = monitored => {
+                        let Some(feed) = monitor else { continue };
+                        if !write_monitored(&mut stream, &feed, &mut output).await {
+                            break;
+                        }
+                        continue;
+                    }
                     () = mail => {
                         if !self.take_mail(&mut output) || !self.write_out(&mut stream, &output).await {
                             break;
@@ -389,6 +407,14 @@ impl Connection {
         self.registration.id()
     }
 
+    /// This client's address, as MONITOR shows it.
+    fn addr(&self) -> String {
+        self.server
+            .clients
+            .addr(self.id())
+            .map_or_else(String::new, |addr| addr.to_string())
+    }
+
     /// This client's CLIENT LIST line, for ACL LOG.
     pub(crate) fn client_info(&self) -> String {
         self.server
@@ -468,6 +494,7 @@ impl Connection {
                 Ok(admitted) => admitted,
             };
             let spec = spec.expect("admitted commands are known");
+            self.server.monitors.feed(spec, self.db, || self.addr(), &args);
             if self.server.pause.active() {
                 self.flush(&mut run, out).await;
                 if let Err(reply) = self.wait_out_pause(spec).await {
@@ -480,7 +507,7 @@ impl Connection {
                 let size = args.iter().map(Bytes::len).sum();
                 let queued = match key_command {
                     Some(command) => Queued::Key(command, spec),
-                    None if matches!(spec.name, "select" | "auth" | "hello" | "client")
+                    None if matches!(spec.name, "select" | "auth" | "hello" | "client" | "monitor")
                         || is_subscription(spec.name) =>
                     {
                         self.multi_failed = true;
@@ -1041,6 +1068,42 @@ pub(crate) fn store_error(err: StoreError) -> Reply {
             tracing::warn!(error = %other, "RESP command failed");
             Reply::error(format!("ERR {other}"))
         }
+    }
+}
+
+/// Writes a monitor's waiting lines until none are left; false when the client is gone or fell
+/// behind past its limit, also while a write waits for it to read (so a monitor that stops
+/// reading is closed, not waited for).
+async fn write_monitored<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    feed: &super::monitor::Feed,
+    output: &mut BytesMut,
+) -> bool {
+    loop {
+        if !feed.take(output) {
+            return false;
+        }
+        if output.is_empty() {
+            return true;
+        }
+        let write = stream.write_all(output);
+        futures::pin_mut!(write);
+        loop {
+            tokio::select! {
+                written = &mut write => {
+                    if written.is_err() {
+                        return false;
+                    }
+                    break;
+                }
+                () = feed.arrived() => {
+                    if feed.overflowed() {
+                        return false;
+                    }
+                }
+            }
+        }
+        output.clear();
     }
 }
 

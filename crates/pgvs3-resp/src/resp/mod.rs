@@ -20,6 +20,7 @@ mod group_commit;
 mod keys;
 mod lcs;
 mod lua;
+mod monitor;
 mod pause;
 mod pubsub;
 mod script;
@@ -143,6 +144,8 @@ pub struct RespServer {
     pause: pause::Pause,
     /// ACL users' rules as this gateway last read them, and its ACL LOG.
     acl: Arc<acl::Acl>,
+    /// MONITOR's clients on this gateway.
+    monitors: monitor::Monitors,
     started: Instant,
     port: u16,
 }
@@ -219,6 +222,7 @@ impl RespServer {
             stats: stats::CommandStats::default(),
             pause: pause::Pause::default(),
             acl: Arc::default(),
+            monitors: monitor::Monitors::default(),
             started: Instant::now(),
             port,
         }))

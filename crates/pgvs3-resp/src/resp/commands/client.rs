@@ -31,6 +31,7 @@ impl Connection {
             }
             "reset" => {
                 self.unsubscribe_all();
+                self.monitor = None;
                 self.multi = None;
                 self.multi_failed = false;
                 self.watched.clear();

@@ -40,6 +40,7 @@ impl Connection {
                 self.connection_command(spec, args).await
             }
             "acl" => self.acl_command(args).await,
+            "monitor" => self.start_monitor(),
             "publish" | "spublish" => self.publish(spec, args).await,
             "pubsub" => self.pubsub_introspection(args),
             "multi" => self.multi(),
