@@ -185,6 +185,37 @@ async fn setuser_getuser_and_denials_answer_as_redis() {
             "{command:?}"
         );
     }
+    // The categories pgvs3's commands are in, as Redis has them, for the categories rules
+    // name most: @dangerous, @admin, @write, @read.
+    let Value::Array(ours_commands) = ours_admin.command(&["COMMAND", "LIST"]).await else {
+        panic!("COMMAND LIST answers an array");
+    };
+    for category in ["dangerous", "admin", "write", "read"] {
+        let Value::Array(theirs) = theirs_admin.command(&["ACL", "CAT", category]).await else {
+            panic!("ACL CAT answers an array");
+        };
+        let Value::Array(ours) = ours_admin.command(&["ACL", "CAT", category]).await else {
+            panic!("ACL CAT answers an array");
+        };
+        for command in &ours_commands {
+            // Redis lists a container's subcommands (`config|get`); pgvs3 the container.
+            let Value::Bulk(name) = command else { panic!() };
+            let name = String::from_utf8_lossy(name).into_owned();
+            let in_theirs = theirs.contains(command)
+                || theirs.iter().any(
+                    |listed| matches!(listed, Value::Bulk(listed) if listed.starts_with(format!("{name}|").as_bytes())),
+                );
+            if [
+                "acl", "client", "command", "config", "object", "memory", "xinfo", "xgroup", "function", "script",
+                "pubsub",
+            ]
+            .contains(&name.as_str())
+            {
+                continue;
+            }
+            assert_eq!(ours.contains(command), in_theirs, "{name} in @{category}");
+        }
+    }
     let Value::Bulk(password) = ours_admin.command(&["ACL", "GENPASS", "5"]).await else {
         panic!("GENPASS answers a bulk string");
     };

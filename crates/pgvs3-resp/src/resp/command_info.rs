@@ -246,7 +246,14 @@ pub(crate) fn acl_categories(spec: &Spec) -> Vec<&'static str> {
     if flag("blocking") {
         categories.push("@blocking");
     }
-    if flag("admin") {
+    // Redis's @dangerous: the admin commands, and those that may take long on a large keyspace
+    // or replace data wholesale.
+    if flag("admin")
+        || matches!(
+            spec.name,
+            "flushall" | "flushdb" | "info" | "keys" | "sort" | "sort_ro" | "restore"
+        )
+    {
         categories.push("@dangerous");
     }
     categories.extend(match group {
