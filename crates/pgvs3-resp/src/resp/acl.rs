@@ -84,6 +84,8 @@ pub(crate) struct User {
     keys: Vec<KeyPattern>,
     all_channels: bool,
     channels: Vec<String>,
+    /// Nothing narrowed (kept by `apply`): the per-command check is skipped.
+    everything: bool,
 }
 
 /// Why a command may not run, with the argument at fault.
@@ -165,6 +167,7 @@ impl User {
             keys: Vec::new(),
             all_channels: false,
             channels: Vec::new(),
+            everything: false,
         }
     }
 
@@ -178,6 +181,7 @@ impl User {
             keys: Vec::new(),
             all_channels: true,
             channels: Vec::new(),
+            everything: true,
         }
     }
 
@@ -192,12 +196,17 @@ impl User {
 
     /// Whether nothing is narrowed: the check can be skipped.
     pub(crate) fn unrestricted(&self) -> bool {
-        self.all_keys && self.all_channels && self.exceptions.is_empty() && self.allowed.iter().all(|allowed| *allowed)
+        self.everything
     }
 
     /// Applies one ACL SETUSER rule; the error is Redis's text for a bad one.
     pub(crate) fn apply(&mut self, rule: &str) -> Result<(), String> {
-        self.try_apply(rule).map_err(|reason| {
+        let applied = self.try_apply(rule);
+        self.everything = self.all_keys
+            && self.all_channels
+            && self.exceptions.is_empty()
+            && self.allowed.iter().all(|allowed| *allowed);
+        applied.map_err(|reason| {
             // A password is not echoed back.
             let shown = match rule.chars().next() {
                 Some(first @ ('>' | '<' | '#' | '!')) => format!("{first}..."),
@@ -421,14 +430,18 @@ impl User {
             .iter()
             .position(|known| std::ptr::eq(known, spec))
             .unwrap_or_default();
-        let sub = args.get(1).map(|sub| String::from_utf8_lossy(sub).to_ascii_lowercase());
-        let exception = sub.as_ref().and_then(|sub| {
-            self.exceptions
-                .iter()
-                .find(|(known, name, _)| *known == at && name == sub)
-                .map(|(_, _, allow)| *allow)
-        });
+        let sub = || args.get(1).map(|sub| String::from_utf8_lossy(sub).to_ascii_lowercase());
+        let exception = match self.exceptions.is_empty() {
+            true => None,
+            false => sub().and_then(|sub| {
+                self.exceptions
+                    .iter()
+                    .find(|(known, name, _)| *known == at && *name == sub)
+                    .map(|(_, _, allow)| *allow)
+            }),
+        };
         if !exception.unwrap_or(self.allowed[at]) {
+            let sub = sub();
             return Err(Denied::Command(match (CONTAINERS.contains(&spec.name), sub) {
                 (true, Some(sub)) => format!("{}|{sub}", spec.name),
                 _ => spec.name.to_owned(),
