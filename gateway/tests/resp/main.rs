@@ -1,6 +1,7 @@
 //! The RESP test binary: every RESP test module (redis-rs, redis-cli, raw RESP, BullMQ, Celery,
 //! RQ) against gateways started in-process on one throwaway PostgreSQL (crates/pgvs3-testkit).
 
+mod acl;
 mod bad_input;
 mod bits_and_lcs;
 mod bullmq;

@@ -23,6 +23,8 @@ pub struct ClientInfo {
     pub last_command: &'static str,
     /// Commands queued in MULTI (-1 outside one), as CLIENT LIST's `multi=`.
     pub queued: i64,
+    /// The ACL user (`user=`): `default`, or the access key AUTH named.
+    pub user: String,
     /// Channels, patterns and shard channels subscribed to (`sub=`, `psub=`, `ssub=`).
     pub subscriptions: [usize; 3],
     /// Wakes the connection's task to close it (CLIENT KILL).
@@ -65,6 +67,7 @@ impl ClientInfo {
             last_active: now,
             last_command: "NULL",
             queued: -1,
+            user: "default".into(),
             subscriptions: [0; 3],
             kill: Arc::new(tokio::sync::Notify::new()),
             blocked: None,
@@ -78,7 +81,7 @@ impl ClientInfo {
         format!(
             "id={id} addr={} laddr={} fd=-1 name={} age={} idle={} flags=N db={} sub={} psub={} ssub={} multi={} \
              qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} \
-             user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
+             user={} redir=-1 resp={} lib-name={} lib-ver={}\n",
             self.addr,
             self.local_addr,
             self.name,
@@ -90,6 +93,7 @@ impl ClientInfo {
             self.subscriptions[2],
             self.queued,
             self.last_command,
+            self.user,
             self.resp,
             self.lib_name,
             self.lib_version,
@@ -197,6 +201,11 @@ impl Clients {
             .get(&id)
             .map(|info| info.name.clone())
             .filter(|name| !name.is_empty())
+    }
+
+    /// Client `id`'s address.
+    pub fn addr(&self, id: u64) -> Option<SocketAddr> {
+        self.connected().get(&id).map(|info| info.addr)
     }
 
     /// CLIENT INFO's line for client `id`.

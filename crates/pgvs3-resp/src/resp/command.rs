@@ -223,6 +223,8 @@ pub static COMMANDS: &[Spec] = &[
     spec("client", -2, &["noscript", "loading", "stale"], NONE),
     spec("info", -1, &["loading", "stale"], NONE),
     spec("config", -2, &["admin", "loading", "stale"], NONE),
+    spec("acl", -2, &["admin", "noscript", "loading", "stale"], NONE),
+    spec("monitor", 1, &["admin", "noscript", "loading", "stale"], NONE),
     spec("command", -1, &["loading", "stale"], NONE),
     spec("time", 1, C, NONE),
     spec("quit", -1, &["fast", "no_auth"], NONE),

@@ -107,7 +107,7 @@ fn get_keys(command_args: &[Bytes], answer: impl Fn(&Bytes, &Spec) -> Reply) -> 
 /// Where a command's keys are among its arguments (the name at 0): the table's first/last/step
 /// range, or, for the commands with movable keys, where their numkeys argument or STREAMS
 /// keyword puts them. A count that does not fit the arguments gives no keys, as in Redis.
-fn key_positions(spec: &Spec, args: &[Bytes]) -> Vec<usize> {
+pub(crate) fn key_positions(spec: &Spec, args: &[Bytes]) -> Vec<usize> {
     let argc = args.len() as i64;
     // Keys counted by the argument at `count_at`, following it; STORE commands also name
     // their destination first.
@@ -169,7 +169,7 @@ fn key_positions(spec: &Spec, args: &[Bytes]) -> Vec<usize> {
 /// The key-spec flags of a command's keys (GETKEYSANDFLAGS, COMMAND INFO's key specs), by
 /// the broad kind of access: read, removal, or read-and-update. Redis distinguishes finer
 /// cases per key (SET's key is `OW update`, LMOVE's destination `RW insert`); pgvs3 does not.
-fn key_flags(spec: &Spec) -> &'static [&'static str] {
+pub(crate) fn key_flags(spec: &Spec) -> &'static [&'static str] {
     match spec.name {
         "del" | "unlink" => &["RM", "delete"],
         // A script may do anything with its keys: Redis assumes the worst too.
@@ -190,7 +190,9 @@ fn group(name: &str) -> &'static str {
         "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "script" | "function" | "fcall" | "fcall_ro" => "scripting",
         "subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe" | "punsubscribe" | "sunsubscribe" | "publish"
         | "spublish" | "pubsub" => "pubsub",
-        "info" | "config" | "command" | "time" | "dbsize" | "flushdb" | "flushall" | "memory" => "server",
+        "info" | "config" | "command" | "time" | "dbsize" | "flushdb" | "flushall" | "memory" | "acl" | "monitor" => {
+            "server"
+        }
         "object" | "del" | "unlink" | "exists" | "touch" | "expire" | "pexpire" | "expireat" | "pexpireat"
         | "expiretime" | "pexpiretime" | "ttl" | "pttl" | "persist" | "type" | "rename" | "renamenx" | "copy"
         | "scan" | "keys" | "randomkey" => "generic",
@@ -211,7 +213,7 @@ fn group(name: &str) -> &'static str {
 }
 
 /// ACL categories in Redis's order: the data type's, then read/write, speed, blocking.
-fn acl_categories(spec: &Spec) -> Vec<&'static str> {
+pub(crate) fn acl_categories(spec: &Spec) -> Vec<&'static str> {
     let flag = |name: &str| spec.flags.contains(&name);
     let mut categories = Vec::new();
     let group = group(spec.name);
@@ -244,7 +246,14 @@ fn acl_categories(spec: &Spec) -> Vec<&'static str> {
     if flag("blocking") {
         categories.push("@blocking");
     }
-    if flag("admin") {
+    // Redis's @dangerous: the admin commands, and those that may take long on a large keyspace
+    // or replace data wholesale.
+    if flag("admin")
+        || matches!(
+            spec.name,
+            "flushall" | "flushdb" | "info" | "keys" | "sort" | "sort_ro" | "restore"
+        )
+    {
         categories.push("@dangerous");
     }
     categories.extend(match group {

@@ -72,6 +72,11 @@ pub struct Connection {
     /// Since when the client has been without AUTH (accept, or its last RESET).
     pub(crate) unauthenticated_since: Instant,
     pub(crate) principal: Option<Principal>,
+    /// The ACL user: `default`, or the access key AUTH named; its rules, and the catalog
+    /// version they were read at (checked before each batch: see `refresh_user`).
+    pub(crate) username: String,
+    pub(crate) user: Arc<super::acl::User>,
+    pub(crate) acl_version: i64,
     /// The admission slot of the batch running now; a blocked client gives it back while it
     /// waits.
     pub(crate) admitted: Option<crate::admission::Admitted>,
@@ -95,6 +100,8 @@ pub struct Connection {
     pub(crate) channels: HashSet<Bytes>,
     pub(crate) patterns: HashSet<Bytes>,
     pub(crate) shard_channels: HashSet<Bytes>,
+    /// MONITOR: the lines of this gateway's commands waiting for this client.
+    pub(crate) monitor: Option<Arc<super::monitor::Feed>>,
 }
 
 /// What a RESP2 client in subscribe mode may still send, with Redis's refusal of the rest.
@@ -128,6 +135,9 @@ impl Connection {
             accepted: Instant::now(),
             unauthenticated_since: Instant::now(),
             principal,
+            username: "default".into(),
+            user: super::acl::unnarrowed(),
+            acl_version: i64::MIN,
             admitted: None,
             db: 0,
             resp3: false,
@@ -144,6 +154,7 @@ impl Connection {
             channels: HashSet::new(),
             patterns: HashSet::new(),
             shard_channels: HashSet::new(),
+            monitor: None,
         }
     }
 
@@ -245,8 +256,23 @@ impl Connection {
                         None => std::future::pending().await,
                     }
                 };
+                let monitor = self.monitor.clone();
+                let monitored = async {
+                    match &monitor {
+                        Some(feed) => feed.arrived().await,
+                        None => std::future::pending().await,
+                    }
+                };
                 let read = tokio::select! {
                     read = read => read,
+                    // A monitor that fell behind past its limit is closed (see monitor.rs).
+                    () = monitored => {
+                        let Some(feed) = monitor else { continue };
+                        if !write_monitored(&mut stream, &feed, &mut output).await {
+                            break;
+                        }
+                        continue;
+                    }
                     () = mail => {
                         if !self.take_mail(&mut output) || !self.write_out(&mut stream, &output).await {
                             break;
@@ -381,6 +407,42 @@ impl Connection {
         self.registration.id()
     }
 
+    /// This client's address, as MONITOR shows it.
+    fn addr(&self) -> String {
+        self.server
+            .clients
+            .addr(self.id())
+            .map_or_else(String::new, |addr| addr.to_string())
+    }
+
+    /// This client's CLIENT LIST line, for ACL LOG.
+    pub(crate) fn client_info(&self) -> String {
+        self.server
+            .clients
+            .line(self.id())
+            .map(|line| line.trim_end().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// Reads the user's rules again after the catalog version moved (an ACL change here or on
+    /// another gateway, or a key's), and its key: false when the key is gone or disabled. A
+    /// database that does not answer keeps the rules known, to be read again next time.
+    async fn refresh_user(&mut self) -> bool {
+        let catalog = self.server.buckets.catalog();
+        if self.username != "default" {
+            match catalog.access_key(&self.username).await {
+                Ok(Some(key)) => self.principal = Some(key.principal()),
+                Ok(None) => return false,
+                Err(_) => return true,
+            }
+        }
+        if let Ok((user, version)) = self.server.acl.user(catalog, &self.username).await {
+            self.user = user;
+            self.acl_version = version;
+        }
+        true
+    }
+
     /// One span per batch (a round trip of pipelined commands), named after its command when
     /// it holds one.
     fn batch_span(&self, requests: &[Vec<Bytes>]) -> tracing::Span {
@@ -397,6 +459,15 @@ impl Connection {
 
     /// Runs a batch of requests, encoding their replies in order.
     async fn handle(&mut self, requests: Vec<Vec<Bytes>>, out: &mut BytesMut) {
+        if self.principal.is_some()
+            && self.acl_version != self.server.buckets.catalog().version()
+            && !self.refresh_user().await
+        {
+            // Its access key was deleted or disabled: closed without a word, as Redis closes
+            // the connections of a deleted user.
+            self.quit = true;
+            return;
+        }
         let mut run = Run::default();
         let mut last_command = "NULL";
         for args in requests {
@@ -423,6 +494,7 @@ impl Connection {
                 Ok(admitted) => admitted,
             };
             let spec = spec.expect("admitted commands are known");
+            self.server.monitors.feed(spec, self.db, || self.addr(), &args);
             if self.server.pause.active() {
                 self.flush(&mut run, out).await;
                 if let Err(reply) = self.wait_out_pause(spec).await {
@@ -435,7 +507,7 @@ impl Connection {
                 let size = args.iter().map(Bytes::len).sum();
                 let queued = match key_command {
                     Some(command) => Queued::Key(command, spec),
-                    None if matches!(spec.name, "select" | "auth" | "hello" | "client")
+                    None if matches!(spec.name, "select" | "auth" | "hello" | "client" | "monitor")
                         || is_subscription(spec.name) =>
                     {
                         self.multi_failed = true;
@@ -534,6 +606,25 @@ impl Connection {
             }
             if self.principal.is_none() && !spec.flags.contains(&"no_auth") {
                 return Err(Reply::error(NOAUTH));
+            }
+            if let Some(Err(denied)) = (!self.user.unrestricted()).then(|| self.user.check(spec, args)) {
+                let context = if self.multi.is_some() { "multi" } else { "toplevel" };
+                self.server
+                    .acl
+                    .log_denied(&denied, context, &self.username, self.client_info());
+                if spec.name == "exec" {
+                    // A refused EXEC discards the transaction, as Redis's `execCommandAbort`.
+                    self.multi = None;
+                    self.multi_failed = false;
+                    self.watched.clear();
+                    let Reply::Error(error) = denied.reply() else {
+                        unreachable!("a denial is an error")
+                    };
+                    return Err(Reply::error(format!(
+                        "EXECABORT Transaction discarded because of: {error}"
+                    )));
+                }
+                return Err(denied.reply());
             }
             if !self.resp3 && self.subscribed() && !SUBSCRIBE_MODE.contains(&spec.name) {
                 return Err(Reply::error(format!(
@@ -989,6 +1080,42 @@ pub(crate) fn store_error(err: StoreError) -> Reply {
             tracing::warn!(error = %other, "RESP command failed");
             Reply::error(format!("ERR {other}"))
         }
+    }
+}
+
+/// Writes a monitor's waiting lines until none are left; false when the client is gone or fell
+/// behind past its limit, also while a write waits for it to read (so a monitor that stops
+/// reading is closed, not waited for).
+async fn write_monitored<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    feed: &super::monitor::Feed,
+    output: &mut BytesMut,
+) -> bool {
+    loop {
+        if !feed.take(output) {
+            return false;
+        }
+        if output.is_empty() {
+            return true;
+        }
+        let write = stream.write_all(output);
+        futures::pin_mut!(write);
+        loop {
+            tokio::select! {
+                written = &mut write => {
+                    if written.is_err() {
+                        return false;
+                    }
+                    break;
+                }
+                () = feed.arrived() => {
+                    if feed.overflowed() {
+                        return false;
+                    }
+                }
+            }
+        }
+        output.clear();
     }
 }
 

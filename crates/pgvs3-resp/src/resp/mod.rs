@@ -6,6 +6,7 @@
 //! and lists live in tables of their own, out of S3's sight (`typed.rs` and the family modules
 //! beside it; `blocking.rs` for the blocking pops).
 
+mod acl;
 mod bits;
 mod blocking;
 mod clients;
@@ -19,6 +20,7 @@ mod group_commit;
 mod keys;
 mod lcs;
 mod lua;
+mod monitor;
 mod notify;
 mod pause;
 mod pubsub;
@@ -141,6 +143,10 @@ pub struct RespServer {
     stats: stats::CommandStats,
     /// CLIENT PAUSE of this gateway's clients.
     pause: pause::Pause,
+    /// ACL users' rules as this gateway last read them, and its ACL LOG.
+    acl: Arc<acl::Acl>,
+    /// MONITOR's clients on this gateway.
+    monitors: monitor::Monitors,
     started: Instant,
     port: u16,
 }
@@ -174,7 +180,9 @@ impl RespServer {
                     .await
                 {
                     Ok(_) => tracing::info!(bucket, "created the RESP keyspace bucket"),
-                    Err(StoreError::BucketAlreadyOwnedByYou) => {}
+                    // A bucket an access key owns may be a database too: its key (as a RESP
+                    // user) and the root key use it.
+                    Err(StoreError::BucketAlreadyOwnedByYou | StoreError::BucketAlreadyExists) => {}
                     Err(err) => anyhow::bail!("RESP bucket {bucket}: {err}"),
                 }
             }
@@ -224,6 +232,8 @@ impl RespServer {
             scripts,
             stats: stats::CommandStats::default(),
             pause: pause::Pause::default(),
+            acl: Arc::default(),
+            monitors: monitor::Monitors::default(),
             started: Instant::now(),
             port,
         }))

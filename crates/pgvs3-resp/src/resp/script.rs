@@ -29,6 +29,7 @@ use bytes::Bytes;
 use sha1::{Digest, Sha1};
 use tokio::sync::mpsc;
 
+use super::acl::Caller;
 use super::codec::Reply;
 use super::command::{self, KeyCommand, Spec, wrong_arity};
 use super::commands::pubsub::STANDBY_PUBSUB;
@@ -86,6 +87,8 @@ pub struct Request {
     argv: Vec<Bytes>,
     /// EVAL_RO, or a `#!lua flags=no-writes` script.
     read_only: bool,
+    /// Whose permissions its calls are checked against (none: a user no rule narrowed).
+    caller: Option<Caller>,
 }
 
 impl Request {
@@ -100,7 +103,13 @@ impl Request {
             keys,
             argv,
             read_only,
+            caller: None,
         }
+    }
+
+    /// The request with its calls checked against `caller`'s permissions.
+    pub(crate) fn called_by(self, caller: Option<Caller>) -> Request {
+        Request { caller, ..self }
     }
 }
 
@@ -236,6 +245,7 @@ impl Scripts {
             argv: argv.to_vec(),
             read_only: no_writes || name.ends_with("_ro"),
             body,
+            caller: None,
         })
     }
 
@@ -487,7 +497,7 @@ impl Scripts {
             )
         });
         while let Some((args, reply_to)) = pending.recv().await {
-            let reply = session.call(&args, request.read_only).await;
+            let reply = session.call(&args, request.read_only, request.caller.as_ref()).await;
             // The script is not told why (its reply would be lost): the run ends with the
             // store's error, or starts over.
             if session.failure.is_some() || session.contended {
@@ -620,7 +630,7 @@ impl Session {
 
     /// A `redis.call` from a script: checked as Redis checks a script's commands, then run as
     /// the same command from a client would be. A blocking pop does not wait (as in Redis).
-    async fn call(&mut self, args: &[Bytes], read_only: bool) -> Reply {
+    async fn call(&mut self, args: &[Bytes], read_only: bool, caller: Option<&Caller>) -> Reply {
         if self.failure.is_some() || self.contended {
             return Reply::error("ERR this script's run is over (it fails or runs again)");
         }
@@ -633,6 +643,9 @@ impl Session {
         }
         if spec.flags.contains(&"noscript") {
             return Reply::error("ERR This Redis command is not allowed from script");
+        }
+        if let Some(Err(reply)) = caller.map(|caller| caller.check(spec, args)) {
+            return reply;
         }
         if spec.is_write() && self.standby {
             return Reply::error("READONLY You can't write against a read only replica.");

@@ -493,6 +493,12 @@ impl Catalog {
     }
 
     /// Whether the access key exists (as of the cached catalog).
+    /// The catalog version this gateway has loaded: it moves with every change of buckets, keys
+    /// and RESP ACL rules, made here or on another gateway (once its NOTIFY arrived).
+    pub fn version(&self) -> i64 {
+        self.cached.read().expect("catalog lock").version
+    }
+
     pub fn has_access_key(&self, access_key: &str) -> bool {
         self.cached.read().expect("catalog lock").keys.contains(access_key)
     }

@@ -21,6 +21,7 @@ mod objects;
 mod origins;
 mod quotas;
 mod reaper;
+mod resp_acl;
 #[cfg(test)]
 mod row_reads;
 mod staging;

@@ -10,7 +10,6 @@ use crate::resp::clients::{ClientInfo, KillFilter};
 use crate::resp::codec::Reply;
 use crate::resp::command::{self, Spec, syntax_error, wrong_arity};
 use crate::resp::connection::{Connection, ReplyMode, STS_REFUSED, WRONGPASS, store_error};
-use crate::store::Principal;
 
 /// CLIENT TRACKING ON: refused, since pgvs3 sends no invalidations (it does not track the keys
 /// clients read), and a client caching on the promise of them would serve stale values.
@@ -36,16 +35,22 @@ impl Connection {
             }
             "reset" => {
                 self.unsubscribe_all();
+                self.monitor = None;
                 self.multi = None;
                 self.multi_failed = false;
                 self.watched.clear();
                 self.cursors.clear();
                 self.db = 0;
                 self.resp3 = false;
-                if self.server.settings.require_auth {
-                    self.principal = None;
-                    self.unauthenticated_since = Instant::now();
-                }
+                // Back to the `default` user, as in Redis: signed out where AUTH is needed.
+                self.principal = match self.server.settings.require_auth {
+                    true => None,
+                    false => Some(self.server.root.clone()),
+                };
+                self.unauthenticated_since = Instant::now();
+                self.username = "default".into();
+                self.acl_version = i64::MIN;
+                self.set_client(|info| info.user = "default".into());
                 self.set_client(|info| info.name.clear());
                 Reply::Simple("RESET")
             }
@@ -70,35 +75,70 @@ impl Connection {
 
     async fn authenticate(&mut self, user: Option<&Bytes>, password: &Bytes) -> Reply {
         match self.check_credentials(user, password).await {
-            Ok(principal) => {
-                self.principal = Some(principal);
-                Reply::OK
-            }
+            Ok(()) => Reply::OK,
             Err(reply) => reply,
         }
     }
 
-    async fn check_credentials(&self, user: Option<&Bytes>, password: &Bytes) -> Result<Principal, Reply> {
+    /// Checks a user name (none: `default`) and password, and makes that user this connection's:
+    /// an access key with its secret, or `default` with `--resp-password`; a user ACL SETUSER
+    /// turned `off` is refused as a wrong password is (and logged in ACL LOG, as Redis does).
+    async fn check_credentials(&mut self, user: Option<&Bytes>, password: &Bytes) -> Result<(), Reply> {
         let configured = self.server.settings.password.as_deref();
-        match user.map(|user| &user[..]) {
-            None | Some(b"default") => match configured {
+        let username = match user {
+            None => "default".to_owned(),
+            Some(user) => String::from_utf8_lossy(user).into_owned(),
+        };
+        let principal = match username.as_str() {
+            "default" => match configured {
                 Some(configured) if constant_time_eq(configured.as_bytes(), password) => Ok(self.server.root.clone()),
-                None if user.is_none() => Err(Reply::error(
-                    "ERR AUTH <password> called without any password configured for the default user. \
-                     Are you sure your configuration is correct?",
-                )),
+                None if user.is_none() => {
+                    return Err(Reply::error(
+                        "ERR AUTH <password> called without any password configured for the default user. \
+                         Are you sure your configuration is correct?",
+                    ));
+                }
                 _ => Err(Reply::error(WRONGPASS)),
             },
-            Some(access_key) => {
-                let access_key = String::from_utf8_lossy(access_key);
-                match self.server.buckets.catalog().access_key(&access_key).await {
-                    // AUTH cannot carry a session token, without which temporary credentials
-                    // are not to be used (docs/resp-compatibility.md).
-                    Ok(Some(key)) if key.session.is_some() => Err(Reply::error(STS_REFUSED)),
-                    Ok(Some(key)) if constant_time_eq(key.secret.as_bytes(), password) => Ok(key.principal()),
-                    Ok(_) => Err(Reply::error(WRONGPASS)),
-                    Err(err) => Err(store_error(err)),
+            access_key => match self.server.buckets.catalog().access_key(access_key).await {
+                // AUTH cannot carry a session token, without which temporary credentials
+                // are not to be used (docs/resp-compatibility.md).
+                Ok(Some(key)) if key.session.is_some() => Err(Reply::error(STS_REFUSED)),
+                Ok(Some(key)) if constant_time_eq(key.secret.as_bytes(), password) => Ok(key.principal()),
+                Ok(_) => Err(Reply::error(WRONGPASS)),
+                Err(err) => return Err(store_error(err)),
+            },
+        };
+        let signed_in = match principal {
+            Ok(principal) => {
+                let (rules, version) = self
+                    .server
+                    .acl
+                    .user(self.server.buckets.catalog(), &username)
+                    .await
+                    .map_err(store_error)?;
+                match rules.enabled {
+                    true => Ok((principal, rules, version)),
+                    false => Err(Reply::error(WRONGPASS)),
                 }
+            }
+            Err(reply) => Err(reply),
+        };
+        match signed_in {
+            Ok((principal, rules, version)) => {
+                self.principal = Some(principal);
+                self.user = rules;
+                self.acl_version = version;
+                self.set_client(|info| info.user.clone_from(&username));
+                self.username = username;
+                Ok(())
+            }
+            Err(reply) => {
+                let client_info = self.client_info();
+                self.server
+                    .acl
+                    .log("auth", "toplevel", "AUTH".into(), &username, client_info);
+                Err(reply)
             }
         }
     }
@@ -118,9 +158,8 @@ impl Connection {
             let option = args[i].to_ascii_lowercase();
             match option.as_slice() {
                 b"auth" if i + 2 < args.len() => {
-                    match self.check_credentials(Some(&args[i + 1]), &args[i + 2]).await {
-                        Ok(principal) => self.principal = Some(principal),
-                        Err(reply) => return reply,
+                    if let Err(reply) = self.check_credentials(Some(&args[i + 1]), &args[i + 2]).await {
+                        return reply;
                     }
                     i += 3;
                 }

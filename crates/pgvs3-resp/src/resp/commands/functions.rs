@@ -329,13 +329,10 @@ impl Connection {
         }
         let (keys, argv) = args[3..].split_at(numkeys);
         let body = chunk(&library.code, false, &format!("return __fns[\"{name}\"](KEYS, ARGV)"));
-        let steps = [Step::Script(Request::function(
-            name,
-            body,
-            keys.to_vec(),
-            argv.to_vec(),
-            read_only_call || no_writes,
-        ))];
+        let steps = [Step::Script(
+            Request::function(name, body, keys.to_vec(), argv.to_vec(), read_only_call || no_writes)
+                .called_by(self.caller()),
+        )];
         match self.run_scripted(&steps, &[]).await {
             Ok(mut replies) => replies.pop().unwrap_or(Reply::Nil),
             Err(reply) => reply,

@@ -1,6 +1,7 @@
 //! The commands, one module per Redis command group: each holds its commands' parsing, their
 //! work and their replies. The connection loop (`resp/connection.rs`) dispatches here.
 
+mod acl;
 mod client;
 pub(crate) mod dump;
 pub(crate) mod family;
@@ -38,6 +39,8 @@ impl Connection {
             "ping" | "echo" | "quit" | "reset" | "auth" | "hello" | "select" | "client" => {
                 self.connection_command(spec, args).await
             }
+            "acl" => self.acl_command(args).await,
+            "monitor" => self.start_monitor(),
             "publish" | "spublish" => self.publish(spec, args).await,
             "pubsub" => self.pubsub_introspection(args),
             "multi" => self.multi(),

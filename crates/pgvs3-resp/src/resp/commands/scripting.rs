@@ -16,7 +16,7 @@ impl Connection {
             "script" => self.server.scripts.command(args),
             _ => {
                 let steps = match self.server.scripts.request(spec.name, args) {
-                    Ok(request) => [Step::Script(request)],
+                    Ok(request) => [Step::Script(request.called_by(self.caller()))],
                     Err(reply) => return reply,
                 };
                 match self.run_scripted(&steps, &[]).await {
@@ -25,6 +25,16 @@ impl Connection {
                 }
             }
         }
+    }
+
+    /// What the scripts' calls are checked against: this connection's user, when narrowed.
+    pub(crate) fn caller(&self) -> Option<crate::resp::acl::Caller> {
+        (!self.user.unrestricted()).then(|| crate::resp::acl::Caller {
+            user: std::sync::Arc::clone(&self.user),
+            username: self.username.clone(),
+            client_info: self.client_info(),
+            acl: std::sync::Arc::clone(&self.server.acl),
+        })
     }
 
     /// Runs scripts (and key commands queued with them) in one batch: see `script.rs`. A

@@ -167,7 +167,7 @@ impl Connection {
                     Queued::Key(command, spec) => Some(Step::Key(command.clone(), spec)),
                     Queued::Other(args, spec) if script::is_script(spec.name) => {
                         Some(match self.server.scripts.request(spec.name, args) {
-                            Ok(request) => Step::Script(request),
+                            Ok(request) => Step::Script(request.called_by(self.caller())),
                             Err(reply) => Step::Failed(reply),
                         })
                     }
