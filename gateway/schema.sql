@@ -67,7 +67,9 @@ CREATE TABLE ojs.cron (
     definition jsonb NOT NULL,
     next_run timestamp with time zone NOT NULL,
     last_run timestamp with time zone,
-    created_at timestamp with time zone DEFAULT now() NOT NULL
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    enabled boolean DEFAULT true NOT NULL,
+    run_count bigint DEFAULT 0 NOT NULL
 );
 
 --
@@ -79,13 +81,15 @@ CREATE FUNCTION ojs.cron_json(c ojs.cron) RETURNS jsonb
     AS $$
     SELECT c.definition || jsonb_strip_nulls(jsonb_build_object(
         'name', c.name,
-        'enabled', true,
+        'enabled', c.enabled,
+        'run_count', c.run_count,
         'timezone', coalesce(c.definition ->> 'timezone', 'UTC'),
         'overlap_policy', coalesce(c.definition ->> 'overlap_policy', 'allow'),
-        'next_run_at', CASE WHEN c.next_run < 'infinity' THEN ojs.ts(c.next_run) END,
-        'last_run_at', ojs.ts(c.last_run),
         'created_at', ojs.ts(c.created_at)
-    ))
+    )) || jsonb_build_object(
+        'next_run_at', CASE WHEN c.enabled AND c.next_run < 'infinity' THEN ojs.ts(c.next_run) END,
+        'last_run_at', ojs.ts(c.last_run)
+    )
 $$;
 
 --
@@ -3997,6 +4001,20 @@ CREATE TABLE ojs.queues (
 );
 
 --
+-- Name: schemas; Type: TABLE; Schema: ojs; Owner: -
+--
+
+CREATE TABLE ojs.schemas (
+    job_type text NOT NULL,
+    major integer NOT NULL,
+    minor integer NOT NULL,
+    patch integer NOT NULL,
+    version text NOT NULL,
+    schema jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
 -- Name: access_keys; Type: TABLE; Schema: pgvs3; Owner: -
 --
 
@@ -4127,7 +4145,8 @@ CREATE TABLE pgvs3.gateways (
     started timestamp with time zone NOT NULL,
     listeners jsonb NOT NULL,
     stats jsonb NOT NULL,
-    beat timestamp with time zone NOT NULL
+    beat timestamp with time zone NOT NULL,
+    history jsonb DEFAULT '[]'::jsonb NOT NULL
 );
 
 --
@@ -4245,6 +4264,15 @@ CREATE TABLE pgvs3.resp_acl_users (
 );
 
 --
+-- Name: resp_expired; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.resp_expired (
+    bucket_id bigint NOT NULL,
+    keys bigint NOT NULL
+);
+
+--
 -- Name: resp_function_libraries; Type: TABLE; Schema: pgvs3; Owner: -
 --
 
@@ -4282,6 +4310,15 @@ CREATE TABLE pgvs3.resp_keys (
     list_head bigint,
     list_tail bigint,
     CONSTRAINT resp_keys_type_check CHECK ((type = ANY (ARRAY['h'::"char", 's'::"char", 'z'::"char", 'l'::"char", 'x'::"char"])))
+);
+
+--
+-- Name: resp_keyspace_events; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.resp_keyspace_events (
+    bucket text NOT NULL,
+    flags text NOT NULL
 );
 
 --
@@ -4823,6 +4860,13 @@ ALTER TABLE ONLY ojs.rate_limits
     ADD CONSTRAINT rate_limits_pkey PRIMARY KEY (key);
 
 --
+-- Name: schemas schemas_pkey; Type: CONSTRAINT; Schema: ojs; Owner: -
+--
+
+ALTER TABLE ONLY ojs.schemas
+    ADD CONSTRAINT schemas_pkey PRIMARY KEY (job_type, major, minor, patch);
+
+--
 -- Name: webhooks webhooks_pkey; Type: CONSTRAINT; Schema: ojs; Owner: -
 --
 
@@ -4949,6 +4993,13 @@ ALTER TABLE ONLY pgvs3.resp_acl_users
     ADD CONSTRAINT resp_acl_users_pkey PRIMARY KEY (name);
 
 --
+-- Name: resp_expired resp_expired_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_expired
+    ADD CONSTRAINT resp_expired_pkey PRIMARY KEY (bucket_id);
+
+--
 -- Name: resp_function_libraries resp_function_libraries_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
 --
 
@@ -4968,6 +5019,13 @@ ALTER TABLE ONLY pgvs3.resp_hash
 
 ALTER TABLE ONLY pgvs3.resp_keys
     ADD CONSTRAINT resp_keys_pkey PRIMARY KEY (bucket_id, key);
+
+--
+-- Name: resp_keyspace_events resp_keyspace_events_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_keyspace_events
+    ADD CONSTRAINT resp_keyspace_events_pkey PRIMARY KEY (bucket);
 
 --
 -- Name: resp_list resp_list_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
@@ -5246,6 +5304,12 @@ CREATE INDEX jobs_finished ON ojs.jobs USING btree (COALESCE(completed_at, cance
 --
 
 CREATE INDEX jobs_lapsed ON ojs.jobs USING btree (visible_until) WHERE (state = 'active'::text);
+
+--
+-- Name: jobs_listing; Type: INDEX; Schema: ojs; Owner: -
+--
+
+CREATE INDEX jobs_listing ON ojs.jobs USING btree (queue, tenant, state, seq);
 
 --
 -- Name: jobs_queue_state; Type: INDEX; Schema: ojs; Owner: -
