@@ -2,6 +2,7 @@
 //! RQ) against gateways started in-process on one throwaway PostgreSQL (crates/pgvs3-testkit).
 
 mod bad_input;
+mod batches;
 mod bits_and_lcs;
 mod bullmq;
 mod celery;

@@ -9,6 +9,7 @@
 mod bits;
 mod blocking;
 mod clients;
+mod coalesce;
 pub mod codec;
 mod command;
 mod command_info;
