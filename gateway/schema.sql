@@ -1861,16 +1861,24 @@ BEGIN
         PERFORM pgvs3.resp_touch(b, k, 'h');
         -- unnest, not args[i]: a subscript of a bytea[] walks the array from its start, so
         -- pairing by subscripts was quadratic in the argument count.
-        WITH input AS (
-            SELECT DISTINCT ON (f) f, v FROM (
+        -- ints {1} (0039_resp_batched_calls.sql): scores answer, pair by pair, 1 where the pair added its field
+        -- (the first pair naming a field that was not there): the gateway runs consecutive
+        -- HSETs on one key as one call and gives each command the count of its own pairs.
+        WITH pairs AS (
+            SELECT f, v, i, i = min(i) OVER (PARTITION BY f) AS first FROM (
                 SELECT a AS f, lead(a) OVER (ORDER BY i) AS v, i FROM unnest(args) WITH ORDINALITY u(a, i)
-            ) p WHERE i % 2 = 1 ORDER BY f, i DESC
+            ) p WHERE i % 2 = 1
+        ), input AS (
+            SELECT DISTINCT ON (f) f, v FROM pairs ORDER BY f, i DESC
         ), written AS (
             INSERT INTO pgvs3.resp_hash AS h (bucket_id, key, field, value) SELECT b, k, f, v FROM input
             ON CONFLICT (bucket_id, key, field) DO UPDATE SET value = EXCLUDED.value
-            RETURNING xmax = 0 AS inserted
+            RETURNING field, xmax = 0 AS inserted
         )
-        SELECT count(*) FILTER (WHERE inserted) INTO n FROM written;
+        SELECT count(*) FILTER (WHERE w.inserted AND p.first),
+               CASE WHEN ints[1] = 1 THEN array_agg((w.inserted AND p.first)::int::float8 ORDER BY p.i) END
+          INTO n, scores
+          FROM pairs p JOIN written w ON w.field = p.f;
     WHEN 'hsetnx' THEN
         PERFORM pgvs3.resp_create(b, k, 'h');
         INSERT INTO pgvs3.resp_hash (bucket_id, key, field, value) VALUES (b, k, args[1], args[2])
@@ -3558,8 +3566,13 @@ BEGIN
                 -- The score a member ends with: that of its last pair that applied.
                 SELECT DISTINCT ON (m) m, s FROM applied WHERE adds OR changes ORDER BY m, pos DESC
             )
-            SELECT c.added, c.changed, f.ma, f.sa INTO added, changed, ma, sa
-              FROM (SELECT count(*) FILTER (WHERE adds) AS added, count(*) FILTER (WHERE changes) AS changed
+            -- ints[7] = 1 (0039_resp_batched_calls.sql): scores answer, pair by pair, 1 where it added its member
+            -- and 2 where it changed its score: the gateway runs consecutive ZADDs with the same
+            -- options on one key as one call and gives each command the count of its own pairs.
+            SELECT c.added, c.changed, f.ma, f.sa, CASE WHEN ints[7] = 1 THEN c.steps END
+              INTO added, changed, ma, sa, scores
+              FROM (SELECT count(*) FILTER (WHERE adds) AS added, count(*) FILTER (WHERE changes) AS changed,
+                           array_agg((adds::int + 2 * changes::int)::float8 ORDER BY pos) AS steps
                       FROM applied) c,
                    (SELECT coalesce(array_agg(m ORDER BY m), '{}') AS ma, coalesce(array_agg(s ORDER BY m), '{}') AS sa
                       FROM final) f;

@@ -173,13 +173,15 @@ if wants resp; then
     resp_url[pgvs3]=$gw_resp
     for target in pgvs3 redis-always redis-memory; do
         port=${resp_url[$target]##*:}
-        # redis-benchmark's own tests (SET/GET over random keys; HSET, LPUSH, LPOP and ZADD on one
-        # key each, as it defines them), then HGET and ZRANGE as commands of ours over what HSET
-        # and ZADD left: a typed key is one hot row, where the strings spread over 100,000 keys.
-        for test in set get hset hget lpush lpop zadd zrange; do
+        # redis-benchmark's own tests (SET/GET over random keys; HSET, LPUSH, LPOP, RPOP and ZADD
+        # on one key each, as it defines them), then HGET and ZRANGE as commands of ours over what
+        # HSET and ZADD left, and XADD of a 4 KiB field to one stream: a typed key is one hot row,
+        # where the strings spread over 100,000 keys.
+        for test in set get hset hget lpush lpop rpop zadd zrange xadd; do
             case $test in
                 hget) command=(HGET myhash element:__rand_int__) ;;
                 zrange) command=(ZRANGE myzset 0 9 WITHSCORES) ;;
+                xadd) command=(XADD mystream '*' f "$(head -c 4096 /dev/zero | tr '\0' x)") ;;
                 *) command=(-t "$test") ;;
             esac
             label="${test^^} 4KiB"
@@ -198,6 +200,29 @@ if wants resp; then
             done
         done
     done
+    # BullMQ (issue 39; e2e/node, installed by scripts/test): 2,000 jobs added with addBulk of
+    # 200, then a Worker at concurrency 16 completes them, every job exactly once; on a fresh
+    # pgvs3 and the durable Redis. A job is ~31 redis.calls in 2 Lua scripts on a few hot keys.
+    node_modules=${PGVS3_TOOLS_DIR:-$HOME/.cache/pgvs3-tools}/node/node_modules
+    if command -v node >/dev/null && [ -f "$node_modules/bullmq/package.json" ]; then
+        fresh_gateway
+        resp_url[pgvs3]=$gw_resp
+        bull_jobs=2000
+        [ "$smoke" = yes ] && bull_jobs=200
+        for target in pgvs3 redis-always; do
+            result=$(NODE_PATH=$node_modules node e2e/node/bullmq-bench.js "${resp_url[$target]}/0" "$bull_jobs" "$target") ||
+                { echo "BullMQ on $target: not every job completed exactly once: $result" >&2; [ "$target" = pgvs3 ] && exit 1; }
+            "$python" - "$result" "$bull_jobs" >>"$out/redis-benchmark.ndjson" <<'PY'
+import json, sys
+r, jobs = json.loads(sys.argv[1]), int(sys.argv[2])
+for case, key in [(f"BullMQ: add {jobs:,} jobs (addBulk of 200)", "add_rate"),
+                  ("BullMQ: complete them (Worker, concurrency 16)", "complete_rate")]:
+    print(json.dumps({"target": r["target"], "case": case, "rate": r[key]}))
+PY
+        done
+    else
+        echo "BullMQ case not run: node or e2e/node's packages missing (scripts/test installs them)" >&2
+    fi
     # The cold cases (issue 39): a fresh data directory, whose tables autovacuum has not
     # analyzed yet, with 64 clients: the first 3,000 LPOPs after LPUSH x20,000, and ZADD of new
     # members on an empty sorted set and at ~20,000 members.

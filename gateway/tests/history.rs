@@ -283,6 +283,24 @@ async fn resp_key_histories_are_linearizable() {
     );
 }
 
+/// Two hot keys under many clients sharing a few connections: their pushes, pops and hash
+/// writes arrive pipelined, share commits and run coalesced into one call per run of one kind
+/// (issue 39), and each client's replies must still fit one order of the commands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resp_hot_key_histories_are_linearizable() {
+    let bounds = Bounds::from_env(20);
+    let started = Instant::now();
+    let mut target = Target::start(&bounds, "resp_hot", &[]).await;
+    let ops = history::resp::run_hot(target.gateway.resp_addr(), 4 * CLIENTS, &bounds).await;
+    let kills = target.calm().await;
+    let (keys, undecided, failures) = check_keys(history::resp::Key::default(), &ops, |call| call.key.clone());
+    verdict(
+        summary("resp_hot_key_histories", &bounds, &ops, keys, kills, started),
+        undecided,
+        failures,
+    );
+}
+
 /// Jobs claimed, acked, nacked and abandoned by workers with a short visibility timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ojs_claims_are_exactly_once() {

@@ -19,6 +19,7 @@ pub struct Metrics {
     pub maintenance_backlog: IntGaugeVec,
     pub resp_group_commits: IntCounter,
     pub resp_group_committed_batches: IntCounter,
+    pub resp_coalesced_commands: IntCounter,
     pub resp_group_reads: IntCounter,
     pub resp_group_read_batches: IntCounter,
     pub resp_output_limit_closed: IntCounter,
@@ -98,6 +99,11 @@ impl Metrics {
             "RESP write batches (one connection's pipelined writes) carried by those commits",
         )
         .expect("metric");
+        let resp_coalesced_commands = IntCounter::new(
+            "pgvs3_resp_coalesced_commands_total",
+            "RESP typed writes run inside the SQL call of the command before them (same kind, same key)",
+        )
+        .expect("metric");
         let resp_group_reads = IntCounter::new(
             "pgvs3_resp_group_reads_total",
             "RESP read statements (each may carry many connections' batches)",
@@ -174,6 +180,7 @@ impl Metrics {
             Box::new(maintenance_backlog.clone()),
             Box::new(resp_group_commits.clone()),
             Box::new(resp_group_committed_batches.clone()),
+            Box::new(resp_coalesced_commands.clone()),
             Box::new(resp_group_reads.clone()),
             Box::new(resp_group_read_batches.clone()),
             Box::new(resp_output_limit_closed.clone()),
@@ -201,6 +208,7 @@ impl Metrics {
             maintenance_backlog,
             resp_group_commits,
             resp_group_committed_batches,
+            resp_coalesced_commands,
             resp_group_reads,
             resp_group_read_batches,
             resp_output_limit_closed,

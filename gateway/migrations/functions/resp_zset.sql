@@ -183,8 +183,13 @@ BEGIN
                 -- The score a member ends with: that of its last pair that applied.
                 SELECT DISTINCT ON (m) m, s FROM applied WHERE adds OR changes ORDER BY m, pos DESC
             )
-            SELECT c.added, c.changed, f.ma, f.sa INTO added, changed, ma, sa
-              FROM (SELECT count(*) FILTER (WHERE adds) AS added, count(*) FILTER (WHERE changes) AS changed
+            -- ints[7] = 1 (0039_resp_batched_calls.sql): scores answer, pair by pair, 1 where it added its member
+            -- and 2 where it changed its score: the gateway runs consecutive ZADDs with the same
+            -- options on one key as one call and gives each command the count of its own pairs.
+            SELECT c.added, c.changed, f.ma, f.sa, CASE WHEN ints[7] = 1 THEN c.steps END
+              INTO added, changed, ma, sa, scores
+              FROM (SELECT count(*) FILTER (WHERE adds) AS added, count(*) FILTER (WHERE changes) AS changed,
+                           array_agg((adds::int + 2 * changes::int)::float8 ORDER BY pos) AS steps
                       FROM applied) c,
                    (SELECT coalesce(array_agg(m ORDER BY m), '{}') AS ma, coalesce(array_agg(s ORDER BY m), '{}') AS sa
                       FROM final) f;

@@ -4,6 +4,10 @@
 //! its expiry deadline. A deadline is known only to within the interval of the command that set
 //! it, widened by [`TOLERANCE`]: a command in that window may see the key or not, one clearly
 //! after it must find the key gone, whatever type the key has and whatever table holds it.
+//!
+//! [`run_hot`] is the hot-key workload (issue 39): many clients sharing a few connections, so
+//! that their commands arrive pipelined and share commits and coalesced calls, push, pop and
+//! read two keys, mostly lists.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
@@ -35,6 +39,8 @@ pub enum Cmd {
     Expire(u64),
     Persist,
     LPush(String),
+    LPop,
+    RPop,
     LRange,
     SAdd(String),
     SMembers,
@@ -65,6 +71,8 @@ impl fmt::Debug for Call {
             Cmd::Expire(ms) => write!(f, "PEXPIRE {k} {ms}"),
             Cmd::Persist => write!(f, "PERSIST {k}"),
             Cmd::LPush(e) => write!(f, "LPUSH {k} {e}"),
+            Cmd::LPop => write!(f, "LPOP {k}"),
+            Cmd::RPop => write!(f, "RPOP {k}"),
             Cmd::LRange => write!(f, "LRANGE {k} 0 -1"),
             Cmd::SAdd(m) => write!(f, "SADD {k} {m}"),
             Cmd::SMembers => write!(f, "SMEMBERS {k}"),
@@ -235,10 +243,14 @@ impl Key {
                 ),
                 Some(_) => wrong(self),
             },
-            Cmd::BLPop(_) => match &mut self.value {
+            Cmd::BLPop(_) | Cmd::LPop | Cmd::RPop => match &mut self.value {
                 None => (Reply::Nil, self),
                 Some(Value::List(list)) => {
-                    let head = list.pop_front().expect("lists are never empty");
+                    let head = match op.input.cmd {
+                        Cmd::RPop => list.pop_back(),
+                        _ => list.pop_front(),
+                    }
+                    .expect("lists are never empty");
                     if list.is_empty() {
                         self = Key::default();
                     }
@@ -301,26 +313,49 @@ impl Model for Key {
 
 /// Runs `clients` clients against the RESP endpoint at `addr` within `bounds`; the history.
 pub async fn run(addr: std::net::SocketAddr, clients: usize, bounds: &Bounds) -> Vec<Op<Call, Reply>> {
+    run_with(addr, clients, clients, bounds, random_call).await
+}
+
+/// The hot-key workload: `clients` clients over a quarter as many connections.
+pub async fn run_hot(addr: std::net::SocketAddr, clients: usize, bounds: &Bounds) -> Vec<Op<Call, Reply>> {
+    run_with(addr, clients, clients.div_ceil(4), bounds, hot_call).await
+}
+
+/// `clients` clients over `connections` connections: a connection's clients' commands go out
+/// pipelined (redis-rs multiplexes them).
+async fn run_with(
+    addr: std::net::SocketAddr,
+    clients: usize,
+    connections: usize,
+    bounds: &Bounds,
+    calls: fn(&mut StdRng, usize, usize) -> Call,
+) -> Vec<Op<Call, Reply>> {
     let recorder = Arc::new(Recorder::new(std::time::Instant::now()));
     // Pauses up to 40 ms: long enough for TTLs of a few hundred milliseconds to run out between
     // one command on a key and the next.
     let schedule = Schedule::new(clients, bounds, Duration::from_millis(40));
     let mut tasks = tokio::task::JoinSet::new();
+    let mut shared = Vec::new();
+    for _ in 0..connections {
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(10)));
+        shared.push(
+            redis::Client::open(format!("redis://{addr}/"))
+                .unwrap()
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+                .unwrap(),
+        );
+    }
     for client in 0..clients {
         let (recorder, schedule) = (recorder.clone(), schedule.clone());
         let mut rng = bounds.rng("resp", client);
-        let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(10)));
-        let mut con = redis::Client::open(format!("redis://{addr}/"))
-            .unwrap()
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .unwrap();
+        let mut con = shared[client % connections].clone();
         tasks.spawn(async move {
             let mut n = 0;
             while let Some(ops) = schedule.round(&mut rng).await {
                 for _ in 0..ops {
                     n += 1;
-                    let call = random_call(&mut rng, client, n);
+                    let call = calls(&mut rng, client, n);
                     recorder.record(client, call.clone(), send(&mut con, &call)).await;
                 }
             }
@@ -359,6 +394,24 @@ fn random_call(rng: &mut StdRng, client: usize, n: usize) -> Call {
     Call { key, cmd }
 }
 
+/// Two hot keys, mostly pushes and pops from both ends; now and then a hash made (or refused
+/// as WRONGTYPE) on the same key, a read of the whole list, or a DEL.
+fn hot_call(rng: &mut StdRng, client: usize, n: usize) -> Call {
+    let key = ["q0", "q1"][rng.random_range(0..2)].to_owned();
+    let value = format!("c{client}.{n}");
+    let cmd = match rng.random_range(0..100) {
+        0..40 => Cmd::LPush(value),
+        40..65 => Cmd::RPop,
+        65..75 => Cmd::LPop,
+        75..82 => Cmd::LRange,
+        82..89 => Cmd::HSet(format!("f{}", rng.random_range(0..2)), value),
+        89..93 => Cmd::HGetAll,
+        93..97 => Cmd::Type,
+        _ => Cmd::Del,
+    };
+    Call { key, cmd }
+}
+
 async fn send(con: &mut MultiplexedConnection, call: &Call) -> Outcome<Reply> {
     let k = call.key.as_str();
     let words: Vec<String> = match &call.cmd {
@@ -378,6 +431,8 @@ async fn send(con: &mut MultiplexedConnection, call: &Call) -> Outcome<Reply> {
                 Cmd::Del => "DEL",
                 Cmd::Type => "TYPE",
                 Cmd::Persist => "PERSIST",
+                Cmd::LPop => "LPOP",
+                Cmd::RPop => "RPOP",
                 Cmd::SMembers => "SMEMBERS",
                 _ => "HGETALL",
             };

@@ -3,6 +3,7 @@
 
 mod acl;
 mod bad_input;
+mod batches;
 mod bits_and_lcs;
 mod bullmq;
 mod celery;

@@ -1,10 +1,18 @@
 //! Group commit and group reads: batches from many connections that arrive together share one
 //! round trip. Write batches share one transaction and one commit; read batches share one
-//! statement. Each keyspace has a queue per kind and a few workers; a worker takes everything
-//! waiting, runs it as one batch (writes lock their keys in sorted order), and hands each
-//! connection its result. While one batch runs, the next one gathers.
+//! statement. Each keyspace has a queue of reads with a few workers, and a few lanes of
+//! writes with one worker each; a worker takes everything waiting, runs it as one batch
+//! (writes lock their keys in sorted order), and hands each connection its result. While one
+//! batch runs, the next one gathers.
+//!
+//! A write goes to the lane of its first key, so the writes on one hot key follow each other
+//! in one lane, each batch taking everything that arrived while the last one ran: one lock
+//! wait and one commit for all of it, its typed commands coalesced (`coalesce.rs`). Spread
+//! over workers, they made batches that waited for each other's lock in turn, each carrying a
+//! share (issue 39). Writes on keys of different lanes still overlap.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot};
@@ -16,8 +24,8 @@ use crate::bucket::Keyspace;
 use crate::metrics::Metrics;
 use crate::store::{KvBatch, StoreError};
 
-/// Batches in flight per keyspace and kind: enough to keep PostgreSQL's WAL flushes (and its
-/// two cores' worth of reads) overlapping.
+/// Read batches in flight per keyspace, and write lanes: enough to keep PostgreSQL's WAL
+/// flushes (and its two cores' worth of reads) overlapping.
 const WORKERS: usize = 4;
 /// Commands (or keys) per shared batch: bounds the locks held and the memory of one batch.
 const MAX_BATCH: usize = 4096;
@@ -39,7 +47,8 @@ struct ReadJob {
     done: oneshot::Sender<Result<KvBatch, StoreError>>,
 }
 
-type Queues<J> = Mutex<HashMap<String, mpsc::Sender<J>>>;
+/// Queues by keyspace and lane (reads have one).
+type Queues<J> = Mutex<HashMap<(String, usize), mpsc::Sender<J>>>;
 type SharedReceiver<J> = Arc<tokio::sync::Mutex<mpsc::Receiver<J>>>;
 
 pub struct GroupCommit {
@@ -62,7 +71,8 @@ impl GroupCommit {
 
     /// Runs the commands in a shared write transaction on `keyspace`; replies in order.
     pub async fn submit(&self, keyspace: &Keyspace, commands: Vec<KeyCommand>) -> Outcome {
-        let queue = queue(&self.writes, keyspace.bucket(), |receiver| {
+        let lane = (keyspace.bucket().to_owned(), lane(&commands));
+        let queue = queue(&self.writes, lane, 1, |receiver| {
             tokio::spawn(commit_loop(self.metrics.clone(), Arc::clone(&self.events), receiver));
         });
         let (done, outcome) = oneshot::channel();
@@ -78,7 +88,7 @@ impl GroupCommit {
     /// Loads `keys` of `keyspace` for reading, in a statement shared with other connections'
     /// reads that arrive at the same time.
     pub async fn load(&self, keyspace: &Keyspace, keys: Vec<String>) -> Result<KvBatch, StoreError> {
-        let queue = queue(&self.reads, keyspace.bucket(), |receiver| {
+        let queue = queue(&self.reads, (keyspace.bucket().to_owned(), 0), WORKERS, |receiver| {
             tokio::spawn(read_loop(self.metrics.clone(), receiver));
         });
         let (done, outcome) = oneshot::channel();
@@ -96,18 +106,33 @@ fn stopped() -> StoreError {
     StoreError::Unavailable("the batch worker stopped".into())
 }
 
-/// The keyspace's queue, made (with its workers) on first use.
-fn queue<J>(queues: &Queues<J>, bucket: &str, spawn_worker: impl Fn(SharedReceiver<J>)) -> mpsc::Sender<J> {
+/// The write lane of a batch: that of its first key.
+fn lane(commands: &[KeyCommand]) -> usize {
+    let first = commands.iter().flat_map(KeyCommand::keys).min();
+    first.map_or(0, |key| {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        key.hash(&mut hasher);
+        (hasher.finish() % WORKERS as u64) as usize
+    })
+}
+
+/// The queue of a keyspace's lane, made (with its `workers`) on first use.
+fn queue<J>(
+    queues: &Queues<J>,
+    lane: (String, usize),
+    workers: usize,
+    spawn_worker: impl Fn(SharedReceiver<J>),
+) -> mpsc::Sender<J> {
     let mut queues = queues.lock().expect("queues lock");
-    if let Some(queue) = queues.get(bucket) {
+    if let Some(queue) = queues.get(&lane) {
         return queue.clone();
     }
     let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
     let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
-    for _ in 0..WORKERS {
+    for _ in 0..workers {
         spawn_worker(Arc::clone(&receiver));
     }
-    queues.insert(bucket.to_owned(), sender.clone());
+    queues.insert(lane, sender.clone());
     sender
 }
 
@@ -136,7 +161,7 @@ async fn commit_loop(metrics: Metrics, events: Arc<KeyspaceEvents>, receiver: Sh
             .into_iter()
             .map(|job| ((job.keyspace, job.commands), job.done))
             .unzip();
-        let Some(outcome) = unless_abandoned(run(&work, &events), &mut done).await else {
+        let Some(outcome) = unless_abandoned(run(&metrics, &work, &events), &mut done).await else {
             continue;
         };
         // How many connections' batches each commit carried: the gain of grouping.
@@ -200,7 +225,11 @@ fn shared_error(err: &StoreError) -> StoreError {
 
 /// A shared commit serves many connections' requests, so its span is a trace of its own.
 #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_group_commit", otel.kind = "client", db.system = "postgresql", batches = jobs.len()))]
-async fn run(jobs: &[(Keyspace, Vec<KeyCommand>)], events: &KeyspaceEvents) -> Result<Vec<Vec<Reply>>, StoreError> {
+async fn run(
+    metrics: &Metrics,
+    jobs: &[(Keyspace, Vec<KeyCommand>)],
+    events: &KeyspaceEvents,
+) -> Result<Vec<Vec<Reply>>, StoreError> {
     let mut keys: Vec<String> = jobs
         .iter()
         .flat_map(|(_, commands)| commands.iter().flat_map(KeyCommand::keys))
@@ -222,6 +251,9 @@ async fn run(jobs: &[(Keyspace, Vec<KeyCommand>)], events: &KeyspaceEvents) -> R
         keyspace.write(&keys).await?
     };
     let mut all = notify::apply_and_commit(flags, &commands, batch).await?.into_iter();
+    metrics
+        .resp_coalesced_commands
+        .inc_by(super::coalesce::merged(&commands) as u64);
     Ok(jobs
         .iter()
         .map(|(_, commands)| all.by_ref().take(commands.len()).collect())

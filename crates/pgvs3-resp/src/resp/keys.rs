@@ -34,9 +34,13 @@ pub async fn apply_all(commands: &[&KeyCommand], batch: &mut KvBatch, commit: bo
         }
         i += run.len();
         let last = i == commands.len();
-        let calls: Vec<&TypedCall> = run.iter().map(|typed| &typed.call).collect();
+        // Consecutive writes of one kind on one key go as one call (see `coalesce.rs`).
+        let groups = super::coalesce::coalesce(&run);
+        let calls: Vec<&TypedCall> = groups.iter().map(super::coalesce::Group::call).collect();
         let rows = batch.typed(&calls, commit && last).await?;
-        replies.extend(run.iter().zip(rows).map(|(typed, row)| typed.reply(row)));
+        for (group, row) in groups.iter().zip(rows) {
+            replies.extend(group.replies(row));
+        }
         if !last {
             let mut touched: Vec<String> = calls.iter().flat_map(|call| call.keys.iter().cloned()).collect();
             touched.sort_unstable();

@@ -10,6 +10,7 @@ mod acl;
 mod bits;
 mod blocking;
 mod clients;
+mod coalesce;
 pub mod codec;
 mod command;
 mod command_info;

@@ -275,6 +275,11 @@ impl TypedCall {
     pub fn is<O: SqlOp>(&self, op: O) -> bool {
         self.family == O::FAMILY && self.op == op.code()
     }
+
+    /// Whether the two calls are of the same operation.
+    pub fn same_op(&self, other: &TypedCall) -> bool {
+        self.family == other.family && self.op == other.op
+    }
 }
 
 /// The size of a reply cut at its call's `reply_limit`, as PostgreSQL built it.
