@@ -18,7 +18,6 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::Layer;
-use tracing_subscriber::filter::FilterExt as _;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
@@ -30,12 +29,6 @@ pub enum LogFormat {
     Json,
 }
 
-/// The target of the store's database spans (`#[tracing::instrument(target = "pgvs3::db",
-/// level = "debug", ...)]`): exported as trace spans, kept out of the logs unless `PGVS3_LOG`
-/// names them. In the log layer they only added `store{otel.name=...}` to the context of the
-/// rare line logged inside a database call, and formatting their fields cost every request.
-pub const DB_TARGET: &str = "pgvs3::db";
-
 /// Set when traces are exported: only then is a client's `traceparent` worth parsing.
 static PROPAGATOR: OnceLock<TraceContextPropagator> = OnceLock::new();
 
@@ -46,65 +39,45 @@ pub struct Telemetry {
 
 /// Installs the global subscriber. Must run inside the Tokio runtime (the exporter uses it).
 pub fn init(format: LogFormat) -> Telemetry {
-    let directives = log_directives(std::env::var("PGVS3_LOG").ok());
-    let directives = match tracing_subscriber::EnvFilter::try_new(&directives) {
-        Ok(_) => directives,
-        Err(_) => log_directives(None),
-    };
-    let filter = tracing_subscriber::EnvFilter::new(&directives);
-    let (provider, setup_error) = match exporter_configured().then(tracer_provider) {
-        Some(Ok(provider)) => (Some(provider), None),
-        Some(Err(err)) => (None, Some(err)),
-        None => (None, None),
-    };
-    match &provider {
-        // Without an exporter the log filter is global: the database spans ([`DB_TARGET`], at
-        // debug) are then off at their call sites and cost nothing.
-        None => tracing_subscriber::registry()
-            .with(filter)
-            .with(log_layer(format))
-            .init(),
-        // With one, each layer filters for itself: the exporter also gets the database spans.
-        Some(provider) => {
-            let _ = PROPAGATOR.set(TraceContextPropagator::new());
-            let exported = tracing_subscriber::EnvFilter::new(format!("{directives},{DB_TARGET}=debug"));
-            let traces = tracing_opentelemetry::layer()
-                .with_tracer(provider.tracer("pgvs3"))
-                .with_filter(exported.and(tracing_subscriber::filter::filter_fn(|metadata| {
-                    let target = metadata.target();
-                    // The exporter's own HTTP client must not trace itself into a feedback loop,
-                    // and s3s's spans (signature checks) would only bury the request's own.
-                    !(target.starts_with("opentelemetry")
-                        || target.starts_with("hyper")
-                        || (target.starts_with("s3s") && metadata.is_span()))
-                })));
-            tracing_subscriber::registry()
-                .with(log_layer(format).with_filter(filter))
-                .with(traces)
-                .init();
-        }
-    }
-    if let Some(err) = setup_error {
-        tracing::error!(error = %err, "OTLP trace export is configured but could not start; traces are off");
-    }
-    Telemetry { provider }
-}
-
-/// Logs to stderr in `format`.
-fn log_layer<S>(format: LogFormat) -> Box<dyn Layer<S> + Send + Sync>
-where
-    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
-{
+    let filter = tracing_subscriber::EnvFilter::try_new(log_directives(std::env::var("PGVS3_LOG").ok()))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log_directives(None)));
     let mut logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     // Colours only for a terminal (a terminal still honours NO_COLOR): escape codes are noise in
     // a file or a log collector, and styling every span field costs each request's span.
     if !std::io::stderr().is_terminal() {
         logs = logs.with_ansi(false);
     }
-    match format {
+    let logs = match format {
         LogFormat::Human => logs.boxed(),
         LogFormat::Json => logs.json().boxed(),
+    };
+    let (provider, setup_error) = match exporter_configured().then(tracer_provider) {
+        Some(Ok(provider)) => (Some(provider), None),
+        Some(Err(err)) => (None, Some(err)),
+        None => (None, None),
+    };
+    let traces = provider.as_ref().map(|provider| {
+        let _ = PROPAGATOR.set(TraceContextPropagator::new());
+        tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer("pgvs3"))
+            .with_filter(tracing_subscriber::filter::filter_fn(|metadata| {
+                let target = metadata.target();
+                // The exporter's own HTTP client must not trace itself into a feedback loop, and
+                // s3s's spans (signature checks) would only bury the request's own.
+                !(target.starts_with("opentelemetry")
+                    || target.starts_with("hyper")
+                    || (target.starts_with("s3s") && metadata.is_span()))
+            }))
+    });
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(logs)
+        .with(traces)
+        .init();
+    if let Some(err) = setup_error {
+        tracing::error!(error = %err, "OTLP trace export is configured but could not start; traces are off");
     }
+    Telemetry { provider }
 }
 
 /// The log filter: `PGVS3_LOG` (default `info`), with s3s's own events off unless it names

@@ -100,12 +100,9 @@ pub struct S3Admission {
 #[async_trait::async_trait]
 impl S3Access for SignedOnly {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
-        // The operations table names every operation the front implements ('static); only
-        // the others are interned.
-        let operation = super::front::operations::operation(cx.s3_op().name());
-        let name = operation.map_or_else(|| operation_name(cx.s3_op().name()), |op| op.name);
+        let name = operation_name(cx.s3_op().name());
         let bucket = cx.s3_path().get_bucket_name().map(str::to_owned);
-        let class = match operation.map(|op| op.class) {
+        let class = match super::front::operations::operation(name).map(|op| op.class) {
             Some(Class::Requests) => &self.admission.requests,
             _ if self.admission.is_upload(cx.headers()) => &self.admission.uploads,
             _ => &self.admission.requests,
@@ -369,8 +366,7 @@ pub fn sigv2_date(headers: &http::HeaderMap, now: time::OffsetDateTime) -> Resul
     Ok(())
 }
 
-/// Interns the name of an operation the front does not implement, so metric labels are
-/// `&'static str` without leaking per request.
+/// Interns an operation name so metric labels are `&'static str` without leaking per request.
 fn operation_name(name: &str) -> &'static str {
     static NAMES: OnceLock<std::sync::Mutex<std::collections::HashSet<&'static str>>> = OnceLock::new();
     let mut names = NAMES.get_or_init(Default::default).lock().expect("operation names");

@@ -24,7 +24,7 @@ impl Store {
     /// the source is encrypted: its chunks are sealed for its own bodies and key, so the copy
     /// must be read and written through the gateway.
     #[allow(clippy::too_many_arguments)]
-    #[tracing::instrument(target = "pgvs3::db", name = "store", level = "debug", skip_all, fields(otel.name = "store copy_object", otel.kind = "client", db.system = "postgresql"))]
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store copy_object", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn copy_object(
         &self,
         source: &CopySource<'_>,

@@ -372,7 +372,7 @@ pub struct KvBatch {
 
 impl Store {
     /// Loads `keys` for reading, in one statement.
-    #[tracing::instrument(target = "pgvs3::db", name = "store", level = "debug", skip_all, fields(otel.name = "store kv_read", otel.kind = "client", db.system = "postgresql"))]
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_read", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn kv_read(&self, bucket: &Arc<BucketInfo>, keys: &[String]) -> StoreResult<KvBatch> {
         let client = self.client().await?;
         KvBatch::load(self, Arc::clone(bucket), client, keys, Locking::None).await
@@ -380,7 +380,7 @@ impl Store {
 
     /// Loads the keys of several read batches in one statement: reads from many
     /// connections that arrive together share it. One batch per request, in order.
-    #[tracing::instrument(target = "pgvs3::db", name = "store", level = "debug", skip_all, fields(otel.name = "store kv_read_many", otel.kind = "client", db.system = "postgresql", batches = requests.len()))]
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_read_many", otel.kind = "client", db.system = "postgresql", batches = requests.len()))]
     pub(crate) async fn kv_read_many(
         &self,
         bucket: &Arc<BucketInfo>,
@@ -413,7 +413,7 @@ impl Store {
 
     /// Begins a write batch on `keys`: one transaction, keys locked in sorted order, then loaded.
     /// BEGIN, the locks and the load go out together (one round trip).
-    #[tracing::instrument(target = "pgvs3::db", name = "store", level = "debug", skip_all, fields(otel.name = "store kv_write", otel.kind = "client", db.system = "postgresql"))]
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_write", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn kv_write(&self, bucket: &Arc<BucketInfo>, keys: &[String]) -> StoreResult<KvBatch> {
         let client = self.client().await?;
         KvBatch::load(self, Arc::clone(bucket), client, keys, Locking::Keys).await
@@ -422,7 +422,7 @@ impl Store {
     /// Begins a write batch that holds the whole keyspace (its lock exclusively), with `keys`
     /// loaded: for work that names further keys as it goes (a Lua script), which could not be
     /// locked one by one later without breaking the lock order.
-    #[tracing::instrument(target = "pgvs3::db", name = "store", level = "debug", skip_all, fields(otel.name = "store kv_write_all", otel.kind = "client", db.system = "postgresql"))]
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_write_all", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn kv_write_all(&self, bucket: &Arc<BucketInfo>, keys: &[String]) -> StoreResult<KvBatch> {
         let client = self.client().await?;
         KvBatch::load(self, Arc::clone(bucket), client, keys, Locking::Keyspace).await
@@ -431,7 +431,7 @@ impl Store {
     /// Begins a write batch whose commands only overwrite `keys`, never reading them: nothing
     /// is loaded, and BEGIN and the locks go out with the writes at commit (one round trip in
     /// all, where [`Store::kv_write`] takes two).
-    #[tracing::instrument(target = "pgvs3::db", name = "store", level = "debug", skip_all, fields(otel.name = "store kv_overwrite", otel.kind = "client", db.system = "postgresql"))]
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_overwrite", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn kv_overwrite(&self, bucket: &Arc<BucketInfo>, keys: Vec<String>) -> StoreResult<KvBatch> {
         for key in &keys {
             check_key(key)?;

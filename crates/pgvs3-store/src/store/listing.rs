@@ -81,7 +81,7 @@ pub(super) fn prefix_successor(prefix: &str) -> Option<String> {
 }
 
 impl Store {
-    #[tracing::instrument(target = "pgvs3::db", name = "store", level = "debug", skip_all, fields(otel.name = "store list_objects", otel.kind = "client", db.system = "postgresql"))]
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store list_objects", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn list_objects(&self, bucket: &BucketInfo, request: &ListRequest) -> StoreResult<ListPage> {
         let mut page = ListPage::default();
         if request.max_keys == 0 {

@@ -95,7 +95,7 @@ fn multipart_etag(part_etags: &[&str]) -> StoreResult<String> {
 }
 
 impl Store {
-    #[tracing::instrument(target = "pgvs3::db", name = "store", level = "debug", skip_all, fields(otel.name = "store create_multipart_upload", otel.kind = "client", db.system = "postgresql"))]
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store create_multipart_upload", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn create_multipart_upload(
         &self,
         bucket: &BucketInfo,
@@ -126,7 +126,7 @@ impl Store {
 
     /// Stores one part, streamed into a body of its own; a part uploaded again under the same
     /// number replaces the earlier one (whose body is retired).
-    #[tracing::instrument(target = "pgvs3::db", name = "store", level = "debug", skip_all, fields(otel.name = "store upload_part", otel.kind = "client", db.system = "postgresql"))]
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store upload_part", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn upload_part(
         &self,
         bucket: &BucketInfo,
@@ -212,7 +212,7 @@ impl Store {
     /// Turns an upload into its object, if `condition` holds. The listed parts must exist with
     /// the given ETags, ascend, and all but the last hold at least [`MIN_PART_SIZE`]; parts
     /// not listed are dropped. On any refusal the upload stays as it was.
-    #[tracing::instrument(target = "pgvs3::db", name = "store", level = "debug", skip_all, fields(otel.name = "store complete_multipart_upload", otel.kind = "client", db.system = "postgresql"))]
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store complete_multipart_upload", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn complete_multipart_upload(
         &self,
         bucket: &BucketInfo,
@@ -325,7 +325,7 @@ impl Store {
     }
 
     /// Drops an upload and retires its parts' bodies.
-    #[tracing::instrument(target = "pgvs3::db", name = "store", level = "debug", skip_all, fields(otel.name = "store abort_multipart_upload", otel.kind = "client", db.system = "postgresql"))]
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store abort_multipart_upload", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn abort_multipart_upload(
         &self,
         bucket: &BucketInfo,
@@ -348,7 +348,7 @@ impl Store {
         Ok(())
     }
 
-    #[tracing::instrument(target = "pgvs3::db", name = "store", level = "debug", skip_all, fields(otel.name = "store list_parts", otel.kind = "client", db.system = "postgresql"))]
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store list_parts", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn list_parts(
         &self,
         bucket: &BucketInfo,
@@ -391,7 +391,7 @@ impl Store {
 
     /// Uploads in progress in key order (then by age), with S3's key and upload-id markers.
     /// Keys rolled up under `delimiter` appear once, as a common prefix.
-    #[tracing::instrument(target = "pgvs3::db", name = "store", level = "debug", skip_all, fields(otel.name = "store list_multipart_uploads", otel.kind = "client", db.system = "postgresql"))]
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store list_multipart_uploads", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn list_multipart_uploads(
         &self,
         bucket: &BucketInfo,

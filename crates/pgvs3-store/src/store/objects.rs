@@ -548,7 +548,7 @@ pub struct ReadOptions {
 impl Store {
     /// The head of an object and the span a GET with the same options would serve (the body
     /// of the answer is empty).
-    #[tracing::instrument(target = "pgvs3::db", name = "store", level = "debug", skip_all, fields(otel.name = "store head_object", otel.kind = "client", db.system = "postgresql"))]
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store head_object", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn head_object(
         &self,
         bucket: &BucketInfo,
@@ -584,7 +584,7 @@ impl Store {
     /// one round trip; a chunked one streams its chunks from one statement (one snapshot), so
     /// an overwrite racing the read can never mix old and new bytes. A multipart object costs
     /// one more round trip, to find the parts that hold the span.
-    #[tracing::instrument(target = "pgvs3::db", name = "store", level = "debug", skip_all, fields(otel.name = "store get_object", otel.kind = "client", db.system = "postgresql"))]
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store get_object", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn get_object(
         &self,
         bucket: &BucketInfo,
@@ -707,7 +707,7 @@ impl Store {
     /// [`INLINE_LIMIT`] go into the object row in one statement; larger ones are chunked and
     /// written in batches (`staging`), the last with the transaction that flips the object row,
     /// so nothing is visible until the whole body is in and verified.
-    #[tracing::instrument(target = "pgvs3::db", name = "store", level = "debug", skip_all, fields(otel.name = "store put_object", otel.kind = "client", db.system = "postgresql"))]
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store put_object", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn put_object(
         &self,
         bucket: &BucketInfo,
@@ -849,7 +849,7 @@ impl Store {
         Err(StoreError::PreconditionFailed)
     }
     /// Deletes an object if `condition` holds on it; deleting a missing key succeeds, as in S3.
-    #[tracing::instrument(target = "pgvs3::db", name = "store", level = "debug", skip_all, fields(otel.name = "store delete_object", otel.kind = "client", db.system = "postgresql"))]
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store delete_object", otel.kind = "client", db.system = "postgresql"))]
     /// Returns the bucket's versioning state instead when it has one after all (this gateway's
     /// catalog had not seen the change yet): nothing is deleted then.
     pub(crate) async fn delete_object(
@@ -877,7 +877,7 @@ impl Store {
 
     /// Deletes many keys in one statement (or, like [`Store::delete_object`], none when the
     /// bucket turns out to be versioned).
-    #[tracing::instrument(target = "pgvs3::db", name = "store", level = "debug", skip_all, fields(otel.name = "store delete_objects", otel.kind = "client", db.system = "postgresql"))]
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store delete_objects", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn delete_objects(
         &self,
         bucket: &BucketInfo,

@@ -468,7 +468,7 @@ impl Store {
     /// in one snapshot and miss the members in the next, answering an empty set that never
     /// existed (found by the history checker, seed 422561153). One snapshot for the whole read;
     /// a transaction that only reads never fails to serialize.
-    #[tracing::instrument(target = "pgvs3::db", name = "store", level = "debug", skip_all, fields(otel.name = "store kv_typed_read", otel.kind = "client", db.system = "postgresql"))]
+    #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_typed_read", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn kv_typed_read(&self, bucket: &BucketInfo, calls: &[&TypedCall]) -> StoreResult<Vec<TypedRow>> {
         let under_way = UnderWay::new(self.client().await?, self.cancel.as_ref());
         let client = under_way.client();
