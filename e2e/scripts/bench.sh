@@ -6,7 +6,9 @@
 #   e2e/scripts/bench.sh lake [--smoke] [--full] ...   (DuckDB, DuckLake, Iceberg: bench-lake.sh)
 # - S3 (pgvs3-loadgen, the same flags for all): pgvs3 and `rclone serve s3` over a local
 #   directory; 4 KiB put/get/head/list at 16 workers for N seconds, 64 MiB (incompressible)
-#   put/get at 2 workers (10 requests), the 100 MiB Parquet fixture put/get at 2 (8 requests);
+#   put/get at 2 workers (10 requests), 10 MiB put at 8 workers alone and beside 4 KiB GETs at
+#   16, the 100 MiB Parquet fixture put/get at 2 (8 requests); pgvs3's cases with their CPU
+#   split per request (gateway, PostgreSQL, load generator);
 #   --full adds the 1 GiB Parquet and binary fixtures put/get at 1 worker (3 requests).
 #   --with-garage adds Garage (one node on loopback ports with a generated configuration; built
 #   once with `cargo install --locked garage@2.5.0` into ~/.cache/pgvs3-tools) as a third column.
@@ -133,6 +135,27 @@ s3_pair() {
     fi
 }
 
+# 10 MiB PUTs beside 4 KiB GETs on one server, pgvs3 (fresh; the PUTs in capacity mode, so
+# their CPU split includes the GETs' server side) then rclone. The GETs' loadgen seeds its keys
+# first, so its window starts a second after the PUTs'.
+beside_pair() {
+    fresh_gateway
+    local target endpoint extra runner gets
+    for target in pgvs3 rclone; do
+        endpoint=$rclone_s3 extra=() runner=peer_loadgen
+        [ "$target" = pgvs3 ] && endpoint=$gw_s3 extra=("${capacity[@]}") runner=loadgen
+        "$runner" s3 --endpoint "$endpoint" --bucket beside-small --json "$out/beside-$target-get.ndjson" \
+            --duration "$seconds" --warmup "$((warmup + 1))" --ops get --sizes 4KiB --workers 16 --keys 1000 \
+            >"$work/beside-$target-get.txt" &
+        gets=$!
+        "$runner" s3 --endpoint "$endpoint" --bucket beside-large --json "$out/beside-$target-put.ndjson" \
+            "${extra[@]}" --duration "$((seconds + 1))" --warmup "$warmup" --ops put --sizes 10MiB --workers 8 \
+            --keys 8 --timeout 300
+        wait "$gets"
+        cat "$work/beside-$target-get.txt"
+    done
+}
+
 if wants s3; then
     echo "## S3: pgvs3, rclone serve s3${garage_s3:+ and Garage} (${SECONDS}s in)" >&2
     if [ "$smoke" = yes ]; then
@@ -141,6 +164,10 @@ if wants s3; then
             --workers 2 --keys 4
     else
         s3_pair "${run[@]}" --ops put,get,head,list --sizes 4KiB --workers 16 --keys 1000
+        # 10 MiB PUTs at 8 workers alone, then beside 4 KiB GETs at 16 workers (both sides of
+        # the mix in DIR/beside-TARGET-{put,get}.ndjson): what large uploads cost small reads.
+        s3_pair "${run[@]}" --ops put --sizes 10MiB --workers 8 --keys 8 --timeout 300
+        beside_pair
         # Few keys for large objects: every byte is stored three times over (pgvs3's tables, its
         # WAL, rclone's directory) on a shared disk; the 1 GiB fixtures only with --full.
         # A request budget rather than seconds: a few seconds hold only one or two large requests.

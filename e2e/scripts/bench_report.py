@@ -41,8 +41,8 @@ def table(header, rows):
 
 
 # loadgen case → the gateway_vs_direct case measuring the same request directly.
-DIRECT_S3 = {"s3 get 4KiB": "GET 4 KiB", "s3 put 4KiB": "PUT 4 KiB", "s3 get 64MiB": "GET 64 MiB",
-             "s3 put 64MiB": "PUT 64 MiB"}
+DIRECT_S3 = {"s3 get 4KiB": "GET 4 KiB", "s3 put 4KiB": "PUT 4 KiB", "s3 get 10MiB": "GET 10 MiB",
+             "s3 put 10MiB": "PUT 10 MiB", "s3 get 64MiB": "GET 64 MiB", "s3 put 64MiB": "PUT 64 MiB"}
 
 
 def main():
@@ -76,11 +76,41 @@ def main():
                             "direct op/s", "pgvs3 / direct", "errors"], rows), ""]
     if direct_s3:
         rows = [[case, fmt(r["gateway"]["rate"]), fmt(r["direct"]["rate"]), fmt(ratio(r["gateway"]["rate"], r["direct"]["rate"]), 2),
+                 fmt(r["gateway"]["mib_per_second"], 1), fmt(r["direct"]["mib_per_second"], 1),
                  fmt(r["gateway"]["p50_ms"], 2), fmt(r["direct"]["p50_ms"], 2), str(r["clients"])]
                 for case, r in direct_s3.items()]
         sections += ["### In-process gateway vs the direct statements (gateway_vs_direct)", "",
-                     table(["case", "gateway op/s", "direct op/s", "ratio", "gateway p50 ms", "direct p50 ms",
-                            "clients"], rows), ""]
+                     table(["case", "gateway op/s", "direct op/s", "ratio", "gateway MiB/s", "direct MiB/s",
+                            "gateway p50 ms", "direct p50 ms", "clients"], rows), ""]
+    # The CPU split of pgvs3's S3 cases (capacity mode): where a request's CPU goes.
+    rows = [[case, fmt(cpu["gateway_us"], 1), fmt(cpu["postgres_us"], 1), fmt(cpu["client_us"], 1),
+             fmt(ratio(cpu["gateway_us"], cpu["postgres_us"]), 2), str(cpu["requests"])]
+            for case, mine in pgvs3.items() if (cpu := mine.get("cpu"))]
+    if rows:
+        sections += ["### CPU per request (pgvs3's S3 cases, measured seconds only)", "",
+                     table(["case", "gateway µs", "PostgreSQL µs", "client µs", "gateway / PostgreSQL",
+                            "requests"], rows), ""]
+
+    # 10 MiB PUTs beside 4 KiB GETs (beside_pair in bench.sh): both halves of the mix per server.
+    beside = {t: {half: next(iter(load(out / f"beside-{t}-{half}.ndjson")), None) for half in ["put", "get"]}
+              for t in ["pgvs3", "rclone"]}
+    if beside["pgvs3"]["put"]:
+        rows = []
+        for target, halves in beside.items():
+            put, get = (halves[h] and halves[h]["result"] for h in ["put", "get"])
+            cpu = halves["put"] and halves["put"].get("cpu")
+            rows.append([target, fmt(put and put["mib_per_second"], 1), fmt(put and put["p50_ms"], 1),
+                         fmt(get and get["rate"]), fmt(get and get["p50_ms"], 2),
+                         fmt(cpu and cpu["gateway_us"] / 1000, 1), fmt(cpu and cpu["postgres_us"] / 1000, 1),
+                         str(sum((put or {}).get("errors", {}).values()) + sum((get or {}).get("errors", {}).values()))])
+        alone = pgvs3.get("s3 put 10MiB", {}).get("result")
+        mine, peer = (beside[t]["put"] and beside[t]["put"]["result"]["mib_per_second"] for t in ["pgvs3", "rclone"])
+        ratios.append(("S3 put 10MiB beside GETs / rclone", ratio(mine, peer)))
+        sections += ["### 10 MiB PUT (8 workers) beside 4 KiB GETs (16 workers)", "",
+                     f"pgvs3's 10 MiB PUT alone: {fmt(alone and alone['mib_per_second'], 1)} MiB/s. "
+                     "CPU per PUT is the server's whole CPU over the PUTs' window (the GETs' included).", "",
+                     table(["server", "PUT MiB/s", "PUT p50 ms", "GET op/s", "GET p50 ms", "gateway ms / PUT",
+                            "PostgreSQL ms / PUT", "errors"], rows), ""]
 
     resp = {t: by_case(load(out / f"resp-{t}.ndjson")) for t in ["pgvs3", "redis-always", "redis-memory"]}
     if resp["pgvs3"]:

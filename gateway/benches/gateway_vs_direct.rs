@@ -1,4 +1,4 @@
-//! 4 KiB and 64 MiB GET/PUT through the gateway, next to the same SQL statements issued
+//! 4 KiB, 10 MiB and 64 MiB GET/PUT through the gateway, next to the same SQL statements issued
 //! directly with tokio-postgres on the same PostgreSQL, run side by side; prints the ratios.
 //!
 //! `cargo bench -p pgvs3-gateway --bench gateway_vs_direct -- [--seconds N] [--clients N] [--json FILE]`
@@ -33,7 +33,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const ACCESS_KEY: &str = "BENCHROOTKEY00000001";
 const SECRET_KEY: &str = "bench-secret";
 const SMALL: usize = 4096;
-const LARGE: usize = 64 << 20;
+/// The large bodies, each a GET and a PUT case of its own ("GET 10 MiB", ...).
+const LARGE: [(usize, &str); 2] = [(10 << 20, "10 MiB"), (64 << 20, "64 MiB")];
 const SMALL_KEYS: usize = 1000;
 /// The direct baseline skips hashing: it stores a fixed ETag.
 const ETAG: &str = "0123456789abcdef0123456789abcdef";
@@ -46,7 +47,7 @@ struct Args {
     /// Concurrent clients for 4 KiB cases.
     #[arg(long, default_value_t = 16)]
     clients: usize,
-    /// Concurrent clients for 64 MiB cases.
+    /// Concurrent clients for the 10 MiB and 64 MiB cases.
     #[arg(long, default_value_t = 2)]
     large_clients: usize,
     /// Run only the cases whose name contains this (e.g. "GET 4"), for profiling one path.
@@ -313,7 +314,7 @@ fn report(args: &Args, name: &str, bytes: usize, gateway: &Sample, direct: &Samp
                 "cpu_us_per_op": s.cpu_us_per_op(),
             })
         };
-        let clients = if bytes == LARGE {
+        let clients = if bytes > SMALL {
             args.large_clients
         } else {
             args.clients
@@ -441,21 +442,23 @@ async fn main() -> anyhow::Result<()> {
     }
     let wanted = |case: &str| args.only.as_deref().is_none_or(|only| case.contains(only));
     let small = payload(SMALL);
-    // Only made when a 64 MiB case runs: under valgrind it would dwarf a small case's requests.
-    let large = if wanted("GET 64 MiB") || wanted("PUT 64 MiB") {
-        payload(LARGE)
-    } else {
-        Bytes::new()
-    };
+    // Only made when its cases run: under valgrind they would dwarf a small case's requests.
+    let large: Vec<(usize, &str, Bytes)> = LARGE
+        .iter()
+        .filter(|(_, size)| wanted(&format!("GET {size}")) || wanted(&format!("PUT {size}")))
+        .map(|&(len, size)| (len, size, payload(len)))
+        .collect();
     for i in 0..SMALL_KEYS {
         gateway
             .send(gateway.request("PUT", &format!("/bench/small-{i}"), small.clone()))
             .await;
     }
-    if wanted("GET 64 MiB") {
-        gateway
-            .send(gateway.request("PUT", "/bench/large-0", large.clone()))
-            .await;
+    for (_, size, body) in &large {
+        if wanted(&format!("GET {size}")) {
+            gateway
+                .send(gateway.request("PUT", &large_key(size), body.clone()))
+                .await;
+        }
     }
 
     // The direct baseline: the gateway's own statements, on a pool of the same size.
@@ -561,93 +564,103 @@ async fn main() -> anyhow::Result<()> {
     }
 
     let large_clients = args.large_clients;
-    if wanted("GET 64 MiB") {
-        let gw = Arc::clone(&gateway);
-        let gw_large_get = measure_side(&args, Side::Gateway, large_clients, move |_, _| {
-            let gw = Arc::clone(&gw);
-            async move {
-                assert_eq!(gw.send(gw.request("GET", "/bench/large-0", Bytes::new())).await, LARGE);
-            }
-        })
-        .await;
-        let pool = Arc::clone(&direct);
-        let sql_large_get = measure_side(&args, Side::Direct, large_clients, move |_, _| {
-            let pool = Arc::clone(&pool);
-            async move {
-                let client = pool.get().await.unwrap();
-                let row = client.query_one(get_sql, &[&bucket_id, &"large-0"]).await.unwrap();
-                let body_id: i64 = row.get("body_id");
-                let params: [&(dyn ToSql + Sync); 3] = [&body_id, &0i32, &i32::MAX];
-                let rows = client
+    for (len, size, body) in large {
+        let get_case = format!("GET {size}");
+        if wanted(&get_case) {
+            let path = format!("/bench/{}", large_key(size));
+            let gw = Arc::clone(&gateway);
+            let gw_large_get = measure_side(&args, Side::Gateway, large_clients, move |_, _| {
+                let (gw, path) = (Arc::clone(&gw), path.clone());
+                async move {
+                    assert_eq!(gw.send(gw.request("GET", &path, Bytes::new())).await, len);
+                }
+            })
+            .await;
+            let pool = Arc::clone(&direct);
+            let sql_large_get = measure_side(&args, Side::Direct, large_clients, move |_, _| {
+                let pool = Arc::clone(&pool);
+                async move {
+                    let client = pool.get().await.unwrap();
+                    let row = client
+                        .query_one(get_sql, &[&bucket_id, &large_key(size)])
+                        .await
+                        .unwrap();
+                    let body_id: i64 = row.get("body_id");
+                    let params: [&(dyn ToSql + Sync); 3] = [&body_id, &0i32, &i32::MAX];
+                    let rows = client
                     .query_raw(
                         "SELECT seq, data FROM s3p.chunks WHERE body_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq",
                         params,
                     )
                     .await
                     .unwrap();
-                let bytes = rows
-                    .map(|row| row.unwrap().get::<_, &[u8]>("data").len())
-                    .fold(0, |a, b| async move { a + b })
-                    .await;
-                assert_eq!(bytes, LARGE);
-            }
-        })
-        .await;
-        report(&args, "GET 64 MiB", LARGE, &gw_large_get, &sql_large_get)?;
-    }
-
-    if wanted("PUT 64 MiB") {
-        let gw = Arc::clone(&gateway);
-        let body = large.clone();
-        let gw_large_put = measure_side(&args, Side::Gateway, large_clients, move |c, _| {
-            let (gw, body) = (Arc::clone(&gw), body.clone());
-            async move {
-                gw.send(gw.request("PUT", &format!("/bench/large-put-{c}"), body)).await;
-            }
-        })
-        .await;
-        let pool = Arc::clone(&direct);
-        let body = large.clone();
-        let sql_large_put = measure_side(&args, Side::Direct, large_clients, move |c, _| {
-            let (pool, body, meta) = (Arc::clone(&pool), body.clone(), meta.clone());
-            async move {
-                let mut client = pool.get().await.unwrap();
-                let tx = client.transaction().await.unwrap();
-                let body_id: i64 = tx
-                    .query_one("SELECT nextval('s3p.body_ids') AS body_id", &[])
-                    .await
-                    .unwrap()
-                    .get("body_id");
-                let sink = tx
-                    .copy_in("COPY s3p.chunks (body_id, seq, data) FROM STDIN (FORMAT binary)")
-                    .await
-                    .unwrap();
-                let writer =
-                    tokio_postgres::binary_copy::BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT4, Type::BYTEA]);
-                futures::pin_mut!(writer);
-                for (seq, chunk) in body.chunks(8120).enumerate() {
-                    writer.as_mut().write(&[&body_id, &(seq as i32), &chunk]).await.unwrap();
+                    let bytes = rows
+                        .map(|row| row.unwrap().get::<_, &[u8]>("data").len())
+                        .fold(0, |a, b| async move { a + b })
+                        .await;
+                    assert_eq!(bytes, len);
                 }
-                writer.finish().await.unwrap();
-                let key = format!("sql-large-put-{c}");
-                let params: [&(dyn ToSql + Sync); 7] = [
-                    &bucket_id,
-                    &key,
-                    &(LARGE as i64),
-                    &ETAG,
-                    &Json(&meta),
-                    &None::<&[u8]>,
-                    &Some(body_id),
-                ];
-                tx.query_one(put_sql, &params).await.unwrap();
-                tx.commit().await.unwrap();
-            }
-        })
-        .await;
-        report(&args, "PUT 64 MiB", LARGE, &gw_large_put, &sql_large_put)?;
+            })
+            .await;
+            report(&args, &get_case, len, &gw_large_get, &sql_large_get)?;
+        }
+
+        let put_case = format!("PUT {size}");
+        if wanted(&put_case) {
+            let gw = Arc::clone(&gateway);
+            let gw_body = body.clone();
+            let gw_large_put = measure_side(&args, Side::Gateway, large_clients, move |c, _| {
+                let (gw, body) = (Arc::clone(&gw), gw_body.clone());
+                async move {
+                    gw.send(gw.request("PUT", &format!("/bench/large-put-{c}"), body)).await;
+                }
+            })
+            .await;
+            let pool = Arc::clone(&direct);
+            let meta = meta.clone();
+            let sql_large_put = measure_side(&args, Side::Direct, large_clients, move |c, _| {
+                let (pool, body, meta) = (Arc::clone(&pool), body.clone(), meta.clone());
+                async move {
+                    let mut client = pool.get().await.unwrap();
+                    let tx = client.transaction().await.unwrap();
+                    let body_id: i64 = tx
+                        .query_one("SELECT nextval('s3p.body_ids') AS body_id", &[])
+                        .await
+                        .unwrap()
+                        .get("body_id");
+                    let sink = tx
+                        .copy_in("COPY s3p.chunks (body_id, seq, data) FROM STDIN (FORMAT binary)")
+                        .await
+                        .unwrap();
+                    let writer = tokio_postgres::binary_copy::BinaryCopyInWriter::new(
+                        sink,
+                        &[Type::INT8, Type::INT4, Type::BYTEA],
+                    );
+                    futures::pin_mut!(writer);
+                    for (seq, chunk) in body.chunks(pgvs3_gateway::store::CHUNK_SIZE).enumerate() {
+                        writer.as_mut().write(&[&body_id, &(seq as i32), &chunk]).await.unwrap();
+                    }
+                    writer.finish().await.unwrap();
+                    let key = format!("sql-large-put-{c}");
+                    let params: [&(dyn ToSql + Sync); 7] = [
+                        &bucket_id,
+                        &key,
+                        &(len as i64),
+                        &ETAG,
+                        &Json(&meta),
+                        &None::<&[u8]>,
+                        &Some(body_id),
+                    ];
+                    tx.query_one(put_sql, &params).await.unwrap();
+                    tx.commit().await.unwrap();
+                }
+            })
+            .await;
+            report(&args, &put_case, len, &gw_large_put, &sql_large_put)?;
+        }
     }
     println!(
-        "({clients} clients for 4 KiB, {} for 64 MiB; {seconds} s each; latencies in ms; cpuµs = CPU of this \
+        "({clients} clients for 4 KiB, {} for 10 and 64 MiB; {seconds} s each; latencies in ms; cpuµs = CPU of this \
          process (client + in-process gateway) per op, PostgreSQL's own CPU not included)",
         args.large_clients
     );
@@ -656,4 +669,9 @@ async fn main() -> anyhow::Result<()> {
     server.stop().await?;
     std::fs::remove_dir_all(&data_dir)?;
     Ok(())
+}
+
+/// The object a large GET case reads.
+fn large_key(size: &str) -> String {
+    format!("large-{}", size.replace(' ', ""))
 }

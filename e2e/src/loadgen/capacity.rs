@@ -30,6 +30,8 @@ pub struct Probe {
     http: Client<HttpConnector, Full<Bytes>>,
     sources: Sources,
     checkpoints_sql: &'static str,
+    /// The gateway and its PostgreSQL, for the CPU split (when the gateway's pid is known).
+    processes: Option<super::cpu::Processes>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -68,11 +70,16 @@ impl Probe {
         } else {
             "SELECT checkpoints_timed + checkpoints_req AS checkpoints FROM pg_stat_bgwriter"
         };
+        let backend: i32 = db.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
+        let processes = sources
+            .gateway_pid
+            .and_then(|gateway| super::cpu::Processes::of_backend(gateway, backend as u32));
         Ok(Probe {
             db,
             http: Client::builder(TokioExecutor::new()).build(HttpConnector::new()),
             sources,
             checkpoints_sql,
+            processes,
         })
     }
 
@@ -109,6 +116,11 @@ impl Probe {
             gateway_rss_bytes: self.sources.gateway_pid.and_then(resident_bytes),
             pool: self.pool_metrics().await?,
         })
+    }
+
+    /// The processes whose CPU a case's split counts (same machine, gateway pid given).
+    pub fn processes(&self) -> Option<super::cpu::Processes> {
+        self.processes
     }
 
     /// The snapshot after a case, and another after the drain command.

@@ -5,6 +5,7 @@
 
 pub mod cache;
 pub mod capacity;
+pub mod cpu;
 pub mod ojs;
 pub mod report;
 pub mod resp;

@@ -44,13 +44,33 @@ impl Session {
             Some(probe) => Some(probe.snapshot().await?),
             None => None,
         };
+        // The CPU split covers the measured requests only: its first reading once the warm-up
+        // has passed.
+        let processes = self.capacity.as_ref().and_then(Probe::processes);
+        let cpu_from = processes.map(|processes| {
+            tokio::spawn(async move {
+                tokio::time::sleep(budget.warmup).await;
+                processes.read()
+            })
+        });
         let summary = super::run(budget, op).await;
+        let cpu = match (processes, cpu_from) {
+            (Some(processes), Some(from)) => match (from.await?, processes.read()) {
+                (Some(from), Some(to)) => Some(from.per_request(&to, summary.samples)),
+                _ => None,
+            },
+            _ => None,
+        };
         println!("{}", report::row(name, &summary));
         for (kind, count) in &summary.errors {
             println!("    {count} × {kind}");
         }
         self.failed |= !summary.errors.is_empty();
         let mut record = report::record(name, &config, &summary);
+        if let Some(cpu) = cpu {
+            println!("{}", cpu.describe());
+            record["cpu"] = serde_json::to_value(cpu)?;
+        }
         if let (Some(probe), Some(before)) = (&self.capacity, before) {
             let capacity = probe.after(before).await?;
             println!("{}", capacity.describe());
