@@ -205,62 +205,91 @@ impl PgTls {
     /// tokio-postgres prints only "error performing TLS handshake" and keeps the reason in its
     /// causes.
     pub fn refusal(&self, error: &(dyn std::error::Error + 'static)) -> Option<String> {
-        causes(error).find_map(|cause| match cause.downcast_ref::<rustls::Error>() {
-            Some(rustls::Error::InvalidCertificate(why)) => Some(self.certificate_refusal(why)),
-            _ if cause.to_string() == NOT_BOUND => Some(
-                "channel_binding=require, but the connection is not channel-bound: pgvs3 does not \
-                 do SCRAM channel binding (SCRAM-SHA-256-PLUS), so no connection can meet it; use \
-                 channel_binding=prefer (the default)"
-                    .to_owned(),
-            ),
-            _ => None,
+        if let Some(why) = refused_certificate(error) {
+            let roots = self.roots_source.as_deref().unwrap_or("the CA certificates given");
+            return Some(certificate_refusal(
+                why,
+                &Refused {
+                    whose: "PostgreSQL's",
+                    roots,
+                    name_remedy: "connect by one of its names, or use sslmode=verify-ca, which does not check the name",
+                    see: "see sslmode, sslrootcert",
+                },
+            ));
+        }
+        causes(error).any(|cause| cause.to_string() == NOT_BOUND).then(|| {
+            "channel_binding=require, but the connection is not channel-bound: pgvs3 does not \
+             do SCRAM channel binding (SCRAM-SHA-256-PLUS), so no connection can meet it; use \
+             channel_binding=prefer (the default)"
+                .to_owned()
         })
     }
+}
 
-    fn certificate_refusal(&self, why: &CertificateError) -> String {
-        let refused = "PostgreSQL's TLS certificate is refused";
-        match why {
-            CertificateError::UnknownIssuer => {
-                let roots = self.roots_source.as_deref().unwrap_or("the CA certificates given");
-                format!(
-                    "{refused}: unknown CA, it is not issued by a CA in {roots}; give the CA that \
-                     issued the server's certificate"
-                )
-            }
-            CertificateError::NotValidForNameContext { expected, presented } => {
-                let names: Vec<&str> = presented.iter().map(|name| presented_name(name)).collect();
-                format!(
-                    "{refused}: host name mismatch, it is not valid for {:?}, the host the \
-                     connection asked for (it names {}); connect by one of its names, or use \
-                     sslmode=verify-ca, which does not check the name",
-                    expected.to_str(),
-                    if names.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        names.join(", ")
-                    }
-                )
-            }
-            CertificateError::NotValidForName => {
-                format!("{refused}: host name mismatch, it is not valid for the host the connection asked for")
-            }
-            CertificateError::ExpiredContext { time, not_after } => format!(
-                "{refused}: expired at {} (now {}); the server needs a renewed certificate",
-                utc(*not_after),
-                utc(*time)
-            ),
-            CertificateError::Expired => {
-                format!("{refused}: expired (or its validity period is empty); the server needs a renewed certificate")
-            }
-            CertificateError::NotValidYetContext { time, not_before } => format!(
-                "{refused}: not valid yet, only from {} (now {}); check the clocks of this host \
-                 and of whoever issued it",
-                utc(*not_before),
-                utc(*time)
-            ),
-            CertificateError::NotValidYet => format!("{refused}: not valid yet; check the clocks"),
-            other => format!("{refused} (see sslmode, sslrootcert): {other}"),
+/// The certificate check a TLS handshake failed, from `error` or one of its causes (rustls's
+/// error sits inside the I/O error of the handshake, inside the client's own errors).
+pub fn refused_certificate<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a CertificateError> {
+    causes(error).find_map(|cause| match cause.downcast_ref::<rustls::Error>() {
+        Some(rustls::Error::InvalidCertificate(why)) => Some(why),
+        _ => None,
+    })
+}
+
+/// How a certificate refusal is told to whoever configures the connection.
+pub struct Refused<'a> {
+    /// Whose certificate: "PostgreSQL's", "origin https://…'s".
+    pub whose: &'a str,
+    /// Where the trusted CAs came from.
+    pub roots: &'a str,
+    /// What to do when the certificate does not name the host asked for.
+    pub name_remedy: &'a str,
+    /// Which settings to look at for any other refusal.
+    pub see: &'a str,
+}
+
+/// Why a certificate was refused, in words a person can act on: an unknown CA, a host name
+/// mismatch, an expired or not yet valid certificate, with what to do about it.
+pub fn certificate_refusal(why: &CertificateError, told: &Refused<'_>) -> String {
+    let refused = format!("{} TLS certificate is refused", told.whose);
+    match why {
+        CertificateError::UnknownIssuer => format!(
+            "{refused}: unknown CA, it is not issued by a CA in {}; give the CA that issued the \
+             server's certificate",
+            told.roots
+        ),
+        CertificateError::NotValidForNameContext { expected, presented } => {
+            let names: Vec<&str> = presented.iter().map(|name| presented_name(name)).collect();
+            format!(
+                "{refused}: host name mismatch, it is not valid for {:?}, the host the connection \
+                 asked for (it names {}); {}",
+                expected.to_str(),
+                if names.is_empty() {
+                    "none".to_owned()
+                } else {
+                    names.join(", ")
+                },
+                told.name_remedy
+            )
         }
+        CertificateError::NotValidForName => {
+            format!("{refused}: host name mismatch, it is not valid for the host the connection asked for")
+        }
+        CertificateError::ExpiredContext { time, not_after } => format!(
+            "{refused}: expired at {} (now {}); the server needs a renewed certificate",
+            utc(*not_after),
+            utc(*time)
+        ),
+        CertificateError::Expired => {
+            format!("{refused}: expired (or its validity period is empty); the server needs a renewed certificate")
+        }
+        CertificateError::NotValidYetContext { time, not_before } => format!(
+            "{refused}: not valid yet, only from {} (now {}); check the clocks of this host and of \
+             whoever issued it",
+            utc(*not_before),
+            utc(*time)
+        ),
+        CertificateError::NotValidYet => format!("{refused}: not valid yet; check the clocks"),
+        other => format!("{refused} ({}): {other}", told.see),
     }
 }
 

@@ -865,3 +865,52 @@ async fn a_forged_token_is_refused_before_its_role_is_looked_at() {
         );
     }
 }
+
+/// A session acts for the account that owns its role's buckets: its CreateBucket of a bucket
+/// its role may create answers `BucketAlreadyOwnedByYou`, as AWS answers an account re-creating
+/// its own bucket (tools and SDK helpers "ensure" their bucket this way). A bucket its role may
+/// not create stays `AccessDenied`, and sessions still create none.
+#[tokio::test]
+async fn a_sessions_create_bucket_of_its_own_bucket_is_bucket_already_owned_by_you() {
+    let gw = TestGateway::start().await;
+    let cluster = Cluster::new();
+    setup(&gw, &cluster).await;
+    let sql = gw.sql().await;
+    let trust = Trust {
+        issuer: ISSUER.into(),
+        audience: sts::DEFAULT_AUDIENCE.into(),
+        subjects: vec![READER.into()],
+        service_account_uids: None,
+    };
+    let policy = json!({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "s3:*", "Resource": ["arn:aws:s3:::data", "arn:aws:s3:::data/*",
+                                                          "arn:aws:s3:::fresh", "arn:aws:s3:::fresh/*"]}]});
+    sts::put_role(&sql, "reader", &trust, &policy, 7200).await.unwrap();
+    let session = issued(&assume(&gw, &cluster.service_account(READER), &[]).await);
+    let s3 = session_client(
+        gw.gateway.s3_addr,
+        &session.access_key,
+        &session.secret,
+        Some(&session.token),
+    );
+    let create = |bucket: &'static str| {
+        let s3 = s3.clone();
+        async move {
+            s3.create_bucket()
+                .bucket(bucket)
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|err| err.into_service_error().code().unwrap_or("?").to_owned())
+        }
+    };
+    assert_eq!(create("data").await, Err("BucketAlreadyOwnedByYou".into()));
+    // Not the role's: refused before whether it exists is told.
+    assert_eq!(create("other").await, Err("AccessDenied".into()));
+    assert_eq!(create("nowhere").await, Err("AccessDenied".into()));
+    // The role's, but absent: sessions own no bucket, so they make none.
+    assert_eq!(create("fresh").await, Err("AccessDenied".into()));
+    let listed = gw.client.list_buckets().send().await.unwrap();
+    let names: Vec<&str> = listed.buckets().iter().filter_map(|b| b.name()).collect();
+    assert_eq!(names, ["data", "other"]);
+}

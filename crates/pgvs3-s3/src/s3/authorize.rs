@@ -671,6 +671,17 @@ fn session_grant(
         }));
         return Ok(Some(grant));
     }
+    if operation == "CreateBucket" {
+        // A session acts for the account its role belongs to, which owns the buckets: one its
+        // role may create that exists is answered as AWS answers an account re-creating its own.
+        return Err(match bucket {
+            Some(_) if ask.allows("s3:CreateBucket", bucket_name, bucket, None) => s3s::s3_error!(
+                BucketAlreadyOwnedByYou,
+                "Your previous request to create the named bucket succeeded and you already own it."
+            ),
+            _ => denied(),
+        });
+    }
     let Some(action) = action_of(operation, versioned) else {
         return Err(denied());
     };

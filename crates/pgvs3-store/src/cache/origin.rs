@@ -84,6 +84,19 @@ fn classify<E: ProvideErrorMetadata + std::error::Error + 'static>(
             return OriginError::Timeout(format!("origin {endpoint} did not answer in time"));
         }
         SdkError::DispatchFailure(_) => {
+            // A refused certificate will be refused again: say which check failed and what to
+            // do, as the client's 502 message (the client's own text buries it in its causes).
+            if let Some(why) = pgvs3_pgtls::refused_certificate(&err) {
+                return OriginError::Unreachable(pgvs3_pgtls::certificate_refusal(
+                    why,
+                    &pgvs3_pgtls::Refused {
+                        whose: &format!("origin {endpoint}'s"),
+                        roots: "the system's roots or the gateway's --origin-ca-file",
+                        name_remedy: "use an endpoint URL with one of its names",
+                        see: "see the origin's endpoint and --origin-ca-file",
+                    },
+                ));
+            }
             return OriginError::Unreachable(format!(
                 "origin {endpoint} unreachable: {}",
                 aws_sdk_s3::error::DisplayErrorContext(&err)

@@ -173,9 +173,28 @@ async fn an_origin_with_a_private_ca_is_trusted_with_the_origin_ca_file() {
         status_of_get(&untrusting.client, CACHE, "private").await,
         (502, Some("BadGateway".into()))
     );
+    // The 502 says which check failed and what to do, as `admin origin put`'s check does.
+    let failed = untrusting
+        .client
+        .get_object()
+        .bucket(CACHE)
+        .key("private")
+        .send()
+        .await
+        .unwrap_err();
+    let message = aws_sdk_s3::error::ProvideErrorMetadata::message(&failed)
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        message.contains(&format!(
+            "origin {}'s TLS certificate is refused: unknown CA",
+            settings.endpoint
+        )) && message.contains("--origin-ca-file"),
+        "{message}"
+    );
     let refused =
         pgvs3_gateway::cache::CacheTier::verify(&settings, Duration::from_secs(10), &Default::default()).await;
-    assert!(refused.is_err(), "{refused:?}");
+    assert!(format!("{refused:?}").contains("unknown CA"), "{refused:?}");
 
     // With the CA bundle (one of several, as the operator mounts one per OriginCache) it is
     // verified and served.
