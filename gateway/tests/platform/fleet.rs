@@ -404,13 +404,16 @@ async fn a_primary_lost_mid_put_leaves_no_partial_object_anywhere() {
     upload.write_all(&body[..8 << 20]).await.unwrap();
     // Wait until the body is going into PostgreSQL: its first batches are written ahead of
     // the row, under a lease (issue 30 item 2: a body is written in 1 MiB batches, the last
-    // with the object's row).
-    let primary_sql = writer.sql().await;
+    // with the object's row). Those batches commit without waiting for their WAL (issue 40:
+    // only the last, synchronous commit acknowledges anything), so a crash may take them with
+    // it; wait until the standby has them, so that what the lease and the reaper do with a
+    // crashed upload's batches is seen below.
+    let standby_sql = reader.sql().await;
     eventually(
         Duration::from_secs(20),
-        "the upload's first batches written",
+        "the upload's first batches written and replicated",
         || async {
-            let leased: i64 = primary_sql
+            let leased: i64 = standby_sql
                 .query_one(
                     "SELECT count(*) FROM s3p.retired_bodies r WHERE retired_at > now()
                     AND EXISTS (SELECT 1 FROM s3p.chunks c WHERE c.body_id = r.body_id)",
@@ -446,7 +449,6 @@ async fn a_primary_lost_mid_put_leaves_no_partial_object_anywhere() {
     };
     assert_eq!(status, 404);
     // Promoted, it has no trace of the body either: no chunk belongs to no object.
-    let standby_sql = reader.sql().await;
     standby_sql.execute("SELECT pg_promote()", &[]).await.unwrap();
     eventually(Duration::from_secs(30), "promotion", || async {
         let in_recovery: bool = standby_sql
