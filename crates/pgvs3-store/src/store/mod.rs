@@ -77,6 +77,18 @@ pub struct Principal {
     pub read_only: bool,
 }
 
+impl Principal {
+    /// Whether `bucket` is this principal's own (a root key's are the buckets no key owns):
+    /// another's bucket of the same name is `BucketAlreadyExists` to it, its own
+    /// `BucketAlreadyOwnedByYou`.
+    pub fn owns(&self, bucket: &BucketInfo) -> bool {
+        match &bucket.owner {
+            None => self.is_root,
+            Some(owner) => *owner == self.access_key,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
     Read,
