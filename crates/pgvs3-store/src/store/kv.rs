@@ -1301,15 +1301,27 @@ pub struct RegisteredFunction {
     pub description: Option<String>,
 }
 
-/// Why a library was not stored.
+/// Why libraries were not stored.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LibraryRefusal {
-    /// A library of that name exists (and REPLACE was not given).
-    Exists,
+    /// A library of this name exists (and the policy is not to replace it).
+    Exists(String),
     /// Another library has a function of this name.
     FunctionExists(String),
-    /// The fleet holds the most libraries it may.
+    /// The fleet would hold more libraries than it may.
     TooMany,
+}
+
+/// What storing libraries does with those already there (FUNCTION LOAD [REPLACE], FUNCTION
+/// RESTORE's APPEND, REPLACE and FLUSH).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LibraryPolicy {
+    /// A library whose name is taken is refused.
+    Append,
+    /// A library whose name is taken replaces the one there.
+    Replace,
+    /// Every library there goes first.
+    Flush,
 }
 
 impl super::Catalog {
@@ -1338,69 +1350,83 @@ impl super::Catalog {
         Ok(row.as_ref().map(library_row))
     }
 
-    /// Stores a library (replacing one of its name when `replace`), at most `max_libraries` of
-    /// them, under a lock so that two gateways loading at once cannot both pass the checks.
-    pub async fn put_function_library(
+    /// Stores `libraries` as `policy` says, all or none, so that the fleet holds at most
+    /// `max_libraries`: under a lock, so that two gateways storing at once cannot both pass the
+    /// checks. As Redis checks them: library names first, then function names.
+    pub async fn put_function_libraries(
         &self,
-        library: &FunctionLibrary,
-        replace: bool,
+        libraries: &[FunctionLibrary],
+        policy: LibraryPolicy,
         max_libraries: i64,
     ) -> StoreResult<Result<(), LibraryRefusal>> {
         let mut client = self.pool().get().await?;
         let tx = client.transaction().await?;
         tx.execute("LOCK TABLE pgvs3.resp_function_libraries IN EXCLUSIVE MODE", &[])
             .await?;
-        let existing = tx
-            .query_opt(
-                "SELECT 1 AS found FROM pgvs3.resp_function_libraries WHERE name = $1",
-                &[&library.name],
-            )
-            .await?;
-        if existing.is_some() && !replace {
-            return Ok(Err(LibraryRefusal::Exists));
+        if policy == LibraryPolicy::Flush {
+            tx.execute("DELETE FROM pgvs3.resp_function_libraries", &[]).await?;
         }
-        let names: Vec<&str> = library
-            .functions
+        let names: Vec<&str> = libraries.iter().map(|library| library.name.as_str()).collect();
+        if policy == LibraryPolicy::Append {
+            let existing = tx
+                .query_opt(
+                    "SELECT name FROM pgvs3.resp_function_libraries WHERE name = ANY ($1) ORDER BY name LIMIT 1",
+                    &[&names],
+                )
+                .await?;
+            if let Some(existing) = existing {
+                return Ok(Err(LibraryRefusal::Exists(existing.get("name"))));
+            }
+        }
+        let functions: Vec<&str> = libraries
             .iter()
-            .map(|function| function.name.as_str())
+            .flat_map(|library| library.functions.iter().map(|function| function.name.as_str()))
             .collect();
         let taken = tx
             .query_opt(
                 "SELECT f AS function FROM pgvs3.resp_function_libraries, unnest(functions) f
-                  WHERE name <> $1 AND f = ANY ($2) LIMIT 1",
-                &[&library.name, &names],
+                  WHERE name <> ALL ($1) AND f = ANY ($2) LIMIT 1",
+                &[&names, &functions],
             )
             .await?;
         if let Some(taken) = taken {
             return Ok(Err(LibraryRefusal::FunctionExists(taken.get("function"))));
         }
-        if existing.is_none() {
-            let count: i64 = tx
-                .query_one("SELECT count(*) AS libraries FROM pgvs3.resp_function_libraries", &[])
-                .await?
-                .get("libraries");
-            if count >= max_libraries {
-                return Ok(Err(LibraryRefusal::TooMany));
-            }
+        let others: i64 = tx
+            .query_one(
+                "SELECT count(*) AS libraries FROM pgvs3.resp_function_libraries WHERE name <> ALL ($1)",
+                &[&names],
+            )
+            .await?
+            .get("libraries");
+        if others + libraries.len() as i64 > max_libraries {
+            return Ok(Err(LibraryRefusal::TooMany));
         }
-        let flags: Vec<String> = library
-            .functions
-            .iter()
-            .map(|function| function.flags.join(" "))
-            .collect();
-        let descriptions: Vec<Option<&str>> = library
-            .functions
-            .iter()
-            .map(|function| function.description.as_deref())
-            .collect();
-        tx.execute(
-            "INSERT INTO pgvs3.resp_function_libraries (name, code, functions, flags, descriptions)
-             VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT (name) DO UPDATE SET code = excluded.code, functions = excluded.functions,
-                 flags = excluded.flags, descriptions = excluded.descriptions, loaded_at = now()",
-            &[&library.name, &library.code, &names, &flags, &descriptions],
-        )
-        .await?;
+        for library in libraries {
+            let functions: Vec<&str> = library
+                .functions
+                .iter()
+                .map(|function| function.name.as_str())
+                .collect();
+            let flags: Vec<String> = library
+                .functions
+                .iter()
+                .map(|function| function.flags.join(" "))
+                .collect();
+            let descriptions: Vec<Option<&str>> = library
+                .functions
+                .iter()
+                .map(|function| function.description.as_deref())
+                .collect();
+            tx.execute(
+                "INSERT INTO pgvs3.resp_function_libraries (name, code, functions, flags, descriptions)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (name) DO UPDATE SET code = excluded.code, functions = excluded.functions,
+                     flags = excluded.flags, descriptions = excluded.descriptions, loaded_at = now()",
+                &[&library.name, &library.code, &functions, &flags, &descriptions],
+            )
+            .await?;
+        }
         tx.commit().await?;
         Ok(Ok(()))
     }
