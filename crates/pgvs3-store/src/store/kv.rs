@@ -65,6 +65,7 @@ pub(super) struct KvSql {
     lock: String,
     lock_keyspace_shared: String,
     lock_keyspace: String,
+    await_writers: String,
     try_lock: String,
     upsert: String,
     upsert_plain: String,
@@ -81,8 +82,9 @@ pub(super) struct KvSql {
 /// its type the tenth column (NULL for a string). `key_condition` names the key as `KEY`. An
 /// expired typed row comes too (its expiry at or before the row's clock): the key is absent,
 /// but a string written over it must delete the row, which could otherwise come back to life
-/// with an EXPIRE or PERSIST of the string. (An expired string row is not loaded: typed writes
-/// delete it, see `delete_expired_strings`.)
+/// with an EXPIRE or PERSIST of the string. An expired string row comes as well and is taken as
+/// absent (typed writes delete it, see `delete_expired_strings`): a read that meets an expired
+/// row waits for the key's writer first ([`KvBatch::load`]).
 fn load_sql(ns: &str, key_condition: &str) -> String {
     let objects = key_condition.replace("KEY", "o.key");
     let typed = key_condition.replace("KEY", "r.key");
@@ -91,7 +93,6 @@ fn load_sql(ns: &str, key_condition: &str) -> String {
                 o.meta ? 'pc' AS multipart, NULL::\"char\" AS type, o.meta ? 'se' AS sealed
            FROM (SELECT clock_timestamp() AS now) t
            LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND {objects}
-                AND (o.expires_at IS NULL OR o.expires_at > t.now)
          UNION ALL
          SELECT r.key, 0, 't' || r.version, to_timestamp(0), r.expires_at, NULL, NULL, clock_timestamp(),
                 false, r.type, false
@@ -109,8 +110,7 @@ fn load_strings_sql(ns: &str, key_condition: &str) -> String {
                 o.meta ? 'pc' AS multipart, NULL::\"char\" AS type, o.meta ? 'se' AS sealed, t.typed
            FROM (SELECT clock_timestamp() AS now,
                         EXISTS (SELECT 1 FROM pgvs3.resp_typed WHERE bucket_id = $1) AS typed) t
-           LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND {objects}
-                AND (o.expires_at IS NULL OR o.expires_at > t.now)"
+           LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND {objects}"
     )
 }
 
@@ -202,6 +202,13 @@ impl KvSql {
             // (positive) advisory locks.
             lock_keyspace_shared: "SELECT pg_advisory_xact_lock_shared(-$1::int8)".to_owned(),
             lock_keyspace: "SELECT pg_advisory_xact_lock(-$1::int8)".to_owned(),
+            // A read's wait for the writers of keys it found expired: shared, in the writers'
+            // order (keyspace, then keys), held only for this statement.
+            await_writers: "SELECT pg_advisory_xact_lock_shared(-$1::int8),
+                                   (SELECT count(pg_advisory_xact_lock_shared($2::int4, h))
+                                      FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($3::text[]) AS k
+                                             ORDER BY h) AS sorted)"
+                .to_owned(),
             // Out of the sorted order, so never waiting: see `KvBatch::try_lock`.
             try_lock: "SELECT bool_and(pg_try_advisory_xact_lock($1::int4, h)) AS locked
                          FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k) AS keys"
@@ -570,13 +577,35 @@ impl KvBatch {
             let load = client.prepare_cached(&sql.load).await?;
             rows = client.query(&load, &[id, &keys]).await?;
         }
-        batch.absorb(&rows, keys);
+        let lapsed = batch.absorb(&rows, keys);
+        if !write && !lapsed.is_empty() {
+            // A writer may hold one of these keys, having loaded it alive before it expired: its
+            // write is ordered before this read, which must not answer "absent" now and see the
+            // key back (a later TTL, PERSIST) once the write commits. So a read that meets an
+            // expired row waits for the key's writers and reads again; a writer that starts
+            // after loads past the expiry and finds the key absent too. (Rare: the reaper
+            // removes expired rows.)
+            let client = batch.client.as_ref().expect("client until commit");
+            let sql = &batch.bucket.sql.kv;
+            let bucket_id = batch.bucket.id;
+            let lock_id = bucket_id as i32;
+            let (await_writers, load) = futures::try_join!(
+                client.prepare_cached(&sql.await_writers),
+                client.prepare_cached(&sql.load)
+            )?;
+            client.execute(&await_writers, &[&bucket_id, &lock_id, &lapsed]).await?;
+            let rows = client.query(&load, &[&bucket_id, &keys]).await?;
+            batch.slots.clear();
+            batch.absorb(&rows, keys);
+        }
         batch.busy = false;
         Ok(batch)
     }
 
-    /// Takes loaded rows as the state of `keys`.
-    fn absorb(&mut self, rows: &[tokio_postgres::Row], keys: &[String]) {
+    /// Takes loaded rows as the state of `keys`; answers the keys whose row had expired by the
+    /// load's clock (they are absent).
+    fn absorb(&mut self, rows: &[tokio_postgres::Row], keys: &[String]) -> Vec<String> {
+        let mut lapsed = Vec::new();
         for row in rows {
             self.now = row.get("now");
             let Some(key) = row.get::<_, Option<String>>("key") else {
@@ -585,7 +614,15 @@ impl KvBatch {
             let inline: Option<&[u8]> = row.get("inline");
             let typed = row.get::<_, Option<i8>>("type").and_then(KeyType::from_code);
             let expires_at: Option<SystemTime> = row.get("expires_at");
-            if typed.is_some() && expires_at.is_some_and(|at| at <= self.now) {
+            let expired = expires_at.is_some_and(|at| at <= self.now);
+            if expired {
+                lapsed.push(key.clone());
+            }
+            if expired && typed.is_none() {
+                // An expired string: absent; a write over it replaces the row by its key.
+                continue;
+            }
+            if expired {
                 // An expired typed row: the key is absent, but the row is there to replace.
                 self.slots
                     .entry(key)
@@ -649,6 +686,7 @@ impl KvBatch {
                 string: false,
             });
         }
+        lapsed
     }
 
     /// Loads `keys` again (inside the batch's transaction, under its locks): after typed
