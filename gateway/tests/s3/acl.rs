@@ -639,3 +639,66 @@ async fn a_server_wide_default_ownership_lets_acl_era_tools_work() {
     assert_eq!(enforced.code(), Some("InvalidBucketAclWithObjectOwnership"));
     gw.stop().await;
 }
+
+/// Issue 34: upload listings name an upload's Owner (the owner of the object it will complete)
+/// and its Initiator (the key that created it), as S3 does — before, ListMultipartUploads had no
+/// `<Initiator>` and both listings named the key asking as Owner (and ListParts as Initiator).
+#[tokio::test]
+async fn upload_listings_name_the_uploads_owner_and_initiator() {
+    let gw = TestGateway::start().await;
+    let alice = add_key(&gw, "ALICEKEY").await;
+    let bob = add_key(&gw, "BOBKEY").await;
+    bucket_with(&alice, "uploads", ObjectOwnership::BucketOwnerPreferred).await;
+    alice
+        .put_bucket_acl()
+        .bucket("uploads")
+        .grant_write("id=\"BOBKEY\"")
+        .grant_read("id=\"BOBKEY\"")
+        .send()
+        .await
+        .unwrap();
+    let start = |client: &Client, key: &'static str, acl: Option<ObjectCannedAcl>| {
+        let request = client.create_multipart_upload().bucket("uploads").key(key).set_acl(acl);
+        async move { request.send().await.unwrap().upload_id.unwrap() }
+    };
+    let by_alice = start(&alice, "by-alice", None).await;
+    start(&bob, "by-bob", None).await;
+    let handed_over = start(&bob, "handed-over", Some(ObjectCannedAcl::BucketOwnerFullControl)).await;
+
+    let parties = |owner: Option<&aws_sdk_s3::types::Owner>, initiator: Option<&aws_sdk_s3::types::Initiator>| {
+        (
+            owner.and_then(|o| o.id()).map(str::to_owned),
+            initiator.and_then(|i| i.id()).map(str::to_owned),
+        )
+    };
+    let named = |owner: &str, initiator: &str| (Some(owner.to_owned()), Some(initiator.to_owned()));
+    for lister in [&alice, &bob] {
+        let listed = lister.list_multipart_uploads().bucket("uploads").send().await.unwrap();
+        let got: Vec<_> = listed
+            .uploads()
+            .iter()
+            .map(|u| (u.key().unwrap().to_owned(), parties(u.owner(), u.initiator())))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("by-alice".to_owned(), named("ALICEKEY", "ALICEKEY")),
+                ("by-bob".to_owned(), named("BOBKEY", "BOBKEY")),
+                ("handed-over".to_owned(), named("ALICEKEY", "BOBKEY")),
+            ]
+        );
+    }
+    let parts = |client: &Client, key: &'static str, id: &str| {
+        let request = client.list_parts().bucket("uploads").key(key).upload_id(id);
+        async move {
+            let out = request.send().await.unwrap();
+            parties(out.owner(), out.initiator())
+        }
+    };
+    assert_eq!(
+        parts(&alice, "handed-over", &handed_over).await,
+        named("ALICEKEY", "BOBKEY")
+    );
+    assert_eq!(parts(&bob, "by-alice", &by_alice).await, named("ALICEKEY", "ALICEKEY"));
+    gw.stop().await;
+}
