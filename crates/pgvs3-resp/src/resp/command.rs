@@ -91,6 +91,7 @@ pub static COMMANDS: &[Spec] = &[
     spec("getbit", 3, R, ONE),
     spec("bitcount", -2, R, ONE),
     spec("bitpos", -3, R, ONE),
+    // The destination and the sources, after the operation.
     spec("bitop", -4, W, (2, -1, 1)),
     spec("bitfield", -2, W, ONE),
     spec("bitfield_ro", -2, R, ONE),

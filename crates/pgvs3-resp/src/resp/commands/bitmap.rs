@@ -215,7 +215,7 @@ fn field_offset(arg: &[u8], bits: u32) -> Result<u64, Reply> {
     Ok(offset as u64)
 }
 
-/// The key's string for a bit command: `None` when it does not exist, WRONGTYPE for a typed key.
+/// The length of the key's string: `None` when the key does not exist, WRONGTYPE for a typed key.
 fn string_len(batch: &KvBatch, key: &str) -> Result<Option<u64>, FamilyError> {
     match batch.get(key).map(|entry| &entry.value) {
         None => Ok(None),
