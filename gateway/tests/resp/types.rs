@@ -1604,6 +1604,67 @@ async fn a_read_past_an_expiry_waits_for_the_write_that_found_the_key_alive() {
     }
 }
 
+/// A write batch loads its keys again after its typed commands ran: a key it found alive at
+/// its first load stays alive to it, and a PERSIST of that key after them is kept even when
+/// the key's deadline passed in between (it used to answer 1 and be lost: the batch changed
+/// only rows live by its later clock). The typed command is held up by this test's lock on its
+/// list until the string's deadline has passed.
+#[tokio::test]
+async fn a_persist_after_a_typed_command_in_one_batch_is_kept() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    query::<String>(&mut con, &["SET", "s", "v", "PX", "3000"]).await;
+    query::<i64>(&mut con, &["RPUSH", "l", "a"]).await;
+    let observer = gateway.sql().await;
+    let mut blocker = gateway.sql().await;
+    let block = blocker.transaction().await.unwrap();
+    block
+        .execute("SELECT 1 FROM pgvs3.resp_keys WHERE key = 'l' FOR UPDATE", &[])
+        .await
+        .unwrap();
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    for args in [&["MULTI"][..], &["RPUSH", "l", "b"], &["PERSIST", "s"]] {
+        raw.command(args).await;
+    }
+    let exec = tokio::spawn(async move { raw.command(&["EXEC"]).await });
+    common::eventually(Duration::from_secs(10), "the batch waits for the list", || {
+        let observer = &observer;
+        async move {
+            let row = observer
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                                     WHERE datname = current_database() AND wait_event_type = 'Lock') AS waiting",
+                    &[],
+                )
+                .await
+                .unwrap();
+            row.get::<_, bool>("waiting").then_some(())
+        }
+    })
+    .await;
+    let namespace: String = observer
+        .query_one("SELECT namespace FROM pgvs3.buckets WHERE name = 'resp'", &[])
+        .await
+        .unwrap()
+        .get("namespace");
+    let deadline_passed =
+        format!("SELECT expires_at <= clock_timestamp() AS passed FROM {namespace}.objects WHERE key = 's'");
+    let (observer, deadline_passed) = (&observer, &deadline_passed);
+    let passed = move || async move {
+        let row = observer.query_one(deadline_passed, &[]).await.unwrap();
+        row.get::<_, bool>("passed")
+    };
+    assert!(!passed().await, "the batch loaded the string before its deadline");
+    common::eventually(Duration::from_secs(10), "the deadline passes", || async {
+        passed().await.then_some(())
+    })
+    .await;
+    block.commit().await.unwrap();
+    assert_eq!(exec.await.unwrap(), Value::Array(vec![Value::Int(2), Value::Int(1)]));
+    assert_eq!(query::<i64>(&mut con, &["TTL", "s"]).await, -1, "kept");
+    assert_eq!(query::<String>(&mut con, &["GET", "s"]).await, "v");
+}
+
 /// Whether a blocked client still has no reply after half a second (five of its attempts at
 /// a 100 ms `--resp-block-poll`).
 async fn still_blocked(blocked: &mut RawResp) -> bool {

@@ -372,7 +372,7 @@ pub struct KvBatch {
     deferred_locks: Option<Vec<String>>,
     /// Its keys were not loaded (a batch that only overwrites): nothing is known of their types.
     blind: bool,
-    /// The database's clock when the keys were loaded.
+    /// The database's clock when the keys were loaded (first: see [`KvBatch::reload`]).
     pub now: SystemTime,
     slots: HashMap<String, Slot>,
     /// A message `pgvs3.resp_notify` sends with the commit (keyspace notifications): channel,
@@ -707,7 +707,13 @@ impl KvBatch {
         for key in keys {
             self.slots.remove(key);
         }
+        // The batch keeps the clock of its first load: it found its other keys alive by it, and
+        // `set_expiry` changes only rows live by it. A later clock would pass over a key that
+        // expired since, whose EXPIRE or PERSIST had answered 1 (found under load by
+        // resp_key_histories_are_linearizable: PERSIST 1, then TYPE none).
+        let now = self.now;
         self.absorb(&rows, keys);
+        self.now = now;
         Ok(())
     }
 
