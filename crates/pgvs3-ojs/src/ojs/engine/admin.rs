@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::job::{Job, job_columns};
 use super::{EngineError, Queue};
 
 /// Every state a job can be in.
@@ -153,18 +154,22 @@ impl Queue {
             .collect())
     }
 
-    pub async fn dead_letter(&self, queue: Option<&str>, limit: i64, tenant: &str) -> Result<Vec<Value>, EngineError> {
+    pub async fn dead_letter(&self, queue: Option<&str>, limit: i64, tenant: &str) -> Result<Vec<Job>, EngineError> {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT ojs.job_json(j) AS job FROM ojs.jobs j
-                 WHERE j.dead_letter AND j.tenant = $3 AND ($1::text IS NULL OR j.queue = $1)
-                 ORDER BY j.completed_at DESC LIMIT $2",
+                concat!(
+                    "SELECT ",
+                    job_columns!(),
+                    ", j.envelope FROM ojs.jobs j
+                     WHERE j.dead_letter AND j.tenant = $3 AND ($1::text IS NULL OR j.queue = $1)
+                     ORDER BY j.completed_at DESC LIMIT $2"
+                ),
                 &[&queue, &limit, &tenant],
             )
             .await
             .map_err(EngineError::sql)?;
-        Ok(rows.iter().map(|row| row.get("job")).collect())
+        Ok(rows.iter().map(Job::from_row).collect())
     }
 
     pub async fn dead_letter_count(&self) -> Result<i64, EngineError> {
@@ -177,18 +182,22 @@ impl Queue {
     }
 
     /// A dead-lettered job goes back to available with a fresh attempt count.
-    pub async fn retry_dead_letter(&self, id: &str, tenant: &str) -> Result<Value, EngineError> {
+    pub async fn retry_dead_letter(&self, id: &str, tenant: &str) -> Result<Job, EngineError> {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                "UPDATE ojs.jobs j SET state = 'available', dead_letter = false, attempt = 0, error = NULL,
-                        completed_at = NULL, started_at = NULL, retry_delay_ms = NULL, run_at = now()
-                 WHERE j.id = $1 AND j.tenant = $2 AND j.dead_letter RETURNING ojs.job_json(j) AS job",
+                concat!(
+                    "UPDATE ojs.jobs j SET state = 'available', dead_letter = false, attempt = 0, error = NULL,
+                            completed_at = NULL, started_at = NULL, retry_delay_ms = NULL, run_at = now()
+                     WHERE j.id = $1 AND j.tenant = $2 AND j.dead_letter RETURNING ",
+                    job_columns!(),
+                    ", j.envelope"
+                ),
                 &[&id, &tenant],
             )
             .await
             .map_err(EngineError::sql)?;
-        row.map(|row| row.get("job"))
+        row.map(|row| Job::from_row(&row))
             .ok_or_else(|| EngineError::not_found(format!("no dead-letter job {id}")))
     }
 
