@@ -70,7 +70,7 @@ impl Probe {
         } else {
             "SELECT checkpoints_timed + checkpoints_req AS checkpoints FROM pg_stat_bgwriter"
         };
-        let backend: i32 = db.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
+        let backend: i32 = db.query_one("SELECT pg_backend_pid() AS pid", &[]).await?.get("pid");
         let processes = sources
             .gateway_pid
             .and_then(|gateway| super::cpu::Processes::of_backend(gateway, backend as u32));

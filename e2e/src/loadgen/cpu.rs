@@ -40,7 +40,8 @@ pub struct Split {
 impl Processes {
     /// The postmaster of the backend `backend` (a connection's `pg_backend_pid()`): its parent.
     pub fn of_backend(gateway: u32, backend: u32) -> Option<Processes> {
-        let postmaster = stat_fields(backend)?.get(1)?.parse().ok()?;
+        let fields = stat_fields(backend)?;
+        let postmaster = fields.get(1)?.parse().ok()?;
         Some(Processes { gateway, postmaster })
     }
 

@@ -38,10 +38,10 @@ async fn jobs_of_type(gateway: &TestGateway, job_type: &str) -> i64 {
     gateway
         .sql()
         .await
-        .query_one("SELECT count(*) FROM ojs.jobs WHERE type = $1", &[&job_type])
+        .query_one("SELECT count(*) AS jobs FROM ojs.jobs WHERE type = $1", &[&job_type])
         .await
         .unwrap()
-        .get(0)
+        .get("jobs")
 }
 
 fn assert_refused((status, body): (u16, Value), code: &str, status_wanted: u16) -> Value {

@@ -195,6 +195,39 @@ async fn ownership_controls_are_put_read_back_and_deleted() {
     gw.stop().await;
 }
 
+/// S3 resets a bucket's ACL when its owner re-creates it in us-east-1 (answered 200 there): to
+/// what the re-create asks for, private if nothing.
+#[tokio::test]
+async fn re_creating_ones_own_bucket_resets_its_acl() {
+    let gw = TestGateway::start().await;
+    let c = &gw.client;
+    let all_users_grants = |c: Client| async move {
+        let acl = c.get_bucket_acl().bucket("open").send().await.unwrap();
+        acl.grants()
+            .iter()
+            .filter(|grant| grant.grantee().and_then(|g| g.uri()) == Some(ALL_USERS))
+            .count()
+    };
+    c.create_bucket()
+        .bucket("open")
+        .object_ownership(ObjectOwnership::ObjectWriter)
+        .acl(BucketCannedAcl::PublicRead)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(all_users_grants(c.clone()).await, 1);
+    c.create_bucket().bucket("open").send().await.unwrap();
+    assert_eq!(all_users_grants(c.clone()).await, 0, "reset to private");
+    c.create_bucket()
+        .bucket("open")
+        .acl(BucketCannedAcl::PublicRead)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(all_users_grants(c.clone()).await, 1, "the re-create's own ACL");
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn grants_give_one_keys_objects_and_bucket_to_another_key() {
     let gw = TestGateway::start().await;

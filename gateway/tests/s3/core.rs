@@ -39,11 +39,8 @@ async fn buckets_are_created_listed_located_and_deleted() {
     let s3 = &gw.client;
     s3.create_bucket().bucket("alpha").send().await.unwrap();
     s3.create_bucket().bucket("beta.bucket-2").send().await.unwrap();
-    let again = s3.create_bucket().bucket("alpha").send().await.unwrap_err();
-    assert_eq!(
-        again.into_service_error().meta().code(),
-        Some("BucketAlreadyOwnedByYou")
-    );
+    // Re-creating one's own bucket in us-east-1 is 200, as S3 answers there (see below).
+    s3.create_bucket().bucket("alpha").send().await.unwrap();
 
     let names: Vec<String> = s3
         .list_buckets()
@@ -66,6 +63,12 @@ async fn buckets_are_created_listed_located_and_deleted() {
     assert_eq!(http_status(&missing), 404);
 
     put(&gw, "alpha", "x", b"1".to_vec()).await;
+    s3.create_bucket().bucket("alpha").send().await.unwrap();
+    assert_eq!(
+        get(&gw, "alpha", "x").await,
+        b"1",
+        "a re-create keeps the bucket's objects"
+    );
     let not_empty = s3.delete_bucket().bucket("alpha").send().await.unwrap_err();
     assert_eq!(not_empty.into_service_error().meta().code(), Some("BucketNotEmpty"));
     s3.delete_object().bucket("alpha").key("x").send().await.unwrap();
@@ -87,6 +90,24 @@ async fn buckets_are_created_listed_located_and_deleted() {
         assert_eq!(status, Some(400), "{bad}: {err:?}");
     }
     gw.stop().await;
+}
+
+/// S3 answers an account re-creating a bucket it owns with 200 in us-east-1 only, "for legacy
+/// compatibility"; every other region answers 409 `BucketAlreadyOwnedByYou` (and another
+/// account's bucket is `BucketAlreadyExists` everywhere).
+#[tokio::test]
+async fn re_creating_ones_own_bucket_outside_us_east_1_is_bucket_already_owned_by_you() {
+    let gw = TestGateway::with_args(common::fresh_database().await, &["--region", "eu-west-1"]).await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("alpha").send().await.unwrap();
+    put(&gw, "alpha", "x", b"1".to_vec()).await;
+    let again = s3.create_bucket().bucket("alpha").send().await.unwrap_err();
+    assert_eq!(http_status(&again), 409);
+    assert_eq!(
+        again.into_service_error().meta().code(),
+        Some("BucketAlreadyOwnedByYou")
+    );
+    assert_eq!(get(&gw, "alpha", "x").await, b"1");
 }
 
 #[tokio::test]

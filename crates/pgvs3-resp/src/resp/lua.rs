@@ -249,6 +249,8 @@ function load(...)
     end, name))
 end
 
+-- The name of the chunk that runs (see `Chunk`): where an error was raised is read from it.
+local chunk
 local function as_error(raised)
     if type(raised) == "table" and type(raised.err) == "string" then return raised end
     local reply = raised_reply(raised)
@@ -258,9 +260,10 @@ local function as_error(raised)
     if text == "not enough memory" then return { err = "ERR " .. text, memory = true } end
     if text then return { err = "ERR " .. text, line = line } end
     text = tostring(raised)
-    return { err = "ERR " .. text, line = match(text, "^user_script:(%d+):") }
+    return { err = "ERR " .. text, line = match(text, "^" .. chunk .. ":(%d+):") }
 end
-return function(script)
+return function(script, name)
+    chunk = name
     set_environment(script, env)
     local ok, result = raw_xpcall(script, as_error)
     if ok then return result end
@@ -272,10 +275,36 @@ return function(script)
 end
 "##;
 
+/// What runs: an EVAL script (named by its SHA1 in errors) or a Redis Function (by its
+/// name). Each names its chunk as Redis does, `@user_script` and `@user_function`, so an error
+/// says where it was raised in Redis's words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Chunk<'a> {
+    Script { sha: &'a str },
+    Function { name: &'a str },
+}
+
+impl Chunk<'_> {
+    fn name(self) -> &'static str {
+        match self {
+            Chunk::Script { .. } => "user_script",
+            Chunk::Function { .. } => "user_function",
+        }
+    }
+
+    /// What an error names after ` script: `.
+    fn called(self) -> String {
+        match self {
+            Chunk::Script { sha } => sha.to_owned(),
+            Chunk::Function { name } => name.to_owned(),
+        }
+    }
+}
+
 /// Runs a script to its end; `calls` carries its `redis.call`s to the connection's task.
 pub fn run(
     source: &[u8],
-    sha: &str,
+    chunk: Chunk<'_>,
     keys: &[Bytes],
     argv: &[Bytes],
     limits: Limits,
@@ -294,7 +323,7 @@ pub fn run(
         globals.raw_set("ARGV", strings(&lua, argv)?)?;
         let script = lua
             .load(as_text(source).as_ref())
-            .set_name("@user_script")
+            .set_name(format!("@{}", chunk.name()))
             .set_mode(ChunkMode::Text)
             .into_function();
         let script = match script {
@@ -306,12 +335,12 @@ pub fn run(
             }
             Err(err) => return Err(err),
         };
-        let (value, raised): (Value, Value) = runner.call(script)?;
+        let (value, raised): (Value, Value) = runner.call((script, chunk.name()))?;
         Ok(match raised {
             Value::Table(raised) if raised.raw_get::<bool>("memory").unwrap_or(false) => {
                 return Err(mlua::Error::MemoryError(String::new()));
             }
-            Value::Table(raised) => error_reply(&raised, sha),
+            Value::Table(raised) => error_reply(&raised, chunk),
             _ => to_reply(&value, 0),
         })
     })();
@@ -641,7 +670,7 @@ fn to_reply(value: &Value, depth: usize) -> Reply {
 }
 
 /// What a script raised, as Redis 7 words it: the error, then where it was raised.
-fn error_reply(raised: &Table, sha: &str) -> Reply {
+fn error_reply(raised: &Table, chunk: Chunk<'_>) -> Reply {
     let text = raised
         .raw_get::<Option<mlua::String>>("err")
         .ok()
@@ -654,7 +683,11 @@ fn error_reply(raised: &Table, sha: &str) -> Reply {
         _ => None,
     });
     match line {
-        Some(line) => Reply::Error(format!("{text} script: {sha}, on @user_script:{line}.")),
+        Some(line) => Reply::Error(format!(
+            "{text} script: {}, on @{}:{line}.",
+            chunk.called(),
+            chunk.name()
+        )),
         None => Reply::Error(text),
     }
 }
@@ -697,7 +730,7 @@ mod tests {
         let outcome = tracing::subscriber::with_default(subscriber, || {
             run(
                 source.as_bytes(),
-                "sha",
+                Chunk::Script { sha: "sha" },
                 &[],
                 &[],
                 limits,

@@ -82,7 +82,10 @@ pub struct Request {
     body: Bytes,
     /// Where the Lua code starts: after a `#!lua` line.
     code_start: usize,
+    /// The script's SHA1, or the function's name (FCALL).
     sha: String,
+    /// A Redis Function's run (FCALL), not a script's.
+    function: bool,
     keys: Vec<Bytes>,
     argv: Vec<Bytes>,
     /// EVAL_RO, or a `#!lua flags=no-writes` script.
@@ -100,6 +103,7 @@ impl Request {
             body,
             code_start: 0,
             sha: name.to_owned(),
+            function: true,
             keys,
             argv,
             read_only,
@@ -241,6 +245,7 @@ impl Scripts {
         Ok(Request {
             code_start,
             sha,
+            function: false,
             keys: keys.to_vec(),
             argv: argv.to_vec(),
             read_only: no_writes || name.ends_with("_ro"),
@@ -446,7 +451,15 @@ impl Scripts {
         let name = name.to_owned();
         let outcome = tokio::task::spawn_blocking(move || {
             let _interpreter = interpreter;
-            lua::run(&body, &name, &[], &[], limits, &stop, calls)
+            lua::run(
+                &body,
+                lua::Chunk::Function { name: &name },
+                &[],
+                &[],
+                limits,
+                &stop,
+                calls,
+            )
         })
         .await;
         drop(running);
@@ -486,9 +499,13 @@ impl Scripts {
         let interpreter = tokio::task::spawn_blocking(move || {
             // Held until the interpreter ends, even if its client is gone.
             let _interpreter = interpreter;
+            let chunk = match script.function {
+                true => lua::Chunk::Function { name: &script.sha },
+                false => lua::Chunk::Script { sha: &script.sha },
+            };
             lua::run(
                 &script.body[script.code_start..],
-                &script.sha,
+                chunk,
                 &script.keys,
                 &script.argv,
                 limits,

@@ -618,9 +618,7 @@ impl Catalog {
         tx.commit().await?;
         let bucket = self.remember(&row)?;
         if !created {
-            let mine = principal.is_root && bucket.owner.is_none()
-                || bucket.owner.as_deref() == Some(principal.access_key.as_str());
-            return Err(if mine {
+            return Err(if principal.owns(&bucket) {
                 StoreError::BucketAlreadyOwnedByYou
             } else {
                 StoreError::BucketAlreadyExists

@@ -65,6 +65,7 @@ pub(super) struct KvSql {
     lock: String,
     lock_keyspace_shared: String,
     lock_keyspace: String,
+    await_writers: String,
     try_lock: String,
     upsert: String,
     upsert_plain: String,
@@ -81,8 +82,9 @@ pub(super) struct KvSql {
 /// its type the tenth column (NULL for a string). `key_condition` names the key as `KEY`. An
 /// expired typed row comes too (its expiry at or before the row's clock): the key is absent,
 /// but a string written over it must delete the row, which could otherwise come back to life
-/// with an EXPIRE or PERSIST of the string. (An expired string row is not loaded: typed writes
-/// delete it, see `delete_expired_strings`.)
+/// with an EXPIRE or PERSIST of the string. An expired string row comes as well and is taken as
+/// absent (typed writes delete it, see `delete_expired_strings`): a read that meets an expired
+/// row waits for the key's writer first ([`KvBatch::load`]).
 fn load_sql(ns: &str, key_condition: &str) -> String {
     let objects = key_condition.replace("KEY", "o.key");
     let typed = key_condition.replace("KEY", "r.key");
@@ -91,7 +93,6 @@ fn load_sql(ns: &str, key_condition: &str) -> String {
                 o.meta ? 'pc' AS multipart, NULL::\"char\" AS type, o.meta ? 'se' AS sealed
            FROM (SELECT clock_timestamp() AS now) t
            LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND {objects}
-                AND (o.expires_at IS NULL OR o.expires_at > t.now)
          UNION ALL
          SELECT r.key, 0, 't' || r.version, to_timestamp(0), r.expires_at, NULL, NULL, clock_timestamp(),
                 false, r.type, false
@@ -109,8 +110,7 @@ fn load_strings_sql(ns: &str, key_condition: &str) -> String {
                 o.meta ? 'pc' AS multipart, NULL::\"char\" AS type, o.meta ? 'se' AS sealed, t.typed
            FROM (SELECT clock_timestamp() AS now,
                         EXISTS (SELECT 1 FROM pgvs3.resp_typed WHERE bucket_id = $1) AS typed) t
-           LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND {objects}
-                AND (o.expires_at IS NULL OR o.expires_at > t.now)"
+           LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND {objects}"
     )
 }
 
@@ -202,6 +202,13 @@ impl KvSql {
             // (positive) advisory locks.
             lock_keyspace_shared: "SELECT pg_advisory_xact_lock_shared(-$1::int8)".to_owned(),
             lock_keyspace: "SELECT pg_advisory_xact_lock(-$1::int8)".to_owned(),
+            // A read's wait for the writers of keys it found expired: shared, in the writers'
+            // order (keyspace, then keys), held only for this statement.
+            await_writers: "SELECT pg_advisory_xact_lock_shared(-$1::int8),
+                                   (SELECT count(pg_advisory_xact_lock_shared($2::int4, h))
+                                      FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($3::text[]) AS k
+                                             ORDER BY h) AS sorted)"
+                .to_owned(),
             // Out of the sorted order, so never waiting: see `KvBatch::try_lock`.
             try_lock: "SELECT bool_and(pg_try_advisory_xact_lock($1::int4, h)) AS locked
                          FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k) AS keys"
@@ -570,13 +577,35 @@ impl KvBatch {
             let load = client.prepare_cached(&sql.load).await?;
             rows = client.query(&load, &[id, &keys]).await?;
         }
-        batch.absorb(&rows, keys);
+        let lapsed = batch.absorb(&rows, keys);
+        if !write && !lapsed.is_empty() {
+            // A writer may hold one of these keys, having loaded it alive before it expired: its
+            // write is ordered before this read, which must not answer "absent" now and see the
+            // key back (a later TTL, PERSIST) once the write commits. So a read that meets an
+            // expired row waits for the key's writers and reads again; a writer that starts
+            // after loads past the expiry and finds the key absent too. (Rare: the reaper
+            // removes expired rows.)
+            let client = batch.client.as_ref().expect("client until commit");
+            let sql = &batch.bucket.sql.kv;
+            let bucket_id = batch.bucket.id;
+            let lock_id = bucket_id as i32;
+            let (await_writers, load) = futures::try_join!(
+                client.prepare_cached(&sql.await_writers),
+                client.prepare_cached(&sql.load)
+            )?;
+            client.execute(&await_writers, &[&bucket_id, &lock_id, &lapsed]).await?;
+            let rows = client.query(&load, &[&bucket_id, &keys]).await?;
+            batch.slots.clear();
+            batch.absorb(&rows, keys);
+        }
         batch.busy = false;
         Ok(batch)
     }
 
-    /// Takes loaded rows as the state of `keys`.
-    fn absorb(&mut self, rows: &[tokio_postgres::Row], keys: &[String]) {
+    /// Takes loaded rows as the state of `keys`; answers the keys whose row had expired by the
+    /// load's clock (they are absent).
+    fn absorb(&mut self, rows: &[tokio_postgres::Row], keys: &[String]) -> Vec<String> {
+        let mut lapsed = Vec::new();
         for row in rows {
             self.now = row.get("now");
             let Some(key) = row.get::<_, Option<String>>("key") else {
@@ -585,7 +614,15 @@ impl KvBatch {
             let inline: Option<&[u8]> = row.get("inline");
             let typed = row.get::<_, Option<i8>>("type").and_then(KeyType::from_code);
             let expires_at: Option<SystemTime> = row.get("expires_at");
-            if typed.is_some() && expires_at.is_some_and(|at| at <= self.now) {
+            let expired = expires_at.is_some_and(|at| at <= self.now);
+            if expired {
+                lapsed.push(key.clone());
+            }
+            if expired && typed.is_none() {
+                // An expired string: absent; a write over it replaces the row by its key.
+                continue;
+            }
+            if expired {
                 // An expired typed row: the key is absent, but the row is there to replace.
                 self.slots
                     .entry(key)
@@ -649,6 +686,7 @@ impl KvBatch {
                 string: false,
             });
         }
+        lapsed
     }
 
     /// Loads `keys` again (inside the batch's transaction, under its locks): after typed
@@ -1301,15 +1339,27 @@ pub struct RegisteredFunction {
     pub description: Option<String>,
 }
 
-/// Why a library was not stored.
+/// Why libraries were not stored.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LibraryRefusal {
-    /// A library of that name exists (and REPLACE was not given).
-    Exists,
+    /// A library of this name exists (and the policy is not to replace it).
+    Exists(String),
     /// Another library has a function of this name.
     FunctionExists(String),
-    /// The fleet holds the most libraries it may.
+    /// The fleet would hold more libraries than it may.
     TooMany,
+}
+
+/// What storing libraries does with those already there (FUNCTION LOAD [REPLACE], FUNCTION
+/// RESTORE's APPEND, REPLACE and FLUSH).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LibraryPolicy {
+    /// A library whose name is taken is refused.
+    Append,
+    /// A library whose name is taken replaces the one there.
+    Replace,
+    /// Every library there goes first.
+    Flush,
 }
 
 impl super::Catalog {
@@ -1338,69 +1388,83 @@ impl super::Catalog {
         Ok(row.as_ref().map(library_row))
     }
 
-    /// Stores a library (replacing one of its name when `replace`), at most `max_libraries` of
-    /// them, under a lock so that two gateways loading at once cannot both pass the checks.
-    pub async fn put_function_library(
+    /// Stores `libraries` as `policy` says, all or none, so that the fleet holds at most
+    /// `max_libraries`: under a lock, so that two gateways storing at once cannot both pass the
+    /// checks. As Redis checks them: library names first, then function names.
+    pub async fn put_function_libraries(
         &self,
-        library: &FunctionLibrary,
-        replace: bool,
+        libraries: &[FunctionLibrary],
+        policy: LibraryPolicy,
         max_libraries: i64,
     ) -> StoreResult<Result<(), LibraryRefusal>> {
         let mut client = self.pool().get().await?;
         let tx = client.transaction().await?;
         tx.execute("LOCK TABLE pgvs3.resp_function_libraries IN EXCLUSIVE MODE", &[])
             .await?;
-        let existing = tx
-            .query_opt(
-                "SELECT 1 AS found FROM pgvs3.resp_function_libraries WHERE name = $1",
-                &[&library.name],
-            )
-            .await?;
-        if existing.is_some() && !replace {
-            return Ok(Err(LibraryRefusal::Exists));
+        if policy == LibraryPolicy::Flush {
+            tx.execute("DELETE FROM pgvs3.resp_function_libraries", &[]).await?;
         }
-        let names: Vec<&str> = library
-            .functions
+        let names: Vec<&str> = libraries.iter().map(|library| library.name.as_str()).collect();
+        if policy == LibraryPolicy::Append {
+            let existing = tx
+                .query_opt(
+                    "SELECT name FROM pgvs3.resp_function_libraries WHERE name = ANY ($1) ORDER BY name LIMIT 1",
+                    &[&names],
+                )
+                .await?;
+            if let Some(existing) = existing {
+                return Ok(Err(LibraryRefusal::Exists(existing.get("name"))));
+            }
+        }
+        let functions: Vec<&str> = libraries
             .iter()
-            .map(|function| function.name.as_str())
+            .flat_map(|library| library.functions.iter().map(|function| function.name.as_str()))
             .collect();
         let taken = tx
             .query_opt(
                 "SELECT f AS function FROM pgvs3.resp_function_libraries, unnest(functions) f
-                  WHERE name <> $1 AND f = ANY ($2) LIMIT 1",
-                &[&library.name, &names],
+                  WHERE name <> ALL ($1) AND f = ANY ($2) LIMIT 1",
+                &[&names, &functions],
             )
             .await?;
         if let Some(taken) = taken {
             return Ok(Err(LibraryRefusal::FunctionExists(taken.get("function"))));
         }
-        if existing.is_none() {
-            let count: i64 = tx
-                .query_one("SELECT count(*) AS libraries FROM pgvs3.resp_function_libraries", &[])
-                .await?
-                .get("libraries");
-            if count >= max_libraries {
-                return Ok(Err(LibraryRefusal::TooMany));
-            }
+        let others: i64 = tx
+            .query_one(
+                "SELECT count(*) AS libraries FROM pgvs3.resp_function_libraries WHERE name <> ALL ($1)",
+                &[&names],
+            )
+            .await?
+            .get("libraries");
+        if others + libraries.len() as i64 > max_libraries {
+            return Ok(Err(LibraryRefusal::TooMany));
         }
-        let flags: Vec<String> = library
-            .functions
-            .iter()
-            .map(|function| function.flags.join(" "))
-            .collect();
-        let descriptions: Vec<Option<&str>> = library
-            .functions
-            .iter()
-            .map(|function| function.description.as_deref())
-            .collect();
-        tx.execute(
-            "INSERT INTO pgvs3.resp_function_libraries (name, code, functions, flags, descriptions)
-             VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT (name) DO UPDATE SET code = excluded.code, functions = excluded.functions,
-                 flags = excluded.flags, descriptions = excluded.descriptions, loaded_at = now()",
-            &[&library.name, &library.code, &names, &flags, &descriptions],
-        )
-        .await?;
+        for library in libraries {
+            let functions: Vec<&str> = library
+                .functions
+                .iter()
+                .map(|function| function.name.as_str())
+                .collect();
+            let flags: Vec<String> = library
+                .functions
+                .iter()
+                .map(|function| function.flags.join(" "))
+                .collect();
+            let descriptions: Vec<Option<&str>> = library
+                .functions
+                .iter()
+                .map(|function| function.description.as_deref())
+                .collect();
+            tx.execute(
+                "INSERT INTO pgvs3.resp_function_libraries (name, code, functions, flags, descriptions)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (name) DO UPDATE SET code = excluded.code, functions = excluded.functions,
+                     flags = excluded.flags, descriptions = excluded.descriptions, loaded_at = now()",
+                &[&library.name, &library.code, &functions, &flags, &descriptions],
+            )
+            .await?;
+        }
         tx.commit().await?;
         Ok(Ok(()))
     }

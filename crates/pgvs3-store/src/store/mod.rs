@@ -44,7 +44,7 @@ pub use encryption::{
     CustomerKey, Mode as EncryptionMode, Requested as RequestedEncryption, Sealed as SealedEncryption,
 };
 pub use error::StoreError;
-pub use kv::{FunctionLibrary, KvBatch, KvEntry, KvValue, LibraryRefusal, RegisteredFunction};
+pub use kv::{FunctionLibrary, KvBatch, KvEntry, KvValue, LibraryPolicy, LibraryRefusal, RegisteredFunction};
 pub use lifecycle::{
     Expiration, LIFECYCLE_BATCH, Lifecycle, LifecycleRule, LifecycleStats, NoncurrentExpiration, RuleFilter,
 };
@@ -75,6 +75,18 @@ pub struct Principal {
     pub access_key: String,
     pub is_root: bool,
     pub read_only: bool,
+}
+
+impl Principal {
+    /// Whether `bucket` is this principal's own (a root key's are the buckets no key owns):
+    /// another's bucket of the same name is `BucketAlreadyExists` to it, its own
+    /// `BucketAlreadyOwnedByYou`.
+    pub fn owns(&self, bucket: &BucketInfo) -> bool {
+        match &bucket.owner {
+            None => self.is_root,
+            Some(owner) => *owner == self.access_key,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

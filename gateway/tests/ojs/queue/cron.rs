@@ -286,10 +286,10 @@ async fn cron_schedules_pause_resume_and_count_their_runs() {
         .unwrap();
     };
     let jobs = || async {
-        sql.query_one("SELECT count(*) FROM ojs.jobs WHERE queue = 'nightly'", &[])
+        sql.query_one("SELECT count(*) AS jobs FROM ojs.jobs WHERE queue = 'nightly'", &[])
             .await
             .unwrap()
-            .get::<_, i64>(0)
+            .get::<_, i64>("jobs")
     };
     due().await;
     common::eventually(Duration::from_secs(10), "the tick", || async {

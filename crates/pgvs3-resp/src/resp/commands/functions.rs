@@ -1,21 +1,23 @@
-//! Redis Functions: FUNCTION LOAD/LIST/DELETE/FLUSH/STATS/KILL (DUMP and RESTORE refused),
-//! FCALL and FCALL_RO.
+//! Redis Functions: FUNCTION LOAD/LIST/DELETE/FLUSH/STATS/KILL/DUMP/RESTORE/HELP, FCALL and
+//! FCALL_RO.
 //!
 //! A library is kept in PostgreSQL (`pgvs3.resp_function_libraries`, migration 0035), so it
 //! survives restarts and every gateway of the fleet sees it at once; FCALL reads its library
 //! from there each time (one indexed row), so no gateway can call a stale copy. The Lua engine
 //! is the one EVAL runs (`script.rs`, `lua.rs`): a library runs as a chunk with a local `redis`
 //! that adds `register_function` to the sandbox's, followed by the call of the function asked
-//! for (or, at LOAD, by the return of what the library registered).
+//! for (or, at LOAD, by the return of what the library registered). DUMP and RESTORE carry the
+//! libraries' code in Redis's payload (`rdb.rs`), so libraries move between Redis and pgvs3.
 
 use bytes::Bytes;
 
 use crate::resp::codec::Reply;
 use crate::resp::command::{Spec, parse_integer, wrong_arity};
+use crate::resp::commands::rdb;
 use crate::resp::connection::{Connection, store_error};
 use crate::resp::glob;
 use crate::resp::script::{Request, Step};
-use crate::store::{Access, FunctionLibrary, LibraryRefusal, RegisteredFunction};
+use crate::store::{Access, FunctionLibrary, LibraryPolicy, LibraryRefusal, RegisteredFunction};
 
 /// The largest library FUNCTION LOAD takes (as EVAL's largest script).
 const MAX_LIBRARY_BYTES: usize = 1024 * 1024;
@@ -69,14 +71,20 @@ fn library_name(code: &str) -> Result<String, Reply> {
         return Err(Reply::error("ERR Missing library metadata"));
     };
     let line = header.split('\n').next().unwrap_or_default();
-    let mut parts = line.split(' ').filter(|part| !part.is_empty());
-    let engine = parts.next().unwrap_or_default();
+    // The engine is what follows `#!` up to the first space (`#! name=x` has none).
+    let (engine, rest) = line.split_once(' ').unwrap_or((line, ""));
+    let parts = rest.split(' ').filter(|part| !part.is_empty());
     if !engine.eq_ignore_ascii_case("lua") {
         return Err(Reply::error(format!("ERR Engine '{engine}' not found")));
     }
     let mut name = None;
     for part in parts {
         match part.strip_prefix("name=") {
+            Some(_) if name.is_some() => {
+                return Err(Reply::error(
+                    "ERR Invalid metadata value, name argument was given multiple times",
+                ));
+            }
             Some(given) => name = Some(given.to_owned()),
             None => return Err(Reply::error(format!("ERR Invalid metadata value given: {part}"))),
         }
@@ -150,6 +158,71 @@ fn library_reply(library: &FunctionLibrary, with_code: bool) -> Reply {
     Reply::Map(fields)
 }
 
+/// A refusal's text that LOAD and RESTORE word alike.
+fn refused(refusal: LibraryRefusal) -> Reply {
+    match refusal {
+        LibraryRefusal::Exists(name) => Reply::error(format!("ERR Library '{name}' already exists")),
+        LibraryRefusal::FunctionExists(function) => Reply::error(format!("ERR Function {function} already exists")),
+        LibraryRefusal::TooMany => Reply::error(format!("ERR pgvs3 keeps at most {MAX_LIBRARIES} function libraries")),
+    }
+}
+
+/// Redis's `addReplySubcommandSyntaxError`: too many arguments for a subcommand whose arity
+/// allows more.
+fn subcommand_syntax_error(subcommand: &[u8]) -> Reply {
+    Reply::error(format!(
+        "ERR unknown subcommand or wrong number of arguments for '{}'. Try FUNCTION HELP.",
+        String::from_utf8_lossy(subcommand)
+    ))
+}
+
+/// FUNCTION HELP: Redis 7.0.15's text.
+fn help() -> Reply {
+    let lines = [
+        "FUNCTION <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "LOAD [REPLACE] <FUNCTION CODE>",
+        "    Create a new library with the given library name and code.",
+        "DELETE <LIBRARY NAME>",
+        "    Delete the given library.",
+        "LIST [LIBRARYNAME PATTERN] [WITHCODE]",
+        "    Return general information on all the libraries:",
+        "    * Library name",
+        "    * The engine used to run the Library",
+        "    * Library description",
+        "    * Functions list",
+        "    * Library code (if WITHCODE is given)",
+        "    It also possible to get only function that matches a pattern using LIBRARYNAME argument.",
+        "STATS",
+        "    Return information about the current function running:",
+        "    * Function name",
+        "    * Command used to run the function",
+        "    * Duration in MS that the function is running",
+        "    If no function is running, return nil",
+        "    In addition, returns a list of available engines.",
+        "KILL",
+        "    Kill the current running function.",
+        "FLUSH [ASYNC|SYNC]",
+        "    Delete all the libraries.",
+        "    When called without the optional mode argument, the behavior is determined by the",
+        "    lazyfree-lazy-user-flush configuration directive. Valid modes are:",
+        "    * ASYNC: Asynchronously flush the libraries.",
+        "    * SYNC: Synchronously flush the libraries.",
+        "DUMP",
+        "    Return a serialized payload representing the current libraries, can be restored using FUNCTION RESTORE command",
+        "RESTORE <PAYLOAD> [FLUSH|APPEND|REPLACE]",
+        "    Restore the libraries represented by the given payload, it is possible to give a restore policy to",
+        "    control how to handle existing libraries (default APPEND):",
+        "    * FLUSH: delete all existing libraries.",
+        "    * APPEND: appends the restored libraries to the existing libraries. On collision, abort.",
+        "    * REPLACE: appends the restored libraries to the existing libraries, On collision, replace the old",
+        "      libraries with the new libraries (notice that even on this option there is a chance of failure",
+        "      in case of functions name collision with another library).",
+        "HELP",
+        "    Prints this help.",
+    ];
+    Reply::Array(lines.iter().map(|line| Reply::Status((*line).to_owned())).collect())
+}
+
 impl Connection {
     pub(crate) async fn functions_command(&mut self, spec: &'static Spec, args: &[Bytes]) -> Reply {
         match spec.name {
@@ -162,20 +235,28 @@ impl Connection {
         let subcommand = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
         let catalog = self.server.buckets.catalog();
         match (subcommand.as_str(), &args[2..]) {
-            ("load", [code]) => self.load(code, false).await,
-            ("load", [option, code]) if option.eq_ignore_ascii_case(b"replace") => self.load(code, true).await,
-            ("load", [option, _]) => Err(Reply::error(format!(
-                "ERR Unknown option given: {}",
-                String::from_utf8_lossy(option)
-            ))),
+            ("load", [options @ .., code]) => {
+                let mut policy = LibraryPolicy::Append;
+                for option in options {
+                    if !option.eq_ignore_ascii_case(b"replace") {
+                        return Err(Reply::error(format!(
+                            "ERR Unknown option given: {}",
+                            String::from_utf8_lossy(option)
+                        )));
+                    }
+                    policy = LibraryPolicy::Replace;
+                }
+                self.load(code, policy).await
+            }
             ("load", _) => Err(wrong_arity("function|load")),
             ("list", options) => {
                 let (mut with_code, mut pattern) = (false, None);
                 let mut options = options.iter();
                 while let Some(option) = options.next() {
-                    if option.eq_ignore_ascii_case(b"withcode") {
+                    // Each option once, as Redis takes them.
+                    if option.eq_ignore_ascii_case(b"withcode") && !with_code {
                         with_code = true;
-                    } else if option.eq_ignore_ascii_case(b"libraryname") {
+                    } else if option.eq_ignore_ascii_case(b"libraryname") && pattern.is_none() {
                         let given = options
                             .next()
                             .ok_or_else(|| Reply::error("ERR library name argument was not given"))?;
@@ -213,7 +294,7 @@ impl Connection {
                 let mode_ok = match mode {
                     [] => true,
                     [mode] => mode.eq_ignore_ascii_case(b"sync") || mode.eq_ignore_ascii_case(b"async"),
-                    _ => return Err(wrong_arity("function|flush")),
+                    _ => return Err(subcommand_syntax_error(&args[1])),
                 };
                 if !mode_ok {
                     return Err(Reply::error("ERR FUNCTION FLUSH only supports SYNC|ASYNC option"));
@@ -244,12 +325,30 @@ impl Connection {
                 .server
                 .scripts
                 .command(&[Bytes::from_static(b"script"), Bytes::from_static(b"kill")])),
-            ("dump" | "restore", _) => Err(Reply::error(format!(
-                "ERR FUNCTION {} is not supported by pgvs3: its libraries are kept in PostgreSQL for the whole \
-                 fleet; copy them with FUNCTION LIST WITHCODE and FUNCTION LOAD",
-                subcommand.to_uppercase()
-            ))),
-            ("stats" | "kill", _) => Err(wrong_arity(&format!("function|{subcommand}"))),
+            ("dump", []) => {
+                let libraries = catalog.function_libraries().await.map_err(store_error)?;
+                Ok(Reply::bulk(rdb::dump_functions(
+                    libraries.iter().map(|library| library.code.as_str()),
+                )))
+            }
+            ("restore", [payload]) => self.restore(payload, LibraryPolicy::Append).await,
+            ("restore", [payload, policy]) => {
+                let policy = match policy.to_ascii_lowercase().as_slice() {
+                    b"append" => LibraryPolicy::Append,
+                    b"replace" => LibraryPolicy::Replace,
+                    b"flush" => LibraryPolicy::Flush,
+                    _ => {
+                        return Err(Reply::error(
+                            "ERR Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.",
+                        ));
+                    }
+                };
+                self.restore(payload, policy).await
+            }
+            ("restore", []) => Err(wrong_arity("function|restore")),
+            ("restore", _) => Err(subcommand_syntax_error(&args[1])),
+            ("help", []) => Ok(help()),
+            ("stats" | "kill" | "dump" | "help", _) => Err(wrong_arity(&format!("function|{subcommand}"))),
             _ => Err(Reply::error(format!(
                 "ERR unknown subcommand '{}'. Try FUNCTION HELP.",
                 String::from_utf8_lossy(&args[1])
@@ -263,7 +362,52 @@ impl Connection {
         self.keyspace(Access::Write).await.map(|_| ())
     }
 
-    async fn load(&mut self, code: &Bytes, replace: bool) -> Result<Reply, Reply> {
+    async fn load(&mut self, code: &Bytes, policy: LibraryPolicy) -> Result<Reply, Reply> {
+        self.may_change_functions().await?;
+        let library = self.compile(code).await?;
+        let name = library.name.clone();
+        self.store(&[library], policy).await?.map_err(|refusal| match refusal {
+            LibraryRefusal::Exists(name) => Reply::error(format!("ERR Library '{name}' already exists")),
+            other => refused(other),
+        })?;
+        Ok(Reply::bulk(name))
+    }
+
+    /// FUNCTION RESTORE: the payload's libraries, each checked as LOAD checks it, stored all or
+    /// none as `policy` says, with Redis 7.0.15's errors: a library or function twice in the
+    /// payload as LOAD words it, one already there as its RESTORE does.
+    async fn restore(&mut self, payload: &Bytes, policy: LibraryPolicy) -> Result<Reply, Reply> {
+        let codes = rdb::restore_functions(payload).map_err(Reply::error)?;
+        if codes.len() as i64 > MAX_LIBRARIES {
+            return Err(refused(LibraryRefusal::TooMany));
+        }
+        self.may_change_functions().await?;
+        let mut libraries: Vec<FunctionLibrary> = Vec::with_capacity(codes.len());
+        for code in &codes {
+            let library = self.compile(code).await?;
+            if libraries.iter().any(|other| other.name == library.name) {
+                return Err(Reply::error(format!("ERR Library '{}' already exists", library.name)));
+            }
+            let taken = library.functions.iter().find(|function| {
+                libraries
+                    .iter()
+                    .any(|other| other.functions.iter().any(|theirs| theirs.name == function.name))
+            });
+            if let Some(function) = taken {
+                return Err(Reply::error(format!("ERR Function {} already exists", function.name)));
+            }
+            libraries.push(library);
+        }
+        self.store(&libraries, policy).await?.map_err(|refusal| match refusal {
+            LibraryRefusal::Exists(name) => Reply::error(format!("ERR Library {name} already exists")),
+            other => refused(other),
+        })?;
+        Ok(Reply::OK)
+    }
+
+    /// A library's code checked and run as LOAD does (bounds, header, then the run that
+    /// registers its functions), with Redis's errors.
+    async fn compile(&mut self, code: &Bytes) -> Result<FunctionLibrary, Reply> {
         if code.len() > MAX_LIBRARY_BYTES {
             return Err(Reply::error(format!(
                 "ERR pgvs3 takes function libraries of at most {MAX_LIBRARY_BYTES} bytes"
@@ -272,34 +416,29 @@ impl Connection {
         let code =
             std::str::from_utf8(code).map_err(|_| Reply::error("ERR pgvs3 takes function libraries in UTF-8 text"))?;
         let name = library_name(code)?;
-        self.may_change_functions().await?;
         let reply = self
             .server
             .scripts
             .evaluate_alone(&name, chunk(code, true, "return __registered"))
             .await;
-        let library = FunctionLibrary {
-            name: name.clone(),
+        Ok(FunctionLibrary {
+            name,
             code: code.to_owned(),
             functions: registered(reply)?,
-        };
-        let stored = self
-            .server
+        })
+    }
+
+    async fn store(
+        &self,
+        libraries: &[FunctionLibrary],
+        policy: LibraryPolicy,
+    ) -> Result<Result<(), LibraryRefusal>, Reply> {
+        self.server
             .buckets
             .catalog()
-            .put_function_library(&library, replace, MAX_LIBRARIES)
+            .put_function_libraries(libraries, policy, MAX_LIBRARIES)
             .await
-            .map_err(store_error)?;
-        match stored {
-            Ok(()) => Ok(Reply::bulk(name)),
-            Err(LibraryRefusal::Exists) => Err(Reply::error(format!("ERR Library '{name}' already exists"))),
-            Err(LibraryRefusal::FunctionExists(function)) => {
-                Err(Reply::error(format!("ERR Function {function} already exists")))
-            }
-            Err(LibraryRefusal::TooMany) => Err(Reply::error(format!(
-                "ERR pgvs3 keeps at most {MAX_LIBRARIES} function libraries"
-            ))),
-        }
+            .map_err(store_error)
     }
 
     async fn fcall(&mut self, read_only_call: bool, args: &[Bytes]) -> Reply {
@@ -362,6 +501,14 @@ mod tests {
         assert_eq!(
             library_name("#!lua\n").unwrap_err(),
             Reply::error("ERR Library name was not given")
+        );
+        assert_eq!(
+            library_name("#! name=x\n").unwrap_err(),
+            Reply::error("ERR Engine '' not found")
+        );
+        assert_eq!(
+            library_name("#!lua name=x name=y\n").unwrap_err(),
+            Reply::error("ERR Invalid metadata value, name argument was given multiple times")
         );
         assert_eq!(
             library_name("#!lua name=lib-2\n").unwrap_err(),

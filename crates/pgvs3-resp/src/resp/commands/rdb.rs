@@ -2,7 +2,8 @@
 //! the version and a CRC-64 (Jones) of what precedes it. Written in the plain encodings every
 //! Redis since 2.x loads (a string raw, a list, set, sorted set and hash element by element);
 //! read in what redis-server 7.0 dumps as well (integer and LZF strings, quicklist 2 with
-//! listpacks, intsets, listpack hashes and sorted sets).
+//! listpacks, intsets, listpack hashes and sorted sets). FUNCTION DUMP's payload is the same
+//! frame around each function library's code.
 
 use bytes::Bytes;
 
@@ -18,6 +19,11 @@ const SET_INTSET: u8 = 11;
 const HASH_LISTPACK: u8 = 16;
 const ZSET_LISTPACK: u8 = 17;
 const LIST_QUICKLIST_2: u8 = 18;
+/// A function library: its code (Redis 7.0 GA and later).
+const FUNCTION_2: u8 = 245;
+/// A function library as Redis 7.0's release candidates wrote it: name, engine, an optional
+/// description, then the code without its `#!` line.
+const FUNCTION_RC: u8 = 246;
 
 /// A value as a payload carries it.
 #[derive(Debug, Clone, PartialEq)]
@@ -93,10 +99,65 @@ pub fn dump(value: &Value) -> Vec<u8> {
             }
         }
     }
-    out.extend_from_slice(&RDB_VERSION.to_le_bytes());
-    let crc = crc64(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
+    sealed(out)
+}
+
+/// `body` with the footer every payload ends with: the RDB version and the CRC-64 of both.
+fn sealed(mut body: Vec<u8>) -> Vec<u8> {
+    body.extend_from_slice(&RDB_VERSION.to_le_bytes());
+    let crc = crc64(&body);
+    body.extend_from_slice(&crc.to_le_bytes());
+    body
+}
+
+/// The body of a payload whose footer is good: a version Redis 7.0 reads and the CRC-64.
+fn verified(payload: &[u8]) -> Option<&[u8]> {
+    let body_len = payload.len().checked_sub(10)?;
+    let (body, footer) = payload.split_at(body_len);
+    let version = u16::from_le_bytes([footer[0], footer[1]]);
+    let crc = u64::from_le_bytes(footer[2..].try_into().expect("8 bytes"));
+    (version <= RDB_VERSION && crc64(&payload[..payload.len() - 8]) == crc).then_some(body)
+}
+
+/// FUNCTION DUMP's payload of the libraries whose code is `codes`.
+pub fn dump_functions<'a>(codes: impl IntoIterator<Item = &'a str>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for code in codes {
+        out.push(FUNCTION_2);
+        put_string(&mut out, code.as_bytes());
+    }
+    sealed(out)
+}
+
+/// FUNCTION RESTORE's reading of a payload: the libraries' code, in order, or Redis's error.
+pub fn restore_functions(payload: &[u8]) -> Result<Vec<Bytes>, &'static str> {
+    let body = verified(payload).ok_or("ERR DUMP payload version or checksum are wrong")?;
+    let mut reader = Reader { data: body, at: 0 };
+    let mut codes = Vec::new();
+    while let Some(kind) = reader.byte() {
+        codes.push(match kind {
+            FUNCTION_2 => reader.string().ok_or("ERR Failed loading library payload")?,
+            FUNCTION_RC => {
+                let name = reader.string().ok_or("ERR Failed loading library name")?;
+                let engine = reader.string().ok_or("ERR Failed loading engine name")?;
+                let has_description = reader.len().ok_or("ERR Failed loading library description indicator")?;
+                if has_description != 0 {
+                    reader.string().ok_or("ERR Failed loading library description")?;
+                }
+                let code = reader.string().ok_or("ERR Failed loading library blob")?;
+                let mut text = format!(
+                    "#!{} name={}\n",
+                    String::from_utf8_lossy(&engine),
+                    String::from_utf8_lossy(&name)
+                )
+                .into_bytes();
+                text.extend_from_slice(&code);
+                Bytes::from(text)
+            }
+            _ => return Err("ERR given type is not a function"),
+        });
+    }
+    Ok(codes)
 }
 
 /// Why a payload was refused, in Redis's words.
@@ -110,15 +171,7 @@ pub enum Refused {
 
 /// RESTORE's reading of a payload: its version and checksum, then its value.
 pub fn restore(payload: &[u8]) -> Result<Value, Refused> {
-    if payload.len() < 10 {
-        return Err(Refused::VersionOrChecksum);
-    }
-    let (body, footer) = payload.split_at(payload.len() - 10);
-    let version = u16::from_le_bytes([footer[0], footer[1]]);
-    let crc = u64::from_le_bytes(footer[2..].try_into().expect("8 bytes"));
-    if version > RDB_VERSION || crc64(&payload[..payload.len() - 8]) != crc {
-        return Err(Refused::VersionOrChecksum);
-    }
+    let body = verified(payload).ok_or(Refused::VersionOrChecksum)?;
     let mut reader = Reader { data: body, at: 0 };
     reader.value().ok_or(Refused::BadFormat)
 }
@@ -420,5 +473,42 @@ mod tests {
         ] {
             assert_eq!(restore(&dump(&value)), Ok(value));
         }
+    }
+
+    #[test]
+    fn function_payloads_round_trip_and_refuse_as_redis() {
+        let codes = [
+            "#!lua name=a\nredis.register_function('f', function() return 1 end)",
+            "#!lua name=b\n",
+        ];
+        let payload = dump_functions(codes);
+        assert_eq!(payload[0], FUNCTION_2);
+        assert_eq!(
+            restore_functions(&payload).unwrap(),
+            codes.map(|code| Bytes::from(code.to_owned()))
+        );
+        assert_eq!(restore_functions(&dump_functions([])).unwrap(), Vec::<Bytes>::new());
+        let mut bad = payload.clone();
+        bad[3] ^= 1;
+        assert_eq!(
+            restore_functions(&bad),
+            Err("ERR DUMP payload version or checksum are wrong")
+        );
+        assert_eq!(
+            restore_functions(&dump(&Value::String(Bytes::from_static(b"x")))),
+            Err("ERR given type is not a function")
+        );
+        // A release candidate's library: name, engine, a description, the code after `#!`.
+        let mut rc = vec![FUNCTION_RC];
+        for part in [&b"lib"[..], b"LUA"] {
+            put_string(&mut rc, part);
+        }
+        put_len(&mut rc, 1);
+        put_string(&mut rc, b"a description");
+        put_string(&mut rc, b"return 1");
+        assert_eq!(
+            restore_functions(&sealed(rc)).unwrap(),
+            [Bytes::from_static(b"#!LUA name=lib\nreturn 1")]
+        );
     }
 }

@@ -93,24 +93,35 @@ pub(super) async fn put_bucket_acl(
     cx: RequestContext<'_>,
     req: S3Request<PutBucketAclInput>,
 ) -> S3Result<S3Response<PutBucketAclOutput>> {
-    let catalog = cx.front.buckets.catalog();
     let requested = requested_of_put(&req.headers, req.input.access_control_policy.as_ref())?;
-    let bucket = &cx.bucket;
+    set_bucket_acl(&req, &cx.bucket, cx.front.buckets.catalog(), &requested, acls_disabled).await?;
+    Ok(S3Response::new(PutBucketAclOutput::default()))
+}
+
+/// Replaces `bucket`'s ACL with `requested` (PutBucketAcl, a us-east-1 re-create). With ACLs
+/// disabled only the owner's full control is taken (and nothing kept); anything else is
+/// `disabled()`, the refusal of the operation asking.
+async fn set_bucket_acl<T>(
+    req: &S3Request<T>,
+    bucket: &BucketHandle<'_>,
+    catalog: &Catalog,
+    requested: &Requested,
+    disabled: fn() -> S3Error,
+) -> S3Result<()> {
     let owner = owner_id(bucket, catalog);
     let acl = requested.resolve(&owner, &owner);
     if !bucket.access().acls_enabled() {
         return match acl.is_owner_only(&owner) {
-            true => Ok(S3Response::new(PutBucketAclOutput::default())),
-            false => Err(acls_disabled()),
+            true => Ok(()),
+            false => Err(disabled()),
         };
     }
-    check_grantees(&requested, catalog).await?;
+    check_grantees(requested, catalog).await?;
     if acl.is_public() && bucket.access().blocks_public_acls() {
         return Err(public_acl_blocked());
     }
     let stored = (!acl.is_owner_only(&owner)).then_some(&acl);
-    bucket.set_acl(stored).await.map_err(|e| fail(&req, e))?;
-    Ok(S3Response::new(PutBucketAclOutput::default()))
+    bucket.set_acl(stored).await.map_err(|e| fail(req, e))
 }
 
 pub(super) async fn get_object_acl(
@@ -248,6 +259,17 @@ pub(super) async fn new_bucket(
         ownership,
         acl,
     })
+}
+
+/// What a us-east-1 re-create of one's own bucket does to its ACL: S3 resets it to what the
+/// request asks for, private if nothing.
+pub(super) async fn reset_on_recreate(
+    req: &S3Request<CreateBucketInput>,
+    bucket: &BucketHandle<'_>,
+    catalog: &Catalog,
+) -> S3Result<()> {
+    let requested = requested(&req.headers)?.unwrap_or(Requested::Canned(Canned::Private));
+    set_bucket_acl(req, bucket, catalog, &requested, bucket_acl_with_enforced).await
 }
 
 /// The ACL a new object (PutObject, PostObject, CopyObject, CreateMultipartUpload) gets in

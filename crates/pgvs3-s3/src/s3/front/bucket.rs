@@ -10,6 +10,10 @@ use super::context::{RequestContext, ServiceContext};
 use super::wire::{fail, owner, timestamp};
 use crate::store;
 
+/// The region S3 answers some requests in its own way (an empty LocationConstraint, a re-created
+/// bucket).
+const US_EAST_1: &str = "us-east-1";
+
 pub(super) async fn list_buckets(
     cx: ServiceContext<'_>,
     req: S3Request<ListBucketsInput>,
@@ -68,21 +72,29 @@ pub(super) async fn create_bucket(
     if let Some(config) = &req.input.create_bucket_configuration {
         check_bucket_configuration(config, &cx.front.region)?;
     }
-    let new = acl::new_bucket(
-        &req,
-        &cx.principal,
-        cx.front.buckets.catalog(),
-        cx.front.default_ownership,
-    )
-    .await?;
-    cx.front
-        .buckets
-        .catalog()
-        .create_bucket(&cx.principal, &req.input.bucket, &new)
+    let name = &req.input.bucket;
+    let catalog = cx.front.buckets.catalog();
+    // S3 answers an account re-creating a bucket it owns with 200 in us-east-1 ("for legacy
+    // compatibility"; tools "ensure" their bucket this way) and resets the bucket's ACL to what
+    // the request asks for; every other region answers 409 BucketAlreadyOwnedByYou (the store's
+    // answer). The request's ACL is the existing bucket's to judge, so it is looked at first.
+    if cx.front.region == US_EAST_1
+        && let Ok(existing) = catalog.bucket(name).await
+        && cx.principal.owns(&existing)
+    {
+        let bucket = cx.front.open(&req, &cx.principal, name, store::Access::Write).await?;
+        acl::reset_on_recreate(&req, &bucket, catalog).await?;
+        return Ok(S3Response::new(CreateBucketOutput {
+            location: Some(format!("/{name}")),
+        }));
+    }
+    let new = acl::new_bucket(&req, &cx.principal, catalog, cx.front.default_ownership).await?;
+    catalog
+        .create_bucket(&cx.principal, name, &new)
         .await
         .map_err(|e| fail(&req, e))?;
     Ok(S3Response::new(CreateBucketOutput {
-        location: Some(format!("/{}", req.input.bucket)),
+        location: Some(format!("/{name}")),
     }))
 }
 
@@ -115,7 +127,7 @@ pub(super) async fn get_bucket_location(
 ) -> S3Result<S3Response<GetBucketLocationOutput>> {
     // S3 reports us-east-1 as an empty LocationConstraint.
     let location_constraint =
-        (cx.front.region != "us-east-1").then(|| BucketLocationConstraint::from(cx.front.region.clone()));
+        (cx.front.region != US_EAST_1).then(|| BucketLocationConstraint::from(cx.front.region.clone()));
     Ok(S3Response::new(GetBucketLocationOutput { location_constraint }))
 }
 
