@@ -37,6 +37,18 @@ pub enum State {
 }
 
 impl State {
+    /// Every state, in the order counts by state are listed.
+    pub const ALL: [State; 8] = [
+        State::Scheduled,
+        State::Available,
+        State::Pending,
+        State::Active,
+        State::Completed,
+        State::Retryable,
+        State::Cancelled,
+        State::Discarded,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             State::Scheduled => "scheduled",

@@ -100,16 +100,20 @@ impl OjsService {
                 let queues = queue.list_queues().await?;
                 Ok((StatusCode::OK, listing("queues", queues)))
             }
-            (&Method::GET, ["queues", name, "stats"]) | (&Method::GET, ["admin", "queues", name, "stats"]) => {
-                Ok((StatusCode::OK, queue.queue_stats(queue_name(name)?).await?))
-            }
+            (&Method::GET, ["queues", name, "stats"]) | (&Method::GET, ["admin", "queues", name, "stats"]) => Ok((
+                StatusCode::OK,
+                queue_stats_answer(queue.queue_stats(queue_name(name)?).await?),
+            )),
             (&Method::POST, ["queues", name, action]) if *action == "pause" || *action == "resume" => {
                 queue.set_paused(queue_name(name)?, *action == "pause").await?;
-                Ok((StatusCode::OK, queue.queue_stats(name).await?))
+                Ok((StatusCode::OK, queue_stats_answer(queue.queue_stats(name).await?)))
             }
             (&Method::POST, ["admin", "queues", name, action]) if *action == "pause" || *action == "resume" => {
                 queue.set_paused(queue_name(name)?, *action == "pause").await?;
-                Ok((StatusCode::OK, queue.queue_stats(name).await?["queue"].take()))
+                Ok((
+                    StatusCode::OK,
+                    queue_stats_answer(queue.queue_stats(name).await?)["queue"].take(),
+                ))
             }
             (&Method::PUT, ["admin", "queues", name, "config"]) => {
                 let settings = queue_settings(request::json(&body)?)?;
@@ -208,10 +212,10 @@ impl OjsService {
             (&Method::POST, ["admin", "jobs", "bulk", "retry"]) => {
                 self.retry_in_bulk(request::json(&body)?, tenant).await
             }
-            (&Method::GET, ["admin", "stats"]) => Ok((StatusCode::OK, queue.stats(None).await?)),
+            (&Method::GET, ["admin", "stats"]) => Ok((StatusCode::OK, stats_answer(&queue.stats(None).await?))),
             (&Method::GET, ["admin", "tenants"]) => Ok((StatusCode::OK, queue.tenants().await?)),
             (&Method::GET, ["admin", "tenants", id, "stats"]) => {
-                let mut stats = queue.stats(Some(id)).await?;
+                let mut stats = stats_answer(&queue.stats(Some(id)).await?);
                 stats["tenant_id"] = json!(id);
                 Ok((StatusCode::OK, stats))
             }

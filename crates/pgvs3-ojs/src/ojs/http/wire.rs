@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
+use super::super::engine::admin::{QueueStats, Stats};
 use super::super::engine::claims::{Claim, Strategy};
 use super::super::engine::envelope;
 use super::super::engine::job::{Job, State, Timestamp};
@@ -195,6 +196,42 @@ pub(super) fn progress_answer(stored: Job) -> Value {
         answer["last_checkpoint"] = checkpoint;
     }
     answer
+}
+
+/// A queue's stats (`GET /queues/{name}/stats`, and the answer to pausing or resuming one):
+/// its summary under `queue` (as the admin API nests it) and `stats` (as the core binding
+/// does), each with the queue's name, state, depth bound (null when none), depth and a count
+/// per job state.
+pub(super) fn queue_stats_answer(stats: QueueStats) -> Value {
+    let mut summary = json!({
+        "name": stats.name,
+        "queue": stats.name,
+        "max_depth": stats.max_depth,
+        "paused": stats.paused,
+        "status": if stats.paused { "paused" } else { "active" },
+        "depth": stats.counts.depth(),
+    });
+    for state in State::ALL {
+        summary[state.as_str()] = json!(stats.counts.of(state));
+    }
+    json!({ "queue": summary.clone(), "name": stats.name, "stats": summary })
+}
+
+/// `GET /admin/stats` (and a tenant's): jobs by state, queues, workers and throughput.
+pub(super) fn stats_answer(stats: &Stats) -> Value {
+    let mut jobs = json!({});
+    for state in State::ALL {
+        jobs[state.as_str()] = json!(stats.jobs.of(state));
+    }
+    json!({
+        "jobs": jobs,
+        "queues": stats.queues,
+        "workers": stats.workers,
+        "throughput": {
+            "processed_per_minute": stats.completed_last_minute,
+            "failed_per_minute": stats.failed_last_minute,
+        },
+    })
 }
 
 /// `value` without null object fields at any depth, as PostgreSQL's `jsonb_strip_nulls`;
