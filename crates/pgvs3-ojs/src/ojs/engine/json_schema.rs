@@ -231,6 +231,24 @@ impl Compiler {
         self.node(schema, &format!("{pointer}/{}", escape_pointer(key)), depth + 1)
     }
 
+    /// An object of subschemas by name (`properties`, `$defs`), each compiled.
+    fn named(
+        &mut self,
+        value: &Value,
+        pointer: &str,
+        keyword: &str,
+        depth: usize,
+    ) -> Result<Vec<(String, usize)>, String> {
+        let Value::Object(schemas) = value else {
+            return Err(format!("{keyword} must be an object at {}", place(pointer)));
+        };
+        let here = format!("{pointer}/{keyword}");
+        schemas
+            .iter()
+            .map(|(name, schema)| Ok((name.clone(), self.child(schema, &here, name, depth)?)))
+            .collect()
+    }
+
     fn list(&mut self, value: &Value, pointer: &str, keyword: &str, depth: usize) -> Result<Vec<usize>, String> {
         let Value::Array(schemas) = value else {
             return Err(format!("{keyword} must be an array of schemas at {}", place(pointer)));
@@ -259,16 +277,7 @@ impl Compiler {
             };
             match keyword.as_str() {
                 "type" => rules.types = Some(types_of(value, &at())?),
-                "properties" => {
-                    let Value::Object(properties) = value else {
-                        return Err(format!("properties must be an object at {}", at()));
-                    };
-                    let here = format!("{pointer}/properties");
-                    for (name, schema) in properties {
-                        let node = self.child(schema, &here, name, depth)?;
-                        rules.properties.push((name.clone(), node));
-                    }
-                }
+                "properties" => rules.properties = self.named(value, pointer, keyword, depth)?,
                 "required" => {
                     rules.required = value
                         .as_array()
@@ -302,15 +311,8 @@ impl Compiler {
                 "anyOf" => rules.any_of = self.list(value, pointer, keyword, depth)?,
                 "oneOf" => rules.one_of = self.list(value, pointer, keyword, depth)?,
                 "not" => rules.not = Some(self.child(value, pointer, keyword, depth)?),
-                "$defs" | "definitions" => {
-                    let Value::Object(definitions) = value else {
-                        return Err(format!("{keyword} must be an object at {}", at()));
-                    };
-                    let here = format!("{pointer}/{keyword}");
-                    for (name, schema) in definitions {
-                        self.child(schema, &here, name, depth)?;
-                    }
-                }
+                // Compiled so `$ref`s can find them; they apply only where referred to.
+                "$defs" | "definitions" => drop(self.named(value, pointer, keyword, depth)?),
                 // A base URI changes what `$ref`s mean; only the document's own is harmless.
                 "$id" if pointer.is_empty() => {}
                 other if ANNOTATIONS.contains(&other) => {}
