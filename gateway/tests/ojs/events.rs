@@ -162,6 +162,8 @@ async fn a_worker_reports_progress_readable_on_the_job_and_as_an_event() {
     );
     assert_eq!(&modified[5..7], &updated[8..10], "the day of {updated}: {modified}");
     assert_eq!(body["data"]["message"], "three quarters");
+    // ... and read back as the SDKs' `message` (the conformance suite's EXT-PRG-002).
+    assert_eq!(body["message"], "three quarters");
     assert_eq!(body["last_checkpoint"], json!({ "offset": 500 }));
     let (_, job) = ojs.get(&format!("/ojs/v1/jobs/{id}")).await;
     assert_eq!(job["job"]["progress"], 0.75);

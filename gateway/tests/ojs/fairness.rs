@@ -1,7 +1,8 @@
 //! Fair scheduling (ext-fair-scheduling) over HTTP against a real PostgreSQL: a fetch's
 //! `round-robin` strategy alternates between its queues, `weighted` shares fetches by weight, the
 //! strict order stays the default, a tenant with a deep backlog cannot hold up another tenant's
-//! jobs in the same queue, and what is not offered (`least-loaded`) is refused, not ignored.
+//! jobs in the same queue, the scheduling stats show how the last minute's claims spread over
+//! the queues, and what is not offered (`least-loaded`, worker pools) is refused, not ignored.
 
 use pgvs3_testkit as common;
 
@@ -164,6 +165,85 @@ async fn strategies_not_offered_are_refused() {
             (got, answer["error"]["code"].as_str()),
             (status, Some(code)),
             "{body}: {answer}"
+        );
+    }
+}
+
+/// `GET /admin/scheduling/stats` (ojs-fair-scheduling §10.2) shows how the last minute's claims
+/// spread over the queues, each queue's wait from due to claim, and its jobs active and
+/// available now.
+#[tokio::test]
+async fn scheduling_stats_show_how_the_last_minutes_claims_spread_over_the_queues() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    let (_, empty) = ojs.get("/ojs/v1/admin/scheduling/stats").await;
+    assert_eq!(
+        empty,
+        json!({ "queues": [], "window": "PT1M", "stats": { "queues": [], "window": "PT1M" } })
+    );
+    fill(&ojs, "stats-a", 3).await;
+    fill(&ojs, "stats-b", 2).await;
+    fill(&ojs, "stats-c", 1).await;
+    let jobs = fetch(&ojs, json!({ "queues": ["stats-a"], "count": 2 })).await;
+    assert_eq!(jobs.len(), 2);
+    let jobs = fetch(&ojs, json!({ "queues": ["stats-b"], "count": 1 })).await;
+    let (status, body) = ojs
+        .post("/ojs/v1/workers/ack", json!({ "job_id": jobs[0]["id"] }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+
+    let (status, stats) = ojs.get("/ojs/v1/admin/scheduling/stats").await;
+    assert_eq!(status, 200, "{stats}");
+    assert_eq!(stats["stats"]["queues"], stats["queues"], "{stats}");
+    let queues = stats["queues"].as_array().unwrap();
+    let shape: Vec<(&str, i64, i64, i64)> = queues
+        .iter()
+        .map(|queue| {
+            (
+                queue["name"].as_str().unwrap(),
+                queue["dispatch_count_1m"].as_i64().unwrap(),
+                queue["active_jobs"].as_i64().unwrap(),
+                queue["available_jobs"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    // stats-b's claimed job is completed: it counts as a dispatch, not as active.
+    assert_eq!(
+        shape,
+        [("stats-a", 2, 2, 1), ("stats-b", 1, 0, 1), ("stats-c", 0, 0, 1)],
+        "{stats}"
+    );
+    let ratios: Vec<f64> = queues
+        .iter()
+        .map(|q| q["dispatch_ratio_1m"].as_f64().unwrap())
+        .collect();
+    assert!(
+        (ratios[0] - 2.0 / 3.0).abs() < 1e-9 && (ratios[1] - 1.0 / 3.0).abs() < 1e-9 && ratios[2] == 0.0,
+        "{ratios:?}"
+    );
+    // Claimed queues have a wait (the jobs were due when enqueued); an unclaimed one has none.
+    assert!(queues[0]["avg_wait_ms"].as_i64().is_some_and(|ms| ms >= 0), "{stats}");
+    assert!(queues[2]["avg_wait_ms"].is_null(), "{stats}");
+}
+
+/// Worker pools (§6, §10.1) are not built: their routes refuse rather than accept a pool whose
+/// queues, strategy and concurrency limit nothing would keep.
+#[tokio::test]
+async fn worker_pools_are_refused_not_accepted() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    let pool = json!({ "queues": ["critical"], "concurrency": 20, "strategy": "strict" });
+    for (method, body) in [("PUT", Some(pool)), ("GET", None)] {
+        let path = if method == "PUT" {
+            "/ojs/v1/admin/pools/critical"
+        } else {
+            "/ojs/v1/admin/pools"
+        };
+        let (status, answer) = ojs.call(method, path, body).await;
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (422, Some("unsupported_feature")),
+            "{method} {path}: {answer}"
         );
     }
 }

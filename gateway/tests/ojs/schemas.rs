@@ -3,7 +3,8 @@
 //! breaks the one before it), listed, read and deleted, on the spec's routes and the admin
 //! ones; enqueues (single, batch, workflow, cron template) whose `args` do not match are refused
 //! with the spec's `validation_error` and store nothing; schemas the validator cannot enforce
-//! are refused at registration; a registration on one gateway binds the others.
+//! are refused at registration, and so are validation modes other than `strict`; a
+//! registration on one gateway binds the others.
 
 use pgvs3_testkit as common;
 
@@ -301,6 +302,49 @@ async fn schemas_the_validator_cannot_enforce_are_refused() {
     )
     .await;
     assert_eq!(status, 201, "{body}");
+}
+
+/// Only the strict validation mode is offered (§7): a registration asking for `warn` or `off`
+/// would have its type's jobs refused all the same, so it is refused itself and stores nothing.
+#[tokio::test]
+async fn validation_modes_other_than_strict_are_refused() {
+    let gateway = TestGateway::start().await;
+    let ojs = Ojs::of(&gateway);
+    let schema = json!({ "type": "array", "items": { "type": "string" } });
+    for (path, body) in [
+        (
+            "/ojs/v1/schemas",
+            json!({ "job_type": "lenient.job", "version": "1.0.0", "schema": schema, "validation": { "mode": "warn" } }),
+        ),
+        (
+            "/ojs/v1/schemas",
+            json!({ "job_type": "lenient.job", "version": "1.0.0", "schema": schema, "validation": { "default_mode": "off" } }),
+        ),
+        (
+            "/ojs/v1/admin/schemas/lenient.job/1",
+            json!({ "schema": schema, "mode": "off" }),
+        ),
+    ] {
+        let method = if path.starts_with("/ojs/v1/admin") {
+            "PUT"
+        } else {
+            "POST"
+        };
+        let error = assert_refused(
+            ojs.call(method, path, Some(body.clone())).await,
+            "unsupported_feature",
+            422,
+        );
+        assert!(error["message"].as_str().unwrap().contains("strict"), "{body}: {error}");
+    }
+    assert_refused(ojs.get("/ojs/v1/schemas/lenient.job").await, "not_found", 404);
+    let (status, body) = ojs
+        .post(
+            "/ojs/v1/schemas",
+            json!({ "job_type": "lenient.job", "version": "1.0.0", "schema": schema, "validation": { "mode": "strict" } }),
+        )
+        .await;
+    assert_eq!(status, 201, "the mode offered is taken: {body}");
 }
 
 #[tokio::test]

@@ -445,6 +445,7 @@ async fn stats_are_kept_per_tenant() {
         (&json!(2), &json!(0), &json!(1)),
         "{stats}"
     );
+    assert_eq!(stats["total_jobs"], 2, "{stats}");
     assert_eq!(stats["throughput"]["processed_per_minute"], 0, "{stats}");
     let (_, stats) = ojs.get("/ojs/v1/admin/tenants/globex/stats").await;
     assert_eq!(
@@ -457,6 +458,15 @@ async fn stats_are_kept_per_tenant() {
     assert_eq!(stats["jobs"]["available"], 0, "a tenant without jobs: {stats}");
     let (_, all) = ojs.get("/ojs/v1/admin/stats").await;
     assert_eq!(all["jobs"]["available"], 3, "{all}");
+
+    // A queue read at its bare path (the upstream suite's EXT-MT-004) answers its stats, over
+    // all tenants' jobs as `/queues/{name}/stats` does.
+    let (status, queue) = acme.get("/ojs/v1/queues/mail").await;
+    assert_eq!(
+        (status, &queue["queue"]["name"], &queue["queue"]["available"]),
+        (200, &json!("mail"), &json!(1)),
+        "{queue}"
+    );
 
     let (status, listed) = ojs.get("/ojs/v1/admin/tenants").await;
     assert_eq!(status, 200, "{listed}");

@@ -64,6 +64,24 @@ pub struct Stats {
     pub failed_last_minute: i64,
 }
 
+/// A queue as `GET /queues` lists it: its state and its jobs waiting or active.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueSummary {
+    pub name: String,
+    pub paused: bool,
+    pub available: i64,
+    pub active: i64,
+    pub scheduled: i64,
+    pub retryable: i64,
+}
+
+/// The tenants that have jobs (name, job count), and whether there were more than listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenants {
+    pub tenants: Vec<(String, i64)>,
+    pub truncated: bool,
+}
+
 /// Most tenants `GET /admin/tenants` lists in one answer.
 const MAX_TENANTS_LISTED: i64 = 1000;
 
@@ -161,15 +179,16 @@ impl Queue {
         })
     }
 
-    pub async fn list_queues(&self) -> Result<Vec<Value>, EngineError> {
+    /// Every queue that has jobs or settings, in name order, with its jobs waiting and active.
+    pub async fn list_queues(&self) -> Result<Vec<QueueSummary>, EngineError> {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT n.name, q.paused,
-                        jsonb_build_object('available', count(*) FILTER (WHERE j.state = 'available'),
-                                           'active', count(*) FILTER (WHERE j.state = 'active'),
-                                           'scheduled', count(*) FILTER (WHERE j.state = 'scheduled'),
-                                           'retryable', count(*) FILTER (WHERE j.state = 'retryable')) AS counts
+                "SELECT n.name, coalesce(q.paused, false) AS paused,
+                        count(*) FILTER (WHERE j.state = 'available') AS available,
+                        count(*) FILTER (WHERE j.state = 'active') AS active,
+                        count(*) FILTER (WHERE j.state = 'scheduled') AS scheduled,
+                        count(*) FILTER (WHERE j.state = 'retryable') AS retryable
                  FROM (SELECT DISTINCT queue AS name FROM ojs.jobs UNION SELECT name FROM ojs.queues) n
                  LEFT JOIN ojs.queues q USING (name)
                  LEFT JOIN ojs.jobs j ON j.queue = n.name AND j.state IN ('available', 'active', 'scheduled', 'retryable')
@@ -180,10 +199,13 @@ impl Queue {
             .map_err(EngineError::sql)?;
         Ok(rows
             .iter()
-            .map(|row| {
-                let paused = row.get::<_, Option<bool>>("paused").unwrap_or(false);
-                json!({ "name": row.get::<_, String>("name"), "paused": paused, "status": if paused { "paused" } else { "active" },
-                        "counts": row.get::<_, Value>("counts") })
+            .map(|row| QueueSummary {
+                name: row.get("name"),
+                paused: row.get("paused"),
+                available: row.get("available"),
+                active: row.get("active"),
+                scheduled: row.get("scheduled"),
+                retryable: row.get("retryable"),
             })
             .collect())
     }
@@ -299,7 +321,7 @@ impl Queue {
 
     /// The tenants that have jobs, each with its job count, in name order (at most
     /// [`MAX_TENANTS_LISTED`]; `truncated` says when there are more).
-    pub async fn tenants(&self) -> Result<Value, EngineError> {
+    pub async fn tenants(&self) -> Result<Tenants, EngineError> {
         let client = self.client().await?;
         let rows = client
             .query(
@@ -308,13 +330,14 @@ impl Queue {
             )
             .await
             .map_err(EngineError::sql)?;
-        let truncated = rows.len() as i64 > MAX_TENANTS_LISTED;
-        let tenants: Vec<Value> = rows
-            .iter()
-            .take(MAX_TENANTS_LISTED as usize)
-            .map(|row| json!({ "tenant_id": row.get::<_, String>("tenant"), "jobs": row.get::<_, i64>("jobs") }))
-            .collect();
-        Ok(json!({ "tenants": tenants, "truncated": truncated }))
+        Ok(Tenants {
+            truncated: rows.len() as i64 > MAX_TENANTS_LISTED,
+            tenants: rows
+                .iter()
+                .take(MAX_TENANTS_LISTED as usize)
+                .map(|row| (row.get("tenant"), row.get("jobs")))
+                .collect(),
+        })
     }
 
     /// Workers that sent heartbeats or hold claims now, with the claims they hold.

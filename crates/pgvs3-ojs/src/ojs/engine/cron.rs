@@ -539,88 +539,119 @@ impl Queue {
             .map_err(EngineError::sql)?;
         let mut fired = 0;
         for row in &due {
-            let name: String = row.get("name");
-            let definition: Value = row.get("definition");
-            let tick: String = row.get("tick");
-            let schedule = Schedule::parse(definition["expression"].as_str().unwrap_or_default())?;
-            let offset = tz_offset(&tx, &definition).await?;
-            let next = schedule
-                .next_after(time::OffsetDateTime::now_utc(), offset)
-                .map(|next| next.unix_timestamp() as f64);
-            let policy = definition["overlap_policy"].as_str().unwrap_or("allow");
-            let job = envelope::parse_job(cron_job(&name, &definition, &tick, policy), max_args_bytes)?;
-            // The schedule's previous job while it is not done (found by its meta.cron_name):
-            // running, or still waiting to run — a tick that comes before a backlogged queue
-            // reached the previous one would otherwise enqueue a second run of the same
-            // schedule (as Kubernetes' CronJob `Forbid` counts a job not yet started too).
-            let running: Option<String> = if matches!(policy, "skip" | "cancel_previous") {
-                tx.query_opt(
-                    "SELECT id FROM ojs.jobs WHERE queue = $1 AND type = $2
-                        AND state NOT IN ('completed', 'cancelled', 'discarded')
-                        AND envelope #>> '{meta,cron_name}' = $3 LIMIT 1",
-                    &[&job.queue, &job.job_type, &name],
-                )
-                .await
-                .map_err(EngineError::sql)?
-                .map(|row| row.get("id"))
-            } else {
-                None
+            let tick = Tick {
+                name: row.get("name"),
+                definition: row.get("definition"),
+                at: row.get("tick"),
             };
-            if let (Some(previous), "cancel_previous") = (&running, policy) {
-                tx.execute(
-                    "UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now(), visible_until = NULL
-                      WHERE id = $1 AND state NOT IN ('completed', 'cancelled', 'discarded')",
-                    &[previous],
-                )
-                .await
-                .map_err(EngineError::sql)?;
+            if fire(&tx, &tick, max_args_bytes).await? {
+                fired += 1;
             }
-            let overlapping = running.filter(|_| policy == "skip");
-            let mut triggered = false;
-            let (kind, mut data) = match overlapping {
-                Some(existing) => (
-                    "cron.skipped",
-                    json!({ "reason": "overlap_prevention", "existing_job_id": existing }),
-                ),
-                None => match insert(&tx, std::slice::from_ref(&job)).await {
-                    Ok(_) => {
-                        fired += 1;
-                        triggered = true;
-                        ("cron.triggered", json!({ "job_id": job.id }))
-                    }
-                    // A full queue misses this tick, as an overlapping run does; the event log
-                    // has the rejection.
-                    Err(error) if matches!(error.kind, ErrorKind::QueueFull { .. }) => {
-                        ("cron.skipped", json!({ "reason": "queue_full" }))
-                    }
-                    Err(error) => return Err(error),
-                },
-            };
-            data["cron_name"] = json!(name);
-            data["cron_expr"] = definition["expression"].clone();
-            data["job_type"] = json!(job.job_type);
-            data["scheduled_at"] = json!(tick);
-            // The event's subject is the schedule (the data names the job).
-            tx.execute(
-                "INSERT INTO ojs.events (id, type, queue, data) VALUES (gen_random_uuid()::text, $1, $2, $3)",
-                &[&kind, &job.queue, &data],
-            )
-            .await
-            .map_err(EngineError::sql)?;
-            // `last_run_at` and `run_count` follow triggers (§7.3); a skipped tick only moves on.
-            tx.execute(
-                "UPDATE ojs.cron SET next_run = coalesce(to_timestamp($2), 'infinity'),
-                        last_run = CASE WHEN $3 THEN now() ELSE last_run END,
-                        run_count = run_count + CASE WHEN $3 THEN 1 ELSE 0 END
-                  WHERE name = $1",
-                &[&name, &next, &triggered],
-            )
-            .await
-            .map_err(EngineError::sql)?;
         }
         tx.commit().await.map_err(EngineError::sql)?;
         Ok(fired)
     }
+}
+
+/// A due tick of one schedule, as `fire_due_crons` read it (its row locked).
+struct Tick {
+    name: String,
+    definition: Value,
+    /// When it was due, as job timestamps read.
+    at: String,
+}
+
+/// Acts on one due tick as its overlap policy says, logs `cron.triggered` or `cron.skipped`,
+/// and moves the schedule to its next run; whether a job was enqueued.
+async fn fire(
+    tx: &deadpool_postgres::Transaction<'_>,
+    tick: &Tick,
+    max_args_bytes: usize,
+) -> Result<bool, EngineError> {
+    let (name, definition) = (&tick.name, &tick.definition);
+    let schedule = Schedule::parse(definition["expression"].as_str().unwrap_or_default())?;
+    let offset = tz_offset(tx, definition).await?;
+    let next = schedule
+        .next_after(time::OffsetDateTime::now_utc(), offset)
+        .map(|next| next.unix_timestamp() as f64);
+    let policy = definition["overlap_policy"].as_str().unwrap_or("allow");
+    let job = envelope::parse_job(cron_job(name, definition, &tick.at, policy), max_args_bytes)?;
+    let running = match policy {
+        "skip" | "cancel_previous" => previous_run(tx, &job, name).await?,
+        _ => None,
+    };
+    if let (Some(previous), "cancel_previous") = (&running, policy) {
+        tx.execute(
+            "UPDATE ojs.jobs SET state = 'cancelled', cancelled_at = now(), visible_until = NULL
+              WHERE id = $1 AND state NOT IN ('completed', 'cancelled', 'discarded')",
+            &[previous],
+        )
+        .await
+        .map_err(EngineError::sql)?;
+    }
+    let overlapping = running.filter(|_| policy == "skip");
+    let mut triggered = false;
+    let (kind, mut data) = match overlapping {
+        Some(existing) => (
+            "cron.skipped",
+            json!({ "reason": "overlap_prevention", "existing_job_id": existing }),
+        ),
+        None => match insert(tx, std::slice::from_ref(&job)).await {
+            Ok(_) => {
+                triggered = true;
+                ("cron.triggered", json!({ "job_id": job.id }))
+            }
+            // A full queue misses this tick, as an overlapping run does; the event log has the
+            // rejection.
+            Err(error) if matches!(error.kind, ErrorKind::QueueFull { .. }) => {
+                ("cron.skipped", json!({ "reason": "queue_full" }))
+            }
+            Err(error) => return Err(error),
+        },
+    };
+    data["cron_name"] = json!(name);
+    data["cron_expr"] = definition["expression"].clone();
+    data["job_type"] = json!(job.job_type);
+    data["scheduled_at"] = json!(tick.at);
+    // The event's subject is the schedule (the data names the job).
+    tx.execute(
+        "INSERT INTO ojs.events (id, type, queue, data) VALUES (gen_random_uuid()::text, $1, $2, $3)",
+        &[&kind, &job.queue, &data],
+    )
+    .await
+    .map_err(EngineError::sql)?;
+    // `last_run_at` and `run_count` follow triggers (§7.3); a skipped tick only moves on.
+    tx.execute(
+        "UPDATE ojs.cron SET next_run = coalesce(to_timestamp($2), 'infinity'),
+                last_run = CASE WHEN $3 THEN now() ELSE last_run END,
+                run_count = run_count + CASE WHEN $3 THEN 1 ELSE 0 END
+          WHERE name = $1",
+        &[name, &next, &triggered],
+    )
+    .await
+    .map_err(EngineError::sql)?;
+    Ok(triggered)
+}
+
+/// The schedule's previous job while it is not done (found by its `meta.cron_name`): running,
+/// or still waiting to run — a tick that comes before a backlogged queue reached the previous
+/// one would otherwise enqueue a second run of the same schedule (as Kubernetes' CronJob
+/// `Forbid` counts a job not yet started too).
+async fn previous_run(
+    tx: &deadpool_postgres::Transaction<'_>,
+    job: &envelope::NewJob,
+    name: &str,
+) -> Result<Option<String>, EngineError> {
+    Ok(tx
+        .query_opt(
+            "SELECT id FROM ojs.jobs WHERE queue = $1 AND type = $2
+                AND state NOT IN ('completed', 'cancelled', 'discarded')
+                AND envelope #>> '{meta,cron_name}' = $3 LIMIT 1",
+            &[&job.queue, &job.job_type, &name],
+        )
+        .await
+        .map_err(EngineError::sql)?
+        .map(|row| row.get("id")))
 }
 
 /// The job a cron tick enqueues: its template, with the schedule's name and tick in `meta`

@@ -231,6 +231,24 @@ impl Compiler {
         self.node(schema, &format!("{pointer}/{}", escape_pointer(key)), depth + 1)
     }
 
+    /// An object of subschemas by name (`properties`, `$defs`), each compiled.
+    fn named(
+        &mut self,
+        value: &Value,
+        pointer: &str,
+        keyword: &str,
+        depth: usize,
+    ) -> Result<Vec<(String, usize)>, String> {
+        let Value::Object(schemas) = value else {
+            return Err(format!("{keyword} must be an object at {}", place(pointer)));
+        };
+        let here = format!("{pointer}/{keyword}");
+        schemas
+            .iter()
+            .map(|(name, schema)| Ok((name.clone(), self.child(schema, &here, name, depth)?)))
+            .collect()
+    }
+
     fn list(&mut self, value: &Value, pointer: &str, keyword: &str, depth: usize) -> Result<Vec<usize>, String> {
         let Value::Array(schemas) = value else {
             return Err(format!("{keyword} must be an array of schemas at {}", place(pointer)));
@@ -258,28 +276,8 @@ impl Compiler {
                     .ok_or_else(|| format!("{keyword} must be a non-negative integer at {}", at()))
             };
             match keyword.as_str() {
-                "type" => {
-                    let names: Vec<&Value> = match value {
-                        Value::Array(names) => names.iter().collect(),
-                        one => vec![one],
-                    };
-                    let types = names
-                        .into_iter()
-                        .map(|name| name.as_str().and_then(Type::parse))
-                        .collect::<Option<Vec<Type>>>()
-                        .ok_or_else(|| format!("type must name JSON types (or a list of them) at {}", at()))?;
-                    rules.types = Some(types);
-                }
-                "properties" => {
-                    let Value::Object(properties) = value else {
-                        return Err(format!("properties must be an object at {}", at()));
-                    };
-                    let here = format!("{pointer}/properties");
-                    for (name, schema) in properties {
-                        let node = self.child(schema, &here, name, depth)?;
-                        rules.properties.push((name.clone(), node));
-                    }
-                }
+                "type" => rules.types = Some(types_of(value, &at())?),
+                "properties" => rules.properties = self.named(value, pointer, keyword, depth)?,
                 "required" => {
                     rules.required = value
                         .as_array()
@@ -307,44 +305,14 @@ impl Compiler {
                 "maxLength" => rules.max_length = Some(count()?),
                 "minItems" => rules.min_items = Some(count()?),
                 "maxItems" => rules.max_items = Some(count()?),
-                "pattern" => {
-                    let text = value
-                        .as_str()
-                        .ok_or_else(|| format!("pattern must be a string at {}", at()))?;
-                    if text.len() > MAX_PATTERN_BYTES {
-                        return Err(format!("pattern is over {MAX_PATTERN_BYTES} bytes at {}", at()));
-                    }
-                    let regex = regex_lite::Regex::new(text).map_err(|error| {
-                        format!("pattern {text:?} at {} is not a regular expression: {error}", at())
-                    })?;
-                    rules.pattern = Some((text.to_string(), regex));
-                }
-                "$ref" => {
-                    let target = value.as_str().unwrap_or_default();
-                    let pointer = target
-                        .strip_prefix('#')
-                        .filter(|p| (p.is_empty() || p.starts_with('/')) && !p.contains('%'))
-                        .ok_or_else(|| {
-                            format!(
-                                "$ref {value} at {} is not supported: only \"#\" and \"#/…\" pointers into this document",
-                                at()
-                            )
-                        })?;
-                    rules.reference = Some(Reference::Pointer(pointer.to_string()));
-                }
+                "pattern" => rules.pattern = Some(pattern_of(value, &at())?),
+                "$ref" => rules.reference = Some(reference_of(value, &at())?),
                 "allOf" => rules.all_of = self.list(value, pointer, keyword, depth)?,
                 "anyOf" => rules.any_of = self.list(value, pointer, keyword, depth)?,
                 "oneOf" => rules.one_of = self.list(value, pointer, keyword, depth)?,
                 "not" => rules.not = Some(self.child(value, pointer, keyword, depth)?),
-                "$defs" | "definitions" => {
-                    let Value::Object(definitions) = value else {
-                        return Err(format!("{keyword} must be an object at {}", at()));
-                    };
-                    let here = format!("{pointer}/{keyword}");
-                    for (name, schema) in definitions {
-                        self.child(schema, &here, name, depth)?;
-                    }
-                }
+                // Compiled so `$ref`s can find them; they apply only where referred to.
+                "$defs" | "definitions" => drop(self.named(value, pointer, keyword, depth)?),
                 // A base URI changes what `$ref`s mean; only the document's own is harmless.
                 "$id" if pointer.is_empty() => {}
                 other if ANNOTATIONS.contains(&other) => {}
@@ -358,6 +326,44 @@ impl Compiler {
         }
         Ok(rules)
     }
+}
+
+/// `type`: a JSON type's name or a list of them.
+fn types_of(value: &Value, at: &str) -> Result<Vec<Type>, String> {
+    let names: Vec<&Value> = match value {
+        Value::Array(names) => names.iter().collect(),
+        one => vec![one],
+    };
+    names
+        .into_iter()
+        .map(|name| name.as_str().and_then(Type::parse))
+        .collect::<Option<Vec<Type>>>()
+        .ok_or_else(|| format!("type must name JSON types (or a list of them) at {at}"))
+}
+
+/// `pattern`: a regular expression of at most [`MAX_PATTERN_BYTES`], compiled.
+fn pattern_of(value: &Value, at: &str) -> Result<(String, regex_lite::Regex), String> {
+    let text = value
+        .as_str()
+        .ok_or_else(|| format!("pattern must be a string at {at}"))?;
+    if text.len() > MAX_PATTERN_BYTES {
+        return Err(format!("pattern is over {MAX_PATTERN_BYTES} bytes at {at}"));
+    }
+    let regex = regex_lite::Regex::new(text)
+        .map_err(|error| format!("pattern {text:?} at {at} is not a regular expression: {error}"))?;
+    Ok((text.to_string(), regex))
+}
+
+/// `$ref`: only a pointer into the same document (`#`, `#/…`), resolved once all is compiled.
+fn reference_of(value: &Value, at: &str) -> Result<Reference, String> {
+    let target = value.as_str().unwrap_or_default();
+    let pointer = target
+        .strip_prefix('#')
+        .filter(|p| (p.is_empty() || p.starts_with('/')) && !p.contains('%'))
+        .ok_or_else(|| {
+            format!("$ref {value} at {at} is not supported: only \"#\" and \"#/…\" pointers into this document")
+        })?;
+    Ok(Reference::Pointer(pointer.to_string()))
 }
 
 /// JSON equality, numbers by value (`1` equals `1.0`).
@@ -410,7 +416,8 @@ impl Compiled {
     }
 
     /// Whether `value` conforms to `node`; `report` says whether to record why not (a
-    /// branch of `anyOf`, `oneOf` or `not` is only tried).
+    /// branch of `anyOf`, `oneOf` or `not` is only tried). Every finding is recorded, not just
+    /// the first, so each check below runs even after one failed.
     fn check(&self, node: usize, value: &Value, path: &str, depth: usize, run: &mut Run, report: bool) -> bool {
         if depth > MAX_VALIDATION_DEPTH {
             run.exhausted = true;
@@ -425,153 +432,83 @@ impl Compiled {
             }
             Node::Rules(rules) => rules,
         };
-        let mut ok = true;
-        if let Some(types) = &rules.types
-            && !types.iter().any(|t| t.matches(value))
-        {
-            let names: Vec<&str> = types.iter().map(|t| t.name()).collect();
-            ok = fail(
-                run,
-                report,
-                format!("{path}: must be {}, got {}", names.join(" or "), type_of(value)),
-            );
+        let at = At { path, depth, report };
+        let mut ok = check_kind(rules, value, &at, run);
+        ok &= match value {
+            Value::Number(number) => check_bounds(rules, number.as_f64().unwrap_or(f64::NAN), &at, run),
+            Value::String(text) => check_text(rules, text, &at, run),
+            Value::Array(items) => self.check_items(rules, items, &at, run),
+            Value::Object(fields) => self.check_fields(rules, fields, &at, run),
+            _ => true,
+        };
+        if run.exhausted {
+            return false;
         }
-        if let Some(allowed) = &rules.enumerated
-            && !allowed.iter().any(|a| same(a, value))
-        {
-            ok = fail(
-                run,
-                report,
-                format!("{path}: must be one of {}", Value::Array(allowed.clone())),
-            );
+        ok &= self.check_subschemas(rules, value, &at, run);
+        ok && !run.exhausted
+    }
+
+    /// `minItems`, `maxItems`, and each item against `prefixItems` (by position) or `items`.
+    fn check_items(&self, rules: &Rules, items: &[Value], at: &At, run: &mut Run) -> bool {
+        let (path, mut ok) = (at.path, true);
+        let count = items.len() as u64;
+        if let Some(min) = rules.min_items.filter(|min| count < *min) {
+            ok = fail(run, at.report, format!("{path}: must hold at least {min} items"));
         }
-        if let Some(constant) = &rules.constant
-            && !same(constant, value)
-        {
-            ok = fail(run, report, format!("{path}: must be {constant}"));
+        if let Some(max) = rules.max_items.filter(|max| count > *max) {
+            ok = fail(run, at.report, format!("{path}: must hold at most {max} items"));
         }
-        match value {
-            Value::Number(number) => {
-                let n = number.as_f64().unwrap_or(f64::NAN);
-                let bounds = [
-                    (
-                        rules.minimum,
-                        n >= rules.minimum.unwrap_or(f64::NEG_INFINITY),
-                        "at least",
-                    ),
-                    (rules.maximum, n <= rules.maximum.unwrap_or(f64::INFINITY), "at most"),
-                    (
-                        rules.exclusive_minimum,
-                        n > rules.exclusive_minimum.unwrap_or(f64::NEG_INFINITY),
-                        "more than",
-                    ),
-                    (
-                        rules.exclusive_maximum,
-                        n < rules.exclusive_maximum.unwrap_or(f64::INFINITY),
-                        "less than",
-                    ),
-                ];
-                for (bound, within, words) in bounds {
-                    if let Some(bound) = bound
-                        && !within
-                    {
-                        ok = fail(run, report, format!("{path}: must be {words} {bound}"));
-                    }
-                }
+        for (index, item) in items.iter().enumerate() {
+            let node = rules.prefix.get(index).copied().or(rules.items);
+            if let Some(node) = node
+                && !self.check(node, item, &format!("{path}[{index}]"), at.depth + 1, run, at.report)
+            {
+                ok = false;
             }
-            Value::String(text) => {
-                if rules.min_length.is_some() || rules.max_length.is_some() {
-                    let length = text.chars().count() as u64;
-                    if rules.min_length.is_some_and(|min| length < min) {
-                        ok = fail(
-                            run,
-                            report,
-                            format!(
-                                "{path}: must be at least {} characters long",
-                                rules.min_length.unwrap_or(0)
-                            ),
-                        );
-                    }
-                    if rules.max_length.is_some_and(|max| length > max) {
-                        ok = fail(
-                            run,
-                            report,
-                            format!(
-                                "{path}: must be at most {} characters long",
-                                rules.max_length.unwrap_or(0)
-                            ),
-                        );
-                    }
-                }
-                if let Some((source, regex)) = &rules.pattern {
-                    if !run.spend(text.len() / 16) {
-                        return false;
-                    }
-                    if !regex.is_match(text) {
-                        ok = fail(run, report, format!("{path}: does not match pattern {source:?}"));
-                    }
-                }
+            if run.exhausted {
+                return false;
             }
-            Value::Array(items) => {
-                let count = items.len() as u64;
-                if rules.min_items.is_some_and(|min| count < min) {
-                    ok = fail(
-                        run,
-                        report,
-                        format!("{path}: must hold at least {} items", rules.min_items.unwrap_or(0)),
-                    );
-                }
-                if rules.max_items.is_some_and(|max| count > max) {
-                    ok = fail(
-                        run,
-                        report,
-                        format!("{path}: must hold at most {} items", rules.max_items.unwrap_or(0)),
-                    );
-                }
-                for (index, item) in items.iter().enumerate() {
-                    let node = rules.prefix.get(index).copied().or(rules.items);
-                    if let Some(node) = node
-                        && !self.check(node, item, &format!("{path}[{index}]"), depth + 1, run, report)
-                    {
-                        ok = false;
-                    }
-                    if run.exhausted {
-                        return false;
-                    }
-                }
-            }
-            Value::Object(fields) => {
-                for name in &rules.required {
-                    if !fields.contains_key(name) {
-                        ok = fail(run, report, format!("{path}: required property '{name}' is missing"));
-                    }
-                }
-                for (name, item) in fields {
-                    let declared = rules.properties.iter().find(|(n, _)| n == name).map(|(_, node)| *node);
-                    let Some(node) = declared.or(rules.additional) else {
-                        continue;
-                    };
-                    if declared.is_none() && matches!(self.nodes[node], Node::Always(false)) {
-                        ok = fail(run, report, format!("{path}: property '{name}' is not allowed"));
-                        continue;
-                    }
-                    if !self.check(node, item, &format!("{path}.{name}"), depth + 1, run, report) {
-                        ok = false;
-                    }
-                    if run.exhausted {
-                        return false;
-                    }
-                }
-            }
-            _ => {}
         }
+        ok
+    }
+
+    /// `required`, and each field against its `properties` entry or `additionalProperties`.
+    fn check_fields(&self, rules: &Rules, fields: &serde_json::Map<String, Value>, at: &At, run: &mut Run) -> bool {
+        let (path, mut ok) = (at.path, true);
+        for name in &rules.required {
+            if !fields.contains_key(name) {
+                ok = fail(run, at.report, format!("{path}: required property '{name}' is missing"));
+            }
+        }
+        for (name, item) in fields {
+            let declared = rules.properties.iter().find(|(n, _)| n == name).map(|(_, node)| *node);
+            let Some(node) = declared.or(rules.additional) else {
+                continue;
+            };
+            if declared.is_none() && matches!(self.nodes[node], Node::Always(false)) {
+                ok = fail(run, at.report, format!("{path}: property '{name}' is not allowed"));
+                continue;
+            }
+            if !self.check(node, item, &format!("{path}.{name}"), at.depth + 1, run, at.report) {
+                ok = false;
+            }
+            if run.exhausted {
+                return false;
+            }
+        }
+        ok
+    }
+
+    /// `$ref`, `allOf`, `anyOf`, `oneOf` and `not`: the value against other nodes as a whole.
+    fn check_subschemas(&self, rules: &Rules, value: &Value, at: &At, run: &mut Run) -> bool {
+        let (path, depth, mut ok) = (at.path, at.depth + 1, true);
         if let Some(Reference::Node(target)) = rules.reference
-            && !self.check(target, value, path, depth + 1, run, report)
+            && !self.check(target, value, path, depth, run, at.report)
         {
             ok = false;
         }
         for &node in &rules.all_of {
-            if !self.check(node, value, path, depth + 1, run, report) {
+            if !self.check(node, value, path, depth, run, at.report) {
                 ok = false;
             }
         }
@@ -579,32 +516,128 @@ impl Compiled {
             let matched = rules
                 .any_of
                 .iter()
-                .any(|&node| self.check(node, value, path, depth + 1, run, false));
+                .any(|&node| self.check(node, value, path, depth, run, false));
             if !matched {
-                ok = fail(run, report, format!("{path}: matches none of the schemas of anyOf"));
+                ok = fail(run, at.report, format!("{path}: matches none of the schemas of anyOf"));
             }
         }
         if !rules.one_of.is_empty() {
             let matched = rules
                 .one_of
                 .iter()
-                .filter(|&&node| self.check(node, value, path, depth + 1, run, false))
+                .filter(|&&node| self.check(node, value, path, depth, run, false))
                 .count();
             if matched != 1 {
                 ok = fail(
                     run,
-                    report,
+                    at.report,
                     format!("{path}: matches {matched} of the schemas of oneOf, not exactly one"),
                 );
             }
         }
         if let Some(node) = rules.not
-            && self.check(node, value, path, depth + 1, run, false)
+            && self.check(node, value, path, depth, run, false)
         {
-            ok = fail(run, report, format!("{path}: must not match the schema of not"));
+            ok = fail(run, at.report, format!("{path}: must not match the schema of not"));
         }
-        ok && !run.exhausted
+        ok
     }
+}
+
+/// Where a check is: the value's path (`$[1].amount`), its depth, and whether findings are
+/// recorded.
+struct At<'a> {
+    path: &'a str,
+    depth: usize,
+    report: bool,
+}
+
+/// `type`, `enum` and `const`, which apply to a value of any kind.
+fn check_kind(rules: &Rules, value: &Value, at: &At, run: &mut Run) -> bool {
+    let (path, mut ok) = (at.path, true);
+    if let Some(types) = &rules.types
+        && !types.iter().any(|t| t.matches(value))
+    {
+        let names: Vec<&str> = types.iter().map(|t| t.name()).collect();
+        ok = fail(
+            run,
+            at.report,
+            format!("{path}: must be {}, got {}", names.join(" or "), type_of(value)),
+        );
+    }
+    if let Some(allowed) = &rules.enumerated
+        && !allowed.iter().any(|a| same(a, value))
+    {
+        ok = fail(
+            run,
+            at.report,
+            format!("{path}: must be one of {}", Value::Array(allowed.clone())),
+        );
+    }
+    if let Some(constant) = &rules.constant
+        && !same(constant, value)
+    {
+        ok = fail(run, at.report, format!("{path}: must be {constant}"));
+    }
+    ok
+}
+
+/// `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum`.
+fn check_bounds(rules: &Rules, n: f64, at: &At, run: &mut Run) -> bool {
+    let bounds = [
+        (
+            rules.minimum,
+            n >= rules.minimum.unwrap_or(f64::NEG_INFINITY),
+            "at least",
+        ),
+        (rules.maximum, n <= rules.maximum.unwrap_or(f64::INFINITY), "at most"),
+        (
+            rules.exclusive_minimum,
+            n > rules.exclusive_minimum.unwrap_or(f64::NEG_INFINITY),
+            "more than",
+        ),
+        (
+            rules.exclusive_maximum,
+            n < rules.exclusive_maximum.unwrap_or(f64::INFINITY),
+            "less than",
+        ),
+    ];
+    let mut ok = true;
+    for (bound, within, words) in bounds {
+        if let Some(bound) = bound
+            && !within
+        {
+            ok = fail(run, at.report, format!("{}: must be {words} {bound}", at.path));
+        }
+    }
+    ok
+}
+
+/// `minLength`, `maxLength` (in characters) and `pattern` (whose work is counted by length).
+fn check_text(rules: &Rules, text: &str, at: &At, run: &mut Run) -> bool {
+    let (path, mut ok) = (at.path, true);
+    if rules.min_length.is_some() || rules.max_length.is_some() {
+        let length = text.chars().count() as u64;
+        if let Some(min) = rules.min_length.filter(|min| length < *min) {
+            ok = fail(
+                run,
+                at.report,
+                format!("{path}: must be at least {min} characters long"),
+            );
+        }
+        if let Some(max) = rules.max_length.filter(|max| length > *max) {
+            ok = fail(run, at.report, format!("{path}: must be at most {max} characters long"));
+        }
+    }
+    if let Some((source, regex)) = &rules.pattern {
+        if !run.spend(text.len() / 16) {
+            return false;
+        }
+        if !regex.is_match(text) {
+            ok = fail(run, at.report, format!("{path}: does not match pattern {source:?}"));
+        }
+    }
+    ok
 }
 
 /// Records a finding (when reporting, up to [`MAX_ERRORS`]); always answers `false`.

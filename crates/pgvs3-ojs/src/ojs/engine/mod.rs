@@ -9,7 +9,8 @@
 //! read, cancel; [`job`] is a job as a read answers it, decoded from its row), [`claims`]
 //! (fetch, ack, nack, heartbeat, promotion), [`admin`] (queues, dead letter, stats, workers,
 //! housekeeping), [`events`], [`cron`], [`workflow`], [`webhooks`], [`progress`], [`schemas`]
-//! (the schema registry, with [`json_schema`] its validator);
+//! (the schema registry, with [`json_schema`] its validator), [`scheduling`] (fair
+//! scheduling's statistics);
 //! [`envelope`] checks the jobs clients send.
 
 pub mod admin;
@@ -22,6 +23,7 @@ pub mod job;
 pub mod jobs;
 pub mod json_schema;
 pub mod progress;
+pub mod scheduling;
 pub mod schemas;
 pub mod webhooks;
 pub mod workflow;

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::GenericClient;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::envelope::{self, NewJob};
 use super::json_schema::{self, Compiled};
@@ -161,6 +161,8 @@ pub fn breaking_changes(old: &Value, new: &Value) -> Vec<String> {
     changes
 }
 
+/// Compares one level (`old` and `new` are the same place's subschemas) and recurses into
+/// properties and items.
 fn compare(old: &Value, new: &Value, at: &str, changes: &mut Vec<String>) {
     let (Some(old), Some(new)) = (old.as_object(), new.as_object()) else {
         return;
@@ -170,13 +172,6 @@ fn compare(old: &Value, new: &Value, at: &str, changes: &mut Vec<String>) {
             field.to_string()
         } else {
             format!("{at}.{field}")
-        }
-    };
-    let names = |value: Option<&Value>| -> Vec<String> {
-        match value {
-            Some(Value::Array(names)) => names.iter().map(|n| n.to_string()).collect(),
-            Some(one) => vec![one.to_string()],
-            None => Vec::new(),
         }
     };
     for name in names(new.get("required")) {
@@ -196,8 +191,36 @@ fn compare(old: &Value, new: &Value, at: &str, changes: &mut Vec<String>) {
             }
         }
     }
+    compare_types(old, new, at, changes);
+    compare_bounds(old, new, at, changes);
+    compare_allowed(old, new, at, changes);
+    for keyword in ["items", "prefixItems"] {
+        match (old.get(keyword), new.get(keyword)) {
+            (Some(old_items @ Value::Object(_)), Some(new_items)) => {
+                compare(old_items, new_items, &place("[]"), changes)
+            }
+            (Some(Value::Array(old_items)), Some(Value::Array(new_items))) => {
+                for (index, (old_item, new_item)) in old_items.iter().zip(new_items).enumerate() {
+                    compare(old_item, new_item, &place(&format!("[{index}]")), changes);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A keyword's value as a list of JSON texts (`type: "string"` and `type: ["string"]` alike).
+fn names(value: Option<&Value>) -> Vec<String> {
+    match value {
+        Some(Value::Array(names)) => names.iter().map(|n| n.to_string()).collect(),
+        Some(one) => vec![one.to_string()],
+        None => Vec::new(),
+    }
+}
+
+/// Any type the old schema allowed must stay allowed (an integer is a number).
+fn compare_types(old: &Map<String, Value>, new: &Map<String, Value>, at: &str, changes: &mut Vec<String>) {
     let (old_types, new_types) = (names(old.get("type")), names(new.get("type")));
-    // Any type the old schema allowed must stay allowed (an integer is a number).
     let kept =
         |t: &String| new_types.contains(t) || (t == "\"integer\"" && new_types.iter().any(|n| n == "\"number\""));
     if !new_types.is_empty() && (old_types.is_empty() || !old_types.iter().all(kept)) {
@@ -212,6 +235,10 @@ fn compare(old: &Value, new: &Value, at: &str, changes: &mut Vec<String>) {
             new_types.join("|")
         ));
     }
+}
+
+/// A bound added, or moved so that it allows less.
+fn compare_bounds(old: &Map<String, Value>, new: &Map<String, Value>, at: &str, changes: &mut Vec<String>) {
     for (keyword, upper) in [
         ("maxLength", true),
         ("maximum", true),
@@ -233,6 +260,10 @@ fn compare(old: &Value, new: &Value, at: &str, changes: &mut Vec<String>) {
             changes.push(format!("{keyword}{} was narrowed to {now}", in_place(at)));
         }
     }
+}
+
+/// `additionalProperties: false` set, an `enum` added or a value of it removed.
+fn compare_allowed(old: &Map<String, Value>, new: &Map<String, Value>, at: &str, changes: &mut Vec<String>) {
     if new.get("additionalProperties") == Some(&Value::Bool(false))
         && old.get("additionalProperties") != Some(&Value::Bool(false))
     {
@@ -246,19 +277,6 @@ fn compare(old: &Value, new: &Value, at: &str, changes: &mut Vec<String>) {
                 }
             }
             _ => changes.push(format!("an enum{} was added", in_place(at))),
-        }
-    }
-    for keyword in ["items", "prefixItems"] {
-        match (old.get(keyword), new.get(keyword)) {
-            (Some(old_items @ Value::Object(_)), Some(new_items)) => {
-                compare(old_items, new_items, &place("[]"), changes)
-            }
-            (Some(Value::Array(old_items)), Some(Value::Array(new_items))) => {
-                for (index, (old_item, new_item)) in old_items.iter().zip(new_items).enumerate() {
-                    compare(old_item, new_item, &place(&format!("[{index}]")), changes);
-                }
-            }
-            _ => {}
         }
     }
 }

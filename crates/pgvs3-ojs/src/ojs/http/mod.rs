@@ -1,4 +1,5 @@
-//! OJS (Open Job Spec) over HTTP: the binding's routes under `/ojs/v1` ([`routes`]), the
+//! OJS (Open Job Spec) over HTTP: the binding's routes under `/ojs/v1` ([`routes`] for jobs,
+//! workers, workflows, cron, webhooks and schemas; [`admin`] for queues and `/admin`), the
 //! manifest at `/ojs/manifest`, and OJS error objects ([`error`]). The engine underneath is
 //! [`super::engine::Queue`]; this side reads requests, calls it, and maps its errors.
 //!
@@ -6,6 +7,7 @@
 //! every route except the manifest and health needs `Authorization: Bearer <token>`. Job routes
 //! act as the request's tenant ([`tenant`]).
 
+mod admin;
 mod error;
 mod request;
 mod routes;

@@ -1,5 +1,7 @@
 //! The routes under `/ojs/v1` and their handlers: each reads its request into the engine's
-//! typed values, calls the engine, and shapes the answer.
+//! typed values, calls the engine, and shapes the answer. [`OjsService::route`] sends a
+//! request to its family (jobs and workers, workflows, cron, webhooks, schemas here; queues and
+//! `/admin` in [`super::admin`]).
 
 use std::collections::HashMap;
 
@@ -48,40 +50,19 @@ impl OjsService {
                 "a tenant token reaches the job routes only, not {path}"
             )));
         }
-        let tenant = acting.tenant.as_str();
-        let queue = &self.inner.queue;
         let method = parts.method.clone();
         let body = request::read(body, self.inner.options.max_body_bytes, &self.inner.budget).await?;
+        let call = Call {
+            method: &method,
+            path: &path,
+            segments: &segments,
+            body: &body,
+            query: &query,
+            tenant: acting.tenant.as_str(),
+        };
         match (&method, segments.as_slice()) {
             (&Method::GET, ["health"]) => Ok(self.health().await),
-            (&Method::POST, ["jobs"]) => self.enqueue(request::json(&body)?, &acting, headers).await,
-            (&Method::POST, ["jobs", "batch"]) => self.enqueue_batch(request::json(&body)?, &acting, headers).await,
-            (&Method::GET, ["jobs", id]) => Ok((
-                StatusCode::OK,
-                json!({ "job": job_answer(queue.get(job_id(id)?, tenant).await?) }),
-            )),
-            (&Method::GET, ["admin", "jobs", id]) => {
-                Ok((StatusCode::OK, job_answer(queue.get(job_id(id)?, tenant).await?)))
-            }
-            (&Method::DELETE, ["jobs", id]) | (&Method::POST, ["jobs", id, "cancel"]) => Ok((
-                StatusCode::OK,
-                json!({ "job": job_answer(queue.cancel(job_id(id)?, tenant).await?) }),
-            )),
-            (&Method::POST, ["workers", "fetch"]) => self.fetch(request::json(&body)?, tenant).await,
-            (&Method::POST, ["workers", "ack"]) => self.ack(request::json(&body)?, tenant).await,
-            (&Method::POST, ["workers", "nack"]) => self.nack(request::json(&body)?, tenant).await,
-            // The per-job forms: the job is the path's, the body (optional) the rest.
-            (&Method::POST, ["jobs", id, "ack"]) => self.ack(request::job_json(id, &body)?, tenant).await,
-            (&Method::POST, ["jobs", id, "nack"]) => self.nack(request::job_json(id, &body)?, tenant).await,
-            (&Method::PUT | &Method::POST, ["jobs", id, "progress"]) => {
-                self.progress(request::job_json(id, &body)?, tenant).await
-            }
-            (&Method::POST, ["workers", "progress"]) => self.progress(request::json(&body)?, tenant).await,
-            (&Method::GET, ["jobs", id, "progress"]) => {
-                let progress = progress_answer(queue.get(job_id(id)?, tenant).await?);
-                progress_headers(&progress, headers);
-                Ok((StatusCode::OK, progress))
-            }
+            (_, ["jobs", ..] | ["workers", ..]) => self.job_routes(&call, &acting, headers).await,
             // The webhooks extension's routes are under /webhooks/subscriptions; the website's
             // shorter /webhooks form is the same.
             (method, ["webhooks", rest @ ..]) => {
@@ -92,73 +73,64 @@ impl OjsService {
                 self.webhooks(method, rest, &body, &query).await
             }
             (method, ["schemas", rest @ ..]) => self.schemas(method, rest, &body, false).await,
-            (method, ["admin", "schemas", rest @ ..]) => self.schemas(method, rest, &body, true).await,
-            (&Method::POST, ["workers", "heartbeat"]) | (&Method::POST, ["workers", "beat"]) => {
-                self.heartbeat(request::json(&body)?, tenant).await
-            }
-            (&Method::GET, ["queues"]) | (&Method::GET, ["admin", "queues"]) => {
-                let queues = queue.list_queues().await?;
-                Ok((StatusCode::OK, listing("queues", queues)))
-            }
-            (&Method::GET, ["queues", name, "stats"]) | (&Method::GET, ["admin", "queues", name, "stats"]) => Ok((
+            (_, ["queues", ..] | ["dead-letter", ..] | ["rate-limits", ..]) => self.queue_routes(&call).await,
+            (_, ["admin", rest @ ..]) => self.admin_routes(&call, rest).await,
+            (_, ["workflows", ..]) => self.workflow_routes(&call).await,
+            (_, ["cron", ..]) => self.cron_routes(&call).await,
+            (&Method::GET, ["events"]) => self.events(&query).await,
+            _ => Err(call.no_route()),
+        }
+    }
+
+    /// `/jobs/...` and `/workers/...`: enqueue, read, cancel, and the worker protocol.
+    async fn job_routes(
+        &self,
+        call: &Call<'_>,
+        acting: &tenant::Acting,
+        headers: &mut Vec<(&'static str, String)>,
+    ) -> Reply {
+        let (queue, tenant, body) = (&self.inner.queue, call.tenant, call.body);
+        match (call.method, call.segments) {
+            (&Method::POST, ["jobs"]) => self.enqueue(request::json(body)?, acting, headers).await,
+            (&Method::POST, ["jobs", "batch"]) => self.enqueue_batch(request::json(body)?, acting, headers).await,
+            (&Method::GET, ["jobs", id]) => Ok((
                 StatusCode::OK,
-                queue_stats_answer(queue.queue_stats(queue_name(name)?).await?),
+                json!({ "job": job_answer(queue.get(job_id(id)?, tenant).await?) }),
             )),
-            (&Method::POST, ["queues", name, action]) if *action == "pause" || *action == "resume" => {
-                queue.set_paused(queue_name(name)?, *action == "pause").await?;
-                Ok((StatusCode::OK, queue_stats_answer(queue.queue_stats(name).await?)))
+            (&Method::DELETE, ["jobs", id]) | (&Method::POST, ["jobs", id, "cancel"]) => Ok((
+                StatusCode::OK,
+                json!({ "job": job_answer(queue.cancel(job_id(id)?, tenant).await?) }),
+            )),
+            (&Method::POST, ["workers", "fetch"]) => self.fetch(request::json(body)?, tenant).await,
+            (&Method::POST, ["workers", "ack"]) => self.ack(request::json(body)?, tenant).await,
+            (&Method::POST, ["workers", "nack"]) => self.nack(request::json(body)?, tenant).await,
+            // The per-job forms: the job is the path's, the body (optional) the rest.
+            (&Method::POST, ["jobs", id, "ack"]) => self.ack(request::job_json(id, body)?, tenant).await,
+            (&Method::POST, ["jobs", id, "nack"]) => self.nack(request::job_json(id, body)?, tenant).await,
+            (&Method::PUT | &Method::POST, ["jobs", id, "progress"]) => {
+                self.progress(request::job_json(id, body)?, tenant).await
             }
-            (&Method::POST, ["admin", "queues", name, action]) if *action == "pause" || *action == "resume" => {
-                queue.set_paused(queue_name(name)?, *action == "pause").await?;
-                Ok((
-                    StatusCode::OK,
-                    queue_stats_answer(queue.queue_stats(name).await?)["queue"].take(),
-                ))
+            (&Method::POST, ["workers", "progress"]) => self.progress(request::json(body)?, tenant).await,
+            (&Method::GET, ["jobs", id, "progress"]) => {
+                let progress = progress_answer(queue.get(job_id(id)?, tenant).await?);
+                progress_headers(&progress, headers);
+                Ok((StatusCode::OK, progress))
             }
-            (&Method::PUT, ["admin", "queues", name, "config"]) => {
-                let settings = queue_settings(request::json(&body)?)?;
-                let config = queue.configure_queue(queue_name(name)?, &settings).await?;
-                Ok((StatusCode::OK, json!({ "queue": name, "config": config })))
+            (&Method::POST, ["workers", "heartbeat"]) | (&Method::POST, ["workers", "beat"]) => {
+                self.heartbeat(request::json(body)?, tenant).await
             }
-            (&Method::GET, ["admin", "queues", name, "config"]) => {
-                let config = queue.queue_config(queue_name(name)?).await?;
-                Ok((StatusCode::OK, json!({ "queue": name, "config": config })))
-            }
-            (&Method::GET, ["dead-letter"]) | (&Method::GET, ["admin", "dead-letter"]) => {
-                let limit = query
-                    .get("limit")
-                    .and_then(|l| l.parse().ok())
-                    .unwrap_or(100)
-                    .clamp(1, 1000);
-                let jobs = queue
-                    .dead_letter(query.get("queue").map(String::as_str), limit, tenant)
-                    .await?;
-                Ok((
-                    StatusCode::OK,
-                    listing("jobs", jobs.into_iter().map(job_answer).collect()),
-                ))
-            }
-            (&Method::GET, ["admin", "dead-letter", "stats"]) => {
-                let total = queue.dead_letter_count().await?;
-                Ok((StatusCode::OK, json!({ "total": total, "count": total })))
-            }
-            (&Method::POST, ["dead-letter", id, "retry"]) | (&Method::POST, ["admin", "dead-letter", id, "retry"]) => {
-                Ok((
-                    StatusCode::OK,
-                    json!({ "job": job_answer(queue.retry_dead_letter(job_id(id)?, tenant).await?) }),
-                ))
-            }
-            (&Method::DELETE, ["dead-letter", id]) => {
-                queue.delete_dead_letter(job_id(id)?, tenant).await?;
-                Ok((StatusCode::OK, json!({ "deleted": true, "job_id": id })))
-            }
-            (&Method::DELETE, ["admin", "dead-letter", id]) => {
-                queue.delete_dead_letter(job_id(id)?, tenant).await?;
-                Ok((StatusCode::NO_CONTENT, Value::Null))
-            }
+            (&Method::GET, ["workers", id, "health"]) => Ok((StatusCode::OK, queue.worker(id).await?)),
+            _ => Err(call.no_route()),
+        }
+    }
+
+    /// `/workflows/...` (ojs-workflows).
+    async fn workflow_routes(&self, call: &Call<'_>) -> Reply {
+        let queue = &self.inner.queue;
+        match (call.method, call.segments) {
             (&Method::POST, ["workflows"]) => {
-                let workflow = workflow::parse_workflow(request::json(&body)?, self.inner.options.max_args_bytes)?;
-                let workflow = queue.create_workflow(&workflow, tenant).await?;
+                let workflow = workflow::parse_workflow(request::json(call.body)?, self.inner.options.max_args_bytes)?;
+                let workflow = queue.create_workflow(&workflow, call.tenant).await?;
                 Ok((StatusCode::CREATED, json!({ "workflow": workflow })))
             }
             (&Method::GET, ["workflows", id]) => Ok((
@@ -169,13 +141,18 @@ impl OjsService {
                 StatusCode::OK,
                 json!({ "workflow": queue.cancel_workflow(workflow_id(id)?).await? }),
             )),
-            (&Method::GET, ["rate-limits"]) => Ok((StatusCode::OK, listing("items", queue.rate_limits().await?))),
-            (&Method::GET, ["rate-limits", key]) => Ok((StatusCode::OK, queue.rate_limit(key).await?)),
-            (&Method::GET, ["events"]) => self.events(&query).await,
-            (&Method::POST, ["cron"]) => self.register_cron(request::json(&body)?, None).await,
-            (&Method::PUT, ["cron", name]) => self.register_cron(request::json(&body)?, Some(*name)).await,
+            _ => Err(call.no_route()),
+        }
+    }
+
+    /// `/cron/...` (ojs-cron §8).
+    async fn cron_routes(&self, call: &Call<'_>) -> Reply {
+        let queue = &self.inner.queue;
+        match (call.method, call.segments) {
+            (&Method::POST, ["cron"]) => self.register_cron(request::json(call.body)?, None).await,
+            (&Method::PUT, ["cron", name]) => self.register_cron(request::json(call.body)?, Some(*name)).await,
             (&Method::GET, ["cron"]) => {
-                let enabled = match query.get("enabled").map(String::as_str) {
+                let enabled = match call.query.get("enabled").map(String::as_str) {
                     None => None,
                     Some("true") => Some(true),
                     Some("false") => Some(false),
@@ -189,7 +166,7 @@ impl OjsService {
             }
             (&Method::GET, ["cron", name]) => Ok((StatusCode::OK, cron_answer(queue.get_cron(name).await?))),
             (&Method::PATCH, ["cron", name]) => {
-                let enabled = match request::json(&body)? {
+                let enabled = match request::json(call.body)? {
                     Value::Object(fields)
                         if fields.len() == 1 && fields.get("enabled").is_some_and(Value::is_boolean) =>
                     {
@@ -209,42 +186,7 @@ impl OjsService {
             (&Method::DELETE, ["cron", name]) => {
                 Ok((StatusCode::OK, json!({ "cron": queue.delete_cron(name).await? })))
             }
-            (&Method::POST, ["admin", "jobs", "bulk", "retry"]) => {
-                self.retry_in_bulk(request::json(&body)?, tenant).await
-            }
-            (&Method::GET, ["admin", "stats"]) => Ok((StatusCode::OK, stats_answer(&queue.stats(None).await?))),
-            (&Method::GET, ["admin", "tenants"]) => Ok((StatusCode::OK, queue.tenants().await?)),
-            (&Method::GET, ["admin", "tenants", id, "stats"]) => {
-                let mut stats = stats_answer(&queue.stats(Some(id)).await?);
-                stats["tenant_id"] = json!(id);
-                Ok((StatusCode::OK, stats))
-            }
-            (&Method::GET, ["workers", id, "health"]) | (&Method::GET, ["admin", "workers", id]) => {
-                Ok((StatusCode::OK, queue.worker(id).await?))
-            }
-            (&Method::POST, ["admin", "workers", id, action]) => {
-                let directive = match *action {
-                    "quiet" => Some("quiet"),
-                    "terminate" => Some("terminate"),
-                    "resume" => None,
-                    _ => return Err(OjsError::not_found(format!("no OJS route POST {path}"))),
-                };
-                Ok((
-                    StatusCode::OK,
-                    json!({ "worker": queue.direct_worker(id, directive).await? }),
-                ))
-            }
-            (&Method::GET, ["admin", "workers"]) => {
-                let workers = queue.active_workers().await?;
-                let mut body = listing("workers", workers);
-                body["summary"] = json!({ "total": body["pagination"]["total"] });
-                Ok((StatusCode::OK, body))
-            }
-            (&Method::POST, ["admin", "reset"]) if self.inner.options.allow_reset => {
-                queue.reset().await?;
-                Ok((StatusCode::OK, json!({ "reset": true })))
-            }
-            _ => Err(OjsError::not_found(format!("no OJS route {method} {path}"))),
+            _ => Err(call.no_route()),
         }
     }
 
@@ -496,18 +438,20 @@ impl OjsService {
     /// (`{"schema": {...}}`), and under `/admin/schemas` with the conformance suite's (the stored
     /// schema itself; integer versions in the path). `POST` registers from the body, `PUT
     /// {type}/{version}` from the path; a version that exists is 409 either way.
-    async fn schemas(&self, method: &Method, rest: &[&str], body: &request::Body, admin: bool) -> Reply {
+    pub(super) async fn schemas(&self, method: &Method, rest: &[&str], body: &request::Body, admin: bool) -> Reply {
         let queue = &self.inner.queue;
         let wrap = |record: Value| if admin { record } else { json!({ "schema": record }) };
-        let schema_of = |body: &request::Body| -> Result<Option<Value>, OjsError> {
-            Ok(match request::json(body)? {
-                Value::Object(mut fields) => fields.remove("schema"),
-                _ => return Err(OjsError::invalid("a schema registration is a JSON object")),
-            })
+        let registration = |body: &request::Body| -> Result<Value, OjsError> {
+            let fields = request::json(body)?;
+            if !fields.is_object() {
+                return Err(OjsError::invalid("a schema registration is a JSON object"));
+            }
+            refuse_lenient_validation(&fields)?;
+            Ok(fields)
         };
         match (method, rest) {
             (&Method::POST, []) => {
-                let fields = request::json(body)?;
+                let fields = registration(body)?;
                 let job_type = fields
                     .get("job_type")
                     .or_else(|| fields.get("type"))
@@ -520,7 +464,8 @@ impl OjsService {
                 Ok((StatusCode::CREATED, wrap(queue.register_schema(&new).await?)))
             }
             (&Method::PUT, [job_type, version]) => {
-                let new = schemas::parse_schema(job_type, &json!(version), schema_of(body)?)?;
+                let schema = registration(body)?.get_mut("schema").map(Value::take);
+                let new = schemas::parse_schema(job_type, &json!(version), schema)?;
                 Ok((StatusCode::CREATED, wrap(queue.register_schema(&new).await?)))
             }
             (&Method::GET, []) => Ok((StatusCode::OK, listing("schemas", queue.list_schemas().await?))),
@@ -634,7 +579,7 @@ impl OjsService {
     }
 
     /// Retrying many jobs at once is easy to regret, so the request must say `confirm: true`.
-    async fn retry_in_bulk(&self, body: Value, tenant: &str) -> Reply {
+    pub(super) async fn retry_in_bulk(&self, body: Value, tenant: &str) -> Reply {
         if body.get("confirm").and_then(Value::as_bool) != Some(true) {
             return Err(OjsError::invalid(
                 "bulk retry changes many jobs: send \"confirm\": true",
@@ -689,5 +634,41 @@ impl OjsService {
             .events(&list_param(query, "types"), &list_param(query, "queues"), after, limit)
             .await?;
         Ok((StatusCode::OK, json!({ "events": events })))
+    }
+}
+
+/// Only the `strict` validation mode (ojs-schema-registry §7) is offered: a type's schemas bind
+/// every enqueue of it. A registration asking for `warn` or `off` (under `validation`, as §7.1
+/// spells the setting, or as a bare `mode`) is refused rather than stored and enforced strictly.
+fn refuse_lenient_validation(fields: &Value) -> Result<(), OjsError> {
+    let asked = [
+        fields.get("mode"),
+        fields.pointer("/validation/mode"),
+        fields.pointer("/validation/default_mode"),
+    ];
+    match asked.into_iter().flatten().find(|mode| mode.as_str() != Some("strict")) {
+        None => Ok(()),
+        Some(mode) => Err(OjsError::unsupported(format!(
+            "validation mode {mode} is not offered: only \"strict\" (a type's schemas refuse jobs that do not \
+             match; delete them to stop validating)"
+        ))),
+    }
+}
+
+/// One request as the route families see it, after auth and with its body read.
+pub(super) struct Call<'a> {
+    pub method: &'a Method,
+    pub path: &'a str,
+    /// The path after `/ojs/v1`, split at `/`.
+    pub segments: &'a [&'a str],
+    pub body: &'a request::Body,
+    pub query: &'a HashMap<String, String>,
+    /// The tenant the request acts as ([`tenant::Acting`]).
+    pub tenant: &'a str,
+}
+
+impl Call<'_> {
+    pub fn no_route(&self) -> OjsError {
+        OjsError::not_found(format!("no OJS route {} {}", self.method, self.path))
     }
 }

@@ -6,11 +6,12 @@ use std::collections::HashMap;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use super::super::engine::admin::{QueueStats, Stats};
+use super::super::engine::admin::{QueueStats, QueueSummary, Stats, Tenants};
 use super::super::engine::claims::{Claim, Strategy};
 use super::super::engine::envelope;
 use super::super::engine::job::{Job, State, Timestamp};
 use super::super::engine::jobs::{Answer, Inserted};
+use super::super::engine::scheduling::{QueueDispatch, WINDOW};
 use super::OjsError;
 
 /// A job's own fields as this binding answers them; a field without a value is left out.
@@ -190,6 +191,8 @@ pub(super) fn progress_answer(stored: Job) -> Value {
         "state": job["state"],
         "progress": job.get("progress"),
         "data": job.get("progress_data"),
+        // The SDKs' report carries a `message`, kept as `data.message`; they read it back here.
+        "message": job.get("progress_data").and_then(|data| data.get("message")),
         "updated_at": if job.get("progress").is_some() { updated_at } else { None },
     });
     if let Some(checkpoint) = without_nulls(job.get("last_checkpoint").cloned()) {
@@ -217,6 +220,33 @@ pub(super) fn queue_stats_answer(stats: QueueStats) -> Value {
     json!({ "queue": summary.clone(), "name": stats.name, "stats": summary })
 }
 
+/// `GET /queues` (and `/admin/queues`): each queue's name, state and jobs waiting or active.
+pub(super) fn queues_answer(queues: Vec<QueueSummary>) -> Value {
+    let queues = queues
+        .into_iter()
+        .map(|queue| {
+            json!({
+                "name": queue.name,
+                "paused": queue.paused,
+                "status": if queue.paused { "paused" } else { "active" },
+                "counts": { "available": queue.available, "active": queue.active,
+                            "scheduled": queue.scheduled, "retryable": queue.retryable },
+            })
+        })
+        .collect();
+    listing("queues", queues)
+}
+
+/// `GET /admin/tenants`: the tenants that have jobs, with their job counts.
+pub(super) fn tenants_answer(tenants: Tenants) -> Value {
+    let listed: Vec<Value> = tenants
+        .tenants
+        .into_iter()
+        .map(|(tenant, jobs)| json!({ "tenant_id": tenant, "jobs": jobs }))
+        .collect();
+    json!({ "tenants": listed, "truncated": tenants.truncated })
+}
+
 /// `GET /admin/stats` (and a tenant's): jobs by state, queues, workers and throughput.
 pub(super) fn stats_answer(stats: &Stats) -> Value {
     let mut jobs = json!({});
@@ -225,6 +255,8 @@ pub(super) fn stats_answer(stats: &Stats) -> Value {
     }
     json!({
         "jobs": jobs,
+        // Every job counted once (the conformance suite's EXT-MT-003 reads it for a tenant).
+        "total_jobs": State::ALL.iter().map(|state| stats.jobs.of(*state)).sum::<i64>(),
         "queues": stats.queues,
         "workers": stats.workers,
         "throughput": {
@@ -232,6 +264,37 @@ pub(super) fn stats_answer(stats: &Stats) -> Value {
             "failed_per_minute": stats.failed_last_minute,
         },
     })
+}
+
+/// One queue in `GET /admin/scheduling/stats` (ojs-fair-scheduling §10.2).
+#[derive(Serialize)]
+struct QueueDispatchFields<'a> {
+    name: &'a str,
+    dispatch_count_1m: i64,
+    dispatch_ratio_1m: f64,
+    /// Null when no claim of the window could be timed (see [`QueueDispatch::avg_wait_ms`]).
+    avg_wait_ms: Option<i64>,
+    active_jobs: i64,
+    available_jobs: i64,
+}
+
+/// `GET /admin/scheduling/stats`: each queue's share of the last minute's claims, as §10.2
+/// answers it (`queues`, `window`), and the same under `stats` (the conformance suite's
+/// EXT-FS-002 reads that).
+pub(super) fn scheduling_answer(queues: &[QueueDispatch]) -> Value {
+    let queues: Vec<QueueDispatchFields> = queues
+        .iter()
+        .map(|queue| QueueDispatchFields {
+            name: &queue.name,
+            dispatch_count_1m: queue.dispatched,
+            dispatch_ratio_1m: queue.ratio,
+            avg_wait_ms: queue.avg_wait_ms.map(|ms| ms.round() as i64),
+            active_jobs: queue.active_jobs,
+            available_jobs: queue.available_jobs,
+        })
+        .collect();
+    let stats = json!({ "queues": queues, "window": WINDOW });
+    json!({ "queues": stats["queues"], "window": WINDOW, "stats": stats })
 }
 
 /// `value` without null object fields at any depth, as PostgreSQL's `jsonb_strip_nulls`;
