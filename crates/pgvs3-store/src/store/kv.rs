@@ -365,7 +365,7 @@ impl KvBatch {
         }
         let client = self.client.as_ref().expect("taken above");
         let (segments, rows) =
-            super::objects::body_rows(client, &self.bucket.sql, body_id, size, multipart, (0, size)).await?;
+            super::bodies::body_rows(client, &self.bucket.sql, body_id, size, multipart, (0, size)).await?;
         let mut data = Vec::with_capacity(size as usize);
         let mut stream = ChunkStream::new(None, rows, segments);
         while let Some(piece) = futures::StreamExt::next(&mut stream).await {

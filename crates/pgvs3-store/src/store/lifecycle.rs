@@ -358,7 +358,7 @@ impl Store {
                 .iter()
                 .map(|row| row.get("upload_id"))
                 .collect();
-            client.execute(&bucket.sql.drop_parts, &[&uploads]).await?;
+            client.execute(&bucket.sql.multipart.drop_parts, &[&uploads]).await?;
             stats.uploads_aborted += uploads.len() as u64;
         }
         client.commit().await?;

@@ -20,9 +20,10 @@ use tokio::time::Instant;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::Type;
 
+use super::bodies::BodyDigest;
 use super::chunks::Chunker;
 use super::encryption::ObjectKey;
-use super::objects::{BodyDigest, BodyStream, NamespaceSql};
+use super::objects::{BodyStream, NamespaceSql};
 use super::{Store, StoreError, StoreResult};
 
 /// Bytes of a body read ahead in memory before they are written (per upload streaming).

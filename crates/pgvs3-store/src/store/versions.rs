@@ -11,12 +11,11 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use tokio_postgres::types::Json;
 
+use super::bodies::{locate, stored_body};
 use super::conditions::DeleteCondition;
 use super::error::retry_conflicts;
 use super::listing::{ListRequest, prefix_successor};
-use super::objects::{
-    ObjectHead, ObjectMeta, ObjectRead, ReadOptions, check_delete_condition, check_key, locate, stored_body,
-};
+use super::objects::{ObjectHead, ObjectMeta, ObjectRead, ReadOptions, check_delete_condition, check_key};
 use super::{BucketInfo, Store, StoreError, StoreResult};
 
 /// A bucket's versioning state, once it was ever enabled (S3 never returns to "unversioned").
