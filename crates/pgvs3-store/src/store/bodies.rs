@@ -13,6 +13,48 @@ use super::encryption::ObjectKey;
 use super::objects::{BodyObserver, BodyStream, NamespaceSql, ObjectHead, ReadOptions, StoredChecksum};
 use super::{StoreError, StoreResult};
 
+/// The body SQL of one namespace: chunks read and written, parts located.
+#[derive(Debug)]
+pub(super) struct BodySql {
+    pub(super) part_span: String,
+    pub(super) part_segments: String,
+    pub(super) read_segments: String,
+    pub(super) copy_body: String,
+    pub(super) next_body_id: String,
+    pub(super) copy_chunks: String,
+    pub(super) read_chunks: String,
+}
+
+impl BodySql {
+    pub(super) fn new(ns: &str) -> BodySql {
+        BodySql {
+            part_span: format!("SELECT start_offset, size FROM {ns}.parts WHERE owner_id = $1 AND part_number = $2"),
+            part_segments: format!(
+                "SELECT body_id, size, start_offset FROM {ns}.parts
+                  WHERE owner_id = $1 AND start_offset < $3 AND start_offset + size > $2 ORDER BY part_number"
+            ),
+            // One statement (one snapshot) for all parts. A function scan yields the arrays in
+            // order and a nested loop runs the (ordered, not pulled-up) inner query per part, so
+            // rows arrive part by part without a sort that would buffer a whole part.
+            read_segments: format!(
+                "SELECT c.seq, c.data
+                   FROM unnest($1::bigint[], $2::int[], $3::int[]) AS s(body_id, first_seq, last_seq)
+                  CROSS JOIN LATERAL (SELECT seq, data FROM {ns}.chunks
+                                       WHERE body_id = s.body_id AND seq >= s.first_seq AND seq <= s.last_seq
+                                       ORDER BY seq) c"
+            ),
+            copy_body: format!(
+                "INSERT INTO {ns}.chunks (body_id, seq, data) SELECT $2, seq, data FROM {ns}.chunks WHERE body_id = $1"
+            ),
+            next_body_id: format!("SELECT nextval('{ns}.body_ids') AS body_id"),
+            copy_chunks: format!("COPY {ns}.chunks (body_id, seq, data) FROM STDIN (FORMAT binary)"),
+            read_chunks: format!(
+                "SELECT seq, data FROM {ns}.chunks WHERE body_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq"
+            ),
+        }
+    }
+}
+
 /// The body of a read of bytes `span`: a slice of an inline body, or the chunks of a chunked
 /// one streamed by the connection (which the stream keeps until it ends); empty for a HEAD.
 #[allow(clippy::too_many_arguments)]
@@ -71,12 +113,12 @@ pub(super) async fn body_rows(
             start: span.0,
             end: span.1,
         };
-        let statement = client.prepare_cached(&sql.read_chunks).await?;
+        let statement = client.prepare_cached(&sql.bodies.read_chunks).await?;
         let params: Params = [&body_id, &segment.first_seq(), &segment.last_seq()];
         let rows = client.query_raw(&statement, params).await?;
         return Ok((vec![segment], rows));
     }
-    let statement = client.prepare_cached(&sql.part_segments).await?;
+    let statement = client.prepare_cached(&sql.bodies.part_segments).await?;
     let (start, end) = (span.0 as i64, span.1 as i64);
     let segments: Vec<Segment> = client
         .query(&statement, &[&body_id, &start, &end])
@@ -96,7 +138,7 @@ pub(super) async fn body_rows(
     let ids: Vec<i64> = segments.iter().map(|s| s.body_id).collect();
     let firsts: Vec<i32> = segments.iter().map(Segment::first_seq).collect();
     let lasts: Vec<i32> = segments.iter().map(Segment::last_seq).collect();
-    let statement = client.prepare_cached(&sql.read_segments).await?;
+    let statement = client.prepare_cached(&sql.bodies.read_segments).await?;
     let params: Params = [&ids, &firsts, &lasts];
     let rows = client.query_raw(&statement, params).await?;
     Ok((segments, rows))
@@ -130,7 +172,7 @@ pub(super) async fn locate(
             _ => Err(StoreError::InvalidPartNumber),
         };
     }
-    let statement = client.prepare_cached(&sql.part_span).await?;
+    let statement = client.prepare_cached(&sql.bodies.part_span).await?;
     let part = client
         .query_opt(&statement, &[&body_id, &(part_number.min(i32::MAX as u32) as i32)])
         .await?
@@ -196,8 +238,8 @@ pub(super) async fn write_chunks(
     digest: Option<&BodyDigest>,
     key: Option<&ObjectKey>,
 ) -> StoreResult<(i64, u64)> {
-    let body_id: i64 = tx.query_one(&sql.next_body_id, &[]).await?.get("body_id");
-    let sink = tx.copy_in(&sql.copy_chunks).await?;
+    let body_id: i64 = tx.query_one(&sql.bodies.next_body_id, &[]).await?.get("body_id");
+    let sink = tx.copy_in(&sql.bodies.copy_chunks).await?;
     let writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT4, Type::BYTEA]);
     futures::pin_mut!(writer);
     let mut chunker = Chunker::new(compress);

@@ -80,6 +80,28 @@ pub(super) fn prefix_successor(prefix: &str) -> Option<String> {
     None
 }
 
+/// The listing SQL of one namespace.
+#[derive(Debug)]
+pub(super) struct ListingSql {
+    list: String,
+    /// Below `$5` too: the end of the listed prefix.
+    list_below: String,
+}
+
+impl ListingSql {
+    pub(super) fn new(ns: &str) -> ListingSql {
+        let list = format!(
+            "SELECT key, size, etag, last_modified FROM {ns}.objects
+              WHERE bucket_id = $1 AND key > $2 AND key >= $3
+                AND (expires_at IS NULL OR expires_at > now())"
+        );
+        ListingSql {
+            list_below: format!("{list} AND key < $5 ORDER BY key LIMIT $4"),
+            list: format!("{list} ORDER BY key LIMIT $4"),
+        }
+    }
+}
+
 impl Store {
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store list_objects", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn list_objects(&self, bucket: &BucketInfo, request: &ListRequest) -> StoreResult<ListPage> {
@@ -127,9 +149,9 @@ impl Store {
         let client = self.client().await?;
         let statement = client
             .prepare_cached(if below.is_some() {
-                &bucket.sql.list_below
+                &bucket.sql.listing.list_below
             } else {
-                &bucket.sql.list
+                &bucket.sql.listing.list
             })
             .await?;
         let mut last_prefix: Option<String> = None;

@@ -187,20 +187,13 @@ pub struct NamespaceSql {
     pub(super) put_if_absent: String,
     pub(super) put_if_match: String,
     pub(super) put_if_none_match: String,
-    pub(super) part_span: String,
-    pub(super) part_segments: String,
-    pub(super) read_segments: String,
-    pub(super) copy_body: String,
     pub(super) set_tags: String,
     pub(super) copy_parts: String,
-    pub(super) next_body_id: String,
-    pub(super) copy_chunks: String,
-    pub(super) read_chunks: String,
     pub(super) lock_current: String,
     pub(super) delete_unversioned: String,
     pub(super) delete_many_unversioned: String,
-    pub(super) list: String,
-    pub(super) list_below: String,
+    pub(super) bodies: super::bodies::BodySql,
+    pub(super) listing: super::listing::ListingSql,
     pub(super) multipart: super::multipart::MultipartSql,
     pub(super) reaper: super::reaper::ReaperSql,
     pub(super) kv: super::kv::KvSql,
@@ -215,11 +208,6 @@ impl NamespaceSql {
         // Namespace names are checked by the catalog (^[a-z][a-z0-9_]*$), so quoting suffices.
         let ns = format!("\"{ns}\"");
         let insert = insert_sql(&ns);
-        let list = format!(
-            "SELECT key, size, etag, last_modified FROM {ns}.objects
-              WHERE bucket_id = $1 AND key > $2 AND key >= $3
-                AND (expires_at IS NULL OR expires_at > now())"
-        );
         NamespaceSql {
             get: lookup_sql(&ns, "o.inline"),
             head: lookup_sql(&ns, "NULL::bytea"),
@@ -246,28 +234,10 @@ impl NamespaceSql {
                  RETURNING o.last_modified, o.version_id, o.version_seq IS NOT NULL AS versioned",
                 redrawn = version_drawn_under_lock(&ns, "b.versioning IS NOT NULL", "b.versioning = 'Enabled'"),
             ),
-            part_span: format!("SELECT start_offset, size FROM {ns}.parts WHERE owner_id = $1 AND part_number = $2"),
-            part_segments: format!(
-                "SELECT body_id, size, start_offset FROM {ns}.parts
-                  WHERE owner_id = $1 AND start_offset < $3 AND start_offset + size > $2 ORDER BY part_number"
-            ),
-            // One statement (one snapshot) for all parts. A function scan yields the arrays in
-            // order and a nested loop runs the (ordered, not pulled-up) inner query per part, so
-            // rows arrive part by part without a sort that would buffer a whole part.
-            read_segments: format!(
-                "SELECT c.seq, c.data
-                   FROM unnest($1::bigint[], $2::int[], $3::int[]) AS s(body_id, first_seq, last_seq)
-                  CROSS JOIN LATERAL (SELECT seq, data FROM {ns}.chunks
-                                       WHERE body_id = s.body_id AND seq >= s.first_seq AND seq <= s.last_seq
-                                       ORDER BY seq) c"
-            ),
             set_tags: format!(
                 "UPDATE {ns}.objects SET meta = CASE WHEN $3 = '{{}}'::jsonb THEN meta - 'tg'
                                                      ELSE jsonb_set(meta, '{{tg}}', $3) END
                   WHERE bucket_id = $1 AND key = $2 AND (expires_at IS NULL OR expires_at > now())"
-            ),
-            copy_body: format!(
-                "INSERT INTO {ns}.chunks (body_id, seq, data) SELECT $2, seq, data FROM {ns}.chunks WHERE body_id = $1"
             ),
             // Each part gets a copy of its chunks under a new body id; the new parts belong to
             // the new manifest `$2`.
@@ -280,11 +250,6 @@ impl NamespaceSql {
                      SELECT $2, part_number, size, etag, new_body, start_offset FROM source)
                  INSERT INTO {ns}.chunks (body_id, seq, data)
                  SELECT s.new_body, c.seq, c.data FROM source s JOIN {ns}.chunks c ON c.body_id = s.body_id"
-            ),
-            next_body_id: format!("SELECT nextval('{ns}.body_ids') AS body_id"),
-            copy_chunks: format!("COPY {ns}.chunks (body_id, seq, data) FROM STDIN (FORMAT binary)"),
-            read_chunks: format!(
-                "SELECT seq, data FROM {ns}.chunks WHERE body_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq"
             ),
             // The current version a conditional delete compares, held until it is deleted.
             lock_current: format!(
@@ -306,8 +271,8 @@ impl NamespaceSql {
                               AND EXISTS (SELECT 1 FROM b WHERE versioning IS NULL))
                  SELECT versioning FROM b"
             ),
-            list_below: format!("{list} AND key < $5 ORDER BY key LIMIT $4"),
-            list: format!("{list} ORDER BY key LIMIT $4"),
+            bodies: super::bodies::BodySql::new(&ns),
+            listing: super::listing::ListingSql::new(&ns),
             multipart: super::multipart::MultipartSql::new(&ns),
             reaper: super::reaper::ReaperSql::new(&ns),
             kv: super::kv::KvSql::new(&ns),

@@ -274,7 +274,7 @@ impl Staged<'_> {
                 }
                 lease.body_id
             }
-            None => tx.query_one(&self.sql.next_body_id, &[]).await?.get("body_id"),
+            None => tx.query_one(&self.sql.bodies.next_body_id, &[]).await?.get("body_id"),
         };
         self.write_ready(tx, body_id).await?;
         Ok(body_id)
@@ -291,7 +291,7 @@ impl Staged<'_> {
         if self.ready.is_empty() {
             return Ok(());
         }
-        let sink = tx.copy_in(&self.sql.copy_chunks).await?;
+        let sink = tx.copy_in(&self.sql.bodies.copy_chunks).await?;
         let writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT4, Type::BYTEA]);
         futures::pin_mut!(writer);
         for chunk in self.ready.drain(..) {

@@ -407,8 +407,11 @@ async fn execute_unless_empty(
 
 /// Stores a large value as a new chunked body, inside the batch's transaction.
 async fn copy_body(client: &deadpool_postgres::Object, bucket: &BucketInfo, value: &[u8]) -> StoreResult<i64> {
-    let body_id: i64 = client.query_one(&bucket.sql.next_body_id, &[]).await?.get("body_id");
-    let sink = client.copy_in(&bucket.sql.copy_chunks).await?;
+    let body_id: i64 = client
+        .query_one(&bucket.sql.bodies.next_body_id, &[])
+        .await?
+        .get("body_id");
+    let sink = client.copy_in(&bucket.sql.bodies.copy_chunks).await?;
     let writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT4, Type::BYTEA]);
     futures::pin_mut!(writer);
     let mut chunker = Chunker::new(true);
