@@ -247,25 +247,7 @@ impl Store {
             encryption,
             ..
         } = upload;
-        // A part is encrypted with the upload's key: an SSE-C upload's parts must come with
-        // the key it was started with.
-        let sealed: Option<Json<super::encryption::Sealed>> = {
-            let client = self.client().await?;
-            let statement = client.prepare_cached(&bucket.sql.multipart.upload_encryption).await?;
-            let Some(row) = client.query_opt(&statement, &[&upload_id, &bucket.id, &key]).await? else {
-                return Err(StoreError::NoSuchUpload);
-            };
-            row.get("encryption")
-        };
-        let offered = match &encryption {
-            super::encryption::Requested::Customer(customer) => Some(customer),
-            _ => None,
-        };
-        let object_key = super::encryption::open(
-            sealed.as_ref().map(|Json(sealed)| sealed),
-            offered,
-            self.catalog.master_key(),
-        )?;
+        let (sealed, object_key) = self.part_key(bucket, key, upload_id, &encryption).await?;
         // Read ahead in batches and written without holding a connection while the client
         // sends; the last batch commits with the part's row.
         let digest = BodyDigest::start(observer);
@@ -310,6 +292,39 @@ impl Store {
             },
             sse_s3: sealed.is_some_and(|Json(sealed)| sealed.mode == super::encryption::Mode::S3),
         })
+    }
+
+    /// The key a part of upload `upload_id` is encrypted with, and the upload's sealed key it
+    /// is opened from (`None`: the upload is not encrypted). A part is encrypted with the
+    /// upload's key: an SSE-C upload's parts must come with the key it was started with.
+    async fn part_key(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        upload_id: i64,
+        encryption: &super::encryption::Requested,
+    ) -> StoreResult<(
+        Option<Json<super::encryption::Sealed>>,
+        Option<super::encryption::ObjectKey>,
+    )> {
+        let sealed: Option<Json<super::encryption::Sealed>> = {
+            let client = self.client().await?;
+            let statement = client.prepare_cached(&bucket.sql.multipart.upload_encryption).await?;
+            let Some(row) = client.query_opt(&statement, &[&upload_id, &bucket.id, &key]).await? else {
+                return Err(StoreError::NoSuchUpload);
+            };
+            row.get("encryption")
+        };
+        let offered = match encryption {
+            super::encryption::Requested::Customer(customer) => Some(customer),
+            _ => None,
+        };
+        let object_key = super::encryption::open(
+            sealed.as_ref().map(|Json(sealed)| sealed),
+            offered,
+            self.catalog.master_key(),
+        )?;
+        Ok((sealed, object_key))
     }
 
     /// Turns an upload into its object, if `condition` holds. The listed parts must exist with
@@ -514,25 +529,12 @@ impl Store {
         if max_uploads == 0 {
             return Ok(page);
         }
-        let mut key_marker = key_marker.clone().unwrap_or_default();
-        // Without an upload-id marker, every upload of the marker key is skipped.
-        let mut id_marker = match upload_id_marker.as_deref() {
-            Some(id) if !key_marker.is_empty() => id.parse().unwrap_or(i64::MAX),
-            _ if key_marker.is_empty() => -1,
-            _ => i64::MAX,
-        };
         let delimiter = delimiter.as_deref().filter(|d| !d.is_empty());
-        // A key marker that is a common prefix (the NextKeyMarker of a rolled-up page) skips
-        // every upload under it.
-        if let Some(d) = delimiter
-            && let Some(rest) = key_marker.strip_prefix(prefix)
-            && rest.find(d).is_some_and(|at| at + d.len() == rest.len())
-        {
-            match super::listing::prefix_successor(&key_marker) {
-                Some(next) => (key_marker, id_marker) = (next, -1),
-                None => return Ok(page),
-            }
-        }
+        let Some((mut key_marker, mut id_marker)) =
+            uploads_from(prefix, delimiter, key_marker.as_deref(), upload_id_marker.as_deref())
+        else {
+            return Ok(page);
+        };
         let client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.multipart.list_uploads).await?;
         let window = MAX_LISTED as i64 + 1;
@@ -588,6 +590,30 @@ impl Store {
         }
         Ok(page)
     }
+}
+
+/// Where a listing of uploads starts: after the upload-id marker among the uploads of the key
+/// marker (without one, after all of them). A key marker that is a common prefix (the
+/// NextKeyMarker of a rolled-up page) skips every upload under it. `None`: nothing comes after.
+fn uploads_from(
+    prefix: &str,
+    delimiter: Option<&str>,
+    key_marker: Option<&str>,
+    upload_id_marker: Option<&str>,
+) -> Option<(String, i64)> {
+    let mut key_marker = key_marker.unwrap_or_default().to_owned();
+    let mut id_marker = match upload_id_marker {
+        Some(id) if !key_marker.is_empty() => id.parse().unwrap_or(i64::MAX),
+        _ if key_marker.is_empty() => -1,
+        _ => i64::MAX,
+    };
+    if let Some(d) = delimiter
+        && let Some(rest) = key_marker.strip_prefix(prefix)
+        && rest.find(d).is_some_and(|at| at + d.len() == rest.len())
+    {
+        (key_marker, id_marker) = (super::listing::prefix_successor(&key_marker)?, -1);
+    }
+    Some((key_marker, id_marker))
 }
 
 #[cfg(test)]
