@@ -70,76 +70,7 @@ impl Context<'_> {
                      <th>Own policy</th><th>Buckets owned</th><th>Created</th><th></th></tr></thead><tbody>",
                 );
                 for key in &keys {
-                    let mut buckets = key
-                        .buckets
-                        .iter()
-                        .take(BUCKETS_SHOWN)
-                        .map(|bucket| name(bucket))
-                        .collect::<Vec<_>>()
-                        .join(", ");
-                    if key.buckets.len() > BUCKETS_SHOWN {
-                        let _ = write!(buckets, " and {} more", key.buckets.len() - BUCKETS_SHOWN);
-                    }
-                    let role = match (key.is_root, key.read_only) {
-                        (true, _) => "root",
-                        (false, true) => "read-only",
-                        (false, false) => "read-write",
-                    };
-                    let actions = if key.is_root {
-                        String::new()
-                    } else {
-                        let toggle = match key.disabled {
-                            true => form(
-                                "/access-keys/enable",
-                                self.csrf(),
-                                &[("access_key", &key.access_key)],
-                                &button("Enable", "enable", None),
-                            ),
-                            false => form(
-                                "/access-keys/disable",
-                                self.csrf(),
-                                &[("access_key", &key.access_key)],
-                                &button(
-                                    "Disable",
-                                    "disable",
-                                    Some("Disable this key? Every gateway refuses it until it is enabled again."),
-                                ),
-                            ),
-                        };
-                        toggle
-                            + &form(
-                                "/access-keys/delete",
-                                self.csrf(),
-                                &[("access_key", &key.access_key)],
-                                &button(
-                                    "Delete",
-                                    "danger",
-                                    Some("Delete this key? Its buckets pass to the root key."),
-                                ),
-                            )
-                    };
-                    let state = if key.disabled { "disabled" } else { "active" };
-                    let created = aws_sdk_s3::primitives::DateTime::from(key.created)
-                        .fmt(aws_sdk_s3::primitives::DateTimeFormat::DateTime)
-                        .unwrap_or_default();
-                    let _ = write!(
-                        body,
-                        "<tr class=\"access-key {state}\" data-key=\"{}\"><td><code>{}</code></td><td>{role}</td><td class=\"state\">{state}</td>\
-                         <td>{}</td><td>{}</td><td>{buckets}</td><td>{}</td><td class=\"actions\">{actions}</td></tr>",
-                        esc(&key.access_key),
-                        name(&key.access_key),
-                        name(&key.description),
-                        match (key.is_root, &key.policy) {
-                            (true, _) => "everything".to_owned(),
-                            (false, policy) => format!(
-                                "{}<a class=\"key-policy\" href=\"{}\">{}</a>",
-                                if policy.is_some() { "yes · " } else { "" },
-                                esc(&crate::html::link("/access-key", &[("access_key", &key.access_key)])),
-                                if policy.is_some() { "Edit" } else { "Attach" },
-                            ),
-                        },
-                        esc(&created),
-                    );
+                    body.push_str(&self.key_row(key));
                 }
                 body.push_str("</tbody></table>");
             }
@@ -150,6 +81,84 @@ impl Context<'_> {
              (S3 and new RESP connections) until it is enabled again.</p>",
         );
         self.page(StatusCode::OK, "Access keys", body)
+    }
+
+    /// A key's row: its role, state, description, own policy, buckets, creation and actions.
+    fn key_row(&self, key: &crate::KeyInfo) -> String {
+        let mut buckets = key
+            .buckets
+            .iter()
+            .take(BUCKETS_SHOWN)
+            .map(|bucket| name(bucket))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if key.buckets.len() > BUCKETS_SHOWN {
+            let _ = write!(buckets, " and {} more", key.buckets.len() - BUCKETS_SHOWN);
+        }
+        let role = match (key.is_root, key.read_only) {
+            (true, _) => "root",
+            (false, true) => "read-only",
+            (false, false) => "read-write",
+        };
+        let actions = self.key_actions(key);
+        let state = if key.disabled { "disabled" } else { "active" };
+        let created = aws_sdk_s3::primitives::DateTime::from(key.created)
+            .fmt(aws_sdk_s3::primitives::DateTimeFormat::DateTime)
+            .unwrap_or_default();
+        format!(
+            "<tr class=\"access-key {state}\" data-key=\"{}\"><td><code>{}</code></td><td>{role}</td><td class=\"state\">{state}</td>\
+             <td>{}</td><td>{}</td><td>{buckets}</td><td>{}</td><td class=\"actions\">{actions}</td></tr>",
+            esc(&key.access_key),
+            name(&key.access_key),
+            name(&key.description),
+            match (key.is_root, &key.policy) {
+                (true, _) => "everything".to_owned(),
+                (false, policy) => format!(
+                    "{}<a class=\"key-policy\" href=\"{}\">{}</a>",
+                    if policy.is_some() { "yes · " } else { "" },
+                    esc(&crate::html::link("/access-key", &[("access_key", &key.access_key)])),
+                    if policy.is_some() { "Edit" } else { "Attach" },
+                ),
+            },
+            esc(&created),
+        )
+    }
+
+    /// A key's actions: enable or disable, and delete (none for the root key).
+    fn key_actions(&self, key: &crate::KeyInfo) -> String {
+        if key.is_root {
+            String::new()
+        } else {
+            let toggle = match key.disabled {
+                true => form(
+                    "/access-keys/enable",
+                    self.csrf(),
+                    &[("access_key", &key.access_key)],
+                    &button("Enable", "enable", None),
+                ),
+                false => form(
+                    "/access-keys/disable",
+                    self.csrf(),
+                    &[("access_key", &key.access_key)],
+                    &button(
+                        "Disable",
+                        "disable",
+                        Some("Disable this key? Every gateway refuses it until it is enabled again."),
+                    ),
+                ),
+            };
+            toggle
+                + &form(
+                    "/access-keys/delete",
+                    self.csrf(),
+                    &[("access_key", &key.access_key)],
+                    &button(
+                        "Delete",
+                        "danger",
+                        Some("Delete this key? Its buckets pass to the root key."),
+                    ),
+                )
+        }
     }
 
     /// A key's own policy in an editor; `edited` is a document that was not saved, and why.

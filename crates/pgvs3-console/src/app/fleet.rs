@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use http::{Method, StatusCode};
 
 use super::{Context, Response};
@@ -559,6 +560,110 @@ fn charts(intervals: &[Interval]) -> String {
     )
 }
 
+/// The readiness entries of this gateway's section, from its `/readyz` answer.
+fn ready_entries(ready: Result<(StatusCode, Bytes), String>) -> String {
+    let mut body = String::new();
+    match ready {
+        Ok((status, answer)) => match serde_json::from_slice::<serde_json::Value>(&answer) {
+            Ok(ready) => {
+                let _ = write!(
+                    body,
+                    "<dt>Ready</dt><dd id=\"ready\">{}</dd><dt>Role</dt><dd id=\"role\">{}</dd>\
+                     <dt>Replication lag</dt><dd id=\"lag\">{:.1} s</dd><dt>Layout</dt><dd>{} (this build: {})</dd>",
+                    if status.is_success() { "yes" } else { "no" },
+                    name(ready["role"].as_str().unwrap_or("")),
+                    ready["replication_lag_seconds"].as_f64().unwrap_or(0.0),
+                    esc(&ready["layout"].to_string()),
+                    esc(&ready["expected_layout"].to_string()),
+                );
+            }
+            Err(_) => {
+                let _ = write!(
+                    body,
+                    "<dt>Ready</dt><dd id=\"ready\">no: {}</dd>",
+                    name(&String::from_utf8_lossy(&answer))
+                );
+            }
+        },
+        Err(err) => {
+            let _ = write!(body, "<dt>Ready</dt><dd id=\"ready\">{}</dd>", name(&err));
+        }
+    }
+    body
+}
+
+/// Requests per protocol (totals, server errors, mean latency, the last interval's rate) and
+/// the charts of the sampled intervals.
+fn requests_section(metrics: &Metrics, intervals: &[Interval]) -> String {
+    let last = intervals.last();
+    let mut body = String::new();
+    body.push_str(
+        "<section><h2>Requests</h2><table id=\"requests\"><thead><tr><th>Protocol</th><th>Requests</th>\
+         <th>Server errors</th><th>Mean latency</th><th>Rate</th></tr></thead><tbody>",
+    );
+    for (protocol, total) in &metrics.requests {
+        let (sum, count) = metrics.latency.get(protocol).copied().unwrap_or_default();
+        let rate = last.and_then(|interval| interval.rates.get(protocol));
+        let _ = write!(
+            body,
+            "<tr class=\"protocol\"><td>{}</td><td>{total}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            name(protocol),
+            metrics.errors.get(protocol).copied().unwrap_or(0.0),
+            if count > 0.0 {
+                format!("{:.1} ms", sum / count * 1000.0)
+            } else {
+                String::new()
+            },
+            rate.map(|rate| format!("{rate:.2}/s")).unwrap_or_default(),
+        );
+    }
+    body.push_str("</tbody></table>");
+    let _ = write!(
+        body,
+        "<p class=\"hint\">{}</p>",
+        match last {
+            Some(_) => format!(
+                "Rates over the last interval between samples (the counters are sampled every {} s and at each look at this page).",
+                SAMPLE_EVERY.as_secs()
+            ),
+            None => "Rates show once the counters have been sampled twice.".to_owned(),
+        }
+    );
+    body.push_str(&charts(intervals));
+    body.push_str("</section>");
+    body
+}
+
+/// The database pool's gauges and the buffer budget.
+fn pool_section(metrics: &Metrics) -> String {
+    let mut body = String::new();
+    body.push_str("<section><h2>Database pool and buffers</h2><dl class=\"meta\">");
+    for (label, gauge) in [
+        ("Connections in use", "pool in_use"),
+        ("Idle", "pool idle"),
+        ("Waiting", "pool waiting"),
+        ("Pool size", "pgvs3_db_pool_max_connections"),
+        ("Database up", "pgvs3_database_up"),
+    ] {
+        if let Some(value) = metrics.gauges.get(gauge) {
+            let _ = write!(body, "<dt>{label}</dt><dd>{value}</dd>");
+        }
+    }
+    if let (Some(used), Some(budget)) = (
+        metrics.gauges.get("pgvs3_buffer_bytes_in_use"),
+        metrics.gauges.get("pgvs3_buffer_bytes_budget"),
+    ) {
+        let _ = write!(
+            body,
+            "<dt>Buffer budget</dt><dd>{} of {}</dd>",
+            esc(&crate::html::size(*used as i64)),
+            esc(&crate::html::size(*budget as i64))
+        );
+    }
+    body.push_str("</dl></section>");
+    body
+}
+
 impl Context<'_> {
     pub(super) async fn fleet(&self) -> Response {
         let mut body = String::from("<h1>Health</h1>");
@@ -608,32 +713,7 @@ impl Context<'_> {
         body.push_str(&gateways_section(gateways));
         body.push_str(&standbys_section(standbys));
         body.push_str("<section><h2>This gateway</h2><dl class=\"meta\">");
-        match ready {
-            Ok((status, answer)) => match serde_json::from_slice::<serde_json::Value>(&answer) {
-                Ok(ready) => {
-                    let _ = write!(
-                        body,
-                        "<dt>Ready</dt><dd id=\"ready\">{}</dd><dt>Role</dt><dd id=\"role\">{}</dd>\
-                         <dt>Replication lag</dt><dd id=\"lag\">{:.1} s</dd><dt>Layout</dt><dd>{} (this build: {})</dd>",
-                        if status.is_success() { "yes" } else { "no" },
-                        name(ready["role"].as_str().unwrap_or("")),
-                        ready["replication_lag_seconds"].as_f64().unwrap_or(0.0),
-                        esc(&ready["layout"].to_string()),
-                        esc(&ready["expected_layout"].to_string()),
-                    );
-                }
-                Err(_) => {
-                    let _ = write!(
-                        body,
-                        "<dt>Ready</dt><dd id=\"ready\">no: {}</dd>",
-                        name(&String::from_utf8_lossy(&answer))
-                    );
-                }
-            },
-            Err(err) => {
-                let _ = write!(body, "<dt>Ready</dt><dd id=\"ready\">{}</dd>", name(&err));
-            }
-        }
+        body.push_str(&ready_entries(ready));
         body.push_str("</dl></section>");
         let _ = write!(
             body,
@@ -650,80 +730,7 @@ impl Context<'_> {
         );
         match metrics {
             Ok((status, text)) if status.is_success() => {
-                let metrics = parse(&String::from_utf8_lossy(&text));
-                let now = Instant::now();
-                self.app
-                    .samples
-                    .record(now, &metrics, wal.as_ref().ok().map(|position| position.bytes));
-                let intervals = self.app.samples.intervals(now);
-                let last = intervals.last();
-                if let Some(rate) = last.and_then(|interval| interval.wal_rate) {
-                    let _ = write!(
-                        body,
-                        "<dt>WAL written</dt><dd id=\"wal-rate\">{}/s</dd>",
-                        esc(&crate::html::size(rate as i64))
-                    );
-                }
-                body.push_str("</dl></section>");
-                body.push_str(
-                    "<section><h2>Requests</h2><table id=\"requests\"><thead><tr><th>Protocol</th><th>Requests</th>\
-                     <th>Server errors</th><th>Mean latency</th><th>Rate</th></tr></thead><tbody>",
-                );
-                for (protocol, total) in &metrics.requests {
-                    let (sum, count) = metrics.latency.get(protocol).copied().unwrap_or_default();
-                    let rate = last.and_then(|interval| interval.rates.get(protocol));
-                    let _ = write!(
-                        body,
-                        "<tr class=\"protocol\"><td>{}</td><td>{total}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                        name(protocol),
-                        metrics.errors.get(protocol).copied().unwrap_or(0.0),
-                        if count > 0.0 {
-                            format!("{:.1} ms", sum / count * 1000.0)
-                        } else {
-                            String::new()
-                        },
-                        rate.map(|rate| format!("{rate:.2}/s")).unwrap_or_default(),
-                    );
-                }
-                body.push_str("</tbody></table>");
-                let _ = write!(
-                    body,
-                    "<p class=\"hint\">{}</p>",
-                    match last {
-                        Some(_) => format!(
-                            "Rates over the last interval between samples (the counters are sampled every {} s and at each look at this page).",
-                            SAMPLE_EVERY.as_secs()
-                        ),
-                        None => "Rates show once the counters have been sampled twice.".to_owned(),
-                    }
-                );
-                body.push_str(&charts(&intervals));
-                body.push_str("</section>");
-                body.push_str(&cache_section(&metrics));
-                body.push_str("<section><h2>Database pool and buffers</h2><dl class=\"meta\">");
-                for (label, gauge) in [
-                    ("Connections in use", "pool in_use"),
-                    ("Idle", "pool idle"),
-                    ("Waiting", "pool waiting"),
-                    ("Pool size", "pgvs3_db_pool_max_connections"),
-                    ("Database up", "pgvs3_database_up"),
-                ] {
-                    if let Some(value) = metrics.gauges.get(gauge) {
-                        let _ = write!(body, "<dt>{label}</dt><dd>{value}</dd>");
-                    }
-                }
-                if let (Some(used), Some(budget)) = (
-                    metrics.gauges.get("pgvs3_buffer_bytes_in_use"),
-                    metrics.gauges.get("pgvs3_buffer_bytes_budget"),
-                ) {
-                    let _ = write!(
-                        body,
-                        "<dt>Buffer budget</dt><dd>{} of {}</dd>",
-                        esc(&crate::html::size(*used as i64)),
-                        esc(&crate::html::size(*budget as i64))
-                    );
-                }
-                body.push_str("</dl></section>");
+                body.push_str(&self.metrics_sections(&text, wal.as_ref().ok().map(|position| position.bytes)));
             }
             Ok((status, _)) => {
                 let _ = write!(
@@ -736,6 +743,29 @@ impl Context<'_> {
             }
         }
         self.page(StatusCode::OK, "Health", body)
+    }
+
+    /// What this gateway's `/metrics` answer (`text`) shows, sampled with the WAL position
+    /// (`wal`, bytes): the WAL rate, which closes the database's section, then the requests,
+    /// cache, and pool sections.
+    fn metrics_sections(&self, text: &[u8], wal: Option<f64>) -> String {
+        let mut body = String::new();
+        let metrics = parse(&String::from_utf8_lossy(text));
+        let now = Instant::now();
+        self.app.samples.record(now, &metrics, wal);
+        let intervals = self.app.samples.intervals(now);
+        if let Some(rate) = intervals.last().and_then(|interval| interval.wal_rate) {
+            let _ = write!(
+                body,
+                "<dt>WAL written</dt><dd id=\"wal-rate\">{}/s</dd>",
+                esc(&crate::html::size(rate as i64))
+            );
+        }
+        body.push_str("</dl></section>");
+        body.push_str(&requests_section(&metrics, &intervals));
+        body.push_str(&cache_section(&metrics));
+        body.push_str(&pool_section(&metrics));
+        body
     }
 }
 

@@ -133,6 +133,105 @@ fn history(job: &Value) -> String {
     out
 }
 
+/// The queues of a tenant (`GET /queues`) with their counts and the last minute's `rates`.
+fn queues_table(queues: &Value, rates: &Result<Vec<crate::QueueRates>, String>, tenant: &str) -> String {
+    let mut out = String::new();
+    let queues = queues["queues"].as_array().cloned().unwrap_or_default();
+    if queues.is_empty() {
+        out.push_str("<p>No queues yet.</p>");
+    } else {
+        out.push_str(
+            "<table id=\"queues\"><thead><tr><th>Queue</th><th>Status</th><th>Available</th><th>Scheduled</th>\
+             <th>Retryable</th><th>Active</th><th>Enqueued a minute</th><th>Completed a minute</th>\
+             <th>Failed a minute</th></tr></thead><tbody>",
+        );
+        for queue in &queues {
+            let queue_name = queue["name"].as_str().unwrap_or_default();
+            let count = |state: &str| queue["counts"][state].as_i64().unwrap_or(0);
+            let _ = write!(
+                out,
+                "<tr class=\"queue\"><td><a href=\"{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{}</tr>",
+                esc(&link("/jobs/queue", &[("name", queue_name), ("tenant", tenant)])),
+                name(queue_name),
+                text(&queue["status"]),
+                count("available"),
+                count("scheduled"),
+                count("retryable"),
+                count("active"),
+                rate_of(rates, queue_name),
+            );
+        }
+        out.push_str("</tbody></table>");
+        match rates {
+            Ok(_) => out.push_str(
+                "<p class=\"hint\">Rates: the last minute's jobs of this tenant, from the database's event log, so every gateway's work counts.</p>",
+            ),
+            Err(err) => out.push_str(&refused(&format!("Rates: {err}"))),
+        }
+    }
+    out
+}
+
+/// A queue's cells of `rates`. A queue without events in the last minute has rates of 0;
+/// unknown ones are blank.
+fn rate_of(rates: &Result<Vec<crate::QueueRates>, String>, queue: &str) -> String {
+    match rates {
+        Ok(rates) => {
+            let found = rates.iter().find(|rates| rates.queue == queue);
+            let (enqueued, completed, failed) =
+                found.map_or((0, 0, 0), |rates| (rates.enqueued, rates.completed, rates.failed));
+            format!(
+                "<td class=\"rate\">{enqueued}</td><td class=\"rate\">{completed}</td><td class=\"rate\">{failed}</td>"
+            )
+        }
+        Err(_) => "<td></td><td></td><td></td>".to_owned(),
+    }
+}
+
+/// The cron schedules of a tenant (`GET /cron`), in either of the shapes OJS gives them.
+fn cron_table(cron: &Value) -> String {
+    let mut out = String::new();
+    let schedules = cron["crons"].as_array().cloned().unwrap_or_default();
+    if schedules.is_empty() {
+        out.push_str("<p>No cron schedules.</p>");
+    } else {
+        out.push_str(
+            "<table id=\"cron\"><thead><tr><th>Name</th><th>Schedule</th><th>Time zone</th><th>Job type</th>\
+             <th>Queue</th><th>Next run</th><th>Last run</th></tr></thead><tbody>",
+        );
+        for schedule in &schedules {
+            let expression = if schedule["cron"].is_null() {
+                &schedule["expression"]
+            } else {
+                &schedule["cron"]
+            };
+            let job_type = if schedule["type"].is_null() {
+                &schedule["job_template"]["type"]
+            } else {
+                &schedule["type"]
+            };
+            let queue = if schedule["options"]["queue"].is_null() {
+                &schedule["job_template"]["options"]["queue"]
+            } else {
+                &schedule["options"]["queue"]
+            };
+            let _ = write!(
+                out,
+                "<tr class=\"cron\"><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                text(&schedule["name"]),
+                text(expression),
+                text(&schedule["timezone"]),
+                text(job_type),
+                text(queue),
+                text(&schedule["next_run_at"]),
+                text(&schedule["last_run_at"]),
+            );
+        }
+        out.push_str("</tbody></table>");
+    }
+    out
+}
+
 impl Context<'_> {
     /// The OJS client, for root-key sessions with an OJS listener; else why not.
     pub(super) fn ojs(&self) -> Result<&crate::ojs::Ojs, String> {
@@ -187,149 +286,67 @@ impl Context<'_> {
             ojs.call(Method::GET, "/cron", tenant),
             rates,
         );
-        // A queue without events in the last minute has rates of 0; unknown ones are blank.
-        let rate_of = |queue: &str| -> String {
-            match &rates {
-                Ok(rates) => {
-                    let found = rates.iter().find(|rates| rates.queue == queue);
-                    let (enqueued, completed, failed) =
-                        found.map_or((0, 0, 0), |rates| (rates.enqueued, rates.completed, rates.failed));
-                    format!(
-                        "<td class=\"rate\">{enqueued}</td><td class=\"rate\">{completed}</td><td class=\"rate\">{failed}</td>"
-                    )
-                }
-                Err(_) => "<td></td><td></td><td></td>".to_owned(),
-            }
-        };
         out.push_str("<section><h2>Queues</h2>");
         match queues {
             Err(err) => out.push_str(&refused(&err)),
-            Ok(queues) => {
-                let queues = queues["queues"].as_array().cloned().unwrap_or_default();
-                if queues.is_empty() {
-                    out.push_str("<p>No queues yet.</p>");
-                } else {
-                    out.push_str(
-                        "<table id=\"queues\"><thead><tr><th>Queue</th><th>Status</th><th>Available</th><th>Scheduled</th>\
-                         <th>Retryable</th><th>Active</th><th>Enqueued a minute</th><th>Completed a minute</th>\
-                         <th>Failed a minute</th></tr></thead><tbody>",
-                    );
-                    for queue in &queues {
-                        let queue_name = queue["name"].as_str().unwrap_or_default();
-                        let count = |state: &str| queue["counts"][state].as_i64().unwrap_or(0);
-                        let _ = write!(
-                            out,
-                            "<tr class=\"queue\"><td><a href=\"{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{}</tr>",
-                            esc(&link("/jobs/queue", &[("name", queue_name), ("tenant", tenant)])),
-                            name(queue_name),
-                            text(&queue["status"]),
-                            count("available"),
-                            count("scheduled"),
-                            count("retryable"),
-                            count("active"),
-                            rate_of(queue_name),
-                        );
-                    }
-                    out.push_str("</tbody></table>");
-                    match &rates {
-                        Ok(_) => out.push_str(
-                            "<p class=\"hint\">Rates: the last minute's jobs of this tenant, from the database's event log, so every gateway's work counts.</p>",
-                        ),
-                        Err(err) => out.push_str(&refused(&format!("Rates: {err}"))),
-                    }
-                }
-            }
+            Ok(queues) => out.push_str(&queues_table(&queues, &rates, tenant)),
         }
         out.push_str("</section><section><h2>Dead letter</h2>");
         match dead {
             Err(err) => out.push_str(&refused(&err)),
-            Ok(dead) => {
-                let jobs = dead["jobs"].as_array().cloned().unwrap_or_default();
-                if jobs.is_empty() {
-                    out.push_str("<p>No dead-lettered jobs.</p>");
-                } else {
-                    out.push_str(
-                        "<table id=\"dead-letter\"><thead><tr><th>Job</th><th>Type</th><th>Queue</th><th>Attempts</th>\
-                         <th>Last error</th><th></th></tr></thead><tbody>",
-                    );
-                    for job in &jobs {
-                        let id = job["id"].as_str().unwrap_or_default();
-                        let fields = [("id", id), ("tenant", tenant)];
-                        let _ = write!(
-                            out,
-                            "<tr class=\"dead\" data-job=\"{}\"><td><a href=\"{}\"><code>{}</code></a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"actions\">{}{}</td></tr>",
-                            esc(id),
-                            esc(&link("/job", &fields)),
-                            name(id),
-                            text(&job["type"]),
-                            text(&job["queue"]),
-                            text(&job["attempt"]),
-                            last_error(job),
-                            form("/jobs/retry", self.csrf(), &fields, &button("Retry", "retry", None)),
-                            form(
-                                "/jobs/delete",
-                                self.csrf(),
-                                &fields,
-                                &button("Delete", "danger", Some("Delete this job for good?"))
-                            ),
-                        );
-                    }
-                    out.push_str("</tbody></table>");
-                    if jobs.len().to_string() == DEAD_LETTER_PAGE {
-                        let _ = write!(
-                            out,
-                            "<p class=\"hint\">The oldest {DEAD_LETTER_PAGE} are shown; retry or delete some to see more.</p>"
-                        );
-                    }
-                }
-            }
+            Ok(dead) => out.push_str(&self.dead_letter_table(&dead, tenant)),
         }
         out.push_str("</section><section><h2>Cron schedules</h2>");
         match cron {
             Err(err) => out.push_str(&refused(&err)),
-            Ok(cron) => {
-                let schedules = cron["crons"].as_array().cloned().unwrap_or_default();
-                if schedules.is_empty() {
-                    out.push_str("<p>No cron schedules.</p>");
-                } else {
-                    out.push_str(
-                        "<table id=\"cron\"><thead><tr><th>Name</th><th>Schedule</th><th>Time zone</th><th>Job type</th>\
-                         <th>Queue</th><th>Next run</th><th>Last run</th></tr></thead><tbody>",
-                    );
-                    for schedule in &schedules {
-                        let expression = if schedule["cron"].is_null() {
-                            &schedule["expression"]
-                        } else {
-                            &schedule["cron"]
-                        };
-                        let job_type = if schedule["type"].is_null() {
-                            &schedule["job_template"]["type"]
-                        } else {
-                            &schedule["type"]
-                        };
-                        let queue = if schedule["options"]["queue"].is_null() {
-                            &schedule["job_template"]["options"]["queue"]
-                        } else {
-                            &schedule["options"]["queue"]
-                        };
-                        let _ = write!(
-                            out,
-                            "<tr class=\"cron\"><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                            text(&schedule["name"]),
-                            text(expression),
-                            text(&schedule["timezone"]),
-                            text(job_type),
-                            text(queue),
-                            text(&schedule["next_run_at"]),
-                            text(&schedule["last_run_at"]),
-                        );
-                    }
-                    out.push_str("</tbody></table>");
-                }
-            }
+            Ok(cron) => out.push_str(&cron_table(&cron)),
         }
         out.push_str("</section>");
         Ok(out)
+    }
+
+    /// The dead-lettered jobs of a tenant (`GET /dead-letter`), each with *Retry* and *Delete*.
+    fn dead_letter_table(&self, dead: &Value, tenant: &str) -> String {
+        let mut out = String::new();
+        let jobs = dead["jobs"].as_array().cloned().unwrap_or_default();
+        if jobs.is_empty() {
+            out.push_str("<p>No dead-lettered jobs.</p>");
+        } else {
+            out.push_str(
+                "<table id=\"dead-letter\"><thead><tr><th>Job</th><th>Type</th><th>Queue</th><th>Attempts</th>\
+                 <th>Last error</th><th></th></tr></thead><tbody>",
+            );
+            for job in &jobs {
+                let id = job["id"].as_str().unwrap_or_default();
+                let fields = [("id", id), ("tenant", tenant)];
+                let _ = write!(
+                    out,
+                    "<tr class=\"dead\" data-job=\"{}\"><td><a href=\"{}\"><code>{}</code></a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"actions\">{}{}</td></tr>",
+                    esc(id),
+                    esc(&link("/job", &fields)),
+                    name(id),
+                    text(&job["type"]),
+                    text(&job["queue"]),
+                    text(&job["attempt"]),
+                    last_error(job),
+                    form("/jobs/retry", self.csrf(), &fields, &button("Retry", "retry", None)),
+                    form(
+                        "/jobs/delete",
+                        self.csrf(),
+                        &fields,
+                        &button("Delete", "danger", Some("Delete this job for good?"))
+                    ),
+                );
+            }
+            out.push_str("</tbody></table>");
+            if jobs.len().to_string() == DEAD_LETTER_PAGE {
+                let _ = write!(
+                    out,
+                    "<p class=\"hint\">The oldest {DEAD_LETTER_PAGE} are shown; retry or delete some to see more.</p>"
+                );
+            }
+        }
+        out
     }
 
     /// One queue: its jobs counted by state, each state a link to its jobs; with `state`, a

@@ -407,12 +407,7 @@ impl Context<'_> {
         for element in items.items().chunks_exact(width) {
             let first = element[0].text().unwrap_or_default();
             let (op, field) = if hash { ("hdel", "field") } else { ("srem", "member") };
-            let remove = form(
-                "/key/command",
-                self.csrf(),
-                &[("db", db), ("key", key), ("op", op), (field, &first)],
-                &button("Delete", "danger", None),
-            );
+            let remove = self.key_edit(db, key, op, &[(field, &first)], &button("Delete", "danger", None));
             let _ = write!(
                 out,
                 "<tr class=\"element\"><td>{}</td>{}<td class=\"actions\">{remove}</td></tr>",
@@ -438,12 +433,7 @@ impl Context<'_> {
         } else {
             "<label>Member <input name=\"member\" id=\"member\" required></label><button id=\"add-element\">Add member</button>"
         };
-        out.push_str(&form(
-            "/key/command",
-            self.csrf(),
-            &[("db", db), ("key", key), ("op", if hash { "hset" } else { "sadd" })],
-            add,
-        ));
+        out.push_str(&self.key_edit(db, key, if hash { "hset" } else { "sadd" }, &[], add));
         out.push_str("</section>");
         Ok(out)
     }
@@ -484,12 +474,7 @@ impl Context<'_> {
         for (n, element) in replies[1].items().chunks_exact(width).enumerate() {
             let text = element[0].text().unwrap_or_default();
             let (op, field) = if zset { ("zrem", "member") } else { ("lrem", "value") };
-            let remove = form(
-                "/key/command",
-                self.csrf(),
-                &[("db", db), ("key", key), ("op", op), (field, &text)],
-                &button("Delete", "danger", None),
-            );
+            let remove = self.key_edit(db, key, op, &[(field, &text)], &button("Delete", "danger", None));
             let _ = if zset {
                 write!(
                     out,
@@ -522,14 +507,17 @@ impl Context<'_> {
         } else {
             "<label>Value <input name=\"value\" id=\"element-value\"></label><button id=\"add-element\">Append</button>"
         };
-        out.push_str(&form(
-            "/key/command",
-            self.csrf(),
-            &[("db", db), ("key", key), ("op", if zset { "zadd" } else { "rpush" })],
-            add,
-        ));
+        out.push_str(&self.key_edit(db, key, if zset { "zadd" } else { "rpush" }, &[], add));
         out.push_str("</section>");
         Ok(out)
+    }
+
+    /// A key page's edit form: command `op` on `key` of database `db`, with `fields` hidden
+    /// too; `inner` holds its inputs and button.
+    pub(super) fn key_edit(&self, db: &str, key: &str, op: &str, fields: &[(&str, &str)], inner: &str) -> String {
+        let mut hidden = vec![("db", db), ("key", key), ("op", op)];
+        hidden.extend_from_slice(fields);
+        form("/key/command", self.csrf(), &hidden, inner)
     }
 
     /// A key page's edit: one RESP command as the session's key.

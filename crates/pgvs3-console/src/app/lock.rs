@@ -60,47 +60,7 @@ impl Context<'_> {
             }
         );
         match optional(retention, "NoSuchObjectLockConfiguration") {
-            Ok(retention) => {
-                let retention = retention.and_then(|r| r.retention);
-                let mode = retention.as_ref().and_then(|r| r.mode()).map(|m| m.as_str().to_owned());
-                let until = retention
-                    .as_ref()
-                    .map(|r| date(r.retain_until_date()))
-                    .unwrap_or_default();
-                let _ = write!(
-                    out,
-                    "<p>Retention: <strong id=\"retention\">{}</strong></p>",
-                    match &mode {
-                        Some(mode) => format!("{} until {}", name(mode), esc(&until)),
-                        None => "none".to_owned(),
-                    }
-                );
-                let selected = |option: &str| {
-                    if mode.as_deref() == Some(option) {
-                        " selected"
-                    } else {
-                        ""
-                    }
-                };
-                out.push_str(&form(
-                    "/object/retention",
-                    self.csrf(),
-                    &fields,
-                    &format!(
-                        "<label>Mode <select name=\"mode\" id=\"retention-mode\">\
-                         <option value=\"GOVERNANCE\"{}>GOVERNANCE</option><option value=\"COMPLIANCE\"{}>COMPLIANCE</option>\
-                         <option value=\"\">none (remove)</option></select></label> \
-                         <label>Retain until <input name=\"until\" id=\"retention-until\" value=\"{}\" placeholder=\"2030-01-31\" maxlength=\"40\"></label> \
-                         <label><input type=\"checkbox\" name=\"bypass\" value=\"on\" id=\"retention-bypass\"> bypass GOVERNANCE retention</label> \
-                         <button id=\"save-retention\">Save retention</button>\
-                         <p class=\"hint\">COMPLIANCE can only be extended. Shortening or removing a GOVERNANCE retention, \
-                         or making it COMPLIANCE, needs the bypass.</p>",
-                        selected("GOVERNANCE"),
-                        selected("COMPLIANCE"),
-                        esc(&until),
-                    ),
-                ));
-            }
+            Ok(retention) => out.push_str(&self.retention_form(retention.and_then(|r| r.retention), &fields)),
             Err(err) => {
                 let _ = write!(out, "<p class=\"flash error\">{}</p>", name(&err));
             }
@@ -132,6 +92,48 @@ impl Context<'_> {
             }
         }
         out.push_str("</section>");
+        out
+    }
+
+    /// A version's retention (`None`: none) and the form changing it; `fields` name the version.
+    fn retention_form(&self, retention: Option<ObjectLockRetention>, fields: &[(&str, &str)]) -> String {
+        let mode = retention.as_ref().and_then(|r| r.mode()).map(|m| m.as_str().to_owned());
+        let until = retention
+            .as_ref()
+            .map(|r| date(r.retain_until_date()))
+            .unwrap_or_default();
+        let mut out = format!(
+            "<p>Retention: <strong id=\"retention\">{}</strong></p>",
+            match &mode {
+                Some(mode) => format!("{} until {}", name(mode), esc(&until)),
+                None => "none".to_owned(),
+            }
+        );
+        let selected = |option: &str| {
+            if mode.as_deref() == Some(option) {
+                " selected"
+            } else {
+                ""
+            }
+        };
+        out.push_str(&form(
+            "/object/retention",
+            self.csrf(),
+            fields,
+            &format!(
+                "<label>Mode <select name=\"mode\" id=\"retention-mode\">\
+                 <option value=\"GOVERNANCE\"{}>GOVERNANCE</option><option value=\"COMPLIANCE\"{}>COMPLIANCE</option>\
+                 <option value=\"\">none (remove)</option></select></label> \
+                 <label>Retain until <input name=\"until\" id=\"retention-until\" value=\"{}\" placeholder=\"2030-01-31\" maxlength=\"40\"></label> \
+                 <label><input type=\"checkbox\" name=\"bypass\" value=\"on\" id=\"retention-bypass\"> bypass GOVERNANCE retention</label> \
+                 <button id=\"save-retention\">Save retention</button>\
+                 <p class=\"hint\">COMPLIANCE can only be extended. Shortening or removing a GOVERNANCE retention, \
+                 or making it COMPLIANCE, needs the bypass.</p>",
+                selected("GOVERNANCE"),
+                selected("COMPLIANCE"),
+                esc(&until),
+            ),
+        ));
         out
     }
 

@@ -754,52 +754,7 @@ impl Context<'_> {
             Err(err) => return out + &refused(&err) + "</section>",
             Ok(answer) => answer,
         };
-        let filter = |filter: Option<&NotificationConfigurationFilter>| -> String {
-            filter
-                .and_then(|f| f.key())
-                .map(|key| {
-                    key.filter_rules()
-                        .iter()
-                        .map(|rule| {
-                            format!(
-                                "{} {}",
-                                esc(rule.name().map(|n| n.as_str()).unwrap_or("")),
-                                name(rule.value().unwrap_or(""))
-                            )
-                        })
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                })
-                .unwrap_or_default()
-        };
-        let events = |events: &[aws_sdk_s3::types::Event]| -> String {
-            events.iter().map(|e| name(e.as_str())).collect::<Vec<_>>().join(", ")
-        };
-        let mut rows = Vec::new();
-        for queue in answer.queue_configurations() {
-            rows.push((
-                queue.id(),
-                queue.queue_arn(),
-                events(queue.events()),
-                filter(queue.filter()),
-            ));
-        }
-        for topic in answer.topic_configurations() {
-            rows.push((
-                topic.id(),
-                topic.topic_arn(),
-                events(topic.events()),
-                filter(topic.filter()),
-            ));
-        }
-        for lambda in answer.lambda_function_configurations() {
-            rows.push((
-                lambda.id(),
-                lambda.lambda_function_arn(),
-                events(lambda.events()),
-                filter(lambda.filter()),
-            ));
-        }
+        let rows = notification_rows(&answer);
         if rows.is_empty() {
             out.push_str("<p>No notification rules.</p>");
         } else {
@@ -843,6 +798,60 @@ impl Context<'_> {
         out.push_str("</section>");
         out
     }
+}
+
+/// A notification rule's key filter as text: `prefix x, suffix y`.
+fn filter_text(filter: Option<&NotificationConfigurationFilter>) -> String {
+    filter
+        .and_then(|f| f.key())
+        .map(|key| {
+            key.filter_rules()
+                .iter()
+                .map(|rule| {
+                    format!(
+                        "{} {}",
+                        esc(rule.name().map(|n| n.as_str()).unwrap_or("")),
+                        name(rule.value().unwrap_or(""))
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default()
+}
+
+fn events_text(events: &[aws_sdk_s3::types::Event]) -> String {
+    events.iter().map(|e| name(e.as_str())).collect::<Vec<_>>().join(", ")
+}
+
+/// The rules of every target kind, in one list: (id, target, events, filter).
+fn notification_rows(answer: &NotificationConfiguration) -> Vec<(Option<&str>, &str, String, String)> {
+    let mut rows = Vec::new();
+    for queue in answer.queue_configurations() {
+        rows.push((
+            queue.id(),
+            queue.queue_arn(),
+            events_text(queue.events()),
+            filter_text(queue.filter()),
+        ));
+    }
+    for topic in answer.topic_configurations() {
+        rows.push((
+            topic.id(),
+            topic.topic_arn(),
+            events_text(topic.events()),
+            filter_text(topic.filter()),
+        ));
+    }
+    for lambda in answer.lambda_function_configurations() {
+        rows.push((
+            lambda.id(),
+            lambda.lambda_function_arn(),
+            events_text(lambda.events()),
+            filter_text(lambda.filter()),
+        ));
+    }
+    rows
 }
 
 /// The longest notification target ARN taken from the form.

@@ -8,7 +8,7 @@ use std::fmt::Write;
 
 use super::keyspace::{Connection, ELEMENTS, cell, pairs};
 use super::{Context, Request};
-use crate::html::{button, esc, form, link, name};
+use crate::html::{button, esc, link, name};
 use crate::resp::Reply;
 
 /// Consumer groups shown with their consumers and pending entries (each costs two commands).
@@ -104,16 +104,38 @@ impl Context<'_> {
         if let Some(err) = replies.iter().find_map(Reply::error) {
             return Err(err.to_owned());
         }
-        let edit = |op: &'static str, fields: &[(&'static str, &str)], inner: &str| {
-            let mut hidden = vec![("db", db), ("key", key), ("op", op)];
-            hidden.extend_from_slice(fields);
-            form("/key/command", self.csrf(), &hidden, inner)
-        };
+        let mut out = self.stream_entries(db, key, replies[0].int().unwrap_or(0), replies[1].items());
+        out.push_str("</section><section><h2>Consumer groups</h2>");
+        let create = self.key_edit(
+            db,
+            key,
+            "xgroup-create",
+            &[],
+            "<label>Group <input name=\"group\" id=\"new-group\" required></label>\
+             <label>From ID (empty: $, new entries only) <input name=\"id\" id=\"new-group-id\"></label><button id=\"create-group\">Create group</button>",
+        );
+        let groups = replies[2].items();
+        if groups.is_empty() {
+            out.push_str("<p>No consumer groups.</p>");
+            out.push_str(&create);
+            out.push_str("</section>");
+            return Ok(out);
+        }
+        let (table, details) = self.stream_groups(resp, db, key, groups).await?;
+        out.push_str(&table);
+        out.push_str(&create);
+        out.push_str("</section>");
+        out.push_str(&details);
+        Ok(out)
+    }
+
+    /// The entries section (left open for the groups): a page of `entries` of the `length`
+    /// the stream has, the link to the next page, and the form adding one.
+    fn stream_entries(&self, db: &str, key: &str, length: i64, entries: &[Reply]) -> String {
         let mut out = format!(
             "<section><h2>Entries ({})</h2><table id=\"elements\"><thead><tr><th>ID</th><th>Fields</th><th></th></tr></thead><tbody>",
-            replies[0].int().unwrap_or(0)
+            length
         );
-        let entries = replies[1].items();
         for entry in entries {
             let [id, fields] = entry.items() else { continue };
             let id = id.text().unwrap_or_default();
@@ -128,7 +150,9 @@ impl Context<'_> {
                 esc(&id),
                 esc(&id),
                 fields.join("<br>"),
-                edit(
+                self.key_edit(
+                    db,
+                    key,
                     "xdel",
                     &[("id", &id)],
                     &button("Delete", "danger", Some("Delete this entry?"))
@@ -144,26 +168,29 @@ impl Context<'_> {
                 esc(&link("/key", &[("db", db), ("key", key), ("cursor", &last)]))
             );
         }
-        out.push_str(&edit(
+        out.push_str(&self.key_edit(
+            db,
+            key,
             "xadd",
             &[],
             "<label>Fields (field=value, one a line) <textarea name=\"fields\" id=\"entry-fields\" rows=\"3\" required></textarea></label>\
              <label>ID (empty: *) <input name=\"id\" id=\"entry-id\"></label><button id=\"add-entry\">Add entry</button>",
         ));
-        out.push_str("</section><section><h2>Consumer groups</h2>");
-        let create = edit(
-            "xgroup-create",
-            &[],
-            "<label>Group <input name=\"group\" id=\"new-group\" required></label>\
-             <label>From ID (empty: $, new entries only) <input name=\"id\" id=\"new-group-id\"></label><button id=\"create-group\">Create group</button>",
-        );
-        let groups = replies[2].items();
-        if groups.is_empty() {
-            out.push_str("<p>No consumer groups.</p>");
-            out.push_str(&create);
-            out.push_str("</section>");
-            return Ok(out);
-        }
+        out
+    }
+
+    /// The table of consumer `groups` (`XINFO GROUPS`), and the sections of the first
+    /// [`GROUPS_DETAILED`] groups' consumers and pending entries (which follow the groups'
+    /// section). Per group one more command, the pending summary; for the first
+    /// [`GROUPS_DETAILED`] two more, its consumers and its oldest pending entries.
+    async fn stream_groups(
+        &self,
+        resp: &mut Connection<'_>,
+        db: &str,
+        key: &str,
+        groups: &[Reply],
+    ) -> Result<(String, String), String> {
+        let k = key.as_bytes().to_vec();
         let names: Vec<String> = groups
             .iter()
             .filter_map(|group| {
@@ -173,8 +200,6 @@ impl Context<'_> {
                     .and_then(|(_, v)| v.text())
             })
             .collect();
-        // Per group: the pending summary; for the first GROUPS_DETAILED also its consumers and
-        // its oldest pending entries.
         let mut commands = Vec::new();
         for (n, group) in names.iter().enumerate() {
             let g = group.as_bytes().to_vec();
@@ -193,52 +218,13 @@ impl Context<'_> {
         }
         let answers = resp.pipeline(&commands).await?;
         let mut answers = answers.iter();
-        out.push_str(
+        let mut out = String::from(
             "<table id=\"groups\"><thead><tr><th>Group</th><th>Consumers</th><th>Pending</th><th>Last delivered</th><th>Lag</th>\
              <th>Pending per consumer</th><th></th></tr></thead><tbody>",
         );
         let mut details = String::new();
         for (n, (group, group_name)) in groups.iter().zip(&names).enumerate() {
-            let fields = pairs(group);
-            let summary = answers.next();
-            let consumers: Vec<String> = match summary.map(Reply::items) {
-                Some([_, _, _, consumers]) => consumers
-                    .items()
-                    .iter()
-                    .map(|c| match c.items() {
-                        [consumer, count] => format!("{}: {}", cell(consumer), cell(count)),
-                        _ => String::new(),
-                    })
-                    .collect(),
-                _ => summary
-                    .and_then(Reply::error)
-                    .map(|err| vec![name(err)])
-                    .unwrap_or_default(),
-            };
-            let group_edits = format!(
-                "{}{}",
-                edit(
-                    "xgroup-setid",
-                    &[("group", group_name)],
-                    "<label>Last delivered ID <input name=\"id\" class=\"setid\" required></label><button class=\"setid\">Set ID</button>",
-                ),
-                edit(
-                    "xgroup-destroy",
-                    &[("group", group_name)],
-                    &button("Destroy", "danger", Some("Destroy this group and its pending entries?")),
-                ),
-            );
-            let _ = write!(
-                out,
-                "<tr class=\"group\" data-group=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td class=\"actions\">{group_edits}</td></tr>",
-                esc(group_name),
-                name(group_name),
-                esc(&field(&fields, "consumers")),
-                esc(&field(&fields, "pending")),
-                esc(&field(&fields, "last-delivered-id")),
-                esc(&field(&fields, "lag")),
-                consumers.join("<br>")
-            );
+            out.push_str(&self.group_row(db, key, group, group_name, answers.next()));
             if n < GROUPS_DETAILED {
                 let (members, pending) = (answers.next(), answers.next());
                 details.push_str(&self.group_detail(db, key, group_name, members, pending));
@@ -251,10 +237,54 @@ impl Context<'_> {
                 "<p class=\"hint\">The first {GROUPS_DETAILED} groups are shown with their consumers and pending entries.</p>"
             );
         }
-        out.push_str(&create);
-        out.push_str("</section>");
-        out.push_str(&details);
-        Ok(out)
+        Ok((out, details))
+    }
+
+    /// A group's row: its `XINFO GROUPS` fields, its pending count per consumer (from the
+    /// `XPENDING` `summary`), and its edits.
+    fn group_row(&self, db: &str, key: &str, group: &Reply, group_name: &str, summary: Option<&Reply>) -> String {
+        let fields = pairs(group);
+        let consumers: Vec<String> = match summary.map(Reply::items) {
+            Some([_, _, _, consumers]) => consumers
+                .items()
+                .iter()
+                .map(|c| match c.items() {
+                    [consumer, count] => format!("{}: {}", cell(consumer), cell(count)),
+                    _ => String::new(),
+                })
+                .collect(),
+            _ => summary
+                .and_then(Reply::error)
+                .map(|err| vec![name(err)])
+                .unwrap_or_default(),
+        };
+        let group_edits = format!(
+            "{}{}",
+            self.key_edit(
+                db,
+                key,
+                "xgroup-setid",
+                &[("group", group_name)],
+                "<label>Last delivered ID <input name=\"id\" class=\"setid\" required></label><button class=\"setid\">Set ID</button>",
+            ),
+            self.key_edit(
+                db,
+                key,
+                "xgroup-destroy",
+                &[("group", group_name)],
+                &button("Destroy", "danger", Some("Destroy this group and its pending entries?")),
+            ),
+        );
+        format!(
+            "<tr class=\"group\" data-group=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td class=\"actions\">{group_edits}</td></tr>",
+            esc(group_name),
+            name(group_name),
+            esc(&field(&fields, "consumers")),
+            esc(&field(&fields, "pending")),
+            esc(&field(&fields, "last-delivered-id")),
+            esc(&field(&fields, "lag")),
+            consumers.join("<br>")
+        )
     }
 
     /// One group's consumers and its oldest [`ELEMENTS`] pending entries, each pending entry
@@ -303,15 +333,7 @@ impl Context<'_> {
                         continue;
                     };
                     let id = id.text().unwrap_or_default();
-                    let hidden = |op: &'static str| {
-                        [
-                            ("db", db),
-                            ("key", key),
-                            ("op", op),
-                            ("group", group),
-                            ("id", id.as_str()),
-                        ]
-                    };
+                    let fields = [("group", group), ("id", id.as_str())];
                     let _ = write!(
                         out,
                         "<tr class=\"pending-entry\" data-id=\"{}\"><td><code>{}</code></td><td>{}</td><td>{} ms</td><td>{}</td><td class=\"actions\">{}{}</td></tr>",
@@ -320,16 +342,12 @@ impl Context<'_> {
                         cell(consumer),
                         cell(idle),
                         cell(deliveries),
-                        form(
-                            "/key/command",
-                            self.csrf(),
-                            &hidden("xack"),
-                            &button("Acknowledge", "xack", None)
-                        ),
-                        form(
-                            "/key/command",
-                            self.csrf(),
-                            &hidden("xclaim"),
+                        self.key_edit(db, key, "xack", &fields, &button("Acknowledge", "xack", None)),
+                        self.key_edit(
+                            db,
+                            key,
+                            "xclaim",
+                            &fields,
                             "<label>to <input name=\"consumer\" class=\"claim-to\" required></label><button class=\"xclaim\">Claim</button>",
                         ),
                     );

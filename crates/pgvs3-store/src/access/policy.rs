@@ -323,6 +323,15 @@ fn strings<'v>(value: &'v Value, invalid: &str) -> Result<Vec<&'v str>, PolicyRe
     }
 }
 
+/// Which of the fields a statement must have its parse has met.
+#[derive(Default)]
+struct Seen {
+    effect: bool,
+    principal: bool,
+    action: bool,
+    resource: bool,
+}
+
 impl Statement {
     /// An Allow for everyone not pinned by a condition to fixed requesters or addresses.
     fn public_grant(&self) -> bool {
@@ -347,73 +356,86 @@ impl Statement {
             not_resource: false,
             conditions: Vec::new(),
         };
-        let (mut effect, mut principal, mut action, mut resource) = (false, false, false, false);
+        let mut seen = Seen::default();
         for (field, value) in fields {
-            match field.as_str() {
-                "Sid" if value.is_string() => {}
-                "Sid" => return malformed("Statement IDs (SID) must be alpha-numeric."),
-                "Effect" => {
-                    effect = true;
-                    statement.deny = match value.as_str() {
-                        Some("Allow") => false,
-                        Some("Deny") => true,
-                        _ => return malformed(format!("Invalid effect: {}", value.as_str().unwrap_or_default())),
-                    };
-                }
-                "Principal" => match scope {
-                    Scope::Bucket { known_key, .. } => {
-                        principal = true;
-                        statement.principals = Principals::parse(value, *known_key)?;
-                    }
-                    Scope::Key => return malformed("Policy document should not specify a principal."),
-                },
-                "NotPrincipal" => {
-                    return Err(PolicyRefused::NotImplemented(
-                        "NotPrincipal is not supported in bucket policies here".into(),
-                    ));
-                }
-                "Action" | "NotAction" => {
-                    if action {
-                        return malformed("Statement may not contain both Action and NotAction");
-                    }
-                    action = true;
-                    statement.not_action = field == "NotAction";
-                    for name in strings(value, "Policy has invalid action")? {
-                        statement.actions.push(parse_action(name)?);
-                    }
-                }
-                "Resource" | "NotResource" => {
-                    if resource {
-                        return malformed("Statement may not contain both Resource and NotResource");
-                    }
-                    resource = true;
-                    statement.not_resource = field == "NotResource";
-                    for arn in strings(value, "Policy has invalid resource")? {
-                        statement.resources.push(parse_resource(arn, scope)?);
-                    }
-                }
-                "Condition" => statement.conditions = Condition::parse_block(value)?,
-                other => return malformed(format!("Unknown field {other}")),
-            }
+            statement.parse_field(field, value, scope, &mut seen)?;
         }
-        if !effect {
+        if !seen.effect {
             return malformed("Missing required field Effect");
         }
         match scope {
-            Scope::Bucket { .. } if !principal => return malformed("Missing required field Principal"),
+            Scope::Bucket { .. } if !seen.principal => return malformed("Missing required field Principal"),
             Scope::Bucket { .. } => {}
             Scope::Key => statement.principals = Principals::Anyone,
         }
-        if !action {
+        if !seen.action {
             return malformed("Missing required field Action");
         }
-        if !resource {
+        if !seen.resource {
             return malformed("Missing required field Resource");
         }
         if !statement.not_action && !statement.not_resource && !statement.some_action_applies() {
             return malformed("Action does not apply to any resource(s) in statement");
         }
         Ok(statement)
+    }
+
+    /// Takes one field of a statement's JSON object; `seen` notes the fields a statement must
+    /// have.
+    fn parse_field(
+        &mut self,
+        field: &str,
+        value: &Value,
+        scope: &Scope<'_>,
+        seen: &mut Seen,
+    ) -> Result<(), PolicyRefused> {
+        match field {
+            "Sid" if value.is_string() => {}
+            "Sid" => return malformed("Statement IDs (SID) must be alpha-numeric."),
+            "Effect" => {
+                seen.effect = true;
+                self.deny = match value.as_str() {
+                    Some("Allow") => false,
+                    Some("Deny") => true,
+                    _ => return malformed(format!("Invalid effect: {}", value.as_str().unwrap_or_default())),
+                };
+            }
+            "Principal" => match scope {
+                Scope::Bucket { known_key, .. } => {
+                    seen.principal = true;
+                    self.principals = Principals::parse(value, *known_key)?;
+                }
+                Scope::Key => return malformed("Policy document should not specify a principal."),
+            },
+            "NotPrincipal" => {
+                return Err(PolicyRefused::NotImplemented(
+                    "NotPrincipal is not supported in bucket policies here".into(),
+                ));
+            }
+            "Action" | "NotAction" => {
+                if seen.action {
+                    return malformed("Statement may not contain both Action and NotAction");
+                }
+                seen.action = true;
+                self.not_action = field == "NotAction";
+                for name in strings(value, "Policy has invalid action")? {
+                    self.actions.push(parse_action(name)?);
+                }
+            }
+            "Resource" | "NotResource" => {
+                if seen.resource {
+                    return malformed("Statement may not contain both Resource and NotResource");
+                }
+                seen.resource = true;
+                self.not_resource = field == "NotResource";
+                for arn in strings(value, "Policy has invalid resource")? {
+                    self.resources.push(parse_resource(arn, scope)?);
+                }
+            }
+            "Condition" => self.conditions = Condition::parse_block(value)?,
+            other => return malformed(format!("Unknown field {other}")),
+        }
+        Ok(())
     }
 
     /// Whether some action of the statement can act on some of its resources (S3 refuses a

@@ -11,11 +11,11 @@ use deadpool_postgres::{GenericClient, Object, Pool};
 use md5::{Digest, Md5};
 use tokio_postgres::types::Json;
 
+use super::bodies::{check_length, locate, read_prefix, stored_body, write_chunks};
 use super::chunks::worth_compressing;
 use super::conditions::Preconditions;
 use super::objects::{
-    BodyStream, ByteRange, INLINE_LIMIT, NamespaceSql, ObjectHead, ObjectMeta, ObjectRead, ReadOptions, check_length,
-    locate, read_prefix, stored_body, write_chunks,
+    BodyStream, ByteRange, INLINE_LIMIT, NamespaceSql, ObjectHead, ObjectMeta, ObjectRead, ReadOptions,
 };
 use super::{BucketInfo, Store, StoreError, StoreResult};
 

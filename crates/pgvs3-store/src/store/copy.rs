@@ -66,11 +66,11 @@ impl Store {
         let body_id = match row.get::<_, Option<i64>>("body_id") {
             None => None,
             Some(source_body) => {
-                let copy: i64 = tx.query_one(&to.sql.next_body_id, &[]).await?.get("body_id");
+                let copy: i64 = tx.query_one(&to.sql.bodies.next_body_id, &[]).await?.get("body_id");
                 let sql = if head.meta.parts.is_some() {
                     &to.sql.copy_parts
                 } else {
-                    &to.sql.copy_body
+                    &to.sql.bodies.copy_body
                 };
                 tx.execute(sql, &[&source_body, &copy]).await?;
                 Some(copy)

@@ -226,144 +226,210 @@ impl Store {
         batch: i64,
         stats: &mut LifecycleStats,
     ) -> StoreResult<()> {
-        let ns = &bucket.namespace;
         let now = SystemTime::now();
         let filter = &rule.filter;
-        let tags = Json(&filter.tags);
-        let above = filter.size_greater_than.unwrap_or(-1);
-        let below = filter.size_less_than.unwrap_or(i64::MAX);
         // One transaction for the rule's statements, marked so that the events they raise are
         // LifecycleExpiration ones (functions/objects.sql).
         let mut client = self.client().await?;
-        let client = client.transaction().await?;
-        client
-            .batch_execute("SET LOCAL pgvs3.event_source = 'lifecycle'")
-            .await?;
+        let tx = client.transaction().await?;
+        tx.batch_execute("SET LOCAL pgvs3.event_source = 'lifecycle'").await?;
+        let pass = RulePass {
+            bucket,
+            tx: &tx,
+            filter,
+            tags: Json(&filter.tags),
+            above: filter.size_greater_than.unwrap_or(-1),
+            below: filter.size_less_than.unwrap_or(i64::MAX),
+            batch,
+            now,
+        };
         if let Some(expiration) = &rule.expiration {
-            let cutoff = match (expiration.days, expiration.date) {
-                (Some(days), _) => Some(written_by(now, days)),
-                (None, Some(date)) if SystemTime::UNIX_EPOCH + Duration::from_secs(date.max(0) as u64) <= now => {
-                    Some(now)
-                }
-                _ => None,
-            };
-            if let Some(cutoff) = cutoff {
-                let due = format!(
-                    "SELECT key FROM \"{ns}\".objects WHERE bucket_id = $1 AND {FILTER} AND last_modified <= $6
-                        AND (expires_at IS NULL OR expires_at > now())
-                      ORDER BY key LIMIT $7"
-                );
-                let keys: Vec<String> = client
-                    .query(
-                        &due,
-                        &[&bucket.id, &filter.prefix, &tags, &above, &below, &cutoff, &batch],
-                    )
-                    .await?
-                    .iter()
-                    .map(|row| row.get("key"))
-                    .collect();
-                match versioning {
-                    None => {
-                        // Only while the bucket is still unversioned (not as the pass read it).
-                        let delete = format!(
-                            "DELETE FROM \"{ns}\".objects WHERE bucket_id = $1 AND key = ANY($2) AND last_modified <= $3
-                                AND EXISTS (SELECT 1 FROM pgvs3.buckets WHERE id = $1 AND versioning IS NULL)"
-                        );
-                        stats.expired += client.execute(&delete, &[&bucket.id, &keys, &cutoff]).await?;
-                    }
-                    Some(state) => {
-                        for key in &keys {
-                            self.delete_versioned(bucket, key, state, &DeleteCondition::default())
-                                .await?;
-                            stats.expired += 1;
-                        }
-                    }
-                }
-            }
-            if expiration.expired_delete_marker {
-                // A delete marker is "expired" when it is the only version its key has left.
-                let lone_markers = format!(
-                    "DELETE FROM \"{ns}\".versions v WHERE (v.bucket_id, v.key, v.version_id) IN (
-                         SELECT m.bucket_id, m.key, m.version_id FROM \"{ns}\".versions m
-                          WHERE m.bucket_id = $1 AND starts_with(m.key, $2) AND m.is_delete_marker
-                            AND NOT EXISTS (SELECT 1 FROM \"{ns}\".objects o WHERE o.bucket_id = m.bucket_id AND o.key = m.key)
-                            AND NOT EXISTS (SELECT 1 FROM \"{ns}\".versions x WHERE x.bucket_id = m.bucket_id
-                                               AND x.key = m.key AND x.version_id <> m.version_id)
-                          LIMIT $3)"
-                );
-                stats.delete_markers_removed += client
-                    .execute(&lone_markers, &[&bucket.id, &filter.prefix, &batch])
-                    .await?;
-            }
+            self.expire_current(&pass, versioning, expiration, stats).await?;
         }
         if let Some(noncurrent) = &rule.noncurrent {
-            // A version's noncurrent age runs from when the next newer version was written;
-            // the newest `newer_versions` noncurrent versions of each key stay.
-            let cutoff = written_by(now, noncurrent.days);
-            let keep = i64::from(noncurrent.newer_versions.unwrap_or(0));
-            let expire = format!(
-                "WITH every AS (
-                     SELECT key, coalesce(version_id, 'null') AS version_id, coalesce(version_seq, -1) AS seq,
-                            last_modified, true AS in_objects, meta, size, false AS is_delete_marker
-                       FROM \"{ns}\".objects WHERE bucket_id = $1 AND starts_with(key, $2)
-                     UNION ALL
-                     SELECT key, version_id, coalesce(version_seq, -1), last_modified, false, meta, size, is_delete_marker
-                       FROM \"{ns}\".versions WHERE bucket_id = $1 AND starts_with(key, $2)),
-                 ranked AS (
-                     SELECT *, row_number() OVER w AS place, lag(last_modified) OVER w AS noncurrent_since
-                       FROM every WINDOW w AS (PARTITION BY key ORDER BY in_objects DESC, seq DESC)),
-                 due AS (
-                     SELECT key, version_id FROM ranked
-                      WHERE place > 1 + $7::bigint AND noncurrent_since <= $6 AND NOT in_objects
-                        AND (is_delete_marker OR (coalesce(meta->'tg', '{{}}') @> $3 AND size > $4 AND size < $5))
-                      LIMIT $8),
-                 dropped AS (
-                     DELETE FROM \"{ns}\".versions v USING due
-                      WHERE v.bucket_id = $1 AND v.key = due.key AND v.version_id = due.version_id
-                        AND NOT pgvs3.object_locked(v.meta, false)
-                     RETURNING v.body_id),
-                 retired AS (
-                     INSERT INTO \"{ns}\".retired_bodies (body_id)
-                     SELECT body_id FROM dropped WHERE body_id IS NOT NULL ON CONFLICT DO NOTHING)
-                 SELECT count(*) AS deleted FROM dropped"
-            );
-            let row = client
-                .query_one(
-                    &expire,
-                    &[
-                        &bucket.id,
-                        &filter.prefix,
-                        &tags,
-                        &above,
-                        &below,
-                        &cutoff,
-                        &keep,
-                        &batch,
-                    ],
-                )
-                .await?;
-            stats.noncurrent_deleted += row.get::<_, i64>("deleted") as u64;
+            expire_noncurrent(&pass, noncurrent, stats).await?;
         }
         if let Some(days) = rule.abort_incomplete_after_days {
-            let started_by = now - Duration::from_secs(u64::from(days) * DAY);
-            let abort = format!(
-                "DELETE FROM \"{ns}\".uploads WHERE upload_id = ANY(ARRAY(
-                     SELECT upload_id FROM \"{ns}\".uploads
-                      WHERE bucket_id = $1 AND starts_with(key, $2) AND initiated <= $3 LIMIT $4))
-                 RETURNING upload_id"
-            );
-            let uploads: Vec<i64> = client
-                .query(&abort, &[&bucket.id, &filter.prefix, &started_by, &batch])
-                .await?
-                .iter()
-                .map(|row| row.get("upload_id"))
-                .collect();
-            client.execute(&bucket.sql.drop_parts, &[&uploads]).await?;
-            stats.uploads_aborted += uploads.len() as u64;
+            abort_incomplete(&pass, days, stats).await?;
         }
-        client.commit().await?;
+        tx.commit().await?;
         Ok(())
     }
+
+    /// A rule's expiration of current versions (deleted, or made noncurrent behind a delete
+    /// marker in a versioned bucket), and of delete markers left alone.
+    async fn expire_current(
+        &self,
+        pass: &RulePass<'_, '_>,
+        versioning: Option<Versioning>,
+        expiration: &Expiration,
+        stats: &mut LifecycleStats,
+    ) -> StoreResult<()> {
+        let ns = &pass.bucket.namespace;
+        let cutoff = match (expiration.days, expiration.date) {
+            (Some(days), _) => Some(written_by(pass.now, days)),
+            (None, Some(date)) if SystemTime::UNIX_EPOCH + Duration::from_secs(date.max(0) as u64) <= pass.now => {
+                Some(pass.now)
+            }
+            _ => None,
+        };
+        if let Some(cutoff) = cutoff {
+            let due = format!(
+                "SELECT key FROM \"{ns}\".objects WHERE bucket_id = $1 AND {FILTER} AND last_modified <= $6
+                    AND (expires_at IS NULL OR expires_at > now())
+                  ORDER BY key LIMIT $7"
+            );
+            let keys: Vec<String> = pass
+                .tx
+                .query(
+                    &due,
+                    &[
+                        &pass.bucket.id,
+                        &pass.filter.prefix,
+                        &pass.tags,
+                        &pass.above,
+                        &pass.below,
+                        &cutoff,
+                        &pass.batch,
+                    ],
+                )
+                .await?
+                .iter()
+                .map(|row| row.get("key"))
+                .collect();
+            match versioning {
+                None => {
+                    // Only while the bucket is still unversioned (not as the pass read it).
+                    let delete = format!(
+                        "DELETE FROM \"{ns}\".objects WHERE bucket_id = $1 AND key = ANY($2) AND last_modified <= $3
+                            AND EXISTS (SELECT 1 FROM pgvs3.buckets WHERE id = $1 AND versioning IS NULL)"
+                    );
+                    stats.expired += pass.tx.execute(&delete, &[&pass.bucket.id, &keys, &cutoff]).await?;
+                }
+                Some(state) => {
+                    for key in &keys {
+                        self.delete_versioned(pass.bucket, key, state, &DeleteCondition::default())
+                            .await?;
+                        stats.expired += 1;
+                    }
+                }
+            }
+        }
+        if expiration.expired_delete_marker {
+            // A delete marker is "expired" when it is the only version its key has left.
+            let lone_markers = format!(
+                "DELETE FROM \"{ns}\".versions v WHERE (v.bucket_id, v.key, v.version_id) IN (
+                     SELECT m.bucket_id, m.key, m.version_id FROM \"{ns}\".versions m
+                      WHERE m.bucket_id = $1 AND starts_with(m.key, $2) AND m.is_delete_marker
+                        AND NOT EXISTS (SELECT 1 FROM \"{ns}\".objects o WHERE o.bucket_id = m.bucket_id AND o.key = m.key)
+                        AND NOT EXISTS (SELECT 1 FROM \"{ns}\".versions x WHERE x.bucket_id = m.bucket_id
+                                           AND x.key = m.key AND x.version_id <> m.version_id)
+                      LIMIT $3)"
+            );
+            stats.delete_markers_removed += pass
+                .tx
+                .execute(&lone_markers, &[&pass.bucket.id, &pass.filter.prefix, &pass.batch])
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// What the statements of one rule's pass over a bucket share: its transaction and filter.
+struct RulePass<'a, 't> {
+    bucket: &'a BucketInfo,
+    tx: &'a deadpool_postgres::Transaction<'t>,
+    filter: &'a RuleFilter,
+    tags: Json<&'a BTreeMap<String, String>>,
+    /// The filter's size bounds, exclusive (none: -1 and `i64::MAX`).
+    above: i64,
+    below: i64,
+    batch: i64,
+    now: SystemTime,
+}
+
+/// A rule's expiration of noncurrent versions.
+async fn expire_noncurrent(
+    pass: &RulePass<'_, '_>,
+    noncurrent: &NoncurrentExpiration,
+    stats: &mut LifecycleStats,
+) -> StoreResult<()> {
+    let ns = &pass.bucket.namespace;
+    // A version's noncurrent age runs from when the next newer version was written;
+    // the newest `newer_versions` noncurrent versions of each key stay.
+    let cutoff = written_by(pass.now, noncurrent.days);
+    let keep = i64::from(noncurrent.newer_versions.unwrap_or(0));
+    let expire = format!(
+        "WITH every AS (
+             SELECT key, coalesce(version_id, 'null') AS version_id, coalesce(version_seq, -1) AS seq,
+                    last_modified, true AS in_objects, meta, size, false AS is_delete_marker
+               FROM \"{ns}\".objects WHERE bucket_id = $1 AND starts_with(key, $2)
+             UNION ALL
+             SELECT key, version_id, coalesce(version_seq, -1), last_modified, false, meta, size, is_delete_marker
+               FROM \"{ns}\".versions WHERE bucket_id = $1 AND starts_with(key, $2)),
+         ranked AS (
+             SELECT *, row_number() OVER w AS place, lag(last_modified) OVER w AS noncurrent_since
+               FROM every WINDOW w AS (PARTITION BY key ORDER BY in_objects DESC, seq DESC)),
+         due AS (
+             SELECT key, version_id FROM ranked
+              WHERE place > 1 + $7::bigint AND noncurrent_since <= $6 AND NOT in_objects
+                AND (is_delete_marker OR (coalesce(meta->'tg', '{{}}') @> $3 AND size > $4 AND size < $5))
+              LIMIT $8),
+         dropped AS (
+             DELETE FROM \"{ns}\".versions v USING due
+              WHERE v.bucket_id = $1 AND v.key = due.key AND v.version_id = due.version_id
+                AND NOT pgvs3.object_locked(v.meta, false)
+             RETURNING v.body_id),
+         retired AS (
+             INSERT INTO \"{ns}\".retired_bodies (body_id)
+             SELECT body_id FROM dropped WHERE body_id IS NOT NULL ON CONFLICT DO NOTHING)
+         SELECT count(*) AS deleted FROM dropped"
+    );
+    let row = pass
+        .tx
+        .query_one(
+            &expire,
+            &[
+                &pass.bucket.id,
+                &pass.filter.prefix,
+                &pass.tags,
+                &pass.above,
+                &pass.below,
+                &cutoff,
+                &keep,
+                &pass.batch,
+            ],
+        )
+        .await?;
+    stats.noncurrent_deleted += row.get::<_, i64>("deleted") as u64;
+    Ok(())
+}
+
+/// A rule's abort of multipart uploads started more than `days` ago.
+async fn abort_incomplete(pass: &RulePass<'_, '_>, days: u32, stats: &mut LifecycleStats) -> StoreResult<()> {
+    let ns = &pass.bucket.namespace;
+    let started_by = pass.now - Duration::from_secs(u64::from(days) * DAY);
+    let abort = format!(
+        "DELETE FROM \"{ns}\".uploads WHERE upload_id = ANY(ARRAY(
+             SELECT upload_id FROM \"{ns}\".uploads
+              WHERE bucket_id = $1 AND starts_with(key, $2) AND initiated <= $3 LIMIT $4))
+         RETURNING upload_id"
+    );
+    let uploads: Vec<i64> = pass
+        .tx
+        .query(
+            &abort,
+            &[&pass.bucket.id, &pass.filter.prefix, &started_by, &pass.batch],
+        )
+        .await?
+        .iter()
+        .map(|row| row.get("upload_id"))
+        .collect();
+    pass.tx
+        .execute(&pass.bucket.sql.multipart.drop_parts, &[&uploads])
+        .await?;
+    stats.uploads_aborted += uploads.len() as u64;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -80,60 +80,67 @@ pub(super) fn prefix_successor(prefix: &str) -> Option<String> {
     None
 }
 
+/// The listing SQL of one namespace.
+#[derive(Debug)]
+pub(super) struct ListingSql {
+    list: String,
+    /// Below `$5` too: the end of the listed prefix.
+    list_below: String,
+}
+
+impl ListingSql {
+    pub(super) fn new(ns: &str) -> ListingSql {
+        let list = format!(
+            "SELECT key, size, etag, last_modified FROM {ns}.objects
+              WHERE bucket_id = $1 AND key > $2 AND key >= $3
+                AND (expires_at IS NULL OR expires_at > now())"
+        );
+        ListingSql {
+            list_below: format!("{list} AND key < $5 ORDER BY key LIMIT $4"),
+            list: format!("{list} ORDER BY key LIMIT $4"),
+        }
+    }
+}
+
 impl Store {
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store list_objects", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn list_objects(&self, bucket: &BucketInfo, request: &ListRequest) -> StoreResult<ListPage> {
-        let mut page = ListPage::default();
         if request.max_keys == 0 {
-            return Ok(page);
+            return Ok(ListPage::default());
         }
-        let max_keys = request.max_keys.min(MAX_KEYS);
         let delimiter = request.delimiter.as_deref().filter(|d| !d.is_empty());
         // Bounds of the next query: key > after AND key >= from (AND key < below).
         let mut after = String::new();
         let mut from = request.prefix.clone();
-        // A continuation token alone says where a later page resumes: S3 applies `start-after`
-        // to the first page only, and clients (minio-py) send it again with every token.
-        let resume = match request.continuation.as_deref() {
-            Some(token) => Some(Resume::decode(token)?),
-            None => request.start_after.clone().map(|marker| {
-                // A marker that is itself a common prefix (what S3 hands out as NextMarker)
-                // resumes after every key under it.
-                let rolls_up = delimiter.is_some_and(|d| {
-                    marker
-                        .strip_prefix(request.prefix.as_str())
-                        .and_then(|rest| rest.find(d).map(|at| at + d.len() == rest.len()))
-                        .unwrap_or(false)
-                });
-                if rolls_up {
-                    Resume::AfterPrefix(marker)
-                } else {
-                    Resume::AfterKey(marker)
-                }
-            }),
-        };
-        match resume {
+        match resume_point(request, delimiter)? {
             Some(Resume::AfterKey(key)) => after = key,
             Some(Resume::AfterPrefix(prefix)) => match prefix_successor(&prefix) {
                 Some(next) => from = from.max(next),
-                None => return Ok(page),
+                None => return Ok(ListPage::default()),
             },
             None => {}
         }
         let below = (!request.prefix.is_empty())
             .then(|| prefix_successor(&request.prefix))
             .flatten();
+        let max_keys = request.max_keys.min(MAX_KEYS);
         let batch = (max_keys + 1).clamp(64, MAX_KEYS + 1) as i64;
         let client = self.client().await?;
         let statement = client
             .prepare_cached(if below.is_some() {
-                &bucket.sql.list_below
+                &bucket.sql.listing.list_below
             } else {
-                &bucket.sql.list
+                &bucket.sql.listing.list
             })
             .await?;
-        let mut last_prefix: Option<String> = None;
-        let mut entries = 0usize;
+        let mut filling = Filling {
+            prefix: &request.prefix,
+            delimiter,
+            max_keys,
+            page: ListPage::default(),
+            last_prefix: None,
+            entries: 0,
+        };
         'pages: loop {
             let rows = match &below {
                 Some(below) => {
@@ -145,48 +152,16 @@ impl Store {
             };
             let exhausted = (rows.len() as i64) < batch;
             for row in &rows {
-                let key: String = row.get("key");
-                if !key.starts_with(request.prefix.as_str()) {
+                if !filling.take(row) {
                     break 'pages;
                 }
-                let rolled_up = delimiter.and_then(|d| {
-                    let rest = &key[request.prefix.len()..];
-                    rest.find(d)
-                        .map(|at| key[..request.prefix.len() + at + d.len()].to_owned())
-                });
-                if let Some(common) = rolled_up {
-                    if last_prefix.as_deref() == Some(common.as_str()) {
-                        continue;
-                    }
-                    if entries == max_keys {
-                        page.next_token = Some(last_resume(&page, &last_prefix).encode());
-                        break 'pages;
-                    }
-                    entries += 1;
-                    page.last_entry = Some(common.clone());
-                    page.common_prefixes.push(common.clone());
-                    last_prefix = Some(common);
-                    continue;
-                }
-                if entries == max_keys {
-                    page.next_token = Some(last_resume(&page, &last_prefix).encode());
-                    break 'pages;
-                }
-                entries += 1;
-                page.last_entry = Some(key.clone());
-                page.objects.push(ListedObject {
-                    size: row.get::<_, i64>("size") as u64,
-                    etag: row.get("etag"),
-                    last_modified: row.get("last_modified"),
-                    key,
-                });
             }
             if exhausted {
                 break;
             }
             // Resume after the last row; skip the rest of a common prefix in one jump.
             let last_key: String = rows.last().map(|row| row.get("key")).unwrap_or_default();
-            match &last_prefix {
+            match &filling.last_prefix {
                 Some(common) if last_key.starts_with(common.as_str()) => match prefix_successor(common) {
                     Some(next) => from = from.max(next),
                     None => break,
@@ -194,7 +169,85 @@ impl Store {
                 _ => after = last_key,
             }
         }
-        Ok(page)
+        Ok(filling.page)
+    }
+}
+
+/// Where a listing starts. A continuation token alone says where a later page resumes: S3
+/// applies `start-after` to the first page only, and clients (minio-py) send it again with
+/// every token.
+fn resume_point(request: &ListRequest, delimiter: Option<&str>) -> StoreResult<Option<Resume>> {
+    Ok(match request.continuation.as_deref() {
+        Some(token) => Some(Resume::decode(token)?),
+        None => request.start_after.clone().map(|marker| {
+            // A marker that is itself a common prefix (what S3 hands out as NextMarker)
+            // resumes after every key under it.
+            let rolls_up = delimiter.is_some_and(|d| {
+                marker
+                    .strip_prefix(request.prefix.as_str())
+                    .and_then(|rest| rest.find(d).map(|at| at + d.len() == rest.len()))
+                    .unwrap_or(false)
+            });
+            if rolls_up {
+                Resume::AfterPrefix(marker)
+            } else {
+                Resume::AfterKey(marker)
+            }
+        }),
+    })
+}
+
+/// A page of ListObjects as its rows come in.
+struct Filling<'a> {
+    prefix: &'a str,
+    delimiter: Option<&'a str>,
+    max_keys: usize,
+    page: ListPage,
+    /// The common prefix taken last: the keys under it roll up into it.
+    last_prefix: Option<String>,
+    entries: usize,
+}
+
+impl Filling<'_> {
+    /// Takes a row: an object, or the common prefix it rolls up into. False when the page is
+    /// done: full (its next token then set) or past the prefix.
+    fn take(&mut self, row: &tokio_postgres::Row) -> bool {
+        let key: String = row.get("key");
+        if !key.starts_with(self.prefix) {
+            return false;
+        }
+        let rolled_up = self.delimiter.and_then(|d| {
+            let rest = &key[self.prefix.len()..];
+            rest.find(d)
+                .map(|at| key[..self.prefix.len() + at + d.len()].to_owned())
+        });
+        if let Some(common) = rolled_up {
+            if self.last_prefix.as_deref() == Some(common.as_str()) {
+                return true;
+            }
+            if self.entries == self.max_keys {
+                self.page.next_token = Some(last_resume(&self.page, &self.last_prefix).encode());
+                return false;
+            }
+            self.entries += 1;
+            self.page.last_entry = Some(common.clone());
+            self.page.common_prefixes.push(common.clone());
+            self.last_prefix = Some(common);
+            return true;
+        }
+        if self.entries == self.max_keys {
+            self.page.next_token = Some(last_resume(&self.page, &self.last_prefix).encode());
+            return false;
+        }
+        self.entries += 1;
+        self.page.last_entry = Some(key.clone());
+        self.page.objects.push(ListedObject {
+            size: row.get::<_, i64>("size") as u64,
+            etag: row.get("etag"),
+            last_modified: row.get("last_modified"),
+            key,
+        });
+        true
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod access;
 mod access_logs;
+mod bodies;
 mod cache;
 mod catalog;
 mod catalog_entries;
@@ -35,6 +36,7 @@ use std::sync::Arc;
 use deadpool_postgres::Pool;
 
 pub use access_logs::{Claim as AccessLogClaim, ClaimedRecords, LoggingConfig, MAX_QUEUED_RECORDS, PartitionDate};
+pub use bodies::{check_length as check_declared_length, read_prefix};
 pub use cache::{CacheEntry, DueUpload, EntryHead, FillLock, RangeLookup, UploadLock, WriteEvent};
 pub use catalog::{AccessKey, BucketInfo, BucketSummary, Catalog, NewAccessKey, NewBucket};
 pub use chunks::CHUNK_SIZE;
@@ -58,7 +60,6 @@ pub use objects::{
     BodyObserver, BodyStream, ByteRange, INLINE_LIMIT, ObjectHead, ObjectMeta, ObjectRead, PutOutcome, ReadOptions,
     StoredBytes, StoredChecksum, Upload,
 };
-pub use objects::{check_length as check_declared_length, read_prefix};
 pub use origins::{CacheMode, Origin, OriginEntry};
 pub use quotas::BucketQuota;
 pub use reaper::ReapStats;

@@ -8,8 +8,86 @@ use bytes::BytesMut;
 use md5::{Digest, Md5};
 use tokio_postgres::types::Json;
 
-use super::objects::{BodyDigest, NewObjectRow, ObjectHead, check_length};
+use super::bodies::{BodyDigest, check_length};
+use super::objects::{NewObjectRow, ObjectHead};
 use super::{BucketInfo, ObjectMeta, PutOutcome, Store, StoreError, StoreResult, Upload, WriteCondition};
+
+/// The multipart SQL of one namespace.
+#[derive(Debug)]
+pub(super) struct MultipartSql {
+    create_upload: String,
+    /// An upload's encryption (its parts are encrypted with the key the upload was started with).
+    upload_encryption: String,
+    lock_upload: String,
+    put_part: String,
+    take_upload: String,
+    upload_parts: String,
+    drop_unlisted_parts: String,
+    place_parts: String,
+    find_upload: String,
+    list_parts: String,
+    list_uploads: String,
+    /// Deletes the parts of ended uploads (the reaper's and lifecycle's too).
+    pub(super) drop_parts: String,
+}
+
+impl MultipartSql {
+    pub(super) fn new(ns: &str) -> MultipartSql {
+        MultipartSql {
+            // The initiator (`in`) is kept in the upload's meta only: the completed object's
+            // meta is read back as `ObjectMeta`, which has no such field, so it ends with the
+            // upload (S3 names the initiator in upload listings only).
+            create_upload: format!(
+                "INSERT INTO {ns}.uploads (upload_id, bucket_id, key, meta)
+                 SELECT nextval('{ns}.body_ids'), $1, $2,
+                        CASE WHEN $4::text IS NULL THEN $3::jsonb ELSE $3::jsonb || jsonb_build_object('in', $4::text) END
+                   FROM pgvs3.buckets WHERE id = $1
+                 RETURNING upload_id"
+            ),
+            upload_encryption: format!(
+                "SELECT meta->'se' AS encryption FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3"
+            ),
+            // A part commits under a share lock on its upload, so completion and abort (which
+            // delete the upload row) wait for parts in flight and then see them.
+            lock_upload: format!(
+                "SELECT 1 FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3 FOR SHARE"
+            ),
+            put_part: format!(
+                "INSERT INTO {ns}.parts (owner_id, part_number, size, etag, body_id) VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (owner_id, part_number) DO UPDATE
+                    SET size = EXCLUDED.size, etag = EXCLUDED.etag, body_id = EXCLUDED.body_id,
+                        last_modified = clock_timestamp()
+                 RETURNING last_modified"
+            ),
+            take_upload: format!(
+                "DELETE FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3 RETURNING meta"
+            ),
+            upload_parts: format!(
+                "SELECT part_number, size, etag FROM {ns}.parts WHERE owner_id = $1 ORDER BY part_number"
+            ),
+            drop_unlisted_parts: format!("DELETE FROM {ns}.parts WHERE owner_id = $1 AND part_number <> ALL($2)"),
+            place_parts: format!(
+                "UPDATE {ns}.parts p SET start_offset = v.start_offset
+                   FROM unnest($2::int[], $3::bigint[]) AS v(part_number, start_offset)
+                  WHERE p.owner_id = $1 AND p.part_number = v.part_number"
+            ),
+            find_upload: format!(
+                "SELECT meta->>'in' AS initiator, meta->'ac'->>'o' AS owner
+                   FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3"
+            ),
+            list_parts: format!(
+                "SELECT part_number, size, etag, last_modified FROM {ns}.parts
+                  WHERE owner_id = $1 AND part_number > $2 ORDER BY part_number LIMIT $3"
+            ),
+            list_uploads: format!(
+                "SELECT key, upload_id, initiated, meta->>'in' AS initiator, meta->'ac'->>'o' AS owner FROM {ns}.uploads
+                  WHERE bucket_id = $1 AND starts_with(key, $2) AND (key, upload_id) > ($3, $4)
+                  ORDER BY key, upload_id LIMIT $5"
+            ),
+            drop_parts: format!("DELETE FROM {ns}.parts WHERE owner_id = ANY($1)"),
+        }
+    }
+}
 
 /// A part stored, and whether its upload is encrypted with SSE-S3 (which S3's answer says; an
 /// SSE-C upload's answer names the key the request brought).
@@ -138,7 +216,7 @@ impl Store {
             }
         };
         let client = self.client().await?;
-        let statement = client.prepare_cached(&bucket.sql.create_upload).await?;
+        let statement = client.prepare_cached(&bucket.sql.multipart.create_upload).await?;
         let Some(row) = client
             .query_opt(&statement, &[&bucket.id, &key, &Json(meta), &initiator])
             .await?
@@ -169,25 +247,7 @@ impl Store {
             encryption,
             ..
         } = upload;
-        // A part is encrypted with the upload's key: an SSE-C upload's parts must come with
-        // the key it was started with.
-        let sealed: Option<Json<super::encryption::Sealed>> = {
-            let client = self.client().await?;
-            let statement = client.prepare_cached(&bucket.sql.upload_encryption).await?;
-            let Some(row) = client.query_opt(&statement, &[&upload_id, &bucket.id, &key]).await? else {
-                return Err(StoreError::NoSuchUpload);
-            };
-            row.get("encryption")
-        };
-        let offered = match &encryption {
-            super::encryption::Requested::Customer(customer) => Some(customer),
-            _ => None,
-        };
-        let object_key = super::encryption::open(
-            sealed.as_ref().map(|Json(sealed)| sealed),
-            offered,
-            self.catalog.master_key(),
-        )?;
+        let (sealed, object_key) = self.part_key(bucket, key, upload_id, &encryption).await?;
         // Read ahead in batches and written without holding a connection while the client
         // sends; the last batch commits with the part's row.
         let digest = BodyDigest::start(observer);
@@ -207,7 +267,7 @@ impl Store {
         let etag = hex::encode(md5);
         let mut client = self.upload_client().await?;
         let tx = client.transaction().await?;
-        let statement = tx.prepare_cached(&bucket.sql.lock_upload).await?;
+        let statement = tx.prepare_cached(&bucket.sql.multipart.lock_upload).await?;
         if tx
             .query_opt(&statement, &[&upload_id, &bucket.id, &key])
             .await?
@@ -216,7 +276,7 @@ impl Store {
             return Err(StoreError::NoSuchUpload);
         }
         let body_id = staged.finish(&tx).await?;
-        let statement = tx.prepare_cached(&bucket.sql.put_part).await?;
+        let statement = tx.prepare_cached(&bucket.sql.multipart.put_part).await?;
         let row = tx
             .query_one(&statement, &[&upload_id, &part_number, &(size as i64), &etag, &body_id])
             .await?;
@@ -232,6 +292,39 @@ impl Store {
             },
             sse_s3: sealed.is_some_and(|Json(sealed)| sealed.mode == super::encryption::Mode::S3),
         })
+    }
+
+    /// The key a part of upload `upload_id` is encrypted with, and the upload's sealed key it
+    /// is opened from (`None`: the upload is not encrypted). A part is encrypted with the
+    /// upload's key: an SSE-C upload's parts must come with the key it was started with.
+    async fn part_key(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        upload_id: i64,
+        encryption: &super::encryption::Requested,
+    ) -> StoreResult<(
+        Option<Json<super::encryption::Sealed>>,
+        Option<super::encryption::ObjectKey>,
+    )> {
+        let sealed: Option<Json<super::encryption::Sealed>> = {
+            let client = self.client().await?;
+            let statement = client.prepare_cached(&bucket.sql.multipart.upload_encryption).await?;
+            let Some(row) = client.query_opt(&statement, &[&upload_id, &bucket.id, &key]).await? else {
+                return Err(StoreError::NoSuchUpload);
+            };
+            row.get("encryption")
+        };
+        let offered = match encryption {
+            super::encryption::Requested::Customer(customer) => Some(customer),
+            _ => None,
+        };
+        let object_key = super::encryption::open(
+            sealed.as_ref().map(|Json(sealed)| sealed),
+            offered,
+            self.catalog.master_key(),
+        )?;
+        Ok((sealed, object_key))
     }
 
     /// Turns an upload into its object, if `condition` holds. The listed parts must exist with
@@ -250,12 +343,12 @@ impl Store {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         // Deleting the upload row first waits for parts still committing, and stops new ones.
-        let statement = tx.prepare_cached(&bucket.sql.take_upload).await?;
+        let statement = tx.prepare_cached(&bucket.sql.multipart.take_upload).await?;
         let Some(upload) = tx.query_opt(&statement, &[&upload_id, &bucket.id, &key]).await? else {
             return self.completed_before(&tx, bucket, key, upload_id).await;
         };
         let Json(mut meta): Json<ObjectMeta> = upload.get("meta");
-        let statement = tx.prepare_cached(&bucket.sql.upload_parts).await?;
+        let statement = tx.prepare_cached(&bucket.sql.multipart.upload_parts).await?;
         let stored: Vec<(i32, i64, String)> = tx
             .query(&statement, &[&upload_id])
             .await?
@@ -293,9 +386,9 @@ impl Store {
             size += part_size;
         }
         let etag = multipart_etag(&etags)?;
-        tx.execute(&bucket.sql.drop_unlisted_parts, &[&upload_id, &numbers])
+        tx.execute(&bucket.sql.multipart.drop_unlisted_parts, &[&upload_id, &numbers])
             .await?;
-        tx.execute(&bucket.sql.place_parts, &[&upload_id, &numbers, &offsets])
+        tx.execute(&bucket.sql.multipart.place_parts, &[&upload_id, &numbers, &offsets])
             .await?;
         meta.parts = Some(parts.len() as u32);
         meta.checksum = None;
@@ -360,7 +453,7 @@ impl Store {
         let upload_id = upload_number(upload_id)?;
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        let statement = tx.prepare_cached(&bucket.sql.take_upload).await?;
+        let statement = tx.prepare_cached(&bucket.sql.multipart.take_upload).await?;
         if tx
             .query_opt(&statement, &[&upload_id, &bucket.id, &key])
             .await?
@@ -368,7 +461,8 @@ impl Store {
         {
             return Err(StoreError::NoSuchUpload);
         }
-        tx.execute(&bucket.sql.drop_parts, &[&vec![upload_id]]).await?;
+        tx.execute(&bucket.sql.multipart.drop_parts, &[&vec![upload_id]])
+            .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -384,12 +478,12 @@ impl Store {
     ) -> StoreResult<PartsPage> {
         let upload_id = upload_number(upload_id)?;
         let client = self.client().await?;
-        let statement = client.prepare_cached(&bucket.sql.find_upload).await?;
+        let statement = client.prepare_cached(&bucket.sql.multipart.find_upload).await?;
         let Some(upload) = client.query_opt(&statement, &[&upload_id, &bucket.id, &key]).await? else {
             return Err(StoreError::NoSuchUpload);
         };
         let max_parts = max_parts.min(MAX_LISTED);
-        let statement = client.prepare_cached(&bucket.sql.list_parts).await?;
+        let statement = client.prepare_cached(&bucket.sql.multipart.list_parts).await?;
         let after = after_part.min(MAX_PART_NUMBER) as i32;
         let rows = client
             .query(&statement, &[&upload_id, &after, &(max_parts as i64 + 1)])
@@ -435,27 +529,14 @@ impl Store {
         if max_uploads == 0 {
             return Ok(page);
         }
-        let mut key_marker = key_marker.clone().unwrap_or_default();
-        // Without an upload-id marker, every upload of the marker key is skipped.
-        let mut id_marker = match upload_id_marker.as_deref() {
-            Some(id) if !key_marker.is_empty() => id.parse().unwrap_or(i64::MAX),
-            _ if key_marker.is_empty() => -1,
-            _ => i64::MAX,
-        };
         let delimiter = delimiter.as_deref().filter(|d| !d.is_empty());
-        // A key marker that is a common prefix (the NextKeyMarker of a rolled-up page) skips
-        // every upload under it.
-        if let Some(d) = delimiter
-            && let Some(rest) = key_marker.strip_prefix(prefix)
-            && rest.find(d).is_some_and(|at| at + d.len() == rest.len())
-        {
-            match super::listing::prefix_successor(&key_marker) {
-                Some(next) => (key_marker, id_marker) = (next, -1),
-                None => return Ok(page),
-            }
-        }
+        let Some((mut key_marker, mut id_marker)) =
+            uploads_from(prefix, delimiter, key_marker.as_deref(), upload_id_marker.as_deref())
+        else {
+            return Ok(page);
+        };
         let client = self.client().await?;
-        let statement = client.prepare_cached(&bucket.sql.list_uploads).await?;
+        let statement = client.prepare_cached(&bucket.sql.multipart.list_uploads).await?;
         let window = MAX_LISTED as i64 + 1;
         let mut last = None;
         loop {
@@ -509,6 +590,30 @@ impl Store {
         }
         Ok(page)
     }
+}
+
+/// Where a listing of uploads starts: after the upload-id marker among the uploads of the key
+/// marker (without one, after all of them). A key marker that is a common prefix (the
+/// NextKeyMarker of a rolled-up page) skips every upload under it. `None`: nothing comes after.
+fn uploads_from(
+    prefix: &str,
+    delimiter: Option<&str>,
+    key_marker: Option<&str>,
+    upload_id_marker: Option<&str>,
+) -> Option<(String, i64)> {
+    let mut key_marker = key_marker.unwrap_or_default().to_owned();
+    let mut id_marker = match upload_id_marker {
+        Some(id) if !key_marker.is_empty() => id.parse().unwrap_or(i64::MAX),
+        _ if key_marker.is_empty() => -1,
+        _ => i64::MAX,
+    };
+    if let Some(d) = delimiter
+        && let Some(rest) = key_marker.strip_prefix(prefix)
+        && rest.find(d).is_some_and(|at| at + d.len() == rest.len())
+    {
+        (key_marker, id_marker) = (super::listing::prefix_successor(&key_marker)?, -1);
+    }
+    Some((key_marker, id_marker))
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! Objects: put (inline or chunked), get (whole or ranged), head, delete.
+//! Objects: put (inline or chunked), get (whole or ranged), head, delete; the SQL of a namespace
+//! (`NamespaceSql`, with its families' own structs). Reading and writing bodies is `bodies.rs`'s.
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -6,13 +7,13 @@ use std::time::SystemTime;
 
 use bytes::{Bytes, BytesMut};
 use deadpool_postgres::GenericClient;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
-use tokio_postgres::binary_copy::BinaryCopyInWriter;
-use tokio_postgres::types::{Json, Type};
+use tokio_postgres::types::Json;
 
-use super::chunks::{ChunkStream, Chunker, Segment, worth_compressing};
+use super::bodies::{BodyDigest, body_rows, check_length, inline_span, locate, read_prefix};
+use super::chunks::{ChunkStream, worth_compressing};
 use super::conditions::{CurrentVersion, DeleteCondition, Preconditions, WriteCondition};
 use super::encryption::ObjectKey;
 use super::{BucketInfo, Store, StoreError, StoreResult};
@@ -186,39 +187,15 @@ pub struct NamespaceSql {
     pub(super) put_if_absent: String,
     pub(super) put_if_match: String,
     pub(super) put_if_none_match: String,
-    pub(super) part_span: String,
-    pub(super) part_segments: String,
-    pub(super) read_segments: String,
-    pub(super) create_upload: String,
-    pub(super) lock_upload: String,
-    /// An upload's encryption (its parts are encrypted with the key the upload was started with).
-    pub(super) upload_encryption: String,
-    pub(super) put_part: String,
-    pub(super) take_upload: String,
-    pub(super) upload_parts: String,
-    pub(super) drop_unlisted_parts: String,
-    pub(super) place_parts: String,
-    pub(super) find_upload: String,
-    pub(super) list_parts: String,
-    pub(super) list_uploads: String,
-    pub(super) copy_body: String,
     pub(super) set_tags: String,
     pub(super) copy_parts: String,
-    pub(super) drop_parts: String,
-    pub(super) drop_abandoned_uploads: String,
-    pub(super) next_body_id: String,
-    pub(super) copy_chunks: String,
-    pub(super) read_chunks: String,
     pub(super) lock_current: String,
     pub(super) delete_unversioned: String,
     pub(super) delete_many_unversioned: String,
-    pub(super) list: String,
-    pub(super) list_below: String,
-    pub(super) retired_bodies: String,
-    pub(super) delete_retired_chunks: String,
-    pub(super) forget_retired_body: String,
-    pub(super) delete_expired: String,
-    pub(super) backlog: String,
+    pub(super) bodies: super::bodies::BodySql,
+    pub(super) listing: super::listing::ListingSql,
+    pub(super) multipart: super::multipart::MultipartSql,
+    pub(super) reaper: super::reaper::ReaperSql,
     pub(super) kv: super::kv::KvSql,
     pub(super) types: super::types::TypedSql,
     pub(super) versions: super::versions::VersionSql,
@@ -230,51 +207,10 @@ impl NamespaceSql {
     pub fn new(ns: &str) -> NamespaceSql {
         // Namespace names are checked by the catalog (^[a-z][a-z0-9_]*$), so quoting suffices.
         let ns = format!("\"{ns}\"");
-        // The join with pgvs3.buckets tells a missing bucket from a missing key in the same
-        // round trip, and catches a cached bucket that has since been dropped.
-        let lookup = |body: &str| {
-            format!(
-                "SELECT o.size, o.etag, o.last_modified, o.meta, {body} AS inline, o.body_id, o.key IS NOT NULL AS found,
-                        o.version_id
-                   FROM pgvs3.buckets b
-                   LEFT JOIN {ns}.objects o ON o.bucket_id = b.id AND o.key = $2
-                        AND (o.expires_at IS NULL OR o.expires_at > now())
-                  WHERE b.id = $1"
-            )
-        };
-        let list = format!(
-            "SELECT key, size, etag, last_modified FROM {ns}.objects
-              WHERE bucket_id = $1 AND key > $2 AND key >= $3
-                AND (expires_at IS NULL OR expires_at > now())"
-        );
-        // The bucket's versioning state as committed (not as this gateway's catalog cache has
-        // it, which may lag a change): a write to a versioned bucket takes a version number, and
-        // in an Enabled bucket a version id (the objects_keep_version trigger keeps the version
-        // it replaces). A write to a bucket that never had versioning draws no number.
-        let version =
-            |seq: &str| format!("CASE WHEN b.versioning IS NOT NULL THEN nextval('{ns}.version_seqs') END AS {seq}");
-        let version_id =
-            |seq: &str| format!("CASE WHEN b.versioning = 'Enabled' THEN lpad(to_hex({seq}), 16, '0') END");
-        let insert = format!(
-            "INSERT INTO {ns}.objects AS o (bucket_id, key, size, etag, last_modified, meta, inline, body_id,
-                                            version_seq, version_id)
-             SELECT $1, $2, $3, $4, clock_timestamp(), $5, $6, $7, v.seq, {new_id}
-               FROM pgvs3.buckets b CROSS JOIN LATERAL (SELECT {seq}) v WHERE b.id = $1
-             ON CONFLICT (bucket_id, key) DO UPDATE
-                SET size = EXCLUDED.size, etag = EXCLUDED.etag, last_modified = EXCLUDED.last_modified,
-                    meta = EXCLUDED.meta, inline = EXCLUDED.inline, body_id = EXCLUDED.body_id,
-                    expires_at = NULL, {redrawn}",
-            new_id = version_id("v.seq"),
-            seq = version("seq"),
-            redrawn = version_drawn_under_lock(
-                &ns,
-                "EXCLUDED.version_seq IS NOT NULL",
-                "EXCLUDED.version_id IS NOT NULL"
-            ),
-        );
+        let insert = insert_sql(&ns);
         NamespaceSql {
-            get: lookup("o.inline"),
-            head: lookup("NULL::bytea"),
+            get: lookup_sql(&ns, "o.inline"),
+            head: lookup_sql(&ns, "NULL::bytea"),
             put: format!("{insert} RETURNING last_modified, version_id, version_seq IS NOT NULL AS versioned"),
             // The conflict arbiter makes the check atomic: of concurrent creators one inserts,
             // the others find its row and (it being live) update nothing.
@@ -298,78 +234,10 @@ impl NamespaceSql {
                  RETURNING o.last_modified, o.version_id, o.version_seq IS NOT NULL AS versioned",
                 redrawn = version_drawn_under_lock(&ns, "b.versioning IS NOT NULL", "b.versioning = 'Enabled'"),
             ),
-            part_span: format!("SELECT start_offset, size FROM {ns}.parts WHERE owner_id = $1 AND part_number = $2"),
-            part_segments: format!(
-                "SELECT body_id, size, start_offset FROM {ns}.parts
-                  WHERE owner_id = $1 AND start_offset < $3 AND start_offset + size > $2 ORDER BY part_number"
-            ),
-            // One statement (one snapshot) for all parts. A function scan yields the arrays in
-            // order and a nested loop runs the (ordered, not pulled-up) inner query per part, so
-            // rows arrive part by part without a sort that would buffer a whole part.
-            read_segments: format!(
-                "SELECT c.seq, c.data
-                   FROM unnest($1::bigint[], $2::int[], $3::int[]) AS s(body_id, first_seq, last_seq)
-                  CROSS JOIN LATERAL (SELECT seq, data FROM {ns}.chunks
-                                       WHERE body_id = s.body_id AND seq >= s.first_seq AND seq <= s.last_seq
-                                       ORDER BY seq) c"
-            ),
-            // The initiator (`in`) is kept in the upload's meta only: the completed object's
-            // meta is read back as `ObjectMeta`, which has no such field, so it ends with the
-            // upload (S3 names the initiator in upload listings only).
-            create_upload: format!(
-                "INSERT INTO {ns}.uploads (upload_id, bucket_id, key, meta)
-                 SELECT nextval('{ns}.body_ids'), $1, $2,
-                        CASE WHEN $4::text IS NULL THEN $3::jsonb ELSE $3::jsonb || jsonb_build_object('in', $4::text) END
-                   FROM pgvs3.buckets WHERE id = $1
-                 RETURNING upload_id"
-            ),
-            // A part commits under a share lock on its upload, so completion and abort (which
-            // delete the upload row) wait for parts in flight and then see them.
-            upload_encryption: format!(
-                "SELECT meta->'se' AS encryption FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3"
-            ),
-            lock_upload: format!(
-                "SELECT 1 FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3 FOR SHARE"
-            ),
-            put_part: format!(
-                "INSERT INTO {ns}.parts (owner_id, part_number, size, etag, body_id) VALUES ($1, $2, $3, $4, $5)
-                 ON CONFLICT (owner_id, part_number) DO UPDATE
-                    SET size = EXCLUDED.size, etag = EXCLUDED.etag, body_id = EXCLUDED.body_id,
-                        last_modified = clock_timestamp()
-                 RETURNING last_modified"
-            ),
-            take_upload: format!(
-                "DELETE FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3 RETURNING meta"
-            ),
-            upload_parts: format!(
-                "SELECT part_number, size, etag FROM {ns}.parts WHERE owner_id = $1 ORDER BY part_number"
-            ),
-            drop_unlisted_parts: format!("DELETE FROM {ns}.parts WHERE owner_id = $1 AND part_number <> ALL($2)"),
-            place_parts: format!(
-                "UPDATE {ns}.parts p SET start_offset = v.start_offset
-                   FROM unnest($2::int[], $3::bigint[]) AS v(part_number, start_offset)
-                  WHERE p.owner_id = $1 AND p.part_number = v.part_number"
-            ),
-            find_upload: format!(
-                "SELECT meta->>'in' AS initiator, meta->'ac'->>'o' AS owner
-                   FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3"
-            ),
-            list_parts: format!(
-                "SELECT part_number, size, etag, last_modified FROM {ns}.parts
-                  WHERE owner_id = $1 AND part_number > $2 ORDER BY part_number LIMIT $3"
-            ),
-            list_uploads: format!(
-                "SELECT key, upload_id, initiated, meta->>'in' AS initiator, meta->'ac'->>'o' AS owner FROM {ns}.uploads
-                  WHERE bucket_id = $1 AND starts_with(key, $2) AND (key, upload_id) > ($3, $4)
-                  ORDER BY key, upload_id LIMIT $5"
-            ),
             set_tags: format!(
                 "UPDATE {ns}.objects SET meta = CASE WHEN $3 = '{{}}'::jsonb THEN meta - 'tg'
                                                      ELSE jsonb_set(meta, '{{tg}}', $3) END
                   WHERE bucket_id = $1 AND key = $2 AND (expires_at IS NULL OR expires_at > now())"
-            ),
-            copy_body: format!(
-                "INSERT INTO {ns}.chunks (body_id, seq, data) SELECT $2, seq, data FROM {ns}.chunks WHERE body_id = $1"
             ),
             // Each part gets a copy of its chunks under a new body id; the new parts belong to
             // the new manifest `$2`.
@@ -382,18 +250,6 @@ impl NamespaceSql {
                      SELECT $2, part_number, size, etag, new_body, start_offset FROM source)
                  INSERT INTO {ns}.chunks (body_id, seq, data)
                  SELECT s.new_body, c.seq, c.data FROM source s JOIN {ns}.chunks c ON c.body_id = s.body_id"
-            ),
-            drop_parts: format!("DELETE FROM {ns}.parts WHERE owner_id = ANY($1)"),
-            drop_abandoned_uploads: format!(
-                "DELETE FROM {ns}.uploads WHERE upload_id = ANY(ARRAY(
-                    SELECT upload_id FROM {ns}.uploads
-                     WHERE initiated < now() - make_interval(secs => $1) LIMIT $2))
-                 RETURNING upload_id"
-            ),
-            next_body_id: format!("SELECT nextval('{ns}.body_ids') AS body_id"),
-            copy_chunks: format!("COPY {ns}.chunks (body_id, seq, data) FROM STDIN (FORMAT binary)"),
-            read_chunks: format!(
-                "SELECT seq, data FROM {ns}.chunks WHERE body_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq"
             ),
             // The current version a conditional delete compares, held until it is deleted.
             lock_current: format!(
@@ -415,24 +271,10 @@ impl NamespaceSql {
                               AND EXISTS (SELECT 1 FROM b WHERE versioning IS NULL))
                  SELECT versioning FROM b"
             ),
-            list_below: format!("{list} AND key < $5 ORDER BY key LIMIT $4"),
-            list: format!("{list} ORDER BY key LIMIT $4"),
-            retired_bodies: format!(
-                "SELECT body_id FROM {ns}.retired_bodies
-                  WHERE retired_at < now() - make_interval(secs => $1) ORDER BY retired_at LIMIT $2"
-            ),
-            delete_retired_chunks: format!("DELETE FROM {ns}.chunks WHERE body_id = $1 AND seq >= $2 AND seq < $3"),
-            forget_retired_body: format!(
-                "DELETE FROM {ns}.retired_bodies r WHERE body_id = $1
-                   AND NOT EXISTS (SELECT 1 FROM {ns}.chunks c WHERE c.body_id = r.body_id)"
-            ),
-            delete_expired: format!(
-                "DELETE FROM {ns}.objects WHERE ctid = ANY(ARRAY(
-                    SELECT ctid FROM {ns}.objects WHERE expires_at <= now() LIMIT $1))"
-            ),
-            backlog: format!(
-                "SELECT (SELECT count(*) FROM {ns}.retired_bodies) AS bodies, (SELECT count(*) FROM {ns}.uploads) AS uploads"
-            ),
+            bodies: super::bodies::BodySql::new(&ns),
+            listing: super::listing::ListingSql::new(&ns),
+            multipart: super::multipart::MultipartSql::new(&ns),
+            reaper: super::reaper::ReaperSql::new(&ns),
             kv: super::kv::KvSql::new(&ns),
             types: super::types::TypedSql::new(&ns),
             versions: super::versions::VersionSql::new(&ns),
@@ -442,93 +284,43 @@ impl NamespaceSql {
     }
 }
 
-/// The body of a read of bytes `span`: a slice of an inline body, or the chunks of a chunked
-/// one streamed by the connection (which the stream keeps until it ends); empty for a HEAD.
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn stored_body(
-    client: deadpool_postgres::Object,
-    sql: &NamespaceSql,
-    inline: Option<Bytes>,
-    body_id: Option<i64>,
-    size: u64,
-    multipart: bool,
-    span: (u64, u64),
-    with_body: bool,
-    key: Option<ObjectKey>,
-) -> StoreResult<BodyStream> {
-    Ok(match (with_body, inline, body_id) {
-        (false, ..) => Box::pin(futures::stream::empty()),
-        (true, Some(inline), _) => {
-            let bytes = inline_span(&inline, span, key.as_ref());
-            Box::pin(futures::stream::once(async move { Ok(bytes) }))
-        }
-        (true, None, Some(body_id)) if span.0 < span.1 => {
-            let (segments, rows) = body_rows(&client, sql, body_id, size, multipart, span).await?;
-            Box::pin(ChunkStream::new(Some(client), rows, segments).decrypting(key))
-        }
-        (true, None, _) => Box::pin(futures::stream::empty()),
-    })
+/// A lookup of one key's current row, its body as `body`. The join with pgvs3.buckets tells a
+/// missing bucket from a missing key in the same round trip, and catches a cached bucket that
+/// has since been dropped.
+fn lookup_sql(ns: &str, body: &str) -> String {
+    format!(
+        "SELECT o.size, o.etag, o.last_modified, o.meta, {body} AS inline, o.body_id, o.key IS NOT NULL AS found,
+                o.version_id
+           FROM pgvs3.buckets b
+           LEFT JOIN {ns}.objects o ON o.bucket_id = b.id AND o.key = $2
+                AND (o.expires_at IS NULL OR o.expires_at > now())
+          WHERE b.id = $1"
+    )
 }
 
-/// Bytes `span` of an inline body, decrypted first when it is encrypted.
-pub(super) fn inline_span(inline: &[u8], span: (u64, u64), key: Option<&ObjectKey>) -> Bytes {
-    match key {
-        None => Bytes::copy_from_slice(&inline[span.0 as usize..span.1 as usize]),
-        Some(key) => {
-            let mut plain = inline.to_vec();
-            key.apply_inline(&mut plain);
-            Bytes::from(plain).slice(span.0 as usize..span.1 as usize)
-        }
-    }
-}
-
-/// Starts the statement that streams bytes `span` of a chunked body: a plain body, or the
-/// manifest of a multipart object (one more round trip finds the parts holding the span).
-pub(super) async fn body_rows(
-    client: &deadpool_postgres::ClientWrapper,
-    sql: &NamespaceSql,
-    body_id: i64,
-    size: u64,
-    multipart: bool,
-    span: (u64, u64),
-) -> StoreResult<(Vec<Segment>, tokio_postgres::RowStream)> {
-    type Params<'a> = [&'a (dyn tokio_postgres::types::ToSql + Sync); 3];
-    if !multipart {
-        let segment = Segment {
-            body_id,
-            size,
-            start: span.0,
-            end: span.1,
-        };
-        let statement = client.prepare_cached(&sql.read_chunks).await?;
-        let params: Params = [&body_id, &segment.first_seq(), &segment.last_seq()];
-        let rows = client.query_raw(&statement, params).await?;
-        return Ok((vec![segment], rows));
-    }
-    let statement = client.prepare_cached(&sql.part_segments).await?;
-    let (start, end) = (span.0 as i64, span.1 as i64);
-    let segments: Vec<Segment> = client
-        .query(&statement, &[&body_id, &start, &end])
-        .await?
-        .iter()
-        .map(|row| {
-            let size = row.get::<_, i64>("size") as u64;
-            let offset = row.get::<_, i64>("start_offset") as u64;
-            Segment {
-                body_id: row.get("body_id"),
-                size,
-                start: span.0.max(offset) - offset,
-                end: span.1.min(offset + size) - offset,
-            }
-        })
-        .collect();
-    let ids: Vec<i64> = segments.iter().map(|s| s.body_id).collect();
-    let firsts: Vec<i32> = segments.iter().map(Segment::first_seq).collect();
-    let lasts: Vec<i32> = segments.iter().map(Segment::last_seq).collect();
-    let statement = client.prepare_cached(&sql.read_segments).await?;
-    let params: Params = [&ids, &firsts, &lasts];
-    let rows = client.query_raw(&statement, params).await?;
-    Ok((segments, rows))
+/// An object row's insert, or its overwrite. The bucket's versioning state as committed (not as
+/// this gateway's catalog cache has it, which may lag a change): a write to a versioned bucket
+/// takes a version number, and in an Enabled bucket a version id (the objects_keep_version
+/// trigger keeps the version it replaces). A write to a bucket that never had versioning draws
+/// no number.
+fn insert_sql(ns: &str) -> String {
+    let seq = format!("CASE WHEN b.versioning IS NOT NULL THEN nextval('{ns}.version_seqs') END AS seq");
+    format!(
+        "INSERT INTO {ns}.objects AS o (bucket_id, key, size, etag, last_modified, meta, inline, body_id,
+                                        version_seq, version_id)
+         SELECT $1, $2, $3, $4, clock_timestamp(), $5, $6, $7, v.seq, {new_id}
+           FROM pgvs3.buckets b CROSS JOIN LATERAL (SELECT {seq}) v WHERE b.id = $1
+         ON CONFLICT (bucket_id, key) DO UPDATE
+            SET size = EXCLUDED.size, etag = EXCLUDED.etag, last_modified = EXCLUDED.last_modified,
+                meta = EXCLUDED.meta, inline = EXCLUDED.inline, body_id = EXCLUDED.body_id,
+                expires_at = NULL, {redrawn}",
+        new_id = "CASE WHEN b.versioning = 'Enabled' THEN lpad(to_hex(v.seq), 16, '0') END",
+        redrawn = version_drawn_under_lock(
+            ns,
+            "EXCLUDED.version_seq IS NOT NULL",
+            "EXCLUDED.version_id IS NOT NULL"
+        ),
+    )
 }
 
 pub(super) fn check_key(key: &str) -> StoreResult<()> {
@@ -718,59 +510,85 @@ impl Store {
         &self,
         bucket: &BucketInfo,
         key: &str,
+        mut upload: Upload,
+        condition: &WriteCondition,
+    ) -> StoreResult<PutOutcome> {
+        check_key(key)?;
+        let sealed = super::encryption::seal(&upload.encryption, self.catalog.master_key());
+        let object_key = sealed.map(|(sealed, object_key)| {
+            upload.meta.encryption = Some(sealed);
+            object_key
+        });
+        let (head, ended) = if upload.declared_len.is_none_or(|len| len <= INLINE_LIMIT as u64) {
+            read_prefix(&mut upload.body, INLINE_LIMIT as u64).await?
+        } else {
+            (BytesMut::new(), false)
+        };
+        if ended {
+            return self.put_inline(bucket, key, head, upload, object_key, condition).await;
+        }
+        self.put_chunked(bucket, key, head, upload, object_key, condition).await
+    }
+
+    /// [`Store::put_object`] of a body that ended within [`INLINE_LIMIT`] (`head`, all of it):
+    /// one statement writes it into the object row.
+    async fn put_inline(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        head: BytesMut,
         upload: Upload,
+        object_key: Option<ObjectKey>,
+        condition: &WriteCondition,
+    ) -> StoreResult<PutOutcome> {
+        let Upload {
+            mut meta,
+            declared_len,
+            mut observer,
+            ..
+        } = upload;
+        let size = head.len() as u64;
+        check_length(declared_len, size)?;
+        observer.update(&head);
+        let digest: [u8; 16] = Md5::digest(&head).into();
+        meta.checksum = observer.finish(size, &digest)?;
+        let etag = hex::encode(digest);
+        let mut head = head;
+        if let Some(object_key) = &object_key {
+            object_key.apply_inline(&mut head);
+        }
+        let client = self.client().await?;
+        let row = NewObjectRow {
+            key,
+            size,
+            etag: &etag,
+            meta: &meta,
+            inline: Some(&head[..]),
+            body_id: None,
+        };
+        let written = self.write_object_row(&client, bucket, &row, condition).await?;
+        Ok(written.outcome(etag, size, meta.checksum))
+    }
+
+    /// [`Store::put_object`] of a larger body (`head`, then the rest of the upload's): read
+    /// ahead in batches and written without holding a connection while the client sends; the
+    /// last batch commits with the row.
+    async fn put_chunked(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        head: BytesMut,
+        upload: Upload,
+        object_key: Option<ObjectKey>,
         condition: &WriteCondition,
     ) -> StoreResult<PutOutcome> {
         let Upload {
             mut meta,
             mut body,
             declared_len,
-            mut observer,
-            encryption,
+            observer,
+            ..
         } = upload;
-        check_key(key)?;
-        let sealed = super::encryption::seal(&encryption, self.catalog.master_key());
-        let object_key = sealed.map(|(sealed, object_key)| {
-            meta.encryption = Some(sealed);
-            object_key
-        });
-        let (head, ended) = if declared_len.is_none_or(|len| len <= INLINE_LIMIT as u64) {
-            read_prefix(&mut body, INLINE_LIMIT as u64).await?
-        } else {
-            (BytesMut::new(), false)
-        };
-        if ended {
-            let size = head.len() as u64;
-            check_length(declared_len, size)?;
-            observer.update(&head);
-            let digest: [u8; 16] = Md5::digest(&head).into();
-            meta.checksum = observer.finish(size, &digest)?;
-            let etag = hex::encode(digest);
-            let mut head = head;
-            if let Some(object_key) = &object_key {
-                object_key.apply_inline(&mut head);
-            }
-            let client = self.client().await?;
-            let row = NewObjectRow {
-                key,
-                size,
-                etag: &etag,
-                meta: &meta,
-                inline: Some(&head[..]),
-                body_id: None,
-            };
-            let written = self.write_object_row(&client, bucket, &row, condition).await?;
-            return Ok(PutOutcome {
-                etag,
-                size,
-                last_modified: written.last_modified,
-                checksum: meta.checksum,
-                version_id: written.version_id,
-            });
-        }
-
-        // Read ahead in batches and written without holding a connection while the client
-        // sends; the last batch commits with the row.
         let compress = worth_compressing(meta.content_type.as_deref());
         let digest = BodyDigest::start(observer);
         let mut staged = self
@@ -802,13 +620,7 @@ impl Store {
         let written = self.write_object_row(&tx, bucket, &row, condition).await?;
         tx.commit().await?;
         staged.committed();
-        Ok(PutOutcome {
-            etag,
-            size,
-            last_modified: written.last_modified,
-            checksum: meta.checksum,
-            version_id: written.version_id,
-        })
+        Ok(written.outcome(etag, size, meta.checksum))
     }
 
     /// Writes (or replaces) an object row if `condition` holds; the one place that decides
@@ -942,6 +754,19 @@ pub(super) struct Written {
     pub version_id: Option<String>,
 }
 
+impl Written {
+    /// The answer to a write of `size` bytes with `etag` and `checksum` that made this row.
+    fn outcome(self, etag: String, size: u64, checksum: Option<StoredChecksum>) -> PutOutcome {
+        PutOutcome {
+            etag,
+            size,
+            last_modified: self.last_modified,
+            checksum,
+            version_id: self.version_id,
+        }
+    }
+}
+
 /// The version columns of an overwrite, as one SET item whose number is drawn as the row is
 /// set, after its lock is held (an UPDATE that waited re-evaluates it): a key's versions are then
 /// numbered in the order they commit. A number drawn before the lock (the INSERT's own, or an
@@ -964,163 +789,6 @@ pub(super) struct NewObjectRow<'a> {
     pub meta: &'a ObjectMeta,
     pub inline: Option<&'a [u8]>,
     pub body_id: Option<i64>,
-}
-
-/// The head of a found object, after its preconditions, and the span `options` select, and
-/// whether that is part of the object (a 206 answer).
-pub(super) async fn locate(
-    client: &deadpool_postgres::Object,
-    sql: &NamespaceSql,
-    head: ObjectHead,
-    body_id: Option<i64>,
-    options: &ReadOptions,
-) -> StoreResult<(ObjectHead, (u64, u64), bool)> {
-    options.conditions.check(&head)?;
-    let Some(part_number) = options.part_number else {
-        let span = match options.range {
-            Some(range) => range.resolve(head.size)?,
-            None => (0, head.size),
-        };
-        return Ok((head, span, options.range.is_some()));
-    };
-    if options.range.is_some() {
-        return Err(StoreError::InvalidArgument(
-            "cannot specify both Range header and partNumber query parameter".into(),
-        ));
-    }
-    if head.meta.parts.is_none() {
-        return match part_number {
-            1 => Ok((head.clone(), (0, head.size), false)),
-            _ => Err(StoreError::InvalidPartNumber),
-        };
-    }
-    let statement = client.prepare_cached(&sql.part_span).await?;
-    let part = client
-        .query_opt(&statement, &[&body_id, &(part_number.min(i32::MAX as u32) as i32)])
-        .await?
-        .ok_or(StoreError::InvalidPartNumber)?;
-    let start = part.get::<_, i64>("start_offset") as u64;
-    let end = start + part.get::<_, i64>("size") as u64;
-    Ok((head, (start, end), true))
-}
-
-/// Pieces of a body queued for its [`BodyDigest`] at most.
-const PIECES_IN_DIGEST: usize = 16;
-
-/// Hashes a chunked body on a blocking thread while it is written: its MD5 (the ETag) and
-/// whatever the observer checks. MD5 is serial (about 600 MB/s here, 41% of the gateway's CPU
-/// on a 10 MiB PUT); on the request's task it ran between the COPY's writes, here it overlaps
-/// them. The queue is bounded, so a hash that falls behind slows the upload down.
-pub(super) struct BodyDigest {
-    pieces: tokio::sync::mpsc::Sender<Bytes>,
-    hashed: tokio::task::JoinHandle<([u8; 16], Box<dyn BodyObserver>)>,
-}
-
-impl BodyDigest {
-    pub(super) fn start(mut observer: Box<dyn BodyObserver>) -> BodyDigest {
-        let (pieces, mut queued) = tokio::sync::mpsc::channel::<Bytes>(PIECES_IN_DIGEST);
-        let hashed = tokio::task::spawn_blocking(move || {
-            let mut md5 = Md5::new();
-            while let Some(piece) = queued.blocking_recv() {
-                md5.update(&piece);
-                observer.update(&piece);
-            }
-            (md5.finalize().into(), observer)
-        });
-        BodyDigest { pieces, hashed }
-    }
-
-    pub(super) async fn update(&self, piece: Bytes) -> StoreResult<()> {
-        self.pieces
-            .send(piece)
-            .await
-            .map_err(|_| StoreError::Body("the body's digest stopped".into()))
-    }
-
-    /// The body's MD5, and the observer's verdict on all of it.
-    pub(super) async fn finish(self, size: u64) -> StoreResult<([u8; 16], Option<StoredChecksum>)> {
-        drop(self.pieces);
-        let (md5, observer) = self
-            .hashed
-            .await
-            .map_err(|err| StoreError::Body(format!("the body's digest failed: {err}")))?;
-        Ok((md5, observer.finish(size, &md5)?))
-    }
-}
-
-/// Streams a body into the chunks of a new body inside `tx`: `head` (bytes already read from
-/// it), then the rest of `body`, all of it seen by `digest` when there is one. Returns the body
-/// id and the total size.
-pub(super) async fn write_chunks(
-    tx: &tokio_postgres::Transaction<'_>,
-    sql: &NamespaceSql,
-    compress: bool,
-    head: BytesMut,
-    body: &mut BodyStream,
-    digest: Option<&BodyDigest>,
-    key: Option<&ObjectKey>,
-) -> StoreResult<(i64, u64)> {
-    let body_id: i64 = tx.query_one(&sql.next_body_id, &[]).await?.get("body_id");
-    let sink = tx.copy_in(&sql.copy_chunks).await?;
-    let writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT4, Type::BYTEA]);
-    futures::pin_mut!(writer);
-    let mut chunker = Chunker::new(compress);
-    let mut seq: i32 = 0;
-    let mut size = head.len() as u64;
-    chunker.push(&head);
-    if let Some(digest) = digest
-        && !head.is_empty()
-    {
-        digest.update(head.freeze()).await?;
-    }
-    let seal = |seq: i32, chunk: Bytes| match key {
-        None => chunk,
-        Some(key) => {
-            let mut sealed = BytesMut::from(&chunk[..]);
-            key.apply(body_id, i64::from(seq), &mut sealed);
-            sealed.freeze()
-        }
-    };
-    loop {
-        while let Some(chunk) = chunker.next_full() {
-            writer.as_mut().write(&[&body_id, &seq, &&seal(seq, chunk)[..]]).await?;
-            seq += 1;
-        }
-        let Some(piece) = body.next().await else {
-            break;
-        };
-        let piece = piece?;
-        size += piece.len() as u64;
-        chunker.push(&piece);
-        if let Some(digest) = digest {
-            digest.update(piece).await?;
-        }
-    }
-    if let Some(chunk) = chunker.finish() {
-        writer.as_mut().write(&[&body_id, &seq, &&seal(seq, chunk)[..]]).await?;
-    }
-    writer.finish().await?;
-    Ok((body_id, size))
-}
-
-/// Reads `body` until more than `max` bytes are in (or it ends); returns them and whether the
-/// body ended.
-pub async fn read_prefix(body: &mut BodyStream, max: u64) -> StoreResult<(BytesMut, bool)> {
-    let mut prefix = BytesMut::new();
-    while prefix.len() as u64 <= max {
-        match body.next().await {
-            Some(piece) => prefix.extend_from_slice(&piece?),
-            None => return Ok((prefix, true)),
-        }
-    }
-    Ok((prefix, false))
-}
-
-pub fn check_length(declared: Option<u64>, received: u64) -> StoreResult<()> {
-    match declared {
-        Some(expected) if expected != received => Err(StoreError::IncompleteBody { expected, received }),
-        _ => Ok(()),
-    }
 }
 
 /// The head of a looked-up current row, with its version in a versioned bucket.

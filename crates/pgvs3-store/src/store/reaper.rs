@@ -11,6 +11,46 @@ const BODY_BATCH: i64 = 16;
 const CHUNK_BATCH: i32 = 4096;
 const EXPIRED_BATCH: i64 = 1000;
 
+/// The reaper's SQL of one namespace.
+#[derive(Debug)]
+pub(super) struct ReaperSql {
+    drop_abandoned_uploads: String,
+    retired_bodies: String,
+    delete_retired_chunks: String,
+    forget_retired_body: String,
+    delete_expired: String,
+    backlog: String,
+}
+
+impl ReaperSql {
+    pub(super) fn new(ns: &str) -> ReaperSql {
+        ReaperSql {
+            drop_abandoned_uploads: format!(
+                "DELETE FROM {ns}.uploads WHERE upload_id = ANY(ARRAY(
+                    SELECT upload_id FROM {ns}.uploads
+                     WHERE initiated < now() - make_interval(secs => $1) LIMIT $2))
+                 RETURNING upload_id"
+            ),
+            retired_bodies: format!(
+                "SELECT body_id FROM {ns}.retired_bodies
+                  WHERE retired_at < now() - make_interval(secs => $1) ORDER BY retired_at LIMIT $2"
+            ),
+            delete_retired_chunks: format!("DELETE FROM {ns}.chunks WHERE body_id = $1 AND seq >= $2 AND seq < $3"),
+            forget_retired_body: format!(
+                "DELETE FROM {ns}.retired_bodies r WHERE body_id = $1
+                   AND NOT EXISTS (SELECT 1 FROM {ns}.chunks c WHERE c.body_id = r.body_id)"
+            ),
+            delete_expired: format!(
+                "DELETE FROM {ns}.objects WHERE ctid = ANY(ARRAY(
+                    SELECT ctid FROM {ns}.objects WHERE expires_at <= now() LIMIT $1))"
+            ),
+            backlog: format!(
+                "SELECT (SELECT count(*) FROM {ns}.retired_bodies) AS bodies, (SELECT count(*) FROM {ns}.uploads) AS uploads"
+            ),
+        }
+    }
+}
+
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct ReapStats {
     pub bodies: u64,
@@ -74,7 +114,7 @@ impl Store {
         for ns in self.catalog.namespaces().await? {
             loop {
                 let rows = client
-                    .query(&ns.retired_bodies, &[&grace.as_secs_f64(), &BODY_BATCH])
+                    .query(&ns.reaper.retired_bodies, &[&grace.as_secs_f64(), &BODY_BATCH])
                     .await?;
                 for row in &rows {
                     let body_id: i64 = row.get("body_id");
@@ -82,7 +122,10 @@ impl Store {
                     let mut from = 0i32;
                     loop {
                         let deleted = client
-                            .execute(&ns.delete_retired_chunks, &[&body_id, &from, &(from + CHUNK_BATCH)])
+                            .execute(
+                                &ns.reaper.delete_retired_chunks,
+                                &[&body_id, &from, &(from + CHUNK_BATCH)],
+                            )
                             .await?;
                         stats.chunks += deleted;
                         if deleted < CHUNK_BATCH as u64 {
@@ -91,14 +134,14 @@ impl Store {
                         from += CHUNK_BATCH;
                     }
                     // A multipart object's body is a manifest: its parts' bodies retire with it.
-                    client.execute(&ns.drop_parts, &[&vec![body_id]]).await?;
-                    stats.bodies += client.execute(&ns.forget_retired_body, &[&body_id]).await?;
+                    client.execute(&ns.multipart.drop_parts, &[&vec![body_id]]).await?;
+                    stats.bodies += client.execute(&ns.reaper.forget_retired_body, &[&body_id]).await?;
                 }
                 if (rows.len() as i64) < BODY_BATCH {
                     break;
                 }
             }
-            stats.expired_objects += expire(&client, &ns.delete_expired).await?;
+            stats.expired_objects += expire(&client, &ns.reaper.delete_expired).await?;
         }
         // RESP's typed keys (hashes, sets, sorted sets, lists) live outside the namespaces.
         stats.expired_objects += expire(&client, super::types::DELETE_EXPIRED).await?;
@@ -111,7 +154,7 @@ impl Store {
         let client = self.client().await?;
         let (mut bodies, mut uploads) = (0, 0);
         for ns in self.catalog.namespaces().await? {
-            let row = client.query_one(&ns.backlog, &[]).await?;
+            let row = client.query_one(&ns.reaper.backlog, &[]).await?;
             bodies += row.get::<_, i64>("bodies");
             uploads += row.get::<_, i64>("uploads");
         }
@@ -128,12 +171,15 @@ impl Store {
                 // Two statements: the second one's snapshot sees every part that committed while
                 // the first waited for the upload rows (parts commit under a share lock on them).
                 let uploads: Vec<i64> = client
-                    .query(&ns.drop_abandoned_uploads, &[&max_age.as_secs_f64(), &EXPIRED_BATCH])
+                    .query(
+                        &ns.reaper.drop_abandoned_uploads,
+                        &[&max_age.as_secs_f64(), &EXPIRED_BATCH],
+                    )
                     .await?
                     .iter()
                     .map(|row| row.get("upload_id"))
                     .collect();
-                client.execute(&ns.drop_parts, &[&uploads]).await?;
+                client.execute(&ns.multipart.drop_parts, &[&uploads]).await?;
                 reaped += uploads.len() as u64;
                 if (uploads.len() as i64) < EXPIRED_BATCH {
                     break;

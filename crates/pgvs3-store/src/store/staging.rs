@@ -20,9 +20,10 @@ use tokio::time::Instant;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::Type;
 
+use super::bodies::BodyDigest;
 use super::chunks::Chunker;
 use super::encryption::ObjectKey;
-use super::objects::{BodyDigest, BodyStream, NamespaceSql};
+use super::objects::{BodyStream, NamespaceSql};
 use super::{Store, StoreError, StoreResult};
 
 /// Bytes of a body read ahead in memory before they are written (per upload streaming).
@@ -273,7 +274,7 @@ impl Staged<'_> {
                 }
                 lease.body_id
             }
-            None => tx.query_one(&self.sql.next_body_id, &[]).await?.get("body_id"),
+            None => tx.query_one(&self.sql.bodies.next_body_id, &[]).await?.get("body_id"),
         };
         self.write_ready(tx, body_id).await?;
         Ok(body_id)
@@ -290,7 +291,7 @@ impl Staged<'_> {
         if self.ready.is_empty() {
             return Ok(());
         }
-        let sink = tx.copy_in(&self.sql.copy_chunks).await?;
+        let sink = tx.copy_in(&self.sql.bodies.copy_chunks).await?;
         let writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT4, Type::BYTEA]);
         futures::pin_mut!(writer);
         for chunk in self.ready.drain(..) {

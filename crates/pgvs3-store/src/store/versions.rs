@@ -11,12 +11,11 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use tokio_postgres::types::Json;
 
+use super::bodies::{locate, stored_body};
 use super::conditions::DeleteCondition;
 use super::error::retry_conflicts;
 use super::listing::{ListRequest, prefix_successor};
-use super::objects::{
-    ObjectHead, ObjectMeta, ObjectRead, ReadOptions, check_delete_condition, check_key, locate, stored_body,
-};
+use super::objects::{ObjectHead, ObjectMeta, ObjectRead, ReadOptions, check_delete_condition, check_key};
 use super::{BucketInfo, Store, StoreError, StoreResult};
 
 /// A bucket's versioning state, once it was ever enabled (S3 never returns to "unversioned").
@@ -109,11 +108,6 @@ pub(super) struct VersionSql {
 
 impl VersionSql {
     pub(super) fn new(ns: &str) -> VersionSql {
-        let archive = format!(
-            "INSERT INTO {ns}.versions (bucket_id, key, version_id, version_seq, size, etag, last_modified, meta, inline, body_id)
-             SELECT bucket_id, key, coalesce(version_id, 'null'), version_seq, size, etag, last_modified, meta, inline, body_id
-               FROM gone"
-        );
         VersionSql {
             // One key's lock, taken first by every transaction that deletes one of its versions
             // or writes a delete marker: without it, a delete of the newest version promotes the
@@ -130,13 +124,7 @@ impl VersionSql {
                 "SELECT version_id, is_delete_marker FROM {ns}.versions WHERE bucket_id = $1 AND key = $2
                   ORDER BY coalesce(version_seq, -1) DESC LIMIT 1"
             ),
-            // The current version becomes noncurrent; its body moves with it, and retire_body
-            // (an AFTER trigger, which sees this statement's insert) keeps it.
-            archive_current: format!(
-                "WITH gone AS (DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = $2
-                                AND ($3 OR version_id IS NOT NULL) RETURNING *)
-                 {archive}"
-            ),
+            archive_current: archive_current_sql(ns),
             // A delete marker: in an Enabled bucket with a new id, in a Suspended one as `null`.
             marker: format!(
                 "INSERT INTO {ns}.versions (bucket_id, key, version_id, version_seq, is_delete_marker, size, etag, last_modified)
@@ -156,47 +144,9 @@ impl VersionSql {
                 "DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = $2 AND version_id IS NOT DISTINCT FROM $3
                     AND NOT pgvs3.object_locked(meta, $4)"
             ),
-            delete_noncurrent: format!(
-                "WITH dropped AS (DELETE FROM {ns}.versions WHERE bucket_id = $1 AND key = $2 AND version_id = $3
-                                    AND NOT pgvs3.object_locked(meta, $4)
-                                  RETURNING body_id, is_delete_marker),
-                      retired AS (INSERT INTO {ns}.retired_bodies (body_id)
-                                  SELECT body_id FROM dropped WHERE body_id IS NOT NULL ON CONFLICT DO NOTHING)
-                 SELECT is_delete_marker FROM dropped"
-            ),
-            // With no current version left, the newest noncurrent one becomes current, unless it
-            // is a delete marker (the key then reads as deleted). A current version a concurrent
-            // PUT created meanwhile stays current (the conflict waits for it), and the noncurrent
-            // one stays where it is; the row is locked so a concurrent removal (lifecycle) either
-            // completes first or waits.
-            promote: format!(
-                "WITH top AS (SELECT * FROM {ns}.versions WHERE bucket_id = $1 AND key = $2
-                               AND NOT EXISTS (SELECT 1 FROM {ns}.objects WHERE bucket_id = $1 AND key = $2)
-                             ORDER BY coalesce(version_seq, -1) DESC LIMIT 1 FOR UPDATE),
-                      placed AS (INSERT INTO {ns}.objects (bucket_id, key, size, etag, last_modified, meta, inline,
-                                                           body_id, version_id, version_seq)
-                                 SELECT bucket_id, key, size, etag, last_modified, meta, inline, body_id,
-                                        nullif(version_id, 'null'), version_seq
-                                   FROM top WHERE NOT is_delete_marker
-                                 ON CONFLICT (bucket_id, key) DO NOTHING
-                                 RETURNING coalesce(version_id, 'null') AS version_id)
-                 DELETE FROM {ns}.versions v USING placed
-                  WHERE v.bucket_id = $1 AND v.key = $2 AND v.version_id = placed.version_id"
-            ),
-            // Versions in listing order (key, newest first) from `$2` (the key marker) on:
-            // that key's versions older than `$4` (the version marker's place), then later keys.
-            page: format!(
-                "SELECT key, version_id, is_delete_marker, size, etag, last_modified, current FROM (
-                     SELECT key, coalesce(version_id, 'null') AS version_id, coalesce(version_seq, -1) AS seq,
-                            false AS is_delete_marker, size, etag, last_modified, true AS current
-                       FROM {ns}.objects WHERE bucket_id = $1 AND key >= $2 AND starts_with(key, $3)
-                        AND (expires_at IS NULL OR expires_at > now())
-                     UNION ALL
-                     SELECT key, version_id, coalesce(version_seq, -1), is_delete_marker, size, etag, last_modified, false
-                       FROM {ns}.versions WHERE bucket_id = $1 AND key >= $2 AND starts_with(key, $3)) v
-                  WHERE key > $2 OR seq < $4
-                  ORDER BY key, seq DESC LIMIT $5"
-            ),
+            delete_noncurrent: delete_noncurrent_sql(ns),
+            promote: promote_sql(ns),
+            page: page_sql(ns),
             // One version's metadata, locked for a change (`$3` NULL: the current version).
             current_meta: format!(
                 "SELECT meta FROM {ns}.objects WHERE bucket_id = $1 AND key = $2
@@ -224,6 +174,102 @@ impl VersionSql {
                  LIMIT 1"
             ),
         }
+    }
+}
+
+/// The current version becomes noncurrent; its body moves with it, and retire_body
+/// (an AFTER trigger, which sees this statement's insert) keeps it.
+fn archive_current_sql(ns: &str) -> String {
+    format!(
+        "WITH gone AS (DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = $2
+                        AND ($3 OR version_id IS NOT NULL) RETURNING *)
+         {archive}",
+        archive = archive_sql(ns),
+    )
+}
+
+/// The rows `gone` deleted from `objects`, kept as noncurrent versions.
+fn archive_sql(ns: &str) -> String {
+    format!(
+        "INSERT INTO {ns}.versions (bucket_id, key, version_id, version_seq, size, etag, last_modified, meta, inline, body_id)
+         SELECT bucket_id, key, coalesce(version_id, 'null'), version_seq, size, etag, last_modified, meta, inline, body_id
+           FROM gone"
+    )
+}
+
+fn delete_noncurrent_sql(ns: &str) -> String {
+    format!(
+        "WITH dropped AS (DELETE FROM {ns}.versions WHERE bucket_id = $1 AND key = $2 AND version_id = $3
+                            AND NOT pgvs3.object_locked(meta, $4)
+                          RETURNING body_id, is_delete_marker),
+              retired AS (INSERT INTO {ns}.retired_bodies (body_id)
+                          SELECT body_id FROM dropped WHERE body_id IS NOT NULL ON CONFLICT DO NOTHING)
+         SELECT is_delete_marker FROM dropped"
+    )
+}
+
+/// With no current version left, the newest noncurrent one becomes current, unless it
+/// is a delete marker (the key then reads as deleted). A current version a concurrent
+/// PUT created meanwhile stays current (the conflict waits for it), and the noncurrent
+/// one stays where it is; the row is locked so a concurrent removal (lifecycle) either
+/// completes first or waits.
+fn promote_sql(ns: &str) -> String {
+    format!(
+        "WITH top AS (SELECT * FROM {ns}.versions WHERE bucket_id = $1 AND key = $2
+                       AND NOT EXISTS (SELECT 1 FROM {ns}.objects WHERE bucket_id = $1 AND key = $2)
+                     ORDER BY coalesce(version_seq, -1) DESC LIMIT 1 FOR UPDATE),
+              placed AS (INSERT INTO {ns}.objects (bucket_id, key, size, etag, last_modified, meta, inline,
+                                                   body_id, version_id, version_seq)
+                         SELECT bucket_id, key, size, etag, last_modified, meta, inline, body_id,
+                                nullif(version_id, 'null'), version_seq
+                           FROM top WHERE NOT is_delete_marker
+                         ON CONFLICT (bucket_id, key) DO NOTHING
+                         RETURNING coalesce(version_id, 'null') AS version_id)
+         DELETE FROM {ns}.versions v USING placed
+          WHERE v.bucket_id = $1 AND v.key = $2 AND v.version_id = placed.version_id"
+    )
+}
+
+/// Versions in listing order (key, newest first) from `$2` (the key marker) on:
+/// that key's versions older than `$4` (the version marker's place), then later keys.
+fn page_sql(ns: &str) -> String {
+    format!(
+        "SELECT key, version_id, is_delete_marker, size, etag, last_modified, current FROM (
+             SELECT key, coalesce(version_id, 'null') AS version_id, coalesce(version_seq, -1) AS seq,
+                    false AS is_delete_marker, size, etag, last_modified, true AS current
+               FROM {ns}.objects WHERE bucket_id = $1 AND key >= $2 AND starts_with(key, $3)
+                AND (expires_at IS NULL OR expires_at > now())
+             UNION ALL
+             SELECT key, version_id, coalesce(version_seq, -1), is_delete_marker, size, etag, last_modified, false
+               FROM {ns}.versions WHERE bucket_id = $1 AND key >= $2 AND starts_with(key, $3)) v
+          WHERE key > $2 OR seq < $4
+          ORDER BY key, seq DESC LIMIT $5"
+    )
+}
+
+/// Where the next page query of a version listing starts: versions of key `from` whose place
+/// is below `below`, then later keys; `latest_seen` is the key whose latest version is listed.
+struct VersionsFrom {
+    from: String,
+    below: i64,
+    latest_seen: Option<String>,
+}
+
+/// A page row as the entry of `key`. A key's first entry is its latest version: its current
+/// one, or (none being current) the newest delete marker; `latest_seen` is the key whose first
+/// entry came last.
+fn version_entry(row: &tokio_postgres::Row, key: String, latest_seen: &mut Option<String>) -> VersionEntry {
+    let current: bool = row.get("current");
+    let is_latest = latest_seen.as_deref() != Some(key.as_str());
+    *latest_seen = Some(key.clone());
+    VersionEntry {
+        version_id: row.get("version_id"),
+        delete_marker: row.get("is_delete_marker"),
+        size: row.get::<_, i64>("size") as u64,
+        etag: row.get("etag"),
+        last_modified: row.get("last_modified"),
+        is_latest: is_latest && (current || row.get::<_, bool>("is_delete_marker")),
+        key,
     }
 }
 
@@ -462,29 +508,14 @@ impl Store {
         }
         let delimiter = list.delimiter.as_deref().filter(|d| !d.is_empty());
         let client = self.client().await?;
-        // Where to resume: after the key marker's versions older than the version marker, or
-        // after the whole key (no version marker). A marker that is a common prefix resumes
-        // after everything under it.
-        let mut from = list.start_after.clone().unwrap_or_default();
-        let mut below: i64 = -2;
-        // Resuming inside a key: its newest version was on an earlier page.
-        let mut latest_seen: Option<String> = None;
-        if let Some(marker) = request.version_id_marker.as_deref().filter(|_| !from.is_empty()) {
-            below = self.version_seq(bucket, &client, &from, marker).await?;
-            latest_seen = Some(from.clone());
-        }
-        if let Some(delimiter) = delimiter
-            && from.starts_with(&list.prefix)
-            && from[list.prefix.len()..].ends_with(delimiter)
-        {
-            match prefix_successor(&from) {
-                Some(next) => {
-                    from = next;
-                    below = i64::MAX;
-                }
-                None => return Ok(page),
-            }
-        }
+        let Some(VersionsFrom {
+            mut from,
+            mut below,
+            mut latest_seen,
+        }) = self.versions_from(bucket, &client, request, delimiter).await?
+        else {
+            return Ok(page);
+        };
         let statement = client.prepare_cached(&bucket.sql.versions.page).await?;
         loop {
             let rows = client
@@ -510,20 +541,7 @@ impl Store {
                     page.next = Some((last_marker(&page), last_version(&page)));
                     return Ok(page);
                 }
-                let current: bool = row.get("current");
-                // A key's first entry is its latest version: its current one, or (none being
-                // current) the newest delete marker.
-                let is_latest = latest_seen.as_deref() != Some(key.as_str());
-                latest_seen = Some(key.clone());
-                page.entries.push(VersionEntry {
-                    version_id: row.get("version_id"),
-                    delete_marker: row.get("is_delete_marker"),
-                    size: row.get::<_, i64>("size") as u64,
-                    etag: row.get("etag"),
-                    last_modified: row.get("last_modified"),
-                    is_latest: is_latest && (current || row.get::<_, bool>("is_delete_marker")),
-                    key,
-                });
+                page.entries.push(version_entry(row, key, &mut latest_seen));
             }
             match restart {
                 Some(prefix) => match prefix_successor(&prefix) {
@@ -541,6 +559,44 @@ impl Store {
                 }
             }
         }
+    }
+
+    /// Where a listing of versions starts: after the key marker's versions older than the
+    /// version marker, or after the whole key (no version marker). A marker that is a common
+    /// prefix resumes after everything under it. `None`: nothing comes after it.
+    async fn versions_from(
+        &self,
+        bucket: &BucketInfo,
+        client: &deadpool_postgres::Object,
+        request: &VersionsRequest,
+        delimiter: Option<&str>,
+    ) -> StoreResult<Option<VersionsFrom>> {
+        let list = &request.list;
+        let mut from = list.start_after.clone().unwrap_or_default();
+        let mut below: i64 = -2;
+        // Resuming inside a key: its newest version was on an earlier page.
+        let mut latest_seen: Option<String> = None;
+        if let Some(marker) = request.version_id_marker.as_deref().filter(|_| !from.is_empty()) {
+            below = self.version_seq(bucket, client, &from, marker).await?;
+            latest_seen = Some(from.clone());
+        }
+        if let Some(delimiter) = delimiter
+            && from.starts_with(&list.prefix)
+            && from[list.prefix.len()..].ends_with(delimiter)
+        {
+            match prefix_successor(&from) {
+                Some(next) => {
+                    from = next;
+                    below = i64::MAX;
+                }
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(VersionsFrom {
+            from,
+            below,
+            latest_seen,
+        }))
     }
 
     /// Sets (`None`: removes) the metadata field `field` of one version, current (`version_id`

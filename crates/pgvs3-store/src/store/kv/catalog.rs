@@ -1,0 +1,242 @@
+//! The fleet-wide RESP state kept in catalog tables: Redis Functions libraries, each keyspace's
+//! notification setting, and the count of keys the reaper expired.
+
+use super::write::NOTIFY;
+use crate::store::{Catalog, StoreResult};
+
+/// A library of Redis Functions (FUNCTION LOAD), kept in `pgvs3.resp_function_libraries`: one
+/// set of libraries for the whole fleet and every database, as Redis keeps one per server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionLibrary {
+    pub name: String,
+    /// The library's source, its `#!lua name=...` line included.
+    pub code: String,
+    /// What it registered, in order: name, flags, description.
+    pub functions: Vec<RegisteredFunction>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegisteredFunction {
+    pub name: String,
+    pub flags: Vec<String>,
+    pub description: Option<String>,
+}
+
+/// Why libraries were not stored.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LibraryRefusal {
+    /// A library of this name exists (and the policy is not to replace it).
+    Exists(String),
+    /// Another library has a function of this name.
+    FunctionExists(String),
+    /// The fleet would hold more libraries than it may.
+    TooMany,
+}
+
+/// What storing libraries does with those already there (FUNCTION LOAD [REPLACE], FUNCTION
+/// RESTORE's APPEND, REPLACE and FLUSH).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LibraryPolicy {
+    /// A library whose name is taken is refused.
+    Append,
+    /// A library whose name is taken replaces the one there.
+    Replace,
+    /// Every library there goes first.
+    Flush,
+}
+
+impl Catalog {
+    /// Every library, by name.
+    pub async fn function_libraries(&self) -> StoreResult<Vec<FunctionLibrary>> {
+        let client = self.pool().get().await?;
+        let rows = client
+            .query(
+                "SELECT name, code, functions, flags, descriptions FROM pgvs3.resp_function_libraries ORDER BY name",
+                &[],
+            )
+            .await?;
+        Ok(rows.iter().map(library_row).collect())
+    }
+
+    /// The library that holds function `function`.
+    pub async fn function_library_of(&self, function: &str) -> StoreResult<Option<FunctionLibrary>> {
+        let client = self.pool().get().await?;
+        let row = client
+            .query_opt(
+                "SELECT name, code, functions, flags, descriptions FROM pgvs3.resp_function_libraries
+                  WHERE $1 = ANY (functions)",
+                &[&function],
+            )
+            .await?;
+        Ok(row.as_ref().map(library_row))
+    }
+
+    /// Stores `libraries` as `policy` says, all or none, so that the fleet holds at most
+    /// `max_libraries`: under a lock, so that two gateways storing at once cannot both pass the
+    /// checks. As Redis checks them: library names first, then function names.
+    pub async fn put_function_libraries(
+        &self,
+        libraries: &[FunctionLibrary],
+        policy: LibraryPolicy,
+        max_libraries: i64,
+    ) -> StoreResult<Result<(), LibraryRefusal>> {
+        let mut client = self.pool().get().await?;
+        let tx = client.transaction().await?;
+        tx.execute("LOCK TABLE pgvs3.resp_function_libraries IN EXCLUSIVE MODE", &[])
+            .await?;
+        if policy == LibraryPolicy::Flush {
+            tx.execute("DELETE FROM pgvs3.resp_function_libraries", &[]).await?;
+        }
+        let names: Vec<&str> = libraries.iter().map(|library| library.name.as_str()).collect();
+        if policy == LibraryPolicy::Append {
+            let existing = tx
+                .query_opt(
+                    "SELECT name FROM pgvs3.resp_function_libraries WHERE name = ANY ($1) ORDER BY name LIMIT 1",
+                    &[&names],
+                )
+                .await?;
+            if let Some(existing) = existing {
+                return Ok(Err(LibraryRefusal::Exists(existing.get("name"))));
+            }
+        }
+        let functions: Vec<&str> = libraries
+            .iter()
+            .flat_map(|library| library.functions.iter().map(|function| function.name.as_str()))
+            .collect();
+        let taken = tx
+            .query_opt(
+                "SELECT f AS function FROM pgvs3.resp_function_libraries, unnest(functions) f
+                  WHERE name <> ALL ($1) AND f = ANY ($2) LIMIT 1",
+                &[&names, &functions],
+            )
+            .await?;
+        if let Some(taken) = taken {
+            return Ok(Err(LibraryRefusal::FunctionExists(taken.get("function"))));
+        }
+        let others: i64 = tx
+            .query_one(
+                "SELECT count(*) AS libraries FROM pgvs3.resp_function_libraries WHERE name <> ALL ($1)",
+                &[&names],
+            )
+            .await?
+            .get("libraries");
+        if others + libraries.len() as i64 > max_libraries {
+            return Ok(Err(LibraryRefusal::TooMany));
+        }
+        for library in libraries {
+            let functions: Vec<&str> = library
+                .functions
+                .iter()
+                .map(|function| function.name.as_str())
+                .collect();
+            let flags: Vec<String> = library
+                .functions
+                .iter()
+                .map(|function| function.flags.join(" "))
+                .collect();
+            let descriptions: Vec<Option<&str>> = library
+                .functions
+                .iter()
+                .map(|function| function.description.as_deref())
+                .collect();
+            tx.execute(
+                "INSERT INTO pgvs3.resp_function_libraries (name, code, functions, flags, descriptions)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (name) DO UPDATE SET code = excluded.code, functions = excluded.functions,
+                     flags = excluded.flags, descriptions = excluded.descriptions, loaded_at = now()",
+                &[&library.name, &library.code, &functions, &flags, &descriptions],
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(Ok(()))
+    }
+
+    /// Deletes library `name`; false when there is none.
+    pub async fn delete_function_library(&self, name: &str) -> StoreResult<bool> {
+        let client = self.pool().get().await?;
+        let deleted = client
+            .execute("DELETE FROM pgvs3.resp_function_libraries WHERE name = $1", &[&name])
+            .await?;
+        Ok(deleted > 0)
+    }
+
+    /// FUNCTION FLUSH: every library goes.
+    pub async fn flush_function_libraries(&self) -> StoreResult<()> {
+        let client = self.pool().get().await?;
+        client.execute("DELETE FROM pgvs3.resp_function_libraries", &[]).await?;
+        Ok(())
+    }
+}
+
+impl Catalog {
+    /// The keyspace notifications setting of `bucket`'s keyspace (`None`: never set).
+    pub async fn keyspace_events(&self, bucket: &str) -> StoreResult<Option<String>> {
+        let client = self.pool().get().await?;
+        let row = client
+            .query_opt(
+                "SELECT flags FROM pgvs3.resp_keyspace_events WHERE bucket = $1",
+                &[&bucket],
+            )
+            .await?;
+        Ok(row.map(|row| row.get("flags")))
+    }
+
+    /// The keys of `buckets` the reaper deleted at their expiry (INFO's `expired_keys`).
+    pub async fn expired_keys(&self, buckets: &[&str]) -> StoreResult<i64> {
+        let client = self.pool().get().await?;
+        let row = client
+            .query_one(
+                "SELECT coalesce(sum(e.keys), 0)::bigint AS keys FROM pgvs3.resp_expired e
+                   JOIN pgvs3.buckets b ON b.id = e.bucket_id WHERE b.name = ANY ($1)",
+                &[&buckets],
+            )
+            .await?;
+        Ok(row.get("keys"))
+    }
+
+    /// Sets it, and tells every gateway with `pgvs3.resp_notify(channel, flags, inline_limit)`
+    /// in the same transaction.
+    pub async fn set_keyspace_events(
+        &self,
+        bucket: &str,
+        flags: &str,
+        channel: &[u8],
+        inline_limit: i32,
+    ) -> StoreResult<()> {
+        let mut client = self.pool().get().await?;
+        let tx = client.transaction().await?;
+        tx.execute(
+            "INSERT INTO pgvs3.resp_keyspace_events (bucket, flags) VALUES ($1, $2)
+             ON CONFLICT (bucket) DO UPDATE SET flags = excluded.flags",
+            &[&bucket, &flags],
+        )
+        .await?;
+        tx.execute(NOTIFY, &[&channel, &flags.as_bytes(), &inline_limit])
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+fn library_row(row: &tokio_postgres::Row) -> FunctionLibrary {
+    let names: Vec<String> = row.get("functions");
+    let flags: Vec<String> = row.get("flags");
+    let descriptions: Vec<Option<String>> = row.get("descriptions");
+    FunctionLibrary {
+        name: row.get("name"),
+        code: row.get("code"),
+        functions: names
+            .into_iter()
+            .enumerate()
+            .map(|(i, name)| RegisteredFunction {
+                name,
+                flags: flags
+                    .get(i)
+                    .map(|flags| flags.split_whitespace().map(str::to_owned).collect())
+                    .unwrap_or_default(),
+                description: descriptions.get(i).cloned().flatten(),
+            })
+            .collect(),
+    }
+}

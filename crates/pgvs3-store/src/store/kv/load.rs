@@ -1,0 +1,278 @@
+//! Loading a batch's keys: one statement for all of them (with BEGIN and the locks for a
+//! write), rows taken as the keys' state, and a read's wait for the writers of keys it found
+//! past their expiry.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+
+use super::write::BeginLocked;
+use super::{Change, KvBatch, KvEntry, KvValue, Locking, Slot};
+use crate::store::objects::check_key;
+use crate::store::types::KeyType;
+use crate::store::{BucketInfo, Store, StoreResult};
+
+impl KvBatch {
+    pub(super) async fn load(
+        store: &Store,
+        bucket: Arc<BucketInfo>,
+        client: deadpool_postgres::Object,
+        keys: &[String],
+        locking: Locking,
+    ) -> StoreResult<KvBatch> {
+        for key in keys {
+            check_key(key)?;
+        }
+        // Busy until loaded: a load abandoned midway (or failed) is cancelled.
+        let mut batch = KvBatch {
+            bucket,
+            client: Some(client),
+            pool: store.pool.clone(),
+            busy: true,
+            cancel: store.cancel.clone(),
+            in_transaction: locking != Locking::None,
+            deferred_locks: None,
+            blind: false,
+            now: SystemTime::now(),
+            slots: HashMap::with_capacity(keys.len()),
+            notification: None,
+        };
+        let rows = batch.load_rows(keys, locking).await?;
+        let lapsed = batch.absorb(&rows, keys);
+        if locking == Locking::None {
+            batch.wait_for_writers(keys, lapsed).await?;
+        }
+        batch.busy = false;
+        Ok(batch)
+    }
+
+    /// The rows of `keys`, in one statement; a write's BEGIN and locks go out with it (one round
+    /// trip). A load of strings alone that finds the bucket has typed keys is done again the
+    /// typed way.
+    async fn load_rows(&self, keys: &[String], locking: Locking) -> StoreResult<Vec<Row>> {
+        let client = self.client.as_ref().expect("client until commit");
+        let sql = &self.bucket.sql.kv;
+        let id = &self.bucket.id;
+        let typed = sql.typed.load(Ordering::Relaxed);
+        let (load, load_params): (_, [&(dyn ToSql + Sync); 2]) = match (keys, typed) {
+            ([key], true) => (client.prepare_cached(&sql.load_one).await?, [id, key]),
+            ([key], false) => (client.prepare_cached(&sql.load_one_strings).await?, [id, key]),
+            (_, true) => (client.prepare_cached(&sql.load).await?, [id, &keys]),
+            (_, false) => (client.prepare_cached(&sql.load_strings).await?, [id, &keys]),
+        };
+        let mut rows = if locking != Locking::None {
+            let lock_count = match locking {
+                Locking::Keyspace => usize::MAX,
+                _ => keys.len(),
+            };
+            let begin = BeginLocked::prepare(client, sql, lock_count).await?;
+            let (_, rows) = futures::try_join!(begin.send(client, *id, keys), client.query(&load, &load_params))?;
+            rows
+        } else {
+            client.query(&load, &load_params).await?
+        };
+        if !typed && rows.first().is_some_and(|row| row.get::<_, bool>("typed")) {
+            // The bucket has typed keys after all (the clock row always comes): from now on
+            // the namespace is loaded the typed way, this batch first (still under its locks).
+            sql.typed.store(true, Ordering::Relaxed);
+            let load = client.prepare_cached(&sql.load).await?;
+            rows = client.query(&load, &[id, &keys]).await?;
+        }
+        Ok(rows)
+    }
+
+    /// A read's wait for the writers of the keys it found past their expiry (`lapsed`), each
+    /// followed by a new load: see [`Waited`]. (Rare: the reaper removes expired rows.)
+    async fn wait_for_writers(&mut self, keys: &[String], mut lapsed: Vec<String>) -> StoreResult<()> {
+        let mut waited = Waited::default();
+        loop {
+            let fresh = waited.fresh(lapsed);
+            if fresh.is_empty() {
+                return Ok(());
+            }
+            let client = self.client.as_ref().expect("client until commit");
+            let sql = &self.bucket.sql.kv;
+            let bucket_id = self.bucket.id;
+            let (wait, load) = futures::try_join!(
+                client.prepare_cached(&sql.await_writers),
+                client.prepare_cached(&sql.load)
+            )?;
+            // Sent together: the load runs once the writers are done.
+            let params: [&(dyn ToSql + Sync); 2] = [&bucket_id, &keys];
+            let (_, rows) = futures::try_join!(
+                await_writers(client, &wait, bucket_id, &fresh),
+                client.query(&load, &params)
+            )?;
+            self.slots.clear();
+            lapsed = self.absorb(&rows, keys);
+        }
+    }
+
+    /// Takes loaded rows as the state of `keys`; answers the keys whose row had expired by the
+    /// load's clock (they are absent).
+    fn absorb(&mut self, rows: &[Row], keys: &[String]) -> Vec<String> {
+        let mut lapsed = Vec::new();
+        for row in rows {
+            self.now = row.get("now");
+            let Some(key) = row.get::<_, Option<String>>("key") else {
+                continue;
+            };
+            let typed = row.get::<_, Option<i8>>("type").and_then(KeyType::from_code);
+            let expires_at: Option<SystemTime> = row.get("expires_at");
+            let expired = expires_at.is_some_and(|at| at <= self.now);
+            if expired {
+                lapsed.push(key.clone());
+            }
+            if expired && typed.is_none() {
+                // An expired string: absent; a write over it replaces the row by its key.
+                continue;
+            }
+            if expired {
+                // An expired typed row: the key is absent, but the row is there to replace.
+                self.slots.entry(key).or_insert(Slot::absent()).typed_row = true;
+                continue;
+            }
+            self.absorb_live(key, loaded_entry(row, typed, expires_at), typed.is_some());
+        }
+        for key in keys {
+            self.slots.entry(key.clone()).or_insert(Slot::absent());
+        }
+        lapsed
+    }
+
+    /// Takes the entry of a live row of `key` (`typed`: of a typed key). A name that is both
+    /// (an S3 write over a typed key) is the string.
+    fn absorb_live(&mut self, key: String, entry: KvEntry, typed: bool) {
+        let slot = Slot {
+            current: Some(entry),
+            existed: true,
+            change: Change::None,
+            typed_row: typed,
+            string: !typed,
+        };
+        match self.slots.entry(key) {
+            Entry::Occupied(mut both) if typed && both.get().current.is_some() => both.get_mut().typed_row = true,
+            Entry::Occupied(mut both) => {
+                *both.get_mut() = Slot {
+                    typed_row: true,
+                    ..slot
+                }
+            }
+            Entry::Vacant(vacant) => {
+                vacant.insert(slot);
+            }
+        }
+    }
+
+    /// Loads `keys` again (inside the batch's transaction, under its locks): after typed
+    /// commands changed them in the database.
+    pub async fn reload(&mut self, keys: &[String]) -> StoreResult<()> {
+        if self.client.is_none() {
+            self.client = Some(self.pool.get().await?);
+        }
+        let client = self.client.as_ref().expect("taken above");
+        let sql = &self.bucket.sql.kv;
+        let load = client.prepare_cached(&sql.load).await?;
+        let rows = client.query(&load, &[&self.bucket.id, &keys]).await?;
+        for key in keys {
+            self.slots.remove(key);
+        }
+        // The batch keeps the clock of its first load: it found its other keys alive by it, and
+        // `set_expiry` changes only rows live by it. A later clock would pass over a key that
+        // expired since, whose EXPIRE or PERSIST had answered 1 (found under load by
+        // resp_key_histories_are_linearizable: PERSIST 1, then TYPE none).
+        let now = self.now;
+        self.absorb(&rows, keys);
+        self.now = now;
+        Ok(())
+    }
+
+    /// Locks further keys of a write batch, after those it began with, without waiting: false
+    /// when another transaction holds one of them. Taking them in the sorted order is no longer
+    /// possible, and waiting could deadlock; the caller starts over instead, holding the whole
+    /// keyspace ([`Store::kv_write_all`]).
+    pub async fn try_lock(&mut self, keys: &[String]) -> StoreResult<bool> {
+        if self.client.is_none() {
+            self.client = Some(self.pool.get().await?);
+        }
+        let client = self.client.as_ref().expect("taken above");
+        let statement = client.prepare_cached(&self.bucket.sql.kv.try_lock).await?;
+        let lock_id = self.bucket.id as i32;
+        let row = client.query_one(&statement, &[&lock_id, &keys]).await?;
+        Ok(row.get::<_, Option<bool>>("locked").unwrap_or(true))
+    }
+}
+
+/// The entry of a live row as loaded (`typed`: the row's key type, `None` for a string).
+fn loaded_entry(row: &Row, typed: Option<KeyType>, expires_at: Option<SystemTime>) -> KvEntry {
+    let inline: Option<&[u8]> = row.get("inline");
+    let sealed = row.get::<_, Option<bool>>("sealed").unwrap_or(false);
+    let value = match (typed, inline) {
+        (Some(typed), _) => KvValue::Typed(typed),
+        (None, _) if sealed => KvValue::Sealed {
+            size: row.get::<_, i64>("size") as u64,
+        },
+        (None, Some(inline)) => KvValue::Bytes(Bytes::copy_from_slice(inline)),
+        (None, None) => KvValue::Chunked {
+            body_id: row.get("body_id"),
+            size: row.get::<_, i64>("size") as u64,
+            multipart: row.get("multipart"),
+        },
+    };
+    KvEntry {
+        value,
+        expires_at,
+        version: Some((row.get("etag"), row.get("last_modified"))),
+    }
+}
+
+/// The keys a read found past their expiry and waited for the writers of.
+///
+/// A write holds its keys' locks from the load that judges their expiry to its commit, and
+/// reads take no lock. A writer that loaded a key alive before it expired (an EXPIRE, PERSIST,
+/// SET KEEPTTL, HSET, ...) is ordered before the expiry, so before any read that finds the key
+/// expired: such a read must not answer "absent" while that write may still commit, which would
+/// bring the key back after the read. So a read that meets a key past its expiry (not yet
+/// removed by the reaper) waits for the key's writers ([`await_writers`]) and reads again; a
+/// writer that takes the key's lock after that loads it past its expiry and finds it absent
+/// too. A key met past its expiry again after its wait needs no second one; one that expired
+/// between the two reads does: a read repeats until it meets no key it has not waited for,
+/// at most once per key.
+#[derive(Debug, Default)]
+pub(in crate::store) struct Waited(Vec<String>);
+
+impl Waited {
+    /// Of `lapsed` (keys a read found past their expiry), those it has not waited for yet, now
+    /// counted as waited for.
+    pub(in crate::store) fn fresh(&mut self, lapsed: Vec<String>) -> Vec<String> {
+        let mut fresh = Vec::new();
+        for key in lapsed {
+            if !self.0.contains(&key) && !fresh.contains(&key) {
+                fresh.push(key);
+            }
+        }
+        self.0.extend(fresh.iter().cloned());
+        fresh
+    }
+}
+
+/// Waits for the writers of `keys` (`statement` is `KvSql::await_writers`, prepared), sent on
+/// the first poll so that statements sent after it run once the writers are done.
+pub(in crate::store) async fn await_writers(
+    client: &deadpool_postgres::Object,
+    statement: &tokio_postgres::Statement,
+    bucket_id: i64,
+    keys: &[String],
+) -> Result<(), tokio_postgres::Error> {
+    let lock_id = bucket_id as i32;
+    client
+        .execute(statement, &[&bucket_id, &lock_id, &keys])
+        .await
+        .map(drop)
+}

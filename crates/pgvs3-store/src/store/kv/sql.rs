@@ -1,0 +1,267 @@
+//! The keyspace's SQL, one set per namespace: loads, locks, writes and keyspace-wide scans.
+
+use std::sync::atomic::AtomicBool;
+
+/// The keyspace SQL of one namespace.
+#[derive(Debug)]
+pub(in crate::store) struct KvSql {
+    /// Some bucket of the namespace has typed keys (sticky; see the module's doc). Until then
+    /// the `*_strings` statements serve.
+    pub(super) typed: AtomicBool,
+    pub(super) load: String,
+    pub(super) load_one: String,
+    pub(super) load_strings: String,
+    pub(super) load_one_strings: String,
+    pub(super) delete: String,
+    pub(super) mark_deleted: String,
+    pub(super) lock: String,
+    pub(super) lock_keyspace_shared: String,
+    pub(super) lock_keyspace: String,
+    pub(in crate::store) await_writers: String,
+    pub(super) try_lock: String,
+    pub(super) upsert: String,
+    pub(super) upsert_plain: String,
+    pub(super) upsert_strings: String,
+    pub(super) set_expiry: String,
+    pub(super) delete_expired_strings: String,
+    pub(super) scan: String,
+    pub(super) count: String,
+    pub(super) random: String,
+    pub(super) flush: String,
+}
+
+/// Strings and typed keys: a typed key's version is its `version` counter (WATCH compares it),
+/// its type the tenth column (NULL for a string). `key_condition` names the key as `KEY`. An
+/// expired typed row comes too (its expiry at or before the row's clock): the key is absent,
+/// but a string written over it must delete the row, which could otherwise come back to life
+/// with an EXPIRE or PERSIST of the string. An expired string row comes as well and is taken as
+/// absent (typed writes delete it, see `delete_expired_strings`): a read that meets an expired
+/// row waits for the key's writer first ([`KvBatch::load`](super::KvBatch::load)).
+fn load_sql(ns: &str, key_condition: &str) -> String {
+    let objects = key_condition.replace("KEY", "o.key");
+    let typed = key_condition.replace("KEY", "r.key");
+    format!(
+        "SELECT o.key, o.size, o.etag, o.last_modified, o.expires_at, o.inline, o.body_id, t.now,
+                o.meta ? 'pc' AS multipart, NULL::\"char\" AS type, o.meta ? 'se' AS sealed
+           FROM (SELECT clock_timestamp() AS now) t
+           LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND {objects}
+         UNION ALL
+         SELECT r.key, 0, 't' || r.version, to_timestamp(0), r.expires_at, NULL, NULL, clock_timestamp(),
+                false, r.type, false
+           FROM pgvs3.resp_keys r
+          WHERE r.bucket_id = $1 AND {typed}"
+    )
+}
+
+/// Strings only, for a keyspace without typed keys; the last column says whether the bucket has
+/// typed keys after all (then the load is done again with [`load_sql`]).
+fn load_strings_sql(ns: &str, key_condition: &str) -> String {
+    let objects = key_condition.replace("KEY", "o.key");
+    format!(
+        "SELECT o.key, o.size, o.etag, o.last_modified, o.expires_at, o.inline, o.body_id, t.now,
+                o.meta ? 'pc' AS multipart, NULL::\"char\" AS type, o.meta ? 'se' AS sealed, t.typed
+           FROM (SELECT clock_timestamp() AS now,
+                        EXISTS (SELECT 1 FROM pgvs3.resp_typed WHERE bucket_id = $1) AS typed) t
+           LEFT JOIN {ns}.objects o ON o.bucket_id = $1 AND {objects}"
+    )
+}
+
+/// The string upsert; `typed` is what goes before it about typed keys of the same names. `$8`
+/// is the new versions' metadata (their object lock retention, else empty). In a versioned bucket
+/// (as committed, not as the catalog cache has it) a write is a new version, numbered as an S3
+/// PUT's is; the objects_keep_version trigger keeps the version it replaces. A version takes no
+/// TTL (one kept from before the bucket was versioned included): at its expiry the reaper would
+/// remove it for good.
+fn upsert_sql(ns: &str, typed: &str, guard: &str) -> String {
+    // A subquery with a volatile output is not flattened, so each key draws one number.
+    format!(
+        "{typed}
+         INSERT INTO {ns}.objects AS o (bucket_id, key, size, etag, last_modified, meta, inline, body_id, expires_at,
+                                        version_seq, version_id)
+         SELECT $1, u.key, u.size, u.etag, clock_timestamp(), $8::jsonb, u.inline, u.body_id,
+                CASE WHEN u.seq IS NULL THEN u.expires_at END, u.seq,
+                CASE WHEN u.enabled THEN lpad(to_hex(u.seq), 16, '0') END
+           FROM (SELECT u.*, b.versioning = 'Enabled' AS enabled,
+                        CASE WHEN b.versioning IS NOT NULL THEN nextval('{ns}.version_seqs') END AS seq
+                   FROM pgvs3.buckets b,
+                        unnest($2::text[], $3::int8[], $4::text[], $5::bytea[], $6::int8[], $7::timestamptz[])
+                        AS u(key, size, etag, inline, body_id, expires_at)
+                  WHERE b.id = $1{guard}) u
+         ON CONFLICT (bucket_id, key) DO UPDATE
+            SET size = EXCLUDED.size, etag = EXCLUDED.etag, last_modified = EXCLUDED.last_modified,
+                meta = EXCLUDED.meta, inline = EXCLUDED.inline, body_id = EXCLUDED.body_id,
+                expires_at = EXCLUDED.expires_at, {redrawn}",
+        redrawn = crate::store::objects::version_drawn_under_lock(
+            ns,
+            "EXCLUDED.version_seq IS NOT NULL",
+            "EXCLUDED.version_id IS NOT NULL"
+        ),
+    )
+}
+
+impl KvSql {
+    pub(in crate::store) fn new(ns: &str) -> KvSql {
+        KvSql {
+            // The clock row makes the statement answer even when no key exists, and gives the
+            // batch the database's notion of "now" for TTLs.
+            load: load_sql(ns, "KEY = ANY($2)"),
+            // One key is the common case. Its own statement lets PostgreSQL keep one generic plan
+            // (a unique index probe) instead of planning every execution, as it must for ANY($2):
+            // planning was a quarter of the server's time on single GETs.
+            load_one: load_sql(ns, "KEY = $2"),
+            load_strings: load_strings_sql(ns, "KEY = ANY($2)"),
+            load_one_strings: load_strings_sql(ns, "KEY = $2"),
+            typed: AtomicBool::new(false),
+            delete: delete_sql(ns),
+            mark_deleted: mark_deleted_sql(ns),
+            // Two-int advisory locks live apart from the single-bigint ones the gateway uses
+            // elsewhere. Hash collisions only serialize a little more.
+            lock: "SELECT count(pg_advisory_xact_lock($1::int4, h))
+                     FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k ORDER BY h) AS sorted"
+                .to_owned(),
+            // The single-bigint lock space, negated bucket ids: apart from the gateway's other
+            // (positive) advisory locks.
+            lock_keyspace_shared: "SELECT pg_advisory_xact_lock_shared(-$1::int8)".to_owned(),
+            lock_keyspace: "SELECT pg_advisory_xact_lock(-$1::int8)".to_owned(),
+            // A read's wait for the writers of keys it found expired (see `Waited`): shared, in
+            // the writers' order (keyspace, then keys), held only for this statement.
+            await_writers: "SELECT pg_advisory_xact_lock_shared(-$1::int8),
+                                   (SELECT count(pg_advisory_xact_lock_shared($2::int4, h))
+                                      FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($3::text[]) AS k
+                                             ORDER BY h) AS sorted)"
+                .to_owned(),
+            // Out of the sorted order, so never waiting: see `KvBatch::try_lock`.
+            try_lock: "SELECT bool_and(pg_try_advisory_xact_lock($1::int4, h)) AS locked
+                         FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k) AS keys"
+                .to_owned(),
+            // A string written over a typed key replaces it.
+            upsert: upsert_sql(
+                ns,
+                "WITH typed AS (DELETE FROM pgvs3.resp_keys WHERE bucket_id = $1 AND key = ANY($2::text[]))",
+                "",
+            ),
+            // Keys known to have no typed row (loaded under the batch's locks).
+            upsert_plain: upsert_sql(ns, "", ""),
+            // Keys not loaded, in a keyspace believed to have no typed keys: the bucket's
+            // `resp_typed` row, if any, raises (and the batch is written again with `upsert`).
+            upsert_strings: upsert_sql(
+                ns,
+                "",
+                "
+            AND NOT EXISTS (SELECT 1 FROM pgvs3.resp_typed WHERE bucket_id = $1 AND pgvs3.resp_typed_conflict())",
+            ),
+            set_expiry: set_expiry_sql(ns),
+            // Before a write batch's typed calls: the expired strings among their keys, which a
+            // typed key made there must not leave behind (see `set_expiry`). The reaper's
+            // statement, for these keys now.
+            delete_expired_strings: format!(
+                "DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = ANY($2) AND expires_at <= clock_timestamp()"
+            ),
+            scan: scan_sql(ns),
+            count: count_sql(ns),
+            random: random_sql(ns),
+            flush: flush_sql(ns),
+        }
+    }
+}
+
+/// In a versioned bucket (as committed) a deleted key's current version is kept as S3's DELETE
+/// keeps it: noncurrent (Enabled), or gone when it is the null version of a Suspended bucket,
+/// whose noncurrent null version goes too. The marker follows in [`mark_deleted_sql`], a
+/// statement of its own: a Suspended bucket's new null marker must not meet the null version
+/// this one deletes in the same statement.
+fn delete_sql(ns: &str) -> String {
+    format!(
+        "WITH typed AS (DELETE FROM pgvs3.resp_keys WHERE bucket_id = $1 AND key = ANY($2)),
+              gone AS (DELETE FROM {ns}.objects WHERE bucket_id = $1 AND key = ANY($2) RETURNING *),
+              dropped AS (DELETE FROM {ns}.versions v USING pgvs3.buckets b
+                           WHERE b.id = $1 AND b.versioning = 'Suspended'
+                             AND v.bucket_id = $1 AND v.key = ANY($2) AND v.version_id = 'null'
+                          RETURNING v.body_id),
+              retired AS (INSERT INTO {ns}.retired_bodies (body_id)
+                          SELECT body_id FROM dropped WHERE body_id IS NOT NULL ON CONFLICT DO NOTHING)
+         INSERT INTO {ns}.versions (bucket_id, key, version_id, version_seq, size, etag, last_modified, meta,
+                                    inline, body_id)
+         SELECT g.bucket_id, g.key, coalesce(g.version_id, 'null'), g.version_seq, g.size, g.etag,
+                g.last_modified, g.meta, g.inline, g.body_id
+           FROM gone g JOIN pgvs3.buckets b ON b.id = $1
+          WHERE b.versioning = 'Enabled' OR (b.versioning = 'Suspended' AND g.version_id IS NOT NULL)"
+    )
+}
+
+/// The delete markers of deleted strings, in a versioned bucket: a new version id when
+/// Enabled, the null version when Suspended (as S3's DELETE writes them).
+fn mark_deleted_sql(ns: &str) -> String {
+    format!(
+        "INSERT INTO {ns}.versions (bucket_id, key, version_id, version_seq, is_delete_marker, size, etag,
+                                    last_modified)
+         SELECT $1, m.key, CASE WHEN m.enabled THEN lpad(to_hex(m.seq), 16, '0') ELSE 'null' END, m.seq, true,
+                0, '', clock_timestamp()
+           FROM (SELECT k AS key, b.versioning = 'Enabled' AS enabled, nextval('{ns}.version_seqs') AS seq
+                   FROM pgvs3.buckets b, unnest($2::text[]) AS k
+                  WHERE b.id = $1 AND b.versioning IS NOT NULL) m"
+    )
+}
+
+/// Only rows that were live when the batch loaded them (`$4`, its clock then): an expired row
+/// of the other table under the same name stays expired, where setting its expiry would bring
+/// its old value back over the live key.
+fn set_expiry_sql(ns: &str) -> String {
+    format!(
+        "WITH typed AS (
+             UPDATE pgvs3.resp_keys r SET expires_at = u.expires_at, version = r.version + 1
+               FROM unnest($2::text[], $3::timestamptz[]) AS u(key, expires_at)
+              WHERE r.bucket_id = $1 AND r.key = u.key AND (r.expires_at IS NULL OR r.expires_at > $4))
+         UPDATE {ns}.objects o SET expires_at = u.expires_at
+           FROM unnest($2::text[], $3::timestamptz[]) AS u(key, expires_at)
+          WHERE o.bucket_id = $1 AND o.key = u.key AND (o.expires_at IS NULL OR o.expires_at > $4)"
+    )
+}
+
+/// The condition of a live row, for the keyspace-wide statements.
+const LIVE: &str = "(expires_at IS NULL OR expires_at > clock_timestamp())";
+
+/// Both kinds of key in one order; a name that is both (an S3 write over a typed key) is the
+/// string, as loads have it.
+fn scan_sql(ns: &str) -> String {
+    format!(
+        "SELECT DISTINCT ON (key) key, t FROM (
+            (SELECT key, NULL::\"char\" AS t FROM {ns}.objects
+              WHERE bucket_id = $1 AND key > $2 AND key >= $3 AND starts_with(key, $3) AND {LIVE}
+              ORDER BY key LIMIT $4)
+            UNION ALL
+            (SELECT key, type FROM pgvs3.resp_keys
+              WHERE bucket_id = $1 AND key > $2 AND key >= $3 AND starts_with(key, $3) AND {LIVE}
+              ORDER BY key LIMIT $4)) u
+          ORDER BY key, t IS NOT NULL LIMIT $4"
+    )
+}
+
+fn count_sql(ns: &str) -> String {
+    format!(
+        "SELECT o.keys + r.keys AS keys, o.expiring + r.expiring AS expiring
+           FROM (SELECT count(*) AS keys, count(expires_at) AS expiring FROM {ns}.objects
+                  WHERE bucket_id = $1 AND {LIVE}) o,
+                (SELECT count(*) AS keys, count(expires_at) AS expiring FROM pgvs3.resp_keys
+                  WHERE bucket_id = $1 AND {LIVE}) r"
+    )
+}
+
+fn random_sql(ns: &str) -> String {
+    format!(
+        "SELECT key FROM (SELECT key FROM {ns}.objects WHERE bucket_id = $1 AND {LIVE}
+                          UNION ALL
+                          SELECT key FROM pgvs3.resp_keys WHERE bucket_id = $1 AND {LIVE}) k
+          ORDER BY random() LIMIT 1"
+    )
+}
+
+/// Never the objects of a versioned bucket (FLUSHDB refuses it; this holds should the catalog
+/// cache not know yet): deleting them would remove versions for good.
+fn flush_sql(ns: &str) -> String {
+    format!(
+        "WITH typed AS (DELETE FROM pgvs3.resp_keys WHERE bucket_id = $1)
+         DELETE FROM {ns}.objects WHERE bucket_id = $1
+            AND NOT EXISTS (SELECT 1 FROM pgvs3.buckets WHERE id = $1 AND versioning IS NOT NULL)"
+    )
+}

@@ -1,0 +1,429 @@
+//! Writing a batch: its changes (deletes, delete markers, expiries, upserts), typed calls
+//! and notification go out together with COMMIT, after the BEGIN and locks a batch that only
+//! overwrites still owes (one round trip, plus one per chunked value).
+
+use std::sync::atomic::Ordering;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use md5::{Digest, Md5};
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::types::{ToSql, Type};
+
+use super::{Change, FINE_LOCK_LIMIT, KvBatch, KvSql, KvValue};
+use crate::store::chunks::Chunker;
+use crate::store::objects::INLINE_LIMIT;
+use crate::store::types::{TypedCall, TypedRow};
+use crate::store::{BucketInfo, StoreError, StoreResult};
+
+impl KvBatch {
+    /// Runs typed calls, sending first the BEGIN and locks a batch that only overwrites still
+    /// owes; `commit` ends the batch with them (one round trip in all).
+    pub(in crate::store) async fn typed_calls(
+        &mut self,
+        calls: &[&TypedCall],
+        commit: bool,
+    ) -> StoreResult<Vec<TypedRow>> {
+        self.busy = true;
+        let rows = self.send_typed_calls(calls, commit).await;
+        self.busy = false;
+        rows
+    }
+
+    async fn send_typed_calls(&mut self, calls: &[&TypedCall], commit: bool) -> StoreResult<Vec<TypedRow>> {
+        if self.client.is_none() {
+            self.client = Some(self.pool.get().await?);
+        }
+        // The calls may create the bucket's first typed key: string statements stop assuming
+        // there is none (the batch's own later writes included).
+        self.bucket.sql.kv.typed.store(true, Ordering::Relaxed);
+        let client = self.client.as_ref().expect("taken above");
+        if !self.in_transaction {
+            // A read batch's calls read as the store's typed reads do.
+            return crate::store::types::read_calls(client, &self.bucket, calls).await;
+        }
+        let id = self.bucket.id;
+        let begin = match self.deferred_locks.take() {
+            Some(locked) => Some((
+                BeginLocked::prepare(client, &self.bucket.sql.kv, locked.len()).await?,
+                locked,
+            )),
+            None => None,
+        };
+        // A write batch first deletes the expired strings among the keys, which a typed key
+        // made there would leave behind (the SQL functions delete expired typed rows, but only
+        // the namespace's statements reach its objects).
+        let expired_strings = match self.in_transaction {
+            true => {
+                let keys: Vec<&str> = calls.iter().flat_map(|call| &call.keys).map(String::as_str).collect();
+                Some((
+                    client
+                        .prepare_cached(&self.bucket.sql.kv.delete_expired_strings)
+                        .await?,
+                    keys,
+                ))
+            }
+            false => None,
+        };
+        let commit = commit && self.in_transaction;
+        // Sent in this order on the first poll, so in one round trip with the calls.
+        let before = async {
+            let begin = async {
+                match &begin {
+                    Some((statements, locked)) => statements.send(client, id, locked).await,
+                    None => Ok(()),
+                }
+            };
+            let expired = async {
+                match &expired_strings {
+                    Some((statement, keys)) => {
+                        let params: [&(dyn ToSql + Sync); 2] = [&id, keys];
+                        client.execute(statement, &params).await.map(drop)
+                    }
+                    None => Ok(()),
+                }
+            };
+            futures::try_join!(begin, expired).map(drop)
+        };
+        let after = async {
+            match commit {
+                true => client.batch_execute("COMMIT").await,
+                false => Ok(()),
+            }
+        };
+        let (rows, ()) = crate::store::types::send_calls(client, &self.bucket, calls, before, after).await?;
+        if commit {
+            self.in_transaction = false;
+        }
+        Ok(rows)
+    }
+
+    /// Writes the changes and commits in one round trip (plus one per chunked value).
+    pub async fn commit(mut self) -> StoreResult<()> {
+        if !self.in_transaction {
+            return Ok(());
+        }
+        self.write_changes(true).await
+    }
+
+    /// Writes what the batch changed so far, without committing (before typed commands, which
+    /// run in the database and must see it).
+    pub async fn write_pending(&mut self) -> StoreResult<()> {
+        if !self.in_transaction || self.slots.values().all(|slot| slot.change == Change::None) {
+            return Ok(());
+        }
+        self.write_changes(false).await?;
+        for slot in self.slots.values_mut() {
+            slot.existed = slot.current.is_some();
+            slot.string = slot
+                .current
+                .as_ref()
+                .is_some_and(|entry| !matches!(entry.value, KvValue::Typed(_)));
+            slot.change = Change::None;
+        }
+        Ok(())
+    }
+
+    async fn write_changes(&mut self, commit: bool) -> StoreResult<()> {
+        self.busy = true;
+        let written = self.write_changes_now(commit).await;
+        self.busy = false;
+        written
+    }
+
+    async fn write_changes_now(&mut self, commit: bool) -> StoreResult<()> {
+        match self.send_changes(commit).await {
+            Err(StoreError::Database(err)) if err.as_db_error().and_then(|db| db.hint()) == Some("RespTyped") => {
+                // A blind overwrite met a bucket that has typed keys now: nothing of the
+                // transaction stays. Written again from BEGIN, the typed way.
+                self.bucket.sql.kv.typed.store(true, Ordering::Relaxed);
+                let client = self.client.as_ref().expect("client until commit");
+                client.batch_execute("ROLLBACK").await?;
+                let result = self.send_changes(commit).await;
+                self.deferred_locks = None;
+                result
+            }
+            result => {
+                // Sent (or failed): a rollback must not take it for a batch that sent nothing.
+                self.deferred_locks = None;
+                result
+            }
+        }
+    }
+
+    async fn send_changes(&mut self, commit: bool) -> StoreResult<()> {
+        let client = self.client.as_ref().expect("client until commit");
+        let sql = &self.bucket.sql;
+        let id = &self.bucket.id;
+        // Kept until the writes are sent: a batch whose blind overwrite met typed keys is sent
+        // again whole (see write_changes).
+        let mut begin = match self.deferred_locks.as_ref() {
+            Some(locked) => Some((BeginLocked::prepare(client, &sql.kv, locked.len()).await?, locked)),
+            None => None,
+        };
+        let Changes {
+            deleted,
+            marked,
+            expiring,
+            written,
+        } = self.changes(client, &mut begin).await?;
+        let upsert = self.upsert_statement(&written, begin.is_some());
+        let (delete, mark_deleted, set_expiry, upsert) = futures::try_join!(
+            client.prepare_cached(&sql.kv.delete),
+            client.prepare_cached(&sql.kv.mark_deleted),
+            client.prepare_cached(&sql.kv.set_expiry),
+            client.prepare_cached(upsert),
+        )?;
+        // Prepared ahead: a statement prepared as it goes would let COMMIT overtake it.
+        let notify = match self.notification.as_ref().filter(|_| commit) {
+            Some(notification) => Some((client.prepare_cached(NOTIFY).await?, notification)),
+            None => None,
+        };
+        let delete_params: [&(dyn ToSql + Sync); 2] = [id, &deleted];
+        let mark_params: [&(dyn ToSql + Sync); 2] = [id, &marked];
+        let meta = self.new_version_meta()?;
+        let expiry_params: [&(dyn ToSql + Sync); 4] = [id, &expiring.0, &expiring.1, &self.now];
+        let upsert_params: [&(dyn ToSql + Sync); 8] = [
+            id,
+            &written.keys,
+            &written.sizes,
+            &written.etags,
+            &written.inline,
+            &written.body_ids,
+            &written.expires_at,
+            &meta,
+        ];
+        // COMMIT goes out with the writes. Should one of them fail, the server turns it into a
+        // rollback and the error comes back from the failed statement.
+        futures::try_join!(
+            async {
+                match &begin {
+                    Some((statements, locked)) => statements.send(client, *id, locked).await,
+                    None => Ok(()),
+                }
+            },
+            execute_unless_empty(client, &delete, &delete_params, deleted.len()),
+            execute_unless_empty(client, &mark_deleted, &mark_params, marked.len()),
+            execute_unless_empty(client, &set_expiry, &expiry_params, expiring.0.len()),
+            execute_unless_empty(client, &upsert, &upsert_params, written.keys.len()),
+            async {
+                match &notify {
+                    Some((statement, (channel, message, limit))) => {
+                        client.execute(statement, &[channel, message, limit]).await.map(drop)
+                    }
+                    None => Ok(()),
+                }
+            },
+            async {
+                match commit {
+                    true => client.batch_execute("COMMIT").await,
+                    false => Ok(()),
+                }
+            },
+        )?;
+        if commit {
+            self.in_transaction = false;
+        }
+        Ok(())
+    }
+
+    /// The batch's changes, key by key in sorted order. A value too large to be inline is
+    /// stored as a chunked body on the way; COPY cannot queue behind statements, so the BEGIN
+    /// and locks still owed (`begin`) go out before it.
+    async fn changes<'a>(
+        &'a self,
+        client: &deadpool_postgres::Object,
+        begin: &mut Option<(BeginLocked, &Vec<String>)>,
+    ) -> StoreResult<Changes<'a>> {
+        let mut keys: Vec<&String> = self
+            .slots
+            .iter()
+            .filter(|(_, slot)| slot.change != Change::None)
+            .map(|(key, _)| key)
+            .collect();
+        keys.sort();
+        let mut changes = Changes::default();
+        for key in keys {
+            let slot = &self.slots[key];
+            match (slot.change, &slot.current) {
+                (Change::Delete, _) | (_, None) if slot.existed => {
+                    changes.deleted.push(key.as_str());
+                    if slot.string {
+                        changes.marked.push(key.as_str());
+                    }
+                }
+                (Change::Delete, _) | (_, None) => {}
+                (Change::Expiry, Some(entry)) => {
+                    changes.expiring.0.push(key);
+                    changes.expiring.1.push(entry.expires_at);
+                }
+                (_, Some(entry)) => {
+                    let KvValue::Bytes(value) = &entry.value else {
+                        unreachable!("a written value is always in memory");
+                    };
+                    let body_id = if value.len() > INLINE_LIMIT {
+                        // COPY cannot queue behind statements; the transaction must be open.
+                        if let Some((statements, locked)) = begin.take() {
+                            statements.send(client, self.bucket.id, locked).await?;
+                        }
+                        Some(copy_body(client, &self.bucket, value).await?)
+                    } else {
+                        None
+                    };
+                    changes.written.push(key, value, body_id, entry.expires_at);
+                }
+            }
+        }
+        Ok(changes)
+    }
+
+    /// Which of [`KvSql`]'s upserts writes `written`; `begins`: the batch's BEGIN goes out with
+    /// the writes.
+    fn upsert_statement(&self, written: &WrittenValues<'_>, begins: bool) -> &str {
+        let sql = &self.bucket.sql.kv;
+        if self.blind {
+            // Only a batch that sends its BEGIN here can be written again whole.
+            if begins && !sql.typed.load(Ordering::Relaxed) {
+                &sql.upsert_strings
+            } else {
+                &sql.upsert
+            }
+        } else if written.keys.iter().any(|key| self.slots[*key].typed_row) {
+            &sql.upsert
+        } else {
+            &sql.upsert_plain
+        }
+    }
+}
+
+/// What a batch sends, in key order.
+#[derive(Default)]
+struct Changes<'a> {
+    /// Keys that existed and are gone.
+    deleted: Vec<&'a str>,
+    /// The strings among them: a versioned bucket writes their delete markers.
+    marked: Vec<&'a str>,
+    /// Keys whose expiry alone changed, and their new expiry.
+    expiring: (Vec<&'a str>, Vec<Option<SystemTime>>),
+    written: WrittenValues<'a>,
+}
+
+/// The statements that begin a write batch: BEGIN, its keyspace lock, and (for a batch of few
+/// keys) its key locks. Prepared before anything is sent, so that sending them together with the
+/// statements queued behind them is one round trip.
+pub(super) struct BeginLocked {
+    keyspace: tokio_postgres::Statement,
+    keys: Option<tokio_postgres::Statement>,
+}
+
+impl BeginLocked {
+    pub(super) async fn prepare(
+        client: &deadpool_postgres::Object,
+        sql: &KvSql,
+        key_count: usize,
+    ) -> Result<BeginLocked, tokio_postgres::Error> {
+        if key_count <= FINE_LOCK_LIMIT {
+            let (keyspace, keys) = futures::try_join!(
+                client.prepare_cached(&sql.lock_keyspace_shared),
+                client.prepare_cached(&sql.lock)
+            )?;
+            Ok(BeginLocked {
+                keyspace,
+                keys: Some(keys),
+            })
+        } else {
+            Ok(BeginLocked {
+                keyspace: client.prepare_cached(&sql.lock_keyspace).await?,
+                keys: None,
+            })
+        }
+    }
+
+    /// Sends BEGIN and the locks. Statements the caller polls after this one's first poll queue
+    /// behind them and run inside the transaction, after the locks are held.
+    pub(super) async fn send(
+        &self,
+        client: &deadpool_postgres::Object,
+        bucket_id: i64,
+        keys: &[String],
+    ) -> Result<(), tokio_postgres::Error> {
+        let keyspace_params: [&(dyn ToSql + Sync); 1] = [&bucket_id];
+        match &self.keys {
+            Some(lock) => {
+                let lock_id = bucket_id as i32;
+                let lock_params: [&(dyn ToSql + Sync); 2] = [&lock_id, &keys];
+                futures::try_join!(
+                    client.batch_execute("BEGIN"),
+                    client.query_one(&self.keyspace, &keyspace_params),
+                    client.query_one(lock, &lock_params),
+                )?;
+            }
+            None => {
+                futures::try_join!(
+                    client.batch_execute("BEGIN"),
+                    client.query_one(&self.keyspace, &keyspace_params)
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct WrittenValues<'a> {
+    keys: Vec<&'a str>,
+    sizes: Vec<i64>,
+    etags: Vec<String>,
+    inline: Vec<Option<&'a [u8]>>,
+    body_ids: Vec<Option<i64>>,
+    expires_at: Vec<Option<SystemTime>>,
+}
+
+impl<'a> WrittenValues<'a> {
+    fn push(&mut self, key: &'a str, value: &'a Bytes, body_id: Option<i64>, expires_at: Option<SystemTime>) {
+        self.keys.push(key);
+        self.sizes.push(value.len() as i64);
+        // The ETag S3 reports for the same bytes.
+        self.etags.push(hex::encode(Md5::digest(value)));
+        self.inline.push(body_id.is_none().then_some(&value[..]));
+        self.body_ids.push(body_id);
+        self.expires_at.push(expires_at);
+    }
+}
+
+/// Runs a statement over arrays of `rows` elements, skipping it when there are none. Several
+/// of these joined go out together on the connection (one round trip).
+async fn execute_unless_empty(
+    client: &deadpool_postgres::Object,
+    statement: &tokio_postgres::Statement,
+    params: &[&(dyn ToSql + Sync)],
+    rows: usize,
+) -> Result<u64, tokio_postgres::Error> {
+    if rows == 0 {
+        return Ok(0);
+    }
+    client.execute(statement, params).await
+}
+
+/// Stores a large value as a new chunked body, inside the batch's transaction.
+async fn copy_body(client: &deadpool_postgres::Object, bucket: &BucketInfo, value: &[u8]) -> StoreResult<i64> {
+    let body_id: i64 = client
+        .query_one(&bucket.sql.bodies.next_body_id, &[])
+        .await?
+        .get("body_id");
+    let sink = client.copy_in(&bucket.sql.bodies.copy_chunks).await?;
+    let writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT4, Type::BYTEA]);
+    futures::pin_mut!(writer);
+    let mut chunker = Chunker::new(true);
+    chunker.push(value);
+    let mut seq: i32 = 0;
+    while let Some(chunk) = chunker.next_full().or_else(|| chunker.finish()) {
+        writer.as_mut().write(&[&body_id, &seq, &&chunk[..]]).await?;
+        seq += 1;
+    }
+    writer.finish().await?;
+    Ok(body_id)
+}
+
+/// A batch's keyspace notifications, sent before its COMMIT (see [`KvBatch::notify_at_commit`]).
+pub(super) const NOTIFY: &str = "SELECT pgvs3.resp_notify($1, $2, $3)";
