@@ -10,7 +10,7 @@ use s3s::auth::{S3Auth, SecretKey};
 use super::front::Resolved;
 use super::front::operations::Class;
 use crate::admission::{Admission, Admitted};
-use crate::store::{AccessKey, Catalog};
+use crate::store::{AccessKey, BucketInfo, Catalog};
 
 pub struct CatalogAuth {
     pub catalog: Arc<Catalog>,
@@ -133,27 +133,7 @@ impl S3Access for SignedOnly {
         let resolved_bucket = super::authorize::resolve_bucket(&self.catalog, cx, name).await?;
         // Before the access decision, so a refused request is logged too, as S3 logs it.
         if let Some(bucket) = resolved_bucket.as_ref().filter(|bucket| bucket.logging.is_some()) {
-            let owner = bucket
-                .owner
-                .clone()
-                .or_else(|| self.catalog.root_key_id())
-                .unwrap_or_default();
-            let request_id = cx
-                .extensions_mut()
-                .get::<super::errors::RequestId>()
-                .map(|id| id.0.clone());
-            let draft = super::access_log::Draft::new(super::access_log::RequestSeen {
-                bucket,
-                owner,
-                requester: key.as_ref().map(|key| key.access_key.as_str()),
-                request_id: request_id.as_deref().unwrap_or_default(),
-                operation: name,
-                key: cx.s3_path().get_object_key(),
-                method: cx.method(),
-                uri: cx.uri(),
-                headers: cx.headers(),
-                peer,
-            });
+            let draft = self.log_draft(cx, bucket, key.as_deref(), name, peer);
             *facts.0.log.lock().expect("access log draft") = Some(Box::new(draft));
         }
         // A browser upload's fields went by before s3s's access check: its key and settings.
@@ -184,6 +164,40 @@ impl S3Access for SignedOnly {
                 Err(s3s::s3_error!(SlowDown, "Please reduce your request rate."))
             }
         }
+    }
+}
+
+impl SignedOnly {
+    /// The server access log record of a request to `bucket`, which logs.
+    fn log_draft(
+        &self,
+        cx: &mut S3AccessContext<'_>,
+        bucket: &Arc<BucketInfo>,
+        key: Option<&AccessKey>,
+        operation: &'static str,
+        peer: Option<crate::http_server::Peer>,
+    ) -> super::access_log::Draft {
+        let owner = bucket
+            .owner
+            .clone()
+            .or_else(|| self.catalog.root_key_id())
+            .unwrap_or_default();
+        let request_id = cx
+            .extensions_mut()
+            .get::<super::errors::RequestId>()
+            .map(|id| id.0.clone());
+        super::access_log::Draft::new(super::access_log::RequestSeen {
+            bucket,
+            owner,
+            requester: key.map(|key| key.access_key.as_str()),
+            request_id: request_id.as_deref().unwrap_or_default(),
+            operation,
+            key: cx.s3_path().get_object_key(),
+            method: cx.method(),
+            uri: cx.uri(),
+            headers: cx.headers(),
+            peer,
+        })
     }
 }
 

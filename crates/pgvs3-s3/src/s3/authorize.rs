@@ -382,88 +382,160 @@ pub fn authorize(
     let Some(bucket_name) = cx.s3_path().get_bucket_name() else {
         return Ok(None);
     };
-    let bucket = bucket.cloned();
     if let Some(access_key) = signed
         && crate::store::is_session_key(access_key)
     {
-        // A copy's source bucket, whose policy may deny reading it (as the static keys' path
-        // below reads it: from the cache).
-        let source = matches!(operation, "CopyObject" | "UploadPartCopy")
-            .then(|| copy_source(cx.headers()))
-            .flatten()
-            .and_then(|(source_bucket, ..)| catalog.cached_bucket(&source_bucket));
-        return match signer.map(Arc::as_ref) {
-            Some(AccessKey {
-                session: Some(session),
-                policy: Some(policy),
-                ..
-            }) => session_grant(
-                SessionAsk {
-                    headers: settings,
-                    query: cx.uri().query(),
-                    peer,
-                    requester: Requester::Key {
-                        access_key: &session.username,
-                        is_root: false,
-                    },
-                    policy,
-                },
-                bucket.as_ref(),
-                source.as_ref(),
-                bucket_name,
-                operation,
-                object_key,
-            ),
-            _ => Err(denied()),
-        };
+        return session_request(
+            catalog,
+            cx,
+            peer,
+            settings,
+            signer,
+            bucket,
+            bucket_name,
+            operation,
+            object_key,
+        );
     }
     // The hot path: while no bucket has a policy or ACLs enabled (this one included), a signed
     // request is the owner check's alone.
     if signed.is_some() && !catalog.has_access_rules() {
         return Ok(None);
     }
-    let copy = matches!(operation, "CopyObject" | "UploadPartCopy");
-    let versioned = query_has(cx.uri().query(), "versionId");
-    let own_policy = signer
-        .as_ref()
-        .filter(|key| !key.is_root)
-        .and_then(|key| key.policy.clone());
-    // The key's own policy looks at the object's tags: decided on the row (with the bucket's
-    // handle at hand; a bucket not cached yet is decided here, tags unknown).
-    let own_on_tags = bucket.as_ref().is_some_and(|bucket| tags_on_row(operation, bucket))
-        && own_policy.as_ref().is_some_and(|own| own.on_object_tags());
-    if let (Some(own), Some(access_key)) = (&own_policy, signed)
-        && operation != "DeleteObjects"
-        && !own_on_tags
-    {
+    let own_policy = signer.filter(|key| !key.is_root).and_then(|key| key.policy.clone());
+    let weighed = Weighed {
+        peer,
+        operation,
+        settings,
+        headers: cx.headers(),
+        query: cx.uri().query(),
+        object_key,
+        signed,
+        signer_is_root: signer.is_some_and(|key| key.is_root),
+        bucket_name,
+        bucket,
+        copy: matches!(operation, "CopyObject" | "UploadPartCopy"),
+        versioned: query_has(cx.uri().query(), "versionId"),
+        // The key's own policy looks at the object's tags: decided on the row (with the
+        // bucket's handle at hand; a bucket not cached yet is decided here, tags unknown).
+        own_on_tags: bucket.is_some_and(|bucket| tags_on_row(operation, bucket))
+            && own_policy.as_ref().is_some_and(|own| own.on_object_tags()),
+        own_policy,
+    };
+    weighed.own_policy_allows()?;
+    match weighed.decided_by_owner() {
+        Some(decided) => Ok(decided),
+        None => weighed.grant(catalog),
+    }
+}
+
+/// A session key's request: its role's policy decides ([`session_grant`]).
+#[allow(clippy::too_many_arguments)]
+fn session_request(
+    catalog: &Catalog,
+    cx: &S3AccessContext<'_>,
+    peer: Option<Peer>,
+    settings: &http::HeaderMap,
+    signer: Option<&Arc<AccessKey>>,
+    bucket: Option<&Arc<BucketInfo>>,
+    bucket_name: &str,
+    operation: &str,
+    object_key: Option<&str>,
+) -> S3Result<Option<PolicyGrant>> {
+    // A copy's source bucket, whose policy may deny reading it (as the static keys' path reads
+    // it: from the cache).
+    let source = matches!(operation, "CopyObject" | "UploadPartCopy")
+        .then(|| copy_source(cx.headers()))
+        .flatten()
+        .and_then(|(source_bucket, ..)| catalog.cached_bucket(&source_bucket));
+    match signer.map(Arc::as_ref) {
+        Some(AccessKey {
+            session: Some(session),
+            policy: Some(policy),
+            ..
+        }) => session_grant(
+            SessionAsk {
+                headers: settings,
+                query: cx.uri().query(),
+                peer,
+                requester: Requester::Key {
+                    access_key: &session.username,
+                    is_root: false,
+                },
+                policy,
+            },
+            bucket,
+            source.as_ref(),
+            bucket_name,
+            operation,
+            object_key,
+        ),
+        _ => Err(denied()),
+    }
+}
+
+/// A static key's (or an unsigned) request as the access check weighs it, once the hot path
+/// did not decide it: what each step of [`authorize`] reads.
+struct Weighed<'a> {
+    peer: Option<Peer>,
+    operation: &'a str,
+    /// The request's headers as the policy's condition keys read them (a form's fields in).
+    settings: &'a http::HeaderMap,
+    /// The request's own headers (a copy's source).
+    headers: &'a http::HeaderMap,
+    query: Option<&'a str>,
+    object_key: Option<&'a str>,
+    /// The signing key's id; `None`: unsigned.
+    signed: Option<&'a str>,
+    signer_is_root: bool,
+    bucket_name: &'a str,
+    bucket: Option<&'a Arc<BucketInfo>>,
+    copy: bool,
+    /// It names a version (`?versionId`).
+    versioned: bool,
+    /// The signing key's own policy (not the root keys').
+    own_policy: Option<Arc<BucketPolicy>>,
+    /// That policy looks at the object's tags, and the front decides it on the object's row.
+    own_on_tags: bool,
+}
+
+impl<'a> Weighed<'a> {
+    /// The key's own policy, unless decided on the row (or per key of a DeleteObjects): it
+    /// must allow the operation's action, the ACL it sets, and a copy's read of its source.
+    fn own_policy_allows(&self) -> S3Result<()> {
+        let (Some(own), Some(access_key)) = (&self.own_policy, self.signed) else {
+            return Ok(());
+        };
+        if self.operation == "DeleteObjects" || self.own_on_tags {
+            return Ok(());
+        }
         let requester = Requester::Key {
             access_key,
             is_root: false,
         };
-        let action = match operation {
+        let action = match self.operation {
             "CreateBucket" => Some("s3:CreateBucket"),
-            _ => action_of(operation, versioned),
+            _ => action_of(self.operation, self.versioned),
         };
-        let key = object_key;
         let allows = |action| {
             own_allows(
-                settings,
-                peer,
+                self.settings,
+                self.peer,
                 own,
                 requester,
                 action,
-                bucket_name,
-                key,
-                cx.uri().query(),
+                self.bucket_name,
+                self.object_key,
+                self.query,
             )
         };
-        let allowed = action.is_some_and(allows) && acl_action(operation, settings).is_none_or(allows);
-        let source_allowed = !copy
-            || copy_source(cx.headers()).is_some_and(|(source_bucket, source_key, version)| {
+        let allowed = action.is_some_and(allows) && acl_action(self.operation, self.settings).is_none_or(allows);
+        let source_allowed = !self.copy
+            || copy_source(self.headers).is_some_and(|(source_bucket, source_key, version)| {
                 let action = if version { "s3:GetObjectVersion" } else { "s3:GetObject" };
                 own_allows(
-                    settings,
-                    peer,
+                    self.settings,
+                    self.peer,
                     own,
                     requester,
                     action,
@@ -472,108 +544,111 @@ pub fn authorize(
                     None,
                 )
             });
-        if !allowed || !source_allowed {
-            return Err(denied());
+        match allowed && source_allowed {
+            true => Ok(()),
+            false => Err(denied()),
         }
     }
-    // A signed request to a bucket without a policy is the owner check's alone too (once the
-    // key's own policy, if any, allowed it), unless the bucket's ACLs may grant the requester
-    // what it does not own.
-    let per_key_deletes = operation == "DeleteObjects" && own_policy.is_some();
-    let signer_owns =
-        |bucket: &BucketInfo| signer.as_ref().is_some_and(|key| key.is_root) || bucket.owner.as_deref() == signed;
-    if signed.is_some()
-        && !copy
-        && !per_key_deletes
-        && bucket.as_ref().is_none_or(|bucket| {
-            bucket.access.policy.is_none() && (!bucket.access.acls_enabled() || signer_owns(bucket))
-        })
-    {
+
+    /// A signed request to a bucket without a policy is the owner check's alone too (once the
+    /// key's own policy, if any, allowed it), unless the bucket's ACLs may grant the requester
+    /// what it does not own: `Some` with the grant to carry, `None` when the policies and ACLs
+    /// are to decide.
+    fn decided_by_owner(&self) -> Option<Option<PolicyGrant>> {
+        let per_key_deletes = self.operation == "DeleteObjects" && self.own_policy.is_some();
+        let signer_owns = |bucket: &BucketInfo| self.signer_is_root || bucket.owner.as_deref() == self.signed;
+        let owner_decides = self.signed.is_some()
+            && !self.copy
+            && !per_key_deletes
+            && self.bucket.is_none_or(|bucket| {
+                bucket.access.policy.is_none() && (!bucket.access.acls_enabled() || signer_owns(bucket))
+            });
+        if !owner_decides {
+            return None;
+        }
         // Only the key's own policy is left to decide, on the row; the bucket's opening checks
         // the owner.
-        return Ok(match (&bucket, signed, action_of(operation, versioned)) {
-            (Some(bucket), Some(access_key), Some(action)) if own_on_tags => {
-                let requester = Requester::Key {
-                    access_key,
-                    is_root: false,
-                };
-                Some(PolicyGrant {
-                    on_row: Some(OnRow::Tags(Arc::new(TagCheck {
-                        asker: Asker::new(bucket, requester, peer, own_policy),
-                        action,
-                        key: object_key.unwrap_or_default().to_owned(),
-                        silent_allows: true,
-                        acl: None,
-                    }))),
-                    ..PolicyGrant::default()
-                })
-            }
-            _ => None,
-        });
+        Some(
+            match (self.bucket, self.signed, action_of(self.operation, self.versioned)) {
+                (Some(bucket), Some(access_key), Some(action)) if self.own_on_tags => {
+                    let requester = Requester::Key {
+                        access_key,
+                        is_root: false,
+                    };
+                    Some(PolicyGrant {
+                        on_row: Some(OnRow::Tags(Arc::new(TagCheck {
+                            asker: Asker::new(bucket, requester, self.peer, self.own_policy.clone()),
+                            action,
+                            key: self.object_key.unwrap_or_default().to_owned(),
+                            silent_allows: true,
+                            acl: None,
+                        }))),
+                        ..PolicyGrant::default()
+                    })
+                }
+                _ => None,
+            },
+        )
     }
-    let requester = match signed {
-        Some(access_key) => Requester::Key {
-            access_key,
-            is_root: signer.as_ref().is_some_and(|key| key.is_root),
-        },
-        None if operation == "CreateBucket" => return Err(denied()),
-        None => Requester::Anonymous,
-    };
-    let mut grant = PolicyGrant {
-        buckets: Vec::new(),
-        anonymous: signed.is_none(),
-        per_key: None,
-        hide_missing: false,
-        on_row: None,
-    };
-    if operation == "DeleteObjects"
-        && let Some(bucket) = &bucket
-        && (bucket.access.policy.is_some() || own_policy.is_some())
-    {
-        // Only a bucket policy grants the bucket; a key's own policy only narrows.
-        if bucket.access.policy.is_some() {
-            grant.buckets.push(bucket.name.clone());
+
+    /// What the policies and ACLs of the request's bucket (and a copy's source bucket) grant.
+    fn grant(&self, catalog: &Catalog) -> S3Result<Option<PolicyGrant>> {
+        let requester = match self.signed {
+            Some(access_key) => Requester::Key {
+                access_key,
+                is_root: self.signer_is_root,
+            },
+            None if self.operation == "CreateBucket" => return Err(denied()),
+            None => Requester::Anonymous,
+        };
+        let mut grant = PolicyGrant {
+            anonymous: self.signed.is_none(),
+            ..PolicyGrant::default()
+        };
+        self.grant_bucket(&mut grant, requester)?;
+        self.grant_copy_source(catalog, &mut grant, requester)?;
+        if grant.anonymous && grant.buckets.is_empty() {
+            return Err(denied());
         }
-        let acl_writes = bucket_acl_allows(bucket, requester, Permission::Write);
-        if acl_writes && bucket.access.policy.is_none() {
-            grant.buckets.push(bucket.name.clone());
+        Ok((!grant.buckets.is_empty() || grant.anonymous || grant.per_key.is_some()).then_some(grant))
+    }
+
+    /// What the request's bucket's policy and ACLs grant: a DeleteObjects' keys each decided
+    /// later, any other operation's action now (or on the object's row).
+    fn grant_bucket(&self, grant: &mut PolicyGrant, requester: Requester<'_>) -> S3Result<()> {
+        let Some(bucket) = self.bucket else {
+            return Ok(());
+        };
+        if self.operation == "DeleteObjects" && (bucket.access.policy.is_some() || self.own_policy.is_some()) {
+            // Only a bucket policy grants the bucket; a key's own policy only narrows.
+            if bucket.access.policy.is_some() {
+                grant.buckets.push(bucket.name.clone());
+            }
+            let acl_writes = bucket_acl_allows(bucket, requester, Permission::Write);
+            if acl_writes && bucket.access.policy.is_none() {
+                grant.buckets.push(bucket.name.clone());
+            }
+            grant.per_key = Some(Arc::new(PerKey {
+                asker: Asker::new(bucket, requester, self.peer, self.own_policy.clone()),
+                acl_writes,
+            }));
+            return Ok(());
         }
-        grant.per_key = Some(Arc::new(PerKey {
-            asker: Asker::new(bucket, requester, peer, own_policy.clone()),
-            acl_writes,
-        }));
-    } else if let Some(bucket) = &bucket
-        && let Some(action) = action_of(operation, versioned)
-    {
-        let key = object_key;
-        let on_tags = tags_on_row(operation, bucket)
-            && (own_on_tags || bucket.access.policy.as_ref().is_some_and(|p| p.rules.on_object_tags()));
-        let policy_allows = |action| decide(settings, peer, bucket, requester, action, key, cx.uri().query());
+        let Some(action) = action_of(self.operation, self.versioned) else {
+            return Ok(());
+        };
+        let key = self.object_key;
+        let on_tags = tags_on_row(self.operation, bucket)
+            && (self.own_on_tags || bucket.access.policy.as_ref().is_some_and(|p| p.rules.on_object_tags()));
+        let policy_allows = |action| decide(self.settings, self.peer, bucket, requester, action, key, self.query);
         // Both decided, so that a Deny of either refuses.
         let by_policy = !on_tags && policy_allows(action)?;
-        let acl_by_policy = acl_action(operation, settings).map_or(Ok(true), policy_allows)?;
+        let acl_by_policy = acl_action(self.operation, self.settings).map_or(Ok(true), policy_allows)?;
         let by_policy = by_policy && acl_by_policy;
-        // Where the policies are silent, an ACL may allow: the bucket's now, the object's once
-        // its row is read.
-        let (mut by_bucket_acl, mut object_acl) = (false, None);
-        if !owns(bucket, requester) && bucket.access.acls_enabled() {
-            match acl_permission(operation) {
-                Some((AclTarget::Bucket, permission)) => {
-                    by_bucket_acl = bucket_acl_allows(bucket, requester, permission);
-                }
-                Some((AclTarget::Object, permission)) => {
-                    object_acl = Some(ObjectAclCheck {
-                        requester: requester_key(requester).map(str::to_owned),
-                        permission,
-                        ignore_public: bucket.access.ignores_public_acls(),
-                    });
-                }
-                None => {}
-            }
-        }
+        let (by_bucket_acl, object_acl) = self.acl_allows(bucket, requester);
         grant.on_row = match on_tags {
             true => Some(OnRow::Tags(Arc::new(TagCheck {
-                asker: Asker::new(bucket, requester, peer, own_policy.clone()),
+                asker: Asker::new(bucket, requester, self.peer, self.own_policy.clone()),
                 action,
                 key: key.unwrap_or_default().to_owned(),
                 silent_allows: owns(bucket, requester) || by_bucket_acl,
@@ -586,29 +661,64 @@ pub fn authorize(
             grant.buckets.push(bucket.name.clone());
             // S3 tells a reader without s3:ListBucket (or the bucket's READ) that a missing key
             // is 403, not 404, so a grant to read objects does not reveal which keys exist.
-            grant.hide_missing = matches!(operation, "GetObject" | "HeadObject")
+            grant.hide_missing = matches!(self.operation, "GetObject" | "HeadObject")
                 && !owns(bucket, requester)
                 && !bucket_acl_allows(bucket, requester, Permission::Read)
-                && !decide(settings, peer, bucket, requester, "s3:ListBucket", None, None)?;
+                && !decide(self.settings, self.peer, bucket, requester, "s3:ListBucket", None, None)?;
+        }
+        Ok(())
+    }
+
+    /// Where the policies are silent, an ACL may allow: whether the bucket's does now, and what
+    /// the object's must grant once its row is read.
+    fn acl_allows(&self, bucket: &BucketInfo, requester: Requester<'_>) -> (bool, Option<ObjectAclCheck>) {
+        if owns(bucket, requester) || !bucket.access.acls_enabled() {
+            return (false, None);
+        }
+        match acl_permission(self.operation) {
+            Some((AclTarget::Bucket, permission)) => (bucket_acl_allows(bucket, requester, permission), None),
+            Some((AclTarget::Object, permission)) => (
+                false,
+                Some(ObjectAclCheck {
+                    requester: requester_key(requester).map(str::to_owned),
+                    permission,
+                    ignore_public: bucket.access.ignores_public_acls(),
+                }),
+            ),
+            None => (false, None),
         }
     }
-    if copy
-        && let Some((source_bucket, source_key, version)) = copy_source(cx.headers())
-        && let Some(source) = catalog.cached_bucket(&source_bucket)
-    {
+
+    /// A copy's source bucket, granted when its policy allows reading the source object.
+    fn grant_copy_source(&self, catalog: &Catalog, grant: &mut PolicyGrant, requester: Requester<'_>) -> S3Result<()> {
+        if !self.copy {
+            return Ok(());
+        }
+        let Some((source_bucket, source_key, version)) = copy_source(self.headers) else {
+            return Ok(());
+        };
+        let Some(source) = catalog.cached_bucket(&source_bucket) else {
+            return Ok(());
+        };
         let action = if version { "s3:GetObjectVersion" } else { "s3:GetObject" };
         // The grant names buckets, not what may be done in them: a source in the destination's
         // bucket must not grant the destination (a key that may only read could copy into it,
         // or copy with an ACL it may not set).
-        let grants_destination = source.name == bucket_name && !grant.covers(bucket_name);
-        if decide(settings, peer, &source, requester, action, Some(&source_key), None)? && !grants_destination {
+        let grants_destination = source.name == self.bucket_name && !grant.covers(self.bucket_name);
+        if decide(
+            self.settings,
+            self.peer,
+            &source,
+            requester,
+            action,
+            Some(&source_key),
+            None,
+        )? && !grants_destination
+        {
             grant.buckets.push(source.name.clone());
         }
+        Ok(())
     }
-    if grant.anonymous && grant.buckets.is_empty() {
-        return Err(denied());
-    }
-    Ok((!grant.buckets.is_empty() || grant.anonymous || grant.per_key.is_some()).then_some(grant))
 }
 
 /// A session's request, as its role's policy sees it (`${aws:username}` the ServiceAccount).

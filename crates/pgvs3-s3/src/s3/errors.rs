@@ -13,8 +13,29 @@ pub struct RequestId(pub String);
 /// answered with S3's generic text: database and internal messages never reach the client.
 /// Client faults are not logged (metrics count them): a client must not be able to fill the log.
 pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
+    let (code, message) = code_of(&err);
+    let mut error = S3Error::with_message(code.clone(), message);
+    if let S3ErrorCode::Custom(_) = code {
+        error.set_status_code(match err {
+            StoreError::OriginTimeout(_) => http::StatusCode::GATEWAY_TIMEOUT,
+            StoreError::OriginFailed(_) => http::StatusCode::BAD_GATEWAY,
+            _ => http::StatusCode::BAD_REQUEST,
+        });
+    }
+    if let Some(headers) = headers_of(&err) {
+        error.set_headers(headers);
+    }
+    if let Some(RequestId(id)) = request_id {
+        error.set_request_id(id.clone());
+    }
+    error
+}
+
+/// S3's code for a store error, and the message the client gets (S3's generic text for a
+/// server fault, logged here).
+fn code_of(err: &StoreError) -> (S3ErrorCode, String) {
     let mut message = err.to_string();
-    let code = match &err {
+    let code = match err {
         StoreError::NoSuchBucket => S3ErrorCode::NoSuchBucket,
         StoreError::NoSuchKey => S3ErrorCode::NoSuchKey,
         StoreError::BucketAlreadyExists => S3ErrorCode::BucketAlreadyExists,
@@ -79,47 +100,40 @@ pub fn s3_error(err: StoreError, request_id: Option<&RequestId>) -> S3Error {
             S3ErrorCode::InternalError
         }
     };
-    let mut error = S3Error::with_message(code.clone(), message);
-    if let S3ErrorCode::Custom(_) = code {
-        error.set_status_code(match err {
-            StoreError::OriginTimeout(_) => http::StatusCode::GATEWAY_TIMEOUT,
-            StoreError::OriginFailed(_) => http::StatusCode::BAD_GATEWAY,
-            _ => http::StatusCode::BAD_REQUEST,
-        });
-    }
-    // A delete marker is named in its 404 or 405, as S3 does; the 405 of a marker read by id
-    // carries its Last-Modified too.
-    if let StoreError::DeleteMarker {
-        version_id,
-        last_modified,
-        ..
-    } = &err
-    {
-        let mut headers = http::HeaderMap::new();
-        headers.insert("x-amz-delete-marker", http::HeaderValue::from_static("true"));
-        if let Ok(value) = http::HeaderValue::from_str(version_id) {
-            headers.insert("x-amz-version-id", value);
+    (code, message)
+}
+
+/// The headers S3 answers a store error with, where it has any.
+fn headers_of(err: &StoreError) -> Option<http::HeaderMap> {
+    let mut headers = http::HeaderMap::new();
+    match err {
+        // A delete marker is named in its 404 or 405, as S3 does; the 405 of a marker read by
+        // id carries its Last-Modified too.
+        StoreError::DeleteMarker {
+            version_id,
+            last_modified,
+            ..
+        } => {
+            headers.insert("x-amz-delete-marker", http::HeaderValue::from_static("true"));
+            if let Ok(value) = http::HeaderValue::from_str(version_id) {
+                headers.insert("x-amz-version-id", value);
+            }
+            if let Some(value) = last_modified.and_then(http_date) {
+                headers.insert(http::header::LAST_MODIFIED, value);
+            }
         }
-        if let Some(value) = last_modified.and_then(http_date) {
-            headers.insert(http::header::LAST_MODIFIED, value);
+        // A 304 carries no body, but names the version the client already has, as S3 does.
+        StoreError::NotModified { etag, last_modified } => {
+            if let Ok(value) = http::HeaderValue::from_str(&format!("\"{etag}\"")) {
+                headers.insert(http::header::ETAG, value);
+            }
+            if let Some(value) = http_date(*last_modified) {
+                headers.insert(http::header::LAST_MODIFIED, value);
+            }
         }
-        error.set_headers(headers);
+        _ => return None,
     }
-    // A 304 carries no body, but names the version the client already has, as S3 does.
-    if let StoreError::NotModified { etag, last_modified } = &err {
-        let mut headers = http::HeaderMap::new();
-        if let Ok(value) = http::HeaderValue::from_str(&format!("\"{etag}\"")) {
-            headers.insert(http::header::ETAG, value);
-        }
-        if let Some(value) = http_date(*last_modified) {
-            headers.insert(http::header::LAST_MODIFIED, value);
-        }
-        error.set_headers(headers);
-    }
-    if let Some(RequestId(id)) = request_id {
-        error.set_request_id(id.clone());
-    }
-    error
+    Some(headers)
 }
 
 /// A time as an HTTP date header value.

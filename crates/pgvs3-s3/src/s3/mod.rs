@@ -184,108 +184,12 @@ impl Endpoint {
         let method = request.method().clone();
         let received = content_length(request.headers(), "x-amz-decoded-content-length")
             .or_else(|| content_length(request.headers(), "content-length"));
-        let undated = request.headers().contains_key(http::header::AUTHORIZATION)
-            && !request.headers().contains_key("x-amz-date")
-            && !request.headers().contains_key(http::header::DATE);
         // A browser's request: its bucket is taken from the path or Host now, so that even an
         // error s3s raises before routing (a bad signature) carries the CORS headers.
         let origin = request.headers().get(http::header::ORIGIN).cloned();
         let cors_bucket = origin.as_ref().and_then(|_| self.bucket_of(&request));
         let signed_sts = sts::Sts::signed_call(&request) && self.host_bucket(&request).is_none();
-        let outcome = if request.method() == http::Method::OPTIONS {
-            facts.name_operation("PreflightCors");
-            Ok(
-                match cors::preflight(&self.catalog, cors_bucket.as_deref(), request.headers()) {
-                    Ok(headers) => {
-                        let mut response = Response::new(s3s::Body::empty());
-                        *response.headers_mut() = headers;
-                        response
-                    }
-                    Err((status, code, message)) => error_response(status, code, message, &request_id),
-                },
-            )
-        } else if sts::Sts::wants(&request) && self.host_bucket(&request).is_none() {
-            facts.name_operation("STS");
-            Ok(self.sts.handle(request, &request_id).await)
-        } else if let Err(refused) = auth::presigned_expiry(request.uri()) {
-            // Before s3s, which refuses a negative or non-numeric expiry with an answer of its own.
-            let message = refused.message().unwrap_or_default();
-            Ok(error_response(
-                http::StatusCode::BAD_REQUEST,
-                refused.code().as_str(),
-                message,
-                &request_id,
-            ))
-        } else if auth::presigned_signature_malformed(request.uri()) {
-            Ok(error_response(
-                http::StatusCode::FORBIDDEN,
-                "SignatureDoesNotMatch",
-                "The request signature we calculated does not match the signature you provided. Check your key and signing method.",
-                &request_id,
-            ))
-        } else if let Err((code, message)) = auth::sigv2_date(request.headers(), time::OffsetDateTime::now_utc()) {
-            // Before s3s, which checks no SigV2 date.
-            Ok(error_response(http::StatusCode::FORBIDDEN, code, message, &request_id))
-        } else if undated {
-            // S3's answer; s3s would call it a 400 InvalidRequest.
-            Ok(error_response(
-                http::StatusCode::FORBIDDEN,
-                "AccessDenied",
-                "AWS authentication requires a valid Date or x-amz-date header",
-                &request_id,
-            ))
-        } else {
-            if self.host_bucket(&request).is_none() {
-                auth::slash_v2_bucket_path(&mut request);
-            }
-            match post_form::FormPost::of(&request) {
-                None if unkept_xml::watched(&request) => {
-                    let (request, unkept) = unkept_xml::watch(request);
-                    let outcome = self.service.call(request).await;
-                    match unkept.refused() {
-                        Some(message) => Ok(error_response(
-                            http::StatusCode::NOT_IMPLEMENTED,
-                            "NotImplemented",
-                            message,
-                            &request_id,
-                        )),
-                        None => outcome,
-                    }
-                }
-                None => self.service.call(request.map(s3s_body)).await,
-                Some(form) => {
-                    let gate = match form.length(request.headers(), &self.post) {
-                        Ok(length) => self
-                            .unsigned_forms_may_write(&request)
-                            .await
-                            .map(|may| post_form::Gate::new(length, may, &self.post)),
-                        Err(refusal) => Err(refusal),
-                    };
-                    match gate {
-                        Err((status, code, message)) => {
-                            facts.name_operation("PostObject");
-                            Ok(error_response(status, code, message, &request_id))
-                        }
-                        Ok(gate) => {
-                            let request = form.observe(request, gate);
-                            let notes = request.extensions().get::<post_form::FormNotes>().cloned();
-                            // The notes hold the file's reservation until s3s has stored it.
-                            let outcome = self.service.call(request).await;
-                            outcome.map(|response| match notes {
-                                Some(notes) => match notes.refused() {
-                                    Some((status, code, message)) => {
-                                        facts.name_operation("PostObject");
-                                        error_response(status, code, message, &request_id)
-                                    }
-                                    None => post_form::finish(response, &notes, &request_id),
-                                },
-                                None => response,
-                            })
-                        }
-                    }
-                }
-            }
-        };
+        let outcome = self.route(request, facts, cors_bucket.as_deref(), &request_id).await;
         let mut response = match outcome {
             Ok(response) if facts.operation() == Some("GetObjectAttributes") => unquote_attributes_etag(response),
             Ok(response) => response,
@@ -311,6 +215,95 @@ impl Endpoint {
         }
         self.record(started, facts, &response, received);
         response
+    }
+
+    /// Who answers the request: a CORS preflight, STS, a refusal s3s would word otherwise, or
+    /// s3s (a browser upload's form, and a body whose unkept XML is watched, observed on the
+    /// way).
+    async fn route(
+        &self,
+        mut request: Request<RequestBody>,
+        facts: &RequestFacts,
+        cors_bucket: Option<&str>,
+        request_id: &str,
+    ) -> Result<Response<s3s::Body>, s3s::HttpError> {
+        if request.method() == http::Method::OPTIONS {
+            facts.name_operation("PreflightCors");
+            return Ok(match cors::preflight(&self.catalog, cors_bucket, request.headers()) {
+                Ok(headers) => {
+                    let mut response = Response::new(s3s::Body::empty());
+                    *response.headers_mut() = headers;
+                    response
+                }
+                Err((status, code, message)) => error_response(status, code, message, request_id),
+            });
+        }
+        if sts::Sts::wants(&request) && self.host_bucket(&request).is_none() {
+            facts.name_operation("STS");
+            return Ok(self.sts.handle(request, request_id).await);
+        }
+        if let Some(refused) = refused_before_s3s(&request, request_id) {
+            return Ok(refused);
+        }
+        if self.host_bucket(&request).is_none() {
+            auth::slash_v2_bucket_path(&mut request);
+        }
+        match post_form::FormPost::of(&request) {
+            None if unkept_xml::watched(&request) => {
+                let (request, unkept) = unkept_xml::watch(request);
+                let outcome = self.service.call(request).await;
+                match unkept.refused() {
+                    Some(message) => Ok(error_response(
+                        http::StatusCode::NOT_IMPLEMENTED,
+                        "NotImplemented",
+                        message,
+                        request_id,
+                    )),
+                    None => outcome,
+                }
+            }
+            None => self.service.call(request.map(s3s_body)).await,
+            Some(form) => self.post(form, request, facts, request_id).await,
+        }
+    }
+
+    /// A browser upload (POST form): bounded and gated before s3s reads its fields, its
+    /// refusals and its answer (`success_action_*`) as S3 gives them.
+    async fn post(
+        &self,
+        form: post_form::FormPost,
+        request: Request<RequestBody>,
+        facts: &RequestFacts,
+        request_id: &str,
+    ) -> Result<Response<s3s::Body>, s3s::HttpError> {
+        let gate = match form.length(request.headers(), &self.post) {
+            Ok(length) => self
+                .unsigned_forms_may_write(&request)
+                .await
+                .map(|may| post_form::Gate::new(length, may, &self.post)),
+            Err(refusal) => Err(refusal),
+        };
+        let gate = match gate {
+            Err((status, code, message)) => {
+                facts.name_operation("PostObject");
+                return Ok(error_response(status, code, message, request_id));
+            }
+            Ok(gate) => gate,
+        };
+        let request = form.observe(request, gate);
+        let notes = request.extensions().get::<post_form::FormNotes>().cloned();
+        // The notes hold the file's reservation until s3s has stored it.
+        let outcome = self.service.call(request).await;
+        outcome.map(|response| match notes {
+            Some(notes) => match notes.refused() {
+                Some((status, code, message)) => {
+                    facts.name_operation("PostObject");
+                    error_response(status, code, message, request_id)
+                }
+                None => post_form::finish(response, &notes, request_id),
+            },
+            None => response,
+        })
     }
 
     /// Whether the bucket a form is posted to may let an unsigned form write (it has a policy,
@@ -402,6 +395,43 @@ fn error_response(status: http::StatusCode, code: &str, message: &str, request_i
         .headers_mut()
         .insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/xml"));
     response
+}
+
+/// A request refused before s3s sees it, in S3's words where s3s would use its own: a presigned
+/// URL's expiry (s3s refuses a negative or non-numeric one its way) or malformed signature, a
+/// SigV2 date (s3s checks none), a signed request without a date (s3s: 400 InvalidRequest).
+fn refused_before_s3s<B>(request: &Request<B>, request_id: &str) -> Option<Response<s3s::Body>> {
+    if let Err(refused) = auth::presigned_expiry(request.uri()) {
+        let message = refused.message().unwrap_or_default();
+        return Some(error_response(
+            http::StatusCode::BAD_REQUEST,
+            refused.code().as_str(),
+            message,
+            request_id,
+        ));
+    }
+    if auth::presigned_signature_malformed(request.uri()) {
+        return Some(error_response(
+            http::StatusCode::FORBIDDEN,
+            "SignatureDoesNotMatch",
+            "The request signature we calculated does not match the signature you provided. Check your key and signing method.",
+            request_id,
+        ));
+    }
+    if let Err((code, message)) = auth::sigv2_date(request.headers(), time::OffsetDateTime::now_utc()) {
+        return Some(error_response(http::StatusCode::FORBIDDEN, code, message, request_id));
+    }
+    let undated = request.headers().contains_key(http::header::AUTHORIZATION)
+        && !request.headers().contains_key("x-amz-date")
+        && !request.headers().contains_key(http::header::DATE);
+    undated.then(|| {
+        error_response(
+            http::StatusCode::FORBIDDEN,
+            "AccessDenied",
+            "AWS authentication requires a valid Date or x-amz-date header",
+            request_id,
+        )
+    })
 }
 
 /// A key in a URL's path (`keep_slash`) or a query value: everything but RFC 3986's unreserved

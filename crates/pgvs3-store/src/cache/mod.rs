@@ -175,6 +175,17 @@ impl CacheTier {
             self.metrics().lookups.with_label_values(&["range_hit"]).inc();
             return head_read(head, options);
         }
+        // So is a GET of one whose every chunk is cached (read whole by its ranges).
+        if with_body
+            && options.range.is_none()
+            && options.part_number.is_none()
+            && let Some(read) = self
+                .whole_from_chunks(bucket, &remote, key, options, Duration::ZERO)
+                .await?
+        {
+            self.metrics().lookups.with_label_values(&["range_hit"]).inc();
+            return Ok(read);
+        }
         self.metrics().lookups.with_label_values(&[stale]).inc();
         let answer = self.read_from_origin(bucket, &remote, key, options, with_body).await;
         match answer {
@@ -239,6 +250,7 @@ impl CacheTier {
                         RangeLookup::Miss { .. } => None,
                     }
                 }
+                (None, None) => self.whole_from_chunks(bucket, remote, key, options, grace).await?,
                 _ => None,
             },
         };
@@ -246,6 +258,48 @@ impl CacheTier {
             self.metrics().lookups.with_label_values(&["stale_if_error"]).inc();
         }
         Ok(read)
+    }
+
+    /// The whole object from its range chunks, when every chunk is cached and fresh within the
+    /// TTL plus `grace`, answered as a GET of the whole (200), its conditions checked against
+    /// the chunks' head. Only objects up to [`MAX_RANGE_FILL`]: their bytes are gathered in
+    /// memory, as a range fill's are; a larger one goes to the origin.
+    async fn whole_from_chunks(
+        &self,
+        bucket: &BucketInfo,
+        remote: &Remote,
+        key: &str,
+        options: &ReadOptions,
+        grace: Duration,
+    ) -> StoreResult<Option<ObjectRead>> {
+        let Some(head) = self.store().cache_range_head(bucket, key, grace).await? else {
+            return Ok(None);
+        };
+        if head.size == 0 || head.size > MAX_RANGE_FILL {
+            return Ok(None);
+        }
+        let whole = ByteRange::From {
+            first: 0,
+            last: Some(head.size - 1),
+        };
+        let chunk_size = remote.origin.range_chunk.max(MIN_RANGE_CHUNK);
+        match self
+            .store()
+            .cache_range(bucket, key, whole, chunk_size, &options.conditions, grace)
+            .await?
+        {
+            RangeLookup::Hit {
+                mut read,
+                use_unrecorded,
+            } => {
+                if use_unrecorded {
+                    self.touch(bucket.id, key);
+                }
+                read.partial = false;
+                Ok(Some(*read))
+            }
+            RangeLookup::Miss { .. } => Ok(None),
+        }
     }
 
     async fn serve(

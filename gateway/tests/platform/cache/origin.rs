@@ -43,8 +43,11 @@ async fn a_warm_object_needs_no_origin_and_is_served_stale_while_the_origin_is_d
     let whole = noise(3000, 7);
     let table = noise(1 << 20, 8);
     let len = table.len();
+    // Four chunks, every one of them read by a range.
+    let read_whole = noise(200_000, 9);
     pair.put_at_origin("whole.bin", whole.clone()).await;
     pair.put_at_origin("table.parquet", table.clone()).await;
+    pair.put_at_origin("chunks.parquet", read_whole.clone()).await;
     pair.put_at_origin("cold", b"never read".to_vec()).await;
     let client = &pair.cache.client;
     // Warm: one object cached whole, one in range chunks (its first and its last).
@@ -58,8 +61,19 @@ async fn a_warm_object_needs_no_origin_and_is_served_stale_while_the_origin_is_d
         range_status(client, "table.parquet", "bytes=-8").await.unwrap(),
         &table[len - 8..]
     );
+    assert_eq!(
+        range_status(client, "chunks.parquet", "bytes=0-131071").await.unwrap(),
+        &read_whole[..131_072]
+    );
+    assert_eq!(
+        range_status(client, "chunks.parquet", "bytes=131072-199999")
+            .await
+            .unwrap(),
+        &read_whole[131_072..]
+    );
 
-    // Within the TTL, HEAD, GET and ranges of both are answered from PostgreSQL alone.
+    // Within the TTL, HEAD, GET and ranges of all three are answered from PostgreSQL alone:
+    // an object whose every chunk is cached is read whole from its chunks.
     let before = origin_requests_total(&pair.origin).await;
     assert!(before >= 3.0, "the origin's requests are counted: {before}");
     assert_eq!(head_status(client, "whole.bin").await, Ok(3000));
@@ -87,6 +101,30 @@ async fn a_warm_object_needs_no_origin_and_is_served_stale_while_the_origin_is_d
         .await
         .unwrap_err();
     assert_eq!(http_status(&unchanged), 304, "conditions hold against the chunks' head");
+    let from_chunks = client
+        .get_object()
+        .bucket(CACHE)
+        .key("chunks.parquet")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(from_chunks.content_length(), Some(200_000));
+    assert!(from_chunks.content_range().is_none(), "a whole object, not a range");
+    assert_eq!(from_chunks.body.collect().await.unwrap().into_bytes(), read_whole);
+    let etag = head_object(client, CACHE, "chunks.parquet").await.e_tag.unwrap();
+    let unchanged = client
+        .get_object()
+        .bucket(CACHE)
+        .key("chunks.parquet")
+        .if_none_match(etag)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        http_status(&unchanged),
+        304,
+        "a whole GET's conditions hold against the chunks"
+    );
     assert_eq!(
         origin_requests_total(&pair.origin).await,
         before,
@@ -107,11 +145,12 @@ async fn a_warm_object_needs_no_origin_and_is_served_stale_while_the_origin_is_d
         range_status(client, "table.parquet", "bytes=-8").await.unwrap(),
         &table[len - 8..]
     );
+    assert_eq!(read_object(client, CACHE, "chunks.parquet").await, read_whole);
     assert!(
         pair.cache
             .metric("pgvs3_cache_lookups_total{result=\"stale_if_error\"}")
             .await
-            .is_some_and(|n| n >= 5.0)
+            .is_some_and(|n| n >= 6.0)
     );
     assert_eq!(
         range_status(client, "table.parquet", "bytes=300000-300010").await,
@@ -130,6 +169,7 @@ async fn a_warm_object_needs_no_origin_and_is_served_stale_while_the_origin_is_d
     age_entries(&pair.cache, "25 hours").await;
     assert_eq!(status_of_get(client, CACHE, "whole.bin").await.0, 502);
     assert_eq!(head_status(client, "table.parquet").await, Err(502));
+    assert_eq!(status_of_get(client, CACHE, "chunks.parquet").await.0, 502);
     pair.cache.stop().await;
 }
 

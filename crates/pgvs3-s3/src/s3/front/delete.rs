@@ -49,34 +49,7 @@ pub(super) async fn delete_objects(
         ));
     }
     let bucket = &cx.bucket;
-    // Entries S3 would refuse are reported one by one; the others are deleted.
-    let mut keys = Vec::with_capacity(identifiers.len());
-    let mut errors = Vec::new();
-    let error = |id: &ObjectIdentifier, code: &str, message: String| s3s::dto::Error {
-        code: Some(code.into()),
-        key: Some(id.key.clone()),
-        message: Some(message),
-        version_id: id.version_id.clone(),
-    };
-    for id in identifiers {
-        if id.key.len() > 1024 {
-            errors.push(error(id, "KeyTooLongError", StoreError::KeyTooLong.to_string()));
-        } else if id.key.contains('\0') {
-            errors.push(error(
-                id,
-                "InvalidArgument",
-                "Object keys cannot contain a NUL character.".into(),
-            ));
-        } else if let Err(err) = bucket.version(id.version_id.as_deref()) {
-            errors.push(error(id, "NoSuchVersion", err.to_string()));
-        } else if let Some(grant) = req.extensions.get::<PolicyGrant>()
-            && !grant.may_delete(&id.key, id.version_id.is_some(), &req.headers)
-        {
-            errors.push(error(id, "AccessDenied", "Access Denied".into()));
-        } else {
-            keys.push(id);
-        }
-    }
+    let (keys, mut errors) = deletable(&cx, &req);
     let mut deleted = Vec::with_capacity(keys.len());
     let bypass = lock::bypasses_governance(&req.input.bypass_governance_retention);
     // An entry's ETag, LastModifiedTime and Size are its delete's conditions.
@@ -117,7 +90,7 @@ pub(super) async fn delete_objects(
             Err(err) => {
                 let err = fail(&req, err);
                 let message = err.message().unwrap_or_default().to_owned();
-                errors.push(error(id, err.code().as_str(), message));
+                errors.push(entry_error(id, err.code().as_str(), message));
             }
         }
     }
@@ -128,6 +101,47 @@ pub(super) async fn delete_objects(
         errors: (!errors.is_empty()).then_some(errors),
         ..Default::default()
     }))
+}
+
+/// The entries of a DeleteObjects to delete, and the errors of those S3 would refuse, each
+/// reported on its own.
+fn deletable<'a>(
+    cx: &RequestContext<'_>,
+    req: &'a S3Request<DeleteObjectsInput>,
+) -> (Vec<&'a ObjectIdentifier>, Vec<s3s::dto::Error>) {
+    let identifiers = &req.input.delete.objects;
+    let mut keys = Vec::with_capacity(identifiers.len());
+    let mut errors = Vec::new();
+    for id in identifiers {
+        if id.key.len() > 1024 {
+            errors.push(entry_error(id, "KeyTooLongError", StoreError::KeyTooLong.to_string()));
+        } else if id.key.contains('\0') {
+            errors.push(entry_error(
+                id,
+                "InvalidArgument",
+                "Object keys cannot contain a NUL character.".into(),
+            ));
+        } else if let Err(err) = cx.bucket.version(id.version_id.as_deref()) {
+            errors.push(entry_error(id, "NoSuchVersion", err.to_string()));
+        } else if let Some(grant) = req.extensions.get::<PolicyGrant>()
+            && !grant.may_delete(&id.key, id.version_id.is_some(), &req.headers)
+        {
+            errors.push(entry_error(id, "AccessDenied", "Access Denied".into()));
+        } else {
+            keys.push(id);
+        }
+    }
+    (keys, errors)
+}
+
+/// A DeleteObjects entry's error.
+fn entry_error(id: &ObjectIdentifier, code: &str, message: String) -> s3s::dto::Error {
+    s3s::dto::Error {
+        code: Some(code.into()),
+        key: Some(id.key.clone()),
+        message: Some(message),
+        version_id: id.version_id.clone(),
+    }
 }
 
 /// A delete's size condition: a negative size matches no object.

@@ -120,62 +120,16 @@ fn rule_from(rule: &LifecycleRule) -> S3Result<store::LifecycleRule> {
         ));
     }
     let filter = rule_filter(rule)?;
-    let expiration = match &rule.expiration {
-        None => None,
-        Some(expiration) => {
-            let marker = expiration.expired_object_delete_marker.unwrap_or(false);
-            let date = match &expiration.date {
-                None => None,
-                Some(date) => {
-                    let at = to_system_time(&Some(date.clone())).ok_or_else(malformed_xml)?;
-                    let secs = at
-                        .duration_since(SystemTime::UNIX_EPOCH)
-                        .unwrap_or(Duration::ZERO)
-                        .as_secs();
-                    if secs % 86_400 != 0 {
-                        return Err(invalid_argument("'Date' must be at midnight GMT"));
-                    }
-                    Some(secs as i64)
-                }
-            };
-            let days = expiration
-                .days
-                .map(|days| positive_days(days, "Expiration"))
-                .transpose()?;
-            let actions = usize::from(days.is_some()) + usize::from(date.is_some()) + usize::from(marker);
-            if actions != 1 && !(actions == 0 && expiration.expired_object_delete_marker == Some(false)) {
-                return Err(malformed_xml());
-            }
-            if marker && !filter.tags.is_empty() {
-                return Err(invalid_argument(
-                    "ExpiredObjectDeleteMarker cannot be specified with object tags",
-                ));
-            }
-            Some(store::Expiration {
-                days,
-                date,
-                expired_delete_marker: marker,
-            })
-        }
-    };
-    let noncurrent = match &rule.noncurrent_version_expiration {
-        None => None,
-        Some(noncurrent) => Some(NoncurrentExpiration {
-            days: positive_days(
-                noncurrent.noncurrent_days.ok_or_else(malformed_xml)?,
-                "NoncurrentVersionExpiration",
-            )?,
-            newer_versions: noncurrent
-                .newer_noncurrent_versions
-                .map(|n| {
-                    u32::try_from(n)
-                        .ok()
-                        .filter(|n| (1..=100).contains(n))
-                        .ok_or_else(|| invalid_argument("NewerNoncurrentVersions must be between 1 and 100"))
-                })
-                .transpose()?,
-        }),
-    };
+    let expiration = rule
+        .expiration
+        .as_ref()
+        .map(|expiration| expiration_from(expiration, &filter))
+        .transpose()?;
+    let noncurrent = rule
+        .noncurrent_version_expiration
+        .as_ref()
+        .map(noncurrent_from)
+        .transpose()?;
     let abort_incomplete_after_days = match &rule.abort_incomplete_multipart_upload {
         None => None,
         Some(abort) => {
@@ -201,6 +155,63 @@ fn rule_from(rule: &LifecycleRule) -> S3Result<store::LifecycleRule> {
         noncurrent,
         abort_incomplete_after_days,
         rule_prefix: rule.filter.is_none() && rule.prefix.is_some(),
+    })
+}
+
+/// A rule's Expiration, as S3 validates it: exactly one of Days, Date (at midnight GMT) and
+/// ExpiredObjectDeleteMarker (which no tag filter may go with).
+fn expiration_from(expiration: &LifecycleExpiration, filter: &RuleFilter) -> S3Result<store::Expiration> {
+    let marker = expiration.expired_object_delete_marker.unwrap_or(false);
+    let date = match &expiration.date {
+        None => None,
+        Some(date) => {
+            let at = to_system_time(&Some(date.clone())).ok_or_else(malformed_xml)?;
+            let secs = at
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or(Duration::ZERO)
+                .as_secs();
+            if secs % 86_400 != 0 {
+                return Err(invalid_argument("'Date' must be at midnight GMT"));
+            }
+            Some(secs as i64)
+        }
+    };
+    let days = expiration
+        .days
+        .map(|days| positive_days(days, "Expiration"))
+        .transpose()?;
+    let actions = usize::from(days.is_some()) + usize::from(date.is_some()) + usize::from(marker);
+    if actions != 1 && !(actions == 0 && expiration.expired_object_delete_marker == Some(false)) {
+        return Err(malformed_xml());
+    }
+    if marker && !filter.tags.is_empty() {
+        return Err(invalid_argument(
+            "ExpiredObjectDeleteMarker cannot be specified with object tags",
+        ));
+    }
+    Ok(store::Expiration {
+        days,
+        date,
+        expired_delete_marker: marker,
+    })
+}
+
+/// A rule's NoncurrentVersionExpiration: its days, and how many newer versions it keeps (1–100).
+fn noncurrent_from(noncurrent: &NoncurrentVersionExpiration) -> S3Result<NoncurrentExpiration> {
+    Ok(NoncurrentExpiration {
+        days: positive_days(
+            noncurrent.noncurrent_days.ok_or_else(malformed_xml)?,
+            "NoncurrentVersionExpiration",
+        )?,
+        newer_versions: noncurrent
+            .newer_noncurrent_versions
+            .map(|n| {
+                u32::try_from(n)
+                    .ok()
+                    .filter(|n| (1..=100).contains(n))
+                    .ok_or_else(|| invalid_argument("NewerNoncurrentVersions must be between 1 and 100"))
+            })
+            .transpose()?,
     })
 }
 

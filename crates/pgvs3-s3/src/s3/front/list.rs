@@ -119,33 +119,7 @@ pub(super) async fn list_object_versions(
             text
         }
     };
-    let mut versions = Vec::new();
-    let mut delete_markers = Vec::new();
-    for entry in page.entries {
-        if entry.delete_marker {
-            delete_markers.push(DeleteMarkerEntry {
-                is_latest: Some(entry.is_latest),
-                key: Some(encode(entry.key)),
-                last_modified: Some(timestamp(entry.last_modified)),
-                owner: Some(owner.clone()),
-                version_id: Some(entry.version_id),
-            });
-        } else {
-            versions.push(ObjectVersion {
-                e_tag: Some(ETag::Strong(entry.etag)),
-                is_latest: Some(entry.is_latest),
-                key: Some(encode(entry.key)),
-                last_modified: Some(timestamp(entry.last_modified)),
-                owner: Some(owner.clone()),
-                size: Some(entry.size as i64),
-                storage_class: Some(ObjectVersionStorageClass::from_static(
-                    ObjectVersionStorageClass::STANDARD,
-                )),
-                version_id: Some(entry.version_id),
-                ..Default::default()
-            });
-        }
-    }
+    let (versions, delete_markers) = version_entries(page.entries, &owner, &encode);
     let (next_key_marker, next_version_id_marker) = match page.next {
         Some((key, version)) => (Some(encode(key)), version),
         None => (None, None),
@@ -173,6 +147,42 @@ pub(super) async fn list_object_versions(
         encoding_type: input.encoding_type.clone(),
         ..Default::default()
     }))
+}
+
+/// A page's entries as ListObjectVersions answers them: versions and delete markers apart.
+fn version_entries(
+    entries: Vec<store::VersionEntry>,
+    owner: &Owner,
+    encode: &impl Fn(String) -> String,
+) -> (Vec<ObjectVersion>, Vec<DeleteMarkerEntry>) {
+    let mut versions = Vec::new();
+    let mut delete_markers = Vec::new();
+    for entry in entries {
+        if entry.delete_marker {
+            delete_markers.push(DeleteMarkerEntry {
+                is_latest: Some(entry.is_latest),
+                key: Some(encode(entry.key)),
+                last_modified: Some(timestamp(entry.last_modified)),
+                owner: Some(owner.clone()),
+                version_id: Some(entry.version_id),
+            });
+        } else {
+            versions.push(ObjectVersion {
+                e_tag: Some(ETag::Strong(entry.etag)),
+                is_latest: Some(entry.is_latest),
+                key: Some(encode(entry.key)),
+                last_modified: Some(timestamp(entry.last_modified)),
+                owner: Some(owner.clone()),
+                size: Some(entry.size as i64),
+                storage_class: Some(ObjectVersionStorageClass::from_static(
+                    ObjectVersionStorageClass::STANDARD,
+                )),
+                version_id: Some(entry.version_id),
+                ..Default::default()
+            });
+        }
+    }
+    (versions, delete_markers)
 }
 
 /// `max-keys` as S3 checks it; absent means 1,000.

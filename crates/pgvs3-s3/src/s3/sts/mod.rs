@@ -274,52 +274,12 @@ impl Sts {
     /// with its metric reason.
     async fn assume(&self, params: &HashMap<String, String>) -> Result<Issued, (&'static str, Refusal)> {
         let plain = |refusal: Refusal| (refusal.reason(), refusal);
-        let required = |name: &str, field: &str| {
-            params
-                .get(name)
-                .filter(|value| !value.is_empty())
-                .ok_or_else(|| {
-                    plain(validation(format!(
-                        "1 validation error detected: Value null at '{field}' failed to satisfy constraint: Member must not be null"
-                    )))
-                })
-        };
-        let arn = required("RoleArn", "roleArn")?;
-        let session_name = required("RoleSessionName", "roleSessionName")?;
-        let token = required("WebIdentityToken", "webIdentityToken")?;
-        let session_ok = (2..=64).contains(&session_name.len())
-            && session_name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "_+=,.@-".contains(c));
-        if !session_ok {
-            return Err(plain(validation(
-                "1 validation error detected: Value at 'roleSessionName' failed to satisfy constraint: Member must satisfy regular expression pattern: [\\w+=,.@-]{2,64}",
-            )));
-        }
-        if params.contains_key("Policy") || params.keys().any(|name| name.starts_with("PolicyArns")) {
-            return Err(plain(validation(
-                "Session policies (Policy, PolicyArns) are not supported",
-            )));
-        }
-        let duration = match params.get("DurationSeconds") {
-            None => None,
-            Some(text) => Some(text.parse::<i32>().map_err(|_| {
-                plain(validation("1 validation error detected: Value at 'durationSeconds' failed to satisfy constraint: Member must be a number"))
-            })?),
-        };
-        if let Some(secs) = duration
-            && secs < pgvs3_catalog::sts::MIN_SESSION_SECONDS
-        {
-            return Err(plain(validation(format!(
-                "1 validation error detected: Value '{secs}' at 'durationSeconds' failed to satisfy constraint: Member must have value greater than or equal to 900"
-            ))));
-        }
-        let Some(role) = role_name(arn) else {
-            return Err(plain(validation(format!(
-                "{} is not a role ARN",
-                arn.chars().take(256).collect::<String>()
-            ))));
-        };
+        let Call {
+            role,
+            session_name,
+            token,
+            duration,
+        } = Call::of(params).map_err(plain)?;
         // Cheap to expensive, and nothing of the role read before the token verified: its
         // size, shape and algorithm; its issuer's keys (cached); its signature and times.
         let token = jwt::decode(token).map_err(token_refusal)?;
@@ -376,7 +336,7 @@ impl Sts {
             audience: trust.audience,
             issuer,
             role: role.to_owned(),
-            session_name: session_name.clone(),
+            session_name: session_name.to_owned(),
         })
     }
 
@@ -402,6 +362,71 @@ impl Sts {
         // is cached); an issuer deleted leaves one entry until restart.
         cache.insert(issuer.to_owned(), (version, Arc::clone(&keys)));
         Ok(keys)
+    }
+}
+
+/// An AssumeRoleWithWebIdentity call's parameters, checked as AWS checks them (in its order,
+/// and with its messages), before any token or role is looked at.
+struct Call<'a> {
+    role: &'a str,
+    session_name: &'a str,
+    token: &'a str,
+    duration: Option<i32>,
+}
+
+impl<'a> Call<'a> {
+    fn of(params: &'a HashMap<String, String>) -> Result<Call<'a>, Refusal> {
+        let required = |name: &str, field: &str| {
+            params
+                .get(name)
+                .map(String::as_str)
+                .filter(|value| !value.is_empty())
+                .ok_or_else(|| {
+                    validation(format!(
+                        "1 validation error detected: Value null at '{field}' failed to satisfy constraint: Member must not be null"
+                    ))
+                })
+        };
+        let arn = required("RoleArn", "roleArn")?;
+        let session_name = required("RoleSessionName", "roleSessionName")?;
+        let token = required("WebIdentityToken", "webIdentityToken")?;
+        let session_ok = (2..=64).contains(&session_name.len())
+            && session_name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_+=,.@-".contains(c));
+        if !session_ok {
+            return Err(validation(
+                "1 validation error detected: Value at 'roleSessionName' failed to satisfy constraint: Member must satisfy regular expression pattern: [\\w+=,.@-]{2,64}",
+            ));
+        }
+        if params.contains_key("Policy") || params.keys().any(|name| name.starts_with("PolicyArns")) {
+            return Err(validation("Session policies (Policy, PolicyArns) are not supported"));
+        }
+        let duration = match params.get("DurationSeconds") {
+            None => None,
+            Some(text) => Some(text.parse::<i32>().map_err(|_| {
+                validation("1 validation error detected: Value at 'durationSeconds' failed to satisfy constraint: Member must be a number")
+            })?),
+        };
+        if let Some(secs) = duration
+            && secs < pgvs3_catalog::sts::MIN_SESSION_SECONDS
+        {
+            return Err(validation(format!(
+                "1 validation error detected: Value '{secs}' at 'durationSeconds' failed to satisfy constraint: Member must have value greater than or equal to 900"
+            )));
+        }
+        let Some(role) = role_name(arn) else {
+            return Err(validation(format!(
+                "{} is not a role ARN",
+                arn.chars().take(256).collect::<String>()
+            )));
+        };
+        Ok(Call {
+            role,
+            session_name,
+            token,
+            duration,
+        })
     }
 }
 
