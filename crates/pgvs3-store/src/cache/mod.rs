@@ -80,7 +80,7 @@ struct Inner {
 /// Range chunks are at least this large (the catalog allows 64 KiB..64 MiB).
 const MIN_RANGE_CHUNK: u32 = 64 * 1024;
 /// A range needing more aligned bytes than this passes through instead of filling chunks
-/// (they are buffered while they are stored).
+/// (they are buffered while they are stored) or being gathered from them.
 const MAX_RANGE_FILL: u64 = 64 * 1024 * 1024;
 
 /// A bucket id and a key.
@@ -243,7 +243,15 @@ impl CacheTier {
                     let chunk_size = remote.origin.range_chunk.max(MIN_RANGE_CHUNK);
                     match self
                         .store()
-                        .cache_range(bucket, key, range, chunk_size, &options.conditions, grace)
+                        .cache_range(
+                            bucket,
+                            key,
+                            range,
+                            chunk_size,
+                            MAX_RANGE_FILL,
+                            &options.conditions,
+                            grace,
+                        )
                         .await?
                     {
                         RangeLookup::Hit { read, .. } => Some(*read),
@@ -285,7 +293,15 @@ impl CacheTier {
         let chunk_size = remote.origin.range_chunk.max(MIN_RANGE_CHUNK);
         match self
             .store()
-            .cache_range(bucket, key, whole, chunk_size, &options.conditions, grace)
+            .cache_range(
+                bucket,
+                key,
+                whole,
+                chunk_size,
+                MAX_RANGE_FILL,
+                &options.conditions,
+                grace,
+            )
             .await?
         {
             RangeLookup::Hit {
@@ -378,7 +394,15 @@ impl CacheTier {
         let chunk_size = remote.origin.range_chunk.max(MIN_RANGE_CHUNK);
         let size = match self
             .store()
-            .cache_range(bucket, key, range, chunk_size, &options.conditions, Duration::ZERO)
+            .cache_range(
+                bucket,
+                key,
+                range,
+                chunk_size,
+                MAX_RANGE_FILL,
+                &options.conditions,
+                Duration::ZERO,
+            )
             .await?
         {
             RangeLookup::Hit { read, use_unrecorded } => {

@@ -642,13 +642,18 @@ impl Store {
 
     /// A range read served from aligned chunks, if every chunk it needs is cached and fresh
     /// (within the TTL plus `grace`). On a miss, tells the object's size when a chunk of it is
-    /// cached.
+    /// cached. The chunks are gathered in memory, so a range whose aligned chunks exceed
+    /// `max_bytes` is a miss (the caller streams it from the origin) before any chunk is read:
+    /// every chunk of a large object can end up cached, one bounded fill after another, and a
+    /// `bytes=0-` of it must not then load it whole.
+    #[allow(clippy::too_many_arguments)]
     pub async fn cache_range(
         &self,
         bucket: &BucketInfo,
         key: &str,
         range: ByteRange,
         chunk_size: u32,
+        max_bytes: u64,
         conditions: &Preconditions,
         grace: Duration,
     ) -> StoreResult<RangeLookup> {
@@ -657,15 +662,17 @@ impl Store {
         let chunk = u64::from(chunk_size);
         let chunk_size = chunk_size as i32;
         let ttl = secs(origin.ttl.saturating_add(grace));
+        let too_large = |first: u64, last: u64| (last / chunk - first / chunk + 1).saturating_mul(chunk) > max_bytes;
         // An explicit range names its chunks; other forms need the size first.
         let guess: Vec<i32> = match range {
             ByteRange::From {
                 first,
                 last: Some(last),
-            } if last >= first => (first / chunk..=last / chunk)
+            } if last >= first && !too_large(first, last) => (first / chunk..=last / chunk)
                 .map(|c| c.min(i32::MAX as u64) as i32)
-                .take(4096)
                 .collect(),
+            // Open, suffix, and explicit ranges past the bound (an end past the object's size
+            // is common): sized first, then bounded by what the object really spans.
             _ => Vec::new(),
         };
         let statement = client.prepare_cached(&SQL.range_chunks).await?;
@@ -676,6 +683,9 @@ impl Store {
             };
             let size = row.get::<_, i64>("size") as u64;
             let span = range.resolve(size)?;
+            if too_large(span.0, span.1 - 1) {
+                return Ok(RangeLookup::Miss { size: Some(size) });
+            }
             let needed: Vec<i32> = (span.0 / chunk..=(span.1 - 1) / chunk).map(|c| c as i32).collect();
             let rows = client
                 .query(&statement, &[&bucket.id, &key, &chunk_size, &needed, &ttl])

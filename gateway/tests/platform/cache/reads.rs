@@ -172,6 +172,42 @@ async fn ranges_fill_aligned_chunks_and_never_fetch_a_whole_large_object() {
     pair.stop().await;
 }
 
+/// Every chunk of an object larger than one fill can end up cached, one bounded fill after
+/// another; a range spanning more than a fill's bound is then streamed from the origin, not
+/// gathered from the chunks into the gateway's memory. Failed before: `bytes=0-` was answered
+/// from 65 MiB of chunks held in memory at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_range_larger_than_a_fill_is_streamed_not_gathered_from_chunks() {
+    let pair = Pair::start(CacheMode::WriteBack).await; // 64 KiB range chunks
+    let body = noise(65 << 20, 6);
+    let len = body.len();
+    pair.put_at_origin("big.bin", body.clone()).await;
+    let client = &pair.cache.client;
+    let ranged_gets = || origin_requests(&pair.origin, "GetObject", 206);
+    // Two fills, each within the 64 MiB bound, cache every chunk.
+    let (_, bytes) = range(client, "big.bin", &format!("bytes=0-{}", (64 << 20) - 1)).await;
+    assert_eq!(bytes.len(), 64 << 20);
+    let (_, bytes) = range(client, "big.bin", &format!("bytes={}-{}", 64 << 20, len - 1)).await;
+    assert_eq!(bytes, &body[64 << 20..]);
+    assert_eq!(ranged_gets().await, 2.0);
+    let (_, bytes) = range(client, "big.bin", "bytes=1000-2000").await;
+    assert_eq!(bytes, &body[1000..2001]);
+    assert_eq!(ranged_gets().await, 2.0, "a small range is a hit");
+
+    for asked in ["bytes=0-", "bytes=0-99999999999", "bytes=-67200000"] {
+        let before = ranged_gets().await;
+        let (content_range, bytes) = range(client, "big.bin", asked).await;
+        let first = len - bytes.len();
+        assert!(content_range.is_some(), "{asked}");
+        assert!(
+            bytes[..] == body[if asked.starts_with("bytes=-") { first } else { 0 }..],
+            "{asked}"
+        );
+        assert_eq!(ranged_gets().await, before + 1.0, "{asked}: streamed from the origin");
+    }
+    pair.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stale_entry_is_revalidated_without_a_body_when_unchanged() {
     let pair = Pair::start(CacheMode::WriteBack).await;
