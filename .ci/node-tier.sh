@@ -27,11 +27,17 @@ assets="${PGVS3_KUBE_ASSETS:-$HOME/.cache/pgvs3-kube}"
 helm="${PGVS3_HELM:-$HOME/.cache/pgvs3-tools/helm}"
 [ -x "$helm" ] || { echo "the tier needs helm at $helm (.ci/run installs it) or PGVS3_HELM" >&2; exit 1; }
 command -v kubectl >/dev/null || { echo "the tier needs kubectl on PATH" >&2; exit 1; }
-if ! command -v etcd >/dev/null 2>&1; then
-    echo "installing etcd-server"
+# etcd for the control plane, and iptables before the host's state is taken below: the kit's
+# start-node.sh installs iptables where it is missing, and on a fresh machine the "before" would
+# then have no iptables tables at all while the "after" lists their (empty, ACCEPT) chains.
+need=()
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+command -v iptables >/dev/null 2>&1 || need+=(iptables)
+if [ ${#need[@]} -gt 0 ]; then
+    echo "installing ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq etcd-server >/dev/null
+    apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
 ms() { date +%s%3N; }
