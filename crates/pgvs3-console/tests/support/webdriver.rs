@@ -82,7 +82,8 @@ pub async fn launch() -> Option<Browser> {
     })
 }
 
-async fn command(addr: SocketAddr, method: &str, path: &str, body: Option<Value>) -> Value {
+/// Sends one WebDriver command: its HTTP status and JSON answer.
+async fn send(addr: SocketAddr, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
     // A POST without parameters still sends an (empty) JSON object.
     let body = match body {
         Some(body) => body.to_string(),
@@ -97,13 +98,12 @@ async fn command(addr: SocketAddr, method: &str, path: &str, body: Option<Value>
         &body,
     )
     .await;
-    let value: Value = serde_json::from_str(&answer.body).unwrap_or(Value::Null);
-    assert!(
-        answer.status == 200,
-        "WebDriver {method} {path}: {} {}",
-        answer.status,
-        answer.body
-    );
+    (answer.status, serde_json::from_str(&answer.body).unwrap_or(Value::Null))
+}
+
+async fn command(addr: SocketAddr, method: &str, path: &str, body: Option<Value>) -> Value {
+    let (status, value) = send(addr, method, path, body).await;
+    assert!(status == 200, "WebDriver {method} {path}: {status} {value}");
     value["value"].clone()
 }
 
@@ -151,29 +151,39 @@ impl Browser {
         }
     }
 
+    /// Runs `action` (`method` on `/element/{id}{action}`) on the element `css` selects. The page
+    /// re-renders parts of itself when its fetches answer, so the element found may be replaced
+    /// before the action reaches it ("stale element reference"): then it is found again and the
+    /// action retried, within 20 s, as a person would click the list that just redrew.
+    async fn on_element(&self, css: &str, method: &str, action: &str, body: Option<Value>) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let element = self.find(css).await;
+            let path = format!("/session/{}/element/{element}{action}", self.session);
+            let (status, value) = send(self.addr, method, &path, body.clone()).await;
+            let stale = status == 404 && value["value"]["error"] == "stale element reference";
+            if !stale || tokio::time::Instant::now() >= deadline {
+                assert!(status == 200, "WebDriver {method} {path} ({css}): {status} {value}");
+                return value["value"].clone();
+            }
+        }
+    }
+
     pub async fn click(&self, css: &str) {
-        let element = self.find(css).await;
-        self.call("POST", &format!("/element/{element}/click"), None).await;
+        self.on_element(css, "POST", "/click", None).await;
     }
 
     pub async fn clear(&self, css: &str) {
-        let element = self.find(css).await;
-        self.call("POST", &format!("/element/{element}/clear"), None).await;
+        self.on_element(css, "POST", "/clear", None).await;
     }
 
     pub async fn type_into(&self, css: &str, text: &str) {
-        let element = self.find(css).await;
-        self.call(
-            "POST",
-            &format!("/element/{element}/value"),
-            Some(json!({ "text": text })),
-        )
-        .await;
+        self.on_element(css, "POST", "/value", Some(json!({ "text": text })))
+            .await;
     }
 
     pub async fn text(&self, css: &str) -> String {
-        let element = self.find(css).await;
-        self.call("GET", &format!("/element/{element}/text"), None)
+        self.on_element(css, "GET", "/text", None)
             .await
             .as_str()
             .unwrap()
