@@ -208,7 +208,7 @@ async fn incr_from_16_connections_is_exact() {
     let mut tasks = Vec::new();
     for _ in 0..16 {
         // Separate connections (not one multiplexed one), so the increments race for real.
-        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        let mut con = redis_rs::open(&client).await;
         tasks.push(tokio::spawn(async move {
             for _ in 0..100 {
                 let _: i64 = command(&["INCR", "counter"]).query_async(&mut con).await.unwrap();
@@ -236,7 +236,7 @@ async fn large_and_small_batches_on_the_same_keys_stay_exact() {
     let client = client(&gateway, "");
     let mut tasks = Vec::new();
     for worker in 0..8 {
-        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        let mut con = redis_rs::open(&client).await;
         tasks.push(tokio::spawn(async move {
             for round in 0..3 {
                 if worker % 2 == 0 {
@@ -716,10 +716,7 @@ async fn resp3_after_hello_3() {
     };
 
     // redis-rs speaking RESP3.
-    let mut con = client(&gateway, "?protocol=resp3")
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut con = redis_rs::open(&client(&gateway, "?protocol=resp3")).await;
     assert_eq!(query::<String>(&mut con, &["SET", "k", "v"]).await, "OK");
     assert_eq!(query::<String>(&mut con, &["GET", "k"]).await, "v");
     assert_eq!(query::<Option<String>>(&mut con, &["GET", "nope"]).await, None);
@@ -909,11 +906,7 @@ async fn auth_with_password_or_access_key() {
 
     // redis-rs with a password in the URL.
     let url = format!("redis://:sesame@{}/", gateway.resp_addr());
-    let mut con = redis::Client::open(url)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut con = redis_rs::open(&redis::Client::open(url).unwrap()).await;
     assert_eq!(query::<String>(&mut con, &["GET", "k"]).await, "v");
 
     // Without a password on loopback, AUTH <password> is an error as in Redis.

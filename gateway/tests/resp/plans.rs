@@ -12,8 +12,7 @@ use pgvs3_testkit as common;
 use std::time::Duration;
 
 use common::TestGateway;
-use redis::aio::MultiplexedConnection;
-use redis_rs::query;
+use redis_rs::{connect, query};
 
 /// Index scans, index entries read and index pages visited on `table`'s indexes, rows
 /// inserted and deleted, and whether it was ever analyzed: PostgreSQL's cumulative statistics.
@@ -87,15 +86,6 @@ async fn never_analyzed() -> (TestGateway, tokio_postgres::Client) {
 
 /// A stream entry as redis-rs reads it: its ID, fields and values.
 type Entry = (String, Vec<String>);
-
-/// A connection that waits for the bulk loads' replies (redis-rs gives up after 500 ms).
-async fn connect(gateway: &TestGateway) -> MultiplexedConnection {
-    let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(60)));
-    redis_rs::client(gateway, "")
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .unwrap()
-}
 
 /// A snapshot taken now and held: rows deleted from here on stay visible to it.
 async fn old_snapshot(gateway: &TestGateway) -> tokio_postgres::Client {

@@ -3,6 +3,7 @@
 //! ones too), pattern subscriptions, PUBSUB introspection, a slow subscriber cut off, and the
 //! typed-keyspace fast path for strings staying correct across gateways.
 
+use crate::redis_rs::connect;
 use pgvs3_testkit as common;
 
 use std::time::Duration;
@@ -26,14 +27,6 @@ async fn two_gateways(extra: &[&str]) -> (TestGateway, TestGateway) {
     let first = TestGateway::with_args(url.clone(), &args).await;
     let second = TestGateway::with_args(url, &args).await;
     (first, second)
-}
-
-async fn connect(gateway: &TestGateway) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(format!("redis://{}/", gateway.resp_addr()))
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
 }
 
 /// Publishes until the subscriber (on any gateway) got one: a subscription made on another

@@ -15,7 +15,21 @@ pub fn client(gateway: &TestGateway, query: &str) -> redis::Client {
 }
 
 pub async fn connect(gateway: &TestGateway) -> MultiplexedConnection {
-    client(gateway, "").get_multiplexed_async_connection().await.unwrap()
+    open(&client(gateway, "")).await
+}
+
+/// A connection of `client` that waits for its replies as long as a test may take: redis-rs
+/// gives up on a reply after 500 ms (and on connecting after 1 s) by default, which a loaded
+/// machine exceeds (a long script, bulk loads, CI's test binaries side by side). The tests
+/// check answers, not latency.
+pub async fn open(client: &redis::Client) -> MultiplexedConnection {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_response_timeout(Some(Duration::from_secs(60)))
+        .set_connection_timeout(Some(Duration::from_secs(20)));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap()
 }
 
 pub fn command(args: &[&str]) -> redis::Cmd {

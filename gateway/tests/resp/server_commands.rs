@@ -4,6 +4,7 @@
 //! PAUSE, EXPIRE's combined options and COMMAND's introspection, each answered as Redis 7
 //! answers it.
 
+use crate::redis_rs;
 use pgvs3_testkit as common;
 
 use common::TestGateway;
@@ -409,11 +410,7 @@ async fn info_commandstats_counts_calls_rejections_and_failures() {
 #[tokio::test]
 async fn memory_usage_estimates_from_stored_sizes() {
     let gateway = TestGateway::with_resp(&[]).await;
-    let mut con = redis::Client::open(format!("redis://{}/", gateway.resp_addr()))
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut con = redis_rs::connect(&gateway).await;
     let usage = async |con: &mut redis::aio::MultiplexedConnection, args: &[&str]| -> Option<i64> {
         redis::cmd("MEMORY")
             .arg("USAGE")
@@ -484,11 +481,7 @@ async fn memory_usage_estimates_from_stored_sizes() {
 #[tokio::test]
 async fn client_unblock_wakes_a_blocked_blpop() {
     let gateway = TestGateway::with_resp(&[]).await;
-    let con = redis::Client::open(format!("redis://{}/", gateway.resp_addr()))
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let con = redis_rs::connect(&gateway).await;
     for (reason, answer) in [
         (None, Value::Nil),
         (Some("TIMEOUT"), Value::Nil),
