@@ -220,93 +220,6 @@ BEGIN
 END $$;
 
 --
--- Name: jobs; Type: TABLE; Schema: ojs; Owner: -
---
-
-CREATE TABLE ojs.jobs (
-    id text NOT NULL,
-    seq bigint NOT NULL,
-    queue text NOT NULL,
-    type text NOT NULL,
-    state text NOT NULL,
-    priority integer DEFAULT 0 NOT NULL,
-    attempt integer DEFAULT 0 NOT NULL,
-    max_attempts integer NOT NULL,
-    envelope jsonb NOT NULL,
-    run_at timestamp with time zone NOT NULL,
-    visible_until timestamp with time zone,
-    visibility_ms integer NOT NULL,
-    retry_delay_ms bigint,
-    worker_id text,
-    expires_at timestamp with time zone,
-    unique_key text,
-    workflow_id text,
-    dead_letter boolean DEFAULT false NOT NULL,
-    result jsonb,
-    error jsonb,
-    errors jsonb DEFAULT '[]'::jsonb NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    started_at timestamp with time zone,
-    completed_at timestamp with time zone,
-    cancelled_at timestamp with time zone,
-    workflow_step integer,
-    workflow_callback text,
-    rate_key text,
-    progress jsonb,
-    tenant text DEFAULT 'default'::text NOT NULL,
-    CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'available'::text, 'pending'::text, 'active'::text, 'completed'::text, 'retryable'::text, 'cancelled'::text, 'discarded'::text]))),
-    CONSTRAINT jobs_workflow_callback_check CHECK ((workflow_callback = ANY (ARRAY['on_complete'::text, 'on_success'::text, 'on_failure'::text])))
-);
-
---
--- Name: job_json(ojs.jobs); Type: FUNCTION; Schema: ojs; Owner: -
---
-
-CREATE FUNCTION ojs.job_json(j ojs.jobs) RETURNS jsonb
-    LANGUAGE sql STABLE
-    AS $$
-    SELECT j.envelope || jsonb_strip_nulls(jsonb_build_object(
-        'id', j.id,
-        'type', j.type,
-        'queue', j.queue,
-        'priority', j.priority,
-        'state', CASE
-            WHEN j.state = 'active' AND j.visible_until < now() AND j.attempt >= j.max_attempts THEN 'discarded'
-            WHEN j.state = 'active' AND j.visible_until < now() THEN 'available'
-            WHEN j.state IN ('scheduled', 'retryable') AND j.run_at <= now() THEN 'available'
-            ELSE j.state END,
-        'attempt', j.attempt,
-        'max_attempts', j.max_attempts,
-        'created_at', ojs.ts(j.created_at),
-        'enqueued_at', ojs.ts(j.created_at),
-        'scheduled_at', CASE WHEN j.state = 'scheduled' THEN ojs.ts(j.run_at) END,
-        'next_attempt_at', CASE WHEN j.state = 'retryable' THEN ojs.ts(j.run_at) END,
-        'started_at', ojs.ts(j.started_at),
-        'completed_at', ojs.ts(j.completed_at),
-        'cancelled_at', ojs.ts(j.cancelled_at),
-        'discarded_at', CASE WHEN j.state = 'discarded' THEN ojs.ts(j.completed_at) END,
-        'expires_at', ojs.ts(j.expires_at),
-        'worker_id', CASE WHEN j.state = 'active' THEN j.worker_id END,
-        'visible_until', CASE WHEN j.state = 'active' THEN ojs.ts(j.visible_until) END,
-        'workflow_id', j.workflow_id,
-        'retry_delay_ms', j.retry_delay_ms,
-        'result', j.result,
-        'error', CASE WHEN j.state = 'active' AND j.visible_until < now()
-                      THEN jsonb_build_object('code', 'visibility_timeout', 'type', 'visibility_timeout',
-                                              'message', 'the claim lapsed before an ack, nack or heartbeat')
-                      ELSE j.error END,
-        'errors', CASE WHEN jsonb_array_length(j.errors) > 0 THEN j.errors END,
-        -- ojs-progress: the current attempt's report (a retry starts without one), 1.0 once
-        -- completed, and the last checkpoint of any attempt to resume from.
-        'progress', CASE WHEN j.progress IS NULL THEN NULL
-                         WHEN j.state = 'completed' THEN to_jsonb(1.0)
-                         WHEN (j.progress ->> 'attempt')::int = j.attempt THEN j.progress -> 'progress' END,
-        'progress_data', CASE WHEN (j.progress ->> 'attempt')::int = j.attempt THEN j.progress -> 'data' END,
-        'last_checkpoint', j.progress -> 'checkpoint'
-    ))
-$$;
-
---
 -- Name: rate_limits; Type: TABLE; Schema: ojs; Owner: -
 --
 
@@ -520,6 +433,45 @@ BEGIN
                    AND state IN ('pending', 'available', 'scheduled', 'retryable')
                  FOR UPDATE SKIP LOCKED);
 END $$;
+
+--
+-- Name: jobs; Type: TABLE; Schema: ojs; Owner: -
+--
+
+CREATE TABLE ojs.jobs (
+    id text NOT NULL,
+    seq bigint NOT NULL,
+    queue text NOT NULL,
+    type text NOT NULL,
+    state text NOT NULL,
+    priority integer DEFAULT 0 NOT NULL,
+    attempt integer DEFAULT 0 NOT NULL,
+    max_attempts integer NOT NULL,
+    envelope jsonb NOT NULL,
+    run_at timestamp with time zone NOT NULL,
+    visible_until timestamp with time zone,
+    visibility_ms integer NOT NULL,
+    retry_delay_ms bigint,
+    worker_id text,
+    expires_at timestamp with time zone,
+    unique_key text,
+    workflow_id text,
+    dead_letter boolean DEFAULT false NOT NULL,
+    result jsonb,
+    error jsonb,
+    errors jsonb DEFAULT '[]'::jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    started_at timestamp with time zone,
+    completed_at timestamp with time zone,
+    cancelled_at timestamp with time zone,
+    workflow_step integer,
+    workflow_callback text,
+    rate_key text,
+    progress jsonb,
+    tenant text DEFAULT 'default'::text NOT NULL,
+    CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'available'::text, 'pending'::text, 'active'::text, 'completed'::text, 'retryable'::text, 'cancelled'::text, 'discarded'::text]))),
+    CONSTRAINT jobs_workflow_callback_check CHECK ((workflow_callback = ANY (ARRAY['on_complete'::text, 'on_success'::text, 'on_failure'::text])))
+);
 
 --
 -- Name: workflow_entry_json(ojs.jobs); Type: FUNCTION; Schema: ojs; Owner: -

@@ -528,19 +528,20 @@ impl<'a> BucketHandle<'a> {
         self.put(key, upload, &WriteCondition::Always).await
     }
 
-    /// Starts an upload; the object it completes gets the lock `meta` asks for, else the
-    /// bucket's default retention as of now.
+    /// Starts an upload by `initiator` (`None`: anonymous); the object it completes gets the
+    /// lock `meta` asks for, else the bucket's default retention as of now.
     pub async fn create_multipart_upload(
         &self,
         key: &str,
         mut meta: ObjectMeta,
         encryption: RequestedEncryption,
+        initiator: Option<&str>,
     ) -> StoreResult<String> {
         self.writable()?;
         self.info.lock_new_version(&mut meta)?;
         let encryption = self.encryption_of(encryption)?;
         self.store()
-            .create_multipart_upload(&self.info, key, &meta, &encryption)
+            .create_multipart_upload(&self.info, key, &meta, &encryption, initiator)
             .await
     }
 

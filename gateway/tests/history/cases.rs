@@ -210,6 +210,84 @@ fn a_read_at_the_deadline_may_see_the_key_or_not_and_after_it_must_not() {
 }
 
 #[test]
+fn a_ttl_must_fit_the_deadline_and_the_key_must_be_there() {
+    let ttl = |millis: bool, at: u64, left: i64| {
+        vec![
+            op(
+                0,
+                0,
+                Some(1),
+                redis(resp::Cmd::Set("v".into(), Some(500))),
+                resp::Reply::Ok,
+            ),
+            op(
+                1,
+                at,
+                Some(at + 1),
+                redis(resp::Cmd::Ttl { millis }),
+                resp::Reply::Int(left),
+            ),
+        ]
+    };
+    assert_eq!(key_verdict(&ttl(true, 200, 300)), Verdict::Linearizable);
+    assert_eq!(key_verdict(&ttl(false, 200, 0)), Verdict::Linearizable);
+    assert_eq!(key_verdict(&ttl(true, 200, 90_000)), Verdict::Violation);
+    assert_eq!(key_verdict(&ttl(true, 200, -1)), Verdict::Violation);
+    assert_eq!(key_verdict(&ttl(true, 200, -2)), Verdict::Violation);
+    assert_eq!(key_verdict(&ttl(true, 900, -2)), Verdict::Linearizable);
+    assert_eq!(key_verdict(&ttl(false, 900, 0)), Verdict::Violation);
+}
+
+/// The race of an expiry with a write that loaded the key alive: a read after the deadline
+/// answers absent, and the EXPIRE that overlapped it succeeded, so a later read sees the hash.
+#[test]
+fn a_typed_key_absent_at_its_deadline_and_back_after_is_a_violation() {
+    let ops = |seen: resp::Reply| {
+        vec![
+            op(
+                0,
+                0,
+                Some(1),
+                redis(resp::Cmd::HSet("f".into(), "a".into())),
+                resp::Reply::Int(1),
+            ),
+            op(0, 2, Some(3), redis(resp::Cmd::Expire(500)), resp::Reply::Int(1)),
+            op(
+                0,
+                550,
+                Some(760),
+                redis(resp::Cmd::Expire(100_000)),
+                resp::Reply::Int(1),
+            ),
+            op(1, 620, Some(630), redis(resp::Cmd::HGet("f".into())), seen),
+            op(1, 770, Some(771), redis(resp::Cmd::Exists), resp::Reply::Int(1)),
+        ]
+    };
+    assert_eq!(key_verdict(&ops(resp::Reply::Bulk("a".into()))), Verdict::Linearizable);
+    assert_eq!(key_verdict(&ops(resp::Reply::Nil)), Verdict::Violation);
+}
+
+#[test]
+fn the_last_field_deleted_deletes_the_hash() {
+    let ops = |exists: i64| {
+        vec![
+            op(
+                0,
+                0,
+                Some(1),
+                redis(resp::Cmd::HSet("f".into(), "a".into())),
+                resp::Reply::Int(1),
+            ),
+            op(0, 2, Some(3), redis(resp::Cmd::HDel("f".into())), resp::Reply::Int(1)),
+            op(0, 4, Some(5), redis(resp::Cmd::Exists), resp::Reply::Int(exists)),
+            op(0, 6, Some(7), redis(resp::Cmd::LLen), resp::Reply::Int(0)),
+        ]
+    };
+    assert_eq!(key_verdict(&ops(0)), Verdict::Linearizable);
+    assert_eq!(key_verdict(&ops(1)), Verdict::Violation);
+}
+
+#[test]
 fn a_transaction_commits_only_over_what_it_read() {
     let ops = |seen: Option<&str>| {
         vec![

@@ -1,5 +1,6 @@
 //! RESP: clients issue random commands over a few keys through redis-rs — strings with and
-//! without a TTL, expiry changes, lists, sets, hashes, TYPE, WATCH/MULTI/EXEC and BLPOP — and
+//! without a TTL, expiry changes, lists, sets, hashes, TYPE, EXISTS, TTL, WATCH/MULTI/EXEC and
+//! BLPOP — and
 //! each key's history is checked against Redis's semantics for one key: its value, its type and
 //! its expiry deadline. A deadline is known only to within the interval of the command that set
 //! it, widened by [`TOLERANCE`]: a command in that window may see the key or not, one clearly
@@ -35,16 +36,24 @@ pub enum Cmd {
     Get,
     Del,
     Type,
+    Exists,
     /// PEXPIRE milliseconds (sent as EXPIRE seconds when whole).
     Expire(u64),
     Persist,
+    /// PTTL, or TTL (in seconds) when false.
+    Ttl {
+        millis: bool,
+    },
     LPush(String),
     LPop,
     RPop,
     LRange,
+    LLen,
     SAdd(String),
     SMembers,
     HSet(String, String),
+    HGet(String),
+    HDel(String),
     HGetAll,
     /// WATCH k; GET k; MULTI; SET k value; EXEC.
     Txn(String),
@@ -67,16 +76,22 @@ impl fmt::Debug for Call {
             Cmd::Get => write!(f, "GET {k}"),
             Cmd::Del => write!(f, "DEL {k}"),
             Cmd::Type => write!(f, "TYPE {k}"),
+            Cmd::Exists => write!(f, "EXISTS {k}"),
             Cmd::Expire(ms) if ms % 1000 == 0 => write!(f, "EXPIRE {k} {}", ms / 1000),
             Cmd::Expire(ms) => write!(f, "PEXPIRE {k} {ms}"),
             Cmd::Persist => write!(f, "PERSIST {k}"),
+            Cmd::Ttl { millis: true } => write!(f, "PTTL {k}"),
+            Cmd::Ttl { millis: false } => write!(f, "TTL {k}"),
             Cmd::LPush(e) => write!(f, "LPUSH {k} {e}"),
             Cmd::LPop => write!(f, "LPOP {k}"),
             Cmd::RPop => write!(f, "RPOP {k}"),
             Cmd::LRange => write!(f, "LRANGE {k} 0 -1"),
+            Cmd::LLen => write!(f, "LLEN {k}"),
             Cmd::SAdd(m) => write!(f, "SADD {k} {m}"),
             Cmd::SMembers => write!(f, "SMEMBERS {k}"),
             Cmd::HSet(field, v) => write!(f, "HSET {k} {field} {v}"),
+            Cmd::HGet(field) => write!(f, "HGET {k} {field}"),
+            Cmd::HDel(field) => write!(f, "HDEL {k} {field}"),
             Cmd::HGetAll => write!(f, "HGETALL {k}"),
             Cmd::Txn(v) => write!(f, "WATCH {k}; GET {k}; MULTI; SET {k} {v}; EXEC"),
             Cmd::BLPop(ms) => write!(f, "BLPOP {k} {}", *ms as f64 / 1000.0),
@@ -141,6 +156,25 @@ impl Key {
         )
     }
 
+    /// What a TTL (PTTL: `millis`) of a live key whose deadline lies in `window` answers: the
+    /// recorded answer when it is the time from some instant of `op` to some instant of the
+    /// window, give or take one unit of the reply (TTL rounds to the second); else a reply no
+    /// server gives, which fails the step.
+    fn ttl(op: &Op<Call, Reply>, (earliest, latest): (u64, u64), millis: bool) -> Reply {
+        let unit: i64 = if millis { 1_000 } else { 1_000_000 };
+        match op.output() {
+            Some(&Reply::Int(left)) if left >= 0 => {
+                let (least, most) = (earliest as i64 - op.end() as i64, latest as i64 - op.call as i64);
+                if left * unit + unit >= least && left * unit - unit <= most {
+                    Reply::Int(left)
+                } else {
+                    Reply::Status(format!("a TTL within {least}..{most} us"))
+                }
+            }
+            _ => Reply::Status("a TTL of zero or more".into()),
+        }
+    }
+
     fn kind(&self) -> &'static str {
         match self.value {
             None => "none",
@@ -175,6 +209,15 @@ impl Key {
                 Some(_) => (Reply::Int(1), Key::default()),
             },
             Cmd::Type => (Reply::Status(self.kind().into()), self),
+            Cmd::Exists => (Reply::Int(self.value.is_some() as i64), self),
+            Cmd::Ttl { millis } => {
+                let reply = match (&self.value, self.expiry) {
+                    (None, _) => Reply::Int(-2),
+                    (Some(_), None) => Reply::Int(-1),
+                    (Some(_), Some(window)) => Key::ttl(op, window, *millis),
+                };
+                (reply, self)
+            }
             Cmd::Expire(ms) => match self.value {
                 None => (Reply::Int(0), self),
                 Some(_) => {
@@ -208,6 +251,11 @@ impl Key {
                 Some(Value::List(list)) => (Reply::Array(list.iter().cloned().collect()), self),
                 Some(_) => wrong(self),
             },
+            Cmd::LLen => match &self.value {
+                None => (Reply::Int(0), self),
+                Some(Value::List(list)) => (Reply::Int(list.len() as i64), self),
+                Some(_) => wrong(self),
+            },
             Cmd::SAdd(m) => match &mut self.value {
                 None => (
                     Reply::Int(1),
@@ -233,6 +281,23 @@ impl Key {
                     },
                 ),
                 Some(Value::Hash(hash)) => (Reply::Int(hash.insert(field.clone(), v.clone()).is_none() as i64), self),
+                Some(_) => wrong(self),
+            },
+            Cmd::HGet(field) => match &self.value {
+                None => (Reply::Nil, self),
+                Some(Value::Hash(hash)) => (hash.get(field).map_or(Reply::Nil, |v| Reply::Bulk(v.clone())), self),
+                Some(_) => wrong(self),
+            },
+            Cmd::HDel(field) => match &mut self.value {
+                None => (Reply::Int(0), self),
+                Some(Value::Hash(hash)) => {
+                    let removed = hash.remove(field).is_some();
+                    // Redis has no empty hashes: the last field's HDEL deletes the key.
+                    if hash.is_empty() {
+                        self = Key::default();
+                    }
+                    (Reply::Int(removed as i64), self)
+                }
                 Some(_) => wrong(self),
             },
             Cmd::HGetAll => match &self.value {
@@ -306,7 +371,15 @@ impl Model for Key {
     fn changes_nothing(op: &Op<Call, Reply>) -> bool {
         matches!(
             op.input.cmd,
-            Cmd::Get | Cmd::Type | Cmd::LRange | Cmd::SMembers | Cmd::HGetAll
+            Cmd::Get
+                | Cmd::Type
+                | Cmd::Exists
+                | Cmd::Ttl { .. }
+                | Cmd::LRange
+                | Cmd::LLen
+                | Cmd::SMembers
+                | Cmd::HGet(_)
+                | Cmd::HGetAll
         ) || matches!(op.output(), Some(Reply::WrongType | Reply::Aborted))
     }
 }
@@ -369,24 +442,33 @@ fn random_call(rng: &mut StdRng, client: usize, n: usize) -> Call {
     let key = KEYS[rng.random_range(0..KEYS.len())].to_owned();
     // Every written value is unique, so a read names the write it saw.
     let value = format!("c{client}.{n}");
+    let field = format!("f{}", rng.random_range(0..2));
     // Weighted towards what meets at an expiry: short TTLs, new keys of other types made over
-    // them, expiry changes, and reads of the type and value.
+    // them, expiry changes, and reads of the type, the TTL and the value — of strings, and of
+    // hashes and lists, whose reads run in SQL functions rather than on a loaded row.
     let cmd = match rng.random_range(0..100) {
-        0..16 => Cmd::Set(value, rng.random_bool(0.7).then(|| rng.random_range(100..400))),
-        16..28 => Cmd::Get,
-        28..31 => Cmd::Del,
-        31..41 => Cmd::Type,
-        41..53 => Cmd::Expire(if rng.random_bool(0.3) {
+        0..12 => Cmd::Set(value, rng.random_bool(0.7).then(|| rng.random_range(100..400))),
+        12..20 => Cmd::Get,
+        20..22 => Cmd::Del,
+        22..28 => Cmd::Type,
+        28..31 => Cmd::Exists,
+        31..34 => Cmd::Ttl {
+            millis: rng.random_bool(0.7),
+        },
+        34..46 => Cmd::Expire(if rng.random_bool(0.3) {
             100_000
         } else {
             rng.random_range(100..800)
         }),
-        53..55 => Cmd::Persist,
-        55..64 => Cmd::LPush(value),
-        64..69 => Cmd::LRange,
-        69..75 => Cmd::SAdd(value),
-        75..79 => Cmd::SMembers,
-        79..85 => Cmd::HSet(format!("f{}", rng.random_range(0..2)), value),
+        46..49 => Cmd::Persist,
+        49..56 => Cmd::LPush(value),
+        56..61 => Cmd::LRange,
+        61..65 => Cmd::LLen,
+        65..69 => Cmd::SAdd(value),
+        69..71 => Cmd::SMembers,
+        71..77 => Cmd::HSet(field, value),
+        77..83 => Cmd::HGet(field),
+        83..85 => Cmd::HDel(field),
         85..89 => Cmd::HGetAll,
         89..95 => Cmd::Txn(value),
         _ => Cmd::BLPop(rng.random_range(1..4) * 100),
@@ -423,6 +505,8 @@ async fn send(con: &mut MultiplexedConnection, call: &Call) -> Outcome<Reply> {
         Cmd::LPush(e) => vec!["LPUSH".into(), k.into(), e.clone()],
         Cmd::SAdd(m) => vec!["SADD".into(), k.into(), m.clone()],
         Cmd::HSet(f, v) => vec!["HSET".into(), k.into(), f.clone(), v.clone()],
+        Cmd::HGet(f) => vec!["HGET".into(), k.into(), f.clone()],
+        Cmd::HDel(f) => vec!["HDEL".into(), k.into(), f.clone()],
         Cmd::LRange => vec!["LRANGE".into(), k.into(), "0".into(), "-1".into()],
         Cmd::BLPop(ms) => vec!["BLPOP".into(), k.into(), (*ms as f64 / 1000.0).to_string()],
         other => {
@@ -430,7 +514,11 @@ async fn send(con: &mut MultiplexedConnection, call: &Call) -> Outcome<Reply> {
                 Cmd::Get => "GET",
                 Cmd::Del => "DEL",
                 Cmd::Type => "TYPE",
+                Cmd::Exists => "EXISTS",
                 Cmd::Persist => "PERSIST",
+                Cmd::Ttl { millis: true } => "PTTL",
+                Cmd::Ttl { millis: false } => "TTL",
+                Cmd::LLen => "LLEN",
                 Cmd::LPop => "LPOP",
                 Cmd::RPop => "RPOP",
                 Cmd::SMembers => "SMEMBERS",

@@ -58,6 +58,51 @@ const NOPERM_COMMAND: &str = "NOPERM this user has no permissions to run the 'in
 const NOPERM_KEY: &str = "NOPERM this user has no permissions to access one of the keys used as arguments";
 const NOPERM_CHANNEL: &str = "NOPERM this user has no permissions to access one of the channels used as arguments";
 
+/// BITOP writes its destination and reads its sources; BITFIELD only reads its key when it has
+/// no SET or INCRBY (Redis's key specs and `bitfieldGetKeys`): a user's read-only and
+/// write-only key patterns are checked by that, as redis-server checks them.
+#[tokio::test]
+async fn bit_commands_keys_are_checked_by_how_they_are_used() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    add_keys(&gateway).await;
+    give(OPS.0, &[&gateway]).await;
+    let redis = LiveRedis::start().await;
+    let mut theirs = redis.connect().await;
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let rules = ["on", "resetkeys", "%R~read*", "%W~write*", "~rw*", "+@all"];
+    let password = format!(">{}", OPS.1);
+    let mut theirs_setuser = vec!["ACL", "SETUSER", OPS.0, password.as_str()];
+    theirs_setuser.extend(rules);
+    assert_eq!(theirs.command(&theirs_setuser).await, ok());
+    let mut ours_setuser = vec!["ACL", "SETUSER", OPS.0];
+    ours_setuser.extend(rules);
+    assert_eq!(ours.command(&ours_setuser).await, ok());
+    for command in [
+        &["bitfield", "readstr", "get", "u4", "0"][..],
+        &["bitfield", "readstr", "overflow", "sat", "get", "u4", "0"],
+        &["bitfield", "readstr", "set", "u4", "0", "1"],
+        &["bitfield", "readstr", "get", "u4", "0", "set", "u4", "0", "1"],
+        &["bitfield", "readstr", "incrby", "u4", "0", "1"],
+        &["bitfield", "writestr", "get", "u4", "0"],
+        &["bitfield", "writestr", "set", "u4", "0", "1"],
+        &["bitfield", "rwstr", "get", "u4", "0", "incrby", "u4", "0", "1"],
+        &["bitfield_ro", "readstr", "get", "u4", "0"],
+        &["bitfield_ro", "writestr", "get", "u4", "0"],
+        &["bitop", "and", "write1", "read1", "read2"],
+        &["bitop", "and", "read1", "read2"],
+        &["bitop", "and", "write1", "write2"],
+        &["bitop", "not", "rw1", "rw1"],
+    ] {
+        let mut dryrun = vec!["ACL", "DRYRUN", OPS.0];
+        dryrun.extend_from_slice(command);
+        assert_eq!(
+            ours.command(&dryrun).await,
+            theirs.command(&dryrun).await,
+            "{command:?}"
+        );
+    }
+}
+
 /// The same rules on redis-server (its user made with a password) and on pgvs3 (the access
 /// key): GETUSER's reply, and the replies of allowed and denied commands, are Redis's.
 #[tokio::test]

@@ -962,6 +962,16 @@ async fn writes_on_a_read_only_database_get_readonly() {
     assert_eq!(raw.command(&["INCR", "n"]).await.error(), readonly);
     assert_eq!(raw.command(&["DEL", "k"]).await.error(), readonly);
     assert_eq!(raw.command(&["GET", "k"]).await, Value::bulk("v"));
+    // BITFIELD_RO reads ("v" is 0x76); BITFIELD's writes and BITOP are writes.
+    assert_eq!(
+        raw.command(&["BITFIELD_RO", "k", "GET", "u8", "0"]).await,
+        Value::Array(vec![Value::Int(0x76)])
+    );
+    assert_eq!(
+        raw.command(&["BITFIELD", "k", "SET", "u8", "0", "1"]).await.error(),
+        readonly
+    );
+    assert_eq!(raw.command(&["BITOP", "NOT", "k2", "k"]).await.error(), readonly);
     // XREADGROUP moves its group's cursor: a write. XPENDING reads.
     let read = ["XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", ">"];
     assert_eq!(raw.command(&read).await.error(), readonly);

@@ -4,6 +4,7 @@
 mod acl;
 mod bad_input;
 mod batches;
+mod bitmap;
 mod bits_and_lcs;
 mod bullmq;
 mod celery;

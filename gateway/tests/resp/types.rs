@@ -1506,6 +1506,165 @@ async fn an_expired_key_is_absent_to_every_key_command_before_it_is_reaped() {
     assert_eq!(query::<i64>(&mut con, &["EXISTS", "elsewhere"]).await, 0);
 }
 
+/// A write that found a key alive before it expired and commits after the expiry is ordered
+/// before it, so a read that meets the key past its expiry while such a write holds the key
+/// must wait for it and answer what it wrote, not "absent" and then the key back. For strings
+/// and typed keys, read on a loaded row (GET, TYPE) or in the SQL functions (HGET, LRANGE, LLEN,
+/// and HGET of a string: WRONGTYPE). The writer is this test's own transaction, holding the
+/// key's locks as a write batch does and making the key persistent (as PERSIST would); the
+/// history checker found the race (`resp_key_histories_are_linearizable`).
+#[tokio::test]
+async fn a_read_past_an_expiry_waits_for_the_write_that_found_the_key_alive() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    let observer = gateway.sql().await;
+    let bucket = observer
+        .query_one("SELECT id, namespace FROM pgvs3.buckets WHERE name = 'resp'", &[])
+        .await
+        .unwrap();
+    let (bucket_id, namespace): (i64, String) = (bucket.get("id"), bucket.get("namespace"));
+    let strings = format!("{namespace}.objects");
+    let bulk = Value::bulk;
+    let cases: [(&[&str], &[&str], Value); 6] = [
+        (&["HSET", "h1", "f", "a"], &["HGET", "h1", "f"], bulk("a")),
+        (
+            &["RPUSH", "l1", "x"],
+            &["LRANGE", "l1", "0", "-1"],
+            Value::Array(vec![bulk("x")]),
+        ),
+        (&["RPUSH", "l2", "x", "y"], &["LLEN", "l2"], Value::Int(2)),
+        (&["HSET", "h2", "f", "a"], &["TYPE", "h2"], Value::Simple("hash".into())),
+        (&["SET", "s1", "v"], &["GET", "s1"], bulk("v")),
+        (
+            &["SET", "s2", "v"],
+            &["HGET", "s2", "f"],
+            Value::Error(WRONGTYPE.into()),
+        ),
+    ];
+    for (make, read, expected) in cases {
+        let key = make[1];
+        let table = match make[0] {
+            "SET" => strings.as_str(),
+            _ => "pgvs3.resp_keys",
+        };
+        query::<redis::Value>(&mut con, make).await;
+        assert_eq!(query::<i64>(&mut con, &["PEXPIRE", key, "300"]).await, 1);
+        // The writer: the key's locks in the order write batches take them, then its change.
+        let mut writer = gateway.sql().await;
+        let write = writer.transaction().await.unwrap();
+        write
+            .execute("SELECT pg_advisory_xact_lock_shared(-$1::int8)", &[&bucket_id])
+            .await
+            .unwrap();
+        write
+            .execute(
+                "SELECT pg_advisory_xact_lock($1::int4, hashtext($2))",
+                &[&(bucket_id as i32), &key],
+            )
+            .await
+            .unwrap();
+        let persist = format!("UPDATE {table} SET expires_at = NULL WHERE bucket_id = $1 AND key = $2");
+        assert_eq!(write.execute(&persist, &[&bucket_id, &key]).await.unwrap(), 1);
+        let expired =
+            format!("SELECT expires_at <= clock_timestamp() AS expired FROM {table} WHERE bucket_id = $1 AND key = $2");
+        common::eventually(Duration::from_secs(10), "the key expires", || {
+            let (observer, expired) = (&observer, &expired);
+            async move {
+                let row = observer.query_one(expired, &[&bucket_id, &key]).await.unwrap();
+                row.get::<_, bool>("expired").then_some(())
+            }
+        })
+        .await;
+        let mut reader = RawResp::connect(gateway.resp_addr()).await;
+        let read_args: Vec<String> = read.iter().map(|arg| (*arg).to_owned()).collect();
+        let reading = tokio::spawn(async move {
+            let args: Vec<&str> = read_args.iter().map(String::as_str).collect();
+            reader.command(&args).await
+        });
+        // The read either waits for the writer (its lock request shows) or answers at once.
+        loop {
+            let waiting: bool = observer
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+                                       AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+                            AS waiting",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get("waiting");
+            if waiting || reading.is_finished() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        write.commit().await.unwrap();
+        assert_eq!(reading.await.unwrap(), expected, "{read:?}");
+        assert_eq!(query::<i64>(&mut con, &["TTL", key]).await, -1, "{key} kept");
+    }
+}
+
+/// A write batch loads its keys again after its typed commands ran: a key it found alive at
+/// its first load stays alive to it, and a PERSIST of that key after them is kept even when
+/// the key's deadline passed in between (it used to answer 1 and be lost: the batch changed
+/// only rows live by its later clock). The typed command is held up by this test's lock on its
+/// list until the string's deadline has passed.
+#[tokio::test]
+async fn a_persist_after_a_typed_command_in_one_batch_is_kept() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut con = connect(&gateway).await;
+    query::<String>(&mut con, &["SET", "s", "v", "PX", "3000"]).await;
+    query::<i64>(&mut con, &["RPUSH", "l", "a"]).await;
+    let observer = gateway.sql().await;
+    let mut blocker = gateway.sql().await;
+    let block = blocker.transaction().await.unwrap();
+    block
+        .execute("SELECT 1 FROM pgvs3.resp_keys WHERE key = 'l' FOR UPDATE", &[])
+        .await
+        .unwrap();
+    let mut raw = RawResp::connect(gateway.resp_addr()).await;
+    for args in [&["MULTI"][..], &["RPUSH", "l", "b"], &["PERSIST", "s"]] {
+        raw.command(args).await;
+    }
+    let exec = tokio::spawn(async move { raw.command(&["EXEC"]).await });
+    common::eventually(Duration::from_secs(10), "the batch waits for the list", || {
+        let observer = &observer;
+        async move {
+            let row = observer
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                                     WHERE datname = current_database() AND wait_event_type = 'Lock') AS waiting",
+                    &[],
+                )
+                .await
+                .unwrap();
+            row.get::<_, bool>("waiting").then_some(())
+        }
+    })
+    .await;
+    let namespace: String = observer
+        .query_one("SELECT namespace FROM pgvs3.buckets WHERE name = 'resp'", &[])
+        .await
+        .unwrap()
+        .get("namespace");
+    let deadline_passed =
+        format!("SELECT expires_at <= clock_timestamp() AS passed FROM {namespace}.objects WHERE key = 's'");
+    let (observer, deadline_passed) = (&observer, &deadline_passed);
+    let passed = move || async move {
+        let row = observer.query_one(deadline_passed, &[]).await.unwrap();
+        row.get::<_, bool>("passed")
+    };
+    assert!(!passed().await, "the batch loaded the string before its deadline");
+    common::eventually(Duration::from_secs(10), "the deadline passes", || async {
+        passed().await.then_some(())
+    })
+    .await;
+    block.commit().await.unwrap();
+    assert_eq!(exec.await.unwrap(), Value::Array(vec![Value::Int(2), Value::Int(1)]));
+    assert_eq!(query::<i64>(&mut con, &["TTL", "s"]).await, -1, "kept");
+    assert_eq!(query::<String>(&mut con, &["GET", "s"]).await, "v");
+}
+
 /// Whether a blocked client still has no reply after half a second (five of its attempts at
 /// a 100 ms `--resp-block-poll`).
 async fn still_blocked(blocked: &mut RawResp) -> bool {

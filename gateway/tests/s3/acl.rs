@@ -639,3 +639,186 @@ async fn a_server_wide_default_ownership_lets_acl_era_tools_work() {
     assert_eq!(enforced.code(), Some("InvalidBucketAclWithObjectOwnership"));
     gw.stop().await;
 }
+
+/// Issue 34: upload listings name an upload's Owner (the owner of the object it will complete)
+/// and its Initiator (the key that created it), as S3 does — before, ListMultipartUploads had no
+/// `<Initiator>` and both listings named the key asking as Owner (and ListParts as Initiator).
+#[tokio::test]
+async fn upload_listings_name_the_uploads_owner_and_initiator() {
+    let gw = TestGateway::start().await;
+    let alice = add_key(&gw, "ALICEKEY").await;
+    let bob = add_key(&gw, "BOBKEY").await;
+    bucket_with(&alice, "uploads", ObjectOwnership::BucketOwnerPreferred).await;
+    alice
+        .put_bucket_acl()
+        .bucket("uploads")
+        .grant_write("id=\"BOBKEY\"")
+        .grant_read("id=\"BOBKEY\"")
+        .send()
+        .await
+        .unwrap();
+    let start = |client: &Client, key: &'static str, acl: Option<ObjectCannedAcl>| {
+        let request = client.create_multipart_upload().bucket("uploads").key(key).set_acl(acl);
+        async move { request.send().await.unwrap().upload_id.unwrap() }
+    };
+    let by_alice = start(&alice, "by-alice", None).await;
+    start(&bob, "by-bob", None).await;
+    let handed_over = start(&bob, "handed-over", Some(ObjectCannedAcl::BucketOwnerFullControl)).await;
+
+    let parties = |owner: Option<&aws_sdk_s3::types::Owner>, initiator: Option<&aws_sdk_s3::types::Initiator>| {
+        (
+            owner.and_then(|o| o.id()).map(str::to_owned),
+            initiator.and_then(|i| i.id()).map(str::to_owned),
+        )
+    };
+    let named = |owner: &str, initiator: &str| (Some(owner.to_owned()), Some(initiator.to_owned()));
+    for lister in [&alice, &bob] {
+        let listed = lister.list_multipart_uploads().bucket("uploads").send().await.unwrap();
+        let got: Vec<_> = listed
+            .uploads()
+            .iter()
+            .map(|u| (u.key().unwrap().to_owned(), parties(u.owner(), u.initiator())))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("by-alice".to_owned(), named("ALICEKEY", "ALICEKEY")),
+                ("by-bob".to_owned(), named("BOBKEY", "BOBKEY")),
+                ("handed-over".to_owned(), named("ALICEKEY", "BOBKEY")),
+            ]
+        );
+    }
+    let parts = |client: &Client, key: &'static str, id: &str| {
+        let request = client.list_parts().bucket("uploads").key(key).upload_id(id);
+        async move {
+            let out = request.send().await.unwrap();
+            parties(out.owner(), out.initiator())
+        }
+    };
+    assert_eq!(
+        parts(&alice, "handed-over", &handed_over).await,
+        named("ALICEKEY", "BOBKEY")
+    );
+    assert_eq!(parts(&bob, "by-alice", &by_alice).await, named("ALICEKEY", "ALICEKEY"));
+    gw.stop().await;
+}
+
+/// Issue 34: an ACL with no grants revokes the owner's own grant too, and S3 answers it back
+/// empty (s3-tests' `test_bucket_acl_revoke_all`); before, it was taken as private and answered
+/// with the owner's FULL_CONTROL. The owner keeps its ACL rights and can restore it. Once the
+/// bucket is BucketOwnerEnforced again, an object another key wrote under ObjectWriter is
+/// answered as the bucket owner's with the owner's full control alone (before: its writer and
+/// the ACL it had).
+#[tokio::test]
+async fn an_empty_acl_revokes_the_owners_grant_and_enforced_objects_are_the_bucket_owners() {
+    use aws_sdk_s3::types::{AccessControlPolicy, Owner};
+    let gw = TestGateway::start().await;
+    let alice = add_key(&gw, "ALICEKEY").await;
+    let bob = add_key(&gw, "BOBKEY").await;
+    bucket_with(&alice, "revoke", ObjectOwnership::ObjectWriter).await;
+    put(&alice, "revoke", "k").await.unwrap();
+    let nobody = || {
+        AccessControlPolicy::builder()
+            .owner(Owner::builder().id("ALICEKEY").build())
+            .set_grants(Some(vec![]))
+            .build()
+    };
+    type Grants = Vec<(Option<String>, Option<String>)>;
+    let of = |grants: &[aws_sdk_s3::types::Grant]| -> Grants {
+        grants
+            .iter()
+            .map(|g| {
+                let grantee = g.grantee().and_then(|g| g.id().or(g.uri())).map(str::to_owned);
+                (grantee, g.permission().map(|p| p.as_str().to_owned()))
+            })
+            .collect()
+    };
+    let owner_full = || vec![(Some("ALICEKEY".to_owned()), Some("FULL_CONTROL".to_owned()))];
+
+    alice
+        .put_bucket_acl()
+        .bucket("revoke")
+        .access_control_policy(nobody())
+        .send()
+        .await
+        .unwrap();
+    let got = alice.get_bucket_acl().bucket("revoke").send().await.unwrap();
+    assert_eq!(of(got.grants()), Grants::new());
+    assert_eq!(got.owner().and_then(|o| o.id()), Some("ALICEKEY"));
+    alice
+        .put_object_acl()
+        .bucket("revoke")
+        .key("k")
+        .access_control_policy(nobody())
+        .send()
+        .await
+        .unwrap();
+    let got = alice.get_object_acl().bucket("revoke").key("k").send().await.unwrap();
+    assert_eq!(of(got.grants()), Grants::new());
+    // The owner still holds its ACLs, and private brings its grant back.
+    alice
+        .put_bucket_acl()
+        .bucket("revoke")
+        .acl(BucketCannedAcl::Private)
+        .send()
+        .await
+        .unwrap();
+    let got = alice.get_bucket_acl().bucket("revoke").send().await.unwrap();
+    assert_eq!(of(got.grants()), owner_full());
+
+    // Bob writes (and owns) an object under ObjectWriter...
+    alice
+        .put_bucket_acl()
+        .bucket("revoke")
+        .grant_write("id=\"BOBKEY\"")
+        .send()
+        .await
+        .unwrap();
+    put_acl(&bob, "revoke", "from-bob", ObjectCannedAcl::PublicRead)
+        .await
+        .unwrap();
+    let got = alice
+        .get_object_acl()
+        .bucket("revoke")
+        .key("from-bob")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.owner().and_then(|o| o.id()), Some("BOBKEY"));
+    // ...until the bucket's owner enforces ownership: then it is the bucket owner's.
+    alice
+        .put_bucket_acl()
+        .bucket("revoke")
+        .acl(BucketCannedAcl::Private)
+        .send()
+        .await
+        .unwrap();
+    alice
+        .put_bucket_ownership_controls()
+        .bucket("revoke")
+        .ownership_controls(
+            OwnershipControls::builder()
+                .rules(
+                    OwnershipControlsRule::builder()
+                        .object_ownership(ObjectOwnership::BucketOwnerEnforced)
+                        .build()
+                        .unwrap(),
+                )
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let got = alice
+        .get_object_acl()
+        .bucket("revoke")
+        .key("from-bob")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.owner().and_then(|o| o.id()), Some("ALICEKEY"));
+    assert_eq!(of(got.grants()), owner_full());
+    assert_eq!(unsigned(&gw, "GET", "/revoke/from-bob", b"").await.status, 403);
+    gw.stop().await;
+}

@@ -446,3 +446,41 @@ async fn a_policy_expiration_that_is_not_iso_8601_is_refused() {
         .await;
     gw.stop().await;
 }
+
+/// Issue 34: a form's policy is checked on the key the file is stored as, `${filename}` replaced
+/// (s3-tests' `test_post_object_set_key_from_filename`: key `${filename}`, a condition
+/// `starts-with $key foo`, a file `foo.txt`: 204); before, s3s checked the literal
+/// `${filename}`, so such a form was refused with 403.
+const FILENAME_POLICY: &str = r#"
+root = client("s3v4")
+root.create_bucket(Bucket="named")
+for signature in ["s3v4", "s3"]:
+    form = client(signature).generate_presigned_post(
+        "named", "${filename}", Conditions=[["starts-with", "$key", "foo"]], ExpiresIn=600)
+    status, body, _ = post(form["url"], form["fields"], "foo.txt", b"from a file name")
+    assert status == 204, (signature, status, body)
+    assert root.get_object(Bucket="named", Key="foo.txt")["Body"].read() == b"from a file name"
+    root.delete_object(Bucket="named", Key="foo.txt")
+    status, body, _ = post(form["url"], form["fields"], "bar.txt", b"elsewhere")
+    assert (status, code(body)) == (403, "AccessDenied"), (signature, status, body)
+    assert "Policy Condition failed" in body, body
+    assert root.list_objects_v2(Bucket="named").get("KeyCount") == 0
+# In a longer key, and with the 201 answer naming the stored key.
+form = root.generate_presigned_post("named", "in/${filename}", Fields={"success_action_status": "201"},
+                                    Conditions=[["starts-with", "$key", "in/ok-"], {"success_action_status": "201"}],
+                                    ExpiresIn=600)
+status, body, _ = post(form["url"], form["fields"], "ok-1.txt", b"one")
+assert status == 201 and "<Key>in/ok-1.txt</Key>" in body, (status, body)
+status, body, _ = post(form["url"], form["fields"], "no.txt", b"no")
+assert (status, code(body)) == (403, "AccessDenied"), (status, body)
+assert [o["Key"] for o in root.list_objects_v2(Bucket="named")["Contents"]] == ["in/ok-1.txt"]
+print("filename policy ok")
+"#;
+
+#[tokio::test]
+async fn a_forms_policy_is_checked_on_the_key_with_its_file_name() {
+    let gw = TestGateway::start().await;
+    gw.python_passes(&format!("{HELPERS}{FILENAME_POLICY}"), "filename policy ok")
+        .await;
+    gw.stop().await;
+}

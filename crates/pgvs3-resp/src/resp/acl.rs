@@ -448,12 +448,12 @@ impl User {
             }));
         }
         if !self.all_keys {
-            let (read, write) = match command_info::key_flags(spec) {
-                ["RO", ..] => (true, false),
-                ["RM", ..] => (false, true),
-                _ => (true, true),
-            };
             for at in command_info::key_positions(spec, args) {
+                // As Redis's `ACLSelectorCheckKey`: an accessed key is read, an updated,
+                // inserted or deleted one written.
+                let flags = command_info::key_flags_at(spec, args, at);
+                let read = flags.contains(&"access");
+                let write = flags.iter().any(|flag| matches!(*flag, "update" | "insert" | "delete"));
                 let key = &args[at];
                 let allowed = self.keys.iter().any(|pattern| {
                     (pattern.read || !read)

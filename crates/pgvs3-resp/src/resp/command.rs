@@ -91,6 +91,10 @@ pub static COMMANDS: &[Spec] = &[
     spec("getbit", 3, R, ONE),
     spec("bitcount", -2, R, ONE),
     spec("bitpos", -3, R, ONE),
+    // The destination and the sources, after the operation.
+    spec("bitop", -4, W, (2, -1, 1)),
+    spec("bitfield", -2, W, ONE),
+    spec("bitfield_ro", -2, R, ONE),
     spec("lcs", -3, R, TWO),
     spec("hset", -4, W, ONE),
     spec("hmset", -4, W, ONE),
@@ -445,7 +449,7 @@ pub enum KeyCommand {
     },
     /// A command on a hash, set, sorted set or list: run in SQL (see `typed.rs`).
     Typed(Box<Typed>),
-    /// SORT, HyperLogLog, GEO, DUMP and RESTORE (`commands/family.rs`).
+    /// SORT, HyperLogLog, GEO, DUMP and RESTORE, BITOP and BITFIELD (`commands/family.rs`).
     Family(Box<super::commands::family::FamilyCommand>),
 }
 

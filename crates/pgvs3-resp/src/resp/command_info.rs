@@ -35,15 +35,10 @@ pub fn command(args: &[Bytes]) -> Reply {
             String::from_utf8_lossy(subcommand).to_ascii_lowercase()
         )),
         b"getkeys" => get_keys(&args[2..], |key, _| Reply::bulk(key.clone())),
-        b"getkeysandflags" => get_keys(&args[2..], |key, spec| {
+        b"getkeysandflags" => get_keys(&args[2..], |key, flags| {
             Reply::Array(vec![
                 Reply::bulk(key.clone()),
-                Reply::Array(
-                    key_flags(spec)
-                        .iter()
-                        .map(|flag| Reply::Status((*flag).to_owned()))
-                        .collect(),
-                ),
+                Reply::Array(flags.iter().map(|flag| Reply::Status((*flag).to_owned())).collect()),
             ])
         }),
         _ => Reply::error(format!(
@@ -81,7 +76,8 @@ fn list(filter: &[Bytes]) -> Reply {
 }
 
 /// COMMAND GETKEYS: the checks and error texts of Redis's `getKeysSubcommandImpl`, in its order.
-fn get_keys(command_args: &[Bytes], answer: impl Fn(&Bytes, &Spec) -> Reply) -> Reply {
+/// `answer` gets each key and its flags.
+fn get_keys(command_args: &[Bytes], answer: impl Fn(&Bytes, &[&str]) -> Reply) -> Reply {
     let name = String::from_utf8_lossy(&command_args[0]).to_ascii_lowercase();
     let Some(spec) = command::lookup(&name) else {
         return Reply::error("ERR Invalid command specified");
@@ -99,7 +95,7 @@ fn get_keys(command_args: &[Bytes], answer: impl Fn(&Bytes, &Spec) -> Reply) -> 
     Reply::Array(
         positions
             .into_iter()
-            .map(|at| answer(&command_args[at], spec))
+            .map(|at| answer(&command_args[at], key_flags_at(spec, command_args, at)))
             .collect(),
     )
 }
@@ -166,12 +162,14 @@ pub(crate) fn key_positions(spec: &Spec, args: &[Bytes]) -> Vec<usize> {
     }
 }
 
-/// The key-spec flags of a command's keys (GETKEYSANDFLAGS, COMMAND INFO's key specs), by
-/// the broad kind of access: read, removal, or read-and-update. Redis distinguishes finer
-/// cases per key (SET's key is `OW update`, LMOVE's destination `RW insert`); pgvs3 does not.
+/// The key-spec flags of a command's keys (COMMAND INFO's key specs), by the broad kind of
+/// access: read, removal, or read-and-update. Redis distinguishes finer cases per key (SET's
+/// key is `OW update`, LMOVE's destination `RW insert`); pgvs3 does so only where the kind
+/// differs ([`key_flags_at`]).
 pub(crate) fn key_flags(spec: &Spec) -> &'static [&'static str] {
     match spec.name {
         "del" | "unlink" => &["RM", "delete"],
+        "bitfield" => &["RW", "access", "update", "variable_flags"],
         // A script may do anything with its keys: Redis assumes the worst too.
         "eval" | "evalsha" | "fcall" => &["RW", "access", "update"],
         _ if spec.is_write() => &["RW", "access", "update"],
@@ -179,12 +177,39 @@ pub(crate) fn key_flags(spec: &Spec) -> &'static [&'static str] {
     }
 }
 
+/// The flags of the key at `args[at]` (GETKEYSANDFLAGS, and what the ACL checks of it): BITOP
+/// only writes its destination and reads its sources; BITFIELD only reads its key when it has
+/// no SET or INCRBY (Redis's `bitfieldGetKeys`, a malformed one counting as a write); the
+/// others' keys as [`key_flags`].
+pub(crate) fn key_flags_at(spec: &Spec, args: &[Bytes], at: usize) -> &'static [&'static str] {
+    match spec.name {
+        "bitop" if at == 2 => &["OW", "update"],
+        "bitop" => &["RO", "access"],
+        "bitfield" if bitfield_reads_only(args) => &["RO", "access"],
+        "bitfield" => &["RW", "access", "update"],
+        _ => key_flags(spec),
+    }
+}
+
+fn bitfield_reads_only(args: &[Bytes]) -> bool {
+    let mut i = 2;
+    while i < args.len() {
+        let remaining = args.len() - i - 1;
+        match args[i].to_ascii_lowercase().as_slice() {
+            b"get" if remaining >= 2 => i += 3,
+            b"overflow" if remaining >= 1 => i += 2,
+            _ => return false,
+        }
+    }
+    true
+}
+
 /// The command's group, as COMMAND DOCS and the ACL categories name it.
 fn group(name: &str) -> &'static str {
     match name {
         "hset" | "hmset" | "hsetnx" | "hget" | "hmget" | "hdel" | "hexists" | "hlen" | "hstrlen" | "hgetall"
         | "hkeys" | "hvals" | "hincrby" | "hincrbyfloat" | "hrandfield" | "hscan" => "hash",
-        "setbit" | "getbit" | "bitcount" | "bitpos" => "bitmap",
+        "setbit" | "getbit" | "bitcount" | "bitpos" | "bitop" | "bitfield" | "bitfield_ro" => "bitmap",
         "ping" | "echo" | "auth" | "hello" | "select" | "client" | "quit" | "reset" => "connection",
         "multi" | "exec" | "discard" | "watch" | "unwatch" => "transactions",
         "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "script" | "function" | "fcall" | "fcall_ro" => "scripting",
@@ -267,59 +292,62 @@ pub(crate) fn acl_categories(spec: &Spec) -> Vec<&'static str> {
 
 /// One key spec for the table's key range, or an `unknown` one for movable keys (Redis's own
 /// form for specs it cannot describe), so clients that read specs find them well formed.
+/// BITOP's destination and sources are two, as in Redis.
 fn key_specs(spec: &Spec) -> Reply {
     let movable = spec.flags.contains(&"movablekeys");
     if spec.first_key == 0 && !movable {
         return Reply::Array(Vec::new());
     }
     let text = |text: &str| Reply::text(text);
-    let (begin, find) = if movable && spec.first_key == 0 {
-        (
-            Reply::Map(vec![
-                (text("type"), text("unknown")),
-                (text("spec"), Reply::Map(Vec::new())),
-            ]),
-            Reply::Map(vec![
-                (text("type"), text("unknown")),
-                (text("spec"), Reply::Map(Vec::new())),
-            ]),
-        )
-    } else {
-        let last = if spec.last_key < 0 {
-            spec.last_key
-        } else {
-            spec.last_key - spec.first_key
-        };
-        (
-            Reply::Map(vec![
-                (text("type"), text("index")),
-                (
-                    text("spec"),
-                    Reply::Map(vec![(text("index"), Reply::Integer(spec.first_key))]),
-                ),
-            ]),
-            Reply::Map(vec![
-                (text("type"), text("range")),
-                (
-                    text("spec"),
-                    Reply::Map(vec![
-                        (text("lastkey"), Reply::Integer(last)),
-                        (text("keystep"), Reply::Integer(spec.step)),
-                        (text("limit"), Reply::Integer(0)),
-                    ]),
-                ),
-            ]),
-        )
+    let search = |kind: &str, fields: Vec<(Reply, Reply)>| {
+        Reply::Map(vec![(text("type"), text(kind)), (text("spec"), Reply::Map(fields))])
     };
-    let flags = key_flags(spec)
-        .iter()
-        .map(|flag| Reply::Status((*flag).to_owned()))
-        .collect();
-    Reply::Array(vec![Reply::Map(vec![
-        (text("flags"), Reply::Array(flags)),
-        (text("begin_search"), begin),
-        (text("find_keys"), find),
-    ])])
+    // Keys from the argument at `index` to `last` (counted from there, or from the end when
+    // negative), every `step`.
+    let range = |flags: &[&str], index: i64, last: i64, step: i64| {
+        let flags = flags.iter().map(|flag| Reply::Status((*flag).to_owned())).collect();
+        Reply::Map(vec![
+            (text("flags"), Reply::Array(flags)),
+            (
+                text("begin_search"),
+                search("index", vec![(text("index"), Reply::Integer(index))]),
+            ),
+            (
+                text("find_keys"),
+                search(
+                    "range",
+                    vec![
+                        (text("lastkey"), Reply::Integer(last)),
+                        (text("keystep"), Reply::Integer(step)),
+                        (text("limit"), Reply::Integer(0)),
+                    ],
+                ),
+            ),
+        ])
+    };
+    if spec.name == "bitop" {
+        return Reply::Array(vec![
+            range(&["OW", "update"], 2, 0, 1),
+            range(&["RO", "access"], 3, -1, 1),
+        ]);
+    }
+    if movable && spec.first_key == 0 {
+        let flags = key_flags(spec)
+            .iter()
+            .map(|flag| Reply::Status((*flag).to_owned()))
+            .collect();
+        return Reply::Array(vec![Reply::Map(vec![
+            (text("flags"), Reply::Array(flags)),
+            (text("begin_search"), search("unknown", Vec::new())),
+            (text("find_keys"), search("unknown", Vec::new())),
+        ])]);
+    }
+    let last = if spec.last_key < 0 {
+        spec.last_key
+    } else {
+        spec.last_key - spec.first_key
+    };
+    Reply::Array(vec![range(key_flags(spec), spec.first_key, last, spec.step)])
 }
 
 /// COMMAND INFO's ten fields: name, arity, flags, first key, last key, step, ACL categories,

@@ -533,6 +533,7 @@ impl Recorder {
     }
 
     fn family(&mut self, command: &super::commands::family::FamilyCommand, reply: &Reply) {
+        use super::commands::bitmap::Bitmap;
         use super::commands::family::FamilyCommand;
         use super::commands::geo::Geo;
         use super::commands::hyperloglog::Pf;
@@ -543,6 +544,22 @@ impl Recorder {
                 self.emit(STRING, "pfadd", &key)
             }
             FamilyCommand::Geo(Geo::Add { key, .. }) => self.emit(ZSET, "zadd", key),
+            FamilyCommand::Bitmap(Bitmap::Op { destination, .. }) => {
+                if is_true(reply) {
+                    self.emit(STRING, "set", destination);
+                } else if self.held(destination).exists {
+                    // An empty result deletes the destination.
+                    self.emit(GENERIC, "del", destination);
+                }
+            }
+            FamilyCommand::Bitmap(Bitmap::Field { key, outcome, .. }) => {
+                if outcome.changed() {
+                    self.emit(STRING, "setbit", key);
+                } else if outcome.created() {
+                    // Created, but every write failed (OVERFLOW FAIL): `new` alone.
+                    self.added(key);
+                }
+            }
             FamilyCommand::Dumped(dumped) if matches!(reply, Reply::Simple(_)) => {
                 if let Some(key) = dumped.keys().first() {
                     let key = (*key).clone();

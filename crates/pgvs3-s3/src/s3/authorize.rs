@@ -377,10 +377,7 @@ pub fn authorize(
     let form_key = form.and_then(FormFields::key);
     // Only an object's operations name a key in their policy context.
     let on_object = operations::operation(operation).is_none_or(|op| op.resource == Resource::Object);
-    let object_key = form_key
-        .as_deref()
-        .or(cx.s3_path().get_object_key())
-        .filter(|_| on_object);
+    let object_key = form_key.or(cx.s3_path().get_object_key()).filter(|_| on_object);
     let signed = cx.credentials().map(|c| c.access_key.as_str());
     let Some(bucket_name) = cx.s3_path().get_bucket_name() else {
         return Ok(None);

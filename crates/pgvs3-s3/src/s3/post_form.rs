@@ -1,10 +1,11 @@
 //! Browser uploads (POST Object: a multipart form to a bucket) on their way into s3s. s3s checks
 //! the form's signature and policy and holds the file in memory before any access check runs,
 //! so the form is bounded here first: a Content-Length is required, the form may not exceed
-//! `--s3-post-max-size`, and its bucket must exist. As the body streams past, the fields before
-//! the file are noted — s3s drops the file part's name (which `${filename}` in the key stands
-//! for) and every field it has no input member for (the form's `acl`, for one) — for the
-//! operation. Then the form passes its [`Gate`] before s3s reads a byte of the file: an unsigned
+//! `--s3-post-max-size`, and its bucket must exist. The fields before the file are held until
+//! the file part's headers come, and noted — s3s drops the file part's name and every field it
+//! has no input member for (the form's `acl`, for one) — for the operation; `${filename}` in the
+//! `key` field is replaced by the file's name before s3s reads it, so s3s checks the policy on
+//! the key as S3 does. Then the form passes its [`Gate`] before s3s reads a byte of the file: an unsigned
 //! form only where the bucket's rules may let one write at all, and the bytes s3s will hold are
 //! reserved from the buffer budget only then — for a signed form, after s3s verified its
 //! signature — so clients that have shown no credential hold no byte of the shared budget,
@@ -101,6 +102,8 @@ impl FormPost {
             window: Vec::new(),
             notes: Some(notes),
             gate: Some(gate),
+            queued: None,
+            ended: false,
         };
         Request::from_parts(parts, s3s::Body::http_body(body))
     }
@@ -222,13 +225,10 @@ impl FormFields {
         expiration.is_none_or(|expiration| expiration.as_bytes().get(10) == Some(&b'T'))
     }
 
-    /// The key the form stores its file as: its `key` field, `${filename}` replaced.
-    pub fn key(&self) -> Option<String> {
-        let key = self.field("key")?;
-        Some(match &self.filename {
-            Some(filename) => substitute_filename(key, filename),
-            None => key.to_owned(),
-        })
+    /// The key the form stores its file as: its `key` field (`${filename}` already replaced
+    /// when the form has a file name, see `NotingBody`).
+    pub fn key(&self) -> Option<&str> {
+        self.field("key")
     }
 
     /// The form's settings as the request headers a PutObject would carry them in (the form's
@@ -248,13 +248,19 @@ impl FormFields {
     }
 }
 
+/// What a form's key names the uploaded file's name by.
+pub const FILENAME: &str = "${filename}";
+
 /// A form's key with `${filename}` replaced by the uploaded file's name, as S3 does.
-pub fn substitute_filename(key: &str, filename: &str) -> String {
-    key.replace("${filename}", filename)
+fn substitute_filename(key: &str, filename: &str) -> String {
+    key.replace(FILENAME, filename)
 }
 
-/// The request body, passed through unchanged, with the bytes before the file part kept until
-/// its headers have gone by; then held at its gate.
+/// The request body on its way to s3s: the bytes before the file part are held until its
+/// headers have come (at most the note window and one frame), then passed on with `${filename}`
+/// in the `key` field replaced by the file's name, so that s3s checks the form's policy on the
+/// key the object is stored as, as S3 does (a `starts-with $key` condition on the file's name
+/// holds); the rest passes unchanged, held at its gate.
 struct NotingBody {
     inner: RequestBody,
     boundary: Vec<u8>,
@@ -263,6 +269,37 @@ struct NotingBody {
     notes: Option<FormNotes>,
     /// `None` once passed.
     gate: Option<Gate>,
+    /// A frame that arrived while the fields were held, answered right after them.
+    queued: Option<Frame<Bytes>>,
+    /// The body ended while the fields were held: they were the last frame.
+    ended: bool,
+}
+
+impl NotingBody {
+    /// Stops holding: the held bytes (rewritten if the fields were found), the gate armed.
+    fn release(&mut self, found: Option<(FormFields, Option<std::ops::Range<usize>>)>) -> Bytes {
+        let mut held = std::mem::take(&mut self.window);
+        if let Some((mut fields, key)) = found {
+            if let (Some(filename), Some(key)) = (fields.filename.clone(), key) {
+                let value = String::from_utf8_lossy(&held[key.clone()]).into_owned();
+                if value.contains(FILENAME) {
+                    let value = substitute_filename(&value, &filename);
+                    held.splice(key, value.bytes());
+                    if let Some((_, noted)) = fields.fields.iter_mut().find(|(name, _)| name == "key") {
+                        *noted = value;
+                    }
+                }
+            }
+            if let Some(notes) = self.notes.as_ref() {
+                let _ = notes.0.fields.set(fields);
+            }
+        }
+        self.notes = None;
+        if let Some(gate) = &mut self.gate {
+            gate.armed = true;
+        }
+        Bytes::from(held)
+    }
 }
 
 impl Body for NotingBody {
@@ -271,50 +308,67 @@ impl Body for NotingBody {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = &mut *self;
+        if let Some(frame) = this.queued.take() {
+            return Poll::Ready(Some(Ok(frame)));
+        }
+        if this.ended {
+            return Poll::Ready(None);
+        }
         if let Some(gate) = this.gate.take_if(|gate| gate.armed)
             && let Err(refusal) = gate.pass()
         {
             let _ = gate.notes.0.refused.set(refusal);
             return Poll::Ready(Some(Err(BodyError::Refused)));
         }
-        let frame = Pin::new(&mut this.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &frame
-            && let Some(data) = frame.data_ref()
-            && this.notes.is_some()
-        {
-            let room = NOTE_WINDOW - this.window.len();
-            this.window.extend_from_slice(&data[..data.len().min(room)]);
-            if let Some(fields) = fields_before_file(&this.window, &this.boundary) {
-                if let Some(notes) = this.notes.take() {
-                    let _ = notes.0.fields.set(fields);
+        if this.notes.is_none() {
+            return Pin::new(&mut this.inner).poll_frame(cx);
+        }
+        loop {
+            let frame = match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+                Some(Ok(frame)) => frame,
+                Some(Err(err)) => return Poll::Ready(Some(Err(err))),
+                None => {
+                    this.ended = true;
+                    let found = fields_before_file(&this.window, &this.boundary);
+                    let held = this.release(found);
+                    return Poll::Ready((!held.is_empty()).then(|| Ok(Frame::data(held))));
                 }
-                this.window = Vec::new();
-            } else if this.window.len() == NOTE_WINDOW {
-                this.notes = None;
-                this.window = Vec::new();
+            };
+            let data = match frame.into_data() {
+                Ok(data) => data,
+                Err(other) => {
+                    this.queued = Some(other);
+                    let held = this.release(None);
+                    return Poll::Ready(Some(Ok(Frame::data(held))));
+                }
+            };
+            this.window.extend_from_slice(&data);
+            if let Some(found) = fields_before_file(&this.window, &this.boundary) {
+                return Poll::Ready(Some(Ok(Frame::data(this.release(Some(found))))));
             }
-            if this.notes.is_none()
-                && let Some(gate) = &mut this.gate
-            {
-                gate.armed = true;
+            if this.window.len() >= NOTE_WINDOW {
+                return Poll::Ready(Some(Ok(Frame::data(this.release(None)))));
             }
         }
-        frame
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.queued.is_none() && (self.ended || (self.notes.is_none() && self.inner.is_end_stream()))
     }
 
+    /// The held fields may change length, so nothing exact is said until they are passed on.
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match self.notes {
+            Some(_) => SizeHint::default(),
+            None => self.inner.size_hint(),
+        }
     }
 }
 
 /// The answer to a form upload as S3 gives it, where s3s's differs: a field that breaks a
 /// condition of the form's policy is 403 AccessDenied (s3s: 400 InvalidPolicyDocument), and the
-/// body of a 201 and the redirect of a 303 name the key the object was stored as (s3s: the
-/// form's key, before `${filename}` was replaced).
+/// body of a 201 and the redirect of a 303 name the key, bucket and ETag the object was stored
+/// with, as the front noted them.
 pub fn finish(
     mut response: http::Response<s3s::Body>,
     notes: &FormNotes,
@@ -397,16 +451,18 @@ fn xml_escape(text: &str) -> String {
         .replace('\'', "&apos;")
 }
 
-/// The fields of a multipart form up to its `file` part, and that part's filename; `None` while
-/// `form` (a prefix of the body) does not reach the file part's headers yet.
-fn fields_before_file(form: &[u8], boundary: &[u8]) -> Option<FormFields> {
+/// The fields of a multipart form up to its `file` part, that part's filename, and where in
+/// `form` the (first) `key` field's value is; `None` while `form` (a prefix of the body) does
+/// not reach the file part's headers yet.
+fn fields_before_file(form: &[u8], boundary: &[u8]) -> Option<(FormFields, Option<std::ops::Range<usize>>)> {
     let delimiter = [b"--".as_slice(), boundary].concat();
     let mut rest = &form[find(form, &delimiter)? + delimiter.len()..];
     let mut fields = Vec::new();
+    let mut key = None;
     loop {
         // A delimiter followed by "--" closes a form that had no file part.
         if rest.starts_with(b"--") {
-            return Some(FormFields { filename: None, fields });
+            return Some((FormFields { filename: None, fields }, key));
         }
         let rest_after_crlf = rest.strip_prefix(b"\r\n")?;
         let headers_end = find(rest_after_crlf, b"\r\n\r\n")?;
@@ -414,12 +470,17 @@ fn fields_before_file(form: &[u8], boundary: &[u8]) -> Option<FormFields> {
         let (name, filename) = disposition(headers)?;
         let content = &rest_after_crlf[headers_end + 4..];
         if name.eq_ignore_ascii_case("file") {
-            return Some(FormFields { filename, fields });
+            return Some((FormFields { filename, fields }, key));
         }
         let closing = [b"\r\n".as_slice(), &delimiter].concat();
         let value_end = find(content, &closing)?;
         let value = String::from_utf8_lossy(&content[..value_end]).into_owned();
-        fields.push((name.to_ascii_lowercase(), value));
+        let name = name.to_ascii_lowercase();
+        if name == "key" && key.is_none() {
+            let start = form.len() - content.len();
+            key = Some(start..start + value_end);
+        }
+        fields.push((name, value));
         rest = &content[value_end + closing.len()..];
     }
 }
@@ -461,10 +522,11 @@ mod tests {
 
     #[test]
     fn the_fields_and_the_file_name_are_read_from_a_complete_prefix() {
-        let fields = fields_before_file(FORM.as_bytes(), b"XyZ").unwrap();
+        let (fields, key) = fields_before_file(FORM.as_bytes(), b"XyZ").unwrap();
         assert_eq!(fields.filename.as_deref(), Some("photo 1.jpg"));
         assert_eq!(fields.field("key"), Some("uploads/${filename}"));
         assert_eq!(fields.field("acl"), Some("private"));
+        assert_eq!(&FORM[key.unwrap()], "uploads/${filename}");
     }
 
     #[test]
@@ -478,7 +540,7 @@ mod tests {
     #[test]
     fn a_form_without_a_file_part_has_no_file_name() {
         let form = "--b\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\nk\r\n--b--\r\n";
-        let fields = fields_before_file(form.as_bytes(), b"b").unwrap();
+        let (fields, _) = fields_before_file(form.as_bytes(), b"b").unwrap();
         assert_eq!(fields.filename, None);
         assert_eq!(fields.field("key"), Some("k"));
     }

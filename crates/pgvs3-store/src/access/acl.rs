@@ -169,6 +169,13 @@ impl Acl {
             .iter()
             .all(|grant| grant.grantee == Grantee::Key(owner.to_owned()) && grant.permission == Permission::FullControl)
     }
+
+    /// Whether it is the default ACL, private: `owner`'s full control and nothing else, what
+    /// no stored ACL stands for. An empty grant list is not: it revokes the owner's own grant,
+    /// and S3 answers it back empty.
+    pub fn is_private(&self, owner: &str) -> bool {
+        !self.grants.is_empty() && self.is_owner_only(owner)
+    }
 }
 
 /// The canned ACLs S3 defines.
@@ -380,6 +387,10 @@ mod tests {
         assert!(!auth.allows(None, Permission::Read, false));
         let private = Requested::Canned(Canned::Private).resolve("AKOWNER", "AKOWNER");
         assert!(private.is_owner_only("AKOWNER"));
+        assert!(private.is_private("AKOWNER"));
+        let revoked = Requested::Grants(vec![]).resolve("AKOWNER", "AKOWNER");
+        assert!(revoked.is_owner_only("AKOWNER"), "taken where ACLs are disabled");
+        assert!(!revoked.is_private("AKOWNER"), "kept, so that it is answered empty");
         assert!(!private.allows(Some("AKOTHER"), Permission::Read, false));
     }
 

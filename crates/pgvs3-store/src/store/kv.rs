@@ -65,7 +65,7 @@ pub(super) struct KvSql {
     lock: String,
     lock_keyspace_shared: String,
     lock_keyspace: String,
-    await_writers: String,
+    pub(super) await_writers: String,
     try_lock: String,
     upsert: String,
     upsert_plain: String,
@@ -202,8 +202,8 @@ impl KvSql {
             // (positive) advisory locks.
             lock_keyspace_shared: "SELECT pg_advisory_xact_lock_shared(-$1::int8)".to_owned(),
             lock_keyspace: "SELECT pg_advisory_xact_lock(-$1::int8)".to_owned(),
-            // A read's wait for the writers of keys it found expired: shared, in the writers'
-            // order (keyspace, then keys), held only for this statement.
+            // A read's wait for the writers of keys it found expired (see `Waited`): shared, in
+            // the writers' order (keyspace, then keys), held only for this statement.
             await_writers: "SELECT pg_advisory_xact_lock_shared(-$1::int8),
                                    (SELECT count(pg_advisory_xact_lock_shared($2::int4, h))
                                       FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($3::text[]) AS k
@@ -372,7 +372,7 @@ pub struct KvBatch {
     deferred_locks: Option<Vec<String>>,
     /// Its keys were not loaded (a batch that only overwrites): nothing is known of their types.
     blind: bool,
-    /// The database's clock when the keys were loaded.
+    /// The database's clock when the keys were loaded (first: see [`KvBatch::reload`]).
     pub now: SystemTime,
     slots: HashMap<String, Slot>,
     /// A message `pgvs3.resp_notify` sends with the commit (keyspace notifications): channel,
@@ -577,26 +577,31 @@ impl KvBatch {
             let load = client.prepare_cached(&sql.load).await?;
             rows = client.query(&load, &[id, &keys]).await?;
         }
-        let lapsed = batch.absorb(&rows, keys);
-        if !write && !lapsed.is_empty() {
-            // A writer may hold one of these keys, having loaded it alive before it expired: its
-            // write is ordered before this read, which must not answer "absent" now and see the
-            // key back (a later TTL, PERSIST) once the write commits. So a read that meets an
-            // expired row waits for the key's writers and reads again; a writer that starts
-            // after loads past the expiry and finds the key absent too. (Rare: the reaper
-            // removes expired rows.)
-            let client = batch.client.as_ref().expect("client until commit");
-            let sql = &batch.bucket.sql.kv;
-            let bucket_id = batch.bucket.id;
-            let lock_id = bucket_id as i32;
-            let (await_writers, load) = futures::try_join!(
-                client.prepare_cached(&sql.await_writers),
-                client.prepare_cached(&sql.load)
-            )?;
-            client.execute(&await_writers, &[&bucket_id, &lock_id, &lapsed]).await?;
-            let rows = client.query(&load, &[&bucket_id, &keys]).await?;
-            batch.slots.clear();
-            batch.absorb(&rows, keys);
+        let mut lapsed = batch.absorb(&rows, keys);
+        if !write {
+            // See [`Waited`]. (Rare: the reaper removes expired rows.)
+            let mut waited = Waited::default();
+            loop {
+                let fresh = waited.fresh(lapsed);
+                if fresh.is_empty() {
+                    break;
+                }
+                let client = batch.client.as_ref().expect("client until commit");
+                let sql = &batch.bucket.sql.kv;
+                let bucket_id = batch.bucket.id;
+                let (wait, load) = futures::try_join!(
+                    client.prepare_cached(&sql.await_writers),
+                    client.prepare_cached(&sql.load)
+                )?;
+                // Sent together: the load runs once the writers are done.
+                let params: [&(dyn ToSql + Sync); 2] = [&bucket_id, &keys];
+                let (_, rows) = futures::try_join!(
+                    await_writers(client, &wait, bucket_id, &fresh),
+                    client.query(&load, &params)
+                )?;
+                batch.slots.clear();
+                lapsed = batch.absorb(&rows, keys);
+            }
         }
         batch.busy = false;
         Ok(batch)
@@ -702,7 +707,13 @@ impl KvBatch {
         for key in keys {
             self.slots.remove(key);
         }
+        // The batch keeps the clock of its first load: it found its other keys alive by it, and
+        // `set_expiry` changes only rows live by it. A later clock would pass over a key that
+        // expired since, whose EXPIRE or PERSIST had answered 1 (found under load by
+        // resp_key_histories_are_linearizable: PERSIST 1, then TYPE none).
+        let now = self.now;
         self.absorb(&rows, keys);
+        self.now = now;
         Ok(())
     }
 
@@ -746,6 +757,10 @@ impl KvBatch {
         // there is none (the batch's own later writes included).
         self.bucket.sql.kv.typed.store(true, Ordering::Relaxed);
         let client = self.client.as_ref().expect("taken above");
+        if !self.in_transaction {
+            // A read batch's calls read as the store's typed reads do.
+            return super::types::read_calls(client, &self.bucket, calls).await;
+        }
         let id = self.bucket.id;
         let begin = match self.deferred_locks.take() {
             Some(locked) => Some((
@@ -795,7 +810,7 @@ impl KvBatch {
                 false => Ok(()),
             }
         };
-        let rows = super::types::send_calls(client, &self.bucket, calls, before, after).await?;
+        let (rows, ()) = super::types::send_calls(client, &self.bucket, calls, before, after).await?;
         if commit {
             self.in_transaction = false;
         }
@@ -1151,6 +1166,51 @@ impl Drop for KvBatch {
             }
         }
     }
+}
+
+/// The keys a read found past their expiry and waited for the writers of.
+///
+/// A write holds its keys' locks from the load that judges their expiry to its commit, and
+/// reads take no lock. A writer that loaded a key alive before it expired (an EXPIRE, PERSIST,
+/// SET KEEPTTL, HSET, ...) is ordered before the expiry, so before any read that finds the key
+/// expired: such a read must not answer "absent" while that write may still commit, which would
+/// bring the key back after the read. So a read that meets a key past its expiry (not yet
+/// removed by the reaper) waits for the key's writers ([`await_writers`]) and reads again; a
+/// writer that takes the key's lock after that loads it past its expiry and finds it absent
+/// too. A key met past its expiry again after its wait needs no second one; one that expired
+/// between the two reads does: a read repeats until it meets no key it has not waited for,
+/// at most once per key.
+#[derive(Debug, Default)]
+pub(super) struct Waited(Vec<String>);
+
+impl Waited {
+    /// Of `lapsed` (keys a read found past their expiry), those it has not waited for yet, now
+    /// counted as waited for.
+    pub(super) fn fresh(&mut self, lapsed: Vec<String>) -> Vec<String> {
+        let mut fresh = Vec::new();
+        for key in lapsed {
+            if !self.0.contains(&key) && !fresh.contains(&key) {
+                fresh.push(key);
+            }
+        }
+        self.0.extend(fresh.iter().cloned());
+        fresh
+    }
+}
+
+/// Waits for the writers of `keys` (`statement` is [`KvSql::await_writers`], prepared), sent
+/// on the first poll so that statements sent after it run once the writers are done.
+pub(super) async fn await_writers(
+    client: &deadpool_postgres::Object,
+    statement: &tokio_postgres::Statement,
+    bucket_id: i64,
+    keys: &[String],
+) -> Result<(), tokio_postgres::Error> {
+    let lock_id = bucket_id as i32;
+    client
+        .execute(statement, &[&bucket_id, &lock_id, &keys])
+        .await
+        .map(drop)
 }
 
 /// A connection with a statement under way outside a batch: dropped before

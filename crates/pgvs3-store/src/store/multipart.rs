@@ -28,6 +28,26 @@ pub struct MultipartUpload {
     pub key: String,
     pub upload_id: String,
     pub initiated: SystemTime,
+    pub parties: UploadParties,
+}
+
+/// Who started an upload and who will own its object, as upload listings name them.
+#[derive(Debug, Clone, Default)]
+pub struct UploadParties {
+    /// The access key that created the upload; `None`: anonymous, or an upload created before
+    /// initiators were recorded.
+    pub initiator: Option<String>,
+    /// The object's owner when it is not the bucket's (the upload's ACL owner, `access/acl.rs`).
+    pub owner: Option<String>,
+}
+
+impl UploadParties {
+    fn of(row: &tokio_postgres::Row) -> UploadParties {
+        UploadParties {
+            initiator: row.get("initiator"),
+            owner: row.get("owner"),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -49,6 +69,7 @@ pub struct CompletedPart {
 #[derive(Debug, Clone, Default)]
 pub struct PartsPage {
     pub parts: Vec<PartInfo>,
+    pub parties: UploadParties,
     /// Set when the page was cut: the part number the next page starts after.
     pub next_marker: Option<u32>,
 }
@@ -102,6 +123,7 @@ impl Store {
         key: &str,
         meta: &ObjectMeta,
         encryption: &super::encryption::Requested,
+        initiator: Option<&str>,
     ) -> StoreResult<String> {
         super::objects::check_key(key)?;
         let sealed;
@@ -117,7 +139,10 @@ impl Store {
         };
         let client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.create_upload).await?;
-        let Some(row) = client.query_opt(&statement, &[&bucket.id, &key, &Json(meta)]).await? else {
+        let Some(row) = client
+            .query_opt(&statement, &[&bucket.id, &key, &Json(meta), &initiator])
+            .await?
+        else {
             self.catalog.forget_bucket(&bucket.name);
             return Err(StoreError::NoSuchBucket);
         };
@@ -360,13 +385,9 @@ impl Store {
         let upload_id = upload_number(upload_id)?;
         let client = self.client().await?;
         let statement = client.prepare_cached(&bucket.sql.find_upload).await?;
-        if client
-            .query_opt(&statement, &[&upload_id, &bucket.id, &key])
-            .await?
-            .is_none()
-        {
+        let Some(upload) = client.query_opt(&statement, &[&upload_id, &bucket.id, &key]).await? else {
             return Err(StoreError::NoSuchUpload);
-        }
+        };
         let max_parts = max_parts.min(MAX_LISTED);
         let statement = client.prepare_cached(&bucket.sql.list_parts).await?;
         let after = after_part.min(MAX_PART_NUMBER) as i32;
@@ -386,7 +407,11 @@ impl Store {
             parts.truncate(max_parts);
             parts.last().map_or(after_part, |part| part.part_number)
         });
-        Ok(PartsPage { parts, next_marker })
+        Ok(PartsPage {
+            parts,
+            parties: UploadParties::of(&upload),
+            next_marker,
+        })
     }
 
     /// Uploads in progress in key order (then by age), with S3's key and upload-id markers.
@@ -466,6 +491,7 @@ impl Store {
                             key,
                             upload_id: upload_id.to_string(),
                             initiated: row.get("initiated"),
+                            parties: UploadParties::of(row),
                         });
                     }
                 }

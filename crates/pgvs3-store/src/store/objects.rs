@@ -313,9 +313,14 @@ impl NamespaceSql {
                                        WHERE body_id = s.body_id AND seq >= s.first_seq AND seq <= s.last_seq
                                        ORDER BY seq) c"
             ),
+            // The initiator (`in`) is kept in the upload's meta only: the completed object's
+            // meta is read back as `ObjectMeta`, which has no such field, so it ends with the
+            // upload (S3 names the initiator in upload listings only).
             create_upload: format!(
                 "INSERT INTO {ns}.uploads (upload_id, bucket_id, key, meta)
-                 SELECT nextval('{ns}.body_ids'), $1, $2, $3 FROM pgvs3.buckets WHERE id = $1
+                 SELECT nextval('{ns}.body_ids'), $1, $2,
+                        CASE WHEN $4::text IS NULL THEN $3::jsonb ELSE $3::jsonb || jsonb_build_object('in', $4::text) END
+                   FROM pgvs3.buckets WHERE id = $1
                  RETURNING upload_id"
             ),
             // A part commits under a share lock on its upload, so completion and abort (which
@@ -346,14 +351,15 @@ impl NamespaceSql {
                   WHERE p.owner_id = $1 AND p.part_number = v.part_number"
             ),
             find_upload: format!(
-                "SELECT initiated, meta FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3"
+                "SELECT meta->>'in' AS initiator, meta->'ac'->>'o' AS owner
+                   FROM {ns}.uploads WHERE upload_id = $1 AND bucket_id = $2 AND key = $3"
             ),
             list_parts: format!(
                 "SELECT part_number, size, etag, last_modified FROM {ns}.parts
                   WHERE owner_id = $1 AND part_number > $2 ORDER BY part_number LIMIT $3"
             ),
             list_uploads: format!(
-                "SELECT key, upload_id, initiated FROM {ns}.uploads
+                "SELECT key, upload_id, initiated, meta->>'in' AS initiator, meta->'ac'->>'o' AS owner FROM {ns}.uploads
                   WHERE bucket_id = $1 AND starts_with(key, $2) AND (key, upload_id) > ($3, $4)
                   ORDER BY key, upload_id LIMIT $5"
             ),

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use tokio_postgres::types::ToSql;
 
-use super::kv::UnderWay;
+use super::kv::{UnderWay, Waited, await_writers};
 use super::{BucketInfo, KvBatch, Store, StoreResult};
 
 /// The type of a typed key, as `pgvs3.resp_keys.type` holds it.
@@ -370,6 +370,10 @@ pub struct TypedRow {
 #[derive(Debug)]
 pub(super) struct TypedSql {
     calls: [String; 7],
+    /// The keys among `$2` past their expiry and not yet removed, typed or strings: what typed
+    /// reads that ran before it (in its snapshot, by an earlier clock) may have taken as
+    /// absent ([`read_calls`]).
+    lapsed: String,
 }
 
 impl TypedSql {
@@ -399,6 +403,13 @@ impl TypedSql {
         };
         TypedSql {
             calls: FAMILIES.map(call),
+            lapsed: format!(
+                "SELECT ARRAY(SELECT key FROM pgvs3.resp_keys
+                               WHERE bucket_id = $1 AND key = ANY($2) AND expires_at <= clock_timestamp()
+                              UNION ALL
+                              SELECT key FROM {ns}.objects
+                               WHERE bucket_id = $1 AND key = ANY($2) AND expires_at <= clock_timestamp()) AS lapsed"
+            ),
         }
     }
 }
@@ -408,17 +419,18 @@ pub(super) const DELETE_EXPIRED: &str = "DELETE FROM pgvs3.resp_keys WHERE ctid 
     SELECT ctid FROM pgvs3.resp_keys WHERE expires_at <= clock_timestamp() LIMIT $1))";
 
 /// Sends the calls on `client` one after the other without waiting between them (one round
-/// trip), with `before` sent first and `after` last; PostgreSQL runs them in that order.
-pub(super) async fn send_calls<B, A>(
+/// trip), with `before` sent first and `after` last; PostgreSQL runs them in that order. The
+/// calls' rows, and what `after` answered.
+pub(super) async fn send_calls<B, A, T>(
     client: &deadpool_postgres::Object,
     bucket: &BucketInfo,
     calls: &[&TypedCall],
     before: B,
     after: A,
-) -> StoreResult<Vec<TypedRow>>
+) -> StoreResult<(Vec<TypedRow>, T)>
 where
     B: std::future::Future<Output = Result<(), tokio_postgres::Error>>,
-    A: std::future::Future<Output = Result<(), tokio_postgres::Error>>,
+    A: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
 {
     let mut statements: [Option<tokio_postgres::Statement>; 7] = Default::default();
     for call in calls {
@@ -450,8 +462,8 @@ where
         let statement = statements[call.family as usize].as_ref().expect("prepared above");
         client.query_one(statement, params)
     });
-    let (_, rows, _) = futures::try_join!(before, futures::future::try_join_all(queries), after)?;
-    Ok(rows
+    let (_, rows, after) = futures::try_join!(before, futures::future::try_join_all(queries), after)?;
+    let rows = rows
         .iter()
         .map(|row| TypedRow {
             err: row.get::<_, Option<&str>>("err").map(sql_error_text),
@@ -468,23 +480,67 @@ where
                 elements: row.get::<_, Option<i64>>("cut_elements").unwrap_or(0).max(0) as u64,
             }),
         })
-        .collect())
+        .collect();
+    Ok((rows, after))
+}
+
+/// Runs typed reads in one round trip, in a REPEATABLE READ transaction of their own: in READ
+/// COMMITTED every statement of a PL/pgSQL function takes a new snapshot, so a read racing an
+/// overwrite of its key by another type (SET over a set) could pass the type check in one
+/// snapshot and miss the members in the next, answering an empty set that never existed (found
+/// by the history checker, seed 422561153). One snapshot for the whole read; a transaction
+/// that only reads never fails to serialize.
+///
+/// The functions take a key past its expiry as absent, by their clock. The transaction ends
+/// with the keys of the calls that are past their expiry by a later clock, in the same
+/// snapshot: every key a call may have taken as absent for its expiry is among them. When
+/// there are some, the reads wait for those keys' writers and run again (see
+/// [`Waited`](super::kv::Waited)): one more round trip, only then.
+pub(super) async fn read_calls(
+    client: &deadpool_postgres::Object,
+    bucket: &BucketInfo,
+    calls: &[&TypedCall],
+) -> StoreResult<Vec<TypedRow>> {
+    let keys: Vec<&str> = calls.iter().flat_map(|call| &call.keys).map(String::as_str).collect();
+    let lapsed = client.prepare_cached(&bucket.sql.types.lapsed).await?;
+    let mut waited = Waited::default();
+    let mut fresh: Vec<String> = Vec::new();
+    loop {
+        let wait = match fresh.is_empty() {
+            true => None,
+            false => Some(client.prepare_cached(&bucket.sql.kv.await_writers).await?),
+        };
+        // Sent in this order on the first poll: the wait (outside the transaction, so that its
+        // snapshot is taken once the writers are done), BEGIN, the calls, the check, COMMIT.
+        let before = async {
+            let wait = async {
+                match &wait {
+                    Some(statement) => await_writers(client, statement, bucket.id, &fresh).await,
+                    None => Ok(()),
+                }
+            };
+            let begin = client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ");
+            futures::try_join!(wait, begin).map(drop)
+        };
+        let after = async {
+            let params: [&(dyn ToSql + Sync); 2] = [&bucket.id, &keys];
+            let (row, _) = futures::try_join!(client.query_one(&lapsed, &params), client.batch_execute("COMMIT"))?;
+            Ok(row.get::<_, Vec<String>>("lapsed"))
+        };
+        let (rows, lapsed) = send_calls(client, bucket, calls, before, after).await?;
+        fresh = waited.fresh(lapsed);
+        if fresh.is_empty() {
+            return Ok(rows);
+        }
+    }
 }
 
 impl Store {
-    /// Runs typed reads in one round trip, in a REPEATABLE READ transaction of their own: in
-    /// READ COMMITTED every statement of a PL/pgSQL function takes a new snapshot, so a read
-    /// racing an overwrite of its key by another type (SET over a set) could pass the type check
-    /// in one snapshot and miss the members in the next, answering an empty set that never
-    /// existed (found by the history checker, seed 422561153). One snapshot for the whole read;
-    /// a transaction that only reads never fails to serialize.
+    /// Runs typed reads: see [`read_calls`].
     #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_typed_read", otel.kind = "client", db.system = "postgresql"))]
     pub(crate) async fn kv_typed_read(&self, bucket: &BucketInfo, calls: &[&TypedCall]) -> StoreResult<Vec<TypedRow>> {
         let under_way = UnderWay::new(self.client().await?, self.cancel.as_ref());
-        let client = under_way.client();
-        // Sent with the calls on the first poll: still one round trip.
-        let begin = client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ");
-        let rows = send_calls(client, bucket, calls, begin, client.batch_execute("COMMIT")).await;
+        let rows = read_calls(under_way.client(), bucket, calls).await;
         under_way.done();
         rows
     }

@@ -5,19 +5,64 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use tokio_postgres::Row;
+
+use super::job::{Job, State, job_columns};
 use super::{EngineError, Queue};
 
-/// Every state a job can be in.
-pub const STATES: [&str; 8] = [
-    "scheduled",
-    "available",
-    "pending",
-    "active",
-    "completed",
-    "retryable",
-    "cancelled",
-    "discarded",
-];
+/// A count per state, as columns named after the states, over the rows of `j`.
+const COUNTS_BY_STATE: &str = "count(*) FILTER (WHERE j.state = 'scheduled') AS scheduled,
+    count(*) FILTER (WHERE j.state = 'available') AS available,
+    count(*) FILTER (WHERE j.state = 'pending') AS pending,
+    count(*) FILTER (WHERE j.state = 'active') AS active,
+    count(*) FILTER (WHERE j.state = 'completed') AS completed,
+    count(*) FILTER (WHERE j.state = 'retryable') AS retryable,
+    count(*) FILTER (WHERE j.state = 'cancelled') AS cancelled,
+    count(*) FILTER (WHERE j.state = 'discarded') AS discarded";
+
+/// Jobs counted by state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts([i64; 8]);
+
+impl Counts {
+    /// Reads a row of [`COUNTS_BY_STATE`].
+    fn from_row(row: &Row) -> Counts {
+        Counts(State::ALL.map(|state| row.get(state.as_str())))
+    }
+
+    pub fn of(&self, state: State) -> i64 {
+        self.0[State::ALL
+            .iter()
+            .position(|s| *s == state)
+            .expect("every state is listed")]
+    }
+
+    /// Jobs waiting to run: available, scheduled or retryable (what a depth bound counts).
+    pub fn depth(&self) -> i64 {
+        self.of(State::Available) + self.of(State::Scheduled) + self.of(State::Retryable)
+    }
+}
+
+/// A queue's state and its jobs by state.
+#[derive(Debug, Clone)]
+pub struct QueueStats {
+    pub name: String,
+    pub paused: bool,
+    /// The depth bound (ext-backpressure), when one is set.
+    pub max_depth: Option<i64>,
+    pub counts: Counts,
+}
+
+/// Counts over all queues (or one tenant's jobs): jobs by state, the queues and the workers
+/// holding claims, and the last minute's completions and failures (from the event log).
+#[derive(Debug, Clone)]
+pub struct Stats {
+    pub jobs: Counts,
+    pub queues: i64,
+    pub workers: i64,
+    pub completed_last_minute: i64,
+    pub failed_last_minute: i64,
+}
 
 /// Most tenants `GET /admin/tenants` lists in one answer.
 const MAX_TENANTS_LISTED: i64 = 1000;
@@ -93,37 +138,27 @@ impl Queue {
         Ok(rows.iter().map(|row| row.get("rate_limit")).collect())
     }
 
-    pub async fn queue_stats(&self, queue: &str) -> Result<Value, EngineError> {
+    pub async fn queue_stats(&self, queue: &str) -> Result<QueueStats, EngineError> {
         let client = self.client().await?;
         let row = client
             .query_one(
-                "SELECT coalesce((SELECT paused FROM ojs.queues WHERE name = $1), false) AS paused,
-                        coalesce((SELECT jsonb_object_agg(state, n) FROM
-                            (SELECT state, count(*) AS n FROM ojs.jobs WHERE queue = $1 GROUP BY state) s), '{}')
-                          AS counts,
-                        (SELECT (config #>> '{backpressure,max_depth}')::bigint FROM ojs.queues WHERE name = $1)
-                          AS max_depth",
+                &format!(
+                    "SELECT coalesce((SELECT paused FROM ojs.queues WHERE name = $1), false) AS paused,
+                            (SELECT (config #>> '{{backpressure,max_depth}}')::bigint FROM ojs.queues WHERE name = $1)
+                              AS max_depth,
+                            {COUNTS_BY_STATE}
+                     FROM ojs.jobs j WHERE j.queue = $1"
+                ),
                 &[&queue],
             )
             .await
             .map_err(EngineError::sql)?;
-        let paused: bool = row.get("paused");
-        let counts: Value = row.get("counts");
-        let count = |state: &str| counts.get(state).and_then(Value::as_i64).unwrap_or(0);
-        let depth = count("available") + count("scheduled") + count("retryable");
-        let bound = row.get::<_, Option<i64>>("max_depth").filter(|bound| *bound > 0);
-        let mut summary = json!({
-            "name": queue,
-            "queue": queue,
-            "max_depth": bound,
-            "paused": paused,
-            "status": if paused { "paused" } else { "active" },
-            "depth": depth,
-        });
-        for state in STATES {
-            summary[state] = json!(count(state));
-        }
-        Ok(json!({ "queue": summary.clone(), "name": queue, "stats": summary }))
+        Ok(QueueStats {
+            name: queue.to_string(),
+            paused: row.get("paused"),
+            max_depth: row.get::<_, Option<i64>>("max_depth").filter(|bound| *bound > 0),
+            counts: Counts::from_row(&row),
+        })
     }
 
     pub async fn list_queues(&self) -> Result<Vec<Value>, EngineError> {
@@ -153,18 +188,22 @@ impl Queue {
             .collect())
     }
 
-    pub async fn dead_letter(&self, queue: Option<&str>, limit: i64, tenant: &str) -> Result<Vec<Value>, EngineError> {
+    pub async fn dead_letter(&self, queue: Option<&str>, limit: i64, tenant: &str) -> Result<Vec<Job>, EngineError> {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT ojs.job_json(j) AS job FROM ojs.jobs j
-                 WHERE j.dead_letter AND j.tenant = $3 AND ($1::text IS NULL OR j.queue = $1)
-                 ORDER BY j.completed_at DESC LIMIT $2",
+                concat!(
+                    "SELECT ",
+                    job_columns!(),
+                    ", j.envelope FROM ojs.jobs j
+                     WHERE j.dead_letter AND j.tenant = $3 AND ($1::text IS NULL OR j.queue = $1)
+                     ORDER BY j.completed_at DESC LIMIT $2"
+                ),
                 &[&queue, &limit, &tenant],
             )
             .await
             .map_err(EngineError::sql)?;
-        Ok(rows.iter().map(|row| row.get("job")).collect())
+        Ok(rows.iter().map(Job::from_row).collect())
     }
 
     pub async fn dead_letter_count(&self) -> Result<i64, EngineError> {
@@ -177,18 +216,22 @@ impl Queue {
     }
 
     /// A dead-lettered job goes back to available with a fresh attempt count.
-    pub async fn retry_dead_letter(&self, id: &str, tenant: &str) -> Result<Value, EngineError> {
+    pub async fn retry_dead_letter(&self, id: &str, tenant: &str) -> Result<Job, EngineError> {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                "UPDATE ojs.jobs j SET state = 'available', dead_letter = false, attempt = 0, error = NULL,
-                        completed_at = NULL, started_at = NULL, retry_delay_ms = NULL, run_at = now()
-                 WHERE j.id = $1 AND j.tenant = $2 AND j.dead_letter RETURNING ojs.job_json(j) AS job",
+                concat!(
+                    "UPDATE ojs.jobs j SET state = 'available', dead_letter = false, attempt = 0, error = NULL,
+                            completed_at = NULL, started_at = NULL, retry_delay_ms = NULL, run_at = now()
+                     WHERE j.id = $1 AND j.tenant = $2 AND j.dead_letter RETURNING ",
+                    job_columns!(),
+                    ", j.envelope"
+                ),
                 &[&id, &tenant],
             )
             .await
             .map_err(EngineError::sql)?;
-        row.map(|row| row.get("job"))
+        row.map(|row| Job::from_row(&row))
             .ok_or_else(|| EngineError::not_found(format!("no dead-letter job {id}")))
     }
 
@@ -222,44 +265,36 @@ impl Queue {
         Ok(())
     }
 
-    /// Counts over all queues: jobs by state, queues, workers holding claims, and the last
-    /// minute's completions and failures (from the event log).
-    /// Job counts by state, queues, workers and the last minute's throughput: of every tenant
-    /// (`None`), or of one (ojs-multi-tenancy §10.2; its queues and workers are those its jobs
-    /// are in and claimed by).
-    pub async fn stats(&self, tenant: Option<&str>) -> Result<Value, EngineError> {
+    /// [`Stats`] of every tenant (`None`), or of one (ojs-multi-tenancy §10.2; its queues and
+    /// workers are those its jobs are in and claimed by).
+    pub async fn stats(&self, tenant: Option<&str>) -> Result<Stats, EngineError> {
         let client = self.client().await?;
         let row = client
             .query_one(
-                "WITH j AS (SELECT * FROM ojs.jobs WHERE $1::text IS NULL OR tenant = $1)
-                 SELECT coalesce((SELECT jsonb_object_agg(state, n) FROM
-                    (SELECT state, count(*) AS n FROM j GROUP BY state) s), '{}') AS counts,
-                        (SELECT count(DISTINCT queue) FROM j) AS queues,
-                        (SELECT count(DISTINCT worker_id) FROM j WHERE state = 'active') AS workers,
-                        (SELECT count(*) FILTER (WHERE e.type = 'job.completed') FROM ojs.events e
-                          WHERE e.time > now() - interval '1 minute'
-                            AND ($1 IS NULL OR e.job_id IN (SELECT id FROM j))) AS completed,
-                        (SELECT count(*) FILTER (WHERE e.type = 'job.failed') FROM ojs.events e
-                          WHERE e.time > now() - interval '1 minute'
-                            AND ($1 IS NULL OR e.job_id IN (SELECT id FROM j))) AS failed",
+                &format!(
+                    "WITH j AS (SELECT * FROM ojs.jobs WHERE $1::text IS NULL OR tenant = $1)
+                     SELECT {COUNTS_BY_STATE},
+                            count(DISTINCT j.queue) AS queues,
+                            count(DISTINCT j.worker_id) FILTER (WHERE j.state = 'active') AS workers,
+                            (SELECT count(*) FILTER (WHERE e.type = 'job.completed') FROM ojs.events e
+                              WHERE e.time > now() - interval '1 minute'
+                                AND ($1 IS NULL OR e.job_id IN (SELECT id FROM j))) AS completed_last_minute,
+                            (SELECT count(*) FILTER (WHERE e.type = 'job.failed') FROM ojs.events e
+                              WHERE e.time > now() - interval '1 minute'
+                                AND ($1 IS NULL OR e.job_id IN (SELECT id FROM j))) AS failed_last_minute
+                     FROM j"
+                ),
                 &[&tenant],
             )
             .await
             .map_err(EngineError::sql)?;
-        let counts: Value = row.get("counts");
-        let mut jobs = json!({});
-        for state in STATES {
-            jobs[state] = json!(counts.get(state).and_then(Value::as_i64).unwrap_or(0));
-        }
-        Ok(json!({
-            "jobs": jobs,
-            "queues": row.get::<_, i64>("queues"),
-            "workers": row.get::<_, i64>("workers"),
-            "throughput": {
-                "processed_per_minute": row.get::<_, i64>("completed"),
-                "failed_per_minute": row.get::<_, i64>("failed"),
-            },
-        }))
+        Ok(Stats {
+            jobs: Counts::from_row(&row),
+            queues: row.get("queues"),
+            workers: row.get("workers"),
+            completed_last_minute: row.get("completed_last_minute"),
+            failed_last_minute: row.get("failed_last_minute"),
+        })
     }
 
     /// The tenants that have jobs, each with its job count, in name order (at most

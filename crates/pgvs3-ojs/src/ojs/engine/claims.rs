@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::envelope::RetryPolicy;
+use super::job::{Job, job_columns};
 use super::jobs::refusal;
 use super::{EngineError, Queue};
 
@@ -168,7 +169,8 @@ SELECT 1";
 /// the `jobs_claim` index (whose (queue, tenant) prefix is one range).
 /// Rate-limited jobs whose key has no room are passed over; those picked then take their starts
 /// from the key's row atomically (`admitted`), and any the key cannot take now stay available.
-const CLAIM: &str = "
+const CLAIM: &str = concat!(
+    "
 WITH claimed AS (
     SELECT c.id, q.ord, c.priority, c.seq, c.rate_key,
            -- A fair strategy's turn (Strategy::turns); the strict order has none.
@@ -222,8 +224,7 @@ WITH claimed AS (
         visible_until = now() + coalesce($4, j.visibility_ms) * interval '1 ms'
     FROM started
     WHERE j.id = started.id
-    RETURNING started.ord, started.fair_turn, j.priority, j.seq, j.id, j.queue, j.type, j.attempt, j.envelope,
-              ojs.job_json(j) AS body
+    RETURNING started.ord, started.fair_turn, j.*
 ), event AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
     SELECT gen_random_uuid()::text, 'job.started', queue, id,
@@ -231,15 +232,19 @@ WITH claimed AS (
                               'attempt', attempt) || ojs.trace_of(envelope)
     FROM running
 )
-SELECT ord, fair_turn, priority, seq, body FROM running";
+SELECT j.ord, j.fair_turn, j.seq, ",
+    job_columns!(),
+    ", j.envelope FROM running j"
+);
 
-const ACK: &str = "
+const ACK: &str = concat!(
+    "
 WITH done AS (
     UPDATE ojs.jobs j
     SET state = 'completed', completed_at = now(), result = $2, error = NULL, visible_until = NULL
     WHERE j.id = $1 AND j.state = 'active' AND j.tenant = $5
       AND ($3::int IS NULL OR j.attempt = $3) AND ($4::text IS NULL OR j.worker_id IS NULL OR j.worker_id = $4)
-    RETURNING j.id, j.queue, j.type, j.attempt, j.started_at, j.workflow_id, j.envelope, ojs.job_json(j) AS body
+    RETURNING j.*
 ), event AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
     SELECT gen_random_uuid()::text, 'job.completed', queue, id,
@@ -248,7 +253,10 @@ WITH done AS (
                               'result', $2::jsonb) || ojs.trace_of(envelope)
     FROM done
 )
-SELECT body, workflow_id FROM done";
+SELECT ",
+    job_columns!(),
+    ", j.envelope FROM done j"
+);
 
 /// The failing half of a nack: the job's claim, locked, for the retry decision.
 const NACK_LOCK: &str = "
@@ -256,7 +264,8 @@ SELECT state, attempt, worker_id, envelope #> '{options,retry}' AS retry, max_at
 WHERE id = $1 AND tenant = $2 FOR UPDATE";
 
 /// The other half: the decided state, the error kept in the history, and the events.
-const NACK: &str = "
+const NACK: &str = concat!(
+    "
 WITH failed AS (
     UPDATE ojs.jobs j
     SET state = $2, error = $3, errors = errors || jsonb_build_array($3::jsonb), visible_until = NULL,
@@ -265,7 +274,7 @@ WITH failed AS (
         completed_at = CASE WHEN $2 = 'discarded' THEN now() END,
         dead_letter = $5
     WHERE id = $1
-    RETURNING j.id, j.queue, j.type, j.max_attempts, j.run_at, j.started_at, j.envelope, ojs.job_json(j) AS body
+    RETURNING j.*
 ), said AS (
     -- The error as events carry it: the spec's code, message and retryable, and what else the worker sent.
     SELECT $3::jsonb - 'occurred_at' - 'attempt'
@@ -288,7 +297,10 @@ WITH failed AS (
                       ELSE '{}' END)
     ) AS e(kind, data)
 )
-SELECT body FROM failed";
+SELECT ",
+    job_columns!(),
+    ", j.envelope FROM failed j"
+);
 
 const EXTEND_CLAIMS: &str = "
 WITH extended AS (
@@ -349,7 +361,7 @@ impl Queue {
     /// When promotion is due, it goes out with the claim: one round trip, two statements. The
     /// hot statements are prepared once per connection (a plain query would prepare it again
     /// each time: one more round trip and a fresh plan).
-    pub async fn fetch(&self, request: &FetchRequest) -> Result<Vec<Value>, EngineError> {
+    pub async fn fetch(&self, request: &FetchRequest) -> Result<Vec<Job>, EngineError> {
         let client = self.client().await?;
         let (weights, phases) = request.strategy.turns(request.queues.len()).unzip();
         let claim_params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
@@ -384,10 +396,10 @@ impl Queue {
             };
             row_turn(a).total_cmp(&row_turn(b)).then_with(|| key(a).cmp(&key(b)))
         });
-        Ok(rows.iter().map(|row| row.get("body")).collect())
+        Ok(rows.iter().map(Job::from_row).collect())
     }
 
-    pub async fn ack(&self, claim: &Claim, result: Option<Value>) -> Result<Value, EngineError> {
+    pub async fn ack(&self, claim: &Claim, result: Option<Value>) -> Result<Job, EngineError> {
         let client = self.client().await?;
         let statement = client.prepare_cached(ACK).await.map_err(EngineError::sql)?;
         let row = client
@@ -398,7 +410,7 @@ impl Queue {
             .await
             .map_err(EngineError::sql)?;
         match row {
-            Some(row) => Ok(row.get("body")),
+            Some(row) => Ok(Job::from_row(&row)),
             None => Err(self
                 .explain_refusal(&client, &claim.job_id, &claim.tenant, "acknowledged")
                 .await),
@@ -407,7 +419,7 @@ impl Queue {
 
     /// A failed attempt: retry after the policy's backoff, or discard (to the dead letter when
     /// the policy says so).
-    pub async fn nack(&self, claim: &Claim, failure: Failure) -> Result<Value, EngineError> {
+    pub async fn nack(&self, claim: &Claim, failure: Failure) -> Result<Job, EngineError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(EngineError::sql)?;
         let statement = tx.prepare_cached(NACK_LOCK).await.map_err(EngineError::sql)?;
@@ -467,11 +479,7 @@ impl Queue {
             .await
             .map_err(EngineError::sql)?;
         tx.commit().await.map_err(EngineError::sql)?;
-        let mut body: Value = row.get("body");
-        if let Some(delay) = delay_ms {
-            body["retry_delay_ms"] = json!(delay);
-        }
-        Ok(body)
+        Ok(Job::from_row(&row))
     }
 
     /// Extends the claims a worker still holds and records the worker's state (both statements

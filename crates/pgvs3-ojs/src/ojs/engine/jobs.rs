@@ -1,13 +1,15 @@
 //! Enqueueing (single, batch, unique, with dependencies), reading and cancelling jobs.
 
 use deadpool_postgres::GenericClient;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use tokio_postgres::error::SqlState;
 
 use super::envelope::{NewJob, OnConflict};
+use super::job::{Job, job_columns};
 use super::{DEFAULT_TENANT, EngineError, Queue};
 
-const INSERT_JOBS: &str = "
+const INSERT_JOBS: &str = concat!(
+    "
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::jsonb[],
                          $7::text[], $8::float8[], $9::text[], $10::float8[], $11::int[], $12::text[],
@@ -57,8 +59,7 @@ WITH input AS (
            max_attempts, envelope, run_at, expires, visibility_ms, unique_key, $13, workflow_step, workflow_callback,
            rate_key, $20
     FROM timed WHERE NOT EXISTS (SELECT 1 FROM full_queue)
-    RETURNING j.id, j.queue, j.type, j.seq, j.state, j.priority, j.run_at, j.envelope,
-        CASE WHEN NOT $19::bool THEN ojs.job_json(j) END AS body
+    RETURNING j.*
 ), event AS (
     INSERT INTO ojs.events (id, type, queue, job_id, data)
     SELECT gen_random_uuid()::text, 'job.enqueued', queue, id,
@@ -72,13 +73,15 @@ WITH input AS (
                               'scheduled_at', ojs.ts(run_at)) || ojs.trace_of(envelope)
     FROM job WHERE state = 'scheduled'
 )
-SELECT body, seq, state, CASE WHEN state = 'scheduled' THEN ojs.ts(run_at) END AS scheduled_at,
-       (SELECT ojs.ts(now())) AS created_at, NULL AS queue, NULL::bigint AS depth, NULL::bigint AS bound,
-       NULL::bigint AS incoming, NULL::float8 AS warning
-FROM job
-UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, name, depth, bound, incoming, warning FROM pressure
-ORDER BY 2";
+-- A row per job (a summary does not read the envelope back: for a batch of large jobs, writing
+-- the args out again was most of the statement's work), then a row per bounded queue.
+SELECT j.seq, ",
+    job_columns!(),
+    ", CASE WHEN $19::bool THEN NULL ELSE j.envelope END AS envelope,
+       p.name AS bounded_queue, p.depth, p.bound, p.incoming, p.warning
+FROM job j FULL JOIN pressure p ON false
+ORDER BY j.seq"
+);
 
 impl Queue {
     /// Inserts jobs all-or-nothing; returns them as stored (or summed up), in order. Jobs with
@@ -112,16 +115,21 @@ impl Queue {
             .map_err(EngineError::sql)?;
         let existing = tx
             .query_opt(
-                "SELECT j.id, ojs.job_json(j) AS job FROM ojs.jobs j
-                 WHERE j.unique_key = $1 AND j.state = ANY($2) AND j.tenant = $4
-                   AND ($3::float8 IS NULL OR j.created_at > now() - $3 * interval '1 ms')
-                 ORDER BY j.created_at DESC LIMIT 1",
+                concat!(
+                    "SELECT ",
+                    job_columns!(),
+                    ", j.envelope FROM ojs.jobs j
+                     WHERE j.unique_key = $1 AND j.state = ANY($2) AND j.tenant = $4
+                       AND ($3::float8 IS NULL OR j.created_at > now() - $3 * interval '1 ms')
+                     ORDER BY j.created_at DESC LIMIT 1"
+                ),
                 &[&unique.key, &unique.states, &unique.period_ms, &tenant],
             )
             .await
             .map_err(EngineError::sql)?;
         if let Some(row) = existing {
-            let existing_id: String = row.get("id");
+            let existing = Job::from_row(&row);
+            let existing_id = existing.id.clone();
             match unique.on_conflict {
                 OnConflict::Reject => {
                     return Err(EngineError::duplicate(format!(
@@ -130,11 +138,10 @@ impl Queue {
                     .with_details(json!({ "existing_job_id": existing_id })));
                 }
                 OnConflict::Ignore => {
-                    let mut body: Value = row.get("job");
-                    body["duplicate"] = Value::Bool(true);
-                    body["existing_job_id"] = Value::String(existing_id);
                     return Ok(Inserted {
-                        jobs: vec![body],
+                        jobs: vec![existing],
+                        answer: Answer::Job,
+                        duplicate: true,
                         pressure: None,
                     });
                 }
@@ -154,34 +161,42 @@ impl Queue {
     }
 
     /// A job of `tenant`; another tenant's is not found.
-    pub async fn get(&self, id: &str, tenant: &str) -> Result<Value, EngineError> {
+    pub async fn get(&self, id: &str, tenant: &str) -> Result<Job, EngineError> {
         let client = self.client().await?;
         let statement = client
-            .prepare_cached("SELECT ojs.job_json(j) AS job FROM ojs.jobs j WHERE j.id = $1 AND j.tenant = $2")
+            .prepare_cached(concat!(
+                "SELECT ",
+                job_columns!(),
+                ", j.envelope FROM ojs.jobs j WHERE j.id = $1 AND j.tenant = $2"
+            ))
             .await
             .map_err(EngineError::sql)?;
         let row = client
             .query_opt(&statement, &[&id, &tenant])
             .await
             .map_err(EngineError::sql)?;
-        row.map(|row| row.get("job"))
+        row.map(|row| Job::from_row(&row))
             .ok_or_else(|| EngineError::job_not_found(id))
     }
 
-    pub async fn cancel(&self, id: &str, tenant: &str) -> Result<Value, EngineError> {
+    pub async fn cancel(&self, id: &str, tenant: &str) -> Result<Job, EngineError> {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                "UPDATE ojs.jobs j SET state = 'cancelled', cancelled_at = now(), visible_until = NULL
-                 WHERE j.id = $1 AND j.tenant = $2
-                   AND j.state IN ('scheduled', 'available', 'pending', 'active', 'retryable')
-                 RETURNING ojs.job_json(j) AS job",
+                concat!(
+                    "UPDATE ojs.jobs j SET state = 'cancelled', cancelled_at = now(), visible_until = NULL
+                     WHERE j.id = $1 AND j.tenant = $2
+                       AND j.state IN ('scheduled', 'available', 'pending', 'active', 'retryable')
+                     RETURNING ",
+                    job_columns!(),
+                    ", j.envelope"
+                ),
                 &[&id, &tenant],
             )
             .await
             .map_err(EngineError::sql)?;
         match row {
-            Some(row) => Ok(row.get("job")),
+            Some(row) => Ok(Job::from_row(&row)),
             None => Err(self.explain_refusal(&client, id, tenant, "cancelled").await),
         }
     }
@@ -209,11 +224,15 @@ impl Queue {
     }
 }
 
-/// Jobs as stored, and how close to its bound the fullest bounded queue they went to now is
-/// (when over its warning threshold).
-#[derive(Default)]
+/// Jobs as stored (as `answer` asks: whole, or without the envelope but for what the client
+/// stated about the job itself), and how close to its bound the fullest bounded queue they
+/// went to now is (when over its warning threshold).
 pub struct Inserted {
-    pub jobs: Vec<Value>,
+    pub jobs: Vec<Job>,
+    pub answer: Answer,
+    /// The job is not inserted: it is the existing duplicate a unique job's `on_conflict:
+    /// ignore` answers with.
+    pub duplicate: bool,
     pub pressure: Option<Pressure>,
 }
 
@@ -291,7 +310,7 @@ pub(super) async fn insert_waiting(
         // Refused as a whole (a full queue): nothing waits.
         return Ok(inserted);
     }
-    for (job, body) in jobs.iter().zip(inserted.jobs.iter_mut()) {
+    for (job, stored) in jobs.iter().zip(inserted.jobs.iter_mut()) {
         if job.depends_on.is_empty() {
             continue;
         }
@@ -312,14 +331,19 @@ pub(super) async fn insert_waiting(
         // Read again: the resolution may have released it already.
         let row = tx
             .query_one(
-                "SELECT j.state, ojs.job_json(j) AS job FROM ojs.jobs j WHERE j.id = $1",
+                concat!(
+                    "SELECT ",
+                    job_columns!(),
+                    ", j.envelope FROM ojs.jobs j WHERE j.id = $1"
+                ),
                 &[&job.id],
             )
             .await
             .map_err(EngineError::sql)?;
+        let now = Job::from_row(&row);
         match answer {
-            Answer::Job => *body = row.get("job"),
-            Answer::Summary => body["state"] = Value::String(row.get("state")),
+            Answer::Job => *stored = now,
+            Answer::Summary => stored.state = now.state,
         }
     }
     Ok(inserted)
@@ -390,18 +414,23 @@ pub(super) async fn insert_placed(
             Some(&SqlState::UNIQUE_VIOLATION) => EngineError::duplicate("a job with this id already exists"),
             _ => EngineError::sql(err),
         })?;
-    let mut inserted = Inserted::default();
+    let mut inserted = Inserted {
+        jobs: Vec::with_capacity(jobs.len()),
+        answer,
+        duplicate: false,
+        pressure: None,
+    };
     // Job rows come first, in the order of `jobs` (seq is taken in insert order).
     let mut sent = jobs.iter();
     for row in &rows {
         if row.get::<_, Option<i64>>("seq").is_some() {
-            let job = sent.next().expect("a row per job");
-            inserted.jobs.push(match row.get::<_, Option<Value>>("body") {
-                Some(stored) => stored,
-                None => job_summary(job, row.get("state"), row.get("scheduled_at"), row.get("created_at")),
-            });
+            let mut stored = Job::from_row(row);
+            if summary {
+                stored.envelope = stated(sent.next().expect("a row per job"));
+            }
+            inserted.jobs.push(stored);
         } else {
-            let queue: String = row.get("queue");
+            let queue: String = row.get("bounded_queue");
             let (depth, bound, incoming): (i64, i64, i64) = (row.get("depth"), row.get("bound"), row.get("incoming"));
             if depth + incoming > bound {
                 return Err(EngineError::queue_full(&queue, depth, bound));
@@ -419,31 +448,18 @@ pub(super) async fn insert_placed(
     Ok(inserted)
 }
 
-/// A batch's answer for one job (the HTTP binding's batch example): what the client sent about
-/// it, and the state and times the insert gave it. Built here rather than in the statement,
-/// where one JSON object per job was a good part of a batch's work.
-fn job_summary(job: &NewJob, state: String, scheduled_at: Option<String>, created_at: String) -> Value {
-    let mut summary = json!({
-        "id": job.id,
-        "type": job.job_type,
-        "queue": job.queue,
-        "state": state,
-        "priority": job.priority,
-        "attempt": 0,
-        "max_attempts": job.max_attempts,
-        "created_at": created_at,
-        "enqueued_at": created_at,
-    });
-    if let Some(at) = scheduled_at {
-        summary["scheduled_at"] = Value::String(at);
-    }
-    // What the client stated about the job itself comes back with it.
-    for field in ["specversion", "version", "meta"] {
-        if let Some(value) = job.envelope.get(field).filter(|value| !value.is_null()) {
-            summary[field] = value.clone();
-        }
-    }
-    summary
+/// What a batch's answer for a job (a summary) keeps of what the client sent: what it stated
+/// about the job itself.
+fn stated(job: &NewJob) -> Map<String, Value> {
+    ["specversion", "version", "meta"]
+        .into_iter()
+        .filter_map(|field| {
+            Some((
+                field.to_string(),
+                job.envelope.get(field).filter(|v| !v.is_null())?.clone(),
+            ))
+        })
+        .collect()
 }
 
 pub(super) fn refusal(id: &str, state: &str, verb: &str) -> EngineError {

@@ -6,9 +6,10 @@
 //! Jobs are rows of `ojs.jobs`; a claim is an UPDATE of rows picked with `FOR UPDATE SKIP
 //! LOCKED` in index order, and the attempt number a claim sets is the fence that turns a stale
 //! worker's ack or nack away. The modules split the engine by concern: [`jobs`] (enqueue,
-//! read, cancel), [`claims`] (fetch, ack, nack, heartbeat, promotion), [`admin`] (queues, dead
-//! letter, stats, workers, housekeeping), [`events`], [`cron`], [`workflow`], [`webhooks`],
-//! [`progress`], [`schemas`] (the schema registry, with [`json_schema`] its validator);
+//! read, cancel; [`job`] is a job as a read answers it, decoded from its row), [`claims`]
+//! (fetch, ack, nack, heartbeat, promotion), [`admin`] (queues, dead letter, stats, workers,
+//! housekeeping), [`events`], [`cron`], [`workflow`], [`webhooks`], [`progress`], [`schemas`]
+//! (the schema registry, with [`json_schema`] its validator);
 //! [`envelope`] checks the jobs clients send.
 
 pub mod admin;
@@ -17,6 +18,7 @@ pub mod cron;
 pub mod envelope;
 mod error;
 pub mod events;
+pub mod job;
 pub mod jobs;
 pub mod json_schema;
 pub mod progress;

@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use super::job::Job;
 use super::{EngineError, Queue};
 
 /// A progress report (ojs-progress §5, §6): `progress` a fraction, clamped to 0–1 (a report is
@@ -82,24 +83,17 @@ WITH reported AS (
 )
 SELECT 1 FROM reported";
 
-/// A job's progress as `GET /jobs/{id}/progress` shows it (§7.1): nulls when none was reported.
-const READ_PROGRESS: &str = "
-SELECT jsonb_build_object('job_id', j.id, 'state', job ->> 'state', 'progress', job -> 'progress',
-                          'data', job -> 'progress_data',
-                          'updated_at', CASE WHEN job ? 'progress' THEN j.progress -> 'updated_at' END)
-       || jsonb_strip_nulls(jsonb_build_object('last_checkpoint', job -> 'last_checkpoint')) AS progress
-  FROM ojs.jobs j, ojs.job_json(j) AS job WHERE j.id = $1 AND j.tenant = $2";
-
 impl Queue {
     /// Records a progress report; whether the job took it (one that is not active, or held by
-    /// another worker, is ignored, as §6.1 asks). Either way the answer is the job's progress.
+    /// another worker, is ignored, as §6.1 asks). Either way the answer is the job, whose
+    /// progress the binding shows.
     pub async fn report_progress(
         &self,
         job_id: &str,
         tenant: &str,
         worker_id: Option<&str>,
         report: &ProgressReport,
-    ) -> Result<(bool, Value), EngineError> {
+    ) -> Result<(bool, Job), EngineError> {
         let client = self.client().await?;
         let statement = client.prepare_cached(REPORT_PROGRESS).await.map_err(EngineError::sql)?;
         let taken = client
@@ -117,19 +111,7 @@ impl Queue {
             .await
             .map_err(EngineError::sql)?
             .is_some();
-        Ok((taken, self.progress(job_id, tenant).await?))
-    }
-
-    /// A job's progress; another tenant's job is not found.
-    pub async fn progress(&self, job_id: &str, tenant: &str) -> Result<Value, EngineError> {
-        let client = self.client().await?;
-        let statement = client.prepare_cached(READ_PROGRESS).await.map_err(EngineError::sql)?;
-        client
-            .query_opt(&statement, &[&job_id, &tenant])
-            .await
-            .map_err(EngineError::sql)?
-            .map(|row| row.get("progress"))
-            .ok_or_else(|| EngineError::job_not_found(job_id))
+        Ok((taken, self.get(job_id, tenant).await?))
     }
 }
 

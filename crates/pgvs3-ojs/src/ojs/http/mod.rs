@@ -24,7 +24,8 @@ use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{Either, Full};
 use serde_json::{Value, json};
 
-use super::engine::{Queue, admin};
+use super::engine::Queue;
+use super::engine::job::State;
 use crate::admission::{Admission, BufferBudget};
 use crate::http_server::Shutdown;
 use crate::replica_lag::ReplicaLag;
@@ -296,9 +297,9 @@ impl OjsService {
         let (status, text) = match self.inner.queue.stats(None).await {
             Ok(stats) => {
                 let mut text = String::from("# HELP ojs_jobs Jobs by state.\n# TYPE ojs_jobs gauge\n");
-                for state in admin::STATES {
-                    let count = stats["jobs"][state].as_i64().unwrap_or(0);
-                    text.push_str(&format!("ojs_jobs{{state=\"{state}\"}} {count}\n"));
+                for state in State::ALL {
+                    let count = stats.jobs.of(state);
+                    text.push_str(&format!("ojs_jobs{{state=\"{}\"}} {count}\n", state.as_str()));
                 }
                 (StatusCode::OK, text)
             }

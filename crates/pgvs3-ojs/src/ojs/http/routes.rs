@@ -56,13 +56,16 @@ impl OjsService {
             (&Method::GET, ["health"]) => Ok(self.health().await),
             (&Method::POST, ["jobs"]) => self.enqueue(request::json(&body)?, &acting, headers).await,
             (&Method::POST, ["jobs", "batch"]) => self.enqueue_batch(request::json(&body)?, &acting, headers).await,
-            (&Method::GET, ["jobs", id]) => {
-                Ok((StatusCode::OK, json!({ "job": queue.get(job_id(id)?, tenant).await? })))
+            (&Method::GET, ["jobs", id]) => Ok((
+                StatusCode::OK,
+                json!({ "job": job_answer(queue.get(job_id(id)?, tenant).await?) }),
+            )),
+            (&Method::GET, ["admin", "jobs", id]) => {
+                Ok((StatusCode::OK, job_answer(queue.get(job_id(id)?, tenant).await?)))
             }
-            (&Method::GET, ["admin", "jobs", id]) => Ok((StatusCode::OK, queue.get(job_id(id)?, tenant).await?)),
             (&Method::DELETE, ["jobs", id]) | (&Method::POST, ["jobs", id, "cancel"]) => Ok((
                 StatusCode::OK,
-                json!({ "job": queue.cancel(job_id(id)?, tenant).await? }),
+                json!({ "job": job_answer(queue.cancel(job_id(id)?, tenant).await?) }),
             )),
             (&Method::POST, ["workers", "fetch"]) => self.fetch(request::json(&body)?, tenant).await,
             (&Method::POST, ["workers", "ack"]) => self.ack(request::json(&body)?, tenant).await,
@@ -75,7 +78,7 @@ impl OjsService {
             }
             (&Method::POST, ["workers", "progress"]) => self.progress(request::json(&body)?, tenant).await,
             (&Method::GET, ["jobs", id, "progress"]) => {
-                let progress = queue.progress(job_id(id)?, tenant).await?;
+                let progress = progress_answer(queue.get(job_id(id)?, tenant).await?);
                 progress_headers(&progress, headers);
                 Ok((StatusCode::OK, progress))
             }
@@ -97,16 +100,20 @@ impl OjsService {
                 let queues = queue.list_queues().await?;
                 Ok((StatusCode::OK, listing("queues", queues)))
             }
-            (&Method::GET, ["queues", name, "stats"]) | (&Method::GET, ["admin", "queues", name, "stats"]) => {
-                Ok((StatusCode::OK, queue.queue_stats(queue_name(name)?).await?))
-            }
+            (&Method::GET, ["queues", name, "stats"]) | (&Method::GET, ["admin", "queues", name, "stats"]) => Ok((
+                StatusCode::OK,
+                queue_stats_answer(queue.queue_stats(queue_name(name)?).await?),
+            )),
             (&Method::POST, ["queues", name, action]) if *action == "pause" || *action == "resume" => {
                 queue.set_paused(queue_name(name)?, *action == "pause").await?;
-                Ok((StatusCode::OK, queue.queue_stats(name).await?))
+                Ok((StatusCode::OK, queue_stats_answer(queue.queue_stats(name).await?)))
             }
             (&Method::POST, ["admin", "queues", name, action]) if *action == "pause" || *action == "resume" => {
                 queue.set_paused(queue_name(name)?, *action == "pause").await?;
-                Ok((StatusCode::OK, queue.queue_stats(name).await?["queue"].take()))
+                Ok((
+                    StatusCode::OK,
+                    queue_stats_answer(queue.queue_stats(name).await?)["queue"].take(),
+                ))
             }
             (&Method::PUT, ["admin", "queues", name, "config"]) => {
                 let settings = queue_settings(request::json(&body)?)?;
@@ -126,7 +133,10 @@ impl OjsService {
                 let jobs = queue
                     .dead_letter(query.get("queue").map(String::as_str), limit, tenant)
                     .await?;
-                Ok((StatusCode::OK, listing("jobs", jobs)))
+                Ok((
+                    StatusCode::OK,
+                    listing("jobs", jobs.into_iter().map(job_answer).collect()),
+                ))
             }
             (&Method::GET, ["admin", "dead-letter", "stats"]) => {
                 let total = queue.dead_letter_count().await?;
@@ -135,7 +145,7 @@ impl OjsService {
             (&Method::POST, ["dead-letter", id, "retry"]) | (&Method::POST, ["admin", "dead-letter", id, "retry"]) => {
                 Ok((
                     StatusCode::OK,
-                    json!({ "job": queue.retry_dead_letter(job_id(id)?, tenant).await? }),
+                    json!({ "job": job_answer(queue.retry_dead_letter(job_id(id)?, tenant).await?) }),
                 ))
             }
             (&Method::DELETE, ["dead-letter", id]) => {
@@ -202,10 +212,10 @@ impl OjsService {
             (&Method::POST, ["admin", "jobs", "bulk", "retry"]) => {
                 self.retry_in_bulk(request::json(&body)?, tenant).await
             }
-            (&Method::GET, ["admin", "stats"]) => Ok((StatusCode::OK, queue.stats(None).await?)),
+            (&Method::GET, ["admin", "stats"]) => Ok((StatusCode::OK, stats_answer(&queue.stats(None).await?))),
             (&Method::GET, ["admin", "tenants"]) => Ok((StatusCode::OK, queue.tenants().await?)),
             (&Method::GET, ["admin", "tenants", id, "stats"]) => {
-                let mut stats = queue.stats(Some(id)).await?;
+                let mut stats = stats_answer(&queue.stats(Some(id)).await?);
                 stats["tenant_id"] = json!(id);
                 Ok((StatusCode::OK, stats))
             }
@@ -246,7 +256,7 @@ impl OjsService {
     ) -> Reply {
         let tenant = acting.tenant_of_job(&mut body)?;
         let job = envelope::parse_job(body, self.inner.options.max_args_bytes)?;
-        let mut inserted = self
+        let inserted = self
             .inner
             .queue
             .enqueue(std::slice::from_ref(&job), &tenant, Answer::Job)
@@ -255,15 +265,14 @@ impl OjsService {
         if let Some(limit) = &job.rate_limit {
             self.rate_limit_headers(&limit.key, headers).await?;
         }
-        let job = inserted
-            .jobs
-            .pop()
-            .ok_or_else(|| OjsError::backend("enqueue returned no job"))?;
-        let status = if job.get("duplicate").is_some() {
+        let status = if inserted.duplicate {
             StatusCode::OK
         } else {
             StatusCode::CREATED
         };
+        let job = inserted_answers(inserted)
+            .pop()
+            .ok_or_else(|| OjsError::backend("enqueue returned no job"))?;
         Ok((status, json!({ "job": job })))
     }
 
@@ -325,7 +334,7 @@ impl OjsService {
         }
         let inserted = self.inner.queue.enqueue(&jobs, &tenant, Answer::Summary).await?;
         pressure_headers(&inserted, headers);
-        let stored = inserted.jobs;
+        let stored = inserted_answers(inserted);
         let count = stored.len();
         Ok((StatusCode::CREATED, json!({ "jobs": stored, "count": count })))
     }
@@ -381,7 +390,14 @@ impl OjsService {
             worker_id: optional_string(&body, "worker_id")?,
             visibility_ms: optional_ms(&body, "visibility_timeout_ms")?,
         };
-        let jobs = self.inner.queue.fetch(&request).await?;
+        let jobs: Vec<Value> = self
+            .inner
+            .queue
+            .fetch(&request)
+            .await?
+            .into_iter()
+            .map(job_answer)
+            .collect();
         Ok((StatusCode::OK, json!({ "jobs": jobs })))
     }
 
@@ -389,7 +405,7 @@ impl OjsService {
         let claim = claim(&body, tenant)?;
         let result = body.get("result").cloned();
         let job = self.inner.queue.ack(&claim, result).await?;
-        Ok((StatusCode::OK, settled(job, "acknowledged")))
+        Ok((StatusCode::OK, settled(job_answer(job), "acknowledged")))
     }
 
     async fn nack(&self, body: Value, tenant: &str) -> Reply {
@@ -401,7 +417,7 @@ impl OjsService {
         };
         let requeue = body.get("requeue").and_then(Value::as_bool).unwrap_or(false);
         let job = self.inner.queue.nack(&claim, Failure { error, requeue }).await?;
-        Ok((StatusCode::OK, settled(job, "nacked")))
+        Ok((StatusCode::OK, settled(job_answer(job), "nacked")))
     }
 
     /// A worker's progress on its active job (ojs-progress §6): stored on the job, logged as a
@@ -411,11 +427,12 @@ impl OjsService {
         let job_id = optional_string(&body, "job_id")?.ok_or_else(|| OjsError::invalid("missing \"job_id\""))?;
         let report = progress::parse_progress(&body)?;
         let worker_id = optional_string(&body, "worker_id")?;
-        let (accepted, mut progress) = self
+        let (accepted, job) = self
             .inner
             .queue
             .report_progress(self::job_id(&job_id)?, tenant, worker_id.as_deref(), &report)
             .await?;
+        let mut progress = progress_answer(job);
         progress["accepted"] = Value::Bool(accepted);
         Ok((StatusCode::OK, progress))
     }

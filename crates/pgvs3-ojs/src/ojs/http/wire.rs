@@ -1,14 +1,258 @@
 //! The binding's small pieces of wire format: path ids, query strings, optional fields of request
-//! bodies, and the shapes answers take (listings, settled jobs, subscriptions, headers).
+//! bodies, and the shapes answers take (jobs, listings, settled jobs, subscriptions, headers).
 
 use std::collections::HashMap;
 
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
 
+use super::super::engine::admin::{QueueStats, Stats};
 use super::super::engine::claims::{Claim, Strategy};
 use super::super::engine::envelope;
-use super::super::engine::jobs::Inserted;
+use super::super::engine::job::{Job, State, Timestamp};
+use super::super::engine::jobs::{Answer, Inserted};
 use super::OjsError;
+
+/// A job's own fields as this binding answers them; a field without a value is left out.
+#[derive(Serialize)]
+struct JobFields<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    job_type: &'a str,
+    queue: &'a str,
+    priority: i32,
+    state: State,
+    attempt: i32,
+    max_attempts: i32,
+    created_at: Timestamp,
+    /// The same time: the spec's name for it.
+    enqueued_at: Timestamp,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scheduled_at: Option<Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_attempt_at: Option<Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    started_at: Option<Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    completed_at: Option<Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cancelled_at: Option<Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    discarded_at: Option<Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expires_at: Option<Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    worker_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    visible_until: Option<Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    workflow_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_delay_ms: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    errors: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    progress: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    progress_data: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_checkpoint: Option<Value>,
+}
+
+/// A job as this binding answers it: the envelope the client sent, with the job's own fields
+/// over it (a field without a value leaves the envelope's, as when the server built this
+/// answer in SQL with `envelope || jsonb_strip_nulls(...)`). The JSON values the job holds
+/// (result, errors, progress) are answered without their null object fields, as that
+/// rendering had them: clients have always seen them so.
+pub(super) fn job_answer(job: Job) -> Value {
+    let Job {
+        id,
+        job_type,
+        queue,
+        priority,
+        state,
+        attempt,
+        max_attempts,
+        created_at,
+        scheduled_at,
+        next_attempt_at,
+        started_at,
+        completed_at,
+        cancelled_at,
+        discarded_at,
+        expires_at,
+        worker_id,
+        visible_until,
+        workflow_id,
+        retry_delay_ms,
+        result,
+        error,
+        errors,
+        progress,
+        progress_data,
+        progress_updated_at: _,
+        last_checkpoint,
+        mut envelope,
+    } = job;
+    let fields = JobFields {
+        id: &id,
+        job_type: &job_type,
+        queue: &queue,
+        priority,
+        state,
+        attempt,
+        max_attempts,
+        created_at,
+        enqueued_at: created_at,
+        scheduled_at,
+        next_attempt_at,
+        started_at,
+        completed_at,
+        cancelled_at,
+        discarded_at,
+        expires_at,
+        worker_id: worker_id.as_deref(),
+        visible_until,
+        workflow_id: workflow_id.as_deref(),
+        retry_delay_ms,
+        result: without_nulls(result),
+        error: without_nulls(error),
+        errors: (!errors.is_empty()).then(|| strip_nulls(Value::Array(errors))),
+        progress: without_nulls(progress),
+        progress_data: without_nulls(progress_data),
+        last_checkpoint: without_nulls(last_checkpoint),
+    };
+    let Ok(Value::Object(fields)) = serde_json::to_value(fields) else {
+        unreachable!("a struct serializes as an object")
+    };
+    envelope.extend(fields);
+    Value::Object(envelope)
+}
+
+/// A batch's answer for a job (the HTTP binding's batch example): its id, type, queue, state,
+/// priority, attempts and times, and what the client stated about the job itself — not the
+/// args and options it just sent.
+fn summary(job: Job) -> Value {
+    let mut answer = json!({
+        "id": job.id,
+        "type": job.job_type,
+        "queue": job.queue,
+        "state": job.state,
+        "priority": job.priority,
+        "attempt": job.attempt,
+        "max_attempts": job.max_attempts,
+        "created_at": job.created_at,
+        "enqueued_at": job.created_at,
+    });
+    if let Some(at) = job.scheduled_at {
+        answer["scheduled_at"] = json!(at);
+    }
+    let Value::Object(fields) = &mut answer else {
+        unreachable!("an object")
+    };
+    fields.extend(job.envelope);
+    answer
+}
+
+/// The jobs an enqueue stored, as it asked for them; an `on_conflict: ignore` duplicate says
+/// so and names itself.
+pub(super) fn inserted_answers(inserted: Inserted) -> Vec<Value> {
+    let (answer, duplicate) = (inserted.answer, inserted.duplicate);
+    inserted
+        .jobs
+        .into_iter()
+        .map(|stored| match answer {
+            Answer::Summary => summary(stored),
+            Answer::Job => {
+                let id = stored.id.clone();
+                let mut answer = job_answer(stored);
+                if duplicate {
+                    answer["duplicate"] = Value::Bool(true);
+                    answer["existing_job_id"] = Value::String(id);
+                }
+                answer
+            }
+        })
+        .collect()
+}
+
+/// A job's progress as `GET /jobs/{id}/progress` answers it (ojs-progress §7.1), read off the
+/// job's answer: nulls when none was reported, `updated_at` with a progress.
+pub(super) fn progress_answer(stored: Job) -> Value {
+    let (id, updated_at) = (stored.id.clone(), stored.progress_updated_at.clone());
+    let job = job_answer(stored);
+    let mut answer = json!({
+        "job_id": id,
+        "state": job["state"],
+        "progress": job.get("progress"),
+        "data": job.get("progress_data"),
+        "updated_at": if job.get("progress").is_some() { updated_at } else { None },
+    });
+    if let Some(checkpoint) = without_nulls(job.get("last_checkpoint").cloned()) {
+        answer["last_checkpoint"] = checkpoint;
+    }
+    answer
+}
+
+/// A queue's stats (`GET /queues/{name}/stats`, and the answer to pausing or resuming one):
+/// its summary under `queue` (as the admin API nests it) and `stats` (as the core binding
+/// does), each with the queue's name, state, depth bound (null when none), depth and a count
+/// per job state.
+pub(super) fn queue_stats_answer(stats: QueueStats) -> Value {
+    let mut summary = json!({
+        "name": stats.name,
+        "queue": stats.name,
+        "max_depth": stats.max_depth,
+        "paused": stats.paused,
+        "status": if stats.paused { "paused" } else { "active" },
+        "depth": stats.counts.depth(),
+    });
+    for state in State::ALL {
+        summary[state.as_str()] = json!(stats.counts.of(state));
+    }
+    json!({ "queue": summary.clone(), "name": stats.name, "stats": summary })
+}
+
+/// `GET /admin/stats` (and a tenant's): jobs by state, queues, workers and throughput.
+pub(super) fn stats_answer(stats: &Stats) -> Value {
+    let mut jobs = json!({});
+    for state in State::ALL {
+        jobs[state.as_str()] = json!(stats.jobs.of(state));
+    }
+    json!({
+        "jobs": jobs,
+        "queues": stats.queues,
+        "workers": stats.workers,
+        "throughput": {
+            "processed_per_minute": stats.completed_last_minute,
+            "failed_per_minute": stats.failed_last_minute,
+        },
+    })
+}
+
+/// `value` without null object fields at any depth, as PostgreSQL's `jsonb_strip_nulls`;
+/// `None` when nothing is left but null.
+fn without_nulls(value: Option<Value>) -> Option<Value> {
+    value.map(strip_nulls).filter(|value| !value.is_null())
+}
+
+fn strip_nulls(value: Value) -> Value {
+    match value {
+        Value::Object(fields) => Value::Object(
+            fields
+                .into_iter()
+                .filter(|(_, value)| !value.is_null())
+                .map(|(name, value)| (name, strip_nulls(value)))
+                .collect::<Map<String, Value>>(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(strip_nulls).collect()),
+        other => other,
+    }
+}
 
 /// A subscription's answer: its fields at the top (as the webhooks extension shows them) and
 /// under `subscription` (as this binding's other answers nest their object).

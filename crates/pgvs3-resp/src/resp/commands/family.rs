@@ -1,10 +1,11 @@
 //! The key commands built on the other families' storage (SORT, HyperLogLog, GEO, DUMP and
-//! RESTORE): what they share to read and write keys of a batch. They run in the gateway on the
+//! RESTORE, BITOP and BITFIELD): what they share to read and write keys of a batch. They run in the gateway on the
 //! batch, reading collections with the typed families' own calls (parsed from Redis's words, so
 //! that each call is the one its command would make) and strings from the batch.
 
 use bytes::Bytes;
 
+use super::bitmap::Bitmap;
 use super::dump::Dumped;
 use super::geo::Geo;
 use super::hyperloglog::Pf;
@@ -20,6 +21,7 @@ pub enum FamilyCommand {
     Pf(Pf),
     Geo(Geo),
     Dumped(Dumped),
+    Bitmap(Bitmap),
 }
 
 impl FamilyCommand {
@@ -29,6 +31,9 @@ impl FamilyCommand {
             "sort" | "sort_ro" => FamilyCommand::Sort(Sort::parse(name == "sort_ro", args)?),
             "dump" | "restore" => FamilyCommand::Dumped(Dumped::parse(name, args)?.expect("DUMP or RESTORE")),
             "pfadd" | "pfcount" | "pfmerge" => FamilyCommand::Pf(Pf::parse(name, args)?.expect("a PF command")),
+            "bitop" | "bitfield" | "bitfield_ro" => {
+                FamilyCommand::Bitmap(Bitmap::parse(name, args)?.expect("a bitmap command"))
+            }
             _ => match Geo::parse(name, args)? {
                 Some(geo) => FamilyCommand::Geo(geo),
                 None => return Ok(None),
@@ -43,6 +48,7 @@ impl FamilyCommand {
             FamilyCommand::Pf(pf) => pf.keys(),
             FamilyCommand::Geo(geo) => geo.keys(),
             FamilyCommand::Dumped(dumped) => dumped.keys(),
+            FamilyCommand::Bitmap(bitmap) => bitmap.keys(),
         }
     }
 
@@ -52,6 +58,7 @@ impl FamilyCommand {
             FamilyCommand::Pf(pf) => pf.apply(batch).await,
             FamilyCommand::Geo(geo) => geo.apply(batch).await,
             FamilyCommand::Dumped(dumped) => dumped.apply(batch).await,
+            FamilyCommand::Bitmap(bitmap) => bitmap.apply(batch).await,
         };
         match done {
             Ok(reply) | Err(FamilyError::Reply(reply)) => Ok(reply),

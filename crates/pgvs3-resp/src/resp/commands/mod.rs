@@ -2,6 +2,7 @@
 //! work and their replies. The connection loop (`resp/connection.rs`) dispatches here.
 
 mod acl;
+pub(crate) mod bitmap;
 mod client;
 pub(crate) mod dump;
 pub(crate) mod family;

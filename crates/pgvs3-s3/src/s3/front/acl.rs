@@ -120,7 +120,7 @@ async fn set_bucket_acl<T>(
     if acl.is_public() && bucket.access().blocks_public_acls() {
         return Err(public_acl_blocked());
     }
-    let stored = (!acl.is_owner_only(&owner)).then_some(&acl);
+    let stored = (!acl.is_private(&owner)).then_some(&acl);
     bucket.set_acl(stored).await.map_err(|e| fail(req, e))
 }
 
@@ -130,6 +130,9 @@ pub(super) async fn get_object_acl(
 ) -> S3Result<S3Response<GetObjectAclOutput>> {
     let bucket = &cx.bucket;
     let acl = object_acl(&req, bucket, &req.input.key, &req.input.version_id).await?;
+    // With ACLs disabled the bucket's owner owns every object and an ACL kept from before
+    // (written under ObjectWriter, say) grants nothing: S3 answers the owner's full control.
+    let acl = acl.filter(|_| bucket.access().acls_enabled());
     let bucket_owner = owner_id(bucket, cx.front.buckets.catalog());
     let owner = acl.as_ref().and_then(|acl| acl.owner.clone()).unwrap_or(bucket_owner);
     Ok(S3Response::new(GetObjectAclOutput {
@@ -312,7 +315,7 @@ pub(super) async fn new_object_acl(
 
 /// What is kept of an ACL: nothing for the default (private, owned by the bucket's owner).
 fn stored(acl: Acl, bucket_owner: &str) -> Option<Acl> {
-    (acl.owner.is_some() || !acl.is_owner_only(bucket_owner)).then_some(acl)
+    (acl.owner.is_some() || !acl.is_private(bucket_owner)).then_some(acl)
 }
 
 /// The ACL a Put*Acl asks for: in its body, or in its headers, not both.

@@ -7,7 +7,7 @@ use s3s::{S3Request, S3Response, S3Result};
 use super::checks::{self, Request};
 use super::context::RequestContext;
 use super::tagging::header_tags;
-use super::wire::{fail, owner, part_number, timestamp, write_condition};
+use super::wire::{fail, part_number, timestamp, write_condition};
 use super::{acl, encryption};
 use crate::s3::checksum::{UploadCheck, body_error};
 use crate::store::{self, ObjectMeta};
@@ -27,8 +27,9 @@ pub(super) async fn create_multipart_upload(
     let bucket = &cx.bucket;
     meta.acl = acl::new_object_acl(requested_acl, bucket, &cx.principal, cx.front.buckets.catalog()).await?;
     let answer = encryption::answer_requested(&requested, bucket.default_encryption());
+    let initiator = Some(cx.principal.access_key.as_str()).filter(|key| !key.is_empty());
     let upload_id = bucket
-        .create_multipart_upload(&input.key, meta, requested)
+        .create_multipart_upload(&input.key, meta, requested, initiator)
         .await
         .map_err(|e| fail(&req, e))?;
     let mut output = CreateMultipartUploadOutput {
@@ -162,6 +163,7 @@ pub(super) async fn list_parts(
             ..Default::default()
         })
         .collect();
+    let (owner, initiator) = parties(page.parties, &acl::owner_id(bucket, cx.front.buckets.catalog()));
     Ok(S3Response::new(ListPartsOutput {
         bucket: Some(input.bucket.clone()),
         key: Some(input.key.clone()),
@@ -171,11 +173,8 @@ pub(super) async fn list_parts(
         is_truncated: Some(page.next_marker.is_some()),
         next_part_number_marker: page.next_marker.map(|n| n as i32),
         parts: Some(parts),
-        owner: Some(owner(&cx.principal)),
-        initiator: Some(Initiator {
-            id: Some(cx.principal.access_key.clone()),
-            display_name: Some(cx.principal.access_key.clone()),
-        }),
+        owner: Some(owner),
+        initiator: Some(initiator),
         storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
         ..Default::default()
     }))
@@ -199,16 +198,21 @@ pub(super) async fn list_multipart_uploads(
         .list_multipart_uploads(&request)
         .await
         .map_err(|e| fail(&req, e))?;
+    let bucket_owner = acl::owner_id(bucket, cx.front.buckets.catalog());
     let uploads = page
         .uploads
         .into_iter()
-        .map(|upload| MultipartUpload {
-            key: Some(upload.key),
-            upload_id: Some(upload.upload_id),
-            initiated: Some(timestamp(upload.initiated)),
-            owner: Some(owner(&cx.principal)),
-            storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
-            ..Default::default()
+        .map(|upload| {
+            let (owner, initiator) = parties(upload.parties, &bucket_owner);
+            MultipartUpload {
+                key: Some(upload.key),
+                upload_id: Some(upload.upload_id),
+                initiated: Some(timestamp(upload.initiated)),
+                owner: Some(owner),
+                initiator: Some(initiator),
+                storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
+                ..Default::default()
+            }
         })
         .collect();
     let common_prefixes = page
@@ -231,4 +235,23 @@ pub(super) async fn list_multipart_uploads(
         common_prefixes: Some(common_prefixes),
         ..Default::default()
     }))
+}
+
+/// The Owner and Initiator S3 names an upload by (ListParts, ListMultipartUploads): the owner
+/// of the object it will complete (the bucket's owner unless the upload's ACL names the key
+/// that wrote it) and the key that created it. An upload created anonymously, or before
+/// initiators were recorded, names its owner as its initiator.
+fn parties(parties: store::UploadParties, bucket_owner: &str) -> (Owner, Initiator) {
+    let owner = parties.owner.unwrap_or_else(|| bucket_owner.to_owned());
+    let initiator = parties.initiator.unwrap_or_else(|| owner.clone());
+    (
+        Owner {
+            id: Some(owner.clone()),
+            display_name: Some(owner),
+        },
+        Initiator {
+            id: Some(initiator.clone()),
+            display_name: Some(initiator),
+        },
+    )
 }

@@ -1,5 +1,5 @@
 //! PostObject (browser uploads): s3s turns the form into a PutObject; here the form's own part of
-//! it is finished as S3 does — `${filename}` in the key becomes the uploaded file's name, the
+//! it is finished as S3 does — a `${filename}` in the key that no file name replaced is refused, the
 //! form's settings are held to the same refusals as a PutObject's headers, and the answer
 //! carries the object's ETag and Location.
 
@@ -8,7 +8,7 @@ use s3s::dto::PutObjectInput;
 use s3s::{S3Request, S3Result};
 
 use super::checks::{self, Request};
-use crate::s3::post_form::{FormFields, FormNotes, substitute_filename};
+use crate::s3::post_form::{FILENAME, FormFields, FormNotes};
 
 /// The form a PutObject came from, if it is a browser upload.
 pub struct FormUpload {
@@ -19,7 +19,7 @@ pub struct FormUpload {
 
 impl FormUpload {
     /// For a PutObject made from a POST form: refuses what the form asks for and pgvs3 does not
-    /// keep, and replaces `${filename}` in the key.
+    /// keep, and a key whose `${filename}` has no file name to stand for.
     pub fn of(req: &mut S3Request<PutObjectInput>) -> S3Result<Option<FormUpload>> {
         let Some(notes) = req.extensions.get::<FormNotes>().cloned() else {
             return Ok(None);
@@ -33,14 +33,13 @@ impl FormUpload {
         }
         let settings = fields.map(FormFields::settings).unwrap_or_default();
         checks::refuse_unkept(&settings, Request::NewObject)?;
-        if req.input.key.contains("${filename}") {
-            let Some(filename) = fields.and_then(|fields| fields.filename.as_deref()) else {
-                return Err(s3s::s3_error!(
-                    InvalidArgument,
-                    "POST requires exactly one file upload per request."
-                ));
-            };
-            req.input.key = substitute_filename(&req.input.key, filename);
+        // The key's `${filename}` was replaced on the way in (`post_form::NotingBody`) when the
+        // file part has a name; without one there is nothing to replace it with.
+        if req.input.key.contains(FILENAME) {
+            return Err(s3s::s3_error!(
+                InvalidArgument,
+                "POST requires exactly one file upload per request."
+            ));
         }
         Ok(Some(FormUpload { notes, settings }))
     }
