@@ -204,7 +204,21 @@ async fn concurrent_large_enqueues_stay_within_the_buffer_budget() {
     // Each of these requests needs about 210 MiB (two trees of 2^21 values, the text's copies):
     // a 1 GiB budget serves four at once.
     let budget: u64 = 1 << 30;
-    let gateway = TestGateway::with_args(common::fresh_database().await, &["--buffer-budget", "1GiB"]).await;
+    // What is measured is memory: a request admitted by the budget waits for a connection as
+    // (and opens it) as long as it takes (a loaded machine inserts 4 MiB rows slowly), not the
+    // default 10 s (5 s to connect) after which it would answer 503.
+    let gateway = TestGateway::with_args(
+        common::fresh_database().await,
+        &[
+            "--buffer-budget",
+            "1GiB",
+            "--pg-pool-wait-timeout",
+            "300s",
+            "--pg-connect-timeout",
+            "60s",
+        ],
+    )
+    .await;
     let zeros = (DEFAULT_LIMIT as usize - (64 << 10)) / 2;
     let mut text = String::with_capacity(DEFAULT_LIMIT as usize);
     text.push_str(r#"{"type":"big.meta","args":[],"meta":{"pad":["#);

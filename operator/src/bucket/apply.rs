@@ -60,20 +60,7 @@ async fn write_status(ctx: &Context, bucket: &Bucket, namespace: &str, status: B
 async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Action> {
     let previous = bucket.status.clone().unwrap_or_default();
     let bucket_name = bucket.bucket_name();
-    let bound = if valid_bucket_name(&bucket_name) {
-        bind(ctx, namespace, &bucket.spec.gateway_pool_ref).await?
-    } else {
-        // Admitted before the CRD's rules, or with validation off: the catalog refuses it.
-        let message = format!("bucketName {bucket_name:?} is not a valid S3 bucket name");
-        Err(waiting(INVALID_SPEC, &message))
-    };
-    // What the spec says, checked before anything is written: what the catalog could never
-    // take is an invalid spec, not a catalog failure.
-    let bound = match (bound, build::spec_refusal(bucket)) {
-        (Ok(_), Some(message)) => Err(waiting(INVALID_SPEC, &message)),
-        (bound, _) => bound,
-    };
-    let binding = match bound {
+    let binding = match bind_valid(bucket, ctx, namespace, &bucket_name).await? {
         Ok(binding) => binding,
         Err(verdicts) => {
             let status = BucketStatus {
@@ -94,44 +81,13 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
     let target = target(ctx, &binding.pool, namespace, bucket_name.clone()).await?;
 
     let key_id = build::access_key_id(bucket);
-    let lake = build::lake_catalog(bucket, &binding.pool, namespace);
     let static_key = bucket
         .spec
         .workload_identity
         .as_ref()
         .is_none_or(|identity| identity.static_key);
-    let secret_key = if static_key {
-        write_credentials(ctx, namespace, bucket, &target, &key_id, lake.as_ref()).await?
-    } else {
-        // The key still owns the bucket in the catalog; its secret is given to nobody.
-        if previous.secret_name.is_some() {
-            role::delete_written::<Secret>(ctx, bucket, &build::secret_name(bucket)).await?;
-        }
-        random_token(30)
-    };
-
-    let description = format!("Bucket {namespace}/{}", bucket.name_any());
-    let policy = build::key_policy(&bucket_name, &bucket.spec.access_prefixes);
-    let key = BucketKey {
-        id: &key_id,
-        secret: &secret_key,
-        read_only: bucket.spec.access == AccessMode::ReadOnly,
-        description: &description,
-        policy: policy.as_deref(),
-    };
+    let provisioned = into_catalog(ctx, namespace, bucket, &binding, &target, &key_id, static_key).await?;
     let quota = bucket.spec.quota.as_ref();
-    // Checked above (spec_refusal): only valid rules get here.
-    let notifications = bucket
-        .spec
-        .notifications
-        .as_deref()
-        .and_then(|n| build::notification_rules(n).ok());
-    let custodian = build::custodian_key_id(bucket);
-    let claim = Claim {
-        custodian: &custodian,
-        marked_adoptable: ctx.adoptable(namespace, &bucket_name),
-    };
-    let provisioned = catalog::provision(&binding, &bucket_name, &key, &claim, quota, notifications.as_ref()).await;
     // A refusal is a Warning Event with its reason too: the condition's transition (below).
     if let Ok(Provisioned::Ready { adopted: true, .. }) = &provisioned {
         let note = format!(
@@ -140,63 +96,16 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
         );
         kube_ops::publish(ctx, bucket, "Provision", EventType::Normal, "Adopted", note).await;
     }
-    // The workload identity's role and ConfigMap, once the bucket is in the catalog; unset,
-    // what an earlier spec had written is removed.
-    let identity = match (&provisioned, &bucket.spec.workload_identity) {
-        (Ok(Provisioned::Ready { .. }), Some(identity)) => {
-            Some(write_identity(ctx, &binding, bucket, identity, &target).await?)
-        }
-        (_, None) => {
-            if previous.role_arn.is_some() {
-                remove_identity(ctx, &binding, bucket).await?;
-            }
-            None
-        }
-        _ => None,
-    };
+    let identity = identity(ctx, &binding, bucket, &provisioned, &target).await?;
     let pool_not_ready = pool_not_ready(&binding.pool);
-    let mut verdicts = match &provisioned {
-        Ok(Provisioned::Ready { .. }) => vec![
-            Verdict::new(
-                READY,
-                true,
-                "Provisioned",
-                format!("bucket {bucket_name} is served by {}", target.endpoint),
-            ),
-            Verdict::new(PROGRESSING, false, "Provisioned", ""),
-            Verdict::new(DEGRADED, false, "Provisioned", ""),
-        ],
-        Ok(Provisioned::Refused { reason, message }) => waiting(reason, message),
-        Ok(Provisioned::QuotaRejected(message)) => waiting("QuotaRejected", message),
-        Ok(Provisioned::NotificationsRejected(message)) => waiting("NotificationTargetUnknown", message),
-        Err(err) if database::catalog_outdated(err) => waiting("CatalogOutdated", &err.to_string()),
-        Err(err) if database::catalog_refused_name(err) => waiting(INVALID_SPEC, &err.to_string()),
-        Err(err) => waiting("CatalogUnavailable", &err.to_string()),
-    };
-    if let Some(Err((reason, message))) = &identity {
-        verdicts = waiting(reason, message);
-    }
-    // In the catalog, but nothing serves it yet (or any more): not Ready either.
-    if let (Ok(Provisioned::Ready { .. }), Some((degraded, why))) = (&provisioned, &pool_not_ready) {
-        let message = format!("bucket {bucket_name} is in the catalog, but {why}");
-        verdicts = vec![
-            Verdict::new(READY, false, POOL_NOT_READY, &message),
-            Verdict::new(PROGRESSING, !degraded, POOL_NOT_READY, &message),
-            Verdict::new(DEGRADED, *degraded, POOL_NOT_READY, &message),
-        ];
-    }
-    if let Some(quota) = quota {
-        let enforced = matches!(provisioned, Ok(Provisioned::Ready { .. }));
-        let (reason, message) = if enforced {
-            ("QuotaSet".to_string(), describe_quota(quota))
-        } else {
-            (
-                verdicts[0].reason.clone(),
-                "the quota is not in the catalog yet".to_string(),
-            )
-        };
-        verdicts.push(Verdict::new(QUOTA_ENFORCED, enforced, &reason, message));
-    }
+    let verdicts = verdicts(
+        &bucket_name,
+        &target.endpoint,
+        &provisioned,
+        &identity,
+        &pool_not_ready,
+        quota,
+    );
     let identity_waiting = matches!(identity, Some(Err(_)));
     let status = BucketStatus {
         observed_generation: bucket.meta().generation,
@@ -218,15 +127,171 @@ async fn provision(bucket: &Bucket, ctx: &Context, namespace: &str) -> Result<Ac
         },
     };
     write_status(ctx, bucket, namespace, status).await?;
-    // A catalog failure is retried with backoff; its reason is already in the status. A name
-    // the catalog refuses is not a failure that time heals.
+    next_action(provisioned, pool_not_ready.is_some(), identity_waiting)
+}
+
+/// The bucket, its owner key (the secret written to the credentials Secret for a static key,
+/// otherwise one given to nobody) and its quota and notifications, into the catalog: the
+/// catalog's answer, a failure of it included.
+async fn into_catalog(
+    ctx: &Context,
+    namespace: &str,
+    bucket: &Bucket,
+    binding: &Binding,
+    target: &Target,
+    key_id: &str,
+    static_key: bool,
+) -> Result<Result<Provisioned>> {
+    let lake = build::lake_catalog(bucket, &binding.pool, namespace);
+    let secret_key = if static_key {
+        write_credentials(ctx, namespace, bucket, target, key_id, lake.as_ref()).await?
+    } else {
+        // The key still owns the bucket in the catalog; its secret is given to nobody.
+        if bucket
+            .status
+            .as_ref()
+            .is_some_and(|status| status.secret_name.is_some())
+        {
+            role::delete_written::<Secret>(ctx, bucket, &build::secret_name(bucket)).await?;
+        }
+        random_token(30)
+    };
+
+    let description = format!("Bucket {namespace}/{}", bucket.name_any());
+    let bucket_name = bucket.bucket_name();
+    let policy = build::key_policy(&bucket_name, &bucket.spec.access_prefixes);
+    let key = BucketKey {
+        id: key_id,
+        secret: &secret_key,
+        read_only: bucket.spec.access == AccessMode::ReadOnly,
+        description: &description,
+        policy: policy.as_deref(),
+    };
+    let quota = bucket.spec.quota.as_ref();
+    // Checked before (bind_valid, spec_refusal): only valid rules get here.
+    let notifications = bucket
+        .spec
+        .notifications
+        .as_deref()
+        .and_then(|n| build::notification_rules(n).ok());
+    let custodian = build::custodian_key_id(bucket);
+    let claim = Claim {
+        custodian: &custodian,
+        marked_adoptable: ctx.adoptable(namespace, &bucket_name),
+    };
+    Ok(catalog::provision(binding, &bucket_name, &key, &claim, quota, notifications.as_ref()).await)
+}
+
+/// The workload identity's role and ConfigMap, once the bucket is in the catalog (its ARN, or
+/// why not); unset, what an earlier spec had written is removed.
+async fn identity(
+    ctx: &Context,
+    binding: &Binding,
+    bucket: &Bucket,
+    provisioned: &Result<Provisioned>,
+    target: &Target,
+) -> Result<Option<Result<String, (&'static str, String)>>> {
+    Ok(match (provisioned, &bucket.spec.workload_identity) {
+        (Ok(Provisioned::Ready { .. }), Some(identity)) => {
+            Some(write_identity(ctx, binding, bucket, identity, target).await?)
+        }
+        (_, None) => {
+            if bucket.status.as_ref().is_some_and(|status| status.role_arn.is_some()) {
+                remove_identity(ctx, binding, bucket).await?;
+            }
+            None
+        }
+        _ => None,
+    })
+}
+
+/// The Bucket's binding to its pool, or why there is none: an invalid spec (checked before
+/// anything is written: what the catalog could never take is an invalid spec, not a catalog
+/// failure) or a pool or database not there yet.
+async fn bind_valid(
+    bucket: &Bucket,
+    ctx: &Context,
+    namespace: &str,
+    bucket_name: &str,
+) -> Result<std::result::Result<Binding, Vec<Verdict>>> {
+    let bound = if valid_bucket_name(bucket_name) {
+        bind(ctx, namespace, &bucket.spec.gateway_pool_ref).await?
+    } else {
+        // Admitted before the CRD's rules, or with validation off: the catalog refuses it.
+        let message = format!("bucketName {bucket_name:?} is not a valid S3 bucket name");
+        Err(waiting(INVALID_SPEC, &message))
+    };
+    Ok(match (bound, build::spec_refusal(bucket)) {
+        (Ok(_), Some(message)) => Err(waiting(INVALID_SPEC, &message)),
+        (bound, _) => bound,
+    })
+}
+
+/// The conditions after provisioning: the catalog's answer, then the workload identity's and
+/// the pool's when they hold it back, and the quota's.
+fn verdicts(
+    bucket_name: &str,
+    endpoint: &str,
+    provisioned: &Result<Provisioned>,
+    identity: &Option<Result<String, (&'static str, String)>>,
+    pool_not_ready: &Option<(bool, String)>,
+    quota: Option<&Quota>,
+) -> Vec<Verdict> {
+    let mut verdicts = match provisioned {
+        Ok(Provisioned::Ready { .. }) => vec![
+            Verdict::new(
+                READY,
+                true,
+                "Provisioned",
+                format!("bucket {bucket_name} is served by {}", endpoint),
+            ),
+            Verdict::new(PROGRESSING, false, "Provisioned", ""),
+            Verdict::new(DEGRADED, false, "Provisioned", ""),
+        ],
+        Ok(Provisioned::Refused { reason, message }) => waiting(reason, message),
+        Ok(Provisioned::QuotaRejected(message)) => waiting("QuotaRejected", message),
+        Ok(Provisioned::NotificationsRejected(message)) => waiting("NotificationTargetUnknown", message),
+        Err(err) if database::catalog_outdated(err) => waiting("CatalogOutdated", &err.to_string()),
+        Err(err) if database::catalog_refused_name(err) => waiting(INVALID_SPEC, &err.to_string()),
+        Err(err) => waiting("CatalogUnavailable", &err.to_string()),
+    };
+    if let Some(Err((reason, message))) = identity {
+        verdicts = waiting(reason, message);
+    }
+    // In the catalog, but nothing serves it yet (or any more): not Ready either.
+    if let (Ok(Provisioned::Ready { .. }), Some((degraded, why))) = (provisioned, pool_not_ready) {
+        let message = format!("bucket {bucket_name} is in the catalog, but {why}");
+        verdicts = vec![
+            Verdict::new(READY, false, POOL_NOT_READY, &message),
+            Verdict::new(PROGRESSING, !degraded, POOL_NOT_READY, &message),
+            Verdict::new(DEGRADED, *degraded, POOL_NOT_READY, &message),
+        ];
+    }
+    if let Some(quota) = quota {
+        let enforced = matches!(provisioned, Ok(Provisioned::Ready { .. }));
+        let (reason, message) = if enforced {
+            ("QuotaSet".to_string(), describe_quota(quota))
+        } else {
+            (
+                verdicts[0].reason.clone(),
+                "the quota is not in the catalog yet".to_string(),
+            )
+        };
+        verdicts.push(Verdict::new(QUOTA_ENFORCED, enforced, &reason, message));
+    }
+    verdicts
+}
+
+/// When to reconcile again. A catalog failure is retried with backoff (its reason is already
+/// in the status); a name the catalog refuses is not a failure that time heals.
+fn next_action(provisioned: Result<Provisioned>, pool_not_ready: bool, identity_waiting: bool) -> Result<Action> {
     match provisioned {
         Err(err) if database::catalog_refused_name(&err) => Ok(Action::await_change()),
         Err(err) => Err(err),
         // A webhook target is registered in the database, not in Kubernetes: no watch sees it.
         Ok(Provisioned::NotificationsRejected(_)) => Ok(Action::requeue(WAIT_FOR_DEPENDENCY)),
         // The pool's changes are watched (run.rs); this is the fallback.
-        Ok(_) if pool_not_ready.is_some() => Ok(Action::requeue(WAIT_FOR_DEPENDENCY)),
+        Ok(_) if pool_not_ready => Ok(Action::requeue(WAIT_FOR_DEPENDENCY)),
         // The issuer or the gateways' STS is not there yet.
         Ok(_) if identity_waiting => Ok(Action::requeue(WAIT_FOR_DEPENDENCY)),
         Ok(_) => Ok(Action::requeue(RESYNC)),

@@ -71,58 +71,10 @@ async fn reconcile_in(pool: &GatewayPool, ctx: &Context, namespace: &str) -> Res
     }
 
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let master_key = ensure_master_key(&secrets, pool).await?;
-    let credentials_name = pool.spec.postgres.credentials_secret();
-    let Some(credentials) = secrets.get_opt(&credentials_name).await? else {
-        let message = format!("database credentials Secret {credentials_name} does not exist");
-        return wait_for(ctx, pool, &pools, database, "CredentialsUnavailable", &message).await;
+    let (referenced, login) = match referenced_secrets(pool, &secrets).await? {
+        Ok(found) => found,
+        Err((reason, message)) => return wait_for(ctx, pool, &pools, database, reason, &message).await,
     };
-    let login = match (
-        kube_ops::secret_text(&credentials, "username"),
-        kube_ops::secret_text(&credentials, "password"),
-    ) {
-        (Ok(user), Ok(password)) => Login { user, password },
-        (Err(err), _) | (_, Err(err)) => {
-            return wait_for(ctx, pool, &pools, database, "CredentialsUnavailable", &err.to_string()).await;
-        }
-    };
-
-    let mut referenced = vec![credentials, master_key];
-    if let Some(token_name) = pool.spec.protocols.ojs_token_secret() {
-        let Some(token) = secrets.get_opt(token_name).await? else {
-            let message = format!("OJS token Secret {token_name} does not exist");
-            return wait_for(ctx, pool, &pools, database, "CredentialsUnavailable", &message).await;
-        };
-        referenced.push(token);
-    }
-    // The root key is read by a gateway only on an empty catalog, so it is not in the digest
-    // (a change would roll the pods for nothing); checked here, since a gateway without it
-    // could not even start (CreateContainerConfigError).
-    if let Some(root) = &pool.spec.root_key_secret_ref {
-        let problem = match secrets.get_opt(&root.name).await? {
-            None => Some(format!("root key Secret {} does not exist", root.name)),
-            Some(secret) => [ROOT_ACCESS_KEY_KEY, ROOT_SECRET_KEY_KEY]
-                .into_iter()
-                .find_map(|key| kube_ops::secret_text(&secret, key).err())
-                .map(|err| err.to_string()),
-        };
-        if let Some(message) = problem {
-            return wait_for(ctx, pool, &pools, database, "CredentialsUnavailable", &message).await;
-        }
-    }
-    // The listeners' certificate and PostgreSQL's CA: in the digest, so a renewal rolls the
-    // pods (the gateways also reload the mounted files by themselves).
-    let tls_secrets = [
-        pool.spec.tls.as_ref().map(|tls| tls.secret_ref.clone()),
-        pool.spec.postgres.ca_secret(),
-    ];
-    for name in tls_secrets.into_iter().flatten() {
-        let Some(secret) = secrets.get_opt(&name).await? else {
-            let message = format!("TLS Secret {name} does not exist");
-            return wait_for(ctx, pool, &pools, database, "TlsUnavailable", &message).await;
-        };
-        referenced.push(secret);
-    }
 
     let origin_cas = ca_bundle::of_pools(client, namespace, &served_pools(&pools, pool).await?).await?;
 
@@ -168,6 +120,68 @@ async fn reconcile_in(pool: &GatewayPool, ctx: &Context, namespace: &str) -> Res
     // Pods are not watched (every gateway pod of the cluster would be in memory): while the
     // rollout is under way, look again soon, so gateways that cannot start are reported.
     Ok(Action::requeue(if rollout.complete() { RESYNC } else { ROLLOUT_CHECK }))
+}
+
+/// The Secrets the gateways read (their digest rolls the pods when one changes; the master key
+/// is created when missing) and the database login, or why the pool waits for them: a reason
+/// and a message for its conditions.
+async fn referenced_secrets(
+    pool: &GatewayPool,
+    secrets: &Api<Secret>,
+) -> Result<std::result::Result<(Vec<Secret>, Login), (&'static str, String)>> {
+    let master_key = ensure_master_key(secrets, pool).await?;
+    let credentials_name = pool.spec.postgres.credentials_secret();
+    let Some(credentials) = secrets.get_opt(&credentials_name).await? else {
+        let message = format!("database credentials Secret {credentials_name} does not exist");
+        return Ok(Err(("CredentialsUnavailable", message)));
+    };
+    let login = match (
+        kube_ops::secret_text(&credentials, "username"),
+        kube_ops::secret_text(&credentials, "password"),
+    ) {
+        (Ok(user), Ok(password)) => Login { user, password },
+        (Err(err), _) | (_, Err(err)) => {
+            return Ok(Err(("CredentialsUnavailable", err.to_string())));
+        }
+    };
+
+    let mut referenced = vec![credentials, master_key];
+    if let Some(token_name) = pool.spec.protocols.ojs_token_secret() {
+        let Some(token) = secrets.get_opt(token_name).await? else {
+            let message = format!("OJS token Secret {token_name} does not exist");
+            return Ok(Err(("CredentialsUnavailable", message)));
+        };
+        referenced.push(token);
+    }
+    // The root key is read by a gateway only on an empty catalog, so it is not in the digest
+    // (a change would roll the pods for nothing); checked here, since a gateway without it
+    // could not even start (CreateContainerConfigError).
+    if let Some(root) = &pool.spec.root_key_secret_ref {
+        let problem = match secrets.get_opt(&root.name).await? {
+            None => Some(format!("root key Secret {} does not exist", root.name)),
+            Some(secret) => [ROOT_ACCESS_KEY_KEY, ROOT_SECRET_KEY_KEY]
+                .into_iter()
+                .find_map(|key| kube_ops::secret_text(&secret, key).err())
+                .map(|err| err.to_string()),
+        };
+        if let Some(message) = problem {
+            return Ok(Err(("CredentialsUnavailable", message)));
+        }
+    }
+    // The listeners' certificate and PostgreSQL's CA: in the digest, so a renewal rolls the
+    // pods (the gateways also reload the mounted files by themselves).
+    let tls_secrets = [
+        pool.spec.tls.as_ref().map(|tls| tls.secret_ref.clone()),
+        pool.spec.postgres.ca_secret(),
+    ];
+    for name in tls_secrets.into_iter().flatten() {
+        let Some(secret) = secrets.get_opt(&name).await? else {
+            let message = format!("TLS Secret {name} does not exist");
+            return Ok(Err(("TlsUnavailable", message)));
+        };
+        referenced.push(secret);
+    }
+    Ok(Ok((referenced, login)))
 }
 
 /// The pools whose OriginCaches `pool`'s gateways serve: itself, and for a Standby pool the

@@ -1019,7 +1019,7 @@ fn tail(text: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn setting(memory: u64, name: &str) -> String {
@@ -1099,14 +1099,14 @@ mod tests {
     }
 
     /// Removed on drop so a failing test does not leave clusters behind.
-    struct ScratchDir(PathBuf);
+    pub(crate) struct ScratchDir(PathBuf);
 
     impl ScratchDir {
-        fn new() -> Self {
+        pub(crate) fn new() -> Self {
             Self(std::env::temp_dir().join(format!("pgvs3-embedded-test-{:016x}", rand::random::<u64>())))
         }
 
-        fn options(&self) -> EmbeddedOptions {
+        pub(crate) fn options(&self) -> EmbeddedOptions {
             EmbeddedOptions {
                 data_dir: self.0.clone(),
                 pg_bin: None,
