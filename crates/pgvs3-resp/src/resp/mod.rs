@@ -16,6 +16,7 @@ mod command;
 mod command_info;
 mod commands;
 mod connection;
+mod execute;
 mod glob;
 mod group_commit;
 mod keys;
@@ -27,6 +28,7 @@ mod pause;
 mod pubsub;
 mod script;
 mod stats;
+mod tracking;
 mod typed;
 
 // The typed families live with the other commands; their old paths stay.
@@ -207,10 +209,12 @@ impl RespServer {
             .iter()
             .map(|(db, bucket)| (*db, bucket.clone()))
             .collect();
+        let clients: Arc<clients::Clients> = Arc::default();
         let pubsub = Arc::new(pubsub::PubSub::new(
             settings.pubsub,
             Arc::clone(&keyspace_events),
             databases,
+            Arc::clone(&clients),
         ));
         let scripts = script::Scripts::new(
             settings.script,
@@ -227,7 +231,7 @@ impl RespServer {
             replica,
             buffers,
             root,
-            clients: Arc::default(),
+            clients,
             wakeups: blocking::Wakeups::start(database, Arc::clone(&pubsub)),
             pubsub,
             scripts,

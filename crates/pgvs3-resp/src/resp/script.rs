@@ -317,7 +317,9 @@ impl Scripts {
     /// Runs `steps` in order in one batch of `keyspace` (a write batch holding the keyspace
     /// when `write`), then commits. `accept` sees the batch first, with `watched` loaded: when
     /// it refuses (a WATCHed key changed), nothing runs and the answer is `None`. On a standby gateway (`standby`),
-    /// scripts' writes are refused as any write is.
+    /// scripts' writes are refused as any write is. `client` runs them (the writer their
+    /// invalidations name).
+    #[allow(clippy::too_many_arguments)]
     pub async fn run(
         &self,
         keyspace: &Keyspace,
@@ -326,6 +328,7 @@ impl Scripts {
         standby: bool,
         watched: &[String],
         accept: impl Fn(&KvBatch) -> bool,
+        client: u64,
     ) -> StoreResult<Option<Vec<Reply>>> {
         let mut keys: Vec<String> = steps
             .iter()
@@ -338,10 +341,17 @@ impl Scripts {
             true => Locking::Keys,
             false => Locking::None,
         };
-        match self.attempt(keyspace, steps, &keys, locking, standby, &accept).await? {
+        let run = Run {
+            keyspace,
+            steps,
+            keys: &keys,
+            standby,
+            client,
+        };
+        match self.attempt(&run, locking, &accept).await? {
             Attempt::Done(replies) => Ok(replies),
             Attempt::Contended => match self
-                .attempt(keyspace, steps, &keys, Locking::Keyspace, standby, &accept)
+                .attempt(&run, Locking::Keyspace, &accept)
                 .await?
             {
                 Attempt::Done(replies) => Ok(replies),
@@ -351,15 +361,14 @@ impl Scripts {
     }
 
     /// One run of `steps`: see [`Scripts::run`].
-    async fn attempt(
-        &self,
-        keyspace: &Keyspace,
-        steps: &[Step],
-        keys: &[String],
-        locking: Locking,
-        standby: bool,
-        accept: &impl Fn(&KvBatch) -> bool,
-    ) -> StoreResult<Attempt> {
+    async fn attempt(&self, run: &Run<'_>, locking: Locking, accept: &impl Fn(&KvBatch) -> bool) -> StoreResult<Attempt> {
+        let Run {
+            keyspace,
+            steps,
+            keys,
+            standby,
+            client,
+        } = *run;
         let batch = match locking {
             Locking::None => keyspace.read(keys).await?,
             Locking::Keys => keyspace.write(keys).await?,
@@ -371,7 +380,12 @@ impl Scripts {
         }
         let recorder = match locking {
             Locking::None => None,
-            _ => Recorder::new(self.pubsub.events.flags(keyspace.bucket()).await?),
+            _ => Recorder::new(self.pubsub.events.flags(keyspace.bucket()).await?, self.pubsub.events.token).map(
+                |mut recorder| {
+                    recorder.writer = client;
+                    recorder
+                },
+            ),
         };
         let mut session = Session {
             recorder,
@@ -571,6 +585,16 @@ enum Locking {
     Keys,
     /// The whole keyspace.
     Keyspace,
+}
+
+/// What [`Scripts::run`] runs, for each attempt.
+#[derive(Clone, Copy)]
+struct Run<'a> {
+    keyspace: &'a Keyspace,
+    steps: &'a [Step],
+    keys: &'a [String],
+    standby: bool,
+    client: u64,
 }
 
 enum Attempt {
