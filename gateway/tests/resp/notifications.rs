@@ -412,7 +412,9 @@ async fn stream_events_are_published_as_redis_publishes_them() {
     let mut theirs = redis.connect().await;
     for server in [&mut ours, &mut theirs] {
         assert_eq!(
-            server.command(&["CONFIG", "SET", "notify-keyspace-events", "KEt"]).await,
+            server
+                .command(&["CONFIG", "SET", "notify-keyspace-events", "KEt"])
+                .await,
             Value::Simple("OK".into())
         );
     }

@@ -214,9 +214,13 @@ impl Clients {
 
     /// Client `id`'s inbox, protocol and whether it is subscribed; `None` when it is gone.
     pub fn inbox(&self, id: u64) -> Option<(Option<Arc<super::pubsub::Mailbox>>, u8, bool)> {
-        self.connected()
-            .get(&id)
-            .map(|info| (info.inbox.clone(), info.resp, info.subscriptions.iter().any(|count| *count > 0)))
+        self.connected().get(&id).map(|info| {
+            (
+                info.inbox.clone(),
+                info.resp,
+                info.subscriptions.iter().any(|count| *count > 0),
+            )
+        })
     }
 
     /// Client `id`'s address.

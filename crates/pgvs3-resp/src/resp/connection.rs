@@ -11,6 +11,7 @@ use tracing::Instrument;
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use super::RespServer;
 use super::clients::Registration;
 use super::codec::{Reply, RequestParser};
 use super::command::{self, KeyCommand, Spec, wrong_arity};
@@ -18,7 +19,6 @@ use super::commands::pubsub::is_subscription;
 use super::commands::transactions::{Fingerprint, MultiQueue, Queued};
 use super::execute::Run;
 use super::pubsub::Mailbox;
-use super::RespServer;
 use crate::bucket::Keyspace;
 use crate::http_server::Shutdown;
 use crate::store::{Access, Principal, StoreError};
@@ -484,7 +484,13 @@ impl Connection {
                 Err(Refusal::Arguments(reply)) => {
                     let spec = spec.expect("parsed commands are known");
                     if self.multi.is_some() && queues_in_multi(spec) {
-                        self.queue(Queued::Failed(reply, spec), request_size(&args), spec, out);
+                        if refused_by_lookup(&reply) {
+                            // Redis finds these in its command table, before queueing.
+                            self.multi_failed = true;
+                            self.reject(Some(spec), reply, out);
+                        } else {
+                            self.queue(Queued::Failed(reply, spec), request_size(&args), spec, out);
+                        }
                     } else {
                         self.flush(&mut run, out).await;
                         self.finish(spec, Duration::ZERO, reply, out);
@@ -753,7 +759,6 @@ impl Connection {
     pub(crate) async fn keyspace(&self, access: Access) -> Result<Keyspace, Reply> {
         self.keyspace_of(self.db, access).await
     }
-
 }
 
 /// Why `admit` did not let a command run: Redis counts the two apart (INFO commandstats'
@@ -769,6 +774,14 @@ enum Refusal {
 /// transaction itself run at once).
 fn queues_in_multi(spec: &Spec) -> bool {
     !matches!(spec.name, "exec" | "discard" | "multi" | "watch" | "quit" | "reset")
+}
+
+/// An unknown subcommand or a subcommand's wrong arity, which the parsers of container
+/// commands (OBJECT, MEMORY, ...) find: Redis's command lookup refuses them before the command
+/// runs, so inside MULTI they fail the transaction.
+fn refused_by_lookup(reply: &Reply) -> bool {
+    matches!(reply, Reply::Error(error)
+        if error.starts_with("ERR unknown subcommand") || error.starts_with("ERR wrong number of arguments"))
 }
 
 fn request_size(args: &[Bytes]) -> usize {

@@ -198,9 +198,11 @@ impl Connection {
                 token: events.token,
                 clients: &clients,
             };
-            return super::notify::apply_and_commit(flags, &commands, writers, batch)
+            let (replies, changed) = super::notify::apply_and_commit(flags, &commands, writers, batch)
                 .await
-                .map_err(store_error);
+                .map_err(store_error)?;
+            changed.tell(&self.server.pubsub.tracking, keyspace.bucket());
+            return Ok(replies);
         }
         let replies = keys::apply_all(&commands, &mut batch, true)
             .await

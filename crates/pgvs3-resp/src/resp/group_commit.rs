@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::codec::Reply;
 use super::command::KeyCommand;
 use super::notify::{self, KeyspaceEvents};
+use super::tracking::Tracking;
 use crate::bucket::Keyspace;
 use crate::metrics::Metrics;
 use crate::store::{KvBatch, StoreError};
@@ -57,15 +58,18 @@ pub struct GroupCommit {
     metrics: Metrics,
     /// Which events each keyspace's writes emit (notify.rs).
     events: Arc<KeyspaceEvents>,
+    /// This gateway's tracking clients, told of the keys a batch changed before its replies.
+    tracking: Arc<Tracking>,
     writes: Queues<WriteJob>,
     reads: Queues<ReadJob>,
 }
 
 impl GroupCommit {
-    pub fn new(metrics: Metrics, events: Arc<KeyspaceEvents>) -> GroupCommit {
+    pub fn new(metrics: Metrics, events: Arc<KeyspaceEvents>, tracking: Arc<Tracking>) -> GroupCommit {
         GroupCommit {
             metrics,
             events,
+            tracking,
             writes: Mutex::default(),
             reads: Mutex::default(),
         }
@@ -76,7 +80,8 @@ impl GroupCommit {
     pub async fn submit(&self, keyspace: &Keyspace, commands: Vec<KeyCommand>, client: u64) -> Outcome {
         let lane = (keyspace.bucket().to_owned(), lane(&commands));
         let queue = queue(&self.writes, lane, 1, |receiver| {
-            tokio::spawn(commit_loop(self.metrics.clone(), Arc::clone(&self.events), receiver));
+            let shared = (Arc::clone(&self.events), Arc::clone(&self.tracking));
+            tokio::spawn(commit_loop(self.metrics.clone(), shared, receiver));
         });
         let (done, outcome) = oneshot::channel();
         let job = WriteJob {
@@ -159,13 +164,17 @@ async fn take_waiting<J>(receiver: &SharedReceiver<J>, size: impl Fn(&J) -> usiz
     Some(jobs)
 }
 
-async fn commit_loop(metrics: Metrics, events: Arc<KeyspaceEvents>, receiver: SharedReceiver<WriteJob>) {
+async fn commit_loop(
+    metrics: Metrics,
+    (events, tracking): (Arc<KeyspaceEvents>, Arc<Tracking>),
+    receiver: SharedReceiver<WriteJob>,
+) {
     while let Some(jobs) = take_waiting(&receiver, |job| job.commands.len()).await {
         let (work, mut done): (Vec<_>, Vec<_>) = jobs
             .into_iter()
             .map(|job| ((job.keyspace, job.commands, job.client), job.done))
             .unzip();
-        let Some(outcome) = unless_abandoned(run(&metrics, &work, &events), &mut done).await else {
+        let Some(outcome) = unless_abandoned(run(&metrics, &work, &events, &tracking), &mut done).await else {
             continue;
         };
         // How many connections' batches each commit carried: the gain of grouping.
@@ -233,6 +242,7 @@ async fn run(
     metrics: &Metrics,
     jobs: &[(Keyspace, Vec<KeyCommand>, u64)],
     events: &KeyspaceEvents,
+    tracking: &Tracking,
 ) -> Result<Vec<Vec<Reply>>, StoreError> {
     let mut keys: Vec<String> = jobs
         .iter()
@@ -266,7 +276,9 @@ async fn run(
         token: events.token,
         clients: &clients,
     };
-    let mut all = notify::apply_and_commit(flags, &commands, writers, batch).await?.into_iter();
+    let (all, changed) = notify::apply_and_commit(flags, &commands, writers, batch).await?;
+    changed.tell(tracking, keyspace.bucket());
+    let mut all = all.into_iter();
     metrics
         .resp_coalesced_commands
         .inc_by(super::coalesce::merged(&commands) as u64);

@@ -210,11 +210,15 @@ impl RespServer {
             .map(|(db, bucket)| (*db, bucket.clone()))
             .collect();
         let clients: Arc<clients::Clients> = Arc::default();
+        let tracking = Arc::new(tracking::Tracking::new(
+            settings.pubsub.output_limit,
+            Arc::clone(&clients),
+        ));
         let pubsub = Arc::new(pubsub::PubSub::new(
             settings.pubsub,
             Arc::clone(&keyspace_events),
             databases,
-            Arc::clone(&clients),
+            Arc::clone(&tracking),
         ));
         let scripts = script::Scripts::new(
             settings.script,
@@ -223,7 +227,7 @@ impl RespServer {
             Arc::clone(&pubsub),
         );
         Ok(Arc::new(RespServer {
-            group_commit: group_commit::GroupCommit::new(metrics.clone(), keyspace_events),
+            group_commit: group_commit::GroupCommit::new(metrics.clone(), keyspace_events, tracking),
             admission: crate::admission::Admission::new("resp", settings.admission, metrics.clone()),
             buckets,
             metrics,

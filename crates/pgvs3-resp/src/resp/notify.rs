@@ -296,11 +296,11 @@ pub async fn apply_and_commit(
     commands: &[&KeyCommand],
     writers: Writers<'_>,
     mut batch: KvBatch,
-) -> StoreResult<Vec<Reply>> {
+) -> StoreResult<(Vec<Reply>, Changed)> {
     let Some(mut recorder) = Recorder::new(flags, writers.token) else {
         let replies = super::keys::apply_all(commands, &mut batch, true).await?;
         batch.commit().await?;
-        return Ok(replies);
+        return Ok((replies, Changed::default()));
     };
     for command in commands {
         recorder.before(command, &batch);
@@ -311,9 +311,27 @@ pub async fn apply_and_commit(
         recorder.writer = writers.clients.get(at).copied().unwrap_or_default();
         recorder.after(command, reply);
     }
-    recorder.finish(&mut batch).await?;
+    let changed = recorder.finish(&mut batch).await?;
     batch.commit().await?;
-    Ok(replies)
+    Ok((replies, changed))
+}
+
+/// The keys a committed batch of a tracked keyspace changed, each with its writer: this
+/// gateway's tracking clients are told of them before the batch's replies go out
+/// (tracking.rs); the other gateways by the batch's message.
+#[derive(Debug, Default)]
+pub struct Changed(Vec<(String, u64)>);
+
+impl Changed {
+    pub fn tell(&self, tracking: &super::tracking::Tracking, bucket: &str) {
+        if !self.0.is_empty() {
+            tracking.invalidate(
+                bucket.as_bytes(),
+                true,
+                self.0.iter().map(|(key, writer)| (key.as_bytes(), *writer)),
+            );
+        }
+    }
 }
 
 /// One event: its class, its name, its key, and the client whose command caused it.
@@ -656,8 +674,8 @@ impl Recorder {
 
     /// Adds `del` for the typed keys left empty (loaded again to see, when events are
     /// published: an invalidation needs no `del`), and has the events go out with the batch's
-    /// commit.
-    pub async fn finish(mut self, batch: &mut KvBatch) -> StoreResult<()> {
+    /// commit; answers the keys changed, for this gateway's tracking clients.
+    pub async fn finish(mut self, batch: &mut KvBatch) -> StoreResult<Changed> {
         if !self.removed_from.is_empty() && self.flags.emits() {
             let mut keys = self.removed_from.clone();
             keys.sort_unstable();
@@ -686,7 +704,11 @@ impl Recorder {
             channel.extend_from_slice(b"events");
             batch.notify_at_commit(channel, message, super::pubsub::INLINE_LIMIT);
         }
-        Ok(())
+        let changed = match self.flags.tracked() {
+            true => self.events.into_iter().map(|event| (event.key, event.writer)).collect(),
+            false => Vec::new(),
+        };
+        Ok(Changed(changed))
     }
 
     /// The batch's events for [`Received`]: the K and E bits, the bucket, then each event's name

@@ -19,7 +19,6 @@ use bytes::Bytes;
 
 use super::codec::Reply;
 use super::glob;
-use super::clients::Clients;
 use super::notify::{self, KeyspaceEvents};
 use super::tracking::Tracking;
 
@@ -58,10 +57,7 @@ pub enum Delivery {
     },
     /// CLIENT TRACKING's invalidation of keys (`None`: all of them), as a RESP3 push or, to a
     /// RESP2 subscriber it is redirected to, a `message` (tracking.rs).
-    Invalidate {
-        keys: Option<Vec<Bytes>>,
-        message: bool,
-    },
+    Invalidate { keys: Option<Vec<Bytes>>, message: bool },
     /// A tracking client's REDIRECT client is gone (RESP3's `tracking-redir-broken`).
     RedirectBroken(u64),
 }
@@ -184,9 +180,9 @@ pub struct PubSub {
     /// This gateway's databases and their buckets: a keyspace's events go to the channels of
     /// each database that maps to its bucket.
     databases: Vec<(u32, String)>,
-    /// CLIENT TRACKING's clients and keys: the invalidations come this way (tracking.rs).
-    pub tracking: Tracking,
-    clients: Arc<Clients>,
+    /// CLIENT TRACKING's clients and keys: the other gateways' invalidations come this way
+    /// (tracking.rs).
+    pub tracking: Arc<Tracking>,
 }
 
 impl PubSub {
@@ -194,16 +190,15 @@ impl PubSub {
         limits: Limits,
         events: Arc<KeyspaceEvents>,
         databases: Vec<(u32, String)>,
-        clients: Arc<Clients>,
+        tracking: Arc<Tracking>,
     ) -> PubSub {
         PubSub {
             registry: Mutex::default(),
             client: tokio::sync::watch::Sender::new(None),
-            tracking: Tracking::new(limits.output_limit),
+            tracking,
             limits,
             events,
             databases,
-            clients,
         }
     }
 
@@ -213,7 +208,7 @@ impl PubSub {
         // Lost or opened again: a keyspace's setting may have changed meanwhile, untold, and
         // invalidations may have been missed: tracking clients forget every key.
         self.events.forget();
-        self.tracking.invalidate_all(&self.clients);
+        self.tracking.invalidate_all();
         self.client.send_replace(client);
     }
 
@@ -248,8 +243,7 @@ impl PubSub {
                 .await
                 .map_err(|err| Reply::error(format!("ERR CLIENT TRACKING: {err}")))?;
             // Known here at once (the others read it again when told).
-            self.events
-                .trackers_changed(bucket.as_bytes(), wanted.then_some(true));
+            self.events.trackers_changed(bucket.as_bytes(), wanted.then_some(true));
         }
         *marked = wanted;
         Ok(())
@@ -265,11 +259,19 @@ impl PubSub {
     /// A tracked keyspace was flushed (FLUSHDB, FLUSHALL): every gateway's tracking clients
     /// forget all their keys (after the flush committed).
     pub async fn flushed(&self, bucket: &str) -> Result<(), Reply> {
-        let tracked = self.events.flags(bucket).await.map_err(super::connection::store_error)?;
+        let tracked = self
+            .events
+            .flags(bucket)
+            .await
+            .map_err(super::connection::store_error)?;
         if !tracked.tracked() {
             return Ok(());
         }
-        self.send(notify::FLUSHED, bucket.as_bytes(), b"").await
+        // This gateway's clients at once (before the reply); the others by the message, which
+        // names this gateway so that it is not applied here twice.
+        self.tracking.invalidate_all();
+        self.send(notify::FLUSHED, bucket.as_bytes(), &self.events.token.to_be_bytes())
+            .await
     }
 
     /// Sends a message of `kind` on `channel` through the database to every gateway.
@@ -387,7 +389,8 @@ impl PubSub {
             notify::EVENTS => self.deliver_events(&message),
             notify::SETTING => self.events.changed(channel, &message),
             notify::TRACKERS => self.events.trackers_changed(channel, None),
-            notify::FLUSHED => self.tracking.invalidate_all(&self.clients),
+            notify::FLUSHED if message[..] != self.events.token.to_be_bytes() => self.tracking.invalidate_all(),
+            notify::FLUSHED => {}
             _ => self.deliver_to(kind, Bytes::copy_from_slice(channel), message),
         }
     }
@@ -397,9 +400,10 @@ impl PubSub {
         let Some(received) = notify::Received::unpack(message) else {
             return;
         };
-        let from_here = received.token == Some(self.events.token);
-        self.tracking
-            .invalidate(&self.clients, received.bucket, from_here, received.changed());
+        // This gateway's own batches told its clients as they committed.
+        if received.token != Some(self.events.token) {
+            self.tracking.invalidate(received.bucket, false, received.changed());
+        }
         for (db, _) in self
             .databases
             .iter()

@@ -350,10 +350,7 @@ impl Scripts {
         };
         match self.attempt(&run, locking, &accept).await? {
             Attempt::Done(replies) => Ok(replies),
-            Attempt::Contended => match self
-                .attempt(&run, Locking::Keyspace, &accept)
-                .await?
-            {
+            Attempt::Contended => match self.attempt(&run, Locking::Keyspace, &accept).await? {
                 Attempt::Done(replies) => Ok(replies),
                 Attempt::Contended => unreachable!("no key lock is held elsewhere while the keyspace is held"),
             },
@@ -361,7 +358,12 @@ impl Scripts {
     }
 
     /// One run of `steps`: see [`Scripts::run`].
-    async fn attempt(&self, run: &Run<'_>, locking: Locking, accept: &impl Fn(&KvBatch) -> bool) -> StoreResult<Attempt> {
+    async fn attempt(
+        &self,
+        run: &Run<'_>,
+        locking: Locking,
+        accept: &impl Fn(&KvBatch) -> bool,
+    ) -> StoreResult<Attempt> {
         let Run {
             keyspace,
             steps,
@@ -380,12 +382,14 @@ impl Scripts {
         }
         let recorder = match locking {
             Locking::None => None,
-            _ => Recorder::new(self.pubsub.events.flags(keyspace.bucket()).await?, self.pubsub.events.token).map(
-                |mut recorder| {
-                    recorder.writer = client;
-                    recorder
-                },
-            ),
+            _ => Recorder::new(
+                self.pubsub.events.flags(keyspace.bucket()).await?,
+                self.pubsub.events.token,
+            )
+            .map(|mut recorder| {
+                recorder.writer = client;
+                recorder
+            }),
         };
         let mut session = Session {
             recorder,
@@ -426,10 +430,12 @@ impl Scripts {
             };
             replies.push(reply);
         }
-        if let Some(recorder) = session.recorder.take() {
-            recorder.finish(&mut session.batch).await?;
-        }
+        let changed = match session.recorder.take() {
+            Some(recorder) => recorder.finish(&mut session.batch).await?,
+            None => Default::default(),
+        };
         session.batch.commit().await?;
+        changed.tell(&self.pubsub.tracking, keyspace.bucket());
         // Sent once the writes they tell of are committed, so that a subscriber reading the
         // keys on a message sees them (as in Redis, where no one reads before the script ends).
         for (shard, channel, message) in session.published {

@@ -5,7 +5,8 @@
 //! marks its keyspaces tracked in the database (`pgvs3.resp_track`, by its LISTEN connection's
 //! backend, so a gateway that dies stops counting), and every gateway's batches on a tracked
 //! keyspace send the keys they change with their commit (notify.rs); the LISTEN connection
-//! hands them here. A connection that does not track costs nothing on its commands: it is not
+//! hands the other gateways' here, and this gateway's own batches tell it as they commit,
+//! before their replies. A connection that does not track costs nothing on its commands: it is not
 //! in these tables, and untracked keyspaces send nothing.
 //!
 //! As in Redis: a tracking client in the default mode is told about the keys it read (its
@@ -18,8 +19,8 @@
 //! through the same bounded mailboxes as pub/sub messages.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
@@ -164,21 +165,23 @@ pub struct Tracking {
     /// What a mailbox may hold (`--resp-pubsub-output-limit`): invalidations wait with the
     /// messages, under the same limit.
     output_limit: usize,
+    /// Where the clients' (and their redirects') mailboxes are found.
+    clients: Arc<Clients>,
     /// Whether this gateway's keyspaces are marked tracked in the database; held while they
     /// are marked or unmarked, so that the marks follow the trackers in order.
     pub(crate) marked: tokio::sync::Mutex<bool>,
 }
 
-
 /// One invalidation for one tracking client: the keys, or `None` for all of them (a flush).
 type Invalidation = (u64, Option<Vec<Bytes>>);
 
 impl Tracking {
-    pub fn new(output_limit: usize) -> Tracking {
+    pub fn new(output_limit: usize, clients: Arc<Clients>) -> Tracking {
         Tracking {
             state: Mutex::default(),
             max_keys: AtomicUsize::new(DEFAULT_MAX_KEYS),
             output_limit,
+            clients,
             marked: tokio::sync::Mutex::new(false),
         }
     }
@@ -217,7 +220,11 @@ impl Tracking {
             }
             if let Some(old) = state.trackers.get(&id) {
                 let mut prefixes = old.mode.prefixes.clone();
-                prefixes.extend(mode.prefixes.into_iter().filter(|prefix| !old.mode.prefixes.contains(prefix)));
+                prefixes.extend(
+                    mode.prefixes
+                        .into_iter()
+                        .filter(|prefix| !old.mode.prefixes.contains(prefix)),
+                );
                 mode.prefixes = prefixes;
             }
         }
@@ -257,7 +264,7 @@ impl Tracking {
 
     /// Remembers that client `id` read `keys` of `bucket`; past the table's limit, drops keys
     /// (and tells their clients) until it is within it again.
-    pub fn remember<'k>(&self, clients: &Clients, id: u64, bucket: &str, keys: impl IntoIterator<Item = &'k [u8]>) {
+    pub fn remember<'k>(&self, id: u64, bucket: &str, keys: impl IntoIterator<Item = &'k [u8]>) {
         let max = self.max_keys();
         let due = {
             let mut state = self.state();
@@ -294,13 +301,15 @@ impl Tracking {
             }
             due
         };
-        self.send(clients, due);
+        self.send(due);
     }
 
     /// Keys of `bucket` changed (each with its writer, `from_here` when the writers are clients
     /// of this gateway): the clients that read them, and the BCAST clients whose prefixes they
-    /// are under, are told.
-    pub fn invalidate<'k>(&self, clients: &Clients, bucket: &[u8], from_here: bool, changed: impl Iterator<Item = (&'k [u8], u64)>) {
+    /// are under, are told. This gateway's own batches tell it as they commit, before their
+    /// replies (so a read after a write here is never told of that write); the other gateways'
+    /// come by the LISTEN connection.
+    pub fn invalidate<'k>(&self, bucket: &[u8], from_here: bool, changed: impl Iterator<Item = (&'k [u8], u64)>) {
         let due = {
             let mut state = self.state();
             let state = &mut *state;
@@ -351,25 +360,26 @@ impl Tracking {
             due.extend(broadcast.into_iter().map(|((id, _), keys)| (id, Some(keys))));
             due
         };
-        self.send(clients, due);
+        self.send(due);
     }
 
     /// A tracked keyspace was flushed, or this gateway may have missed invalidations (its
     /// LISTEN connection was lost): every tracking client forgets all its keys (Redis's null
     /// invalidation), and the table is emptied.
-    pub fn invalidate_all(&self, clients: &Clients) {
+    pub fn invalidate_all(&self) {
         let due = {
             let mut state = self.state();
             state.keys.clear();
             state.remembered = 0;
             state.trackers.keys().map(|id| (*id, None)).collect()
         };
-        self.send(clients, due);
+        self.send(due);
     }
 
     /// Hands each invalidation to its client's mailbox, or its redirect's (see the module's
     /// comment); a redirect that is gone marks the client and, in RESP3, tells it.
-    fn send(&self, clients: &Clients, due: Vec<Invalidation>) {
+    fn send(&self, due: Vec<Invalidation>) {
+        let clients = &self.clients;
         if due.is_empty() {
             return;
         }
@@ -412,9 +422,15 @@ impl Tracking {
 
 fn info_reply(flags: Vec<&str>, redirect: i64, prefixes: Vec<Bytes>) -> Reply {
     Reply::Map(vec![
-        (Reply::text("flags"), Reply::Array(flags.into_iter().map(Reply::text).collect())),
+        (
+            Reply::text("flags"),
+            Reply::Array(flags.into_iter().map(Reply::text).collect()),
+        ),
         (Reply::text("redirect"), Reply::Integer(redirect)),
-        (Reply::text("prefixes"), Reply::Array(prefixes.into_iter().map(Reply::Bulk).collect())),
+        (
+            Reply::text("prefixes"),
+            Reply::Array(prefixes.into_iter().map(Reply::Bulk).collect()),
+        ),
     ])
 }
 
@@ -426,18 +442,16 @@ pub fn invalidation_reply(keys: Option<Vec<Bytes>>, message: bool) -> Reply {
         None => Reply::Nil,
     };
     match message {
-        true => Reply::Push(vec![
-            Reply::text("message"),
-            Reply::text("__redis__:invalidate"),
-            keys,
-        ]),
+        true => Reply::Push(vec![Reply::text("message"), Reply::text("__redis__:invalidate"), keys]),
         false => Reply::Push(vec![Reply::text("invalidate"), keys]),
     }
 }
 
 /// What a mailbox's invalidations hold of the pub/sub output limit.
 pub fn size(keys: &Option<Vec<Bytes>>) -> usize {
-    keys.as_ref().map_or(0, |keys| keys.iter().map(|key| key.len() + 16).sum()) + 48
+    keys.as_ref()
+        .map_or(0, |keys| keys.iter().map(|key| key.len() + 16).sum())
+        + 48
 }
 
 #[cfg(test)]
@@ -445,7 +459,9 @@ mod tests {
     use super::*;
 
     fn words(text: &str) -> Vec<Bytes> {
-        text.split_whitespace().map(|word| Bytes::copy_from_slice(word.as_bytes())).collect()
+        text.split_whitespace()
+            .map(|word| Bytes::copy_from_slice(word.as_bytes()))
+            .collect()
     }
 
     #[test]
@@ -465,11 +481,23 @@ mod tests {
             Err(Reply::Error(error)) => error,
             other => panic!("{other:?}"),
         };
-        assert_eq!(error("REDIRECT 8"), "ERR The client ID you want redirect to does not exist");
-        assert_eq!(error("REDIRECT 7 REDIRECT 7"), "ERR A client can only redirect to a single other client");
+        assert_eq!(
+            error("REDIRECT 8"),
+            "ERR The client ID you want redirect to does not exist"
+        );
+        assert_eq!(
+            error("REDIRECT 7 REDIRECT 7"),
+            "ERR A client can only redirect to a single other client"
+        );
         assert_eq!(error("PREFIX a"), "ERR PREFIX option requires BCAST mode to be enabled");
-        assert_eq!(error("BCAST OPTIN"), "ERR OPTIN and OPTOUT are not compatible with BCAST");
-        assert_eq!(error("OPTIN OPTOUT"), "ERR You can't specify both OPTIN mode and OPTOUT mode");
+        assert_eq!(
+            error("BCAST OPTIN"),
+            "ERR OPTIN and OPTOUT are not compatible with BCAST"
+        );
+        assert_eq!(
+            error("OPTIN OPTOUT"),
+            "ERR You can't specify both OPTIN mode and OPTOUT mode"
+        );
         assert_eq!(error("NOSUCH"), "ERR syntax error");
         assert_eq!(error("REDIRECT"), "ERR syntax error");
         assert_eq!(
@@ -488,20 +516,19 @@ mod tests {
 
     #[test]
     fn a_key_is_invalidated_once_for_its_readers_and_the_table_is_bounded() {
-        let clients = Clients::default();
-        let tracking = Tracking::new(1 << 20);
+        let tracking = Tracking::new(1 << 20, Arc::default());
         tracking.enable(1, Mode::default());
-        tracking.remember(&clients, 1, "b", [&b"k"[..], b"j"]);
+        tracking.remember(1, "b", [&b"k"[..], b"j"]);
         assert_eq!(tracking.state().remembered, 2);
-        tracking.invalidate(&clients, b"b", false, [(&b"k"[..], 0)].into_iter());
+        tracking.invalidate(b"b", false, [(&b"k"[..], 0)].into_iter());
         assert_eq!(tracking.state().remembered, 1);
         // Another keyspace's key of the same name is another key.
-        tracking.invalidate(&clients, b"other", false, [(&b"j"[..], 0)].into_iter());
+        tracking.invalidate(b"other", false, [(&b"j"[..], 0)].into_iter());
         assert_eq!(tracking.state().remembered, 1);
         tracking.set_max_keys(2);
-        tracking.remember(&clients, 1, "b", [&b"x"[..], b"y", b"z"]);
+        tracking.remember(1, "b", [&b"x"[..], b"y", b"z"]);
         assert_eq!(tracking.state().remembered, 2);
-        tracking.invalidate_all(&clients);
+        tracking.invalidate_all();
         assert_eq!(tracking.state().remembered, 0);
     }
 }

@@ -77,9 +77,13 @@ impl Connection {
         };
         match args[2].to_ascii_lowercase().as_slice() {
             b"yes" if tracking.mode.optin => tracking.caching = true,
-            b"yes" => return Reply::error("ERR CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode."),
+            b"yes" => {
+                return Reply::error("ERR CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode.");
+            }
             b"no" if tracking.mode.optout => tracking.caching = true,
-            b"no" => return Reply::error("ERR CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode."),
+            b"no" => {
+                return Reply::error("ERR CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode.");
+            }
             _ => return command::syntax_error(),
         }
         Reply::OK
@@ -128,14 +132,14 @@ impl Connection {
                 server
                     .pubsub
                     .tracking
-                    .remember(&server.clients, self.id(), bucket, keys.iter().map(|key| key.as_bytes()));
+                    .remember(self.id(), bucket, keys.iter().map(|key| key.as_bytes()));
             }
             None if crate::resp::script::is_script(spec.name) => {
                 let keys = crate::resp::command_info::key_positions(spec, args);
                 server
                     .pubsub
                     .tracking
-                    .remember(&server.clients, self.id(), bucket, keys.iter().map(|at| &args[*at][..]));
+                    .remember(self.id(), bucket, keys.iter().map(|at| &args[*at][..]));
             }
             _ => {}
         }
