@@ -423,3 +423,30 @@ print("done")
     );
     a.python_passes(&script, "done").await;
 }
+
+/// An expired key is invalidated when the reaper deletes it (its statement sends the keys of a
+/// tracked keyspace, whatever its notifications setting), and no `expired` event is published
+/// for a keyspace whose setting asks for none.
+#[tokio::test]
+async fn an_expired_key_is_invalidated_by_the_reaper() {
+    let gateway = TestGateway::with_resp(&["--maintenance-interval", "200ms"]).await;
+    let mut writer = RawResp::connect(gateway.resp_addr()).await;
+    writer.command(&["SET", "short", "v", "PX", "5000"]).await;
+    writer.command(&["SET", "kept", "v"]).await;
+    let mut subscriber = RawResp::connect(gateway.resp_addr()).await;
+    subscriber.command(&["PSUBSCRIBE", "*"]).await;
+    let mut tracker = RawResp::connect(gateway.resp_addr()).await;
+    tracker.command(&["HELLO", "3"]).await;
+    tracker.command(&["CLIENT", "TRACKING", "on"]).await;
+    assert_eq!(
+        tracker.command(&["MGET", "short", "kept"]).await,
+        Value::Array(vec![bulk("v"), bulk("v")])
+    );
+    assert_eq!(next_push(&mut tracker).await, invalidate(&["short"]));
+    // The subscriber got nothing of it: the next message it gets is this one.
+    writer.command(&["PUBLISH", "after", "x"]).await;
+    assert_eq!(
+        next_push(&mut subscriber).await,
+        Value::Array(vec![bulk("pmessage"), bulk("*"), bulk("after"), bulk("x")])
+    );
+}
