@@ -158,6 +158,34 @@ struct State {
     remembered: usize,
 }
 
+impl State {
+    /// Drops keys past `max` (0: no limit) and answers the invalidations of their readers, as
+    /// if the keys changed.
+    fn over_limit(&mut self, max: usize) -> Vec<Invalidation> {
+        let mut due = Vec::new();
+        while max > 0 && self.remembered > max {
+            // Any key: Redis drops random ones.
+            let Some((bucket, table)) = self.keys.iter_mut().find(|(_, table)| !table.is_empty()) else {
+                break;
+            };
+            let Some(key) = table.keys().next().cloned() else { break };
+            let bucket = bucket.clone();
+            let readers = self
+                .keys
+                .get_mut(&bucket)
+                .and_then(|table| table.remove(&key))
+                .unwrap_or_default();
+            self.remembered -= 1;
+            for reader in readers {
+                if self.trackers.get(&reader).is_some_and(|tracker| !tracker.mode.bcast) {
+                    due.push((reader, Some(vec![key.clone()])));
+                }
+            }
+        }
+        due
+    }
+}
+
 /// This gateway's tracking clients and the keys they read.
 pub struct Tracking {
     state: Mutex<State>,
@@ -195,9 +223,11 @@ impl Tracking {
         self.max_keys.load(Ordering::Relaxed)
     }
 
-    /// CONFIG SET tracking-table-max-keys: this gateway's table (applied at its next read).
+    /// CONFIG SET tracking-table-max-keys: this gateway's table, trimmed to it at once.
     pub fn set_max_keys(&self, max: usize) {
         self.max_keys.store(max, Ordering::Relaxed);
+        let due = self.state().over_limit(max);
+        self.send(due);
     }
 
     /// Whether any client of this gateway tracks.
@@ -279,27 +309,7 @@ impl Tracking {
                     readers.push(id);
                 }
             }
-            let mut due = Vec::new();
-            while max > 0 && state.remembered > max {
-                // Any key: Redis drops random ones.
-                let Some((bucket, table)) = state.keys.iter_mut().find(|(_, table)| !table.is_empty()) else {
-                    break;
-                };
-                let Some(key) = table.keys().next().cloned() else { break };
-                let bucket = bucket.clone();
-                let readers = state
-                    .keys
-                    .get_mut(&bucket)
-                    .and_then(|table| table.remove(&key))
-                    .unwrap_or_default();
-                state.remembered -= 1;
-                for reader in readers {
-                    if state.trackers.get(&reader).is_some_and(|tracker| !tracker.mode.bcast) {
-                        due.push((reader, Some(vec![key.clone()])));
-                    }
-                }
-            }
-            due
+            state.over_limit(max)
         };
         self.send(due);
     }
