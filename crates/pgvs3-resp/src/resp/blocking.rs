@@ -290,76 +290,6 @@ pub fn timeout(arg: &[u8]) -> Result<Option<Duration>, Reply> {
     Ok((seconds > 0.0).then(|| Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX)))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::resp::typed::Shape;
-    use crate::store::StreamGroupOp;
-
-    const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
-
-    fn types(strings: &[&'static str]) -> impl Fn(&str) -> Option<Option<KeyType>> {
-        move |key| match key {
-            key if strings.contains(&key) => Some(None),
-            "stream" => Some(Some(KeyType::Stream)),
-            _ => None,
-        }
-    }
-
-    #[test]
-    fn a_key_of_another_type_is_passed_over() {
-        let keys = |keys: &[&str]| keys.iter().map(|key| key.to_string()).collect::<Vec<_>>();
-        let pop = Typed::new(ListOp::Blpop, keys(&["a", "b"]), &[], Shape::BlockPop);
-        let Retry::Attempt(attempt) = after_error(&pop, WRONGTYPE, types(&["a"])) else {
-            panic!("b may still serve it")
-        };
-        assert_eq!(attempt.call.keys, ["b"]);
-        assert!(matches!(after_error(&pop, WRONGTYPE, types(&["a", "b"])), Retry::Wait));
-        // XREAD drops the stream's position with it: {count, (mode, ms, seq) per stream}.
-        let read = Typed::new(StreamOp::Xread, keys(&["a", "b"]), &[], Shape::Bulks).ints(&[
-            Some(10),
-            Some(0),
-            Some(1),
-            Some(2),
-            Some(0),
-            Some(3),
-            Some(4),
-        ]);
-        let Retry::Attempt(attempt) = after_error(&read, WRONGTYPE, types(&["a"])) else {
-            panic!("b may still serve it")
-        };
-        assert_eq!(attempt.call.ints, [Some(10), Some(0), Some(3), Some(4)]);
-        // BLMOVE: a wrong-typed source waits, a wrong-typed destination answers.
-        let lmove = Typed::new(ListOp::Lmove, keys(&["src", "dst"]), &[], Shape::Bulk);
-        assert!(matches!(after_error(&lmove, WRONGTYPE, types(&["src"])), Retry::Wait));
-        assert!(
-            matches!(after_error(&lmove, WRONGTYPE, types(&["dst"])), Retry::Answer(Reply::Error(e)) if e == WRONGTYPE)
-        );
-    }
-
-    #[test]
-    fn xreadgroup_is_unblocked_when_its_stream_or_group_goes() {
-        let group = |key: &str| Typed::new(StreamGroupOp::Xreadgroup, vec![key.to_owned()], &[], Shape::Bulks);
-        let answer = |retry| match retry {
-            Retry::Answer(Reply::Error(text)) => text,
-            other => panic!("{other:?}"),
-        };
-        assert_eq!(
-            answer(after_error(&group("stream"), "NOGROUP x", types(&[]))),
-            GROUP_GONE
-        );
-        assert_eq!(
-            answer(after_error(&group("gone"), "NOGROUP x", types(&[]))),
-            STREAM_GONE
-        );
-        assert_eq!(answer(after_error(&group("s"), WRONGTYPE, types(&["s"]))), STREAM_GONE);
-        assert_eq!(
-            answer(after_error(&group("stream"), "ERR other", types(&[]))),
-            "ERR other"
-        );
-    }
-}
-
 /// A blocked client's reply to `CLIENT UNBLOCK <id> ERROR`, as Redis's.
 const UNBLOCKED: &str = "UNBLOCKED client unblocked via CLIENT UNBLOCK";
 
@@ -474,5 +404,75 @@ impl Connection {
             TypedRow { err: Some(err), .. } => Err(Reply::Error(err)),
             row => Ok(row),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resp::typed::Shape;
+    use crate::store::StreamGroupOp;
+
+    const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+    fn types(strings: &[&'static str]) -> impl Fn(&str) -> Option<Option<KeyType>> {
+        move |key| match key {
+            key if strings.contains(&key) => Some(None),
+            "stream" => Some(Some(KeyType::Stream)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_key_of_another_type_is_passed_over() {
+        let keys = |keys: &[&str]| keys.iter().map(|key| key.to_string()).collect::<Vec<_>>();
+        let pop = Typed::new(ListOp::Blpop, keys(&["a", "b"]), &[], Shape::BlockPop);
+        let Retry::Attempt(attempt) = after_error(&pop, WRONGTYPE, types(&["a"])) else {
+            panic!("b may still serve it")
+        };
+        assert_eq!(attempt.call.keys, ["b"]);
+        assert!(matches!(after_error(&pop, WRONGTYPE, types(&["a", "b"])), Retry::Wait));
+        // XREAD drops the stream's position with it: {count, (mode, ms, seq) per stream}.
+        let read = Typed::new(StreamOp::Xread, keys(&["a", "b"]), &[], Shape::Bulks).ints(&[
+            Some(10),
+            Some(0),
+            Some(1),
+            Some(2),
+            Some(0),
+            Some(3),
+            Some(4),
+        ]);
+        let Retry::Attempt(attempt) = after_error(&read, WRONGTYPE, types(&["a"])) else {
+            panic!("b may still serve it")
+        };
+        assert_eq!(attempt.call.ints, [Some(10), Some(0), Some(3), Some(4)]);
+        // BLMOVE: a wrong-typed source waits, a wrong-typed destination answers.
+        let lmove = Typed::new(ListOp::Lmove, keys(&["src", "dst"]), &[], Shape::Bulk);
+        assert!(matches!(after_error(&lmove, WRONGTYPE, types(&["src"])), Retry::Wait));
+        assert!(
+            matches!(after_error(&lmove, WRONGTYPE, types(&["dst"])), Retry::Answer(Reply::Error(e)) if e == WRONGTYPE)
+        );
+    }
+
+    #[test]
+    fn xreadgroup_is_unblocked_when_its_stream_or_group_goes() {
+        let group = |key: &str| Typed::new(StreamGroupOp::Xreadgroup, vec![key.to_owned()], &[], Shape::Bulks);
+        let answer = |retry| match retry {
+            Retry::Answer(Reply::Error(text)) => text,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            answer(after_error(&group("stream"), "NOGROUP x", types(&[]))),
+            GROUP_GONE
+        );
+        assert_eq!(
+            answer(after_error(&group("gone"), "NOGROUP x", types(&[]))),
+            STREAM_GONE
+        );
+        assert_eq!(answer(after_error(&group("s"), WRONGTYPE, types(&["s"]))), STREAM_GONE);
+        assert_eq!(
+            answer(after_error(&group("stream"), "ERR other", types(&[]))),
+            "ERR other"
+        );
     }
 }

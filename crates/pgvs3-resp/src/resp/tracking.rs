@@ -83,7 +83,13 @@ impl Mode {
     /// Whether a read by the client is remembered, after CLIENT CACHING `caching` (given for
     /// this command).
     pub fn remembers(&self, caching: bool) -> bool {
-        !self.bcast && !(self.optin && !caching) && !(self.optout && caching)
+        // OPTIN: only with CACHING YES given; OPTOUT: unless CACHING NO was given.
+        let chosen = match (self.optin, self.optout) {
+            (true, _) => caching,
+            (_, true) => !caching,
+            _ => true,
+        };
+        !self.bcast && chosen
     }
 }
 
@@ -337,7 +343,7 @@ impl Tracking {
                     state.remembered -= 1;
                     for reader in readers {
                         match state.trackers.get(&reader) {
-                            Some(tracker) if !tracker.mode.bcast && !(tracker.mode.noloop && own(reader)) => {
+                            Some(tracker) if !tracker.mode.bcast && (!tracker.mode.noloop || !own(reader)) => {
                                 due.push((reader, Some(vec![Bytes::copy_from_slice(key)])));
                             }
                             _ => {}
