@@ -33,3 +33,33 @@ BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
     PERFORM pgvs3.resp_notify(channel, message, inline_limit);
 END $$;
+
+-- CLIENT TRACKING (resp/tracking.rs): marks `bucket` as tracked by the calling backend (a
+-- gateway's LISTEN connection) or takes the mark away, drops the marks of backends that are
+-- gone, and tells every gateway (a message of kind `T`, resp/notify.rs `TRACKERS`) to read
+-- the keyspace's state again.
+CREATE OR REPLACE FUNCTION pgvs3.resp_track(bucket text, tracked boolean, inline_limit int) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM pgvs3.resp_tracking t
+     WHERE t.bucket = resp_track.bucket
+       AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a
+                        WHERE a.pid = t.pid AND a.backend_start = t.backend_start
+                          AND a.pid <> pg_backend_pid());
+    IF tracked THEN
+        INSERT INTO pgvs3.resp_tracking (bucket, pid, backend_start)
+        SELECT resp_track.bucket, a.pid, a.backend_start FROM pg_stat_activity a
+         WHERE a.pid = pg_backend_pid()
+        ON CONFLICT DO NOTHING;
+    END IF;
+    PERFORM pgvs3.resp_notify('\x54'::bytea || convert_to(bucket, 'UTF8'), ''::bytea, inline_limit);
+END $$;
+
+-- Whether a live backend tracks `bucket`: its writes must then send the keys they change.
+CREATE OR REPLACE FUNCTION pgvs3.resp_tracked(bucket text) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM pgvs3.resp_tracking t
+                     JOIN pg_stat_activity a ON a.pid = t.pid AND a.backend_start = t.backend_start
+                    WHERE t.bucket = resp_tracked.bucket);
+END $$;

@@ -92,6 +92,16 @@ async fn bit_commands_keys_are_checked_by_how_they_are_used() {
         &["bitop", "and", "read1", "read2"],
         &["bitop", "and", "write1", "write2"],
         &["bitop", "not", "rw1", "rw1"],
+        // SET overwrites unless GET reads; MSET overwrites; a move reads and deletes from its
+        // source and inserts into its destination; SORT reads its key, overwrites its STORE.
+        &["set", "writestr", "v"],
+        &["set", "writestr", "v", "get"],
+        &["set", "readstr", "v"],
+        &["mset", "write1", "v", "write2", "v"],
+        &["lmove", "rw1", "write1", "left", "right"],
+        &["lmove", "write1", "rw1", "left", "right"],
+        &["sort", "read1", "store", "write1"],
+        &["sort", "write1", "store", "read1"],
     ] {
         let mut dryrun = vec!["ACL", "DRYRUN", OPS.0];
         dryrun.extend_from_slice(command);

@@ -686,6 +686,63 @@ async fn transactions_with_multi_exec_and_watch() {
     assert_eq!(raw.command(&["UNWATCH"]).await, Value::Simple("OK".into()));
 }
 
+/// As Redis: a command refused before it runs (unknown, wrong arity) while queueing makes EXEC
+/// answer EXECABORT; one whose arguments are bad is queued, and its error is its place in
+/// EXEC's reply, beside the others' results. Compared live with redis-server.
+#[tokio::test]
+async fn argument_errors_inside_multi_answer_inside_exec_as_redis_does() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let redis = crate::live_redis::LiveRedis::start().await;
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let mut theirs = redis.connect().await;
+    crate::live_redis::same_lines(
+        &mut ours,
+        &mut theirs,
+        &[
+            "MULTI",
+            "SET k 1",
+            "SET k v NX XX",
+            "SET k v EX notanumber",
+            "INCRBY k 5",
+            "EXPIRE k abc",
+            "ZADD z NX XX 1 m",
+            "HINCRBY h f x",
+            "LPUSH l a",
+            "GET k",
+            "EXEC",
+            "GET k",
+            "LRANGE l 0 -1",
+            // A wrong arity or an unknown command while queueing aborts it all.
+            "MULTI",
+            "SET k 2",
+            "GET",
+            "SET k v NX XX",
+            "EXEC",
+            "MULTI",
+            "SET k 3",
+            "NOSUCHCOMMAND x",
+            "EXEC",
+            "GET k",
+            // An unknown subcommand, or a subcommand's wrong arity, too.
+            "MULTI",
+            "SET k 4",
+            "OBJECT NOSUCH k",
+            "EXEC",
+            "MULTI",
+            "SET k 5",
+            "OBJECT ENCODING",
+            "EXEC",
+            "GET k",
+            // Only bad arguments: every part of EXEC's reply is an error.
+            "MULTI",
+            "SET k v NX XX",
+            "EXEC",
+            "GET k",
+        ],
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn resp3_after_hello_3() {
     let gateway = TestGateway::with_resp(&[]).await;

@@ -26,4 +26,5 @@ mod server_commands;
 mod sort;
 mod stream_groups;
 mod streams;
+mod tracking;
 mod types;

@@ -32,6 +32,22 @@ pub async fn open(client: &redis::Client) -> MultiplexedConnection {
         .unwrap()
 }
 
+/// [`open`], with the connection's pushes (RESP3: pub/sub messages, invalidations) sent to
+/// `pushes`.
+pub async fn open_with_pushes(
+    client: &redis::Client,
+    pushes: tokio::sync::mpsc::UnboundedSender<redis::PushInfo>,
+) -> MultiplexedConnection {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_response_timeout(Some(Duration::from_secs(60)))
+        .set_connection_timeout(Some(Duration::from_secs(20)))
+        .set_push_sender(pushes);
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap()
+}
+
 pub fn command(args: &[&str]) -> redis::Cmd {
     let mut cmd = redis::cmd(args[0]);
     for arg in &args[1..] {

@@ -13,17 +13,18 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use tokio::sync::Notify;
 
 use super::codec::Reply;
-use super::command::parse_float;
+use super::command::{KeyCommand, Spec, parse_float};
+use super::connection::{BUSY, Connection, store_error};
 use super::pubsub::PubSub;
 use super::typed::Typed;
 use crate::pg::connections::{Connections, session_settings};
-use crate::store::{Family, KeyType, ListOp, StreamOp};
+use crate::store::{Access, Family, KeyType, ListOp, StreamOp, TypedRow};
 
 /// How long to wait before opening a lost LISTEN connection again.
 const LISTEN_RETRY: Duration = Duration::from_secs(1);
@@ -193,7 +194,16 @@ async fn listen(
     wakeups.wake_all();
     let publish = client.prepare(PubSub::PUBLISH).await?;
     pubsub.set_client(Some((Arc::clone(&client), publish)));
-    let dispatch = pubsub.dispatch(&client, payloads);
+    // The keyspaces' tracking marks named the lost connection's backend: marked again.
+    let remark = async {
+        if let Err(err) = pubsub.mark_tracked(true).await {
+            tracing::warn!(error = ?err, "CLIENT TRACKING: keyspaces not marked tracked again");
+        }
+    };
+    let dispatch = async {
+        remark.await;
+        pubsub.dispatch(&client, payloads).await
+    };
     tokio::select! {
         ended = driver => ended??,
         () = dispatch => {}
@@ -278,6 +288,123 @@ pub fn timeout(arg: &[u8]) -> Result<Option<Duration>, Reply> {
         return Err(Reply::error("ERR timeout is negative"));
     }
     Ok((seconds > 0.0).then(|| Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX)))
+}
+
+/// A blocked client's reply to `CLIENT UNBLOCK <id> ERROR`, as Redis's.
+const UNBLOCKED: &str = "UNBLOCKED client unblocked via CLIENT UNBLOCK";
+
+impl Connection {
+    /// A blocking pop or XREAD BLOCK: tries, and until it finds something or its timeout
+    /// passes, waits to be told that one of its keys got elements (or `--resp-block-poll`),
+    /// then tries again. It waits without its admission slot (and without a database
+    /// connection), and takes a slot again for each attempt: blocked clients must not keep the
+    /// others, among them the one that would push their element, from being served.
+    pub(crate) async fn block(&mut self, typed: &super::typed::Typed, spec: &'static Spec) -> Reply {
+        let deadline = typed
+            .blocking
+            .flatten()
+            .and_then(|timeout| Instant::now().checked_add(timeout));
+        let waiter = self.server.wakeups.register(&typed.call.keys);
+        let typed = match super::stream::last_ids_call(typed) {
+            // Read after registering: an entry added in between wakes this client.
+            Some(last_ids) => match self.typed_read(&last_ids).await {
+                Ok(row) => super::stream::after_last_ids(typed, &row),
+                Err(reply) => return reply,
+            },
+            None => typed.clone(),
+        };
+        // What an attempt that found nothing answered (the first attempt's, when it waits).
+        let mut nothing: Option<Reply> = None;
+        let mut attempt = typed.clone();
+        let mut checks = 0;
+        let unblock = std::sync::Arc::new(super::clients::Unblock::default());
+        loop {
+            if self.admitted.is_none() {
+                match self.server.admission.admit_again().await {
+                    Ok(admitted) => self.admitted = Some(admitted),
+                    Err(_) => return Reply::error(BUSY),
+                }
+            }
+            let command = [(KeyCommand::Typed(Box::new(attempt)), spec)];
+            let reply = match self.execute(&command, spec.is_write(), &[]).await {
+                Ok(mut replies) => replies.pop().unwrap_or(Reply::Nil),
+                Err(reply) => reply,
+            };
+            attempt = typed.clone();
+            match reply {
+                Reply::Nil | Reply::NilArray => {
+                    nothing = Some(reply);
+                    checks = 0;
+                }
+                // An error after the first attempt: what its keys hold decides (blocking.rs).
+                Reply::Error(error) if nothing.is_some() => match self.after_error(&typed, &error).await {
+                    Retry::Wait => {}
+                    Retry::Answer(reply) => return reply,
+                    // Bounded: the keys may change under each look.
+                    Retry::Attempt(again) if checks < 3 => {
+                        checks += 1;
+                        attempt = again;
+                        continue;
+                    }
+                    Retry::Attempt(_) => {}
+                },
+                reply => return reply,
+            }
+            let reply = nothing.clone().expect("set by an attempt that found nothing");
+            self.admitted = None;
+            let poll = Instant::now() + self.server.settings.block_poll;
+            let wake_at = deadline.map_or(poll, |deadline| deadline.min(poll));
+            // Blocked from the first wait on, for CLIENT UNBLOCK (which takes it back).
+            self.set_client(|info| {
+                info.blocked.get_or_insert_with(|| std::sync::Arc::clone(&unblock));
+            });
+            tokio::select! {
+                () = waiter.woken() => {}
+                () = tokio::time::sleep_until(wake_at.into()) => {}
+                () = self.registration.killed() => return reply,
+                error = unblock.woken() => {
+                    return match error {
+                        true => Reply::error(UNBLOCKED),
+                        false => reply,
+                    };
+                }
+            }
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return reply;
+            }
+        }
+    }
+
+    /// What a blocked client does after `error` from a later attempt: looks at what its keys
+    /// hold now, when the error may come from a key another client changed.
+    async fn after_error(&self, typed: &super::typed::Typed, error: &str) -> Retry {
+        if !(error.starts_with("WRONGTYPE") || error.starts_with("NOGROUP")) {
+            return Retry::Answer(Reply::Error(error.to_owned()));
+        }
+        let batch = match self.keyspace(Access::Read).await {
+            Ok(keyspace) => keyspace.read(&typed.call.keys).await.map_err(store_error),
+            Err(reply) => Err(reply),
+        };
+        match batch {
+            Ok(batch) => super::blocking::after_error(typed, error, |key| {
+                batch.get(key).map(|entry| match entry.value {
+                    crate::store::KvValue::Typed(kind) => Some(kind),
+                    _ => None,
+                })
+            }),
+            Err(reply) => Retry::Answer(reply),
+        }
+    }
+
+    /// One typed read, its row as the SQL answered it.
+    async fn typed_read(&self, typed: &super::typed::Typed) -> Result<TypedRow, Reply> {
+        let keyspace = self.keyspace(Access::Read).await?;
+        let row = keyspace.typed_read(&[&typed.call]).await.map_err(store_error)?.pop();
+        match row.unwrap_or_default() {
+            TypedRow { err: Some(err), .. } => Err(Reply::Error(err)),
+            row => Ok(row),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -32,6 +32,9 @@ pub struct ClientInfo {
     /// Set while the client waits in a blocking command (BLPOP, XREAD BLOCK, ...): what
     /// CLIENT UNBLOCK wakes it with.
     pub blocked: Option<Arc<Unblock>>,
+    /// Where pushes to the client wait (pub/sub messages, invalidations), once it has one: a
+    /// subscriber or a tracking client. CLIENT TRACKING's REDIRECT finds it here.
+    pub inbox: Option<Arc<super::pubsub::Mailbox>>,
 }
 
 /// CLIENT UNBLOCK's call to a blocked client: wake, and whether to answer an error rather
@@ -71,6 +74,7 @@ impl ClientInfo {
             subscriptions: [0; 3],
             kill: Arc::new(tokio::sync::Notify::new()),
             blocked: None,
+            inbox: None,
         }
     }
 
@@ -201,6 +205,22 @@ impl Clients {
             .get(&id)
             .map(|info| info.name.clone())
             .filter(|name| !name.is_empty())
+    }
+
+    /// Whether client `id` is connected to this gateway.
+    pub fn exists(&self, id: u64) -> bool {
+        self.connected().contains_key(&id)
+    }
+
+    /// Client `id`'s inbox, protocol and whether it is subscribed; `None` when it is gone.
+    pub fn inbox(&self, id: u64) -> Option<(Option<Arc<super::pubsub::Mailbox>>, u8, bool)> {
+        self.connected().get(&id).map(|info| {
+            (
+                info.inbox.clone(),
+                info.resp,
+                info.subscriptions.iter().any(|count| *count > 0),
+            )
+        })
     }
 
     /// Client `id`'s address.

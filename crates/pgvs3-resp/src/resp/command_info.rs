@@ -129,8 +129,9 @@ pub(crate) fn key_positions(spec: &Spec, args: &[Bytes]) -> Vec<usize> {
         "zunionstore" | "zinterstore" | "zdiffstore" => counted(2, true),
         "zunion" | "zinter" | "zdiff" | "zintercard" | "sintercard" | "zmpop" | "lmpop" => counted(1, false),
         "bzmpop" | "blmpop" => counted(2, false),
+        "sort" => std::iter::once(1).chain(sort_store(args)).collect(),
         // The key, and a STORE (or STOREDIST) destination.
-        "sort" | "georadius" | "georadiusbymember" => {
+        "georadius" | "georadiusbymember" => {
             let store = args
                 .iter()
                 .skip(2)
@@ -162,10 +163,27 @@ pub(crate) fn key_positions(spec: &Spec, args: &[Bytes]) -> Vec<usize> {
     }
 }
 
+/// Where SORT's STORE destination is, as Redis's `sortGetKeys` finds it: LIMIT, GET and BY
+/// skip their arguments, and the last STORE counts.
+fn sort_store(args: &[Bytes]) -> Option<usize> {
+    let mut store = None;
+    let mut i = 2;
+    while i < args.len() {
+        match args[i].to_ascii_lowercase().as_slice() {
+            b"limit" => i += 2,
+            b"get" | b"by" => i += 1,
+            b"store" if i + 1 < args.len() => store = Some(i + 1),
+            _ => {}
+        }
+        i += 1;
+    }
+    store
+}
+
 /// The key-spec flags of a command's keys (COMMAND INFO's key specs), by the broad kind of
 /// access: read, removal, or read-and-update. Redis distinguishes finer cases per key (SET's
-/// key is `OW update`, LMOVE's destination `RW insert`); pgvs3 does so only where the kind
-/// differs ([`key_flags_at`]).
+/// key is `OW update`, LMOVE's destination `RW insert`); [`key_flags_at`] does for the
+/// commands whose keys differ.
 pub(crate) fn key_flags(spec: &Spec) -> &'static [&'static str] {
     match spec.name {
         "del" | "unlink" => &["RM", "delete"],
@@ -177,12 +195,22 @@ pub(crate) fn key_flags(spec: &Spec) -> &'static [&'static str] {
     }
 }
 
-/// The flags of the key at `args[at]` (GETKEYSANDFLAGS, and what the ACL checks of it): BITOP
-/// only writes its destination and reads its sources; BITFIELD only reads its key when it has
-/// no SET or INCRBY (Redis's `bitfieldGetKeys`, a malformed one counting as a write); the
-/// others' keys as [`key_flags`].
+/// The flags of the key at `args[at]` (GETKEYSANDFLAGS, and what the ACL checks of it), as
+/// Redis 7.0's key specs and `*GetKeys` functions give them: SET overwrites its key unless GET
+/// reads it first (`setGetKeys`), MSET overwrites each; a move takes from its source and
+/// inserts into its destination; SORT reads its key and overwrites its STORE destination;
+/// BITOP only writes its destination and reads its sources; BITFIELD only reads its key when it
+/// has no SET or INCRBY (`bitfieldGetKeys`, a malformed one counting as a write); the others'
+/// keys as [`key_flags`].
 pub(crate) fn key_flags_at(spec: &Spec, args: &[Bytes], at: usize) -> &'static [&'static str] {
     match spec.name {
+        "set" if args.iter().skip(3).any(|arg| arg.eq_ignore_ascii_case(b"get")) => &["RW", "access", "update"],
+        "set" | "mset" | "setex" | "psetex" => &["OW", "update"],
+        "msetnx" | "setnx" => &["OW", "insert"],
+        "lmove" | "blmove" | "rpoplpush" | "brpoplpush" | "smove" if at == 1 => &["RW", "access", "delete"],
+        "lmove" | "blmove" | "rpoplpush" | "brpoplpush" | "smove" => &["RW", "insert"],
+        "sort" if at == 1 => &["RO", "access"],
+        "sort" => &["OW", "update"],
         "bitop" if at == 2 => &["OW", "update"],
         "bitop" => &["RO", "access"],
         "bitfield" if bitfield_reads_only(args) => &["RO", "access"],

@@ -11,17 +11,17 @@ use tracing::Instrument;
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::blocking::Retry;
+use super::RespServer;
 use super::clients::Registration;
 use super::codec::{Reply, RequestParser};
 use super::command::{self, KeyCommand, Spec, wrong_arity};
 use super::commands::pubsub::is_subscription;
-use super::commands::transactions::{Fingerprint, MultiQueue, Queued, fingerprint};
+use super::commands::transactions::{Fingerprint, MultiQueue, Queued};
+use super::execute::Run;
 use super::pubsub::Mailbox;
-use super::{RespServer, keys};
 use crate::bucket::Keyspace;
 use crate::http_server::Shutdown;
-use crate::store::{Access, Principal, StoreError, TypedRow};
+use crate::store::{Access, Principal, StoreError};
 
 /// Requests taken from the input buffer per batch: bounds the replies held in memory.
 const MAX_BATCH: usize = 1024;
@@ -30,12 +30,6 @@ const READ_SIZE: usize = 16 * 1024;
 /// Input a connection may buffer without drawing on the buffer budget: ordinary requests and
 /// pipelines never reach it.
 const UNBUDGETED_INPUT: usize = 1024 * 1024;
-/// A read's reply the database may send without its memory reserved from the buffer budget
-/// (about twice this as a datum: see `TypedCall::reply_limit`).
-const UNBUDGETED_REPLY: i64 = 1024 * 1024;
-/// What a read gets whose reply does not fit in the buffer budget now.
-const REPLY_OVER_BUDGET: &str =
-    "OOM command not allowed: the reply does not fit in the server's buffer budget now, retry later";
 /// How long a batch runs on after its client's input ended (a half-closed client still reads
 /// the answers) before it is dropped and its statement cancelled as a gone client's.
 const EOF_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
@@ -45,23 +39,12 @@ const INPUT_OVER_BUDGET: &str =
     "OOM command not allowed: the request does not fit in the server's buffer budget now, retry later";
 
 const READONLY: &str = "READONLY You can't write against a read only replica.";
-const BUSY: &str = "BUSY the server is overloaded, try again later";
+pub(crate) const BUSY: &str = "BUSY the server is overloaded, try again later";
 const NOAUTH: &str = "NOAUTH Authentication required.";
-/// A blocked client's reply to `CLIENT UNBLOCK <id> ERROR`, as Redis's.
-const UNBLOCKED: &str = "UNBLOCKED client unblocked via CLIENT UNBLOCK";
 pub(crate) const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 /// AUTH with temporary (STS) credentials: refused, they are good only with their session token.
 pub(crate) const STS_REFUSED: &str =
     "WRONGPASS temporary (STS) credentials need their session token, which AUTH cannot carry: use a static access key";
-
-/// A run of consecutive key commands, executed together: as one statement when all of them
-/// read, else as one transaction (reads then see the writes before them, as they would in
-/// Redis, and the whole run costs one commit).
-#[derive(Default)]
-struct Run {
-    write: bool,
-    commands: Vec<(KeyCommand, &'static Spec)>,
-}
 
 pub struct Connection {
     pub(crate) server: Arc<RespServer>,
@@ -102,6 +85,8 @@ pub struct Connection {
     pub(crate) shard_channels: HashSet<Bytes>,
     /// MONITOR: the lines of this gateway's commands waiting for this client.
     pub(crate) monitor: Option<Arc<super::monitor::Feed>>,
+    /// CLIENT TRACKING: this connection's options, while it tracks (`commands/tracking.rs`).
+    pub(crate) tracking: Option<super::commands::tracking::ClientTracking>,
 }
 
 /// What a RESP2 client in subscribe mode may still send, with Redis's refusal of the rest.
@@ -155,6 +140,7 @@ impl Connection {
             patterns: HashSet::new(),
             shard_channels: HashSet::new(),
             monitor: None,
+            tracking: None,
         }
     }
 
@@ -162,10 +148,15 @@ impl Connection {
         !(self.channels.is_empty() && self.patterns.is_empty() && self.shard_channels.is_empty())
     }
 
+    /// Whether pushes may come to the inbox (pub/sub messages, invalidations).
+    fn listening(&self) -> bool {
+        self.subscribed() || self.tracking.is_some()
+    }
+
     /// Writes `output`; false when the client is gone, or (a subscriber) let its messages pile
     /// up past `--resp-pubsub-output-limit` while this write waited.
     async fn write_out<S: AsyncWrite + Unpin>(&self, stream: &mut S, output: &[u8]) -> bool {
-        let Some(mailbox) = self.mailbox.as_ref().filter(|_| self.subscribed()) else {
+        let Some(mailbox) = self.mailbox.as_ref().filter(|_| self.listening()) else {
             return stream.write_all(output).await.is_ok();
         };
         let write = stream.write_all(output);
@@ -249,7 +240,7 @@ impl Connection {
                         None => stream.read_buf(&mut input).await,
                     }
                 };
-                let mailbox = self.mailbox.clone().filter(|_| self.subscribed());
+                let mailbox = self.mailbox.clone().filter(|_| self.listening());
                 let mail = async {
                     match &mailbox {
                         Some(mailbox) => mailbox.arrived().await,
@@ -479,16 +470,31 @@ impl Connection {
             let name = String::from_utf8_lossy(name).to_ascii_lowercase();
             let spec = command::lookup(&name);
             last_command = spec.map_or("unknown", |spec| spec.name);
+            if self.tracking.is_some() {
+                self.tracking_command_starts(&name);
+            }
             let key_command = match self.admit(&name, spec, &args) {
                 Err(Refusal::Before(reply)) => {
                     self.flush(&mut run, out).await;
                     self.reject(spec, reply, out);
                     continue;
                 }
-                // Bad arguments: as in Redis, a call that failed (not one refused before it ran).
+                // Bad arguments: as in Redis, a call that failed (not one refused before it ran);
+                // inside MULTI it is queued, and its error is its part of EXEC's reply.
                 Err(Refusal::Arguments(reply)) => {
-                    self.flush(&mut run, out).await;
-                    self.finish(spec.expect("parsed commands are known"), Duration::ZERO, reply, out);
+                    let spec = spec.expect("parsed commands are known");
+                    if self.multi.is_some() && queues_in_multi(spec) {
+                        if refused_by_lookup(&reply) {
+                            // Redis finds these in its command table, before queueing.
+                            self.multi_failed = true;
+                            self.reject(Some(spec), reply, out);
+                        } else {
+                            self.queue(Queued::Failed(reply, spec), request_size(&args), spec, out);
+                        }
+                    } else {
+                        self.flush(&mut run, out).await;
+                        self.finish(spec, Duration::ZERO, reply, out);
+                    }
                     continue;
                 }
                 Ok(admitted) => admitted,
@@ -502,9 +508,11 @@ impl Connection {
                     continue;
                 }
             }
-            let queueing = !matches!(spec.name, "exec" | "discard" | "multi" | "watch" | "quit" | "reset");
-            if let (true, Some(_)) = (queueing, &self.multi) {
-                let size = args.iter().map(Bytes::len).sum();
+            if self.tracking.is_some() {
+                self.remember_reads(spec, key_command.as_ref(), &args);
+            }
+            if self.multi.is_some() && queues_in_multi(spec) {
+                let size = request_size(&args);
                 let queued = match key_command {
                     Some(command) => Queued::Key(command, spec),
                     None if matches!(spec.name, "select" | "auth" | "hello" | "client" | "monitor")
@@ -520,14 +528,7 @@ impl Connection {
                     }
                     None => Queued::Other(args, spec),
                 };
-                let pushed = self.multi.as_mut().map(|multi| multi.push(queued, size));
-                match pushed {
-                    Some(Err(reply)) => {
-                        self.multi_failed = true;
-                        self.reject(Some(spec), reply, out);
-                    }
-                    _ => self.emit(Reply::Simple("QUEUED"), out),
-                }
+                self.queue(queued, size, spec, out);
                 continue;
             }
             match key_command {
@@ -568,6 +569,19 @@ impl Connection {
         });
     }
 
+    /// Queues a command inside MULTI (answering QUEUED), or refuses it when the queue is full,
+    /// which fails the transaction.
+    fn queue(&mut self, queued: Queued, size: usize, spec: &'static Spec, out: &mut BytesMut) {
+        let pushed = self.multi.as_mut().map(|multi| multi.push(queued, size));
+        match pushed {
+            Some(Err(reply)) => {
+                self.multi_failed = true;
+                self.reject(Some(spec), reply, out);
+            }
+            _ => self.emit(Reply::Simple("QUEUED"), out),
+        }
+    }
+
     /// Waits while CLIENT PAUSE holds `spec` (every command with ALL; with WRITE, those that
     /// may write: write commands, EVAL/EVALSHA, PUBLISH, EXEC), without the batch's admission
     /// slot, so that a paused client keeps no other from being served.
@@ -590,7 +604,8 @@ impl Connection {
     }
 
     /// Checks what every command needs before it runs (known, arity, auth, writable, parsable)
-    /// and parses key commands. An error marks an open MULTI as failed, as in Redis.
+    /// and parses key commands. A refusal before it runs marks an open MULTI as failed, as in
+    /// Redis (EXEC answers EXECABORT); bad arguments do not (Redis finds them when it runs).
     fn admit(
         &mut self,
         name: &str,
@@ -647,18 +662,19 @@ impl Connection {
             }
             Ok(())
         })();
-        let result = match checked {
+        match checked {
             Ok(()) => KeyCommand::parse(name, args).map_err(Refusal::Arguments),
-            Err(reply) => Err(Refusal::Before(reply)),
-        };
-        if result.is_err() && self.multi.is_some() {
-            self.multi_failed = true;
+            Err(reply) => {
+                if self.multi.is_some() {
+                    self.multi_failed = true;
+                }
+                Err(Refusal::Before(reply))
+            }
         }
-        result
     }
 
     /// Answers a command that ran, taking `took`.
-    fn finish(&mut self, spec: &'static Spec, took: Duration, reply: Reply, out: &mut BytesMut) {
+    pub(crate) fn finish(&mut self, spec: &'static Spec, took: Duration, reply: Reply, out: &mut BytesMut) {
         self.count(spec, took, &reply);
         self.emit(reply, out);
     }
@@ -699,38 +715,6 @@ impl Connection {
             limit = self.server.settings.output_limit.unwrap_or_default(),
             "RESP client closed for overcoming of output buffer limits (--resp-output-limit)"
         );
-    }
-
-    /// Bytes the batch's replies may still take after `out`.
-    fn output_room(&self, out: &BytesMut) -> i64 {
-        match self.server.settings.output_limit {
-            Some(limit) => i64::try_from(limit.saturating_sub(out.len())).unwrap_or(i64::MAX),
-            None => i64::MAX,
-        }
-    }
-
-    /// A read whose reply was cut at its share of the limit or at [`UNBUDGETED_REPLY`], read
-    /// again alone once the memory it takes is reserved from the buffer budget: cut at what is
-    /// left of the limit, or `-OOM` while the budget cannot cover it.
-    async fn read_again(
-        &mut self,
-        mut command: KeyCommand,
-        spec: &'static Spec,
-        cut: crate::store::Cut,
-        out: &BytesMut,
-    ) -> Reply {
-        let room = self.output_room(out);
-        if cut.least_reply_bytes() > room as u64 {
-            return Reply::OverLimit(Some(cut));
-        }
-        let Some(reservation) = self.server.buffers.try_reserve(cut.memory_bytes(), "resp_reply") else {
-            return Reply::error(REPLY_OVER_BUDGET);
-        };
-        self.reply_memory.push(reservation);
-        command.limit_reply(room);
-        Box::pin(self.execute(&[(command, spec)], false, &[]))
-            .await
-            .map_or_else(|reply| reply, |mut replies| replies.pop().unwrap_or(Reply::Nil))
     }
 
     /// Counts a command that ran (INFO's stats and commandstats, the metrics).
@@ -775,262 +759,6 @@ impl Connection {
     pub(crate) async fn keyspace(&self, access: Access) -> Result<Keyspace, Reply> {
         self.keyspace_of(self.db, access).await
     }
-
-    /// Executes a pending run of key commands and encodes their replies.
-    async fn flush(&mut self, run: &mut Run, out: &mut BytesMut) {
-        if run.commands.is_empty() {
-            return;
-        }
-        let mut commands = std::mem::take(&mut run.commands);
-        let write = std::mem::take(&mut run.write);
-        // The run's replies share what is left of the limit, each cut in the database past its
-        // share, so that a pipeline of whole-collection reads cannot fill the memory. A read's
-        // reply is besides cut at `UNBUDGETED_REPLY`: a larger one is read again alone, within
-        // the buffer budget. (A write's is not: it must not run twice.)
-        let share = self.output_room(out) / commands.len() as i64;
-        for (command, spec) in &mut commands {
-            command.limit_reply(match spec.is_write() {
-                true => share,
-                false => share.min(UNBUDGETED_REPLY),
-            });
-        }
-        let started = Instant::now();
-        let replies = Box::pin(self.execute(&commands, write, &[]))
-            .await
-            .unwrap_or_else(|reply| vec![reply; commands.len()]);
-        // The run's commands share one statement: each is counted its share of its time.
-        let share = started.elapsed() / commands.len() as u32;
-        for ((command, spec), reply) in commands.into_iter().zip(replies) {
-            let again = Instant::now();
-            let reply = match reply {
-                Reply::OverLimit(Some(cut)) if !spec.is_write() && !self.over_limit => {
-                    self.read_again(command, spec, cut, out).await
-                }
-                reply => reply,
-            };
-            self.finish(spec, share + again.elapsed(), reply, out);
-        }
-    }
-
-    /// Runs key commands as one batch: one statement for reads, one transaction for writes.
-    /// When a `watched` key changed since WATCH, nothing runs and the error is the null array
-    /// EXEC answers with.
-    pub(crate) async fn execute(
-        &self,
-        commands: &[(KeyCommand, &'static Spec)],
-        write: bool,
-        watched: &[(String, Fingerprint)],
-    ) -> Result<Vec<Reply>, Reply> {
-        self.within(write, self.execute_now(commands, write, watched)).await?
-    }
-
-    /// Database work of a command, within its class's time limit (`--resp-read-timeout`,
-    /// `--resp-write-timeout`). Past it the work is dropped, which cancels its statement (a
-    /// shared commit only once every client waiting for it is gone).
-    pub(crate) async fn within<T>(&self, write: bool, work: impl Future<Output = T>) -> Result<T, Reply> {
-        let settings = &self.server.settings;
-        let (limit, flag) = match write {
-            true => (settings.write_timeout, "--resp-write-timeout"),
-            false => (settings.read_timeout, "--resp-read-timeout"),
-        };
-        let Some(limit) = limit else {
-            return Ok(work.await);
-        };
-        tokio::time::timeout(limit, work).await.map_err(|_| {
-            Reply::error(format!(
-                "ERR command timed out after {} s ({flag}) and was cancelled",
-                limit.as_secs_f64()
-            ))
-        })
-    }
-
-    async fn execute_now(
-        &self,
-        commands: &[(KeyCommand, &'static Spec)],
-        write: bool,
-        watched: &[(String, Fingerprint)],
-    ) -> Result<Vec<Reply>, Reply> {
-        let keyspace = self.keyspace(if write { Access::Write } else { Access::Read }).await?;
-        if write && watched.is_empty() {
-            // Shares a transaction with other connections' writes.
-            let commands = commands.iter().map(|(command, _)| command.clone()).collect();
-            return self
-                .server
-                .group_commit
-                .submit(&keyspace, commands)
-                .await
-                .map_err(store_error);
-        }
-        if !write
-            && watched.is_empty()
-            && commands
-                .iter()
-                .all(|(command, _)| matches!(command, KeyCommand::Typed(_)))
-        {
-            // Typed reads need nothing loaded: their calls are the one round trip.
-            let typed: Vec<&super::typed::Typed> = commands
-                .iter()
-                .filter_map(|(command, _)| match command {
-                    KeyCommand::Typed(typed) => Some(&**typed),
-                    _ => None,
-                })
-                .collect();
-            let calls: Vec<_> = typed.iter().map(|typed| &typed.call).collect();
-            let rows = keyspace.typed_read(&calls).await.map_err(store_error)?;
-            return Ok(typed.iter().zip(rows).map(|(typed, row)| typed.reply(row)).collect());
-        }
-        let mut keys: Vec<String> = commands
-            .iter()
-            .flat_map(|(command, _)| command.keys())
-            .chain(watched.iter().map(|(key, _)| key))
-            .cloned()
-            .collect();
-        keys.sort_unstable();
-        keys.dedup();
-        let batch = if write {
-            keyspace.write(&keys).await
-        } else if watched.is_empty() {
-            // Shares a statement with other connections' reads.
-            self.server.group_commit.load(&keyspace, keys).await
-        } else {
-            keyspace.read(&keys).await
-        };
-        let mut batch = batch.map_err(store_error)?;
-        if watched.iter().any(|(key, seen)| fingerprint(batch.get(key)) != *seen) {
-            batch.rollback().await.map_err(store_error)?;
-            return Err(Reply::NilArray);
-        }
-        let commands: Vec<&KeyCommand> = commands.iter().map(|(command, _)| command).collect();
-        if write {
-            let flags = self
-                .server
-                .pubsub
-                .events
-                .flags(keyspace.bucket())
-                .await
-                .map_err(store_error)?;
-            return super::notify::apply_and_commit(flags, &commands, batch)
-                .await
-                .map_err(store_error);
-        }
-        let replies = keys::apply_all(&commands, &mut batch, true)
-            .await
-            .map_err(store_error)?;
-        batch.commit().await.map_err(store_error)?;
-        Ok(replies)
-    }
-
-    /// A blocking pop or XREAD BLOCK: tries, and until it finds something or its timeout
-    /// passes, waits to be told that one of its keys got elements (or `--resp-block-poll`),
-    /// then tries again. It waits without its admission slot (and without a database
-    /// connection), and takes a slot again for each attempt: blocked clients must not keep the
-    /// others, among them the one that would push their element, from being served.
-    async fn block(&mut self, typed: &super::typed::Typed, spec: &'static Spec) -> Reply {
-        let deadline = typed
-            .blocking
-            .flatten()
-            .and_then(|timeout| Instant::now().checked_add(timeout));
-        let waiter = self.server.wakeups.register(&typed.call.keys);
-        let typed = match super::stream::last_ids_call(typed) {
-            // Read after registering: an entry added in between wakes this client.
-            Some(last_ids) => match self.typed_read(&last_ids).await {
-                Ok(row) => super::stream::after_last_ids(typed, &row),
-                Err(reply) => return reply,
-            },
-            None => typed.clone(),
-        };
-        // What an attempt that found nothing answered (the first attempt's, when it waits).
-        let mut nothing: Option<Reply> = None;
-        let mut attempt = typed.clone();
-        let mut checks = 0;
-        let unblock = std::sync::Arc::new(super::clients::Unblock::default());
-        loop {
-            if self.admitted.is_none() {
-                match self.server.admission.admit_again().await {
-                    Ok(admitted) => self.admitted = Some(admitted),
-                    Err(_) => return Reply::error(BUSY),
-                }
-            }
-            let command = [(KeyCommand::Typed(Box::new(attempt)), spec)];
-            let reply = match self.execute(&command, spec.is_write(), &[]).await {
-                Ok(mut replies) => replies.pop().unwrap_or(Reply::Nil),
-                Err(reply) => reply,
-            };
-            attempt = typed.clone();
-            match reply {
-                Reply::Nil | Reply::NilArray => {
-                    nothing = Some(reply);
-                    checks = 0;
-                }
-                // An error after the first attempt: what its keys hold decides (blocking.rs).
-                Reply::Error(error) if nothing.is_some() => match self.after_error(&typed, &error).await {
-                    Retry::Wait => {}
-                    Retry::Answer(reply) => return reply,
-                    // Bounded: the keys may change under each look.
-                    Retry::Attempt(again) if checks < 3 => {
-                        checks += 1;
-                        attempt = again;
-                        continue;
-                    }
-                    Retry::Attempt(_) => {}
-                },
-                reply => return reply,
-            }
-            let reply = nothing.clone().expect("set by an attempt that found nothing");
-            self.admitted = None;
-            let poll = Instant::now() + self.server.settings.block_poll;
-            let wake_at = deadline.map_or(poll, |deadline| deadline.min(poll));
-            // Blocked from the first wait on, for CLIENT UNBLOCK (which takes it back).
-            self.set_client(|info| {
-                info.blocked.get_or_insert_with(|| std::sync::Arc::clone(&unblock));
-            });
-            tokio::select! {
-                () = waiter.woken() => {}
-                () = tokio::time::sleep_until(wake_at.into()) => {}
-                () = self.registration.killed() => return reply,
-                error = unblock.woken() => {
-                    return match error {
-                        true => Reply::error(UNBLOCKED),
-                        false => reply,
-                    };
-                }
-            }
-            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                return reply;
-            }
-        }
-    }
-
-    /// What a blocked client does after `error` from a later attempt: looks at what its keys
-    /// hold now, when the error may come from a key another client changed.
-    async fn after_error(&self, typed: &super::typed::Typed, error: &str) -> Retry {
-        if !(error.starts_with("WRONGTYPE") || error.starts_with("NOGROUP")) {
-            return Retry::Answer(Reply::Error(error.to_owned()));
-        }
-        let batch = match self.keyspace(Access::Read).await {
-            Ok(keyspace) => keyspace.read(&typed.call.keys).await.map_err(store_error),
-            Err(reply) => Err(reply),
-        };
-        match batch {
-            Ok(batch) => super::blocking::after_error(typed, error, |key| {
-                batch.get(key).map(|entry| match entry.value {
-                    crate::store::KvValue::Typed(kind) => Some(kind),
-                    _ => None,
-                })
-            }),
-            Err(reply) => Retry::Answer(reply),
-        }
-    }
-
-    /// One typed read, its row as the SQL answered it.
-    async fn typed_read(&self, typed: &super::typed::Typed) -> Result<TypedRow, Reply> {
-        let keyspace = self.keyspace(Access::Read).await?;
-        let row = keyspace.typed_read(&[&typed.call]).await.map_err(store_error)?.pop();
-        match row.unwrap_or_default() {
-            TypedRow { err: Some(err), .. } => Err(Reply::Error(err)),
-            row => Ok(row),
-        }
-    }
 }
 
 /// Why `admit` did not let a command run: Redis counts the two apart (INFO commandstats'
@@ -1040,6 +768,24 @@ enum Refusal {
     Before(Reply),
     /// Its arguments do not parse.
     Arguments(Reply),
+}
+
+/// Whether `spec` is queued inside MULTI rather than run (the commands that shape the
+/// transaction itself run at once).
+fn queues_in_multi(spec: &Spec) -> bool {
+    !matches!(spec.name, "exec" | "discard" | "multi" | "watch" | "quit" | "reset")
+}
+
+/// An unknown subcommand or a subcommand's wrong arity, which the parsers of container
+/// commands (OBJECT, MEMORY, ...) find: Redis's command lookup refuses them before the command
+/// runs, so inside MULTI they fail the transaction.
+fn refused_by_lookup(reply: &Reply) -> bool {
+    matches!(reply, Reply::Error(error)
+        if error.starts_with("ERR unknown subcommand") || error.starts_with("ERR wrong number of arguments"))
+}
+
+fn request_size(args: &[Bytes]) -> usize {
+    args.iter().map(Bytes::len).sum()
 }
 
 /// Whether a request is a blocking pop or XREAD BLOCK (its batch may wait long; see
@@ -1181,6 +927,7 @@ impl InputBudget {
 /// Subscriptions end with the connection, however it ends.
 impl Drop for Connection {
     fn drop(&mut self) {
+        self.stop_tracking();
         self.unsubscribe_all();
     }
 }

@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::codec::Reply;
 use super::command::KeyCommand;
 use super::notify::{self, KeyspaceEvents};
+use super::tracking::Tracking;
 use crate::bucket::Keyspace;
 use crate::metrics::Metrics;
 use crate::store::{KvBatch, StoreError};
@@ -38,6 +39,8 @@ type Outcome = Result<Vec<Reply>, StoreError>;
 struct WriteJob {
     keyspace: Keyspace,
     commands: Vec<KeyCommand>,
+    /// The connection's client id (the writer its invalidations name).
+    client: u64,
     done: oneshot::Sender<Outcome>,
 }
 
@@ -55,30 +58,36 @@ pub struct GroupCommit {
     metrics: Metrics,
     /// Which events each keyspace's writes emit (notify.rs).
     events: Arc<KeyspaceEvents>,
+    /// This gateway's tracking clients, told of the keys a batch changed before its replies.
+    tracking: Arc<Tracking>,
     writes: Queues<WriteJob>,
     reads: Queues<ReadJob>,
 }
 
 impl GroupCommit {
-    pub fn new(metrics: Metrics, events: Arc<KeyspaceEvents>) -> GroupCommit {
+    pub fn new(metrics: Metrics, events: Arc<KeyspaceEvents>, tracking: Arc<Tracking>) -> GroupCommit {
         GroupCommit {
             metrics,
             events,
+            tracking,
             writes: Mutex::default(),
             reads: Mutex::default(),
         }
     }
 
-    /// Runs the commands in a shared write transaction on `keyspace`; replies in order.
-    pub async fn submit(&self, keyspace: &Keyspace, commands: Vec<KeyCommand>) -> Outcome {
+    /// Runs client `client`'s commands in a shared write transaction on `keyspace`; replies in
+    /// order.
+    pub async fn submit(&self, keyspace: &Keyspace, commands: Vec<KeyCommand>, client: u64) -> Outcome {
         let lane = (keyspace.bucket().to_owned(), lane(&commands));
         let queue = queue(&self.writes, lane, 1, |receiver| {
-            tokio::spawn(commit_loop(self.metrics.clone(), Arc::clone(&self.events), receiver));
+            let shared = (Arc::clone(&self.events), Arc::clone(&self.tracking));
+            tokio::spawn(commit_loop(self.metrics.clone(), shared, receiver));
         });
         let (done, outcome) = oneshot::channel();
         let job = WriteJob {
             keyspace: keyspace.clone(),
             commands,
+            client,
             done,
         };
         queue.send(job).await.map_err(|_| stopped())?;
@@ -155,13 +164,17 @@ async fn take_waiting<J>(receiver: &SharedReceiver<J>, size: impl Fn(&J) -> usiz
     Some(jobs)
 }
 
-async fn commit_loop(metrics: Metrics, events: Arc<KeyspaceEvents>, receiver: SharedReceiver<WriteJob>) {
+async fn commit_loop(
+    metrics: Metrics,
+    (events, tracking): (Arc<KeyspaceEvents>, Arc<Tracking>),
+    receiver: SharedReceiver<WriteJob>,
+) {
     while let Some(jobs) = take_waiting(&receiver, |job| job.commands.len()).await {
         let (work, mut done): (Vec<_>, Vec<_>) = jobs
             .into_iter()
-            .map(|job| ((job.keyspace, job.commands), job.done))
+            .map(|job| ((job.keyspace, job.commands, job.client), job.done))
             .unzip();
-        let Some(outcome) = unless_abandoned(run(&metrics, &work, &events), &mut done).await else {
+        let Some(outcome) = unless_abandoned(run(&metrics, &work, &events, &tracking), &mut done).await else {
             continue;
         };
         // How many connections' batches each commit carried: the gain of grouping.
@@ -227,20 +240,22 @@ fn shared_error(err: &StoreError) -> StoreError {
 #[tracing::instrument(name = "store", skip_all, fields(otel.name = "store kv_group_commit", otel.kind = "client", db.system = "postgresql", batches = jobs.len()))]
 async fn run(
     metrics: &Metrics,
-    jobs: &[(Keyspace, Vec<KeyCommand>)],
+    jobs: &[(Keyspace, Vec<KeyCommand>, u64)],
     events: &KeyspaceEvents,
+    tracking: &Tracking,
 ) -> Result<Vec<Vec<Reply>>, StoreError> {
     let mut keys: Vec<String> = jobs
         .iter()
-        .flat_map(|(_, commands)| commands.iter().flat_map(KeyCommand::keys))
+        .flat_map(|(_, commands, _)| commands.iter().flat_map(KeyCommand::keys))
         .cloned()
         .collect();
     keys.sort_unstable();
     keys.dedup();
-    let commands: Vec<&KeyCommand> = jobs.iter().flat_map(|(_, commands)| commands.iter()).collect();
+    let commands: Vec<&KeyCommand> = jobs.iter().flat_map(|(_, commands, _)| commands.iter()).collect();
     let keyspace = &jobs[0].0;
     let flags = events.flags(keyspace.bucket()).await?;
-    // Typed commands need nothing loaded either: they run in SQL.
+    // Typed commands need nothing loaded either: they run in SQL. (A tracked keyspace's
+    // invalidations need only the keys.)
     let nothing_to_load = !flags.emits()
         && commands
             .iter()
@@ -250,12 +265,25 @@ async fn run(
     } else {
         keyspace.write(&keys).await?
     };
-    let mut all = notify::apply_and_commit(flags, &commands, batch).await?.into_iter();
+    let clients: Vec<u64> = match flags.tracked() {
+        true => jobs
+            .iter()
+            .flat_map(|(_, commands, client)| std::iter::repeat_n(*client, commands.len()))
+            .collect(),
+        false => Vec::new(),
+    };
+    let writers = notify::Writers {
+        token: events.token,
+        clients: &clients,
+    };
+    let (all, changed) = notify::apply_and_commit(flags, &commands, writers, batch).await?;
+    changed.tell(tracking, keyspace.bucket());
+    let mut all = all.into_iter();
     metrics
         .resp_coalesced_commands
         .inc_by(super::coalesce::merged(&commands) as u64);
     Ok(jobs
         .iter()
-        .map(|(_, commands)| all.by_ref().take(commands.len()).collect())
+        .map(|(_, commands, _)| all.by_ref().take(commands.len()).collect())
         .collect())
 }

@@ -16,6 +16,7 @@ mod command;
 mod command_info;
 mod commands;
 mod connection;
+mod execute;
 mod glob;
 mod group_commit;
 mod keys;
@@ -27,6 +28,7 @@ mod pause;
 mod pubsub;
 mod script;
 mod stats;
+mod tracking;
 mod typed;
 
 // The typed families live with the other commands; their old paths stay.
@@ -207,10 +209,16 @@ impl RespServer {
             .iter()
             .map(|(db, bucket)| (*db, bucket.clone()))
             .collect();
+        let clients: Arc<clients::Clients> = Arc::default();
+        let tracking = Arc::new(tracking::Tracking::new(
+            settings.pubsub.output_limit,
+            Arc::clone(&clients),
+        ));
         let pubsub = Arc::new(pubsub::PubSub::new(
             settings.pubsub,
             Arc::clone(&keyspace_events),
             databases,
+            Arc::clone(&tracking),
         ));
         let scripts = script::Scripts::new(
             settings.script,
@@ -219,7 +227,7 @@ impl RespServer {
             Arc::clone(&pubsub),
         );
         Ok(Arc::new(RespServer {
-            group_commit: group_commit::GroupCommit::new(metrics.clone(), keyspace_events),
+            group_commit: group_commit::GroupCommit::new(metrics.clone(), keyspace_events, tracking),
             admission: crate::admission::Admission::new("resp", settings.admission, metrics.clone()),
             buckets,
             metrics,
@@ -227,7 +235,7 @@ impl RespServer {
             replica,
             buffers,
             root,
-            clients: Arc::default(),
+            clients,
             wakeups: blocking::Wakeups::start(database, Arc::clone(&pubsub)),
             pubsub,
             scripts,

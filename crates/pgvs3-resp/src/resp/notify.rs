@@ -14,6 +14,11 @@
 //! and `__keyevent@<db>__:<event>` for every database that maps to the keyspace's bucket, as
 //! pub/sub messages: into the same bounded mailboxes, so a slow subscriber is disconnected
 //! (`--resp-pubsub-output-limit`), never buffered without bound.
+//!
+//! The same message carries CLIENT TRACKING's invalidations (tracking.rs): while a gateway has
+//! tracking clients for a keyspace, every gateway's batches on it record the keys they change
+//! (whatever the setting) and send them with their commit, in a message that also says which
+//! events to publish and which client wrote each key (for NOLOOP).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -29,6 +34,11 @@ use crate::store::{Catalog, KvBatch, StoreResult};
 /// pubsub.rs's plain and shard channels): a batch's events, and a keyspace's new setting.
 pub(crate) const EVENTS: u8 = b'm';
 pub(crate) const SETTING: u8 = b'k';
+/// A keyspace's trackers changed (functions/resp_pubsub.sql `resp_track`): read again whether
+/// it is tracked.
+pub(crate) const TRACKERS: u8 = b'T';
+/// A keyspace was flushed while tracked: every tracking client forgets all its keys.
+pub(crate) const FLUSHED: u8 = b'f';
 
 const KEYSPACE: u16 = 1 << 0;
 const KEYEVENT: u16 = 1 << 1;
@@ -44,6 +54,12 @@ const STREAM: u16 = 1 << 10;
 const KEY_MISS: u16 = 1 << 11;
 const MODULE: u16 = 1 << 13;
 const NEW: u16 = 1 << 14;
+/// Not a Redis letter: some gateway has CLIENT TRACKING clients for the keyspace, so its
+/// writes record the keys they change (never stored, never shown).
+const TRACKED: u16 = 1 << 15;
+/// The kinds byte of a message that carries invalidations: each event says whether it is
+/// published and who wrote it.
+const WITH_WRITERS: u8 = 0x80;
 /// `A`: every class but key misses and new keys, as in Redis.
 const ALL: u16 = GENERIC | STRING | LIST | SET | HASH | ZSET | EXPIRED | EVICTED | STREAM | MODULE;
 
@@ -135,7 +151,19 @@ impl Flags {
 
     /// Whether any event is published: a class, and a channel kind (K or E), as Redis needs both.
     pub fn emits(self) -> bool {
-        self.0 & (KEYSPACE | KEYEVENT) != 0 && self.0 & !(KEYSPACE | KEYEVENT) != 0
+        self.0 & (KEYSPACE | KEYEVENT) != 0 && self.0 & !(KEYSPACE | KEYEVENT | TRACKED) != 0
+    }
+
+    /// Whether writes must send the keys they change (CLIENT TRACKING somewhere in the fleet).
+    pub fn tracked(self) -> bool {
+        self.0 & TRACKED != 0
+    }
+
+    fn tracking(self, tracked: bool) -> Flags {
+        match tracked {
+            true => Flags(self.0 | TRACKED),
+            false => Flags(self.0 & !TRACKED),
+        }
     }
 
     fn has(self, class: u16) -> bool {
@@ -147,11 +175,17 @@ impl Flags {
 pub struct KeyspaceEvents {
     catalog: std::sync::Arc<Catalog>,
     known: Mutex<Known>,
+    /// This gateway, in the invalidations its batches send (NOLOOP tells its own clients' writes
+    /// by it): random, as client ids are per gateway.
+    pub token: u64,
 }
 
 #[derive(Default)]
 struct Known {
     flags: HashMap<String, Flags>,
+    /// Whether each keyspace is tracked (`pgvs3.resp_tracked`), cached apart: a setting's
+    /// change does not tell it.
+    tracked: HashMap<String, bool>,
     /// Counts the times everything cached was forgotten: a load that began before must not
     /// store what it read.
     generation: u64,
@@ -159,9 +193,11 @@ struct Known {
 
 impl KeyspaceEvents {
     pub fn new(catalog: std::sync::Arc<Catalog>) -> KeyspaceEvents {
+        use std::hash::{BuildHasher, Hasher};
         KeyspaceEvents {
             catalog,
             known: Mutex::default(),
+            token: std::collections::hash_map::RandomState::new().build_hasher().finish(),
         }
     }
 
@@ -169,24 +205,48 @@ impl KeyspaceEvents {
         self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// `bucket`'s setting: cached, or read from the database once.
+    /// `bucket`'s setting, with whether it is tracked: cached, or read from the database once.
     pub async fn flags(&self, bucket: &str) -> StoreResult<Flags> {
-        let generation = {
+        let (generation, flags, tracked) = {
             let known = self.known();
-            if let Some(flags) = known.flags.get(bucket) {
-                return Ok(*flags);
+            let (flags, tracked) = (known.flags.get(bucket).copied(), known.tracked.get(bucket).copied());
+            if let (Some(flags), Some(tracked)) = (flags, tracked) {
+                return Ok(flags.tracking(tracked));
             }
-            known.generation
+            (known.generation, flags, tracked)
         };
-        let stored = self.catalog.keyspace_events(bucket).await?;
-        let flags = stored
-            .and_then(|text| Flags::parse(text.as_bytes()))
-            .unwrap_or_default();
+        let flags = match flags {
+            Some(flags) => flags,
+            None => self
+                .catalog
+                .keyspace_events(bucket)
+                .await?
+                .and_then(|text| Flags::parse(text.as_bytes()))
+                .unwrap_or_default(),
+        };
+        let tracked = match tracked {
+            Some(tracked) => tracked,
+            None => self.catalog.keyspace_tracked(bucket).await?,
+        };
         let mut known = self.known();
         if known.generation == generation {
             known.flags.insert(bucket.to_owned(), flags);
+            known.tracked.insert(bucket.to_owned(), tracked);
         }
-        Ok(flags)
+        Ok(flags.tracking(tracked))
+    }
+
+    /// A keyspace's trackers changed: read again whether it is tracked. `tracked` when this
+    /// gateway knows (it marked the keyspace itself).
+    pub(crate) fn trackers_changed(&self, bucket: &[u8], tracked: Option<bool>) {
+        let Ok(bucket) = std::str::from_utf8(bucket) else {
+            return;
+        };
+        let mut known = self.known();
+        match tracked {
+            Some(tracked) => known.tracked.insert(bucket.to_owned(), tracked),
+            None => known.tracked.remove(bucket),
+        };
     }
 
     /// CONFIG SET: stores the setting and tells every gateway (this one included, through its
@@ -214,39 +274,73 @@ impl KeyspaceEvents {
     pub(crate) fn forget(&self) {
         let mut known = self.known();
         known.flags.clear();
+        known.tracked.clear();
         known.generation += 1;
     }
 }
 
+/// Who ran a batch's commands: this gateway ([`KeyspaceEvents::token`]) and each command's
+/// client, as the invalidations name them (CLIENT TRACKING's NOLOOP).
+pub struct Writers<'a> {
+    pub token: u64,
+    pub clients: &'a [u64],
+}
+
 /// Runs a write batch's `commands` (`keys::apply_all`) and commits it, with their events when
-/// its keyspace's `flags` emit any: the one place a batch of key commands records them (scripts
-/// record theirs command by command, script.rs). A batch that records events must have its
-/// keys loaded (not a blind overwrite): some events depend on what the keys held.
-pub async fn apply_and_commit(flags: Flags, commands: &[&KeyCommand], mut batch: KvBatch) -> StoreResult<Vec<Reply>> {
-    let Some(mut recorder) = Recorder::new(flags) else {
+/// its keyspace's `flags` emit any or the keys they changed when it is tracked: the one place a
+/// batch of key commands records them (scripts record theirs command by command, script.rs). A
+/// batch that publishes events must have its keys loaded (not a blind overwrite): some events
+/// depend on what the keys held; the keys a batch changes do not.
+pub async fn apply_and_commit(
+    flags: Flags,
+    commands: &[&KeyCommand],
+    writers: Writers<'_>,
+    mut batch: KvBatch,
+) -> StoreResult<(Vec<Reply>, Changed)> {
+    let Some(mut recorder) = Recorder::new(flags, writers.token) else {
         let replies = super::keys::apply_all(commands, &mut batch, true).await?;
         batch.commit().await?;
-        return Ok(replies);
+        return Ok((replies, Changed::default()));
     };
     for command in commands {
         recorder.before(command, &batch);
     }
     // Not committed with a last typed run: the events go out with the commit.
     let replies = super::keys::apply_all(commands, &mut batch, false).await?;
-    for (command, reply) in commands.iter().zip(&replies) {
+    for (at, (command, reply)) in commands.iter().zip(&replies).enumerate() {
+        recorder.writer = writers.clients.get(at).copied().unwrap_or_default();
         recorder.after(command, reply);
     }
-    recorder.finish(&mut batch).await?;
+    let changed = recorder.finish(&mut batch).await?;
     batch.commit().await?;
-    Ok(replies)
+    Ok((replies, changed))
 }
 
-/// One event: its class, its name and its key.
+/// The keys a committed batch of a tracked keyspace changed, each with its writer: this
+/// gateway's tracking clients are told of them before the batch's replies go out
+/// (tracking.rs); the other gateways by the batch's message.
+#[derive(Debug, Default)]
+pub struct Changed(Vec<(String, u64)>);
+
+impl Changed {
+    pub fn tell(&self, tracking: &super::tracking::Tracking, bucket: &str) {
+        if !self.0.is_empty() {
+            tracking.invalidate(
+                bucket.as_bytes(),
+                true,
+                self.0.iter().map(|(key, writer)| (key.as_bytes(), *writer)),
+            );
+        }
+    }
+}
+
+/// One event: its class, its name, its key, and the client whose command caused it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Event {
     class: u16,
     name: &'static str,
     key: String,
+    writer: u64,
 }
 
 /// What a key held, as far as the batch knows: whether it exists, and with a TTL.
@@ -259,6 +353,9 @@ struct Held {
 /// The events of one write batch, recorded as its commands run, sent with its commit.
 pub struct Recorder {
     flags: Flags,
+    /// This gateway and the client of the command being recorded (see [`Writers`]).
+    token: u64,
+    pub writer: u64,
     events: Vec<Event>,
     /// The keys as the commands so far left them (first seen as the batch loaded them).
     held: HashMap<String, Held>,
@@ -267,10 +364,13 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// `None` when the keyspace emits nothing: the batch then runs as it always does.
-    pub fn new(flags: Flags) -> Option<Recorder> {
-        flags.emits().then(|| Recorder {
+    /// `None` when the keyspace emits nothing and is not tracked: the batch then runs as it
+    /// always does.
+    pub fn new(flags: Flags, token: u64) -> Option<Recorder> {
+        (flags.emits() || flags.tracked()).then(|| Recorder {
             flags,
+            token,
+            writer: 0,
             events: Vec::new(),
             held: HashMap::new(),
             removed_from: Vec::new(),
@@ -306,6 +406,7 @@ impl Recorder {
             class: NEW,
             name: "new",
             key: key.to_owned(),
+            writer: self.writer,
         });
         self.held.insert(
             key.to_owned(),
@@ -324,6 +425,7 @@ impl Recorder {
             class,
             name,
             key: key.to_owned(),
+            writer: self.writer,
         });
         let held = self.held.entry(key.to_owned()).or_insert(Held {
             exists: false,
@@ -570,10 +672,11 @@ impl Recorder {
         }
     }
 
-    /// Adds `del` for the typed keys left empty (loaded again to see), and has the events go
-    /// out with the batch's commit.
-    pub async fn finish(mut self, batch: &mut KvBatch) -> StoreResult<()> {
-        if !self.removed_from.is_empty() {
+    /// Adds `del` for the typed keys left empty (loaded again to see, when events are
+    /// published: an invalidation needs no `del`), and has the events go out with the batch's
+    /// commit; answers the keys changed, for this gateway's tracking clients.
+    pub async fn finish(mut self, batch: &mut KvBatch) -> StoreResult<Changed> {
+        if !self.removed_from.is_empty() && self.flags.emits() {
             let mut keys = self.removed_from.clone();
             keys.sort_unstable();
             keys.dedup();
@@ -583,12 +686,14 @@ impl Recorder {
                 if batch.get(&key).is_none()
                     && let Some(last) = self.events.iter().rposition(|event| event.key == key)
                 {
+                    let writer = self.events[last].writer;
                     self.events.insert(
                         last + 1,
                         Event {
                             class: GENERIC,
                             name: "del",
                             key,
+                            writer,
                         },
                     );
                 }
@@ -599,21 +704,45 @@ impl Recorder {
             channel.extend_from_slice(b"events");
             batch.notify_at_commit(channel, message, super::pubsub::INLINE_LIMIT);
         }
-        Ok(())
+        let changed = match self.flags.tracked() {
+            true => self.events.into_iter().map(|event| (event.key, event.writer)).collect(),
+            false => Vec::new(),
+        };
+        Ok(Changed(changed))
     }
 
-    /// The batch's events of the classes the keyspace emits, for [`Received`]: the K and E bits,
-    /// the bucket, then each event's name and key. `None` when there are none.
+    /// The batch's events for [`Received`]: the K and E bits, the bucket, then each event's name
+    /// and key, of the classes the keyspace emits. A tracked keyspace's message has every event
+    /// (their keys are the keys changed), with [`WITH_WRITERS`] and this gateway's token after
+    /// the bucket, and each event led by whether it is published and followed by its writer.
+    /// `None` when there is nothing to send.
     fn pack(&self, bucket: &str) -> Option<Vec<u8>> {
-        let events: Vec<&Event> = self.events.iter().filter(|event| self.flags.has(event.class)).collect();
-        if events.is_empty() {
+        let kinds = (self.flags.0 & (KEYSPACE | KEYEVENT)) as u8;
+        let published = |event: &Event| self.flags.emits() && self.flags.has(event.class);
+        if !self.flags.tracked() {
+            let events: Vec<&Event> = self.events.iter().filter(|event| published(event)).collect();
+            if events.is_empty() {
+                return None;
+            }
+            let mut message = vec![kinds];
+            put(&mut message, bucket.as_bytes());
+            for event in events {
+                put(&mut message, event.name.as_bytes());
+                put(&mut message, event.key.as_bytes());
+            }
+            return Some(message);
+        }
+        if self.events.is_empty() {
             return None;
         }
-        let mut message = vec![(self.flags.0 & (KEYSPACE | KEYEVENT)) as u8];
+        let mut message = vec![kinds | WITH_WRITERS];
         put(&mut message, bucket.as_bytes());
-        for event in events {
+        message.extend_from_slice(&self.token.to_be_bytes());
+        for event in &self.events {
+            message.push(u8::from(published(event)));
             put(&mut message, event.name.as_bytes());
             put(&mut message, event.key.as_bytes());
+            message.extend_from_slice(&event.writer.to_be_bytes());
         }
         Some(message)
     }
@@ -624,11 +753,21 @@ fn put(message: &mut Vec<u8>, part: &[u8]) {
     message.extend_from_slice(part);
 }
 
+/// One event as a gateway receives it.
+struct ReceivedEvent<'a> {
+    published: bool,
+    name: &'a [u8],
+    key: &'a [u8],
+    writer: u64,
+}
+
 /// A batch's events as a gateway receives them (see [`Recorder::pack`]).
 pub(crate) struct Received<'a> {
     pub bucket: &'a [u8],
     kinds: u16,
-    events: Vec<(&'a [u8], &'a [u8])>,
+    /// The gateway that sent them, when it named their writers.
+    pub token: Option<u64>,
+    events: Vec<ReceivedEvent<'a>>,
 }
 
 impl<'a> Received<'a> {
@@ -639,26 +778,59 @@ impl<'a> Received<'a> {
             *rest = &rest[4 + len..];
             Some(part)
         }
+        fn number(rest: &mut &[u8]) -> Option<u64> {
+            let value = u64::from_be_bytes(rest.get(..8)?.try_into().ok()?);
+            *rest = &rest[8..];
+            Some(value)
+        }
         let (&kinds, mut rest) = message.split_first()?;
         let bucket = take(&mut rest)?;
+        let with_writers = kinds & WITH_WRITERS != 0;
+        let token = match with_writers {
+            true => Some(number(&mut rest)?),
+            false => None,
+        };
         let mut events = Vec::new();
         while !rest.is_empty() {
+            let published = match with_writers {
+                true => {
+                    let (&published, after) = rest.split_first()?;
+                    rest = after;
+                    published != 0
+                }
+                false => true,
+            };
             let name = take(&mut rest)?;
             let key = take(&mut rest)?;
-            events.push((name, key));
+            let writer = match with_writers {
+                true => number(&mut rest)?,
+                false => 0,
+            };
+            events.push(ReceivedEvent {
+                published,
+                name,
+                key,
+                writer,
+            });
         }
         Some(Received {
             bucket,
-            kinds: u16::from(kinds),
+            kinds: u16::from(kinds & !WITH_WRITERS),
+            token,
             events,
         })
+    }
+
+    /// The keys the batch changed, each with its writer (0: unknown), for invalidation.
+    pub(crate) fn changed(&self) -> impl Iterator<Item = (&'a [u8], u64)> + '_ {
+        self.events.iter().map(|event| (event.key, event.writer))
     }
 
     /// The (channel, message) pairs to deliver for a database numbered `db`, the keyspace
     /// channel's first, as Redis sends them.
     pub(crate) fn deliveries(&self, db: u32) -> Vec<(Bytes, Bytes)> {
         let mut out = Vec::with_capacity(self.events.len() * 2);
-        for (name, key) in &self.events {
+        for ReceivedEvent { name, key, .. } in self.events.iter().filter(|event| event.published) {
             if self.kinds & KEYSPACE != 0 {
                 let mut channel = format!("__keyspace@{db}__:").into_bytes();
                 channel.extend_from_slice(key);
@@ -738,7 +910,7 @@ mod tests {
 
     #[test]
     fn events_pack_and_unpack() {
-        let mut recorder = Recorder::new(Flags::parse(b"KEA").unwrap()).unwrap();
+        let mut recorder = Recorder::new(Flags::parse(b"KEA").unwrap(), 7).unwrap();
         recorder.emit(STRING, "set", "a");
         recorder.emit(GENERIC, "del", "b:c");
         let message = recorder.pack("bucket").unwrap();
@@ -761,5 +933,34 @@ mod tests {
             ("__keyevent@2__:del", "b:c"),
         ];
         assert_eq!(got, want.map(|(c, m)| (c.to_owned(), m.to_owned())));
+    }
+
+    /// A tracked keyspace's message has every event (their keys invalidate) with its writer and
+    /// the gateway's token, and publishes only the classes the setting emits.
+    #[test]
+    fn a_tracked_keyspace_sends_every_changed_key_with_its_writer() {
+        let flags = Flags::parse(b"Kh").unwrap().tracking(true);
+        let mut recorder = Recorder::new(flags, 42).unwrap();
+        recorder.writer = 7;
+        recorder.emit(STRING, "set", "a");
+        recorder.writer = 8;
+        recorder.emit(HASH, "hset", "h");
+        let message = recorder.pack("bucket").unwrap();
+        let received = Received::unpack(&message).unwrap();
+        assert_eq!(received.token, Some(42));
+        let changed: Vec<(&[u8], u64)> = received.changed().collect();
+        // `new` before each command's own event, as Redis says it.
+        assert_eq!(changed, [(&b"a"[..], 7), (b"a", 7), (b"h", 8), (b"h", 8)]);
+        let published: Vec<(Bytes, Bytes)> = received.deliveries(0);
+        assert_eq!(
+            published,
+            [(Bytes::from_static(b"__keyspace@0__:h"), Bytes::from_static(b"hset"))]
+        );
+        // Tracked, with no events set: the keys still go, nothing is published.
+        let mut recorder = Recorder::new(Flags::default().tracking(true), 1).unwrap();
+        recorder.emit(STRING, "set", "a");
+        let message = recorder.pack("bucket").unwrap();
+        assert!(Received::unpack(&message).unwrap().deliveries(0).is_empty());
+        assert!(Recorder::new(Flags::default(), 1).is_none());
     }
 }

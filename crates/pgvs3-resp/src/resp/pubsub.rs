@@ -20,6 +20,9 @@ use bytes::Bytes;
 use super::codec::Reply;
 use super::glob;
 use super::notify::{self, KeyspaceEvents};
+use super::tracking::Tracking;
+
+const UNAVAILABLE: &str = "ERR pub/sub is unavailable: this gateway has no LISTEN connection to the database now";
 
 /// A NOTIFY payload must stay under 8,000 bytes; larger messages go by row.
 pub(crate) const INLINE_LIMIT: i32 = 7000;
@@ -52,6 +55,11 @@ pub enum Delivery {
         channel: Bytes,
         message: Bytes,
     },
+    /// CLIENT TRACKING's invalidation of keys (`None`: all of them), as a RESP3 push or, to a
+    /// RESP2 subscriber it is redirected to, a `message` (tracking.rs).
+    Invalidate { keys: Option<Vec<Bytes>>, message: bool },
+    /// A tracking client's REDIRECT client is gone (RESP3's `tracking-redir-broken`).
+    RedirectBroken(u64),
 }
 
 impl Delivery {
@@ -63,6 +71,8 @@ impl Delivery {
                 channel,
                 message,
             } => pattern.len() + channel.len() + message.len() + 40,
+            Delivery::Invalidate { keys, .. } => super::tracking::size(keys),
+            Delivery::RedirectBroken(_) => 48,
         }
     }
 
@@ -88,6 +98,10 @@ impl Delivery {
                 Reply::Bulk(channel),
                 Reply::Bulk(message),
             ]),
+            Delivery::Invalidate { keys, message } => super::tracking::invalidation_reply(keys, message),
+            Delivery::RedirectBroken(id) => {
+                Reply::Push(vec![Reply::text("tracking-redir-broken"), Reply::Integer(id as i64)])
+            }
         }
     }
 }
@@ -100,8 +114,19 @@ pub struct Mailbox {
     arrived: tokio::sync::Notify,
 }
 
+/// Shown in a client's entry (its size, not its messages).
+impl std::fmt::Debug for Mailbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let queue = self.queue.lock().expect("mailbox lock");
+        f.debug_struct("Mailbox")
+            .field("waiting", &queue.0.len())
+            .field("bytes", &queue.1)
+            .finish()
+    }
+}
+
 impl Mailbox {
-    fn push(&self, delivery: Delivery, limit: usize) {
+    pub(crate) fn push(&self, delivery: Delivery, limit: usize) {
         let mut queue = self.queue.lock().expect("mailbox lock");
         let size = delivery.size();
         if queue.1 + size > limit {
@@ -155,13 +180,22 @@ pub struct PubSub {
     /// This gateway's databases and their buckets: a keyspace's events go to the channels of
     /// each database that maps to its bucket.
     databases: Vec<(u32, String)>,
+    /// CLIENT TRACKING's clients and keys: the other gateways' invalidations come this way
+    /// (tracking.rs).
+    pub tracking: Arc<Tracking>,
 }
 
 impl PubSub {
-    pub fn new(limits: Limits, events: Arc<KeyspaceEvents>, databases: Vec<(u32, String)>) -> PubSub {
+    pub fn new(
+        limits: Limits,
+        events: Arc<KeyspaceEvents>,
+        databases: Vec<(u32, String)>,
+        tracking: Arc<Tracking>,
+    ) -> PubSub {
         PubSub {
             registry: Mutex::default(),
             client: tokio::sync::watch::Sender::new(None),
+            tracking,
             limits,
             events,
             databases,
@@ -171,29 +205,88 @@ impl PubSub {
     pub(super) const PUBLISH: &str = "SELECT pgvs3.resp_publish($1, $2, $3)";
 
     pub(super) fn set_client(&self, client: Option<(Arc<tokio_postgres::Client>, tokio_postgres::Statement)>) {
-        // Lost or opened again: a keyspace's setting may have changed meanwhile, untold.
+        // Lost or opened again: a keyspace's setting may have changed meanwhile, untold, and
+        // invalidations may have been missed: tracking clients forget every key.
         self.events.forget();
+        self.tracking.invalidate_all();
         self.client.send_replace(client);
+    }
+
+    /// The LISTEN connection, waiting for it a while (at startup, or while it is re-opened).
+    async fn listen_client(&self) -> Option<(Arc<tokio_postgres::Client>, tokio_postgres::Statement)> {
+        let mut connection = self.client.subscribe();
+        let up = tokio::time::timeout(CONNECTION_WAIT, connection.wait_for(Option::is_some)).await;
+        up.ok().and_then(|up| up.ok()).and_then(|up| up.clone())
+    }
+
+    /// Marks this gateway's keyspaces tracked in the database while it has tracking clients,
+    /// and unmarks them when it has none (`pgvs3.resp_track`, on the LISTEN connection, whose
+    /// backend the mark names). `again`: the marks are gone with a lost LISTEN connection.
+    pub(super) async fn mark_tracked(&self, again: bool) -> Result<(), Reply> {
+        let mut marked = self.tracking.marked.lock().await;
+        if again {
+            *marked = false;
+        }
+        let wanted = self.tracking.any();
+        if *marked == wanted {
+            return Ok(());
+        }
+        let Some((client, _)) = self.listen_client().await else {
+            return Err(Reply::error(UNAVAILABLE));
+        };
+        let mut buckets: Vec<&String> = self.databases.iter().map(|(_, bucket)| bucket).collect();
+        buckets.sort_unstable();
+        buckets.dedup();
+        for bucket in buckets {
+            client
+                .execute("SELECT pgvs3.resp_track($1, $2, $3)", &[bucket, &wanted, &INLINE_LIMIT])
+                .await
+                .map_err(|err| Reply::error(format!("ERR CLIENT TRACKING: {err}")))?;
+            // Known here at once (the others read it again when told).
+            self.events.trackers_changed(bucket.as_bytes(), wanted.then_some(true));
+        }
+        *marked = wanted;
+        Ok(())
     }
 
     /// Sends a message to every gateway of the database; answers how many subscribers of this
     /// gateway it reaches (those of other gateways get it too, uncounted).
     pub async fn publish(&self, shard: bool, channel: &[u8], message: &[u8]) -> Result<i64, Reply> {
-        let mut connection = self.client.subscribe();
-        let up = tokio::time::timeout(CONNECTION_WAIT, connection.wait_for(Option::is_some)).await;
-        let Some((client, statement)) = up.ok().and_then(|up| up.ok()).and_then(|up| up.clone()) else {
-            return Err(Reply::error(
-                "ERR pub/sub is unavailable: this gateway has no LISTEN connection to the database now",
-            ));
+        self.send(if shard { SHARD } else { PLAIN }, channel, message).await?;
+        Ok(self.receivers(shard, channel))
+    }
+
+    /// A tracked keyspace was flushed (FLUSHDB, FLUSHALL): every gateway's tracking clients
+    /// forget all their keys (after the flush committed).
+    pub async fn flushed(&self, bucket: &str) -> Result<(), Reply> {
+        let tracked = self
+            .events
+            .flags(bucket)
+            .await
+            .map_err(super::connection::store_error)?;
+        if !tracked.tracked() {
+            return Ok(());
+        }
+        // This gateway's clients at once (before the reply); the others by the message, which
+        // names this gateway so that it is not applied here twice.
+        self.tracking.invalidate_all();
+        self.send(notify::FLUSHED, bucket.as_bytes(), &self.events.token.to_be_bytes())
+            .await
+    }
+
+    /// Sends a message of `kind` on `channel` through the database to every gateway.
+    async fn send(&self, kind: u8, channel: &[u8], message: &[u8]) -> Result<(), Reply> {
+        let Some((client, statement)) = self.listen_client().await else {
+            return Err(Reply::error(UNAVAILABLE));
         };
         let mut tagged = Vec::with_capacity(channel.len() + 1);
-        tagged.push(if shard { SHARD } else { PLAIN });
+        tagged.push(kind);
         tagged.extend_from_slice(channel);
         client
             .execute(&statement, &[&tagged, &message, &INLINE_LIMIT])
             .await
             .map_err(|err| Reply::error(format!("ERR publish failed: {err}")))?;
-        Ok(self.receivers(shard, channel))
+        Ok(())
     }
 
     /// This gateway's subscribers that a message to `channel` reaches.
@@ -295,6 +388,9 @@ impl PubSub {
         match kind {
             notify::EVENTS => self.deliver_events(&message),
             notify::SETTING => self.events.changed(channel, &message),
+            notify::TRACKERS => self.events.trackers_changed(channel, None),
+            notify::FLUSHED if message[..] != self.events.token.to_be_bytes() => self.tracking.invalidate_all(),
+            notify::FLUSHED => {}
             _ => self.deliver_to(kind, Bytes::copy_from_slice(channel), message),
         }
     }
@@ -304,6 +400,10 @@ impl PubSub {
         let Some(received) = notify::Received::unpack(message) else {
             return;
         };
+        // This gateway's own batches told its clients as they committed.
+        if received.token != Some(self.events.token) {
+            self.tracking.invalidate(received.bucket, false, received.changed());
+        }
         for (db, _) in self
             .databases
             .iter()

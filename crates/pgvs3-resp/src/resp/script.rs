@@ -317,7 +317,9 @@ impl Scripts {
     /// Runs `steps` in order in one batch of `keyspace` (a write batch holding the keyspace
     /// when `write`), then commits. `accept` sees the batch first, with `watched` loaded: when
     /// it refuses (a WATCHed key changed), nothing runs and the answer is `None`. On a standby gateway (`standby`),
-    /// scripts' writes are refused as any write is.
+    /// scripts' writes are refused as any write is. `client` runs them (the writer their
+    /// invalidations name).
+    #[allow(clippy::too_many_arguments)]
     pub async fn run(
         &self,
         keyspace: &Keyspace,
@@ -326,6 +328,7 @@ impl Scripts {
         standby: bool,
         watched: &[String],
         accept: impl Fn(&KvBatch) -> bool,
+        client: u64,
     ) -> StoreResult<Option<Vec<Reply>>> {
         let mut keys: Vec<String> = steps
             .iter()
@@ -338,12 +341,16 @@ impl Scripts {
             true => Locking::Keys,
             false => Locking::None,
         };
-        match self.attempt(keyspace, steps, &keys, locking, standby, &accept).await? {
+        let run = Run {
+            keyspace,
+            steps,
+            keys: &keys,
+            standby,
+            client,
+        };
+        match self.attempt(&run, locking, &accept).await? {
             Attempt::Done(replies) => Ok(replies),
-            Attempt::Contended => match self
-                .attempt(keyspace, steps, &keys, Locking::Keyspace, standby, &accept)
-                .await?
-            {
+            Attempt::Contended => match self.attempt(&run, Locking::Keyspace, &accept).await? {
                 Attempt::Done(replies) => Ok(replies),
                 Attempt::Contended => unreachable!("no key lock is held elsewhere while the keyspace is held"),
             },
@@ -353,13 +360,17 @@ impl Scripts {
     /// One run of `steps`: see [`Scripts::run`].
     async fn attempt(
         &self,
-        keyspace: &Keyspace,
-        steps: &[Step],
-        keys: &[String],
+        run: &Run<'_>,
         locking: Locking,
-        standby: bool,
         accept: &impl Fn(&KvBatch) -> bool,
     ) -> StoreResult<Attempt> {
+        let Run {
+            keyspace,
+            steps,
+            keys,
+            standby,
+            client,
+        } = *run;
         let batch = match locking {
             Locking::None => keyspace.read(keys).await?,
             Locking::Keys => keyspace.write(keys).await?,
@@ -371,7 +382,14 @@ impl Scripts {
         }
         let recorder = match locking {
             Locking::None => None,
-            _ => Recorder::new(self.pubsub.events.flags(keyspace.bucket()).await?),
+            _ => Recorder::new(
+                self.pubsub.events.flags(keyspace.bucket()).await?,
+                self.pubsub.events.token,
+            )
+            .map(|mut recorder| {
+                recorder.writer = client;
+                recorder
+            }),
         };
         let mut session = Session {
             recorder,
@@ -412,10 +430,12 @@ impl Scripts {
             };
             replies.push(reply);
         }
-        if let Some(recorder) = session.recorder.take() {
-            recorder.finish(&mut session.batch).await?;
-        }
+        let changed = match session.recorder.take() {
+            Some(recorder) => recorder.finish(&mut session.batch).await?,
+            None => Default::default(),
+        };
         session.batch.commit().await?;
+        changed.tell(&self.pubsub.tracking, keyspace.bucket());
         // Sent once the writes they tell of are committed, so that a subscriber reading the
         // keys on a message sees them (as in Redis, where no one reads before the script ends).
         for (shard, channel, message) in session.published {
@@ -571,6 +591,16 @@ enum Locking {
     Keys,
     /// The whole keyspace.
     Keyspace,
+}
+
+/// What [`Scripts::run`] runs, for each attempt.
+#[derive(Clone, Copy)]
+struct Run<'a> {
+    keyspace: &'a Keyspace,
+    steps: &'a [Step],
+    keys: &'a [String],
+    standby: bool,
+    client: u64,
 }
 
 enum Attempt {

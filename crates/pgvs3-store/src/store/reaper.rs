@@ -67,7 +67,9 @@ const INLINE_LIMIT: i32 = 7000;
 /// in statements that also count them per bucket (`pgvs3.resp_expired`, INFO's `expired_keys`)
 /// and send their `expired` keyspace events to every gateway when the bucket's setting asks for
 /// them (resp/notify.rs's message format): as each row is deleted once, each key's event is
-/// sent once in the fleet, with the commit of its deletion.
+/// sent once in the fleet, with the commit of its deletion. A keyspace with CLIENT TRACKING
+/// clients (`pgvs3.resp_tracked`) is sent its expired keys too, for their invalidation (the
+/// kinds byte 0 when its setting publishes no `expired` event).
 async fn expire(client: &deadpool_postgres::Object, delete: &str) -> StoreResult<u64> {
     let statement = format!(
         "WITH gone AS ({delete} RETURNING bucket_id, key),
@@ -79,17 +81,19 @@ async fn expire(client: &deadpool_postgres::Object, delete: &str) -> StoreResult
          told AS (
              SELECT pgvs3.resp_notify($2, m.message, $3) FROM (
                  SELECT set_byte('\\x00'::bytea, 0,
-                            CASE WHEN strpos(s.flags, 'K') > 0 THEN 1 ELSE 0 END
-                            + CASE WHEN strpos(s.flags, 'E') > 0 THEN 2 ELSE 0 END)
+                            CASE WHEN s.flags ~ '[Ax]' AND strpos(s.flags, 'K') > 0 THEN 1 ELSE 0 END
+                            + CASE WHEN s.flags ~ '[Ax]' AND strpos(s.flags, 'E') > 0 THEN 2 ELSE 0 END)
                         || int4send(octet_length(convert_to(b.name, 'UTF8'))) || convert_to(b.name, 'UTF8')
                         || string_agg(int4send(7) || convert_to('expired', 'UTF8')
                                       || int4send(octet_length(convert_to(g.key, 'UTF8')))
                                       || convert_to(g.key, 'UTF8'), ''::bytea) AS message
                    FROM gone g
                    JOIN pgvs3.buckets b ON b.id = g.bucket_id
-                   JOIN pgvs3.resp_keyspace_events s ON s.bucket = b.name
-                  WHERE s.flags ~ '[Ax]' AND s.flags ~ '[KE]'
-                  GROUP BY b.name, s.flags) m)
+                   LEFT JOIN pgvs3.resp_keyspace_events s ON s.bucket = b.name
+                  WHERE (s.flags ~ '[Ax]' AND s.flags ~ '[KE]')
+                     OR EXISTS (SELECT 1 FROM pgvs3.resp_tracking t WHERE t.bucket = b.name)
+                  GROUP BY b.name, s.flags
+                 HAVING (s.flags ~ '[Ax]' AND s.flags ~ '[KE]') OR pgvs3.resp_tracked(b.name)) m)
          SELECT (SELECT count(*) FROM gone) AS deleted, (SELECT count(*) FROM counted) AS counted,
                 (SELECT count(*) FROM told) AS told"
     );

@@ -11,10 +11,6 @@ use crate::resp::codec::Reply;
 use crate::resp::command::{self, Spec, syntax_error, wrong_arity};
 use crate::resp::connection::{Connection, ReplyMode, STS_REFUSED, WRONGPASS, store_error};
 
-/// CLIENT TRACKING ON: refused, since pgvs3 sends no invalidations (it does not track the keys
-/// clients read), and a client caching on the promise of them would serve stale values.
-const TRACKING_REFUSED: &str = "ERR CLIENT TRACKING is not supported by pgvs3: it sends no invalidation messages, so a client-side cache would go stale (use keyspace notifications, see docs/resp-compatibility.md)";
-
 impl Connection {
     pub(crate) async fn connection_command(&mut self, spec: &'static Spec, args: &[Bytes]) -> Reply {
         match spec.name {
@@ -34,6 +30,7 @@ impl Connection {
                 Reply::OK
             }
             "reset" => {
+                self.stop_tracking();
                 self.unsubscribe_all();
                 self.monitor = None;
                 self.multi = None;
@@ -68,7 +65,7 @@ impl Connection {
                 }
                 Some(_) => Reply::error("ERR DB index is out of range"),
             },
-            "client" => self.client(args),
+            "client" => self.client(args).await,
             other => unreachable!("{other} is not a connection command"),
         }
     }
@@ -218,7 +215,7 @@ impl Connection {
         Reply::OK
     }
 
-    fn client(&mut self, args: &[Bytes]) -> Reply {
+    async fn client(&mut self, args: &[Bytes]) -> Reply {
         let subcommand = args[1].to_ascii_lowercase();
         match (subcommand.as_slice(), args.len()) {
             (b"id", 2) => Reply::Integer(self.id() as i64),
@@ -324,22 +321,11 @@ impl Connection {
                 Ok(filter) => Reply::Integer(self.server.clients.kill(&filter) as i64),
                 Err(reply) => reply,
             },
-            // Client-side caching is refused (see docs/resp-compatibility.md): no client is ever
-            // in tracking mode, which the other forms answer truthfully.
-            (b"tracking", 3..) => match args[2].to_ascii_lowercase().as_slice() {
-                b"off" if args.len() == 3 => Reply::OK,
-                b"on" | b"off" => Reply::error(TRACKING_REFUSED),
-                _ => syntax_error(),
-            },
-            (b"caching", 3) => Reply::error(
-                "ERR CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or OPTOUT mode enabled",
-            ),
-            (b"getredir", 2) => Reply::Integer(-1),
-            (b"trackinginfo", 2) => Reply::Map(vec![
-                (Reply::text("flags"), Reply::Array(vec![Reply::text("off")])),
-                (Reply::text("redirect"), Reply::Integer(-1)),
-                (Reply::text("prefixes"), Reply::Array(Vec::new())),
-            ]),
+            // Client-side caching: commands/tracking.rs.
+            (b"tracking", 3..) => self.client_tracking(args).await,
+            (b"caching", 3) => self.client_caching(args),
+            (b"getredir", 2) => self.client_getredir(),
+            (b"trackinginfo", 2) => self.client_trackinginfo(),
             (
                 b"id" | b"setname" | b"getname" | b"info" | b"setinfo" | b"no-evict" | b"no-touch" | b"reply"
                 | b"unblock" | b"pause" | b"unpause" | b"tracking" | b"caching" | b"getredir" | b"trackinginfo",

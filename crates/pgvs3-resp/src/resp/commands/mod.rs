@@ -24,6 +24,7 @@ pub(crate) mod sort;
 pub(crate) mod stream;
 pub(crate) mod stream_group;
 pub(crate) mod strings;
+pub(crate) mod tracking;
 pub(crate) mod transactions;
 pub(crate) mod zset;
 

@@ -49,7 +49,7 @@ impl Connection {
             self.reply_mode = ReplyMode::On;
         }
         let shard = matches!(name, "ssubscribe" | "sunsubscribe");
-        let mailbox = Arc::clone(self.mailbox.get_or_insert_with(Arc::default));
+        let mailbox = self.inbox();
         let all: Vec<Bytes>;
         let targets = match targets {
             [] if !subscribing => {
@@ -121,7 +121,7 @@ impl Connection {
         }
         if !self.subscribed() {
             // Messages that came before the last unsubscription are not for it any more.
-            self.mailbox = None;
+            self.drop_inbox();
         }
         let counts = [self.channels.len(), self.patterns.len(), self.shard_channels.len()];
         self.set_client(|info| info.subscriptions = counts);
@@ -147,7 +147,7 @@ impl Connection {
         for pattern in self.patterns.drain() {
             pubsub.punsubscribe(&pattern, id);
         }
-        self.mailbox = None;
+        self.drop_inbox();
     }
 
     /// PUBSUB CHANNELS / NUMSUB / NUMPAT / SHARDCHANNELS / SHARDNUMSUB: this gateway's

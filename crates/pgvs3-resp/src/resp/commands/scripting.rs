@@ -53,7 +53,7 @@ impl Connection {
         match self
             .server
             .scripts
-            .run(&keyspace, steps, write, standby, &watched_keys, unchanged)
+            .run(&keyspace, steps, write, standby, &watched_keys, unchanged, self.id())
             .await
         {
             Ok(Some(replies)) => Ok(replies),

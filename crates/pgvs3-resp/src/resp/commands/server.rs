@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 
 use crate::resp::codec::Reply;
-use crate::resp::command::{Spec, syntax_error, wrong_arity};
+use crate::resp::command::{self, Spec, syntax_error, wrong_arity};
 use crate::resp::connection::{Connection, store_error};
 use crate::resp::notify::{Flags, INVALID_FLAGS};
 use crate::resp::{command_info, glob};
@@ -37,7 +37,10 @@ impl Connection {
                     return Reply::error("ERR FLUSHDB is disabled on this server (start pgvs3 with --resp-flushdb)");
                 }
                 match self.keyspace(Access::Write).await {
-                    Ok(keyspace) => keyspace.flush().await.map_or_else(store_error, |()| Reply::OK),
+                    Ok(keyspace) => match keyspace.flush().await {
+                        Ok(()) => self.flushed(keyspace.bucket()).await,
+                        Err(err) => store_error(err),
+                    },
                     Err(reply) => reply,
                 }
             }
@@ -51,17 +54,30 @@ impl Connection {
                 // Every database this server maps, one after the other (each its own statement).
                 for db in self.server.settings.databases.keys() {
                     let flushed = match self.keyspace_of(*db, Access::Write).await {
-                        Ok(keyspace) => keyspace.flush().await.map_err(store_error),
+                        Ok(keyspace) => keyspace.flush().await.map_err(store_error).map(|()| keyspace),
                         Err(reply) => Err(reply),
                     };
-                    if let Err(reply) = flushed {
-                        return reply;
+                    match flushed {
+                        Ok(keyspace) => {
+                            if let reply @ Reply::Error(_) = self.flushed(keyspace.bucket()).await {
+                                return reply;
+                            }
+                        }
+                        Err(reply) => return reply,
                     }
                 }
                 Reply::OK
             }
             "memory" => memory_command(args),
             other => unreachable!("{other} is not a server command"),
+        }
+    }
+
+    /// After a flush: a tracked keyspace's tracking clients are told to forget every key.
+    async fn flushed(&self, bucket: &str) -> Reply {
+        match self.server.pubsub.flushed(bucket).await {
+            Ok(()) => Reply::OK,
+            Err(reply) => reply,
         }
     }
 
@@ -196,9 +212,12 @@ impl Connection {
             Ok(flags) => flags,
             Err(err) => return store_error(err),
         };
-        let mut set = None;
+        let mut set = Changes::default();
         let reply = config_command(args, &self.config_parameters(flags), &mut set);
-        if let (Reply::Simple("OK"), Some(flags)) = (&reply, set) {
+        if let (Reply::Simple("OK"), Some(max)) = (&reply, set.tracking_table_max_keys) {
+            self.server.pubsub.tracking.set_max_keys(max);
+        }
+        if let (Reply::Simple("OK"), Some(flags)) = (&reply, set.events) {
             let keyspace = match self.keyspace(Access::Write).await {
                 Ok(keyspace) => keyspace,
                 Err(reply) => return reply,
@@ -230,6 +249,11 @@ impl Connection {
             ("save", String::new()),
             ("appendonly", "no".into()),
             ("notify-keyspace-events", events.text()),
+            // This gateway's table (CLIENT TRACKING): set here, for this gateway.
+            (
+                "tracking-table-max-keys",
+                self.server.pubsub.tracking.max_keys().to_string(),
+            ),
             ("proto-max-bulk-len", (512 * 1024 * 1024).to_string()),
             ("busy-reply-threshold", script_ms.clone()),
             ("lua-time-limit", script_ms),
@@ -358,10 +382,17 @@ const ENCODING_PARAMETERS: &[(&str, &str)] = &[
     ("lazyfree-lazy-user-flush", "no"),
 ];
 
+/// What a CONFIG SET changes, once all its pairs are checked.
+#[derive(Default)]
+struct Changes {
+    /// A keyspace notifications setting to store.
+    events: Option<Flags>,
+    tracking_table_max_keys: Option<usize>,
+}
+
 /// CONFIG GET answers the parameters of `parameters` that one of its glob patterns names.
-/// CONFIG SET checks every pair before any is set; `events` takes a keyspace notifications
-/// setting to store.
-fn config_command(args: &[Bytes], parameters: &[(&'static str, String)], events: &mut Option<Flags>) -> Reply {
+/// CONFIG SET checks every pair before any is set, into `changes`.
+fn config_command(args: &[Bytes], parameters: &[(&'static str, String)], changes: &mut Changes) -> Reply {
     match args[1].to_ascii_lowercase().as_slice() {
         b"get" if args.len() >= 3 => {
             let patterns: Vec<Vec<u8>> = args[2..].iter().map(|pattern| pattern.to_ascii_lowercase()).collect();
@@ -386,26 +417,37 @@ fn config_command(args: &[Bytes], parameters: &[(&'static str, String)], events:
                 if name == "save" && pair[1].is_empty() {
                     continue;
                 }
+                let failed = |why: &str| {
+                    Reply::error(format!(
+                        "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
+                    ))
+                };
                 if name == "notify-keyspace-events" {
-                    let failed = |why: &str| {
-                        Reply::error(format!(
-                            "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
-                        ))
-                    };
                     let Some(flags) = Flags::parse(&pair[1]) else {
                         return failed(INVALID_FLAGS);
                     };
                     if let Some(why) = flags.unsupported() {
                         return failed(why);
                     }
-                    *events = Some(flags);
+                    changes.events = Some(flags);
                     continue;
                 }
+                if name == "tracking-table-max-keys" {
+                    let Some(max) = command::parse_integer(&pair[1]) else {
+                        return failed("argument couldn't be parsed into an integer");
+                    };
+                    let Ok(max) = usize::try_from(max) else {
+                        return failed("argument must be between 0 and 9223372036854775807 inclusive");
+                    };
+                    changes.tracking_table_max_keys = Some(max);
+                    continue;
+                }
+                // In the shape of Redis's refusal of a value (clients and Redis's tests match
+                // `CONFIG SET failed`).
                 if parameters.iter().any(|(known, _)| *known == name) {
-                    return Reply::error(format!(
-                        "ERR CONFIG SET '{name}' is not supported by pgvs3: it is configured by its flags \
-                         (see docs/resp-compatibility.md)"
-                    ));
+                    return failed(
+                        "it is not supported by pgvs3: it is configured by its flags (see docs/resp-compatibility.md)",
+                    );
                 }
                 return Reply::error(format!(
                     "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"

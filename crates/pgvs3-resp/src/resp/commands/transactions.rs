@@ -21,6 +21,9 @@ pub(crate) fn fingerprint(entry: Option<&KvEntry>) -> Fingerprint {
 pub(crate) enum Queued {
     Key(KeyCommand, &'static Spec),
     Other(Vec<Bytes>, &'static Spec),
+    /// A command whose arguments did not parse: its error is its part of EXEC's reply, as Redis
+    /// finds such errors when the command runs.
+    Failed(Reply, &'static Spec),
 }
 
 /// Commands one MULTI may queue, and their bytes (arguments, plus [`QUEUED_OVERHEAD`] each).
@@ -144,7 +147,7 @@ impl Connection {
             .iter()
             .filter_map(|queued| match queued {
                 Queued::Key(command, spec) => Some((command.clone(), *spec)),
-                Queued::Other(..) => None,
+                Queued::Other(..) | Queued::Failed(..) => None,
             })
             .collect();
         // EXEC's reply is one: its parts share the output limit.
@@ -171,7 +174,7 @@ impl Connection {
                             Err(reply) => Step::Failed(reply),
                         })
                     }
-                    Queued::Other(..) => None,
+                    Queued::Other(..) | Queued::Failed(..) => None,
                 })
                 .collect();
             match self.run_scripted(&steps, &here).await {
@@ -194,6 +197,10 @@ impl Connection {
         let mut replies = Vec::with_capacity(queued.len());
         for queued in queued {
             let reply = match queued {
+                Queued::Failed(reply, spec) => {
+                    self.count(spec, std::time::Duration::ZERO, &reply);
+                    reply
+                }
                 Queued::Other(args, spec) if !script::is_script(spec.name) => {
                     let started = Instant::now();
                     let reply = Box::pin(self.other_command(spec, &args)).await;

@@ -182,6 +182,16 @@ impl Catalog {
         Ok(row.map(|row| row.get("flags")))
     }
 
+    /// Whether a live gateway has CLIENT TRACKING clients for `bucket`'s keyspace
+    /// (`pgvs3.resp_tracked`, functions/resp_pubsub.sql).
+    pub async fn keyspace_tracked(&self, bucket: &str) -> StoreResult<bool> {
+        let client = self.pool().get().await?;
+        let row = client
+            .query_one("SELECT pgvs3.resp_tracked($1) AS tracked", &[&bucket])
+            .await?;
+        Ok(row.get("tracked"))
+    }
+
     /// The keys of `buckets` the reaper deleted at their expiry (INFO's `expired_keys`).
     pub async fn expired_keys(&self, buckets: &[&str]) -> StoreResult<i64> {
         let client = self.pool().get().await?;

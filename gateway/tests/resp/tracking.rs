@@ -1,0 +1,452 @@
+//! CLIENT TRACKING (client-side caching): RESP3 invalidation pushes through redis-rs, the RESP2
+//! redirect to a `__redis__:invalidate` subscriber, BCAST prefixes, NOLOOP, OPTIN/OPTOUT with
+//! CLIENT CACHING, the report commands and errors compared with a live redis-server, the bounded
+//! table, invalidations across two gateways of one database, and redis-py's client-side cache.
+
+use pgvs3_testkit as common;
+
+use std::time::Duration;
+
+use common::TestGateway;
+use common::resp::{RawResp, Value};
+
+use crate::live_redis::{LiveRedis, same_lines};
+use crate::redis_rs;
+
+fn bulk(text: &str) -> Value {
+    Value::bulk(text)
+}
+
+fn ok() -> Value {
+    Value::Simple("OK".into())
+}
+
+/// The next frame a connection gets unasked (a push, or a RESP2 message).
+async fn next_push(client: &mut RawResp) -> Value {
+    tokio::time::timeout(Duration::from_secs(20), client.reply())
+        .await
+        .expect("the invalidation arrives within 20 s")
+        .expect("the connection stays open")
+}
+
+fn invalidate(keys: &[&str]) -> Value {
+    Value::Push(vec![
+        bulk("invalidate"),
+        Value::Array(keys.iter().map(|key| bulk(key)).collect()),
+    ])
+}
+
+/// A RESP2 redirect message on `__redis__:invalidate`, its keys sorted.
+fn redirected(message: Value) -> Vec<String> {
+    let Value::Array(parts) = message else {
+        panic!("a message, got {message:?}")
+    };
+    assert_eq!(parts[..2], [bulk("message"), bulk("__redis__:invalidate")]);
+    let Value::Array(keys) = &parts[2] else {
+        panic!("keys, got {:?}", parts[2])
+    };
+    let mut keys: Vec<String> = keys
+        .iter()
+        .map(|key| match key {
+            Value::Bulk(key) => String::from_utf8_lossy(key).into_owned(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// redis-rs in RESP3 (the tests' `open` helper with a push channel): a key read is invalidated
+/// once when another client (or the client itself) changes it, a key not read is not, and a
+/// FLUSHDB invalidates everything (a null). Keys are written before tracking starts: a write's
+/// invalidation that arrives after a later read of its key is one too many (see
+/// docs/resp-compatibility.md), which the order of the pushes below would not tell apart.
+#[tokio::test]
+async fn redis_rs_gets_invalidation_pushes_for_the_keys_it_read() {
+    let gateway = TestGateway::with_resp(&["--resp-flushdb"]).await;
+    let (pushes, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let mut tracker = redis_rs::open_with_pushes(&redis_rs::client(&gateway, "?protocol=resp3"), pushes).await;
+    let mut writer = redis_rs::connect(&gateway).await;
+    let _: () = redis_rs::query(&mut writer, &["MSET", "read", "1", "unread", "1", "fence", "1"]).await;
+    let _: () = redis_rs::query(&mut tracker, &["CLIENT", "TRACKING", "ON"]).await;
+    let value: String = redis_rs::query(&mut tracker, &["GET", "read"]).await;
+    assert_eq!(value, "1");
+    let _: String = redis_rs::query(&mut tracker, &["GET", "fence"]).await;
+    let mut next = async || {
+        let push = tokio::time::timeout(Duration::from_secs(20), received.recv())
+            .await
+            .expect("an invalidation within 20 s")
+            .expect("the connection stays open");
+        assert_eq!(push.kind, redis::PushKind::Invalidate, "{push:?}");
+        push.data
+    };
+    let keys = |key: &str| {
+        vec![redis::Value::Array(vec![redis::Value::BulkString(
+            key.as_bytes().to_vec(),
+        )])]
+    };
+    // Written before the key read is: had it been told, it would come first.
+    let _: () = redis_rs::query(&mut writer, &["SET", "unread", "2"]).await;
+    let _: () = redis_rs::query(&mut writer, &["SET", "read", "2"]).await;
+    assert_eq!(next().await, keys("read"));
+    // Told once: the next change of the key, not read again, is not told (the fence's change,
+    // committed after it, comes first).
+    let _: () = redis_rs::query(&mut writer, &["SET", "read", "3"]).await;
+    let _: () = redis_rs::query(&mut writer, &["SET", "fence", "2"]).await;
+    assert_eq!(next().await, keys("fence"));
+    // Read again, it is told again, of the client's own write too.
+    let _: String = redis_rs::query(&mut tracker, &["GET", "read"]).await;
+    let _: () = redis_rs::query(&mut tracker, &["SET", "read", "mine"]).await;
+    assert_eq!(next().await, keys("read"));
+    let _: String = redis_rs::query(&mut tracker, &["GET", "read"]).await;
+    let _: () = redis_rs::query(&mut writer, &["FLUSHDB"]).await;
+    assert_eq!(next().await, vec![redis::Value::Nil]);
+}
+
+/// The RESP2 redirect mode (a subscriber of `__redis__:invalidate` gets the invalidations of
+/// the client that redirects to it), BCAST with prefixes, NOLOOP in both modes, and OPTIN /
+/// OPTOUT with CLIENT CACHING, as Redis's unit/tracking drives them.
+#[tokio::test]
+async fn redirect_bcast_noloop_and_optin_work_as_in_redis() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let addr = gateway.resp_addr();
+    let mut redirection = RawResp::connect(addr).await;
+    let Value::Int(redirect) = redirection.command(&["CLIENT", "ID"]).await else {
+        panic!()
+    };
+    let redirect = redirect.to_string();
+    redirection.command(&["SUBSCRIBE", "__redis__:invalidate"]).await;
+    let mut tracker = RawResp::connect(addr).await;
+    let mut other = RawResp::connect(addr).await;
+
+    // Default mode: the key read, not the key only written.
+    assert_eq!(
+        tracker
+            .command(&["CLIENT", "TRACKING", "on", "REDIRECT", &redirect])
+            .await,
+        ok()
+    );
+    assert_eq!(
+        tracker.command(&["CLIENT", "GETREDIR"]).await,
+        Value::Int(redirect.parse().unwrap())
+    );
+    tracker.command(&["SET", "a", "1"]).await;
+    tracker.command(&["SET", "b", "1"]).await;
+    tracker.command(&["GET", "a"]).await;
+    tracker.command(&["INCR", "b"]).await;
+    tracker.command(&["INCR", "a"]).await;
+    assert_eq!(redirected(next_push(&mut redirection).await), ["a"]);
+    assert_eq!(tracker.command(&["CLIENT", "TRACKING", "off"]).await, ok());
+
+    // BCAST with prefixes: every changed key under them, one message per prefix.
+    tracker
+        .command(&[
+            "CLIENT", "TRACKING", "on", "BCAST", "REDIRECT", &redirect, "PREFIX", "a:", "PREFIX", "b:",
+        ])
+        .await;
+    tracker.command(&["MULTI"]).await;
+    for key in ["a:1", "a:2", "b:1", "b:2", "c:1"] {
+        tracker.command(&["INCR", key]).await;
+    }
+    tracker.command(&["EXEC"]).await;
+    let mut keys = redirected(next_push(&mut redirection).await);
+    keys.extend(redirected(next_push(&mut redirection).await));
+    keys.sort();
+    assert_eq!(keys, ["a:1", "a:2", "b:1", "b:2"]);
+    // Adding a prefix keeps the others.
+    tracker
+        .command(&[
+            "CLIENT", "TRACKING", "on", "BCAST", "REDIRECT", &redirect, "PREFIX", "c:",
+        ])
+        .await;
+    let Value::Map(info) = tracker.command(&["HELLO", "3"]).await else {
+        panic!()
+    };
+    assert!(info.contains(&(bulk("proto"), Value::Int(3))));
+    assert_eq!(
+        tracker.command(&["CLIENT", "TRACKINGINFO"]).await,
+        Value::Map(vec![
+            (bulk("flags"), Value::Array(vec![bulk("on"), bulk("bcast")])),
+            (bulk("redirect"), Value::Int(redirect.parse().unwrap())),
+            (bulk("prefixes"), Value::Array(vec![bulk("a:"), bulk("b:"), bulk("c:")])),
+        ])
+    );
+    tracker.command(&["HELLO", "2"]).await;
+    other.command(&["INCR", "c:1234"]).await;
+    assert_eq!(redirected(next_push(&mut redirection).await), ["c:1234"]);
+
+    // NOLOOP: the client's own writes are not told, in the default mode and in BCAST.
+    tracker.command(&["CLIENT", "TRACKING", "off"]).await;
+    tracker
+        .command(&["CLIENT", "TRACKING", "on", "REDIRECT", &redirect, "NOLOOP"])
+        .await;
+    tracker.command(&["MGET", "otherkey1", "loopkey", "otherkey2"]).await;
+    other.command(&["SET", "otherkey1", "1"]).await;
+    tracker.command(&["SET", "loopkey", "1"]).await;
+    other.command(&["SET", "otherkey2", "1"]).await;
+    assert_eq!(redirected(next_push(&mut redirection).await), ["otherkey1"]);
+    assert_eq!(redirected(next_push(&mut redirection).await), ["otherkey2"]);
+    tracker.command(&["CLIENT", "TRACKING", "off"]).await;
+    tracker
+        .command(&["CLIENT", "TRACKING", "on", "BCAST", "REDIRECT", &redirect, "NOLOOP"])
+        .await;
+    other.command(&["SET", "otherkey1", "1"]).await;
+    tracker.command(&["SET", "loopkey", "1"]).await;
+    other.command(&["SET", "otherkey2", "1"]).await;
+    assert_eq!(redirected(next_push(&mut redirection).await), ["otherkey1"]);
+    assert_eq!(redirected(next_push(&mut redirection).await), ["otherkey2"]);
+
+    // OPTIN: only the reads after CLIENT CACHING yes; OPTOUT: all but those after CACHING no.
+    tracker.command(&["CLIENT", "TRACKING", "off"]).await;
+    tracker
+        .command(&["CLIENT", "TRACKING", "on", "OPTIN", "REDIRECT", &redirect])
+        .await;
+    tracker.command(&["GET", "notcached"]).await;
+    assert_eq!(tracker.command(&["CLIENT", "CACHING", "yes"]).await, ok());
+    tracker.command(&["GET", "cached"]).await;
+    other.command(&["SET", "notcached", "1"]).await;
+    other.command(&["SET", "cached", "1"]).await;
+    assert_eq!(redirected(next_push(&mut redirection).await), ["cached"]);
+    tracker.command(&["CLIENT", "TRACKING", "off"]).await;
+    tracker
+        .command(&["CLIENT", "TRACKING", "on", "OPTOUT", "REDIRECT", &redirect])
+        .await;
+    assert_eq!(tracker.command(&["CLIENT", "CACHING", "no"]).await, ok());
+    tracker.command(&["GET", "notcached"]).await;
+    tracker.command(&["GET", "cached"]).await;
+    other.command(&["SET", "notcached", "2"]).await;
+    other.command(&["SET", "cached", "2"]).await;
+    assert_eq!(redirected(next_push(&mut redirection).await), ["cached"]);
+}
+
+/// What the report commands answer and the options' errors, compared with redis-server.
+#[tokio::test]
+async fn tracking_reports_and_errors_answer_as_redis_does() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let redis = LiveRedis::start().await;
+    let mut ours = RawResp::connect(gateway.resp_addr()).await;
+    let mut theirs = redis.connect().await;
+    same_lines(
+        &mut ours,
+        &mut theirs,
+        &[
+            "CLIENT TRACKINGINFO",
+            "CLIENT GETREDIR",
+            "CLIENT CACHING yes",
+            "CLIENT TRACKING off",
+            "CLIENT TRACKING maybe",
+            "CLIENT TRACKING on NOSUCH",
+            "CLIENT TRACKING on PREFIX a",
+            "CLIENT TRACKING on BCAST OPTIN",
+            "CLIENT TRACKING on OPTIN OPTOUT",
+            "CLIENT TRACKING on REDIRECT notanumber",
+            "CLIENT TRACKING on REDIRECT 999999",
+            "CLIENT TRACKING on BCAST PREFIX foo PREFIX foobar",
+            "CLIENT TRACKING on OPTIN NOLOOP",
+            "CLIENT TRACKINGINFO",
+            "CLIENT GETREDIR",
+            "CLIENT CACHING no",
+            "CLIENT CACHING maybe",
+            "CLIENT CACHING yes",
+            "CLIENT TRACKINGINFO",
+            "CLIENT TRACKING on OPTOUT",
+            "CLIENT TRACKING on BCAST",
+            "CLIENT TRACKING off",
+            "CLIENT TRACKING on OPTOUT",
+            "CLIENT CACHING no",
+            "CLIENT TRACKINGINFO",
+            "CLIENT TRACKING off",
+            "CLIENT TRACKING on BCAST PREFIX abc",
+            "CLIENT TRACKING on BCAST PREFIX ab",
+            "CLIENT TRACKINGINFO",
+            "CLIENT TRACKING off",
+            "CONFIG SET tracking-table-max-keys notanumber",
+            "CONFIG SET tracking-table-max-keys 10",
+            "CONFIG GET tracking-table-max-keys",
+        ],
+    )
+    .await;
+}
+
+/// `tracking-table-max-keys`: past it, keys are dropped from the table and their readers
+/// told, as if they changed; a key dropped so is not told again.
+#[tokio::test]
+async fn the_tracking_table_is_bounded() {
+    let gateway = TestGateway::with_resp(&[]).await;
+    let mut tracker = RawResp::connect(gateway.resp_addr()).await;
+    tracker.command(&["HELLO", "3"]).await;
+    assert_eq!(
+        tracker
+            .command(&["CONFIG", "SET", "tracking-table-max-keys", "2"])
+            .await,
+        ok()
+    );
+    tracker.command(&["CLIENT", "TRACKING", "on"]).await;
+    assert_eq!(
+        tracker.command(&["MGET", "k1", "k2", "k3"]).await,
+        Value::Array(vec![Value::Nil, Value::Nil, Value::Nil])
+    );
+    let Value::Push(push) = next_push(&mut tracker).await else {
+        panic!()
+    };
+    let Value::Array(dropped) = &push[1] else { panic!() };
+    assert_eq!(dropped.len(), 1);
+    let dropped = dropped[0].clone();
+    let kept: Vec<&str> = ["k1", "k2", "k3"]
+        .into_iter()
+        .filter(|key| bulk(key) != dropped)
+        .collect();
+    // The dropped key's change is not told; the kept keys' are.
+    let mut other = RawResp::connect(gateway.resp_addr()).await;
+    let Value::Bulk(dropped) = dropped else { panic!() };
+    other
+        .command(&["SET", std::str::from_utf8(&dropped).unwrap(), "1"])
+        .await;
+    for key in &kept {
+        other.command(&["SET", key, "1"]).await;
+    }
+    for key in &kept {
+        assert_eq!(next_push(&mut tracker).await, invalidate(&[key]));
+    }
+    assert_eq!(
+        tracker.command(&["CONFIG", "GET", "tracking-table-max-keys"]).await,
+        Value::Map(vec![(bulk("tracking-table-max-keys"), bulk("2"))])
+    );
+}
+
+/// Two gateways on one database: a key read through gateway A is invalidated when a client of
+/// gateway B writes it (a command, a transaction, a script), a FLUSHDB on B invalidates
+/// everything on A, and a tracking client whose REDIRECT disconnected is told it is broken.
+#[tokio::test]
+async fn invalidations_reach_the_tracking_clients_of_every_gateway() {
+    let url = common::fresh_database().await;
+    let args = ["--resp-addr", "127.0.0.1:0", "--resp-flushdb"];
+    let a = TestGateway::with_args(url.clone(), &args).await;
+    let b = TestGateway::with_args(url, &args).await;
+    let mut writer = RawResp::connect(b.resp_addr()).await;
+    // Written before tracking starts (see the first test).
+    writer.command(&["SET", "k", "1"]).await;
+    writer.command(&["HSET", "h", "f", "v"]).await;
+    let mut tracker = RawResp::connect(a.resp_addr()).await;
+    tracker.command(&["HELLO", "3"]).await;
+    assert_eq!(tracker.command(&["CLIENT", "TRACKING", "on"]).await, ok());
+    assert_eq!(tracker.command(&["GET", "k"]).await, bulk("1"));
+    assert_eq!(tracker.command(&["HGET", "h", "f"]).await, bulk("v"));
+    writer.command(&["SET", "k", "2"]).await;
+    assert_eq!(next_push(&mut tracker).await, invalidate(&["k"]));
+    writer.command(&["HDEL", "h", "f"]).await;
+    assert_eq!(next_push(&mut tracker).await, invalidate(&["h"]));
+    // A transaction and a script on B.
+    assert_eq!(
+        tracker.command(&["MGET", "k", "t"]).await,
+        Value::Array(vec![bulk("2"), Value::Nil])
+    );
+    writer.command(&["MULTI"]).await;
+    writer.command(&["INCR", "k"]).await;
+    writer.command(&["EXEC"]).await;
+    assert_eq!(next_push(&mut tracker).await, invalidate(&["k"]));
+    writer
+        .command(&["EVAL", "return redis.call('SET', KEYS[1], 'x')", "1", "t"])
+        .await;
+    assert_eq!(next_push(&mut tracker).await, invalidate(&["t"]));
+    writer.command(&["FLUSHDB"]).await;
+    assert_eq!(
+        next_push(&mut tracker).await,
+        Value::Push(vec![bulk("invalidate"), Value::Nil])
+    );
+
+    // A redirect to a client that is gone: a RESP3 client is told, and TRACKINGINFO says so.
+    let mut redirection = RawResp::connect(a.resp_addr()).await;
+    let Value::Int(redirect) = redirection.command(&["CLIENT", "ID"]).await else {
+        panic!()
+    };
+    redirection.command(&["SUBSCRIBE", "__redis__:invalidate"]).await;
+    tracker
+        .command(&["CLIENT", "TRACKING", "on", "REDIRECT", &redirect.to_string()])
+        .await;
+    tracker.command(&["GET", "k"]).await;
+    drop(redirection);
+    writer.command(&["SET", "k", "3"]).await;
+    assert_eq!(
+        next_push(&mut tracker).await,
+        Value::Push(vec![bulk("tracking-redir-broken"), Value::Int(redirect)])
+    );
+    let Value::Map(info) = tracker.command(&["CLIENT", "TRACKINGINFO"]).await else {
+        panic!()
+    };
+    assert_eq!(
+        info[0],
+        (bulk("flags"), Value::Array(vec![bulk("on"), bulk("broken_redirect")]))
+    );
+}
+
+/// redis-py's client-side cache (`cache_config`, RESP3): a value read once is served from the
+/// cache, and a write through another client (here on another gateway of the database)
+/// invalidates it, so a later read sees the new value. (redis-py turns its cache on only for
+/// servers that report 7.4 or later: the script lowers that bound, pgvs3 reporting 7.0.15.)
+#[tokio::test]
+async fn redis_py_client_side_cache_sees_other_clients_writes() {
+    let url = common::fresh_database().await;
+    let args = ["--resp-addr", "127.0.0.1:0"];
+    let a = TestGateway::with_args(url.clone(), &args).await;
+    let b = TestGateway::with_args(url, &args).await;
+    let script = format!(
+        r#"
+import time
+import redis
+from redis.cache import CacheConfig
+from redis.connection import CacheProxyConnection
+# redis-py caches only for servers that say they are Redis 7.4 or later; pgvs3 says 7.0.15.
+CacheProxyConnection.MIN_ALLOWED_VERSION = "7.0.0"
+cached = redis.Redis(host="{a_host}", port={a_port}, protocol=3, cache_config=CacheConfig())
+writer = redis.Redis(host="{b_host}", port={b_port})
+writer.set("k", "v1")
+assert cached.get("k") == b"v1"
+cache = cached.get_cache()
+assert cache.size == 1, cache.size
+# Served from the cache: a change the server was not asked about is not seen.
+assert cached.get("k") == b"v1"
+writer.set("k", "v2")
+# The invalidation comes by push: redis-py reads it before the next cached read.
+for _ in range(200):
+    value = cached.get("k")
+    if value == b"v2":
+        break
+    time.sleep(0.05)
+assert value == b"v2", value
+print("done")
+"#,
+        a_host = a.resp_addr().ip(),
+        a_port = a.resp_addr().port(),
+        b_host = b.resp_addr().ip(),
+        b_port = b.resp_addr().port(),
+    );
+    a.python_passes(&script, "done").await;
+}
+
+/// An expired key is invalidated when the reaper deletes it (its statement sends the keys of a
+/// tracked keyspace, whatever its notifications setting), and no `expired` event is published
+/// for a keyspace whose setting asks for none.
+#[tokio::test]
+async fn an_expired_key_is_invalidated_by_the_reaper() {
+    let gateway = TestGateway::with_resp(&["--maintenance-interval", "200ms"]).await;
+    let mut writer = RawResp::connect(gateway.resp_addr()).await;
+    writer.command(&["SET", "short", "v", "PX", "5000"]).await;
+    writer.command(&["SET", "kept", "v"]).await;
+    let mut subscriber = RawResp::connect(gateway.resp_addr()).await;
+    subscriber.command(&["PSUBSCRIBE", "*"]).await;
+    let mut tracker = RawResp::connect(gateway.resp_addr()).await;
+    tracker.command(&["HELLO", "3"]).await;
+    tracker.command(&["CLIENT", "TRACKING", "on"]).await;
+    assert_eq!(
+        tracker.command(&["MGET", "short", "kept"]).await,
+        Value::Array(vec![bulk("v"), bulk("v")])
+    );
+    assert_eq!(next_push(&mut tracker).await, invalidate(&["short"]));
+    // The subscriber got nothing of it: the next message it gets is this one.
+    writer.command(&["PUBLISH", "after", "x"]).await;
+    assert_eq!(
+        next_push(&mut subscriber).await,
+        Value::Array(vec![bulk("pmessage"), bulk("*"), bulk("after"), bulk("x")])
+    );
+}
