@@ -3298,6 +3298,41 @@ CREATE FUNCTION pgvs3.resp_touch(b bigint, k text, t "char") RETURNS void
 $$;
 
 --
+-- Name: resp_track(text, boolean, integer); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_track(bucket text, tracked boolean, inline_limit integer) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    DELETE FROM pgvs3.resp_tracking t
+     WHERE t.bucket = resp_track.bucket
+       AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a
+                        WHERE a.pid = t.pid AND a.backend_start = t.backend_start
+                          AND a.pid <> pg_backend_pid());
+    IF tracked THEN
+        INSERT INTO pgvs3.resp_tracking (bucket, pid, backend_start)
+        SELECT resp_track.bucket, a.pid, a.backend_start FROM pg_stat_activity a
+         WHERE a.pid = pg_backend_pid()
+        ON CONFLICT DO NOTHING;
+    END IF;
+    PERFORM pgvs3.resp_notify('\x54'::bytea || convert_to(bucket, 'UTF8'), ''::bytea, inline_limit);
+END $$;
+
+--
+-- Name: resp_tracked(text); Type: FUNCTION; Schema: pgvs3; Owner: -
+--
+
+CREATE FUNCTION pgvs3.resp_tracked(bucket text) RETURNS boolean
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM pgvs3.resp_tracking t
+                     JOIN pg_stat_activity a ON a.pid = t.pid AND a.backend_start = t.backend_start
+                    WHERE t.bucket = resp_tracked.bucket);
+END $$;
+
+--
 -- Name: resp_type(bigint, text); Type: FUNCTION; Schema: pgvs3; Owner: -
 --
 
@@ -4360,6 +4395,16 @@ CREATE TABLE pgvs3.resp_stream_pending (
 );
 
 --
+-- Name: resp_tracking; Type: TABLE; Schema: pgvs3; Owner: -
+--
+
+CREATE TABLE pgvs3.resp_tracking (
+    bucket text NOT NULL,
+    pid integer NOT NULL,
+    backend_start timestamp with time zone NOT NULL
+);
+
+--
 -- Name: resp_typed; Type: TABLE; Schema: pgvs3; Owner: -
 --
 
@@ -5047,6 +5092,13 @@ ALTER TABLE ONLY pgvs3.resp_stream_pending
 
 ALTER TABLE ONLY pgvs3.resp_stream
     ADD CONSTRAINT resp_stream_pkey PRIMARY KEY (bucket_id, key);
+
+--
+-- Name: resp_tracking resp_tracking_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -
+--
+
+ALTER TABLE ONLY pgvs3.resp_tracking
+    ADD CONSTRAINT resp_tracking_pkey PRIMARY KEY (bucket, pid, backend_start);
 
 --
 -- Name: resp_typed resp_typed_pkey; Type: CONSTRAINT; Schema: pgvs3; Owner: -

@@ -127,6 +127,8 @@ const NEW_SINCE_V10: &[&str] = &[
     "pgvs3.resp_stream_tombstone_after(pgvs3.resp_stream,bigint,bigint,bigint,bigint)",
     "pgvs3.resp_stream_trim(bigint,text,boolean,bigint,bigint,bigint)",
     "pgvs3.resp_touch(bigint,text,\"char\")",
+    "pgvs3.resp_track(text,boolean,integer)",
+    "pgvs3.resp_tracked(text)",
     "pgvs3.resp_type(bigint,text)",
     "pgvs3.resp_typed_conflict()",
     "pgvs3.resp_wake(bigint,text)",
