@@ -1120,3 +1120,94 @@ async fn concurrent_large_puts_of_one_key_each_keep_their_own_bytes() {
     }
     gw.stop().await;
 }
+
+/// A write of a new key that waits on another transaction's insert of it while a delete marker
+/// is written: whichever of the two commits last is the key's latest version, and stays in that
+/// place when a newer version is deleted for good. The write is an S3 PUT or a RESP SET (which
+/// share the key's locks). (A write that drew its version number before the marker drew its
+/// own, then committed after it, was current with the lower number: deleting the newer version
+/// then promoted the marker over it and the key read as deleted; seen as a non-linearizable
+/// history under load.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_racing_a_delete_marker_keeps_its_place_among_the_versions() {
+    let gw = TestGateway::with_resp(&[]).await;
+    let s3 = &gw.client;
+    let mut con = redis_on(&gw, 0).await;
+    let _: () = redis_query(&mut con, &["SET", "before", "unversioned"]).await;
+    set_versioning(s3, "resp", BucketVersioningStatus::Enabled).await;
+    let sql = gw.sql().await;
+    let bucket_id: i64 = sql
+        .query_one("SELECT id FROM pgvs3.buckets WHERE name = 'resp'", &[])
+        .await
+        .unwrap()
+        .get("id");
+    let waiting = || async {
+        sql.query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>("count")
+    };
+    for (round, by_resp) in [false, true, false, true].into_iter().enumerate() {
+        let key = format!("raced{round}");
+        let holder = gw.sql().await;
+        holder.batch_execute("BEGIN").await.unwrap();
+        holder
+            .execute(
+                "INSERT INTO s3p.objects (bucket_id, key, size, etag, inline) VALUES ($1, $2, 0, 'held', '')",
+                &[&bucket_id, &key],
+            )
+            .await
+            .unwrap();
+        let write = {
+            let (s3, key, mut con) = (s3.clone(), key.clone(), redis_on(&gw, 0).await);
+            tokio::spawn(async move {
+                match by_resp {
+                    true => redis_query::<()>(&mut con, &["SET", &key, "written"]).await,
+                    false => drop(put(&s3, "resp", &key, b"written").await),
+                }
+            })
+        };
+        common::eventually(Duration::from_secs(30), "the write waiting on the held key", || async {
+            (waiting().await == 1).then_some(())
+        })
+        .await;
+        let marker = {
+            let (s3, key) = (s3.clone(), key.clone());
+            tokio::spawn(async move { s3.delete_object().bucket("resp").key(&key).send().await.unwrap() })
+        };
+        // The marker either commits at once or waits behind the write.
+        common::eventually(Duration::from_secs(30), "the delete done or waiting", || async {
+            (marker.is_finished() || waiting().await == 2).then_some(())
+        })
+        .await;
+        holder.batch_execute("ROLLBACK").await.unwrap();
+        write.await.unwrap();
+        marker.await.unwrap();
+        let latest = get_version(s3, "resp", &key, None).await.map(|(body, _)| body);
+        let versions = versions_of(s3, "resp", &key).await;
+        assert_eq!(versions.len(), 2, "round {round}: {versions:?}");
+        assert!(
+            versions[0].2,
+            "round {round}: the newest listed is the latest: {versions:?}"
+        );
+        assert_eq!(
+            latest.is_ok(),
+            !versions[0].3,
+            "round {round}: the latest listed is what GET reads: {latest:?} {versions:?}"
+        );
+        // A newer version, deleted for good: the latest before it is latest again.
+        let newer = put(s3, "resp", &key, b"newer").await.unwrap();
+        s3.delete_object()
+            .bucket("resp")
+            .key(&key)
+            .version_id(&newer)
+            .send()
+            .await
+            .unwrap();
+        let after = get_version(s3, "resp", &key, None).await.map(|(body, _)| body);
+        assert_eq!(after, latest, "round {round} (resp: {by_resp}): {versions:?}");
+    }
+}

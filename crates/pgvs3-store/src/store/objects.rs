@@ -16,6 +16,7 @@ use super::bodies::{BodyDigest, body_rows, check_length, inline_span, locate, re
 use super::chunks::{ChunkStream, worth_compressing};
 use super::conditions::{CurrentVersion, DeleteCondition, Preconditions, WriteCondition};
 use super::encryption::ObjectKey;
+use super::versions::KEY_LOCKS;
 use super::{BucketInfo, Store, StoreError, StoreResult};
 
 /// Bodies up to this size live in the object row itself: a small GET is one index lookup.
@@ -300,16 +301,17 @@ fn lookup_sql(ns: &str, body: &str) -> String {
 
 /// An object row's insert, or its overwrite. The bucket's versioning state as committed (not as
 /// this gateway's catalog cache has it, which may lag a change): a write to a versioned bucket
-/// takes a version number, and in an Enabled bucket a version id (the objects_keep_version
-/// trigger keeps the version it replaces). A write to a bucket that never had versioning draws
-/// no number.
+/// takes the key's locks ([`KEY_LOCKS`]), then a version number, and in an Enabled bucket a
+/// version id (the objects_keep_version trigger keeps the version it replaces). A write to a
+/// bucket that never had versioning takes neither (the filter skips the subquery).
 fn insert_sql(ns: &str) -> String {
-    let seq = format!("CASE WHEN b.versioning IS NOT NULL THEN nextval('{ns}.version_seqs') END AS seq");
+    let seq =
+        format!("SELECT nextval('{ns}.version_seqs') AS seq FROM ({KEY_LOCKS}) held WHERE b.versioning IS NOT NULL");
     format!(
         "INSERT INTO {ns}.objects AS o (bucket_id, key, size, etag, last_modified, meta, inline, body_id,
                                         version_seq, version_id)
          SELECT $1, $2, $3, $4, clock_timestamp(), $5, $6, $7, v.seq, {new_id}
-           FROM pgvs3.buckets b CROSS JOIN LATERAL (SELECT {seq}) v WHERE b.id = $1
+           FROM pgvs3.buckets b LEFT JOIN LATERAL ({seq}) v ON true WHERE b.id = $1
          ON CONFLICT (bucket_id, key) DO UPDATE
             SET size = EXCLUDED.size, etag = EXCLUDED.etag, last_modified = EXCLUDED.last_modified,
                 meta = EXCLUDED.meta, inline = EXCLUDED.inline, body_id = EXCLUDED.body_id,

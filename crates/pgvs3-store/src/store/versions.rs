@@ -42,6 +42,17 @@ impl Versioning {
     }
 }
 
+/// The locks every writer of a key's versions holds until it commits, taken before it draws a
+/// version number, so that a key's versions are numbered in the order they commit. A write that
+/// drew its number before a concurrent delete marker drew its own, and committed after it, would
+/// be current with the lower number: the next delete of a newer version would then promote the
+/// marker over it (the key reads as deleted, as a linearizability history caught). They are RESP's
+/// key locks (store/kv.rs) in RESP's order, the keyspace's shared and then the key's, so S3 and
+/// RESP writers of one key take turns, and a RESP batch that holds its keyspace exclusively
+/// excludes them too. `$1` the bucket id (RESP's lock takes it as int4), `$2` the key.
+pub(super) const KEY_LOCKS: &str = "SELECT pg_advisory_xact_lock(($1::int8)::int4, hashtext($2::text))
+                                      FROM (SELECT pg_advisory_xact_lock_shared(-($1::int8))) keyspace";
+
 /// The version id of a sequence number: 16 hex digits, so ids sort like the versions they
 /// name and a listing's version-id marker says where it stands.
 const VERSION_ID: &str = "lpad(to_hex(seq), 16, '0')";
@@ -109,13 +120,11 @@ pub(super) struct VersionSql {
 impl VersionSql {
     pub(super) fn new(ns: &str) -> VersionSql {
         VersionSql {
-            // One key's lock, taken first by every transaction that deletes one of its versions
-            // or writes a delete marker: without it, a delete of the newest version promotes the
-            // next one from `versions` into `objects` while a concurrent delete of that very
-            // version looks for it in one table, then the other, and finds it in neither (or
-            // the two deadlock). Bucket ids are at least 1: apart from the seed 0 of OJS's
-            // unique-job locks. A hash collision only serializes two keys.
-            lock_key: "SELECT pg_advisory_xact_lock(hashtextextended($2::text, $1::int8))".to_owned(),
+            // Taken first by every transaction that deletes one of the key's versions or writes a
+            // delete marker: without it, a delete of the newest version promotes the next one from
+            // `versions` into `objects` while a concurrent delete of that very version looks for
+            // it in one table, then the other, and finds it in neither (or the two deadlock).
+            lock_key: KEY_LOCKS.to_owned(),
             read: format!(
                 "SELECT size, etag, last_modified, meta, inline, body_id, is_delete_marker
                    FROM {ns}.versions WHERE bucket_id = $1 AND key = $2 AND version_id = $3"
