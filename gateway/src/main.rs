@@ -415,12 +415,28 @@ async fn set_key_disabled(catalog: &Catalog, access_key: &str, disabled: bool) -
 
 async fn admin(catalog: &Arc<Catalog>, pool: deadpool_postgres::Pool, command: AdminCommand) -> anyhow::Result<()> {
     match command {
-        AdminCommand::Key(KeyCommand::Create {
+        AdminCommand::Key(command) => admin_key(catalog, command).await,
+        AdminCommand::Origin(command) => admin_origin(catalog, command).await,
+        AdminCommand::OidcIssuer(command) => admin_oidc_issuer(&*pool.get().await?, command).await,
+        AdminCommand::Role(command) => admin_role(&*pool.get().await?, command).await,
+        AdminCommand::Quota {
+            bucket,
+            max_bytes,
+            max_objects,
+            remove,
+        } => admin_quota(catalog, &bucket, max_bytes, max_objects, remove).await,
+        AdminCommand::Maintenance { run_once: _, grace } => admin_maintenance(catalog, pool, grace).await,
+    }
+}
+
+async fn admin_key(catalog: &Catalog, command: KeyCommand) -> anyhow::Result<()> {
+    match command {
+        KeyCommand::Create {
             access_key,
             secret_key,
             read_only,
             description,
-        }) => {
+        } => {
             let key = NewAccessKey {
                 access_key: access_key.unwrap_or_else(generate_access_key),
                 secret: secret_key.unwrap_or_else(|| random_token(30)),
@@ -433,7 +449,7 @@ async fn admin(catalog: &Arc<Catalog>, pool: deadpool_postgres::Pool, command: A
             println!("AWS_ACCESS_KEY_ID={}", key.access_key);
             println!("AWS_SECRET_ACCESS_KEY={}", key.secret);
         }
-        AdminCommand::Key(KeyCommand::List) => {
+        KeyCommand::List => {
             let disabled = catalog.disabled_access_keys().await?;
             println!(
                 "{:<24} {:<6} {:<10} {:<9} DESCRIPTION",
@@ -450,91 +466,105 @@ async fn admin(catalog: &Arc<Catalog>, pool: deadpool_postgres::Pool, command: A
                 );
             }
         }
-        AdminCommand::Key(KeyCommand::Policy {
+        KeyCommand::Policy {
             access_key,
             file,
             clear,
-        }) => {
-            let text = file
-                .map(|file| std::fs::read_to_string(&file).map_err(|err| anyhow::anyhow!("{}: {err}", file.display())))
-                .transpose()?;
-            if text.is_none() && !clear {
-                let key = catalog
-                    .list_access_keys()
-                    .await?
-                    .into_iter()
-                    .find(|key| key.access_key == access_key)
-                    .ok_or_else(|| anyhow::anyhow!("no such access key: {access_key}"))?;
-                match key.policy_text {
-                    Some(text) => println!("{text}"),
-                    None => println!("{access_key} has no policy of its own"),
-                }
-                return Ok(());
-            }
-            anyhow::ensure!(
-                catalog.set_key_policy(&access_key, text.as_deref()).await?,
-                "no such access key, or it is the root key: {access_key}"
-            );
-            match text {
-                Some(_) => println!("attached a policy to {access_key}"),
-                None => println!("detached the policy of {access_key}"),
-            }
-        }
-        AdminCommand::Key(KeyCommand::Delete { access_key }) => {
+        } => key_policy(catalog, &access_key, file, clear).await?,
+        KeyCommand::Delete { access_key } => {
             anyhow::ensure!(
                 catalog.delete_access_key(&access_key).await?,
                 "no such access key, or it is the root key: {access_key}"
             );
             println!("deleted {access_key}");
         }
-        AdminCommand::Key(KeyCommand::Disable { access_key }) => set_key_disabled(catalog, &access_key, true).await?,
-        AdminCommand::Key(KeyCommand::Enable { access_key }) => set_key_disabled(catalog, &access_key, false).await?,
-        AdminCommand::Origin(command) => admin_origin(catalog, command).await?,
-        AdminCommand::OidcIssuer(command) => admin_oidc_issuer(&*pool.get().await?, command).await?,
-        AdminCommand::Role(command) => admin_role(&*pool.get().await?, command).await?,
-        AdminCommand::Quota {
-            bucket,
-            max_bytes,
-            max_objects,
-            remove,
-        } => {
-            if remove || max_bytes.is_some() || max_objects.is_some() {
-                let limit = |value: Option<u64>| value.map(|v| i64::try_from(v).unwrap_or(i64::MAX));
-                catalog
-                    .set_bucket_quota(&bucket, limit(max_bytes), limit(max_objects))
-                    .await?;
-            }
-            match catalog.bucket_quota(&bucket).await? {
-                Some(quota) => {
-                    let limit = |value: Option<i64>| value.map_or("unlimited".to_string(), |v| v.to_string());
-                    println!(
-                        "{bucket}: {} of {} bytes, {} of {} objects",
-                        quota.used_bytes,
-                        limit(quota.max_bytes),
-                        quota.used_objects,
-                        limit(quota.max_objects)
-                    );
-                }
-                None => println!("{bucket}: no quota"),
-            }
-        }
-        AdminCommand::Maintenance { run_once: _, grace } => {
-            let store = Store::new(pool, Arc::clone(catalog));
-            let lifecycle = store.apply_lifecycle(pgvs3_gateway::store::LIFECYCLE_BATCH).await?;
-            println!(
-                "lifecycle: {} objects expired, {} noncurrent versions and {} delete markers removed, {} uploads aborted",
-                lifecycle.expired,
-                lifecycle.noncurrent_deleted,
-                lifecycle.delete_markers_removed,
-                lifecycle.uploads_aborted
-            );
-            let stats = store.reap_retired(grace).await?;
-            println!(
-                "reaped {} retired bodies ({} chunks) and {} expired objects",
-                stats.bodies, stats.chunks, stats.expired_objects
-            );
-        }
+        KeyCommand::Disable { access_key } => set_key_disabled(catalog, &access_key, true).await?,
+        KeyCommand::Enable { access_key } => set_key_disabled(catalog, &access_key, false).await?,
     }
+    Ok(())
+}
+
+/// Attaches the policy in `file`, detaches it (`clear`), or shows it (neither).
+async fn key_policy(
+    catalog: &Catalog,
+    access_key: &str,
+    file: Option<std::path::PathBuf>,
+    clear: bool,
+) -> anyhow::Result<()> {
+    let text = file
+        .map(|file| std::fs::read_to_string(&file).map_err(|err| anyhow::anyhow!("{}: {err}", file.display())))
+        .transpose()?;
+    if text.is_none() && !clear {
+        let key = catalog
+            .list_access_keys()
+            .await?
+            .into_iter()
+            .find(|key| key.access_key == access_key)
+            .ok_or_else(|| anyhow::anyhow!("no such access key: {access_key}"))?;
+        match key.policy_text {
+            Some(text) => println!("{text}"),
+            None => println!("{access_key} has no policy of its own"),
+        }
+        return Ok(());
+    }
+    anyhow::ensure!(
+        catalog.set_key_policy(access_key, text.as_deref()).await?,
+        "no such access key, or it is the root key: {access_key}"
+    );
+    match text {
+        Some(_) => println!("attached a policy to {access_key}"),
+        None => println!("detached the policy of {access_key}"),
+    }
+    Ok(())
+}
+
+/// Sets the bucket's quota when asked to (`remove`: no limits), then shows it.
+async fn admin_quota(
+    catalog: &Catalog,
+    bucket: &str,
+    max_bytes: Option<u64>,
+    max_objects: Option<u64>,
+    remove: bool,
+) -> anyhow::Result<()> {
+    if remove || max_bytes.is_some() || max_objects.is_some() {
+        let limit = |value: Option<u64>| value.map(|v| i64::try_from(v).unwrap_or(i64::MAX));
+        catalog
+            .set_bucket_quota(bucket, limit(max_bytes), limit(max_objects))
+            .await?;
+    }
+    match catalog.bucket_quota(bucket).await? {
+        Some(quota) => {
+            let limit = |value: Option<i64>| value.map_or("unlimited".to_string(), |v| v.to_string());
+            println!(
+                "{bucket}: {} of {} bytes, {} of {} objects",
+                quota.used_bytes,
+                limit(quota.max_bytes),
+                quota.used_objects,
+                limit(quota.max_objects)
+            );
+        }
+        None => println!("{bucket}: no quota"),
+    }
+    Ok(())
+}
+
+/// One lifecycle pass and one reaper pass, as the leader's loop runs them.
+async fn admin_maintenance(
+    catalog: &Arc<Catalog>,
+    pool: deadpool_postgres::Pool,
+    grace: std::time::Duration,
+) -> anyhow::Result<()> {
+    let store = Store::new(pool, Arc::clone(catalog));
+    let lifecycle = store.apply_lifecycle(pgvs3_gateway::store::LIFECYCLE_BATCH).await?;
+    println!(
+        "lifecycle: {} objects expired, {} noncurrent versions and {} delete markers removed, {} uploads aborted",
+        lifecycle.expired, lifecycle.noncurrent_deleted, lifecycle.delete_markers_removed, lifecycle.uploads_aborted
+    );
+    let stats = store.reap_retired(grace).await?;
+    println!(
+        "reaped {} retired bodies ({} chunks) and {} expired objects",
+        stats.bodies, stats.chunks, stats.expired_objects
+    );
     Ok(())
 }
 

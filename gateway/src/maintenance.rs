@@ -45,6 +45,14 @@ pub fn spawn_leader_loop(
     upload_max_age: Duration,
     job_retention: Duration,
 ) -> tokio::task::JoinHandle<()> {
+    let maintenance = Maintenance {
+        store,
+        pool,
+        metrics,
+        grace,
+        upload_max_age,
+        job_retention,
+    };
     tokio::spawn(async move {
         // The first pass comes one interval after the start, not at once: a start is no reason to
         // reap, and a pass racing the first requests of a fresh gateway made tests that backdate
@@ -56,97 +64,130 @@ pub fn spawn_leader_loop(
         loop {
             ticker.tick().await;
             if leader_connection.as_ref().is_none_or(|client| client.is_closed()) {
-                leader_connection = try_lead(&pool, LEADER_LOCK, "maintenance").await;
+                leader_connection = try_lead(&maintenance.pool, LEADER_LOCK, "maintenance").await;
             }
-            if leader_connection.is_none() {
-                continue;
-            }
-            match store.reap_abandoned_uploads(upload_max_age).await {
-                Ok(0) => {}
-                Ok(uploads) => {
-                    metrics
-                        .maintenance_reaped
-                        .with_label_values(&["abandoned_uploads"])
-                        .inc_by(uploads);
-                    tracing::info!(uploads, "aborted abandoned multipart uploads");
-                }
-                Err(err) => tracing::warn!(error = %err, "reaping abandoned uploads failed"),
-            }
-            // Before the reaper, so the bodies of versions it removes are reaped once their
-            // grace period ends.
-            match store.apply_lifecycle(LIFECYCLE_BATCH).await {
-                Ok(stats) => {
-                    let reaped = &metrics.maintenance_reaped;
-                    reaped.with_label_values(&["lifecycle_expired"]).inc_by(stats.expired);
-                    reaped
-                        .with_label_values(&["lifecycle_noncurrent"])
-                        .inc_by(stats.noncurrent_deleted);
-                    reaped
-                        .with_label_values(&["lifecycle_delete_markers"])
-                        .inc_by(stats.delete_markers_removed);
-                    reaped
-                        .with_label_values(&["lifecycle_uploads"])
-                        .inc_by(stats.uploads_aborted);
-                }
-                Err(err) => tracing::warn!(error = %err, "lifecycle pass failed"),
-            }
-            match store.catalog().reap_sessions().await {
-                Ok(0) => {}
-                Ok(sessions) => {
-                    metrics
-                        .maintenance_reaped
-                        .with_label_values(&["sts_sessions"])
-                        .inc_by(sessions.unsigned_abs());
-                }
-                Err(err) => tracing::warn!(error = %err, "reaping expired STS sessions failed"),
-            }
-            match reap_finished_jobs(&pool, job_retention).await {
-                Ok(0) => {}
-                Ok(jobs) => {
-                    metrics.maintenance_reaped.with_label_values(&["ojs_jobs"]).inc_by(jobs);
-                    tracing::info!(jobs, "deleted finished OJS jobs past their retention");
-                }
-                Err(err) => tracing::warn!(error = %err, "reaping finished OJS jobs failed"),
-            }
-            match store.reap_retired(grace).await {
-                Ok(stats) => {
-                    metrics
-                        .maintenance_reaped
-                        .with_label_values(&["bodies"])
-                        .inc_by(stats.bodies);
-                    metrics
-                        .maintenance_reaped
-                        .with_label_values(&["chunks"])
-                        .inc_by(stats.chunks);
-                    metrics
-                        .maintenance_reaped
-                        .with_label_values(&["expired_objects"])
-                        .inc_by(stats.expired_objects);
-                    metrics.maintenance_last_run.set(
-                        std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .unwrap_or_default()
-                            .as_secs() as i64,
-                    );
-                    if stats != ReapStats::default() {
-                        tracing::info!(?stats, "maintenance pass");
-                    }
-                    match store.reaper_backlog().await {
-                        Ok((bodies, uploads)) => {
-                            metrics
-                                .maintenance_backlog
-                                .with_label_values(&["retired_bodies"])
-                                .set(bodies);
-                            metrics
-                                .maintenance_backlog
-                                .with_label_values(&["uploads_in_progress"])
-                                .set(uploads);
-                        }
-                        Err(err) => tracing::warn!(error = %err, "measuring the maintenance backlog failed"),
-                    }
-                }
-                Err(err) => tracing::warn!(error = %err, "maintenance pass failed"),
+            if leader_connection.is_some() {
+                maintenance.pass().await;
             }
         }
     })
+}
+
+/// What one maintenance pass works on, and its settings.
+struct Maintenance {
+    store: Store,
+    pool: Pool,
+    metrics: Metrics,
+    grace: Duration,
+    upload_max_age: Duration,
+    job_retention: Duration,
+}
+
+impl Maintenance {
+    /// One pass as leader: each step's failure is logged and the next step still runs.
+    async fn pass(&self) {
+        self.reap_abandoned_uploads().await;
+        // Before the reaper, so the bodies of versions it removes are reaped once their
+        // grace period ends.
+        self.apply_lifecycle().await;
+        self.reap_sessions().await;
+        self.reap_jobs().await;
+        self.reap_retired().await;
+    }
+
+    async fn reap_abandoned_uploads(&self) {
+        match self.store.reap_abandoned_uploads(self.upload_max_age).await {
+            Ok(0) => {}
+            Ok(uploads) => {
+                self.metrics
+                    .maintenance_reaped
+                    .with_label_values(&["abandoned_uploads"])
+                    .inc_by(uploads);
+                tracing::info!(uploads, "aborted abandoned multipart uploads");
+            }
+            Err(err) => tracing::warn!(error = %err, "reaping abandoned uploads failed"),
+        }
+    }
+
+    async fn apply_lifecycle(&self) {
+        match self.store.apply_lifecycle(LIFECYCLE_BATCH).await {
+            Ok(stats) => {
+                let reaped = &self.metrics.maintenance_reaped;
+                reaped.with_label_values(&["lifecycle_expired"]).inc_by(stats.expired);
+                reaped
+                    .with_label_values(&["lifecycle_noncurrent"])
+                    .inc_by(stats.noncurrent_deleted);
+                reaped
+                    .with_label_values(&["lifecycle_delete_markers"])
+                    .inc_by(stats.delete_markers_removed);
+                reaped
+                    .with_label_values(&["lifecycle_uploads"])
+                    .inc_by(stats.uploads_aborted);
+            }
+            Err(err) => tracing::warn!(error = %err, "lifecycle pass failed"),
+        }
+    }
+
+    async fn reap_sessions(&self) {
+        match self.store.catalog().reap_sessions().await {
+            Ok(0) => {}
+            Ok(sessions) => {
+                self.metrics
+                    .maintenance_reaped
+                    .with_label_values(&["sts_sessions"])
+                    .inc_by(sessions.unsigned_abs());
+            }
+            Err(err) => tracing::warn!(error = %err, "reaping expired STS sessions failed"),
+        }
+    }
+
+    async fn reap_jobs(&self) {
+        match reap_finished_jobs(&self.pool, self.job_retention).await {
+            Ok(0) => {}
+            Ok(jobs) => {
+                self.metrics
+                    .maintenance_reaped
+                    .with_label_values(&["ojs_jobs"])
+                    .inc_by(jobs);
+                tracing::info!(jobs, "deleted finished OJS jobs past their retention");
+            }
+            Err(err) => tracing::warn!(error = %err, "reaping finished OJS jobs failed"),
+        }
+    }
+
+    /// Retired bodies past their grace period and expired objects; a completed pass is the
+    /// last run's time, and measures the backlog left.
+    async fn reap_retired(&self) {
+        let metrics = &self.metrics;
+        let stats = match self.store.reap_retired(self.grace).await {
+            Ok(stats) => stats,
+            Err(err) => {
+                tracing::warn!(error = %err, "maintenance pass failed");
+                return;
+            }
+        };
+        let reaped = &metrics.maintenance_reaped;
+        reaped.with_label_values(&["bodies"]).inc_by(stats.bodies);
+        reaped.with_label_values(&["chunks"]).inc_by(stats.chunks);
+        reaped
+            .with_label_values(&["expired_objects"])
+            .inc_by(stats.expired_objects);
+        metrics.maintenance_last_run.set(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs() as i64,
+        );
+        if stats != ReapStats::default() {
+            tracing::info!(?stats, "maintenance pass");
+        }
+        match self.store.reaper_backlog().await {
+            Ok((bodies, uploads)) => {
+                let backlog = &metrics.maintenance_backlog;
+                backlog.with_label_values(&["retired_bodies"]).set(bodies);
+                backlog.with_label_values(&["uploads_in_progress"]).set(uploads);
+            }
+            Err(err) => tracing::warn!(error = %err, "measuring the maintenance backlog failed"),
+        }
+    }
 }

@@ -12,6 +12,7 @@ use crate::config::{DatabaseArgs, ServeArgs, TlsListener};
 use crate::http_server::{self, ShutdownTrigger};
 use crate::master_key::{MasterKey, random_token};
 use crate::metrics::Metrics;
+use crate::pg::health::DatabaseHealth;
 use crate::pg::{Database, migrate};
 use crate::replica_lag::ReplicaLag;
 use crate::store::{Catalog, NewAccessKey, Store};
@@ -47,45 +48,13 @@ pub fn master_key(args: &DatabaseArgs) -> anyhow::Result<MasterKey> {
 
 impl RunningGateway {
     pub async fn start(args: &ServeArgs) -> anyhow::Result<RunningGateway> {
-        let master_key = master_key(&args.database)?;
-        // Before anything starts: a certificate that does not load stops the start.
-        let tls = crate::tls::ListenerTls::from_args(&args.tls)?;
-        let mut database = Database::open(&args.database).await?;
-        let metrics = Metrics::new();
-        // An embedded server is supervised from here on, so one lost during the rest of the
-        // start is restarted too.
-        let health = database.watch(
-            args.supervision.pg_probe_timeout,
-            args.supervision.pg_restart_attempts,
-            &metrics,
-        );
-        let pool = database.pool.clone();
-        let (store, standby) = open_store(args, &database, master_key).await?;
-        let catalog = Arc::clone(store.catalog());
-
-        let open_files = http_server::raise_open_file_limit();
-        warn_if_descriptors_short(args, open_files);
-        let (shutdown, signal) = http_server::shutdown_channel();
-        let buffers = crate::admission::BufferBudget::new(args.buffer_budget, &metrics);
-        let cache = CacheTier::new(store.clone(), args.cache.settings()?, &metrics, buffers.clone());
-        let lag = ReplicaLag::new(
-            standby,
-            (!args.max_replication_lag.is_zero()).then_some(args.max_replication_lag),
-        );
-        let shared = Shared {
-            metrics: metrics.clone(),
-            lag: lag.clone(),
-            buffers,
-            shutdown: signal.clone(),
-            drain: args.shutdown_timeout,
-            http: args.http.clone(),
-            admission: args.admission_defaults(),
-        };
-        let buckets = crate::bucket::Buckets::new(store.clone(), cache.clone());
+        let core = Core::open(args).await?;
+        let (shared, tls, pool) = (&core.shared, &core.tls, &core.database.pool);
+        let buckets = crate::bucket::Buckets::new(core.store.clone(), core.cache.clone());
         let s3 = pgvs3_s3::start(
             &args.s3,
             buckets.clone(),
-            &shared,
+            shared,
             Listen {
                 addr: args.s3.s3_addr,
                 plaintext: args.tls.s3_plaintext_addr,
@@ -94,38 +63,23 @@ impl RunningGateway {
             &args.simulate,
         )
         .await?;
-        let admin = start_admin(
-            args,
-            AdminService::new(
-                pool.clone(),
-                metrics.clone(),
-                args.require_role,
-                lag.clone(),
-                health.clone(),
-            ),
-            tls.admin.clone(),
-            &shared,
-        )
-        .await?;
+        let admin = start_admin(args, core.admin_service(args), tls.admin.clone(), shared).await?;
         let resp = pgvs3_resp::start(
             &args.resp,
             buckets,
-            &shared,
+            shared,
             args.tls.resp_plaintext_addr,
             tls.resp.clone(),
-            (database.config.clone(), database.connections.clone()),
+            (core.database.config.clone(), core.database.connections.clone()),
         )
         .await?;
-        let ojs_token = match args.ojs.ojs_addr.0.is_some() && args.ojs.root_key_is_token() {
-            true => args.ojs.token(Some(root_credentials(store.catalog()).await?)),
-            false => args.ojs.token(None),
-        };
+        let ojs_token = ojs_token(args, &core.store).await?;
         let ojs = pgvs3_ojs::start(
             &args.ojs,
             &args.webhooks,
             ojs_token.clone(),
             pool.clone(),
-            &shared,
+            shared,
             args.tls.ojs_plaintext_addr,
             tls.ojs.clone(),
         )
@@ -134,69 +88,24 @@ impl RunningGateway {
         let resp_addr = resp.as_ref().map(|resp| resp.addr);
         let ojs_addr = ojs.as_ref().map(|ojs| ojs.addr);
         let admin_addr = admin.addr;
+        let console = start_console(args, &core, &s3, resp.as_ref(), ojs.as_ref(), ojs_token, admin_addr).await?;
         let (mut servers, mut background) = (admin.servers, Vec::new());
-        let mut console_gateway =
-            pgvs3_console::Gateway::loopback(s3_addr, s3_plaintext_addr, args.s3.region.clone(), tls.s3.clone());
-        if let Some(resp) = &resp {
-            console_gateway = console_gateway.with_resp(resp.addr, resp.plaintext_addr, tls.resp.is_some());
-        }
-        if let Some(ojs) = &ojs {
-            console_gateway = console_gateway.with_ojs(ojs.addr, ojs.plaintext_addr, tls.ojs.is_some(), ojs_token);
-        }
         for started in [Some(s3), resp, ojs].into_iter().flatten() {
             servers.extend(started.servers);
             background.extend(started.background);
         }
-        // The web console: a client of the listeners above (docs/console.md).
-        console_gateway = console_gateway
-            .with_admin(Arc::new(ConsoleAdmin {
-                catalog: store.catalog().clone(),
-                pool: pool.clone(),
-            }))
-            .with_admin_listener(admin_addr, tls.admin.is_some());
-        let mut console_stop = signal.clone();
-        let console_stop = async move { console_stop.wait().await };
-        let mut console_addr = None;
-        if let Some(console) = pgvs3_console::start(&args.console, console_gateway, console_stop).await? {
-            console_addr = Some(console.addr);
+        let console_addr = console.map(|console| {
             servers.push(console.task);
-        }
-        // The webhook outbox's deliverer (OJS webhooks, bucket notification webhook targets).
-        let deliverer = crate::webhooks::spawn_deliverer(pool.clone(), args.webhooks.delivery(), signal.clone())?;
-
-        background.extend([
-            health.spawn_probe(database.config.clone(), args.supervision.pg_probe_interval),
-            catalog.spawn_refresher(args.catalog_poll),
-            // On a standby it waits for a promotion.
-            catalog.spawn_listener(database.config.clone(), database.connections.clone()),
-            crate::cache::spawn_uploader(cache, pool.clone()),
-            lag.spawn_sampler(pool.clone(), metrics.clone(), Duration::from_millis(500)),
-            crate::heartbeat::spawn(
-                pool.clone(),
-                metrics.clone(),
-                lag.clone(),
-                crate::heartbeat::Beat {
-                    host: crate::heartbeat::host_name(),
-                    listeners: serde_json::json!({
-                        "s3": s3_addr.to_string(),
-                        "admin": admin_addr.to_string(),
-                        "resp": resp_addr.map(|addr| addr.to_string()),
-                        "ojs": ojs_addr.map(|addr| addr.to_string()),
-                        "console": console_addr.map(|addr| addr.to_string()),
-                    }),
-                },
-            ),
-            crate::maintenance::spawn_leader_loop(
-                store.clone(),
-                pool,
-                metrics,
-                args.body_grace,
-                args.maintenance_interval,
-                args.s3.multipart_max_age,
-                args.ojs.ojs_job_retention,
-            ),
-            deliverer,
-        ]);
+            console.addr
+        });
+        let listeners = serde_json::json!({
+            "s3": s3_addr.to_string(),
+            "admin": admin_addr.to_string(),
+            "resp": resp_addr.map(|addr| addr.to_string()),
+            "ojs": ojs_addr.map(|addr| addr.to_string()),
+            "console": console_addr.map(|addr| addr.to_string()),
+        });
+        background.extend(core.spawn_background(args, listeners)?);
         tracing::info!(%s3_addr, %admin_addr, ?resp_addr, ?ojs_addr, "pgvs3 gateway ready");
         Ok(RunningGateway {
             s3_addr,
@@ -204,11 +113,11 @@ impl RunningGateway {
             resp_addr,
             ojs_addr,
             s3_plaintext_addr,
-            store,
-            shutdown,
+            store: core.store,
+            shutdown: core.shutdown,
             servers,
             background,
-            database,
+            database: core.database,
         })
     }
 
@@ -223,6 +132,154 @@ impl RunningGateway {
         }
         self.database.close().await
     }
+}
+
+/// What the features are started on: the database (supervised) and its store, the cache tier,
+/// what every listener shares, the listeners' TLS and the trigger of their shutdown.
+struct Core {
+    database: Database,
+    health: DatabaseHealth,
+    store: Store,
+    cache: CacheTier,
+    lag: ReplicaLag,
+    shared: Shared,
+    tls: crate::tls::ListenerTls,
+    shutdown: ShutdownTrigger,
+}
+
+impl Core {
+    async fn open(args: &ServeArgs) -> anyhow::Result<Core> {
+        let master_key = master_key(&args.database)?;
+        // Before anything starts: a certificate that does not load stops the start.
+        let tls = crate::tls::ListenerTls::from_args(&args.tls)?;
+        let mut database = Database::open(&args.database).await?;
+        let metrics = Metrics::new();
+        // An embedded server is supervised from here on, so one lost during the rest of the
+        // start is restarted too.
+        let health = database.watch(
+            args.supervision.pg_probe_timeout,
+            args.supervision.pg_restart_attempts,
+            &metrics,
+        );
+        let (store, standby) = open_store(args, &database, master_key).await?;
+
+        let open_files = http_server::raise_open_file_limit();
+        warn_if_descriptors_short(args, open_files);
+        let (shutdown, signal) = http_server::shutdown_channel();
+        let buffers = crate::admission::BufferBudget::new(args.buffer_budget, &metrics);
+        let cache = CacheTier::new(store.clone(), args.cache.settings()?, &metrics, buffers.clone());
+        let lag = ReplicaLag::new(
+            standby,
+            (!args.max_replication_lag.is_zero()).then_some(args.max_replication_lag),
+        );
+        let shared = Shared {
+            metrics,
+            lag: lag.clone(),
+            buffers,
+            shutdown: signal,
+            drain: args.shutdown_timeout,
+            http: args.http.clone(),
+            admission: args.admission_defaults(),
+        };
+        Ok(Core {
+            database,
+            health,
+            store,
+            cache,
+            lag,
+            shared,
+            tls,
+            shutdown,
+        })
+    }
+
+    /// /healthz, /readyz and /metrics.
+    fn admin_service(&self, args: &ServeArgs) -> AdminService {
+        AdminService::new(
+            self.database.pool.clone(),
+            self.shared.metrics.clone(),
+            args.require_role,
+            self.lag.clone(),
+            self.health.clone(),
+        )
+    }
+
+    /// The loops beside the listeners: database probe, catalog refresh and notifications, the
+    /// cache's uploader, lag sampler, heartbeat (naming `listeners`), maintenance and the
+    /// webhook outbox's deliverer (OJS webhooks, bucket notification webhook targets).
+    fn spawn_background(&self, args: &ServeArgs, listeners: serde_json::Value) -> anyhow::Result<Vec<JoinHandle<()>>> {
+        let (pool, metrics, database) = (&self.database.pool, &self.shared.metrics, &self.database);
+        let catalog = self.store.catalog();
+        let deliverer =
+            crate::webhooks::spawn_deliverer(pool.clone(), args.webhooks.delivery(), self.shared.shutdown.clone())?;
+        Ok(vec![
+            self.health
+                .spawn_probe(database.config.clone(), args.supervision.pg_probe_interval),
+            catalog.spawn_refresher(args.catalog_poll),
+            // On a standby it waits for a promotion.
+            catalog.spawn_listener(database.config.clone(), database.connections.clone()),
+            crate::cache::spawn_uploader(self.cache.clone(), pool.clone()),
+            self.lag
+                .spawn_sampler(pool.clone(), metrics.clone(), Duration::from_millis(500)),
+            crate::heartbeat::spawn(
+                pool.clone(),
+                metrics.clone(),
+                self.lag.clone(),
+                crate::heartbeat::Beat {
+                    host: crate::heartbeat::host_name(),
+                    listeners,
+                },
+            ),
+            crate::maintenance::spawn_leader_loop(
+                self.store.clone(),
+                pool.clone(),
+                metrics.clone(),
+                args.body_grace,
+                args.maintenance_interval,
+                args.s3.multipart_max_age,
+                args.ojs.ojs_job_retention,
+            ),
+            deliverer,
+        ])
+    }
+}
+
+/// The OJS bearer token: `--ojs-token`, or the root key's credentials when asked to be.
+async fn ojs_token(args: &ServeArgs, store: &Store) -> anyhow::Result<Option<String>> {
+    Ok(match args.ojs.ojs_addr.0.is_some() && args.ojs.root_key_is_token() {
+        true => args.ojs.token(Some(root_credentials(store.catalog()).await?)),
+        false => args.ojs.token(None),
+    })
+}
+
+/// The web console: a client of the listeners above (docs/console.md), and of this gateway
+/// in-process for its admin pages.
+async fn start_console(
+    args: &ServeArgs,
+    core: &Core,
+    s3: &Started,
+    resp: Option<&Started>,
+    ojs: Option<&Started>,
+    ojs_token: Option<String>,
+    admin_addr: SocketAddr,
+) -> anyhow::Result<Option<pgvs3_console::Console>> {
+    let tls = &core.tls;
+    let mut gateway =
+        pgvs3_console::Gateway::loopback(s3.addr, s3.plaintext_addr, args.s3.region.clone(), tls.s3.clone());
+    if let Some(resp) = resp {
+        gateway = gateway.with_resp(resp.addr, resp.plaintext_addr, tls.resp.is_some());
+    }
+    if let Some(ojs) = ojs {
+        gateway = gateway.with_ojs(ojs.addr, ojs.plaintext_addr, tls.ojs.is_some(), ojs_token);
+    }
+    let gateway = gateway
+        .with_admin(Arc::new(ConsoleAdmin {
+            catalog: core.store.catalog().clone(),
+            pool: core.database.pool.clone(),
+        }))
+        .with_admin_listener(admin_addr, tls.admin.is_some());
+    let mut stop = core.shared.shutdown.clone();
+    pgvs3_console::start(&args.console, gateway, async move { stop.wait().await }).await
 }
 
 /// Brings the database's layout and catalog up to date (a standby waits for its primary's) and

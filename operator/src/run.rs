@@ -188,45 +188,77 @@ async fn lead(
 
 async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context>) {
     let config = ControllerConfig::default().concurrency(4);
-    let pools = api::<GatewayPool>(&client, &namespace);
-    // A (labelled) Secret or a database Service a pool refers to changes: reconcile the pools
-    // that use it.
-    let pool_store = Controller::new(pools, watcher::Config::default());
-    let pools_reader = pool_store.store();
+    let pools = Controller::new(api::<GatewayPool>(&client, &namespace), watcher::Config::default());
+    let pools_reader = pools.store();
     let caches = Controller::new(api::<OriginCache>(&client, &namespace), watcher::Config::default());
     let caches_reader = caches.store();
     // The cluster's service-account issuer into every Primary pool's catalog (workload identity).
     let issuer_publisher = identity::publisher(ctx.clone(), pools_reader.clone());
-    // A deleted or edited ServiceMonitor is put back at once, as the other children are; the
-    // API is watched only when served at start (one installed later is applied at the next
-    // reconcile, watched after a restart of the operator).
-    let pool_store = match ctx.serves_service_monitors().await {
+    let pools = owns_service_monitors(pools, &client, &namespace, &ctx).await;
+    let pool_controller = pool_watches(
+        pools.with_config(config.clone()),
+        &client,
+        &namespace,
+        pools_reader,
+        &caches_reader,
+    )
+    .run(gateway_pool::reconcile, gateway_pool::error_policy, ctx.clone())
+    .for_each(|_| async {});
+    let bucket_controller = bucket_controller(&client, &namespace, config.clone())
+        .run(bucket::reconcile, bucket::error_policy, ctx.clone())
+        .for_each(|_| async {});
+    let cache_controller = cache_watches(caches.with_config(config), &client, &namespace, caches_reader)
+        .run(origin_cache::reconcile, origin_cache::error_policy, ctx)
+        .for_each(|_| async {});
+    tokio::join!(pool_controller, bucket_controller, cache_controller, issuer_publisher);
+}
+
+/// A deleted or edited ServiceMonitor is put back at once, as the other children are; the
+/// API is watched only when served at start (one installed later is applied at the next
+/// reconcile, watched after a restart of the operator).
+async fn owns_service_monitors(
+    pools: Controller<GatewayPool>,
+    client: &Client,
+    namespace: &Option<String>,
+    ctx: &Context,
+) -> Controller<GatewayPool> {
+    match ctx.serves_service_monitors().await {
         Ok(true) => {
             let resource = gateway_pool::build::service_monitor_resource();
-            let monitors: Api<DynamicObject> = match &namespace {
+            let monitors: Api<DynamicObject> = match namespace {
                 Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
                 None => Api::all_with(client.clone(), &resource),
             };
-            pool_store.owns_with(monitors, resource, watcher::Config::default())
+            pools.owns_with(monitors, resource, watcher::Config::default())
         }
-        _ => pool_store,
-    };
-    let pool_controller = pool_store
-        .with_config(config.clone())
-        .owns(api::<Deployment>(&client, &namespace), watcher::Config::default())
-        .owns(api::<Service>(&client, &namespace), watcher::Config::default())
-        .owns(api::<ConfigMap>(&client, &namespace), watcher::Config::default())
+        _ => pools,
+    }
+}
+
+/// The GatewayPools' children, and what else reconciles a pool: a (labelled) Secret or a
+/// database Service it refers to, an OriginCache it serves and the CA bundle of one.
+fn pool_watches(
+    pools: Controller<GatewayPool>,
+    client: &Client,
+    namespace: &Option<String>,
+    pools_reader: Store<GatewayPool>,
+    caches_reader: &Store<OriginCache>,
+) -> Controller<GatewayPool> {
+    pools
+        .owns(api::<Deployment>(client, namespace), watcher::Config::default())
+        .owns(api::<Service>(client, namespace), watcher::Config::default())
+        .owns(api::<ConfigMap>(client, namespace), watcher::Config::default())
         .owns(
-            api::<PodDisruptionBudget>(&client, &namespace),
+            api::<PodDisruptionBudget>(client, namespace),
             watcher::Config::default(),
         )
         .owns(
-            api::<HorizontalPodAutoscaler>(&client, &namespace),
+            api::<HorizontalPodAutoscaler>(client, namespace),
             watcher::Config::default(),
         )
         // The Secret holding the gateways' connection string.
-        .owns(api::<Secret>(&client, &namespace), own_secrets())
-        .watches(api::<Secret>(&client, &namespace), reloaded_secrets(), {
+        .owns(api::<Secret>(client, namespace), own_secrets())
+        .watches(api::<Secret>(client, namespace), reloaded_secrets(), {
             let named = referrers(pools_reader.clone(), |pool: &GatewayPool, secret| {
                 pool.spec.postgres.credentials_secret() == secret
                     || pool.spec.master_key_ref(&pool.name_any()).name == secret
@@ -242,7 +274,7 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
             }
         })
         .watches(
-            api::<Service>(&client, &namespace),
+            api::<Service>(client, namespace),
             watcher::Config::default(),
             referrers(pools_reader.clone(), |pool: &GatewayPool, service| {
                 pool.spec.postgres.expected_service(pool.spec.role).as_deref() == Some(service)
@@ -250,28 +282,30 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
         )
         // The gateways mount the CA bundles of their OriginCaches: a cache's change, or one
         // of the (labelled) Secret or ConfigMap holding its bundle, reaches the pools serving it.
-        .watches(api::<OriginCache>(&client, &namespace), watcher::Config::default(), {
+        .watches(api::<OriginCache>(client, namespace), watcher::Config::default(), {
             let pools = pools_reader.clone();
             move |cache: OriginCache| serving_pools(&pools, &cache)
         })
         .watches(
-            api::<ConfigMap>(&client, &namespace),
+            api::<ConfigMap>(client, namespace),
             reloaded_secrets(),
             bundle_holders(pools_reader, caches_reader.clone(), Source::ConfigMap),
         )
-        .run(gateway_pool::reconcile, gateway_pool::error_policy, ctx.clone())
-        .for_each(|_| async {});
+}
 
-    let buckets = Controller::new(api::<Bucket>(&client, &namespace), watcher::Config::default());
+/// The Buckets, their credentials Secrets and workload-identity ConfigMaps, and what else
+/// reconciles a Bucket: its pool, a ServiceAccount or namespace its roles name.
+fn bucket_controller(client: &Client, namespace: &Option<String>, config: ControllerConfig) -> Controller<Bucket> {
+    let buckets = Controller::new(api::<Bucket>(client, namespace), watcher::Config::default());
     let buckets_reader = buckets.store();
     let bucket_controller = buckets
-        .with_config(config.clone())
-        .owns(api::<Secret>(&client, &namespace), own_secrets())
+        .with_config(config)
+        .owns(api::<Secret>(client, namespace), own_secrets())
         // The ConfigMap of a Bucket's workload identity, put back when edited or deleted.
-        .owns(api::<ConfigMap>(&client, &namespace), own_secrets())
+        .owns(api::<ConfigMap>(client, namespace), own_secrets())
         // A Bucket is Ready only while its pool is: a pool's change reaches its Buckets.
         .watches(
-            api::<GatewayPool>(&client, &namespace),
+            api::<GatewayPool>(client, namespace),
             watcher::Config::default(),
             referrers(buckets_reader.clone(), |bucket: &Bucket, pool| {
                 bucket.spec.gateway_pool_ref == pool
@@ -280,7 +314,7 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
         // A ServiceAccount created, deleted or recreated: the roles that name it pin its UID
         // (bucket/role.rs), so a deleted one's tokens stop at once.
         .watches(
-            api::<ServiceAccount>(&client, &namespace),
+            api::<ServiceAccount>(client, namespace),
             watcher::Config::default(),
             buckets_where(buckets_reader.clone(), |bucket, account: &ServiceAccount| {
                 let namespace = account.namespace().unwrap_or_default();
@@ -290,7 +324,7 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
     // A namespace labelled, unlabelled, created or deleted: the Buckets that select namespaces
     // by label resolve their roles' subjects again. Namespaces are cluster-scoped: watched only
     // by an operator of every namespace (one of one namespace refuses `namespaceSelector`).
-    let bucket_controller = match &namespace {
+    match namespace {
         None => bucket_controller.watches(
             Api::<Namespace>::all(client.clone()),
             watcher::Config::default(),
@@ -299,16 +333,21 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
             }),
         ),
         Some(_) => bucket_controller,
-    };
-    let bucket_controller = bucket_controller
-        .run(bucket::reconcile, bucket::error_policy, ctx.clone())
-        .for_each(|_| async {});
+    }
+}
 
-    let cache_controller = caches
-        .with_config(config)
-        .owns(api::<Secret>(&client, &namespace), own_secrets())
+/// The OriginCaches' credentials Secrets, and the (labelled) Secrets and ConfigMaps a cache
+/// refers to: its origin's credentials and CA bundle.
+fn cache_watches(
+    caches: Controller<OriginCache>,
+    client: &Client,
+    namespace: &Option<String>,
+    caches_reader: Store<OriginCache>,
+) -> Controller<OriginCache> {
+    caches
+        .owns(api::<Secret>(client, namespace), own_secrets())
         .watches(
-            api::<Secret>(&client, &namespace),
+            api::<Secret>(client, namespace),
             reloaded_secrets(),
             referrers(caches_reader.clone(), |cache: &OriginCache, secret| {
                 cache.spec.credentials_secret_ref == secret
@@ -316,16 +355,12 @@ async fn controllers(client: Client, namespace: Option<String>, ctx: Arc<Context
             }),
         )
         .watches(
-            api::<ConfigMap>(&client, &namespace),
+            api::<ConfigMap>(client, namespace),
             reloaded_secrets(),
             referrers(caches_reader, |cache: &OriginCache, config_map| {
                 bundle_source(cache) == Some(Source::ConfigMap(config_map.into()))
             }),
         )
-        .run(origin_cache::reconcile, origin_cache::error_policy, ctx)
-        .for_each(|_| async {});
-
-    tokio::join!(pool_controller, bucket_controller, cache_controller, issuer_publisher);
 }
 
 /// The watch of the credentials Secrets (and Bucket ConfigMaps) the operator writes: only those

@@ -110,6 +110,65 @@ pub async fn serve<S, B>(
         busy_response,
         tls,
     } = settings;
+    let serving = Serving {
+        service,
+        builder: Arc::new(http_builder(&limits)),
+        limits,
+        tls: tls.is_some(),
+        timed_out: metrics
+            .http_connections_refused
+            .with_label_values(&[name, "first_request_timeout"]),
+    };
+    let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(limits.max_connections.clamp(1, Semaphore::MAX_PERMITS)));
+    let open = metrics.http_connections.with_label_values(&[name]);
+    let refused = metrics.http_connections_refused.with_label_values(&[name, "limit"]);
+    let mut accept_errors = AcceptErrors::default();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.wait() => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                accept_errors.record(name, &err);
+                // Out of file descriptors and similar: back off instead of spinning.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            refused.inc();
+            // A TLS client could not read a plaintext answer: it is closed without one.
+            if tls.is_none() {
+                refuse(&stream, &busy_response);
+            }
+            continue;
+        };
+        if let Err(err) = stream.set_nodelay(true) {
+            tracing::debug!(error = %err, "TCP_NODELAY");
+        }
+        // The watcher is taken now: a shutdown from here on reaches the connection, however
+        // long its handshake takes.
+        let connection = serving.connection(peer, graceful.watcher());
+        let (open, tls) = (open.clone(), tls.clone());
+        open.inc();
+        tokio::spawn(async move {
+            // Dropped however the task ends, a panic included: the slot and the gauge follow.
+            let _open = OpenConnection { _slot: slot, open };
+            connection.run(stream, tls).await;
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        _ = graceful.shutdown() => tracing::info!(server = name, "drained"),
+        _ = tokio::time::sleep(drain) => tracing::warn!(server = name, "drain timed out; closing open connections"),
+    }
+}
+
+/// HTTP/1.1 and HTTP/2 as the listener's limits bound them.
+fn http_builder(limits: &HttpLimits) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // Small responses go out with their headers in one write; with Nagle off nothing waits for
     // the peer's delayed ACK (the ~40 ms stall of keep-alive clients).
@@ -123,78 +182,39 @@ pub async fn serve<S, B>(
         .timer(hyper_util::rt::TokioTimer::new())
         .keep_alive_interval(limits.idle_timeout)
         .keep_alive_timeout(limits.first_request_timeout);
-    let builder = Arc::new(builder);
-    let graceful = GracefulShutdown::new();
-    let slots = Arc::new(Semaphore::new(limits.max_connections.clamp(1, Semaphore::MAX_PERMITS)));
-    let open = metrics.http_connections.with_label_values(&[name]);
-    let refused = metrics.http_connections_refused.with_label_values(&[name, "limit"]);
-    let timed_out = metrics
-        .http_connections_refused
-        .with_label_values(&[name, "first_request_timeout"]);
-    let mut accept_errors = AcceptErrors::default();
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(err) => {
-                    accept_errors.record(name, &err);
-                    // Out of file descriptors and similar: back off instead of spinning.
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = shutdown.wait() => break,
-        };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            refused.inc();
-            // A TLS client could not read a plaintext answer: it is closed without one.
-            if tls.is_none() {
-                refuse(&stream, &busy_response);
-            }
-            continue;
-        };
-        if let Err(err) = stream.set_nodelay(true) {
-            tracing::debug!(error = %err, "TCP_NODELAY");
-        }
+    builder
+}
+
+/// What every connection of one listener is served with.
+struct Serving<S> {
+    service: S,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    limits: HttpLimits,
+    tls: bool,
+    timed_out: prometheus::IntCounter,
+}
+
+impl<S: Clone> Serving<S> {
+    /// A connection just accepted from `peer`, its first request due within the limit.
+    fn connection(&self, peer: std::net::SocketAddr, watcher: Watcher) -> Connection<S> {
         let first_request = Arc::new(Notify::new());
-        let connection = Connection {
+        Connection {
             service: Requests {
-                inner: service.clone(),
+                inner: self.service.clone(),
                 first_request: Arc::clone(&first_request),
-                body_idle_timeout: limits.body_idle_timeout,
+                body_idle_timeout: self.limits.body_idle_timeout,
                 peer: Peer {
                     addr: peer,
-                    tls: tls.is_some(),
+                    tls: self.tls,
                 },
             },
-            builder: Arc::clone(&builder),
-            // Taken now: a shutdown from here on reaches the connection, however long its
-            // handshake takes.
-            watcher: graceful.watcher(),
+            builder: Arc::clone(&self.builder),
+            watcher,
             first_request,
-            deadline: Deadline::now() + limits.first_request_timeout,
-            timed_out: timed_out.clone(),
+            deadline: Deadline::now() + self.limits.first_request_timeout,
+            timed_out: self.timed_out.clone(),
             peer,
-        };
-        let (open, tls) = (open.clone(), tls.clone());
-        open.inc();
-        tokio::spawn(async move {
-            // Dropped however the task ends, a panic included: the slot and the gauge follow.
-            let _open = OpenConnection { _slot: slot, open };
-            match tls {
-                None => connection.serve(stream).await,
-                Some(tls) => match tokio::time::timeout_at(connection.deadline, tls.accept(stream)).await {
-                    Ok(Ok(stream)) => connection.serve(stream).await,
-                    Ok(Err(err)) => tracing::debug!(error = %err, %peer, "TLS handshake failed"),
-                    Err(_) => connection.expired(),
-                },
-            }
-        });
-    }
-    drop(listener);
-    tokio::select! {
-        _ = graceful.shutdown() => tracing::info!(server = name, "drained"),
-        _ = tokio::time::sleep(drain) => tracing::warn!(server = name, "drain timed out; closing open connections"),
+        }
     }
 }
 
@@ -218,6 +238,18 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    /// Serves the connection on `stream`, after its TLS handshake when the listener has TLS.
+    async fn run(self, stream: TcpStream, tls: Option<TlsAcceptor>) {
+        match tls {
+            None => self.serve(stream).await,
+            Some(tls) => match tokio::time::timeout_at(self.deadline, tls.accept(stream)).await {
+                Ok(Ok(stream)) => self.serve(stream).await,
+                Ok(Err(err)) => tracing::debug!(error = %err, peer = %self.peer, "TLS handshake failed"),
+                Err(_) => self.expired(),
+            },
+        }
+    }
+
     /// Serves HTTP on `io` (a socket, or a TLS session on one) until the connection ends.
     async fn serve<IO>(self, io: IO)
     where

@@ -35,166 +35,25 @@ pub struct Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let registry = Registry::new();
-        let requests = IntCounterVec::new(
-            Opts::new("pgvs3_requests_total", "Requests by protocol, operation and status"),
-            &["protocol", "operation", "status"],
-        )
-        .expect("metric");
-        let request_seconds = HistogramVec::new(
-            HistogramOpts::new(
-                "pgvs3_request_duration_seconds",
-                "Request latency until the response head",
-            )
-            .buckets(vec![
-                0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
-            ]),
-            &["protocol", "operation"],
-        )
-        .expect("metric");
-        let bytes_received = IntCounterVec::new(
-            Opts::new("pgvs3_bytes_received_total", "Request body bytes"),
-            &["protocol"],
-        )
-        .expect("metric");
-        let bytes_sent = IntCounterVec::new(
-            Opts::new("pgvs3_bytes_sent_total", "Response body bytes"),
-            &["protocol"],
-        )
-        .expect("metric");
-        let pool_connections = IntGaugeVec::new(
-            Opts::new("pgvs3_db_pool_connections", "PostgreSQL pool connections by state"),
-            &["state"],
-        )
-        .expect("metric");
-        let pool_max = IntGauge::new("pgvs3_db_pool_max_connections", "PostgreSQL pool size limit").expect("metric");
-        let maintenance_reaped = IntCounterVec::new(
-            Opts::new(
-                "pgvs3_maintenance_reaped_total",
-                "Rows removed by the maintenance reaper",
-            ),
-            &["kind"],
-        )
-        .expect("metric");
-        let maintenance_last_run = IntGauge::new(
-            "pgvs3_maintenance_last_run_timestamp_seconds",
-            "When this gateway last completed a maintenance pass as leader",
-        )
-        .expect("metric");
-        let maintenance_backlog = IntGaugeVec::new(
-            Opts::new(
-                "pgvs3_maintenance_backlog",
-                "Rows left for the reaper after its last pass (retired bodies still in their grace period, \
-                 multipart uploads in progress)",
-            ),
-            &["kind"],
-        )
-        .expect("metric");
-        let resp_group_commits = IntCounter::new(
-            "pgvs3_resp_group_commits_total",
-            "RESP write transactions committed (each may carry many connections' batches)",
-        )
-        .expect("metric");
-        let resp_group_committed_batches = IntCounter::new(
-            "pgvs3_resp_group_committed_batches_total",
-            "RESP write batches (one connection's pipelined writes) carried by those commits",
-        )
-        .expect("metric");
-        let resp_coalesced_commands = IntCounter::new(
-            "pgvs3_resp_coalesced_commands_total",
-            "RESP typed writes run inside the SQL call of the command before them (same kind, same key)",
-        )
-        .expect("metric");
-        let resp_group_reads = IntCounter::new(
-            "pgvs3_resp_group_reads_total",
-            "RESP read statements (each may carry many connections' batches)",
-        )
-        .expect("metric");
-        let resp_group_read_batches = IntCounter::new(
-            "pgvs3_resp_group_read_batches_total",
-            "RESP read batches (one connection's pipelined reads) carried by those statements",
-        )
-        .expect("metric");
-        let resp_output_limit_closed = IntCounter::new(
-            "pgvs3_resp_client_output_limit_closed_total",
-            "RESP connections closed because a reply passed --resp-output-limit \
-             (Redis's client-output-buffer-limit for normal clients)",
-        )
-        .expect("metric");
-        let replication_lag_seconds = Gauge::new(
-            "pgvs3_replication_lag_seconds",
-            "On a hot standby, seconds since the last replayed transaction committed on the primary",
-        )
-        .expect("metric");
-        let admission_active = IntGaugeVec::new(
-            Opts::new("pgvs3_admission_active", "Requests being served"),
-            &["protocol"],
-        )
-        .expect("metric");
-        let admission_waiting = IntGaugeVec::new(
-            Opts::new("pgvs3_admission_waiting", "Requests waiting for a slot"),
-            &["protocol"],
-        )
-        .expect("metric");
-        let admitted_after_wait = IntCounterVec::new(
-            Opts::new(
-                "pgvs3_admission_admitted_after_wait_total",
-                "Requests admitted after waiting",
-            ),
-            &["protocol"],
-        )
-        .expect("metric");
-        let admission_rejected = IntCounterVec::new(
-            Opts::new(
-                "pgvs3_admission_rejected_total",
-                "Requests turned away (queue full or deadline passed)",
-            ),
-            &["protocol", "reason"],
-        )
-        .expect("metric");
-        let http_connections = IntGaugeVec::new(
-            Opts::new("pgvs3_http_connections", "HTTP connections open, by listener"),
-            &["server"],
-        )
-        .expect("metric");
-        let http_connections_refused = IntCounterVec::new(
-            Opts::new(
-                "pgvs3_http_connections_refused_total",
-                "HTTP connections closed unserved: over the listener's cap (limit), or no request \
-                 within the first-request timeout (first_request_timeout)",
-            ),
-            &["server", "reason"],
-        )
-        .expect("metric");
-        let build_info =
-            IntGaugeVec::new(Opts::new("pgvs3_build_info", "Build information"), &["version"]).expect("metric");
+        let r = &registry;
+        let (requests, request_seconds, bytes_received, bytes_sent) = request_metrics(r);
+        let (http_connections, http_connections_refused) = connection_metrics(r);
+        let (pool_connections, pool_max, replication_lag_seconds) = database_metrics(r);
+        let (maintenance_reaped, maintenance_last_run, maintenance_backlog) = maintenance_metrics(r);
+        let [
+            resp_group_commits,
+            resp_group_committed_batches,
+            resp_coalesced_commands,
+            resp_group_reads,
+            resp_group_read_batches,
+            resp_output_limit_closed,
+        ] = resp_counters(r);
+        let (admission_active, admission_waiting, admitted_after_wait, admission_rejected) = admission_metrics(r);
+        let build_info = register(
+            r,
+            IntGaugeVec::new(Opts::new("pgvs3_build_info", "Build information"), &["version"]).expect("metric"),
+        );
         build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
-        for collector in [
-            Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(request_seconds.clone()),
-            Box::new(bytes_received.clone()),
-            Box::new(bytes_sent.clone()),
-            Box::new(pool_connections.clone()),
-            Box::new(pool_max.clone()),
-            Box::new(maintenance_reaped.clone()),
-            Box::new(maintenance_last_run.clone()),
-            Box::new(maintenance_backlog.clone()),
-            Box::new(resp_group_commits.clone()),
-            Box::new(resp_group_committed_batches.clone()),
-            Box::new(resp_coalesced_commands.clone()),
-            Box::new(resp_group_reads.clone()),
-            Box::new(resp_group_read_batches.clone()),
-            Box::new(resp_output_limit_closed.clone()),
-            Box::new(replication_lag_seconds.clone()),
-            Box::new(admission_active.clone()),
-            Box::new(admission_waiting.clone()),
-            Box::new(admitted_after_wait.clone()),
-            Box::new(admission_rejected.clone()),
-            Box::new(http_connections.clone()),
-            Box::new(http_connections_refused.clone()),
-            Box::new(build_info),
-        ] {
-            registry.register(collector).expect("metric names are unique");
-        }
         Metrics {
             registry,
             requests,
@@ -252,4 +111,177 @@ impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
     }
+}
+
+/// `collector`, registered in `registry` (a clone: both share the same values).
+fn register<C: prometheus::core::Collector + Clone + 'static>(registry: &Registry, collector: C) -> C {
+    registry
+        .register(Box::new(collector.clone()))
+        .expect("metric names are unique");
+    collector
+}
+
+fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    register(
+        registry,
+        IntCounterVec::new(Opts::new(name, help), labels).expect("metric"),
+    )
+}
+
+fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    register(
+        registry,
+        IntGaugeVec::new(Opts::new(name, help), labels).expect("metric"),
+    )
+}
+
+fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
+    register(registry, IntCounter::new(name, help).expect("metric"))
+}
+
+/// Requests of every protocol: counts, latency and body bytes.
+fn request_metrics(r: &Registry) -> (IntCounterVec, HistogramVec, IntCounterVec, IntCounterVec) {
+    let requests = counter_vec(
+        r,
+        "pgvs3_requests_total",
+        "Requests by protocol, operation and status",
+        &["protocol", "operation", "status"],
+    );
+    let request_seconds = HistogramVec::new(
+        HistogramOpts::new(
+            "pgvs3_request_duration_seconds",
+            "Request latency until the response head",
+        )
+        .buckets(vec![
+            0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+        ]),
+        &["protocol", "operation"],
+    )
+    .expect("metric");
+    let request_seconds = register(r, request_seconds);
+    let bytes_received = counter_vec(r, "pgvs3_bytes_received_total", "Request body bytes", &["protocol"]);
+    let bytes_sent = counter_vec(r, "pgvs3_bytes_sent_total", "Response body bytes", &["protocol"]);
+    (requests, request_seconds, bytes_received, bytes_sent)
+}
+
+/// The HTTP listeners' connections: open, and closed unserved.
+fn connection_metrics(r: &Registry) -> (IntGaugeVec, IntCounterVec) {
+    let open = gauge_vec(
+        r,
+        "pgvs3_http_connections",
+        "HTTP connections open, by listener",
+        &["server"],
+    );
+    let refused = counter_vec(
+        r,
+        "pgvs3_http_connections_refused_total",
+        "HTTP connections closed unserved: over the listener's cap (limit), or no request \
+         within the first-request timeout (first_request_timeout)",
+        &["server", "reason"],
+    );
+    (open, refused)
+}
+
+/// The PostgreSQL pool (sampled at each render) and, on a standby, its replication lag.
+fn database_metrics(r: &Registry) -> (IntGaugeVec, IntGauge, Gauge) {
+    let connections = gauge_vec(
+        r,
+        "pgvs3_db_pool_connections",
+        "PostgreSQL pool connections by state",
+        &["state"],
+    );
+    let max = register(
+        r,
+        IntGauge::new("pgvs3_db_pool_max_connections", "PostgreSQL pool size limit").expect("metric"),
+    );
+    let lag = Gauge::new(
+        "pgvs3_replication_lag_seconds",
+        "On a hot standby, seconds since the last replayed transaction committed on the primary",
+    )
+    .expect("metric");
+    (connections, max, register(r, lag))
+}
+
+/// The maintenance reaper's work, as leader.
+fn maintenance_metrics(r: &Registry) -> (IntCounterVec, IntGauge, IntGaugeVec) {
+    let reaped = counter_vec(
+        r,
+        "pgvs3_maintenance_reaped_total",
+        "Rows removed by the maintenance reaper",
+        &["kind"],
+    );
+    let last_run = IntGauge::new(
+        "pgvs3_maintenance_last_run_timestamp_seconds",
+        "When this gateway last completed a maintenance pass as leader",
+    )
+    .expect("metric");
+    let backlog = gauge_vec(
+        r,
+        "pgvs3_maintenance_backlog",
+        "Rows left for the reaper after its last pass (retired bodies still in their grace period, \
+         multipart uploads in progress)",
+        &["kind"],
+    );
+    (reaped, register(r, last_run), backlog)
+}
+
+/// RESP's group commit and group read, and the connections closed for their output.
+fn resp_counters(r: &Registry) -> [IntCounter; 6] {
+    [
+        counter(
+            r,
+            "pgvs3_resp_group_commits_total",
+            "RESP write transactions committed (each may carry many connections' batches)",
+        ),
+        counter(
+            r,
+            "pgvs3_resp_group_committed_batches_total",
+            "RESP write batches (one connection's pipelined writes) carried by those commits",
+        ),
+        counter(
+            r,
+            "pgvs3_resp_coalesced_commands_total",
+            "RESP typed writes run inside the SQL call of the command before them (same kind, same key)",
+        ),
+        counter(
+            r,
+            "pgvs3_resp_group_reads_total",
+            "RESP read statements (each may carry many connections' batches)",
+        ),
+        counter(
+            r,
+            "pgvs3_resp_group_read_batches_total",
+            "RESP read batches (one connection's pipelined reads) carried by those statements",
+        ),
+        counter(
+            r,
+            "pgvs3_resp_client_output_limit_closed_total",
+            "RESP connections closed because a reply passed --resp-output-limit \
+             (Redis's client-output-buffer-limit for normal clients)",
+        ),
+    ]
+}
+
+/// Admission control: requests served, waiting, admitted after a wait and turned away.
+fn admission_metrics(r: &Registry) -> (IntGaugeVec, IntGaugeVec, IntCounterVec, IntCounterVec) {
+    let active = gauge_vec(r, "pgvs3_admission_active", "Requests being served", &["protocol"]);
+    let waiting = gauge_vec(
+        r,
+        "pgvs3_admission_waiting",
+        "Requests waiting for a slot",
+        &["protocol"],
+    );
+    let admitted_after_wait = counter_vec(
+        r,
+        "pgvs3_admission_admitted_after_wait_total",
+        "Requests admitted after waiting",
+        &["protocol"],
+    );
+    let rejected = counter_vec(
+        r,
+        "pgvs3_admission_rejected_total",
+        "Requests turned away (queue full or deadline passed)",
+        &["protocol", "reason"],
+    );
+    (active, waiting, admitted_after_wait, rejected)
 }

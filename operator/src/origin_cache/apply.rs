@@ -12,7 +12,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
-use super::build::{self, FINALIZER, origin_row};
+use super::build::{self, FINALIZER, OriginRow, origin_row};
 use super::ca_bundle;
 use super::catalog::{self, CacheKey, OriginKey, Written};
 use crate::bucket::apply as bucket_apply;
@@ -90,16 +90,10 @@ async fn configure(
     namespace: &str,
     status: &mut OriginCacheStatus,
 ) -> Result<Outcome> {
-    let row = match origin_row(cache) {
+    let row = match validate(cache) {
         Ok(row) => row,
-        // Only a change of the spec helps, and that triggers a reconcile of its own.
-        Err(problem) => return Ok(Outcome::waiting(database::INVALID_SPEC, &problem, RESYNC)),
+        Err(outcome) => return Ok(outcome),
     };
-    let secret_name = &cache.spec.credentials_secret_ref;
-    if !database::valid_object_name(secret_name) {
-        let message = format!("credentialsSecretRef {secret_name:?} is not a valid Secret name");
-        return Ok(Outcome::waiting(database::INVALID_SPEC, &message, RESYNC));
-    }
     let binding = match bind(ctx, namespace, &cache.spec.gateway_pool_ref).await? {
         Ok(binding) => binding,
         Err(verdicts) => {
@@ -111,23 +105,9 @@ async fn configure(
         }
     };
     status.endpoint = endpoints(&binding.pool).s3;
-
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    let Some(secret) = secrets.get_opt(secret_name).await? else {
-        let message = format!("Secret {secret_name} with the origin's credentials does not exist");
-        return Ok(Outcome::waiting("SecretNotFound", &message, WAIT_FOR_DEPENDENCY));
-    };
-    let credentials = kube_ops::secret_text(&secret, "AWS_ACCESS_KEY_ID")
-        .and_then(|access_key| Ok((access_key, kube_ops::secret_text(&secret, "AWS_SECRET_ACCESS_KEY")?)));
-    let (access_key, secret_key) = match credentials {
+    let (secret, access_key, secret_key) = match origin_credentials(ctx, namespace, cache).await? {
         Ok(credentials) => credentials,
-        Err(problem) => {
-            return Ok(Outcome::waiting(
-                "SecretInvalid",
-                &problem.to_string(),
-                WAIT_FOR_DEPENDENCY,
-            ));
-        }
+        Err(outcome) => return Ok(outcome),
     };
 
     // Checked as the pool checks it before mounting it into the gateways (which would refuse
@@ -155,7 +135,54 @@ async fn configure(
         secret_key: &secret_key,
     };
     let written = catalog::write_cache(&binding, &row, &cache_key, &origin_key).await;
-    Ok(match written {
+    Ok(written_outcome(written, &row, &secret, status))
+}
+
+/// The catalog row the spec makes, or why it cannot be written as it stands. Only a change of
+/// the spec helps, and that triggers a reconcile of its own.
+fn validate(cache: &OriginCache) -> std::result::Result<OriginRow, Outcome> {
+    let row = origin_row(cache).map_err(|problem| Outcome::waiting(database::INVALID_SPEC, &problem, RESYNC))?;
+    let secret_name = &cache.spec.credentials_secret_ref;
+    if !database::valid_object_name(secret_name) {
+        let message = format!("credentialsSecretRef {secret_name:?} is not a valid Secret name");
+        return Err(Outcome::waiting(database::INVALID_SPEC, &message, RESYNC));
+    }
+    Ok(row)
+}
+
+/// The origin's access key and secret key, from the cache's credentials Secret (returned too:
+/// its version is the status's), or what the cache waits for.
+async fn origin_credentials(
+    ctx: &Context,
+    namespace: &str,
+    cache: &OriginCache,
+) -> Result<std::result::Result<(Secret, String, String), Outcome>> {
+    let secret_name = &cache.spec.credentials_secret_ref;
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let Some(secret) = secrets.get_opt(secret_name).await? else {
+        let message = format!("Secret {secret_name} with the origin's credentials does not exist");
+        return Ok(Err(Outcome::waiting("SecretNotFound", &message, WAIT_FOR_DEPENDENCY)));
+    };
+    let credentials = kube_ops::secret_text(&secret, "AWS_ACCESS_KEY_ID")
+        .and_then(|access_key| Ok((access_key, kube_ops::secret_text(&secret, "AWS_SECRET_ACCESS_KEY")?)));
+    Ok(match credentials {
+        Ok((access_key, secret_key)) => Ok((secret, access_key, secret_key)),
+        Err(problem) => Err(Outcome::waiting(
+            "SecretInvalid",
+            &problem.to_string(),
+            WAIT_FOR_DEPENDENCY,
+        )),
+    })
+}
+
+/// The cache's conditions after its catalog rows were written (or not).
+fn written_outcome(
+    written: Result<Written>,
+    row: &OriginRow,
+    secret: &Secret,
+    status: &mut OriginCacheStatus,
+) -> Outcome {
+    match written {
         Ok(Written::Configured(bucket_id)) => {
             status.bucket_id = Some(bucket_id);
             status.credentials_version = secret.resource_version();
@@ -181,7 +208,7 @@ async fn configure(
             failure: Some(failure),
             requeue: RESYNC,
         },
-    })
+    }
 }
 
 async fn write_status(ctx: &Context, cache: &OriginCache, namespace: &str, status: OriginCacheStatus) -> Result<()> {

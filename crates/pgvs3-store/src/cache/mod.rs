@@ -364,11 +364,7 @@ impl CacheTier {
             return Err(StoreError::InvalidPartNumber);
         }
         self.metrics().passthrough.with_label_values(&[kind]).inc();
-        let fetched = match remote.client.get(key, options.range, None).await {
-            Ok(Fetch::Body(fetched)) => fetched,
-            Ok(Fetch::NotModified) => return Err(StoreError::OriginFailed("unexpected 304 from the origin".into())),
-            Err(err) => return Err(self.origin_error(err)),
-        };
+        let fetched = self.get_from_origin(remote, key, options.range).await?;
         let head = object_head(fetched.head);
         options.conditions.check(&head)?;
         Ok(ObjectRead {
@@ -441,55 +437,71 @@ impl CacheTier {
             first: first_chunk * chunk,
             last: Some((last_chunk + 1) * chunk - 1),
         };
-        let fetched = match remote.client.get(key, Some(aligned), None).await {
-            Ok(Fetch::Body(fetched)) => fetched,
-            Ok(Fetch::NotModified) => return Err(StoreError::OriginFailed("unexpected 304 from the origin".into())),
-            Err(err) => return Err(self.origin_error(err)),
-        };
-        let origin::Fetched {
-            head,
-            span: fetched,
-            mut body,
-        } = *fetched;
-        let mut data = BytesMut::with_capacity((fetched.1 - fetched.0) as usize);
+        let fetched = self.fetch_range(remote, key, aligned).await?;
+        self.keep_range(bucket.id, key, chunk_size, first_chunk, &fetched)
+            .await?;
+        self.metrics().fills.with_label_values(&["range"]).inc();
+        self.metrics().fill_bytes.inc_by(fetched.data.len() as u64);
+        range_answer(range, options, fetched)
+    }
+
+    /// An unconditional GET from the origin (which a 304 cannot answer).
+    async fn get_from_origin(
+        &self,
+        remote: &Remote,
+        key: &str,
+        range: Option<ByteRange>,
+    ) -> StoreResult<Box<origin::Fetched>> {
+        match remote.client.get(key, range, None).await {
+            Ok(Fetch::Body(fetched)) => Ok(fetched),
+            Ok(Fetch::NotModified) => Err(StoreError::OriginFailed("unexpected 304 from the origin".into())),
+            Err(err) => Err(self.origin_error(err)),
+        }
+    }
+
+    /// The `aligned` chunks from the origin, read whole (the caller bounded and reserved them).
+    async fn fetch_range(&self, remote: &Remote, key: &str, aligned: ByteRange) -> StoreResult<FetchedRange> {
+        let origin::Fetched { head, span, mut body } = *self.get_from_origin(remote, key, Some(aligned)).await?;
+        let mut data = BytesMut::with_capacity((span.1 - span.0) as usize);
         while let Some(piece) = body.next().await {
             data.extend_from_slice(&piece?);
         }
-        check_declared_length(Some(fetched.1 - fetched.0), data.len() as u64)?;
-        let data = data.freeze();
-        let stored = if fetched == (0, head.size) {
+        check_declared_length(Some(span.1 - span.0), data.len() as u64)?;
+        Ok(FetchedRange {
+            head,
+            span,
+            data: data.freeze(),
+        })
+    }
+
+    /// Caches what a range fill fetched: the whole object when that is what came, else its
+    /// chunks.
+    async fn keep_range(
+        &self,
+        bucket_id: i64,
+        key: &str,
+        chunk_size: u32,
+        first_chunk: u64,
+        fetched: &FetchedRange,
+    ) -> StoreResult<()> {
+        let stored = if fetched.span == (0, fetched.head.size) {
             let whole: BodyStream = Box::pin(futures::stream::once({
-                let data = data.clone();
+                let data = fetched.data.clone();
                 async move { Ok(data) }
             }));
-            self.store().cache_store(bucket.id, key, &head, whole, None).await
+            self.store()
+                .cache_store(bucket_id, key, &fetched.head, whole, None)
+                .await
         } else {
             self.store()
-                .cache_store_ranges(bucket.id, key, &head, chunk_size, first_chunk, &data)
+                .cache_store_ranges(bucket_id, key, &fetched.head, chunk_size, first_chunk, &fetched.data)
                 .await
         };
         match stored {
             // A standby serves what it fetched without keeping it.
-            Ok(()) | Err(StoreError::ReadOnly) => {}
-            Err(err) => return Err(err),
+            Ok(()) | Err(StoreError::ReadOnly) => Ok(()),
+            Err(err) => Err(err),
         }
-        self.metrics().fills.with_label_values(&["range"]).inc();
-        self.metrics().fill_bytes.inc_by(data.len() as u64);
-        let head = object_head(head);
-        options.conditions.check(&head)?;
-        let span = range.resolve(head.size)?;
-        if span.0 < fetched.0 || span.1 > fetched.1 {
-            return Err(StoreError::OriginFailed(
-                "the origin answered another range than asked".into(),
-            ));
-        }
-        let bytes = data.slice((span.0 - fetched.0) as usize..(span.1 - fetched.0) as usize);
-        Ok(ObjectRead {
-            head,
-            span,
-            partial: true,
-            body: Box::pin(futures::stream::once(async move { Ok(bytes) })),
-        })
     }
 
     /// Waits until no other task of this process fills `key`.
@@ -573,15 +585,43 @@ impl CacheTier {
         }
         let head = object_head(fetched.head.clone());
         let refused = options.conditions.check(&head).err();
+        let filling = Filling {
+            lock,
+            flight,
+            permits,
+            started,
+        };
+        let client_body = self.spawn_fill(filling, bucket.id, key.to_owned(), *fetched);
+        if let Some(refused) = refused {
+            return Err(refused);
+        }
+        Ok(ObjectRead {
+            span: (0, head.size),
+            partial: false,
+            head,
+            body: Box::pin(ChannelBody(client_body)),
+        })
+    }
+
+    /// Stores `fetched` in a task of its own, streaming it to the returned receiver as it goes.
+    fn spawn_fill(
+        &self,
+        filling: Filling,
+        bucket_id: i64,
+        key: String,
+        fetched: origin::Fetched,
+    ) -> mpsc::Receiver<StoreResult<Bytes>> {
+        let Filling {
+            mut lock,
+            flight,
+            permits,
+            started,
+        } = filling;
         let (client_side, client_body) = mpsc::channel(4);
         let tier = self.clone();
-        let bucket_id = bucket.id;
-        let key = key.to_owned();
         tokio::spawn(async move {
             // The fill goes on if the client leaves: the next reader gets a warm entry.
-            let outcome = tier
-                .store_fill(&mut lock, bucket_id, &key, *fetched, &client_side)
-                .await;
+            let outcome = tier.store_fill(&mut lock, bucket_id, &key, fetched, &client_side).await;
             // Counted before the lock goes, so whoever waited for this fill sees it counted.
             let metrics = tier.metrics();
             match &outcome {
@@ -601,15 +641,7 @@ impl CacheTier {
                 let _ = client_side.send(Err(err)).await;
             }
         });
-        if let Some(refused) = refused {
-            return Err(refused);
-        }
-        Ok(ObjectRead {
-            span: (0, head.size),
-            partial: false,
-            head,
-            body: Box::pin(ChannelBody(client_body)),
-        })
+        client_body
     }
 
     /// Copies an origin body into the cache and to the client at once. Returns the size.
@@ -755,35 +787,43 @@ impl CacheTier {
             .put(key, &meta, body.clone(), condition)
             .await
             .map_err(|err| self.origin_error(err))?;
-        let last_modified = SystemTime::now();
-        // The origin has the write: its event is raised with what the cache records of it (a
-        // gateway that dies before that commits raises none, and its client hears nothing).
-        let event = WriteEvent {
-            name: "ObjectCreated:Put",
-            size: Some(size),
-            etag: Some(&etag),
-        };
-        if origin.mode == CacheMode::ReadThrough {
-            self.store().cache_forget(bucket.id, key, &event).await?;
-        } else {
-            let head = EntryHead {
-                size,
-                etag: etag.clone(),
-                last_modified,
-                meta: meta.clone(),
-            };
-            let body: BodyStream = Box::pin(futures::stream::once(async move { Ok(body) }));
-            self.store()
-                .cache_store(bucket.id, key, &head, body, Some(&event))
-                .await?;
-        }
-        Ok(PutOutcome {
-            etag,
+        let head = EntryHead {
             size,
-            last_modified,
-            checksum: meta.checksum,
+            etag,
+            last_modified: SystemTime::now(),
+            meta,
+        };
+        self.record_put(bucket.id, key, origin.mode, &head, body).await?;
+        Ok(PutOutcome {
+            etag: head.etag,
+            size,
+            last_modified: head.last_modified,
+            checksum: head.meta.checksum,
             version_id: None,
         })
+    }
+
+    /// The origin has the write: its event is raised with what the cache records of it (a
+    /// gateway that dies before that commits raises none, and its client hears nothing).
+    async fn record_put(
+        &self,
+        bucket_id: i64,
+        key: &str,
+        mode: CacheMode,
+        head: &EntryHead,
+        body: Bytes,
+    ) -> StoreResult<()> {
+        let event = WriteEvent {
+            name: "ObjectCreated:Put",
+            size: Some(head.size),
+            etag: Some(&head.etag),
+        };
+        if mode == CacheMode::ReadThrough {
+            self.store().cache_forget(bucket_id, key, &event).await
+        } else {
+            let body: BodyStream = Box::pin(futures::stream::once(async move { Ok(body) }));
+            self.store().cache_store(bucket_id, key, head, body, Some(&event)).await
+        }
     }
 
     /// Stores a body in the bucket's write-back namespace (which queues its upload in the same
@@ -865,6 +905,47 @@ impl CacheTier {
 }
 
 /// A fill slot of the bucket and of the process, held until the fill ends.
+/// What a fill holds until its body is stored: the fill lock, this process's flight for the
+/// key and the fill permits, and when it began.
+struct Filling {
+    lock: FillLock,
+    flight: OwnedMutexGuard<()>,
+    permits: FillPermits,
+    started: Instant,
+}
+
+/// The aligned chunks a range fill fetched: the object's head, the bytes' span in it and the
+/// bytes.
+struct FetchedRange {
+    head: EntryHead,
+    span: (u64, u64),
+    data: Bytes,
+}
+
+/// The asked range out of the chunks a range fill fetched.
+fn range_answer(range: ByteRange, options: &ReadOptions, fetched: FetchedRange) -> StoreResult<ObjectRead> {
+    let FetchedRange {
+        head,
+        span: fetched,
+        data,
+    } = fetched;
+    let head = object_head(head);
+    options.conditions.check(&head)?;
+    let span = range.resolve(head.size)?;
+    if span.0 < fetched.0 || span.1 > fetched.1 {
+        return Err(StoreError::OriginFailed(
+            "the origin answered another range than asked".into(),
+        ));
+    }
+    let bytes = data.slice((span.0 - fetched.0) as usize..(span.1 - fetched.0) as usize);
+    Ok(ObjectRead {
+        head,
+        span,
+        partial: true,
+        body: Box::pin(futures::stream::once(async move { Ok(bytes) })),
+    })
+}
+
 struct FillPermits {
     _bucket: OwnedSemaphorePermit,
     _process: OwnedSemaphorePermit,

@@ -390,14 +390,8 @@ impl OriginClient {
         self.upload_multipart(key, meta, body).await
     }
 
-    async fn upload_multipart(
-        &self,
-        key: &str,
-        meta: &ObjectMeta,
-        mut body: BodyStream,
-    ) -> Result<String, OriginError> {
-        use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
-        use futures::StreamExt;
+    async fn upload_multipart(&self, key: &str, meta: &ObjectMeta, body: BodyStream) -> Result<String, OriginError> {
+        use aws_sdk_s3::types::CompletedMultipartUpload;
         let create = with_meta!(
             self.client.create_multipart_upload().bucket(&self.bucket).key(key),
             meta
@@ -408,52 +402,7 @@ impl OriginClient {
             .await?
             .upload_id
             .ok_or_else(|| OriginError::Failed("origin returned no upload id".into()))?;
-        let parts = async {
-            let mut parts = Vec::new();
-            let mut buffer = bytes::BytesMut::with_capacity(PART_SIZE);
-            let mut ended = false;
-            while !ended {
-                while buffer.len() < PART_SIZE {
-                    match body.next().await {
-                        Some(piece) => buffer.extend_from_slice(
-                            &piece.map_err(|err| OriginError::Failed(format!("reading the stored body: {err}")))?,
-                        ),
-                        None => {
-                            ended = true;
-                            break;
-                        }
-                    }
-                }
-                let take = buffer.len().min(PART_SIZE);
-                let part = buffer.split_to(take).freeze();
-                if part.is_empty() && !parts.is_empty() {
-                    break;
-                }
-                let number = parts.len() as i32 + 1;
-                let request = self
-                    .client
-                    .upload_part()
-                    .bucket(&self.bucket)
-                    .key(key)
-                    .upload_id(&upload_id)
-                    .part_number(number)
-                    .content_length(part.len() as i64)
-                    .body(ByteStream::from(part))
-                    .send();
-                let output = self
-                    .timed(async { request.await.map_err(|err| self.classify(err)) })
-                    .await?;
-                parts.push(
-                    CompletedPart::builder()
-                        .part_number(number)
-                        .set_e_tag(output.e_tag)
-                        .build(),
-                );
-            }
-            Ok::<_, OriginError>(parts)
-        }
-        .await;
-        let parts = match parts {
+        let parts = match self.upload_parts(key, &upload_id, body).await {
             Ok(parts) => parts,
             Err(err) => {
                 let _ = self
@@ -479,6 +428,67 @@ impl OriginClient {
             .timed(async { complete.await.map_err(|err| self.classify(err)) })
             .await?;
         Ok(output.e_tag.as_deref().map(unquote).unwrap_or_default())
+    }
+
+    /// `body` as the upload's parts of [`PART_SIZE`] (the last one shorter; one empty part for
+    /// an empty body).
+    async fn upload_parts(
+        &self,
+        key: &str,
+        upload_id: &str,
+        mut body: BodyStream,
+    ) -> Result<Vec<aws_sdk_s3::types::CompletedPart>, OriginError> {
+        use futures::StreamExt;
+        let mut parts = Vec::new();
+        let mut buffer = bytes::BytesMut::with_capacity(PART_SIZE);
+        let mut ended = false;
+        while !ended {
+            while buffer.len() < PART_SIZE {
+                match body.next().await {
+                    Some(piece) => buffer.extend_from_slice(
+                        &piece.map_err(|err| OriginError::Failed(format!("reading the stored body: {err}")))?,
+                    ),
+                    None => {
+                        ended = true;
+                        break;
+                    }
+                }
+            }
+            let take = buffer.len().min(PART_SIZE);
+            let part = buffer.split_to(take).freeze();
+            if part.is_empty() && !parts.is_empty() {
+                break;
+            }
+            let number = parts.len() as i32 + 1;
+            parts.push(self.upload_part(key, upload_id, number, part).await?);
+        }
+        Ok(parts)
+    }
+
+    async fn upload_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        number: i32,
+        part: Bytes,
+    ) -> Result<aws_sdk_s3::types::CompletedPart, OriginError> {
+        let request = self
+            .client
+            .upload_part()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .part_number(number)
+            .content_length(part.len() as i64)
+            .body(ByteStream::from(part))
+            .send();
+        let output = self
+            .timed(async { request.await.map_err(|err| self.classify(err)) })
+            .await?;
+        Ok(aws_sdk_s3::types::CompletedPart::builder()
+            .part_number(number)
+            .set_e_tag(output.e_tag)
+            .build())
     }
 
     pub async fn delete(&self, key: &str) -> Result<(), OriginError> {

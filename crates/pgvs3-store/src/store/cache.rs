@@ -697,47 +697,10 @@ impl Store {
                 .await?;
             (rows, None)
         };
-        let Some(first) = rows.first() else {
+        if rows.is_empty() {
             return Ok(RangeLookup::Miss { size: known_size });
-        };
-        let size = first.get::<_, i64>("size") as u64;
-        let etag: String = first.get("etag");
-        let span = range.resolve(size)?;
-        let (first_chunk, last_chunk) = (span.0 / chunk, (span.1 - 1) / chunk);
-        let mut data = BytesMut::new();
-        let mut expected = first_chunk;
-        let mut use_unrecorded = false;
-        for row in &rows {
-            let index = row.get::<_, i32>("chunk") as u64;
-            if index < first_chunk || index > last_chunk {
-                continue;
-            }
-            let fresh: bool = row.get("fresh");
-            if index != expected || !fresh || row.get::<_, &str>("etag") != etag {
-                return Ok(RangeLookup::Miss { size: Some(size) });
-            }
-            data.extend_from_slice(row.get::<_, &[u8]>("data"));
-            use_unrecorded |= row.get::<_, bool>("use_unrecorded");
-            expected += 1;
         }
-        if expected != last_chunk + 1 {
-            return Ok(RangeLookup::Miss { size: Some(size) });
-        }
-        let head = ObjectHead::from_row(first);
-        conditions.check(&head)?;
-        let offset = first_chunk * chunk;
-        let bytes = data
-            .freeze()
-            .slice((span.0 - offset) as usize..(span.1 - offset) as usize);
-        Ok(RangeLookup::Hit {
-            read: Box::new(ObjectRead {
-                head,
-                span,
-                partial: true,
-                body: Box::pin(futures::stream::once(async move { Ok(bytes) })),
-            }),
-            use_unrecorded,
-        })
+        assemble_range(&rows, range, chunk, conditions)
     }
 
     /// Caches the aligned chunks in `data`, which starts at chunk `first_chunk`; chunks of any
@@ -858,4 +821,53 @@ impl UploadLock {
     pub async fn release(self) {
         self.0.release().await
     }
+}
+
+/// A range read out of the cached chunks `rows` (at least one), if the chunks the range spans
+/// are all there, fresh, in order and of one version.
+fn assemble_range(
+    rows: &[tokio_postgres::Row],
+    range: ByteRange,
+    chunk: u64,
+    conditions: &Preconditions,
+) -> StoreResult<RangeLookup> {
+    let first = &rows[0];
+    let size = first.get::<_, i64>("size") as u64;
+    let etag: String = first.get("etag");
+    let span = range.resolve(size)?;
+    let (first_chunk, last_chunk) = (span.0 / chunk, (span.1 - 1) / chunk);
+    let mut data = BytesMut::new();
+    let mut expected = first_chunk;
+    let mut use_unrecorded = false;
+    for row in rows {
+        let index = row.get::<_, i32>("chunk") as u64;
+        if index < first_chunk || index > last_chunk {
+            continue;
+        }
+        let fresh: bool = row.get("fresh");
+        if index != expected || !fresh || row.get::<_, &str>("etag") != etag {
+            return Ok(RangeLookup::Miss { size: Some(size) });
+        }
+        data.extend_from_slice(row.get::<_, &[u8]>("data"));
+        use_unrecorded |= row.get::<_, bool>("use_unrecorded");
+        expected += 1;
+    }
+    if expected != last_chunk + 1 {
+        return Ok(RangeLookup::Miss { size: Some(size) });
+    }
+    let head = ObjectHead::from_row(first);
+    conditions.check(&head)?;
+    let offset = first_chunk * chunk;
+    let bytes = data
+        .freeze()
+        .slice((span.0 - offset) as usize..(span.1 - offset) as usize);
+    Ok(RangeLookup::Hit {
+        read: Box::new(ObjectRead {
+            head,
+            span,
+            partial: true,
+            body: Box::pin(futures::stream::once(async move { Ok(bytes) })),
+        }),
+        use_unrecorded,
+    })
 }

@@ -99,27 +99,8 @@ pub fn parse_job(value: Value, max_args_bytes: usize) -> Result<NewJob, EngineEr
     let Value::Object(mut fields) = value else {
         return Err(EngineError::invalid("a job must be a JSON object"));
     };
-    let job_type = match fields.get("type") {
-        Some(Value::String(text)) if is_valid_type(text) => text.clone(),
-        Some(Value::String(text)) => {
-            return Err(EngineError::invalid(format!(
-                "invalid job type {text:?}: use dot-separated lower-case segments such as \"email.send\""
-            )));
-        }
-        Some(_) => return Err(EngineError::invalid("\"type\" must be a string")),
-        None => return Err(EngineError::invalid("missing required field \"type\"")),
-    };
-    match fields.get("args") {
-        Some(Value::Array(_)) => {}
-        Some(_) => return Err(EngineError::invalid("\"args\" must be a JSON array")),
-        None => return Err(EngineError::invalid("missing required field \"args\"")),
-    }
-    let args_bytes = serde_json::to_vec(&fields["args"]).map_or(0, |bytes| bytes.len());
-    if args_bytes > max_args_bytes {
-        return Err(EngineError::invalid(format!(
-            "\"args\" is {args_bytes} bytes, over this server's limit of {max_args_bytes}"
-        )));
-    }
+    let job_type = parse_type(fields.get("type"))?;
+    check_args(fields.get("args"), max_args_bytes)?;
     if let Some(meta) = fields.get("meta")
         && !meta.is_object()
     {
@@ -141,15 +122,7 @@ pub fn parse_job(value: Value, max_args_bytes: usize) -> Result<NewJob, EngineEr
     // Options may also come at the top level (the spec's flat form); `options` wins.
     let option = |name: &str| options.get(name).or_else(|| fields.get(name)).filter(|v| !v.is_null());
 
-    let queue = match option("queue") {
-        None => DEFAULT_QUEUE.to_string(),
-        Some(Value::String(name)) if is_valid_queue(name) => name.clone(),
-        Some(_) => {
-            return Err(EngineError::invalid(
-                "invalid queue name: use lower-case letters, digits, '-' and '.', starting with a letter or digit",
-            ));
-        }
-    };
+    let queue = parse_queue(option("queue"))?;
     let depends_on = match option("depends_on") {
         None => Vec::new(),
         Some(deps) => parse_dependencies(deps, &id)?,
@@ -160,17 +133,7 @@ pub fn parse_job(value: Value, max_args_bytes: usize) -> Result<NewJob, EngineEr
     };
     let retry = RetryPolicy::from_options(option("retry"))?;
     let max_attempts = retry.max_attempts;
-    let visibility_ms = match option("visibility_timeout_ms").or_else(|| option("timeout_ms")) {
-        None => DEFAULT_VISIBILITY_MS,
-        Some(value) => match value.as_i64() {
-            Some(ms) if (1..=i32::MAX as i64).contains(&ms) => ms as i32,
-            _ => {
-                return Err(EngineError::invalid(
-                    "timeouts must be positive integers of milliseconds",
-                ));
-            }
-        },
-    };
+    let visibility_ms = parse_visibility(option("visibility_timeout_ms").or_else(|| option("timeout_ms")))?;
     // An error names the field the client sent.
     let (scheduled_at, delay_ms) = match option("scheduled_at") {
         Some(value) => moment(Some(value), "scheduled_at")?,
@@ -202,6 +165,58 @@ pub fn parse_job(value: Value, max_args_bytes: usize) -> Result<NewJob, EngineEr
         rate_limit,
         depends_on,
     })
+}
+
+/// `type`: dot-separated lower-case segments.
+fn parse_type(value: Option<&Value>) -> Result<String, EngineError> {
+    match value {
+        Some(Value::String(text)) if is_valid_type(text) => Ok(text.clone()),
+        Some(Value::String(text)) => Err(EngineError::invalid(format!(
+            "invalid job type {text:?}: use dot-separated lower-case segments such as \"email.send\""
+        ))),
+        Some(_) => Err(EngineError::invalid("\"type\" must be a string")),
+        None => Err(EngineError::invalid("missing required field \"type\"")),
+    }
+}
+
+/// `args`: an array, at most `max_args_bytes` serialized.
+fn check_args(value: Option<&Value>, max_args_bytes: usize) -> Result<(), EngineError> {
+    let args = match value {
+        Some(args @ Value::Array(_)) => args,
+        Some(_) => return Err(EngineError::invalid("\"args\" must be a JSON array")),
+        None => return Err(EngineError::invalid("missing required field \"args\"")),
+    };
+    let args_bytes = serde_json::to_vec(args).map_or(0, |bytes| bytes.len());
+    if args_bytes > max_args_bytes {
+        return Err(EngineError::invalid(format!(
+            "\"args\" is {args_bytes} bytes, over this server's limit of {max_args_bytes}"
+        )));
+    }
+    Ok(())
+}
+
+/// `queue`, or the default queue.
+fn parse_queue(value: Option<&Value>) -> Result<String, EngineError> {
+    match value {
+        None => Ok(DEFAULT_QUEUE.to_string()),
+        Some(Value::String(name)) if is_valid_queue(name) => Ok(name.clone()),
+        Some(_) => Err(EngineError::invalid(
+            "invalid queue name: use lower-case letters, digits, '-' and '.', starting with a letter or digit",
+        )),
+    }
+}
+
+/// `visibility_timeout_ms` (or `timeout_ms`): positive milliseconds that fit an `int`.
+fn parse_visibility(value: Option<&Value>) -> Result<i32, EngineError> {
+    match value {
+        None => Ok(DEFAULT_VISIBILITY_MS),
+        Some(value) => match value.as_i64() {
+            Some(ms) if (1..=i32::MAX as i64).contains(&ms) => Ok(ms as i32),
+            _ => Err(EngineError::invalid(
+                "timeouts must be positive integers of milliseconds",
+            )),
+        },
+    }
 }
 
 /// `options.depends_on`: an array of job ids (UUIDs), none of them the job's own.

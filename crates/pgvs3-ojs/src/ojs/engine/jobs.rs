@@ -356,55 +356,30 @@ pub(super) async fn insert_placed(
     answer: Answer,
 ) -> Result<Inserted, EngineError> {
     let summary = answer == Answer::Summary;
-    let column = |f: fn(&NewJob) -> String| jobs.iter().map(f).collect::<Vec<_>>();
-    let ids = column(|job| job.id.clone());
-    let queues = column(|job| job.queue.clone());
-    let types = column(|job| job.job_type.clone());
-    let priorities: Vec<i32> = jobs.iter().map(|job| job.priority).collect();
-    let max_attempts: Vec<i32> = jobs.iter().map(|job| job.max_attempts).collect();
-    let envelopes: Vec<&Value> = jobs.iter().map(|job| &job.envelope).collect();
-    let scheduled: Vec<Option<&str>> = jobs.iter().map(|job| job.scheduled_at.as_deref()).collect();
-    let delays: Vec<Option<f64>> = jobs.iter().map(|job| job.delay_ms).collect();
-    let expires: Vec<Option<&str>> = jobs.iter().map(|job| job.expires_at.as_deref()).collect();
-    let ttls: Vec<Option<f64>> = jobs.iter().map(|job| job.ttl_ms).collect();
-    let visibility: Vec<i32> = jobs.iter().map(|job| job.visibility_ms).collect();
-    let unique: Vec<Option<&str>> = jobs
-        .iter()
-        .map(|job| job.unique.as_ref().map(|u| u.key.as_str()))
-        .collect();
-    // Empty unless some job is rate-limited: unnest pads a shorter array with NULLs.
-    let rate_limited = jobs.iter().any(|job| job.rate_limit.is_some());
-    let (rate_keys, rate_policies): (Vec<Option<&str>>, Vec<Option<Value>>) = jobs
-        .iter()
-        .filter(|_| rate_limited)
-        .map(|job| match &job.rate_limit {
-            Some(limit) => (Some(limit.key.as_str()), Some(limit.policy())),
-            None => (None, None),
-        })
-        .unzip();
+    let c = Columns::of(jobs);
     let statement = client.prepare_cached(INSERT_JOBS).await.map_err(EngineError::sql)?;
     let rows = client
         .query(
             &statement,
             &[
-                &ids,
-                &queues,
-                &types,
-                &priorities,
-                &max_attempts,
-                &envelopes,
-                &scheduled,
-                &delays,
-                &expires,
-                &ttls,
-                &visibility,
-                &unique,
+                &c.ids,
+                &c.queues,
+                &c.types,
+                &c.priorities,
+                &c.max_attempts,
+                &c.envelopes,
+                &c.scheduled,
+                &c.delays,
+                &c.expires,
+                &c.ttls,
+                &c.visibility,
+                &c.unique,
                 &placement.workflow_id,
                 &placement.steps,
                 &placement.callbacks,
                 &placement.held,
-                &rate_keys,
-                &rate_policies,
+                &c.rate_keys,
+                &c.rate_policies,
                 &summary,
                 &placement.tenant.unwrap_or(DEFAULT_TENANT),
             ],
@@ -414,6 +389,66 @@ pub(super) async fn insert_placed(
             Some(&SqlState::UNIQUE_VIOLATION) => EngineError::duplicate("a job with this id already exists"),
             _ => EngineError::sql(err),
         })?;
+    inserted_of(&rows, jobs, answer)
+}
+
+/// The jobs as the insert's parallel arrays, one element per job.
+struct Columns<'a> {
+    ids: Vec<String>,
+    queues: Vec<String>,
+    types: Vec<String>,
+    priorities: Vec<i32>,
+    max_attempts: Vec<i32>,
+    envelopes: Vec<&'a Value>,
+    scheduled: Vec<Option<&'a str>>,
+    delays: Vec<Option<f64>>,
+    expires: Vec<Option<&'a str>>,
+    ttls: Vec<Option<f64>>,
+    visibility: Vec<i32>,
+    unique: Vec<Option<&'a str>>,
+    rate_keys: Vec<Option<&'a str>>,
+    rate_policies: Vec<Option<Value>>,
+}
+
+impl<'a> Columns<'a> {
+    fn of(jobs: &'a [NewJob]) -> Columns<'a> {
+        let column = |f: fn(&NewJob) -> String| jobs.iter().map(f).collect::<Vec<_>>();
+        // Empty unless some job is rate-limited: unnest pads a shorter array with NULLs.
+        let rate_limited = jobs.iter().any(|job| job.rate_limit.is_some());
+        let (rate_keys, rate_policies) = jobs
+            .iter()
+            .filter(|_| rate_limited)
+            .map(|job| match &job.rate_limit {
+                Some(limit) => (Some(limit.key.as_str()), Some(limit.policy())),
+                None => (None, None),
+            })
+            .unzip();
+        Columns {
+            ids: column(|job| job.id.clone()),
+            queues: column(|job| job.queue.clone()),
+            types: column(|job| job.job_type.clone()),
+            priorities: jobs.iter().map(|job| job.priority).collect(),
+            max_attempts: jobs.iter().map(|job| job.max_attempts).collect(),
+            envelopes: jobs.iter().map(|job| &job.envelope).collect(),
+            scheduled: jobs.iter().map(|job| job.scheduled_at.as_deref()).collect(),
+            delays: jobs.iter().map(|job| job.delay_ms).collect(),
+            expires: jobs.iter().map(|job| job.expires_at.as_deref()).collect(),
+            ttls: jobs.iter().map(|job| job.ttl_ms).collect(),
+            visibility: jobs.iter().map(|job| job.visibility_ms).collect(),
+            unique: jobs
+                .iter()
+                .map(|job| job.unique.as_ref().map(|u| u.key.as_str()))
+                .collect(),
+            rate_keys,
+            rate_policies,
+        }
+    }
+}
+
+/// The insert's answer: the job rows, then a row per bounded queue with its depth (an error
+/// when the jobs would take it past its bound; a warning's pressure when near).
+fn inserted_of(rows: &[tokio_postgres::Row], jobs: &[NewJob], answer: Answer) -> Result<Inserted, EngineError> {
+    let summary = answer == Answer::Summary;
     let mut inserted = Inserted {
         jobs: Vec::with_capacity(jobs.len()),
         answer,
@@ -422,7 +457,7 @@ pub(super) async fn insert_placed(
     };
     // Job rows come first, in the order of `jobs` (seq is taken in insert order).
     let mut sent = jobs.iter();
-    for row in &rows {
+    for row in rows {
         if row.get::<_, Option<i64>>("seq").is_some() {
             let mut stored = Job::from_row(row);
             if summary {

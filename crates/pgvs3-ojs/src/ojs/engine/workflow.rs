@@ -93,13 +93,7 @@ pub fn parse_workflow(body: Value, max_args_bytes: usize) -> Result<NewWorkflow,
 
 /// One workflow at `path`, `depth` levels down (the outermost is 1).
 fn parse_level(body: Value, path: &str, depth: usize, max_args_bytes: usize) -> Result<NewWorkflow, EngineError> {
-    let at = |field: &str| {
-        if path == "$" {
-            format!("$.{field}")
-        } else {
-            format!("{path}.{field}")
-        }
-    };
+    let at = |field: &str| field_path(path, field);
     let Value::Object(mut fields) = body else {
         return Err(invalid(path, "a workflow must be a JSON object"));
     };
@@ -125,23 +119,49 @@ fn parse_level(body: Value, path: &str, depth: usize, max_args_bytes: usize) -> 
         Some(_) => return Err(invalid(&at("name"), "\"name\" must be a string of at most 255 bytes")),
     };
     let list_field = if kind == Kind::Chain { "steps" } else { "jobs" };
-    let Some(Value::Array(list)) = fields.remove(list_field) else {
+    let members = parse_members(fields.remove(list_field), kind, &at(list_field), depth, max_args_bytes)?;
+    let callbacks = parse_callbacks(kind, fields.remove("callbacks"), path, max_args_bytes)?;
+    Ok(NewWorkflow {
+        id,
+        kind,
+        name,
+        members,
+        callbacks,
+    })
+}
+
+/// Where `field` of the workflow at `path` is, for an error.
+fn field_path(path: &str, field: &str) -> String {
+    if path == "$" {
+        format!("$.{field}")
+    } else {
+        format!("{path}.{field}")
+    }
+}
+
+/// The chain's `steps` or the group's or batch's `jobs` (at `path`): jobs, and workflows nested
+/// up to [`MAX_DEPTH`].
+fn parse_members(
+    list: Option<Value>,
+    kind: Kind,
+    path: &str,
+    depth: usize,
+    max_args_bytes: usize,
+) -> Result<Vec<Member>, EngineError> {
+    let list_field = if kind == Kind::Chain { "steps" } else { "jobs" };
+    let Some(Value::Array(list)) = list else {
         return Err(invalid(
-            &at(list_field),
+            path,
             &format!("a {} needs a \"{list_field}\" array", kind.as_str()),
         ));
     };
     if list.is_empty() {
-        return Err(invalid(
-            &at(list_field),
-            &format!("\"{list_field}\" must hold at least one job"),
-        ));
+        return Err(invalid(path, &format!("\"{list_field}\" must hold at least one job")));
     }
-    let members = list
-        .into_iter()
+    list.into_iter()
         .enumerate()
         .map(|(index, item)| {
-            let path = format!("{}[{index}]", at(list_field));
+            let path = format!("{path}[{index}]");
             if !is_workflow(&item) {
                 return member_job(item, &path, max_args_bytes).map(|job| Member::Job(Box::new(job)));
             }
@@ -153,8 +173,18 @@ fn parse_level(body: Value, path: &str, depth: usize, max_args_bytes: usize) -> 
             }
             parse_level(item, &path, depth + 1, max_args_bytes).map(Member::Workflow)
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    let callbacks = match (kind, fields.remove("callbacks")) {
+        .collect()
+}
+
+/// A batch's `callbacks` (at least one, each a job); no other workflow has any.
+fn parse_callbacks(
+    kind: Kind,
+    callbacks: Option<Value>,
+    path: &str,
+    max_args_bytes: usize,
+) -> Result<Vec<(&'static str, NewJob)>, EngineError> {
+    let at = |field: &str| field_path(path, field);
+    match (kind, callbacks) {
         (Kind::Batch, Some(Value::Object(mut hooks))) => {
             if let Some(unknown) = hooks.keys().find(|hook| !CALLBACKS.contains(&hook.as_str())) {
                 return Err(invalid(
@@ -176,19 +206,12 @@ fn parse_level(body: Value, path: &str, depth: usize, max_args_bytes: usize) -> 
             if callbacks.is_empty() {
                 return Err(invalid(&at("callbacks"), "a batch needs at least one callback"));
             }
-            callbacks
+            Ok(callbacks)
         }
-        (Kind::Batch, _) => return Err(invalid(&at("callbacks"), "a batch needs a \"callbacks\" object")),
-        (_, None | Some(Value::Null)) => Vec::new(),
-        (_, Some(_)) => return Err(invalid(&at("callbacks"), "only a batch has callbacks")),
-    };
-    Ok(NewWorkflow {
-        id,
-        kind,
-        name,
-        members,
-        callbacks,
-    })
+        (Kind::Batch, _) => Err(invalid(&at("callbacks"), "a batch needs a \"callbacks\" object")),
+        (_, None | Some(Value::Null)) => Ok(Vec::new()),
+        (_, Some(_)) => Err(invalid(&at("callbacks"), "only a batch has callbacks")),
+    }
 }
 
 /// A member that lists steps or jobs is a nested workflow (§10.3), whatever else it says.
