@@ -524,85 +524,100 @@ fn matches(actual: &Value, expected: Option<&Value>) -> bool {
     }
 }
 
+/// A text matcher of the suite (`string:uuid`, `number:range(1,5)`, `array:length(2)`,
+/// `one_of:a,b`, `contains:x`, `~100`, `any`), or a literal string.
 fn matches_text(actual: &Value, text: &str) -> bool {
-    let string = actual.as_str();
-    let number = actual.as_f64();
-    let array = actual.as_array();
     if let Some(rest) = text.strip_prefix("string:") {
-        let Some(s) = string else { return false };
-        return match rest {
-            "nonempty" | "non_empty" => !s.is_empty(),
-            "uuid" => is_pattern(s, "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"),
-            "uuidv7" => is_pattern(
-                s,
-                "^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$",
-            ),
-            "datetime" => is_pattern(s, r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$"),
-            _ => {
-                if let Some(needle) = rest.strip_prefix("contains:") {
-                    s.contains(needle)
-                } else if let Some(pattern) = rest.strip_prefix("pattern(").and_then(|p| p.strip_suffix(')')) {
-                    is_pattern(s, pattern)
-                } else {
-                    false
-                }
-            }
-        };
+        return actual.as_str().is_some_and(|s| matches_string(s, rest));
     }
     if let Some(rest) = text.strip_prefix("number:") {
-        let Some(n) = number else { return false };
-        return match rest {
-            "positive" => n > 0.0,
-            "non_negative" => n >= 0.0,
-            _ => rest
-                .strip_prefix("range(")
-                .and_then(|r| r.strip_suffix(')'))
-                .and_then(|r| r.split_once(','))
-                .and_then(|(a, b)| Some((a.trim().parse::<f64>().ok()?, b.trim().parse::<f64>().ok()?)))
-                .is_some_and(|(low, high)| low <= n && n <= high),
-        };
+        return actual.as_f64().is_some_and(|n| matches_number(n, rest));
     }
     if let Some(rest) = text.strip_prefix("one_of:") {
-        let shown = string.map_or_else(|| actual.to_string(), String::from);
+        let shown = actual.as_str().map_or_else(|| actual.to_string(), String::from);
         return rest.split(',').any(|option| option.trim() == shown);
     }
     if let Some(rest) = text.strip_prefix("array:") {
-        let Some(items) = array else { return false };
-        let count = |spec: &str| {
-            spec.trim_matches(|c| c == '(' || c == ')' || c == ':')
-                .parse::<usize>()
-                .ok()
-        };
-        return match rest {
-            "nonempty" => !items.is_empty(),
-            "empty" => items.is_empty(),
-            _ => {
-                if let Some(n) = rest.strip_prefix("length").and_then(count) {
-                    items.len() == n
-                } else if let Some(n) = rest
-                    .strip_prefix("min_length")
-                    .or_else(|| rest.strip_prefix("min"))
-                    .and_then(count)
-                {
-                    items.len() >= n
-                } else {
-                    false
-                }
-            }
-        };
+        return actual.as_array().is_some_and(|items| matches_array(items, rest));
     }
     if let Some(element) = text.strip_prefix("not_contains:") {
-        return array.is_some_and(|items| !items.iter().any(|item| display(item) == element));
+        return actual
+            .as_array()
+            .is_some_and(|items| !items.iter().any(|item| display(item) == element));
     }
     if let Some(element) = text.strip_prefix("contains:") {
-        return array.is_some_and(|items| items.iter().any(|item| display(item) == element));
+        return actual
+            .as_array()
+            .is_some_and(|items| items.iter().any(|item| display(item) == element));
     }
     if let Some(target) = text.strip_prefix('~').and_then(|t| t.parse::<f64>().ok()) {
-        return number.is_some_and(|n| approximately(n, target));
+        return actual.as_f64().is_some_and(|n| approximately(n, target));
     }
     match text {
         "any" => !actual.is_null(),
-        _ => string == Some(text),
+        _ => actual.as_str() == Some(text),
+    }
+}
+
+/// `string:<rest>`: nonempty, uuid, uuidv7, datetime, contains:<needle>, pattern(<regex>).
+fn matches_string(s: &str, rest: &str) -> bool {
+    match rest {
+        "nonempty" | "non_empty" => !s.is_empty(),
+        "uuid" => is_pattern(s, "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"),
+        "uuidv7" => is_pattern(
+            s,
+            "^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$",
+        ),
+        "datetime" => is_pattern(s, r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$"),
+        _ => {
+            if let Some(needle) = rest.strip_prefix("contains:") {
+                s.contains(needle)
+            } else if let Some(pattern) = rest.strip_prefix("pattern(").and_then(|p| p.strip_suffix(')')) {
+                is_pattern(s, pattern)
+            } else {
+                false
+            }
+        }
+    }
+}
+
+/// `number:<rest>`: positive, non_negative, range(<low>,<high>).
+fn matches_number(n: f64, rest: &str) -> bool {
+    match rest {
+        "positive" => n > 0.0,
+        "non_negative" => n >= 0.0,
+        _ => rest
+            .strip_prefix("range(")
+            .and_then(|r| r.strip_suffix(')'))
+            .and_then(|r| r.split_once(','))
+            .and_then(|(a, b)| Some((a.trim().parse::<f64>().ok()?, b.trim().parse::<f64>().ok()?)))
+            .is_some_and(|(low, high)| low <= n && n <= high),
+    }
+}
+
+/// `array:<rest>`: nonempty, empty, length(<n>), min_length(<n>) (or min:<n>).
+fn matches_array(items: &[Value], rest: &str) -> bool {
+    let count = |spec: &str| {
+        spec.trim_matches(|c| c == '(' || c == ')' || c == ':')
+            .parse::<usize>()
+            .ok()
+    };
+    match rest {
+        "nonempty" => !items.is_empty(),
+        "empty" => items.is_empty(),
+        _ => {
+            if let Some(n) = rest.strip_prefix("length").and_then(count) {
+                items.len() == n
+            } else if let Some(n) = rest
+                .strip_prefix("min_length")
+                .or_else(|| rest.strip_prefix("min"))
+                .and_then(count)
+            {
+                items.len() >= n
+            } else {
+                false
+            }
+        }
     }
 }
 
