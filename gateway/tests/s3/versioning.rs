@@ -1211,3 +1211,75 @@ async fn a_write_racing_a_delete_marker_keeps_its_place_among_the_versions() {
         assert_eq!(after, latest, "round {round} (resp: {by_resp}): {versions:?}");
     }
 }
+
+/// GETs and HEADs of a noncurrent version while a delete of the current version promotes it:
+/// each finds it, in whichever table it is. (A read that saw another version current looked for
+/// this one in `versions` by a second statement, after the promotion had moved it to `objects`,
+/// and answered NoSuchVersion; seen as a non-linearizable history under load.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_version_read_while_a_delete_promotes_it_finds_it() {
+    let gw = TestGateway::start().await;
+    let s3 = &gw.client;
+    s3.create_bucket().bucket("promote").send().await.unwrap();
+    set_versioning(s3, "promote", BucketVersioningStatus::Enabled).await;
+    let mut missed = Vec::new();
+    for round in 0..40 {
+        let key = format!("k{round}");
+        let older = put(s3, "promote", &key, b"older").await.unwrap();
+        let newer = put(s3, "promote", &key, b"newer").await.unwrap();
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let readers: Vec<_> = (0..3)
+            .map(|reader| {
+                let (s3, key, older, done) = (s3.clone(), key.clone(), older.clone(), done.clone());
+                tokio::spawn(async move {
+                    let mut answers = Vec::new();
+                    // At least a few reads, and on until the delete has committed.
+                    for read in 0.. {
+                        if read >= 3 && done.load(std::sync::atomic::Ordering::SeqCst) {
+                            break;
+                        }
+                        let answer = match reader {
+                            0 => s3
+                                .head_object()
+                                .bucket("promote")
+                                .key(&key)
+                                .version_id(&older)
+                                .send()
+                                .await
+                                .map(|out| out.version_id)
+                                .map_err(|err| http_status(&err)),
+                            _ => get_version(&s3, "promote", &key, Some(&older))
+                                .await
+                                .map(|(body, version)| {
+                                    assert_eq!(body, b"older");
+                                    version
+                                })
+                                .map_err(|(status, _)| status),
+                        };
+                        answers.push(answer);
+                    }
+                    answers
+                })
+            })
+            .collect();
+        s3.delete_object()
+            .bucket("promote")
+            .key(&key)
+            .version_id(&newer)
+            .send()
+            .await
+            .unwrap();
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        for reader in readers {
+            for answer in reader.await.unwrap() {
+                if answer.as_ref().ok() != Some(&Some(older.clone())) {
+                    missed.push((round, answer));
+                }
+            }
+        }
+    }
+    assert!(
+        missed.is_empty(),
+        "reads of the promoted version that missed it: {missed:?}"
+    );
+}

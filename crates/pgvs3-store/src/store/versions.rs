@@ -125,9 +125,18 @@ impl VersionSql {
             // `versions` into `objects` while a concurrent delete of that very version looks for
             // it in one table, then the other, and finds it in neither (or the two deadlock).
             lock_key: KEY_LOCKS.to_owned(),
+            // Both tables in one statement, so one snapshot: a read that found another version
+            // current must still find this one when a concurrent delete of the current version
+            // promotes it from `versions` into `objects` (looked up in `versions` by a second
+            // statement, it was in neither).
             read: format!(
                 "SELECT size, etag, last_modified, meta, inline, body_id, is_delete_marker
-                   FROM {ns}.versions WHERE bucket_id = $1 AND key = $2 AND version_id = $3"
+                   FROM {ns}.versions WHERE bucket_id = $1 AND key = $2 AND version_id = $3
+                 UNION ALL
+                 SELECT size, etag, last_modified, meta, inline, body_id, false
+                   FROM {ns}.objects WHERE bucket_id = $1 AND key = $2 AND coalesce(version_id, 'null') = $3
+                    AND (expires_at IS NULL OR expires_at > now())
+                 LIMIT 1"
             ),
             latest_noncurrent: format!(
                 "SELECT version_id, is_delete_marker FROM {ns}.versions WHERE bucket_id = $1 AND key = $2
@@ -319,8 +328,8 @@ impl Store {
         Ok(())
     }
 
-    /// A read of version `version_id` that is not the current one: its head and body (or the
-    /// span `options` select), from `versions`.
+    /// A read of version `version_id` that was not the current one when the read looked: its
+    /// head and body (or the span `options` select), wherever it is now.
     pub(super) async fn read_noncurrent(
         &self,
         bucket: &BucketInfo,
